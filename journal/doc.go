@@ -1,0 +1,28 @@
+// Package journal defines the persistence contract of Lazarus: the Store,
+// its sentinel errors, and the limits every adapter enforces.
+//
+// The log of each conversation is append-only and canonical: events get
+// seqs 1, 2, 3, ... with no gaps. Everything else a Store holds (summaries,
+// tool-call rows, the fsm_state cache, deadlines, audit rows, metadata) is
+// either derived from the log or a row whose changes are written in the same
+// atomic write as the events that cause them.
+//
+// # Durability
+//
+// For a durable adapter, a nil error from a write method means the write
+// survives a process crash and a power cut. Nothing may be acknowledged to a
+// user, streamed to a subscriber or acted upon before that nil return.
+//
+// # Fencing
+//
+// Append takes the seq the writer believes is last. If the log has moved on,
+// the append writes nothing and fails with ErrConflict. This is what keeps
+// two activations of one conversation from corrupting its log.
+//
+// # Adapters
+//
+//   - journal/memjournal: in memory; ephemeral; the oracle of model tests.
+//   - journal/pebblejournal: embedded and durable on Pebble; the default.
+//
+// Both pass the conformance suite in journal/journaltest unchanged.
+package journal

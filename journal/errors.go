@@ -1,0 +1,94 @@
+package journal
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// Sentinel errors. Every error a Store returns for one of these conditions
+// wraps the sentinel, so callers branch with errors.Is, never on text.
+var (
+	// ErrConflict: an append's expected last seq is not the log's last seq
+	// (another writer moved the log on), or a tool call id is already used by
+	// another conversation. Nothing was written.
+	ErrConflict = errors.New("journal: conflict")
+	// ErrStale: a tool call is unknown or no longer pending. Nothing changed.
+	ErrStale = errors.New("journal: tool call is not pending")
+	// ErrNotFound: the conversation, summary or tool call does not exist.
+	ErrNotFound = errors.New("journal: not found")
+	// ErrClosed: the Store was closed, or refuses writes after a fatal I/O
+	// error.
+	ErrClosed = errors.New("journal: store closed")
+	// ErrCorrupt: stored bytes cannot be decoded. The error names the key.
+	ErrCorrupt = errors.New("journal: corrupt record")
+	// ErrInvalid: the input breaks a documented rule or limit. Nothing was
+	// written.
+	ErrInvalid = errors.New("journal: invalid input")
+	// ErrDeleted: the conversation was deleted; its id cannot be written
+	// again. Nothing was written.
+	ErrDeleted = errors.New("journal: conversation deleted")
+)
+
+var codes = []struct {
+	err  error
+	code messages.ErrorCode
+}{
+	{ErrConflict, messages.ErrorCode_ERROR_CODE_CONFLICT},
+	{ErrStale, messages.ErrorCode_ERROR_CODE_STALE},
+	{ErrNotFound, messages.ErrorCode_ERROR_CODE_NOT_FOUND},
+	{ErrClosed, messages.ErrorCode_ERROR_CODE_CLOSED},
+	{ErrCorrupt, messages.ErrorCode_ERROR_CODE_CORRUPT},
+	{ErrInvalid, messages.ErrorCode_ERROR_CODE_INVALID},
+	{ErrDeleted, messages.ErrorCode_ERROR_CODE_DELETED},
+}
+
+// ErrorToProto turns an error into its wire form for an actor reply. It
+// returns nil for a nil error. An error that wraps no sentinel gets
+// ERROR_CODE_INTERNAL.
+func ErrorToProto(err error) *messages.Error {
+	if err == nil {
+		return nil
+	}
+	for _, c := range codes {
+		if errors.Is(err, c.err) {
+			return &messages.Error{Code: c.code, Message: err.Error()}
+		}
+	}
+	return &messages.Error{Code: messages.ErrorCode_ERROR_CODE_INTERNAL, Message: err.Error()}
+}
+
+// ErrorFromProto is the inverse of ErrorToProto: the returned error carries
+// the original message and wraps the sentinel of its code, so errors.Is keeps
+// working across an actor boundary. It returns nil for nil.
+func ErrorFromProto(e *messages.Error) error {
+	if e == nil {
+		return nil
+	}
+	for _, c := range codes {
+		if c.code == e.GetCode() {
+			return &wireError{msg: e.GetMessage(), sentinel: c.err}
+		}
+	}
+	return errors.New(e.GetMessage())
+}
+
+type wireError struct {
+	msg      string
+	sentinel error
+}
+
+func (e *wireError) Error() string { return e.msg }
+func (e *wireError) Unwrap() error { return e.sentinel }
+
+// Corruptf returns an error wrapping ErrCorrupt that names the location of
+// the bad bytes.
+func Corruptf(format string, args ...any) error {
+	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), ErrCorrupt)
+}
+
+// Invalidf returns an error wrapping ErrInvalid that names the problem.
+func Invalidf(format string, args ...any) error {
+	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), ErrInvalid)
+}

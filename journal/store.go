@@ -1,0 +1,206 @@
+package journal
+
+import (
+	"context"
+	"time"
+
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// Store is the persistence contract of Lazarus: an append-only event log per
+// conversation plus the rows and caches that change with it. It is composed
+// of small interfaces; an adapter implements all of them.
+//
+// Concurrency: every method is safe for concurrent use. Writes to one
+// conversation are expected to come from one writer (its actor, through the
+// journal actor); the append fence (AppendRequest.ExpectedLast) keeps the log
+// correct when that expectation fails.
+//
+// Ownership: records passed in are owned by the Store for the duration of the
+// call and must not be modified concurrently; Append sets Seq on the events
+// it is given. Records and slices returned belong to the caller; the Store
+// keeps no reference to them.
+//
+// Errors: every error wraps one of the sentinels of this package where one
+// applies. After Close, every method returns an error wrapping ErrClosed.
+type Store interface {
+	EventLog
+	Summaries
+	ToolCalls
+	Deadlines
+	Audit
+	Conversations
+	// Close flushes and releases everything. It is safe to call more than
+	// once; later calls return nil.
+	Close() error
+}
+
+// AppendResult reports the seqs one AppendRequest was given, or why it failed.
+type AppendResult struct {
+	// FirstSeq and LastSeq are the seqs assigned to the request's events.
+	// Both are ExpectedLast when the request carried no events.
+	FirstSeq, LastSeq uint64
+	// Err is nil on success. On failure nothing of the request was written.
+	Err error
+}
+
+// EventQuery selects a range of a conversation's log.
+type EventQuery struct {
+	// After is an exclusive lower bound on seq. Zero means from the start.
+	After uint64
+	// Before is an exclusive upper bound on seq. Zero means no bound.
+	Before uint64
+	// Limit keeps at most this many events: the newest ones of the range,
+	// still returned in ascending order. Zero means no limit. Before+Limit
+	// is backward pagination: read the newest page, then the page before the
+	// oldest seq already read.
+	Limit int
+}
+
+// EventLog is the append-only log of each conversation.
+type EventLog interface {
+	// Append writes req atomically and durably: its events get the seqs
+	// ExpectedLast+1, ExpectedLast+2, ... and, in the same write, its tool
+	// call rows are upserted, its resolutions applied, its fsm_state and
+	// status replace the conversation's, and its deadlines are scheduled
+	// or cancelled. The first append to a conversation creates its row with
+	// status ACTIVE.
+	//
+	// If ExpectedLast is not the log's last seq it returns ErrConflict; if a
+	// resolution's call is not pending, ErrStale; if a tool call id belongs
+	// to another conversation, ErrConflict; if the conversation was deleted,
+	// ErrDeleted; if the request breaks a rule of Validate, ErrInvalid. In
+	// every error case nothing is written.
+	//
+	// For a durable adapter, a nil error means the write survives a crash or
+	// a power cut. Append sets Seq on each event of req.Events.
+	Append(ctx context.Context, req *messages.AppendRequest) (AppendResult, error)
+
+	// AppendBatch commits many requests, of any conversations, in one
+	// durable write (one sync). Each request succeeds or fails on its own,
+	// with the same rules as Append; requests for the same conversation are
+	// applied in order, so the second may expect the last seq of the first.
+	// The returned slice has one result per request, in order. A failure
+	// of the write itself (I/O, closed) is reported in every result that had
+	// not already failed on its own.
+	AppendBatch(ctx context.Context, reqs []*messages.AppendRequest) []AppendResult
+
+	// Events returns the events of q's range in ascending seq. An unknown
+	// conversation has no events (nil, nil).
+	Events(ctx context.Context, conversationID string, q EventQuery) ([]*messages.Event, error)
+
+	// LastSeq returns the seq of the conversation's last event, 0 if none.
+	LastSeq(ctx context.Context, conversationID string) (uint64, error)
+
+	// LoadSince is the revival read: the latest summary (nil if none) and
+	// the events after its ToSeq, or all events when there is no summary.
+	// Its cost depends on the events after the summary, not on the length
+	// of the log.
+	LoadSince(ctx context.Context, conversationID string) (*messages.Summary, []*messages.Event, error)
+}
+
+// Summaries stores compaction summaries. They are derived: writing one never
+// touches the log.
+type Summaries interface {
+	// PutSummary stores s, keyed by its ToSeq, replacing a summary with the
+	// same ToSeq. s must satisfy 1 <= FromSeq <= ToSeq <= LastSeq, else
+	// ErrInvalid.
+	PutSummary(ctx context.Context, conversationID string, s *messages.Summary) error
+	// LatestSummary returns the summary with the greatest ToSeq, or
+	// ErrNotFound.
+	LatestSummary(ctx context.Context, conversationID string) (*messages.Summary, error)
+	// SummaryBefore returns the summary with the greatest ToSeq strictly
+	// less than toSeq (the previous chapter), or ErrNotFound.
+	SummaryBefore(ctx context.Context, conversationID string, toSeq uint64) (*messages.Summary, error)
+}
+
+// ToolCalls stores one row per tool call, keyed by its id, which is unique
+// across all conversations of the Store.
+type ToolCalls interface {
+	// UpsertToolCall inserts or replaces the row rec.Id. A new row with an
+	// unspecified status is stored as pending. If the id belongs to another
+	// conversation it returns ErrConflict.
+	UpsertToolCall(ctx context.Context, rec *messages.ToolCallRecord) error
+	// ToolCall returns the row, or ErrNotFound.
+	ToolCall(ctx context.Context, toolCallID string) (*messages.ToolCallRecord, error)
+	// PendingToolCalls returns the conversation's pending rows, ordered by
+	// id. Its cost depends on the number of pending calls only.
+	PendingToolCalls(ctx context.Context, conversationID string) ([]*messages.ToolCallRecord, error)
+	// ResolveToolCall atomically moves a pending call to status (resolved,
+	// errored or expired) with result, stamped at time at, and removes its
+	// deadline in the same write. If the call is unknown or not pending it
+	// returns ErrStale and changes nothing. Exactly one of any number of
+	// concurrent resolvers of one call succeeds. It returns the updated row.
+	ResolveToolCall(ctx context.Context, toolCallID string, status messages.ToolCallStatus, result *messages.ToolOutcome, at time.Time) (*messages.ToolCallRecord, error)
+}
+
+// Deadlines stores the durable expiry times of pending human calls, so the
+// expiry actor can rebuild its timers after a restart.
+type Deadlines interface {
+	// ScheduleDeadline adds d, replacing an earlier deadline of the same
+	// tool call. It does not check that the call exists or is pending: the
+	// expiry actor resolves through ResolveToolCall, which does. ErrDeleted
+	// after the conversation was deleted.
+	ScheduleDeadline(ctx context.Context, d *messages.Deadline) error
+	// CancelDeadline removes the deadline of a tool call. Cancelling one
+	// that does not exist is not an error.
+	CancelDeadline(ctx context.Context, conversationID, toolCallID string) error
+	// Deadlines calls fn for every deadline at or before dueBy (every
+	// deadline when dueBy is zero), in ascending time, then tool call id.
+	// It stops at the first error fn returns and returns it. fn may keep
+	// the record; it must not call the Store's write methods.
+	Deadlines(ctx context.Context, dueBy time.Time, fn func(*messages.Deadline) error) error
+}
+
+// Audit stores what was rendered to the model on each turn. It is off by
+// default: unless the adapter was opened with audit on, PutModelCall does
+// nothing and ModelCalls returns nothing.
+type Audit interface {
+	// PutModelCall records mc (keyed by conversation and TurnRef).
+	PutModelCall(ctx context.Context, mc *messages.ModelCall) error
+	// ModelCalls returns the conversation's audit rows ordered by TurnRef.
+	ModelCalls(ctx context.Context, conversationID string) ([]*messages.ModelCall, error)
+	// GCModelCalls deletes the conversation's rows created before
+	// olderThan and returns how many it removed.
+	GCModelCalls(ctx context.Context, conversationID string, olderThan time.Time) (int, error)
+}
+
+// ConversationUpdate is a merge into a conversation row: zero fields leave
+// the row's value unchanged.
+type ConversationUpdate struct {
+	// ID names the conversation. Required.
+	ID string
+	// Settings are merged key by key; an empty value deletes the key.
+	Settings map[string]string
+	// Status replaces the status unless it is unspecified.
+	Status messages.ConversationStatus
+	// FSMState replaces the fsm_state cache unless nil.
+	FSMState *messages.FSMState
+}
+
+// Conversations stores one row per conversation, and its metadata.
+type Conversations interface {
+	// Conversation returns the row, or ErrNotFound.
+	Conversation(ctx context.Context, id string) (*messages.Conversation, error)
+	// PutConversation merges u into the row, creating it (status ACTIVE
+	// unless u says otherwise) if absent. ErrDeleted after a delete.
+	PutConversation(ctx context.Context, u ConversationUpdate) error
+	// PutFSMState replaces just the fsm_state cache, creating the row if
+	// absent. ErrDeleted after a delete.
+	PutFSMState(ctx context.Context, id string, st *messages.FSMState) error
+	// ListConversations returns up to limit rows (limit <= 0 means 100)
+	// with ids greater than cursor, ordered by id, and the cursor of the
+	// next page ("" when there is none).
+	ListConversations(ctx context.Context, cursor string, limit int) ([]*messages.Conversation, string, error)
+	// DeleteConversation removes every record of the conversation (events,
+	// summaries, tool calls, deadlines, audit, metadata, row) in one atomic
+	// write and leaves a tombstone: later writes fail with ErrDeleted.
+	// Deleting an unknown conversation returns ErrNotFound.
+	DeleteConversation(ctx context.Context, id string) error
+	// Metadata returns the conversation's key/value pairs (empty map if
+	// none).
+	Metadata(ctx context.Context, id string) (map[string]string, error)
+	// PutMetadata merges kv into the metadata; an empty value deletes a key.
+	// It does not create the conversation row. ErrDeleted after a delete.
+	PutMetadata(ctx context.Context, id string, kv map[string]string) error
+}
