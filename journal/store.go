@@ -66,8 +66,10 @@ type EventLog interface {
 	// or cancelled. The first append to a conversation creates its row with
 	// status ACTIVE.
 	//
-	// If ExpectedLast is not the log's last seq it returns ErrConflict; if a
-	// resolution's call is not pending, ErrStale; if a tool call id belongs
+	// If ExpectedLast is not the log's last seq it returns ErrConflict
+	// (unless req.Unfenced, which must carry no events); if a resolution's
+	// call is unknown, of another conversation or not pending, ErrStale
+	// (a resolution also removes its call's deadline); if a tool call id belongs
 	// to another conversation, ErrConflict; if the conversation was deleted,
 	// ErrDeleted; if the request breaks a rule of Validate, ErrInvalid. In
 	// every error case nothing is written.

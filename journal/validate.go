@@ -126,6 +126,9 @@ func ValidateAppend(req *messages.AppendRequest) error {
 	if err := ValidateID("conversation id", conv); err != nil {
 		return err
 	}
+	if req.GetUnfenced() && len(req.GetEvents()) > 0 {
+		return Invalidf("unfenced append to %q carries %d events", conv, len(req.GetEvents()))
+	}
 	if n := len(req.GetEvents()); n > MaxEventsPerAppend {
 		return Invalidf("append of %d events to %q exceeds %d", n, conv, MaxEventsPerAppend)
 	}

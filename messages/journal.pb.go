@@ -93,9 +93,10 @@ func (ErrorCode) EnumDescriptor() ([]byte, []int) {
 	return file_journal_proto_rawDescGZIP(), []int{0}
 }
 
-// ToolResolution moves one pending tool call to a terminal status as part of
-// an AppendRequest. The whole request fails with a stale error if the call is
-// not pending.
+// ToolResolution moves one pending tool call of the request's conversation to
+// a terminal status as part of an AppendRequest, and removes its deadline.
+// The whole request fails with a stale error if the call is unknown, belongs
+// to another conversation, or is not pending.
 type ToolResolution struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ToolCallId    string                 `protobuf:"bytes,1,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
@@ -183,7 +184,11 @@ type AppendRequest struct {
 	// cancel removes the deadlines of these tool call ids.
 	Cancel []string `protobuf:"bytes,8,rep,name=cancel,proto3" json:"cancel,omitempty"`
 	// status, if not unspecified, replaces the conversation's status.
-	Status        ConversationStatus `protobuf:"varint,9,opt,name=status,proto3,enum=lazarus.v1.ConversationStatus" json:"status,omitempty"`
+	Status ConversationStatus `protobuf:"varint,9,opt,name=status,proto3,enum=lazarus.v1.ConversationStatus" json:"status,omitempty"`
+	// unfenced writes skip the expected_last check. They must carry no events.
+	// They are how writers other than the conversation's own actor (Resolve,
+	// the expiry actor) apply resolutions and deadline changes.
+	Unfenced      bool `protobuf:"varint,10,opt,name=unfenced,proto3" json:"unfenced,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -279,6 +284,13 @@ func (x *AppendRequest) GetStatus() ConversationStatus {
 		return x.Status
 	}
 	return ConversationStatus_CONVERSATION_STATUS_UNSPECIFIED
+}
+
+func (x *AppendRequest) GetUnfenced() bool {
+	if x != nil {
+		return x.Unfenced
+	}
+	return false
 }
 
 // Error is an error carried in a reply.
@@ -406,7 +418,7 @@ const file_journal_proto_rawDesc = "" +
 	"toolCallId\x122\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1a.lazarus.v1.ToolCallStatusR\x06status\x12/\n" +
 	"\x06result\x18\x03 \x01(\v2\x17.lazarus.v1.ToolOutcomeR\x06result\x12*\n" +
-	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xb6\x03\n" +
+	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xd2\x03\n" +
 	"\rAppendRequest\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12#\n" +
 	"\rexpected_last\x18\x02 \x01(\x04R\fexpectedLast\x12)\n" +
@@ -417,7 +429,9 @@ const file_journal_proto_rawDesc = "" +
 	"\tfsm_state\x18\x06 \x01(\v2\x14.lazarus.v1.FSMStateR\bfsmState\x120\n" +
 	"\bschedule\x18\a \x03(\v2\x14.lazarus.v1.DeadlineR\bschedule\x12\x16\n" +
 	"\x06cancel\x18\b \x03(\tR\x06cancel\x126\n" +
-	"\x06status\x18\t \x01(\x0e2\x1e.lazarus.v1.ConversationStatusR\x06status\"L\n" +
+	"\x06status\x18\t \x01(\x0e2\x1e.lazarus.v1.ConversationStatusR\x06status\x12\x1a\n" +
+	"\bunfenced\x18\n" +
+	" \x01(\bR\bunfenced\"L\n" +
 	"\x05Error\x12)\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x15.lazarus.v1.ErrorCodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"n\n" +
