@@ -1145,6 +1145,10 @@ type Event struct {
 	// seq is assigned by the Store on append: 1, 2, 3, ... with no gaps.
 	Seq  uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
 	Time *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
+	// request_id is the caller's idempotency key of the entry call that wrote
+	// this event (user messages): a retried Send with the same key is
+	// answered with the stored seq instead of being appended twice.
+	RequestId string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// Types that are valid to be assigned to Body:
 	//
 	//	*Event_UserMsg
@@ -1201,6 +1205,13 @@ func (x *Event) GetTime() *timestamppb.Timestamp {
 		return x.Time
 	}
 	return nil
+}
+
+func (x *Event) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
 }
 
 func (x *Event) GetBody() isEvent_Body {
@@ -1961,10 +1972,12 @@ const file_records_proto_rawDesc = "" +
 	"\x02by\x18\x03 \x01(\tR\x02by\"7\n" +
 	"\x06Rewind\x12\x15\n" +
 	"\x06to_seq\x18\x01 \x01(\x04R\x05toSeq\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xe8\x03\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x87\x04\n" +
 	"\x05Event\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12.\n" +
-	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x124\n" +
+	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\x124\n" +
 	"\buser_msg\x18\n" +
 	" \x01(\v2\x17.lazarus.v1.UserMessageH\x00R\auserMsg\x12C\n" +
 	"\rassistant_msg\x18\v \x01(\v2\x1c.lazarus.v1.AssistantMessageH\x00R\fassistantMsg\x128\n" +
