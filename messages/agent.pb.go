@@ -80,10 +80,13 @@ func (x *AgentSend) GetMessage() *UserMessage {
 
 // AgentSendReply answers AgentSend.
 type AgentSendReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
-	Error         *Error                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RequestId string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Seq       uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Error     *Error                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	// retry: the activation stopped before it could apply the send; resend it
+	// (same request_id) to a new activation.
+	Retry         bool `protobuf:"varint,4,opt,name=retry,proto3" json:"retry,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -137,6 +140,13 @@ func (x *AgentSendReply) GetError() *Error {
 		return x.Error
 	}
 	return nil
+}
+
+func (x *AgentSendReply) GetRetry() bool {
+	if x != nil {
+		return x.Retry
+	}
+	return false
 }
 
 // AgentResolved tells the actor that a pending call of its conversation was
@@ -214,8 +224,11 @@ func (x *AgentResolved) GetBy() string {
 // AgentReply acknowledges AgentResolved once the actor has it (not once its
 // events are durable: the resolution itself already is).
 type AgentReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Error *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	// retry: the activation stopped before it could apply the command; resend
+	// it to a new activation.
+	Retry         bool `protobuf:"varint,2,opt,name=retry,proto3" json:"retry,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -257,6 +270,13 @@ func (x *AgentReply) GetError() *Error {
 	return nil
 }
 
+func (x *AgentReply) GetRetry() bool {
+	if x != nil {
+		return x.Retry
+	}
+	return false
+}
+
 var File_agent_proto protoreflect.FileDescriptor
 
 const file_agent_proto_rawDesc = "" +
@@ -266,21 +286,23 @@ const file_agent_proto_rawDesc = "" +
 	"\tAgentSend\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x121\n" +
-	"\amessage\x18\x02 \x01(\v2\x17.lazarus.v1.UserMessageR\amessage\"j\n" +
+	"\amessage\x18\x02 \x01(\v2\x17.lazarus.v1.UserMessageR\amessage\"\x80\x01\n" +
 	"\x0eAgentSendReply\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12'\n" +
-	"\x05error\x18\x03 \x01(\v2\x11.lazarus.v1.ErrorR\x05error\"\xa6\x01\n" +
+	"\x05error\x18\x03 \x01(\v2\x11.lazarus.v1.ErrorR\x05error\x12\x14\n" +
+	"\x05retry\x18\x04 \x01(\bR\x05retry\"\xa6\x01\n" +
 	"\rAgentResolved\x12 \n" +
 	"\ftool_call_id\x18\x01 \x01(\tR\n" +
 	"toolCallId\x122\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1a.lazarus.v1.ToolCallStatusR\x06status\x12/\n" +
 	"\x06result\x18\x03 \x01(\v2\x17.lazarus.v1.ToolOutcomeR\x06result\x12\x0e\n" +
-	"\x02by\x18\x04 \x01(\tR\x02by\"5\n" +
+	"\x02by\x18\x04 \x01(\tR\x02by\"K\n" +
 	"\n" +
 	"AgentReply\x12'\n" +
-	"\x05error\x18\x01 \x01(\v2\x11.lazarus.v1.ErrorR\x05errorB'Z%github.com/lazarusrt/lazarus/messagesb\x06proto3"
+	"\x05error\x18\x01 \x01(\v2\x11.lazarus.v1.ErrorR\x05error\x12\x14\n" +
+	"\x05retry\x18\x02 \x01(\bR\x05retryB'Z%github.com/lazarusrt/lazarus/messagesb\x06proto3"
 
 var (
 	file_agent_proto_rawDescOnce sync.Once
