@@ -72,7 +72,12 @@ type EventLog interface {
 	// (a resolution also removes its call's deadline); if a tool call id belongs
 	// to another conversation, ErrConflict; if the conversation was deleted,
 	// ErrDeleted; if the request breaks a rule of Validate, ErrInvalid. In
-	// every error case nothing is written.
+	// every error case nothing is written. The checks run in this order and
+	// the first that fails decides the error: ErrInvalid, ErrDeleted, the
+	// fence's ErrConflict, the tool call owners' ErrConflict, ErrStale. A
+	// request that passed is applied in this order: events, tool call
+	// upserts, resolutions, fsm_state and status, scheduled deadlines,
+	// cancelled deadlines (so a request may resolve a call it upserts).
 	//
 	// For a durable adapter, a nil error means the write survives a crash or
 	// a power cut. Append sets Seq on each event of req.Events.
@@ -106,7 +111,7 @@ type EventLog interface {
 type Summaries interface {
 	// PutSummary stores s, keyed by its ToSeq, replacing a summary with the
 	// same ToSeq. s must satisfy 1 <= FromSeq <= ToSeq <= LastSeq, else
-	// ErrInvalid.
+	// ErrInvalid. ErrDeleted after the conversation was deleted.
 	PutSummary(ctx context.Context, conversationID string, s *messages.Summary) error
 	// LatestSummary returns the summary with the greatest ToSeq, or
 	// ErrNotFound.
@@ -119,9 +124,10 @@ type Summaries interface {
 // ToolCalls stores one row per tool call, keyed by its id, which is unique
 // across all conversations of the Store.
 type ToolCalls interface {
-	// UpsertToolCall inserts or replaces the row rec.Id. A new row with an
-	// unspecified status is stored as pending. If the id belongs to another
-	// conversation it returns ErrConflict.
+	// UpsertToolCall inserts or replaces the row rec.Id. A row with an
+	// unspecified status (new or replacing one) is stored as pending. If the
+	// id belongs to another conversation it returns ErrConflict; ErrDeleted
+	// after the conversation was deleted.
 	UpsertToolCall(ctx context.Context, rec *messages.ToolCallRecord) error
 	// ToolCall returns the row, or ErrNotFound.
 	ToolCall(ctx context.Context, toolCallID string) (*messages.ToolCallRecord, error)
@@ -158,7 +164,9 @@ type Deadlines interface {
 // default: unless the adapter was opened with audit on, PutModelCall does
 // nothing and ModelCalls returns nothing.
 type Audit interface {
-	// PutModelCall records mc (keyed by conversation and TurnRef).
+	// PutModelCall records mc (keyed by conversation and TurnRef),
+	// replacing a row with the same TurnRef. With audit on, ErrDeleted after
+	// the conversation was deleted.
 	PutModelCall(ctx context.Context, mc *messages.ModelCall) error
 	// ModelCalls returns the conversation's audit rows ordered by TurnRef.
 	ModelCalls(ctx context.Context, conversationID string) ([]*messages.ModelCall, error)
@@ -197,7 +205,8 @@ type Conversations interface {
 	// DeleteConversation removes every record of the conversation (events,
 	// summaries, tool calls, deadlines, audit, metadata, row) in one atomic
 	// write and leaves a tombstone: later writes fail with ErrDeleted.
-	// Deleting an unknown conversation returns ErrNotFound.
+	// Deleting an unknown conversation (one with no row) returns
+	// ErrNotFound.
 	DeleteConversation(ctx context.Context, id string) error
 	// Metadata returns the conversation's key/value pairs (empty map if
 	// none).
