@@ -277,6 +277,45 @@ func (x *AgentReply) GetRetry() bool {
 	return false
 }
 
+// AgentWake activates a conversation without a new input: revival alone
+// applies the recovery rules (re-run an interrupted turn, re-dispatch an
+// interrupted server call). The actor replies AgentReply once revived.
+type AgentWake struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentWake) Reset() {
+	*x = AgentWake{}
+	mi := &file_agent_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentWake) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentWake) ProtoMessage() {}
+
+func (x *AgentWake) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentWake.ProtoReflect.Descriptor instead.
+func (*AgentWake) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{4}
+}
+
 var File_agent_proto protoreflect.FileDescriptor
 
 const file_agent_proto_rawDesc = "" +
@@ -302,7 +341,8 @@ const file_agent_proto_rawDesc = "" +
 	"\n" +
 	"AgentReply\x12'\n" +
 	"\x05error\x18\x01 \x01(\v2\x11.lazarus.v1.ErrorR\x05error\x12\x14\n" +
-	"\x05retry\x18\x02 \x01(\bR\x05retryB'Z%github.com/lazarusrt/lazarus/messagesb\x06proto3"
+	"\x05retry\x18\x02 \x01(\bR\x05retry\"\v\n" +
+	"\tAgentWakeB'Z%github.com/lazarusrt/lazarus/messagesb\x06proto3"
 
 var (
 	file_agent_proto_rawDescOnce sync.Once
@@ -316,23 +356,24 @@ func file_agent_proto_rawDescGZIP() []byte {
 	return file_agent_proto_rawDescData
 }
 
-var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_agent_proto_goTypes = []any{
 	(*AgentSend)(nil),      // 0: lazarus.v1.AgentSend
 	(*AgentSendReply)(nil), // 1: lazarus.v1.AgentSendReply
 	(*AgentResolved)(nil),  // 2: lazarus.v1.AgentResolved
 	(*AgentReply)(nil),     // 3: lazarus.v1.AgentReply
-	(*UserMessage)(nil),    // 4: lazarus.v1.UserMessage
-	(*Error)(nil),          // 5: lazarus.v1.Error
-	(ToolCallStatus)(0),    // 6: lazarus.v1.ToolCallStatus
-	(*ToolOutcome)(nil),    // 7: lazarus.v1.ToolOutcome
+	(*AgentWake)(nil),      // 4: lazarus.v1.AgentWake
+	(*UserMessage)(nil),    // 5: lazarus.v1.UserMessage
+	(*Error)(nil),          // 6: lazarus.v1.Error
+	(ToolCallStatus)(0),    // 7: lazarus.v1.ToolCallStatus
+	(*ToolOutcome)(nil),    // 8: lazarus.v1.ToolOutcome
 }
 var file_agent_proto_depIdxs = []int32{
-	4, // 0: lazarus.v1.AgentSend.message:type_name -> lazarus.v1.UserMessage
-	5, // 1: lazarus.v1.AgentSendReply.error:type_name -> lazarus.v1.Error
-	6, // 2: lazarus.v1.AgentResolved.status:type_name -> lazarus.v1.ToolCallStatus
-	7, // 3: lazarus.v1.AgentResolved.result:type_name -> lazarus.v1.ToolOutcome
-	5, // 4: lazarus.v1.AgentReply.error:type_name -> lazarus.v1.Error
+	5, // 0: lazarus.v1.AgentSend.message:type_name -> lazarus.v1.UserMessage
+	6, // 1: lazarus.v1.AgentSendReply.error:type_name -> lazarus.v1.Error
+	7, // 2: lazarus.v1.AgentResolved.status:type_name -> lazarus.v1.ToolCallStatus
+	8, // 3: lazarus.v1.AgentResolved.result:type_name -> lazarus.v1.ToolOutcome
+	6, // 4: lazarus.v1.AgentReply.error:type_name -> lazarus.v1.Error
 	5, // [5:5] is the sub-list for method output_type
 	5, // [5:5] is the sub-list for method input_type
 	5, // [5:5] is the sub-list for extension type_name
@@ -353,7 +394,7 @@ func file_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agent_proto_rawDesc), len(file_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
