@@ -1,0 +1,62 @@
+package agent
+
+import (
+	"context"
+
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// Turn is the input of one model call: what the model sees, and which tools
+// it may call. The runtime builds it; a Model must not modify it or keep
+// references to its records after Generate returns.
+type Turn struct {
+	// ConversationID names the conversation the turn belongs to.
+	ConversationID string
+	// Summary is the latest summary the context starts from, or nil. Its
+	// Content stands for every event up to Summary.ToSeq.
+	Summary *messages.Summary
+	// Context is the rendered working set after the summary: user_msg,
+	// assistant_msg and tool_result events, in ascending seq (see
+	// snapshot.WorkingSet.Render).
+	Context []*messages.Event
+	// Tools are the tools the model may call, sorted by name.
+	Tools []ToolSpec
+}
+
+// Model is a language model behind a provider-neutral interface.
+// Implementations must be safe for concurrent use: the runtime calls Generate
+// for many conversations at once (never twice at once for one conversation).
+type Model interface {
+	// Generate runs one model turn. It streams text deltas to onDelta (which
+	// may be nil) as they arrive and returns the complete assistant message;
+	// the concatenated deltas equal the message's text. Tool calls in the
+	// returned message may have an empty Id: the runtime mints ids before it
+	// stores the message, and it may modify the returned message, so a Model
+	// must return a message it does not keep. Generate must honour ctx
+	// cancellation, returning an error (ctx.Err() or one wrapping it) soon
+	// after ctx is done; the runtime then discards the turn and re-runs it
+	// after a revival, so a cancelled Generate must have had no side effects
+	// beyond cost.
+	Generate(ctx context.Context, turn Turn, onDelta func(text string)) (*messages.AssistantMessage, error)
+}
+
+// ModelFunc adapts a function to the Model interface.
+type ModelFunc func(ctx context.Context, turn Turn, onDelta func(text string)) (*messages.AssistantMessage, error)
+
+// Generate calls f.
+func (f ModelFunc) Generate(ctx context.Context, turn Turn, onDelta func(text string)) (*messages.AssistantMessage, error) {
+	return f(ctx, turn, onDelta)
+}
+
+// ToolSpec is what a model is told about one tool.
+type ToolSpec struct {
+	// Name is the tool's name, as the model must call it.
+	Name string
+	// Description tells the model what the tool does and when to use it.
+	Description string
+	// Executor says who answers the call: the server or a human.
+	Executor messages.Executor
+	// Parameters is the JSON schema of the arguments object, as text; empty
+	// means the tool takes no documented parameters.
+	Parameters string
+}

@@ -1,0 +1,378 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// Documented limits and defaults.
+const (
+	// MaxNameBytes bounds a tool name. Names are 1..MaxNameBytes bytes of
+	// ASCII letters, digits, '_' and '-': the intersection of what the major
+	// model providers accept, so one Registry works with any of them.
+	MaxNameBytes = 64
+	// MaxResultBytes bounds the JSON content of a server tool's result, so
+	// the tool_result event always fits journal.MaxEventBytes. A larger
+	// result becomes a tool error of code CodeTooLarge.
+	MaxResultBytes = journal.MaxEventBytes / 2
+	// MaxErrorBytes bounds the message of a tool error outcome; a longer one
+	// is cut (at a rune boundary) and ends in "...".
+	MaxErrorBytes = 4 << 10
+	// DefaultHumanTimeout is the deadline of a human tool whose Timeout is 0,
+	// unless the Registry was given another with WithDefaultTimeout.
+	DefaultHumanTimeout = 24 * time.Hour
+)
+
+// Codes of tool error outcomes (messages.ToolError.Code). The model sees the
+// error message; the code is for programs.
+const (
+	// CodeTool: the tool returned an error.
+	CodeTool = "tool"
+	// CodeScope: the tool refused the caller's scope (ErrScope).
+	CodeScope = "scope"
+	// CodePanic: the tool panicked; the panic was recovered.
+	CodePanic = "panic"
+	// CodeCanceled: the run's context was done and the tool returned an
+	// error. The outcome says nothing about the tool: the runtime should not
+	// record it, and re-dispatches the call (same id) after a revival.
+	CodeCanceled = "canceled"
+	// CodeInvalid: the call itself is wrong (unknown tool, arguments that
+	// are not a JSON object, not a server tool, no tool call id).
+	CodeInvalid = "invalid"
+	// CodeTooLarge: the result exceeded MaxResultBytes.
+	CodeTooLarge = "too_large"
+	// CodeExpired: a human call's deadline passed before an answer. The
+	// runtime's expiry path uses it; RunServer never returns it.
+	CodeExpired = "expired"
+)
+
+// ErrScope is the error of a tool that refuses the caller's scope. RunServer
+// reports it with code CodeScope, both when it refuses a RequiresUser tool
+// itself and when a tool returns an error wrapping ErrScope.
+var ErrScope = errors.New("agent: tool requires a user scope")
+
+// Invocation is one call of a tool, as the runtime hands it to a server tool.
+type Invocation struct {
+	// ConversationID names the conversation the call belongs to.
+	ConversationID string
+	// ToolCallID is the call's id, minted by the runtime: the tool's
+	// idempotency key.
+	ToolCallID string
+	// Name is the tool's name.
+	Name string
+	// Arguments is the JSON arguments object, as text; CheckCall has
+	// validated that it is an object.
+	Arguments string
+	// Scope is the scope of the entry call that led to this run, or
+	// SystemScope when the runtime runs it on its own (recovery).
+	Scope Scope
+}
+
+// ServerFunc runs a server tool. ToolCallID is the idempotency key: the
+// runtime may call it more than once with the same id after a crash, never
+// with a new id for the same decision of the model. It returns JSON content
+// (text that is not valid JSON is passed to the model as a JSON string); an
+// error becomes a tool error result the model sees. It must honour ctx.
+type ServerFunc func(ctx context.Context, inv Invocation) (string, error)
+
+// Tool defines one tool. The zero values of the optional fields have the
+// documented defaults.
+type Tool struct {
+	// Name is what the model calls the tool; see MaxNameBytes for the rule.
+	Name string
+	// Description tells the model what the tool does.
+	Description string
+	// Executor is EXECUTOR_SERVER or EXECUTOR_HUMAN. Required.
+	Executor messages.Executor
+	// Parameters is the JSON schema of the arguments, as text. Optional; if
+	// set it must be a JSON object. Lazarus passes it to the model and does
+	// not validate arguments against it.
+	Parameters string
+	// Run runs a server tool. Required for server tools, forbidden for
+	// human tools.
+	Run ServerFunc
+	// RequiresUser makes RunServer refuse any scope without a real user
+	// (SystemScope, or an empty UserID) with a tool error of code CodeScope.
+	RequiresUser bool
+	// Prompt returns what the human is asked, given the call's arguments
+	// (human tools only). Default: the name, a space, then the arguments.
+	// A Prompt that panics gives the default prompt.
+	Prompt func(args string) string
+	// Timeout is how long after the suspension a human call expires (human
+	// tools only). 0 means the Registry's default (DefaultHumanTimeout
+	// unless set with WithDefaultTimeout); < 0 means never.
+	Timeout time.Duration
+}
+
+// Registry is an immutable set of tools, safe for concurrent use. A nil
+// *Registry is valid and has no tools.
+type Registry struct {
+	raw            []Tool // as given, sorted by name
+	tools          map[string]Tool
+	specs          []ToolSpec
+	defaultTimeout time.Duration
+}
+
+// NewRegistry validates tools and returns their Registry. Every error wraps
+// journal.ErrInvalid and names the tool and the problem: an empty, oversized
+// or ill-formed name, a duplicate name, an unknown executor, a server tool
+// without Run, a human tool with Run, a server tool with Prompt or Timeout,
+// Parameters that are not a JSON object.
+func NewRegistry(tools ...Tool) (*Registry, error) {
+	raw := make([]Tool, 0, len(tools))
+	seen := make(map[string]bool, len(tools))
+	for i, t := range tools {
+		if err := validateTool(t); err != nil {
+			return nil, fmt.Errorf("agent: tool %d: %w", i, err)
+		}
+		if seen[t.Name] {
+			return nil, journal.Invalidf("agent: duplicate tool name %q", t.Name)
+		}
+		seen[t.Name] = true
+		raw = append(raw, t)
+	}
+	slices.SortFunc(raw, func(a, b Tool) int { return strings.Compare(a.Name, b.Name) })
+	return build(raw, DefaultHumanTimeout), nil
+}
+
+func build(raw []Tool, defaultTimeout time.Duration) *Registry {
+	r := &Registry{
+		raw:            raw,
+		tools:          make(map[string]Tool, len(raw)),
+		specs:          make([]ToolSpec, 0, len(raw)),
+		defaultTimeout: defaultTimeout,
+	}
+	for _, t := range raw {
+		if t.Executor == messages.Executor_EXECUTOR_HUMAN {
+			if t.Timeout == 0 {
+				t.Timeout = defaultTimeout
+			}
+			t.Prompt = safePrompt(t.Name, t.Prompt)
+		}
+		r.tools[t.Name] = t
+		r.specs = append(r.specs, ToolSpec{Name: t.Name, Description: t.Description, Executor: t.Executor, Parameters: t.Parameters})
+	}
+	return r
+}
+
+func validateTool(t Tool) error {
+	if err := checkName(t.Name); err != nil {
+		return err
+	}
+	switch t.Executor {
+	case messages.Executor_EXECUTOR_SERVER:
+		if t.Run == nil {
+			return journal.Invalidf("agent: server tool %q has no Run", t.Name)
+		}
+		if t.Prompt != nil || t.Timeout != 0 {
+			return journal.Invalidf("agent: server tool %q sets Prompt or Timeout, which only human tools have", t.Name)
+		}
+	case messages.Executor_EXECUTOR_HUMAN:
+		if t.Run != nil {
+			return journal.Invalidf("agent: human tool %q has a Run", t.Name)
+		}
+	default:
+		return journal.Invalidf("agent: tool %q has executor %v", t.Name, t.Executor)
+	}
+	if t.Parameters != "" {
+		if kind := jsonKind(t.Parameters); kind != "object" {
+			return journal.Invalidf("agent: parameters of tool %q are %s, not a JSON object", t.Name, kind)
+		}
+	}
+	return nil
+}
+
+func checkName(name string) error {
+	if name == "" {
+		return journal.Invalidf("agent: empty tool name")
+	}
+	if len(name) > MaxNameBytes {
+		return journal.Invalidf("agent: tool name %q of %d bytes exceeds %d", clip(name, MaxNameBytes), len(name), MaxNameBytes)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return journal.Invalidf("agent: tool name %q has byte %q (allowed: letters, digits, '_', '-')", name, c)
+		}
+	}
+	return nil
+}
+
+func safePrompt(name string, f func(string) string) func(string) string {
+	def := func(args string) string { return name + " " + args }
+	if f == nil {
+		return def
+	}
+	return func(args string) (p string) {
+		defer func() {
+			if recover() != nil {
+				p = def(args)
+			}
+		}()
+		return f(args)
+	}
+}
+
+// WithDefaultTimeout returns a Registry with the same tools whose human
+// tools with a zero Timeout expire d after the suspension (never, if d < 0;
+// DefaultHumanTimeout if d == 0). r is not changed.
+func (r *Registry) WithDefaultTimeout(d time.Duration) *Registry {
+	if d == 0 {
+		d = DefaultHumanTimeout
+	}
+	var raw []Tool
+	if r != nil {
+		raw = r.raw
+	}
+	return build(raw, d)
+}
+
+// Lookup returns the named tool and true, or false if there is none. For a
+// human tool the defaults are filled in: Timeout is never 0 (positive: the
+// deadline after suspension; negative: never) and Prompt is never nil and
+// never panics.
+func (r *Registry) Lookup(name string) (Tool, bool) {
+	if r == nil {
+		return Tool{}, false
+	}
+	t, ok := r.tools[name]
+	return t, ok
+}
+
+// Specs returns what the model is told about every tool, sorted by name. The
+// slice is the caller's.
+func (r *Registry) Specs() []ToolSpec {
+	if r == nil {
+		return nil
+	}
+	return slices.Clone(r.specs)
+}
+
+// CheckCall validates a call the model issued: the tool name is known and
+// the arguments are a JSON object (an empty string is not: a provider
+// adapter that receives no arguments passes "{}"). Arguments are not checked
+// against the tool's Parameters schema. Errors wrap journal.ErrInvalid and
+// name the problem, in words the model can act on.
+func (r *Registry) CheckCall(name, arguments string) error {
+	if _, ok := r.Lookup(name); !ok {
+		return journal.Invalidf("agent: unknown tool %q", clip(name, MaxNameBytes))
+	}
+	if kind := jsonKind(arguments); kind != "object" {
+		return journal.Invalidf("agent: arguments of tool %s are %s, not a JSON object", name, kind)
+	}
+	return nil
+}
+
+// jsonKind names what s is: "object", "array", "a string", ... or "not valid
+// JSON" (which includes invalid UTF-8 and the empty string).
+func jsonKind(s string) string {
+	if !utf8.ValidString(s) || !json.Valid([]byte(s)) {
+		return "not valid JSON"
+	}
+	switch strings.TrimLeft(s, " \t\r\n")[0] {
+	case '{':
+		return "object"
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	default:
+		return "a number"
+	}
+}
+
+// RunServer runs the server tool inv.Name and returns its outcome; it never
+// panics and never returns nil. Rules, in order:
+//
+//   - unknown tool, a tool that is not a server tool, or an empty
+//     ToolCallID: an error of code CodeInvalid, and the tool is not run;
+//   - a RequiresUser tool with a scope that is not a user (SystemScope, or
+//     an empty UserID): an error of code CodeScope (ErrScope's message), and
+//     the tool is not run;
+//   - the tool panics: the panic is recovered into an error of code
+//     CodePanic (a panic in a goroutine the tool started is not recovered);
+//   - the tool returns an error while ctx is done: code CodeCanceled;
+//   - the tool returns an error wrapping ErrScope: code CodeScope;
+//   - any other error: code CodeTool, with the error's text;
+//   - content that is not valid JSON becomes a JSON string of that text;
+//     content longer than MaxResultBytes becomes an error of code
+//     CodeTooLarge.
+//
+// Error messages are valid UTF-8 and at most MaxErrorBytes long. RunServer
+// runs the tool on the calling goroutine and waits for it.
+func (r *Registry) RunServer(ctx context.Context, inv Invocation) *messages.ToolOutcome {
+	t, ok := r.Lookup(inv.Name)
+	switch {
+	case !ok:
+		return ErrorOutcome(CodeInvalid, fmt.Sprintf("agent: unknown tool %q", clip(inv.Name, MaxNameBytes)))
+	case t.Executor != messages.Executor_EXECUTOR_SERVER:
+		return ErrorOutcome(CodeInvalid, fmt.Sprintf("agent: tool %s is not a server tool", t.Name))
+	case inv.ToolCallID == "":
+		return ErrorOutcome(CodeInvalid, fmt.Sprintf("agent: call of tool %s has no tool call id", t.Name))
+	case t.RequiresUser && !inv.Scope.IsUser():
+		return ErrorOutcome(CodeScope, ErrScope.Error())
+	}
+	content, panicked, err := run(ctx, t.Run, inv)
+	switch {
+	case panicked:
+		return ErrorOutcome(CodePanic, err.Error())
+	case err != nil && ctx.Err() != nil:
+		return ErrorOutcome(CodeCanceled, err.Error())
+	case errors.Is(err, ErrScope):
+		return ErrorOutcome(CodeScope, err.Error())
+	case err != nil:
+		return ErrorOutcome(CodeTool, err.Error())
+	}
+	if !utf8.ValidString(content) || !json.Valid([]byte(content)) {
+		b, _ := json.Marshal(content) // a string always marshals; invalid UTF-8 becomes U+FFFD
+		content = string(b)
+	}
+	if len(content) > MaxResultBytes {
+		return ErrorOutcome(CodeTooLarge, fmt.Sprintf("agent: result of tool %s of %d bytes exceeds %d", t.Name, len(content), MaxResultBytes))
+	}
+	return &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: content}}
+}
+
+func run(ctx context.Context, f ServerFunc, inv Invocation) (content string, panicked bool, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			content, panicked, err = "", true, fmt.Errorf("agent: tool %s panicked: %v", inv.Name, p)
+		}
+	}()
+	content, err = f(ctx, inv)
+	return content, false, err
+}
+
+// ErrorOutcome returns a tool error outcome with code and message. The
+// message is made valid UTF-8 and cut to MaxErrorBytes.
+func ErrorOutcome(code, message string) *messages.ToolOutcome {
+	message = strings.ToValidUTF8(message, "\uFFFD")
+	if len(message) > MaxErrorBytes {
+		message = clip(message, MaxErrorBytes-3) + "..."
+	}
+	return &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Error{Error: &messages.ToolError{Code: code, Message: message}}}
+}
+
+// clip cuts s to at most n bytes at a rune boundary.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}

@@ -1,0 +1,96 @@
+package snapshot
+
+import "github.com/lazarusrt/lazarus/messages"
+
+// Defaults of Policy's zero fields.
+const (
+	DefaultMaxEvents  = 200
+	DefaultMaxTokens  = 32_000
+	DefaultKeepRecent = 20
+)
+
+// Policy decides when to summarize. The zero value is the defaults.
+type Policy struct {
+	// MaxEvents: summarize when the rendered events since the last summary
+	// are more than this. 0 means DefaultMaxEvents; < 0 never.
+	MaxEvents int
+	// MaxTokens: summarize when the estimated tokens (EstimateTokens) of
+	// the rendered events since the last summary are more than this. 0
+	// means DefaultMaxTokens; < 0 never.
+	MaxTokens int
+	// KeepRecent is how many of the newest events (by seq, rendered or not)
+	// a new summary leaves after it, verbatim. 0 means DefaultKeepRecent;
+	// < 0 keeps none.
+	KeepRecent int
+}
+
+// WithDefaults returns p with its zero fields set to the defaults.
+func (p Policy) WithDefaults() Policy {
+	if p.MaxEvents == 0 {
+		p.MaxEvents = DefaultMaxEvents
+	}
+	if p.MaxTokens == 0 {
+		p.MaxTokens = DefaultMaxTokens
+	}
+	if p.KeepRecent == 0 {
+		p.KeepRecent = DefaultKeepRecent
+	}
+	return p
+}
+
+// Due reports whether a summary is due and possible: the rendered events of
+// w exceed MaxEvents or their estimated tokens exceed MaxTokens, and w has a
+// SafePoint(KeepRecent) to end it at. Zero fields mean their defaults.
+func (p Policy) Due(w *WorkingSet) bool {
+	p = p.WithDefaults()
+	evs := w.Render()
+	over := (p.MaxEvents > 0 && len(evs) > p.MaxEvents) ||
+		(p.MaxTokens > 0 && EstimateTokens(evs) > p.MaxTokens)
+	return over && w.SafePoint(p.KeepRecent) > 0
+}
+
+// Token estimate constants; see EstimateTokens.
+const (
+	bytesPerToken  = 4
+	tokensPerEvent = 4
+	tokensPerBlob  = 1024
+)
+
+// EstimateTokens estimates the tokens evs cost a model, without a tokenizer:
+// about 4 bytes of text per token (rounded up, per event) plus 4 tokens of
+// framing per event, and a flat 1024 tokens per image or file part. Text is
+// every text part, tool call name and arguments, and tool result name,
+// content or error message; events of other types cost the framing only. It
+// is a heuristic for Policy, not a bill.
+func EstimateTokens(evs []*messages.Event) int {
+	total := 0
+	for _, ev := range evs {
+		bytes, blobs := 0, 0
+		parts := func(ps []*messages.ContentPart) {
+			for _, p := range ps {
+				if p.GetImage() != nil || p.GetFile() != nil {
+					blobs++
+				} else {
+					bytes += len(p.GetText())
+				}
+			}
+		}
+		switch {
+		case ev.GetUserMsg() != nil:
+			parts(ev.GetUserMsg().GetContent())
+		case ev.GetAssistantMsg() != nil:
+			parts(ev.GetAssistantMsg().GetContent())
+			for _, c := range ev.GetAssistantMsg().GetToolCalls() {
+				bytes += len(c.GetName()) + len(c.GetArguments())
+			}
+		case ev.GetToolCall() != nil:
+			c := ev.GetToolCall().GetCall()
+			bytes += len(c.GetName()) + len(c.GetArguments())
+		case ev.GetToolResult() != nil:
+			tr := ev.GetToolResult()
+			bytes += len(tr.GetName()) + len(tr.GetOutcome().GetContent()) + len(tr.GetOutcome().GetError().GetMessage())
+		}
+		total += (bytes+bytesPerToken-1)/bytesPerToken + tokensPerEvent + blobs*tokensPerBlob
+	}
+	return total
+}
