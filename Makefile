@@ -2,16 +2,33 @@
 GO        ?= go
 GOBIN     ?= $(shell $(GO) env GOPATH)/bin
 PROTOC_GEN_GO_VERSION := v1.36.12
-STATICCHECK_VERSION   := 2025.1.1
+STATICCHECK_VERSION   := 2026.2.2
 
-.PHONY: help test race lint proto proto-check tidy-check bench stress demo tools ci
+.PHONY: help deps test race lint proto proto-check tidy-check bench stress demo tools check
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
+deps: ## install protoc (Debian protobuf-compiler) if missing, and the Go tools
+	@command -v protoc >/dev/null 2>&1 || { \
+		echo "installing protobuf-compiler with apt-get"; \
+		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq protobuf-compiler >/dev/null; }
+	@$(MAKE) --no-print-directory tools
+
 tools: ## install protoc-gen-go and staticcheck into GOBIN
-	GOFLAGS= $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
-	GOFLAGS= $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	@test -x $(GOBIN)/protoc-gen-go && $(GOBIN)/protoc-gen-go --version | grep -q $(PROTOC_GEN_GO_VERSION) || \
+		GOFLAGS= $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	@test -x $(GOBIN)/staticcheck && $(GOBIN)/staticcheck -version | grep -q $(STATICCHECK_VERSION) || \
+		GOFLAGS= $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+check: deps ## everything CI runs: lint, generated code, tidy, race tests, the demo
+	$(GO) mod download
+	$(MAKE) --no-print-directory lint
+	$(MAKE) --no-print-directory proto-check
+	$(MAKE) --no-print-directory tidy-check
+	$(MAKE) --no-print-directory race
+	$(GO) run ./cmd/demo --fast --quiet
 
 test: ## run the tests
 	$(GO) test -count=1 ./...
@@ -25,7 +42,7 @@ lint: ## gofmt, go vet, staticcheck
 	$(GOBIN)/staticcheck ./...
 
 proto: ## regenerate the Go code of messages/*.proto
-	PATH="$(GOBIN):$$PATH" protoc -I messages --go_out=. --go_opt=module=github.com/lazarusrt/lazarus messages/*.proto
+	PATH="$(GOBIN):$$PATH" protoc -I messages --go_out=. --go_opt=module=github.com/lazarusrt/lazarus messages/lazarus/v1/*.proto
 
 proto-check: proto ## fail when the committed generated code is stale
 	git diff --exit-code -- messages/
@@ -41,4 +58,4 @@ stress: ## run the crash tests many times
 	$(GO) test -race -count=20 -run 'Crash' ./...
 
 demo: ## run the kill-and-revive demo
-	$(GO) run ./cmd/demo
+	$(GO) run ./cmd/demo $(ARGS)

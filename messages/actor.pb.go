@@ -6,7 +6,7 @@
 // versions:
 // 	protoc-gen-go v1.36.12
 // 	protoc        v3.21.12
-// source: actor.proto
+// source: lazarus/v1/actor.proto
 
 package messages
 
@@ -36,7 +36,7 @@ type JournalWrite struct {
 
 func (x *JournalWrite) Reset() {
 	*x = JournalWrite{}
-	mi := &file_actor_proto_msgTypes[0]
+	mi := &file_lazarus_v1_actor_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -48,7 +48,7 @@ func (x *JournalWrite) String() string {
 func (*JournalWrite) ProtoMessage() {}
 
 func (x *JournalWrite) ProtoReflect() protoreflect.Message {
-	mi := &file_actor_proto_msgTypes[0]
+	mi := &file_lazarus_v1_actor_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -61,7 +61,7 @@ func (x *JournalWrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JournalWrite.ProtoReflect.Descriptor instead.
 func (*JournalWrite) Descriptor() ([]byte, []int) {
-	return file_actor_proto_rawDescGZIP(), []int{0}
+	return file_lazarus_v1_actor_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *JournalWrite) GetRequestId() uint64 {
@@ -90,7 +90,7 @@ type JournalWriteReply struct {
 
 func (x *JournalWriteReply) Reset() {
 	*x = JournalWriteReply{}
-	mi := &file_actor_proto_msgTypes[1]
+	mi := &file_lazarus_v1_actor_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -102,7 +102,7 @@ func (x *JournalWriteReply) String() string {
 func (*JournalWriteReply) ProtoMessage() {}
 
 func (x *JournalWriteReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actor_proto_msgTypes[1]
+	mi := &file_lazarus_v1_actor_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -115,7 +115,7 @@ func (x *JournalWriteReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JournalWriteReply.ProtoReflect.Descriptor instead.
 func (*JournalWriteReply) Descriptor() ([]byte, []int) {
-	return file_actor_proto_rawDescGZIP(), []int{1}
+	return file_lazarus_v1_actor_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *JournalWriteReply) GetRequestId() uint64 {
@@ -132,12 +132,12 @@ func (x *JournalWriteReply) GetReply() *AppendReply {
 	return nil
 }
 
-var File_actor_proto protoreflect.FileDescriptor
+var File_lazarus_v1_actor_proto protoreflect.FileDescriptor
 
-const file_actor_proto_rawDesc = "" +
+const file_lazarus_v1_actor_proto_rawDesc = "" +
 	"\n" +
-	"\vactor.proto\x12\n" +
-	"lazarus.v1\x1a\rjournal.proto\"b\n" +
+	"\x16lazarus/v1/actor.proto\x12\n" +
+	"lazarus.v1\x1a\x18lazarus/v1/journal.proto\"b\n" +
 	"\fJournalWrite\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x123\n" +
@@ -148,25 +148,25 @@ const file_actor_proto_rawDesc = "" +
 	"\x05reply\x18\x02 \x01(\v2\x17.lazarus.v1.AppendReplyR\x05replyB'Z%github.com/lazarusrt/lazarus/messagesb\x06proto3"
 
 var (
-	file_actor_proto_rawDescOnce sync.Once
-	file_actor_proto_rawDescData []byte
+	file_lazarus_v1_actor_proto_rawDescOnce sync.Once
+	file_lazarus_v1_actor_proto_rawDescData []byte
 )
 
-func file_actor_proto_rawDescGZIP() []byte {
-	file_actor_proto_rawDescOnce.Do(func() {
-		file_actor_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_actor_proto_rawDesc), len(file_actor_proto_rawDesc)))
+func file_lazarus_v1_actor_proto_rawDescGZIP() []byte {
+	file_lazarus_v1_actor_proto_rawDescOnce.Do(func() {
+		file_lazarus_v1_actor_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_lazarus_v1_actor_proto_rawDesc), len(file_lazarus_v1_actor_proto_rawDesc)))
 	})
-	return file_actor_proto_rawDescData
+	return file_lazarus_v1_actor_proto_rawDescData
 }
 
-var file_actor_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
-var file_actor_proto_goTypes = []any{
+var file_lazarus_v1_actor_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_lazarus_v1_actor_proto_goTypes = []any{
 	(*JournalWrite)(nil),      // 0: lazarus.v1.JournalWrite
 	(*JournalWriteReply)(nil), // 1: lazarus.v1.JournalWriteReply
 	(*AppendRequest)(nil),     // 2: lazarus.v1.AppendRequest
 	(*AppendReply)(nil),       // 3: lazarus.v1.AppendReply
 }
-var file_actor_proto_depIdxs = []int32{
+var file_lazarus_v1_actor_proto_depIdxs = []int32{
 	2, // 0: lazarus.v1.JournalWrite.request:type_name -> lazarus.v1.AppendRequest
 	3, // 1: lazarus.v1.JournalWriteReply.reply:type_name -> lazarus.v1.AppendReply
 	2, // [2:2] is the sub-list for method output_type
@@ -176,27 +176,27 @@ var file_actor_proto_depIdxs = []int32{
 	0, // [0:2] is the sub-list for field type_name
 }
 
-func init() { file_actor_proto_init() }
-func file_actor_proto_init() {
-	if File_actor_proto != nil {
+func init() { file_lazarus_v1_actor_proto_init() }
+func file_lazarus_v1_actor_proto_init() {
+	if File_lazarus_v1_actor_proto != nil {
 		return
 	}
-	file_journal_proto_init()
+	file_lazarus_v1_journal_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_actor_proto_rawDesc), len(file_actor_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lazarus_v1_actor_proto_rawDesc), len(file_lazarus_v1_actor_proto_rawDesc)),
 			NumEnums:      0,
 			NumMessages:   2,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
-		GoTypes:           file_actor_proto_goTypes,
-		DependencyIndexes: file_actor_proto_depIdxs,
-		MessageInfos:      file_actor_proto_msgTypes,
+		GoTypes:           file_lazarus_v1_actor_proto_goTypes,
+		DependencyIndexes: file_lazarus_v1_actor_proto_depIdxs,
+		MessageInfos:      file_lazarus_v1_actor_proto_msgTypes,
 	}.Build()
-	File_actor_proto = out.File
-	file_actor_proto_goTypes = nil
-	file_actor_proto_depIdxs = nil
+	File_lazarus_v1_actor_proto = out.File
+	file_lazarus_v1_actor_proto_goTypes = nil
+	file_lazarus_v1_actor_proto_depIdxs = nil
 }

@@ -4,7 +4,7 @@
 // versions:
 // 	protoc-gen-go v1.36.12
 // 	protoc        v3.21.12
-// source: agent.proto
+// source: lazarus/v1/agent.proto
 
 package messages
 
@@ -36,7 +36,7 @@ type AgentSend struct {
 
 func (x *AgentSend) Reset() {
 	*x = AgentSend{}
-	mi := &file_agent_proto_msgTypes[0]
+	mi := &file_lazarus_v1_agent_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -48,7 +48,7 @@ func (x *AgentSend) String() string {
 func (*AgentSend) ProtoMessage() {}
 
 func (x *AgentSend) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[0]
+	mi := &file_lazarus_v1_agent_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -61,7 +61,7 @@ func (x *AgentSend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentSend.ProtoReflect.Descriptor instead.
 func (*AgentSend) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{0}
+	return file_lazarus_v1_agent_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *AgentSend) GetRequestId() string {
@@ -93,7 +93,7 @@ type AgentSendReply struct {
 
 func (x *AgentSendReply) Reset() {
 	*x = AgentSendReply{}
-	mi := &file_agent_proto_msgTypes[1]
+	mi := &file_lazarus_v1_agent_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -105,7 +105,7 @@ func (x *AgentSendReply) String() string {
 func (*AgentSendReply) ProtoMessage() {}
 
 func (x *AgentSendReply) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[1]
+	mi := &file_lazarus_v1_agent_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -118,7 +118,7 @@ func (x *AgentSendReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentSendReply.ProtoReflect.Descriptor instead.
 func (*AgentSendReply) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{1}
+	return file_lazarus_v1_agent_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *AgentSendReply) GetRequestId() string {
@@ -165,7 +165,7 @@ type AgentResolved struct {
 
 func (x *AgentResolved) Reset() {
 	*x = AgentResolved{}
-	mi := &file_agent_proto_msgTypes[2]
+	mi := &file_lazarus_v1_agent_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -177,7 +177,7 @@ func (x *AgentResolved) String() string {
 func (*AgentResolved) ProtoMessage() {}
 
 func (x *AgentResolved) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[2]
+	mi := &file_lazarus_v1_agent_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -190,7 +190,7 @@ func (x *AgentResolved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentResolved.ProtoReflect.Descriptor instead.
 func (*AgentResolved) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{2}
+	return file_lazarus_v1_agent_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *AgentResolved) GetToolCallId() string {
@@ -235,7 +235,7 @@ type AgentReply struct {
 
 func (x *AgentReply) Reset() {
 	*x = AgentReply{}
-	mi := &file_agent_proto_msgTypes[3]
+	mi := &file_lazarus_v1_agent_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -247,7 +247,7 @@ func (x *AgentReply) String() string {
 func (*AgentReply) ProtoMessage() {}
 
 func (x *AgentReply) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[3]
+	mi := &file_lazarus_v1_agent_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -260,7 +260,7 @@ func (x *AgentReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentReply.ProtoReflect.Descriptor instead.
 func (*AgentReply) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{3}
+	return file_lazarus_v1_agent_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *AgentReply) GetError() *Error {
@@ -288,7 +288,7 @@ type AgentWake struct {
 
 func (x *AgentWake) Reset() {
 	*x = AgentWake{}
-	mi := &file_agent_proto_msgTypes[4]
+	mi := &file_lazarus_v1_agent_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -300,7 +300,7 @@ func (x *AgentWake) String() string {
 func (*AgentWake) ProtoMessage() {}
 
 func (x *AgentWake) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[4]
+	mi := &file_lazarus_v1_agent_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -313,15 +313,15 @@ func (x *AgentWake) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentWake.ProtoReflect.Descriptor instead.
 func (*AgentWake) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{4}
+	return file_lazarus_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
-var File_agent_proto protoreflect.FileDescriptor
+var File_lazarus_v1_agent_proto protoreflect.FileDescriptor
 
-const file_agent_proto_rawDesc = "" +
+const file_lazarus_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\vagent.proto\x12\n" +
-	"lazarus.v1\x1a\rjournal.proto\x1a\rrecords.proto\"]\n" +
+	"\x16lazarus/v1/agent.proto\x12\n" +
+	"lazarus.v1\x1a\x18lazarus/v1/journal.proto\x1a\x18lazarus/v1/records.proto\"]\n" +
 	"\tAgentSend\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x121\n" +
@@ -345,19 +345,19 @@ const file_agent_proto_rawDesc = "" +
 	"\tAgentWakeB'Z%github.com/lazarusrt/lazarus/messagesb\x06proto3"
 
 var (
-	file_agent_proto_rawDescOnce sync.Once
-	file_agent_proto_rawDescData []byte
+	file_lazarus_v1_agent_proto_rawDescOnce sync.Once
+	file_lazarus_v1_agent_proto_rawDescData []byte
 )
 
-func file_agent_proto_rawDescGZIP() []byte {
-	file_agent_proto_rawDescOnce.Do(func() {
-		file_agent_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_agent_proto_rawDesc), len(file_agent_proto_rawDesc)))
+func file_lazarus_v1_agent_proto_rawDescGZIP() []byte {
+	file_lazarus_v1_agent_proto_rawDescOnce.Do(func() {
+		file_lazarus_v1_agent_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_lazarus_v1_agent_proto_rawDesc), len(file_lazarus_v1_agent_proto_rawDesc)))
 	})
-	return file_agent_proto_rawDescData
+	return file_lazarus_v1_agent_proto_rawDescData
 }
 
-var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
-var file_agent_proto_goTypes = []any{
+var file_lazarus_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_lazarus_v1_agent_proto_goTypes = []any{
 	(*AgentSend)(nil),      // 0: lazarus.v1.AgentSend
 	(*AgentSendReply)(nil), // 1: lazarus.v1.AgentSendReply
 	(*AgentResolved)(nil),  // 2: lazarus.v1.AgentResolved
@@ -368,7 +368,7 @@ var file_agent_proto_goTypes = []any{
 	(ToolCallStatus)(0),    // 7: lazarus.v1.ToolCallStatus
 	(*ToolOutcome)(nil),    // 8: lazarus.v1.ToolOutcome
 }
-var file_agent_proto_depIdxs = []int32{
+var file_lazarus_v1_agent_proto_depIdxs = []int32{
 	5, // 0: lazarus.v1.AgentSend.message:type_name -> lazarus.v1.UserMessage
 	6, // 1: lazarus.v1.AgentSendReply.error:type_name -> lazarus.v1.Error
 	7, // 2: lazarus.v1.AgentResolved.status:type_name -> lazarus.v1.ToolCallStatus
@@ -381,28 +381,28 @@ var file_agent_proto_depIdxs = []int32{
 	0, // [0:5] is the sub-list for field type_name
 }
 
-func init() { file_agent_proto_init() }
-func file_agent_proto_init() {
-	if File_agent_proto != nil {
+func init() { file_lazarus_v1_agent_proto_init() }
+func file_lazarus_v1_agent_proto_init() {
+	if File_lazarus_v1_agent_proto != nil {
 		return
 	}
-	file_journal_proto_init()
-	file_records_proto_init()
+	file_lazarus_v1_journal_proto_init()
+	file_lazarus_v1_records_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agent_proto_rawDesc), len(file_agent_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lazarus_v1_agent_proto_rawDesc), len(file_lazarus_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
 			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
-		GoTypes:           file_agent_proto_goTypes,
-		DependencyIndexes: file_agent_proto_depIdxs,
-		MessageInfos:      file_agent_proto_msgTypes,
+		GoTypes:           file_lazarus_v1_agent_proto_goTypes,
+		DependencyIndexes: file_lazarus_v1_agent_proto_depIdxs,
+		MessageInfos:      file_lazarus_v1_agent_proto_msgTypes,
 	}.Build()
-	File_agent_proto = out.File
-	file_agent_proto_goTypes = nil
-	file_agent_proto_depIdxs = nil
+	File_lazarus_v1_agent_proto = out.File
+	file_lazarus_v1_agent_proto_goTypes = nil
+	file_lazarus_v1_agent_proto_depIdxs = nil
 }

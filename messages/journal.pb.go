@@ -5,7 +5,7 @@
 // versions:
 // 	protoc-gen-go v1.36.12
 // 	protoc        v3.21.12
-// source: journal.proto
+// source: lazarus/v1/journal.proto
 
 package messages
 
@@ -77,11 +77,11 @@ func (x ErrorCode) String() string {
 }
 
 func (ErrorCode) Descriptor() protoreflect.EnumDescriptor {
-	return file_journal_proto_enumTypes[0].Descriptor()
+	return file_lazarus_v1_journal_proto_enumTypes[0].Descriptor()
 }
 
 func (ErrorCode) Type() protoreflect.EnumType {
-	return &file_journal_proto_enumTypes[0]
+	return &file_lazarus_v1_journal_proto_enumTypes[0]
 }
 
 func (x ErrorCode) Number() protoreflect.EnumNumber {
@@ -90,7 +90,7 @@ func (x ErrorCode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ErrorCode.Descriptor instead.
 func (ErrorCode) EnumDescriptor() ([]byte, []int) {
-	return file_journal_proto_rawDescGZIP(), []int{0}
+	return file_lazarus_v1_journal_proto_rawDescGZIP(), []int{0}
 }
 
 // ToolResolution moves one pending tool call of the request's conversation to
@@ -109,7 +109,7 @@ type ToolResolution struct {
 
 func (x *ToolResolution) Reset() {
 	*x = ToolResolution{}
-	mi := &file_journal_proto_msgTypes[0]
+	mi := &file_lazarus_v1_journal_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -121,7 +121,7 @@ func (x *ToolResolution) String() string {
 func (*ToolResolution) ProtoMessage() {}
 
 func (x *ToolResolution) ProtoReflect() protoreflect.Message {
-	mi := &file_journal_proto_msgTypes[0]
+	mi := &file_lazarus_v1_journal_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -134,7 +134,7 @@ func (x *ToolResolution) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResolution.ProtoReflect.Descriptor instead.
 func (*ToolResolution) Descriptor() ([]byte, []int) {
-	return file_journal_proto_rawDescGZIP(), []int{0}
+	return file_lazarus_v1_journal_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *ToolResolution) GetToolCallId() string {
@@ -195,7 +195,7 @@ type AppendRequest struct {
 
 func (x *AppendRequest) Reset() {
 	*x = AppendRequest{}
-	mi := &file_journal_proto_msgTypes[1]
+	mi := &file_lazarus_v1_journal_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -207,7 +207,7 @@ func (x *AppendRequest) String() string {
 func (*AppendRequest) ProtoMessage() {}
 
 func (x *AppendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journal_proto_msgTypes[1]
+	mi := &file_lazarus_v1_journal_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -220,7 +220,7 @@ func (x *AppendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendRequest.ProtoReflect.Descriptor instead.
 func (*AppendRequest) Descriptor() ([]byte, []int) {
-	return file_journal_proto_rawDescGZIP(), []int{1}
+	return file_lazarus_v1_journal_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *AppendRequest) GetConversationId() string {
@@ -304,7 +304,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_journal_proto_msgTypes[2]
+	mi := &file_lazarus_v1_journal_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -316,7 +316,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_journal_proto_msgTypes[2]
+	mi := &file_lazarus_v1_journal_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -329,7 +329,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_journal_proto_rawDescGZIP(), []int{2}
+	return file_lazarus_v1_journal_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Error) GetCode() ErrorCode {
@@ -358,7 +358,7 @@ type AppendReply struct {
 
 func (x *AppendReply) Reset() {
 	*x = AppendReply{}
-	mi := &file_journal_proto_msgTypes[3]
+	mi := &file_lazarus_v1_journal_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -370,7 +370,7 @@ func (x *AppendReply) String() string {
 func (*AppendReply) ProtoMessage() {}
 
 func (x *AppendReply) ProtoReflect() protoreflect.Message {
-	mi := &file_journal_proto_msgTypes[3]
+	mi := &file_lazarus_v1_journal_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -383,7 +383,7 @@ func (x *AppendReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendReply.ProtoReflect.Descriptor instead.
 func (*AppendReply) Descriptor() ([]byte, []int) {
-	return file_journal_proto_rawDescGZIP(), []int{3}
+	return file_lazarus_v1_journal_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *AppendReply) GetFirstSeq() uint64 {
@@ -407,12 +407,12 @@ func (x *AppendReply) GetError() *Error {
 	return nil
 }
 
-var File_journal_proto protoreflect.FileDescriptor
+var File_lazarus_v1_journal_proto protoreflect.FileDescriptor
 
-const file_journal_proto_rawDesc = "" +
+const file_lazarus_v1_journal_proto_rawDesc = "" +
 	"\n" +
-	"\rjournal.proto\x12\n" +
-	"lazarus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\rrecords.proto\"\xc3\x01\n" +
+	"\x18lazarus/v1/journal.proto\x12\n" +
+	"lazarus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18lazarus/v1/records.proto\"\xc3\x01\n" +
 	"\x0eToolResolution\x12 \n" +
 	"\ftool_call_id\x18\x01 \x01(\tR\n" +
 	"toolCallId\x122\n" +
@@ -451,20 +451,20 @@ const file_journal_proto_rawDesc = "" +
 	"\x12ERROR_CODE_DELETED\x10\bB'Z%github.com/lazarusrt/lazarus/messagesb\x06proto3"
 
 var (
-	file_journal_proto_rawDescOnce sync.Once
-	file_journal_proto_rawDescData []byte
+	file_lazarus_v1_journal_proto_rawDescOnce sync.Once
+	file_lazarus_v1_journal_proto_rawDescData []byte
 )
 
-func file_journal_proto_rawDescGZIP() []byte {
-	file_journal_proto_rawDescOnce.Do(func() {
-		file_journal_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_journal_proto_rawDesc), len(file_journal_proto_rawDesc)))
+func file_lazarus_v1_journal_proto_rawDescGZIP() []byte {
+	file_lazarus_v1_journal_proto_rawDescOnce.Do(func() {
+		file_lazarus_v1_journal_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_lazarus_v1_journal_proto_rawDesc), len(file_lazarus_v1_journal_proto_rawDesc)))
 	})
-	return file_journal_proto_rawDescData
+	return file_lazarus_v1_journal_proto_rawDescData
 }
 
-var file_journal_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_journal_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
-var file_journal_proto_goTypes = []any{
+var file_lazarus_v1_journal_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_lazarus_v1_journal_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_lazarus_v1_journal_proto_goTypes = []any{
 	(ErrorCode)(0),                // 0: lazarus.v1.ErrorCode
 	(*ToolResolution)(nil),        // 1: lazarus.v1.ToolResolution
 	(*AppendRequest)(nil),         // 2: lazarus.v1.AppendRequest
@@ -479,7 +479,7 @@ var file_journal_proto_goTypes = []any{
 	(*Deadline)(nil),              // 11: lazarus.v1.Deadline
 	(ConversationStatus)(0),       // 12: lazarus.v1.ConversationStatus
 }
-var file_journal_proto_depIdxs = []int32{
+var file_lazarus_v1_journal_proto_depIdxs = []int32{
 	5,  // 0: lazarus.v1.ToolResolution.status:type_name -> lazarus.v1.ToolCallStatus
 	6,  // 1: lazarus.v1.ToolResolution.result:type_name -> lazarus.v1.ToolOutcome
 	7,  // 2: lazarus.v1.ToolResolution.at:type_name -> google.protobuf.Timestamp
@@ -498,28 +498,28 @@ var file_journal_proto_depIdxs = []int32{
 	0,  // [0:11] is the sub-list for field type_name
 }
 
-func init() { file_journal_proto_init() }
-func file_journal_proto_init() {
-	if File_journal_proto != nil {
+func init() { file_lazarus_v1_journal_proto_init() }
+func file_lazarus_v1_journal_proto_init() {
+	if File_lazarus_v1_journal_proto != nil {
 		return
 	}
-	file_records_proto_init()
+	file_lazarus_v1_records_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_journal_proto_rawDesc), len(file_journal_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lazarus_v1_journal_proto_rawDesc), len(file_lazarus_v1_journal_proto_rawDesc)),
 			NumEnums:      1,
 			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
-		GoTypes:           file_journal_proto_goTypes,
-		DependencyIndexes: file_journal_proto_depIdxs,
-		EnumInfos:         file_journal_proto_enumTypes,
-		MessageInfos:      file_journal_proto_msgTypes,
+		GoTypes:           file_lazarus_v1_journal_proto_goTypes,
+		DependencyIndexes: file_lazarus_v1_journal_proto_depIdxs,
+		EnumInfos:         file_lazarus_v1_journal_proto_enumTypes,
+		MessageInfos:      file_lazarus_v1_journal_proto_msgTypes,
 	}.Build()
-	File_journal_proto = out.File
-	file_journal_proto_goTypes = nil
-	file_journal_proto_depIdxs = nil
+	File_lazarus_v1_journal_proto = out.File
+	file_lazarus_v1_journal_proto_goTypes = nil
+	file_lazarus_v1_journal_proto_depIdxs = nil
 }

@@ -5,7 +5,7 @@
 // versions:
 // 	protoc-gen-go v1.36.12
 // 	protoc        v3.21.12
-// source: records.proto
+// source: lazarus/v1/records.proto
 
 package messages
 
@@ -61,11 +61,11 @@ func (x Executor) String() string {
 }
 
 func (Executor) Descriptor() protoreflect.EnumDescriptor {
-	return file_records_proto_enumTypes[0].Descriptor()
+	return file_lazarus_v1_records_proto_enumTypes[0].Descriptor()
 }
 
 func (Executor) Type() protoreflect.EnumType {
-	return &file_records_proto_enumTypes[0]
+	return &file_lazarus_v1_records_proto_enumTypes[0]
 }
 
 func (x Executor) Number() protoreflect.EnumNumber {
@@ -74,7 +74,7 @@ func (x Executor) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Executor.Descriptor instead.
 func (Executor) EnumDescriptor() ([]byte, []int) {
-	return file_records_proto_rawDescGZIP(), []int{0}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{0}
 }
 
 // ToolCallStatus is the life of a tool-call row: pending, then exactly one of
@@ -118,11 +118,11 @@ func (x ToolCallStatus) String() string {
 }
 
 func (ToolCallStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_records_proto_enumTypes[1].Descriptor()
+	return file_lazarus_v1_records_proto_enumTypes[1].Descriptor()
 }
 
 func (ToolCallStatus) Type() protoreflect.EnumType {
-	return &file_records_proto_enumTypes[1]
+	return &file_lazarus_v1_records_proto_enumTypes[1]
 }
 
 func (x ToolCallStatus) Number() protoreflect.EnumNumber {
@@ -131,7 +131,7 @@ func (x ToolCallStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ToolCallStatus.Descriptor instead.
 func (ToolCallStatus) EnumDescriptor() ([]byte, []int) {
-	return file_records_proto_rawDescGZIP(), []int{1}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{1}
 }
 
 // ConversationStatus is the coarse status of a conversation.
@@ -174,11 +174,11 @@ func (x ConversationStatus) String() string {
 }
 
 func (ConversationStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_records_proto_enumTypes[2].Descriptor()
+	return file_lazarus_v1_records_proto_enumTypes[2].Descriptor()
 }
 
 func (ConversationStatus) Type() protoreflect.EnumType {
-	return &file_records_proto_enumTypes[2]
+	return &file_lazarus_v1_records_proto_enumTypes[2]
 }
 
 func (x ConversationStatus) Number() protoreflect.EnumNumber {
@@ -187,7 +187,7 @@ func (x ConversationStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ConversationStatus.Descriptor instead.
 func (ConversationStatus) EnumDescriptor() ([]byte, []int) {
-	return file_records_proto_rawDescGZIP(), []int{2}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{2}
 }
 
 // AgentState is the state machine of a conversation actor. Only IDLE and
@@ -231,11 +231,11 @@ func (x AgentState) String() string {
 }
 
 func (AgentState) Descriptor() protoreflect.EnumDescriptor {
-	return file_records_proto_enumTypes[3].Descriptor()
+	return file_lazarus_v1_records_proto_enumTypes[3].Descriptor()
 }
 
 func (AgentState) Type() protoreflect.EnumType {
-	return &file_records_proto_enumTypes[3]
+	return &file_lazarus_v1_records_proto_enumTypes[3]
 }
 
 func (x AgentState) Number() protoreflect.EnumNumber {
@@ -244,7 +244,7 @@ func (x AgentState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AgentState.Descriptor instead.
 func (AgentState) EnumDescriptor() ([]byte, []int) {
-	return file_records_proto_rawDescGZIP(), []int{3}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{3}
 }
 
 // ContentPart is one part of a message: text today, with room for images and
@@ -263,7 +263,7 @@ type ContentPart struct {
 
 func (x *ContentPart) Reset() {
 	*x = ContentPart{}
-	mi := &file_records_proto_msgTypes[0]
+	mi := &file_lazarus_v1_records_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -275,7 +275,7 @@ func (x *ContentPart) String() string {
 func (*ContentPart) ProtoMessage() {}
 
 func (x *ContentPart) ProtoReflect() protoreflect.Message {
-	mi := &file_records_proto_msgTypes[0]
+	mi := &file_lazarus_v1_records_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -288,7 +288,7 @@ func (x *ContentPart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContentPart.ProtoReflect.Descriptor instead.
 func (*ContentPart) Descriptor() ([]byte, []int) {
-	return file_records_proto_rawDescGZIP(), []int{0}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *ContentPart) GetPart() isContentPart_Part {
@@ -360,7 +360,7 @@ type Blob struct {
 
 func (x *Blob) Reset() {
 	*x = Blob{}
-	mi := &file_records_proto_msgTypes[1]
+	mi := &file_lazarus_v1_records_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -372,7 +372,7 @@ func (x *Blob) String() string {
 func (*Blob) ProtoMessage() {}
 
 func (x *Blob) ProtoReflect() protoreflect.Message {
-	mi := &file_records_proto_msgTypes[1]
+	mi := &file_lazarus_v1_records_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -385,7 +385,7 @@ func (x *Blob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Blob.ProtoReflect.Descriptor instead.
 func (*Blob) Descriptor() ([]byte, []int) {
-	return file_records_proto_rawDescGZIP(), []int{1}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *Blob) GetMediaType() string {
@@ -432,7 +432,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_records_proto_msgTypes[2]
+	mi := &file_lazarus_v1_records_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -444,7 +444,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_records_proto_msgTypes[2]
+	mi := &file_lazarus_v1_records_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -457,7 +457,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_records_proto_rawDescGZIP(), []int{2}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ToolCall) GetId() string {
@@ -499,7 +499,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_records_proto_msgTypes[3]
+	mi := &file_lazarus_v1_records_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -511,7 +511,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_records_proto_msgTypes[3]
+	mi := &file_lazarus_v1_records_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -524,7 +524,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_records_proto_rawDescGZIP(), []int{3}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Usage) GetInputTokens() int64 {
@@ -553,7 +553,7 @@ type ToolError struct {
 
 func (x *ToolError) Reset() {
 	*x = ToolError{}
-	mi := &file_records_proto_msgTypes[4]
+	mi := &file_lazarus_v1_records_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -565,7 +565,7 @@ func (x *ToolError) String() string {
 func (*ToolError) ProtoMessage() {}
 
 func (x *ToolError) ProtoReflect() protoreflect.Message {
-	mi := &file_records_proto_msgTypes[4]
+	mi := &file_lazarus_v1_records_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -578,7 +578,7 @@ func (x *ToolError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolError.ProtoReflect.Descriptor instead.
 func (*ToolError) Descriptor() ([]byte, []int) {
-	return file_records_proto_rawDescGZIP(), []int{4}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ToolError) GetMessage() string {
@@ -609,7 +609,7 @@ type ToolOutcome struct {
 
 func (x *ToolOutcome) Reset() {
 	*x = ToolOutcome{}
-	mi := &file_records_proto_msgTypes[5]
+	mi := &file_lazarus_v1_records_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -621,7 +621,7 @@ func (x *ToolOutcome) String() string {
 func (*ToolOutcome) ProtoMessage() {}
 
 func (x *ToolOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_records_proto_msgTypes[5]
+	mi := &file_lazarus_v1_records_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -634,7 +634,7 @@ func (x *ToolOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolOutcome.ProtoReflect.Descriptor instead.
 func (*ToolOutcome) Descriptor() ([]byte, []int) {
-	return file_records_proto_rawDescGZIP(), []int{5}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ToolOutcome) GetOutcome() isToolOutcome_Outcome {
@@ -689,7 +689,7 @@ type UserMessage struct {
 
 func (x *UserMessage) Reset() {
 	*x = UserMessage{}
-	mi := &file_records_proto_msgTypes[6]
+	mi := &file_lazarus_v1_records_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -701,7 +701,7 @@ func (x *UserMessage) String() string {
 func (*UserMessage) ProtoMessage() {}
 
 func (x *UserMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_records_proto_msgTypes[6]
+	mi := &file_lazarus_v1_records_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -714,7 +714,7 @@ func (x *UserMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserMessage.ProtoReflect.Descriptor instead.
 func (*UserMessage) Descriptor() ([]byte, []int) {
-	return file_records_proto_rawDescGZIP(), []int{6}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *UserMessage) GetContent() []*ContentPart {
@@ -737,7 +737,7 @@ type AssistantMessage struct {
 
 func (x *AssistantMessage) Reset() {
 	*x = AssistantMessage{}
-	mi := &file_records_proto_msgTypes[7]
+	mi := &file_lazarus_v1_records_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -749,7 +749,7 @@ func (x *AssistantMessage) String() string {
 func (*AssistantMessage) ProtoMessage() {}
 
 func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_records_proto_msgTypes[7]
+	mi := &file_lazarus_v1_records_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -762,7 +762,7 @@ func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssistantMessage.ProtoReflect.Descriptor instead.
 func (*AssistantMessage) Descriptor() ([]byte, []int) {
-	return file_records_proto_rawDescGZIP(), []int{7}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *AssistantMessage) GetContent() []*ContentPart {
@@ -804,7 +804,7 @@ type ToolCallEvent struct {
 
 func (x *ToolCallEvent) Reset() {
 	*x = ToolCallEvent{}
-	mi := &file_records_proto_msgTypes[8]
+	mi := &file_lazarus_v1_records_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -816,7 +816,7 @@ func (x *ToolCallEvent) String() string {
 func (*ToolCallEvent) ProtoMessage() {}
 
 func (x *ToolCallEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_records_proto_msgTypes[8]
+	mi := &file_lazarus_v1_records_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -829,7 +829,7 @@ func (x *ToolCallEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallEvent.ProtoReflect.Descriptor instead.
 func (*ToolCallEvent) Descriptor() ([]byte, []int) {
-	return file_records_proto_rawDescGZIP(), []int{8}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ToolCallEvent) GetCall() *ToolCall {
@@ -858,7 +858,7 @@ type ToolResultEvent struct {
 
 func (x *ToolResultEvent) Reset() {
 	*x = ToolResultEvent{}
-	mi := &file_records_proto_msgTypes[9]
+	mi := &file_lazarus_v1_records_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -870,7 +870,7 @@ func (x *ToolResultEvent) String() string {
 func (*ToolResultEvent) ProtoMessage() {}
 
 func (x *ToolResultEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_records_proto_msgTypes[9]
+	mi := &file_lazarus_v1_records_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -883,7 +883,7 @@ func (x *ToolResultEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResultEvent.ProtoReflect.Descriptor instead.
 func (*ToolResultEvent) Descriptor() ([]byte, []int) {
-	return file_records_proto_rawDescGZIP(), []int{9}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ToolResultEvent) GetToolCallId() string {
@@ -922,7 +922,7 @@ type PendingCall struct {
 
 func (x *PendingCall) Reset() {
 	*x = PendingCall{}
-	mi := &file_records_proto_msgTypes[10]
+	mi := &file_lazarus_v1_records_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -934,7 +934,7 @@ func (x *PendingCall) String() string {
 func (*PendingCall) ProtoMessage() {}
 
 func (x *PendingCall) ProtoReflect() protoreflect.Message {
-	mi := &file_records_proto_msgTypes[10]
+	mi := &file_lazarus_v1_records_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -947,7 +947,7 @@ func (x *PendingCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingCall.ProtoReflect.Descriptor instead.
 func (*PendingCall) Descriptor() ([]byte, []int) {
-	return file_records_proto_rawDescGZIP(), []int{10}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PendingCall) GetToolCallId() string {
@@ -988,7 +988,7 @@ type Suspension struct {
 
 func (x *Suspension) Reset() {
 	*x = Suspension{}
-	mi := &file_records_proto_msgTypes[11]
+	mi := &file_lazarus_v1_records_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1000,7 +1000,7 @@ func (x *Suspension) String() string {
 func (*Suspension) ProtoMessage() {}
 
 func (x *Suspension) ProtoReflect() protoreflect.Message {
-	mi := &file_records_proto_msgTypes[11]
+	mi := &file_lazarus_v1_records_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1013,7 +1013,7 @@ func (x *Suspension) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Suspension.ProtoReflect.Descriptor instead.
 func (*Suspension) Descriptor() ([]byte, []int) {
-	return file_records_proto_rawDescGZIP(), []int{11}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Suspension) GetPending() []*PendingCall {
@@ -1036,7 +1036,7 @@ type Resolution struct {
 
 func (x *Resolution) Reset() {
 	*x = Resolution{}
-	mi := &file_records_proto_msgTypes[12]
+	mi := &file_lazarus_v1_records_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1048,7 +1048,7 @@ func (x *Resolution) String() string {
 func (*Resolution) ProtoMessage() {}
 
 func (x *Resolution) ProtoReflect() protoreflect.Message {
-	mi := &file_records_proto_msgTypes[12]
+	mi := &file_lazarus_v1_records_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1061,7 +1061,7 @@ func (x *Resolution) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resolution.ProtoReflect.Descriptor instead.
 func (*Resolution) Descriptor() ([]byte, []int) {
-	return file_records_proto_rawDescGZIP(), []int{12}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Resolution) GetToolCallId() string {
@@ -1097,7 +1097,7 @@ type Rewind struct {
 
 func (x *Rewind) Reset() {
 	*x = Rewind{}
-	mi := &file_records_proto_msgTypes[13]
+	mi := &file_lazarus_v1_records_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1109,7 +1109,7 @@ func (x *Rewind) String() string {
 func (*Rewind) ProtoMessage() {}
 
 func (x *Rewind) ProtoReflect() protoreflect.Message {
-	mi := &file_records_proto_msgTypes[13]
+	mi := &file_lazarus_v1_records_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1122,7 +1122,7 @@ func (x *Rewind) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rewind.ProtoReflect.Descriptor instead.
 func (*Rewind) Descriptor() ([]byte, []int) {
-	return file_records_proto_rawDescGZIP(), []int{13}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Rewind) GetToSeq() uint64 {
@@ -1165,7 +1165,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_records_proto_msgTypes[14]
+	mi := &file_lazarus_v1_records_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1177,7 +1177,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_records_proto_msgTypes[14]
+	mi := &file_lazarus_v1_records_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1190,7 +1190,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_records_proto_rawDescGZIP(), []int{14}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Event) GetSeq() uint64 {
@@ -1342,7 +1342,7 @@ type FSMState struct {
 
 func (x *FSMState) Reset() {
 	*x = FSMState{}
-	mi := &file_records_proto_msgTypes[15]
+	mi := &file_lazarus_v1_records_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1354,7 +1354,7 @@ func (x *FSMState) String() string {
 func (*FSMState) ProtoMessage() {}
 
 func (x *FSMState) ProtoReflect() protoreflect.Message {
-	mi := &file_records_proto_msgTypes[15]
+	mi := &file_lazarus_v1_records_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1367,7 +1367,7 @@ func (x *FSMState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FSMState.ProtoReflect.Descriptor instead.
 func (*FSMState) Descriptor() ([]byte, []int) {
-	return file_records_proto_rawDescGZIP(), []int{15}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *FSMState) GetState() AgentState {
@@ -1406,7 +1406,7 @@ type Conversation struct {
 
 func (x *Conversation) Reset() {
 	*x = Conversation{}
-	mi := &file_records_proto_msgTypes[16]
+	mi := &file_lazarus_v1_records_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1418,7 +1418,7 @@ func (x *Conversation) String() string {
 func (*Conversation) ProtoMessage() {}
 
 func (x *Conversation) ProtoReflect() protoreflect.Message {
-	mi := &file_records_proto_msgTypes[16]
+	mi := &file_lazarus_v1_records_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1431,7 +1431,7 @@ func (x *Conversation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Conversation.ProtoReflect.Descriptor instead.
 func (*Conversation) Descriptor() ([]byte, []int) {
-	return file_records_proto_rawDescGZIP(), []int{16}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Conversation) GetId() string {
@@ -1491,7 +1491,7 @@ type Summary struct {
 
 func (x *Summary) Reset() {
 	*x = Summary{}
-	mi := &file_records_proto_msgTypes[17]
+	mi := &file_lazarus_v1_records_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1503,7 +1503,7 @@ func (x *Summary) String() string {
 func (*Summary) ProtoMessage() {}
 
 func (x *Summary) ProtoReflect() protoreflect.Message {
-	mi := &file_records_proto_msgTypes[17]
+	mi := &file_lazarus_v1_records_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1516,7 +1516,7 @@ func (x *Summary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Summary.ProtoReflect.Descriptor instead.
 func (*Summary) Descriptor() ([]byte, []int) {
-	return file_records_proto_rawDescGZIP(), []int{17}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Summary) GetFromSeq() uint64 {
@@ -1577,7 +1577,7 @@ type ToolCallRecord struct {
 
 func (x *ToolCallRecord) Reset() {
 	*x = ToolCallRecord{}
-	mi := &file_records_proto_msgTypes[18]
+	mi := &file_lazarus_v1_records_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1589,7 +1589,7 @@ func (x *ToolCallRecord) String() string {
 func (*ToolCallRecord) ProtoMessage() {}
 
 func (x *ToolCallRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_records_proto_msgTypes[18]
+	mi := &file_lazarus_v1_records_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1602,7 +1602,7 @@ func (x *ToolCallRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallRecord.ProtoReflect.Descriptor instead.
 func (*ToolCallRecord) Descriptor() ([]byte, []int) {
-	return file_records_proto_rawDescGZIP(), []int{18}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ToolCallRecord) GetId() string {
@@ -1694,7 +1694,7 @@ type Deadline struct {
 
 func (x *Deadline) Reset() {
 	*x = Deadline{}
-	mi := &file_records_proto_msgTypes[19]
+	mi := &file_lazarus_v1_records_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1706,7 +1706,7 @@ func (x *Deadline) String() string {
 func (*Deadline) ProtoMessage() {}
 
 func (x *Deadline) ProtoReflect() protoreflect.Message {
-	mi := &file_records_proto_msgTypes[19]
+	mi := &file_lazarus_v1_records_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1719,7 +1719,7 @@ func (x *Deadline) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deadline.ProtoReflect.Descriptor instead.
 func (*Deadline) Descriptor() ([]byte, []int) {
-	return file_records_proto_rawDescGZIP(), []int{19}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Deadline) GetConversationId() string {
@@ -1762,7 +1762,7 @@ type ModelCall struct {
 
 func (x *ModelCall) Reset() {
 	*x = ModelCall{}
-	mi := &file_records_proto_msgTypes[20]
+	mi := &file_lazarus_v1_records_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1774,7 +1774,7 @@ func (x *ModelCall) String() string {
 func (*ModelCall) ProtoMessage() {}
 
 func (x *ModelCall) ProtoReflect() protoreflect.Message {
-	mi := &file_records_proto_msgTypes[20]
+	mi := &file_lazarus_v1_records_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1787,7 +1787,7 @@ func (x *ModelCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelCall.ProtoReflect.Descriptor instead.
 func (*ModelCall) Descriptor() ([]byte, []int) {
-	return file_records_proto_rawDescGZIP(), []int{20}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ModelCall) GetConversationId() string {
@@ -1871,7 +1871,7 @@ type Tombstone struct {
 
 func (x *Tombstone) Reset() {
 	*x = Tombstone{}
-	mi := &file_records_proto_msgTypes[21]
+	mi := &file_lazarus_v1_records_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1883,7 +1883,7 @@ func (x *Tombstone) String() string {
 func (*Tombstone) ProtoMessage() {}
 
 func (x *Tombstone) ProtoReflect() protoreflect.Message {
-	mi := &file_records_proto_msgTypes[21]
+	mi := &file_lazarus_v1_records_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1896,7 +1896,7 @@ func (x *Tombstone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tombstone.ProtoReflect.Descriptor instead.
 func (*Tombstone) Descriptor() ([]byte, []int) {
-	return file_records_proto_rawDescGZIP(), []int{21}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Tombstone) GetDeleted() *timestamppb.Timestamp {
@@ -1906,11 +1906,11 @@ func (x *Tombstone) GetDeleted() *timestamppb.Timestamp {
 	return nil
 }
 
-var File_records_proto protoreflect.FileDescriptor
+var File_lazarus_v1_records_proto protoreflect.FileDescriptor
 
-const file_records_proto_rawDesc = "" +
+const file_lazarus_v1_records_proto_rawDesc = "" +
 	"\n" +
-	"\rrecords.proto\x12\n" +
+	"\x18lazarus/v1/records.proto\x12\n" +
 	"lazarus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"}\n" +
 	"\vContentPart\x12\x14\n" +
 	"\x04text\x18\x01 \x01(\tH\x00R\x04text\x12(\n" +
@@ -2072,20 +2072,20 @@ const file_records_proto_rawDesc = "" +
 	"\x1aAGENT_STATE_AWAITING_INPUT\x10\x04B'Z%github.com/lazarusrt/lazarus/messagesb\x06proto3"
 
 var (
-	file_records_proto_rawDescOnce sync.Once
-	file_records_proto_rawDescData []byte
+	file_lazarus_v1_records_proto_rawDescOnce sync.Once
+	file_lazarus_v1_records_proto_rawDescData []byte
 )
 
-func file_records_proto_rawDescGZIP() []byte {
-	file_records_proto_rawDescOnce.Do(func() {
-		file_records_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_records_proto_rawDesc), len(file_records_proto_rawDesc)))
+func file_lazarus_v1_records_proto_rawDescGZIP() []byte {
+	file_lazarus_v1_records_proto_rawDescOnce.Do(func() {
+		file_lazarus_v1_records_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_lazarus_v1_records_proto_rawDesc), len(file_lazarus_v1_records_proto_rawDesc)))
 	})
-	return file_records_proto_rawDescData
+	return file_lazarus_v1_records_proto_rawDescData
 }
 
-var file_records_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_records_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
-var file_records_proto_goTypes = []any{
+var file_lazarus_v1_records_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_lazarus_v1_records_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_lazarus_v1_records_proto_goTypes = []any{
 	(Executor)(0),                 // 0: lazarus.v1.Executor
 	(ToolCallStatus)(0),           // 1: lazarus.v1.ToolCallStatus
 	(ConversationStatus)(0),       // 2: lazarus.v1.ConversationStatus
@@ -2116,7 +2116,7 @@ var file_records_proto_goTypes = []any{
 	nil,                           // 27: lazarus.v1.Conversation.SettingsEntry
 	(*timestamppb.Timestamp)(nil), // 28: google.protobuf.Timestamp
 }
-var file_records_proto_depIdxs = []int32{
+var file_lazarus_v1_records_proto_depIdxs = []int32{
 	5,  // 0: lazarus.v1.ContentPart.image:type_name -> lazarus.v1.Blob
 	5,  // 1: lazarus.v1.ContentPart.file:type_name -> lazarus.v1.Blob
 	8,  // 2: lazarus.v1.ToolOutcome.error:type_name -> lazarus.v1.ToolError
@@ -2166,21 +2166,21 @@ var file_records_proto_depIdxs = []int32{
 	0,  // [0:42] is the sub-list for field type_name
 }
 
-func init() { file_records_proto_init() }
-func file_records_proto_init() {
-	if File_records_proto != nil {
+func init() { file_lazarus_v1_records_proto_init() }
+func file_lazarus_v1_records_proto_init() {
+	if File_lazarus_v1_records_proto != nil {
 		return
 	}
-	file_records_proto_msgTypes[0].OneofWrappers = []any{
+	file_lazarus_v1_records_proto_msgTypes[0].OneofWrappers = []any{
 		(*ContentPart_Text)(nil),
 		(*ContentPart_Image)(nil),
 		(*ContentPart_File)(nil),
 	}
-	file_records_proto_msgTypes[5].OneofWrappers = []any{
+	file_lazarus_v1_records_proto_msgTypes[5].OneofWrappers = []any{
 		(*ToolOutcome_Content)(nil),
 		(*ToolOutcome_Error)(nil),
 	}
-	file_records_proto_msgTypes[14].OneofWrappers = []any{
+	file_lazarus_v1_records_proto_msgTypes[14].OneofWrappers = []any{
 		(*Event_UserMsg)(nil),
 		(*Event_AssistantMsg)(nil),
 		(*Event_ToolCall)(nil),
@@ -2193,18 +2193,18 @@ func file_records_proto_init() {
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_records_proto_rawDesc), len(file_records_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lazarus_v1_records_proto_rawDesc), len(file_lazarus_v1_records_proto_rawDesc)),
 			NumEnums:      4,
 			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
-		GoTypes:           file_records_proto_goTypes,
-		DependencyIndexes: file_records_proto_depIdxs,
-		EnumInfos:         file_records_proto_enumTypes,
-		MessageInfos:      file_records_proto_msgTypes,
+		GoTypes:           file_lazarus_v1_records_proto_goTypes,
+		DependencyIndexes: file_lazarus_v1_records_proto_depIdxs,
+		EnumInfos:         file_lazarus_v1_records_proto_enumTypes,
+		MessageInfos:      file_lazarus_v1_records_proto_msgTypes,
 	}.Build()
-	File_records_proto = out.File
-	file_records_proto_goTypes = nil
-	file_records_proto_depIdxs = nil
+	File_lazarus_v1_records_proto = out.File
+	file_lazarus_v1_records_proto_goTypes = nil
+	file_lazarus_v1_records_proto_depIdxs = nil
 }
