@@ -1,0 +1,82 @@
+// Package pebblejournal is the embedded, durable journal.Store of Lazarus,
+// on Pebble (github.com/cockroachdb/pebble/v2).
+//
+//	s, err := pebblejournal.Open(dir, pebblejournal.Options{})
+//	...
+//	defer s.Close()
+//
+// # Durability
+//
+// Every write method commits one Pebble batch with a WAL sync: a nil error
+// means the write survives a crash or a power cut. AppendBatch commits all
+// the requests that pass their checks in one synced batch (group commit),
+// and concurrent callers writing different conversations commit in parallel
+// so that Pebble groups their syncs too.
+//
+// Pebble has no transactions. Conditional writes (the append fence,
+// resolve-only-if-pending, tool call id ownership, the tombstone check) hold
+// striped per-conversation and per-tool-call-id locks across their
+// read-check-commit; the lock order is documented on Store.
+//
+// # Fatal storage errors
+//
+// Pebble reports errors it cannot recover from (a failed WAL write or sync,
+// a failed MANIFEST write, on-disk corruption) through its logger's Fatalf,
+// which by default exits the process. This package's logger does not exit
+// and does not panic: it logs the error at Error level and marks the store
+// failed. From then on every method (reads too: Pebble may show a write that
+// never became durable) returns an error wrapping journal.ErrClosed that says
+// the store failed; the commit that hit the error returns it as well,
+// although Pebble's Commit returned nil. Close still releases the directory;
+// reopening recovers what was durable.
+//
+// # Key layout
+//
+// Every key starts with one byte naming its record family. Conversation ids,
+// tool call ids and metadata keys are escaped (0x00 becomes 0x00 0xFF) and
+// terminated with 0x00 0x01, which keeps them prefix-free and in bytewise
+// order: the keys of id "a" never interleave with those of "a/b", "a\x00b"
+// or "ab", and [family|id, family|id with its last byte 0x02) is exactly one
+// conversation's range. Seqs and turn refs are big-endian uint64. Values are
+// protobuf records from package messages unless noted.
+//
+//	0x00 "layout"                      layout version (text)
+//	0x01 conv                          conversation row (Conversation)
+//	0x02 conv                          tombstone (Tombstone)
+//	0x03 conv seq                      event (Event)
+//	0x04 conv to_seq                   summary (Summary)
+//	0x05 conv call                     tool call row (ToolCallRecord)
+//	0x06 conv call                     pending tool call index (empty)
+//	0x07 conv call                     deadline (Deadline)
+//	0x08 conv turn_ref                 audit row (ModelCall)
+//	0x09 conv key                      metadata value (UTF-8 text)
+//	0x20 call                          tool call id -> conversation id (text)
+//	0x21 seconds nanos call conv       deadlines by time (empty)
+//
+// In the deadline index, seconds are 8 bytes big-endian with the sign bit
+// flipped and nanos 4 bytes big-endian, so keys sort by time, then tool call
+// id. Tool call ids are unique across conversations; the 0x20 index finds a
+// call's conversation. PendingToolCalls walks 0x06 (its cost is the number
+// of pending calls) and Deadlines walks 0x21 from a low-water mark.
+//
+// Reads use bounded iterators; tails and backward pages iterate in reverse,
+// so LastSeq, LatestSummary and LoadSince cost one reverse seek plus the
+// events they return, whatever the length of the log.
+//
+// DeleteConversation writes one synced batch: a range delete over each of
+// families 0x03-0x09 for the conversation, point deletes of its row and of
+// its entries in the two global indexes (0x20, 0x21), and its tombstone
+// (0x02), which makes every later write to the id fail with
+// journal.ErrDeleted.
+//
+// Stored bytes are decoded defensively: a value that does not decode, or
+// disagrees with its key, and a malformed key give an error wrapping
+// journal.ErrCorrupt that quotes the key; nothing panics.
+//
+// # Concurrency and lifetime
+//
+// A Store is safe for concurrent use. Close waits for calls in progress,
+// closes Pebble, and is idempotent; afterwards every method returns an error
+// wrapping journal.ErrClosed. One directory can be open in one Store (one
+// process) at a time: Pebble holds a lock file.
+package pebblejournal

@@ -1,0 +1,112 @@
+package pebblejournal
+
+import (
+	"fmt"
+	"log/slog"
+	"runtime"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/lazarusrt/lazarus/journal"
+)
+
+// Defaults of Options. Each applies when its field is zero.
+const (
+	// DefaultCacheSize is the block cache size: 64 MiB.
+	DefaultCacheSize = 64 << 20
+	// DefaultMemTableSize is the memtable size: 32 MiB.
+	DefaultMemTableSize = 32 << 20
+	// DefaultMaxConcurrentCompactions caps background compactions; the
+	// effective default is min(GOMAXPROCS, 4).
+	DefaultMaxConcurrentCompactions = 4
+	// DefaultFlushDelayDeleteRange is how soon a memtable holding a range
+	// delete (a deleted conversation) is flushed so that compactions can
+	// give the space back: 10s.
+	DefaultFlushDelayDeleteRange = 10 * time.Second
+	// DefaultDiskSlowThreshold is how long a disk operation may take before
+	// the default filesystem logs it as slow: 5s.
+	DefaultDiskSlowThreshold = 5 * time.Second
+)
+
+// FormatMajorVersion is the Pebble on-disk format every store is created
+// with or ratcheted to on Open: the newest of Pebble v2.1.7. It is pinned
+// deliberately (Pebble's zero value means an old format) and changes only
+// with a reviewed upgrade of Pebble.
+const FormatMajorVersion = pebble.FormatValueSeparation
+
+// Options configure Open. The zero value is ready to use; each field says
+// what its zero value means. Open takes Options by value.
+type Options struct {
+	// FS is the filesystem the store lives on. Tests pass vfs.NewMem() or
+	// vfs.NewCrashableMem(). Default: the operating system's filesystem
+	// (vfs.Default) wrapped with Pebble's disk-health checks, which log a
+	// disk operation slower than DiskSlowThreshold; the store closes the
+	// wrapper when it closes (or when Open fails).
+	FS vfs.FS
+	// DiskSlowThreshold is the latency beyond which the default FS reports a
+	// disk operation as slow. It applies only when FS is nil. Default:
+	// DefaultDiskSlowThreshold; negative disables the health checks.
+	DiskSlowThreshold time.Duration
+	// Audit turns on the audit log of model calls. Default: off, and then
+	// PutModelCall stores nothing, ModelCalls returns nothing and
+	// GCModelCalls removes nothing.
+	Audit bool
+	// Logger receives the store's own logs and Pebble's (Pebble's info lines
+	// at Debug, its errors, write stalls, slow disks and background errors at
+	// Warn or Error). Default: a logger that discards everything.
+	Logger *slog.Logger
+	// CacheSize is the size in bytes of Pebble's block cache (outside the Go
+	// heap when cgo is on). Default: DefaultCacheSize; negative is invalid.
+	CacheSize int64
+	// MemTableSize is the size in bytes of one memtable; up to four may be
+	// queued before writes stall. Default: DefaultMemTableSize.
+	MemTableSize uint64
+	// MaxConcurrentCompactions bounds Pebble's background compactions.
+	// Default: min(GOMAXPROCS, DefaultMaxConcurrentCompactions); negative is
+	// invalid.
+	MaxConcurrentCompactions int
+	// FlushDelayDeleteRange is how long a memtable holding a range delete
+	// may wait before it is flushed, so that deleted conversations give
+	// their space back. Default: DefaultFlushDelayDeleteRange; negative
+	// disables the forced flush.
+	FlushDelayDeleteRange time.Duration
+	// EventListener, if set, also receives Pebble's events (for metrics),
+	// after the store's own listener has logged them. Default: nil.
+	EventListener *pebble.EventListener
+}
+
+// withDefaults fills the zero fields and validates the rest.
+func (o Options) withDefaults() (Options, error) {
+	if o.CacheSize < 0 {
+		return o, journal.Invalidf("pebblejournal: negative CacheSize %d", o.CacheSize)
+	}
+	if o.MaxConcurrentCompactions < 0 {
+		return o, journal.Invalidf("pebblejournal: negative MaxConcurrentCompactions %d", o.MaxConcurrentCompactions)
+	}
+	if o.CacheSize == 0 {
+		o.CacheSize = DefaultCacheSize
+	}
+	if o.MemTableSize == 0 {
+		o.MemTableSize = DefaultMemTableSize
+	}
+	if o.MaxConcurrentCompactions == 0 {
+		o.MaxConcurrentCompactions = min(runtime.GOMAXPROCS(0), DefaultMaxConcurrentCompactions)
+	}
+	if o.FlushDelayDeleteRange == 0 {
+		o.FlushDelayDeleteRange = DefaultFlushDelayDeleteRange
+	}
+	if o.DiskSlowThreshold == 0 {
+		o.DiskSlowThreshold = DefaultDiskSlowThreshold
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o, nil
+}
+
+// String describes the options for a startup log line.
+func (o Options) String() string {
+	return fmt.Sprintf("audit=%t cache=%d memtable=%d compactions=%d flush_delay_delete_range=%s",
+		o.Audit, o.CacheSize, o.MemTableSize, o.MaxConcurrentCompactions, o.FlushDelayDeleteRange)
+}

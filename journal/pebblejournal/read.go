@@ -1,0 +1,553 @@
+package pebblejournal
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// Reads take no lock: each uses one Pebble iterator, so it sees one
+// consistent committed state. A read may see a write whose synced commit has
+// not returned yet (Pebble applies a batch to the memtable before its WAL
+// sync completes); nothing read should be acted upon as durable unless the
+// write that produced it has returned.
+
+// Events implements journal.EventLog. With a Limit it iterates backward from
+// the upper bound, so a page costs its size, not the length of the log.
+func (s *Store) Events(ctx context.Context, conversationID string, q journal.EventQuery) ([]*messages.Event, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	defer s.end()
+	if err := journal.ValidateID("conversation id", conversationID); err != nil {
+		return nil, err
+	}
+	if q.Limit < 0 {
+		return nil, journal.Invalidf("pebblejournal: negative event limit %d", q.Limit)
+	}
+	if q.After == math.MaxUint64 || (q.Before != 0 && q.Before <= q.After+1) {
+		return nil, nil
+	}
+	lower, upper := eventRange(conversationID, q.After, q.Before)
+	it, err := s.newIter(lower, upper)
+	if err != nil {
+		return nil, err
+	}
+	evs, err := readEvents(it, convKey(famEvent, conversationID), q.Limit)
+	return evs, closeIter(it, err)
+}
+
+// eventRange returns the key range of the events after..before (both
+// exclusive; before 0 means no bound).
+func eventRange(conv string, after, before uint64) (lower, upper []byte) {
+	lower = seqKey(famEvent, conv, after+1)
+	if before == 0 {
+		upper = convEnd(famEvent, conv)
+	} else {
+		upper = seqKey(famEvent, conv, before)
+	}
+	return lower, upper
+}
+
+// readEvents decodes the events of it's bounds in ascending order: all of
+// them, or the last limit ones (read backward) if limit > 0.
+func readEvents(it *pebble.Iterator, prefix []byte, limit int) ([]*messages.Event, error) {
+	var out []*messages.Event
+	decode := func() error {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return fmt.Errorf("pebblejournal: read %s: %w", keyString(it.Key()), err)
+		}
+		ev, err := decodeEvent(it.Key(), v, prefix)
+		if err != nil {
+			return err
+		}
+		out = append(out, ev)
+		return nil
+	}
+	if limit > 0 {
+		for ok := it.Last(); ok && len(out) < limit; ok = it.Prev() {
+			if err := decode(); err != nil {
+				return nil, err
+			}
+		}
+		slices.Reverse(out)
+	} else {
+		for ok := it.First(); ok; ok = it.Next() {
+			if err := decode(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := it.Error(); err != nil {
+		return nil, fmt.Errorf("pebblejournal: iterate events: %w", err)
+	}
+	return out, nil
+}
+
+// LastSeq implements journal.EventLog with one reverse seek.
+func (s *Store) LastSeq(ctx context.Context, conversationID string) (uint64, error) {
+	if err := s.begin(ctx); err != nil {
+		return 0, err
+	}
+	defer s.end()
+	if err := journal.ValidateID("conversation id", conversationID); err != nil {
+		return 0, err
+	}
+	var it *pebble.Iterator
+	seq, err := s.lastSeqWith(&it, conversationID)
+	if it != nil {
+		err = closeIter(it, err)
+	}
+	return seq, err
+}
+
+// lastSeqWith positions *itp (creating it if nil) at the conversation's
+// last event and returns its seq, 0 if none.
+func (s *Store) lastSeqWith(itp **pebble.Iterator, conv string) (uint64, error) {
+	lower, upper := convKey(famEvent, conv), convEnd(famEvent, conv)
+	if *itp == nil {
+		it, err := s.newIter(lower, upper)
+		if err != nil {
+			return 0, err
+		}
+		*itp = it
+	} else {
+		(*itp).SetBounds(lower, upper)
+	}
+	it := *itp
+	if !it.Last() {
+		if err := it.Error(); err != nil {
+			return 0, fmt.Errorf("pebblejournal: last seq of %q: %w", conv, err)
+		}
+		return 0, nil
+	}
+	return parseSeqKey(it.Key(), lower)
+}
+
+// LoadSince implements journal.EventLog: a reverse seek finds the latest
+// summary, then the iterator (same view) reads only the events after it.
+func (s *Store) LoadSince(ctx context.Context, conversationID string) (*messages.Summary, []*messages.Event, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, nil, err
+	}
+	defer s.end()
+	if err := journal.ValidateID("conversation id", conversationID); err != nil {
+		return nil, nil, err
+	}
+	sumPrefix := convKey(famSummary, conversationID)
+	it, err := s.newIter(sumPrefix, convEnd(famSummary, conversationID))
+	if err != nil {
+		return nil, nil, err
+	}
+	sum, err := lastSummary(it, sumPrefix)
+	if err != nil {
+		return nil, nil, closeIter(it, err)
+	}
+	after := sum.GetToSeq()
+	if after == math.MaxUint64 {
+		return sum, nil, closeIter(it, nil)
+	}
+	lower, upper := eventRange(conversationID, after, 0)
+	it.SetBounds(lower, upper)
+	evs, err := readEvents(it, convKey(famEvent, conversationID), 0)
+	if err = closeIter(it, err); err != nil {
+		return nil, nil, err
+	}
+	return sum, evs, nil
+}
+
+// lastSummary decodes the last summary within it's bounds, nil if none.
+func lastSummary(it *pebble.Iterator, prefix []byte) (*messages.Summary, error) {
+	if !it.Last() {
+		if err := it.Error(); err != nil {
+			return nil, fmt.Errorf("pebblejournal: iterate summaries: %w", err)
+		}
+		return nil, nil
+	}
+	v, err := it.ValueAndErr()
+	if err != nil {
+		return nil, fmt.Errorf("pebblejournal: read %s: %w", keyString(it.Key()), err)
+	}
+	return decodeSummary(it.Key(), v, prefix)
+}
+
+// LatestSummary implements journal.Summaries.
+func (s *Store) LatestSummary(ctx context.Context, conversationID string) (*messages.Summary, error) {
+	return s.summaryBelow(ctx, conversationID, 0, true)
+}
+
+// SummaryBefore implements journal.Summaries.
+func (s *Store) SummaryBefore(ctx context.Context, conversationID string, toSeq uint64) (*messages.Summary, error) {
+	return s.summaryBelow(ctx, conversationID, toSeq, false)
+}
+
+// summaryBelow returns the summary with the greatest ToSeq < below (no bound
+// if latest), by one reverse seek.
+func (s *Store) summaryBelow(ctx context.Context, conv string, below uint64, latest bool) (*messages.Summary, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	defer s.end()
+	if err := journal.ValidateID("conversation id", conv); err != nil {
+		return nil, err
+	}
+	prefix := convKey(famSummary, conv)
+	upper := convEnd(famSummary, conv)
+	if !latest {
+		if below == 0 {
+			return nil, fmt.Errorf("pebblejournal: summary of %q before 0: %w", conv, journal.ErrNotFound)
+		}
+		upper = seqKey(famSummary, conv, below)
+	}
+	it, err := s.newIter(prefix, upper)
+	if err != nil {
+		return nil, err
+	}
+	sum, err := lastSummary(it, prefix)
+	if err = closeIter(it, err); err != nil {
+		return nil, err
+	}
+	if sum == nil {
+		return nil, fmt.Errorf("pebblejournal: summary of %q: %w", conv, journal.ErrNotFound)
+	}
+	return sum, nil
+}
+
+// ToolCall implements journal.ToolCalls.
+func (s *Store) ToolCall(ctx context.Context, toolCallID string) (*messages.ToolCallRecord, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	defer s.end()
+	if err := journal.ValidateID("tool call id", toolCallID); err != nil {
+		return nil, err
+	}
+	ok := ownerKey(toolCallID)
+	it, err := s.newIter(ok, append(bytes.Clone(ok), 0))
+	if err != nil {
+		return nil, err
+	}
+	rec, err := s.toolCallWith(it, toolCallID)
+	if err = closeIter(it, err); err != nil {
+		return nil, err
+	}
+	if rec == nil {
+		return nil, fmt.Errorf("pebblejournal: tool call %q: %w", toolCallID, journal.ErrNotFound)
+	}
+	return rec, nil
+}
+
+// toolCallWith reads a tool call through its owner with one iterator (one
+// view): nil if the id is unknown.
+func (s *Store) toolCallWith(it *pebble.Iterator, call string) (*messages.ToolCallRecord, error) {
+	ok := ownerKey(call)
+	v, found, err := iterGet(it, ok)
+	if err != nil || !found {
+		return nil, err
+	}
+	conv, err := decodeOwner(ok, v)
+	if err != nil {
+		return nil, err
+	}
+	rk := idKey(famToolCall, conv, call)
+	v, found, err = iterGet(it, rk)
+	if err != nil {
+		return nil, err
+	}
+	if !found {
+		return nil, corruptKey(ok, fmt.Sprintf("owner %q has no row %s", conv, keyString(rk)))
+	}
+	return decodeToolCall(rk, v, conv, call)
+}
+
+// iterGet points it at exactly key (bounds [key, key+0x00)) and returns its
+// value, valid until it moves. It uses a prefix seek, so bloom filters skip
+// tables without the key.
+func iterGet(it *pebble.Iterator, key []byte) ([]byte, bool, error) {
+	it.SetBounds(key, append(key[:len(key):len(key)], 0))
+	if !it.SeekPrefixGE(key) || !bytes.Equal(it.Key(), key) {
+		if err := it.Error(); err != nil {
+			return nil, false, fmt.Errorf("pebblejournal: read %s: %w", keyString(key), err)
+		}
+		return nil, false, nil
+	}
+	v, err := it.ValueAndErr()
+	if err != nil {
+		return nil, false, fmt.Errorf("pebblejournal: read %s: %w", keyString(key), err)
+	}
+	return v, true, nil
+}
+
+// PendingToolCalls implements journal.ToolCalls: the pending index of the
+// conversation, then one seek per pending row, all in one view.
+func (s *Store) PendingToolCalls(ctx context.Context, conversationID string) ([]*messages.ToolCallRecord, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	defer s.end()
+	if err := journal.ValidateID("conversation id", conversationID); err != nil {
+		return nil, err
+	}
+	prefix := convKey(famPending, conversationID)
+	it, err := s.newIter(prefix, convEnd(famPending, conversationID))
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for ok := it.First(); ok; ok = it.Next() {
+		id, err := parseIDKey(it.Key(), prefix)
+		if err != nil {
+			return nil, closeIter(it, err)
+		}
+		ids = append(ids, id)
+	}
+	if err := it.Error(); err != nil {
+		return nil, closeIter(it, err)
+	}
+	out := make([]*messages.ToolCallRecord, 0, len(ids))
+	for _, id := range ids {
+		rk := idKey(famToolCall, conversationID, id)
+		v, found, err := iterGet(it, rk)
+		if err != nil {
+			return nil, closeIter(it, err)
+		}
+		if !found {
+			return nil, closeIter(it, corruptKey(idKey(famPending, conversationID, id), "pending entry without a row"))
+		}
+		rec, err := decodeToolCall(rk, v, conversationID, id)
+		if err != nil {
+			return nil, closeIter(it, err)
+		}
+		if rec.GetStatus() != messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING {
+			return nil, closeIter(it, corruptKey(idKey(famPending, conversationID, id), fmt.Sprintf("pending entry of a %v row", rec.GetStatus())))
+		}
+		out = append(out, rec)
+	}
+	if err := closeIter(it, nil); err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, nil
+}
+
+// deadlinePage is how many deadlines Deadlines reads per iterator; it calls
+// fn between pages without holding the iterator or the store's gate.
+const deadlinePage = 256
+
+// Deadlines implements journal.Deadlines. It scans the time-ordered index
+// from a low-water mark, so deadlines already resolved or cancelled (whose
+// deletes Pebble may still hold) are not walked again and again.
+func (s *Store) Deadlines(ctx context.Context, dueBy time.Time, fn func(*messages.Deadline) error) error {
+	var upper []byte
+	if dueBy.IsZero() {
+		upper = familyEnd(famDeadlineByTime)
+	} else {
+		upper = byTimeUpper(dueBy)
+	}
+	var lower []byte
+	first := true
+	for {
+		page, next, err := s.deadlinePage(ctx, lower, upper, first)
+		if err != nil {
+			return err
+		}
+		for _, d := range page {
+			if err := fn(d); err != nil {
+				return err
+			}
+		}
+		if next == nil {
+			return nil
+		}
+		lower, first = next, false
+	}
+}
+
+// deadlinePage reads up to deadlinePage deadlines from lower (from the
+// low-water mark when first) and returns where the next page starts (nil at
+// the end).
+func (s *Store) deadlinePage(ctx context.Context, lower, upper []byte, first bool) ([]*messages.Deadline, []byte, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, nil, err
+	}
+	defer s.end()
+	var gen uint64
+	var raise bool
+	if first {
+		lower, gen, raise = s.dl.startScan()
+		if lower == nil {
+			lower = []byte{famDeadlineByTime}
+		}
+		if bytes.Compare(lower, upper) >= 0 {
+			return nil, nil, nil
+		}
+	}
+	it, err := s.newIter(lower, upper)
+	if err != nil {
+		return nil, nil, err
+	}
+	var out []*messages.Deadline
+	var next, firstKey []byte
+	for ok := it.First(); ok; ok = it.Next() {
+		k := it.Key()
+		if len(out) == deadlinePage {
+			next = bytes.Clone(k)
+			break
+		}
+		at, call, conv, err := parseByTimeKey(k)
+		if err != nil {
+			return nil, nil, closeIter(it, err)
+		}
+		if firstKey == nil {
+			firstKey = bytes.Clone(k)
+		}
+		out = append(out, &messages.Deadline{ConversationId: conv, ToolCallId: call, At: at})
+	}
+	if err := closeIter(it, nil); err != nil {
+		return nil, nil, err
+	}
+	if first && raise {
+		if firstKey == nil {
+			firstKey = upper // nothing live below upper
+		}
+		s.dl.raise(firstKey, gen)
+	}
+	return out, next, nil
+}
+
+// ModelCalls implements journal.Audit.
+func (s *Store) ModelCalls(ctx context.Context, conversationID string) ([]*messages.ModelCall, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	defer s.end()
+	if err := journal.ValidateID("conversation id", conversationID); err != nil {
+		return nil, err
+	}
+	if !s.audit {
+		return nil, nil
+	}
+	var out []*messages.ModelCall
+	prefix := convKey(famAudit, conversationID)
+	err := s.scan(prefix, convEnd(famAudit, conversationID), func(k, v []byte) error {
+		mc, err := decodeModelCall(k, v, prefix, conversationID)
+		if err != nil {
+			return err
+		}
+		out = append(out, mc)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Conversation implements journal.Conversations.
+func (s *Store) Conversation(ctx context.Context, id string) (*messages.Conversation, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	defer s.end()
+	if err := journal.ValidateID("conversation id", id); err != nil {
+		return nil, err
+	}
+	k := convKey(famConv, id)
+	var row *messages.Conversation
+	found, err := s.get(k, func(v []byte) (err error) {
+		row, err = decodeConversation(k, v, id)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !found {
+		return nil, fmt.Errorf("pebblejournal: conversation %q: %w", id, journal.ErrNotFound)
+	}
+	return row, nil
+}
+
+// ListConversations implements journal.Conversations.
+func (s *Store) ListConversations(ctx context.Context, cursor string, limit int) ([]*messages.Conversation, string, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	if err := s.begin(ctx); err != nil {
+		return nil, "", err
+	}
+	defer s.end()
+	lower := []byte{famConv}
+	if cursor != "" {
+		lower = convEnd(famConv, cursor) // the first key after cursor's
+	}
+	it, err := s.newIter(lower, familyEnd(famConv))
+	if err != nil {
+		return nil, "", err
+	}
+	prefix := []byte{famConv}
+	var out []*messages.Conversation
+	next := ""
+	for ok := it.First(); ok; ok = it.Next() {
+		k := it.Key()
+		id, err := parseIDKey(k, prefix)
+		if err != nil {
+			return nil, "", closeIter(it, err)
+		}
+		if len(out) == limit {
+			next = out[len(out)-1].GetId()
+			break
+		}
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return nil, "", closeIter(it, fmt.Errorf("pebblejournal: read %s: %w", keyString(k), err))
+		}
+		row, err := decodeConversation(k, v, id)
+		if err != nil {
+			return nil, "", closeIter(it, err)
+		}
+		out = append(out, row)
+	}
+	if err := closeIter(it, nil); err != nil {
+		return nil, "", err
+	}
+	return out, next, nil
+}
+
+// Metadata implements journal.Conversations.
+func (s *Store) Metadata(ctx context.Context, id string) (map[string]string, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	defer s.end()
+	if err := journal.ValidateID("conversation id", id); err != nil {
+		return nil, err
+	}
+	out := make(map[string]string)
+	prefix := convKey(famMetadata, id)
+	err := s.scan(prefix, convEnd(famMetadata, id), func(k, v []byte) error {
+		key, err := parseIDKey(k, prefix)
+		if err != nil {
+			return err
+		}
+		val, err := decodeMetadataValue(k, v)
+		if err != nil {
+			return err
+		}
+		out[key] = val
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}

@@ -1,0 +1,405 @@
+package pebblejournal
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/lazarusrt/lazarus/journal"
+)
+
+var _ journal.Store = (*Store)(nil)
+
+// Lock striping. See the lock-ordering comment on Store.
+const (
+	convStripes = 512
+	idStripes   = 512
+)
+
+// layoutKey holds the version of the key layout; Open refuses a store
+// written with another one.
+var layoutKey = []byte{famMeta, 'l', 'a', 'y', 'o', 'u', 't'}
+
+const layoutVersion = "lazarus.pebblejournal.v1"
+
+var errClosed = fmt.Errorf("pebblejournal: store closed: %w", journal.ErrClosed)
+
+// Store is a journal.Store on an embedded Pebble database. It is safe for
+// concurrent use. Every write commits with a synced Pebble batch: a nil
+// error means the write is durable.
+//
+// Locking. Pebble has no transactions, so every conditional write (append
+// fence, resolve-only-if-pending, tool call id ownership, the tombstone
+// check) holds locks across its read-check-commit:
+//
+//   - gate (RWMutex): every method holds it for reading for its whole
+//     duration; Close holds it for writing. It is never taken twice by one
+//     goroutine (Deadlines releases it between pages, before calling fn).
+//   - convLocks[hash(conversation id) % convStripes]: held by every write
+//     that reads or changes a conversation's keys, across the synced commit.
+//   - idLocks[hash(tool call id) % idStripes]: held by every write that may
+//     claim a tool call id for a conversation (the global owner index),
+//     across the synced commit.
+//   - dl.mu: guards the deadline low-water mark; never held across I/O or
+//     while acquiring another lock.
+//
+// Order: gate, then conversation stripes in ascending stripe order, then id
+// stripes in ascending stripe order, then dl.mu. A goroutine never acquires
+// a lock earlier in this order while holding a later one, so there is no
+// deadlock. Readers take only the gate: they see committed state through
+// Pebble iterators (one iterator, one consistent view).
+//
+// Because the locks are held across the fsync, writes to different stripes
+// commit concurrently and Pebble groups their syncs.
+type Store struct {
+	db       *pebble.DB
+	fsCloser io.Closer
+	log      *slog.Logger
+	audit    bool
+	now      func() time.Time
+
+	gate   sync.RWMutex
+	closed bool // guarded by gate
+
+	failed atomic.Pointer[error] // set once by a fatal Pebble error
+
+	seed      maphash.Seed
+	convLocks [convStripes]sync.Mutex
+	idLocks   [idStripes]sync.Mutex
+
+	dl lowWater
+}
+
+// Open opens (creating if needed) the store in dir on opts.FS. Only one Store
+// may have a directory open at a time: a second Open of the same directory,
+// from this process or another, fails while the first is open.
+func Open(dir string, opts Options) (*Store, error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{
+		log:   o.Logger,
+		audit: o.Audit,
+		now:   time.Now,
+		seed:  maphash.MakeSeed(),
+	}
+	fs := o.FS
+	var fsCloser io.Closer = nopCloser{}
+	if fs == nil {
+		if o.DiskSlowThreshold > 0 {
+			fs, fsCloser = vfs.WithDiskHealthChecks(vfs.Default, o.DiskSlowThreshold, nil, func(info vfs.DiskSlowInfo) {
+				s.log.Warn("pebblejournal: slow disk", "path", info.Path, "op", info.OpType.String(), "duration", info.Duration)
+			})
+		} else {
+			fs = vfs.Default
+		}
+	}
+	lower, upper := 1, o.MaxConcurrentCompactions
+	popts := &pebble.Options{
+		FS:                          fs,
+		Logger:                      pebbleLogger{s},
+		EventListener:               s.eventListener(o.EventListener),
+		FormatMajorVersion:          FormatMajorVersion,
+		CacheSize:                   o.CacheSize,
+		MemTableSize:                o.MemTableSize,
+		MemTableStopWritesThreshold: 4,
+		L0CompactionThreshold:       4,
+		L0StopWritesThreshold:       24,
+		CompactionConcurrencyRange:  func() (int, int) { return lower, upper },
+		FlushDelayDeleteRange:       max(o.FlushDelayDeleteRange, 0),
+	}
+	// Bloom filters on every level (L1+ inherit L0's policy): point lookups
+	// (tombstones, tool call owners) that miss skip most tables.
+	popts.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
+	db, err := pebble.Open(dir, popts)
+	if err != nil {
+		_ = fsCloser.Close()
+		if strings.Contains(err.Error(), "lock") || errors.Is(err, syscall.EWOULDBLOCK) || errors.Is(err, syscall.EAGAIN) {
+			return nil, fmt.Errorf("pebblejournal: open %q: the directory is locked: another Store, in this process or another, has it open (one Store per directory): %w", dir, err)
+		}
+		return nil, fmt.Errorf("pebblejournal: open %q: %w", dir, err)
+	}
+	s.db = db
+	s.fsCloser = fsCloser
+	if err := s.checkLayout(); err != nil {
+		_ = db.Close()
+		_ = fsCloser.Close()
+		return nil, err
+	}
+	s.log.Debug("pebblejournal: opened", "dir", dir, "options", o.String())
+	return s, nil
+}
+
+// checkLayout records the layout version in a new store and refuses a
+// store written with another layout.
+func (s *Store) checkLayout() error {
+	if f := s.failure(); f != nil {
+		return f
+	}
+	v, closer, err := s.db.Get(layoutKey)
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+		b := s.db.NewBatch()
+		defer b.Close()
+		_ = b.Set(layoutKey, []byte(layoutVersion), nil)
+		return s.commit(b)
+	case err != nil:
+		return fmt.Errorf("pebblejournal: read layout version: %w", err)
+	}
+	defer closer.Close()
+	if string(v) != layoutVersion {
+		return journal.Corruptf("pebblejournal: key %s: layout %q, this build reads %q", keyString(layoutKey), v, layoutVersion)
+	}
+	return nil
+}
+
+// Close closes the database and releases the directory. It waits for calls
+// in progress. Later calls to Close return nil; every other method returns
+// an error wrapping journal.ErrClosed.
+func (s *Store) Close() error {
+	s.gate.Lock()
+	defer s.gate.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	err := s.db.Close()
+	if cerr := s.fsCloser.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("pebblejournal: close: %w", err)
+	}
+	return nil
+}
+
+// begin admits a call: it holds the gate for reading until end. It fails
+// when ctx is done, the store is closed, or it failed.
+func (s *Store) begin(ctx context.Context) error {
+	if ctx != nil {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("pebblejournal: %w", err)
+		}
+	}
+	s.gate.RLock()
+	if s.closed {
+		s.gate.RUnlock()
+		return errClosed
+	}
+	if f := s.failure(); f != nil {
+		s.gate.RUnlock()
+		return f
+	}
+	return nil
+}
+
+func (s *Store) end() { s.gate.RUnlock() }
+
+// failure returns the error of a fatal Pebble failure, or nil.
+func (s *Store) failure() error {
+	if p := s.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// fail marks the store failed. Pebble calls it (through Logger.Fatalf) when
+// it cannot continue, most importantly when a WAL write or sync failed: the
+// batch being committed is then not durable even though Pebble's Commit
+// returns nil. Every later call returns an error wrapping journal.ErrClosed;
+// the caller must Close and reopen, which recovers from what is on disk.
+func (s *Store) fail(msg string) {
+	err := fmt.Errorf("pebblejournal: store failed after a fatal storage error and accepts no more calls; close and reopen it (%s): %w", msg, journal.ErrClosed)
+	if s.failed.CompareAndSwap(nil, &err) {
+		s.log.Error("pebblejournal: fatal storage error; the store refuses every further call until reopened", "error", msg)
+	} else {
+		s.log.Error("pebblejournal: fatal storage error", "error", msg)
+	}
+}
+
+// commit applies b with a WAL sync. It returns nil only if the batch is
+// durable and the store has not failed.
+func (s *Store) commit(b *pebble.Batch) error {
+	if b.Empty() {
+		return s.failure()
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return fmt.Errorf("pebblejournal: commit: %w", err)
+	}
+	// Pebble reports a failed WAL sync through Logger.Fatalf and then
+	// returns nil from Commit; fail has run by now in this goroutine.
+	return s.failure()
+}
+
+// pebbleLogger routes Pebble's logger into the store's slog.Logger.
+type pebbleLogger struct{ s *Store }
+
+func (l pebbleLogger) Infof(format string, args ...any) {
+	l.s.log.Debug("pebble: " + strings.TrimSpace(fmt.Sprintf(format, args...)))
+}
+
+func (l pebbleLogger) Errorf(format string, args ...any) {
+	l.s.log.Error("pebble: " + strings.TrimSpace(fmt.Sprintf(format, args...)))
+}
+
+// Fatalf does not exit the process and does not panic: it marks the store
+// failed (see Store.fail) and returns, and Pebble carries on returning
+// errors or, for a failed commit, nil, which Store.commit turns into an
+// error.
+func (l pebbleLogger) Fatalf(format string, args ...any) {
+	l.s.fail(strings.TrimSpace(fmt.Sprintf(format, args...)))
+}
+
+// eventListener logs write stalls, slow disks, background errors and
+// corruption, then forwards to user's listener if any.
+func (s *Store) eventListener(user *pebble.EventListener) *pebble.EventListener {
+	l := pebble.EventListener{
+		WriteStallBegin: func(info pebble.WriteStallBeginInfo) {
+			s.log.Warn("pebblejournal: write stall begins", "reason", info.Reason)
+		},
+		WriteStallEnd: func() {
+			s.log.Info("pebblejournal: write stall ends")
+		},
+		DiskSlow: func(info pebble.DiskSlowInfo) {
+			s.log.Warn("pebblejournal: slow disk", "path", info.Path, "op", info.OpType.String(), "duration", info.Duration)
+		},
+		BackgroundError: func(err error) {
+			s.log.Error("pebblejournal: background error", "error", err)
+		},
+		DataCorruption: func(info pebble.DataCorruptionInfo) {
+			s.fail("data corruption: " + info.String())
+		},
+	}
+	if user != nil {
+		l = pebble.TeeEventListener(l, *user)
+	}
+	return &l
+}
+
+type nopCloser struct{}
+
+func (nopCloser) Close() error { return nil }
+
+// Striped locks.
+
+func (s *Store) convStripe(conv string) int {
+	return int(maphash.String(s.seed, conv) % convStripes)
+}
+
+func (s *Store) idStripe(id string) int {
+	return int(maphash.String(s.seed, id) % idStripes)
+}
+
+// lockSet is a set of stripes to hold together, acquired in the documented
+// order.
+type lockSet struct {
+	conv [convStripes]bool
+	id   [idStripes]bool
+}
+
+func (s *Store) lock(ls *lockSet) {
+	for i := range ls.conv {
+		if ls.conv[i] {
+			s.convLocks[i].Lock()
+		}
+	}
+	for i := range ls.id {
+		if ls.id[i] {
+			s.idLocks[i].Lock()
+		}
+	}
+}
+
+func (s *Store) unlock(ls *lockSet) {
+	for i := range ls.id {
+		if ls.id[i] {
+			s.idLocks[i].Unlock()
+		}
+	}
+	for i := range ls.conv {
+		if ls.conv[i] {
+			s.convLocks[i].Unlock()
+		}
+	}
+}
+
+// lockConv locks one conversation's stripe and returns its unlock.
+func (s *Store) lockConv(conv string) func() {
+	m := &s.convLocks[s.convStripe(conv)]
+	m.Lock()
+	return m.Unlock
+}
+
+// lockConvAndID locks one conversation stripe and one id stripe, in order.
+func (s *Store) lockConvAndID(conv, id string) func() {
+	c := &s.convLocks[s.convStripe(conv)]
+	i := &s.idLocks[s.idStripe(id)]
+	c.Lock()
+	i.Lock()
+	return func() {
+		i.Unlock()
+		c.Unlock()
+	}
+}
+
+// lowWater is a lower bound of the keys of the deadline-by-time index that
+// are live, so Deadlines skips the delete tombstones that resolved and
+// cancelled deadlines leave at the front of the index (a queue-like
+// pattern). Every live key is >= low. Writes that add keys lower it before
+// they commit; a scan raises it only if no such write overlapped the scan.
+type lowWater struct {
+	mu       sync.Mutex
+	low      []byte // nil: the start of the family
+	inflight int    // writes adding index keys, between begin and end
+	gen      uint64 // incremented when such a write ends
+}
+
+// beginAdd is called before committing a batch that adds the index key k
+// (the smallest it adds).
+func (w *lowWater) beginAdd(k []byte) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.inflight++
+	if w.low != nil && bytes.Compare(k, w.low) < 0 {
+		w.low = k
+	}
+}
+
+// endAdd is called after the commit returned, whatever its outcome.
+func (w *lowWater) endAdd() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.inflight--
+	w.gen++
+}
+
+// startScan returns where a scan starts and a token for raise.
+func (w *lowWater) startScan() (low []byte, gen uint64, ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.low, w.gen, w.inflight == 0
+}
+
+// raise moves the mark up to k, the first live key a scan started at
+// startScan found (or the scan's end when it found none), unless a write
+// adding keys overlapped the scan.
+func (w *lowWater) raise(k []byte, gen uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.inflight == 0 && w.gen == gen && (w.low == nil || bytes.Compare(k, w.low) > 0) {
+		w.low = k
+	}
+}

@@ -1,0 +1,513 @@
+package pebblejournal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+var ctx = context.Background()
+
+// openMem opens a store on a fresh in-memory filesystem and closes it when
+// the test ends.
+func openMem(t testing.TB, opts Options) *Store {
+	t.Helper()
+	if opts.FS == nil {
+		opts.FS = vfs.NewMem()
+	}
+	s, err := Open("db", opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func userEvent(text string) *messages.Event {
+	return &messages.Event{Body: &messages.Event_UserMsg{UserMsg: &messages.UserMessage{
+		Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: text}}},
+	}}}
+}
+
+func appendN(t testing.TB, s *Store, conv string, after uint64, n int) uint64 {
+	t.Helper()
+	evs := make([]*messages.Event, n)
+	for i := range evs {
+		evs[i] = userEvent(fmt.Sprintf("%s #%d", conv, after+uint64(i)+1))
+	}
+	res, err := s.Append(ctx, &messages.AppendRequest{ConversationId: conv, ExpectedLast: after, Events: evs})
+	require.NoError(t, err)
+	return res.LastSeq
+}
+
+func pendingCall(conv, id string) *messages.ToolCallRecord {
+	return &messages.ToolCallRecord{Id: id, ConversationId: conv, Name: "ask", Executor: messages.Executor_EXECUTOR_HUMAN}
+}
+
+func TestSmoke(t *testing.T) {
+	s := openMem(t, Options{Audit: true})
+	last := appendN(t, s, "c", 0, 3)
+	require.EqualValues(t, 3, last)
+
+	_, err := s.Append(ctx, &messages.AppendRequest{ConversationId: "c", ExpectedLast: 2, Events: []*messages.Event{userEvent("x")}})
+	require.ErrorIs(t, err, journal.ErrConflict)
+
+	evs, err := s.Events(ctx, "c", journal.EventQuery{})
+	require.NoError(t, err)
+	require.Len(t, evs, 3)
+	for i, ev := range evs {
+		require.EqualValues(t, i+1, ev.GetSeq())
+	}
+	evs, err = s.Events(ctx, "c", journal.EventQuery{Before: 3, Limit: 1})
+	require.NoError(t, err)
+	require.Len(t, evs, 1)
+	require.EqualValues(t, 2, evs[0].GetSeq())
+
+	require.NoError(t, s.PutSummary(ctx, "c", &messages.Summary{FromSeq: 1, ToSeq: 2, Content: "s"}))
+	sum, evs, err := s.LoadSince(ctx, "c")
+	require.NoError(t, err)
+	require.EqualValues(t, 2, sum.GetToSeq())
+	require.Len(t, evs, 1)
+	require.EqualValues(t, 3, evs[0].GetSeq())
+	_, err = s.SummaryBefore(ctx, "c", 2)
+	require.ErrorIs(t, err, journal.ErrNotFound)
+
+	// A tool call upserted and scheduled in one append, resolved later.
+	at := timestamppb.New(time.Unix(1000, 0))
+	res, err := s.Append(ctx, &messages.AppendRequest{
+		ConversationId: "c", ExpectedLast: 3, Events: []*messages.Event{userEvent("call")},
+		ToolCalls: []*messages.ToolCallRecord{pendingCall("c", "t1")},
+		Schedule:  []*messages.Deadline{{ConversationId: "c", ToolCallId: "t1", At: at}},
+	})
+	require.NoError(t, err)
+	require.EqualValues(t, 4, res.FirstSeq)
+	pend, err := s.PendingToolCalls(ctx, "c")
+	require.NoError(t, err)
+	require.Len(t, pend, 1)
+	var dls []*messages.Deadline
+	require.NoError(t, s.Deadlines(ctx, time.Time{}, func(d *messages.Deadline) error { dls = append(dls, d); return nil }))
+	require.Len(t, dls, 1)
+
+	rec, err := s.ResolveToolCall(ctx, "t1", messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, nil, time.Unix(5, 0))
+	require.NoError(t, err)
+	require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, rec.GetStatus())
+	_, err = s.ResolveToolCall(ctx, "t1", messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, nil, time.Unix(5, 0))
+	require.ErrorIs(t, err, journal.ErrStale)
+	pend, err = s.PendingToolCalls(ctx, "c")
+	require.NoError(t, err)
+	require.Empty(t, pend)
+	dls = nil
+	require.NoError(t, s.Deadlines(ctx, time.Time{}, func(d *messages.Deadline) error { dls = append(dls, d); return nil }))
+	require.Empty(t, dls)
+
+	require.NoError(t, s.PutMetadata(ctx, "c", map[string]string{"k": "v"}))
+	require.NoError(t, s.PutModelCall(ctx, &messages.ModelCall{ConversationId: "c", TurnRef: 1}))
+	require.NoError(t, s.DeleteConversation(ctx, "c"))
+	_, err = s.Append(ctx, &messages.AppendRequest{ConversationId: "c", Events: []*messages.Event{userEvent("x")}})
+	require.ErrorIs(t, err, journal.ErrDeleted)
+	evs, err = s.Events(ctx, "c", journal.EventQuery{})
+	require.NoError(t, err)
+	require.Empty(t, evs)
+	_, err = s.ToolCall(ctx, "t1")
+	require.ErrorIs(t, err, journal.ErrNotFound)
+	md, err := s.Metadata(ctx, "c")
+	require.NoError(t, err)
+	require.Empty(t, md)
+	require.ErrorIs(t, s.DeleteConversation(ctx, "c"), journal.ErrNotFound)
+
+	require.NoError(t, s.Close())
+	require.NoError(t, s.Close())
+	_, err = s.LastSeq(ctx, "c")
+	require.ErrorIs(t, err, journal.ErrClosed)
+}
+
+// TestConcurrentResolvers: of 1,000 concurrent resolvers of one call,
+// exactly one succeeds; the others get ErrStale; the deadline is gone.
+func TestConcurrentResolvers(t *testing.T) {
+	s := openMem(t, Options{})
+	_, err := s.Append(ctx, &messages.AppendRequest{
+		ConversationId: "c", Events: []*messages.Event{userEvent("q")},
+		ToolCalls: []*messages.ToolCallRecord{pendingCall("c", "t")},
+		Schedule:  []*messages.Deadline{{ConversationId: "c", ToolCallId: "t", At: timestamppb.New(time.Unix(100, 0))}},
+	})
+	require.NoError(t, err)
+	const n = 1000
+	var wins, stale atomic.Int32
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			var err error
+			if i%2 == 0 {
+				_, err = s.ResolveToolCall(ctx, "t", messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED,
+					&messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: fmt.Sprint(i)}}, time.Unix(int64(i), 0))
+			} else {
+				res := s.AppendBatch(ctx, []*messages.AppendRequest{{ConversationId: "c", Unfenced: true,
+					Resolutions: []*messages.ToolResolution{{ToolCallId: "t", Status: messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED}}}})
+				err = res[0].Err
+			}
+			switch {
+			case err == nil:
+				wins.Add(1)
+			case errors.Is(err, journal.ErrStale):
+				stale.Add(1)
+			default:
+				t.Errorf("resolver %d: %v", i, err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	require.EqualValues(t, 1, wins.Load())
+	require.EqualValues(t, n-1, stale.Load())
+	n2 := 0
+	require.NoError(t, s.Deadlines(ctx, time.Time{}, func(*messages.Deadline) error { n2++; return nil }))
+	require.Zero(t, n2)
+	pend, err := s.PendingToolCalls(ctx, "c")
+	require.NoError(t, err)
+	require.Empty(t, pend)
+}
+
+// TestConcurrentFence: of concurrent appends with the same expected last
+// seq, exactly one succeeds; the log has no gaps.
+func TestConcurrentFence(t *testing.T) {
+	s := openMem(t, Options{})
+	const writers, rounds = 16, 20
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	var wins atomic.Int32
+	for w := range writers {
+		wg.Go(func() {
+			<-start
+			for range rounds {
+				last, err := s.LastSeq(ctx, "c")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				_, err = s.Append(ctx, &messages.AppendRequest{ConversationId: "c", ExpectedLast: last,
+					Events: []*messages.Event{userEvent(fmt.Sprint(w)), userEvent(fmt.Sprint(w))}})
+				switch {
+				case err == nil:
+					wins.Add(1)
+				case !errors.Is(err, journal.ErrConflict):
+					t.Error(err)
+				}
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	evs, err := s.Events(ctx, "c", journal.EventQuery{})
+	require.NoError(t, err)
+	require.Len(t, evs, 2*int(wins.Load()))
+	for i := 0; i < len(evs); i += 2 {
+		require.EqualValues(t, i+1, evs[i].GetSeq())
+		// Both events of one append come from the same writer.
+		require.Equal(t, evs[i].GetUserMsg().GetContent()[0].GetText(), evs[i+1].GetUserMsg().GetContent()[0].GetText())
+	}
+}
+
+// TestConcurrentClaims: conversations racing to claim one tool call id:
+// exactly one owns it.
+func TestConcurrentClaims(t *testing.T) {
+	s := openMem(t, Options{})
+	const n = 64
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	var wins atomic.Int32
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			conv := fmt.Sprintf("c%d", i)
+			var err error
+			if i%2 == 0 {
+				err = s.UpsertToolCall(ctx, pendingCall(conv, "shared"))
+			} else {
+				_, err = s.Append(ctx, &messages.AppendRequest{ConversationId: conv, Events: []*messages.Event{userEvent("x")},
+					ToolCalls: []*messages.ToolCallRecord{pendingCall(conv, "shared")}})
+			}
+			switch {
+			case err == nil:
+				wins.Add(1)
+			case !errors.Is(err, journal.ErrConflict):
+				t.Error(err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	require.EqualValues(t, 1, wins.Load())
+}
+
+// TestBatchRequestsSeeEachOther: later requests of a batch see the earlier
+// ones, and a failing request leaves no trace while the others commit.
+func TestBatchRequestsSeeEachOther(t *testing.T) {
+	s := openMem(t, Options{})
+	res := s.AppendBatch(ctx, []*messages.AppendRequest{
+		{ConversationId: "a", Events: []*messages.Event{userEvent("1")}, ToolCalls: []*messages.ToolCallRecord{pendingCall("a", "t")}},
+		{ConversationId: "a", ExpectedLast: 1, Events: []*messages.Event{userEvent("2")},
+			ToolCalls: []*messages.ToolCallRecord{pendingCall("a", "u")},
+			Resolutions: []*messages.ToolResolution{
+				{ToolCallId: "t", Status: messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED},
+				{ToolCallId: "nope", Status: messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED},
+			}},
+		{ConversationId: "a", ExpectedLast: 1, Events: []*messages.Event{userEvent("2")},
+			Resolutions: []*messages.ToolResolution{{ToolCallId: "t", Status: messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED}}},
+		{ConversationId: "b", ToolCalls: []*messages.ToolCallRecord{pendingCall("b", "t")}},
+		nil,
+	})
+	require.NoError(t, res[0].Err)
+	require.ErrorIs(t, res[1].Err, journal.ErrStale)
+	require.NoError(t, res[2].Err)
+	require.EqualValues(t, 2, res[2].FirstSeq)
+	require.ErrorIs(t, res[3].Err, journal.ErrConflict)
+	require.ErrorIs(t, res[4].Err, journal.ErrInvalid)
+	_, err := s.ToolCall(ctx, "u")
+	require.ErrorIs(t, err, journal.ErrNotFound)
+	rec, err := s.ToolCall(ctx, "t")
+	require.NoError(t, err)
+	require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, rec.GetStatus())
+	last, err := s.LastSeq(ctx, "a")
+	require.NoError(t, err)
+	require.EqualValues(t, 2, last)
+}
+
+// TestDeadlinesLowWater: resolved deadlines are skipped from the low-water
+// mark on, and a deadline scheduled below the mark is still found.
+func TestDeadlinesLowWater(t *testing.T) {
+	s := openMem(t, Options{})
+	base := time.Unix(10_000, 0)
+	for i := range 50 {
+		id := fmt.Sprintf("t%02d", i)
+		require.NoError(t, s.UpsertToolCall(ctx, pendingCall("c", id)))
+		require.NoError(t, s.ScheduleDeadline(ctx, &messages.Deadline{ConversationId: "c", ToolCallId: id, At: timestamppb.New(base.Add(time.Duration(i) * time.Second))}))
+	}
+	list := func(dueBy time.Time) []string {
+		var out []string
+		require.NoError(t, s.Deadlines(ctx, dueBy, func(d *messages.Deadline) error {
+			out = append(out, d.GetToolCallId())
+			return nil
+		}))
+		return out
+	}
+	require.Len(t, list(time.Time{}), 50)
+	require.Len(t, list(base.Add(9*time.Second)), 10)
+	for i := range 40 {
+		_, err := s.ResolveToolCall(ctx, fmt.Sprintf("t%02d", i), messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED, nil, time.Time{})
+		require.NoError(t, err)
+	}
+	require.Empty(t, list(base.Add(39*time.Second)))
+	got := list(time.Time{})
+	require.Len(t, got, 10)
+	require.Equal(t, "t40", got[0])
+	low, _, _ := s.dl.startScan()
+	require.NotNil(t, low)
+	// Earlier than the mark: found, first.
+	require.NoError(t, s.ScheduleDeadline(ctx, &messages.Deadline{ConversationId: "d", ToolCallId: "early", At: timestamppb.New(base.Add(-time.Hour))}))
+	got = list(time.Time{})
+	require.Len(t, got, 11)
+	require.Equal(t, "early", got[0])
+	// Paging: more deadlines than one page.
+	for i := range deadlinePage + 10 {
+		require.NoError(t, s.ScheduleDeadline(ctx, &messages.Deadline{ConversationId: "p", ToolCallId: fmt.Sprintf("p%04d", i), At: timestamppb.New(base.Add(time.Hour))}))
+	}
+	got = list(time.Time{})
+	require.Len(t, got, 11+deadlinePage+10)
+	require.Equal(t, "p0000", got[11])
+	// fn may call the store (the gate is not held while fn runs).
+	require.NoError(t, s.Deadlines(ctx, time.Time{}, func(d *messages.Deadline) error {
+		_, err := s.LastSeq(ctx, d.GetConversationId())
+		return err
+	}))
+}
+
+// TestCorruptValue: a stored value that does not decode is reported as
+// ErrCorrupt naming the key, by every read that meets it.
+func TestCorruptValue(t *testing.T) {
+	s := openMem(t, Options{})
+	appendN(t, s, "c", 0, 3)
+	require.NoError(t, s.UpsertToolCall(ctx, pendingCall("c", "t")))
+	require.NoError(t, s.db.Set(seqKey(famEvent, "c", 2), []byte{0xFF, 0xFF, 0xFF}, nil))
+	require.NoError(t, s.db.Set(idKey(famToolCall, "c", "t"), []byte("\x0a\x01x"), nil)) // id "x" under "t"
+
+	_, err := s.Events(ctx, "c", journal.EventQuery{})
+	require.ErrorIs(t, err, journal.ErrCorrupt)
+	require.Contains(t, err.Error(), keyString(seqKey(famEvent, "c", 2)))
+	_, _, err = s.LoadSince(ctx, "c")
+	require.ErrorIs(t, err, journal.ErrCorrupt)
+	evs, err := s.Events(ctx, "c", journal.EventQuery{After: 2})
+	require.NoError(t, err)
+	require.Len(t, evs, 1)
+
+	_, err = s.ToolCall(ctx, "t")
+	require.ErrorIs(t, err, journal.ErrCorrupt)
+	_, err = s.PendingToolCalls(ctx, "c")
+	require.ErrorIs(t, err, journal.ErrCorrupt)
+	_, err = s.ResolveToolCall(ctx, "t", messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, nil, time.Time{})
+	require.ErrorIs(t, err, journal.ErrCorrupt)
+
+	// A malformed key inside a conversation's range.
+	require.NoError(t, s.db.Set(append(convKey(famEvent, "c"), 1, 2, 3), []byte{}, nil))
+	_, err = s.LastSeq(ctx, "c")
+	require.ErrorIs(t, err, journal.ErrCorrupt)
+}
+
+// TestSecondOpenFails: one directory, one open Store.
+func TestSecondOpenFails(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, Options{})
+	require.NoError(t, err)
+	_, err = Open(dir, Options{})
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "another Store")
+	t.Log(err)
+	appendN(t, s, "c", 0, 1)
+	require.NoError(t, s.Close())
+	s, err = Open(dir, Options{})
+	require.NoError(t, err)
+	last, err := s.LastSeq(ctx, "c")
+	require.NoError(t, err)
+	require.EqualValues(t, 1, last)
+	require.NoError(t, s.Close())
+}
+
+// logRecorder is a slog.Handler that keeps messages at Error level.
+type logRecorder struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (r *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (r *logRecorder) WithAttrs([]slog.Attr) slog.Handler      { return r }
+func (r *logRecorder) WithGroup(string) slog.Handler           { return r }
+func (r *logRecorder) Handle(_ context.Context, rec slog.Record) error {
+	if rec.Level < slog.LevelError {
+		return nil
+	}
+	var b strings.Builder
+	b.WriteString(rec.Message)
+	rec.Attrs(func(a slog.Attr) bool { fmt.Fprintf(&b, " %s=%v", a.Key, a.Value); return true })
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.msgs = append(r.msgs, b.String())
+	return nil
+}
+
+func (r *logRecorder) errors() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.msgs...)
+}
+
+// TestFatalWALErrorFailsStore: when the WAL cannot be written or synced,
+// Pebble calls Logger.Fatalf and its Commit returns nil. The store must not
+// acknowledge that write, must refuse every later call with ErrClosed, must
+// log the error, and must still close; what was acknowledged before
+// survives a reopen.
+func TestFatalWALErrorFailsStore(t *testing.T) {
+	mem := vfs.NewMem()
+	var on atomic.Bool
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if !on.Load() || !strings.HasSuffix(op.Path, ".log") {
+			return nil
+		}
+		switch op.Kind {
+		case errorfs.OpFileWrite, errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
+			return errorfs.ErrInjected
+		}
+		return nil
+	})
+	rec := &logRecorder{}
+	s, err := Open("db", Options{FS: errorfs.Wrap(mem, inj), Logger: slog.New(rec)})
+	require.NoError(t, err)
+	appendN(t, s, "c", 0, 2)
+
+	on.Store(true)
+	_, err = s.Append(ctx, &messages.AppendRequest{ConversationId: "c", ExpectedLast: 2, Events: []*messages.Event{userEvent("lost")}})
+	require.ErrorIs(t, err, journal.ErrClosed)
+	require.Contains(t, err.Error(), "fatal storage error")
+	t.Log(err)
+
+	_, err = s.Append(ctx, &messages.AppendRequest{ConversationId: "c", ExpectedLast: 3, Events: []*messages.Event{userEvent("later")}})
+	require.ErrorIs(t, err, journal.ErrClosed)
+	_, err = s.ResolveToolCall(ctx, "t", messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, nil, time.Time{})
+	require.ErrorIs(t, err, journal.ErrClosed)
+	_, err = s.LastSeq(ctx, "c")
+	require.ErrorIs(t, err, journal.ErrClosed)
+	require.NotEmpty(t, rec.errors())
+	require.Contains(t, strings.Join(rec.errors(), "\n"), "fatal")
+
+	on.Store(false)
+	_ = s.Close() // may report the WAL error; must not panic or hang
+	require.NoError(t, s.Close())
+
+	s, err = Open("db", Options{FS: mem})
+	require.NoError(t, err)
+	defer s.Close()
+	evs, err := s.Events(ctx, "c", journal.EventQuery{})
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(evs), 2)
+	require.Equal(t, "c #1", evs[0].GetUserMsg().GetContent()[0].GetText())
+}
+
+// TestCrashKeepsAcknowledged: every append that returned nil survives a
+// crash, whatever part of the unsynced data survives with it.
+func TestCrashKeepsAcknowledged(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, seed))
+	fs := vfs.NewCrashableMem()
+	s, err := Open("db", Options{FS: fs})
+	require.NoError(t, err)
+	acked := map[string]uint64{}
+	for round := range 5 {
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		for c := range 8 {
+			conv := fmt.Sprintf("c%d", c)
+			mu.Lock()
+			last := acked[conv]
+			mu.Unlock()
+			wg.Go(func() {
+				for i := range 10 {
+					_, err := s.Append(ctx, &messages.AppendRequest{ConversationId: conv, ExpectedLast: last,
+						Events: []*messages.Event{userEvent(fmt.Sprint(i)), userEvent(fmt.Sprint(i))}})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					last += 2
+				}
+				mu.Lock()
+				acked[conv] = last
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		clone := fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: rng.IntN(101), RNG: rng})
+		require.NoError(t, s.Close()) // the old store, on the old filesystem
+		fs = clone
+		s, err = Open("db", Options{FS: fs})
+		require.NoError(t, err, "round %d", round)
+		for conv, want := range acked {
+			evs, err := s.Events(ctx, conv, journal.EventQuery{})
+			require.NoError(t, err)
+			require.Len(t, evs, int(want), conv)
+		}
+	}
+	require.NoError(t, s.Close())
+}

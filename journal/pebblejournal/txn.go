@@ -1,0 +1,522 @@
+package pebblejournal
+
+import (
+	"bytes"
+	"cmp"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// txn is one synced write: an overlay of the rows it reads and changes, over
+// the committed state. The caller holds the locks of every conversation and
+// claimed tool call id it touches (see Store), so what it read stays true
+// until it commits. Requests are applied one by one; a failing request rolls
+// its overlay changes back and the others still commit. commit writes the
+// final state of every changed row, with its index entries, in one batch.
+type txn struct {
+	s     *Store
+	b     *pebble.Batch
+	it    *pebble.Iterator // for last-seq lookups; created lazily, after the locks
+	now   *timestamppb.Timestamp
+	convs map[string]*convState
+	calls map[string]*callState
+	dls   map[dlKey]*dlState
+	undo  []func()
+	seqs  []seqUndo // seqs set on caller's events, restored if the commit fails
+}
+
+type convState struct {
+	id        string
+	tomb      bool
+	seqLoaded bool
+	lastSeq   uint64
+	rowLoaded bool
+	row       *messages.Conversation // nil if absent; replaced, never mutated
+	rowDirty  bool
+}
+
+type callState struct {
+	id          string
+	origOwner   string // from the owner index; "" if the id is unclaimed
+	owner       string
+	rec         *messages.ToolCallRecord // nil if none; replaced, never mutated
+	origPending bool
+	dirty       bool
+}
+
+type dlKey struct{ conv, call string }
+
+type dlState struct {
+	orig, cur *timestamppb.Timestamp // nil: no deadline
+	dirty     bool
+}
+
+type seqUndo struct {
+	ev  *messages.Event
+	seq uint64
+}
+
+func (s *Store) newTxn() *txn {
+	return &txn{
+		s:     s,
+		b:     s.db.NewBatch(),
+		now:   timestamppb.New(s.now()),
+		convs: make(map[string]*convState),
+		calls: make(map[string]*callState),
+		dls:   make(map[dlKey]*dlState),
+	}
+}
+
+func (t *txn) close() {
+	if t.it != nil {
+		_ = t.it.Close()
+	}
+	_ = t.b.Close()
+}
+
+// mark and rollback bracket one request.
+func (t *txn) mark() int { return len(t.undo) }
+
+func (t *txn) rollback(m int) {
+	for i := len(t.undo) - 1; i >= m; i-- {
+		t.undo[i]()
+	}
+	t.undo = t.undo[:m]
+}
+
+func (t *txn) saveConv(cs *convState) {
+	prev := *cs
+	t.undo = append(t.undo, func() { *cs = prev })
+}
+
+func (t *txn) saveCall(c *callState) {
+	prev := *c
+	t.undo = append(t.undo, func() { *c = prev })
+}
+
+func (t *txn) saveDeadline(d *dlState) {
+	prev := *d
+	t.undo = append(t.undo, func() { *d = prev })
+}
+
+// conv returns the state of a conversation, reading its tombstone.
+func (t *txn) conv(id string) (*convState, error) {
+	if cs, ok := t.convs[id]; ok {
+		return cs, nil
+	}
+	cs := &convState{id: id}
+	k := convKey(famTombstone, id)
+	found, err := t.s.get(k, func(v []byte) error { return unmarshal(k, v, &messages.Tombstone{}) })
+	if err != nil {
+		return nil, err
+	}
+	cs.tomb = found
+	t.convs[id] = cs
+	return cs, nil
+}
+
+// live returns the state of a conversation that may be written: ErrDeleted
+// if it has a tombstone.
+func (t *txn) live(id string) (*convState, error) {
+	cs, err := t.conv(id)
+	if err != nil {
+		return nil, err
+	}
+	if cs.tomb {
+		return nil, fmt.Errorf("pebblejournal: conversation %q: %w", id, journal.ErrDeleted)
+	}
+	return cs, nil
+}
+
+// lastSeq returns the conversation's last seq (with this txn's appends).
+func (t *txn) lastSeq(cs *convState) (uint64, error) {
+	if cs.seqLoaded {
+		return cs.lastSeq, nil
+	}
+	seq, err := t.s.lastSeqWith(&t.it, cs.id)
+	if err != nil {
+		return 0, err
+	}
+	cs.seqLoaded, cs.lastSeq = true, seq
+	return seq, nil
+}
+
+// row returns the conversation's row (nil if none).
+func (t *txn) row(cs *convState) (*messages.Conversation, error) {
+	if cs.rowLoaded {
+		return cs.row, nil
+	}
+	k := convKey(famConv, cs.id)
+	var row *messages.Conversation
+	_, err := t.s.get(k, func(v []byte) (err error) {
+		row, err = decodeConversation(k, v, cs.id)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	cs.rowLoaded, cs.row = true, row
+	return row, nil
+}
+
+// hasRow reports whether the conversation has a row, without reading it
+// when the log is not empty: the first append creates the row, and only
+// DeleteConversation removes it, together with the log.
+func (t *txn) hasRow(cs *convState) (bool, error) {
+	if !cs.rowLoaded && cs.seqLoaded && cs.lastSeq > 0 {
+		return true, nil
+	}
+	row, err := t.row(cs)
+	return row != nil, err
+}
+
+// setRow replaces the conversation's row in the overlay.
+func (t *txn) setRow(cs *convState, row *messages.Conversation) error {
+	if err := checkSize("row of conversation "+cs.id, row, journal.MaxRecordBytes); err != nil {
+		return err
+	}
+	t.saveConv(cs)
+	row.Updated = t.now
+	cs.rowLoaded, cs.row, cs.rowDirty = true, row, true
+	return nil
+}
+
+// editRow returns a copy of the row to change (a new row if there is none,
+// with status ACTIVE, created at created or now if nil), to be passed to
+// setRow.
+func (t *txn) editRow(cs *convState, created *timestamppb.Timestamp) (*messages.Conversation, error) {
+	row, err := t.row(cs)
+	if err != nil {
+		return nil, err
+	}
+	if row == nil {
+		return &messages.Conversation{
+			Id:      cs.id,
+			Status:  messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE,
+			Created: cmp.Or(created, t.now),
+		}, nil
+	}
+	return proto.Clone(row).(*messages.Conversation), nil
+}
+
+// ensureRow creates the conversation's row if it has none.
+func (t *txn) ensureRow(cs *convState, created *timestamppb.Timestamp) error {
+	ok, err := t.hasRow(cs)
+	if err != nil || ok {
+		return err
+	}
+	row, err := t.editRow(cs, created)
+	if err != nil {
+		return err
+	}
+	return t.setRow(cs, row)
+}
+
+// call returns the state of a tool call id: its owner and row.
+func (t *txn) call(id string) (*callState, error) {
+	if c, ok := t.calls[id]; ok {
+		return c, nil
+	}
+	c := &callState{id: id}
+	ok := ownerKey(id)
+	if _, err := t.s.get(ok, func(v []byte) (err error) {
+		c.origOwner, err = decodeOwner(ok, v)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	c.owner = c.origOwner
+	if c.owner != "" {
+		rk := idKey(famToolCall, c.owner, id)
+		found, err := t.s.get(rk, func(v []byte) (err error) {
+			c.rec, err = decodeToolCall(rk, v, c.owner, id)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		if !found {
+			return nil, corruptKey(ok, fmt.Sprintf("owner %q has no row %s", c.owner, keyString(rk)))
+		}
+		c.origPending = c.rec.GetStatus() == messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING
+	}
+	t.calls[id] = c
+	return c, nil
+}
+
+// upsertCall inserts or replaces a tool call row of conv. The caller holds
+// the id's lock.
+func (t *txn) upsertCall(cs *convState, rec *messages.ToolCallRecord) error {
+	c, err := t.call(rec.GetId())
+	if err != nil {
+		return err
+	}
+	if c.owner != "" && c.owner != cs.id {
+		return fmt.Errorf("pebblejournal: tool call %q belongs to conversation %q, not %q: %w", rec.GetId(), c.owner, cs.id, journal.ErrConflict)
+	}
+	if rec.GetStatus() == messages.ToolCallStatus_TOOL_CALL_STATUS_UNSPECIFIED {
+		rec = proto.Clone(rec).(*messages.ToolCallRecord)
+		rec.Status = messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING
+	}
+	t.saveCall(c)
+	c.owner, c.rec, c.dirty = cs.id, rec, true
+	return nil
+}
+
+// resolveCall moves a pending call of conv to a terminal status and removes
+// its deadline. ErrStale if the call is unknown, of another conversation or
+// not pending.
+func (t *txn) resolveCall(conv, id string, status messages.ToolCallStatus, result *messages.ToolOutcome, at *timestamppb.Timestamp) (*messages.ToolCallRecord, error) {
+	c, err := t.call(id)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case c.rec == nil:
+		return nil, fmt.Errorf("pebblejournal: resolve tool call %q: unknown: %w", id, journal.ErrStale)
+	case c.owner != conv:
+		return nil, fmt.Errorf("pebblejournal: resolve tool call %q: it belongs to conversation %q, not %q: %w", id, c.owner, conv, journal.ErrStale)
+	case c.rec.GetStatus() != messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING:
+		return nil, fmt.Errorf("pebblejournal: resolve tool call %q: it is %v: %w", id, c.rec.GetStatus(), journal.ErrStale)
+	}
+	rec := proto.Clone(c.rec).(*messages.ToolCallRecord)
+	rec.Status, rec.Result, rec.Resolved = status, result, at
+	if err := checkSize("tool call "+id, rec, journal.MaxRecordBytes); err != nil {
+		return nil, err
+	}
+	t.saveCall(c)
+	c.rec, c.dirty = rec, true
+	if err := t.setDeadline(conv, id, nil); err != nil {
+		return nil, err
+	}
+	return rec, nil
+}
+
+// deadline returns the state of the deadline of call in conv.
+func (t *txn) deadline(conv, call string) (*dlState, error) {
+	key := dlKey{conv, call}
+	if d, ok := t.dls[key]; ok {
+		return d, nil
+	}
+	d := &dlState{}
+	k := idKey(famDeadline, conv, call)
+	if _, err := t.s.get(k, func(v []byte) error {
+		rec, err := decodeDeadline(k, v, conv, call)
+		d.orig = rec.GetAt()
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	d.cur = d.orig
+	t.dls[key] = d
+	return d, nil
+}
+
+// setDeadline schedules (at != nil) or cancels (nil) the deadline of call.
+func (t *txn) setDeadline(conv, call string, at *timestamppb.Timestamp) error {
+	d, err := t.deadline(conv, call)
+	if err != nil {
+		return err
+	}
+	if d.cur == nil && at == nil {
+		return nil
+	}
+	t.saveDeadline(d)
+	d.cur, d.dirty = at, true
+	return nil
+}
+
+// apply applies one validated append request to the overlay, staging its
+// events in the batch. On error the overlay is as before.
+func (t *txn) apply(req *messages.AppendRequest) (res journal.AppendResult, err error) {
+	m := t.mark()
+	defer func() {
+		if err != nil {
+			t.rollback(m)
+		}
+	}()
+	conv := req.GetConversationId()
+	cs, err := t.live(conv)
+	if err != nil {
+		return res, err
+	}
+	res.FirstSeq, res.LastSeq = req.GetExpectedLast(), req.GetExpectedLast()
+	var last uint64
+	if !req.GetUnfenced() {
+		if last, err = t.lastSeq(cs); err != nil {
+			return res, err
+		}
+		if last != req.GetExpectedLast() {
+			return res, fmt.Errorf("pebblejournal: append to %q after %d (last is %d): %w", conv, req.GetExpectedLast(), last, journal.ErrConflict)
+		}
+	}
+	for _, tc := range req.GetToolCalls() {
+		if err := t.upsertCall(cs, tc); err != nil {
+			return res, err
+		}
+	}
+	for _, r := range req.GetResolutions() {
+		if _, err := t.resolveCall(conv, r.GetToolCallId(), r.GetStatus(), r.GetResult(), r.GetAt()); err != nil {
+			return res, err
+		}
+	}
+	// A new row is created at the time of the request's first event, if
+	// it has one, as memjournal does.
+	var created *timestamppb.Timestamp
+	if evs := req.GetEvents(); len(evs) > 0 {
+		created = evs[0].GetTime()
+	}
+	if req.GetFsmState() != nil || req.GetStatus() != messages.ConversationStatus_CONVERSATION_STATUS_UNSPECIFIED {
+		row, err := t.editRow(cs, created)
+		if err != nil {
+			return res, err
+		}
+		if st := req.GetFsmState(); st != nil {
+			row.FsmState = st
+		}
+		if s := req.GetStatus(); s != messages.ConversationStatus_CONVERSATION_STATUS_UNSPECIFIED {
+			row.Status = s
+		}
+		if err := t.setRow(cs, row); err != nil {
+			return res, err
+		}
+	} else if err := t.ensureRow(cs, created); err != nil {
+		return res, err
+	}
+	for _, d := range req.GetSchedule() {
+		if err := checkTime(d.GetAt(), d.GetToolCallId()); err != nil {
+			return res, err
+		}
+		if err := t.setDeadline(conv, d.GetToolCallId(), d.GetAt()); err != nil {
+			return res, err
+		}
+	}
+	for _, id := range req.GetCancel() {
+		if err := t.setDeadline(conv, id, nil); err != nil {
+			return res, err
+		}
+	}
+	// Events last: nothing after this can fail.
+	if evs := req.GetEvents(); len(evs) > 0 {
+		bufs := make([][]byte, len(evs))
+		for i, ev := range evs {
+			old := ev.GetSeq()
+			ev.Seq = last + 1 + uint64(i)
+			bufs[i], err = proto.Marshal(ev)
+			ev.Seq = old
+			if err != nil {
+				return res, journal.Invalidf("pebblejournal: event %d of append to %q cannot be encoded (%v)", i, conv, err)
+			}
+		}
+		for i, ev := range evs {
+			t.seqs = append(t.seqs, seqUndo{ev, ev.GetSeq()})
+			ev.Seq = last + 1 + uint64(i)
+			_ = t.b.Set(seqKey(famEvent, conv, ev.Seq), bufs[i], nil)
+		}
+		t.saveConv(cs)
+		cs.lastSeq = last + uint64(len(evs))
+		res.FirstSeq, res.LastSeq = last+1, cs.lastSeq
+	}
+	return res, nil
+}
+
+// commit writes the overlay into the batch and commits it synced. On
+// failure it restores the seqs it set on the caller's events.
+func (t *txn) commit() error {
+	minAdd, err := t.flush()
+	if err == nil {
+		if minAdd != nil {
+			t.s.dl.beginAdd(minAdd)
+			defer t.s.dl.endAdd()
+		}
+		err = t.s.commit(t.b)
+	}
+	if err != nil {
+		for i := len(t.seqs) - 1; i >= 0; i-- {
+			t.seqs[i].ev.Seq = t.seqs[i].seq
+		}
+	}
+	return err
+}
+
+// flush writes the final state of every changed row into the batch. It
+// returns the smallest deadline-by-time key it adds, if any.
+func (t *txn) flush() (minAdd []byte, err error) {
+	b := t.b
+	for _, cs := range t.convs {
+		if !cs.rowDirty {
+			continue
+		}
+		v, err := proto.Marshal(cs.row)
+		if err != nil {
+			return nil, journal.Invalidf("pebblejournal: row of %q cannot be encoded (%v)", cs.id, err)
+		}
+		_ = b.Set(convKey(famConv, cs.id), v, nil)
+	}
+	for _, c := range t.calls {
+		if !c.dirty {
+			continue
+		}
+		v, err := proto.Marshal(c.rec)
+		if err != nil {
+			return nil, journal.Invalidf("pebblejournal: tool call %q cannot be encoded (%v)", c.id, err)
+		}
+		if c.owner != c.origOwner {
+			_ = b.Set(ownerKey(c.id), []byte(c.owner), nil)
+		}
+		_ = b.Set(idKey(famToolCall, c.owner, c.id), v, nil)
+		pending := c.rec.GetStatus() == messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING
+		switch {
+		case pending && (!c.origPending || c.owner != c.origOwner):
+			_ = b.Set(idKey(famPending, c.owner, c.id), nil, nil)
+		case !pending && c.origPending:
+			_ = b.Delete(idKey(famPending, c.owner, c.id), nil)
+		}
+	}
+	for key, d := range t.dls {
+		if !d.dirty || proto.Equal(d.orig, d.cur) {
+			continue
+		}
+		if d.orig != nil {
+			_ = b.Delete(byTimeKey(d.orig, key.call, key.conv), nil)
+		}
+		if d.cur == nil {
+			_ = b.Delete(idKey(famDeadline, key.conv, key.call), nil)
+			continue
+		}
+		v, err := proto.Marshal(&messages.Deadline{ConversationId: key.conv, ToolCallId: key.call, At: d.cur})
+		if err != nil {
+			return nil, journal.Invalidf("pebblejournal: deadline of %q cannot be encoded (%v)", key.call, err)
+		}
+		_ = b.Set(idKey(famDeadline, key.conv, key.call), v, nil)
+		tk := byTimeKey(d.cur, key.call, key.conv)
+		_ = b.Set(tk, nil, nil)
+		if minAdd == nil || bytes.Compare(tk, minAdd) < 0 {
+			minAdd = tk
+		}
+	}
+	return minAdd, nil
+}
+
+// checkTime rejects a timestamp outside the range protobuf allows; the
+// deadline index relies on it being normalized.
+func checkTime(at *timestamppb.Timestamp, call string) error {
+	if err := at.CheckValid(); err != nil {
+		return journal.Invalidf("pebblejournal: deadline of tool call %q: %v", call, err)
+	}
+	return nil
+}
+
+// checkSize rejects a record that cannot be encoded or exceeds max bytes.
+func checkSize(what string, m proto.Message, max int) error {
+	n := proto.Size(m)
+	if n > max {
+		return journal.Invalidf("pebblejournal: %s of %d bytes exceeds %d", what, n, max)
+	}
+	return nil
+}
