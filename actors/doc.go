@@ -1,0 +1,42 @@
+// Package actors holds the actors of a Lazarus node, built on protoactor-go:
+// the conversation actor (one per active conversation), the journal actor
+// (the single writer of the Store) and the expiry actor (the timers of
+// pending human calls).
+//
+// # Journal actor
+//
+// NewJournal: every durable write of the node goes through it as a
+// *messages.JournalWrite. It commits whatever arrived while the previous
+// commit was in flight as one Store.AppendBatch (one sync for many
+// conversations) and replies *messages.JournalWriteReply only after that
+// call returned. Errors travel in the reply (journal.ErrorToProto /
+// journal.ErrorFromProto), so errors.Is works on the requester's side. On
+// stop or restart it finishes and answers everything it accepted, and
+// writes still queued behind the stop are answered with ErrClosed.
+//
+// # Expiry actor
+//
+// NewExpiry: holds every scheduled deadline in one min-heap with one Clock
+// timer for the earliest, rebuilt from Store.Deadlines on start. A due
+// deadline becomes an unfenced JournalWrite that resolves the call to
+// EXPIRED through the Store's atomic "only if pending" rule, so it never
+// races a late human answer into a double resolution; on success the
+// runtime is told (ExpiryOptions.Deliver) to deliver the resolution to the
+// conversation.
+//
+// # Rules every actor here follows
+//
+//   - Only Receive touches actor state. Work off the actor's goroutine (a
+//     Store commit, a model call, a timer) reports back with a message to
+//     the actor itself; such local-only notifications are plain Go values,
+//     never sent across processes.
+//   - Every goroutine has an owner that stops it and waits for it.
+//   - Time comes from a Clock (SystemClock in production,
+//     actorstest.ManualClock in tests); a timer callback only sends a
+//     message.
+//   - PIDs have no incarnation, so every request carries a request id and
+//     replies are matched on it; a reply meant for an earlier incarnation is
+//     ignored.
+//   - Receive does not panic on bad input; supervisors restart these actors
+//     without losing the message in hand.
+package actors

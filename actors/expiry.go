@@ -1,0 +1,307 @@
+package actors
+
+import (
+	"context"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// ExpiryOptions configures the expiry actor. Store and Journal are required.
+type ExpiryOptions struct {
+	// Store is read on Started with Store.Deadlines to rebuild the timer of
+	// every scheduled deadline (if the read fails, it is retried after
+	// RetryAfter). The expiry actor never writes to it directly. Required.
+	Store journal.Store
+	// Journal is the journal actor. Expires are written through it, as
+	// unfenced JournalWrites, so the journal actor batches them with other
+	// writes. Required.
+	Journal *actor.PID
+	// Clock supplies time and the one timer. Default SystemClock().
+	Clock Clock
+	// Deliver is called after an expire was written: the call is now
+	// durably expired and its conversation must be told (the runtime
+	// ensures the conversation started and sends it the resolution with
+	// the system scope). It runs on the actor's goroutine and must not
+	// block. It is not called when the call had been answered first (the
+	// write failed with ErrStale). Default: nothing is delivered.
+	Deliver func(conversationID, toolCallID string)
+	// RetryAfter is how long to wait before writing an expire again after
+	// a failure other than ErrStale (closed, I/O), and before reading the
+	// Store again after a failed rebuild. Default 1s.
+	RetryAfter time.Duration
+	// ReplyTimeout is how long an expire may go unanswered before it is
+	// sent again (a request is lost, for example, when the journal actor is
+	// gone). Default 30s.
+	ReplyTimeout time.Duration
+	// MaxInFlight bounds the expires sent to the journal actor and not yet
+	// answered; further due deadlines wait for replies, so a million
+	// deadlines due at once do not flood the journal's mailbox. Default 4096.
+	MaxInFlight int
+	// Logger receives the actor's logs. Default: discard.
+	Logger *slog.Logger
+}
+
+const (
+	defaultExpiryRetryAfter   = time.Second
+	defaultExpiryReplyTimeout = 30 * time.Second
+	defaultExpiryMaxInFlight  = 4096
+)
+
+func (o ExpiryOptions) withDefaults() ExpiryOptions {
+	if o.Clock == nil {
+		o.Clock = SystemClock()
+	}
+	if o.RetryAfter <= 0 {
+		o.RetryAfter = defaultExpiryRetryAfter
+	}
+	if o.ReplyTimeout <= 0 {
+		o.ReplyTimeout = defaultExpiryReplyTimeout
+	}
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = defaultExpiryMaxInFlight
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o
+}
+
+// ExpiredOutcome returns the result the expiry actor records for a call that
+// expired: a tool error with code "expired". Each call returns a new value.
+func ExpiredOutcome() *messages.ToolOutcome {
+	return &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Error{Error: &messages.ToolError{
+		Code:    "expired",
+		Message: "no answer before the deadline",
+	}}}
+}
+
+// NewExpiry returns the Props of the expiry actor, which holds the timers of
+// every scheduled deadline of a pending human call and expires the call when
+// its deadline passes, even while its conversation actor is dead. It panics
+// if opts.Store or opts.Journal is nil.
+//
+// # Messages
+//
+//   - *messages.ScheduleExpiry arms the deadline of one tool call, replacing
+//     any earlier one of the same call. A deadline already past fires at
+//     once. The durable deadline row must already be written (by the
+//     conversation's append); this message only updates memory.
+//   - *messages.CancelExpiry removes the deadline of a tool call, if any.
+//
+// Neither gets a reply.
+//
+// # Expiring
+//
+// When a deadline passes, the actor sends the journal actor (with Request)
+// one unfenced JournalWrite per call, carrying one ToolResolution: status
+// EXPIRED, result ExpiredOutcome(), stamped with the clock's time. One call
+// per request, so a call answered first (ErrStale) fails only itself.
+// Replies are matched by request id; request ids start at a random value in
+// each incarnation, so a reply meant for an earlier incarnation is ignored.
+// On success Deliver is called; on ErrStale nothing happens (a human or the
+// conversation answered first: the Store's atomic resolve picked one
+// winner); on an error no retry can fix (invalid, deleted) the call is
+// dropped with a log line; on any other error the expire is written again
+// after RetryAfter. Due deadlines expire in (time, tool call id) order.
+//
+// # Timers and memory
+//
+// Deadlines live in one min-heap ordered by (time, tool call id), indexed by
+// tool call id. The actor arms exactly one Clock timer, for the earliest
+// time it must act (the earliest deadline, a retry, or a reply timeout);
+// the timer's callback only sends the actor a message (expiryTick, a local
+// Go value that never leaves the process) and never touches its state. An
+// entry is 40 bytes plus an index slot and its two id strings; a million
+// pending deadlines take roughly 100-150 MB including the id bytes (see
+// BenchmarkExpirySchedule).
+//
+// # Restarts
+//
+// On Started the actor reads every deadline from the Store (Store reads on
+// Started are the one blocking I/O it does on its own goroutine): deadlines
+// that passed while it was down fire at once. The durable deadline row is
+// removed by the same write that expires or resolves its call, so a rebuild
+// never revives a finished call. Expires in flight when the actor stops
+// lose their replies: such a call may be durably expired without Deliver
+// having run, so the conversation's revival must treat a tool call row
+// that is terminal while its log has no resolution as resolved. Receive
+// does not panic on any input.
+func NewExpiry(opts ExpiryOptions) *actor.Props {
+	if opts.Store == nil {
+		panic("actors: NewExpiry without a Store")
+	}
+	if opts.Journal == nil {
+		panic("actors: NewExpiry without a journal actor")
+	}
+	opts = opts.withDefaults()
+	return actor.PropsFromProducer(func() actor.Actor { return &expiryActor{opts: opts} })
+}
+
+// expiryActor is one incarnation of the expiry actor.
+type expiryActor struct {
+	opts   ExpiryOptions
+	q      *expiryQueue
+	self   *actor.PID
+	system *actor.ActorSystem
+
+	rebuilt   bool  // the Store's deadlines were read
+	rebuildAt int64 // when to read them again after a failure
+
+	tick      *expiryTick // the message the armed timer will send; nil if none is armed
+	tickAt    int64       // when the armed timer fires
+	stopTimer func() bool
+}
+
+// expiryTick is what the clock callback sends the expiry actor. It is a
+// local-only message (a plain Go value, never sent across processes). The
+// actor acts only on the tick of the timer it has armed, compared by
+// pointer; ticks of timers it has since replaced are ignored.
+type expiryTick struct{}
+
+// Receive implements actor.Actor.
+func (a *expiryActor) Receive(ctx actor.Context) {
+	switch msg := ctx.Message().(type) {
+	case *actor.Started:
+		a.self, a.system = ctx.Self(), ctx.ActorSystem()
+		o := a.opts
+		a.q = newExpiryQueue(rand.Uint64(), o.MaxInFlight, int64(o.RetryAfter), int64(o.ReplyTimeout))
+		a.rebuild()
+		a.process(ctx)
+	case *messages.ScheduleExpiry:
+		d := msg.GetDeadline()
+		if err := journal.ValidateDeadline(d); err != nil {
+			a.opts.Logger.Warn("actors: expiry: ignoring a bad ScheduleExpiry", "err", err)
+			return
+		}
+		a.q.schedule(d.GetConversationId(), d.GetToolCallId(), unixNanos(d.GetAt()))
+		a.process(ctx)
+	case *messages.CancelExpiry:
+		a.q.cancel(msg.GetToolCallId())
+		a.process(ctx)
+	case *messages.JournalWriteReply:
+		a.onReply(msg)
+		a.process(ctx)
+	case *expiryTick:
+		if msg != a.tick {
+			return // from a timer since replaced or stopped
+		}
+		a.tick, a.stopTimer = nil, nil
+		a.process(ctx)
+	case *actor.DeadLetterResponse:
+		a.opts.Logger.Warn("actors: expiry: the journal actor is unreachable; unanswered expires are sent again after the reply timeout",
+			"journal", a.opts.Journal, "reply_timeout", a.opts.ReplyTimeout)
+	case *actor.Stopping, *actor.Restarting:
+		a.disarm()
+	}
+}
+
+// rebuild reads every deadline of the Store into the heap. On failure it
+// plans another read after RetryAfter.
+func (a *expiryActor) rebuild() {
+	start := time.Now()
+	n := 0
+	err := a.opts.Store.Deadlines(context.Background(), time.Time{}, func(d *messages.Deadline) error {
+		if err := journal.ValidateDeadline(d); err != nil {
+			a.opts.Logger.Warn("actors: expiry: skipping a bad stored deadline", "err", err)
+			return nil
+		}
+		a.q.schedule(d.GetConversationId(), d.GetToolCallId(), unixNanos(d.GetAt()))
+		n++
+		return nil
+	})
+	if err != nil {
+		a.rebuildAt = a.opts.Clock.Now().Add(a.opts.RetryAfter).UnixNano()
+		a.opts.Logger.Error("actors: expiry: reading the Store's deadlines failed; retrying", "err", err, "read", n, "retry_after", a.opts.RetryAfter)
+		return
+	}
+	a.rebuilt = true
+	a.opts.Logger.Info("actors: expiry: deadlines rebuilt from the Store", "deadlines", n, "took", time.Since(start))
+}
+
+func (a *expiryActor) onReply(r *messages.JournalWriteReply) {
+	err := journal.ErrorFromProto(r.GetReply().GetError())
+	v, conv, call := a.q.reply(a.opts.Clock.Now().UnixNano(), r.GetRequestId(), err)
+	log := a.opts.Logger
+	switch v {
+	case verdictDeliver:
+		log.Debug("actors: expiry: tool call expired", "conversation", conv, "tool_call", call)
+		if a.opts.Deliver != nil {
+			a.opts.Deliver(conv, call)
+		}
+	case verdictStale:
+		log.Debug("actors: expiry: tool call answered before its deadline", "conversation", conv, "tool_call", call)
+	case verdictDrop:
+		log.Warn("actors: expiry: dropping an expire that cannot be written", "conversation", conv, "tool_call", call, "err", err)
+	case verdictRetry:
+		log.Warn("actors: expiry: writing an expire failed; retrying", "conversation", conv, "tool_call", call, "err", err, "retry_after", a.opts.RetryAfter)
+	}
+}
+
+// process does whatever is due now and arms the timer for what comes next.
+func (a *expiryActor) process(ctx actor.Context) {
+	now := a.opts.Clock.Now()
+	n := now.UnixNano()
+	if !a.rebuilt && n >= a.rebuildAt {
+		a.rebuild()
+	}
+	at := timestamppb.New(now)
+	a.q.due(n, func(req uint64, conv, call string) {
+		ctx.Request(a.opts.Journal, &messages.JournalWrite{
+			RequestId: req,
+			Request: &messages.AppendRequest{
+				ConversationId: conv,
+				Unfenced:       true,
+				Resolutions: []*messages.ToolResolution{{
+					ToolCallId: call,
+					Status:     messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED,
+					Result:     ExpiredOutcome(),
+					At:         at,
+				}},
+			},
+		})
+	})
+	a.arm(n)
+}
+
+// arm keeps exactly one timer armed, for the earliest time process must run
+// again, or none if nothing is waiting.
+func (a *expiryActor) arm(now int64) {
+	at, ok := a.q.wake()
+	if !a.rebuilt && (!ok || a.rebuildAt < at) {
+		at, ok = a.rebuildAt, true
+	}
+	if !ok {
+		a.disarm()
+		return
+	}
+	if a.tick != nil && a.tickAt == at {
+		return
+	}
+	a.disarm()
+	var d time.Duration // zero when at is not in the future
+	if at > now {
+		d = time.Duration(at - now)
+		if d < 0 {
+			d = math.MaxInt64 // the subtraction overflowed: as good as never
+		}
+	}
+	tick := &expiryTick{}
+	system, self := a.system, a.self
+	a.tick, a.tickAt = tick, at
+	a.stopTimer = a.opts.Clock.AfterFunc(d, func() { system.Root.Send(self, tick) })
+}
+
+func (a *expiryActor) disarm() {
+	if a.stopTimer != nil {
+		a.stopTimer()
+	}
+	a.tick, a.stopTimer = nil, nil
+}

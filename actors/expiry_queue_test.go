@@ -1,0 +1,267 @@
+package actors
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/lazarusrt/lazarus/journal"
+)
+
+// checkDeadlineHeap verifies the heap property and the index.
+func checkDeadlineHeap(t *testing.T, h *deadlineHeap) {
+	t.Helper()
+	require.Len(t, h.index, len(h.entries))
+	for i := range h.entries {
+		require.Equal(t, i, h.index[h.entries[i].call])
+		if i > 0 {
+			p := (i - 1) / 2
+			require.False(t, h.entries[i].before(&h.entries[p]), "entry %d sorts before its parent", i)
+		}
+	}
+}
+
+// TestExpiryHeapAgainstModel applies random puts, replaces and removes to
+// the heap and to a map, then drains the heap and compares it with the
+// map's sorted entries.
+func TestExpiryHeapAgainstModel(t *testing.T) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	h := newDeadlineHeap()
+	model := map[string]deadlineEntry{}
+	for step := range 20000 {
+		call := fmt.Sprintf("call-%d", rng.IntN(500))
+		switch rng.IntN(4) {
+		case 0, 1, 2: // put or replace; times collide often to test the tie-break
+			at := int64(rng.IntN(100))
+			conv := fmt.Sprintf("conv-%d", rng.IntN(10))
+			h.put(conv, call, at)
+			model[call] = deadlineEntry{at: at, call: call, conv: conv}
+		case 3:
+			_, had := model[call]
+			require.Equal(t, had, h.remove(call))
+			delete(model, call)
+		}
+		if step%1000 == 0 {
+			checkDeadlineHeap(t, h)
+		}
+	}
+	checkDeadlineHeap(t, h)
+	want := make([]deadlineEntry, 0, len(model))
+	for _, e := range model {
+		want = append(want, e)
+	}
+	slices.SortFunc(want, func(a, b deadlineEntry) int {
+		return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.call, b.call))
+	})
+	got := make([]deadlineEntry, 0, len(want))
+	for h.len() > 0 {
+		got = append(got, h.pop())
+	}
+	require.Equal(t, want, got)
+	require.Empty(t, h.index)
+}
+
+func TestExpiryUnixNanos(t *testing.T) {
+	ts := time.Date(2030, 5, 6, 7, 8, 9, 123, time.UTC)
+	require.Equal(t, ts.UnixNano(), unixNanos(timestamppb.New(ts)))
+	require.Equal(t, int64(math.MaxInt64), unixNanos(&timestamppb.Timestamp{Seconds: 253402300799})) // year 9999
+	require.Equal(t, int64(math.MinInt64), unixNanos(&timestamppb.Timestamp{Seconds: -62135596800})) // year 1
+}
+
+func TestExpiryClassifyError(t *testing.T) {
+	cases := []struct {
+		name string
+		err  error
+		want expireVerdict
+	}{
+		{"success", nil, verdictDeliver},
+		{"stale", fmt.Errorf("x: %w", journal.ErrStale), verdictStale},
+		{"invalid", journal.ErrInvalid, verdictDrop},
+		{"deleted", journal.ErrDeleted, verdictDrop},
+		{"closed", journal.ErrClosed, verdictRetry},
+		{"corrupt", journal.ErrCorrupt, verdictRetry},
+		{"internal", fmt.Errorf("disk on fire"), verdictRetry},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, classifyExpireError(tc.err))
+		})
+	}
+}
+
+type sentExpire struct {
+	req        uint64
+	conv, call string
+}
+
+// queueHarness drives an expiryQueue and records what it sends.
+type queueHarness struct {
+	q    *expiryQueue
+	sent []sentExpire
+}
+
+func newQueueHarness(maxInFlight int) *queueHarness {
+	return &queueHarness{q: newExpiryQueue(100, maxInFlight, 10, 1000)}
+}
+
+func (h *queueHarness) due(now int64) []sentExpire {
+	h.sent = nil
+	h.q.due(now, func(req uint64, conv, call string) { h.sent = append(h.sent, sentExpire{req, conv, call}) })
+	return h.sent
+}
+
+func wakeAt(t *testing.T, q *expiryQueue) int64 {
+	t.Helper()
+	at, ok := q.wake()
+	require.True(t, ok, "expected a wake-up time")
+	return at
+}
+
+func TestExpiryQueueDueInOrder(t *testing.T) {
+	h := newQueueHarness(100)
+	h.q.schedule("c1", "b", 50)
+	h.q.schedule("c1", "a", 50)
+	h.q.schedule("c2", "z", 10)
+	h.q.schedule("c2", "late", 500)
+	require.Equal(t, int64(10), wakeAt(t, h.q))
+	require.Empty(t, h.due(9), "nothing is due before its time")
+	got := h.due(50)
+	require.Equal(t, []sentExpire{{101, "c2", "z"}, {102, "c1", "a"}, {103, "c1", "b"}}, got)
+	// Next wake: the earliest of the reply timeouts (sent at 50, +1000) and
+	// the next deadline (500).
+	require.Equal(t, int64(500), wakeAt(t, h.q))
+}
+
+func TestExpiryQueueReplies(t *testing.T) {
+	h := newQueueHarness(100)
+	h.q.schedule("c", "ok", 1)
+	h.q.schedule("c", "stale", 1)
+	h.q.schedule("c", "broken", 1)
+	h.q.schedule("c", "invalid", 1)
+	sent := h.due(1)
+	require.Len(t, sent, 4)
+	reqOf := map[string]uint64{}
+	for _, s := range sent {
+		reqOf[s.call] = s.req
+	}
+
+	v, conv, call := h.q.reply(2, reqOf["ok"], nil)
+	require.Equal(t, verdictDeliver, v)
+	require.Equal(t, "c", conv)
+	require.Equal(t, "ok", call)
+
+	v, _, _ = h.q.reply(2, reqOf["stale"], journal.ErrStale)
+	require.Equal(t, verdictStale, v)
+
+	v, _, _ = h.q.reply(2, reqOf["invalid"], journal.ErrInvalid)
+	require.Equal(t, verdictDrop, v)
+
+	v, _, call = h.q.reply(2, reqOf["broken"], journal.ErrClosed)
+	require.Equal(t, verdictRetry, v)
+	require.Equal(t, "broken", call)
+	require.Equal(t, int64(12), wakeAt(t, h.q), "retried after retryAfter")
+	require.Empty(t, h.due(11))
+	require.Equal(t, []sentExpire{{105, "c", "broken"}}, h.due(12))
+
+	v, _, _ = h.q.reply(13, reqOf["ok"], nil)
+	require.Equal(t, verdictIgnore, v, "a reply is used once")
+	v, _, _ = h.q.reply(13, 99999, nil)
+	require.Equal(t, verdictIgnore, v, "unknown request ids are ignored")
+}
+
+func TestExpiryQueueCancelOrRescheduleWhileInFlight(t *testing.T) {
+	h := newQueueHarness(100)
+	h.q.schedule("c", "cancelled", 1)
+	h.q.schedule("c", "moved", 1)
+	sent := h.due(1)
+	require.Len(t, sent, 2)
+
+	h.q.cancel("cancelled")
+	h.q.schedule("c", "moved", 300)
+
+	// Failures are not retried: the cancel or the new deadline decides.
+	v, _, _ := h.q.reply(2, sent[0].req, journal.ErrClosed)
+	require.Equal(t, verdictIgnore, v)
+	v, _, _ = h.q.reply(2, sent[1].req, journal.ErrClosed)
+	require.Equal(t, verdictIgnore, v)
+	require.Equal(t, int64(300), wakeAt(t, h.q))
+	require.Equal(t, []sentExpire{{103, "c", "moved"}}, h.due(300))
+
+	// A success still delivers after a cancel: the call did expire.
+	h.q.cancel("moved")
+	v, _, call := h.q.reply(301, 103, nil)
+	require.Equal(t, verdictDeliver, v)
+	require.Equal(t, "moved", call)
+	_, ok := h.q.wake()
+	require.False(t, ok, "nothing left")
+}
+
+func TestExpiryQueueReplyTimeout(t *testing.T) {
+	h := newQueueHarness(100)
+	h.q.schedule("c", "x", 0)
+	first := h.due(0)
+	require.Len(t, first, 1)
+	require.Equal(t, int64(1000), wakeAt(t, h.q), "the reply timeout")
+	require.Empty(t, h.due(999))
+	second := h.due(1000)
+	require.Len(t, second, 1)
+	require.NotEqual(t, first[0].req, second[0].req)
+
+	// The first attempt's late success delivers; the second's stale reply
+	// then changes nothing.
+	v, _, _ := h.q.reply(1001, first[0].req, nil)
+	require.Equal(t, verdictDeliver, v)
+	v, _, _ = h.q.reply(1001, second[0].req, journal.ErrStale)
+	require.Equal(t, verdictIgnore, v)
+	_, ok := h.q.wake()
+	require.False(t, ok)
+
+	// A timed-out attempt of a call rescheduled meanwhile is not resent.
+	h.q.schedule("c", "y", 2000)
+	require.Len(t, h.due(2000), 1)
+	h.q.schedule("c", "y", 5000)
+	require.Empty(t, h.due(3000))
+	require.Equal(t, int64(5000), wakeAt(t, h.q))
+	require.Len(t, h.due(5000), 1)
+}
+
+func TestExpiryQueueMaxInFlight(t *testing.T) {
+	h := newQueueHarness(2)
+	for i := range 5 {
+		h.q.schedule("c", fmt.Sprintf("k%d", i), 1)
+	}
+	sent := h.due(1)
+	require.Len(t, sent, 2)
+	// At capacity the due deadlines do not count for the wake-up time; the
+	// reply timeout of the oldest attempt does.
+	require.Equal(t, int64(1001), wakeAt(t, h.q))
+	v, _, _ := h.q.reply(2, sent[0].req, nil)
+	require.Equal(t, verdictDeliver, v)
+	require.Equal(t, []sentExpire{{103, "c", "k2"}}, h.due(2))
+}
+
+// TestExpiryQueueAttemptsCompact checks that the FIFO of attempts does not
+// grow without bound as flights finish.
+func TestExpiryQueueAttemptsCompact(t *testing.T) {
+	h := newQueueHarness(10)
+	for i := range 5000 {
+		h.q.schedule("c", fmt.Sprintf("k%d", i), int64(i))
+		for _, s := range h.due(int64(i)) {
+			v, _, _ := h.q.reply(int64(i), s.req, nil)
+			require.Equal(t, verdictDeliver, v)
+		}
+		_, _ = h.q.wake()
+	}
+	require.Empty(t, h.q.flights)
+	require.Empty(t, h.q.byReq)
+	require.Less(t, len(h.q.attempts)-h.q.head, 2)
+}

@@ -1,0 +1,537 @@
+package actors_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/lazarusrt/lazarus/actors"
+	"github.com/lazarusrt/lazarus/actors/actorstest"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/journal/memjournal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+var expiryT0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// receivedWrite is a JournalWrite seen by a fakeJournal, with whom to answer.
+type receivedWrite struct {
+	sender *actor.PID
+	w      *messages.JournalWrite
+}
+
+// fakeJournal stands in for the journal actor in expiry tests. With auto
+// nil, it hands every write to the test, which answers with answer; with
+// auto set, it answers at once with auto's error.
+type fakeJournal struct {
+	sys    *actor.ActorSystem
+	pid    *actor.PID
+	writes chan receivedWrite
+}
+
+func newFakeJournal(t *testing.T, sys *actor.ActorSystem, auto func(*messages.JournalWrite) error) *fakeJournal {
+	t.Helper()
+	j := &fakeJournal{sys: sys, writes: make(chan receivedWrite, 20000)}
+	j.pid = sys.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+		w, ok := ctx.Message().(*messages.JournalWrite)
+		if !ok {
+			return
+		}
+		j.writes <- receivedWrite{sender: ctx.Sender(), w: w}
+		if auto != nil {
+			ctx.Respond(writeReply(w, auto(w)))
+		}
+	}))
+	return j
+}
+
+func writeReply(w *messages.JournalWrite, err error) *messages.JournalWriteReply {
+	return &messages.JournalWriteReply{RequestId: w.GetRequestId(), Reply: &messages.AppendReply{Error: journal.ErrorToProto(err)}}
+}
+
+func (j *fakeJournal) answer(r receivedWrite, err error) {
+	j.sys.Root.Send(r.sender, writeReply(r.w, err))
+}
+
+func (j *fakeJournal) next(t *testing.T) receivedWrite {
+	t.Helper()
+	select {
+	case r := <-j.writes:
+		return r
+	case <-time.After(replyWait):
+		t.Fatal("no JournalWrite reached the journal")
+		return receivedWrite{}
+	}
+}
+
+func (j *fakeJournal) requireNone(t *testing.T) {
+	t.Helper()
+	select {
+	case r := <-j.writes:
+		t.Fatalf("unexpected JournalWrite %v", r.w)
+	default:
+	}
+}
+
+// resolvedCall returns the tool call id of an expire write, checking its
+// shape.
+func resolvedCall(t *testing.T, w *messages.JournalWrite) string {
+	t.Helper()
+	req := w.GetRequest()
+	require.True(t, req.GetUnfenced())
+	require.Empty(t, req.GetEvents())
+	require.Len(t, req.GetResolutions(), 1)
+	res := req.GetResolutions()[0]
+	require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED, res.GetStatus())
+	require.True(t, proto.Equal(actors.ExpiredOutcome(), res.GetResult()))
+	return res.GetToolCallId()
+}
+
+type delivery struct{ conv, call string }
+
+// expiryHarness is an expiry actor on a ManualClock, with a channel of its
+// deliveries.
+type expiryHarness struct {
+	sys        *actor.ActorSystem
+	clock      *actorstest.ManualClock
+	store      journal.Store
+	deliveries chan delivery
+	opts       actors.ExpiryOptions
+	pid        *actor.PID
+}
+
+func newExpiryHarness(t *testing.T, store journal.Store, journalPID func(*actor.ActorSystem) *actor.PID) *expiryHarness {
+	t.Helper()
+	h := &expiryHarness{
+		sys:        newTestSystem(t),
+		clock:      actorstest.NewManualClock(expiryT0),
+		store:      store,
+		deliveries: make(chan delivery, 20000),
+	}
+	h.opts = actors.ExpiryOptions{
+		Store:      store,
+		Journal:    journalPID(h.sys),
+		Clock:      h.clock,
+		RetryAfter: 5 * time.Second,
+		Deliver:    func(conv, call string) { h.deliveries <- delivery{conv, call} },
+	}
+	return h
+}
+
+func (h *expiryHarness) start() *actor.PID {
+	h.pid = h.sys.Root.Spawn(actors.NewExpiry(h.opts))
+	return h.pid
+}
+
+func (h *expiryHarness) schedule(conv, call string, at time.Time) {
+	h.sys.Root.Send(h.pid, &messages.ScheduleExpiry{Deadline: &messages.Deadline{
+		ConversationId: conv, ToolCallId: call, At: timestamppb.New(at),
+	}})
+}
+
+// waitArmed waits until the actor's one timer is armed for at.
+func (h *expiryHarness) waitArmed(t *testing.T, at time.Time) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		next, ok := h.clock.Next()
+		return ok && next.Equal(at) && h.clock.Timers() == 1
+	}, replyWait, time.Millisecond, "timer not armed for %v", at)
+}
+
+func (h *expiryHarness) nextDelivery(t *testing.T) delivery {
+	t.Helper()
+	select {
+	case d := <-h.deliveries:
+		return d
+	case <-time.After(replyWait):
+		t.Fatal("nothing was delivered")
+		return delivery{}
+	}
+}
+
+func TestExpiryFiresAtDeadlineNotBefore(t *testing.T) {
+	var j *fakeJournal
+	h := newExpiryHarness(t, memjournal.New(memjournal.Options{}), func(sys *actor.ActorSystem) *actor.PID {
+		j = newFakeJournal(t, sys, nil)
+		return j.pid
+	})
+	h.start()
+	deadline := expiryT0.Add(10 * time.Second)
+	h.schedule("conv", "call-1", deadline)
+	h.waitArmed(t, deadline)
+
+	h.clock.Advance(10*time.Second - time.Nanosecond)
+	require.Equal(t, 1, h.clock.Timers(), "the timer did not fire before the deadline")
+	j.requireNone(t)
+
+	h.clock.Advance(time.Nanosecond)
+	r := j.next(t)
+	require.Equal(t, "call-1", resolvedCall(t, r.w))
+	require.Equal(t, "conv", r.w.GetRequest().GetConversationId())
+	require.True(t, deadline.Equal(r.w.GetRequest().GetResolutions()[0].GetAt().AsTime()), "stamped with the clock's time")
+	require.Len(t, h.deliveries, 0, "nothing is delivered before the write is answered")
+
+	j.answer(r, nil)
+	require.Equal(t, delivery{"conv", "call-1"}, h.nextDelivery(t))
+	require.Eventually(t, func() bool { return h.clock.Timers() == 0 }, replyWait, time.Millisecond, "no timer once nothing waits")
+}
+
+func TestExpiryPastDeadlineFiresAtOnce(t *testing.T) {
+	var j *fakeJournal
+	h := newExpiryHarness(t, memjournal.New(memjournal.Options{}), func(sys *actor.ActorSystem) *actor.PID {
+		j = newFakeJournal(t, sys, func(*messages.JournalWrite) error { return nil })
+		return j.pid
+	})
+	h.start()
+	h.schedule("conv", "late", expiryT0.Add(-time.Minute))
+	require.Equal(t, "late", resolvedCall(t, j.next(t).w))
+	require.Equal(t, delivery{"conv", "late"}, h.nextDelivery(t))
+}
+
+func TestExpiryReplaceMovesDeadline(t *testing.T) {
+	var j *fakeJournal
+	h := newExpiryHarness(t, memjournal.New(memjournal.Options{}), func(sys *actor.ActorSystem) *actor.PID {
+		j = newFakeJournal(t, sys, func(*messages.JournalWrite) error { return nil })
+		return j.pid
+	})
+	h.start()
+	h.schedule("conv", "call", expiryT0.Add(10*time.Second))
+	h.waitArmed(t, expiryT0.Add(10*time.Second))
+
+	h.schedule("conv", "call", expiryT0.Add(20*time.Second)) // later
+	h.waitArmed(t, expiryT0.Add(20*time.Second))
+	h.clock.Advance(15 * time.Second)
+	j.requireNone(t)
+
+	h.schedule("conv", "call", expiryT0.Add(17*time.Second)) // earlier again
+	h.waitArmed(t, expiryT0.Add(17*time.Second))
+	h.clock.Advance(2 * time.Second)
+	require.Equal(t, "call", resolvedCall(t, j.next(t).w))
+	require.Equal(t, delivery{"conv", "call"}, h.nextDelivery(t))
+	h.clock.Advance(time.Hour)
+	j.requireNone(t)
+}
+
+func TestExpiryCancelPreventsExpire(t *testing.T) {
+	var j *fakeJournal
+	h := newExpiryHarness(t, memjournal.New(memjournal.Options{}), func(sys *actor.ActorSystem) *actor.PID {
+		j = newFakeJournal(t, sys, func(*messages.JournalWrite) error { return nil })
+		return j.pid
+	})
+	h.start()
+	h.schedule("conv", "keep", expiryT0.Add(20*time.Second))
+	h.schedule("conv", "drop", expiryT0.Add(10*time.Second))
+	h.waitArmed(t, expiryT0.Add(10*time.Second))
+
+	h.sys.Root.Send(h.pid, &messages.CancelExpiry{ConversationId: "conv", ToolCallId: "drop"})
+	h.waitArmed(t, expiryT0.Add(20*time.Second))
+	h.clock.Advance(15 * time.Second)
+	j.requireNone(t)
+	h.clock.Advance(5 * time.Second)
+	require.Equal(t, "keep", resolvedCall(t, j.next(t).w))
+
+	h.sys.Root.Send(h.pid, &messages.CancelExpiry{ConversationId: "conv", ToolCallId: "unknown"})
+	require.Eventually(t, func() bool { return h.clock.Timers() == 0 }, replyWait, time.Millisecond)
+	h.clock.Advance(time.Hour)
+	j.requireNone(t)
+}
+
+func TestExpiryOrdering(t *testing.T) {
+	var j *fakeJournal
+	h := newExpiryHarness(t, memjournal.New(memjournal.Options{}), func(sys *actor.ActorSystem) *actor.PID {
+		j = newFakeJournal(t, sys, func(*messages.JournalWrite) error { return nil })
+		return j.pid
+	})
+	h.start()
+	h.schedule("c2", "d", expiryT0.Add(3*time.Second))
+	h.schedule("c1", "b", expiryT0.Add(2*time.Second))
+	h.schedule("c3", "a", expiryT0.Add(2*time.Second))
+	h.schedule("c1", "c", expiryT0.Add(time.Second))
+	h.waitArmed(t, expiryT0.Add(time.Second))
+
+	h.clock.Advance(time.Minute) // all due at once
+	var calls, delivered []string
+	for range 4 {
+		calls = append(calls, resolvedCall(t, j.next(t).w))
+	}
+	for range 4 {
+		delivered = append(delivered, h.nextDelivery(t).call)
+	}
+	want := []string{"c", "a", "b", "d"} // by time, then tool call id
+	require.Equal(t, want, calls)
+	require.Equal(t, want, delivered)
+}
+
+func TestExpiryOneTimerForManyDeadlines(t *testing.T) {
+	const n = 10000
+	var j *fakeJournal
+	h := newExpiryHarness(t, memjournal.New(memjournal.Options{}), func(sys *actor.ActorSystem) *actor.PID {
+		j = newFakeJournal(t, sys, func(*messages.JournalWrite) error { return nil })
+		return j.pid
+	})
+	h.opts.MaxInFlight = 100 // make the flow control take part too
+	h.start()
+	rng := rand.New(rand.NewPCG(1, 2))
+	deadlines := make(map[string]time.Time, n)
+	for i := range n - 1 {
+		call := fmt.Sprintf("call-%05d", i)
+		deadlines[call] = expiryT0.Add(time.Minute + time.Duration(rng.IntN(3600))*time.Second)
+		h.schedule(fmt.Sprintf("conv-%d", i%97), call, deadlines[call])
+		if i%1000 == 0 {
+			require.LessOrEqual(t, h.clock.Timers(), 1)
+		}
+	}
+	earliest := expiryT0.Add(time.Second)
+	deadlines["call-first"] = earliest
+	h.schedule("conv-x", "call-first", earliest) // the last one sent is the earliest
+	h.waitArmed(t, earliest)
+	require.Equal(t, 1, h.clock.Timers(), "one timer for %d deadlines", n)
+
+	h.clock.Advance(2 * time.Hour)
+	var prevAt time.Time
+	prevCall := ""
+	for range n {
+		call := resolvedCall(t, j.next(t).w)
+		at, ok := deadlines[call]
+		require.True(t, ok, "expired %s once", call)
+		delete(deadlines, call)
+		require.True(t, at.After(prevAt) || (at.Equal(prevAt) && call > prevCall),
+			"%s (%v) sent after %s (%v): not in deadline order", call, at, prevCall, prevAt)
+		prevAt, prevCall = at, call
+	}
+	for range n {
+		h.nextDelivery(t)
+	}
+	require.Eventually(t, func() bool { return h.clock.Timers() == 0 }, replyWait, time.Millisecond)
+}
+
+func TestExpiryRetriesAfterError(t *testing.T) {
+	var j *fakeJournal
+	h := newExpiryHarness(t, memjournal.New(memjournal.Options{}), func(sys *actor.ActorSystem) *actor.PID {
+		j = newFakeJournal(t, sys, nil)
+		return j.pid
+	})
+	h.start()
+	h.schedule("conv", "call", expiryT0.Add(time.Second))
+	h.waitArmed(t, expiryT0.Add(time.Second))
+	h.clock.Advance(time.Second)
+
+	first := j.next(t)
+	j.answer(first, fmt.Errorf("disk gone: %w", journal.ErrClosed))
+	h.waitArmed(t, expiryT0.Add(time.Second+h.opts.RetryAfter))
+	h.clock.Advance(h.opts.RetryAfter - time.Nanosecond)
+	j.requireNone(t)
+	h.clock.Advance(time.Nanosecond)
+	second := j.next(t)
+	require.Equal(t, "call", resolvedCall(t, second.w))
+	require.NotEqual(t, first.w.GetRequestId(), second.w.GetRequestId())
+	j.answer(second, nil)
+	require.Equal(t, delivery{"conv", "call"}, h.nextDelivery(t))
+}
+
+func TestExpiryResendsUnansweredExpire(t *testing.T) {
+	var j *fakeJournal
+	h := newExpiryHarness(t, memjournal.New(memjournal.Options{}), func(sys *actor.ActorSystem) *actor.PID {
+		j = newFakeJournal(t, sys, nil)
+		return j.pid
+	})
+	h.opts.ReplyTimeout = time.Minute
+	h.start()
+	h.schedule("conv", "call", expiryT0)
+	first := j.next(t)
+	h.waitArmed(t, expiryT0.Add(time.Minute))
+	h.clock.Advance(time.Minute)
+	second := j.next(t)
+	require.Equal(t, "call", resolvedCall(t, second.w))
+
+	// The first attempt was written after all; the second finds it stale.
+	j.answer(first, nil)
+	j.answer(second, journal.ErrStale)
+	require.Equal(t, delivery{"conv", "call"}, h.nextDelivery(t))
+	require.Eventually(t, func() bool { return h.clock.Timers() == 0 }, replyWait, time.Millisecond)
+	require.Len(t, h.deliveries, 0, "delivered once")
+}
+
+// pendingHumanCall writes a conversation whose tool call is pending with a
+// durable deadline, as a conversation actor would.
+func pendingHumanCall(t *testing.T, store journal.Store, conv, call string, deadline time.Time) {
+	t.Helper()
+	last, err := store.LastSeq(context.Background(), conv)
+	require.NoError(t, err)
+	req := userAppend(conv, last, "please approve "+call)
+	req.ToolCalls = []*messages.ToolCallRecord{{
+		Id: call, ConversationId: conv, Name: "approve",
+		Executor: messages.Executor_EXECUTOR_HUMAN, Status: messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING,
+		Deadline: timestamppb.New(deadline),
+	}}
+	req.Schedule = []*messages.Deadline{{ConversationId: conv, ToolCallId: call, At: timestamppb.New(deadline)}}
+	_, err = store.Append(context.Background(), req)
+	require.NoError(t, err)
+}
+
+func withRealJournal(t *testing.T, store journal.Store) func(*actor.ActorSystem) *actor.PID {
+	return func(sys *actor.ActorSystem) *actor.PID {
+		return sys.Root.Spawn(actors.NewJournal(store, actors.JournalOptions{}))
+	}
+}
+
+func requireExpired(t *testing.T, store journal.Store, call string) {
+	t.Helper()
+	row, err := store.ToolCall(context.Background(), call)
+	require.NoError(t, err)
+	require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED, row.GetStatus())
+	require.True(t, proto.Equal(actors.ExpiredOutcome(), row.GetResult()))
+}
+
+func storedDeadlines(t *testing.T, store journal.Store) []string {
+	t.Helper()
+	var calls []string
+	require.NoError(t, store.Deadlines(context.Background(), time.Time{}, func(d *messages.Deadline) error {
+		calls = append(calls, d.GetToolCallId())
+		return nil
+	}))
+	return calls
+}
+
+func TestExpiryThroughJournalAndStaleResolve(t *testing.T) {
+	store := memjournal.New(memjournal.Options{})
+	h := newExpiryHarness(t, store, withRealJournal(t, store))
+	deadline := expiryT0.Add(time.Minute)
+	pendingHumanCall(t, store, "conv", "answered", deadline)
+	pendingHumanCall(t, store, "conv", "unanswered", deadline)
+	h.start()
+	h.waitArmed(t, deadline) // rebuilt from the Store
+
+	// A human answers one call before the deadline; nobody cancels its
+	// in-memory timer.
+	_, err := store.ResolveToolCall(context.Background(), "answered", messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED,
+		&messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: `"yes"`}}, expiryT0)
+	require.NoError(t, err)
+
+	h.clock.Advance(time.Minute)
+	// Both expires go out in id order ("answered" first); the journal
+	// answers in order, so had the stale one been delivered, it would come
+	// first.
+	require.Equal(t, delivery{"conv", "unanswered"}, h.nextDelivery(t))
+	requireExpired(t, store, "unanswered")
+	row, err := store.ToolCall(context.Background(), "answered")
+	require.NoError(t, err)
+	require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, row.GetStatus(), "the late expire changed nothing")
+	require.Empty(t, storedDeadlines(t, store), "the expire removed the durable deadline")
+	require.Eventually(t, func() bool { return h.clock.Timers() == 0 }, replyWait, time.Millisecond)
+	require.Len(t, h.deliveries, 0)
+}
+
+func TestExpiryRebuildFiresDeadlinesPassedWhileDown(t *testing.T) {
+	store := memjournal.New(memjournal.Options{})
+	h := newExpiryHarness(t, store, withRealJournal(t, store))
+	pendingHumanCall(t, store, "conv", "soon", expiryT0.Add(time.Minute))
+	pendingHumanCall(t, store, "conv", "later", expiryT0.Add(time.Hour))
+	pid := h.start()
+	h.waitArmed(t, expiryT0.Add(time.Minute))
+
+	require.NoError(t, h.sys.Root.StopFuture(pid).Wait())
+	require.Equal(t, 0, h.clock.Timers(), "a stopped expiry actor leaves no timer")
+	h.clock.Advance(2 * time.Minute) // "soon" passes while the actor is down
+	require.Len(t, h.deliveries, 0)
+
+	h.start()
+	require.Equal(t, delivery{"conv", "soon"}, h.nextDelivery(t))
+	requireExpired(t, store, "soon")
+	h.waitArmed(t, expiryT0.Add(time.Hour))
+	h.clock.Advance(time.Hour)
+	require.Equal(t, delivery{"conv", "later"}, h.nextDelivery(t))
+}
+
+func TestExpiryRestartedBySupervisorRebuilds(t *testing.T) {
+	store := memjournal.New(memjournal.Options{})
+	h := newExpiryHarness(t, store, withRealJournal(t, store))
+	pendingHumanCall(t, store, "conv", "call", expiryT0.Add(time.Minute))
+
+	children := make(chan *actor.PID, 1)
+	parent := h.sys.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+		switch ctx.Message().(type) {
+		case *actor.Started:
+			children <- ctx.Spawn(actors.NewExpiry(h.opts))
+		case string:
+			ctx.(actor.Supervisor).RestartChildren(ctx.Children()...)
+		}
+	}))
+	select {
+	case h.pid = <-children:
+	case <-time.After(replyWait):
+		t.Fatal("expiry actor not spawned")
+	}
+	h.waitArmed(t, expiryT0.Add(time.Minute))
+	// Nudge the timer so a restart is observable: a later in-memory-only
+	// deadline that the rebuild will not know about.
+	h.schedule("conv", "memory-only", expiryT0.Add(30*time.Second))
+	h.waitArmed(t, expiryT0.Add(30*time.Second))
+
+	h.sys.Root.Send(parent, "restart")
+	h.waitArmed(t, expiryT0.Add(time.Minute)) // the new incarnation rebuilt from the Store
+	h.clock.Advance(time.Minute)
+	require.Equal(t, delivery{"conv", "call"}, h.nextDelivery(t))
+}
+
+// flakyDeadlines fails its first Deadlines read.
+type flakyDeadlines struct {
+	journal.Store
+	mu    sync.Mutex
+	reads int
+}
+
+func (s *flakyDeadlines) Deadlines(ctx context.Context, dueBy time.Time, fn func(*messages.Deadline) error) error {
+	s.mu.Lock()
+	s.reads++
+	n := s.reads
+	s.mu.Unlock()
+	if n == 1 {
+		return errors.New("flaky: read failed")
+	}
+	return s.Store.Deadlines(ctx, dueBy, fn)
+}
+
+func TestExpiryRetriesFailedRebuild(t *testing.T) {
+	mem := memjournal.New(memjournal.Options{})
+	store := &flakyDeadlines{Store: mem}
+	h := newExpiryHarness(t, store, withRealJournal(t, mem))
+	pendingHumanCall(t, mem, "conv", "call", expiryT0.Add(-time.Minute)) // already due
+	h.start()
+	h.waitArmed(t, expiryT0.Add(h.opts.RetryAfter))
+	require.Len(t, h.deliveries, 0)
+	h.clock.Advance(h.opts.RetryAfter)
+	require.Equal(t, delivery{"conv", "call"}, h.nextDelivery(t))
+}
+
+func TestExpiryIgnoresBadMessages(t *testing.T) {
+	var j *fakeJournal
+	h := newExpiryHarness(t, memjournal.New(memjournal.Options{}), func(sys *actor.ActorSystem) *actor.PID {
+		j = newFakeJournal(t, sys, func(*messages.JournalWrite) error { return nil })
+		return j.pid
+	})
+	h.start()
+	h.sys.Root.Send(h.pid, &messages.ScheduleExpiry{})
+	h.sys.Root.Send(h.pid, &messages.ScheduleExpiry{Deadline: &messages.Deadline{ConversationId: "c", ToolCallId: "x"}}) // no time
+	h.sys.Root.Send(h.pid, &messages.JournalWriteReply{RequestId: 42})                                                   // unknown
+	h.sys.Root.Send(h.pid, &messages.CancelExpiry{})
+	h.schedule("conv", "ok", expiryT0.Add(time.Second))
+	h.waitArmed(t, expiryT0.Add(time.Second))
+	h.clock.Advance(time.Second)
+	require.Equal(t, "ok", resolvedCall(t, j.next(t).w))
+	require.Equal(t, delivery{"conv", "ok"}, h.nextDelivery(t))
+}
+
+func TestExpiryRequiresStoreAndJournal(t *testing.T) {
+	require.Panics(t, func() { actors.NewExpiry(actors.ExpiryOptions{Journal: actor.NewPID("x", "y")}) })
+	require.Panics(t, func() { actors.NewExpiry(actors.ExpiryOptions{Store: memjournal.New(memjournal.Options{})}) })
+}

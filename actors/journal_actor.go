@@ -1,0 +1,334 @@
+package actors
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// JournalOptions configures the journal actor. The zero value is valid.
+type JournalOptions struct {
+	// MaxBatch bounds the requests committed by one Store.AppendBatch.
+	// Requests beyond it wait for the next commit. Default 4096.
+	MaxBatch int
+	// Logger receives the actor's logs. Default: discard.
+	Logger *slog.Logger
+}
+
+const defaultJournalMaxBatch = 4096
+
+func (o JournalOptions) withDefaults() JournalOptions {
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = defaultJournalMaxBatch
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o
+}
+
+// NewJournal returns the Props of the journal actor: the single writer of
+// store for this node. It panics if store is nil.
+//
+// # Protocol
+//
+// It receives *messages.JournalWrite, sent with Request or RequestFuture,
+// and answers the sender with a *messages.JournalWriteReply carrying the
+// same RequestId, only after the write is durable or has failed: never
+// before Store.AppendBatch returned. A failed request carries its error in
+// AppendReply.Error (journal.ErrorToProto; journal.ErrorFromProto gives back
+// an error that errors.Is matches against the journal sentinels). A write
+// without a sender is committed and its reply dropped. A JournalWrite
+// without a Request is answered at once with ErrInvalid. Other messages are
+// ignored.
+//
+// # Group commit
+//
+// The actor owns one committer goroutine, started on Started. Writes that
+// arrive while no commit is in flight are handed to the committer at once;
+// writes that arrive while a commit is in flight are gathered and committed
+// together, up to MaxBatch, by the next single Store.AppendBatch: one sync
+// for many conversations. The committer reports each finished commit back to
+// the actor with a message to itself (commitDone, a local Go value that never
+// leaves the process); the actor then replies to every requester of that
+// commit, in request order, and hands over the next batch. Store calls use
+// context.Background(): a commit that started is always finished.
+//
+// # Stopping and restarts
+//
+// On Stopping (and on Restarting, when a supervisor restarts it) the actor
+// finishes the commit in flight, commits what it had received but not yet
+// handed over, replies to every requester, and stops the committer and
+// waits for it to exit, before the handler returns. This blocks the actor
+// for as long as those commits take. A JournalWrite still queued in the
+// mailbox when the actor stops (protoactor drops such messages silently) is
+// answered with an error wrapping journal.ErrClosed by the mailbox this actor
+// is spawned with. Writes sent after the actor is gone reach protoactor's
+// dead letters, which answer the sender with *actor.DeadLetterResponse
+// (actor.ErrDeadLetter for a future). Messages queued during a restart stay
+// in the mailbox and reach the new instance.
+//
+// Receive does not panic on any input, so a supervisor restart never loses
+// the message being handled. A panic inside Store.AppendBatch is recovered
+// on the committer goroutine and turned into an error reply for every
+// request of that commit.
+func NewJournal(store journal.Store, opts JournalOptions) *actor.Props {
+	if store == nil {
+		panic("actors: NewJournal with a nil Store")
+	}
+	opts = opts.withDefaults()
+	return actor.PropsFromProducer(func() actor.Actor {
+		return &journalActor{store: store, opts: opts}
+	}, actor.WithMailbox(newClosingMailbox))
+}
+
+// journalActor is the state of one incarnation of the journal actor. Only
+// Receive touches it, except batch.results (see commitBatch).
+type journalActor struct {
+	store journal.Store
+	opts  JournalOptions
+
+	pending  []journalRequest // received, not yet handed to the committer
+	inflight *commitBatch     // handed to the committer, not yet answered
+	work     chan *commitBatch
+	done     chan struct{} // closed when the committer exited
+	closed   bool          // Stopping or Restarting was handled
+}
+
+// journalRequest is one received JournalWrite and whom to answer.
+type journalRequest struct {
+	sender *actor.PID // nil: nobody to answer
+	id     uint64
+	req    *messages.AppendRequest
+}
+
+// commitBatch is one Store.AppendBatch. The actor builds it and hands it to
+// the committer, which sets results and then sends commitDone; the actor
+// reads results only after receiving commitDone or after the committer
+// exited, so the hand-off is ordered by the mailbox or by the done channel.
+type commitBatch struct {
+	reqs    []journalRequest
+	appends []*messages.AppendRequest
+	results []journal.AppendResult
+}
+
+// commitDone is the committer's report that batch was committed (or
+// failed). It is a local-only message: the journal actor sends it to itself
+// and it never crosses a process boundary, so it is a plain Go value, not a
+// protobuf message.
+type commitDone struct{ batch *commitBatch }
+
+// Receive implements actor.Actor.
+func (a *journalActor) Receive(ctx actor.Context) {
+	switch msg := ctx.Message().(type) {
+	case *actor.Started:
+		a.start(ctx)
+	case *messages.JournalWrite:
+		a.onWrite(ctx, msg)
+	case *commitDone:
+		if msg.batch != a.inflight {
+			return // from an earlier incarnation, already answered when it stopped
+		}
+		a.inflight = nil
+		a.answer(ctx, msg.batch)
+		a.handOver()
+	case *actor.Stopping:
+		a.shutdown(ctx, "stopping")
+	case *actor.Restarting:
+		a.shutdown(ctx, "restarting")
+	case *actor.Stopped:
+		a.shutdown(ctx, "stopped")
+	}
+}
+
+func (a *journalActor) start(ctx actor.Context) {
+	a.work = make(chan *commitBatch, 1) // at most one batch is in flight
+	a.done = make(chan struct{})
+	go commitLoop(a.store, a.opts.Logger, ctx.ActorSystem(), ctx.Self(), a.work, a.done)
+}
+
+func (a *journalActor) onWrite(ctx actor.Context, w *messages.JournalWrite) {
+	r := journalRequest{sender: ctx.Sender(), id: w.GetRequestId(), req: w.GetRequest()}
+	switch {
+	case r.req == nil:
+		replyWrite(ctx, r, journal.AppendResult{Err: journal.Invalidf("actors: journal write %d without a request", r.id)})
+	case a.closed || a.work == nil:
+		replyWrite(ctx, r, journal.AppendResult{Err: fmt.Errorf("actors: journal actor stopped: %w", journal.ErrClosed)})
+	default:
+		a.pending = append(a.pending, r)
+		a.handOver()
+	}
+}
+
+// take removes up to MaxBatch requests from the head of pending.
+func (a *journalActor) take() *commitBatch {
+	n := min(len(a.pending), a.opts.MaxBatch)
+	b := &commitBatch{reqs: a.pending[:n:n], appends: make([]*messages.AppendRequest, n)}
+	for i, r := range b.reqs {
+		b.appends[i] = r.req
+	}
+	a.pending = a.pending[n:]
+	if len(a.pending) == 0 {
+		a.pending = nil // let the next batch start a fresh array
+	}
+	return b
+}
+
+// handOver gives the committer the next batch, unless one is in flight.
+func (a *journalActor) handOver() {
+	if a.inflight != nil || len(a.pending) == 0 || a.closed {
+		return
+	}
+	a.inflight = a.take()
+	a.work <- a.inflight // never blocks: capacity 1, at most one in flight
+}
+
+func (a *journalActor) answer(ctx actor.Context, b *commitBatch) {
+	for i, r := range b.reqs {
+		replyWrite(ctx, r, b.results[i])
+	}
+}
+
+// shutdown finishes everything this incarnation accepted and answers it,
+// then stops the committer and waits for it. It runs once.
+func (a *journalActor) shutdown(ctx actor.Context, why string) {
+	if a.closed {
+		return
+	}
+	a.closed = true
+	if a.work != nil {
+		close(a.work)
+		<-a.done // the committer finishes the batch in flight, if any, and exits
+	}
+	n := len(a.pending)
+	if b := a.inflight; b != nil {
+		a.inflight = nil
+		n += len(b.reqs)
+		a.answer(ctx, b) // the committer set b.results before closing done
+	}
+	for len(a.pending) > 0 {
+		b := a.take()
+		b.results = safeAppendBatch(a.store, a.opts.Logger, b.appends)
+		a.answer(ctx, b)
+	}
+	if n > 0 {
+		a.opts.Logger.Info("actors: journal actor finished its writes before exiting", "reason", why, "requests", n)
+	}
+}
+
+// replyWrite answers one request, unless it has no sender.
+func replyWrite(ctx actor.Context, r journalRequest, res journal.AppendResult) {
+	if r.sender == nil {
+		return
+	}
+	ctx.Send(r.sender, &messages.JournalWriteReply{
+		RequestId: r.id,
+		Reply: &messages.AppendReply{
+			FirstSeq: res.FirstSeq,
+			LastSeq:  res.LastSeq,
+			Error:    journal.ErrorToProto(res.Err),
+		},
+	})
+}
+
+// commitLoop is the committer goroutine. It is owned by one incarnation of
+// the journal actor, which closes work to stop it and waits on done.
+func commitLoop(store journal.Store, log *slog.Logger, system *actor.ActorSystem, self *actor.PID, work <-chan *commitBatch, done chan<- struct{}) {
+	defer close(done)
+	for b := range work {
+		b.results = safeAppendBatch(store, log, b.appends)
+		system.Root.Send(self, &commitDone{batch: b})
+	}
+}
+
+// safeAppendBatch calls store.AppendBatch and always returns one result per
+// request: a panic of the Store, or a result slice of the wrong length, turns
+// into an error result.
+func safeAppendBatch(store journal.Store, log *slog.Logger, reqs []*messages.AppendRequest) (results []journal.AppendResult) {
+	start := time.Now()
+	defer func() {
+		if r := recover(); r != nil {
+			log.Error("actors: Store.AppendBatch panicked", "panic", r, "requests", len(reqs), "stack", string(debug.Stack()))
+			results = failedResults(reqs, nil, fmt.Errorf("actors: Store.AppendBatch panicked: %v", r))
+		}
+	}()
+	results = store.AppendBatch(context.Background(), reqs)
+	if len(results) != len(reqs) {
+		log.Error("actors: Store.AppendBatch returned the wrong number of results", "requests", len(reqs), "results", len(results))
+		results = failedResults(reqs, results, fmt.Errorf("actors: Store.AppendBatch returned %d results for %d requests", len(results), len(reqs)))
+	}
+	log.Debug("actors: journal commit", "requests", len(reqs), "took", time.Since(start))
+	return results
+}
+
+// failedResults returns one result per request: got[i] where there is one, err
+// for the rest.
+func failedResults(reqs []*messages.AppendRequest, got []journal.AppendResult, err error) []journal.AppendResult {
+	out := make([]journal.AppendResult, len(reqs))
+	n := copy(out, got)
+	for i := n; i < len(out); i++ {
+		out[i] = journal.AppendResult{Err: err}
+	}
+	return out
+}
+
+// newClosingMailbox is the journal actor's mailbox: protoactor's unbounded
+// mailbox, except that once the actor has handled a Stop, a JournalWrite
+// still queued is answered with an error wrapping journal.ErrClosed instead
+// of being dropped silently. A stopped actor drops queued user messages
+// (actorContext.InvokeUserMessage returns early), so the mailbox is the last
+// place that sees them.
+func newClosingMailbox() actor.Mailbox {
+	return &closingMailbox{Mailbox: actor.Unbounded()()}
+}
+
+type closingMailbox struct {
+	actor.Mailbox
+}
+
+// RegisterHandlers implements actor.Mailbox by wrapping the invoker.
+func (m *closingMailbox) RegisterHandlers(invoker actor.MessageInvoker, dispatcher actor.Dispatcher) {
+	m.Mailbox.RegisterHandlers(&closingInvoker{MessageInvoker: invoker}, dispatcher)
+}
+
+// closingInvoker sits between the mailbox and the actor context. The mailbox
+// calls it from one goroutine at a time, so stopped needs no lock.
+type closingInvoker struct {
+	actor.MessageInvoker
+	stopped bool
+}
+
+func (i *closingInvoker) InvokeSystemMessage(msg any) {
+	i.MessageInvoker.InvokeSystemMessage(msg)
+	if _, ok := msg.(*actor.Stop); ok {
+		i.stopped = true
+	}
+}
+
+func (i *closingInvoker) InvokeUserMessage(msg any) {
+	if !i.stopped {
+		i.MessageInvoker.InvokeUserMessage(msg)
+		return
+	}
+	w, ok := actor.UnwrapEnvelopeMessage(msg).(*messages.JournalWrite)
+	sender := actor.UnwrapEnvelopeSender(msg)
+	if !ok || sender == nil {
+		return
+	}
+	sys, ok := i.MessageInvoker.(interface{ ActorSystem() *actor.ActorSystem })
+	if !ok {
+		return
+	}
+	sys.ActorSystem().Root.Send(sender, &messages.JournalWriteReply{
+		RequestId: w.GetRequestId(),
+		Reply: &messages.AppendReply{Error: journal.ErrorToProto(
+			fmt.Errorf("actors: journal actor stopped before it received write %d: %w", w.GetRequestId(), journal.ErrClosed))},
+	})
+}

@@ -1,0 +1,407 @@
+package actors_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus/actors"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/journal/memjournal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// replyWait bounds every wait for a reply. Tests never sleep; they wait on
+// channels, and this only keeps a broken test from hanging.
+const replyWait = 10 * time.Second
+
+// newTestSystem returns an actor system with protoactor's logging silenced,
+// shut down when the test ends.
+func newTestSystem(t *testing.T) *actor.ActorSystem {
+	t.Helper()
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(slog.DiscardHandler)
+	}))
+	t.Cleanup(sys.Shutdown)
+	return sys
+}
+
+// gateStore wraps a Store. It records every AppendBatch, can hold AppendBatch
+// until the test releases it, and can make it panic.
+type gateStore struct {
+	journal.Store
+	entered chan int // receives the batch size each time AppendBatch starts
+
+	mu      sync.Mutex
+	sizes   []int
+	gate    chan struct{} // when set, AppendBatch waits for it to close
+	panicky bool
+}
+
+func newGateStore() *gateStore {
+	return &gateStore{Store: memjournal.New(memjournal.Options{}), entered: make(chan int, 1024)}
+}
+
+// hold makes later AppendBatch calls wait until release is called.
+func (s *gateStore) hold() (release func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g := make(chan struct{})
+	s.gate = g
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.gate == g {
+			s.gate = nil
+		}
+		close(g)
+	}
+}
+
+func (s *gateStore) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest) []journal.AppendResult {
+	s.mu.Lock()
+	s.sizes = append(s.sizes, len(reqs))
+	gate, panicky := s.gate, s.panicky
+	s.mu.Unlock()
+	s.entered <- len(reqs)
+	if gate != nil {
+		<-gate
+	}
+	if panicky {
+		panic("gateStore: injected panic")
+	}
+	return s.Store.AppendBatch(ctx, reqs)
+}
+
+func (s *gateStore) batchSizes() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]int(nil), s.sizes...)
+}
+
+// waitEntered waits until an AppendBatch starts and returns its size.
+func (s *gateStore) waitEntered(t *testing.T) int {
+	t.Helper()
+	select {
+	case n := <-s.entered:
+		return n
+	case <-time.After(replyWait):
+		t.Fatal("AppendBatch was not called")
+		return 0
+	}
+}
+
+// replyCollector is an actor that forwards every JournalWriteReply it gets
+// to a channel, in arrival order. Requests sent with
+// RequestWithCustomSender(journal, w, collector) are answered to it.
+type replyCollector struct {
+	pid     *actor.PID
+	replies chan *messages.JournalWriteReply
+}
+
+func newReplyCollector(t *testing.T, sys *actor.ActorSystem) *replyCollector {
+	t.Helper()
+	c := &replyCollector{replies: make(chan *messages.JournalWriteReply, 1024)}
+	c.pid = sys.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+		if r, ok := ctx.Message().(*messages.JournalWriteReply); ok {
+			c.replies <- r
+		}
+	}))
+	return c
+}
+
+func (c *replyCollector) next(t *testing.T) *messages.JournalWriteReply {
+	t.Helper()
+	select {
+	case r := <-c.replies:
+		return r
+	case <-time.After(replyWait):
+		t.Fatal("no JournalWriteReply arrived")
+		return nil
+	}
+}
+
+// userAppend is a fenced append of one user message.
+func userAppend(conv string, expectedLast uint64, text string) *messages.AppendRequest {
+	return &messages.AppendRequest{
+		ConversationId: conv,
+		ExpectedLast:   expectedLast,
+		Events: []*messages.Event{{Body: &messages.Event_UserMsg{UserMsg: &messages.UserMessage{
+			Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: text}}},
+		}}}},
+	}
+}
+
+func write(id uint64, req *messages.AppendRequest) *messages.JournalWrite {
+	return &messages.JournalWrite{RequestId: id, Request: req}
+}
+
+// requestWrite sends w with RequestFuture and returns the reply.
+func requestWrite(t *testing.T, sys *actor.ActorSystem, pid *actor.PID, w *messages.JournalWrite) *messages.JournalWriteReply {
+	t.Helper()
+	res, err := sys.Root.RequestFuture(pid, w, replyWait).Result()
+	require.NoError(t, err)
+	r, ok := res.(*messages.JournalWriteReply)
+	require.Truef(t, ok, "reply is %T", res)
+	require.Equal(t, w.GetRequestId(), r.GetRequestId())
+	return r
+}
+
+func replyErr(r *messages.JournalWriteReply) error {
+	return journal.ErrorFromProto(r.GetReply().GetError())
+}
+
+func TestJournalWriteAndReply(t *testing.T) {
+	sys := newTestSystem(t)
+	store := memjournal.New(memjournal.Options{})
+	pid := sys.Root.Spawn(actors.NewJournal(store, actors.JournalOptions{}))
+
+	r := requestWrite(t, sys, pid, write(7, userAppend("a", 0, "one")))
+	require.NoError(t, replyErr(r))
+	require.Equal(t, uint64(1), r.GetReply().GetFirstSeq())
+	require.Equal(t, uint64(1), r.GetReply().GetLastSeq())
+
+	last, err := store.LastSeq(context.Background(), "a")
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), last, "the write is in the Store when the reply arrives")
+
+	// A write with no sender is committed; its reply is dropped.
+	sys.Root.Send(pid, write(8, userAppend("a", 1, "two")))
+	r = requestWrite(t, sys, pid, write(9, userAppend("a", 2, "three")))
+	require.NoError(t, replyErr(r))
+	require.Equal(t, uint64(3), r.GetReply().GetLastSeq())
+}
+
+func TestJournalRepliesOnlyAfterAppendBatchReturns(t *testing.T) {
+	sys := newTestSystem(t)
+	store := newGateStore()
+	release := store.hold()
+	pid := sys.Root.Spawn(actors.NewJournal(store, actors.JournalOptions{}))
+	col := newReplyCollector(t, sys)
+
+	sys.Root.RequestWithCustomSender(pid, write(1, userAppend("a", 0, "hi")), col.pid)
+	require.Equal(t, 1, store.waitEntered(t))
+
+	// A write without a request is answered at once (ErrInvalid). The
+	// journal actor answers a requester in order, so if it had answered
+	// write 1 early, that reply would come first.
+	sys.Root.RequestWithCustomSender(pid, &messages.JournalWrite{RequestId: 2}, col.pid)
+	r := col.next(t)
+	require.Equal(t, uint64(2), r.GetRequestId(), "no reply to write 1 while AppendBatch is blocked")
+	require.ErrorIs(t, replyErr(r), journal.ErrInvalid)
+
+	release()
+	r = col.next(t)
+	require.Equal(t, uint64(1), r.GetRequestId())
+	require.NoError(t, replyErr(r))
+	require.Equal(t, uint64(1), r.GetReply().GetLastSeq())
+}
+
+func TestJournalGroupCommit(t *testing.T) {
+	sys := newTestSystem(t)
+	store := newGateStore()
+	release := store.hold()
+	pid := sys.Root.Spawn(actors.NewJournal(store, actors.JournalOptions{}))
+	col := newReplyCollector(t, sys)
+
+	sys.Root.RequestWithCustomSender(pid, write(1, userAppend("a", 0, "first")), col.pid)
+	require.Equal(t, 1, store.waitEntered(t))
+
+	// While commit 1 is in flight: writes of several conversations, two of
+	// them to the same conversation, the second expecting the first's seq.
+	// They are queued before commitDone, so they form the next batch.
+	sys.Root.RequestWithCustomSender(pid, write(2, userAppend("b", 0, "b1")), col.pid)
+	sys.Root.RequestWithCustomSender(pid, write(3, userAppend("c", 0, "c1")), col.pid)
+	sys.Root.RequestWithCustomSender(pid, write(4, userAppend("a", 1, "a2")), col.pid)
+	sys.Root.RequestWithCustomSender(pid, write(5, userAppend("a", 2, "a3")), col.pid)
+	release()
+
+	want := map[uint64]uint64{1: 1, 2: 1, 3: 1, 4: 2, 5: 3}
+	for i := range 5 {
+		r := col.next(t)
+		require.Equal(t, uint64(i+1), r.GetRequestId(), "replies come in request order")
+		require.NoError(t, replyErr(r))
+		require.Equal(t, want[r.GetRequestId()], r.GetReply().GetLastSeq())
+	}
+	require.Equal(t, []int{1, 4}, store.batchSizes(), "one AppendBatch for everything that arrived during the first")
+}
+
+func TestJournalMaxBatch(t *testing.T) {
+	sys := newTestSystem(t)
+	store := newGateStore()
+	release := store.hold()
+	pid := sys.Root.Spawn(actors.NewJournal(store, actors.JournalOptions{MaxBatch: 2}))
+	col := newReplyCollector(t, sys)
+
+	sys.Root.RequestWithCustomSender(pid, write(1, userAppend("c1", 0, "x")), col.pid)
+	store.waitEntered(t)
+	for i := uint64(2); i <= 6; i++ {
+		sys.Root.RequestWithCustomSender(pid, write(i, userAppend("c"+string(rune('0'+i)), 0, "x")), col.pid)
+	}
+	release()
+	for i := range 6 {
+		r := col.next(t)
+		require.Equal(t, uint64(i+1), r.GetRequestId())
+		require.NoError(t, replyErr(r))
+	}
+	require.Equal(t, []int{1, 2, 2, 1}, store.batchSizes())
+}
+
+func TestJournalErrorsReachRequesters(t *testing.T) {
+	sys := newTestSystem(t)
+	store := memjournal.New(memjournal.Options{})
+	pid := sys.Root.Spawn(actors.NewJournal(store, actors.JournalOptions{}))
+
+	require.NoError(t, replyErr(requestWrite(t, sys, pid, write(1, userAppend("a", 0, "one")))))
+
+	// A fence failure fails only its own request of the batch.
+	r := requestWrite(t, sys, pid, write(2, userAppend("a", 0, "stale writer")))
+	err := replyErr(r)
+	require.ErrorIs(t, err, journal.ErrConflict)
+
+	// An unfenced resolution of an unknown call is stale.
+	r = requestWrite(t, sys, pid, write(3, &messages.AppendRequest{
+		ConversationId: "a",
+		Unfenced:       true,
+		Resolutions: []*messages.ToolResolution{{
+			ToolCallId: "nope",
+			Status:     messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED,
+		}},
+	}))
+	require.ErrorIs(t, replyErr(r), journal.ErrStale)
+
+	// Invalid input.
+	r = requestWrite(t, sys, pid, write(4, userAppend("", 0, "no id")))
+	require.ErrorIs(t, replyErr(r), journal.ErrInvalid)
+
+	// A closed Store fails every request with ErrClosed.
+	require.NoError(t, store.Close())
+	r = requestWrite(t, sys, pid, write(5, userAppend("a", 1, "too late")))
+	require.ErrorIs(t, replyErr(r), journal.ErrClosed)
+	require.False(t, errors.Is(replyErr(r), journal.ErrConflict))
+}
+
+func TestJournalRecoversStorePanic(t *testing.T) {
+	sys := newTestSystem(t)
+	store := newGateStore()
+	store.panicky = true
+	pid := sys.Root.Spawn(actors.NewJournal(store, actors.JournalOptions{}))
+
+	r := requestWrite(t, sys, pid, write(1, userAppend("a", 0, "boom")))
+	require.Error(t, replyErr(r))
+	require.Equal(t, messages.ErrorCode_ERROR_CODE_INTERNAL, r.GetReply().GetError().GetCode())
+
+	store.mu.Lock()
+	store.panicky = false
+	store.mu.Unlock()
+	r = requestWrite(t, sys, pid, write(2, userAppend("a", 0, "fine")))
+	require.NoError(t, replyErr(r), "the actor keeps working after a Store panic")
+	require.Equal(t, uint64(1), r.GetReply().GetLastSeq())
+}
+
+// TestJournalStopAnswersEveryRequester stops the actor with a commit in
+// flight, a write received but not yet handed over, and writes still queued
+// behind the stop.
+func TestJournalStopAnswersEveryRequester(t *testing.T) {
+	sys := newTestSystem(t)
+	store := newGateStore()
+	release := store.hold()
+	pid := sys.Root.Spawn(actors.NewJournal(store, actors.JournalOptions{}))
+	col := newReplyCollector(t, sys)
+
+	sys.Root.RequestWithCustomSender(pid, write(1, userAppend("a", 0, "in flight")), col.pid)
+	store.waitEntered(t)
+	sys.Root.RequestWithCustomSender(pid, write(2, userAppend("b", 0, "received")), col.pid)
+	stopped := sys.Root.PoisonFuture(pid) // a user message: write 2 is received first
+	sys.Root.RequestWithCustomSender(pid, write(3, userAppend("c", 0, "queued")), col.pid)
+	sys.Root.RequestWithCustomSender(pid, write(4, userAppend("d", 0, "queued")), col.pid)
+	release() // Stopping waits for commit 1, then commits write 2
+
+	got := map[uint64]error{}
+	for range 4 {
+		r := col.next(t)
+		got[r.GetRequestId()] = replyErr(r)
+	}
+	require.NoError(t, got[1], "the commit in flight is finished")
+	require.NoError(t, got[2], "a received write is committed before the actor exits")
+	require.ErrorIs(t, got[3], journal.ErrClosed, "a write queued behind the stop is answered, not dropped")
+	require.ErrorIs(t, got[4], journal.ErrClosed)
+	require.NoError(t, stopped.Wait())
+
+	for conv, want := range map[string]uint64{"a": 1, "b": 1, "c": 0, "d": 0} {
+		last, err := store.Store.LastSeq(context.Background(), conv)
+		require.NoError(t, err)
+		require.Equalf(t, want, last, "conversation %s", conv)
+	}
+
+	// After the actor is gone, a request fails fast with a dead letter.
+	_, err := sys.Root.RequestFuture(pid, write(5, userAppend("e", 0, "gone")), replyWait).Result()
+	require.ErrorIs(t, err, actor.ErrDeadLetter)
+}
+
+// TestJournalStopWhileIdle checks a plain Stop with nothing in flight.
+func TestJournalStopWhileIdle(t *testing.T) {
+	sys := newTestSystem(t)
+	store := memjournal.New(memjournal.Options{})
+	pid := sys.Root.Spawn(actors.NewJournal(store, actors.JournalOptions{}))
+	require.NoError(t, replyErr(requestWrite(t, sys, pid, write(1, userAppend("a", 0, "x")))))
+	require.NoError(t, sys.Root.StopFuture(pid).Wait())
+}
+
+// TestJournalRestartKeepsRequests restarts the journal actor under a parent
+// while a commit is in flight: every write is answered, and the new
+// incarnation accepts writes.
+func TestJournalRestartKeepsRequests(t *testing.T) {
+	sys := newTestSystem(t)
+	store := newGateStore()
+	release := store.hold()
+	col := newReplyCollector(t, sys)
+
+	children := make(chan *actor.PID, 1)
+	parent := sys.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+		switch ctx.Message().(type) {
+		case *actor.Started:
+			children <- ctx.Spawn(actors.NewJournal(store, actors.JournalOptions{}))
+		case string:
+			// What a OneForOne supervisor does on a Restart directive.
+			ctx.(actor.Supervisor).RestartChildren(ctx.Children()...)
+		}
+	}))
+	var pid *actor.PID
+	select {
+	case pid = <-children:
+	case <-time.After(replyWait):
+		t.Fatal("journal actor not spawned")
+	}
+
+	sys.Root.RequestWithCustomSender(pid, write(1, userAppend("a", 0, "in flight")), col.pid)
+	store.waitEntered(t)
+	sys.Root.RequestWithCustomSender(pid, write(2, userAppend("b", 0, "next")), col.pid)
+	sys.Root.Send(parent, "restart")
+	sys.Root.RequestWithCustomSender(pid, write(3, userAppend("a", 1, "after")), col.pid)
+	release()
+
+	got := map[uint64]*messages.JournalWriteReply{}
+	for range 3 {
+		r := col.next(t)
+		got[r.GetRequestId()] = r
+	}
+	for id, r := range got {
+		require.NoErrorf(t, replyErr(r), "write %d", id)
+	}
+	require.Equal(t, uint64(2), got[3].GetReply().GetLastSeq())
+
+	r := requestWrite(t, sys, pid, write(4, userAppend("a", 2, "new incarnation")))
+	require.NoError(t, replyErr(r))
+	require.Equal(t, uint64(3), r.GetReply().GetLastSeq())
+}
+
+func TestJournalNilStorePanics(t *testing.T) {
+	require.Panics(t, func() { actors.NewJournal(nil, actors.JournalOptions{}) })
+}
