@@ -1,0 +1,405 @@
+package journaltest
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// populate writes one of every kind of record for conv: events, tool call
+// rows (two pending with deadlines, one resolved), a summary, settings,
+// metadata, and audit rows when audit is on. Everything it writes names
+// conv, so a record seen under another id shows. It returns the tool call
+// ids.
+func populate(t testing.TB, s journal.Store, conv string, audit bool) []string {
+	t.Helper()
+	ctx := t.Context()
+	calls := []string{conv + "/tc-1", conv + "/tc-2", conv + "/tc-3"}
+	appendEvents(t, s, conv, userEv(1, conv+": hello"), userEv(2, conv+": plan"))
+	last := suspend(t, s, conv, calls...)
+	appendOK(t, s, &messages.AppendRequest{
+		ConversationId: conv, ExpectedLast: last,
+		Events:      []*messages.Event{resolutionEv(20, calls[2], resolved), toolResultEv(20, calls[2], `"`+conv+`"`)},
+		Resolutions: []*messages.ToolResolution{{ToolCallId: calls[2], Status: resolved, Result: contentOutcome(`"` + conv + `"`), At: ts(20)}},
+		FsmState:    awaiting(last+2, calls[:2]...),
+		Status:      statusSuspended,
+	})
+	putSummary(t, s, conv, &messages.Summary{FromSeq: 1, ToSeq: 2, Content: "summary of " + conv, Version: "v1", Created: ts(21)})
+	require.NoError(t, s.PutConversation(ctx, journal.ConversationUpdate{ID: conv, Settings: map[string]string{"model": conv}}))
+	require.NoError(t, s.PutMetadata(ctx, conv, map[string]string{"name": conv, "owner": "ann"}))
+	if audit {
+		require.NoError(t, s.PutModelCall(ctx, modelCall(conv, 1, 10)))
+		require.NoError(t, s.PutModelCall(ctx, modelCall(conv, 2, 20)))
+	}
+	return calls
+}
+
+var deleteCases = []suiteCase{
+	{name: "RemovesEverything", run: testDeleteRemoves},
+	{name: "LateWritesRejected", run: testDeleteLateWrites},
+	{name: "Unknown", run: testDeleteUnknown},
+}
+
+func testDeleteRemoves(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	calls := populate(t, s, "x", e.feat.Audit)
+	otherCalls := populate(t, s, "y", e.feat.Audit)
+	before := snapshotOf(t, s, []string{"y"}, otherCalls)
+
+	require.NoError(t, s.DeleteConversation(ctx, "x"))
+
+	_, err := s.Conversation(ctx, "x")
+	require.ErrorIs(t, err, journal.ErrNotFound, "row")
+	assert.Empty(t, allEvents(t, s, "x"), "events")
+	assert.Zero(t, lastSeq(t, s, "x"), "last seq")
+	sum, evs := loadSince(t, s, "x")
+	assert.Nil(t, sum, "LoadSince summary")
+	assert.Empty(t, evs, "LoadSince events")
+	_, err = s.LatestSummary(ctx, "x")
+	require.ErrorIs(t, err, journal.ErrNotFound, "summaries")
+	for _, id := range calls {
+		_, err := s.ToolCall(ctx, id)
+		require.ErrorIs(t, err, journal.ErrNotFound, "tool call %s by id", id)
+	}
+	pend, err := s.PendingToolCalls(ctx, "x")
+	require.NoError(t, err)
+	assert.Empty(t, pend, "pending tool calls")
+	assert.Empty(t, deadlinesOf(t, s, "x"), "deadlines")
+	audit, err := s.ModelCalls(ctx, "x")
+	require.NoError(t, err)
+	assert.Empty(t, audit, "audit rows")
+	md, err := s.Metadata(ctx, "x")
+	require.NoError(t, err)
+	assert.Empty(t, md, "metadata")
+	rows, _, err := s.ListConversations(ctx, "", 0)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"y"}, convIDs(rows), "listing")
+
+	requireSameSnapshot(t, before, snapshotOf(t, s, []string{"y"}, otherCalls), "deleting x must not touch y")
+
+	// A late answer for a deleted conversation's call is stale.
+	_, err = s.ResolveToolCall(ctx, calls[0], resolved, contentOutcome("late"), tm(99))
+	require.ErrorIs(t, err, journal.ErrStale)
+	// The id index is gone too: another conversation may use the id.
+	upsert(t, s, humanCall("y", calls[0]))
+	assert.Equal(t, "y", toolCall(t, s, calls[0]).GetConversationId())
+}
+
+func testDeleteLateWrites(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	calls := populate(t, s, "x", e.feat.Audit)
+	last := lastSeq(t, s, "x")
+	require.NoError(t, s.DeleteConversation(ctx, "x"))
+	after := snapshotOf(t, s, []string{"x"}, calls)
+
+	writes := []struct {
+		name string
+		do   func() error
+	}{
+		{"AppendFromEmpty", func() error {
+			_, err := s.Append(ctx, &messages.AppendRequest{ConversationId: "x", Events: userEvs(1, 1)})
+			return err
+		}},
+		{"AppendAfterOldLast", func() error {
+			_, err := s.Append(ctx, &messages.AppendRequest{ConversationId: "x", ExpectedLast: last, Events: userEvs(1, 1)})
+			return err
+		}},
+		{"AppendUnfenced", func() error {
+			_, err := s.Append(ctx, &messages.AppendRequest{ConversationId: "x", Unfenced: true, Schedule: []*messages.Deadline{deadline("x", calls[0], 5)}})
+			return err
+		}},
+		{"AppendBatch", func() error {
+			return s.AppendBatch(ctx, []*messages.AppendRequest{{ConversationId: "x", Events: userEvs(1, 1)}})[0].Err
+		}},
+		{"PutFSMState", func() error { return s.PutFSMState(ctx, "x", idleState(1)) }},
+		{"PutConversation", func() error { return s.PutConversation(ctx, journal.ConversationUpdate{ID: "x", Status: statusActive}) }},
+		{"UpsertToolCall", func() error { return s.UpsertToolCall(ctx, humanCall("x", "x/new")) }},
+		{"PutSummary", func() error { return s.PutSummary(ctx, "x", summary(1, 1)) }},
+		{"PutMetadata", func() error { return s.PutMetadata(ctx, "x", map[string]string{"k": "v"}) }},
+		{"ScheduleDeadline", func() error { return s.ScheduleDeadline(ctx, deadline("x", calls[0], 5)) }},
+	}
+	if e.feat.Audit {
+		writes = append(writes, struct {
+			name string
+			do   func() error
+		}{"PutModelCall", func() error { return s.PutModelCall(ctx, modelCall("x", 3, 30)) }})
+	}
+	for _, w := range writes {
+		t.Run(w.name, func(t *testing.T) {
+			require.ErrorIs(t, w.do(), journal.ErrDeleted)
+			requireSameSnapshot(t, after, snapshotOf(t, s, []string{"x"}, append(calls, "x/new")), "a late write must not resurrect anything")
+		})
+	}
+	require.ErrorIs(t, s.DeleteConversation(ctx, "x"), journal.ErrNotFound, "deleting twice")
+}
+
+func testDeleteUnknown(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	appendEvents(t, s, "known", userEvs(1, 1)...)
+	require.ErrorIs(t, s.DeleteConversation(ctx, "unknown"), journal.ErrNotFound)
+	require.NoError(t, s.PutMetadata(ctx, "metadata-only", map[string]string{"k": "v"}))
+	require.ErrorIs(t, s.DeleteConversation(ctx, "metadata-only"), journal.ErrNotFound, "a conversation without a row is unknown")
+	assert.Equal(t, uint64(1), lastSeq(t, s, "known"))
+	// An unknown id is not tombstoned by the failed delete.
+	appendEvents(t, s, "unknown", userEvs(1, 1)...)
+}
+
+var isolationCases = []suiteCase{
+	{name: "PrefixIDs", run: testIsolation},
+}
+
+// tricky ids are prefixes of each other, or differ only after a NUL or a
+// separator a key layout might use.
+var trickyIDs = []string{"a", "a/b", "ab", "a\x00b", "a\x00", "\x00", "a\x00\x00", "a\x01", "a\xc3\xbf"}
+
+func testIsolation(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	calls := map[string][]string{}
+	var allCalls []string
+	for i, id := range trickyIDs {
+		calls[id] = populate(t, s, id, e.feat.Audit)
+		appendEvents(t, s, id, userEvs(100, i)...) // a different length per id
+		allCalls = append(allCalls, calls[id]...)
+	}
+	for i, id := range trickyIDs {
+		t.Run(fmt.Sprintf("%q", id), func(t *testing.T) {
+			solo := e.open(t).Store
+			populate(t, solo, id, e.feat.Audit)
+			appendEvents(t, solo, id, userEvs(100, i)...)
+			want := snapshotOf(t, solo, []string{id}, calls[id]).withoutTimes()
+			got := snapshotOf(t, s, []string{id}, calls[id]).withoutTimes()
+			want.deadlines, got.deadlines = nil, nil
+			want.listed, got.listed = nil, nil
+			requireSameSnapshot(t, want, got, "id %q must see exactly what it would see alone", id)
+			assert.Equal(t, allDeadlinesOf(t, solo, id), deadlineIDs(deadlinesOf(t, s, id)))
+		})
+	}
+	rows, _, err := s.ListConversations(ctx, "", 0)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"\x00", "a", "a\x00", "a\x00\x00", "a\x00b", "a\x01", "a/b", "ab", "a\xc3\xbf"}, convIDs(rows), "listed in byte order")
+
+	// Deleting "a" leaves the others exactly as they were.
+	others := trickyIDs[1:]
+	var otherCalls []string
+	for _, id := range others {
+		otherCalls = append(otherCalls, calls[id]...)
+	}
+	before := snapshotOf(t, s, others, otherCalls)
+	require.NoError(t, s.DeleteConversation(ctx, "a"))
+	after := snapshotOf(t, s, others, otherCalls)
+	require.Len(t, after.listed, len(others))
+	before.listed, after.listed = nil, nil
+	requireSameSnapshot(t, before, after, "deleting \"a\" must not touch the ids it prefixes")
+	assert.Empty(t, allEvents(t, s, "a"))
+	for _, id := range others {
+		require.NoError(t, s.PutMetadata(ctx, id, map[string]string{"after": "delete"}), "%q is not tombstoned", id)
+	}
+
+	// Invalid UTF-8 is refused everywhere.
+	bad := "a\xff"
+	_, err = s.Append(ctx, &messages.AppendRequest{ConversationId: bad, Events: userEvs(1, 1)})
+	require.ErrorIs(t, err, journal.ErrInvalid)
+	_, err = s.Events(ctx, bad, journal.EventQuery{})
+	require.ErrorIs(t, err, journal.ErrInvalid)
+	require.ErrorIs(t, s.PutMetadata(ctx, bad, map[string]string{"k": "v"}), journal.ErrInvalid)
+	_, err = s.Conversation(ctx, bad)
+	require.ErrorIs(t, err, journal.ErrInvalid)
+	require.ErrorIs(t, s.DeleteConversation(ctx, bad), journal.ErrInvalid)
+}
+
+func allDeadlinesOf(t testing.TB, s journal.Store, conv string) []string {
+	t.Helper()
+	return deadlineIDs(deadlinesOf(t, s, conv))
+}
+
+func deadlineIDs(ds []*messages.Deadline) []string {
+	out := []string{}
+	for _, d := range ds {
+		out = append(out, d.GetConversationId()+"|"+d.GetToolCallId()+"|"+d.GetAt().AsTime().Format(time.RFC3339Nano))
+	}
+	return out
+}
+
+var badInputCases = []suiteCase{
+	{name: "RejectedWithoutWriting", run: testBadInput},
+	{name: "LimitsAreInclusive", run: testLimitsInclusive},
+}
+
+func testBadInput(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	calls := populate(t, s, "c", e.feat.Audit)
+	last := lastSeq(t, s, "c")
+	longID := strings.Repeat("x", journal.MaxIDBytes+1)
+	huge := userEv(1, strings.Repeat("y", journal.MaxEventBytes+1))
+	tooMany := userEvs(1, journal.MaxEventsPerAppend+1)
+	appendTo := func(req *messages.AppendRequest) func() error {
+		return func() error {
+			res, err := s.Append(ctx, req)
+			if !assert.ErrorIs(t, res.Err, journal.ErrInvalid, "AppendResult.Err") {
+				return res.Err
+			}
+			return err
+		}
+	}
+	valid := func(mut func(*messages.AppendRequest)) *messages.AppendRequest {
+		req := &messages.AppendRequest{ConversationId: "c", ExpectedLast: last, Events: userEvs(50, 1), ToolCalls: []*messages.ToolCallRecord{humanCall("c", "c/new")}}
+		mut(req)
+		return req
+	}
+	cases := []struct {
+		name string
+		do   func() error
+	}{
+		{"AppendNilRequest", appendTo(nil)},
+		{"AppendEmptyID", appendTo(valid(func(r *messages.AppendRequest) { r.ConversationId = "" }))},
+		{"AppendOversizedID", appendTo(valid(func(r *messages.AppendRequest) { r.ConversationId = longID }))},
+		{"AppendInvalidUTF8ID", appendTo(valid(func(r *messages.AppendRequest) { r.ConversationId = "c\xff" }))},
+		{"AppendOversizedEvent", appendTo(valid(func(r *messages.AppendRequest) { r.Events = append(r.Events, huge) }))},
+		{"AppendEventWithoutBody", appendTo(valid(func(r *messages.AppendRequest) { r.Events = append(r.Events, &messages.Event{Time: ts(1)}) }))},
+		{"AppendNilEvent", appendTo(valid(func(r *messages.AppendRequest) { r.Events = append(r.Events, nil) }))},
+		{"AppendTooManyEvents", appendTo(valid(func(r *messages.AppendRequest) { r.Events = tooMany }))},
+		{"AppendToolCallWithoutID", appendTo(valid(func(r *messages.AppendRequest) { r.ToolCalls[0].Id = "" }))},
+		{"AppendToolCallOfOtherConversation", appendTo(valid(func(r *messages.AppendRequest) { r.ToolCalls[0].ConversationId = "d" }))},
+		{"AppendDeadlineWithoutTime", appendTo(valid(func(r *messages.AppendRequest) {
+			r.Schedule = []*messages.Deadline{{ConversationId: "c", ToolCallId: calls[0]}}
+		}))},
+		{"AppendDeadlineOfOtherConversation", appendTo(valid(func(r *messages.AppendRequest) {
+			r.Schedule = []*messages.Deadline{deadline("d", calls[0], 5)}
+		}))},
+		{"AppendNonTerminalResolution", appendTo(valid(func(r *messages.AppendRequest) {
+			r.Resolutions = []*messages.ToolResolution{{ToolCallId: calls[0], Status: pending}}
+		}))},
+		{"AppendUnfencedWithEvents", appendTo(valid(func(r *messages.AppendRequest) { r.Unfenced = true }))},
+		{"AppendBatchInvalidRequest", func() error {
+			return s.AppendBatch(ctx, []*messages.AppendRequest{valid(func(r *messages.AppendRequest) { r.Events[0].Body = nil })})[0].Err
+		}},
+		{"SummaryBeyondLastSeq", func() error { return s.PutSummary(ctx, "c", summary(1, last+1)) }},
+		{"SummaryFromZero", func() error { return s.PutSummary(ctx, "c", summary(0, 1)) }},
+		{"SummaryBadID", func() error { return s.PutSummary(ctx, "", summary(1, 1)) }},
+		{"ResolvePendingStatus", func() error {
+			_, err := s.ResolveToolCall(ctx, calls[0], pending, contentOutcome("x"), tm(1))
+			return err
+		}},
+		{"ResolveUnspecifiedStatus", func() error {
+			_, err := s.ResolveToolCall(ctx, calls[0], messages.ToolCallStatus_TOOL_CALL_STATUS_UNSPECIFIED, nil, tm(1))
+			return err
+		}},
+		{"ResolveEmptyID", func() error {
+			_, err := s.ResolveToolCall(ctx, "", resolved, nil, tm(1))
+			return err
+		}},
+		{"UpsertNil", func() error { return s.UpsertToolCall(ctx, nil) }},
+		{"UpsertEmptyID", func() error { return s.UpsertToolCall(ctx, humanCall("c", "")) }},
+		{"UpsertOversizedConversationID", func() error { return s.UpsertToolCall(ctx, humanCall(longID, "c/new")) }},
+		{"ScheduleWithoutTime", func() error {
+			return s.ScheduleDeadline(ctx, &messages.Deadline{ConversationId: "c", ToolCallId: calls[0]})
+		}},
+		{"ScheduleEmptyCallID", func() error { return s.ScheduleDeadline(ctx, deadline("c", "", 5)) }},
+		{"CancelEmptyCallID", func() error { return s.CancelDeadline(ctx, "c", "") }},
+		{"MetadataEmptyKey", func() error { return s.PutMetadata(ctx, "c", map[string]string{"": "v"}) }},
+		{"MetadataInvalidUTF8Value", func() error { return s.PutMetadata(ctx, "c", map[string]string{"k": "\xff"}) }},
+		{"PutConversationEmptyID", func() error { return s.PutConversation(ctx, journal.ConversationUpdate{}) }},
+		{"PutFSMStateOversizedID", func() error { return s.PutFSMState(ctx, longID, idleState(1)) }},
+		{"DeleteEmptyID", func() error { return s.DeleteConversation(ctx, "") }},
+		{"EventsEmptyID", func() error { _, err := s.Events(ctx, "", journal.EventQuery{}); return err }},
+		{"LastSeqOversizedID", func() error { _, err := s.LastSeq(ctx, longID); return err }},
+		{"LoadSinceInvalidUTF8ID", func() error { _, _, err := s.LoadSince(ctx, "\xff"); return err }},
+		{"ToolCallEmptyID", func() error { _, err := s.ToolCall(ctx, ""); return err }},
+		{"PendingEmptyID", func() error { _, err := s.PendingToolCalls(ctx, ""); return err }},
+		{"MetadataEmptyID", func() error { _, err := s.Metadata(ctx, ""); return err }},
+	}
+	convs := []string{"c", "d", "c\xef\xbf\xbd"}
+	ids := append(append([]string{}, calls...), "c/new")
+	before := snapshotOf(t, s, convs, ids)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			require.ErrorIs(t, tc.do(), journal.ErrInvalid)
+			requireSameSnapshot(t, before, snapshotOf(t, s, convs, ids), "rejected input must write nothing")
+		})
+	}
+}
+
+func testLimitsInclusive(t *testing.T, e env) {
+	s := e.open(t).Store
+	id := strings.Repeat("x", journal.MaxIDBytes)
+	res := appendOK(t, s, &messages.AppendRequest{ConversationId: id, Events: userEvs(1, journal.MaxEventsPerAppend)})
+	assert.Equal(t, journal.AppendResult{FirstSeq: 1, LastSeq: journal.MaxEventsPerAppend}, res, "an id of MaxIDBytes and MaxEventsPerAppend events are allowed")
+	callID := strings.Repeat("y", journal.MaxIDBytes)
+	upsert(t, s, humanCall(id, callID))
+	assert.Equal(t, id, toolCall(t, s, callID).GetConversationId())
+}
+
+var closeCases = []suiteCase{
+	{name: "MethodsAfterClose", run: testClose},
+}
+
+func testClose(t *testing.T, e env) {
+	s := e.open(t).Store
+	populate(t, s, "c", e.feat.Audit)
+	require.NoError(t, s.Close())
+	require.NoError(t, s.Close(), "Close twice is fine")
+	ctx := context.Background()
+	calls := []struct {
+		name string
+		do   func() error
+	}{
+		{"Append", func() error {
+			_, err := s.Append(ctx, &messages.AppendRequest{ConversationId: "c", ExpectedLast: 6, Events: userEvs(1, 1)})
+			return err
+		}},
+		{"AppendBatch", func() error {
+			res := s.AppendBatch(ctx, []*messages.AppendRequest{{ConversationId: "c", Events: userEvs(1, 1)}, {ConversationId: "d", Events: userEvs(1, 1)}})
+			assert.ErrorIs(t, res[1].Err, journal.ErrClosed)
+			return res[0].Err
+		}},
+		{"Events", func() error { _, err := s.Events(ctx, "c", journal.EventQuery{}); return err }},
+		{"LastSeq", func() error { _, err := s.LastSeq(ctx, "c"); return err }},
+		{"LoadSince", func() error { _, _, err := s.LoadSince(ctx, "c"); return err }},
+		{"PutSummary", func() error { return s.PutSummary(ctx, "c", summary(1, 1)) }},
+		{"LatestSummary", func() error { _, err := s.LatestSummary(ctx, "c"); return err }},
+		{"SummaryBefore", func() error { _, err := s.SummaryBefore(ctx, "c", 5); return err }},
+		{"UpsertToolCall", func() error { return s.UpsertToolCall(ctx, humanCall("c", "c/new")) }},
+		{"ToolCall", func() error { _, err := s.ToolCall(ctx, "c/tc-1"); return err }},
+		{"PendingToolCalls", func() error { _, err := s.PendingToolCalls(ctx, "c"); return err }},
+		{"ResolveToolCall", func() error {
+			_, err := s.ResolveToolCall(ctx, "c/tc-1", resolved, nil, tm(1))
+			return err
+		}},
+		{"ScheduleDeadline", func() error { return s.ScheduleDeadline(ctx, deadline("c", "c/tc-1", 5)) }},
+		{"CancelDeadline", func() error { return s.CancelDeadline(ctx, "c", "c/tc-1") }},
+		{"Deadlines", func() error {
+			return s.Deadlines(ctx, time.Time{}, func(*messages.Deadline) error {
+				t.Error("Deadlines called fn after Close")
+				return nil
+			})
+		}},
+		{"PutModelCall", func() error { return s.PutModelCall(ctx, modelCall("c", 9, 9)) }},
+		{"ModelCalls", func() error { _, err := s.ModelCalls(ctx, "c"); return err }},
+		{"GCModelCalls", func() error { _, err := s.GCModelCalls(ctx, "c", tm(1)); return err }},
+		{"Conversation", func() error { _, err := s.Conversation(ctx, "c"); return err }},
+		{"PutConversation", func() error { return s.PutConversation(ctx, journal.ConversationUpdate{ID: "c"}) }},
+		{"PutFSMState", func() error { return s.PutFSMState(ctx, "c", idleState(1)) }},
+		{"ListConversations", func() error { _, _, err := s.ListConversations(ctx, "", 0); return err }},
+		{"DeleteConversation", func() error { return s.DeleteConversation(ctx, "c") }},
+		{"Metadata", func() error { _, err := s.Metadata(ctx, "c"); return err }},
+		{"PutMetadata", func() error { return s.PutMetadata(ctx, "c", map[string]string{"k": "v"}) }},
+	}
+	for _, c := range calls {
+		t.Run(c.name, func(t *testing.T) {
+			require.ErrorIs(t, c.do(), journal.ErrClosed)
+		})
+	}
+	require.NoError(t, s.Close(), "Close after failed calls is fine")
+}

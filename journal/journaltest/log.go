@@ -1,0 +1,747 @@
+package journaltest
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+)
+
+var appendCases = []suiteCase{
+	{name: "SeqsGapFree", run: testAppendSeqs},
+	{name: "CreatesRow", run: testAppendCreatesRow},
+	{name: "ConflictWritesNothing", run: testAppendConflict},
+	{name: "AtomicWrite", run: testAppendAtomic},
+	{name: "Resolutions", run: testAppendResolutions},
+	{name: "StaleResolutionWritesNothing", run: testAppendStaleResolution},
+	{name: "ResolveCallUpsertedInSameRequest", run: testAppendResolveUpserted},
+	{name: "Unfenced", run: testAppendUnfenced},
+	{name: "ToolCallOfOtherConversation", run: testAppendToolCallOfOther},
+	{name: "RecordsAreCopies", run: testAppendCopies},
+}
+
+func testAppendSeqs(t *testing.T, e env) {
+	s := e.open(t).Store
+	first := userEvs(1, 1)
+	res := appendOK(t, s, &messages.AppendRequest{ConversationId: "c", Events: first})
+	assert.Equal(t, journal.AppendResult{FirstSeq: 1, LastSeq: 1}, res)
+	assert.Equal(t, uint64(1), first[0].GetSeq(), "Append sets Seq on the request's events")
+
+	second := userEvs(2, 3)
+	res = appendOK(t, s, &messages.AppendRequest{ConversationId: "c", ExpectedLast: 1, Events: second})
+	assert.Equal(t, journal.AppendResult{FirstSeq: 2, LastSeq: 4}, res)
+	assert.Equal(t, []uint64{2, 3, 4}, seqs(second))
+
+	res = appendOK(t, s, &messages.AppendRequest{ConversationId: "c", ExpectedLast: 4, FsmState: idleState(4)})
+	assert.Equal(t, journal.AppendResult{FirstSeq: 4, LastSeq: 4}, res, "a request without events reports ExpectedLast")
+
+	res = appendOK(t, s, &messages.AppendRequest{ConversationId: "c", ExpectedLast: 4, Events: userEvs(5, 2)})
+	assert.Equal(t, journal.AppendResult{FirstSeq: 5, LastSeq: 6}, res)
+
+	requireProtos(t, withSeqs(1, userEvs(1, 6)), allEvents(t, s, "c"))
+	assert.Equal(t, uint64(6), lastSeq(t, s, "c"))
+
+	// Another conversation has its own seqs.
+	res = appendOK(t, s, &messages.AppendRequest{ConversationId: "d", Events: userEvs(1, 2)})
+	assert.Equal(t, journal.AppendResult{FirstSeq: 1, LastSeq: 2}, res)
+	assert.Equal(t, uint64(6), lastSeq(t, s, "c"))
+}
+
+func testAppendCreatesRow(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	_, err := s.Conversation(ctx, "c")
+	require.ErrorIs(t, err, journal.ErrNotFound)
+
+	appendOK(t, s, &messages.AppendRequest{ConversationId: "c", Events: []*messages.Event{userEv(42, "hi"), userEv(43, "there")}})
+	row, err := s.Conversation(ctx, "c")
+	require.NoError(t, err)
+	assert.Equal(t, "c", row.GetId())
+	assert.Equal(t, statusActive, row.GetStatus())
+	requireProto(t, ts(42), row.GetCreated(), "created is the time of the first event")
+
+	appendOK(t, s, &messages.AppendRequest{ConversationId: "d", Events: userEvs(1, 1), Status: statusIdle})
+	row, err = s.Conversation(ctx, "d")
+	require.NoError(t, err)
+	assert.Equal(t, statusIdle, row.GetStatus(), "the first request's status wins over the default")
+
+	appendOK(t, s, &messages.AppendRequest{ConversationId: "e", FsmState: idleState(0)})
+	row, err = s.Conversation(ctx, "e")
+	require.NoError(t, err, "an append without events creates the row too")
+	assert.Equal(t, statusActive, row.GetStatus())
+	assert.NotNil(t, row.GetCreated(), "created is now when the request has no events")
+	requireProto(t, idleState(0), row.GetFsmState())
+
+	// Later appends do not move created.
+	appendOK(t, s, &messages.AppendRequest{ConversationId: "c", ExpectedLast: 2, Events: []*messages.Event{userEv(99, "later")}})
+	row, err = s.Conversation(ctx, "c")
+	require.NoError(t, err)
+	requireProto(t, ts(42), row.GetCreated())
+	assert.Equal(t, statusActive, row.GetStatus(), "an append without a status keeps the row's")
+
+	rows, _, err := s.ListConversations(ctx, "", 0)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"c", "d", "e"}, convIDs(rows))
+}
+
+func convIDs(rows []*messages.Conversation) []string {
+	out := make([]string, len(rows))
+	for i, r := range rows {
+		out[i] = r.GetId()
+	}
+	return out
+}
+
+func testAppendConflict(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	appendOK(t, s, &messages.AppendRequest{ConversationId: "c", Events: userEvs(1, 2), FsmState: idleState(2)})
+	rowBefore, err := s.Conversation(ctx, "c")
+	require.NoError(t, err)
+
+	for _, expected := range []uint64{0, 1, 3, 100} {
+		req := &messages.AppendRequest{
+			ConversationId: "c", ExpectedLast: expected,
+			Events:    []*messages.Event{assistantEv(10, "asking", "tc-x"), toolCallEv(11, "tc-x")},
+			ToolCalls: []*messages.ToolCallRecord{humanCall("c", "tc-x")},
+			FsmState:  awaiting(4, "tc-x"),
+			Status:    statusSuspended,
+			Schedule:  []*messages.Deadline{deadline("c", "tc-x", 100)},
+		}
+		res, err := s.Append(ctx, req)
+		require.ErrorIs(t, err, journal.ErrConflict, "expected last %d, log at 2", expected)
+		require.ErrorIs(t, res.Err, journal.ErrConflict)
+	}
+	requireProtos(t, withSeqs(1, userEvs(1, 2)), allEvents(t, s, "c"), "a fenced-off append writes no event")
+	assert.Equal(t, uint64(2), lastSeq(t, s, "c"))
+	_, err = s.ToolCall(ctx, "tc-x")
+	require.ErrorIs(t, err, journal.ErrNotFound, "a fenced-off append writes no tool call row")
+	assert.Empty(t, allDeadlines(t, s), "a fenced-off append schedules no deadline")
+	row, err := s.Conversation(ctx, "c")
+	require.NoError(t, err)
+	requireProto(t, rowBefore, row, "a fenced-off append changes neither status nor fsm_state")
+
+	// On an empty log, any expected seq but 0 conflicts, and no row appears.
+	_, err = s.Append(ctx, &messages.AppendRequest{ConversationId: "fresh", ExpectedLast: 1, Events: userEvs(1, 1)})
+	require.ErrorIs(t, err, journal.ErrConflict)
+	assert.Equal(t, uint64(0), lastSeq(t, s, "fresh"))
+	_, err = s.Conversation(ctx, "fresh")
+	require.ErrorIs(t, err, journal.ErrNotFound)
+
+	// The right expected seq still works after the conflicts.
+	res := appendOK(t, s, &messages.AppendRequest{ConversationId: "c", ExpectedLast: 2, Events: userEvs(3, 1)})
+	assert.Equal(t, journal.AppendResult{FirstSeq: 3, LastSeq: 3}, res)
+}
+
+func testAppendAtomic(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	appendEvents(t, s, "c", userEv(1, "book a flight"))
+	evs := []*messages.Event{assistantEv(2, "let me ask", "tc-1", "tc-2"), toolCallEv(3, "tc-1"), toolCallEv(4, "tc-2")}
+	res := appendOK(t, s, &messages.AppendRequest{
+		ConversationId: "c", ExpectedLast: 1,
+		Events:    evs,
+		ToolCalls: []*messages.ToolCallRecord{humanCall("c", "tc-1"), humanCall("c", "tc-2")},
+		FsmState:  awaiting(4, "tc-1", "tc-2"),
+		Status:    statusSuspended,
+		Schedule:  []*messages.Deadline{deadline("c", "tc-1", 600), deadline("c", "tc-2", 300)},
+	})
+	assert.Equal(t, journal.AppendResult{FirstSeq: 2, LastSeq: 4}, res)
+
+	requireProtos(t, append(withSeqs(1, []*messages.Event{userEv(1, "book a flight")}), withSeqs(2, evs)...), allEvents(t, s, "c"))
+	want1, want2 := humanCall("c", "tc-1"), humanCall("c", "tc-2")
+	want1.Status, want2.Status = pending, pending
+	got, err := s.ToolCall(ctx, "tc-1")
+	require.NoError(t, err)
+	requireProto(t, want1, got, "a new row without a status is pending")
+	pend, err := s.PendingToolCalls(ctx, "c")
+	require.NoError(t, err)
+	requireProtos(t, []*messages.ToolCallRecord{want1, want2}, pend)
+	row, err := s.Conversation(ctx, "c")
+	require.NoError(t, err)
+	assert.Equal(t, statusSuspended, row.GetStatus())
+	requireProto(t, awaiting(4, "tc-1", "tc-2"), row.GetFsmState())
+	requireProtos(t, []*messages.Deadline{deadline("c", "tc-2", 300), deadline("c", "tc-1", 600)}, allDeadlines(t, s))
+
+	// Cancel and status without events or fsm_state: the fsm_state stays.
+	appendOK(t, s, &messages.AppendRequest{ConversationId: "c", ExpectedLast: 4, Cancel: []string{"tc-2"}, Status: statusActive})
+	requireProtos(t, []*messages.Deadline{deadline("c", "tc-1", 600)}, allDeadlines(t, s))
+	row, err = s.Conversation(ctx, "c")
+	require.NoError(t, err)
+	assert.Equal(t, statusActive, row.GetStatus())
+	requireProto(t, awaiting(4, "tc-1", "tc-2"), row.GetFsmState(), "a request without fsm_state keeps the cached one")
+}
+
+// suspend appends an assistant turn to conv that asks for calls, with their
+// rows and a deadline each at t0+100s, and returns the new last seq.
+func suspend(t testing.TB, s journal.Store, conv string, calls ...string) uint64 {
+	t.Helper()
+	last := lastSeq(t, s, conv)
+	req := &messages.AppendRequest{ConversationId: conv, ExpectedLast: last, FsmState: awaiting(last+1+uint64(len(calls)), calls...)}
+	req.Events = append(req.Events, assistantEv(int(last)+1, "asking", calls...))
+	for _, id := range calls {
+		req.Events = append(req.Events, toolCallEv(int(last)+1, id))
+		req.ToolCalls = append(req.ToolCalls, humanCall(conv, id))
+		req.Schedule = append(req.Schedule, deadline(conv, id, 100))
+	}
+	return appendOK(t, s, req).LastSeq
+}
+
+func toolCall(t testing.TB, s journal.Store, id string) *messages.ToolCallRecord {
+	t.Helper()
+	row, err := s.ToolCall(t.Context(), id)
+	require.NoError(t, err, "tool call %q", id)
+	return row
+}
+
+func testAppendResolutions(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	last := suspend(t, s, "c", "tc-1", "tc-2")
+	require.Equal(t, uint64(3), last)
+
+	res := appendOK(t, s, &messages.AppendRequest{
+		ConversationId: "c", ExpectedLast: last,
+		Events:      []*messages.Event{resolutionEv(10, "tc-1", resolved), toolResultEv(10, "tc-1", `"yes"`)},
+		Resolutions: []*messages.ToolResolution{{ToolCallId: "tc-1", Status: resolved, Result: contentOutcome(`"yes"`), At: ts(10)}},
+		FsmState:    awaiting(5, "tc-2"),
+	})
+	assert.Equal(t, journal.AppendResult{FirstSeq: 4, LastSeq: 5}, res)
+	want := humanCall("c", "tc-1")
+	want.Status, want.Result, want.Resolved = resolved, contentOutcome(`"yes"`), ts(10)
+	requireProto(t, want, toolCall(t, s, "tc-1"), "the resolution moved the row to resolved with its result and time")
+	pend, err := s.PendingToolCalls(ctx, "c")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"tc-2"}, callIDs(pend))
+	requireProtos(t, []*messages.Deadline{deadline("c", "tc-2", 100)}, allDeadlines(t, s), "the resolution removed its call's deadline")
+
+	// Errored and expired are terminal too.
+	appendOK(t, s, &messages.AppendRequest{
+		ConversationId: "c", ExpectedLast: 5,
+		Resolutions: []*messages.ToolResolution{{ToolCallId: "tc-2", Status: expired, Result: errorOutcome("expired", "too late"), At: ts(11)}},
+	})
+	assert.Equal(t, expired, toolCall(t, s, "tc-2").GetStatus())
+	assert.Empty(t, allDeadlines(t, s))
+}
+
+func callIDs(rows []*messages.ToolCallRecord) []string {
+	out := []string{}
+	for _, r := range rows {
+		out = append(out, r.GetId())
+	}
+	return out
+}
+
+func testAppendStaleResolution(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	last := suspend(t, s, "c", "tc-1", "tc-2")
+	suspend(t, s, "d", "tc-d")
+	_, err := s.ResolveToolCall(ctx, "tc-1", resolved, contentOutcome("1"), tm(5))
+	require.NoError(t, err)
+
+	cases := []struct {
+		name string
+		res  []*messages.ToolResolution
+	}{
+		{"AlreadyResolved", []*messages.ToolResolution{{ToolCallId: "tc-1", Status: errored}}},
+		{"Unknown", []*messages.ToolResolution{{ToolCallId: "nope", Status: resolved}}},
+		{"OtherConversation", []*messages.ToolResolution{{ToolCallId: "tc-d", Status: resolved}}},
+		{"SameCallTwice", []*messages.ToolResolution{{ToolCallId: "tc-2", Status: resolved}, {ToolCallId: "tc-2", Status: errored}}},
+		{"OneOfTwoStale", []*messages.ToolResolution{{ToolCallId: "tc-2", Status: resolved}, {ToolCallId: "tc-1", Status: resolved}}},
+	}
+	before := snapshotOf(t, s, []string{"c", "d"}, []string{"tc-1", "tc-2", "tc-3", "tc-d"})
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := s.Append(ctx, &messages.AppendRequest{
+				ConversationId: "c", ExpectedLast: last,
+				Events:      []*messages.Event{resolutionEv(20, "tc-1", errored)},
+				Resolutions: tc.res,
+				ToolCalls:   []*messages.ToolCallRecord{humanCall("c", "tc-3")},
+				FsmState:    idleState(9),
+				Status:      statusEnded,
+				Schedule:    []*messages.Deadline{deadline("c", "tc-3", 50)},
+				Cancel:      []string{"tc-2"},
+			})
+			require.ErrorIs(t, err, journal.ErrStale)
+			require.ErrorIs(t, res.Err, journal.ErrStale)
+			requireSameSnapshot(t, before, snapshotOf(t, s, []string{"c", "d"}, []string{"tc-1", "tc-2", "tc-3", "tc-d"}),
+				"nothing of a request with a stale resolution is written")
+		})
+	}
+}
+
+func testAppendResolveUpserted(t *testing.T, e env) {
+	s := e.open(t).Store
+	// Upserts apply before resolutions: a request may record a call and its
+	// immediate result (a server tool that answered at once).
+	appendOK(t, s, &messages.AppendRequest{
+		ConversationId: "c",
+		Events:         []*messages.Event{toolCallEv(1, "tc-1"), toolResultEv(2, "tc-1", "42")},
+		ToolCalls:      []*messages.ToolCallRecord{humanCall("c", "tc-1")},
+		Resolutions:    []*messages.ToolResolution{{ToolCallId: "tc-1", Status: resolved, Result: contentOutcome("42"), At: ts(2)}},
+	})
+	row := toolCall(t, s, "tc-1")
+	assert.Equal(t, resolved, row.GetStatus())
+	requireProto(t, contentOutcome("42"), row.GetResult())
+	pend, err := s.PendingToolCalls(t.Context(), "c")
+	require.NoError(t, err)
+	assert.Empty(t, pend)
+}
+
+func testAppendUnfenced(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	last := suspend(t, s, "c", "tc-1", "tc-2", "tc-3")
+
+	// Another writer resolves without knowing the log's position.
+	res, err := s.Append(ctx, &messages.AppendRequest{
+		ConversationId: "c", Unfenced: true,
+		Resolutions: []*messages.ToolResolution{{ToolCallId: "tc-1", Status: resolved, Result: contentOutcome("ok"), At: ts(7)}},
+	})
+	require.NoError(t, err)
+	assert.Equal(t, journal.AppendResult{}, res, "a request without events reports ExpectedLast (0 here)")
+	assert.Equal(t, last, lastSeq(t, s, "c"))
+	assert.Equal(t, resolved, toolCall(t, s, "tc-1").GetStatus())
+
+	// The fence is skipped whatever ExpectedLast says.
+	appendOK(t, s, &messages.AppendRequest{
+		ConversationId: "c", Unfenced: true, ExpectedLast: last + 10,
+		Schedule: []*messages.Deadline{deadline("c", "tc-2", 500)},
+		Cancel:   []string{"tc-3"},
+	})
+	requireProtos(t, []*messages.Deadline{deadline("c", "tc-2", 500)}, allDeadlines(t, s))
+
+	// Stale resolutions are still refused.
+	_, err = s.Append(ctx, &messages.AppendRequest{
+		ConversationId: "c", Unfenced: true,
+		Resolutions: []*messages.ToolResolution{{ToolCallId: "tc-1", Status: errored}},
+	})
+	require.ErrorIs(t, err, journal.ErrStale)
+
+	// Unfenced requests carry no events.
+	before := snapshotOf(t, s, []string{"c"}, []string{"tc-1", "tc-2", "tc-3", "tc-4"})
+	_, err = s.Append(ctx, &messages.AppendRequest{
+		ConversationId: "c", Unfenced: true, ExpectedLast: last,
+		Events:    []*messages.Event{userEv(9, "sneaky")},
+		ToolCalls: []*messages.ToolCallRecord{humanCall("c", "tc-4")},
+	})
+	require.ErrorIs(t, err, journal.ErrInvalid)
+	requireSameSnapshot(t, before, snapshotOf(t, s, []string{"c"}, []string{"tc-1", "tc-2", "tc-3", "tc-4"}))
+}
+
+func testAppendToolCallOfOther(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	suspend(t, s, "a", "tc-1")
+	rowBefore := toolCall(t, s, "tc-1")
+	_, err := s.Append(ctx, &messages.AppendRequest{
+		ConversationId: "b",
+		Events:         []*messages.Event{toolCallEv(1, "tc-1")},
+		ToolCalls:      []*messages.ToolCallRecord{humanCall("b", "tc-1")},
+	})
+	require.ErrorIs(t, err, journal.ErrConflict, "tool call ids are unique across conversations")
+	requireProto(t, rowBefore, toolCall(t, s, "tc-1"))
+	assert.Equal(t, uint64(0), lastSeq(t, s, "b"))
+	_, err = s.Conversation(ctx, "b")
+	require.ErrorIs(t, err, journal.ErrNotFound)
+}
+
+func testAppendCopies(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	evs := []*messages.Event{userEv(1, "original")}
+	tc := humanCall("c", "tc-1")
+	fsm := awaiting(1, "tc-1")
+	appendOK(t, s, &messages.AppendRequest{ConversationId: "c", Events: evs, ToolCalls: []*messages.ToolCallRecord{tc}, FsmState: fsm})
+	evs[0].GetUserMsg().GetContent()[0].Part = &messages.ContentPart_Text{Text: "changed"}
+	tc.Name = "changed"
+	fsm.Pending["tc-1"].Prompt = "changed"
+
+	got := allEvents(t, s, "c")
+	requireProtos(t, withSeqs(1, []*messages.Event{userEv(1, "original")}), got, "changing a request after Append must not change the log")
+	assert.Equal(t, "ask_human", toolCall(t, s, "tc-1").GetName())
+	row, err := s.Conversation(ctx, "c")
+	require.NoError(t, err)
+	requireProto(t, awaiting(1, "tc-1"), row.GetFsmState())
+
+	got[0].Seq = 99
+	got[0].GetUserMsg().GetContent()[0].Part = &messages.ContentPart_Text{Text: "changed"}
+	requireProtos(t, withSeqs(1, []*messages.Event{userEv(1, "original")}), allEvents(t, s, "c"), "changing returned events must not change the log")
+	row.FsmState.State = messages.AgentState_AGENT_STATE_IDLE
+	row2, err := s.Conversation(ctx, "c")
+	require.NoError(t, err)
+	requireProto(t, awaiting(1, "tc-1"), row2.GetFsmState(), "changing a returned row must not change the Store")
+}
+
+var batchCases = []suiteCase{
+	{name: "IndependentResults", run: testBatchIndependent},
+	{name: "SameConversationChained", run: testBatchChained},
+	{name: "FailedRequestBreaksChain", run: testBatchChainBreak},
+	{name: "ManyConversations", run: testBatchMany},
+}
+
+func testBatchIndependent(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	assert.Empty(t, s.AppendBatch(ctx, nil), "an empty batch has no results")
+	const n = 10
+	for i := range n {
+		appendEvents(t, s, fmt.Sprint("c", i), userEv(1, "first"))
+	}
+	reqs := make([]*messages.AppendRequest, n)
+	for i := range reqs {
+		conv := fmt.Sprint("c", i)
+		reqs[i] = &messages.AppendRequest{ConversationId: conv, ExpectedLast: 1, Events: []*messages.Event{userEv(2, conv+" second"), userEv(3, conv+" third")}}
+	}
+	reqs[4].ExpectedLast = 0                                                                 // fenced off
+	reqs[7].Events[1] = &messages.Event{Time: ts(3)}                                         // no body: invalid
+	reqs[8].Resolutions = []*messages.ToolResolution{{ToolCallId: "nope", Status: resolved}} // stale
+
+	results := s.AppendBatch(ctx, reqs)
+	require.Len(t, results, n)
+	for i, res := range results {
+		conv := fmt.Sprint("c", i)
+		switch i {
+		case 4:
+			require.ErrorIs(t, res.Err, journal.ErrConflict, conv)
+		case 7:
+			require.ErrorIs(t, res.Err, journal.ErrInvalid, conv)
+		case 8:
+			require.ErrorIs(t, res.Err, journal.ErrStale, conv)
+		default:
+			require.NoError(t, res.Err, conv)
+			assert.Equal(t, journal.AppendResult{FirstSeq: 2, LastSeq: 3}, res, conv)
+		}
+		want := []*messages.Event{userEv(1, "first")}
+		if res.Err == nil {
+			want = append(want, userEv(2, conv+" second"), userEv(3, conv+" third"))
+		}
+		requireProtos(t, withSeqs(1, want), allEvents(t, s, conv), conv)
+	}
+}
+
+func testBatchChained(t *testing.T, e env) {
+	s := e.open(t).Store
+	results := s.AppendBatch(t.Context(), []*messages.AppendRequest{
+		{ConversationId: "c", Events: []*messages.Event{assistantEv(1, "asking", "tc-1"), toolCallEv(2, "tc-1")}, ToolCalls: []*messages.ToolCallRecord{humanCall("c", "tc-1")}},
+		{ConversationId: "c", ExpectedLast: 2, Events: []*messages.Event{resolutionEv(3, "tc-1", resolved), toolResultEv(4, "tc-1", "1"), assistantEv(5, "done")},
+			Resolutions: []*messages.ToolResolution{{ToolCallId: "tc-1", Status: resolved, Result: contentOutcome("1"), At: ts(3)}}},
+		{ConversationId: "d", Events: userEvs(1, 1)},
+		{ConversationId: "c", ExpectedLast: 5, Events: []*messages.Event{userEv(6, "thanks")}},
+	})
+	require.Len(t, results, 4)
+	want := []journal.AppendResult{{FirstSeq: 1, LastSeq: 2}, {FirstSeq: 3, LastSeq: 5}, {FirstSeq: 1, LastSeq: 1}, {FirstSeq: 6, LastSeq: 6}}
+	for i := range want {
+		require.NoError(t, results[i].Err, "request %d", i)
+		assert.Equal(t, want[i], results[i], "request %d", i)
+	}
+	assert.Equal(t, seqRange(1, 6), seqs(allEvents(t, s, "c")))
+	assert.Equal(t, resolved, toolCall(t, s, "tc-1").GetStatus(), "the second request resolved the call the first created")
+	assert.Equal(t, uint64(1), lastSeq(t, s, "d"))
+}
+
+func testBatchChainBreak(t *testing.T, e env) {
+	s := e.open(t).Store
+	results := s.AppendBatch(t.Context(), []*messages.AppendRequest{
+		{ConversationId: "c", ExpectedLast: 5, Events: userEvs(1, 1)}, // fenced off
+		{ConversationId: "c", ExpectedLast: 6, Events: userEvs(2, 1)}, // expects the first to have landed
+		{ConversationId: "c", ExpectedLast: 0, Events: userEvs(3, 2)}, // sees the real log
+	})
+	require.Len(t, results, 3)
+	require.ErrorIs(t, results[0].Err, journal.ErrConflict)
+	require.ErrorIs(t, results[1].Err, journal.ErrConflict)
+	require.NoError(t, results[2].Err)
+	assert.Equal(t, journal.AppendResult{FirstSeq: 1, LastSeq: 2}, results[2])
+	requireProtos(t, withSeqs(1, userEvs(3, 2)), allEvents(t, s, "c"))
+}
+
+func testBatchMany(t *testing.T, e env) {
+	s := e.open(t).Store
+	const n = 300
+	reqs := make([]*messages.AppendRequest, n)
+	for i := range reqs {
+		conv := fmt.Sprintf("conv-%d", i)
+		call := fmt.Sprintf("tc-%d", i)
+		reqs[i] = &messages.AppendRequest{
+			ConversationId: conv,
+			Events:         []*messages.Event{userEv(i, conv), toolCallEv(i, call)},
+			ToolCalls:      []*messages.ToolCallRecord{humanCall(conv, call)},
+		}
+	}
+	results := s.AppendBatch(t.Context(), reqs)
+	require.Len(t, results, n)
+	for i, res := range results {
+		require.NoError(t, res.Err, "request %d", i)
+		assert.Equal(t, journal.AppendResult{FirstSeq: 1, LastSeq: 2}, res)
+	}
+	for i := range n {
+		conv := fmt.Sprintf("conv-%d", i)
+		requireProtos(t, withSeqs(1, []*messages.Event{userEv(i, conv), toolCallEv(i, fmt.Sprintf("tc-%d", i))}), allEvents(t, s, conv))
+		assert.Equal(t, conv, toolCall(t, s, fmt.Sprintf("tc-%d", i)).GetConversationId())
+	}
+}
+
+var eventsCases = []suiteCase{
+	{name: "Ranges", run: testEventsRanges},
+	{name: "BackwardPagination", run: testEventsBackward},
+	{name: "UnknownConversation", run: testEventsUnknown},
+}
+
+func testEventsRanges(t *testing.T, e env) {
+	s := e.open(t).Store
+	appendEvents(t, s, "c", userEvs(1, 10)...)
+	appendEvents(t, s, "c", userEvs(11, 10)...)
+	all := withSeqs(1, userEvs(1, 20))
+	cases := []struct {
+		name           string
+		after, before  uint64
+		limit          int
+		fromSeq, toSeq uint64 // expected, inclusive; 0,0 for none
+	}{
+		{"All", 0, 0, 0, 1, 20},
+		{"After", 5, 0, 0, 6, 20},
+		{"Before", 0, 6, 0, 1, 5},
+		{"AfterBefore", 3, 8, 0, 4, 7},
+		{"LimitKeepsNewest", 0, 0, 3, 18, 20},
+		{"BeforeLimit", 0, 11, 4, 7, 10},
+		{"AfterBeforeLimit", 2, 11, 20, 3, 10},
+		{"LimitOfRangeSize", 4, 9, 4, 5, 8},
+		{"AfterLast", 20, 0, 0, 0, 0},
+		{"AfterBeyondLast", 50, 0, 0, 0, 0},
+		{"BeforeFirst", 0, 1, 0, 0, 0},
+		{"BeforeBeyondLast", 0, 100, 0, 1, 20},
+		{"EmptyRange", 5, 6, 0, 0, 0},
+		{"InvertedRange", 9, 3, 0, 0, 0},
+		{"Single", 9, 11, 1, 10, 10},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := s.Events(t.Context(), "c", journal.EventQuery{After: tc.after, Before: tc.before, Limit: tc.limit})
+			require.NoError(t, err)
+			var want []*messages.Event
+			if tc.toSeq > 0 {
+				want = all[tc.fromSeq-1 : tc.toSeq]
+			}
+			requireProtos(t, want, got)
+		})
+	}
+}
+
+func testEventsBackward(t *testing.T, e env) {
+	s := e.open(t).Store
+	const n = 237
+	for first := 1; first <= n; first += 100 {
+		appendEvents(t, s, "c", userEvs(first, min(100, n-first+1))...)
+	}
+	appendEvents(t, s, "other", userEvs(1, 30)...)
+	all := allEvents(t, s, "c")
+	require.Len(t, all, n)
+	for _, limit := range []int{1, 7, 50, 236, 237, 500} {
+		t.Run(fmt.Sprint("limit=", limit), func(t *testing.T) {
+			var pages [][]*messages.Event
+			before := uint64(0)
+			for {
+				page, err := s.Events(t.Context(), "c", journal.EventQuery{Before: before, Limit: limit})
+				require.NoError(t, err)
+				if len(page) == 0 {
+					break
+				}
+				require.LessOrEqual(t, len(page), limit)
+				pages = append(pages, page)
+				before = page[0].GetSeq()
+				require.LessOrEqual(t, len(pages), n+1, "pagination does not end")
+			}
+			var got []*messages.Event
+			for i := len(pages) - 1; i >= 0; i-- {
+				if i < len(pages)-1 {
+					assert.Len(t, pages[i], limit, "only the oldest page may be short")
+				}
+				got = append(got, pages[i]...)
+			}
+			requireProtos(t, all, got, "the pages, oldest first, are the whole log exactly once")
+		})
+	}
+}
+
+func testEventsUnknown(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	appendEvents(t, s, "known", userEvs(1, 3)...)
+	evs, err := s.Events(ctx, "unknown", journal.EventQuery{})
+	require.NoError(t, err)
+	assert.Empty(t, evs)
+	evs, err = s.Events(ctx, "unknown", journal.EventQuery{Before: 10, Limit: 5})
+	require.NoError(t, err)
+	assert.Empty(t, evs)
+	assert.Equal(t, uint64(0), lastSeq(t, s, "unknown"))
+	sum, evs, err := s.LoadSince(ctx, "unknown")
+	require.NoError(t, err)
+	assert.Nil(t, sum)
+	assert.Empty(t, evs)
+}
+
+var summaryCases = []suiteCase{
+	{name: "LoadSinceWithoutSummary", run: testLoadSinceNoSummary},
+	{name: "LoadSinceAfterSummary", run: testLoadSinceOneSummary},
+	{name: "LatestWins", run: testSummaryLatestWins},
+	{name: "Chapters", run: testSummaryChapters},
+	{name: "ReplaceSameToSeq", run: testSummaryReplace},
+	{name: "SummaryAtLastSeq", run: testSummaryAtEnd},
+	{name: "RejectsBadRanges", run: testSummaryBadRanges},
+	{name: "NotFound", run: testSummaryNotFound},
+}
+
+func summary(from, to uint64) *messages.Summary {
+	return &messages.Summary{FromSeq: from, ToSeq: to, Content: fmt.Sprintf("summary of %d..%d", from, to), Version: "v1", Created: ts(int(to))}
+}
+
+func putSummary(t testing.TB, s journal.Store, conv string, sum *messages.Summary) {
+	t.Helper()
+	require.NoError(t, s.PutSummary(t.Context(), conv, sum))
+}
+
+func loadSince(t testing.TB, s journal.Store, conv string) (*messages.Summary, []*messages.Event) {
+	t.Helper()
+	sum, evs, err := s.LoadSince(t.Context(), conv)
+	require.NoError(t, err)
+	return sum, evs
+}
+
+func testLoadSinceNoSummary(t *testing.T, e env) {
+	s := e.open(t).Store
+	appendEvents(t, s, "c", userEvs(1, 8)...)
+	sum, evs := loadSince(t, s, "c")
+	assert.Nil(t, sum)
+	requireProtos(t, withSeqs(1, userEvs(1, 8)), evs)
+}
+
+func testLoadSinceOneSummary(t *testing.T, e env) {
+	s := e.open(t).Store
+	appendEvents(t, s, "c", userEvs(1, 8)...)
+	putSummary(t, s, "c", summary(1, 5))
+	sum, evs := loadSince(t, s, "c")
+	requireProto(t, summary(1, 5), sum)
+	requireProtos(t, withSeqs(6, userEvs(6, 3)), evs, "LoadSince returns only the events after the summary's ToSeq")
+	requireProtos(t, withSeqs(1, userEvs(1, 8)), allEvents(t, s, "c"), "a summary never touches the log")
+
+	appendEvents(t, s, "c", userEvs(9, 2)...)
+	_, evs = loadSince(t, s, "c")
+	assert.Equal(t, seqRange(6, 10), seqs(evs))
+}
+
+func testSummaryLatestWins(t *testing.T, e env) {
+	s := e.open(t).Store
+	appendEvents(t, s, "c", userEvs(1, 12)...)
+	for _, to := range []uint64{6, 3, 9} {
+		putSummary(t, s, "c", summary(1, to))
+	}
+	sum, evs := loadSince(t, s, "c")
+	requireProto(t, summary(1, 9), sum, "the summary with the greatest ToSeq wins, whatever the order of writes")
+	assert.Equal(t, seqRange(10, 12), seqs(evs))
+	latest, err := s.LatestSummary(t.Context(), "c")
+	require.NoError(t, err)
+	requireProto(t, summary(1, 9), latest)
+}
+
+func testSummaryChapters(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	appendEvents(t, s, "c", userEvs(1, 12)...)
+	appendEvents(t, s, "d", userEvs(1, 12)...)
+	putSummary(t, s, "d", summary(1, 2))
+	for _, sm := range []*messages.Summary{summary(7, 9), summary(1, 3), summary(4, 6)} {
+		putSummary(t, s, "c", sm)
+	}
+	cases := []struct {
+		before uint64
+		want   *messages.Summary // nil: ErrNotFound
+	}{
+		{100, summary(7, 9)}, {10, summary(7, 9)}, {9, summary(4, 6)}, {7, summary(4, 6)},
+		{6, summary(1, 3)}, {4, summary(1, 3)}, {3, nil}, {1, nil},
+	}
+	for _, tc := range cases {
+		got, err := s.SummaryBefore(ctx, "c", tc.before)
+		if tc.want == nil {
+			require.ErrorIs(t, err, journal.ErrNotFound, "before %d", tc.before)
+			continue
+		}
+		require.NoError(t, err, "before %d", tc.before)
+		requireProto(t, tc.want, got, "before %d", tc.before)
+	}
+	// Walking the chapters from the latest visits each summary once.
+	var chain []uint64
+	sum, err := s.LatestSummary(ctx, "c")
+	for err == nil {
+		chain = append(chain, sum.GetToSeq())
+		sum, err = s.SummaryBefore(ctx, "c", sum.GetToSeq())
+	}
+	require.ErrorIs(t, err, journal.ErrNotFound)
+	assert.Equal(t, []uint64{9, 6, 3}, chain)
+}
+
+func testSummaryReplace(t *testing.T, e env) {
+	s := e.open(t).Store
+	appendEvents(t, s, "c", userEvs(1, 5)...)
+	putSummary(t, s, "c", summary(1, 4))
+	second := summary(2, 4)
+	second.Content = "rewritten"
+	putSummary(t, s, "c", second)
+	sum, evs := loadSince(t, s, "c")
+	requireProto(t, second, sum)
+	assert.Equal(t, []uint64{5}, seqs(evs))
+	_, err := s.SummaryBefore(t.Context(), "c", 4)
+	require.ErrorIs(t, err, journal.ErrNotFound, "the replaced summary is gone")
+}
+
+func testSummaryAtEnd(t *testing.T, e env) {
+	s := e.open(t).Store
+	appendEvents(t, s, "c", userEvs(1, 5)...)
+	putSummary(t, s, "c", summary(1, 5))
+	sum, evs := loadSince(t, s, "c")
+	requireProto(t, summary(1, 5), sum)
+	assert.Empty(t, evs)
+}
+
+func testSummaryBadRanges(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	appendEvents(t, s, "c", userEvs(1, 5)...)
+	cases := []struct {
+		name string
+		conv string
+		sum  *messages.Summary
+	}{
+		{"Nil", "c", nil},
+		{"FromZero", "c", summary(0, 3)},
+		{"FromAfterTo", "c", summary(4, 3)},
+		{"BeyondLastSeq", "c", summary(1, 6)},
+		{"UnknownConversation", "empty", summary(1, 1)},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			require.ErrorIs(t, s.PutSummary(ctx, tc.conv, tc.sum), journal.ErrInvalid)
+			_, err := s.LatestSummary(ctx, tc.conv)
+			require.ErrorIs(t, err, journal.ErrNotFound, "a rejected summary is not stored")
+		})
+	}
+}
+
+func testSummaryNotFound(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	appendEvents(t, s, "c", userEvs(1, 5)...)
+	for _, conv := range []string{"c", "unknown"} {
+		_, err := s.LatestSummary(ctx, conv)
+		require.ErrorIs(t, err, journal.ErrNotFound, conv)
+		_, err = s.SummaryBefore(ctx, conv, 5)
+		require.ErrorIs(t, err, journal.ErrNotFound, conv)
+	}
+}
+
+// cloneOf is proto.Clone with the type kept.
+func cloneOf[M proto.Message](m M) M { return proto.Clone(m).(M) }

@@ -1,0 +1,518 @@
+package journaltest
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var toolCallCases = []suiteCase{
+	{name: "UpsertAndGet", run: testToolCallUpsert},
+	{name: "PendingOrderedByID", run: testToolCallPending},
+	{name: "NotFound", run: testToolCallNotFound},
+	{name: "OwnedByOtherConversation", run: testToolCallOwned},
+	{name: "ConcurrentResolveOneWins", run: testResolveConcurrent},
+	{name: "ResolveStale", run: testResolveStale},
+	{name: "ResolveRemovesDeadline", run: testResolveRemovesDeadline},
+}
+
+func upsert(t testing.TB, s journal.Store, rec *messages.ToolCallRecord) {
+	t.Helper()
+	require.NoError(t, s.UpsertToolCall(t.Context(), rec))
+}
+
+func testToolCallUpsert(t *testing.T, e env) {
+	s := e.open(t).Store
+	rec := humanCall("c", "tc-1")
+	upsert(t, s, rec)
+	assert.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_UNSPECIFIED, rec.GetStatus(), "the caller's record is not changed")
+	want := cloneOf(rec)
+	want.Status = pending
+	requireProto(t, want, toolCall(t, s, "tc-1"), "a new row without a status is pending")
+
+	done := humanCall("c", "tc-2")
+	done.Status, done.Result, done.Resolved = errored, errorOutcome("boom", "failed"), ts(3)
+	upsert(t, s, done)
+	requireProto(t, done, toolCall(t, s, "tc-2"), "an explicit status is kept")
+
+	// Upsert replaces the whole row; an unspecified status is pending again.
+	repl := humanCall("c", "tc-2")
+	repl.Name, repl.Args = "other_tool", `{"x":1}`
+	upsert(t, s, repl)
+	want = cloneOf(repl)
+	want.Status = pending
+	requireProto(t, want, toolCall(t, s, "tc-2"))
+	pend, err := s.PendingToolCalls(t.Context(), "c")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"tc-1", "tc-2"}, callIDs(pend))
+}
+
+func testToolCallPending(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	for _, id := range []string{"tc-3", "tc-1", "tc-10", "tc-2"} {
+		upsert(t, s, humanCall("c", id))
+	}
+	done := humanCall("c", "tc-0")
+	done.Status = resolved
+	upsert(t, s, done)
+	upsert(t, s, humanCall("d", "tc-d"))
+	pend, err := s.PendingToolCalls(ctx, "c")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"tc-1", "tc-10", "tc-2", "tc-3"}, callIDs(pend), "pending rows of c only, ordered by id")
+	for _, row := range pend {
+		assert.Equal(t, pending, row.GetStatus())
+		assert.Equal(t, "c", row.GetConversationId())
+	}
+	_, err = s.ResolveToolCall(ctx, "tc-10", resolved, contentOutcome("1"), tm(1))
+	require.NoError(t, err)
+	pend, err = s.PendingToolCalls(ctx, "c")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"tc-1", "tc-2", "tc-3"}, callIDs(pend))
+	pend, err = s.PendingToolCalls(ctx, "unknown")
+	require.NoError(t, err)
+	assert.Empty(t, pend)
+}
+
+func testToolCallNotFound(t *testing.T, e env) {
+	s := e.open(t).Store
+	upsert(t, s, humanCall("c", "tc-1"))
+	_, err := s.ToolCall(t.Context(), "tc-2")
+	require.ErrorIs(t, err, journal.ErrNotFound)
+}
+
+func testToolCallOwned(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	upsert(t, s, humanCall("a", "tc-1"))
+	before := toolCall(t, s, "tc-1")
+	require.ErrorIs(t, s.UpsertToolCall(ctx, humanCall("b", "tc-1")), journal.ErrConflict)
+	requireProto(t, before, toolCall(t, s, "tc-1"), "the owner's row is unchanged")
+	pend, err := s.PendingToolCalls(ctx, "b")
+	require.NoError(t, err)
+	assert.Empty(t, pend)
+}
+
+func testResolveConcurrent(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	suspend(t, s, "c", "tc-1")
+	const n = 1000
+	statuses := []messages.ToolCallStatus{resolved, errored, expired}
+	rows := make([]*messages.ToolCallRecord, n)
+	errs := make([]error, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			rows[i], errs[i] = s.ResolveToolCall(ctx, "tc-1", statuses[i%3], contentOutcome(fmt.Sprint(i)), tm(1000+i))
+		})
+	}
+	close(start)
+	wg.Wait()
+	winner := -1
+	for i, err := range errs {
+		if err == nil {
+			require.Equal(t, -1, winner, "resolvers %d and %d both succeeded", winner, i)
+			winner = i
+			continue
+		}
+		require.ErrorIs(t, err, journal.ErrStale, "resolver %d", i)
+	}
+	require.NotEqual(t, -1, winner, "no resolver succeeded")
+	got := toolCall(t, s, "tc-1")
+	requireProto(t, rows[winner], got, "the winner's returned row is the stored one")
+	assert.Equal(t, statuses[winner%3], got.GetStatus())
+	requireProto(t, contentOutcome(fmt.Sprint(winner)), got.GetResult())
+	requireProto(t, ts(1000+winner), got.GetResolved())
+	assert.Empty(t, allDeadlines(t, s))
+}
+
+func testResolveStale(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	suspend(t, s, "c", "tc-r", "tc-e", "tc-x")
+	_, err := s.ResolveToolCall(ctx, "tc-r", resolved, contentOutcome("yes"), tm(1))
+	require.NoError(t, err)
+	_, err = s.ResolveToolCall(ctx, "tc-e", errored, errorOutcome("tool", "failed"), tm(2))
+	require.NoError(t, err)
+	row, err := s.ResolveToolCall(ctx, "tc-x", expired, errorOutcome("expired", "no answer"), tm(3))
+	require.NoError(t, err)
+	want := humanCall("c", "tc-x")
+	want.Status, want.Result, want.Resolved = expired, errorOutcome("expired", "no answer"), ts(3)
+	requireProto(t, want, row, "ResolveToolCall returns the updated row")
+
+	_, err = s.ResolveToolCall(ctx, "unknown", resolved, contentOutcome("late"), tm(9))
+	require.ErrorIs(t, err, journal.ErrStale, "unknown call")
+	_, err = s.ToolCall(ctx, "unknown")
+	require.ErrorIs(t, err, journal.ErrNotFound, "a stale resolve of an unknown call creates no row")
+	for _, id := range []string{"tc-r", "tc-e", "tc-x"} {
+		before := toolCall(t, s, id)
+		for _, st := range []messages.ToolCallStatus{resolved, errored, expired} {
+			_, err := s.ResolveToolCall(ctx, id, st, contentOutcome("late"), tm(9))
+			require.ErrorIs(t, err, journal.ErrStale, "%s already %v, resolved again to %v", id, before.GetStatus(), st)
+		}
+		requireProto(t, before, toolCall(t, s, id), "a stale resolve changes nothing")
+	}
+}
+
+func testResolveRemovesDeadline(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	suspend(t, s, "c", "tc-1", "tc-2")
+	require.Len(t, allDeadlines(t, s), 2)
+	_, err := s.ResolveToolCall(ctx, "tc-1", resolved, contentOutcome("ok"), tm(1))
+	require.NoError(t, err)
+	requireProtos(t, []*messages.Deadline{deadline("c", "tc-2", 100)}, allDeadlines(t, s))
+}
+
+var deadlineCases = []suiteCase{
+	{name: "ListedInTimeOrder", run: testDeadlinesOrder},
+	{name: "ReplaceKeepsOnlyNew", run: testDeadlinesReplace},
+	{name: "Cancel", run: testDeadlinesCancel},
+	{name: "DueBy", run: testDeadlinesDueBy},
+	{name: "CallbackError", run: testDeadlinesCallbackError},
+	{name: "Deleted", run: testDeadlinesDeleted},
+	{name: "SurviveReopen", run: testDeadlinesReopen, durable: true},
+}
+
+func schedule(t testing.TB, s journal.Store, ds ...*messages.Deadline) {
+	t.Helper()
+	for _, d := range ds {
+		require.NoError(t, s.ScheduleDeadline(t.Context(), d))
+	}
+}
+
+func testDeadlinesOrder(t *testing.T, e env) {
+	s := e.open(t).Store
+	schedule(t, s,
+		deadline("a", "tc-3", 50), deadline("b", "tc-4", 20), deadline("a", "tc-2", 20),
+		deadline("a", "tc-1", 90), deadline("b", "tc-9", 5))
+	requireProtos(t, []*messages.Deadline{
+		deadline("b", "tc-9", 5), deadline("a", "tc-2", 20), deadline("b", "tc-4", 20),
+		deadline("a", "tc-3", 50), deadline("a", "tc-1", 90),
+	}, allDeadlines(t, s), "ascending time, then tool call id")
+	// Sub-second times order correctly too.
+	d := deadline("a", "tc-0", 20)
+	d.At.Nanos = 1
+	schedule(t, s, d)
+	got := allDeadlines(t, s)
+	require.Len(t, got, 6)
+	requireProto(t, d, got[3])
+}
+
+func testDeadlinesReplace(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	schedule(t, s, deadline("c", "tc-1", 100), deadline("c", "tc-2", 60))
+	schedule(t, s, deadline("c", "tc-1", 40))
+	requireProtos(t, []*messages.Deadline{deadline("c", "tc-1", 40), deadline("c", "tc-2", 60)}, allDeadlines(t, s))
+	schedule(t, s, deadline("c", "tc-1", 200))
+	requireProtos(t, []*messages.Deadline{deadline("c", "tc-2", 60), deadline("c", "tc-1", 200)}, allDeadlines(t, s), "only the new time is listed")
+	var due []*messages.Deadline
+	require.NoError(t, s.Deadlines(ctx, tm(100), func(d *messages.Deadline) error { due = append(due, d); return nil }))
+	requireProtos(t, []*messages.Deadline{deadline("c", "tc-2", 60)}, due, "the replaced time is not due")
+}
+
+func testDeadlinesCancel(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	schedule(t, s, deadline("c", "tc-1", 10), deadline("c", "tc-2", 20), deadline("d", "tc-3", 30))
+	require.NoError(t, s.CancelDeadline(ctx, "c", "tc-1"))
+	requireProtos(t, []*messages.Deadline{deadline("c", "tc-2", 20), deadline("d", "tc-3", 30)}, allDeadlines(t, s))
+	require.NoError(t, s.CancelDeadline(ctx, "c", "tc-1"), "cancelling twice is fine")
+	require.NoError(t, s.CancelDeadline(ctx, "unknown", "tc-9"), "cancelling what does not exist is fine")
+	require.NoError(t, s.CancelDeadline(ctx, "d", "tc-3"))
+	requireProtos(t, []*messages.Deadline{deadline("c", "tc-2", 20)}, allDeadlines(t, s))
+}
+
+func testDeadlinesDueBy(t *testing.T, e env) {
+	s := e.open(t).Store
+	schedule(t, s, deadline("c", "tc-3", 30), deadline("c", "tc-1", 10), deadline("d", "tc-2", 20))
+	cases := []struct {
+		name  string
+		dueBy time.Time
+		want  []string
+	}{
+		{"Zero", time.Time{}, []string{"tc-1", "tc-2", "tc-3"}},
+		{"BeforeAll", tm(5), []string{}},
+		{"Inclusive", tm(20), []string{"tc-1", "tc-2"}},
+		{"JustBefore", tm(20).Add(-time.Nanosecond), []string{"tc-1"}},
+		{"AfterAll", tm(1000), []string{"tc-1", "tc-2", "tc-3"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := []string{}
+			require.NoError(t, s.Deadlines(t.Context(), tc.dueBy, func(d *messages.Deadline) error {
+				got = append(got, d.GetToolCallId())
+				return nil
+			}))
+			assert.Equal(t, tc.want, got)
+		})
+	}
+}
+
+func testDeadlinesCallbackError(t *testing.T, e env) {
+	s := e.open(t).Store
+	schedule(t, s, deadline("c", "tc-1", 10), deadline("c", "tc-2", 20), deadline("c", "tc-3", 30))
+	stop := errors.New("stop here")
+	var seen []string
+	err := s.Deadlines(t.Context(), time.Time{}, func(d *messages.Deadline) error {
+		seen = append(seen, d.GetToolCallId())
+		if len(seen) == 2 {
+			return stop
+		}
+		return nil
+	})
+	require.ErrorIs(t, err, stop)
+	assert.Equal(t, []string{"tc-1", "tc-2"}, seen, "iteration stops at the first error")
+	// The records passed to fn belong to the caller.
+	kept := allDeadlines(t, s)
+	kept[0].ToolCallId = "changed"
+	requireProto(t, deadline("c", "tc-1", 10), allDeadlines(t, s)[0])
+}
+
+func testDeadlinesDeleted(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	suspend(t, s, "c", "tc-1")
+	schedule(t, s, deadline("d", "tc-2", 10))
+	require.NoError(t, s.DeleteConversation(ctx, "c"))
+	requireProtos(t, []*messages.Deadline{deadline("d", "tc-2", 10)}, allDeadlines(t, s), "a delete removes the conversation's deadlines")
+	require.ErrorIs(t, s.ScheduleDeadline(ctx, deadline("c", "tc-1", 50)), journal.ErrDeleted)
+	requireProtos(t, []*messages.Deadline{deadline("d", "tc-2", 10)}, allDeadlines(t, s))
+}
+
+var conversationCases = []suiteCase{
+	{name: "NotFound", run: testConvNotFound},
+	{name: "PutCreatesRow", run: testConvPutCreates},
+	{name: "PutMerges", run: testConvPutMerges},
+	{name: "PutFSMState", run: testConvPutFSM},
+	{name: "ListPagesInIDOrder", run: testConvList},
+	{name: "Metadata", run: testConvMetadata},
+}
+
+func conversation(t testing.TB, s journal.Store, id string) *messages.Conversation {
+	t.Helper()
+	row, err := s.Conversation(t.Context(), id)
+	require.NoError(t, err, "conversation %q", id)
+	return row
+}
+
+func testConvNotFound(t *testing.T, e env) {
+	s := e.open(t).Store
+	appendEvents(t, s, "c", userEvs(1, 1)...)
+	_, err := s.Conversation(t.Context(), "d")
+	require.ErrorIs(t, err, journal.ErrNotFound)
+}
+
+func testConvPutCreates(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	require.NoError(t, s.PutConversation(ctx, journal.ConversationUpdate{ID: "c"}))
+	row := conversation(t, s, "c")
+	assert.Equal(t, "c", row.GetId())
+	assert.Equal(t, statusActive, row.GetStatus(), "a new row is active unless the update says otherwise")
+	assert.NotNil(t, row.GetCreated())
+	assert.Equal(t, uint64(0), lastSeq(t, s, "c"))
+
+	require.NoError(t, s.PutConversation(ctx, journal.ConversationUpdate{ID: "d", Status: statusIdle, Settings: map[string]string{"model": "m1"}}))
+	row = conversation(t, s, "d")
+	assert.Equal(t, statusIdle, row.GetStatus())
+	assert.Equal(t, map[string]string{"model": "m1"}, row.GetSettings())
+
+	// The first append after PutConversation sees an empty log.
+	res := appendOK(t, s, &messages.AppendRequest{ConversationId: "c", Events: userEvs(1, 1)})
+	assert.Equal(t, journal.AppendResult{FirstSeq: 1, LastSeq: 1}, res)
+}
+
+func testConvPutMerges(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	require.NoError(t, s.PutConversation(ctx, journal.ConversationUpdate{
+		ID: "c", Settings: map[string]string{"a": "1", "b": "2"}, Status: statusIdle, FSMState: awaiting(3, "tc-1"),
+	}))
+	created := conversation(t, s, "c").GetCreated()
+	require.NoError(t, s.PutConversation(ctx, journal.ConversationUpdate{ID: "c", Settings: map[string]string{"b": "", "c": "3"}}))
+	row := conversation(t, s, "c")
+	assert.Equal(t, map[string]string{"a": "1", "c": "3"}, row.GetSettings(), "settings merge; an empty value deletes")
+	assert.Equal(t, statusIdle, row.GetStatus(), "an unspecified status keeps the row's")
+	requireProto(t, awaiting(3, "tc-1"), row.GetFsmState(), "a nil fsm_state keeps the row's")
+	requireProto(t, created, row.GetCreated(), "an update keeps created")
+
+	require.NoError(t, s.PutConversation(ctx, journal.ConversationUpdate{ID: "c", Status: statusEnded, FSMState: idleState(4)}))
+	row = conversation(t, s, "c")
+	assert.Equal(t, map[string]string{"a": "1", "c": "3"}, row.GetSettings())
+	assert.Equal(t, statusEnded, row.GetStatus())
+	requireProto(t, idleState(4), row.GetFsmState())
+}
+
+func testConvPutFSM(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	require.NoError(t, s.PutFSMState(ctx, "c", awaiting(2, "tc-1", "tc-2")))
+	row := conversation(t, s, "c")
+	assert.Equal(t, statusActive, row.GetStatus(), "PutFSMState creates an active row")
+	requireProto(t, awaiting(2, "tc-1", "tc-2"), row.GetFsmState())
+
+	require.NoError(t, s.PutConversation(ctx, journal.ConversationUpdate{ID: "c", Settings: map[string]string{"k": "v"}, Status: statusSuspended}))
+	require.NoError(t, s.PutFSMState(ctx, "c", idleState(5)))
+	row = conversation(t, s, "c")
+	requireProto(t, idleState(5), row.GetFsmState())
+	assert.Equal(t, map[string]string{"k": "v"}, row.GetSettings(), "PutFSMState changes only fsm_state")
+	assert.Equal(t, statusSuspended, row.GetStatus())
+}
+
+func testConvList(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	// Ids of different lengths and bytes, so that an order by length or by
+	// an encoding that does not preserve byte order shows.
+	var ids []string
+	for i := range 230 {
+		ids = append(ids, fmt.Sprint("c", i))
+	}
+	ids = append(ids, "\x00", "a", "a\x00", "a\x00b", "a/b", "ab", "b", "é", "zz", "\u4e16")
+	for i, id := range ids {
+		if i%2 == 0 {
+			require.NoError(t, s.PutConversation(ctx, journal.ConversationUpdate{ID: id}))
+		} else {
+			appendEvents(t, s, id, userEvs(1, 1)...)
+		}
+	}
+	require.NoError(t, s.PutMetadata(ctx, "metadata-only", map[string]string{"k": "v"}))
+	want := slices.Sorted(slices.Values(ids))
+
+	for _, limit := range []int{1, 7, 120, len(ids), 1000} {
+		t.Run(fmt.Sprint("limit=", limit), func(t *testing.T) {
+			var got []string
+			cursor := ""
+			for pages := 0; ; pages++ {
+				require.LessOrEqual(t, pages, len(ids), "paging does not end")
+				rows, next, err := s.ListConversations(ctx, cursor, limit)
+				require.NoError(t, err)
+				require.LessOrEqual(t, len(rows), limit)
+				if cursor != "" {
+					require.NotEmpty(t, rows, "a cursor was returned, so a next page exists (the cursor is \"\" when there is none)")
+				}
+				got = append(got, convIDs(rows)...)
+				if next == "" {
+					break
+				}
+				require.Len(t, rows, limit, "only the last page may be short")
+				require.Equal(t, rows[len(rows)-1].GetId(), next, "the cursor is the last id of the page")
+				cursor = next
+			}
+			assert.Equal(t, want, got, "every conversation with a row exactly once, in id order")
+		})
+	}
+	rows, next, err := s.ListConversations(ctx, "", 0)
+	require.NoError(t, err)
+	assert.Len(t, rows, 100, "limit <= 0 means 100")
+	assert.Equal(t, want[99], next)
+	rows, _, err = s.ListConversations(ctx, "c1x", 3)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"c2", "c20", "c200"}, convIDs(rows), "a cursor need not be an existing id")
+	rows, next, err = s.ListConversations(ctx, want[len(want)-1], 10)
+	require.NoError(t, err)
+	assert.Empty(t, rows)
+	assert.Empty(t, next)
+}
+
+func testConvMetadata(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	md, err := s.Metadata(ctx, "c")
+	require.NoError(t, err)
+	assert.NotNil(t, md, "an empty map, not nil")
+	assert.Empty(t, md)
+
+	require.NoError(t, s.PutMetadata(ctx, "c", map[string]string{"name": "Trip", "owner": "ann", "tag": "x"}))
+	require.NoError(t, s.PutMetadata(ctx, "c", map[string]string{"tag": "", "owner": "bob"}))
+	md, err = s.Metadata(ctx, "c")
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"name": "Trip", "owner": "bob"}, md)
+	md["name"] = "changed"
+	md, err = s.Metadata(ctx, "c")
+	require.NoError(t, err)
+	assert.Equal(t, "Trip", md["name"], "the returned map belongs to the caller")
+	_, err = s.Conversation(ctx, "c")
+	require.ErrorIs(t, err, journal.ErrNotFound, "PutMetadata does not create the row")
+}
+
+var auditCases = []suiteCase{
+	{name: "OffIsNoOp", run: testAuditOff},
+	{name: "OrderedByTurn", run: testAuditOrder, audit: true},
+	{name: "GC", run: testAuditGC, audit: true},
+}
+
+func modelCall(conv string, turn uint64, createdSec int) *messages.ModelCall {
+	return &messages.ModelCall{
+		ConversationId: conv, TurnRef: turn, Model: "test-model",
+		RenderedContext: []*messages.Event{userEv(int(turn), fmt.Sprint("turn ", turn))},
+		Usage:           &messages.Usage{InputTokens: int64(turn) * 10, OutputTokens: 3},
+		LatencyNanos:    1e6, SummaryVersion: "v1", Evictions: []string{"old"}, Created: ts(createdSec),
+	}
+}
+
+func testAuditOff(t *testing.T, e env) {
+	s := e.openAudit(t, false).Store
+	ctx := t.Context()
+	appendEvents(t, s, "c", userEvs(1, 1)...)
+	require.NoError(t, s.PutModelCall(ctx, modelCall("c", 1, 0)), "PutModelCall is a no-op with audit off")
+	calls, err := s.ModelCalls(ctx, "c")
+	require.NoError(t, err)
+	assert.Empty(t, calls)
+	n, err := s.GCModelCalls(ctx, "c", tm(1000))
+	require.NoError(t, err)
+	assert.Zero(t, n)
+}
+
+func testAuditOrder(t *testing.T, e env) {
+	s := e.openAudit(t, true).Store
+	ctx := t.Context()
+	for _, turn := range []uint64{5, 1, 3, 10} {
+		require.NoError(t, s.PutModelCall(ctx, modelCall("c", turn, int(turn))))
+	}
+	require.NoError(t, s.PutModelCall(ctx, modelCall("d", 2, 0)))
+	again := modelCall("c", 3, 3)
+	again.Model = "retried"
+	require.NoError(t, s.PutModelCall(ctx, again))
+	calls, err := s.ModelCalls(ctx, "c")
+	require.NoError(t, err)
+	requireProtos(t, []*messages.ModelCall{modelCall("c", 1, 1), again, modelCall("c", 5, 5), modelCall("c", 10, 10)}, calls,
+		"ordered by TurnRef; a row with the same TurnRef is replaced")
+}
+
+func testAuditGC(t *testing.T, e env) {
+	s := e.openAudit(t, true).Store
+	ctx := t.Context()
+	for turn, sec := range []int{0, 100, 200, 300, 400} {
+		require.NoError(t, s.PutModelCall(ctx, modelCall("c", uint64(turn+1), sec)))
+	}
+	require.NoError(t, s.PutModelCall(ctx, modelCall("d", 1, 0)))
+	n, err := s.GCModelCalls(ctx, "c", tm(250))
+	require.NoError(t, err)
+	assert.Equal(t, 3, n)
+	calls, err := s.ModelCalls(ctx, "c")
+	require.NoError(t, err)
+	requireProtos(t, []*messages.ModelCall{modelCall("c", 4, 300), modelCall("c", 5, 400)}, calls, "rows created at or after olderThan stay")
+	n, err = s.GCModelCalls(ctx, "c", tm(300))
+	require.NoError(t, err)
+	assert.Equal(t, 0, n, "created exactly at olderThan is not older")
+	n, err = s.GCModelCalls(ctx, "unknown", tm(300))
+	require.NoError(t, err)
+	assert.Zero(t, n)
+	calls, err = s.ModelCalls(ctx, "d")
+	require.NoError(t, err)
+	assert.Len(t, calls, 1, "GC of one conversation leaves the others")
+}
