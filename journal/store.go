@@ -117,7 +117,8 @@ type Summaries interface {
 	// ErrNotFound.
 	LatestSummary(ctx context.Context, conversationID string) (*messages.Summary, error)
 	// SummaryBefore returns the summary with the greatest ToSeq strictly
-	// less than toSeq (the previous chapter), or ErrNotFound.
+	// less than toSeq (the previous chapter), or ErrNotFound (always for
+	// toSeq 0: zero is not "no bound"; LatestSummary is that).
 	SummaryBefore(ctx context.Context, conversationID string, toSeq uint64) (*messages.Summary, error)
 }
 

@@ -662,7 +662,7 @@ func testSummaryChapters(t *testing.T, e env) {
 		want   *messages.Summary // nil: ErrNotFound
 	}{
 		{100, summary(7, 9)}, {10, summary(7, 9)}, {9, summary(4, 6)}, {7, summary(4, 6)},
-		{6, summary(1, 3)}, {4, summary(1, 3)}, {3, nil}, {1, nil},
+		{6, summary(1, 3)}, {4, summary(1, 3)}, {3, nil}, {1, nil}, {0, nil},
 	}
 	for _, tc := range cases {
 		got, err := s.SummaryBefore(ctx, "c", tc.before)

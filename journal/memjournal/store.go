@@ -488,19 +488,22 @@ func cmpUint(a, b uint64) int {
 
 // LatestSummary implements journal.Summaries.
 func (s *Store) LatestSummary(ctx context.Context, conversationID string) (*messages.Summary, error) {
-	return s.SummaryBefore(ctx, conversationID, 0)
+	return s.summaryBefore(ctx, conversationID, 0, true)
 }
 
-// SummaryBefore implements journal.Summaries. (Internally, toSeq 0 means no
-// bound, which is how LatestSummary is served.)
+// SummaryBefore implements journal.Summaries.
 func (s *Store) SummaryBefore(ctx context.Context, conversationID string, toSeq uint64) (*messages.Summary, error) {
+	return s.summaryBefore(ctx, conversationID, toSeq, false)
+}
+
+// summaryBefore serves both: the latest summary, or the one before toSeq.
+func (s *Store) summaryBefore(ctx context.Context, conversationID string, toSeq uint64, latest bool) (*messages.Summary, error) {
 	if err := s.enter(ctx); err != nil {
 		return nil, err
 	}
 	if err := journal.ValidateID("conversation id", conversationID); err != nil {
 		return nil, fmt.Errorf("memjournal: %w", err)
 	}
-	latest := toSeq == 0
 	st, err := s.lock()
 	if err != nil {
 		return nil, err
