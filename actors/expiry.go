@@ -119,8 +119,10 @@ func ExpiredOutcome() *messages.ToolOutcome {
 // time it must act (the earliest deadline, a retry, or a reply timeout);
 // the timer's callback only sends the actor a message (expiryTick, a local
 // Go value that never leaves the process) and never touches its state. An
-// entry is 40 bytes plus an index slot and its two id strings; a million
-// pending deadlines take roughly 100-150 MB including the id bytes (see
+// entry is 40 bytes in the heap plus an index slot, about 100 bytes of live
+// heap per deadline with growth slack, plus its two id strings (shared with
+// the message or Store row they came from): about 150 MB for a million
+// deadlines with the runtime's 31-byte tool call ids (see
 // BenchmarkExpirySchedule).
 //
 // # Restarts

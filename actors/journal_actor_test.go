@@ -3,6 +3,7 @@ package actors_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
@@ -404,4 +405,60 @@ func TestJournalRestartKeepsRequests(t *testing.T) {
 
 func TestJournalNilStorePanics(t *testing.T) {
 	require.Panics(t, func() { actors.NewJournal(nil, actors.JournalOptions{}) })
+}
+
+// countingStore counts AppendBatch calls and the requests they carried.
+type countingStore struct {
+	journal.Store
+	mu              sync.Mutex
+	commits, writes int
+}
+
+func (s *countingStore) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest) []journal.AppendResult {
+	s.mu.Lock()
+	s.commits++
+	s.writes += len(reqs)
+	s.mu.Unlock()
+	return s.Store.AppendBatch(ctx, reqs)
+}
+
+// BenchmarkJournalGroupCommit sends writes from 64 concurrent requesters per
+// CPU, each to its own conversation, through one journal actor on a
+// memjournal. writes/commit shows how many requests each AppendBatch
+// carried: with a durable Store, that is the number of writes per sync.
+func BenchmarkJournalGroupCommit(b *testing.B) {
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(slog.DiscardHandler)
+	}))
+	defer sys.Shutdown()
+	store := &countingStore{Store: memjournal.New(memjournal.Options{})}
+	pid := sys.Root.Spawn(actors.NewJournal(store, actors.JournalOptions{}))
+	var next sync.Mutex
+	conv := 0
+	b.ReportAllocs()
+	b.SetParallelism(64)
+	b.RunParallel(func(pb *testing.PB) {
+		next.Lock()
+		conv++
+		id := fmt.Sprintf("bench-%d", conv)
+		next.Unlock()
+		last := uint64(0)
+		for pb.Next() {
+			res, err := sys.Root.RequestFuture(pid, write(last+1, userAppend(id, last, "hello")), replyWait).Result()
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if err := replyErr(res.(*messages.JournalWriteReply)); err != nil {
+				b.Error(err)
+				return
+			}
+			last++
+		}
+	})
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	if store.commits > 0 {
+		b.ReportMetric(float64(store.writes)/float64(store.commits), "writes/commit")
+	}
 }
