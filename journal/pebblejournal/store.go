@@ -26,6 +26,9 @@ var _ journal.Store = (*Store)(nil)
 const (
 	convStripes = 512
 	idStripes   = 512
+	// headsPerStripe bounds the head cache: at most this many conversations
+	// per stripe (256Ki in all).
+	headsPerStripe = 512
 )
 
 // layoutKey holds the version of the key layout; Open refuses a store
@@ -80,6 +83,8 @@ type Store struct {
 	idLocks   [idStripes]sync.Mutex
 
 	dl lowWater
+
+	heads headCache
 }
 
 // Open opens (creating if needed) the store in dir on opts.FS. Only one Store
@@ -354,6 +359,45 @@ func (s *Store) lockConvAndID(conv, id string) func() {
 		c.Unlock()
 	}
 }
+
+// head is what the head cache knows of a conversation that is not deleted.
+type head struct {
+	lastSeq uint64
+	hasRow  bool
+}
+
+// headCache remembers the last seq of recently written conversations, and
+// that they have a row and no tombstone, so that an append need not seek to
+// the end of the log (a seek that touches every overlapping table) nor read
+// the tombstone. The map of a stripe is read and written only under that
+// stripe's conversation lock, and only this Store writes the directory
+// (Pebble's lock file), so an entry stays true until the Store changes it:
+// a successful commit updates it, a failed commit or a delete drops it.
+type headCache struct {
+	stripes [convStripes]map[string]head
+}
+
+func (c *headCache) get(stripe int, id string) (head, bool) {
+	h, ok := c.stripes[stripe][id]
+	return h, ok
+}
+
+func (c *headCache) put(stripe int, id string, h head) {
+	m := c.stripes[stripe]
+	if m == nil {
+		m = make(map[string]head)
+		c.stripes[stripe] = m
+	}
+	if _, ok := m[id]; !ok && len(m) >= headsPerStripe {
+		for k := range m { // evict an arbitrary entry
+			delete(m, k)
+			break
+		}
+	}
+	m[id] = h
+}
+
+func (c *headCache) drop(stripe int, id string) { delete(c.stripes[stripe], id) }
 
 // lowWater is a lower bound of the keys of the deadline-by-time index that
 // are live, so Deadlines skips the delete tombstones that resolved and

@@ -35,6 +35,7 @@ type convState struct {
 	tomb      bool
 	seqLoaded bool
 	lastSeq   uint64
+	hasRow    bool // known to have a row (from the head cache)
 	rowLoaded bool
 	row       *messages.Conversation // nil if absent; replaced, never mutated
 	rowDirty  bool
@@ -104,12 +105,18 @@ func (t *txn) saveDeadline(d *dlState) {
 	t.undo = append(t.undo, func() { *d = prev })
 }
 
-// conv returns the state of a conversation, reading its tombstone.
+// conv returns the state of a conversation, reading its tombstone, or
+// taking it from the head cache.
 func (t *txn) conv(id string) (*convState, error) {
 	if cs, ok := t.convs[id]; ok {
 		return cs, nil
 	}
 	cs := &convState{id: id}
+	if h, ok := t.s.heads.get(t.s.convStripe(id), id); ok {
+		cs.seqLoaded, cs.lastSeq, cs.hasRow = true, h.lastSeq, h.hasRow
+		t.convs[id] = cs
+		return cs, nil
+	}
 	k := convKey(famTombstone, id)
 	found, err := t.s.get(k, func(v []byte) error { return unmarshal(k, v, &messages.Tombstone{}) })
 	if err != nil {
@@ -168,7 +175,7 @@ func (t *txn) row(cs *convState) (*messages.Conversation, error) {
 // when the log is not empty: the first append creates the row, and only
 // DeleteConversation removes it, together with the log.
 func (t *txn) hasRow(cs *convState) (bool, error) {
-	if !cs.rowLoaded && cs.seqLoaded && cs.lastSeq > 0 {
+	if !cs.rowLoaded && (cs.hasRow || cs.seqLoaded && cs.lastSeq > 0) {
 		return true, nil
 	}
 	row, err := t.row(cs)
@@ -441,7 +448,23 @@ func (t *txn) commit() error {
 			t.seqs[i].ev.Seq = t.seqs[i].seq
 		}
 	}
+	t.updateHeads(err == nil)
 	return err
+}
+
+// updateHeads records in the head cache what the txn knows of its
+// conversations once its commit returned: their new heads if it succeeded,
+// nothing (the entries are dropped) if it failed.
+func (t *txn) updateHeads(ok bool) {
+	for id, cs := range t.convs {
+		stripe := t.s.convStripe(id)
+		if !ok || cs.tomb || !cs.seqLoaded {
+			t.s.heads.drop(stripe, id)
+			continue
+		}
+		hasRow := cs.hasRow || cs.lastSeq > 0 || (cs.rowLoaded && cs.row != nil)
+		t.s.heads.put(stripe, id, head{lastSeq: cs.lastSeq, hasRow: hasRow})
+	}
 }
 
 // flush writes the final state of every changed row into the batch. It

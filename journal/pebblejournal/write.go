@@ -406,7 +406,7 @@ func (s *Store) DeleteConversation(ctx context.Context, id string) error {
 		return err
 	}
 	if cs.tomb {
-		return fmt.Errorf("pebblejournal: delete conversation %q: already deleted: %w: %w", id, journal.ErrNotFound, journal.ErrDeleted)
+		return fmt.Errorf("pebblejournal: delete conversation %q: already deleted: %w", id, journal.ErrNotFound)
 	}
 	row, err := t.row(cs)
 	if err != nil {
@@ -461,6 +461,7 @@ func (s *Store) DeleteConversation(ctx context.Context, id string) error {
 		return fmt.Errorf("pebblejournal: encode tombstone: %w", err)
 	}
 	_ = b.Set(convKey(famTombstone, id), tomb, nil)
+	s.heads.drop(s.convStripe(id), id)
 	return s.commit(b)
 }
 
