@@ -35,7 +35,7 @@ func testModel(t *testing.T, e env) {
 	t.Cleanup(func() { _ = oracle.Close() })
 	m := &model{
 		t: t, ctx: t.Context(), seed: sd, rng: newRand(sd), h: h, sut: h.Store, oracle: oracle, durable: e.feat.Durable,
-		convs:   []string{"a", "a/b", "ab", "a\x00", "b", "c\x00d", "conv-" + strings.Repeat("x", 200), "\u00e9"},
+		convs:   []string{"a", "a/b", "ab", "a\x00", "b", "c\x00d", "conv-" + strings.Repeat("x", journal.MaxIDBytes-16), "\u00e9"},
 		callsOf: map[string][]string{}, outcomes: map[string]int{},
 	}
 	n := opsCount(t)
@@ -692,7 +692,8 @@ func (m *model) opDelete() {
 	m.sameErr(err, m.sut.DeleteConversation(m.ctx, conv))
 	if i := slices.Index(m.convs, conv); err == nil && i >= 0 {
 		m.deleted = append(m.deleted, conv)
-		m.convs[i] = fmt.Sprintf("%s#%d", conv, m.op)
+		base, _, _ := strings.Cut(conv, "#")
+		m.convs[i] = fmt.Sprintf("%s#%d", base, m.op)
 	}
 }
 

@@ -906,7 +906,8 @@ func (s *Store) PutFSMState(ctx context.Context, id string, fsm *messages.FSMSta
 }
 
 // ListConversations implements journal.Conversations. It lists the
-// conversations that have a row.
+// conversations that have a row. Each call sorts the ids of all
+// conversations: O(n log n), fine for the sizes an in-memory store holds.
 func (s *Store) ListConversations(ctx context.Context, cursor string, limit int) ([]*messages.Conversation, string, error) {
 	if err := s.enter(ctx); err != nil {
 		return nil, "", err
