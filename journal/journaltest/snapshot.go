@@ -51,13 +51,13 @@ func readSnapshot(ctx context.Context, s journal.Store, convs, calls []string) (
 		c := &convSnapshot{}
 		var err error
 		if c.row, err = s.Conversation(ctx, id); err != nil && !errors.Is(err, journal.ErrNotFound) {
-			return nil, fmt.Errorf("Conversation(%q): %w", id, err)
+			return nil, fmt.Errorf("read Conversation(%q): %w", id, err)
 		}
 		if c.lastSeq, err = s.LastSeq(ctx, id); err != nil {
-			return nil, fmt.Errorf("LastSeq(%q): %w", id, err)
+			return nil, fmt.Errorf("read LastSeq(%q): %w", id, err)
 		}
 		if c.events, err = s.Events(ctx, id, journal.EventQuery{}); err != nil {
-			return nil, fmt.Errorf("Events(%q): %w", id, err)
+			return nil, fmt.Errorf("read Events(%q): %w", id, err)
 		}
 		sum, err := s.LatestSummary(ctx, id)
 		for err == nil && len(c.summaries) <= len(c.events) {
@@ -68,23 +68,23 @@ func readSnapshot(ctx context.Context, s journal.Store, convs, calls []string) (
 			return nil, fmt.Errorf("summaries of %q: %v", id, err)
 		}
 		if c.loadSum, c.loadEvs, err = s.LoadSince(ctx, id); err != nil {
-			return nil, fmt.Errorf("LoadSince(%q): %w", id, err)
+			return nil, fmt.Errorf("read LoadSince(%q): %w", id, err)
 		}
 		if c.pending, err = s.PendingToolCalls(ctx, id); err != nil {
-			return nil, fmt.Errorf("PendingToolCalls(%q): %w", id, err)
+			return nil, fmt.Errorf("read PendingToolCalls(%q): %w", id, err)
 		}
 		if c.meta, err = s.Metadata(ctx, id); err != nil {
-			return nil, fmt.Errorf("Metadata(%q): %w", id, err)
+			return nil, fmt.Errorf("read Metadata(%q): %w", id, err)
 		}
 		if c.audit, err = s.ModelCalls(ctx, id); err != nil {
-			return nil, fmt.Errorf("ModelCalls(%q): %w", id, err)
+			return nil, fmt.Errorf("read ModelCalls(%q): %w", id, err)
 		}
 		snap.convs[id] = c
 	}
 	for _, id := range calls {
 		row, err := s.ToolCall(ctx, id)
 		if err != nil && !errors.Is(err, journal.ErrNotFound) {
-			return nil, fmt.Errorf("ToolCall(%q): %w", id, err)
+			return nil, fmt.Errorf("read ToolCall(%q): %w", id, err)
 		}
 		snap.calls[id] = row
 	}
@@ -95,13 +95,13 @@ func readSnapshot(ctx context.Context, s journal.Store, convs, calls []string) (
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("Deadlines: %w", err)
+		return nil, fmt.Errorf("read Deadlines: %w", err)
 	}
 	cursor := ""
 	for {
 		rows, next, err := s.ListConversations(ctx, cursor, 0)
 		if err != nil {
-			return nil, fmt.Errorf("ListConversations(%q): %w", cursor, err)
+			return nil, fmt.Errorf("read ListConversations(%q): %w", cursor, err)
 		}
 		for _, r := range rows {
 			if _, ok := snap.convs[r.GetId()]; ok {
@@ -112,7 +112,7 @@ func readSnapshot(ctx context.Context, s journal.Store, convs, calls []string) (
 			break
 		}
 		if next <= cursor {
-			return nil, fmt.Errorf("ListConversations(%q) returned cursor %q, which does not move forward", cursor, next)
+			return nil, fmt.Errorf("read ListConversations(%q) returned cursor %q, which does not move forward", cursor, next)
 		}
 		cursor = next
 	}
