@@ -511,3 +511,70 @@ func TestCrashKeepsAcknowledged(t *testing.T) {
 	}
 	require.NoError(t, s.Close())
 }
+
+// TestCloseWhileBusy: Close waits for calls in progress; calls that start
+// after it fail with ErrClosed; nothing panics.
+func TestCloseWhileBusy(t *testing.T) {
+	s, err := Open("db", Options{FS: vfs.NewMem()})
+	require.NoError(t, err)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	var closedSeen atomic.Int32
+	var running sync.WaitGroup // each writer has committed once
+	running.Add(8)
+	for g := range 8 {
+		wg.Go(func() {
+			<-start
+			conv := fmt.Sprint("c", g)
+			last := uint64(0)
+			for {
+				res, err := s.Append(ctx, &messages.AppendRequest{ConversationId: conv, ExpectedLast: last, Events: []*messages.Event{userEvent("x")}})
+				if err == nil {
+					if last == 0 {
+						running.Done()
+					}
+					last = res.LastSeq
+					_, err = s.Events(ctx, conv, journal.EventQuery{Limit: 5})
+				}
+				if err != nil {
+					if !errors.Is(err, journal.ErrClosed) {
+						t.Errorf("%s: %v", conv, err)
+					}
+					closedSeen.Add(1)
+					return
+				}
+			}
+		})
+	}
+	close(start)
+	running.Wait()
+	require.NoError(t, s.Close())
+	wg.Wait()
+	require.EqualValues(t, 8, closedSeen.Load())
+	require.NoError(t, s.Close())
+}
+
+func TestOptionsValidated(t *testing.T) {
+	_, err := Open("db", Options{FS: vfs.NewMem(), CacheSize: -1})
+	require.ErrorIs(t, err, journal.ErrInvalid)
+	o, err := Options{}.withDefaults()
+	require.NoError(t, err)
+	require.EqualValues(t, DefaultCacheSize, o.CacheSize)
+	require.EqualValues(t, DefaultMemTableSize, o.MemTableSize)
+	require.Positive(t, o.MaxConcurrentCompactions)
+	require.LessOrEqual(t, o.MaxConcurrentCompactions, DefaultMaxConcurrentCompactions)
+	require.NotNil(t, o.Logger)
+}
+
+// TestLayoutVersionChecked: a store written with another key layout is
+// refused on Open.
+func TestLayoutVersionChecked(t *testing.T) {
+	fs := vfs.NewMem()
+	s, err := Open("db", Options{FS: fs})
+	require.NoError(t, err)
+	require.NoError(t, s.putRawForTesting(layoutKey, []byte("lazarus.pebblejournal.v0")))
+	require.NoError(t, s.Close())
+	_, err = Open("db", Options{FS: fs})
+	require.ErrorIs(t, err, journal.ErrCorrupt)
+	require.Contains(t, err.Error(), "layout")
+}

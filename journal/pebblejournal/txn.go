@@ -3,6 +3,7 @@ package pebblejournal
 import (
 	"bytes"
 	"cmp"
+	"encoding/binary"
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -28,6 +29,8 @@ type txn struct {
 	dls   map[dlKey]*dlState
 	undo  []func()
 	seqs  []seqUndo // seqs set on caller's events, restored if the commit fails
+	// poison, if set, fails the commit: the batch holds a partial write.
+	poison error
 }
 
 type convState struct {
@@ -62,10 +65,13 @@ type seqUndo struct {
 	seq uint64
 }
 
-func (s *Store) newTxn() *txn {
+func (s *Store) newTxn() *txn { return s.newTxnSized(0) }
+
+// newTxnSized returns a txn whose batch starts with room for size bytes.
+func (s *Store) newTxnSized(size int) *txn {
 	return &txn{
 		s:     s,
-		b:     s.db.NewBatch(),
+		b:     s.db.NewBatchWithSize(size),
 		now:   timestamppb.New(s.now()),
 		convs: make(map[string]*convState),
 		calls: make(map[string]*callState),
@@ -408,22 +414,30 @@ func (t *txn) apply(req *messages.AppendRequest) (res journal.AppendResult, err 
 			return res, err
 		}
 	}
-	// Events last: nothing after this can fail.
+	// Events last: nothing after this can fail. Each is encoded straight
+	// into the batch.
 	if evs := req.GetEvents(); len(evs) > 0 {
-		bufs := make([][]byte, len(evs))
-		for i, ev := range evs {
-			old := ev.GetSeq()
-			ev.Seq = last + 1 + uint64(i)
-			bufs[i], err = proto.Marshal(ev)
-			ev.Seq = old
-			if err != nil {
-				return res, journal.Invalidf("pebblejournal: event %d of append to %q cannot be encoded (%v)", i, conv, err)
-			}
-		}
+		prefix := convKey(famEvent, conv)
 		for i, ev := range evs {
 			t.seqs = append(t.seqs, seqUndo{ev, ev.GetSeq()})
 			ev.Seq = last + 1 + uint64(i)
-			_ = t.b.Set(seqKey(famEvent, conv, ev.Seq), bufs[i], nil)
+			n := proto.Size(ev)
+			op := t.b.SetDeferred(len(prefix)+8, n)
+			binary.BigEndian.PutUint64(op.Key[copy(op.Key, prefix):], ev.Seq)
+			out, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(op.Value[:0], ev)
+			if err == nil && (len(out) != n || n > 0 && &out[0] != &op.Value[0]) {
+				err = fmt.Errorf("encoded %d bytes, sized %d", len(out), n)
+			}
+			if err == nil {
+				err = op.Finish()
+			}
+			if err != nil {
+				// ValidateAppend encoded this event already, so this does
+				// not happen; if it does, the batch holds a bad entry and
+				// must not commit.
+				t.poison = fmt.Errorf("pebblejournal: event %d of append to %q: %w", i, conv, err)
+				return res, t.poison
+			}
 		}
 		t.saveConv(cs)
 		cs.lastSeq = last + uint64(len(evs))
@@ -435,6 +449,13 @@ func (t *txn) apply(req *messages.AppendRequest) (res journal.AppendResult, err 
 // commit writes the overlay into the batch and commits it synced. On
 // failure it restores the seqs it set on the caller's events.
 func (t *txn) commit() error {
+	if t.poison != nil {
+		for i := len(t.seqs) - 1; i >= 0; i-- {
+			t.seqs[i].ev.Seq = t.seqs[i].seq
+		}
+		t.updateHeads(false)
+		return t.poison
+	}
 	minAdd, err := t.flush()
 	if err == nil {
 		if minAdd != nil {
