@@ -25,4 +25,14 @@
 //   - journal/pebblejournal: embedded and durable on Pebble; the default.
 //
 // Both pass the conformance suite in journal/journaltest unchanged.
+//
+// # Pebble key layout
+//
+// pebblejournal gives each record family a one-byte key prefix and escapes
+// ids so that they are prefix-free and order-preserving (0x00 becomes
+// 0x00 0xFF; every id ends with 0x00 0x01): an event is
+// 0x03 | conv | seq (big-endian uint64), so a conversation's events are
+// one contiguous, seq-ordered key range, the id "a" never sees the keys of
+// "a/b" or "a\x00b", and deleting a conversation is one range delete per
+// family. The full layout is in the pebblejournal package documentation.
 package journal

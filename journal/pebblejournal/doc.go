@@ -16,7 +16,11 @@
 // Pebble has no transactions. Conditional writes (the append fence,
 // resolve-only-if-pending, tool call id ownership, the tombstone check) hold
 // striped per-conversation and per-tool-call-id locks across their
-// read-check-commit; the lock order is documented on Store.
+// read-check-commit; the lock order is documented on Store. A small
+// in-memory cache of each recently written conversation's last seq (and
+// that it has a row and no tombstone) spares an append the seek to the end
+// of its log; it is sound because only this Store writes the directory, and
+// a failed commit drops what it touched.
 //
 // # Fatal storage errors
 //
@@ -28,7 +32,9 @@
 // never became durable) returns an error wrapping journal.ErrClosed that says
 // the store failed; the commit that hit the error returns it as well,
 // although Pebble's Commit returned nil. Close still releases the directory;
-// reopening recovers what was durable.
+// reopening recovers what was durable. Not panicking is safe because no call
+// reaches Pebble after the failure: only Pebble's own background work runs
+// until Close, and it fails on its own.
 //
 // # Key layout
 //
