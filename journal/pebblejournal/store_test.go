@@ -578,3 +578,51 @@ func TestLayoutVersionChecked(t *testing.T) {
 	require.ErrorIs(t, err, journal.ErrCorrupt)
 	require.Contains(t, err.Error(), "layout")
 }
+
+// TestFatalWALErrorUnderLoad: concurrent writers in flight when the WAL
+// fails all return (none hangs, none is acknowledged after the failure), and
+// Close returns.
+func TestFatalWALErrorUnderLoad(t *testing.T) {
+	var on atomic.Bool
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if on.Load() && strings.HasSuffix(op.Path, ".log") &&
+			(op.Kind == errorfs.OpFileWrite || op.Kind == errorfs.OpFileSync || op.Kind == errorfs.OpFileSyncData) {
+			return errorfs.ErrInjected
+		}
+		return nil
+	})
+	s, err := Open("db", Options{FS: errorfs.Wrap(vfs.NewMem(), inj)})
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	var running sync.WaitGroup
+	running.Add(16)
+	var ackedAfter atomic.Int32
+	for g := range 16 {
+		wg.Go(func() {
+			conv := fmt.Sprint("c", g)
+			last := uint64(0)
+			for {
+				failing := on.Load()
+				res, err := s.Append(ctx, &messages.AppendRequest{ConversationId: conv, ExpectedLast: last, Events: []*messages.Event{userEvent("x")}})
+				if err != nil {
+					if !errors.Is(err, journal.ErrClosed) {
+						t.Errorf("%s: %v", conv, err)
+					}
+					return
+				}
+				if failing {
+					ackedAfter.Add(1)
+				}
+				if last == 0 {
+					running.Done()
+				}
+				last = res.LastSeq
+			}
+		})
+	}
+	running.Wait()
+	on.Store(true)
+	wg.Wait()
+	require.Zero(t, ackedAfter.Load(), "appends acknowledged after the WAL failed")
+	_ = s.Close()
+}
