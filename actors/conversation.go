@@ -1,0 +1,965 @@
+package actors
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/snapshot"
+)
+
+// ErrAgentStopped is returned to a caller whose command reached a
+// conversation actor that stopped (killed, passivated, or fenced off by
+// another writer) before answering it. The command was not applied; it is
+// safe to retry on a new activation.
+var ErrAgentStopped = errors.New("actors: conversation actor stopped")
+
+// Command is an entry call delivered to a conversation actor: an AgentSend or
+// an AgentResolved, with the caller's scope. It is local-only: the scope is
+// ambient state (user, permissions, handles) that is never persisted and
+// never leaves the process.
+type Command struct {
+	// Msg is *messages.AgentSend, *messages.AgentResolved or
+	// *messages.AgentWake.
+	Msg proto.Message
+	// Scope is the caller's scope; the turn the command triggers runs with it.
+	Scope agent.Scope
+}
+
+// Update is one thing that happened in a conversation, as live subscribers
+// see it.
+type Update struct {
+	// ConversationID names the conversation.
+	ConversationID string
+	// Event is a durable event (nil for deltas and errors). It is shared by
+	// every subscriber and must not be modified.
+	Event *messages.Event
+	// Delta is streamed text of the model call in flight. It is not durable:
+	// the assistant_msg event that follows is what counts.
+	Delta string
+	// Err reports a turn that failed (a model error, or a model answer that
+	// was rejected). Nothing of the failed turn was written.
+	Err error
+}
+
+// ConversationConfig configures one activation of a conversation actor.
+type ConversationConfig struct {
+	// ID is the conversation id. Required.
+	ID string
+	// Store is read on activation (revival) and by the summarizer. All log
+	// writes go through Journal. Required.
+	Store journal.Store
+	// Journal is the journal actor. Required.
+	Journal *actor.PID
+	// Expiry is the expiry actor, told of deadlines to arm and cancel. Nil
+	// means deadlines are only written to the Store.
+	Expiry *actor.PID
+	// Model answers turns. Required.
+	Model agent.Model
+	// Tools is the tool registry. Nil means no tools.
+	Tools *agent.Registry
+	// Clock supplies time. Default SystemClock().
+	Clock Clock
+	// IdleTimeout passivates the actor after this long without work. Zero
+	// or negative means never.
+	IdleTimeout time.Duration
+	// HumanTimeout is the deadline of a human call whose tool sets none.
+	// Zero or negative means no deadline.
+	HumanTimeout time.Duration
+	// Policy decides when to summarize.
+	Policy snapshot.Policy
+	// Summarizer writes summaries. Nil means never summarize.
+	Summarizer snapshot.Summarizer
+	// Audit records every model call with Store.PutModelCall.
+	Audit bool
+	// Publish receives every durable event, delta and failed turn, on the
+	// actor's goroutine, in order. It must not block. Nil means none.
+	Publish func(Update)
+	// Retire is the passivation handshake with the activation registry: it
+	// is asked whether this activation may stop, given how many commands it
+	// has processed; when it returns true no more commands will be sent to
+	// it. force retires unconditionally (the actor is stopping anyway). Nil
+	// means the actor never passivates.
+	Retire func(processed uint64, force bool) bool
+	// Goroutines tracks the goroutines the actor starts (model calls, tool
+	// runs, loads, summaries), so their owner can wait for them on close.
+	// Nil means untracked.
+	Goroutines *sync.WaitGroup
+	// Logger receives diagnostics. Default: discard.
+	Logger *slog.Logger
+}
+
+// NewConversation returns the props of a conversation actor. The actor
+// revives itself from the Store when it starts, then serves Commands.
+func NewConversation(cfg ConversationConfig) *actor.Props {
+	if cfg.Clock == nil {
+		cfg.Clock = SystemClock()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Goroutines == nil {
+		cfg.Goroutines = new(sync.WaitGroup)
+	}
+	cfg.Policy = cfg.Policy.WithDefaults()
+	return actor.PropsFromProducer(func() actor.Actor {
+		return &conversation{cfg: cfg, log: cfg.Logger.With("conversation", cfg.ID)}
+	})
+}
+
+// Local-only notifications from goroutines the actor owns.
+type (
+	loaded struct {
+		ws   *snapshot.WorkingSet
+		rows map[string]*messages.ToolCallRecord
+		conv *messages.Conversation
+		err  error
+	}
+	modelDone struct {
+		turn uint64
+		msg  *messages.AssistantMessage
+		err  error
+	}
+	modelDelta struct {
+		turn uint64
+		text string
+	}
+	toolDone struct {
+		id      string
+		outcome *messages.ToolOutcome
+	}
+	summaryDone struct {
+		summary *messages.Summary
+		err     error
+	}
+	idleTick struct{ gen uint64 }
+)
+
+// openCall is a tool call issued in the working set with no tool_result yet.
+type openCall struct {
+	ev         *messages.ToolCallEvent
+	dispatched bool // a server tool run was started by this activation
+	// ready holds the outcome once known and not yet written.
+	ready  *messages.ToolOutcome
+	status messages.ToolCallStatus
+	by     string
+	// inStore: the row is already terminal in the Store, so the write that
+	// records the result must not resolve it again.
+	inStore bool
+}
+
+type queuedSend struct {
+	sender *actor.PID
+	msg    *messages.AgentSend
+}
+
+type pendingWrite struct {
+	id    uint64
+	req   *messages.AppendRequest
+	sends []*queuedSend
+	// after runs on success, once the events are in the working set.
+	after func(ctx actor.Context)
+}
+
+type conversation struct {
+	cfg ConversationConfig
+	log *slog.Logger
+
+	goCtx    context.Context
+	goCancel context.CancelFunc
+
+	loaded   bool
+	buffered []*actor.MessageEnvelope
+	stopping bool
+
+	ws    *snapshot.WorkingSet
+	state messages.AgentState
+	calls map[string]*openCall
+	order []string // open call ids in log order
+	seen  map[string]uint64
+
+	scope     agent.Scope
+	processed uint64
+
+	nextWrite uint64
+	inflight  *pendingWrite
+	sends     []*queuedSend
+
+	turn        uint64
+	modelBusy   bool
+	modelCancel context.CancelFunc
+	turnFailed  bool
+
+	summarizing bool
+
+	idleGen  uint64
+	idleStop func() bool
+}
+
+func (c *conversation) Receive(ctx actor.Context) {
+	switch msg := ctx.Message().(type) {
+	case *actor.Started:
+		c.start(ctx)
+	case *actor.Stopping:
+		c.stopping = true
+		c.goCancel()
+		c.disarmIdle()
+		c.failAll(ctx, fmt.Errorf("conversation %q: %w", c.cfg.ID, ErrAgentStopped))
+	case *actor.Stopped, *actor.Restarting:
+	case *loaded:
+		c.onLoaded(ctx, msg)
+	case *Command:
+		if !c.loaded {
+			c.buffered = append(c.buffered, &actor.MessageEnvelope{Message: msg, Sender: ctx.Sender()})
+			return
+		}
+		c.onCommand(ctx, msg, ctx.Sender())
+	case *messages.JournalWriteReply:
+		c.onWriteReply(ctx, msg)
+	case *modelDelta:
+		if msg.turn == c.turn && c.modelBusy {
+			c.publish(Update{Delta: msg.text})
+		}
+	case *modelDone:
+		c.onModelDone(ctx, msg)
+	case *toolDone:
+		if call, ok := c.calls[msg.id]; ok && call.ready == nil {
+			call.ready = msg.outcome
+			call.status = messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED
+			if msg.outcome.GetError() != nil {
+				call.status = messages.ToolCallStatus_TOOL_CALL_STATUS_ERRORED
+			}
+		}
+		c.advance(ctx)
+	case *summaryDone:
+		c.onSummary(ctx, msg)
+	case *idleTick:
+		c.onIdle(ctx, msg)
+	}
+}
+
+// goOwned runs f on a goroutine owned by this actor: it gets a context that
+// is cancelled when the actor stops, and its owner's WaitGroup tracks it.
+func (c *conversation) goOwned(f func(ctx context.Context)) {
+	c.cfg.Goroutines.Add(1)
+	go func() {
+		defer c.cfg.Goroutines.Done()
+		f(c.goCtx)
+	}()
+}
+
+// tell sends a local notification to the actor from one of its goroutines.
+func tell(ctx actor.Context) func(msg any) {
+	self, root := ctx.Self(), ctx.ActorSystem().Root
+	return func(msg any) { root.Send(self, msg) }
+}
+
+func (c *conversation) start(ctx actor.Context) {
+	c.goCtx, c.goCancel = context.WithCancel(context.Background())
+	c.calls = map[string]*openCall{}
+	c.seen = map[string]uint64{}
+	send := tell(ctx)
+	store, id := c.cfg.Store, c.cfg.ID
+	c.goOwned(func(gctx context.Context) {
+		send(load(gctx, store, id))
+	})
+}
+
+// load is the revival read: the conversation row, the latest summary and the
+// events after it, and the rows of the calls still open in that span.
+func load(ctx context.Context, store journal.Store, id string) *loaded {
+	conv, err := store.Conversation(ctx, id)
+	if err != nil && !errors.Is(err, journal.ErrNotFound) {
+		return &loaded{err: err}
+	}
+	summary, events, err := store.LoadSince(ctx, id)
+	if err != nil {
+		return &loaded{err: err}
+	}
+	ws, err := snapshot.Rebuild(summary, events)
+	if err != nil {
+		return &loaded{err: err}
+	}
+	rows := map[string]*messages.ToolCallRecord{}
+	for _, call := range ws.OpenCalls() {
+		row, err := store.ToolCall(ctx, call.GetCall().GetId())
+		switch {
+		case errors.Is(err, journal.ErrNotFound):
+			// The row is written with its tool_call event; treat a missing
+			// one as pending so the call is retried or awaited, never lost.
+		case err != nil:
+			return &loaded{err: err}
+		default:
+			rows[row.GetId()] = row
+		}
+	}
+	return &loaded{ws: ws, rows: rows, conv: conv}
+}
+
+func (c *conversation) onLoaded(ctx actor.Context, l *loaded) {
+	if l.err != nil {
+		c.log.Error("revival failed", "err", l.err)
+		c.stop(ctx, fmt.Errorf("revive conversation %q: %w", c.cfg.ID, l.err))
+		return
+	}
+	c.ws = l.ws
+	for _, ev := range c.ws.Events {
+		if rid := ev.GetRequestId(); rid != "" {
+			c.seen[rid] = ev.GetSeq()
+		}
+	}
+	for _, ev := range c.ws.OpenCalls() {
+		call := &openCall{ev: ev}
+		if row := l.rows[ev.GetCall().GetId()]; row != nil && journal.IsTerminal(row.GetStatus()) {
+			// Resolved in the Store, but the result never reached the log:
+			// the actor died in between. Record it now.
+			call.ready, call.status, call.by, call.inStore = row.GetResult(), row.GetStatus(), resolvedBy(row.GetStatus()), true
+		}
+		c.calls[ev.GetCall().GetId()] = call
+		c.order = append(c.order, ev.GetCall().GetId())
+	}
+	if st := l.conv.GetFsmState(); st != nil && st.GetLastSeq() != c.ws.LastSeq {
+		c.log.Debug("fsm_state disagrees with the log; the log wins",
+			"cached_last_seq", st.GetLastSeq(), "log_last_seq", c.ws.LastSeq)
+	}
+	c.loaded = true
+	c.log.Debug("revived", "last_seq", c.ws.LastSeq, "open_calls", len(c.order))
+	buffered := c.buffered
+	c.buffered = nil
+	for _, env := range buffered {
+		c.onCommand(ctx, env.Message.(*Command), env.Sender)
+	}
+	c.advance(ctx)
+}
+
+func (c *conversation) onCommand(ctx actor.Context, cmd *Command, sender *actor.PID) {
+	c.processed++
+	if c.stopping {
+		c.reply(ctx, sender, cmd.Msg, 0, fmt.Errorf("conversation %q: %w", c.cfg.ID, ErrAgentStopped))
+		return
+	}
+	c.scope = cmd.Scope
+	c.turnFailed = false
+	switch m := cmd.Msg.(type) {
+	case *messages.AgentSend:
+		if seq, ok := c.seen[m.GetRequestId()]; ok && m.GetRequestId() != "" {
+			c.reply(ctx, sender, m, seq, nil)
+			return
+		}
+		for _, q := range c.sends {
+			if q.msg.GetRequestId() == m.GetRequestId() && m.GetRequestId() != "" {
+				// A retry of a send that is queued or being written: answer
+				// both when it lands.
+				c.sends = append(c.sends, &queuedSend{sender: sender, msg: m})
+				return
+			}
+		}
+		c.sends = append(c.sends, &queuedSend{sender: sender, msg: m})
+		if c.modelBusy {
+			// The model is answering a context without this message: cancel
+			// it and answer again once the message is in the log.
+			c.cancelModel()
+		}
+	case *messages.AgentWake:
+		// Activation alone applies the recovery rules; nothing else to do.
+		if sender != nil {
+			ctx.Send(sender, &messages.AgentReply{})
+		}
+	case *messages.AgentResolved:
+		if call, ok := c.calls[m.GetToolCallId()]; ok && call.ready == nil {
+			call.ready, call.status, call.by, call.inStore = m.GetResult(), m.GetStatus(), m.GetBy(), true
+		}
+		if sender != nil {
+			ctx.Send(sender, &messages.AgentReply{})
+		}
+	default:
+		if sender != nil {
+			ctx.Send(sender, &messages.AgentReply{Error: journal.ErrorToProto(
+				journal.Invalidf("conversation actor: unexpected command %T", cmd.Msg))})
+		}
+		return
+	}
+	c.advance(ctx)
+}
+
+// reply answers a command. A command that failed because this activation
+// stopped (ErrAgentStopped) or lost the log to another writer (ErrConflict)
+// was not applied, and its reply says to retry on a new activation.
+func (c *conversation) reply(ctx actor.Context, sender *actor.PID, msg proto.Message, seq uint64, err error) {
+	if sender == nil {
+		return
+	}
+	retry := errors.Is(err, ErrAgentStopped) || errors.Is(err, journal.ErrConflict)
+	switch m := msg.(type) {
+	case *messages.AgentSend:
+		ctx.Send(sender, &messages.AgentSendReply{RequestId: m.GetRequestId(), Seq: seq, Error: journal.ErrorToProto(err), Retry: retry})
+	default:
+		ctx.Send(sender, &messages.AgentReply{Error: journal.ErrorToProto(err), Retry: retry})
+	}
+}
+
+// advance is the reconciler: from the working set, the open calls and what
+// is in flight, it starts the next step. Every recovery rule follows from it:
+// a log ending in a user message owes a model turn; an open server call
+// with a pending row is dispatched again with the same id; an open human
+// call waits; a call resolved in the Store but not in the log is recorded.
+func (c *conversation) advance(ctx actor.Context) {
+	if !c.loaded || c.stopping || c.inflight != nil {
+		c.touchIdle(ctx)
+		return
+	}
+	switch {
+	case len(c.sends) > 0:
+		c.writeSends(ctx)
+	case c.hasReady():
+		c.writeResults(ctx)
+	case len(c.order) > 0:
+		c.dispatchServerCalls(ctx)
+		c.state = messages.AgentState_AGENT_STATE_EXECUTING_TOOLS
+		if c.humanPending() {
+			c.state = messages.AgentState_AGENT_STATE_AWAITING_INPUT
+		}
+	case c.turnOwed() && !c.turnFailed:
+		if !c.modelBusy {
+			c.startModel(ctx)
+		}
+	default:
+		c.state = messages.AgentState_AGENT_STATE_IDLE
+		c.maybeSummarize(ctx)
+	}
+	c.touchIdle(ctx)
+}
+
+func (c *conversation) hasReady() bool {
+	for _, id := range c.order {
+		if c.calls[id].ready != nil {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *conversation) humanPending() bool {
+	for _, id := range c.order {
+		if call := c.calls[id]; call.ready == nil && call.ev.GetExecutor() == messages.Executor_EXECUTOR_HUMAN {
+			return true
+		}
+	}
+	return false
+}
+
+// turnOwed reports whether the model owes an answer: the last event it would
+// see is a user message or a tool result.
+func (c *conversation) turnOwed() bool {
+	r := c.ws.Render()
+	if len(r) == 0 {
+		return false
+	}
+	switch r[len(r)-1].GetBody().(type) {
+	case *messages.Event_UserMsg, *messages.Event_ToolResult:
+		return true
+	}
+	return false
+}
+
+func (c *conversation) now() time.Time { return c.cfg.Clock.Now() }
+
+func (c *conversation) event(body func(*messages.Event)) *messages.Event {
+	ev := &messages.Event{Time: journal.Timestamp(c.now())}
+	body(ev)
+	return ev
+}
+
+// fsmState is the cache written with every append: the state the actor will
+// be in once the write lands, and the calls it still owes.
+func (c *conversation) fsmState(lastSeq uint64, extra []*openCall) *messages.FSMState {
+	st := &messages.FSMState{State: messages.AgentState_AGENT_STATE_IDLE, LastSeq: lastSeq, Pending: map[string]*messages.PendingCall{}}
+	add := func(call *openCall) {
+		if call.ready != nil {
+			return
+		}
+		tc := call.ev.GetCall()
+		st.Pending[tc.GetId()] = &messages.PendingCall{ToolCallId: tc.GetId(), Executor: call.ev.GetExecutor(), Kind: tc.GetName()}
+		if call.ev.GetExecutor() == messages.Executor_EXECUTOR_HUMAN {
+			st.State = messages.AgentState_AGENT_STATE_AWAITING_INPUT
+		}
+	}
+	for _, id := range c.order {
+		add(c.calls[id])
+	}
+	for _, call := range extra {
+		add(call)
+	}
+	return st
+}
+
+// write sends one fenced append to the journal actor. Only one write is in
+// flight at a time, so expected_last is always the working set's last seq.
+func (c *conversation) write(ctx actor.Context, w *pendingWrite) {
+	w.req.ConversationId = c.cfg.ID
+	if !w.req.GetUnfenced() {
+		w.req.ExpectedLast = c.ws.LastSeq
+	}
+	for i, ev := range w.req.GetEvents() {
+		ev.Seq = c.ws.LastSeq + uint64(i) + 1
+	}
+	c.nextWrite++
+	w.id = c.nextWrite
+	c.inflight = w
+	ctx.Request(c.cfg.Journal, &messages.JournalWrite{RequestId: w.id, Request: w.req})
+}
+
+func (c *conversation) writeSends(ctx actor.Context) {
+	sends := c.sends
+	c.sends = nil
+	req := &messages.AppendRequest{Status: messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE}
+	written := map[string]bool{}
+	for _, q := range sends {
+		rid := q.msg.GetRequestId()
+		if rid != "" && written[rid] {
+			continue
+		}
+		written[rid] = true
+		req.Events = append(req.Events, c.event(func(ev *messages.Event) {
+			ev.RequestId = rid
+			ev.Body = &messages.Event_UserMsg{UserMsg: q.msg.GetMessage()}
+		}))
+	}
+	req.FsmState = c.fsmState(c.ws.LastSeq+uint64(len(req.Events)), nil)
+	c.write(ctx, &pendingWrite{req: req, sends: sends})
+}
+
+func (c *conversation) writeResults(ctx actor.Context) {
+	// A turn is owed once these results land: the conversation is active.
+	req := &messages.AppendRequest{Status: messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE}
+	var done []string
+	var cancel []string
+	for _, id := range c.order {
+		call := c.calls[id]
+		if call.ready == nil {
+			continue
+		}
+		tc := call.ev.GetCall()
+		if call.ev.GetExecutor() == messages.Executor_EXECUTOR_HUMAN {
+			req.Events = append(req.Events, c.event(func(ev *messages.Event) {
+				ev.Body = &messages.Event_Resolution{Resolution: &messages.Resolution{ToolCallId: id, Status: call.status, By: call.by}}
+			}))
+			cancel = append(cancel, id)
+		}
+		req.Events = append(req.Events, c.event(func(ev *messages.Event) {
+			ev.Body = &messages.Event_ToolResult{ToolResult: &messages.ToolResultEvent{ToolCallId: id, Name: tc.GetName(), Outcome: call.ready}}
+		}))
+		if !call.inStore {
+			req.Resolutions = append(req.Resolutions, &messages.ToolResolution{
+				ToolCallId: id, Status: call.status, Result: call.ready, At: journal.Timestamp(c.now()),
+			})
+		}
+		done = append(done, id)
+	}
+	// Calls with a ready result are left out of the pending map: the
+	// fsm_state written is the one after they leave the open set.
+	req.FsmState = c.fsmState(c.ws.LastSeq+uint64(len(req.Events)), nil)
+	if req.FsmState.GetState() == messages.AgentState_AGENT_STATE_AWAITING_INPUT {
+		req.Status = messages.ConversationStatus_CONVERSATION_STATUS_SUSPENDED
+	}
+	c.write(ctx, &pendingWrite{req: req, after: func(ctx actor.Context) {
+		for _, id := range done {
+			delete(c.calls, id)
+		}
+		c.order = remove(c.order, done)
+		if c.cfg.Expiry != nil {
+			for _, id := range cancel {
+				ctx.Send(c.cfg.Expiry, &messages.CancelExpiry{ConversationId: c.cfg.ID, ToolCallId: id})
+			}
+		}
+	}})
+}
+
+func remove(ids, gone []string) []string {
+	out := make([]string, 0, len(ids))
+	for _, id := range ids {
+		keep := true
+		for _, g := range gone {
+			if id == g {
+				keep = false
+				break
+			}
+		}
+		if keep {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+func (c *conversation) dispatchServerCalls(ctx actor.Context) {
+	send := tell(ctx)
+	for _, id := range c.order {
+		call := c.calls[id]
+		if call.dispatched || call.ready != nil || call.ev.GetExecutor() != messages.Executor_EXECUTOR_SERVER {
+			continue
+		}
+		call.dispatched = true
+		inv := agent.Invocation{
+			ConversationID: c.cfg.ID,
+			ToolCallID:     id,
+			Name:           call.ev.GetCall().GetName(),
+			Arguments:      call.ev.GetCall().GetArguments(),
+			Scope:          c.scope,
+		}
+		tools := c.cfg.Tools
+		c.goOwned(func(gctx context.Context) {
+			var out *messages.ToolOutcome
+			if tools == nil {
+				out = &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Error{Error: &messages.ToolError{Code: "tool", Message: "no tools are registered"}}}
+			} else {
+				out = tools.RunServer(gctx, inv)
+			}
+			if gctx.Err() == nil {
+				send(&toolDone{id: inv.ToolCallID, outcome: out})
+			}
+		})
+	}
+}
+
+func (c *conversation) startModel(ctx actor.Context) {
+	c.turn++
+	c.modelBusy = true
+	c.state = messages.AgentState_AGENT_STATE_STREAMING
+	turnCtx, cancel := context.WithCancel(c.goCtx)
+	c.modelCancel = cancel
+	turn := agent.Turn{ConversationID: c.cfg.ID, Summary: c.ws.Summary, Context: c.ws.Render()}
+	if c.cfg.Tools != nil {
+		turn.Tools = c.cfg.Tools.Specs()
+	}
+	id, model, store, audit, clock := c.turn, c.cfg.Model, c.cfg.Store, c.cfg.Audit, c.cfg.Clock
+	lastSeq := c.ws.LastSeq
+	send := tell(ctx)
+	log := c.log
+	c.goOwned(func(context.Context) {
+		defer cancel()
+		began := clock.Now()
+		msg, err := model.Generate(turnCtx, turn, func(text string) { send(&modelDelta{turn: id, text: text}) })
+		if err == nil && msg == nil {
+			err = errors.New("model returned no message")
+		}
+		if err == nil && audit {
+			mc := &messages.ModelCall{
+				ConversationId: turn.ConversationID, TurnRef: lastSeq, RenderedContext: turn.Context,
+				Model: msg.GetModel(), Usage: msg.GetUsage(), LatencyNanos: int64(clock.Now().Sub(began)),
+				Summary: turn.Summary, SummaryVersion: turn.Summary.GetVersion(), Created: journal.Timestamp(clock.Now()),
+			}
+			if aerr := store.PutModelCall(turnCtx, mc); aerr != nil {
+				log.Warn("audit write failed", "err", aerr)
+			}
+		}
+		send(&modelDone{turn: id, msg: msg, err: err})
+	})
+}
+
+func (c *conversation) cancelModel() {
+	if c.modelBusy {
+		c.modelCancel()
+		c.modelBusy = false
+		c.turn++
+	}
+}
+
+func (c *conversation) onModelDone(ctx actor.Context, d *modelDone) {
+	if d.turn != c.turn || !c.modelBusy {
+		return // a cancelled turn
+	}
+	c.modelBusy = false
+	if d.err != nil {
+		c.failTurn(fmt.Errorf("conversation %q: model: %w", c.cfg.ID, d.err))
+		c.advance(ctx)
+		return
+	}
+	req, calls, err := c.turnWrite(d.msg)
+	if err != nil {
+		c.failTurn(err)
+		c.advance(ctx)
+		return
+	}
+	c.write(ctx, &pendingWrite{req: req, after: func(ctx actor.Context) {
+		for _, call := range calls {
+			id := call.ev.GetCall().GetId()
+			c.calls[id] = call
+			c.order = append(c.order, id)
+		}
+		if c.cfg.Expiry != nil {
+			for _, d := range req.GetSchedule() {
+				ctx.Send(c.cfg.Expiry, &messages.ScheduleExpiry{Deadline: d})
+			}
+		}
+	}})
+}
+
+func (c *conversation) failTurn(err error) {
+	c.log.Warn("turn failed", "err", err)
+	c.turnFailed = true
+	c.state = messages.AgentState_AGENT_STATE_IDLE
+	c.publish(Update{Err: err})
+}
+
+// turnWrite builds the atomic write of one model answer: the assistant
+// message, a tool_call event and a pending row per call, and for human calls
+// a suspension, their deadlines and the fsm_state awaiting_input. A call to
+// an unknown tool or with malformed arguments rejects the whole answer:
+// nothing is written.
+func (c *conversation) turnWrite(msg *messages.AssistantMessage) (*messages.AppendRequest, []*openCall, error) {
+	msg = proto.Clone(msg).(*messages.AssistantMessage)
+	req := &messages.AppendRequest{ConversationId: c.cfg.ID}
+	var calls []*openCall
+	var suspension []*messages.PendingCall
+	now := c.now()
+	for _, tc := range msg.GetToolCalls() {
+		if c.cfg.Tools == nil {
+			return nil, nil, journal.Invalidf("conversation %q: model called tool %q but no tools are registered", c.cfg.ID, tc.GetName())
+		}
+		if err := c.cfg.Tools.CheckCall(tc.GetName(), tc.GetArguments()); err != nil {
+			return nil, nil, fmt.Errorf("conversation %q: model answer rejected: %w", c.cfg.ID, err)
+		}
+		tool, _ := c.cfg.Tools.Lookup(tc.GetName())
+		if tc.GetId() != "" && tc.GetProviderId() == "" {
+			tc.ProviderId = tc.GetId()
+		}
+		tc.Id = NewToolCallID()
+		row := &messages.ToolCallRecord{
+			Id: tc.GetId(), ConversationId: c.cfg.ID, Name: tc.GetName(), Executor: tool.Executor,
+			Status: messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING, Args: tc.GetArguments(), Created: journal.Timestamp(now),
+		}
+		if tool.Executor == messages.Executor_EXECUTOR_HUMAN {
+			row.Prompt = tc.GetName() + " " + tc.GetArguments()
+			if tool.Prompt != nil {
+				row.Prompt = tool.Prompt(tc.GetArguments())
+			}
+			timeout := tool.Timeout
+			if timeout == 0 {
+				timeout = c.cfg.HumanTimeout
+			}
+			if timeout > 0 {
+				row.Deadline = journal.Timestamp(now.Add(timeout))
+				req.Schedule = append(req.Schedule, &messages.Deadline{ConversationId: c.cfg.ID, ToolCallId: tc.GetId(), At: row.GetDeadline()})
+			}
+			suspension = append(suspension, &messages.PendingCall{ToolCallId: tc.GetId(), Executor: tool.Executor, Kind: tc.GetName(), Prompt: row.GetPrompt()})
+		}
+		req.ToolCalls = append(req.ToolCalls, row)
+	}
+	req.Events = append(req.Events, c.event(func(ev *messages.Event) {
+		ev.Body = &messages.Event_AssistantMsg{AssistantMsg: msg}
+	}))
+	for _, tc := range msg.GetToolCalls() {
+		tool, _ := c.cfg.Tools.Lookup(tc.GetName())
+		ev := &messages.ToolCallEvent{Call: tc, Executor: tool.Executor}
+		req.Events = append(req.Events, c.event(func(e *messages.Event) {
+			e.Body = &messages.Event_ToolCall{ToolCall: ev}
+		}))
+		calls = append(calls, &openCall{ev: ev})
+	}
+	if len(suspension) > 0 {
+		req.Events = append(req.Events, c.event(func(ev *messages.Event) {
+			ev.Body = &messages.Event_Suspension{Suspension: &messages.Suspension{Pending: suspension}}
+		}))
+		req.Status = messages.ConversationStatus_CONVERSATION_STATUS_SUSPENDED
+	} else if len(calls) > 0 {
+		req.Status = messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE
+	} else {
+		// The turn is answered: nothing is owed until the next command.
+		req.Status = messages.ConversationStatus_CONVERSATION_STATUS_IDLE
+	}
+	req.FsmState = c.fsmState(c.ws.LastSeq+uint64(len(req.Events)), calls)
+	if err := journal.ValidateAppend(req); err != nil {
+		return nil, nil, fmt.Errorf("conversation %q: model answer rejected: %w", c.cfg.ID, err)
+	}
+	return req, calls, nil
+}
+
+func (c *conversation) onWriteReply(ctx actor.Context, r *messages.JournalWriteReply) {
+	w := c.inflight
+	if w == nil || r.GetRequestId() != w.id {
+		return // a reply meant for an earlier activation
+	}
+	c.inflight = nil
+	if err := journal.ErrorFromProto(r.GetReply().GetError()); err != nil {
+		// The log and this actor's view may now differ (another writer,
+		// a failed disk): stop, and let the next command revive from the log.
+		err = fmt.Errorf("conversation %q: write: %w", c.cfg.ID, err)
+		c.log.Warn("write failed; stopping", "err", err)
+		for _, q := range w.sends {
+			c.reply(ctx, q.sender, q.msg, 0, err)
+		}
+		c.publish(Update{Err: err})
+		c.stop(ctx, err)
+		return
+	}
+	events := w.req.GetEvents()
+	if err := c.ws.Append(events...); err != nil {
+		c.stop(ctx, err)
+		return
+	}
+	for _, ev := range events {
+		if rid := ev.GetRequestId(); rid != "" {
+			c.seen[rid] = ev.GetSeq()
+		}
+		c.publish(Update{Event: ev})
+	}
+	for _, q := range w.sends {
+		c.reply(ctx, q.sender, q.msg, c.seen[q.msg.GetRequestId()], nil)
+	}
+	if w.after != nil {
+		w.after(ctx)
+	}
+	c.advance(ctx)
+}
+
+func (c *conversation) publish(u Update) {
+	if c.cfg.Publish != nil {
+		u.ConversationID = c.cfg.ID
+		c.cfg.Publish(u)
+	}
+}
+
+func (c *conversation) maybeSummarize(ctx actor.Context) {
+	if c.cfg.Summarizer == nil || c.summarizing || !c.cfg.Policy.Due(c.ws) {
+		return
+	}
+	plan, ok := c.ws.Plan(c.cfg.Policy.KeepRecent)
+	if !ok {
+		return
+	}
+	c.summarizing = true
+	id, store, summarizer := c.cfg.ID, c.cfg.Store, c.cfg.Summarizer
+	send := tell(ctx)
+	c.goOwned(func(gctx context.Context) {
+		s, err := plan.Run(gctx, summarizer, id)
+		if err == nil {
+			// Derived data: written directly, never through the log.
+			err = store.PutSummary(gctx, id, s)
+		}
+		send(&summaryDone{summary: s, err: err})
+	})
+}
+
+func (c *conversation) onSummary(ctx actor.Context, d *summaryDone) {
+	c.summarizing = false
+	if d.err != nil {
+		c.log.Warn("summary failed", "err", d.err)
+		return
+	}
+	if err := c.ws.Compact(d.summary); err != nil {
+		c.log.Error("compaction after summary failed", "err", err)
+		return
+	}
+	c.log.Debug("summarized", "to_seq", d.summary.GetToSeq())
+	c.advance(ctx)
+}
+
+// quiescent: nothing in flight, so the actor may passivate.
+func (c *conversation) quiescent() bool {
+	if !c.loaded || c.inflight != nil || c.modelBusy || c.summarizing || len(c.sends) > 0 {
+		return false
+	}
+	for _, id := range c.order {
+		call := c.calls[id]
+		if call.ready != nil || (call.dispatched && call.ev.GetExecutor() == messages.Executor_EXECUTOR_SERVER) {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *conversation) touchIdle(ctx actor.Context) {
+	if c.cfg.IdleTimeout <= 0 || c.cfg.Retire == nil || c.stopping {
+		return
+	}
+	c.disarmIdle()
+	if !c.quiescent() {
+		return
+	}
+	c.idleGen++
+	gen, send := c.idleGen, tell(ctx)
+	c.idleStop = c.cfg.Clock.AfterFunc(c.cfg.IdleTimeout, func() { send(&idleTick{gen: gen}) })
+}
+
+func (c *conversation) disarmIdle() {
+	if c.idleStop != nil {
+		c.idleStop()
+		c.idleStop = nil
+	}
+}
+
+func (c *conversation) onIdle(ctx actor.Context, t *idleTick) {
+	if t.gen != c.idleGen || !c.quiescent() || c.stopping {
+		return
+	}
+	if c.cfg.Retire(c.processed, false) {
+		c.log.Debug("passivated")
+		c.stopping = true
+		ctx.Stop(ctx.Self())
+	}
+	// Otherwise a command is on its way; it will re-arm the timer.
+}
+
+// stop retires this activation and stops the actor; commands still queued
+// are answered with ErrAgentStopped by Stopping.
+func (c *conversation) stop(ctx actor.Context, cause error) {
+	if c.cfg.Retire != nil {
+		c.cfg.Retire(c.processed, true)
+	}
+	c.failAll(ctx, cause)
+	c.stopping = true
+	ctx.Stop(ctx.Self())
+}
+
+// failAll answers every caller still waiting on this activation.
+func (c *conversation) failAll(ctx actor.Context, cause error) {
+	for _, q := range c.sends {
+		c.reply(ctx, q.sender, q.msg, 0, cause)
+	}
+	c.sends = nil
+	if w := c.inflight; w != nil {
+		// The write may still land; the caller learns the outcome by retrying
+		// with the same request id.
+		for _, q := range w.sends {
+			c.reply(ctx, q.sender, q.msg, 0, fmt.Errorf("%w (write outcome unknown)", cause))
+		}
+		w.sends = nil
+	}
+	for _, env := range c.buffered {
+		c.reply(ctx, env.Sender, env.Message.(*Command).Msg, 0, cause)
+	}
+	c.buffered = nil
+}
+
+// resolvedBy says who resolved a human call, from its terminal status: only
+// the expiry actor (the system) expires a call; Resolve and Reject are a
+// user's.
+func resolvedBy(status messages.ToolCallStatus) string {
+	if status == messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED {
+		return "system"
+	}
+	return "user"
+}
+
+var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+// NewToolCallID mints a tool call id: "call_" and 128 random bits. The
+// runtime mints its own ids, unique across conversations, rather than trust
+// a provider's (local models often number their calls from zero).
+func NewToolCallID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return "call_" + idEncoding.EncodeToString(b[:])
+}

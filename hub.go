@@ -1,0 +1,180 @@
+package lazarus
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/lazarusrt/lazarus/actors"
+	"github.com/lazarusrt/lazarus/journal"
+)
+
+// ErrLagged ends a subscription whose reader fell more than
+// Options.SubscriberBuffer updates behind. Nothing is lost: subscribe again
+// after the last seq received.
+var ErrLagged = errors.New("lazarus: subscriber fell behind")
+
+// historyPage is how many events a subscription reads from the Store at a
+// time while it catches up.
+const historyPage = 512
+
+// hub fans the updates of every conversation out to its subscribers. The
+// publisher (a conversation actor) never blocks: each subscription queues
+// updates and its own pump goroutine delivers them.
+type hub struct {
+	store journal.Store
+	limit int
+	wg    sync.WaitGroup // pumps
+	quit  chan struct{}  // closed by close: pumps stop delivering
+
+	mu     sync.Mutex
+	subs   map[string]map[*subscription]struct{}
+	closed bool
+}
+
+type subscription struct {
+	conv  string
+	out   chan actors.Update
+	wake  chan struct{}
+	after uint64 // last seq delivered (or asked to start after)
+
+	mu     sync.Mutex
+	queue  []actors.Update
+	lagged bool
+}
+
+func newHub(store journal.Store, limit int) *hub {
+	return &hub{store: store, limit: limit, quit: make(chan struct{}), subs: map[string]map[*subscription]struct{}{}}
+}
+
+// publish is called by conversation actors, in order, for every update.
+func (h *hub) publish(u actors.Update) {
+	h.mu.Lock()
+	subs := h.subs[u.ConversationID]
+	for s := range subs {
+		s.push(u, h.limit)
+	}
+	h.mu.Unlock()
+}
+
+func (s *subscription) push(u actors.Update, limit int) {
+	s.mu.Lock()
+	if !s.lagged {
+		if len(s.queue) >= limit {
+			s.lagged = true
+		} else {
+			s.queue = append(s.queue, u)
+		}
+	}
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// subscribe registers first and reads history second, so no event can fall
+// between the two; the pump drops live events it already read as history.
+func (h *hub) subscribe(ctx context.Context, conv string, after uint64) (<-chan actors.Update, error) {
+	s := &subscription{conv: conv, out: make(chan actors.Update), wake: make(chan struct{}, 1), after: after}
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if h.subs[conv] == nil {
+		h.subs[conv] = map[*subscription]struct{}{}
+	}
+	h.subs[conv][s] = struct{}{}
+	h.wg.Add(1)
+	h.mu.Unlock()
+	go h.pump(ctx, s)
+	return s.out, nil
+}
+
+func (h *hub) pump(ctx context.Context, s *subscription) {
+	defer h.wg.Done()
+	defer h.unsubscribe(s)
+	defer close(s.out)
+	emit := func(u actors.Update) bool {
+		if u.Event != nil {
+			if u.Event.GetSeq() <= s.after {
+				return true
+			}
+			s.after = u.Event.GetSeq()
+		}
+		select {
+		case s.out <- u:
+			return true
+		case <-ctx.Done():
+			return false
+		case <-h.quit:
+			return false
+		}
+	}
+	// Catch up from the Store.
+	for {
+		evs, err := h.store.Events(ctx, s.conv, journal.EventQuery{After: s.after, Limit: 0, Before: s.after + historyPage + 1})
+		if err != nil {
+			if ctx.Err() == nil {
+				emit(actors.Update{ConversationID: s.conv, Err: err})
+			}
+			return
+		}
+		for _, ev := range evs {
+			if !emit(actors.Update{ConversationID: s.conv, Event: ev}) {
+				return
+			}
+		}
+		if len(evs) < historyPage {
+			break
+		}
+	}
+	// Live: deltas are dropped until history is caught up, since they belong
+	// to a turn whose earlier deltas were missed anyway.
+	for {
+		s.mu.Lock()
+		queue, lagged := s.queue, s.lagged
+		s.queue = nil
+		s.mu.Unlock()
+		for _, u := range queue {
+			if !emit(u) {
+				return
+			}
+		}
+		if lagged {
+			emit(actors.Update{ConversationID: s.conv, Err: ErrLagged})
+			return
+		}
+		select {
+		case <-s.wake:
+		case <-ctx.Done():
+			return
+		case <-h.quit:
+			return
+		}
+	}
+}
+
+func (h *hub) unsubscribe(s *subscription) {
+	h.mu.Lock()
+	if subs := h.subs[s.conv]; subs != nil {
+		delete(subs, s)
+		if len(subs) == 0 {
+			delete(h.subs, s.conv)
+		}
+	}
+	h.mu.Unlock()
+}
+
+// close ends every subscription, closing its channel; updates not yet read
+// are dropped. It waits for the pumps.
+func (h *hub) close() {
+	h.mu.Lock()
+	if !h.closed {
+		h.closed = true
+		close(h.quit)
+	}
+	h.mu.Unlock()
+	h.wg.Wait()
+}

@@ -1,0 +1,506 @@
+package lazarus
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/lazarusrt/lazarus/actors"
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/journal/memjournal"
+	"github.com/lazarusrt/lazarus/journal/pebblejournal"
+	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/snapshot"
+	"github.com/lazarusrt/lazarus/supervisor"
+)
+
+// Errors of the Runtime. Store errors (journal.ErrStale, journal.ErrInvalid,
+// ...) pass through wrapped; branch on them with errors.Is.
+var (
+	// ErrClosed is returned by every call after Close.
+	ErrClosed = errors.New("lazarus: runtime closed")
+)
+
+// Defaults of Options.
+const (
+	DefaultIdleTimeout      = 5 * time.Minute
+	DefaultHumanTimeout     = agent.DefaultHumanTimeout
+	DefaultCallTimeout      = 30 * time.Second
+	DefaultSubscriberBuffer = 1024
+)
+
+// AuditOptions configures the model-call audit.
+type AuditOptions struct {
+	// Enabled records exactly what was rendered to the model on every turn.
+	// Default off: the audit holds user data and grows fast.
+	Enabled bool
+	// TTL deletes audit rows older than this, checked every TTL/2. Zero
+	// means rows are kept until deleted with the conversation.
+	TTL time.Duration
+}
+
+// Options configures a Runtime. The zero value of every field is a
+// documented default; Model is the only required field.
+type Options struct {
+	// Store is the persistence adapter. Default: the embedded Pebble store
+	// in Dir when Dir is set, else an in-memory store (nothing survives the
+	// process). A Store passed here is not closed by Close.
+	Store journal.Store
+	// Dir is the directory of the embedded Pebble store, used when Store is
+	// nil. It is created if missing.
+	Dir string
+	// Model answers turns. Required.
+	Model agent.Model
+	// Tools the model may call. Default none.
+	Tools []agent.Tool
+	// IdleTimeout passivates a conversation actor after this long without
+	// work; it holds no memory afterwards and revives on the next command.
+	// Default DefaultIdleTimeout; negative disables passivation.
+	IdleTimeout time.Duration
+	// HumanTimeout is the deadline of a human call whose tool sets none.
+	// Default DefaultHumanTimeout; negative means no deadline.
+	HumanTimeout time.Duration
+	// Summary decides when to summarize. Default snapshot.Policy defaults.
+	Summary snapshot.Policy
+	// Summarizer writes summaries. Default nil: never summarize.
+	Summarizer snapshot.Summarizer
+	// Audit configures the model-call audit. Default off.
+	Audit AuditOptions
+	// Clock supplies time. Default the system clock.
+	Clock actors.Clock
+	// CallTimeout bounds how long Send waits for its message to be durable
+	// when ctx has no earlier deadline. Default DefaultCallTimeout.
+	CallTimeout time.Duration
+	// SubscriberBuffer is how many updates a subscriber may fall behind
+	// before its subscription ends with ErrLagged. Default
+	// DefaultSubscriberBuffer.
+	SubscriberBuffer int
+	// Logger receives the runtime's logs. Default: discard.
+	Logger *slog.Logger
+	// NoResume turns off the resumption, on Open, of conversations that
+	// were mid-turn when the previous process stopped. By default Open
+	// lists the Store's conversations in the background and wakes those
+	// whose status is ACTIVE (a turn owed or a server tool running).
+	NoResume bool
+}
+
+func (o Options) withDefaults() Options {
+	if o.IdleTimeout == 0 {
+		o.IdleTimeout = DefaultIdleTimeout
+	}
+	if o.HumanTimeout == 0 {
+		o.HumanTimeout = DefaultHumanTimeout
+	}
+	if o.Clock == nil {
+		o.Clock = actors.SystemClock()
+	}
+	if o.CallTimeout <= 0 {
+		o.CallTimeout = DefaultCallTimeout
+	}
+	if o.SubscriberBuffer <= 0 {
+		o.SubscriberBuffer = DefaultSubscriberBuffer
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	o.Summary = o.Summary.WithDefaults()
+	return o
+}
+
+// Runtime runs durable conversations. Its methods are safe for concurrent
+// use.
+type Runtime struct {
+	opts      Options
+	store     journal.Store
+	ownsStore bool
+	tools     *agent.Registry
+	system    *actor.ActorSystem
+	sup       *supervisor.Supervisor
+	hub       *hub
+	log       *slog.Logger
+
+	mu     sync.Mutex
+	closed bool
+	gcStop func() bool
+	gcWG   sync.WaitGroup // the audit sweep and the resume scan
+}
+
+// Open starts a Runtime. With a durable Store, conversations, pending calls
+// and deadlines written by an earlier Runtime are all back: deadlines that
+// passed while it was down fire at once.
+func Open(opts Options) (*Runtime, error) {
+	opts = opts.withDefaults()
+	if opts.Model == nil {
+		return nil, fmt.Errorf("lazarus: Options.Model is required: %w", journal.ErrInvalid)
+	}
+	reg, err := agent.NewRegistry(opts.Tools...)
+	if err != nil {
+		return nil, fmt.Errorf("lazarus: tools: %w", err)
+	}
+	reg = reg.WithDefaultTimeout(opts.HumanTimeout)
+	r := &Runtime{opts: opts, tools: reg, log: opts.Logger, store: opts.Store}
+	switch {
+	case r.store != nil:
+	case opts.Dir != "":
+		st, err := pebblejournal.Open(opts.Dir, pebblejournal.Options{Audit: opts.Audit.Enabled, Logger: opts.Logger})
+		if err != nil {
+			return nil, fmt.Errorf("lazarus: open store: %w", err)
+		}
+		r.store, r.ownsStore = st, true
+	default:
+		r.store, r.ownsStore = memjournal.New(memjournal.Options{Audit: opts.Audit.Enabled}), true
+	}
+	r.hub = newHub(r.store, opts.SubscriberBuffer)
+	r.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return opts.Logger.With("component", "protoactor")
+	}))
+	r.sup, err = supervisor.Start(r.system, supervisor.Config{
+		Store:       r.store,
+		Clock:       opts.Clock,
+		CallTimeout: opts.CallTimeout,
+		Logger:      opts.Logger,
+		Agent: func(string) actors.ConversationConfig {
+			return actors.ConversationConfig{
+				Model:        opts.Model,
+				Tools:        reg,
+				IdleTimeout:  opts.IdleTimeout,
+				HumanTimeout: opts.HumanTimeout,
+				Policy:       opts.Summary,
+				Summarizer:   opts.Summarizer,
+				Audit:        opts.Audit.Enabled,
+				Publish:      r.hub.publish,
+				Logger:       opts.Logger,
+			}
+		},
+	})
+	if err != nil {
+		r.system.Shutdown()
+		if r.ownsStore {
+			_ = r.store.Close()
+		}
+		return nil, err
+	}
+	if opts.Audit.Enabled && opts.Audit.TTL > 0 {
+		r.armAuditGC()
+	}
+	if !opts.NoResume {
+		r.gcWG.Add(1)
+		go r.resumeInterrupted()
+	}
+	return r, nil
+}
+
+// Store returns the Store the Runtime writes. Reading it directly is safe;
+// writing it behind the Runtime's back breaks its invariants.
+func (r *Runtime) Store() journal.Store { return r.store }
+
+func (r *Runtime) isClosed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.closed
+}
+
+// SendOptions are the optional parts of a send.
+type SendOptions struct {
+	// RequestID is the idempotency key of the send: retrying a send with the
+	// same key (after a timeout, say) never appends the message twice.
+	// Default: a random key, so each call is a new message.
+	RequestID string
+}
+
+// Send appends a user message to the conversation (creating it if new) and
+// returns its seq once it is durable. The agent's answer follows
+// asynchronously: watch it with Subscribe or read it with History. The
+// scope is the caller's ambient state; the turn this message starts runs
+// with it, and it is never persisted.
+func (r *Runtime) Send(ctx context.Context, conversationID, text string, scope agent.Scope) (uint64, error) {
+	msg := &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: text}}}}
+	return r.SendMessage(ctx, conversationID, msg, SendOptions{}, scope)
+}
+
+// SendMessage is Send for a message of several content parts, with options.
+func (r *Runtime) SendMessage(ctx context.Context, conversationID string, msg *messages.UserMessage, opts SendOptions, scope agent.Scope) (uint64, error) {
+	if r.isClosed() {
+		return 0, ErrClosed
+	}
+	if err := journal.ValidateID("conversation id", conversationID); err != nil {
+		return 0, fmt.Errorf("lazarus: send: %w", err)
+	}
+	if len(msg.GetContent()) == 0 {
+		return 0, fmt.Errorf("lazarus: send to %q: %w", conversationID, journal.Invalidf("empty message"))
+	}
+	if opts.RequestID == "" {
+		opts.RequestID = newRequestID()
+	}
+	if err := journal.ValidateEvent(&messages.Event{RequestId: opts.RequestID, Body: &messages.Event_UserMsg{UserMsg: msg}}); err != nil {
+		return 0, fmt.Errorf("lazarus: send to %q: %w", conversationID, err)
+	}
+	res, err := r.sup.Ask(ctx, conversationID, &actors.Command{Scope: scope, Msg: &messages.AgentSend{RequestId: opts.RequestID, Message: msg}})
+	if err != nil {
+		return 0, fmt.Errorf("lazarus: send to %q: %w", conversationID, err)
+	}
+	reply := res.(*messages.AgentSendReply)
+	if err := journal.ErrorFromProto(reply.GetError()); err != nil {
+		return 0, fmt.Errorf("lazarus: send to %q: %w", conversationID, err)
+	}
+	return reply.GetSeq(), nil
+}
+
+// Resolve answers a pending human tool call with result, a JSON value. It
+// returns once the answer is durable; the conversation then revives if
+// needed, records the result and continues. A call that is unknown, already
+// answered or expired gets an error wrapping journal.ErrStale, and nothing
+// changes: of any number of concurrent answers, exactly one wins.
+func (r *Runtime) Resolve(ctx context.Context, toolCallID, result string, scope agent.Scope) error {
+	if !json.Valid([]byte(result)) {
+		return fmt.Errorf("lazarus: resolve %q: %w", toolCallID, journal.Invalidf("result is not JSON"))
+	}
+	return r.resolve(ctx, toolCallID, messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED,
+		&messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: result}}, scope)
+}
+
+// Reject answers a pending human tool call with an error the model will
+// see (a human declined, say). Otherwise it behaves as Resolve.
+func (r *Runtime) Reject(ctx context.Context, toolCallID, reason string, scope agent.Scope) error {
+	return r.resolve(ctx, toolCallID, messages.ToolCallStatus_TOOL_CALL_STATUS_ERRORED,
+		agent.ErrorOutcome("rejected", reason), scope)
+}
+
+func (r *Runtime) resolve(ctx context.Context, id string, status messages.ToolCallStatus, out *messages.ToolOutcome, scope agent.Scope) error {
+	if r.isClosed() {
+		return ErrClosed
+	}
+	if err := journal.ValidateID("tool call id", id); err != nil {
+		return fmt.Errorf("lazarus: resolve: %w", err)
+	}
+	row, err := r.store.ToolCall(ctx, id)
+	switch {
+	case errors.Is(err, journal.ErrNotFound):
+		return fmt.Errorf("lazarus: resolve %q: no such tool call: %w (%w)", id, journal.ErrStale, err)
+	case err != nil:
+		return fmt.Errorf("lazarus: resolve %q: %w", id, err)
+	case row.GetExecutor() != messages.Executor_EXECUTOR_HUMAN:
+		return fmt.Errorf("lazarus: resolve %q: %w", id, journal.Invalidf("tool %q is not a human tool; the runtime runs it", row.GetName()))
+	case row.GetStatus() != messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING:
+		return fmt.Errorf("lazarus: resolve %q: already %v: %w", id, row.GetStatus(), journal.ErrStale)
+	}
+	conv := row.GetConversationId()
+	req := &messages.AppendRequest{ConversationId: conv, Unfenced: true, Resolutions: []*messages.ToolResolution{{
+		ToolCallId: id, Status: status, Result: out, At: journal.Timestamp(r.opts.Clock.Now()),
+	}}}
+	if err := r.journalWrite(ctx, req); err != nil {
+		return fmt.Errorf("lazarus: resolve %q: %w", id, err)
+	}
+	// The answer is durable: from here on, revival records it even if this
+	// delivery is lost.
+	cmd := &actors.Command{Scope: scope, Msg: &messages.AgentResolved{ToolCallId: id, Status: status, Result: out, By: "user"}}
+	if _, err := r.sup.Ask(ctx, conv, cmd); err != nil {
+		r.log.Warn("resolution is durable but its delivery failed; revival will record it",
+			"conversation", conv, "tool_call", id, "err", err)
+	}
+	return nil
+}
+
+func (r *Runtime) journalWrite(ctx context.Context, req *messages.AppendRequest) error {
+	timeout := r.opts.CallTimeout
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < timeout {
+		timeout = max(time.Until(dl), time.Millisecond)
+	}
+	res, err := r.system.Root.RequestFuture(r.sup.Journal(), &messages.JournalWrite{RequestId: 1, Request: req}, timeout).Result()
+	if err != nil {
+		return fmt.Errorf("journal actor did not answer: %w", err)
+	}
+	return journal.ErrorFromProto(res.(*messages.JournalWriteReply).GetReply().GetError())
+}
+
+// History returns the conversation's events in ascending seq: the newest
+// limit events before seq before (before 0: the newest; limit 0: all). Page
+// backwards by passing the oldest seq received as the next before.
+func (r *Runtime) History(ctx context.Context, conversationID string, before uint64, limit int) ([]*messages.Event, error) {
+	if r.isClosed() {
+		return nil, ErrClosed
+	}
+	if err := journal.ValidateID("conversation id", conversationID); err != nil {
+		return nil, fmt.Errorf("lazarus: history: %w", err)
+	}
+	if limit < 0 {
+		return nil, fmt.Errorf("lazarus: history of %q: %w", conversationID, journal.Invalidf("negative limit"))
+	}
+	return r.store.Events(ctx, conversationID, journal.EventQuery{Before: before, Limit: limit})
+}
+
+// Subscribe streams the conversation's events after seq afterSeq: first
+// those already in the log, then every new one as it becomes durable, with
+// no gap and no duplicate, across kills and revivals of its actor. Live
+// updates also carry streamed text deltas and failed turns. The channel is
+// closed when ctx ends, when Close is called, or after an update whose Err
+// is ErrLagged (the reader fell too far behind; subscribe again after the
+// last seq received).
+func (r *Runtime) Subscribe(ctx context.Context, conversationID string, afterSeq uint64) (<-chan actors.Update, error) {
+	if r.isClosed() {
+		return nil, ErrClosed
+	}
+	if err := journal.ValidateID("conversation id", conversationID); err != nil {
+		return nil, fmt.Errorf("lazarus: subscribe: %w", err)
+	}
+	return r.hub.subscribe(ctx, conversationID, afterSeq)
+}
+
+// Kill drops the conversation's actor now, as a crash would (for demos and
+// tests), and reports whether it was live. The conversation's log, its
+// pending calls and their deadlines are untouched; its next command revives
+// it.
+func (r *Runtime) Kill(conversationID string) bool {
+	if r.isClosed() {
+		return false
+	}
+	return r.sup.Kill(conversationID)
+}
+
+// Wake activates the conversation if it is not live, and returns once its
+// actor has revived. Revival applies the recovery rules: a turn interrupted
+// before the model answered is run again; a server call interrupted before
+// its result is dispatched again under the same tool call id; pending human
+// calls stay pending.
+func (r *Runtime) Wake(ctx context.Context, conversationID string) error {
+	if r.isClosed() {
+		return ErrClosed
+	}
+	if err := journal.ValidateID("conversation id", conversationID); err != nil {
+		return fmt.Errorf("lazarus: wake: %w", err)
+	}
+	res, err := r.sup.Ask(ctx, conversationID, &actors.Command{Scope: agent.SystemScope, Msg: &messages.AgentWake{}})
+	if err != nil {
+		return fmt.Errorf("lazarus: wake %q: %w", conversationID, err)
+	}
+	if err := journal.ErrorFromProto(res.(*messages.AgentReply).GetError()); err != nil {
+		return fmt.Errorf("lazarus: wake %q: %w", conversationID, err)
+	}
+	return nil
+}
+
+// resumeInterrupted wakes every conversation whose status says a turn was
+// in progress (ACTIVE) when the previous process stopped. It runs once, in
+// the background, after Open.
+func (r *Runtime) resumeInterrupted() {
+	defer r.gcWG.Done()
+	ctx := context.Background()
+	cursor := ""
+	for !r.isClosed() {
+		convs, next, err := r.store.ListConversations(ctx, cursor, 500)
+		if err != nil {
+			r.log.Warn("resume: listing conversations failed", "err", err)
+			return
+		}
+		for _, c := range convs {
+			if c.GetStatus() != messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE || r.isClosed() {
+				continue
+			}
+			if err := r.Wake(ctx, c.GetId()); err != nil && !errors.Is(err, ErrClosed) {
+				r.log.Warn("resume failed", "conversation", c.GetId(), "err", err)
+			}
+		}
+		if next == "" {
+			return
+		}
+		cursor = next
+	}
+}
+
+// IsActive reports whether the conversation has a live actor.
+func (r *Runtime) IsActive(conversationID string) bool { return r.sup.IsActive(conversationID) }
+
+// Active returns the number of live conversation actors.
+func (r *Runtime) Active() int { return r.sup.Active() }
+
+// Close stops every actor (pending journal writes are answered first),
+// ends every subscription, and closes the Store if the Runtime opened it.
+// Nothing durable is lost: a later Open on the same Store resumes every
+// conversation. Close is idempotent.
+func (r *Runtime) Close() error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	if r.gcStop != nil {
+		r.gcStop()
+	}
+	r.mu.Unlock()
+	r.gcWG.Wait()
+	r.sup.Stop()
+	r.hub.close()
+	r.system.Shutdown()
+	if r.ownsStore {
+		return r.store.Close()
+	}
+	return nil
+}
+
+// armAuditGC schedules the next audit sweep on the clock.
+func (r *Runtime) armAuditGC() {
+	r.gcStop = r.opts.Clock.AfterFunc(r.opts.Audit.TTL/2, func() {
+		r.mu.Lock()
+		if r.closed {
+			r.mu.Unlock()
+			return
+		}
+		r.gcWG.Add(1)
+		r.mu.Unlock()
+		defer r.gcWG.Done()
+		if n, err := r.GCAudit(context.Background()); err != nil {
+			r.log.Warn("audit gc failed", "err", err)
+		} else if n > 0 {
+			r.log.Debug("audit gc", "removed", n)
+		}
+		r.mu.Lock()
+		if !r.closed {
+			r.armAuditGC()
+		}
+		r.mu.Unlock()
+	})
+}
+
+// GCAudit deletes audit rows older than Options.Audit.TTL in every
+// conversation and returns how many it removed. It does nothing when audit
+// is off or has no TTL.
+func (r *Runtime) GCAudit(ctx context.Context) (int, error) {
+	if !r.opts.Audit.Enabled || r.opts.Audit.TTL <= 0 {
+		return 0, nil
+	}
+	cutoff := r.opts.Clock.Now().Add(-r.opts.Audit.TTL)
+	total, cursor := 0, ""
+	for {
+		convs, next, err := r.store.ListConversations(ctx, cursor, 500)
+		if err != nil {
+			return total, err
+		}
+		for _, c := range convs {
+			n, err := r.store.GCModelCalls(ctx, c.GetId(), cutoff)
+			if err != nil {
+				return total, err
+			}
+			total += n
+		}
+		if next == "" {
+			return total, nil
+		}
+		cursor = next
+	}
+}
+
+func newRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,321 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/lazarusrt/lazarus/actors"
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// ErrStopped is returned by calls made after Stop.
+var ErrStopped = errors.New("supervisor: stopped")
+
+// Config configures a Supervisor.
+type Config struct {
+	// Store is the Store the journal actor writes and the agents read.
+	// Required.
+	Store journal.Store
+	// Agent returns the configuration of a new activation of conversation
+	// id. The supervisor fills in ID, Store, Journal, Expiry, Clock, Retire
+	// and Goroutines. Required.
+	Agent func(id string) actors.ConversationConfig
+	// Clock supplies time to the expiry actor and the agents. Default
+	// actors.SystemClock().
+	Clock actors.Clock
+	// Journal configures the journal actor.
+	Journal actors.JournalOptions
+	// ExpiryRetryAfter is how long the expiry actor waits before retrying
+	// an expiry whose write failed. Default: the expiry actor's default.
+	ExpiryRetryAfter time.Duration
+	// CallTimeout bounds one request to an agent (a Send waiting for its
+	// user message to be durable). Default 30s.
+	CallTimeout time.Duration
+	// Logger receives lifecycle and failure logs. Default: discard.
+	Logger *slog.Logger
+}
+
+// Supervisor is the root of a runtime's actors. It owns, and outlives, the
+// journal actor, the expiry actor and every conversation actor; it activates
+// conversations on demand (one activation per id), lets idle ones passivate,
+// stops crashing ones (the next command revives them from the log) and
+// restarts the journal and expiry actors when they fail.
+type Supervisor struct {
+	cfg    Config
+	system *actor.ActorSystem
+	log    *slog.Logger
+	reg    *registry
+	pid    *actor.PID
+	wg     sync.WaitGroup // goroutines of the agents
+
+	journal, expiry *actor.PID
+
+	mu      sync.Mutex
+	stopped bool
+}
+
+// Start spawns the supervisor actor, with its journal and expiry actors, on
+// system. The expiry actor rebuilds its timers from the Store before Start
+// returns.
+func Start(system *actor.ActorSystem, cfg Config) (*Supervisor, error) {
+	if cfg.Store == nil || cfg.Agent == nil {
+		return nil, fmt.Errorf("supervisor: Store and Agent are required: %w", journal.ErrInvalid)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = actors.SystemClock()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.CallTimeout <= 0 {
+		cfg.CallTimeout = 30 * time.Second
+	}
+	if cfg.Journal.Logger == nil {
+		cfg.Journal.Logger = cfg.Logger
+	}
+	s := &Supervisor{cfg: cfg, system: system, log: cfg.Logger, reg: newRegistry()}
+	started := make(chan struct{})
+	props := actor.PropsFromProducer(func() actor.Actor { return &root{s: s, started: started} },
+		actor.WithSupervisor(&strategy{s: s}))
+	pid, err := system.Root.SpawnNamed(props, "lazarus")
+	if err != nil {
+		return nil, fmt.Errorf("supervisor: spawn: %w", err)
+	}
+	s.pid = pid
+	<-started
+	return s, nil
+}
+
+// Journal returns the journal actor's PID.
+func (s *Supervisor) Journal() *actor.PID { return s.journal }
+
+// Active returns how many conversation actors are live.
+func (s *Supervisor) Active() int { return s.reg.active() }
+
+// IsActive reports whether conversation id has a live actor.
+func (s *Supervisor) IsActive(id string) bool { return s.reg.lookup(id) != nil }
+
+// spawnAgent asks the supervisor actor to spawn an activation as its child.
+type spawnAgent struct{ a *activation }
+
+// spawnReply answers spawnAgent.
+type spawnReply struct {
+	pid *actor.PID
+	err error
+}
+
+// expired is the expiry actor's delivery: a call of conversation was
+// resolved as expired in the Store; its agent must hear of it.
+type expired struct{ conversation, toolCallID string }
+
+// Ask delivers cmd to conversation id, activating it if needed, and waits
+// for the agent's reply. If the activation retires or stops before
+// answering, Ask activates the conversation again and resends: commands are
+// idempotent (AgentSend carries a request id; AgentResolved is a no-op for a
+// call already recorded).
+func (s *Supervisor) Ask(ctx context.Context, id string, cmd *actors.Command) (proto.Message, error) {
+	const attempts = 8
+	var last error
+	for range attempts {
+		if s.isStopped() {
+			return nil, ErrStopped
+		}
+		a, err := s.reg.ensure(id, s.spawnFromOutside)
+		if err != nil {
+			return nil, err
+		}
+		var fut *actor.Future
+		timeout := s.cfg.CallTimeout
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < timeout {
+			timeout = max(time.Until(dl), time.Millisecond)
+		}
+		err = s.reg.send(a, func(pid *actor.PID) { fut = s.system.Root.RequestFuture(pid, cmd, timeout) })
+		if errors.Is(err, errRetired) {
+			last = err
+			continue
+		}
+		res, err := fut.Result()
+		switch {
+		case errors.Is(err, actor.ErrDeadLetter):
+			last = err
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("supervisor: conversation %q did not answer: %w", id, err)
+		}
+		if retryable(res) {
+			last = actors.ErrAgentStopped
+			continue
+		}
+		return res.(proto.Message), nil
+	}
+	return nil, fmt.Errorf("supervisor: conversation %q: no activation answered after %d attempts: %w", id, attempts, last)
+}
+
+// retryable reports whether an agent's reply says the command was not
+// applied because its activation stopped.
+func retryable(res any) bool {
+	switch r := res.(type) {
+	case *messages.AgentSendReply:
+		return r.GetRetry()
+	case *messages.AgentReply:
+		return r.GetRetry()
+	}
+	return false
+}
+
+func (s *Supervisor) spawnFromOutside(a *activation) (*actor.PID, error) {
+	res, err := s.system.Root.RequestFuture(s.pid, &spawnAgent{a: a}, s.cfg.CallTimeout).Result()
+	if err != nil {
+		return nil, fmt.Errorf("supervisor: spawn conversation %q: %w", a.id, err)
+	}
+	r := res.(*spawnReply)
+	return r.pid, r.err
+}
+
+// Kill stops the actor of conversation id at once, as a crash would, and
+// waits until it is gone. It reports whether there was one. Commands queued
+// in its mailbox are dropped; their callers retry on a new activation.
+func (s *Supervisor) Kill(id string) bool {
+	a := s.reg.lookup(id)
+	if a == nil {
+		return false
+	}
+	<-a.ready
+	s.reg.retire(a, 0, true)
+	if a.pid == nil {
+		return false
+	}
+	_ = s.system.Root.StopFuture(a.pid).Wait()
+	return true
+}
+
+// Stop stops every agent, then the expiry and journal actors (which answer
+// every request they hold), and waits for the agents' goroutines. The Store
+// is not closed. Stop is idempotent.
+func (s *Supervisor) Stop() {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return
+	}
+	s.stopped = true
+	s.mu.Unlock()
+	_ = s.system.Root.StopFuture(s.pid).Wait()
+	s.wg.Wait()
+}
+
+func (s *Supervisor) isStopped() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stopped
+}
+
+// root is the supervisor actor. Its Receive does nothing that can panic on
+// input: a restarting parent would stop all its children.
+type root struct {
+	s        *Supervisor
+	started  chan struct{}
+	stopping bool
+}
+
+func (r *root) Receive(ctx actor.Context) {
+	s := r.s
+	switch msg := ctx.Message().(type) {
+	case *actor.Started:
+		r.start(ctx)
+	case *actor.Stopping, *actor.Restarting:
+		r.stopping = true
+	case *spawnAgent:
+		pid, err := r.spawn(ctx, msg.a)
+		ctx.Respond(&spawnReply{pid: pid, err: err})
+	case *expired:
+		if r.stopping {
+			return
+		}
+		a, err := s.reg.ensure(msg.conversation, func(a *activation) (*actor.PID, error) { return r.spawn(ctx, a) })
+		if err != nil {
+			s.log.Error("expiry delivery: activation failed", "conversation", msg.conversation, "err", err)
+			return
+		}
+		cmd := &actors.Command{Scope: agent.SystemScope, Msg: &messages.AgentResolved{
+			ToolCallId: msg.toolCallID,
+			Status:     messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED,
+			Result:     actors.ExpiredOutcome(),
+			By:         "system",
+		}}
+		// If the activation retired meanwhile, revival records the expired
+		// result from the tool call row; nothing is lost.
+		_ = s.reg.send(a, func(pid *actor.PID) { ctx.Send(pid, cmd) })
+	case *actor.Terminated:
+		if a := s.reg.terminated(msg.Who); a != nil {
+			s.log.Debug("conversation actor stopped", "conversation", a.id)
+		}
+	}
+}
+
+func (r *root) start(ctx actor.Context) {
+	s := r.s
+	if s.journal == nil {
+		pid, err := ctx.SpawnNamed(actors.NewJournal(s.cfg.Store, s.cfg.Journal), "journal")
+		if err != nil {
+			panic(fmt.Sprintf("supervisor: spawn journal actor: %v", err)) // a programmer error: the name is ours
+		}
+		s.journal = pid
+		self, sys := ctx.Self(), ctx.ActorSystem()
+		expiry, err := ctx.SpawnNamed(actors.NewExpiry(actors.ExpiryOptions{
+			Store:      s.cfg.Store,
+			Journal:    pid,
+			Clock:      s.cfg.Clock,
+			RetryAfter: s.cfg.ExpiryRetryAfter,
+			Logger:     s.log,
+			Deliver: func(conversationID, toolCallID string) {
+				sys.Root.Send(self, &expired{conversation: conversationID, toolCallID: toolCallID})
+			},
+		}), "expiry")
+		if err != nil {
+			panic(fmt.Sprintf("supervisor: spawn expiry actor: %v", err))
+		}
+		s.expiry = expiry
+	}
+	close(r.started)
+}
+
+func (r *root) spawn(ctx actor.Context, a *activation) (*actor.PID, error) {
+	s := r.s
+	if r.stopping {
+		return nil, ErrStopped
+	}
+	cfg := s.cfg.Agent(a.id)
+	cfg.ID = a.id
+	cfg.Store = s.cfg.Store
+	cfg.Journal = s.journal
+	cfg.Expiry = s.expiry
+	cfg.Clock = s.cfg.Clock
+	cfg.Goroutines = &s.wg
+	cfg.Retire = func(processed uint64, force bool) bool { return s.reg.retire(a, processed, force) }
+	return ctx.SpawnNamed(actors.NewConversation(cfg), fmt.Sprintf("conv-%d", a.gen))
+}
+
+// strategy restarts the journal and expiry actors when they fail and stops a
+// failing conversation actor: its next command revives it from the log.
+type strategy struct{ s *Supervisor }
+
+func (st *strategy) HandleFailure(_ *actor.ActorSystem, sup actor.Supervisor, child *actor.PID, _ *actor.RestartStatistics, reason, _ any) {
+	s := st.s
+	if child.Equal(s.journal) || child.Equal(s.expiry) {
+		s.log.Error("runtime actor failed; restarting it", "actor", child.GetId(), "reason", fmt.Sprint(reason))
+		sup.RestartChildren(child)
+		return
+	}
+	s.log.Warn("conversation actor failed; stopping it", "actor", child.GetId(), "reason", fmt.Sprint(reason))
+	sup.StopChildren(child)
+}

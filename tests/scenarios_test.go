@@ -1,0 +1,447 @@
+package tests
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/actors"
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/agent/scripted"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/snapshot"
+)
+
+// forEachStore runs a scenario on every adapter.
+func forEachStore(t *testing.T, f func(t *testing.T, kind string)) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) { f(t, kind) })
+	}
+}
+
+func TestKillAndRevive(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		h := newHarness(t, openStore(t, kind), nil)
+		ctx := ctxT(t)
+		h.model.Push("refund",
+			scripted.Reply("looking it up", scripted.Call("lookup_order", `{"id":42}`)),
+			scripted.Reply("this needs approval", scripted.Call("approve_refund", `{"amount":120}`)),
+			scripted.Text("refund done"))
+		h.model.Push("other", scripted.Text("hello there"), scripted.Text("still here"))
+
+		_, err := h.rt.Send(ctx, "refund", "refund order 42", user)
+		require.NoError(t, err)
+		susp := h.awaitEvent("refund", 0, isSuspension)
+		callID := pendingCallID(t, susp)
+
+		_, err = h.rt.Send(ctx, "other", "hi", user)
+		require.NoError(t, err)
+		h.awaitEvent("other", 0, isAssistantText("hello there"))
+
+		require.True(t, h.rt.Kill("refund"))
+		require.False(t, h.rt.IsActive("refund"))
+
+		// The journal, the expiry actor and other conversations carry on.
+		_, err = h.rt.Send(ctx, "other", "are you there?", user)
+		require.NoError(t, err)
+		h.awaitEvent("other", 0, isAssistantText("still here"))
+		require.False(t, h.rt.IsActive("refund"), "nothing revives a conversation but its own commands")
+		require.Eventually(t, func() bool { return h.clock.Timers() == 1 }, wait, time.Millisecond,
+			"the expiry actor still holds the deadline of the dead conversation")
+
+		require.NoError(t, h.rt.Resolve(ctx, callID, `{"approved":true}`, user))
+		h.awaitEvent("refund", susp.GetSeq(), isAssistantText("refund done"))
+
+		evs := h.history("refund")
+		requireGapFree(t, evs)
+		require.Equal(t, []string{
+			"user_msg",
+			"assistant_msg", "tool_call:lookup_order", "tool_result:lookup_order",
+			"assistant_msg", "tool_call:approve_refund", "suspension",
+			"resolution:TOOL_CALL_STATUS_RESOLVED", "tool_result:approve_refund",
+			"assistant_msg",
+		}, types(evs))
+		require.Len(t, h.runs.of("lookup_order"), 1, "the server tool ran once")
+		last := h.model.Turns("refund")[2]
+		got := toolResults(last, callID)
+		require.Len(t, got, 1)
+		require.Equal(t, `{"approved":true}`, got[0].GetContent())
+		require.Eventually(t, func() bool { return h.clock.Timers() == 0 }, wait, time.Millisecond,
+			"the answered call's deadline is cancelled")
+	})
+}
+
+func TestDoubleClick(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		h := newHarness(t, openStore(t, kind), nil)
+		ctx := ctxT(t)
+		h.model.Push("c", scripted.Reply("", scripted.Call("approve_refund", `{"amount":5}`)), scripted.Text("ok"))
+		_, err := h.rt.Send(ctx, "c", "refund", user)
+		require.NoError(t, err)
+		id := pendingCallID(t, h.awaitEvent("c", 0, isSuspension))
+
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		for i := range errs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = h.rt.Resolve(ctx, id, `{"click":`+string(rune('0'+i))+`}`, user)
+			}()
+		}
+		wg.Wait()
+		wins := 0
+		for _, err := range errs {
+			if err == nil {
+				wins++
+			} else {
+				require.ErrorIs(t, err, journal.ErrStale)
+			}
+		}
+		require.Equal(t, 1, wins, "exactly one click wins")
+		h.awaitEvent("c", 0, isAssistantText("ok"))
+		turns := h.model.Turns("c")
+		require.Len(t, toolResults(turns[len(turns)-1], id), 1, "the model sees one result")
+		require.Equal(t, 1, strings.Count(strings.Join(types(h.history("c")), ","), "resolution"))
+	})
+}
+
+func TestKillExpireLateAnswer(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		h := newHarness(t, openStore(t, kind), nil)
+		ctx := ctxT(t)
+		h.model.Push("c",
+			scripted.Reply("asking a human", scripted.Call("approve_refund", `{"amount":900}`)),
+			// After the timeout the model tries a tool that needs a real
+			// user: under the system scope it must fail as a tool error.
+			scripted.Reply("", scripted.Call("whoami", `{}`)),
+			scripted.Text("timed out; nobody approved"))
+		_, err := h.rt.Send(ctx, "c", "refund 900", user)
+		require.NoError(t, err)
+		id := pendingCallID(t, h.awaitEvent("c", 0, isSuspension))
+		require.True(t, h.rt.Kill("c"))
+		require.Eventually(t, func() bool { return h.clock.Timers() == 1 }, wait, time.Millisecond)
+
+		h.clock.Advance(59 * time.Minute)
+		require.False(t, h.rt.IsActive("c"), "nothing fires before the deadline")
+		h.clock.Advance(time.Minute)
+
+		h.awaitEvent("c", 0, isAssistantText("timed out; nobody approved"))
+		err = h.rt.Resolve(ctx, id, `{"approved":true}`, user)
+		require.ErrorIs(t, err, journal.ErrStale, "the human's late answer is refused")
+
+		row, err := h.store.ToolCall(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED, row.GetStatus())
+		evs := h.history("c")
+		require.Equal(t, []string{
+			"user_msg", "assistant_msg", "tool_call:approve_refund", "suspension",
+			"resolution:TOOL_CALL_STATUS_EXPIRED", "tool_result:approve_refund",
+			"assistant_msg", "tool_call:whoami", "tool_result:whoami",
+			"assistant_msg",
+		}, types(evs))
+		require.Equal(t, "system", evs[4].GetResolution().GetBy())
+		require.Equal(t, "expired", evs[5].GetToolResult().GetOutcome().GetError().GetCode())
+		require.Equal(t, agent.CodeScope, evs[8].GetToolResult().GetOutcome().GetError().GetCode(),
+			"a tool that needs a user fails under the system scope")
+		require.Empty(t, h.runs.of("whoami"), "the tool body never ran under the system scope")
+	})
+}
+
+func TestCrashMidTurnRerunsOnce(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		h := newHarness(t, openStore(t, kind), nil)
+		ctx := ctxT(t)
+		h.model.Push("c", scripted.Text("the answer"))
+		entered := h.model.Hold("c")
+		_, err := h.rt.Send(ctx, "c", "question", user)
+		require.NoError(t, err)
+		<-entered
+		require.True(t, h.rt.Kill("c"), "killed while the model call is in flight")
+		require.Equal(t, 1, h.model.Calls("c"))
+		require.Equal(t, []string{"user_msg"}, types(h.history("c")))
+
+		require.NoError(t, h.rt.Wake(ctx, "c"))
+		h.awaitEvent("c", 0, isAssistantText("the answer"))
+		require.Equal(t, 2, h.model.Calls("c"), "the interrupted turn ran again")
+		require.Equal(t, []string{"user_msg", "assistant_msg"}, types(h.history("c")))
+
+		// Exactly once: another revival owes nothing.
+		require.True(t, h.rt.Kill("c"))
+		require.NoError(t, h.rt.Wake(ctx, "c"))
+		require.Equal(t, 2, h.model.Calls("c"))
+		require.Equal(t, []string{"user_msg", "assistant_msg"}, types(h.history("c")))
+	})
+}
+
+func TestCrashMidToolRedispatchesSameID(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		h := newHarness(t, openStore(t, kind), nil)
+		h.chargeGate = make(chan struct{})
+		ctx := ctxT(t)
+		h.model.Push("c", scripted.Reply("charging", scripted.Call("charge", `{"amount":5}`)), scripted.Text("charged"))
+		_, err := h.rt.Send(ctx, "c", "charge me", user)
+		require.NoError(t, err)
+		first := <-h.chargeStarted
+		require.True(t, h.rt.Kill("c"), "killed while the server tool runs")
+		require.Equal(t, 1, h.model.Calls("c"))
+
+		close(h.chargeGate)
+		require.NoError(t, h.rt.Wake(ctx, "c"))
+		h.awaitEvent("c", 0, isAssistantText("charged"))
+
+		require.Equal(t, []string{first, first}, h.runs.of("charge"),
+			"re-dispatched under the same tool call id, never a new one")
+		require.Equal(t, 2, h.model.Calls("c"), "the model was not asked again for the interrupted turn")
+		evs := h.history("c")
+		require.Equal(t, []string{"user_msg", "assistant_msg", "tool_call:charge", "tool_result:charge", "assistant_msg"}, types(evs))
+		require.Equal(t, first, evs[2].GetToolCall().GetCall().GetId())
+	})
+}
+
+// countingStore records the revival reads made of it.
+type countingStore struct {
+	journal.Store
+	mu        sync.Mutex
+	loadSince int
+	loaded    []*messages.Event // what LoadSince returned, last call
+	summary   *messages.Summary
+}
+
+func (s *countingStore) LoadSince(ctx context.Context, id string) (*messages.Summary, []*messages.Event, error) {
+	sum, evs, err := s.Store.LoadSince(ctx, id)
+	s.mu.Lock()
+	s.loadSince++
+	s.loaded, s.summary = evs, sum
+	s.mu.Unlock()
+	return sum, evs, err
+}
+
+func (s *countingStore) reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.loadSince, s.loaded, s.summary = 0, nil, nil
+}
+
+func TestRevivalFromSummary(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		store := &countingStore{Store: openStore(t, kind)}
+		h := newHarness(t, store, func(o *lazarus.Options) {
+			o.Summarizer = snapshot.Deterministic{}
+			o.Summary = snapshot.Policy{MaxEvents: 6, KeepRecent: 2}
+		})
+		ctx := ctxT(t)
+		for i := range 8 {
+			text := "answer " + string(rune('a'+i))
+			h.model.Push("c", scripted.Text(text))
+			_, err := h.rt.Send(ctx, "c", "question", user)
+			require.NoError(t, err)
+			h.awaitEvent("c", 0, isAssistantText(text))
+		}
+		require.Eventually(t, func() bool {
+			s, err := store.LatestSummary(ctx, "c")
+			return err == nil && s.GetToSeq() >= 10
+		}, wait, time.Millisecond, "a summary was written")
+
+		h.model.Push("c", scripted.Text("final"))
+		entered := h.model.Hold("c")
+		_, err := h.rt.Send(ctx, "c", "one more", user)
+		require.NoError(t, err)
+		<-entered
+		before := h.model.Turns("c")[h.model.Calls("c")-1]
+		require.NotNil(t, before.Summary, "the turn starts from the summary")
+
+		require.True(t, h.rt.Kill("c"))
+		store.reset()
+		require.NoError(t, h.rt.Wake(ctx, "c"))
+		h.awaitEvent("c", 0, isAssistantText("final"))
+
+		after := h.model.Turns("c")[h.model.Calls("c")-1]
+		require.True(t, proto.Equal(before.Summary, after.Summary), "same summary after revival")
+		require.Len(t, after.Context, len(before.Context))
+		for i := range before.Context {
+			require.True(t, proto.Equal(before.Context[i], after.Context[i]), "context event %d", i)
+		}
+		store.mu.Lock()
+		defer store.mu.Unlock()
+		require.Equal(t, 1, store.loadSince, "revival reads the summary and later events, once")
+		require.NotNil(t, store.summary)
+		require.NotEmpty(t, store.loaded)
+		require.Equal(t, store.summary.GetToSeq()+1, store.loaded[0].GetSeq(),
+			"revival never reads the events the summary covers")
+	})
+}
+
+func TestFSMStateDisagreeingWithLogLoses(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		h := newHarness(t, openStore(t, kind), nil)
+		ctx := ctxT(t)
+		h.model.Push("c", scripted.Text("first"), scripted.Text("second"))
+		_, err := h.rt.Send(ctx, "c", "one", user)
+		require.NoError(t, err)
+		h.awaitEvent("c", 0, isAssistantText("first"))
+		require.True(t, h.rt.Kill("c"))
+
+		// A cache that lies: awaiting a call that never existed, at a seq
+		// beyond the log.
+		require.NoError(t, h.store.PutFSMState(ctx, "c", &messages.FSMState{
+			State:   messages.AgentState_AGENT_STATE_AWAITING_INPUT,
+			LastSeq: 99,
+			Pending: map[string]*messages.PendingCall{"bogus": {ToolCallId: "bogus", Executor: messages.Executor_EXECUTOR_HUMAN}},
+		}))
+		_, err = h.rt.Send(ctx, "c", "two", user)
+		require.NoError(t, err)
+		h.awaitEvent("c", 0, isAssistantText("second"))
+		require.Equal(t, []string{"user_msg", "assistant_msg", "user_msg", "assistant_msg"}, types(h.history("c")))
+		conv, err := h.store.Conversation(ctx, "c")
+		require.NoError(t, err)
+		require.Equal(t, uint64(4), conv.GetFsmState().GetLastSeq(), "the cache is rewritten from the log")
+		require.Empty(t, conv.GetFsmState().GetPending())
+		require.Equal(t, messages.AgentState_AGENT_STATE_IDLE, conv.GetFsmState().GetState())
+	})
+}
+
+func TestPassivationAndRevival(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		h := newHarness(t, openStore(t, kind), func(o *lazarus.Options) { o.IdleTimeout = time.Minute })
+		ctx := ctxT(t)
+		h.model.Push("c", scripted.Text("first"), scripted.Text("second"))
+		_, err := h.rt.Send(ctx, "c", "one", user)
+		require.NoError(t, err)
+		h.awaitEvent("c", 0, isAssistantText("first"))
+		require.True(t, h.rt.IsActive("c"))
+		require.Eventually(t, func() bool { return h.clock.Timers() == 1 }, wait, time.Millisecond, "the idle timer is armed")
+
+		h.clock.Advance(59 * time.Second)
+		require.True(t, h.rt.IsActive("c"), "not idle long enough")
+		h.clock.Advance(time.Second)
+		require.Eventually(t, func() bool { return !h.rt.IsActive("c") }, wait, time.Millisecond, "passivated")
+		require.Equal(t, 0, h.rt.Active())
+
+		_, err = h.rt.Send(ctx, "c", "two", user)
+		require.NoError(t, err)
+		h.awaitEvent("c", 0, isAssistantText("second"))
+		require.Equal(t, []string{"user_msg", "assistant_msg", "user_msg", "assistant_msg"}, types(h.history("c")))
+	})
+}
+
+func TestBadInputThroughRuntime(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		h := newHarness(t, openStore(t, kind), nil)
+		ctx := ctxT(t)
+		h.model.Push("ok", scripted.Text("fine"), scripted.Text("still fine"))
+		_, err := h.rt.Send(ctx, "ok", "hello", user)
+		require.NoError(t, err)
+		h.awaitEvent("ok", 0, isAssistantText("fine"))
+
+		t.Run("resolve unknown call", func(t *testing.T) {
+			err := h.rt.Resolve(ctx, "no-such-call", `{}`, user)
+			require.ErrorIs(t, err, journal.ErrStale)
+			require.ErrorIs(t, err, journal.ErrNotFound)
+		})
+		t.Run("resolve with a result that is not JSON", func(t *testing.T) {
+			require.ErrorIs(t, h.rt.Resolve(ctx, "x", `{nope`, user), journal.ErrInvalid)
+		})
+		t.Run("bad conversation ids", func(t *testing.T) {
+			for _, id := range []string{"", strings.Repeat("x", journal.MaxIDBytes+1), "bad\xff"} {
+				_, err := h.rt.Send(ctx, id, "hi", user)
+				require.ErrorIs(t, err, journal.ErrInvalid, "id %q", id)
+			}
+		})
+		t.Run("oversized message", func(t *testing.T) {
+			_, err := h.rt.Send(ctx, "big", strings.Repeat("x", journal.MaxEventBytes+1), user)
+			require.ErrorIs(t, err, journal.ErrInvalid)
+			require.Empty(t, h.history("big"), "nothing written")
+		})
+		for _, tc := range []struct{ name, tool, args string }{
+			{"unknown tool from the model", "no_such_tool", `{}`},
+			{"malformed tool arguments from the model", "lookup_order", `{"id":`},
+			{"tool arguments that are not an object", "lookup_order", `[1,2]`},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				conv := "bad-" + strings.ReplaceAll(tc.name, " ", "-")
+				h.model.Push(conv, scripted.Reply("", &messages.ToolCall{Name: tc.tool, Arguments: tc.args}))
+				sub, err := h.rt.Subscribe(ctx, conv, 0)
+				require.NoError(t, err)
+				_, err = h.rt.Send(ctx, conv, "do it", user)
+				require.NoError(t, err)
+				u := h.awaitUpdate(sub, func(u actors.Update) bool { return u.Err != nil })
+				require.ErrorIs(t, u.Err, journal.ErrInvalid)
+				require.Equal(t, []string{"user_msg"}, types(h.history(conv)), "nothing of the answer written")
+				require.Empty(t, h.runs.of(tc.tool))
+			})
+		}
+		_, err = h.rt.Send(ctx, "ok", "and you?", user)
+		require.NoError(t, err)
+		h.awaitEvent("ok", 0, isAssistantText("still fine"))
+	})
+}
+
+func TestSubscribeHasNoGap(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		h := newHarness(t, openStore(t, kind), nil)
+		ctx := ctxT(t)
+		const turns = 20
+		for i := range turns {
+			h.model.Push("c", scripted.Text("reply "+string(rune('A'+i))))
+		}
+		done := make(chan error, 1)
+		go func() {
+			for range turns {
+				if _, err := h.rt.Send(ctx, "c", "msg", user); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+		// Subscribe while the conversation is being written.
+		sub, err := h.rt.Subscribe(ctx, "c", 0)
+		require.NoError(t, err)
+		var got []uint64
+		for u := range sub {
+			if u.Event != nil {
+				got = append(got, u.Event.GetSeq())
+				if len(got) == 2*turns {
+					break
+				}
+			}
+		}
+		require.NoError(t, <-done)
+		for i, seq := range got {
+			require.Equal(t, uint64(i+1), seq, "every event once, in order")
+		}
+	})
+}
+
+func TestSendIsIdempotentOnRequestID(t *testing.T) {
+	h := newHarness(t, openStore(t, "memory"), nil)
+	ctx := ctxT(t)
+	msg := &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "once"}}}}
+	s1, err := h.rt.SendMessage(ctx, "c", msg, lazarus.SendOptions{RequestID: "r-1"}, user)
+	require.NoError(t, err)
+	h.awaitEvent("c", 0, func(ev *messages.Event) bool { return ev.GetAssistantMsg() != nil })
+	require.True(t, h.rt.Kill("c"))
+	s2, err := h.rt.SendMessage(ctx, "c", msg, lazarus.SendOptions{RequestID: "r-1"}, user)
+	require.NoError(t, err)
+	assert.Equal(t, s1, s2, "the retry is answered with the stored seq")
+	require.Equal(t, []string{"user_msg", "assistant_msg"}, types(h.history("c")))
+}
+
+func TestClosedRuntimeRefusesCalls(t *testing.T) {
+	h := newHarness(t, openStore(t, "memory"), nil)
+	require.NoError(t, h.rt.Close())
+	_, err := h.rt.Send(ctxT(t), "c", "hi", user)
+	require.True(t, errors.Is(err, lazarus.ErrClosed))
+	require.ErrorIs(t, h.rt.Resolve(ctxT(t), "x", `{}`, user), lazarus.ErrClosed)
+	require.NoError(t, h.rt.Close(), "Close is idempotent")
+}
