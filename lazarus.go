@@ -294,9 +294,12 @@ func (r *Runtime) resolve(ctx context.Context, id string, status messages.ToolCa
 		return fmt.Errorf("lazarus: resolve %q: already %v: %w", id, row.GetStatus(), journal.ErrStale)
 	}
 	conv := row.GetConversationId()
-	req := &messages.AppendRequest{ConversationId: conv, Unfenced: true, Resolutions: []*messages.ToolResolution{{
-		ToolCallId: id, Status: status, Result: out, At: journal.Timestamp(r.opts.Clock.Now()),
-	}}}
+	// ACTIVE: a turn is owed once the result is recorded, so a restart
+	// resumes the conversation even if the delivery below is lost.
+	req := &messages.AppendRequest{ConversationId: conv, Unfenced: true,
+		Status: messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE, Resolutions: []*messages.ToolResolution{{
+			ToolCallId: id, Status: status, Result: out, At: journal.Timestamp(r.opts.Clock.Now()),
+		}}}
 	if err := r.journalWrite(ctx, req); err != nil {
 		return fmt.Errorf("lazarus: resolve %q: %w", id, err)
 	}

@@ -225,8 +225,18 @@ func (c *conversation) Receive(ctx actor.Context) {
 			return
 		}
 		c.onCommand(ctx, msg, ctx.Sender())
+	case *messages.AgentStop:
+		// The kill order: everything queued before it has been processed.
+		c.stop(ctx, fmt.Errorf("conversation %q killed: %w", c.cfg.ID, ErrAgentStopped))
 	case *messages.JournalWriteReply:
 		c.onWriteReply(ctx, msg)
+	case *actor.DeadLetterResponse:
+		// The journal actor is gone (restarting, or the runtime is closing):
+		// the write's outcome is unknown, so stop and let the next command
+		// revive from the log.
+		if c.inflight != nil {
+			c.stop(ctx, fmt.Errorf("conversation %q: journal unavailable: %w", c.cfg.ID, ErrAgentStopped))
+		}
 	case *modelDelta:
 		if msg.turn == c.turn && c.modelBusy {
 			c.publish(Update{Delta: msg.text})
@@ -861,6 +871,13 @@ func (c *conversation) onSummary(ctx actor.Context, d *summaryDone) {
 	if err := c.ws.Compact(d.summary); err != nil {
 		c.log.Error("compaction after summary failed", "err", err)
 		return
+	}
+	// Idempotency keys are remembered for the working set only.
+	clear(c.seen)
+	for _, ev := range c.ws.Events {
+		if rid := ev.GetRequestId(); rid != "" {
+			c.seen[rid] = ev.GetSeq()
+		}
 	}
 	c.log.Debug("summarized", "to_seq", d.summary.GetToSeq())
 	c.advance(ctx)

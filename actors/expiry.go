@@ -261,6 +261,9 @@ func (a *expiryActor) process(ctx actor.Context) {
 			Request: &messages.AppendRequest{
 				ConversationId: conv,
 				Unfenced:       true,
+				// A turn is owed once the result is recorded: a restart
+				// resumes ACTIVE conversations even if the delivery is lost.
+				Status: messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE,
 				Resolutions: []*messages.ToolResolution{{
 					ToolCallId: call,
 					Status:     messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED,

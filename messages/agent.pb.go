@@ -316,6 +316,45 @@ func (*AgentWake) Descriptor() ([]byte, []int) {
 	return file_lazarus_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
+// AgentStop is the kill order: the actor stops once it has processed every
+// command queued before it, as if it had crashed at that point (work in
+// flight, such as a model call or a tool run, is abandoned).
+type AgentStop struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentStop) Reset() {
+	*x = AgentStop{}
+	mi := &file_lazarus_v1_agent_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentStop) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentStop) ProtoMessage() {}
+
+func (x *AgentStop) ProtoReflect() protoreflect.Message {
+	mi := &file_lazarus_v1_agent_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentStop.ProtoReflect.Descriptor instead.
+func (*AgentStop) Descriptor() ([]byte, []int) {
+	return file_lazarus_v1_agent_proto_rawDescGZIP(), []int{5}
+}
+
 var File_lazarus_v1_agent_proto protoreflect.FileDescriptor
 
 const file_lazarus_v1_agent_proto_rawDesc = "" +
@@ -342,7 +381,8 @@ const file_lazarus_v1_agent_proto_rawDesc = "" +
 	"AgentReply\x12'\n" +
 	"\x05error\x18\x01 \x01(\v2\x11.lazarus.v1.ErrorR\x05error\x12\x14\n" +
 	"\x05retry\x18\x02 \x01(\bR\x05retry\"\v\n" +
-	"\tAgentWakeB'Z%github.com/lazarusrt/lazarus/messagesb\x06proto3"
+	"\tAgentWake\"\v\n" +
+	"\tAgentStopB'Z%github.com/lazarusrt/lazarus/messagesb\x06proto3"
 
 var (
 	file_lazarus_v1_agent_proto_rawDescOnce sync.Once
@@ -356,24 +396,25 @@ func file_lazarus_v1_agent_proto_rawDescGZIP() []byte {
 	return file_lazarus_v1_agent_proto_rawDescData
 }
 
-var file_lazarus_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_lazarus_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_lazarus_v1_agent_proto_goTypes = []any{
 	(*AgentSend)(nil),      // 0: lazarus.v1.AgentSend
 	(*AgentSendReply)(nil), // 1: lazarus.v1.AgentSendReply
 	(*AgentResolved)(nil),  // 2: lazarus.v1.AgentResolved
 	(*AgentReply)(nil),     // 3: lazarus.v1.AgentReply
 	(*AgentWake)(nil),      // 4: lazarus.v1.AgentWake
-	(*UserMessage)(nil),    // 5: lazarus.v1.UserMessage
-	(*Error)(nil),          // 6: lazarus.v1.Error
-	(ToolCallStatus)(0),    // 7: lazarus.v1.ToolCallStatus
-	(*ToolOutcome)(nil),    // 8: lazarus.v1.ToolOutcome
+	(*AgentStop)(nil),      // 5: lazarus.v1.AgentStop
+	(*UserMessage)(nil),    // 6: lazarus.v1.UserMessage
+	(*Error)(nil),          // 7: lazarus.v1.Error
+	(ToolCallStatus)(0),    // 8: lazarus.v1.ToolCallStatus
+	(*ToolOutcome)(nil),    // 9: lazarus.v1.ToolOutcome
 }
 var file_lazarus_v1_agent_proto_depIdxs = []int32{
-	5, // 0: lazarus.v1.AgentSend.message:type_name -> lazarus.v1.UserMessage
-	6, // 1: lazarus.v1.AgentSendReply.error:type_name -> lazarus.v1.Error
-	7, // 2: lazarus.v1.AgentResolved.status:type_name -> lazarus.v1.ToolCallStatus
-	8, // 3: lazarus.v1.AgentResolved.result:type_name -> lazarus.v1.ToolOutcome
-	6, // 4: lazarus.v1.AgentReply.error:type_name -> lazarus.v1.Error
+	6, // 0: lazarus.v1.AgentSend.message:type_name -> lazarus.v1.UserMessage
+	7, // 1: lazarus.v1.AgentSendReply.error:type_name -> lazarus.v1.Error
+	8, // 2: lazarus.v1.AgentResolved.status:type_name -> lazarus.v1.ToolCallStatus
+	9, // 3: lazarus.v1.AgentResolved.result:type_name -> lazarus.v1.ToolOutcome
+	7, // 4: lazarus.v1.AgentReply.error:type_name -> lazarus.v1.Error
 	5, // [5:5] is the sub-list for method output_type
 	5, // [5:5] is the sub-list for method input_type
 	5, // [5:5] is the sub-list for extension type_name
@@ -394,7 +435,7 @@ func file_lazarus_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lazarus_v1_agent_proto_rawDesc), len(file_lazarus_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -11,7 +11,7 @@ import (
 // or stopped); the caller must ensure a new one and send again.
 var errRetired = errors.New("supervisor: activation retired")
 
-// activation is one live (or starting) conversation actor.
+// activation is one live (or starting, or stopping) conversation actor.
 type activation struct {
 	id  string
 	gen uint64
@@ -20,6 +20,8 @@ type activation struct {
 	pid   *actor.PID
 	err   error
 
+	done chan struct{} // closed once the actor has terminated
+
 	mu      sync.Mutex // guards sent and retired; held across a send
 	sent    uint64     // commands sent to this activation
 	retired bool
@@ -27,7 +29,12 @@ type activation struct {
 
 // registry maps conversation ids to their single activation. It is shared
 // by the runtime's callers and the supervisor actor; it never spawns by
-// itself: Ensure's caller passes the spawn function.
+// itself: ensure's caller passes the spawn function.
+//
+// An activation stays registered from its spawn until its actor has
+// terminated, even once retired, so that a successor is spawned only after
+// its predecessor is gone: two activations of one id never overlap in this
+// process.
 type registry struct {
 	mu    sync.Mutex
 	byID  map[string]*activation
@@ -39,44 +46,83 @@ func newRegistry() *registry {
 	return &registry{byID: map[string]*activation{}, byPID: map[string]*activation{}}
 }
 
-// ensure returns the activation of id, creating it with spawn if there is
-// none. Concurrent callers for one id get the same activation: exactly one
-// of them spawns, the others wait for it.
-func (r *registry) ensure(id string, spawn func(a *activation) (*actor.PID, error)) (*activation, error) {
+// claim returns the live activation of id, or creates a new one that the
+// caller must spawn (mine is true), or, when the registered activation is
+// retired but not yet terminated, returns its done channel to wait on.
+func (r *registry) claim(id string) (a *activation, mine bool, wait <-chan struct{}) {
 	r.mu.Lock()
-	a, ok := r.byID[id]
-	if !ok {
-		r.gen++
-		a = &activation{id: id, gen: r.gen, ready: make(chan struct{})}
-		r.byID[id] = a
+	defer r.mu.Unlock()
+	if old, ok := r.byID[id]; ok {
+		old.mu.Lock()
+		retired := old.retired
+		old.mu.Unlock()
+		if !retired {
+			return old, false, nil
+		}
+		return nil, false, old.done
 	}
-	r.mu.Unlock()
-	if ok {
+	r.gen++
+	a = &activation{id: id, gen: r.gen, ready: make(chan struct{}), done: make(chan struct{})}
+	r.byID[id] = a
+	return a, true, nil
+}
+
+// ensure returns the live activation of id, spawning it if there is none.
+// Concurrent callers for one id get the same activation: exactly one of them
+// spawns, the others wait for it. It blocks while a retired predecessor is
+// still stopping, so it must not be called from the supervisor actor (which
+// uses claim).
+func (r *registry) ensure(id string, spawn func(a *activation) (*actor.PID, error)) (*activation, error) {
+	for {
+		a, mine, wait := r.claim(id)
+		if wait != nil {
+			<-wait
+			continue
+		}
+		if mine {
+			r.spawned(a, spawn)
+		}
 		<-a.ready
 		return a, a.err
 	}
+}
+
+// spawned runs spawn for a new activation and records the outcome.
+func (r *registry) spawned(a *activation, spawn func(a *activation) (*actor.PID, error)) {
 	pid, err := spawn(a)
 	r.mu.Lock()
 	if err != nil {
 		a.err = err
 		a.retired = true
-		if r.byID[id] == a {
-			delete(r.byID, id)
+		if r.byID[a.id] == a {
+			delete(r.byID, a.id)
 		}
+		close(a.done)
 	} else {
 		a.pid = pid
 		r.byPID[pid.String()] = a
 	}
 	r.mu.Unlock()
 	close(a.ready)
-	return a, err
 }
 
-// lookup returns the live activation of id, if any, without creating one.
+// lookup returns the registered activation of id, if any, without creating
+// one. It may be retired.
 func (r *registry) lookup(id string) *activation {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.byID[id]
+}
+
+// isLive reports whether id has an activation that is not retired.
+func (r *registry) isLive(id string) bool {
+	a := r.lookup(id)
+	if a == nil {
+		return false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return !a.retired
 }
 
 // send delivers msg to the activation unless it has retired. The send count
@@ -95,38 +141,83 @@ func (r *registry) send(a *activation, deliver func(pid *actor.PID)) error {
 
 // retire is the passivation handshake. Unless force, it succeeds only when
 // the activation has processed every command sent to it. Once it returns
-// true, no more commands reach the activation and ensure creates a new one.
+// true, no more commands reach the activation; ensure spawns a successor
+// once the actor has terminated.
 func (r *registry) retire(a *activation, processed uint64, force bool) bool {
 	a.mu.Lock()
+	defer a.mu.Unlock()
 	if !force && a.sent != processed {
-		a.mu.Unlock()
 		return false
 	}
 	a.retired = true
-	a.mu.Unlock()
-	r.mu.Lock()
-	if r.byID[a.id] == a {
-		delete(r.byID, a.id)
-	}
-	r.mu.Unlock()
 	return true
 }
 
-// terminated forgets the activation of a stopped actor.
+// kill retires the activation and, under the same lock, delivers the last
+// message it will ever get (the kill order), so every command sent before it
+// is still processed. It reports whether the activation was live.
+func (r *registry) kill(a *activation, deliver func(pid *actor.PID)) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.retired {
+		return false
+	}
+	a.retired = true
+	deliver(a.pid)
+	return true
+}
+
+// terminated forgets the activation of a stopped actor and wakes everyone
+// waiting to spawn its successor.
 func (r *registry) terminated(pid *actor.PID) *activation {
 	r.mu.Lock()
 	a := r.byPID[pid.String()]
-	delete(r.byPID, pid.String())
+	if a != nil {
+		delete(r.byPID, pid.String())
+		if r.byID[a.id] == a {
+			delete(r.byID, a.id)
+		}
+	}
 	r.mu.Unlock()
 	if a != nil {
-		r.retire(a, 0, true)
+		a.mu.Lock()
+		a.retired = true
+		a.mu.Unlock()
+		close(a.done)
 	}
 	return a
 }
 
-// active counts live activations.
+// active counts live (not retired) activations.
 func (r *registry) active() int {
 	r.mu.Lock()
+	all := make([]*activation, 0, len(r.byID))
+	for _, a := range r.byID {
+		all = append(all, a)
+	}
+	r.mu.Unlock()
+	n := 0
+	for _, a := range all {
+		a.mu.Lock()
+		if !a.retired {
+			n++
+		}
+		a.mu.Unlock()
+	}
+	return n
+}
+
+// releaseAll closes the done channel of every activation still registered,
+// after the supervisor has stopped, so no caller waits forever.
+func (r *registry) releaseAll() {
+	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.byID)
+	for pid, a := range r.byPID {
+		delete(r.byPID, pid)
+		delete(r.byID, a.id)
+		a.mu.Lock()
+		a.retired = true
+		a.mu.Unlock()
+		close(a.done)
+	}
 }

@@ -102,7 +102,7 @@ func (s *Supervisor) Journal() *actor.PID { return s.journal }
 func (s *Supervisor) Active() int { return s.reg.active() }
 
 // IsActive reports whether conversation id has a live actor.
-func (s *Supervisor) IsActive(id string) bool { return s.reg.lookup(id) != nil }
+func (s *Supervisor) IsActive(id string) bool { return s.reg.isLive(id) }
 
 // spawnAgent asks the supervisor actor to spawn an activation as its child.
 type spawnAgent struct{ a *activation }
@@ -181,21 +181,22 @@ func (s *Supervisor) spawnFromOutside(a *activation) (*actor.PID, error) {
 	return r.pid, r.err
 }
 
-// Kill stops the actor of conversation id at once, as a crash would, and
-// waits until it is gone. It reports whether there was one. Commands queued
-// in its mailbox are dropped; their callers retry on a new activation.
+// Kill stops the actor of conversation id, as a crash would, and waits until
+// it is gone. It reports whether there was a live one. The actor first
+// answers the commands queued before the kill order; work in flight (a model
+// call, a tool run) is abandoned and recovered by the next activation.
 func (s *Supervisor) Kill(id string) bool {
 	a := s.reg.lookup(id)
 	if a == nil {
 		return false
 	}
 	<-a.ready
-	s.reg.retire(a, 0, true)
 	if a.pid == nil {
 		return false
 	}
-	_ = s.system.Root.StopFuture(a.pid).Wait()
-	return true
+	killed := s.reg.kill(a, func(pid *actor.PID) { s.system.Root.Send(pid, &messages.AgentStop{}) })
+	<-a.done
+	return killed
 }
 
 // Stop stops every agent, then the expiry and journal actors (which answer
@@ -210,6 +211,7 @@ func (s *Supervisor) Stop() {
 	s.stopped = true
 	s.mu.Unlock()
 	_ = s.system.Root.StopFuture(s.pid).Wait()
+	s.reg.releaseAll()
 	s.wg.Wait()
 }
 
@@ -225,6 +227,9 @@ type root struct {
 	s        *Supervisor
 	started  chan struct{}
 	stopping bool
+	// deferred holds expiry deliveries for conversations whose previous
+	// activation is still stopping; they go out once it has terminated.
+	deferred map[string][]*expired
 }
 
 func (r *root) Receive(ctx actor.Context) {
@@ -238,28 +243,52 @@ func (r *root) Receive(ctx actor.Context) {
 		pid, err := r.spawn(ctx, msg.a)
 		ctx.Respond(&spawnReply{pid: pid, err: err})
 	case *expired:
-		if r.stopping {
-			return
-		}
-		a, err := s.reg.ensure(msg.conversation, func(a *activation) (*actor.PID, error) { return r.spawn(ctx, a) })
-		if err != nil {
-			s.log.Error("expiry delivery: activation failed", "conversation", msg.conversation, "err", err)
-			return
-		}
-		cmd := &actors.Command{Scope: agent.SystemScope, Msg: &messages.AgentResolved{
-			ToolCallId: msg.toolCallID,
-			Status:     messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED,
-			Result:     actors.ExpiredOutcome(),
-			By:         "system",
-		}}
-		// If the activation retired meanwhile, revival records the expired
-		// result from the tool call row; nothing is lost.
-		_ = s.reg.send(a, func(pid *actor.PID) { ctx.Send(pid, cmd) })
+		r.deliverExpired(ctx, msg)
 	case *actor.Terminated:
 		if a := s.reg.terminated(msg.Who); a != nil {
 			s.log.Debug("conversation actor stopped", "conversation", a.id)
+			waiting := r.deferred[a.id]
+			delete(r.deferred, a.id)
+			for _, e := range waiting {
+				r.deliverExpired(ctx, e)
+			}
 		}
 	}
+}
+
+// deliverExpired tells a conversation that one of its calls expired,
+// activating it if needed. The supervisor actor must never block, so when
+// the previous activation is still stopping the delivery waits in deferred
+// until its Terminated arrives.
+func (r *root) deliverExpired(ctx actor.Context, e *expired) {
+	s := r.s
+	if r.stopping {
+		return
+	}
+	a, mine, wait := s.reg.claim(e.conversation)
+	if wait != nil {
+		if r.deferred == nil {
+			r.deferred = map[string][]*expired{}
+		}
+		r.deferred[e.conversation] = append(r.deferred[e.conversation], e)
+		return
+	}
+	if mine {
+		s.reg.spawned(a, func(a *activation) (*actor.PID, error) { return r.spawn(ctx, a) })
+	}
+	if a.err != nil {
+		s.log.Error("expiry delivery: activation failed", "conversation", e.conversation, "err", a.err)
+		return
+	}
+	cmd := &actors.Command{Scope: agent.SystemScope, Msg: &messages.AgentResolved{
+		ToolCallId: e.toolCallID,
+		Status:     messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED,
+		Result:     actors.ExpiredOutcome(),
+		By:         "system",
+	}}
+	// If the activation retires meanwhile, its successor's revival records
+	// the expired result from the tool call row: nothing is lost.
+	_ = s.reg.send(a, func(pid *actor.PID) { ctx.Send(pid, cmd) })
 }
 
 func (r *root) start(ctx actor.Context) {
