@@ -1,0 +1,96 @@
+package tests
+
+import (
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus/agent/scripted"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/journal/pebblejournal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// TestWholeProcessRestartOnPebble kills a whole runtime without warning (its
+// store is never closed: the new process sees only what was synced, as after
+// kill -9 or a power cut) and starts a new one on what survived. Pending
+// calls, deadlines and conversations are all back; a deadline that passed
+// while the process was down fires once; an interrupted turn is resumed.
+func TestWholeProcessRestartOnPebble(t *testing.T) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	fs := vfs.NewCrashableMem()
+	store1, err := pebblejournal.Open("db", pebblejournal.Options{FS: fs})
+	require.NoError(t, err)
+	h1 := newHarness(t, store1, nil)
+	t.Cleanup(func() { _ = store1.Close() })
+	ctx := ctxT(t)
+
+	// "soon": a human call whose deadline passes while the process is down.
+	h1.model.Push("soon", scripted.Reply("", scripted.Call("approve_refund", `{"amount":1}`)))
+	// "later": a human call still pending after the restart.
+	h1.model.Push("later", scripted.Reply("", scripted.Call("approve_refund", `{"amount":2}`)))
+	// "midturn": the model is answering when the process dies.
+	entered := h1.model.Hold("midturn")
+
+	_, err = h1.rt.Send(ctx, "soon", "refund 1", user)
+	require.NoError(t, err)
+	soonID := pendingCallID(t, h1.awaitEvent("soon", 0, isSuspension))
+	_, err = h1.rt.Send(ctx, "later", "refund 2", user)
+	require.NoError(t, err)
+	laterID := pendingCallID(t, h1.awaitEvent("later", 0, isSuspension))
+	_, err = h1.rt.Send(ctx, "midturn", "what now?", user)
+	require.NoError(t, err)
+	<-entered
+	// Give "later" a deadline ten hours after "soon"'s, so that the clock
+	// of the restarted process can land between the two.
+	soonRow, err := store1.ToolCall(ctx, soonID)
+	require.NoError(t, err)
+	require.NoError(t, store1.ScheduleDeadline(ctx, &messages.Deadline{
+		ConversationId: "later", ToolCallId: laterID,
+		At: journal.Timestamp(soonRow.GetDeadline().AsTime().Add(10 * time.Hour)),
+	}))
+
+	// The crash: only synced data survives; the old runtime never closes
+	// its store before the clone is taken.
+	rng := rand.New(rand.NewPCG(seed, seed))
+	crashed := fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: rng.IntN(101), RNG: rng})
+	h1.model.Release("midturn")
+
+	store2, err := pebblejournal.Open("db", pebblejournal.Options{FS: crashed})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = store2.Close() })
+	h2 := newHarness(t, store2, nil)
+	h2.model.Push("midturn", scripted.Text("here is what now"))
+	h2.model.Push("soon", scripted.Text("the approval timed out"))
+	h2.model.Push("later", scripted.Text("approved, refunding"))
+
+	// The interrupted turn is resumed by Open, with no new input.
+	h2.awaitEvent("midturn", 0, isAssistantText("here is what now"))
+	require.Equal(t, []string{"user_msg", "assistant_msg"}, types(h2.history("midturn")))
+
+	// Both deadlines are rebuilt; advancing past the first fires it once.
+	require.Eventually(t, func() bool { return h2.clock.Timers() >= 1 }, wait, time.Millisecond)
+	h2.clock.Advance(2 * time.Hour)
+	h2.awaitEvent("soon", 0, isAssistantText("the approval timed out"))
+	soonTypes := strings.Join(types(h2.history("soon")), ",")
+	require.Equal(t, 1, strings.Count(soonTypes, "resolution:TOOL_CALL_STATUS_EXPIRED"), soonTypes)
+
+	// The other call is still pending and answerable.
+	pending, err := store2.PendingToolCalls(ctx, "later")
+	require.NoError(t, err)
+	require.Len(t, pending, 1)
+	require.Equal(t, laterID, pending[0].GetId())
+	require.NoError(t, h2.rt.Resolve(ctx, laterID, `{"approved":true}`, user))
+	h2.awaitEvent("later", 0, isAssistantText("approved, refunding"))
+	requireGapFree(t, h2.history("later"))
+
+	// Nothing fires twice: advancing far past every deadline changes nothing.
+	h2.clock.Advance(48 * time.Hour)
+	soonTypes = strings.Join(types(h2.history("soon")), ",")
+	require.Equal(t, 1, strings.Count(soonTypes, "resolution:"), soonTypes)
+}
