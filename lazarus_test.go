@@ -1,0 +1,103 @@
+package lazarus_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/agent/scripted"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+func TestOpenValidatesOptions(t *testing.T) {
+	_, err := lazarus.Open(lazarus.Options{})
+	require.ErrorIs(t, err, journal.ErrInvalid, "a model is required")
+
+	_, err = lazarus.Open(lazarus.Options{
+		Model: scripted.New(scripted.Options{}),
+		Tools: []agent.Tool{{Name: "dup", Executor: messages.Executor_EXECUTOR_HUMAN}, {Name: "dup", Executor: messages.Executor_EXECUTOR_HUMAN}},
+	})
+	require.ErrorIs(t, err, journal.ErrInvalid, "tool names are unique")
+}
+
+func TestOpenOnDirectoryIsDurable(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	model := scripted.New(scripted.Options{})
+	rt, err := lazarus.Open(lazarus.Options{Dir: dir, Model: model})
+	require.NoError(t, err)
+	seq, err := rt.Send(ctx, "c", "remember me", agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), seq)
+	require.NoError(t, model.WaitCalls(ctx, "c", 1))
+	require.NoError(t, rt.Close())
+
+	rt2, err := lazarus.Open(lazarus.Options{Dir: dir, Model: model, NoResume: true})
+	require.NoError(t, err)
+	defer rt2.Close()
+	evs, err := rt2.History(ctx, "c", 0, 0)
+	require.NoError(t, err)
+	require.NotEmpty(t, evs)
+	require.Equal(t, "remember me", evs[0].GetUserMsg().GetContent()[0].GetText())
+}
+
+func TestSlowSubscriberLagsAndCanResume(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	model := scripted.New(scripted.Options{})
+	rt, err := lazarus.Open(lazarus.Options{Model: model, SubscriberBuffer: 2})
+	require.NoError(t, err)
+	defer rt.Close()
+
+	slow, err := rt.Subscribe(ctx, "c", 0)
+	require.NoError(t, err)
+	// Let the subscription catch up (the log is empty) before any event,
+	// then never read until the conversation has gone far ahead.
+	for i := range 5 {
+		_, err := rt.Send(ctx, "c", "hi", agent.Scope{UserID: "u"})
+		require.NoError(t, err)
+		require.NoError(t, model.WaitCalls(ctx, "c", i+1))
+	}
+	require.Eventually(t, func() bool {
+		evs, err := rt.History(ctx, "c", 0, 0)
+		return err == nil && len(evs) == 10
+	}, 20*time.Second, time.Millisecond)
+
+	var last uint64
+	var lagged bool
+	for u := range slow {
+		if u.Event != nil {
+			last = u.Event.GetSeq()
+		}
+		if u.Err != nil {
+			require.ErrorIs(t, u.Err, lazarus.ErrLagged)
+			lagged = true
+		}
+	}
+	require.True(t, lagged, "a reader that falls behind is told so and the channel closes")
+
+	// Resuming after the last seq received loses nothing.
+	again, err := rt.Subscribe(ctx, "c", last)
+	require.NoError(t, err)
+	next := <-again
+	require.NotNil(t, next.Event)
+	require.Equal(t, last+1, next.Event.GetSeq())
+}
+
+func TestCloseEndsSubscriptions(t *testing.T) {
+	rt, err := lazarus.Open(lazarus.Options{Model: scripted.New(scripted.Options{})})
+	require.NoError(t, err)
+	sub, err := rt.Subscribe(context.Background(), "c", 0)
+	require.NoError(t, err)
+	require.NoError(t, rt.Close())
+	for range sub {
+	}
+	_, err = rt.Subscribe(context.Background(), "c", 0)
+	require.ErrorIs(t, err, lazarus.ErrClosed)
+}
