@@ -3,6 +3,24 @@
 // (the single writer of the Store) and the expiry actor (the timers of
 // pending human calls).
 //
+// # Conversation actor
+//
+// NewConversation: the state machine of one conversation (idle, streaming,
+// executing_tools, awaiting_input). On start it revives itself from the
+// Store (conversation row, LoadSince, the rows of the calls still open)
+// on a goroutine it owns, buffering commands until then. From then on a
+// reconciler (advance) starts the next step from what the log says, which is
+// also how every recovery rule applies after a kill: a log ending in a user
+// message owes a model turn; an open server call is dispatched again with
+// the same tool_call_id; an open human call waits; a call resolved in the
+// Store but missing from the log is recorded. Every write goes through the
+// journal actor, one at a time, fenced with the expected last seq; a failed
+// or fenced write stops the actor and the next command revives it. Model
+// calls and tool runs run on goroutines the actor owns and report back by
+// message, so the actor never blocks and can be killed mid-call. Commands
+// (AgentSend, AgentResolved, AgentWake, AgentStop) arrive wrapped in a
+// local-only Command that carries the caller's scope.
+//
 // # Journal actor
 //
 // NewJournal: every durable write of the node goes through it as a
