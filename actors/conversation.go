@@ -198,6 +198,7 @@ type conversation struct {
 
 	turn        uint64
 	modelBusy   bool
+	answer      *modelDone // a model answer waiting for the write in flight
 	modelCancel context.CancelFunc
 	turnFailed  bool
 
@@ -376,6 +377,7 @@ func (c *conversation) onCommand(ctx actor.Context, cmd *Command, sender *actor.
 			}
 		}
 		c.sends = append(c.sends, &queuedSend{sender: sender, msg: m})
+		c.answer = nil
 		if c.modelBusy {
 			// The model is answering a context without this message: cancel
 			// it and answer again once the message is in the log.
@@ -430,6 +432,10 @@ func (c *conversation) advance(ctx actor.Context) {
 		return
 	}
 	switch {
+	case c.answer != nil:
+		d := c.answer
+		c.answer = nil
+		c.writeAnswer(ctx, d)
 	case len(c.sends) > 0:
 		c.writeSends(ctx)
 	case c.hasReady():
@@ -696,6 +702,16 @@ func (c *conversation) onModelDone(ctx actor.Context, d *modelDone) {
 		c.advance(ctx)
 		return
 	}
+	if c.inflight != nil {
+		// One write at a time: the answer waits for the write in flight.
+		c.answer = d
+		return
+	}
+	c.writeAnswer(ctx, d)
+}
+
+// writeAnswer writes a model answer (see turnWrite).
+func (c *conversation) writeAnswer(ctx actor.Context, d *modelDone) {
 	req, calls, err := c.turnWrite(d.msg)
 	if err != nil {
 		c.failTurn(err)
@@ -885,7 +901,7 @@ func (c *conversation) onSummary(ctx actor.Context, d *summaryDone) {
 
 // quiescent: nothing in flight, so the actor may passivate.
 func (c *conversation) quiescent() bool {
-	if !c.loaded || c.inflight != nil || c.modelBusy || c.summarizing || len(c.sends) > 0 {
+	if !c.loaded || c.inflight != nil || c.modelBusy || c.answer != nil || c.summarizing || len(c.sends) > 0 {
 		return false
 	}
 	for _, id := range c.order {
