@@ -1,0 +1,310 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/journal/pebblejournal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// TestMain lets this test binary stand in for the demo's binary: act 5
+// re-executes os.Executable() with the child flag, which here is the test
+// binary, so it must behave as the demo's child.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "--"+childFlag {
+		os.Exit(cli(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// syncBuffer is a bytes.Buffer safe for the concurrent writers of a run
+// (the reporter, slog, the child's stderr copier).
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// runDemo runs the demo in this process with args and returns its exit
+// code, stdout and stderr.
+func runDemo(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var stdout, stderr syncBuffer
+	code := cli(ctx, args, &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+func transcript(t *testing.T, out string) []record {
+	t.Helper()
+	var recs []record
+	for i, line := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+		var r record
+		require.NoError(t, json.Unmarshal([]byte(line), &r), "line %d is not JSON: %s", i+1, line)
+		require.NotEmpty(t, r.Kind, "line %d has no kind: %s", i+1, line)
+		recs = append(recs, r)
+	}
+	return recs
+}
+
+func ofKind(recs []record, kind string) []record {
+	var out []record
+	for _, r := range recs {
+		if r.Kind == kind {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// TestDemo runs the five acts with --fast --json, act 5 killing a real
+// child process with SIGKILL, and checks the transcript against itself and
+// against the store the demo leaves behind.
+func TestDemo(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "store")
+	code, out, errs := runDemo(t, "--fast", "--json", "--dir", dir)
+	require.Equal(t, exitOK, code, "stderr:\n%s\nstdout:\n%s", errs, out)
+	assert.NotContains(t, errs, "DATA RACE", "the child process raced")
+	recs := transcript(t, out)
+
+	t.Run("every act ran and every check held", func(t *testing.T) {
+		var acts []int
+		for _, r := range ofKind(recs, "act") {
+			acts = append(acts, r.Act)
+		}
+		require.Equal(t, []int{1, 2, 3, 4, 5}, acts)
+		perAct := map[int]int{}
+		for _, c := range ofKind(recs, "check") {
+			require.NotNil(t, c.OK)
+			assert.True(t, *c.OK, "act %d: %s: %s", c.Act, c.Check, c.Detail)
+			perAct[c.Act]++
+		}
+		for act := 1; act <= 5; act++ {
+			assert.GreaterOrEqual(t, perAct[act], 2, "checks of act %d", act)
+		}
+		last := recs[len(recs)-1]
+		require.Equal(t, "result", last.Kind)
+		require.True(t, *last.OK, last.Reason)
+		sums := ofKind(recs, "summary")
+		require.Len(t, sums, 1)
+		s := sums[0].Summary
+		assert.Zero(t, s.Failed)
+		assert.Equal(t, len(ofKind(recs, "check")), s.Checks)
+		assert.Equal(t, 3, s.Conversations)
+		assert.Equal(t, 24, s.Events)
+		require.Len(t, s.Revivals, 3)
+		for i, rv := range s.Revivals {
+			assert.Equal(t, i+3, rv.Act)
+			assert.Positive(t, rv.Millis, "revival of act %d was measured", rv.Act)
+		}
+	})
+
+	t.Run("the late approval is refused as stale", func(t *testing.T) {
+		var stale *record
+		for _, c := range ofKind(recs, "check") {
+			if c.Act == 4 && strings.Contains(c.Check, "stale") {
+				stale = &c
+			}
+		}
+		require.NotNil(t, stale, "act 4 checks the late approval")
+		assert.True(t, *stale.OK, stale.Detail)
+		// The deadline fired while the agent was dead: the expiry actor
+		// (the system) resolved it, and nothing came after the timeout.
+		var signoff string
+		for _, ev := range ofKind(recs, "event") {
+			if ev.Act == 4 && ev.Event == "suspension" {
+				signoff = ev.ToolCallID
+			}
+		}
+		require.NotEmpty(t, signoff)
+		var resolutions []record
+		for _, ev := range ofKind(recs, "event") {
+			if ev.Event == "resolution" && ev.ToolCallID == signoff {
+				resolutions = append(resolutions, ev)
+			}
+		}
+		require.Len(t, resolutions, 1, "one resolution of the signoff, the expiry")
+		assert.Equal(t, "expired", resolutions[0].Status)
+		assert.Equal(t, "system", resolutions[0].By)
+	})
+
+	t.Run("the charge is dispatched again with the same tool_call_id", func(t *testing.T) {
+		var charges []record
+		for _, r := range ofKind(recs, "tool_run") {
+			if r.Tool == toolCharge {
+				charges = append(charges, r)
+			}
+		}
+		require.Len(t, charges, 2, "once in the killed child, once after the restart")
+		assert.Equal(t, processChild, charges[0].Process)
+		assert.Equal(t, processDemo, charges[1].Process)
+		assert.NotEqual(t, charges[0].PID, charges[1].PID)
+		assert.Equal(t, charges[0].ToolCallID, charges[1].ToolCallID)
+		var decided string
+		for _, ev := range ofKind(recs, "event") {
+			if ev.Event == "tool_call" && ev.Tool == toolCharge {
+				require.Empty(t, decided, "the model decided to charge once")
+				decided = ev.ToolCallID
+				assert.Equal(t, processChild, ev.Process, "the decision was made by the child")
+			}
+		}
+		assert.Equal(t, decided, charges[0].ToolCallID)
+		runs, err := readRuns(dir)
+		require.NoError(t, err)
+		var inFile []string
+		for _, r := range runs {
+			if r.Tool == toolCharge {
+				inFile = append(inFile, r.ToolCallID)
+			}
+		}
+		assert.Equal(t, []string{decided, decided}, inFile, "the side file agrees")
+	})
+
+	t.Run("every event the child acknowledged is on disk after the kill", func(t *testing.T) {
+		store, err := pebblejournal.Open(dir, pebblejournal.Options{})
+		require.NoError(t, err)
+		defer func() { require.NoError(t, store.Close()) }()
+		evs, err := store.Events(context.Background(), convCheckout, journal.EventQuery{})
+		require.NoError(t, err)
+		acked := 0
+		for _, r := range ofKind(recs, "event") {
+			if r.Process != processChild {
+				continue
+			}
+			acked++
+			require.Equal(t, convCheckout, r.Conversation)
+			require.LessOrEqual(t, int(r.Seq), len(evs), "acknowledged #%d is on disk", r.Seq)
+			got := eventRecord(convCheckout, evs[r.Seq-1])
+			got.Act, got.Process = r.Act, r.Process
+			assert.Equal(t, r, got, "acknowledged #%d", r.Seq)
+		}
+		assert.GreaterOrEqual(t, acked, 3, "the child acknowledged user_msg, assistant_msg and tool_call")
+		require.Len(t, evs, 5)
+		assert.Equal(t, "tool_result", eventRecord(convCheckout, evs[3]).Event)
+	})
+
+	t.Run("the signoff call is expired in the store", func(t *testing.T) {
+		store, err := pebblejournal.Open(dir, pebblejournal.Options{})
+		require.NoError(t, err)
+		defer func() { require.NoError(t, store.Close()) }()
+		pending, err := store.PendingToolCalls(context.Background(), convRefund)
+		require.NoError(t, err)
+		assert.Empty(t, pending)
+		evs, err := store.Events(context.Background(), convRefund, journal.EventQuery{})
+		require.NoError(t, err)
+		var status messages.ToolCallStatus
+		for _, ev := range evs {
+			if r := ev.GetResolution(); r != nil {
+				status = r.GetStatus()
+			}
+		}
+		assert.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED, status)
+	})
+}
+
+// TestDemoQuietRemovesItsTemporaryDirectory runs the demo without --dir:
+// it works in a new temporary directory and removes it at the end.
+func TestDemoQuietRemovesItsTemporaryDirectory(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	code, out, errs := runDemo(t, "--fast", "--quiet")
+	require.Equal(t, exitOK, code, "stderr:\n%s", errs)
+	assert.Regexp(t, `^demo: \d+ checks passed; 24 events in 3 conversations; 3 revivals`, out)
+	assert.Equal(t, 1, strings.Count(out, "\n"), "quiet is one line:\n%s", out)
+	left, err := os.ReadDir(tmp)
+	require.NoError(t, err)
+	assert.Empty(t, left, "the temporary directory is removed")
+}
+
+func TestDemoRefusesADirectoryInUse(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "something"), nil, 0o644))
+	code, out, errs := runDemo(t, "--fast", "--dir", dir)
+	assert.Equal(t, exitFailed, code)
+	assert.Empty(t, out)
+	assert.Contains(t, errs, "is not empty")
+}
+
+func TestUsage(t *testing.T) {
+	code, _, errs := runDemo(t, "--help")
+	assert.Equal(t, exitOK, code)
+	for _, f := range []string{"--dir", "--keep", "--fast", "--quiet", "--json", "--verbose"} {
+		assert.Contains(t, errs, f)
+	}
+	assert.NotContains(t, errs, "--"+childFlag, "the child flag is hidden")
+
+	code, _, _ = runDemo(t, "--no-such-flag")
+	assert.Equal(t, exitUsage, code)
+	code, _, _ = runDemo(t, "stray")
+	assert.Equal(t, exitUsage, code)
+}
+
+func TestPacing(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		cfg    config
+		pauses bool
+		short  bool
+	}{
+		{"narrated", config{}, true, false},
+		{"fast", config{fast: true}, false, true},
+		{"quiet", config{quiet: true}, false, false},
+		{"json", config{json: true}, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := pacingFor(tc.cfg)
+			assert.Equal(t, tc.pauses, p.beat > 0)
+			assert.Equal(t, tc.short, p.signoff < time.Second)
+			assert.Positive(t, p.limit)
+		})
+	}
+}
+
+// TestBrokenExpectation: a failed check stops the story with its reason,
+// in the transcript and in the error that makes the exit code non-zero.
+func TestBrokenExpectation(t *testing.T) {
+	var out syncBuffer
+	r := newReporter(&out, true, false)
+	r.beginAct(4, "a broken act")
+	assert.True(t, r.check("holds", true, ""))
+	assert.False(t, r.check("the late approval is refused as stale", false, "Resolve: <nil>"))
+	c, failed := r.failedCheck(4)
+	require.True(t, failed)
+	assert.Equal(t, "the late approval is refused as stale", c.Check)
+	_, failed = r.failedCheck(3)
+	assert.False(t, failed)
+	require.NoError(t, r.result(errors.New("act 4: the late approval is refused as stale: Resolve: <nil>"), false))
+	recs := transcript(t, out.String())
+	last := recs[len(recs)-1]
+	assert.Equal(t, "result", last.Kind)
+	assert.False(t, *last.OK)
+	assert.Contains(t, last.Reason, "refused as stale")
+	checks, bad := r.counts()
+	assert.Equal(t, 2, checks)
+	assert.Equal(t, 1, bad)
+}

@@ -1,0 +1,133 @@
+// Command demo is the Lazarus kill-and-revive demo: the first thing to run.
+//
+//	go run ./cmd/demo            # narrated, about a minute
+//	go run ./cmd/demo --fast     # the same story in a few seconds (CI)
+//	go run ./cmd/demo --json     # a machine-readable transcript, one JSON object per line
+//
+// A scripted support agent (no network, no API key) lives on the embedded
+// Pebble store in a directory the demo names. In five acts it is killed and
+// revived: while it waits on a human, when nobody answers before a deadline,
+// and finally with the whole process killed by SIGKILL in the middle of a
+// payment. Every event is printed as it is appended, every claim is checked,
+// and the demo exits 0 only if every check held.
+//
+// Flags:
+//
+//	--dir DIR   the store's directory (created if missing, never removed;
+//	            it must hold no earlier demo). Default: a new temporary
+//	            directory, removed at the end unless --keep or a failure
+//	            (kept for inspection).
+//	--keep      keep the temporary directory
+//	--fast      no pauses for the reader, short deadlines: a few seconds
+//	--quiet     no narration (with --json: no "step" records), no pauses;
+//	            the text output is one line, or the reason of a failure
+//	--json      the transcript as JSON lines on stdout, no pauses
+//	--verbose   the runtime's debug logs on stderr
+//
+// Act 5 re-executes the demo's own binary with a hidden --child flag, as the
+// process that is killed.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// Exit codes.
+const (
+	exitOK     = 0
+	exitFailed = 1 // a check did not hold, or the demo could not run
+	exitUsage  = 2
+	exitSignal = 130 // interrupted (SIGINT or SIGTERM)
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := cli(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// config is what the flags say.
+type config struct {
+	dir     string
+	keep    bool
+	fast    bool
+	quiet   bool
+	json    bool
+	verbose bool
+	child   bool // hidden: run as act 5's child process
+}
+
+// cli parses args, runs the demo (or its child) and returns the exit code.
+func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg, err := parseFlags(args, stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case err != nil:
+		return exitUsage
+	}
+	if cfg.child {
+		if err := runChild(ctx, cfg, stdout, stderr); err != nil {
+			fmt.Fprintf(stderr, "demo child: %v\n", err)
+			return exitFailed
+		}
+		return exitOK
+	}
+	err = run(ctx, cfg, stdout, stderr)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		fmt.Fprintln(stderr, "demo: interrupted")
+		return exitSignal
+	case err != nil:
+		fmt.Fprintf(stderr, "demo: FAILED: %v\n", err)
+		return exitFailed
+	}
+	return exitOK
+}
+
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	var cfg config
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&cfg.dir, "dir", "", "`directory` of the Pebble store (kept; must hold no earlier demo). Default: a new temporary directory, removed at the end")
+	fs.BoolVar(&cfg.keep, "keep", false, "keep the temporary directory at the end")
+	fs.BoolVar(&cfg.fast, "fast", false, "no pauses for the reader and short deadlines: the whole run takes a few seconds")
+	fs.BoolVar(&cfg.quiet, "quiet", false, "no narration and no pauses: one line of summary, or the reason of a failure")
+	fs.BoolVar(&cfg.json, "json", false, "write the transcript as JSON lines (act, step, event, tool_run, check, revival, summary, result), without pauses")
+	fs.BoolVar(&cfg.verbose, "verbose", false, "write the runtime's debug logs to stderr")
+	fs.BoolVar(&cfg.child, childFlag, false, "internal: run as the child process of act 5")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "Usage: demo [flags]\n\nThe Lazarus kill-and-revive demo: a scripted agent is killed and revived\non the embedded Pebble store, and every step is checked.\n\nFlags:\n")
+		fs.VisitAll(func(f *flag.Flag) {
+			if f.Name == childFlag {
+				return
+			}
+			name, usage := flag.UnquoteUsage(f)
+			if name != "" {
+				name = " " + name
+			}
+			fmt.Fprintf(fs.Output(), "  --%s%s\n    \t%s\n", f.Name, name, usage)
+		})
+	}
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "demo: unexpected argument %q\n", fs.Arg(0))
+		fs.Usage()
+		return cfg, errors.New("demo: unexpected arguments")
+	}
+	if cfg.child && cfg.dir == "" {
+		fmt.Fprintln(stderr, "demo: --child needs --dir")
+		return cfg, errors.New("demo: --child needs --dir")
+	}
+	return cfg, nil
+}
