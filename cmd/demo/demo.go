@@ -30,7 +30,8 @@ type pacing struct {
 func pacingFor(cfg config) pacing {
 	p := pacing{signoff: 2 * time.Second, limit: 30 * time.Second}
 	if cfg.fast {
-		p.signoff, p.limit = 300*time.Millisecond, 20*time.Second
+		// Long enough for the kill to land first even on a loaded CI machine.
+		p.signoff, p.limit = time.Second, 20*time.Second
 	}
 	if !cfg.fast && !cfg.quiet && !cfg.json {
 		p.beat, p.think = 2*time.Second, 700*time.Millisecond
