@@ -279,7 +279,7 @@ func TestPacing(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := pacingFor(tc.cfg)
 			assert.Equal(t, tc.pauses, p.beat > 0)
-			assert.Equal(t, tc.short, p.signoff < time.Second)
+			assert.Equal(t, tc.short, p.signoff < 2*time.Second)
 			assert.Positive(t, p.limit)
 		})
 	}
