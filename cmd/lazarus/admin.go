@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+var deleteCmd = &command{
+	name:     "delete",
+	synopsis: "ID --yes",
+	summary:  "delete a conversation and everything it owns (needs --yes)",
+	help: `
+Deletes the conversation in one atomic write: its events, summaries, tool
+call rows, deadlines, audit rows, metadata and row. The id is then
+tombstoned: nothing (no runtime, no import) can ever write it again.
+
+Without --yes it only says what it would delete, and exits with status 2.
+Export the conversation first if you may want it back (under the same id
+it cannot come back; see 'lazarus import --help').`,
+	run: (*cli).delete,
+}
+
+func (c *cli) delete(ctx context.Context, fs *flags, args []string) (err error) {
+	yes := fs.Bool("yes", false, "really delete")
+	pos, err := c.parse(fs, args, 1, 1)
+	if err != nil {
+		return err
+	}
+	id := pos[0]
+	if err := journal.ValidateID("conversation id", id); err != nil {
+		return usagef("%v", err)
+	}
+	st, _, err := c.openStore(fs, false)
+	if err != nil {
+		return err
+	}
+	defer closeStore(st, &err)
+	row, err := st.Conversation(ctx, id)
+	if err != nil {
+		if errors.Is(err, journal.ErrNotFound) {
+			return fmt.Errorf("no conversation %s: %w", displayID(id), journal.ErrNotFound)
+		}
+		return err
+	}
+	last, err := st.LastSeq(ctx, id)
+	if err != nil {
+		return err
+	}
+	pending, err := st.PendingToolCalls(ctx, id)
+	if err != nil {
+		return err
+	}
+	what := fmt.Sprintf("conversation %s (%s, %d events, %d pending calls)", displayID(id), statusName(row.GetStatus()), last, len(pending))
+	if !*yes {
+		fmt.Fprintf(c.stdout, "would delete %s\n", what)
+		return usagef("refusing to delete without --yes")
+	}
+	if err := st.DeleteConversation(ctx, id); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.stdout, "deleted %s\n", what)
+	return nil
+}
+
+var gcAuditCmd = &command{
+	name:     "gc-audit",
+	synopsis: "--older-than DURATION [--conversation ID] [--dry-run]",
+	summary:  "delete model-call audit rows older than a duration",
+	help: `
+Deletes the model-call audit rows (what was rendered to the model on each
+turn, recorded when the runtime runs with Audit.Enabled) created more than
+--older-than ago (a Go duration: 720h, 90m), in every conversation or in
+one. --dry-run counts them instead. A runtime with Audit.TTL does the same
+on its own; this is for a directory no runtime is running on.`,
+	run: (*cli).gcAudit,
+}
+
+func (c *cli) gcAudit(ctx context.Context, fs *flags, args []string) (err error) {
+	olderThan := fs.Duration("older-than", 0, "delete rows created more than this `duration` ago (required)")
+	conv := fs.String("conversation", "", "only this conversation (`id`)")
+	dryRun := fs.Bool("dry-run", false, "count the rows that would be deleted; delete nothing")
+	if _, err := c.parse(fs, args, 0, 0); err != nil {
+		return err
+	}
+	if !isSet(fs, "older-than") {
+		return usagef("--older-than is required")
+	}
+	if *olderThan < 0 {
+		return usagef("--older-than must not be negative")
+	}
+	if isSet(fs, "conversation") {
+		if err := journal.ValidateID("conversation id", *conv); err != nil {
+			return usagef("%v", err)
+		}
+	}
+	st, _, err := c.openStore(fs, false)
+	if err != nil {
+		return err
+	}
+	defer closeStore(st, &err)
+	cutoff := c.now().Add(-*olderThan)
+	total, convs := 0, 0
+	gc := func(id string) error {
+		var n int
+		if *dryRun {
+			rows, err := st.ModelCalls(ctx, id)
+			if err != nil {
+				return err
+			}
+			for _, mc := range rows {
+				// The rule of Audit.GCModelCalls.
+				if mc.GetCreated() == nil || mc.GetCreated().AsTime().Before(cutoff) {
+					n++
+				}
+			}
+		} else if n, err = st.GCModelCalls(ctx, id, cutoff); err != nil {
+			return err
+		}
+		total += n
+		if n > 0 {
+			convs++
+		}
+		return nil
+	}
+	if isSet(fs, "conversation") {
+		if _, err := st.Conversation(ctx, *conv); err != nil {
+			if errors.Is(err, journal.ErrNotFound) {
+				return fmt.Errorf("no conversation %s: %w", displayID(*conv), journal.ErrNotFound)
+			}
+			return err
+		}
+		err = gc(*conv)
+	} else {
+		err = eachConversation(ctx, st, func(row *messages.Conversation) error { return gc(row.GetId()) })
+	}
+	if err != nil {
+		return err
+	}
+	verb := "deleted"
+	if *dryRun {
+		verb = "would delete"
+	}
+	fmt.Fprintf(c.stdout, "%s %d audit rows older than %s (created before %s) in %d conversations\n",
+		verb, total, *olderThan, cutoff.UTC().Format("2006-01-02T15:04:05Z"), convs)
+	return nil
+}

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/journal/pebblejournal"
+)
+
+func TestDelete(t *testing.T) {
+	f := newFixture(t)
+	exported := exportOf(t, f, "waiting")
+
+	r := cliRun(t, "", "delete", "waiting", "--dir", f.dir)
+	require.Equal(t, exitUsage, r.code)
+	require.Equal(t, "would delete conversation waiting (suspended, 7 events, 1 pending calls)\n", r.stdout)
+	require.Contains(t, r.stderr, "refusing to delete without --yes")
+	require.Equal(t, exported, exportOf(t, f, "waiting"), "nothing deleted")
+
+	r = cliRun(t, "", "delete", "waiting", "--yes", "--dir", f.dir)
+	requireOK(t, r)
+	require.Equal(t, "deleted conversation waiting (suspended, 7 events, 1 pending calls)\n", r.stdout)
+
+	st, err := pebblejournal.Open(f.dir, pebblejournal.Options{})
+	require.NoError(t, err)
+	ctx := ctxT(t)
+	_, err = st.Conversation(ctx, "waiting")
+	require.ErrorIs(t, err, journal.ErrNotFound)
+	_, err = st.ToolCall(ctx, f.waitingCall)
+	require.ErrorIs(t, err, journal.ErrNotFound)
+	evs, err := st.Events(ctx, "waiting", journal.EventQuery{})
+	require.NoError(t, err)
+	require.Empty(t, evs)
+	_, err = st.Conversation(ctx, "finished")
+	require.NoError(t, err, "other conversations stay")
+	require.NoError(t, st.Close())
+
+	r = cliRun(t, "", "delete", "waiting", "--yes", "--dir", f.dir)
+	require.Equal(t, exitNotFound, r.code)
+	require.Contains(t, r.stderr, "no conversation waiting")
+
+	r = cliRun(t, "", "resolve", f.waitingCall, "--result", "true", "--dir", f.dir)
+	require.Equal(t, exitStale, r.code, "the deleted conversation's call is gone")
+
+	r = cliRun(t, exported, "import", "--dir", f.dir)
+	require.Equal(t, exitError, r.code)
+	require.Contains(t, r.stderr, "nothing imported: conversation waiting was deleted in the target, and a deleted id can never be written again")
+}
+
+func TestGCAudit(t *testing.T) {
+	f := newFixture(t)
+	countAudit := func() int {
+		st, err := pebblejournal.Open(f.dir, pebblejournal.Options{Audit: true})
+		require.NoError(t, err)
+		defer func() { require.NoError(t, st.Close()) }()
+		n := 0
+		for _, id := range []string{"finished", "waiting", "answered"} {
+			rows, err := st.ModelCalls(ctxT(t), id)
+			require.NoError(t, err)
+			n += len(rows)
+		}
+		return n
+	}
+	// One audit row per model call: 2 per conversation.
+	require.Equal(t, 6, countAudit())
+
+	r := cliRun(t, "", "gc-audit", "--older-than", "1h", "--dir", f.dir)
+	requireOK(t, r)
+	require.Regexp(t, `^deleted 0 audit rows older than 1h0m0s \(created before \S+Z\) in 0 conversations\n$`, r.stdout)
+
+	r = cliRun(t, "", "gc-audit", "--older-than", "0s", "--dry-run", "--conversation", "waiting", "--dir", f.dir)
+	requireOK(t, r)
+	require.Regexp(t, `^would delete 2 audit rows older than 0s .* in 1 conversations\n$`, r.stdout)
+	require.Equal(t, 6, countAudit())
+
+	r = cliRun(t, "", "gc-audit", "--older-than", "0s", "--conversation", "waiting", "--dir", f.dir)
+	requireOK(t, r)
+	require.Regexp(t, `^deleted 2 audit rows`, r.stdout)
+	require.Equal(t, 4, countAudit())
+
+	r = cliRun(t, "", "gc-audit", "--older-than", "0s", "--dir", f.dir)
+	requireOK(t, r)
+	require.Regexp(t, `^deleted 4 audit rows .* in 2 conversations\n$`, r.stdout)
+	require.Zero(t, countAudit())
+
+	r = cliRun(t, "", "gc-audit", "--older-than", "-1h", "--dir", f.dir)
+	require.Equal(t, exitUsage, r.code)
+	r = cliRun(t, "", "gc-audit", "--older-than", "1h", "--conversation", "nobody", "--dir", f.dir)
+	require.Equal(t, exitNotFound, r.code)
+}

@@ -1,0 +1,261 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"unicode/utf8"
+
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+var pendingCmd = &command{
+	name:     "pending",
+	synopsis: "[--conversation ID] [--json]",
+	summary:  "list human tool calls waiting for an answer, with age and deadline",
+	help: `
+Lists the pending human tool calls of every conversation (or of one, with
+--conversation), soonest deadline first: tool call id, conversation, tool,
+age (since the call was made), deadline (and how far away, or overdue by
+how much; "none" if it never expires) and the prompt the human is asked.
+Answer one with 'lazarus resolve TOOL_CALL_ID --result JSON'.
+
+Pending server calls are not listed: the runtime runs them (again, with
+the same tool call id) when it revives the conversation.
+
+With --json the document is {"pending": [...]}, one object per call with
+tool_call_id, conversation_id, tool, prompt, args, created, deadline (RFC
+3339, empty if none) and age_seconds.`,
+	run: (*cli).pending,
+}
+
+// pendingJSON is one pending call in --json output.
+type pendingJSON struct {
+	ToolCallID     string `json:"tool_call_id"`
+	ConversationID string `json:"conversation_id"`
+	Tool           string `json:"tool"`
+	Prompt         string `json:"prompt"`
+	Args           string `json:"args"`
+	Created        string `json:"created"`
+	Deadline       string `json:"deadline"`
+	AgeSeconds     int64  `json:"age_seconds"`
+}
+
+func (c *cli) pending(ctx context.Context, fs *flags, args []string) (err error) {
+	fs.withJSON()
+	conv := fs.String("conversation", "", "list only this conversation's calls (`id`)")
+	if _, err := c.parse(fs, args, 0, 0); err != nil {
+		return err
+	}
+	if isSet(fs, "conversation") {
+		if err := journal.ValidateID("conversation id", *conv); err != nil {
+			return usagef("%v", err)
+		}
+	}
+	st, _, err := c.openStore(fs, false)
+	if err != nil {
+		return err
+	}
+	defer closeStore(st, &err)
+	var rows []*messages.ToolCallRecord
+	collect := func(id string) error {
+		pend, err := st.PendingToolCalls(ctx, id)
+		if err != nil {
+			return err
+		}
+		for _, p := range pend {
+			if p.GetExecutor() == messages.Executor_EXECUTOR_HUMAN {
+				rows = append(rows, p)
+			}
+		}
+		return nil
+	}
+	if isSet(fs, "conversation") {
+		if _, err := st.Conversation(ctx, *conv); err != nil {
+			if errors.Is(err, journal.ErrNotFound) {
+				return fmt.Errorf("no conversation %s: %w", displayID(*conv), journal.ErrNotFound)
+			}
+			return err
+		}
+		err = collect(*conv)
+	} else {
+		err = eachConversation(ctx, st, func(row *messages.Conversation) error { return collect(row.GetId()) })
+	}
+	if err != nil {
+		return err
+	}
+	// Soonest deadline first; calls that never expire last; then oldest.
+	slices.SortStableFunc(rows, func(a, b *messages.ToolCallRecord) int {
+		da, db := a.GetDeadline(), b.GetDeadline()
+		switch {
+		case da == nil && db != nil:
+			return 1
+		case da != nil && db == nil:
+			return -1
+		case da != nil:
+			if d := da.AsTime().Compare(db.AsTime()); d != 0 {
+				return d
+			}
+		}
+		if d := a.GetCreated().AsTime().Compare(b.GetCreated().AsTime()); d != 0 {
+			return d
+		}
+		return cmp.Compare(a.GetId(), b.GetId())
+	})
+	now := c.now()
+	if *fs.json {
+		out := make([]pendingJSON, 0, len(rows))
+		for _, r := range rows {
+			pj := pendingJSON{
+				ToolCallID: r.GetId(), ConversationID: r.GetConversationId(), Tool: r.GetName(),
+				Prompt: r.GetPrompt(), Args: r.GetArgs(),
+			}
+			if r.GetCreated() != nil {
+				pj.Created = stamp(r.GetCreated())
+				pj.AgeSeconds = int64(max(now.Sub(r.GetCreated().AsTime()), 0).Seconds())
+			}
+			if r.GetDeadline() != nil {
+				pj.Deadline = stamp(r.GetDeadline())
+			}
+			out = append(out, pj)
+		}
+		return writeJSON(c.stdout, struct {
+			Pending []pendingJSON `json:"pending"`
+		}{out})
+	}
+	if len(rows) == 0 {
+		fmt.Fprintln(c.stdout, "no human calls are waiting")
+		return nil
+	}
+	tw := tabwriter.NewWriter(c.stdout, 2, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "TOOL_CALL_ID\tCONVERSATION\tTOOL\tAGE\tDEADLINE\tPROMPT")
+	for _, r := range rows {
+		ageText := "-"
+		if r.GetCreated() != nil {
+			ageText = age(now.Sub(r.GetCreated().AsTime()))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", displayID(r.GetId()), displayID(r.GetConversationId()),
+			displayID(r.GetName()), ageText, deadlineText(r.GetDeadline(), now), quote(r.GetPrompt(), false))
+	}
+	return tw.Flush()
+}
+
+var resolveCmd = &command{
+	name:     "resolve",
+	synopsis: "TOOL_CALL_ID (--result JSON | --reject REASON)",
+	summary:  "answer a pending human tool call (prints stale, exit 3, when too late)",
+	help: `
+Answers a pending human tool call with a JSON result (--result; "-" reads
+it from stdin), or declines it with a reason the model will see (--reject).
+It is the same atomic resolve as Runtime.Resolve and Runtime.Reject: one
+durable write moves the call from pending to resolved (or errored) and
+removes its deadline, only if it is still pending. If it is not (the id is
+unknown, the call was already answered, or it expired), nothing changes,
+the command prints "stale" and exits with status 3.
+
+The conversation continues when a runtime next opens the directory: the
+same write marks the conversation active, and a runtime wakes its active
+conversations on Open; the revived agent records the answer in its log
+(resolution and tool_result events) and calls the model. Only human calls
+can be resolved; the runtime runs server calls itself.`,
+	run: (*cli).resolve,
+}
+
+func (c *cli) resolve(ctx context.Context, fs *flags, args []string) (err error) {
+	result := fs.String("result", "", "the answer, a JSON value (`JSON`); - reads it from stdin")
+	reject := fs.String("reject", "", "decline the call with this `reason` instead (the model sees a tool error)")
+	pos, err := c.parse(fs, args, 1, 1)
+	if err != nil {
+		return err
+	}
+	id := pos[0]
+	if err := journal.ValidateID("tool call id", id); err != nil {
+		return usagef("%v", err)
+	}
+	var res *messages.ToolResolution
+	switch {
+	case isSet(fs, "result") == isSet(fs, "reject"):
+		return usagef("give exactly one of --result and --reject")
+	case isSet(fs, "reject"):
+		if strings.TrimSpace(*reject) == "" {
+			return usagef("--reject needs a reason")
+		}
+		res = &messages.ToolResolution{Status: messages.ToolCallStatus_TOOL_CALL_STATUS_ERRORED, Result: agent.ErrorOutcome("rejected", *reject)}
+	default:
+		text := *result
+		if text == "-" {
+			b, err := io.ReadAll(io.LimitReader(c.stdin, agent.MaxResultBytes+1))
+			if err != nil {
+				return fmt.Errorf("read the result from stdin: %w", err)
+			}
+			text = strings.TrimSpace(string(b))
+		}
+		if !utf8.ValidString(text) || !json.Valid([]byte(text)) {
+			return usagef("--result is not a JSON value (quote a string: --result '\"yes\"')")
+		}
+		if len(text) > agent.MaxResultBytes {
+			// The runtime must fit the result in a tool_result event.
+			return usagef("--result of %d bytes exceeds %d", len(text), agent.MaxResultBytes)
+		}
+		res = &messages.ToolResolution{Status: messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED,
+			Result: &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: text}}}
+	}
+	st, _, err := c.openStore(fs, false)
+	if err != nil {
+		return err
+	}
+	defer closeStore(st, &err)
+	row, err := st.ToolCall(ctx, id)
+	switch {
+	case errors.Is(err, journal.ErrNotFound):
+		return c.stale(fmt.Errorf("no tool call %s: %w", displayID(id), journal.ErrStale))
+	case err != nil:
+		return err
+	case row.GetExecutor() != messages.Executor_EXECUTOR_HUMAN:
+		return fmt.Errorf("tool call %s is a %s call of %s: the runtime runs it; only human calls are resolved from outside: %w",
+			displayID(id), executorName(row.GetExecutor()), displayID(row.GetName()), journal.ErrInvalid)
+	case row.GetStatus() != messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING:
+		return c.stale(fmt.Errorf("tool call %s is already %s (at %s): %w",
+			displayID(id), callStatusName(row.GetStatus()), stamp(row.GetResolved()), journal.ErrStale))
+	}
+	conv := row.GetConversationId()
+	res.ToolCallId = id
+	res.At = journal.Timestamp(c.now())
+	// What Runtime.Resolve writes (an unfenced append of one resolution),
+	// plus status ACTIVE: with no live actor to deliver the answer to, the
+	// status is what makes the next runtime wake the conversation and
+	// record it.
+	req := &messages.AppendRequest{
+		ConversationId: conv,
+		Unfenced:       true,
+		Resolutions:    []*messages.ToolResolution{res},
+		Status:         messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE,
+	}
+	if _, err := st.Append(ctx, req); err != nil {
+		if errors.Is(err, journal.ErrStale) || errors.Is(err, journal.ErrDeleted) {
+			return c.stale(fmt.Errorf("tool call %s: %w", displayID(id), err))
+		}
+		return err
+	}
+	fmt.Fprintf(c.stdout, "%s %s (conversation %s); it continues when a runtime next opens the directory\n",
+		callStatusName(res.GetStatus()), displayID(id), displayID(conv))
+	return nil
+}
+
+// stale prints "stale" on stdout and returns err (which wraps
+// journal.ErrStale: exit status 3).
+func (c *cli) stale(err error) error {
+	fmt.Fprintln(c.stdout, "stale")
+	if !errors.Is(err, journal.ErrStale) {
+		err = fmt.Errorf("%w (%w)", err, journal.ErrStale)
+	}
+	return err
+}

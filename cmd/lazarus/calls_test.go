@@ -1,0 +1,155 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/agent/scripted"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/journal/pebblejournal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// pendingRow reads the fixture's pending call straight from the store.
+func readCall(t *testing.T, dir, id string) *messages.ToolCallRecord {
+	t.Helper()
+	st, err := pebblejournal.Open(dir, pebblejournal.Options{})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, st.Close()) }()
+	row, err := st.ToolCall(ctxT(t), id)
+	require.NoError(t, err)
+	return row
+}
+
+func TestPending(t *testing.T) {
+	f := newFixture(t)
+	row := readCall(t, f.dir, f.waitingCall)
+	now := row.GetCreated().AsTime().Add(90 * time.Minute)
+
+	r := cliAt(t, now, "pending", "--dir", f.dir)
+	requireOK(t, r)
+	lines := outLines(r.stdout)
+	require.Len(t, lines, 2, r.stdout)
+	require.Regexp(t, `^TOOL_CALL_ID\s+CONVERSATION\s+TOOL\s+AGE\s+DEADLINE\s+PROMPT$`, lines[0])
+	require.Regexp(t, `^`+f.waitingCall+`\s+waiting\s+approve\s+1h30m0s\s+\S+Z \(overdue by 30m0s\)\s+"Approve the refund \{\\"amount\\":50\}\?"$`, lines[1])
+
+	r = cliAt(t, row.GetCreated().AsTime().Add(time.Minute), "pending", "--dir", f.dir, "--conversation", "waiting")
+	requireOK(t, r)
+	require.Regexp(t, `1m0s\s+\S+Z \(in 59m0s\)`, r.stdout)
+
+	r = cliRun(t, "", "pending", "--dir", f.dir, "--conversation", "finished")
+	requireOK(t, r)
+	require.Equal(t, "no human calls are waiting\n", r.stdout)
+
+	r = cliRun(t, "", "pending", "--dir", f.dir, "--conversation", "nobody")
+	require.Equal(t, exitNotFound, r.code)
+
+	r = cliAt(t, now, "pending", "--dir", f.dir, "--json")
+	requireOK(t, r)
+	var doc struct {
+		Pending []pendingJSON `json:"pending"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
+	require.Equal(t, []pendingJSON{{
+		ToolCallID: f.waitingCall, ConversationID: "waiting", Tool: "approve",
+		Prompt: `Approve the refund {"amount":50}?`, Args: `{"amount":50}`,
+		Created: stamp(row.GetCreated()), Deadline: stamp(row.GetDeadline()), AgeSeconds: 5400,
+	}}, doc.Pending)
+}
+
+// TestResolve answers the pending call at the Store level, then checks
+// that a runtime opened on the directory picks the answer up: it wakes the
+// conversation, records resolution and tool_result, and calls the model
+// with the result.
+func TestResolve(t *testing.T) {
+	f := newFixture(t)
+
+	r := cliRun(t, "", "resolve", f.waitingCall, "--dir", f.dir, "--result", `{"approved": true, "by": "ops"}`)
+	requireOK(t, r)
+	require.Equal(t, "resolved "+f.waitingCall+" (conversation waiting); it continues when a runtime next opens the directory\n", r.stdout)
+	row := readCall(t, f.dir, f.waitingCall)
+	require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, row.GetStatus())
+	require.Equal(t, `{"approved": true, "by": "ops"}`, row.GetResult().GetContent())
+
+	t.Run("a second answer is stale", func(t *testing.T) {
+		r := cliRun(t, "", "resolve", f.waitingCall, "--dir", f.dir, "--result", `false`)
+		require.Equal(t, exitStale, r.code)
+		require.Equal(t, "stale\n", r.stdout)
+		require.Contains(t, r.stderr, "is already resolved")
+		require.Equal(t, `{"approved": true, "by": "ops"}`, readCall(t, f.dir, f.waitingCall).GetResult().GetContent())
+	})
+	t.Run("an answer to a call the runtime answered is stale", func(t *testing.T) {
+		r := cliRun(t, "", "resolve", f.answeredCall, "--dir", f.dir, "--reject", "too late")
+		require.Equal(t, exitStale, r.code)
+		require.Equal(t, "stale\n", r.stdout)
+	})
+	t.Run("an unknown call is stale", func(t *testing.T) {
+		r := cliRun(t, "", "resolve", "tc-nope", "--dir", f.dir, "--result", `1`)
+		require.Equal(t, exitStale, r.code)
+		require.Equal(t, "stale\n", r.stdout)
+		require.Contains(t, r.stderr, "no tool call tc-nope")
+	})
+
+	// The next runtime resumes the conversation with the answer.
+	model := scripted.New(scripted.Options{})
+	model.Push("waiting", scripted.Text("Approved, refunding."))
+	rt, err := lazarus.Open(lazarus.Options{Dir: f.dir, Model: model, Tools: tools(), IdleTimeout: -1})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, rt.Close()) }()
+	awaitEvent(t, rt, "waiting", func(ev *messages.Event) bool { return assistantText(ev) == "Approved, refunding." })
+	turns := model.Turns("waiting")
+	require.Len(t, turns, 1)
+	var got []string
+	for _, ev := range turns[0].Context {
+		if res := ev.GetToolResult(); res.GetToolCallId() == f.waitingCall {
+			got = append(got, res.GetOutcome().GetContent())
+		}
+	}
+	require.Equal(t, []string{`{"approved": true, "by": "ops"}`}, got)
+	evs, err := rt.History(ctxT(t), "waiting", 0, 0)
+	require.NoError(t, err)
+	require.Equal(t, "user", evs[7].GetResolution().GetBy())
+	require.Equal(t, f.waitingCall, evs[8].GetToolResult().GetToolCallId())
+}
+
+func TestResolveReject(t *testing.T) {
+	f := newFixture(t)
+	r := cliRun(t, "", "resolve", "--dir", f.dir, "--reject", "over the limit", f.waitingCall)
+	requireOK(t, r)
+	require.Contains(t, r.stdout, "errored "+f.waitingCall)
+	row := readCall(t, f.dir, f.waitingCall)
+	require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_ERRORED, row.GetStatus())
+	require.Equal(t, agent.ErrorOutcome("rejected", "over the limit").GetError().GetMessage(), row.GetResult().GetError().GetMessage())
+	require.Equal(t, "rejected", row.GetResult().GetError().GetCode())
+}
+
+func TestResolveFromStdin(t *testing.T) {
+	f := newFixture(t)
+	r := cliRun(t, ` "ok from stdin" `+"\n", "resolve", f.waitingCall, "--dir", f.dir, "--result", "-")
+	requireOK(t, r)
+	require.Equal(t, `"ok from stdin"`, readCall(t, f.dir, f.waitingCall).GetResult().GetContent())
+}
+
+func TestResolveRefusesServerCalls(t *testing.T) {
+	f := newFixture(t)
+	st, err := pebblejournal.Open(f.dir, pebblejournal.Options{})
+	require.NoError(t, err)
+	evs, err := st.Events(ctxT(t), "waiting", journal.EventQuery{})
+	require.NoError(t, err)
+	require.NoError(t, st.Close())
+	server := evs[2].GetToolCall().GetCall().GetId()
+
+	r := cliRun(t, "", "resolve", server, "--dir", f.dir, "--result", "1")
+	require.Equal(t, exitError, r.code)
+	require.Contains(t, r.stderr, "is a server call of lookup: the runtime runs it")
+
+	r = cliRun(t, "", "resolve", f.waitingCall, "--dir", f.dir, "--result", `"`+strings.Repeat("x", agent.MaxResultBytes)+`"`)
+	require.Equal(t, exitUsage, r.code, "a result too large for a tool_result event is refused")
+	require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING, readCall(t, f.dir, f.waitingCall).GetStatus())
+}

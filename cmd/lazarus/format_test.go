@@ -1,0 +1,438 @@
+package main
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/agent/scripted"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/journal/pebblejournal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// exportOf returns the export of the fixture's conversations ids.
+func exportOf(t *testing.T, f *fixture, ids ...string) string {
+	t.Helper()
+	r := cliRun(t, "", append([]string{"export", "--dir", f.dir}, ids...)...)
+	requireOK(t, r)
+	return r.stdout
+}
+
+// collectAll reads every conversation of st as export does.
+func collectAll(t testing.TB, st journal.Store) map[string]*section {
+	t.Helper()
+	ctx := context.Background()
+	secs := map[string]*section{}
+	require.NoError(t, eachConversation(ctx, st, func(row *messages.Conversation) error {
+		s, err := collect(ctx, st, row.GetId())
+		secs[row.GetId()] = s
+		return err
+	}))
+	require.NoError(t, collectDeadlines(ctx, st, secs))
+	return secs
+}
+
+func collectDir(t *testing.T, dir string) map[string]*section {
+	t.Helper()
+	st, err := pebblejournal.Open(dir, pebblejournal.Options{})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, st.Close()) }()
+	return collectAll(t, st)
+}
+
+func requireProtos[M proto.Message](t testing.TB, what string, want, got []M) {
+	t.Helper()
+	require.Len(t, got, len(want), what)
+	for i := range want {
+		require.True(t, proto.Equal(want[i], got[i]), "%s %d:\nwant %v\ngot  %v", what, i, want[i], got[i])
+	}
+}
+
+// requireImported checks that got (read back from a Store) is want (what
+// was imported), exactly, but for the row times the Store sets: updated
+// (now) and created (the first event's time).
+func requireImported(t testing.TB, want, got *section) {
+	t.Helper()
+	w := proto.Clone(want.row).(*messages.Conversation)
+	g := proto.Clone(got.row).(*messages.Conversation)
+	w.Updated, g.Updated = nil, nil
+	if c := expectedCreated(want); c != nil {
+		w.Created = c
+	} else {
+		w.Created, g.Created = nil, nil
+	}
+	require.True(t, proto.Equal(w, g), "conversation row:\nwant %v\ngot  %v", w, g)
+	require.Equal(t, len(want.metadata), len(got.metadata), "metadata")
+	for k, v := range want.metadata {
+		require.Equal(t, v, got.metadata[k], "metadata %q", k)
+	}
+	requireProtos(t, "event", want.events, got.events)
+	requireProtos(t, "summary", sortedBy(want.summaries, (*messages.Summary).GetToSeq), got.summaries)
+	requireProtos(t, "tool call", sortedBy(want.toolCalls, (*messages.ToolCallRecord).GetId), got.toolCalls)
+	requireProtos(t, "deadline", sortedBy(want.deadlines, (*messages.Deadline).GetToolCallId), got.deadlines)
+}
+
+func sortedBy[M any, K cmp.Ordered](in []M, key func(M) K) []M {
+	out := slices.Clone(in)
+	slices.SortStableFunc(out, func(a, b M) int { return cmp.Compare(key(a), key(b)) })
+	return out
+}
+
+func TestExportImportRoundTrip(t *testing.T) {
+	f := newFixture(t)
+	st, err := pebblejournal.Open(f.dir, pebblejournal.Options{})
+	require.NoError(t, err)
+	require.NoError(t, st.PutConversation(ctxT(t), journal.ConversationUpdate{ID: "finished", Settings: map[string]string{"lang": "en", "tier": "gold"}}))
+	require.NoError(t, st.Close())
+	src := collectDir(t, f.dir)
+	// The fixture has every kind of record.
+	require.Len(t, src, 3)
+	require.NotEmpty(t, src["finished"].summaries)
+	require.Len(t, src["finished"].metadata, 2)
+	require.Len(t, src["finished"].row.GetSettings(), 2)
+	require.Len(t, src["waiting"].deadlines, 1)
+	require.Len(t, src["waiting"].toolCalls, 2)
+	require.NotNil(t, src["waiting"].row.GetFsmState())
+
+	exportFile := filepath.Join(t.TempDir(), "all.jsonl")
+	requireOK(t, cliRun(t, "", "export", "--all", "--dir", f.dir, "--file", exportFile))
+	exported, err := os.ReadFile(exportFile)
+	require.NoError(t, err)
+	require.Equal(t, exportOf(t, f, "answered", "finished", "waiting"), string(exported), "--file and stdout agree; export is deterministic")
+	lines := outLines(string(exported))
+	require.Equal(t, `{"type":"header","format":"lazarus-export","version":1}`, lines[0])
+	require.Regexp(t, `^\{"type":"conversation","conversation":"answered","record":\{"id":"answered",`, lines[1])
+
+	dst := filepath.Join(t.TempDir(), "restored")
+	r := cliRun(t, "", "import", "--file", exportFile, "--dir", dst)
+	requireOK(t, r)
+	require.Contains(t, r.stdout, "imported conversation waiting (suspended, 7 events, 0 summaries, 2 tool calls, 1 deadlines, 0 metadata keys)\n")
+
+	got := collectDir(t, dst)
+	require.Len(t, got, 3)
+	for id, want := range src {
+		t.Run(id, func(t *testing.T) {
+			requireImported(t, want, got[id])
+			// And the row times the Store set are the source's too: a
+			// runtime creates a row with its first event.
+			require.True(t, proto.Equal(want.row.GetCreated(), got[id].row.GetCreated()))
+		})
+	}
+	// Exporting the copy gives the same file, but for "updated".
+	again := strings.Split(cliRun(t, "", "export", "--all", "--dir", dst).stdout, "\n")
+	for i, line := range lines {
+		if strings.Contains(line, `"type":"conversation"`) {
+			continue
+		}
+		require.Equal(t, line, again[i])
+	}
+
+	// The copy is live: a runtime resumes it and takes the pending answer.
+	model := scripted.New(scripted.Options{})
+	model.Push("waiting", scripted.Text("Thanks, refunded."))
+	rt, err := lazarus.Open(lazarus.Options{Dir: dst, Model: model, Tools: tools(), IdleTimeout: -1})
+	require.NoError(t, err)
+	require.NoError(t, rt.Resolve(ctxT(t), f.waitingCall, `{"approved":true}`, user))
+	awaitEvent(t, rt, "waiting", func(ev *messages.Event) bool { return assistantText(ev) == "Thanks, refunded." })
+	require.NoError(t, rt.Close())
+
+	t.Run("dry run writes nothing", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "new")
+		r := cliRun(t, string(exported), "import", "--dry-run", "--dir", dir)
+		requireOK(t, r)
+		require.Contains(t, r.stdout, "would import conversation finished")
+		require.NoDirExists(t, dir)
+		r = cliRun(t, string(exported), "import", "--dry-run", "--dir", f.dir)
+		require.Equal(t, exitError, r.code)
+		require.Contains(t, r.stderr, "nothing would be imported: conversation answered already exists")
+	})
+}
+
+func TestImportRefuses(t *testing.T) {
+	f := newFixture(t)
+	all := exportOf(t, f, "answered", "finished", "waiting")
+	before := exportOf(t, f, "answered", "finished", "waiting")
+
+	t.Run("export of an unknown conversation writes nothing", func(t *testing.T) {
+		r := cliRun(t, "", "export", "waiting", "nobody", "--dir", f.dir)
+		require.Equal(t, exitNotFound, r.code)
+		require.Empty(t, r.stdout)
+		require.Contains(t, r.stderr, "no conversation nobody")
+		file := filepath.Join(t.TempDir(), "out.jsonl")
+		r = cliRun(t, "", "export", "nobody", "--file", file, "--dir", f.dir)
+		require.Equal(t, exitNotFound, r.code)
+		require.NoFileExists(t, file)
+	})
+
+	t.Run("an existing conversation", func(t *testing.T) {
+		r := cliRun(t, all, "import", "--dir", f.dir)
+		require.Equal(t, exitError, r.code)
+		require.Contains(t, r.stderr, "nothing imported: conversation answered already exists in the target; import never overwrites")
+		require.Equal(t, before, exportOf(t, f, "answered", "finished", "waiting"))
+	})
+
+	t.Run("a later conversation of the input exists", func(t *testing.T) {
+		dir := t.TempDir() + "/target"
+		requireOK(t, cliRun(t, exportOf(t, f, "waiting"), "import", "--dir", dir))
+		r := cliRun(t, all, "import", "--dir", dir)
+		require.Equal(t, exitError, r.code)
+		require.Contains(t, r.stderr, "conversation waiting already exists")
+		got := collectDir(t, dir)
+		require.Len(t, got, 1, "answered and finished were not imported either")
+	})
+
+	t.Run("a tool call id the target has", func(t *testing.T) {
+		renamed := strings.NewReplacer(`"conversation":"waiting"`, `"conversation":"waiting-2"`,
+			`"conversation_id":"waiting"`, `"conversation_id":"waiting-2"`, `"id":"waiting"`, `"id":"waiting-2"`).Replace(exportOf(t, f, "waiting"))
+		r := cliRun(t, renamed, "import", "--dir", f.dir)
+		require.Equal(t, exitError, r.code)
+		require.Contains(t, r.stderr, "already belongs to conversation waiting in the target")
+		require.Equal(t, before, exportOf(t, f, "answered", "finished", "waiting"))
+		require.Len(t, collectDir(t, f.dir), 3)
+	})
+}
+
+func TestImportRejectsBadInput(t *testing.T) {
+	f := newFixture(t)
+	waiting := exportOf(t, f, "waiting")
+	finished := exportOf(t, f, "finished")
+	wl := outLines(waiting)
+	// wl: 0 header, 1 conversation, 2..8 events 1..7, 9..10 tool calls, 11 deadline.
+	require.Len(t, wl, 12, waiting)
+	join := func(ls ...string) string { return strings.Join(ls, "\n") + "\n" }
+	without := func(i int) string { return join(slices.Delete(slices.Clone(wl), i, i+1)...) }
+	replace := func(in, old, new string) string {
+		require.Contains(t, in, old)
+		return strings.Replace(in, old, new, 1)
+	}
+	swapped := slices.Clone(wl)
+	swapped[3], swapped[4] = swapped[4], swapped[3]
+
+	for _, tc := range []struct {
+		name, input, want string
+	}{
+		{"empty", "", "empty input"},
+		{"not json", "hello\n", "line 1: not a JSON object of this format"},
+		{"no header", join(wl[1:]...), "line 1: the input does not start with a lazarus-export header"},
+		{"newer version", replace(waiting, `"version":1`, `"version":2`), `line 1: header of format "lazarus-export" version 2`},
+		{"unknown envelope field", replace(waiting, `{"type":"event",`, `{"type":"event","extra":1,`), `line 3: not a JSON object of this format (json: unknown field "extra")`},
+		{"unknown record field", replace(waiting, `"record":{"seq":"1",`, `"record":{"seq":"1","colour":"red",`), `line 3: event record: `},
+		{"unknown line type", replace(waiting, `{"type":"deadline",`, `{"type":"alarm",`), `line 12: unknown line type "alarm"`},
+		{"unknown enum value", replace(waiting, `"status":"CONVERSATION_STATUS_SUSPENDED"`, `"status":42`), "enum value 42 is not one of lazarus.v1.ConversationStatus"},
+		{"two values on a line", replace(waiting, `"version":1}`, `"version":1} {}`), "line 1: more than one JSON value"},
+		{"gap in seqs", without(4), "line 5: event of seq 4, want 3"},
+		{"events out of order", join(swapped...), "line 4: event of seq 3, want 2"},
+		{"record before its conversation", join(wl[0], wl[2]), "line 2: event line before any conversation line"},
+		{"line of another conversation", replace(waiting, `{"type":"event","conversation":"waiting","record":{"seq":"3"`, `{"type":"event","conversation":"other","record":{"seq":"3"`), `line 5: event line of conversation "other" in the section of "waiting"`},
+		{"conversation twice", waiting + waiting, "conversation waiting appears again (first on line 2)"},
+		{"tool call twice", join(append(slices.Clone(wl), wl[9])...), "appears twice"},
+		{"tool call without its event", join(append(slices.Clone(wl[:9]), wl[9:]...)...) + replace(wl[9], `"id":"`, `"id":"zz`) + "\n", "has no tool_call event in the log"},
+		{"deadline of an unknown call", replace(waiting, `{"type":"deadline","conversation":"waiting","record":{"conversation_id":"waiting","tool_call_id":"`, `{"type":"deadline","conversation":"waiting","record":{"conversation_id":"waiting","tool_call_id":"zz`), "which is no tool call of this conversation"},
+		{"summary past the log", strings.Replace(finished, `"to_seq":"`, `"to_seq":"9`, 1), "summary of \"finished\" covers"},
+		{"metadata with an empty value", replace(finished, `"value":"alice"`, `"value":""`), `metadata "owner" has an empty value`},
+		{"truncated", waiting[:len(waiting)-20], "line 12: "},
+		{"invalid timestamp", replace(waiting, `"time":"`, `"time":"99999-`), "line 3: event record: "},
+		{"no status", replace(waiting, `"status":"CONVERSATION_STATUS_SUSPENDED",`, ``), "conversation record without a status"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "target")
+			r := cliRun(t, tc.input, "import", "--dir", dir)
+			require.Equal(t, exitError, r.code, r.stdout)
+			require.Contains(t, r.stderr, "input rejected, nothing imported")
+			require.Contains(t, r.stderr, tc.want)
+			require.Empty(t, r.stdout)
+			require.NoDirExists(t, dir, "bad input is rejected before the store is opened")
+
+			_, err := readExport(strings.NewReader(tc.input))
+			require.ErrorIs(t, err, journal.ErrInvalid)
+		})
+	}
+}
+
+// memStore opens a Pebble store on an in-memory filesystem with one
+// conversation, "existing", that owns the tool call "tc-existing".
+func memStore(t testing.TB) journal.Store {
+	t.Helper()
+	st, err := pebblejournal.Open("db", pebblejournal.Options{FS: vfs.NewMem(), Audit: true, CacheSize: 1 << 20, MemTableSize: 1 << 20})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	at := timestamppb.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	call := &messages.ToolCall{Id: "tc-existing", Name: "approve", Arguments: `{}`}
+	_, err = st.Append(context.Background(), &messages.AppendRequest{
+		ConversationId: "existing",
+		Events: []*messages.Event{
+			{Time: at, Body: &messages.Event_UserMsg{UserMsg: &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "hi"}}}}}},
+			{Time: at, Body: &messages.Event_AssistantMsg{AssistantMsg: &messages.AssistantMessage{ToolCalls: []*messages.ToolCall{call}}}},
+			{Time: at, Body: &messages.Event_ToolCall{ToolCall: &messages.ToolCallEvent{Call: call, Executor: messages.Executor_EXECUTOR_HUMAN}}},
+		},
+		ToolCalls: []*messages.ToolCallRecord{{Id: "tc-existing", ConversationId: "existing", Name: "approve",
+			Executor: messages.Executor_EXECUTOR_HUMAN, Status: messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING, Created: at}},
+		Status: messages.ConversationStatus_CONVERSATION_STATUS_SUSPENDED,
+	})
+	require.NoError(t, err)
+	return st
+}
+
+// dump is the whole content of st, as export writes it.
+func dump(t testing.TB, st journal.Store) string {
+	t.Helper()
+	secs := collectAll(t, st)
+	var b bytes.Buffer
+	e, err := newExporter(&b)
+	require.NoError(t, err)
+	for _, id := range slices.Sorted(func(yield func(string) bool) {
+		for id := range secs {
+			if !yield(id) {
+				return
+			}
+		}
+	}) {
+		require.NoError(t, e.section(secs[id]))
+	}
+	return b.String()
+}
+
+// FuzzImport feeds arbitrary input to the importer, on a Pebble store that
+// already holds a conversation. The importer must never panic; when it
+// fails, the store must be exactly as before (nothing half-written); when
+// it succeeds, every imported record must read back exactly. The seed
+// corpus (testdata/fuzz/FuzzImport) holds exports a runtime wrote and
+// broken variants; regenerate it with -update-seeds. Fuzz with
+//
+//	go test -run '^$' -fuzz FuzzImport -fuzzminimizetime 100x ./cmd/lazarus/
+//
+// (the default minimization budget, 60s per new input, stalls the run).
+func FuzzImport(f *testing.F) {
+	f.Add([]byte(""))
+	f.Add([]byte(`{"type":"header","format":"lazarus-export","version":1}` + "\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		st := memStore(t)
+		ctx := context.Background()
+		before := dump(t, st)
+		secs, err := readExport(bytes.NewReader(data))
+		if err != nil {
+			require.ErrorIs(t, err, journal.ErrInvalid)
+		} else {
+			_, err = importSections(ctx, st, secs)
+		}
+		if err != nil {
+			require.Equal(t, before, dump(t, st), "a failed import changed the store: %v", err)
+			return
+		}
+		got := collectAll(t, st)
+		require.Len(t, got, len(secs)+1)
+		for _, want := range secs {
+			require.Contains(t, got, want.id())
+			requireImported(t, want, got[want.id()])
+		}
+	})
+}
+
+var updateSeeds = flag.Bool("update-seeds", false, "rewrite the seed corpus of FuzzImport from a runtime-written store")
+
+// TestWriteFuzzSeeds regenerates testdata/fuzz/FuzzImport when run with
+// -update-seeds; otherwise it checks the corpus is there.
+func TestWriteFuzzSeeds(t *testing.T) {
+	dir := filepath.Join("testdata", "fuzz", "FuzzImport")
+	if !*updateSeeds {
+		entries, err := os.ReadDir(dir)
+		require.NoError(t, err, "the seed corpus is committed; regenerate it with -update-seeds")
+		require.NotEmpty(t, entries)
+		return
+	}
+	fx := newFixture(t)
+	all := exportOf(t, fx, "answered", "finished", "waiting")
+	waiting := exportOf(t, fx, "waiting")
+	mem := memStore(t)
+	var existing bytes.Buffer
+	e, err := newExporter(&existing)
+	require.NoError(t, err)
+	s, err := collect(context.Background(), mem, "existing")
+	require.NoError(t, err)
+	require.NoError(t, e.section(s))
+	wl := outLines(waiting)
+	seeds := map[string]string{
+		"all":              all,
+		"waiting":          waiting,
+		"finished":         exportOf(t, fx, "finished"),
+		"concatenated":     exportOf(t, fx, "answered") + exportOf(t, fx, "finished"),
+		"existing":         existing.String(),
+		"existing-call":    strings.ReplaceAll(existing.String(), "existing", "other"),
+		"stolen-call":      strings.ReplaceAll(existing.String(), `"existing"`, `"thief"`),
+		"gap":              strings.Join(append(slices.Clone(wl[:3]), wl[4:]...), "\n") + "\n",
+		"truncated":        waiting[:len(waiting)/2],
+		"duplicate":        waiting + waiting,
+		"bad-enum":         strings.Replace(waiting, `"CONVERSATION_STATUS_SUSPENDED"`, `7`, 1),
+		"header-only":      wl[0] + "\n",
+		"no-events":        strings.Join([]string{wl[0], wl[1]}, "\n") + "\n",
+		"crlf":             strings.ReplaceAll(waiting, "\n", "\r\n"),
+		"deadline-unknown": strings.Replace(waiting, `"tool_call_id":"`, `"tool_call_id":"x`, 1),
+	}
+	require.NoError(t, os.RemoveAll(dir))
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	for name, data := range seeds {
+		body := fmt.Sprintf("go test fuzz v1\n[]byte(%q)\n", data)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644))
+	}
+}
+
+// failingStore fails the named write with an I/O-like error.
+type failingStore struct {
+	journal.Store
+	failBatch, failSummary bool
+}
+
+var errDisk = errors.New("disk on fire")
+
+func (s *failingStore) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest) []journal.AppendResult {
+	if s.failBatch {
+		res := make([]journal.AppendResult, len(reqs))
+		for i := range res {
+			res[i].Err = errDisk
+		}
+		return res
+	}
+	return s.Store.AppendBatch(ctx, reqs)
+}
+
+func (s *failingStore) PutSummary(ctx context.Context, id string, sum *messages.Summary) error {
+	if s.failSummary {
+		return errDisk
+	}
+	return s.Store.PutSummary(ctx, id, sum)
+}
+
+// TestImportWriteFailures: a failed write of the logs leaves nothing; a
+// failure after them says what was written.
+func TestImportWriteFailures(t *testing.T) {
+	f := newFixture(t)
+	secs, err := readExport(strings.NewReader(exportOf(t, f, "answered", "finished", "waiting")))
+	require.NoError(t, err)
+
+	st := memStore(t)
+	before := dump(t, st)
+	_, err = importSections(ctxT(t), &failingStore{Store: st, failBatch: true}, secs)
+	require.ErrorIs(t, err, errDisk)
+	require.ErrorContains(t, err, "nothing was imported")
+	require.Equal(t, before, dump(t, st))
+
+	_, err = importSections(ctxT(t), &failingStore{Store: st, failSummary: true}, secs)
+	require.ErrorIs(t, err, errDisk)
+	require.ErrorContains(t, err, "import failed part-way: every log was written, and no conversation is complete, but conversation answered lacks some of its settings, metadata or summaries")
+}

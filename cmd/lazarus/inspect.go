@@ -1,0 +1,352 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"text/tabwriter"
+	"time"
+
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+var conversationsCmd = &command{
+	name:     "conversations",
+	synopsis: "[--cursor ID] [--limit N] [--json]",
+	summary:  "list conversations with status, last seq and pending calls",
+	help: `
+Lists conversations in id order, one per line: id, status (active,
+suspended, idle, ended), the seq of the last event, the number of pending
+tool calls (human and server) and when the row last changed.
+
+Pages: --limit conversations per page; when there are more, the last line
+is "next cursor: ID"; pass it as --cursor to read the next page (an id
+with spaces or control characters is printed quoted, Go style; --json
+gives it verbatim). With
+--json the document is {"conversations": [...], "next_cursor": "..."}
+(next_cursor empty on the last page).`,
+	run: (*cli).conversations,
+}
+
+// conversationJSON is one conversation in --json output.
+type conversationJSON struct {
+	ID           string `json:"id"`
+	Status       string `json:"status"`
+	LastSeq      uint64 `json:"last_seq"`
+	PendingCalls int    `json:"pending_calls"`
+	Created      string `json:"created,omitempty"`
+	Updated      string `json:"updated,omitempty"`
+}
+
+func (c *cli) conversations(ctx context.Context, fs *flags, args []string) (err error) {
+	fs.withJSON()
+	cursor := fs.String("cursor", "", "start after this conversation `id` (the next cursor a previous page printed)")
+	limit := fs.Int("limit", 100, "conversations per page, 1..10000")
+	if _, err := c.parse(fs, args, 0, 0); err != nil {
+		return err
+	}
+	if *limit < 1 || *limit > 10000 {
+		return usagef("--limit must be in 1..10000, not %d", *limit)
+	}
+	st, _, err := c.openStore(fs, false)
+	if err != nil {
+		return err
+	}
+	defer closeStore(st, &err)
+	rows, next, err := st.ListConversations(ctx, *cursor, *limit)
+	if err != nil {
+		return err
+	}
+	out := make([]conversationJSON, 0, len(rows))
+	for _, row := range rows {
+		last, err := st.LastSeq(ctx, row.GetId())
+		if err != nil {
+			return err
+		}
+		pending, err := st.PendingToolCalls(ctx, row.GetId())
+		if err != nil {
+			return err
+		}
+		cj := conversationJSON{ID: row.GetId(), Status: statusName(row.GetStatus()), LastSeq: last, PendingCalls: len(pending)}
+		if row.GetCreated() != nil {
+			cj.Created = stamp(row.GetCreated())
+		}
+		if row.GetUpdated() != nil {
+			cj.Updated = stamp(row.GetUpdated())
+		}
+		out = append(out, cj)
+	}
+	if *fs.json {
+		return writeJSON(c.stdout, struct {
+			Conversations []conversationJSON `json:"conversations"`
+			NextCursor    string             `json:"next_cursor"`
+		}{out, next})
+	}
+	tw := tabwriter.NewWriter(c.stdout, 2, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATUS\tLAST_SEQ\tPENDING\tUPDATED")
+	for _, cj := range out {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", displayID(cj.ID), cj.Status, cj.LastSeq, cj.PendingCalls, orDash(cj.Updated))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if next != "" {
+		fmt.Fprintf(c.stdout, "next cursor: %s\n", displayID(next))
+	}
+	return nil
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+var showCmd = &command{
+	name:     "show",
+	synopsis: "ID [--from SEQ] [--before SEQ] [--limit N] [--full] [--json]",
+	summary:  "print a conversation's log, one line per event, newest last",
+	help: `
+Prints the conversation's events in ascending seq, one line each: seq, time
+(UTC), type, and a summary (texts quoted, JSON compacted, clipped to 120
+characters unless --full).
+
+Without --from: the newest --limit events (before --before, if given).
+With --from SEQ: the first --limit events after SEQ (SEQ is exclusive), so
+paging forward is --from with the last seq printed. The last lines say how
+to read the neighbouring pages ("-- older: --before N", "-- newer: --from N").
+
+With --json the document is {"conversation_id", "last_seq", "events": [...],
+"next_from", "prev_before"}: events in protojson (field names as in the
+.proto files), next_from/prev_before 0 when there is no such page.`,
+	run: (*cli).show,
+}
+
+func (c *cli) show(ctx context.Context, fs *flags, args []string) (err error) {
+	fs.withJSON()
+	from := fs.Uint64("from", 0, "show events after this `seq` (exclusive), oldest first")
+	before := fs.Uint64("before", 0, "show events before this `seq` (exclusive); 0 means the end of the log")
+	limit := fs.Int("limit", 50, "events per page; 0 means all")
+	full := fs.Bool("full", false, "do not clip texts and JSON")
+	pos, err := c.parse(fs, args, 1, 1)
+	if err != nil {
+		return err
+	}
+	if *limit < 0 {
+		return usagef("--limit must not be negative")
+	}
+	id := pos[0]
+	if err := journal.ValidateID("conversation id", id); err != nil {
+		return usagef("%v", err)
+	}
+	st, _, err := c.openStore(fs, false)
+	if err != nil {
+		return err
+	}
+	defer closeStore(st, &err)
+	if _, err := st.Conversation(ctx, id); err != nil {
+		if errors.Is(err, journal.ErrNotFound) {
+			return fmt.Errorf("no conversation %s: %w", displayID(id), journal.ErrNotFound)
+		}
+		return err
+	}
+	q := journal.EventQuery{After: *from, Before: *before, Limit: *limit}
+	if isSet(fs, "from") && !isSet(fs, "before") && *limit > 0 {
+		// Forward page: the first limit events after from.
+		q.Limit = 0
+		if *from <= math.MaxUint64-uint64(*limit)-1 {
+			q.Before = *from + uint64(*limit) + 1
+		}
+	}
+	evs, err := st.Events(ctx, id, q)
+	if err != nil {
+		return err
+	}
+	last, err := st.LastSeq(ctx, id)
+	if err != nil {
+		return err
+	}
+	var nextFrom, prevBefore uint64
+	if n := len(evs); n > 0 {
+		if evs[n-1].GetSeq() < last {
+			nextFrom = evs[n-1].GetSeq()
+		}
+		if evs[0].GetSeq() > *from+1 {
+			prevBefore = evs[0].GetSeq()
+		}
+	}
+	if *fs.json {
+		raw := make([]json.RawMessage, 0, len(evs))
+		for _, ev := range evs {
+			b, err := protoJSON(ev)
+			if err != nil {
+				return err
+			}
+			raw = append(raw, b)
+		}
+		return writeJSON(c.stdout, struct {
+			ConversationID string            `json:"conversation_id"`
+			LastSeq        uint64            `json:"last_seq"`
+			Events         []json.RawMessage `json:"events"`
+			NextFrom       uint64            `json:"next_from"`
+			PrevBefore     uint64            `json:"prev_before"`
+		}{id, last, raw, nextFrom, prevBefore})
+	}
+	for _, ev := range evs {
+		fmt.Fprintln(c.stdout, eventLine(ev, *full))
+	}
+	if len(evs) == 0 {
+		fmt.Fprintln(c.stdout, "-- no events in this range")
+	}
+	if prevBefore != 0 {
+		fmt.Fprintf(c.stdout, "-- older: --before %d\n", prevBefore)
+	}
+	if nextFrom != 0 {
+		fmt.Fprintf(c.stdout, "-- newer: --from %d\n", nextFrom)
+	}
+	return nil
+}
+
+var statsCmd = &command{
+	name:     "stats",
+	synopsis: "[--json]",
+	summary:  "count conversations, events, pending calls, deadlines; bytes on disk",
+	help: `
+Reads every conversation once and prints: conversations (by status),
+events, pending tool calls (human and server), scheduled deadlines (and how
+many are overdue), and the bytes of the store's files on disk. The cost is
+one pass over the conversation rows plus one read per conversation.`,
+	run: (*cli).stats,
+}
+
+// statsJSON is the --json output of stats.
+type statsJSON struct {
+	Conversations int            `json:"conversations"`
+	ByStatus      map[string]int `json:"by_status"`
+	Events        uint64         `json:"events"`
+	PendingCalls  int            `json:"pending_calls"`
+	PendingHuman  int            `json:"pending_human"`
+	PendingServer int            `json:"pending_server"`
+	Deadlines     int            `json:"deadlines"`
+	Overdue       int            `json:"overdue"`
+	BytesOnDisk   int64          `json:"bytes_on_disk"`
+}
+
+func (c *cli) stats(ctx context.Context, fs *flags, args []string) (err error) {
+	fs.withJSON()
+	if _, err := c.parse(fs, args, 0, 0); err != nil {
+		return err
+	}
+	st, dir, err := c.openStore(fs, false)
+	if err != nil {
+		return err
+	}
+	s, err := collectStats(ctx, st, c.now())
+	if cerr := st.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("close store: %w", cerr)
+	}
+	if err != nil {
+		return err
+	}
+	// Measured once the store is closed: no file is changing.
+	if s.BytesOnDisk, err = diskUsage(dir); err != nil {
+		return err
+	}
+	if *fs.json {
+		return writeJSON(c.stdout, s)
+	}
+	fmt.Fprintf(c.stdout, "conversations   %d", s.Conversations)
+	sep := " ("
+	for _, status := range []messages.ConversationStatus{
+		messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE,
+		messages.ConversationStatus_CONVERSATION_STATUS_SUSPENDED,
+		messages.ConversationStatus_CONVERSATION_STATUS_IDLE,
+		messages.ConversationStatus_CONVERSATION_STATUS_ENDED,
+	} {
+		fmt.Fprintf(c.stdout, "%s%s %d", sep, statusName(status), s.ByStatus[statusName(status)])
+		sep = ", "
+	}
+	fmt.Fprintln(c.stdout, ")")
+	fmt.Fprintf(c.stdout, "events          %d\n", s.Events)
+	fmt.Fprintf(c.stdout, "pending calls   %d (human %d, server %d)\n", s.PendingCalls, s.PendingHuman, s.PendingServer)
+	fmt.Fprintf(c.stdout, "deadlines       %d (overdue %d)\n", s.Deadlines, s.Overdue)
+	fmt.Fprintf(c.stdout, "bytes on disk   %d (%s)\n", s.BytesOnDisk, humanBytes(s.BytesOnDisk))
+	return nil
+}
+
+func collectStats(ctx context.Context, st journal.Store, now time.Time) (*statsJSON, error) {
+	s := &statsJSON{ByStatus: map[string]int{}}
+	err := eachConversation(ctx, st, func(row *messages.Conversation) error {
+		s.Conversations++
+		s.ByStatus[statusName(row.GetStatus())]++
+		last, err := st.LastSeq(ctx, row.GetId())
+		if err != nil {
+			return err
+		}
+		s.Events += last // seqs are gap-free from 1
+		pending, err := st.PendingToolCalls(ctx, row.GetId())
+		if err != nil {
+			return err
+		}
+		for _, p := range pending {
+			s.PendingCalls++
+			if p.GetExecutor() == messages.Executor_EXECUTOR_HUMAN {
+				s.PendingHuman++
+			} else {
+				s.PendingServer++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	err = st.Deadlines(ctx, time.Time{}, func(d *messages.Deadline) error {
+		s.Deadlines++
+		if !d.GetAt().AsTime().After(now) {
+			s.Overdue++
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// eachConversation calls fn for every conversation row, in id order.
+func eachConversation(ctx context.Context, st journal.Store, fn func(*messages.Conversation) error) error {
+	cursor := ""
+	for {
+		rows, next, err := st.ListConversations(ctx, cursor, 500)
+		if err != nil {
+			return err
+		}
+		for _, row := range rows {
+			if err := fn(row); err != nil {
+				return err
+			}
+		}
+		if next == "" {
+			return nil
+		}
+		cursor = next
+	}
+}
+
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

@@ -1,0 +1,362 @@
+// Command lazarus is the operator's tool for a Lazarus store: it lists
+// conversations, prints and follows their logs, answers or inspects pending
+// human tool calls, exports and imports conversations, deletes them, trims
+// the model-call audit and reports store statistics.
+//
+// Usage:
+//
+//	lazarus [--dir DIR] COMMAND [flags] [args]
+//	lazarus COMMAND --help
+//
+// The store is the embedded Pebble directory named by --dir (on the command
+// line, before or after the command) or by the environment variable
+// LAZARUS_DIR. The commands are written against journal.Store; the Pebble
+// adapter is wired in one place (store.go), so another adapter can be
+// plugged in without touching them.
+//
+// # One process per directory
+//
+// Pebble locks its directory, even for reading: while a Lazarus runtime (or
+// another lazarus command) has it open, every command fails at once with
+// exit status 4 and a message saying so; nothing is read or written. Stop
+// the runtime first, or work inside its process (Runtime.Store,
+// Runtime.History, Runtime.Subscribe). Conversely, a command holds the
+// directory while it runs, and a runtime opened at that moment fails with
+// the same "directory is locked" error. tail follows a log by polling:
+// it opens the directory only for each poll, and stops (status 4) when the
+// directory stays held for its --grace (see tail.go).
+//
+// # Export format
+//
+// export writes JSON lines, one record per line with a "type" tag (the
+// conversation row, metadata, events in ascending seq, summaries, tool call
+// rows, deadlines), each record in protojson; import reads the same format,
+// validates all of it before writing anything, and never overwrites. The
+// format and the import rules are documented in format.go and in
+// 'lazarus export --help'.
+//
+// # Exit status
+//
+//	0  success
+//	1  failure (the message on stderr says why)
+//	2  usage error (unknown command or flag, missing argument, delete without --yes)
+//	3  stale: resolve came too late (the call is unknown, already answered or expired)
+//	4  busy: another process holds the directory
+//	5  not found: no such conversation, or no store in the directory
+//
+// Output meant for people goes to stdout, one line per item; --json gives a
+// single JSON document instead on the list-like commands (conversations,
+// show, pending, stats; tail --json prints JSON lines). Errors go to stderr.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/lazarusrt/lazarus/journal"
+)
+
+// Exit statuses; see the package documentation.
+const (
+	exitOK       = 0
+	exitError    = 1
+	exitUsage    = 2
+	exitStale    = 3
+	exitBusy     = 4
+	exitNotFound = 5
+)
+
+// envDir is the environment variable that names the store directory when
+// --dir is not given.
+const envDir = "LAZARUS_DIR"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// run is the whole command: it parses args, runs one command and returns
+// the exit status. An interrupt (SIGINT, SIGTERM) ends a running tail
+// cleanly.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return newCLI(stdin, stdout, stderr).run(ctx, args)
+}
+
+// cli holds what every command needs: its streams, the environment, the
+// clock and the way to open a store.
+type cli struct {
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
+	getenv func(string) string
+	now    func() time.Time
+	open   opener
+	// dir is the --dir given before the command, if any.
+	dir string
+}
+
+func newCLI(stdin io.Reader, stdout, stderr io.Writer) *cli {
+	return &cli{stdin: stdin, stdout: stdout, stderr: stderr, getenv: os.Getenv, now: time.Now, open: openPebble}
+}
+
+// command is one subcommand.
+type command struct {
+	name     string
+	synopsis string // arguments and flags, after "lazarus NAME"
+	summary  string // one line, for the command list
+	help     string // paragraphs printed by --help, before the flags
+	run      func(c *cli, ctx context.Context, fs *flags, args []string) error
+}
+
+// commands lists every subcommand, in the order of the help text.
+var commands = []*command{
+	conversationsCmd, showCmd, tailCmd, pendingCmd, resolveCmd,
+	exportCmd, importCmd, deleteCmd, gcAuditCmd, statsCmd,
+}
+
+func lookup(name string) *command {
+	for _, cmd := range commands {
+		if cmd.name == name {
+			return cmd
+		}
+	}
+	return nil
+}
+
+// errHelp ends a command that printed its help: exit status 0.
+var errHelp = errors.New("help requested")
+
+// usageError is a mistake in the command line: exit status 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+func (c *cli) run(ctx context.Context, args []string) int {
+	top := flag.NewFlagSet("lazarus", flag.ContinueOnError)
+	top.SetOutput(io.Discard)
+	top.StringVar(&c.dir, "dir", "", "")
+	help := top.Bool("help", false, "")
+	top.BoolVar(help, "h", false, "")
+	if err := top.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			c.mainUsage(c.stdout)
+			return exitOK
+		}
+		fmt.Fprintf(c.stderr, "lazarus: %v\n\n", err)
+		c.mainUsage(c.stderr)
+		return exitUsage
+	}
+	rest := top.Args()
+	if *help || len(rest) == 0 {
+		if *help {
+			c.mainUsage(c.stdout)
+			return exitOK
+		}
+		c.mainUsage(c.stderr)
+		return exitUsage
+	}
+	name, rest := rest[0], rest[1:]
+	if name == "help" {
+		if len(rest) == 0 {
+			c.mainUsage(c.stdout)
+			return exitOK
+		}
+		name, rest = rest[0], []string{"--help"}
+	}
+	cmd := lookup(name)
+	if cmd == nil {
+		fmt.Fprintf(c.stderr, "lazarus: unknown command %q\n\n", name)
+		c.mainUsage(c.stderr)
+		return exitUsage
+	}
+	err := cmd.run(c, ctx, c.newFlags(cmd), rest)
+	code := exitCode(err)
+	switch {
+	case err == nil || errors.Is(err, errHelp):
+	case code == exitUsage:
+		fmt.Fprintf(c.stderr, "lazarus %s: %v\n", cmd.name, err)
+		fmt.Fprintf(c.stderr, "usage: lazarus %s %s\nRun 'lazarus %s --help' for details.\n", cmd.name, cmd.synopsis, cmd.name)
+	default:
+		fmt.Fprintf(c.stderr, "lazarus %s: %v\n", cmd.name, err)
+	}
+	return code
+}
+
+// exitCode maps a command's error to the exit status.
+func exitCode(err error) int {
+	var ue *usageError
+	switch {
+	case err == nil || errors.Is(err, errHelp):
+		return exitOK
+	case errors.As(err, &ue):
+		return exitUsage
+	case errors.Is(err, errBusy):
+		return exitBusy
+	case errors.Is(err, journal.ErrStale):
+		return exitStale
+	case errors.Is(err, journal.ErrNotFound), errors.Is(err, errNoStore):
+		return exitNotFound
+	}
+	return exitError
+}
+
+func (c *cli) mainUsage(w io.Writer) {
+	fmt.Fprint(w, `lazarus is the operator's tool for a Lazarus store (an embedded Pebble directory).
+
+Usage:
+  lazarus [--dir DIR] COMMAND [flags] [args]
+  lazarus COMMAND --help
+
+The directory comes from --dir (before or after the command) or $LAZARUS_DIR.
+Only one process may open it at a time: while a runtime holds it, every
+command fails with exit status 4.
+
+Commands:
+`)
+	width := 0
+	for _, cmd := range commands {
+		width = max(width, len(cmd.name))
+	}
+	for _, cmd := range commands {
+		fmt.Fprintf(w, "  %-*s  %s\n", width, cmd.name, cmd.summary)
+	}
+	fmt.Fprint(w, `
+Exit status: 0 success, 1 failure, 2 usage error, 3 stale (resolve too late),
+4 directory held by another process, 5 conversation or store not found.
+`)
+}
+
+// flags is the FlagSet of one command, with the flags every command has.
+type flags struct {
+	*flag.FlagSet
+	cmd  *command
+	dir  string
+	json *bool
+}
+
+// newFlags returns the FlagSet of cmd with --dir (default: the top-level
+// --dir, then $LAZARUS_DIR) and --help.
+func (c *cli) newFlags(cmd *command) *flags {
+	fs := &flags{FlagSet: flag.NewFlagSet(cmd.name, flag.ContinueOnError), cmd: cmd}
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&fs.dir, "dir", "", "the store `directory` (default $"+envDir+")")
+	return fs
+}
+
+// withJSON adds --json.
+func (fs *flags) withJSON() *flags {
+	fs.json = fs.Bool("json", false, "print one JSON document instead of text, for scripts")
+	return fs
+}
+
+// parse parses args, flags and positional arguments in any order ("--"
+// ends the flags), and checks the number of positional arguments is in
+// [minArgs, maxArgs] (maxArgs < 0: no limit).
+func (c *cli) parse(fs *flags, args []string, minArgs, maxArgs int) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				c.commandUsage(c.stdout, fs)
+				return nil, errHelp
+			}
+			return nil, &usageError{msg: err.Error()}
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			pos = append(pos, rest...)
+			break
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+	if len(pos) < minArgs {
+		return nil, usagef("missing argument")
+	}
+	if maxArgs >= 0 && len(pos) > maxArgs {
+		return nil, usagef("unexpected argument %q", pos[maxArgs])
+	}
+	return pos, nil
+}
+
+// storeDir returns the directory the command works on.
+func (c *cli) storeDir(fs *flags) (string, error) {
+	dir := fs.dir
+	if dir == "" {
+		dir = c.dir
+	}
+	if dir == "" {
+		dir = c.getenv(envDir)
+	}
+	if dir == "" {
+		return "", usagef("no store directory: pass --dir DIR or set $%s", envDir)
+	}
+	return dir, nil
+}
+
+// openStore opens the command's store: existing ones only, unless create.
+// The caller closes it.
+func (c *cli) openStore(fs *flags, create bool) (journal.Store, string, error) {
+	dir, err := c.storeDir(fs)
+	if err != nil {
+		return nil, "", err
+	}
+	st, err := c.open(dir, create)
+	if err != nil {
+		return nil, "", err
+	}
+	return st, dir, nil
+}
+
+// closeStore closes st and reports a failure to close unless err is
+// already set.
+func closeStore(st journal.Store, err *error) {
+	if cerr := st.Close(); cerr != nil && *err == nil {
+		*err = fmt.Errorf("close store: %w", cerr)
+	}
+}
+
+func (c *cli) commandUsage(w io.Writer, fs *flags) {
+	cmd := fs.cmd
+	fmt.Fprintf(w, "Usage: lazarus %s %s\n\n%s\n", cmd.name, cmd.synopsis, strings.TrimSpace(cmd.help))
+	fmt.Fprint(w, "\nFlags:\n")
+	fs.VisitAll(func(f *flag.Flag) {
+		name, usage := flag.UnquoteUsage(f)
+		line := "  --" + f.Name
+		if name != "" {
+			line += " " + name
+		}
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" {
+			usage += fmt.Sprintf(" (default %s)", f.DefValue)
+		}
+		fmt.Fprintf(w, "%s\n      %s\n", line, usage)
+	})
+	fmt.Fprint(w, "  --help\n      print this help\n")
+}
+
+// isSet reports whether the flag name was given on the command line.
+func isSet(fs *flags, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == name {
+			set = true
+		}
+	})
+	return set
+}

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/journal/pebblejournal"
+)
+
+// opener opens the store of a directory. Every command works on the
+// journal.Store it returns; this file is the only one that names an
+// adapter. With create false the directory must already hold a store; with
+// create true (import) a missing or empty directory gets a new one.
+type opener func(dir string, create bool) (journal.Store, error)
+
+var (
+	// errBusy: another process (a live runtime, another lazarus command)
+	// holds the directory.
+	errBusy = errors.New("the directory is held by another process")
+	// errNoStore: the directory does not exist or holds no store.
+	errNoStore = errors.New("no Lazarus store")
+)
+
+// cacheSize is the Pebble block cache of the tool: it reads each record
+// about once, so the runtime's default is wasted memory here.
+const cacheSize = 8 << 20
+
+// openPebble opens the Pebble store in dir. It refuses to create a store
+// anywhere but an empty or missing directory, and only when create is set,
+// so a mistyped --dir never leaves Pebble files behind. Audit is on so that
+// gc-audit sees the audit rows (it only changes what PutModelCall and
+// ModelCalls do).
+func openPebble(dir string, create bool) (journal.Store, error) {
+	info, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) && create:
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("create %s: %w", dir, err)
+		}
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("%s does not exist: %w", dir, errNoStore)
+	case err != nil:
+		return nil, err
+	case !info.IsDir():
+		return nil, fmt.Errorf("%s is not a directory: %w", dir, errNoStore)
+	default:
+		ok, empty, err := looksLikePebble(dir)
+		if err != nil {
+			return nil, err
+		}
+		if !ok && !(create && empty) {
+			return nil, fmt.Errorf("%s holds no Pebble files: %w", dir, errNoStore)
+		}
+	}
+	st, err := pebblejournal.Open(dir, pebblejournal.Options{
+		Audit:     true,
+		CacheSize: cacheSize,
+		Logger:    slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		if isLocked(err) {
+			return nil, fmt.Errorf("%s: %w: a live Lazarus runtime or another lazarus command has it open, "+
+				"and Pebble allows one process per directory (stop that process and retry, or use "+
+				"Runtime.Store/History/Subscribe inside it); nothing was read or written", dir, errBusy)
+		}
+		return nil, err
+	}
+	return st, nil
+}
+
+// isLocked reports whether err is Pebble's refusal to open a directory
+// another Store holds. pebblejournal exports no sentinel for it, so this
+// checks the lock errno and, for the in-process case (Pebble's "lock held
+// by current process"), the wording pebblejournal documents.
+func isLocked(err error) bool {
+	return errors.Is(err, syscall.EWOULDBLOCK) || errors.Is(err, syscall.EAGAIN) ||
+		strings.Contains(err.Error(), "directory is locked")
+}
+
+// looksLikePebble reports whether dir holds a Pebble store (its LOCK file
+// or a manifest), and whether it is empty.
+func looksLikePebble(dir string) (ok, empty bool, err error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return false, false, err
+	}
+	for _, e := range entries {
+		n := e.Name()
+		if n == "LOCK" || n == "CURRENT" || strings.HasPrefix(n, "MANIFEST-") || strings.HasPrefix(n, "marker.manifest.") {
+			return true, false, nil
+		}
+	}
+	return false, len(entries) == 0, nil
+}
+
+// diskUsage returns the bytes of the regular files under dir.
+func diskUsage(dir string) (int64, error) {
+	var total int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // removed while we walked (a compaction)
+		}
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() {
+			info, err := d.Info()
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			total += info.Size()
+		}
+		return nil
+	})
+	return total, err
+}

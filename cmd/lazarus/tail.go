@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+var tailCmd = &command{
+	name:     "tail",
+	synopsis: "ID [--from SEQ] [--interval D] [--grace D] [--max N] [--full] [--json]",
+	summary:  "follow a conversation's log by polling a directory no runtime holds",
+	help: `
+Prints the conversation's latest events (the last 10, or those after
+--from SEQ), then follows it: every --interval it opens the directory,
+prints the events appended since, and closes it again. It stops on an
+interrupt (exit 0), after --max events, or with an error.
+
+How it follows, and why. Pebble lets one process open a directory at a
+time, even read-only, so no second process can read the store while a
+runtime writes it. tail therefore polls: it holds the directory only for
+the few milliseconds of each open-read-close and never between polls, so
+it can follow a directory that short-lived commands (resolve, import,
+delete) change. A poll that finds the directory held waits for the next
+one; if the directory stays held for --grace, a live runtime has it, and
+tail stops with exit status 4 and says so (it cannot see what the runtime
+writes, and must not keep racing the runtime for the lock: a runtime that
+opens the directory in the instant of a poll fails its Open with
+"directory is locked" and must retry). If the directory is held when tail
+starts, it stops at once.
+
+To follow a conversation that a live runtime runs, do it inside that
+process: Runtime.Subscribe(ctx, id, afterSeq) streams every event after a
+seq, history then live, with no gap and no duplicate.
+
+With --json each event is printed as one protojson line (JSON lines).`,
+	run: (*cli).tail,
+}
+
+// tailBacklog is how many existing events tail prints before following,
+// when --from is not given.
+const tailBacklog = 10
+
+// tailPage bounds one read of a poll.
+const tailPage = 512
+
+func (c *cli) tail(ctx context.Context, fs *flags, args []string) error {
+	fs.withJSON()
+	from := fs.Uint64("from", 0, "print the events after this `seq` first (default: the last 10)")
+	interval := fs.Duration("interval", time.Second, "how often to poll the directory")
+	grace := fs.Duration("grace", 5*time.Second, "give up once another process has held the directory this long")
+	maxEvents := fs.Int("max", 0, "stop after printing this many events; 0 means follow until interrupted")
+	full := fs.Bool("full", false, "do not clip texts and JSON")
+	pos, err := c.parse(fs, args, 1, 1)
+	if err != nil {
+		return err
+	}
+	if *interval <= 0 {
+		return usagef("--interval must be positive")
+	}
+	if *grace < 0 {
+		return usagef("--grace must not be negative")
+	}
+	if *maxEvents < 0 {
+		return usagef("--max must not be negative")
+	}
+	id := pos[0]
+	if err := journal.ValidateID("conversation id", id); err != nil {
+		return usagef("%v", err)
+	}
+	t := &tailer{c: c, fs: fs, id: id, full: *full, json: *fs.json, max: *maxEvents}
+	if isSet(fs, "from") {
+		t.after = *from
+	} else {
+		t.backlog = true
+	}
+	if err := t.poll(ctx); err != nil || t.done() {
+		return err
+	}
+	timer := time.NewTimer(*interval)
+	defer timer.Stop()
+	var busySince time.Time // when the current run of busy polls began
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-timer.C:
+		}
+		err := t.poll(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return nil // interrupted mid-poll
+		case errors.Is(err, errBusy):
+			// Wall-clock time on purpose: the grace is about real processes.
+			if busySince.IsZero() {
+				busySince = time.Now()
+			}
+			if time.Since(busySince) >= *grace {
+				return fmt.Errorf("held for %s or more: %w", *grace, err)
+			}
+		case err != nil:
+			return err
+		default:
+			busySince = time.Time{}
+		}
+		if t.done() {
+			return nil
+		}
+		timer.Reset(*interval)
+	}
+}
+
+// tailer is the state of one tail: the last seq printed.
+type tailer struct {
+	c       *cli
+	fs      *flags
+	id      string
+	full    bool
+	json    bool
+	max     int
+	after   uint64 // last seq printed (or asked to start after)
+	backlog bool   // the first poll starts tailBacklog events before the end
+	printed int
+}
+
+func (t *tailer) done() bool { return t.max > 0 && t.printed >= t.max }
+
+// poll opens the store, prints what was appended since the last poll and
+// closes it.
+func (t *tailer) poll(ctx context.Context) (err error) {
+	st, _, err := t.c.openStore(t.fs, false)
+	if err != nil {
+		if errors.Is(err, errBusy) {
+			return fmt.Errorf("cannot follow %s: %w (use Runtime.Subscribe in the runtime's process)", displayID(t.id), err)
+		}
+		return err
+	}
+	defer closeStore(st, &err)
+	if _, err := st.Conversation(ctx, t.id); err != nil {
+		if errors.Is(err, journal.ErrNotFound) {
+			return fmt.Errorf("no conversation %s (never written, or deleted): %w", displayID(t.id), journal.ErrNotFound)
+		}
+		return err
+	}
+	if t.backlog {
+		t.backlog = false
+		last, err := st.LastSeq(ctx, t.id)
+		if err != nil {
+			return err
+		}
+		t.after = last - min(last, tailBacklog)
+	}
+	for !t.done() {
+		evs, err := st.Events(ctx, t.id, journal.EventQuery{After: t.after, Before: pageEnd(t.after, tailPage)})
+		if err != nil {
+			return err
+		}
+		if len(evs) == 0 {
+			return nil
+		}
+		for _, ev := range evs {
+			if err := t.print(ev); err != nil {
+				return err
+			}
+			t.after = ev.GetSeq()
+			t.printed++
+			if t.done() {
+				return nil
+			}
+		}
+	}
+	return nil
+}
+
+func (t *tailer) print(ev *messages.Event) error {
+	if !t.json {
+		_, err := fmt.Fprintln(t.c.stdout, eventLine(ev, t.full))
+		return err
+	}
+	b, err := protoJSON(ev)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(t.c.stdout, "%s\n", b)
+	return err
+}
+
+// pageEnd is the exclusive upper bound of a forward page of n seqs after
+// after (0, no bound, if it would overflow).
+func pageEnd(after uint64, n uint64) uint64 {
+	if after > ^uint64(0)-n-1 {
+		return 0
+	}
+	return after + n + 1
+}
