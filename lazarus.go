@@ -255,12 +255,20 @@ func (r *Runtime) SendMessage(ctx context.Context, conversationID string, msg *m
 	return reply.GetSeq(), nil
 }
 
-// Resolve answers a pending human tool call with result, a JSON value. It
+// Resolve answers a pending human tool call with result, a JSON value of at
+// most agent.MaxResultBytes. It
 // returns once the answer is durable; the conversation then revives if
 // needed, records the result and continues. A call that is unknown, already
 // answered or expired gets an error wrapping journal.ErrStale, and nothing
 // changes: of any number of concurrent answers, exactly one wins.
 func (r *Runtime) Resolve(ctx context.Context, toolCallID, result string, scope agent.Scope) error {
+	if len(result) > agent.MaxResultBytes {
+		// Checked here, before anything is written: an answer too large for
+		// its tool_result event would leave the conversation unable to
+		// record it.
+		return fmt.Errorf("lazarus: resolve %q: %w", toolCallID,
+			journal.Invalidf("result of %d bytes exceeds %d", len(result), agent.MaxResultBytes))
+	}
 	if !json.Valid([]byte(result)) {
 		return fmt.Errorf("lazarus: resolve %q: %w", toolCallID, journal.Invalidf("result is not JSON"))
 	}

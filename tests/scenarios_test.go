@@ -348,6 +348,10 @@ func TestBadInputThroughRuntime(t *testing.T) {
 			require.ErrorIs(t, err, journal.ErrStale)
 			require.ErrorIs(t, err, journal.ErrNotFound)
 		})
+		t.Run("resolve with an oversized result", func(t *testing.T) {
+			big := `"` + strings.Repeat("x", agent.MaxResultBytes) + `"`
+			require.ErrorIs(t, h.rt.Resolve(ctx, "x", big, user), journal.ErrInvalid)
+		})
 		t.Run("resolve with a result that is not JSON", func(t *testing.T) {
 			require.ErrorIs(t, h.rt.Resolve(ctx, "x", `{nope`, user), journal.ErrInvalid)
 		})
