@@ -98,12 +98,24 @@ func (r *registry) spawned(a *activation, spawn func(a *activation) (*actor.PID,
 			delete(r.byID, a.id)
 		}
 		close(a.done)
-	} else {
+	} else if a.pid == nil { // not registered by the spawner itself (see register)
 		a.pid = pid
 		r.byPID[pid.String()] = a
 	}
 	r.mu.Unlock()
 	close(a.ready)
+}
+
+// register records the actor of a new activation. The supervisor actor
+// calls it as it spawns the actor, inside the same Receive, so before it
+// can handle that actor's Terminated: an actor that stops at once (its
+// revival failed) is still found by terminated, and its successor is not
+// kept waiting forever.
+func (r *registry) register(a *activation, pid *actor.PID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	a.pid = pid
+	r.byPID[pid.String()] = a
 }
 
 // lookup returns the registered activation of id, if any, without creating

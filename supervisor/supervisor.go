@@ -331,7 +331,11 @@ func (r *root) spawn(ctx actor.Context, a *activation) (*actor.PID, error) {
 	cfg.Clock = s.cfg.Clock
 	cfg.Goroutines = &s.wg
 	cfg.Retire = func(processed uint64, force bool) bool { return s.reg.retire(a, processed, force) }
-	return ctx.SpawnNamed(actors.NewConversation(cfg), fmt.Sprintf("conv-%d", a.gen))
+	pid, err := ctx.SpawnNamed(actors.NewConversation(cfg), fmt.Sprintf("conv-%d", a.gen))
+	if err == nil {
+		s.reg.register(a, pid)
+	}
+	return pid, err
 }
 
 // strategy restarts the journal and expiry actors when they fail and stops a
