@@ -182,6 +182,7 @@ type conversation struct {
 	loaded   bool
 	buffered []*actor.MessageEnvelope
 	stopping bool
+	cause    error // why stop stopped this activation; nil for passivation
 
 	ws    *snapshot.WorkingSet
 	state messages.AgentState
@@ -221,7 +222,7 @@ func (c *conversation) Receive(ctx actor.Context) {
 	case *loaded:
 		c.onLoaded(ctx, msg)
 	case *Command:
-		if !c.loaded {
+		if !c.loaded && !c.stopping {
 			c.buffered = append(c.buffered, &actor.MessageEnvelope{Message: msg, Sender: ctx.Sender()})
 			return
 		}
@@ -239,7 +240,7 @@ func (c *conversation) Receive(ctx actor.Context) {
 			c.stop(ctx, fmt.Errorf("conversation %q: journal unavailable: %w", c.cfg.ID, ErrAgentStopped))
 		}
 	case *modelDelta:
-		if msg.turn == c.turn && c.modelBusy {
+		if msg.turn == c.turn && c.modelBusy && !c.stopping {
 			c.publish(Update{Delta: msg.text})
 		}
 	case *modelDone:
@@ -357,7 +358,11 @@ func (c *conversation) onLoaded(ctx actor.Context, l *loaded) {
 func (c *conversation) onCommand(ctx actor.Context, cmd *Command, sender *actor.PID) {
 	c.processed++
 	if c.stopping {
-		c.reply(ctx, sender, cmd.Msg, 0, fmt.Errorf("conversation %q: %w", c.cfg.ID, ErrAgentStopped))
+		err := c.cause
+		if err == nil {
+			err = fmt.Errorf("conversation %q: %w", c.cfg.ID, ErrAgentStopped)
+		}
+		c.reply(ctx, sender, cmd.Msg, 0, err)
 		return
 	}
 	c.scope = cmd.Scope
@@ -693,7 +698,7 @@ func (c *conversation) cancelModel() {
 }
 
 func (c *conversation) onModelDone(ctx actor.Context, d *modelDone) {
-	if d.turn != c.turn || !c.modelBusy {
+	if d.turn != c.turn || !c.modelBusy || c.stopping {
 		return // a cancelled turn
 	}
 	c.modelBusy = false
@@ -945,15 +950,25 @@ func (c *conversation) onIdle(ctx actor.Context, t *idleTick) {
 	// Otherwise a command is on its way; it will re-arm the timer.
 }
 
-// stop retires this activation and stops the actor; commands still queued
-// are answered with ErrAgentStopped by Stopping.
+// stop retires this activation and stops the actor once it has answered
+// every command already in its mailbox, with cause (which says whether to
+// retry on a new activation). The registry sends nothing after the retire,
+// so the poison pill queued here comes after all of them; a Stop would jump
+// the queue, and protoactor would drop them, leaving their callers waiting
+// for the whole call timeout. Work in flight is abandoned at once.
 func (c *conversation) stop(ctx actor.Context, cause error) {
+	if c.stopping {
+		return
+	}
 	if c.cfg.Retire != nil {
 		c.cfg.Retire(c.processed, true)
 	}
 	c.failAll(ctx, cause)
 	c.stopping = true
-	ctx.Stop(ctx.Self())
+	c.cause = cause
+	c.goCancel()
+	c.disarmIdle()
+	ctx.Poison(ctx.Self())
 }
 
 // failAll answers every caller still waiting on this activation.
