@@ -16,11 +16,14 @@
 // Pebble has no transactions. Conditional writes (the append fence,
 // resolve-only-if-pending, tool call id ownership, the tombstone check) hold
 // striped per-conversation and per-tool-call-id locks across their
-// read-check-commit; the lock order is documented on Store. A small
-// in-memory cache of each recently written conversation's last seq (and
-// that it has a row and no tombstone) spares an append the seek to the end
-// of its log; it is sound because only this Store writes the directory, and
-// a failed commit drops what it touched.
+// read-check-commit; the lock order is documented on Store. Two small
+// in-memory caches spare a write most point reads: each recently written
+// conversation's last seq and row (and that it has no tombstone), so an
+// append neither seeks to the end of its log nor reads the row it rewrites;
+// and each recently written pending tool call's owner and row, so that
+// resolving it reads neither. They are sound because only this Store writes
+// the directory, a write updates them once committed while it still holds
+// the locks of what it changed, and a failed write drops what it touched.
 //
 // # Fatal storage errors
 //

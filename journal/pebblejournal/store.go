@@ -18,6 +18,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
 )
 
 var _ journal.Store = (*Store)(nil)
@@ -85,6 +86,7 @@ type Store struct {
 	dl lowWater
 
 	heads headCache
+	calls callCache
 }
 
 // Open opens (creating if needed) the store in dir on opts.FS. Only one Store
@@ -364,15 +366,20 @@ func (s *Store) lockConvAndID(conv, id string) func() {
 type head struct {
 	lastSeq uint64
 	hasRow  bool
+	// row is the conversation's row as last committed, if the txn that
+	// wrote the entry had it (nil: read it from Pebble). Rows are replaced,
+	// never mutated, so it is shared.
+	row *messages.Conversation
 }
 
 // headCache remembers the last seq of recently written conversations, and
-// that they have a row and no tombstone, so that an append need not seek to
-// the end of the log (a seek that touches every overlapping table) nor read
-// the tombstone. The map of a stripe is read and written only under that
-// stripe's conversation lock, and only this Store writes the directory
-// (Pebble's lock file), so an entry stays true until the Store changes it:
-// a successful commit updates it, a failed commit or a delete drops it.
+// that they have a row and no tombstone (and, usually, the row itself), so
+// that an append need not seek to the end of the log (a seek that touches
+// every overlapping table) nor read the tombstone or the row. The map of a
+// stripe is read and written only under that stripe's conversation lock,
+// and only this Store writes the directory (Pebble's lock file), so an
+// entry stays true until the Store changes it: a successful commit updates
+// it, a failed commit or a delete drops it.
 type headCache struct {
 	stripes [convStripes]map[string]head
 }
@@ -398,6 +405,62 @@ func (c *headCache) put(stripe int, id string, h head) {
 }
 
 func (c *headCache) drop(stripe int, id string) { delete(c.stripes[stripe], id) }
+
+// callsPerStripe bounds the pending-call cache: at most this many calls per
+// id stripe (128Ki in all).
+const callsPerStripe = 256
+
+// cachedCall is what the call cache knows of a pending tool call: its
+// owner and row (replaced, never mutated, so shared).
+type cachedCall struct {
+	owner string
+	rec   *messages.ToolCallRecord
+}
+
+// callCache remembers the rows of recently written pending tool calls, so
+// that resolving one (a server call resolves milliseconds after it was
+// written) reads neither its owner nor its row. A call's row changes only
+// under its owner's conversation lock (or, when an unowned id is claimed,
+// the id's lock), and the writer updates the cache once its commit
+// returned, still holding those locks, so an entry equals what Pebble
+// holds. A call that leaves the
+// pending state leaves the cache: terminal rows are never written again.
+// Each stripe's map has its own mutex, held only for the map operation,
+// because readers of one id may hold different conversation locks.
+type callCache struct {
+	mu      [idStripes]sync.Mutex
+	stripes [idStripes]map[string]cachedCall
+}
+
+func (c *callCache) get(stripe int, id string) (cachedCall, bool) {
+	c.mu[stripe].Lock()
+	defer c.mu[stripe].Unlock()
+	p, ok := c.stripes[stripe][id]
+	return p, ok
+}
+
+func (c *callCache) put(stripe int, id string, p cachedCall) {
+	c.mu[stripe].Lock()
+	defer c.mu[stripe].Unlock()
+	m := c.stripes[stripe]
+	if m == nil {
+		m = make(map[string]cachedCall)
+		c.stripes[stripe] = m
+	}
+	if _, ok := m[id]; !ok && len(m) >= callsPerStripe {
+		for k := range m { // evict an arbitrary entry
+			delete(m, k)
+			break
+		}
+	}
+	m[id] = p
+}
+
+func (c *callCache) drop(stripe int, id string) {
+	c.mu[stripe].Lock()
+	defer c.mu[stripe].Unlock()
+	delete(c.stripes[stripe], id)
+}
 
 // lowWater is a lower bound of the keys of the deadline-by-time index that
 // are live, so Deadlines skips the delete tombstones that resolved and

@@ -343,6 +343,8 @@ func TestCorruptValue(t *testing.T) {
 	require.NoError(t, s.UpsertToolCall(ctx, pendingCall("c", "t")))
 	require.NoError(t, s.db.Set(seqKey(famEvent, "c", 2), []byte{0xFF, 0xFF, 0xFF}, nil))
 	require.NoError(t, s.db.Set(idKey(famToolCall, "c", "t"), []byte("\x0a\x01x"), nil)) // id "x" under "t"
+	// Written behind the Store's back: forget what its caches know.
+	s.calls.drop(s.idStripe("t"), "t")
 
 	_, err := s.Events(ctx, "c", journal.EventQuery{})
 	require.ErrorIs(t, err, journal.ErrCorrupt)
@@ -625,4 +627,94 @@ func TestFatalWALErrorUnderLoad(t *testing.T) {
 	wg.Wait()
 	require.Zero(t, ackedAfter.Load(), "appends acknowledged after the WAL failed")
 	_ = s.Close()
+}
+
+// TestCachesFollowWrites: the row and pending-call caches hold what was
+// last written, a caller changing its request afterwards changes nothing,
+// and a resolved call leaves the cache (a second resolve reads Pebble and
+// is stale).
+func TestCachesFollowWrites(t *testing.T) {
+	s := openMem(t, Options{})
+	row := pendingCall("c", "t1")
+	row.Args = `{"a":1}`
+	res, err := s.Append(ctx, &messages.AppendRequest{ConversationId: "c", Events: []*messages.Event{userEvent("x")},
+		ToolCalls: []*messages.ToolCallRecord{row}, FsmState: &messages.FSMState{LastSeq: 1}})
+	require.NoError(t, err)
+	row.Args = `{"changed":"by the caller"}` // after the call: must not reach the cache
+	p, ok := s.calls.get(s.idStripe("t1"), "t1")
+	require.True(t, ok, "a written pending call is cached")
+	require.Equal(t, `{"a":1}`, p.rec.GetArgs())
+	h, ok := s.heads.get(s.convStripe("c"), "c")
+	require.True(t, ok)
+	require.EqualValues(t, 1, h.row.GetFsmState().GetLastSeq(), "the row is cached with the head")
+
+	res, err = s.Append(ctx, &messages.AppendRequest{ConversationId: "c", ExpectedLast: res.LastSeq,
+		Resolutions: []*messages.ToolResolution{{ToolCallId: "t1", Status: messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED,
+			Result: &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: `{"ok":true}`}}}}})
+	require.NoError(t, err)
+	_, ok = s.calls.get(s.idStripe("t1"), "t1")
+	require.False(t, ok, "a resolved call leaves the cache")
+	got, err := s.ToolCall(ctx, "t1")
+	require.NoError(t, err)
+	require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, got.GetStatus())
+	require.Equal(t, `{"a":1}`, got.GetArgs())
+	_, err = s.ResolveToolCall(ctx, "t1", messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED, nil, time.Time{})
+	require.ErrorIs(t, err, journal.ErrStale)
+
+	// A rejected append changes nothing, in Pebble or in the caches.
+	_, err = s.Append(ctx, &messages.AppendRequest{ConversationId: "c", ExpectedLast: 0, Events: []*messages.Event{userEvent("late")}})
+	require.ErrorIs(t, err, journal.ErrConflict)
+	last, err := s.LastSeq(ctx, "c")
+	require.NoError(t, err)
+	require.Equal(t, res.LastSeq, last)
+}
+
+// TestConcurrentBatches: AppendBatch calls run concurrently, writing the
+// same conversations with fences; every append lands once, gap-free, and
+// the head cache agrees with Pebble at the end.
+func TestConcurrentBatches(t *testing.T) {
+	s := openMem(t, Options{})
+	const convs, writers, rounds = 8, 4, 50
+	var mu sync.Mutex
+	last := map[string]uint64{}
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for r := range rounds {
+				mu.Lock()
+				reqs := make([]*messages.AppendRequest, convs)
+				for c := range convs {
+					conv := fmt.Sprint("c", c)
+					reqs[c] = &messages.AppendRequest{ConversationId: conv, ExpectedLast: last[conv],
+						Events: []*messages.Event{userEvent(fmt.Sprintf("w%d r%d", w, r))}}
+				}
+				mu.Unlock()
+				for i, res := range s.AppendBatch(ctx, reqs) {
+					if res.Err != nil {
+						if !errors.Is(res.Err, journal.ErrConflict) {
+							t.Errorf("append to %s: %v", reqs[i].GetConversationId(), res.Err)
+						}
+						continue
+					}
+					mu.Lock()
+					conv := reqs[i].GetConversationId()
+					last[conv] = max(last[conv], res.LastSeq)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for c := range convs {
+		conv := fmt.Sprint("c", c)
+		evs, err := s.Events(ctx, conv, journal.EventQuery{})
+		require.NoError(t, err)
+		require.Len(t, evs, int(last[conv]))
+		for i, ev := range evs {
+			require.EqualValues(t, i+1, ev.GetSeq())
+		}
+		h, ok := s.heads.get(s.convStripe(conv), conv)
+		require.True(t, ok)
+		require.Equal(t, last[conv], h.lastSeq)
+	}
 }

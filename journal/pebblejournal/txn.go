@@ -120,6 +120,9 @@ func (t *txn) conv(id string) (*convState, error) {
 	cs := &convState{id: id}
 	if h, ok := t.s.heads.get(t.s.convStripe(id), id); ok {
 		cs.seqLoaded, cs.lastSeq, cs.hasRow = true, h.lastSeq, h.hasRow
+		if h.row != nil {
+			cs.rowLoaded, cs.row = true, h.row
+		}
 		t.convs[id] = cs
 		return cs, nil
 	}
@@ -236,6 +239,11 @@ func (t *txn) call(id string) (*callState, error) {
 		return c, nil
 	}
 	c := &callState{id: id}
+	if p, ok := t.s.calls.get(t.s.idStripe(id), id); ok {
+		c.origOwner, c.owner, c.rec, c.origPending = p.owner, p.owner, p.rec, true
+		t.calls[id] = c
+		return c, nil
+	}
 	ok := ownerKey(id)
 	if _, err := t.s.get(ok, func(v []byte) (err error) {
 		c.origOwner, err = decodeOwner(ok, v)
@@ -446,14 +454,14 @@ func (t *txn) apply(req *messages.AppendRequest) (res journal.AppendResult, err 
 	return res, nil
 }
 
-// commit writes the overlay into the batch and commits it synced. On
-// failure it restores the seqs it set on the caller's events.
+// commit writes the overlay into the batch and commits it synced, then
+// records its state in the head and call caches. On failure it restores the
+// seqs it set on the caller's events and drops what it touched from the
+// caches.
 func (t *txn) commit() error {
 	if t.poison != nil {
-		for i := len(t.seqs) - 1; i >= 0; i-- {
-			t.seqs[i].ev.Seq = t.seqs[i].seq
-		}
-		t.updateHeads(false)
+		t.restoreSeqs()
+		t.updateCaches(false)
 		return t.poison
 	}
 	minAdd, err := t.flush()
@@ -465,18 +473,22 @@ func (t *txn) commit() error {
 		err = t.s.commit(t.b)
 	}
 	if err != nil {
-		for i := len(t.seqs) - 1; i >= 0; i-- {
-			t.seqs[i].ev.Seq = t.seqs[i].seq
-		}
+		t.restoreSeqs()
 	}
-	t.updateHeads(err == nil)
+	t.updateCaches(err == nil)
 	return err
 }
 
-// updateHeads records in the head cache what the txn knows of its
-// conversations once its commit returned: their new heads if it succeeded,
-// nothing (the entries are dropped) if it failed.
-func (t *txn) updateHeads(ok bool) {
+func (t *txn) restoreSeqs() {
+	for i := len(t.seqs) - 1; i >= 0; i-- {
+		t.seqs[i].ev.Seq = t.seqs[i].seq
+	}
+}
+
+// updateCaches records in the head and call caches what the txn knows of
+// its conversations and of the calls it wrote, once its commit returned:
+// their new state if ok, nothing (the entries are dropped) if not.
+func (t *txn) updateCaches(ok bool) {
 	for id, cs := range t.convs {
 		stripe := t.s.convStripe(id)
 		if !ok || cs.tomb || !cs.seqLoaded {
@@ -484,7 +496,24 @@ func (t *txn) updateHeads(ok bool) {
 			continue
 		}
 		hasRow := cs.hasRow || cs.lastSeq > 0 || (cs.rowLoaded && cs.row != nil)
-		t.s.heads.put(stripe, id, head{lastSeq: cs.lastSeq, hasRow: hasRow})
+		h := head{lastSeq: cs.lastSeq, hasRow: hasRow}
+		if cs.rowLoaded {
+			h.row = cs.row
+		}
+		t.s.heads.put(stripe, id, h)
+	}
+	for id, c := range t.calls {
+		if !c.dirty {
+			continue // only a writer of the call may record it (see callCache)
+		}
+		stripe := t.s.idStripe(id)
+		if ok && c.rec.GetStatus() == messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING {
+			// A copy: the row may be the caller's, who may change it once
+			// the call returned.
+			t.s.calls.put(stripe, id, cachedCall{owner: c.owner, rec: proto.Clone(c.rec).(*messages.ToolCallRecord)})
+		} else {
+			t.s.calls.drop(stripe, id)
+		}
 	}
 }
 

@@ -431,6 +431,7 @@ func (s *Store) DeleteConversation(ctx context.Context, id string) error {
 		if err != nil {
 			return err
 		}
+		s.calls.drop(s.idStripe(call), call)
 		if c.owner == id {
 			_ = b.Delete(ownerKey(call), nil)
 		}
