@@ -144,7 +144,13 @@ type (
 		err     error
 	}
 	idleTick struct{ gen uint64 }
+	// releaseProcessRef is sent by a stopped actor to itself; see Receive.
+	releaseProcessRef struct{}
 )
+
+// IgnoreDeadLetterLogging keeps protoactor from logging releaseProcessRef,
+// which always ends as a dead letter.
+func (releaseProcessRef) IgnoreDeadLetterLogging() {}
 
 // openCall is a tool call issued in the working set with no tool_result yet.
 type openCall struct {
@@ -218,7 +224,14 @@ func (c *conversation) Receive(ctx actor.Context) {
 		c.goCancel()
 		c.disarmIdle()
 		c.failAll(ctx, fmt.Errorf("conversation %q: %w", c.cfg.ID, ErrAgentStopped))
-	case *actor.Stopped, *actor.Restarting:
+	case *actor.Stopped:
+		// protoactor keeps removed children's PIDs in the backing array of
+		// the parent's PIDSet, and a PID caches a reference to its actor's
+		// process: left alone, every passivated actor stays reachable, with
+		// its whole working set. A message to the dead PID makes protoactor
+		// drop that cached reference (it is then a dead letter, not logged).
+		ctx.Send(ctx.Self(), releaseProcessRef{})
+	case *actor.Restarting:
 	case *loaded:
 		c.onLoaded(ctx, msg)
 	case *Command:
