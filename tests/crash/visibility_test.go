@@ -1,0 +1,142 @@
+package crash
+
+import (
+	"context"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/agent/scripted"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/journal/pebblejournal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// knownGapsEnv runs the tests of known gaps (RELIABILITY.md, "Known
+// gaps"): they fail until the gap is closed.
+const knownGapsEnv = "LAZARUS_KNOWN_GAPS"
+
+// syncGate holds the next WAL sync until released, then fails it: the
+// write it would have made durable never becomes durable.
+type syncGate struct {
+	armed   chan struct{} // closed to arm
+	blocked chan struct{} // closed when a sync is held
+	release chan struct{} // closed to let it fail
+	once    sync.Once
+}
+
+func (g *syncGate) String() string { return "crash.syncGate" }
+
+func (g *syncGate) MaybeError(op errorfs.Op) error {
+	select {
+	case <-g.armed:
+	default:
+		return nil
+	}
+	if !strings.HasSuffix(op.Path, ".log") || (op.Kind != errorfs.OpFileSync && op.Kind != errorfs.OpFileSyncData && op.Kind != errorfs.OpFileSyncTo) {
+		return nil
+	}
+	g.once.Do(func() { close(g.blocked) })
+	<-g.release
+	return errorfs.ErrInjected
+}
+
+// readsSeen is a Store that keeps what its event reads returned.
+type readsSeen struct {
+	journal.Store
+	mu   sync.Mutex
+	read chan []*messages.Event // every Events result, while armed
+}
+
+func (s *readsSeen) Events(ctx context.Context, id string, q journal.EventQuery) ([]*messages.Event, error) {
+	evs, err := s.Store.Events(ctx, id, q)
+	s.mu.Lock()
+	ch := s.read
+	s.mu.Unlock()
+	if ch != nil && err == nil {
+		ch <- evs
+	}
+	return evs, err
+}
+
+// TestGapSubscriberSeesOnlyDurableEvents: a subscriber must never see an
+// event that is not durable (journal/doc.go: nothing may be streamed to a
+// subscriber before the write returned nil). The live path keeps this (the
+// actor publishes after the journal's reply), but a subscription's
+// catch-up reads the Store directly, and Pebble shows a batch to readers
+// before its WAL sync completes (pebblejournal/read.go says so). Here the
+// WAL sync of a Send is held, a subscription catches up meanwhile, then the
+// sync fails: the subscriber has received a user message that the Send
+// never acknowledged and that a crash loses. History has the same gap, and
+// so has a revival that loads while a predecessor's write is in flight.
+//
+// Known gap: skipped unless LAZARUS_KNOWN_GAPS=1 (see RELIABILITY.md).
+func TestGapSubscriberSeesOnlyDurableEvents(t *testing.T) {
+	if os.Getenv(knownGapsEnv) == "" {
+		t.Skipf("known gap (RELIABILITY.md, Known gaps); run with %s=1", knownGapsEnv)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	mem := vfs.NewCrashableMem()
+	gate := &syncGate{armed: make(chan struct{}), blocked: make(chan struct{}), release: make(chan struct{})}
+	ps, err := pebblejournal.Open("db", pebblejournal.Options{FS: errorfs.Wrap(mem, gate)})
+	require.NoError(t, err)
+	store := &readsSeen{Store: ps}
+	rt, err := lazarus.Open(lazarus.Options{Store: store, Model: scripted.New(scripted.Options{}), IdleTimeout: -1})
+	require.NoError(t, err)
+
+	close(gate.armed)
+	sent := make(chan error, 1)
+	go func() {
+		_, err := rt.Send(ctx, "c", "hello", agent.Scope{UserID: "u"})
+		sent <- err
+	}()
+	select {
+	case <-gate.blocked: // the user message is applied; its sync is held
+	case <-ctx.Done():
+		t.Fatal("the Send never reached its WAL sync")
+	}
+	history, err := rt.History(ctx, "c", 0, 0)
+	require.NoError(t, err)
+
+	reads := make(chan []*messages.Event, 16)
+	store.mu.Lock()
+	store.read = reads
+	store.mu.Unlock()
+	sub, err := rt.Subscribe(ctx, "c", 0)
+	require.NoError(t, err)
+	caughtUp := <-reads // the catch-up read, while the sync is held
+	var streamed []*messages.Event
+	if len(caughtUp) > 0 {
+		u := <-sub // the pump streams what it read
+		streamed = append(streamed, u.Event)
+	}
+	store.mu.Lock()
+	store.read = nil
+	store.mu.Unlock()
+
+	close(gate.release)
+	err = <-sent
+	require.ErrorIs(t, err, journal.ErrClosed, "the Send is not acknowledged: its sync failed")
+	require.NoError(t, closeWithin(t, "Runtime.Close", rt.Close))
+	_ = ps.Close()
+
+	// A crash now keeps only what was synced.
+	s, err := pebblejournal.Open("db", pebblejournal.Options{FS: mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})})
+	require.NoError(t, err)
+	defer s.Close()
+	durable, err := s.Events(ctx, "c", journal.EventQuery{})
+	require.NoError(t, err)
+	require.Empty(t, durable, "the unacknowledged message did not survive")
+	assert.Empty(t, streamed, "a subscriber received a message whose write had not returned (and never became durable)")
+	assert.Empty(t, history, "History returned a message whose write had not returned (and never became durable)")
+}
