@@ -1,0 +1,80 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestHistogramQuantiles(t *testing.T) {
+	var h histogram
+	require.Zero(t, h.Quantile(0.5))
+	for i := 1; i <= 1000; i++ {
+		h.Record(time.Duration(i) * time.Microsecond)
+	}
+	require.EqualValues(t, 1000, h.Count())
+	for _, tc := range []struct {
+		q    float64
+		want time.Duration
+	}{{0.5, 500 * time.Microsecond}, {0.99, 990 * time.Microsecond}, {0.999, 999 * time.Microsecond}} {
+		got := h.Quantile(tc.q)
+		require.InEpsilonf(t, float64(tc.want), float64(got), 0.04, "q%v: %v", tc.q, got)
+	}
+	require.Equal(t, 1000*time.Microsecond, h.Max())
+	require.Equal(t, 500500*time.Nanosecond, h.Mean())
+	h.Record(-time.Second) // counted as zero
+	require.Zero(t, h.Quantile(0))
+}
+
+func TestBuckets(t *testing.T) {
+	prev := -1
+	for _, ns := range []uint64{0, 1, 31, 32, 33, 63, 64, 1000, 1 << 20, 1<<40 + 12345, 1 << 62} {
+		b := bucket(ns)
+		require.Greater(t, b, prev, "buckets grow with the duration")
+		require.LessOrEqual(t, lower(b), ns)
+		require.Greater(t, lower(b+1), ns)
+		prev = b
+	}
+}
+
+func TestParseFlags(t *testing.T) {
+	cfg, err := parseFlags(nil, nil)
+	require.NoError(t, err)
+	require.Equal(t, 1024, cfg.Conversations)
+	require.Equal(t, 10*time.Second, cfg.Duration)
+	require.Zero(t, cfg.Think)
+	require.True(t, cfg.Baseline)
+	_, err = parseFlags([]string{"--revival-events", "101"}, nil)
+	require.Error(t, err)
+	_, err = parseFlags([]string{"--conversations", "0"}, nil)
+	require.Error(t, err)
+}
+
+func TestTextLike(t *testing.T) {
+	require.Len(t, textLike(400), 400)
+	require.GreaterOrEqual(t, len(jsonLike(2048)), 2048)
+}
+
+// TestRunSmall runs every phase briefly, on a small workload: it checks
+// that each produces figures, not how good they are.
+func TestRunSmall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the load generator for a few seconds")
+	}
+	cfg, err := parseFlags([]string{"--conversations", "8", "--duration", "1s", "--kill-every", "50ms", "--human", "0.3",
+		"--human-delay", "1ms", "--summary-every", "2", "--revival-events", "200", "--revival-samples", "3", "--replay-samples", "1",
+		"--dir", t.TempDir()}, nil)
+	require.NoError(t, err)
+	rep, err := run(t.Context(), cfg)
+	require.NoError(t, err)
+	require.Positive(t, rep.Runtime.Events)
+	require.Positive(t, rep.Runtime.Turns)
+	require.Positive(t, rep.Runtime.StoredEvents)
+	require.Positive(t, rep.Runtime.SendAck.Count)
+	require.NotNil(t, rep.RawPebble)
+	require.Positive(t, rep.RawPebble.Events)
+	require.NotNil(t, rep.Revival)
+	require.EqualValues(t, 3, rep.Revival.LongRevival.Count)
+	require.NotEmpty(t, rep.Targets)
+}

@@ -1,0 +1,204 @@
+// Loadgen drives a real Lazarus runtime (Pebble on disk, the real actors, a
+// scripted model) with many concurrent conversations doing realistic turns,
+// and measures it against naive baselines run in the same process, so that
+// every figure is also a ratio measured on the same machine at the same
+// time.
+//
+// A turn is a user message (~400 B of text), an assistant message with one
+// tool call (~800 B), the server tool's result (~2 KB of JSON) and a final
+// assistant message (~800 B): five durable events. A fraction of turns
+// calls a human tool instead; a simulated human answers it after a delay
+// through Runtime.Resolve. The runtime summarizes every --summary-every
+// turns (snapshot.Deterministic), and a killer kills a random conversation's
+// actor every --kill-every, wherever it is in its turn, then wakes it.
+//
+// Phases, in order:
+//
+//  1. runtime: --conversations drivers for --duration, with a progress line
+//     a second on stderr.
+//  2. baseline (a) (unless --baseline=false): the same events, each
+//     written by its own synced Pebble Set from as many goroutines, for
+//     --duration.
+//  3. baseline (b) (unless --baseline=false): revival of a conversation of
+//     --revival-events events with a recent summary (Kill, then Send),
+//     against one of 100 events, a warm Send, and replaying its whole log.
+//
+// The report is a table on stdout, or JSON with --json. Usage:
+//
+//	go run ./cmd/loadgen [--conversations 1024] [--duration 10s] [--json]
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"time"
+)
+
+// config is the command line.
+type config struct {
+	Conversations  int           `json:"conversations"`
+	Duration       time.Duration `json:"duration_ns"`
+	Think          time.Duration `json:"think_ns"`
+	SummaryEvery   int           `json:"summary_every_turns"`
+	HumanFraction  float64       `json:"human_fraction"`
+	HumanDelay     time.Duration `json:"human_delay_ns"`
+	KillEvery      time.Duration `json:"kill_every_ns"`
+	Baseline       bool          `json:"baseline"`
+	RevivalEvents  int           `json:"revival_events"`
+	RevivalSamples int           `json:"revival_samples"`
+	ReplaySamples  int           `json:"replay_samples"`
+	Dir            string        `json:"dir"`
+	JSON           bool          `json:"-"`
+	CPUProfile     string        `json:"-"`
+	Trace          string        `json:"-"`
+	Verbose        bool          `json:"-"`
+
+	logger *slog.Logger
+}
+
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.IntVar(&c.Conversations, "conversations", 1024, "concurrent conversations (and raw-Pebble writers in baseline a)")
+	fs.DurationVar(&c.Duration, "duration", 10*time.Second, "length of the runtime phase and of baseline (a)")
+	fs.DurationVar(&c.Think, "think", 0, "think time of the scripted model per call")
+	fs.IntVar(&c.SummaryEvery, "summary-every", 10, "summarize every this many turns (0: never)")
+	fs.Float64Var(&c.HumanFraction, "human", 0.05, "fraction of turns that call the human tool")
+	fs.DurationVar(&c.HumanDelay, "human-delay", 20*time.Millisecond, "how long the simulated human takes to answer")
+	fs.DurationVar(&c.KillEvery, "kill-every", 20*time.Millisecond, "kill (then wake) a random conversation's actor this often (0: never)")
+	fs.BoolVar(&c.Baseline, "baseline", true, "run baselines (a) and (b) after the runtime phase")
+	fs.IntVar(&c.RevivalEvents, "revival-events", 100_000, "events of the long conversation of baseline (b), a multiple of 5")
+	fs.IntVar(&c.RevivalSamples, "revival-samples", 200, "Kill-then-Send samples per conversation in baseline (b)")
+	fs.IntVar(&c.ReplaySamples, "replay-samples", 5, "full-log replays in baseline (b)")
+	fs.StringVar(&c.Dir, "dir", "", "directory for the stores (default: a temporary directory, removed at the end)")
+	fs.BoolVar(&c.JSON, "json", false, "print the report as JSON")
+	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the runtime phase to this file")
+	fs.StringVar(&c.Trace, "trace", "", "write an execution trace of seconds 3 to 5 of the runtime phase to this file")
+	fs.BoolVar(&c.Verbose, "v", false, "log the runtime's warnings to stderr")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	switch {
+	case c.Conversations < 1:
+		return c, fmt.Errorf("--conversations must be at least 1")
+	case c.Duration <= 0:
+		return c, fmt.Errorf("--duration must be positive")
+	case c.HumanFraction < 0 || c.HumanFraction > 1:
+		return c, fmt.Errorf("--human must be within [0, 1]")
+	case c.RevivalEvents%turnEvents != 0 || c.RevivalEvents <= recentEvents:
+		return c, fmt.Errorf("--revival-events must be a multiple of %d above %d", turnEvents, recentEvents)
+	case c.RevivalSamples < 1 || c.ReplaySamples < 1:
+		return c, fmt.Errorf("--revival-samples and --replay-samples must be at least 1")
+	}
+	c.logger = slog.New(slog.DiscardHandler)
+	if c.Verbose {
+		c.logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	return c, nil
+}
+
+// report is the whole output of a run.
+type report struct {
+	Date      string         `json:"date"`
+	Machine   machine        `json:"machine"`
+	Config    config         `json:"config"`
+	Runtime   runResult      `json:"runtime"`
+	RawPebble *rawResult     `json:"baseline_a_raw_pebble,omitempty"`
+	Revival   *revivalResult `json:"baseline_b_revival,omitempty"`
+	Ratios    ratios         `json:"ratios"`
+	Targets   []target       `json:"targets"`
+}
+
+type machine struct {
+	CPUs      int    `json:"cpus"`
+	GoVersion string `json:"go"`
+	OS        string `json:"os"`
+}
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:], os.Stderr)
+	if err != nil {
+		if err == flag.ErrHelp {
+			return
+		}
+		fmt.Fprintln(os.Stderr, "loadgen:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	rep, err := run(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "loadgen:", err)
+		os.Exit(1)
+	}
+	if cfg.JSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(rep)
+		return
+	}
+	printReport(os.Stdout, rep)
+}
+
+func run(ctx context.Context, cfg config) (*report, error) {
+	dir := cfg.Dir
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "lazarus-loadgen-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(tmp)
+		dir = tmp
+	}
+	rep := &report{
+		Date:    time.Now().UTC().Format(time.DateOnly),
+		Machine: machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH},
+		Config:  cfg,
+	}
+
+	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, "loadgen: "+format+"\n", args...) }
+	logf("runtime phase: %d conversations for %v in %s", cfg.Conversations, cfg.Duration, dir)
+	if cfg.CPUProfile != "" {
+		f, err := os.Create(cfg.CPUProfile)
+		if err != nil {
+			return nil, err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return nil, err
+		}
+	}
+	res, err := runRuntime(ctx, cfg, filepath.Join(dir, "runtime"))
+	if cfg.CPUProfile != "" {
+		pprof.StopCPUProfile()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("runtime phase: %w", err)
+	}
+	rep.Runtime = res
+	if cfg.Baseline && ctx.Err() == nil {
+		logf("baseline (a): %d writers, one synced Pebble Set per event, for %v", cfg.Conversations, cfg.Duration)
+		raw, err := runRawPebble(ctx, cfg, filepath.Join(dir, "raw"))
+		if err != nil {
+			return nil, fmt.Errorf("baseline (a): %w", err)
+		}
+		rep.RawPebble = &raw
+		logf("baseline (b): revival of a %d-event conversation, %d samples", cfg.RevivalEvents, cfg.RevivalSamples)
+		rev, err := runRevival(ctx, cfg, filepath.Join(dir, "revival"))
+		if err != nil {
+			return nil, fmt.Errorf("baseline (b): %w", err)
+		}
+		rep.Revival = &rev
+	}
+	rep.Ratios, rep.Targets = evaluate(rep)
+	return rep, nil
+}

@@ -1,0 +1,395 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/actors"
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/journal/pebblejournal"
+	"github.com/lazarusrt/lazarus/snapshot"
+)
+
+// stallAfter is how long a conversation may go without an update before
+// its driver wakes it (a lost command; it should not happen).
+const stallAfter = 10 * time.Second
+
+// conv is one simulated conversation: its driver goroutine sends a user
+// message, waits (on a subscription) for the turn's final answer, answers
+// a human call after a delay when the turn has one, and starts over.
+type conv struct {
+	id    string
+	times convTimes
+}
+
+// runStats are the counters and histograms of the runtime phase.
+type runStats struct {
+	events, turns, humanTurns, kills, failures, stalls, lagged atomic.Uint64
+
+	sendAck    histogram // Send: call to durable seq
+	eventAck   histogram // an event's content known to the runtime -> seen durable by a subscriber
+	resolveAck histogram // Resolve: call to durable
+	revival    histogram // Kill, then Wake served by the revived actor
+	turnTime   histogram // Send called -> final answer seen durable
+}
+
+// runResult is what the runtime phase reports.
+type runResult struct {
+	Seconds          float64     `json:"seconds"`
+	Events           uint64      `json:"events"`
+	EventsPerSec     float64     `json:"events_per_s"`
+	Turns            uint64      `json:"turns"`
+	TurnsPerSec      float64     `json:"turns_per_s"`
+	HumanTurns       uint64      `json:"human_turns"`
+	Kills            uint64      `json:"kills"`
+	Failures         uint64      `json:"failed_turns"`
+	Stalls           uint64      `json:"stalls"`
+	SendAck          latency     `json:"send_ack"`
+	EventAck         latency     `json:"event_ack"`
+	ResolveAck       latency     `json:"resolve_ack"`
+	Revival          latency     `json:"revival_under_load"`
+	TurnLatency      latency     `json:"turn_latency"`
+	PeakRSS          uint64      `json:"peak_rss_bytes"`
+	StoredEvents     uint64      `json:"stored_events"`
+	DiskBytes        int64       `json:"disk_bytes"`
+	DiskBytesPerEvnt float64     `json:"disk_bytes_per_event"`
+	GroupCommit      commitStats `json:"group_commit"`
+	CPUPerEvent      float64     `json:"cpu_us_per_event"`
+	CPUUtil          float64     `json:"cpu_utilization"`
+}
+
+// runtimeOptions are the Runtime options every phase uses.
+func runtimeOptions(cfg config, store journal.Store, w *workload) lazarus.Options {
+	opts := lazarus.Options{
+		Store: store,
+		Model: w,
+		Tools: w.tools(),
+		// Summarize every SummaryEvery turns: a turn renders 4 events
+		// (user, assistant, tool result, assistant); keep the last turn.
+		Summary:    snapshot.Policy{MaxEvents: 4 * cfg.SummaryEvery, MaxTokens: -1, KeepRecent: 4},
+		Summarizer: snapshot.Deterministic{},
+		Logger:     cfg.logger,
+	}
+	if cfg.SummaryEvery <= 0 {
+		opts.Summarizer = nil
+	}
+	return opts
+}
+
+func openStore(cfg config, dir string) (*pebblejournal.Store, error) {
+	return pebblejournal.Open(dir, pebblejournal.Options{Logger: cfg.logger})
+}
+
+// runRuntime is the main phase: cfg.Conversations drivers against a
+// Runtime on Pebble in dir, for cfg.Duration.
+func runRuntime(ctx context.Context, cfg config, dir string) (runResult, error) {
+	convs := make([]*conv, cfg.Conversations)
+	byID := make(map[string]*conv, len(convs))
+	for i := range convs {
+		c := &conv{id: fmt.Sprintf("conv-%05d", i)}
+		convs[i], byID[c.id] = c, c
+	}
+	w := &workload{think: cfg.Think, times: func(id string) *convTimes {
+		if c := byID[id]; c != nil {
+			return &c.times
+		}
+		return nil
+	}}
+	store, err := openStore(cfg, dir)
+	if err != nil {
+		return runResult{}, err
+	}
+	counting := &countingStore{Store: store}
+	rt, err := lazarus.Open(runtimeOptions(cfg, counting, w))
+	if err != nil {
+		_ = store.Close()
+		return runResult{}, err
+	}
+	st := &runStats{}
+
+	resetPeakRSS()
+	// Cancelled, not timed out: an entry call in flight at the end then
+	// finishes (Runtime calls bound themselves by a ctx deadline, not by
+	// its cancellation).
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	time.AfterFunc(cfg.Duration, stop)
+	var wg sync.WaitGroup
+	start, cpu0 := time.Now(), cpuTime()
+	for _, c := range convs {
+		wg.Go(func() { drive(runCtx, cfg, rt, c, st) })
+	}
+	if cfg.KillEvery > 0 {
+		wg.Go(func() { killer(runCtx, cfg, rt, convs, st) })
+	}
+	if cfg.Trace != "" {
+		stopTrace, err := traceWindow(cfg.Trace, 3*time.Second, 2*time.Second)
+		if err != nil {
+			return runResult{}, err
+		}
+		defer stopTrace()
+	}
+	progressDone := make(chan struct{})
+	go func() {
+		defer close(progressDone)
+		progress(runCtx, start, rt, st)
+	}()
+	<-runCtx.Done()
+	elapsed, cpu := time.Since(start), cpuTime()-cpu0
+	events, turns := st.events.Load(), st.turns.Load()
+	wg.Wait()
+	<-progressDone
+	peak := peakRSS()
+
+	var stored uint64
+	for _, c := range convs {
+		n, err := store.LastSeq(context.Background(), c.id)
+		if err != nil {
+			return runResult{}, fmt.Errorf("last seq of %s: %w", c.id, err)
+		}
+		stored += n
+	}
+	if err := rt.Close(); err != nil {
+		return runResult{}, fmt.Errorf("close runtime: %w", err)
+	}
+	if err := store.Close(); err != nil {
+		return runResult{}, fmt.Errorf("close store: %w", err)
+	}
+	disk := dirSize(dir)
+	secs := elapsed.Seconds()
+	res := runResult{
+		Seconds:      secs,
+		Events:       events,
+		EventsPerSec: float64(events) / secs,
+		Turns:        turns,
+		TurnsPerSec:  float64(turns) / secs,
+		HumanTurns:   st.humanTurns.Load(),
+		Kills:        st.kills.Load(),
+		Failures:     st.failures.Load(),
+		Stalls:       st.stalls.Load(),
+		SendAck:      st.sendAck.summary(),
+		EventAck:     st.eventAck.summary(),
+		ResolveAck:   st.resolveAck.summary(),
+		Revival:      st.revival.summary(),
+		TurnLatency:  st.turnTime.summary(),
+		PeakRSS:      peak,
+		StoredEvents: stored,
+		DiskBytes:    disk,
+		GroupCommit:  counting.stats(),
+		CPUPerEvent:  div(float64(cpu.Microseconds()), float64(events)),
+		CPUUtil:      cpu.Seconds() / secs,
+	}
+	if stored > 0 {
+		res.DiskBytesPerEvnt = float64(disk) / float64(stored)
+	}
+	return res, nil
+}
+
+// drive runs one conversation until ctx ends.
+func drive(ctx context.Context, cfg config, rt *lazarus.Runtime, c *conv, st *runStats) {
+	sub, err := rt.Subscribe(ctx, c.id, 0)
+	if err != nil {
+		return
+	}
+	d := &driver{ctx: ctx, cfg: cfg, rt: rt, c: c, st: st, sub: sub}
+	for ctx.Err() == nil {
+		human := rand.Float64() < cfg.HumanFraction
+		t0 := time.Now()
+		_, err := rt.SendMessage(ctx, c.id, userMessage(human), lazarus.SendOptions{}, scope)
+		if err != nil {
+			if ctx.Err() == nil {
+				st.failures.Add(1)
+				fmt.Fprintf(os.Stderr, "loadgen: send to %s: %v\n", c.id, err)
+			}
+			continue
+		}
+		st.sendAck.Record(time.Since(t0))
+		if !d.awaitFinal() {
+			return
+		}
+		st.turnTime.Record(time.Since(t0))
+		st.turns.Add(1)
+		if human {
+			st.humanTurns.Add(1)
+		}
+	}
+}
+
+var scope = agent.Scope{UserID: "loadgen"}
+
+type driver struct {
+	ctx  context.Context
+	cfg  config
+	rt   *lazarus.Runtime
+	c    *conv
+	st   *runStats
+	sub  <-chan actors.Update
+	last uint64 // last seq seen
+}
+
+// awaitFinal reads the subscription until the turn's final answer (an
+// assistant message without tool calls) is durable. It answers a human
+// call on the way. It returns false when ctx ended.
+func (d *driver) awaitFinal() bool {
+	stall := time.NewTimer(stallAfter)
+	defer stall.Stop()
+	for {
+		var u actors.Update
+		var ok bool
+		select {
+		case u, ok = <-d.sub:
+		case <-d.ctx.Done():
+			return false
+		case <-stall.C:
+			d.st.stalls.Add(1)
+			_ = d.rt.Wake(d.ctx, d.c.id)
+			stall.Reset(stallAfter)
+			continue
+		}
+		if !ok {
+			if d.ctx.Err() != nil {
+				return false
+			}
+			// The subscription ended (it lagged): subscribe again after
+			// the last event seen.
+			d.st.lagged.Add(1)
+			sub, err := d.rt.Subscribe(d.ctx, d.c.id, d.last)
+			if err != nil {
+				return false
+			}
+			d.sub = sub
+			continue
+		}
+		if u.Err != nil {
+			if !errors.Is(u.Err, lazarus.ErrLagged) && d.ctx.Err() == nil {
+				// A failed turn or write: the actor stopped; revive it so it
+				// carries on from the log.
+				if d.st.failures.Add(1) <= 3 && d.cfg.Verbose {
+					fmt.Fprintf(os.Stderr, "loadgen: %s: %v\n", d.c.id, u.Err)
+				}
+				_ = d.rt.Wake(d.ctx, d.c.id)
+			}
+			continue
+		}
+		ev := u.Event
+		if ev == nil {
+			continue // a delta
+		}
+		stall.Reset(stallAfter)
+		d.last = ev.GetSeq()
+		d.st.events.Add(1)
+		now := time.Now().UnixNano()
+		t := &d.c.times
+		switch {
+		case ev.GetUserMsg() != nil:
+			// Its ack is Send's latency.
+		case ev.GetAssistantMsg() != nil:
+			d.st.eventAck.Record(time.Duration(now - t.modelAt.Load()))
+			if len(ev.GetAssistantMsg().GetToolCalls()) == 0 {
+				return true
+			}
+		case ev.GetToolCall() != nil:
+			d.st.eventAck.Record(time.Duration(now - t.modelAt.Load()))
+		case ev.GetSuspension() != nil:
+			d.st.eventAck.Record(time.Duration(now - t.modelAt.Load()))
+			if !d.answer(ev.GetSuspension().GetPending()[0].GetToolCallId()) {
+				return false
+			}
+		case ev.GetResolution() != nil:
+			d.st.eventAck.Record(time.Duration(now - t.resolveAt.Load()))
+		case ev.GetToolResult() != nil:
+			// A human call's result was known when Resolve was called.
+			at := t.toolAt.Load()
+			if ev.GetToolResult().GetName() == approveTool {
+				at = t.resolveAt.Load()
+			}
+			d.st.eventAck.Record(time.Duration(now - at))
+		}
+	}
+}
+
+// answer is the simulated human: after HumanDelay it approves the call.
+func (d *driver) answer(callID string) bool {
+	if d.cfg.HumanDelay > 0 {
+		t := time.NewTimer(d.cfg.HumanDelay)
+		select {
+		case <-t.C:
+		case <-d.ctx.Done():
+			t.Stop()
+			return false
+		}
+	}
+	t0 := time.Now()
+	d.c.times.resolveAt.Store(t0.UnixNano())
+	err := d.rt.Resolve(d.ctx, callID, `{"approved":true,"by":"loadgen"}`, scope)
+	if err != nil {
+		if d.ctx.Err() != nil {
+			return false
+		}
+		d.st.failures.Add(1)
+		fmt.Fprintf(os.Stderr, "loadgen: resolve %s: %v\n", callID, err)
+		return true
+	}
+	d.st.resolveAck.Record(time.Since(t0))
+	return true
+}
+
+// killer kills a random conversation's actor every KillEvery, wherever it
+// is in its turn, and wakes it at once: the revived actor applies the
+// recovery rules (re-runs a model turn, re-dispatches a server call) and
+// its driver never notices. It records Kill-then-Wake-served latency.
+func killer(ctx context.Context, cfg config, rt *lazarus.Runtime, convs []*conv, st *runStats) {
+	tick := time.NewTicker(cfg.KillEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		c := convs[rand.IntN(len(convs))]
+		if !rt.Kill(c.id) {
+			continue
+		}
+		t0 := time.Now()
+		if err := rt.Wake(ctx, c.id); err != nil {
+			continue
+		}
+		st.revival.Record(time.Since(t0))
+		st.kills.Add(1)
+	}
+}
+
+// progress prints one line a second to stderr until ctx ends.
+func progress(ctx context.Context, start time.Time, rt *lazarus.Runtime, st *runStats) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var lastEvents, lastTurns uint64
+	last, lastCPU := start, cpuTime()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			ev, tu := st.events.Load(), st.turns.Load()
+			dt := now.Sub(last).Seconds()
+			var mem runtime.MemStats
+			runtime.ReadMemStats(&mem)
+			cpu := cpuTime()
+			fmt.Fprintf(os.Stderr, "%5.1fs  events/s %7.0f  turns/s %6.0f  cpu %3.0f%%  send p99 %6.2fms  event-ack p99 %6.2fms  active %5d  kills %4d  rss %5.0f MiB  heap %5.0f MiB\n",
+				now.Sub(start).Seconds(), float64(ev-lastEvents)/dt, float64(tu-lastTurns)/dt, 100*(cpu-lastCPU).Seconds()/dt,
+				ms(st.sendAck.Quantile(0.99)), ms(st.eventAck.Quantile(0.99)),
+				rt.Active(), st.kills.Load(), float64(procStatus("VmRSS"))/(1<<20), float64(mem.HeapInuse)/(1<<20))
+			lastEvents, lastTurns, last, lastCPU = ev, tu, now, cpu
+		}
+	}
+}

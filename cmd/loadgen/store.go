@@ -1,0 +1,53 @@
+package main
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// countingStore is the Store the runtime phase hands the Runtime: it
+// passes every call through and measures the journal actor's group
+// commits (Store.AppendBatch): how many, how many requests and events
+// each carried, how long each took.
+type countingStore struct {
+	journal.Store
+	commits, requests, events atomic.Uint64
+	commitTime                histogram
+}
+
+// AppendBatch implements journal.EventLog, counting.
+func (s *countingStore) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest) []journal.AppendResult {
+	t0 := time.Now()
+	res := s.Store.AppendBatch(ctx, reqs)
+	s.commitTime.Record(time.Since(t0))
+	s.commits.Add(1)
+	s.requests.Add(uint64(len(reqs)))
+	n := 0
+	for _, r := range reqs {
+		n += len(r.GetEvents())
+	}
+	s.events.Add(uint64(n))
+	return res
+}
+
+// commitStats is what the report says of the group commits.
+type commitStats struct {
+	Commits           uint64  `json:"commits"`
+	RequestsPerCommit float64 `json:"requests_per_commit"`
+	EventsPerCommit   float64 `json:"events_per_commit"`
+	CommitTime        latency `json:"commit_time"`
+}
+
+func (s *countingStore) stats() commitStats {
+	c := s.commits.Load()
+	return commitStats{
+		Commits:           c,
+		RequestsPerCommit: div(float64(s.requests.Load()), float64(c)),
+		EventsPerCommit:   div(float64(s.events.Load()), float64(c)),
+		CommitTime:        s.commitTime.summary(),
+	}
+}
