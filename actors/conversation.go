@@ -92,6 +92,11 @@ type ConversationConfig struct {
 	// it. force retires unconditionally (the actor is stopping anyway). Nil
 	// means the actor never passivates.
 	Retire func(processed uint64, force bool) bool
+	// Stopped, if set, is told why the actor stops itself (its revival or
+	// a write failed, it was killed), just before it retires: a command
+	// that then finds the activation retired is answered with this cause,
+	// as the actor would have answered it. Nil means nobody is told.
+	Stopped func(cause error)
 	// Goroutines tracks the goroutines the actor starts (model calls, tool
 	// runs, loads, summaries), so their owner can wait for them on close.
 	// Nil means untracked.
@@ -972,6 +977,9 @@ func (c *conversation) onIdle(ctx actor.Context, t *idleTick) {
 func (c *conversation) stop(ctx actor.Context, cause error) {
 	if c.stopping {
 		return
+	}
+	if c.cfg.Stopped != nil {
+		c.cfg.Stopped(cause)
 	}
 	if c.cfg.Retire != nil {
 		c.cfg.Retire(c.processed, true)

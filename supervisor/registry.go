@@ -22,9 +22,25 @@ type activation struct {
 
 	done chan struct{} // closed once the actor has terminated
 
-	mu      sync.Mutex // guards sent and retired; held across a send
+	mu      sync.Mutex // guards sent, retired and cause; held across a send
 	sent    uint64     // commands sent to this activation
 	retired bool
+	cause   error // why the actor stopped itself, if it did (see stopped)
+}
+
+// stopped records why the activation's actor is stopping itself, before it
+// retires.
+func (a *activation) stopped(cause error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.cause = cause
+}
+
+// stopCause returns the cause recorded by stopped, if any.
+func (a *activation) stopCause() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.cause
 }
 
 // registry maps conversation ids to their single activation. It is shared

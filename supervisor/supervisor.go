@@ -26,8 +26,8 @@ type Config struct {
 	// Required.
 	Store journal.Store
 	// Agent returns the configuration of a new activation of conversation
-	// id. The supervisor fills in ID, Store, Journal, Expiry, Clock, Retire
-	// and Goroutines. Required.
+	// id. The supervisor fills in ID, Store, Journal, Expiry, Clock, Retire,
+	// Stopped and Goroutines. Required.
 	Agent func(id string) actors.ConversationConfig
 	// Clock supplies time to the expiry actor and the agents. Default
 	// actors.SystemClock().
@@ -140,6 +140,13 @@ func (s *Supervisor) Ask(ctx context.Context, id string, cmd *actors.Command) (p
 		}
 		err = s.reg.send(a, func(pid *actor.PID) { fut = s.system.Root.RequestFuture(pid, cmd, timeout) })
 		if errors.Is(err, errRetired) {
+			// An actor that stopped itself for a reason a new activation
+			// cannot fix (its store refuses reads) would have answered this
+			// command with that reason; so does Ask, rather than spawn
+			// activations that fail the same way until it gives up.
+			if cause := a.stopCause(); cause != nil && !retryOnNewActivation(cause) {
+				return nil, fmt.Errorf("supervisor: conversation %q: %w", id, cause)
+			}
 			last = err
 			continue
 		}
@@ -158,6 +165,12 @@ func (s *Supervisor) Ask(ctx context.Context, id string, cmd *actors.Command) (p
 		return res.(proto.Message), nil
 	}
 	return nil, fmt.Errorf("supervisor: conversation %q: no activation answered after %d attempts: %w", id, attempts, last)
+}
+
+// retryOnNewActivation reports whether a command that failed with err may
+// succeed on a new activation: the rule of the conversation actor's replies.
+func retryOnNewActivation(err error) bool {
+	return errors.Is(err, actors.ErrAgentStopped) || errors.Is(err, journal.ErrConflict)
 }
 
 // retryable reports whether an agent's reply says the command was not
@@ -331,6 +344,7 @@ func (r *root) spawn(ctx actor.Context, a *activation) (*actor.PID, error) {
 	cfg.Clock = s.cfg.Clock
 	cfg.Goroutines = &s.wg
 	cfg.Retire = func(processed uint64, force bool) bool { return s.reg.retire(a, processed, force) }
+	cfg.Stopped = a.stopped
 	pid, err := ctx.SpawnNamed(actors.NewConversation(cfg), fmt.Sprintf("conv-%d", a.gen))
 	if err == nil {
 		s.reg.register(a, pid)
