@@ -246,9 +246,15 @@ func testIOFault(t *testing.T, fc faultCase, underLoad bool) {
 	var wg sync.WaitGroup
 	for i, conv := range convs[1:] {
 		wg.Go(func() {
+			atBarrier := sync.OnceFunc(func() {
+				if !underLoad {
+					arrived.Done()
+				}
+			})
+			defer atBarrier() // a worker that fails early must not hold the others
 			for n := 1; n <= maxTurns; n++ {
 				if !underLoad && n == 4 {
-					arrived.Done()
+					atBarrier()
 					<-resume
 				}
 				rid := fmt.Sprintf("%s-%d", hexID(conv), n)

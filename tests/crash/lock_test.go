@@ -68,7 +68,11 @@ func TestSecondProcessIsLockedOut(t *testing.T) {
 	require.Contains(t, err.Error(), "locked")
 
 	require.NoError(t, stdin.Close()) // the child closes its Runtime and exits
-	<-read
+	select {
+	case <-read:
+	case <-timer.C:
+		t.Fatalf("the child did not exit once released; its stderr:\n%s", stderr.String())
+	}
 	require.NoError(t, cmd.Wait(), "the holding child failed; its stderr:\n%s", stderr.String())
 	require.Empty(t, l.problems)
 	require.Len(t, l.sends, cfg.Convs)

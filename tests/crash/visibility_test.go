@@ -105,8 +105,21 @@ func TestGapSubscriberSeesOnlyDurableEvents(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the Send never reached its WAL sync")
 	}
-	history, err := rt.History(ctx, "c", 0, 0)
-	require.NoError(t, err)
+	// History while the sync is held (a fixed store may make it wait).
+	historyc := make(chan []*messages.Event, 1)
+	go func() {
+		evs, _ := rt.History(ctx, "c", 0, 0)
+		historyc <- evs
+	}()
+	var history []*messages.Event
+	gotHistory := false
+	waitHistory := time.NewTimer(2 * time.Second)
+	defer waitHistory.Stop()
+	select {
+	case history = <-historyc:
+		gotHistory = true
+	case <-waitHistory.C:
+	}
 
 	reads := make(chan []*messages.Event, 16)
 	store.mu.Lock()
@@ -114,11 +127,23 @@ func TestGapSubscriberSeesOnlyDurableEvents(t *testing.T) {
 	store.mu.Unlock()
 	sub, err := rt.Subscribe(ctx, "c", 0)
 	require.NoError(t, err)
-	caughtUp := <-reads // the catch-up read, while the sync is held
+	// The catch-up read, while the sync is held. A store whose reads wait
+	// for writes in flight (the fix) does not return here; then go on.
+	var caughtUp []*messages.Event
+	held := time.NewTimer(2 * time.Second)
+	defer held.Stop()
+	select {
+	case caughtUp = <-reads:
+	case <-held.C:
+	}
 	var streamed []*messages.Event
 	if len(caughtUp) > 0 {
-		u := <-sub // the pump streams what it read
-		streamed = append(streamed, u.Event)
+		select {
+		case u := <-sub: // the pump streams what it read
+			streamed = append(streamed, u.Event)
+		case <-ctx.Done():
+			t.Fatal("the pump never streamed what it read")
+		}
 	}
 	store.mu.Lock()
 	store.read = nil
@@ -127,6 +152,26 @@ func TestGapSubscriberSeesOnlyDurableEvents(t *testing.T) {
 	close(gate.release)
 	err = <-sent
 	require.ErrorIs(t, err, journal.ErrClosed, "the Send is not acknowledged: its sync failed")
+	if !gotHistory {
+		history = <-historyc
+	}
+	// Anything streamed now is unacknowledged too.
+	late := time.NewTimer(500 * time.Millisecond)
+	defer late.Stop()
+drain:
+	for {
+		select {
+		case u, ok := <-sub:
+			if !ok {
+				break drain
+			}
+			if u.Event != nil {
+				streamed = append(streamed, u.Event)
+			}
+		case <-late.C:
+			break drain
+		}
+	}
 	require.NoError(t, closeWithin(t, "Runtime.Close", rt.Close))
 	_ = ps.Close()
 
