@@ -62,9 +62,6 @@ type ConversationConfig struct {
 	Store journal.Store
 	// Journal is the journal actor. Required.
 	Journal *actor.PID
-	// Expiry is the expiry actor, told of deadlines to arm and cancel. Nil
-	// means deadlines are only written to the Store.
-	Expiry *actor.PID
 	// Model answers turns. Required.
 	Model agent.Model
 	// Tools is the tool registry. Nil means no tools.
@@ -583,7 +580,6 @@ func (c *conversation) writeResults(ctx actor.Context) {
 	// A turn is owed once these results land: the conversation is active.
 	req := &messages.AppendRequest{Status: messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE}
 	var done []string
-	var cancel []string
 	for _, id := range c.order {
 		call := c.calls[id]
 		if call.ready == nil {
@@ -594,7 +590,6 @@ func (c *conversation) writeResults(ctx actor.Context) {
 			req.Events = append(req.Events, c.event(func(ev *messages.Event) {
 				ev.Body = &messages.Event_Resolution{Resolution: &messages.Resolution{ToolCallId: id, Status: call.status, By: call.by}}
 			}))
-			cancel = append(cancel, id)
 		}
 		req.Events = append(req.Events, c.event(func(ev *messages.Event) {
 			ev.Body = &messages.Event_ToolResult{ToolResult: &messages.ToolResultEvent{ToolCallId: id, Name: tc.GetName(), Outcome: call.ready}}
@@ -617,11 +612,6 @@ func (c *conversation) writeResults(ctx actor.Context) {
 			delete(c.calls, id)
 		}
 		c.order = remove(c.order, done)
-		if c.cfg.Expiry != nil {
-			for _, id := range cancel {
-				ctx.Send(c.cfg.Expiry, &messages.CancelExpiry{ConversationId: c.cfg.ID, ToolCallId: id})
-			}
-		}
 	}})
 }
 
@@ -746,11 +736,6 @@ func (c *conversation) writeAnswer(ctx actor.Context, d *modelDone) {
 			id := call.ev.GetCall().GetId()
 			c.calls[id] = call
 			c.order = append(c.order, id)
-		}
-		if c.cfg.Expiry != nil {
-			for _, d := range req.GetSchedule() {
-				ctx.Send(c.cfg.Expiry, &messages.ScheduleExpiry{Deadline: d})
-			}
 		}
 	}})
 }

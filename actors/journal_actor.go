@@ -20,6 +20,13 @@ type JournalOptions struct {
 	MaxBatch int
 	// Logger receives the actor's logs. Default: discard.
 	Logger *slog.Logger
+	// Committed, if set, is called on the actor's goroutine, in commit
+	// order, with every request the Store committed, before its requester
+	// is answered. It must not block. The runtime uses it to arm and cancel
+	// the expiry actor's timers from the durable deadlines themselves, so
+	// no kill of a conversation between its write and its next message can
+	// leave a durable deadline unarmed.
+	Committed func(req *messages.AppendRequest)
 }
 
 const defaultJournalMaxBatch = 4096
@@ -192,6 +199,9 @@ func (a *journalActor) handOver() {
 
 func (a *journalActor) answer(ctx actor.Context, b *commitBatch) {
 	for i, r := range b.reqs {
+		if a.opts.Committed != nil && b.results[i].Err == nil {
+			a.opts.Committed(r.req)
+		}
 		replyWrite(ctx, r, b.results[i])
 	}
 }

@@ -462,3 +462,30 @@ func BenchmarkJournalGroupCommit(b *testing.B) {
 		b.ReportMetric(float64(store.writes)/float64(store.commits), "writes/commit")
 	}
 }
+
+func TestJournalCommittedHookSeesOnlyCommittedRequestsBeforeTheReply(t *testing.T) {
+	sys := newTestSystem(t)
+	store := memjournal.New(memjournal.Options{})
+	var mu sync.Mutex
+	var seen []uint64 // expected_last of each committed request
+	pid := sys.Root.Spawn(actors.NewJournal(store, actors.JournalOptions{
+		Committed: func(req *messages.AppendRequest) {
+			mu.Lock()
+			defer mu.Unlock()
+			seen = append(seen, req.GetExpectedLast())
+		},
+	}))
+	committed := func() []uint64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]uint64(nil), seen...)
+	}
+
+	require.NoError(t, replyErr(requestWrite(t, sys, pid, write(1, userAppend("a", 0, "one")))))
+	require.Equal(t, []uint64{0}, committed(), "the hook ran before the reply")
+	r := requestWrite(t, sys, pid, write(2, userAppend("a", 0, "conflict")))
+	require.ErrorIs(t, replyErr(r), journal.ErrConflict)
+	require.Equal(t, []uint64{0}, committed(), "a failed request is not reported")
+	require.NoError(t, replyErr(requestWrite(t, sys, pid, write(3, userAppend("a", 1, "two")))))
+	require.Equal(t, []uint64{0, 1}, committed())
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -307,12 +308,33 @@ func (r *root) deliverExpired(ctx actor.Context, e *expired) {
 func (r *root) start(ctx actor.Context) {
 	s := r.s
 	if s.journal == nil {
-		pid, err := ctx.SpawnNamed(actors.NewJournal(s.cfg.Store, s.cfg.Journal), "journal")
+		// The expiry actor learns of deadlines from the commits themselves:
+		// a conversation killed between its write and its next message
+		// cannot leave a durable deadline unarmed.
+		var expiryPID atomic.Pointer[actor.PID]
+		sys := ctx.ActorSystem()
+		jopts := s.cfg.Journal
+		jopts.Committed = func(req *messages.AppendRequest) {
+			to := expiryPID.Load()
+			if to == nil {
+				return
+			}
+			for _, d := range req.GetSchedule() {
+				sys.Root.Send(to, &messages.ScheduleExpiry{Deadline: d})
+			}
+			for _, id := range req.GetCancel() {
+				sys.Root.Send(to, &messages.CancelExpiry{ConversationId: req.GetConversationId(), ToolCallId: id})
+			}
+			for _, r := range req.GetResolutions() {
+				sys.Root.Send(to, &messages.CancelExpiry{ConversationId: req.GetConversationId(), ToolCallId: r.GetToolCallId()})
+			}
+		}
+		pid, err := ctx.SpawnNamed(actors.NewJournal(s.cfg.Store, jopts), "journal")
 		if err != nil {
 			panic(fmt.Sprintf("supervisor: spawn journal actor: %v", err)) // a programmer error: the name is ours
 		}
 		s.journal = pid
-		self, sys := ctx.Self(), ctx.ActorSystem()
+		self := ctx.Self()
 		expiry, err := ctx.SpawnNamed(actors.NewExpiry(actors.ExpiryOptions{
 			Store:      s.cfg.Store,
 			Journal:    pid,
@@ -327,6 +349,7 @@ func (r *root) start(ctx actor.Context) {
 			panic(fmt.Sprintf("supervisor: spawn expiry actor: %v", err))
 		}
 		s.expiry = expiry
+		expiryPID.Store(expiry)
 	}
 	close(r.started)
 }
@@ -340,7 +363,6 @@ func (r *root) spawn(ctx actor.Context, a *activation) (*actor.PID, error) {
 	cfg.ID = a.id
 	cfg.Store = s.cfg.Store
 	cfg.Journal = s.journal
-	cfg.Expiry = s.expiry
 	cfg.Clock = s.cfg.Clock
 	cfg.Goroutines = &s.wg
 	cfg.Retire = func(processed uint64, force bool) bool { return s.reg.retire(a, processed, force) }

@@ -256,3 +256,16 @@ func toolResults(turn agent.Turn, id string) []*messages.ToolOutcome {
 	}
 	return out
 }
+
+// awaitDeadlineArmed waits until the expiry actor's timer is armed for the
+// deadline of tool call id, as stored in its row.
+func (h *harness) awaitDeadlineArmed(id string) {
+	h.t.Helper()
+	row, err := h.store.ToolCall(ctxT(h.t), id)
+	require.NoError(h.t, err)
+	want := row.GetDeadline().AsTime()
+	require.Eventually(h.t, func() bool {
+		next, ok := h.clock.Next()
+		return ok && next.Equal(want)
+	}, wait, time.Millisecond, "a timer armed for the deadline %v (timers %d)", want, h.clock.Timers())
+}

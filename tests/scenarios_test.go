@@ -55,8 +55,7 @@ func TestKillAndRevive(t *testing.T) {
 		require.NoError(t, err)
 		h.awaitEvent("other", 0, isAssistantText("still here"))
 		require.False(t, h.rt.IsActive("refund"), "nothing revives a conversation but its own commands")
-		require.Eventually(t, func() bool { return h.clock.Timers() == 1 }, wait, time.Millisecond,
-			"the expiry actor still holds the deadline of the dead conversation")
+		h.awaitDeadlineArmed(callID) // the expiry actor still holds the dead conversation's deadline
 
 		require.NoError(t, h.rt.Resolve(ctx, callID, `{"approved":true}`, user))
 		h.awaitEvent("refund", susp.GetSeq(), isAssistantText("refund done"))
@@ -129,7 +128,7 @@ func TestKillExpireLateAnswer(t *testing.T) {
 		require.NoError(t, err)
 		id := pendingCallID(t, h.awaitEvent("c", 0, isSuspension))
 		require.True(t, h.rt.Kill("c"))
-		require.Eventually(t, func() bool { return h.clock.Timers() == 1 }, wait, time.Millisecond)
+		h.awaitDeadlineArmed(id)
 
 		h.clock.Advance(59 * time.Minute)
 		require.False(t, h.rt.IsActive("c"), "nothing fires before the deadline")
