@@ -55,14 +55,14 @@ func runRawPebble(ctx context.Context, cfg config, dir string) (rawResult, error
 	if err != nil {
 		return rawResult{}, err
 	}
-	var events atomic.Uint64
+	var events, written atomic.Uint64 // measured; all, warm-up included
 	var ack histogram
+	var measuring atomic.Bool
 	resetPeakRSS()
 	runCtx, stop := context.WithTimeout(ctx, cfg.Duration)
 	defer stop()
 	var wg sync.WaitGroup
 	var failed atomic.Pointer[error]
-	start, cpu0 := time.Now(), cpuTime()
 	for i := range cfg.Conversations {
 		wg.Go(func() {
 			conv := fmt.Sprintf("conv-%05d", i)
@@ -87,12 +87,22 @@ func runRawPebble(ctx context.Context, cfg config, dir string) (rawResult, error
 						failed.Store(&err)
 						return
 					}
-					ack.Record(time.Since(t0))
-					events.Add(1)
+					written.Add(1)
+					if measuring.Load() {
+						ack.Record(time.Since(t0))
+						events.Add(1)
+					}
 				}
 			}
 		})
 	}
+	warm := time.NewTimer(cfg.Warmup)
+	select {
+	case <-warm.C:
+	case <-runCtx.Done():
+	}
+	start, cpu0 := time.Now(), cpuTime()
+	measuring.Store(true)
 	<-runCtx.Done()
 	elapsed, cpu := time.Since(start), cpuTime()-cpu0
 	n := events.Load()
@@ -105,7 +115,7 @@ func runRawPebble(ctx context.Context, cfg config, dir string) (rawResult, error
 		return rawResult{}, *p
 	}
 	disk := dirSize(dir)
-	total := events.Load()
+	total := written.Load()
 	res := rawResult{
 		Seconds: elapsed.Seconds(), Writers: cfg.Conversations, Events: n,
 		EventsPerSec: float64(n) / elapsed.Seconds(), SetAck: ack.summary(),

@@ -62,7 +62,7 @@ func TestRunSmall(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the load generator for a few seconds")
 	}
-	cfg, err := parseFlags([]string{"--conversations", "8", "--duration", "1s", "--kill-every", "50ms", "--human", "0.3",
+	cfg, err := parseFlags([]string{"--conversations", "8", "--duration", "1s", "--warmup", "200ms", "--kill-every", "50ms", "--human", "0.3",
 		"--human-delay", "1ms", "--summary-every", "2", "--revival-events", "200", "--revival-samples", "3", "--replay-samples", "1",
 		"--dir", t.TempDir()}, nil)
 	require.NoError(t, err)

@@ -15,7 +15,7 @@
 // Phases, in order:
 //
 //  1. runtime: --conversations drivers for --duration, with a progress line
-//     a second on stderr.
+//     a second on stderr; the first --warmup is not measured.
 //  2. baseline (a) (unless --baseline=false): the same events, each
 //     written by its own synced Pebble Set from as many goroutines, for
 //     --duration.
@@ -47,6 +47,7 @@ import (
 type config struct {
 	Conversations  int           `json:"conversations"`
 	Duration       time.Duration `json:"duration_ns"`
+	Warmup         time.Duration `json:"warmup_ns"`
 	Think          time.Duration `json:"think_ns"`
 	SummaryEvery   int           `json:"summary_every_turns"`
 	HumanFraction  float64       `json:"human_fraction"`
@@ -70,8 +71,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.IntVar(&c.Conversations, "conversations", 1024, "concurrent conversations (and raw-Pebble writers in baseline a)")
-	fs.DurationVar(&c.Duration, "duration", 10*time.Second, "length of the runtime phase and of baseline (a)")
-	fs.DurationVar(&c.Think, "think", 0, "think time of the scripted model per call")
+	fs.DurationVar(&c.Duration, "duration", 10*time.Second, "length of the runtime phase and of baseline (a), warm-up included")
+	fs.DurationVar(&c.Warmup, "warmup", time.Second, "the first part of each phase, not measured")
+	fs.DurationVar(&c.Think, "think", 0, "mean think time of the scripted model per call (uniform in [think/2, 3*think/2))")
 	fs.IntVar(&c.SummaryEvery, "summary-every", 10, "summarize every this many turns (0: never)")
 	fs.Float64Var(&c.HumanFraction, "human", 0.05, "fraction of turns that call the human tool")
 	fs.DurationVar(&c.HumanDelay, "human-delay", 20*time.Millisecond, "how long the simulated human takes to answer")
@@ -93,6 +95,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("--conversations must be at least 1")
 	case c.Duration <= 0:
 		return c, fmt.Errorf("--duration must be positive")
+	case c.Warmup < 0 || c.Warmup >= c.Duration:
+		return c, fmt.Errorf("--warmup must be within [0, --duration)")
 	case c.HumanFraction < 0 || c.HumanFraction > 1:
 		return c, fmt.Errorf("--human must be within [0, 1]")
 	case c.RevivalEvents%turnEvents != 0 || c.RevivalEvents <= recentEvents:

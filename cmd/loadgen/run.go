@@ -31,15 +31,38 @@ type conv struct {
 	times convTimes
 }
 
-// runStats are the counters and histograms of the runtime phase.
+// runStats are the counters and histograms of the runtime phase. Events,
+// turns, kills and latencies count only once measuring is set, after the
+// warm-up; failures and stalls count over the whole run.
 type runStats struct {
+	measuring atomic.Bool
+
 	events, turns, humanTurns, kills, failures, stalls, lagged atomic.Uint64
+	allEvents, allTurns                                        atomic.Uint64 // warm-up included, for the progress line
 
 	sendAck    histogram // Send: call to durable seq
 	eventAck   histogram // an event's content known to the runtime -> seen durable by a subscriber
 	resolveAck histogram // Resolve: call to durable
 	revival    histogram // Kill, then Wake served by the revived actor
 	turnTime   histogram // Send called -> final answer seen durable
+}
+
+func (st *runStats) record(h *histogram, d time.Duration) {
+	if st.measuring.Load() {
+		h.Record(d)
+	}
+}
+
+func (st *runStats) count(c *atomic.Uint64) {
+	if st.measuring.Load() {
+		c.Add(1)
+	}
+	switch c {
+	case &st.events:
+		st.allEvents.Add(1)
+	case &st.turns:
+		st.allTurns.Add(1)
+	}
 }
 
 // runResult is what the runtime phase reports.
@@ -124,7 +147,7 @@ func runRuntime(ctx context.Context, cfg config, dir string) (runResult, error) 
 	defer stop()
 	time.AfterFunc(cfg.Duration, stop)
 	var wg sync.WaitGroup
-	start, cpu0 := time.Now(), cpuTime()
+	start := time.Now()
 	for _, c := range convs {
 		wg.Go(func() { drive(runCtx, cfg, rt, c, st) })
 	}
@@ -143,8 +166,17 @@ func runRuntime(ctx context.Context, cfg config, dir string) (runResult, error) 
 		defer close(progressDone)
 		progress(runCtx, start, rt, st)
 	}()
+	// Measure after the warm-up: the first commands of every conversation
+	// arrive together, and Pebble starts empty.
+	warm := time.NewTimer(cfg.Warmup)
+	select {
+	case <-warm.C:
+	case <-runCtx.Done():
+	}
+	measured, cpu0 := time.Now(), cpuTime()
+	st.measuring.Store(true)
 	<-runCtx.Done()
-	elapsed, cpu := time.Since(start), cpuTime()-cpu0
+	elapsed, cpu := time.Since(measured), cpuTime()-cpu0
 	events, turns := st.events.Load(), st.turns.Load()
 	wg.Wait()
 	<-progressDone
@@ -201,6 +233,16 @@ func drive(ctx context.Context, cfg config, rt *lazarus.Runtime, c *conv, st *ru
 		return
 	}
 	d := &driver{ctx: ctx, cfg: cfg, rt: rt, c: c, st: st, sub: sub}
+	if cfg.Think > 0 {
+		// Spread the first messages over two think times.
+		t := time.NewTimer(rand.N(2 * cfg.Think))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return
+		}
+	}
 	for ctx.Err() == nil {
 		human := rand.Float64() < cfg.HumanFraction
 		t0 := time.Now()
@@ -212,14 +254,14 @@ func drive(ctx context.Context, cfg config, rt *lazarus.Runtime, c *conv, st *ru
 			}
 			continue
 		}
-		st.sendAck.Record(time.Since(t0))
+		st.record(&st.sendAck, time.Since(t0))
 		if !d.awaitFinal() {
 			return
 		}
-		st.turnTime.Record(time.Since(t0))
-		st.turns.Add(1)
+		st.record(&st.turnTime, time.Since(t0))
+		st.count(&st.turns)
 		if human {
-			st.humanTurns.Add(1)
+			st.count(&st.humanTurns)
 		}
 	}
 }
@@ -286,33 +328,33 @@ func (d *driver) awaitFinal() bool {
 		}
 		stall.Reset(stallAfter)
 		d.last = ev.GetSeq()
-		d.st.events.Add(1)
+		d.st.count(&d.st.events)
 		now := time.Now().UnixNano()
 		t := &d.c.times
 		switch {
 		case ev.GetUserMsg() != nil:
 			// Its ack is Send's latency.
 		case ev.GetAssistantMsg() != nil:
-			d.st.eventAck.Record(time.Duration(now - t.modelAt.Load()))
+			d.st.record(&d.st.eventAck, time.Duration(now-t.modelAt.Load()))
 			if len(ev.GetAssistantMsg().GetToolCalls()) == 0 {
 				return true
 			}
 		case ev.GetToolCall() != nil:
-			d.st.eventAck.Record(time.Duration(now - t.modelAt.Load()))
+			d.st.record(&d.st.eventAck, time.Duration(now-t.modelAt.Load()))
 		case ev.GetSuspension() != nil:
-			d.st.eventAck.Record(time.Duration(now - t.modelAt.Load()))
+			d.st.record(&d.st.eventAck, time.Duration(now-t.modelAt.Load()))
 			if !d.answer(ev.GetSuspension().GetPending()[0].GetToolCallId()) {
 				return false
 			}
 		case ev.GetResolution() != nil:
-			d.st.eventAck.Record(time.Duration(now - t.resolveAt.Load()))
+			d.st.record(&d.st.eventAck, time.Duration(now-t.resolveAt.Load()))
 		case ev.GetToolResult() != nil:
 			// A human call's result was known when Resolve was called.
 			at := t.toolAt.Load()
 			if ev.GetToolResult().GetName() == approveTool {
 				at = t.resolveAt.Load()
 			}
-			d.st.eventAck.Record(time.Duration(now - at))
+			d.st.record(&d.st.eventAck, time.Duration(now-at))
 		}
 	}
 }
@@ -339,7 +381,7 @@ func (d *driver) answer(callID string) bool {
 		fmt.Fprintf(os.Stderr, "loadgen: resolve %s: %v\n", callID, err)
 		return true
 	}
-	d.st.resolveAck.Record(time.Since(t0))
+	d.st.record(&d.st.resolveAck, time.Since(t0))
 	return true
 }
 
@@ -364,8 +406,8 @@ func killer(ctx context.Context, cfg config, rt *lazarus.Runtime, convs []*conv,
 		if err := rt.Wake(ctx, c.id); err != nil {
 			continue
 		}
-		st.revival.Record(time.Since(t0))
-		st.kills.Add(1)
+		st.record(&st.revival, time.Since(t0))
+		st.count(&st.kills)
 	}
 }
 
@@ -380,7 +422,7 @@ func progress(ctx context.Context, start time.Time, rt *lazarus.Runtime, st *run
 		case <-ctx.Done():
 			return
 		case now := <-tick.C:
-			ev, tu := st.events.Load(), st.turns.Load()
+			ev, tu := st.allEvents.Load(), st.allTurns.Load()
 			dt := now.Sub(last).Seconds()
 			var mem runtime.MemStats
 			runtime.ReadMemStats(&mem)

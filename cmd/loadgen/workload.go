@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -79,13 +80,16 @@ func finalMessage() *messages.AssistantMessage {
 	return &messages.AssistantMessage{Content: textParts(textLike(finalTextBytes))}
 }
 
-// Generate is the scripted model: after the think time, it answers a user
+// Generate is the scripted model: after the think time (uniform between
+// half and one and a half times Think), it answers a user
 // message with a call (of the human tool if the message asks for approval,
 // else of the server tool), and a tool result with a final answer. The
 // text is streamed as one delta.
 func (w *workload) Generate(ctx context.Context, turn agent.Turn, onDelta func(string)) (*messages.AssistantMessage, error) {
 	if w.think > 0 {
-		t := time.NewTimer(w.think)
+		// Uniform in [think/2, 3*think/2): the mean is the think time, and
+		// conversations do not answer in lockstep.
+		t := time.NewTimer(w.think/2 + rand.N(w.think))
 		select {
 		case <-t.C:
 		case <-ctx.Done():
