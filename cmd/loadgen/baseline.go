@@ -131,8 +131,13 @@ func runRawPebble(ctx context.Context, cfg config, dir string) (rawResult, error
 // pebbleQuiet drops Pebble's logs (Fatalf still stops the run).
 type pebbleQuiet struct{}
 
-func (pebbleQuiet) Infof(string, ...any)  {}
+// Infof implements pebble.Logger: dropped.
+func (pebbleQuiet) Infof(string, ...any) {}
+
+// Errorf implements pebble.Logger: dropped.
 func (pebbleQuiet) Errorf(string, ...any) {}
+
+// Fatalf implements pebble.Logger: it panics, ending the run.
 func (pebbleQuiet) Fatalf(format string, args ...any) {
 	panic(fmt.Sprintf("pebble: "+format, args...))
 }

@@ -23,6 +23,7 @@ type countingStore struct {
 	commits, requests atomic.Int64
 }
 
+// AppendBatch implements journal.EventLog, counting.
 func (s *countingStore) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest) []journal.AppendResult {
 	s.commits.Add(1)
 	s.requests.Add(int64(len(reqs)))
@@ -102,6 +103,7 @@ type writer struct {
 
 type goWrite struct{}
 
+// Receive implements actor.Actor.
 func (w *writer) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case goWrite:
