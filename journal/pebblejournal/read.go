@@ -13,11 +13,14 @@ import (
 	"github.com/lazarusrt/lazarus/messages"
 )
 
-// Reads take no lock: each uses one Pebble iterator, so it sees one
-// consistent committed state. A read may see a write whose synced commit has
-// not returned yet (Pebble applies a batch to the memtable before its WAL
-// sync completes); nothing read should be acted upon as durable unless the
-// write that produced it has returned.
+// Each read uses one Pebble iterator, so it sees one consistent committed
+// state. Pebble applies a batch to the memtable before its WAL sync
+// completes, so an iterator could see a write that is not durable yet. The
+// reads of a conversation's log (Events, LastSeq, LoadSince) therefore open
+// their iterator under the conversation's stripe lock, which every write
+// holds across its synced commit: they never see an event before the write
+// that produced it has returned, so nothing streamed or revived from them
+// can be lost by a crash. The other reads take no lock.
 
 // Events implements journal.EventLog. With a Limit it iterates backward from
 // the upper bound, so a page costs its size, not the length of the log.
@@ -36,7 +39,7 @@ func (s *Store) Events(ctx context.Context, conversationID string, q journal.Eve
 		return nil, nil
 	}
 	lower, upper := eventRange(conversationID, q.After, q.Before)
-	it, err := s.newIter(lower, upper)
+	it, err := s.newDurableIter(conversationID, lower, upper)
 	if err != nil {
 		return nil, err
 	}
@@ -101,12 +104,12 @@ func (s *Store) LastSeq(ctx context.Context, conversationID string) (uint64, err
 	if err := journal.ValidateID("conversation id", conversationID); err != nil {
 		return 0, err
 	}
-	var it *pebble.Iterator
-	seq, err := s.lastSeqWith(&it, conversationID)
-	if it != nil {
-		err = closeIter(it, err)
+	it, err := s.newDurableIter(conversationID, convKey(famEvent, conversationID), convEnd(famEvent, conversationID))
+	if err != nil {
+		return 0, err
 	}
-	return seq, err
+	seq, err := s.lastSeqWith(&it, conversationID)
+	return seq, closeIter(it, err)
 }
 
 // lastSeqWith positions *itp (creating it if nil) at the conversation's
@@ -143,7 +146,7 @@ func (s *Store) LoadSince(ctx context.Context, conversationID string) (*messages
 		return nil, nil, err
 	}
 	sumPrefix := convKey(famSummary, conversationID)
-	it, err := s.newIter(sumPrefix, convEnd(famSummary, conversationID))
+	it, err := s.newDurableIter(conversationID, sumPrefix, convEnd(famSummary, conversationID))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -550,4 +553,18 @@ func (s *Store) Metadata(ctx context.Context, id string) (map[string]string, err
 		return nil, err
 	}
 	return out, nil
+}
+
+// newDurableIter opens an iterator under conv's stripe lock, so its view
+// holds no write of conv whose synced commit is still in flight.
+// A write whose sync failed has already marked the store failed when it
+// releases the lock, and its batch may be in the memtable: the read then
+// fails too.
+func (s *Store) newDurableIter(conv string, lower, upper []byte) (*pebble.Iterator, error) {
+	unlock := s.lockConv(conv)
+	defer unlock()
+	if f := s.failure(); f != nil {
+		return nil, f
+	}
+	return s.newIter(lower, upper)
 }

@@ -2,7 +2,6 @@ package crash
 
 import (
 	"context"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -20,10 +19,6 @@ import (
 	"github.com/lazarusrt/lazarus/journal/pebblejournal"
 	"github.com/lazarusrt/lazarus/messages"
 )
-
-// knownGapsEnv runs the tests of known gaps (RELIABILITY.md, "Known
-// gaps"): they fail until the gap is closed.
-const knownGapsEnv = "LAZARUS_KNOWN_GAPS"
 
 // syncGate holds the next WAL sync until released, then fails it: the
 // write it would have made durable never becomes durable.
@@ -68,22 +63,17 @@ func (s *readsSeen) Events(ctx context.Context, id string, q journal.EventQuery)
 	return evs, err
 }
 
-// TestGapSubscriberSeesOnlyDurableEvents: a subscriber must never see an
+// TestSubscriberSeesOnlyDurableEvents: a subscriber must never see an
 // event that is not durable (journal/doc.go: nothing may be streamed to a
 // subscriber before the write returned nil). The live path keeps this (the
-// actor publishes after the journal's reply), but a subscription's
-// catch-up reads the Store directly, and Pebble shows a batch to readers
-// before its WAL sync completes (pebblejournal/read.go says so). Here the
-// WAL sync of a Send is held, a subscription catches up meanwhile, then the
-// sync fails: the subscriber has received a user message that the Send
-// never acknowledged and that a crash loses. History has the same gap, and
-// so has a revival that loads while a predecessor's write is in flight.
-//
-// Known gap: skipped unless LAZARUS_KNOWN_GAPS=1 (see RELIABILITY.md).
-func TestGapSubscriberSeesOnlyDurableEvents(t *testing.T) {
-	if os.Getenv(knownGapsEnv) == "" {
-		t.Skipf("known gap (RELIABILITY.md, Known gaps); run with %s=1", knownGapsEnv)
-	}
+// actor publishes after the journal's reply), but a subscription's catch-up
+// reads the Store directly, and Pebble shows a batch to readers before its
+// WAL sync completes. Here the WAL sync of a Send is held, a subscription
+// catches up meanwhile, then the sync fails: neither the subscriber nor
+// History may have received the message. pebblejournal's log reads open
+// their iterator under the conversation's stripe lock (held by writes
+// across the synced commit) and fail once the store has failed.
+func TestSubscriberSeesOnlyDurableEvents(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	mem := vfs.NewCrashableMem()
