@@ -52,6 +52,7 @@ func BenchmarkExpiry(b *testing.B) {
 		j := newFakeJournal(sys)
 		var secs, heapMB, rssMB float64
 		first := true
+		b.ReportAllocs()
 		for b.Loop() {
 			b.StopTimer()
 			heap0, rss0 := liveHeap(), rss()
@@ -123,6 +124,7 @@ func BenchmarkExpiry(b *testing.B) {
 		if time.Now().After(start) {
 			b.Fatalf("setup overran the first deadline by %v", time.Since(start))
 		}
+		b.ReportAllocs()
 		b.ResetTimer()
 		select {
 		case <-done:

@@ -39,6 +39,7 @@ func BenchmarkMemory(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*wait)
 	defer cancel()
 	var active, activeRSS, passive, totalRSS float64
+	b.ReportAllocs()
 	for b.Loop() {
 		b.StopTimer()
 		heap0, rss0 := liveHeap(), rss()
