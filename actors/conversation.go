@@ -94,6 +94,12 @@ type ConversationConfig struct {
 	// that then finds the activation retired is answered with this cause,
 	// as the actor would have answered it. Nil means nobody is told.
 	Stopped func(cause error)
+	// Fenced, if set, is called when a write of this activation failed with
+	// ErrConflict (another writer, such as a killed predecessor whose last
+	// write landed late, moved the log on). The activation stops; the
+	// runtime wakes the conversation again once it has, so work it owed
+	// does not wait for the next command.
+	Fenced func()
 	// Goroutines tracks the goroutines the actor starts (model calls, tool
 	// runs, loads, summaries), so their owner can wait for them on close.
 	// Nil means untracked.
@@ -835,6 +841,9 @@ func (c *conversation) onWriteReply(ctx actor.Context, r *messages.JournalWriteR
 			c.reply(ctx, q.sender, q.msg, 0, err)
 		}
 		c.publish(Update{Err: err})
+		if errors.Is(err, journal.ErrConflict) && c.cfg.Fenced != nil {
+			c.cfg.Fenced()
+		}
 		c.stop(ctx, err)
 		return
 	}

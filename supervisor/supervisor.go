@@ -241,10 +241,16 @@ type root struct {
 	s        *Supervisor
 	started  chan struct{}
 	stopping bool
-	// deferred holds expiry deliveries for conversations whose previous
-	// activation is still stopping; they go out once it has terminated.
-	deferred map[string][]*expired
+	// deferred holds deliveries (expiries, re-wakes) for conversations whose
+	// previous activation is still stopping; they go out once it has
+	// terminated.
+	deferred map[string][]*actors.Command
 }
+
+// rewake asks the supervisor to wake a conversation whose activation was
+// fenced off by another writer, once that activation has stopped: the work
+// it owed (an answer, a tool result) must not wait for the next command.
+type rewake struct{ conversation string }
 
 func (r *root) Receive(ctx actor.Context) {
 	s := r.s
@@ -257,51 +263,53 @@ func (r *root) Receive(ctx actor.Context) {
 		pid, err := r.spawn(ctx, msg.a)
 		ctx.Respond(&spawnReply{pid: pid, err: err})
 	case *expired:
-		r.deliverExpired(ctx, msg)
+		r.deliver(ctx, msg.conversation, &actors.Command{Scope: agent.SystemScope, Msg: &messages.AgentResolved{
+			ToolCallId: msg.toolCallID,
+			Status:     messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED,
+			Result:     actors.ExpiredOutcome(),
+			By:         "system",
+		}})
+	case *rewake:
+		r.deliver(ctx, msg.conversation, &actors.Command{Scope: agent.SystemScope, Msg: &messages.AgentWake{}})
 	case *actor.Terminated:
 		if a := s.reg.terminated(msg.Who); a != nil {
 			s.log.Debug("conversation actor stopped", "conversation", a.id)
 			waiting := r.deferred[a.id]
 			delete(r.deferred, a.id)
-			for _, e := range waiting {
-				r.deliverExpired(ctx, e)
+			for _, cmd := range waiting {
+				r.deliver(ctx, a.id, cmd)
 			}
 		}
 	}
 }
 
-// deliverExpired tells a conversation that one of its calls expired,
-// activating it if needed. The supervisor actor must never block, so when
-// the previous activation is still stopping the delivery waits in deferred
-// until its Terminated arrives.
-func (r *root) deliverExpired(ctx actor.Context, e *expired) {
+// deliver sends cmd to a conversation, activating it if needed. The
+// supervisor actor must never block, so when the previous activation is
+// still stopping the delivery waits in deferred until its Terminated
+// arrives.
+func (r *root) deliver(ctx actor.Context, conv string, cmd *actors.Command) {
 	s := r.s
 	if r.stopping {
 		return
 	}
-	a, mine, wait := s.reg.claim(e.conversation)
+	a, mine, wait := s.reg.claim(conv)
 	if wait != nil {
 		if r.deferred == nil {
-			r.deferred = map[string][]*expired{}
+			r.deferred = map[string][]*actors.Command{}
 		}
-		r.deferred[e.conversation] = append(r.deferred[e.conversation], e)
+		r.deferred[conv] = append(r.deferred[conv], cmd)
 		return
 	}
 	if mine {
 		s.reg.spawned(a, func(a *activation) (*actor.PID, error) { return r.spawn(ctx, a) })
 	}
 	if a.err != nil {
-		s.log.Error("expiry delivery: activation failed", "conversation", e.conversation, "err", a.err)
+		s.log.Error("delivery: activation failed", "conversation", conv, "err", a.err)
 		return
 	}
-	cmd := &actors.Command{Scope: agent.SystemScope, Msg: &messages.AgentResolved{
-		ToolCallId: e.toolCallID,
-		Status:     messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED,
-		Result:     actors.ExpiredOutcome(),
-		By:         "system",
-	}}
-	// If the activation retires meanwhile, its successor's revival records
-	// the expired result from the tool call row: nothing is lost.
+	// If the activation retires meanwhile, its successor's revival applies
+	// the same recovery (an expired row is recorded; owed work resumes):
+	// nothing is lost.
 	_ = s.reg.send(a, func(pid *actor.PID) { ctx.Send(pid, cmd) })
 }
 
@@ -366,6 +374,8 @@ func (r *root) spawn(ctx actor.Context, a *activation) (*actor.PID, error) {
 	cfg.Clock = s.cfg.Clock
 	cfg.Goroutines = &s.wg
 	cfg.Retire = func(processed uint64, force bool) bool { return s.reg.retire(a, processed, force) }
+	self, root := ctx.Self(), ctx.ActorSystem().Root
+	cfg.Fenced = func() { root.Send(self, &rewake{conversation: a.id}) }
 	cfg.Stopped = a.stopped
 	pid, err := ctx.SpawnNamed(actors.NewConversation(cfg), fmt.Sprintf("conv-%d", a.gen))
 	if err == nil {

@@ -459,3 +459,29 @@ func TestClosedRuntimeRefusesCalls(t *testing.T) {
 	require.ErrorIs(t, h.rt.Resolve(ctxT(t), "x", `{}`, user), lazarus.ErrClosed)
 	require.NoError(t, h.rt.Close(), "Close is idempotent")
 }
+
+// TestFencedActivationIsWokenAgain: another writer (here written straight to
+// the Store; in practice a killed predecessor whose last write landed late)
+// moves the log on while the model answers. The actor's write is fenced off
+// with ErrConflict and it stops; the runtime wakes the conversation again so
+// the owed answer does not wait for the next command.
+func TestFencedActivationIsWokenAgain(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		h := newHarness(t, openStore(t, kind), nil)
+		ctx := ctxT(t)
+		h.model.Push("c", scripted.Text("answer to a stale context"), scripted.Text("answer after the fence"))
+		entered := h.model.Hold("c")
+		_, err := h.rt.Send(ctx, "c", "hi", user)
+		require.NoError(t, err)
+		<-entered
+		_, err = h.store.Append(ctx, &messages.AppendRequest{ConversationId: "c", ExpectedLast: 1, Events: []*messages.Event{{
+			Body: &messages.Event_UserMsg{UserMsg: &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "from elsewhere"}}}}},
+		}}})
+		require.NoError(t, err)
+		h.model.Release("c")
+
+		h.awaitEvent("c", 0, isAssistantText("answer after the fence"))
+		require.Equal(t, []string{"user_msg", "user_msg", "assistant_msg"}, types(h.history("c")))
+		require.Equal(t, 2, h.model.Calls("c"))
+	})
+}
