@@ -434,5 +434,8 @@ func TestImportWriteFailures(t *testing.T) {
 
 	_, err = importSections(ctxT(t), &failingStore{Store: st, failSummary: true}, secs)
 	require.ErrorIs(t, err, errDisk)
-	require.ErrorContains(t, err, "import failed part-way: every log was written, and no conversation is complete, but conversation answered lacks some of its settings, metadata or summaries")
+	// Which conversation first needs a summary depends on when the fixture's
+	// runtime summarized (asynchronously), so only the shape is fixed.
+	require.ErrorContains(t, err, "import failed part-way: every log was written")
+	require.ErrorContains(t, err, "lacks some of its settings, metadata or summaries")
 }
