@@ -128,6 +128,19 @@ func (s *Store) lock() (*state, error) {
 	return s.st, nil
 }
 
+// lockConversation is the prologue of the methods that read one
+// conversation: it checks ctx and the id, then takes the lock. On success
+// the caller must unlock s.mu.
+func (s *Store) lockConversation(ctx context.Context, conversationID string) (*state, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, err
+	}
+	if err := journal.ValidateID("conversation id", conversationID); err != nil {
+		return nil, fmt.Errorf("memjournal: %w", err)
+	}
+	return s.lock()
+}
+
 func clone[M proto.Message](m M) M { return proto.Clone(m).(M) }
 
 func cloneAll[M proto.Message](ms []M) []M {
@@ -397,13 +410,7 @@ func (s *Store) Events(ctx context.Context, conversationID string, q journal.Eve
 
 // LastSeq implements journal.EventLog.
 func (s *Store) LastSeq(ctx context.Context, conversationID string) (uint64, error) {
-	if err := s.enter(ctx); err != nil {
-		return 0, err
-	}
-	if err := journal.ValidateID("conversation id", conversationID); err != nil {
-		return 0, fmt.Errorf("memjournal: %w", err)
-	}
-	st, err := s.lock()
+	st, err := s.lockConversation(ctx, conversationID)
 	if err != nil {
 		return 0, err
 	}
@@ -414,13 +421,7 @@ func (s *Store) LastSeq(ctx context.Context, conversationID string) (uint64, err
 // LoadSince implements journal.EventLog. Its cost is that of copying the
 // summary and the events after it.
 func (s *Store) LoadSince(ctx context.Context, conversationID string) (*messages.Summary, []*messages.Event, error) {
-	if err := s.enter(ctx); err != nil {
-		return nil, nil, err
-	}
-	if err := journal.ValidateID("conversation id", conversationID); err != nil {
-		return nil, nil, fmt.Errorf("memjournal: %w", err)
-	}
-	st, err := s.lock()
+	st, err := s.lockConversation(ctx, conversationID)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -498,13 +499,7 @@ func (s *Store) SummaryBefore(ctx context.Context, conversationID string, toSeq 
 
 // summaryBefore serves both: the latest summary, or the one before toSeq.
 func (s *Store) summaryBefore(ctx context.Context, conversationID string, toSeq uint64, latest bool) (*messages.Summary, error) {
-	if err := s.enter(ctx); err != nil {
-		return nil, err
-	}
-	if err := journal.ValidateID("conversation id", conversationID); err != nil {
-		return nil, fmt.Errorf("memjournal: %w", err)
-	}
-	st, err := s.lock()
+	st, err := s.lockConversation(ctx, conversationID)
 	if err != nil {
 		return nil, err
 	}
@@ -577,13 +572,7 @@ func (s *Store) ToolCall(ctx context.Context, toolCallID string) (*messages.Tool
 
 // PendingToolCalls implements journal.ToolCalls.
 func (s *Store) PendingToolCalls(ctx context.Context, conversationID string) ([]*messages.ToolCallRecord, error) {
-	if err := s.enter(ctx); err != nil {
-		return nil, err
-	}
-	if err := journal.ValidateID("conversation id", conversationID); err != nil {
-		return nil, fmt.Errorf("memjournal: %w", err)
-	}
-	st, err := s.lock()
+	st, err := s.lockConversation(ctx, conversationID)
 	if err != nil {
 		return nil, err
 	}
@@ -751,13 +740,7 @@ func (s *Store) PutModelCall(ctx context.Context, mc *messages.ModelCall) error 
 
 // ModelCalls implements journal.Audit.
 func (s *Store) ModelCalls(ctx context.Context, conversationID string) ([]*messages.ModelCall, error) {
-	if err := s.enter(ctx); err != nil {
-		return nil, err
-	}
-	if err := journal.ValidateID("conversation id", conversationID); err != nil {
-		return nil, fmt.Errorf("memjournal: %w", err)
-	}
-	st, err := s.lock()
+	st, err := s.lockConversation(ctx, conversationID)
 	if err != nil {
 		return nil, err
 	}
@@ -777,13 +760,7 @@ func (s *Store) ModelCalls(ctx context.Context, conversationID string) ([]*messa
 // GCModelCalls implements journal.Audit. A row without a created time
 // counts as older than any time.
 func (s *Store) GCModelCalls(ctx context.Context, conversationID string, olderThan time.Time) (int, error) {
-	if err := s.enter(ctx); err != nil {
-		return 0, err
-	}
-	if err := journal.ValidateID("conversation id", conversationID); err != nil {
-		return 0, fmt.Errorf("memjournal: %w", err)
-	}
-	st, err := s.lock()
+	st, err := s.lockConversation(ctx, conversationID)
 	if err != nil {
 		return 0, err
 	}
