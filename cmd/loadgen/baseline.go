@@ -253,7 +253,7 @@ func fillConversation(ctx context.Context, store journal.Store, conv string, n i
 	to := last - recentEvents
 	return store.PutSummary(ctx, conv, &messages.Summary{
 		FromSeq: 1, ToSeq: to, Version: "loadgen-fill/1",
-		Content: fmt.Sprintf("summary of seq 1..%d\n%s", to, textLike(2048)),
+		Content: fmt.Sprintf("summary of seq 1..%d\n%s", to, text(2048)),
 	})
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -54,6 +55,11 @@ func TestParseFlags(t *testing.T) {
 func TestTextLike(t *testing.T) {
 	require.Len(t, textLike(400), 400)
 	require.GreaterOrEqual(t, len(jsonLike(2048)), 2048)
+	require.Len(t, text(400), 400)
+	require.NotEqual(t, text(400), text(400), "payloads are cut from random places")
+	r := jsonResult(2048)
+	require.GreaterOrEqual(t, len(r), 2048)
+	require.True(t, json.Valid([]byte(r)))
 }
 
 // TestRunSmall runs every phase briefly, on a small workload: it checks

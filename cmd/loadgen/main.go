@@ -60,6 +60,7 @@ type config struct {
 	Dir            string        `json:"dir"`
 	JSON           bool          `json:"-"`
 	CPUProfile     string        `json:"-"`
+	MemProfile     string        `json:"-"`
 	Trace          string        `json:"-"`
 	Verbose        bool          `json:"-"`
 
@@ -85,6 +86,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.Dir, "dir", "", "directory for the stores (default: a temporary directory, removed at the end)")
 	fs.BoolVar(&c.JSON, "json", false, "print the report as JSON")
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the runtime phase to this file")
+	fs.StringVar(&c.MemProfile, "memprofile", "", "write an allocation profile of the runtime phase to this file")
 	fs.StringVar(&c.Trace, "trace", "", "write an execution trace of seconds 3 to 5 of the runtime phase to this file")
 	fs.BoolVar(&c.Verbose, "v", false, "log the runtime's warnings to stderr")
 	if err := fs.Parse(args); err != nil {
@@ -181,9 +183,17 @@ func run(ctx context.Context, cfg config) (*report, error) {
 			return nil, err
 		}
 	}
+	if cfg.MemProfile != "" {
+		runtime.MemProfileRate = 64 << 10 // enough samples for the run, at little cost
+	}
 	res, err := runRuntime(ctx, cfg, filepath.Join(dir, "runtime"))
 	if cfg.CPUProfile != "" {
 		pprof.StopCPUProfile()
+	}
+	if cfg.MemProfile != "" {
+		if perr := writeHeapProfile(cfg.MemProfile); perr != nil && err == nil {
+			err = perr
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("runtime phase: %w", err)
@@ -205,4 +215,18 @@ func run(ctx context.Context, cfg config) (*report, error) {
 	}
 	rep.Ratios, rep.Targets = evaluate(rep)
 	return rep, nil
+}
+
+// writeHeapProfile writes the allocation profile (every allocation since
+// the start, in the "alloc_space" and "alloc_objects" views) to path.
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }

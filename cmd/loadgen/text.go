@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // words is the vocabulary of the text-like payloads: common English words
@@ -36,6 +37,49 @@ new old good better best fine great small large long short high low
 more less most least many much few some any all each every both either
 one two three four five six seven eight nine ten first second third
 `)
+
+// The payloads of a run are cut from pools made once, so that the load
+// generator spends its CPU driving the runtime, not composing text. The
+// pools are large enough (a few MiB) that Pebble's 32 KiB blocks see no
+// more repetition than they would in real conversations.
+const (
+	corpusBytes = 4 << 20 // the text that text payloads are cut from
+	jsonPool    = 2048    // distinct JSON results of each size
+)
+
+var (
+	corpusOnce sync.Once
+	corpus     string
+	jsonMu     sync.Mutex
+	jsonPools  = map[int][]string{}
+)
+
+// text returns n bytes of word-like text cut from a random place of the
+// shared corpus (without copying it).
+func text(n int) string {
+	corpusOnce.Do(func() { corpus = textLike(corpusBytes) })
+	if n >= len(corpus) {
+		return textLike(n)
+	}
+	at := rand.IntN(len(corpus) - n)
+	return corpus[at : at+n]
+}
+
+// jsonResult returns one of jsonPool JSON results of about n bytes, made
+// with jsonLike the first time a size is asked for.
+func jsonResult(n int) string {
+	jsonMu.Lock()
+	pool := jsonPools[n]
+	if pool == nil {
+		pool = make([]string, jsonPool)
+		for i := range pool {
+			pool[i] = jsonLike(n)
+		}
+		jsonPools[n] = pool
+	}
+	jsonMu.Unlock()
+	return pool[rand.IntN(len(pool))]
+}
 
 // textLike returns n bytes of word-like text.
 func textLike(n int) string {

@@ -55,7 +55,7 @@ type workload struct {
 // userMessage is a ~400 B user message; a human turn's starts with
 // humanMarker.
 func userMessage(human bool) *messages.UserMessage {
-	text := textLike(userBytes)
+	text := text(userBytes)
 	if human {
 		text = humanMarker + text[len(humanMarker):]
 	}
@@ -68,16 +68,16 @@ func textParts(text string) []*messages.ContentPart {
 
 // callMessage is the assistant's first answer of a turn: text and one call.
 func callMessage(tool string) *messages.AssistantMessage {
-	args := `{"query":"` + textLike(callArgsBytes-12) + `"}`
+	args := `{"query":"` + text(callArgsBytes-12) + `"}`
 	return &messages.AssistantMessage{
-		Content:   textParts(textLike(callTextBytes)),
+		Content:   textParts(text(callTextBytes)),
 		ToolCalls: []*messages.ToolCall{{Name: tool, Arguments: args}},
 	}
 }
 
 // finalMessage is the assistant's final answer of a turn.
 func finalMessage() *messages.AssistantMessage {
-	return &messages.AssistantMessage{Content: textParts(textLike(finalTextBytes))}
+	return &messages.AssistantMessage{Content: textParts(text(finalTextBytes))}
 }
 
 // Generate is the scripted model: after the think time (uniform between
@@ -125,7 +125,7 @@ func (w *workload) Generate(ctx context.Context, turn agent.Turn, onDelta func(s
 
 // search is the server tool: a ~2 KB JSON result.
 func (w *workload) search(ctx context.Context, inv agent.Invocation) (string, error) {
-	out := jsonLike(resultBytes)
+	out := jsonResult(resultBytes)
 	if w.times != nil {
 		if t := w.times(inv.ConversationID); t != nil {
 			t.toolAt.Store(time.Now().UnixNano())
@@ -166,7 +166,7 @@ func turnLog(prefix string, firstTurn, n int) []*messages.Event {
 			&messages.Event{Body: &messages.Event_ToolCall{ToolCall: &messages.ToolCallEvent{Call: call.ToolCalls[0], Executor: messages.Executor_EXECUTOR_SERVER}}},
 			&messages.Event{Body: &messages.Event_ToolResult{ToolResult: &messages.ToolResultEvent{
 				ToolCallId: id, Name: searchTool,
-				Outcome: &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: jsonLike(resultBytes)}},
+				Outcome: &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: jsonResult(resultBytes)}},
 			}}},
 			&messages.Event{Body: &messages.Event_AssistantMsg{AssistantMsg: finalMessage()}},
 		)
