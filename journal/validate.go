@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -41,16 +42,30 @@ func ValidateID(what, id string) error {
 
 // checkSize reports ErrInvalid when m encodes to more than max bytes or
 // cannot be encoded (for example, a string field that is not UTF-8).
+// It encodes m (the encoder is what checks that strings are UTF-8) into a
+// pooled buffer, so a check allocates nothing in the common case.
 func checkSize(what string, m proto.Message, max int) error {
-	b, err := proto.MarshalOptions{}.Marshal(m)
+	bp := encodeBufs.Get().(*[]byte)
+	b, err := proto.MarshalOptions{}.MarshalAppend((*bp)[:0], m)
+	n := len(b)
+	if cap(b) <= maxPooledBuf {
+		*bp = b[:0]
+		encodeBufs.Put(bp)
+	}
 	if err != nil {
 		return Invalidf("%s cannot be encoded (%v)", what, err)
 	}
-	if len(b) > max {
-		return Invalidf("%s of %d bytes exceeds %d", what, len(b), max)
+	if n > max {
+		return Invalidf("%s of %d bytes exceeds %d", what, n, max)
 	}
 	return nil
 }
+
+// maxPooledBuf bounds the buffers checkSize keeps for reuse, so that one
+// large record does not pin its buffer.
+const maxPooledBuf = 64 << 10
+
+var encodeBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
 
 // ValidateEvent checks one event before it is appended: a body is set and
 // it fits MaxEventBytes.

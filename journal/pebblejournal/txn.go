@@ -65,13 +65,10 @@ type seqUndo struct {
 	seq uint64
 }
 
-func (s *Store) newTxn() *txn { return s.newTxnSized(0) }
-
-// newTxnSized returns a txn whose batch starts with room for size bytes.
-func (s *Store) newTxnSized(size int) *txn {
+func (s *Store) newTxn() *txn {
 	return &txn{
 		s:     s,
-		b:     s.db.NewBatchWithSize(size),
+		b:     s.db.NewBatch(),
 		now:   timestamppb.New(s.now()),
 		convs: make(map[string]*convState),
 		calls: make(map[string]*callState),

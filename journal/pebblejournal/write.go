@@ -38,14 +38,12 @@ func (s *Store) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest)
 
 	var ls lockSet
 	valid := make([]int, 0, len(reqs))
-	events := 0
 	for i, req := range reqs {
 		if err := journal.ValidateAppend(req); err != nil {
 			res[i].Err = err
 			continue
 		}
 		valid = append(valid, i)
-		events += len(req.GetEvents())
 		ls.conv[s.convStripe(req.GetConversationId())] = true
 		for _, tc := range req.GetToolCalls() {
 			ls.id[s.idStripe(tc.GetId())] = true
@@ -61,8 +59,10 @@ func (s *Store) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest)
 		return res
 	}
 
-	// Room for the events (about 1 KiB each in practice), within reason.
-	t := s.newTxnSized(min(events<<10, 64<<20))
+	// A pooled batch: Pebble keeps the buffers of batches up to 1 MiB for
+	// reuse, and a group commit rarely needs more; asking for room up front
+	// would allocate a new buffer whenever the pooled one is smaller.
+	t := s.newTxn()
 	defer t.close()
 	applied := make([]int, 0, len(valid))
 	for _, i := range valid {
