@@ -79,7 +79,8 @@ func ValidateEvent(ev *messages.Event) error {
 	return checkSize("event", ev, MaxEventBytes)
 }
 
-// ValidateToolCall checks a tool call row: its ids, and that it fits.
+// ValidateToolCall checks a tool call row: its ids, that it fits, and that
+// it does not set the storage-internal result_seq.
 func ValidateToolCall(rec *messages.ToolCallRecord) error {
 	if rec == nil {
 		return Invalidf("nil tool call")
@@ -89,6 +90,9 @@ func ValidateToolCall(rec *messages.ToolCallRecord) error {
 	}
 	if err := ValidateID("conversation id", rec.GetConversationId()); err != nil {
 		return err
+	}
+	if rec.GetResultSeq() != 0 {
+		return Invalidf("tool call %s sets result_seq, which only a store sets", rec.GetId())
 	}
 	return checkSize("tool call "+rec.GetId(), rec, MaxRecordBytes)
 }

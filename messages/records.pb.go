@@ -1570,7 +1570,13 @@ type ToolCallRecord struct {
 	// deadline is when a pending human call expires; unset means never.
 	Deadline *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=deadline,proto3" json:"deadline,omitempty"`
 	// prompt is what a human is asked (human calls only).
-	Prompt        string `protobuf:"bytes,11,opt,name=prompt,proto3" json:"prompt,omitempty"`
+	Prompt string `protobuf:"bytes,11,opt,name=prompt,proto3" json:"prompt,omitempty"`
+	// result_seq is storage-internal: a store may keep the result of a
+	// resolved call only in the tool_result event at this seq of the
+	// conversation's log (written in the same atomic append), instead of
+	// twice. Records returned by the journal.Store API never have it set:
+	// the store puts the result back in place of it.
+	ResultSeq     uint64 `protobuf:"varint,12,opt,name=result_seq,json=resultSeq,proto3" json:"result_seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1680,6 +1686,13 @@ func (x *ToolCallRecord) GetPrompt() string {
 		return x.Prompt
 	}
 	return ""
+}
+
+func (x *ToolCallRecord) GetResultSeq() uint64 {
+	if x != nil {
+		return x.ResultSeq
+	}
+	return 0
 }
 
 // Deadline is a scheduled expiry of one pending call.
@@ -2014,7 +2027,7 @@ const file_lazarus_v1_records_proto_rawDesc = "" +
 	"\x06to_seq\x18\x02 \x01(\x04R\x05toSeq\x12\x18\n" +
 	"\acontent\x18\x03 \x01(\tR\acontent\x12\x18\n" +
 	"\aversion\x18\x04 \x01(\tR\aversion\x124\n" +
-	"\acreated\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\acreated\"\xc6\x03\n" +
+	"\acreated\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\acreated\"\xe5\x03\n" +
 	"\x0eToolCallRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12'\n" +
 	"\x0fconversation_id\x18\x02 \x01(\tR\x0econversationId\x12\x12\n" +
@@ -2027,7 +2040,9 @@ const file_lazarus_v1_records_proto_rawDesc = "" +
 	"\bresolved\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\bresolved\x126\n" +
 	"\bdeadline\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12\x16\n" +
-	"\x06prompt\x18\v \x01(\tR\x06prompt\"\x81\x01\n" +
+	"\x06prompt\x18\v \x01(\tR\x06prompt\x12\x1d\n" +
+	"\n" +
+	"result_seq\x18\f \x01(\x04R\tresultSeq\"\x81\x01\n" +
 	"\bDeadline\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12 \n" +
 	"\ftool_call_id\x18\x02 \x01(\tR\n" +

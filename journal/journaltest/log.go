@@ -19,6 +19,7 @@ var appendCases = []suiteCase{
 	{name: "Resolutions", run: testAppendResolutions},
 	{name: "StaleResolutionWritesNothing", run: testAppendStaleResolution},
 	{name: "ResolveCallUpsertedInSameRequest", run: testAppendResolveUpserted},
+	{name: "ResultAlsoInEvent", run: testAppendResultInEvent},
 	{name: "Unfenced", run: testAppendUnfenced},
 	{name: "ToolCallOfOtherConversation", run: testAppendToolCallOfOther},
 	{name: "RecordsAreCopies", run: testAppendCopies},
@@ -291,6 +292,51 @@ func testAppendResolveUpserted(t *testing.T, e env) {
 	pend, err := s.PendingToolCalls(t.Context(), "c")
 	require.NoError(t, err)
 	assert.Empty(t, pend)
+}
+
+// testAppendResultInEvent: a resolution whose result is also the outcome of
+// the request's tool_result event (the same message, as the runtime sends
+// it, or an equal copy), and one whose event carries another outcome: the
+// row reads back with the resolution's result either way, and a row that
+// sets the storage-internal result_seq is refused.
+func testAppendResultInEvent(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	shared := contentOutcome(`{"hits":3}`)
+	ev := toolResultEv(2, "tc-1", "")
+	ev.GetToolResult().Outcome = shared
+	appendOK(t, s, &messages.AppendRequest{
+		ConversationId: "c",
+		Events:         []*messages.Event{toolCallEv(1, "tc-1"), ev, toolCallEv(3, "tc-2"), toolResultEv(4, "tc-2", "event says 1")},
+		ToolCalls:      []*messages.ToolCallRecord{humanCall("c", "tc-1"), humanCall("c", "tc-2")},
+		Resolutions: []*messages.ToolResolution{
+			{ToolCallId: "tc-1", Status: resolved, Result: shared, At: ts(2)},
+			{ToolCallId: "tc-2", Status: errored, Result: errorOutcome("tool", "row says 2"), At: ts(4)},
+		},
+	})
+	requireProto(t, contentOutcome(`{"hits":3}`), toolCall(t, s, "tc-1").GetResult(), "the result shared with the event")
+	requireProto(t, errorOutcome("tool", "row says 2"), toolCall(t, s, "tc-2").GetResult(), "the resolution's result, not the event's")
+	assert.Zero(t, toolCall(t, s, "tc-1").GetResultSeq(), "result_seq never leaves the store")
+
+	// An equal copy in a later request qualifies as well.
+	last := appendOK(t, s, &messages.AppendRequest{ConversationId: "c", ExpectedLast: 4,
+		Events: []*messages.Event{toolCallEv(5, "tc-3")}, ToolCalls: []*messages.ToolCallRecord{humanCall("c", "tc-3")}}).LastSeq
+	appendOK(t, s, &messages.AppendRequest{
+		ConversationId: "c", ExpectedLast: last,
+		Events:      []*messages.Event{resolutionEv(6, "tc-3", resolved), toolResultEv(6, "tc-3", "copy")},
+		Resolutions: []*messages.ToolResolution{{ToolCallId: "tc-3", Status: resolved, Result: contentOutcome("copy"), At: ts(6)}},
+	})
+	want := humanCall("c", "tc-3")
+	want.Status, want.Result, want.Resolved = resolved, contentOutcome("copy"), ts(6)
+	requireProto(t, want, toolCall(t, s, "tc-3"))
+
+	bad := humanCall("c", "tc-4")
+	bad.ResultSeq = 2
+	require.ErrorIs(t, s.UpsertToolCall(ctx, bad), journal.ErrInvalid)
+	_, err := s.Append(ctx, &messages.AppendRequest{ConversationId: "c", ExpectedLast: last + 2, ToolCalls: []*messages.ToolCallRecord{bad}})
+	require.ErrorIs(t, err, journal.ErrInvalid)
+	_, err = s.ToolCall(ctx, "tc-4")
+	require.ErrorIs(t, err, journal.ErrNotFound)
 }
 
 func testAppendUnfenced(t *testing.T, e env) {

@@ -62,6 +62,12 @@
 //	0x20 call                          tool call id -> conversation id (text)
 //	0x21 seconds nanos call conv       deadlines by time (empty)
 //
+// A resolved tool call row whose result was appended in the same write as
+// its tool_result event (the runtime's server calls) does not hold the
+// result a second time: it keeps the event's seq in result_seq, and reads
+// put the event's outcome back. The layout version marks this (v2); Open
+// accepts a v1 store and marks it v2.
+//
 // In the deadline index, seconds are 8 bytes big-endian with the sign bit
 // flipped and nanos 4 bytes big-endian, so keys sort by time, then tool call
 // id. Tool call ids are unique across conversations; the 0x20 index finds a

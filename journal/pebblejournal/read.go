@@ -268,7 +268,40 @@ func (s *Store) toolCallWith(it *pebble.Iterator, call string) (*messages.ToolCa
 	if !found {
 		return nil, corruptKey(ok, fmt.Sprintf("owner %q has no row %s", conv, keyString(rk)))
 	}
-	return decodeToolCall(rk, v, conv, call)
+	rec, err := decodeToolCall(rk, v, conv, call)
+	if err != nil {
+		return nil, err
+	}
+	return rec, fillResult(it, rk, rec)
+}
+
+// fillResult puts back the result of a row stored with result_seq (see
+// txn.resolveCall): the outcome of the tool_result event at that seq of
+// the row's conversation, read through it (same view). rk is the row's key,
+// quoted if the event is missing or is not the call's result.
+func fillResult(it *pebble.Iterator, rk []byte, rec *messages.ToolCallRecord) error {
+	seq := rec.GetResultSeq()
+	if seq == 0 {
+		return nil
+	}
+	ek := seqKey(famEvent, rec.GetConversationId(), seq)
+	v, found, err := iterGet(it, ek)
+	if err != nil {
+		return err
+	}
+	if !found {
+		return corruptKey(rk, fmt.Sprintf("its result is in event %d, which is missing", seq))
+	}
+	ev, err := decodeEvent(ek, v, convKey(famEvent, rec.GetConversationId()))
+	if err != nil {
+		return err
+	}
+	tr := ev.GetToolResult()
+	if tr == nil || tr.GetToolCallId() != rec.GetId() || tr.GetOutcome() == nil {
+		return corruptKey(rk, fmt.Sprintf("its result is in event %d, which is not its tool_result", seq))
+	}
+	rec.Result, rec.ResultSeq = tr.GetOutcome(), 0
+	return nil
 }
 
 // iterGet points it at exactly key (bounds [key, key+0x00)) and returns its

@@ -33,10 +33,18 @@ const (
 )
 
 // layoutKey holds the version of the key layout; Open refuses a store
-// written with another one.
+// written with a layout it cannot read.
 var layoutKey = []byte{famMeta, 'l', 'a', 'y', 'o', 'u', 't'}
 
-const layoutVersion = "lazarus.pebblejournal.v1"
+// layoutVersion is the layout this build writes. v2 added tool call rows
+// whose result lives only in their tool_result event (result_seq); a build
+// that reads v1 only would return those rows without their result, so it
+// must refuse a v2 store.
+const layoutVersion = "lazarus.pebblejournal.v2"
+
+// layoutV1 is the layout before v2. Every v1 store is a valid v2 store: Open
+// accepts it and records v2.
+const layoutV1 = "lazarus.pebblejournal.v1"
 
 var errClosed = fmt.Errorf("pebblejournal: store closed: %w", journal.ErrClosed)
 
@@ -150,8 +158,8 @@ func Open(dir string, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// checkLayout records the layout version in a new store and refuses a
-// store written with another layout.
+// checkLayout records the layout version in a new store, upgrades a v1
+// store's record to v2, and refuses a store written with another layout.
 func (s *Store) checkLayout() error {
 	if f := s.failure(); f != nil {
 		return f
@@ -159,18 +167,26 @@ func (s *Store) checkLayout() error {
 	v, closer, err := s.db.Get(layoutKey)
 	switch {
 	case errors.Is(err, pebble.ErrNotFound):
-		b := s.db.NewBatch()
-		defer b.Close()
-		_ = b.Set(layoutKey, []byte(layoutVersion), nil)
-		return s.commit(b)
+		return s.putLayout()
 	case err != nil:
 		return fmt.Errorf("pebblejournal: read layout version: %w", err)
 	}
-	defer closer.Close()
-	if string(v) != layoutVersion {
-		return journal.Corruptf("pebblejournal: key %s: layout %q, this build reads %q", keyString(layoutKey), v, layoutVersion)
+	version := string(v)
+	_ = closer.Close()
+	switch version {
+	case layoutVersion:
+		return nil
+	case layoutV1:
+		return s.putLayout()
 	}
-	return nil
+	return journal.Corruptf("pebblejournal: key %s: layout %q, this build reads %q and %q", keyString(layoutKey), version, layoutV1, layoutVersion)
+}
+
+func (s *Store) putLayout() error {
+	b := s.db.NewBatch()
+	defer b.Close()
+	_ = b.Set(layoutKey, []byte(layoutVersion), nil)
+	return s.commit(b)
 }
 
 // Close closes the database and releases the directory. It waits for calls

@@ -17,6 +17,7 @@ import (
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -581,6 +582,25 @@ func TestLayoutVersionChecked(t *testing.T) {
 	require.Contains(t, err.Error(), "layout")
 }
 
+// TestLayoutV1Upgraded: a v1 store (every row holds its result) opens, and
+// is then marked v2, so a build that reads only v1 refuses it.
+func TestLayoutV1Upgraded(t *testing.T) {
+	fs := vfs.NewMem()
+	s, err := Open("db", Options{FS: fs})
+	require.NoError(t, err)
+	require.NoError(t, s.putRawForTesting(layoutKey, []byte(layoutV1)))
+	require.NoError(t, s.Close())
+	s, err = Open("db", Options{FS: fs})
+	require.NoError(t, err)
+	found, err := s.get(layoutKey, func(v []byte) error {
+		require.Equal(t, layoutVersion, string(v))
+		return nil
+	})
+	require.NoError(t, err)
+	require.True(t, found)
+	require.NoError(t, s.Close())
+}
+
 // TestFatalWALErrorUnderLoad: concurrent writers in flight when the WAL
 // fails all return (none hangs, none is acknowledged after the failure), and
 // Close returns.
@@ -717,4 +737,76 @@ func TestConcurrentBatches(t *testing.T) {
 		require.True(t, ok)
 		require.Equal(t, last[conv], h.lastSeq)
 	}
+}
+
+// serverTurn appends, to a new conversation, a server call and then its
+// result, with the resolution sharing the event's outcome as the runtime
+// sends it; it returns the outcome.
+func serverTurn(t *testing.T, s *Store, conv, call string) *messages.ToolOutcome {
+	t.Helper()
+	out := &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: `{"hits":[1,2,3]}`}}
+	_, err := s.Append(ctx, &messages.AppendRequest{
+		ConversationId: conv,
+		Events: []*messages.Event{{Body: &messages.Event_ToolCall{ToolCall: &messages.ToolCallEvent{
+			Call: &messages.ToolCall{Id: call, Name: "search", Arguments: "{}"}, Executor: messages.Executor_EXECUTOR_SERVER}}}},
+		ToolCalls: []*messages.ToolCallRecord{{Id: call, ConversationId: conv, Name: "search", Executor: messages.Executor_EXECUTOR_SERVER}},
+	})
+	require.NoError(t, err)
+	_, err = s.Append(ctx, &messages.AppendRequest{
+		ConversationId: conv, ExpectedLast: 1,
+		Events:      []*messages.Event{{Body: &messages.Event_ToolResult{ToolResult: &messages.ToolResultEvent{ToolCallId: call, Name: "search", Outcome: out}}}},
+		Resolutions: []*messages.ToolResolution{{ToolCallId: call, Status: messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, Result: out}},
+	})
+	require.NoError(t, err)
+	return out
+}
+
+// rawToolCall decodes a tool call row as stored, without filling its result.
+func rawToolCall(t *testing.T, s *Store, conv, call string) *messages.ToolCallRecord {
+	t.Helper()
+	k := idKey(famToolCall, conv, call)
+	var rec *messages.ToolCallRecord
+	found, err := s.get(k, func(v []byte) (err error) {
+		rec, err = decodeToolCall(k, v, conv, call)
+		return err
+	})
+	require.NoError(t, err)
+	require.True(t, found)
+	return rec
+}
+
+// TestResultStoredOnce: a result appended with its tool_result event is
+// stored once, in the event; the row keeps the event's seq and reads back
+// whole.
+func TestResultStoredOnce(t *testing.T) {
+	s := openMem(t, Options{})
+	out := serverTurn(t, s, "c", "call-1")
+	raw := rawToolCall(t, s, "c", "call-1")
+	require.Nil(t, raw.GetResult(), "the row does not hold a second copy")
+	require.EqualValues(t, 2, raw.GetResultSeq())
+	row, err := s.ToolCall(ctx, "call-1")
+	require.NoError(t, err)
+	require.True(t, proto.Equal(out, row.GetResult()), "got %v", row.GetResult())
+	require.Zero(t, row.GetResultSeq())
+	require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, row.GetStatus())
+}
+
+// TestResultEventCorrupt: a row whose result_seq names a missing event, or
+// an event that is not its tool_result, reads as ErrCorrupt naming the row.
+func TestResultEventCorrupt(t *testing.T) {
+	s := openMem(t, Options{})
+	serverTurn(t, s, "c", "call-1")
+	require.NoError(t, s.deleteRawForTesting(seqKey(famEvent, "c", 2)))
+	_, err := s.ToolCall(ctx, "call-1")
+	require.ErrorIs(t, err, journal.ErrCorrupt)
+	require.Contains(t, err.Error(), "missing")
+
+	serverTurn(t, s, "d", "call-2")
+	other := &messages.Event{Seq: 2, Body: &messages.Event_UserMsg{UserMsg: &messages.UserMessage{}}}
+	v, err := proto.Marshal(other)
+	require.NoError(t, err)
+	require.NoError(t, s.putRawForTesting(seqKey(famEvent, "d", 2), v))
+	_, err = s.ToolCall(ctx, "call-2")
+	require.ErrorIs(t, err, journal.ErrCorrupt)
+	require.Contains(t, err.Error(), "not its tool_result")
 }

@@ -288,8 +288,11 @@ func (t *txn) upsertCall(cs *convState, rec *messages.ToolCallRecord) error {
 
 // resolveCall moves a pending call of conv to a terminal status and removes
 // its deadline. ErrStale if the call is unknown, of another conversation or
-// not pending.
-func (t *txn) resolveCall(conv, id string, status messages.ToolCallStatus, result *messages.ToolOutcome, at *timestamppb.Timestamp) (*messages.ToolCallRecord, error) {
+// not pending. If resultSeq is not zero, the same write appends result as
+// the outcome of the tool_result event at that seq: the stored row then
+// keeps the seq instead of a second copy of the result (see fillResult),
+// and the returned row is in that stored form.
+func (t *txn) resolveCall(conv, id string, status messages.ToolCallStatus, result *messages.ToolOutcome, at *timestamppb.Timestamp, resultSeq uint64) (*messages.ToolCallRecord, error) {
 	c, err := t.call(id)
 	if err != nil {
 		return nil, err
@@ -304,6 +307,9 @@ func (t *txn) resolveCall(conv, id string, status messages.ToolCallStatus, resul
 	}
 	rec := proto.Clone(c.rec).(*messages.ToolCallRecord)
 	rec.Status, rec.Result, rec.Resolved = status, result, at
+	if resultSeq != 0 {
+		rec.Result, rec.ResultSeq = nil, resultSeq
+	}
 	if err := checkSize("tool call "+id, rec, journal.MaxRecordBytes); err != nil {
 		return nil, err
 	}
@@ -379,7 +385,8 @@ func (t *txn) apply(req *messages.AppendRequest) (res journal.AppendResult, err 
 		}
 	}
 	for _, r := range req.GetResolutions() {
-		if _, err := t.resolveCall(conv, r.GetToolCallId(), r.GetStatus(), r.GetResult(), r.GetAt()); err != nil {
+		resultSeq := resultEvent(req, r, last)
+		if _, err := t.resolveCall(conv, r.GetToolCallId(), r.GetStatus(), r.GetResult(), r.GetAt(), resultSeq); err != nil {
 			return res, err
 		}
 	}
@@ -449,6 +456,27 @@ func (t *txn) apply(req *messages.AppendRequest) (res journal.AppendResult, err 
 		res.FirstSeq, res.LastSeq = last+1, cs.lastSeq
 	}
 	return res, nil
+}
+
+// resultEvent returns the seq that the fenced request req (appending after
+// last) gives to a tool_result event of r's call whose outcome is r's
+// result, or 0 if it has none: the row's result is then stored only there.
+// The runtime passes the same outcome message to both, which is checked
+// first; an equal copy qualifies too.
+func resultEvent(req *messages.AppendRequest, r *messages.ToolResolution, last uint64) uint64 {
+	if req.GetUnfenced() || r.GetResult() == nil {
+		return 0
+	}
+	for i, ev := range req.GetEvents() {
+		tr := ev.GetToolResult()
+		if tr == nil || tr.GetToolCallId() != r.GetToolCallId() {
+			continue
+		}
+		if out := tr.GetOutcome(); out == r.GetResult() || proto.Equal(out, r.GetResult()) {
+			return last + 1 + uint64(i)
+		}
+	}
+	return 0
 }
 
 // commit writes the overlay into the batch and commits it synced, then
