@@ -1,11 +1,14 @@
 package snapshot
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
+	"hash"
+	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/lazarusrt/lazarus/journal"
@@ -83,107 +86,263 @@ func (d Deterministic) Summarize(ctx context.Context, conversationID string, pre
 	}
 	to := events[len(events)-1].GetSeq()
 
-	var b strings.Builder
-	if prev != nil {
-		body := prev.GetContent()
-		if prev.GetVersion() == DeterministicVersion {
-			if _, rest, ok := strings.Cut(body, "\n"); ok {
-				body = rest
-			} else {
-				body = ""
-			}
-		}
-		if body != "" {
-			b.WriteString(body)
-			b.WriteByte('\n')
-		}
-	}
-	for _, ev := range events {
-		b.WriteString(describe(ev))
-		b.WriteByte('\n')
-	}
-	body := strings.TrimSuffix(b.String(), "\n")
-	sum := sha256.Sum256([]byte(body))
-	header := fmt.Sprintf("deterministic summary of seq %d..%d, sha256 %s", from, to, hex.EncodeToString(sum[:8]))
-
+	// The header's length is known before its digest: the room left for
+	// the body, and so how much of its end to keep, is known up front.
+	var hdr [96]byte // 29 + 20 + 2 + 20 + 9 bytes of prefix, then the digest
+	head := append(hdr[:0], "deterministic summary of seq "...)
+	head = strconv.AppendUint(head, from, 10)
+	head = append(head, ".."...)
+	head = strconv.AppendUint(head, to, 10)
+	head = append(head, ", sha256 "...)
+	const digestLen = 16
 	limit := d.MaxBytes
 	if limit == 0 {
 		limit = DefaultDeterministicMaxBytes
 	}
-	if room := limit - len(header) - 1; limit > 0 && len(body) > room {
-		body = cutFront(body, room)
+	room := limit - len(head) - digestLen - 1
+	keep := -1 // all of it
+	if limit > 0 {
+		// cutFront reads the byte before the room-4 bytes it keeps.
+		keep = max(room+1, 0)
 	}
-	content := header
-	if body != "" {
-		content += "\n" + body
+
+	// The body streams through the hash; only the end that may fit stays.
+	b := getBody(keep)
+	defer putBody(b)
+	if prev != nil {
+		pb := prev.GetContent()
+		if prev.GetVersion() == DeterministicVersion {
+			if _, rest, ok := strings.Cut(pb, "\n"); ok {
+				pb = rest
+			} else {
+				pb = ""
+			}
+		}
+		if pb != "" {
+			b.raw(pb)
+			b.lines = true
+		}
 	}
-	return &messages.Summary{FromSeq: from, ToSeq: to, Content: content, Version: DeterministicVersion}, nil
+	for _, ev := range events {
+		b.event(ev)
+	}
+	b.flush()
+	digest := b.digest()
+
+	tail, total := b.buf, b.dropped+len(b.buf)
+	cut, marked := false, false
+	if limit > 0 && total > room {
+		cut = true
+		tail, marked = cutFront(tail, room)
+	}
+	size := len(head) + digestLen
+	switch {
+	case marked:
+		size += len("\n"+cutMark) + len(tail)
+	case !cut && len(tail) > 0:
+		size += 1 + len(tail)
+	}
+	var c strings.Builder
+	c.Grow(size)
+	c.Write(head)
+	c.Write(digest)
+	switch {
+	case marked:
+		c.WriteString("\n" + cutMark)
+		c.Write(tail)
+	case !cut && len(tail) > 0:
+		c.WriteByte('\n')
+		c.Write(tail)
+	}
+	return &messages.Summary{FromSeq: from, ToSeq: to, Content: c.String(), Version: DeterministicVersion}, nil
 }
 
-// cutFront keeps at most room bytes of the end of body: whole lines after a
-// "..." line when it can, else a rune-aligned tail.
-func cutFront(body string, room int) string {
-	const mark = "...\n"
-	if room <= len(mark) {
-		return ""
+// cutMark starts a body whose oldest lines were dropped.
+const cutMark = "...\n"
+
+// cutFront cuts the end of a body to at most room bytes with cutMark:
+// whole lines after the mark when it can, else a rune-aligned tail. end is
+// the body's end: at least its last room+1 bytes. It returns what follows
+// the mark, and false when not even the mark fits (the body is dropped).
+func cutFront(end []byte, room int) ([]byte, bool) {
+	if room <= len(cutMark) {
+		return nil, false
 	}
-	start := len(body) - (room - len(mark))
-	if body[start-1] != '\n' {
-		if i := strings.IndexByte(body[start:], '\n'); i >= 0 {
+	start := len(end) - (room - len(cutMark))
+	if end[start-1] != '\n' {
+		if i := bytes.IndexByte(end[start:], '\n'); i >= 0 {
 			start += i + 1 // drop the partial line
 		} else {
-			for start < len(body) && !utf8.RuneStart(body[start]) {
+			for start < len(end) && !utf8.RuneStart(end[start]) {
 				start++
 			}
 		}
 	}
-	return mark + body[start:]
+	return end[start:], true
 }
 
-func oneLine(s string) string { return strings.ReplaceAll(s, "\n", " ") }
+// hashChunk is how many bytes of a body Summarize buffers before hashing
+// them.
+const hashChunk = 16 << 10
 
-func text(parts []*messages.ContentPart) string {
-	var b strings.Builder
-	for _, p := range parts {
-		switch {
-		case p.GetImage() != nil:
-			b.WriteString("<image>")
-		case p.GetFile() != nil:
-			b.WriteString("<file>")
-		default:
-			b.WriteString(p.GetText())
+// maxPooledBody bounds the buffers kept for reuse: an unbounded summary
+// (MaxBytes < 0) keeps its whole body, which is not worth keeping after.
+const maxPooledBody = 256 << 10
+
+var bodies = sync.Pool{New: func() any { return &body{h: sha256.New()} }}
+
+// body is the body of a Deterministic summary as Summarize writes it: the
+// whole of it goes through the hash, and only its last keep bytes (all of
+// it when keep < 0) stay in buf.
+type body struct {
+	h       hash.Hash
+	buf     []byte // the end of the body; buf[:hashed] is hashed
+	hashed  int
+	keep    int
+	dropped int  // bytes of the body before buf
+	lines   bool // something was written: the next line starts with '\n'
+	sum     [sha256.Size]byte
+	hex     [16]byte
+}
+
+func getBody(keep int) *body {
+	b := bodies.Get().(*body)
+	b.h.Reset()
+	b.buf, b.hashed, b.keep, b.dropped, b.lines = b.buf[:0], 0, keep, 0, false
+	if want := keep + hashChunk + 64; keep >= 0 && cap(b.buf) < want {
+		b.buf = make([]byte, 0, want)
+	}
+	return b
+}
+
+func putBody(b *body) {
+	if cap(b.buf) > maxPooledBody {
+		b.buf = nil
+	}
+	bodies.Put(b)
+}
+
+// flush hashes what buf holds that is not hashed yet, then drops all but
+// its last keep bytes.
+func (b *body) flush() {
+	b.h.Write(b.buf[b.hashed:])
+	if b.keep >= 0 && len(b.buf) > b.keep {
+		d := len(b.buf) - b.keep
+		b.buf = b.buf[:copy(b.buf, b.buf[d:])]
+		b.dropped += d
+	}
+	b.hashed = len(b.buf)
+}
+
+// digest returns the first 8 bytes of the hash of everything flushed, in
+// hex. The slice is b's.
+func (b *body) digest() []byte {
+	sum := b.h.Sum(b.sum[:0])
+	hex.Encode(b.hex[:], sum[:8])
+	return b.hex[:]
+}
+
+// write appends s, with its newlines replaced by spaces when flat, hashing
+// as it goes so that buf never holds more than keep+hashChunk bytes of it.
+func (b *body) write(s string, flat bool) {
+	for len(s) > 0 {
+		free := b.hashed + hashChunk - len(b.buf)
+		if free <= 0 {
+			b.flush()
+			continue
+		}
+		piece := s[:min(free, len(s))]
+		s = s[len(piece):]
+		start := len(b.buf)
+		b.buf = append(b.buf, piece...)
+		if !flat {
+			continue
+		}
+		for rest := b.buf[start:]; ; {
+			i := bytes.IndexByte(rest, '\n')
+			if i < 0 {
+				break
+			}
+			rest[i] = ' '
+			rest = rest[i+1:]
 		}
 	}
-	return oneLine(b.String())
 }
 
-func describe(ev *messages.Event) string {
-	prefix := fmt.Sprintf("[%d] ", ev.GetSeq())
+func (b *body) raw(s string)  { b.write(s, false) }
+func (b *body) flat(s string) { b.write(s, true) }
+
+func (b *body) uint(v uint64) {
+	var n [20]byte
+	b.write(string(strconv.AppendUint(n[:0], v, 10)), false)
+}
+
+// parts writes content parts as text: images as "<image>", files as
+// "<file>", newlines as spaces.
+func (b *body) parts(ps []*messages.ContentPart) {
+	for _, p := range ps {
+		switch {
+		case p.GetImage() != nil:
+			b.raw("<image>")
+		case p.GetFile() != nil:
+			b.raw("<file>")
+		default:
+			b.flat(p.GetText())
+		}
+	}
+}
+
+// event writes the line of ev (see Deterministic), after a newline unless
+// it is the first line.
+func (b *body) event(ev *messages.Event) {
+	if b.lines {
+		b.raw("\n")
+	}
+	b.lines = true
+	b.raw("[")
+	b.uint(ev.GetSeq())
+	b.raw("] ")
 	switch body := ev.GetBody().(type) {
 	case *messages.Event_UserMsg:
-		return prefix + "user: " + text(body.UserMsg.GetContent())
+		b.raw("user: ")
+		b.parts(body.UserMsg.GetContent())
 	case *messages.Event_AssistantMsg:
-		s := prefix + "assistant: " + text(body.AssistantMsg.GetContent())
+		b.raw("assistant: ")
+		b.parts(body.AssistantMsg.GetContent())
 		for _, c := range body.AssistantMsg.GetToolCalls() {
-			s += fmt.Sprintf(" [call %s %s]", c.GetName(), oneLine(c.GetArguments()))
+			b.raw(" [call ")
+			b.raw(c.GetName())
+			b.raw(" ")
+			b.flat(c.GetArguments())
+			b.raw("]")
 		}
-		return s
 	case *messages.Event_ToolResult:
 		tr := body.ToolResult
+		b.raw("tool ")
+		b.raw(tr.GetName())
 		if e := tr.GetOutcome().GetError(); e != nil {
-			return fmt.Sprintf("%stool %s error (%s): %s", prefix, tr.GetName(), e.GetCode(), oneLine(e.GetMessage()))
+			b.raw(" error (")
+			b.raw(e.GetCode())
+			b.raw("): ")
+			b.flat(e.GetMessage())
+		} else {
+			b.raw(": ")
+			b.flat(tr.GetOutcome().GetContent())
 		}
-		return fmt.Sprintf("%stool %s: %s", prefix, tr.GetName(), oneLine(tr.GetOutcome().GetContent()))
 	case *messages.Event_ToolCall:
 		c := body.ToolCall.GetCall()
-		return fmt.Sprintf("%scall %s %s", prefix, c.GetName(), oneLine(c.GetArguments()))
+		b.raw("call ")
+		b.raw(c.GetName())
+		b.raw(" ")
+		b.flat(c.GetArguments())
 	case *messages.Event_Suspension:
-		return prefix + "suspension"
+		b.raw("suspension")
 	case *messages.Event_Resolution:
-		return prefix + "resolution"
+		b.raw("resolution")
 	case *messages.Event_Rewind:
-		return fmt.Sprintf("%srewind to %d", prefix, body.Rewind.GetToSeq())
+		b.raw("rewind to ")
+		b.uint(body.Rewind.GetToSeq())
 	default:
-		return prefix + "unknown"
+		b.raw("unknown")
 	}
 }

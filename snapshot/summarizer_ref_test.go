@@ -201,32 +201,36 @@ func TestDeterministicMatchesReference(t *testing.T) {
 		{"foreign prev ending in a newline", &messages.Summary{FromSeq: 1, ToSeq: 4, Content: "text\n\n", Version: "llm/7"}, log(5, user("c"))},
 		{"foreign prev, empty content", &messages.Summary{FromSeq: 3, ToSeq: 4, Version: "llm/7"}, log(5, user("c"))},
 		{"long single line", nil, log(1, user(strings.Repeat("é日a", 300)))},
+		{"lines longer than a hash chunk", &messages.Summary{FromSeq: 1, ToSeq: 4, Content: strings.Repeat("x\n", 20_000), Version: "llm/7"}, log(5, user("a"), result("c", strings.Repeat("ab\n日", 5000)), asst("done"))},
 		{"long foreign prev, no newline", &messages.Summary{FromSeq: 1, ToSeq: 4, Content: strings.Repeat("ü", 5000), Version: "llm/7"}, log(5, user("c"))},
 	}
 	limits := []int{-1, 0, 1, 2, 50, 60, 64, 65, 66, 70, 80, 100, 200, 333, 1000, 4096, 100_000}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			for _, max := range limits {
-				checkAgainstReference(t, max, tc.prev, tc.events)
+			for _, bound := range limits {
+				checkAgainstReference(t, bound, tc.prev, tc.events)
 			}
-			// Every cut position of this input.
+			// Every cut position of this input, or of its end when it is long.
 			full := len(refSummarize(-1, tc.prev, tc.events))
-			for max := 1; max <= full+2; max++ {
-				checkAgainstReference(t, max, tc.prev, tc.events)
+			for bound := 1; bound <= full+2; bound++ {
+				if bound > 4000 && bound < full-200 {
+					bound = full - 200
+				}
+				checkAgainstReference(t, bound, tc.prev, tc.events)
 			}
 		})
 	}
 }
 
-func checkAgainstReference(t *testing.T, max int, prev *messages.Summary, events []*messages.Event) {
+func checkAgainstReference(t *testing.T, maxBytes int, prev *messages.Summary, events []*messages.Event) {
 	t.Helper()
 	var prevCopy *messages.Summary
 	if prev != nil {
 		prevCopy = &messages.Summary{FromSeq: prev.GetFromSeq(), ToSeq: prev.GetToSeq(), Content: prev.GetContent(), Version: prev.GetVersion()}
 	}
-	got, err := snapshot.Deterministic{MaxBytes: max}.Summarize(context.Background(), "conv", prev, events)
+	got, err := snapshot.Deterministic{MaxBytes: maxBytes}.Summarize(context.Background(), "conv", prev, events)
 	require.NoError(t, err)
-	require.Equal(t, refSummarize(max, prev, events), got.GetContent(), "MaxBytes %d", max)
+	require.Equal(t, refSummarize(maxBytes, prev, events), got.GetContent(), "MaxBytes %d", maxBytes)
 	from := events[0].GetSeq()
 	if prev != nil {
 		from = prev.GetFromSeq()
@@ -283,14 +287,14 @@ func TestDeterministicMatchesReferenceRandom(t *testing.T) {
 		if prev != nil && prev.GetToSeq() == 0 {
 			prev = nil
 		}
-		max := r.IntN(20_000) - 1000
+		maxBytes := r.IntN(20_000) - 1000
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
 			defer func() {
 				if t.Failed() {
 					t.Logf("seed %d, case %d", seed, i)
 				}
 			}()
-			checkAgainstReference(t, max, prev, evs)
+			checkAgainstReference(t, maxBytes, prev, evs)
 		})
 	}
 }
