@@ -19,6 +19,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 var _ journal.Store = (*Store)(nil)
@@ -386,6 +387,11 @@ type head struct {
 	// wrote the entry had it (nil: read it from Pebble). Rows are replaced,
 	// never mutated, so it is shared.
 	row *messages.Conversation
+	// dls, if not nil, is every deadline of the conversation as last
+	// committed (tool call id -> time; empty: none), so that resolving or
+	// cancelling a call need not look its deadline up; nil: unknown.
+	// Replaced, never mutated, so shared.
+	dls map[string]*timestamppb.Timestamp
 }
 
 // headCache remembers the last seq of recently written conversations, and

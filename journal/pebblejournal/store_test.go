@@ -810,3 +810,59 @@ func TestResultEventCorrupt(t *testing.T) {
 	require.ErrorIs(t, err, journal.ErrCorrupt)
 	require.Contains(t, err.Error(), "not its tool_result")
 }
+
+// TestDeadlineCacheFollowsWrites: once a conversation's deadlines are
+// known to the head cache, every kind of deadline write keeps that
+// knowledge equal to what Pebble holds.
+func TestDeadlineCacheFollowsWrites(t *testing.T) {
+	s := openMem(t, Options{})
+	at := func(sec int64) *timestamppb.Timestamp { return &timestamppb.Timestamp{Seconds: 1_000_000 + sec} }
+	stored := func() map[string]int64 {
+		out := map[string]int64{}
+		require.NoError(t, s.Deadlines(ctx, time.Time{}, func(d *messages.Deadline) error {
+			out[d.GetToolCallId()] = d.GetAt().GetSeconds()
+			return nil
+		}))
+		return out
+	}
+	cached := func() map[string]int64 {
+		h, ok := s.heads.get(s.convStripe("c"), "c")
+		require.True(t, ok, "the conversation has a head")
+		require.NotNil(t, h.dls, "its deadlines are known")
+		out := map[string]int64{}
+		for id, ts := range h.dls {
+			out[id] = ts.GetSeconds()
+		}
+		return out
+	}
+	// A deadline scheduled before the conversation is written to.
+	require.NoError(t, s.ScheduleDeadline(ctx, &messages.Deadline{ConversationId: "c", ToolCallId: "early", At: at(1)}))
+	res, err := s.Append(ctx, &messages.AppendRequest{ConversationId: "c", Events: []*messages.Event{userEvent("x")},
+		ToolCalls: []*messages.ToolCallRecord{pendingCall("c", "t1"), pendingCall("c", "t2")},
+		Schedule:  []*messages.Deadline{{ConversationId: "c", ToolCallId: "t1", At: at(5)}, {ConversationId: "c", ToolCallId: "t2", At: at(6)}}})
+	require.NoError(t, err)
+	require.Equal(t, map[string]int64{"early": 1_000_001, "t1": 1_000_005, "t2": 1_000_006}, stored())
+	require.Equal(t, stored(), cached())
+
+	require.NoError(t, s.ScheduleDeadline(ctx, &messages.Deadline{ConversationId: "c", ToolCallId: "t2", At: at(9)}))
+	require.Equal(t, stored(), cached(), "a reschedule")
+	require.NoError(t, s.CancelDeadline(ctx, "c", "early"))
+	require.Equal(t, stored(), cached(), "a cancel")
+	_, err = s.ResolveToolCall(ctx, "t1", messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, nil, time.Time{})
+	require.NoError(t, err)
+	require.Equal(t, stored(), cached(), "a resolve on its own")
+	_, err = s.Append(ctx, &messages.AppendRequest{ConversationId: "c", ExpectedLast: res.LastSeq,
+		Resolutions: []*messages.ToolResolution{{ToolCallId: "t2", Status: messages.ToolCallStatus_TOOL_CALL_STATUS_ERRORED}}})
+	require.NoError(t, err)
+	require.Empty(t, stored())
+	require.Equal(t, stored(), cached(), "a resolve in an append")
+
+	// A failed write leaves no stale knowledge behind.
+	_, err = s.Append(ctx, &messages.AppendRequest{ConversationId: "c", ExpectedLast: 0,
+		Schedule: []*messages.Deadline{{ConversationId: "c", ToolCallId: "t3", At: at(7)}}, Events: []*messages.Event{userEvent("late")}})
+	require.ErrorIs(t, err, journal.ErrConflict)
+	require.Empty(t, stored())
+	if h, ok := s.heads.get(s.convStripe("c"), "c"); ok && h.dls != nil {
+		require.Empty(t, h.dls)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"encoding/binary"
 	"fmt"
+	"maps"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lazarusrt/lazarus/journal"
@@ -27,6 +28,9 @@ type txn struct {
 	convs map[string]*convState
 	calls map[string]*callState
 	dls   map[dlKey]*dlState
+	// known holds, for each conversation whose deadlines the txn looked
+	// at, all of them as committed before the txn (see knownDeadlines).
+	known map[string]map[string]*timestamppb.Timestamp
 	undo  []func()
 	seqs  []seqUndo // seqs set on caller's events, restored if the commit fails
 	// poison, if set, fails the commit: the batch holds a partial write.
@@ -73,6 +77,7 @@ func (s *Store) newTxn() *txn {
 		convs: make(map[string]*convState),
 		calls: make(map[string]*callState),
 		dls:   make(map[dlKey]*dlState),
+		known: make(map[string]map[string]*timestamppb.Timestamp),
 	}
 }
 
@@ -327,18 +332,76 @@ func (t *txn) deadline(conv, call string) (*dlState, error) {
 	if d, ok := t.dls[key]; ok {
 		return d, nil
 	}
-	d := &dlState{}
-	k := idKey(famDeadline, conv, call)
-	if _, err := t.s.get(k, func(v []byte) error {
-		rec, err := decodeDeadline(k, v, conv, call)
-		d.orig = rec.GetAt()
-		return err
-	}); err != nil {
+	all, err := t.knownDeadlines(conv)
+	if err != nil {
 		return nil, err
 	}
+	d := &dlState{orig: all[call]}
 	d.cur = d.orig
 	t.dls[key] = d
 	return d, nil
+}
+
+// knownDeadlines returns every committed deadline of conv: from the head
+// cache if it knows them, else read with one scan of the conversation's
+// deadlines (usually none or a few) and then remembered in the head cache,
+// so that later resolutions of the conversation's calls read nothing. The
+// caller holds conv's lock, under which every deadline write happens.
+func (t *txn) knownDeadlines(conv string) (map[string]*timestamppb.Timestamp, error) {
+	if all, ok := t.known[conv]; ok {
+		return all, nil
+	}
+	if h, ok := t.s.heads.get(t.s.convStripe(conv), conv); ok && h.dls != nil {
+		t.known[conv] = h.dls
+		return h.dls, nil
+	}
+	all := map[string]*timestamppb.Timestamp{}
+	prefix := convKey(famDeadline, conv)
+	err := t.s.scan(prefix, convEnd(famDeadline, conv), func(k, v []byte) error {
+		call, err := parseIDKey(k, prefix)
+		if err != nil {
+			return err
+		}
+		rec, err := decodeDeadline(k, v, conv, call)
+		if err != nil {
+			return err
+		}
+		all[call] = rec.GetAt()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	t.known[conv] = all
+	return all, nil
+}
+
+// finalDeadlines returns the deadlines of each conversation in t.known as
+// this txn leaves them (known before, with its changes applied), or nil
+// for a conversation whose deadlines it did not look at.
+func (t *txn) finalDeadlines() map[string]map[string]*timestamppb.Timestamp {
+	out := make(map[string]map[string]*timestamppb.Timestamp, len(t.known))
+	for key, d := range t.dls {
+		if !d.dirty || proto.Equal(d.orig, d.cur) {
+			continue
+		}
+		all, ok := out[key.conv]
+		if !ok {
+			all = maps.Clone(t.known[key.conv])
+			out[key.conv] = all
+		}
+		if d.cur == nil {
+			delete(all, key.call)
+		} else {
+			all[key.call] = d.cur
+		}
+	}
+	for conv, all := range t.known {
+		if _, ok := out[conv]; !ok {
+			out[conv] = all
+		}
+	}
+	return out
 }
 
 // setDeadline schedules (at != nil) or cancels (nil) the deadline of call.
@@ -514,6 +577,10 @@ func (t *txn) restoreSeqs() {
 // its conversations and of the calls it wrote, once its commit returned:
 // their new state if ok, nothing (the entries are dropped) if not.
 func (t *txn) updateCaches(ok bool) {
+	var dls map[string]map[string]*timestamppb.Timestamp
+	if ok {
+		dls = t.finalDeadlines()
+	}
 	for id, cs := range t.convs {
 		stripe := t.s.convStripe(id)
 		if !ok || cs.tomb || !cs.seqLoaded {
@@ -521,11 +588,34 @@ func (t *txn) updateCaches(ok bool) {
 			continue
 		}
 		hasRow := cs.hasRow || cs.lastSeq > 0 || (cs.rowLoaded && cs.row != nil)
-		h := head{lastSeq: cs.lastSeq, hasRow: hasRow}
+		h := head{lastSeq: cs.lastSeq, hasRow: hasRow, dls: dls[id]}
 		if cs.rowLoaded {
 			h.row = cs.row
 		}
+		if h.dls == nil {
+			if prev, found := t.s.heads.get(stripe, id); found {
+				h.dls = prev.dls // the txn did not touch its deadlines
+			}
+		}
 		t.s.heads.put(stripe, id, h)
+	}
+	// Conversations whose deadlines changed without the txn loading their
+	// head (CancelDeadline, a resolve on its own) keep an entry only if it
+	// is brought up to date.
+	for conv := range t.known {
+		if _, done := t.convs[conv]; done {
+			continue
+		}
+		stripe := t.s.convStripe(conv)
+		h, found := t.s.heads.get(stripe, conv)
+		switch {
+		case !found:
+		case !ok:
+			t.s.heads.drop(stripe, conv)
+		default:
+			h.dls = dls[conv]
+			t.s.heads.put(stripe, conv, h)
+		}
 	}
 	for id, c := range t.calls {
 		if !c.dirty {
