@@ -75,3 +75,11 @@ func seqs(evs []*messages.Event) []uint64 {
 func summary(from, to uint64) *messages.Summary {
 	return &messages.Summary{FromSeq: from, ToSeq: to, Content: "earlier", Version: "test/1"}
 }
+
+// lastOf returns the last of evs, nil if none.
+func lastOf(evs []*messages.Event) *messages.Event {
+	if len(evs) == 0 {
+		return nil
+	}
+	return evs[len(evs)-1]
+}

@@ -41,11 +41,13 @@ func (p Policy) WithDefaults() Policy {
 // Due reports whether a summary is due and possible: the rendered events of
 // w exceed MaxEvents or their estimated tokens exceed MaxTokens, and w has a
 // SafePoint(KeepRecent) to end it at. Zero fields mean their defaults.
+// It estimates the tokens only of the events rendered since its last call
+// on w (the working set keeps the sum), so calling it after every append
+// costs time in the new events, not in the whole working set.
 func (p Policy) Due(w *WorkingSet) bool {
 	p = p.WithDefaults()
-	evs := w.Render()
-	over := (p.MaxEvents > 0 && len(evs) > p.MaxEvents) ||
-		(p.MaxTokens > 0 && EstimateTokens(evs) > p.MaxTokens)
+	over := (p.MaxEvents > 0 && len(w.Render()) > p.MaxEvents) ||
+		(p.MaxTokens > 0 && w.renderedTokens() > p.MaxTokens)
 	return over && w.SafePoint(p.KeepRecent) > 0
 }
 

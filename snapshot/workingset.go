@@ -13,7 +13,9 @@ import (
 // WorkingSet is a conversation rebuilt from (latest summary, events after
 // it). Its fields are kept consistent by Rebuild, Append and Compact; read
 // them, do not assign them. The events are shared, not copied: neither the
-// WorkingSet nor its caller may modify them.
+// WorkingSet nor its caller may modify them. A WorkingSet caches its head
+// and what Render returns, so even its read methods must not be called
+// concurrently, and it must not be copied.
 type WorkingSet struct {
 	// Summary is the summary the working set starts from, nil if none.
 	Summary *messages.Summary
@@ -25,6 +27,28 @@ type WorkingSet struct {
 	// LastSeq is the seq of the last event; Summary.ToSeq if there are no
 	// events after it; 0 for an empty conversation.
 	LastSeq uint64
+
+	cache view // see view
+}
+
+// span is the indexes lo..hi-1 of WorkingSet.Events.
+type span struct{ lo, hi int }
+
+// view is what a WorkingSet derives from (Summary, Events): its head and
+// what it renders. It is valid for the Events and Summary it was built from
+// and can be extended with events appended after them (see
+// WorkingSet.view).
+type view struct {
+	built       bool
+	n           int               // len(Events) it was built from
+	first, last *messages.Event   // Events[0] and Events[n-1] then
+	summary     *messages.Summary // Summary then
+	spans       []span            // the head, ascending
+	below       uint64            // the target of an effective rewind below the summary's ToSeq
+	isBelow     bool              // whether there is one
+	rendered    []*messages.Event // the rendered events on the head; never changed below len, as Render shares it
+	tokens      int               // EstimateTokens(rendered[:counted])
+	counted     int
 }
 
 // Rebuild returns the working set of (summary, events), as a journal
@@ -74,30 +98,105 @@ func (w *WorkingSet) Append(evs ...*messages.Event) error {
 // base is the seq the events follow.
 func (w *WorkingSet) base() uint64 { return w.Summary.GetToSeq() }
 
-// head returns the indexes in w.Events of the events on the head, ascending,
-// and the target of an effective rewind below the summary's ToSeq, if any.
-func (w *WorkingSet) head() (idx []int, below uint64, isBelow bool) {
+// view returns the working set's view, built or extended from Events and
+// Summary as they are now: it is extended in place when events were only
+// appended (without rewinds) since it was built, and built again otherwise.
+func (w *WorkingSet) view() *view {
+	v := &w.cache
+	n := len(w.Events)
+	same := v.built && v.summary == w.Summary && v.n <= n &&
+		(v.n == 0 || (w.Events[0] == v.first && w.Events[v.n-1] == v.last))
+	if same && v.n < n {
+		for _, ev := range w.Events[v.n:] {
+			if ev.GetRewind() != nil {
+				same = false
+				break
+			}
+		}
+	}
+	switch {
+	case !same:
+		w.build()
+	case v.n < n:
+		// The walk back from the new last event passes through the new
+		// events, none a rewind, then goes on as it did from the old one.
+		if len(v.spans) == 0 {
+			v.spans = append(v.spans, span{v.n, n})
+		} else {
+			v.spans[len(v.spans)-1].hi = n
+		}
+		for _, ev := range w.Events[v.n:] {
+			if rendered(ev) {
+				v.rendered = append(v.rendered, ev) // after the len of every slice Render returned
+			}
+		}
+		v.n, v.last = n, w.Events[n-1]
+	}
+	return v
+}
+
+// build builds the view from scratch. The head is found by walking back from
+// the newest event, a rewind jumping the walk to its target (see the package
+// doc).
+func (w *WorkingSet) build() {
+	v := &w.cache
 	base := w.base()
-	i := len(w.Events) - 1
-	for i >= 0 {
-		ev := w.Events[i]
-		idx = append(idx, i)
-		rw := ev.GetRewind()
+	v.spans, v.below, v.isBelow = v.spans[:0], 0, false
+	hi := len(w.Events)
+	for i := hi - 1; i >= 0; {
+		rw := w.Events[i].GetRewind()
 		if rw == nil {
 			i--
 			continue
 		}
+		v.spans = append(v.spans, span{i, hi}) // the rewind is on the head
 		t := rw.GetToSeq()
 		if t <= base {
 			if t < base {
-				below, isBelow = t, true
+				v.below, v.isBelow = t, true
 			}
+			hi = 0
 			break
 		}
-		i = int(t - base - 1) // Append checked t < ev.Seq: this goes backwards
+		hi = int(t - base) // Append checked t < ev.Seq: this goes backwards
+		i = hi - 1
 	}
-	slices.Reverse(idx)
-	return idx, below, isBelow
+	if hi > 0 {
+		v.spans = append(v.spans, span{0, hi})
+	}
+	slices.Reverse(v.spans)
+	count := 0
+	for _, sp := range v.spans {
+		for _, ev := range w.Events[sp.lo:sp.hi] {
+			if rendered(ev) {
+				count++
+			}
+		}
+	}
+	// A new array: the old one may still be read through Render's results.
+	v.rendered = make([]*messages.Event, 0, count+8)
+	for _, sp := range v.spans {
+		for _, ev := range w.Events[sp.lo:sp.hi] {
+			if rendered(ev) {
+				v.rendered = append(v.rendered, ev)
+			}
+		}
+	}
+	v.tokens, v.counted = 0, 0
+	v.built, v.n, v.summary = true, len(w.Events), w.Summary
+	v.first, v.last = nil, nil
+	if v.n > 0 {
+		v.first, v.last = w.Events[0], w.Events[v.n-1]
+	}
+}
+
+// renderedTokens returns EstimateTokens(w.Render()), counting only the
+// events rendered since the last call.
+func (w *WorkingSet) renderedTokens() int {
+	v := w.view()
+	v.tokens += EstimateTokens(v.rendered[v.counted:])
+	v.counted = len(v.rendered)
+	return v.tokens
 }
 
 func rendered(ev *messages.Event) bool {
@@ -113,17 +212,42 @@ func rendered(ev *messages.Event) bool {
 // are skipped and rewind events are not rendered (see the package doc). If
 // the head was rewound below the summary's ToSeq (RewoundPastSummary), the
 // summary still stands for events the head no longer includes: the caller
-// should rebuild from an earlier summary. The slice is the caller's; the
-// events are the working set's.
+// should rebuild from an earlier summary.
+//
+// The slice and the events are the working set's, and the caller must not
+// modify them. The working set never changes a slice it returned, so the
+// caller may keep it and read it from another goroutine while the working
+// set changes; its capacity is its length, so appending to it copies. Render
+// does not allocate unless the working set changed since the last call (and
+// then only when a rewind or Compact changed the head, or the cached slice
+// must grow). To learn only the last rendered event, use LastRendered.
 func (w *WorkingSet) Render() []*messages.Event {
-	idx, _, _ := w.head()
-	out := make([]*messages.Event, 0, len(idx))
-	for _, i := range idx {
-		if ev := w.Events[i]; rendered(ev) {
-			out = append(out, ev)
+	r := w.view().rendered
+	return r[:len(r):len(r)]
+}
+
+// LastRendered returns the last event Render would return, or nil if it
+// would return none. It walks back from the newest event, following rewinds
+// as Render does, and does not allocate.
+func (w *WorkingSet) LastRendered() *messages.Event {
+	base := w.base()
+	for i := len(w.Events) - 1; i >= 0; {
+		ev := w.Events[i]
+		rw := ev.GetRewind()
+		if rw == nil {
+			if rendered(ev) {
+				return ev
+			}
+			i--
+			continue
 		}
+		t := rw.GetToSeq()
+		if t <= base {
+			return nil
+		}
+		i = int(t - base - 1) // Append checked t < ev.Seq: this goes backwards
 	}
-	return out
+	return nil
 }
 
 // RewoundPastSummary reports whether an effective rewind moved the head to
@@ -132,8 +256,8 @@ func (w *WorkingSet) Render() []*messages.Event {
 // the latest summary with ToSeq <= toSeq (journal SummaryBefore(toSeq+1)),
 // or from no summary, and the events after it.
 func (w *WorkingSet) RewoundPastSummary() (toSeq uint64, rewound bool) {
-	_, t, ok := w.head()
-	return t, ok
+	v := w.view()
+	return v.below, v.isBelow
 }
 
 // OpenCalls returns the tool_call events on the head that have no
@@ -141,17 +265,24 @@ func (w *WorkingSet) RewoundPastSummary() (toSeq uint64, rewound bool) {
 // model. A call in a rewound span is not open. The records are the working
 // set's.
 func (w *WorkingSet) OpenCalls() []*messages.ToolCallEvent {
-	idx, _, _ := w.head()
-	done := make(map[string]bool)
-	for _, i := range idx {
-		if tr := w.Events[i].GetToolResult(); tr != nil {
-			done[tr.GetToolCallId()] = true
+	v := w.view()
+	var done map[string]bool
+	for _, sp := range v.spans {
+		for _, ev := range w.Events[sp.lo:sp.hi] {
+			if tr := ev.GetToolResult(); tr != nil {
+				if done == nil {
+					done = make(map[string]bool)
+				}
+				done[tr.GetToolCallId()] = true
+			}
 		}
 	}
 	var open []*messages.ToolCallEvent
-	for _, i := range idx {
-		if tc := w.Events[i].GetToolCall(); tc != nil && !done[tc.GetCall().GetId()] {
-			open = append(open, tc)
+	for _, sp := range v.spans {
+		for _, ev := range w.Events[sp.lo:sp.hi] {
+			if tc := ev.GetToolCall(); tc != nil && !done[tc.GetCall().GetId()] {
+				open = append(open, tc)
+			}
 		}
 	}
 	return open
@@ -160,36 +291,42 @@ func (w *WorkingSet) OpenCalls() []*messages.ToolCallEvent {
 // EndsWithUserMsg reports whether the last rendered event is a user_msg: a
 // model turn is owed.
 func (w *WorkingSet) EndsWithUserMsg() bool {
-	r := w.Render()
-	return len(r) > 0 && r[len(r)-1].GetUserMsg() != nil
+	return w.LastRendered().GetUserMsg() != nil
 }
 
-// safeSeqs returns, ascending, the seqs on the head after which no call is
-// open. A call is issued by an assistant_msg naming its id or by a tool_call
-// event, whichever comes first, and is closed by its tool_result. Calls
-// with an empty id are ignored.
-func (w *WorkingSet) safeSeqs() []uint64 {
-	idx, _, _ := w.head()
-	open := make(map[string]bool)
-	var safe []uint64
-	for _, i := range idx {
-		ev := w.Events[i]
-		switch {
-		case ev.GetAssistantMsg() != nil:
-			for _, c := range ev.GetAssistantMsg().GetToolCalls() {
-				if c.GetId() != "" {
-					open[c.GetId()] = true
+// lastSafe returns the highest seq s <= limit on the head after which no
+// call is open, or 0 if there is none. A call is issued by an assistant_msg
+// naming its id or by a tool_call event, whichever comes first, and is
+// closed by its tool_result. Calls with an empty id are ignored.
+func (w *WorkingSet) lastSafe(limit uint64) uint64 {
+	var ids [8]string
+	open := ids[:0] // the ids of the open calls; few at once
+	issue := func(id string) {
+		if id != "" && !slices.Contains(open, id) {
+			open = append(open, id)
+		}
+	}
+	var safe uint64
+	for _, sp := range w.view().spans {
+		for _, ev := range w.Events[sp.lo:sp.hi] {
+			if ev.GetSeq() > limit {
+				return safe
+			}
+			switch {
+			case ev.GetAssistantMsg() != nil:
+				for _, c := range ev.GetAssistantMsg().GetToolCalls() {
+					issue(c.GetId())
+				}
+			case ev.GetToolCall() != nil:
+				issue(ev.GetToolCall().GetCall().GetId())
+			case ev.GetToolResult() != nil:
+				if k := slices.Index(open, ev.GetToolResult().GetToolCallId()); k >= 0 {
+					open = slices.Delete(open, k, k+1)
 				}
 			}
-		case ev.GetToolCall() != nil:
-			if id := ev.GetToolCall().GetCall().GetId(); id != "" {
-				open[id] = true
+			if len(open) == 0 {
+				safe = ev.GetSeq()
 			}
-		case ev.GetToolResult() != nil:
-			delete(open, ev.GetToolResult().GetToolCallId())
-		}
-		if len(open) == 0 {
-			safe = append(safe, ev.GetSeq())
 		}
 	}
 	return safe
@@ -207,14 +344,7 @@ func (w *WorkingSet) SafePoint(keepRecent int) uint64 {
 	if keep >= w.LastSeq {
 		return 0
 	}
-	limit := w.LastSeq - keep
-	safe := w.safeSeqs()
-	for i := len(safe) - 1; i >= 0; i-- {
-		if safe[i] <= limit {
-			return safe[i]
-		}
-	}
-	return 0
+	return w.lastSafe(w.LastSeq - keep)
 }
 
 // CheckRewind validates a rewind of the head to toSeq before it is appended:
@@ -233,10 +363,10 @@ func (w *WorkingSet) CheckRewind(toSeq uint64) error {
 	case toSeq == base:
 		return nil
 	}
-	idx, _, _ := w.head()
+	at := int(toSeq - base - 1) // its index in Events
 	onHead := false
-	for _, i := range idx {
-		if w.Events[i].GetSeq() == toSeq {
+	for _, sp := range w.view().spans {
+		if sp.lo <= at && at < sp.hi {
 			onHead = true
 			break
 		}
@@ -244,7 +374,7 @@ func (w *WorkingSet) CheckRewind(toSeq uint64) error {
 	if !onHead {
 		return journal.Invalidf("snapshot: rewind to seq %d, which an earlier rewind skipped", toSeq)
 	}
-	if !slices.Contains(w.safeSeqs(), toSeq) {
+	if w.lastSafe(toSeq) != toSeq {
 		return journal.Invalidf("snapshot: rewind to seq %d, where a tool call is still open", toSeq)
 	}
 	return nil
@@ -294,11 +424,16 @@ func (w *WorkingSet) Plan(keepRecent int) (Plan, bool) {
 		p.Prev = proto.Clone(w.Summary).(*messages.Summary)
 		p.FromSeq = w.Summary.GetFromSeq()
 	}
-	for _, ev := range w.Render() {
-		if ev.GetSeq() > to {
-			break
+	r := w.Render()
+	n := 0
+	for n < len(r) && r[n].GetSeq() <= to {
+		n++
+	}
+	if n > 0 {
+		p.Events = make([]*messages.Event, n)
+		for i, ev := range r[:n] {
+			p.Events[i] = proto.Clone(ev).(*messages.Event)
 		}
-		p.Events = append(p.Events, proto.Clone(ev).(*messages.Event))
 	}
 	return p, true
 }

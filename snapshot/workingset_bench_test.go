@@ -86,3 +86,30 @@ func BenchmarkTurn(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPolicyDueOver asks a Policy that is due about a working set of
+// 40 turns (200 events): the events are over the limit, so it looks for a
+// safe point.
+func BenchmarkPolicyDueOver(b *testing.B) {
+	w, err := snapshot.Rebuild(nil, serverTurns(40))
+	require.NoError(b, err)
+	b.ReportAllocs()
+	for b.Loop() {
+		if !(snapshot.Policy{MaxEvents: 100}).Due(w) {
+			b.Fatal("not due")
+		}
+	}
+}
+
+// BenchmarkPlan takes the plan of a summary of a working set of 40 turns
+// (200 events), keeping the default 20 recent events.
+func BenchmarkPlan(b *testing.B) {
+	w, err := snapshot.Rebuild(nil, serverTurns(40))
+	require.NoError(b, err)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := w.Plan(snapshot.DefaultKeepRecent); !ok {
+			b.Fatal("no plan")
+		}
+	}
+}

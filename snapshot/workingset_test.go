@@ -119,6 +119,19 @@ func TestRender(t *testing.T) {
 			w, err := snapshot.Rebuild(tc.summary, tc.events)
 			require.NoError(t, err)
 			assert.Equal(t, tc.want, seqs(w.Render()))
+			assert.Equal(t, lastOf(w.Render()), w.LastRendered())
+
+			// The same, one event at a time, rendering after each.
+			w, err = snapshot.Rebuild(tc.summary, nil)
+			require.NoError(t, err)
+			for i, ev := range tc.events {
+				require.NoError(t, w.Append(ev))
+				fresh, err := snapshot.Rebuild(tc.summary, tc.events[:i+1])
+				require.NoError(t, err)
+				require.Equal(t, seqs(fresh.Render()), seqs(w.Render()), "after seq %d", ev.GetSeq())
+				require.Equal(t, lastOf(fresh.Render()), w.LastRendered(), "after seq %d", ev.GetSeq())
+			}
+			assert.Equal(t, tc.want, seqs(w.Render()))
 		})
 	}
 }
