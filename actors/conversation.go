@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base32"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -1016,13 +1017,20 @@ func resolvedBy(status messages.ToolCallStatus) string {
 	return "user"
 }
 
-var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+// idEncoding is base32 with an alphabet in byte order, so that the
+// encodings of equal-length byte strings sort as the bytes do.
+var idEncoding = base32.NewEncoding("234567abcdefghijklmnopqrstuvwxyz").WithPadding(base32.NoPadding)
 
-// NewToolCallID mints a tool call id: "call_" and 128 random bits. The
+// NewToolCallID mints a tool call id: "call_" and 26 characters encoding the
+// wall clock in nanoseconds (64 bits, big-endian) and 64 random bits. The
 // runtime mints its own ids, unique across conversations, rather than trust
-// a provider's (local models often number their calls from zero).
+// a provider's (local models often number their calls from zero). Ids
+// minted later sort after earlier ones (while the clock does not step
+// back), which lets pebblejournal check that a new id is unclaimed without
+// reading any table; ordering is never needed for correctness.
 func NewToolCallID() string {
 	var b [16]byte
-	_, _ = rand.Read(b[:])
+	binary.BigEndian.PutUint64(b[:8], uint64(time.Now().UnixNano()))
+	_, _ = rand.Read(b[8:])
 	return "call_" + idEncoding.EncodeToString(b[:])
 }

@@ -59,19 +59,28 @@
 //	0x07 conv call                     deadline (Deadline)
 //	0x08 conv turn_ref                 audit row (ModelCall)
 //	0x09 conv key                      metadata value (UTF-8 text)
-//	0x20 call                          tool call id -> conversation id (text)
 //	0x21 seconds nanos call conv       deadlines by time (empty)
+//	0x22 call                          tool call id -> conversation id (text)
 //
 // A resolved tool call row whose result was appended in the same write as
 // its tool_result event (the runtime's server calls) does not hold the
 // result a second time: it keeps the event's seq in result_seq, and reads
-// put the event's outcome back. The layout version marks this (v2); Open
-// accepts a v1 store and marks it v2.
+// put the event's outcome back.
+//
+// Layout v2 brought result_seq and moved the owner index from 0x20 to 0x22.
+// Open upgrades a v1 store: it moves the owner keys, in batches of 4,096,
+// then marks the store v2.
 //
 // In the deadline index, seconds are 8 bytes big-endian with the sign bit
 // flipped and nanos 4 bytes big-endian, so keys sort by time, then tool call
-// id. Tool call ids are unique across conversations; the 0x20 index finds a
-// call's conversation. PendingToolCalls walks 0x06 (its cost is the number
+// id. Tool call ids are unique across conversations; the 0x22 index finds a
+// call's conversation, and a new call must check that its id is not
+// claimed. That check is a point read which, for a random id, consults a
+// bloom filter in every level of the LSM (often reading the filter from
+// disk, since compactions keep writing new tables). The index is therefore
+// the last family, and the runtime mints time-ordered ids
+// (actors.NewToolCallID): a new id's key sorts after every table's last key,
+// so the read ends in the memtables without touching a table. PendingToolCalls walks 0x06 (its cost is the number
 // of pending calls) and Deadlines walks 0x21 from a low-water mark.
 //
 // Reads use bounded iterators; tails and backward pages iterate in reverse,
@@ -80,7 +89,7 @@
 //
 // DeleteConversation writes one synced batch: a range delete over each of
 // families 0x03-0x09 for the conversation, point deletes of its row and of
-// its entries in the two global indexes (0x20, 0x21), and its tombstone
+// its entries in the two global indexes (0x21, 0x22), and its tombstone
 // (0x02), which makes every later write to the id fail with
 // journal.ErrDeleted.
 //

@@ -22,8 +22,13 @@ const (
 	famDeadline       byte = 0x07 // famDeadline | conv | call
 	famAudit          byte = 0x08 // famAudit | conv | turn_ref
 	famMetadata       byte = 0x09 // famMetadata | conv | key
-	famCallOwner      byte = 0x20 // famCallOwner | call
 	famDeadlineByTime byte = 0x21 // famDeadlineByTime | seconds | nanos | call | conv
+	// famCallOwner is the last family, so that the owner key of a new,
+	// time-ordered tool call id sorts after every key already on disk: the
+	// ownership check of a new call then reads no table (see doc.go).
+	famCallOwner byte = 0x22 // famCallOwner | call
+	// famCallOwnerV1 held the owner index in layout v1; Open moves it.
+	famCallOwnerV1 byte = 0x20
 )
 
 // convFamilies are the families whose keys all start with family | conv and
@@ -53,7 +58,7 @@ func famName(f byte) string {
 		return "audit"
 	case famMetadata:
 		return "metadata"
-	case famCallOwner:
+	case famCallOwner, famCallOwnerV1:
 		return "tool call owner"
 	case famDeadlineByTime:
 		return "deadline-by-time"

@@ -38,14 +38,17 @@ const (
 var layoutKey = []byte{famMeta, 'l', 'a', 'y', 'o', 'u', 't'}
 
 // layoutVersion is the layout this build writes. v2 added tool call rows
-// whose result lives only in their tool_result event (result_seq); a build
-// that reads v1 only would return those rows without their result, so it
-// must refuse a v2 store.
+// whose result lives only in their tool_result event (result_seq), and
+// moved the tool call owner index from family 0x20 to 0x22; a build that
+// reads v1 must refuse a v2 store.
 const layoutVersion = "lazarus.pebblejournal.v2"
 
-// layoutV1 is the layout before v2. Every v1 store is a valid v2 store: Open
-// accepts it and records v2.
+// layoutV1 is the layout before v2. Open upgrades a v1 store: it moves the
+// owner index, then records v2 (see upgradeV1).
 const layoutV1 = "lazarus.pebblejournal.v1"
+
+// upgradeChunk bounds the owner keys that one batch of upgradeV1 moves.
+const upgradeChunk = 4096
 
 var errClosed = fmt.Errorf("pebblejournal: store closed: %w", journal.ErrClosed)
 
@@ -178,10 +181,51 @@ func (s *Store) checkLayout() error {
 	case layoutVersion:
 		return nil
 	case layoutV1:
+		if err := s.upgradeV1(); err != nil {
+			return fmt.Errorf("pebblejournal: upgrade layout v1 to v2: %w", err)
+		}
 		return s.putLayout()
 	}
 	return journal.Corruptf("pebblejournal: key %s: layout %q, this build reads %q and %q", keyString(layoutKey), version, layoutV1, layoutVersion)
 }
+
+// upgradeV1 moves every key of the v1 owner index (0x20 | call) to the v2
+// one (0x22 | call), upgradeChunk keys per synced batch, each batch setting
+// the new keys and deleting the old ones. A crash in between leaves a v1
+// store with part of its index moved, which the next Open finishes: reads
+// of a v1 store happen only after the upgrade, and the layout is recorded
+// as v2 only once no v1 key is left.
+func (s *Store) upgradeV1() error {
+	for {
+		b := s.db.NewBatch()
+		n := 0
+		err := s.scan([]byte{famCallOwnerV1}, familyEnd(famCallOwnerV1), func(k, v []byte) error {
+			if n == upgradeChunk {
+				return errChunkFull
+			}
+			nk := append([]byte{famCallOwner}, k[1:]...)
+			_ = b.Set(nk, v, nil)
+			_ = b.Delete(k, nil)
+			n++
+			return nil
+		})
+		if err != nil && !errors.Is(err, errChunkFull) {
+			_ = b.Close()
+			return err
+		}
+		if n == 0 {
+			return b.Close()
+		}
+		err = s.commit(b)
+		_ = b.Close()
+		if err != nil {
+			return err
+		}
+		s.log.Info("pebblejournal: moved tool call owner keys to layout v2", "keys", n)
+	}
+}
+
+var errChunkFull = errors.New("chunk full")
 
 func (s *Store) putLayout() error {
 	b := s.db.NewBatch()

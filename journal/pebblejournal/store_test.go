@@ -582,23 +582,47 @@ func TestLayoutVersionChecked(t *testing.T) {
 	require.Contains(t, err.Error(), "layout")
 }
 
-// TestLayoutV1Upgraded: a v1 store (every row holds its result) opens, and
-// is then marked v2, so a build that reads only v1 refuses it.
+// TestLayoutV1Upgraded: a v1 store (owner index in family 0x20) opens: its
+// owner keys move to 0x22, in several batches when there are many, the
+// store is then marked v2, and its calls read as before.
 func TestLayoutV1Upgraded(t *testing.T) {
 	fs := vfs.NewMem()
 	s, err := Open("db", Options{FS: fs})
 	require.NoError(t, err)
+	_, err = s.Append(ctx, &messages.AppendRequest{ConversationId: "c", Events: []*messages.Event{userEvent("x")},
+		ToolCalls: []*messages.ToolCallRecord{pendingCall("c", "t1")}})
+	require.NoError(t, err)
+	// Make it a v1 store: its owner key, and many more, in the old family.
+	v1Owner := func(call string) []byte { return append([]byte{famCallOwnerV1}, ownerKey(call)[1:]...) }
+	require.NoError(t, s.deleteRawForTesting(ownerKey("t1")))
+	require.NoError(t, s.putRawForTesting(v1Owner("t1"), []byte("c")))
+	b := s.db.NewBatch()
+	extra := upgradeChunk + 10
+	for i := range extra {
+		require.NoError(t, b.Set(v1Owner(fmt.Sprintf("old-%05d", i)), []byte("gone"), nil))
+	}
+	require.NoError(t, s.commit(b))
+	require.NoError(t, b.Close())
 	require.NoError(t, s.putRawForTesting(layoutKey, []byte(layoutV1)))
 	require.NoError(t, s.Close())
+
 	s, err = Open("db", Options{FS: fs})
 	require.NoError(t, err)
+	defer s.Close()
 	found, err := s.get(layoutKey, func(v []byte) error {
 		require.Equal(t, layoutVersion, string(v))
 		return nil
 	})
 	require.NoError(t, err)
 	require.True(t, found)
-	require.NoError(t, s.Close())
+	row, err := s.ToolCall(ctx, "t1")
+	require.NoError(t, err, "the call is found through the moved owner key")
+	require.Equal(t, "c", row.GetConversationId())
+	old, moved := 0, 0
+	require.NoError(t, s.scan([]byte{famCallOwnerV1}, familyEnd(famCallOwnerV1), func(k, v []byte) error { old++; return nil }))
+	require.NoError(t, s.scan([]byte{famCallOwner}, familyEnd(famCallOwner), func(k, v []byte) error { moved++; return nil }))
+	require.Zero(t, old)
+	require.Equal(t, extra+1, moved)
 }
 
 // TestFatalWALErrorUnderLoad: concurrent writers in flight when the WAL
