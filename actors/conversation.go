@@ -505,11 +505,7 @@ func (c *conversation) humanPending() bool {
 // turnOwed reports whether the model owes an answer: the last event it would
 // see is a user message or a tool result.
 func (c *conversation) turnOwed() bool {
-	r := c.ws.Render()
-	if len(r) == 0 {
-		return false
-	}
-	switch r[len(r)-1].GetBody().(type) {
+	switch c.ws.LastRendered().GetBody().(type) {
 	case *messages.Event_UserMsg, *messages.Event_ToolResult:
 		return true
 	}
@@ -760,7 +756,8 @@ func (c *conversation) failTurn(err error) {
 // an unknown tool or with malformed arguments rejects the whole answer:
 // nothing is written.
 func (c *conversation) turnWrite(msg *messages.AssistantMessage) (*messages.AppendRequest, []*openCall, error) {
-	msg = proto.Clone(msg).(*messages.AssistantMessage)
+	// msg is the runtime's (agent.Model's contract): its tool calls get
+	// their ids in place.
 	req := &messages.AppendRequest{ConversationId: c.cfg.ID}
 	var calls []*openCall
 	var suspension []*messages.PendingCall
