@@ -46,9 +46,10 @@ func runRawPebble(ctx context.Context, cfg config, dir string) (rawResult, error
 		FormatMajorVersion:          pebblejournal.FormatMajorVersion,
 		CacheSize:                   pebblejournal.DefaultCacheSize,
 		MemTableSize:                pebblejournal.DefaultMemTableSize,
-		MemTableStopWritesThreshold: 4,
-		L0CompactionThreshold:       4,
-		L0StopWritesThreshold:       24,
+		MemTableStopWritesThreshold: pebblejournal.MemTableStopWritesThreshold,
+		L0CompactionThreshold:       pebblejournal.L0CompactionThreshold,
+		L0StopWritesThreshold:       pebblejournal.L0StopWritesThreshold,
+		LBaseMaxBytes:               pebblejournal.LBaseMaxBytes,
 	}
 	opts.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
 	db, err := pebble.Open(dir, opts)

@@ -80,8 +80,9 @@
 // disk, since compactions keep writing new tables). The index is therefore
 // the last family, and the runtime mints time-ordered ids
 // (actors.NewToolCallID): a new id's key sorts after every table's last key,
-// so the read ends in the memtables without touching a table. PendingToolCalls walks 0x06 (its cost is the number
-// of pending calls) and Deadlines walks 0x21 from a low-water mark.
+// so the read ends in the memtables without touching a table.
+// PendingToolCalls walks 0x06 (its cost is the number of pending calls) and
+// Deadlines walks 0x21 from a low-water mark.
 //
 // Reads use bounded iterators; tails and backward pages iterate in reverse,
 // so LastSeq, LatestSummary and LoadSince cost one reverse seek plus the

@@ -134,9 +134,10 @@ func Open(dir string, opts Options) (*Store, error) {
 		FormatMajorVersion:          FormatMajorVersion,
 		CacheSize:                   o.CacheSize,
 		MemTableSize:                o.MemTableSize,
-		MemTableStopWritesThreshold: 4,
-		L0CompactionThreshold:       4,
-		L0StopWritesThreshold:       24,
+		MemTableStopWritesThreshold: MemTableStopWritesThreshold,
+		L0CompactionThreshold:       L0CompactionThreshold,
+		L0StopWritesThreshold:       L0StopWritesThreshold,
+		LBaseMaxBytes:               LBaseMaxBytes,
 		CompactionConcurrencyRange:  func() (int, int) { return lower, upper },
 		FlushDelayDeleteRange:       max(o.FlushDelayDeleteRange, 0),
 	}
