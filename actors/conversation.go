@@ -183,6 +183,8 @@ type pendingWrite struct {
 	id    uint64
 	req   *messages.AppendRequest
 	sends []*queuedSend
+	// answer marks the write of a model answer (see onWriteReply).
+	answer bool
 	// after runs on success, once the events are in the working set.
 	after func(ctx actor.Context)
 }
@@ -734,7 +736,7 @@ func (c *conversation) writeAnswer(ctx actor.Context, d *modelDone) {
 		c.advance(ctx)
 		return
 	}
-	c.write(ctx, &pendingWrite{req: req, after: func(ctx actor.Context) {
+	c.write(ctx, &pendingWrite{req: req, answer: true, after: func(ctx actor.Context) {
 		for _, call := range calls {
 			id := call.ev.GetCall().GetId()
 			c.calls[id] = call
@@ -818,9 +820,10 @@ func (c *conversation) turnWrite(msg *messages.AssistantMessage) (*messages.Appe
 		req.Status = messages.ConversationStatus_CONVERSATION_STATUS_IDLE
 	}
 	req.FsmState = c.fsmState(c.ws.LastSeq+uint64(len(req.Events)), calls)
-	if err := journal.ValidateAppend(req); err != nil {
-		return nil, nil, fmt.Errorf("conversation %q: model answer rejected: %w", c.cfg.ID, err)
-	}
+	// What the Store checks (text that is not UTF-8, records over the
+	// limits) it checks before writing anything; onWriteReply fails the
+	// turn when it refuses an answer. Checking here too would encode the
+	// answer once more on every turn.
 	return req, calls, nil
 }
 
@@ -831,6 +834,14 @@ func (c *conversation) onWriteReply(ctx actor.Context, r *messages.JournalWriteR
 	}
 	c.inflight = nil
 	if err := journal.ErrorFromProto(r.GetReply().GetError()); err != nil {
+		if w.answer && errors.Is(err, journal.ErrInvalid) {
+			// The Store refused the model's answer before writing any of
+			// it, so the log is still what this actor holds: the turn
+			// fails, as a turn whose answer names an unknown tool does.
+			c.failTurn(fmt.Errorf("conversation %q: model answer rejected: %w", c.cfg.ID, err))
+			c.advance(ctx)
+			return
+		}
 		// The log and this actor's view may now differ (another writer,
 		// a failed disk): stop, and let the next command revive from the log.
 		err = fmt.Errorf("conversation %q: write: %w", c.cfg.ID, err)

@@ -383,6 +383,30 @@ func TestBadInputThroughRuntime(t *testing.T) {
 				require.Empty(t, h.runs.of(tc.tool))
 			})
 		}
+		// Answers only the Store refuses (it checks before writing): text
+		// that is not UTF-8, an answer over the event limit. The turn fails
+		// with nothing written, and the same activation serves the next
+		// message.
+		for _, tc := range []struct{ name, text string }{
+			{"answer text that is not UTF-8", "caf\xe9"},
+			{"oversized answer", strings.Repeat("x", journal.MaxEventBytes+1)},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				conv := "refused-" + strings.ReplaceAll(tc.name, " ", "-")
+				h.model.Push(conv, scripted.Text(tc.text), scripted.Text("recovered"))
+				sub, err := h.rt.Subscribe(ctx, conv, 0)
+				require.NoError(t, err)
+				_, err = h.rt.Send(ctx, conv, "do it", user)
+				require.NoError(t, err)
+				u := h.awaitUpdate(sub, func(u actors.Update) bool { return u.Err != nil })
+				require.ErrorIs(t, u.Err, journal.ErrInvalid)
+				require.Equal(t, []string{"user_msg"}, types(h.history(conv)), "nothing of the answer written")
+				require.True(t, h.rt.IsActive(conv), "the activation carries on")
+				_, err = h.rt.Send(ctx, conv, "again", user)
+				require.NoError(t, err)
+				h.awaitEvent(conv, 0, isAssistantText("recovered"))
+			})
+		}
 		_, err = h.rt.Send(ctx, "ok", "and you?", user)
 		require.NoError(t, err)
 		h.awaitEvent("ok", 0, isAssistantText("still fine"))
