@@ -7,7 +7,6 @@ import (
 
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
-	"google.golang.org/protobuf/proto"
 )
 
 // WorkingSet is a conversation rebuilt from (latest summary, events after
@@ -399,13 +398,14 @@ func (w *WorkingSet) Compact(s *messages.Summary) error {
 	return nil
 }
 
-// Plan is the input of one summarization: copies of what a Summarizer needs,
-// taken on the actor's goroutine and safe to hand to another.
+// Plan is the input of one summarization, taken on the actor's goroutine
+// and safe to hand to another: its records are the working set's, which
+// nobody modifies (see WorkingSet), so they are shared, not copied.
 type Plan struct {
-	// Prev is a copy of the working set's summary, nil if none.
+	// Prev is the working set's summary, nil if none.
 	Prev *messages.Summary
-	// Events are copies of the rendered events in (Prev.ToSeq, ToSeq].
-	// They may be empty (all rewound, or none rendered).
+	// Events are the rendered events in (Prev.ToSeq, ToSeq], in a slice of
+	// the plan's own. They may be empty (all rewound, or none rendered).
 	Events []*messages.Event
 	// FromSeq and ToSeq are the span the new summary covers: Prev.FromSeq
 	// (1 without Prev) to the safe point.
@@ -421,7 +421,7 @@ func (w *WorkingSet) Plan(keepRecent int) (Plan, bool) {
 	}
 	p := Plan{FromSeq: 1, ToSeq: to}
 	if w.Summary != nil {
-		p.Prev = proto.Clone(w.Summary).(*messages.Summary)
+		p.Prev = w.Summary
 		p.FromSeq = w.Summary.GetFromSeq()
 	}
 	r := w.Render()
@@ -430,10 +430,7 @@ func (w *WorkingSet) Plan(keepRecent int) (Plan, bool) {
 		n++
 	}
 	if n > 0 {
-		p.Events = make([]*messages.Event, n)
-		for i, ev := range r[:n] {
-			p.Events[i] = proto.Clone(ev).(*messages.Event)
-		}
+		p.Events = slices.Clone(r[:n])
 	}
 	return p, true
 }

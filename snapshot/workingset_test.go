@@ -374,9 +374,11 @@ func TestPlanAndRun(t *testing.T) {
 	assert.Equal(t, uint64(5), p.ToSeq, "the open human call keeps the summary before it")
 	assert.Nil(t, p.Prev)
 	assert.Equal(t, []uint64{1, 2, 4, 5}, seqs(p.Events), "rendered events only")
-	p.Events[0].Seq = 100
-	assert.Equal(t, uint64(1), w.Events[0].GetSeq(), "the plan holds copies")
-	p.Events[0].Seq = 1
+	assert.Same(t, w.Events[0], p.Events[0], "the plan shares the working set's records")
+	first := p.Events[0]
+	p.Events[0] = nil
+	assert.NotNil(t, w.Render()[0], "in a slice of its own")
+	p.Events[0] = first
 
 	s, err := p.Run(ctx, snapshot.Deterministic{}, "conv")
 	require.NoError(t, err)
