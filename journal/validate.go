@@ -6,6 +6,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/lazarusrt/lazarus/messages"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -67,16 +68,103 @@ const maxPooledBuf = 64 << 10
 
 var encodeBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
 
-// ValidateEvent checks one event before it is appended: a body is set and
-// it fits MaxEventBytes.
+// ValidateEvent checks one event before it is appended: it is not nil, a
+// body is set, it can be encoded (every string is valid UTF-8) and its
+// encoding fits MaxEventBytes. It encodes ev into a pooled buffer, so a
+// check allocates nothing in the common case.
 func ValidateEvent(ev *messages.Event) error {
+	bp := encodeBufs.Get().(*[]byte)
+	b, err := EncodeEvent((*bp)[:0], ev)
+	if cap(b) <= maxPooledBuf {
+		*bp = b[:0]
+		encodeBufs.Put(bp)
+	}
+	return err
+}
+
+// EncodeEvent appends the protobuf encoding of ev to dst and returns the
+// extended buffer. It fails exactly when ValidateEvent does, with the same
+// error (wrapping ErrInvalid): ev is nil, has no body, cannot be encoded
+// ("event cannot be encoded (...)") or encodes to more than MaxEventBytes
+// ("event of N bytes exceeds ..."). On error the returned buffer is dst
+// with undefined bytes appended after len(dst); only its capacity is
+// meant for reuse.
+func EncodeEvent(dst []byte, ev *messages.Event) ([]byte, error) {
+	if err := checkEventShape(ev); err != nil {
+		return dst, err
+	}
+	return encodeEvent(dst, ev, ev.GetSeq())
+}
+
+// EncodeAppendEvent is, for a store, the encoding and check of event i of
+// req that ValidateAppendShape leaves out. The store has set the event's
+// Seq to the seq it assigns; givenSeq is the Seq the caller gave the event
+// (the same value if the store did not change it). It appends the encoding
+// of the event, with its current Seq, to dst and returns the extended
+// buffer, which is what the store writes.
+//
+// It fails exactly when ValidateAppend, called on req as the caller gave
+// it, fails on event i, with the same error (wrapping ErrInvalid): "event i
+// of append to "conv": event cannot be encoded (...)" or "... event of N
+// bytes exceeds MaxEventBytes". The limit applies to the event as the
+// caller gave it, with givenSeq, as ValidateAppend measures it: the store's
+// own seq does not count against it, so the store accepts exactly what
+// ValidateAppend accepts. On error the returned buffer is dst with undefined
+// bytes appended after len(dst). i must index req.GetEvents(), and the
+// event must have passed ValidateAppendShape (not nil, with a body).
+func EncodeAppendEvent(dst []byte, req *messages.AppendRequest, i int, givenSeq uint64) ([]byte, error) {
+	out, err := encodeEvent(dst, req.GetEvents()[i], givenSeq)
+	if err != nil {
+		return out, appendEventError(req, i, err)
+	}
+	return out, nil
+}
+
+// checkEventShape checks what ValidateEvent checks without encoding ev.
+func checkEventShape(ev *messages.Event) error {
 	if ev == nil {
 		return Invalidf("nil event")
 	}
 	if ev.GetBody() == nil {
 		return Invalidf("event without a body")
 	}
-	return checkSize("event", ev, MaxEventBytes)
+	return nil
+}
+
+// encodeEvent appends the encoding of ev, which has a body, to dst, and
+// checks that it can be encoded (the encoder is what checks that strings
+// are UTF-8) and that it fits MaxEventBytes once its Seq is givenSeq
+// instead of its current one.
+func encodeEvent(dst []byte, ev *messages.Event, givenSeq uint64) ([]byte, error) {
+	out, err := proto.MarshalOptions{}.MarshalAppend(dst, ev)
+	if err != nil {
+		return out, Invalidf("event cannot be encoded (%v)", err)
+	}
+	n := len(out) - len(dst)
+	if seq := ev.GetSeq(); seq != givenSeq {
+		n += seqFieldSize(givenSeq) - seqFieldSize(seq)
+	}
+	if n > MaxEventBytes {
+		return out, Invalidf("event of %d bytes exceeds %d", n, MaxEventBytes)
+	}
+	return out, nil
+}
+
+// seqFieldNum is the field number of Event.seq.
+var seqFieldNum = (&messages.Event{}).ProtoReflect().Descriptor().Fields().ByName("seq").Number()
+
+// seqFieldSize returns the bytes that Event.seq takes in an encoding when
+// it is seq: none for 0 (proto3 does not encode a zero scalar).
+func seqFieldSize(seq uint64) int {
+	if seq == 0 {
+		return 0
+	}
+	return protowire.SizeTag(seqFieldNum) + protowire.SizeVarint(seq)
+}
+
+// appendEventError names event i of req in err, as ValidateAppend does.
+func appendEventError(req *messages.AppendRequest, i int, err error) error {
+	return Invalidf("event %d of append to %q: %v", i, req.GetConversationId(), err)
 }
 
 // ValidateToolCall checks a tool call row: its ids, that it fits, and that
@@ -136,8 +224,40 @@ func ValidateResolution(toolCallID string, status messages.ToolCallStatus) error
 
 // ValidateAppend checks everything in req that can be checked without
 // reading the Store: ids, counts, sizes, statuses; and that every tool call,
-// deadline and resolution names req's conversation where it names one.
+// deadline and resolution names req's conversation where it names one. It
+// is ValidateAppendShape plus, for every event, the check of EncodeEvent
+// (it can be encoded and fits MaxEventBytes), in the same order: an event's
+// error is reported where ValidateAppendShape would look at the event.
 func ValidateAppend(req *messages.AppendRequest) error {
+	return validateAppend(req, true)
+}
+
+// ValidateAppendShape checks req exactly as ValidateAppend does, in the
+// same order and with the same errors, except that it does not encode the
+// events: it checks that each is not nil and has a body, but not that it
+// can be encoded (its strings are valid UTF-8) nor that its encoding fits
+// MaxEventBytes. So: where ValidateAppend returns nil, so does it; where
+// ValidateAppend returns an error other than an event's encoding error, it
+// returns the same error; where ValidateAppend returns an event's encoding
+// error, it returns nil or the error of a check that ValidateAppend makes
+// after encoding that event (a later event's nil or missing body, tool
+// calls, resolutions, deadlines, cancels, fsm_state).
+//
+// What it leaves to the caller: a store that calls it instead of
+// ValidateAppend, to encode each event only once, must itself encode every
+// event of req with EncodeAppendEvent (or checks equal to it), and, if any
+// event cannot be encoded or exceeds MaxEventBytes, reject req with that
+// error (wrapping ErrInvalid and naming the event's index and the
+// conversation: "event i of append to "conv": event cannot be encoded
+// (...)" or "...: event of N bytes exceeds ...") before it writes anything
+// of req.
+func ValidateAppendShape(req *messages.AppendRequest) error {
+	return validateAppend(req, false)
+}
+
+// validateAppend is ValidateAppend, which encodes the events if encode is
+// set, and ValidateAppendShape, which does not.
+func validateAppend(req *messages.AppendRequest, encode bool) error {
 	if req == nil {
 		return Invalidf("nil append request")
 	}
@@ -151,10 +271,8 @@ func ValidateAppend(req *messages.AppendRequest) error {
 	if n := len(req.GetEvents()); n > MaxEventsPerAppend {
 		return Invalidf("append of %d events to %q exceeds %d", n, conv, MaxEventsPerAppend)
 	}
-	for i, ev := range req.GetEvents() {
-		if err := ValidateEvent(ev); err != nil {
-			return Invalidf("event %d of append to %q: %v", i, conv, err)
-		}
+	if err := checkAppendEvents(req, encode); err != nil {
+		return err
 	}
 	for _, tc := range req.GetToolCalls() {
 		if err := ValidateToolCall(tc); err != nil {
@@ -187,6 +305,40 @@ func ValidateAppend(req *messages.AppendRequest) error {
 	}
 	if st := req.GetFsmState(); st != nil {
 		if err := checkSize("fsm_state of "+conv, st, MaxRecordBytes); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkAppendEvents checks the events of req: each is not nil and has a
+// body, and, if encode is set, can be encoded and fits MaxEventBytes (into
+// one pooled buffer, so a check allocates nothing in the common case).
+func checkAppendEvents(req *messages.AppendRequest, encode bool) error {
+	evs := req.GetEvents()
+	if len(evs) == 0 {
+		return nil
+	}
+	var bp *[]byte
+	if encode {
+		bp = encodeBufs.Get().(*[]byte)
+		defer func() {
+			if cap(*bp) <= maxPooledBuf {
+				*bp = (*bp)[:0]
+				encodeBufs.Put(bp)
+			}
+		}()
+	}
+	for i, ev := range evs {
+		if err := checkEventShape(ev); err != nil {
+			return appendEventError(req, i, err)
+		}
+		if !encode {
+			continue
+		}
+		b, err := EncodeAppendEvent((*bp)[:0], req, i, ev.GetSeq())
+		*bp = b
+		if err != nil {
 			return err
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"maps"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lazarusrt/lazarus/journal"
@@ -33,9 +34,23 @@ type txn struct {
 	known map[string]map[string]*timestamppb.Timestamp
 	undo  []func()
 	seqs  []seqUndo // seqs set on caller's events, restored if the commit fails
-	// poison, if set, fails the commit: the batch holds a partial write.
-	poison error
+	// enc holds the encoded events of the request being applied, event i
+	// in enc.buf[enc.ends[i-1]:enc.ends[i]]; taken from encPool when first
+	// needed, given back by close.
+	enc *eventScratch
 }
+
+// eventScratch is a reusable buffer for the encoded events of one request.
+type eventScratch struct {
+	buf  []byte
+	ends []int
+}
+
+// maxPooledScratch bounds the buffers kept in encPool, so that one large
+// request does not pin its buffer.
+const maxPooledScratch = 256 << 10
+
+var encPool = sync.Pool{New: func() any { return &eventScratch{buf: make([]byte, 0, 16<<10)} }}
 
 type convState struct {
 	id        string
@@ -86,6 +101,11 @@ func (t *txn) close() {
 		_ = t.it.Close()
 	}
 	_ = t.b.Close()
+	if e := t.enc; e != nil && cap(e.buf) <= maxPooledScratch {
+		e.buf, e.ends = e.buf[:0], e.ends[:0]
+		encPool.Put(e)
+	}
+	t.enc = nil
 }
 
 // mark and rollback bracket one request.
@@ -421,13 +441,20 @@ func (t *txn) setDeadline(conv, call string, at *timestamppb.Timestamp) error {
 // apply applies one validated append request to the overlay, staging its
 // events in the batch. On error the overlay is as before.
 func (t *txn) apply(req *messages.AppendRequest) (res journal.AppendResult, err error) {
-	m := t.mark()
+	m, sm := t.mark(), len(t.seqs)
 	defer func() {
 		if err != nil {
 			t.rollback(m)
+			t.restoreSeqsFrom(sm)
 		}
 	}()
 	conv := req.GetConversationId()
+	// Events are encoded and checked first, as ValidateAppend would have
+	// before anything else (the caller checked req with
+	// ValidateAppendShape), and staged last.
+	if err := t.encodeEvents(req); err != nil {
+		return res, err
+	}
 	cs, err := t.live(conv)
 	if err != nil {
 		return res, err
@@ -489,36 +516,78 @@ func (t *txn) apply(req *messages.AppendRequest) (res journal.AppendResult, err 
 			return res, err
 		}
 	}
-	// Events last: nothing after this can fail. Each is encoded straight
-	// into the batch.
+	// Events last: nothing after this can fail. encodeEvents gave them
+	// the seqs after ExpectedLast, which is last: only a fenced request
+	// carries events. (The key's seq is not read back from the event: one
+	// given twice holds the seq of its last position.)
 	if evs := req.GetEvents(); len(evs) > 0 {
-		prefix := convKey(famEvent, conv)
-		for i, ev := range evs {
-			t.seqs = append(t.seqs, seqUndo{ev, ev.GetSeq()})
-			ev.Seq = last + 1 + uint64(i)
-			n := proto.Size(ev)
-			op := t.b.SetDeferred(len(prefix)+8, n)
-			binary.BigEndian.PutUint64(op.Key[copy(op.Key, prefix):], ev.Seq)
-			out, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(op.Value[:0], ev)
-			if err == nil && (len(out) != n || n > 0 && &out[0] != &op.Value[0]) {
-				err = fmt.Errorf("encoded %d bytes, sized %d", len(out), n)
-			}
-			if err == nil {
-				err = op.Finish()
-			}
-			if err != nil {
-				// ValidateAppend encoded this event already, so this does
-				// not happen; if it does, the batch holds a bad entry and
-				// must not commit.
-				t.poison = fmt.Errorf("pebblejournal: event %d of append to %q: %w", i, conv, err)
-				return res, t.poison
-			}
+		key := convKey(famEvent, conv) // with room for the seq
+		prefix := len(key)
+		start := 0
+		for i := range evs {
+			key = binary.BigEndian.AppendUint64(key[:prefix], last+1+uint64(i))
+			end := t.enc.ends[i]
+			// Set copies key and value. It fails only for an indexed
+			// batch, which this is not.
+			_ = t.b.Set(key, t.enc.buf[start:end], nil)
+			start = end
 		}
 		t.saveConv(cs)
 		cs.lastSeq = last + uint64(len(evs))
 		res.FirstSeq, res.LastSeq = last+1, cs.lastSeq
 	}
 	return res, nil
+}
+
+// encodeEvents gives the events of req the seqs after its ExpectedLast,
+// recording the caller's in t.seqs, and encodes them into t.enc, checked
+// with journal.EncodeAppendEvent: an event that cannot be encoded or
+// exceeds MaxEventBytes (as the caller gave it) fails the request with
+// ErrInvalid before anything of it is staged. Only fenced requests carry
+// events (see journal.ValidateAppendShape), and apply fails one whose
+// ExpectedLast is not the conversation's last seq, so these are the seqs
+// the events get. The caller (apply) restores the seqs if req fails.
+func (t *txn) encodeEvents(req *messages.AppendRequest) error {
+	evs := req.GetEvents()
+	if len(evs) == 0 {
+		return nil
+	}
+	if t.enc == nil {
+		t.enc = encPool.Get().(*eventScratch)
+	}
+	e := t.enc
+	e.buf, e.ends = e.buf[:0], e.ends[:0]
+	first := req.GetExpectedLast() + 1
+	for i, ev := range evs {
+		given := ev.GetSeq()
+		t.seqs = append(t.seqs, seqUndo{ev, given})
+		ev.Seq = first + uint64(i)
+		if given != 0 && given != ev.Seq {
+			given = t.callerSeq(ev, given)
+		}
+		var err error
+		e.buf, err = journal.EncodeAppendEvent(e.buf, req, i, given)
+		if err != nil {
+			return err
+		}
+		e.ends = append(e.ends, len(e.buf))
+	}
+	return nil
+}
+
+// callerSeq returns the Seq the caller gave ev, which has seq now: the
+// first one recorded in t.seqs if this txn set ev's Seq before (an event
+// given twice), else seq. ValidateAppend, which the checks of the events
+// stand for, saw the events before the store set any seq. This scans
+// t.seqs, so it is for the rare events whose seq is neither unset nor the
+// one they get (the runtime sets the right one).
+func (t *txn) callerSeq(ev *messages.Event, seq uint64) uint64 {
+	for _, u := range t.seqs[:len(t.seqs)-1] {
+		if u.ev == ev {
+			return u.seq
+		}
+	}
+	return seq
 }
 
 // resultEvent returns the seq that the fenced request req (appending after
@@ -547,11 +616,6 @@ func resultEvent(req *messages.AppendRequest, r *messages.ToolResolution, last u
 // seqs it set on the caller's events and drops what it touched from the
 // caches.
 func (t *txn) commit() error {
-	if t.poison != nil {
-		t.restoreSeqs()
-		t.updateCaches(false)
-		return t.poison
-	}
 	minAdd, err := t.flush()
 	if err == nil {
 		if minAdd != nil {
@@ -567,10 +631,17 @@ func (t *txn) commit() error {
 	return err
 }
 
-func (t *txn) restoreSeqs() {
-	for i := len(t.seqs) - 1; i >= 0; i-- {
+// restoreSeqs restores every seq the txn set on the caller's events.
+func (t *txn) restoreSeqs() { t.restoreSeqsFrom(0) }
+
+// restoreSeqsFrom restores the seqs recorded in t.seqs from index m on, in
+// reverse order (an event given twice gets back its first value), and
+// forgets them.
+func (t *txn) restoreSeqsFrom(m int) {
+	for i := len(t.seqs) - 1; i >= m; i-- {
 		t.seqs[i].ev.Seq = t.seqs[i].seq
 	}
+	t.seqs = t.seqs[:m]
 }
 
 // updateCaches records in the head and call caches what the txn knows of

@@ -1,0 +1,219 @@
+package journal_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+func userEv(text string) *messages.Event {
+	return &messages.Event{Body: &messages.Event_UserMsg{UserMsg: &messages.UserMessage{
+		Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: text}}},
+	}}}
+}
+
+// sizedEv returns a user message whose encoding, with Seq seq, is n bytes.
+func sizedEv(t *testing.T, n int, seq uint64) *messages.Event {
+	t.Helper()
+	ev := userEv(strings.Repeat("x", n))
+	ev.Seq = seq
+	text := &ev.GetUserMsg().GetContent()[0].GetPart().(*messages.ContentPart_Text).Text
+	for size := proto.Size(ev); size != n; size = proto.Size(ev) {
+		require.Greater(t, size, n)
+		*text = (*text)[:len(*text)-(size-n)]
+	}
+	return ev
+}
+
+func call(conv, id string) *messages.ToolCallRecord {
+	return &messages.ToolCallRecord{Id: id, ConversationId: conv, Name: "ask", Executor: messages.Executor_EXECUTOR_HUMAN}
+}
+
+// validReq returns a request that passes, changed by mut.
+func validReq(mut func(*messages.AppendRequest)) *messages.AppendRequest {
+	req := &messages.AppendRequest{
+		ConversationId: "c",
+		ExpectedLast:   3,
+		Events:         []*messages.Event{userEv("a"), userEv("b")},
+		ToolCalls:      []*messages.ToolCallRecord{call("c", "c/1")},
+		Resolutions:    []*messages.ToolResolution{{ToolCallId: "c/0", Status: messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED}},
+		Schedule:       []*messages.Deadline{{ConversationId: "c", ToolCallId: "c/1", At: timestamppb.Now()}},
+		Cancel:         []string{"c/2"},
+		FsmState:       &messages.FSMState{State: messages.AgentState_AGENT_STATE_IDLE},
+	}
+	if mut != nil {
+		mut(req)
+	}
+	return req
+}
+
+// ValidateAppendShape returns ValidateAppend's error for every request but
+// those whose only problem is an event's encoding.
+func TestValidateAppendShapeAgrees(t *testing.T) {
+	long := strings.Repeat("x", journal.MaxIDBytes+1)
+	pending := messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING
+	cases := []struct {
+		name string
+		req  *messages.AppendRequest
+	}{
+		{"Valid", validReq(nil)},
+		{"ValidEmpty", &messages.AppendRequest{ConversationId: "c"}},
+		{"ValidAtLimit", validReq(func(r *messages.AppendRequest) {
+			r.Events = []*messages.Event{sizedEv(t, journal.MaxEventBytes, 0), sizedEv(t, journal.MaxEventBytes, 1<<40)}
+		})},
+		{"Nil", nil},
+		{"EmptyConversation", validReq(func(r *messages.AppendRequest) { r.ConversationId = "" })},
+		{"LongConversation", validReq(func(r *messages.AppendRequest) { r.ConversationId = long })},
+		{"ConversationNotUTF8", validReq(func(r *messages.AppendRequest) { r.ConversationId = "\xff" })},
+		{"UnfencedWithEvents", validReq(func(r *messages.AppendRequest) { r.Unfenced = true })},
+		{"TooManyEvents", validReq(func(r *messages.AppendRequest) {
+			r.Events = make([]*messages.Event, journal.MaxEventsPerAppend+1)
+			for i := range r.Events {
+				r.Events[i] = userEv("x")
+			}
+		})},
+		{"NilEvent", validReq(func(r *messages.AppendRequest) { r.Events[1] = nil })},
+		{"EventWithoutBody", validReq(func(r *messages.AppendRequest) { r.Events[1].Body = nil })},
+		{"NilToolCall", validReq(func(r *messages.AppendRequest) { r.ToolCalls[0] = nil })},
+		{"ToolCallWithoutID", validReq(func(r *messages.AppendRequest) { r.ToolCalls[0].Id = "" })},
+		{"ToolCallOfOtherConversation", validReq(func(r *messages.AppendRequest) { r.ToolCalls[0].ConversationId = "d" })},
+		{"ToolCallWithResultSeq", validReq(func(r *messages.AppendRequest) { r.ToolCalls[0].ResultSeq = 1 })},
+		{"ToolCallNotUTF8", validReq(func(r *messages.AppendRequest) { r.ToolCalls[0].Name = "\xff" })},
+		{"NilResolution", validReq(func(r *messages.AppendRequest) { r.Resolutions[0] = nil })},
+		{"ResolutionWithoutID", validReq(func(r *messages.AppendRequest) { r.Resolutions[0].ToolCallId = "" })},
+		{"PendingResolution", validReq(func(r *messages.AppendRequest) { r.Resolutions[0].Status = pending })},
+		{"NilDeadline", validReq(func(r *messages.AppendRequest) { r.Schedule[0] = nil })},
+		{"DeadlineWithoutTime", validReq(func(r *messages.AppendRequest) { r.Schedule[0].At = nil })},
+		{"DeadlineOfOtherConversation", validReq(func(r *messages.AppendRequest) { r.Schedule[0].ConversationId = "d" })},
+		{"DeadlineWithoutCall", validReq(func(r *messages.AppendRequest) { r.Schedule[0].ToolCallId = "" })},
+		{"CancelEmptyID", validReq(func(r *messages.AppendRequest) { r.Cancel[0] = "" })},
+		{"CancelLongID", validReq(func(r *messages.AppendRequest) { r.Cancel[0] = long })},
+		{"FSMStateTooLarge", validReq(func(r *messages.AppendRequest) {
+			r.FsmState.Pending = map[string]*messages.PendingCall{strings.Repeat("k", journal.MaxRecordBytes): {}}
+		})},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			full, shape := journal.ValidateAppend(c.req), journal.ValidateAppendShape(c.req)
+			if full == nil {
+				require.NoError(t, shape)
+				return
+			}
+			require.ErrorIs(t, full, journal.ErrInvalid)
+			require.ErrorIs(t, shape, journal.ErrInvalid)
+			require.Equal(t, full.Error(), shape.Error())
+		})
+	}
+}
+
+// Where ValidateAppend fails on an event's encoding, ValidateAppendShape
+// leaves it to EncodeAppendEvent, which returns the same error.
+func TestValidateAppendShapeLeavesEncoding(t *testing.T) {
+	cases := []struct {
+		name     string
+		mut      func(*messages.AppendRequest)
+		bad      int    // the event that fails to encode
+		shapeErr string // ValidateAppendShape's error, "" for none
+	}{
+		{"NotUTF8", func(r *messages.AppendRequest) { r.Events[1] = userEv("\xff") }, 1, ""},
+		{"RequestIDNotUTF8", func(r *messages.AppendRequest) { r.Events[0].RequestId = "\xff" }, 0, ""},
+		{"TooLarge", func(r *messages.AppendRequest) { r.Events[1] = sizedEv(t, journal.MaxEventBytes+1, 0) }, 1, ""},
+		{"TooLargeWithSeq", func(r *messages.AppendRequest) { r.Events[0] = sizedEv(t, journal.MaxEventBytes+1, 7) }, 0, ""},
+		{"NotUTF8AndBadToolCall", func(r *messages.AppendRequest) {
+			r.Events[0] = userEv("\xff")
+			r.ToolCalls[0].ConversationId = "d"
+		}, 0, "tool call c/1 names conversation"},
+		{"NotUTF8AndNilEvent", func(r *messages.AppendRequest) {
+			r.Events[0] = userEv("\xff")
+			r.Events = append(r.Events, nil)
+		}, 0, `event 2 of append to "c": nil event`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			req := validReq(c.mut)
+			full := journal.ValidateAppend(req)
+			require.ErrorIs(t, full, journal.ErrInvalid)
+			require.Contains(t, full.Error(), `event `+string(rune('0'+c.bad))+` of append to "c": event `)
+			shape := journal.ValidateAppendShape(req)
+			if c.shapeErr == "" {
+				require.NoError(t, shape)
+			} else {
+				require.ErrorIs(t, shape, journal.ErrInvalid)
+				require.ErrorContains(t, shape, c.shapeErr)
+			}
+			for i, ev := range req.GetEvents() {
+				if ev == nil {
+					continue
+				}
+				dst := []byte("prefix")
+				out, err := journal.EncodeAppendEvent(dst, req, i, ev.GetSeq())
+				if i != c.bad {
+					require.NoError(t, err, "event %d", i)
+					want, err := proto.Marshal(ev)
+					require.NoError(t, err)
+					require.Equal(t, append([]byte("prefix"), want...), out)
+					continue
+				}
+				require.ErrorIs(t, err, journal.ErrInvalid)
+				require.Equal(t, full.Error(), err.Error())
+			}
+		})
+	}
+}
+
+// EncodeAppendEvent measures the limit on the event with the seq the
+// caller gave, not the one the store set.
+func TestEncodeAppendEventGivenSeq(t *testing.T) {
+	for _, given := range []uint64{0, 1, 1 << 40} {
+		for _, size := range []int{journal.MaxEventBytes, journal.MaxEventBytes + 1} {
+			ev := sizedEv(t, size, given)
+			req := &messages.AppendRequest{ConversationId: "c", ExpectedLast: 299, Events: []*messages.Event{userEv("a"), ev}}
+			want := journal.ValidateAppend(req)
+			ev.Seq = 301
+			out, err := journal.EncodeAppendEvent(nil, req, 1, given)
+			if want == nil {
+				require.NoError(t, err)
+				got := &messages.Event{}
+				require.NoError(t, proto.Unmarshal(out, got))
+				require.True(t, proto.Equal(ev, got))
+				continue
+			}
+			require.Error(t, err)
+			require.Equal(t, want.Error(), err.Error(), "given %d, size %d", given, size)
+			require.Equal(t, size > journal.MaxEventBytes, err != nil)
+		}
+	}
+}
+
+// EncodeEvent fails exactly when ValidateEvent does, with its error, and
+// otherwise appends the event's encoding.
+func TestEncodeEventMatchesValidateEvent(t *testing.T) {
+	cases := []*messages.Event{
+		nil,
+		{},
+		userEv("fine"),
+		userEv("\xff"),
+		sizedEv(t, journal.MaxEventBytes, 3),
+		sizedEv(t, journal.MaxEventBytes+1, 0),
+		sizedEv(t, journal.MaxEventBytes+1, 3),
+	}
+	for i, ev := range cases {
+		want := journal.ValidateEvent(ev)
+		out, err := journal.EncodeEvent([]byte{1, 2}, ev)
+		if want != nil {
+			require.True(t, errors.Is(err, journal.ErrInvalid), "case %d: %v", i, err)
+			require.Equal(t, want.Error(), err.Error(), "case %d", i)
+			continue
+		}
+		require.NoError(t, err, "case %d", i)
+		enc, err := proto.Marshal(ev)
+		require.NoError(t, err)
+		require.Equal(t, append([]byte{1, 2}, enc...), out, "case %d", i)
+	}
+}
