@@ -890,3 +890,38 @@ func TestDeadlineCacheFollowsWrites(t *testing.T) {
 		require.Empty(t, h.dls)
 	}
 }
+
+// TestBatchesReused: a committed batch, and one that had nothing to commit,
+// goes back to the store's free list and serves the next write.
+func TestBatchesReused(t *testing.T) {
+	s := openMem(t, Options{})
+	last := appendN(t, s, "c", 0, 1)
+	require.Len(t, s.batches, 1)
+	b := <-s.batches
+	s.batches <- b
+	appendN(t, s, "c", last, 1)
+	require.Len(t, s.batches, 1)
+	require.Same(t, b, <-s.batches, "the next write took the same batch")
+	s.batches <- b
+	_, err := s.Append(ctx, &messages.AppendRequest{ConversationId: "c", ExpectedLast: 0, Events: []*messages.Event{userEvent("late")}})
+	require.ErrorIs(t, err, journal.ErrConflict)
+	require.Len(t, s.batches, 1, "a write that committed nothing gives its batch back too")
+	require.True(t, (<-s.batches).Empty(), "reset")
+}
+
+// TestCopyRowCopiesEveryField: copyRow keeps every field of Conversation
+// (a new field must be added to it), and its settings map is its own.
+func TestCopyRowCopiesEveryField(t *testing.T) {
+	row := &messages.Conversation{
+		Id: "c", Settings: map[string]string{"k": "v"}, Status: messages.ConversationStatus_CONVERSATION_STATUS_SUSPENDED,
+		FsmState: &messages.FSMState{LastSeq: 3}, Created: timestamppb.New(time.Unix(1, 0)), Updated: timestamppb.New(time.Unix(2, 0)),
+	}
+	fields := row.ProtoReflect().Descriptor().Fields()
+	for i := range fields.Len() {
+		require.True(t, row.ProtoReflect().Has(fields.Get(i)), "the fixture sets %s", fields.Get(i).Name())
+	}
+	cp := copyRow(row)
+	require.True(t, proto.Equal(row, cp), "copyRow keeps every field: %v", cp)
+	cp.Settings["k"] = "changed"
+	require.Equal(t, "v", row.GetSettings()["k"], "the settings map is copied")
+}
