@@ -25,12 +25,13 @@ type txn struct {
 	s  *Store
 	b  *pebble.Batch
 	it *pebble.Iterator // for last-seq lookups; created lazily, after the locks
-	// commitFailed: the batch's commit failed, so it is not reused.
-	commitFailed bool
-	now          *timestamppb.Timestamp
-	convs        map[string]*convState
-	calls        map[string]*callState
-	dls          map[dlKey]*dlState
+	// reuse: the batch goes back to Store.batches on close, unless its
+	// commit failed (commitFailed).
+	reuse, commitFailed bool
+	now                 *timestamppb.Timestamp
+	convs               map[string]*convState
+	calls               map[string]*callState
+	dls                 map[dlKey]*dlState
 	// known holds, for each conversation whose deadlines the txn looked
 	// at, all of them as committed before the txn (see knownDeadlines).
 	known map[string]map[string]*timestamppb.Timestamp
@@ -86,13 +87,23 @@ type seqUndo struct {
 	seq uint64
 }
 
-func (s *Store) newTxn() *txn {
+func (s *Store) newTxn() *txn { return s.newTxnWith(s.db.NewBatch()) }
+
+// newGroupTxn returns a txn for a group commit (AppendBatch): its batch,
+// often hundreds of KiB, comes from and goes back to Store.batches.
+func (s *Store) newGroupTxn() *txn {
 	var b *pebble.Batch
 	select {
 	case b = <-s.batches:
 	default:
-		b = s.db.NewBatch()
+		b = s.db.NewBatch(pebble.WithMaxRetainedSizeBytes(maxReusedBatchBytes))
 	}
+	t := s.newTxnWith(b)
+	t.reuse = true
+	return t
+}
+
+func (s *Store) newTxnWith(b *pebble.Batch) *txn {
 	return &txn{
 		s:     s,
 		b:     b,
@@ -108,8 +119,8 @@ func (t *txn) close() {
 	if t.it != nil {
 		_ = t.it.Close()
 	}
-	if t.commitFailed {
-		_ = t.b.Close() // Pebble may still hold it: never reuse it
+	if !t.reuse || t.commitFailed {
+		_ = t.b.Close() // a failed commit's: Pebble may still hold it
 	} else {
 		t.b.Reset() // keeps its buffer, unless Pebble still holds it
 		select {

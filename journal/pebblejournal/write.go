@@ -61,10 +61,8 @@ func (s *Store) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest)
 		return res
 	}
 
-	// A pooled batch: Pebble keeps the buffers of batches up to 1 MiB for
-	// reuse, and a group commit rarely needs more; asking for room up front
-	// would allocate a new buffer whenever the pooled one is smaller.
-	t := s.newTxn()
+	// A batch kept from an earlier group commit, with its buffer.
+	t := s.newGroupTxn()
 	defer t.close()
 	applied := make([]int, 0, len(valid))
 	for _, i := range valid {
