@@ -27,8 +27,10 @@ type hub struct {
 	wg    sync.WaitGroup // pumps
 	quit  chan struct{}  // closed by close: pumps stop delivering
 
+	// subs lists each conversation's subscriptions. A list is replaced,
+	// never changed in place, so publish iterates it without copying.
 	mu     sync.Mutex
-	subs   map[string]map[*subscription]struct{}
+	subs   map[string][]*subscription
 	closed bool
 }
 
@@ -40,29 +42,33 @@ type subscription struct {
 
 	mu     sync.Mutex
 	queue  []actors.Update
+	spare  []actors.Update // the pump's emptied queue, reused by push
 	lagged bool
 }
 
 func newHub(store journal.Store, limit int) *hub {
-	return &hub{store: store, limit: limit, quit: make(chan struct{}), subs: map[string]map[*subscription]struct{}{}}
+	return &hub{store: store, limit: limit, quit: make(chan struct{}), subs: map[string][]*subscription{}}
 }
 
 // publish is called by conversation actors, in order, for every update.
 func (h *hub) publish(u actors.Update) {
 	h.mu.Lock()
 	subs := h.subs[u.ConversationID]
-	for s := range subs {
+	h.mu.Unlock()
+	for _, s := range subs {
 		s.push(u, h.limit)
 	}
-	h.mu.Unlock()
 }
 
 func (s *subscription) push(u actors.Update, limit int) {
 	s.mu.Lock()
 	if !s.lagged {
-		if len(s.queue) >= limit {
+		switch {
+		case len(s.queue) >= limit:
 			s.lagged = true
-		} else {
+		case s.queue == nil && s.spare != nil:
+			s.queue, s.spare = append(s.spare, u), nil
+		default:
 			s.queue = append(s.queue, u)
 		}
 	}
@@ -82,10 +88,8 @@ func (h *hub) subscribe(ctx context.Context, conv string, after uint64) (<-chan 
 		h.mu.Unlock()
 		return nil, ErrClosed
 	}
-	if h.subs[conv] == nil {
-		h.subs[conv] = map[*subscription]struct{}{}
-	}
-	h.subs[conv][s] = struct{}{}
+	old := h.subs[conv]
+	h.subs[conv] = append(old[:len(old):len(old)], s) // a new list: see subs
 	h.wg.Add(1)
 	h.mu.Unlock()
 	go h.pump(ctx, s)
@@ -142,6 +146,14 @@ func (h *hub) pump(ctx context.Context, s *subscription) {
 				return
 			}
 		}
+		if queue != nil {
+			clear(queue) // drop the references to delivered updates
+			s.mu.Lock()
+			if s.spare == nil {
+				s.spare = queue[:0]
+			}
+			s.mu.Unlock()
+		}
 		if lagged {
 			emit(actors.Update{ConversationID: s.conv, Err: ErrLagged})
 			return
@@ -158,11 +170,16 @@ func (h *hub) pump(ctx context.Context, s *subscription) {
 
 func (h *hub) unsubscribe(s *subscription) {
 	h.mu.Lock()
-	if subs := h.subs[s.conv]; subs != nil {
-		delete(subs, s)
-		if len(subs) == 0 {
-			delete(h.subs, s.conv)
+	var rest []*subscription
+	for _, o := range h.subs[s.conv] {
+		if o != s {
+			rest = append(rest, o)
 		}
+	}
+	if len(rest) == 0 {
+		delete(h.subs, s.conv)
+	} else {
+		h.subs[s.conv] = rest
 	}
 	h.mu.Unlock()
 }
