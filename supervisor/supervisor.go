@@ -252,6 +252,13 @@ type root struct {
 // it owed (an answer, a tool result) must not wait for the next command.
 type rewake struct{ conversation string }
 
+// redeliver is a delivery that met an activation still being spawned by a
+// caller outside the supervisor actor; see deliver.
+type redeliver struct {
+	conversation string
+	cmd          *actors.Command
+}
+
 func (r *root) Receive(ctx actor.Context) {
 	s := r.s
 	switch msg := ctx.Message().(type) {
@@ -271,6 +278,8 @@ func (r *root) Receive(ctx actor.Context) {
 		}})
 	case *rewake:
 		r.deliver(ctx, msg.conversation, &actors.Command{Scope: agent.SystemScope, Msg: &messages.AgentWake{}})
+	case *redeliver:
+		r.deliver(ctx, msg.conversation, msg.cmd)
 	case *actor.Terminated:
 		if a := s.reg.terminated(msg.Who); a != nil {
 			s.log.Debug("conversation actor stopped", "conversation", a.id)
@@ -302,6 +311,21 @@ func (r *root) deliver(ctx actor.Context, conv string, cmd *actors.Command) {
 	}
 	if mine {
 		s.reg.spawned(a, func(a *activation) (*actor.PID, error) { return r.spawn(ctx, a) })
+	}
+	select {
+	case <-a.ready:
+	default:
+		// A caller outside is spawning this activation: its spawnAgent is
+		// queued behind this message, so its pid is not set yet. The
+		// supervisor must not wait (nor send to a nil pid, which panics
+		// and would restart it and stop every conversation): deliver
+		// again once the activation is ready.
+		self, sys := ctx.Self(), ctx.ActorSystem()
+		s.wg.Go(func() {
+			<-a.ready
+			sys.Root.Send(self, &redeliver{conversation: conv, cmd: cmd})
+		})
+		return
 	}
 	if a.err != nil {
 		s.log.Error("delivery: activation failed", "conversation", conv, "err", a.err)
