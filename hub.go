@@ -7,6 +7,7 @@ import (
 
 	"github.com/lazarusrt/lazarus/actors"
 	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
 )
 
 // ErrLagged ends a subscription whose reader fell more than
@@ -50,7 +51,27 @@ func newHub(store journal.Store, limit int) *hub {
 	return &hub{store: store, limit: limit, quit: make(chan struct{}), subs: map[string][]*subscription{}}
 }
 
-// publish is called by conversation actors, in order, for every update.
+// publishCommitted publishes the events of a committed append request. The
+// journal actor calls it in commit order, so each conversation's events
+// arrive in seq order.
+func (h *hub) publishCommitted(req *messages.AppendRequest) {
+	evs := req.GetEvents()
+	if len(evs) == 0 {
+		return
+	}
+	h.mu.Lock()
+	subs := h.subs[req.GetConversationId()]
+	h.mu.Unlock()
+	for _, ev := range evs {
+		u := actors.Update{ConversationID: req.GetConversationId(), Event: ev}
+		for _, s := range subs {
+			s.push(u, h.limit)
+		}
+	}
+}
+
+// publish is called by conversation actors, in order, for their deltas and
+// failed turns.
 func (h *hub) publish(u actors.Update) {
 	h.mu.Lock()
 	subs := h.subs[u.ConversationID]

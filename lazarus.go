@@ -168,6 +168,10 @@ func Open(opts Options) (*Runtime, error) {
 		Clock:       opts.Clock,
 		CallTimeout: opts.CallTimeout,
 		Logger:      opts.Logger,
+		// Subscribers get every committed event from the commits
+		// themselves, in order, whether or not the activation that wrote
+		// it is still alive to hear the reply.
+		Journal: actors.JournalOptions{Committed: r.hub.publishCommitted},
 		Agent: func(string) actors.ConversationConfig {
 			return actors.ConversationConfig{
 				Model:        opts.Model,

@@ -81,8 +81,12 @@ type ConversationConfig struct {
 	Summarizer snapshot.Summarizer
 	// Audit records every model call with Store.PutModelCall.
 	Audit bool
-	// Publish receives every durable event, delta and failed turn, on the
-	// actor's goroutine, in order. It must not block. Nil means none.
+	// Publish receives the actor's deltas and failed turns (and write
+	// failures), on the actor's goroutine, in order. It must not block. Nil
+	// means none. Durable events are not published here: an event written
+	// by an activation that is killed before the write's reply arrives
+	// would never be; the runtime publishes every committed event from the
+	// journal actor's commits instead (JournalOptions.Committed).
 	Publish func(Update)
 	// Retire is the passivation handshake with the activation registry: it
 	// is asked whether this activation may stop, given how many commands it
@@ -865,7 +869,6 @@ func (c *conversation) onWriteReply(ctx actor.Context, r *messages.JournalWriteR
 		if rid := ev.GetRequestId(); rid != "" {
 			c.seen[rid] = ev.GetSeq()
 		}
-		c.publish(Update{Event: ev})
 	}
 	for _, q := range w.sends {
 		c.reply(ctx, q.sender, q.msg, c.seen[q.msg.GetRequestId()], nil)

@@ -33,7 +33,9 @@ type Config struct {
 	// Clock supplies time to the expiry actor and the agents. Default
 	// actors.SystemClock().
 	Clock actors.Clock
-	// Journal configures the journal actor.
+	// Journal configures the journal actor. Its Committed hook, if set, is
+	// called for every committed request before the supervisor's own (which
+	// tells the expiry actor of deadline changes).
 	Journal actors.JournalOptions
 	// ExpiryRetryAfter is how long the expiry actor waits before retrying
 	// an expiry whose write failed. Default: the expiry actor's default.
@@ -346,7 +348,11 @@ func (r *root) start(ctx actor.Context) {
 		var expiryPID atomic.Pointer[actor.PID]
 		sys := ctx.ActorSystem()
 		jopts := s.cfg.Journal
+		also := jopts.Committed
 		jopts.Committed = func(req *messages.AppendRequest) {
+			if also != nil {
+				also(req)
+			}
 			to := expiryPID.Load()
 			if to == nil {
 				return

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -507,5 +508,59 @@ func TestFencedActivationIsWokenAgain(t *testing.T) {
 		h.awaitEvent("c", 0, isAssistantText("answer after the fence"))
 		require.Equal(t, []string{"user_msg", "user_msg", "assistant_msg"}, types(h.history("c")))
 		require.Equal(t, 2, h.model.Calls("c"))
+	})
+}
+
+// gatedStore holds the first append of one conversation that carries an
+// assistant message until gate is closed, signalling held when it does.
+type gatedStore struct {
+	journal.Store
+	conv  string
+	gate  chan struct{}
+	held  chan struct{}
+	armed atomic.Bool
+}
+
+func (g *gatedStore) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest) []journal.AppendResult {
+	for _, r := range reqs {
+		if r.GetConversationId() != g.conv || !g.armed.Load() {
+			continue
+		}
+		for _, ev := range r.GetEvents() {
+			if ev.GetAssistantMsg() != nil && g.armed.CompareAndSwap(true, false) {
+				g.held <- struct{}{}
+				<-g.gate
+			}
+		}
+	}
+	return g.Store.AppendBatch(ctx, reqs)
+}
+
+// TestEventOfAKilledWriterReachesSubscribers: an activation is killed while
+// its write of the model's answer is in the Store. The write still commits,
+// and a live subscriber receives the answer although its writer never heard
+// the reply (the answer would otherwise reach nobody: the next activation
+// finds the turn complete and writes nothing more).
+func TestEventOfAKilledWriterReachesSubscribers(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		g := &gatedStore{Store: openStore(t, kind), conv: "k", gate: make(chan struct{}), held: make(chan struct{}, 1)}
+		h := newHarness(t, g, nil)
+		ctx := ctxT(t)
+		h.model.Push("k", scripted.Text("written by a killed writer"))
+		sub, err := h.rt.Subscribe(ctx, "k", 0)
+		require.NoError(t, err)
+		g.armed.Store(true)
+		_, err = h.rt.Send(ctx, "k", "hi", user)
+		require.NoError(t, err)
+		select {
+		case <-g.held:
+		case <-ctx.Done():
+			t.Fatal("the answer's write never reached the store")
+		}
+		require.True(t, h.rt.Kill("k"), "killed while its write is in the store")
+		close(g.gate)
+		u := h.awaitUpdate(sub, func(u actors.Update) bool { return isAssistantText("written by a killed writer")(u.Event) })
+		require.EqualValues(t, 2, u.Event.GetSeq())
+		require.False(t, h.rt.IsActive("k"), "nobody revived it: the subscriber heard from the commit itself")
 	})
 }
