@@ -23,6 +23,10 @@ import (
 // its driver wakes it (a lost command; it should not happen).
 const stallAfter = 10 * time.Second
 
+// sendRetryAfter is how long a driver waits after a failed Send before it
+// sends its next message.
+const sendRetryAfter = 100 * time.Millisecond
+
 // conv is one simulated conversation: its driver goroutine sends a user
 // message, waits (on a subscription) for the turn's final answer, answers
 // a human call after a delay when the turn has one, and starts over.
@@ -251,6 +255,14 @@ func drive(ctx context.Context, cfg config, rt *lazarus.Runtime, c *conv, st *ru
 			if ctx.Err() == nil {
 				st.failures.Add(1)
 				fmt.Fprintf(os.Stderr, "loadgen: send to %s: %v\n", c.id, err)
+				// A client backs off before it retries: a failing Send must
+				// not turn the driver into a busy loop.
+				t := time.NewTimer(sendRetryAfter)
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+					t.Stop()
+				}
 			}
 			continue
 		}
