@@ -46,13 +46,10 @@ func ValidateID(what, id string) error {
 // It encodes m (the encoder is what checks that strings are UTF-8) into a
 // pooled buffer, so a check allocates nothing in the common case.
 func checkSize(what string, m proto.Message, max int) error {
-	bp := encodeBufs.Get().(*[]byte)
+	bp := getBuf()
 	b, err := proto.MarshalOptions{}.MarshalAppend((*bp)[:0], m)
 	n := len(b)
-	if cap(b) <= maxPooledBuf {
-		*bp = b[:0]
-		encodeBufs.Put(bp)
-	}
+	putBuf(bp, b)
 	if err != nil {
 		return Invalidf("%s cannot be encoded (%v)", what, err)
 	}
@@ -68,17 +65,25 @@ const maxPooledBuf = 64 << 10
 
 var encodeBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
 
+// getBuf takes a buffer from encodeBufs; putBuf gives it back as b (the
+// buffer grown by appends to it), unless it grew beyond maxPooledBuf.
+func getBuf() *[]byte { return encodeBufs.Get().(*[]byte) }
+
+func putBuf(bp *[]byte, b []byte) {
+	if cap(b) <= maxPooledBuf {
+		*bp = b[:0]
+		encodeBufs.Put(bp)
+	}
+}
+
 // ValidateEvent checks one event before it is appended: it is not nil, a
 // body is set, it can be encoded (every string is valid UTF-8) and its
 // encoding fits MaxEventBytes. It encodes ev into a pooled buffer, so a
 // check allocates nothing in the common case.
 func ValidateEvent(ev *messages.Event) error {
-	bp := encodeBufs.Get().(*[]byte)
+	bp := getBuf()
 	b, err := EncodeEvent((*bp)[:0], ev)
-	if cap(b) <= maxPooledBuf {
-		*bp = b[:0]
-		encodeBufs.Put(bp)
-	}
+	putBuf(bp, b)
 	return err
 }
 
@@ -321,13 +326,8 @@ func checkAppendEvents(req *messages.AppendRequest, encode bool) error {
 	}
 	var bp *[]byte
 	if encode {
-		bp = encodeBufs.Get().(*[]byte)
-		defer func() {
-			if cap(*bp) <= maxPooledBuf {
-				*bp = (*bp)[:0]
-				encodeBufs.Put(bp)
-			}
-		}()
+		bp = getBuf()
+		defer func() { putBuf(bp, *bp) }()
 	}
 	for i, ev := range evs {
 		if err := checkEventShape(ev); err != nil {
