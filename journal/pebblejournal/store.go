@@ -472,18 +472,22 @@ func (c *headCache) get(stripe int, id string) (head, bool) {
 }
 
 func (c *headCache) put(stripe int, id string, h head) {
-	m := c.stripes[stripe]
-	if m == nil {
-		m = make(map[string]head)
-		c.stripes[stripe] = m
+	putBounded(&c.stripes[stripe], id, h, headsPerStripe)
+}
+
+// putBounded sets (*m)[id] = v, making the map if needed; when that would
+// grow it beyond limit entries, it first evicts an arbitrary one.
+func putBounded[V any](m *map[string]V, id string, v V, limit int) {
+	if *m == nil {
+		*m = make(map[string]V)
 	}
-	if _, ok := m[id]; !ok && len(m) >= headsPerStripe {
-		for k := range m { // evict an arbitrary entry
-			delete(m, k)
+	if _, ok := (*m)[id]; !ok && len(*m) >= limit {
+		for k := range *m {
+			delete(*m, k)
 			break
 		}
 	}
-	m[id] = h
+	(*m)[id] = v
 }
 
 func (c *headCache) drop(stripe int, id string) { delete(c.stripes[stripe], id) }
@@ -524,18 +528,7 @@ func (c *callCache) get(stripe int, id string) (cachedCall, bool) {
 func (c *callCache) put(stripe int, id string, p cachedCall) {
 	c.mu[stripe].Lock()
 	defer c.mu[stripe].Unlock()
-	m := c.stripes[stripe]
-	if m == nil {
-		m = make(map[string]cachedCall)
-		c.stripes[stripe] = m
-	}
-	if _, ok := m[id]; !ok && len(m) >= callsPerStripe {
-		for k := range m { // evict an arbitrary entry
-			delete(m, k)
-			break
-		}
-	}
-	m[id] = p
+	putBounded(&c.stripes[stripe], id, p, callsPerStripe)
 }
 
 func (c *callCache) drop(stripe int, id string) {
