@@ -20,8 +20,9 @@ var ErrLagged = errors.New("lazarus: subscriber fell behind")
 const historyPage = 512
 
 // hub fans the updates of every conversation out to its subscribers. The
-// publisher (a conversation actor) never blocks: each subscription queues
-// updates and its own pump goroutine delivers them.
+// publisher (the journal actor, a conversation actor) never blocks: each
+// subscription queues updates and its own pump goroutine delivers them,
+// unless its reader is already waiting (see subscription).
 type hub struct {
 	store journal.Store
 	limit int
@@ -35,16 +36,24 @@ type hub struct {
 	closed bool
 }
 
+// A subscription's updates reach its reader in publish order, each once.
+// The pump delivers them, except that an update published while the pump
+// is idle (caught up, nothing queued or in hand) goes straight to a reader
+// already waiting on out: one goroutine hop fewer on the common path.
 type subscription struct {
-	conv  string
-	out   chan actors.Update
-	wake  chan struct{}
-	after uint64 // last seq delivered (or asked to start after)
+	conv string
+	out  chan actors.Update
+	wake chan struct{}
 
-	mu     sync.Mutex
+	mu sync.Mutex
+	// after is the last seq delivered (or asked to start after). The pump
+	// uses it without mu while it is not idle; push uses it, under mu,
+	// only while the pump is idle.
+	after  uint64
 	queue  []actors.Update
 	spare  []actors.Update // the pump's emptied queue, reused by push
 	lagged bool
+	idle   bool // the pump is live and waiting, with nothing queued or in hand; out is open
 }
 
 func newHub(store journal.Store, limit int) *hub {
@@ -83,6 +92,21 @@ func (h *hub) publish(u actors.Update) {
 
 func (s *subscription) push(u actors.Update, limit int) {
 	s.mu.Lock()
+	if s.idle { // so nothing is queued, and out is open
+		if u.Event != nil && u.Event.GetSeq() <= s.after {
+			s.mu.Unlock()
+			return // delivered before, as history
+		}
+		select {
+		case s.out <- u: // a reader was waiting
+			if u.Event != nil {
+				s.after = u.Event.GetSeq()
+			}
+			s.mu.Unlock()
+			return
+		default:
+		}
+	}
 	if !s.lagged {
 		switch {
 		case len(s.queue) >= limit:
@@ -121,6 +145,11 @@ func (h *hub) pump(ctx context.Context, s *subscription) {
 	defer h.wg.Done()
 	defer h.unsubscribe(s)
 	defer close(s.out)
+	defer func() { // before out is closed: push must not send on it
+		s.mu.Lock()
+		s.idle = false
+		s.mu.Unlock()
+	}()
 	emit := func(u actors.Update) bool {
 		if u.Event != nil {
 			if u.Event.GetSeq() <= s.after {
@@ -161,6 +190,7 @@ func (h *hub) pump(ctx context.Context, s *subscription) {
 		s.mu.Lock()
 		queue, lagged := s.queue, s.lagged
 		s.queue = nil
+		s.idle = queue == nil && !lagged
 		s.mu.Unlock()
 		for _, u := range queue {
 			if !emit(u) {

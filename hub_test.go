@@ -1,0 +1,95 @@
+package lazarus
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/lazarusrt/lazarus/journal/memjournal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+func hubTestEvents(first, n int) []*messages.Event {
+	evs := make([]*messages.Event, n)
+	for i := range evs {
+		evs[i] = &messages.Event{Time: timestamppb.Now(), Body: &messages.Event_UserMsg{UserMsg: &messages.UserMessage{
+			Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: fmt.Sprint("m", first+i)}}},
+		}}}
+	}
+	return evs
+}
+
+// TestHubDeliversInOrderOnce publishes while a reader alternates between
+// waiting on its channel (updates handed over directly) and being busy
+// (updates queued for the pump), after a history that overlaps the first
+// live updates: every seq arrives once, in order.
+func TestHubDeliversInOrderOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	store := memjournal.New(memjournal.Options{})
+	const conv, history, total = "c", 5, 3000
+	evs := hubTestEvents(1, total)
+	_, err := store.Append(ctx, &messages.AppendRequest{ConversationId: conv, Events: evs[:history]})
+	require.NoError(t, err)
+	for i := history; i < total; i++ {
+		evs[i].Seq = uint64(i + 1) // as the Store would on commit
+	}
+
+	h := newHub(store, total)
+	defer h.close()
+	updates, err := h.subscribe(ctx, conv, 0)
+	require.NoError(t, err)
+
+	var received atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// The history again, live (a commit the subscription also read
+		// from the Store), then the rest, in commits of 1 to 3 events.
+		h.publishCommitted(&messages.AppendRequest{ConversationId: conv, Events: evs[:history]})
+		// In the second half the publisher waits for the reader to have
+		// everything before each commit: the pump is idle and the reader
+		// waiting, so push hands the updates over itself.
+		for i := history; i < total; {
+			n := min(1+i%3, total-i)
+			h.publishCommitted(&messages.AppendRequest{ConversationId: conv, Events: evs[i : i+n]})
+			i += n
+			for i > total/2 && received.Load() < int64(i) && ctx.Err() == nil {
+				runtime.Gosched()
+			}
+		}
+	}()
+
+	var got []uint64
+	for len(got) < total {
+		select {
+		case u, ok := <-updates:
+			require.True(t, ok, "the subscription ended after %d events", len(got))
+			require.NoError(t, u.Err)
+			got = append(got, u.Event.GetSeq())
+			received.Add(1)
+			if len(got) < total/2 && len(got)%5 == 0 { // busy for a while: the publisher queues
+				for range 50 {
+					runtime.Gosched()
+				}
+			}
+		case <-ctx.Done():
+			t.Fatalf("got %d of %d events", len(got), total)
+		}
+	}
+	<-done
+	for i, seq := range got {
+		require.Equal(t, uint64(i+1), seq, "update %d", i)
+	}
+	select {
+	case u := <-updates:
+		t.Fatalf("an update after the last: %v", u)
+	default:
+	}
+}
