@@ -2,7 +2,7 @@
 GO        ?= go
 GOBIN     ?= $(shell $(GO) env GOPATH)/bin
 PROTOC_GEN_GO_VERSION := v1.36.12
-STATICCHECK_VERSION   := 2026.2.2
+STATICCHECK_VERSION   := v0.8.2# prints as "staticcheck 2026.2.2 (0.8.2)"
 
 .PHONY: help deps test race lint proto proto-check tidy-check bench stress demo tools check
 
@@ -19,7 +19,7 @@ deps: ## install protoc (Debian protobuf-compiler) if missing, and the Go tools
 tools: ## install protoc-gen-go and staticcheck into GOBIN
 	@test -x $(GOBIN)/protoc-gen-go && $(GOBIN)/protoc-gen-go --version | grep -q $(PROTOC_GEN_GO_VERSION) || \
 		GOFLAGS= $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
-	@test -x $(GOBIN)/staticcheck && $(GOBIN)/staticcheck -version | grep -q $(STATICCHECK_VERSION) || \
+	@test -x $(GOBIN)/staticcheck && $(GOBIN)/staticcheck -version | grep -qF '($(patsubst v%,%,$(STATICCHECK_VERSION)))' || \
 		GOFLAGS= $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
 check: deps ## everything CI runs: lint, generated code, tidy, race tests, the demo
