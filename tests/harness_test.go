@@ -138,6 +138,9 @@ func newHarness(t *testing.T, store journal.Store, mod func(*lazarus.Options)) *
 	}
 	if mod != nil {
 		mod(&opts)
+		if m, ok := opts.Model.(*scripted.Model); ok {
+			h.model = m // a model scripted before Open
+		}
 	}
 	rt, err := lazarus.Open(opts)
 	require.NoError(t, err)

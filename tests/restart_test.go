@@ -9,6 +9,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lazarusrt/lazarus"
 	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/journal/pebblejournal"
@@ -64,10 +65,12 @@ func TestWholeProcessRestartOnPebble(t *testing.T) {
 	store2, err := pebblejournal.Open("db", pebblejournal.Options{FS: crashed})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = store2.Close() })
-	h2 := newHarness(t, store2, nil)
-	h2.model.Push("midturn", scripted.Text("here is what now"))
-	h2.model.Push("soon", scripted.Text("the approval timed out"))
-	h2.model.Push("later", scripted.Text("approved, refunding"))
+	// The replies are queued before Open, which resumes "midturn" at once.
+	model2 := scripted.New(scripted.Options{})
+	model2.Push("midturn", scripted.Text("here is what now"))
+	model2.Push("soon", scripted.Text("the approval timed out"))
+	model2.Push("later", scripted.Text("approved, refunding"))
+	h2 := newHarness(t, store2, func(o *lazarus.Options) { o.Model = model2 })
 
 	// The interrupted turn is resumed by Open, with no new input.
 	h2.awaitEvent("midturn", 0, isAssistantText("here is what now"))
