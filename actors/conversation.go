@@ -216,6 +216,9 @@ type conversation struct {
 
 	nextWrite uint64
 	inflight  *pendingWrite
+	// rowStatus is the conversation row's status as this activation read
+	// or last wrote it (see write).
+	rowStatus messages.ConversationStatus
 	sends     []*queuedSend
 
 	turn        uint64
@@ -369,6 +372,7 @@ func (c *conversation) onLoaded(ctx actor.Context, l *loaded) {
 		c.calls[ev.GetCall().GetId()] = call
 		c.order = append(c.order, ev.GetCall().GetId())
 	}
+	c.rowStatus = l.conv.GetStatus()
 	if st := l.conv.GetFsmState(); st != nil && st.GetLastSeq() != c.ws.LastSeq {
 		c.log.Debug("fsm_state disagrees with the log; the log wins",
 			"cached_last_seq", st.GetLastSeq(), "log_last_seq", c.ws.LastSeq)
@@ -551,7 +555,17 @@ func (c *conversation) fsmState(lastSeq uint64, extra []*openCall) *messages.FSM
 
 // write sends one fenced append to the journal actor. Only one write is in
 // flight at a time, so expected_last is always the working set's last seq.
+//
+// A write in the middle of a turn (the conversation stays active, and is
+// not awaiting input) leaves the conversation row alone: DESIGN persists
+// fsm_state only as idle or awaiting_input, and a kill mid-turn is recovered
+// from the log, which wins over the row. That is two row rewrites fewer per
+// turn with a server tool call.
 func (c *conversation) write(ctx actor.Context, w *pendingWrite) {
+	if r := w.req; r.GetStatus() == messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE && c.rowStatus == r.GetStatus() &&
+		r.GetFsmState().GetState() != messages.AgentState_AGENT_STATE_AWAITING_INPUT {
+		r.Status, r.FsmState = messages.ConversationStatus_CONVERSATION_STATUS_UNSPECIFIED, nil
+	}
 	w.req.ConversationId = c.cfg.ID
 	if !w.req.GetUnfenced() {
 		w.req.ExpectedLast = c.ws.LastSeq
@@ -859,6 +873,9 @@ func (c *conversation) onWriteReply(ctx actor.Context, r *messages.JournalWriteR
 		}
 		c.stop(ctx, err)
 		return
+	}
+	if st := w.req.GetStatus(); st != messages.ConversationStatus_CONVERSATION_STATUS_UNSPECIFIED {
+		c.rowStatus = st
 	}
 	events := w.req.GetEvents()
 	if err := c.ws.Append(events...); err != nil {

@@ -564,3 +564,84 @@ func TestEventOfAKilledWriterReachesSubscribers(t *testing.T) {
 		require.False(t, h.rt.IsActive("k"), "nobody revived it: the subscriber heard from the commit itself")
 	})
 }
+
+// recordingStore keeps a copy of every request committed through AppendBatch.
+type recordingStore struct {
+	journal.Store
+	mu   sync.Mutex
+	reqs []*messages.AppendRequest
+}
+
+func (s *recordingStore) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest) []journal.AppendResult {
+	res := s.Store.AppendBatch(ctx, reqs)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, r := range reqs {
+		if res[i].Err == nil {
+			s.reqs = append(s.reqs, proto.Clone(r).(*messages.AppendRequest))
+		}
+	}
+	return res
+}
+
+func (s *recordingStore) of(conv string) []*messages.AppendRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*messages.AppendRequest
+	for _, r := range s.reqs {
+		if r.GetConversationId() == conv {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// TestRowWrittenOnlyWhenItChanges: a turn with a server tool call writes the
+// conversation row when the turn starts (idle -> active) and when it ends
+// (idle, with fsm_state), not in between; a turn that suspends on a human
+// persists awaiting_input with its pending call. The row after each turn
+// agrees with the log.
+func TestRowWrittenOnlyWhenItChanges(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		rec := &recordingStore{Store: openStore(t, kind)}
+		h := newHarness(t, rec, nil)
+		ctx := ctxT(t)
+		h.model.Push("c",
+			scripted.Reply("looking", scripted.Call("lookup_order", `{"id":1}`)),
+			scripted.Text("found it"),
+			scripted.Reply("approve?", scripted.Call("approve_refund", `{"amount":5}`)))
+
+		_, err := h.rt.Send(ctx, "c", "where is order 1?", user)
+		require.NoError(t, err)
+		h.awaitEvent("c", 0, isAssistantText("found it"))
+		reqs := rec.of("c")
+		require.Len(t, reqs, 4, "user message, call, result, answer")
+		touches := func(r *messages.AppendRequest) bool {
+			return r.GetFsmState() != nil || r.GetStatus() != messages.ConversationStatus_CONVERSATION_STATUS_UNSPECIFIED
+		}
+		require.Equal(t, []bool{true, false, false, true}, []bool{touches(reqs[0]), touches(reqs[1]), touches(reqs[2]), touches(reqs[3])})
+		require.Equal(t, messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE, reqs[0].GetStatus())
+		require.Equal(t, messages.ConversationStatus_CONVERSATION_STATUS_IDLE, reqs[3].GetStatus())
+
+		row, err := rec.Conversation(ctx, "c")
+		require.NoError(t, err)
+		last, err := rec.LastSeq(ctx, "c")
+		require.NoError(t, err)
+		require.Equal(t, messages.ConversationStatus_CONVERSATION_STATUS_IDLE, row.GetStatus())
+		require.Equal(t, messages.AgentState_AGENT_STATE_IDLE, row.GetFsmState().GetState())
+		require.Equal(t, last, row.GetFsmState().GetLastSeq())
+		require.Empty(t, row.GetFsmState().GetPending())
+
+		_, err = h.rt.Send(ctx, "c", "refund it", user)
+		require.NoError(t, err)
+		callID := pendingCallID(t, h.awaitEvent("c", last, isSuspension))
+		row, err = rec.Conversation(ctx, "c")
+		require.NoError(t, err)
+		last, err = rec.LastSeq(ctx, "c")
+		require.NoError(t, err)
+		require.Equal(t, messages.ConversationStatus_CONVERSATION_STATUS_SUSPENDED, row.GetStatus())
+		require.Equal(t, messages.AgentState_AGENT_STATE_AWAITING_INPUT, row.GetFsmState().GetState())
+		require.Equal(t, last, row.GetFsmState().GetLastSeq())
+		require.Contains(t, row.GetFsmState().GetPending(), callID)
+	})
+}
