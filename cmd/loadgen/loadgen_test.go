@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"runtime"
 	"testing"
 	"time"
 
@@ -50,6 +51,8 @@ func TestParseFlags(t *testing.T) {
 	require.Error(t, err)
 	_, err = parseFlags([]string{"--conversations", "0"}, nil)
 	require.Error(t, err)
+	_, err = parseFlags([]string{"--gomaxprocs", "-1"}, nil)
+	require.Error(t, err)
 }
 
 func TestTextLike(t *testing.T) {
@@ -70,10 +73,13 @@ func TestRunSmall(t *testing.T) {
 	}
 	cfg, err := parseFlags([]string{"--conversations", "8", "--duration", "1s", "--warmup", "200ms", "--kill-every", "50ms", "--human", "0.3",
 		"--human-delay", "1ms", "--summary-every", "2", "--revival-events", "200", "--revival-samples", "3", "--replay-samples", "1",
-		"--dir", t.TempDir()}, nil)
+		"--gomaxprocs", "3", "--dir", t.TempDir()}, nil)
 	require.NoError(t, err)
+	procs := runtime.GOMAXPROCS(0)
 	rep, err := run(t.Context(), cfg)
 	require.NoError(t, err)
+	require.Equal(t, 3, rep.Machine.GoMaxProcs, "the run used the GOMAXPROCS asked for")
+	require.Equal(t, procs, runtime.GOMAXPROCS(0), "and restored the process's")
 	require.Positive(t, rep.Runtime.Events)
 	require.Positive(t, rep.Runtime.Turns)
 	require.Positive(t, rep.Runtime.StoredEvents)

@@ -58,6 +58,7 @@ type config struct {
 	RevivalSamples int           `json:"revival_samples"`
 	ReplaySamples  int           `json:"replay_samples"`
 	Dir            string        `json:"dir"`
+	GoMaxProcs     int           `json:"gomaxprocs"`
 	JSON           bool          `json:"-"`
 	CPUProfile     string        `json:"-"`
 	MemProfile     string        `json:"-"`
@@ -88,6 +89,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the runtime phase to this file")
 	fs.StringVar(&c.MemProfile, "memprofile", "", "write an allocation profile of the runtime phase to this file")
 	fs.StringVar(&c.Trace, "trace", "", "write an execution trace of seconds 3 to 5 of the runtime phase to this file")
+	fs.IntVar(&c.GoMaxProcs, "gomaxprocs", 0, "GOMAXPROCS for the whole run, baselines included (0: Go's default, the CPUs or $GOMAXPROCS)")
 	fs.BoolVar(&c.Verbose, "v", false, "log the runtime's warnings to stderr")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -105,6 +107,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("--revival-events must be a multiple of %d above %d", turnEvents, recentEvents)
 	case c.RevivalSamples < 1 || c.ReplaySamples < 1:
 		return c, fmt.Errorf("--revival-samples and --replay-samples must be at least 1")
+	case c.GoMaxProcs < 0:
+		return c, fmt.Errorf("--gomaxprocs must not be negative")
 	}
 	c.logger = slog.New(slog.DiscardHandler)
 	if c.Verbose {
@@ -126,9 +130,10 @@ type report struct {
 }
 
 type machine struct {
-	CPUs      int    `json:"cpus"`
-	GoVersion string `json:"go"`
-	OS        string `json:"os"`
+	CPUs       int    `json:"cpus"`
+	GoMaxProcs int    `json:"gomaxprocs"`
+	GoVersion  string `json:"go"`
+	OS         string `json:"os"`
 }
 
 func main() {
@@ -166,10 +171,14 @@ func run(ctx context.Context, cfg config) (*report, error) {
 		defer os.RemoveAll(tmp)
 		dir = tmp
 	}
+	if cfg.GoMaxProcs > 0 {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(cfg.GoMaxProcs))
+	}
 	rep := &report{
-		Date:    time.Now().UTC().Format(time.DateOnly),
-		Machine: machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH},
-		Config:  cfg,
+		Date: time.Now().UTC().Format(time.DateOnly),
+		Machine: machine{CPUs: runtime.NumCPU(), GoMaxProcs: runtime.GOMAXPROCS(0),
+			GoVersion: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH},
+		Config: cfg,
 	}
 
 	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, "loadgen: "+format+"\n", args...) }
