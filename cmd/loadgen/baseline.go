@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/bloom"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lazarusrt/lazarus"
@@ -51,7 +50,7 @@ func runRawPebble(ctx context.Context, cfg config, dir string) (rawResult, error
 		L0StopWritesThreshold:       pebblejournal.L0StopWritesThreshold,
 		LBaseMaxBytes:               pebblejournal.LBaseMaxBytes,
 	}
-	opts.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
+	pebblejournal.SetLevelOptions(opts)
 	db, err := pebble.Open(dir, opts)
 	if err != nil {
 		return rawResult{}, err

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/lazarusrt/lazarus/journal"
 )
@@ -50,6 +52,24 @@ const (
 	// flushing before Pebble stops writes.
 	MemTableStopWritesThreshold = 4
 )
+
+// SetLevelOptions sets the per-level Pebble options every store uses; it
+// is exported so that a benchmark's plain Pebble baseline can share them.
+//
+//   - Bloom filters on every level: point lookups that miss (tombstones,
+//     tool call owners) skip most tables.
+//   - L0 tables, the output of memtable flushes, are not compressed; the
+//     levels below use Snappy, Pebble's default. Every L0 table is soon
+//     rewritten by a compaction, which compresses its output, so
+//     compressing the flush too was work thrown away: on the runtime's load
+//     generator it took ~7% of the CPU per event (BENCHMARKS.md). The cost
+//     is disk space while data sits in L0: at most L0StopWritesThreshold
+//     tables of about a memtable each, usually L0CompactionThreshold.
+func SetLevelOptions(o *pebble.Options) {
+	o.Levels[0].FilterPolicy = bloom.FilterPolicy(10) // L1+ inherit it
+	o.Levels[0].Compression = func() *sstable.CompressionProfile { return sstable.NoCompression }
+	o.Levels[1].Compression = func() *sstable.CompressionProfile { return sstable.SnappyCompression } // L2+ inherit it
+}
 
 // FormatMajorVersion is the Pebble on-disk format every store is created
 // with or ratcheted to on Open: the newest of Pebble v2.1.7. It is pinned

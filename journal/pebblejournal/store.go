@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
@@ -156,9 +155,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		CompactionConcurrencyRange:  func() (int, int) { return lower, upper },
 		FlushDelayDeleteRange:       max(o.FlushDelayDeleteRange, 0),
 	}
-	// Bloom filters on every level (L1+ inherit L0's policy): point lookups
-	// (tombstones, tool call owners) that miss skip most tables.
-	popts.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
+	SetLevelOptions(popts)
 	db, err := pebble.Open(dir, popts)
 	if err != nil {
 		_ = fsCloser.Close()

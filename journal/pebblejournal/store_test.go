@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/lazarusrt/lazarus/journal"
@@ -924,4 +926,20 @@ func TestCopyRowCopiesEveryField(t *testing.T) {
 	require.True(t, proto.Equal(row, cp), "copyRow keeps every field: %v", cp)
 	cp.Settings["k"] = "changed"
 	require.Equal(t, "v", row.GetSettings()["k"], "the settings map is copied")
+}
+
+// TestLevelOptions: L0 is written uncompressed, every level below with
+// Snappy, and every level has the bloom filter, once Pebble fills in the
+// levels SetLevelOptions leaves unset.
+func TestLevelOptions(t *testing.T) {
+	o := &pebble.Options{}
+	SetLevelOptions(o)
+	o.EnsureDefaults()
+	require.Equal(t, sstable.NoCompression, o.Levels[0].Compression())
+	for l := 1; l < len(o.Levels); l++ {
+		require.Equal(t, sstable.SnappyCompression, o.Levels[l].Compression(), "level %d", l)
+	}
+	for l := range o.Levels {
+		require.NotNil(t, o.Levels[l].FilterPolicy, "level %d", l)
+	}
 }
