@@ -288,13 +288,22 @@ type driver struct {
 	st   *runStats
 	sub  <-chan actors.Update
 	last uint64 // last seq seen
+	// stall fires when the driver's conversation went stallAfter without
+	// an event; one per driver, re-armed per turn (a timer made per turn
+	// was 1.4% of the run's CPU).
+	stall *time.Timer
 }
 
 // awaitFinal reads the subscription until the turn's final answer (an
 // assistant message without tool calls) is durable. It answers a human
 // call on the way. It returns false when ctx ended.
 func (d *driver) awaitFinal() bool {
-	stall := time.NewTimer(stallAfter)
+	if d.stall == nil {
+		d.stall = time.NewTimer(stallAfter)
+	} else {
+		d.stall.Reset(stallAfter) // Go 1.23+: no stale value to drain
+	}
+	stall := d.stall
 	defer stall.Stop()
 	for {
 		var u actors.Update

@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
+	"google.golang.org/protobuf/proto"
 )
 
 // Each read uses one Pebble iterator, so it sees one consistent committed
@@ -232,6 +233,11 @@ func (s *Store) ToolCall(ctx context.Context, toolCallID string) (*messages.Tool
 	defer s.end()
 	if err := journal.ValidateID("tool call id", toolCallID); err != nil {
 		return nil, err
+	}
+	// A pending call's row, as last committed, may be in the call cache
+	// (see callCache): no iterator then. The copy is the caller's.
+	if p, found := s.calls.get(s.idStripe(toolCallID), toolCallID); found {
+		return proto.Clone(p.rec).(*messages.ToolCallRecord), nil
 	}
 	ok := ownerKey(toolCallID)
 	it, err := s.newIter(ok, append(bytes.Clone(ok), 0))

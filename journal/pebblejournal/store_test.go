@@ -693,6 +693,14 @@ func TestCachesFollowWrites(t *testing.T) {
 	h, ok := s.heads.get(s.convStripe("c"), "c")
 	require.True(t, ok)
 	require.EqualValues(t, 1, h.row.GetFsmState().GetLastSeq(), "the row is cached with the head")
+	// ToolCall serves the pending call from the cache, with a copy of its own.
+	got, err := s.ToolCall(ctx, "t1")
+	require.NoError(t, err)
+	require.True(t, proto.Equal(p.rec, got))
+	got.Args = `{"changed":"by the reader"}`
+	again, err := s.ToolCall(ctx, "t1")
+	require.NoError(t, err)
+	require.Equal(t, `{"a":1}`, again.GetArgs(), "a reader's copy is its own")
 
 	res, err = s.Append(ctx, &messages.AppendRequest{ConversationId: "c", ExpectedLast: res.LastSeq,
 		Resolutions: []*messages.ToolResolution{{ToolCallId: "t1", Status: messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED,
@@ -700,7 +708,7 @@ func TestCachesFollowWrites(t *testing.T) {
 	require.NoError(t, err)
 	_, ok = s.calls.get(s.idStripe("t1"), "t1")
 	require.False(t, ok, "a resolved call leaves the cache")
-	got, err := s.ToolCall(ctx, "t1")
+	got, err = s.ToolCall(ctx, "t1")
 	require.NoError(t, err)
 	require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, got.GetStatus())
 	require.Equal(t, `{"a":1}`, got.GetArgs())
