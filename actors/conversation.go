@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -530,8 +531,36 @@ func (c *conversation) event(body func(*messages.Event)) *messages.Event {
 	return ev
 }
 
-// fsmState is the cache written with every append: the state the actor will
-// be in once the write lands, and the calls it still owes.
+// setRow fills in what req, a write with status st that leaves extra
+// calls open besides the actor's, changes in the conversation row: the
+// status and the fsm_state cache (the state the actor will be in once the
+// write lands, and the calls it still owes). A write in the middle of a
+// turn (the conversation stays active, and is not awaiting input) leaves
+// the row alone: DESIGN persists fsm_state only as idle or awaiting_input,
+// and a kill mid-turn is recovered from the log, which wins over the row.
+// That is two row rewrites fewer per turn with a server tool call.
+func (c *conversation) setRow(req *messages.AppendRequest, st messages.ConversationStatus, extra []*openCall) {
+	if st == messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE && c.rowStatus == st && !c.awaitingInput(extra) {
+		return
+	}
+	req.Status = st
+	req.FsmState = c.fsmState(c.ws.LastSeq+uint64(len(req.GetEvents())), extra)
+}
+
+// awaitingInput reports whether a human call is open without a result,
+// among the actor's calls and extra.
+func (c *conversation) awaitingInput(extra []*openCall) bool {
+	human := func(call *openCall) bool {
+		return call.ready == nil && call.ev.GetExecutor() == messages.Executor_EXECUTOR_HUMAN
+	}
+	for _, id := range c.order {
+		if human(c.calls[id]) {
+			return true
+		}
+	}
+	return slices.ContainsFunc(extra, human)
+}
+
 func (c *conversation) fsmState(lastSeq uint64, extra []*openCall) *messages.FSMState {
 	st := &messages.FSMState{State: messages.AgentState_AGENT_STATE_IDLE, LastSeq: lastSeq, Pending: map[string]*messages.PendingCall{}}
 	add := func(call *openCall) {
@@ -555,17 +584,7 @@ func (c *conversation) fsmState(lastSeq uint64, extra []*openCall) *messages.FSM
 
 // write sends one fenced append to the journal actor. Only one write is in
 // flight at a time, so expected_last is always the working set's last seq.
-//
-// A write in the middle of a turn (the conversation stays active, and is
-// not awaiting input) leaves the conversation row alone: DESIGN persists
-// fsm_state only as idle or awaiting_input, and a kill mid-turn is recovered
-// from the log, which wins over the row. That is two row rewrites fewer per
-// turn with a server tool call.
 func (c *conversation) write(ctx actor.Context, w *pendingWrite) {
-	if r := w.req; r.GetStatus() == messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE && c.rowStatus == r.GetStatus() &&
-		r.GetFsmState().GetState() != messages.AgentState_AGENT_STATE_AWAITING_INPUT {
-		r.Status, r.FsmState = messages.ConversationStatus_CONVERSATION_STATUS_UNSPECIFIED, nil
-	}
 	w.req.ConversationId = c.cfg.ID
 	if !w.req.GetUnfenced() {
 		w.req.ExpectedLast = c.ws.LastSeq
@@ -582,7 +601,7 @@ func (c *conversation) write(ctx actor.Context, w *pendingWrite) {
 func (c *conversation) writeSends(ctx actor.Context) {
 	sends := c.sends
 	c.sends = nil
-	req := &messages.AppendRequest{Status: messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE}
+	req := &messages.AppendRequest{}
 	written := map[string]bool{}
 	for _, q := range sends {
 		rid := q.msg.GetRequestId()
@@ -595,13 +614,12 @@ func (c *conversation) writeSends(ctx actor.Context) {
 			ev.Body = &messages.Event_UserMsg{UserMsg: q.msg.GetMessage()}
 		}))
 	}
-	req.FsmState = c.fsmState(c.ws.LastSeq+uint64(len(req.Events)), nil)
+	c.setRow(req, messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE, nil)
 	c.write(ctx, &pendingWrite{req: req, sends: sends})
 }
 
 func (c *conversation) writeResults(ctx actor.Context) {
-	// A turn is owed once these results land: the conversation is active.
-	req := &messages.AppendRequest{Status: messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE}
+	req := &messages.AppendRequest{}
 	var done []string
 	for _, id := range c.order {
 		call := c.calls[id]
@@ -624,12 +642,15 @@ func (c *conversation) writeResults(ctx actor.Context) {
 		}
 		done = append(done, id)
 	}
-	// Calls with a ready result are left out of the pending map: the
-	// fsm_state written is the one after they leave the open set.
-	req.FsmState = c.fsmState(c.ws.LastSeq+uint64(len(req.Events)), nil)
-	if req.FsmState.GetState() == messages.AgentState_AGENT_STATE_AWAITING_INPUT {
-		req.Status = messages.ConversationStatus_CONVERSATION_STATUS_SUSPENDED
+	// A turn is owed once these results land: the conversation is active,
+	// unless a human call is still open. Calls with a ready result are left
+	// out of the pending map: the fsm_state written is the one after they
+	// leave the open set.
+	status := messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE
+	if c.awaitingInput(nil) {
+		status = messages.ConversationStatus_CONVERSATION_STATUS_SUSPENDED
 	}
+	c.setRow(req, status, nil)
 	c.write(ctx, &pendingWrite{req: req, after: func(ctx actor.Context) {
 		for _, id := range done {
 			delete(c.calls, id)
@@ -826,18 +847,19 @@ func (c *conversation) turnWrite(msg *messages.AssistantMessage) (*messages.Appe
 		}))
 		calls = append(calls, &openCall{ev: ev})
 	}
+	var status messages.ConversationStatus
 	if len(suspension) > 0 {
 		req.Events = append(req.Events, c.event(func(ev *messages.Event) {
 			ev.Body = &messages.Event_Suspension{Suspension: &messages.Suspension{Pending: suspension}}
 		}))
-		req.Status = messages.ConversationStatus_CONVERSATION_STATUS_SUSPENDED
+		status = messages.ConversationStatus_CONVERSATION_STATUS_SUSPENDED
 	} else if len(calls) > 0 {
-		req.Status = messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE
+		status = messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE
 	} else {
 		// The turn is answered: nothing is owed until the next command.
-		req.Status = messages.ConversationStatus_CONVERSATION_STATUS_IDLE
+		status = messages.ConversationStatus_CONVERSATION_STATUS_IDLE
 	}
-	req.FsmState = c.fsmState(c.ws.LastSeq+uint64(len(req.Events)), calls)
+	c.setRow(req, status, calls)
 	// What the Store checks (text that is not UTF-8, records over the
 	// limits) it checks before writing anything; onWriteReply fails the
 	// turn when it refuses an answer. Checking here too would encode the
