@@ -110,6 +110,10 @@ type ConversationConfig struct {
 	// runs, loads, summaries), so their owner can wait for them on close.
 	// Nil means untracked.
 	Goroutines *sync.WaitGroup
+	// Dispatcher runs the actor's mailbox. Nil means protoactor's default
+	// (a new goroutine each time the mailbox gets work); the supervisor
+	// passes its WorkerDispatcher.
+	Dispatcher actor.Dispatcher
 	// Logger receives diagnostics. Default: discard.
 	Logger *slog.Logger
 }
@@ -127,9 +131,13 @@ func NewConversation(cfg ConversationConfig) *actor.Props {
 		cfg.Goroutines = new(sync.WaitGroup)
 	}
 	cfg.Policy = cfg.Policy.WithDefaults()
+	var opts []actor.PropsOption
+	if cfg.Dispatcher != nil {
+		opts = append(opts, actor.WithDispatcher(cfg.Dispatcher))
+	}
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &conversation{cfg: cfg, log: cfg.Logger.With("conversation", cfg.ID)}
-	})
+	}, opts...)
 }
 
 // Local-only notifications from goroutines the actor owns.

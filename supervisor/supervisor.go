@@ -28,7 +28,7 @@ type Config struct {
 	Store journal.Store
 	// Agent returns the configuration of a new activation of conversation
 	// id. The supervisor fills in ID, Store, Journal, Expiry, Clock, Retire,
-	// Stopped and Goroutines. Required.
+	// Stopped, Goroutines and Dispatcher. Required.
 	Agent func(id string) actors.ConversationConfig
 	// Clock supplies time to the expiry actor and the agents. Default
 	// actors.SystemClock().
@@ -59,6 +59,9 @@ type Supervisor struct {
 	reg    *registry
 	pid    *actor.PID
 	wg     sync.WaitGroup // goroutines of the agents
+	// mailboxes runs the conversation actors' mailboxes; closed by Stop
+	// once they are all stopped.
+	mailboxes *actors.WorkerDispatcher
 
 	journal, expiry *actor.PID
 
@@ -85,12 +88,13 @@ func Start(system *actor.ActorSystem, cfg Config) (*Supervisor, error) {
 	if cfg.Journal.Logger == nil {
 		cfg.Journal.Logger = cfg.Logger
 	}
-	s := &Supervisor{cfg: cfg, system: system, log: cfg.Logger, reg: newRegistry()}
+	s := &Supervisor{cfg: cfg, system: system, log: cfg.Logger, reg: newRegistry(), mailboxes: actors.NewWorkerDispatcher(0)}
 	started := make(chan struct{})
 	props := actor.PropsFromProducer(func() actor.Actor { return &root{s: s, started: started} },
 		actor.WithSupervisor(&strategy{s: s}))
 	pid, err := system.Root.SpawnNamed(props, "lazarus")
 	if err != nil {
+		s.mailboxes.Close()
 		return nil, fmt.Errorf("supervisor: spawn: %w", err)
 	}
 	s.pid = pid
@@ -229,6 +233,7 @@ func (s *Supervisor) Stop() {
 	_ = s.system.Root.StopFuture(s.pid).Wait()
 	s.reg.releaseAll()
 	s.wg.Wait()
+	s.mailboxes.Close()
 }
 
 func (s *Supervisor) isStopped() bool {
@@ -403,6 +408,7 @@ func (r *root) spawn(ctx actor.Context, a *activation) (*actor.PID, error) {
 	cfg.Journal = s.journal
 	cfg.Clock = s.cfg.Clock
 	cfg.Goroutines = &s.wg
+	cfg.Dispatcher = s.mailboxes
 	cfg.Retire = func(processed uint64, force bool) bool { return s.reg.retire(a, processed, force) }
 	self, root := ctx.Self(), ctx.ActorSystem().Root
 	cfg.Fenced = func() { root.Send(self, &rewake{conversation: a.id}) }
