@@ -92,7 +92,7 @@ func (h *hub) publish(u actors.Update) {
 
 func (s *subscription) push(u actors.Update, limit int) {
 	s.mu.Lock()
-	if s.idle { // so nothing is queued, and out is open
+	if s.idle { // so nothing is queued or in the pump's hands, and out is open
 		if u.Event != nil && u.Event.GetSeq() <= s.after {
 			s.mu.Unlock()
 			return // delivered before, as history
@@ -107,6 +107,9 @@ func (s *subscription) push(u actors.Update, limit int) {
 		default:
 		}
 	}
+	// The pump has work now: until it has delivered it, nothing may
+	// overtake it.
+	s.idle = false
 	if !s.lagged {
 		switch {
 		case len(s.queue) >= limit:
