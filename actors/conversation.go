@@ -898,10 +898,13 @@ func (c *conversation) onWriteReply(ctx actor.Context, r *messages.JournalWriteR
 			c.reply(ctx, q.sender, q.msg, 0, err)
 		}
 		c.publish(Update{Err: err})
+		// Retire first (stop), then ask for the wake-up: a wake-up that
+		// found this activation still live would be sent to it, and lost
+		// with it.
+		c.stop(ctx, err)
 		if errors.Is(err, journal.ErrConflict) && c.cfg.Fenced != nil {
 			c.cfg.Fenced()
 		}
-		c.stop(ctx, err)
 		return
 	}
 	if st := w.req.GetStatus(); st != messages.ConversationStatus_CONVERSATION_STATUS_UNSPECIFIED {
