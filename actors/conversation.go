@@ -210,6 +210,8 @@ type conversation struct {
 	goCancel context.CancelFunc
 
 	loaded   bool
+	barrier  bool // waiting for JournalBarrierDone before loading
+	loading  bool // the revival read was started
 	buffered []*actor.MessageEnvelope
 	stopping bool
 	cause    error // why stop stopped this activation; nil for passivation
@@ -259,6 +261,10 @@ func (c *conversation) Receive(ctx actor.Context) {
 		// drop that cached reference (it is then a dead letter, not logged).
 		ctx.Send(ctx.Self(), releaseProcessRef{})
 	case *actor.Restarting:
+	case *JournalBarrierDone:
+		if c.barrier {
+			c.startLoad(ctx)
+		}
 	case *loaded:
 		c.onLoaded(ctx, msg)
 	case *Command:
@@ -273,6 +279,12 @@ func (c *conversation) Receive(ctx actor.Context) {
 	case *messages.JournalWriteReply:
 		c.onWriteReply(ctx, msg)
 	case *actor.DeadLetterResponse:
+		if c.barrier {
+			// The journal actor is gone: it answered what it held before
+			// it stopped, so nothing is left to wait for.
+			c.startLoad(ctx)
+			return
+		}
 		// The journal actor is gone (restarting, or the runtime is closing):
 		// the write's outcome is unknown, so stop and let the next command
 		// revive from the log.
@@ -317,10 +329,28 @@ func tell(ctx actor.Context) func(msg any) {
 	return func(msg any) { root.Send(self, msg) }
 }
 
+// start reads the log once the journal actor has answered every write of
+// the conversation it holds (JournalBarrier): a write that a killed
+// predecessor left there lands first, and the revival reads it.
 func (c *conversation) start(ctx actor.Context) {
 	c.goCtx, c.goCancel = context.WithCancel(context.Background())
 	c.calls = map[string]*openCall{}
 	c.seen = map[string]uint64{}
+	if c.cfg.Journal == nil {
+		c.startLoad(ctx)
+		return
+	}
+	c.barrier = true
+	ctx.Request(c.cfg.Journal, &JournalBarrier{ConversationID: c.cfg.ID})
+}
+
+// startLoad starts the revival read, once.
+func (c *conversation) startLoad(ctx actor.Context) {
+	c.barrier = false
+	if c.loading || c.stopping {
+		return
+	}
+	c.loading = true
 	send := tell(ctx)
 	store, id := c.cfg.Store, c.cfg.ID
 	c.goOwned(func(gctx context.Context) {

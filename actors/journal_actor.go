@@ -53,8 +53,9 @@ func (o JournalOptions) withDefaults() JournalOptions {
 // AppendReply.Error (journal.ErrorToProto; journal.ErrorFromProto gives back
 // an error that errors.Is matches against the journal sentinels). A write
 // without a sender is committed and its reply dropped. A JournalWrite
-// without a Request is answered at once with ErrInvalid. Other messages are
-// ignored.
+// without a Request is answered at once with ErrInvalid. It also answers
+// *JournalBarrier (see there), after the last write of its conversation it
+// received before the barrier. Other messages are ignored.
 //
 // # Group commit
 //
@@ -103,7 +104,13 @@ type journalActor struct {
 	opts  JournalOptions
 
 	pending  []journalRequest // received, not yet handed to the committer
-	inflight *commitBatch     // handed to the committer, not yet answered
+	received uint64           // journalRequest.n of the last request received
+	// lastOf maps a conversation to the n of its last request received and
+	// not yet answered; barriers maps such an n to the barriers waiting for
+	// it to be answered.
+	lastOf   map[string]uint64
+	barriers map[uint64][]*actor.PID
+	inflight *commitBatch // handed to the committer, not yet answered
 	work     chan *commitBatch
 	done     chan struct{} // closed when the committer exited
 	closed   bool          // Stopping or Restarting was handled
@@ -114,7 +121,21 @@ type journalRequest struct {
 	sender *actor.PID // nil: nobody to answer
 	id     uint64
 	req    *messages.AppendRequest
+	n      uint64 // the order in which this incarnation received it, from 1
 }
+
+// JournalBarrier asks the journal actor to answer, with JournalBarrierDone,
+// once every write of ConversationID it received before the barrier has
+// been answered (at once if there is none). A reviving conversation sends
+// it before reading its log, so that a write its killed predecessor left
+// in the journal actor lands first: the revival then reads it, instead of
+// building on the log without it and losing its next write to a fence.
+// It is a local message (a Go value that never leaves the process), sent
+// with Request.
+type JournalBarrier struct{ ConversationID string }
+
+// JournalBarrierDone answers JournalBarrier.
+type JournalBarrierDone struct{ ConversationID string }
 
 // commitBatch is one Store.AppendBatch. The actor builds it and hands it to
 // the committer, which sets results and then sends commitDone; the actor
@@ -139,6 +160,8 @@ func (a *journalActor) Receive(ctx actor.Context) {
 		a.start(ctx)
 	case *messages.JournalWrite:
 		a.onWrite(ctx, msg)
+	case *JournalBarrier:
+		a.onBarrier(ctx, msg)
 	case *commitDone:
 		if msg.batch != a.inflight {
 			return // from an earlier incarnation, already answered when it stopped
@@ -169,9 +192,33 @@ func (a *journalActor) onWrite(ctx actor.Context, w *messages.JournalWrite) {
 	case a.closed || a.work == nil:
 		replyWrite(ctx, r, journal.AppendResult{Err: fmt.Errorf("actors: journal actor stopped: %w", journal.ErrClosed)})
 	default:
+		a.received++
+		r.n = a.received
+		if a.lastOf == nil {
+			a.lastOf = make(map[string]uint64)
+		}
+		a.lastOf[r.req.GetConversationId()] = r.n
 		a.pending = append(a.pending, r)
 		a.handOver()
 	}
+}
+
+// onBarrier answers b once the last write of its conversation received so
+// far is answered: at once if there is none.
+func (a *journalActor) onBarrier(ctx actor.Context, b *JournalBarrier) {
+	sender := ctx.Sender()
+	if sender == nil {
+		return
+	}
+	n, waiting := a.lastOf[b.ConversationID]
+	if !waiting {
+		ctx.Send(sender, &JournalBarrierDone{ConversationID: b.ConversationID})
+		return
+	}
+	if a.barriers == nil {
+		a.barriers = make(map[uint64][]*actor.PID)
+	}
+	a.barriers[n] = append(a.barriers[n], sender)
 }
 
 // take removes up to MaxBatch requests from the head of pending.
@@ -203,6 +250,16 @@ func (a *journalActor) answer(ctx actor.Context, b *commitBatch) {
 			a.opts.Committed(r.req)
 		}
 		replyWrite(ctx, r, b.results[i])
+		conv := r.req.GetConversationId()
+		if a.lastOf[conv] == r.n {
+			delete(a.lastOf, conv)
+		}
+		if waiting, ok := a.barriers[r.n]; ok {
+			delete(a.barriers, r.n)
+			for _, pid := range waiting {
+				ctx.Send(pid, &JournalBarrierDone{ConversationID: conv})
+			}
+		}
 	}
 }
 
@@ -327,12 +384,18 @@ func (i *closingInvoker) InvokeUserMessage(msg any) {
 		i.MessageInvoker.InvokeUserMessage(msg)
 		return
 	}
-	w, ok := actor.UnwrapEnvelopeMessage(msg).(*messages.JournalWrite)
 	sender := actor.UnwrapEnvelopeSender(msg)
-	if !ok || sender == nil {
+	sys, ok := i.MessageInvoker.(interface{ ActorSystem() *actor.ActorSystem })
+	if sender == nil || !ok {
 		return
 	}
-	sys, ok := i.MessageInvoker.(interface{ ActorSystem() *actor.ActorSystem })
+	if b, ok := actor.UnwrapEnvelopeMessage(msg).(*JournalBarrier); ok {
+		// Everything this incarnation received was answered when it
+		// stopped: nothing of the conversation is left to wait for.
+		sys.ActorSystem().Root.Send(sender, &JournalBarrierDone{ConversationID: b.ConversationID})
+		return
+	}
+	w, ok := actor.UnwrapEnvelopeMessage(msg).(*messages.JournalWrite)
 	if !ok {
 		return
 	}

@@ -489,3 +489,46 @@ func TestJournalCommittedHookSeesOnlyCommittedRequestsBeforeTheReply(t *testing.
 	require.NoError(t, replyErr(requestWrite(t, sys, pid, write(3, userAppend("a", 1, "two")))))
 	require.Equal(t, []uint64{0, 1}, committed())
 }
+
+// TestJournalBarrier: a barrier of a conversation with no write in the
+// journal actor is answered at once; one of a conversation whose write is
+// held in the Store is answered only after that write's reply, even when a
+// later write of another conversation is answered first.
+func TestJournalBarrier(t *testing.T) {
+	sys := newTestSystem(t)
+	store := newGateStore()
+	release := store.hold()
+	pid := sys.Root.Spawn(actors.NewJournal(store, actors.JournalOptions{}))
+	got := make(chan string, 16)
+	col := sys.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+		switch m := ctx.Message().(type) {
+		case *messages.JournalWriteReply:
+			got <- fmt.Sprint("write ", m.GetRequestId())
+		case *actors.JournalBarrierDone:
+			got <- "barrier " + m.ConversationID
+		}
+	}))
+	next := func() string {
+		t.Helper()
+		select {
+		case s := <-got:
+			return s
+		case <-time.After(replyWait):
+			t.Fatal("nothing arrived")
+			return ""
+		}
+	}
+
+	sys.Root.RequestWithCustomSender(pid, write(1, userAppend("a", 0, "held")), col)
+	store.waitEntered(t)
+	sys.Root.RequestWithCustomSender(pid, &actors.JournalBarrier{ConversationID: "a"}, col)
+	sys.Root.RequestWithCustomSender(pid, &actors.JournalBarrier{ConversationID: "b"}, col)
+	require.Equal(t, "barrier b", next(), "b has nothing in the journal actor")
+	release()
+	require.Equal(t, "write 1", next())
+	require.Equal(t, "barrier a", next(), "a's barrier waits for a's write")
+	require.Equal(t, "barrier a", func() string {
+		sys.Root.RequestWithCustomSender(pid, &actors.JournalBarrier{ConversationID: "a"}, col)
+		return next()
+	}(), "once a's write is answered, a's barrier is answered at once")
+}

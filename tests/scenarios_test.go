@@ -651,3 +651,36 @@ func TestRowWrittenOnlyWhenItChanges(t *testing.T) {
 		require.Contains(t, row.GetFsmState().GetPending(), callID)
 	})
 }
+
+// TestRevivalWaitsForItsPredecessorsWrite: an activation is killed while
+// its answer's write is held in the Store; the conversation is woken at
+// once. The new activation reads the log only after that write landed
+// (JournalBarrier), so it builds on the answer: the turn is not redone and
+// no write of it is fenced off.
+func TestRevivalWaitsForItsPredecessorsWrite(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		g := &gatedStore{Store: openStore(t, kind), conv: "k", gate: make(chan struct{}), held: make(chan struct{}, 1)}
+		h := newHarness(t, g, nil)
+		ctx := ctxT(t)
+		h.model.Push("k", scripted.Text("the only answer"), scripted.Text("the answer to the second message"))
+		g.armed.Store(true)
+		_, err := h.rt.Send(ctx, "k", "hi", user)
+		require.NoError(t, err)
+		select {
+		case <-g.held:
+		case <-ctx.Done():
+			t.Fatal("the answer's write never reached the store")
+		}
+		require.True(t, h.rt.Kill("k"), "killed while its write is in the store")
+		woken := make(chan error, 1)
+		go func() { woken <- h.rt.Wake(ctx, "k") }()
+		close(g.gate)
+		require.NoError(t, <-woken)
+
+		_, err = h.rt.Send(ctx, "k", "and now?", user)
+		require.NoError(t, err)
+		h.awaitEvent("k", 2, isAssistantText("the answer to the second message"))
+		require.Equal(t, []string{"user_msg", "assistant_msg", "user_msg", "assistant_msg"}, types(h.history("k")))
+		require.Equal(t, 2, h.model.Calls("k"), "one model call per user message: nothing was redone")
+	})
+}
