@@ -542,6 +542,21 @@ func (g *gatedStore) AppendBatch(ctx context.Context, reqs []*messages.AppendReq
 	return g.Store.AppendBatch(ctx, reqs)
 }
 
+// killWhileAnswerHeld sends "hi" to conversation k, waits until g holds
+// the write of the model's answer, and kills k's actor meanwhile.
+func killWhileAnswerHeld(ctx context.Context, t *testing.T, h *harness, g *gatedStore) {
+	t.Helper()
+	g.armed.Store(true)
+	_, err := h.rt.Send(ctx, "k", "hi", user)
+	require.NoError(t, err)
+	select {
+	case <-g.held:
+	case <-ctx.Done():
+		t.Fatal("the answer's write never reached the store")
+	}
+	require.True(t, h.rt.Kill("k"), "killed while its write is in the store")
+}
+
 // TestEventOfAKilledWriterReachesSubscribers: an activation is killed while
 // its write of the model's answer is in the Store. The write still commits,
 // and a live subscriber receives the answer although its writer never heard
@@ -555,15 +570,7 @@ func TestEventOfAKilledWriterReachesSubscribers(t *testing.T) {
 		h.model.Push("k", scripted.Text("written by a killed writer"))
 		sub, err := h.rt.Subscribe(ctx, "k", 0)
 		require.NoError(t, err)
-		g.armed.Store(true)
-		_, err = h.rt.Send(ctx, "k", "hi", user)
-		require.NoError(t, err)
-		select {
-		case <-g.held:
-		case <-ctx.Done():
-			t.Fatal("the answer's write never reached the store")
-		}
-		require.True(t, h.rt.Kill("k"), "killed while its write is in the store")
+		killWhileAnswerHeld(ctx, t, h, g)
 		close(g.gate)
 		u := h.awaitUpdate(sub, func(u actors.Update) bool { return isAssistantText("written by a killed writer")(u.Event) })
 		require.EqualValues(t, 2, u.Event.GetSeq())
@@ -663,21 +670,13 @@ func TestRevivalWaitsForItsPredecessorsWrite(t *testing.T) {
 		h := newHarness(t, g, nil)
 		ctx := ctxT(t)
 		h.model.Push("k", scripted.Text("the only answer"), scripted.Text("the answer to the second message"))
-		g.armed.Store(true)
-		_, err := h.rt.Send(ctx, "k", "hi", user)
-		require.NoError(t, err)
-		select {
-		case <-g.held:
-		case <-ctx.Done():
-			t.Fatal("the answer's write never reached the store")
-		}
-		require.True(t, h.rt.Kill("k"), "killed while its write is in the store")
+		killWhileAnswerHeld(ctx, t, h, g)
 		woken := make(chan error, 1)
 		go func() { woken <- h.rt.Wake(ctx, "k") }()
 		close(g.gate)
 		require.NoError(t, <-woken)
 
-		_, err = h.rt.Send(ctx, "k", "and now?", user)
+		_, err := h.rt.Send(ctx, "k", "and now?", user)
 		require.NoError(t, err)
 		h.awaitEvent("k", 2, isAssistantText("the answer to the second message"))
 		require.Equal(t, []string{"user_msg", "assistant_msg", "user_msg", "assistant_msg"}, types(h.history("k")))
