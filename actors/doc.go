@@ -6,9 +6,12 @@
 // # Conversation actor
 //
 // NewConversation: the state machine of one conversation (idle, streaming,
-// executing_tools, awaiting_input). On start it revives itself from the
-// Store (conversation row, LoadSince, the rows of the calls still open)
-// on a goroutine it owns, buffering commands until then. From then on a
+// executing_tools, awaiting_input). On start it waits until the journal
+// actor answered every write of the conversation it still holds (a
+// JournalBarrier: a killed predecessor's last write lands first), then
+// revives itself from the Store (conversation row, LoadSince, the rows of
+// the calls still open) on a goroutine it owns, buffering commands until
+// then. Its mailbox runs on the supervisor's WorkerDispatcher. From then on a
 // reconciler (advance) starts the next step from what the log says, which is
 // also how every recovery rule applies after a kill: a log ending in a user
 // message owes a model turn; an open server call is dispatched again with
@@ -27,7 +30,8 @@
 // *messages.JournalWrite. It commits whatever arrived while the previous
 // commit was in flight as one Store.AppendBatch (one sync for many
 // conversations) and replies *messages.JournalWriteReply only after that
-// call returned. Errors travel in the reply (journal.ErrorToProto /
+// call returned. It answers a JournalBarrier once the conversation's last
+// write received before it is answered. Errors travel in the reply (journal.ErrorToProto /
 // journal.ErrorFromProto), so errors.Is works on the requester's side. On
 // stop or restart it finishes and answers everything it accepted, and
 // writes still queued behind the stop are answered with ErrClosed.
