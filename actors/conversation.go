@@ -211,7 +211,6 @@ type conversation struct {
 
 	loaded   bool
 	barrier  bool // waiting for JournalBarrierDone before loading
-	loading  bool // the revival read was started
 	buffered []*actor.MessageEnvelope
 	stopping bool
 	cause    error // why stop stopped this activation; nil for passivation
@@ -228,7 +227,7 @@ type conversation struct {
 	nextWrite uint64
 	inflight  *pendingWrite
 	// rowStatus is the conversation row's status as this activation read
-	// or last wrote it (see write).
+	// or last wrote it (see setRow).
 	rowStatus messages.ConversationStatus
 	sends     []*queuedSend
 
@@ -344,13 +343,13 @@ func (c *conversation) start(ctx actor.Context) {
 	ctx.Request(c.cfg.Journal, &JournalBarrier{ConversationID: c.cfg.ID})
 }
 
-// startLoad starts the revival read, once.
+// startLoad starts the revival read. It runs once: from start, or on the
+// first answer to the barrier (which clears c.barrier).
 func (c *conversation) startLoad(ctx actor.Context) {
 	c.barrier = false
-	if c.loading || c.stopping {
+	if c.stopping {
 		return
 	}
-	c.loading = true
 	send := tell(ctx)
 	store, id := c.cfg.Store, c.cfg.ID
 	c.goOwned(func(gctx context.Context) {
