@@ -525,6 +525,22 @@ type gatedStore struct {
 	gate  chan struct{}
 	held  chan struct{}
 	armed atomic.Bool
+	// loads, if set, receives whether the gate was open at each LoadSince
+	// (a revival read) of conv.
+	loads chan bool
+}
+
+func (g *gatedStore) LoadSince(ctx context.Context, conv string) (*messages.Summary, []*messages.Event, error) {
+	if g.loads != nil && conv == g.conv {
+		open := false
+		select {
+		case <-g.gate:
+			open = true
+		default:
+		}
+		g.loads <- open
+	}
+	return g.Store.LoadSince(ctx, conv)
 }
 
 func (g *gatedStore) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest) []journal.AppendResult {
@@ -666,15 +682,25 @@ func TestRowWrittenOnlyWhenItChanges(t *testing.T) {
 // no write of it is fenced off.
 func TestRevivalWaitsForItsPredecessorsWrite(t *testing.T) {
 	forEachStore(t, func(t *testing.T, kind string) {
-		g := &gatedStore{Store: openStore(t, kind), conv: "k", gate: make(chan struct{}), held: make(chan struct{}, 1)}
+		g := &gatedStore{Store: openStore(t, kind), conv: "k", gate: make(chan struct{}), held: make(chan struct{}, 1), loads: make(chan bool, 4)}
 		h := newHarness(t, g, nil)
 		ctx := ctxT(t)
 		h.model.Push("k", scripted.Text("the only answer"), scripted.Text("the answer to the second message"))
 		killWhileAnswerHeld(ctx, t, h, g)
+		<-g.loads // the first activation's revival read, before its Send returned
 		woken := make(chan error, 1)
 		go func() { woken <- h.rt.Wake(ctx, "k") }()
+		// While the write is held, the revival must not read the log. A
+		// revival without the barrier reads it at once (well within the
+		// bound); this one waits for the write.
+		select {
+		case <-g.loads:
+			t.Fatal("the revival read the log while its predecessor's write was still in the journal")
+		case <-time.After(300 * time.Millisecond):
+		}
 		close(g.gate)
 		require.NoError(t, <-woken)
+		require.True(t, <-g.loads, "the revival read the log once the write had landed")
 
 		_, err := h.rt.Send(ctx, "k", "and now?", user)
 		require.NoError(t, err)
