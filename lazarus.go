@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -273,7 +272,7 @@ func (r *Runtime) Resolve(ctx context.Context, toolCallID, result string, scope 
 		return fmt.Errorf("lazarus: resolve %q: %w", toolCallID,
 			journal.Invalidf("result of %d bytes exceeds %d", len(result), agent.MaxResultBytes))
 	}
-	if !json.Valid([]byte(result)) {
+	if !agent.ValidJSON(result) {
 		return fmt.Errorf("lazarus: resolve %q: %w", toolCallID, journal.Invalidf("result is not JSON"))
 	}
 	return r.resolve(ctx, toolCallID, messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED,

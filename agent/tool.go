@@ -275,7 +275,7 @@ func (r *Registry) CheckCall(name, arguments string) error {
 // jsonKind names what s is: "object", "array", "a string", ... or "not valid
 // JSON" (which includes invalid UTF-8 and the empty string).
 func jsonKind(s string) string {
-	if !utf8.ValidString(s) || !json.Valid([]byte(s)) {
+	if !ValidJSON(s) {
 		return "not valid JSON"
 	}
 	switch strings.TrimLeft(s, " \t\r\n")[0] {
@@ -336,7 +336,7 @@ func (r *Registry) RunServer(ctx context.Context, inv Invocation) *messages.Tool
 	case err != nil:
 		return ErrorOutcome(CodeTool, err.Error())
 	}
-	if !utf8.ValidString(content) || !json.Valid([]byte(content)) {
+	if !ValidJSON(content) {
 		b, _ := json.Marshal(content) // a string always marshals; invalid UTF-8 becomes U+FFFD
 		content = string(b)
 	}

@@ -360,6 +360,9 @@ func TestBadInputThroughRuntime(t *testing.T) {
 		})
 		t.Run("resolve with a result that is not JSON", func(t *testing.T) {
 			require.ErrorIs(t, h.rt.Resolve(ctx, "x", `{nope`, user), journal.ErrInvalid)
+			// Checked before the call is looked up: a JSON string of
+			// invalid UTF-8 could never be stored.
+			require.ErrorIs(t, h.rt.Resolve(ctx, "x", "\"\xff\"", user), journal.ErrInvalid)
 		})
 		t.Run("bad conversation ids", func(t *testing.T) {
 			for _, id := range []string{"", strings.Repeat("x", journal.MaxIDBytes+1), "bad\xff"} {

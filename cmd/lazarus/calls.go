@@ -3,14 +3,12 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"slices"
 	"strings"
 	"text/tabwriter"
-	"unicode/utf8"
 
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/journal"
@@ -198,7 +196,7 @@ func (c *cli) resolve(ctx context.Context, fs *flags, args []string) (err error)
 			}
 			text = strings.TrimSpace(string(b))
 		}
-		if !utf8.ValidString(text) || !json.Valid([]byte(text)) {
+		if !agent.ValidJSON(text) {
 			return usagef("--result is not a JSON value (quote a string: --result '\"yes\"')")
 		}
 		if len(text) > agent.MaxResultBytes {
