@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"time"
@@ -760,7 +761,7 @@ func (c *conversation) startModel(ctx actor.Context) {
 	c.goOwned(func(context.Context) {
 		defer cancel()
 		began := clock.Now()
-		msg, err := model.Generate(turnCtx, turn, func(text string) { send(&modelDelta{turn: id, text: text}) })
+		msg, err := generate(turnCtx, log, model, turn, func(text string) { send(&modelDelta{turn: id, text: text}) })
 		if err == nil && msg == nil {
 			err = errors.New("model returned no message")
 		}
@@ -776,6 +777,29 @@ func (c *conversation) startModel(ctx actor.Context) {
 		}
 		send(&modelDone{turn: id, msg: msg, err: err})
 	})
+}
+
+// generate calls the model, recovering a panic into an error wrapping
+// agent.ErrPanicked: the turn then fails as for any model error.
+func generate(ctx context.Context, log *slog.Logger, model agent.Model, turn agent.Turn, onDelta func(string)) (msg *messages.AssistantMessage, err error) {
+	defer recoverInto(&err, log, "model")
+	return model.Generate(ctx, turn, onDelta)
+}
+
+// summarize runs a summary plan, recovering a panic of the summarizer into
+// an error wrapping agent.ErrPanicked: the summary is then skipped.
+func summarize(ctx context.Context, log *slog.Logger, plan snapshot.Plan, s snapshot.Summarizer, id string) (sum *messages.Summary, err error) {
+	defer recoverInto(&err, log, "summarizer")
+	return plan.Run(ctx, s, id)
+}
+
+// recoverInto, deferred around a call of user code, turns its panic into
+// *err and logs the panic's stack.
+func recoverInto(err *error, log *slog.Logger, what string) {
+	if p := recover(); p != nil {
+		*err = fmt.Errorf("%s: %w: %v", what, agent.ErrPanicked, p)
+		log.Error(what+" panicked", "panic", p, "stack", string(debug.Stack()))
+	}
 }
 
 func (c *conversation) cancelModel() {
@@ -974,10 +998,10 @@ func (c *conversation) maybeSummarize(ctx actor.Context) {
 		return
 	}
 	c.summarizing = true
-	id, store, summarizer := c.cfg.ID, c.cfg.Store, c.cfg.Summarizer
+	id, store, summarizer, log := c.cfg.ID, c.cfg.Store, c.cfg.Summarizer, c.log
 	send := tell(ctx)
 	c.goOwned(func(gctx context.Context) {
-		s, err := plan.Run(gctx, summarizer, id)
+		s, err := summarize(gctx, log, plan, summarizer, id)
 		if err == nil {
 			// Derived data: written directly, never through the log.
 			err = store.PutSummary(gctx, id, s)

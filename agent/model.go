@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 
 	"github.com/lazarusrt/lazarus/messages"
 )
@@ -22,6 +23,16 @@ type Turn struct {
 	// Tools are the tools the model may call, sorted by name.
 	Tools []ToolSpec
 }
+
+// ErrPanicked is wrapped by the error the runtime reports when a Model's
+// Generate or a Summarizer's Summarize panics. The runtime recovers the
+// panic on the goroutine it called them on: a turn fails as it does when
+// Generate returns an error (subscribers get the error; the next message
+// starts a new turn), a summary is skipped and tried again later, and the
+// process and every other conversation go on. A panic in a goroutine the
+// Model started itself is not recovered. (A panicking server tool becomes
+// an error outcome of code CodePanic instead: the model sees it.)
+var ErrPanicked = errors.New("agent: panicked")
 
 // Model is a language model behind a provider-neutral interface.
 // Implementations must be safe for concurrent use: the runtime calls Generate

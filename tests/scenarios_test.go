@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -710,5 +711,68 @@ func TestRevivalWaitsForItsPredecessorsWrite(t *testing.T) {
 		h.awaitEvent("k", 2, isAssistantText("the answer to the second message"))
 		require.Equal(t, []string{"user_msg", "assistant_msg", "user_msg", "assistant_msg"}, types(h.history("k")))
 		require.Equal(t, 2, h.model.Calls("k"), "one model call per user message: nothing was redone")
+	})
+}
+
+// panickingSummarizer panics on its first n calls, then summarizes.
+type panickingSummarizer struct {
+	left  atomic.Int32
+	calls atomic.Int32
+}
+
+func (p *panickingSummarizer) Summarize(ctx context.Context, id string, prev *messages.Summary, evs []*messages.Event) (*messages.Summary, error) {
+	p.calls.Add(1)
+	if p.left.Add(-1) >= 0 {
+		panic("summarizer bug")
+	}
+	return snapshot.Deterministic{}.Summarize(ctx, id, prev, evs)
+}
+
+// A panic in user code called by the runtime (a Model's Generate, a
+// Summarizer) fails that turn or summary and nothing else: the process,
+// the activation and the other conversations go on.
+func TestUserCodePanicsAreRecovered(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		var panicNext atomic.Bool
+		sum := &panickingSummarizer{}
+		sum.left.Store(1)
+		store := openStore(t, kind)
+		h := newHarness(t, store, func(o *lazarus.Options) {
+			inner := o.Model
+			o.Model = agent.ModelFunc(func(ctx context.Context, turn agent.Turn, onDelta func(string)) (*messages.AssistantMessage, error) {
+				if turn.ConversationID == "p" && panicNext.CompareAndSwap(true, false) {
+					panic("model bug")
+				}
+				return inner.Generate(ctx, turn, onDelta)
+			})
+			o.Summarizer = sum
+			o.Summary = snapshot.Policy{MaxEvents: 4, KeepRecent: 1}
+		})
+		ctx := ctxT(t)
+
+		panicNext.Store(true)
+		sub, err := h.rt.Subscribe(ctx, "p", 0)
+		require.NoError(t, err)
+		_, err = h.rt.Send(ctx, "p", "hello", user)
+		require.NoError(t, err)
+		u := h.awaitUpdate(sub, func(u actors.Update) bool { return u.Err != nil })
+		require.ErrorIs(t, u.Err, agent.ErrPanicked)
+		require.Equal(t, []string{"user_msg"}, types(h.history("p")), "nothing of the answer written")
+		require.True(t, h.rt.IsActive("p"), "the activation carries on")
+
+		// The next messages are served, and summaries go on after the one
+		// whose summarizer panicked.
+		for i := range 4 {
+			text := fmt.Sprintf("answer %d", i)
+			h.model.Push("p", scripted.Text(text))
+			_, err = h.rt.Send(ctx, "p", "again", user)
+			require.NoError(t, err)
+			h.awaitEvent("p", 0, isAssistantText(text))
+		}
+		require.Eventually(t, func() bool {
+			s, err := store.LatestSummary(ctx, "p")
+			return err == nil && s != nil
+		}, wait, time.Millisecond, "a summary was written after the panic")
+		require.GreaterOrEqual(t, sum.calls.Load(), int32(2), "the summarizer was called again after it panicked")
 	})
 }
