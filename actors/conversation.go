@@ -245,6 +245,7 @@ type conversation struct {
 }
 
 func (c *conversation) Receive(ctx actor.Context) {
+	defer c.recoverReceive(ctx)
 	switch msg := ctx.Message().(type) {
 	case *actor.Started:
 		c.start(ctx)
@@ -311,6 +312,25 @@ func (c *conversation) Receive(ctx actor.Context) {
 	case *idleTick:
 		c.onIdle(ctx, msg)
 	}
+}
+
+// recoverReceive, deferred by Receive, stops the activation the ordinary
+// way when Receive panics (a bug): every command it holds or that is queued
+// behind the message is answered with ErrAgentStopped, which tells callers
+// to retry on a new activation, and that one revives from the log. Left to
+// protoactor, the panic would stop the actor with its queued commands
+// unanswered, their callers waiting out their timeout. A panic while
+// stopping is left to the supervisor's strategy, which stops the actor.
+func (c *conversation) recoverReceive(ctx actor.Context) {
+	if c.stopping {
+		return
+	}
+	p := recover()
+	if p == nil {
+		return
+	}
+	c.log.Error("conversation actor panicked; stopping it", "panic", p, "stack", string(debug.Stack()))
+	c.stop(ctx, fmt.Errorf("conversation %q: actor panicked: %v: %w", c.cfg.ID, p, ErrAgentStopped))
 }
 
 // goOwned runs f on a goroutine owned by this actor: it gets a context that

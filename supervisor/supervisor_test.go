@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,11 +18,16 @@ import (
 
 func startForTest(t *testing.T) *Supervisor {
 	t.Helper()
-	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
 	model := scripted.New(scripted.Options{})
+	return startWith(t, func(string) actors.ConversationConfig { return actors.ConversationConfig{Model: model} })
+}
+
+func startWith(t *testing.T, agent func(string) actors.ConversationConfig) *Supervisor {
+	t.Helper()
+	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
 	s, err := Start(system, Config{
 		Store:       memjournal.New(memjournal.Options{}),
-		Agent:       func(string) actors.ConversationConfig { return actors.ConversationConfig{Model: model} },
+		Agent:       agent,
 		CallTimeout: 5 * time.Second,
 	})
 	require.NoError(t, err)
@@ -59,4 +65,68 @@ func TestDeliveryWhileAnOutsiderSpawns(t *testing.T) {
 		defer a.mu.Unlock()
 		return a.sent == 2
 	}, 5*time.Second, time.Millisecond, "the activation got the re-wake as well as the Ask")
+}
+
+func sendCmd(text string) *actors.Command {
+	return &actors.Command{Msg: &messages.AgentSend{Message: &messages.UserMessage{
+		Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: text}}}}}}
+}
+
+// TestPanicAnswersQueuedCommands: a conversation actor that panics in
+// Receive (a bug) stops like any stopping activation: a command already
+// queued in its mailbox is answered at once with "retry on a new
+// activation", and a new activation serves it. It is not dropped, which
+// would leave its caller waiting out CallTimeout.
+func TestPanicAnswersQueuedCommands(t *testing.T) {
+	model := scripted.New(scripted.Options{})
+	inPublish, proceed := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	s := startWith(t, func(string) actors.ConversationConfig {
+		return actors.ConversationConfig{Model: model, Publish: func(u actors.Update) {
+			if u.Delta == "" {
+				return
+			}
+			first := false
+			once.Do(func() { first = true })
+			if first {
+				// Called from Receive: hold the actor there until a
+				// command is queued behind this message, then panic.
+				close(inPublish)
+				<-proceed
+				panic("a bug in the actor")
+			}
+		}}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	model.Push("c", scripted.Text("one"), scripted.Text("two"))
+	res, err := s.Ask(ctx, "c", sendCmd("hello"))
+	require.NoError(t, err)
+	require.Nil(t, res.(*messages.AgentSendReply).GetError())
+	<-inPublish
+
+	a := s.reg.lookup("c")
+	require.NotNil(t, a)
+	a.mu.Lock()
+	before := a.sent
+	a.mu.Unlock()
+	type answer struct {
+		res any
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		res, err := s.Ask(ctx, "c", sendCmd("again"))
+		done <- answer{res, err}
+	}()
+	require.Eventually(t, func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.sent == before+1
+	}, 5*time.Second, time.Millisecond, "the second command is queued behind the panicking message")
+	close(proceed)
+
+	got := <-done
+	require.NoError(t, got.err)
+	require.Nil(t, got.res.(*messages.AgentSendReply).GetError(), "answered, not left to time out, and served")
 }
