@@ -79,8 +79,8 @@ func (h *hub) publishCommitted(req *messages.AppendRequest) {
 	}
 }
 
-// publish is called by conversation actors, in order, for their deltas and
-// failed turns.
+// publish is called by conversation actors for their failed turns, and by
+// their model-call goroutines for deltas, each in its own order.
 func (h *hub) publish(u actors.Update) {
 	h.mu.Lock()
 	subs := h.subs[u.ConversationID]

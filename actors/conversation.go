@@ -83,9 +83,14 @@ type ConversationConfig struct {
 	Summarizer snapshot.Summarizer
 	// Audit records every model call with Store.PutModelCall.
 	Audit bool
-	// Publish receives the actor's deltas and failed turns (and write
-	// failures), on the actor's goroutine, in order. It must not block. Nil
-	// means none. Durable events are not published here: an event written
+	// Publish receives the actor's failed turns (and write failures), on
+	// the actor's goroutine, and the model's text deltas, on the goroutine
+	// of the model call that streams them (onDelta's caller), straight from
+	// the model: a delta does not pass through the actor's mailbox. Each
+	// turn's deltas come before Generate returns, so before the turn's
+	// answer is written; deltas of a turn already cancelled (a kill, a
+	// stop) are dropped. It must not block and must be safe for concurrent
+	// use. Nil means none. Durable events are not published here: an event written
 	// by an activation that is killed before the write's reply arrives
 	// would never be; the runtime publishes every committed event from the
 	// journal actor's commits instead (JournalOptions.Committed).
@@ -153,10 +158,6 @@ type (
 		turn uint64
 		msg  *messages.AssistantMessage
 		err  error
-	}
-	modelDelta struct {
-		turn uint64
-		text string
 	}
 	toolDone struct {
 		id      string
@@ -291,10 +292,6 @@ func (c *conversation) Receive(ctx actor.Context) {
 		// revive from the log.
 		if c.inflight != nil {
 			c.stop(ctx, fmt.Errorf("conversation %q: journal unavailable: %w", c.cfg.ID, ErrAgentStopped))
-		}
-	case *modelDelta:
-		if msg.turn == c.turn && c.modelBusy && !c.stopping {
-			c.publish(Update{Delta: msg.text})
 		}
 	case *modelDone:
 		c.onModelDone(ctx, msg)
@@ -778,10 +775,18 @@ func (c *conversation) startModel(ctx actor.Context) {
 	lastSeq := c.ws.LastSeq
 	send := tell(ctx)
 	log := c.log
+	var onDelta func(string)
+	if publish, conv := c.cfg.Publish, c.cfg.ID; publish != nil {
+		onDelta = func(text string) {
+			if turnCtx.Err() == nil {
+				publish(Update{ConversationID: conv, Delta: text})
+			}
+		}
+	}
 	c.goOwned(func(context.Context) {
 		defer cancel()
 		began := clock.Now()
-		msg, err := generate(turnCtx, log, model, turn, func(text string) { send(&modelDelta{turn: id, text: text}) })
+		msg, err := generate(turnCtx, log, model, turn, onDelta)
 		if err == nil && msg == nil {
 			err = errors.New("model returned no message")
 		}

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"testing"
@@ -83,8 +84,8 @@ func TestPanicAnswersQueuedCommands(t *testing.T) {
 	var once sync.Once
 	s := startWith(t, func(string) actors.ConversationConfig {
 		return actors.ConversationConfig{Model: model, Publish: func(u actors.Update) {
-			if u.Delta == "" {
-				return
+			if u.Err == nil {
+				return // only a failed turn is published from Receive
 			}
 			first := false
 			once.Do(func() { first = true })
@@ -99,7 +100,8 @@ func TestPanicAnswersQueuedCommands(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	model.Push("c", scripted.Text("one"), scripted.Text("two"))
+	model.PushError("c", errors.New("model down")) // the failed turn is published from Receive
+	model.Push("c", scripted.Text("two"))
 	res, err := s.Ask(ctx, "c", sendCmd("hello"))
 	require.NoError(t, err)
 	require.Nil(t, res.(*messages.AgentSendReply).GetError())

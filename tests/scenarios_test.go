@@ -776,3 +776,29 @@ func TestUserCodePanicsAreRecovered(t *testing.T) {
 		require.GreaterOrEqual(t, sum.calls.Load(), int32(2), "the summarizer was called again after it panicked")
 	})
 }
+
+// A subscriber sees the model's streamed text deltas of a turn, in order
+// and before the turn's durable answer; together they are the answer's text.
+func TestDeltasStreamBeforeTheAnswer(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		h := newHarness(t, openStore(t, kind), func(o *lazarus.Options) {
+			o.Model = scripted.New(scripted.Options{Chunk: 3})
+		})
+		ctx := ctxT(t)
+		const answer = "streamed, three runes at a time"
+		h.model.Push("d", scripted.Text(answer))
+		sub, err := h.rt.Subscribe(ctx, "d", 0)
+		require.NoError(t, err)
+		_, err = h.rt.Send(ctx, "d", "stream please", user)
+		require.NoError(t, err)
+		var deltas []string
+		h.awaitUpdate(sub, func(u actors.Update) bool {
+			if u.Delta != "" {
+				deltas = append(deltas, u.Delta)
+			}
+			return isAssistantText(answer)(u.Event)
+		})
+		require.Greater(t, len(deltas), 1, "streamed in pieces")
+		require.Equal(t, answer, strings.Join(deltas, ""))
+	})
+}
