@@ -22,7 +22,7 @@ const historyPage = 512
 // hub fans the updates of every conversation out to its subscribers. The
 // publisher (the journal actor, a conversation actor) never blocks: each
 // subscription queues updates and its own pump goroutine delivers them,
-// unless its reader is already waiting (see subscription).
+// unless its channel has room (see subscription).
 type hub struct {
 	store journal.Store
 	limit int
@@ -36,10 +36,16 @@ type hub struct {
 	closed bool
 }
 
+// outBuffer is the capacity of a subscription's channel (at most the
+// subscriber buffer): room for the updates of a few turns, so that a reader
+// busy for a moment does not cost a wake of the pump.
+const outBuffer = 16
+
 // A subscription's updates reach its reader in publish order, each once.
 // The pump delivers them, except that an update published while the pump
-// is idle (caught up, nothing queued or in hand) goes straight to a reader
-// already waiting on out: one goroutine hop fewer on the common path.
+// is idle (caught up, nothing queued or in hand) goes straight into out,
+// if it has room: no goroutine of the hub is woken on the common path.
+// Updates in out count against the subscriber buffer, as queued ones do.
 type subscription struct {
 	conv string
 	out  chan actors.Update
@@ -98,7 +104,7 @@ func (s *subscription) push(u actors.Update, limit int) {
 			return // delivered before, as history
 		}
 		select {
-		case s.out <- u: // a reader was waiting
+		case s.out <- u: // room in out, or a reader was waiting
 			if u.Event != nil {
 				s.after = u.Event.GetSeq()
 			}
@@ -112,7 +118,7 @@ func (s *subscription) push(u actors.Update, limit int) {
 	s.idle = false
 	if !s.lagged {
 		switch {
-		case len(s.queue) >= limit:
+		case len(s.queue)+len(s.out) >= limit:
 			s.lagged = true
 		case s.queue == nil && s.spare != nil:
 			s.queue, s.spare = append(s.spare, u), nil
@@ -130,7 +136,7 @@ func (s *subscription) push(u actors.Update, limit int) {
 // subscribe registers first and reads history second, so no event can fall
 // between the two; the pump drops live events it already read as history.
 func (h *hub) subscribe(ctx context.Context, conv string, after uint64) (<-chan actors.Update, error) {
-	s := &subscription{conv: conv, out: make(chan actors.Update), wake: make(chan struct{}, 1), after: after}
+	s := &subscription{conv: conv, out: make(chan actors.Update, min(outBuffer, h.limit)), wake: make(chan struct{}, 1), after: after}
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
