@@ -243,6 +243,8 @@ type conversation struct {
 
 	idleGen  uint64
 	idleStop func() bool
+
+	specs []agent.ToolSpec // the tools as the model is told of them; see startModel
 }
 
 func (c *conversation) Receive(ctx actor.Context) {
@@ -769,7 +771,12 @@ func (c *conversation) startModel(ctx actor.Context) {
 	c.modelCancel = cancel
 	turn := agent.Turn{ConversationID: c.cfg.ID, Summary: c.ws.Summary, Context: c.ws.Render()}
 	if c.cfg.Tools != nil {
-		turn.Tools = c.cfg.Tools.Specs()
+		if c.specs == nil {
+			// One copy per activation: a Model must not modify its Turn
+			// (agent.Turn), so every turn can share it.
+			c.specs = c.cfg.Tools.Specs()
+		}
+		turn.Tools = c.specs
 	}
 	id, model, store, audit, clock := c.turn, c.cfg.Model, c.cfg.Store, c.cfg.Audit, c.cfg.Clock
 	lastSeq := c.ws.LastSeq
