@@ -215,8 +215,14 @@ func (r *Runtime) isClosed() bool {
 // SendOptions are the optional parts of a send.
 type SendOptions struct {
 	// RequestID is the idempotency key of the send: retrying a send with the
-	// same key (after a timeout, say) never appends the message twice.
-	// Default: a random key, so each call is a new message.
+	// same key (after a timeout, say) does not append the message again,
+	// and returns the seq it was first written at. The activation, and any
+	// later one, recognises the key while its message is after the
+	// conversation's latest summary or among the newest
+	// snapshot.MaxSummaryRequests keys that summary carries (keys of up to
+	// snapshot.MaxSummaryRequestBytes): a summary folds messages away but
+	// keeps their keys. Default: a random key, so each call is a new
+	// message.
 	RequestID string
 }
 

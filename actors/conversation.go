@@ -415,11 +415,7 @@ func (c *conversation) onLoaded(ctx actor.Context, l *loaded) {
 		return
 	}
 	c.ws = l.ws
-	for _, ev := range c.ws.Events {
-		if rid := ev.GetRequestId(); rid != "" {
-			c.seen[rid] = ev.GetSeq()
-		}
-	}
+	c.rememberRequests()
 	for _, ev := range c.ws.OpenCalls() {
 		call := &openCall{ev: ev}
 		if row := l.rows[ev.GetCall().GetId()]; row != nil && journal.IsTerminal(row.GetStatus()) {
@@ -1052,15 +1048,24 @@ func (c *conversation) onSummary(ctx actor.Context, d *summaryDone) {
 		c.log.Error("compaction after summary failed", "err", err)
 		return
 	}
-	// Idempotency keys are remembered for the working set only.
+	c.rememberRequests()
+	c.log.Debug("summarized", "to_seq", d.summary.GetToSeq())
+	c.advance(ctx)
+}
+
+// rememberRequests sets the idempotency keys the activation recognises to
+// the working set's: those its summary carries (the newest it folded away;
+// see snapshot.MaxSummaryRequests) and those of the events after it.
+func (c *conversation) rememberRequests() {
 	clear(c.seen)
+	for _, r := range c.ws.Summary.GetRequests() {
+		c.seen[r.GetRequestId()] = r.GetSeq()
+	}
 	for _, ev := range c.ws.Events {
 		if rid := ev.GetRequestId(); rid != "" {
 			c.seen[rid] = ev.GetSeq()
 		}
 	}
-	c.log.Debug("summarized", "to_seq", d.summary.GetToSeq())
-	c.advance(ctx)
 }
 
 // quiescent: nothing in flight, so the actor may passivate.

@@ -1479,12 +1479,17 @@ func (x *Conversation) GetUpdated() *timestamppb.Timestamp {
 // Summary is a derived compaction artifact covering events from_seq..to_seq
 // (inclusive). It doubles as the snapshot a revival starts from.
 type Summary struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	FromSeq       uint64                 `protobuf:"varint,1,opt,name=from_seq,json=fromSeq,proto3" json:"from_seq,omitempty"`
-	ToSeq         uint64                 `protobuf:"varint,2,opt,name=to_seq,json=toSeq,proto3" json:"to_seq,omitempty"`
-	Content       string                 `protobuf:"bytes,3,opt,name=content,proto3" json:"content,omitempty"`
-	Version       string                 `protobuf:"bytes,4,opt,name=version,proto3" json:"version,omitempty"`
-	Created       *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created,proto3" json:"created,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	FromSeq uint64                 `protobuf:"varint,1,opt,name=from_seq,json=fromSeq,proto3" json:"from_seq,omitempty"`
+	ToSeq   uint64                 `protobuf:"varint,2,opt,name=to_seq,json=toSeq,proto3" json:"to_seq,omitempty"`
+	Content string                 `protobuf:"bytes,3,opt,name=content,proto3" json:"content,omitempty"`
+	Version string                 `protobuf:"bytes,4,opt,name=version,proto3" json:"version,omitempty"`
+	Created *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created,proto3" json:"created,omitempty"`
+	// requests are the idempotency keys of the newest events it covers that
+	// carry one (user messages), oldest first, bounded in number and bytes:
+	// a revival that starts from the summary still recognises a retried send
+	// of a message the summary folded away.
+	Requests      []*RequestRef `protobuf:"bytes,6,rep,name=requests,proto3" json:"requests,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1554,6 +1559,66 @@ func (x *Summary) GetCreated() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Summary) GetRequests() []*RequestRef {
+	if x != nil {
+		return x.Requests
+	}
+	return nil
+}
+
+// RequestRef is the seq of the event written for an idempotency key.
+type RequestRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestRef) Reset() {
+	*x = RequestRef{}
+	mi := &file_lazarus_v1_records_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestRef) ProtoMessage() {}
+
+func (x *RequestRef) ProtoReflect() protoreflect.Message {
+	mi := &file_lazarus_v1_records_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestRef.ProtoReflect.Descriptor instead.
+func (*RequestRef) Descriptor() ([]byte, []int) {
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *RequestRef) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *RequestRef) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
 // ToolCallRecord is the mutable row of one tool call.
 type ToolCallRecord struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
@@ -1583,7 +1648,7 @@ type ToolCallRecord struct {
 
 func (x *ToolCallRecord) Reset() {
 	*x = ToolCallRecord{}
-	mi := &file_lazarus_v1_records_proto_msgTypes[18]
+	mi := &file_lazarus_v1_records_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1595,7 +1660,7 @@ func (x *ToolCallRecord) String() string {
 func (*ToolCallRecord) ProtoMessage() {}
 
 func (x *ToolCallRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_records_proto_msgTypes[18]
+	mi := &file_lazarus_v1_records_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1608,7 +1673,7 @@ func (x *ToolCallRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallRecord.ProtoReflect.Descriptor instead.
 func (*ToolCallRecord) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{18}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ToolCallRecord) GetId() string {
@@ -1707,7 +1772,7 @@ type Deadline struct {
 
 func (x *Deadline) Reset() {
 	*x = Deadline{}
-	mi := &file_lazarus_v1_records_proto_msgTypes[19]
+	mi := &file_lazarus_v1_records_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1719,7 +1784,7 @@ func (x *Deadline) String() string {
 func (*Deadline) ProtoMessage() {}
 
 func (x *Deadline) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_records_proto_msgTypes[19]
+	mi := &file_lazarus_v1_records_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1732,7 +1797,7 @@ func (x *Deadline) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deadline.ProtoReflect.Descriptor instead.
 func (*Deadline) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{19}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Deadline) GetConversationId() string {
@@ -1775,7 +1840,7 @@ type ModelCall struct {
 
 func (x *ModelCall) Reset() {
 	*x = ModelCall{}
-	mi := &file_lazarus_v1_records_proto_msgTypes[20]
+	mi := &file_lazarus_v1_records_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1787,7 +1852,7 @@ func (x *ModelCall) String() string {
 func (*ModelCall) ProtoMessage() {}
 
 func (x *ModelCall) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_records_proto_msgTypes[20]
+	mi := &file_lazarus_v1_records_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1800,7 +1865,7 @@ func (x *ModelCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelCall.ProtoReflect.Descriptor instead.
 func (*ModelCall) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{20}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ModelCall) GetConversationId() string {
@@ -1884,7 +1949,7 @@ type Tombstone struct {
 
 func (x *Tombstone) Reset() {
 	*x = Tombstone{}
-	mi := &file_lazarus_v1_records_proto_msgTypes[21]
+	mi := &file_lazarus_v1_records_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1896,7 +1961,7 @@ func (x *Tombstone) String() string {
 func (*Tombstone) ProtoMessage() {}
 
 func (x *Tombstone) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_records_proto_msgTypes[21]
+	mi := &file_lazarus_v1_records_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1909,7 +1974,7 @@ func (x *Tombstone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tombstone.ProtoReflect.Descriptor instead.
 func (*Tombstone) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{21}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Tombstone) GetDeleted() *timestamppb.Timestamp {
@@ -2021,13 +2086,19 @@ const file_lazarus_v1_records_proto_rawDesc = "" +
 	"\aupdated\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\aupdated\x1a;\n" +
 	"\rSettingsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa5\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd9\x01\n" +
 	"\aSummary\x12\x19\n" +
 	"\bfrom_seq\x18\x01 \x01(\x04R\afromSeq\x12\x15\n" +
 	"\x06to_seq\x18\x02 \x01(\x04R\x05toSeq\x12\x18\n" +
 	"\acontent\x18\x03 \x01(\tR\acontent\x12\x18\n" +
 	"\aversion\x18\x04 \x01(\tR\aversion\x124\n" +
-	"\acreated\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\acreated\"\xe5\x03\n" +
+	"\acreated\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\acreated\x122\n" +
+	"\brequests\x18\x06 \x03(\v2\x16.lazarus.v1.RequestRefR\brequests\"=\n" +
+	"\n" +
+	"RequestRef\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\xe5\x03\n" +
 	"\x0eToolCallRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12'\n" +
 	"\x0fconversation_id\x18\x02 \x01(\tR\x0econversationId\x12\x12\n" +
@@ -2099,7 +2170,7 @@ func file_lazarus_v1_records_proto_rawDescGZIP() []byte {
 }
 
 var file_lazarus_v1_records_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_lazarus_v1_records_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_lazarus_v1_records_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_lazarus_v1_records_proto_goTypes = []any{
 	(Executor)(0),                 // 0: lazarus.v1.Executor
 	(ToolCallStatus)(0),           // 1: lazarus.v1.ToolCallStatus
@@ -2123,13 +2194,14 @@ var file_lazarus_v1_records_proto_goTypes = []any{
 	(*FSMState)(nil),              // 19: lazarus.v1.FSMState
 	(*Conversation)(nil),          // 20: lazarus.v1.Conversation
 	(*Summary)(nil),               // 21: lazarus.v1.Summary
-	(*ToolCallRecord)(nil),        // 22: lazarus.v1.ToolCallRecord
-	(*Deadline)(nil),              // 23: lazarus.v1.Deadline
-	(*ModelCall)(nil),             // 24: lazarus.v1.ModelCall
-	(*Tombstone)(nil),             // 25: lazarus.v1.Tombstone
-	nil,                           // 26: lazarus.v1.FSMState.PendingEntry
-	nil,                           // 27: lazarus.v1.Conversation.SettingsEntry
-	(*timestamppb.Timestamp)(nil), // 28: google.protobuf.Timestamp
+	(*RequestRef)(nil),            // 22: lazarus.v1.RequestRef
+	(*ToolCallRecord)(nil),        // 23: lazarus.v1.ToolCallRecord
+	(*Deadline)(nil),              // 24: lazarus.v1.Deadline
+	(*ModelCall)(nil),             // 25: lazarus.v1.ModelCall
+	(*Tombstone)(nil),             // 26: lazarus.v1.Tombstone
+	nil,                           // 27: lazarus.v1.FSMState.PendingEntry
+	nil,                           // 28: lazarus.v1.Conversation.SettingsEntry
+	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
 }
 var file_lazarus_v1_records_proto_depIdxs = []int32{
 	5,  // 0: lazarus.v1.ContentPart.image:type_name -> lazarus.v1.Blob
@@ -2145,7 +2217,7 @@ var file_lazarus_v1_records_proto_depIdxs = []int32{
 	0,  // 10: lazarus.v1.PendingCall.executor:type_name -> lazarus.v1.Executor
 	14, // 11: lazarus.v1.Suspension.pending:type_name -> lazarus.v1.PendingCall
 	1,  // 12: lazarus.v1.Resolution.status:type_name -> lazarus.v1.ToolCallStatus
-	28, // 13: lazarus.v1.Event.time:type_name -> google.protobuf.Timestamp
+	29, // 13: lazarus.v1.Event.time:type_name -> google.protobuf.Timestamp
 	10, // 14: lazarus.v1.Event.user_msg:type_name -> lazarus.v1.UserMessage
 	11, // 15: lazarus.v1.Event.assistant_msg:type_name -> lazarus.v1.AssistantMessage
 	12, // 16: lazarus.v1.Event.tool_call:type_name -> lazarus.v1.ToolCallEvent
@@ -2154,31 +2226,32 @@ var file_lazarus_v1_records_proto_depIdxs = []int32{
 	16, // 19: lazarus.v1.Event.resolution:type_name -> lazarus.v1.Resolution
 	17, // 20: lazarus.v1.Event.rewind:type_name -> lazarus.v1.Rewind
 	3,  // 21: lazarus.v1.FSMState.state:type_name -> lazarus.v1.AgentState
-	26, // 22: lazarus.v1.FSMState.pending:type_name -> lazarus.v1.FSMState.PendingEntry
-	27, // 23: lazarus.v1.Conversation.settings:type_name -> lazarus.v1.Conversation.SettingsEntry
+	27, // 22: lazarus.v1.FSMState.pending:type_name -> lazarus.v1.FSMState.PendingEntry
+	28, // 23: lazarus.v1.Conversation.settings:type_name -> lazarus.v1.Conversation.SettingsEntry
 	2,  // 24: lazarus.v1.Conversation.status:type_name -> lazarus.v1.ConversationStatus
 	19, // 25: lazarus.v1.Conversation.fsm_state:type_name -> lazarus.v1.FSMState
-	28, // 26: lazarus.v1.Conversation.created:type_name -> google.protobuf.Timestamp
-	28, // 27: lazarus.v1.Conversation.updated:type_name -> google.protobuf.Timestamp
-	28, // 28: lazarus.v1.Summary.created:type_name -> google.protobuf.Timestamp
-	0,  // 29: lazarus.v1.ToolCallRecord.executor:type_name -> lazarus.v1.Executor
-	1,  // 30: lazarus.v1.ToolCallRecord.status:type_name -> lazarus.v1.ToolCallStatus
-	9,  // 31: lazarus.v1.ToolCallRecord.result:type_name -> lazarus.v1.ToolOutcome
-	28, // 32: lazarus.v1.ToolCallRecord.created:type_name -> google.protobuf.Timestamp
-	28, // 33: lazarus.v1.ToolCallRecord.resolved:type_name -> google.protobuf.Timestamp
-	28, // 34: lazarus.v1.ToolCallRecord.deadline:type_name -> google.protobuf.Timestamp
-	28, // 35: lazarus.v1.Deadline.at:type_name -> google.protobuf.Timestamp
-	18, // 36: lazarus.v1.ModelCall.rendered_context:type_name -> lazarus.v1.Event
-	7,  // 37: lazarus.v1.ModelCall.usage:type_name -> lazarus.v1.Usage
-	28, // 38: lazarus.v1.ModelCall.created:type_name -> google.protobuf.Timestamp
-	21, // 39: lazarus.v1.ModelCall.summary:type_name -> lazarus.v1.Summary
-	28, // 40: lazarus.v1.Tombstone.deleted:type_name -> google.protobuf.Timestamp
-	14, // 41: lazarus.v1.FSMState.PendingEntry.value:type_name -> lazarus.v1.PendingCall
-	42, // [42:42] is the sub-list for method output_type
-	42, // [42:42] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	29, // 26: lazarus.v1.Conversation.created:type_name -> google.protobuf.Timestamp
+	29, // 27: lazarus.v1.Conversation.updated:type_name -> google.protobuf.Timestamp
+	29, // 28: lazarus.v1.Summary.created:type_name -> google.protobuf.Timestamp
+	22, // 29: lazarus.v1.Summary.requests:type_name -> lazarus.v1.RequestRef
+	0,  // 30: lazarus.v1.ToolCallRecord.executor:type_name -> lazarus.v1.Executor
+	1,  // 31: lazarus.v1.ToolCallRecord.status:type_name -> lazarus.v1.ToolCallStatus
+	9,  // 32: lazarus.v1.ToolCallRecord.result:type_name -> lazarus.v1.ToolOutcome
+	29, // 33: lazarus.v1.ToolCallRecord.created:type_name -> google.protobuf.Timestamp
+	29, // 34: lazarus.v1.ToolCallRecord.resolved:type_name -> google.protobuf.Timestamp
+	29, // 35: lazarus.v1.ToolCallRecord.deadline:type_name -> google.protobuf.Timestamp
+	29, // 36: lazarus.v1.Deadline.at:type_name -> google.protobuf.Timestamp
+	18, // 37: lazarus.v1.ModelCall.rendered_context:type_name -> lazarus.v1.Event
+	7,  // 38: lazarus.v1.ModelCall.usage:type_name -> lazarus.v1.Usage
+	29, // 39: lazarus.v1.ModelCall.created:type_name -> google.protobuf.Timestamp
+	21, // 40: lazarus.v1.ModelCall.summary:type_name -> lazarus.v1.Summary
+	29, // 41: lazarus.v1.Tombstone.deleted:type_name -> google.protobuf.Timestamp
+	14, // 42: lazarus.v1.FSMState.PendingEntry.value:type_name -> lazarus.v1.PendingCall
+	43, // [43:43] is the sub-list for method output_type
+	43, // [43:43] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_lazarus_v1_records_proto_init() }
@@ -2210,7 +2283,7 @@ func file_lazarus_v1_records_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lazarus_v1_records_proto_rawDesc), len(file_lazarus_v1_records_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   24,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -410,7 +410,20 @@ type Plan struct {
 	// FromSeq and ToSeq are the span the new summary covers: Prev.FromSeq
 	// (1 without Prev) to the safe point.
 	FromSeq, ToSeq uint64
+	// Requests are the idempotency keys the new summary carries (Run sets
+	// them): Prev's, then those of the events up to ToSeq, rendered or not,
+	// the newest MaxSummaryRequests of them within MaxSummaryRequestBytes.
+	Requests []*messages.RequestRef
 }
+
+// Bounds of the idempotency keys a summary carries (Summary.Requests), so
+// that a retried send whose message a summary folded away is still
+// recognised: the newest MaxSummaryRequests keys it covers, at most
+// MaxSummaryRequestBytes of them (a longer key is not carried).
+const (
+	MaxSummaryRequests     = 32
+	MaxSummaryRequestBytes = 2 << 10
+)
 
 // Plan returns the plan of a summary ending at SafePoint(keepRecent), and
 // false if there is no safe point.
@@ -432,7 +445,35 @@ func (w *WorkingSet) Plan(keepRecent int) (Plan, bool) {
 	if n > 0 {
 		p.Events = slices.Clone(r[:n])
 	}
+	p.Requests = foldRequests(w.Summary.GetRequests(), w.Events, to)
 	return p, true
+}
+
+// foldRequests returns the refs of prev followed by those of the events up
+// to seq to that carry a request id, cut to the newest that fit the bounds
+// of Summary.Requests. It returns a new slice; the refs are shared.
+func foldRequests(prev []*messages.RequestRef, events []*messages.Event, to uint64) []*messages.RequestRef {
+	all := slices.Clone(prev)
+	for _, ev := range events {
+		if ev.GetSeq() > to {
+			break
+		}
+		if rid := ev.GetRequestId(); rid != "" {
+			all = append(all, &messages.RequestRef{RequestId: rid, Seq: ev.GetSeq()})
+		}
+	}
+	var kept []*messages.RequestRef
+	size := 0
+	for i := len(all) - 1; i >= 0 && len(kept) < MaxSummaryRequests; i-- {
+		n := len(all[i].GetRequestId())
+		if size+n > MaxSummaryRequestBytes {
+			continue // a shorter, older key may still fit
+		}
+		size += n
+		kept = append(kept, all[i])
+	}
+	slices.Reverse(kept)
+	return kept
 }
 
 // Run summarizes the plan with s and returns the new summary, covering
@@ -455,5 +496,6 @@ func (p Plan) Run(ctx context.Context, s Summarizer, conversationID string) (*me
 		out = sum
 	}
 	out.FromSeq, out.ToSeq = p.FromSeq, p.ToSeq
+	out.Requests = p.Requests
 	return out, nil
 }

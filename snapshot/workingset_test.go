@@ -2,6 +2,8 @@ package snapshot_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/lazarusrt/lazarus/journal"
@@ -457,4 +459,71 @@ type nothing struct{}
 
 func (nothing) Summarize(context.Context, string, *messages.Summary, []*messages.Event) (*messages.Summary, error) {
 	return nil, nil
+}
+
+// withRequest gives ev an idempotency key.
+func withRequest(ev *messages.Event, rid string) *messages.Event {
+	ev.RequestId = rid
+	return ev
+}
+
+func requestIDs(refs []*messages.RequestRef) []string {
+	out := []string{}
+	for _, r := range refs {
+		out = append(out, fmt.Sprint(r.GetRequestId(), "@", r.GetSeq()))
+	}
+	return out
+}
+
+func TestSummaryCarriesRequests(t *testing.T) {
+	ctx := context.Background()
+	// The previous summary carried r1@2; events 11.. carry r2, r3 (one
+	// rewound away: still carried, its event exists), and r4 after the safe
+	// point.
+	prev := summary(1, 10)
+	prev.Requests = []*messages.RequestRef{{RequestId: "r1", Seq: 2}}
+	w, err := snapshot.Rebuild(prev, log(11,
+		withRequest(user("a"), "r2"), asst("b"), withRequest(user("c"), "r3"), rewind(12), user("d"), asst("e"),
+		withRequest(user("f"), "r4")))
+	require.NoError(t, err)
+	p, ok := w.Plan(1)
+	require.True(t, ok)
+	require.Equal(t, uint64(16), p.ToSeq)
+	s, err := p.Run(ctx, snapshot.Deterministic{}, "conv")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"r1@2", "r2@11", "r3@13"}, requestIDs(s.GetRequests()), "oldest first; none after the safe point")
+	assert.Equal(t, []string{"r1@2"}, requestIDs(prev.GetRequests()), "prev is not modified")
+}
+
+func TestSummaryRequestsAreBounded(t *testing.T) {
+	var evs []*messages.Event
+	for i := range snapshot.MaxSummaryRequests + 5 {
+		evs = append(evs, withRequest(user("m"), fmt.Sprint("r", i)), asst("ok"))
+	}
+	w, err := snapshot.Rebuild(nil, log(1, evs...))
+	require.NoError(t, err)
+	p, ok := w.Plan(0)
+	require.True(t, ok)
+	require.Len(t, p.Requests, snapshot.MaxSummaryRequests)
+	assert.Equal(t, "r5", p.Requests[0].GetRequestId(), "the newest are kept")
+	assert.Equal(t, fmt.Sprint("r", snapshot.MaxSummaryRequests+4), p.Requests[len(p.Requests)-1].GetRequestId())
+
+	// By bytes: a key too long to fit is not carried; the older short
+	// ones still are, up to the byte bound.
+	long := strings.Repeat("x", snapshot.MaxSummaryRequestBytes+1)
+	half := strings.Repeat("y", snapshot.MaxSummaryRequestBytes/2)
+	w, err = snapshot.Rebuild(nil, log(1,
+		withRequest(user("a"), "short-1"), asst("ok"),
+		withRequest(user("b"), half+"1"), asst("ok"),
+		withRequest(user("c"), half+"2"), asst("ok"),
+		withRequest(user("d"), long), asst("ok")))
+	require.NoError(t, err)
+	p, ok = w.Plan(0)
+	require.True(t, ok)
+	assert.Equal(t, []string{"short-1@1", half + "2@5"}, requestIDs(p.Requests), "the newest that fit, oldest first")
+	total := 0
+	for _, r := range p.Requests {
+		total += len(r.GetRequestId())
+	}
+	assert.LessOrEqual(t, total, snapshot.MaxSummaryRequestBytes)
 }

@@ -486,6 +486,52 @@ func TestSendIsIdempotentOnRequestID(t *testing.T) {
 	require.Equal(t, []string{"user_msg", "assistant_msg"}, types(h.history("c")))
 }
 
+// TestSendIsIdempotentAcrossSummaries: a retried send is recognised after
+// a summary has folded its message away, both by the live activation that
+// compacted its working set and by one revived from that summary.
+func TestSendIsIdempotentAcrossSummaries(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		store := openStore(t, kind)
+		h := newHarness(t, store, func(o *lazarus.Options) {
+			o.Summarizer = snapshot.Deterministic{}
+			o.Summary = snapshot.Policy{MaxEvents: 4, KeepRecent: -1}
+		})
+		ctx := ctxT(t)
+		msg := &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "pay the invoice"}}}}
+		first, err := h.rt.SendMessage(ctx, "c", msg, lazarus.SendOptions{RequestID: "pay-1"}, user)
+		require.NoError(t, err)
+		h.awaitEvent("c", first, func(ev *messages.Event) bool { return ev.GetAssistantMsg() != nil })
+		for i := range 4 {
+			_, err := h.rt.Send(ctx, "c", fmt.Sprint("more ", i), user)
+			require.NoError(t, err)
+		}
+		require.Eventually(t, func() bool {
+			s, err := store.LatestSummary(ctx, "c")
+			return err == nil && s.GetToSeq() > first+2
+		}, wait, time.Millisecond, "a summary folded the message away")
+		countPaid := func() int {
+			n := 0
+			for _, ev := range h.history("c") {
+				if ev.GetRequestId() == "pay-1" {
+					n++
+				}
+			}
+			return n
+		}
+
+		again, err := h.rt.SendMessage(ctx, "c", msg, lazarus.SendOptions{RequestID: "pay-1"}, user)
+		require.NoError(t, err)
+		require.Equal(t, first, again, "the live activation answers with the stored seq")
+		require.Equal(t, 1, countPaid())
+
+		require.True(t, h.rt.Kill("c"))
+		again, err = h.rt.SendMessage(ctx, "c", msg, lazarus.SendOptions{RequestID: "pay-1"}, user)
+		require.NoError(t, err)
+		require.Equal(t, first, again, "a revived activation answers with the stored seq")
+		require.Equal(t, 1, countPaid(), "the message was appended once")
+	})
+}
+
 func TestClosedRuntimeRefusesCalls(t *testing.T) {
 	h := newHarness(t, openStore(t, "memory"), nil)
 	require.NoError(t, h.rt.Close())
