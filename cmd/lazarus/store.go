@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/journal/pebblejournal"
@@ -76,13 +75,8 @@ func openPebble(dir string, create bool) (journal.Store, error) {
 }
 
 // isLocked reports whether err is Pebble's refusal to open a directory
-// another Store holds. pebblejournal exports no sentinel for it, so this
-// checks the lock errno and, for the in-process case (Pebble's "lock held
-// by current process"), the wording pebblejournal documents.
-func isLocked(err error) bool {
-	return errors.Is(err, syscall.EWOULDBLOCK) || errors.Is(err, syscall.EAGAIN) ||
-		strings.Contains(err.Error(), "directory is locked")
-}
+// another Store holds.
+func isLocked(err error) bool { return errors.Is(err, pebblejournal.ErrLocked) }
 
 // looksLikePebble reports whether dir holds a Pebble store (its LOCK file
 // or a manifest), and whether it is empty.

@@ -114,9 +114,14 @@ const (
 	maxReusedBatchBytes = 8 << 20
 )
 
+// ErrLocked is wrapped by the error of an Open whose directory another
+// Store, in this process or another, has open.
+var ErrLocked = errors.New("pebblejournal: the directory is locked")
+
 // Open opens (creating if needed) the store in dir on opts.FS. Only one Store
 // may have a directory open at a time: a second Open of the same directory,
-// from this process or another, fails while the first is open.
+// from this process or another, fails with an error wrapping ErrLocked
+// while the first is open.
 func Open(dir string, opts Options) (*Store, error) {
 	o, err := opts.withDefaults()
 	if err != nil {
@@ -160,7 +165,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err != nil {
 		_ = fsCloser.Close()
 		if strings.Contains(err.Error(), "lock") || errors.Is(err, syscall.EWOULDBLOCK) || errors.Is(err, syscall.EAGAIN) {
-			return nil, fmt.Errorf("pebblejournal: open %q: the directory is locked: another Store, in this process or another, has it open (one Store per directory): %w", dir, err)
+			return nil, fmt.Errorf("pebblejournal: open %q: %w: another Store, in this process or another, has it open (one Store per directory): %w", dir, ErrLocked, err)
 		}
 		return nil, fmt.Errorf("pebblejournal: open %q: %w", dir, err)
 	}

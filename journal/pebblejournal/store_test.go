@@ -378,6 +378,7 @@ func TestSecondOpenFails(t *testing.T) {
 	require.NoError(t, err)
 	_, err = Open(dir, Options{})
 	require.Error(t, err)
+	require.ErrorIs(t, err, ErrLocked)
 	require.Contains(t, err.Error(), "another Store")
 	t.Log(err)
 	appendN(t, s, "c", 0, 1)
