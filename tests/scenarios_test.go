@@ -848,3 +848,36 @@ func TestDeltasStreamBeforeTheAnswer(t *testing.T) {
 		require.Equal(t, answer, strings.Join(deltas, ""))
 	})
 }
+
+// A killed activation cancels the model call it started: Generate's ctx is
+// done, so a provider call stops costing money for a turn nobody will read.
+func TestKillCancelsTheModelCall(t *testing.T) {
+	entered, returned := make(chan struct{}), make(chan error, 1)
+	h := newHarness(t, openStore(t, "memory"), func(o *lazarus.Options) {
+		inner := o.Model
+		o.Model = agent.ModelFunc(func(ctx context.Context, turn agent.Turn, onDelta func(string)) (*messages.AssistantMessage, error) {
+			if turn.ConversationID != "m" {
+				return inner.Generate(ctx, turn, onDelta)
+			}
+			close(entered)
+			<-ctx.Done()
+			returned <- ctx.Err()
+			return nil, ctx.Err()
+		})
+	})
+	ctx := ctxT(t)
+	_, err := h.rt.Send(ctx, "m", "think hard", user)
+	require.NoError(t, err)
+	select {
+	case <-entered:
+	case <-ctx.Done():
+		t.Fatal("the model was never called")
+	}
+	require.True(t, h.rt.Kill("m"))
+	select {
+	case err := <-returned:
+		require.ErrorIs(t, err, context.Canceled)
+	case <-ctx.Done():
+		t.Fatal("the model call was not cancelled")
+	}
+}
