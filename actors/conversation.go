@@ -90,10 +90,10 @@ type ConversationConfig struct {
 	// turn's deltas come before Generate returns, so before the turn's
 	// answer is written; deltas of a turn already cancelled (a kill, a
 	// stop) are dropped. It must not block and must be safe for concurrent
-	// use. Nil means none. Durable events are not published here: an event written
-	// by an activation that is killed before the write's reply arrives
-	// would never be; the runtime publishes every committed event from the
-	// journal actor's commits instead (JournalOptions.Committed).
+	// use. Nil means none. Durable events are not published here: an event
+	// written by an activation that is killed before the write's reply
+	// arrives would never be; the runtime publishes every committed event
+	// from the journal actor's commits instead (JournalOptions.Committed).
 	Publish func(Update)
 	// Retire is the passivation handshake with the activation registry: it
 	// is asked whether this activation may stop, given how many commands it
