@@ -160,7 +160,7 @@ func Open(opts Options) (*Runtime, error) {
 	}
 	r.hub = newHub(r.store, opts.SubscriberBuffer)
 	r.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-		return opts.Logger.With("component", "protoactor")
+		return slog.New(demoted{opts.Logger.Handler()}).With("component", "protoactor")
 	}))
 	r.sup, err = supervisor.Start(r.system, supervisor.Config{
 		Store:       r.store,
@@ -289,7 +289,7 @@ func (r *Runtime) Resolve(ctx context.Context, toolCallID, result string, scope 
 // see (a human declined, say). Otherwise it behaves as Resolve.
 func (r *Runtime) Reject(ctx context.Context, toolCallID, reason string, scope agent.Scope) error {
 	return r.resolve(ctx, toolCallID, messages.ToolCallStatus_TOOL_CALL_STATUS_ERRORED,
-		agent.ErrorOutcome("rejected", reason), scope)
+		agent.ErrorOutcome(agent.CodeRejected, reason), scope)
 }
 
 func (r *Runtime) resolve(ctx context.Context, id string, status messages.ToolCallStatus, out *messages.ToolOutcome, scope agent.Scope) error {

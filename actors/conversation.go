@@ -914,7 +914,7 @@ func (c *conversation) turnWrite(msg *messages.AssistantMessage) (*messages.Appe
 		if tc.GetId() != "" && tc.GetProviderId() == "" {
 			tc.ProviderId = tc.GetId()
 		}
-		tc.Id = NewToolCallID()
+		tc.Id = NewToolCallIDAt(now)
 		row := &messages.ToolCallRecord{
 			Id: tc.GetId(), ConversationId: c.cfg.ID, Name: tc.GetName(), Executor: tool.Executor,
 			Status: messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING, Args: tc.GetArguments(), Created: journal.Timestamp(now),
@@ -1183,16 +1183,21 @@ func resolvedBy(status messages.ToolCallStatus) string {
 // encodings of equal-length byte strings sort as the bytes do.
 var idEncoding = base32.NewEncoding("234567abcdefghijklmnopqrstuvwxyz").WithPadding(base32.NoPadding)
 
-// NewToolCallID mints a tool call id: "call_" and 26 characters encoding the
-// wall clock in nanoseconds (64 bits, big-endian) and 64 random bits. The
+// NewToolCallID mints a tool call id at the wall clock's time: see
+// NewToolCallIDAt.
+func NewToolCallID() string { return NewToolCallIDAt(time.Now()) }
+
+// NewToolCallIDAt mints a tool call id: "call_" and 26 characters encoding
+// at in nanoseconds (64 bits, big-endian) and 64 random bits; the
+// conversation actor passes its Clock's time. The
 // runtime mints its own ids, unique across conversations, rather than trust
 // a provider's (local models often number their calls from zero). Ids
 // minted later sort after earlier ones (while the clock does not step
 // back), which lets pebblejournal check that a new id is unclaimed without
 // reading any table; ordering is never needed for correctness.
-func NewToolCallID() string {
+func NewToolCallIDAt(at time.Time) string {
 	var b [16]byte
-	binary.BigEndian.PutUint64(b[:8], uint64(time.Now().UnixNano()))
+	binary.BigEndian.PutUint64(b[:8], uint64(at.UnixNano()))
 	_, _ = rand.Read(b[8:])
 	return "call_" + idEncoding.EncodeToString(b[:])
 }
