@@ -5,9 +5,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lazarusrt/lazarus"
 	"github.com/lazarusrt/lazarus/actors"
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/scripted"
+	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
 )
 
@@ -51,4 +53,32 @@ func TestToolCallIDsFollowTheClock(t *testing.T) {
 	// 12 characters of base32 hold 60 of the 64 bits of the time.
 	want := actors.NewToolCallIDAt(h.clock.Now())
 	require.Equal(t, want[:len("call_")+12], id[:len("call_")+12], "minted at the clock's time")
+}
+
+// TestEmptyMessagesAreRefused: a message that says nothing is ErrInvalid
+// and writes nothing, not an empty user_msg that starts a turn.
+func TestEmptyMessagesAreRefused(t *testing.T) {
+	h := newHarness(t, openStore(t, "memory"), nil)
+	ctx := ctxT(t)
+	_, err := h.rt.Send(ctx, "c", "", user)
+	require.ErrorIs(t, err, journal.ErrInvalid)
+	for name, msg := range map[string]*messages.UserMessage{
+		"no parts":               {},
+		"a nil part":             {Content: []*messages.ContentPart{nil}},
+		"a part with no content": {Content: []*messages.ContentPart{{}}},
+		"an empty text after a text": {Content: []*messages.ContentPart{
+			{Part: &messages.ContentPart_Text{Text: "hi"}}, {Part: &messages.ContentPart_Text{}}}},
+		"an image of nothing": {Content: []*messages.ContentPart{{Part: &messages.ContentPart_Image{Image: &messages.Blob{MediaType: "image/png"}}}}},
+		"a nil file":          {Content: []*messages.ContentPart{{Part: &messages.ContentPart_File{}}}},
+	} {
+		_, err := h.rt.SendMessage(ctx, "c", msg, lazarus.SendOptions{}, user)
+		require.ErrorIs(t, err, journal.ErrInvalid, name)
+	}
+	_, err = h.store.Conversation(ctx, "c")
+	require.ErrorIs(t, err, journal.ErrNotFound, "nothing was written")
+	require.Empty(t, h.model.Turns("c"), "no turn started")
+
+	_, err = h.rt.SendMessage(ctx, "c", &messages.UserMessage{Content: []*messages.ContentPart{
+		{Part: &messages.ContentPart_Image{Image: &messages.Blob{MediaType: "image/png", Uri: "https://example.com/a.png"}}}}}, lazarus.SendOptions{}, user)
+	require.NoError(t, err, "an image by reference says something")
 }
