@@ -29,6 +29,11 @@ var (
 	// ErrDeleted: the conversation was deleted; its id cannot be written
 	// again. Nothing was written.
 	ErrDeleted = errors.New("journal: conversation deleted")
+	// ErrNoSpace: the disk holding the store is full. An adapter returns it
+	// from its Open when it cannot start for want of space (free some and
+	// open again), and wraps it, together with ErrClosed, in the errors of a
+	// store that stopped because a write found the disk full.
+	ErrNoSpace = errors.New("journal: no space left on the store's disk")
 )
 
 var codes = []struct {

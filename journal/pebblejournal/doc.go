@@ -39,6 +39,14 @@
 // reaches Pebble after the failure: only Pebble's own background work runs
 // until Close, and it fails on its own.
 //
+// A full disk is such an error: the store's error then wraps
+// journal.ErrNoSpace as well. Open reserves the room the replay of the
+// write-ahead log needs before it starts Pebble, and refuses at once with
+// an error wrapping journal.ErrNoSpace when the disk cannot hold it (Pebble
+// would otherwise retry the failing flush forever); Pebble's background
+// errors are followed by a pause growing to a second, so nothing is
+// retried in a tight loop (see space.go).
+//
 // # Key layout
 //
 // Every key starts with one byte naming its record family. Conversation ids,

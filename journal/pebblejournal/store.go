@@ -90,6 +90,11 @@ type Store struct {
 
 	failed atomic.Pointer[error] // set once by a fatal Pebble error
 
+	// bgErrors counts Pebble's consecutive background errors (see
+	// space.go); closing is closed when Close starts, ending a pause.
+	bgErrors atomic.Int64
+	closing  chan struct{}
+
 	seed      maphash.Seed
 	convLocks [convStripes]sync.Mutex
 	idLocks   [idStripes]sync.Mutex
@@ -133,6 +138,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		audit:   o.Audit,
 		now:     time.Now,
 		seed:    maphash.MakeSeed(),
+		closing: make(chan struct{}),
 	}
 	fs := o.FS
 	var fsCloser io.Closer = nopCloser{}
@@ -144,6 +150,10 @@ func Open(dir string, opts Options) (*Store, error) {
 		} else {
 			fs = vfs.Default
 		}
+	}
+	if err := reserveForOpen(fs, dir); err != nil {
+		_ = fsCloser.Close()
+		return nil, err
 	}
 	lower, upper := 1, o.MaxConcurrentCompactions
 	popts := &pebble.Options{
@@ -167,7 +177,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		if strings.Contains(err.Error(), "lock") || errors.Is(err, syscall.EWOULDBLOCK) || errors.Is(err, syscall.EAGAIN) {
 			return nil, fmt.Errorf("pebblejournal: open %q: %w: another Store, in this process or another, has it open (one Store per directory): %w", dir, ErrLocked, err)
 		}
-		return nil, fmt.Errorf("pebblejournal: open %q: %w", dir, err)
+		return nil, openError(dir, err)
 	}
 	s.db = db
 	s.fsCloser = fsCloser
@@ -262,6 +272,7 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
+	close(s.closing)
 	err := s.db.Close()
 	if cerr := s.fsCloser.Close(); err == nil {
 		err = cerr
@@ -307,8 +318,16 @@ func (s *Store) failure() error {
 // batch being committed is then not durable even though Pebble's Commit
 // returns nil. Every later call returns an error wrapping journal.ErrClosed;
 // the caller must Close and reopen, which recovers from what is on disk.
-func (s *Store) fail(msg string) {
-	err := fmt.Errorf("pebblejournal: store failed after a fatal storage error and accepts no more calls; close and reopen it (%s): %w", msg, journal.ErrClosed)
+//
+// When the error is a full disk, the store's error wraps journal.ErrNoSpace
+// too, and says to free space before reopening.
+func (s *Store) fail(msg string, noSpace bool) {
+	var err error
+	if noSpace {
+		err = fmt.Errorf("pebblejournal: store failed: the disk is full (%s); it accepts no more calls: free space, then close and reopen it: %w: %w", msg, journal.ErrNoSpace, journal.ErrClosed)
+	} else {
+		err = fmt.Errorf("pebblejournal: store failed after a fatal storage error and accepts no more calls; close and reopen it (%s): %w", msg, journal.ErrClosed)
+	}
 	if s.failed.CompareAndSwap(nil, &err) {
 		s.log.Error("pebblejournal: fatal storage error; the store refuses every further call until reopened", "error", msg)
 	} else {
@@ -346,7 +365,14 @@ func (l pebbleLogger) Errorf(format string, args ...any) {
 // errors or, for a failed commit, nil, which Store.commit turns into an
 // error.
 func (l pebbleLogger) Fatalf(format string, args ...any) {
-	l.s.fail(strings.TrimSpace(fmt.Sprintf(format, args...)))
+	msg := strings.TrimSpace(fmt.Sprintf(format, args...))
+	noSpace := strings.Contains(msg, noSpaceText)
+	for _, a := range args {
+		if err, ok := a.(error); ok && isNoSpace(err) {
+			noSpace = true
+		}
+	}
+	l.s.fail(msg, noSpace)
 }
 
 // eventListener logs write stalls, slow disks, background errors and
@@ -364,15 +390,48 @@ func (s *Store) eventListener(user *pebble.EventListener) *pebble.EventListener 
 		},
 		BackgroundError: func(err error) {
 			s.log.Error("pebblejournal: background error", "error", err)
+			s.pauseAfterBackgroundError()
+		},
+		FlushEnd: func(info pebble.FlushInfo) {
+			if info.Err == nil {
+				s.bgErrors.Store(0)
+			}
+		},
+		CompactionEnd: func(info pebble.CompactionInfo) {
+			if info.Err == nil {
+				s.bgErrors.Store(0)
+			}
 		},
 		DataCorruption: func(info pebble.DataCorruptionInfo) {
-			s.fail("data corruption: " + info.String())
+			s.fail("data corruption: "+info.String(), false)
 		},
 	}
 	if user != nil {
 		l = pebble.TeeEventListener(l, *user)
 	}
 	return &l
+}
+
+// pauseAfterBackgroundError waits before Pebble retries what failed (see
+// space.go): Pebble calls BackgroundError from the goroutine that will
+// retry, so a flush that keeps failing is retried at most a few times a
+// second. Close ends the pause.
+func (s *Store) pauseAfterBackgroundError() {
+	t := time.NewTimer(backgroundBackoff(s.bgErrors.Add(1)))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-s.closing:
+	}
+}
+
+// openError wraps an error of pebble.Open: ErrNoSpace for a full disk,
+// journal.ErrCorrupt for damaged files, as well as the cause.
+func openError(dir string, err error) error {
+	if isNoSpace(err) {
+		return fmt.Errorf("pebblejournal: open %q: %w: free space on that disk and open again: %w", dir, journal.ErrNoSpace, err)
+	}
+	return fmt.Errorf("pebblejournal: open %q: %w", dir, err)
 }
 
 type nopCloser struct{}
