@@ -201,7 +201,7 @@ func (s *Store) checkLayout() error {
 	case errors.Is(err, pebble.ErrNotFound):
 		return s.putLayout()
 	case err != nil:
-		return fmt.Errorf("pebblejournal: read layout version: %w", err)
+		return fmt.Errorf("pebblejournal: read layout version: %w", storageErr(err))
 	}
 	version := string(v)
 	_ = closer.Close()
@@ -342,7 +342,7 @@ func (s *Store) commit(b *pebble.Batch) error {
 		return s.failure()
 	}
 	if err := b.Commit(pebble.Sync); err != nil {
-		return fmt.Errorf("pebblejournal: commit: %w", err)
+		return fmt.Errorf("pebblejournal: commit: %w", storageErr(err))
 	}
 	// Pebble reports a failed WAL sync through Logger.Fatalf and then
 	// returns nil from Commit; fail has run by now in this goroutine.
@@ -402,8 +402,10 @@ func (s *Store) eventListener(user *pebble.EventListener) *pebble.EventListener 
 				s.bgErrors.Store(0)
 			}
 		},
+		// Damage fails the reads that touch it (storageErr), not the
+		// whole store: see corrupt.go.
 		DataCorruption: func(info pebble.DataCorruptionInfo) {
-			s.fail("data corruption: "+info.String(), false)
+			s.log.Error("pebblejournal: data corruption", "info", info.String())
 		},
 	}
 	if user != nil {
@@ -430,6 +432,10 @@ func (s *Store) pauseAfterBackgroundError() {
 func openError(dir string, err error) error {
 	if isNoSpace(err) {
 		return fmt.Errorf("pebblejournal: open %q: %w: free space on that disk and open again: %w", dir, journal.ErrNoSpace, err)
+	}
+	if pebble.IsCorruptionError(err) || strings.Contains(err.Error(), "unknown to the objstorage provider") {
+		// Damaged files, or a MANIFEST naming tables that are not there.
+		return fmt.Errorf("pebblejournal: open %q: the store's files are damaged (run lazarus check; see RELIABILITY.md): %w", dir, &corruptError{err})
 	}
 	return fmt.Errorf("pebblejournal: open %q: %w", dir, err)
 }
