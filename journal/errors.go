@@ -21,7 +21,9 @@ var (
 	// ErrClosed: the Store was closed, or refuses writes after a fatal I/O
 	// error.
 	ErrClosed = errors.New("journal: store closed")
-	// ErrCorrupt: stored bytes cannot be decoded. The error names the key.
+	// ErrCorrupt: stored bytes cannot be decoded (the error names the key),
+	// a file of the store is damaged (the error keeps the adapter's own
+	// text), or a conversation's log has a gap.
 	ErrCorrupt = errors.New("journal: corrupt record")
 	// ErrInvalid: the input breaks a documented rule or limit. Nothing was
 	// written.
