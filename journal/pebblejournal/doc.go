@@ -43,9 +43,9 @@
 // journal.ErrNoSpace as well. Open reserves the room the replay of the
 // write-ahead log needs before it starts Pebble, and refuses at once with
 // an error wrapping journal.ErrNoSpace when the disk cannot hold it (Pebble
-// would otherwise retry the failing flush forever); Pebble's background
-// errors are followed by a pause growing to a second, so nothing is
-// retried in a tight loop (see space.go).
+// would otherwise retry the failing flush forever); a failed flush is
+// followed by a pause growing to a second, so it is not retried in a tight
+// loop (see space.go).
 //
 // # Key layout
 //

@@ -25,12 +25,11 @@ import (
 //     Open fails at once with an error wrapping journal.ErrNoSpace and
 //     Pebble is never started. Otherwise the file is removed just before
 //     Pebble opens, handing that space to the flush.
-//   - Every background error Pebble reports (a failed flush, most
-//     importantly) is followed by a pause that doubles from
+//   - Every failed flush is followed by a pause that doubles from
 //     minBackgroundBackoff to maxBackgroundBackoff, reset by the next flush
-//     or compaction that succeeds, so a flush that keeps failing for a
-//     reason the reserve did not foresee is retried a few times a second,
-//     not thousands of times.
+//     that succeeds, so a flush that keeps failing for a reason the reserve
+//     did not foresee is retried at most a few times a second, not
+//     thousands of times.
 
 // openReserveName is the file Open writes and removes to check for room.
 // Pebble ignores files it does not name.
@@ -40,14 +39,14 @@ const openReserveName = "LAZARUS-OPEN-RESERVE"
 // room for the MANIFEST, OPTIONS and the table's index and filter blocks.
 const openReserveMargin = 512 << 10
 
-// Pauses after a background error; see above.
+// Pauses after a failed flush; see above.
 const (
 	minBackgroundBackoff = 10 * time.Millisecond
 	maxBackgroundBackoff = time.Second
 )
 
-// backgroundBackoff is the pause after the n-th consecutive background
-// error (n >= 1).
+// backgroundBackoff is the pause after the n-th consecutive failed flush
+// (n >= 1).
 func backgroundBackoff(n int64) time.Duration {
 	d := minBackgroundBackoff
 	for i := int64(1); i < n && d < maxBackgroundBackoff; i++ {
@@ -140,6 +139,8 @@ func reserve(f vfs.File, size int64) error {
 	if err == nil || isNoSpace(err) {
 		return err
 	}
+	// Writing allocates the blocks (filesystems with delayed allocation
+	// reserve them at write time), so no sync is needed.
 	zeros := make([]byte, 256<<10)
 	for left := size; left > 0; {
 		n := min(left, int64(len(zeros)))
@@ -148,7 +149,7 @@ func reserve(f vfs.File, size int64) error {
 		}
 		left -= n
 	}
-	return f.Sync()
+	return nil
 }
 
 func noSpaceAtOpen(dir string, size int64, cause error) error {

@@ -90,10 +90,12 @@ type Store struct {
 
 	failed atomic.Pointer[error] // set once by a fatal Pebble error
 
-	// bgErrors counts Pebble's consecutive background errors (see
-	// space.go); closing is closed when Close starts, ending a pause.
-	bgErrors atomic.Int64
-	closing  chan struct{}
+	// flushFailures counts consecutive failed flushes and flushFailed says
+	// that the last flush failed (see space.go); closing is closed when
+	// Close starts, ending a pause.
+	flushFailures atomic.Int64
+	flushFailed   atomic.Bool
+	closing       chan struct{}
 
 	seed      maphash.Seed
 	convLocks [convStripes]sync.Mutex
@@ -390,17 +392,15 @@ func (s *Store) eventListener(user *pebble.EventListener) *pebble.EventListener 
 		},
 		BackgroundError: func(err error) {
 			s.log.Error("pebblejournal: background error", "error", err)
-			s.pauseAfterBackgroundError()
+			if s.flushFailed.Swap(false) {
+				s.pauseAfterFailedFlush()
+			}
 		},
 		FlushEnd: func(info pebble.FlushInfo) {
 			if info.Err == nil {
-				s.bgErrors.Store(0)
+				s.flushFailures.Store(0)
 			}
-		},
-		CompactionEnd: func(info pebble.CompactionInfo) {
-			if info.Err == nil {
-				s.bgErrors.Store(0)
-			}
+			s.flushFailed.Store(info.Err != nil && !strings.Contains(info.Err.Error(), "empty table"))
 		},
 		// Damage fails the reads that touch it (storageErr), not the
 		// whole store: see corrupt.go.
@@ -414,12 +414,14 @@ func (s *Store) eventListener(user *pebble.EventListener) *pebble.EventListener 
 	return &l
 }
 
-// pauseAfterBackgroundError waits before Pebble retries what failed (see
-// space.go): Pebble calls BackgroundError from the goroutine that will
-// retry, so a flush that keeps failing is retried at most a few times a
-// second. Close ends the pause.
-func (s *Store) pauseAfterBackgroundError() {
-	t := time.NewTimer(backgroundBackoff(s.bgErrors.Add(1)))
+// pauseAfterFailedFlush waits before Pebble retries a failed flush (see
+// space.go): Pebble reports the flush's error (FlushEnd, then
+// BackgroundError) from the goroutine that then schedules the retry, so a
+// flush that keeps failing is retried at most a few times a second.
+// Failed compactions are not paused: Pebble already avoids retrying their
+// key span for a while. Close ends the pause.
+func (s *Store) pauseAfterFailedFlush() {
+	t := time.NewTimer(backgroundBackoff(s.flushFailures.Add(1)))
 	defer t.Stop()
 	select {
 	case <-t.C:
