@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -72,6 +73,15 @@ func openPebble(dir string, create bool) (journal.Store, error) {
 		return nil, err
 	}
 	return st, nil
+}
+
+// checkStore runs the adapter's offline check of st.
+func checkStore(ctx context.Context, st journal.Store) (*pebblejournal.CheckReport, error) {
+	ps, ok := st.(*pebblejournal.Store)
+	if !ok {
+		return nil, fmt.Errorf("check: the store %T has no offline check", st)
+	}
+	return ps.Check(ctx)
 }
 
 // isLocked reports whether err is Pebble's refusal to open a directory
