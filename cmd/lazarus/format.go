@@ -247,4 +247,3 @@ func invalid(err error) error {
 	}
 	return fmt.Errorf("%w: %w", err, journal.ErrInvalid)
 }
-

@@ -524,4 +524,3 @@ func TestWriteFuzzSeeds(t *testing.T) {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644))
 	}
 }
-

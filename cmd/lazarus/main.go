@@ -103,7 +103,7 @@ type cli struct {
 	// isTerminal reports whether a stream is a terminal (progress is shown
 	// only there).
 	isTerminal func(io.Writer) bool
-	open   opener
+	open       opener
 	// dir is the --dir given before the command, if any.
 	dir string
 }
