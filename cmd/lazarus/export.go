@@ -26,6 +26,8 @@ type exporter struct {
 	// bytes counts what was encoded, for progress.
 	bytes int64
 	prog  *progress
+	// page is how many events it reads at a time (default exportPage).
+	page uint64
 }
 
 // countingWriter counts the bytes written through it.
@@ -42,7 +44,7 @@ func (c countingWriter) Write(p []byte) (int, error) {
 
 // newExporter writes the header to w. The caller ends with finish.
 func newExporter(w io.Writer, prog *progress) (*exporter, error) {
-	e := &exporter{w: bufio.NewWriterSize(w, 64<<10), prog: prog}
+	e := &exporter{w: bufio.NewWriterSize(w, 64<<10), prog: prog, page: exportPage}
 	e.enc = json.NewEncoder(countingWriter{w: e.w, n: &e.bytes})
 	e.enc.SetEscapeHTML(false)
 	return e, e.encode(envelope{Type: typeHeader, Format: formatName, Version: formatVersion})
@@ -137,7 +139,7 @@ func (e *exporter) conversation(ctx context.Context, st journal.Store, id string
 		n.metadata++
 	}
 	for {
-		evs, err := st.Events(ctx, id, journal.EventQuery{After: n.lastSeq, Before: pageEnd(n.lastSeq, exportPage)})
+		evs, err := st.Events(ctx, id, journal.EventQuery{After: n.lastSeq, Before: pageEnd(n.lastSeq, e.page)})
 		if err != nil {
 			return err
 		}
@@ -248,6 +250,11 @@ func deadlinesOf(ctx context.Context, st journal.Store, ids []string) (map[strin
 
 // exportTo writes the conversations ids of st to w.
 func exportTo(ctx context.Context, st journal.Store, ids []string, w io.Writer, prog *progress) error {
+	return exportPaged(ctx, st, ids, w, prog, exportPage)
+}
+
+// exportPaged is exportTo reading page events at a time.
+func exportPaged(ctx context.Context, st journal.Store, ids []string, w io.Writer, prog *progress, page uint64) error {
 	dls, err := deadlinesOf(ctx, st, ids)
 	if err != nil {
 		return err
@@ -256,6 +263,7 @@ func exportTo(ctx context.Context, st journal.Store, ids []string, w io.Writer, 
 	if err != nil {
 		return err
 	}
+	e.page = page
 	for _, id := range ids {
 		if err := e.conversation(ctx, st, id, dls[id]); err != nil {
 			return err

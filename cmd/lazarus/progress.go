@@ -38,7 +38,7 @@ func (c *cli) newProgress(what string) *progress {
 
 // update reports lines and bytes done, if it is time to.
 func (p *progress) update(lines uint64, bytes int64) {
-	if p == nil || lines%256 != 0 {
+	if p == nil || lines%64 != 0 {
 		return
 	}
 	now := p.now()
