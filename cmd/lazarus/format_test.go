@@ -49,8 +49,6 @@ type section struct {
 	deadlines []*messages.Deadline
 }
 
-func (s *section) id() string { return s.row.GetId() }
-
 // collect reads one conversation of st whole.
 func collect(t testing.TB, st journal.Store, id string) *section {
 	t.Helper()

@@ -94,6 +94,11 @@ func importStream(ctx context.Context, in io.Reader, open func(create bool) (jou
 		return fmt.Errorf("input rejected, nothing imported: %w", err)
 	}
 	if o.dryRun {
+		if o.onSection != nil {
+			for _, d := range p1.described {
+				o.onSection(d)
+			}
+		}
 		return nil
 	}
 	if st == nil {
@@ -250,6 +255,8 @@ type importer struct {
 
 	// imported are the conversations the second pass completed.
 	imported []string
+	// described are the conversations a dry run would import.
+	described []string
 }
 
 func newImporter(ctx context.Context, r io.Reader, st journal.Store, write bool, o importOptions) *importer {
@@ -701,8 +708,12 @@ func (im *importer) end(s *sectionState, raw json.RawMessage) error {
 			im.o.onCreated(s.id)
 		}
 	}
-	if (im.write || im.o.dryRun) && im.o.onSection != nil {
+	switch {
+	case im.write && im.o.onSection != nil:
 		im.o.onSection(describe(s))
+	case !im.write && im.o.dryRun:
+		// Said only once the whole input passed.
+		im.described = append(im.described, describe(s))
 	}
 	return nil
 }
@@ -780,7 +791,7 @@ func (im *importer) failure(err error) error {
 	}
 	var incomplete string
 	if s := im.cur; s != nil && s.rowWritten {
-		incomplete = fmt.Sprintf("; conversation %s is incomplete in the target, with status ENDED, which a runtime does not resume: delete it, or import again into an empty directory", displayID(s.id))
+		incomplete = fmt.Sprintf("; conversation %s is incomplete in the target, with status ENDED, which a runtime does not resume (import again into an empty directory)", displayID(s.id))
 	}
 	if len(im.imported) == 0 && incomplete == "" {
 		return fmt.Errorf("nothing imported: %w", err)

@@ -150,7 +150,8 @@ section's end line and the file's trailer, so a truncated export is
 refused) and the target (a conversation that exists there, was deleted
 there, or a tool call id the target has, refuses the input); it writes
 nothing. The second pass writes, checking that it reads the same bytes
-(stdin is spooled to an unlinked temporary file for it). Memory stays
+(stdin is spooled for it to an unlinked temporary file in $TMPDIR, which
+needs room for the input). Memory stays
 bounded whatever the length of a conversation. A conversation is written
 in several appends, the first of which creates it with status ENDED, and
 gets its exported status last; if a write fails part-way, the error names

@@ -75,6 +75,12 @@ func TestImportRefusesEveryCut(t *testing.T) {
 		require.Contains(t, r.stderr, "input rejected, nothing imported: the input ends inside the section of conversation answered (line 2), before its end line: the input is cut short")
 		require.Empty(t, r.stdout)
 		require.NoDirExists(t, dir)
+		// A dry run of a cut after the first section names nothing either.
+		i := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, `{"type":"end"`) })
+		r = cliRun(t, strings.Join(lines[:i+1], "\n")+"\n", "import", "--dry-run", "--dir", dir)
+		require.Equal(t, exitError, r.code)
+		require.Contains(t, r.stderr, "nothing would be imported: the input ends after line")
+		require.Empty(t, r.stdout, "no conversation is said to be importable from a refused input")
 	})
 }
 
