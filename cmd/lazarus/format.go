@@ -103,9 +103,13 @@ import (
 // status, and a failed write or a crash leaves at most the conversation
 // being written incomplete and ENDED; the error names it.
 //
-// Memory: both commands hold one line, one append (or one page of events)
-// and 16 bytes per tool call id of the input (the uniqueness check), not a
-// conversation.
+// Memory: neither command holds a conversation's log. Export holds one
+// page of events; import one line and one append of events. Besides, per
+// conversation being read: its metadata (at most journal.MaxRecordBytes),
+// its deadlines (one per pending human call) and the to_seq of each of its
+// summaries; and for the whole input: the ids of its conversations, 16
+// bytes per tool call id (the uniqueness check) and 32 bytes per write
+// (the digests of the second pass).
 //
 // What comes back: every record exactly as exported, except the
 // conversation row's "updated", which the Store sets to the time of the
