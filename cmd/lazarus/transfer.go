@@ -151,13 +151,12 @@ refused) and the target (a conversation that exists there, was deleted
 there, or a tool call id the target has, refuses the input); it writes
 nothing. The second pass writes, checking that it reads the same bytes
 (stdin is spooled for it to an unlinked temporary file in $TMPDIR, which
-needs room for the input). Memory stays
-bounded whatever the length of a conversation. A conversation is written
-in several appends, the first of which creates it with status ENDED, and
-gets its exported status last; if a write fails part-way, the error names
-the conversation left incomplete (ENDED: a runtime does not resume it).
---dry-run stops after the first pass. On a terminal, stderr shows
-progress during a long run.
+needs room for the input). Memory stays bounded whatever the length of a
+conversation. A conversation is written in several appends, the first of
+which creates it with status ENDED, and gets its exported status last; if
+a write fails part-way, the error names the conversation left incomplete
+(ENDED: a runtime does not resume it). --dry-run stops after the first
+pass. On a terminal, stderr shows progress during a long run.
 
 Everything comes back as exported except the conversation row's times: the
 Store sets "updated" to now and "created" to the time of the first event.
