@@ -31,8 +31,9 @@
 //
 // export writes JSON lines, one record per line with a "type" tag (the
 // conversation row, metadata, events in ascending seq, summaries, tool call
-// rows, deadlines), each record in protojson; import reads the same format,
-// validates all of it before writing anything, and never overwrites. The
+// rows, deadlines) and end lines that make a cut detectable, each record in
+// protojson; import reads the same format, validates all of it before
+// writing anything, and never overwrites. Both stream. The
 // format and the import rules are documented in format.go and in
 // 'lazarus export --help'.
 //
@@ -102,13 +103,16 @@ type cli struct {
 	stderr io.Writer
 	getenv func(string) string
 	now    func() time.Time
-	open   opener
+	// isTerminal reports whether a stream is a terminal (progress is shown
+	// only there).
+	isTerminal func(io.Writer) bool
+	open       opener
 	// dir is the --dir given before the command, if any.
 	dir string
 }
 
 func newCLI(stdin io.Reader, stdout, stderr io.Writer) *cli {
-	return &cli{stdin: stdin, stdout: stdout, stderr: stderr, getenv: os.Getenv, now: time.Now, open: openPebble}
+	return &cli{stdin: stdin, stdout: stdout, stderr: stderr, getenv: os.Getenv, now: time.Now, isTerminal: isTerminal, open: openPebble}
 }
 
 // command is one subcommand.
