@@ -180,6 +180,9 @@ func (releaseProcessRef) IgnoreDeadLetterLogging() {}
 type openCall struct {
 	ev         *messages.ToolCallEvent
 	dispatched bool // a server tool run was started by this activation
+	// prompt is what a human is asked (human calls only), as in the row; the
+	// fsm_state's pending entries carry it.
+	prompt string
 	// ready holds the outcome once known and not yet written.
 	ready  *messages.ToolOutcome
 	status messages.ToolCallStatus
@@ -427,7 +430,9 @@ func (c *conversation) onLoaded(ctx actor.Context, l *loaded) {
 	c.rememberRequests()
 	for _, ev := range c.ws.OpenCalls() {
 		call := &openCall{ev: ev}
-		if row := l.rows[ev.GetCall().GetId()]; row != nil && journal.IsTerminal(row.GetStatus()) {
+		row := l.rows[ev.GetCall().GetId()]
+		call.prompt = row.GetPrompt()
+		if row != nil && journal.IsTerminal(row.GetStatus()) {
 			// Resolved in the Store, but the result never reached the log:
 			// the actor died in between. Record it now.
 			call.ready, call.status, call.by, call.inStore = row.GetResult(), row.GetStatus(), resolvedBy(row.GetStatus()), true
@@ -630,7 +635,7 @@ func (c *conversation) fsmState(lastSeq uint64, extra []*openCall) *messages.FSM
 			return
 		}
 		tc := call.ev.GetCall()
-		st.Pending[tc.GetId()] = &messages.PendingCall{ToolCallId: tc.GetId(), Executor: call.ev.GetExecutor(), Kind: tc.GetName()}
+		st.Pending[tc.GetId()] = &messages.PendingCall{ToolCallId: tc.GetId(), Executor: call.ev.GetExecutor(), Kind: tc.GetName(), Prompt: call.prompt}
 		if call.ev.GetExecutor() == messages.Executor_EXECUTOR_HUMAN {
 			st.State = messages.AgentState_AGENT_STATE_AWAITING_INPUT
 		}
@@ -939,13 +944,13 @@ func (c *conversation) turnWrite(msg *messages.AssistantMessage) (*messages.Appe
 	req.Events = append(req.Events, c.event(func(ev *messages.Event) {
 		ev.Body = &messages.Event_AssistantMsg{AssistantMsg: msg}
 	}))
-	for _, tc := range msg.GetToolCalls() {
+	for i, tc := range msg.GetToolCalls() {
 		tool, _ := c.cfg.Tools.Lookup(tc.GetName())
 		ev := &messages.ToolCallEvent{Call: tc, Executor: tool.Executor}
 		req.Events = append(req.Events, c.event(func(e *messages.Event) {
 			e.Body = &messages.Event_ToolCall{ToolCall: ev}
 		}))
-		calls = append(calls, &openCall{ev: ev})
+		calls = append(calls, &openCall{ev: ev, prompt: req.ToolCalls[i].GetPrompt()})
 	}
 	var status messages.ConversationStatus
 	if len(suspension) > 0 {
