@@ -207,6 +207,17 @@ type pendingWrite struct {
 	after func(ctx actor.Context)
 }
 
+// carries reports whether the write appends the user message of request id
+// rid.
+func (w *pendingWrite) carries(rid string) bool {
+	for _, q := range w.sends {
+		if q.msg.GetRequestId() == rid {
+			return true
+		}
+	}
+	return false
+}
+
 type conversation struct {
 	cfg ConversationConfig
 	log *slog.Logger
@@ -473,6 +484,13 @@ func (c *conversation) onCommand(ctx actor.Context, cmd *Command, sender *actor.
 			c.reply(ctx, sender, m, seq, nil)
 			return
 		}
+		if w := c.inflight; w != nil && m.GetRequestId() != "" && w.carries(m.GetRequestId()) {
+			// A retry of a send whose write is in flight (a client retrying
+			// after a timeout): it joins that write, and is answered with
+			// its seq or its error when the write lands.
+			w.sends = append(w.sends, &queuedSend{sender: sender, msg: m})
+			return
+		}
 		for _, q := range c.sends {
 			if q.msg.GetRequestId() == m.GetRequestId() && m.GetRequestId() != "" {
 				// A retry of a send that is queued or being written: answer
@@ -541,8 +559,8 @@ func (c *conversation) advance(ctx actor.Context) {
 		d := c.answer
 		c.answer = nil
 		c.writeAnswer(ctx, d)
-	case len(c.sends) > 0:
-		c.writeSends(ctx)
+	case len(c.sends) > 0 && c.writeSends(ctx):
+		// Otherwise every queued send was already in the log: go on.
 	case c.hasReady():
 		c.writeResults(ctx)
 	case len(c.order) > 0:
@@ -665,13 +683,23 @@ func (c *conversation) write(ctx actor.Context, w *pendingWrite) {
 	ctx.Request(c.cfg.Journal, &messages.JournalWrite{RequestId: w.id, Request: w.req})
 }
 
-func (c *conversation) writeSends(ctx actor.Context) {
-	sends := c.sends
+// writeSends writes the queued sends, each request id once, and reports
+// whether it started a write. A send whose request id the log already holds
+// is answered with its seq and not appended again: onCommand checks the
+// same, and this check keeps the write path from trusting that it did.
+func (c *conversation) writeSends(ctx actor.Context) bool {
+	queued := c.sends
 	c.sends = nil
 	req := &messages.AppendRequest{}
 	written := map[string]bool{}
-	for _, q := range sends {
+	var sends []*queuedSend
+	for _, q := range queued {
 		rid := q.msg.GetRequestId()
+		if seq, ok := c.seen[rid]; ok && rid != "" {
+			c.reply(ctx, q.sender, q.msg, seq, nil)
+			continue
+		}
+		sends = append(sends, q)
 		if rid != "" && written[rid] {
 			continue
 		}
@@ -681,8 +709,12 @@ func (c *conversation) writeSends(ctx actor.Context) {
 			ev.Body = &messages.Event_UserMsg{UserMsg: q.msg.GetMessage()}
 		}))
 	}
+	if len(req.Events) == 0 {
+		return false
+	}
 	c.setRow(req, messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE, nil)
 	c.write(ctx, &pendingWrite{req: req, sends: sends})
+	return true
 }
 
 func (c *conversation) writeResults(ctx actor.Context) {

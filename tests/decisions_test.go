@@ -1,12 +1,17 @@
 package tests
 
 import (
+	"fmt"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lazarusrt/lazarus"
 	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/snapshot"
 )
 
 // TestFSMStatePendingCarriesThePrompt: each pending entry of the fsm_state
@@ -52,5 +57,96 @@ func TestFSMStatePendingCarriesThePrompt(t *testing.T) {
 		require.NoError(t, h.rt.Resolve(ctx, first, `{"approved":true}`, user))
 		h.awaitEvent("c", 0, func(ev *messages.Event) bool { return ev.GetToolResult().GetToolCallId() == first })
 		requirePending(second)
+	})
+}
+
+// sendRetries sends one message n times at once with request id rid, as a
+// client retrying after timeouts does, and returns the seqs it was answered
+// with.
+func sendRetries(t *testing.T, h *harness, conv, rid string, n int) []uint64 {
+	t.Helper()
+	ctx := ctxT(t)
+	msg := &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "pay " + rid}}}}
+	seqs, errs := make([]uint64, n), make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			seqs[i], errs[i] = h.rt.SendMessage(ctx, conv, msg, lazarus.SendOptions{RequestID: rid}, user)
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	return seqs
+}
+
+// requireAppendedOnce checks that every request id of seqs is in the log
+// once, at the seq each of its sends was answered with.
+func requireAppendedOnce(t *testing.T, h *harness, conv string, seqs map[string][]uint64) {
+	t.Helper()
+	at := map[string][]uint64{}
+	for _, ev := range h.history(conv) {
+		if rid := ev.GetRequestId(); rid != "" {
+			at[rid] = append(at[rid], ev.GetSeq())
+		}
+	}
+	for rid, got := range seqs {
+		require.Len(t, at[rid], 1, "request %s appended once", rid)
+		for _, seq := range got {
+			require.Equal(t, at[rid][0], seq, "every send of request %s answered with its seq", rid)
+		}
+	}
+}
+
+// TestConcurrentRetriesAppendOnce: twenty concurrent sends with one request
+// id to a new conversation append one user_msg, and all are answered with
+// its seq. Retries that arrived while the first copy was being written
+// were appended again: the duplicate check looked only at the sends seen
+// and queued, not at those of the write in flight.
+func TestConcurrentRetriesAppendOnce(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		h := newHarness(t, openStore(t, kind), nil)
+		seqs := map[string][]uint64{}
+		for round := range 5 {
+			conv := fmt.Sprint("c", round)
+			requireAppendedOnce(t, h, conv, map[string][]uint64{"pay": sendRetries(t, h, conv, "pay", 20)})
+		}
+		// And on a live conversation.
+		for round := range 5 {
+			rid := fmt.Sprint("again-", round)
+			seqs[rid] = sendRetries(t, h, "c0", rid, 20)
+		}
+		requireAppendedOnce(t, h, "c0", seqs)
+	})
+}
+
+// TestConcurrentRetriesAppendOnceAcrossKillsAndSummaries: concurrent
+// retries of a send, interleaved with kills of the conversation and with
+// summaries folding the messages away, append each message once.
+func TestConcurrentRetriesAppendOnceAcrossKillsAndSummaries(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		h := newHarness(t, openStore(t, kind), func(o *lazarus.Options) {
+			o.Summarizer = snapshot.Deterministic{}
+			o.Summary = snapshot.Policy{MaxEvents: 4, KeepRecent: -1}
+		})
+		seqs := map[string][]uint64{}
+		for round := range 8 {
+			rid := fmt.Sprint("pay-", round)
+			var wg sync.WaitGroup
+			wg.Go(func() { seqs[rid] = sendRetries(t, h, "c", rid, 20) })
+			if round%2 == 1 {
+				h.rt.Kill("c") // at whatever point the sends have reached
+			}
+			wg.Wait()
+			// Retries after the fact, once a summary may have folded it away.
+			again := sendRetries(t, h, "c", rid, 5)
+			seqs[rid] = append(seqs[rid], again...)
+		}
+		requireAppendedOnce(t, h, "c", seqs)
+		require.Eventually(t, func() bool {
+			s, err := h.store.LatestSummary(ctxT(t), "c")
+			return err == nil && s.GetToSeq() > 0
+		}, wait, time.Millisecond, "summaries were written")
 	})
 }
