@@ -237,7 +237,12 @@ type conversation struct {
 	order []string // open call ids in log order
 	seen  map[string]uint64
 
+	// scope is the scope of the last command; the work it leads to runs
+	// with it. SystemScope until a command arrives, though no work starts
+	// before one (asked): work the runtime resumes on its own runs under
+	// SystemScope, never under a zero Scope.
 	scope     agent.Scope
+	asked     bool // a command said who asked; see advance
 	processed uint64
 
 	nextWrite uint64
@@ -376,6 +381,7 @@ func tell(ctx actor.Context) func(msg any) {
 // predecessor left there lands first, and the revival reads it.
 func (c *conversation) start(ctx actor.Context) {
 	c.goCtx, c.goCancel = context.WithCancel(context.Background())
+	c.scope = agent.SystemScope
 	c.calls = map[string]*openCall{}
 	c.seen = map[string]uint64{}
 	if c.cfg.Journal == nil {
@@ -477,6 +483,7 @@ func (c *conversation) onCommand(ctx actor.Context, cmd *Command, sender *actor.
 		return
 	}
 	c.scope = cmd.Scope
+	c.asked = true
 	c.turnFailed = false
 	switch m := cmd.Msg.(type) {
 	case *messages.AgentSend:
@@ -549,8 +556,12 @@ func (c *conversation) reply(ctx actor.Context, sender *actor.PID, msg proto.Mes
 // a log ending in a user message owes a model turn; an open server call
 // with a pending row is dispatched again with the same id; an open human
 // call waits; a call resolved in the Store but not in the log is recorded.
+//
+// It starts nothing before the first command (every activation is spawned
+// for one): the revival may finish before the command that woke the actor
+// arrives, and the work must run with that command's scope.
 func (c *conversation) advance(ctx actor.Context) {
-	if !c.loaded || c.stopping || c.inflight != nil {
+	if !c.loaded || !c.asked || c.stopping || c.inflight != nil {
 		c.touchIdle(ctx)
 		return
 	}

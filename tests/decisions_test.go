@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/messages"
 	"github.com/lazarusrt/lazarus/snapshot"
@@ -149,4 +151,90 @@ func TestConcurrentRetriesAppendOnceAcrossKillsAndSummaries(t *testing.T) {
 			return err == nil && s.GetToSeq() > 0
 		}, wait, time.Millisecond, "summaries were written")
 	})
+}
+
+// scopeSeen is a run of a probe tool: which conversation, under which scope.
+type scopeSeen struct {
+	conv  string
+	scope agent.Scope
+}
+
+// probeTools are server tools that report the scope each run gets: probe
+// returns at once, slow_probe runs until its context ends, user_probe
+// requires a user (so it runs only under one).
+func probeTools(seen chan<- scopeSeen) []agent.Tool {
+	run := func(block bool) func(context.Context, agent.Invocation) (string, error) {
+		return func(ctx context.Context, inv agent.Invocation) (string, error) {
+			seen <- scopeSeen{conv: inv.ConversationID, scope: inv.Scope}
+			if block {
+				<-ctx.Done()
+				return "", ctx.Err()
+			}
+			return `{}`, nil
+		}
+	}
+	return []agent.Tool{
+		{Name: "probe", Description: "reports its scope", Executor: messages.Executor_EXECUTOR_SERVER, Run: run(false)},
+		{Name: "slow_probe", Description: "reports its scope, then runs until cancelled", Executor: messages.Executor_EXECUTOR_SERVER, Run: run(true)},
+		{Name: "user_probe", Description: "reports the user's scope", Executor: messages.Executor_EXECUTOR_SERVER, RequiresUser: true, Run: run(false)},
+	}
+}
+
+// TestResumedWorkNeverRunsWithAZeroScope: work the runtime resumes on its
+// own runs under agent.SystemScope, and work an entry call causes runs
+// under that call's scope, whatever the race between a revival and the
+// command that woke it (which was lost intermittently: a zero Scope). The
+// cases of the report: a server call re-dispatched after Kill and Wake, the
+// turn after an expiry on a killed conversation, and the next tool that
+// requires a user after a Resolve on a killed conversation.
+func TestResumedWorkNeverRunsWithAZeroScope(t *testing.T) {
+	seen := make(chan scopeSeen, 64)
+	h := newHarness(t, openStore(t, "memory"), func(o *lazarus.Options) {
+		o.Tools = append(o.Tools, probeTools(seen)...)
+	})
+	ctx := ctxT(t)
+	next := func(conv string) agent.Scope {
+		t.Helper()
+		select {
+		case s := <-seen:
+			require.Equal(t, conv, s.conv)
+			require.NotEqual(t, agent.Scope{}, s.scope, "never a zero Scope")
+			return s.scope
+		case <-ctx.Done():
+			t.Fatalf("conversation %q: no tool run", conv)
+			return agent.Scope{}
+		}
+	}
+
+	// Re-dispatched after Kill and Wake: the wake is the runtime's own.
+	h.model.Push("a", scripted.Reply("", scripted.Call("slow_probe", `{}`)))
+	_, err := h.rt.Send(ctx, "a", "probe slowly", user)
+	require.NoError(t, err)
+	require.Equal(t, user, next("a"))
+	for range 20 {
+		require.True(t, h.rt.Kill("a"))
+		require.NoError(t, h.rt.Wake(ctx, "a"))
+		require.Equal(t, agent.SystemScope, next("a"))
+	}
+
+	// The turn after an expiry on a killed conversation.
+	h.model.Push("b", scripted.Reply("", scripted.Call("approve_refund", `{}`)), scripted.Reply("", scripted.Call("probe", `{}`)))
+	_, err = h.rt.Send(ctx, "b", "refund", user)
+	require.NoError(t, err)
+	id := pendingCallID(t, h.awaitEvent("b", 0, isSuspension))
+	require.True(t, h.rt.Kill("b"))
+	h.awaitDeadlineArmed(id)
+	h.clock.Advance(time.Hour)
+	require.Equal(t, agent.SystemScope, next("b"))
+
+	// A human answers a killed conversation: the tool that needs a user
+	// runs under the answering user's scope.
+	h.model.Push("c", scripted.Reply("", scripted.Call("approve_refund", `{}`)), scripted.Reply("", scripted.Call("user_probe", `{}`)))
+	_, err = h.rt.Send(ctx, "c", "refund", user)
+	require.NoError(t, err)
+	id = pendingCallID(t, h.awaitEvent("c", 0, isSuspension))
+	require.True(t, h.rt.Kill("c"))
+	bob := agent.Scope{UserID: "bob"}
+	require.NoError(t, h.rt.Resolve(ctx, id, `{"approved":true}`, bob))
+	require.Equal(t, bob, next("c"))
 }
