@@ -23,8 +23,8 @@ type logSignal struct {
 }
 
 func (h *logSignal) Enabled(context.Context, slog.Level) bool { return true }
-func (h *logSignal) WithAttrs([]slog.Attr) slog.Handler        { return h }
-func (h *logSignal) WithGroup(string) slog.Handler             { return h }
+func (h *logSignal) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *logSignal) WithGroup(string) slog.Handler            { return h }
 func (h *logSignal) Handle(_ context.Context, r slog.Record) error {
 	if r.Message == h.msg {
 		select {
