@@ -83,6 +83,13 @@ type ConversationConfig struct {
 	Summarizer snapshot.Summarizer
 	// Audit records every model call with Store.PutModelCall.
 	Audit bool
+	// ModelGate keeps the conversation's model calls from overlapping (see
+	// ModelGate). Activations of one conversation must share it, so that a
+	// new activation's first call waits for the call a killed one left
+	// winding down; the supervisor passes its own. Nil means a gate of
+	// these props' own, which serialises the calls of their activations
+	// only.
+	ModelGate *ModelGate
 	// Publish receives the actor's failed turns (and write failures), on
 	// the actor's goroutine, and the model's text deltas, on the goroutine
 	// of the model call that streams them (onDelta's caller), straight from
@@ -135,6 +142,9 @@ func NewConversation(cfg ConversationConfig) *actor.Props {
 	}
 	if cfg.Goroutines == nil {
 		cfg.Goroutines = new(sync.WaitGroup)
+	}
+	if cfg.ModelGate == nil {
+		cfg.ModelGate = new(ModelGate)
 	}
 	cfg.Policy = cfg.Policy.WithDefaults()
 	var opts []actor.PropsOption
@@ -833,7 +843,7 @@ func (c *conversation) startModel(ctx actor.Context) {
 		}
 		turn.Tools = c.specs
 	}
-	id, model, store, audit, clock := c.turn, c.cfg.Model, c.cfg.Store, c.cfg.Audit, c.cfg.Clock
+	id, model, store, audit, clock, gate := c.turn, c.cfg.Model, c.cfg.Store, c.cfg.Audit, c.cfg.Clock, c.cfg.ModelGate
 	lastSeq := c.ws.LastSeq
 	send := tell(ctx)
 	log := c.log
@@ -847,8 +857,17 @@ func (c *conversation) startModel(ctx actor.Context) {
 	}
 	c.goOwned(func(context.Context) {
 		defer cancel()
+		// The previous call of the conversation may still be winding down
+		// (cancelled by a newer message or a kill): Generate is never
+		// called twice at once for one conversation.
+		leave, err := gate.enter(turnCtx, turn.ConversationID)
+		if err != nil {
+			send(&modelDone{turn: id, err: err}) // a cancelled turn: ignored
+			return
+		}
 		began := clock.Now()
 		msg, err := generate(turnCtx, log, model, turn, onDelta)
+		leave()
 		if err == nil && msg == nil {
 			err = errors.New("model returned no message")
 		}

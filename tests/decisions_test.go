@@ -238,3 +238,57 @@ func TestResumedWorkNeverRunsWithAZeroScope(t *testing.T) {
 	require.NoError(t, h.rt.Resolve(ctx, id, `{"approved":true}`, bob))
 	require.Equal(t, bob, next("c"))
 }
+
+// overlapModel answers after 200 ms and returns 300 ms after its context is
+// cancelled; it records the most calls of one conversation that ran at once.
+type overlapModel struct {
+	mu      sync.Mutex
+	active  map[string]int
+	maxSeen map[string]int
+}
+
+func (m *overlapModel) Generate(ctx context.Context, turn agent.Turn, _ func(string)) (*messages.AssistantMessage, error) {
+	conv := turn.ConversationID
+	m.mu.Lock()
+	m.active[conv]++
+	m.maxSeen[conv] = max(m.maxSeen[conv], m.active[conv])
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		m.active[conv]--
+		m.mu.Unlock()
+	}()
+	select {
+	case <-time.After(200 * time.Millisecond):
+		return scripted.Text("answered"), nil
+	case <-ctx.Done():
+		<-time.After(300 * time.Millisecond) // a provider call slow to tear down
+		return nil, ctx.Err()
+	}
+}
+
+// TestModelCallsNeverOverlapThroughTheRuntime: sends in a row and kills of
+// the conversation, with a model slow to return once cancelled: each send
+// or kill cancels the call in flight, and the next call of the
+// conversation, in the same activation or the next, waits for it to return.
+// Generate never runs twice at once for one conversation, and the last
+// message is answered.
+func TestModelCallsNeverOverlapThroughTheRuntime(t *testing.T) {
+	model := &overlapModel{active: map[string]int{}, maxSeen: map[string]int{}}
+	h := newHarness(t, openStore(t, "memory"), func(o *lazarus.Options) { o.Model = model })
+	ctx := ctxT(t)
+	var last uint64
+	for i := range 30 {
+		seq, err := h.rt.Send(ctx, "c", fmt.Sprint("message ", i), user)
+		require.NoError(t, err)
+		last = seq
+		if i%10 == 9 {
+			h.rt.Kill("c")
+			require.NoError(t, h.rt.Wake(ctx, "c"))
+		}
+	}
+	h.awaitEvent("c", last, func(ev *messages.Event) bool { return ev.GetAssistantMsg() != nil })
+	model.mu.Lock()
+	defer model.mu.Unlock()
+	require.Equal(t, 1, model.maxSeen["c"], "Generate never runs twice at once for one conversation")
+}
