@@ -27,7 +27,7 @@ type Config struct {
 	// Required.
 	Store journal.Store
 	// Agent returns the configuration of a new activation of conversation
-	// id. The supervisor fills in ID, Store, Journal, Expiry, Clock, Retire,
+	// id. The supervisor fills in ID, Store, Journal, Clock, Retire,
 	// Stopped, Fenced, Goroutines, Dispatcher and ModelGate. Required.
 	Agent func(id string) actors.ConversationConfig
 	// Clock supplies time to the expiry actor and the agents. Default
