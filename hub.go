@@ -78,7 +78,7 @@ func (h *hub) publishCommitted(req *messages.AppendRequest) {
 	subs := h.subs[req.GetConversationId()]
 	h.mu.Unlock()
 	for _, ev := range evs {
-		u := actors.Update{ConversationID: req.GetConversationId(), Event: ev}
+		u := actors.Update{ConversationID: req.GetConversationId(), Event: ev, TurnEnd: actors.TurnEndOf(ev)}
 		for _, s := range subs {
 			s.push(u, h.limit)
 		}
@@ -86,8 +86,13 @@ func (h *hub) publishCommitted(req *messages.AppendRequest) {
 }
 
 // publish is called by conversation actors for their failed turns, and by
-// their model-call goroutines for deltas, each in its own order.
+// their model-call goroutines for deltas, each in its own order. An error
+// ends the turn (failed), unless it is a lost write race (ErrConflict):
+// the runtime wakes the conversation again and the turn goes on.
 func (h *hub) publish(u actors.Update) {
+	if u.Err != nil && u.TurnEnd == nil && !errors.Is(u.Err, journal.ErrConflict) {
+		u.TurnEnd = &actors.TurnEnd{Outcome: actors.TurnFailed, Err: u.Err}
+	}
 	h.mu.Lock()
 	subs := h.subs[u.ConversationID]
 	h.mu.Unlock()
@@ -185,7 +190,7 @@ func (h *hub) pump(ctx context.Context, s *subscription) {
 			return
 		}
 		for _, ev := range evs {
-			if !emit(actors.Update{ConversationID: s.conv, Event: ev}) {
+			if !emit(actors.Update{ConversationID: s.conv, Event: ev, TurnEnd: actors.TurnEndOf(ev)}) {
 				return
 			}
 		}

@@ -365,7 +365,9 @@ func (r *Runtime) History(ctx context.Context, conversationID string, before uin
 // Subscribe streams the conversation's events after seq afterSeq: first
 // those already in the log, then every new one as it becomes durable, with
 // no gap and no duplicate, across kills and revivals of its actor. Live
-// updates also carry streamed text deltas and failed turns. The channel is
+// updates also carry streamed text deltas and failed turns. An update whose
+// TurnEnd is set says a turn is over (answered, suspended, failed,
+// cancelled); durable ends come with their event, in history too. The channel is
 // closed when ctx ends, when Close is called, or after an update whose Err
 // is ErrLagged (the reader fell too far behind; subscribe again after the
 // last seq received).
@@ -382,12 +384,16 @@ func (r *Runtime) Subscribe(ctx context.Context, conversationID string, afterSeq
 // Kill drops the conversation's actor now, as a crash would (for demos and
 // tests), and reports whether it was live. The conversation's log, its
 // pending calls and their deadlines are untouched; its next command revives
-// it.
+// it. Subscribers see a TurnCancelled end if a turn was in progress.
 func (r *Runtime) Kill(conversationID string) bool {
 	if r.isClosed() {
 		return false
 	}
-	return r.sup.Kill(conversationID)
+	killed := r.sup.Kill(conversationID)
+	if killed {
+		r.publishCancelled(conversationID)
+	}
+	return killed
 }
 
 // Wake activates the conversation if it is not live, and returns once its

@@ -54,6 +54,10 @@ type Update struct {
 	// Err reports a turn that failed (a model error, or a model answer that
 	// was rejected). Nothing of the failed turn was written.
 	Err error
+	// TurnEnd, when set, says a turn is over (see TurnEndOf). The runtime
+	// sets it on the update of the event that ends the turn, and on the
+	// update of a failed or cancelled turn.
+	TurnEnd *TurnEnd
 }
 
 // ConversationConfig configures one activation of a conversation actor.

@@ -1,0 +1,151 @@
+package lazarus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/lazarusrt/lazarus/actors"
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// ErrTurnCancelled is the Err of a TurnCancelled end: the conversation's
+// actor was killed while its turn was in progress.
+var ErrTurnCancelled = errors.New("lazarus: turn cancelled: the conversation's actor was killed")
+
+// ErrTurnFailed wraps the error SendAndWait returns for a failed turn.
+var ErrTurnFailed = errors.New("lazarus: turn failed")
+
+// SendAndWait sends text as Send does, then waits for the end of the turn
+// its message takes part in, and returns that end: answered (with the
+// answer's seq and text), suspended on human calls (with the pending
+// calls), failed or cancelled. A failed turn also returns an error wrapping
+// ErrTurnFailed and the turn's error; a cancelled one an error wrapping
+// ErrTurnCancelled. The wait follows the conversation's durable log, so an
+// answer that lands while the actor is being revived is not missed.
+//
+// ctx bounds the whole call: when it ends, SendAndWait returns ctx.Err()
+// (the message may be durable, and the turn goes on). If the runtime is
+// closed meanwhile it returns ErrClosed.
+func (r *Runtime) SendAndWait(ctx context.Context, conversationID, text string, scope agent.Scope) (TurnEnd, error) {
+	msg := &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: text}}}}
+	return r.SendMessageAndWait(ctx, conversationID, msg, SendOptions{}, scope)
+}
+
+// SendMessageAndWait is SendAndWait for a message of several parts, with
+// options (see SendMessage). A send that repeats an earlier RequestID
+// waits for the end of the first turn after the message it was first
+// written as (found in the log; a failure of that turn, never written, is
+// not).
+func (r *Runtime) SendMessageAndWait(ctx context.Context, conversationID string, msg *messages.UserMessage, opts SendOptions, scope agent.Scope) (TurnEnd, error) {
+	if r.isClosed() {
+		return TurnEnd{}, ErrClosed
+	}
+	// Subscribe before sending, so that a failure of the turn (published
+	// live, never written) cannot fall before the subscription.
+	last, err := r.store.LastSeq(ctx, conversationID)
+	if err != nil {
+		last = 0 // an invalid id, say: the send reports it
+	}
+	subCtx, cancel := context.WithCancel(ctx)
+	defer func() { cancel() }()
+	updates, subErr := r.Subscribe(subCtx, conversationID, last)
+	seq, err := r.SendMessage(ctx, conversationID, msg, opts, scope)
+	if err != nil {
+		return TurnEnd{}, err
+	}
+	if subErr != nil {
+		return TurnEnd{}, fmt.Errorf("lazarus: wait for %q: %w", conversationID, subErr)
+	}
+	w := turnWait{r: r, conv: conversationID, seq: seq, updates: updates, cancel: cancel, after: last}
+	if seq <= last {
+		// A repeated RequestID: its message is older than the
+		// subscription's start. Follow the log from the message instead.
+		if err := w.resubscribe(ctx, seq); err != nil {
+			return TurnEnd{}, err
+		}
+	}
+	return w.wait(ctx)
+}
+
+// turnWait follows a subscription until the end of the turn of the user
+// message at seq.
+type turnWait struct {
+	r       *Runtime
+	conv    string
+	seq     uint64 // the user message
+	updates <-chan Update
+	cancel  context.CancelFunc // ends the subscription
+	after   uint64             // the last seq received
+	seen    bool               // the message was received: the next end is its turn's
+	lastErr error
+}
+
+func (w *turnWait) resubscribe(ctx context.Context, after uint64) error {
+	w.cancel()
+	subCtx, cancel := context.WithCancel(ctx)
+	updates, err := w.r.Subscribe(subCtx, w.conv, after)
+	if err != nil {
+		cancel()
+		return fmt.Errorf("lazarus: wait for %q: %w", w.conv, err)
+	}
+	w.updates, w.cancel, w.after = updates, cancel, after
+	w.seen = w.seen || after >= w.seq
+	return nil
+}
+
+func (w *turnWait) wait(ctx context.Context) (TurnEnd, error) {
+	defer func() { w.cancel() }()
+	for {
+		u, ok := <-w.updates
+		if !ok {
+			switch {
+			case ctx.Err() != nil:
+				return TurnEnd{}, ctx.Err()
+			case w.r.isClosed():
+				return TurnEnd{}, ErrClosed
+			case w.lastErr != nil:
+				return TurnEnd{}, fmt.Errorf("lazarus: wait for %q: %w", w.conv, w.lastErr)
+			}
+			return TurnEnd{}, fmt.Errorf("lazarus: wait for %q: subscription ended", w.conv)
+		}
+		if ev := u.Event; ev != nil {
+			w.after = ev.GetSeq()
+			if ev.GetSeq() >= w.seq {
+				w.seen = true
+			}
+		}
+		if u.TurnEnd != nil && w.seen && (u.Event == nil || u.Event.GetSeq() > w.seq) {
+			end := *u.TurnEnd
+			switch end.Outcome {
+			case TurnFailed:
+				return end, fmt.Errorf("lazarus: turn of %q: %w: %w", w.conv, ErrTurnFailed, end.Err)
+			case TurnCancelled:
+				return end, fmt.Errorf("lazarus: turn of %q: %w", w.conv, end.Err)
+			}
+			return end, nil
+		}
+		if u.Err != nil && u.TurnEnd == nil {
+			if errors.Is(u.Err, ErrLagged) {
+				if err := w.resubscribe(ctx, w.after); err != nil {
+					return TurnEnd{}, err
+				}
+				continue
+			}
+			w.lastErr = u.Err // a store error ends the subscription next
+		}
+	}
+}
+
+// publishCancelled tells the subscribers of a conversation whose actor was
+// just killed that its turn, if one was in progress (status ACTIVE), is
+// cancelled. A write the actor had already sent may still land after it.
+func (r *Runtime) publishCancelled(conv string) {
+	c, err := r.store.Conversation(context.Background(), conv)
+	if err != nil || c.GetStatus() != messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE {
+		return
+	}
+	r.hub.publish(actors.Update{ConversationID: conv,
+		TurnEnd: &actors.TurnEnd{Outcome: actors.TurnCancelled, Err: ErrTurnCancelled}})
+}

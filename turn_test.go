@@ -1,0 +1,185 @@
+package lazarus_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/agent/scripted"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+func openTurnRuntime(t *testing.T, model *scripted.Model) *lazarus.Runtime {
+	t.Helper()
+	rt, err := lazarus.Open(lazarus.Options{Model: model,
+		Tools: []agent.Tool{{Name: "approve", Executor: messages.Executor_EXECUTOR_HUMAN}}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rt.Close() })
+	return rt
+}
+
+func TestSendAndWaitReturnsTheAnswer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	model := scripted.New(scripted.Options{})
+	model.Push("c", scripted.Text("first"), scripted.Text("second"))
+	rt := openTurnRuntime(t, model)
+
+	for i, want := range []string{"first", "second"} {
+		end, err := rt.SendAndWait(ctx, "c", "hi", agent.Scope{UserID: "u"})
+		require.NoError(t, err)
+		require.Equal(t, lazarus.TurnAnswered, end.Outcome)
+		require.Equal(t, want, end.Text)
+		require.Equal(t, uint64(2*(i+1)), end.Seq, "the seq of the answer")
+	}
+	evs, err := rt.History(ctx, "c", 0, 0)
+	require.NoError(t, err)
+	require.Equal(t, "second", evs[3].GetAssistantMsg().GetContent()[0].GetText())
+}
+
+func TestSendAndWaitSuspendsOnHumanCalls(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	model := scripted.New(scripted.Options{})
+	model.Push("c", scripted.Reply("asking", scripted.Call("approve", `{}`)), scripted.Text("done"))
+	rt := openTurnRuntime(t, model)
+
+	end, err := rt.SendAndWait(ctx, "c", "pay", agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	require.Equal(t, lazarus.TurnSuspended, end.Outcome)
+	require.Len(t, end.Pending, 1)
+	require.Equal(t, "approve", end.Pending[0].GetKind())
+
+	// The answer ends the resumed turn, seen by a subscriber.
+	updates, err := rt.Subscribe(ctx, "c", end.Seq)
+	require.NoError(t, err)
+	require.NoError(t, rt.Resolve(ctx, end.Pending[0].GetToolCallId(), `true`, agent.Scope{UserID: "v"}))
+	for u := range updates {
+		if u.TurnEnd != nil {
+			require.Equal(t, lazarus.TurnAnswered, u.TurnEnd.Outcome)
+			require.Equal(t, "done", u.TurnEnd.Text)
+			require.NotNil(t, u.Event.GetAssistantMsg())
+			break
+		}
+	}
+}
+
+func TestSendAndWaitReportsAFailedTurn(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	model := scripted.New(scripted.Options{})
+	boom := errors.New("model unavailable")
+	model.PushError("c", boom)
+	rt := openTurnRuntime(t, model)
+
+	end, err := rt.SendAndWait(ctx, "c", "hi", agent.Scope{UserID: "u"})
+	require.ErrorIs(t, err, lazarus.ErrTurnFailed)
+	require.ErrorIs(t, err, boom)
+	require.Equal(t, lazarus.TurnFailed, end.Outcome)
+
+	// The next send runs the turn again.
+	end, err = rt.SendAndWait(ctx, "c", "again", agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	require.Equal(t, lazarus.TurnAnswered, end.Outcome)
+	require.Equal(t, scripted.DefaultReply, end.Text)
+}
+
+func TestKillMidTurnCancelsTheTurn(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	model := scripted.New(scripted.Options{})
+	held := model.Hold("c")
+	rt := openTurnRuntime(t, model)
+
+	type result struct {
+		end lazarus.TurnEnd
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		end, err := rt.SendAndWait(ctx, "c", "hi", agent.Scope{UserID: "u"})
+		done <- result{end, err}
+	}()
+	select {
+	case <-held:
+	case <-ctx.Done():
+		t.Fatal("the model was never called")
+	}
+	require.True(t, rt.Kill("c"))
+	res := <-done
+	require.ErrorIs(t, res.err, lazarus.ErrTurnCancelled)
+	require.Equal(t, lazarus.TurnCancelled, res.end.Outcome)
+	model.Release("c")
+
+	// Waking the conversation runs the turn again; a subscriber from the
+	// start sees the durable end in the history.
+	require.NoError(t, rt.Wake(ctx, "c"))
+	updates, err := rt.Subscribe(ctx, "c", 0)
+	require.NoError(t, err)
+	for u := range updates {
+		if u.TurnEnd != nil {
+			require.Equal(t, lazarus.TurnAnswered, u.TurnEnd.Outcome)
+			require.Equal(t, uint64(2), u.TurnEnd.Seq)
+			break
+		}
+	}
+}
+
+func TestSendAndWaitHonoursContextAndClose(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	model := scripted.New(scripted.Options{})
+	held := model.Hold("c")
+	rt := openTurnRuntime(t, model)
+
+	waitCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := rt.SendAndWait(waitCtx, "c", "hi", agent.Scope{UserID: "u"})
+		done <- err
+	}()
+	<-held
+	stop()
+	require.ErrorIs(t, <-done, context.Canceled)
+	model.Release("c")
+
+	held = model.Hold("d")
+	go func() {
+		_, err := rt.SendAndWait(ctx, "d", "hi", agent.Scope{UserID: "u"})
+		done <- err
+	}()
+	<-held
+	go model.Release("d")
+	require.NoError(t, rt.Close())
+	err := <-done
+	if err != nil { // the answer may win the race with Close
+		require.ErrorIs(t, err, lazarus.ErrClosed)
+	}
+	_, err = rt.SendAndWait(ctx, "d", "hi", agent.Scope{UserID: "u"})
+	require.ErrorIs(t, err, lazarus.ErrClosed)
+}
+
+func TestTurnEndOfHistory(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	model := scripted.New(scripted.Options{})
+	model.Push("c", scripted.Reply("a", scripted.Call("approve", `{}`)))
+	rt := openTurnRuntime(t, model)
+	_, err := rt.SendAndWait(ctx, "c", "hi", agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	evs, err := rt.History(ctx, "c", 0, 0)
+	require.NoError(t, err)
+	var outcomes []lazarus.TurnOutcome
+	for _, ev := range evs {
+		if end := lazarus.TurnEndOf(ev); end != nil {
+			outcomes = append(outcomes, end.Outcome)
+		}
+	}
+	require.Equal(t, []lazarus.TurnOutcome{lazarus.TurnSuspended}, outcomes)
+	require.Equal(t, "suspended", lazarus.TurnSuspended.String())
+}
