@@ -75,7 +75,7 @@ type Options struct {
 	// Audit configures the model-call audit. Default off.
 	Audit AuditOptions
 	// Clock supplies time. Default the system clock.
-	Clock actors.Clock
+	Clock Clock
 	// CallTimeout bounds how long Send waits for its message to be durable
 	// when ctx has no earlier deadline. Default DefaultCallTimeout.
 	CallTimeout time.Duration
@@ -371,7 +371,7 @@ func (r *Runtime) History(ctx context.Context, conversationID string, before uin
 // closed when ctx ends, when Close is called, or after an update whose Err
 // is ErrLagged (the reader fell too far behind; subscribe again after the
 // last seq received).
-func (r *Runtime) Subscribe(ctx context.Context, conversationID string, afterSeq uint64) (<-chan actors.Update, error) {
+func (r *Runtime) Subscribe(ctx context.Context, conversationID string, afterSeq uint64) (<-chan Update, error) {
 	if r.isClosed() {
 		return nil, ErrClosed
 	}

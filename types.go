@@ -5,6 +5,14 @@ import (
 	"github.com/lazarusrt/lazarus/messages"
 )
 
+// Clock supplies time to a Runtime (Options.Clock): deadlines, idle
+// passivation, audit sweeps and the times written into events. Implement
+// it to drive a Runtime from a fake clock in tests.
+type Clock = actors.Clock
+
+// SystemClock returns the Clock of the operating system (the default).
+func SystemClock() Clock { return actors.SystemClock() }
+
 // Update is one thing that happened in a conversation, as a subscriber
 // sees it: a durable event, a streamed text delta, an error, and, when a
 // turn is over, its end (TurnEnd).
