@@ -29,8 +29,7 @@ var ErrTurnFailed = errors.New("lazarus: turn failed")
 // (the message may be durable, and the turn goes on). If the runtime is
 // closed meanwhile it returns ErrClosed.
 func (r *Runtime) SendAndWait(ctx context.Context, conversationID, text string, scope agent.Scope) (TurnEnd, error) {
-	msg := &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: text}}}}
-	return r.SendMessageAndWait(ctx, conversationID, msg, SendOptions{}, scope)
+	return r.SendMessageAndWait(ctx, conversationID, agent.UserMessage(agent.TextPart(text)), SendOptions{}, scope)
 }
 
 // SendMessageAndWait is SendAndWait for a message of several parts, with

@@ -3,6 +3,7 @@ package lazarus_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -182,4 +183,27 @@ func TestTurnEndOfHistory(t *testing.T) {
 	}
 	require.Equal(t, []lazarus.TurnOutcome{lazarus.TurnSuspended}, outcomes)
 	require.Equal(t, "suspended", lazarus.TurnSuspended.String())
+}
+
+// A custom Model and a message built with package agent's constructors
+// alone, sent through the Runtime.
+func TestMessagesBuiltWithAgentConstructors(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	model := agent.ModelFunc(func(_ context.Context, turn agent.Turn, _ func(string)) (*messages.AssistantMessage, error) {
+		last := turn.Context[len(turn.Context)-1]
+		if um := last.GetUserMsg(); um != nil {
+			return agent.Reply("", agent.Call("approve", `{"parts":`+fmt.Sprint(len(um.GetContent()))+`}`)), nil
+		}
+		return agent.Text("approved"), nil
+	})
+	rt, err := lazarus.Open(lazarus.Options{Model: model,
+		Tools: []agent.Tool{{Name: "approve", Executor: messages.Executor_EXECUTOR_HUMAN}}})
+	require.NoError(t, err)
+	defer rt.Close()
+	end, err := rt.SendMessageAndWait(ctx, "c", agent.UserMessage(agent.TextPart("see"), agent.ImagePart("image/png", []byte{1}, "")),
+		lazarus.SendOptions{}, agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	require.Equal(t, lazarus.TurnSuspended, end.Outcome)
+	require.Equal(t, "approve {\"parts\":2}", end.Pending[0].GetPrompt())
 }

@@ -344,21 +344,15 @@ func cloneTurn(t agent.Turn) agent.Turn {
 	return c
 }
 
-// Text returns an assistant message holding just text.
-func Text(text string) *messages.AssistantMessage { return Reply(text) }
+// Text is agent.Text: an assistant message holding text only.
+func Text(text string) *messages.AssistantMessage { return agent.Text(text) }
 
-// Call returns a tool call of the named tool with JSON arguments. Its Id is
-// empty: the runtime mints ids.
-func Call(name, arguments string) *messages.ToolCall {
-	return &messages.ToolCall{Name: name, Arguments: arguments}
-}
+// Call is agent.Call: a call of the named tool with JSON arguments. Its Id
+// is empty: the runtime mints ids.
+func Call(name, arguments string) *messages.ToolCall { return agent.Call(name, arguments) }
 
-// Reply returns an assistant message with text (no text part if text is
-// empty) and the given tool calls, in order.
+// Reply is agent.Reply: an assistant message with text (no text part if
+// text is empty) and the given tool calls, in order.
 func Reply(text string, calls ...*messages.ToolCall) *messages.AssistantMessage {
-	msg := &messages.AssistantMessage{ToolCalls: calls}
-	if text != "" {
-		msg.Content = []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: text}}}
-	}
-	return msg
+	return agent.Reply(text, calls...)
 }
