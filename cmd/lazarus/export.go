@@ -14,6 +14,7 @@ import (
 
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/render"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -90,7 +91,7 @@ const exportPage = 1024
 // export of it would be refused by import, so export refuses it first.
 func damaged(id, format string, args ...any) error {
 	return fmt.Errorf("conversation %s is damaged in the store (%s); run 'lazarus check': %w",
-		displayID(id), fmt.Sprintf(format, args...), journal.ErrCorrupt)
+		render.ID(id), fmt.Sprintf(format, args...), journal.ErrCorrupt)
 }
 
 // conversation streams one conversation in the order the format
@@ -105,7 +106,7 @@ func (e *exporter) conversation(ctx context.Context, st journal.Store, id string
 	row, err := st.Conversation(ctx, id)
 	if err != nil {
 		if errors.Is(err, journal.ErrNotFound) {
-			return fmt.Errorf("no conversation %s: %w", displayID(id), err)
+			return fmt.Errorf("no conversation %s: %w", render.ID(id), err)
 		}
 		return err
 	}
@@ -162,11 +163,11 @@ func (e *exporter) conversation(ctx context.Context, st journal.Store, id string
 			rec, err := st.ToolCall(ctx, call)
 			switch {
 			case errors.Is(err, journal.ErrNotFound):
-				return damaged(id, "tool_call event %d names call %s, which has no row", ev.GetSeq(), displayID(call))
+				return damaged(id, "tool_call event %d names call %s, which has no row", ev.GetSeq(), render.ID(call))
 			case err != nil:
 				return err
 			case rec.GetConversationId() != id:
-				return damaged(id, "tool_call event %d names call %s, whose row is of conversation %s", ev.GetSeq(), displayID(call), displayID(rec.GetConversationId()))
+				return damaged(id, "tool_call event %d names call %s, whose row is of conversation %s", ev.GetSeq(), render.ID(call), render.ID(rec.GetConversationId()))
 			}
 			if err := e.line(typeToolCall, id, rec); err != nil {
 				return err
@@ -179,7 +180,7 @@ func (e *exporter) conversation(ctx context.Context, st journal.Store, id string
 		return damaged(id, "its log ends at seq %d, its last seq is %d", n.lastSeq, last)
 	}
 	if len(unseen) > 0 {
-		return damaged(id, "pending call %s has no tool_call event", displayID(slices.Min(slices.Collect(maps.Keys(unseen)))))
+		return damaged(id, "pending call %s has no tool_call event", render.ID(slices.Min(slices.Collect(maps.Keys(unseen)))))
 	}
 	// Summaries, ascending: walk down collecting their seqs only, then read
 	// each again, so at most one summary is held.
@@ -209,7 +210,7 @@ func (e *exporter) conversation(ctx context.Context, st journal.Store, id string
 			return err
 		}
 		if err != nil || rec.GetConversationId() != id {
-			return damaged(id, "deadline of %s, which is no tool call of the conversation", displayID(d.GetToolCallId()))
+			return damaged(id, "deadline of %s, which is no tool call of the conversation", render.ID(d.GetToolCallId()))
 		}
 		if err := e.line(typeDeadline, id, d); err != nil {
 			return err

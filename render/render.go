@@ -1,0 +1,248 @@
+// Package render turns the records of a conversation into readable text:
+// one line per event, as the lazarus command prints them, for logs, tools
+// and tests. Every piece of user or model text is quoted, so a rendering
+// never spans lines.
+package render
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/lazarusrt/lazarus/actors"
+	"github.com/lazarusrt/lazarus/messages"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// ClipRunes is how much of a text, prompt or result (in runes) a rendering
+// shows unless full is asked for.
+const ClipRunes = 120
+
+// Event renders one event as one line of text: seq, time, type and a
+// summary. Every piece of user or model text is quoted, so the line never
+// breaks.
+func Event(ev *messages.Event, full bool) string {
+	return fmt.Sprintf("%6d  %-20s  %-13s  %s", ev.GetSeq(), Stamp(ev.GetTime()), EventType(ev), EventDetail(ev, full))
+}
+
+// EventType names the event's body as the design does (user_msg, ...).
+func EventType(ev *messages.Event) string {
+	switch ev.GetBody().(type) {
+	case *messages.Event_UserMsg:
+		return "user_msg"
+	case *messages.Event_AssistantMsg:
+		return "assistant_msg"
+	case *messages.Event_ToolCall:
+		return "tool_call"
+	case *messages.Event_ToolResult:
+		return "tool_result"
+	case *messages.Event_Suspension:
+		return "suspension"
+	case *messages.Event_Resolution:
+		return "resolution"
+	case *messages.Event_Rewind:
+		return "rewind"
+	}
+	return "unknown"
+}
+
+// EventDetail renders what the event says, without its seq, time and
+// type: texts and ids quoted when needed, long values clipped unless full.
+func EventDetail(ev *messages.Event, full bool) string {
+	switch b := ev.GetBody().(type) {
+	case *messages.Event_UserMsg:
+		return content(b.UserMsg.GetContent(), full)
+	case *messages.Event_AssistantMsg:
+		m := b.AssistantMsg
+		var parts []string
+		if c := content(m.GetContent(), full); c != "" {
+			parts = append(parts, c)
+		}
+		if len(m.GetToolCalls()) > 0 {
+			calls := make([]string, 0, len(m.GetToolCalls()))
+			for _, tc := range m.GetToolCalls() {
+				calls = append(calls, fmt.Sprintf("%s(%s)", ID(tc.GetName()), ID(tc.GetId())))
+			}
+			parts = append(parts, "calls "+strings.Join(calls, " "))
+		}
+		if len(parts) == 0 {
+			return "(empty)"
+		}
+		return strings.Join(parts, " ")
+	case *messages.Event_ToolCall:
+		tc := b.ToolCall.GetCall()
+		return fmt.Sprintf("%s id=%s %s args=%s", ID(tc.GetName()), ID(tc.GetId()),
+			Executor(b.ToolCall.GetExecutor()), jsonText(tc.GetArguments(), full))
+	case *messages.Event_ToolResult:
+		r := b.ToolResult
+		return fmt.Sprintf("%s id=%s -> %s", ID(r.GetName()), ID(r.GetToolCallId()), outcome(r.GetOutcome(), full))
+	case *messages.Event_Suspension:
+		waits := make([]string, 0, len(b.Suspension.GetPending()))
+		for _, p := range b.Suspension.GetPending() {
+			waits = append(waits, fmt.Sprintf("%s id=%s %s", ID(p.GetKind()), ID(p.GetToolCallId()), Quote(p.GetPrompt(), full)))
+		}
+		return "waiting on " + strings.Join(waits, "; ")
+	case *messages.Event_Resolution:
+		r := b.Resolution
+		return fmt.Sprintf("id=%s %s by %s", ID(r.GetToolCallId()), ToolCallStatus(r.GetStatus()), ID(r.GetBy()))
+	case *messages.Event_Rewind:
+		return fmt.Sprintf("to seq %d %s", b.Rewind.GetToSeq(), Quote(b.Rewind.GetReason(), full))
+	}
+	return "(an event type this build does not know)"
+}
+
+// content renders message parts: quoted text, and a bracketed note for
+// each image or file.
+func content(parts []*messages.ContentPart, full bool) string {
+	out := make([]string, 0, len(parts))
+	for _, p := range parts {
+		switch x := p.GetPart().(type) {
+		case *messages.ContentPart_Text:
+			out = append(out, Quote(x.Text, full))
+		case *messages.ContentPart_Image:
+			out = append(out, blob("image", x.Image))
+		case *messages.ContentPart_File:
+			out = append(out, blob("file", x.File))
+		}
+	}
+	return strings.Join(out, " ")
+}
+
+func blob(kind string, b *messages.Blob) string {
+	desc := []string{kind}
+	if b.GetMediaType() != "" {
+		desc = append(desc, ID(b.GetMediaType()))
+	}
+	if b.GetName() != "" {
+		desc = append(desc, ID(b.GetName()))
+	}
+	if b.GetUri() != "" {
+		desc = append(desc, ID(b.GetUri()))
+	}
+	if len(b.GetData()) > 0 {
+		desc = append(desc, fmt.Sprintf("%d bytes", len(b.GetData())))
+	}
+	return "[" + strings.Join(desc, " ") + "]"
+}
+
+// outcome renders a tool outcome: JSON content, or error(code): message.
+func outcome(o *messages.ToolOutcome, full bool) string {
+	switch x := o.GetOutcome().(type) {
+	case *messages.ToolOutcome_Content:
+		return jsonText(x.Content, full)
+	case *messages.ToolOutcome_Error:
+		return fmt.Sprintf("error(%s): %s", ID(x.Error.GetCode()), Quote(x.Error.GetMessage(), full))
+	}
+	return "(no outcome)"
+}
+
+// jsonText renders a JSON value compacted onto one line (clipped unless
+// full); text that is not JSON is quoted.
+func jsonText(s string, full bool) string {
+	var b bytes.Buffer
+	if err := json.Compact(&b, []byte(s)); err != nil || !utf8.Valid(b.Bytes()) {
+		return Quote(s, full)
+	}
+	if full {
+		return b.String()
+	}
+	return clip(b.String())
+}
+
+// Quote quotes s in Go syntax (one line, every control character escaped),
+// clipped unless full.
+func Quote(s string, full bool) string {
+	if !full {
+		s = clip(s)
+	}
+	return strconv.Quote(s)
+}
+
+// clip cuts s to ClipRunes runes, marking the cut with "...".
+func clip(s string) string {
+	if utf8.RuneCountInString(s) <= ClipRunes {
+		return s
+	}
+	n := 0
+	for i := range s {
+		if n == ClipRunes {
+			return s[:i] + "..."
+		}
+		n++
+	}
+	return s
+}
+
+// ID renders an id as is when it is plain (printable, no spaces or
+// quotes), else quoted, so that every id stays one visible token.
+func ID(id string) string {
+	if id == "" {
+		return `""`
+	}
+	for _, r := range id {
+		if r == utf8.RuneError || r == '"' || r == '\\' || unicode.IsSpace(r) || !unicode.IsPrint(r) {
+			return strconv.Quote(id)
+		}
+	}
+	return id
+}
+
+// Stamp formats a timestamp in UTC to the second, or "-" if unset.
+func Stamp(ts *timestamppb.Timestamp) string {
+	if ts == nil {
+		return "-"
+	}
+	return ts.AsTime().UTC().Format(time.RFC3339)
+}
+
+// ConversationStatus names a conversation status in lower case without
+// its prefix ("suspended").
+func ConversationStatus(s messages.ConversationStatus) string {
+	return enumName(s.String(), "CONVERSATION_STATUS_")
+}
+
+// ToolCallStatus names a tool call status in lower case ("pending").
+func ToolCallStatus(s messages.ToolCallStatus) string {
+	return enumName(s.String(), "TOOL_CALL_STATUS_")
+}
+
+// Executor names an executor in lower case ("human").
+func Executor(e messages.Executor) string {
+	return enumName(e.String(), "EXECUTOR_")
+}
+
+func enumName(s, prefix string) string {
+	return strings.ToLower(strings.TrimPrefix(s, prefix))
+}
+
+
+// Update renders one update of a subscription as one line: its event (see
+// Event), a streamed delta, an error, and the end of a turn when it
+// carries one.
+func Update(u actors.Update, full bool) string {
+	var parts []string
+	switch {
+	case u.Event != nil:
+		parts = append(parts, Event(u.Event, full))
+	case u.Delta != "":
+		parts = append(parts, "delta "+Quote(u.Delta, full))
+	case u.Err != nil:
+		parts = append(parts, "error "+Quote(u.Err.Error(), full))
+	}
+	if e := u.TurnEnd; e != nil {
+		end := "turn " + e.Outcome.String()
+		if e.Err != nil && u.Err == nil {
+			end += " " + Quote(e.Err.Error(), full)
+		}
+		parts = append(parts, end)
+	}
+	if len(parts) == 0 {
+		return "(empty update)"
+	}
+	return strings.Join(parts, "  ")
+}

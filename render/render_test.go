@@ -1,0 +1,52 @@
+package render_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/render"
+)
+
+func TestEventLines(t *testing.T) {
+	at := timestamppb.New(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
+	user := &messages.Event{Seq: 1, Time: at, Body: &messages.Event_UserMsg{UserMsg: agent.UserMessage(agent.TextPart("two\nlines"))}}
+	require.Equal(t, `     1  2030-01-02T03:04:05Z  user_msg       "two\nlines"`, render.Event(user, false))
+
+	answer := &messages.Event{Seq: 2, Body: &messages.Event_AssistantMsg{AssistantMsg: agent.Reply("ok", &messages.ToolCall{Id: "tc 1", Name: "pay"})}}
+	require.Equal(t, `"ok" calls pay("tc 1")`, render.EventDetail(answer, false))
+	require.Equal(t, "assistant_msg", render.EventType(answer))
+
+	long := strings.Repeat("é", render.ClipRunes+5)
+	clipped := render.EventDetail(&messages.Event{Body: &messages.Event_UserMsg{UserMsg: agent.UserMessage(agent.TextPart(long))}}, false)
+	require.Equal(t, `"`+strings.Repeat("é", render.ClipRunes)+`..."`, clipped)
+	require.Equal(t, `"`+long+`"`, render.EventDetail(&messages.Event{Body: &messages.Event_UserMsg{UserMsg: agent.UserMessage(agent.TextPart(long))}}, true))
+	require.Equal(t, "(an event type this build does not know)", render.EventDetail(&messages.Event{}, false))
+}
+
+func TestUpdateLines(t *testing.T) {
+	ev := &messages.Event{Seq: 4, Body: &messages.Event_AssistantMsg{AssistantMsg: agent.Text("done")}}
+	line := render.Update(lazarus.Update{Event: ev, TurnEnd: lazarus.TurnEndOf(ev)}, false)
+	require.True(t, strings.HasSuffix(line, `"done"  turn answered`), line)
+	require.Equal(t, `delta "par"`, render.Update(lazarus.Update{Delta: "par"}, false))
+	boom := errors.New("boom")
+	require.Equal(t, `error "boom"  turn failed`, render.Update(lazarus.Update{Err: boom, TurnEnd: &lazarus.TurnEnd{Outcome: lazarus.TurnFailed, Err: boom}}, false))
+	require.Equal(t, `turn cancelled "killed"`, render.Update(lazarus.Update{TurnEnd: &lazarus.TurnEnd{Outcome: lazarus.TurnCancelled, Err: errors.New("killed")}}, false))
+}
+
+func TestNames(t *testing.T) {
+	require.Equal(t, "plain-id", render.ID("plain-id"))
+	require.Equal(t, `"a b"`, render.ID("a b"))
+	require.Equal(t, `""`, render.ID(""))
+	require.Equal(t, "-", render.Stamp(nil))
+	require.Equal(t, "suspended", render.ConversationStatus(messages.ConversationStatus_CONVERSATION_STATUS_SUSPENDED))
+	require.Equal(t, "pending", render.ToolCallStatus(messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING))
+	require.Equal(t, "human", render.Executor(messages.Executor_EXECUTOR_HUMAN))
+}
