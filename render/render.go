@@ -220,7 +220,6 @@ func enumName(s, prefix string) string {
 	return strings.ToLower(strings.TrimPrefix(s, prefix))
 }
 
-
 // Update renders one update of a subscription as one line: its event (see
 // Event), a streamed delta, an error, and the end of a turn when it
 // carries one.
