@@ -6,47 +6,65 @@ import (
 
 	"github.com/lazarusrt/lazarus"
 	"github.com/lazarusrt/lazarus/agent"
-	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/render"
 )
 
-// A conversation that suspends on a human approval, loses its actor, and is
-// revived by the approval.
+// A complete program: a Model of your own, a server tool, a human approval,
+// SendAndWait, and a subscription that stops at the end of a turn. The
+// conversation suspends on the approval, loses its actor, and is revived by
+// the answer.
 func Example() {
 	ctx := context.Background()
-	model := scripted.New(scripted.Options{})
-	model.Push("order-42",
-		scripted.Reply("This refund needs approval.", scripted.Call("approve_refund", `{"amount":120}`)),
-		scripted.Text("Refund sent."))
+	// Any agent.Model: this one stands for your provider's adapter.
+	model := agent.ModelFunc(func(ctx context.Context, turn agent.Turn, onDelta func(string)) (*messages.AssistantMessage, error) {
+		last := turn.Context[len(turn.Context)-1]
+		switch {
+		case last.GetUserMsg() != nil:
+			return agent.Reply("", agent.Call("lookup_order", `{"order":42}`)), nil
+		case last.GetToolResult().GetName() == "lookup_order":
+			return agent.Reply("This refund needs approval.", agent.Call("approve_refund", `{"amount":120}`)), nil
+		default:
+			return agent.Text("Refund sent."), nil
+		}
+	})
 	rt, err := lazarus.Open(lazarus.Options{
 		Model: model, // an in-memory store: no Dir
-		Tools: []agent.Tool{{Name: "approve_refund", Executor: messages.Executor_EXECUTOR_HUMAN}},
+		Tools: []agent.Tool{
+			{Name: "lookup_order", Executor: messages.Executor_EXECUTOR_SERVER,
+				Run: func(ctx context.Context, inv agent.Invocation) (string, error) { return `{"total":120}`, nil }},
+			{Name: "approve_refund", Executor: messages.Executor_EXECUTOR_HUMAN,
+				Prompt: func(args string) string { return "Approve the refund " + args + "?" }},
+		},
 	})
 	if err != nil {
 		panic(err)
 	}
 	defer rt.Close()
-	updates, _ := rt.Subscribe(ctx, "order-42", 0)
 
-	_, _ = rt.Send(ctx, "order-42", "Please refund order 42.", agent.Scope{UserID: "alice"})
-	var callID string
-	for u := range updates {
-		if s := u.Event.GetSuspension(); s != nil {
-			callID = s.GetPending()[0].GetToolCallId()
-			break
-		}
+	// SendAndWait returns once the turn is over: here, suspended.
+	end, err := rt.SendAndWait(ctx, "order-42", "Please refund order 42.", agent.Scope{UserID: "alice"})
+	if err != nil {
+		panic(err)
 	}
+	fmt.Println(end.Outcome, end.Pending[0].GetPrompt())
+
 	rt.Kill("order-42") // the actor is gone; the conversation is not
-	_ = rt.Resolve(ctx, callID, `{"approved":true}`, agent.Scope{UserID: "bob"})
+	updates, _ := rt.Subscribe(ctx, "order-42", end.Seq)
+	_ = rt.Resolve(ctx, end.Pending[0].GetToolCallId(), `{"approved":true}`, agent.Scope{UserID: "bob"})
 	for u := range updates {
-		if text := u.Event.GetAssistantMsg().GetContent(); len(text) > 0 && u.Event.GetAssistantMsg().GetToolCalls() == nil {
-			fmt.Println(text[0].GetText())
+		if u.Event != nil {
+			fmt.Println(render.EventType(u.Event))
+		}
+		if u.TurnEnd != nil { // the resumed turn is over
+			fmt.Println(u.TurnEnd.Outcome, u.TurnEnd.Text)
 			break
 		}
 	}
-	history, _ := rt.History(ctx, "order-42", 0, 0)
-	fmt.Println(len(history), "events")
 	// Output:
-	// Refund sent.
-	// 7 events
+	// suspended Approve the refund {"amount":120}?
+	// resolution
+	// tool_result
+	// assistant_msg
+	// answered Refund sent.
 }
