@@ -52,6 +52,10 @@ func (r *Runtime) SendMessageAndWait(ctx context.Context, conversationID string,
 	updates, subErr := r.Subscribe(subCtx, conversationID, last)
 	seq, err := r.SendMessage(ctx, conversationID, msg, opts, scope)
 	if err != nil {
+		if r.isClosed() && !errors.Is(err, ErrClosed) {
+			// Close stopped the actor before its answer reached us.
+			return TurnEnd{}, fmt.Errorf("%w (%w)", ErrClosed, err)
+		}
 		return TurnEnd{}, err
 	}
 	if subErr != nil {
