@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -203,4 +204,22 @@ func TestMessagesBuiltWithAgentConstructors(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, lazarus.TurnSuspended, end.Outcome)
 	require.Equal(t, "approve {\"parts\":2}", end.Pending[0].GetPrompt())
+}
+
+// A waiter that falls behind (many deltas, a buffer of one update) picks
+// the log up again where it left it, and still finds its turn's end.
+func TestSendAndWaitSurvivesALaggedSubscription(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	model := scripted.New(scripted.Options{Chunk: 1})
+	long := strings.Repeat("streamed ", 200)
+	model.Push("c", scripted.Text(long))
+	rt, err := lazarus.Open(lazarus.Options{Model: model, SubscriberBuffer: 1})
+	require.NoError(t, err)
+	defer rt.Close()
+	end, err := rt.SendAndWait(ctx, "c", "hi", agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	require.Equal(t, lazarus.TurnAnswered, end.Outcome)
+	require.Equal(t, long, end.Text)
+	require.Equal(t, uint64(2), end.Seq)
 }
