@@ -18,6 +18,10 @@
 //	...
 //	err = rt.Resolve(ctx, toolCallID, `{"approved":true}`, scope)
 //
+// Every turn ends with an Update whose TurnEnd says how (answered,
+// suspended on human calls, failed, cancelled); SendAndWait sends and
+// returns that end.
+//
 // The promises: Send returns only once the message is durable; a human call
 // is resolved exactly once (Resolve, Reject or expiry), every other attempt
 // getting journal.ErrStale; a server tool runs at least once per call, always

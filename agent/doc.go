@@ -6,6 +6,11 @@
 // A Model or a server tool does whatever I/O it needs; the runtime calls them
 // from goroutines it owns, never from an actor's own goroutine.
 //
+// # Messages
+//
+// TextPart, ImagePart, FilePart and UserMessage build what a user sends;
+// Text, Reply and Call build what a Model answers.
+//
 // # Tools
 //
 // A tool is either a server tool (messages.Executor_EXECUTOR_SERVER), run
