@@ -7,7 +7,6 @@ import (
 
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
-	"github.com/lazarusrt/lazarus/render"
 )
 
 var deleteCmd = &command{
@@ -43,7 +42,7 @@ func (c *cli) delete(ctx context.Context, fs *flags, args []string) (err error) 
 	row, err := st.Conversation(ctx, id)
 	if err != nil {
 		if errors.Is(err, journal.ErrNotFound) {
-			return fmt.Errorf("no conversation %s: %w", render.ID(id), journal.ErrNotFound)
+			return fmt.Errorf("no conversation %s: %w", displayID(id), journal.ErrNotFound)
 		}
 		return err
 	}
@@ -55,7 +54,7 @@ func (c *cli) delete(ctx context.Context, fs *flags, args []string) (err error) 
 	if err != nil {
 		return err
 	}
-	what := fmt.Sprintf("conversation %s (%s, %d events, %d pending calls)", render.ID(id), render.ConversationStatus(row.GetStatus()), last, len(pending))
+	what := fmt.Sprintf("conversation %s (%s, %d events, %d pending calls)", displayID(id), statusName(row.GetStatus()), last, len(pending))
 	if !*yes {
 		fmt.Fprintf(c.stdout, "would delete %s\n", what)
 		return usagef("refusing to delete without --yes")
@@ -130,7 +129,7 @@ func (c *cli) gcAudit(ctx context.Context, fs *flags, args []string) (err error)
 	if isSet(fs, "conversation") {
 		if _, err := st.Conversation(ctx, *conv); err != nil {
 			if errors.Is(err, journal.ErrNotFound) {
-				return fmt.Errorf("no conversation %s: %w", render.ID(*conv), journal.ErrNotFound)
+				return fmt.Errorf("no conversation %s: %w", displayID(*conv), journal.ErrNotFound)
 			}
 			return err
 		}

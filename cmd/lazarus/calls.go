@@ -13,7 +13,6 @@ import (
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
-	"github.com/lazarusrt/lazarus/render"
 )
 
 var pendingCmd = &command{
@@ -80,7 +79,7 @@ func (c *cli) pending(ctx context.Context, fs *flags, args []string) (err error)
 	if isSet(fs, "conversation") {
 		if _, err := st.Conversation(ctx, *conv); err != nil {
 			if errors.Is(err, journal.ErrNotFound) {
-				return fmt.Errorf("no conversation %s: %w", render.ID(*conv), journal.ErrNotFound)
+				return fmt.Errorf("no conversation %s: %w", displayID(*conv), journal.ErrNotFound)
 			}
 			return err
 		}
@@ -118,11 +117,11 @@ func (c *cli) pending(ctx context.Context, fs *flags, args []string) (err error)
 				Prompt: r.GetPrompt(), Args: r.GetArgs(),
 			}
 			if r.GetCreated() != nil {
-				pj.Created = render.Stamp(r.GetCreated())
+				pj.Created = stamp(r.GetCreated())
 				pj.AgeSeconds = int64(max(now.Sub(r.GetCreated().AsTime()), 0).Seconds())
 			}
 			if r.GetDeadline() != nil {
-				pj.Deadline = render.Stamp(r.GetDeadline())
+				pj.Deadline = stamp(r.GetDeadline())
 			}
 			out = append(out, pj)
 		}
@@ -141,8 +140,8 @@ func (c *cli) pending(ctx context.Context, fs *flags, args []string) (err error)
 		if r.GetCreated() != nil {
 			ageText = age(now.Sub(r.GetCreated().AsTime()))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", render.ID(r.GetId()), render.ID(r.GetConversationId()),
-			render.ID(r.GetName()), ageText, deadlineText(r.GetDeadline(), now), render.Quote(r.GetPrompt(), false))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", displayID(r.GetId()), displayID(r.GetConversationId()),
+			displayID(r.GetName()), ageText, deadlineText(r.GetDeadline(), now), quote(r.GetPrompt(), false))
 	}
 	return tw.Flush()
 }
@@ -215,15 +214,15 @@ func (c *cli) resolve(ctx context.Context, fs *flags, args []string) (err error)
 	row, err := st.ToolCall(ctx, id)
 	switch {
 	case errors.Is(err, journal.ErrNotFound):
-		return c.stale(fmt.Errorf("no tool call %s: %w", render.ID(id), journal.ErrStale))
+		return c.stale(fmt.Errorf("no tool call %s: %w", displayID(id), journal.ErrStale))
 	case err != nil:
 		return err
 	case row.GetExecutor() != messages.Executor_EXECUTOR_HUMAN:
 		return fmt.Errorf("tool call %s is a %s call of %s: the runtime runs it; only human calls are resolved from outside: %w",
-			render.ID(id), render.Executor(row.GetExecutor()), render.ID(row.GetName()), journal.ErrInvalid)
+			displayID(id), executorName(row.GetExecutor()), displayID(row.GetName()), journal.ErrInvalid)
 	case row.GetStatus() != messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING:
 		return c.stale(fmt.Errorf("tool call %s is already %s (at %s): %w",
-			render.ID(id), render.ToolCallStatus(row.GetStatus()), render.Stamp(row.GetResolved()), journal.ErrStale))
+			displayID(id), callStatusName(row.GetStatus()), stamp(row.GetResolved()), journal.ErrStale))
 	}
 	conv := row.GetConversationId()
 	res.ToolCallId = id
@@ -240,12 +239,12 @@ func (c *cli) resolve(ctx context.Context, fs *flags, args []string) (err error)
 	}
 	if _, err := st.Append(ctx, req); err != nil {
 		if errors.Is(err, journal.ErrStale) || errors.Is(err, journal.ErrDeleted) {
-			return c.stale(fmt.Errorf("tool call %s: %w", render.ID(id), err))
+			return c.stale(fmt.Errorf("tool call %s: %w", displayID(id), err))
 		}
 		return err
 	}
 	fmt.Fprintf(c.stdout, "%s %s (conversation %s); it continues when a runtime next opens the directory\n",
-		render.ToolCallStatus(res.GetStatus()), render.ID(id), render.ID(conv))
+		callStatusName(res.GetStatus()), displayID(id), displayID(conv))
 	return nil
 }
 

@@ -14,7 +14,6 @@ import (
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/journal/pebblejournal"
 	"github.com/lazarusrt/lazarus/messages"
-	"github.com/lazarusrt/lazarus/render"
 )
 
 // pendingRow reads the fixture's pending call straight from the store.
@@ -60,7 +59,7 @@ func TestPending(t *testing.T) {
 	require.Equal(t, []pendingJSON{{
 		ToolCallID: f.waitingCall, ConversationID: "waiting", Tool: "approve",
 		Prompt: `Approve the refund {"amount":50}?`, Args: `{"amount":50}`,
-		Created: render.Stamp(row.GetCreated()), Deadline: render.Stamp(row.GetDeadline()), AgeSeconds: 5400,
+		Created: stamp(row.GetCreated()), Deadline: stamp(row.GetDeadline()), AgeSeconds: 5400,
 	}}, doc.Pending)
 }
 

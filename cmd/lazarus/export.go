@@ -14,7 +14,6 @@ import (
 
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
-	"github.com/lazarusrt/lazarus/render"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -91,7 +90,7 @@ const exportPage = 1024
 // export of it would be refused by import, so export refuses it first.
 func damaged(id, format string, args ...any) error {
 	return fmt.Errorf("conversation %s is damaged in the store (%s); run 'lazarus check': %w",
-		render.ID(id), fmt.Sprintf(format, args...), journal.ErrCorrupt)
+		displayID(id), fmt.Sprintf(format, args...), journal.ErrCorrupt)
 }
 
 // conversation streams one conversation in the order the format
@@ -106,7 +105,7 @@ func (e *exporter) conversation(ctx context.Context, st journal.Store, id string
 	row, err := st.Conversation(ctx, id)
 	if err != nil {
 		if errors.Is(err, journal.ErrNotFound) {
-			return fmt.Errorf("no conversation %s: %w", render.ID(id), err)
+			return fmt.Errorf("no conversation %s: %w", displayID(id), err)
 		}
 		return err
 	}
@@ -163,11 +162,11 @@ func (e *exporter) conversation(ctx context.Context, st journal.Store, id string
 			rec, err := st.ToolCall(ctx, call)
 			switch {
 			case errors.Is(err, journal.ErrNotFound):
-				return damaged(id, "tool_call event %d names call %s, which has no row", ev.GetSeq(), render.ID(call))
+				return damaged(id, "tool_call event %d names call %s, which has no row", ev.GetSeq(), displayID(call))
 			case err != nil:
 				return err
 			case rec.GetConversationId() != id:
-				return damaged(id, "tool_call event %d names call %s, whose row is of conversation %s", ev.GetSeq(), render.ID(call), render.ID(rec.GetConversationId()))
+				return damaged(id, "tool_call event %d names call %s, whose row is of conversation %s", ev.GetSeq(), displayID(call), displayID(rec.GetConversationId()))
 			}
 			if err := e.line(typeToolCall, id, rec); err != nil {
 				return err
@@ -180,7 +179,7 @@ func (e *exporter) conversation(ctx context.Context, st journal.Store, id string
 		return damaged(id, "its log ends at seq %d, its last seq is %d", n.lastSeq, last)
 	}
 	if len(unseen) > 0 {
-		return damaged(id, "pending call %s has no tool_call event", render.ID(slices.Min(slices.Collect(maps.Keys(unseen)))))
+		return damaged(id, "pending call %s has no tool_call event", displayID(slices.Min(slices.Collect(maps.Keys(unseen)))))
 	}
 	// Summaries, ascending: walk down collecting their seqs only, then read
 	// each again, so at most one summary is held.
@@ -210,7 +209,7 @@ func (e *exporter) conversation(ctx context.Context, st journal.Store, id string
 			return err
 		}
 		if err != nil || rec.GetConversationId() != id {
-			return damaged(id, "deadline of %s, which is no tool call of the conversation", render.ID(d.GetToolCallId()))
+			return damaged(id, "deadline of %s, which is no tool call of the conversation", displayID(d.GetToolCallId()))
 		}
 		if err := e.line(typeDeadline, id, d); err != nil {
 			return err

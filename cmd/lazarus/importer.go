@@ -15,7 +15,6 @@ import (
 
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
-	"github.com/lazarusrt/lazarus/render"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -294,7 +293,7 @@ func (im *importer) run() error {
 	case !im.sawHeader:
 		return fmt.Errorf("empty input: no %s header: %w", formatName, errTruncated)
 	case im.cur != nil:
-		return fmt.Errorf("the input ends inside the section of conversation %s (line %d), before its end line: %w", render.ID(im.cur.id), im.cur.line, errTruncated)
+		return fmt.Errorf("the input ends inside the section of conversation %s (line %d), before its end line: %w", displayID(im.cur.id), im.cur.line, errTruncated)
 	case im.inFile:
 		return fmt.Errorf("the input ends after line %d without a trailer: %w", im.r.n, errTruncated)
 	}
@@ -323,7 +322,7 @@ func (im *importer) line(raw []byte) error {
 		case env.Conversation != nil || len(env.Record) > 0:
 			return lineError(n, "a header has no conversation and no record")
 		case im.cur != nil:
-			return fmt.Errorf("line %d: a header inside the section of conversation %s, which has no end line: %w", n, render.ID(im.cur.id), errTruncated)
+			return fmt.Errorf("line %d: a header inside the section of conversation %s, which has no end line: %w", n, displayID(im.cur.id), errTruncated)
 		case im.inFile:
 			return fmt.Errorf("line %d: a header, but the file before it has no trailer: %w", n, errTruncated)
 		}
@@ -352,7 +351,7 @@ func (im *importer) line(raw []byte) error {
 	conv := *env.Conversation
 	if env.Type == typeConversation {
 		if im.cur != nil {
-			return fmt.Errorf("line %d: conversation line, but the section of conversation %s before it has no end line: %w", n, render.ID(im.cur.id), errTruncated)
+			return fmt.Errorf("line %d: conversation line, but the section of conversation %s before it has no end line: %w", n, displayID(im.cur.id), errTruncated)
 		}
 		return im.conversation(n, conv, env.Record)
 	}
@@ -364,7 +363,7 @@ func (im *importer) line(raw []byte) error {
 		return lineError(n, "%s line of conversation %q in the section of %q", env.Type, conv, s.id)
 	}
 	if s.wantRow != "" && env.Type != typeToolCall {
-		return lineError(n, "tool_call event %d is not followed by the row of its call %s", s.n.lastSeq, render.ID(s.wantRow))
+		return lineError(n, "tool_call event %d is not followed by the row of its call %s", s.n.lastSeq, displayID(s.wantRow))
 	}
 	var err error
 	switch env.Type {
@@ -409,7 +408,7 @@ func (im *importer) trailer(n int64, env envelope) error {
 		return lineError(n, "a trailer names no conversation")
 	}
 	if im.cur != nil {
-		return fmt.Errorf("line %d: trailer, but the section of conversation %s before it has no end line: %w", n, render.ID(im.cur.id), errTruncated)
+		return fmt.Errorf("line %d: trailer, but the section of conversation %s before it has no end line: %w", n, displayID(im.cur.id), errTruncated)
 	}
 	var tr trailerRecord
 	if err := strictDecode(env.Record, &tr); err != nil || tr.Conversations == nil || tr.Lines == nil {
@@ -436,10 +435,10 @@ func (im *importer) conversation(n int64, conv string, raw json.RawMessage) erro
 		return lineError(n, "%v", err)
 	}
 	if prev, ok := im.convSeen[conv]; ok {
-		return lineError(n, "conversation %s appears again (first on line %d)", render.ID(conv), prev)
+		return lineError(n, "conversation %s appears again (first on line %d)", displayID(conv), prev)
 	}
 	if err := validateRow(row); err != nil {
-		return lineError(n, "conversation %s: %v", render.ID(conv), err)
+		return lineError(n, "conversation %s: %v", displayID(conv), err)
 	}
 	im.convSeen[conv] = n
 	im.nconv++
@@ -483,20 +482,20 @@ func (im *importer) checkTarget(id string) error {
 	_, err := st.Conversation(ctx, id)
 	switch {
 	case err == nil:
-		return fmt.Errorf("conversation %s already exists in the target; import never overwrites: %w", render.ID(id), journal.ErrConflict)
+		return fmt.Errorf("conversation %s already exists in the target; import never overwrites: %w", displayID(id), journal.ErrConflict)
 	case !errors.Is(err, journal.ErrNotFound):
 		return err
 	}
 	if last, err := st.LastSeq(ctx, id); err != nil {
 		return err
 	} else if last != 0 {
-		return fmt.Errorf("conversation %s already has %d events in the target; import never overwrites: %w", render.ID(id), last, journal.ErrConflict)
+		return fmt.Errorf("conversation %s already has %d events in the target; import never overwrites: %w", displayID(id), last, journal.ErrConflict)
 	}
 	// An empty metadata merge writes nothing and fails only on a
 	// tombstone: the contract's way to ask "was this id deleted?".
 	if err := st.PutMetadata(ctx, id, nil); err != nil {
 		if errors.Is(err, journal.ErrDeleted) {
-			return fmt.Errorf("conversation %s was deleted in the target, and a deleted id can never be written again: %w", render.ID(id), err)
+			return fmt.Errorf("conversation %s was deleted in the target, and a deleted id can never be written again: %w", displayID(id), err)
 		}
 		return err
 	}
@@ -574,7 +573,7 @@ func (im *importer) toolCall(s *sectionState, raw json.RawMessage) error {
 	}
 	call := rec.GetId()
 	if s.wantRow == "" || s.wantRow != call {
-		return invalid(fmt.Errorf("tool call row %s does not follow its tool_call event (a row is written with its event, and exported right after it)", render.ID(call)))
+		return invalid(fmt.Errorf("tool call row %s does not follow its tool_call event (a row is written with its event, and exported right after it)", displayID(call)))
 	}
 	s.wantRow = ""
 	if err := journal.ValidateToolCall(rec); err != nil {
@@ -582,20 +581,20 @@ func (im *importer) toolCall(s *sectionState, raw json.RawMessage) error {
 	}
 	switch {
 	case rec.GetConversationId() != s.id:
-		return invalid(fmt.Errorf("tool call %s names conversation %q", render.ID(call), rec.GetConversationId()))
+		return invalid(fmt.Errorf("tool call %s names conversation %q", displayID(call), rec.GetConversationId()))
 	case rec.GetStatus() == messages.ToolCallStatus_TOOL_CALL_STATUS_UNSPECIFIED:
-		return invalid(fmt.Errorf("tool call %s without a status", render.ID(call)))
+		return invalid(fmt.Errorf("tool call %s without a status", displayID(call)))
 	}
 	k := callKey(call)
 	if _, dup := im.calls[k]; dup {
-		return invalid(fmt.Errorf("tool call %s appears twice in the input (tool call ids are unique)", render.ID(call)))
+		return invalid(fmt.Errorf("tool call %s appears twice in the input (tool call ids are unique)", displayID(call)))
 	}
 	im.calls[k] = s.ordinal
 	if im.st != nil && !im.write {
 		row, err := im.st.ToolCall(im.ctx, call)
 		switch {
 		case err == nil:
-			return &targetError{fmt.Errorf("tool call id %s already belongs to conversation %s in the target: %w", render.ID(call), render.ID(row.GetConversationId()), journal.ErrConflict)}
+			return &targetError{fmt.Errorf("tool call id %s already belongs to conversation %s in the target: %w", displayID(call), displayID(row.GetConversationId()), journal.ErrConflict)}
 		case !errors.Is(err, journal.ErrNotFound):
 			return &targetError{err}
 		}
@@ -648,12 +647,12 @@ func (im *importer) deadline(s *sectionState, raw json.RawMessage) error {
 	call := d.GetToolCallId()
 	switch {
 	case d.GetConversationId() != s.id:
-		return invalid(fmt.Errorf("deadline of %s names conversation %q", render.ID(call), d.GetConversationId()))
+		return invalid(fmt.Errorf("deadline of %s names conversation %q", displayID(call), d.GetConversationId()))
 	case call <= s.lastDeadline:
-		return invalid(fmt.Errorf("deadline of %s after the one of %s (deadlines come by tool call id, one per call)", render.ID(call), render.ID(s.lastDeadline)))
+		return invalid(fmt.Errorf("deadline of %s after the one of %s (deadlines come by tool call id, one per call)", displayID(call), displayID(s.lastDeadline)))
 	}
 	if o, ok := im.calls[callKey(call)]; !ok || o != s.ordinal {
-		return invalid(fmt.Errorf("deadline of %s, which is no tool call of this conversation", render.ID(call)))
+		return invalid(fmt.Errorf("deadline of %s, which is no tool call of this conversation", displayID(call)))
 	}
 	s.lastDeadline = call
 	s.deadlines = append(s.deadlines, d)
@@ -672,11 +671,11 @@ func (im *importer) end(s *sectionState, raw json.RawMessage) error {
 	got := counts{*e.LastSeq, *e.ToolCalls, *e.Summaries, *e.Deadlines, *e.Metadata}
 	if got != s.n {
 		return fmt.Errorf("the end line of conversation %s counts %d events, %d tool calls, %d summaries, %d deadlines and %d metadata keys; its section has %d, %d, %d, %d and %d (lines were lost or added): %w",
-			render.ID(s.id), got.lastSeq, got.toolCalls, got.summaries, got.deadlines, got.metadata,
+			displayID(s.id), got.lastSeq, got.toolCalls, got.summaries, got.deadlines, got.metadata,
 			s.n.lastSeq, s.n.toolCalls, s.n.summaries, s.n.deadlines, s.n.metadata, errTruncated)
 	}
 	if fsm := s.row.GetFsmState(); fsm != nil && fsm.GetLastSeq() != s.n.lastSeq {
-		return invalid(fmt.Errorf("the fsm_state of conversation %s says its log ends at seq %d, its log ends at %d", render.ID(s.id), fsm.GetLastSeq(), s.n.lastSeq))
+		return invalid(fmt.Errorf("the fsm_state of conversation %s says its log ends at seq %d, its log ends at %d", displayID(s.id), fsm.GetLastSeq(), s.n.lastSeq))
 	}
 	if err := journal.ValidateMetadata(s.id, s.metadata); err != nil {
 		return invalid(err)
@@ -792,7 +791,7 @@ func (im *importer) failure(err error) error {
 	}
 	var incomplete string
 	if s := im.cur; s != nil && s.rowWritten {
-		incomplete = fmt.Sprintf("; conversation %s is incomplete in the target, with status ENDED, which a runtime does not resume (import again into an empty directory)", render.ID(s.id))
+		incomplete = fmt.Sprintf("; conversation %s is incomplete in the target, with status ENDED, which a runtime does not resume (import again into an empty directory)", displayID(s.id))
 	}
 	if len(im.imported) == 0 && incomplete == "" {
 		return fmt.Errorf("nothing imported: %w", err)
@@ -812,12 +811,12 @@ func listIDs(ids []string) string {
 			out = append(out, fmt.Sprintf("and %d more", len(ids)-5))
 			break
 		}
-		out = append(out, render.ID(id))
+		out = append(out, displayID(id))
 	}
 	return strings.Join(out, ", ")
 }
 
 func describe(s *sectionState) string {
 	return fmt.Sprintf("conversation %s (%s, %d events, %d summaries, %d tool calls, %d deadlines, %d metadata keys)",
-		render.ID(s.id), render.ConversationStatus(s.row.GetStatus()), s.n.lastSeq, s.n.summaries, s.n.toolCalls, s.n.deadlines, s.n.metadata)
+		displayID(s.id), statusName(s.row.GetStatus()), s.n.lastSeq, s.n.summaries, s.n.toolCalls, s.n.deadlines, s.n.metadata)
 }

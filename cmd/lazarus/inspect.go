@@ -11,7 +11,6 @@ import (
 
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
-	"github.com/lazarusrt/lazarus/render"
 )
 
 var conversationsCmd = &command{
@@ -71,12 +70,12 @@ func (c *cli) conversations(ctx context.Context, fs *flags, args []string) (err 
 		if err != nil {
 			return err
 		}
-		cj := conversationJSON{ID: row.GetId(), Status: render.ConversationStatus(row.GetStatus()), LastSeq: last, PendingCalls: len(pending)}
+		cj := conversationJSON{ID: row.GetId(), Status: statusName(row.GetStatus()), LastSeq: last, PendingCalls: len(pending)}
 		if row.GetCreated() != nil {
-			cj.Created = render.Stamp(row.GetCreated())
+			cj.Created = stamp(row.GetCreated())
 		}
 		if row.GetUpdated() != nil {
-			cj.Updated = render.Stamp(row.GetUpdated())
+			cj.Updated = stamp(row.GetUpdated())
 		}
 		out = append(out, cj)
 	}
@@ -89,13 +88,13 @@ func (c *cli) conversations(ctx context.Context, fs *flags, args []string) (err 
 	tw := tabwriter.NewWriter(c.stdout, 2, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATUS\tLAST_SEQ\tPENDING\tUPDATED")
 	for _, cj := range out {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", render.ID(cj.ID), cj.Status, cj.LastSeq, cj.PendingCalls, orDash(cj.Updated))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", displayID(cj.ID), cj.Status, cj.LastSeq, cj.PendingCalls, orDash(cj.Updated))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	if next != "" {
-		fmt.Fprintf(c.stdout, "next cursor: %s\n", render.ID(next))
+		fmt.Fprintf(c.stdout, "next cursor: %s\n", displayID(next))
 	}
 	return nil
 }
@@ -151,7 +150,7 @@ func (c *cli) show(ctx context.Context, fs *flags, args []string) (err error) {
 	defer closeStore(st, &err)
 	if _, err := st.Conversation(ctx, id); err != nil {
 		if errors.Is(err, journal.ErrNotFound) {
-			return fmt.Errorf("no conversation %s: %w", render.ID(id), journal.ErrNotFound)
+			return fmt.Errorf("no conversation %s: %w", displayID(id), journal.ErrNotFound)
 		}
 		return err
 	}
@@ -198,7 +197,7 @@ func (c *cli) show(ctx context.Context, fs *flags, args []string) (err error) {
 		}{id, last, raw, nextFrom, prevBefore})
 	}
 	for _, ev := range evs {
-		fmt.Fprintln(c.stdout, render.Event(ev, *full))
+		fmt.Fprintln(c.stdout, eventLine(ev, *full))
 	}
 	if len(evs) == 0 {
 		fmt.Fprintln(c.stdout, "-- no events in this range")
@@ -268,7 +267,7 @@ func (c *cli) stats(ctx context.Context, fs *flags, args []string) (err error) {
 		messages.ConversationStatus_CONVERSATION_STATUS_IDLE,
 		messages.ConversationStatus_CONVERSATION_STATUS_ENDED,
 	} {
-		fmt.Fprintf(c.stdout, "%s%s %d", sep, render.ConversationStatus(status), s.ByStatus[render.ConversationStatus(status)])
+		fmt.Fprintf(c.stdout, "%s%s %d", sep, statusName(status), s.ByStatus[statusName(status)])
 		sep = ", "
 	}
 	fmt.Fprintln(c.stdout, ")")
@@ -283,7 +282,7 @@ func collectStats(ctx context.Context, st journal.Store, now time.Time) (*statsJ
 	s := &statsJSON{ByStatus: map[string]int{}}
 	err := eachConversation(ctx, st, func(row *messages.Conversation) error {
 		s.Conversations++
-		s.ByStatus[render.ConversationStatus(row.GetStatus())]++
+		s.ByStatus[statusName(row.GetStatus())]++
 		last, err := st.LastSeq(ctx, row.GetId())
 		if err != nil {
 			return err

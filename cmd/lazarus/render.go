@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/lazarusrt/lazarus/messages"
 	"github.com/lazarusrt/lazarus/render"
 )
 
@@ -30,9 +31,9 @@ func deadlineText(ts *timestamppb.Timestamp, now time.Time) string {
 	}
 	d := ts.AsTime().Sub(now)
 	if d < 0 {
-		return fmt.Sprintf("%s (overdue by %s)", render.Stamp(ts), age(-d))
+		return fmt.Sprintf("%s (overdue by %s)", stamp(ts), age(-d))
 	}
-	return fmt.Sprintf("%s (in %s)", render.Stamp(ts), age(d))
+	return fmt.Sprintf("%s (in %s)", stamp(ts), age(d))
 }
 
 // jsonOpts encode records for --json output and for the export format:
@@ -60,3 +61,16 @@ func writeJSON(w io.Writer, v any) error {
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
 }
+
+// The event formatter lives in package render; these are its names here.
+
+func eventLine(ev *messages.Event, full bool) string { return render.Event(ev, full) }
+func quote(s string, full bool) string               { return render.Quote(s, full) }
+func displayID(id string) string                     { return render.ID(id) }
+func stamp(ts *timestamppb.Timestamp) string         { return render.Stamp(ts) }
+
+func statusName(s messages.ConversationStatus) string {
+	return render.ConversationStatus(s)
+}
+func callStatusName(s messages.ToolCallStatus) string { return render.ToolCallStatus(s) }
+func executorName(e messages.Executor) string         { return render.Executor(e) }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
-	"github.com/lazarusrt/lazarus/render"
 )
 
 var tailCmd = &command{
@@ -136,14 +135,14 @@ func (t *tailer) poll(ctx context.Context) (err error) {
 	st, _, err := t.c.openStore(t.fs, false)
 	if err != nil {
 		if errors.Is(err, errBusy) {
-			return fmt.Errorf("cannot follow %s: %w (use Runtime.Subscribe in the runtime's process)", render.ID(t.id), err)
+			return fmt.Errorf("cannot follow %s: %w (use Runtime.Subscribe in the runtime's process)", displayID(t.id), err)
 		}
 		return err
 	}
 	defer closeStore(st, &err)
 	if _, err := st.Conversation(ctx, t.id); err != nil {
 		if errors.Is(err, journal.ErrNotFound) {
-			return fmt.Errorf("no conversation %s (never written, or deleted): %w", render.ID(t.id), journal.ErrNotFound)
+			return fmt.Errorf("no conversation %s (never written, or deleted): %w", displayID(t.id), journal.ErrNotFound)
 		}
 		return err
 	}
@@ -179,7 +178,7 @@ func (t *tailer) poll(ctx context.Context) (err error) {
 
 func (t *tailer) print(ev *messages.Event) error {
 	if !t.json {
-		_, err := fmt.Fprintln(t.c.stdout, render.Event(ev, t.full))
+		_, err := fmt.Fprintln(t.c.stdout, eventLine(ev, t.full))
 		return err
 	}
 	b, err := protoJSON(ev)

@@ -10,7 +10,6 @@ import (
 
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
-	"github.com/lazarusrt/lazarus/render"
 )
 
 // formatHelp is the export format, as the export and import commands
@@ -74,7 +73,7 @@ func (c *cli) export(ctx context.Context, fs *flags, args []string) (err error) 
 			return usagef("%v", err)
 		}
 		if seen[id] {
-			return usagef("conversation %s named twice", render.ID(id))
+			return usagef("conversation %s named twice", displayID(id))
 		}
 		seen[id] = true
 	}
@@ -97,7 +96,7 @@ func (c *cli) export(ctx context.Context, fs *flags, args []string) (err error) 
 	for _, id := range ids {
 		if _, err := st.Conversation(ctx, id); err != nil {
 			if errors.Is(err, journal.ErrNotFound) {
-				return fmt.Errorf("no conversation %s: %w", render.ID(id), err)
+				return fmt.Errorf("no conversation %s: %w", displayID(id), err)
 			}
 			return err
 		}
@@ -202,7 +201,7 @@ func (c *cli) importCmd(ctx context.Context, fs *flags, args []string) (err erro
 		dryRun:    *dryRun,
 		onSection: func(desc string) { fmt.Fprintf(c.stdout, "%s%s\n", verb, desc) },
 		onCreated: func(id string) {
-			fmt.Fprintf(c.stderr, "note: conversation %s: the Store set its created time to its first event's\n", render.ID(id))
+			fmt.Fprintf(c.stderr, "note: conversation %s: the Store set its created time to its first event's\n", displayID(id))
 		},
 		prog: c.newProgress("import: checking"),
 	})
