@@ -48,6 +48,7 @@ type config struct {
 	Conversations  int           `json:"conversations"`
 	Duration       time.Duration `json:"duration_ns"`
 	Warmup         time.Duration `json:"warmup_ns"`
+	MinMeasured    uint64        `json:"min_measured,omitempty"`
 	Think          time.Duration `json:"think_ns"`
 	SummaryEvery   int           `json:"summary_every_turns"`
 	HumanFraction  float64       `json:"human_fraction"`
@@ -75,6 +76,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.Conversations, "conversations", 1024, "concurrent conversations (and raw-Pebble writers in baseline a)")
 	fs.DurationVar(&c.Duration, "duration", 10*time.Second, "length of the runtime phase and of baseline (a), warm-up included")
 	fs.DurationVar(&c.Warmup, "warmup", time.Second, "the first part of each phase, not measured")
+	fs.Uint64Var(&c.MinMeasured, "min-measured", 0, "make the runtime phase and baseline (a) last, beyond --duration, until this many turns (runtime) or writes (baseline a) were measured: for smoke runs on a starved machine")
 	fs.DurationVar(&c.Think, "think", 0, "mean think time of the scripted model per call (uniform in [think/2, 3*think/2))")
 	fs.IntVar(&c.SummaryEvery, "summary-every", 10, "summarize every this many turns (0: never)")
 	fs.Float64Var(&c.HumanFraction, "human", 0.05, "fraction of turns that call the human tool")

@@ -40,6 +40,9 @@ type conv struct {
 // warm-up; failures and stalls count over the whole run.
 type runStats struct {
 	measuring atomic.Bool
+	// enough is closed once minTurns turns were measured.
+	enough   chan struct{}
+	minTurns uint64
 
 	events, turns, humanTurns, kills, failures, stalls, lagged atomic.Uint64
 	allEvents, allTurns                                        atomic.Uint64 // warm-up included, for the progress line
@@ -59,7 +62,9 @@ func (st *runStats) record(h *histogram, d time.Duration) {
 
 func (st *runStats) count(c *atomic.Uint64) {
 	if st.measuring.Load() {
-		c.Add(1)
+		if n := c.Add(1); c == &st.turns && n == st.minTurns {
+			close(st.enough)
+		}
 	}
 	switch c {
 	case &st.events:
@@ -141,7 +146,10 @@ func runRuntime(ctx context.Context, cfg config, dir string) (runResult, error) 
 		_ = store.Close()
 		return runResult{}, err
 	}
-	st := &runStats{}
+	st := &runStats{enough: make(chan struct{}), minTurns: cfg.MinMeasured}
+	if st.minTurns == 0 {
+		close(st.enough)
+	}
 
 	resetPeakRSS()
 	// Cancelled, not timed out: an entry call in flight at the end then
@@ -149,7 +157,7 @@ func runRuntime(ctx context.Context, cfg config, dir string) (runResult, error) 
 	// its cancellation).
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	time.AfterFunc(cfg.Duration, stop)
+	go endAfter(runCtx, stop, cfg.Duration, st.enough)
 	var wg sync.WaitGroup
 	start := time.Now()
 	for _, c := range convs {
@@ -454,5 +462,22 @@ func progress(ctx context.Context, start time.Time, rt *lazarus.Runtime, st *run
 				rt.Active(), st.kills.Load(), float64(procStatus("VmRSS"))/(1<<20), float64(mem.HeapInuse)/(1<<20))
 			lastEvents, lastTurns, last, lastCPU = ev, tu, now, cpu
 		}
+	}
+}
+
+// endAfter calls stop once d has passed and enough is closed, unless ctx
+// ends first.
+func endAfter(ctx context.Context, stop func(), d time.Duration, enough <-chan struct{}) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return
+	}
+	select {
+	case <-enough:
+		stop()
+	case <-ctx.Done():
 	}
 }
