@@ -322,6 +322,11 @@ func (r *Runtime) resolve(ctx context.Context, id string, status messages.ToolCa
 			ToolCallId: id, Status: status, Result: out, At: journal.Timestamp(r.opts.Clock.Now()),
 		}}}
 	if err := r.journalWrite(ctx, req); err != nil {
+		if errors.Is(err, journal.ErrDeleted) {
+			// The conversation was deleted since the row was read: the
+			// call is gone with it, as if the row had not been found.
+			return fmt.Errorf("lazarus: resolve %q: no such tool call: %w (%w)", id, journal.ErrStale, err)
+		}
 		return fmt.Errorf("lazarus: resolve %q: %w", id, err)
 	}
 	// The answer is durable: from here on, revival records it even if this
@@ -359,7 +364,28 @@ func (r *Runtime) History(ctx context.Context, conversationID string, before uin
 	if limit < 0 {
 		return nil, fmt.Errorf("lazarus: history of %q: %w", conversationID, journal.Invalidf("negative limit"))
 	}
-	return r.store.Events(ctx, conversationID, journal.EventQuery{Before: before, Limit: limit})
+	evs, err := r.store.Events(ctx, conversationID, journal.EventQuery{Before: before, Limit: limit})
+	if err != nil {
+		return nil, fmt.Errorf("lazarus: history of %q: %w", conversationID, err)
+	}
+	if len(evs) == 0 {
+		// No events: a new conversation, an empty page, or a deleted one,
+		// which says so.
+		if err := r.deleted(ctx, conversationID); err != nil {
+			return nil, fmt.Errorf("lazarus: history of %q: %w", conversationID, err)
+		}
+	}
+	return evs, nil
+}
+
+// deleted returns an error wrapping journal.ErrDeleted if the conversation
+// was deleted, else nil (also when its row cannot be read: the caller's
+// own read reports that).
+func (r *Runtime) deleted(ctx context.Context, conversationID string) error {
+	if _, err := r.store.Conversation(ctx, conversationID); errors.Is(err, journal.ErrDeleted) {
+		return err
+	}
+	return nil
 }
 
 // Subscribe streams the conversation's events after seq afterSeq: first
@@ -375,6 +401,9 @@ func (r *Runtime) Subscribe(ctx context.Context, conversationID string, afterSeq
 	}
 	if err := journal.ValidateID("conversation id", conversationID); err != nil {
 		return nil, fmt.Errorf("lazarus: subscribe: %w", err)
+	}
+	if err := r.deleted(ctx, conversationID); err != nil {
+		return nil, fmt.Errorf("lazarus: subscribe to %q: %w", conversationID, err)
 	}
 	return r.hub.subscribe(ctx, conversationID, afterSeq)
 }
