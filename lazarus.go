@@ -252,10 +252,21 @@ func (r *Runtime) enter(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// callErr maps an error of the supervisor (or of a Store call) to the
-// Runtime's contract, in one place: no supervisor or future error reaches a
-// caller raw. op names the call ("lazarus: send to \"c\"").
-func callErr(op string, err error) error {
+// callErr maps an error of the supervisor, an actor's reply or a Store
+// call to the Runtime's contract, in one place: no supervisor or future
+// error reaches a caller raw, and an error of a call that Close ended wraps
+// ErrClosed. op names the call ("lazarus: send to \"c\"").
+func (r *Runtime) callErr(op string, err error) error {
+	out := mapErr(op, err)
+	if r.isClosed() && !errors.Is(out, ErrClosed) {
+		// Close stopped an actor or the Store under the call: say so,
+		// keeping the cause.
+		return fmt.Errorf("%w: %w", out, ErrClosed)
+	}
+	return out
+}
+
+func mapErr(op string, err error) error {
 	unknown := errors.Is(err, supervisor.ErrNoAnswer)
 	var cause error
 	switch {
@@ -324,11 +335,11 @@ func (r *Runtime) SendMessage(ctx context.Context, conversationID string, msg *m
 	}
 	res, err := r.sup.Ask(ctx, conversationID, &actors.Command{Scope: scope, Msg: &messages.AgentSend{RequestId: opts.RequestID, Message: msg}})
 	if err != nil {
-		return 0, callErr(fmt.Sprintf("lazarus: send to %q", conversationID), err)
+		return 0, r.callErr(fmt.Sprintf("lazarus: send to %q", conversationID), err)
 	}
 	reply := res.(*messages.AgentSendReply)
 	if err := journal.ErrorFromProto(reply.GetError()); err != nil {
-		return 0, fmt.Errorf("lazarus: send to %q: %w", conversationID, err)
+		return 0, r.callErr(fmt.Sprintf("lazarus: send to %q", conversationID), err)
 	}
 	return reply.GetSeq(), nil
 }
@@ -373,7 +384,7 @@ func (r *Runtime) resolve(ctx context.Context, id string, status messages.ToolCa
 	case errors.Is(err, journal.ErrNotFound):
 		return fmt.Errorf("lazarus: resolve %q: no such tool call: %w (%w)", id, journal.ErrStale, err)
 	case err != nil:
-		return callErr(fmt.Sprintf("lazarus: resolve %q", id), err)
+		return r.callErr(fmt.Sprintf("lazarus: resolve %q", id), err)
 	case row.GetExecutor() != messages.Executor_EXECUTOR_HUMAN:
 		return fmt.Errorf("lazarus: resolve %q: %w", id, journal.Invalidf("tool %q is not a human tool; the runtime runs it", row.GetName()))
 	case row.GetStatus() != messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING:
@@ -392,7 +403,7 @@ func (r *Runtime) resolve(ctx context.Context, id string, status messages.ToolCa
 			// call is gone with it, as if the row had not been found.
 			return fmt.Errorf("lazarus: resolve %q: no such tool call: %w (%w)", id, journal.ErrStale, err)
 		}
-		return callErr(fmt.Sprintf("lazarus: resolve %q", id), err)
+		return r.callErr(fmt.Sprintf("lazarus: resolve %q", id), err)
 	}
 	// The answer is durable: from here on, revival records it even if this
 	// delivery is lost.
@@ -431,7 +442,7 @@ func (r *Runtime) History(ctx context.Context, conversationID string, before uin
 	}
 	evs, err := r.store.Events(ctx, conversationID, journal.EventQuery{Before: before, Limit: limit})
 	if err != nil {
-		return nil, fmt.Errorf("lazarus: history of %q: %w", conversationID, err)
+		return nil, r.callErr(fmt.Sprintf("lazarus: history of %q", conversationID), err)
 	}
 	if len(evs) == 0 {
 		// No events: a new conversation, an empty page, or a deleted one,
@@ -498,10 +509,10 @@ func (r *Runtime) Wake(ctx context.Context, conversationID string) error {
 	}
 	res, err := r.sup.Ask(ctx, conversationID, &actors.Command{Scope: agent.SystemScope, Msg: &messages.AgentWake{}})
 	if err != nil {
-		return callErr(fmt.Sprintf("lazarus: wake %q", conversationID), err)
+		return r.callErr(fmt.Sprintf("lazarus: wake %q", conversationID), err)
 	}
 	if err := journal.ErrorFromProto(res.(*messages.AgentReply).GetError()); err != nil {
-		return fmt.Errorf("lazarus: wake %q: %w", conversationID, err)
+		return r.callErr(fmt.Sprintf("lazarus: wake %q", conversationID), err)
 	}
 	return nil
 }
