@@ -218,8 +218,12 @@ func retryable(res any) bool {
 // not be abandoned (its actor would be registered to no activation).
 func (s *Supervisor) spawnFromOutside(a *activation) (*actor.PID, error) {
 	res, err := s.Request(context.Background(), s.pid, &spawnAgent{a: a})
-	if err != nil {
-		return nil, fmt.Errorf("supervisor: spawn conversation %q: %w", a.id, err)
+	switch {
+	case err != nil && s.isStopped():
+		return nil, fmt.Errorf("supervisor: spawn conversation %q: %w", a.id, ErrStopped)
+	case err != nil:
+		// Not ErrNoAnswer: the caller's command was not handed over.
+		return nil, fmt.Errorf("supervisor: spawn conversation %q: %v: %w", a.id, err, context.DeadlineExceeded)
 	}
 	r := res.(*spawnReply)
 	return r.pid, r.err
