@@ -347,9 +347,11 @@ func (r *Runtime) SendMessage(ctx context.Context, conversationID string, msg *m
 // Resolve answers a pending human tool call with result, a JSON value of at
 // most agent.MaxResultBytes. It
 // returns once the answer is durable; the conversation then revives if
-// needed, records the result and continues. A call that is unknown, already
-// answered or expired gets an error wrapping journal.ErrStale, and nothing
-// changes: of any number of concurrent answers, exactly one wins.
+// needed, records the result and continues. A call that is unknown (also
+// one of a deleted conversation: it went with it), already answered or
+// expired gets an error wrapping journal.ErrStale, and nothing changes: of
+// any number of concurrent answers, exactly one wins. See ErrUnknownOutcome
+// for a call that ends before its answer.
 func (r *Runtime) Resolve(ctx context.Context, toolCallID, result string, scope agent.Scope) error {
 	if len(result) > agent.MaxResultBytes {
 		// Checked here, before anything is written: an answer too large for
@@ -429,7 +431,8 @@ func (r *Runtime) journalWrite(ctx context.Context, req *messages.AppendRequest)
 
 // History returns the conversation's events in ascending seq: the newest
 // limit events before seq before (before 0: the newest; limit 0: all). Page
-// backwards by passing the oldest seq received as the next before.
+// backwards by passing the oldest seq received as the next before. A deleted
+// conversation is an error wrapping journal.ErrDeleted.
 func (r *Runtime) History(ctx context.Context, conversationID string, before uint64, limit int) ([]*messages.Event, error) {
 	if err := r.enter(ctx); err != nil {
 		return nil, fmt.Errorf("lazarus: history of %q: %w", conversationID, err)
@@ -499,7 +502,8 @@ func (r *Runtime) Kill(conversationID string) bool {
 // actor has revived. Revival applies the recovery rules: a turn interrupted
 // before the model answered is run again; a server call interrupted before
 // its result is dispatched again under the same tool call id; pending human
-// calls stay pending.
+// calls stay pending. A deleted conversation is an error wrapping
+// journal.ErrDeleted, every time.
 func (r *Runtime) Wake(ctx context.Context, conversationID string) error {
 	if err := r.enter(ctx); err != nil {
 		return fmt.Errorf("lazarus: wake %q: %w", conversationID, err)
