@@ -307,7 +307,8 @@ type SendOptions struct {
 // asynchronously: watch it with Subscribe or read it with History. The
 // scope is the caller's ambient state; the turn this message starts runs
 // with it, and it is never persisted. An empty text is refused with an
-// error wrapping journal.ErrInvalid, and nothing is written.
+// error wrapping journal.ErrInvalid, and nothing is written; a deleted
+// conversation, with one wrapping journal.ErrDeleted.
 func (r *Runtime) Send(ctx context.Context, conversationID, text string, scope agent.Scope) (uint64, error) {
 	msg := &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: text}}}}
 	return r.SendMessage(ctx, conversationID, msg, SendOptions{}, scope)
@@ -473,7 +474,8 @@ func (r *Runtime) deleted(ctx context.Context, conversationID string) error {
 // updates also carry streamed text deltas and failed turns. The channel is
 // closed when ctx ends, when Close is called, or after an update whose Err
 // is ErrLagged (the reader fell too far behind; subscribe again after the
-// last seq received).
+// last seq received). A deleted conversation is an error wrapping
+// journal.ErrDeleted.
 func (r *Runtime) Subscribe(ctx context.Context, conversationID string, afterSeq uint64) (<-chan actors.Update, error) {
 	if err := r.enter(ctx); err != nil {
 		return nil, fmt.Errorf("lazarus: subscribe to %q: %w", conversationID, err)
