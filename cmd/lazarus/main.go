@@ -222,6 +222,12 @@ func exitCode(err error) int {
 	return exitError
 }
 
+// noConversation reports whether err is a Store's row lookup finding no
+// conversation: never written (ErrNotFound) or deleted (ErrDeleted).
+func noConversation(err error) bool {
+	return errors.Is(err, journal.ErrNotFound) || errors.Is(err, journal.ErrDeleted)
+}
+
 func (c *cli) mainUsage(w io.Writer) {
 	fmt.Fprint(w, `lazarus is the operator's tool for a Lazarus store (an embedded Pebble directory).
 
