@@ -29,6 +29,16 @@ var (
 	// ErrDeleted: the conversation was deleted; its id cannot be written
 	// again. Nothing was written.
 	ErrDeleted = errors.New("journal: conversation deleted")
+	// ErrUnavailable: a networked store could not be reached, or lost its
+	// connection before the write was sent for commit. Nothing was written;
+	// the call may be retried once the store is back.
+	ErrUnavailable = errors.New("journal: store unavailable")
+	// ErrUnknownOutcome: the connection to a networked store was lost while
+	// the write was committing: it may or may not have been written. Read
+	// the log (LastSeq) before retrying; the append fence (ExpectedLast)
+	// makes a retry of an append that did commit fail with ErrConflict
+	// instead of writing twice.
+	ErrUnknownOutcome = errors.New("journal: write outcome unknown")
 )
 
 var codes = []struct {
