@@ -24,6 +24,10 @@ import (
 // Open refuses it rather than write records an older layout cannot read.
 var ErrSchemaTooNew = errors.New("pgjournal: database schema is newer than this code")
 
+// DefaultMaxConns is the pool size Open uses unless the DSN sets
+// pool_max_conns.
+const DefaultMaxConns = 16
+
 // DefaultTimeout bounds each call when Options.Timeout is zero.
 const DefaultTimeout = 30 * time.Second
 
@@ -115,6 +119,9 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgjournal: parse DSN: %w", journal.Invalidf("%v", err))
 	}
+	if !strings.Contains(dsn, "pool_max_conns") {
+		cfg.MaxConns = DefaultMaxConns
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("pgjournal: %w: %w", journal.ErrUnavailable, err)
@@ -189,6 +196,14 @@ func (s *Store) migrate(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// ConcurrentBatches tells the journal actor how many AppendBatch calls to
+// run at once: half the pool (at least 1, at most 8). Batches in flight
+// hold no two requests of one conversation; each waits on the round trips
+// and the WAL flush of its commit, which the server flushes together.
+func (s *Store) ConcurrentBatches() int {
+	return int(max(1, min(8, s.pool.Config().MaxConns/2)))
 }
 
 // Close marks the Store closed and, if Open made the pool, closes it (which
