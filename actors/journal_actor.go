@@ -47,6 +47,11 @@ type ConcurrentBatches interface {
 
 const defaultJournalMaxBatch = 4096
 
+// minSpreadBatch is the smallest batch that pending requests are spread
+// into when several batches may be in flight: below it, a commit's fixed
+// cost outweighs running side by side.
+const minSpreadBatch = 32
+
 func (o JournalOptions) withDefaults() JournalOptions {
 	if o.MaxBatch <= 0 {
 		o.MaxBatch = defaultJournalMaxBatch
@@ -277,8 +282,15 @@ func (a *journalActor) onBarrier(ctx actor.Context, b *JournalBarrier) {
 // those whose conversation has a request in a batch in flight (they keep
 // their place). It returns nil if it took none.
 func (a *journalActor) take() *commitBatch {
+	limit := a.opts.MaxBatch
+	if free := a.opts.MaxInflight - len(a.inflight); free > 1 {
+		// Spread what is pending over the free slots, so that the batches
+		// commit side by side (on a server, in as many backends) rather
+		// than one large batch holding every conversation.
+		limit = min(limit, max(minSpreadBatch, (len(a.pending)+free-1)/free))
+	}
 	if len(a.busy) == 0 {
-		n := min(len(a.pending), a.opts.MaxBatch)
+		n := min(len(a.pending), limit)
 		if n == 0 {
 			return nil
 		}
@@ -295,7 +307,7 @@ func (a *journalActor) take() *commitBatch {
 	b := &commitBatch{}
 	var rest []journalRequest
 	for _, r := range a.pending {
-		if len(b.reqs) < a.opts.MaxBatch && a.busy[r.req.GetConversationId()] == 0 {
+		if len(b.reqs) < limit && a.busy[r.req.GetConversationId()] == 0 {
 			b.reqs = append(b.reqs, r)
 			b.appends = append(b.appends, r.req)
 			continue
