@@ -113,9 +113,13 @@ func (s *Store) LastSeq(ctx context.Context, conversationID string) (uint64, err
 	return uint64(last), nil
 }
 
-// LoadSince implements journal.EventLog with one statement (one snapshot):
-// the latest summary and the events after it, both read by primary key
-// range, so its cost does not depend on the events before the summary.
+// LoadSince implements journal.EventLog in two statements, both read by
+// primary key range: the latest summary, then the events after its ToSeq
+// (given as a value, so that the planner sees how few they are: a generic
+// plan of one statement could scan the whole log). Its cost does not depend
+// on the events before the summary. Between the two reads the log may only
+// grow, and a summary written meanwhile is a later one: what it returns is
+// a summary and every event after it.
 func (s *Store) LoadSince(ctx context.Context, conversationID string) (*messages.Summary, []*messages.Event, error) {
 	ctx, cancel, err := s.enter(ctx)
 	if err != nil {
@@ -125,37 +129,26 @@ func (s *Store) LoadSince(ctx context.Context, conversationID string) (*messages
 	if err := validConv(conversationID); err != nil {
 		return nil, nil, err
 	}
-	rows, err := s.pool.Query(ctx, `WITH s AS (SELECT to_seq, data FROM lz_summaries WHERE conv = $1 ORDER BY to_seq DESC LIMIT 1)
-		SELECT 0 AS kind, to_seq, data FROM s
-		UNION ALL
-		(SELECT 1, seq, data FROM lz_events WHERE conv = $1 AND seq > coalesce((SELECT to_seq FROM s), 0) ORDER BY seq)
-		ORDER BY 1, 2`, []byte(conversationID))
+	var sum *messages.Summary
+	var toSeq int64
+	var data []byte
+	err = s.pool.QueryRow(ctx, "SELECT to_seq, data FROM lz_summaries WHERE conv = $1 ORDER BY to_seq DESC LIMIT 1",
+		[]byte(conversationID)).Scan(&toSeq, &data)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return nil, nil, s.wrap("load", err)
+	default:
+		if sum, err = decode(data, &messages.Summary{}, "summary %q/%d", conversationID, toSeq); err != nil {
+			return nil, nil, err
+		}
+	}
+	rows, err := s.pool.Query(ctx, "SELECT seq, data FROM lz_events WHERE conv = $1 AND seq > $2 ORDER BY seq", []byte(conversationID), toSeq)
 	if err != nil {
 		return nil, nil, s.wrap("load", err)
 	}
-	defer rows.Close()
-	var sum *messages.Summary
-	var evs []*messages.Event
-	for rows.Next() {
-		var kind int32
-		var seq int64
-		var data []byte
-		if err := rows.Scan(&kind, &seq, &data); err != nil {
-			return nil, nil, s.wrap("load", err)
-		}
-		if kind == 0 {
-			if sum, err = decode(data, &messages.Summary{}, "summary %q/%d", conversationID, seq); err != nil {
-				return nil, nil, err
-			}
-			continue
-		}
-		ev, err := decode(data, &messages.Event{}, "event %q/%d", conversationID, seq)
-		if err != nil {
-			return nil, nil, err
-		}
-		evs = append(evs, ev)
-	}
-	if err := rows.Err(); err != nil {
+	evs, err := scanEvents(rows, conversationID)
+	if err != nil {
 		return nil, nil, s.wrap("load", err)
 	}
 	return sum, evs, nil
