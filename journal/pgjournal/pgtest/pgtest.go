@@ -135,7 +135,9 @@ func (s *Server) start(port int) error {
 		"-c", "logging_collector=off",
 		"-c", "log_min_messages=fatal",
 	)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Pdeathsig: syscall.SIGKILL}
+	// A process group of its own, so that StopServer kills the backends
+	// with the postmaster: no backend serves a query after it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	logf, err := os.Create(filepath.Join(s.dir, "server.log"))
 	if err != nil {
 		return fmt.Errorf("pgtest: %w", err)
@@ -216,7 +218,9 @@ func (s *Server) Restart() error {
 	return s.Resume()
 }
 
-// StopServer kills the server (SIGKILL) without removing its files; Resume
+// StopServer kills the server (SIGKILL to the postmaster and every
+// backend: once it returns, no query is served) without removing its
+// files; Resume
 // starts it again on the same port. Together they are Restart with a gap in
 // between.
 func (s *Server) StopServer() {
@@ -226,7 +230,7 @@ func (s *Server) StopServer() {
 	if cmd == nil {
 		return
 	}
-	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // the postmaster and its backends
 	<-exited
 }
 
