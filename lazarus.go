@@ -175,7 +175,7 @@ func Open(opts Options) (*Runtime, error) {
 	}
 	r.hub = newHub(r.store, opts.SubscriberBuffer)
 	r.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-		return opts.Logger.With("component", "protoactor")
+		return slog.New(demoted{opts.Logger.Handler()}).With("component", "protoactor")
 	}))
 	r.sup, err = supervisor.Start(r.system, supervisor.Config{
 		Store:       r.store,
@@ -245,13 +245,17 @@ type SendOptions struct {
 // returns its seq once it is durable. The agent's answer follows
 // asynchronously: watch it with Subscribe or read it with History. The
 // scope is the caller's ambient state; the turn this message starts runs
-// with it, and it is never persisted.
+// with it, and it is never persisted. An empty text is refused with an
+// error wrapping journal.ErrInvalid, and nothing is written.
 func (r *Runtime) Send(ctx context.Context, conversationID, text string, scope agent.Scope) (uint64, error) {
 	msg := &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: text}}}}
 	return r.SendMessage(ctx, conversationID, msg, SendOptions{}, scope)
 }
 
 // SendMessage is Send for a message of several content parts, with options.
+// A message without parts, or with a part that is nil, has no content set,
+// is an empty text or is a blob with neither data nor a URI, is refused with
+// an error wrapping journal.ErrInvalid, and nothing is written.
 func (r *Runtime) SendMessage(ctx context.Context, conversationID string, msg *messages.UserMessage, opts SendOptions, scope agent.Scope) (uint64, error) {
 	if r.isClosed() {
 		return 0, ErrClosed
@@ -259,8 +263,8 @@ func (r *Runtime) SendMessage(ctx context.Context, conversationID string, msg *m
 	if err := journal.ValidateID("conversation id", conversationID); err != nil {
 		return 0, fmt.Errorf("lazarus: send: %w", err)
 	}
-	if len(msg.GetContent()) == 0 {
-		return 0, fmt.Errorf("lazarus: send to %q: %w", conversationID, journal.Invalidf("empty message"))
+	if err := checkUserMessage(msg); err != nil {
+		return 0, fmt.Errorf("lazarus: send to %q: %w", conversationID, err)
 	}
 	if opts.RequestID == "" {
 		opts.RequestID = newRequestID()
@@ -304,7 +308,7 @@ func (r *Runtime) Resolve(ctx context.Context, toolCallID, result string, scope 
 // see (a human declined, say). Otherwise it behaves as Resolve.
 func (r *Runtime) Reject(ctx context.Context, toolCallID, reason string, scope agent.Scope) error {
 	return r.resolve(ctx, toolCallID, messages.ToolCallStatus_TOOL_CALL_STATUS_ERRORED,
-		agent.ErrorOutcome("rejected", reason), scope)
+		agent.ErrorOutcome(agent.CodeRejected, reason), scope)
 }
 
 func (r *Runtime) resolve(ctx context.Context, id string, status messages.ToolCallStatus, out *messages.ToolOutcome, scope agent.Scope) error {

@@ -83,6 +83,13 @@ type ConversationConfig struct {
 	Summarizer snapshot.Summarizer
 	// Audit records every model call with Store.PutModelCall.
 	Audit bool
+	// ModelGate keeps the conversation's model calls from overlapping (see
+	// ModelGate). Activations of one conversation must share it, so that a
+	// new activation's first call waits for the call a killed one left
+	// winding down; the supervisor passes its own. Nil means a gate of
+	// these props' own, which serialises the calls of their activations
+	// only.
+	ModelGate *ModelGate
 	// Publish receives the actor's failed turns (and write failures), on
 	// the actor's goroutine, and the model's text deltas, on the goroutine
 	// of the model call that streams them (onDelta's caller), straight from
@@ -136,6 +143,9 @@ func NewConversation(cfg ConversationConfig) *actor.Props {
 	if cfg.Goroutines == nil {
 		cfg.Goroutines = new(sync.WaitGroup)
 	}
+	if cfg.ModelGate == nil {
+		cfg.ModelGate = new(ModelGate)
+	}
 	cfg.Policy = cfg.Policy.WithDefaults()
 	var opts []actor.PropsOption
 	if cfg.Dispatcher != nil {
@@ -180,6 +190,9 @@ func (releaseProcessRef) IgnoreDeadLetterLogging() {}
 type openCall struct {
 	ev         *messages.ToolCallEvent
 	dispatched bool // a server tool run was started by this activation
+	// prompt is what a human is asked (human calls only), as in the row; the
+	// fsm_state's pending entries carry it.
+	prompt string
 	// ready holds the outcome once known and not yet written.
 	ready  *messages.ToolOutcome
 	status messages.ToolCallStatus
@@ -204,6 +217,17 @@ type pendingWrite struct {
 	after func(ctx actor.Context)
 }
 
+// carries reports whether the write appends the user message of request id
+// rid.
+func (w *pendingWrite) carries(rid string) bool {
+	for _, q := range w.sends {
+		if q.msg.GetRequestId() == rid {
+			return true
+		}
+	}
+	return false
+}
+
 type conversation struct {
 	cfg ConversationConfig
 	log *slog.Logger
@@ -223,7 +247,12 @@ type conversation struct {
 	order []string // open call ids in log order
 	seen  map[string]uint64
 
+	// scope is the scope of the last command; the work it leads to runs
+	// with it. SystemScope until a command arrives, though no work starts
+	// before one (asked): work the runtime resumes on its own runs under
+	// SystemScope, never under a zero Scope.
 	scope     agent.Scope
+	asked     bool // a command said who asked; see advance
 	processed uint64
 
 	nextWrite uint64
@@ -362,6 +391,7 @@ func tell(ctx actor.Context) func(msg any) {
 // predecessor left there lands first, and the revival reads it.
 func (c *conversation) start(ctx actor.Context) {
 	c.goCtx, c.goCancel = context.WithCancel(context.Background())
+	c.scope = agent.SystemScope
 	c.calls = map[string]*openCall{}
 	c.seen = map[string]uint64{}
 	if c.cfg.Journal == nil {
@@ -427,7 +457,9 @@ func (c *conversation) onLoaded(ctx actor.Context, l *loaded) {
 	c.rememberRequests()
 	for _, ev := range c.ws.OpenCalls() {
 		call := &openCall{ev: ev}
-		if row := l.rows[ev.GetCall().GetId()]; row != nil && journal.IsTerminal(row.GetStatus()) {
+		row := l.rows[ev.GetCall().GetId()]
+		call.prompt = row.GetPrompt()
+		if row != nil && journal.IsTerminal(row.GetStatus()) {
 			// Resolved in the Store, but the result never reached the log:
 			// the actor died in between. Record it now.
 			call.ready, call.status, call.by, call.inStore = row.GetResult(), row.GetStatus(), resolvedBy(row.GetStatus()), true
@@ -461,11 +493,19 @@ func (c *conversation) onCommand(ctx actor.Context, cmd *Command, sender *actor.
 		return
 	}
 	c.scope = cmd.Scope
+	c.asked = true
 	c.turnFailed = false
 	switch m := cmd.Msg.(type) {
 	case *messages.AgentSend:
 		if seq, ok := c.seen[m.GetRequestId()]; ok && m.GetRequestId() != "" {
 			c.reply(ctx, sender, m, seq, nil)
+			return
+		}
+		if w := c.inflight; w != nil && m.GetRequestId() != "" && w.carries(m.GetRequestId()) {
+			// A retry of a send whose write is in flight (a client retrying
+			// after a timeout): it joins that write, and is answered with
+			// its seq or its error when the write lands.
+			w.sends = append(w.sends, &queuedSend{sender: sender, msg: m})
 			return
 		}
 		for _, q := range c.sends {
@@ -526,8 +566,12 @@ func (c *conversation) reply(ctx actor.Context, sender *actor.PID, msg proto.Mes
 // a log ending in a user message owes a model turn; an open server call
 // with a pending row is dispatched again with the same id; an open human
 // call waits; a call resolved in the Store but not in the log is recorded.
+//
+// It starts nothing before the first command (every activation is spawned
+// for one): the revival may finish before the command that woke the actor
+// arrives, and the work must run with that command's scope.
 func (c *conversation) advance(ctx actor.Context) {
-	if !c.loaded || c.stopping || c.inflight != nil {
+	if !c.loaded || !c.asked || c.stopping || c.inflight != nil {
 		c.touchIdle(ctx)
 		return
 	}
@@ -536,8 +580,8 @@ func (c *conversation) advance(ctx actor.Context) {
 		d := c.answer
 		c.answer = nil
 		c.writeAnswer(ctx, d)
-	case len(c.sends) > 0:
-		c.writeSends(ctx)
+	case len(c.sends) > 0 && c.writeSends(ctx):
+		// Otherwise every queued send was already in the log: go on.
 	case c.hasReady():
 		c.writeResults(ctx)
 	case len(c.order) > 0:
@@ -630,7 +674,7 @@ func (c *conversation) fsmState(lastSeq uint64, extra []*openCall) *messages.FSM
 			return
 		}
 		tc := call.ev.GetCall()
-		st.Pending[tc.GetId()] = &messages.PendingCall{ToolCallId: tc.GetId(), Executor: call.ev.GetExecutor(), Kind: tc.GetName()}
+		st.Pending[tc.GetId()] = &messages.PendingCall{ToolCallId: tc.GetId(), Executor: call.ev.GetExecutor(), Kind: tc.GetName(), Prompt: call.prompt}
 		if call.ev.GetExecutor() == messages.Executor_EXECUTOR_HUMAN {
 			st.State = messages.AgentState_AGENT_STATE_AWAITING_INPUT
 		}
@@ -660,13 +704,23 @@ func (c *conversation) write(ctx actor.Context, w *pendingWrite) {
 	ctx.Request(c.cfg.Journal, &messages.JournalWrite{RequestId: w.id, Request: w.req})
 }
 
-func (c *conversation) writeSends(ctx actor.Context) {
-	sends := c.sends
+// writeSends writes the queued sends, each request id once, and reports
+// whether it started a write. A send whose request id the log already holds
+// is answered with its seq and not appended again: onCommand checks the
+// same, and this check keeps the write path from trusting that it did.
+func (c *conversation) writeSends(ctx actor.Context) bool {
+	queued := c.sends
 	c.sends = nil
 	req := &messages.AppendRequest{}
 	written := map[string]bool{}
-	for _, q := range sends {
+	var sends []*queuedSend
+	for _, q := range queued {
 		rid := q.msg.GetRequestId()
+		if seq, ok := c.seen[rid]; ok && rid != "" {
+			c.reply(ctx, q.sender, q.msg, seq, nil)
+			continue
+		}
+		sends = append(sends, q)
 		if rid != "" && written[rid] {
 			continue
 		}
@@ -676,8 +730,12 @@ func (c *conversation) writeSends(ctx actor.Context) {
 			ev.Body = &messages.Event_UserMsg{UserMsg: q.msg.GetMessage()}
 		}))
 	}
+	if len(req.Events) == 0 {
+		return false
+	}
 	c.setRow(req, messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE, nil)
 	c.write(ctx, &pendingWrite{req: req, sends: sends})
+	return true
 }
 
 func (c *conversation) writeResults(ctx actor.Context) {
@@ -785,7 +843,7 @@ func (c *conversation) startModel(ctx actor.Context) {
 		}
 		turn.Tools = c.specs
 	}
-	id, model, store, audit, clock := c.turn, c.cfg.Model, c.cfg.Store, c.cfg.Audit, c.cfg.Clock
+	id, model, store, audit, clock, gate := c.turn, c.cfg.Model, c.cfg.Store, c.cfg.Audit, c.cfg.Clock, c.cfg.ModelGate
 	lastSeq := c.ws.LastSeq
 	send := tell(ctx)
 	log := c.log
@@ -799,8 +857,17 @@ func (c *conversation) startModel(ctx actor.Context) {
 	}
 	c.goOwned(func(context.Context) {
 		defer cancel()
+		// The previous call of the conversation may still be winding down
+		// (cancelled by a newer message or a kill): Generate is never
+		// called twice at once for one conversation.
+		leave, err := gate.enter(turnCtx, turn.ConversationID)
+		if err != nil {
+			send(&modelDone{turn: id, err: err}) // a cancelled turn: ignored
+			return
+		}
 		began := clock.Now()
 		msg, err := generate(turnCtx, log, model, turn, onDelta)
+		leave()
 		if err == nil && msg == nil {
 			err = errors.New("model returned no message")
 		}
@@ -914,7 +981,7 @@ func (c *conversation) turnWrite(msg *messages.AssistantMessage) (*messages.Appe
 		if tc.GetId() != "" && tc.GetProviderId() == "" {
 			tc.ProviderId = tc.GetId()
 		}
-		tc.Id = NewToolCallID()
+		tc.Id = NewToolCallIDAt(now)
 		row := &messages.ToolCallRecord{
 			Id: tc.GetId(), ConversationId: c.cfg.ID, Name: tc.GetName(), Executor: tool.Executor,
 			Status: messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING, Args: tc.GetArguments(), Created: journal.Timestamp(now),
@@ -939,13 +1006,13 @@ func (c *conversation) turnWrite(msg *messages.AssistantMessage) (*messages.Appe
 	req.Events = append(req.Events, c.event(func(ev *messages.Event) {
 		ev.Body = &messages.Event_AssistantMsg{AssistantMsg: msg}
 	}))
-	for _, tc := range msg.GetToolCalls() {
+	for i, tc := range msg.GetToolCalls() {
 		tool, _ := c.cfg.Tools.Lookup(tc.GetName())
 		ev := &messages.ToolCallEvent{Call: tc, Executor: tool.Executor}
 		req.Events = append(req.Events, c.event(func(e *messages.Event) {
 			e.Body = &messages.Event_ToolCall{ToolCall: ev}
 		}))
-		calls = append(calls, &openCall{ev: ev})
+		calls = append(calls, &openCall{ev: ev, prompt: req.ToolCalls[i].GetPrompt()})
 	}
 	var status messages.ConversationStatus
 	if len(suspension) > 0 {
@@ -1183,16 +1250,21 @@ func resolvedBy(status messages.ToolCallStatus) string {
 // encodings of equal-length byte strings sort as the bytes do.
 var idEncoding = base32.NewEncoding("234567abcdefghijklmnopqrstuvwxyz").WithPadding(base32.NoPadding)
 
-// NewToolCallID mints a tool call id: "call_" and 26 characters encoding the
-// wall clock in nanoseconds (64 bits, big-endian) and 64 random bits. The
+// NewToolCallID mints a tool call id at the wall clock's time: see
+// NewToolCallIDAt.
+func NewToolCallID() string { return NewToolCallIDAt(time.Now()) }
+
+// NewToolCallIDAt mints a tool call id: "call_" and 26 characters encoding
+// at in nanoseconds (64 bits, big-endian) and 64 random bits; the
+// conversation actor passes its Clock's time. The
 // runtime mints its own ids, unique across conversations, rather than trust
 // a provider's (local models often number their calls from zero). Ids
 // minted later sort after earlier ones (while the clock does not step
 // back), which lets pebblejournal check that a new id is unclaimed without
 // reading any table; ordering is never needed for correctness.
-func NewToolCallID() string {
+func NewToolCallIDAt(at time.Time) string {
 	var b [16]byte
-	binary.BigEndian.PutUint64(b[:8], uint64(time.Now().UnixNano()))
+	binary.BigEndian.PutUint64(b[:8], uint64(at.UnixNano()))
 	_, _ = rand.Read(b[8:])
 	return "call_" + idEncoding.EncodeToString(b[:])
 }

@@ -11,7 +11,8 @@
 // JournalBarrier: a killed predecessor's last write lands first), then
 // revives itself from the Store (conversation row, LoadSince, the rows of
 // the calls still open) on a goroutine it owns, buffering commands until
-// then. Its mailbox runs on the supervisor's WorkerDispatcher. From then on a
+// then. Its mailbox runs on the supervisor's WorkerDispatcher. Once the first
+// command has said who asked (the work runs with its scope), a
 // reconciler (advance) starts the next step from what the log says, which is
 // also how every recovery rule applies after a kill: a log ending in a user
 // message owes a model turn; an open server call is dispatched again with
@@ -20,7 +21,9 @@
 // journal actor, one at a time, fenced with the expected last seq; a failed
 // or fenced write stops the actor and the next command revives it. Model
 // calls and tool runs run on goroutines the actor owns and report back by
-// message, so the actor never blocks and can be killed mid-call. Commands
+// message, so the actor never blocks and can be killed mid-call; a model
+// call waits for the conversation's previous one to return (ModelGate),
+// even a cancelled one of a killed activation. Commands
 // (AgentSend, AgentResolved, AgentWake, AgentStop) arrive wrapped in a
 // local-only Command that carries the caller's scope.
 //

@@ -3,9 +3,11 @@ package actors
 import (
 	"bytes"
 	"cmp"
+	"encoding/binary"
 	"math/rand/v2"
 	"regexp"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -37,4 +39,15 @@ func TestIDEncodingKeepsOrder(t *testing.T) {
 		got := cmp.Compare(idEncoding.EncodeToString(a), idEncoding.EncodeToString(b))
 		require.Equal(t, want, got, "%x vs %x", a, b)
 	}
+}
+
+// TestNewToolCallIDAtEncodesItsTime: the id carries the time it was given
+// (the conversation's Clock), not the wall clock's.
+func TestNewToolCallIDAtEncodesItsTime(t *testing.T) {
+	at := time.Date(2001, 2, 3, 4, 5, 6, 7, time.UTC)
+	id := NewToolCallIDAt(at)
+	raw, err := idEncoding.DecodeString(id[len("call_"):])
+	require.NoError(t, err)
+	require.Equal(t, uint64(at.UnixNano()), binary.BigEndian.Uint64(raw[:8]))
+	require.Less(t, id, NewToolCallIDAt(at.Add(time.Nanosecond)), "a later time sorts later")
 }

@@ -47,7 +47,8 @@ type Model interface {
 	// cancellation, returning an error (ctx.Err() or one wrapping it) soon
 	// after ctx is done; the runtime then discards the turn and re-runs it
 	// after a revival, so a cancelled Generate must have had no side effects
-	// beyond cost.
+	// beyond cost. The conversation's next call waits until a cancelled one
+	// has returned.
 	Generate(ctx context.Context, turn Turn, onDelta func(text string)) (*messages.AssistantMessage, error)
 }
 

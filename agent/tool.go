@@ -53,6 +53,9 @@ const (
 	// CodeExpired: a human call's deadline passed before an answer. The
 	// runtime's expiry path uses it; RunServer never returns it.
 	CodeExpired = "expired"
+	// CodeRejected: a person declined a human call (Runtime.Reject, or
+	// `lazarus resolve --reject`). The message is their reason.
+	CodeRejected = "rejected"
 )
 
 // ErrScope is the error of a tool that refuses the caller's scope. RunServer

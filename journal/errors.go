@@ -21,7 +21,9 @@ var (
 	// ErrClosed: the Store was closed, or refuses writes after a fatal I/O
 	// error.
 	ErrClosed = errors.New("journal: store closed")
-	// ErrCorrupt: stored bytes cannot be decoded. The error names the key.
+	// ErrCorrupt: stored bytes cannot be decoded (the error names the key),
+	// a file of the store is damaged (the error keeps the adapter's own
+	// text), or a conversation's log has a gap.
 	ErrCorrupt = errors.New("journal: corrupt record")
 	// ErrInvalid: the input breaks a documented rule or limit. Nothing was
 	// written.
@@ -29,6 +31,11 @@ var (
 	// ErrDeleted: the conversation was deleted; its id cannot be written
 	// again. Nothing was written.
 	ErrDeleted = errors.New("journal: conversation deleted")
+	// ErrNoSpace: the disk holding the store is full. An adapter returns it
+	// from its Open when it cannot start for want of space (free some and
+	// open again), and wraps it, together with ErrClosed, in the errors of a
+	// store that stopped because a write found the disk full.
+	ErrNoSpace = errors.New("journal: no space left on the store's disk")
 	// ErrUnavailable: a networked store could not be reached, or lost its
 	// connection before the write was sent for commit. Nothing was written;
 	// the call may be retried once the store is back.

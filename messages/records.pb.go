@@ -1028,7 +1028,8 @@ type Resolution struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	ToolCallId string                 `protobuf:"bytes,1,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
 	Status     ToolCallStatus         `protobuf:"varint,2,opt,name=status,proto3,enum=lazarus.v1.ToolCallStatus" json:"status,omitempty"`
-	// by says who resolved it: "user", "system" (expiry) or "recovery".
+	// by says who resolved it: "user" (an answer through the Runtime or the
+	// CLI) or "system" (the expiry of its deadline).
 	By            string `protobuf:"bytes,3,opt,name=by,proto3" json:"by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

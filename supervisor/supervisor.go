@@ -27,8 +27,8 @@ type Config struct {
 	// Required.
 	Store journal.Store
 	// Agent returns the configuration of a new activation of conversation
-	// id. The supervisor fills in ID, Store, Journal, Expiry, Clock, Retire,
-	// Stopped, Goroutines and Dispatcher. Required.
+	// id. The supervisor fills in ID, Store, Journal, Clock, Retire,
+	// Stopped, Fenced, Goroutines, Dispatcher and ModelGate. Required.
 	Agent func(id string) actors.ConversationConfig
 	// Clock supplies time to the expiry actor and the agents. Default
 	// actors.SystemClock().
@@ -62,6 +62,9 @@ type Supervisor struct {
 	// mailboxes runs the conversation actors' mailboxes; closed by Stop
 	// once they are all stopped.
 	mailboxes *actors.WorkerDispatcher
+	// models is shared by every activation, so that a new activation's
+	// model call waits for one a killed predecessor left winding down.
+	models actors.ModelGate
 
 	journal, expiry *actor.PID
 
@@ -409,6 +412,7 @@ func (r *root) spawn(ctx actor.Context, a *activation) (*actor.PID, error) {
 	cfg.Clock = s.cfg.Clock
 	cfg.Goroutines = &s.wg
 	cfg.Dispatcher = s.mailboxes
+	cfg.ModelGate = &s.models
 	cfg.Retire = func(processed uint64, force bool) bool { return s.reg.retire(a, processed, force) }
 	self, root := ctx.Self(), ctx.ActorSystem().Root
 	cfg.Fenced = func() { root.Send(self, &rewake{conversation: a.id}) }

@@ -160,7 +160,7 @@ func prepareDir(dir string) (path string, temp bool, err error) {
 		return "", false, fmt.Errorf("demo: --dir: %w", err)
 	}
 	if len(entries) > 0 {
-		return "", false, fmt.Errorf("demo: --dir %s is not empty: give a new or empty directory, the story starts from nothing", dir)
+		return "", false, usageError{fmt.Sprintf("--dir %s is not empty: give a new or empty directory, the story starts from nothing", dir)}
 	}
 	return dir, false, nil
 }

@@ -245,9 +245,11 @@ func TestDemoRefusesADirectoryInUse(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "something"), nil, 0o644))
 	code, out, errs := runDemo(t, "--fast", "--dir", dir)
-	assert.Equal(t, exitFailed, code)
+	assert.Equal(t, exitUsage, code)
 	assert.Empty(t, out)
 	assert.Contains(t, errs, "is not empty")
+	assert.NotContains(t, errs, "FAILED", "a directory in use is a usage error, not a failed demo")
+	assert.Equal(t, 1, strings.Count(errs, "demo:"), "said once:\n%s", errs)
 }
 
 func TestUsage(t *testing.T) {

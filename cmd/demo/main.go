@@ -42,10 +42,15 @@ import (
 // Exit codes.
 const (
 	exitOK     = 0
-	exitFailed = 1 // a check did not hold, or the demo could not run
-	exitUsage  = 2
+	exitFailed = 1   // a check did not hold, or the demo could not run
+	exitUsage  = 2   // bad flags, or a --dir the demo cannot start in
 	exitSignal = 130 // interrupted (SIGINT or SIGTERM)
 )
+
+// usageError is an error the user cures by changing the command line.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -83,6 +88,9 @@ func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	err = run(ctx, cfg, stdout, stderr)
 	switch {
+	case errors.As(err, new(usageError)):
+		fmt.Fprintf(stderr, "demo: %v\n", err)
+		return exitUsage
 	case err != nil && ctx.Err() != nil:
 		fmt.Fprintln(stderr, "demo: interrupted")
 		return exitSignal

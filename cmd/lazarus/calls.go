@@ -186,7 +186,7 @@ func (c *cli) resolve(ctx context.Context, fs *flags, args []string) (err error)
 		if strings.TrimSpace(*reject) == "" {
 			return usagef("--reject needs a reason")
 		}
-		res = &messages.ToolResolution{Status: messages.ToolCallStatus_TOOL_CALL_STATUS_ERRORED, Result: agent.ErrorOutcome("rejected", *reject)}
+		res = &messages.ToolResolution{Status: messages.ToolCallStatus_TOOL_CALL_STATUS_ERRORED, Result: agent.ErrorOutcome(agent.CodeRejected, *reject)}
 	default:
 		text := *result
 		if text == "-" {

@@ -125,7 +125,7 @@ func TestResolveReject(t *testing.T) {
 	require.Contains(t, r.stdout, "errored "+f.waitingCall)
 	row := readCall(t, f.dir, f.waitingCall)
 	require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_ERRORED, row.GetStatus())
-	require.Equal(t, agent.ErrorOutcome("rejected", "over the limit").GetError().GetMessage(), row.GetResult().GetError().GetMessage())
+	require.Equal(t, agent.ErrorOutcome(agent.CodeRejected, "over the limit").GetError().GetMessage(), row.GetResult().GetError().GetMessage())
 	require.Equal(t, "rejected", row.GetResult().GetError().GetCode())
 }
 

@@ -1,7 +1,8 @@
 // Command lazarus is the operator's tool for a Lazarus store: it lists
 // conversations, prints and follows their logs, answers or inspects pending
 // human tool calls, exports and imports conversations, deletes them, trims
-// the model-call audit and reports store statistics.
+// the model-call audit, reports store statistics and checks a store for
+// damage.
 //
 // Usage:
 //
@@ -30,8 +31,9 @@
 //
 // export writes JSON lines, one record per line with a "type" tag (the
 // conversation row, metadata, events in ascending seq, summaries, tool call
-// rows, deadlines), each record in protojson; import reads the same format,
-// validates all of it before writing anything, and never overwrites. The
+// rows, deadlines) and end lines that make a cut detectable, each record in
+// protojson; import reads the same format, validates all of it before
+// writing anything, and never overwrites. Both stream. The
 // format and the import rules are documented in format.go and in
 // 'lazarus export --help'.
 //
@@ -43,6 +45,7 @@
 //	3  stale: resolve came too late (the call is unknown, already answered or expired)
 //	4  busy: another process holds the directory
 //	5  not found: no such conversation, or no store in the directory
+//	6  damaged: check found damage, or the store's files are too damaged to open
 //
 // Output meant for people goes to stdout, one line per item; --json gives a
 // single JSON document instead on the list-like commands (conversations,
@@ -72,6 +75,7 @@ const (
 	exitStale    = 3
 	exitBusy     = 4
 	exitNotFound = 5
+	exitDamaged  = 6
 )
 
 // envDir is the environment variable that names the store directory when
@@ -103,7 +107,10 @@ type cli struct {
 	stderr io.Writer
 	getenv func(string) string
 	now    func() time.Time
-	open   opener
+	// isTerminal reports whether a stream is a terminal (progress is shown
+	// only there).
+	isTerminal func(io.Writer) bool
+	open       opener
 	// dir is the --dir given before the command, if any.
 	dir string
 	// postgres is the --postgres given before the command, if any.
@@ -111,7 +118,7 @@ type cli struct {
 }
 
 func newCLI(stdin io.Reader, stdout, stderr io.Writer) *cli {
-	return &cli{stdin: stdin, stdout: stdout, stderr: stderr, getenv: os.Getenv, now: time.Now, open: openPebble}
+	return &cli{stdin: stdin, stdout: stdout, stderr: stderr, getenv: os.Getenv, now: time.Now, isTerminal: isTerminal, open: openPebble}
 }
 
 // command is one subcommand.
@@ -126,7 +133,7 @@ type command struct {
 // commands lists every subcommand, in the order of the help text.
 var commands = []*command{
 	conversationsCmd, showCmd, tailCmd, pendingCmd, resolveCmd,
-	exportCmd, importCmd, deleteCmd, gcAuditCmd, statsCmd,
+	exportCmd, importCmd, deleteCmd, gcAuditCmd, statsCmd, checkCmd,
 }
 
 func lookup(name string) *command {
@@ -212,6 +219,8 @@ func exitCode(err error) int {
 		return exitUsage
 	case errors.Is(err, errBusy):
 		return exitBusy
+	case errors.Is(err, errDamaged):
+		return exitDamaged
 	case errors.Is(err, journal.ErrStale):
 		return exitStale
 	case errors.Is(err, journal.ErrNotFound), errors.Is(err, errNoStore):
@@ -243,7 +252,8 @@ Commands:
 	}
 	fmt.Fprint(w, `
 Exit status: 0 success, 1 failure, 2 usage error, 3 stale (resolve too late),
-4 directory held by another process, 5 conversation or store not found.
+4 directory held by another process, 5 conversation or store not found,
+6 check found damage.
 `)
 }
 

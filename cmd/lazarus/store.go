@@ -82,6 +82,15 @@ func openPostgres(dsn string) (journal.Store, error) {
 	return pgjournal.Open(context.Background(), dsn, pgjournal.Options{Audit: true})
 }
 
+// checkStore runs the adapter's offline check of st.
+func checkStore(ctx context.Context, st journal.Store) (*pebblejournal.CheckReport, error) {
+	ps, ok := st.(*pebblejournal.Store)
+	if !ok {
+		return nil, fmt.Errorf("check: the store %T has no offline check", st)
+	}
+	return ps.Check(ctx)
+}
+
 // isLocked reports whether err is Pebble's refusal to open a directory
 // another Store holds.
 func isLocked(err error) bool { return errors.Is(err, pebblejournal.ErrLocked) }

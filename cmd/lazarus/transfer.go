@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -16,23 +15,28 @@ import (
 // formatHelp is the export format, as the export and import commands
 // print it (format.go has the full rules).
 const formatHelp = `
-Format (lazarus-export, version 1): JSON lines, one record per line, each
-with a "type" tag. The first line is the header; then, per conversation, its
-row, metadata, events (ascending seq), summaries, tool call rows and
-deadlines:
+Format (lazarus-export, version 2): JSON lines, one record per line, each
+with a "type" tag and ended by a newline. The first line is the header;
+then, per conversation, its row, metadata, events (ascending seq, each
+tool_call event directly followed by the row of its call), summaries,
+deadlines, and an end line counting them; a trailer counting the sections
+and lines closes the file, so a cut anywhere is detected:
 
-  {"type":"header","format":"lazarus-export","version":1}
+  {"type":"header","format":"lazarus-export","version":2}
   {"type":"conversation","conversation":ID,"record":<Conversation>}
   {"type":"metadata","conversation":ID,"record":{"key":K,"value":V}}
   {"type":"event","conversation":ID,"record":<Event>}
-  {"type":"summary","conversation":ID,"record":<Summary>}
   {"type":"tool_call","conversation":ID,"record":<ToolCallRecord>}
+  {"type":"summary","conversation":ID,"record":<Summary>}
   {"type":"deadline","conversation":ID,"record":<Deadline>}
+  {"type":"end","conversation":ID,"record":{"last_seq":N,"tool_calls":K,"summaries":S,"deadlines":D,"metadata":M}}
+  {"type":"trailer","record":{"conversations":C,"lines":L}}
 
 A <Record> is the protojson form of that message of
 messages/lazarus/v1/records.proto (field names as in the .proto, 64-bit
 integers as strings, timestamps RFC 3339, enums by name). Audit rows are
-not exported. Exports can be concatenated.`
+not exported. Exports can be concatenated. Version 1 exports (without end
+lines) are refused: export the source again.`
 
 var exportCmd = &command{
 	name:     "export",
@@ -42,7 +46,13 @@ var exportCmd = &command{
 Writes the named conversations (or all, with --all) to stdout, or to
 --file PATH (written to a temporary file and renamed into place, so PATH
 is never left half-written). Two exports of the same data are equal byte
-for byte.
+for byte. Export streams: it holds one page of events at a time, whatever
+the length of a conversation. It checks each conversation as import will
+(the log runs 1..last seq, every tool_call event has its row and every
+pending row its event, fsm_state.last_seq is the last seq) and stops with
+an error on a damaged one; what it wrote to stdout then lacks its end
+line and trailer, so import refuses it. On a terminal, stderr shows
+progress during a long run.
 ` + formatHelp,
 	run: (*cli).export,
 }
@@ -81,32 +91,19 @@ func (c *cli) export(ctx context.Context, fs *flags, args []string) (err error) 
 			return err
 		}
 	}
-	// Read everything before writing anything: an unknown id fails the
+	// Check every id before writing anything: an unknown id fails the
 	// export without output.
-	secs := make(map[string]*section, len(ids))
 	for _, id := range ids {
-		s, err := collect(ctx, st, id)
-		if err != nil {
-			return err
-		}
-		secs[id] = s
-	}
-	if err := collectDeadlines(ctx, st, secs); err != nil {
-		return err
-	}
-	write := func(w io.Writer) error {
-		bw := bufio.NewWriter(w)
-		e, err := newExporter(bw)
-		if err != nil {
-			return err
-		}
-		for _, id := range ids {
-			if err := e.section(secs[id]); err != nil {
-				return err
+		if _, err := st.Conversation(ctx, id); err != nil {
+			if errors.Is(err, journal.ErrNotFound) {
+				return fmt.Errorf("no conversation %s: %w", displayID(id), err)
 			}
+			return err
 		}
-		return bw.Flush()
 	}
+	prog := c.newProgress("export")
+	defer prog.done()
+	write := func(w io.Writer) error { return exportTo(ctx, st, ids, w, prog) }
 	if *file == "" {
 		return write(c.stdout)
 	}
@@ -146,14 +143,20 @@ var importCmd = &command{
 Reads an export from stdin (or --file PATH) into the directory, creating
 the directory (and the store) if it does not exist or is empty.
 
-All or nothing on bad input: the whole input is read and validated before
-anything is written (every line, every record against the Store's rules
-and limits, seqs 1..n, tool call ids unique), and then checked against the
-target: if a conversation already exists there, was deleted there (a
-deleted id can never be written again) or uses a tool call id the target
-has, nothing is imported. The logs of every conversation go in one atomic
-write through the Store's append, which re-checks every seq; settings,
-metadata and summaries follow. --dry-run stops after the checks.
+All or nothing on bad input: import reads the input twice. The first
+pass checks every line (every record against the Store's rules and
+limits, seqs 1..n, every tool_call event followed by its row, each
+section's end line and the file's trailer, so a truncated export is
+refused) and the target (a conversation that exists there, was deleted
+there, or a tool call id the target has, refuses the input); it writes
+nothing. The second pass writes, checking that it reads the same bytes
+(stdin is spooled for it to an unlinked temporary file in $TMPDIR, which
+needs room for the input). Memory stays bounded whatever the length of a
+conversation. A conversation is written in several appends, the first of
+which creates it with status ENDED, and gets its exported status last; if
+a write fails part-way, the error names the conversation left incomplete
+(ENDED: a runtime does not resume it). --dry-run stops after the first
+pass. On a terminal, stderr shows progress during a long run.
 
 Everything comes back as exported except the conversation row's times: the
 Store sets "updated" to now and "created" to the time of the first event.
@@ -177,45 +180,29 @@ func (c *cli) importCmd(ctx context.Context, fs *flags, args []string) (err erro
 		defer f.Close()
 		in = f
 	}
-	secs, err := readExport(in)
-	if err != nil {
-		return fmt.Errorf("input rejected, nothing imported: %w", err)
-	}
-	st, _, err := c.openStore(fs, !*dryRun)
-	if *dryRun && errors.Is(err, errNoStore) {
-		// A new directory: nothing in it to conflict with.
-		for _, s := range secs {
-			fmt.Fprintf(c.stdout, "would import %s\n", describe(s))
+	var st journal.Store
+	defer func() {
+		if st != nil {
+			closeStore(st, &err)
 		}
-		return nil
+	}()
+	open := func(create bool) (journal.Store, error) {
+		s, _, err := c.openStore(fs, create)
+		if err == nil {
+			st = s
+		}
+		return s, err
 	}
-	if err != nil {
-		return err
-	}
-	defer closeStore(st, &err)
+	verb := "imported "
 	if *dryRun {
-		if err := preflight(ctx, st, secs); err != nil {
-			return fmt.Errorf("nothing would be imported: %w", err)
-		}
-		for _, s := range secs {
-			fmt.Fprintf(c.stdout, "would import %s\n", describe(s))
-		}
-		return nil
+		verb = "would import "
 	}
-	rep, err := importSections(ctx, st, secs)
-	if err != nil {
-		return err
-	}
-	for _, s := range secs {
-		fmt.Fprintf(c.stdout, "imported %s\n", describe(s))
-	}
-	for _, id := range rep.createdChanged {
-		fmt.Fprintf(c.stderr, "note: conversation %s: the Store set its created time to its first event's\n", displayID(id))
-	}
-	return nil
-}
-
-func describe(s *section) string {
-	return fmt.Sprintf("conversation %s (%s, %d events, %d summaries, %d tool calls, %d deadlines, %d metadata keys)",
-		displayID(s.id()), statusName(s.row.GetStatus()), len(s.events), len(s.summaries), len(s.toolCalls), len(s.deadlines), len(s.metadata))
+	return importStream(ctx, in, open, importOptions{
+		dryRun:    *dryRun,
+		onSection: func(desc string) { fmt.Fprintf(c.stdout, "%s%s\n", verb, desc) },
+		onCreated: func(id string) {
+			fmt.Fprintf(c.stderr, "note: conversation %s: the Store set its created time to its first event's\n", displayID(id))
+		},
+		prog: c.newProgress("import: checking"),
+	})
 }

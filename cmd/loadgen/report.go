@@ -29,7 +29,8 @@ type ratios struct {
 	ReplayOverLoadSince float64 `json:"full_replay_over_loadsince_p50,omitempty"`
 }
 
-// target is one target of issue 5 and whether this run met it.
+// target is one of the runtime's performance targets (BENCHMARKS.md) and
+// whether this run met it.
 type target struct {
 	Name     string  `json:"name"`
 	Want     string  `json:"want"`
@@ -148,7 +149,7 @@ func printReport(w io.Writer, r *report) {
 		p("  full replay / LoadSince p50 (store reads)   %8.0fx", q.ReplayOverLoadSince)
 	}
 	p("")
-	p("targets (issue 5)")
+	p("performance targets (BENCHMARKS.md)")
 	for _, t := range r.Targets {
 		mark := "met"
 		if !t.Met {

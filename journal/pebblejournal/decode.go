@@ -139,7 +139,7 @@ func (s *Store) get(key []byte, decode func(v []byte) error) (found bool, err er
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("pebblejournal: read %s: %w", keyString(key), err)
+		return false, fmt.Errorf("pebblejournal: read %s: %w", keyString(key), storageErr(err))
 	}
 	defer closer.Close()
 	if decode != nil {

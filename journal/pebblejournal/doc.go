@@ -28,7 +28,7 @@
 // # Fatal storage errors
 //
 // Pebble reports errors it cannot recover from (a failed WAL write or sync,
-// a failed MANIFEST write, on-disk corruption) through its logger's Fatalf,
+// a failed MANIFEST write) through its logger's Fatalf,
 // which by default exits the process. This package's logger does not exit
 // and does not panic: it logs the error at Error level and marks the store
 // failed. From then on every method (reads too: Pebble may show a write that
@@ -38,6 +38,14 @@
 // reopening recovers what was durable. Not panicking is safe because no call
 // reaches Pebble after the failure: only Pebble's own background work runs
 // until Close, and it fails on its own.
+//
+// A full disk is such an error: the store's error then wraps
+// journal.ErrNoSpace as well. Open reserves the room the replay of the
+// write-ahead log needs before it starts Pebble, and refuses at once with
+// an error wrapping journal.ErrNoSpace when the disk cannot hold it (Pebble
+// would otherwise retry the failing flush forever); a failed flush is
+// followed by a pause growing to a second, so it is not retried in a tight
+// loop (see space.go).
 //
 // # Key layout
 //
@@ -97,6 +105,14 @@
 // Stored bytes are decoded defensively: a value that does not decode, or
 // disagrees with its key, and a malformed key give an error wrapping
 // journal.ErrCorrupt that quotes the key; nothing panics.
+//
+// Damage on disk is reported as journal.ErrCorrupt too, and only where it
+// is (see corrupt.go): a block whose checksum fails fails the reads that
+// touch it, with Pebble's text, and the store stays open; Open of damaged
+// files (WAL, MANIFEST) fails with an error wrapping ErrCorrupt; a read of
+// a log with a gap (events lost with a write-ahead log) fails with
+// ErrCorrupt instead of returning a history with a hole. Store.Check
+// verifies a whole store offline (lazarus check).
 //
 // # Concurrency and lifetime
 //

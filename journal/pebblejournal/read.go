@@ -45,7 +45,19 @@ func (s *Store) Events(ctx context.Context, conversationID string, q journal.Eve
 		return nil, err
 	}
 	evs, err := readEvents(it, convKey(famEvent, conversationID), q.Limit)
-	return evs, closeIter(it, err)
+	if err = closeIter(it, err); err != nil {
+		return nil, err
+	}
+	// The log is gap-free from seq 1: the range starts at After+1, unless
+	// a Limit cut it.
+	first := q.After + 1
+	if q.Limit > 0 && len(evs) == q.Limit {
+		first = 0
+	}
+	if err := checkSeqs(conversationID, "events", evs, first); err != nil {
+		return nil, err
+	}
+	return evs, nil
 }
 
 // eventRange returns the key range of the events after..before (both
@@ -67,7 +79,7 @@ func readEvents(it *pebble.Iterator, prefix []byte, limit int) ([]*messages.Even
 	decode := func() error {
 		v, err := it.ValueAndErr()
 		if err != nil {
-			return fmt.Errorf("pebblejournal: read %s: %w", keyString(it.Key()), err)
+			return fmt.Errorf("pebblejournal: read %s: %w", keyString(it.Key()), storageErr(err))
 		}
 		ev, err := decodeEvent(it.Key(), v, prefix)
 		if err != nil {
@@ -91,7 +103,7 @@ func readEvents(it *pebble.Iterator, prefix []byte, limit int) ([]*messages.Even
 		}
 	}
 	if err := it.Error(); err != nil {
-		return nil, fmt.Errorf("pebblejournal: iterate events: %w", err)
+		return nil, fmt.Errorf("pebblejournal: iterate events: %w", storageErr(err))
 	}
 	return out, nil
 }
@@ -129,7 +141,7 @@ func (s *Store) lastSeqWith(itp **pebble.Iterator, conv string) (uint64, error) 
 	it := *itp
 	if !it.Last() {
 		if err := it.Error(); err != nil {
-			return 0, fmt.Errorf("pebblejournal: last seq of %q: %w", conv, err)
+			return 0, fmt.Errorf("pebblejournal: last seq of %q: %w", conv, storageErr(err))
 		}
 		return 0, nil
 	}
@@ -165,6 +177,9 @@ func (s *Store) LoadSince(ctx context.Context, conversationID string) (*messages
 	if err = closeIter(it, err); err != nil {
 		return nil, nil, err
 	}
+	if err := checkSeqs(conversationID, "revival read", evs, after+1); err != nil {
+		return nil, nil, err
+	}
 	return sum, evs, nil
 }
 
@@ -172,13 +187,13 @@ func (s *Store) LoadSince(ctx context.Context, conversationID string) (*messages
 func lastSummary(it *pebble.Iterator, prefix []byte) (*messages.Summary, error) {
 	if !it.Last() {
 		if err := it.Error(); err != nil {
-			return nil, fmt.Errorf("pebblejournal: iterate summaries: %w", err)
+			return nil, fmt.Errorf("pebblejournal: iterate summaries: %w", storageErr(err))
 		}
 		return nil, nil
 	}
 	v, err := it.ValueAndErr()
 	if err != nil {
-		return nil, fmt.Errorf("pebblejournal: read %s: %w", keyString(it.Key()), err)
+		return nil, fmt.Errorf("pebblejournal: read %s: %w", keyString(it.Key()), storageErr(err))
 	}
 	return decodeSummary(it.Key(), v, prefix)
 }
@@ -317,13 +332,13 @@ func iterGet(it *pebble.Iterator, key []byte) ([]byte, bool, error) {
 	it.SetBounds(key, append(key[:len(key):len(key)], 0))
 	if !it.SeekPrefixGE(key) || !bytes.Equal(it.Key(), key) {
 		if err := it.Error(); err != nil {
-			return nil, false, fmt.Errorf("pebblejournal: read %s: %w", keyString(key), err)
+			return nil, false, fmt.Errorf("pebblejournal: read %s: %w", keyString(key), storageErr(err))
 		}
 		return nil, false, nil
 	}
 	v, err := it.ValueAndErr()
 	if err != nil {
-		return nil, false, fmt.Errorf("pebblejournal: read %s: %w", keyString(key), err)
+		return nil, false, fmt.Errorf("pebblejournal: read %s: %w", keyString(key), storageErr(err))
 	}
 	return v, true, nil
 }
@@ -551,7 +566,7 @@ func (s *Store) ListConversations(ctx context.Context, cursor string, limit int)
 		}
 		v, err := it.ValueAndErr()
 		if err != nil {
-			return nil, "", closeIter(it, fmt.Errorf("pebblejournal: read %s: %w", keyString(k), err))
+			return nil, "", closeIter(it, fmt.Errorf("pebblejournal: read %s: %w", keyString(k), storageErr(err)))
 		}
 		row, err := decodeConversation(k, v, id)
 		if err != nil {

@@ -90,6 +90,13 @@ type Store struct {
 
 	failed atomic.Pointer[error] // set once by a fatal Pebble error
 
+	// flushFailures counts consecutive failed flushes and flushFailed says
+	// that the last flush failed (see space.go); closing is closed when
+	// Close starts, ending a pause.
+	flushFailures atomic.Int64
+	flushFailed   atomic.Bool
+	closing       chan struct{}
+
 	seed      maphash.Seed
 	convLocks [convStripes]sync.Mutex
 	idLocks   [idStripes]sync.Mutex
@@ -133,6 +140,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		audit:   o.Audit,
 		now:     time.Now,
 		seed:    maphash.MakeSeed(),
+		closing: make(chan struct{}),
 	}
 	fs := o.FS
 	var fsCloser io.Closer = nopCloser{}
@@ -144,6 +152,10 @@ func Open(dir string, opts Options) (*Store, error) {
 		} else {
 			fs = vfs.Default
 		}
+	}
+	if err := reserveForOpen(fs, dir); err != nil {
+		_ = fsCloser.Close()
+		return nil, err
 	}
 	lower, upper := 1, o.MaxConcurrentCompactions
 	popts := &pebble.Options{
@@ -167,7 +179,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		if strings.Contains(err.Error(), "lock") || errors.Is(err, syscall.EWOULDBLOCK) || errors.Is(err, syscall.EAGAIN) {
 			return nil, fmt.Errorf("pebblejournal: open %q: %w: another Store, in this process or another, has it open (one Store per directory): %w", dir, ErrLocked, err)
 		}
-		return nil, fmt.Errorf("pebblejournal: open %q: %w", dir, err)
+		return nil, openError(dir, err)
 	}
 	s.db = db
 	s.fsCloser = fsCloser
@@ -191,7 +203,7 @@ func (s *Store) checkLayout() error {
 	case errors.Is(err, pebble.ErrNotFound):
 		return s.putLayout()
 	case err != nil:
-		return fmt.Errorf("pebblejournal: read layout version: %w", err)
+		return fmt.Errorf("pebblejournal: read layout version: %w", storageErr(err))
 	}
 	version := string(v)
 	_ = closer.Close()
@@ -262,6 +274,7 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
+	close(s.closing)
 	err := s.db.Close()
 	if cerr := s.fsCloser.Close(); err == nil {
 		err = cerr
@@ -307,8 +320,16 @@ func (s *Store) failure() error {
 // batch being committed is then not durable even though Pebble's Commit
 // returns nil. Every later call returns an error wrapping journal.ErrClosed;
 // the caller must Close and reopen, which recovers from what is on disk.
-func (s *Store) fail(msg string) {
-	err := fmt.Errorf("pebblejournal: store failed after a fatal storage error and accepts no more calls; close and reopen it (%s): %w", msg, journal.ErrClosed)
+//
+// When the error is a full disk, the store's error wraps journal.ErrNoSpace
+// too, and says to free space before reopening.
+func (s *Store) fail(msg string, noSpace bool) {
+	var err error
+	if noSpace {
+		err = fmt.Errorf("pebblejournal: store failed: the disk is full (%s); it accepts no more calls: free space, then close and reopen it: %w: %w", msg, journal.ErrNoSpace, journal.ErrClosed)
+	} else {
+		err = fmt.Errorf("pebblejournal: store failed after a fatal storage error and accepts no more calls; close and reopen it (%s): %w", msg, journal.ErrClosed)
+	}
 	if s.failed.CompareAndSwap(nil, &err) {
 		s.log.Error("pebblejournal: fatal storage error; the store refuses every further call until reopened", "error", msg)
 	} else {
@@ -323,7 +344,7 @@ func (s *Store) commit(b *pebble.Batch) error {
 		return s.failure()
 	}
 	if err := b.Commit(pebble.Sync); err != nil {
-		return fmt.Errorf("pebblejournal: commit: %w", err)
+		return fmt.Errorf("pebblejournal: commit: %w", storageErr(err))
 	}
 	// Pebble reports a failed WAL sync through Logger.Fatalf and then
 	// returns nil from Commit; fail has run by now in this goroutine.
@@ -346,7 +367,14 @@ func (l pebbleLogger) Errorf(format string, args ...any) {
 // errors or, for a failed commit, nil, which Store.commit turns into an
 // error.
 func (l pebbleLogger) Fatalf(format string, args ...any) {
-	l.s.fail(strings.TrimSpace(fmt.Sprintf(format, args...)))
+	msg := strings.TrimSpace(fmt.Sprintf(format, args...))
+	noSpace := strings.Contains(msg, noSpaceText)
+	for _, a := range args {
+		if err, ok := a.(error); ok && isNoSpace(err) {
+			noSpace = true
+		}
+	}
+	l.s.fail(msg, noSpace)
 }
 
 // eventListener logs write stalls, slow disks, background errors and
@@ -364,15 +392,54 @@ func (s *Store) eventListener(user *pebble.EventListener) *pebble.EventListener 
 		},
 		BackgroundError: func(err error) {
 			s.log.Error("pebblejournal: background error", "error", err)
+			if s.flushFailed.Swap(false) {
+				s.pauseAfterFailedFlush()
+			}
 		},
+		FlushEnd: func(info pebble.FlushInfo) {
+			if info.Err == nil {
+				s.flushFailures.Store(0)
+			}
+			s.flushFailed.Store(info.Err != nil && !strings.Contains(info.Err.Error(), "empty table"))
+		},
+		// Damage fails the reads that touch it (storageErr), not the
+		// whole store: see corrupt.go.
 		DataCorruption: func(info pebble.DataCorruptionInfo) {
-			s.fail("data corruption: " + info.String())
+			s.log.Error("pebblejournal: data corruption", "info", info.String())
 		},
 	}
 	if user != nil {
 		l = pebble.TeeEventListener(l, *user)
 	}
 	return &l
+}
+
+// pauseAfterFailedFlush waits before Pebble retries a failed flush (see
+// space.go): Pebble reports the flush's error (FlushEnd, then
+// BackgroundError) from the goroutine that then schedules the retry, so a
+// flush that keeps failing is retried at most a few times a second.
+// Failed compactions are not paused: Pebble already avoids retrying their
+// key span for a while. Close ends the pause.
+func (s *Store) pauseAfterFailedFlush() {
+	t := time.NewTimer(backgroundBackoff(s.flushFailures.Add(1)))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-s.closing:
+	}
+}
+
+// openError wraps an error of pebble.Open: ErrNoSpace for a full disk,
+// journal.ErrCorrupt for damaged files, as well as the cause.
+func openError(dir string, err error) error {
+	if isNoSpace(err) {
+		return fmt.Errorf("pebblejournal: open %q: %w: free space on that disk and open again: %w", dir, journal.ErrNoSpace, err)
+	}
+	if pebble.IsCorruptionError(err) || strings.Contains(err.Error(), "unknown to the objstorage provider") {
+		// Damaged files, or a MANIFEST naming tables that are not there.
+		return fmt.Errorf("pebblejournal: open %q: the store's files are damaged (run lazarus check; see RELIABILITY.md): %w", dir, &corruptError{err})
+	}
+	return fmt.Errorf("pebblejournal: open %q: %w", dir, err)
 }
 
 type nopCloser struct{}

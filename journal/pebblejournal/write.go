@@ -473,7 +473,7 @@ func (s *Store) DeleteConversation(ctx context.Context, id string) error {
 func (s *Store) newIter(lower, upper []byte) (*pebble.Iterator, error) {
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
-		return nil, fmt.Errorf("pebblejournal: new iterator at %s: %w", keyString(lower), err)
+		return nil, fmt.Errorf("pebblejournal: new iterator at %s: %w", keyString(lower), storageErr(err))
 	}
 	return it, nil
 }
@@ -482,7 +482,7 @@ func (s *Store) newIter(lower, upper []byte) (*pebble.Iterator, error) {
 // nil.
 func closeIter(it *pebble.Iterator, err error) error {
 	if cerr := it.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("pebblejournal: iterate: %w", cerr)
+		err = fmt.Errorf("pebblejournal: iterate: %w", storageErr(cerr))
 	}
 	return err
 }
@@ -497,7 +497,7 @@ func (s *Store) scan(lower, upper []byte, fn func(k, v []byte) error) error {
 	for ok := it.First(); ok; ok = it.Next() {
 		v, err := it.ValueAndErr()
 		if err != nil {
-			return closeIter(it, fmt.Errorf("pebblejournal: read %s: %w", keyString(it.Key()), err))
+			return closeIter(it, fmt.Errorf("pebblejournal: read %s: %w", keyString(it.Key()), storageErr(err)))
 		}
 		if err := fn(it.Key(), v); err != nil {
 			return closeIter(it, err)

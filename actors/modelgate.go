@@ -1,0 +1,78 @@
+package actors
+
+import (
+	"context"
+	"sync"
+)
+
+// ModelGate keeps the model calls of each conversation from overlapping, as
+// agent.Model promises: Generate is never called twice at once for one
+// conversation. A turn's model call waits, before it calls Generate, until
+// the previous call of its conversation has returned, even one that was
+// cancelled (a newer message, a kill) and is still winding down: within an
+// activation, and across activations when they share the gate (the
+// supervisor passes one to all of them). A call whose turn is cancelled
+// while it waits gives up without calling Generate. A Model that never
+// returns after its context is cancelled therefore stalls its
+// conversation's later turns (and no other conversation's).
+//
+// The zero value is ready to use. It is safe for concurrent use, and holds
+// memory only for conversations with a model call in flight.
+type ModelGate struct {
+	mu    sync.Mutex
+	calls map[string]*gateEntry
+}
+
+// gateEntry is the model call in flight of one conversation.
+type gateEntry struct {
+	done    chan struct{} // closed when the call returned
+	waiting int           // calls waiting for it
+}
+
+// enter waits until conversation conv has no model call in flight, then
+// marks one in flight, and returns the function that ends it. It returns
+// ctx's error if ctx ends first.
+func (g *ModelGate) enter(ctx context.Context, conv string) (leave func(), err error) {
+	g.mu.Lock()
+	for {
+		if err := ctx.Err(); err != nil {
+			// A turn cancelled before its call started: no call at all.
+			g.mu.Unlock()
+			return nil, err
+		}
+		if g.calls == nil {
+			g.calls = map[string]*gateEntry{}
+		}
+		cur, busy := g.calls[conv]
+		if !busy {
+			e := &gateEntry{done: make(chan struct{})}
+			g.calls[conv] = e
+			g.mu.Unlock()
+			return func() {
+				g.mu.Lock()
+				delete(g.calls, conv)
+				g.mu.Unlock()
+				close(e.done)
+			}, nil
+		}
+		cur.waiting++
+		g.mu.Unlock()
+		select {
+		case <-cur.done:
+		case <-ctx.Done():
+		}
+		g.mu.Lock()
+		cur.waiting--
+	}
+}
+
+// WaitingForTesting returns how many model calls of conversation conv wait
+// for the one in flight to return.
+func (g *ModelGate) WaitingForTesting(conv string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if e := g.calls[conv]; e != nil {
+		return e.waiting
+	}
+	return 0
+}

@@ -1,0 +1,103 @@
+package actors_test
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus/actors"
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/journal/memjournal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// logSignal is a slog handler that signals each record whose message is
+// msg, on the goroutine that logs it.
+type logSignal struct {
+	msg string
+	ch  chan struct{}
+}
+
+func (h *logSignal) Enabled(context.Context, slog.Level) bool { return true }
+func (h *logSignal) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *logSignal) WithGroup(string) slog.Handler            { return h }
+func (h *logSignal) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		select {
+		case h.ch <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+// seedOpenServerCall writes a conversation whose log ends in a call of
+// server tool name that has no result: a revival owes its dispatch.
+func seedOpenServerCall(t *testing.T, store journal.Store, conv, name string) {
+	t.Helper()
+	now := journal.Timestamp(time.Now())
+	tc := &messages.ToolCall{Id: actors.NewToolCallID(), Name: name, Arguments: `{}`}
+	user := &messages.Event{Seq: 1, Time: now, Body: &messages.Event_UserMsg{UserMsg: &messages.UserMessage{
+		Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "go"}}}}}}
+	answer := &messages.Event{Seq: 2, Time: now, Body: &messages.Event_AssistantMsg{AssistantMsg: &messages.AssistantMessage{ToolCalls: []*messages.ToolCall{tc}}}}
+	call := &messages.Event{Seq: 3, Time: now, Body: &messages.Event_ToolCall{ToolCall: &messages.ToolCallEvent{Call: tc, Executor: messages.Executor_EXECUTOR_SERVER}}}
+	_, err := store.Append(context.Background(), &messages.AppendRequest{
+		ConversationId: conv, Events: []*messages.Event{user, answer, call},
+		Status: messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE,
+		ToolCalls: []*messages.ToolCallRecord{{
+			Id: tc.GetId(), ConversationId: conv, Name: name, Executor: messages.Executor_EXECUTOR_SERVER,
+			Status: messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING, Args: `{}`, Created: now,
+		}},
+	})
+	require.NoError(t, err)
+}
+
+// TestNoWorkBeforeACommandSaysWhoAsked: an activation whose revival
+// finished before the command that woke it arrived starts no work until
+// that command has said who asked. The test sends the command only once
+// the actor has logged its revival, so the revival always wins the race:
+// the server call it owes was dispatched at once, with a zero Scope; it is
+// now dispatched with the command's scope.
+func TestNoWorkBeforeACommandSaysWhoAsked(t *testing.T) {
+	sys := newTestSystem(t)
+	store := memjournal.New(memjournal.Options{})
+	seedOpenServerCall(t, store, "c", "probe")
+	scopes := make(chan agent.Scope, 8)
+	tools, err := agent.NewRegistry(agent.Tool{
+		Name: "probe", Description: "records its scope", Executor: messages.Executor_EXECUTOR_SERVER,
+		Run: func(_ context.Context, inv agent.Invocation) (string, error) {
+			scopes <- inv.Scope
+			return `{}`, nil
+		},
+	})
+	require.NoError(t, err)
+	revived := &logSignal{msg: "revived", ch: make(chan struct{}, 1)}
+	journalPID := sys.Root.Spawn(actors.NewJournal(store, actors.JournalOptions{}))
+	pid := sys.Root.Spawn(actors.NewConversation(actors.ConversationConfig{
+		ID: "c", Store: store, Journal: journalPID, Tools: tools, Logger: slog.New(revived),
+		Model: agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
+			return &messages.AssistantMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "ok"}}}}, nil
+		}),
+	}))
+	t.Cleanup(func() { _ = sys.Root.StopFuture(pid).Wait() })
+
+	select {
+	case <-revived.ch:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the actor never revived")
+	}
+	alice := agent.Scope{UserID: "alice"}
+	res, err := sys.Root.RequestFuture(pid, &actors.Command{Scope: alice, Msg: &messages.AgentWake{}}, 10*time.Second).Result()
+	require.NoError(t, err)
+	require.Nil(t, res.(*messages.AgentReply).GetError())
+	select {
+	case got := <-scopes:
+		require.Equal(t, alice, got, "the owed call runs with the scope of the command that woke the actor")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the owed call was never dispatched")
+	}
+}

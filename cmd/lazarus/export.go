@@ -1,0 +1,273 @@
+package main
+
+import (
+	"bufio"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+	"google.golang.org/protobuf/proto"
+)
+
+// exporter writes the format to w, counting its lines for the trailer.
+type exporter struct {
+	w     *bufio.Writer
+	enc   *json.Encoder
+	lines uint64
+	convs uint64
+	// bytes counts what was encoded, for progress.
+	bytes int64
+	prog  *progress
+	// page is how many events it reads at a time (default exportPage).
+	page uint64
+}
+
+// countingWriter counts the bytes written through it.
+type countingWriter struct {
+	w io.Writer
+	n *int64
+}
+
+func (c countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	*c.n += int64(n)
+	return n, err
+}
+
+// newExporter writes the header to w. The caller ends with finish.
+func newExporter(w io.Writer, prog *progress) (*exporter, error) {
+	e := &exporter{w: bufio.NewWriterSize(w, 64<<10), prog: prog, page: exportPage}
+	e.enc = json.NewEncoder(countingWriter{w: e.w, n: &e.bytes})
+	e.enc.SetEscapeHTML(false)
+	return e, e.encode(envelope{Type: typeHeader, Format: formatName, Version: formatVersion})
+}
+
+func (e *exporter) encode(env envelope) error {
+	if err := e.enc.Encode(env); err != nil {
+		return err
+	}
+	e.lines++
+	e.prog.update(e.lines, e.bytes)
+	return nil
+}
+
+func (e *exporter) line(typ, conv string, m proto.Message) error {
+	rec, err := protoJSON(m)
+	if err != nil {
+		return fmt.Errorf("encode %s of %q: %w", typ, conv, err)
+	}
+	return e.encode(envelope{Type: typ, Conversation: &conv, Record: rec})
+}
+
+func (e *exporter) plain(typ string, conv *string, v any) error {
+	rec, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return e.encode(envelope{Type: typ, Conversation: conv, Record: rec})
+}
+
+// finish writes the trailer and flushes.
+func (e *exporter) finish() error {
+	if err := e.plain(typeTrailer, nil, trailerRecord{Conversations: ptr(e.convs), Lines: ptr(e.lines)}); err != nil {
+		return err
+	}
+	return e.w.Flush()
+}
+
+// exportPage is how many events export reads at a time.
+const exportPage = 1024
+
+// damaged is the error of a conversation export finds inconsistent: an
+// export of it would be refused by import, so export refuses it first.
+func damaged(id, format string, args ...any) error {
+	return fmt.Errorf("conversation %s is damaged in the store (%s); run 'lazarus check': %w",
+		displayID(id), fmt.Sprintf(format, args...), journal.ErrCorrupt)
+}
+
+// conversation streams one conversation in the order the format
+// documents, holding one page of events at a time. deadlines are the
+// conversation's, sorted by tool call id. It checks what import will
+// check: the log runs 1..LastSeq, fsm_state.last_seq is LastSeq, every
+// tool_call event has its row (of this conversation), every pending row
+// has its event, and every deadline is of a row of this conversation; a
+// failed check is an error wrapping journal.ErrCorrupt, and the output
+// then has no end line for the conversation, so import refuses it.
+func (e *exporter) conversation(ctx context.Context, st journal.Store, id string, deadlines []*messages.Deadline) error {
+	row, err := st.Conversation(ctx, id)
+	if err != nil {
+		if errors.Is(err, journal.ErrNotFound) {
+			return fmt.Errorf("no conversation %s: %w", displayID(id), err)
+		}
+		return err
+	}
+	md, err := st.Metadata(ctx, id)
+	if err != nil {
+		return err
+	}
+	last, err := st.LastSeq(ctx, id)
+	if err != nil {
+		return err
+	}
+	if fsm := row.GetFsmState(); fsm != nil && fsm.GetLastSeq() != last {
+		return damaged(id, "its fsm_state says the log ends at seq %d, the log ends at %d", fsm.GetLastSeq(), last)
+	}
+	pending, err := st.PendingToolCalls(ctx, id)
+	if err != nil {
+		return err
+	}
+	unseen := map[string]bool{}
+	for _, p := range pending {
+		unseen[p.GetId()] = true
+	}
+	var n counts
+	if err := e.line(typeConversation, id, row); err != nil {
+		return err
+	}
+	for _, k := range slices.Sorted(maps.Keys(md)) {
+		if err := e.plain(typeMetadata, &id, metadataRecord{Key: &k, Value: ptr(md[k])}); err != nil {
+			return err
+		}
+		n.metadata++
+	}
+	for {
+		evs, err := st.Events(ctx, id, journal.EventQuery{After: n.lastSeq, Before: pageEnd(n.lastSeq, e.page)})
+		if err != nil {
+			return err
+		}
+		if len(evs) == 0 {
+			break
+		}
+		for _, ev := range evs {
+			if ev.GetSeq() != n.lastSeq+1 {
+				return damaged(id, "its log jumps from seq %d to %d", n.lastSeq, ev.GetSeq())
+			}
+			n.lastSeq = ev.GetSeq()
+			if err := e.line(typeEvent, id, ev); err != nil {
+				return err
+			}
+			tc := ev.GetToolCall()
+			if tc == nil {
+				continue
+			}
+			call := tc.GetCall().GetId()
+			rec, err := st.ToolCall(ctx, call)
+			switch {
+			case errors.Is(err, journal.ErrNotFound):
+				return damaged(id, "tool_call event %d names call %s, which has no row", ev.GetSeq(), displayID(call))
+			case err != nil:
+				return err
+			case rec.GetConversationId() != id:
+				return damaged(id, "tool_call event %d names call %s, whose row is of conversation %s", ev.GetSeq(), displayID(call), displayID(rec.GetConversationId()))
+			}
+			if err := e.line(typeToolCall, id, rec); err != nil {
+				return err
+			}
+			delete(unseen, call)
+			n.toolCalls++
+		}
+	}
+	if n.lastSeq != last {
+		return damaged(id, "its log ends at seq %d, its last seq is %d", n.lastSeq, last)
+	}
+	if len(unseen) > 0 {
+		return damaged(id, "pending call %s has no tool_call event", displayID(slices.Min(slices.Collect(maps.Keys(unseen)))))
+	}
+	// Summaries, ascending: walk down collecting their seqs only, then read
+	// each again, so at most one summary is held.
+	var tos []uint64
+	for sum, err := st.LatestSummary(ctx, id); ; sum, err = st.SummaryBefore(ctx, id, sum.GetToSeq()) {
+		if errors.Is(err, journal.ErrNotFound) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		tos = append(tos, sum.GetToSeq())
+	}
+	for _, to := range slices.Backward(tos) {
+		sum, err := st.SummaryBefore(ctx, id, to+1)
+		if err != nil {
+			return err
+		}
+		if err := e.line(typeSummary, id, sum); err != nil {
+			return err
+		}
+		n.summaries++
+	}
+	for _, d := range deadlines {
+		rec, err := st.ToolCall(ctx, d.GetToolCallId())
+		if err != nil && !errors.Is(err, journal.ErrNotFound) {
+			return err
+		}
+		if err != nil || rec.GetConversationId() != id {
+			return damaged(id, "deadline of %s, which is no tool call of the conversation", displayID(d.GetToolCallId()))
+		}
+		if err := e.line(typeDeadline, id, d); err != nil {
+			return err
+		}
+		n.deadlines++
+	}
+	if err := e.plain(typeEnd, &id, n.record()); err != nil {
+		return err
+	}
+	e.convs++
+	return nil
+}
+
+// deadlinesOf reads every deadline of the Store once and returns those of
+// the conversations ids, each sorted by tool call id. The Store has no
+// per-conversation deadline read, so this costs one pass over all
+// scheduled deadlines (one per pending human call).
+func deadlinesOf(ctx context.Context, st journal.Store, ids []string) (map[string][]*messages.Deadline, error) {
+	want := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		want[id] = true
+	}
+	out := map[string][]*messages.Deadline{}
+	err := st.Deadlines(ctx, time.Time{}, func(d *messages.Deadline) error {
+		if want[d.GetConversationId()] {
+			out[d.GetConversationId()] = append(out[d.GetConversationId()], d)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, ds := range out {
+		slices.SortFunc(ds, func(a, b *messages.Deadline) int { return cmp.Compare(a.GetToolCallId(), b.GetToolCallId()) })
+	}
+	return out, nil
+}
+
+// exportTo writes the conversations ids of st to w.
+func exportTo(ctx context.Context, st journal.Store, ids []string, w io.Writer, prog *progress) error {
+	return exportPaged(ctx, st, ids, w, prog, exportPage)
+}
+
+// exportPaged is exportTo reading page events at a time.
+func exportPaged(ctx context.Context, st journal.Store, ids []string, w io.Writer, prog *progress, page uint64) error {
+	dls, err := deadlinesOf(ctx, st, ids)
+	if err != nil {
+		return err
+	}
+	e, err := newExporter(w, prog)
+	if err != nil {
+		return err
+	}
+	e.page = page
+	for _, id := range ids {
+		if err := e.conversation(ctx, st, id, dls[id]); err != nil {
+			return err
+		}
+	}
+	return e.finish()
+}

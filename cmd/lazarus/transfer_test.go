@@ -1,0 +1,577 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/journal/pebblejournal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// noWrites is an import target that must never be opened for writing: the
+// first pass finds no store, and the test fails if a second pass starts.
+func noWrites(t testing.TB) func(bool) (journal.Store, error) {
+	return func(create bool) (journal.Store, error) {
+		if create {
+			t.Errorf("the import opened the target for writing")
+			return nil, errors.New("test: no writes")
+		}
+		return nil, errNoStore
+	}
+}
+
+// TestImportRefusesEveryCut: an export cut anywhere, at any byte or line,
+// is refused with an error wrapping errTruncated (and journal.ErrInvalid),
+// and nothing is written.
+func TestImportRefusesEveryCut(t *testing.T) {
+	f := newFixture(t)
+	all := exportOf(t, f, "answered", "finished", "waiting")
+	lines := outLines(all)
+	require.Greater(t, len(lines), 30)
+
+	t.Run("every line boundary", func(t *testing.T) {
+		for i := range len(lines) {
+			cut := strings.Join(lines[:i], "\n")
+			if i > 0 {
+				cut += "\n"
+			}
+			err := importStream(ctxT(t), strings.NewReader(cut), noWrites(t), importOptions{})
+			require.ErrorIs(t, err, errTruncated, "cut after %d lines", i)
+			require.ErrorIs(t, err, journal.ErrInvalid)
+		}
+	})
+	t.Run("every byte boundary", func(t *testing.T) {
+		// One conversation with every kind of line (metadata, a tool call
+		// row, a summary), cut at each byte.
+		finished := exportOf(t, f, "finished")
+		for i := range len(finished) {
+			err := importStream(ctxT(t), strings.NewReader(finished[:i]), noWrites(t), importOptions{})
+			require.ErrorIs(t, err, errTruncated, "cut after %d bytes", i)
+			require.ErrorIs(t, err, journal.ErrInvalid)
+		}
+		require.NoError(t, importStream(ctxT(t), strings.NewReader(finished), func(bool) (journal.Store, error) { return memStore(t), nil }, importOptions{}))
+	})
+	t.Run("the command", func(t *testing.T) {
+		// The issue's case: an export cut after 5 lines.
+		dir := filepath.Join(t.TempDir(), "target")
+		r := cliRun(t, strings.Join(lines[:5], "\n")+"\n", "import", "--dir", dir)
+		require.Equal(t, exitError, r.code)
+		require.Contains(t, r.stderr, "input rejected, nothing imported: the input ends inside the section of conversation answered (line 2), before its end line: the input is cut short")
+		require.Empty(t, r.stdout)
+		require.NoDirExists(t, dir)
+		// A dry run of a cut after the first section names nothing either.
+		i := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, `{"type":"end"`) })
+		r = cliRun(t, strings.Join(lines[:i+1], "\n")+"\n", "import", "--dry-run", "--dir", dir)
+		require.Equal(t, exitError, r.code)
+		require.Contains(t, r.stderr, "nothing would be imported: the input ends after line")
+		require.Empty(t, r.stdout, "no conversation is said to be importable from a refused input")
+	})
+}
+
+// TestImportRefusesTamperedExports: an export with any one line removed or
+// repeated, or sections shuffled between files, is refused, and nothing
+// is written: every line of a section is accounted for.
+func TestImportRefusesTamperedExports(t *testing.T) {
+	f := newFixture(t)
+	all := exportOf(t, f, "answered", "finished", "waiting")
+	lines := outLines(all)
+	join := func(ls []string) string { return strings.Join(ls, "\n") + "\n" }
+	for i := range lines {
+		without := join(slices.Delete(slices.Clone(lines), i, i+1))
+		require.ErrorIs(t, importStream(ctxT(t), strings.NewReader(without), noWrites(t), importOptions{}), journal.ErrInvalid, "line %d removed: %s", i+1, lines[i])
+		twice := join(slices.Insert(slices.Clone(lines), i, lines[i]))
+		require.ErrorIs(t, importStream(ctxT(t), strings.NewReader(twice), noWrites(t), importOptions{}), journal.ErrInvalid, "line %d repeated: %s", i+1, lines[i])
+	}
+
+	waiting, finished := outLines(exportOf(t, f, "waiting")), outLines(exportOf(t, f, "finished"))
+	for _, tc := range []struct{ name, input, want string }{
+		{"a section moved into another file", join(append(slices.Clone(waiting[:len(waiting)-1]), finished[1:]...)),
+			"the trailer counts 1 conversations in 12 lines, the file has 2 in 24"},
+		{"a section without its end line", join(append(slices.Clone(waiting[:len(waiting)-2]), waiting[len(waiting)-1])),
+			"trailer, but the section of conversation waiting before it has no end line"},
+		{"two files, the first without its trailer", join(append(slices.Clone(waiting[:len(waiting)-1]), finished...)),
+			"a header, but the file before it has no trailer"},
+		{"a line after the trailer", join(append(slices.Clone(waiting), finished[1])), "after a trailer only a header may follow"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := importStream(ctxT(t), strings.NewReader(tc.input), noWrites(t), importOptions{})
+			require.ErrorIs(t, err, journal.ErrInvalid)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+	t.Run("concatenated files are fine", func(t *testing.T) {
+		st := memStore(t)
+		require.NoError(t, importInto(ctxT(t), st, strings.NewReader(join(waiting)+join(finished)), importOptions{}))
+		require.Len(t, collectAll(t, st), 3)
+	})
+}
+
+// longStore writes a conversation "long" of n events (a user message of
+// size bytes, and every tenth event a tool_call event with its row) into
+// a Pebble store in dir, and returns the store.
+func longStore(t testing.TB, dir string, n, size int) journal.Store {
+	t.Helper()
+	st, err := pebblejournal.Open(dir, pebblejournal.Options{CacheSize: 1 << 20, MemTableSize: 1 << 20, Logger: silent()})
+	require.NoError(t, err)
+	at := timestamppb.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	text := strings.Repeat("x", size)
+	for seq := 0; seq < n; {
+		req := &messages.AppendRequest{ConversationId: "long", ExpectedLast: uint64(seq), Status: messages.ConversationStatus_CONVERSATION_STATUS_IDLE}
+		for ; seq < n && len(req.Events) < 512; seq++ {
+			if seq%10 == 9 {
+				id := fmt.Sprintf("call-%06d", seq)
+				call := &messages.ToolCall{Id: id, Name: "lookup", Arguments: `{}`}
+				req.Events = append(req.Events, &messages.Event{Time: at, Body: &messages.Event_ToolCall{ToolCall: &messages.ToolCallEvent{Call: call, Executor: messages.Executor_EXECUTOR_SERVER}}})
+				req.ToolCalls = append(req.ToolCalls, &messages.ToolCallRecord{Id: id, ConversationId: "long", Name: "lookup",
+					Executor: messages.Executor_EXECUTOR_SERVER, Status: messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, Created: at})
+				continue
+			}
+			req.Events = append(req.Events, &messages.Event{Time: at, Body: &messages.Event_UserMsg{UserMsg: &messages.UserMessage{
+				Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: text}}}}}})
+		}
+		if seq == n {
+			req.FsmState = &messages.FSMState{State: messages.AgentState_AGENT_STATE_IDLE, LastSeq: uint64(n)}
+		}
+		_, err := st.Append(context.Background(), req)
+		require.NoError(t, err)
+	}
+	return st
+}
+
+// heapPeak samples the live heap (after a GC) and keeps the largest.
+type heapPeak struct{ base, peak uint64 }
+
+func newHeapPeak() *heapPeak {
+	h := &heapPeak{}
+	h.base = liveHeap()
+	return h
+}
+
+func liveHeap() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+func (h *heapPeak) sample() { h.peak = max(h.peak, liveHeap()) }
+
+// above is the peak's excess over the heap before the run.
+func (h *heapPeak) above() int64 { return int64(h.peak) - int64(h.base) }
+
+// sampledWriter samples the heap every MiB written.
+type sampledWriter struct {
+	w    io.Writer
+	h    *heapPeak
+	n    int
+	next int
+}
+
+func (s *sampledWriter) Write(p []byte) (int, error) {
+	n, err := s.w.Write(p)
+	if s.n += n; s.n >= s.next {
+		s.next = s.n + 1<<20
+		s.h.sample()
+	}
+	return n, err
+}
+
+// discardStore is an import target that checks the append fence, keeps
+// nothing else, and samples the heap at each append, while the importer
+// still holds what it appends. Import's second pass calls no other
+// methods than these.
+type discardStore struct {
+	journal.Store
+	h       *heapPeak
+	appends int
+	last    map[string]uint64
+}
+
+func (s *discardStore) Append(_ context.Context, req *messages.AppendRequest) (journal.AppendResult, error) {
+	if err := journal.ValidateAppend(req); err != nil {
+		return journal.AppendResult{}, err
+	}
+	id := req.GetConversationId()
+	if req.GetExpectedLast() != s.last[id] {
+		return journal.AppendResult{}, journal.ErrConflict
+	}
+	s.last[id] += uint64(len(req.GetEvents()))
+	s.appends++
+	s.h.sample()
+	return journal.AppendResult{FirstSeq: req.GetExpectedLast() + 1, LastSeq: s.last[id]}, nil
+}
+
+func (s *discardStore) PutSummary(context.Context, string, *messages.Summary) error { return nil }
+func (s *discardStore) PutConversation(context.Context, journal.ConversationUpdate) error {
+	return nil
+}
+func (s *discardStore) PutMetadata(context.Context, string, map[string]string) error { return nil }
+
+// roundTripPeaks exports a conversation of n events to a file and imports
+// it into a new store, and returns the live heap each held at its peak
+// above the heap before it.
+func roundTripPeaks(t *testing.T, n int) (export, imp int64) {
+	dir := filepath.Join(t.TempDir(), "src")
+	require.NoError(t, longStore(t, dir, n, 2000).Close())
+	src, err := pebblejournal.Open(dir, pebblejournal.Options{CacheSize: 1 << 20, MemTableSize: 1 << 20, Logger: silent()})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, src.Close()) }()
+	file := filepath.Join(t.TempDir(), "long.jsonl")
+	out, err := os.Create(file)
+	require.NoError(t, err)
+	h := newHeapPeak()
+	// Pages of 128 events (256 KB), so both conversations take several:
+	// the test measures what grows with the conversation, not the cap of
+	// one page.
+	require.NoError(t, exportPaged(ctxT(t), src, []string{"long"}, &sampledWriter{w: out, h: h}, nil, 128))
+	h.sample()
+	export = h.above()
+	require.NoError(t, out.Close())
+
+	in, err := os.Open(file)
+	require.NoError(t, err)
+	defer in.Close()
+	h = newHeapPeak()
+	// The target keeps nothing but the last seq, so the heap is the
+	// importer's (a Pebble target's memtables are on the Go heap under
+	// -race).
+	dst := &discardStore{h: h, last: map[string]uint64{}}
+	// Appends of at most 256 KiB of input, likewise.
+	err = importStream(ctxT(t), in, func(create bool) (journal.Store, error) {
+		if !create {
+			return nil, errNoStore
+		}
+		return dst, nil
+	}, importOptions{chunkBytes: 256 << 10})
+	require.NoError(t, err)
+	imp = h.above()
+	require.Greater(t, dst.appends, 3, "written in several appends")
+	require.Equal(t, uint64(n), dst.last["long"])
+	return export, imp
+}
+
+// TestLongConversationStreams: export and import hold a bounded part of
+// a conversation, not all of it: for a conversation of 4 MB of records
+// (which a reader holding it whole would keep, about three times over as
+// decoded messages and their JSON), each holds less than 2.5 MiB more
+// than before it started, at its peak (the live heap after a GC, sampled
+// every MiB written and at every append), with pages and appends of 256
+// KB (the defaults are larger: 1024 events, 4 MiB).
+func TestLongConversationStreams(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes 4 MB of records twice")
+	}
+	export, imp := roundTripPeaks(t, 2000)
+	t.Logf("peak live heap above the start: export %d KiB, import %d KiB", export>>10, imp>>10)
+	require.Less(t, export, int64(5<<19), "export holds the conversation")
+	require.Less(t, imp, int64(5<<19), "import holds the conversation")
+}
+
+// countingStore counts the appends.
+type countingStore struct {
+	journal.Store
+	appends int
+}
+
+func (s *countingStore) Append(ctx context.Context, req *messages.AppendRequest) (journal.AppendResult, error) {
+	s.appends++
+	return s.Store.Append(ctx, req)
+}
+
+// TestImportInTinyBatches: an import in appends of one event (or of as few
+// bytes as possible) writes exactly what one in large appends writes: the
+// fence of each append is the seq the one before ended at, a tool call row
+// goes with its event, and the conversation gets its status last.
+func TestImportInTinyBatches(t *testing.T) {
+	f := newFixture(t)
+	all := exportOf(t, f, "answered", "finished", "waiting")
+	want := withoutUpdated(dump(t, func() journal.Store {
+		st := memStore(t)
+		require.NoError(t, importInto(ctxT(t), st, strings.NewReader(all), importOptions{}))
+		return st
+	}()))
+	total := 0
+	for _, s := range parseExport(t, []byte(all)) {
+		total += len(s.events)
+	}
+	for _, o := range []importOptions{{chunkEvents: 1}, {chunkBytes: 1}, {chunkEvents: 2, chunkBytes: 1 << 30}} {
+		t.Run(fmt.Sprintf("events=%d,bytes=%d", o.chunkEvents, o.chunkBytes), func(t *testing.T) {
+			st := &countingStore{Store: memStore(t)}
+			require.NoError(t, importInto(ctxT(t), st, strings.NewReader(all), o))
+			require.Equal(t, want, withoutUpdated(dump(t, st)))
+			if o.chunkEvents != 2 {
+				require.Equal(t, total+3, st.appends, "one append per event and one per conversation")
+			}
+		})
+	}
+}
+
+var updatedRE = regexp.MustCompile(`,"updated":"[^"]*"`)
+
+// withoutUpdated drops the rows' "updated" (the time of the write) from
+// an export.
+func withoutUpdated(export string) string { return updatedRE.ReplaceAllString(export, "") }
+
+// failAt fails the n-th write (counting from 1) with errDisk, and every
+// write after it (a store that failed stays failed).
+type failAt struct {
+	journal.Store
+	n, writes int
+}
+
+var errDisk = errors.New("disk on fire")
+
+func (s *failAt) fail() error {
+	s.writes++
+	if s.n > 0 && s.writes >= s.n {
+		return errDisk
+	}
+	return nil
+}
+
+func (s *failAt) Append(ctx context.Context, req *messages.AppendRequest) (journal.AppendResult, error) {
+	if err := s.fail(); err != nil {
+		return journal.AppendResult{}, err
+	}
+	return s.Store.Append(ctx, req)
+}
+
+func (s *failAt) PutSummary(ctx context.Context, id string, sum *messages.Summary) error {
+	if err := s.fail(); err != nil {
+		return err
+	}
+	return s.Store.PutSummary(ctx, id, sum)
+}
+
+func (s *failAt) PutConversation(ctx context.Context, u journal.ConversationUpdate) error {
+	if err := s.fail(); err != nil {
+		return err
+	}
+	return s.Store.PutConversation(ctx, u)
+}
+
+func (s *failAt) PutMetadata(ctx context.Context, id string, kv map[string]string) error {
+	if len(kv) == 0 {
+		return s.Store.PutMetadata(ctx, id, kv) // the first pass's tombstone probe
+	}
+	if err := s.fail(); err != nil {
+		return err
+	}
+	return s.Store.PutMetadata(ctx, id, kv)
+}
+
+// TestImportWriteFailures: whichever write fails, the error wraps the
+// cause and says what was written; every conversation in the target is
+// then either complete, exactly as exported, or named by the error as
+// incomplete and left ENDED (which a runtime does not resume); and a
+// failed write is never reported as bad input.
+func TestImportWriteFailures(t *testing.T) {
+	f := newFixture(t)
+	all := exportOf(t, f, "answered", "finished", "waiting")
+	src := parseExport(t, []byte(all))
+	ok := &failAt{Store: memStore(t)}
+	require.NoError(t, importInto(ctxT(t), ok, strings.NewReader(all), importOptions{chunkEvents: 2}))
+	require.Greater(t, ok.writes, 10)
+
+	for n := 1; n <= ok.writes; n++ {
+		st := &failAt{Store: memStore(t), n: n}
+		err := importInto(ctxT(t), st, strings.NewReader(all), importOptions{chunkEvents: 2})
+		require.ErrorIs(t, err, errDisk, "write %d", n)
+		require.NotErrorIs(t, err, journal.ErrInvalid)
+		if n == 1 {
+			require.ErrorContains(t, err, "nothing imported")
+		} else {
+			require.ErrorContains(t, err, "import failed part-way")
+		}
+		got := collectAll(t, st.Store)
+		delete(got, "existing")
+		for id, s := range got {
+			if strings.Contains(err.Error(), fmt.Sprintf("conversation %s is incomplete in the target, with status ENDED", id)) {
+				require.Equal(t, messages.ConversationStatus_CONVERSATION_STATUS_ENDED, s.row.GetStatus(), "write %d: %s", n, id)
+				continue
+			}
+			require.Contains(t, err.Error(), id, "write %d: a complete conversation is named as imported", n)
+			requireImported(t, src[id], s)
+		}
+	}
+}
+
+// changingInput reads one text on the first pass and another after it
+// was sought back to the start.
+type changingInput struct {
+	*strings.Reader
+	second string
+	seeks  int
+}
+
+func (c *changingInput) Seek(off int64, whence int) (int64, error) {
+	if whence == io.SeekStart {
+		if c.seeks++; c.seeks == 1 {
+			c.Reader = strings.NewReader(c.second)
+		}
+	}
+	return c.Reader.Seek(off, whence)
+}
+
+// TestImportNoticesAChangedInput: if the input differs on the second
+// pass, import stops before the first write of bytes the first pass did
+// not check, with an error wrapping errInputChanged; input it cannot seek
+// (a pipe) is spooled, so it reads the same bytes twice.
+func TestImportNoticesAChangedInput(t *testing.T) {
+	f := newFixture(t)
+	all := exportOf(t, f, "answered", "finished", "waiting")
+	for _, tc := range []struct {
+		name     string
+		change   func(string) string
+		imported int
+	}{
+		{"a byte of the first conversation", func(s string) string { return strings.Replace(s, "Refund 10.", "Refund 90.", 1) }, 0},
+		{"a byte of the last conversation", func(s string) string { return strings.Replace(s, "Refund order 7", "Refund order 9", 1) }, 2},
+		{"cut", func(s string) string { return s[:len(s)/2] }, strings.Count(all[:len(all)/2], `{"type":"end"`)},
+		{"grown", func(s string) string {
+			return s + strings.ReplaceAll(exportOf(t, f, "waiting"), "waiting", "waiting-2")
+		}, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := memStore(t)
+			changed := tc.change(all)
+			require.NotEqual(t, all, changed)
+			in := &changingInput{Reader: strings.NewReader(all), second: changed}
+			err := importInto(ctxT(t), st, in, importOptions{})
+			require.ErrorIs(t, err, errInputChanged)
+			got := collectAll(t, st)
+			require.Len(t, got, tc.imported+1, "only conversations read the same twice were written")
+		})
+	}
+	t.Run("a pipe is spooled", func(t *testing.T) {
+		st := memStore(t)
+		pipe := io.MultiReader(strings.NewReader(all)) // no Seek
+		require.NoError(t, importInto(ctxT(t), st, pipe, importOptions{}))
+		require.Len(t, collectAll(t, st), 4)
+	})
+}
+
+// TestExportRefusesADamagedConversation: a conversation import would
+// refuse (a tool_call event without its row, a pending row without its
+// event, an fsm_state ahead of the log) makes export fail with an error
+// wrapping journal.ErrCorrupt: --file is not written, and what stdout got
+// has no end line, so import refuses it.
+func TestExportRefusesADamagedConversation(t *testing.T) {
+	at := timestamppb.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	user := &messages.Event{Time: at, Body: &messages.Event_UserMsg{UserMsg: &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "hi"}}}}}}
+	toolCall := func(id string) *messages.Event {
+		return &messages.Event{Time: at, Body: &messages.Event_ToolCall{ToolCall: &messages.ToolCallEvent{
+			Call: &messages.ToolCall{Id: id, Name: "approve", Arguments: `{}`}, Executor: messages.Executor_EXECUTOR_HUMAN}}}
+	}
+	row := func(conv, id string) *messages.ToolCallRecord {
+		return &messages.ToolCallRecord{Id: id, ConversationId: conv, Name: "approve", Executor: messages.Executor_EXECUTOR_HUMAN,
+			Status: messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING, Created: at}
+	}
+	for _, tc := range []struct {
+		name   string
+		damage func(st journal.Store) error
+		want   string
+	}{
+		{"a tool_call event without its row", func(st journal.Store) error {
+			_, err := st.Append(ctxT(t), &messages.AppendRequest{ConversationId: "c", Events: []*messages.Event{user, toolCall("tc-1")}})
+			return err
+		}, "tool_call event 2 names call tc-1, which has no row"},
+		{"a pending row without its event", func(st journal.Store) error {
+			if _, err := st.Append(ctxT(t), &messages.AppendRequest{ConversationId: "c", Events: []*messages.Event{user}}); err != nil {
+				return err
+			}
+			return st.UpsertToolCall(ctxT(t), row("c", "tc-2"))
+		}, "pending call tc-2 has no tool_call event"},
+		{"an fsm_state ahead of the log", func(st journal.Store) error {
+			_, err := st.Append(ctxT(t), &messages.AppendRequest{ConversationId: "c", Events: []*messages.Event{user},
+				FsmState: &messages.FSMState{State: messages.AgentState_AGENT_STATE_IDLE, LastSeq: 5}})
+			return err
+		}, "its fsm_state says the log ends at seq 5, the log ends at 1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			st, err := pebblejournal.Open(dir, pebblejournal.Options{Logger: silent()})
+			require.NoError(t, err)
+			_, err = st.Append(ctxT(t), &messages.AppendRequest{ConversationId: "a-fine-one", Events: []*messages.Event{user}})
+			require.NoError(t, err)
+			require.NoError(t, tc.damage(st))
+			var b bytes.Buffer
+			err = exportTo(ctxT(t), st, []string{"a-fine-one", "c"}, &b, nil)
+			require.ErrorIs(t, err, journal.ErrCorrupt)
+			require.ErrorContains(t, err, "conversation c is damaged in the store ("+tc.want+")")
+			require.NoError(t, st.Close())
+
+			file := filepath.Join(t.TempDir(), "out.jsonl")
+			r := cliRun(t, "", "export", "--all", "--dir", dir, "--file", file)
+			require.Equal(t, exitError, r.code)
+			require.Contains(t, r.stderr, tc.want)
+			require.NoFileExists(t, file)
+
+			r = cliRun(t, "", "export", "--all", "--dir", dir)
+			require.Equal(t, exitError, r.code)
+			// stdout may have got part of the export (what was buffered is
+			// not flushed); import refuses whatever it got.
+			err = importStream(ctxT(t), strings.NewReader(r.stdout), noWrites(t), importOptions{})
+			require.ErrorIs(t, err, errTruncated, "and import refuses that part")
+		})
+	}
+}
+
+// fakeTerminal is a stderr the CLI is told is a terminal.
+type fakeTerminal struct{ bytes.Buffer }
+
+// TestProgressOnlyOnATerminal: a long export or import reports progress on
+// stderr when stderr is a terminal, and never otherwise (a file, a pipe);
+// stdout is the same either way.
+func TestProgressOnlyOnATerminal(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "src")
+	require.NoError(t, longStore(t, dir, 300, 10).Close())
+	runCLI := func(terminal bool, stdin string, args ...string) result {
+		var out bytes.Buffer
+		errw := &fakeTerminal{}
+		c := newCLI(strings.NewReader(stdin), &out, errw)
+		c.isTerminal = func(w io.Writer) bool { return terminal && w == io.Writer(errw) }
+		now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+		c.now = func() time.Time { now = now.Add(time.Second); return now }
+		code := c.run(ctxT(t), args)
+		return result{out.String(), errw.String(), code}
+	}
+	plain := runCLI(false, "", "export", "long", "--dir", dir)
+	requireOK(t, plain)
+	tty := runCLI(true, "", "export", "long", "--dir", dir)
+	require.Equal(t, exitOK, tty.code)
+	require.Equal(t, plain.stdout, tty.stdout)
+	require.Regexp(t, `^(\rexport: \d+ lines, \d+\.\d MiB, \d+s )+\n$`, tty.stderr)
+
+	imported := runCLI(false, plain.stdout, "import", "--dir", filepath.Join(t.TempDir(), "a"))
+	requireOK(t, imported)
+	ttyImported := runCLI(true, plain.stdout, "import", "--dir", filepath.Join(t.TempDir(), "b"))
+	require.Equal(t, exitOK, ttyImported.code)
+	require.Equal(t, imported.stdout, ttyImported.stdout)
+	require.Regexp(t, `^(\rimport: checking: \d+ lines, [^\r]+)+\n(\rimport: writing: \d+ lines, [^\r]+)+\n$`, ttyImported.stderr)
+
+	// The real test: files and buffers are not terminals.
+	require.False(t, isTerminal(&bytes.Buffer{}))
+	file, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
+	require.NoError(t, err)
+	defer file.Close()
+	require.False(t, isTerminal(file))
+}
+
+func silent() *slog.Logger { return slog.New(slog.DiscardHandler) }

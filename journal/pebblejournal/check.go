@@ -1,0 +1,269 @@
+package pebblejournal
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// maxCheckProblems bounds the problems a CheckReport lists; the rest are
+// only counted.
+const maxCheckProblems = 1000
+
+// CheckReport is what Check found. The store is sound when Problems is
+// empty.
+type CheckReport struct {
+	// Conversations, Events, ToolCalls and Deadlines count the records
+	// read.
+	Conversations, Events, ToolCalls, Deadlines int
+	// Problems describes each piece of damage found, one line each, at most
+	// maxCheckProblems of them.
+	Problems []string
+	// More counts the problems found beyond those listed.
+	More int
+}
+
+// Sound reports whether Check found no damage.
+func (r *CheckReport) Sound() bool { return len(r.Problems) == 0 && r.More == 0 }
+
+func (r *CheckReport) problem(format string, args ...any) {
+	if len(r.Problems) == maxCheckProblems {
+		r.More++
+		return
+	}
+	r.Problems = append(r.Problems, fmt.Sprintf(format, args...))
+}
+
+// convCheck is what Check learns of one conversation.
+type convCheck struct {
+	row       *messages.Conversation
+	tombstone bool
+	lastSeq   uint64          // last event seq seen, 0 if none
+	gap       bool            // a gap was reported already
+	calls     map[string]bool // tool call ids of its tool_call events
+	pending   map[string]bool // ids of its pending rows
+}
+
+// Check verifies the whole store, meant for a store no runtime is using
+// (lazarus check): every block is read (Pebble verifies its checksum),
+// every record decodes and agrees with its key, every log is gap-free from
+// seq 1, no fsm_state is ahead of its log, every summary lies inside
+// its log, every tool_call event has its row and every row its owner entry,
+// the pending index lists exactly the pending rows, and the two deadline
+// indexes agree with each other and name pending calls. Damage goes into
+// the report; the error is for a check that could not run (a closed store,
+// ctx done).
+func (s *Store) Check(ctx context.Context) (*CheckReport, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	defer s.end()
+	r := &CheckReport{}
+	convs := map[string]*convCheck{}
+	conv := func(id string) *convCheck {
+		c := convs[id]
+		if c == nil {
+			c = &convCheck{calls: map[string]bool{}, pending: map[string]bool{}}
+			convs[id] = c
+		}
+		return c
+	}
+	family := func(fam byte, fn func(k, v []byte)) error {
+		err := s.scan([]byte{fam}, familyEnd(fam), func(k, v []byte) error {
+			fn(k, v)
+			return ctx.Err()
+		})
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return fmt.Errorf("pebblejournal: check: %w", ctxErr)
+		}
+		if err != nil {
+			r.problem("%s records: unreadable, the rest of the family was not checked: %v", famName(fam), err)
+		}
+		return nil
+	}
+	// convID splits famX | conv | rest.
+	convID := func(k []byte) (string, []byte, bool) {
+		id, rest, ok := decodeID(k[1:])
+		if !ok {
+			r.problem("malformed %s key %s", famName(k[0]), keyString(k))
+		}
+		return id, rest, ok
+	}
+
+	steps := []struct {
+		fam byte
+		fn  func(k, v []byte)
+	}{
+		{famConv, func(k, v []byte) {
+			id, _, ok := convID(k)
+			if !ok {
+				return
+			}
+			row, err := decodeConversation(k, v, id)
+			if err != nil {
+				r.problem("%v", err)
+				return
+			}
+			r.Conversations++
+			conv(id).row = row
+		}},
+		{famTombstone, func(k, _ []byte) {
+			if id, _, ok := convID(k); ok {
+				conv(id).tombstone = true
+			}
+		}},
+		{famEvent, func(k, v []byte) {
+			id, _, ok := convID(k)
+			if !ok {
+				return
+			}
+			c := conv(id)
+			ev, err := decodeEvent(k, v, convKey(famEvent, id))
+			if err != nil {
+				r.problem("%v", err)
+				return
+			}
+			r.Events++
+			if seq := ev.GetSeq(); seq != c.lastSeq+1 && !c.gap {
+				c.gap = true
+				r.problem("conversation %q: the log has a gap: seq %d where %d should be", id, seq, c.lastSeq+1)
+			}
+			c.lastSeq = ev.GetSeq()
+			if tc := ev.GetToolCall(); tc != nil {
+				c.calls[tc.GetCall().GetId()] = true
+			}
+		}},
+		{famSummary, func(k, v []byte) {
+			id, _, ok := convID(k)
+			if !ok {
+				return
+			}
+			sum, err := decodeSummary(k, v, convKey(famSummary, id))
+			if err != nil {
+				r.problem("%v", err)
+				return
+			}
+			if last := conv(id).lastSeq; sum.GetToSeq() > last {
+				r.problem("conversation %q: summary to seq %d is beyond the log's last seq %d", id, sum.GetToSeq(), last)
+			}
+		}},
+		{famToolCall, func(k, v []byte) {
+			id, rest, ok := convID(k)
+			if !ok {
+				return
+			}
+			call, _, ok := decodeID(rest)
+			if !ok {
+				r.problem("malformed tool call key %s", keyString(k))
+				return
+			}
+			rec, err := decodeToolCall(k, v, id, call)
+			if err != nil {
+				r.problem("%v", err)
+				return
+			}
+			r.ToolCalls++
+			c := conv(id)
+			if rec.GetStatus() == messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING {
+				c.pending[call] = true
+			}
+			if rs := rec.GetResultSeq(); rs > c.lastSeq {
+				r.problem("tool call %q of conversation %q: its result is in event %d, beyond the log's last seq %d", call, id, rs, c.lastSeq)
+			}
+			owner, found, err := s.checkGet(ownerKey(call))
+			switch {
+			case err != nil:
+				r.problem("tool call %q: owner entry unreadable: %v", call, err)
+			case !found:
+				r.problem("tool call %q of conversation %q: no owner entry", call, id)
+			case string(owner) != id:
+				r.problem("tool call %q of conversation %q: the owner entry names %q", call, id, owner)
+			}
+		}},
+		{famPending, func(k, _ []byte) {
+			id, rest, ok := convID(k)
+			if !ok {
+				return
+			}
+			call, _, ok := decodeID(rest)
+			if !ok {
+				r.problem("malformed pending key %s", keyString(k))
+				return
+			}
+			c := conv(id)
+			if !c.pending[call] {
+				r.problem("conversation %q: pending index lists tool call %q, whose row is missing or not pending", id, call)
+			}
+			delete(c.pending, call) // what is left lacks an entry
+		}},
+		{famDeadline, func(k, v []byte) {
+			id, rest, ok := convID(k)
+			if !ok {
+				return
+			}
+			call, _, ok := decodeID(rest)
+			if !ok {
+				r.problem("malformed deadline key %s", keyString(k))
+				return
+			}
+			d, err := decodeDeadline(k, v, id, call)
+			if err != nil {
+				r.problem("%v", err)
+				return
+			}
+			r.Deadlines++
+			if _, found, err := s.checkGet(byTimeKey(d.GetAt(), call, id)); err != nil || !found {
+				r.problem("deadline of tool call %q (conversation %q): missing from the by-time index (%v)", call, id, err)
+			}
+		}},
+		{famDeadlineByTime, func(k, _ []byte) {
+			_, call, id, err := parseByTimeKey(k)
+			if err != nil {
+				r.problem("%v", err)
+				return
+			}
+			if _, found, err := s.checkGet(idKey(famDeadline, id, call)); err != nil || !found {
+				r.problem("by-time deadline of tool call %q (conversation %q): no deadline record (%v)", call, id, err)
+			}
+		}},
+	}
+	for _, st := range steps {
+		if err := family(st.fam, st.fn); err != nil {
+			return nil, err
+		}
+	}
+	for id, c := range convs {
+		for call := range c.pending {
+			r.problem("conversation %q: pending tool call %q is missing from the pending index", id, call)
+		}
+		if c.tombstone && (c.row != nil || c.lastSeq > 0) {
+			r.problem("conversation %q: deleted, but records remain", id)
+		}
+		if c.row == nil && !c.tombstone && c.lastSeq > 0 {
+			r.problem("conversation %q: events without a conversation row", id)
+		}
+		// A cache behind its log is only stale; ahead of it, events are
+		// missing from the end of the log.
+		if fs := c.row.GetFsmState(); fs != nil && fs.GetLastSeq() > c.lastSeq {
+			r.problem("conversation %q: fsm_state says last seq %d, the log ends at %d", id, fs.GetLastSeq(), c.lastSeq)
+		}
+		for call := range c.calls {
+			if _, found, err := s.checkGet(idKey(famToolCall, id, call)); err != nil || !found {
+				r.problem("conversation %q: tool_call event %q has no row (%v)", id, call, err)
+			}
+		}
+	}
+	return r, nil
+}
+
+// checkGet reads one key for Check: its value (a copy), whether it exists.
+func (s *Store) checkGet(k []byte) ([]byte, bool, error) {
+	var out []byte
+	found, err := s.get(k, func(v []byte) error {
+		out = bytes.Clone(v)
+		return nil
+	})
+	return out, found, err
+}

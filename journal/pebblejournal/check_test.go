@@ -1,0 +1,108 @@
+package pebblejournal
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/lazarusrt/lazarus/messages"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+func toolCallEvent(id string) *messages.Event {
+	return &messages.Event{Body: &messages.Event_ToolCall{ToolCall: &messages.ToolCallEvent{
+		Call: &messages.ToolCall{Id: id, Name: "ask"}, Executor: messages.Executor_EXECUTOR_HUMAN,
+	}}}
+}
+
+// checkedStore writes a store with every kind of record: a log with a
+// summary and fsm_state, a pending human call with its deadline, a resolved
+// one, and a deleted conversation.
+func checkedStore(t *testing.T) *Store {
+	t.Helper()
+	s := openMem(t, Options{Audit: true})
+	last := appendN(t, s, "c", 0, 5)
+	_, err := s.Append(ctx, &messages.AppendRequest{
+		ConversationId: "c", ExpectedLast: last, Events: []*messages.Event{toolCallEvent("t1"), toolCallEvent("t2")},
+		ToolCalls: []*messages.ToolCallRecord{pendingCall("c", "t1"), pendingCall("c", "t2")},
+		Schedule: []*messages.Deadline{
+			{ConversationId: "c", ToolCallId: "t1", At: timestamppb.New(time.Unix(1000, 0))},
+			{ConversationId: "c", ToolCallId: "t2", At: timestamppb.New(time.Unix(2000, 0))},
+		},
+		FsmState: &messages.FSMState{LastSeq: last + 2},
+	})
+	require.NoError(t, err)
+	_, err = s.ResolveToolCall(ctx, "t2", messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, &messages.ToolOutcome{}, time.Unix(1500, 0))
+	require.NoError(t, err)
+	require.NoError(t, s.PutSummary(ctx, "c", &messages.Summary{FromSeq: 1, ToSeq: 3, Content: "s"}))
+	appendN(t, s, "gone", 0, 3)
+	require.NoError(t, s.DeleteConversation(ctx, "gone"))
+	appendN(t, s, "d", 0, 4)
+	return s
+}
+
+// TestCheck: a sound store is reported sound; each kind of damage is
+// reported, naming the conversation or call.
+func TestCheck(t *testing.T) {
+	rep, err := checkedStore(t).Check(ctx)
+	require.NoError(t, err)
+	require.True(t, rep.Sound(), "%v", rep.Problems)
+	require.Equal(t, 2, rep.Conversations)
+	require.Equal(t, 11, rep.Events)
+	require.Equal(t, 2, rep.ToolCalls)
+	require.Equal(t, 1, rep.Deadlines)
+
+	for _, tc := range []struct {
+		name   string
+		damage func(db *pebble.DB) error
+		want   string
+	}{
+		{"gap", func(db *pebble.DB) error { return db.Delete(seqKey(famEvent, "d", 2), nil) }, `conversation "d": the log has a gap: seq 3 where 2 should be`},
+		{"lost start", func(db *pebble.DB) error { return db.Delete(seqKey(famEvent, "d", 1), nil) }, `conversation "d": the log has a gap: seq 2 where 1 should be`},
+		{"lost tail", func(db *pebble.DB) error { return db.Delete(seqKey(famEvent, "c", 7), nil) }, `fsm_state says last seq 7, the log ends at 6`},
+		{"undecodable event", func(db *pebble.DB) error { return db.Set(seqKey(famEvent, "d", 2), []byte{0xff, 0xff}, nil) }, `event value at key`},
+		{"pending entry lost", func(db *pebble.DB) error { return db.Delete(idKey(famPending, "c", "t1"), nil) }, `pending tool call "t1" is missing from the pending index`},
+		{"pending entry of a resolved call", func(db *pebble.DB) error { return db.Set(idKey(famPending, "c", "t2"), nil, nil) }, `pending index lists tool call "t2"`},
+		{"row lost", func(db *pebble.DB) error { return db.Delete(idKey(famToolCall, "c", "t1"), nil) }, `tool_call event "t1" has no row`},
+		{"owner lost", func(db *pebble.DB) error { return db.Delete(ownerKey("t1"), nil) }, `tool call "t1" of conversation "c": no owner entry`},
+		{"deadline index lost", func(db *pebble.DB) error {
+			return db.Delete(byTimeKey(timestamppb.New(time.Unix(1000, 0)), "t1", "c"), nil)
+		}, `missing from the by-time index`},
+		{"deadline record lost", func(db *pebble.DB) error { return db.Delete(idKey(famDeadline, "c", "t1"), nil) }, `no deadline record`},
+		{"undecodable summary", func(db *pebble.DB) error {
+			return db.Set(seqKey(famSummary, "d", 9), []byte(``), nil)
+		}, `summary value at key`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := checkedStore(t)
+			require.NoError(t, tc.damage(s.db))
+			rep, err := s.Check(ctx)
+			require.NoError(t, err)
+			require.False(t, rep.Sound())
+			require.Contains(t, strings.Join(rep.Problems, "\n"), tc.want)
+		})
+	}
+}
+
+// TestCheckReadsEveryBlock: a flipped byte in a real table file is damage
+// that Check reports with Pebble's checksum text.
+func TestCheckReadsEveryBlock(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, Options{})
+	require.NoError(t, err)
+	appendText(t, s, "a", 0, 100, 1000)
+	appendText(t, s, "b", 0, 100, 1000)
+	require.NoError(t, s.db.Flush())
+	require.NoError(t, s.Close())
+	flipAt(t, storeFiles(t, dir, ".sst")[0], []byte("<b #70>"))
+
+	s, err = Open(dir, Options{})
+	require.NoError(t, err)
+	defer s.Close()
+	rep, err := s.Check(ctx)
+	require.NoError(t, err)
+	require.False(t, rep.Sound())
+	require.Contains(t, strings.Join(rep.Problems, "\n"), "checksum")
+}
