@@ -59,6 +59,8 @@ var codes = []struct {
 	{ErrCorrupt, messages.ErrorCode_ERROR_CODE_CORRUPT},
 	{ErrInvalid, messages.ErrorCode_ERROR_CODE_INVALID},
 	{ErrDeleted, messages.ErrorCode_ERROR_CODE_DELETED},
+	{ErrUnknownOutcome, messages.ErrorCode_ERROR_CODE_UNKNOWN_OUTCOME},
+	{ErrUnavailable, messages.ErrorCode_ERROR_CODE_UNAVAILABLE},
 }
 
 // ErrorToProto turns an error into its wire form for an actor reply. It
