@@ -17,6 +17,7 @@ import (
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/journal/memjournal"
 	"github.com/lazarusrt/lazarus/journal/pebblejournal"
+	"github.com/lazarusrt/lazarus/journal/pgjournal"
 	"github.com/lazarusrt/lazarus/messages"
 	"github.com/lazarusrt/lazarus/snapshot"
 	"github.com/lazarusrt/lazarus/supervisor"
@@ -74,12 +75,18 @@ type AuditOptions struct {
 // Options configures a Runtime. The zero value of every field is a
 // documented default; Model is the only required field.
 type Options struct {
-	// Store is the persistence adapter. Default: the embedded Pebble store
-	// in Dir when Dir is set, else an in-memory store (nothing survives the
-	// process). A Store passed here is not closed by Close.
+	// Store is the persistence adapter. Default: the PostgreSQL store of
+	// Postgres when it is set, else the embedded Pebble store in Dir when
+	// Dir is set, else an in-memory store (nothing survives the process).
+	// A Store passed here is not closed by Close.
 	Store journal.Store
-	// Dir is the directory of the embedded Pebble store, used when Store is
-	// nil. It is created if missing.
+	// Postgres is the connection string (DSN or URL) of a PostgreSQL
+	// database, used when Store is nil: the journal lives there
+	// (journal/pgjournal), migrated on Open. Set at most one of Postgres
+	// and Dir.
+	Postgres string
+	// Dir is the directory of the embedded Pebble store, used when Store
+	// and Postgres are not set. It is created if missing.
 	Dir string
 	// Model answers turns. Required.
 	Model agent.Model
@@ -179,6 +186,14 @@ func Open(opts Options) (*Runtime, error) {
 	r.life, r.endLife = context.WithCancel(context.Background())
 	switch {
 	case r.store != nil:
+	case opts.Postgres != "" && opts.Dir != "":
+		return nil, fmt.Errorf("lazarus: Options.Postgres and Options.Dir are both set: %w", journal.ErrInvalid)
+	case opts.Postgres != "":
+		st, err := pgjournal.Open(context.Background(), opts.Postgres, pgjournal.Options{Audit: opts.Audit.Enabled})
+		if err != nil {
+			return nil, fmt.Errorf("lazarus: open store: %w", err)
+		}
+		r.store, r.ownsStore = st, true
 	case opts.Dir != "":
 		st, err := pebblejournal.Open(opts.Dir, pebblejournal.Options{Audit: opts.Audit.Enabled, Logger: opts.Logger})
 		if err != nil {

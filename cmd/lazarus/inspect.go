@@ -252,8 +252,10 @@ func (c *cli) stats(ctx context.Context, fs *flags, args []string) (err error) {
 		return err
 	}
 	// Measured once the store is closed: no file is changing.
-	if s.BytesOnDisk, err = diskUsage(dir); err != nil {
-		return err
+	if dir != "" { // PostgreSQL: the server's disk is not ours to measure
+		if s.BytesOnDisk, err = diskUsage(dir); err != nil {
+			return err
+		}
 	}
 	if *fs.json {
 		return writeJSON(c.stdout, s)

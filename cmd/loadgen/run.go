@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -117,7 +118,10 @@ func runtimeOptions(cfg config, store journal.Store, w *workload) lazarus.Option
 	return opts
 }
 
-func openStore(cfg config, dir string) (*pebblejournal.Store, error) {
+func openStore(cfg config, dir string) (journal.Store, error) {
+	if cfg.Postgres != "" {
+		return openPostgres(context.Background(), cfg, filepath.Base(dir))
+	}
 	return pebblejournal.Open(dir, pebblejournal.Options{Logger: cfg.logger})
 }
 
