@@ -3,17 +3,26 @@ GO        ?= go
 GOBIN     ?= $(shell $(GO) env GOPATH)/bin
 PROTOC_GEN_GO_VERSION := v1.36.12
 STATICCHECK_VERSION   := v0.8.2# prints as "staticcheck 2026.2.2 (0.8.2)"
+# PostgreSQL 15 binaries (initdb, postgres) of the pgjournal tests; the tests
+# read the same PG_BINDIR.
+PG_BINDIR ?= /usr/lib/postgresql/15/bin
+export PG_BINDIR
 
 .PHONY: help deps test race lint proto proto-check tidy-check bench stress demo tools check
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-deps: ## install protoc (Debian protobuf-compiler) if missing, and the Go tools
+deps: ## install protoc (Debian protobuf-compiler) and PostgreSQL 15 (Debian postgresql) if missing, and the Go tools
 	@command -v protoc >/dev/null 2>&1 || { \
 		echo "installing protobuf-compiler with apt-get"; \
 		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq protobuf-compiler >/dev/null; }
+	@test -x $(PG_BINDIR)/postgres -a -x $(PG_BINDIR)/initdb || { \
+		echo "installing postgresql with apt-get"; \
+		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql >/dev/null; }
+	@test -x $(PG_BINDIR)/postgres || { echo "no PostgreSQL in PG_BINDIR=$(PG_BINDIR)"; exit 1; }
 	@$(MAKE) --no-print-directory tools
 
 tools: ## install protoc-gen-go and staticcheck into GOBIN

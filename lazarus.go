@@ -17,6 +17,7 @@ import (
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/journal/memjournal"
 	"github.com/lazarusrt/lazarus/journal/pebblejournal"
+	"github.com/lazarusrt/lazarus/journal/pgjournal"
 	"github.com/lazarusrt/lazarus/messages"
 	"github.com/lazarusrt/lazarus/snapshot"
 	"github.com/lazarusrt/lazarus/supervisor"
@@ -24,9 +25,33 @@ import (
 
 // Errors of the Runtime. Store errors (journal.ErrStale, journal.ErrInvalid,
 // ...) pass through wrapped; branch on them with errors.Is.
+//
+// The contract of the entry calls (SendMessage, Send, Resolve, Reject, Wake,
+// History, Subscribe) on contexts and Close:
+//   - a ctx already ended: an error wrapping ctx.Err(), and nothing is
+//     written;
+//   - ctx ending (or Options.CallTimeout passing) while the call waits, before
+//     its command or write was handed over: an error wrapping ctx.Err()
+//     (context.DeadlineExceeded for the call timeout), nothing written;
+//   - after it was handed over: an error wrapping ErrUnknownOutcome and
+//     ctx.Err();
+//   - after Close, and for calls in flight when Close is called (which
+//     return once Close has stopped the actors, not after a timeout): an
+//     error wrapping ErrClosed (and ErrUnknownOutcome if the call's command
+//     had been handed over).
 var (
 	// ErrClosed is returned by every call after Close.
 	ErrClosed = errors.New("lazarus: runtime closed")
+	// ErrUnknownOutcome: the call ended (its context, Options.CallTimeout or
+	// Close) after its command or write was handed over, before the answer:
+	// it may or may not have taken effect. The cure is to retry: a
+	// SendMessage retried with the same SendOptions.RequestID appends
+	// nothing if the first attempt got in and returns its seq (Send sets a
+	// random RequestID: use SendMessage to retry safely); a Resolve or
+	// Reject retried returns journal.ErrStale if an answer (this one or
+	// another) was recorded, and Store().ToolCall tells which; Wake writes
+	// nothing and can always be retried.
+	ErrUnknownOutcome = errors.New("lazarus: outcome unknown")
 )
 
 // Defaults of Options.
@@ -50,12 +75,18 @@ type AuditOptions struct {
 // Options configures a Runtime. The zero value of every field is a
 // documented default; Model is the only required field.
 type Options struct {
-	// Store is the persistence adapter. Default: the embedded Pebble store
-	// in Dir when Dir is set, else an in-memory store (nothing survives the
-	// process). A Store passed here is not closed by Close.
+	// Store is the persistence adapter. Default: the PostgreSQL store of
+	// Postgres when it is set, else the embedded Pebble store in Dir when
+	// Dir is set, else an in-memory store (nothing survives the process).
+	// A Store passed here is not closed by Close.
 	Store journal.Store
-	// Dir is the directory of the embedded Pebble store, used when Store is
-	// nil. It is created if missing.
+	// Postgres is the connection string (DSN or URL) of a PostgreSQL
+	// database, used when Store is nil: the journal lives there
+	// (journal/pgjournal), migrated on Open. Set at most one of Postgres
+	// and Dir.
+	Postgres string
+	// Dir is the directory of the embedded Pebble store, used when Store
+	// and Postgres are not set. It is created if missing.
 	Dir string
 	// Model answers turns. Required.
 	Model agent.Model
@@ -127,6 +158,11 @@ type Runtime struct {
 	hub       *hub
 	log       *slog.Logger
 
+	// life is cancelled by Close: the context of the Runtime's own calls
+	// (the resume scan).
+	life    context.Context
+	endLife context.CancelFunc
+
 	mu     sync.Mutex
 	closed bool
 	gcStop func() bool
@@ -147,8 +183,17 @@ func Open(opts Options) (*Runtime, error) {
 	}
 	reg = reg.WithDefaultTimeout(opts.HumanTimeout)
 	r := &Runtime{opts: opts, tools: reg, log: opts.Logger, store: opts.Store}
+	r.life, r.endLife = context.WithCancel(context.Background())
 	switch {
 	case r.store != nil:
+	case opts.Postgres != "" && opts.Dir != "":
+		return nil, fmt.Errorf("lazarus: Options.Postgres and Options.Dir are both set: %w", journal.ErrInvalid)
+	case opts.Postgres != "":
+		st, err := pgjournal.Open(context.Background(), opts.Postgres, pgjournal.Options{Audit: opts.Audit.Enabled})
+		if err != nil {
+			return nil, fmt.Errorf("lazarus: open store: %w", err)
+		}
+		r.store, r.ownsStore = st, true
 	case opts.Dir != "":
 		st, err := pebblejournal.Open(opts.Dir, pebblejournal.Options{Audit: opts.Audit.Enabled, Logger: opts.Logger})
 		if err != nil {
@@ -186,6 +231,7 @@ func Open(opts Options) (*Runtime, error) {
 		},
 	})
 	if err != nil {
+		r.endLife()
 		r.system.Shutdown()
 		if r.ownsStore {
 			_ = r.store.Close()
@@ -212,6 +258,51 @@ func (r *Runtime) isClosed() bool {
 	return r.closed
 }
 
+// enter is the first step of every entry call: ErrClosed after Close, else
+// ctx.Err(), so a call whose context already ended does nothing.
+func (r *Runtime) enter(ctx context.Context) error {
+	if r.isClosed() {
+		return ErrClosed
+	}
+	return ctx.Err()
+}
+
+// callErr maps an error of the supervisor, an actor's reply or a Store
+// call to the Runtime's contract, in one place: no supervisor or future
+// error reaches a caller raw, and an error of a call that Close ended wraps
+// ErrClosed. op names the call ("lazarus: send to \"c\"").
+func (r *Runtime) callErr(op string, err error) error {
+	out := mapErr(op, err)
+	if r.isClosed() && !errors.Is(out, ErrClosed) {
+		// Close stopped an actor or the Store under the call: say so,
+		// keeping the cause.
+		return fmt.Errorf("%w: %w", out, ErrClosed)
+	}
+	return out
+}
+
+func mapErr(op string, err error) error {
+	unknown := errors.Is(err, supervisor.ErrNoAnswer)
+	var cause error
+	switch {
+	case errors.Is(err, supervisor.ErrStopped):
+		cause = ErrClosed
+	case errors.Is(err, context.Canceled):
+		cause = context.Canceled
+	case errors.Is(err, context.DeadlineExceeded):
+		cause = context.DeadlineExceeded
+	case unknown:
+		// Every activation stopped before answering, too many times.
+		return fmt.Errorf("%s: %w (no activation answered; retry)", op, ErrUnknownOutcome)
+	default:
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if unknown {
+		return fmt.Errorf("%s: %w: %w", op, ErrUnknownOutcome, cause)
+	}
+	return fmt.Errorf("%s: %w", op, cause)
+}
+
 // SendOptions are the optional parts of a send.
 type SendOptions struct {
 	// RequestID is the idempotency key of the send: retrying a send with the
@@ -231,7 +322,8 @@ type SendOptions struct {
 // asynchronously: watch it with Subscribe or read it with History. The
 // scope is the caller's ambient state; the turn this message starts runs
 // with it, and it is never persisted. An empty text is refused with an
-// error wrapping journal.ErrInvalid, and nothing is written.
+// error wrapping journal.ErrInvalid, and nothing is written; a deleted
+// conversation, with one wrapping journal.ErrDeleted.
 func (r *Runtime) Send(ctx context.Context, conversationID, text string, scope agent.Scope) (uint64, error) {
 	msg := &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: text}}}}
 	return r.SendMessage(ctx, conversationID, msg, SendOptions{}, scope)
@@ -242,8 +334,8 @@ func (r *Runtime) Send(ctx context.Context, conversationID, text string, scope a
 // is an empty text or is a blob with neither data nor a URI, is refused with
 // an error wrapping journal.ErrInvalid, and nothing is written.
 func (r *Runtime) SendMessage(ctx context.Context, conversationID string, msg *messages.UserMessage, opts SendOptions, scope agent.Scope) (uint64, error) {
-	if r.isClosed() {
-		return 0, ErrClosed
+	if err := r.enter(ctx); err != nil {
+		return 0, fmt.Errorf("lazarus: send to %q: %w", conversationID, err)
 	}
 	if err := journal.ValidateID("conversation id", conversationID); err != nil {
 		return 0, fmt.Errorf("lazarus: send: %w", err)
@@ -259,11 +351,11 @@ func (r *Runtime) SendMessage(ctx context.Context, conversationID string, msg *m
 	}
 	res, err := r.sup.Ask(ctx, conversationID, &actors.Command{Scope: scope, Msg: &messages.AgentSend{RequestId: opts.RequestID, Message: msg}})
 	if err != nil {
-		return 0, fmt.Errorf("lazarus: send to %q: %w", conversationID, err)
+		return 0, r.callErr(fmt.Sprintf("lazarus: send to %q", conversationID), err)
 	}
 	reply := res.(*messages.AgentSendReply)
 	if err := journal.ErrorFromProto(reply.GetError()); err != nil {
-		return 0, fmt.Errorf("lazarus: send to %q: %w", conversationID, err)
+		return 0, r.callErr(fmt.Sprintf("lazarus: send to %q", conversationID), err)
 	}
 	return reply.GetSeq(), nil
 }
@@ -271,9 +363,11 @@ func (r *Runtime) SendMessage(ctx context.Context, conversationID string, msg *m
 // Resolve answers a pending human tool call with result, a JSON value of at
 // most agent.MaxResultBytes. It
 // returns once the answer is durable; the conversation then revives if
-// needed, records the result and continues. A call that is unknown, already
-// answered or expired gets an error wrapping journal.ErrStale, and nothing
-// changes: of any number of concurrent answers, exactly one wins.
+// needed, records the result and continues. A call that is unknown (also
+// one of a deleted conversation: it went with it), already answered or
+// expired gets an error wrapping journal.ErrStale, and nothing changes: of
+// any number of concurrent answers, exactly one wins. See ErrUnknownOutcome
+// for a call that ends before its answer.
 func (r *Runtime) Resolve(ctx context.Context, toolCallID, result string, scope agent.Scope) error {
 	if len(result) > agent.MaxResultBytes {
 		// Checked here, before anything is written: an answer too large for
@@ -297,8 +391,8 @@ func (r *Runtime) Reject(ctx context.Context, toolCallID, reason string, scope a
 }
 
 func (r *Runtime) resolve(ctx context.Context, id string, status messages.ToolCallStatus, out *messages.ToolOutcome, scope agent.Scope) error {
-	if r.isClosed() {
-		return ErrClosed
+	if err := r.enter(ctx); err != nil {
+		return fmt.Errorf("lazarus: resolve %q: %w", id, err)
 	}
 	if err := journal.ValidateID("tool call id", id); err != nil {
 		return fmt.Errorf("lazarus: resolve: %w", err)
@@ -308,7 +402,7 @@ func (r *Runtime) resolve(ctx context.Context, id string, status messages.ToolCa
 	case errors.Is(err, journal.ErrNotFound):
 		return fmt.Errorf("lazarus: resolve %q: no such tool call: %w (%w)", id, journal.ErrStale, err)
 	case err != nil:
-		return fmt.Errorf("lazarus: resolve %q: %w", id, err)
+		return r.callErr(fmt.Sprintf("lazarus: resolve %q", id), err)
 	case row.GetExecutor() != messages.Executor_EXECUTOR_HUMAN:
 		return fmt.Errorf("lazarus: resolve %q: %w", id, journal.Invalidf("tool %q is not a human tool; the runtime runs it", row.GetName()))
 	case row.GetStatus() != messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING:
@@ -322,36 +416,42 @@ func (r *Runtime) resolve(ctx context.Context, id string, status messages.ToolCa
 			ToolCallId: id, Status: status, Result: out, At: journal.Timestamp(r.opts.Clock.Now()),
 		}}}
 	if err := r.journalWrite(ctx, req); err != nil {
-		return fmt.Errorf("lazarus: resolve %q: %w", id, err)
+		if errors.Is(err, journal.ErrDeleted) {
+			// The conversation was deleted since the row was read: the
+			// call is gone with it, as if the row had not been found.
+			return fmt.Errorf("lazarus: resolve %q: no such tool call: %w (%w)", id, journal.ErrStale, err)
+		}
+		return r.callErr(fmt.Sprintf("lazarus: resolve %q", id), err)
 	}
 	// The answer is durable: from here on, revival records it even if this
 	// delivery is lost.
 	cmd := &actors.Command{Scope: scope, Msg: &messages.AgentResolved{ToolCallId: id, Status: status, Result: out, By: "user"}}
 	if _, err := r.sup.Ask(ctx, conv, cmd); err != nil {
-		r.log.Warn("resolution is durable but its delivery failed; revival will record it",
+		// A live activation must still hear of it (it does not read the
+		// row again): deliver without waiting. A second delivery of an
+		// answer already recorded is a no-op.
+		r.sup.Tell(conv, cmd)
+		r.log.Debug("resolution is durable but its delivery was not confirmed; delivered again without waiting",
 			"conversation", conv, "tool_call", id, "err", err)
 	}
 	return nil
 }
 
 func (r *Runtime) journalWrite(ctx context.Context, req *messages.AppendRequest) error {
-	timeout := r.opts.CallTimeout
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < timeout {
-		timeout = max(time.Until(dl), time.Millisecond)
-	}
-	res, err := r.system.Root.RequestFuture(r.sup.Journal(), &messages.JournalWrite{RequestId: 1, Request: req}, timeout).Result()
+	res, err := r.sup.Request(ctx, r.sup.Journal(), &messages.JournalWrite{RequestId: 1, Request: req})
 	if err != nil {
-		return fmt.Errorf("journal actor did not answer: %w", err)
+		return err
 	}
 	return journal.ErrorFromProto(res.(*messages.JournalWriteReply).GetReply().GetError())
 }
 
 // History returns the conversation's events in ascending seq: the newest
 // limit events before seq before (before 0: the newest; limit 0: all). Page
-// backwards by passing the oldest seq received as the next before.
+// backwards by passing the oldest seq received as the next before. A deleted
+// conversation is an error wrapping journal.ErrDeleted.
 func (r *Runtime) History(ctx context.Context, conversationID string, before uint64, limit int) ([]*messages.Event, error) {
-	if r.isClosed() {
-		return nil, ErrClosed
+	if err := r.enter(ctx); err != nil {
+		return nil, fmt.Errorf("lazarus: history of %q: %w", conversationID, err)
 	}
 	if err := journal.ValidateID("conversation id", conversationID); err != nil {
 		return nil, fmt.Errorf("lazarus: history: %w", err)
@@ -359,7 +459,28 @@ func (r *Runtime) History(ctx context.Context, conversationID string, before uin
 	if limit < 0 {
 		return nil, fmt.Errorf("lazarus: history of %q: %w", conversationID, journal.Invalidf("negative limit"))
 	}
-	return r.store.Events(ctx, conversationID, journal.EventQuery{Before: before, Limit: limit})
+	evs, err := r.store.Events(ctx, conversationID, journal.EventQuery{Before: before, Limit: limit})
+	if err != nil {
+		return nil, r.callErr(fmt.Sprintf("lazarus: history of %q", conversationID), err)
+	}
+	if len(evs) == 0 {
+		// No events: a new conversation, an empty page, or a deleted one,
+		// which says so.
+		if err := r.deleted(ctx, conversationID); err != nil {
+			return nil, fmt.Errorf("lazarus: history of %q: %w", conversationID, err)
+		}
+	}
+	return evs, nil
+}
+
+// deleted returns an error wrapping journal.ErrDeleted if the conversation
+// was deleted, else nil (also when its row cannot be read: the caller's
+// own read reports that).
+func (r *Runtime) deleted(ctx context.Context, conversationID string) error {
+	if _, err := r.store.Conversation(ctx, conversationID); errors.Is(err, journal.ErrDeleted) {
+		return err
+	}
+	return nil
 }
 
 // Subscribe streams the conversation's events after seq afterSeq: first
@@ -370,13 +491,17 @@ func (r *Runtime) History(ctx context.Context, conversationID string, before uin
 // cancelled); durable ends come with their event, in history too. The channel is
 // closed when ctx ends, when Close is called, or after an update whose Err
 // is ErrLagged (the reader fell too far behind; subscribe again after the
-// last seq received).
+// last seq received). A deleted conversation is an error wrapping
+// journal.ErrDeleted.
 func (r *Runtime) Subscribe(ctx context.Context, conversationID string, afterSeq uint64) (<-chan Update, error) {
-	if r.isClosed() {
-		return nil, ErrClosed
+	if err := r.enter(ctx); err != nil {
+		return nil, fmt.Errorf("lazarus: subscribe to %q: %w", conversationID, err)
 	}
 	if err := journal.ValidateID("conversation id", conversationID); err != nil {
 		return nil, fmt.Errorf("lazarus: subscribe: %w", err)
+	}
+	if err := r.deleted(ctx, conversationID); err != nil {
+		return nil, fmt.Errorf("lazarus: subscribe to %q: %w", conversationID, err)
 	}
 	return r.hub.subscribe(ctx, conversationID, afterSeq)
 }
@@ -400,20 +525,21 @@ func (r *Runtime) Kill(conversationID string) bool {
 // actor has revived. Revival applies the recovery rules: a turn interrupted
 // before the model answered is run again; a server call interrupted before
 // its result is dispatched again under the same tool call id; pending human
-// calls stay pending.
+// calls stay pending. A deleted conversation is an error wrapping
+// journal.ErrDeleted, every time.
 func (r *Runtime) Wake(ctx context.Context, conversationID string) error {
-	if r.isClosed() {
-		return ErrClosed
+	if err := r.enter(ctx); err != nil {
+		return fmt.Errorf("lazarus: wake %q: %w", conversationID, err)
 	}
 	if err := journal.ValidateID("conversation id", conversationID); err != nil {
 		return fmt.Errorf("lazarus: wake: %w", err)
 	}
 	res, err := r.sup.Ask(ctx, conversationID, &actors.Command{Scope: agent.SystemScope, Msg: &messages.AgentWake{}})
 	if err != nil {
-		return fmt.Errorf("lazarus: wake %q: %w", conversationID, err)
+		return r.callErr(fmt.Sprintf("lazarus: wake %q", conversationID), err)
 	}
 	if err := journal.ErrorFromProto(res.(*messages.AgentReply).GetError()); err != nil {
-		return fmt.Errorf("lazarus: wake %q: %w", conversationID, err)
+		return r.callErr(fmt.Sprintf("lazarus: wake %q", conversationID), err)
 	}
 	return nil
 }
@@ -423,7 +549,7 @@ func (r *Runtime) Wake(ctx context.Context, conversationID string) error {
 // the background, after Open.
 func (r *Runtime) resumeInterrupted() {
 	defer r.gcWG.Done()
-	ctx := context.Background()
+	ctx := r.life
 	cursor := ""
 	for !r.isClosed() {
 		convs, next, err := r.store.ListConversations(ctx, cursor, 500)
@@ -435,7 +561,7 @@ func (r *Runtime) resumeInterrupted() {
 			if c.GetStatus() != messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE || r.isClosed() {
 				continue
 			}
-			if err := r.Wake(ctx, c.GetId()); err != nil && !errors.Is(err, ErrClosed) {
+			if err := r.Wake(ctx, c.GetId()); err != nil && !errors.Is(err, ErrClosed) && ctx.Err() == nil {
 				r.log.Warn("resume failed", "conversation", c.GetId(), "err", err)
 			}
 		}
@@ -467,6 +593,7 @@ func (r *Runtime) Close() error {
 		r.gcStop()
 	}
 	r.mu.Unlock()
+	r.endLife()
 	r.gcWG.Wait()
 	r.sup.Stop()
 	r.hub.close()

@@ -25,9 +25,10 @@ var ErrTurnFailed = errors.New("lazarus: turn failed")
 // ErrTurnCancelled. The wait follows the conversation's durable log, so an
 // answer that lands while the actor is being revived is not missed.
 //
-// ctx bounds the whole call: when it ends, SendAndWait returns ctx.Err()
-// (the message may be durable, and the turn goes on). If the runtime is
-// closed meanwhile it returns ErrClosed.
+// ctx bounds the whole call: when it ends, SendAndWait returns an error
+// wrapping ctx.Err() (the send's own contract applies while it sends; once
+// the message is durable, the turn goes on without the caller). If the
+// runtime is closed meanwhile, the error wraps ErrClosed.
 func (r *Runtime) SendAndWait(ctx context.Context, conversationID, text string, scope agent.Scope) (TurnEnd, error) {
 	return r.SendMessageAndWait(ctx, conversationID, agent.UserMessage(agent.TextPart(text)), SendOptions{}, scope)
 }

@@ -453,7 +453,12 @@ func load(ctx context.Context, store journal.Store, id string) *loaded {
 
 func (c *conversation) onLoaded(ctx actor.Context, l *loaded) {
 	if l.err != nil {
-		c.log.Error("revival failed", "err", l.err)
+		if errors.Is(l.err, journal.ErrDeleted) {
+			// The caller is told; a deleted conversation is not a fault.
+			c.log.Debug("revival refused: the conversation was deleted")
+		} else {
+			c.log.Error("revival failed", "err", l.err)
+		}
 		c.stop(ctx, fmt.Errorf("revive conversation %q: %w", c.cfg.ID, l.err))
 		return
 	}

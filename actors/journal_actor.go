@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -21,15 +22,35 @@ type JournalOptions struct {
 	// Logger receives the actor's logs. Default: discard.
 	Logger *slog.Logger
 	// Committed, if set, is called on the actor's goroutine, in commit
-	// order, with every request the Store committed, before its requester
+	// order (of each conversation, when MaxInflight > 1), with every
+	// request the Store committed, before its requester
 	// is answered. It must not block. The runtime uses it to arm and cancel
 	// the expiry actor's timers from the durable deadlines themselves, so
 	// no kill of a conversation between its write and its next message can
 	// leave a durable deadline unarmed.
 	Committed func(req *messages.AppendRequest)
+	// MaxInflight bounds the batches committing at once. Default: what the
+	// Store asks for through ConcurrentBatches, else 1. With more than one,
+	// a request waits (keeping its place) while a batch in flight holds a
+	// request of its conversation, so each conversation's writes still
+	// commit, and are answered, in the order they were received.
+	MaxInflight int
+}
+
+// ConcurrentBatches is implemented by a Store whose AppendBatch calls gain
+// from running several at once (a networked store, where a commit waits on
+// a round trip and a remote flush): it returns how many. The journal actor
+// uses it as the default of JournalOptions.MaxInflight.
+type ConcurrentBatches interface {
+	ConcurrentBatches() int
 }
 
 const defaultJournalMaxBatch = 4096
+
+// minSpreadBatch is the smallest batch that pending requests are spread
+// into when several batches may be in flight: below it, a commit's fixed
+// cost outweighs running side by side.
+const minSpreadBatch = 32
 
 func (o JournalOptions) withDefaults() JournalOptions {
 	if o.MaxBatch <= 0 {
@@ -39,6 +60,17 @@ func (o JournalOptions) withDefaults() JournalOptions {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	return o
+}
+
+// inflightFor returns MaxInflight, defaulted from store.
+func (o JournalOptions) inflightFor(store journal.Store) int {
+	if o.MaxInflight > 0 {
+		return o.MaxInflight
+	}
+	if c, ok := store.(ConcurrentBatches); ok && c.ConcurrentBatches() > 1 {
+		return c.ConcurrentBatches()
+	}
+	return 1
 }
 
 // NewJournal returns the Props of the journal actor: the single writer of
@@ -92,6 +124,7 @@ func NewJournal(store journal.Store, opts JournalOptions) *actor.Props {
 		panic("actors: NewJournal with a nil Store")
 	}
 	opts = opts.withDefaults()
+	opts.MaxInflight = opts.inflightFor(store)
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &journalActor{store: store, opts: opts}
 	}, actor.WithMailbox(newClosingMailbox))
@@ -110,10 +143,12 @@ type journalActor struct {
 	// it to be answered.
 	lastOf   map[string]uint64
 	barriers map[uint64][]*actor.PID
-	inflight *commitBatch // handed to the committer, not yet answered
-	work     chan *commitBatch
-	done     chan struct{} // closed when the committer exited
-	closed   bool          // Stopping or Restarting was handled
+	inflight map[*commitBatch]struct{} // handed to the committers, not yet answered
+	// busy counts, per conversation, its requests in the batches in flight.
+	busy   map[string]int
+	work   chan *commitBatch
+	done   chan struct{} // closed when every committer exited
+	closed bool          // Stopping or Restarting was handled
 }
 
 // journalRequest is one received JournalWrite and whom to answer.
@@ -163,10 +198,10 @@ func (a *journalActor) Receive(ctx actor.Context) {
 	case *JournalBarrier:
 		a.onBarrier(ctx, msg)
 	case *commitDone:
-		if msg.batch != a.inflight {
+		if _, ok := a.inflight[msg.batch]; !ok {
 			return // from an earlier incarnation, already answered when it stopped
 		}
-		a.inflight = nil
+		a.land(msg.batch)
 		a.answer(ctx, msg.batch)
 		a.handOver()
 	case *actor.Stopping:
@@ -179,9 +214,31 @@ func (a *journalActor) Receive(ctx actor.Context) {
 }
 
 func (a *journalActor) start(ctx actor.Context) {
-	a.work = make(chan *commitBatch, 1) // at most one batch is in flight
+	n := a.opts.MaxInflight
+	a.work = make(chan *commitBatch, n) // at most n batches are in flight
 	a.done = make(chan struct{})
-	go commitLoop(a.store, a.opts.Logger, ctx.ActorSystem(), ctx.Self(), a.work, a.done)
+	a.inflight = make(map[*commitBatch]struct{}, n)
+	a.busy = make(map[string]int)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			commitLoop(a.store, a.opts.Logger, ctx.ActorSystem(), ctx.Self(), a.work)
+		}()
+	}
+	go func() { wg.Wait(); close(a.done) }()
+}
+
+// land removes b from the batches in flight.
+func (a *journalActor) land(b *commitBatch) {
+	delete(a.inflight, b)
+	for _, r := range b.reqs {
+		conv := r.req.GetConversationId()
+		if a.busy[conv]--; a.busy[conv] <= 0 {
+			delete(a.busy, conv)
+		}
+	}
 }
 
 func (a *journalActor) onWrite(ctx actor.Context, w *messages.JournalWrite) {
@@ -221,27 +278,63 @@ func (a *journalActor) onBarrier(ctx actor.Context, b *JournalBarrier) {
 	a.barriers[n] = append(a.barriers[n], sender)
 }
 
-// take removes up to MaxBatch requests from the head of pending.
+// take removes up to MaxBatch requests from pending, in order, skipping
+// those whose conversation has a request in a batch in flight (they keep
+// their place). It returns nil if it took none.
 func (a *journalActor) take() *commitBatch {
-	n := min(len(a.pending), a.opts.MaxBatch)
-	b := &commitBatch{reqs: a.pending[:n:n], appends: make([]*messages.AppendRequest, n)}
-	for i, r := range b.reqs {
-		b.appends[i] = r.req
+	limit := a.opts.MaxBatch
+	if free := a.opts.MaxInflight - len(a.inflight); free > 1 {
+		// Spread what is pending over the free slots, so that the batches
+		// commit side by side (on a server, in as many backends) rather
+		// than one large batch holding every conversation.
+		limit = min(limit, max(minSpreadBatch, (len(a.pending)+free-1)/free))
 	}
-	a.pending = a.pending[n:]
-	if len(a.pending) == 0 {
-		a.pending = nil // let the next batch start a fresh array
+	if len(a.busy) == 0 {
+		n := min(len(a.pending), limit)
+		if n == 0 {
+			return nil
+		}
+		b := &commitBatch{reqs: a.pending[:n:n], appends: make([]*messages.AppendRequest, n)}
+		for i, r := range b.reqs {
+			b.appends[i] = r.req
+		}
+		a.pending = a.pending[n:]
+		if len(a.pending) == 0 {
+			a.pending = nil // let the next batch start a fresh array
+		}
+		return b
+	}
+	b := &commitBatch{}
+	var rest []journalRequest
+	for _, r := range a.pending {
+		if len(b.reqs) < limit && a.busy[r.req.GetConversationId()] == 0 {
+			b.reqs = append(b.reqs, r)
+			b.appends = append(b.appends, r.req)
+			continue
+		}
+		rest = append(rest, r)
+	}
+	a.pending = rest
+	if len(b.reqs) == 0 {
+		return nil
 	}
 	return b
 }
 
-// handOver gives the committer the next batch, unless one is in flight.
+// handOver gives the committers the next batches, while fewer than
+// MaxInflight are in flight and pending holds requests they may take.
 func (a *journalActor) handOver() {
-	if a.inflight != nil || len(a.pending) == 0 || a.closed {
-		return
+	for !a.closed && len(a.inflight) < a.opts.MaxInflight && len(a.pending) > 0 {
+		b := a.take()
+		if b == nil {
+			return
+		}
+		a.inflight[b] = struct{}{}
+		for _, r := range b.reqs {
+			a.busy[r.req.GetConversationId()]++
+		}
+		a.work <- b // never blocks: capacity MaxInflight, at most that many in flight
 	}
-	a.inflight = a.take()
-	a.work <- a.inflight // never blocks: capacity 1, at most one in flight
 }
 
 func (a *journalActor) answer(ctx actor.Context, b *commitBatch) {
@@ -272,13 +365,15 @@ func (a *journalActor) shutdown(ctx actor.Context, why string) {
 	a.closed = true
 	if a.work != nil {
 		close(a.work)
-		<-a.done // the committer finishes the batch in flight, if any, and exits
+		<-a.done // the committers finish the batches in flight, if any, and exit
 	}
 	n := len(a.pending)
-	if b := a.inflight; b != nil {
-		a.inflight = nil
+	// The batches in flight held no two requests of one conversation, so
+	// the order in which they are answered does not matter.
+	for b := range a.inflight {
+		a.land(b)
 		n += len(b.reqs)
-		a.answer(ctx, b) // the committer set b.results before closing done
+		a.answer(ctx, b) // the committer set b.results before done closed
 	}
 	for len(a.pending) > 0 {
 		b := a.take()
@@ -305,10 +400,9 @@ func replyWrite(ctx actor.Context, r journalRequest, res journal.AppendResult) {
 	})
 }
 
-// commitLoop is the committer goroutine. It is owned by one incarnation of
+// commitLoop is a committer goroutine. It is owned by one incarnation of
 // the journal actor, which closes work to stop it and waits on done.
-func commitLoop(store journal.Store, log *slog.Logger, system *actor.ActorSystem, self *actor.PID, work <-chan *commitBatch, done chan<- struct{}) {
-	defer close(done)
+func commitLoop(store journal.Store, log *slog.Logger, system *actor.ActorSystem, self *actor.PID, work <-chan *commitBatch) {
 	for b := range work {
 		b.results = safeAppendBatch(store, log, b.appends)
 		system.Root.Send(self, &commitDone{batch: b})

@@ -532,3 +532,37 @@ func TestJournalBarrier(t *testing.T) {
 		return next()
 	}(), "once a's write is answered, a's barrier is answered at once")
 }
+
+// TestJournalPipelinedBatchesKeepConversationOrder: with MaxInflight 2, a
+// second batch commits while the first is in flight, but a write whose
+// conversation has a write in flight waits for it (so its fence holds and
+// the conversation's replies keep their order).
+func TestJournalPipelinedBatchesKeepConversationOrder(t *testing.T) {
+	sys := newTestSystem(t)
+	store := newGateStore()
+	release1 := store.hold()
+	pid := sys.Root.Spawn(actors.NewJournal(store, actors.JournalOptions{MaxInflight: 2}))
+	col := newReplyCollector(t, sys)
+
+	sys.Root.RequestWithCustomSender(pid, write(1, userAppend("a", 0, "a1")), col.pid)
+	require.Equal(t, 1, store.waitEntered(t))
+	// While a1 is in flight: a2 must wait for it; b1 may go at once.
+	sys.Root.RequestWithCustomSender(pid, write(2, userAppend("a", 1, "a2")), col.pid)
+	sys.Root.RequestWithCustomSender(pid, write(3, userAppend("b", 0, "b1")), col.pid)
+	require.Equal(t, 1, store.waitEntered(t), "a second batch, of b1 alone, is in flight with the first")
+	release2 := store.hold() // the batch of a2 waits on a gate of its own
+	release1()
+	r := col.next(t)
+	require.NoError(t, replyErr(r))
+	first := r.GetRequestId()
+	r = col.next(t)
+	require.NoError(t, replyErr(r))
+	require.ElementsMatch(t, []uint64{1, 3}, []uint64{first, r.GetRequestId()}, "a1 and b1 are answered first")
+	require.Equal(t, 1, store.waitEntered(t), "a2 goes once a1 landed")
+	release2()
+	r = col.next(t)
+	require.Equal(t, uint64(2), r.GetRequestId())
+	require.NoError(t, replyErr(r), "a2's fence held: it committed after a1")
+	require.EqualValues(t, 2, r.GetReply().GetLastSeq())
+	require.Equal(t, []int{1, 1, 1}, store.batchSizes())
+}

@@ -36,6 +36,16 @@ var (
 	// open again), and wraps it, together with ErrClosed, in the errors of a
 	// store that stopped because a write found the disk full.
 	ErrNoSpace = errors.New("journal: no space left on the store's disk")
+	// ErrUnavailable: a networked store could not be reached, or lost its
+	// connection before the write was sent for commit. Nothing was written;
+	// the call may be retried once the store is back.
+	ErrUnavailable = errors.New("journal: store unavailable")
+	// ErrUnknownOutcome: the connection to a networked store was lost while
+	// the write was committing: it may or may not have been written. Read
+	// the log (LastSeq) before retrying; the append fence (ExpectedLast)
+	// makes a retry of an append that did commit fail with ErrConflict
+	// instead of writing twice.
+	ErrUnknownOutcome = errors.New("journal: write outcome unknown")
 )
 
 var codes = []struct {
@@ -49,6 +59,8 @@ var codes = []struct {
 	{ErrCorrupt, messages.ErrorCode_ERROR_CODE_CORRUPT},
 	{ErrInvalid, messages.ErrorCode_ERROR_CODE_INVALID},
 	{ErrDeleted, messages.ErrorCode_ERROR_CODE_DELETED},
+	{ErrUnknownOutcome, messages.ErrorCode_ERROR_CODE_UNKNOWN_OUTCOME},
+	{ErrUnavailable, messages.ErrorCode_ERROR_CODE_UNAVAILABLE},
 }
 
 // ErrorToProto turns an error into its wire form for an actor reply. It

@@ -191,7 +191,8 @@ type ConversationUpdate struct {
 
 // Conversations stores one row per conversation, and its metadata.
 type Conversations interface {
-	// Conversation returns the row, or ErrNotFound.
+	// Conversation returns the row, or ErrNotFound; ErrDeleted after a
+	// delete (the tombstone is what it finds).
 	Conversation(ctx context.Context, id string) (*messages.Conversation, error)
 	// PutConversation merges u into the row, creating it (status ACTIVE
 	// unless u says otherwise) if absent. ErrDeleted after a delete.

@@ -29,40 +29,46 @@ const (
 type ErrorCode int32
 
 const (
-	ErrorCode_ERROR_CODE_UNSPECIFIED ErrorCode = 0
-	ErrorCode_ERROR_CODE_INTERNAL    ErrorCode = 1
-	ErrorCode_ERROR_CODE_CONFLICT    ErrorCode = 2
-	ErrorCode_ERROR_CODE_STALE       ErrorCode = 3
-	ErrorCode_ERROR_CODE_NOT_FOUND   ErrorCode = 4
-	ErrorCode_ERROR_CODE_CLOSED      ErrorCode = 5
-	ErrorCode_ERROR_CODE_CORRUPT     ErrorCode = 6
-	ErrorCode_ERROR_CODE_INVALID     ErrorCode = 7
-	ErrorCode_ERROR_CODE_DELETED     ErrorCode = 8
+	ErrorCode_ERROR_CODE_UNSPECIFIED     ErrorCode = 0
+	ErrorCode_ERROR_CODE_INTERNAL        ErrorCode = 1
+	ErrorCode_ERROR_CODE_CONFLICT        ErrorCode = 2
+	ErrorCode_ERROR_CODE_STALE           ErrorCode = 3
+	ErrorCode_ERROR_CODE_NOT_FOUND       ErrorCode = 4
+	ErrorCode_ERROR_CODE_CLOSED          ErrorCode = 5
+	ErrorCode_ERROR_CODE_CORRUPT         ErrorCode = 6
+	ErrorCode_ERROR_CODE_INVALID         ErrorCode = 7
+	ErrorCode_ERROR_CODE_DELETED         ErrorCode = 8
+	ErrorCode_ERROR_CODE_UNAVAILABLE     ErrorCode = 9
+	ErrorCode_ERROR_CODE_UNKNOWN_OUTCOME ErrorCode = 10
 )
 
 // Enum value maps for ErrorCode.
 var (
 	ErrorCode_name = map[int32]string{
-		0: "ERROR_CODE_UNSPECIFIED",
-		1: "ERROR_CODE_INTERNAL",
-		2: "ERROR_CODE_CONFLICT",
-		3: "ERROR_CODE_STALE",
-		4: "ERROR_CODE_NOT_FOUND",
-		5: "ERROR_CODE_CLOSED",
-		6: "ERROR_CODE_CORRUPT",
-		7: "ERROR_CODE_INVALID",
-		8: "ERROR_CODE_DELETED",
+		0:  "ERROR_CODE_UNSPECIFIED",
+		1:  "ERROR_CODE_INTERNAL",
+		2:  "ERROR_CODE_CONFLICT",
+		3:  "ERROR_CODE_STALE",
+		4:  "ERROR_CODE_NOT_FOUND",
+		5:  "ERROR_CODE_CLOSED",
+		6:  "ERROR_CODE_CORRUPT",
+		7:  "ERROR_CODE_INVALID",
+		8:  "ERROR_CODE_DELETED",
+		9:  "ERROR_CODE_UNAVAILABLE",
+		10: "ERROR_CODE_UNKNOWN_OUTCOME",
 	}
 	ErrorCode_value = map[string]int32{
-		"ERROR_CODE_UNSPECIFIED": 0,
-		"ERROR_CODE_INTERNAL":    1,
-		"ERROR_CODE_CONFLICT":    2,
-		"ERROR_CODE_STALE":       3,
-		"ERROR_CODE_NOT_FOUND":   4,
-		"ERROR_CODE_CLOSED":      5,
-		"ERROR_CODE_CORRUPT":     6,
-		"ERROR_CODE_INVALID":     7,
-		"ERROR_CODE_DELETED":     8,
+		"ERROR_CODE_UNSPECIFIED":     0,
+		"ERROR_CODE_INTERNAL":        1,
+		"ERROR_CODE_CONFLICT":        2,
+		"ERROR_CODE_STALE":           3,
+		"ERROR_CODE_NOT_FOUND":       4,
+		"ERROR_CODE_CLOSED":          5,
+		"ERROR_CODE_CORRUPT":         6,
+		"ERROR_CODE_INVALID":         7,
+		"ERROR_CODE_DELETED":         8,
+		"ERROR_CODE_UNAVAILABLE":     9,
+		"ERROR_CODE_UNKNOWN_OUTCOME": 10,
 	}
 )
 
@@ -438,7 +444,7 @@ const file_lazarus_v1_journal_proto_rawDesc = "" +
 	"\vAppendReply\x12\x1b\n" +
 	"\tfirst_seq\x18\x01 \x01(\x04R\bfirstSeq\x12\x19\n" +
 	"\blast_seq\x18\x02 \x01(\x04R\alastSeq\x12'\n" +
-	"\x05error\x18\x03 \x01(\v2\x11.lazarus.v1.ErrorR\x05error*\xe8\x01\n" +
+	"\x05error\x18\x03 \x01(\v2\x11.lazarus.v1.ErrorR\x05error*\xa4\x02\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13ERROR_CODE_INTERNAL\x10\x01\x12\x17\n" +
@@ -448,7 +454,10 @@ const file_lazarus_v1_journal_proto_rawDesc = "" +
 	"\x11ERROR_CODE_CLOSED\x10\x05\x12\x16\n" +
 	"\x12ERROR_CODE_CORRUPT\x10\x06\x12\x16\n" +
 	"\x12ERROR_CODE_INVALID\x10\a\x12\x16\n" +
-	"\x12ERROR_CODE_DELETED\x10\bB'Z%github.com/lazarusrt/lazarus/messagesb\x06proto3"
+	"\x12ERROR_CODE_DELETED\x10\b\x12\x1a\n" +
+	"\x16ERROR_CODE_UNAVAILABLE\x10\t\x12\x1e\n" +
+	"\x1aERROR_CODE_UNKNOWN_OUTCOME\x10\n" +
+	"B'Z%github.com/lazarusrt/lazarus/messagesb\x06proto3"
 
 var (
 	file_lazarus_v1_journal_proto_rawDescOnce sync.Once

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"context"
 	"errors"
 	"sync"
 
@@ -88,17 +89,27 @@ func (r *registry) claim(id string) (a *activation, mine bool, wait <-chan struc
 // spawns, the others wait for it. It blocks while a retired predecessor is
 // still stopping, so it must not be called from the supervisor actor (which
 // uses claim).
-func (r *registry) ensure(id string, spawn func(a *activation) (*actor.PID, error)) (*activation, error) {
+// It stops waiting, with ctx.Err(), when ctx ends; a caller that spawns
+// finishes its spawn first.
+func (r *registry) ensure(ctx context.Context, id string, spawn func(a *activation) (*actor.PID, error)) (*activation, error) {
 	for {
 		a, mine, wait := r.claim(id)
 		if wait != nil {
-			<-wait
+			select {
+			case <-wait:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
 			continue
 		}
 		if mine {
 			r.spawned(a, spawn)
 		}
-		<-a.ready
+		select {
+		case <-a.ready:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 		return a, a.err
 	}
 }

@@ -26,7 +26,7 @@ func TestEnsureSpawnsOnceUnderConcurrentCallers(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			a, err := r.ensure("c", pidSpawner(&spawns))
+			a, err := r.ensure(t.Context(), "c", pidSpawner(&spawns))
 			require.NoError(t, err)
 			got[i] = a
 		}()
@@ -42,7 +42,7 @@ func TestEnsureSpawnsOnceUnderConcurrentCallers(t *testing.T) {
 func TestRetireRefusesWhileCommandsAreUnprocessed(t *testing.T) {
 	r := newRegistry()
 	var spawns atomic.Int64
-	a, err := r.ensure("c", pidSpawner(&spawns))
+	a, err := r.ensure(t.Context(), "c", pidSpawner(&spawns))
 	require.NoError(t, err)
 	delivered := 0
 	require.NoError(t, r.send(a, func(*actor.PID) { delivered++ }))
@@ -60,7 +60,7 @@ func TestRetireRefusesWhileCommandsAreUnprocessed(t *testing.T) {
 func TestSuccessorWaitsForPredecessorToTerminate(t *testing.T) {
 	r := newRegistry()
 	var spawns atomic.Int64
-	first, err := r.ensure("c", pidSpawner(&spawns))
+	first, err := r.ensure(t.Context(), "c", pidSpawner(&spawns))
 	require.NoError(t, err)
 	require.True(t, r.kill(first, func(*actor.PID) {}))
 	require.False(t, r.kill(first, func(*actor.PID) {}), "a retired activation is not killed twice")
@@ -78,7 +78,7 @@ func TestSuccessorWaitsForPredecessorToTerminate(t *testing.T) {
 	require.Equal(t, int64(1), spawns.Load())
 
 	r.terminated(first.pid)
-	second, err := r.ensure("c", pidSpawner(&spawns))
+	second, err := r.ensure(t.Context(), "c", pidSpawner(&spawns))
 	require.NoError(t, err)
 	require.NotSame(t, first, second)
 	require.Greater(t, second.gen, first.gen)
@@ -88,7 +88,7 @@ func TestSuccessorWaitsForPredecessorToTerminate(t *testing.T) {
 func TestClaimNeverBlocks(t *testing.T) {
 	r := newRegistry()
 	var spawns atomic.Int64
-	a, err := r.ensure("c", pidSpawner(&spawns))
+	a, err := r.ensure(t.Context(), "c", pidSpawner(&spawns))
 	require.NoError(t, err)
 	r.retire(a, 0, true)
 	got, mine, wait := r.claim("c")
@@ -106,7 +106,7 @@ func TestClaimNeverBlocks(t *testing.T) {
 func TestReleaseAllUnblocksWaiters(t *testing.T) {
 	r := newRegistry()
 	var spawns atomic.Int64
-	a, err := r.ensure("c", pidSpawner(&spawns))
+	a, err := r.ensure(t.Context(), "c", pidSpawner(&spawns))
 	require.NoError(t, err)
 	r.retire(a, 0, true)
 	r.releaseAll()

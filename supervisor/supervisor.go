@@ -70,6 +70,9 @@ type Supervisor struct {
 
 	mu      sync.Mutex
 	stopped bool
+	// halted is closed by Stop once every actor has stopped (and answered
+	// what it was going to answer): callers still waiting stop waiting.
+	halted chan struct{}
 }
 
 // Start spawns the supervisor actor, with its journal and expiry actors, on
@@ -91,7 +94,8 @@ func Start(system *actor.ActorSystem, cfg Config) (*Supervisor, error) {
 	if cfg.Journal.Logger == nil {
 		cfg.Journal.Logger = cfg.Logger
 	}
-	s := &Supervisor{cfg: cfg, system: system, log: cfg.Logger, reg: newRegistry(), mailboxes: actors.NewWorkerDispatcher(0)}
+	s := &Supervisor{cfg: cfg, system: system, log: cfg.Logger, reg: newRegistry(), mailboxes: actors.NewWorkerDispatcher(0),
+		halted: make(chan struct{})}
 	started := make(chan struct{})
 	props := actor.PropsFromProducer(func() actor.Actor { return &root{s: s, started: started} },
 		actor.WithSupervisor(&strategy{s: s}))
@@ -132,24 +136,33 @@ type expired struct{ conversation, toolCallID string }
 // answering, Ask activates the conversation again and resends: commands are
 // idempotent (AgentSend carries a request id; AgentResolved is a no-op for a
 // call already recorded).
+//
+// Ask waits at most Config.CallTimeout in all, and returns at once when ctx
+// ends or the supervisor stops (then with ErrStopped). Once cmd was handed
+// to an activation, an error without the agent's answer wraps ErrNoAnswer:
+// the command may or may not have been applied.
 func (s *Supervisor) Ask(ctx context.Context, id string, cmd *actors.Command) (proto.Message, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
+	defer cancel()
+	what := fmt.Sprintf("conversation %q", id)
 	const attempts = 8
 	var last error
+	handed := false
 	for range attempts {
-		if s.isStopped() {
-			return nil, ErrStopped
+		if err := s.ended(ctx); err != nil {
+			return nil, noAnswer(what, handed, err)
 		}
-		a, err := s.reg.ensure(id, s.spawnFromOutside)
-		if err != nil {
+		a, err := s.reg.ensure(ctx, id, s.spawnFromOutside)
+		switch {
+		case err != nil && (ctx.Err() != nil || s.isStopped()):
+			return nil, noAnswer(what, handed, s.ended(ctx))
+		case err != nil:
 			return nil, err
 		}
-		var fut *actor.Future
-		timeout := s.cfg.CallTimeout
-		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < timeout {
-			timeout = max(time.Until(dl), time.Millisecond)
-		}
-		err = s.reg.send(a, func(pid *actor.PID) { fut = s.system.Root.RequestFuture(pid, cmd, timeout) })
+		p := s.newReply()
+		err = s.reg.send(a, func(pid *actor.PID) { s.system.Root.RequestWithCustomSender(pid, cmd, p.pid) })
 		if errors.Is(err, errRetired) {
+			p.release()
 			// An actor that stopped itself for a reason a new activation
 			// cannot fix (its store refuses reads) would have answered this
 			// command with that reason; so does Ask, rather than spawn
@@ -160,19 +173,24 @@ func (s *Supervisor) Ask(ctx context.Context, id string, cmd *actors.Command) (p
 			last = err
 			continue
 		}
-		res, err := fut.Result()
+		handed = true
+		res, err := p.wait(ctx)
+		p.release()
 		switch {
 		case errors.Is(err, actor.ErrDeadLetter):
 			last = err
 			continue
 		case err != nil:
-			return nil, fmt.Errorf("supervisor: conversation %q did not answer: %w", id, err)
+			return nil, noAnswer(what, true, err)
 		}
 		if retryable(res) {
 			last = actors.ErrAgentStopped
 			continue
 		}
 		return res.(proto.Message), nil
+	}
+	if handed {
+		return nil, fmt.Errorf("supervisor: conversation %q: no activation answered after %d attempts: %w: %w", id, attempts, ErrNoAnswer, last)
 	}
 	return nil, fmt.Errorf("supervisor: conversation %q: no activation answered after %d attempts: %w", id, attempts, last)
 }
@@ -195,10 +213,17 @@ func retryable(res any) bool {
 	return false
 }
 
+// spawnFromOutside asks the supervisor actor to spawn a. It does not watch
+// the caller's context: a spawn the supervisor actor may still perform must
+// not be abandoned (its actor would be registered to no activation).
 func (s *Supervisor) spawnFromOutside(a *activation) (*actor.PID, error) {
-	res, err := s.system.Root.RequestFuture(s.pid, &spawnAgent{a: a}, s.cfg.CallTimeout).Result()
-	if err != nil {
-		return nil, fmt.Errorf("supervisor: spawn conversation %q: %w", a.id, err)
+	res, err := s.Request(context.Background(), s.pid, &spawnAgent{a: a})
+	switch {
+	case err != nil && s.isStopped():
+		return nil, fmt.Errorf("supervisor: spawn conversation %q: %w", a.id, ErrStopped)
+	case err != nil:
+		// Not ErrNoAnswer: the caller's command was not handed over.
+		return nil, fmt.Errorf("supervisor: spawn conversation %q: %v: %w", a.id, err, context.DeadlineExceeded)
 	}
 	r := res.(*spawnReply)
 	return r.pid, r.err
@@ -235,6 +260,7 @@ func (s *Supervisor) Stop() {
 	s.mu.Unlock()
 	_ = s.system.Root.StopFuture(s.pid).Wait()
 	s.reg.releaseAll()
+	close(s.halted)
 	s.wg.Wait()
 	s.mailboxes.Close()
 }

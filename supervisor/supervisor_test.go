@@ -132,3 +132,101 @@ func TestPanicAnswersQueuedCommands(t *testing.T) {
 	require.NoError(t, got.err)
 	require.Nil(t, got.res.(*messages.AgentSendReply).GetError(), "answered, not left to time out, and served")
 }
+
+// startSilent starts a supervisor whose conversation "c" is a registered
+// activation that never answers (an actor that drops every message): what a
+// caller meets when a command is lost (queued behind a stop, say).
+func startSilent(t *testing.T, callTimeout time.Duration) (*Supervisor, *activation) {
+	t.Helper()
+	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
+	model := scripted.New(scripted.Options{})
+	s, err := Start(system, Config{
+		Store:       memjournal.New(memjournal.Options{}),
+		Agent:       func(string) actors.ConversationConfig { return actors.ConversationConfig{Model: model} },
+		CallTimeout: callTimeout,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		s.Stop()
+		system.Shutdown()
+	})
+	silent := system.Root.Spawn(actor.PropsFromFunc(func(actor.Context) {}))
+	a, mine, wait := s.reg.claim("c")
+	require.True(t, mine)
+	require.Nil(t, wait)
+	s.reg.spawned(a, func(*activation) (*actor.PID, error) { return silent, nil })
+	return s, a
+}
+
+func sentTo(a *activation) uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.sent
+}
+
+// askAsync runs Ask on a goroutine; the channel gets its error.
+func askAsync(s *Supervisor, ctx context.Context, cmd *actors.Command) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Ask(ctx, "c", cmd)
+		done <- err
+	}()
+	return done
+}
+
+func within(t *testing.T, done <-chan error, what string) error {
+	t.Helper()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%s: Ask still waiting (CallTimeout is an hour)", what)
+		return nil
+	}
+}
+
+// TestAskWatchesContextAndStop: Ask watches its context and the
+// supervisor's stop while it waits for an answer, not only a deadline it
+// turns into a future's timeout (a cancelled context, or a Stop, left the
+// caller waiting out CallTimeout, then "future: timeout", which wraps
+// nothing). A context ended before the command was handed over sends
+// nothing and wraps ctx.Err(); one ending after wraps ErrNoAnswer too (the
+// command may have been applied); Stop ends the wait with ErrStopped; and
+// CallTimeout is a deadline like the context's.
+func TestAskWatchesContextAndStop(t *testing.T) {
+	s, a := startSilent(t, time.Hour)
+	wake := &actors.Command{Msg: &messages.AgentWake{}}
+
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := s.Ask(ended, "c", wake)
+	require.ErrorIs(t, err, context.Canceled)
+	require.NotErrorIs(t, err, ErrNoAnswer, "nothing was handed over")
+	require.Zero(t, sentTo(a), "nothing was sent")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := askAsync(s, ctx, wake)
+	require.Eventually(t, func() bool { return sentTo(a) == 1 }, 10*time.Second, time.Millisecond)
+	cancel()
+	err = within(t, done, "cancelled")
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorIs(t, err, ErrNoAnswer, "handed over: the outcome is unknown")
+
+	done = askAsync(s, context.Background(), wake)
+	require.Eventually(t, func() bool { return sentTo(a) == 2 }, 10*time.Second, time.Millisecond)
+	s.Stop()
+	err = within(t, done, "stopped")
+	require.ErrorIs(t, err, ErrStopped)
+	require.ErrorIs(t, err, ErrNoAnswer)
+
+	_, err = s.Ask(context.Background(), "c", wake)
+	require.ErrorIs(t, err, ErrStopped, "after Stop")
+	require.NotErrorIs(t, err, ErrNoAnswer)
+	_, err = s.Request(context.Background(), s.Journal(), &messages.JournalWrite{})
+	require.ErrorIs(t, err, ErrStopped, "Request after Stop")
+
+	short, _ := startSilent(t, 50*time.Millisecond)
+	_, err = short.Ask(context.Background(), "c", wake)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "CallTimeout is a deadline")
+	require.ErrorIs(t, err, ErrNoAnswer)
+}

@@ -17,6 +17,8 @@ import (
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/journal/memjournal"
 	"github.com/lazarusrt/lazarus/journal/pebblejournal"
+	"github.com/lazarusrt/lazarus/journal/pgjournal"
+	"github.com/lazarusrt/lazarus/journal/pgjournal/pgtest"
 	"github.com/lazarusrt/lazarus/messages"
 )
 
@@ -26,7 +28,10 @@ const wait = 20 * time.Second
 var user = agent.Scope{UserID: "alice"}
 
 // storeKinds are the adapters every scenario runs on.
-var storeKinds = []string{"memory", "pebble"}
+var storeKinds = []string{"memory", "pebble", "postgres"}
+
+// TestMain starts the PostgreSQL server of the "postgres" kind.
+func TestMain(m *testing.M) { pgtest.Main(m) }
 
 func openStore(t testing.TB, kind string) journal.Store {
 	t.Helper()
@@ -36,6 +41,11 @@ func openStore(t testing.TB, kind string) journal.Store {
 	case "pebble":
 		s, err := pebblejournal.Open(t.TempDir(), pebblejournal.Options{})
 		require.NoError(t, err)
+		return s
+	case "postgres":
+		s, err := pgjournal.Open(context.Background(), pgtest.NewDatabase(t), pgjournal.Options{})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close() }) // after the runtime's Close, registered later
 		return s
 	}
 	t.Fatalf("unknown store kind %q", kind)

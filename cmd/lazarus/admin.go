@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/lazarusrt/lazarus/journal"
@@ -41,7 +40,7 @@ func (c *cli) delete(ctx context.Context, fs *flags, args []string) (err error) 
 	defer closeStore(st, &err)
 	row, err := st.Conversation(ctx, id)
 	if err != nil {
-		if errors.Is(err, journal.ErrNotFound) {
+		if noConversation(err) {
 			return fmt.Errorf("no conversation %s: %w", displayID(id), journal.ErrNotFound)
 		}
 		return err
@@ -128,7 +127,7 @@ func (c *cli) gcAudit(ctx context.Context, fs *flags, args []string) (err error)
 	}
 	if isSet(fs, "conversation") {
 		if _, err := st.Conversation(ctx, *conv); err != nil {
-			if errors.Is(err, journal.ErrNotFound) {
+			if noConversation(err) {
 				return fmt.Errorf("no conversation %s: %w", displayID(*conv), journal.ErrNotFound)
 			}
 			return err

@@ -27,7 +27,7 @@ func TestDelete(t *testing.T) {
 	require.NoError(t, err)
 	ctx := ctxT(t)
 	_, err = st.Conversation(ctx, "waiting")
-	require.ErrorIs(t, err, journal.ErrNotFound)
+	require.ErrorIs(t, err, journal.ErrDeleted, "the lookup finds the tombstone")
 	_, err = st.ToolCall(ctx, f.waitingCall)
 	require.ErrorIs(t, err, journal.ErrNotFound)
 	evs, err := st.Events(ctx, "waiting", journal.EventQuery{})

@@ -78,7 +78,7 @@ func (c *cli) pending(ctx context.Context, fs *flags, args []string) (err error)
 	}
 	if isSet(fs, "conversation") {
 		if _, err := st.Conversation(ctx, *conv); err != nil {
-			if errors.Is(err, journal.ErrNotFound) {
+			if noConversation(err) {
 				return fmt.Errorf("no conversation %s: %w", displayID(*conv), journal.ErrNotFound)
 			}
 			return err

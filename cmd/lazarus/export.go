@@ -104,8 +104,8 @@ func damaged(id, format string, args ...any) error {
 func (e *exporter) conversation(ctx context.Context, st journal.Store, id string, deadlines []*messages.Deadline) error {
 	row, err := st.Conversation(ctx, id)
 	if err != nil {
-		if errors.Is(err, journal.ErrNotFound) {
-			return fmt.Errorf("no conversation %s: %w", displayID(id), err)
+		if noConversation(err) {
+			return fmt.Errorf("no conversation %s: %w (%w)", displayID(id), journal.ErrNotFound, err)
 		}
 		return err
 	}

@@ -483,6 +483,8 @@ func (im *importer) checkTarget(id string) error {
 	switch {
 	case err == nil:
 		return fmt.Errorf("conversation %s already exists in the target; import never overwrites: %w", displayID(id), journal.ErrConflict)
+	case errors.Is(err, journal.ErrDeleted):
+		return fmt.Errorf("conversation %s was deleted in the target, and a deleted id can never be written again: %w", displayID(id), err)
 	case !errors.Is(err, journal.ErrNotFound):
 		return err
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"text/tabwriter"
@@ -149,7 +148,7 @@ func (c *cli) show(ctx context.Context, fs *flags, args []string) (err error) {
 	}
 	defer closeStore(st, &err)
 	if _, err := st.Conversation(ctx, id); err != nil {
-		if errors.Is(err, journal.ErrNotFound) {
+		if noConversation(err) {
 			return fmt.Errorf("no conversation %s: %w", displayID(id), journal.ErrNotFound)
 		}
 		return err
@@ -253,8 +252,10 @@ func (c *cli) stats(ctx context.Context, fs *flags, args []string) (err error) {
 		return err
 	}
 	// Measured once the store is closed: no file is changing.
-	if s.BytesOnDisk, err = diskUsage(dir); err != nil {
-		return err
+	if dir != "" { // PostgreSQL: the server's disk is not ours to measure
+		if s.BytesOnDisk, err = diskUsage(dir); err != nil {
+			return err
+		}
 	}
 	if *fs.json {
 		return writeJSON(c.stdout, s)

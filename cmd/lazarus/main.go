@@ -82,6 +82,10 @@ const (
 // --dir is not given.
 const envDir = "LAZARUS_DIR"
 
+// envPostgres is the environment variable that names a PostgreSQL store
+// (a DSN) when --postgres is not given.
+const envPostgres = "LAZARUS_POSTGRES"
+
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
@@ -109,6 +113,8 @@ type cli struct {
 	open       opener
 	// dir is the --dir given before the command, if any.
 	dir string
+	// postgres is the --postgres given before the command, if any.
+	postgres string
 }
 
 func newCLI(stdin io.Reader, stdout, stderr io.Writer) *cli {
@@ -155,6 +161,7 @@ func (c *cli) run(ctx context.Context, args []string) int {
 	top := flag.NewFlagSet("lazarus", flag.ContinueOnError)
 	top.SetOutput(io.Discard)
 	top.StringVar(&c.dir, "dir", "", "")
+	top.StringVar(&c.postgres, "postgres", "", "")
 	help := top.Bool("help", false, "")
 	top.BoolVar(help, "h", false, "")
 	if err := top.Parse(args); err != nil {
@@ -222,14 +229,21 @@ func exitCode(err error) int {
 	return exitError
 }
 
+// noConversation reports whether err is a Store's row lookup finding no
+// conversation: never written (ErrNotFound) or deleted (ErrDeleted).
+func noConversation(err error) bool {
+	return errors.Is(err, journal.ErrNotFound) || errors.Is(err, journal.ErrDeleted)
+}
+
 func (c *cli) mainUsage(w io.Writer) {
 	fmt.Fprint(w, `lazarus is the operator's tool for a Lazarus store (an embedded Pebble directory).
 
 Usage:
-  lazarus [--dir DIR] COMMAND [flags] [args]
+  lazarus [--dir DIR | --postgres DSN] COMMAND [flags] [args]
   lazarus COMMAND --help
 
-The directory comes from --dir (before or after the command) or $LAZARUS_DIR.
+The directory comes from --dir (before or after the command) or $LAZARUS_DIR;
+a PostgreSQL store from --postgres DSN or $LAZARUS_POSTGRES instead.
 Only one process may open it at a time: while a runtime holds it, every
 command fails with exit status 4.
 
@@ -252,9 +266,10 @@ Exit status: 0 success, 1 failure, 2 usage error, 3 stale (resolve too late),
 // flags is the FlagSet of one command, with the flags every command has.
 type flags struct {
 	*flag.FlagSet
-	cmd  *command
-	dir  string
-	json *bool
+	cmd      *command
+	dir      string
+	postgres string
+	json     *bool
 }
 
 // newFlags returns the FlagSet of cmd with --dir (default: the top-level
@@ -263,6 +278,7 @@ func (c *cli) newFlags(cmd *command) *flags {
 	fs := &flags{FlagSet: flag.NewFlagSet(cmd.name, flag.ContinueOnError), cmd: cmd}
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&fs.dir, "dir", "", "the store `directory` (default $"+envDir+")")
+	fs.StringVar(&fs.postgres, "postgres", "", "a PostgreSQL store: its `DSN` (default $"+envPostgres+"); instead of --dir")
 	return fs
 }
 
@@ -305,6 +321,20 @@ func (c *cli) parse(fs *flags, args []string, minArgs, maxArgs int) ([]string, e
 	return pos, nil
 }
 
+// postgresDSN returns the PostgreSQL store the command works on, if any:
+// --postgres, else $LAZARUS_POSTGRES unless a --dir is given.
+func (c *cli) postgresDSN(fs *flags) string {
+	switch {
+	case fs.postgres != "":
+		return fs.postgres
+	case c.postgres != "":
+		return c.postgres
+	case fs.dir == "" && c.dir == "":
+		return c.getenv(envPostgres)
+	}
+	return ""
+}
+
 // storeDir returns the directory the command works on.
 func (c *cli) storeDir(fs *flags) (string, error) {
 	dir := fs.dir
@@ -322,7 +352,16 @@ func (c *cli) storeDir(fs *flags) (string, error) {
 
 // openStore opens the command's store: existing ones only, unless create.
 // The caller closes it.
+// With --postgres (or $LAZARUS_POSTGRES, unless --dir is given) it opens
+// the PostgreSQL store, and the returned directory is "".
 func (c *cli) openStore(fs *flags, create bool) (journal.Store, string, error) {
+	if dsn := c.postgresDSN(fs); dsn != "" {
+		if fs.dir != "" || c.dir != "" {
+			return nil, "", usagef("--dir and --postgres both given")
+		}
+		st, err := openPostgres(dsn)
+		return st, "", err
+	}
 	dir, err := c.storeDir(fs)
 	if err != nil {
 		return nil, "", err

@@ -12,6 +12,7 @@ import (
 
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/journal/pebblejournal"
+	"github.com/lazarusrt/lazarus/journal/pgjournal"
 )
 
 // opener opens the store of a directory. Every command works on the
@@ -73,6 +74,12 @@ func openPebble(dir string, create bool) (journal.Store, error) {
 		return nil, err
 	}
 	return st, nil
+}
+
+// openPostgres opens the PostgreSQL store of dsn (migrating an empty
+// database), audit on as for Pebble.
+func openPostgres(dsn string) (journal.Store, error) {
+	return pgjournal.Open(context.Background(), dsn, pgjournal.Options{Audit: true})
 }
 
 // checkStore runs the adapter's offline check of st.

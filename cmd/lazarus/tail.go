@@ -141,7 +141,7 @@ func (t *tailer) poll(ctx context.Context) (err error) {
 	}
 	defer closeStore(st, &err)
 	if _, err := st.Conversation(ctx, t.id); err != nil {
-		if errors.Is(err, journal.ErrNotFound) {
+		if noConversation(err) {
 			return fmt.Errorf("no conversation %s (never written, or deleted): %w", displayID(t.id), journal.ErrNotFound)
 		}
 		return err

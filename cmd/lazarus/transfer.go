@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -95,8 +94,8 @@ func (c *cli) export(ctx context.Context, fs *flags, args []string) (err error) 
 	// export without output.
 	for _, id := range ids {
 		if _, err := st.Conversation(ctx, id); err != nil {
-			if errors.Is(err, journal.ErrNotFound) {
-				return fmt.Errorf("no conversation %s: %w", displayID(id), err)
+			if noConversation(err) {
+				return fmt.Errorf("no conversation %s: %w (%w)", displayID(id), journal.ErrNotFound, err)
 			}
 			return err
 		}

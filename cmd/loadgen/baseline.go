@@ -59,8 +59,13 @@ func runRawPebble(ctx context.Context, cfg config, dir string) (rawResult, error
 	var ack histogram
 	var measuring atomic.Bool
 	resetPeakRSS()
-	runCtx, stop := context.WithTimeout(ctx, cfg.Duration)
+	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
+	enough := make(chan struct{})
+	if cfg.MinMeasured == 0 {
+		close(enough)
+	}
+	go endAfter(runCtx, stop, cfg.Duration, enough)
 	var wg sync.WaitGroup
 	var failed atomic.Pointer[error]
 	for i := range cfg.Conversations {
@@ -90,7 +95,9 @@ func runRawPebble(ctx context.Context, cfg config, dir string) (rawResult, error
 					written.Add(1)
 					if measuring.Load() {
 						ack.Record(time.Since(t0))
-						events.Add(1)
+						if events.Add(1) == cfg.MinMeasured {
+							close(enough)
+						}
 					}
 				}
 			}

@@ -48,6 +48,7 @@ type config struct {
 	Conversations  int           `json:"conversations"`
 	Duration       time.Duration `json:"duration_ns"`
 	Warmup         time.Duration `json:"warmup_ns"`
+	MinMeasured    uint64        `json:"min_measured,omitempty"`
 	Think          time.Duration `json:"think_ns"`
 	SummaryEvery   int           `json:"summary_every_turns"`
 	HumanFraction  float64       `json:"human_fraction"`
@@ -58,6 +59,8 @@ type config struct {
 	RevivalSamples int           `json:"revival_samples"`
 	ReplaySamples  int           `json:"replay_samples"`
 	Dir            string        `json:"dir"`
+	Postgres       string        `json:"-"`
+	OnPostgres     bool          `json:"postgres"`
 	GoMaxProcs     int           `json:"gomaxprocs"`
 	JSON           bool          `json:"-"`
 	CPUProfile     string        `json:"-"`
@@ -75,6 +78,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.Conversations, "conversations", 1024, "concurrent conversations (and raw-Pebble writers in baseline a)")
 	fs.DurationVar(&c.Duration, "duration", 10*time.Second, "length of the runtime phase and of baseline (a), warm-up included")
 	fs.DurationVar(&c.Warmup, "warmup", time.Second, "the first part of each phase, not measured")
+	fs.Uint64Var(&c.MinMeasured, "min-measured", 0, "make the runtime phase and baseline (a) last, beyond --duration, until this many turns (runtime) or writes (baseline a) were measured: for smoke runs on a starved machine")
 	fs.DurationVar(&c.Think, "think", 0, "mean think time of the scripted model per call (uniform in [think/2, 3*think/2))")
 	fs.IntVar(&c.SummaryEvery, "summary-every", 10, "summarize every this many turns (0: never)")
 	fs.Float64Var(&c.HumanFraction, "human", 0.05, "fraction of turns that call the human tool")
@@ -85,6 +89,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.RevivalSamples, "revival-samples", 200, "Kill-then-Send samples per conversation in baseline (b)")
 	fs.IntVar(&c.ReplaySamples, "replay-samples", 5, "full-log replays in baseline (b)")
 	fs.StringVar(&c.Dir, "dir", "", "directory for the stores (default: a temporary directory, removed at the end)")
+	fs.StringVar(&c.Postgres, "postgres", "", "run the journal on this PostgreSQL `DSN` (each phase in a fresh schema, dropped at the end); baseline (a) is then the seed's design on the same server: one transaction per event")
 	fs.BoolVar(&c.JSON, "json", false, "print the report as JSON")
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the runtime phase to this file")
 	fs.StringVar(&c.MemProfile, "memprofile", "", "write an allocation profile of the runtime phase to this file")
@@ -110,6 +115,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	case c.GoMaxProcs < 0:
 		return c, fmt.Errorf("--gomaxprocs must not be negative")
 	}
+	c.OnPostgres = c.Postgres != ""
 	c.logger = slog.New(slog.DiscardHandler)
 	if c.Verbose {
 		c.logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -124,6 +130,7 @@ type report struct {
 	Config    config         `json:"config"`
 	Runtime   runResult      `json:"runtime"`
 	RawPebble *rawResult     `json:"baseline_a_raw_pebble,omitempty"`
+	SeedPG    *rawResult     `json:"baseline_a_seed_postgres,omitempty"`
 	Revival   *revivalResult `json:"baseline_b_revival,omitempty"`
 	Ratios    ratios         `json:"ratios"`
 	Targets   []target       `json:"targets"`
@@ -209,12 +216,21 @@ func run(ctx context.Context, cfg config) (*report, error) {
 	}
 	rep.Runtime = res
 	if cfg.Baseline && ctx.Err() == nil {
-		logf("baseline (a): %d writers, one synced Pebble Set per event, for %v", cfg.Conversations, cfg.Duration)
-		raw, err := runRawPebble(ctx, cfg, filepath.Join(dir, "raw"))
-		if err != nil {
-			return nil, fmt.Errorf("baseline (a): %w", err)
+		if cfg.Postgres != "" {
+			logf("baseline (a): %d writers, one PostgreSQL transaction per event (the seed's design), for %v", cfg.Conversations, cfg.Duration)
+			raw, err := runSeedPostgres(ctx, cfg)
+			if err != nil {
+				return nil, fmt.Errorf("baseline (a): %w", err)
+			}
+			rep.SeedPG = &raw
+		} else {
+			logf("baseline (a): %d writers, one synced Pebble Set per event, for %v", cfg.Conversations, cfg.Duration)
+			raw, err := runRawPebble(ctx, cfg, filepath.Join(dir, "raw"))
+			if err != nil {
+				return nil, fmt.Errorf("baseline (a): %w", err)
+			}
+			rep.RawPebble = &raw
 		}
-		rep.RawPebble = &raw
 		logf("baseline (b): revival of a %d-event conversation, %d samples", cfg.RevivalEvents, cfg.RevivalSamples)
 		rev, err := runRevival(ctx, cfg, filepath.Join(dir, "revival"))
 		if err != nil {

@@ -12,6 +12,9 @@ type ratios struct {
 	EventsVsRaw float64 `json:"events_runtime_over_raw,omitempty"`
 	// SendP99VsRawP99: runtime Send ack p99 over baseline (a) Set p99.
 	SendP99VsRawP99 float64 `json:"send_p99_over_raw_set_p99,omitempty"`
+	// EventsVsSeed: runtime events/s on PostgreSQL over the seed's design
+	// (one transaction per event) on the same server.
+	EventsVsSeed float64 `json:"events_runtime_over_seed_postgres,omitempty"`
 	// LongVsShortRevival: Kill-then-Send p50, long conversation over the
 	// 100-event one.
 	LongVsShortRevival float64 `json:"revival_long_over_short_p50,omitempty"`
@@ -55,6 +58,10 @@ func evaluate(r *report) (ratios, []target) {
 		q.EventsVsRaw = div(rt.EventsPerSec, raw.EventsPerSec)
 		q.SendP99VsRawP99 = div(rt.SendAck.P99, raw.SetAck.P99)
 		ts = append(ts, target{Name: "runtime over baseline (a) events/s", Want: ">= 1.5x", Measured: q.EventsVsRaw, Unit: "x", Met: q.EventsVsRaw >= 1.5})
+	}
+	if seed := r.SeedPG; seed != nil {
+		q.EventsVsSeed = div(rt.EventsPerSec, seed.EventsPerSec)
+		ts = append(ts, target{Name: "runtime over the seed's design on PostgreSQL, events/s", Want: ">= 10x", Measured: q.EventsVsSeed, Unit: "x", Met: q.EventsVsSeed >= 10})
 	}
 	if rev := r.Revival; rev != nil {
 		q.LongVsShortRevival = div(rev.LongRevival.P50, rev.ShortRevival.P50)
@@ -108,6 +115,13 @@ func printReport(w io.Writer, r *report) {
 		p("  peak RSS               %10.0f MiB", mib(raw.PeakRSS))
 		p("  disk                   %10.0f B/event", raw.BytesPerEvt)
 	}
+	if seed := r.SeedPG; seed != nil {
+		p("")
+		p("baseline (a): the seed's design on the same PostgreSQL, one transaction per event, %d writers, %d connections", seed.Writers, seedPoolSize)
+		p("  events/s               %10.0f   (%d events in %.1fs)", seed.EventsPerSec, seed.Events, seed.Seconds)
+		p("  commit ack             %s", lat(seed.SetAck))
+		p("  CPU (client)           %10.1f us/event (%.0f%% of one core)", seed.CPUPerEvent, 100*seed.CPUUtil)
+	}
 	if rev := r.Revival; rev != nil {
 		p("")
 		p("baseline (b): revival, %d samples each (Kill, then the next Send served)", rev.Samples)
@@ -124,6 +138,9 @@ func printReport(w io.Writer, r *report) {
 	if r.RawPebble != nil {
 		p("  events/s, runtime / baseline (a)            %8.2fx", q.EventsVsRaw)
 		p("  ack p99, runtime Send / baseline (a) Set    %8.2fx", q.SendP99VsRawP99)
+	}
+	if r.SeedPG != nil {
+		p("  events/s, runtime / seed design on PG       %8.2fx", q.EventsVsSeed)
 	}
 	if r.Revival != nil {
 		p("  revival p50, long / 100 events              %8.2fx", q.LongVsShortRevival)

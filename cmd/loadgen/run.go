@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -40,6 +41,9 @@ type conv struct {
 // warm-up; failures and stalls count over the whole run.
 type runStats struct {
 	measuring atomic.Bool
+	// enough is closed once minTurns turns were measured.
+	enough   chan struct{}
+	minTurns uint64
 
 	events, turns, humanTurns, kills, failures, stalls, lagged atomic.Uint64
 	allEvents, allTurns                                        atomic.Uint64 // warm-up included, for the progress line
@@ -59,7 +63,9 @@ func (st *runStats) record(h *histogram, d time.Duration) {
 
 func (st *runStats) count(c *atomic.Uint64) {
 	if st.measuring.Load() {
-		c.Add(1)
+		if n := c.Add(1); c == &st.turns && n == st.minTurns {
+			close(st.enough)
+		}
 	}
 	switch c {
 	case &st.events:
@@ -112,7 +118,10 @@ func runtimeOptions(cfg config, store journal.Store, w *workload) lazarus.Option
 	return opts
 }
 
-func openStore(cfg config, dir string) (*pebblejournal.Store, error) {
+func openStore(cfg config, dir string) (journal.Store, error) {
+	if cfg.Postgres != "" {
+		return openPostgres(context.Background(), cfg, filepath.Base(dir))
+	}
 	return pebblejournal.Open(dir, pebblejournal.Options{Logger: cfg.logger})
 }
 
@@ -141,7 +150,10 @@ func runRuntime(ctx context.Context, cfg config, dir string) (runResult, error) 
 		_ = store.Close()
 		return runResult{}, err
 	}
-	st := &runStats{}
+	st := &runStats{enough: make(chan struct{}), minTurns: cfg.MinMeasured}
+	if st.minTurns == 0 {
+		close(st.enough)
+	}
 
 	resetPeakRSS()
 	// Cancelled, not timed out: an entry call in flight at the end then
@@ -149,7 +161,7 @@ func runRuntime(ctx context.Context, cfg config, dir string) (runResult, error) 
 	// its cancellation).
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	time.AfterFunc(cfg.Duration, stop)
+	go endAfter(runCtx, stop, cfg.Duration, st.enough)
 	var wg sync.WaitGroup
 	start := time.Now()
 	for _, c := range convs {
@@ -454,5 +466,22 @@ func progress(ctx context.Context, start time.Time, rt *lazarus.Runtime, st *run
 				rt.Active(), st.kills.Load(), float64(procStatus("VmRSS"))/(1<<20), float64(mem.HeapInuse)/(1<<20))
 			lastEvents, lastTurns, last, lastCPU = ev, tu, now, cpu
 		}
+	}
+}
+
+// endAfter calls stop once d has passed and enough is closed, unless ctx
+// ends first.
+func endAfter(ctx context.Context, stop func(), d time.Duration, enough <-chan struct{}) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return
+	}
+	select {
+	case <-enough:
+		stop()
+	case <-ctx.Done():
 	}
 }

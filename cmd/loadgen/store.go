@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lazarusrt/lazarus/actors"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
 )
@@ -50,4 +51,14 @@ func (s *countingStore) stats() commitStats {
 		EventsPerCommit:   div(float64(s.events.Load()), float64(c)),
 		CommitTime:        s.commitTime.summary(),
 	}
+}
+
+// ConcurrentBatches implements actors.ConcurrentBatches for the store it
+// wraps (1 for a store that does not ask for more), so that counting does
+// not change how the journal actor commits.
+func (s *countingStore) ConcurrentBatches() int {
+	if c, ok := s.Store.(actors.ConcurrentBatches); ok {
+		return c.ConcurrentBatches()
+	}
+	return 1
 }

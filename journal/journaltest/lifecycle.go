@@ -46,6 +46,36 @@ var deleteCases = []suiteCase{
 	{name: "RemovesEverything", run: testDeleteRemoves},
 	{name: "LateWritesRejected", run: testDeleteLateWrites},
 	{name: "Unknown", run: testDeleteUnknown},
+	{name: "LookupSaysDeleted", run: testDeleteLookup},
+}
+
+// testDeleteLookup: the row lookup of a deleted conversation says so
+// (ErrDeleted, not ErrNotFound), every time and after a reopen, so that a
+// reader (a revival) can tell a deleted conversation from a new one; an
+// id never written is still ErrNotFound.
+func testDeleteLookup(t *testing.T, e env) {
+	h := e.open(t)
+	s := h.Store
+	ctx := t.Context()
+	populate(t, s, "x", e.feat.Audit)
+	populate(t, s, "y", e.feat.Audit)
+	require.NoError(t, s.DeleteConversation(ctx, "x"))
+	for range 2 {
+		_, err := s.Conversation(ctx, "x")
+		require.ErrorIs(t, err, journal.ErrDeleted)
+		require.NotErrorIs(t, err, journal.ErrNotFound)
+	}
+	_, err := s.Conversation(ctx, "never")
+	require.ErrorIs(t, err, journal.ErrNotFound)
+	require.NotErrorIs(t, err, journal.ErrDeleted)
+	conversation(t, s, "y")
+	if !e.feat.Durable {
+		return
+	}
+	s = h.Reopen(t)
+	_, err = s.Conversation(ctx, "x")
+	require.ErrorIs(t, err, journal.ErrDeleted, "after a reopen")
+	conversation(t, s, "y")
 }
 
 func testDeleteRemoves(t *testing.T, e env) {
@@ -58,7 +88,7 @@ func testDeleteRemoves(t *testing.T, e env) {
 	require.NoError(t, s.DeleteConversation(ctx, "x"))
 
 	_, err := s.Conversation(ctx, "x")
-	require.ErrorIs(t, err, journal.ErrNotFound, "row")
+	require.ErrorIs(t, err, journal.ErrDeleted, "row: the lookup finds the tombstone")
 	assert.Empty(t, allEvents(t, s, "x"), "events")
 	assert.Zero(t, lastSeq(t, s, "x"), "last seq")
 	sum, evs := loadSince(t, s, "x")

@@ -25,7 +25,8 @@ type snapshot struct {
 }
 
 type convSnapshot struct {
-	row       *messages.Conversation // nil: ErrNotFound
+	row       *messages.Conversation // nil: ErrNotFound or ErrDeleted
+	deleted   bool                   // the row lookup said ErrDeleted
 	lastSeq   uint64
 	events    []*messages.Event
 	summaries []*messages.Summary // latest first, following SummaryBefore
@@ -50,7 +51,11 @@ func readSnapshot(ctx context.Context, s journal.Store, convs, calls []string) (
 	for _, id := range convs {
 		c := &convSnapshot{}
 		var err error
-		if c.row, err = s.Conversation(ctx, id); err != nil && !errors.Is(err, journal.ErrNotFound) {
+		c.row, err = s.Conversation(ctx, id)
+		switch {
+		case errors.Is(err, journal.ErrDeleted):
+			c.deleted = true
+		case err != nil && !errors.Is(err, journal.ErrNotFound):
 			return nil, fmt.Errorf("read Conversation(%q): %w", id, err)
 		}
 		if c.lastSeq, err = s.LastSeq(ctx, id); err != nil {
@@ -154,6 +159,9 @@ func (snap *snapshot) diff(other *snapshot) string {
 		}
 		if d := diffProto("row", a.row, b.row); d != "" {
 			return fmt.Sprintf("conversation %q: %s", id, d)
+		}
+		if a.deleted != b.deleted {
+			return fmt.Sprintf("conversation %q: deleted %v vs %v", id, a.deleted, b.deleted)
 		}
 		if a.lastSeq != b.lastSeq {
 			return fmt.Sprintf("conversation %q: last seq %d vs %d", id, a.lastSeq, b.lastSeq)

@@ -794,6 +794,9 @@ func (s *Store) Conversation(ctx context.Context, id string) (*messages.Conversa
 		return nil, err
 	}
 	defer s.mu.Unlock()
+	if _, ok := st.deleted[id]; ok {
+		return nil, deletedErr("conversation", id)
+	}
 	c := st.convs[id]
 	if c == nil || c.row == nil {
 		return nil, fmt.Errorf("memjournal: conversation %q: %w", id, journal.ErrNotFound)

@@ -132,7 +132,7 @@ func FuzzDecodeRecord(f *testing.F) {
 		_, err = s.ModelCalls(ctx, conv)
 		check("ModelCalls", err)
 		_, err = s.Conversation(ctx, conv)
-		check("Conversation", err, journal.ErrNotFound)
+		check("Conversation", err, journal.ErrNotFound, journal.ErrDeleted)
 		_, _, err = s.ListConversations(ctx, "", 10)
 		check("ListConversations", err)
 		_, err = s.Metadata(ctx, conv)

@@ -529,6 +529,16 @@ func (s *Store) Conversation(ctx context.Context, id string) (*messages.Conversa
 		return nil, err
 	}
 	if !found {
+		// The tombstone is read only when there is no row: a deleted
+		// conversation has none, and a live one pays nothing more.
+		tk := convKey(famTombstone, id)
+		deleted, err := s.get(tk, func(v []byte) error { return unmarshal(tk, v, &messages.Tombstone{}) })
+		switch {
+		case err != nil:
+			return nil, err
+		case deleted:
+			return nil, fmt.Errorf("pebblejournal: conversation %q: %w", id, journal.ErrDeleted)
+		}
 		return nil, fmt.Errorf("pebblejournal: conversation %q: %w", id, journal.ErrNotFound)
 	}
 	return row, nil

@@ -35,12 +35,15 @@ const (
 
 // childConfig configures one child process.
 type childConfig struct {
-	Mode  string `json:"mode"`
-	Dir   string `json:"dir"`  // the Pebble directory
-	Side  string `json:"side"` // the side file of work runs
-	Seed  uint64 `json:"seed"`
-	Cycle int    `json:"cycle"`
-	Convs int    `json:"convs"`
+	Mode string `json:"mode"`
+	Dir  string `json:"dir"` // the Pebble directory
+	// Postgres is the DSN of the PostgreSQL journal, used instead of Dir
+	// when set.
+	Postgres string `json:"postgres"`
+	Side     string `json:"side"` // the side file of work runs
+	Seed     uint64 `json:"seed"`
+	Cycle    int    `json:"cycle"`
+	Convs    int    `json:"convs"`
 	// IdleTimeout passivates idle conversations (small: passivation and
 	// revival happen all the time).
 	IdleTimeout time.Duration `json:"idle_timeout"`
@@ -69,6 +72,7 @@ func childCommand(cfg childConfig) (*exec.Cmd, error) {
 func workloadOptions(cfg childConfig, side *sideFile, logger *slog.Logger) lazarus.Options {
 	return lazarus.Options{
 		Dir:         cfg.Dir,
+		Postgres:    cfg.Postgres,
 		Model:       workloadModel{maxThink: cfg.MaxThink},
 		Tools:       workloadTools(side, cfg.Cycle, cfg.MaxWork, cfg.HumanTimeout),
 		IdleTimeout: cfg.IdleTimeout,

@@ -15,7 +15,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/journal/pebblejournal"
+	"github.com/lazarusrt/lazarus/journal/pgjournal"
+	"github.com/lazarusrt/lazarus/journal/pgjournal/pgtest"
 )
 
 var long = flag.Bool("long", false, "run the kill -9 harness for 100 cycles (see RELIABILITY.md)")
@@ -39,6 +42,23 @@ const longCycles = 100
 // answer, and the check then also requires every call to have exactly one
 // result.
 func TestKill9(t *testing.T) {
+	dir := t.TempDir()
+	kill9(t, childConfig{Dir: filepath.Join(dir, "db"), Side: filepath.Join(dir, "work-runs.log")})
+}
+
+// TestKill9Postgres is TestKill9 on the PostgreSQL journal: the children
+// write a database of a PostgreSQL server the test starts (and which stays
+// up: the runtime process is what is killed).
+func TestKill9Postgres(t *testing.T) {
+	srv, err := pgtest.Start()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Close() })
+	kill9(t, childConfig{Postgres: srv.NewDatabase(t), Side: filepath.Join(t.TempDir(), "work-runs.log")})
+}
+
+// kill9 runs the harness on the store that base names (Dir or Postgres)
+// with the side file base.Side.
+func kill9(t *testing.T, base childConfig) {
 	cycles := 3
 	if testing.Short() {
 		cycles = 1
@@ -60,10 +80,10 @@ func TestKill9(t *testing.T) {
 	t.Logf("seed %d (replay with %s=%d), %d cycles", seed, seedEnv, seed, cycles)
 	rng := rand.New(rand.NewPCG(seed, 0x6b696c6c39))
 
-	dir := t.TempDir()
 	cfg := childConfig{
-		Dir:          filepath.Join(dir, "db"),
-		Side:         filepath.Join(dir, "work-runs.log"),
+		Dir:          base.Dir,
+		Postgres:     base.Postgres,
+		Side:         base.Side,
 		Convs:        12,
 		IdleTimeout:  40 * time.Millisecond,
 		HumanTimeout: 1200 * time.Millisecond,
@@ -181,7 +201,7 @@ func runChild(t *testing.T, cfg childConfig, l *ledger, killAfter time.Duration)
 // checks it.
 func verifyDir(t *testing.T, cfg childConfig, l *ledger, final bool) *verdict {
 	t.Helper()
-	s, err := pebblejournal.Open(cfg.Dir, pebblejournal.Options{})
+	s, err := openChildStore(cfg)
 	require.NoError(t, err, "the parent opens the store after a kill")
 	defer func() { require.NoError(t, s.Close()) }()
 	side, err := readSideFile(cfg.Side)
@@ -189,6 +209,14 @@ func verifyDir(t *testing.T, cfg childConfig, l *ledger, final bool) *verdict {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	return verifyStore(ctx, s, checkInput{convs: convIDs(cfg.Convs), ledger: l, side: side, final: final, keys: true})
+}
+
+// openChildStore opens the store the children of cfg write.
+func openChildStore(cfg childConfig) (journal.Store, error) {
+	if cfg.Postgres != "" {
+		return pgjournal.Open(context.Background(), cfg.Postgres, pgjournal.Options{})
+	}
+	return pebblejournal.Open(cfg.Dir, pebblejournal.Options{})
 }
 
 // tailBuffer keeps the last max bytes written to it.

@@ -184,9 +184,14 @@ func TestThreatAuditOffByDefault(t *testing.T) {
 
 // TestThreatDeletionIsFinal: once a conversation is deleted (with the
 // Runtime down, as an operator does), nothing brings it back: not a new
-// Send to its id (ErrDeleted), not the resumption on Open, not the deadline
-// of its pending call, not a late answer to that call (ErrStale), not a
-// Wake (which writes nothing).
+// Send to its id, not a Wake, not the resumption on Open, not the deadline
+// of its pending call, not a late answer to that call (ErrStale: the call is
+// gone with its conversation). Every entry call naming the id says
+// ErrDeleted, every time: the revival reads the row, and the Store's lookup
+// of a deleted conversation is ErrDeleted, whatever state the previous
+// failed activation is in (a Wake used to find it still stopping, with its
+// failed write as the cause, or gone, and then revived an empty
+// conversation).
 func TestThreatDeletionIsFinal(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -226,14 +231,27 @@ func TestThreatDeletionIsFinal(t *testing.T) {
 	clock.Advance(2 * time.Hour) // past the deleted call's deadline
 	err = rt.Resolve(ctx, callID, `{"approved":true}`, agent.Scope{UserID: "u"})
 	require.ErrorIs(t, err, journal.ErrStale, "a late answer to a deleted call")
-	_, err = rt.Send(ctx, "gone", "are you there?", agent.Scope{UserID: "u"})
-	require.ErrorIs(t, err, journal.ErrDeleted, "a send to a deleted id")
-	require.NoError(t, rt.Wake(ctx, "gone"), "a wake writes nothing, so it may revive an empty conversation")
-	evs, err := rt.History(ctx, "gone", 0, 0)
-	require.NoError(t, err)
-	require.Empty(t, evs)
+	err = rt.Reject(ctx, callID, "no", agent.Scope{UserID: "u"})
+	require.ErrorIs(t, err, journal.ErrStale, "a late rejection of a deleted call")
+	// Each call alternates with the others, so that each meets the failed
+	// activation of the previous one in every state (live, stopping, gone).
+	for i := range 5 {
+		_, err = rt.Send(ctx, "gone", "are you there?", agent.Scope{UserID: "u"})
+		require.ErrorIs(t, err, journal.ErrDeleted, "a send to a deleted id (round %d)", i)
+		require.ErrorIs(t, rt.Wake(ctx, "gone"), journal.ErrDeleted, "a wake of a deleted id (round %d)", i)
+		_, err = rt.SendMessage(ctx, "gone", &messages.UserMessage{Content: []*messages.ContentPart{
+			{Part: &messages.ContentPart_Text{Text: "retry"}}}}, lazarus.SendOptions{RequestID: "r1"}, agent.Scope{UserID: "u"})
+		require.ErrorIs(t, err, journal.ErrDeleted, "an idempotent send to a deleted id (round %d)", i)
+		_, err = rt.History(ctx, "gone", 0, 0)
+		require.ErrorIs(t, err, journal.ErrDeleted, "the history of a deleted id (round %d)", i)
+		_, err = rt.Subscribe(ctx, "gone", 0)
+		require.ErrorIs(t, err, journal.ErrDeleted, "a subscription to a deleted id (round %d)", i)
+	}
 	_, err = rt.Store().Conversation(ctx, "gone")
-	require.ErrorIs(t, err, journal.ErrNotFound, "no row came back")
+	require.ErrorIs(t, err, journal.ErrDeleted, "no row came back")
+	last, err := rt.Store().LastSeq(ctx, "gone")
+	require.NoError(t, err)
+	require.Zero(t, last, "nothing was written")
 	_, err = rt.Store().ToolCall(ctx, callID)
 	require.ErrorIs(t, err, journal.ErrNotFound)
 	kept, err := rt.History(ctx, "kept", 0, 0)

@@ -1,0 +1,463 @@
+package pgjournal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// Append implements journal.EventLog: it is a batch of one.
+func (s *Store) Append(ctx context.Context, req *messages.AppendRequest) (journal.AppendResult, error) {
+	res := s.AppendBatch(ctx, []*messages.AppendRequest{req})[0]
+	return res, res.Err
+}
+
+// head is what a batch knows of one conversation: read from the database
+// when the batch starts, then moved on by each request that passes.
+type head struct {
+	lastSeq uint64
+	deleted bool
+	row     *messages.Conversation // nil: no conversation row
+	dirty   bool                   // the row or last_seq changed
+}
+
+// callState is what a batch knows of one tool call row.
+type callState struct {
+	rec   *messages.ToolCallRecord // nil: no row
+	dirty bool
+}
+
+type deadlineKey struct{ conv, call string }
+
+// batch is the state of one AppendBatch between its reads and its writes.
+type batch struct {
+	heads     map[string]*head
+	calls     map[string]*callState
+	deadlines map[deadlineKey]*messages.Deadline // nil value: delete
+	dlOrder   []deadlineKey
+	evConv    [][]byte
+	evSeq     []int64
+	evData    [][]byte
+}
+
+// AppendBatch implements journal.EventLog in one transaction: one round
+// trip takes the conversations' locks and reads their heads and the tool
+// call rows the requests name; each request is then checked in Go against
+// that state as moved on by the requests before it (so a failing request
+// writes nothing and fails no other); a second round trip writes what the
+// passing requests changed, one statement per table, and commits. The
+// caller's events get their seqs only if the commit succeeded.
+func (s *Store) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest) []journal.AppendResult {
+	results := make([]journal.AppendResult, len(reqs))
+	failAll := func(err error) []journal.AppendResult {
+		for i := range results {
+			if results[i].Err == nil {
+				results[i] = journal.AppendResult{Err: err}
+			}
+		}
+		return results
+	}
+	ctx, cancel, err := s.enter(ctx)
+	if err != nil {
+		return failAll(err)
+	}
+	defer cancel()
+
+	ok := make([]bool, len(reqs))
+	var convs, callIDs []string
+	seenConv := map[string]bool{}
+	seenCall := map[string]bool{}
+	for i, req := range reqs {
+		if err := journal.ValidateAppend(req); err != nil {
+			results[i].Err = fmt.Errorf("pgjournal: %w", err)
+			continue
+		}
+		ok[i] = true
+		if c := req.GetConversationId(); !seenConv[c] {
+			seenConv[c] = true
+			convs = append(convs, c)
+		}
+		for _, tc := range req.GetToolCalls() {
+			if !seenCall[tc.GetId()] {
+				seenCall[tc.GetId()] = true
+				callIDs = append(callIDs, tc.GetId())
+			}
+		}
+		for _, r := range req.GetResolutions() {
+			if !seenCall[r.GetToolCallId()] {
+				seenCall[r.GetToolCallId()] = true
+				callIDs = append(callIDs, r.GetToolCallId())
+			}
+		}
+	}
+	if len(convs) == 0 {
+		return results
+	}
+
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return failAll(s.wrap("append", err))
+	}
+	// A connection left inside a transaction (any failure below) is
+	// destroyed by Release rather than reused.
+	defer conn.Release()
+
+	b, err := s.readBatch(ctx, conn.Conn(), convs, callIDs)
+	if err != nil {
+		return failAll(s.wrap("append", err))
+	}
+	now := time.Now()
+	given := make([][]uint64, len(reqs))
+	for i, req := range reqs {
+		if !ok[i] {
+			continue
+		}
+		if err := b.check(req); err != nil {
+			results[i].Err = fmt.Errorf("pgjournal: %w", err)
+			ok[i] = false
+			continue
+		}
+		res, seqs, err := b.apply(req, now)
+		if err != nil {
+			results[i].Err = fmt.Errorf("pgjournal: %w", err)
+			ok[i] = false
+			continue
+		}
+		results[i], given[i] = res, seqs
+	}
+	if err := s.writeBatch(ctx, conn.Conn(), b); err != nil {
+		for i, req := range reqs {
+			if ok[i] {
+				for j, ev := range req.GetEvents() {
+					ev.Seq = given[i][j]
+				}
+			}
+		}
+		return failAll(err)
+	}
+	return results
+}
+
+// readBatch begins the transaction, takes the locks of convs and reads
+// their heads and the rows of callIDs, in one round trip.
+func (s *Store) readBatch(ctx context.Context, conn *pgx.Conn, convs, callIDs []string) (*batch, error) {
+	pb := &pgx.Batch{}
+	pb.Queue("BEGIN")
+	pb.Queue("SELECT count(pg_advisory_xact_lock(k)) FROM unnest($1::int8[]) AS k", lockKeys(convs))
+	pb.Queue("SELECT id, last_seq, deleted, row FROM lz_conversations WHERE id = ANY($1::bytea[])", toBytes(convs))
+	pb.Queue("SELECT data FROM lz_tool_calls WHERE id = ANY($1::bytea[]) ORDER BY id FOR UPDATE", toBytes(callIDs))
+	br := conn.SendBatch(ctx, pb)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, err
+	}
+	if _, err := br.Exec(); err != nil {
+		return nil, err
+	}
+	b := &batch{heads: make(map[string]*head, len(convs)), calls: make(map[string]*callState, len(callIDs)), deadlines: map[deadlineKey]*messages.Deadline{}}
+	for _, c := range convs {
+		b.heads[c] = &head{}
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var id, row []byte
+		var last int64
+		var deleted bool
+		if err := rows.Scan(&id, &last, &deleted, &row); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		h := b.heads[string(id)]
+		if h == nil {
+			continue
+		}
+		h.lastSeq, h.deleted = uint64(last), deleted
+		if row != nil {
+			h.row = &messages.Conversation{}
+			if err := proto.Unmarshal(row, h.row); err != nil {
+				rows.Close()
+				return nil, journal.Corruptf("conversation row %q", id)
+			}
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	for _, id := range callIDs {
+		b.calls[id] = &callState{}
+	}
+	rows, err = br.Query()
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var data []byte
+		if err := rows.Scan(&data); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		rec := &messages.ToolCallRecord{}
+		if err := proto.Unmarshal(data, rec); err != nil {
+			rows.Close()
+			return nil, journal.Corruptf("tool call row")
+		}
+		if cs := b.calls[rec.GetId()]; cs != nil {
+			cs.rec = rec
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return b, br.Close()
+}
+
+func toBytes(ss []string) [][]byte {
+	out := make([][]byte, len(ss))
+	for i, s := range ss {
+		out[i] = []byte(s)
+	}
+	return out
+}
+
+func statusOrPending(st messages.ToolCallStatus) messages.ToolCallStatus {
+	if st == messages.ToolCallStatus_TOOL_CALL_STATUS_UNSPECIFIED {
+		return messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING
+	}
+	return st
+}
+
+// check runs the checks of Append that need the state, in the contract's
+// order, without changing anything.
+func (b *batch) check(req *messages.AppendRequest) error {
+	id := req.GetConversationId()
+	h := b.heads[id]
+	if h.deleted {
+		return fmt.Errorf("append to %q: %w", id, journal.ErrDeleted)
+	}
+	if !req.GetUnfenced() && req.GetExpectedLast() != h.lastSeq {
+		return fmt.Errorf("append to %q after %d (last is %d): %w", id, req.GetExpectedLast(), h.lastSeq, journal.ErrConflict)
+	}
+	status := map[string]messages.ToolCallStatus{}
+	for _, tc := range req.GetToolCalls() {
+		if rec := b.calls[tc.GetId()].rec; rec != nil && rec.GetConversationId() != id {
+			return fmt.Errorf("tool call %q of %q in an append to %q: %w", tc.GetId(), rec.GetConversationId(), id, journal.ErrConflict)
+		}
+		status[tc.GetId()] = statusOrPending(tc.GetStatus())
+	}
+	for _, r := range req.GetResolutions() {
+		call := r.GetToolCallId()
+		cur, ok := status[call]
+		if !ok {
+			rec := b.calls[call].rec
+			if rec == nil || rec.GetConversationId() != id {
+				return fmt.Errorf("resolve %q in an append to %q: unknown call: %w", call, id, journal.ErrStale)
+			}
+			cur = rec.GetStatus()
+		}
+		if cur != messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING {
+			return fmt.Errorf("resolve %q in an append to %q: status is %v: %w", call, id, cur, journal.ErrStale)
+		}
+		status[call] = r.GetStatus()
+	}
+	return nil
+}
+
+// apply applies a checked request to the batch's state, in the contract's
+// order. It sets the seqs of the request's events and returns the seqs they
+// had, to put back if the commit fails. It fails (changing nothing) only if
+// an event cannot be encoded.
+func (b *batch) apply(req *messages.AppendRequest, now time.Time) (journal.AppendResult, []uint64, error) {
+	id := req.GetConversationId()
+	h := b.heads[id]
+	res := journal.AppendResult{FirstSeq: req.GetExpectedLast(), LastSeq: req.GetExpectedLast()}
+	evs := req.GetEvents()
+	given := make([]uint64, len(evs))
+	if len(evs) > 0 {
+		data := make([][]byte, len(evs))
+		for j, ev := range evs {
+			given[j] = ev.GetSeq()
+			ev.Seq = h.lastSeq + 1 + uint64(j)
+			enc, err := journal.EncodeAppendEvent(nil, req, j, given[j])
+			if err != nil {
+				for k := 0; k <= j; k++ {
+					evs[k].Seq = given[k]
+				}
+				return res, nil, err
+			}
+			data[j] = enc
+		}
+		for j := range evs {
+			b.evConv = append(b.evConv, []byte(id))
+			b.evSeq = append(b.evSeq, int64(evs[j].GetSeq()))
+			b.evData = append(b.evData, data[j])
+		}
+		res.FirstSeq = h.lastSeq + 1
+		h.lastSeq += uint64(len(evs))
+		res.LastSeq = h.lastSeq
+		h.dirty = true
+	}
+	if h.row == nil {
+		created := timestamppb.New(now)
+		if len(evs) > 0 && evs[0].GetTime() != nil {
+			created = proto.Clone(evs[0].GetTime()).(*timestamppb.Timestamp)
+		}
+		h.row = &messages.Conversation{
+			Id:      id,
+			Status:  messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE,
+			Created: created,
+			Updated: timestamppb.New(now),
+		}
+		h.dirty = true
+	}
+	for _, tc := range req.GetToolCalls() {
+		rec := proto.Clone(tc).(*messages.ToolCallRecord)
+		rec.Status = statusOrPending(rec.GetStatus())
+		b.calls[rec.GetId()] = &callState{rec: rec, dirty: true}
+	}
+	for _, r := range req.GetResolutions() {
+		cs := b.calls[r.GetToolCallId()]
+		rec := proto.Clone(cs.rec).(*messages.ToolCallRecord)
+		rec.Status = r.GetStatus()
+		rec.Result = nil
+		if r.GetResult() != nil {
+			rec.Result = proto.Clone(r.GetResult()).(*messages.ToolOutcome)
+		}
+		rec.Resolved = nil
+		if r.GetAt() != nil {
+			rec.Resolved = proto.Clone(r.GetAt()).(*timestamppb.Timestamp)
+		}
+		cs.rec, cs.dirty = rec, true
+		b.setDeadline(deadlineKey{id, rec.GetId()}, nil)
+	}
+	changed := false
+	if fsm := req.GetFsmState(); fsm != nil {
+		h.row.FsmState = proto.Clone(fsm).(*messages.FSMState)
+		changed = true
+	}
+	if st := req.GetStatus(); st != messages.ConversationStatus_CONVERSATION_STATUS_UNSPECIFIED {
+		h.row.Status = st
+		changed = true
+	}
+	if changed {
+		h.row.Updated = timestamppb.New(now)
+		h.dirty = true
+	}
+	for _, d := range req.GetSchedule() {
+		b.setDeadline(deadlineKey{id, d.GetToolCallId()}, proto.Clone(d).(*messages.Deadline))
+	}
+	for _, call := range req.GetCancel() {
+		b.setDeadline(deadlineKey{id, call}, nil)
+	}
+	return res, given, nil
+}
+
+func (b *batch) setDeadline(k deadlineKey, d *messages.Deadline) {
+	if _, ok := b.deadlines[k]; !ok {
+		b.dlOrder = append(b.dlOrder, k)
+	}
+	b.deadlines[k] = d
+}
+
+// writeBatch writes what the batch changed and commits, in one round trip.
+// The transaction is left open (and the connection then destroyed) on
+// failure.
+func (s *Store) writeBatch(ctx context.Context, conn *pgx.Conn, b *batch) error {
+	pb := &pgx.Batch{}
+	var hid [][]byte
+	var hlast []int64
+	var hrow [][]byte
+	for id, h := range b.heads {
+		if !h.dirty {
+			continue
+		}
+		row, err := proto.Marshal(h.row)
+		if err != nil {
+			return fmt.Errorf("pgjournal: append: encode conversation row: %w", err)
+		}
+		hid, hlast, hrow = append(hid, []byte(id)), append(hlast, int64(h.lastSeq)), append(hrow, row)
+	}
+	if len(b.evSeq) > 0 {
+		pb.Queue("INSERT INTO lz_events (conv, seq, data) SELECT * FROM unnest($1::bytea[], $2::int8[], $3::bytea[])", b.evConv, b.evSeq, b.evData)
+	}
+	if len(hid) > 0 {
+		pb.Queue(`INSERT INTO lz_conversations (id, last_seq, row) SELECT * FROM unnest($1::bytea[], $2::int8[], $3::bytea[])
+			ON CONFLICT (id) DO UPDATE SET last_seq = excluded.last_seq, row = excluded.row`, hid, hlast, hrow)
+	}
+	var cid, cconv, cdata [][]byte
+	var cstatus []int32
+	for id, cs := range b.calls {
+		if !cs.dirty {
+			continue
+		}
+		data, err := proto.Marshal(cs.rec)
+		if err != nil {
+			return fmt.Errorf("pgjournal: append: encode tool call %q: %w", id, err)
+		}
+		cid, cconv, cdata = append(cid, []byte(id)), append(cconv, []byte(cs.rec.GetConversationId())), append(cdata, data)
+		cstatus = append(cstatus, int32(cs.rec.GetStatus()))
+	}
+	if len(cid) > 0 {
+		pb.Queue(`INSERT INTO lz_tool_calls (id, conv, status, data) SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::int4[], $4::bytea[])
+			ON CONFLICT (id) DO UPDATE SET conv = excluded.conv, status = excluded.status, data = excluded.data`, cid, cconv, cstatus, cdata)
+	}
+	var dconv, dcall, ddata, xconv, xcall [][]byte
+	var dats []int64
+	var datn []int32
+	for _, k := range b.dlOrder {
+		d := b.deadlines[k]
+		if d == nil {
+			xconv, xcall = append(xconv, []byte(k.conv)), append(xcall, []byte(k.call))
+			continue
+		}
+		data, err := proto.Marshal(d)
+		if err != nil {
+			return fmt.Errorf("pgjournal: append: encode deadline: %w", err)
+		}
+		dconv, dcall, ddata = append(dconv, []byte(k.conv)), append(dcall, []byte(k.call)), append(ddata, data)
+		dats, datn = append(dats, d.GetAt().GetSeconds()), append(datn, d.GetAt().GetNanos())
+	}
+	if len(xconv) > 0 {
+		pb.Queue("DELETE FROM lz_deadlines d USING unnest($1::bytea[], $2::bytea[]) AS x(conv, call) WHERE d.conv = x.conv AND d.call = x.call", xconv, xcall)
+	}
+	if len(dconv) > 0 {
+		pb.Queue(`INSERT INTO lz_deadlines (conv, call, at_s, at_n, data) SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::int8[], $4::int4[], $5::bytea[])
+			ON CONFLICT (conv, call) DO UPDATE SET at_s = excluded.at_s, at_n = excluded.at_n, data = excluded.data`, dconv, dcall, dats, datn, ddata)
+	}
+	n := pb.Len()
+	pb.Queue("COMMIT")
+	br := conn.SendBatch(ctx, pb)
+	for i := 0; i < n; i++ {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			// The server reports a failed statement and skips the rest,
+			// COMMIT included; a lost connection may have lost it anywhere,
+			// COMMIT included.
+			return s.wrapCommit("append", err)
+		}
+	}
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return s.wrapCommit("append: commit", err)
+	}
+	if err := br.Close(); err != nil {
+		return s.wrapCommit("append: commit", err)
+	}
+	if conn.PgConn().TxStatus() != 'I' {
+		return fmt.Errorf("pgjournal: append: commit left the transaction open: %w", journal.ErrUnknownOutcome)
+	}
+	return nil
+}
+
+var _ = errors.New

@@ -1,0 +1,44 @@
+// Package pgjournal is the journal.Store on PostgreSQL (through pgx/v5 and
+// its pgxpool), the store that several nodes of a deployment share. It
+// passes journal/journaltest unchanged.
+//
+// # Schema
+//
+// The schema is a list of versioned migrations embedded in the binary
+// (migrations/NNNN_name.sql). Open applies the ones the database lacks,
+// each in its own transaction, under a session advisory lock, so that
+// processes starting at once apply each migration once; the versions
+// applied are in lz_schema. A database whose schema is newer than the code
+// is refused (ErrSchemaTooNew). Ids are bytea (any byte, NUL included,
+// sorted bytewise); records are their protobuf encoding, next to the
+// columns that queries need: conversation id and seq (lz_events), to_seq
+// (lz_summaries), tool call status (lz_tool_calls, with a partial index of
+// the pending rows), deadline time (lz_deadlines), audit creation time.
+// lz_conversations holds each conversation's last seq, its tombstone flag
+// and its row.
+//
+// # Writes
+//
+// Every write of a conversation takes a transaction-scoped advisory lock
+// keyed by a hash of its id, so that the checks of a write (tombstone,
+// fence, tool call owners, pending status) and the write itself do not
+// interleave with another write of the same conversation. AppendBatch is
+// one transaction for all its requests (one WAL flush): one round trip
+// begins it, takes the locks (sorted, so that batches never deadlock) and
+// reads the heads and the tool call rows named (FOR UPDATE); each request
+// is then checked in Go, in batch order, against that state as moved on by
+// the requests before it, so a failing request writes nothing and fails no
+// other; a second round trip writes, one statement per table, and commits.
+// ResolveToolCall reads its row FOR UPDATE: of concurrent resolvers, one
+// wins and the others find the call no longer pending.
+//
+// # Errors
+//
+// A connection refused, reset or closed, or a server shutting down, is
+// journal.ErrUnavailable: nothing was written. A connection lost once
+// COMMIT was sent is journal.ErrUnknownOutcome: the write may have
+// committed. Read the log before retrying; the append fence makes the
+// retry of an append that did commit fail with ErrConflict. Each call is
+// bounded by Options.Timeout. The pool opens new connections as calls need
+// them, so calls succeed again once the server is back.
+package pgjournal

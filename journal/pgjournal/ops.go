@@ -1,0 +1,827 @@
+package pgjournal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// decode unmarshals data into a new M, or fails with ErrCorrupt naming what.
+func decode[M proto.Message](data []byte, m M, what string, args ...any) (M, error) {
+	if err := proto.Unmarshal(data, m); err != nil {
+		return m, journal.Corruptf("pgjournal: "+what+" (%v)", append(args, err)...)
+	}
+	return m, nil
+}
+
+func validConv(id string) error {
+	if err := journal.ValidateID("conversation id", id); err != nil {
+		return fmt.Errorf("pgjournal: %w", err)
+	}
+	return nil
+}
+
+// toInt64 clamps a seq to the range of bigint.
+func toInt64(u uint64) int64 {
+	if u > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(u)
+}
+
+// ---- EventLog ----
+
+// Events implements journal.EventLog.
+func (s *Store) Events(ctx context.Context, conversationID string, q journal.EventQuery) ([]*messages.Event, error) {
+	ctx, cancel, err := s.enter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
+	if err := validConv(conversationID); err != nil {
+		return nil, err
+	}
+	if q.Limit < 0 {
+		return nil, fmt.Errorf("pgjournal: events of %q: %w", conversationID, journal.Invalidf("negative limit %d", q.Limit))
+	}
+	before := int64(math.MaxInt64)
+	if q.Before > 0 {
+		before = toInt64(q.Before)
+	}
+	var limit *int64
+	if q.Limit > 0 {
+		l := int64(q.Limit)
+		limit = &l
+	}
+	rows, err := s.pool.Query(ctx, `SELECT seq, data FROM (SELECT seq, data FROM lz_events WHERE conv = $1 AND seq > $2 AND seq < $3 ORDER BY seq DESC LIMIT $4) e ORDER BY seq`,
+		[]byte(conversationID), toInt64(q.After), before, limit)
+	if err != nil {
+		return nil, s.wrap("events", err)
+	}
+	evs, err := scanEvents(rows, conversationID)
+	if err != nil {
+		return nil, s.wrap("events", err)
+	}
+	return evs, nil
+}
+
+func scanEvents(rows pgx.Rows, conv string) ([]*messages.Event, error) {
+	defer rows.Close()
+	var out []*messages.Event
+	for rows.Next() {
+		var seq int64
+		var data []byte
+		if err := rows.Scan(&seq, &data); err != nil {
+			return nil, err
+		}
+		ev, err := decode(data, &messages.Event{}, "event %q/%d", conv, seq)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ev)
+	}
+	return out, rows.Err()
+}
+
+// LastSeq implements journal.EventLog.
+func (s *Store) LastSeq(ctx context.Context, conversationID string) (uint64, error) {
+	ctx, cancel, err := s.enter(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer cancel()
+	if err := validConv(conversationID); err != nil {
+		return 0, err
+	}
+	var last int64
+	err = s.pool.QueryRow(ctx, "SELECT last_seq FROM lz_conversations WHERE id = $1", []byte(conversationID)).Scan(&last)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, s.wrap("last seq", err)
+	}
+	return uint64(last), nil
+}
+
+// LoadSince implements journal.EventLog in two statements, both read by
+// primary key range: the latest summary, then the events after its ToSeq
+// (given as a value, so that the planner sees how few they are: a generic
+// plan of one statement could scan the whole log). Its cost does not depend
+// on the events before the summary. Between the two reads the log may only
+// grow, and a summary written meanwhile is a later one: what it returns is
+// a summary and every event after it.
+func (s *Store) LoadSince(ctx context.Context, conversationID string) (*messages.Summary, []*messages.Event, error) {
+	ctx, cancel, err := s.enter(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer cancel()
+	if err := validConv(conversationID); err != nil {
+		return nil, nil, err
+	}
+	var sum *messages.Summary
+	var toSeq int64
+	var data []byte
+	err = s.pool.QueryRow(ctx, "SELECT to_seq, data FROM lz_summaries WHERE conv = $1 ORDER BY to_seq DESC LIMIT 1",
+		[]byte(conversationID)).Scan(&toSeq, &data)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return nil, nil, s.wrap("load", err)
+	default:
+		if sum, err = decode(data, &messages.Summary{}, "summary %q/%d", conversationID, toSeq); err != nil {
+			return nil, nil, err
+		}
+	}
+	rows, err := s.pool.Query(ctx, "SELECT seq, data FROM lz_events WHERE conv = $1 AND seq > $2 ORDER BY seq", []byte(conversationID), toSeq)
+	if err != nil {
+		return nil, nil, s.wrap("load", err)
+	}
+	evs, err := scanEvents(rows, conversationID)
+	if err != nil {
+		return nil, nil, s.wrap("load", err)
+	}
+	return sum, evs, nil
+}
+
+// ---- Summaries ----
+
+// PutSummary implements journal.Summaries.
+func (s *Store) PutSummary(ctx context.Context, conversationID string, sum *messages.Summary) error {
+	ctx, cancel, err := s.enter(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	if err := validConv(conversationID); err != nil {
+		return err
+	}
+	if sum == nil {
+		return fmt.Errorf("pgjournal: %w", journal.Invalidf("nil summary for %q", conversationID))
+	}
+	data, err := proto.Marshal(sum)
+	if err != nil {
+		return fmt.Errorf("pgjournal: %w", journal.Invalidf("summary of %q cannot be encoded (%v)", conversationID, err))
+	}
+	return s.writeTx(ctx, "put summary", conversationID, func(tx pgx.Tx) error {
+		var last int64
+		var deleted bool
+		err := tx.QueryRow(ctx, "SELECT last_seq, deleted FROM lz_conversations WHERE id = $1", []byte(conversationID)).Scan(&last, &deleted)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		if deleted {
+			return fmt.Errorf("put summary of %q: %w", conversationID, journal.ErrDeleted)
+		}
+		if err := journal.ValidateSummary(conversationID, sum, uint64(last)); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO lz_summaries (conv, to_seq, data) VALUES ($1, $2, $3)
+			ON CONFLICT (conv, to_seq) DO UPDATE SET data = excluded.data`, []byte(conversationID), toInt64(sum.GetToSeq()), data)
+		return err
+	})
+}
+
+// LatestSummary implements journal.Summaries.
+func (s *Store) LatestSummary(ctx context.Context, conversationID string) (*messages.Summary, error) {
+	return s.summaryBefore(ctx, conversationID, math.MaxInt64, true)
+}
+
+// SummaryBefore implements journal.Summaries.
+func (s *Store) SummaryBefore(ctx context.Context, conversationID string, toSeq uint64) (*messages.Summary, error) {
+	return s.summaryBefore(ctx, conversationID, toSeq, false)
+}
+
+func (s *Store) summaryBefore(ctx context.Context, conversationID string, toSeq uint64, latest bool) (*messages.Summary, error) {
+	ctx, cancel, err := s.enter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
+	if err := validConv(conversationID); err != nil {
+		return nil, err
+	}
+	bound := toInt64(toSeq)
+	if latest {
+		bound = math.MaxInt64
+	}
+	var data []byte
+	q := "SELECT data FROM lz_summaries WHERE conv = $1 AND to_seq < $2 ORDER BY to_seq DESC LIMIT 1"
+	if latest {
+		q = "SELECT data FROM lz_summaries WHERE conv = $1 AND to_seq <= $2 ORDER BY to_seq DESC LIMIT 1"
+	}
+	err = s.pool.QueryRow(ctx, q, []byte(conversationID), bound).Scan(&data)
+	if errors.Is(err, pgx.ErrNoRows) {
+		if latest {
+			return nil, fmt.Errorf("pgjournal: summary of %q: %w", conversationID, journal.ErrNotFound)
+		}
+		return nil, fmt.Errorf("pgjournal: summary of %q before %d: %w", conversationID, toSeq, journal.ErrNotFound)
+	}
+	if err != nil {
+		return nil, s.wrap("summary", err)
+	}
+	return decode(data, &messages.Summary{}, "summary of %q", conversationID)
+}
+
+// ---- ToolCalls ----
+
+// UpsertToolCall implements journal.ToolCalls. It does not create the
+// conversation row.
+func (s *Store) UpsertToolCall(ctx context.Context, rec *messages.ToolCallRecord) error {
+	ctx, cancel, err := s.enter(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	if err := journal.ValidateToolCall(rec); err != nil {
+		return fmt.Errorf("pgjournal: %w", err)
+	}
+	rec = proto.Clone(rec).(*messages.ToolCallRecord)
+	rec.Status = statusOrPending(rec.GetStatus())
+	data, err := proto.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("pgjournal: %w", journal.Invalidf("tool call %q cannot be encoded (%v)", rec.GetId(), err))
+	}
+	conv := rec.GetConversationId()
+	return s.writeTx(ctx, "upsert tool call", conv, func(tx pgx.Tx) error {
+		if err := checkDeleted(ctx, tx, conv); err != nil {
+			return err
+		}
+		var owner []byte
+		err := tx.QueryRow(ctx, "SELECT conv FROM lz_tool_calls WHERE id = $1 FOR UPDATE", []byte(rec.GetId())).Scan(&owner)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		if err == nil && string(owner) != conv {
+			return fmt.Errorf("tool call %q belongs to %q, not %q: %w", rec.GetId(), owner, conv, journal.ErrConflict)
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO lz_tool_calls (id, conv, status, data) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (id) DO UPDATE SET conv = excluded.conv, status = excluded.status, data = excluded.data`,
+			[]byte(rec.GetId()), []byte(conv), int32(rec.GetStatus()), data)
+		return err
+	})
+}
+
+// ToolCall implements journal.ToolCalls.
+func (s *Store) ToolCall(ctx context.Context, toolCallID string) (*messages.ToolCallRecord, error) {
+	ctx, cancel, err := s.enter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
+	if err := journal.ValidateID("tool call id", toolCallID); err != nil {
+		return nil, fmt.Errorf("pgjournal: %w", err)
+	}
+	var data []byte
+	err = s.pool.QueryRow(ctx, "SELECT data FROM lz_tool_calls WHERE id = $1", []byte(toolCallID)).Scan(&data)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("pgjournal: tool call %q: %w", toolCallID, journal.ErrNotFound)
+	}
+	if err != nil {
+		return nil, s.wrap("tool call", err)
+	}
+	return decode(data, &messages.ToolCallRecord{}, "tool call %q", toolCallID)
+}
+
+// PendingToolCalls implements journal.ToolCalls, from a partial index of the
+// pending rows.
+func (s *Store) PendingToolCalls(ctx context.Context, conversationID string) ([]*messages.ToolCallRecord, error) {
+	ctx, cancel, err := s.enter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
+	if err := validConv(conversationID); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, "SELECT data FROM lz_tool_calls WHERE conv = $1 AND status = 1 ORDER BY id", []byte(conversationID))
+	if err != nil {
+		return nil, s.wrap("pending tool calls", err)
+	}
+	defer rows.Close()
+	var out []*messages.ToolCallRecord
+	for rows.Next() {
+		var data []byte
+		if err := rows.Scan(&data); err != nil {
+			return nil, s.wrap("pending tool calls", err)
+		}
+		rec, err := decode(data, &messages.ToolCallRecord{}, "tool call of %q", conversationID)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rec)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.wrap("pending tool calls", err)
+	}
+	return out, nil
+}
+
+// ResolveToolCall implements journal.ToolCalls. The row is read FOR UPDATE:
+// concurrent resolvers queue on its lock, and each after the first sees it
+// no longer pending.
+func (s *Store) ResolveToolCall(ctx context.Context, toolCallID string, status messages.ToolCallStatus, result *messages.ToolOutcome, at time.Time) (*messages.ToolCallRecord, error) {
+	ctx, cancel, err := s.enter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
+	if err := journal.ValidateResolution(toolCallID, status); err != nil {
+		return nil, fmt.Errorf("pgjournal: %w", err)
+	}
+	var out *messages.ToolCallRecord
+	err = s.writeTx(ctx, "resolve", "", func(tx pgx.Tx) error {
+		var data []byte
+		err := tx.QueryRow(ctx, "SELECT data FROM lz_tool_calls WHERE id = $1 FOR UPDATE", []byte(toolCallID)).Scan(&data)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("resolve %q: unknown call: %w", toolCallID, journal.ErrStale)
+		}
+		if err != nil {
+			return err
+		}
+		rec, err := decode(data, &messages.ToolCallRecord{}, "tool call %q", toolCallID)
+		if err != nil {
+			return err
+		}
+		if rec.GetStatus() != messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING {
+			return fmt.Errorf("resolve %q: status is %v: %w", toolCallID, rec.GetStatus(), journal.ErrStale)
+		}
+		rec.Status, rec.Result, rec.Resolved = status, nil, journal.Timestamp(at)
+		if result != nil {
+			rec.Result = proto.Clone(result).(*messages.ToolOutcome)
+		}
+		data, err = proto.Marshal(rec)
+		if err != nil {
+			return journal.Invalidf("result of %q cannot be encoded (%v)", toolCallID, err)
+		}
+		if len(data) > journal.MaxRecordBytes {
+			return journal.Invalidf("tool call %s of %d bytes exceeds %d", toolCallID, len(data), journal.MaxRecordBytes)
+		}
+		b := &pgx.Batch{}
+		b.Queue("UPDATE lz_tool_calls SET status = $2, data = $3 WHERE id = $1", []byte(toolCallID), int32(status), data)
+		b.Queue("DELETE FROM lz_deadlines WHERE conv = $1 AND call = $2", []byte(rec.GetConversationId()), []byte(toolCallID))
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+		out = rec
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ---- Deadlines ----
+
+// ScheduleDeadline implements journal.Deadlines.
+func (s *Store) ScheduleDeadline(ctx context.Context, d *messages.Deadline) error {
+	ctx, cancel, err := s.enter(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	if err := journal.ValidateDeadline(d); err != nil {
+		return fmt.Errorf("pgjournal: %w", err)
+	}
+	data, err := proto.Marshal(d)
+	if err != nil {
+		return fmt.Errorf("pgjournal: %w", journal.Invalidf("deadline cannot be encoded (%v)", err))
+	}
+	conv := d.GetConversationId()
+	return s.writeTx(ctx, "schedule deadline", conv, func(tx pgx.Tx) error {
+		if err := checkDeleted(ctx, tx, conv); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO lz_deadlines (conv, call, at_s, at_n, data) VALUES ($1, $2, $3, $4, $5)
+			ON CONFLICT (conv, call) DO UPDATE SET at_s = excluded.at_s, at_n = excluded.at_n, data = excluded.data`,
+			[]byte(conv), []byte(d.GetToolCallId()), d.GetAt().GetSeconds(), d.GetAt().GetNanos(), data)
+		return err
+	})
+}
+
+// CancelDeadline implements journal.Deadlines.
+func (s *Store) CancelDeadline(ctx context.Context, conversationID, toolCallID string) error {
+	ctx, cancel, err := s.enter(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	if err := validConv(conversationID); err != nil {
+		return err
+	}
+	if err := journal.ValidateID("tool call id", toolCallID); err != nil {
+		return fmt.Errorf("pgjournal: %w", err)
+	}
+	_, err = s.pool.Exec(ctx, "DELETE FROM lz_deadlines WHERE conv = $1 AND call = $2", []byte(conversationID), []byte(toolCallID))
+	return s.wrap("cancel deadline", err)
+}
+
+// Deadlines implements journal.Deadlines. It reads every due deadline
+// before calling fn, so fn may call any method.
+func (s *Store) Deadlines(ctx context.Context, dueBy time.Time, fn func(*messages.Deadline) error) error {
+	ctx, cancel, err := s.enter(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	q := "SELECT data FROM lz_deadlines ORDER BY at_s, at_n, call, conv"
+	args := []any{}
+	if !dueBy.IsZero() {
+		q = "SELECT data FROM lz_deadlines WHERE (at_s, at_n) <= ($1, $2) ORDER BY at_s, at_n, call, conv"
+		ts := timestamppb.New(dueBy)
+		args = append(args, ts.GetSeconds(), ts.GetNanos())
+	}
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return s.wrap("deadlines", err)
+	}
+	var due []*messages.Deadline
+	for rows.Next() {
+		var data []byte
+		if err := rows.Scan(&data); err != nil {
+			rows.Close()
+			return s.wrap("deadlines", err)
+		}
+		d, err := decode(data, &messages.Deadline{}, "deadline")
+		if err != nil {
+			rows.Close()
+			return err
+		}
+		due = append(due, d)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return s.wrap("deadlines", err)
+	}
+	for _, d := range due {
+		if err := fn(d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ---- Audit ----
+
+// PutModelCall implements journal.Audit.
+func (s *Store) PutModelCall(ctx context.Context, mc *messages.ModelCall) error {
+	ctx, cancel, err := s.enter(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	if !s.audit {
+		return nil
+	}
+	if mc == nil {
+		return fmt.Errorf("pgjournal: %w", journal.Invalidf("nil model call"))
+	}
+	if err := validConv(mc.GetConversationId()); err != nil {
+		return err
+	}
+	data, err := proto.Marshal(mc)
+	if err != nil {
+		return fmt.Errorf("pgjournal: %w", journal.Invalidf("model call of %q cannot be encoded (%v)", mc.GetConversationId(), err))
+	}
+	if len(data) > journal.MaxRecordBytes {
+		return fmt.Errorf("pgjournal: %w", journal.Invalidf("model call of %q of %d bytes exceeds %d", mc.GetConversationId(), len(data), journal.MaxRecordBytes))
+	}
+	var cs *int64
+	var cn *int32
+	if c := mc.GetCreated(); c != nil {
+		sec, nano := c.GetSeconds(), c.GetNanos()
+		cs, cn = &sec, &nano
+	}
+	conv := mc.GetConversationId()
+	return s.writeTx(ctx, "put model call", conv, func(tx pgx.Tx) error {
+		if err := checkDeleted(ctx, tx, conv); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO lz_audit (conv, turn_ref, created_s, created_n, data) VALUES ($1, $2, $3, $4, $5)
+			ON CONFLICT (conv, turn_ref) DO UPDATE SET created_s = excluded.created_s, created_n = excluded.created_n, data = excluded.data`,
+			[]byte(conv), int64(mc.GetTurnRef()), cs, cn, data)
+		return err
+	})
+}
+
+// ModelCalls implements journal.Audit.
+func (s *Store) ModelCalls(ctx context.Context, conversationID string) ([]*messages.ModelCall, error) {
+	ctx, cancel, err := s.enter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
+	if err := validConv(conversationID); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, "SELECT data FROM lz_audit WHERE conv = $1", []byte(conversationID))
+	if err != nil {
+		return nil, s.wrap("model calls", err)
+	}
+	defer rows.Close()
+	var out []*messages.ModelCall
+	for rows.Next() {
+		var data []byte
+		if err := rows.Scan(&data); err != nil {
+			return nil, s.wrap("model calls", err)
+		}
+		mc, err := decode(data, &messages.ModelCall{}, "model call of %q", conversationID)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, mc)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.wrap("model calls", err)
+	}
+	// turn_ref is stored as a signed bigint; order as the unsigned TurnRef.
+	slices.SortFunc(out, func(a, b *messages.ModelCall) int {
+		switch {
+		case a.GetTurnRef() < b.GetTurnRef():
+			return -1
+		case a.GetTurnRef() > b.GetTurnRef():
+			return 1
+		}
+		return 0
+	})
+	return out, nil
+}
+
+// GCModelCalls implements journal.Audit. A row without a created time
+// counts as older than any time.
+func (s *Store) GCModelCalls(ctx context.Context, conversationID string, olderThan time.Time) (int, error) {
+	ctx, cancel, err := s.enter(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer cancel()
+	if err := validConv(conversationID); err != nil {
+		return 0, err
+	}
+	ts := timestamppb.New(olderThan)
+	tag, err := s.pool.Exec(ctx, "DELETE FROM lz_audit WHERE conv = $1 AND (created_s IS NULL OR (created_s, created_n) < ($2, $3))",
+		[]byte(conversationID), ts.GetSeconds(), ts.GetNanos())
+	if err != nil {
+		return 0, s.wrap("gc model calls", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// ---- Conversations ----
+
+// Conversation implements journal.Conversations.
+func (s *Store) Conversation(ctx context.Context, id string) (*messages.Conversation, error) {
+	ctx, cancel, err := s.enter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
+	if err := validConv(id); err != nil {
+		return nil, err
+	}
+	var row []byte
+	err = s.pool.QueryRow(ctx, "SELECT row FROM lz_conversations WHERE id = $1 AND row IS NOT NULL", []byte(id)).Scan(&row)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("pgjournal: conversation %q: %w", id, journal.ErrNotFound)
+	}
+	if err != nil {
+		return nil, s.wrap("conversation", err)
+	}
+	return decode(row, &messages.Conversation{}, "conversation %q", id)
+}
+
+func validStatus(st messages.ConversationStatus) bool {
+	_, ok := messages.ConversationStatus_name[int32(st)]
+	return ok
+}
+
+// PutConversation implements journal.Conversations. Settings keys follow
+// the rules of ids, as metadata keys do.
+func (s *Store) PutConversation(ctx context.Context, u journal.ConversationUpdate) error {
+	ctx, cancel, err := s.enter(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	if err := validConv(u.ID); err != nil {
+		return err
+	}
+	if err := journal.ValidateMetadata(u.ID, u.Settings); err != nil {
+		return fmt.Errorf("pgjournal: settings: %w", err)
+	}
+	if !validStatus(u.Status) {
+		return fmt.Errorf("pgjournal: %w", journal.Invalidf("conversation %q: unknown status %d", u.ID, u.Status))
+	}
+	if u.FSMState != nil {
+		if n := proto.Size(u.FSMState); n > journal.MaxRecordBytes {
+			return fmt.Errorf("pgjournal: %w", journal.Invalidf("fsm_state of %q of %d bytes exceeds %d", u.ID, n, journal.MaxRecordBytes))
+		}
+	}
+	now := time.Now()
+	return s.writeTx(ctx, "put conversation", u.ID, func(tx pgx.Tx) error {
+		var raw []byte
+		var deleted bool
+		err := tx.QueryRow(ctx, "SELECT deleted, row FROM lz_conversations WHERE id = $1", []byte(u.ID)).Scan(&deleted, &raw)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		if deleted {
+			return fmt.Errorf("put conversation %q: %w", u.ID, journal.ErrDeleted)
+		}
+		row := &messages.Conversation{Id: u.ID, Status: messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE, Created: timestamppb.New(now)}
+		if raw != nil {
+			if row, err = decode(raw, &messages.Conversation{}, "conversation %q", u.ID); err != nil {
+				return err
+			}
+		}
+		for k, v := range u.Settings {
+			if v == "" {
+				delete(row.Settings, k)
+				continue
+			}
+			if row.Settings == nil {
+				row.Settings = make(map[string]string)
+			}
+			row.Settings[k] = v
+		}
+		if u.Status != messages.ConversationStatus_CONVERSATION_STATUS_UNSPECIFIED {
+			row.Status = u.Status
+		}
+		if u.FSMState != nil {
+			row.FsmState = proto.Clone(u.FSMState).(*messages.FSMState)
+		}
+		row.Updated = timestamppb.New(now)
+		data, err := proto.Marshal(row)
+		if err != nil {
+			return journal.Invalidf("conversation %q cannot be encoded (%v)", u.ID, err)
+		}
+		if len(data) > journal.MaxRecordBytes {
+			return journal.Invalidf("conversation %q of %d bytes exceeds %d", u.ID, len(data), journal.MaxRecordBytes)
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO lz_conversations (id, row) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET row = excluded.row`, []byte(u.ID), data)
+		return err
+	})
+}
+
+// PutFSMState implements journal.Conversations. A nil st is ErrInvalid.
+func (s *Store) PutFSMState(ctx context.Context, id string, st *messages.FSMState) error {
+	if st == nil {
+		_, cancel, err := s.enter(ctx)
+		if err != nil {
+			return err
+		}
+		cancel()
+		return fmt.Errorf("pgjournal: %w", journal.Invalidf("nil fsm_state for %q", id))
+	}
+	return s.PutConversation(ctx, journal.ConversationUpdate{ID: id, FSMState: st})
+}
+
+// ListConversations implements journal.Conversations, in bytewise id order.
+func (s *Store) ListConversations(ctx context.Context, cursor string, limit int) ([]*messages.Conversation, string, error) {
+	ctx, cancel, err := s.enter(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	defer cancel()
+	if limit <= 0 {
+		limit = 100
+	}
+	rows, err := s.pool.Query(ctx, "SELECT id, row FROM lz_conversations WHERE row IS NOT NULL AND id > $1 ORDER BY id LIMIT $2",
+		[]byte(cursor), limit+1)
+	if err != nil {
+		return nil, "", s.wrap("list conversations", err)
+	}
+	defer rows.Close()
+	var out []*messages.Conversation
+	var ids []string
+	for rows.Next() {
+		var id, raw []byte
+		if err := rows.Scan(&id, &raw); err != nil {
+			return nil, "", s.wrap("list conversations", err)
+		}
+		row, err := decode(raw, &messages.Conversation{}, "conversation %q", id)
+		if err != nil {
+			return nil, "", err
+		}
+		out, ids = append(out, row), append(ids, string(id))
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", s.wrap("list conversations", err)
+	}
+	next := ""
+	if len(out) > limit {
+		out, ids = out[:limit], ids[:limit]
+		next = ids[limit-1]
+	}
+	return out, next, nil
+}
+
+// DeleteConversation implements journal.Conversations: one transaction
+// deletes every record of the conversation and leaves the tombstone.
+func (s *Store) DeleteConversation(ctx context.Context, id string) error {
+	ctx, cancel, err := s.enter(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	if err := validConv(id); err != nil {
+		return err
+	}
+	return s.writeTx(ctx, "delete", id, func(tx pgx.Tx) error {
+		var hasRow bool
+		err := tx.QueryRow(ctx, "SELECT row IS NOT NULL FROM lz_conversations WHERE id = $1", []byte(id)).Scan(&hasRow)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		if !hasRow {
+			return fmt.Errorf("delete %q: %w", id, journal.ErrNotFound)
+		}
+		b := &pgx.Batch{}
+		for _, table := range []string{"lz_events", "lz_summaries", "lz_tool_calls", "lz_deadlines", "lz_audit", "lz_metadata"} {
+			b.Queue("DELETE FROM "+table+" WHERE conv = $1", []byte(id))
+		}
+		b.Queue("UPDATE lz_conversations SET deleted = true, row = NULL, last_seq = 0 WHERE id = $1", []byte(id))
+		return tx.SendBatch(ctx, b).Close()
+	})
+}
+
+// Metadata implements journal.Conversations.
+func (s *Store) Metadata(ctx context.Context, id string) (map[string]string, error) {
+	ctx, cancel, err := s.enter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
+	if err := validConv(id); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, "SELECT key, value FROM lz_metadata WHERE conv = $1", []byte(id))
+	if err != nil {
+		return nil, s.wrap("metadata", err)
+	}
+	defer rows.Close()
+	out := make(map[string]string)
+	for rows.Next() {
+		var k, v []byte
+		if err := rows.Scan(&k, &v); err != nil {
+			return nil, s.wrap("metadata", err)
+		}
+		out[string(k)] = string(v)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.wrap("metadata", err)
+	}
+	return out, nil
+}
+
+// PutMetadata implements journal.Conversations. It does not create the
+// conversation row.
+func (s *Store) PutMetadata(ctx context.Context, id string, kv map[string]string) error {
+	ctx, cancel, err := s.enter(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	if err := validConv(id); err != nil {
+		return err
+	}
+	if err := journal.ValidateMetadata(id, kv); err != nil {
+		return fmt.Errorf("pgjournal: %w", err)
+	}
+	return s.writeTx(ctx, "put metadata", id, func(tx pgx.Tx) error {
+		if err := checkDeleted(ctx, tx, id); err != nil {
+			return err
+		}
+		var keys, vals, dels [][]byte
+		for k, v := range kv {
+			if v == "" {
+				dels = append(dels, []byte(k))
+				continue
+			}
+			keys, vals = append(keys, []byte(k)), append(vals, []byte(v))
+		}
+		b := &pgx.Batch{}
+		if len(dels) > 0 {
+			b.Queue("DELETE FROM lz_metadata WHERE conv = $1 AND key = ANY($2::bytea[])", []byte(id), dels)
+		}
+		if len(keys) > 0 {
+			b.Queue(`INSERT INTO lz_metadata (conv, key, value) SELECT $1, k, v FROM unnest($2::bytea[], $3::bytea[]) AS u(k, v)
+				ON CONFLICT (conv, key) DO UPDATE SET value = excluded.value`, []byte(id), keys, vals)
+		}
+		if b.Len() == 0 {
+			return nil
+		}
+		return tx.SendBatch(ctx, b).Close()
+	})
+}

@@ -1,0 +1,111 @@
+package pgjournal
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/journal/pgjournal/pgtest"
+	"github.com/lazarusrt/lazarus/messages"
+	"github.com/stretchr/testify/require"
+)
+
+// commitDropper is a TCP proxy to a PostgreSQL server. Once armed, it drops
+// the first server reply that completes a COMMIT and closes that client
+// connection: the transaction committed on the server, and the client never
+// learns it.
+type commitDropper struct {
+	l       net.Listener
+	target  string
+	armed   atomic.Bool
+	dropped chan struct{}
+	once    sync.Once
+	wg      sync.WaitGroup
+}
+
+func newCommitDropper(t *testing.T, target string) *commitDropper {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &commitDropper{l: l, target: target, dropped: make(chan struct{})}
+	p.wg.Add(1)
+	go p.serve()
+	t.Cleanup(func() { _ = l.Close(); p.wg.Wait() })
+	return p
+}
+
+func (p *commitDropper) serve() {
+	defer p.wg.Done()
+	for {
+		c, err := p.l.Accept()
+		if err != nil {
+			return
+		}
+		s, err := net.Dial("tcp", p.target)
+		if err != nil {
+			_ = c.Close()
+			continue
+		}
+		p.wg.Add(2)
+		go func() { defer p.wg.Done(); _, _ = io.Copy(s, c); _ = s.Close() }()
+		go func() { defer p.wg.Done(); p.pump(c, s) }()
+	}
+}
+
+// pump copies server replies to the client until it meets the one to drop.
+func (p *commitDropper) pump(c, s net.Conn) {
+	defer c.Close()
+	defer s.Close()
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := s.Read(buf)
+		if n > 0 {
+			if p.armed.Load() && bytes.Contains(buf[:n], []byte("COMMIT\x00")) {
+				p.once.Do(func() { p.armed.Store(false); close(p.dropped) })
+				return
+			}
+			if _, err := c.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// TestUnknownOutcome: the connection drops after the server committed an
+// append but before the client heard it: the append reports
+// ErrUnknownOutcome (not success, not a plain failure); the write is in
+// the log, and the retry with the same fence fails with ErrConflict instead
+// of writing twice.
+func TestUnknownOutcome(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	u, err := url.Parse(dsn)
+	require.NoError(t, err)
+	proxy := newCommitDropper(t, u.Host)
+	u.Host = proxy.l.Addr().String()
+	s := open(t, u.String(), Options{})
+	ctx := t.Context()
+
+	proxy.armed.Store(true)
+	req := func() *messages.AppendRequest {
+		return &messages.AppendRequest{ConversationId: "c", Events: []*messages.Event{userEvent("once")}}
+	}
+	_, err = s.Append(ctx, req())
+	<-proxy.dropped
+	require.ErrorIs(t, err, journal.ErrUnknownOutcome)
+
+	last, err := s.LastSeq(ctx, "c")
+	require.NoError(t, err, "the pool reconnects")
+	require.EqualValues(t, 1, last, "the append committed")
+	_, err = s.Append(ctx, req())
+	require.ErrorIs(t, err, journal.ErrConflict, "the fence refuses the retry")
+	evs, err := s.Events(ctx, "c", journal.EventQuery{})
+	require.NoError(t, err)
+	require.Len(t, evs, 1)
+}

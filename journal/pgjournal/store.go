@@ -1,0 +1,340 @@
+package pgjournal
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io/fs"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/lazarusrt/lazarus/journal"
+)
+
+// ErrSchemaTooNew: the database holds a schema newer than this code knows.
+// Open refuses it rather than write records an older layout cannot read.
+var ErrSchemaTooNew = errors.New("pgjournal: database schema is newer than this code")
+
+// DefaultMaxConns is the pool size Open uses unless the DSN sets
+// pool_max_conns.
+const DefaultMaxConns = 16
+
+// DefaultTimeout bounds each call when Options.Timeout is zero.
+const DefaultTimeout = 30 * time.Second
+
+// Options configures a Store. The zero value is valid: audit off, calls
+// bounded by DefaultTimeout.
+type Options struct {
+	// Audit turns on the audit rows of journal.Audit. Default false.
+	Audit bool
+	// Timeout bounds each call (on top of the caller's context), so that a
+	// server that stopped answering fails calls with an error instead of
+	// hanging them. Zero means DefaultTimeout; negative means no bound.
+	Timeout time.Duration
+}
+
+// Store is the PostgreSQL journal.Store. Open it with Open or OpenPool; the
+// zero value is not usable.
+type Store struct {
+	pool    *pgxpool.Pool
+	ownPool bool
+	audit   bool
+	timeout time.Duration
+	closed  atomic.Bool
+}
+
+var _ journal.Store = (*Store)(nil)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// migration is one schema step: the file migrations/NNNN_name.sql takes the
+// schema from version NNNN-1 to NNNN.
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+// migrations returns the embedded migrations in version order. Their
+// versions are 1, 2, 3, ... with no gap.
+func migrations() ([]migration, error) {
+	files, err := fs.Glob(migrationFS, "migrations/*.sql")
+	if err != nil {
+		return nil, err
+	}
+	var out []migration
+	for _, f := range files {
+		base := strings.TrimPrefix(f, "migrations/")
+		num, _, ok := strings.Cut(base, "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("pgjournal: migration %s is not named NNNN_name.sql", base)
+		}
+		b, err := migrationFS.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, migration{version: v, name: base, sql: string(b)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
+	for i, m := range out {
+		if m.version != i+1 {
+			return nil, fmt.Errorf("pgjournal: migration %s: want version %d", m.name, i+1)
+		}
+	}
+	return out, nil
+}
+
+// SchemaVersion is the schema version this code writes and reads.
+func SchemaVersion() int {
+	ms, err := migrations()
+	if err != nil {
+		return 0
+	}
+	return len(ms)
+}
+
+// migrationLock is the advisory lock (two-key form, so that it never meets
+// the conversation locks, which use the one-key form) under which Open
+// migrates.
+const migrationLockClass, migrationLockID = 0x4c7a6a6c, 1
+
+// Open connects to the database of dsn (a PostgreSQL connection string or
+// URL; pgxpool's pool_* parameters apply), applies the schema migrations
+// it lacks and returns the Store, which owns the pool. It fails with an
+// error wrapping ErrSchemaTooNew on a database migrated by newer code, and
+// with journal.ErrUnavailable when the server cannot be reached.
+func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("pgjournal: parse DSN: %w", journal.Invalidf("%v", err))
+	}
+	if !strings.Contains(dsn, "pool_max_conns") {
+		cfg.MaxConns = DefaultMaxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("pgjournal: %w: %w", journal.ErrUnavailable, err)
+	}
+	s, err := OpenPool(ctx, pool, opts)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	s.ownPool = true
+	return s, nil
+}
+
+// OpenPool is Open on a pool the caller made and keeps: Close does not close
+// it.
+func OpenPool(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) {
+	s := &Store{pool: pool, audit: opts.Audit, timeout: opts.Timeout}
+	if s.timeout == 0 {
+		s.timeout = DefaultTimeout
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	if err := s.migrate(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// migrate applies the missing migrations, each in its own transaction,
+// under a session advisory lock, so that stores opening at once apply each
+// migration once.
+func (s *Store) migrate(ctx context.Context) error {
+	ms, err := migrations()
+	if err != nil {
+		return err
+	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return s.wrap("open", err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1, $2)", migrationLockClass, migrationLockID); err != nil {
+		return s.wrap("open: lock", err)
+	}
+	defer func() {
+		// A failed unlock leaves the lock to the session's end: destroy the
+		// connection rather than return it to the pool holding the lock.
+		if _, err := conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1, $2)", migrationLockClass, migrationLockID); err != nil {
+			_ = conn.Conn().Close(context.WithoutCancel(ctx))
+		}
+	}()
+	if _, err := conn.Exec(ctx, "CREATE TABLE IF NOT EXISTS lz_schema (version integer PRIMARY KEY, applied timestamptz NOT NULL DEFAULT now())"); err != nil {
+		return s.wrap("open: schema table", err)
+	}
+	var cur int
+	if err := conn.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM lz_schema").Scan(&cur); err != nil {
+		return s.wrap("open: schema version", err)
+	}
+	if cur > len(ms) {
+		return fmt.Errorf("pgjournal: database at schema version %d, this code knows up to %d: %w", cur, len(ms), ErrSchemaTooNew)
+	}
+	for _, m := range ms[cur:] {
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, m.sql); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "INSERT INTO lz_schema (version) VALUES ($1)", m.version)
+			return err
+		})
+		if err != nil {
+			return s.wrap("open: migration "+m.name, err)
+		}
+	}
+	return nil
+}
+
+// ConcurrentBatches tells the journal actor how many AppendBatch calls to
+// run at once: half the pool (at least 1, at most 8). Batches in flight
+// hold no two requests of one conversation; each waits on the round trips
+// and the WAL flush of its commit, which the server flushes together.
+func (s *Store) ConcurrentBatches() int {
+	return int(max(1, min(8, s.pool.Config().MaxConns/2)))
+}
+
+// Close marks the Store closed and, if Open made the pool, closes it (which
+// waits for the calls in flight to release their connections). Every later
+// call returns an error wrapping journal.ErrClosed. It is safe to call more
+// than once.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	if s.ownPool {
+		s.pool.Close()
+	}
+	return nil
+}
+
+// bound applies the Store's timeout to ctx.
+func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if s.timeout < 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, s.timeout)
+}
+
+// enter reports why a call cannot start (closed, ctx done) and returns the
+// bounded context of the call.
+func (s *Store) enter(ctx context.Context) (context.Context, context.CancelFunc, error) {
+	if s.closed.Load() {
+		return nil, nil, fmt.Errorf("pgjournal: %w", journal.ErrClosed)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, nil, fmt.Errorf("pgjournal: %w", err)
+	}
+	c, cancel := s.bound(ctx)
+	return c, cancel, nil
+}
+
+// wrap turns an error of pgx into the Store's: it names op and wraps the
+// journal sentinel that applies. Errors already wrapping a sentinel pass.
+func (s *Store) wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	for _, sentinel := range []error{journal.ErrClosed, journal.ErrInvalid, journal.ErrConflict, journal.ErrStale,
+		journal.ErrNotFound, journal.ErrDeleted, journal.ErrCorrupt, journal.ErrUnavailable, journal.ErrUnknownOutcome, ErrSchemaTooNew} {
+		if errors.Is(err, sentinel) {
+			return fmt.Errorf("pgjournal: %s: %w", op, err)
+		}
+	}
+	if s.closed.Load() {
+		return fmt.Errorf("pgjournal: %s: %w: %w", op, journal.ErrClosed, err)
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("pgjournal: %s: %w", op, err)
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch {
+		case pgErr.Code == "23505", pgErr.Code == "40001", pgErr.Code == "40P01":
+			// unique violation (a tool call id taken by a concurrent
+			// write), serialization failure, deadlock: nothing written.
+			return fmt.Errorf("pgjournal: %s: %w: %w", op, journal.ErrConflict, err)
+		case strings.HasPrefix(pgErr.Code, "08"), strings.HasPrefix(pgErr.Code, "57P"), pgErr.Code == "53300":
+			return fmt.Errorf("pgjournal: %s: %w: %w", op, journal.ErrUnavailable, err)
+		}
+		return fmt.Errorf("pgjournal: %s: %w", op, err)
+	}
+	// Anything else is the connection: refused, reset, closed.
+	return fmt.Errorf("pgjournal: %s: %w: %w", op, journal.ErrUnavailable, err)
+}
+
+// wrapCommit is wrap for an error met once COMMIT was sent: an error the
+// server reported means the transaction rolled back; any other (the
+// connection dropped, the call timed out) leaves the outcome unknown.
+func (s *Store) wrapCommit(op string, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return s.wrap(op, err)
+	}
+	return fmt.Errorf("pgjournal: %s: %w: %w", op, journal.ErrUnknownOutcome, err)
+}
+
+// lockKey is the advisory lock key of a conversation: the writes of one
+// conversation take it, so that their checks and writes do not interleave.
+func lockKey(conv string) int64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(conv))
+	return int64(h.Sum64())
+}
+
+// lockKeys returns the sorted, distinct lock keys of convs: taking them in
+// that order keeps two batches from deadlocking.
+func lockKeys(convs []string) []int64 {
+	keys := make([]int64, 0, len(convs))
+	for _, c := range convs {
+		keys = append(keys, lockKey(c))
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys)
+}
+
+// writeTx runs fn in a transaction holding conv's lock and commits it.
+func (s *Store) writeTx(ctx context.Context, op, conv string, fn func(tx pgx.Tx) error) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return s.wrap(op, err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if conv != "" {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey(conv)); err != nil {
+			return s.wrap(op, err)
+		}
+	}
+	if err := fn(tx); err != nil {
+		return s.wrap(op, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return s.wrapCommit(op, err)
+	}
+	return nil
+}
+
+// checkDeleted returns ErrDeleted if conv has a tombstone.
+func checkDeleted(ctx context.Context, q pgx.Tx, conv string) error {
+	var deleted bool
+	err := q.QueryRow(ctx, "SELECT deleted FROM lz_conversations WHERE id = $1", []byte(conv)).Scan(&deleted)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return err
+	}
+	if deleted {
+		return fmt.Errorf("conversation %q: %w", conv, journal.ErrDeleted)
+	}
+	return nil
+}

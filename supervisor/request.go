@@ -1,0 +1,147 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/lazarusrt/lazarus/actors"
+)
+
+// ErrNoAnswer: a command (or request) was handed over to its actor, but no
+// answer came before the caller's context ended, the call timed out
+// (Config.CallTimeout) or the supervisor stopped: it may or may not have
+// taken effect. The error wraps the reason too: ctx.Err(),
+// context.DeadlineExceeded for the call timeout, or ErrStopped.
+var ErrNoAnswer = errors.New("supervisor: no answer")
+
+// replyProcess receives the answer to one request. It is a protoactor
+// process of its own (not a Future) so that a caller can stop waiting for
+// it, when its context ends or the supervisor stops, without waiting out a
+// timeout: a Future can only be waited on to its end.
+type replyProcess struct{ ch chan any }
+
+// SendUserMessage keeps the first answer; a later one (there is none) or
+// one arriving after the caller left is dropped.
+func (p *replyProcess) SendUserMessage(_ *actor.PID, msg any) {
+	_, m, _ := actor.UnwrapEnvelope(msg)
+	select {
+	case p.ch <- m:
+	default:
+	}
+}
+
+// SendSystemMessage ignores system messages: nothing watches the process.
+func (p *replyProcess) SendSystemMessage(*actor.PID, any) {}
+
+// Stop does nothing: the caller unregisters the process (release).
+func (p *replyProcess) Stop(*actor.PID) {}
+
+// pendingReply is a registered replyProcess and its PID, the sender of one
+// request.
+type pendingReply struct {
+	s   *Supervisor
+	pid *actor.PID
+	ch  chan any
+}
+
+func (s *Supervisor) newReply() *pendingReply {
+	p := &replyProcess{ch: make(chan any, 1)}
+	reg := s.system.ProcessRegistry
+	// NextId is unique in the system, so the name is free.
+	pid, _ := reg.Add(p, "ask"+reg.NextId())
+	return &pendingReply{s: s, pid: pid, ch: p.ch}
+}
+
+// release unregisters the reply process: an answer sent later is a dead
+// letter.
+func (p *pendingReply) release() { p.s.system.ProcessRegistry.Remove(p.pid) }
+
+// wait returns the answer, or why none came: ctx.Err(), ErrStopped once
+// the supervisor has stopped every actor (an actor that was going to
+// answer has answered by then), or actor.ErrDeadLetter when the target was
+// gone before it got the request.
+func (p *pendingReply) wait(ctx context.Context) (any, error) {
+	select {
+	case m := <-p.ch:
+		return answer(m)
+	case <-ctx.Done():
+	case <-p.s.halted:
+	}
+	select { // an answer that came with the end wins
+	case m := <-p.ch:
+		return answer(m)
+	default:
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return nil, ErrStopped
+}
+
+func answer(m any) (any, error) {
+	if _, ok := m.(*actor.DeadLetterResponse); ok {
+		return nil, actor.ErrDeadLetter
+	}
+	return m, nil
+}
+
+// ended returns why a call must not start (or go on): ErrStopped after
+// Stop, else ctx.Err().
+func (s *Supervisor) ended(ctx context.Context) error {
+	if s.isStopped() {
+		return ErrStopped
+	}
+	return ctx.Err()
+}
+
+// noAnswer is the error of a call that ended (cause: ctx.Err() or
+// ErrStopped) before an answer; handed says whether its command had been
+// handed over, making its outcome unknown.
+func noAnswer(what string, handed bool, cause error) error {
+	if handed {
+		return fmt.Errorf("supervisor: %s: %w: %w", what, ErrNoAnswer, cause)
+	}
+	return fmt.Errorf("supervisor: %s: %w", what, cause)
+}
+
+// Request sends msg to pid (the journal actor, say) and waits for its
+// answer, with the contract of Ask: it waits at most Config.CallTimeout,
+// returns at once when ctx ends or the supervisor stops, and an error
+// after the message was handed over wraps ErrNoAnswer. A target that was
+// gone (stopped) before it got msg is ErrStopped after Stop, else
+// actor.ErrDeadLetter.
+func (s *Supervisor) Request(ctx context.Context, pid *actor.PID, msg any) (any, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
+	defer cancel()
+	what := "request to " + pid.GetId()
+	if err := s.ended(ctx); err != nil {
+		return nil, noAnswer(what, false, err)
+	}
+	p := s.newReply()
+	defer p.release()
+	s.system.Root.RequestWithCustomSender(pid, msg, p.pid)
+	res, err := p.wait(ctx)
+	switch {
+	case errors.Is(err, actor.ErrDeadLetter) && s.isStopped():
+		return nil, noAnswer(what, false, ErrStopped)
+	case errors.Is(err, actor.ErrDeadLetter):
+		return nil, fmt.Errorf("supervisor: %s: %w", what, err)
+	case err != nil:
+		return nil, noAnswer(what, true, err)
+	}
+	return res, nil
+}
+
+// Tell delivers cmd to conversation id through the supervisor actor,
+// activating it if needed, and does not wait: for a delivery whose caller
+// could not wait for it (its context ended) but that must not be lost to
+// a live activation. It does nothing after Stop.
+func (s *Supervisor) Tell(id string, cmd *actors.Command) {
+	if s.isStopped() {
+		return
+	}
+	s.system.Root.Send(s.pid, &redeliver{conversation: id, cmd: cmd})
+}
