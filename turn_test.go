@@ -223,3 +223,32 @@ func TestSendAndWaitSurvivesALaggedSubscription(t *testing.T) {
 	require.Equal(t, long, end.Text)
 	require.Equal(t, uint64(2), end.Seq)
 }
+
+// A subscriber that joins mid-conversation gets each durable turn end
+// once, whether it reads it as history or live.
+func TestTurnEndsReachASubscriberOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	rt := openTurnRuntime(t, scripted.New(scripted.Options{}))
+	const turns = 6
+	_, err := rt.SendAndWait(ctx, "c", "first", agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	updates, err := rt.Subscribe(ctx, "c", 0)
+	require.NoError(t, err)
+	for range turns - 1 {
+		_, err := rt.SendAndWait(ctx, "c", "more", agent.Scope{UserID: "u"})
+		require.NoError(t, err)
+	}
+	var ends []uint64
+	for u := range updates {
+		if u.TurnEnd != nil {
+			require.Equal(t, lazarus.TurnAnswered, u.TurnEnd.Outcome)
+			require.Equal(t, u.Event.GetSeq(), u.TurnEnd.Seq)
+			ends = append(ends, u.TurnEnd.Seq)
+			if len(ends) == turns {
+				break
+			}
+		}
+	}
+	require.Equal(t, []uint64{2, 4, 6, 8, 10, 12}, ends)
+}
