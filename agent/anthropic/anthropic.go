@@ -358,10 +358,14 @@ func classify(ctx context.Context, err error, streamed bool) error {
 	if errors.As(err, &syn) || errors.As(err, &typ) {
 		return fmt.Errorf("anthropic: %w: %w", agent.ErrMalformed, err)
 	}
-	if streamed {
+	switch {
+	case streamed:
 		return fmt.Errorf("anthropic: %w: %w", agent.ErrInterrupted, err)
+	case retry.Transient(err):
+		return retry.Retryable(fmt.Errorf("anthropic: %w: %w", agent.ErrUnavailable, err), 0)
+	default:
+		return fmt.Errorf("anthropic: %w: %w", agent.ErrRequest, err)
 	}
-	return retry.Retryable(fmt.Errorf("anthropic: %w: %w", agent.ErrUnavailable, err), 0)
 }
 
 // classifyAPI maps an error status, or an error event in the stream (its

@@ -391,10 +391,14 @@ func classify(ctx context.Context, err error, streamed bool) error {
 	if errors.As(err, &se) && contextLength(string(se.Event.Data)) {
 		return fmt.Errorf("openai: %w: %w", agent.ErrContextLength, err)
 	}
-	if streamed {
+	switch {
+	case streamed:
 		return fmt.Errorf("openai: %w: %w", agent.ErrInterrupted, err)
+	case retry.Transient(err):
+		return retry.Retryable(fmt.Errorf("openai: %w: %w", agent.ErrUnavailable, err), 0)
+	default:
+		return fmt.Errorf("openai: %w: %w", agent.ErrRequest, err)
 	}
-	return retry.Retryable(fmt.Errorf("openai: %w: %w", agent.ErrUnavailable, err), 0)
 }
 
 func classifyStatus(e *oai.Error) error {

@@ -12,9 +12,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"net"
 	"net/http"
 	"strconv"
+	"syscall"
 	"time"
 )
 
@@ -171,4 +174,16 @@ func After(h http.Header, now time.Time) time.Duration {
 		return t.Sub(now)
 	}
 	return 0
+}
+
+// Transient reports whether err is a failure of the connection rather than
+// of the request: a network error (refused, reset, timed out), or a body
+// that ended early. A provider retries such a failure while nothing has been
+// streamed; any other error of unknown kind (a missing credential, a bad URL)
+// is not worth another attempt.
+func Transient(err error) bool {
+	var ne net.Error
+	var oe *net.OpError
+	return errors.As(err, &ne) || errors.As(err, &oe) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE)
 }
