@@ -388,13 +388,16 @@ func classify(ctx context.Context, err error, streamed bool) error {
 		return fmt.Errorf("openai: %w: %w", agent.ErrMalformed, err)
 	}
 	var se *ssestream.StreamError
-	if errors.As(err, &se) && contextLength(string(se.Event.Data)) {
+	isEvent := errors.As(err, &se)
+	if isEvent && contextLength(string(se.Event.Data)) {
 		return fmt.Errorf("openai: %w: %w", agent.ErrContextLength, err)
 	}
 	switch {
 	case streamed:
 		return fmt.Errorf("openai: %w: %w", agent.ErrInterrupted, err)
-	case retry.Transient(err):
+	case isEvent || retry.Transient(err):
+		// An error event before any text is the server's failure (vLLM
+		// and OpenRouter report overload so), like a lost connection.
 		return retry.Retryable(fmt.Errorf("openai: %w: %w", agent.ErrUnavailable, err), 0)
 	default:
 		return fmt.Errorf("openai: %w: %w", agent.ErrRequest, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -13,6 +14,7 @@ import (
 	"github.com/lazarusrt/lazarus/agent/providertest"
 	"github.com/lazarusrt/lazarus/agent/retry"
 	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
 )
 
 func factory(t *testing.T, baseURL string, policy retry.Policy) agent.Model {
@@ -115,4 +117,17 @@ func TestCancelledCall(t *testing.T) {
 	msg, err := m.Generate(ctx, providertest.Turn(), nil)
 	require.ErrorIs(t, err, context.Canceled)
 	assert.Nil(t, msg)
+}
+
+// TestErrorEvents: an error event in a 200 stream (how compatible servers
+// report failures after the headers) is retried when it comes before any
+// text, and a context-length one fails with agent.ErrContextLength.
+func TestErrorEvents(t *testing.T) {
+	cases := []providertest.Case{
+		{Name: "error_event", Text: "ok", MinDeltas: 1, Usage: &messages.Usage{InputTokens: 1234, OutputTokens: 56}, Requests: 2, Sleeps: []time.Duration{providertest.Backoff}},
+		{Name: "error_event_context_length", Err: agent.ErrContextLength, Requests: 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.Name, func(t *testing.T) { providertest.RunCase(t, "testdata", tc, factory) })
+	}
 }

@@ -6,7 +6,9 @@
 // # Transcript files
 //
 // A transcript is a text file of one or more HTTP responses, served in order
-// to successive requests. Responses are separated by a line "===". A
+// to successive requests. Responses are separated by a line "===" (the
+// newline before it belongs to the separator: a stream whose last event
+// must be dispatched ends in a blank line before it). A
 // response starts with optional directive lines:
 //
 //	> status 429                 the status (default 200)
