@@ -23,6 +23,11 @@
 //	            the text output is one line, or the reason of a failure
 //	--json      the transcript as JSON lines on stdout, no pauses
 //	--verbose   the runtime's debug logs on stderr
+//	--model M   scripted (default), openai or anthropic: with a real model,
+//	            a shorter live demo (a kill mid-stream, a restart) configured
+//	            from the environment: OPENAI_BASE_URL, OPENAI_API_KEY,
+//	            OPENAI_MODEL, or ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY,
+//	            ANTHROPIC_MODEL
 //
 // Act 5 re-executes the demo's own binary with a hidden --child flag, as the
 // process that is killed.
@@ -68,6 +73,7 @@ type config struct {
 	json    bool
 	verbose bool
 	child   bool // hidden: run as act 5's child process
+	model   string
 }
 
 // cli parses args, runs the demo (or its child) and returns the exit code.
@@ -86,7 +92,11 @@ func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return exitOK
 	}
-	err = run(ctx, cfg, stdout, stderr)
+	if cfg.model != "scripted" {
+		err = runLive(ctx, cfg, stdout)
+	} else {
+		err = run(ctx, cfg, stdout, stderr)
+	}
 	switch {
 	case errors.As(err, new(usageError)):
 		fmt.Fprintf(stderr, "demo: %v\n", err)
@@ -111,6 +121,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&cfg.quiet, "quiet", false, "no narration and no pauses: one line of summary, or the reason of a failure")
 	fs.BoolVar(&cfg.json, "json", false, "write the transcript as JSON lines (act, step, event, tool_run, check, revival, summary, result), without pauses")
 	fs.BoolVar(&cfg.verbose, "verbose", false, "write the runtime's debug logs to stderr")
+	fs.StringVar(&cfg.model, "model", "scripted", "`model`: scripted, or a real one read from the environment: openai (OPENAI_BASE_URL, OPENAI_API_KEY, OPENAI_MODEL) or anthropic (ANTHROPIC_*)")
 	fs.BoolVar(&cfg.child, childFlag, false, "internal: run as the child process of act 5")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: demo [flags]\n\nThe Lazarus kill-and-revive demo: a scripted agent is killed and revived\non the embedded Pebble store, and every step is checked.\n\nFlags:\n")

@@ -1,0 +1,396 @@
+// Package anthropic is an agent.Model on Anthropic's Messages API, streaming,
+// built on the official SDK (github.com/anthropics/anthropic-sdk-go).
+//
+// # Streaming and tool calls
+//
+// Text deltas (text_delta) reach onDelta as the events arrive. A tool_use
+// block is assembled from its input_json_delta fragments; several tool_use
+// blocks in one answer become several calls, in block order, with an empty
+// Id (the runtime mints one) and the provider's id (toolu_...) in
+// ProviderId. In the history sent back, a call (tool_use) and its result
+// (tool_result, in the next user message) carry the runtime's id. Usage is
+// read from message_start (input) and message_delta (output, cumulative)
+// and recorded on the assistant message with the model's name. Thinking
+// blocks are not streamed and not kept.
+//
+// # Failures
+//
+// Errors wrap the provider-neutral sentinels of package agent (errors.Is),
+// and the SDK's *anthropic.Error when the server answered with an error
+// (errors.As). A 429 (after its Retry-After), a 5xx or 529 (overloaded), an
+// error event and a connection that failed before any text was streamed are
+// retried under Options.Retry; the SDK's own retries are off. Once text was
+// streamed, a failure is never retried: the turn fails with
+// agent.ErrInterrupted. A stop_reason "refusal" fails the turn with
+// agent.ErrRefused; "model_context_window_exceeded" and "prompt is too long"
+// with agent.ErrContextLength.
+//
+// # Environment
+//
+// New reads nothing from the environment; OptionsFromEnv does:
+// ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY and ANTHROPIC_MODEL.
+package anthropic
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	sdk "github.com/anthropics/anthropic-sdk-go"
+	"github.com/anthropics/anthropic-sdk-go/option"
+
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/agent/openai"
+	"github.com/lazarusrt/lazarus/agent/retry"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// Environment variables read by OptionsFromEnv.
+const (
+	EnvBaseURL = "ANTHROPIC_BASE_URL"
+	EnvAPIKey  = "ANTHROPIC_API_KEY"
+	EnvModel   = "ANTHROPIC_MODEL"
+)
+
+// DefaultMaxTokens is Options.MaxTokens when zero: the API requires a bound.
+const DefaultMaxTokens = 4096
+
+// Options configure a Model.
+type Options struct {
+	// Model names the model ("claude-sonnet-4-5"). Required.
+	Model string
+	// BaseURL is the API's base URL. Empty means the SDK's default.
+	BaseURL string
+	// APIKey is sent as x-api-key.
+	APIKey string
+	// System is the system prompt. Empty means none.
+	System string
+	// Temperature, if set, is sent as the sampling temperature. Nil means
+	// the server's default.
+	Temperature *float64
+	// MaxTokens bounds the tokens of an answer. 0 means DefaultMaxTokens.
+	MaxTokens int64
+	// Retry bounds the retries of a call (429, 5xx, 529, a failure before
+	// any text). The zero value is retry's defaults.
+	Retry retry.Policy
+	// HTTPClient sends the requests. Nil means the SDK's default client.
+	HTTPClient *http.Client
+	// RequestOptions are passed to the SDK after the ones above.
+	RequestOptions []option.RequestOption
+}
+
+// OptionsFromEnv returns Options with BaseURL, APIKey and Model read from
+// ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY and ANTHROPIC_MODEL.
+func OptionsFromEnv() Options {
+	return Options{BaseURL: os.Getenv(EnvBaseURL), APIKey: os.Getenv(EnvAPIKey), Model: os.Getenv(EnvModel)}
+}
+
+// Model is an agent.Model on the Messages API. Safe for concurrent use.
+type Model struct {
+	opts    Options
+	client  sdk.Client
+	schemas sync.Map // Parameters text -> sdk.ToolInputSchemaParam
+}
+
+var _ agent.Model = (*Model)(nil)
+
+// New returns a Model. It fails with an error wrapping journal.ErrInvalid
+// when Options.Model is empty. It makes no request.
+func New(opts Options) (*Model, error) {
+	if opts.Model == "" {
+		return nil, journal.Invalidf("anthropic: no model name (Options.Model, or %s)", EnvModel)
+	}
+	if opts.MaxTokens <= 0 {
+		opts.MaxTokens = DefaultMaxTokens
+	}
+	ro := []option.RequestOption{option.WithMaxRetries(0), option.WithAPIKey(opts.APIKey)}
+	if opts.BaseURL != "" {
+		ro = append(ro, option.WithBaseURL(opts.BaseURL))
+	}
+	if opts.HTTPClient != nil {
+		ro = append(ro, option.WithHTTPClient(opts.HTTPClient))
+	}
+	ro = append(ro, opts.RequestOptions...)
+	return &Model{opts: opts, client: sdk.NewClient(ro...)}, nil
+}
+
+// Generate implements agent.Model: one streamed Messages call, retried under
+// Options.Retry while nothing has been streamed.
+func (m *Model) Generate(ctx context.Context, turn agent.Turn, onDelta func(text string)) (*messages.AssistantMessage, error) {
+	params, err := m.request(turn)
+	if err != nil {
+		return nil, err
+	}
+	var out *messages.AssistantMessage
+	err = m.opts.Retry.Do(ctx, func(ctx context.Context) error {
+		msg, err := m.attempt(ctx, params, onDelta)
+		out = msg
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// request renders a turn as the call's parameters. Consecutive events of
+// one role become one message (tool results go in a user message).
+func (m *Model) request(turn agent.Turn) (sdk.MessageNewParams, error) {
+	p := sdk.MessageNewParams{Model: sdk.Model(m.opts.Model), MaxTokens: m.opts.MaxTokens}
+	if m.opts.Temperature != nil {
+		p.Temperature = sdk.Float(*m.opts.Temperature)
+	}
+	if m.opts.System != "" {
+		p.System = append(p.System, sdk.TextBlockParam{Text: m.opts.System})
+	}
+	if s := turn.Summary.GetContent(); s != "" {
+		p.System = append(p.System, sdk.TextBlockParam{Text: openai.SummaryPrefix + s})
+	}
+	add := func(role sdk.MessageParamRole, blocks ...sdk.ContentBlockParamUnion) {
+		if len(blocks) == 0 {
+			return
+		}
+		if n := len(p.Messages); n > 0 && p.Messages[n-1].Role == role {
+			p.Messages[n-1].Content = append(p.Messages[n-1].Content, blocks...)
+			return
+		}
+		p.Messages = append(p.Messages, sdk.MessageParam{Role: role, Content: blocks})
+	}
+	for _, ev := range turn.Context {
+		switch {
+		case ev.GetUserMsg() != nil:
+			if t := openai.Text(ev.GetUserMsg().GetContent()); t != "" {
+				add(sdk.MessageParamRoleUser, sdk.NewTextBlock(t))
+			}
+		case ev.GetAssistantMsg() != nil:
+			a := ev.GetAssistantMsg()
+			var blocks []sdk.ContentBlockParamUnion
+			if t := openai.Text(a.GetContent()); t != "" {
+				blocks = append(blocks, sdk.NewTextBlock(t))
+			}
+			for _, tc := range a.GetToolCalls() {
+				args := tc.GetArguments()
+				if !agent.ValidJSON(args) {
+					args = "{}"
+				}
+				blocks = append(blocks, sdk.NewToolUseBlock(openai.CallID(tc), json.RawMessage(args), tc.GetName()))
+			}
+			add(sdk.MessageParamRoleAssistant, blocks...)
+		case ev.GetToolResult() != nil:
+			tr := ev.GetToolResult()
+			o := tr.GetOutcome()
+			add(sdk.MessageParamRoleUser, sdk.NewToolResultBlock(tr.GetToolCallId(), openai.ResultText(o), o.GetError() != nil))
+		}
+	}
+	for _, spec := range turn.Tools {
+		schema, err := m.schema(spec)
+		if err != nil {
+			return p, err
+		}
+		tp := &sdk.ToolParam{Name: spec.Name, InputSchema: schema}
+		if spec.Description != "" {
+			tp.Description = sdk.String(spec.Description)
+		}
+		p.Tools = append(p.Tools, sdk.ToolUnionParam{OfTool: tp})
+	}
+	return p, nil
+}
+
+// schema decodes a tool's JSON schema once per distinct text.
+func (m *Model) schema(spec agent.ToolSpec) (sdk.ToolInputSchemaParam, error) {
+	if spec.Parameters == "" {
+		return sdk.ToolInputSchemaParam{Properties: map[string]any{}}, nil
+	}
+	if v, ok := m.schemas.Load(spec.Parameters); ok {
+		return v.(sdk.ToolInputSchemaParam), nil
+	}
+	var raw map[string]any
+	if err := json.Unmarshal([]byte(spec.Parameters), &raw); err != nil {
+		return sdk.ToolInputSchemaParam{}, journal.Invalidf("anthropic: parameters of tool %s: %v", spec.Name, err)
+	}
+	s := sdk.ToolInputSchemaParam{Properties: raw["properties"], ExtraFields: map[string]any{}}
+	if req, ok := raw["required"].([]any); ok {
+		for _, r := range req {
+			if name, ok := r.(string); ok {
+				s.Required = append(s.Required, name)
+			}
+		}
+	}
+	for k, v := range raw {
+		if k != "properties" && k != "required" && k != "type" {
+			s.ExtraFields[k] = v
+		}
+	}
+	if s.Properties == nil {
+		s.Properties = map[string]any{}
+	}
+	m.schemas.Store(spec.Parameters, s)
+	return s, nil
+}
+
+// block is a content block being assembled.
+type block struct {
+	kind string // "text", "tool_use", or another (ignored)
+	id   string
+	name string
+	text strings.Builder // text, or the tool input's JSON
+}
+
+// attempt makes one streamed call.
+func (m *Model) attempt(ctx context.Context, params sdk.MessageNewParams, onDelta func(string)) (*messages.AssistantMessage, error) {
+	stream := m.client.Messages.NewStreaming(ctx, params)
+	defer stream.Close()
+	var (
+		blocks   = map[int64]*block{}
+		order    []*block
+		stop     string
+		model    string
+		usage    messages.Usage
+		seenUse  bool
+		streamed bool
+	)
+	for stream.Next() {
+		ev := stream.Current()
+		switch ev.Type {
+		case "message_start":
+			model = ev.Message.Model
+			usage.InputTokens = ev.Message.Usage.InputTokens
+			usage.OutputTokens = ev.Message.Usage.OutputTokens
+			seenUse = true
+		case "content_block_start":
+			b := &block{kind: ev.ContentBlock.Type, id: ev.ContentBlock.ID, name: ev.ContentBlock.Name}
+			blocks[ev.Index] = b
+			order = append(order, b)
+			if b.kind == "text" && ev.ContentBlock.Text != "" {
+				b.text.WriteString(ev.ContentBlock.Text)
+				if onDelta != nil {
+					onDelta(ev.ContentBlock.Text)
+				}
+				streamed = true
+			}
+		case "content_block_delta":
+			b := blocks[ev.Index]
+			if b == nil {
+				return nil, fmt.Errorf("anthropic: %w: delta of block %d, which never started", agent.ErrMalformed, ev.Index)
+			}
+			switch ev.Delta.Type {
+			case "text_delta":
+				b.text.WriteString(ev.Delta.Text)
+				if onDelta != nil && ev.Delta.Text != "" {
+					onDelta(ev.Delta.Text)
+				}
+				streamed = true
+			case "input_json_delta":
+				b.text.WriteString(ev.Delta.PartialJSON)
+			}
+		case "message_delta":
+			if ev.Delta.StopReason != "" {
+				stop = string(ev.Delta.StopReason)
+			}
+			if ev.Usage.JSON.OutputTokens.Valid() {
+				usage.OutputTokens = ev.Usage.OutputTokens
+				seenUse = true
+			}
+			if ev.Usage.JSON.InputTokens.Valid() && ev.Usage.InputTokens > 0 {
+				usage.InputTokens = ev.Usage.InputTokens
+			}
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return nil, classify(ctx, err, streamed)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("anthropic: %w", err)
+	}
+	var text strings.Builder
+	msg := &messages.AssistantMessage{Model: model}
+	if model == "" {
+		msg.Model = m.opts.Model
+	}
+	if seenUse {
+		msg.Usage = &usage
+	}
+	for _, b := range order {
+		switch b.kind {
+		case "text":
+			text.WriteString(b.text.String())
+		case "tool_use":
+			args := b.text.String()
+			if strings.TrimSpace(args) == "" {
+				args = "{}"
+			}
+			msg.ToolCalls = append(msg.ToolCalls, &messages.ToolCall{Name: b.name, Arguments: args, ProviderId: b.id})
+		}
+	}
+	switch stop {
+	case "":
+		return nil, fmt.Errorf("anthropic: %w", agent.ErrIncomplete)
+	case string(sdk.StopReasonRefusal):
+		return nil, fmt.Errorf("anthropic: %w: %s", agent.ErrRefused, text.String())
+	case string(sdk.StopReasonModelContextWindowExceeded):
+		return nil, fmt.Errorf("anthropic: %w: stop reason %s", agent.ErrContextLength, stop)
+	}
+	if text.Len() > 0 {
+		msg.Content = []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: text.String()}}}
+	}
+	return msg, nil
+}
+
+// classify maps a failed call onto the sentinels of package agent, marking
+// what may be retried.
+func classify(ctx context.Context, err error, streamed bool) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("anthropic: %w", ctx.Err())
+	}
+	var apiErr *sdk.Error
+	if errors.As(err, &apiErr) {
+		return classifyAPI(apiErr, streamed)
+	}
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	if errors.As(err, &syn) || errors.As(err, &typ) {
+		return fmt.Errorf("anthropic: %w: %w", agent.ErrMalformed, err)
+	}
+	switch {
+	case streamed:
+		return fmt.Errorf("anthropic: %w: %w", agent.ErrInterrupted, err)
+	case retry.Transient(err):
+		return retry.Retryable(fmt.Errorf("anthropic: %w: %w", agent.ErrUnavailable, err), 0)
+	default:
+		return fmt.Errorf("anthropic: %w: %w", agent.ErrRequest, err)
+	}
+}
+
+// classifyAPI maps an error status, or an error event in the stream (its
+// status is the stream's, 200), by status and then by error type.
+func classifyAPI(e *sdk.Error, streamed bool) error {
+	var after time.Duration
+	if e.Response != nil && e.StatusCode != http.StatusOK {
+		after = retry.After(e.Response.Header, time.Now())
+	}
+	typ := string(e.Type())
+	raw := e.RawJSON()
+	switch {
+	case e.StatusCode == http.StatusTooManyRequests || typ == "rate_limit_error":
+		if streamed {
+			return fmt.Errorf("anthropic: %w: %w", agent.ErrInterrupted, e)
+		}
+		return retry.Retryable(fmt.Errorf("anthropic: %w: %w", agent.ErrRateLimited, e), after)
+	case e.StatusCode >= 500 || typ == "overloaded_error" || typ == "api_error":
+		if streamed {
+			return fmt.Errorf("anthropic: %w: %w", agent.ErrInterrupted, e)
+		}
+		return retry.Retryable(fmt.Errorf("anthropic: %w: %w", agent.ErrUnavailable, e), after)
+	case strings.Contains(strings.ToLower(raw), "prompt is too long") || strings.Contains(strings.ToLower(raw), "context window"):
+		return fmt.Errorf("anthropic: %w: %w", agent.ErrContextLength, e)
+	default:
+		return fmt.Errorf("anthropic: %w: %w", agent.ErrRequest, e)
+	}
+}

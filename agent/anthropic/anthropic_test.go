@@ -1,0 +1,119 @@
+package anthropic_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/agent/anthropic"
+	"github.com/lazarusrt/lazarus/agent/openai"
+	"github.com/lazarusrt/lazarus/agent/providertest"
+	"github.com/lazarusrt/lazarus/agent/retry"
+	"github.com/lazarusrt/lazarus/journal"
+)
+
+func factory(t *testing.T, baseURL string, policy retry.Policy) agent.Model {
+	m, err := anthropic.New(anthropic.Options{Model: "claude-sonnet-4-5", BaseURL: baseURL, APIKey: "test-key", Retry: policy})
+	require.NoError(t, err)
+	return m
+}
+
+// TestTranscripts runs the providers' suite on the Messages API's wire
+// format.
+func TestTranscripts(t *testing.T) {
+	providertest.Run(t, "testdata", "toolu_", factory)
+}
+
+// TestRequestShape checks what is sent: a streamed call with max_tokens, the
+// system prompt and the summary as system blocks, the tool call as a
+// tool_use block and its result as a tool_result block in a user message,
+// both with the runtime's id, and the tools with their input schemas.
+func TestRequestShape(t *testing.T) {
+	rs, err := providertest.Load("testdata/text.txt")
+	require.NoError(t, err)
+	srv := providertest.Serve(t, rs)
+	m, err := anthropic.New(anthropic.Options{Model: "my-model", BaseURL: srv.URL, APIKey: "k", System: "Be brief."})
+	require.NoError(t, err)
+	_, err = m.Generate(context.Background(), providertest.Turn(), nil)
+	require.NoError(t, err)
+	require.Len(t, srv.Requests(), 1)
+
+	type block struct {
+		Type      string          `json:"type"`
+		Text      string          `json:"text"`
+		ID        string          `json:"id"`
+		Name      string          `json:"name"`
+		Input     json.RawMessage `json:"input"`
+		ToolUseID string          `json:"tool_use_id"`
+		IsError   bool            `json:"is_error"`
+	}
+	var req struct {
+		Model     string  `json:"model"`
+		Stream    bool    `json:"stream"`
+		MaxTokens int     `json:"max_tokens"`
+		System    []block `json:"system"`
+		Messages  []struct {
+			Role    string  `json:"role"`
+			Content []block `json:"content"`
+		} `json:"messages"`
+		Tools []struct {
+			Name        string         `json:"name"`
+			InputSchema map[string]any `json:"input_schema"`
+		} `json:"tools"`
+	}
+	require.NoError(t, json.Unmarshal(srv.Requests()[0], &req))
+	assert.Equal(t, "my-model", req.Model)
+	assert.True(t, req.Stream)
+	assert.Equal(t, anthropic.DefaultMaxTokens, req.MaxTokens)
+	require.Len(t, req.System, 2)
+	assert.Equal(t, "Be brief.", req.System[0].Text)
+	assert.Equal(t, openai.SummaryPrefix+"The user lives in Paris.", req.System[1].Text)
+	require.Len(t, req.Messages, 3)
+	assert.Equal(t, "user", req.Messages[0].Role)
+	assert.Equal(t, "assistant", req.Messages[1].Role)
+	require.Len(t, req.Messages[1].Content, 1)
+	use := req.Messages[1].Content[0]
+	assert.Equal(t, "tool_use", use.Type)
+	assert.Equal(t, "call_runtime1", use.ID)
+	assert.JSONEq(t, `{"city":"Paris"}`, string(use.Input))
+	assert.Equal(t, "user", req.Messages[2].Role)
+	require.Len(t, req.Messages[2].Content, 1)
+	assert.Equal(t, "tool_result", req.Messages[2].Content[0].Type)
+	assert.Equal(t, "call_runtime1", req.Messages[2].Content[0].ToolUseID)
+	require.Len(t, req.Tools, 2)
+	assert.Equal(t, "get_weather", req.Tools[1].Name)
+	assert.Equal(t, "object", req.Tools[1].InputSchema["type"])
+	assert.Equal(t, []any{"city"}, req.Tools[1].InputSchema["required"])
+}
+
+func TestNewRequiresAModel(t *testing.T) {
+	_, err := anthropic.New(anthropic.Options{})
+	require.ErrorIs(t, err, journal.ErrInvalid)
+}
+
+func TestOptionsFromEnv(t *testing.T) {
+	t.Setenv(anthropic.EnvBaseURL, "http://localhost:8080")
+	t.Setenv(anthropic.EnvAPIKey, "k")
+	t.Setenv(anthropic.EnvModel, "claude-haiku-4-5")
+	assert.Equal(t, anthropic.Options{BaseURL: "http://localhost:8080", APIKey: "k", Model: "claude-haiku-4-5"}, anthropic.OptionsFromEnv())
+}
+
+// TestMissingKeyIsNotRetried: a failure that is not the connection's (the
+// SDK finds no credential) fails at once with agent.ErrRequest.
+func TestMissingKeyIsNotRetried(t *testing.T) {
+	t.Setenv("ANTHROPIC_API_KEY", "")
+	t.Setenv("ANTHROPIC_AUTH_TOKEN", "")
+	srv := providertest.Serve(t, nil)
+	n := 0
+	m, err := anthropic.New(anthropic.Options{Model: "m", BaseURL: srv.URL, Retry: retry.Policy{
+		Sleep: func(context.Context, time.Duration) error { n++; return nil }}})
+	require.NoError(t, err)
+	_, err = m.Generate(context.Background(), providertest.Turn(), nil)
+	require.ErrorIs(t, err, agent.ErrRequest)
+	assert.Zero(t, n, "no retry")
+}

@@ -1,0 +1,46 @@
+package agent
+
+import "errors"
+
+// Sentinels of model failures, shared by every provider (agent/openai,
+// agent/anthropic), so that an application or a retry policy branches on the
+// condition with errors.Is whatever the provider. A provider's error wraps
+// exactly one of them, and also the SDK's own error when there is one (for
+// errors.As). Each has a defined outcome in the providers:
+//
+//	ErrRateLimited    retried after the server's Retry-After, bounded;
+//	                  returned once the attempts run out or the wait is too long
+//	ErrUnavailable    retried with backoff, bounded (5xx, overloaded, a
+//	                  connection that failed before any text was streamed)
+//	ErrInterrupted    the turn fails (the stream broke after text was
+//	                  streamed: retrying would stream that text again)
+//	ErrMalformed      the turn fails (a chunk that does not decode)
+//	ErrIncomplete     the turn fails (the stream ended without a finish reason)
+//	ErrContextLength  the turn fails (the request exceeds the model's window)
+//	ErrRefused        the turn fails (the model refused; the refusal is in the
+//	                  error's text)
+//	ErrRequest        the turn fails (any other rejected request: a bad key,
+//	                  an unknown model)
+//
+// A failed turn writes nothing: the deltas streamed before the failure never
+// become an event, and the runtime reports the error to subscribers.
+var (
+	// ErrRateLimited: the provider answered 429 (rate or quota limit).
+	ErrRateLimited = errors.New("agent: model rate limited")
+	// ErrUnavailable: the provider failed on its side (5xx, overloaded) or
+	// could not be reached.
+	ErrUnavailable = errors.New("agent: model unavailable")
+	// ErrInterrupted: the stream broke (connection reset, an error event)
+	// after text had been streamed.
+	ErrInterrupted = errors.New("agent: model stream interrupted")
+	// ErrMalformed: a streamed chunk could not be decoded.
+	ErrMalformed = errors.New("agent: malformed model response")
+	// ErrIncomplete: the stream ended without a finish (stop) reason.
+	ErrIncomplete = errors.New("agent: model stream ended without a finish reason")
+	// ErrContextLength: the request exceeds the model's context window.
+	ErrContextLength = errors.New("agent: context exceeds the model's window")
+	// ErrRefused: the model refused to answer.
+	ErrRefused = errors.New("agent: model refused")
+	// ErrRequest: the provider rejected the request for another reason.
+	ErrRequest = errors.New("agent: model request rejected")
+)

@@ -1,0 +1,433 @@
+// Package openai is an agent.Model on the OpenAI Chat Completions API,
+// streaming, built on the official SDK (github.com/openai/openai-go/v3). It
+// works with any server that speaks that API by base URL: OpenAI, vLLM,
+// Ollama, llama.cpp's server, OpenRouter.
+//
+// # Streaming and tool calls
+//
+// Text deltas reach onDelta as the chunks arrive. Tool calls are assembled
+// from their fragments (a call's arguments split across many chunks, several
+// calls in one answer, told apart by their index), and returned in index
+// order with an empty Id (the runtime mints one) and the provider's own id
+// in ProviderId. In the history sent back to the provider, a call and its
+// result carry the runtime's id, which is unique and stable across kills.
+// Usage (input and output tokens) is requested with stream_options
+// include_usage and recorded on the assistant message, with the model's name.
+//
+// # Failures
+//
+// Errors wrap the provider-neutral sentinels of package agent (errors.Is),
+// and the SDK's *openai.Error when the server answered with an error status
+// (errors.As). A 429 (after its Retry-After), a 5xx and a connection that
+// failed before any text was streamed are retried under Options.Retry; the
+// SDK's own retries are off. Once text was streamed, a failure is never
+// retried (the text would stream twice): the turn fails with
+// agent.ErrInterrupted, and nothing of it is written. See agent.ErrRateLimited
+// for the outcome of each failure.
+//
+// # Environment
+//
+// New reads nothing from the environment; OptionsFromEnv does:
+// OPENAI_BASE_URL, OPENAI_API_KEY and OPENAI_MODEL.
+package openai
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	oai "github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/ssestream"
+	"github.com/openai/openai-go/v3/shared"
+
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/agent/retry"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// Environment variables read by OptionsFromEnv.
+const (
+	EnvBaseURL = "OPENAI_BASE_URL"
+	EnvAPIKey  = "OPENAI_API_KEY"
+	EnvModel   = "OPENAI_MODEL"
+)
+
+// SummaryPrefix starts the system message that carries a turn's summary.
+const SummaryPrefix = "Summary of the earlier conversation:\n"
+
+// Options configure a Model.
+type Options struct {
+	// Model names the model, as the server knows it ("gpt-4o-mini",
+	// "llama3.1:8b"). Required.
+	Model string
+	// BaseURL is the API's base URL, up to and including the version
+	// ("http://localhost:11434/v1"). Empty means the SDK's default
+	// (OpenAI's public API).
+	BaseURL string
+	// APIKey is sent as a bearer token. Empty sends none that the local
+	// servers check.
+	APIKey string
+	// System is the system prompt sent first on every call. Empty means
+	// none.
+	System string
+	// Temperature, if set, is sent as the sampling temperature. Nil means
+	// the server's default.
+	Temperature *float64
+	// MaxTokens bounds the tokens of an answer (max_completion_tokens). 0
+	// means the server's default.
+	MaxTokens int64
+	// Retry bounds the retries of a call (429, 5xx, a failure before any
+	// text). The zero value is retry's defaults.
+	Retry retry.Policy
+	// HTTPClient sends the requests. Nil means the SDK's default client.
+	HTTPClient *http.Client
+	// RequestOptions are passed to the SDK after the ones above, to set what
+	// Options does not (headers, an organization).
+	RequestOptions []option.RequestOption
+}
+
+// OptionsFromEnv returns Options with BaseURL, APIKey and Model read from
+// OPENAI_BASE_URL, OPENAI_API_KEY and OPENAI_MODEL (unset variables leave
+// their fields empty).
+func OptionsFromEnv() Options {
+	return Options{BaseURL: os.Getenv(EnvBaseURL), APIKey: os.Getenv(EnvAPIKey), Model: os.Getenv(EnvModel)}
+}
+
+// Model is an agent.Model on the Chat Completions API. Safe for concurrent
+// use.
+type Model struct {
+	opts   Options
+	client oai.Client
+	params sync.Map // Parameters text -> shared.FunctionParameters
+}
+
+var _ agent.Model = (*Model)(nil)
+
+// New returns a Model. It fails with an error wrapping journal.ErrInvalid
+// when Options.Model is empty. It makes no request.
+func New(opts Options) (*Model, error) {
+	if opts.Model == "" {
+		return nil, journal.Invalidf("openai: no model name (Options.Model, or %s)", EnvModel)
+	}
+	ro := []option.RequestOption{option.WithMaxRetries(0), option.WithAPIKey(opts.APIKey)}
+	if opts.BaseURL != "" {
+		ro = append(ro, option.WithBaseURL(opts.BaseURL))
+	}
+	if opts.HTTPClient != nil {
+		ro = append(ro, option.WithHTTPClient(opts.HTTPClient))
+	}
+	ro = append(ro, opts.RequestOptions...)
+	return &Model{opts: opts, client: oai.NewClient(ro...)}, nil
+}
+
+// Generate implements agent.Model: one streamed Chat Completions call,
+// retried under Options.Retry while nothing has been streamed.
+func (m *Model) Generate(ctx context.Context, turn agent.Turn, onDelta func(text string)) (*messages.AssistantMessage, error) {
+	params, err := m.request(turn)
+	if err != nil {
+		return nil, err
+	}
+	var out *messages.AssistantMessage
+	err = m.opts.Retry.Do(ctx, func(ctx context.Context) error {
+		msg, err := m.attempt(ctx, params, onDelta)
+		out = msg
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// request renders a turn as the call's parameters.
+func (m *Model) request(turn agent.Turn) (oai.ChatCompletionNewParams, error) {
+	p := oai.ChatCompletionNewParams{
+		Model:         shared.ChatModel(m.opts.Model),
+		StreamOptions: oai.ChatCompletionStreamOptionsParam{IncludeUsage: oai.Bool(true)},
+	}
+	if m.opts.Temperature != nil {
+		p.Temperature = oai.Float(*m.opts.Temperature)
+	}
+	if m.opts.MaxTokens > 0 {
+		p.MaxCompletionTokens = oai.Int(m.opts.MaxTokens)
+	}
+	msgs := make([]oai.ChatCompletionMessageParamUnion, 0, len(turn.Context)+2)
+	if m.opts.System != "" {
+		msgs = append(msgs, oai.SystemMessage(m.opts.System))
+	}
+	if s := turn.Summary.GetContent(); s != "" {
+		msgs = append(msgs, oai.SystemMessage(SummaryPrefix+s))
+	}
+	for _, ev := range turn.Context {
+		switch {
+		case ev.GetUserMsg() != nil:
+			msgs = append(msgs, oai.UserMessage(Text(ev.GetUserMsg().GetContent())))
+		case ev.GetAssistantMsg() != nil:
+			a := ev.GetAssistantMsg()
+			am := &oai.ChatCompletionAssistantMessageParam{}
+			if t := Text(a.GetContent()); t != "" || len(a.GetToolCalls()) == 0 {
+				am.Content.OfString = oai.String(t)
+			}
+			for _, tc := range a.GetToolCalls() {
+				args := tc.GetArguments()
+				if args == "" {
+					args = "{}"
+				}
+				am.ToolCalls = append(am.ToolCalls, oai.ChatCompletionMessageToolCallUnionParam{
+					OfFunction: &oai.ChatCompletionMessageFunctionToolCallParam{
+						ID:       CallID(tc),
+						Function: oai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: tc.GetName(), Arguments: args},
+					},
+				})
+			}
+			msgs = append(msgs, oai.ChatCompletionMessageParamUnion{OfAssistant: am})
+		case ev.GetToolResult() != nil:
+			tr := ev.GetToolResult()
+			msgs = append(msgs, oai.ToolMessage(ResultText(tr.GetOutcome()), tr.GetToolCallId()))
+		}
+	}
+	p.Messages = msgs
+	for _, spec := range turn.Tools {
+		fd := shared.FunctionDefinitionParam{Name: spec.Name}
+		if spec.Description != "" {
+			fd.Description = oai.String(spec.Description)
+		}
+		if spec.Parameters != "" {
+			params, err := m.parameters(spec)
+			if err != nil {
+				return p, err
+			}
+			fd.Parameters = params
+		}
+		p.Tools = append(p.Tools, oai.ChatCompletionFunctionTool(fd))
+	}
+	return p, nil
+}
+
+// parameters decodes a tool's JSON schema once per distinct text.
+func (m *Model) parameters(spec agent.ToolSpec) (shared.FunctionParameters, error) {
+	if v, ok := m.params.Load(spec.Parameters); ok {
+		return v.(shared.FunctionParameters), nil
+	}
+	var fp shared.FunctionParameters
+	if err := json.Unmarshal([]byte(spec.Parameters), &fp); err != nil {
+		return nil, journal.Invalidf("openai: parameters of tool %s: %v", spec.Name, err)
+	}
+	m.params.Store(spec.Parameters, fp)
+	return fp, nil
+}
+
+// Text joins the text parts of content; an image or a file part becomes
+// "[image]" or "[file]".
+func Text(content []*messages.ContentPart) string {
+	if len(content) == 1 && content[0].GetImage() == nil && content[0].GetFile() == nil {
+		return content[0].GetText()
+	}
+	var b strings.Builder
+	for _, p := range content {
+		switch {
+		case p.GetImage() != nil:
+			b.WriteString("[image]")
+		case p.GetFile() != nil:
+			b.WriteString("[file]")
+		default:
+			b.WriteString(p.GetText())
+		}
+	}
+	return b.String()
+}
+
+// CallID is the id a call carries in the history sent to a provider: the
+// runtime's id, or the provider's when the runtime minted none.
+func CallID(tc *messages.ToolCall) string {
+	if id := tc.GetId(); id != "" {
+		return id
+	}
+	return tc.GetProviderId()
+}
+
+// ResultText is a tool outcome as the model reads it: the JSON content, or
+// "error (<code>): <message>".
+func ResultText(o *messages.ToolOutcome) string {
+	if e := o.GetError(); e != nil {
+		return "error (" + e.GetCode() + "): " + e.GetMessage()
+	}
+	return o.GetContent()
+}
+
+// call is a tool call being assembled from its fragments.
+type call struct {
+	index int64
+	id    string
+	name  string
+	args  strings.Builder
+}
+
+// attempt makes one streamed call.
+func (m *Model) attempt(ctx context.Context, params oai.ChatCompletionNewParams, onDelta func(string)) (*messages.AssistantMessage, error) {
+	stream := m.client.Chat.Completions.NewStreaming(ctx, params)
+	defer stream.Close()
+	var (
+		text, refusal strings.Builder
+		calls         []*call
+		finish        string
+		model         string
+		usage         *messages.Usage
+		streamed      bool
+	)
+	for stream.Next() {
+		chunk := stream.Current()
+		if chunk.Model != "" {
+			model = chunk.Model
+		}
+		if chunk.JSON.Usage.Valid() {
+			usage = &messages.Usage{InputTokens: chunk.Usage.PromptTokens, OutputTokens: chunk.Usage.CompletionTokens}
+		}
+		for i := range chunk.Choices {
+			ch := &chunk.Choices[i]
+			if ch.Index != 0 {
+				continue // only the first choice is asked for
+			}
+			if d := ch.Delta.Content; d != "" {
+				text.WriteString(d)
+				if onDelta != nil {
+					onDelta(d)
+				}
+				streamed = true
+			}
+			refusal.WriteString(ch.Delta.Refusal)
+			for j := range ch.Delta.ToolCalls {
+				calls = addFragment(calls, &ch.Delta.ToolCalls[j])
+			}
+			if ch.FinishReason != "" {
+				finish = ch.FinishReason
+			}
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return nil, classify(ctx, err, streamed)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("openai: %w", err)
+	}
+	switch {
+	case refusal.Len() > 0:
+		return nil, fmt.Errorf("openai: %w: %s", agent.ErrRefused, refusal.String())
+	case finish == "content_filter":
+		return nil, fmt.Errorf("openai: %w: content filter", agent.ErrRefused)
+	case finish == "":
+		return nil, fmt.Errorf("openai: %w", agent.ErrIncomplete)
+	}
+	msg := &messages.AssistantMessage{Model: model, Usage: usage}
+	if model == "" {
+		msg.Model = m.opts.Model
+	}
+	if text.Len() > 0 {
+		msg.Content = []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: text.String()}}}
+	}
+	slices.SortStableFunc(calls, func(a, b *call) int { return int(a.index - b.index) })
+	for _, c := range calls {
+		args := c.args.String()
+		if strings.TrimSpace(args) == "" {
+			args = "{}"
+		}
+		msg.ToolCalls = append(msg.ToolCalls, &messages.ToolCall{Name: c.name, Arguments: args, ProviderId: c.id})
+	}
+	return msg, nil
+}
+
+// addFragment adds one streamed fragment of a tool call. Fragments of one
+// call share its index; its first fragment carries the id and name. A
+// fragment with a new id at an index already used starts another call
+// (servers that number every call 0).
+func addFragment(calls []*call, f *oai.ChatCompletionChunkChoiceDeltaToolCall) []*call {
+	var c *call
+	for i := len(calls) - 1; i >= 0; i-- {
+		if calls[i].index == f.Index {
+			c = calls[i]
+			break
+		}
+	}
+	if c == nil || (f.ID != "" && c.id != "" && f.ID != c.id) {
+		c = &call{index: f.Index}
+		if len(calls) > 0 && calls[len(calls)-1].index >= f.Index {
+			c.index = calls[len(calls)-1].index + 1
+		}
+		calls = append(calls, c)
+	}
+	if f.ID != "" {
+		c.id = f.ID
+	}
+	c.name += f.Function.Name
+	c.args.WriteString(f.Function.Arguments)
+	return calls
+}
+
+// classify maps a failed call onto the sentinels of package agent, marking
+// what may be retried.
+func classify(ctx context.Context, err error, streamed bool) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("openai: %w", ctx.Err())
+	}
+	var apiErr *oai.Error
+	if errors.As(err, &apiErr) {
+		return classifyStatus(apiErr)
+	}
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	if errors.As(err, &syn) || errors.As(err, &typ) {
+		return fmt.Errorf("openai: %w: %w", agent.ErrMalformed, err)
+	}
+	var se *ssestream.StreamError
+	isEvent := errors.As(err, &se)
+	if isEvent && contextLength(string(se.Event.Data)) {
+		return fmt.Errorf("openai: %w: %w", agent.ErrContextLength, err)
+	}
+	switch {
+	case streamed:
+		return fmt.Errorf("openai: %w: %w", agent.ErrInterrupted, err)
+	case isEvent || retry.Transient(err):
+		// An error event before any text is the server's failure (vLLM
+		// and OpenRouter report overload so), like a lost connection.
+		return retry.Retryable(fmt.Errorf("openai: %w: %w", agent.ErrUnavailable, err), 0)
+	default:
+		return fmt.Errorf("openai: %w: %w", agent.ErrRequest, err)
+	}
+}
+
+func classifyStatus(e *oai.Error) error {
+	var after time.Duration
+	if e.Response != nil {
+		after = retry.After(e.Response.Header, time.Now())
+	}
+	switch {
+	case e.StatusCode == http.StatusTooManyRequests && e.Code == "insufficient_quota":
+		return fmt.Errorf("openai: %w: %w", agent.ErrRateLimited, e)
+	case e.StatusCode == http.StatusTooManyRequests:
+		return retry.Retryable(fmt.Errorf("openai: %w: %w", agent.ErrRateLimited, e), after)
+	case e.StatusCode >= 500 || e.StatusCode == http.StatusRequestTimeout:
+		return retry.Retryable(fmt.Errorf("openai: %w: %w", agent.ErrUnavailable, e), after)
+	case e.Code == "context_length_exceeded" || contextLength(e.Message):
+		return fmt.Errorf("openai: %w: %w", agent.ErrContextLength, e)
+	default:
+		return fmt.Errorf("openai: %w: %w", agent.ErrRequest, e)
+	}
+}
+
+// contextLength reports whether an error text says the context is too long:
+// OpenAI's code, or the wording of the compatible servers that send none
+// (vLLM: "maximum context length").
+func contextLength(s string) bool {
+	s = strings.ToLower(s)
+	return strings.Contains(s, "context_length_exceeded") || strings.Contains(s, "maximum context length") ||
+		strings.Contains(s, "context length") && strings.Contains(s, "exceed")
+}

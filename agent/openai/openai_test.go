@@ -1,0 +1,133 @@
+package openai_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/agent/openai"
+	"github.com/lazarusrt/lazarus/agent/providertest"
+	"github.com/lazarusrt/lazarus/agent/retry"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+func factory(t *testing.T, baseURL string, policy retry.Policy) agent.Model {
+	m, err := openai.New(openai.Options{Model: "gpt-4o-mini", BaseURL: baseURL, APIKey: "test-key", Retry: policy})
+	require.NoError(t, err)
+	return m
+}
+
+// TestTranscripts runs the providers' suite on OpenAI's wire format: plain
+// text, tool calls (one, parallel, arguments in many fragments), unicode
+// split across writes, usage in the final chunk, and every failure case.
+func TestTranscripts(t *testing.T) {
+	providertest.Run(t, "testdata", "call_", factory)
+}
+
+// TestRequestShape checks what is sent: a streamed call asking for usage,
+// the system prompt and the summary first, the history with the runtime's
+// tool call id on both the call and its result, and the tools.
+func TestRequestShape(t *testing.T) {
+	rs, err := providertest.Load("testdata/text.txt")
+	require.NoError(t, err)
+	srv := providertest.Serve(t, rs)
+	temp := 0.2
+	m, err := openai.New(openai.Options{Model: "my-model", BaseURL: srv.URL, System: "Be brief.", Temperature: &temp, MaxTokens: 100})
+	require.NoError(t, err)
+	_, err = m.Generate(context.Background(), providertest.Turn(), nil)
+	require.NoError(t, err)
+	require.Len(t, srv.Requests(), 1)
+
+	var req struct {
+		Model         string  `json:"model"`
+		Stream        bool    `json:"stream"`
+		Temperature   float64 `json:"temperature"`
+		MaxTokens     int     `json:"max_completion_tokens"`
+		StreamOptions struct {
+			IncludeUsage bool `json:"include_usage"`
+		} `json:"stream_options"`
+		Messages []struct {
+			Role       string `json:"role"`
+			Content    any    `json:"content"`
+			ToolCallID string `json:"tool_call_id"`
+			ToolCalls  []struct {
+				ID       string `json:"id"`
+				Function struct{ Name, Arguments string }
+			} `json:"tool_calls"`
+		} `json:"messages"`
+		Tools []struct {
+			Type     string `json:"type"`
+			Function struct {
+				Name       string         `json:"name"`
+				Parameters map[string]any `json:"parameters"`
+			} `json:"function"`
+		} `json:"tools"`
+	}
+	require.NoError(t, json.Unmarshal(srv.Requests()[0], &req))
+	assert.Equal(t, "my-model", req.Model)
+	assert.True(t, req.Stream)
+	assert.True(t, req.StreamOptions.IncludeUsage)
+	assert.InDelta(t, 0.2, req.Temperature, 1e-9)
+	assert.Equal(t, 100, req.MaxTokens)
+	require.Len(t, req.Messages, 5)
+	assert.Equal(t, "system", req.Messages[0].Role)
+	assert.Equal(t, "Be brief.", req.Messages[0].Content)
+	assert.Equal(t, "system", req.Messages[1].Role)
+	assert.Equal(t, openai.SummaryPrefix+"The user lives in Paris.", req.Messages[1].Content)
+	assert.Equal(t, "user", req.Messages[2].Role)
+	assert.Equal(t, "assistant", req.Messages[3].Role)
+	require.Len(t, req.Messages[3].ToolCalls, 1)
+	assert.Equal(t, "call_runtime1", req.Messages[3].ToolCalls[0].ID)
+	assert.Equal(t, `{"city":"Paris"}`, req.Messages[3].ToolCalls[0].Function.Arguments)
+	assert.Equal(t, "tool", req.Messages[4].Role)
+	assert.Equal(t, "call_runtime1", req.Messages[4].ToolCallID)
+	assert.Equal(t, `{"temp":21}`, req.Messages[4].Content)
+	require.Len(t, req.Tools, 2)
+	assert.Equal(t, "get_time", req.Tools[0].Function.Name)
+	assert.Equal(t, "object", req.Tools[0].Function.Parameters["type"])
+}
+
+func TestNewRequiresAModel(t *testing.T) {
+	_, err := openai.New(openai.Options{})
+	require.ErrorIs(t, err, journal.ErrInvalid)
+}
+
+func TestOptionsFromEnv(t *testing.T) {
+	t.Setenv(openai.EnvBaseURL, "http://localhost:11434/v1")
+	t.Setenv(openai.EnvAPIKey, "k")
+	t.Setenv(openai.EnvModel, "llama3.1:8b")
+	assert.Equal(t, openai.Options{BaseURL: "http://localhost:11434/v1", APIKey: "k", Model: "llama3.1:8b"}, openai.OptionsFromEnv())
+}
+
+// TestCancelledCall: a call whose context is done returns an error wrapping
+// ctx.Err() and no message.
+func TestCancelledCall(t *testing.T) {
+	rs, err := providertest.Load("testdata/text.txt")
+	require.NoError(t, err)
+	srv := providertest.Serve(t, rs)
+	m := factory(t, srv.URL, retry.Policy{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	msg, err := m.Generate(ctx, providertest.Turn(), nil)
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Nil(t, msg)
+}
+
+// TestErrorEvents: an error event in a 200 stream (how compatible servers
+// report failures after the headers) is retried when it comes before any
+// text, and a context-length one fails with agent.ErrContextLength.
+func TestErrorEvents(t *testing.T) {
+	cases := []providertest.Case{
+		{Name: "error_event", Text: "ok", MinDeltas: 1, Usage: &messages.Usage{InputTokens: 1234, OutputTokens: 56}, Requests: 2, Sleeps: []time.Duration{providertest.Backoff}},
+		{Name: "error_event_context_length", Err: agent.ErrContextLength, Requests: 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.Name, func(t *testing.T) { providertest.RunCase(t, "testdata", tc, factory) })
+	}
+}

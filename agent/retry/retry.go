@@ -1,0 +1,189 @@
+// Package retry is the provider-level retry policy of the model providers
+// (agent/openai, agent/anthropic): bounded attempts with exponential backoff,
+// honouring a server's Retry-After, with a sleep seam for tests.
+//
+// A provider marks an error worth another attempt with Retryable; Do retries
+// only those. The providers mark a failure retryable only while nothing of
+// the answer has been streamed (a 429, a 5xx, a connection that failed before
+// the first delta), so a retried call never streams text twice.
+package retry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// Defaults of Policy's zero fields.
+const (
+	DefaultMaxAttempts    = 4
+	DefaultInitialBackoff = 500 * time.Millisecond
+	DefaultMaxBackoff     = 30 * time.Second
+	DefaultMaxRetryAfter  = time.Minute
+)
+
+// Policy bounds the attempts of one model call. The zero value is the
+// defaults.
+type Policy struct {
+	// MaxAttempts is how many attempts a call gets in all, the first
+	// included. 0 means DefaultMaxAttempts; 1 (or less than 0) never retries.
+	MaxAttempts int
+	// InitialBackoff is the wait before the second attempt when the server
+	// named none; it doubles for each later attempt. 0 means
+	// DefaultInitialBackoff.
+	InitialBackoff time.Duration
+	// MaxBackoff caps the doubled backoff. 0 means DefaultMaxBackoff.
+	MaxBackoff time.Duration
+	// MaxRetryAfter is the longest server-named wait (Retry-After) that is
+	// honoured; a longer one ends the call with its error at once. 0 means
+	// DefaultMaxRetryAfter.
+	MaxRetryAfter time.Duration
+	// Sleep waits d or until ctx is done (then it returns ctx.Err()).
+	// Default: a timer. Tests pass one that records d and returns at once.
+	Sleep func(ctx context.Context, d time.Duration) error
+}
+
+// WithDefaults returns p with its zero fields set to the defaults.
+func (p Policy) WithDefaults() Policy {
+	if p.MaxAttempts == 0 {
+		p.MaxAttempts = DefaultMaxAttempts
+	}
+	if p.MaxAttempts < 1 {
+		p.MaxAttempts = 1
+	}
+	if p.InitialBackoff <= 0 {
+		p.InitialBackoff = DefaultInitialBackoff
+	}
+	if p.MaxBackoff <= 0 {
+		p.MaxBackoff = DefaultMaxBackoff
+	}
+	if p.MaxRetryAfter <= 0 {
+		p.MaxRetryAfter = DefaultMaxRetryAfter
+	}
+	if p.Sleep == nil {
+		p.Sleep = sleep
+	}
+	return p
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// retryable marks an error as worth another attempt.
+type retryable struct {
+	err   error
+	after time.Duration
+}
+
+func (r *retryable) Error() string { return r.err.Error() }
+func (r *retryable) Unwrap() error { return r.err }
+
+// Retryable marks err as worth another attempt, no sooner than after (the
+// server's Retry-After; 0 means the policy's backoff decides). errors.Is and
+// errors.As see through the mark. Retryable(nil, d) is nil.
+func Retryable(err error, after time.Duration) error {
+	if err == nil {
+		return nil
+	}
+	return &retryable{err: err, after: after}
+}
+
+// IsRetryable reports whether err carries a Retryable mark.
+func IsRetryable(err error) bool {
+	var r *retryable
+	return errors.As(err, &r)
+}
+
+// Backoff is the wait before attempt n (2 for the first retry) when the
+// server named none: InitialBackoff doubled n-2 times, capped at MaxBackoff.
+// Zero fields of p mean their defaults.
+func (p Policy) Backoff(n int) time.Duration {
+	p = p.WithDefaults()
+	d := p.InitialBackoff
+	for i := 2; i < n && d < p.MaxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, p.MaxBackoff)
+}
+
+// Do calls attempt until it returns nil or an error not marked Retryable,
+// the attempts run out, a server-named wait exceeds MaxRetryAfter, or ctx is
+// done. Between attempts it waits the server's Retry-After when one was
+// named, else Backoff. It returns attempt's last error, unmarked, wrapped
+// with the number of attempts when there was more than one; ctx.Err() if ctx
+// ended a wait.
+func (p Policy) Do(ctx context.Context, attempt func(ctx context.Context) error) error {
+	p = p.WithDefaults()
+	for n := 1; ; n++ {
+		err := attempt(ctx)
+		var r *retryable
+		if err == nil || !errors.As(err, &r) {
+			return err
+		}
+		if n >= p.MaxAttempts || r.after > p.MaxRetryAfter || ctx.Err() != nil {
+			if n == 1 {
+				return r.err
+			}
+			return fmt.Errorf("after %d attempts: %w", n, r.err)
+		}
+		wait := r.after
+		if wait <= 0 {
+			wait = p.Backoff(n + 1)
+		}
+		if err := p.Sleep(ctx, wait); err != nil {
+			return err
+		}
+	}
+}
+
+// After reads the wait a server named in h: retry-after-ms (milliseconds),
+// else Retry-After (seconds, or an HTTP date, relative to now). It returns 0
+// when there is none or it does not parse, or names a time already past.
+func After(h http.Header, now time.Time) time.Duration {
+	if v := h.Get("Retry-After-Ms"); v != "" {
+		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms > 0 && ms < float64(math.MaxInt64/int64(time.Millisecond)) {
+			return time.Duration(ms * float64(time.Millisecond))
+		}
+	}
+	v := h.Get("Retry-After")
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.ParseFloat(v, 64); err == nil {
+		if s > 0 && s < float64(math.MaxInt64/int64(time.Second)) {
+			return time.Duration(s * float64(time.Second))
+		}
+		return 0
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}
+
+// Transient reports whether err is a failure of the connection rather than
+// of the request: a network error (refused, reset, timed out), or a body
+// that ended early. A provider retries such a failure while nothing has been
+// streamed; any other error of unknown kind (a missing credential, a bad URL)
+// is not worth another attempt.
+func Transient(err error) bool {
+	var ne net.Error
+	var oe *net.OpError
+	return errors.As(err, &ne) || errors.As(err, &oe) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE)
+}

@@ -1,0 +1,100 @@
+package snapshot_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/agent/scripted"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/snapshot"
+)
+
+// TestLLMSummarizer: the model is asked once, in one user message holding
+// the prompt, the earlier summary and the span's lines; its text is the
+// summary, which covers prev.FromSeq..the last event and records the model.
+func TestLLMSummarizer(t *testing.T) {
+	m := scripted.New(scripted.Options{})
+	m.Push("c", &messages.AssistantMessage{Model: "gpt-test", Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "  The user asked for a refund.  "}}}})
+	s := snapshot.LLM{Model: m, Prompt: "Summarize."}
+	prev := &messages.Summary{FromSeq: 1, ToSeq: 4, Content: "The user is Alice.", Version: "llm/1:gpt-test"}
+	sum, err := s.Summarize(context.Background(), "c", prev, log(5, user("refund please"), asst("which order?")))
+	require.NoError(t, err)
+	assert.Equal(t, uint64(1), sum.GetFromSeq())
+	assert.Equal(t, uint64(6), sum.GetToSeq())
+	assert.Equal(t, "The user asked for a refund.", sum.GetContent())
+	assert.Equal(t, "llm/1:gpt-test", sum.GetVersion())
+	assert.Equal(t, "gpt-test", snapshot.SummaryModel(sum))
+
+	turns := m.Turns("c")
+	require.Len(t, turns, 1)
+	assert.Empty(t, turns[0].Tools, "no tools are offered")
+	require.Len(t, turns[0].Context, 1)
+	asked := turns[0].Context[0].GetUserMsg().GetContent()[0].GetText()
+	assert.True(t, strings.HasPrefix(asked, "Summarize.\n\nEarlier summary:\nThe user is Alice.\n\nConversation:\n"), asked)
+	assert.Contains(t, asked, "[5] user: refund please")
+	assert.Contains(t, asked, "[6] assistant: which order?")
+}
+
+func TestLLMSummarizerFailures(t *testing.T) {
+	boom := errors.New("boom")
+	cases := []struct {
+		name  string
+		reply *messages.AssistantMessage
+		err   error // pushed instead of reply
+		model bool  // false: no model at all
+		evs   []*messages.Event
+		want  error
+	}{
+		{name: "no model", evs: log(1, user("x")), want: journal.ErrInvalid},
+		{name: "empty span", model: true, want: journal.ErrInvalid},
+		{name: "model error", model: true, err: boom, evs: log(1, user("x")), want: boom},
+		{name: "no text", model: true, reply: scripted.Text("   "), evs: log(1, user("x")), want: journal.ErrInvalid},
+		{name: "a tool call", model: true, reply: scripted.Reply("s", scripted.Call("t", "{}")), evs: log(1, user("x")), want: journal.ErrInvalid},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var s snapshot.LLM
+			if tc.model {
+				m := scripted.New(scripted.Options{})
+				if tc.err != nil {
+					m.PushError("c", tc.err)
+				} else if tc.reply != nil {
+					m.Push("c", tc.reply)
+				}
+				s.Model = m
+			}
+			sum, err := s.Summarize(context.Background(), "c", nil, tc.evs)
+			require.ErrorIs(t, err, tc.want)
+			assert.Nil(t, sum)
+		})
+	}
+}
+
+// TestLLMSummarizerBoundsItsInput: with MaxInputBytes, the oldest lines of
+// the span are dropped from what the model is sent.
+func TestLLMSummarizerBoundsItsInput(t *testing.T) {
+	m := scripted.New(scripted.Options{})
+	evs := log(1, user(strings.Repeat("a", 500)), user("newest"))
+	_, err := snapshot.LLM{Model: m, MaxInputBytes: 200}.Summarize(context.Background(), "c", nil, evs)
+	require.NoError(t, err)
+	asked := m.Turns("c")[0].Context[0].GetUserMsg().GetContent()[0].GetText()
+	assert.Contains(t, asked, "[2] user: newest")
+	assert.NotContains(t, asked, strings.Repeat("a", 200))
+}
+
+func TestTokenBudget(t *testing.T) {
+	p := snapshot.TokenBudget(100)
+	assert.Equal(t, -1, p.MaxEvents, "the number of events never triggers a summary")
+	assert.Equal(t, 100, p.MaxTokens)
+	assert.Equal(t, snapshot.DefaultKeepRecent, p.WithDefaults().KeepRecent)
+	assert.Empty(t, snapshot.SummaryModel(&messages.Summary{Version: snapshot.DeterministicVersion}))
+}
+
+var _ agent.Model = (*scripted.Model)(nil)
