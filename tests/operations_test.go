@@ -1,0 +1,147 @@
+package tests
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/agent/scripted"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// requireGone asserts the Store holds nothing of conv and refuses writes to
+// it with ErrDeleted.
+func requireGone(t *testing.T, st journal.Store, conv string) {
+	t.Helper()
+	ctx := ctxT(t)
+	last, err := st.LastSeq(ctx, conv)
+	require.NoError(t, err)
+	require.Zero(t, last, "no event of the deleted conversation is left")
+	pend, err := st.PendingToolCalls(ctx, conv)
+	require.NoError(t, err)
+	require.Empty(t, pend)
+	require.NoError(t, st.Deadlines(ctx, time.Time{}, func(d *messages.Deadline) error {
+		if d.GetConversationId() == conv {
+			return fmt.Errorf("deadline %s of the deleted conversation is left", d.GetToolCallId())
+		}
+		return nil
+	}))
+	_, err = st.Append(ctx, &messages.AppendRequest{ConversationId: conv, Events: []*messages.Event{{
+		Body: &messages.Event_UserMsg{UserMsg: &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "x"}}}}},
+	}}})
+	require.ErrorIs(t, err, journal.ErrDeleted, "the tombstone is written")
+}
+
+// TestDeleteOnline: Delete of a conversation waiting on a human stops its
+// actor, cancels its deadline's timer (the clock passing the deadline
+// expires nothing), removes it from the Store with a tombstone, and later
+// sends to it fail with ErrDeleted; another conversation is untouched.
+func TestDeleteOnline(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		h := newHarness(t, openStore(t, kind), nil)
+		ctx := ctxT(t)
+		for _, c := range []string{"c", "other"} {
+			h.model.Push(c, scripted.Reply("asking", scripted.Call("approve_refund", `{"amount":5}`)), scripted.Text("never"))
+			_, err := h.rt.Send(ctx, c, "refund", user)
+			require.NoError(t, err)
+		}
+		id := pendingCallID(t, h.awaitEvent("c", 0, isSuspension))
+		other := pendingCallID(t, h.awaitEvent("other", 0, isSuspension))
+		h.awaitDeadlineArmed(id)
+		require.True(t, h.rt.IsActive("c"))
+
+		require.NoError(t, h.rt.Delete(ctx, "c"))
+		require.False(t, h.rt.IsActive("c"), "no activation is left running")
+		requireGone(t, h.store, "c")
+		require.True(t, h.rt.IsActive("other"))
+
+		// The expiry actor drops the deleted call's timer; the other's
+		// stays armed.
+		h.awaitDeadlineArmed(other)
+		require.Eventually(t, func() bool { return h.clock.Timers() == 1 }, wait, time.Millisecond,
+			"the deleted call's timer is cancelled (timers %d)", h.clock.Timers())
+
+		_, err := h.rt.Send(ctx, "c", "again", user)
+		require.ErrorIs(t, err, journal.ErrDeleted)
+		require.Equal(t, 1, h.model.Calls("c"), "the deleted conversation's model is not called again")
+		err = h.rt.Resolve(ctx, id, `{"approved":true}`, user)
+		require.Error(t, err, "the deleted call cannot be answered")
+		requireGone(t, h.store, "c")
+
+		err = h.rt.Delete(ctx, "c")
+		require.True(t, errors.Is(err, journal.ErrDeleted) || errors.Is(err, journal.ErrNotFound), "deleting twice: %v", err)
+		require.NoError(t, h.rt.Resolve(ctx, other, `{"approved":true}`, user))
+		h.awaitEvent("other", 0, isAssistantText("never"))
+	})
+}
+
+// TestDeleteDuringAModelCall: a delete while the model is answering
+// abandons the call; the answer, when the model returns, is written
+// nowhere.
+func TestDeleteDuringAModelCall(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		h := newHarness(t, openStore(t, kind), nil)
+		ctx := ctxT(t)
+		held := h.model.Hold("c")
+		h.model.Push("c", scripted.Text("too late"))
+		_, err := h.rt.Send(ctx, "c", "hello", user)
+		require.NoError(t, err)
+		select {
+		case <-held:
+		case <-ctx.Done():
+			t.Fatal("the model call never started")
+		}
+		require.NoError(t, h.rt.Delete(ctx, "c"))
+		require.False(t, h.rt.IsActive("c"))
+		h.model.Release("c")
+		requireGone(t, h.store, "c")
+	})
+}
+
+// TestDeleteRacingSends: sends racing a delete either land before it (and
+// are deleted with the rest) or fail with ErrDeleted; nothing is left in
+// the Store afterwards.
+func TestDeleteRacingSends(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		h := newHarness(t, openStore(t, kind), nil)
+		ctx := ctxT(t)
+		for range 8 {
+			h.model.Push("c", scripted.Text("ok"))
+		}
+		_, err := h.rt.Send(ctx, "c", "first", user)
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		errs := make([]error, 8)
+		for i := range errs {
+			wg.Go(func() {
+				_, errs[i] = h.rt.Send(ctx, "c", fmt.Sprintf("send %d", i), user)
+			})
+		}
+		require.NoError(t, h.rt.Delete(ctx, "c"))
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				require.ErrorIs(t, err, journal.ErrDeleted, "send %d", i)
+			}
+		}
+		requireGone(t, h.store, "c")
+	})
+}
+
+// TestDeleteBadInput: unknown conversations, bad ids and a closed runtime
+// give their sentinels.
+func TestDeleteBadInput(t *testing.T) {
+	h := newHarness(t, openStore(t, "memory"), nil)
+	ctx := ctxT(t)
+	require.ErrorIs(t, h.rt.Delete(ctx, "never"), journal.ErrNotFound)
+	require.ErrorIs(t, h.rt.Delete(ctx, ""), journal.ErrInvalid)
+	require.ErrorIs(t, h.rt.Delete(ctx, "bad\xff"), journal.ErrInvalid)
+	require.NoError(t, h.rt.Close())
+	require.ErrorIs(t, h.rt.Delete(ctx, "never"), lazarus.ErrClosed)
+}
