@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
 	"github.com/lazarusrt/lazarus/supervisor"
 )
 
@@ -45,4 +46,51 @@ func (r *Runtime) Delete(ctx context.Context, conversationID string) error {
 		return fmt.Errorf("lazarus: delete %q: %w", conversationID, err)
 	}
 	return nil
+}
+
+// DefaultPendingPage is the page size of PendingCalls when limit is 0.
+const DefaultPendingPage = 100
+
+// PendingCalls returns up to limit pending human tool calls (limit 0 means
+// DefaultPendingPage) of every conversation, ordered by conversation id
+// then tool call id, after cursor ("" for the first page), and the cursor
+// of the next page ("" when there is none; a page may be followed by an
+// empty last one). Each row names its conversation, tool, prompt,
+// arguments, creation time and deadline; answer it with Resolve or Reject.
+// It reads the Store's index of pending calls (Store.ListPendingToolCalls),
+// so its cost depends on the pending calls, not on the number of
+// conversations. A negative limit or a cursor that no page returned is
+// refused with an error wrapping journal.ErrInvalid.
+func (r *Runtime) PendingCalls(ctx context.Context, cursor string, limit int) ([]*messages.ToolCallRecord, string, error) {
+	if r.isClosed() {
+		return nil, "", ErrClosed
+	}
+	switch {
+	case limit < 0:
+		return nil, "", fmt.Errorf("lazarus: pending calls: %w", journal.Invalidf("negative limit"))
+	case limit == 0:
+		limit = DefaultPendingPage
+	}
+	var out []*messages.ToolCallRecord
+	for {
+		// Server calls are pending while they run; they are few, and
+		// skipped here.
+		rows, next, err := r.store.ListPendingToolCalls(ctx, cursor, limit-len(out))
+		if err != nil {
+			return nil, "", fmt.Errorf("lazarus: pending calls: %w", err)
+		}
+		for _, row := range rows {
+			if row.GetExecutor() == messages.Executor_EXECUTOR_HUMAN {
+				out = append(out, row)
+			}
+		}
+		switch {
+		case next == "":
+			return out, "", nil
+		case len(out) == limit:
+			last := out[len(out)-1]
+			return out, journal.PendingCursor(last.GetConversationId(), last.GetId()), nil
+		}
+		cursor = next
+	}
 }

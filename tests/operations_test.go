@@ -145,3 +145,70 @@ func TestDeleteBadInput(t *testing.T) {
 	require.NoError(t, h.rt.Close())
 	require.ErrorIs(t, h.rt.Delete(ctx, "never"), lazarus.ErrClosed)
 }
+
+// TestPendingCalls: the pending human calls of every conversation, paged
+// in conversation order; a server call that is running (between two human
+// ones in that order) is not listed; an answered call and a deleted
+// conversation's call drop out.
+func TestPendingCalls(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		h := newHarness(t, openStore(t, kind), nil)
+		ctx := ctxT(t)
+		h.chargeGate = make(chan struct{})
+		defer close(h.chargeGate)
+		h.model.Push("p15", scripted.Reply("", scripted.Call("charge", `{}`)), scripted.Text("charged"))
+		_, err := h.rt.Send(ctx, "p15", "charge", user)
+		require.NoError(t, err)
+		select {
+		case <-h.chargeStarted:
+		case <-ctx.Done():
+			t.Fatal("the charge never started")
+		}
+		calls := map[string]string{}
+		for _, c := range []string{"p3", "p1", "p2"} {
+			h.model.Push(c, scripted.Reply("", scripted.Call("approve_refund", `{"amount":1}`)), scripted.Text("done"))
+			_, err := h.rt.Send(ctx, c, "refund", user)
+			require.NoError(t, err)
+			calls[c] = pendingCallID(t, h.awaitEvent(c, 0, isSuspension))
+		}
+		list := func(limit int) []string {
+			t.Helper()
+			var got []string
+			cursor := ""
+			for range 10 {
+				rows, next, err := h.rt.PendingCalls(ctx, cursor, limit)
+				require.NoError(t, err)
+				if limit > 0 {
+					require.LessOrEqual(t, len(rows), limit)
+				}
+				for _, r := range rows {
+					require.Equal(t, messages.Executor_EXECUTOR_HUMAN, r.GetExecutor())
+					require.Equal(t, calls[r.GetConversationId()], r.GetId())
+					require.Equal(t, "approve_refund", r.GetName())
+					got = append(got, r.GetConversationId())
+				}
+				if next == "" {
+					return got
+				}
+				cursor = next
+			}
+			t.Fatal("paging did not end")
+			return nil
+		}
+		all, _, err := h.store.ListPendingToolCalls(ctx, "", 0)
+		require.NoError(t, err)
+		require.Len(t, all, 4, "the Store lists the running server call too")
+		require.Equal(t, []string{"p1", "p2", "p3"}, list(0))
+		require.Equal(t, []string{"p1", "p2", "p3"}, list(1), "pages of one")
+		require.Equal(t, []string{"p1", "p2", "p3"}, list(2))
+
+		require.NoError(t, h.rt.Resolve(ctx, calls["p1"], `{"approved":true}`, user))
+		require.NoError(t, h.rt.Delete(ctx, "p3"))
+		require.Equal(t, []string{"p2"}, list(0))
+
+		_, _, err = h.rt.PendingCalls(ctx, "", -1)
+		require.ErrorIs(t, err, journal.ErrInvalid)
+		_, _, err = h.rt.PendingCalls(ctx, "not a cursor", 1)
+		require.ErrorIs(t, err, journal.ErrInvalid)
+	})
+}
