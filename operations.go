@@ -94,3 +94,58 @@ func (r *Runtime) PendingCalls(ctx context.Context, cursor string, limit int) ([
 		cursor = next
 	}
 }
+
+// Metadata returns the conversation's metadata: the key/value pairs the
+// application attached to it with MergeMetadata (an empty map if none).
+// An unknown conversation is an error wrapping journal.ErrNotFound; a
+// deleted one, journal.ErrDeleted where the Store's lookup reports
+// tombstones.
+func (r *Runtime) Metadata(ctx context.Context, conversationID string) (map[string]string, error) {
+	if err := r.checkConversation(ctx, "metadata", conversationID); err != nil {
+		return nil, err
+	}
+	md, err := r.store.Metadata(ctx, conversationID)
+	if err != nil {
+		return nil, fmt.Errorf("lazarus: metadata of %q: %w", conversationID, err)
+	}
+	return md, nil
+}
+
+// MergeMetadata merges kv into the conversation's metadata, key by key, in
+// one write: a key with an empty value is removed, the others are set. Keys
+// follow the rules of ids, values are UTF-8, and one merge holds at most
+// journal.MaxRecordBytes; else it is refused with an error wrapping
+// journal.ErrInvalid and nothing is written. The
+// conversation must exist (journal.ErrNotFound) and not be deleted
+// (journal.ErrDeleted). Metadata is not part of the log: History and
+// Subscribe do not show it, and a summary does not fold it away.
+func (r *Runtime) MergeMetadata(ctx context.Context, conversationID string, kv map[string]string) error {
+	if err := r.checkConversation(ctx, "merge metadata", conversationID); err != nil {
+		return err
+	}
+	if err := journal.ValidateMetadata(conversationID, kv); err != nil {
+		return fmt.Errorf("lazarus: merge metadata of %q: %w", conversationID, err)
+	}
+	if len(kv) == 0 {
+		return nil
+	}
+	if err := r.store.PutMetadata(ctx, conversationID, kv); err != nil {
+		return fmt.Errorf("lazarus: merge metadata of %q: %w", conversationID, err)
+	}
+	return nil
+}
+
+// checkConversation is the prologue of the metadata calls: the runtime is
+// open, the id valid and the conversation's row exists.
+func (r *Runtime) checkConversation(ctx context.Context, op, conversationID string) error {
+	if r.isClosed() {
+		return ErrClosed
+	}
+	if err := journal.ValidateID("conversation id", conversationID); err != nil {
+		return fmt.Errorf("lazarus: %s: %w", op, err)
+	}
+	if _, err := r.store.Conversation(ctx, conversationID); err != nil {
+		return fmt.Errorf("lazarus: %s of %q: %w", op, conversationID, err)
+	}
+	return nil
+}

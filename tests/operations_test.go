@@ -212,3 +212,53 @@ func TestPendingCalls(t *testing.T) {
 		require.ErrorIs(t, err, journal.ErrInvalid)
 	})
 }
+
+// TestMetadata: metadata merges key by key (an empty value removes a key),
+// is read back, and is refused for unknown, deleted or bad input.
+func TestMetadata(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		h := newHarness(t, openStore(t, kind), nil)
+		ctx := ctxT(t)
+		h.model.Push("c", scripted.Text("hi"))
+		_, err := h.rt.Send(ctx, "c", "hello", user)
+		require.NoError(t, err)
+
+		md, err := h.rt.Metadata(ctx, "c")
+		require.NoError(t, err)
+		require.Empty(t, md)
+		require.NoError(t, h.rt.MergeMetadata(ctx, "c", map[string]string{"title": "Refund", "owner": "ann"}))
+		require.NoError(t, h.rt.MergeMetadata(ctx, "c", map[string]string{"owner": "", "tag": "vip"}))
+		require.NoError(t, h.rt.MergeMetadata(ctx, "c", nil), "an empty merge changes nothing")
+		md, err = h.rt.Metadata(ctx, "c")
+		require.NoError(t, err)
+		require.Equal(t, map[string]string{"title": "Refund", "tag": "vip"}, md)
+		stored, err := h.store.Metadata(ctx, "c")
+		require.NoError(t, err)
+		require.Equal(t, md, stored, "written through the Store")
+
+		require.ErrorIs(t, h.rt.MergeMetadata(ctx, "c", map[string]string{"": "v"}), journal.ErrInvalid)
+		require.ErrorIs(t, h.rt.MergeMetadata(ctx, "c", map[string]string{"k": "\xff"}), journal.ErrInvalid)
+		require.ErrorIs(t, h.rt.MergeMetadata(ctx, "", map[string]string{"k": "v"}), journal.ErrInvalid)
+		md, err = h.rt.Metadata(ctx, "c")
+		require.NoError(t, err)
+		require.Equal(t, map[string]string{"title": "Refund", "tag": "vip"}, md, "refused merges write nothing")
+
+		require.ErrorIs(t, h.rt.MergeMetadata(ctx, "never", map[string]string{"k": "v"}), journal.ErrNotFound)
+		_, err = h.rt.Metadata(ctx, "never")
+		require.ErrorIs(t, err, journal.ErrNotFound)
+		md, err = h.store.Metadata(ctx, "never")
+		require.NoError(t, err)
+		require.Empty(t, md, "a refused merge creates nothing")
+
+		require.NoError(t, h.rt.Delete(ctx, "c"))
+		_, err = h.rt.Metadata(ctx, "c")
+		require.True(t, errors.Is(err, journal.ErrDeleted) || errors.Is(err, journal.ErrNotFound), "metadata of a deleted conversation: %v", err)
+		err = h.rt.MergeMetadata(ctx, "c", map[string]string{"k": "v"})
+		require.True(t, errors.Is(err, journal.ErrDeleted) || errors.Is(err, journal.ErrNotFound), "merge into a deleted conversation: %v", err)
+
+		require.NoError(t, h.rt.Close())
+		_, err = h.rt.Metadata(ctx, "c")
+		require.ErrorIs(t, err, lazarus.ErrClosed)
+		require.ErrorIs(t, h.rt.MergeMetadata(ctx, "c", map[string]string{"k": "v"}), lazarus.ErrClosed)
+	})
+}
