@@ -21,6 +21,8 @@ import (
 // and then fails. Deleting an unknown conversation returns an error
 // wrapping journal.ErrNotFound; deleting it again, journal.ErrDeleted
 // where the Store's Conversation reports tombstones (else ErrNotFound).
+// Subscriptions to the conversation end: each delivers the events it had,
+// then an update whose Err wraps journal.ErrDeleted, and its channel closes.
 func (r *Runtime) Delete(ctx context.Context, conversationID string) error {
 	if r.isClosed() {
 		return ErrClosed
@@ -45,7 +47,25 @@ func (r *Runtime) Delete(ctx context.Context, conversationID string) error {
 	case err != nil:
 		return fmt.Errorf("lazarus: delete %q: %w", conversationID, err)
 	}
+	r.hub.end(conversationID, fmt.Errorf("lazarus: conversation %q: %w", conversationID, journal.ErrDeleted))
 	return nil
+}
+
+// end ends every subscription of conv: each delivers what it has queued,
+// then an update carrying err, then closes its channel.
+func (h *hub) end(conv string, err error) {
+	h.mu.Lock()
+	subs := h.subs[conv]
+	h.mu.Unlock()
+	for _, s := range subs {
+		s.mu.Lock()
+		s.ended, s.idle = err, false
+		s.mu.Unlock()
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // DefaultPendingPage is the page size of PendingCalls when limit is 0.

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/actors"
 	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
@@ -260,5 +261,41 @@ func TestMetadata(t *testing.T) {
 		_, err = h.rt.Metadata(ctx, "c")
 		require.ErrorIs(t, err, lazarus.ErrClosed)
 		require.ErrorIs(t, h.rt.MergeMetadata(ctx, "c", map[string]string{"k": "v"}), lazarus.ErrClosed)
+	})
+}
+
+// TestDeleteEndsSubscriptions: a subscription to a deleted conversation
+// gets an update wrapping ErrDeleted, then its channel closes; one to
+// another conversation goes on.
+func TestDeleteEndsSubscriptions(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		h := newHarness(t, openStore(t, kind), nil)
+		ctx := ctxT(t)
+		h.model.Push("c", scripted.Text("hi"))
+		h.model.Push("other", scripted.Text("hi"), scripted.Text("still here"))
+		for _, c := range []string{"c", "other"} {
+			_, err := h.rt.Send(ctx, c, "hello", user)
+			require.NoError(t, err)
+			h.awaitEvent(c, 0, isAssistantText("hi"))
+		}
+		ch, err := h.rt.Subscribe(ctx, "c", 0)
+		require.NoError(t, err)
+		otherCh, err := h.rt.Subscribe(ctx, "other", 0)
+		require.NoError(t, err)
+		h.awaitUpdate(ch, func(u actors.Update) bool { return u.Event.GetSeq() == 2 })
+		require.NoError(t, h.rt.Delete(ctx, "c"))
+		var rest []actors.Update
+		for u := range ch {
+			rest = append(rest, u)
+		}
+		require.Len(t, rest, 1, "one last update, then the channel closes")
+		require.ErrorIs(t, rest[0].Err, journal.ErrDeleted)
+
+		_, err = h.rt.Send(ctx, "other", "again", user)
+		require.NoError(t, err)
+		h.awaitUpdate(otherCh, func(u actors.Update) bool {
+			require.NoError(t, u.Err)
+			return u.Event != nil && isAssistantText("still here")(u.Event)
+		})
 	})
 }
