@@ -60,6 +60,9 @@ type subscription struct {
 	spare  []actors.Update // the pump's emptied queue, reused by push
 	lagged bool
 	idle   bool // the pump is live and waiting, with nothing queued or in hand; out is open
+	// ended, once set (see hub.end), is the last update's error: the pump
+	// delivers what is queued, then it, then closes out.
+	ended error
 }
 
 func newHub(store journal.Store, limit int) *hub {
@@ -202,9 +205,9 @@ func (h *hub) pump(ctx context.Context, s *subscription) {
 	// to a turn whose earlier deltas were missed anyway.
 	for {
 		s.mu.Lock()
-		queue, lagged := s.queue, s.lagged
+		queue, lagged, ended := s.queue, s.lagged, s.ended
 		s.queue = nil
-		s.idle = queue == nil && !lagged
+		s.idle = queue == nil && !lagged && ended == nil
 		s.mu.Unlock()
 		for _, u := range queue {
 			if !emit(u) {
@@ -221,6 +224,10 @@ func (h *hub) pump(ctx context.Context, s *subscription) {
 		}
 		if lagged {
 			emit(actors.Update{ConversationID: s.conv, Err: ErrLagged})
+			return
+		}
+		if ended != nil {
+			emit(actors.Update{ConversationID: s.conv, Err: ended})
 			return
 		}
 		select {

@@ -135,6 +135,15 @@ type ToolCalls interface {
 	// PendingToolCalls returns the conversation's pending rows, ordered by
 	// id. Its cost depends on the number of pending calls only.
 	PendingToolCalls(ctx context.Context, conversationID string) ([]*messages.ToolCallRecord, error)
+	// ListPendingToolCalls returns up to limit pending rows (limit <= 0
+	// means 100) of every conversation, ordered by conversation id then
+	// tool call id, after cursor ("" for the first page; else a
+	// PendingCursor), and the cursor of the next page ("" when there is
+	// none). A cursor that is not a PendingCursor is ErrInvalid. In a
+	// durable adapter its cost depends on the page and the number of
+	// pending calls only, not on the number of conversations or of
+	// answered calls.
+	ListPendingToolCalls(ctx context.Context, cursor string, limit int) ([]*messages.ToolCallRecord, string, error)
 	// ResolveToolCall atomically moves a pending call to status (resolved,
 	// errored or expired) with result, stamped at time at, and removes its
 	// deadline in the same write. If the call is unknown or not pending it

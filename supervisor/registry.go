@@ -57,6 +57,9 @@ type registry struct {
 	byID  map[string]*activation
 	byPID map[string]*activation
 	gen   uint64
+	// blocked maps the ids being deleted to a channel closed when the
+	// delete ends; no activation of them is created meanwhile (see block).
+	blocked map[string]chan struct{}
 }
 
 func newRegistry() *registry {
@@ -69,6 +72,9 @@ func newRegistry() *registry {
 func (r *registry) claim(id string) (a *activation, mine bool, wait <-chan struct{}) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if ch, ok := r.blocked[id]; ok {
+		return nil, false, ch
+	}
 	if old, ok := r.byID[id]; ok {
 		old.mu.Lock()
 		retired := old.retired

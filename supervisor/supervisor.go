@@ -316,6 +316,12 @@ func (r *root) Receive(ctx actor.Context) {
 		r.deliver(ctx, msg.conversation, &actors.Command{Scope: agent.SystemScope, Msg: &messages.AgentWake{}})
 	case *redeliver:
 		r.deliver(ctx, msg.conversation, msg.cmd)
+	case *unblocked:
+		waiting := r.deferred[msg.conversation]
+		delete(r.deferred, msg.conversation)
+		for _, cmd := range waiting {
+			r.deliver(ctx, msg.conversation, cmd)
+		}
 	case *actor.Terminated:
 		if a := s.reg.terminated(msg.Who); a != nil {
 			s.log.Debug("conversation actor stopped", "conversation", a.id)

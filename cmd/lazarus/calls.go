@@ -85,7 +85,21 @@ func (c *cli) pending(ctx context.Context, fs *flags, args []string) (err error)
 		}
 		err = collect(*conv)
 	} else {
-		err = eachConversation(ctx, st, func(row *messages.Conversation) error { return collect(row.GetId()) })
+		// The Store's index of pending calls: the cost is that of the
+		// pending calls, not of every conversation.
+		cursor := ""
+		for err == nil {
+			var page []*messages.ToolCallRecord
+			page, cursor, err = st.ListPendingToolCalls(ctx, cursor, 1000)
+			for _, p := range page {
+				if p.GetExecutor() == messages.Executor_EXECUTOR_HUMAN {
+					rows = append(rows, p)
+				}
+			}
+			if cursor == "" {
+				break
+			}
+		}
 	}
 	if err != nil {
 		return err

@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -112,15 +115,16 @@ var showCmd = &command{
 	help: `
 Prints the conversation's events in ascending seq, one line each: seq, time
 (UTC), type, and a summary (texts quoted, JSON compacted, clipped to 120
-characters unless --full).
+characters unless --full). The conversation's metadata, if any, comes
+first, one "-- metadata KEY: "VALUE"" line per key, sorted by key.
 
 Without --from: the newest --limit events (before --before, if given).
 With --from SEQ: the first --limit events after SEQ (SEQ is exclusive), so
 paging forward is --from with the last seq printed. The last lines say how
 to read the neighbouring pages ("-- older: --before N", "-- newer: --from N").
 
-With --json the document is {"conversation_id", "last_seq", "events": [...],
-"next_from", "prev_before"}: events in protojson (field names as in the
+With --json the document is {"conversation_id", "last_seq", "metadata": {...},
+"events": [...], "next_from", "prev_before"}: events in protojson (field names as in the
 .proto files), next_from/prev_before 0 when there is no such page.`,
 	run: (*cli).show,
 }
@@ -152,6 +156,13 @@ func (c *cli) show(ctx context.Context, fs *flags, args []string) (err error) {
 			return fmt.Errorf("no conversation %s: %w", displayID(id), journal.ErrNotFound)
 		}
 		return err
+	}
+	md, err := st.Metadata(ctx, id)
+	if err != nil {
+		return err
+	}
+	if md == nil {
+		md = map[string]string{}
 	}
 	q := journal.EventQuery{After: *from, Before: *before, Limit: *limit}
 	if isSet(fs, "from") && !isSet(fs, "before") && *limit > 0 {
@@ -190,10 +201,14 @@ func (c *cli) show(ctx context.Context, fs *flags, args []string) (err error) {
 		return writeJSON(c.stdout, struct {
 			ConversationID string            `json:"conversation_id"`
 			LastSeq        uint64            `json:"last_seq"`
+			Metadata       map[string]string `json:"metadata"`
 			Events         []json.RawMessage `json:"events"`
 			NextFrom       uint64            `json:"next_from"`
 			PrevBefore     uint64            `json:"prev_before"`
-		}{id, last, raw, nextFrom, prevBefore})
+		}{id, last, md, raw, nextFrom, prevBefore})
+	}
+	for _, k := range slices.Sorted(maps.Keys(md)) {
+		fmt.Fprintf(c.stdout, "-- metadata %s: %s\n", displayID(k), strconv.Quote(md[k]))
 	}
 	for _, ev := range evs {
 		fmt.Fprintln(c.stdout, eventLine(ev, *full))

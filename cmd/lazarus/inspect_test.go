@@ -76,6 +76,26 @@ func TestShow(t *testing.T) {
 		require.Regexp(t, re, lines[i])
 	}
 
+	t.Run("metadata comes first", func(t *testing.T) {
+		r := cliRun(t, "", "show", "finished", "--dir", f.dir)
+		requireOK(t, r)
+		lines := outLines(r.stdout)
+		require.Len(t, lines, 7, r.stdout)
+		require.Equal(t, `-- metadata "display name": "Order 42"`, lines[0], "sorted by key, quoted where needed")
+		require.Equal(t, `-- metadata owner: "alice"`, lines[1])
+		require.Regexp(t, `^\s+1  \S+Z\s+user_msg`, lines[2])
+		r = cliRun(t, "", "show", "finished", "--dir", f.dir, "--json")
+		requireOK(t, r)
+		var doc struct {
+			Metadata map[string]string `json:"metadata"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
+		require.Equal(t, map[string]string{"display name": "Order 42", "owner": "alice"}, doc.Metadata)
+		r = cliRun(t, "", "show", "waiting", "--dir", f.dir, "--json")
+		requireOK(t, r)
+		require.Contains(t, r.stdout, `"metadata": {}`, "present, and empty, without metadata")
+	})
+
 	t.Run("resolution and multi-line text stay one line each", func(t *testing.T) {
 		r := cliRun(t, "", "show", "answered", "--dir", f.dir)
 		requireOK(t, r)
@@ -84,7 +104,7 @@ func TestShow(t *testing.T) {
 		r = cliRun(t, "", "show", "finished", "--dir", f.dir)
 		requireOK(t, r)
 		require.Contains(t, r.stdout, `"Order 42 is on its way.\nAnything else?"`)
-		require.Len(t, outLines(r.stdout), 5)
+		require.Len(t, outLines(r.stdout), 7, "its two metadata lines and five events")
 	})
 
 	t.Run("newest page, then older", func(t *testing.T) {

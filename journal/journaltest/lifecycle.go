@@ -347,6 +347,9 @@ func testBadInput(t *testing.T, e env) {
 		{"LoadSinceInvalidUTF8ID", func() error { _, _, err := s.LoadSince(ctx, "\xff"); return err }},
 		{"ToolCallEmptyID", func() error { _, err := s.ToolCall(ctx, ""); return err }},
 		{"PendingEmptyID", func() error { _, err := s.PendingToolCalls(ctx, ""); return err }},
+		{"ListPendingBadCursor", func() error { _, _, err := s.ListPendingToolCalls(ctx, "x", 0); return err }},
+		{"ListPendingCursorBadLength", func() error { _, _, err := s.ListPendingToolCalls(ctx, "9:ctc", 0); return err }},
+		{"ListPendingCursorEmptyCall", func() error { _, _, err := s.ListPendingToolCalls(ctx, journal.PendingCursor("c", ""), 0); return err }},
 		{"MetadataEmptyID", func() error { _, err := s.Metadata(ctx, ""); return err }},
 	}
 	convs := []string{"c", "d", "c\xef\xbf\xbd"}
@@ -404,6 +407,7 @@ func testClose(t *testing.T, e env) {
 		{"UpsertToolCall", func() error { return s.UpsertToolCall(ctx, humanCall("c", "c/new")) }},
 		{"ToolCall", func() error { _, err := s.ToolCall(ctx, "c/tc-1"); return err }},
 		{"PendingToolCalls", func() error { _, err := s.PendingToolCalls(ctx, "c"); return err }},
+		{"ListPendingToolCalls", func() error { _, _, err := s.ListPendingToolCalls(ctx, "", 0); return err }},
 		{"ResolveToolCall", func() error {
 			_, err := s.ResolveToolCall(ctx, "c/tc-1", resolved, nil, tm(1))
 			return err

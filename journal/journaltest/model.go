@@ -333,6 +333,7 @@ var modelOps = []weightedOp{
 	{5, (*model).opUpsertToolCall},
 	{4, (*model).opToolCall},
 	{4, (*model).opPending},
+	{2, (*model).opListPending},
 	{7, (*model).opResolve},
 	{4, (*model).opSchedule},
 	{2, (*model).opCancel},
@@ -520,6 +521,25 @@ func (m *model) opPending() {
 	got, gerr := m.sut.PendingToolCalls(m.ctx, conv)
 	m.sameErr(werr, gerr)
 	sameProtos(m, "pending tool calls", want, got)
+}
+
+func (m *model) opListPending() {
+	limit := 1 + m.rng.IntN(5)
+	m.log("ListPendingToolCalls (pages of %d)", limit)
+	cursor := ""
+	for range 1000 {
+		want, wnext, werr := m.oracle.ListPendingToolCalls(m.ctx, cursor, limit)
+		got, gnext, gerr := m.sut.ListPendingToolCalls(m.ctx, cursor, limit)
+		m.sameErr(werr, gerr)
+		sameProtos(m, "pending tool calls of every conversation", want, got)
+		if wnext != gnext {
+			m.fail("ListPendingToolCalls after %q: next cursor %q, oracle %q", cursor, gnext, wnext)
+		}
+		if werr != nil || wnext == "" || wnext != gnext {
+			return
+		}
+		cursor = wnext
+	}
 }
 
 func (m *model) opResolve() {

@@ -17,6 +17,7 @@ import (
 var toolCallCases = []suiteCase{
 	{name: "UpsertAndGet", run: testToolCallUpsert},
 	{name: "PendingOrderedByID", run: testToolCallPending},
+	{name: "ListPendingAcrossConversations", run: testToolCallListPending},
 	{name: "NotFound", run: testToolCallNotFound},
 	{name: "OwnedByOtherConversation", run: testToolCallOwned},
 	{name: "ConcurrentResolveOneWins", run: testResolveConcurrent},
@@ -80,6 +81,63 @@ func testToolCallPending(t *testing.T, e env) {
 	pend, err = s.PendingToolCalls(ctx, "unknown")
 	require.NoError(t, err)
 	assert.Empty(t, pend)
+}
+
+// testToolCallListPending: every pending row of every conversation, paged
+// in (conversation, tool call) order with PendingCursor cursors; answered
+// rows and deleted conversations drop out.
+func testToolCallListPending(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	list := func(cursor string, limit int) ([]string, string) {
+		t.Helper()
+		rows, next, err := s.ListPendingToolCalls(ctx, cursor, limit)
+		require.NoError(t, err)
+		var got []string
+		for _, r := range rows {
+			assert.Equal(t, pending, r.GetStatus())
+			got = append(got, r.GetConversationId()+" "+r.GetId())
+		}
+		return got, next
+	}
+	got, next := list("", 0)
+	assert.Empty(t, got, "an empty store")
+	assert.Empty(t, next)
+
+	suspend(t, s, "b", "tc-b")
+	for _, c := range [][2]string{{"a", "tc-2"}, {"a", "tc-1"}, {"a/x", "tc-0"}, {"c", "tc-c"}} {
+		upsert(t, s, humanCall(c[0], c[1]))
+	}
+	done := humanCall("a", "tc-3")
+	done.Status = resolved
+	upsert(t, s, done)
+	all := []string{"a tc-1", "a tc-2", "a/x tc-0", "b tc-b", "c tc-c"}
+	got, next = list("", 0)
+	assert.Equal(t, all, got, "ordered by conversation, then tool call id; answered rows left out")
+	assert.Empty(t, next)
+
+	var paged []string
+	cursor := ""
+	for range len(all) + 1 {
+		page, n := list(cursor, 2)
+		require.LessOrEqual(t, len(page), 2)
+		paged = append(paged, page...)
+		if n == "" {
+			break
+		}
+		cursor = n
+	}
+	assert.Equal(t, all, paged, "pages of 2 cover every row once")
+	got, _ = list(journal.PendingCursor("a", "tc-1"), 0)
+	assert.Equal(t, all[1:], got, "a cursor made from any row resumes after it")
+	got, _ = list(journal.PendingCursor("a/x", "tc-zz"), 1)
+	assert.Equal(t, all[3:4], got, "a cursor need not name an existing row")
+
+	_, err := s.ResolveToolCall(ctx, "tc-2", resolved, contentOutcome("1"), tm(1))
+	require.NoError(t, err)
+	require.NoError(t, s.DeleteConversation(ctx, "b"))
+	got, _ = list("", 0)
+	assert.Equal(t, []string{"a tc-1", "a/x tc-0", "c tc-c"}, got)
 }
 
 func testToolCallNotFound(t *testing.T, e env) {

@@ -593,6 +593,54 @@ func (s *Store) PendingToolCalls(ctx context.Context, conversationID string) ([]
 	return out, nil
 }
 
+// ListPendingToolCalls implements journal.ToolCalls. Its cost depends on
+// the number of conversations with pending calls and on those calls.
+func (s *Store) ListPendingToolCalls(ctx context.Context, cursor string, limit int) ([]*messages.ToolCallRecord, string, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, "", err
+	}
+	afterConv, afterCall, err := journal.ParsePendingCursor(cursor)
+	if err != nil {
+		return nil, "", fmt.Errorf("memjournal: %w", err)
+	}
+	if limit <= 0 {
+		limit = 100
+	}
+	st, err := s.lock()
+	if err != nil {
+		return nil, "", err
+	}
+	defer s.mu.Unlock()
+	type key struct{ conv, call string }
+	var keys []key
+	for id, c := range st.convs {
+		if len(c.pending) == 0 || id < afterConv {
+			continue
+		}
+		for call := range c.pending {
+			if cursor == "" || journal.PendingAfter(id, call, afterConv, afterCall) {
+				keys = append(keys, key{id, call})
+			}
+		}
+	}
+	slices.SortFunc(keys, func(a, b key) int {
+		if c := strings.Compare(a.conv, b.conv); c != 0 {
+			return c
+		}
+		return strings.Compare(a.call, b.call)
+	})
+	next := ""
+	if len(keys) > limit {
+		keys = keys[:limit]
+		next = journal.PendingCursor(keys[limit-1].conv, keys[limit-1].call)
+	}
+	out := make([]*messages.ToolCallRecord, len(keys))
+	for i, k := range keys {
+		out[i] = clone(st.toolCalls[k.call])
+	}
+	return out, next, nil
+}
+
 // ResolveToolCall implements journal.ToolCalls. A zero at leaves the row's
 // resolved time unset.
 func (s *Store) ResolveToolCall(ctx context.Context, toolCallID string, status messages.ToolCallStatus, result *messages.ToolOutcome, at time.Time) (*messages.ToolCallRecord, error) {

@@ -89,7 +89,8 @@
 // the last family, and the runtime mints time-ordered ids
 // (actors.NewToolCallID): a new id's key sorts after every table's last key,
 // so the read ends in the memtables without touching a table.
-// PendingToolCalls walks 0x06 (its cost is the number of pending calls) and
+// PendingToolCalls walks 0x06 (its cost is the number of pending calls),
+// ListPendingToolCalls walks it across conversations from its cursor, and
 // Deadlines walks 0x21 from a low-water mark.
 //
 // Reads use bounded iterators; tails and backward pages iterate in reverse,

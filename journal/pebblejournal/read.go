@@ -397,6 +397,78 @@ func (s *Store) PendingToolCalls(ctx context.Context, conversationID string) ([]
 	return out, nil
 }
 
+// ListPendingToolCalls implements journal.ToolCalls: a walk of the pending
+// index of every conversation (family 0x06, ordered by conversation then
+// tool call id) from the cursor's key, then one seek per row, in one view.
+func (s *Store) ListPendingToolCalls(ctx context.Context, cursor string, limit int) ([]*messages.ToolCallRecord, string, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, "", err
+	}
+	defer s.end()
+	afterConv, afterCall, err := journal.ParsePendingCursor(cursor)
+	if err != nil {
+		return nil, "", fmt.Errorf("pebblejournal: %w", err)
+	}
+	if limit <= 0 {
+		limit = 100
+	}
+	lower := []byte{famPending}
+	if cursor != "" {
+		// The smallest key after the cursor's: ids are prefix-free, so no
+		// key lies between k and k|0x00.
+		lower = append(idKey(famPending, afterConv, afterCall), 0)
+	}
+	it, err := s.newIter(lower, familyEnd(famPending))
+	if err != nil {
+		return nil, "", err
+	}
+	type key struct{ conv, call string }
+	var keys []key
+	for ok := it.First(); ok && len(keys) <= limit; ok = it.Next() {
+		k := it.Key()
+		conv, rest, ok := decodeID(k[1:])
+		var call string
+		if ok {
+			call, rest, ok = decodeID(rest)
+		}
+		if !ok || len(rest) != 0 || journal.ValidateID("id", conv) != nil || journal.ValidateID("id", call) != nil {
+			return nil, "", closeIter(it, corruptKey(k, "malformed conversation or tool call id"))
+		}
+		keys = append(keys, key{conv, call})
+	}
+	if err := it.Error(); err != nil {
+		return nil, "", closeIter(it, fmt.Errorf("pebblejournal: iterate: %w", storageErr(err)))
+	}
+	next := ""
+	if len(keys) > limit {
+		keys = keys[:limit]
+		next = journal.PendingCursor(keys[limit-1].conv, keys[limit-1].call)
+	}
+	out := make([]*messages.ToolCallRecord, 0, len(keys))
+	for _, k := range keys {
+		rk := idKey(famToolCall, k.conv, k.call)
+		v, found, err := iterGet(it, rk)
+		if err != nil {
+			return nil, "", closeIter(it, err)
+		}
+		if !found {
+			return nil, "", closeIter(it, corruptKey(idKey(famPending, k.conv, k.call), "pending entry without a row"))
+		}
+		rec, err := decodeToolCall(rk, v, k.conv, k.call)
+		if err != nil {
+			return nil, "", closeIter(it, err)
+		}
+		if rec.GetStatus() != messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING {
+			return nil, "", closeIter(it, corruptKey(idKey(famPending, k.conv, k.call), fmt.Sprintf("pending entry of a %v row", rec.GetStatus())))
+		}
+		out = append(out, rec)
+	}
+	if err := closeIter(it, nil); err != nil {
+		return nil, "", err
+	}
+	return out, next, nil
+}
+
 // deadlinePage is how many deadlines Deadlines reads per iterator; it calls
 // fn between pages without holding the iterator or the store's gate.
 const deadlinePage = 256

@@ -591,12 +591,17 @@ func (s *Store) Conversation(ctx context.Context, id string) (*messages.Conversa
 		return nil, err
 	}
 	var row []byte
-	err = s.pool.QueryRow(ctx, "SELECT row FROM lz_conversations WHERE id = $1 AND row IS NOT NULL", []byte(id)).Scan(&row)
-	if errors.Is(err, pgx.ErrNoRows) {
+	var deleted bool
+	err = s.pool.QueryRow(ctx, "SELECT row, deleted FROM lz_conversations WHERE id = $1", []byte(id)).Scan(&row, &deleted)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
 		return nil, fmt.Errorf("pgjournal: conversation %q: %w", id, journal.ErrNotFound)
-	}
-	if err != nil {
+	case err != nil:
 		return nil, s.wrap("conversation", err)
+	case deleted:
+		return nil, fmt.Errorf("pgjournal: conversation %q: %w", id, journal.ErrDeleted)
+	case row == nil:
+		return nil, fmt.Errorf("pgjournal: conversation %q: %w", id, journal.ErrNotFound)
 	}
 	return decode(row, &messages.Conversation{}, "conversation %q", id)
 }
@@ -604,6 +609,51 @@ func (s *Store) Conversation(ctx context.Context, id string) (*messages.Conversa
 func validStatus(st messages.ConversationStatus) bool {
 	_, ok := messages.ConversationStatus_name[int32(st)]
 	return ok
+}
+
+// ListPendingToolCalls implements journal.ToolCalls, from the partial
+// index of pending rows: its cost is that of the page.
+func (s *Store) ListPendingToolCalls(ctx context.Context, cursor string, limit int) ([]*messages.ToolCallRecord, string, error) {
+	ctx, cancel, err := s.enter(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	defer cancel()
+	afterConv, afterCall, err := journal.ParsePendingCursor(cursor)
+	if err != nil {
+		return nil, "", fmt.Errorf("pgjournal: %w", err)
+	}
+	if limit <= 0 {
+		limit = 100
+	}
+	rows, err := s.pool.Query(ctx, "SELECT conv, id, data FROM lz_tool_calls WHERE status = 1 AND (conv, id) > ($1, $2) ORDER BY conv, id LIMIT $3",
+		[]byte(afterConv), []byte(afterCall), limit+1)
+	if err != nil {
+		return nil, "", s.wrap("list pending tool calls", err)
+	}
+	defer rows.Close()
+	var out []*messages.ToolCallRecord
+	next := ""
+	for rows.Next() {
+		var conv, id, data []byte
+		if err := rows.Scan(&conv, &id, &data); err != nil {
+			return nil, "", s.wrap("list pending tool calls", err)
+		}
+		if len(out) == limit {
+			last := out[limit-1]
+			next = journal.PendingCursor(last.GetConversationId(), last.GetId())
+			break
+		}
+		rec, err := decode(data, &messages.ToolCallRecord{}, "tool call %q", id)
+		if err != nil {
+			return nil, "", err
+		}
+		out = append(out, rec)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", s.wrap("list pending tool calls", err)
+	}
+	return out, next, nil
 }
 
 // PutConversation implements journal.Conversations. Settings keys follow

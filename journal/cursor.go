@@ -1,0 +1,47 @@
+package journal
+
+import (
+	"strconv"
+	"strings"
+)
+
+// PendingCursor returns the cursor of ToolCalls.ListPendingToolCalls that
+// resumes after the pending call toolCallID of conversationID: the next
+// cursor a page returns is the PendingCursor of its last row. Every adapter
+// uses this encoding, so a cursor stays valid across adapters and a caller
+// that filters a page may resume after any row it kept.
+func PendingCursor(conversationID, toolCallID string) string {
+	return strconv.Itoa(len(conversationID)) + ":" + conversationID + toolCallID
+}
+
+// ParsePendingCursor decodes a cursor made by PendingCursor. The empty
+// cursor (the first page) gives two empty ids. Anything else that is not a
+// PendingCursor of two valid ids is ErrInvalid.
+func ParsePendingCursor(cursor string) (conversationID, toolCallID string, err error) {
+	if cursor == "" {
+		return "", "", nil
+	}
+	n, rest, ok := strings.Cut(cursor, ":")
+	size, perr := strconv.Atoi(n)
+	if !ok || perr != nil || size < 0 || size > len(rest) || strconv.Itoa(size) != n {
+		return "", "", Invalidf("malformed pending-call cursor %q", cursor)
+	}
+	conversationID, toolCallID = rest[:size], rest[size:]
+	if err := ValidateID("cursor's conversation id", conversationID); err != nil {
+		return "", "", err
+	}
+	if err := ValidateID("cursor's tool call id", toolCallID); err != nil {
+		return "", "", err
+	}
+	return conversationID, toolCallID, nil
+}
+
+// PendingAfter reports whether the pending call (conversationID,
+// toolCallID) comes after the cursor's position in the order of
+// ListPendingToolCalls: by conversation id, then tool call id, bytewise.
+func PendingAfter(conversationID, toolCallID, cursorConv, cursorCall string) bool {
+	if conversationID != cursorConv {
+		return conversationID > cursorConv
+	}
+	return toolCallID > cursorCall
+}

@@ -1,0 +1,103 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/lazarusrt/lazarus/actors"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// unblocked tells the supervisor actor that a delete of conversation has
+// ended: the deliveries it deferred meanwhile go out.
+type unblocked struct{ conversation string }
+
+// Delete deletes conversation id while the runtime runs. While it works, no
+// activation of id is created: callers that would create one (Ask, the
+// supervisor's own deliveries) wait until it returns. It stops the live
+// activation, if any, and waits until it has terminated; waits until the
+// journal actor has answered every write of id it holds (a write the
+// activation left lands before the delete, or fails after it); then calls
+// del, which must write the tombstone (Store.DeleteConversation), and, if
+// del succeeded, cancels the expiry actor's timers of the conversation's
+// pending calls. It returns del's error, or ctx's, or ErrStopped.
+func (s *Supervisor) Delete(ctx context.Context, id string, del func(context.Context) error) error {
+	if s.isStopped() {
+		return ErrStopped
+	}
+	release, err := s.reg.block(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		release()
+		s.system.Root.Send(s.pid, &unblocked{conversation: id})
+	}()
+	if a := s.reg.lookup(id); a != nil {
+		select {
+		case <-a.ready:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if a.pid != nil {
+			s.reg.kill(a, func(pid *actor.PID) { s.system.Root.Send(pid, &messages.AgentStop{}) })
+		}
+		select {
+		case <-a.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	timeout := s.cfg.CallTimeout
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < timeout {
+		timeout = max(time.Until(dl), time.Millisecond)
+	}
+	if _, err := s.system.Root.RequestFuture(s.journal, &actors.JournalBarrier{ConversationID: id}, timeout).Result(); err != nil {
+		return fmt.Errorf("supervisor: delete %q: the journal actor did not answer: %w", id, err)
+	}
+	pending, err := s.cfg.Store.PendingToolCalls(ctx, id)
+	if err != nil {
+		return err
+	}
+	if err := del(ctx); err != nil {
+		return err
+	}
+	for _, p := range pending {
+		if p.GetDeadline() != nil {
+			s.system.Root.Send(s.expiry, &messages.CancelExpiry{ConversationId: id, ToolCallId: p.GetId()})
+		}
+	}
+	return nil
+}
+
+// block marks id as being deleted, after any other delete of id has ended,
+// and returns the function that ends the mark.
+func (r *registry) block(ctx context.Context, id string) (release func(), err error) {
+	for {
+		r.mu.Lock()
+		if ch, ok := r.blocked[id]; ok {
+			r.mu.Unlock()
+			select {
+			case <-ch:
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		if r.blocked == nil {
+			r.blocked = map[string]chan struct{}{}
+		}
+		ch := make(chan struct{})
+		r.blocked[id] = ch
+		r.mu.Unlock()
+		return func() {
+			r.mu.Lock()
+			delete(r.blocked, id)
+			r.mu.Unlock()
+			close(ch)
+		}, nil
+	}
+}
