@@ -41,6 +41,10 @@ func openStore(t testing.TB, kind string) journal.Store {
 	case "pebble":
 		s, err := pebblejournal.Open(t.TempDir(), pebblejournal.Options{})
 		require.NoError(t, err)
+		// Closed before its directory is removed (cleanups run last
+		// first): an open store's delayed flush would otherwise find its
+		// directory gone, and Pebble panics on a WAL it cannot create.
+		t.Cleanup(func() { _ = s.Close() })
 		return s
 	case "postgres":
 		s, err := pgjournal.Open(context.Background(), pgtest.NewDatabase(t), pgjournal.Options{})

@@ -19,6 +19,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -230,8 +231,67 @@ func (s *Server) StopServer() {
 	if cmd == nil {
 		return
 	}
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // the postmaster and its backends
+	// Every backend is its own process group (PostgreSQL calls setsid in
+	// each child), and a backend whose postmaster died goes on serving its
+	// connection until it notices. So: freeze the postmaster (it forks no
+	// more), kill its children, then it, and wait until all are gone.
+	pid := cmd.Process.Pid
+	_ = syscall.Kill(pid, syscall.SIGSTOP)
+	children := childrenOf(pid)
+	for _, c := range children {
+		_ = syscall.Kill(c, syscall.SIGKILL)
+	}
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
 	<-exited
+	for _, c := range children {
+		for deadline := time.Now().Add(10 * time.Second); processExists(c) && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond) // the kernel reaping a killed process
+		}
+	}
+}
+
+// childrenOf lists the processes whose parent is pid, from /proc.
+func childrenOf(pid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so read after
+		// the last ')'.
+		i := strings.LastIndexByte(string(stat), ')')
+		if i < 0 {
+			continue
+		}
+		fields := strings.Fields(string(stat[i+1:]))
+		if len(fields) > 1 {
+			if ppid, err := strconv.Atoi(fields[1]); err == nil && ppid == pid {
+				out = append(out, child)
+			}
+		}
+	}
+	return out
+}
+
+// processExists reports whether pid is still a process that is not a
+// zombie.
+func processExists(pid int) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(stat), ')')
+	fields := strings.Fields(string(stat[i+1:]))
+	return len(fields) > 0 && fields[0] != "Z"
 }
 
 // Resume starts a server stopped by StopServer on the same port. The
