@@ -183,7 +183,12 @@ func (h *hub) pump(ctx context.Context, s *subscription) {
 			return false
 		}
 	}
-	// Catch up from the Store.
+	// Catch up from the Store, up to the first event that arrived live:
+	// from it on, the queue holds every event, in order with the deltas
+	// published between them. (A slow read could otherwise deliver a
+	// turn's answer from history before the deltas queued ahead of it.)
+	var live uint64 // the seq of the first queued event, once there is one
+catchUp:
 	for {
 		evs, err := h.store.Events(ctx, s.conv, journal.EventQuery{After: s.after, Limit: 0, Before: s.after + historyPage + 1})
 		if err != nil {
@@ -193,6 +198,12 @@ func (h *hub) pump(ctx context.Context, s *subscription) {
 			return
 		}
 		for _, ev := range evs {
+			if live == 0 {
+				live = s.firstQueuedSeq()
+			}
+			if live != 0 && ev.GetSeq() >= live {
+				break catchUp
+			}
 			if !emit(actors.Update{ConversationID: s.conv, Event: ev, TurnEnd: actors.TurnEndOf(ev)}) {
 				return
 			}
@@ -201,8 +212,7 @@ func (h *hub) pump(ctx context.Context, s *subscription) {
 			break
 		}
 	}
-	// Live: deltas are dropped until history is caught up, since they belong
-	// to a turn whose earlier deltas were missed anyway.
+	// Live: deliver what is queued, then wait for more.
 	for {
 		s.mu.Lock()
 		queue, lagged, ended := s.queue, s.lagged, s.ended
@@ -238,6 +248,18 @@ func (h *hub) pump(ctx context.Context, s *subscription) {
 			return
 		}
 	}
+}
+
+// firstQueuedSeq is the seq of the first event in the queue, or 0.
+func (s *subscription) firstQueuedSeq() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, u := range s.queue {
+		if u.Event != nil {
+			return u.Event.GetSeq()
+		}
+	}
+	return 0
 }
 
 func (h *hub) unsubscribe(s *subscription) {

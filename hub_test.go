@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/lazarusrt/lazarus/actors"
+	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/journal/memjournal"
 	"github.com/lazarusrt/lazarus/messages"
 )
@@ -92,4 +95,70 @@ func TestHubDeliversInOrderOnce(t *testing.T) {
 		t.Fatalf("an update after the last: %v", u)
 	default:
 	}
+}
+
+// gatedEvents is a Store whose Events waits until gate is closed, after
+// saying it was called: a history read slower than a whole turn.
+type gatedEvents struct {
+	journal.Store
+	called chan struct{}
+	gate   chan struct{}
+}
+
+func (g *gatedEvents) Events(ctx context.Context, id string, q journal.EventQuery) ([]*messages.Event, error) {
+	select {
+	case g.called <- struct{}{}:
+	default:
+	}
+	<-g.gate
+	return g.Store.Events(ctx, id, q)
+}
+
+// TestHubDeliversDeltasBeforeTheirAnswer: a turn that streams and commits
+// its answer while the subscription still reads its history reaches the
+// subscriber as it happened: the deltas, then the answer, whose commit the
+// history read also finds. The history read stops where the live updates
+// begin.
+func TestHubDeliversDeltasBeforeTheirAnswer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	mem := memjournal.New(memjournal.Options{})
+	const conv = "c"
+	evs := hubTestEvents(1, 3)
+	_, err := mem.Append(ctx, &messages.AppendRequest{ConversationId: conv, Events: evs[:1]})
+	require.NoError(t, err)
+	store := &gatedEvents{Store: mem, called: make(chan struct{}, 1), gate: make(chan struct{})}
+	h := newHub(store, 64)
+	defer h.close()
+	release := sync.OnceFunc(func() { close(store.gate) })
+	defer release() // before h.close, which waits for the pump
+	updates, err := h.subscribe(ctx, conv, 0)
+	require.NoError(t, err)
+	<-store.called // the pump is reading the history
+
+	// The turn happens meanwhile: deltas, then its commit.
+	h.publish(actors.Update{ConversationID: conv, Delta: "an"})
+	h.publish(actors.Update{ConversationID: conv, Delta: "swer"})
+	_, err = mem.Append(ctx, &messages.AppendRequest{ConversationId: conv, ExpectedLast: 1, Events: evs[1:3]})
+	require.NoError(t, err)
+	evs[1].Seq, evs[2].Seq = 2, 3 // as the Store would on commit
+	h.publishCommitted(&messages.AppendRequest{ConversationId: conv, Events: evs[1:3]})
+	release()
+
+	var got []string
+	for len(got) < 5 {
+		select {
+		case u, ok := <-updates:
+			require.True(t, ok)
+			require.NoError(t, u.Err)
+			if u.Delta != "" {
+				got = append(got, u.Delta)
+			} else {
+				got = append(got, fmt.Sprint(u.Event.GetSeq()))
+			}
+		case <-ctx.Done():
+			t.Fatalf("only %v arrived", got)
+		}
+	}
+	require.Equal(t, []string{"1", "an", "swer", "2", "3"}, got, "history before the live updates, and the deltas before the commit they preceded")
 }
