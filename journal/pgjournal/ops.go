@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -304,25 +305,33 @@ func (s *Store) PendingToolCalls(ctx context.Context, conversationID string) ([]
 	if err := validConv(conversationID); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, "SELECT data FROM lz_tool_calls WHERE conv = $1 AND status = 1 ORDER BY id", []byte(conversationID))
+	return queryRecords(ctx, s, "pending tool calls", func() *messages.ToolCallRecord { return &messages.ToolCallRecord{} },
+		"tool call of "+strconv.Quote(conversationID),
+		"SELECT data FROM lz_tool_calls WHERE conv = $1 AND status = 1 ORDER BY id", []byte(conversationID))
+}
+
+// queryRecords runs sql, whose one column is a record's bytes, and decodes
+// every row into a new M; what names the records in a decoding error.
+func queryRecords[M proto.Message](ctx context.Context, s *Store, op string, newM func() M, what, sql string, args ...any) ([]M, error) {
+	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
-		return nil, s.wrap("pending tool calls", err)
+		return nil, s.wrap(op, err)
 	}
 	defer rows.Close()
-	var out []*messages.ToolCallRecord
+	var out []M
 	for rows.Next() {
 		var data []byte
 		if err := rows.Scan(&data); err != nil {
-			return nil, s.wrap("pending tool calls", err)
+			return nil, s.wrap(op, err)
 		}
-		rec, err := decode(data, &messages.ToolCallRecord{}, "tool call of %q", conversationID)
+		rec, err := decode(data, newM(), "%s", what)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, rec)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, s.wrap("pending tool calls", err)
+		return nil, s.wrap(op, err)
 	}
 	return out, nil
 }
@@ -525,25 +534,11 @@ func (s *Store) ModelCalls(ctx context.Context, conversationID string) ([]*messa
 	if err := validConv(conversationID); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, "SELECT data FROM lz_audit WHERE conv = $1", []byte(conversationID))
+	out, err := queryRecords(ctx, s, "model calls", func() *messages.ModelCall { return &messages.ModelCall{} },
+		"model call of "+strconv.Quote(conversationID),
+		"SELECT data FROM lz_audit WHERE conv = $1", []byte(conversationID))
 	if err != nil {
-		return nil, s.wrap("model calls", err)
-	}
-	defer rows.Close()
-	var out []*messages.ModelCall
-	for rows.Next() {
-		var data []byte
-		if err := rows.Scan(&data); err != nil {
-			return nil, s.wrap("model calls", err)
-		}
-		mc, err := decode(data, &messages.ModelCall{}, "model call of %q", conversationID)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, mc)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, s.wrap("model calls", err)
+		return nil, err
 	}
 	// turn_ref is stored as a signed bigint; order as the unsigned TurnRef.
 	slices.SortFunc(out, func(a, b *messages.ModelCall) int {
