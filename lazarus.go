@@ -105,6 +105,22 @@ type Options struct {
 	Summarizer snapshot.Summarizer
 	// Audit configures the model-call audit. Default off.
 	Audit AuditOptions
+	// ModelRetry is the retry policy of a failed model call (a 429, a
+	// 5xx, a timeout, a broken stream): how long to wait, how many
+	// attempts, which errors. Default: the zero RetryPolicy, 3 attempts
+	// in all, 1s then 2s apart, on the transient errors of
+	// DefaultRetryable. It is a second layer above a provider's own retry
+	// of one call (agent/retry); see RetryPolicy. When it gives up, or the
+	// error is not retryable, the turn fails durably: a turn_failed event.
+	ModelRetry RetryPolicy
+	// MaxInvalidToolAnswers is how many model answers in a row, within one
+	// turn, may call an unknown tool or pass arguments that are not a JSON
+	// object. Such a call is recorded with an error result (code
+	// agent.CodeInvalid) that the model sees on its next call, so it can
+	// correct itself; one answer more fails the turn durably
+	// (ErrInvalidToolCalls). Default DefaultMaxInvalidToolAnswers;
+	// negative fails the turn on the first such answer.
+	MaxInvalidToolAnswers int
 	// Clock supplies time. Default the system clock.
 	Clock Clock
 	// CallTimeout bounds how long Send waits for its message to be durable
@@ -119,7 +135,8 @@ type Options struct {
 	// NoResume turns off the resumption, on Open, of conversations that
 	// were mid-turn when the previous process stopped. By default Open
 	// lists the Store's conversations in the background and wakes those
-	// whose status is ACTIVE (a turn owed or a server tool running).
+	// whose status is ACTIVE (a turn owed or a server tool running); a turn
+	// that failed for good left its conversation IDLE, and is not resumed.
 	NoResume bool
 }
 
@@ -218,15 +235,17 @@ func Open(opts Options) (*Runtime, error) {
 		Journal: actors.JournalOptions{Committed: r.hub.publishCommitted},
 		Agent: func(string) actors.ConversationConfig {
 			return actors.ConversationConfig{
-				Model:        opts.Model,
-				Tools:        reg,
-				IdleTimeout:  opts.IdleTimeout,
-				HumanTimeout: opts.HumanTimeout,
-				Policy:       opts.Summary,
-				Summarizer:   opts.Summarizer,
-				Audit:        opts.Audit.Enabled,
-				Publish:      r.hub.publish,
-				Logger:       opts.Logger,
+				Model:                 opts.Model,
+				Tools:                 reg,
+				MaxInvalidToolAnswers: opts.MaxInvalidToolAnswers,
+				IdleTimeout:           opts.IdleTimeout,
+				HumanTimeout:          opts.HumanTimeout,
+				Policy:                opts.Summary,
+				Summarizer:            opts.Summarizer,
+				Audit:                 opts.Audit.Enabled,
+				Retry:                 opts.ModelRetry,
+				Publish:               r.hub.publish,
+				Logger:                opts.Logger,
 			}
 		},
 	})
@@ -525,16 +544,25 @@ func (r *Runtime) Kill(conversationID string) bool {
 // actor has revived. Revival applies the recovery rules: a turn interrupted
 // before the model answered is run again; a server call interrupted before
 // its result is dispatched again under the same tool call id; pending human
-// calls stay pending. A deleted conversation is an error wrapping
-// journal.ErrDeleted, every time.
+// calls stay pending. A turn that failed for good (the log ends in a
+// turn_failed event) is run again too, with a fresh count of attempts: the
+// runtime's own wakes (resume on Open, after a lost write race) never do
+// that. A deleted conversation is an error wrapping journal.ErrDeleted,
+// every time.
 func (r *Runtime) Wake(ctx context.Context, conversationID string) error {
+	return r.wake(ctx, conversationID, true)
+}
+
+// wake is Wake; explicit says whether the application asked for it (and
+// a failed turn runs again) or the runtime did.
+func (r *Runtime) wake(ctx context.Context, conversationID string, explicit bool) error {
 	if err := r.enter(ctx); err != nil {
 		return fmt.Errorf("lazarus: wake %q: %w", conversationID, err)
 	}
 	if err := journal.ValidateID("conversation id", conversationID); err != nil {
 		return fmt.Errorf("lazarus: wake: %w", err)
 	}
-	res, err := r.sup.Ask(ctx, conversationID, &actors.Command{Scope: agent.SystemScope, Msg: &messages.AgentWake{}})
+	res, err := r.sup.Ask(ctx, conversationID, &actors.Command{Scope: agent.SystemScope, Msg: &messages.AgentWake{Explicit: explicit}})
 	if err != nil {
 		return r.callErr(fmt.Sprintf("lazarus: wake %q", conversationID), err)
 	}
@@ -561,7 +589,7 @@ func (r *Runtime) resumeInterrupted() {
 			if c.GetStatus() != messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE || r.isClosed() {
 				continue
 			}
-			if err := r.Wake(ctx, c.GetId()); err != nil && !errors.Is(err, ErrClosed) && ctx.Err() == nil {
+			if err := r.wake(ctx, c.GetId(), false); err != nil && !errors.Is(err, ErrClosed) && ctx.Err() == nil {
 				r.log.Warn("resume failed", "conversation", c.GetId(), "err", err)
 			}
 		}
