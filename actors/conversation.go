@@ -1026,10 +1026,12 @@ func (c *conversation) modelFailed(ctx actor.Context, err error) {
 	}
 	delay := p.Delay(c.attempts)
 	c.log.Info("model call failed; retrying", "err", err, "attempt", c.attempts, "delay", delay)
-	c.publish(Update{Err: err, Retry: &Retry{Attempt: c.attempts, Delay: delay}})
 	c.retryGen++
 	gen, send := c.retryGen, tell(ctx)
+	// Armed before the update is published: a subscriber that sees it
+	// may move a test's clock on at once.
 	c.retryStop = c.cfg.Clock.AfterFunc(delay, func() { send(&retryTick{gen: gen}) })
+	c.publish(Update{Err: err, Retry: &Retry{Attempt: c.attempts, Delay: delay}})
 	c.advance(ctx)
 }
 
