@@ -177,7 +177,10 @@ func (m *Model) request(turn agent.Turn) (sdk.MessageNewParams, error) {
 			}
 			for _, tc := range a.GetToolCalls() {
 				args := tc.GetArguments()
-				if !agent.ValidJSON(args) {
+				if !agent.ValidJSON(args) || !strings.HasPrefix(strings.TrimLeft(args, " \t\r\n"), "{") {
+					// A tool_use input must be an object: a call whose
+					// arguments were not (recorded with an error result
+					// the model reads next) is sent with none.
 					args = "{}"
 				}
 				blocks = append(blocks, sdk.NewToolUseBlock(openai.CallID(tc), json.RawMessage(args), tc.GetName()))
