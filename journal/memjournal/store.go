@@ -307,7 +307,9 @@ func (st *state) applyAppend(req *messages.AppendRequest, now time.Time) journal
 		st.putToolCall(c, tc)
 	}
 	for _, r := range req.GetResolutions() {
-		st.resolve(c, st.toolCalls[r.GetToolCallId()], r.GetStatus(), r.GetResult(), r.GetAt())
+		row := st.toolCalls[r.GetToolCallId()]
+		st.resolve(c, row, r.GetStatus(), r.GetResult(), r.GetAt())
+		row.Resolver = r.GetBy()
 	}
 	changed := false
 	if fsm := req.GetFsmState(); fsm != nil {

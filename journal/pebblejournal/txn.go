@@ -363,7 +363,7 @@ func (t *txn) upsertCall(cs *convState, rec *messages.ToolCallRecord) error {
 // the outcome of the tool_result event at that seq: the stored row then
 // keeps the seq instead of a second copy of the result (see fillResult),
 // and the returned row is in that stored form.
-func (t *txn) resolveCall(conv, id string, status messages.ToolCallStatus, result *messages.ToolOutcome, at *timestamppb.Timestamp, resultSeq uint64) (*messages.ToolCallRecord, error) {
+func (t *txn) resolveCall(conv, id string, status messages.ToolCallStatus, result *messages.ToolOutcome, at *timestamppb.Timestamp, by *messages.Identity, resultSeq uint64) (*messages.ToolCallRecord, error) {
 	c, err := t.call(id)
 	if err != nil {
 		return nil, err
@@ -377,7 +377,10 @@ func (t *txn) resolveCall(conv, id string, status messages.ToolCallStatus, resul
 		return nil, fmt.Errorf("pebblejournal: resolve tool call %q: it is %v: %w", id, c.rec.GetStatus(), journal.ErrStale)
 	}
 	rec := proto.Clone(c.rec).(*messages.ToolCallRecord)
-	rec.Status, rec.Result, rec.Resolved = status, result, at
+	rec.Status, rec.Result, rec.Resolved, rec.Resolver = status, result, at, nil
+	if by != nil {
+		rec.Resolver = proto.Clone(by).(*messages.Identity)
+	}
 	if resultSeq != 0 {
 		rec.Result, rec.ResultSeq = nil, resultSeq
 	}
@@ -522,7 +525,7 @@ func (t *txn) apply(req *messages.AppendRequest) (res journal.AppendResult, err 
 	}
 	for _, r := range req.GetResolutions() {
 		resultSeq := resultEvent(req, r, last)
-		if _, err := t.resolveCall(conv, r.GetToolCallId(), r.GetStatus(), r.GetResult(), r.GetAt(), resultSeq); err != nil {
+		if _, err := t.resolveCall(conv, r.GetToolCallId(), r.GetStatus(), r.GetResult(), r.GetAt(), r.GetBy(), resultSeq); err != nil {
 			return res, err
 		}
 	}

@@ -171,7 +171,7 @@ func (s *Store) resolveLocked(ctx context.Context, conv, toolCallID string, stat
 	}
 	t := s.newTxn()
 	defer t.close()
-	rec, err := t.resolveCall(conv, toolCallID, status, result, journal.Timestamp(at), 0)
+	rec, err := t.resolveCall(conv, toolCallID, status, result, journal.Timestamp(at), nil, 0)
 	if err != nil {
 		return nil, err
 	}

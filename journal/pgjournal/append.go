@@ -338,6 +338,10 @@ func (b *batch) apply(req *messages.AppendRequest, now time.Time) (journal.Appen
 		if r.GetAt() != nil {
 			rec.Resolved = proto.Clone(r.GetAt()).(*timestamppb.Timestamp)
 		}
+		rec.Resolver = nil
+		if r.GetBy() != nil {
+			rec.Resolver = proto.Clone(r.GetBy()).(*messages.Identity)
+		}
 		cs.rec, cs.dirty = rec, true
 		b.setDeadline(deadlineKey{id, rec.GetId()}, nil)
 	}
