@@ -73,8 +73,6 @@ func awaitAnswer(ctx context.Context, t *testing.T, rt *lazarus.Runtime, conv st
 	t.Fatalf("conversation %q: no answer: %v", conv, ctx.Err())
 }
 
-func identity(s agent.Scope) *messages.Identity { return s.Identity().Proto() }
-
 func TestLogRecordsRequesterAndResolver(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
