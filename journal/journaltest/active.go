@@ -151,11 +151,11 @@ func testActiveFailedWrite(t *testing.T, e env) {
 	appendEvents(t, s, "b", userEvs(1, 1)...)
 	setStatus(t, s, "b", statusIdle)
 	res := s.AppendBatch(ctx, []*messages.AppendRequest{
-		{ConversationId: "a", ExpectedLast: 7, Status: statusIdle},         // fence fails
-		{ConversationId: "b", ExpectedLast: 5, Status: statusActive},       // fence fails
-		{ConversationId: "c", ExpectedLast: 3, Events: userEvs(1, 1)},      // fence fails: no row is created
-		{ConversationId: "d", ExpectedLast: 0, Events: userEvs(1, 1)},      // succeeds
-		{ConversationId: "", ExpectedLast: 0, Status: statusActive},        // invalid
+		{ConversationId: "a", ExpectedLast: 7, Status: statusIdle},    // fence fails
+		{ConversationId: "b", ExpectedLast: 5, Status: statusActive},  // fence fails
+		{ConversationId: "c", ExpectedLast: 3, Events: userEvs(1, 1)}, // fence fails: no row is created
+		{ConversationId: "d", ExpectedLast: 0, Events: userEvs(1, 1)}, // succeeds
+		{ConversationId: "", ExpectedLast: 0, Status: statusActive},   // invalid
 		{ConversationId: "a", ExpectedLast: 1, Resolutions: []*messages.ToolResolution{{ToolCallId: "nope", Status: resolved, At: ts(1)}}, Status: statusIdle}, // stale
 	})
 	require.ErrorIs(t, res[0].Err, journal.ErrConflict)
