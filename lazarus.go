@@ -131,8 +131,10 @@ type Options struct {
 	Logger *slog.Logger
 	// NoResume turns off the resumption, on Open, of conversations that
 	// were mid-turn when the previous process stopped. By default Open
-	// lists the Store's conversations in the background and wakes those
-	// whose status is ACTIVE (a turn owed or a server tool running).
+	// wakes, in the background, every conversation whose status is ACTIVE
+	// (a turn owed or a server tool running), read from the Store's index
+	// of those (ListActiveConversations): the cost is the number of ACTIVE
+	// conversations, not the number of conversations.
 	NoResume bool
 }
 
@@ -603,25 +605,35 @@ func (r *Runtime) Wake(ctx context.Context, conversationID string) error {
 	return nil
 }
 
+// resumePage is how many ids of ACTIVE conversations resumeInterrupted
+// reads at a time.
+const resumePage = 500
+
 // resumeInterrupted wakes every conversation whose status says a turn was
 // in progress (ACTIVE) when the previous process stopped. It runs once, in
-// the background, after Open.
+// the background, after Open. It pages through the Store's index of ACTIVE
+// conversations (journal.Conversations.ListActiveConversations), so its
+// cost is the number of those, not the number of conversations. Close ends
+// it: its context is the runtime's life, which Close cancels, and it
+// checks for Close before each wake.
 func (r *Runtime) resumeInterrupted() {
 	defer r.gcWG.Done()
 	ctx := r.life
 	cursor := ""
 	for !r.isClosed() {
-		convs, next, err := r.store.ListConversations(ctx, cursor, 500)
+		ids, next, err := r.store.ListActiveConversations(ctx, cursor, resumePage)
 		if err != nil {
-			r.log.Warn("resume: listing conversations failed", "err", err)
+			if ctx.Err() == nil && !r.isClosed() {
+				r.log.Warn("resume: listing the active conversations failed", "err", err)
+			}
 			return
 		}
-		for _, c := range convs {
-			if c.GetStatus() != messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE || r.isClosed() {
-				continue
+		for _, id := range ids {
+			if r.isClosed() {
+				return
 			}
-			if err := r.Wake(ctx, c.GetId()); err != nil && !errors.Is(err, ErrClosed) && ctx.Err() == nil {
-				r.log.Warn("resume failed", "conversation", c.GetId(), "err", err)
+			if err := r.Wake(ctx, id); err != nil && !errors.Is(err, ErrClosed) && ctx.Err() == nil {
+				r.log.Warn("resume failed", "conversation", id, "err", err)
 			}
 		}
 		if next == "" {
