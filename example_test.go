@@ -2,6 +2,7 @@ package lazarus_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/lazarusrt/lazarus"
@@ -10,10 +11,11 @@ import (
 	"github.com/lazarusrt/lazarus/render"
 )
 
-// A complete program: a Model of your own, a server tool, a human approval,
-// SendAndWait, and a subscription that stops at the end of a turn. The
-// conversation suspends on the approval, loses its actor, and is revived by
-// the answer.
+// A complete program: a Model of your own, a server tool, a human approval
+// that only an approver may give, SendAndWait, and a subscription that
+// stops at the end of a turn. The conversation suspends on the approval,
+// loses its actor, and is revived by the answer; the log says who asked and
+// who answered.
 func Example() {
 	ctx := context.Background()
 	// Any agent.Model: this one stands for your provider's adapter.
@@ -34,7 +36,8 @@ func Example() {
 			{Name: "lookup_order", Executor: messages.Executor_EXECUTOR_SERVER,
 				Run: func(ctx context.Context, inv agent.Invocation) (string, error) { return `{"total":120}`, nil }},
 			{Name: "approve_refund", Executor: messages.Executor_EXECUTOR_HUMAN,
-				Prompt: func(args string) string { return "Approve the refund " + args + "?" }},
+				Prompt:     func(args string) string { return "Approve the refund " + args + "?" },
+				Authorizer: agent.RequireRole("approver")},
 		},
 	})
 	if err != nil {
@@ -50,10 +53,20 @@ func Example() {
 	fmt.Println(end.Outcome, end.Pending[0].GetPrompt())
 
 	rt.Kill("order-42") // the actor is gone; the conversation is not
+	call := end.Pending[0].GetToolCallId()
+	err = rt.Resolve(ctx, call, `{"approved":true}`, agent.Scope{UserID: "alice"})
+	fmt.Println("alice may approve:", !errors.Is(err, lazarus.ErrForbidden))
+
 	updates, _ := rt.Subscribe(ctx, "order-42", end.Seq)
-	_ = rt.Resolve(ctx, end.Pending[0].GetToolCallId(), `{"approved":true}`, agent.Scope{UserID: "bob"})
+	bob := agent.Scope{UserID: "bob", Roles: []string{"approver"}}
+	if err := rt.Resolve(ctx, call, `{"approved":true}`, bob); err != nil {
+		panic(err)
+	}
 	for u := range updates {
-		if u.Event != nil {
+		switch {
+		case u.Event.GetResolution() != nil:
+			fmt.Println("resolution by", render.Identity(u.Event.GetResolution().GetResolver()))
+		case u.Event != nil:
 			fmt.Println(render.EventType(u.Event))
 		}
 		if u.TurnEnd != nil { // the resumed turn is over
@@ -63,7 +76,8 @@ func Example() {
 	}
 	// Output:
 	// suspended Approve the refund {"amount":120}?
-	// resolution
+	// alice may approve: false
+	// resolution by bob[approver]
 	// tool_result
 	// assistant_msg
 	// answered Refund sent.

@@ -52,6 +52,10 @@ var (
 	// another) was recorded, and Store().ToolCall tells which; Wake writes
 	// nothing and can always be retried.
 	ErrUnknownOutcome = errors.New("lazarus: outcome unknown")
+	// ErrForbidden is agent.ErrForbidden: Resolve or Reject with a scope
+	// the call's tool does not accept (see agent.Tool.Authorize). Nothing
+	// is written.
+	ErrForbidden = agent.ErrForbidden
 )
 
 // Defaults of Options.
@@ -103,6 +107,15 @@ type Options struct {
 	Summary snapshot.Policy
 	// Summarizer writes summaries. Default nil: never summarize.
 	Summarizer snapshot.Summarizer
+	// ScopeLoader rebuilds the scope of a turn's requester from the
+	// identity the log recorded (agent.Identity: user id and roles), when
+	// the runtime resumes the turn on its own: after a kill, a restart, an
+	// answer or an expiry revived the conversation. Default nil: such work
+	// runs under agent.SystemScope (a RequiresUser tool then fails as a
+	// tool error). Within one activation, the work of a turn runs with the
+	// scope of the Send that started it; an answer's scope never replaces
+	// it.
+	ScopeLoader agent.ScopeLoader
 	// Audit configures the model-call audit. Default off.
 	Audit AuditOptions
 	// ModelRetry is the retry policy of a failed model call (a 429, a
@@ -134,9 +147,11 @@ type Options struct {
 	Logger *slog.Logger
 	// NoResume turns off the resumption, on Open, of conversations that
 	// were mid-turn when the previous process stopped. By default Open
-	// lists the Store's conversations in the background and wakes those
-	// whose status is ACTIVE (a turn owed or a server tool running); a turn
-	// that failed for good left its conversation IDLE, and is not resumed.
+	// wakes, in the background, every conversation whose status is ACTIVE
+	// (a turn owed or a server tool running), read from the Store's index
+	// of those (ListActiveConversations): the cost is the number of ACTIVE
+	// conversations, not the number of conversations. A turn that failed for
+	// good left its conversation IDLE, and is not resumed.
 	NoResume bool
 }
 
@@ -242,6 +257,7 @@ func Open(opts Options) (*Runtime, error) {
 				HumanTimeout:          opts.HumanTimeout,
 				Policy:                opts.Summary,
 				Summarizer:            opts.Summarizer,
+				ScopeLoader:           opts.ScopeLoader,
 				Audit:                 opts.Audit.Enabled,
 				Retry:                 opts.ModelRetry,
 				Publish:               r.hub.publish,
@@ -340,9 +356,13 @@ type SendOptions struct {
 // returns its seq once it is durable. The agent's answer follows
 // asynchronously: watch it with Subscribe or read it with History. The
 // scope is the caller's ambient state; the turn this message starts runs
-// with it, and it is never persisted. An empty text is refused with an
-// error wrapping journal.ErrInvalid, and nothing is written; a deleted
-// conversation, with one wrapping journal.ErrDeleted.
+// with it (its tools act for this caller, whoever answers its human
+// calls). Only its identity (UserID and Roles) is persisted, as the
+// message's author (Event.author, and the requester of the turn's tool
+// calls); a scope whose identity exceeds agent.ValidateIdentity's limits,
+// or an empty text, is refused with an error wrapping journal.ErrInvalid,
+// and nothing is written; a deleted conversation, with one wrapping
+// journal.ErrDeleted.
 func (r *Runtime) Send(ctx context.Context, conversationID, text string, scope agent.Scope) (uint64, error) {
 	msg := &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: text}}}}
 	return r.SendMessage(ctx, conversationID, msg, SendOptions{}, scope)
@@ -361,6 +381,9 @@ func (r *Runtime) SendMessage(ctx context.Context, conversationID string, msg *m
 	}
 	if err := checkUserMessage(msg); err != nil {
 		return 0, fmt.Errorf("lazarus: send to %q: %w", conversationID, err)
+	}
+	if err := agent.ValidateIdentity(scope.Identity()); err != nil {
+		return 0, fmt.Errorf("lazarus: send to %q: scope: %w", conversationID, err)
 	}
 	if opts.RequestID == "" {
 		opts.RequestID = newRequestID()
@@ -387,6 +410,14 @@ func (r *Runtime) SendMessage(ctx context.Context, conversationID string, msg *m
 // expired gets an error wrapping journal.ErrStale, and nothing changes: of
 // any number of concurrent answers, exactly one wins. See ErrUnknownOutcome
 // for a call that ends before its answer.
+//
+// scope is the resolver's. Its identity (UserID and Roles) is recorded as
+// the resolver, in the resolution event and the tool call row. The tool
+// decides who may answer (agent.Tool.Authorize): by default any scope with
+// a UserID; a scope without one only if the tool sets AllowAnonymous; and
+// the tool's Authorizer, if set. A refused answer gets an error wrapping
+// ErrForbidden, and nothing is written. The turn goes on for its
+// requester: the tools it runs next never get the resolver's scope.
 func (r *Runtime) Resolve(ctx context.Context, toolCallID, result string, scope agent.Scope) error {
 	if len(result) > agent.MaxResultBytes {
 		// Checked here, before anything is written: an answer too large for
@@ -403,7 +434,9 @@ func (r *Runtime) Resolve(ctx context.Context, toolCallID, result string, scope 
 }
 
 // Reject answers a pending human tool call with an error the model will
-// see (a human declined, say). Otherwise it behaves as Resolve.
+// see (a human declined, say), of code agent.CodeRejected with reason as
+// its message. Otherwise it behaves as Resolve (the same authorization, with
+// Authorization.Reject set).
 func (r *Runtime) Reject(ctx context.Context, toolCallID, reason string, scope agent.Scope) error {
 	return r.resolve(ctx, toolCallID, messages.ToolCallStatus_TOOL_CALL_STATUS_ERRORED,
 		agent.ErrorOutcome(agent.CodeRejected, reason), scope)
@@ -416,6 +449,10 @@ func (r *Runtime) resolve(ctx context.Context, id string, status messages.ToolCa
 	if err := journal.ValidateID("tool call id", id); err != nil {
 		return fmt.Errorf("lazarus: resolve: %w", err)
 	}
+	resolver := scope.Identity()
+	if err := agent.ValidateIdentity(resolver); err != nil {
+		return fmt.Errorf("lazarus: resolve %q: scope: %w", id, err)
+	}
 	row, err := r.store.ToolCall(ctx, id)
 	switch {
 	case errors.Is(err, journal.ErrNotFound):
@@ -427,12 +464,16 @@ func (r *Runtime) resolve(ctx context.Context, id string, status messages.ToolCa
 	case row.GetStatus() != messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING:
 		return fmt.Errorf("lazarus: resolve %q: already %v: %w", id, row.GetStatus(), journal.ErrStale)
 	}
+	if err := r.authorize(ctx, row, scope, status); err != nil {
+		return fmt.Errorf("lazarus: resolve %q: %w", id, err)
+	}
+	by := resolver.Proto()
 	conv := row.GetConversationId()
 	// ACTIVE: a turn is owed once the result is recorded, so a restart
 	// resumes the conversation even if the delivery below is lost.
 	req := &messages.AppendRequest{ConversationId: conv, Unfenced: true,
 		Status: messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE, Resolutions: []*messages.ToolResolution{{
-			ToolCallId: id, Status: status, Result: out, At: journal.Timestamp(r.opts.Clock.Now()),
+			ToolCallId: id, Status: status, Result: out, At: journal.Timestamp(r.opts.Clock.Now()), By: by,
 		}}}
 	if err := r.journalWrite(ctx, req); err != nil {
 		if errors.Is(err, journal.ErrDeleted) {
@@ -444,7 +485,7 @@ func (r *Runtime) resolve(ctx context.Context, id string, status messages.ToolCa
 	}
 	// The answer is durable: from here on, revival records it even if this
 	// delivery is lost.
-	cmd := &actors.Command{Scope: scope, Msg: &messages.AgentResolved{ToolCallId: id, Status: status, Result: out, By: "user"}}
+	cmd := &actors.Command{Scope: scope, Msg: &messages.AgentResolved{ToolCallId: id, Status: status, Result: out, By: "user", Resolver: by}}
 	if _, err := r.sup.Ask(ctx, conv, cmd); err != nil {
 		// A live activation must still hear of it (it does not read the
 		// row again): deliver without waiting. A second delivery of an
@@ -454,6 +495,26 @@ func (r *Runtime) resolve(ctx context.Context, id string, status messages.ToolCa
 			"conversation", conv, "tool_call", id, "err", err)
 	}
 	return nil
+}
+
+// authorize applies the rules of the call's tool (agent.Tool.Authorize) to
+// an answer by scope. A tool no longer registered keeps the default rule:
+// any resolver with a UserID.
+func (r *Runtime) authorize(ctx context.Context, row *messages.ToolCallRecord, scope agent.Scope, status messages.ToolCallStatus) error {
+	tool, ok := r.tools.Lookup(row.GetName())
+	if !ok {
+		tool = agent.Tool{Name: row.GetName(), Executor: messages.Executor_EXECUTOR_HUMAN}
+	}
+	return tool.Authorize(ctx, agent.Authorization{
+		ConversationID: row.GetConversationId(),
+		ToolCallID:     row.GetId(),
+		Tool:           row.GetName(),
+		Arguments:      row.GetArgs(),
+		Prompt:         row.GetPrompt(),
+		Requester:      agent.IdentityOf(row.GetRequester()),
+		Resolver:       scope,
+		Reject:         status == messages.ToolCallStatus_TOOL_CALL_STATUS_ERRORED,
+	})
 }
 
 func (r *Runtime) journalWrite(ctx context.Context, req *messages.AppendRequest) error {
@@ -572,25 +633,35 @@ func (r *Runtime) wake(ctx context.Context, conversationID string, explicit bool
 	return nil
 }
 
+// resumePage is how many ids of ACTIVE conversations resumeInterrupted
+// reads at a time.
+const resumePage = 500
+
 // resumeInterrupted wakes every conversation whose status says a turn was
 // in progress (ACTIVE) when the previous process stopped. It runs once, in
-// the background, after Open.
+// the background, after Open. It pages through the Store's index of ACTIVE
+// conversations (journal.Conversations.ListActiveConversations), so its
+// cost is the number of those, not the number of conversations. Close ends
+// it: its context is the runtime's life, which Close cancels, and it
+// checks for Close before each wake.
 func (r *Runtime) resumeInterrupted() {
 	defer r.gcWG.Done()
 	ctx := r.life
 	cursor := ""
 	for !r.isClosed() {
-		convs, next, err := r.store.ListConversations(ctx, cursor, 500)
+		ids, next, err := r.store.ListActiveConversations(ctx, cursor, resumePage)
 		if err != nil {
-			r.log.Warn("resume: listing conversations failed", "err", err)
+			if ctx.Err() == nil && !r.isClosed() {
+				r.log.Warn("resume: listing the active conversations failed", "err", err)
+			}
 			return
 		}
-		for _, c := range convs {
-			if c.GetStatus() != messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE || r.isClosed() {
-				continue
+		for _, id := range ids {
+			if r.isClosed() {
+				return
 			}
-			if err := r.wake(ctx, c.GetId(), false); err != nil && !errors.Is(err, ErrClosed) && ctx.Err() == nil {
-				r.log.Warn("resume failed", "conversation", c.GetId(), "err", err)
+			if err := r.wake(ctx, id, false); err != nil && !errors.Is(err, ErrClosed) && ctx.Err() == nil {
+				r.log.Warn("resume failed", "conversation", id, "err", err)
 			}
 		}
 		if next == "" {

@@ -37,7 +37,12 @@ type Command struct {
 	// Msg is *messages.AgentSend, *messages.AgentResolved or
 	// *messages.AgentWake.
 	Msg proto.Message
-	// Scope is the caller's scope; the turn the command triggers runs with it.
+	// Scope is the caller's scope. The scope of an AgentSend becomes the
+	// requester's once its message is in the log: the work of the turn it
+	// starts runs with it, and its identity is recorded as the message's
+	// author. The scope of an AgentResolved is the resolver's: its identity
+	// is recorded in the resolution; the work that follows still runs for
+	// the requester.
 	Scope agent.Scope
 }
 
@@ -93,6 +98,11 @@ type ConversationConfig struct {
 	Policy snapshot.Policy
 	// Summarizer writes summaries. Nil means never summarize.
 	Summarizer snapshot.Summarizer
+	// ScopeLoader rebuilds the requester's scope from its identity when a
+	// revived activation resumes work that no command of its own asked
+	// for (see agent.ScopeLoader). Nil means such work runs under
+	// agent.SystemScope.
+	ScopeLoader agent.ScopeLoader
 	// Audit records every model call with Store.PutModelCall.
 	Audit bool
 	// Retry is the retry policy of failed model calls. The zero value is
@@ -188,7 +198,10 @@ type (
 		ws   *snapshot.WorkingSet
 		rows map[string]*messages.ToolCallRecord
 		conv *messages.Conversation
-		err  error
+		// scope is the requester's, for work the revival resumes: rebuilt
+		// by the ScopeLoader, else SystemScope.
+		scope agent.Scope
+		err   error
 	}
 	modelDone struct {
 		turn uint64
@@ -222,9 +235,10 @@ type openCall struct {
 	// fsm_state's pending entries carry it.
 	prompt string
 	// ready holds the outcome once known and not yet written.
-	ready  *messages.ToolOutcome
-	status messages.ToolCallStatus
-	by     string
+	ready    *messages.ToolOutcome
+	status   messages.ToolCallStatus
+	by       string
+	resolver *messages.Identity
 	// inStore: the row is already terminal in the Store, so the write that
 	// records the result must not resolve it again.
 	inStore bool
@@ -233,6 +247,7 @@ type openCall struct {
 type queuedSend struct {
 	sender *actor.PID
 	msg    *messages.AgentSend
+	scope  agent.Scope // the sender's: the requester once the message lands
 }
 
 type pendingWrite struct {
@@ -243,6 +258,9 @@ type pendingWrite struct {
 	answer bool
 	// after runs on success, once the events are in the working set.
 	after func(ctx actor.Context)
+	// requester, if set, is the scope of the newest user message the write
+	// appends: the conversation works for it once the write lands.
+	requester *agent.Scope
 }
 
 // carries reports whether the write appends the user message of request id
@@ -275,12 +293,14 @@ type conversation struct {
 	order []string // open call ids in log order
 	seen  map[string]uint64
 
-	// scope is the scope of the last command; the work it leads to runs
-	// with it. SystemScope until a command arrives, though no work starts
-	// before one (asked): work the runtime resumes on its own runs under
-	// SystemScope, never under a zero Scope.
-	scope     agent.Scope
-	asked     bool // a command said who asked; see advance
+	// requester is the scope the conversation's work (tool runs) runs
+	// with: that of the Send whose message is the newest in the log, when
+	// this activation wrote it; else the one the revival rebuilt from the
+	// log's requester identity (the ScopeLoader), or SystemScope. Answers
+	// (Resolve, Reject, expiries) never change it: tools act for whoever
+	// asked for the turn, not for whoever answered a call.
+	requester agent.Scope
+	asked     bool // a command arrived; see advance
 	processed uint64
 
 	nextWrite uint64
@@ -439,7 +459,7 @@ func tell(ctx actor.Context) func(msg any) {
 // predecessor left there lands first, and the revival reads it.
 func (c *conversation) start(ctx actor.Context) {
 	c.goCtx, c.goCancel = context.WithCancel(context.Background())
-	c.scope = agent.SystemScope
+	c.requester = agent.SystemScope
 	c.calls = map[string]*openCall{}
 	c.seen = map[string]uint64{}
 	if c.cfg.Journal == nil {
@@ -458,10 +478,39 @@ func (c *conversation) startLoad(ctx actor.Context) {
 		return
 	}
 	send := tell(ctx)
-	store, id := c.cfg.Store, c.cfg.ID
+	store, id, loader, log := c.cfg.Store, c.cfg.ID, c.cfg.ScopeLoader, c.log
 	c.goOwned(func(gctx context.Context) {
-		send(load(gctx, store, id))
+		l := load(gctx, store, id)
+		if l.err == nil {
+			l.scope = resumeScope(gctx, l.ws, loader, log)
+		}
+		send(l)
 	})
+}
+
+// resumeScope returns the scope work resumed by a revival runs with: the
+// loader's rebuild of the requester's identity, or SystemScope when there
+// is no loader, no named requester, nothing to resume, or the loader fails.
+func resumeScope(ctx context.Context, ws *snapshot.WorkingSet, loader agent.ScopeLoader, log *slog.Logger) (scope agent.Scope) {
+	id := agent.IdentityOf(ws.Requester())
+	if loader == nil || id.UserID == "" || id.UserID == agent.SystemUserID {
+		return agent.SystemScope
+	}
+	if len(ws.OpenCalls()) == 0 && !ws.EndsWithUserMsg() && ws.LastRendered().GetToolResult() == nil {
+		return agent.SystemScope // nothing to resume: the loader is not needed
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			log.Error("scope loader panicked; resumed work runs under the system scope", "panic", p, "stack", string(debug.Stack()))
+			scope = agent.SystemScope
+		}
+	}()
+	scope, err := loader(ctx, id)
+	if err != nil {
+		log.Warn("scope loader failed; resumed work runs under the system scope", "user", id.UserID, "err", err)
+		return agent.SystemScope
+	}
+	return scope
 }
 
 // load is the revival read: the conversation row, the latest summary and the
@@ -516,10 +565,12 @@ func (c *conversation) onLoaded(ctx actor.Context, l *loaded) {
 			// Resolved in the Store, but the result never reached the log:
 			// the actor died in between. Record it now.
 			call.ready, call.status, call.by, call.inStore = row.GetResult(), row.GetStatus(), resolvedBy(row.GetStatus()), true
+			call.resolver = row.GetResolver()
 		}
 		c.calls[ev.GetCall().GetId()] = call
 		c.order = append(c.order, ev.GetCall().GetId())
 	}
+	c.requester = l.scope
 	c.rowStatus = l.conv.GetStatus()
 	if st := l.conv.GetFsmState(); st != nil && st.GetLastSeq() != c.ws.LastSeq {
 		c.log.Debug("fsm_state disagrees with the log; the log wins",
@@ -545,7 +596,6 @@ func (c *conversation) onCommand(ctx actor.Context, cmd *Command, sender *actor.
 		c.reply(ctx, sender, cmd.Msg, 0, err)
 		return
 	}
-	c.scope = cmd.Scope
 	c.asked = true
 	switch m := cmd.Msg.(type) {
 	case *messages.AgentSend:
@@ -557,18 +607,18 @@ func (c *conversation) onCommand(ctx actor.Context, cmd *Command, sender *actor.
 			// A retry of a send whose write is in flight (a client retrying
 			// after a timeout): it joins that write, and is answered with
 			// its seq or its error when the write lands.
-			w.sends = append(w.sends, &queuedSend{sender: sender, msg: m})
+			w.sends = append(w.sends, &queuedSend{sender: sender, msg: m, scope: cmd.Scope})
 			return
 		}
 		for _, q := range c.sends {
 			if q.msg.GetRequestId() == m.GetRequestId() && m.GetRequestId() != "" {
 				// A retry of a send that is queued or being written: answer
 				// both when it lands.
-				c.sends = append(c.sends, &queuedSend{sender: sender, msg: m})
+				c.sends = append(c.sends, &queuedSend{sender: sender, msg: m, scope: cmd.Scope})
 				return
 			}
 		}
-		c.sends = append(c.sends, &queuedSend{sender: sender, msg: m})
+		c.sends = append(c.sends, &queuedSend{sender: sender, msg: m, scope: cmd.Scope})
 		c.answer = nil
 		c.restartTurn()
 		if c.modelBusy {
@@ -588,6 +638,7 @@ func (c *conversation) onCommand(ctx actor.Context, cmd *Command, sender *actor.
 	case *messages.AgentResolved:
 		if call, ok := c.calls[m.GetToolCallId()]; ok && call.ready == nil {
 			call.ready, call.status, call.by, call.inStore = m.GetResult(), m.GetStatus(), m.GetBy(), true
+			call.resolver = m.GetResolver()
 		}
 		if sender != nil {
 			ctx.Send(sender, &messages.AgentReply{})
@@ -778,6 +829,7 @@ func (c *conversation) writeSends(ctx actor.Context) bool {
 	req := &messages.AppendRequest{}
 	written := map[string]bool{}
 	var sends []*queuedSend
+	var requester *agent.Scope
 	for _, q := range queued {
 		rid := q.msg.GetRequestId()
 		if seq, ok := c.seen[rid]; ok && rid != "" {
@@ -791,14 +843,16 @@ func (c *conversation) writeSends(ctx actor.Context) bool {
 		written[rid] = true
 		req.Events = append(req.Events, c.event(func(ev *messages.Event) {
 			ev.RequestId = rid
+			ev.Author = q.scope.Identity().Proto()
 			ev.Body = &messages.Event_UserMsg{UserMsg: q.msg.GetMessage()}
 		}))
+		requester = &q.scope
 	}
 	if len(req.Events) == 0 {
 		return false
 	}
 	c.setRow(req, messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE, nil)
-	c.write(ctx, &pendingWrite{req: req, sends: sends})
+	c.write(ctx, &pendingWrite{req: req, sends: sends, requester: requester})
 	return true
 }
 
@@ -813,7 +867,7 @@ func (c *conversation) writeResults(ctx actor.Context) {
 		tc := call.ev.GetCall()
 		if call.ev.GetExecutor() == messages.Executor_EXECUTOR_HUMAN {
 			req.Events = append(req.Events, c.event(func(ev *messages.Event) {
-				ev.Body = &messages.Event_Resolution{Resolution: &messages.Resolution{ToolCallId: id, Status: call.status, By: call.by}}
+				ev.Body = &messages.Event_Resolution{Resolution: &messages.Resolution{ToolCallId: id, Status: call.status, By: call.by, Resolver: call.resolver}}
 			}))
 		}
 		req.Events = append(req.Events, c.event(func(ev *messages.Event) {
@@ -873,7 +927,7 @@ func (c *conversation) dispatchServerCalls(ctx actor.Context) {
 			ToolCallID:     id,
 			Name:           call.ev.GetCall().GetName(),
 			Arguments:      call.ev.GetCall().GetArguments(),
-			Scope:          c.scope,
+			Scope:          c.requester,
 		}
 		tools := c.cfg.Tools
 		c.goOwned(func(gctx context.Context) {
@@ -1108,6 +1162,7 @@ func (c *conversation) turnWrite(msg *messages.AssistantMessage) (*messages.Appe
 		}
 	}
 	now := c.now()
+	requester := c.ws.Requester()
 	results := make([]*messages.ToolOutcome, len(msg.GetToolCalls()))
 	for i, tc := range msg.GetToolCalls() {
 		if tc.GetId() != "" && tc.GetProviderId() == "" {
@@ -1117,6 +1172,7 @@ func (c *conversation) turnWrite(msg *messages.AssistantMessage) (*messages.Appe
 		row := &messages.ToolCallRecord{
 			Id: tc.GetId(), ConversationId: c.cfg.ID, Name: tc.GetName(), Executor: messages.Executor_EXECUTOR_SERVER,
 			Status: messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING, Args: tc.GetArguments(), Created: journal.Timestamp(now),
+			Requester: requester,
 		}
 		req.ToolCalls = append(req.ToolCalls, row)
 		if problem, bad := invalid[i]; bad {
@@ -1261,6 +1317,9 @@ func (c *conversation) onWriteReply(ctx actor.Context, r *messages.JournalWriteR
 	}
 	for _, q := range w.sends {
 		c.reply(ctx, q.sender, q.msg, c.seen[q.msg.GetRequestId()], nil)
+	}
+	if w.requester != nil {
+		c.requester = *w.requester
 	}
 	if w.after != nil {
 		w.after(ctx)

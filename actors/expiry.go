@@ -10,6 +10,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
 )
@@ -269,11 +270,18 @@ func (a *expiryActor) process(ctx actor.Context) {
 					Status:     messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED,
 					Result:     ExpiredOutcome(),
 					At:         at,
+					By:         SystemIdentity(),
 				}},
 			},
 		})
 	})
 	a.arm(n)
+}
+
+// SystemIdentity is the resolver identity of an expiry: the system's
+// (agent.SystemUserID). Each call returns a new message.
+func SystemIdentity() *messages.Identity {
+	return &messages.Identity{UserId: agent.SystemUserID}
 }
 
 // arm keeps exactly one timer armed, for the earliest time process must run

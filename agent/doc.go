@@ -24,9 +24,20 @@
 //
 // # Scope
 //
-// A Scope is the caller's ambient state (user, permissions, handles). It is
-// never persisted: every entry call supplies its own. Resolutions driven by
-// an expired deadline run with SystemScope; a tool marked RequiresUser
-// refuses it with a tool error of code CodeScope, which the model sees,
-// instead of guessing a user.
+// A Scope is the caller's ambient state (user, roles, permissions,
+// handles). Every entry call supplies its own. Only its Identity (UserID and
+// Roles) is ever persisted: as the author of a user message, the requester
+// of the tool calls of that turn, and the resolver of a human call's answer.
+// Tools run for the requester, never for a resolver; when the runtime
+// resumes a turn on its own, a ScopeLoader may rebuild the requester's
+// scope, else it runs under SystemScope, which a tool marked RequiresUser
+// refuses with a tool error of code CodeScope (the model sees it) instead of
+// guessing a user.
+//
+// # Who may answer
+//
+// A human tool's Authorizer (RequireRole, RequesterOnly, AnyOf, or the
+// application's own) and AllowAnonymous decide who may answer its calls:
+// Tool.Authorize, which the runtime's Resolve and Reject apply before they
+// write anything; a refusal wraps ErrForbidden.
 package agent

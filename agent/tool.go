@@ -114,6 +114,15 @@ type Tool struct {
 	// tools only). 0 means the Registry's default (DefaultHumanTimeout
 	// unless set with WithDefaultTimeout); < 0 means never.
 	Timeout time.Duration
+	// Authorizer decides who may answer a call of this human tool (human
+	// tools only), checked by Resolve and Reject before anything is
+	// written; see Tool.Authorize. Nil allows any resolver with a UserID.
+	// RequireRole, RequesterOnly and AnyOf build common ones.
+	Authorizer Authorizer
+	// AllowAnonymous lets a resolver whose scope has no UserID answer
+	// (human tools only). Default false: such an answer is refused with
+	// ErrForbidden, so the log always says who answered.
+	AllowAnonymous bool
 }
 
 // Registry is an immutable set of tools, safe for concurrent use. A nil
@@ -176,8 +185,8 @@ func validateTool(t Tool) error {
 		if t.Run == nil {
 			return journal.Invalidf("agent: server tool %q has no Run", t.Name)
 		}
-		if t.Prompt != nil || t.Timeout != 0 {
-			return journal.Invalidf("agent: server tool %q sets Prompt or Timeout, which only human tools have", t.Name)
+		if t.Prompt != nil || t.Timeout != 0 || t.Authorizer != nil || t.AllowAnonymous {
+			return journal.Invalidf("agent: server tool %q sets Prompt, Timeout, Authorizer or AllowAnonymous, which only human tools have", t.Name)
 		}
 	case messages.Executor_EXECUTOR_HUMAN:
 		if t.Run != nil {

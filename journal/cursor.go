@@ -45,3 +45,29 @@ func PendingAfter(conversationID, toolCallID, cursorConv, cursorCall string) boo
 	}
 	return toolCallID > cursorCall
 }
+
+// ActiveCursor returns the cursor of Conversations.ListActiveConversations
+// that resumes after the conversation conversationID: the next cursor a
+// page returns is the ActiveCursor of its last id. It is the id itself, so
+// a caller may resume after any id it kept, listed or not.
+func ActiveCursor(conversationID string) string { return conversationID }
+
+// ParseActiveCursor decodes a cursor made by ActiveCursor and checks the
+// limit of a ListActiveConversations call, returning the limit to use (100
+// for 0). The empty cursor (the first page) gives the empty id. A cursor
+// that is not a valid conversation id, or a negative limit, is ErrInvalid.
+func ParseActiveCursor(cursor string, limit int) (conversationID string, pageSize int, err error) {
+	if limit < 0 {
+		return "", 0, Invalidf("negative limit %d of active conversations", limit)
+	}
+	if limit == 0 {
+		limit = 100
+	}
+	if cursor == "" {
+		return "", limit, nil
+	}
+	if err := ValidateID("active-conversation cursor", cursor); err != nil {
+		return "", 0, err
+	}
+	return cursor, limit, nil
+}

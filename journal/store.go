@@ -213,6 +213,24 @@ type Conversations interface {
 	// with ids greater than cursor, ordered by id, and the cursor of the
 	// next page ("" when there is none).
 	ListConversations(ctx context.Context, cursor string, limit int) ([]*messages.Conversation, string, error)
+	// ListActiveConversations returns the ids of up to limit conversations
+	// (limit 0 means 100) whose row has status ACTIVE (a turn is owed or a
+	// server tool is running: what a runtime resumes after a restart),
+	// ordered by id, bytewise, after cursor ("" for the first page; else
+	// an ActiveCursor), and the cursor of the next page ("" when there is
+	// none). A cursor that is not an ActiveCursor, or a negative limit, is
+	// ErrInvalid.
+	//
+	// The adapter keeps an index of the ACTIVE rows, changed in the same
+	// atomic write as the row's status: a conversation enters it when its
+	// row is created (status ACTIVE unless the write says otherwise) or
+	// set back to ACTIVE, leaves it when the row is set to any other
+	// status, and leaves it when the conversation is deleted. So the ids
+	// listed are exactly the conversations whose row, read at the same
+	// moment, is ACTIVE, and the listing's cost depends on the page and
+	// the number of ACTIVE conversations only, not on the number of
+	// conversations.
+	ListActiveConversations(ctx context.Context, cursor string, limit int) ([]string, string, error)
 	// DeleteConversation removes every record of the conversation (events,
 	// summaries, tool calls, deadlines, audit, metadata, row) in one atomic
 	// write and leaves a tombstone: later writes fail with ErrDeleted.

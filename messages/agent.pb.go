@@ -158,7 +158,9 @@ type AgentResolved struct {
 	Status     ToolCallStatus         `protobuf:"varint,2,opt,name=status,proto3,enum=lazarus.v1.ToolCallStatus" json:"status,omitempty"`
 	Result     *ToolOutcome           `protobuf:"bytes,3,opt,name=result,proto3" json:"result,omitempty"`
 	// by is "user" or "system".
-	By            string `protobuf:"bytes,4,opt,name=by,proto3" json:"by,omitempty"`
+	By string `protobuf:"bytes,4,opt,name=by,proto3" json:"by,omitempty"`
+	// resolver is who answered (see Resolution.resolver).
+	Resolver      *Identity `protobuf:"bytes,5,opt,name=resolver,proto3" json:"resolver,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -219,6 +221,13 @@ func (x *AgentResolved) GetBy() string {
 		return x.By
 	}
 	return ""
+}
+
+func (x *AgentResolved) GetResolver() *Identity {
+	if x != nil {
+		return x.Resolver
+	}
+	return nil
 }
 
 // AgentReply acknowledges AgentResolved once the actor has it (not once its
@@ -382,13 +391,14 @@ const file_lazarus_v1_agent_proto_rawDesc = "" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12'\n" +
 	"\x05error\x18\x03 \x01(\v2\x11.lazarus.v1.ErrorR\x05error\x12\x14\n" +
-	"\x05retry\x18\x04 \x01(\bR\x05retry\"\xa6\x01\n" +
+	"\x05retry\x18\x04 \x01(\bR\x05retry\"\xd8\x01\n" +
 	"\rAgentResolved\x12 \n" +
 	"\ftool_call_id\x18\x01 \x01(\tR\n" +
 	"toolCallId\x122\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1a.lazarus.v1.ToolCallStatusR\x06status\x12/\n" +
 	"\x06result\x18\x03 \x01(\v2\x17.lazarus.v1.ToolOutcomeR\x06result\x12\x0e\n" +
-	"\x02by\x18\x04 \x01(\tR\x02by\"K\n" +
+	"\x02by\x18\x04 \x01(\tR\x02by\x120\n" +
+	"\bresolver\x18\x05 \x01(\v2\x14.lazarus.v1.IdentityR\bresolver\"K\n" +
 	"\n" +
 	"AgentReply\x12'\n" +
 	"\x05error\x18\x01 \x01(\v2\x11.lazarus.v1.ErrorR\x05error\x12\x14\n" +
@@ -421,18 +431,20 @@ var file_lazarus_v1_agent_proto_goTypes = []any{
 	(*Error)(nil),          // 7: lazarus.v1.Error
 	(ToolCallStatus)(0),    // 8: lazarus.v1.ToolCallStatus
 	(*ToolOutcome)(nil),    // 9: lazarus.v1.ToolOutcome
+	(*Identity)(nil),       // 10: lazarus.v1.Identity
 }
 var file_lazarus_v1_agent_proto_depIdxs = []int32{
-	6, // 0: lazarus.v1.AgentSend.message:type_name -> lazarus.v1.UserMessage
-	7, // 1: lazarus.v1.AgentSendReply.error:type_name -> lazarus.v1.Error
-	8, // 2: lazarus.v1.AgentResolved.status:type_name -> lazarus.v1.ToolCallStatus
-	9, // 3: lazarus.v1.AgentResolved.result:type_name -> lazarus.v1.ToolOutcome
-	7, // 4: lazarus.v1.AgentReply.error:type_name -> lazarus.v1.Error
-	5, // [5:5] is the sub-list for method output_type
-	5, // [5:5] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	6,  // 0: lazarus.v1.AgentSend.message:type_name -> lazarus.v1.UserMessage
+	7,  // 1: lazarus.v1.AgentSendReply.error:type_name -> lazarus.v1.Error
+	8,  // 2: lazarus.v1.AgentResolved.status:type_name -> lazarus.v1.ToolCallStatus
+	9,  // 3: lazarus.v1.AgentResolved.result:type_name -> lazarus.v1.ToolOutcome
+	10, // 4: lazarus.v1.AgentResolved.resolver:type_name -> lazarus.v1.Identity
+	7,  // 5: lazarus.v1.AgentReply.error:type_name -> lazarus.v1.Error
+	6,  // [6:6] is the sub-list for method output_type
+	6,  // [6:6] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_lazarus_v1_agent_proto_init() }

@@ -104,11 +104,13 @@ func (ErrorCode) EnumDescriptor() ([]byte, []int) {
 // The whole request fails with a stale error if the call is unknown, belongs
 // to another conversation, or is not pending.
 type ToolResolution struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ToolCallId    string                 `protobuf:"bytes,1,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
-	Status        ToolCallStatus         `protobuf:"varint,2,opt,name=status,proto3,enum=lazarus.v1.ToolCallStatus" json:"status,omitempty"`
-	Result        *ToolOutcome           `protobuf:"bytes,3,opt,name=result,proto3" json:"result,omitempty"`
-	At            *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=at,proto3" json:"at,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	ToolCallId string                 `protobuf:"bytes,1,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
+	Status     ToolCallStatus         `protobuf:"varint,2,opt,name=status,proto3,enum=lazarus.v1.ToolCallStatus" json:"status,omitempty"`
+	Result     *ToolOutcome           `protobuf:"bytes,3,opt,name=result,proto3" json:"result,omitempty"`
+	At         *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=at,proto3" json:"at,omitempty"`
+	// by is who resolved it; the row keeps it as its resolver.
+	By            *Identity `protobuf:"bytes,5,opt,name=by,proto3" json:"by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -167,6 +169,13 @@ func (x *ToolResolution) GetResult() *ToolOutcome {
 func (x *ToolResolution) GetAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.At
+	}
+	return nil
+}
+
+func (x *ToolResolution) GetBy() *Identity {
+	if x != nil {
+		return x.By
 	}
 	return nil
 }
@@ -418,13 +427,14 @@ var File_lazarus_v1_journal_proto protoreflect.FileDescriptor
 const file_lazarus_v1_journal_proto_rawDesc = "" +
 	"\n" +
 	"\x18lazarus/v1/journal.proto\x12\n" +
-	"lazarus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18lazarus/v1/records.proto\"\xc3\x01\n" +
+	"lazarus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18lazarus/v1/records.proto\"\xe9\x01\n" +
 	"\x0eToolResolution\x12 \n" +
 	"\ftool_call_id\x18\x01 \x01(\tR\n" +
 	"toolCallId\x122\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1a.lazarus.v1.ToolCallStatusR\x06status\x12/\n" +
 	"\x06result\x18\x03 \x01(\v2\x17.lazarus.v1.ToolOutcomeR\x06result\x12*\n" +
-	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xd2\x03\n" +
+	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12$\n" +
+	"\x02by\x18\x05 \x01(\v2\x14.lazarus.v1.IdentityR\x02by\"\xd2\x03\n" +
 	"\rAppendRequest\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12#\n" +
 	"\rexpected_last\x18\x02 \x01(\x04R\fexpectedLast\x12)\n" +
@@ -482,29 +492,31 @@ var file_lazarus_v1_journal_proto_goTypes = []any{
 	(ToolCallStatus)(0),           // 5: lazarus.v1.ToolCallStatus
 	(*ToolOutcome)(nil),           // 6: lazarus.v1.ToolOutcome
 	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
-	(*Event)(nil),                 // 8: lazarus.v1.Event
-	(*ToolCallRecord)(nil),        // 9: lazarus.v1.ToolCallRecord
-	(*FSMState)(nil),              // 10: lazarus.v1.FSMState
-	(*Deadline)(nil),              // 11: lazarus.v1.Deadline
-	(ConversationStatus)(0),       // 12: lazarus.v1.ConversationStatus
+	(*Identity)(nil),              // 8: lazarus.v1.Identity
+	(*Event)(nil),                 // 9: lazarus.v1.Event
+	(*ToolCallRecord)(nil),        // 10: lazarus.v1.ToolCallRecord
+	(*FSMState)(nil),              // 11: lazarus.v1.FSMState
+	(*Deadline)(nil),              // 12: lazarus.v1.Deadline
+	(ConversationStatus)(0),       // 13: lazarus.v1.ConversationStatus
 }
 var file_lazarus_v1_journal_proto_depIdxs = []int32{
 	5,  // 0: lazarus.v1.ToolResolution.status:type_name -> lazarus.v1.ToolCallStatus
 	6,  // 1: lazarus.v1.ToolResolution.result:type_name -> lazarus.v1.ToolOutcome
 	7,  // 2: lazarus.v1.ToolResolution.at:type_name -> google.protobuf.Timestamp
-	8,  // 3: lazarus.v1.AppendRequest.events:type_name -> lazarus.v1.Event
-	9,  // 4: lazarus.v1.AppendRequest.tool_calls:type_name -> lazarus.v1.ToolCallRecord
-	1,  // 5: lazarus.v1.AppendRequest.resolutions:type_name -> lazarus.v1.ToolResolution
-	10, // 6: lazarus.v1.AppendRequest.fsm_state:type_name -> lazarus.v1.FSMState
-	11, // 7: lazarus.v1.AppendRequest.schedule:type_name -> lazarus.v1.Deadline
-	12, // 8: lazarus.v1.AppendRequest.status:type_name -> lazarus.v1.ConversationStatus
-	0,  // 9: lazarus.v1.Error.code:type_name -> lazarus.v1.ErrorCode
-	3,  // 10: lazarus.v1.AppendReply.error:type_name -> lazarus.v1.Error
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	8,  // 3: lazarus.v1.ToolResolution.by:type_name -> lazarus.v1.Identity
+	9,  // 4: lazarus.v1.AppendRequest.events:type_name -> lazarus.v1.Event
+	10, // 5: lazarus.v1.AppendRequest.tool_calls:type_name -> lazarus.v1.ToolCallRecord
+	1,  // 6: lazarus.v1.AppendRequest.resolutions:type_name -> lazarus.v1.ToolResolution
+	11, // 7: lazarus.v1.AppendRequest.fsm_state:type_name -> lazarus.v1.FSMState
+	12, // 8: lazarus.v1.AppendRequest.schedule:type_name -> lazarus.v1.Deadline
+	13, // 9: lazarus.v1.AppendRequest.status:type_name -> lazarus.v1.ConversationStatus
+	0,  // 10: lazarus.v1.Error.code:type_name -> lazarus.v1.ErrorCode
+	3,  // 11: lazarus.v1.AppendReply.error:type_name -> lazarus.v1.Error
+	12, // [12:12] is the sub-list for method output_type
+	12, // [12:12] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_lazarus_v1_journal_proto_init() }

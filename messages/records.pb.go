@@ -1023,21 +1023,80 @@ func (x *Suspension) GetPending() []*PendingCall {
 	return nil
 }
 
+// Identity is the storable part of a caller's scope: the user id and roles of
+// whoever asked for a turn (the requester) or answered a human call (the
+// resolver). It never holds secrets or handles.
+type Identity struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	UserId        string                 `protobuf:"bytes,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	Roles         []string               `protobuf:"bytes,2,rep,name=roles,proto3" json:"roles,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Identity) Reset() {
+	*x = Identity{}
+	mi := &file_lazarus_v1_records_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Identity) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Identity) ProtoMessage() {}
+
+func (x *Identity) ProtoReflect() protoreflect.Message {
+	mi := &file_lazarus_v1_records_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Identity.ProtoReflect.Descriptor instead.
+func (*Identity) Descriptor() ([]byte, []int) {
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *Identity) GetUserId() string {
+	if x != nil {
+		return x.UserId
+	}
+	return ""
+}
+
+func (x *Identity) GetRoles() []string {
+	if x != nil {
+		return x.Roles
+	}
+	return nil
+}
+
 // Resolution records that a pending call was answered, errored or expired.
 type Resolution struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	ToolCallId string                 `protobuf:"bytes,1,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
 	Status     ToolCallStatus         `protobuf:"varint,2,opt,name=status,proto3,enum=lazarus.v1.ToolCallStatus" json:"status,omitempty"`
-	// by says who resolved it: "user" (an answer through the Runtime or the
-	// CLI) or "system" (the expiry of its deadline).
-	By            string `protobuf:"bytes,3,opt,name=by,proto3" json:"by,omitempty"`
+	// by says what kind of actor resolved it: "user" (an answer through the
+	// Runtime or the CLI) or "system" (the expiry of its deadline).
+	By string `protobuf:"bytes,3,opt,name=by,proto3" json:"by,omitempty"`
+	// resolver is who answered: the identity of the scope given to Resolve or
+	// Reject (or the CLI's --as), the system identity for an expiry. Unset in
+	// logs written before identities were recorded.
+	Resolver      *Identity `protobuf:"bytes,4,opt,name=resolver,proto3" json:"resolver,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Resolution) Reset() {
 	*x = Resolution{}
-	mi := &file_lazarus_v1_records_proto_msgTypes[12]
+	mi := &file_lazarus_v1_records_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1049,7 +1108,7 @@ func (x *Resolution) String() string {
 func (*Resolution) ProtoMessage() {}
 
 func (x *Resolution) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_records_proto_msgTypes[12]
+	mi := &file_lazarus_v1_records_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1062,7 +1121,7 @@ func (x *Resolution) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resolution.ProtoReflect.Descriptor instead.
 func (*Resolution) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{12}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Resolution) GetToolCallId() string {
@@ -1086,6 +1145,13 @@ func (x *Resolution) GetBy() string {
 	return ""
 }
 
+func (x *Resolution) GetResolver() *Identity {
+	if x != nil {
+		return x.Resolver
+	}
+	return nil
+}
+
 // Rewind moves the conversation's head back to to_seq: the working set skips
 // the events after to_seq and before this event; the log keeps them.
 type Rewind struct {
@@ -1098,7 +1164,7 @@ type Rewind struct {
 
 func (x *Rewind) Reset() {
 	*x = Rewind{}
-	mi := &file_lazarus_v1_records_proto_msgTypes[13]
+	mi := &file_lazarus_v1_records_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1110,7 +1176,7 @@ func (x *Rewind) String() string {
 func (*Rewind) ProtoMessage() {}
 
 func (x *Rewind) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_records_proto_msgTypes[13]
+	mi := &file_lazarus_v1_records_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1123,7 +1189,7 @@ func (x *Rewind) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rewind.ProtoReflect.Descriptor instead.
 func (*Rewind) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{13}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Rewind) GetToSeq() uint64 {
@@ -1159,7 +1225,7 @@ type TurnFailed struct {
 
 func (x *TurnFailed) Reset() {
 	*x = TurnFailed{}
-	mi := &file_lazarus_v1_records_proto_msgTypes[14]
+	mi := &file_lazarus_v1_records_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1171,7 +1237,7 @@ func (x *TurnFailed) String() string {
 func (*TurnFailed) ProtoMessage() {}
 
 func (x *TurnFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_records_proto_msgTypes[14]
+	mi := &file_lazarus_v1_records_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1184,7 +1250,7 @@ func (x *TurnFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnFailed.ProtoReflect.Descriptor instead.
 func (*TurnFailed) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{14}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *TurnFailed) GetMessage() string {
@@ -1218,6 +1284,10 @@ type Event struct {
 	// this event (user messages): a retried Send with the same key is
 	// answered with the stored seq instead of being appended twice.
 	RequestId string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// author is who wrote a user_msg: the identity of the scope of the Send
+	// that appended it (the requester of the turn it starts). Unset for other
+	// events, for sends with an empty scope, and in older logs.
+	Author *Identity `protobuf:"bytes,4,opt,name=author,proto3" json:"author,omitempty"`
 	// Types that are valid to be assigned to Body:
 	//
 	//	*Event_UserMsg
@@ -1235,7 +1305,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_lazarus_v1_records_proto_msgTypes[15]
+	mi := &file_lazarus_v1_records_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1247,7 +1317,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_records_proto_msgTypes[15]
+	mi := &file_lazarus_v1_records_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1260,7 +1330,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{15}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Event) GetSeq() uint64 {
@@ -1282,6 +1352,13 @@ func (x *Event) GetRequestId() string {
 		return x.RequestId
 	}
 	return ""
+}
+
+func (x *Event) GetAuthor() *Identity {
+	if x != nil {
+		return x.Author
+	}
+	return nil
 }
 
 func (x *Event) GetBody() isEvent_Body {
@@ -1427,7 +1504,7 @@ type FSMState struct {
 
 func (x *FSMState) Reset() {
 	*x = FSMState{}
-	mi := &file_lazarus_v1_records_proto_msgTypes[16]
+	mi := &file_lazarus_v1_records_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1439,7 +1516,7 @@ func (x *FSMState) String() string {
 func (*FSMState) ProtoMessage() {}
 
 func (x *FSMState) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_records_proto_msgTypes[16]
+	mi := &file_lazarus_v1_records_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1452,7 +1529,7 @@ func (x *FSMState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FSMState.ProtoReflect.Descriptor instead.
 func (*FSMState) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{16}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *FSMState) GetState() AgentState {
@@ -1491,7 +1568,7 @@ type Conversation struct {
 
 func (x *Conversation) Reset() {
 	*x = Conversation{}
-	mi := &file_lazarus_v1_records_proto_msgTypes[17]
+	mi := &file_lazarus_v1_records_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1503,7 +1580,7 @@ func (x *Conversation) String() string {
 func (*Conversation) ProtoMessage() {}
 
 func (x *Conversation) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_records_proto_msgTypes[17]
+	mi := &file_lazarus_v1_records_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1516,7 +1593,7 @@ func (x *Conversation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Conversation.ProtoReflect.Descriptor instead.
 func (*Conversation) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{17}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Conversation) GetId() string {
@@ -1574,14 +1651,18 @@ type Summary struct {
 	// carry one (user messages), oldest first, bounded in number and bytes:
 	// a revival that starts from the summary still recognises a retried send
 	// of a message the summary folded away.
-	Requests      []*RequestRef `protobuf:"bytes,6,rep,name=requests,proto3" json:"requests,omitempty"`
+	Requests []*RequestRef `protobuf:"bytes,6,rep,name=requests,proto3" json:"requests,omitempty"`
+	// requester is the author of the newest user message the summary covers,
+	// so that a revival from it still knows on whose behalf the conversation
+	// works when no later user message is left.
+	Requester     *Identity `protobuf:"bytes,7,opt,name=requester,proto3" json:"requester,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Summary) Reset() {
 	*x = Summary{}
-	mi := &file_lazarus_v1_records_proto_msgTypes[18]
+	mi := &file_lazarus_v1_records_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1593,7 +1674,7 @@ func (x *Summary) String() string {
 func (*Summary) ProtoMessage() {}
 
 func (x *Summary) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_records_proto_msgTypes[18]
+	mi := &file_lazarus_v1_records_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1606,7 +1687,7 @@ func (x *Summary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Summary.ProtoReflect.Descriptor instead.
 func (*Summary) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{18}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Summary) GetFromSeq() uint64 {
@@ -1651,6 +1732,13 @@ func (x *Summary) GetRequests() []*RequestRef {
 	return nil
 }
 
+func (x *Summary) GetRequester() *Identity {
+	if x != nil {
+		return x.Requester
+	}
+	return nil
+}
+
 // RequestRef is the seq of the event written for an idempotency key.
 type RequestRef struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1662,7 +1750,7 @@ type RequestRef struct {
 
 func (x *RequestRef) Reset() {
 	*x = RequestRef{}
-	mi := &file_lazarus_v1_records_proto_msgTypes[19]
+	mi := &file_lazarus_v1_records_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1674,7 +1762,7 @@ func (x *RequestRef) String() string {
 func (*RequestRef) ProtoMessage() {}
 
 func (x *RequestRef) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_records_proto_msgTypes[19]
+	mi := &file_lazarus_v1_records_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1687,7 +1775,7 @@ func (x *RequestRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestRef.ProtoReflect.Descriptor instead.
 func (*RequestRef) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{19}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RequestRef) GetRequestId() string {
@@ -1726,14 +1814,19 @@ type ToolCallRecord struct {
 	// conversation's log (written in the same atomic append), instead of
 	// twice. Records returned by the journal.Store API never have it set:
 	// the store puts the result back in place of it.
-	ResultSeq     uint64 `protobuf:"varint,12,opt,name=result_seq,json=resultSeq,proto3" json:"result_seq,omitempty"`
+	ResultSeq uint64 `protobuf:"varint,12,opt,name=result_seq,json=resultSeq,proto3" json:"result_seq,omitempty"`
+	// requester is who asked for the turn that made the call (the author of
+	// its user message); tools run on their behalf.
+	Requester *Identity `protobuf:"bytes,13,opt,name=requester,proto3" json:"requester,omitempty"`
+	// resolver is who answered a human call (set with its terminal status).
+	Resolver      *Identity `protobuf:"bytes,14,opt,name=resolver,proto3" json:"resolver,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ToolCallRecord) Reset() {
 	*x = ToolCallRecord{}
-	mi := &file_lazarus_v1_records_proto_msgTypes[20]
+	mi := &file_lazarus_v1_records_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1745,7 +1838,7 @@ func (x *ToolCallRecord) String() string {
 func (*ToolCallRecord) ProtoMessage() {}
 
 func (x *ToolCallRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_records_proto_msgTypes[20]
+	mi := &file_lazarus_v1_records_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1758,7 +1851,7 @@ func (x *ToolCallRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallRecord.ProtoReflect.Descriptor instead.
 func (*ToolCallRecord) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{20}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ToolCallRecord) GetId() string {
@@ -1845,6 +1938,20 @@ func (x *ToolCallRecord) GetResultSeq() uint64 {
 	return 0
 }
 
+func (x *ToolCallRecord) GetRequester() *Identity {
+	if x != nil {
+		return x.Requester
+	}
+	return nil
+}
+
+func (x *ToolCallRecord) GetResolver() *Identity {
+	if x != nil {
+		return x.Resolver
+	}
+	return nil
+}
+
 // Deadline is a scheduled expiry of one pending call.
 type Deadline struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
@@ -1857,7 +1964,7 @@ type Deadline struct {
 
 func (x *Deadline) Reset() {
 	*x = Deadline{}
-	mi := &file_lazarus_v1_records_proto_msgTypes[21]
+	mi := &file_lazarus_v1_records_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1869,7 +1976,7 @@ func (x *Deadline) String() string {
 func (*Deadline) ProtoMessage() {}
 
 func (x *Deadline) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_records_proto_msgTypes[21]
+	mi := &file_lazarus_v1_records_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1882,7 +1989,7 @@ func (x *Deadline) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deadline.ProtoReflect.Descriptor instead.
 func (*Deadline) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{21}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Deadline) GetConversationId() string {
@@ -1925,7 +2032,7 @@ type ModelCall struct {
 
 func (x *ModelCall) Reset() {
 	*x = ModelCall{}
-	mi := &file_lazarus_v1_records_proto_msgTypes[22]
+	mi := &file_lazarus_v1_records_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1937,7 +2044,7 @@ func (x *ModelCall) String() string {
 func (*ModelCall) ProtoMessage() {}
 
 func (x *ModelCall) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_records_proto_msgTypes[22]
+	mi := &file_lazarus_v1_records_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1950,7 +2057,7 @@ func (x *ModelCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelCall.ProtoReflect.Descriptor instead.
 func (*ModelCall) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{22}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ModelCall) GetConversationId() string {
@@ -2034,7 +2141,7 @@ type Tombstone struct {
 
 func (x *Tombstone) Reset() {
 	*x = Tombstone{}
-	mi := &file_lazarus_v1_records_proto_msgTypes[23]
+	mi := &file_lazarus_v1_records_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2046,7 +2153,7 @@ func (x *Tombstone) String() string {
 func (*Tombstone) ProtoMessage() {}
 
 func (x *Tombstone) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_records_proto_msgTypes[23]
+	mi := &file_lazarus_v1_records_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2059,7 +2166,7 @@ func (x *Tombstone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tombstone.ProtoReflect.Descriptor instead.
 func (*Tombstone) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{23}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Tombstone) GetDeleted() *timestamppb.Timestamp {
@@ -2126,13 +2233,17 @@ const file_lazarus_v1_records_proto_rawDesc = "" +
 	"\x06prompt\x18\x04 \x01(\tR\x06prompt\"?\n" +
 	"\n" +
 	"Suspension\x121\n" +
-	"\apending\x18\x01 \x03(\v2\x17.lazarus.v1.PendingCallR\apending\"r\n" +
+	"\apending\x18\x01 \x03(\v2\x17.lazarus.v1.PendingCallR\apending\"9\n" +
+	"\bIdentity\x12\x17\n" +
+	"\auser_id\x18\x01 \x01(\tR\x06userId\x12\x14\n" +
+	"\x05roles\x18\x02 \x03(\tR\x05roles\"\xa4\x01\n" +
 	"\n" +
 	"Resolution\x12 \n" +
 	"\ftool_call_id\x18\x01 \x01(\tR\n" +
 	"toolCallId\x122\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1a.lazarus.v1.ToolCallStatusR\x06status\x12\x0e\n" +
-	"\x02by\x18\x03 \x01(\tR\x02by\"7\n" +
+	"\x02by\x18\x03 \x01(\tR\x02by\x120\n" +
+	"\bresolver\x18\x04 \x01(\v2\x14.lazarus.v1.IdentityR\bresolver\"7\n" +
 	"\x06Rewind\x12\x15\n" +
 	"\x06to_seq\x18\x01 \x01(\x04R\x05toSeq\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"V\n" +
@@ -2140,12 +2251,13 @@ const file_lazarus_v1_records_proto_rawDesc = "" +
 	"TurnFailed\x12\x18\n" +
 	"\amessage\x18\x01 \x01(\tR\amessage\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\tR\x04code\x12\x1a\n" +
-	"\battempts\x18\x03 \x01(\rR\battempts\"\xc2\x04\n" +
+	"\battempts\x18\x03 \x01(\rR\battempts\"\xf0\x04\n" +
 	"\x05Event\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12.\n" +
 	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x03 \x01(\tR\trequestId\x124\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\x12,\n" +
+	"\x06author\x18\x04 \x01(\v2\x14.lazarus.v1.IdentityR\x06author\x124\n" +
 	"\buser_msg\x18\n" +
 	" \x01(\v2\x17.lazarus.v1.UserMessageH\x00R\auserMsg\x12C\n" +
 	"\rassistant_msg\x18\v \x01(\v2\x1c.lazarus.v1.AssistantMessageH\x00R\fassistantMsg\x128\n" +
@@ -2178,19 +2290,20 @@ const file_lazarus_v1_records_proto_rawDesc = "" +
 	"\aupdated\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\aupdated\x1a;\n" +
 	"\rSettingsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd9\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8d\x02\n" +
 	"\aSummary\x12\x19\n" +
 	"\bfrom_seq\x18\x01 \x01(\x04R\afromSeq\x12\x15\n" +
 	"\x06to_seq\x18\x02 \x01(\x04R\x05toSeq\x12\x18\n" +
 	"\acontent\x18\x03 \x01(\tR\acontent\x12\x18\n" +
 	"\aversion\x18\x04 \x01(\tR\aversion\x124\n" +
 	"\acreated\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\acreated\x122\n" +
-	"\brequests\x18\x06 \x03(\v2\x16.lazarus.v1.RequestRefR\brequests\"=\n" +
+	"\brequests\x18\x06 \x03(\v2\x16.lazarus.v1.RequestRefR\brequests\x122\n" +
+	"\trequester\x18\a \x01(\v2\x14.lazarus.v1.IdentityR\trequester\"=\n" +
 	"\n" +
 	"RequestRef\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x10\n" +
-	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\xe5\x03\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\xcb\x04\n" +
 	"\x0eToolCallRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12'\n" +
 	"\x0fconversation_id\x18\x02 \x01(\tR\x0econversationId\x12\x12\n" +
@@ -2205,7 +2318,9 @@ const file_lazarus_v1_records_proto_rawDesc = "" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12\x16\n" +
 	"\x06prompt\x18\v \x01(\tR\x06prompt\x12\x1d\n" +
 	"\n" +
-	"result_seq\x18\f \x01(\x04R\tresultSeq\"\x81\x01\n" +
+	"result_seq\x18\f \x01(\x04R\tresultSeq\x122\n" +
+	"\trequester\x18\r \x01(\v2\x14.lazarus.v1.IdentityR\trequester\x120\n" +
+	"\bresolver\x18\x0e \x01(\v2\x14.lazarus.v1.IdentityR\bresolver\"\x81\x01\n" +
 	"\bDeadline\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12 \n" +
 	"\ftool_call_id\x18\x02 \x01(\tR\n" +
@@ -2262,7 +2377,7 @@ func file_lazarus_v1_records_proto_rawDescGZIP() []byte {
 }
 
 var file_lazarus_v1_records_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_lazarus_v1_records_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_lazarus_v1_records_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_lazarus_v1_records_proto_goTypes = []any{
 	(Executor)(0),                 // 0: lazarus.v1.Executor
 	(ToolCallStatus)(0),           // 1: lazarus.v1.ToolCallStatus
@@ -2280,21 +2395,22 @@ var file_lazarus_v1_records_proto_goTypes = []any{
 	(*ToolResultEvent)(nil),       // 13: lazarus.v1.ToolResultEvent
 	(*PendingCall)(nil),           // 14: lazarus.v1.PendingCall
 	(*Suspension)(nil),            // 15: lazarus.v1.Suspension
-	(*Resolution)(nil),            // 16: lazarus.v1.Resolution
-	(*Rewind)(nil),                // 17: lazarus.v1.Rewind
-	(*TurnFailed)(nil),            // 18: lazarus.v1.TurnFailed
-	(*Event)(nil),                 // 19: lazarus.v1.Event
-	(*FSMState)(nil),              // 20: lazarus.v1.FSMState
-	(*Conversation)(nil),          // 21: lazarus.v1.Conversation
-	(*Summary)(nil),               // 22: lazarus.v1.Summary
-	(*RequestRef)(nil),            // 23: lazarus.v1.RequestRef
-	(*ToolCallRecord)(nil),        // 24: lazarus.v1.ToolCallRecord
-	(*Deadline)(nil),              // 25: lazarus.v1.Deadline
-	(*ModelCall)(nil),             // 26: lazarus.v1.ModelCall
-	(*Tombstone)(nil),             // 27: lazarus.v1.Tombstone
-	nil,                           // 28: lazarus.v1.FSMState.PendingEntry
-	nil,                           // 29: lazarus.v1.Conversation.SettingsEntry
-	(*timestamppb.Timestamp)(nil), // 30: google.protobuf.Timestamp
+	(*Identity)(nil),              // 16: lazarus.v1.Identity
+	(*Resolution)(nil),            // 17: lazarus.v1.Resolution
+	(*Rewind)(nil),                // 18: lazarus.v1.Rewind
+	(*TurnFailed)(nil),            // 19: lazarus.v1.TurnFailed
+	(*Event)(nil),                 // 20: lazarus.v1.Event
+	(*FSMState)(nil),              // 21: lazarus.v1.FSMState
+	(*Conversation)(nil),          // 22: lazarus.v1.Conversation
+	(*Summary)(nil),               // 23: lazarus.v1.Summary
+	(*RequestRef)(nil),            // 24: lazarus.v1.RequestRef
+	(*ToolCallRecord)(nil),        // 25: lazarus.v1.ToolCallRecord
+	(*Deadline)(nil),              // 26: lazarus.v1.Deadline
+	(*ModelCall)(nil),             // 27: lazarus.v1.ModelCall
+	(*Tombstone)(nil),             // 28: lazarus.v1.Tombstone
+	nil,                           // 29: lazarus.v1.FSMState.PendingEntry
+	nil,                           // 30: lazarus.v1.Conversation.SettingsEntry
+	(*timestamppb.Timestamp)(nil), // 31: google.protobuf.Timestamp
 }
 var file_lazarus_v1_records_proto_depIdxs = []int32{
 	5,  // 0: lazarus.v1.ContentPart.image:type_name -> lazarus.v1.Blob
@@ -2310,42 +2426,47 @@ var file_lazarus_v1_records_proto_depIdxs = []int32{
 	0,  // 10: lazarus.v1.PendingCall.executor:type_name -> lazarus.v1.Executor
 	14, // 11: lazarus.v1.Suspension.pending:type_name -> lazarus.v1.PendingCall
 	1,  // 12: lazarus.v1.Resolution.status:type_name -> lazarus.v1.ToolCallStatus
-	30, // 13: lazarus.v1.Event.time:type_name -> google.protobuf.Timestamp
-	10, // 14: lazarus.v1.Event.user_msg:type_name -> lazarus.v1.UserMessage
-	11, // 15: lazarus.v1.Event.assistant_msg:type_name -> lazarus.v1.AssistantMessage
-	12, // 16: lazarus.v1.Event.tool_call:type_name -> lazarus.v1.ToolCallEvent
-	13, // 17: lazarus.v1.Event.tool_result:type_name -> lazarus.v1.ToolResultEvent
-	15, // 18: lazarus.v1.Event.suspension:type_name -> lazarus.v1.Suspension
-	16, // 19: lazarus.v1.Event.resolution:type_name -> lazarus.v1.Resolution
-	17, // 20: lazarus.v1.Event.rewind:type_name -> lazarus.v1.Rewind
-	18, // 21: lazarus.v1.Event.turn_failed:type_name -> lazarus.v1.TurnFailed
-	3,  // 22: lazarus.v1.FSMState.state:type_name -> lazarus.v1.AgentState
-	28, // 23: lazarus.v1.FSMState.pending:type_name -> lazarus.v1.FSMState.PendingEntry
-	29, // 24: lazarus.v1.Conversation.settings:type_name -> lazarus.v1.Conversation.SettingsEntry
-	2,  // 25: lazarus.v1.Conversation.status:type_name -> lazarus.v1.ConversationStatus
-	20, // 26: lazarus.v1.Conversation.fsm_state:type_name -> lazarus.v1.FSMState
-	30, // 27: lazarus.v1.Conversation.created:type_name -> google.protobuf.Timestamp
-	30, // 28: lazarus.v1.Conversation.updated:type_name -> google.protobuf.Timestamp
-	30, // 29: lazarus.v1.Summary.created:type_name -> google.protobuf.Timestamp
-	23, // 30: lazarus.v1.Summary.requests:type_name -> lazarus.v1.RequestRef
-	0,  // 31: lazarus.v1.ToolCallRecord.executor:type_name -> lazarus.v1.Executor
-	1,  // 32: lazarus.v1.ToolCallRecord.status:type_name -> lazarus.v1.ToolCallStatus
-	9,  // 33: lazarus.v1.ToolCallRecord.result:type_name -> lazarus.v1.ToolOutcome
-	30, // 34: lazarus.v1.ToolCallRecord.created:type_name -> google.protobuf.Timestamp
-	30, // 35: lazarus.v1.ToolCallRecord.resolved:type_name -> google.protobuf.Timestamp
-	30, // 36: lazarus.v1.ToolCallRecord.deadline:type_name -> google.protobuf.Timestamp
-	30, // 37: lazarus.v1.Deadline.at:type_name -> google.protobuf.Timestamp
-	19, // 38: lazarus.v1.ModelCall.rendered_context:type_name -> lazarus.v1.Event
-	7,  // 39: lazarus.v1.ModelCall.usage:type_name -> lazarus.v1.Usage
-	30, // 40: lazarus.v1.ModelCall.created:type_name -> google.protobuf.Timestamp
-	22, // 41: lazarus.v1.ModelCall.summary:type_name -> lazarus.v1.Summary
-	30, // 42: lazarus.v1.Tombstone.deleted:type_name -> google.protobuf.Timestamp
-	14, // 43: lazarus.v1.FSMState.PendingEntry.value:type_name -> lazarus.v1.PendingCall
-	44, // [44:44] is the sub-list for method output_type
-	44, // [44:44] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	16, // 13: lazarus.v1.Resolution.resolver:type_name -> lazarus.v1.Identity
+	31, // 14: lazarus.v1.Event.time:type_name -> google.protobuf.Timestamp
+	16, // 15: lazarus.v1.Event.author:type_name -> lazarus.v1.Identity
+	10, // 16: lazarus.v1.Event.user_msg:type_name -> lazarus.v1.UserMessage
+	11, // 17: lazarus.v1.Event.assistant_msg:type_name -> lazarus.v1.AssistantMessage
+	12, // 18: lazarus.v1.Event.tool_call:type_name -> lazarus.v1.ToolCallEvent
+	13, // 19: lazarus.v1.Event.tool_result:type_name -> lazarus.v1.ToolResultEvent
+	15, // 20: lazarus.v1.Event.suspension:type_name -> lazarus.v1.Suspension
+	17, // 21: lazarus.v1.Event.resolution:type_name -> lazarus.v1.Resolution
+	18, // 22: lazarus.v1.Event.rewind:type_name -> lazarus.v1.Rewind
+	19, // 23: lazarus.v1.Event.turn_failed:type_name -> lazarus.v1.TurnFailed
+	3,  // 24: lazarus.v1.FSMState.state:type_name -> lazarus.v1.AgentState
+	29, // 25: lazarus.v1.FSMState.pending:type_name -> lazarus.v1.FSMState.PendingEntry
+	30, // 26: lazarus.v1.Conversation.settings:type_name -> lazarus.v1.Conversation.SettingsEntry
+	2,  // 27: lazarus.v1.Conversation.status:type_name -> lazarus.v1.ConversationStatus
+	21, // 28: lazarus.v1.Conversation.fsm_state:type_name -> lazarus.v1.FSMState
+	31, // 29: lazarus.v1.Conversation.created:type_name -> google.protobuf.Timestamp
+	31, // 30: lazarus.v1.Conversation.updated:type_name -> google.protobuf.Timestamp
+	31, // 31: lazarus.v1.Summary.created:type_name -> google.protobuf.Timestamp
+	24, // 32: lazarus.v1.Summary.requests:type_name -> lazarus.v1.RequestRef
+	16, // 33: lazarus.v1.Summary.requester:type_name -> lazarus.v1.Identity
+	0,  // 34: lazarus.v1.ToolCallRecord.executor:type_name -> lazarus.v1.Executor
+	1,  // 35: lazarus.v1.ToolCallRecord.status:type_name -> lazarus.v1.ToolCallStatus
+	9,  // 36: lazarus.v1.ToolCallRecord.result:type_name -> lazarus.v1.ToolOutcome
+	31, // 37: lazarus.v1.ToolCallRecord.created:type_name -> google.protobuf.Timestamp
+	31, // 38: lazarus.v1.ToolCallRecord.resolved:type_name -> google.protobuf.Timestamp
+	31, // 39: lazarus.v1.ToolCallRecord.deadline:type_name -> google.protobuf.Timestamp
+	16, // 40: lazarus.v1.ToolCallRecord.requester:type_name -> lazarus.v1.Identity
+	16, // 41: lazarus.v1.ToolCallRecord.resolver:type_name -> lazarus.v1.Identity
+	31, // 42: lazarus.v1.Deadline.at:type_name -> google.protobuf.Timestamp
+	20, // 43: lazarus.v1.ModelCall.rendered_context:type_name -> lazarus.v1.Event
+	7,  // 44: lazarus.v1.ModelCall.usage:type_name -> lazarus.v1.Usage
+	31, // 45: lazarus.v1.ModelCall.created:type_name -> google.protobuf.Timestamp
+	23, // 46: lazarus.v1.ModelCall.summary:type_name -> lazarus.v1.Summary
+	31, // 47: lazarus.v1.Tombstone.deleted:type_name -> google.protobuf.Timestamp
+	14, // 48: lazarus.v1.FSMState.PendingEntry.value:type_name -> lazarus.v1.PendingCall
+	49, // [49:49] is the sub-list for method output_type
+	49, // [49:49] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_lazarus_v1_records_proto_init() }
@@ -2362,7 +2483,7 @@ func file_lazarus_v1_records_proto_init() {
 		(*ToolOutcome_Content)(nil),
 		(*ToolOutcome_Error)(nil),
 	}
-	file_lazarus_v1_records_proto_msgTypes[15].OneofWrappers = []any{
+	file_lazarus_v1_records_proto_msgTypes[16].OneofWrappers = []any{
 		(*Event_UserMsg)(nil),
 		(*Event_AssistantMsg)(nil),
 		(*Event_ToolCall)(nil),
@@ -2378,7 +2499,7 @@ func file_lazarus_v1_records_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lazarus_v1_records_proto_rawDesc), len(file_lazarus_v1_records_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   26,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -58,6 +58,9 @@ func EventType(ev *messages.Event) string {
 func EventDetail(ev *messages.Event, full bool) string {
 	switch b := ev.GetBody().(type) {
 	case *messages.Event_UserMsg:
+		if a := ev.GetAuthor(); a != nil {
+			return content(b.UserMsg.GetContent(), full) + " from " + Identity(a)
+		}
 		return content(b.UserMsg.GetContent(), full)
 	case *messages.Event_AssistantMsg:
 		m := b.AssistantMsg
@@ -91,7 +94,11 @@ func EventDetail(ev *messages.Event, full bool) string {
 		return "waiting on " + strings.Join(waits, "; ")
 	case *messages.Event_Resolution:
 		r := b.Resolution
-		return fmt.Sprintf("id=%s %s by %s", ID(r.GetToolCallId()), ToolCallStatus(r.GetStatus()), ID(r.GetBy()))
+		by := ID(r.GetBy())
+		if r.GetResolver() != nil {
+			by = Identity(r.GetResolver())
+		}
+		return fmt.Sprintf("id=%s %s by %s", ID(r.GetToolCallId()), ToolCallStatus(r.GetStatus()), by)
 	case *messages.Event_Rewind:
 		return fmt.Sprintf("to seq %d %s", b.Rewind.GetToSeq(), Quote(b.Rewind.GetReason(), full))
 	case *messages.Event_TurnFailed:
@@ -99,6 +106,23 @@ func EventDetail(ev *messages.Event, full bool) string {
 		return fmt.Sprintf("%s after %d attempt(s): %s", ID(f.GetCode()), f.GetAttempts(), Quote(f.GetMessage(), full))
 	}
 	return "(an event type this build does not know)"
+}
+
+// Identity renders who asked or answered: the user id, then the roles in
+// brackets if any ("bob[approver,oncall]"); "anonymous" for an empty user id.
+func Identity(id *messages.Identity) string {
+	name := "anonymous"
+	if id.GetUserId() != "" {
+		name = ID(id.GetUserId())
+	}
+	if len(id.GetRoles()) == 0 {
+		return name
+	}
+	roles := make([]string, 0, len(id.GetRoles()))
+	for _, r := range id.GetRoles() {
+		roles = append(roles, ID(r))
+	}
+	return name + "[" + strings.Join(roles, ",") + "]"
 }
 
 // content renders message parts: quoted text, and a bracketed note for

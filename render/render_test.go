@@ -62,3 +62,16 @@ func TestNames(t *testing.T) {
 	require.Equal(t, "pending", render.ToolCallStatus(messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING))
 	require.Equal(t, "human", render.Executor(messages.Executor_EXECUTOR_HUMAN))
 }
+
+func TestIdentities(t *testing.T) {
+	alice := &messages.Identity{UserId: "alice"}
+	bob := &messages.Identity{UserId: "bob", Roles: []string{"approver", "on call"}}
+	msg := &messages.Event{Author: alice, Body: &messages.Event_UserMsg{UserMsg: agent.UserMessage(agent.TextPart("pay"))}}
+	require.Equal(t, `"pay" from alice`, render.EventDetail(msg, false))
+	res := &messages.Event{Body: &messages.Event_Resolution{Resolution: &messages.Resolution{
+		ToolCallId: "tc", Status: messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, By: "user", Resolver: bob}}}
+	require.Equal(t, `id=tc resolved by bob[approver,"on call"]`, render.EventDetail(res, false))
+	res.GetResolution().Resolver = nil
+	require.Equal(t, `id=tc resolved by user`, render.EventDetail(res, false), "a log written before resolvers were recorded")
+	require.Equal(t, "anonymous[x]", render.Identity(&messages.Identity{Roles: []string{"x"}}))
+}

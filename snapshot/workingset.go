@@ -414,6 +414,9 @@ type Plan struct {
 	// them): Prev's, then those of the events up to ToSeq, rendered or not,
 	// the newest MaxSummaryRequests of them within MaxSummaryRequestBytes.
 	Requests []*messages.RequestRef
+	// Requester is the identity the new summary carries (Run sets it): the
+	// author of the newest user message up to ToSeq, else Prev's.
+	Requester *messages.Identity
 }
 
 // Bounds of the idempotency keys a summary carries (Summary.Requests), so
@@ -446,7 +449,28 @@ func (w *WorkingSet) Plan(keepRecent int) (Plan, bool) {
 		p.Events = slices.Clone(r[:n])
 	}
 	p.Requests = foldRequests(w.Summary.GetRequests(), w.Events, to)
+	p.Requester = w.Summary.GetRequester()
+	for i := n - 1; i >= 0; i-- {
+		if r[i].GetUserMsg() != nil {
+			p.Requester = r[i].GetAuthor()
+			break
+		}
+	}
 	return p, true
+}
+
+// Requester returns who the conversation works for: the author of the
+// newest user message the model sees, or, when the summary folded every
+// user message away, the summary's requester. Nil when unknown (an
+// anonymous send, or a log written before authors were recorded).
+func (w *WorkingSet) Requester() *messages.Identity {
+	r := w.Render()
+	for i := len(r) - 1; i >= 0; i-- {
+		if r[i].GetUserMsg() != nil {
+			return r[i].GetAuthor()
+		}
+	}
+	return w.Summary.GetRequester()
 }
 
 // foldRequests returns the refs of prev followed by those of the events up
@@ -497,5 +521,6 @@ func (p Plan) Run(ctx context.Context, s Summarizer, conversationID string) (*me
 	}
 	out.FromSeq, out.ToSeq = p.FromSeq, p.ToSeq
 	out.Requests = p.Requests
+	out.Requester = p.Requester
 	return out, nil
 }

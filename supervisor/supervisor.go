@@ -311,6 +311,7 @@ func (r *root) Receive(ctx actor.Context) {
 			Status:     messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED,
 			Result:     actors.ExpiredOutcome(),
 			By:         "system",
+			Resolver:   actors.SystemIdentity(),
 		}})
 	case *rewake:
 		r.deliver(ctx, msg.conversation, &actors.Command{Scope: agent.SystemScope, Msg: &messages.AgentWake{}})

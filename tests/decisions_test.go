@@ -181,12 +181,13 @@ func probeTools(seen chan<- scopeSeen) []agent.Tool {
 }
 
 // TestResumedWorkNeverRunsWithAZeroScope: work the runtime resumes on its
-// own runs under agent.SystemScope, and work an entry call causes runs
-// under that call's scope, whatever the race between a revival and the
+// own runs under agent.SystemScope (no ScopeLoader here), and work a send
+// causes runs under that send's scope, whatever the race between a revival and the
 // command that woke it (which was lost intermittently: a zero Scope). The
 // cases of the report: a server call re-dispatched after Kill and Wake, the
 // turn after an expiry on a killed conversation, and the next tool that
-// requires a user after a Resolve on a killed conversation.
+// requires a user after a Resolve on a killed conversation (it works for
+// the requester, not for the resolver).
 func TestResumedWorkNeverRunsWithAZeroScope(t *testing.T) {
 	seen := make(chan scopeSeen, 64)
 	h := newHarness(t, openStore(t, "memory"), func(o *lazarus.Options) {
@@ -227,8 +228,10 @@ func TestResumedWorkNeverRunsWithAZeroScope(t *testing.T) {
 	h.clock.Advance(time.Hour)
 	require.Equal(t, agent.SystemScope, next("b"))
 
-	// A human answers a killed conversation: the tool that needs a user
-	// runs under the answering user's scope.
+	// A human answers a killed conversation: the tools go on working for
+	// the requester, never as the answering user. With no ScopeLoader to
+	// rebuild the requester's scope, the tool that needs a user is refused
+	// (a tool error the model sees) and does not run.
 	h.model.Push("c", scripted.Reply("", scripted.Call("approve_refund", `{}`)), scripted.Reply("", scripted.Call("user_probe", `{}`)))
 	_, err = h.rt.Send(ctx, "c", "refund", user)
 	require.NoError(t, err)
@@ -236,7 +239,9 @@ func TestResumedWorkNeverRunsWithAZeroScope(t *testing.T) {
 	require.True(t, h.rt.Kill("c"))
 	bob := agent.Scope{UserID: "bob"}
 	require.NoError(t, h.rt.Resolve(ctx, id, `{"approved":true}`, bob))
-	require.Equal(t, bob, next("c"))
+	res := h.awaitEvent("c", 0, func(ev *messages.Event) bool { return ev.GetToolResult().GetName() == "user_probe" })
+	require.Equal(t, agent.CodeScope, res.GetToolResult().GetOutcome().GetError().GetCode(), "refused: the system scope is not a user")
+	require.Empty(t, seen, "user_probe never ran, and never as bob")
 }
 
 // overlapModel answers after 200 ms and returns 300 ms after its context is

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	osuser "os/user"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -162,7 +164,7 @@ func (c *cli) pending(ctx context.Context, fs *flags, args []string) (err error)
 
 var resolveCmd = &command{
 	name:     "resolve",
-	synopsis: "TOOL_CALL_ID (--result JSON | --reject REASON)",
+	synopsis: "TOOL_CALL_ID (--result JSON | --reject REASON) [--as USER] [--roles R1,R2]",
 	summary:  "answer a pending human tool call (prints stale, exit 3, when too late)",
 	help: `
 Answers a pending human tool call with a JSON result (--result; "-" reads
@@ -177,13 +179,21 @@ The conversation continues when a runtime next opens the directory: the
 same write marks the conversation active, and a runtime wakes its active
 conversations on Open; the revived agent records the answer in its log
 (resolution and tool_result events) and calls the model. Only human calls
-can be resolved; the runtime runs server calls itself.`,
+can be resolved; the runtime runs server calls itself.
+
+The answer is recorded as given by --as (default: the operating system's
+user running the command) with the roles of --roles, in the resolution
+event and the tool call row. The tools' authorizers live in the
+application, not in the store: whoever can open the store answers as an
+operator, and the log says who.`,
 	run: (*cli).resolve,
 }
 
 func (c *cli) resolve(ctx context.Context, fs *flags, args []string) (err error) {
 	result := fs.String("result", "", "the answer, a JSON value (`JSON`); - reads it from stdin")
 	reject := fs.String("reject", "", "decline the call with this `reason` instead (the model sees a tool error)")
+	as := fs.String("as", "", "who answers, recorded in the log (`user`; default: the operating system's user)")
+	roles := fs.String("roles", "", "the answerer's `roles`, comma-separated, recorded in the log")
 	pos, err := c.parse(fs, args, 1, 1)
 	if err != nil {
 		return err
@@ -191,6 +201,16 @@ func (c *cli) resolve(ctx context.Context, fs *flags, args []string) (err error)
 	id := pos[0]
 	if err := journal.ValidateID("tool call id", id); err != nil {
 		return usagef("%v", err)
+	}
+	by := agent.Identity{UserID: *as}
+	if by.UserID == "" {
+		by.UserID = osUser()
+	}
+	if *roles != "" {
+		by.Roles = strings.Split(*roles, ",")
+	}
+	if err := agent.ValidateIdentity(by); err != nil {
+		return usagef("--as/--roles: %v", err)
 	}
 	var res *messages.ToolResolution
 	switch {
@@ -241,6 +261,7 @@ func (c *cli) resolve(ctx context.Context, fs *flags, args []string) (err error)
 	conv := row.GetConversationId()
 	res.ToolCallId = id
 	res.At = journal.Timestamp(c.now())
+	res.By = by.Proto()
 	// What Runtime.Resolve writes (an unfenced append of one resolution),
 	// plus status ACTIVE: with no live actor to deliver the answer to, the
 	// status is what makes the next runtime wake the conversation and
@@ -257,9 +278,21 @@ func (c *cli) resolve(ctx context.Context, fs *flags, args []string) (err error)
 		}
 		return err
 	}
-	fmt.Fprintf(c.stdout, "%s %s (conversation %s); it continues when a runtime next opens the directory\n",
-		callStatusName(res.GetStatus()), displayID(id), displayID(conv))
+	fmt.Fprintf(c.stdout, "%s %s by %s (conversation %s); it continues when a runtime next opens the directory\n",
+		callStatusName(res.GetStatus()), displayID(id), displayID(by.UserID), displayID(conv))
 	return nil
+}
+
+// osUser names the operating system's user running the command, or
+// "operator" when it cannot be told.
+func osUser() string {
+	if u, err := osuser.Current(); err == nil && u.Username != "" {
+		return u.Username
+	}
+	if name := os.Getenv("USER"); name != "" {
+		return name
+	}
+	return "operator"
 }
 
 // stale prints "stale" on stdout and returns err (which wraps

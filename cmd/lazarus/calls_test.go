@@ -70,11 +70,13 @@ func TestPending(t *testing.T) {
 func TestResolve(t *testing.T) {
 	f := newFixture(t)
 
-	r := cliRun(t, "", "resolve", f.waitingCall, "--dir", f.dir, "--result", `{"approved": true, "by": "ops"}`)
+	r := cliRun(t, "", "resolve", f.waitingCall, "--dir", f.dir, "--result", `{"approved": true, "by": "ops"}`, "--as", "ops", "--roles", "approver,oncall")
 	requireOK(t, r)
-	require.Equal(t, "resolved "+f.waitingCall+" (conversation waiting); it continues when a runtime next opens the directory\n", r.stdout)
+	require.Equal(t, "resolved "+f.waitingCall+" by ops (conversation waiting); it continues when a runtime next opens the directory\n", r.stdout)
 	row := readCall(t, f.dir, f.waitingCall)
 	require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, row.GetStatus())
+	require.Equal(t, "ops", row.GetResolver().GetUserId(), "the row records who answered")
+	require.Equal(t, []string{"approver", "oncall"}, row.GetResolver().GetRoles())
 	require.Equal(t, `{"approved": true, "by": "ops"}`, row.GetResult().GetContent())
 
 	t.Run("a second answer is stale", func(t *testing.T) {
@@ -115,6 +117,7 @@ func TestResolve(t *testing.T) {
 	evs, err := rt.History(ctxT(t), "waiting", 0, 0)
 	require.NoError(t, err)
 	require.Equal(t, "user", evs[7].GetResolution().GetBy())
+	require.Equal(t, "ops", evs[7].GetResolution().GetResolver().GetUserId(), "the revived agent records who answered")
 	require.Equal(t, f.waitingCall, evs[8].GetToolResult().GetToolCallId())
 }
 
@@ -124,6 +127,7 @@ func TestResolveReject(t *testing.T) {
 	requireOK(t, r)
 	require.Contains(t, r.stdout, "errored "+f.waitingCall)
 	row := readCall(t, f.dir, f.waitingCall)
+	require.NotEmpty(t, row.GetResolver().GetUserId(), "without --as, the operating system's user")
 	require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_ERRORED, row.GetStatus())
 	require.Equal(t, agent.ErrorOutcome(agent.CodeRejected, "over the limit").GetError().GetMessage(), row.GetResult().GetError().GetMessage())
 	require.Equal(t, "rejected", row.GetResult().GetError().GetCode())

@@ -22,7 +22,9 @@ Reads every record of the store and verifies it: every block's checksum,
 every record decodes and agrees with its key, every conversation's log is
 gap-free from seq 1, summaries lie inside their log, every tool_call event
 has its row and owner entry, the pending index lists exactly the pending
-rows, and the two deadline indexes agree. It changes nothing.
+rows, the active index exactly the conversations whose status is ACTIVE
+(those Open resumes), and the two deadline indexes agree. It changes
+nothing.
 
 It prints what it read and one line per problem ("damage: ..."), or "sound".
 Exit status: 0 sound, 6 damage found (or the store's files are too damaged

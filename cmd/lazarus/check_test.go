@@ -86,6 +86,24 @@ func TestCheckFindsDamagedTable(t *testing.T) {
 	require.Contains(t, r.stderr, "the store is damaged")
 }
 
+// TestCheckFindsActiveIndexDamage: an entry of the index of ACTIVE
+// conversations (what Open resumes) for a conversation whose row is idle
+// is reported as damage (pebblejournal's TestCheck covers the other cases).
+func TestCheckFindsActiveIndexDamage(t *testing.T) {
+	f := newFixture(t)
+	o := &pebble.Options{FormatMajorVersion: pebblejournal.FormatMajorVersion, Logger: quietPebble{}}
+	pebblejournal.SetLevelOptions(o)
+	db, err := pebble.Open(f.dir, o)
+	require.NoError(t, err)
+	// Family 0x0a, the id, its terminator 0x00 0x01 (see pebblejournal's
+	// doc.go).
+	require.NoError(t, db.Set([]byte("\x0afinished\x00\x01"), nil, pebble.Sync))
+	require.NoError(t, db.Close())
+	r := cliRun(t, "", "check", "--dir", f.dir)
+	require.Equal(t, exitDamaged, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+	require.Contains(t, r.stdout, `conversation "finished": the active index lists it, but its row is CONVERSATION_STATUS_IDLE`)
+}
+
 // TestCheckExitCodes: a MANIFEST too damaged to open is damage (6); a
 // directory a runtime holds is busy (4); no store is 5; a stray argument
 // is a usage error (2).

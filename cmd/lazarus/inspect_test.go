@@ -64,7 +64,7 @@ func TestShow(t *testing.T) {
 	lines := outLines(r.stdout)
 	require.Len(t, lines, 7, r.stdout)
 	want := []string{
-		`^\s+1  \S+Z\s+user_msg\s+"Refund order 7, please\."$`,
+		`^\s+1  \S+Z\s+user_msg\s+"Refund order 7, please\." from operator-test$`,
 		`^\s+2  \S+Z\s+assistant_msg\s+"Checking the order\." calls lookup\(\w+\)$`,
 		`^\s+3  \S+Z\s+tool_call\s+lookup id=\w+ server args=\{"order":7\}$`,
 		`^\s+4  \S+Z\s+tool_result\s+lookup id=\w+ -> \{"order":42,"amount":120\}$`,
@@ -99,7 +99,7 @@ func TestShow(t *testing.T) {
 	t.Run("resolution and multi-line text stay one line each", func(t *testing.T) {
 		r := cliRun(t, "", "show", "answered", "--dir", f.dir)
 		requireOK(t, r)
-		require.Regexp(t, `resolution\s+id=`+f.answeredCall+` resolved by user`, r.stdout)
+		require.Regexp(t, `resolution\s+id=`+f.answeredCall+` resolved by operator-test`, r.stdout)
 		require.Regexp(t, `tool_result\s+approve id=`+f.answeredCall+` -> \{"approved":true\}`, r.stdout)
 		r = cliRun(t, "", "show", "finished", "--dir", f.dir)
 		requireOK(t, r)

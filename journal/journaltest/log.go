@@ -208,13 +208,13 @@ func testAppendResolutions(t *testing.T, e env) {
 	res := appendOK(t, s, &messages.AppendRequest{
 		ConversationId: "c", ExpectedLast: last,
 		Events:      []*messages.Event{resolutionEv(10, "tc-1", resolved), toolResultEv(10, "tc-1", `"yes"`)},
-		Resolutions: []*messages.ToolResolution{{ToolCallId: "tc-1", Status: resolved, Result: contentOutcome(`"yes"`), At: ts(10)}},
+		Resolutions: []*messages.ToolResolution{{ToolCallId: "tc-1", Status: resolved, Result: contentOutcome(`"yes"`), At: ts(10), By: bob}},
 		FsmState:    awaiting(5, "tc-2"),
 	})
 	assert.Equal(t, journal.AppendResult{FirstSeq: 4, LastSeq: 5}, res)
 	want := humanCall("c", "tc-1")
-	want.Status, want.Result, want.Resolved = resolved, contentOutcome(`"yes"`), ts(10)
-	requireProto(t, want, toolCall(t, s, "tc-1"), "the resolution moved the row to resolved with its result and time")
+	want.Status, want.Result, want.Resolved, want.Resolver = resolved, contentOutcome(`"yes"`), ts(10), bob
+	requireProto(t, want, toolCall(t, s, "tc-1"), "the resolution moved the row to resolved with its result, time and resolver")
 	pend, err := s.PendingToolCalls(ctx, "c")
 	require.NoError(t, err)
 	assert.Equal(t, []string{"tc-2"}, callIDs(pend))
@@ -228,6 +228,9 @@ func testAppendResolutions(t *testing.T, e env) {
 	assert.Equal(t, expired, toolCall(t, s, "tc-2").GetStatus())
 	assert.Empty(t, allDeadlines(t, s))
 }
+
+// bob is a resolver's identity.
+var bob = &messages.Identity{UserId: "bob", Roles: []string{"approver"}}
 
 func callIDs(rows []*messages.ToolCallRecord) []string {
 	out := []string{}

@@ -343,6 +343,7 @@ var modelOps = []weightedOp{
 	{2, (*model).opPutFSMState},
 	{3, (*model).opConversation},
 	{3, (*model).opList},
+	{2, (*model).opListActive},
 	{3, (*model).opMetadata},
 	{1, (*model).opDelete}, // 40% of the time: about one delete in 270 operations
 	{1, (*model).opReopen},
@@ -680,6 +681,33 @@ func (m *model) opList() {
 	got, gnext, gerr := m.sut.ListConversations(m.ctx, cursor, limit)
 	m.sameErr(werr, gerr)
 	sameProtos(m, "conversations (times aside)", withoutTimesAll(want), withoutTimesAll(got))
+	if wnext != gnext {
+		m.fail("next cursor %q, want %q", gnext, wnext)
+	}
+}
+
+func (m *model) opListActive() {
+	cursor := ""
+	if m.chance(60) {
+		cursor = m.conv()
+		if m.chance(30) {
+			cursor += "\x00"
+		}
+	}
+	limit := m.rng.IntN(5)
+	if m.chance(5) {
+		limit = -1
+	}
+	if m.chance(5) {
+		cursor = "bad\xff"
+	}
+	m.log("ListActiveConversations %q %d", cursor, limit)
+	want, wnext, werr := m.oracle.ListActiveConversations(m.ctx, cursor, limit)
+	got, gnext, gerr := m.sut.ListActiveConversations(m.ctx, cursor, limit)
+	m.sameErr(werr, gerr)
+	if !slices.Equal(want, got) {
+		m.fail("active conversations %q, want %q", got, want)
+	}
 	if wnext != gnext {
 		m.fail("next cursor %q, want %q", gnext, wnext)
 	}

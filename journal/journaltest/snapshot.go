@@ -22,6 +22,7 @@ type snapshot struct {
 	calls     map[string]*messages.ToolCallRecord // nil: ErrNotFound
 	deadlines []*messages.Deadline                // of the snapshot's conversations
 	listed    []*messages.Conversation            // ListConversations, every page, the snapshot's conversations only
+	active    []string                            // ListActiveConversations, every page, the snapshot's conversations only
 }
 
 type convSnapshot struct {
@@ -121,6 +122,25 @@ func readSnapshot(ctx context.Context, s journal.Store, convs, calls []string) (
 		}
 		cursor = next
 	}
+	active, err := listActive(ctx, s, 0)
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range active {
+		c, ok := snap.convs[id]
+		if !ok {
+			continue
+		}
+		snap.active = append(snap.active, id)
+		if c.row.GetStatus() != messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE {
+			return nil, fmt.Errorf("ListActiveConversations lists %q, whose row is %v", id, show(c.row))
+		}
+	}
+	for id, c := range snap.convs {
+		if c.row.GetStatus() == messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE && !slices.Contains(snap.active, id) {
+			return nil, fmt.Errorf("ListActiveConversations does not list %q, whose row is ACTIVE", id)
+		}
+	}
 	return snap, nil
 }
 
@@ -190,7 +210,13 @@ func (snap *snapshot) diff(other *snapshot) string {
 	if d := diffProtos("deadlines", snap.deadlines, other.deadlines); d != "" {
 		return d
 	}
-	return diffProtos("listed conversations", snap.listed, other.listed)
+	if d := diffProtos("listed conversations", snap.listed, other.listed); d != "" {
+		return d
+	}
+	if !slices.Equal(snap.active, other.active) {
+		return fmt.Sprintf("active conversations differ\n  %q\n  %q", snap.active, other.active)
+	}
+	return ""
 }
 
 func diffProto[M proto.Message](what string, a, b M) string {

@@ -43,6 +43,9 @@ type state struct {
 	deleted   map[string]struct{}                 // tombstones
 	toolCalls map[string]*messages.ToolCallRecord // by tool call id, all conversations
 	deadlines map[deadlineKey]*messages.Deadline  // all conversations
+	// active holds the ids of the conversations whose row is ACTIVE, kept
+	// by every change of a row (indexActive) and by a delete.
+	active map[string]struct{}
 }
 
 type deadlineKey struct{ conv, call string }
@@ -78,6 +81,18 @@ func newState() *state {
 		deleted:   make(map[string]struct{}),
 		toolCalls: make(map[string]*messages.ToolCallRecord),
 		deadlines: make(map[deadlineKey]*messages.Deadline),
+		active:    make(map[string]struct{}),
+	}
+}
+
+// indexActive puts id in the index of ACTIVE conversations if its row is
+// ACTIVE, and takes it out otherwise. Every change of a row calls it, under
+// the lock that the change holds.
+func (st *state) indexActive(id string, c *conv) {
+	if c != nil && c.row.GetStatus() == messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE {
+		st.active[id] = struct{}{}
+	} else {
+		delete(st.active, id)
 	}
 }
 
@@ -307,7 +322,9 @@ func (st *state) applyAppend(req *messages.AppendRequest, now time.Time) journal
 		st.putToolCall(c, tc)
 	}
 	for _, r := range req.GetResolutions() {
-		st.resolve(c, st.toolCalls[r.GetToolCallId()], r.GetStatus(), r.GetResult(), r.GetAt())
+		row := st.toolCalls[r.GetToolCallId()]
+		st.resolve(c, row, r.GetStatus(), r.GetResult(), r.GetAt())
+		row.Resolver = r.GetBy()
 	}
 	changed := false
 	if fsm := req.GetFsmState(); fsm != nil {
@@ -327,6 +344,7 @@ func (st *state) applyAppend(req *messages.AppendRequest, now time.Time) journal
 	for _, call := range req.GetCancel() {
 		st.cancel(c, id, call)
 	}
+	st.indexActive(id, c)
 	return res
 }
 
@@ -918,7 +936,9 @@ func (s *Store) PutConversation(ctx context.Context, u journal.ConversationUpdat
 	if n := proto.Size(row); n > journal.MaxRecordBytes {
 		return fmt.Errorf("memjournal: %w", journal.Invalidf("conversation %q of %d bytes exceeds %d", u.ID, n, journal.MaxRecordBytes))
 	}
-	st.conv(u.ID).row = row
+	c := st.conv(u.ID)
+	c.row = row
+	st.indexActive(u.ID, c)
 	return nil
 }
 
@@ -967,6 +987,37 @@ func (s *Store) ListConversations(ctx context.Context, cursor string, limit int)
 	return out, next, nil
 }
 
+// ListActiveConversations implements journal.Conversations: it sorts the
+// ids of the ACTIVE conversations (the index kept with every row change),
+// so its cost depends on their number only.
+func (s *Store) ListActiveConversations(ctx context.Context, cursor string, limit int) ([]string, string, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, "", err
+	}
+	after, limit, err := journal.ParseActiveCursor(cursor, limit)
+	if err != nil {
+		return nil, "", fmt.Errorf("memjournal: %w", err)
+	}
+	st, err := s.lock()
+	if err != nil {
+		return nil, "", err
+	}
+	defer s.mu.Unlock()
+	var ids []string
+	for id := range st.active {
+		if id > after {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	next := ""
+	if len(ids) > limit {
+		ids = ids[:limit]
+		next = journal.ActiveCursor(ids[limit-1])
+	}
+	return ids, next, nil
+}
+
 // DeleteConversation implements journal.Conversations. A conversation is
 // unknown when it has no row, even if it has records that do not create one
 // (metadata, deadlines, tool calls, audit rows written on their own).
@@ -993,6 +1044,7 @@ func (s *Store) DeleteConversation(ctx context.Context, id string) error {
 		delete(st.deadlines, deadlineKey{id, call})
 	}
 	delete(st.convs, id)
+	delete(st.active, id)
 	st.deleted[id] = struct{}{}
 	return nil
 }

@@ -44,6 +44,7 @@ type convCheck struct {
 	gap       bool            // a gap was reported already
 	calls     map[string]bool // tool call ids of its tool_call events
 	pending   map[string]bool // ids of its pending rows
+	indexed   bool            // the active index lists it
 }
 
 // Check verifies the whole store, meant for a store no runtime is using
@@ -51,8 +52,9 @@ type convCheck struct {
 // every record decodes and agrees with its key, every log is gap-free from
 // seq 1, no fsm_state is ahead of its log, every summary lies inside
 // its log, every tool_call event has its row and every row its owner entry,
-// the pending index lists exactly the pending rows, and the two deadline
-// indexes agree with each other and name pending calls. Damage goes into
+// the pending index lists exactly the pending rows, the active index
+// exactly the ACTIVE rows, and the two deadline indexes agree with each
+// other and name pending calls. Damage goes into
 // the report; the error is for a check that could not run (a closed store,
 // ctx done).
 func (s *Store) Check(ctx context.Context) (*CheckReport, error) {
@@ -198,6 +200,17 @@ func (s *Store) Check(ctx context.Context) (*CheckReport, error) {
 			}
 			delete(c.pending, call) // what is left lacks an entry
 		}},
+		{famActive, func(k, v []byte) {
+			id, rest, ok := convID(k)
+			if !ok {
+				return
+			}
+			if len(rest) != 0 || len(v) != 0 {
+				r.problem("malformed active-conversation key %s (or a value where none belongs)", keyString(k))
+				return
+			}
+			conv(id).indexed = true
+		}},
 		{famDeadline, func(k, v []byte) {
 			id, rest, ok := convID(k)
 			if !ok {
@@ -237,6 +250,14 @@ func (s *Store) Check(ctx context.Context) (*CheckReport, error) {
 	for id, c := range convs {
 		for call := range c.pending {
 			r.problem("conversation %q: pending tool call %q is missing from the pending index", id, call)
+		}
+		switch active := isActive(c.row); {
+		case c.indexed && c.row == nil:
+			r.problem("conversation %q: the active index lists it, but it has no row", id)
+		case c.indexed && !active:
+			r.problem("conversation %q: the active index lists it, but its row is %v", id, c.row.GetStatus())
+		case active && !c.indexed:
+			r.problem("conversation %q: its row is ACTIVE, but it is missing from the active index", id)
 		}
 		if c.tombstone && (c.row != nil || c.lastSeq > 0) {
 			r.problem("conversation %q: deleted, but records remain", id)

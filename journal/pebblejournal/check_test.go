@@ -8,6 +8,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lazarusrt/lazarus/messages"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -71,6 +72,17 @@ func TestCheck(t *testing.T) {
 			return db.Delete(byTimeKey(timestamppb.New(time.Unix(1000, 0)), "t1", "c"), nil)
 		}, `missing from the by-time index`},
 		{"deadline record lost", func(db *pebble.DB) error { return db.Delete(idKey(famDeadline, "c", "t1"), nil) }, `no deadline record`},
+		{"active entry lost", func(db *pebble.DB) error { return db.Delete(convKey(famActive, "d"), nil) },
+			`conversation "d": its row is ACTIVE, but it is missing from the active index`},
+		{"active entry of a deleted conversation", func(db *pebble.DB) error { return db.Set(convKey(famActive, "gone"), nil, nil) },
+			`conversation "gone": the active index lists it, but it has no row`},
+		{"active entry of an idle row", func(db *pebble.DB) error {
+			v, err := proto.Marshal(&messages.Conversation{Id: "d", Status: messages.ConversationStatus_CONVERSATION_STATUS_IDLE})
+			if err != nil {
+				return err
+			}
+			return db.Set(convKey(famConv, "d"), v, nil)
+		}, `conversation "d": the active index lists it, but its row is CONVERSATION_STATUS_IDLE`},
 		{"undecodable summary", func(db *pebble.DB) error {
 			return db.Set(seqKey(famSummary, "d", 9), []byte(``), nil)
 		}, `summary value at key`},

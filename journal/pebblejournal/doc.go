@@ -67,6 +67,7 @@
 //	0x07 conv call                     deadline (Deadline)
 //	0x08 conv turn_ref                 audit row (ModelCall)
 //	0x09 conv key                      metadata value (UTF-8 text)
+//	0x0a conv                          active conversation index (empty)
 //	0x21 seconds nanos call conv       deadlines by time (empty)
 //	0x22 call                          tool call id -> conversation id (text)
 //
@@ -76,8 +77,15 @@
 // put the event's outcome back.
 //
 // Layout v2 brought result_seq and moved the owner index from 0x20 to 0x22.
-// Open upgrades a v1 store: it moves the owner keys, in batches of 4,096,
-// then marks the store v2.
+// Layout v3 brought the active index (0x0a): one key per conversation whose
+// row is ACTIVE, set or deleted in the batch that moves the row's status
+// across ACTIVE (the old status is the row the write loaded, usually from
+// the head cache, so a write that keeps the status writes no index key),
+// and deleted with the conversation. ListActiveConversations walks it. Open
+// upgrades a v1 store: it moves the owner keys, in batches of 4,096; then
+// it gives a v1 or v2 store its active index in one synced batch that
+// clears the family, sets the key of every ACTIVE row and records v3, so a
+// crash during the upgrade leaves the store as it was.
 //
 // In the deadline index, seconds are 8 bytes big-endian with the sign bit
 // flipped and nanos 4 bytes big-endian, so keys sort by time, then tool call
@@ -98,8 +106,9 @@
 // events they return, whatever the length of the log.
 //
 // DeleteConversation writes one synced batch: a range delete over each of
-// families 0x03-0x09 for the conversation, point deletes of its row and of
-// its entries in the two global indexes (0x21, 0x22), and its tombstone
+// families 0x03-0x09 for the conversation, point deletes of its row, of its
+// active index key (0x0a) and of its entries in the two global indexes
+// (0x21, 0x22), and its tombstone
 // (0x02), which makes every later write to the id fail with
 // journal.ErrDeleted.
 //

@@ -27,7 +27,7 @@ func fuzzKey(fam byte, conv string, suffix []byte) []byte {
 	switch fam {
 	case famCallOwner, famDeadlineByTime:
 		return append([]byte{fam}, suffix...)
-	case famConv, famTombstone:
+	case famConv, famTombstone, famActive:
 		if len(suffix) == 0 {
 			return convKey(fam, conv)
 		}
@@ -38,7 +38,7 @@ func fuzzKey(fam byte, conv string, suffix []byte) []byte {
 // fuzzFamilies are the families a FuzzDecodeRecord input can target; its
 // first byte picks one.
 var fuzzFamilies = []byte{famConv, famTombstone, famEvent, famSummary, famToolCall, famPending,
-	famDeadline, famAudit, famMetadata, famCallOwner, famDeadlineByTime}
+	famDeadline, famAudit, famMetadata, famCallOwner, famDeadlineByTime, famActive}
 
 func mustMarshal(m proto.Message) []byte {
 	b, err := proto.Marshal(m)
@@ -135,6 +135,8 @@ func FuzzDecodeRecord(f *testing.F) {
 		check("Conversation", err, journal.ErrNotFound, journal.ErrDeleted)
 		_, _, err = s.ListConversations(ctx, "", 10)
 		check("ListConversations", err)
+		_, _, err = s.ListActiveConversations(ctx, "", 10)
+		check("ListActiveConversations", err)
 		_, err = s.Metadata(ctx, conv)
 		check("Metadata", err)
 		// Writes read what they check.

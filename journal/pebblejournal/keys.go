@@ -12,16 +12,20 @@ import (
 // Record families: the first byte of every key. The layout is described in
 // doc.go; change it only together with layoutVersion.
 const (
-	famMeta           byte = 0x00 // famMeta | name
-	famConv           byte = 0x01 // famConv | conv
-	famTombstone      byte = 0x02 // famTombstone | conv
-	famEvent          byte = 0x03 // famEvent | conv | seq
-	famSummary        byte = 0x04 // famSummary | conv | to_seq
-	famToolCall       byte = 0x05 // famToolCall | conv | call
-	famPending        byte = 0x06 // famPending | conv | call
-	famDeadline       byte = 0x07 // famDeadline | conv | call
-	famAudit          byte = 0x08 // famAudit | conv | turn_ref
-	famMetadata       byte = 0x09 // famMetadata | conv | key
+	famMeta      byte = 0x00 // famMeta | name
+	famConv      byte = 0x01 // famConv | conv
+	famTombstone byte = 0x02 // famTombstone | conv
+	famEvent     byte = 0x03 // famEvent | conv | seq
+	famSummary   byte = 0x04 // famSummary | conv | to_seq
+	famToolCall  byte = 0x05 // famToolCall | conv | call
+	famPending   byte = 0x06 // famPending | conv | call
+	famDeadline  byte = 0x07 // famDeadline | conv | call
+	famAudit     byte = 0x08 // famAudit | conv | turn_ref
+	famMetadata  byte = 0x09 // famMetadata | conv | key
+	// famActive indexes the conversations whose row is ACTIVE (layout
+	// v3): one empty value per conversation, set and deleted in the batch
+	// that changes the row's status.
+	famActive         byte = 0x0a // famActive | conv
 	famDeadlineByTime byte = 0x21 // famDeadlineByTime | seconds | nanos | call | conv
 	// famCallOwner is the last family, so that the owner key of a new,
 	// time-ordered tool call id sorts after every key already on disk: the
@@ -58,6 +62,8 @@ func famName(f byte) string {
 		return "audit"
 	case famMetadata:
 		return "metadata"
+	case famActive:
+		return "active conversation"
 	case famCallOwner, famCallOwnerV1:
 		return "tool call owner"
 	case famDeadlineByTime:

@@ -662,6 +662,46 @@ func (s *Store) ListConversations(ctx context.Context, cursor string, limit int)
 	return out, next, nil
 }
 
+// ListActiveConversations implements journal.Conversations: a walk of the
+// active index (family 0x0a) from the cursor's key; it reads no row, so its
+// cost is the page, whatever the number of conversations.
+func (s *Store) ListActiveConversations(ctx context.Context, cursor string, limit int) ([]string, string, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, "", err
+	}
+	defer s.end()
+	after, limit, err := journal.ParseActiveCursor(cursor, limit)
+	if err != nil {
+		return nil, "", fmt.Errorf("pebblejournal: %w", err)
+	}
+	lower := []byte{famActive}
+	if after != "" {
+		lower = convEnd(famActive, after) // the first key after the cursor's
+	}
+	it, err := s.newIter(lower, familyEnd(famActive))
+	if err != nil {
+		return nil, "", err
+	}
+	prefix := []byte{famActive}
+	var out []string
+	next := ""
+	for ok := it.First(); ok; ok = it.Next() {
+		if len(out) == limit {
+			next = journal.ActiveCursor(out[len(out)-1])
+			break
+		}
+		id, err := parseIDKey(it.Key(), prefix)
+		if err != nil {
+			return nil, "", closeIter(it, err)
+		}
+		out = append(out, id)
+	}
+	if err := closeIter(it, nil); err != nil {
+		return nil, "", err
+	}
+	return out, next, nil
+}
+
 // Metadata implements journal.Conversations.
 func (s *Store) Metadata(ctx context.Context, id string) (map[string]string, error) {
 	if err := s.begin(ctx); err != nil {

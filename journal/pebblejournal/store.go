@@ -38,13 +38,18 @@ var layoutKey = []byte{famMeta, 'l', 'a', 'y', 'o', 'u', 't'}
 
 // layoutVersion is the layout this build writes. v2 added tool call rows
 // whose result lives only in their tool_result event (result_seq), and
-// moved the tool call owner index from family 0x20 to 0x22; a build that
-// reads v1 must refuse a v2 store.
-const layoutVersion = "lazarus.pebblejournal.v2"
+// moved the tool call owner index from family 0x20 to 0x22; v3 added the
+// index of ACTIVE conversations (family 0x0a), which a v2 build would not
+// keep, so a build that reads v1 or v2 must refuse a v3 store.
+const layoutVersion = "lazarus.pebblejournal.v3"
 
-// layoutV1 is the layout before v2. Open upgrades a v1 store: it moves the
-// owner index, then records v2 (see upgradeV1).
-const layoutV1 = "lazarus.pebblejournal.v1"
+// layoutV1 and layoutV2 are the layouts before v3. Open upgrades them: a
+// v1 store's owner index moves (see upgradeV1), then a v1 or v2 store gets
+// its active index and is recorded v3 in one batch (see buildActiveIndex).
+const (
+	layoutV1 = "lazarus.pebblejournal.v1"
+	layoutV2 = "lazarus.pebblejournal.v2"
+)
 
 // upgradeChunk bounds the owner keys that one batch of upgradeV1 moves.
 const upgradeChunk = 4096
@@ -192,8 +197,8 @@ func Open(dir string, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// checkLayout records the layout version in a new store, upgrades a v1
-// store's record to v2, and refuses a store written with another layout.
+// checkLayout records the layout version in a new store, upgrades a v1 or
+// v2 store to v3, and refuses a store written with another layout.
 func (s *Store) checkLayout() error {
 	if f := s.failure(); f != nil {
 		return f
@@ -214,9 +219,54 @@ func (s *Store) checkLayout() error {
 		if err := s.upgradeV1(); err != nil {
 			return fmt.Errorf("pebblejournal: upgrade layout v1 to v2: %w", err)
 		}
-		return s.putLayout()
+		fallthrough
+	case layoutV2:
+		if err := s.buildActiveIndex(); err != nil {
+			return fmt.Errorf("pebblejournal: upgrade layout %s to v3: %w", strings.TrimPrefix(version, "lazarus.pebblejournal."), err)
+		}
+		return nil
 	}
-	return journal.Corruptf("pebblejournal: key %s: layout %q, this build reads %q and %q", keyString(layoutKey), version, layoutV1, layoutVersion)
+	return journal.Corruptf("pebblejournal: key %s: layout %q, this build reads %q, %q and %q", keyString(layoutKey), version, layoutV1, layoutV2, layoutVersion)
+}
+
+// buildActiveIndex gives a store written before layout v3 its index of
+// ACTIVE conversations: one synced batch clears family 0x0a (a v2 build
+// may have run on a store whose upgrade never finished; it would not have
+// kept the index), sets the key of every row whose status is ACTIVE, and
+// records layout v3. It reads every row, once; the batch holds only the
+// active ones. A crash before the commit leaves the store as it was, and
+// the next Open builds the index again.
+func (s *Store) buildActiveIndex() error {
+	b := s.db.NewBatch()
+	defer b.Close()
+	_ = b.DeleteRange([]byte{famActive}, familyEnd(famActive), nil)
+	prefix := []byte{famConv}
+	rows, active := 0, 0
+	err := s.scan(prefix, familyEnd(famConv), func(k, v []byte) error {
+		id, err := parseIDKey(k, prefix)
+		if err != nil {
+			return err
+		}
+		row, err := decodeConversation(k, v, id)
+		if err != nil {
+			return err
+		}
+		rows++
+		if isActive(row) {
+			active++
+			_ = b.Set(convKey(famActive, id), nil, nil)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	_ = b.Set(layoutKey, []byte(layoutVersion), nil)
+	if err := s.commit(b); err != nil {
+		return err
+	}
+	s.log.Info("pebblejournal: built the active-conversation index of layout v3", "rows", rows, "active", active)
+	return nil
 }
 
 // upgradeV1 moves every key of the v1 owner index (0x20 | call) to the v2

@@ -628,6 +628,103 @@ func TestLayoutV1Upgraded(t *testing.T) {
 	require.Equal(t, extra+1, moved)
 }
 
+// TestLayoutV2Upgraded: a v2 store (no active index) opens: the index is
+// built from the rows, once, stale keys that a v2 build could have left in
+// its family are dropped, the store is marked v3, and the index then
+// follows the rows.
+func TestLayoutV2Upgraded(t *testing.T) {
+	fs := vfs.NewMem()
+	s, err := Open("db", Options{FS: fs})
+	require.NoError(t, err)
+	setStatus := func(s *Store, conv string, st messages.ConversationStatus) {
+		t.Helper()
+		last, err := s.LastSeq(ctx, conv)
+		require.NoError(t, err)
+		_, err = s.Append(ctx, &messages.AppendRequest{ConversationId: conv, ExpectedLast: last, Status: st})
+		require.NoError(t, err)
+	}
+	var want []string
+	for i := range 50 {
+		conv := fmt.Sprintf("c%02d", i)
+		appendN(t, s, conv, 0, 1)
+		if i%7 == 0 {
+			want = append(want, conv)
+			continue
+		}
+		setStatus(s, conv, messages.ConversationStatus(2+i%3))
+	}
+	// Make it a v2 store: no index, except a stale key of an idle row.
+	require.NoError(t, s.db.DeleteRange([]byte{famActive}, familyEnd(famActive), nil))
+	require.NoError(t, s.putRawForTesting(convKey(famActive, "c01"), nil))
+	require.NoError(t, s.putRawForTesting(layoutKey, []byte(layoutV2)))
+	require.NoError(t, s.Close())
+
+	s, err = Open("db", Options{FS: fs})
+	require.NoError(t, err)
+	defer s.Close()
+	found, err := s.get(layoutKey, func(v []byte) error {
+		require.Equal(t, layoutVersion, string(v))
+		return nil
+	})
+	require.NoError(t, err)
+	require.True(t, found)
+	ids, next, err := s.ListActiveConversations(ctx, "", 1000)
+	require.NoError(t, err)
+	require.Empty(t, next)
+	require.Equal(t, want, ids)
+	rep, err := s.Check(ctx)
+	require.NoError(t, err)
+	require.True(t, rep.Sound(), "%v", rep.Problems)
+
+	setStatus(s, "c00", messages.ConversationStatus_CONVERSATION_STATUS_IDLE)
+	setStatus(s, "c01", messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE)
+	ids, _, err = s.ListActiveConversations(ctx, "", 1000)
+	require.NoError(t, err)
+	require.Equal(t, append([]string{"c01"}, want[1:]...), ids)
+}
+
+// TestStatusWriteTouchesIndexOnlyOnChange: a row write that keeps the
+// status on the same side of ACTIVE writes no key of the active index (no
+// tombstones pile up in the family that resume walks), one that crosses
+// it writes one.
+func TestStatusWriteTouchesIndexOnlyOnChange(t *testing.T) {
+	s := openMem(t, Options{})
+	appendN(t, s, "c", 0, 1) // created ACTIVE: one Set
+	indexWrites := func(st messages.ConversationStatus) int {
+		t.Helper()
+		tx := s.newTxn()
+		defer tx.close()
+		last, err := s.LastSeq(ctx, "c")
+		require.NoError(t, err)
+		defer s.lockConv("c")()
+		_, err = tx.apply(&messages.AppendRequest{ConversationId: "c", ExpectedLast: last, Status: st})
+		require.NoError(t, err)
+		_, err = tx.flush()
+		require.NoError(t, err)
+		n := 0
+		r := tx.b.Reader()
+		for {
+			_, k, _, ok, err := r.Next()
+			require.NoError(t, err)
+			if !ok {
+				break
+			}
+			if len(k) > 0 && k[0] == famActive {
+				n++
+			}
+		}
+		require.NoError(t, tx.commit())
+		return n
+	}
+	require.Equal(t, 0, indexWrites(messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE), "ACTIVE to ACTIVE")
+	require.Equal(t, 1, indexWrites(messages.ConversationStatus_CONVERSATION_STATUS_IDLE), "ACTIVE to IDLE")
+	require.Equal(t, 0, indexWrites(messages.ConversationStatus_CONVERSATION_STATUS_SUSPENDED), "IDLE to SUSPENDED")
+	require.Equal(t, 1, indexWrites(messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE), "SUSPENDED to ACTIVE")
+	ids, _, err := s.ListActiveConversations(ctx, "", 0)
+	require.NoError(t, err)
+	require.Equal(t, []string{"c"}, ids)
+}
+
 // TestFatalWALErrorUnderLoad: concurrent writers in flight when the WAL
 // fails all return (none hangs, none is acknowledged after the failure), and
 // Close returns.

@@ -64,6 +64,26 @@ type convState struct {
 	rowLoaded bool
 	row       *messages.Conversation // nil if absent; replaced, never mutated
 	rowDirty  bool
+	// origActive says whether the committed row (before this txn) is
+	// ACTIVE, so that flush changes the active index only when the status
+	// crosses ACTIVE; origKnown says it was set, when the committed row
+	// was first loaded (from the head cache or Pebble), which every
+	// setRow is preceded by.
+	origActive, origKnown bool
+}
+
+// loadedRow records the committed row of cs, as first loaded.
+func (cs *convState) loadedRow(row *messages.Conversation) {
+	cs.rowLoaded, cs.row = true, row
+	if !cs.origKnown {
+		cs.origKnown, cs.origActive = true, isActive(row)
+	}
+}
+
+// isActive reports whether row (nil: none) is ACTIVE, so indexed in
+// family famActive.
+func isActive(row *messages.Conversation) bool {
+	return row.GetStatus() == messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE
 }
 
 type callState struct {
@@ -172,7 +192,7 @@ func (t *txn) conv(id string) (*convState, error) {
 	if h, ok := t.s.heads.get(t.s.convStripe(id), id); ok {
 		cs.seqLoaded, cs.lastSeq, cs.hasRow = true, h.lastSeq, h.hasRow
 		if h.row != nil {
-			cs.rowLoaded, cs.row = true, h.row
+			cs.loadedRow(h.row)
 		}
 		t.convs[id] = cs
 		return cs, nil
@@ -227,7 +247,7 @@ func (t *txn) row(cs *convState) (*messages.Conversation, error) {
 	if err != nil {
 		return nil, err
 	}
-	cs.rowLoaded, cs.row = true, row
+	cs.loadedRow(row)
 	return row, nil
 }
 
@@ -363,7 +383,7 @@ func (t *txn) upsertCall(cs *convState, rec *messages.ToolCallRecord) error {
 // the outcome of the tool_result event at that seq: the stored row then
 // keeps the seq instead of a second copy of the result (see fillResult),
 // and the returned row is in that stored form.
-func (t *txn) resolveCall(conv, id string, status messages.ToolCallStatus, result *messages.ToolOutcome, at *timestamppb.Timestamp, resultSeq uint64) (*messages.ToolCallRecord, error) {
+func (t *txn) resolveCall(conv, id string, status messages.ToolCallStatus, result *messages.ToolOutcome, at *timestamppb.Timestamp, by *messages.Identity, resultSeq uint64) (*messages.ToolCallRecord, error) {
 	c, err := t.call(id)
 	if err != nil {
 		return nil, err
@@ -377,7 +397,10 @@ func (t *txn) resolveCall(conv, id string, status messages.ToolCallStatus, resul
 		return nil, fmt.Errorf("pebblejournal: resolve tool call %q: it is %v: %w", id, c.rec.GetStatus(), journal.ErrStale)
 	}
 	rec := proto.Clone(c.rec).(*messages.ToolCallRecord)
-	rec.Status, rec.Result, rec.Resolved = status, result, at
+	rec.Status, rec.Result, rec.Resolved, rec.Resolver = status, result, at, nil
+	if by != nil {
+		rec.Resolver = proto.Clone(by).(*messages.Identity)
+	}
 	if resultSeq != 0 {
 		rec.Result, rec.ResultSeq = nil, resultSeq
 	}
@@ -522,7 +545,7 @@ func (t *txn) apply(req *messages.AppendRequest) (res journal.AppendResult, err 
 	}
 	for _, r := range req.GetResolutions() {
 		resultSeq := resultEvent(req, r, last)
-		if _, err := t.resolveCall(conv, r.GetToolCallId(), r.GetStatus(), r.GetResult(), r.GetAt(), resultSeq); err != nil {
+		if _, err := t.resolveCall(conv, r.GetToolCallId(), r.GetStatus(), r.GetResult(), r.GetAt(), r.GetBy(), resultSeq); err != nil {
 			return res, err
 		}
 	}
@@ -763,6 +786,17 @@ func (t *txn) flush() (minAdd []byte, err error) {
 			return nil, journal.Invalidf("pebblejournal: row of %q cannot be encoded (%v)", cs.id, err)
 		}
 		_ = b.Set(convKey(famConv, cs.id), v, nil)
+		// The active index changes with the status, in this batch. The
+		// committed status is known (the row was loaded before it was
+		// edited, usually from the head cache), so a write that leaves
+		// the status on the same side of ACTIVE touches no index key.
+		switch active := isActive(cs.row); {
+		case cs.origKnown && active == cs.origActive:
+		case active:
+			_ = b.Set(convKey(famActive, cs.id), nil, nil)
+		default:
+			_ = b.Delete(convKey(famActive, cs.id), nil)
+		}
 	}
 	for _, c := range t.calls {
 		if !c.dirty {

@@ -171,7 +171,7 @@ func (s *Store) resolveLocked(ctx context.Context, conv, toolCallID string, stat
 	}
 	t := s.newTxn()
 	defer t.close()
-	rec, err := t.resolveCall(conv, toolCallID, status, result, journal.Timestamp(at), 0)
+	rec, err := t.resolveCall(conv, toolCallID, status, result, journal.Timestamp(at), nil, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -392,7 +392,7 @@ func (s *Store) PutMetadata(ctx context.Context, id string, kv map[string]string
 // DeleteConversation implements journal.Conversations: one synced batch of
 // a range delete per conversation family, point deletes of the conversation's
 // entries in the global indexes (tool call owners, deadlines by time), the
-// row's delete and the tombstone.
+// row's and its active-index entry's deletes and the tombstone.
 func (s *Store) DeleteConversation(ctx context.Context, id string) error {
 	if err := s.begin(ctx); err != nil {
 		return err
@@ -460,6 +460,7 @@ func (s *Store) DeleteConversation(ctx context.Context, id string) error {
 		_ = b.DeleteRange(convKey(fam, id), convEnd(fam, id), nil)
 	}
 	_ = b.Delete(convKey(famConv, id), nil)
+	_ = b.Delete(convKey(famActive, id), nil)
 	tomb, err := proto.Marshal(&messages.Tombstone{Deleted: t.now})
 	if err != nil {
 		return fmt.Errorf("pebblejournal: encode tombstone: %w", err)

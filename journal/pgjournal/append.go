@@ -338,6 +338,10 @@ func (b *batch) apply(req *messages.AppendRequest, now time.Time) (journal.Appen
 		if r.GetAt() != nil {
 			rec.Resolved = proto.Clone(r.GetAt()).(*timestamppb.Timestamp)
 		}
+		rec.Resolver = nil
+		if r.GetBy() != nil {
+			rec.Resolver = proto.Clone(r.GetBy()).(*messages.Identity)
+		}
 		cs.rec, cs.dirty = rec, true
 		b.setDeadline(deadlineKey{id, rec.GetId()}, nil)
 	}
@@ -378,6 +382,7 @@ func (s *Store) writeBatch(ctx context.Context, conn *pgx.Conn, b *batch) error 
 	var hid [][]byte
 	var hlast []int64
 	var hrow [][]byte
+	var hstatus []int32
 	for id, h := range b.heads {
 		if !h.dirty {
 			continue
@@ -387,13 +392,16 @@ func (s *Store) writeBatch(ctx context.Context, conn *pgx.Conn, b *batch) error 
 			return fmt.Errorf("pgjournal: append: encode conversation row: %w", err)
 		}
 		hid, hlast, hrow = append(hid, []byte(id)), append(hlast, int64(h.lastSeq)), append(hrow, row)
+		hstatus = append(hstatus, int32(h.row.GetStatus()))
 	}
 	if len(b.evSeq) > 0 {
 		pb.Queue("INSERT INTO lz_events (conv, seq, data) SELECT * FROM unnest($1::bytea[], $2::int8[], $3::bytea[])", b.evConv, b.evSeq, b.evData)
 	}
 	if len(hid) > 0 {
-		pb.Queue(`INSERT INTO lz_conversations (id, last_seq, row) SELECT * FROM unnest($1::bytea[], $2::int8[], $3::bytea[])
-			ON CONFLICT (id) DO UPDATE SET last_seq = excluded.last_seq, row = excluded.row`, hid, hlast, hrow)
+		// status keeps the partial index of ACTIVE rows in step with the
+		// row, in the same statement.
+		pb.Queue(`INSERT INTO lz_conversations (id, last_seq, row, status) SELECT * FROM unnest($1::bytea[], $2::int8[], $3::bytea[], $4::int4[])
+			ON CONFLICT (id) DO UPDATE SET last_seq = excluded.last_seq, row = excluded.row, status = excluded.status`, hid, hlast, hrow, hstatus)
 	}
 	var cid, cconv, cdata [][]byte
 	var cstatus []int32

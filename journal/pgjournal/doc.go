@@ -14,8 +14,12 @@
 // columns that queries need: conversation id and seq (lz_events), to_seq
 // (lz_summaries), tool call status (lz_tool_calls, with a partial index of
 // the pending rows), deadline time (lz_deadlines), audit creation time.
-// lz_conversations holds each conversation's last seq, its tombstone flag
-// and its row.
+// lz_conversations holds each conversation's last seq, its tombstone flag,
+// its row and the row's status (schema version 2), which every write of
+// the row sets in the same statement; a partial index of the ACTIVE ones
+// (lz_conversations_active) is what ListActiveConversations walks. The
+// migration to version 2 reads the status of the rows written before it
+// from their protobuf bytes.
 //
 // # Writes
 //

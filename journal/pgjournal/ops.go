@@ -714,7 +714,8 @@ func (s *Store) PutConversation(ctx context.Context, u journal.ConversationUpdat
 		if len(data) > journal.MaxRecordBytes {
 			return journal.Invalidf("conversation %q of %d bytes exceeds %d", u.ID, len(data), journal.MaxRecordBytes)
 		}
-		_, err = tx.Exec(ctx, `INSERT INTO lz_conversations (id, row) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET row = excluded.row`, []byte(u.ID), data)
+		_, err = tx.Exec(ctx, `INSERT INTO lz_conversations (id, row, status) VALUES ($1, $2, $3)
+			ON CONFLICT (id) DO UPDATE SET row = excluded.row, status = excluded.status`, []byte(u.ID), data, int32(row.GetStatus()))
 		return err
 	})
 }
@@ -772,6 +773,45 @@ func (s *Store) ListConversations(ctx context.Context, cursor string, limit int)
 	return out, next, nil
 }
 
+// ListActiveConversations implements journal.Conversations, in bytewise
+// id order: a walk of the partial index of the ACTIVE rows
+// (lz_conversations_active), whose status column every write of a row sets
+// in the same statement.
+func (s *Store) ListActiveConversations(ctx context.Context, cursor string, limit int) ([]string, string, error) {
+	ctx, cancel, err := s.enter(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	defer cancel()
+	after, limit, err := journal.ParseActiveCursor(cursor, limit)
+	if err != nil {
+		return nil, "", fmt.Errorf("pgjournal: %w", err)
+	}
+	rows, err := s.pool.Query(ctx, "SELECT id FROM lz_conversations WHERE status = 1 AND id > $1 ORDER BY id LIMIT $2",
+		[]byte(after), limit+1)
+	if err != nil {
+		return nil, "", s.wrap("list active conversations", err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id []byte
+		if err := rows.Scan(&id); err != nil {
+			return nil, "", s.wrap("list active conversations", err)
+		}
+		ids = append(ids, string(id))
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", s.wrap("list active conversations", err)
+	}
+	next := ""
+	if len(ids) > limit {
+		ids = ids[:limit]
+		next = journal.ActiveCursor(ids[limit-1])
+	}
+	return ids, next, nil
+}
+
 // DeleteConversation implements journal.Conversations: one transaction
 // deletes every record of the conversation and leaves the tombstone.
 func (s *Store) DeleteConversation(ctx context.Context, id string) error {
@@ -796,7 +836,7 @@ func (s *Store) DeleteConversation(ctx context.Context, id string) error {
 		for _, table := range []string{"lz_events", "lz_summaries", "lz_tool_calls", "lz_deadlines", "lz_audit", "lz_metadata"} {
 			b.Queue("DELETE FROM "+table+" WHERE conv = $1", []byte(id))
 		}
-		b.Queue("UPDATE lz_conversations SET deleted = true, row = NULL, last_seq = 0 WHERE id = $1", []byte(id))
+		b.Queue("UPDATE lz_conversations SET deleted = true, row = NULL, last_seq = 0, status = 0 WHERE id = $1", []byte(id))
 		return tx.SendBatch(ctx, b).Close()
 	})
 }

@@ -2,6 +2,8 @@ package pgjournal
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -124,4 +126,44 @@ func TestServerRestart(t *testing.T) {
 	require.Len(t, evs, 2)
 	assert.Equal(t, "before", textOf(evs[0]))
 	assert.Equal(t, "after", textOf(evs[1]))
+}
+
+// TestMigrationBuildsActiveIndex: a database at schema version 1 (no
+// status column) gets the index of ACTIVE conversations from the status
+// inside each row's protobuf bytes, whatever else the row holds (settings,
+// fsm_state, times), and deleted conversations stay out of it.
+func TestMigrationBuildsActiveIndex(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	s := open(t, dsn, Options{})
+	ctx := t.Context()
+	var want []string
+	for i := range 40 {
+		id := fmt.Sprintf("c%02d\x00é", i)
+		_, err := s.Append(ctx, &messages.AppendRequest{ConversationId: id, Events: []*messages.Event{userEvent("x")},
+			FsmState: &messages.FSMState{LastSeq: 1, State: messages.AgentState_AGENT_STATE_IDLE}})
+		require.NoError(t, err)
+		require.NoError(t, s.PutConversation(ctx, journal.ConversationUpdate{ID: id, Settings: map[string]string{"model": strings.Repeat("m", i*10)},
+			Status: messages.ConversationStatus(1 + i%4)}))
+		if i%4 == 0 {
+			want = append(want, id)
+		}
+	}
+	require.NoError(t, s.DeleteConversation(ctx, want[0]))
+	want = want[1:]
+	require.NoError(t, s.Close())
+
+	conn, err := pgx.Connect(ctx, dsn)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(ctx, `DROP INDEX lz_conversations_active; ALTER TABLE lz_conversations DROP COLUMN status; DELETE FROM lz_schema WHERE version = 2`)
+	require.NoError(t, err)
+
+	s = open(t, dsn, Options{})
+	ids, next, err := s.ListActiveConversations(ctx, "", 1000)
+	require.NoError(t, err)
+	require.Empty(t, next)
+	require.Equal(t, want, ids)
+	var indexed bool
+	require.NoError(t, conn.QueryRow(ctx, "SELECT count(*) = 1 FROM pg_indexes WHERE indexname = 'lz_conversations_active'").Scan(&indexed))
+	require.True(t, indexed)
 }

@@ -93,20 +93,23 @@ func rawBytes(t *testing.T, fs vfs.FS, dir string) []byte {
 	return all
 }
 
-// TestThreatScopeNeverPersisted: the caller's scope (user, permissions,
-// handles) reaches the tools of the turn it starts but is never written:
-// no byte of it is anywhere in the store's files after a conversation that
-// used it for a send, a server tool, a tool that requires a user, and an
-// answer to a human call. The scan is checked against a marker the user
-// message does carry.
+// TestThreatScopeNeverPersisted: the caller's scope (user, roles,
+// permissions, handles) reaches the tools of the turn it starts, and only
+// its identity (user id and roles) is written, as the author of the
+// message and the resolver of the answer: no byte of its permissions or
+// handles is anywhere in the store's files after a conversation that used
+// it for a send, a server tool, a tool that requires a user, and an answer
+// to a human call. The scan is checked against a marker the user message
+// does carry.
 func TestThreatScopeNeverPersisted(t *testing.T) {
 	const (
 		marker = "marker-3e8a-in-the-message"
-		user   = "user-7c1e-secret"
+		user   = "user-7c1e-identity"
+		role   = "role-4f0d-identity"
 		perm   = "perm-5b2a-secret"
 		handle = "handle-9d4f-secret"
 	)
-	scope := agent.Scope{UserID: user, Permissions: []string{perm}, Values: map[string]any{"token": handle}}
+	scope := agent.Scope{UserID: user, Roles: []string{role}, Permissions: []string{perm}, Values: map[string]any{"token": handle}}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	fs := vfs.NewMem()
@@ -149,7 +152,9 @@ func TestThreatScopeNeverPersisted(t *testing.T) {
 
 	raw := rawBytes(t, fs, "db")
 	require.True(t, bytes.Contains(raw, []byte(marker)), "the scan sees what was written")
-	for _, secret := range []string{user, perm, handle} {
+	require.True(t, bytes.Contains(raw, []byte(user)), "the identity is recorded")
+	require.True(t, bytes.Contains(raw, []byte(role)), "the identity is recorded")
+	for _, secret := range []string{perm, handle} {
 		require.False(t, bytes.Contains(raw, []byte(secret)), "%q is in the store's files", secret)
 	}
 }

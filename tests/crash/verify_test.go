@@ -83,6 +83,7 @@ type callFacts struct {
 //   - a model decision appears in the log once, with one tool call id, and
 //     the work tool ran only for ids the log holds, for each decision under
 //     one id, never twice in one process;
+//   - the index of ACTIVE conversations lists exactly the ACTIVE rows;
 //   - every summary covers 1..ToSeq with ToSeq <= the last seq and ends
 //     where no call is open; revival (LoadSince) equals a full replay cut
 //     at the same summary.
@@ -109,6 +110,32 @@ func verifyStore(ctx context.Context, s journal.Store, in checkInput) *verdict {
 			break
 		}
 		cursor = next
+	}
+	// The index Open resumes from lists exactly the ACTIVE rows: it is
+	// written in the same atomic write as the status, so no kill can split
+	// them.
+	listed := map[string]bool{}
+	for cursor := ""; ; {
+		page, next, err := s.ListActiveConversations(ctx, cursor, 100)
+		if err != nil {
+			v.fail("ListActiveConversations: %v", err)
+			return v
+		}
+		for _, id := range page {
+			listed[id] = true
+			if want[id] && rows[id].GetStatus() != messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE {
+				v.fail("conversation %q is in the active index but its row is %v", id, rows[id].GetStatus())
+			}
+		}
+		if next == "" {
+			break
+		}
+		cursor = next
+	}
+	for id, r := range rows {
+		if want[id] && r.GetStatus() == messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE && !listed[id] {
+			v.fail("conversation %q is ACTIVE but missing from the active index", id)
+		}
 	}
 	deadlines := map[string]*messages.Deadline{}
 	err := s.Deadlines(ctx, time.Time{}, func(d *messages.Deadline) error {

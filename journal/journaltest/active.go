@@ -1,0 +1,275 @@
+package journaltest
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// activeCases check Conversations.ListActiveConversations: the index of
+// the conversations whose row is ACTIVE, kept with every status change.
+var activeCases = []suiteCase{
+	{name: "NewConversationIsActive", run: testActiveNew},
+	{name: "StatusChangesMoveIt", run: testActiveStatus},
+	{name: "FailedWriteLeavesIt", run: testActiveFailedWrite},
+	{name: "DeleteRemovesIt", run: testActiveDelete},
+	{name: "PagesInIDOrder", run: testActivePages},
+	{name: "BadCursorOrLimit", run: testActiveBadInput},
+	{name: "SurvivesReopen", run: testActiveReopen, durable: true},
+}
+
+// activeIDs lists every page of ListActiveConversations with page size
+// limit, checking the paging rules on the way.
+func activeIDs(t testing.TB, s journal.Store, limit int) []string {
+	t.Helper()
+	ids, err := listActive(t.Context(), s, limit)
+	require.NoError(t, err)
+	return ids
+}
+
+// listActive reads every page of ListActiveConversations and checks that
+// the pages keep the contract: ascending ids, each once, full pages but the
+// last, a cursor that is the last id of its page.
+func listActive(ctx context.Context, s journal.Store, limit int) ([]string, error) {
+	var out []string
+	cursor := ""
+	for pages := 0; ; pages++ {
+		ids, next, err := s.ListActiveConversations(ctx, cursor, limit)
+		if err != nil {
+			return nil, fmt.Errorf("read ListActiveConversations(%q, %d): %w", cursor, limit, err)
+		}
+		size := limit
+		if size == 0 {
+			size = 100
+		}
+		switch {
+		case len(ids) > size:
+			return nil, fmt.Errorf("ListActiveConversations(%q, %d) returned %d ids", cursor, limit, len(ids))
+		case cursor != "" && len(ids) == 0 && pages > 0:
+			return nil, fmt.Errorf("ListActiveConversations(%q, %d): an empty page after a cursor (the cursor must be \"\" when no page follows)", cursor, limit)
+		case next != "" && len(ids) != size:
+			return nil, fmt.Errorf("ListActiveConversations(%q, %d): a short page of %d ids with a next cursor", cursor, limit, len(ids))
+		case next != "" && next != journal.ActiveCursor(ids[len(ids)-1]):
+			return nil, fmt.Errorf("ListActiveConversations(%q, %d): cursor %q is not the last id of the page %q", cursor, limit, next, ids[len(ids)-1])
+		}
+		for _, id := range ids {
+			if len(out) > 0 && id <= out[len(out)-1] || cursor != "" && id <= cursor {
+				return nil, fmt.Errorf("ListActiveConversations(%q, %d): id %q out of order after %q", cursor, limit, id, cursor)
+			}
+			out = append(out, id)
+		}
+		if next == "" {
+			return out, nil
+		}
+		cursor = next
+	}
+}
+
+func setStatus(t testing.TB, s journal.Store, conv string, st messages.ConversationStatus) {
+	t.Helper()
+	appendOK(t, s, &messages.AppendRequest{ConversationId: conv, ExpectedLast: lastSeq(t, s, conv), Status: st})
+}
+
+// testActiveNew: a conversation's row is created ACTIVE (by an append or
+// a PutConversation that names no status), so it enters the index; a row
+// created with another status does not.
+func testActiveNew(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	assert.Empty(t, activeIDs(t, s, 0), "an empty store has no active conversation")
+	appendEvents(t, s, "appended", userEvs(1, 1)...)
+	require.NoError(t, s.PutConversation(ctx, journal.ConversationUpdate{ID: "put", Settings: map[string]string{"k": "v"}}))
+	require.NoError(t, s.PutFSMState(ctx, "fsm", idleState(0)))
+	require.NoError(t, s.PutConversation(ctx, journal.ConversationUpdate{ID: "born-idle", Status: statusIdle}))
+	appendOK(t, s, &messages.AppendRequest{ConversationId: "born-suspended", Events: userEvs(1, 1), Status: statusSuspended})
+	require.NoError(t, s.PutMetadata(ctx, "metadata-only", map[string]string{"k": "v"}))
+	schedule(t, s, deadline("rowless", "rowless/tc", 7))
+	assert.Equal(t, []string{"appended", "fsm", "put"}, activeIDs(t, s, 0),
+		"new rows are ACTIVE unless the write says otherwise; records that create no row are not listed")
+}
+
+// testActiveStatus: every status other than ACTIVE takes a conversation out
+// of the index, and ACTIVE puts it back, whichever write changes it;
+// writes that leave the status alone leave the index alone.
+func testActiveStatus(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	appendEvents(t, s, "c", userEvs(1, 1)...)
+	appendEvents(t, s, "other", userEvs(1, 1)...)
+	for _, st := range []messages.ConversationStatus{statusSuspended, statusIdle, statusEnded} {
+		setStatus(t, s, "c", st)
+		assert.Equal(t, []string{"other"}, activeIDs(t, s, 0), "an append setting %v takes it out", st)
+		appendEvents(t, s, "c", userEvs(2, 1)...)
+		assert.Equal(t, []string{"other"}, activeIDs(t, s, 0), "an append that names no status leaves it out (%v)", st)
+		require.NoError(t, s.PutFSMState(ctx, "c", idleState(lastSeq(t, s, "c"))))
+		assert.Equal(t, []string{"other"}, activeIDs(t, s, 0), "PutFSMState leaves it out (%v)", st)
+		setStatus(t, s, "c", statusActive)
+		assert.Equal(t, []string{"c", "other"}, activeIDs(t, s, 0), "an append setting ACTIVE puts it back (from %v)", st)
+
+		require.NoError(t, s.PutConversation(ctx, journal.ConversationUpdate{ID: "c", Status: st}))
+		assert.Equal(t, []string{"other"}, activeIDs(t, s, 0), "PutConversation setting %v takes it out", st)
+		require.NoError(t, s.PutConversation(ctx, journal.ConversationUpdate{ID: "c", Settings: map[string]string{"k": st.String()}}))
+		assert.Equal(t, []string{"other"}, activeIDs(t, s, 0), "PutConversation of settings only leaves it out (%v)", st)
+		require.NoError(t, s.PutConversation(ctx, journal.ConversationUpdate{ID: "c", Status: statusActive}))
+		assert.Equal(t, []string{"c", "other"}, activeIDs(t, s, 0), "PutConversation setting ACTIVE puts it back (from %v)", st)
+	}
+	// Twice the same status, and a change and its reverse in one batch.
+	setStatus(t, s, "c", statusActive)
+	appendEvents(t, s, "c", userEvs(3, 1)...)
+	assert.Equal(t, []string{"c", "other"}, activeIDs(t, s, 0))
+	last := lastSeq(t, s, "c")
+	for _, res := range s.AppendBatch(ctx, []*messages.AppendRequest{
+		{ConversationId: "c", ExpectedLast: last, Status: statusIdle},
+		{ConversationId: "other", ExpectedLast: lastSeq(t, s, "other"), Status: statusSuspended},
+		{ConversationId: "c", ExpectedLast: last, Status: statusActive},
+		{ConversationId: "new", Events: userEvs(1, 1), Status: statusIdle},
+		{ConversationId: "new2", Events: userEvs(1, 1)},
+	}) {
+		require.NoError(t, res.Err)
+	}
+	assert.Equal(t, []string{"c", "new2"}, activeIDs(t, s, 0), "a batch leaves each conversation as its last request says")
+	for _, id := range []string{"c", "other", "new", "new2"} {
+		row := conversation(t, s, id)
+		assert.Equal(t, row.GetStatus() == statusActive, slices.Contains(activeIDs(t, s, 0), id), "index and row of %q agree", id)
+	}
+}
+
+// testActiveFailedWrite: a request that fails changes neither the row's
+// status nor the index, and does not keep the other requests of its batch
+// from changing theirs.
+func testActiveFailedWrite(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	appendEvents(t, s, "a", userEvs(1, 1)...)
+	appendEvents(t, s, "b", userEvs(1, 1)...)
+	setStatus(t, s, "b", statusIdle)
+	res := s.AppendBatch(ctx, []*messages.AppendRequest{
+		{ConversationId: "a", ExpectedLast: 7, Status: statusIdle},    // fence fails
+		{ConversationId: "b", ExpectedLast: 5, Status: statusActive},  // fence fails
+		{ConversationId: "c", ExpectedLast: 3, Events: userEvs(1, 1)}, // fence fails: no row is created
+		{ConversationId: "d", ExpectedLast: 0, Events: userEvs(1, 1)}, // succeeds
+		{ConversationId: "", ExpectedLast: 0, Status: statusActive},   // invalid
+		{ConversationId: "a", ExpectedLast: 1, Resolutions: []*messages.ToolResolution{{ToolCallId: "nope", Status: resolved, At: ts(1)}}, Status: statusIdle}, // stale
+	})
+	require.ErrorIs(t, res[0].Err, journal.ErrConflict)
+	require.ErrorIs(t, res[1].Err, journal.ErrConflict)
+	require.ErrorIs(t, res[2].Err, journal.ErrConflict)
+	require.NoError(t, res[3].Err)
+	require.ErrorIs(t, res[4].Err, journal.ErrInvalid)
+	require.ErrorIs(t, res[5].Err, journal.ErrStale)
+	assert.Equal(t, []string{"a", "d"}, activeIDs(t, s, 0))
+	assert.Equal(t, statusActive, conversation(t, s, "a").GetStatus())
+	assert.Equal(t, statusIdle, conversation(t, s, "b").GetStatus())
+	err := s.PutConversation(ctx, journal.ConversationUpdate{ID: "a", Status: statusIdle, Settings: map[string]string{"bad\xff": "v"}})
+	require.ErrorIs(t, err, journal.ErrInvalid)
+	assert.Equal(t, []string{"a", "d"}, activeIDs(t, s, 0), "a rejected PutConversation changes nothing")
+}
+
+// testActiveDelete: deleting a conversation takes it out of the index,
+// whatever its status, and later writes to its id (ErrDeleted) do not put
+// it back.
+func testActiveDelete(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	for _, id := range []string{"a", "a/b", "ab", "b"} {
+		appendEvents(t, s, id, userEvs(1, 1)...)
+	}
+	setStatus(t, s, "b", statusIdle)
+	require.NoError(t, s.DeleteConversation(ctx, "a"))
+	require.NoError(t, s.DeleteConversation(ctx, "b"))
+	assert.Equal(t, []string{"a/b", "ab"}, activeIDs(t, s, 0))
+	_, err := s.Append(ctx, &messages.AppendRequest{ConversationId: "a", Events: userEvs(2, 1), Status: statusActive})
+	require.ErrorIs(t, err, journal.ErrDeleted)
+	require.ErrorIs(t, s.PutConversation(ctx, journal.ConversationUpdate{ID: "b", Status: statusActive}), journal.ErrDeleted)
+	assert.Equal(t, []string{"a/b", "ab"}, activeIDs(t, s, 0), "a deleted id never comes back")
+}
+
+// testActivePages: paging returns every active id once, in bytewise order,
+// whatever the page size; a cursor need not be a listed id.
+func testActivePages(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	ids := slices.Clone(trickyIDs)
+	for i := range 240 {
+		ids = append(ids, fmt.Sprint("c", i))
+	}
+	ids = append(ids, "é", "zz", "\u4e16", strings.Repeat("x", journal.MaxIDBytes))
+	var want []string
+	for i, id := range ids {
+		appendEvents(t, s, id, userEvs(1, 1)...)
+		if i%3 == 1 {
+			setStatus(t, s, id, statusIdle)
+			continue
+		}
+		want = append(want, id)
+	}
+	slices.Sort(want)
+	require.Greater(t, len(want), 100)
+	for _, limit := range []int{1, 7, 100, len(want) - 1, len(want), 1000, 0} {
+		assert.Equal(t, want, activeIDs(t, s, limit), "limit %d: every active id once, in id order", limit)
+	}
+	page, next, err := s.ListActiveConversations(ctx, "", 0)
+	require.NoError(t, err)
+	assert.Equal(t, want[:100], page, "limit 0 means 100")
+	assert.Equal(t, journal.ActiveCursor(want[99]), next)
+	page, _, err = s.ListActiveConversations(ctx, "c1x", 3)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"c2", "c20", "c200"}, page, "a cursor need not be an existing id")
+	page, _, err = s.ListActiveConversations(ctx, journal.ActiveCursor("a\x00"), 2)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a\x00\x00", "a\x00b"}, page, "ids that extend the cursor's come after it")
+	page, next, err = s.ListActiveConversations(ctx, want[len(want)-1], 10)
+	require.NoError(t, err)
+	assert.Empty(t, page)
+	assert.Empty(t, next)
+}
+
+// testActiveBadInput: a cursor that is not an ActiveCursor, or a negative
+// limit, is ErrInvalid.
+func testActiveBadInput(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	appendEvents(t, s, "a", userEvs(1, 1)...)
+	for _, c := range []struct {
+		cursor string
+		limit  int
+	}{
+		{"", -1},
+		{"a", -5},
+		{"bad\xff", 10},
+		{strings.Repeat("x", journal.MaxIDBytes+1), 10},
+	} {
+		ids, next, err := s.ListActiveConversations(ctx, c.cursor, c.limit)
+		require.ErrorIs(t, err, journal.ErrInvalid, "cursor %q, limit %d", c.cursor, c.limit)
+		assert.Empty(t, ids)
+		assert.Empty(t, next)
+	}
+}
+
+// testActiveReopen: the index is durable with the rows: a reopen and a
+// crash keep it, and it goes on following the rows afterwards.
+func testActiveReopen(t *testing.T, e env) {
+	h := e.open(t)
+	s := h.Store
+	for _, id := range []string{"a", "b", "c", "d"} {
+		appendEvents(t, s, id, userEvs(1, 1)...)
+	}
+	setStatus(t, s, "b", statusSuspended)
+	setStatus(t, s, "d", statusIdle)
+	require.NoError(t, s.DeleteConversation(t.Context(), "c"))
+	s = h.Reopen(t)
+	assert.Equal(t, []string{"a"}, activeIDs(t, s, 0), "after Reopen")
+	setStatus(t, s, "a", statusIdle)
+	setStatus(t, s, "b", statusActive)
+	s = h.Crash(t, newRand(seed(t)))
+	assert.Equal(t, []string{"b"}, activeIDs(t, s, 0), "after a crash with no call in flight")
+	setStatus(t, s, "d", statusActive)
+	assert.Equal(t, []string{"b", "d"}, activeIDs(t, s, 0))
+}

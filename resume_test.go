@@ -1,0 +1,126 @@
+package lazarus_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/agent/scripted"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/journal/memjournal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// resumeStore counts the listings the runtime makes and can hold the
+// listing of active conversations until its context ends.
+type resumeStore struct {
+	journal.Store
+	listAll, listActive atomic.Int32
+	block               bool
+	entered             chan struct{}
+}
+
+func (s *resumeStore) ListConversations(ctx context.Context, cursor string, limit int) ([]*messages.Conversation, string, error) {
+	s.listAll.Add(1)
+	return s.Store.ListConversations(ctx, cursor, limit)
+}
+
+func (s *resumeStore) ListActiveConversations(ctx context.Context, cursor string, limit int) ([]string, string, error) {
+	if s.listActive.Add(1) == 1 && s.block {
+		close(s.entered)
+		<-ctx.Done()
+		return nil, "", ctx.Err()
+	}
+	return s.Store.ListActiveConversations(ctx, cursor, limit)
+}
+
+// seedResume writes idle conversations (a turn answered) and active ones
+// (a user message the model owes a turn: what a kill mid-turn leaves).
+func seedResume(t *testing.T, s journal.Store, idle, active int) (activeIDs []string) {
+	t.Helper()
+	ctx := t.Context()
+	user := func(text string) *messages.Event {
+		return &messages.Event{Time: journal.Timestamp(time.Unix(1, 0)), Body: &messages.Event_UserMsg{UserMsg: &messages.UserMessage{
+			Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: text}}}}}}
+	}
+	var reqs []*messages.AppendRequest
+	for i := range idle {
+		reqs = append(reqs, &messages.AppendRequest{
+			ConversationId: fmt.Sprintf("idle-%04d", i),
+			Events: []*messages.Event{user("hi"), {Time: journal.Timestamp(time.Unix(2, 0)), Body: &messages.Event_AssistantMsg{
+				AssistantMsg: &messages.AssistantMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "hello"}}}}}}},
+			FsmState: &messages.FSMState{State: messages.AgentState_AGENT_STATE_IDLE, LastSeq: 2},
+			Status:   messages.ConversationStatus_CONVERSATION_STATUS_IDLE,
+		})
+	}
+	for i := range active {
+		id := fmt.Sprintf("active-%02d", i)
+		activeIDs = append(activeIDs, id)
+		reqs = append(reqs, &messages.AppendRequest{ConversationId: id, Events: []*messages.Event{user("what now?")},
+			Status: messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE})
+	}
+	for _, res := range s.AppendBatch(ctx, reqs) {
+		require.NoError(t, res.Err)
+	}
+	return activeIDs
+}
+
+// TestOpenResumesActiveConversationsFromTheIndex: Open wakes every ACTIVE
+// conversation (its owed turn runs, with no new input) and no idle one, and
+// finds them through the Store's index of ACTIVE conversations, never by
+// listing every conversation.
+func TestOpenResumesActiveConversationsFromTheIndex(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	store := &resumeStore{Store: memjournal.New(memjournal.Options{})}
+	active := seedResume(t, store, 300, 7)
+	model := scripted.New(scripted.Options{})
+	rt, err := lazarus.Open(lazarus.Options{Store: store, Model: model})
+	require.NoError(t, err)
+	defer rt.Close()
+
+	for _, id := range active {
+		require.NoError(t, model.WaitCalls(ctx, id, 1), "the owed turn of %q runs", id)
+		require.Eventually(t, func() bool {
+			row, err := store.Conversation(ctx, id)
+			return err == nil && row.GetStatus() == messages.ConversationStatus_CONVERSATION_STATUS_IDLE
+		}, 20*time.Second, time.Millisecond, "the resumed turn of %q ends", id)
+	}
+	for i := range 300 {
+		require.Zero(t, model.Calls(fmt.Sprintf("idle-%04d", i)), "an idle conversation is not resumed")
+	}
+	require.Zero(t, store.listAll.Load(), "resume does not list every conversation")
+	require.Equal(t, int32(1), store.listActive.Load(), "one page of the index holds them all")
+	ids, _, err := store.ListActiveConversations(ctx, "", 0)
+	require.NoError(t, err)
+	require.Empty(t, ids, "every resumed turn ended, so nothing is ACTIVE")
+}
+
+// TestCloseCancelsResume: Close ends a resume still listing (its context
+// is cancelled) and returns.
+func TestCloseCancelsResume(t *testing.T) {
+	store := &resumeStore{Store: memjournal.New(memjournal.Options{}), block: true, entered: make(chan struct{})}
+	seedResume(t, store, 3, 2)
+	model := scripted.New(scripted.Options{})
+	rt, err := lazarus.Open(lazarus.Options{Store: store, Model: model})
+	require.NoError(t, err)
+	select {
+	case <-store.entered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("resume never listed the active conversations")
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- rt.Close() }()
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close waits for a resume that is listing")
+	}
+	require.Zero(t, model.Calls("active-00"), "a resume that Close cancelled wakes nothing")
+}
