@@ -14,8 +14,9 @@ type Clock = actors.Clock
 func SystemClock() Clock { return actors.SystemClock() }
 
 // Update is one thing that happened in a conversation, as a subscriber
-// sees it: a durable event, a streamed text delta, an error, and, when a
-// turn is over, its end (TurnEnd).
+// sees it: a durable event, a streamed text delta, an error (with Retry
+// set: a failed model call that will be retried), and, when a turn is
+// over, its end (TurnEnd).
 type Update = actors.Update
 
 // TurnEnd says that a turn is over, and how (see Update.TurnEnd).

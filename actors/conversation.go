@@ -122,8 +122,8 @@ type ConversationConfig struct {
 	// these props' own, which serialises the calls of their activations
 	// only.
 	ModelGate *ModelGate
-	// Publish receives the actor's failed turns (and write failures), on
-	// the actor's goroutine, and the model's text deltas, on the goroutine
+	// Publish receives the retries of the actor's model calls and its
+	// failed writes, on the actor's goroutine, and the model's text deltas, on the goroutine
 	// of the model call that streams them (onDelta's caller), straight from
 	// the model: a delta does not pass through the actor's mailbox. Each
 	// turn's deltas come before Generate returns, so before the turn's
