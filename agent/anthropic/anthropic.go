@@ -20,8 +20,9 @@
 // (errors.As). A 429 (after its Retry-After), a 5xx or 529 (overloaded), an
 // error event and a connection that failed before any text was streamed are
 // retried under Options.Retry; the SDK's own retries are off. Once text was
-// streamed, a failure is never retried: the turn fails with
-// agent.ErrInterrupted. A stop_reason "refusal" fails the turn with
+// streamed, a failure is never retried here: the call fails with
+// agent.ErrInterrupted (the runtime's own policy, lazarus.Options.ModelRetry,
+// may call Generate again). A stop_reason "refusal" fails the turn with
 // agent.ErrRefused; "model_context_window_exceeded" and "prompt is too long"
 // with agent.ErrContextLength.
 //
