@@ -106,6 +106,10 @@ func TestModelRetryGivesUpDurably(t *testing.T) {
 		h.clock.Advance(time.Second)
 		h.awaitEvent("c", 2, isAssistantText("back"))
 		require.Equal(t, []string{"user_msg", "turn_failed:unavailable", "assistant_msg"}, types(h.history("c")))
+		turns := h.model.Turns("c")
+		last := turns[len(turns)-1].Context
+		require.Len(t, last, 1, "the model never sees a turn_failed event")
+		require.NotNil(t, last[0].GetUserMsg())
 	})
 }
 
@@ -268,4 +272,33 @@ func TestTooManyInvalidToolAnswersFailTheTurn(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "ok", end.Text)
 	})
+}
+
+// Close abandons a retry waiting its delay: its timer is stopped with the
+// actor.
+func TestCloseAbandonsTheRetry(t *testing.T) {
+	h := newHarness(t, openStore(t, "memory"), withRetry(retryPolicy))
+	ctx := ctxT(t)
+	h.model.PushError("c", agent.ErrUnavailable)
+	sub, err := h.rt.Subscribe(ctx, "c", 0)
+	require.NoError(t, err)
+	_, err = h.rt.Send(ctx, "c", "hi", user)
+	require.NoError(t, err)
+	h.awaitUpdate(sub, isRetry)
+	require.Equal(t, 1, h.clock.Timers(), "the retry's timer")
+	require.NoError(t, h.rt.Close())
+	require.Equal(t, 0, h.clock.Timers(), "Close stopped the retry's timer")
+	require.Equal(t, 1, h.model.Calls("c"))
+}
+
+// A negative Options.MaxInvalidToolAnswers tolerates no invalid call: the
+// first answer with one fails the turn, and nothing of it is written.
+func TestNoInvalidToolAnswerTolerated(t *testing.T) {
+	h := newHarness(t, openStore(t, "memory"), func(o *lazarus.Options) { o.MaxInvalidToolAnswers = -1 })
+	ctx := ctxT(t)
+	h.model.Push("c", scripted.Reply("", scripted.Call("no_such_tool", `{}`)))
+	end, err := h.rt.SendAndWait(ctx, "c", "go", user)
+	require.ErrorIs(t, err, lazarus.ErrInvalidToolCalls)
+	require.Equal(t, lazarus.TurnFailed, end.Outcome)
+	require.Equal(t, []string{"user_msg", "turn_failed:invalid_tool_calls"}, types(h.history("c")))
 }
