@@ -184,8 +184,9 @@ func TestKillAbandonsTheRetry(t *testing.T) {
 }
 
 // Open resumes the conversations that were mid-turn, never one whose turn
-// failed for good. The scan visits conversations in id order, so once it
-// has resumed "z-active", it has passed "a-failed".
+// failed for good: its row is IDLE, so the resume (one pass over the
+// ACTIVE conversations) never wakes it; "z-active", left mid-turn, shows
+// that the resume ran.
 func TestFailedTurnIsNotResumedOnOpen(t *testing.T) {
 	store := openStore(t, "memory")
 	first := newHarness(t, store, func(o *lazarus.Options) { o.NoResume = true })
