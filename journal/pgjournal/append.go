@@ -96,6 +96,12 @@ func (s *Store) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest)
 				callIDs = append(callIDs, r.GetToolCallId())
 			}
 		}
+		for _, d := range req.GetReschedule() {
+			if !seenCall[d.GetToolCallId()] {
+				seenCall[d.GetToolCallId()] = true
+				callIDs = append(callIDs, d.GetToolCallId())
+			}
+		}
 	}
 	if len(convs) == 0 {
 		return results
@@ -271,6 +277,20 @@ func (b *batch) check(req *messages.AppendRequest) error {
 		}
 		status[call] = r.GetStatus()
 	}
+	for _, d := range req.GetReschedule() {
+		call := d.GetToolCallId()
+		cur, ok := status[call]
+		if !ok {
+			rec := b.calls[call].rec
+			if rec == nil || rec.GetConversationId() != id {
+				return fmt.Errorf("reschedule %q in an append to %q: unknown call: %w", call, id, journal.ErrStale)
+			}
+			cur = rec.GetStatus()
+		}
+		if cur != messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING {
+			return fmt.Errorf("reschedule %q in an append to %q: status is %v: %w", call, id, cur, journal.ErrStale)
+		}
+	}
 	return nil
 }
 
@@ -363,6 +383,18 @@ func (b *batch) apply(req *messages.AppendRequest, now time.Time) (journal.Appen
 	}
 	for _, call := range req.GetCancel() {
 		b.setDeadline(deadlineKey{id, call}, nil)
+	}
+	for _, d := range req.GetReschedule() {
+		cs := b.calls[d.GetToolCallId()]
+		rec := proto.Clone(cs.rec).(*messages.ToolCallRecord)
+		rec.Deadline = nil
+		var dl *messages.Deadline
+		if d.GetAt() != nil {
+			rec.Deadline = proto.Clone(d.GetAt()).(*timestamppb.Timestamp)
+			dl = proto.Clone(d).(*messages.Deadline)
+		}
+		cs.rec, cs.dirty = rec, true
+		b.setDeadline(deadlineKey{id, rec.GetId()}, dl)
 	}
 	return res, given, nil
 }
