@@ -80,7 +80,9 @@ func testRescheduleMoves(t *testing.T, e env) {
 }
 
 // humanCallPending is humanCall as stored: pending, no deadline in the row.
-func humanCallPending(conv, call string) *messages.ToolCallRecord { return withDeadline(conv, call, -1) }
+func humanCallPending(conv, call string) *messages.ToolCallRecord {
+	return withDeadline(conv, call, -1)
+}
 
 func testRescheduleRemoves(t *testing.T, e env) {
 	s := e.open(t).Store
