@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -175,4 +176,56 @@ func TestRescheduleSurvivesRestart(t *testing.T) {
 			h2.awaitEvent("c", 0, isAssistantText("timed out"))
 		})
 	}
+}
+
+// TestToolDeadlineFromArguments: a human tool's Deadline sets each call's
+// deadline from its arguments; a zero result or a panic falls back to its
+// Timeout; a time in the past expires the call at once.
+func TestToolDeadlineFromArguments(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		book := agent.Tool{
+			Name: "book_meeting", Description: "a human books a slot", Executor: messages.Executor_EXECUTOR_HUMAN,
+			Timeout: time.Hour,
+			Deadline: func(args string, _ time.Time) time.Time {
+				var a struct{ Until string }
+				if err := json.Unmarshal([]byte(args), &a); err != nil || a.Until == "" {
+					return time.Time{}
+				}
+				if a.Until == "panic" {
+					panic("a bug in the application's Deadline")
+				}
+				at, err := time.Parse(time.RFC3339, a.Until)
+				if err != nil {
+					return time.Time{}
+				}
+				return at
+			},
+		}
+		h := newHarness(t, openStore(t, kind), func(o *lazarus.Options) { o.Tools = append(o.Tools, book) })
+		ctx := ctxT(t)
+		start := h.clock.Now()
+		ask := func(conv, args string) string {
+			h.model.Push(conv, scripted.Reply("booking", scripted.Call("book_meeting", args)), scripted.Text("expired: "+conv))
+			_, err := h.rt.Send(ctx, conv, "book it", user)
+			require.NoError(t, err)
+			return pendingCallID(t, h.awaitEvent(conv, 0, isSuspension))
+		}
+
+		fromArgs := ask("args", `{"until":"`+start.Add(6*time.Hour).Format(time.RFC3339)+`"}`)
+		require.Equal(t, start.Add(6*time.Hour), h.deadlineOf(fromArgs), "the deadline the arguments name")
+		fallback := ask("none", `{}`)
+		require.Equal(t, start.Add(time.Hour), h.deadlineOf(fallback), "zero: the tool's Timeout")
+		panicked := ask("panic", `{"until":"panic"}`)
+		require.Equal(t, start.Add(time.Hour), h.deadlineOf(panicked), "a panic: the tool's Timeout")
+
+		ask("past", `{"until":"`+start.Add(-time.Minute).Format(time.RFC3339)+`"}`)
+		h.awaitEvent("past", 0, isAssistantText("expired: past")) // at once, the clock untouched
+
+		h.clock.Advance(time.Hour)
+		h.awaitEvent("none", 0, isAssistantText("expired: none"))
+		h.awaitEvent("panic", 0, isAssistantText("expired: panic"))
+		h.awaitDeadlineArmed(fromArgs) // still pending, armed at its own deadline
+		h.clock.Advance(5 * time.Hour)
+		h.awaitEvent("args", 0, isAssistantText("expired: args"))
+	})
 }
