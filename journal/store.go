@@ -193,6 +193,15 @@ type Audit interface {
 	GCModelCalls(ctx context.Context, conversationID string, olderThan time.Time) (int, error)
 }
 
+// AuditReporter is implemented by a Store that says whether its audit is
+// on; every adapter of this module does. The runtime uses it to refuse
+// options that contradict the Store it is given.
+type AuditReporter interface {
+	// AuditEnabled reports whether the Store was opened with audit on,
+	// that is, whether PutModelCall records rows.
+	AuditEnabled() bool
+}
+
 // ConversationUpdate is a merge into a conversation row: zero fields leave
 // the row's value unchanged.
 type ConversationUpdate struct {

@@ -1078,3 +1078,9 @@ func (s *Store) PutMetadata(ctx context.Context, id string, kv map[string]string
 	}
 	return nil
 }
+
+// AuditEnabled implements journal.AuditReporter: whether the Store was
+// opened with Options.Audit.
+func (s *Store) AuditEnabled() bool { return s.audit }
+
+var _ journal.AuditReporter = (*Store)(nil)
