@@ -77,7 +77,10 @@ type EventLog interface {
 	// or a reschedule's call is unknown, of another conversation or not
 	// pending, ErrStale (a resolution also removes its call's deadline; a
 	// reschedule sees the call as the request's upserts and resolutions
-	// leave it); if a tool call id belongs to another conversation,
+	// leave it); if req.DueBy is set and a resolution's call has no
+	// deadline at or before it (as committed before the request, and the
+	// requests before it in a batch, left it), ErrStale: that is how an
+	// expiry loses to a reschedule that moved the deadline later; if a tool call id belongs to another conversation,
 	// ErrConflict; if the conversation was deleted, ErrDeleted; if the
 	// request breaks a rule of ValidateAppend, ErrInvalid. In every error
 	// case nothing is written. The checks run in this order and the first

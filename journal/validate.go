@@ -329,6 +329,11 @@ func validateAppend(req *messages.AppendRequest, encode bool) error {
 			return err
 		}
 	}
+	if at := req.GetDueBy(); at != nil {
+		if err := at.CheckValid(); err != nil {
+			return Invalidf("due_by of append to %q: %v", conv, err)
+		}
+	}
 	for _, d := range req.GetReschedule() {
 		if err := ValidateReschedule(d); err != nil {
 			return err

@@ -24,6 +24,63 @@ var rescheduleCases = []suiteCase{
 	{name: "RacesResolve", run: testRescheduleRacesResolve},
 	{name: "BadInput", run: testRescheduleBadInput},
 	{name: "SurvivesReopen", run: testRescheduleReopen, durable: true},
+	{name: "ExpiryOnlyWhenDue", run: testExpiryDueBy},
+	{name: "ExpiryLosesToEarlierRescheduleInBatch", run: testExpiryDueByBatch},
+}
+
+// expire is the expiry actor's write: the call expires if its deadline is
+// due by sec.
+func expire(conv, call string, sec int) *messages.AppendRequest {
+	return &messages.AppendRequest{ConversationId: conv, Unfenced: true, DueBy: ts(sec), Resolutions: []*messages.ToolResolution{
+		{ToolCallId: call, Status: expired, Result: errorOutcome("expired", "no answer"), At: ts(sec)}}}
+}
+
+// testExpiryDueBy: an expiry (DueBy) applies only to a call whose deadline
+// is due by then; one moved later, or removed, is stale for it.
+func testExpiryDueBy(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	suspend(t, s, "c", "tc-due", "tc-moved", "tc-none")
+	appendOK(t, s, reschedule("c", "tc-moved", 300))
+	appendOK(t, s, reschedule("c", "tc-none", -1))
+	before := allDeadlines(t, s)
+	for _, call := range []string{"tc-moved", "tc-none"} {
+		res, err := s.Append(ctx, expire("c", call, 100))
+		require.ErrorIs(t, err, journal.ErrStale, call)
+		require.ErrorIs(t, res.Err, journal.ErrStale, call)
+		assert.Equal(t, pending, toolCall(t, s, call).GetStatus(), "%s: nothing written", call)
+	}
+	requireProtos(t, before, allDeadlines(t, s), "nothing written")
+	_, err := s.Append(ctx, expire("c", "tc-due", 99))
+	require.ErrorIs(t, err, journal.ErrStale, "a deadline after DueBy is not due")
+
+	appendOK(t, s, expire("c", "tc-due", 100))
+	assert.Equal(t, expired, toolCall(t, s, "tc-due").GetStatus(), "due exactly at DueBy")
+	appendOK(t, s, expire("c", "tc-moved", 301))
+	assert.Equal(t, expired, toolCall(t, s, "tc-moved").GetStatus(), "due at its new time")
+	assert.Empty(t, deadlinesOf(t, s, "c"))
+	// Without DueBy a resolution needs no deadline (the old behaviour).
+	appendOK(t, s, &messages.AppendRequest{ConversationId: "c", Unfenced: true, Resolutions: []*messages.ToolResolution{
+		{ToolCallId: "tc-none", Status: resolved, Result: contentOutcome("ok"), At: ts(5)}}})
+}
+
+// testExpiryDueByBatch: in one batch, a reschedule committed before an
+// expiry of the old deadline wins; the expiry is stale.
+func testExpiryDueByBatch(t *testing.T, e env) {
+	s := e.open(t).Store
+	suspend(t, s, "c", "tc-1", "tc-2")
+	results := s.AppendBatch(t.Context(), []*messages.AppendRequest{
+		reschedule("c", "tc-1", 500), expire("c", "tc-1", 100),
+		expire("c", "tc-2", 100), reschedule("c", "tc-2", 500),
+	})
+	require.Len(t, results, 4)
+	require.NoError(t, results[0].Err)
+	require.ErrorIs(t, results[1].Err, journal.ErrStale, "the moved deadline is not due")
+	require.NoError(t, results[2].Err, "due: expired")
+	require.ErrorIs(t, results[3].Err, journal.ErrStale, "expired earlier in the batch")
+	requireProto(t, withDeadline("c", "tc-1", 500), toolCall(t, s, "tc-1"))
+	assert.Equal(t, expired, toolCall(t, s, "tc-2").GetStatus())
+	requireProtos(t, []*messages.Deadline{deadline("c", "tc-1", 500)}, allDeadlines(t, s))
 }
 
 // reschedule is an unfenced request moving the deadline of call (sec < 0:

@@ -273,6 +273,12 @@ func (st *state) checkAppend(req *messages.AppendRequest) error {
 		if cur != messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING {
 			return fmt.Errorf("memjournal: resolve %q in an append to %q: status is %v: %w", call, id, cur, journal.ErrStale)
 		}
+		if due := req.GetDueBy(); due != nil {
+			d := st.deadlines[deadlineKey{id, call}]
+			if d == nil || d.GetAt().AsTime().After(due.AsTime()) {
+				return fmt.Errorf("memjournal: resolve %q in an append to %q: no deadline due by %v: %w", call, id, due.AsTime(), journal.ErrStale)
+			}
+		}
 		status[call] = r.GetStatus()
 	}
 	for _, d := range req.GetReschedule() {

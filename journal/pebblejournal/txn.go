@@ -555,6 +555,15 @@ func (t *txn) apply(req *messages.AppendRequest) (res journal.AppendResult, err 
 		}
 	}
 	for _, r := range req.GetResolutions() {
+		if due := req.GetDueBy(); due != nil {
+			d, err := t.deadline(conv, r.GetToolCallId())
+			if err != nil {
+				return res, err
+			}
+			if d.cur == nil || d.cur.AsTime().After(due.AsTime()) {
+				return res, fmt.Errorf("pebblejournal: resolve tool call %q: no deadline due by %v: %w", r.GetToolCallId(), due.AsTime(), journal.ErrStale)
+			}
+		}
 		resultSeq := resultEvent(req, r, last)
 		if _, err := t.resolveCall(conv, r.GetToolCallId(), r.GetStatus(), r.GetResult(), r.GetAt(), r.GetBy(), resultSeq); err != nil {
 			return res, err
