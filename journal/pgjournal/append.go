@@ -45,9 +45,9 @@ type batch struct {
 	// dlBase holds the committed deadlines that the requests' DueBy checks
 	// need (absent: none).
 	dlBase map[deadlineKey]*timestamppb.Timestamp
-	evConv    [][]byte
-	evSeq     []int64
-	evData    [][]byte
+	evConv [][]byte
+	evSeq  []int64
+	evData [][]byte
 }
 
 // AppendBatch implements journal.EventLog in one transaction: one round
