@@ -20,19 +20,17 @@ import (
 //
 // Rescheduling replaces, it does not add up: the last Reschedule decides.
 // A call that is unknown (also one of a deleted conversation), already
-// answered or expired, or whose deadline has already passed (its expiry is
-// under way), gets an error wrapping journal.ErrStale and nothing is
-// written; so does a call answered or expired while the Reschedule is
+// answered or expired gets an error wrapping journal.ErrStale and nothing
+// is written; so does a call answered or expired while the Reschedule is
 // being written, as the Store checks that it is still pending in the same
-// atomic write. A server call (the runtime runs it; it has no deadline),
-// an ill-formed id, or a time outside the years 1 to 9999 is refused with
-// an error wrapping journal.ErrInvalid.
-//
-// One race is inherent: a Reschedule written at the very moment the old
-// deadline passes races the expiry. If the expiry commits first, Reschedule
-// fails with ErrStale; if the Reschedule commits first, the expiry already
-// under way still expires the call (Reschedule returned nil, and a later
-// Resolve gets ErrStale). Move a deadline before it is due.
+// atomic write. A call whose old deadline passed while the expiry is under
+// way goes to whichever commits first: if the Reschedule does, the expiry
+// applies only if the new deadline is due as well (its write carries
+// AppendRequest.DueBy), else it changes nothing and the call expires at
+// the new time; if the expiry does, Reschedule gets ErrStale. A
+// server call (the runtime runs it; it has no deadline), an ill-formed id,
+// or a time outside the years 1 to 9999 is refused with an error wrapping
+// journal.ErrInvalid.
 func (r *Runtime) Reschedule(ctx context.Context, toolCallID string, at time.Time) error {
 	if err := r.enter(ctx); err != nil {
 		return fmt.Errorf("lazarus: reschedule %q: %w", toolCallID, err)
@@ -56,11 +54,6 @@ func (r *Runtime) Reschedule(ctx context.Context, toolCallID string, at time.Tim
 		return fmt.Errorf("lazarus: reschedule %q: %w", toolCallID, journal.Invalidf("tool %q is not a human tool; its calls have no deadline", row.GetName()))
 	case row.GetStatus() != messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING:
 		return fmt.Errorf("lazarus: reschedule %q: already %v: %w", toolCallID, row.GetStatus(), journal.ErrStale)
-	case row.GetDeadline() != nil && !row.GetDeadline().AsTime().After(r.opts.Clock.Now()):
-		// The expiry actor fires at the deadline: its expire is on its
-		// way, and would win over a reschedule written now.
-		return fmt.Errorf("lazarus: reschedule %q: its deadline %v has passed and it is expiring: %w",
-			toolCallID, row.GetDeadline().AsTime(), journal.ErrStale)
 	}
 	conv := row.GetConversationId()
 	req := &messages.AppendRequest{ConversationId: conv, Unfenced: true, Reschedule: []*messages.Deadline{{

@@ -110,7 +110,7 @@ func TestRescheduleZeroRemovesDeadline(t *testing.T) {
 	})
 }
 
-// TestRescheduleRefusals: unknown, server, past-deadline and ill-formed
+// TestRescheduleRefusals: unknown, server, expired and ill-formed
 // requests are refused with the documented sentinels, and write nothing.
 func TestRescheduleRefusals(t *testing.T) {
 	forEachStore(t, func(t *testing.T, kind string) {
@@ -144,9 +144,13 @@ func TestRescheduleRefusals(t *testing.T) {
 			require.Equal(t, before, h.deadlineOf(id), "%s: nothing written", tc.name)
 		}
 
-		// Once the deadline has passed, the call is expiring: too late.
+		// Once the call expired: too late.
 		h.clock.Advance(time.Hour)
-		require.ErrorIs(t, h.rt.Reschedule(ctx, id, h.clock.Now().Add(time.Hour)), journal.ErrStale, "past its deadline")
+		require.Eventually(t, func() bool {
+			row, err := h.store.ToolCall(ctx, id)
+			return err == nil && row.GetStatus() == messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED
+		}, wait, time.Millisecond, "the call expires")
+		require.ErrorIs(t, h.rt.Reschedule(ctx, id, h.clock.Now().Add(time.Hour)), journal.ErrStale, "an expired call")
 
 		require.NoError(t, h.rt.Close())
 		require.ErrorIs(t, h.rt.Reschedule(ctx, id, time.Time{}), lazarus.ErrClosed)
