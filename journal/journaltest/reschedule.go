@@ -23,6 +23,7 @@ var rescheduleCases = []suiteCase{
 	{name: "InBatchOrder", run: testRescheduleBatch},
 	{name: "RacesResolve", run: testRescheduleRacesResolve},
 	{name: "BadInput", run: testRescheduleBadInput},
+	{name: "Deleted", run: testRescheduleDeleted},
 	{name: "SurvivesReopen", run: testRescheduleReopen, durable: true},
 	{name: "ExpiryOnlyWhenDue", run: testExpiryDueBy},
 	{name: "ExpiryLosesToEarlierRescheduleInBatch", run: testExpiryDueByBatch},
@@ -314,4 +315,18 @@ func testRescheduleReopen(t *testing.T, e env) {
 	_, err := s.ResolveToolCall(t.Context(), "tc-1", expired, errorOutcome("expired", "late"), tm(400))
 	require.NoError(t, err)
 	requireProtos(t, []*messages.Deadline{deadline("c", "tc-2", 10)}, allDeadlines(t, s))
+}
+
+// testRescheduleDeleted: a deleted conversation's call cannot be
+// rescheduled (ErrDeleted), and no deadline comes back.
+func testRescheduleDeleted(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	suspend(t, s, "c", "tc-1")
+	require.NoError(t, s.DeleteConversation(ctx, "c"))
+	_, err := s.Append(ctx, reschedule("c", "tc-1", 50))
+	require.ErrorIs(t, err, journal.ErrDeleted)
+	assert.Empty(t, allDeadlines(t, s))
+	_, err = s.ToolCall(ctx, "tc-1")
+	require.ErrorIs(t, err, journal.ErrNotFound)
 }
