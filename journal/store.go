@@ -80,8 +80,9 @@ type EventLog interface {
 	// leave it); if req.DueBy is set and a resolution's call has no
 	// deadline at or before it (as committed before the request, and the
 	// requests before it in a batch, left it), ErrStale: that is how an
-	// expiry loses to a reschedule that moved the deadline later; if a tool call id belongs to another conversation,
-	// ErrConflict; if the conversation was deleted, ErrDeleted; if the
+	// expiry loses to a reschedule that moved the deadline later; if a
+	// tool call id belongs to another conversation, ErrConflict; if the
+	// conversation was deleted, ErrDeleted; if the
 	// request breaks a rule of ValidateAppend, ErrInvalid. In every error
 	// case nothing is written. The checks run in this order and the first
 	// that fails decides the error: ErrInvalid, ErrDeleted, the fence's
