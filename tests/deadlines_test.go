@@ -233,3 +233,32 @@ func TestToolDeadlineFromArguments(t *testing.T) {
 		h.awaitEvent("args", 0, isAssistantText("expired: args"))
 	})
 }
+
+// TestRescheduleRacesResolve: a Reschedule racing the answer of the same
+// call never revives it: the answer wins, the Reschedule either landed
+// before it or gets ErrStale, and no deadline stays armed or stored.
+func TestRescheduleRacesResolve(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		h := newHarness(t, openStore(t, kind), nil)
+		ctx := ctxT(t)
+		id := h.suspendOne("c", scripted.Text("approved"))
+		start := make(chan struct{})
+		resolved, rescheduled := make(chan error, 1), make(chan error, 1)
+		go func() { <-start; resolved <- h.rt.Resolve(ctx, id, `{"approved":true}`, user) }()
+		go func() { <-start; rescheduled <- h.rt.Reschedule(ctx, id, h.clock.Now().Add(5*time.Hour)) }()
+		close(start)
+		require.NoError(t, <-resolved, "a reschedule never makes an answer stale")
+		if err := <-rescheduled; err != nil {
+			require.ErrorIs(t, err, journal.ErrStale, "the Reschedule came after the answer")
+		}
+		h.awaitEvent("c", 0, isAssistantText("approved"))
+		row, err := h.store.ToolCall(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, row.GetStatus())
+		require.NoError(t, h.store.Deadlines(ctx, time.Time{}, func(d *messages.Deadline) error {
+			t.Errorf("a deadline outlived its call: %v", d)
+			return nil
+		}))
+		require.Eventually(t, func() bool { return h.clock.Timers() == 0 }, wait, time.Millisecond, "no timer armed")
+	})
+}
