@@ -82,14 +82,14 @@ type EventLog interface {
 	// requests before it in a batch, left it), ErrStale: that is how an
 	// expiry loses to a reschedule that moved the deadline later; if a
 	// tool call id belongs to another conversation, ErrConflict; if the
-	// conversation was deleted, ErrDeleted; if the
-	// request breaks a rule of ValidateAppend, ErrInvalid. In every error
-	// case nothing is written. The checks run in this order and the first
-	// that fails decides the error: ErrInvalid, ErrDeleted, the fence's
-	// ErrConflict, the tool call owners' ErrConflict, ErrStale. A request
-	// that passed is applied in this order: events, tool call upserts,
-	// resolutions, fsm_state and status, scheduled deadlines, cancelled
-	// deadlines, reschedules (so a request may resolve a call it upserts).
+	// conversation was deleted, ErrDeleted; if the request breaks a rule of
+	// ValidateAppend, ErrInvalid. In every error case nothing is written.
+	// The checks run in this order and the first that fails decides the
+	// error: ErrInvalid, ErrDeleted, the fence's ErrConflict, the tool call
+	// owners' ErrConflict, ErrStale. A request that passed is applied in
+	// this order: events, tool call upserts, resolutions, fsm_state and
+	// status, scheduled deadlines, cancelled deadlines, reschedules (so a
+	// request may resolve a call it upserts).
 	//
 	// For a durable adapter, a nil error means the write survives a crash or
 	// a power cut. Append sets Seq on each event of req.Events.
