@@ -116,7 +116,14 @@ type Options struct {
 	// scope of the Send that started it; an answer's scope never replaces
 	// it.
 	ScopeLoader agent.ScopeLoader
-	// Audit configures the model-call audit. Default off.
+	// Audit configures the model-call audit. Default off. With a Store
+	// given, the Store's own audit setting is what records or drops the
+	// rows (see journal.Audit), so Audit.Enabled must agree with it: Open
+	// refuses, with an error wrapping journal.ErrInvalid, a Store that
+	// reports (journal.AuditReporter, as every adapter of this module
+	// does) an audit setting other than Audit.Enabled. Open the Store with
+	// the same setting (for example pebblejournal.Options.Audit). With
+	// Postgres or Dir, the Store is opened with Audit.Enabled.
 	Audit AuditOptions
 	// ModelRetry is the retry policy of a failed model call (a 429, a
 	// 5xx, a timeout, a broken stream): how long to wait, how many
@@ -218,6 +225,10 @@ func Open(opts Options) (*Runtime, error) {
 	r.life, r.endLife = context.WithCancel(context.Background())
 	switch {
 	case r.store != nil:
+		if a, ok := r.store.(journal.AuditReporter); ok && a.AuditEnabled() != opts.Audit.Enabled {
+			return nil, fmt.Errorf("lazarus: Options.Audit.Enabled is %t but the Store's audit is %t; open the Store with the same setting: %w",
+				opts.Audit.Enabled, a.AuditEnabled(), journal.ErrInvalid)
+		}
 	case opts.Postgres != "" && opts.Dir != "":
 		return nil, fmt.Errorf("lazarus: Options.Postgres and Options.Dir are both set: %w", journal.ErrInvalid)
 	case opts.Postgres != "":

@@ -1189,12 +1189,13 @@ func (c *conversation) turnWrite(msg *messages.AssistantMessage) (*messages.Appe
 			if tool.Prompt != nil {
 				row.Prompt = tool.Prompt(tc.GetArguments())
 			}
-			timeout := tool.Timeout
-			if timeout == 0 {
-				timeout = c.cfg.HumanTimeout
+			if tool.Timeout == 0 { // filled in by a Registry's Lookup; else the config decides
+				if tool.Timeout = c.cfg.HumanTimeout; tool.Timeout == 0 {
+					tool.Timeout = -1
+				}
 			}
-			if timeout > 0 {
-				row.Deadline = journal.Timestamp(now.Add(timeout))
+			if at := tool.CallDeadline(tc.GetArguments(), now); !at.IsZero() {
+				row.Deadline = journal.Timestamp(at)
 				req.Schedule = append(req.Schedule, &messages.Deadline{ConversationId: c.cfg.ID, ToolCallId: tc.GetId(), At: row.GetDeadline()})
 			}
 			suspension = append(suspension, &messages.PendingCall{ToolCallId: tc.GetId(), Executor: tool.Executor, Kind: tc.GetName(), Prompt: row.GetPrompt()})
