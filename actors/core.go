@@ -1,0 +1,851 @@
+package actors
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/snapshot"
+)
+
+// core holds the decisions of one conversation as a pure state machine, in
+// the manner of etcd's raft: the driver (the conversation actor, or the
+// simulator of the tests) feeds it one input at a time with step, and
+// performs the effects step returns, in order. The core starts no
+// goroutine, reads no clock (the time comes with each step), talks to no
+// actor and does no I/O: given the same inputs it returns the same effects.
+//
+// This file holds the core's state, inputs and effects; core_write.go holds
+// the writes it builds.
+type core struct {
+	cfg coreConfig
+	log *slog.Logger
+	now time.Time // the time of the step in progress
+
+	out []effect // the effects of the step in progress; see step
+
+	loaded   bool
+	buffered []*inCommand // commands that arrived before the revival
+	stopping bool
+	cause    error // why this activation stopped; nil for passivation
+
+	ws    *snapshot.WorkingSet
+	state messages.AgentState
+	calls map[string]*openCall
+	order []string // open call ids in log order
+	seen  map[string]uint64
+
+	// requester is the scope the conversation's work (tool runs) runs
+	// with: that of the Send whose message is the newest in the log, when
+	// this activation wrote it; else the one the revival rebuilt from the
+	// log's requester identity (the ScopeLoader), or SystemScope. Answers
+	// (Resolve, Reject, expiries) never change it: tools act for whoever
+	// asked for the turn, not for whoever answered a call.
+	requester agent.Scope
+	asked     bool // a command arrived; see advance
+	processed uint64
+
+	nextWrite uint64
+	inflight  *pendingWrite
+	// rowStatus is the conversation row's status as this activation read
+	// or last wrote it (see setRow).
+	rowStatus messages.ConversationStatus
+	sends     []*queuedSend
+
+	turn      uint64
+	modelBusy bool
+	answer    *inModelDone // a model answer waiting for the write in flight
+	// attempts counts the failed model calls of the current step of the
+	// turn; retryArmed says a retry waits for its timer (see modelFailed),
+	// and retryGen tells its tick from an abandoned one's.
+	attempts   int
+	retryArmed bool
+	retryGen   uint64
+	// failure is a turn failure waiting to be written (turn_failed).
+	failure *messages.TurnFailed
+	// rerun: an explicit wake asked to run again a turn whose log ends in
+	// turn_failed (see turnOwed).
+	rerun bool
+	// invalidAnswers counts the model answers in a row, in this turn, that
+	// contained invalid tool calls.
+	invalidAnswers int
+
+	summarizing bool
+
+	specs []agent.ToolSpec // the tools as the model is told of them; see startModel
+}
+
+// coreConfig is what the core needs of ConversationConfig: no clock, no
+// store, no actor.
+type coreConfig struct {
+	ID                    string
+	Tools                 *agent.Registry
+	HumanTimeout          time.Duration
+	Policy                snapshot.Policy // with its defaults
+	Summarize             bool            // a Summarizer is configured
+	Retry                 RetryPolicy     // with its defaults
+	MaxInvalidToolAnswers int
+	// NewID mints a tool call id at a time. Nil means NewToolCallIDAt.
+	NewID func(time.Time) string
+}
+
+// openCall is a tool call issued in the working set with no tool_result yet.
+type openCall struct {
+	ev         *messages.ToolCallEvent
+	dispatched bool // a server tool run was started by this activation
+	// prompt is what a human is asked (human calls only), as in the row; the
+	// fsm_state's pending entries carry it.
+	prompt string
+	// ready holds the outcome once known and not yet written.
+	ready    *messages.ToolOutcome
+	status   messages.ToolCallStatus
+	by       string
+	resolver *messages.Identity
+	// inStore: the row is already terminal in the Store, so the write that
+	// records the result must not resolve it again.
+	inStore bool
+}
+
+// queuedSend is a send waiting for its write, with its caller.
+type queuedSend struct {
+	sender any // the caller's address, opaque to the core (nil: nobody waits)
+	msg    *messages.AgentSend
+	scope  agent.Scope // the sender's: the requester once the message lands
+}
+
+// writeKind says what a write records; the core acts on its reply by it.
+type writeKind uint8
+
+const (
+	writeSends writeKind = iota + 1
+	writeAnswer
+	writeResults
+	writeFailure
+)
+
+type pendingWrite struct {
+	id    uint64
+	kind  writeKind
+	req   *messages.AppendRequest
+	sends []*queuedSend
+	// calls are the calls of an answer (writeAnswer), open once it lands;
+	// done are the calls whose results a writeResults records.
+	calls []*openCall
+	done  []string
+	// requester, if set, is the scope of the newest user message the write
+	// appends: the conversation works for it once the write lands.
+	requester *agent.Scope
+}
+
+// carries reports whether the write appends the user message of request id
+// rid.
+func (w *pendingWrite) carries(rid string) bool {
+	for _, q := range w.sends {
+		if q.msg.GetRequestId() == rid {
+			return true
+		}
+	}
+	return false
+}
+
+// The inputs of the core.
+type (
+	// inLoaded: the revival read finished.
+	inLoaded struct {
+		ws   *snapshot.WorkingSet
+		rows map[string]*messages.ToolCallRecord
+		conv *messages.Conversation
+		// scope is the requester's, for work the revival resumes: rebuilt
+		// by the ScopeLoader, else SystemScope.
+		scope agent.Scope
+		err   error
+	}
+	// inCommand: a command from a caller (sender, opaque; nil when nobody
+	// waits for the reply).
+	inCommand struct {
+		cmd    *Command
+		sender any
+	}
+	// inStop: the activation stops, with cause: a kill (retire true: the
+	// core asks to retire), or the actor is stopping anyway (retire false).
+	inStop struct {
+		cause  error
+		retire bool
+	}
+	// inWriteReply: the journal answered the write id (err nil: durable).
+	inWriteReply struct {
+		id  uint64
+		err error
+	}
+	// inJournalGone: the journal actor is gone; a write in flight has an
+	// unknown outcome.
+	inJournalGone struct{}
+	// inModelDone: the model call of turn returned.
+	inModelDone struct {
+		turn uint64
+		msg  *messages.AssistantMessage
+		err  error
+	}
+	// inToolDone: a server tool run returned.
+	inToolDone struct {
+		id      string
+		outcome *messages.ToolOutcome
+	}
+	// inSummaryDone: a summary was written (or failed).
+	inSummaryDone struct {
+		summary *messages.Summary
+		err     error
+	}
+	// inRetryTick: the wait before the retry gen of a model call ended.
+	inRetryTick struct{ gen uint64 }
+)
+
+// The effects of a step, performed by the driver in the order given.
+type (
+	effect interface{ isEffect() }
+	// effReply answers a caller (to, as the command's sender) with msg.
+	effReply struct {
+		to  any
+		msg proto.Message
+	}
+	// effWrite sends a fenced (or unfenced) append to the journal.
+	effWrite struct {
+		id  uint64
+		req *messages.AppendRequest
+	}
+	// effStartModel starts the model call of turn, with lastSeq the seq of
+	// the last event it sees.
+	effStartModel struct {
+		turn    uint64
+		in      agent.Turn
+		lastSeq uint64
+	}
+	// effCancelModel cancels the model call in flight.
+	effCancelModel struct{}
+	// effRunTool runs a server tool.
+	effRunTool struct{ inv agent.Invocation }
+	// effSummarize runs a summary plan and stores its summary.
+	effSummarize struct{ plan snapshot.Plan }
+	// effArmRetry arms the timer of retry gen, after delay.
+	effArmRetry struct {
+		gen   uint64
+		delay time.Duration
+	}
+	// effCancelRetry stops the timer of a retry.
+	effCancelRetry struct{}
+	// effPublish tells live subscribers u.
+	effPublish struct{ u Update }
+	// effTouchIdle (re)arms the idle timer if the core is quiescent.
+	effTouchIdle struct{}
+	// effRetire tells the runtime why the activation stops (Stopped) and
+	// retires it (force), before its callers are answered.
+	effRetire struct{ cause error }
+	// effHalt abandons the work in flight (goroutines, timers); poison
+	// also stops the actor once its mailbox is drained.
+	effHalt struct{ poison bool }
+	// effFenced asks for the conversation to be woken again (ErrConflict).
+	effFenced struct{}
+)
+
+func (effReply) isEffect()       {}
+func (effWrite) isEffect()       {}
+func (effStartModel) isEffect()  {}
+func (effCancelModel) isEffect() {}
+func (effRunTool) isEffect()     {}
+func (effSummarize) isEffect()   {}
+func (effArmRetry) isEffect()    {}
+func (effCancelRetry) isEffect() {}
+func (effPublish) isEffect()     {}
+func (effTouchIdle) isEffect()   {}
+func (effRetire) isEffect()      {}
+func (effHalt) isEffect()        {}
+func (effFenced) isEffect()      {}
+
+func newCore(cfg coreConfig, log *slog.Logger) *core {
+	if cfg.NewID == nil {
+		cfg.NewID = NewToolCallIDAt
+	}
+	return &core{
+		cfg: cfg, log: log,
+		requester: agent.SystemScope,
+		calls:     map[string]*openCall{},
+		seen:      map[string]uint64{},
+	}
+}
+
+// step feeds one input at time now and returns the effects to perform, in
+// order. The returned slice is the core's and is valid until the next step.
+func (c *core) step(now time.Time, in any) []effect {
+	c.now = now
+	c.out = c.out[:0]
+	switch m := in.(type) {
+	case *inLoaded:
+		c.onLoaded(m)
+	case *inCommand:
+		if !c.loaded && !c.stopping {
+			c.buffered = append(c.buffered, m)
+			break
+		}
+		c.onCommand(m.cmd, m.sender)
+	case *inStop:
+		if m.retire {
+			c.stop(m.cause)
+			break
+		}
+		if !c.stopping {
+			c.stopping = true
+			c.emit(effHalt{})
+			c.failAll(m.cause)
+		}
+	case *inWriteReply:
+		c.onWriteReply(m)
+	case *inJournalGone:
+		if c.inflight != nil {
+			c.stop(fmt.Errorf("conversation %q: journal unavailable: %w", c.cfg.ID, ErrAgentStopped))
+		}
+	case *inModelDone:
+		c.onModelDone(m)
+	case *inToolDone:
+		if call, ok := c.calls[m.id]; ok && call.ready == nil {
+			call.ready = m.outcome
+			call.status = messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED
+			if m.outcome.GetError() != nil {
+				call.status = messages.ToolCallStatus_TOOL_CALL_STATUS_ERRORED
+			}
+		}
+		c.advance()
+	case *inSummaryDone:
+		c.onSummary(m)
+	case *inRetryTick:
+		if m.gen == c.retryGen && c.retryArmed && !c.stopping {
+			c.retryArmed = false
+			c.advance()
+		}
+	}
+	return c.out
+}
+
+func (c *core) emit(e effect) { c.out = append(c.out, e) }
+
+// stopped reports whether the activation stops (or stopped).
+func (c *core) stopped() bool { return c.stopping }
+
+func (c *core) onLoaded(l *inLoaded) {
+	if c.stopping {
+		return
+	}
+	if l.err != nil {
+		if errors.Is(l.err, journal.ErrDeleted) {
+			// The caller is told; a deleted conversation is not a fault.
+			c.log.Debug("revival refused: the conversation was deleted")
+		} else {
+			c.log.Error("revival failed", "err", l.err)
+		}
+		c.stop(fmt.Errorf("revive conversation %q: %w", c.cfg.ID, l.err))
+		return
+	}
+	c.ws = l.ws
+	c.rememberRequests()
+	for _, ev := range c.ws.OpenCalls() {
+		call := &openCall{ev: ev}
+		row := l.rows[ev.GetCall().GetId()]
+		call.prompt = row.GetPrompt()
+		if row != nil && journal.IsTerminal(row.GetStatus()) {
+			// Resolved in the Store, but the result never reached the log:
+			// the actor died in between. Record it now.
+			call.ready, call.status, call.by, call.inStore = row.GetResult(), row.GetStatus(), resolvedBy(row.GetStatus()), true
+			call.resolver = row.GetResolver()
+		}
+		c.calls[ev.GetCall().GetId()] = call
+		c.order = append(c.order, ev.GetCall().GetId())
+	}
+	c.requester = l.scope
+	c.rowStatus = l.conv.GetStatus()
+	if st := l.conv.GetFsmState(); st != nil && st.GetLastSeq() != c.ws.LastSeq {
+		c.log.Debug("fsm_state disagrees with the log; the log wins",
+			"cached_last_seq", st.GetLastSeq(), "log_last_seq", c.ws.LastSeq)
+	}
+	c.loaded = true
+	c.log.Debug("revived", "last_seq", c.ws.LastSeq, "open_calls", len(c.order))
+	buffered := c.buffered
+	c.buffered = nil
+	for _, m := range buffered {
+		c.onCommand(m.cmd, m.sender)
+	}
+	c.advance()
+}
+
+func (c *core) onCommand(cmd *Command, sender any) {
+	c.processed++
+	if c.stopping {
+		err := c.cause
+		if err == nil {
+			err = fmt.Errorf("conversation %q: %w", c.cfg.ID, ErrAgentStopped)
+		}
+		c.reply(sender, cmd.Msg, 0, err)
+		return
+	}
+	c.asked = true
+	switch m := cmd.Msg.(type) {
+	case *messages.AgentSend:
+		if seq, ok := c.seen[m.GetRequestId()]; ok && m.GetRequestId() != "" {
+			c.reply(sender, m, seq, nil)
+			return
+		}
+		if w := c.inflight; w != nil && m.GetRequestId() != "" && w.carries(m.GetRequestId()) {
+			// A retry of a send whose write is in flight (a client retrying
+			// after a timeout): it joins that write, and is answered with
+			// its seq or its error when the write lands.
+			w.sends = append(w.sends, &queuedSend{sender: sender, msg: m, scope: cmd.Scope})
+			return
+		}
+		for _, q := range c.sends {
+			if q.msg.GetRequestId() == m.GetRequestId() && m.GetRequestId() != "" {
+				// A retry of a send that is queued or being written: answer
+				// both when it lands.
+				c.sends = append(c.sends, &queuedSend{sender: sender, msg: m, scope: cmd.Scope})
+				return
+			}
+		}
+		c.sends = append(c.sends, &queuedSend{sender: sender, msg: m, scope: cmd.Scope})
+		c.answer = nil
+		c.restartTurn()
+		if c.modelBusy {
+			// The model is answering a context without this message: cancel
+			// it and answer again once the message is in the log.
+			c.cancelModel()
+		}
+	case *messages.AgentWake:
+		// Activation alone applies the recovery rules. Only an explicit
+		// wake runs a failed turn again (see turnOwed).
+		if m.GetExplicit() {
+			c.rerun = true
+		}
+		if sender != nil {
+			c.emit(effReply{to: sender, msg: &messages.AgentReply{}})
+		}
+	case *messages.AgentResolved:
+		if call, ok := c.calls[m.GetToolCallId()]; ok && call.ready == nil {
+			call.ready, call.status, call.by, call.inStore = m.GetResult(), m.GetStatus(), m.GetBy(), true
+			call.resolver = m.GetResolver()
+		}
+		if sender != nil {
+			c.emit(effReply{to: sender, msg: &messages.AgentReply{}})
+		}
+	default:
+		if sender != nil {
+			c.emit(effReply{to: sender, msg: &messages.AgentReply{Error: journal.ErrorToProto(
+				journal.Invalidf("conversation actor: unexpected command %T", cmd.Msg))}})
+		}
+		return
+	}
+	c.advance()
+}
+
+// reply answers a command. A command that failed because this activation
+// stopped (ErrAgentStopped) or lost the log to another writer (ErrConflict)
+// was not applied, and its reply says to retry on a new activation.
+func (c *core) reply(sender any, msg proto.Message, seq uint64, err error) {
+	if sender == nil {
+		return
+	}
+	retry := errors.Is(err, ErrAgentStopped) || errors.Is(err, journal.ErrConflict)
+	switch m := msg.(type) {
+	case *messages.AgentSend:
+		c.emit(effReply{to: sender, msg: &messages.AgentSendReply{RequestId: m.GetRequestId(), Seq: seq, Error: journal.ErrorToProto(err), Retry: retry}})
+	default:
+		c.emit(effReply{to: sender, msg: &messages.AgentReply{Error: journal.ErrorToProto(err), Retry: retry}})
+	}
+}
+
+// advance is the reconciler: from the working set, the open calls and what
+// is in flight, it starts the next step. Every recovery rule follows from it:
+// a log ending in a user message owes a model turn; an open server call
+// with a pending row is dispatched again with the same id; an open human
+// call waits; a call resolved in the Store but not in the log is recorded.
+//
+// It starts nothing before the first command (every activation is spawned
+// for one): the revival may finish before the command that woke the actor
+// arrives, and the work must run with that command's scope.
+func (c *core) advance() {
+	if !c.loaded || !c.asked || c.stopping || c.inflight != nil {
+		c.emit(effTouchIdle{})
+		return
+	}
+	switch {
+	case c.failure != nil:
+		c.writeFailure()
+	case c.answer != nil:
+		d := c.answer
+		c.answer = nil
+		c.writeAnswer(d)
+	case len(c.sends) > 0 && c.writeSends():
+		// Otherwise every queued send was already in the log: go on.
+	case c.hasReady():
+		c.writeResults()
+	case len(c.order) > 0:
+		c.dispatchServerCalls()
+		c.state = messages.AgentState_AGENT_STATE_EXECUTING_TOOLS
+		if c.humanPending() {
+			c.state = messages.AgentState_AGENT_STATE_AWAITING_INPUT
+		}
+	case c.turnOwed():
+		if !c.modelBusy && !c.retryArmed {
+			c.startModel()
+		}
+	default:
+		c.state = messages.AgentState_AGENT_STATE_IDLE
+		c.maybeSummarize()
+	}
+	c.emit(effTouchIdle{})
+}
+
+func (c *core) hasReady() bool {
+	for _, id := range c.order {
+		if c.calls[id].ready != nil {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *core) humanPending() bool {
+	for _, id := range c.order {
+		if call := c.calls[id]; call.ready == nil && call.ev.GetExecutor() == messages.Executor_EXECUTOR_HUMAN {
+			return true
+		}
+	}
+	return false
+}
+
+// turnOwed reports whether the model owes an answer: the last event it would
+// see is a user message or a tool result, and the log does not end in
+// turn_failed (a failed turn runs again only on a new message, or on an
+// explicit wake: rerun).
+func (c *core) turnOwed() bool {
+	if n := len(c.ws.Events); n > 0 && c.ws.Events[n-1].GetTurnFailed() != nil && !c.rerun {
+		return false
+	}
+	switch c.ws.LastRendered().GetBody().(type) {
+	case *messages.Event_UserMsg, *messages.Event_ToolResult:
+		return true
+	}
+	return false
+}
+
+func (c *core) dispatchServerCalls() {
+	for _, id := range c.order {
+		call := c.calls[id]
+		if call.dispatched || call.ready != nil || call.ev.GetExecutor() != messages.Executor_EXECUTOR_SERVER {
+			continue
+		}
+		call.dispatched = true
+		c.emit(effRunTool{inv: agent.Invocation{
+			ConversationID: c.cfg.ID,
+			ToolCallID:     id,
+			Name:           call.ev.GetCall().GetName(),
+			Arguments:      call.ev.GetCall().GetArguments(),
+			Scope:          c.requester,
+		}})
+	}
+}
+
+func (c *core) startModel() {
+	c.turn++
+	c.modelBusy = true
+	c.state = messages.AgentState_AGENT_STATE_STREAMING
+	turn := agent.Turn{ConversationID: c.cfg.ID, Summary: c.ws.Summary, Context: c.ws.Render()}
+	if c.cfg.Tools != nil {
+		if c.specs == nil {
+			// One copy per activation: a Model must not modify its Turn
+			// (agent.Turn), so every turn can share it.
+			c.specs = c.cfg.Tools.Specs()
+		}
+		turn.Tools = c.specs
+	}
+	c.emit(effStartModel{turn: c.turn, in: turn, lastSeq: c.ws.LastSeq})
+}
+
+func (c *core) cancelModel() {
+	if c.modelBusy {
+		c.emit(effCancelModel{})
+		c.modelBusy = false
+		c.turn++
+	}
+}
+
+func (c *core) onModelDone(d *inModelDone) {
+	if d.turn != c.turn || !c.modelBusy || c.stopping {
+		return // a cancelled turn
+	}
+	c.modelBusy = false
+	if d.err != nil {
+		c.modelFailed(fmt.Errorf("conversation %q: model: %w", c.cfg.ID, d.err))
+		return
+	}
+	c.attempts = 0
+	if c.inflight != nil {
+		// One write at a time: the answer waits for the write in flight.
+		c.answer = d
+		return
+	}
+	c.writeAnswer(d)
+}
+
+// modelFailed handles a failed model call (or an answer the Store
+// refused): it retries the call after the policy's delay, or fails the
+// turn.
+func (c *core) modelFailed(err error) {
+	c.attempts++
+	p := c.cfg.Retry
+	if !p.retry(err, c.attempts) {
+		c.failTurn(err, c.attempts)
+		return
+	}
+	delay := p.Delay(c.attempts)
+	c.log.Info("model call failed; retrying", "err", err, "attempt", c.attempts, "delay", delay)
+	c.retryGen++
+	c.retryArmed = true
+	// Armed before the update is published: a subscriber that sees it
+	// may move a test's clock on at once.
+	c.emit(effArmRetry{gen: c.retryGen, delay: delay})
+	c.publish(Update{Err: err, Retry: &Retry{Attempt: c.attempts, Delay: delay}})
+	c.advance()
+}
+
+// cancelRetry abandons a retry waiting its delay.
+func (c *core) cancelRetry() {
+	if c.retryArmed {
+		c.emit(effCancelRetry{})
+		c.retryArmed = false
+	}
+}
+
+// restartTurn abandons what the current turn owed (a retry, a failure not
+// yet written, the count of attempts and of invalid answers): a new
+// message restarts the turn.
+func (c *core) restartTurn() {
+	c.cancelRetry()
+	c.failure = nil
+	c.attempts = 0
+	c.invalidAnswers = 0
+}
+
+// failTurn gives the turn up: a turn_failed event (written by advance, see
+// writeFailure) records err and how many attempts were made, and the
+// conversation is idle until a new message or an explicit wake.
+func (c *core) failTurn(err error, attempts int) {
+	c.log.Warn("turn failed", "err", err, "attempts", attempts)
+	c.failure = &messages.TurnFailed{Message: turnErrorText(err), Code: TurnFailureCode(err), Attempts: uint32(max(attempts, 0))}
+	c.attempts, c.invalidAnswers, c.rerun = 0, 0, false
+	c.state = messages.AgentState_AGENT_STATE_IDLE
+	c.advance()
+}
+
+func (c *core) onWriteReply(r *inWriteReply) {
+	w := c.inflight
+	if w == nil || r.id != w.id {
+		return // a reply meant for an earlier activation
+	}
+	c.inflight = nil
+	if err := r.err; err != nil {
+		if w.kind == writeAnswer && errors.Is(err, journal.ErrInvalid) {
+			// The Store refused the model's answer before writing any of
+			// it, so the log is still what this actor holds: the model
+			// call failed (see modelFailed).
+			c.modelFailed(fmt.Errorf("conversation %q: model answer rejected: %w", c.cfg.ID, err))
+			return
+		}
+		// The log and this actor's view may now differ (another writer,
+		// a failed disk): stop, and let the next command revive from the log.
+		err = fmt.Errorf("conversation %q: write: %w", c.cfg.ID, err)
+		c.log.Warn("write failed; stopping", "err", err)
+		for _, q := range w.sends {
+			c.reply(q.sender, q.msg, 0, err)
+		}
+		c.publish(Update{Err: err})
+		// Retire first (stop), then ask for the wake-up: a wake-up that
+		// found this activation still live would be sent to it, and lost
+		// with it.
+		c.stop(err)
+		if errors.Is(err, journal.ErrConflict) {
+			c.emit(effFenced{})
+		}
+		return
+	}
+	if st := w.req.GetStatus(); st != messages.ConversationStatus_CONVERSATION_STATUS_UNSPECIFIED {
+		c.rowStatus = st
+	}
+	events := w.req.GetEvents()
+	if err := c.ws.Append(events...); err != nil {
+		c.stop(err)
+		return
+	}
+	for _, ev := range events {
+		if rid := ev.GetRequestId(); rid != "" {
+			c.seen[rid] = ev.GetSeq()
+		}
+	}
+	for _, q := range w.sends {
+		c.reply(q.sender, q.msg, c.seen[q.msg.GetRequestId()], nil)
+	}
+	if w.requester != nil {
+		c.requester = *w.requester
+	}
+	switch w.kind {
+	case writeAnswer:
+		for _, call := range w.calls {
+			id := call.ev.GetCall().GetId()
+			c.calls[id] = call
+			c.order = append(c.order, id)
+		}
+	case writeResults:
+		for _, id := range w.done {
+			delete(c.calls, id)
+		}
+		c.order = remove(c.order, w.done)
+	}
+	c.advance()
+}
+
+func (c *core) publish(u Update) {
+	u.ConversationID = c.cfg.ID
+	c.emit(effPublish{u: u})
+}
+
+func (c *core) maybeSummarize() {
+	if !c.cfg.Summarize || c.summarizing || !c.cfg.Policy.Due(c.ws) {
+		return
+	}
+	plan, ok := c.ws.Plan(c.cfg.Policy.KeepRecent)
+	if !ok {
+		return
+	}
+	c.summarizing = true
+	c.emit(effSummarize{plan: plan})
+}
+
+func (c *core) onSummary(d *inSummaryDone) {
+	c.summarizing = false
+	if d.err != nil {
+		c.log.Warn("summary failed", "err", d.err)
+		return
+	}
+	if err := c.ws.Compact(d.summary); err != nil {
+		c.log.Error("compaction after summary failed", "err", err)
+		return
+	}
+	c.rememberRequests()
+	c.log.Debug("summarized", "to_seq", d.summary.GetToSeq())
+	c.advance()
+}
+
+// rememberRequests sets the idempotency keys the activation recognises to
+// the working set's: those its summary carries (the newest it folded away;
+// see snapshot.MaxSummaryRequests) and those of the events after it.
+func (c *core) rememberRequests() {
+	clear(c.seen)
+	for _, r := range c.ws.Summary.GetRequests() {
+		c.seen[r.GetRequestId()] = r.GetSeq()
+	}
+	for _, ev := range c.ws.Events {
+		if rid := ev.GetRequestId(); rid != "" {
+			c.seen[rid] = ev.GetSeq()
+		}
+	}
+}
+
+// quiescent: nothing in flight, so the actor may passivate.
+func (c *core) quiescent() bool {
+	if !c.loaded || c.inflight != nil || c.modelBusy || c.answer != nil || c.summarizing || len(c.sends) > 0 ||
+		c.retryArmed || c.failure != nil {
+		return false
+	}
+	for _, id := range c.order {
+		call := c.calls[id]
+		if call.ready != nil || (call.dispatched && call.ev.GetExecutor() == messages.Executor_EXECUTOR_SERVER) {
+			return false
+		}
+	}
+	return true
+}
+
+// stop retires this activation: the runtime is told why (effRetire), every
+// caller still waiting is answered with cause (which says whether to retry
+// on a new activation), and the work in flight is abandoned (effHalt, which
+// also stops the actor once the commands already in its mailbox are
+// answered).
+func (c *core) stop(cause error) {
+	if c.stopping {
+		return
+	}
+	c.emit(effRetire{cause: cause})
+	c.failAll(cause)
+	c.stopping = true
+	c.cause = cause
+	c.modelBusy = false
+	c.retryArmed = false
+	c.emit(effHalt{poison: true})
+}
+
+// failAll answers every caller still waiting on this activation.
+func (c *core) failAll(cause error) {
+	for _, q := range c.sends {
+		c.reply(q.sender, q.msg, 0, cause)
+	}
+	c.sends = nil
+	if w := c.inflight; w != nil {
+		// The write may still land; the caller learns the outcome by retrying
+		// with the same request id.
+		for _, q := range w.sends {
+			c.reply(q.sender, q.msg, 0, fmt.Errorf("%w (write outcome unknown)", cause))
+		}
+		w.sends = nil
+	}
+	for _, m := range c.buffered {
+		c.reply(m.sender, m.cmd.Msg, 0, cause)
+	}
+	c.buffered = nil
+}
+
+// checkCall returns what is wrong with a call the model issued (an unknown
+// tool, arguments that are not a JSON object), in words the model can act
+// on, or "" if nothing is. A name or arguments that are not valid UTF-8
+// are made so in place (the call is recorded as it was asked for, and the
+// Store takes only UTF-8).
+func (c *core) checkCall(tc *messages.ToolCall) string {
+	tc.Name = strings.ToValidUTF8(tc.GetName(), "\uFFFD")
+	tc.Arguments = strings.ToValidUTF8(tc.GetArguments(), "\uFFFD")
+	if c.cfg.Tools == nil {
+		return fmt.Sprintf("unknown tool %q: no tools are available", tc.GetName())
+	}
+	err := c.cfg.Tools.CheckCall(tc.GetName(), tc.GetArguments())
+	if err == nil {
+		return ""
+	}
+	// The model reads this: leave out the Go package and sentinel.
+	msg := strings.TrimSuffix(err.Error(), ": "+journal.ErrInvalid.Error())
+	return strings.TrimPrefix(msg, "agent: ")
+}
+
+// awaitingInput reports whether a human call is open without a result,
+// among the core's calls and extra.
+func (c *core) awaitingInput(extra []*openCall) bool {
+	human := func(call *openCall) bool {
+		return call.ready == nil && call.ev.GetExecutor() == messages.Executor_EXECUTOR_HUMAN
+	}
+	for _, id := range c.order {
+		if human(c.calls[id]) {
+			return true
+		}
+	}
+	return slices.ContainsFunc(extra, human)
+}

@@ -1,0 +1,302 @@
+package actors
+
+import (
+	"fmt"
+
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+func (c *core) event(body func(*messages.Event)) *messages.Event {
+	ev := &messages.Event{Time: journal.Timestamp(c.now)}
+	body(ev)
+	return ev
+}
+
+// setRow fills in what req, a write with status st that leaves extra
+// calls open besides the actor's, changes in the conversation row: the
+// status and the fsm_state cache (the state the actor will be in once the
+// write lands, and the calls it still owes). A write in the middle of a
+// turn (the conversation stays active, and is not awaiting input) leaves
+// the row alone: DESIGN persists fsm_state only as idle or awaiting_input,
+// and a kill mid-turn is recovered from the log, which wins over the row.
+// That is two row rewrites fewer per turn with a server tool call.
+func (c *core) setRow(req *messages.AppendRequest, st messages.ConversationStatus, extra []*openCall) {
+	if st == messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE && c.rowStatus == st && !c.awaitingInput(extra) {
+		return
+	}
+	req.Status = st
+	req.FsmState = c.fsmState(c.ws.LastSeq+uint64(len(req.GetEvents())), extra)
+}
+
+func (c *core) fsmState(lastSeq uint64, extra []*openCall) *messages.FSMState {
+	st := &messages.FSMState{State: messages.AgentState_AGENT_STATE_IDLE, LastSeq: lastSeq, Pending: map[string]*messages.PendingCall{}}
+	add := func(call *openCall) {
+		if call.ready != nil {
+			return
+		}
+		tc := call.ev.GetCall()
+		st.Pending[tc.GetId()] = &messages.PendingCall{ToolCallId: tc.GetId(), Executor: call.ev.GetExecutor(), Kind: tc.GetName(), Prompt: call.prompt}
+		if call.ev.GetExecutor() == messages.Executor_EXECUTOR_HUMAN {
+			st.State = messages.AgentState_AGENT_STATE_AWAITING_INPUT
+		}
+	}
+	for _, id := range c.order {
+		add(c.calls[id])
+	}
+	for _, call := range extra {
+		add(call)
+	}
+	return st
+}
+
+// write sends one fenced append to the journal actor. Only one write is in
+// flight at a time, so expected_last is always the working set's last seq.
+func (c *core) write(w *pendingWrite) {
+	w.req.ConversationId = c.cfg.ID
+	if !w.req.GetUnfenced() {
+		w.req.ExpectedLast = c.ws.LastSeq
+	}
+	for i, ev := range w.req.GetEvents() {
+		ev.Seq = c.ws.LastSeq + uint64(i) + 1
+	}
+	c.nextWrite++
+	w.id = c.nextWrite
+	c.inflight = w
+	c.emit(effWrite{id: w.id, req: w.req})
+}
+
+// writeSends writes the queued sends, each request id once, and reports
+// whether it started a write. A send whose request id the log already holds
+// is answered with its seq and not appended again: onCommand checks the
+// same, and this check keeps the write path from trusting that it did.
+func (c *core) writeSends() bool {
+	queued := c.sends
+	c.sends = nil
+	req := &messages.AppendRequest{}
+	written := map[string]bool{}
+	var sends []*queuedSend
+	var requester *agent.Scope
+	for _, q := range queued {
+		rid := q.msg.GetRequestId()
+		if seq, ok := c.seen[rid]; ok && rid != "" {
+			c.reply(q.sender, q.msg, seq, nil)
+			continue
+		}
+		sends = append(sends, q)
+		if rid != "" && written[rid] {
+			continue
+		}
+		written[rid] = true
+		req.Events = append(req.Events, c.event(func(ev *messages.Event) {
+			ev.RequestId = rid
+			ev.Author = q.scope.Identity().Proto()
+			ev.Body = &messages.Event_UserMsg{UserMsg: q.msg.GetMessage()}
+		}))
+		requester = &q.scope
+	}
+	if len(req.Events) == 0 {
+		return false
+	}
+	c.setRow(req, messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE, nil)
+	c.write(&pendingWrite{kind: writeSends, req: req, sends: sends, requester: requester})
+	return true
+}
+
+func (c *core) writeResults() {
+	req := &messages.AppendRequest{}
+	var done []string
+	for _, id := range c.order {
+		call := c.calls[id]
+		if call.ready == nil {
+			continue
+		}
+		tc := call.ev.GetCall()
+		if call.ev.GetExecutor() == messages.Executor_EXECUTOR_HUMAN {
+			req.Events = append(req.Events, c.event(func(ev *messages.Event) {
+				ev.Body = &messages.Event_Resolution{Resolution: &messages.Resolution{ToolCallId: id, Status: call.status, By: call.by, Resolver: call.resolver}}
+			}))
+		}
+		req.Events = append(req.Events, c.event(func(ev *messages.Event) {
+			ev.Body = &messages.Event_ToolResult{ToolResult: &messages.ToolResultEvent{ToolCallId: id, Name: tc.GetName(), Outcome: call.ready}}
+		}))
+		if !call.inStore {
+			req.Resolutions = append(req.Resolutions, &messages.ToolResolution{
+				ToolCallId: id, Status: call.status, Result: call.ready, At: journal.Timestamp(c.now),
+			})
+		}
+		done = append(done, id)
+	}
+	// A turn is owed once these results land: the conversation is active,
+	// unless a human call is still open. Calls with a ready result are left
+	// out of the pending map: the fsm_state written is the one after they
+	// leave the open set.
+	status := messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE
+	if c.awaitingInput(nil) {
+		status = messages.ConversationStatus_CONVERSATION_STATUS_SUSPENDED
+	}
+	c.setRow(req, status, nil)
+	c.write(&pendingWrite{kind: writeResults, req: req, done: done})
+}
+
+func remove(ids, gone []string) []string {
+	out := make([]string, 0, len(ids))
+	for _, id := range ids {
+		keep := true
+		for _, g := range gone {
+			if id == g {
+				keep = false
+				break
+			}
+		}
+		if keep {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// writeAnswer writes a model answer (see turnWrite).
+func (c *core) writeAnswer(d *inModelDone) {
+	req, calls, err := c.turnWrite(d.msg)
+	if err != nil {
+		c.failTurn(err, c.invalidAnswers)
+		return
+	}
+	c.write(&pendingWrite{kind: writeAnswer, req: req, calls: calls})
+}
+
+// writeFailure writes the turn_failed event of a failed turn, and moves the
+// conversation row out of ACTIVE (to IDLE), so that a restart does not
+// resume the turn.
+func (c *core) writeFailure() {
+	f := c.failure
+	c.failure = nil
+	req := &messages.AppendRequest{Events: []*messages.Event{c.event(func(ev *messages.Event) {
+		ev.Body = &messages.Event_TurnFailed{TurnFailed: f}
+	})}}
+	c.setRow(req, messages.ConversationStatus_CONVERSATION_STATUS_IDLE, nil)
+	c.write(&pendingWrite{kind: writeFailure, req: req})
+}
+
+// turnWrite builds the atomic write of one model answer: the assistant
+// message, a tool_call event and a pending row per call, and for human calls
+// a suspension, their deadlines and the fsm_state awaiting_input. A call to
+// an unknown tool or with arguments that are not a JSON object is recorded
+// too, as a server call the runtime answered itself: its row is resolved
+// (errored) and its tool_result, an error of code agent.CodeInvalid the
+// model sees on its next call, are in the same write; the answer's valid
+// calls proceed as usual. Past cfg.MaxInvalidToolAnswers such answers in a
+// row, it returns an error wrapping ErrInvalidToolCalls and nothing is
+// written.
+func (c *core) turnWrite(msg *messages.AssistantMessage) (*messages.AppendRequest, []*openCall, error) {
+	// msg is the runtime's (agent.Model's contract): its tool calls get
+	// their ids in place.
+	req := &messages.AppendRequest{ConversationId: c.cfg.ID}
+	var calls []*openCall
+	var suspension []*messages.PendingCall
+	invalid := map[int]string{} // index of the call -> what is wrong with it
+	for i, tc := range msg.GetToolCalls() {
+		if problem := c.checkCall(tc); problem != "" {
+			invalid[i] = problem
+		}
+	}
+	if len(invalid) == 0 {
+		c.invalidAnswers = 0
+	} else {
+		c.invalidAnswers++
+		if c.invalidAnswers > max(c.cfg.MaxInvalidToolAnswers, 0) {
+			return nil, nil, fmt.Errorf("conversation %q: %w (%d; the last: %s)", c.cfg.ID, ErrInvalidToolCalls, c.invalidAnswers, firstProblem(invalid))
+		}
+	}
+	now := c.now
+	requester := c.ws.Requester()
+	results := make([]*messages.ToolOutcome, len(msg.GetToolCalls()))
+	for i, tc := range msg.GetToolCalls() {
+		if tc.GetId() != "" && tc.GetProviderId() == "" {
+			tc.ProviderId = tc.GetId()
+		}
+		tc.Id = c.cfg.NewID(now)
+		row := &messages.ToolCallRecord{
+			Id: tc.GetId(), ConversationId: c.cfg.ID, Name: tc.GetName(), Executor: messages.Executor_EXECUTOR_SERVER,
+			Status: messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING, Args: tc.GetArguments(), Created: journal.Timestamp(now),
+			Requester: requester,
+		}
+		req.ToolCalls = append(req.ToolCalls, row)
+		if problem, bad := invalid[i]; bad {
+			results[i] = agent.ErrorOutcome(agent.CodeInvalid, problem)
+			req.Resolutions = append(req.Resolutions, &messages.ToolResolution{
+				ToolCallId: tc.GetId(), Status: messages.ToolCallStatus_TOOL_CALL_STATUS_ERRORED, Result: results[i], At: journal.Timestamp(now),
+			})
+			continue
+		}
+		tool, _ := c.cfg.Tools.Lookup(tc.GetName())
+		row.Executor = tool.Executor
+		if tool.Executor == messages.Executor_EXECUTOR_HUMAN {
+			row.Prompt = tc.GetName() + " " + tc.GetArguments()
+			if tool.Prompt != nil {
+				row.Prompt = tool.Prompt(tc.GetArguments())
+			}
+			if tool.Timeout == 0 { // filled in by a Registry's Lookup; else the config decides
+				if tool.Timeout = c.cfg.HumanTimeout; tool.Timeout == 0 {
+					tool.Timeout = -1
+				}
+			}
+			if at := tool.CallDeadline(tc.GetArguments(), now); !at.IsZero() {
+				row.Deadline = journal.Timestamp(at)
+				req.Schedule = append(req.Schedule, &messages.Deadline{ConversationId: c.cfg.ID, ToolCallId: tc.GetId(), At: row.GetDeadline()})
+			}
+			suspension = append(suspension, &messages.PendingCall{ToolCallId: tc.GetId(), Executor: tool.Executor, Kind: tc.GetName(), Prompt: row.GetPrompt()})
+		}
+	}
+	req.Events = append(req.Events, c.event(func(ev *messages.Event) {
+		ev.Body = &messages.Event_AssistantMsg{AssistantMsg: msg}
+	}))
+	for i, tc := range msg.GetToolCalls() {
+		ev := &messages.ToolCallEvent{Call: tc, Executor: req.ToolCalls[i].GetExecutor()}
+		req.Events = append(req.Events, c.event(func(e *messages.Event) {
+			e.Body = &messages.Event_ToolCall{ToolCall: ev}
+		}))
+		if results[i] == nil {
+			calls = append(calls, &openCall{ev: ev, prompt: req.ToolCalls[i].GetPrompt()})
+		}
+	}
+	for i, tc := range msg.GetToolCalls() {
+		if results[i] != nil {
+			req.Events = append(req.Events, c.event(func(ev *messages.Event) {
+				ev.Body = &messages.Event_ToolResult{ToolResult: &messages.ToolResultEvent{ToolCallId: tc.GetId(), Name: tc.GetName(), Outcome: results[i]}}
+			}))
+		}
+	}
+	var status messages.ConversationStatus
+	if len(suspension) > 0 {
+		req.Events = append(req.Events, c.event(func(ev *messages.Event) {
+			ev.Body = &messages.Event_Suspension{Suspension: &messages.Suspension{Pending: suspension}}
+		}))
+		status = messages.ConversationStatus_CONVERSATION_STATUS_SUSPENDED
+	} else if len(msg.GetToolCalls()) > 0 {
+		// Calls run, or the model sees the errors of invalid ones.
+		status = messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE
+	} else {
+		// The turn is answered: nothing is owed until the next command.
+		status = messages.ConversationStatus_CONVERSATION_STATUS_IDLE
+	}
+	c.setRow(req, status, calls)
+	// What the Store checks (text that is not UTF-8, records over the
+	// limits) it checks before writing anything; onWriteReply fails the
+	// turn when it refuses an answer. Checking here too would encode the
+	// answer once more on every turn.
+	return req, calls, nil
+}
+
+// firstProblem returns the problem of the lowest call index in invalid.
+func firstProblem(invalid map[int]string) string {
+	first := -1
+	for i := range invalid {
+		if first < 0 || i < first {
+			first = i
+		}
+	}
+	return invalid[first]
+}
