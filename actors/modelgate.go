@@ -40,20 +40,10 @@ func (g *ModelGate) enter(ctx context.Context, conv string) (leave func(), err e
 			g.mu.Unlock()
 			return nil, err
 		}
-		if g.calls == nil {
-			g.calls = map[string]*gateEntry{}
-		}
-		cur, busy := g.calls[conv]
-		if !busy {
-			e := &gateEntry{done: make(chan struct{})}
-			g.calls[conv] = e
+		leave, cur := g.take(conv)
+		if leave != nil {
 			g.mu.Unlock()
-			return func() {
-				g.mu.Lock()
-				delete(g.calls, conv)
-				g.mu.Unlock()
-				close(e.done)
-			}, nil
+			return leave, nil
 		}
 		cur.waiting++
 		g.mu.Unlock()
@@ -64,6 +54,36 @@ func (g *ModelGate) enter(ctx context.Context, conv string) (leave func(), err e
 		g.mu.Lock()
 		cur.waiting--
 	}
+}
+
+// tryEnter marks a model call of conversation conv in flight and returns
+// the function that ends it, or reports false if a call is in flight: enter
+// without the wait, for a caller that cannot block (the simulator of the
+// tests).
+func (g *ModelGate) tryEnter(conv string) (leave func(), ok bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	leave, _ = g.take(conv)
+	return leave, leave != nil
+}
+
+// take, with g.mu held, marks a call of conv in flight and returns the
+// function that ends it; or, if one is in flight, returns that one's entry.
+func (g *ModelGate) take(conv string) (leave func(), cur *gateEntry) {
+	if g.calls == nil {
+		g.calls = map[string]*gateEntry{}
+	}
+	if cur, busy := g.calls[conv]; busy {
+		return nil, cur
+	}
+	e := &gateEntry{done: make(chan struct{})}
+	g.calls[conv] = e
+	return func() {
+		g.mu.Lock()
+		delete(g.calls, conv)
+		g.mu.Unlock()
+		close(e.done)
+	}, nil
 }
 
 // WaitingForTesting returns how many model calls of conversation conv wait

@@ -1,0 +1,742 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/journal/memjournal"
+	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/snapshot"
+)
+
+// The deterministic simulator of the conversation's core. One seed drives a
+// whole run: a seeded scheduler picks, at every step, which pending thing
+// happens next (a command delivered, a write committed or failed, a model
+// call or tool run returning, a timer firing, a kill, a passivation), and
+// after every step the invariants of ARCHITECTURE.md are checked. The
+// store is the memjournal, written as the journal actor writes it; the
+// model, the tools, the clock, the expiry actor and the clients are the
+// simulator's. A failing seed replays exactly: run it with
+//
+//	go test ./actors -run TestSimulation -sim.seed=N -v
+//
+// and the long soak with
+//
+//	go test ./actors -run TestSimulation -sim.seeds=200000 -timeout=0
+var (
+	simSeeds = flag.Int("sim.seeds", 0, "seeds the simulator explores (0: the CI budget, simCISeeds)")
+	simSeed  = flag.Uint64("sim.seed", 0, "run only this seed (0: all)")
+	simFirst = flag.Uint64("sim.first", 1, "the first seed explored")
+	simSteps = flag.Int("sim.steps", 0, "steps per seed (0: simSteps)")
+)
+
+const (
+	simCISeeds   = 600 // the CI budget: about 20 s with -race on 2 cores, 3 s without
+	simStepsSeed = 250
+	simConv      = "sim"
+)
+
+// simRegressionSeeds are seeds that once found a bug (see RELIABILITY.md);
+// each runs on every CI run.
+var simRegressionSeeds = []uint64{}
+
+func TestSimulation(t *testing.T) {
+	steps := simStepsSeed
+	if *simSteps > 0 {
+		steps = *simSteps
+	}
+	run := func(seed uint64) *simStats {
+		s := newSim(seed)
+		s.run(steps)
+		if s.failure != "" {
+			t.Fatalf("seed %d: step %d: %s\nreplay: go test ./actors -run TestSimulation -sim.seed=%d -v\ntrace (last steps):\n%s",
+				seed, s.step, s.failure, seed, strings.Join(s.tail(), "\n"))
+		}
+		return &s.stats
+	}
+	if *simSeed != 0 {
+		st := run(*simSeed)
+		t.Logf("seed %d: %+v", *simSeed, *st)
+		return
+	}
+	for _, seed := range simRegressionSeeds {
+		run(seed)
+	}
+	n := *simSeeds
+	if n == 0 {
+		n = simCISeeds
+		if testing.Short() {
+			n = 200
+		}
+	}
+	var total simStats
+	for seed := *simFirst; seed < *simFirst+uint64(n); seed++ {
+		total.add(run(seed))
+	}
+	t.Logf("explored %d seeds from %d, %+v", n, *simFirst, total)
+}
+
+// simStats counts what a run explored.
+type simStats struct {
+	Steps, Kills, Revivals, Writes, WriteFaults, Conflicts, ModelCalls, Cancels, ToolRuns, Retries, Expiries, Resolves, Duplicates, Passivations int
+}
+
+func (s *simStats) add(o *simStats) {
+	s.Steps += o.Steps
+	s.Kills += o.Kills
+	s.Revivals += o.Revivals
+	s.Writes += o.Writes
+	s.WriteFaults += o.WriteFaults
+	s.Conflicts += o.Conflicts
+	s.ModelCalls += o.ModelCalls
+	s.Cancels += o.Cancels
+	s.ToolRuns += o.ToolRuns
+	s.Retries += o.Retries
+	s.Expiries += o.Expiries
+	s.Resolves += o.Resolves
+	s.Duplicates += o.Duplicates
+	s.Passivations += o.Passivations
+}
+
+// simAct is one activation: a core and what its driver holds.
+type simAct struct {
+	n        int
+	core     *core
+	dead     bool
+	asked    bool // it processed a command (the first command arrived)
+	turn     uint64
+	retryGen uint64
+	retryAt  time.Time
+	retry    bool
+}
+
+// simCall is a model call: waiting at the gate, or running (in Generate).
+type simCall struct {
+	act       *simAct
+	turn      uint64
+	in        agent.Turn
+	running   bool
+	cancelled bool
+	leave     func()
+}
+
+// simCaller is who waits for a command's reply.
+type simCaller struct {
+	cmd *Command
+}
+
+// simWrite is a write the journal holds.
+type simWrite struct {
+	act *simAct
+	id  uint64
+	req *messages.AppendRequest
+}
+
+// simItem is one pending thing the scheduler may make happen.
+type simItem struct {
+	what string
+	do   func()
+}
+
+type sim struct {
+	seed  uint64
+	rng   *rand.Rand
+	now   time.Time
+	step  int
+	store *memjournal.Store
+	gate  *ModelGate
+	tools *agent.Registry
+	users []agent.Scope
+
+	act     *simAct
+	acts    int
+	items   []*simItem
+	writes  []*simWrite
+	calls   []*simCall
+	ids     int
+	nextRID int
+	sent    []string          // request ids sent so far
+	acked   map[string]uint64 // request id -> seq its sender was given
+	stats   simStats
+	log     []*messages.Event // the log as of the last write (see events)
+	dirty   bool
+	trace   []string
+	failure string
+}
+
+func newSim(seed uint64) *sim {
+	tools, err := agent.NewRegistry(
+		agent.Tool{Name: "lookup", Executor: messages.Executor_EXECUTOR_SERVER,
+			Run: func(context.Context, agent.Invocation) (string, error) { return "", nil }},
+		agent.Tool{Name: "approve", Executor: messages.Executor_EXECUTOR_HUMAN, Timeout: time.Minute},
+	)
+	if err != nil {
+		panic(err)
+	}
+	return &sim{
+		seed:  seed,
+		rng:   rand.New(rand.NewPCG(seed, seed^0x5eed)),
+		now:   time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
+		store: memjournal.New(memjournal.Options{}),
+		gate:  new(ModelGate),
+		tools: tools,
+		users: []agent.Scope{{UserID: "ann"}, {UserID: "bob"}},
+		acked: map[string]uint64{},
+	}
+}
+
+func (s *sim) logf(format string, args ...any) {
+	s.trace = append(s.trace, fmt.Sprintf("%4d ", s.step)+fmt.Sprintf(format, args...))
+	if len(s.trace) > 400 {
+		s.trace = s.trace[len(s.trace)-200:]
+	}
+}
+
+func (s *sim) tail() []string {
+	if len(s.trace) > 60 {
+		return s.trace[len(s.trace)-60:]
+	}
+	return s.trace
+}
+
+func (s *sim) fail(format string, args ...any) {
+	if s.failure == "" {
+		s.failure = fmt.Sprintf(format, args...)
+		s.logf("FAIL: %s", s.failure)
+	}
+}
+
+func (s *sim) chance(p float64) bool { return s.rng.Float64() < p }
+
+func (s *sim) later(what string, do func()) { s.items = append(s.items, &simItem{what: what, do: do}) }
+
+// run explores steps steps, then drains.
+func (s *sim) run(steps int) {
+	for s.step = 1; s.step <= steps && s.failure == ""; s.step++ {
+		s.stats.Steps++
+		s.now = s.now.Add(time.Duration(s.rng.IntN(1000)) * time.Millisecond)
+		s.pick()
+		s.check()
+	}
+}
+
+// pick makes one thing happen: an outside action (a client's command, a
+// kill, a timer) or one of the pending items, chosen by the seed.
+func (s *sim) pick() {
+	if len(s.items) == 0 || s.chance(0.2) {
+		s.outside()
+		return
+	}
+	i := s.rng.IntN(len(s.items))
+	it := s.items[i]
+	s.items = append(s.items[:i], s.items[i+1:]...)
+	s.logf("%s", it.what)
+	it.do()
+}
+
+// outside is what the world does on its own: clients send (new messages,
+// retries of earlier ones, concurrent duplicates), answer human calls,
+// wake; a kill; the clock jumps to the next timer; an idle activation
+// passivates.
+func (s *sim) outside() {
+	switch r := s.rng.IntN(100); {
+	case r < 30:
+		rid := ""
+		if len(s.sent) > 0 && s.chance(0.4) {
+			rid = s.sent[s.rng.IntN(len(s.sent))]
+			s.stats.Duplicates++
+		} else {
+			s.nextRID++
+			rid = fmt.Sprintf("r%d", s.nextRID)
+			s.sent = append(s.sent, rid)
+		}
+		u := s.users[s.rng.IntN(len(s.users))]
+		s.logf("client %s sends %s", u.UserID, rid)
+		s.command(&Command{Scope: u, Msg: &messages.AgentSend{RequestId: rid, Message: &messages.UserMessage{
+			Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "hi " + rid}}}}}})
+	case r < 45:
+		s.resolveOne()
+	case r < 52:
+		s.logf("wake")
+		s.command(&Command{Scope: agent.SystemScope, Msg: &messages.AgentWake{Explicit: s.chance(0.5)}})
+	case r < 62:
+		if s.act != nil {
+			s.logf("kill a%d", s.act.n)
+			s.stats.Kills++
+			s.feed(s.act, &inStop{cause: fmt.Errorf("killed: %w", ErrAgentStopped), retire: true})
+		}
+	case r < 80:
+		s.fireTimer()
+	case r < 85:
+		if a := s.act; a != nil && a.core.quiescent() && !a.core.stopped() {
+			s.logf("passivate a%d", a.n)
+			s.stats.Passivations++
+			s.act = nil
+			a.dead = true
+			s.feed(a, &inStop{cause: fmt.Errorf("passivated: %w", ErrAgentStopped)})
+		}
+	default:
+		s.now = s.now.Add(time.Second)
+	}
+}
+
+// resolveOne answers a pending human call as Runtime.Resolve does: the
+// row first (an unfenced write), then the conversation is told.
+func (s *sim) resolveOne() {
+	rows, err := s.store.PendingToolCalls(context.Background(), simConv)
+	if err != nil || len(rows) == 0 {
+		return
+	}
+	row := rows[s.rng.IntN(len(rows))]
+	if row.GetExecutor() != messages.Executor_EXECUTOR_HUMAN {
+		return
+	}
+	u := s.users[s.rng.IntN(len(s.users))]
+	s.logf("client %s resolves %s", u.UserID, row.GetId())
+	s.resolve(row.GetId(), messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, agent.ErrorOutcome("x", "approved"), u.Identity().Proto(), "user", u)
+}
+
+func (s *sim) resolve(id string, status messages.ToolCallStatus, out *messages.ToolOutcome, by *messages.Identity, byName string, scope agent.Scope) {
+	req := &messages.AppendRequest{ConversationId: simConv, Unfenced: true,
+		Status: messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE, Resolutions: []*messages.ToolResolution{{
+			ToolCallId: id, Status: status, Result: out, At: journal.Timestamp(s.now), By: by,
+		}}}
+	s.dirty = true
+	if _, err := s.store.Append(context.Background(), req); err != nil {
+		s.logf("  resolve %s: %v", id, err)
+		return
+	}
+	s.stats.Resolves++
+	s.command(&Command{Scope: scope, Msg: &messages.AgentResolved{ToolCallId: id, Status: status, Result: out, By: byName, Resolver: by}})
+}
+
+// fireTimer moves the clock to the earliest timer (a model call's retry, a
+// human call's deadline) and fires it.
+func (s *sim) fireTimer() {
+	var at time.Time
+	if a := s.act; a != nil && a.retry {
+		at = a.retryAt
+	}
+	_ = s.store.Deadlines(context.Background(), time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC), func(d *messages.Deadline) error {
+		if t := d.GetAt().AsTime(); at.IsZero() || t.Before(at) {
+			at = t
+		}
+		return nil
+	})
+	if at.IsZero() {
+		return
+	}
+	if at.After(s.now) {
+		s.now = at
+	}
+	if a := s.act; a != nil && a.retry && !a.retryAt.After(s.now) {
+		a.retry = false
+		s.logf("retry timer of a%d fires", a.n)
+		s.stats.Retries++
+		s.feed(a, &inRetryTick{gen: a.retryGen})
+		return
+	}
+	var due []string
+	_ = s.store.Deadlines(context.Background(), s.now, func(d *messages.Deadline) error {
+		due = append(due, d.GetToolCallId())
+		return nil
+	})
+	for _, id := range due {
+		s.logf("deadline of %s fires", id)
+		s.stats.Expiries++
+		s.resolve(id, messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED, ExpiredOutcome(), SystemIdentity(), "system", agent.SystemScope)
+	}
+}
+
+// command routes a command to the live activation, reviving one if there
+// is none, as the supervisor does; its delivery is a pending item.
+func (s *sim) command(cmd *Command) {
+	a := s.ensure()
+	s.later(fmt.Sprintf("deliver %T to a%d", cmd.Msg, a.n), func() {
+		if a.dead {
+			s.command(cmd) // answered retry by a stopped activation: resent
+			return
+		}
+		a.asked = true
+		s.feed(a, &inCommand{cmd: cmd, sender: &simCaller{cmd: cmd}})
+	})
+}
+
+// ensure returns the live activation, spawning one if there is none. A new
+// activation reads the log only once the writes of its predecessors are
+// answered (the JournalBarrier), so the barrier commits them first.
+func (s *sim) ensure() *simAct {
+	if s.act != nil {
+		return s.act
+	}
+	for len(s.writes) > 0 {
+		s.commit(0)
+	}
+	s.acts++
+	s.stats.Revivals++
+	a := &simAct{n: s.acts, core: newCore(coreConfig{
+		ID: simConv, Tools: s.tools, Policy: snapshot.Policy{}.WithDefaults(),
+		Retry: RetryPolicy{MaximumAttempts: 3}.WithDefaults(), MaxInvalidToolAnswers: 1,
+		NewID: func(time.Time) string { s.ids++; return fmt.Sprintf("call_%08d", s.ids) },
+	}, slog.New(slog.DiscardHandler))}
+	s.act = a
+	s.logf("spawn a%d", a.n)
+	s.later(fmt.Sprintf("revival read of a%d", a.n), func() {
+		if a.dead {
+			return
+		}
+		l := load(context.Background(), s.store, simConv)
+		if l.err == nil {
+			l.scope = resumeScope(context.Background(), l.ws, func(_ context.Context, id agent.Identity) (agent.Scope, error) {
+				return agent.ScopeOf(id), nil
+			}, slog.New(slog.DiscardHandler))
+		}
+		s.feed(a, l)
+	})
+	return a
+}
+
+// feed steps activation a with in, and performs the effects.
+func (s *sim) feed(a *simAct, in any) {
+	if a.dead && a.core.stopped() {
+		return
+	}
+	for _, e := range a.core.step(s.now, in) {
+		s.perform(a, e)
+	}
+}
+
+func (s *sim) perform(a *simAct, e effect) {
+	switch e := e.(type) {
+	case effReply:
+		s.onReply(e.to.(*simCaller), e.msg)
+	case effWrite:
+		s.stats.Writes++
+		s.writes = append(s.writes, &simWrite{act: a, id: e.id, req: e.req})
+		s.later(fmt.Sprintf("journal commits a write of a%d", a.n), func() { s.commit(0) })
+	case effStartModel:
+		if !a.asked {
+			s.fail("a%d started a model call before its first command", a.n)
+		}
+		s.stats.ModelCalls++
+		a.turn = e.turn
+		c := &simCall{act: a, turn: e.turn, in: e.in}
+		s.calls = append(s.calls, c)
+		s.tryGate()
+	case effCancelModel:
+		s.cancelCalls(a, false)
+	case effRunTool:
+		s.runTool(a, e.inv)
+	case effSummarize:
+		s.fail("a summary was asked for, but the simulator configures no summarizer")
+	case effArmRetry:
+		a.retry, a.retryGen, a.retryAt = true, e.gen, s.now.Add(e.delay)
+	case effCancelRetry:
+		a.retry = false
+	case effPublish, effTouchIdle:
+	case effRetire:
+		a.dead = true
+		if s.act == a {
+			s.act = nil
+		}
+	case effHalt:
+		a.dead = true
+		a.retry = false
+		s.cancelCalls(a, true)
+	case effFenced:
+		s.logf("a%d fenced: the runtime wakes the conversation again", a.n)
+		s.command(&Command{Scope: agent.SystemScope, Msg: &messages.AgentWake{}})
+	default:
+		s.fail("unknown effect %T", e)
+	}
+}
+
+// onReply is a caller receiving its reply.
+func (s *sim) onReply(to *simCaller, msg any) {
+	switch r := msg.(type) {
+	case *messages.AgentSendReply:
+		if r.GetRetry() {
+			s.later("resend "+r.GetRequestId(), func() { s.command(to.cmd) })
+			return
+		}
+		if r.GetError() != nil {
+			s.logf("  send %s failed: %v", r.GetRequestId(), journal.ErrorFromProto(r.GetError()))
+			return
+		}
+		rid, seq := r.GetRequestId(), r.GetSeq()
+		s.logf("  send %s acknowledged at seq %d", rid, seq)
+		ev := s.event(seq)
+		if ev == nil || ev.GetRequestId() != rid || ev.GetUserMsg() == nil {
+			s.fail("send %s acknowledged at seq %d, which the log does not hold as its message (%v)", rid, seq, ev)
+		}
+		if prev, ok := s.acked[rid]; ok && prev != seq {
+			s.fail("send %s acknowledged at seq %d, then at seq %d", rid, prev, seq)
+		}
+		s.acked[rid] = seq
+	case *messages.AgentReply:
+		if r.GetRetry() {
+			s.later("resend a command", func() { s.command(to.cmd) })
+		}
+	}
+}
+
+// commit is the journal actor committing the oldest write it holds: in
+// order, or failing it (a disk error, a conflict with another writer), or
+// landing it with its reply lost (the activation was killed meanwhile).
+func (s *sim) commit(int) {
+	if len(s.writes) == 0 {
+		return
+	}
+	w := s.writes[0]
+	s.writes = s.writes[1:]
+	var err error
+	switch r := s.rng.IntN(100); {
+	case r < 4:
+		err = fmt.Errorf("injected: disk full: %w", journal.ErrUnavailable)
+		s.stats.WriteFaults++
+	case r < 7:
+		err = fmt.Errorf("injected: another writer: %w", journal.ErrConflict)
+		s.stats.Conflicts++
+	default:
+		s.dirty = true
+		if _, err = s.store.Append(context.Background(), w.req); err == nil {
+			s.logf("  a%d's write %d committed: %s", w.act.n, w.id, describe(w.req))
+		}
+	}
+	if err != nil {
+		s.logf("  a%d's write %d failed: %v", w.act.n, w.id, err)
+	}
+	s.later(fmt.Sprintf("a%d hears of its write %d", w.act.n, w.id), func() {
+		if !w.act.dead {
+			s.feed(w.act, &inWriteReply{id: w.id, err: err})
+		}
+	})
+}
+
+func describe(req *messages.AppendRequest) string {
+	var b strings.Builder
+	for _, ev := range req.GetEvents() {
+		fmt.Fprintf(&b, "%d:%T ", ev.GetSeq(), ev.GetBody())
+	}
+	return b.String()
+}
+
+// tryGate lets model calls into Generate through the real ModelGate (as
+// the driver's goroutines do, without blocking): a call waits at the gate
+// while the conversation's previous call has not returned.
+func (s *sim) tryGate() {
+	for _, c := range s.calls {
+		if c.running {
+			continue
+		}
+		if c.cancelled {
+			// A turn cancelled while it waited leaves without calling
+			// the model.
+			s.removeCall(c)
+			s.tryGate()
+			return
+		}
+		leave, ok := s.gate.tryEnter(simConv)
+		if !ok {
+			continue
+		}
+		c.running, c.leave = true, leave
+		running := 0
+		for _, o := range s.calls {
+			if o.running {
+				running++
+			}
+		}
+		if running > 1 {
+			s.fail("%d model calls run at once (Generate overlaps)", running)
+		}
+		s.later(fmt.Sprintf("model call of a%d turn %d returns", c.act.n, c.turn), func() { s.modelReturns(c) })
+	}
+}
+
+func (s *sim) removeCall(c *simCall) {
+	for i, o := range s.calls {
+		if o == c {
+			s.calls = append(s.calls[:i], s.calls[i+1:]...)
+			return
+		}
+	}
+}
+
+func (s *sim) cancelCalls(a *simAct, all bool) {
+	for _, c := range s.calls {
+		if c.act == a && !c.cancelled && (all || c.turn == a.turn) {
+			c.cancelled = true
+			s.stats.Cancels++
+		}
+	}
+	s.tryGate()
+}
+
+// modelReturns ends a running model call with an answer the seed picks
+// (a cancelled one returns its context's error: a slow cancellation).
+func (s *sim) modelReturns(c *simCall) {
+	s.removeCall(c)
+	c.leave()
+	var in *inModelDone
+	if c.cancelled {
+		in = &inModelDone{turn: c.turn, err: context.Canceled}
+	} else {
+		in = &inModelDone{turn: c.turn, msg: s.answer()}
+		switch r := s.rng.IntN(100); {
+		case r < 10:
+			in = &inModelDone{turn: c.turn, err: fmt.Errorf("injected: %w", agent.ErrRateLimited)}
+		case r < 12:
+			in = &inModelDone{turn: c.turn, err: fmt.Errorf("injected: %w", agent.ErrRefused)}
+		}
+	}
+	if !c.act.dead {
+		s.feed(c.act, in)
+	}
+	s.tryGate()
+}
+
+func (s *sim) answer() *messages.AssistantMessage {
+	msg := &messages.AssistantMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "ok"}}}}
+	switch r := s.rng.IntN(100); {
+	case r < 30:
+		msg.ToolCalls = []*messages.ToolCall{{Name: "lookup", Arguments: "{}"}}
+	case r < 45:
+		msg.ToolCalls = []*messages.ToolCall{{Name: "approve", Arguments: "{}"}}
+	case r < 52:
+		msg.ToolCalls = []*messages.ToolCall{{Name: "lookup", Arguments: "{}"}, {Name: "approve", Arguments: "{}"}}
+	case r < 58:
+		msg.ToolCalls = []*messages.ToolCall{{Name: "nosuch", Arguments: "{}"}}
+	}
+	return msg
+}
+
+// runTool checks a server call's dispatch, then runs it: its result is a
+// pending item.
+func (s *sim) runTool(a *simAct, inv agent.Invocation) {
+	if !a.asked {
+		s.fail("a%d ran tool call %s before its first command", a.n, inv.ToolCallID)
+	}
+	s.stats.ToolRuns++
+	row, err := s.store.ToolCall(context.Background(), inv.ToolCallID)
+	switch {
+	case err != nil:
+		s.fail("tool call %s dispatched without its row: %v", inv.ToolCallID, err)
+	case row.GetExecutor() != messages.Executor_EXECUTOR_SERVER || row.GetName() != inv.Name || row.GetArgs() != inv.Arguments:
+		s.fail("tool call %s dispatched as %s(%s), but its row says %v %s(%s)", inv.ToolCallID, inv.Name, inv.Arguments, row.GetExecutor(), row.GetName(), row.GetArgs())
+	}
+	ws := s.workingSet()
+	want := agent.IdentityOf(ws.Requester()).UserID
+	if got := inv.Scope.UserID; got != agent.SystemUserID && got != want {
+		s.fail("tool call %s runs under scope %q; the requester is %q", inv.ToolCallID, got, want)
+	}
+	s.later(fmt.Sprintf("tool %s of a%d returns", inv.ToolCallID, a.n), func() {
+		if !a.dead {
+			s.feed(a, &inToolDone{id: inv.ToolCallID, outcome: &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: "done"}}})
+		}
+	})
+}
+
+// events returns the log, read again only after a write landed.
+func (s *sim) events() []*messages.Event {
+	if !s.dirty {
+		return s.log
+	}
+	s.dirty = false
+	sum, evs, err := s.store.LoadSince(context.Background(), simConv)
+	if err != nil && !errors.Is(err, journal.ErrNotFound) {
+		s.fail("load: %v", err)
+	}
+	if sum != nil {
+		s.fail("a summary appeared")
+	}
+	s.log = evs
+	return evs
+}
+
+func (s *sim) event(seq uint64) *messages.Event {
+	evs := s.events()
+	if seq == 0 || seq > uint64(len(evs)) {
+		return nil
+	}
+	return evs[seq-1]
+}
+
+func (s *sim) workingSet() *snapshot.WorkingSet {
+	ws, err := snapshot.Rebuild(nil, s.events())
+	if err != nil {
+		s.fail("rebuild: %v", err)
+		ws, _ = snapshot.Rebuild(nil, nil)
+	}
+	return ws
+}
+
+// check asserts the invariants on the log after a step.
+func (s *sim) check() {
+	evs := s.events()
+	rids := map[string]int{}
+	results := map[string]int{}
+	resolutions := map[string]int{}
+	calls := map[string]bool{}
+	for i, ev := range evs {
+		if ev.GetSeq() != uint64(i+1) {
+			s.fail("the log has a gap: event %d has seq %d", i+1, ev.GetSeq())
+		}
+		if ev.GetUserMsg() != nil && ev.GetRequestId() != "" {
+			rids[ev.GetRequestId()]++
+		}
+		if c := ev.GetToolCall(); c != nil {
+			if calls[c.GetCall().GetId()] {
+				s.fail("tool call %s issued twice", c.GetCall().GetId())
+			}
+			calls[c.GetCall().GetId()] = true
+		}
+		if r := ev.GetToolResult(); r != nil {
+			results[r.GetToolCallId()]++
+			if !calls[r.GetToolCallId()] {
+				s.fail("a tool_result for %s, which no earlier tool_call issued", r.GetToolCallId())
+			}
+		}
+		if r := ev.GetResolution(); r != nil {
+			resolutions[r.GetToolCallId()]++
+		}
+	}
+	for rid, n := range rids {
+		if n > 1 {
+			s.fail("request %s appended %d times", rid, n)
+		}
+	}
+	for rid, seq := range s.acked {
+		if rids[rid] != 1 {
+			s.fail("acknowledged send %s (seq %d) is in the log %d times", rid, seq, rids[rid])
+		}
+	}
+	for id, n := range results {
+		if n > 1 {
+			s.fail("tool call %s has %d results", id, n)
+		}
+	}
+	for id, n := range resolutions {
+		if n > 1 {
+			s.fail("tool call %s has %d resolutions", id, n)
+		}
+	}
+	running := 0
+	for _, c := range s.calls {
+		if c.running {
+			running++
+		}
+	}
+	if running > 1 {
+		s.fail("%d model calls run at once", running)
+	}
+}
