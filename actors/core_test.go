@@ -1,0 +1,341 @@
+package actors
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/snapshot"
+)
+
+// The decisions of the core, one case per recovery rule (DESIGN section 6,
+// the lifecycle of ARCHITECTURE.md). Each case revives a core from a log
+// (and the tool-call rows the Store holds), feeds it inputs, and lists the
+// effects of each input in words: "write[user_msg]" is a journal write
+// with those events, "model" a model call started, "tool call_1" a server
+// run, "reply seq=N" an acknowledged send, "cancel-model", "arm-retry",
+// "publish", "retire", "halt", "fenced". The idle timer's touches are left
+// out.
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func user(rid string) *messages.Event {
+	return &messages.Event{RequestId: rid, Author: &messages.Identity{UserId: "ann"},
+		Body: &messages.Event_UserMsg{UserMsg: &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: rid}}}}}}
+}
+
+func answer(calls ...*messages.ToolCall) *messages.Event {
+	return &messages.Event{Body: &messages.Event_AssistantMsg{AssistantMsg: &messages.AssistantMessage{ToolCalls: calls,
+		Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "ok"}}}}}}
+}
+
+func call(id string, ex messages.Executor) *messages.Event {
+	name := "lookup"
+	if ex == messages.Executor_EXECUTOR_HUMAN {
+		name = "approve"
+	}
+	return &messages.Event{Body: &messages.Event_ToolCall{ToolCall: &messages.ToolCallEvent{Executor: ex,
+		Call: &messages.ToolCall{Id: id, Name: name, Arguments: "{}"}}}}
+}
+
+func result(id string) *messages.Event {
+	return &messages.Event{Body: &messages.Event_ToolResult{ToolResult: &messages.ToolResultEvent{ToolCallId: id, Name: "lookup",
+		Outcome: &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: "done"}}}}}
+}
+
+func failed() *messages.Event {
+	return &messages.Event{Body: &messages.Event_TurnFailed{TurnFailed: &messages.TurnFailed{Message: "boom"}}}
+}
+
+var (
+	server = messages.Executor_EXECUTOR_SERVER
+	human  = messages.Executor_EXECUTOR_HUMAN
+)
+
+func send(rid string) *inCommand {
+	return &inCommand{sender: "caller " + rid, cmd: &Command{Scope: agent.Scope{UserID: "ann"},
+		Msg: &messages.AgentSend{RequestId: rid, Message: &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: rid}}}}}}}
+}
+
+func wake(explicit bool) *inCommand {
+	return &inCommand{sender: "waker", cmd: &Command{Scope: agent.SystemScope, Msg: &messages.AgentWake{Explicit: explicit}}}
+}
+
+// ok is the journal's reply to the core's write number n.
+func ok(n uint64) *inWriteReply { return &inWriteReply{id: n} }
+
+// words renders effects as the cases list them.
+func words(effs []effect) []string {
+	var out []string
+	for _, e := range effs {
+		switch e := e.(type) {
+		case effWrite:
+			var kinds []string
+			for _, ev := range e.req.GetEvents() {
+				kinds = append(kinds, strings.TrimPrefix(fmt.Sprintf("%T", ev.GetBody()), "*messages.Event_"))
+			}
+			w := "write[" + strings.Join(kinds, " ") + "]"
+			if len(e.req.GetResolutions()) > 0 {
+				w += fmt.Sprintf("+%d resolutions", len(e.req.GetResolutions()))
+			}
+			out = append(out, w)
+		case effStartModel:
+			out = append(out, "model")
+		case effCancelModel:
+			out = append(out, "cancel-model")
+		case effRunTool:
+			out = append(out, "tool "+e.inv.ToolCallID+" as "+e.inv.Scope.UserID)
+		case effReply:
+			switch r := e.msg.(type) {
+			case *messages.AgentSendReply:
+				if r.GetError() != nil {
+					out = append(out, fmt.Sprintf("reply error retry=%v", r.GetRetry()))
+				} else {
+					out = append(out, fmt.Sprintf("reply seq=%d", r.GetSeq()))
+				}
+			default:
+				out = append(out, "reply")
+			}
+		case effArmRetry:
+			out = append(out, "arm-retry")
+		case effCancelRetry:
+			out = append(out, "cancel-retry")
+		case effPublish:
+			out = append(out, "publish")
+		case effRetire:
+			out = append(out, "retire")
+		case effHalt:
+			out = append(out, "halt")
+		case effFenced:
+			out = append(out, "fenced")
+		case effSummarize:
+			out = append(out, "summarize")
+		}
+	}
+	return out
+}
+
+// The names of the write kinds as words renders them.
+const (
+	wUser   = "UserMsg"
+	wAnswer = "AssistantMsg"
+)
+
+type coreCase struct {
+	name string
+	// log is the log the core revives from (seqs are set from 1).
+	log []*messages.Event
+	// rows are the tool-call rows the Store holds, by id (pending if absent).
+	rows map[string]*messages.ToolCallRecord
+	// steps are the inputs after the revival, each with the effects it must
+	// produce (the revival's own effects come first, under the input nil).
+	steps []coreStep
+}
+
+type coreStep struct {
+	in   any
+	want []string
+}
+
+func TestCoreRecoveryRules(t *testing.T) {
+	pending := func(id string, st messages.ToolCallStatus) map[string]*messages.ToolCallRecord {
+		return map[string]*messages.ToolCallRecord{id: {Id: id, Status: st, Executor: human,
+			Result: &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: "yes"}}}}
+	}
+	cases := []coreCase{{
+		name: "a user message is durable before anything else, then the model is called",
+		steps: []coreStep{
+			{nil, nil},
+			{send("r1"), []string{"write[" + wUser + "]"}},
+			{ok(1), []string{"reply seq=1", "model"}},
+		},
+	}, {
+		name: "the log ends in a user message: the revival re-runs that turn, once a command says who asked",
+		log:  []*messages.Event{user("r1")},
+		steps: []coreStep{
+			{nil, nil}, // no work before the first command
+			{wake(false), []string{"reply", "model"}},
+		},
+	}, {
+		name: "the log ends in a tool_result with no call open: the model owes a turn",
+		log:  []*messages.Event{user("r1"), answer(), call("call_1", server), result("call_1")},
+		steps: []coreStep{
+			{nil, nil},
+			{wake(false), []string{"reply", "model"}},
+		},
+	}, {
+		name: "a server call without a result is dispatched again with its id, under the requester; the model is not called",
+		log:  []*messages.Event{user("r1"), answer(), call("call_1", server)},
+		steps: []coreStep{
+			{nil, nil},
+			{wake(false), []string{"reply", "tool call_1 as ann"}},
+			{&inToolDone{id: "call_1", outcome: &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: "done"}}}, []string{"write[ToolResult]+1 resolutions"}},
+			{ok(1), []string{"model"}},
+		},
+	}, {
+		name: "a human call still pending stays pending: nothing is done",
+		log:  []*messages.Event{user("r1"), answer(), call("call_1", human)},
+		steps: []coreStep{
+			{nil, nil},
+			{wake(false), []string{"reply"}},
+		},
+	}, {
+		name: "a call resolved in the Store but not in the log is recorded from its row (not resolved again)",
+		log:  []*messages.Event{user("r1"), answer(), call("call_1", human)},
+		rows: pending("call_1", messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED),
+		steps: []coreStep{
+			{nil, nil},
+			{wake(false), []string{"reply", "write[Resolution ToolResult]"}},
+			{ok(1), []string{"model"}},
+		},
+	}, {
+		name: "an answer to a human call is recorded, then the model is called again",
+		log:  []*messages.Event{user("r1"), answer(), call("call_1", human)},
+		steps: []coreStep{
+			{nil, nil},
+			{&inCommand{sender: "bob", cmd: &Command{Scope: agent.Scope{UserID: "bob"}, Msg: &messages.AgentResolved{ToolCallId: "call_1",
+				Status: messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, Result: &messages.ToolOutcome{}, By: "user"}}},
+				[]string{"reply", "write[Resolution ToolResult]"}},
+			{ok(1), []string{"model"}},
+		},
+	}, {
+		name: "the log ends in turn_failed: the runtime's own wake does nothing, an explicit one runs the turn again",
+		log:  []*messages.Event{user("r1"), failed()},
+		steps: []coreStep{
+			{nil, nil},
+			{wake(false), []string{"reply"}},
+			{wake(true), []string{"reply", "model"}},
+		},
+	}, {
+		name: "a retried send whose write is in flight joins it: appended once, both answered",
+		steps: []coreStep{
+			{nil, nil},
+			{send("r1"), []string{"write[" + wUser + "]"}},
+			{send("r1"), nil},
+			{ok(1), []string{"reply seq=1", "reply seq=1", "model"}},
+			{send("r1"), []string{"reply seq=1"}},
+		},
+	}, {
+		name: "a new message cancels the model call in flight; the next call waits for its write",
+		log:  []*messages.Event{user("r1")},
+		steps: []coreStep{
+			{nil, nil},
+			{wake(false), []string{"reply", "model"}},
+			{send("r2"), []string{"cancel-model", "write[" + wUser + "]"}},
+			{&inModelDone{turn: 1, msg: &messages.AssistantMessage{}}, nil}, // the cancelled call returns late: ignored
+			{ok(1), []string{"reply seq=2", "model"}},
+		},
+	}, {
+		name: "a retryable model failure waits for the retry timer, then calls again",
+		log:  []*messages.Event{user("r1")},
+		steps: []coreStep{
+			{nil, nil},
+			{wake(false), []string{"reply", "model"}},
+			{&inModelDone{turn: 1, err: agent.ErrRateLimited}, []string{"arm-retry", "publish"}},
+			{&inRetryTick{gen: 1}, []string{"model"}},
+		},
+	}, {
+		name: "a permanent model failure writes turn_failed (the row leaves ACTIVE)",
+		log:  []*messages.Event{user("r1")},
+		steps: []coreStep{
+			{nil, nil},
+			{wake(false), []string{"reply", "model"}},
+			{&inModelDone{turn: 1, err: agent.ErrRefused}, []string{"write[TurnFailed]"}},
+			{ok(1), nil},
+		},
+	}, {
+		name: "an answer with calls is one write: the answer and its tool_call events; server calls then run",
+		log:  []*messages.Event{user("r1")},
+		steps: []coreStep{
+			{nil, nil},
+			{wake(false), []string{"reply", "model"}},
+			{&inModelDone{turn: 1, msg: &messages.AssistantMessage{ToolCalls: []*messages.ToolCall{{Name: "lookup", Arguments: "{}"}}}},
+				[]string{"write[AssistantMsg ToolCall]"}},
+			{ok(1), []string{"tool call_x as ann"}}, // the requester the revival rebuilt, not the waker
+		},
+	}, {
+		name: "an answer with a human call suspends in the same write",
+		log:  []*messages.Event{user("r1")},
+		steps: []coreStep{
+			{nil, nil},
+			{wake(false), []string{"reply", "model"}},
+			{&inModelDone{turn: 1, msg: &messages.AssistantMessage{ToolCalls: []*messages.ToolCall{{Name: "approve", Arguments: "{}"}}}},
+				[]string{"write[AssistantMsg ToolCall Suspension]"}},
+			{ok(1), nil},
+		},
+	}, {
+		name: "a call of an unknown tool is recorded with an error result in the same write",
+		log:  []*messages.Event{user("r1")},
+		steps: []coreStep{
+			{nil, nil},
+			{wake(false), []string{"reply", "model"}},
+			{&inModelDone{turn: 1, msg: &messages.AssistantMessage{ToolCalls: []*messages.ToolCall{{Name: "nosuch", Arguments: "{}"}}}},
+				[]string{"write[AssistantMsg ToolCall ToolResult]+1 resolutions"}},
+			{ok(1), []string{"model"}},
+		},
+	}, {
+		name: "a failed write stops the activation; its caller is told to retry",
+		steps: []coreStep{
+			{nil, nil},
+			{send("r1"), []string{"write[" + wUser + "]"}},
+			{&inWriteReply{id: 1, err: journal.ErrUnavailable}, []string{"reply error retry=false", "publish", "retire", "halt"}},
+		},
+	}, {
+		name: "a write that meets another writer stops the activation and asks to be woken again",
+		steps: []coreStep{
+			{nil, nil},
+			{send("r1"), []string{"write[" + wUser + "]"}},
+			{&inWriteReply{id: 1, err: journal.ErrConflict}, []string{"reply error retry=true", "publish", "retire", "halt", "fenced"}},
+		},
+	}, {
+		name: "a kill answers the callers waiting (retry) and abandons the work in flight",
+		log:  []*messages.Event{user("r1")},
+		steps: []coreStep{
+			{nil, nil},
+			{send("r2"), []string{"write[" + wUser + "]"}},
+			{&inStop{cause: ErrAgentStopped, retire: true}, []string{"retire", "reply error retry=true", "halt"}},
+			{ok(1), nil}, // the write's late reply is ignored
+		},
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tools, err := agent.NewRegistry(
+				agent.Tool{Name: "lookup", Executor: server, Run: func(context.Context, agent.Invocation) (string, error) { return "", nil }},
+				agent.Tool{Name: "approve", Executor: human, Timeout: time.Minute},
+			)
+			require.NoError(t, err)
+			c := newCore(coreConfig{ID: "c", Tools: tools, Policy: snapshot.Policy{}.WithDefaults(),
+				Retry: RetryPolicy{}.WithDefaults(), MaxInvalidToolAnswers: 1,
+				NewID: func(time.Time) string { return "call_x" }}, slog.New(slog.DiscardHandler))
+			for i, ev := range tc.log {
+				ev.Seq = uint64(i + 1)
+			}
+			ws, err := snapshot.Rebuild(nil, tc.log)
+			require.NoError(t, err)
+			scope := agent.SystemScope
+			if id := agent.IdentityOf(ws.Requester()); id.UserID != "" {
+				scope = agent.ScopeOf(id)
+			}
+			rows := tc.rows
+			if rows == nil {
+				rows = map[string]*messages.ToolCallRecord{}
+			}
+			for i, st := range tc.steps {
+				in := st.in
+				if i == 0 {
+					in = &inLoaded{ws: ws, rows: rows, scope: scope}
+				}
+				got := words(c.step(t0, in))
+				require.Equal(t, st.want, got, "step %d (%T)", i, in)
+			}
+		})
+	}
+}
