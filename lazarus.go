@@ -96,6 +96,12 @@ type Options struct {
 	Model agent.Model
 	// Tools the model may call. Default none.
 	Tools []agent.Tool
+	// Settings are the default model settings of every conversation
+	// (system prompt, model name, temperature, max tokens, tool choice).
+	// A conversation's own, set with Configure, override them field by
+	// field. Default none: the Model's own configuration. Validated at
+	// Open (agent.ValidateSettings; ErrInvalid).
+	Settings agent.Settings
 	// IdleTimeout passivates a conversation actor after this long without
 	// work; it holds no memory afterwards and revives on the next command.
 	// Default DefaultIdleTimeout; negative disables passivation.
@@ -221,6 +227,9 @@ func Open(opts Options) (*Runtime, error) {
 		return nil, fmt.Errorf("lazarus: tools: %w", err)
 	}
 	reg = reg.WithDefaultTimeout(opts.HumanTimeout)
+	if err := agent.ValidateSettings(opts.Settings, reg); err != nil {
+		return nil, fmt.Errorf("lazarus: Options.Settings: %w", err)
+	}
 	r := &Runtime{opts: opts, tools: reg, log: opts.Logger, store: opts.Store}
 	r.life, r.endLife = context.WithCancel(context.Background())
 	switch {
@@ -269,6 +278,7 @@ func Open(opts Options) (*Runtime, error) {
 				Policy:                opts.Summary,
 				Summarizer:            opts.Summarizer,
 				ScopeLoader:           opts.ScopeLoader,
+				Settings:              opts.Settings,
 				Audit:                 opts.Audit.Enabled,
 				Retry:                 opts.ModelRetry,
 				Publish:               r.hub.publish,

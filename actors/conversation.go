@@ -98,6 +98,10 @@ type ConversationConfig struct {
 	Policy snapshot.Policy
 	// Summarizer writes summaries. Nil means never summarize.
 	Summarizer snapshot.Summarizer
+	// Settings are the default model settings of every conversation: a
+	// conversation's own (AgentConfigure, kept in its row) override them
+	// field by field, and each model call gets the result in agent.Turn.
+	Settings agent.Settings
 	// ScopeLoader rebuilds the requester's scope from its identity when a
 	// revived activation resumes work that no command of its own asked
 	// for (see agent.ScopeLoader). Nil means such work runs under
@@ -244,6 +248,12 @@ type openCall struct {
 	inStore bool
 }
 
+// queuedConfig is an AgentConfigure waiting for its write.
+type queuedConfig struct {
+	sender *actor.PID
+	msg    *messages.AgentConfigure
+}
+
 type queuedSend struct {
 	sender *actor.PID
 	msg    *messages.AgentSend
@@ -261,6 +271,8 @@ type pendingWrite struct {
 	// requester, if set, is the scope of the newest user message the write
 	// appends: the conversation works for it once the write lands.
 	requester *agent.Scope
+	// configs are the AgentConfigures whose settings the write carries.
+	configs []*queuedConfig
 }
 
 // carries reports whether the write appends the user message of request id
@@ -330,6 +342,13 @@ type conversation struct {
 	invalidAnswers int
 
 	summarizing bool
+
+	// rowSettings are the conversation's own settings, as its row holds
+	// them; settings, those over the configured defaults, are what model
+	// calls get (see setSettings).
+	rowSettings map[string]string
+	settings    agent.Settings
+	configs     []*queuedConfig
 
 	idleGen  uint64
 	idleStop func() bool
@@ -572,6 +591,7 @@ func (c *conversation) onLoaded(ctx actor.Context, l *loaded) {
 	}
 	c.requester = l.scope
 	c.rowStatus = l.conv.GetStatus()
+	c.setSettings(l.conv.GetSettings())
 	if st := l.conv.GetFsmState(); st != nil && st.GetLastSeq() != c.ws.LastSeq {
 		c.log.Debug("fsm_state disagrees with the log; the log wins",
 			"cached_last_seq", st.GetLastSeq(), "log_last_seq", c.ws.LastSeq)
@@ -635,6 +655,9 @@ func (c *conversation) onCommand(ctx actor.Context, cmd *Command, sender *actor.
 		if sender != nil {
 			ctx.Send(sender, &messages.AgentReply{})
 		}
+	case *messages.AgentConfigure:
+		// Answered once its write lands (writeConfigs).
+		c.configs = append(c.configs, &queuedConfig{sender: sender, msg: m})
 	case *messages.AgentResolved:
 		if call, ok := c.calls[m.GetToolCallId()]; ok && call.ready == nil {
 			call.ready, call.status, call.by, call.inStore = m.GetResult(), m.GetStatus(), m.GetBy(), true
@@ -690,6 +713,8 @@ func (c *conversation) advance(ctx actor.Context) {
 		d := c.answer
 		c.answer = nil
 		c.writeAnswer(ctx, d)
+	case len(c.configs) > 0:
+		c.writeConfigs(ctx)
 	case len(c.sends) > 0 && c.writeSends(ctx):
 		// Otherwise every queued send was already in the log: go on.
 	case c.hasReady():
@@ -952,7 +977,7 @@ func (c *conversation) startModel(ctx actor.Context) {
 	// of the CPU per event. cancelGoroutines cancels both.
 	turnCtx, cancel := context.WithCancel(context.Background())
 	c.modelCancel = cancel
-	turn := agent.Turn{ConversationID: c.cfg.ID, Summary: c.ws.Summary, Context: c.ws.Render()}
+	turn := agent.Turn{ConversationID: c.cfg.ID, Summary: c.ws.Summary, Context: c.ws.Render(), Settings: c.settings}
 	if c.cfg.Tools != nil {
 		if c.specs == nil {
 			// One copy per activation: a Model must not modify its Turn
@@ -1279,6 +1304,15 @@ func (c *conversation) onWriteReply(ctx actor.Context, r *messages.JournalWriteR
 	}
 	c.inflight = nil
 	if err := journal.ErrorFromProto(r.GetReply().GetError()); err != nil {
+		if len(w.configs) > 0 && errors.Is(err, journal.ErrInvalid) {
+			// The Store refused the settings before writing anything: the
+			// log and the row are what this actor holds.
+			for _, q := range w.configs {
+				c.reply(ctx, q.sender, q.msg, 0, fmt.Errorf("conversation %q: settings: %w", c.cfg.ID, err))
+			}
+			c.advance(ctx)
+			return
+		}
 		if w.answer && errors.Is(err, journal.ErrInvalid) {
 			// The Store refused the model's answer before writing any of
 			// it, so the log is still what this actor holds: the model
@@ -1291,6 +1325,9 @@ func (c *conversation) onWriteReply(ctx actor.Context, r *messages.JournalWriteR
 		err = fmt.Errorf("conversation %q: write: %w", c.cfg.ID, err)
 		c.log.Warn("write failed; stopping", "err", err)
 		for _, q := range w.sends {
+			c.reply(ctx, q.sender, q.msg, 0, err)
+		}
+		for _, q := range w.configs {
 			c.reply(ctx, q.sender, q.msg, 0, err)
 		}
 		c.publish(Update{Err: err})
@@ -1318,6 +1355,12 @@ func (c *conversation) onWriteReply(ctx actor.Context, r *messages.JournalWriteR
 	}
 	for _, q := range w.sends {
 		c.reply(ctx, q.sender, q.msg, c.seen[q.msg.GetRequestId()], nil)
+	}
+	if kv := w.req.GetSettings(); len(kv) > 0 {
+		c.setSettings(journal.MergeSettings(c.rowSettings, kv))
+	}
+	for _, q := range w.configs {
+		c.reply(ctx, q.sender, q.msg, 0, nil)
 	}
 	if w.requester != nil {
 		c.requester = *w.requester
@@ -1389,7 +1432,7 @@ func (c *conversation) rememberRequests() {
 // quiescent: nothing in flight, so the actor may passivate.
 func (c *conversation) quiescent() bool {
 	if !c.loaded || c.inflight != nil || c.modelBusy || c.answer != nil || c.summarizing || len(c.sends) > 0 ||
-		c.retryStop != nil || c.failure != nil {
+		c.retryStop != nil || c.failure != nil || len(c.configs) > 0 {
 		return false
 	}
 	for _, id := range c.order {
@@ -1471,10 +1514,47 @@ func (c *conversation) failAll(ctx actor.Context, cause error) {
 		}
 		w.sends = nil
 	}
+	for _, q := range c.configs {
+		c.reply(ctx, q.sender, q.msg, 0, cause)
+	}
+	c.configs = nil
+	if w := c.inflight; w != nil {
+		// Settings are merged, so a retry is safe whatever became of it.
+		for _, q := range w.configs {
+			c.reply(ctx, q.sender, q.msg, 0, fmt.Errorf("%w (write outcome unknown)", cause))
+		}
+		w.configs = nil
+	}
 	for _, env := range c.buffered {
 		c.reply(ctx, env.Sender, env.Message.(*Command).Msg, 0, cause)
 	}
 	c.buffered = nil
+}
+
+// setSettings sets the conversation's own settings, as its row holds them,
+// and the settings of its model calls: those over the configured defaults.
+func (c *conversation) setSettings(row map[string]string) {
+	c.rowSettings = row
+	c.settings = agent.SettingsOf(row).Over(c.cfg.Settings)
+}
+
+// writeConfigs writes the settings of every queued AgentConfigure, merged
+// in order, into the conversation row, in order with the actor's other
+// writes. A conversation that has no row yet gets one, idle.
+func (c *conversation) writeConfigs(ctx actor.Context) {
+	queued := c.configs
+	c.configs = nil
+	kv := map[string]string{}
+	for _, q := range queued {
+		for k, v := range q.msg.GetSettings() {
+			kv[k] = v
+		}
+	}
+	req := &messages.AppendRequest{Settings: kv}
+	if c.rowStatus == messages.ConversationStatus_CONVERSATION_STATUS_UNSPECIFIED {
+		req.Status = messages.ConversationStatus_CONVERSATION_STATUS_IDLE
+	}
+	c.write(ctx, &pendingWrite{req: req, configs: queued})
 }
 
 // resolvedBy says who resolved a human call, from its terminal status: only

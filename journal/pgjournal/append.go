@@ -425,6 +425,10 @@ func (b *batch) apply(req *messages.AppendRequest, now time.Time) (journal.Appen
 		h.row.Status = st
 		changed = true
 	}
+	if kv := req.GetSettings(); len(kv) > 0 {
+		h.row.Settings = journal.MergeSettings(h.row.GetSettings(), kv)
+		changed = true
+	}
 	if changed {
 		h.row.Updated = timestamppb.New(now)
 		h.dirty = true
