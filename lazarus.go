@@ -129,6 +129,10 @@ type Options struct {
 	SubscriberBuffer int
 	// Logger receives the runtime's logs. Default: discard.
 	Logger *slog.Logger
+	// Metrics receives the runtime's measurements (commits, appends,
+	// expiries, activations, model calls, subscriptions). Default: none,
+	// at no cost.
+	Metrics Metrics
 	// NoResume turns off the resumption, on Open, of conversations that
 	// were mid-turn when the previous process stopped. By default Open
 	// wakes, in the background, every conversation whose status is ACTIVE
@@ -219,6 +223,18 @@ func Open(opts Options) (*Runtime, error) {
 		r.store, r.ownsStore = memjournal.New(memjournal.Options{Audit: opts.Audit.Enabled}), true
 	}
 	r.hub = newHub(r.store, opts.SubscriberBuffer)
+	r.hub.subscribers = opts.Metrics.Subscribers
+	model := opts.Model
+	if opts.Metrics.ModelCall != nil {
+		model = timedModel{Model: model, observe: opts.Metrics.ModelCall}
+	}
+	committed := r.hub.publishCommitted
+	if m := opts.Metrics; m.Appended != nil || m.Expired != nil {
+		committed = func(req *messages.AppendRequest) {
+			m.committed(req)
+			r.hub.publishCommitted(req)
+		}
+	}
 	r.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return slog.New(demoted{opts.Logger.Handler()}).With("component", "protoactor")
 	}))
@@ -230,10 +246,13 @@ func Open(opts Options) (*Runtime, error) {
 		// Subscribers get every committed event from the commits
 		// themselves, in order, whether or not the activation that wrote
 		// it is still alive to hear the reply.
-		Journal: actors.JournalOptions{Committed: r.hub.publishCommitted},
+		Journal: actors.JournalOptions{Committed: committed, Observe: opts.Metrics.Commit},
 		Agent: func(string) actors.ConversationConfig {
+			if opts.Metrics.Activated != nil {
+				opts.Metrics.Activated()
+			}
 			return actors.ConversationConfig{
-				Model:        opts.Model,
+				Model:        model,
 				Tools:        reg,
 				IdleTimeout:  opts.IdleTimeout,
 				HumanTimeout: opts.HumanTimeout,
