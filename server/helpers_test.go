@@ -152,10 +152,15 @@ func (n *node) stream(t *testing.T, ctx context.Context, token, conv, lastEventI
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.Equal(t, "text/event-stream", res.Header.Get("Content-Type"))
-	s := &sseStream{res: res, sc: bufio.NewScanner(res.Body), cancel: cancel}
-	s.sc.Buffer(make([]byte, 64<<10), 4<<20)
+	s := &sseStream{res: res, sc: newScanner(res), cancel: cancel}
 	t.Cleanup(s.close)
 	return s
+}
+
+func newScanner(res *http.Response) *bufio.Scanner {
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	return sc
 }
 
 func (s *sseStream) close() {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/lazarusrt/lazarus"
 )
@@ -90,7 +90,7 @@ func NewMetrics() *Metrics {
 		Help: "Pending human calls (counted at scrape, bounded)."}, m.pendingCalls)
 	m.reg.MustRegister(m.commitSeconds, m.commitRequests, m.appends, m.events, m.activations, m.expired,
 		m.modelSeconds, m.modelErrors, m.subscriptions, live, pending,
-		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
@@ -161,5 +161,5 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	promhttp.HandlerFor(s.opts.Metrics.reg, promhttp.HandlerOpts{}).ServeHTTP(w, r)
+	s.prom.ServeHTTP(w, r)
 }

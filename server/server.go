@@ -14,6 +14,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/lazarusrt/lazarus"
 	"github.com/lazarusrt/lazarus/agent"
 )
@@ -90,6 +92,7 @@ type Server struct {
 	opts Options
 	log  *slog.Logger
 	mux  *http.ServeMux
+	prom http.Handler // the exposition of opts.Metrics
 	// routes lists the patterns of mux, for the test that compares them
 	// with the OpenAPI document.
 	routes []string
@@ -107,6 +110,7 @@ func New(rt *lazarus.Runtime, opts Options) *Server {
 	opts = opts.withDefaults()
 	s := &Server{rt: rt, opts: opts, log: opts.Logger, mux: http.NewServeMux()}
 	opts.Metrics.attach(rt)
+	s.prom = promhttp.HandlerFor(opts.Metrics.reg, promhttp.HandlerOpts{})
 
 	s.handle("GET /v1/openapi.json", s.openAPI)
 	s.handle("GET /healthz", s.healthz)
