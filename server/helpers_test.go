@@ -41,9 +41,15 @@ type node struct {
 // identified user in the Go API), and serves it.
 func startNode(t *testing.T, model agent.Model, opts server.Options) *node {
 	t.Helper()
+	return startNodeIn(t, "", model, opts)
+}
+
+// startNodeIn is startNode on the Pebble store in dir ("" for memory).
+func startNodeIn(t *testing.T, dir string, model agent.Model, opts server.Options) *node {
+	t.Helper()
 	m := server.NewMetrics()
 	rt, err := lazarus.Open(lazarus.Options{
-		Model: model, IdleTimeout: -1, Metrics: m.Hooks(),
+		Model: model, IdleTimeout: -1, Metrics: m.Hooks(), Dir: dir,
 		Tools: []agent.Tool{
 			{Name: "approve", Executor: messages.Executor_EXECUTOR_HUMAN, Timeout: time.Hour,
 				Authorizer: agent.RequireRole("approver"),

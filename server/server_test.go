@@ -120,6 +120,37 @@ func TestConversationWithHumanApproval(t *testing.T) {
 	require.Equal(t, server.CodeDeleted, errorCode(t, body))
 }
 
+// TestConversationOnPebble: a conversation created over HTTP on the
+// Pebble store is answered, and outlives a restart with its owner.
+func TestConversationOnPebble(t *testing.T) {
+	ctx := testContext(t)
+	dir := t.TempDir()
+	model := newScripted()
+	n := startNodeIn(t, dir, model, server.Options{})
+	conv := n.create(t, tokAlice, map[string]string{"k": "v"})
+	model.Push(conv.ID, scripted.Text("hello"))
+	st := n.stream(t, ctx, tokAlice, conv.ID, "")
+	n.must(t, http.StatusAccepted, "POST", "/v1/conversations/"+conv.ID+"/messages", tokAlice, server.SendMessage{Text: "hi", RequestID: "r1"}, nil)
+	st.until(t, "turn_end", "answered")
+	st.close()
+	// A retried send with the same request id appends nothing.
+	var sent server.Sent
+	n.must(t, http.StatusAccepted, "POST", "/v1/conversations/"+conv.ID+"/messages", tokAlice, server.SendMessage{Text: "hi", RequestID: "r1"}, &sent)
+	require.EqualValues(t, 1, sent.Seq)
+	n.srv.Close()
+	require.NoError(t, n.rt.Close())
+
+	n = startNodeIn(t, dir, model, server.Options{})
+	var got server.Conversation
+	n.must(t, http.StatusOK, "GET", "/v1/conversations/"+conv.ID, tokAlice, nil, &got)
+	require.Equal(t, "idle", got.Status)
+	require.Equal(t, map[string]string{"k": "v", server.OwnerKey: "alice"}, got.Metadata)
+	var page server.EventPage
+	n.must(t, http.StatusOK, "GET", "/v1/conversations/"+conv.ID+"/events", tokAlice, nil, &page)
+	require.Len(t, page.Events, 2)
+	n.must(t, http.StatusNotFound, "GET", "/v1/conversations/"+conv.ID, tokBob, nil, nil)
+}
+
 // TestConcurrentResolvesOneWins: 50 resolves of one call at once over HTTP:
 // exactly one 200, the others 409 stale.
 func TestConcurrentResolvesOneWins(t *testing.T) {
