@@ -80,9 +80,24 @@ func TestHubReplaysTheAnswerInProgress(t *testing.T) {
 	h.publish(actors.Update{ConversationID: conv, Delta: "next"})
 	require.Equal(t, "next", nextUpdate(t, ctx, third).Delta, "a delta of the durable answer was replayed")
 
+	// A message that cancels the model call drops its deltas.
+	h.publish(actors.Update{ConversationID: conv, Delta: "stale"})
+	userMsg := hubTestEvents(3, 1)
+	userMsg[0].Seq = 3 // as the Store would on commit
+	h.publishCommitted(&messages.AppendRequest{ConversationId: conv, Events: userMsg})
+	_, err = store.Append(ctx, &messages.AppendRequest{ConversationId: conv, ExpectedLast: 2, Events: hubTestEvents(3, 1)})
+	require.NoError(t, err)
+	require.Equal(t, "stale", nextUpdate(t, ctx, third).Delta)
+	require.EqualValues(t, 3, nextUpdate(t, ctx, third).Event.GetSeq())
+	fifth, err := h.subscribe(ctx, conv, 2)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, nextUpdate(t, ctx, fifth).Event.GetSeq())
+	h.publish(actors.Update{ConversationID: conv, Delta: "fresh"})
+	require.Equal(t, "fresh", nextUpdate(t, ctx, fifth).Delta, "a delta of the cancelled model call was replayed")
+
 	// A cancelled turn drops its deltas too.
 	h.publish(actors.Update{ConversationID: conv, TurnEnd: &actors.TurnEnd{Outcome: actors.TurnCancelled, Err: ErrTurnCancelled}})
-	fourth, err := h.subscribe(ctx, conv, 2)
+	fourth, err := h.subscribe(ctx, conv, 3)
 	require.NoError(t, err)
 	h.publish(actors.Update{ConversationID: conv, Delta: "again"})
 	require.Equal(t, "again", nextUpdate(t, ctx, fourth).Delta, "a delta of the cancelled turn was replayed")

@@ -54,8 +54,8 @@ type hub struct {
 // subscription that starts then gets only the deltas published after it.
 const maxAnswerBytes = journal.MaxEventBytes
 
-// answerDeltas are the deltas published since the conversation's last
-// assistant message or turn end: those of the model call in progress.
+// answerDeltas are the deltas published since the conversation's newest
+// committed event or turn end: those of the model call in progress.
 type answerDeltas struct {
 	deltas []string
 	bytes  int
@@ -105,16 +105,11 @@ func (h *hub) publishCommitted(req *messages.AppendRequest) {
 	}
 	h.mu.Lock()
 	subs := h.subs[req.GetConversationId()]
-	if len(h.answers) > 0 {
-		for _, ev := range evs {
-			// The model call's answer (or the turn's end) is durable: its
-			// deltas are history now.
-			if ev.GetAssistantMsg() != nil || actors.TurnEndOf(ev) != nil {
-				delete(h.answers, req.GetConversationId())
-				break
-			}
-		}
-	}
+	// A model call starts after the newest event of its conversation is
+	// committed, and no event is committed while it runs but its answer
+	// (or a turn end), or a user message that cancelled it: either way its
+	// deltas are done with.
+	delete(h.answers, req.GetConversationId())
 	h.mu.Unlock()
 	for _, ev := range evs {
 		u := actors.Update{ConversationID: req.GetConversationId(), Event: ev, TurnEnd: actors.TurnEndOf(ev)}
