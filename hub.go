@@ -41,7 +41,7 @@ type hub struct {
 	// under mu, in the same critical section that reads subs, so each
 	// delta reaches a new subscription exactly once: in its snapshot of
 	// answers, or live.
-	answers map[string]*answerDeltas
+	answers map[string]answerDeltas
 
 	// subscribers, if set, is told of every subscription's start (+1) and
 	// end (-1) (Metrics.Subscribers).
@@ -92,7 +92,7 @@ type subscription struct {
 }
 
 func newHub(store journal.Store, limit int) *hub {
-	return &hub{store: store, limit: limit, quit: make(chan struct{}), subs: map[string][]*subscription{}, answers: map[string]*answerDeltas{}}
+	return &hub{store: store, limit: limit, quit: make(chan struct{}), subs: map[string][]*subscription{}, answers: map[string]answerDeltas{}}
 }
 
 // publishCommitted publishes the events of a committed append request. The
@@ -145,20 +145,17 @@ func (h *hub) publish(u actors.Update) {
 
 // keepDelta adds a delta to the answer in progress of conv. h.mu is held.
 func (h *hub) keepDelta(conv, delta string) {
-	a := h.answers[conv]
-	if a == nil {
-		a = &answerDeltas{}
-		h.answers[conv] = a
-	}
-	if a.over {
+	a := h.answers[conv] // stored by value: no allocation but the slice's
+	switch {
+	case a.over:
 		return
+	case a.bytes+len(delta) > maxAnswerBytes:
+		a = answerDeltas{over: true}
+	default:
+		a.deltas = append(a.deltas, delta)
+		a.bytes += len(delta)
 	}
-	if a.bytes+len(delta) > maxAnswerBytes {
-		a.deltas, a.bytes, a.over = nil, 0, true
-		return
-	}
-	a.deltas = append(a.deltas, delta)
-	a.bytes += len(delta)
+	h.answers[conv] = a
 }
 
 func (s *subscription) push(u actors.Update, limit int) {
@@ -214,7 +211,7 @@ func (h *hub) subscribe(ctx context.Context, conv string, after uint64) (<-chan 
 	old := h.subs[conv]
 	h.subs[conv] = append(old[:len(old):len(old)], s) // a new list: see subs
 	var answer []string
-	if a := h.answers[conv]; a != nil && len(a.deltas) > 0 {
+	if a := h.answers[conv]; len(a.deltas) > 0 {
 		answer = slices.Clone(a.deltas)
 	}
 	h.wg.Add(1)
