@@ -119,12 +119,15 @@ func (h *hub) publishCommitted(req *messages.AppendRequest) {
 	}
 }
 
-// publish is called by conversation actors for their failed turns, and by
-// their model-call goroutines for deltas, each in its own order. An error
-// ends the turn (failed), unless it is a lost write race (ErrConflict):
-// the runtime wakes the conversation again and the turn goes on.
+// publish is called by conversation actors for their retries and failed
+// writes, and by their model-call goroutines for deltas, each in its own
+// order. A retry (Update.Retry) ends nothing. A failed write ends the turn
+// (failed; the activation stopped, and the next command revives it),
+// unless it is a lost write race (ErrConflict): the runtime wakes the
+// conversation again and the turn goes on. A turn that fails for good is
+// a turn_failed event, published with the commits.
 func (h *hub) publish(u actors.Update) {
-	if u.Err != nil && u.TurnEnd == nil && !errors.Is(u.Err, journal.ErrConflict) {
+	if u.Err != nil && u.TurnEnd == nil && u.Retry == nil && !errors.Is(u.Err, journal.ErrConflict) {
 		u.TurnEnd = &actors.TurnEnd{Outcome: actors.TurnFailed, Err: u.Err}
 	}
 	h.mu.Lock()

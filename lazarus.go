@@ -116,8 +116,31 @@ type Options struct {
 	// scope of the Send that started it; an answer's scope never replaces
 	// it.
 	ScopeLoader agent.ScopeLoader
-	// Audit configures the model-call audit. Default off.
+	// Audit configures the model-call audit. Default off. With a Store
+	// given, the Store's own audit setting is what records or drops the
+	// rows (see journal.Audit), so Audit.Enabled must agree with it: Open
+	// refuses, with an error wrapping journal.ErrInvalid, a Store that
+	// reports (journal.AuditReporter, as every adapter of this module
+	// does) an audit setting other than Audit.Enabled. Open the Store with
+	// the same setting (for example pebblejournal.Options.Audit). With
+	// Postgres or Dir, the Store is opened with Audit.Enabled.
 	Audit AuditOptions
+	// ModelRetry is the retry policy of a failed model call (a 429, a
+	// 5xx, a timeout, a broken stream): how long to wait, how many
+	// attempts, which errors. Default: the zero RetryPolicy, 3 attempts
+	// in all, 1s then 2s apart, on the transient errors of
+	// DefaultRetryable. It is a second layer above a provider's own retry
+	// of one call (agent/retry); see RetryPolicy. When it gives up, or the
+	// error is not retryable, the turn fails durably: a turn_failed event.
+	ModelRetry RetryPolicy
+	// MaxInvalidToolAnswers is how many model answers in a row, within one
+	// turn, may call an unknown tool or pass arguments that are not a JSON
+	// object. Such a call is recorded with an error result (code
+	// agent.CodeInvalid) that the model sees on its next call, so it can
+	// correct itself; one answer more fails the turn durably
+	// (ErrInvalidToolCalls). Default DefaultMaxInvalidToolAnswers;
+	// negative fails the turn on the first such answer.
+	MaxInvalidToolAnswers int
 	// Clock supplies time. Default the system clock.
 	Clock Clock
 	// CallTimeout bounds how long Send waits for its message to be durable
@@ -138,7 +161,8 @@ type Options struct {
 	// wakes, in the background, every conversation whose status is ACTIVE
 	// (a turn owed or a server tool running), read from the Store's index
 	// of those (ListActiveConversations): the cost is the number of ACTIVE
-	// conversations, not the number of conversations.
+	// conversations, not the number of conversations. A turn that failed for
+	// good left its conversation IDLE, and is not resumed.
 	NoResume bool
 }
 
@@ -205,6 +229,10 @@ func Open(opts Options) (*Runtime, error) {
 	r.life, r.endLife = context.WithCancel(context.Background())
 	switch {
 	case r.store != nil:
+		if a, ok := r.store.(journal.AuditReporter); ok && a.AuditEnabled() != opts.Audit.Enabled {
+			return nil, fmt.Errorf("lazarus: Options.Audit.Enabled is %t but the Store's audit is %t; open the Store with the same setting: %w",
+				opts.Audit.Enabled, a.AuditEnabled(), journal.ErrInvalid)
+		}
 	case opts.Postgres != "" && opts.Dir != "":
 		return nil, fmt.Errorf("lazarus: Options.Postgres and Options.Dir are both set: %w", journal.ErrInvalid)
 	case opts.Postgres != "":
@@ -252,16 +280,18 @@ func Open(opts Options) (*Runtime, error) {
 				opts.Metrics.Activated()
 			}
 			return actors.ConversationConfig{
-				Model:        model,
-				Tools:        reg,
-				IdleTimeout:  opts.IdleTimeout,
-				HumanTimeout: opts.HumanTimeout,
-				Policy:       opts.Summary,
-				Summarizer:   opts.Summarizer,
-				ScopeLoader:  opts.ScopeLoader,
-				Audit:        opts.Audit.Enabled,
-				Publish:      r.hub.publish,
-				Logger:       opts.Logger,
+				Model:                 model,
+				Tools:                 reg,
+				MaxInvalidToolAnswers: opts.MaxInvalidToolAnswers,
+				IdleTimeout:           opts.IdleTimeout,
+				HumanTimeout:          opts.HumanTimeout,
+				Policy:                opts.Summary,
+				Summarizer:            opts.Summarizer,
+				ScopeLoader:           opts.ScopeLoader,
+				Audit:                 opts.Audit.Enabled,
+				Retry:                 opts.ModelRetry,
+				Publish:               r.hub.publish,
+				Logger:                opts.Logger,
 			}
 		},
 	})
@@ -605,16 +635,25 @@ func (r *Runtime) Kill(conversationID string) bool {
 // actor has revived. Revival applies the recovery rules: a turn interrupted
 // before the model answered is run again; a server call interrupted before
 // its result is dispatched again under the same tool call id; pending human
-// calls stay pending. A deleted conversation is an error wrapping
-// journal.ErrDeleted, every time.
+// calls stay pending. A turn that failed for good (the log ends in a
+// turn_failed event) is run again too, with a fresh count of attempts: the
+// runtime's own wakes (resume on Open, after a lost write race) never do
+// that. A deleted conversation is an error wrapping journal.ErrDeleted,
+// every time.
 func (r *Runtime) Wake(ctx context.Context, conversationID string) error {
+	return r.wake(ctx, conversationID, true)
+}
+
+// wake is Wake; explicit says whether the application asked for it (and
+// a failed turn runs again) or the runtime did.
+func (r *Runtime) wake(ctx context.Context, conversationID string, explicit bool) error {
 	if err := r.enter(ctx); err != nil {
 		return fmt.Errorf("lazarus: wake %q: %w", conversationID, err)
 	}
 	if err := journal.ValidateID("conversation id", conversationID); err != nil {
 		return fmt.Errorf("lazarus: wake: %w", err)
 	}
-	res, err := r.sup.Ask(ctx, conversationID, &actors.Command{Scope: agent.SystemScope, Msg: &messages.AgentWake{}})
+	res, err := r.sup.Ask(ctx, conversationID, &actors.Command{Scope: agent.SystemScope, Msg: &messages.AgentWake{Explicit: explicit}})
 	if err != nil {
 		return r.callErr(fmt.Sprintf("lazarus: wake %q", conversationID), err)
 	}
@@ -651,7 +690,7 @@ func (r *Runtime) resumeInterrupted() {
 			if r.isClosed() {
 				return
 			}
-			if err := r.Wake(ctx, id); err != nil && !errors.Is(err, ErrClosed) && ctx.Err() == nil {
+			if err := r.wake(ctx, id, false); err != nil && !errors.Is(err, ErrClosed) && ctx.Err() == nil {
 				r.log.Warn("resume failed", "conversation", id, "err", err)
 			}
 		}

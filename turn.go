@@ -21,9 +21,12 @@ var ErrTurnFailed = errors.New("lazarus: turn failed")
 // its message takes part in, and returns that end: answered (with the
 // answer's seq and text), suspended on human calls (with the pending
 // calls), failed or cancelled. A failed turn also returns an error wrapping
-// ErrTurnFailed and the turn's error; a cancelled one an error wrapping
-// ErrTurnCancelled. The wait follows the conversation's durable log, so an
-// answer that lands while the actor is being revived is not missed.
+// ErrTurnFailed and the turn's error (a *TurnError read from its
+// turn_failed event); a cancelled one an error wrapping ErrTurnCancelled.
+// Retries of the model call (Update.Retry) do not end the wait. The wait
+// follows the conversation's durable log, so an answer or a failure that
+// lands while the actor is being revived, or after it was killed, is not
+// missed.
 //
 // ctx bounds the whole call: when it ends, SendAndWait returns an error
 // wrapping ctx.Err() (the send's own contract applies while it sends; once
@@ -36,14 +39,14 @@ func (r *Runtime) SendAndWait(ctx context.Context, conversationID, text string, 
 // SendMessageAndWait is SendAndWait for a message of several parts, with
 // options (see SendMessage). A send that repeats an earlier RequestID
 // waits for the end of the first turn after the message it was first
-// written as (found in the log; a failure of that turn, never written, is
-// not).
+// written as, found in the log (its answer, suspension or turn_failed
+// event).
 func (r *Runtime) SendMessageAndWait(ctx context.Context, conversationID string, msg *messages.UserMessage, opts SendOptions, scope agent.Scope) (TurnEnd, error) {
 	if r.isClosed() {
 		return TurnEnd{}, ErrClosed
 	}
-	// Subscribe before sending, so that a failure of the turn (published
-	// live, never written) cannot fall before the subscription.
+	// Subscribe before sending, so that a failed write of the turn
+	// (published live, never written) cannot fall before the subscription.
 	last, err := r.store.LastSeq(ctx, conversationID)
 	if err != nil {
 		last = 0 // an invalid id, say: the send reports it
@@ -130,7 +133,7 @@ func (w *turnWait) wait(ctx context.Context) (TurnEnd, error) {
 			}
 			return end, nil
 		}
-		if u.Err != nil && u.TurnEnd == nil {
+		if u.Err != nil && u.TurnEnd == nil && u.Retry == nil {
 			if errors.Is(u.Err, ErrLagged) {
 				if err := w.resubscribe(ctx, w.after); err != nil {
 					return TurnEnd{}, err

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/actors"
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/messages"
@@ -81,8 +82,22 @@ func TestSendAndWaitReportsAFailedTurn(t *testing.T) {
 
 	end, err := rt.SendAndWait(ctx, "c", "hi", agent.Scope{UserID: "u"})
 	require.ErrorIs(t, err, lazarus.ErrTurnFailed)
-	require.ErrorIs(t, err, boom)
+	require.ErrorContains(t, err, boom.Error())
 	require.Equal(t, lazarus.TurnFailed, end.Outcome)
+	// The end comes from the durable turn_failed event (an error of the
+	// application's own model is not retried).
+	require.Equal(t, uint64(2), end.Seq)
+	var te *lazarus.TurnError
+	require.ErrorAs(t, err, &te)
+	require.Equal(t, actors.CodeModel, te.Code)
+	require.Equal(t, 1, te.Attempts)
+	evs, err := rt.History(ctx, "c", 0, 0)
+	require.NoError(t, err)
+	require.Len(t, evs, 2)
+	require.Equal(t, actors.CodeModel, evs[1].GetTurnFailed().GetCode())
+	conv, err := rt.Store().Conversation(ctx, "c")
+	require.NoError(t, err)
+	require.Equal(t, messages.ConversationStatus_CONVERSATION_STATUS_IDLE, conv.GetStatus(), "out of ACTIVE: a restart does not resume it")
 
 	// The next send runs the turn again.
 	end, err = rt.SendAndWait(ctx, "c", "again", agent.Scope{UserID: "u"})

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -56,9 +57,16 @@ type Update struct {
 	// Delta is streamed text of the model call in flight. It is not durable:
 	// the assistant_msg event that follows is what counts.
 	Delta string
-	// Err reports a turn that failed (a model error, or a model answer that
-	// was rejected). Nothing of the failed turn was written.
+	// Err reports a model call that failed and will be retried (Retry is
+	// set), or a write of the conversation that failed (its activation
+	// stopped; TurnEnd is set unless the write lost a race to another
+	// writer, ErrConflict, and the turn goes on in a new activation). A
+	// turn that fails for good is a durable turn_failed event instead.
 	Err error
+	// Retry, when set, says the model call that failed with Err is retried
+	// after Retry.Delay (see RetryPolicy). Nothing of the failed call was
+	// written.
+	Retry *Retry
 	// TurnEnd, when set, says a turn is over (see TurnEndOf). The runtime
 	// sets it on the update of the event that ends the turn, and on the
 	// update of a failed or cancelled turn.
@@ -97,6 +105,16 @@ type ConversationConfig struct {
 	ScopeLoader agent.ScopeLoader
 	// Audit records every model call with Store.PutModelCall.
 	Audit bool
+	// Retry is the retry policy of failed model calls. The zero value is
+	// the defaults (see RetryPolicy).
+	Retry RetryPolicy
+	// MaxInvalidToolAnswers is how many model answers in a row, within one
+	// turn, may contain invalid tool calls (an unknown tool, arguments that
+	// are not a JSON object): each is recorded with an error result the
+	// model sees on its next call. The next such answer fails the turn
+	// (ErrInvalidToolCalls). 0 means DefaultMaxInvalidToolAnswers; less
+	// than 0 fails the turn on the first one.
+	MaxInvalidToolAnswers int
 	// ModelGate keeps the conversation's model calls from overlapping (see
 	// ModelGate). Activations of one conversation must share it, so that a
 	// new activation's first call waits for the call a killed one left
@@ -104,8 +122,8 @@ type ConversationConfig struct {
 	// these props' own, which serialises the calls of their activations
 	// only.
 	ModelGate *ModelGate
-	// Publish receives the actor's failed turns (and write failures), on
-	// the actor's goroutine, and the model's text deltas, on the goroutine
+	// Publish receives the retries of the actor's model calls and its
+	// failed writes, on the actor's goroutine, and the model's text deltas, on the goroutine
 	// of the model call that streams them (onDelta's caller), straight from
 	// the model: a delta does not pass through the actor's mailbox. Each
 	// turn's deltas come before Generate returns, so before the turn's
@@ -161,6 +179,10 @@ func NewConversation(cfg ConversationConfig) *actor.Props {
 		cfg.ModelGate = new(ModelGate)
 	}
 	cfg.Policy = cfg.Policy.WithDefaults()
+	cfg.Retry = cfg.Retry.WithDefaults()
+	if cfg.MaxInvalidToolAnswers == 0 {
+		cfg.MaxInvalidToolAnswers = DefaultMaxInvalidToolAnswers
+	}
 	var opts []actor.PropsOption
 	if cfg.Dispatcher != nil {
 		opts = append(opts, actor.WithDispatcher(cfg.Dispatcher))
@@ -195,6 +217,8 @@ type (
 		err     error
 	}
 	idleTick struct{ gen uint64 }
+	// retryTick ends the wait before a retry of the model call.
+	retryTick struct{ gen uint64 }
 	// releaseProcessRef is sent by a stopped actor to itself; see Receive.
 	releaseProcessRef struct{}
 )
@@ -290,7 +314,20 @@ type conversation struct {
 	modelBusy   bool
 	answer      *modelDone // a model answer waiting for the write in flight
 	modelCancel context.CancelFunc
-	turnFailed  bool
+	// attempts counts the failed model calls of the current step of the
+	// turn; retryStop, while set, stops the timer of the next attempt (see
+	// retryModel), and retryGen tells its tick from an abandoned one's.
+	attempts  int
+	retryStop func() bool
+	retryGen  uint64
+	// failure is a turn failure waiting to be written (turn_failed).
+	failure *messages.TurnFailed
+	// rerun: an explicit wake asked to run again a turn whose log ends in
+	// turn_failed (see turnOwed).
+	rerun bool
+	// invalidAnswers counts the model answers in a row, in this turn, that
+	// contained invalid tool calls.
+	invalidAnswers int
 
 	summarizing bool
 
@@ -363,6 +400,11 @@ func (c *conversation) Receive(ctx actor.Context) {
 		c.onSummary(ctx, msg)
 	case *idleTick:
 		c.onIdle(ctx, msg)
+	case *retryTick:
+		if msg.gen == c.retryGen && c.retryStop != nil && !c.stopping {
+			c.retryStop = nil
+			c.advance(ctx)
+		}
 	}
 }
 
@@ -386,12 +428,14 @@ func (c *conversation) recoverReceive(ctx actor.Context) {
 }
 
 // cancelGoroutines cancels the context of every goroutine the actor owns:
-// goCtx, and the model call's, which is not derived from it.
+// goCtx, and the model call's, which is not derived from it; and the timer
+// of a model call's retry.
 func (c *conversation) cancelGoroutines() {
 	c.goCancel()
 	if c.modelCancel != nil {
 		c.modelCancel()
 	}
+	c.cancelRetry()
 }
 
 // goOwned runs f on a goroutine owned by this actor: it gets a context that
@@ -553,7 +597,6 @@ func (c *conversation) onCommand(ctx actor.Context, cmd *Command, sender *actor.
 		return
 	}
 	c.asked = true
-	c.turnFailed = false
 	switch m := cmd.Msg.(type) {
 	case *messages.AgentSend:
 		if seq, ok := c.seen[m.GetRequestId()]; ok && m.GetRequestId() != "" {
@@ -577,13 +620,18 @@ func (c *conversation) onCommand(ctx actor.Context, cmd *Command, sender *actor.
 		}
 		c.sends = append(c.sends, &queuedSend{sender: sender, msg: m, scope: cmd.Scope})
 		c.answer = nil
+		c.restartTurn()
 		if c.modelBusy {
 			// The model is answering a context without this message: cancel
 			// it and answer again once the message is in the log.
 			c.cancelModel()
 		}
 	case *messages.AgentWake:
-		// Activation alone applies the recovery rules; nothing else to do.
+		// Activation alone applies the recovery rules. Only an explicit
+		// wake runs a failed turn again (see turnOwed).
+		if m.GetExplicit() {
+			c.rerun = true
+		}
 		if sender != nil {
 			ctx.Send(sender, &messages.AgentReply{})
 		}
@@ -636,6 +684,8 @@ func (c *conversation) advance(ctx actor.Context) {
 		return
 	}
 	switch {
+	case c.failure != nil:
+		c.writeFailure(ctx)
 	case c.answer != nil:
 		d := c.answer
 		c.answer = nil
@@ -650,8 +700,8 @@ func (c *conversation) advance(ctx actor.Context) {
 		if c.humanPending() {
 			c.state = messages.AgentState_AGENT_STATE_AWAITING_INPUT
 		}
-	case c.turnOwed() && !c.turnFailed:
-		if !c.modelBusy {
+	case c.turnOwed():
+		if !c.modelBusy && c.retryStop == nil {
 			c.startModel(ctx)
 		}
 	default:
@@ -680,8 +730,13 @@ func (c *conversation) humanPending() bool {
 }
 
 // turnOwed reports whether the model owes an answer: the last event it would
-// see is a user message or a tool result.
+// see is a user message or a tool result, and the log does not end in
+// turn_failed (a failed turn runs again only on a new message, or on an
+// explicit wake: rerun).
 func (c *conversation) turnOwed() bool {
+	if n := len(c.ws.Events); n > 0 && c.ws.Events[n-1].GetTurnFailed() != nil && !c.rerun {
+		return false
+	}
 	switch c.ws.LastRendered().GetBody().(type) {
 	case *messages.Event_UserMsg, *messages.Event_ToolResult:
 		return true
@@ -985,10 +1040,10 @@ func (c *conversation) onModelDone(ctx actor.Context, d *modelDone) {
 	}
 	c.modelBusy = false
 	if d.err != nil {
-		c.failTurn(fmt.Errorf("conversation %q: model: %w", c.cfg.ID, d.err))
-		c.advance(ctx)
+		c.modelFailed(ctx, fmt.Errorf("conversation %q: model: %w", c.cfg.ID, d.err))
 		return
 	}
+	c.attempts = 0
 	if c.inflight != nil {
 		// One write at a time: the answer waits for the write in flight.
 		c.answer = d
@@ -1001,8 +1056,7 @@ func (c *conversation) onModelDone(ctx actor.Context, d *modelDone) {
 func (c *conversation) writeAnswer(ctx actor.Context, d *modelDone) {
 	req, calls, err := c.turnWrite(d.msg)
 	if err != nil {
-		c.failTurn(err)
-		c.advance(ctx)
+		c.failTurn(ctx, err, c.invalidAnswers)
 		return
 	}
 	c.write(ctx, &pendingWrite{req: req, answer: true, after: func(ctx actor.Context) {
@@ -1014,70 +1068,157 @@ func (c *conversation) writeAnswer(ctx actor.Context, d *modelDone) {
 	}})
 }
 
-func (c *conversation) failTurn(err error) {
-	c.log.Warn("turn failed", "err", err)
-	c.turnFailed = true
+// modelFailed handles a failed model call (or an answer the Store
+// refused): it retries the call after the policy's delay, or fails the
+// turn.
+func (c *conversation) modelFailed(ctx actor.Context, err error) {
+	c.attempts++
+	p := c.cfg.Retry
+	if !p.retry(err, c.attempts) {
+		c.failTurn(ctx, err, c.attempts)
+		return
+	}
+	delay := p.Delay(c.attempts)
+	c.log.Info("model call failed; retrying", "err", err, "attempt", c.attempts, "delay", delay)
+	c.retryGen++
+	gen, send := c.retryGen, tell(ctx)
+	// Armed before the update is published: a subscriber that sees it
+	// may move a test's clock on at once.
+	c.retryStop = c.cfg.Clock.AfterFunc(delay, func() { send(&retryTick{gen: gen}) })
+	c.publish(Update{Err: err, Retry: &Retry{Attempt: c.attempts, Delay: delay}})
+	c.advance(ctx)
+}
+
+// cancelRetry abandons a retry waiting its delay.
+func (c *conversation) cancelRetry() {
+	if c.retryStop != nil {
+		c.retryStop()
+		c.retryStop = nil
+	}
+}
+
+// restartTurn abandons what the current turn owed (a retry, a failure not
+// yet written, the count of attempts and of invalid answers): a new
+// message restarts the turn.
+func (c *conversation) restartTurn() {
+	c.cancelRetry()
+	c.failure = nil
+	c.attempts = 0
+	c.invalidAnswers = 0
+}
+
+// failTurn gives the turn up: a turn_failed event (written by advance, see
+// writeFailure) records err and how many attempts were made, and the
+// conversation is idle until a new message or an explicit wake.
+func (c *conversation) failTurn(ctx actor.Context, err error, attempts int) {
+	c.log.Warn("turn failed", "err", err, "attempts", attempts)
+	c.failure = &messages.TurnFailed{Message: turnErrorText(err), Code: TurnFailureCode(err), Attempts: uint32(max(attempts, 0))}
+	c.attempts, c.invalidAnswers, c.rerun = 0, 0, false
 	c.state = messages.AgentState_AGENT_STATE_IDLE
-	c.publish(Update{Err: err})
+	c.advance(ctx)
+}
+
+// writeFailure writes the turn_failed event of a failed turn, and moves the
+// conversation row out of ACTIVE (to IDLE), so that a restart does not
+// resume the turn.
+func (c *conversation) writeFailure(ctx actor.Context) {
+	f := c.failure
+	c.failure = nil
+	req := &messages.AppendRequest{Events: []*messages.Event{c.event(func(ev *messages.Event) {
+		ev.Body = &messages.Event_TurnFailed{TurnFailed: f}
+	})}}
+	c.setRow(req, messages.ConversationStatus_CONVERSATION_STATUS_IDLE, nil)
+	c.write(ctx, &pendingWrite{req: req})
 }
 
 // turnWrite builds the atomic write of one model answer: the assistant
 // message, a tool_call event and a pending row per call, and for human calls
 // a suspension, their deadlines and the fsm_state awaiting_input. A call to
-// an unknown tool or with malformed arguments rejects the whole answer:
-// nothing is written.
+// an unknown tool or with arguments that are not a JSON object is recorded
+// too, as a server call the runtime answered itself: its row is resolved
+// (errored) and its tool_result, an error of code agent.CodeInvalid the
+// model sees on its next call, are in the same write; the answer's valid
+// calls proceed as usual. Past cfg.MaxInvalidToolAnswers such answers in a
+// row, it returns an error wrapping ErrInvalidToolCalls and nothing is
+// written.
 func (c *conversation) turnWrite(msg *messages.AssistantMessage) (*messages.AppendRequest, []*openCall, error) {
 	// msg is the runtime's (agent.Model's contract): its tool calls get
 	// their ids in place.
 	req := &messages.AppendRequest{ConversationId: c.cfg.ID}
 	var calls []*openCall
 	var suspension []*messages.PendingCall
+	invalid := map[int]string{} // index of the call -> what is wrong with it
+	for i, tc := range msg.GetToolCalls() {
+		if problem := c.checkCall(tc); problem != "" {
+			invalid[i] = problem
+		}
+	}
+	if len(invalid) == 0 {
+		c.invalidAnswers = 0
+	} else {
+		c.invalidAnswers++
+		if c.invalidAnswers > max(c.cfg.MaxInvalidToolAnswers, 0) {
+			return nil, nil, fmt.Errorf("conversation %q: %w (%d; the last: %s)", c.cfg.ID, ErrInvalidToolCalls, c.invalidAnswers, firstProblem(invalid))
+		}
+	}
 	now := c.now()
 	requester := c.ws.Requester()
-	for _, tc := range msg.GetToolCalls() {
-		if c.cfg.Tools == nil {
-			return nil, nil, journal.Invalidf("conversation %q: model called tool %q but no tools are registered", c.cfg.ID, tc.GetName())
-		}
-		if err := c.cfg.Tools.CheckCall(tc.GetName(), tc.GetArguments()); err != nil {
-			return nil, nil, fmt.Errorf("conversation %q: model answer rejected: %w", c.cfg.ID, err)
-		}
-		tool, _ := c.cfg.Tools.Lookup(tc.GetName())
+	results := make([]*messages.ToolOutcome, len(msg.GetToolCalls()))
+	for i, tc := range msg.GetToolCalls() {
 		if tc.GetId() != "" && tc.GetProviderId() == "" {
 			tc.ProviderId = tc.GetId()
 		}
 		tc.Id = NewToolCallIDAt(now)
 		row := &messages.ToolCallRecord{
-			Id: tc.GetId(), ConversationId: c.cfg.ID, Name: tc.GetName(), Executor: tool.Executor,
+			Id: tc.GetId(), ConversationId: c.cfg.ID, Name: tc.GetName(), Executor: messages.Executor_EXECUTOR_SERVER,
 			Status: messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING, Args: tc.GetArguments(), Created: journal.Timestamp(now),
 			Requester: requester,
 		}
+		req.ToolCalls = append(req.ToolCalls, row)
+		if problem, bad := invalid[i]; bad {
+			results[i] = agent.ErrorOutcome(agent.CodeInvalid, problem)
+			req.Resolutions = append(req.Resolutions, &messages.ToolResolution{
+				ToolCallId: tc.GetId(), Status: messages.ToolCallStatus_TOOL_CALL_STATUS_ERRORED, Result: results[i], At: journal.Timestamp(now),
+			})
+			continue
+		}
+		tool, _ := c.cfg.Tools.Lookup(tc.GetName())
+		row.Executor = tool.Executor
 		if tool.Executor == messages.Executor_EXECUTOR_HUMAN {
 			row.Prompt = tc.GetName() + " " + tc.GetArguments()
 			if tool.Prompt != nil {
 				row.Prompt = tool.Prompt(tc.GetArguments())
 			}
-			timeout := tool.Timeout
-			if timeout == 0 {
-				timeout = c.cfg.HumanTimeout
+			if tool.Timeout == 0 { // filled in by a Registry's Lookup; else the config decides
+				if tool.Timeout = c.cfg.HumanTimeout; tool.Timeout == 0 {
+					tool.Timeout = -1
+				}
 			}
-			if timeout > 0 {
-				row.Deadline = journal.Timestamp(now.Add(timeout))
+			if at := tool.CallDeadline(tc.GetArguments(), now); !at.IsZero() {
+				row.Deadline = journal.Timestamp(at)
 				req.Schedule = append(req.Schedule, &messages.Deadline{ConversationId: c.cfg.ID, ToolCallId: tc.GetId(), At: row.GetDeadline()})
 			}
 			suspension = append(suspension, &messages.PendingCall{ToolCallId: tc.GetId(), Executor: tool.Executor, Kind: tc.GetName(), Prompt: row.GetPrompt()})
 		}
-		req.ToolCalls = append(req.ToolCalls, row)
 	}
 	req.Events = append(req.Events, c.event(func(ev *messages.Event) {
 		ev.Body = &messages.Event_AssistantMsg{AssistantMsg: msg}
 	}))
 	for i, tc := range msg.GetToolCalls() {
-		tool, _ := c.cfg.Tools.Lookup(tc.GetName())
-		ev := &messages.ToolCallEvent{Call: tc, Executor: tool.Executor}
+		ev := &messages.ToolCallEvent{Call: tc, Executor: req.ToolCalls[i].GetExecutor()}
 		req.Events = append(req.Events, c.event(func(e *messages.Event) {
 			e.Body = &messages.Event_ToolCall{ToolCall: ev}
 		}))
-		calls = append(calls, &openCall{ev: ev, prompt: req.ToolCalls[i].GetPrompt()})
+		if results[i] == nil {
+			calls = append(calls, &openCall{ev: ev, prompt: req.ToolCalls[i].GetPrompt()})
+		}
+	}
+	for i, tc := range msg.GetToolCalls() {
+		if results[i] != nil {
+			req.Events = append(req.Events, c.event(func(ev *messages.Event) {
+				ev.Body = &messages.Event_ToolResult{ToolResult: &messages.ToolResultEvent{ToolCallId: tc.GetId(), Name: tc.GetName(), Outcome: results[i]}}
+			}))
+		}
 	}
 	var status messages.ConversationStatus
 	if len(suspension) > 0 {
@@ -1085,7 +1226,8 @@ func (c *conversation) turnWrite(msg *messages.AssistantMessage) (*messages.Appe
 			ev.Body = &messages.Event_Suspension{Suspension: &messages.Suspension{Pending: suspension}}
 		}))
 		status = messages.ConversationStatus_CONVERSATION_STATUS_SUSPENDED
-	} else if len(calls) > 0 {
+	} else if len(msg.GetToolCalls()) > 0 {
+		// Calls run, or the model sees the errors of invalid ones.
 		status = messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE
 	} else {
 		// The turn is answered: nothing is owed until the next command.
@@ -1099,6 +1241,37 @@ func (c *conversation) turnWrite(msg *messages.AssistantMessage) (*messages.Appe
 	return req, calls, nil
 }
 
+// checkCall returns what is wrong with a call the model issued (an unknown
+// tool, arguments that are not a JSON object), in words the model can act
+// on, or "" if nothing is. A name or arguments that are not valid UTF-8
+// are made so in place (the call is recorded as it was asked for, and the
+// Store takes only UTF-8).
+func (c *conversation) checkCall(tc *messages.ToolCall) string {
+	tc.Name = strings.ToValidUTF8(tc.GetName(), "\uFFFD")
+	tc.Arguments = strings.ToValidUTF8(tc.GetArguments(), "\uFFFD")
+	if c.cfg.Tools == nil {
+		return fmt.Sprintf("unknown tool %q: no tools are available", tc.GetName())
+	}
+	err := c.cfg.Tools.CheckCall(tc.GetName(), tc.GetArguments())
+	if err == nil {
+		return ""
+	}
+	// The model reads this: leave out the Go package and sentinel.
+	msg := strings.TrimSuffix(err.Error(), ": "+journal.ErrInvalid.Error())
+	return strings.TrimPrefix(msg, "agent: ")
+}
+
+// firstProblem returns the problem of the lowest call index in invalid.
+func firstProblem(invalid map[int]string) string {
+	first := -1
+	for i := range invalid {
+		if first < 0 || i < first {
+			first = i
+		}
+	}
+	return invalid[first]
+}
+
 func (c *conversation) onWriteReply(ctx actor.Context, r *messages.JournalWriteReply) {
 	w := c.inflight
 	if w == nil || r.GetRequestId() != w.id {
@@ -1108,10 +1281,9 @@ func (c *conversation) onWriteReply(ctx actor.Context, r *messages.JournalWriteR
 	if err := journal.ErrorFromProto(r.GetReply().GetError()); err != nil {
 		if w.answer && errors.Is(err, journal.ErrInvalid) {
 			// The Store refused the model's answer before writing any of
-			// it, so the log is still what this actor holds: the turn
-			// fails, as a turn whose answer names an unknown tool does.
-			c.failTurn(fmt.Errorf("conversation %q: model answer rejected: %w", c.cfg.ID, err))
-			c.advance(ctx)
+			// it, so the log is still what this actor holds: the model
+			// call failed (see modelFailed).
+			c.modelFailed(ctx, fmt.Errorf("conversation %q: model answer rejected: %w", c.cfg.ID, err))
 			return
 		}
 		// The log and this actor's view may now differ (another writer,
@@ -1216,7 +1388,8 @@ func (c *conversation) rememberRequests() {
 
 // quiescent: nothing in flight, so the actor may passivate.
 func (c *conversation) quiescent() bool {
-	if !c.loaded || c.inflight != nil || c.modelBusy || c.answer != nil || c.summarizing || len(c.sends) > 0 {
+	if !c.loaded || c.inflight != nil || c.modelBusy || c.answer != nil || c.summarizing || len(c.sends) > 0 ||
+		c.retryStop != nil || c.failure != nil {
 		return false
 	}
 	for _, id := range c.order {

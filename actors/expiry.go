@@ -103,8 +103,12 @@ func ExpiredOutcome() *messages.ToolOutcome {
 //
 // When a deadline passes, the actor sends the journal actor (with Request)
 // one unfenced JournalWrite per call, carrying one ToolResolution: status
-// EXPIRED, result ExpiredOutcome(), stamped with the clock's time. One call
-// per request, so a call answered first (ErrStale) fails only itself.
+// EXPIRED, result ExpiredOutcome(), stamped with the clock's time, which is
+// also the request's DueBy: the Store expires the call only if its durable
+// deadline is due by then, so a reschedule that moved it later and
+// committed first wins (the expire is stale, and the new deadline, which
+// reached the actor before the reply, stays armed). One call per request,
+// so a call answered first (ErrStale) fails only itself.
 // Replies are matched by request id; request ids start at a random value in
 // each incarnation, so a reply meant for an earlier incarnation is ignored.
 // On success Deliver is called; on ErrStale nothing happens (a human or the
@@ -265,6 +269,9 @@ func (a *expiryActor) process(ctx actor.Context) {
 				// A turn is owed once the result is recorded: a restart
 				// resumes ACTIVE conversations even if the delivery is lost.
 				Status: messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE,
+				// Only if the deadline is still due: a reschedule that
+				// committed first wins, and this expire is stale.
+				DueBy: at,
 				Resolutions: []*messages.ToolResolution{{
 					ToolCallId: call,
 					Status:     messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED,

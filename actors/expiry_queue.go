@@ -325,7 +325,17 @@ func (q *expiryQueue) reply(now int64, req uint64, err error) (v expireVerdict, 
 	}
 	conv = f.conv
 	switch v = classifyExpireError(err); v {
-	case verdictDeliver, verdictStale, verdictDrop:
+	case verdictStale:
+		// The call was answered, or its deadline moved: a deadline
+		// scheduled while the expire was in flight is the new one (the
+		// journal reports a commit's schedule before any later reply;
+		// an answer's cancel removed it), so it stays.
+		q.finish(call, f)
+		if !f.noRetry {
+			q.heap.remove(call)
+		}
+		return v, conv, call
+	case verdictDeliver, verdictDrop:
 		// The call is terminal (or never will be): forget it entirely,
 		// including a deadline scheduled while the expire was in flight.
 		q.finish(call, f)

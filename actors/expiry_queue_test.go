@@ -265,3 +265,30 @@ func TestExpiryQueueAttemptsCompact(t *testing.T) {
 	require.Empty(t, h.q.byReq)
 	require.Less(t, len(h.q.attempts)-h.q.head, 2)
 }
+
+// TestExpiryQueueRescheduledDuringFlight: a deadline moved while its expire
+// is in flight decides once that expire comes back stale (the Store saw
+// the moved deadline); a delivered expire forgets it (the call is done).
+func TestExpiryQueueRescheduledDuringFlight(t *testing.T) {
+	h := newQueueHarness(100)
+	h.q.schedule("c", "moved", 10)
+	h.q.schedule("c", "done", 10)
+	sent := h.due(10)
+	require.Len(t, sent, 2)
+	h.q.schedule("c", "moved", 500) // a reschedule committed before the expire
+	h.q.schedule("c", "done", 600)  // one committed after the expire: it is stale in the Store
+
+	v, _, _ := h.q.reply(11, sent[1].req, journal.ErrStale) // "moved"
+	require.Equal(t, verdictStale, v)
+	v, _, _ = h.q.reply(11, sent[0].req, nil) // "done" expired
+	require.Equal(t, verdictDeliver, v)
+	require.Equal(t, int64(500), wakeAt(t, h.q), "the moved deadline is still armed")
+	require.Empty(t, h.due(499))
+	require.Equal(t, []sentExpire{{103, "c", "moved"}}, h.due(600), "the moved call expires at its new time, the done one never again")
+
+	// A stale reply with no schedule meanwhile (answered) leaves nothing.
+	v, _, _ = h.q.reply(601, 103, journal.ErrStale)
+	require.Equal(t, verdictStale, v)
+	_, ok := h.q.wake()
+	require.False(t, ok, "nothing left")
+}

@@ -22,8 +22,14 @@ import "errors"
 //	ErrRequest        the turn fails (any other rejected request: a bad key,
 //	                  an unknown model)
 //
-// A failed turn writes nothing: the deltas streamed before the failure never
-// become an event, and the runtime reports the error to subscribers.
+// "The turn fails" above means the provider's call returns the error. A
+// failed call writes nothing: the deltas streamed before the failure never
+// become an event. The runtime then retries the call per its own policy
+// (lazarus.Options.ModelRetry: by default ErrRateLimited, ErrUnavailable,
+// ErrInterrupted, ErrMalformed and ErrIncomplete are retried, never
+// ErrContextLength, ErrRefused, ErrRequest or ErrPanicked), telling
+// subscribers of each retry, and when it gives up records the failure
+// durably (a turn_failed event).
 var (
 	// ErrRateLimited: the provider answered 429 (rate or quota limit).
 	ErrRateLimited = errors.New("agent: model rate limited")

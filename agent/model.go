@@ -26,9 +26,9 @@ type Turn struct {
 
 // ErrPanicked is wrapped by the error the runtime reports when a Model's
 // Generate or a Summarizer's Summarize panics. The runtime recovers the
-// panic on the goroutine it called them on: a turn fails as it does when
-// Generate returns an error (subscribers get the error; the next message
-// starts a new turn), a summary is skipped and tried again later, and the
+// panic on the goroutine it called them on: the turn fails, durably and
+// without a retry (a turn_failed event; the next message starts a new
+// turn), a summary is skipped and tried again later, and the
 // process and every other conversation go on. A panic in a goroutine the
 // Model started itself is not recovered. (A panicking server tool becomes
 // an error outcome of code CodePanic instead: the model sees it.)

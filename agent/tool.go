@@ -123,6 +123,62 @@ type Tool struct {
 	// (human tools only). Default false: such an answer is refused with
 	// ErrForbidden, so the log always says who answered.
 	AllowAnonymous bool
+	// Deadline, if set, gives each call its own deadline from its
+	// arguments and now, the time of the suspension (human tools only):
+	// "expire at the end of the meeting the call names", say. A zero
+	// result means the call gets the Timeout rule; a time at or before now
+	// expires the call at once. A Deadline that panics, or returns a time
+	// outside the years 1 to 9999, gives the Timeout rule too. To have
+	// some calls never expire, set Timeout < 0 and return a time for the
+	// others. Runtime.Reschedule moves a deadline once the call is
+	// pending. See CallDeadline.
+	Deadline func(args string, now time.Time) time.Time
+}
+
+// CallDeadline returns when a call of the human tool t with arguments args,
+// suspended at now, expires; the zero time means never. The rule: the
+// result of Deadline, if it is set, returns a time in the years 1 to 9999
+// and does not panic; else now+Timeout if Timeout > 0, never if Timeout <
+// 0, and now+DefaultHumanTimeout if Timeout is 0 (a Registry's Lookup
+// fills Timeout in with the Registry's default, so this last case is only
+// that of a Tool used on its own).
+func (t Tool) CallDeadline(args string, now time.Time) time.Time {
+	if at := safeDeadline(t.Deadline, args, now); !at.IsZero() {
+		return at
+	}
+	switch {
+	case t.Timeout > 0:
+		return now.Add(t.Timeout)
+	case t.Timeout < 0:
+		return time.Time{}
+	default:
+		return now.Add(DefaultHumanTimeout)
+	}
+}
+
+// minDeadline and maxDeadline bound what a Deadline may return: the range
+// of a stored timestamp.
+var (
+	minDeadline = time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)
+	maxDeadline = time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC)
+)
+
+// safeDeadline calls f, if set, and returns its result, or zero when it
+// panicked or returned a time that cannot be stored.
+func safeDeadline(f func(string, time.Time) time.Time, args string, now time.Time) (at time.Time) {
+	if f == nil {
+		return time.Time{}
+	}
+	defer func() {
+		if recover() != nil {
+			at = time.Time{}
+		}
+	}()
+	at = f(args, now)
+	if at.IsZero() || at.Before(minDeadline) || at.After(maxDeadline) {
+		return time.Time{}
+	}
+	return at
 }
 
 // Registry is an immutable set of tools, safe for concurrent use. A nil
@@ -137,8 +193,9 @@ type Registry struct {
 // NewRegistry validates tools and returns their Registry. Every error wraps
 // journal.ErrInvalid and names the tool and the problem: an empty, oversized
 // or ill-formed name, a duplicate name, an unknown executor, a server tool
-// without Run, a human tool with Run, a server tool with Prompt or Timeout,
-// Parameters that are not a JSON object.
+// without Run, a human tool with Run, a server tool with Prompt, Timeout,
+// Deadline, Authorizer or AllowAnonymous, Parameters that are not a JSON
+// object.
 func NewRegistry(tools ...Tool) (*Registry, error) {
 	raw := make([]Tool, 0, len(tools))
 	seen := make(map[string]bool, len(tools))
@@ -185,8 +242,8 @@ func validateTool(t Tool) error {
 		if t.Run == nil {
 			return journal.Invalidf("agent: server tool %q has no Run", t.Name)
 		}
-		if t.Prompt != nil || t.Timeout != 0 || t.Authorizer != nil || t.AllowAnonymous {
-			return journal.Invalidf("agent: server tool %q sets Prompt, Timeout, Authorizer or AllowAnonymous, which only human tools have", t.Name)
+		if t.Prompt != nil || t.Timeout != 0 || t.Deadline != nil || t.Authorizer != nil || t.AllowAnonymous {
+			return journal.Invalidf("agent: server tool %q sets Prompt, Timeout, Deadline, Authorizer or AllowAnonymous, which only human tools have", t.Name)
 		}
 	case messages.Executor_EXECUTOR_HUMAN:
 		if t.Run != nil {

@@ -43,6 +43,8 @@ func TestNewRegistryRejects(t *testing.T) {
 		{"unknown executor", []agent.Tool{{Name: "x", Executor: messages.Executor(9), Run: ok(`{}`)}}, "executor 9"},
 		{"server tool with Prompt", []agent.Tool{{Name: "x", Executor: server, Run: ok(`{}`), Prompt: func(string) string { return "" }}}, "only human tools"},
 		{"server tool with Timeout", []agent.Tool{{Name: "x", Executor: server, Run: ok(`{}`), Timeout: time.Minute}}, "only human tools"},
+		{"server tool with Deadline", []agent.Tool{{Name: "x", Executor: server, Run: ok(`{}`),
+			Deadline: func(string, time.Time) time.Time { return time.Time{} }}}, "only human tools"},
 		{"parameters not JSON", []agent.Tool{{Name: "x", Executor: human, Parameters: `{"type":`}}, "not valid JSON"},
 		{"parameters an array", []agent.Tool{{Name: "x", Executor: human, Parameters: `[]`}}, "an array, not a JSON object"},
 	}
@@ -339,4 +341,54 @@ func TestModelFunc(t *testing.T) {
 	assert.Equal(t, "f", msg.GetModel())
 	assert.Equal(t, "c", got.ConversationID)
 	assert.Equal(t, []string{"hi"}, deltas)
+}
+
+func TestCallDeadline(t *testing.T) {
+	now := time.Date(2026, 11, 1, 9, 0, 0, 0, time.UTC)
+	meeting := time.Date(2026, 11, 3, 17, 30, 0, 0, time.UTC)
+	fromArgs := func(args string, got time.Time) time.Time {
+		if got != now {
+			panic("Deadline was not given the suspension time")
+		}
+		if strings.Contains(args, "meeting") {
+			return meeting
+		}
+		return time.Time{}
+	}
+	cases := []struct {
+		name string
+		tool agent.Tool
+		args string
+		want time.Time // zero: never
+	}{
+		{"Timeout", agent.Tool{Timeout: time.Hour}, `{}`, now.Add(time.Hour)},
+		{"negative Timeout: never", agent.Tool{Timeout: -1}, `{}`, time.Time{}},
+		{"zero Timeout of a bare Tool: the package default", agent.Tool{}, `{}`, now.Add(agent.DefaultHumanTimeout)},
+		{"Deadline from the arguments", agent.Tool{Timeout: time.Hour, Deadline: fromArgs}, `{"until":"meeting"}`, meeting},
+		{"Deadline zero: the Timeout rule", agent.Tool{Timeout: time.Hour, Deadline: fromArgs}, `{}`, now.Add(time.Hour)},
+		{"Deadline zero with a negative Timeout: never", agent.Tool{Timeout: -1, Deadline: fromArgs}, `{}`, time.Time{}},
+		{"Deadline wins over a negative Timeout", agent.Tool{Timeout: -1, Deadline: fromArgs}, `{"until":"meeting"}`, meeting},
+		{"Deadline in the past is kept (expires at once)", agent.Tool{Timeout: time.Hour,
+			Deadline: func(string, time.Time) time.Time { return now.Add(-time.Minute) }}, `{}`, now.Add(-time.Minute)},
+		{"Deadline panics: the Timeout rule", agent.Tool{Timeout: time.Hour,
+			Deadline: func(string, time.Time) time.Time { panic("boom") }}, `{}`, now.Add(time.Hour)},
+		{"Deadline beyond year 9999: the Timeout rule", agent.Tool{Timeout: time.Hour,
+			Deadline: func(string, time.Time) time.Time { return time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC) }}, `{}`, now.Add(time.Hour)},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.tool.Name, tc.tool.Executor = "book", human
+			got := tc.tool.CallDeadline(tc.args, now)
+			assert.True(t, tc.want.Equal(got), "want %v, got %v", tc.want, got)
+			assert.Equal(t, tc.want.IsZero(), got.IsZero())
+		})
+	}
+	// Through a Registry: Lookup fills Timeout with the Registry's default
+	// and keeps Deadline.
+	r, err := agent.NewRegistry(agent.Tool{Name: "book", Executor: human, Deadline: fromArgs})
+	require.NoError(t, err)
+	tool, found := r.WithDefaultTimeout(2 * time.Hour).Lookup("book")
+	require.True(t, found)
+	assert.Equal(t, meeting, tool.CallDeadline(`{"until":"meeting"}`, now))
+	assert.Equal(t, now.Add(2*time.Hour), tool.CallDeadline(`{}`, now))
 }

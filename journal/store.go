@@ -62,22 +62,34 @@ type EventLog interface {
 	// Append writes req atomically and durably: its events get the seqs
 	// ExpectedLast+1, ExpectedLast+2, ... and, in the same write, its tool
 	// call rows are upserted, its resolutions applied, its fsm_state and
-	// status replace the conversation's, and its deadlines are scheduled
-	// or cancelled. The first append to a conversation creates its row with
-	// status ACTIVE.
+	// status replace the conversation's, its deadlines are scheduled or
+	// cancelled, and its reschedules applied. The first append to a
+	// conversation creates its row with status ACTIVE.
+	//
+	// Schedule and Cancel change only deadline records (the writer puts the
+	// same time in the row it upserts). A Reschedule entry changes both, in
+	// the same write: the pending call's row gets the entry's time as its
+	// Deadline (none if unset) and its deadline record is replaced (removed
+	// if unset). It is how a deadline moves once the call is pending.
 	//
 	// If ExpectedLast is not the log's last seq it returns ErrConflict
 	// (unless req.Unfenced, which must carry no events); if a resolution's
-	// call is unknown, of another conversation or not pending, ErrStale
-	// (a resolution also removes its call's deadline); if a tool call id belongs
-	// to another conversation, ErrConflict; if the conversation was deleted,
-	// ErrDeleted; if the request breaks a rule of Validate, ErrInvalid. In
-	// every error case nothing is written. The checks run in this order and
-	// the first that fails decides the error: ErrInvalid, ErrDeleted, the
-	// fence's ErrConflict, the tool call owners' ErrConflict, ErrStale. A
-	// request that passed is applied in this order: events, tool call
-	// upserts, resolutions, fsm_state and status, scheduled deadlines,
-	// cancelled deadlines (so a request may resolve a call it upserts).
+	// or a reschedule's call is unknown, of another conversation or not
+	// pending, ErrStale (a resolution also removes its call's deadline; a
+	// reschedule sees the call as the request's upserts and resolutions
+	// leave it); if req.DueBy is set and a resolution's call has no
+	// deadline at or before it (as committed before the request, and the
+	// requests before it in a batch, left it), ErrStale: that is how an
+	// expiry loses to a reschedule that moved the deadline later; if a
+	// tool call id belongs to another conversation, ErrConflict; if the
+	// conversation was deleted, ErrDeleted; if the request breaks a rule of
+	// ValidateAppend, ErrInvalid. In every error case nothing is written.
+	// The checks run in this order and the first that fails decides the
+	// error: ErrInvalid, ErrDeleted, the fence's ErrConflict, the tool call
+	// owners' ErrConflict, ErrStale. A request that passed is applied in
+	// this order: events, tool call upserts, resolutions, fsm_state and
+	// status, scheduled deadlines, cancelled deadlines, reschedules (so a
+	// request may resolve a call it upserts).
 	//
 	// For a durable adapter, a nil error means the write survives a crash or
 	// a power cut. Append sets Seq on each event of req.Events.
@@ -183,6 +195,15 @@ type Audit interface {
 	// GCModelCalls deletes the conversation's rows created before
 	// olderThan and returns how many it removed.
 	GCModelCalls(ctx context.Context, conversationID string, olderThan time.Time) (int, error)
+}
+
+// AuditReporter is implemented by a Store that says whether its audit is
+// on; every adapter of this module does. The runtime uses it to refuse
+// options that contradict the Store it is given.
+type AuditReporter interface {
+	// AuditEnabled reports whether the Store was opened with audit on,
+	// that is, whether PutModelCall records rows.
+	AuditEnabled() bool
 }
 
 // ConversationUpdate is a merge into a conversation row: zero fields leave

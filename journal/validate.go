@@ -207,6 +207,27 @@ func ValidateDeadline(d *messages.Deadline) error {
 	return nil
 }
 
+// ValidateReschedule checks one entry of AppendRequest.Reschedule: its ids,
+// and its time, which may be unset (the call's deadline is removed) but, if
+// set, must be a valid timestamp (within the years 1 to 9999).
+func ValidateReschedule(d *messages.Deadline) error {
+	if d == nil {
+		return Invalidf("nil new deadline")
+	}
+	if err := ValidateID("conversation id", d.GetConversationId()); err != nil {
+		return err
+	}
+	if err := ValidateID("tool call id", d.GetToolCallId()); err != nil {
+		return err
+	}
+	if at := d.GetAt(); at != nil {
+		if err := at.CheckValid(); err != nil {
+			return Invalidf("new deadline of %s: %v", d.GetToolCallId(), err)
+		}
+	}
+	return nil
+}
+
 // IsTerminal reports whether s is a terminal tool call status (resolved,
 // errored or expired).
 func IsTerminal(s messages.ToolCallStatus) bool {
@@ -246,7 +267,7 @@ func ValidateAppend(req *messages.AppendRequest) error {
 // returns the same error; where ValidateAppend returns an event's encoding
 // error, it returns nil or the error of a check that ValidateAppend makes
 // after encoding that event (a later event's nil or missing body, tool
-// calls, resolutions, deadlines, cancels, fsm_state).
+// calls, resolutions, deadlines, cancels, reschedules, fsm_state).
 //
 // What it leaves to the caller: a store that calls it instead of
 // ValidateAppend, to encode each event only once, must itself encode every
@@ -306,6 +327,19 @@ func validateAppend(req *messages.AppendRequest, encode bool) error {
 	for _, id := range req.GetCancel() {
 		if err := ValidateID("tool call id", id); err != nil {
 			return err
+		}
+	}
+	if at := req.GetDueBy(); at != nil {
+		if err := at.CheckValid(); err != nil {
+			return Invalidf("due_by of append to %q: %v", conv, err)
+		}
+	}
+	for _, d := range req.GetReschedule() {
+		if err := ValidateReschedule(d); err != nil {
+			return err
+		}
+		if d.GetConversationId() != conv {
+			return Invalidf("new deadline of %s names conversation %q in an append to %q", d.GetToolCallId(), d.GetConversationId(), conv)
 		}
 	}
 	if st := req.GetFsmState(); st != nil {

@@ -217,3 +217,14 @@ func TestEncodeEventMatchesValidateEvent(t *testing.T) {
 		require.Equal(t, append([]byte{1, 2}, enc...), out, "case %d", i)
 	}
 }
+
+// A turn_failed event is an event like any other: validation accepts it,
+// and refuses one whose text is not UTF-8, as for every string.
+func TestValidateTurnFailed(t *testing.T) {
+	ev := &messages.Event{Body: &messages.Event_TurnFailed{TurnFailed: &messages.TurnFailed{Message: "model: rate limited", Code: "rate_limited", Attempts: 3}}}
+	require.NoError(t, journal.ValidateEvent(ev))
+	require.NoError(t, journal.ValidateAppend(&messages.AppendRequest{ConversationId: "c", Events: []*messages.Event{userEv("hi"), ev},
+		Status: messages.ConversationStatus_CONVERSATION_STATUS_IDLE}))
+	bad := &messages.Event{Body: &messages.Event_TurnFailed{TurnFailed: &messages.TurnFailed{Message: "caf\xe9"}}}
+	require.ErrorIs(t, journal.ValidateEvent(bad), journal.ErrInvalid)
+}

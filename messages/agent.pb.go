@@ -290,7 +290,12 @@ func (x *AgentReply) GetRetry() bool {
 // applies the recovery rules (re-run an interrupted turn, re-dispatch an
 // interrupted server call). The actor replies AgentReply once revived.
 type AgentWake struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// explicit marks a wake asked for by the application (Runtime.Wake): it
+	// also runs again a turn whose log ends in turn_failed. The runtime's own
+	// wakes (resume on Open, the wake-up after a fenced write) leave it unset
+	// and never re-run a failed turn.
+	Explicit      bool `protobuf:"varint,1,opt,name=explicit,proto3" json:"explicit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -323,6 +328,13 @@ func (x *AgentWake) ProtoReflect() protoreflect.Message {
 // Deprecated: Use AgentWake.ProtoReflect.Descriptor instead.
 func (*AgentWake) Descriptor() ([]byte, []int) {
 	return file_lazarus_v1_agent_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *AgentWake) GetExplicit() bool {
+	if x != nil {
+		return x.Explicit
+	}
+	return false
 }
 
 // AgentStop is the kill order: the actor stops once it has processed every
@@ -390,8 +402,9 @@ const file_lazarus_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"AgentReply\x12'\n" +
 	"\x05error\x18\x01 \x01(\v2\x11.lazarus.v1.ErrorR\x05error\x12\x14\n" +
-	"\x05retry\x18\x02 \x01(\bR\x05retry\"\v\n" +
-	"\tAgentWake\"\v\n" +
+	"\x05retry\x18\x02 \x01(\bR\x05retry\"'\n" +
+	"\tAgentWake\x12\x1a\n" +
+	"\bexplicit\x18\x01 \x01(\bR\bexplicit\"\v\n" +
 	"\tAgentStopB'Z%github.com/lazarusrt/lazarus/messagesb\x06proto3"
 
 var (

@@ -203,7 +203,22 @@ type AppendRequest struct {
 	// unfenced writes skip the expected_last check. They must carry no events.
 	// They are how writers other than the conversation's own actor (Resolve,
 	// the expiry actor) apply resolutions and deadline changes.
-	Unfenced      bool `protobuf:"varint,10,opt,name=unfenced,proto3" json:"unfenced,omitempty"`
+	Unfenced bool `protobuf:"varint,10,opt,name=unfenced,proto3" json:"unfenced,omitempty"`
+	// reschedule replaces the deadline of pending calls of the request's
+	// conversation: each names a call and its new time (an unset at removes
+	// the deadline: the call then never expires). The call's row (its
+	// deadline field) and its deadline record change together. The whole
+	// request fails with a stale error if a call is unknown, belongs to
+	// another conversation, or is not pending once the request's tool_calls
+	// and resolutions are applied. Applied after cancel.
+	Reschedule []*Deadline `protobuf:"bytes,11,rep,name=reschedule,proto3" json:"reschedule,omitempty"`
+	// due_by, if set, makes the request's resolutions expiries of due
+	// deadlines: each applies only if its call has a deadline at or before
+	// due_by (as the requests before it left it); a call without one, or with
+	// a later one, fails the request with a stale error. The expiry actor sets
+	// it to the time it fires, so an expiry never wins over a reschedule that
+	// moved the deadline later. Unset: no such check (the old behaviour).
+	DueBy         *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=due_by,json=dueBy,proto3" json:"due_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -306,6 +321,20 @@ func (x *AppendRequest) GetUnfenced() bool {
 		return x.Unfenced
 	}
 	return false
+}
+
+func (x *AppendRequest) GetReschedule() []*Deadline {
+	if x != nil {
+		return x.Reschedule
+	}
+	return nil
+}
+
+func (x *AppendRequest) GetDueBy() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DueBy
+	}
+	return nil
 }
 
 // Error is an error carried in a reply.
@@ -434,7 +463,7 @@ const file_lazarus_v1_journal_proto_rawDesc = "" +
 	"\x06status\x18\x02 \x01(\x0e2\x1a.lazarus.v1.ToolCallStatusR\x06status\x12/\n" +
 	"\x06result\x18\x03 \x01(\v2\x17.lazarus.v1.ToolOutcomeR\x06result\x12*\n" +
 	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12$\n" +
-	"\x02by\x18\x05 \x01(\v2\x14.lazarus.v1.IdentityR\x02by\"\xd2\x03\n" +
+	"\x02by\x18\x05 \x01(\v2\x14.lazarus.v1.IdentityR\x02by\"\xbb\x04\n" +
 	"\rAppendRequest\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12#\n" +
 	"\rexpected_last\x18\x02 \x01(\x04R\fexpectedLast\x12)\n" +
@@ -447,7 +476,11 @@ const file_lazarus_v1_journal_proto_rawDesc = "" +
 	"\x06cancel\x18\b \x03(\tR\x06cancel\x126\n" +
 	"\x06status\x18\t \x01(\x0e2\x1e.lazarus.v1.ConversationStatusR\x06status\x12\x1a\n" +
 	"\bunfenced\x18\n" +
-	" \x01(\bR\bunfenced\"L\n" +
+	" \x01(\bR\bunfenced\x124\n" +
+	"\n" +
+	"reschedule\x18\v \x03(\v2\x14.lazarus.v1.DeadlineR\n" +
+	"reschedule\x121\n" +
+	"\x06due_by\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\x05dueBy\"L\n" +
 	"\x05Error\x12)\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x15.lazarus.v1.ErrorCodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"n\n" +
@@ -510,13 +543,15 @@ var file_lazarus_v1_journal_proto_depIdxs = []int32{
 	11, // 7: lazarus.v1.AppendRequest.fsm_state:type_name -> lazarus.v1.FSMState
 	12, // 8: lazarus.v1.AppendRequest.schedule:type_name -> lazarus.v1.Deadline
 	13, // 9: lazarus.v1.AppendRequest.status:type_name -> lazarus.v1.ConversationStatus
-	0,  // 10: lazarus.v1.Error.code:type_name -> lazarus.v1.ErrorCode
-	3,  // 11: lazarus.v1.AppendReply.error:type_name -> lazarus.v1.Error
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	12, // 10: lazarus.v1.AppendRequest.reschedule:type_name -> lazarus.v1.Deadline
+	7,  // 11: lazarus.v1.AppendRequest.due_by:type_name -> google.protobuf.Timestamp
+	0,  // 12: lazarus.v1.Error.code:type_name -> lazarus.v1.ErrorCode
+	3,  // 13: lazarus.v1.AppendReply.error:type_name -> lazarus.v1.Error
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_lazarus_v1_journal_proto_init() }

@@ -1206,6 +1206,74 @@ func (x *Rewind) GetReason() string {
 	return ""
 }
 
+// TurnFailed records that a turn failed for good: the model kept failing
+// (its errors were not retryable, or the runtime's retry policy gave up) or
+// kept answering with invalid tool calls. The turn is not run again until a
+// new message or an explicit wake. It is never rendered to the model.
+type TurnFailed struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// message is the error, as text (clipped).
+	Message string `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"`
+	// code is a short machine-readable reason, such as "rate_limited",
+	// "unavailable" or "invalid_tool_calls" (see actors.TurnFailureCode).
+	Code string `protobuf:"bytes,2,opt,name=code,proto3" json:"code,omitempty"`
+	// attempts is how many model calls the turn made before it gave up.
+	Attempts      uint32 `protobuf:"varint,3,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TurnFailed) Reset() {
+	*x = TurnFailed{}
+	mi := &file_lazarus_v1_records_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TurnFailed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TurnFailed) ProtoMessage() {}
+
+func (x *TurnFailed) ProtoReflect() protoreflect.Message {
+	mi := &file_lazarus_v1_records_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TurnFailed.ProtoReflect.Descriptor instead.
+func (*TurnFailed) Descriptor() ([]byte, []int) {
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *TurnFailed) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *TurnFailed) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *TurnFailed) GetAttempts() uint32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
 // Event is one entry of a conversation's log.
 type Event struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1229,6 +1297,7 @@ type Event struct {
 	//	*Event_Suspension
 	//	*Event_Resolution
 	//	*Event_Rewind
+	//	*Event_TurnFailed
 	Body          isEvent_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1236,7 +1305,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_lazarus_v1_records_proto_msgTypes[15]
+	mi := &file_lazarus_v1_records_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1248,7 +1317,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_records_proto_msgTypes[15]
+	mi := &file_lazarus_v1_records_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1261,7 +1330,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{15}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Event) GetSeq() uint64 {
@@ -1362,6 +1431,15 @@ func (x *Event) GetRewind() *Rewind {
 	return nil
 }
 
+func (x *Event) GetTurnFailed() *TurnFailed {
+	if x != nil {
+		if x, ok := x.Body.(*Event_TurnFailed); ok {
+			return x.TurnFailed
+		}
+	}
+	return nil
+}
+
 type isEvent_Body interface {
 	isEvent_Body()
 }
@@ -1394,6 +1472,10 @@ type Event_Rewind struct {
 	Rewind *Rewind `protobuf:"bytes,16,opt,name=rewind,proto3,oneof"`
 }
 
+type Event_TurnFailed struct {
+	TurnFailed *TurnFailed `protobuf:"bytes,17,opt,name=turn_failed,json=turnFailed,proto3,oneof"`
+}
+
 func (*Event_UserMsg) isEvent_Body() {}
 
 func (*Event_AssistantMsg) isEvent_Body() {}
@@ -1408,6 +1490,8 @@ func (*Event_Resolution) isEvent_Body() {}
 
 func (*Event_Rewind) isEvent_Body() {}
 
+func (*Event_TurnFailed) isEvent_Body() {}
+
 // FSMState is a cache over the log; on disagreement the log wins.
 type FSMState struct {
 	state         protoimpl.MessageState  `protogen:"open.v1"`
@@ -1420,7 +1504,7 @@ type FSMState struct {
 
 func (x *FSMState) Reset() {
 	*x = FSMState{}
-	mi := &file_lazarus_v1_records_proto_msgTypes[16]
+	mi := &file_lazarus_v1_records_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1432,7 +1516,7 @@ func (x *FSMState) String() string {
 func (*FSMState) ProtoMessage() {}
 
 func (x *FSMState) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_records_proto_msgTypes[16]
+	mi := &file_lazarus_v1_records_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1445,7 +1529,7 @@ func (x *FSMState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FSMState.ProtoReflect.Descriptor instead.
 func (*FSMState) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{16}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *FSMState) GetState() AgentState {
@@ -1484,7 +1568,7 @@ type Conversation struct {
 
 func (x *Conversation) Reset() {
 	*x = Conversation{}
-	mi := &file_lazarus_v1_records_proto_msgTypes[17]
+	mi := &file_lazarus_v1_records_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1496,7 +1580,7 @@ func (x *Conversation) String() string {
 func (*Conversation) ProtoMessage() {}
 
 func (x *Conversation) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_records_proto_msgTypes[17]
+	mi := &file_lazarus_v1_records_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1509,7 +1593,7 @@ func (x *Conversation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Conversation.ProtoReflect.Descriptor instead.
 func (*Conversation) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{17}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Conversation) GetId() string {
@@ -1578,7 +1662,7 @@ type Summary struct {
 
 func (x *Summary) Reset() {
 	*x = Summary{}
-	mi := &file_lazarus_v1_records_proto_msgTypes[18]
+	mi := &file_lazarus_v1_records_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1590,7 +1674,7 @@ func (x *Summary) String() string {
 func (*Summary) ProtoMessage() {}
 
 func (x *Summary) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_records_proto_msgTypes[18]
+	mi := &file_lazarus_v1_records_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1603,7 +1687,7 @@ func (x *Summary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Summary.ProtoReflect.Descriptor instead.
 func (*Summary) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{18}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Summary) GetFromSeq() uint64 {
@@ -1666,7 +1750,7 @@ type RequestRef struct {
 
 func (x *RequestRef) Reset() {
 	*x = RequestRef{}
-	mi := &file_lazarus_v1_records_proto_msgTypes[19]
+	mi := &file_lazarus_v1_records_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1678,7 +1762,7 @@ func (x *RequestRef) String() string {
 func (*RequestRef) ProtoMessage() {}
 
 func (x *RequestRef) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_records_proto_msgTypes[19]
+	mi := &file_lazarus_v1_records_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1691,7 +1775,7 @@ func (x *RequestRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestRef.ProtoReflect.Descriptor instead.
 func (*RequestRef) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{19}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RequestRef) GetRequestId() string {
@@ -1742,7 +1826,7 @@ type ToolCallRecord struct {
 
 func (x *ToolCallRecord) Reset() {
 	*x = ToolCallRecord{}
-	mi := &file_lazarus_v1_records_proto_msgTypes[20]
+	mi := &file_lazarus_v1_records_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1754,7 +1838,7 @@ func (x *ToolCallRecord) String() string {
 func (*ToolCallRecord) ProtoMessage() {}
 
 func (x *ToolCallRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_records_proto_msgTypes[20]
+	mi := &file_lazarus_v1_records_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1767,7 +1851,7 @@ func (x *ToolCallRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallRecord.ProtoReflect.Descriptor instead.
 func (*ToolCallRecord) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{20}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ToolCallRecord) GetId() string {
@@ -1880,7 +1964,7 @@ type Deadline struct {
 
 func (x *Deadline) Reset() {
 	*x = Deadline{}
-	mi := &file_lazarus_v1_records_proto_msgTypes[21]
+	mi := &file_lazarus_v1_records_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1892,7 +1976,7 @@ func (x *Deadline) String() string {
 func (*Deadline) ProtoMessage() {}
 
 func (x *Deadline) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_records_proto_msgTypes[21]
+	mi := &file_lazarus_v1_records_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1905,7 +1989,7 @@ func (x *Deadline) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deadline.ProtoReflect.Descriptor instead.
 func (*Deadline) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{21}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Deadline) GetConversationId() string {
@@ -1948,7 +2032,7 @@ type ModelCall struct {
 
 func (x *ModelCall) Reset() {
 	*x = ModelCall{}
-	mi := &file_lazarus_v1_records_proto_msgTypes[22]
+	mi := &file_lazarus_v1_records_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1960,7 +2044,7 @@ func (x *ModelCall) String() string {
 func (*ModelCall) ProtoMessage() {}
 
 func (x *ModelCall) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_records_proto_msgTypes[22]
+	mi := &file_lazarus_v1_records_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1973,7 +2057,7 @@ func (x *ModelCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelCall.ProtoReflect.Descriptor instead.
 func (*ModelCall) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{22}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ModelCall) GetConversationId() string {
@@ -2057,7 +2141,7 @@ type Tombstone struct {
 
 func (x *Tombstone) Reset() {
 	*x = Tombstone{}
-	mi := &file_lazarus_v1_records_proto_msgTypes[23]
+	mi := &file_lazarus_v1_records_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2069,7 +2153,7 @@ func (x *Tombstone) String() string {
 func (*Tombstone) ProtoMessage() {}
 
 func (x *Tombstone) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_records_proto_msgTypes[23]
+	mi := &file_lazarus_v1_records_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2082,7 +2166,7 @@ func (x *Tombstone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tombstone.ProtoReflect.Descriptor instead.
 func (*Tombstone) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{23}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Tombstone) GetDeleted() *timestamppb.Timestamp {
@@ -2162,7 +2246,12 @@ const file_lazarus_v1_records_proto_rawDesc = "" +
 	"\bresolver\x18\x04 \x01(\v2\x14.lazarus.v1.IdentityR\bresolver\"7\n" +
 	"\x06Rewind\x12\x15\n" +
 	"\x06to_seq\x18\x01 \x01(\x04R\x05toSeq\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xb5\x04\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"V\n" +
+	"\n" +
+	"TurnFailed\x12\x18\n" +
+	"\amessage\x18\x01 \x01(\tR\amessage\x12\x12\n" +
+	"\x04code\x18\x02 \x01(\tR\x04code\x12\x1a\n" +
+	"\battempts\x18\x03 \x01(\rR\battempts\"\xf0\x04\n" +
 	"\x05Event\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12.\n" +
 	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1d\n" +
@@ -2181,7 +2270,9 @@ const file_lazarus_v1_records_proto_rawDesc = "" +
 	"\n" +
 	"resolution\x18\x0f \x01(\v2\x16.lazarus.v1.ResolutionH\x00R\n" +
 	"resolution\x12,\n" +
-	"\x06rewind\x18\x10 \x01(\v2\x12.lazarus.v1.RewindH\x00R\x06rewindB\x06\n" +
+	"\x06rewind\x18\x10 \x01(\v2\x12.lazarus.v1.RewindH\x00R\x06rewind\x129\n" +
+	"\vturn_failed\x18\x11 \x01(\v2\x16.lazarus.v1.TurnFailedH\x00R\n" +
+	"turnFailedB\x06\n" +
 	"\x04body\"\xe5\x01\n" +
 	"\bFSMState\x12,\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x16.lazarus.v1.AgentStateR\x05state\x12;\n" +
@@ -2286,7 +2377,7 @@ func file_lazarus_v1_records_proto_rawDescGZIP() []byte {
 }
 
 var file_lazarus_v1_records_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_lazarus_v1_records_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_lazarus_v1_records_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_lazarus_v1_records_proto_goTypes = []any{
 	(Executor)(0),                 // 0: lazarus.v1.Executor
 	(ToolCallStatus)(0),           // 1: lazarus.v1.ToolCallStatus
@@ -2307,18 +2398,19 @@ var file_lazarus_v1_records_proto_goTypes = []any{
 	(*Identity)(nil),              // 16: lazarus.v1.Identity
 	(*Resolution)(nil),            // 17: lazarus.v1.Resolution
 	(*Rewind)(nil),                // 18: lazarus.v1.Rewind
-	(*Event)(nil),                 // 19: lazarus.v1.Event
-	(*FSMState)(nil),              // 20: lazarus.v1.FSMState
-	(*Conversation)(nil),          // 21: lazarus.v1.Conversation
-	(*Summary)(nil),               // 22: lazarus.v1.Summary
-	(*RequestRef)(nil),            // 23: lazarus.v1.RequestRef
-	(*ToolCallRecord)(nil),        // 24: lazarus.v1.ToolCallRecord
-	(*Deadline)(nil),              // 25: lazarus.v1.Deadline
-	(*ModelCall)(nil),             // 26: lazarus.v1.ModelCall
-	(*Tombstone)(nil),             // 27: lazarus.v1.Tombstone
-	nil,                           // 28: lazarus.v1.FSMState.PendingEntry
-	nil,                           // 29: lazarus.v1.Conversation.SettingsEntry
-	(*timestamppb.Timestamp)(nil), // 30: google.protobuf.Timestamp
+	(*TurnFailed)(nil),            // 19: lazarus.v1.TurnFailed
+	(*Event)(nil),                 // 20: lazarus.v1.Event
+	(*FSMState)(nil),              // 21: lazarus.v1.FSMState
+	(*Conversation)(nil),          // 22: lazarus.v1.Conversation
+	(*Summary)(nil),               // 23: lazarus.v1.Summary
+	(*RequestRef)(nil),            // 24: lazarus.v1.RequestRef
+	(*ToolCallRecord)(nil),        // 25: lazarus.v1.ToolCallRecord
+	(*Deadline)(nil),              // 26: lazarus.v1.Deadline
+	(*ModelCall)(nil),             // 27: lazarus.v1.ModelCall
+	(*Tombstone)(nil),             // 28: lazarus.v1.Tombstone
+	nil,                           // 29: lazarus.v1.FSMState.PendingEntry
+	nil,                           // 30: lazarus.v1.Conversation.SettingsEntry
+	(*timestamppb.Timestamp)(nil), // 31: google.protobuf.Timestamp
 }
 var file_lazarus_v1_records_proto_depIdxs = []int32{
 	5,  // 0: lazarus.v1.ContentPart.image:type_name -> lazarus.v1.Blob
@@ -2335,7 +2427,7 @@ var file_lazarus_v1_records_proto_depIdxs = []int32{
 	14, // 11: lazarus.v1.Suspension.pending:type_name -> lazarus.v1.PendingCall
 	1,  // 12: lazarus.v1.Resolution.status:type_name -> lazarus.v1.ToolCallStatus
 	16, // 13: lazarus.v1.Resolution.resolver:type_name -> lazarus.v1.Identity
-	30, // 14: lazarus.v1.Event.time:type_name -> google.protobuf.Timestamp
+	31, // 14: lazarus.v1.Event.time:type_name -> google.protobuf.Timestamp
 	16, // 15: lazarus.v1.Event.author:type_name -> lazarus.v1.Identity
 	10, // 16: lazarus.v1.Event.user_msg:type_name -> lazarus.v1.UserMessage
 	11, // 17: lazarus.v1.Event.assistant_msg:type_name -> lazarus.v1.AssistantMessage
@@ -2344,36 +2436,37 @@ var file_lazarus_v1_records_proto_depIdxs = []int32{
 	15, // 20: lazarus.v1.Event.suspension:type_name -> lazarus.v1.Suspension
 	17, // 21: lazarus.v1.Event.resolution:type_name -> lazarus.v1.Resolution
 	18, // 22: lazarus.v1.Event.rewind:type_name -> lazarus.v1.Rewind
-	3,  // 23: lazarus.v1.FSMState.state:type_name -> lazarus.v1.AgentState
-	28, // 24: lazarus.v1.FSMState.pending:type_name -> lazarus.v1.FSMState.PendingEntry
-	29, // 25: lazarus.v1.Conversation.settings:type_name -> lazarus.v1.Conversation.SettingsEntry
-	2,  // 26: lazarus.v1.Conversation.status:type_name -> lazarus.v1.ConversationStatus
-	20, // 27: lazarus.v1.Conversation.fsm_state:type_name -> lazarus.v1.FSMState
-	30, // 28: lazarus.v1.Conversation.created:type_name -> google.protobuf.Timestamp
-	30, // 29: lazarus.v1.Conversation.updated:type_name -> google.protobuf.Timestamp
-	30, // 30: lazarus.v1.Summary.created:type_name -> google.protobuf.Timestamp
-	23, // 31: lazarus.v1.Summary.requests:type_name -> lazarus.v1.RequestRef
-	16, // 32: lazarus.v1.Summary.requester:type_name -> lazarus.v1.Identity
-	0,  // 33: lazarus.v1.ToolCallRecord.executor:type_name -> lazarus.v1.Executor
-	1,  // 34: lazarus.v1.ToolCallRecord.status:type_name -> lazarus.v1.ToolCallStatus
-	9,  // 35: lazarus.v1.ToolCallRecord.result:type_name -> lazarus.v1.ToolOutcome
-	30, // 36: lazarus.v1.ToolCallRecord.created:type_name -> google.protobuf.Timestamp
-	30, // 37: lazarus.v1.ToolCallRecord.resolved:type_name -> google.protobuf.Timestamp
-	30, // 38: lazarus.v1.ToolCallRecord.deadline:type_name -> google.protobuf.Timestamp
-	16, // 39: lazarus.v1.ToolCallRecord.requester:type_name -> lazarus.v1.Identity
-	16, // 40: lazarus.v1.ToolCallRecord.resolver:type_name -> lazarus.v1.Identity
-	30, // 41: lazarus.v1.Deadline.at:type_name -> google.protobuf.Timestamp
-	19, // 42: lazarus.v1.ModelCall.rendered_context:type_name -> lazarus.v1.Event
-	7,  // 43: lazarus.v1.ModelCall.usage:type_name -> lazarus.v1.Usage
-	30, // 44: lazarus.v1.ModelCall.created:type_name -> google.protobuf.Timestamp
-	22, // 45: lazarus.v1.ModelCall.summary:type_name -> lazarus.v1.Summary
-	30, // 46: lazarus.v1.Tombstone.deleted:type_name -> google.protobuf.Timestamp
-	14, // 47: lazarus.v1.FSMState.PendingEntry.value:type_name -> lazarus.v1.PendingCall
-	48, // [48:48] is the sub-list for method output_type
-	48, // [48:48] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	19, // 23: lazarus.v1.Event.turn_failed:type_name -> lazarus.v1.TurnFailed
+	3,  // 24: lazarus.v1.FSMState.state:type_name -> lazarus.v1.AgentState
+	29, // 25: lazarus.v1.FSMState.pending:type_name -> lazarus.v1.FSMState.PendingEntry
+	30, // 26: lazarus.v1.Conversation.settings:type_name -> lazarus.v1.Conversation.SettingsEntry
+	2,  // 27: lazarus.v1.Conversation.status:type_name -> lazarus.v1.ConversationStatus
+	21, // 28: lazarus.v1.Conversation.fsm_state:type_name -> lazarus.v1.FSMState
+	31, // 29: lazarus.v1.Conversation.created:type_name -> google.protobuf.Timestamp
+	31, // 30: lazarus.v1.Conversation.updated:type_name -> google.protobuf.Timestamp
+	31, // 31: lazarus.v1.Summary.created:type_name -> google.protobuf.Timestamp
+	24, // 32: lazarus.v1.Summary.requests:type_name -> lazarus.v1.RequestRef
+	16, // 33: lazarus.v1.Summary.requester:type_name -> lazarus.v1.Identity
+	0,  // 34: lazarus.v1.ToolCallRecord.executor:type_name -> lazarus.v1.Executor
+	1,  // 35: lazarus.v1.ToolCallRecord.status:type_name -> lazarus.v1.ToolCallStatus
+	9,  // 36: lazarus.v1.ToolCallRecord.result:type_name -> lazarus.v1.ToolOutcome
+	31, // 37: lazarus.v1.ToolCallRecord.created:type_name -> google.protobuf.Timestamp
+	31, // 38: lazarus.v1.ToolCallRecord.resolved:type_name -> google.protobuf.Timestamp
+	31, // 39: lazarus.v1.ToolCallRecord.deadline:type_name -> google.protobuf.Timestamp
+	16, // 40: lazarus.v1.ToolCallRecord.requester:type_name -> lazarus.v1.Identity
+	16, // 41: lazarus.v1.ToolCallRecord.resolver:type_name -> lazarus.v1.Identity
+	31, // 42: lazarus.v1.Deadline.at:type_name -> google.protobuf.Timestamp
+	20, // 43: lazarus.v1.ModelCall.rendered_context:type_name -> lazarus.v1.Event
+	7,  // 44: lazarus.v1.ModelCall.usage:type_name -> lazarus.v1.Usage
+	31, // 45: lazarus.v1.ModelCall.created:type_name -> google.protobuf.Timestamp
+	23, // 46: lazarus.v1.ModelCall.summary:type_name -> lazarus.v1.Summary
+	31, // 47: lazarus.v1.Tombstone.deleted:type_name -> google.protobuf.Timestamp
+	14, // 48: lazarus.v1.FSMState.PendingEntry.value:type_name -> lazarus.v1.PendingCall
+	49, // [49:49] is the sub-list for method output_type
+	49, // [49:49] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_lazarus_v1_records_proto_init() }
@@ -2390,7 +2483,7 @@ func file_lazarus_v1_records_proto_init() {
 		(*ToolOutcome_Content)(nil),
 		(*ToolOutcome_Error)(nil),
 	}
-	file_lazarus_v1_records_proto_msgTypes[15].OneofWrappers = []any{
+	file_lazarus_v1_records_proto_msgTypes[16].OneofWrappers = []any{
 		(*Event_UserMsg)(nil),
 		(*Event_AssistantMsg)(nil),
 		(*Event_ToolCall)(nil),
@@ -2398,6 +2491,7 @@ func file_lazarus_v1_records_proto_init() {
 		(*Event_Suspension)(nil),
 		(*Event_Resolution)(nil),
 		(*Event_Rewind)(nil),
+		(*Event_TurnFailed)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2405,7 +2499,7 @@ func file_lazarus_v1_records_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lazarus_v1_records_proto_rawDesc), len(file_lazarus_v1_records_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   26,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

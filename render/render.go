@@ -47,6 +47,8 @@ func EventType(ev *messages.Event) string {
 		return "resolution"
 	case *messages.Event_Rewind:
 		return "rewind"
+	case *messages.Event_TurnFailed:
+		return "turn_failed"
 	}
 	return "unknown"
 }
@@ -99,6 +101,9 @@ func EventDetail(ev *messages.Event, full bool) string {
 		return fmt.Sprintf("id=%s %s by %s", ID(r.GetToolCallId()), ToolCallStatus(r.GetStatus()), by)
 	case *messages.Event_Rewind:
 		return fmt.Sprintf("to seq %d %s", b.Rewind.GetToSeq(), Quote(b.Rewind.GetReason(), full))
+	case *messages.Event_TurnFailed:
+		f := b.TurnFailed
+		return fmt.Sprintf("%s after %d attempt(s): %s", ID(f.GetCode()), f.GetAttempts(), Quote(f.GetMessage(), full))
 	}
 	return "(an event type this build does not know)"
 }
@@ -257,9 +262,12 @@ func Update(u actors.Update, full bool) string {
 	case u.Err != nil:
 		parts = append(parts, "error "+Quote(u.Err.Error(), full))
 	}
+	if r := u.Retry; r != nil {
+		parts = append(parts, fmt.Sprintf("retry: attempt %d failed, next in %s", r.Attempt, r.Delay))
+	}
 	if e := u.TurnEnd; e != nil {
 		end := "turn " + e.Outcome.String()
-		if e.Err != nil && u.Err == nil {
+		if e.Err != nil && u.Err == nil && u.Event == nil { // an event says it itself
 			end += " " + Quote(e.Err.Error(), full)
 		}
 		parts = append(parts, end)

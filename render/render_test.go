@@ -39,6 +39,18 @@ func TestUpdateLines(t *testing.T) {
 	boom := errors.New("boom")
 	require.Equal(t, `error "boom"  turn failed`, render.Update(lazarus.Update{Err: boom, TurnEnd: &lazarus.TurnEnd{Outcome: lazarus.TurnFailed, Err: boom}}, false))
 	require.Equal(t, `turn cancelled "killed"`, render.Update(lazarus.Update{TurnEnd: &lazarus.TurnEnd{Outcome: lazarus.TurnCancelled, Err: errors.New("killed")}}, false))
+	require.Equal(t, `error "busy"  retry: attempt 2 failed, next in 4s`,
+		render.Update(lazarus.Update{Err: errors.New("busy"), Retry: &lazarus.Retry{Attempt: 2, Delay: 4 * time.Second}}, false))
+}
+
+func TestTurnFailedLines(t *testing.T) {
+	ev := &messages.Event{Seq: 7, Body: &messages.Event_TurnFailed{TurnFailed: &messages.TurnFailed{
+		Message: "model: rate limited\nagain", Code: "rate_limited", Attempts: 3}}}
+	require.Equal(t, "turn_failed", render.EventType(ev))
+	require.Equal(t, `rate_limited after 3 attempt(s): "model: rate limited\nagain"`, render.EventDetail(ev, false))
+	// Its update says the turn failed once: the event carries the error.
+	line := render.Update(lazarus.Update{Event: ev, TurnEnd: lazarus.TurnEndOf(ev)}, false)
+	require.True(t, strings.HasSuffix(line, `"model: rate limited\nagain"  turn failed`), line)
 }
 
 func TestNames(t *testing.T) {

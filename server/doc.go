@@ -88,9 +88,13 @@
 //	event: event      id: <seq>   data: the event (protobuf JSON, proto field names)
 //	event: delta                  data: {"text": "..."}  streamed text, not durable
 //	event: turn_end               data: {"outcome": "answered"|"suspended"|"failed"|"cancelled", "seq": N, "error": "..."}
+//	event: retry                  data: {"attempt": N, "delay_ms": N, "error": "..."}  a model call is tried again
 //	event: error                  data: {"error": {"code": ..., "message": ...}}; the stream ends
 //
-// Only "event" messages carry an id, so a reconnecting client's
+// A failed turn ends with a durable turn_failed event (then a turn_end
+// "failed"), or, for a write that failed, a turn_end "failed" alone. After a
+// "retry", the deltas are those of the new attempt, from its start. Only
+// "event" messages carry an id, so a reconnecting client's
 // Last-Event-ID is the seq of the last event it received. On every
 // connection, the deltas sent before the first live update are the whole
 // answer in progress so far (the Runtime's subscriptions replay it), so a

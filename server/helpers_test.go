@@ -45,10 +45,10 @@ func startNode(t *testing.T, model agent.Model, opts server.Options) *node {
 }
 
 // startNodeIn is startNode on the Pebble store in dir ("" for memory).
-func startNodeIn(t *testing.T, dir string, model agent.Model, opts server.Options) *node {
+func startNodeIn(t *testing.T, dir string, model agent.Model, opts server.Options, tweaks ...func(*lazarus.Options)) *node {
 	t.Helper()
 	m := server.NewMetrics()
-	rt, err := lazarus.Open(lazarus.Options{
+	ropts := lazarus.Options{
 		Model: model, IdleTimeout: -1, Metrics: m.Hooks(), Dir: dir,
 		Tools: []agent.Tool{
 			{Name: "approve", Executor: messages.Executor_EXECUTOR_HUMAN, Timeout: time.Hour,
@@ -56,7 +56,11 @@ func startNodeIn(t *testing.T, dir string, model agent.Model, opts server.Option
 				Prompt:     func(args string) string { return "Approve the payment " + args + "?" }},
 			{Name: "ask", Executor: messages.Executor_EXECUTOR_HUMAN, Timeout: time.Hour},
 		},
-	})
+	}
+	for _, tweak := range tweaks {
+		tweak(&ropts)
+	}
+	rt, err := lazarus.Open(ropts)
 	require.NoError(t, err)
 	tokens, err := server.NewBearerTokens(map[string]agent.Identity{
 		tokAlice: {UserID: "alice"},

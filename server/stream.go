@@ -24,6 +24,18 @@ type TurnEndData struct {
 	Error string `json:"error,omitempty"`
 }
 
+// RetryData is the data of a "retry" message of an event stream: a model
+// call failed and is tried again; nothing of it was written, and the
+// deltas that follow are the new attempt's, from its start.
+type RetryData struct {
+	// Attempt is the attempt that failed, counted from 1.
+	Attempt int `json:"attempt"`
+	// DelayMS is the wait before the next attempt, in milliseconds.
+	DelayMS int64 `json:"delay_ms"`
+	// Error says why the attempt failed.
+	Error string `json:"error,omitempty"`
+}
+
 // DeltaData is the data of a "delta" message of an event stream.
 type DeltaData struct {
 	Text string `json:"text"`
@@ -134,6 +146,13 @@ func (s *Server) writeUpdate(w http.ResponseWriter, u lazarus.Update) error {
 		if err := writeSSE(w, "delta", DeltaData{Text: u.Delta}); err != nil {
 			return err
 		}
+	}
+	if u.Retry != nil {
+		d := RetryData{Attempt: u.Retry.Attempt, DelayMS: u.Retry.Delay.Milliseconds()}
+		if u.Err != nil {
+			d.Error = u.Err.Error()
+		}
+		return writeSSE(w, "retry", d)
 	}
 	if end := u.TurnEnd; end != nil {
 		d := TurnEndData{Outcome: outcomeName(end.Outcome), Seq: end.Seq}

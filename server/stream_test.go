@@ -2,11 +2,14 @@ package server_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lazarusrt/lazarus"
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/messages"
 	"github.com/lazarusrt/lazarus/server"
@@ -88,6 +91,34 @@ func TestStreamResumesAcrossAKill(t *testing.T) {
 	gone := third.next(t)
 	require.Equal(t, "error", gone.Event)
 	require.Contains(t, gone.Data, `"code":"deleted"`)
+}
+
+// TestStreamShowsRetriesAndFailedTurns: a model call that fails and is
+// retried is a "retry" message; a turn that fails for good is its
+// turn_failed event, then a turn_end "failed".
+func TestStreamShowsRetriesAndFailedTurns(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	n := startNodeIn(t, "", model, server.Options{}, func(o *lazarus.Options) {
+		o.ModelRetry = lazarus.RetryPolicy{InitialInterval: time.Millisecond, MaximumAttempts: 2}
+	})
+	conv := n.create(t, tokAlice, nil)
+	model.PushError(conv.ID, agent.ErrRateLimited)
+	model.PushError(conv.ID, agent.ErrRateLimited)
+	st := n.stream(t, ctx, tokAlice, conv.ID, "")
+	n.must(t, http.StatusAccepted, "POST", "/v1/conversations/"+conv.ID+"/messages", tokAlice, server.SendMessage{Text: "hi"}, nil)
+	got := st.until(t, "turn_end", "failed")
+	var kinds []string
+	for _, m := range got {
+		kinds = append(kinds, m.Event)
+	}
+	require.Equal(t, []string{"event", "retry", "event", "turn_end"}, kinds)
+	var retry server.RetryData
+	require.NoError(t, json.Unmarshal([]byte(got[1].Data), &retry))
+	require.Equal(t, 1, retry.Attempt)
+	require.NotEmpty(t, retry.Error)
+	require.Equal(t, "2", got[2].ID)
+	require.Contains(t, got[2].Data, "turn_failed")
 }
 
 // TestStreamAfterQuery: without Last-Event-ID, the "after" parameter

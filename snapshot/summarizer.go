@@ -344,6 +344,10 @@ func (b *body) event(ev *messages.Event) {
 	case *messages.Event_Rewind:
 		b.raw("rewind to ")
 		b.uint(body.Rewind.GetToSeq())
+	case *messages.Event_TurnFailed:
+		b.raw("turn failed (")
+		b.flat(body.TurnFailed.GetCode())
+		b.raw(")")
 	default:
 		b.raw("unknown")
 	}

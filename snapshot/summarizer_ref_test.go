@@ -123,6 +123,8 @@ func refDescribe(ev *messages.Event) string {
 		return prefix + "resolution"
 	case *messages.Event_Rewind:
 		return fmt.Sprintf("%srewind to %d", prefix, body.Rewind.GetToSeq())
+	case *messages.Event_TurnFailed:
+		return fmt.Sprintf("%sturn failed (%s)", prefix, refOneLine(body.TurnFailed.GetCode()))
 	default:
 		return prefix + "unknown"
 	}

@@ -20,7 +20,7 @@ type WorkingSet struct {
 	Summary *messages.Summary
 	// Events are the events after Summary.ToSeq (after 0 without a
 	// summary), ascending and contiguous, as stored: including suspension,
-	// resolution and rewind events, and events of types this version does
+	// resolution, rewind and turn_failed events (never rendered), and events of types this version does
 	// not know (no body), which are kept and never rendered.
 	Events []*messages.Event
 	// LastSeq is the seq of the last event; Summary.ToSeq if there are no

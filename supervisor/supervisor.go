@@ -407,6 +407,13 @@ func (r *root) start(ctx actor.Context) {
 			for _, r := range req.GetResolutions() {
 				sys.Root.Send(to, &messages.CancelExpiry{ConversationId: req.GetConversationId(), ToolCallId: r.GetToolCallId()})
 			}
+			for _, d := range req.GetReschedule() {
+				if d.GetAt() == nil {
+					sys.Root.Send(to, &messages.CancelExpiry{ConversationId: req.GetConversationId(), ToolCallId: d.GetToolCallId()})
+					continue
+				}
+				sys.Root.Send(to, &messages.ScheduleExpiry{Deadline: d})
+			}
 		}
 		pid, err := ctx.SpawnNamed(actors.NewJournal(s.cfg.Store, jopts), "journal")
 		if err != nil {

@@ -2,7 +2,6 @@ package supervisor
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"sync"
 	"testing"
@@ -12,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus/actors"
+	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/journal/memjournal"
 	"github.com/lazarusrt/lazarus/messages"
@@ -84,8 +84,8 @@ func TestPanicAnswersQueuedCommands(t *testing.T) {
 	var once sync.Once
 	s := startWith(t, func(string) actors.ConversationConfig {
 		return actors.ConversationConfig{Model: model, Publish: func(u actors.Update) {
-			if u.Err == nil {
-				return // only a failed turn is published from Receive
+			if u.Retry == nil {
+				return // only a retry of the model call is published from Receive
 			}
 			first := false
 			once.Do(func() { first = true })
@@ -100,7 +100,7 @@ func TestPanicAnswersQueuedCommands(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	model.PushError("c", errors.New("model down")) // the failed turn is published from Receive
+	model.PushError("c", agent.ErrUnavailable) // its retry is published from Receive
 	model.Push("c", scripted.Text("two"))
 	res, err := s.Ask(ctx, "c", sendCmd("hello"))
 	require.NoError(t, err)

@@ -233,6 +233,8 @@ func types(evs []*messages.Event) []string {
 			out = append(out, "resolution:"+ev.GetResolution().GetStatus().String())
 		case *messages.Event_Rewind:
 			out = append(out, "rewind")
+		case *messages.Event_TurnFailed:
+			out = append(out, "turn_failed:"+ev.GetTurnFailed().GetCode())
 		default:
 			out = append(out, "unknown")
 		}

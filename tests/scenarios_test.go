@@ -376,28 +376,37 @@ func TestBadInputThroughRuntime(t *testing.T) {
 			require.ErrorIs(t, err, journal.ErrInvalid)
 			require.Empty(t, h.history("big"), "nothing written")
 		})
-		for _, tc := range []struct{ name, tool, args string }{
-			{"unknown tool from the model", "no_such_tool", `{}`},
-			{"malformed tool arguments from the model", "lookup_order", `{"id":`},
-			{"tool arguments that are not an object", "lookup_order", `[1,2]`},
+		// A call the model gets wrong is recorded with an error result
+		// (code invalid) that the model sees on its next call; the call
+		// never runs, and the model is called again.
+		for _, tc := range []struct{ name, tool, args, problem string }{
+			{"unknown tool from the model", "no_such_tool", `{}`, `unknown tool "no_such_tool"`},
+			{"malformed tool arguments from the model", "lookup_order", `{"id":`, "not valid JSON"},
+			{"tool arguments that are not an object", "lookup_order", `[1,2]`, "an array, not a JSON object"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				conv := "bad-" + strings.ReplaceAll(tc.name, " ", "-")
-				h.model.Push(conv, scripted.Reply("", &messages.ToolCall{Name: tc.tool, Arguments: tc.args}))
-				sub, err := h.rt.Subscribe(ctx, conv, 0)
+				h.model.Push(conv, scripted.Reply("", &messages.ToolCall{Name: tc.tool, Arguments: tc.args}), scripted.Text("corrected"))
+				_, err := h.rt.Send(ctx, conv, "do it", user)
 				require.NoError(t, err)
-				_, err = h.rt.Send(ctx, conv, "do it", user)
+				h.awaitEvent(conv, 0, isAssistantText("corrected"))
+				evs := h.history(conv)
+				require.Equal(t, []string{"user_msg", "assistant_msg", "tool_call:" + tc.tool, "tool_result:" + tc.tool, "assistant_msg"}, types(evs))
+				res := evs[3].GetToolResult()
+				require.Equal(t, evs[2].GetToolCall().GetCall().GetId(), res.GetToolCallId())
+				require.Equal(t, agent.CodeInvalid, res.GetOutcome().GetError().GetCode())
+				require.Contains(t, res.GetOutcome().GetError().GetMessage(), tc.problem)
+				row, err := h.rt.Store().ToolCall(ctx, res.GetToolCallId())
 				require.NoError(t, err)
-				u := h.awaitUpdate(sub, func(u actors.Update) bool { return u.Err != nil })
-				require.ErrorIs(t, u.Err, journal.ErrInvalid)
-				require.Equal(t, []string{"user_msg"}, types(h.history(conv)), "nothing of the answer written")
+				require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_ERRORED, row.GetStatus(), "the row is terminal")
 				require.Empty(t, h.runs.of(tc.tool))
 			})
 		}
 		// Answers only the Store refuses (it checks before writing): text
 		// that is not UTF-8, an answer over the event limit. The turn fails
-		// with nothing written, and the same activation serves the next
-		// message.
+		// (not retried: calling again would most likely fail the same way)
+		// with nothing of the answer written, only turn_failed, and the
+		// same activation serves the next message.
 		for _, tc := range []struct{ name, text string }{
 			{"answer text that is not UTF-8", "caf\xe9"},
 			{"oversized answer", strings.Repeat("x", journal.MaxEventBytes+1)},
@@ -409,9 +418,10 @@ func TestBadInputThroughRuntime(t *testing.T) {
 				require.NoError(t, err)
 				_, err = h.rt.Send(ctx, conv, "do it", user)
 				require.NoError(t, err)
-				u := h.awaitUpdate(sub, func(u actors.Update) bool { return u.Err != nil })
-				require.ErrorIs(t, u.Err, journal.ErrInvalid)
-				require.Equal(t, []string{"user_msg"}, types(h.history(conv)), "nothing of the answer written")
+				u := h.awaitUpdate(sub, func(u actors.Update) bool { return u.TurnEnd != nil })
+				require.Equal(t, lazarus.TurnFailed, u.TurnEnd.Outcome)
+				require.ErrorIs(t, u.TurnEnd.Err, journal.ErrInvalid)
+				require.Equal(t, []string{"user_msg", "turn_failed:invalid_answer"}, types(h.history(conv)), "nothing of the answer written")
 				require.True(t, h.rt.IsActive(conv), "the activation carries on")
 				_, err = h.rt.Send(ctx, conv, "again", user)
 				require.NoError(t, err)
@@ -801,9 +811,10 @@ func TestUserCodePanicsAreRecovered(t *testing.T) {
 		require.NoError(t, err)
 		_, err = h.rt.Send(ctx, "p", "hello", user)
 		require.NoError(t, err)
-		u := h.awaitUpdate(sub, func(u actors.Update) bool { return u.Err != nil })
-		require.ErrorIs(t, u.Err, agent.ErrPanicked)
-		require.Equal(t, []string{"user_msg"}, types(h.history("p")), "nothing of the answer written")
+		u := h.awaitUpdate(sub, func(u actors.Update) bool { return u.TurnEnd != nil })
+		require.Equal(t, lazarus.TurnFailed, u.TurnEnd.Outcome)
+		require.ErrorIs(t, u.TurnEnd.Err, agent.ErrPanicked, "a panic is never retried")
+		require.Equal(t, []string{"user_msg", "turn_failed:panicked"}, types(h.history("p")), "nothing of the answer written")
 		require.True(t, h.rt.IsActive("p"), "the activation carries on")
 
 		// The next messages are served, and summaries go on after the one

@@ -20,8 +20,9 @@
 // (errors.As). A 429 (after its Retry-After), a 5xx or 529 (overloaded), an
 // error event and a connection that failed before any text was streamed are
 // retried under Options.Retry; the SDK's own retries are off. Once text was
-// streamed, a failure is never retried: the turn fails with
-// agent.ErrInterrupted. A stop_reason "refusal" fails the turn with
+// streamed, a failure is never retried here: the call fails with
+// agent.ErrInterrupted (the runtime's own policy, lazarus.Options.ModelRetry,
+// may call Generate again). A stop_reason "refusal" fails the turn with
 // agent.ErrRefused; "model_context_window_exceeded" and "prompt is too long"
 // with agent.ErrContextLength.
 //
@@ -177,7 +178,10 @@ func (m *Model) request(turn agent.Turn) (sdk.MessageNewParams, error) {
 			}
 			for _, tc := range a.GetToolCalls() {
 				args := tc.GetArguments()
-				if !agent.ValidJSON(args) {
+				if !agent.ValidJSON(args) || !strings.HasPrefix(strings.TrimLeft(args, " \t\r\n"), "{") {
+					// A tool_use input must be an object: a call whose
+					// arguments were not (recorded with an error result
+					// the model reads next) is sent with none.
 					args = "{}"
 				}
 				blocks = append(blocks, sdk.NewToolUseBlock(openai.CallID(tc), json.RawMessage(args), tc.GetName()))

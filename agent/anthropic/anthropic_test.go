@@ -91,6 +91,38 @@ func TestRequestShape(t *testing.T) {
 	assert.Equal(t, []any{"city"}, req.Tools[1].InputSchema["required"])
 }
 
+// TestToolUseInputIsAnObject: a recorded call whose arguments are not a
+// JSON object (the runtime answered it with an invalid-call error) is sent
+// back with an empty object as its input, which the API requires.
+func TestToolUseInputIsAnObject(t *testing.T) {
+	rs, err := providertest.Load("testdata/text.txt")
+	require.NoError(t, err)
+	srv := providertest.Serve(t, rs)
+	m, err := anthropic.New(anthropic.Options{Model: "my-model", BaseURL: srv.URL, APIKey: "k"})
+	require.NoError(t, err)
+	turn := providertest.Turn()
+	for _, ev := range turn.Context {
+		for _, tc := range ev.GetAssistantMsg().GetToolCalls() {
+			tc.Arguments = `[1,2]`
+		}
+	}
+	_, err = m.Generate(context.Background(), turn, nil)
+	require.NoError(t, err)
+	require.Len(t, srv.Requests(), 1)
+	var req struct {
+		Messages []struct {
+			Content []struct {
+				Type  string          `json:"type"`
+				Input json.RawMessage `json:"input"`
+			} `json:"content"`
+		} `json:"messages"`
+	}
+	require.NoError(t, json.Unmarshal(srv.Requests()[0], &req))
+	use := req.Messages[1].Content[0]
+	require.Equal(t, "tool_use", use.Type)
+	assert.JSONEq(t, `{}`, string(use.Input))
+}
+
 func TestNewRequiresAModel(t *testing.T) {
 	_, err := anthropic.New(anthropic.Options{})
 	require.ErrorIs(t, err, journal.ErrInvalid)

@@ -21,8 +21,10 @@
 // (errors.As). A 429 (after its Retry-After), a 5xx and a connection that
 // failed before any text was streamed are retried under Options.Retry; the
 // SDK's own retries are off. Once text was streamed, a failure is never
-// retried (the text would stream twice): the turn fails with
-// agent.ErrInterrupted, and nothing of it is written. See agent.ErrRateLimited
+// retried here (the text would stream twice within one call): the call
+// fails with agent.ErrInterrupted, and nothing of it is written; the
+// runtime's own policy (lazarus.Options.ModelRetry) may then call Generate
+// again, after announcing the retry to subscribers. See agent.ErrRateLimited
 // for the outcome of each failure.
 //
 // # Environment

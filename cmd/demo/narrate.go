@@ -311,6 +311,8 @@ func eventRecord(conv string, ev *messages.Event) record {
 		rec.Status = enumName(res.GetStatus().String(), "TOOL_CALL_STATUS_")
 	case *messages.Event_Rewind:
 		rec.Event, rec.Text = "rewind", fmt.Sprintf("to #%d: %s", b.Rewind.GetToSeq(), b.Rewind.GetReason())
+	case *messages.Event_TurnFailed:
+		rec.Event, rec.Text = "turn_failed", b.TurnFailed.GetCode()+": "+b.TurnFailed.GetMessage()
 	default:
 		rec.Event = "unknown"
 	}

@@ -132,7 +132,7 @@ type command struct {
 
 // commands lists every subcommand, in the order of the help text.
 var commands = []*command{
-	conversationsCmd, showCmd, tailCmd, pendingCmd, resolveCmd,
+	conversationsCmd, showCmd, tailCmd, pendingCmd, resolveCmd, rescheduleCmd,
 	exportCmd, importCmd, deleteCmd, gcAuditCmd, statsCmd, checkCmd,
 }
 

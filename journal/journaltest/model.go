@@ -289,6 +289,22 @@ func (m *model) request(conv string, last uint64) *messages.AppendRequest {
 	if m.chance(10) {
 		req.Cancel = append(req.Cancel, m.callOf(conv))
 	}
+	if m.chance(12) {
+		ids := m.pendingOf(conv)
+		if len(ids) == 0 || m.chance(20) {
+			ids = m.callsOf[m.conv()] // likely stale, or of another conversation
+		}
+		if len(ids) > 0 {
+			d := &messages.Deadline{ConversationId: conv, ToolCallId: m.pick(ids)}
+			if !m.chance(20) {
+				d.At = ts(m.sec + m.rng.IntN(500))
+			}
+			req.Reschedule = append(req.Reschedule, d)
+		}
+	}
+	if len(req.GetResolutions()) > 0 && m.chance(30) {
+		req.DueBy = ts(m.sec + m.rng.IntN(600) - 100) // an expiry: only if the deadline is due
+	}
 	return req
 }
 

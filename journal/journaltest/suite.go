@@ -92,6 +92,7 @@ func Run(t *testing.T, f Factory, feat Features) {
 		{"Summaries", summaryCases},
 		{"ToolCalls", toolCallCases},
 		{"Deadlines", deadlineCases},
+		{"Reschedule", rescheduleCases},
 		{"Conversations", conversationCases},
 		{"ActiveIndex", activeCases},
 		{"Audit", auditCases},

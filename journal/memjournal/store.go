@@ -266,7 +266,7 @@ func (st *state) checkAppend(req *messages.AppendRequest) error {
 	// The status each tool call will have once the request's upserts and
 	// earlier resolutions are applied.
 	var status map[string]messages.ToolCallStatus
-	if len(req.GetToolCalls())+len(req.GetResolutions()) > 0 {
+	if len(req.GetToolCalls())+len(req.GetResolutions())+len(req.GetReschedule()) > 0 {
 		status = make(map[string]messages.ToolCallStatus)
 	}
 	for _, tc := range req.GetToolCalls() {
@@ -288,7 +288,27 @@ func (st *state) checkAppend(req *messages.AppendRequest) error {
 		if cur != messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING {
 			return fmt.Errorf("memjournal: resolve %q in an append to %q: status is %v: %w", call, id, cur, journal.ErrStale)
 		}
+		if due := req.GetDueBy(); due != nil {
+			d := st.deadlines[deadlineKey{id, call}]
+			if d == nil || d.GetAt().AsTime().After(due.AsTime()) {
+				return fmt.Errorf("memjournal: resolve %q in an append to %q: no deadline due by %v: %w", call, id, due.AsTime(), journal.ErrStale)
+			}
+		}
 		status[call] = r.GetStatus()
+	}
+	for _, d := range req.GetReschedule() {
+		call := d.GetToolCallId()
+		cur, ok := status[call]
+		if !ok {
+			row := st.toolCalls[call]
+			if row == nil || row.GetConversationId() != id {
+				return fmt.Errorf("memjournal: reschedule %q in an append to %q: unknown call: %w", call, id, journal.ErrStale)
+			}
+			cur = row.GetStatus()
+		}
+		if cur != messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING {
+			return fmt.Errorf("memjournal: reschedule %q in an append to %q: status is %v: %w", call, id, cur, journal.ErrStale)
+		}
 	}
 	return nil
 }
@@ -343,6 +363,17 @@ func (st *state) applyAppend(req *messages.AppendRequest, now time.Time) journal
 	}
 	for _, call := range req.GetCancel() {
 		st.cancel(c, id, call)
+	}
+	for _, d := range req.GetReschedule() {
+		// The row is replaced, not changed in place: a reader may hold it.
+		row := clone(st.toolCalls[d.GetToolCallId()])
+		row.Deadline = d.GetAt()
+		st.putToolCall(c, row)
+		if d.GetAt() == nil {
+			st.cancel(c, id, d.GetToolCallId())
+		} else {
+			st.schedule(c, d)
+		}
 	}
 	st.indexActive(id, c)
 	return res
@@ -1103,3 +1134,9 @@ func (s *Store) PutMetadata(ctx context.Context, id string, kv map[string]string
 	}
 	return nil
 }
+
+// AuditEnabled implements journal.AuditReporter: whether the Store was
+// opened with Options.Audit.
+func (s *Store) AuditEnabled() bool { return s.audit }
+
+var _ journal.AuditReporter = (*Store)(nil)

@@ -704,3 +704,9 @@ func (w *lowWater) raise(k []byte, gen uint64) {
 		w.low = k
 	}
 }
+
+// AuditEnabled implements journal.AuditReporter: whether the Store was
+// opened with Options.Audit.
+func (s *Store) AuditEnabled() bool { return s.audit }
+
+var _ journal.AuditReporter = (*Store)(nil)

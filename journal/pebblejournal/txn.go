@@ -415,6 +415,37 @@ func (t *txn) resolveCall(conv, id string, status messages.ToolCallStatus, resul
 	return rec, nil
 }
 
+// rescheduleCall replaces the deadline of a pending call of conv (removes
+// it if at is nil): in its row and in its deadline record. ErrStale if the
+// call is unknown, of another conversation or not pending, as resolveCall.
+func (t *txn) rescheduleCall(conv, id string, at *timestamppb.Timestamp) error {
+	if at != nil {
+		if err := checkTime(at, id); err != nil {
+			return err
+		}
+	}
+	c, err := t.call(id)
+	if err != nil {
+		return err
+	}
+	switch {
+	case c.rec == nil:
+		return fmt.Errorf("pebblejournal: reschedule tool call %q: unknown: %w", id, journal.ErrStale)
+	case c.owner != conv:
+		return fmt.Errorf("pebblejournal: reschedule tool call %q: it belongs to conversation %q, not %q: %w", id, c.owner, conv, journal.ErrStale)
+	case c.rec.GetStatus() != messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING:
+		return fmt.Errorf("pebblejournal: reschedule tool call %q: it is %v: %w", id, c.rec.GetStatus(), journal.ErrStale)
+	}
+	rec := proto.Clone(c.rec).(*messages.ToolCallRecord)
+	rec.Deadline = at
+	if err := checkSize("tool call "+id, rec, journal.MaxRecordBytes); err != nil {
+		return err
+	}
+	t.saveCall(c)
+	c.rec, c.dirty = rec, true
+	return t.setDeadline(conv, id, at)
+}
+
 // deadline returns the state of the deadline of call in conv.
 func (t *txn) deadline(conv, call string) (*dlState, error) {
 	key := dlKey{conv, call}
@@ -544,6 +575,15 @@ func (t *txn) apply(req *messages.AppendRequest) (res journal.AppendResult, err 
 		}
 	}
 	for _, r := range req.GetResolutions() {
+		if due := req.GetDueBy(); due != nil {
+			d, err := t.deadline(conv, r.GetToolCallId())
+			if err != nil {
+				return res, err
+			}
+			if d.cur == nil || d.cur.AsTime().After(due.AsTime()) {
+				return res, fmt.Errorf("pebblejournal: resolve tool call %q: no deadline due by %v: %w", r.GetToolCallId(), due.AsTime(), journal.ErrStale)
+			}
+		}
 		resultSeq := resultEvent(req, r, last)
 		if _, err := t.resolveCall(conv, r.GetToolCallId(), r.GetStatus(), r.GetResult(), r.GetAt(), r.GetBy(), resultSeq); err != nil {
 			return res, err
@@ -582,6 +622,11 @@ func (t *txn) apply(req *messages.AppendRequest) (res journal.AppendResult, err 
 	}
 	for _, id := range req.GetCancel() {
 		if err := t.setDeadline(conv, id, nil); err != nil {
+			return res, err
+		}
+	}
+	for _, d := range req.GetReschedule() {
+		if err := t.rescheduleCall(conv, d.GetToolCallId(), d.GetAt()); err != nil {
 			return res, err
 		}
 	}

@@ -42,9 +42,12 @@ type batch struct {
 	calls     map[string]*callState
 	deadlines map[deadlineKey]*messages.Deadline // nil value: delete
 	dlOrder   []deadlineKey
-	evConv    [][]byte
-	evSeq     []int64
-	evData    [][]byte
+	// dlBase holds the committed deadlines that the requests' DueBy checks
+	// need (absent: none).
+	dlBase map[deadlineKey]*timestamppb.Timestamp
+	evConv [][]byte
+	evSeq  []int64
+	evData [][]byte
 }
 
 // AppendBatch implements journal.EventLog in one transaction: one round
@@ -72,6 +75,7 @@ func (s *Store) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest)
 
 	ok := make([]bool, len(reqs))
 	var convs, callIDs []string
+	var due []deadlineKey // deadlines an expiry (DueBy) checks
 	seenConv := map[string]bool{}
 	seenCall := map[string]bool{}
 	for i, req := range reqs {
@@ -95,6 +99,15 @@ func (s *Store) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest)
 				seenCall[r.GetToolCallId()] = true
 				callIDs = append(callIDs, r.GetToolCallId())
 			}
+			if req.GetDueBy() != nil {
+				due = append(due, deadlineKey{req.GetConversationId(), r.GetToolCallId()})
+			}
+		}
+		for _, d := range req.GetReschedule() {
+			if !seenCall[d.GetToolCallId()] {
+				seenCall[d.GetToolCallId()] = true
+				callIDs = append(callIDs, d.GetToolCallId())
+			}
 		}
 	}
 	if len(convs) == 0 {
@@ -109,7 +122,7 @@ func (s *Store) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest)
 	// destroyed by Release rather than reused.
 	defer conn.Release()
 
-	b, err := s.readBatch(ctx, conn.Conn(), convs, callIDs)
+	b, err := s.readBatch(ctx, conn.Conn(), convs, callIDs, due)
 	if err != nil {
 		return failAll(s.wrap("append", err))
 	}
@@ -146,13 +159,22 @@ func (s *Store) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest)
 }
 
 // readBatch begins the transaction, takes the locks of convs and reads
-// their heads and the rows of callIDs, in one round trip.
-func (s *Store) readBatch(ctx context.Context, conn *pgx.Conn, convs, callIDs []string) (*batch, error) {
+// their heads, the rows of callIDs and the deadlines of due, in one round
+// trip.
+func (s *Store) readBatch(ctx context.Context, conn *pgx.Conn, convs, callIDs []string, due []deadlineKey) (*batch, error) {
 	pb := &pgx.Batch{}
 	pb.Queue("BEGIN")
 	pb.Queue("SELECT count(pg_advisory_xact_lock(k)) FROM unnest($1::int8[]) AS k", lockKeys(convs))
 	pb.Queue("SELECT id, last_seq, deleted, row FROM lz_conversations WHERE id = ANY($1::bytea[])", toBytes(convs))
 	pb.Queue("SELECT data FROM lz_tool_calls WHERE id = ANY($1::bytea[]) ORDER BY id FOR UPDATE", toBytes(callIDs))
+	if len(due) > 0 {
+		dconv, dcall := make([][]byte, len(due)), make([][]byte, len(due))
+		for i, k := range due {
+			dconv[i], dcall[i] = []byte(k.conv), []byte(k.call)
+		}
+		pb.Queue(`SELECT d.conv, d.call, d.at_s, d.at_n FROM lz_deadlines d
+			JOIN unnest($1::bytea[], $2::bytea[]) AS x(conv, call) ON d.conv = x.conv AND d.call = x.call`, dconv, dcall)
+	}
 	br := conn.SendBatch(ctx, pb)
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
@@ -220,7 +242,37 @@ func (s *Store) readBatch(ctx context.Context, conn *pgx.Conn, convs, callIDs []
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
+	if len(due) > 0 {
+		b.dlBase = make(map[deadlineKey]*timestamppb.Timestamp, len(due))
+		rows, err = br.Query()
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var conv, call []byte
+			var atS int64
+			var atN int32
+			if err := rows.Scan(&conv, &call, &atS, &atN); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			b.dlBase[deadlineKey{string(conv), string(call)}] = &timestamppb.Timestamp{Seconds: atS, Nanos: atN}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
 	return b, br.Close()
+}
+
+// deadlineAt returns the deadline of k as the requests applied so far leave
+// it; nil if none. Only the deadlines readBatch was asked for are known.
+func (b *batch) deadlineAt(k deadlineKey) *timestamppb.Timestamp {
+	if d, ok := b.deadlines[k]; ok {
+		return d.GetAt() // nil: deleted
+	}
+	return b.dlBase[k]
 }
 
 func toBytes(ss []string) [][]byte {
@@ -269,7 +321,26 @@ func (b *batch) check(req *messages.AppendRequest) error {
 		if cur != messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING {
 			return fmt.Errorf("resolve %q in an append to %q: status is %v: %w", call, id, cur, journal.ErrStale)
 		}
+		if due := req.GetDueBy(); due != nil {
+			if at := b.deadlineAt(deadlineKey{id, call}); at == nil || at.AsTime().After(due.AsTime()) {
+				return fmt.Errorf("resolve %q in an append to %q: no deadline due by %v: %w", call, id, due.AsTime(), journal.ErrStale)
+			}
+		}
 		status[call] = r.GetStatus()
+	}
+	for _, d := range req.GetReschedule() {
+		call := d.GetToolCallId()
+		cur, ok := status[call]
+		if !ok {
+			rec := b.calls[call].rec
+			if rec == nil || rec.GetConversationId() != id {
+				return fmt.Errorf("reschedule %q in an append to %q: unknown call: %w", call, id, journal.ErrStale)
+			}
+			cur = rec.GetStatus()
+		}
+		if cur != messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING {
+			return fmt.Errorf("reschedule %q in an append to %q: status is %v: %w", call, id, cur, journal.ErrStale)
+		}
 	}
 	return nil
 }
@@ -363,6 +434,18 @@ func (b *batch) apply(req *messages.AppendRequest, now time.Time) (journal.Appen
 	}
 	for _, call := range req.GetCancel() {
 		b.setDeadline(deadlineKey{id, call}, nil)
+	}
+	for _, d := range req.GetReschedule() {
+		cs := b.calls[d.GetToolCallId()]
+		rec := proto.Clone(cs.rec).(*messages.ToolCallRecord)
+		rec.Deadline = nil
+		var dl *messages.Deadline
+		if d.GetAt() != nil {
+			rec.Deadline = proto.Clone(d.GetAt()).(*timestamppb.Timestamp)
+			dl = proto.Clone(d).(*messages.Deadline)
+		}
+		cs.rec, cs.dirty = rec, true
+		b.setDeadline(deadlineKey{id, rec.GetId()}, dl)
 	}
 	return res, given, nil
 }

@@ -338,3 +338,9 @@ func checkDeleted(ctx context.Context, q pgx.Tx, conv string) error {
 	}
 	return nil
 }
+
+// AuditEnabled implements journal.AuditReporter: whether the Store was
+// opened with Options.Audit.
+func (s *Store) AuditEnabled() bool { return s.audit }
+
+var _ journal.AuditReporter = (*Store)(nil)

@@ -181,7 +181,7 @@ func (r *faultRig) turn(ctx context.Context, rt *lazarus.Runtime, conv, text, ri
 			return nil // the turn failed (the fault); the next send says more
 		case u.Event != nil:
 			r.l.ackEvent(conv, u.Event)
-			if u.Event.GetSeq() > seq && (isFinal(u.Event) || u.Event.GetSuspension() != nil) {
+			if u.Event.GetSeq() > seq && (isFinal(u.Event) || u.Event.GetSuspension() != nil || u.Event.GetTurnFailed() != nil) {
 				return nil
 			}
 		}

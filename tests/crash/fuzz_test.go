@@ -116,7 +116,10 @@ func FuzzSend(f *testing.F) {
 }
 
 // FuzzModelReply: a model answer with any text and one tool call of any
-// name and arguments; a human call is then answered with any result.
+// name and arguments; a human call is then answered with any result. A
+// call the model got wrong gets an error result and the model answers
+// again; an answer the Store refuses fails the turn durably (turn_failed),
+// with nothing of the answer written.
 func FuzzModelReply(f *testing.F) {
 	f.Add("working", toolWork, `{"key":"k"}`, `{"approved":true}`)
 	f.Fuzz(func(t *testing.T, text, tool, args, result string) {
@@ -131,11 +134,13 @@ func FuzzModelReply(f *testing.F) {
 	wait:
 		for u := range sub {
 			switch {
-			case u.Err != nil:
-				requireSentinel(t, u.Err, "a failed turn")
-				require.ErrorIs(t, u.Err, journal.ErrInvalid, "only a bad answer fails a turn here")
+			case u.TurnEnd != nil && u.TurnEnd.Outcome == lazarus.TurnFailed:
+				requireSentinel(t, u.TurnEnd.Err, "a failed turn")
+				require.ErrorIs(t, u.TurnEnd.Err, journal.ErrInvalid, "only a bad answer fails a turn here")
 				rejected = true
 				break wait
+			case u.Err != nil:
+				t.Fatalf("unexpected error update: %v", u.Err)
 			case u.Event == nil:
 			case len(u.Event.GetSuspension().GetPending()) == 1:
 				id := u.Event.GetSuspension().GetPending()[0].GetToolCallId()
@@ -151,7 +156,8 @@ func FuzzModelReply(f *testing.F) {
 		evs, err := r.rt.History(r.ctx, conv, 0, 0)
 		require.NoError(t, err)
 		if rejected {
-			require.Len(t, evs, 1, "nothing of a rejected answer is written")
+			require.Len(t, evs, 2, "nothing of a rejected answer is written")
+			require.NotNil(t, evs[1].GetTurnFailed())
 		}
 		v := verifyStore(r.ctx, r.store, checkInput{convs: []string{conv}, final: !rejected})
 		require.Empty(t, v.violations, "%s", v)

@@ -540,6 +540,8 @@ func eventType(ev *messages.Event) string {
 		return "resolution"
 	case *messages.Event_Rewind:
 		return "rewind"
+	case *messages.Event_TurnFailed:
+		return "turn_failed"
 	}
 	return "unknown"
 }
