@@ -27,6 +27,7 @@ import (
 //	journal_appends_total             counter: append requests committed
 //	journal_events_total              counter: events appended
 //	conversations_live                gauge: conversation actors in memory (read at scrape)
+//	conversations_active              gauge: conversations whose status is ACTIVE, a turn owed or running (counted at scrape, up to MaxPendingCount)
 //	conversation_activations_total    counter: actors spawned (first activations and revivals)
 //	human_calls_pending               gauge: pending human calls (counted at scrape, up to MaxPendingCount)
 //	human_calls_expired_total         counter: human calls resolved by their deadline
@@ -50,10 +51,11 @@ type Metrics struct {
 	subscriptions  prometheus.Gauge
 }
 
-// MaxPendingCount bounds the pending human calls lazarus_human_calls_pending
-// counts at one scrape (it pages through the Store's index of pending
-// calls, so a scrape costs at most this many rows); past it the gauge
-// reads MaxPendingCount.
+// MaxPendingCount bounds what lazarus_human_calls_pending and
+// lazarus_conversations_active count at one scrape (each pages through an
+// index of the Store, the pending calls or the ACTIVE conversations, so a
+// scrape reads at most this many entries of each); past it the gauge reads
+// MaxPendingCount.
 const MaxPendingCount = 100_000
 
 // NewMetrics returns a Metrics with its series registered in a new
@@ -86,10 +88,12 @@ func NewMetrics() *Metrics {
 		}
 		return 0
 	})
+	active := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "conversations_active",
+		Help: "Conversations with a turn owed or running (status ACTIVE; counted at scrape, bounded)."}, m.activeConversations)
 	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "human_calls_pending",
 		Help: "Pending human calls (counted at scrape, bounded)."}, m.pendingCalls)
 	m.reg.MustRegister(m.commitSeconds, m.commitRequests, m.appends, m.events, m.activations, m.expired,
-		m.modelSeconds, m.modelErrors, m.subscriptions, live, pending,
+		m.modelSeconds, m.modelErrors, m.subscriptions, live, active, pending,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -139,6 +143,28 @@ func (m *Metrics) pendingCalls() float64 {
 			break
 		}
 		n += len(rows)
+		if next == "" {
+			break
+		}
+		cursor = next
+	}
+	return float64(n)
+}
+
+func (m *Metrics) activeConversations() float64 {
+	rt := m.rt.Load()
+	if rt == nil {
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	n, cursor := 0, ""
+	for n < MaxPendingCount {
+		ids, next, err := rt.Store().ListActiveConversations(ctx, cursor, min(1000, MaxPendingCount-n))
+		if err != nil {
+			break
+		}
+		n += len(ids)
 		if next == "" {
 			break
 		}

@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lazarusrt/lazarus"
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/messages"
@@ -295,7 +297,7 @@ func TestHealthReadinessAndMetrics(t *testing.T) {
 	for _, series := range []string{
 		"lazarus_journal_commit_seconds_count", "lazarus_journal_commit_requests_bucket{",
 		"lazarus_journal_appends_total", "lazarus_journal_events_total",
-		"lazarus_conversations_live", "lazarus_conversation_activations_total",
+		"lazarus_conversations_live", "lazarus_conversations_active", "lazarus_conversation_activations_total",
 		"lazarus_human_calls_pending", "lazarus_human_calls_expired_total",
 		"lazarus_model_call_seconds_count", "lazarus_model_call_errors_total",
 		"lazarus_subscriptions",
@@ -308,6 +310,7 @@ func TestHealthReadinessAndMetrics(t *testing.T) {
 		require.NotContains(t, text, zero+"\n")
 	}
 	require.Contains(t, text, "lazarus_human_calls_pending 0\n")
+	require.Contains(t, text, "lazarus_conversations_active 0\n")
 
 	require.NoError(t, n.rt.Close())
 	status, body = n.call(t, "GET", "/readyz", "", nil)
@@ -338,4 +341,30 @@ func TestBearerTokens(t *testing.T) {
 		require.Equal(t, want != "", ok, header)
 		require.Equal(t, want, id.UserID, header)
 	}
+}
+
+// TestFailsClosedAndPublicMetrics: without an Authenticator every /v1/
+// request is 401 (the OpenAPI document and the probes excepted); with
+// PublicMetrics, /metrics needs no token.
+func TestFailsClosedAndPublicMetrics(t *testing.T) {
+	rt, err := lazarus.Open(lazarus.Options{Model: newScripted(), NoResume: true})
+	require.NoError(t, err)
+	defer rt.Close()
+	srv := httptest.NewServer(server.New(rt, server.Options{PublicMetrics: true}))
+	defer srv.Close()
+	get := func(path string) int {
+		req, err := http.NewRequest("GET", srv.URL+path, nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer anything")
+		res, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		res.Body.Close()
+		return res.StatusCode
+	}
+	require.Equal(t, http.StatusUnauthorized, get("/v1/conversations"))
+	require.Equal(t, http.StatusUnauthorized, get("/v1/calls"))
+	require.Equal(t, http.StatusOK, get("/v1/openapi.json"))
+	require.Equal(t, http.StatusOK, get("/metrics"))
+	require.Equal(t, http.StatusOK, get("/healthz"))
+	require.Equal(t, http.StatusOK, get("/readyz"))
 }

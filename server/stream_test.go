@@ -121,6 +121,20 @@ func TestStreamShowsRetriesAndFailedTurns(t *testing.T) {
 	require.Contains(t, got[2].Data, "turn_failed")
 }
 
+// TestStreamKeepAlive: an idle stream gets comment lines.
+func TestStreamKeepAlive(t *testing.T) {
+	ctx := testContext(t)
+	n := startNode(t, newScripted(), server.Options{KeepAlive: time.Millisecond})
+	conv := n.create(t, tokAlice, nil)
+	st := n.stream(t, ctx, tokAlice, conv.ID, "")
+	for st.sc.Scan() {
+		if st.sc.Text() == ": keep-alive" {
+			return
+		}
+	}
+	t.Fatalf("no keep-alive: %v", st.sc.Err())
+}
+
 // TestStreamAfterQuery: without Last-Event-ID, the "after" parameter
 // says where to start; a malformed one is 400.
 func TestStreamAfterQuery(t *testing.T) {
