@@ -598,7 +598,12 @@ func (r *Runtime) deleted(ctx context.Context, conversationID string) error {
 // no gap and no duplicate, across kills and revivals of its actor. Live
 // updates also carry streamed text deltas and failed turns. An update whose
 // TurnEnd is set says a turn is over (answered, suspended, failed,
-// cancelled); durable ends come with their event, in history too. The channel is
+// cancelled); durable ends come with their event, in history too. A
+// subscription that starts in the middle of an answer gets, after the
+// history and before the live updates, the deltas the model call in
+// progress streamed so far, from its start (each delta once; none of an
+// answer already durable, of a cancelled or failed call, or past
+// journal.MaxEventBytes of text). The channel is
 // closed when ctx ends, when Close is called, or after an update whose Err
 // is ErrLagged (the reader fell too far behind; subscribe again after the
 // last seq received). A deleted conversation is an error wrapping
