@@ -284,8 +284,11 @@ func TestHealthReadinessAndMetrics(t *testing.T) {
 	ctx := testContext(t)
 	model := newScripted()
 	n := startNode(t, model, server.Options{})
-	_, call := suspendOnApproval(t, ctx, n, model)
+	conv, call := suspendOnApproval(t, ctx, n, model)
+	st := n.stream(t, ctx, tokAlice, conv.ID, "")
 	n.must(t, http.StatusOK, "POST", "/v1/calls/"+call.ID+"/reject", tokCarol, server.Reject{Reason: "too much"}, nil)
+	st.until(t, "turn_end", `"answered"`) // the turn is over: nothing is ACTIVE or pending
+	st.close()
 
 	n.must(t, http.StatusOK, "GET", "/healthz", "", nil, nil)
 	n.must(t, http.StatusOK, "GET", "/readyz", "", nil, nil)
