@@ -145,8 +145,9 @@ func bodyOf(e endpoint) any {
 	return e.body
 }
 
-// TestListingPages: the conversation listing pages with its cursor, and a
-// user's pages hold only their conversations.
+// TestListingPages: the conversation listing pages with its cursor, a
+// user's pages hold only their conversations, and metadata[KEY]=VALUE
+// finds the conversations tagged so.
 func TestListingPages(t *testing.T) {
 	n := startNode(t, newScripted(), server.Options{})
 	want := map[string]bool{}
@@ -173,4 +174,17 @@ func TestListingPages(t *testing.T) {
 		cursor = page.NextCursor
 	}
 	require.Equal(t, want, got)
+
+	// Search by metadata.
+	tagged := n.create(t, tokAlice, map[string]string{"topic": "refund", "lang": "fr"})
+	n.create(t, tokAlice, map[string]string{"topic": "refund", "lang": "en"})
+	n.create(t, tokBob, map[string]string{"topic": "refund", "lang": "fr"})
+	var found server.ConversationList
+	n.must(t, http.StatusOK, "GET", "/v1/conversations?metadata[topic]=refund&metadata[lang]=fr", tokAlice, nil, &found)
+	require.Len(t, found.Conversations, 1)
+	require.Equal(t, tagged.ID, found.Conversations[0].ID)
+	n.must(t, http.StatusOK, "GET", "/v1/conversations?metadata[topic]=refund&metadata[lang]=fr", tokOlga, nil, &found)
+	require.Len(t, found.Conversations, 2, "an operator finds everyone's")
+	n.must(t, http.StatusBadRequest, "GET", "/v1/conversations?metadata[topic=refund", tokAlice, nil, nil)
+	n.must(t, http.StatusBadRequest, "GET", "/v1/conversations?metadata[]=x", tokAlice, nil, nil)
 }

@@ -144,20 +144,60 @@ func (s *Server) conversation(ctx context.Context, c caller, id string) (*messag
 	return row, md, nil
 }
 
-// listScanFactor bounds the rows one listing reads for a caller who is not
-// an operator: at most this many times the page size. A page may then
-// hold fewer conversations than asked (even none) with a next cursor.
+// listScanFactor bounds the rows one listing reads: at most this many
+// times the page size. As rows are filtered (by owner, unless the caller is
+// an operator, and by the metadata asked for), a page may hold fewer
+// conversations than asked (even none) with a next cursor.
 const listScanFactor = 20
+
+// metadataFilter reads the query parameters metadata[KEY]=VALUE (OpenAPI's
+// deepObject style): a conversation is listed only if its metadata holds
+// every KEY with its VALUE.
+func metadataFilter(r *http.Request) (map[string]string, error) {
+	var want map[string]string
+	for name, values := range r.URL.Query() {
+		key, ok := strings.CutPrefix(name, "metadata[")
+		if !ok {
+			continue
+		}
+		key, ok = strings.CutSuffix(key, "]")
+		if !ok || len(values) != 1 {
+			return nil, errInvalid(fmt.Sprintf("query parameter %q: want one metadata[KEY]=VALUE", name))
+		}
+		if err := journal.ValidateID("metadata key", key); err != nil {
+			return nil, err
+		}
+		if want == nil {
+			want = map[string]string{}
+		}
+		want[key] = values[0]
+	}
+	return want, nil
+}
+
+func matches(md, want map[string]string) bool {
+	for k, v := range want {
+		if got, ok := md[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
 
 func (s *Server) listConversations(w http.ResponseWriter, r *http.Request, c caller) {
 	cursor, limit, err := pageParams(r)
 	if err == nil && cursor != "" {
 		err = journal.ValidateID("cursor", cursor)
 	}
+	var want map[string]string
+	if err == nil {
+		want, err = metadataFilter(r)
+	}
 	if err != nil {
 		s.writeError(w, err)
 		return
 	}
+
 	ctx, st := r.Context(), s.rt.Store()
 	out := ConversationList{Conversations: []Conversation{}}
 	budget := limit * listScanFactor
@@ -178,7 +218,7 @@ func (s *Server) listConversations(w http.ResponseWriter, r *http.Request, c cal
 				s.writeError(w, err)
 				return
 			}
-			if !c.mayOwn(md) {
+			if !c.mayOwn(md) || !matches(md, want) {
 				continue
 			}
 			out.Conversations = append(out.Conversations, conversationOf(row, md))

@@ -7,7 +7,7 @@
 //
 // # Routes
 //
-//	GET    /v1/conversations                    list (paged, with status and metadata)
+//	GET    /v1/conversations                    list (paged, with status and metadata; metadata[KEY]=VALUE filters)
 //	POST   /v1/conversations                    create, with metadata; 201
 //	GET    /v1/conversations/{id}               one conversation
 //	DELETE /v1/conversations/{id}               delete; 204
