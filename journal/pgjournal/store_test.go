@@ -155,7 +155,7 @@ func TestMigrationBuildsActiveIndex(t *testing.T) {
 	conn, err := pgx.Connect(ctx, dsn)
 	require.NoError(t, err)
 	defer conn.Close(context.Background())
-	_, err = conn.Exec(ctx, `DROP INDEX lz_conversations_active; ALTER TABLE lz_conversations DROP COLUMN status; DELETE FROM lz_schema WHERE version = 2`)
+	_, err = conn.Exec(ctx, `DROP INDEX lz_conversations_active; ALTER TABLE lz_conversations DROP COLUMN status; DELETE FROM lz_schema WHERE version >= 2`)
 	require.NoError(t, err)
 
 	s = open(t, dsn, Options{})
