@@ -251,3 +251,27 @@ func TestMigrationBuildsActiveIndex(t *testing.T) {
 	require.NoError(t, conn.QueryRow(ctx, "SELECT count(*) = 1 FROM pg_indexes WHERE indexname = 'lz_conversations_active'").Scan(&indexed))
 	require.True(t, indexed)
 }
+
+// TestWriteSettings: schema version 3 leaves room for in-page updates of
+// conversation rows and compresses large records with lz4 (the test
+// server is built with it).
+func TestWriteSettings(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	open(t, dsn, Options{})
+	conn, err := pgx.Connect(t.Context(), dsn)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	var opts []string
+	require.NoError(t, conn.QueryRow(t.Context(), "SELECT reloptions FROM pg_class WHERE relname = 'lz_conversations'").Scan(&opts))
+	assert.Contains(t, opts, "fillfactor=50")
+	rows, err := conn.Query(t.Context(), `SELECT c.relname || '.' || a.attname, a.attcompression::text FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+		WHERE c.relname IN ('lz_events', 'lz_tool_calls', 'lz_summaries') AND a.attname = 'data' ORDER BY 1`)
+	require.NoError(t, err)
+	got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (string, error) {
+		var col, method string
+		err := r.Scan(&col, &method)
+		return col + "=" + method, err
+	})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"lz_events.data=l", "lz_summaries.data=l", "lz_tool_calls.data=l"}, got)
+}
