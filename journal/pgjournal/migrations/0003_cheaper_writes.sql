@@ -11,13 +11,15 @@ ALTER TABLE lz_conversations SET (fillfactor = 50);
 -- Records of more than about 2 KB (tool results, the tool call rows that
 -- hold them, summaries) are compressed when written: with lz4 rather than
 -- the default pglz, which costs the server several times the CPU. Only on
--- a server built with lz4; the values written before keep their method.
+-- a server built with lz4 (PostgreSQL 14 or later; the statements are
+-- strings so that older servers do not parse them); the values written
+-- before keep their method.
 DO $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_settings WHERE name = 'default_toast_compression' AND 'lz4' = ANY (enumvals)) THEN
-        ALTER TABLE lz_events ALTER COLUMN data SET COMPRESSION lz4;
-        ALTER TABLE lz_tool_calls ALTER COLUMN data SET COMPRESSION lz4;
-        ALTER TABLE lz_summaries ALTER COLUMN data SET COMPRESSION lz4;
+        EXECUTE 'ALTER TABLE lz_events ALTER COLUMN data SET COMPRESSION lz4';
+        EXECUTE 'ALTER TABLE lz_tool_calls ALTER COLUMN data SET COMPRESSION lz4';
+        EXECUTE 'ALTER TABLE lz_summaries ALTER COLUMN data SET COMPRESSION lz4';
     END IF;
 END
 $$;
