@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -42,21 +43,24 @@ func llmTurns(b *testing.B) int {
 // every summary request with ~1 KB of text, as a real one answers a
 // summarization prompt) and snapshot.TokenBudget(snapshot.DefaultMaxTokens).
 //
-// Two conversations are filled through the Runtime, untimed: every event
-// of both is written by the runtime's turns (the workload's 5-event server
-// call turn, ~4.3 KB), and every summary by its own summary path (the
-// policy, the LLM summarizer, PutSummary): 20,000 turns (100,000 events;
-// LAZARUS_BENCH_LLM_TURNS sets the turns) and 20 turns (100 events). The
-// fill checks that the long conversation's latest summary was written by
-// the summarizing model.
+// Every event is written by the runtime's turns (the workload's 5-event
+// server-call turn, ~4.3 KB), and every summary by the runtime's own
+// summary path (the policy, the LLM summarizer, PutSummary), untimed: the
+// long conversation gets 20,000 turns (100,000 events;
+// LAZARUS_BENCH_LLM_TURNS sets the turns), and each op a fresh
+// conversation of 20 turns (100 events, under the budget: no summary). The
+// fill checks the events' count and that the long conversation's latest
+// summary was written by the summarizing model.
 //
-// An op revives both, in alternating order: Kill the conversation's actor,
-// then Send (the revival: LoadSince from the latest summary, rebuild,
-// reconcile; and the durable user message). Only the Send is timed; the
-// turn it starts (which may summarize again) is awaited untimed. It reports
-// the p50 and p99 of each, in ms, and long/short-p50, the ratio of the
-// medians measured in the same run; and, from one LoadSince of each after
-// the ops, the events a revival of each reads after its summary.
+// An op revives its 100-event conversation and the long one, in
+// alternating order: Kill the conversation's actor, then Send (the
+// revival: LoadSince from the latest summary if any, rebuild, reconcile;
+// and the durable user message). Only the Send is timed; the turn it
+// starts (which may summarize the long one again) is awaited untimed. It
+// reports the p50 and p99 of each, in ms, and long/short-p50, the ratio of
+// the medians measured in the same run; the fill's time and summaries; and,
+// from one LoadSince of each after the ops, the events a revival of each
+// reads after its summary.
 func BenchmarkRevivalLLMSummary(b *testing.B) {
 	long := llmTurns(b)
 	var summaries atomic.Int64
@@ -74,14 +78,7 @@ func BenchmarkRevivalLLMSummary(b *testing.B) {
 	ctx := context.Background()
 
 	t0 := time.Now()
-	var wg sync.WaitGroup
-	for _, c := range []struct {
-		conv  string
-		turns int
-	}{{"long", long}, {"short", shortTurns}} {
-		wg.Go(func() { runTurns(b, rt, c.conv, c.turns) })
-	}
-	wg.Wait()
+	runTurns(b, rt, "long", long)
 	if b.Failed() {
 		return
 	}
@@ -93,27 +90,33 @@ func BenchmarkRevivalLLMSummary(b *testing.B) {
 		b.Fatalf("long conversation: latest summary written by %q (version %q), want %q", m, sum.GetVersion(), summaryModelName)
 	}
 	fillTime, fillSummaries := time.Since(t0), summaries.Load()
-	var lastSeq [2]uint64
-	for k, c := range []struct {
-		conv  string
-		turns int
-	}{{"short", shortTurns}, {"long", long}} {
-		evs, err := rt.History(ctx, c.conv, 0, 1)
-		if err != nil || len(evs) != 1 || evs[0].GetSeq() != uint64(c.turns*turnEvents) {
-			b.Fatalf("%s: history %v, %v; want %d events", c.conv, evs, err, c.turns*turnEvents)
-		}
-		lastSeq[k] = evs[0].GetSeq()
+	if n := lastSeq(b, rt, "long"); n != uint64(long*turnEvents) {
+		b.Fatalf("long conversation: %d events, want %d", n, long*turnEvents)
 	}
-	b.Logf("fill: %d + %d turns (%d + %d events) through the Runtime in %v, %d summaries written by the model; long: summary to seq %d",
-		long, shortTurns, lastSeq[1], lastSeq[0], fillTime.Round(time.Second), fillSummaries, sum.GetToSeq())
+	b.Logf("fill: %d turns (%d events) through the Runtime in %v, %d summaries written by the model, the latest to seq %d",
+		long, long*turnEvents, fillTime.Round(time.Second), fillSummaries, sum.GetToSeq())
 
+	runs := 0
 	b.Run("kill", func(b *testing.B) {
+		// A fresh 100-event conversation per op, so that each is revived
+		// at 100 events; the long one grows by a turn per op.
+		runs++
+		shorts := make([]string, b.N)
+		for i := range shorts {
+			shorts[i] = fmt.Sprintf("short-%d-%d", runs, i)
+		}
+		runConcurrently(b, rt, shorts, shortTurns)
+		for _, conv := range shorts {
+			if n := lastSeq(b, rt, conv); n != shortTurns*turnEvents {
+				b.Fatalf("%s: %d events, want %d", conv, n, shortTurns*turnEvents)
+			}
+		}
 		var times [2][]time.Duration
-		convs := [2]string{"short", "long"}
 		rng := rand.New(rand.NewPCG(5, 6))
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := range b.N {
+			convs := [2]string{shorts[i], "long"}
 			for j := range 2 {
 				k := (i + j) % 2 // alternate which of the two goes first
 				b.StopTimer()
@@ -150,15 +153,15 @@ func BenchmarkRevivalLLMSummary(b *testing.B) {
 		b.ReportMetric(p50(times[0]), "short-p50-ms")
 		b.ReportMetric(p99(times[0]), "short-p99-ms")
 		b.ReportMetric(p50(times[1])/p50(times[0]), "long/short-p50")
-		b.ReportMetric(float64(lastSeq[1]), "long-events-filled")
+		b.ReportMetric(float64(long*turnEvents), "long-events-filled")
 		b.ReportMetric(float64(fillSummaries), "fill-summaries")
 		b.ReportMetric(fillTime.Seconds(), "fill-s")
-		for _, conv := range convs {
+		for name, conv := range map[string]string{"short": shorts[0], "long": "long"} {
 			_, evs, err := store.LoadSince(ctx, conv)
 			if err != nil {
 				b.Fatal(err)
 			}
-			b.ReportMetric(float64(len(evs)), conv+"-events-read")
+			b.ReportMetric(float64(len(evs)), name+"-events-read")
 		}
 	})
 }
@@ -185,4 +188,32 @@ func runTurns(b *testing.B, rt *lazarus.Runtime, conv string, turns int) {
 			return
 		}
 	}
+}
+
+// runConcurrently drives turns turns of each of convs through rt, 32
+// conversations at a time.
+func runConcurrently(b *testing.B, rt *lazarus.Runtime, convs []string, turns int) {
+	next := make(chan string)
+	var wg sync.WaitGroup
+	for range min(32, len(convs)) {
+		wg.Go(func() {
+			for conv := range next {
+				runTurns(b, rt, conv, turns)
+			}
+		})
+	}
+	for _, conv := range convs {
+		next <- conv
+	}
+	close(next)
+	wg.Wait()
+}
+
+// lastSeq returns the seq of conv's newest event.
+func lastSeq(b *testing.B, rt *lazarus.Runtime, conv string) uint64 {
+	evs, err := rt.History(context.Background(), conv, 0, 1)
+	if err != nil || len(evs) != 1 {
+		b.Fatalf("history of %s: %d events, %v", conv, len(evs), err)
+	}
+	return evs[0].GetSeq()
 }
