@@ -3,6 +3,7 @@ package lazarus
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 
 	"github.com/lazarusrt/lazarus/actors"
@@ -34,6 +35,31 @@ type hub struct {
 	mu     sync.Mutex
 	subs   map[string][]*subscription
 	closed bool
+	// answers holds, per conversation, the text deltas of the model call
+	// in progress, so that a subscription that starts in the middle of an
+	// answer gets the text streamed so far (see answerDeltas). Changed
+	// under mu, in the same critical section that reads subs, so each
+	// delta reaches a new subscription exactly once: in its snapshot of
+	// answers, or live.
+	answers map[string]answerDeltas
+
+	// subscribers, if set, is told of every subscription's start (+1) and
+	// end (-1) (Metrics.Subscribers).
+	subscribers func(delta int)
+}
+
+// maxAnswerBytes bounds the deltas the hub keeps for one conversation's
+// answer in progress: an answer is one event, so a valid one is never
+// longer. Past it the hub keeps nothing more of that answer, and a
+// subscription that starts then gets only the deltas published after it.
+const maxAnswerBytes = journal.MaxEventBytes
+
+// answerDeltas are the deltas published since the conversation's newest
+// committed event or turn end: those of the model call in progress.
+type answerDeltas struct {
+	deltas []string
+	bytes  int
+	over   bool // maxAnswerBytes was passed: nothing is kept until the answer ends
 }
 
 // outBuffer is the capacity of a subscription's channel (at most the
@@ -66,7 +92,7 @@ type subscription struct {
 }
 
 func newHub(store journal.Store, limit int) *hub {
-	return &hub{store: store, limit: limit, quit: make(chan struct{}), subs: map[string][]*subscription{}}
+	return &hub{store: store, limit: limit, quit: make(chan struct{}), subs: map[string][]*subscription{}, answers: map[string]answerDeltas{}}
 }
 
 // publishCommitted publishes the events of a committed append request. The
@@ -79,6 +105,11 @@ func (h *hub) publishCommitted(req *messages.AppendRequest) {
 	}
 	h.mu.Lock()
 	subs := h.subs[req.GetConversationId()]
+	// A model call starts after the newest event of its conversation is
+	// committed, and no event is committed while it runs but its answer
+	// (or a turn end), or a user message that cancelled it: either way its
+	// deltas are done with.
+	delete(h.answers, req.GetConversationId())
 	h.mu.Unlock()
 	for _, ev := range evs {
 		u := actors.Update{ConversationID: req.GetConversationId(), Event: ev, TurnEnd: actors.TurnEndOf(ev)}
@@ -101,10 +132,33 @@ func (h *hub) publish(u actors.Update) {
 	}
 	h.mu.Lock()
 	subs := h.subs[u.ConversationID]
+	switch {
+	case u.Err != nil || u.TurnEnd != nil:
+		// A failed or cancelled turn (or a lost write race: the turn runs
+		// again, with new deltas): the deltas so far belong to no answer.
+		delete(h.answers, u.ConversationID)
+	case u.Delta != "" && u.Event == nil:
+		h.keepDelta(u.ConversationID, u.Delta)
+	}
 	h.mu.Unlock()
 	for _, s := range subs {
 		s.push(u, h.limit)
 	}
+}
+
+// keepDelta adds a delta to the answer in progress of conv. h.mu is held.
+func (h *hub) keepDelta(conv, delta string) {
+	a := h.answers[conv] // stored by value: no allocation but the slice's
+	switch {
+	case a.over:
+		return
+	case a.bytes+len(delta) > maxAnswerBytes:
+		a = answerDeltas{over: true}
+	default:
+		a.deltas = append(a.deltas, delta)
+		a.bytes += len(delta)
+	}
+	h.answers[conv] = a
 }
 
 func (s *subscription) push(u actors.Update, limit int) {
@@ -146,6 +200,10 @@ func (s *subscription) push(u actors.Update, limit int) {
 
 // subscribe registers first and reads history second, so no event can fall
 // between the two; the pump drops live events it already read as history.
+// In the same critical section it takes the deltas of the answer in
+// progress, which the pump delivers after history and before the live
+// updates: they were published before the registration, and every later
+// delta is pushed to the subscription.
 func (h *hub) subscribe(ctx context.Context, conv string, after uint64) (<-chan actors.Update, error) {
 	s := &subscription{conv: conv, out: make(chan actors.Update, min(outBuffer, h.limit)), wake: make(chan struct{}, 1), after: after}
 	h.mu.Lock()
@@ -155,14 +213,24 @@ func (h *hub) subscribe(ctx context.Context, conv string, after uint64) (<-chan 
 	}
 	old := h.subs[conv]
 	h.subs[conv] = append(old[:len(old):len(old)], s) // a new list: see subs
+	var answer []string
+	if a := h.answers[conv]; len(a.deltas) > 0 {
+		answer = slices.Clone(a.deltas)
+	}
 	h.wg.Add(1)
 	h.mu.Unlock()
-	go h.pump(ctx, s)
+	if h.subscribers != nil {
+		h.subscribers(1)
+	}
+	go h.pump(ctx, s, answer)
 	return s.out, nil
 }
 
-func (h *hub) pump(ctx context.Context, s *subscription) {
+func (h *hub) pump(ctx context.Context, s *subscription, answer []string) {
 	defer h.wg.Done()
+	if h.subscribers != nil {
+		defer h.subscribers(-1)
+	}
 	defer h.unsubscribe(s)
 	defer close(s.out)
 	defer func() { // before out is closed: push must not send on it
@@ -213,6 +281,13 @@ catchUp:
 		}
 		if len(evs) < historyPage {
 			break
+		}
+	}
+	// The answer in progress when the subscription started: its deltas
+	// were published before it, so none of them is queued.
+	for _, d := range answer {
+		if !emit(actors.Update{ConversationID: s.conv, Delta: d}) {
+			return
 		}
 	}
 	// Live: deliver what is queued, then wait for more.

@@ -96,6 +96,12 @@ type Options struct {
 	Model agent.Model
 	// Tools the model may call. Default none.
 	Tools []agent.Tool
+	// Settings are the default model settings of every conversation
+	// (system prompt, model name, temperature, max tokens, tool choice).
+	// A conversation's own, set with Configure, override them field by
+	// field. Default none: the Model's own configuration. Validated at
+	// Open (agent.ValidateSettings; ErrInvalid).
+	Settings agent.Settings
 	// IdleTimeout passivates a conversation actor after this long without
 	// work; it holds no memory afterwards and revives on the next command.
 	// Default DefaultIdleTimeout; negative disables passivation.
@@ -152,6 +158,10 @@ type Options struct {
 	SubscriberBuffer int
 	// Logger receives the runtime's logs. Default: discard.
 	Logger *slog.Logger
+	// Metrics receives the runtime's measurements (commits, appends,
+	// expiries, activations, model calls, subscriptions). Default: none,
+	// at no cost.
+	Metrics Metrics
 	// NoResume turns off the resumption, on Open, of conversations that
 	// were mid-turn when the previous process stopped. By default Open
 	// wakes, in the background, every conversation whose status is ACTIVE
@@ -221,6 +231,9 @@ func Open(opts Options) (*Runtime, error) {
 		return nil, fmt.Errorf("lazarus: tools: %w", err)
 	}
 	reg = reg.WithDefaultTimeout(opts.HumanTimeout)
+	if err := agent.ValidateSettings(opts.Settings, reg); err != nil {
+		return nil, fmt.Errorf("lazarus: Options.Settings: %w", err)
+	}
 	r := &Runtime{opts: opts, tools: reg, log: opts.Logger, store: opts.Store}
 	r.life, r.endLife = context.WithCancel(context.Background())
 	switch {
@@ -247,6 +260,18 @@ func Open(opts Options) (*Runtime, error) {
 		r.store, r.ownsStore = memjournal.New(memjournal.Options{Audit: opts.Audit.Enabled}), true
 	}
 	r.hub = newHub(r.store, opts.SubscriberBuffer)
+	r.hub.subscribers = opts.Metrics.Subscribers
+	model := opts.Model
+	if opts.Metrics.ModelCall != nil {
+		model = timedModel{Model: model, observe: opts.Metrics.ModelCall}
+	}
+	committed := r.hub.publishCommitted
+	if m := opts.Metrics; m.Appended != nil || m.Expired != nil {
+		committed = func(req *messages.AppendRequest) {
+			m.committed(req)
+			r.hub.publishCommitted(req)
+		}
+	}
 	r.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return slog.New(demoted{opts.Logger.Handler()}).With("component", "protoactor")
 	}))
@@ -258,10 +283,13 @@ func Open(opts Options) (*Runtime, error) {
 		// Subscribers get every committed event from the commits
 		// themselves, in order, whether or not the activation that wrote
 		// it is still alive to hear the reply.
-		Journal: actors.JournalOptions{Committed: r.hub.publishCommitted},
+		Journal: actors.JournalOptions{Committed: committed, Observe: opts.Metrics.Commit},
 		Agent: func(string) actors.ConversationConfig {
+			if opts.Metrics.Activated != nil {
+				opts.Metrics.Activated()
+			}
 			return actors.ConversationConfig{
-				Model:                 opts.Model,
+				Model:                 model,
 				Tools:                 reg,
 				MaxInvalidToolAnswers: opts.MaxInvalidToolAnswers,
 				IdleTimeout:           opts.IdleTimeout,
@@ -269,6 +297,7 @@ func Open(opts Options) (*Runtime, error) {
 				Policy:                opts.Summary,
 				Summarizer:            opts.Summarizer,
 				ScopeLoader:           opts.ScopeLoader,
+				Settings:              opts.Settings,
 				Audit:                 opts.Audit.Enabled,
 				Retry:                 opts.ModelRetry,
 				Publish:               r.hub.publish,
@@ -579,7 +608,12 @@ func (r *Runtime) deleted(ctx context.Context, conversationID string) error {
 // no gap and no duplicate, across kills and revivals of its actor. Live
 // updates also carry streamed text deltas and failed turns. An update whose
 // TurnEnd is set says a turn is over (answered, suspended, failed,
-// cancelled); durable ends come with their event, in history too. The channel is
+// cancelled); durable ends come with their event, in history too. A
+// subscription that starts in the middle of an answer gets, after the
+// history and before the live updates, the deltas the model call in
+// progress streamed so far, from its start (each delta once; none of an
+// answer already durable, of a cancelled or failed call, or past
+// journal.MaxEventBytes of text). The channel is
 // closed when ctx ends, when Close is called, or after an update whose Err
 // is ErrLagged (the reader fell too far behind; subscribe again after the
 // last seq received). A deleted conversation is an error wrapping

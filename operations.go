@@ -56,6 +56,7 @@ func (r *Runtime) Delete(ctx context.Context, conversationID string) error {
 func (h *hub) end(conv string, err error) {
 	h.mu.Lock()
 	subs := h.subs[conv]
+	delete(h.answers, conv)
 	h.mu.Unlock()
 	for _, s := range subs {
 		s.mu.Lock()

@@ -96,6 +96,10 @@ type ConversationConfig struct {
 	Policy snapshot.Policy
 	// Summarizer writes summaries. Nil means never summarize.
 	Summarizer snapshot.Summarizer
+	// Settings are the default model settings of every conversation: a
+	// conversation's own (AgentConfigure, kept in its row) override them
+	// field by field, and each model call gets the result in agent.Turn.
+	Settings agent.Settings
 	// ScopeLoader rebuilds the requester's scope from its identity when a
 	// revived activation resumes work that no command of its own asked
 	// for (see agent.ScopeLoader). Nil means such work runs under
@@ -189,7 +193,7 @@ func NewConversation(cfg ConversationConfig) *actor.Props {
 		log := cfg.Logger.With("conversation", cfg.ID)
 		return &conversation{cfg: cfg, log: log, core: newCore(coreConfig{
 			ID: cfg.ID, Tools: cfg.Tools, HumanTimeout: cfg.HumanTimeout, Policy: cfg.Policy,
-			Summarize: cfg.Summarizer != nil, Retry: cfg.Retry, MaxInvalidToolAnswers: cfg.MaxInvalidToolAnswers,
+			Summarize: cfg.Summarizer != nil, Settings: cfg.Settings, Retry: cfg.Retry, MaxInvalidToolAnswers: cfg.MaxInvalidToolAnswers,
 		}, log)}
 	}, opts...)
 }

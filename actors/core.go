@@ -80,6 +80,13 @@ type core struct {
 
 	summarizing bool
 
+	// rowSettings are the conversation's own settings, as its row holds
+	// them; settings, those over the configured defaults, are what model
+	// calls get (see setSettings).
+	rowSettings map[string]string
+	settings    agent.Settings
+	configs     []*queuedConfig
+
 	specs []agent.ToolSpec // the tools as the model is told of them; see startModel
 }
 
@@ -91,6 +98,7 @@ type coreConfig struct {
 	HumanTimeout          time.Duration
 	Policy                snapshot.Policy // with its defaults
 	Summarize             bool            // a Summarizer is configured
+	Settings              agent.Settings  // the default model settings
 	Retry                 RetryPolicy     // with its defaults
 	MaxInvalidToolAnswers int
 	// NewID mints a tool call id at a time. Nil means NewToolCallIDAt.
@@ -114,6 +122,12 @@ type openCall struct {
 	inStore bool
 }
 
+// queuedConfig is an AgentConfigure waiting for its write.
+type queuedConfig struct {
+	sender any
+	msg    *messages.AgentConfigure
+}
+
 // queuedSend is a send waiting for its write, with its caller.
 type queuedSend struct {
 	sender any // the caller's address, opaque to the core (nil: nobody waits)
@@ -129,6 +143,7 @@ const (
 	writeAnswer
 	writeResults
 	writeFailure
+	writeConfigs
 )
 
 type pendingWrite struct {
@@ -143,6 +158,8 @@ type pendingWrite struct {
 	// requester, if set, is the scope of the newest user message the write
 	// appends: the conversation works for it once the write lands.
 	requester *agent.Scope
+	// configs are the AgentConfigures whose settings the write carries.
+	configs []*queuedConfig
 }
 
 // carries reports whether the write appends the user message of request id
@@ -369,6 +386,7 @@ func (c *core) onLoaded(l *inLoaded) {
 	}
 	c.requester = l.scope
 	c.rowStatus = l.conv.GetStatus()
+	c.setSettings(l.conv.GetSettings())
 	if st := l.conv.GetFsmState(); st != nil && st.GetLastSeq() != c.ws.LastSeq {
 		c.log.Debug("fsm_state disagrees with the log; the log wins",
 			"cached_last_seq", st.GetLastSeq(), "log_last_seq", c.ws.LastSeq)
@@ -432,6 +450,9 @@ func (c *core) onCommand(cmd *Command, sender any) {
 		if sender != nil {
 			c.emit(effReply{to: sender, msg: &messages.AgentReply{}})
 		}
+	case *messages.AgentConfigure:
+		// Answered once its write lands (writeConfigs).
+		c.configs = append(c.configs, &queuedConfig{sender: sender, msg: m})
 	case *messages.AgentResolved:
 		if call, ok := c.calls[m.GetToolCallId()]; ok && call.ready == nil {
 			call.ready, call.status, call.by, call.inStore = m.GetResult(), m.GetStatus(), m.GetBy(), true
@@ -487,6 +508,8 @@ func (c *core) advance() {
 		d := c.answer
 		c.answer = nil
 		c.writeAnswer(d)
+	case len(c.configs) > 0:
+		c.writeConfigs()
 	case len(c.sends) > 0 && c.writeSends():
 		// Otherwise every queued send was already in the log: go on.
 	case c.hasReady():
@@ -562,7 +585,7 @@ func (c *core) startModel() {
 	c.turn++
 	c.modelBusy = true
 	c.state = messages.AgentState_AGENT_STATE_STREAMING
-	turn := agent.Turn{ConversationID: c.cfg.ID, Summary: c.ws.Summary, Context: c.ws.Render()}
+	turn := agent.Turn{ConversationID: c.cfg.ID, Summary: c.ws.Summary, Context: c.ws.Render(), Settings: c.settings}
 	if c.cfg.Tools != nil {
 		if c.specs == nil {
 			// One copy per activation: a Model must not modify its Turn
@@ -657,6 +680,15 @@ func (c *core) onWriteReply(r *inWriteReply) {
 	}
 	c.inflight = nil
 	if err := r.err; err != nil {
+		if w.kind == writeConfigs && errors.Is(err, journal.ErrInvalid) {
+			// The Store refused the settings before writing anything: the
+			// log and the row are what this core holds.
+			for _, q := range w.configs {
+				c.reply(q.sender, q.msg, 0, fmt.Errorf("conversation %q: settings: %w", c.cfg.ID, err))
+			}
+			c.advance()
+			return
+		}
 		if w.kind == writeAnswer && errors.Is(err, journal.ErrInvalid) {
 			// The Store refused the model's answer before writing any of
 			// it, so the log is still what this actor holds: the model
@@ -669,6 +701,9 @@ func (c *core) onWriteReply(r *inWriteReply) {
 		err = fmt.Errorf("conversation %q: write: %w", c.cfg.ID, err)
 		c.log.Warn("write failed; stopping", "err", err)
 		for _, q := range w.sends {
+			c.reply(q.sender, q.msg, 0, err)
+		}
+		for _, q := range w.configs {
 			c.reply(q.sender, q.msg, 0, err)
 		}
 		c.publish(Update{Err: err})
@@ -696,6 +731,12 @@ func (c *core) onWriteReply(r *inWriteReply) {
 	}
 	for _, q := range w.sends {
 		c.reply(q.sender, q.msg, c.seen[q.msg.GetRequestId()], nil)
+	}
+	if kv := w.req.GetSettings(); len(kv) > 0 {
+		c.setSettings(journal.MergeSettings(c.rowSettings, kv))
+	}
+	for _, q := range w.configs {
+		c.reply(q.sender, q.msg, 0, nil)
 	}
 	if w.requester != nil {
 		c.requester = *w.requester
@@ -766,7 +807,7 @@ func (c *core) rememberRequests() {
 // quiescent: nothing in flight, so the actor may passivate.
 func (c *core) quiescent() bool {
 	if !c.loaded || c.inflight != nil || c.modelBusy || c.answer != nil || c.summarizing || len(c.sends) > 0 ||
-		c.retryArmed || c.failure != nil {
+		c.retryArmed || c.failure != nil || len(c.configs) > 0 {
 		return false
 	}
 	for _, id := range c.order {
@@ -810,6 +851,17 @@ func (c *core) failAll(cause error) {
 		}
 		w.sends = nil
 	}
+	for _, q := range c.configs {
+		c.reply(q.sender, q.msg, 0, cause)
+	}
+	c.configs = nil
+	if w := c.inflight; w != nil {
+		// Settings are merged, so a retry is safe whatever became of it.
+		for _, q := range w.configs {
+			c.reply(q.sender, q.msg, 0, fmt.Errorf("%w (write outcome unknown)", cause))
+		}
+		w.configs = nil
+	}
 	for _, m := range c.buffered {
 		c.reply(m.sender, m.cmd.Msg, 0, cause)
 	}
@@ -848,4 +900,11 @@ func (c *core) awaitingInput(extra []*openCall) bool {
 		}
 	}
 	return slices.ContainsFunc(extra, human)
+}
+
+// setSettings sets the conversation's own settings, as its row holds them,
+// and the settings of its model calls: those over the configured defaults.
+func (c *core) setSettings(row map[string]string) {
+	c.rowSettings = row
+	c.settings = agent.SettingsOf(row).Over(c.cfg.Settings)
 }

@@ -300,3 +300,22 @@ func firstProblem(invalid map[int]string) string {
 	}
 	return invalid[first]
 }
+
+// writeConfigs writes the settings of every queued AgentConfigure, merged
+// in order, into the conversation row, in order with the core's other
+// writes. A conversation that has no row yet gets one, idle.
+func (c *core) writeConfigs() {
+	queued := c.configs
+	c.configs = nil
+	kv := map[string]string{}
+	for _, q := range queued {
+		for k, v := range q.msg.GetSettings() {
+			kv[k] = v
+		}
+	}
+	req := &messages.AppendRequest{Settings: kv}
+	if c.rowStatus == messages.ConversationStatus_CONVERSATION_STATUS_UNSPECIFIED {
+		req.Status = messages.ConversationStatus_CONVERSATION_STATUS_IDLE
+	}
+	c.write(&pendingWrite{kind: writeConfigs, req: req, configs: queued})
+}

@@ -35,6 +35,11 @@ type JournalOptions struct {
 	// request of its conversation, so each conversation's writes still
 	// commit, and are answered, in the order they were received.
 	MaxInflight int
+	// Observe, if set, is called after each Store.AppendBatch (a group
+	// commit) with the number of requests it carried and how long it took,
+	// on the goroutine that called it (a committer, or the actor itself
+	// while it stops). It must not block.
+	Observe func(requests int, took time.Duration)
 }
 
 // ConcurrentBatches is implemented by a Store whose AppendBatch calls gain
@@ -224,7 +229,7 @@ func (a *journalActor) start(ctx actor.Context) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			commitLoop(a.store, a.opts.Logger, ctx.ActorSystem(), ctx.Self(), a.work)
+			commitLoop(a.store, a.opts.Logger, a.opts.Observe, ctx.ActorSystem(), ctx.Self(), a.work)
 		}()
 	}
 	go func() { wg.Wait(); close(a.done) }()
@@ -377,7 +382,7 @@ func (a *journalActor) shutdown(ctx actor.Context, why string) {
 	}
 	for len(a.pending) > 0 {
 		b := a.take()
-		b.results = safeAppendBatch(a.store, a.opts.Logger, b.appends)
+		b.results = safeAppendBatch(a.store, a.opts.Logger, a.opts.Observe, b.appends)
 		a.answer(ctx, b)
 	}
 	if n > 0 {
@@ -402,9 +407,9 @@ func replyWrite(ctx actor.Context, r journalRequest, res journal.AppendResult) {
 
 // commitLoop is a committer goroutine. It is owned by one incarnation of
 // the journal actor, which closes work to stop it and waits on done.
-func commitLoop(store journal.Store, log *slog.Logger, system *actor.ActorSystem, self *actor.PID, work <-chan *commitBatch) {
+func commitLoop(store journal.Store, log *slog.Logger, observe func(int, time.Duration), system *actor.ActorSystem, self *actor.PID, work <-chan *commitBatch) {
 	for b := range work {
-		b.results = safeAppendBatch(store, log, b.appends)
+		b.results = safeAppendBatch(store, log, observe, b.appends)
 		system.Root.Send(self, &commitDone{batch: b})
 	}
 }
@@ -412,7 +417,7 @@ func commitLoop(store journal.Store, log *slog.Logger, system *actor.ActorSystem
 // safeAppendBatch calls store.AppendBatch and always returns one result per
 // request: a panic of the Store, or a result slice of the wrong length, turns
 // into an error result.
-func safeAppendBatch(store journal.Store, log *slog.Logger, reqs []*messages.AppendRequest) (results []journal.AppendResult) {
+func safeAppendBatch(store journal.Store, log *slog.Logger, observe func(int, time.Duration), reqs []*messages.AppendRequest) (results []journal.AppendResult) {
 	start := time.Now()
 	defer func() {
 		if r := recover(); r != nil {
@@ -425,7 +430,11 @@ func safeAppendBatch(store journal.Store, log *slog.Logger, reqs []*messages.App
 		log.Error("actors: Store.AppendBatch returned the wrong number of results", "requests", len(reqs), "results", len(results))
 		results = failedResults(reqs, results, fmt.Errorf("actors: Store.AppendBatch returned %d results for %d requests", len(results), len(reqs)))
 	}
-	log.Debug("actors: journal commit", "requests", len(reqs), "took", time.Since(start))
+	took := time.Since(start)
+	if observe != nil {
+		observe(len(reqs), took)
+	}
+	log.Debug("actors: journal commit", "requests", len(reqs), "took", took)
 	return results
 }
 

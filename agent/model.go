@@ -22,6 +22,11 @@ type Turn struct {
 	Context []*messages.Event
 	// Tools are the tools the model may call, sorted by name.
 	Tools []ToolSpec
+	// Settings are the conversation's model settings (system prompt, model,
+	// sampling, tool choice): the runtime's defaults under the
+	// conversation's own. A Model applies each field that is set over its
+	// own configuration, and keeps its own for the others.
+	Settings Settings
 }
 
 // ErrPanicked is wrapped by the error the runtime reports when a Model's

@@ -342,6 +342,9 @@ func validateAppend(req *messages.AppendRequest, encode bool) error {
 			return Invalidf("new deadline of %s names conversation %q in an append to %q", d.GetToolCallId(), d.GetConversationId(), conv)
 		}
 	}
+	if err := ValidateMetadata(conv, req.GetSettings()); err != nil {
+		return err
+	}
 	if st := req.GetFsmState(); st != nil {
 		if err := checkSize("fsm_state of "+conv, st, MaxRecordBytes); err != nil {
 			return err
@@ -411,6 +414,23 @@ func ValidateMetadata(conv string, kv map[string]string) error {
 		return Invalidf("metadata of %q of %d bytes exceeds %d", conv, total, MaxRecordBytes)
 	}
 	return nil
+}
+
+// MergeSettings returns a new map: row's settings with kv merged in, key by
+// key (an empty value removes its key). Neither argument is modified.
+func MergeSettings(row, kv map[string]string) map[string]string {
+	out := make(map[string]string, len(row)+len(kv))
+	for k, v := range row {
+		out[k] = v
+	}
+	for k, v := range kv {
+		if v == "" {
+			delete(out, k)
+		} else {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // Timestamp converts t to its protobuf form; the zero time gives nil, which

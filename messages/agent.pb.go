@@ -337,6 +337,55 @@ func (x *AgentWake) GetExplicit() bool {
 	return false
 }
 
+// AgentConfigure replaces the conversation's own model settings (system
+// prompt, model, sampling; see agent.Settings): keys with an empty value
+// are removed. The actor writes them to the conversation row, in order with
+// its other writes, and replies AgentReply once they are durable; the next
+// model call uses them.
+type AgentConfigure struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Settings      map[string]string      `protobuf:"bytes,1,rep,name=settings,proto3" json:"settings,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentConfigure) Reset() {
+	*x = AgentConfigure{}
+	mi := &file_lazarus_v1_agent_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentConfigure) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentConfigure) ProtoMessage() {}
+
+func (x *AgentConfigure) ProtoReflect() protoreflect.Message {
+	mi := &file_lazarus_v1_agent_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentConfigure.ProtoReflect.Descriptor instead.
+func (*AgentConfigure) Descriptor() ([]byte, []int) {
+	return file_lazarus_v1_agent_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *AgentConfigure) GetSettings() map[string]string {
+	if x != nil {
+		return x.Settings
+	}
+	return nil
+}
+
 // AgentStop is the kill order: the actor stops once it has processed every
 // command queued before it, as if it had crashed at that point (work in
 // flight, such as a model call or a tool run, is abandoned).
@@ -348,7 +397,7 @@ type AgentStop struct {
 
 func (x *AgentStop) Reset() {
 	*x = AgentStop{}
-	mi := &file_lazarus_v1_agent_proto_msgTypes[5]
+	mi := &file_lazarus_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -360,7 +409,7 @@ func (x *AgentStop) String() string {
 func (*AgentStop) ProtoMessage() {}
 
 func (x *AgentStop) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_agent_proto_msgTypes[5]
+	mi := &file_lazarus_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -373,7 +422,7 @@ func (x *AgentStop) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentStop.ProtoReflect.Descriptor instead.
 func (*AgentStop) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_lazarus_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 var File_lazarus_v1_agent_proto protoreflect.FileDescriptor
@@ -404,7 +453,12 @@ const file_lazarus_v1_agent_proto_rawDesc = "" +
 	"\x05error\x18\x01 \x01(\v2\x11.lazarus.v1.ErrorR\x05error\x12\x14\n" +
 	"\x05retry\x18\x02 \x01(\bR\x05retry\"'\n" +
 	"\tAgentWake\x12\x1a\n" +
-	"\bexplicit\x18\x01 \x01(\bR\bexplicit\"\v\n" +
+	"\bexplicit\x18\x01 \x01(\bR\bexplicit\"\x93\x01\n" +
+	"\x0eAgentConfigure\x12D\n" +
+	"\bsettings\x18\x01 \x03(\v2(.lazarus.v1.AgentConfigure.SettingsEntryR\bsettings\x1a;\n" +
+	"\rSettingsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\v\n" +
 	"\tAgentStopB'Z%github.com/lazarusrt/lazarus/messagesb\x06proto3"
 
 var (
@@ -419,32 +473,35 @@ func file_lazarus_v1_agent_proto_rawDescGZIP() []byte {
 	return file_lazarus_v1_agent_proto_rawDescData
 }
 
-var file_lazarus_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_lazarus_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_lazarus_v1_agent_proto_goTypes = []any{
 	(*AgentSend)(nil),      // 0: lazarus.v1.AgentSend
 	(*AgentSendReply)(nil), // 1: lazarus.v1.AgentSendReply
 	(*AgentResolved)(nil),  // 2: lazarus.v1.AgentResolved
 	(*AgentReply)(nil),     // 3: lazarus.v1.AgentReply
 	(*AgentWake)(nil),      // 4: lazarus.v1.AgentWake
-	(*AgentStop)(nil),      // 5: lazarus.v1.AgentStop
-	(*UserMessage)(nil),    // 6: lazarus.v1.UserMessage
-	(*Error)(nil),          // 7: lazarus.v1.Error
-	(ToolCallStatus)(0),    // 8: lazarus.v1.ToolCallStatus
-	(*ToolOutcome)(nil),    // 9: lazarus.v1.ToolOutcome
-	(*Identity)(nil),       // 10: lazarus.v1.Identity
+	(*AgentConfigure)(nil), // 5: lazarus.v1.AgentConfigure
+	(*AgentStop)(nil),      // 6: lazarus.v1.AgentStop
+	nil,                    // 7: lazarus.v1.AgentConfigure.SettingsEntry
+	(*UserMessage)(nil),    // 8: lazarus.v1.UserMessage
+	(*Error)(nil),          // 9: lazarus.v1.Error
+	(ToolCallStatus)(0),    // 10: lazarus.v1.ToolCallStatus
+	(*ToolOutcome)(nil),    // 11: lazarus.v1.ToolOutcome
+	(*Identity)(nil),       // 12: lazarus.v1.Identity
 }
 var file_lazarus_v1_agent_proto_depIdxs = []int32{
-	6,  // 0: lazarus.v1.AgentSend.message:type_name -> lazarus.v1.UserMessage
-	7,  // 1: lazarus.v1.AgentSendReply.error:type_name -> lazarus.v1.Error
-	8,  // 2: lazarus.v1.AgentResolved.status:type_name -> lazarus.v1.ToolCallStatus
-	9,  // 3: lazarus.v1.AgentResolved.result:type_name -> lazarus.v1.ToolOutcome
-	10, // 4: lazarus.v1.AgentResolved.resolver:type_name -> lazarus.v1.Identity
-	7,  // 5: lazarus.v1.AgentReply.error:type_name -> lazarus.v1.Error
-	6,  // [6:6] is the sub-list for method output_type
-	6,  // [6:6] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	8,  // 0: lazarus.v1.AgentSend.message:type_name -> lazarus.v1.UserMessage
+	9,  // 1: lazarus.v1.AgentSendReply.error:type_name -> lazarus.v1.Error
+	10, // 2: lazarus.v1.AgentResolved.status:type_name -> lazarus.v1.ToolCallStatus
+	11, // 3: lazarus.v1.AgentResolved.result:type_name -> lazarus.v1.ToolOutcome
+	12, // 4: lazarus.v1.AgentResolved.resolver:type_name -> lazarus.v1.Identity
+	9,  // 5: lazarus.v1.AgentReply.error:type_name -> lazarus.v1.Error
+	7,  // 6: lazarus.v1.AgentConfigure.settings:type_name -> lazarus.v1.AgentConfigure.SettingsEntry
+	7,  // [7:7] is the sub-list for method output_type
+	7,  // [7:7] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_lazarus_v1_agent_proto_init() }
@@ -460,7 +517,7 @@ func file_lazarus_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lazarus_v1_agent_proto_rawDesc), len(file_lazarus_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

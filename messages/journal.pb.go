@@ -218,7 +218,11 @@ type AppendRequest struct {
 	// a later one, fails the request with a stale error. The expiry actor sets
 	// it to the time it fires, so an expiry never wins over a reschedule that
 	// moved the deadline later. Unset: no such check (the old behaviour).
-	DueBy         *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=due_by,json=dueBy,proto3" json:"due_by,omitempty"`
+	DueBy *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=due_by,json=dueBy,proto3" json:"due_by,omitempty"`
+	// settings are merged into the conversation row's settings, key by key:
+	// an empty value removes its key, the others are set (creating the row
+	// if it has none, like status).
+	Settings      map[string]string `protobuf:"bytes,13,rep,name=settings,proto3" json:"settings,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -333,6 +337,13 @@ func (x *AppendRequest) GetReschedule() []*Deadline {
 func (x *AppendRequest) GetDueBy() *timestamppb.Timestamp {
 	if x != nil {
 		return x.DueBy
+	}
+	return nil
+}
+
+func (x *AppendRequest) GetSettings() map[string]string {
+	if x != nil {
+		return x.Settings
 	}
 	return nil
 }
@@ -463,7 +474,7 @@ const file_lazarus_v1_journal_proto_rawDesc = "" +
 	"\x06status\x18\x02 \x01(\x0e2\x1a.lazarus.v1.ToolCallStatusR\x06status\x12/\n" +
 	"\x06result\x18\x03 \x01(\v2\x17.lazarus.v1.ToolOutcomeR\x06result\x12*\n" +
 	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12$\n" +
-	"\x02by\x18\x05 \x01(\v2\x14.lazarus.v1.IdentityR\x02by\"\xbb\x04\n" +
+	"\x02by\x18\x05 \x01(\v2\x14.lazarus.v1.IdentityR\x02by\"\xbd\x05\n" +
 	"\rAppendRequest\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12#\n" +
 	"\rexpected_last\x18\x02 \x01(\x04R\fexpectedLast\x12)\n" +
@@ -480,7 +491,11 @@ const file_lazarus_v1_journal_proto_rawDesc = "" +
 	"\n" +
 	"reschedule\x18\v \x03(\v2\x14.lazarus.v1.DeadlineR\n" +
 	"reschedule\x121\n" +
-	"\x06due_by\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\x05dueBy\"L\n" +
+	"\x06due_by\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\x05dueBy\x12C\n" +
+	"\bsettings\x18\r \x03(\v2'.lazarus.v1.AppendRequest.SettingsEntryR\bsettings\x1a;\n" +
+	"\rSettingsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"L\n" +
 	"\x05Error\x12)\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x15.lazarus.v1.ErrorCodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"n\n" +
@@ -515,43 +530,45 @@ func file_lazarus_v1_journal_proto_rawDescGZIP() []byte {
 }
 
 var file_lazarus_v1_journal_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_lazarus_v1_journal_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_lazarus_v1_journal_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_lazarus_v1_journal_proto_goTypes = []any{
 	(ErrorCode)(0),                // 0: lazarus.v1.ErrorCode
 	(*ToolResolution)(nil),        // 1: lazarus.v1.ToolResolution
 	(*AppendRequest)(nil),         // 2: lazarus.v1.AppendRequest
 	(*Error)(nil),                 // 3: lazarus.v1.Error
 	(*AppendReply)(nil),           // 4: lazarus.v1.AppendReply
-	(ToolCallStatus)(0),           // 5: lazarus.v1.ToolCallStatus
-	(*ToolOutcome)(nil),           // 6: lazarus.v1.ToolOutcome
-	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
-	(*Identity)(nil),              // 8: lazarus.v1.Identity
-	(*Event)(nil),                 // 9: lazarus.v1.Event
-	(*ToolCallRecord)(nil),        // 10: lazarus.v1.ToolCallRecord
-	(*FSMState)(nil),              // 11: lazarus.v1.FSMState
-	(*Deadline)(nil),              // 12: lazarus.v1.Deadline
-	(ConversationStatus)(0),       // 13: lazarus.v1.ConversationStatus
+	nil,                           // 5: lazarus.v1.AppendRequest.SettingsEntry
+	(ToolCallStatus)(0),           // 6: lazarus.v1.ToolCallStatus
+	(*ToolOutcome)(nil),           // 7: lazarus.v1.ToolOutcome
+	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
+	(*Identity)(nil),              // 9: lazarus.v1.Identity
+	(*Event)(nil),                 // 10: lazarus.v1.Event
+	(*ToolCallRecord)(nil),        // 11: lazarus.v1.ToolCallRecord
+	(*FSMState)(nil),              // 12: lazarus.v1.FSMState
+	(*Deadline)(nil),              // 13: lazarus.v1.Deadline
+	(ConversationStatus)(0),       // 14: lazarus.v1.ConversationStatus
 }
 var file_lazarus_v1_journal_proto_depIdxs = []int32{
-	5,  // 0: lazarus.v1.ToolResolution.status:type_name -> lazarus.v1.ToolCallStatus
-	6,  // 1: lazarus.v1.ToolResolution.result:type_name -> lazarus.v1.ToolOutcome
-	7,  // 2: lazarus.v1.ToolResolution.at:type_name -> google.protobuf.Timestamp
-	8,  // 3: lazarus.v1.ToolResolution.by:type_name -> lazarus.v1.Identity
-	9,  // 4: lazarus.v1.AppendRequest.events:type_name -> lazarus.v1.Event
-	10, // 5: lazarus.v1.AppendRequest.tool_calls:type_name -> lazarus.v1.ToolCallRecord
+	6,  // 0: lazarus.v1.ToolResolution.status:type_name -> lazarus.v1.ToolCallStatus
+	7,  // 1: lazarus.v1.ToolResolution.result:type_name -> lazarus.v1.ToolOutcome
+	8,  // 2: lazarus.v1.ToolResolution.at:type_name -> google.protobuf.Timestamp
+	9,  // 3: lazarus.v1.ToolResolution.by:type_name -> lazarus.v1.Identity
+	10, // 4: lazarus.v1.AppendRequest.events:type_name -> lazarus.v1.Event
+	11, // 5: lazarus.v1.AppendRequest.tool_calls:type_name -> lazarus.v1.ToolCallRecord
 	1,  // 6: lazarus.v1.AppendRequest.resolutions:type_name -> lazarus.v1.ToolResolution
-	11, // 7: lazarus.v1.AppendRequest.fsm_state:type_name -> lazarus.v1.FSMState
-	12, // 8: lazarus.v1.AppendRequest.schedule:type_name -> lazarus.v1.Deadline
-	13, // 9: lazarus.v1.AppendRequest.status:type_name -> lazarus.v1.ConversationStatus
-	12, // 10: lazarus.v1.AppendRequest.reschedule:type_name -> lazarus.v1.Deadline
-	7,  // 11: lazarus.v1.AppendRequest.due_by:type_name -> google.protobuf.Timestamp
-	0,  // 12: lazarus.v1.Error.code:type_name -> lazarus.v1.ErrorCode
-	3,  // 13: lazarus.v1.AppendReply.error:type_name -> lazarus.v1.Error
-	14, // [14:14] is the sub-list for method output_type
-	14, // [14:14] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	12, // 7: lazarus.v1.AppendRequest.fsm_state:type_name -> lazarus.v1.FSMState
+	13, // 8: lazarus.v1.AppendRequest.schedule:type_name -> lazarus.v1.Deadline
+	14, // 9: lazarus.v1.AppendRequest.status:type_name -> lazarus.v1.ConversationStatus
+	13, // 10: lazarus.v1.AppendRequest.reschedule:type_name -> lazarus.v1.Deadline
+	8,  // 11: lazarus.v1.AppendRequest.due_by:type_name -> google.protobuf.Timestamp
+	5,  // 12: lazarus.v1.AppendRequest.settings:type_name -> lazarus.v1.AppendRequest.SettingsEntry
+	0,  // 13: lazarus.v1.Error.code:type_name -> lazarus.v1.ErrorCode
+	3,  // 14: lazarus.v1.AppendReply.error:type_name -> lazarus.v1.Error
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_lazarus_v1_journal_proto_init() }
@@ -566,7 +583,7 @@ func file_lazarus_v1_journal_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lazarus_v1_journal_proto_rawDesc), len(file_lazarus_v1_journal_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   4,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

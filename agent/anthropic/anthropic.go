@@ -144,12 +144,26 @@ func (m *Model) Generate(ctx context.Context, turn agent.Turn, onDelta func(text
 // request renders a turn as the call's parameters. Consecutive events of
 // one role become one message (tool results go in a user message).
 func (m *Model) request(turn agent.Turn) (sdk.MessageNewParams, error) {
-	p := sdk.MessageNewParams{Model: sdk.Model(m.opts.Model), MaxTokens: m.opts.MaxTokens}
-	if m.opts.Temperature != nil {
-		p.Temperature = sdk.Float(*m.opts.Temperature)
+	// The conversation's settings, over the Model's own.
+	set := turn.Settings.Over(agent.Settings{SystemPrompt: m.opts.System, Model: m.opts.Model, Temperature: m.opts.Temperature, MaxTokens: m.opts.MaxTokens})
+	p := sdk.MessageNewParams{Model: sdk.Model(set.Model), MaxTokens: set.MaxTokens}
+	if set.Temperature != nil {
+		p.Temperature = sdk.Float(*set.Temperature)
 	}
-	if m.opts.System != "" {
-		p.System = append(p.System, sdk.TextBlockParam{Text: m.opts.System})
+	switch set.ToolChoice {
+	case "":
+	case agent.ToolChoiceAuto:
+		p.ToolChoice = sdk.ToolChoiceUnionParam{OfAuto: &sdk.ToolChoiceAutoParam{}}
+	case agent.ToolChoiceNone:
+		none := sdk.NewToolChoiceNoneParam()
+		p.ToolChoice = sdk.ToolChoiceUnionParam{OfNone: &none}
+	case agent.ToolChoiceRequired:
+		p.ToolChoice = sdk.ToolChoiceUnionParam{OfAny: &sdk.ToolChoiceAnyParam{}}
+	default:
+		p.ToolChoice = sdk.ToolChoiceParamOfTool(set.ToolChoice)
+	}
+	if set.SystemPrompt != "" {
+		p.System = append(p.System, sdk.TextBlockParam{Text: set.SystemPrompt})
 	}
 	if s := turn.Summary.GetContent(); s != "" {
 		p.System = append(p.System, sdk.TextBlockParam{Text: openai.SummaryPrefix + s})

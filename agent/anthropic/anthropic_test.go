@@ -149,3 +149,47 @@ func TestMissingKeyIsNotRetried(t *testing.T) {
 	require.ErrorIs(t, err, agent.ErrRequest)
 	assert.Zero(t, n, "no retry")
 }
+
+// TestTurnSettingsOverride: a conversation's settings (agent.Turn.Settings)
+// override the Model's options field by field.
+func TestTurnSettingsOverride(t *testing.T) {
+	hot := 0.9
+	for _, tc := range []struct {
+		name   string
+		set    agent.Settings
+		model  string
+		system string
+		max    int
+		choice any
+	}{
+		{"none", agent.Settings{}, "my-model", "Be brief.", anthropic.DefaultMaxTokens, nil},
+		{"all", agent.Settings{SystemPrompt: "Be kind.", Model: "other", Temperature: &hot, MaxTokens: 7, ToolChoice: agent.ToolChoiceRequired},
+			"other", "Be kind.", 7, map[string]any{"type": "any"}},
+		{"none of the tools", agent.Settings{ToolChoice: agent.ToolChoiceNone}, "my-model", "Be brief.", anthropic.DefaultMaxTokens, map[string]any{"type": "none"}},
+		{"a tool", agent.Settings{ToolChoice: "get_weather"}, "my-model", "Be brief.", anthropic.DefaultMaxTokens,
+			map[string]any{"type": "tool", "name": "get_weather"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rs, err := providertest.Load("testdata/text.txt")
+			require.NoError(t, err)
+			srv := providertest.Serve(t, rs)
+			m, err := anthropic.New(anthropic.Options{Model: "my-model", BaseURL: srv.URL, APIKey: "k", System: "Be brief."})
+			require.NoError(t, err)
+			turn := providertest.Turn()
+			turn.Settings = tc.set
+			_, err = m.Generate(context.Background(), turn, nil)
+			require.NoError(t, err)
+			var req map[string]any
+			require.NoError(t, json.Unmarshal(srv.Requests()[0], &req))
+			assert.Equal(t, tc.model, req["model"])
+			assert.EqualValues(t, tc.max, req["max_tokens"])
+			if tc.set.Temperature != nil {
+				assert.InDelta(t, *tc.set.Temperature, req["temperature"], 1e-9)
+			} else {
+				assert.NotContains(t, req, "temperature")
+			}
+			assert.Equal(t, tc.system, req["system"].([]any)[0].(map[string]any)["text"])
+			assert.Equal(t, tc.choice, req["tool_choice"])
+		})
+	}
+}

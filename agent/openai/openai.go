@@ -152,19 +152,28 @@ func (m *Model) Generate(ctx context.Context, turn agent.Turn, onDelta func(text
 
 // request renders a turn as the call's parameters.
 func (m *Model) request(turn agent.Turn) (oai.ChatCompletionNewParams, error) {
+	// The conversation's settings, over the Model's own.
+	set := turn.Settings.Over(agent.Settings{SystemPrompt: m.opts.System, Model: m.opts.Model, Temperature: m.opts.Temperature, MaxTokens: m.opts.MaxTokens})
 	p := oai.ChatCompletionNewParams{
-		Model:         shared.ChatModel(m.opts.Model),
+		Model:         shared.ChatModel(set.Model),
 		StreamOptions: oai.ChatCompletionStreamOptionsParam{IncludeUsage: oai.Bool(true)},
 	}
-	if m.opts.Temperature != nil {
-		p.Temperature = oai.Float(*m.opts.Temperature)
+	if set.Temperature != nil {
+		p.Temperature = oai.Float(*set.Temperature)
 	}
-	if m.opts.MaxTokens > 0 {
-		p.MaxCompletionTokens = oai.Int(m.opts.MaxTokens)
+	if set.MaxTokens > 0 {
+		p.MaxCompletionTokens = oai.Int(set.MaxTokens)
+	}
+	switch set.ToolChoice {
+	case "":
+	case agent.ToolChoiceAuto, agent.ToolChoiceNone, agent.ToolChoiceRequired:
+		p.ToolChoice.OfAuto = oai.String(set.ToolChoice)
+	default:
+		p.ToolChoice = oai.ToolChoiceOptionFunctionToolChoice(oai.ChatCompletionNamedToolChoiceFunctionParam{Name: set.ToolChoice})
 	}
 	msgs := make([]oai.ChatCompletionMessageParamUnion, 0, len(turn.Context)+2)
-	if m.opts.System != "" {
-		msgs = append(msgs, oai.SystemMessage(m.opts.System))
+	if set.SystemPrompt != "" {
+		msgs = append(msgs, oai.SystemMessage(set.SystemPrompt))
 	}
 	if s := turn.Summary.GetContent(); s != "" {
 		msgs = append(msgs, oai.SystemMessage(SummaryPrefix+s))

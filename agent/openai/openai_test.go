@@ -131,3 +131,49 @@ func TestErrorEvents(t *testing.T) {
 		t.Run(tc.Name, func(t *testing.T) { providertest.RunCase(t, "testdata", tc, factory) })
 	}
 }
+
+// TestTurnSettingsOverride: a conversation's settings (agent.Turn.Settings)
+// override the Model's options field by field; the fields it leaves unset
+// keep the options'.
+func TestTurnSettingsOverride(t *testing.T) {
+	temp, hot := 0.2, 0.9
+	for _, tc := range []struct {
+		name     string
+		set      agent.Settings
+		model    string
+		system   string
+		temp     float64
+		max      int
+		choice   any
+		choiceOK bool
+	}{
+		{"none", agent.Settings{}, "my-model", "Be brief.", 0.2, 100, nil, false},
+		{"all", agent.Settings{SystemPrompt: "Be kind.", Model: "other", Temperature: &hot, MaxTokens: 7, ToolChoice: agent.ToolChoiceRequired},
+			"other", "Be kind.", 0.9, 7, "required", true},
+		{"a tool", agent.Settings{ToolChoice: "get_time"}, "my-model", "Be brief.", 0.2, 100,
+			map[string]any{"type": "function", "function": map[string]any{"name": "get_time"}}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rs, err := providertest.Load("testdata/text.txt")
+			require.NoError(t, err)
+			srv := providertest.Serve(t, rs)
+			m, err := openai.New(openai.Options{Model: "my-model", BaseURL: srv.URL, System: "Be brief.", Temperature: &temp, MaxTokens: 100})
+			require.NoError(t, err)
+			turn := providertest.Turn()
+			turn.Settings = tc.set
+			_, err = m.Generate(context.Background(), turn, nil)
+			require.NoError(t, err)
+			var req map[string]any
+			require.NoError(t, json.Unmarshal(srv.Requests()[0], &req))
+			assert.Equal(t, tc.model, req["model"])
+			assert.InDelta(t, tc.temp, req["temperature"], 1e-9)
+			assert.EqualValues(t, tc.max, req["max_completion_tokens"])
+			first := req["messages"].([]any)[0].(map[string]any)
+			assert.Equal(t, "system", first["role"])
+			assert.Equal(t, tc.system, first["content"])
+			choice, ok := req["tool_choice"]
+			require.Equal(t, tc.choiceOK, ok)
+			assert.Equal(t, tc.choice, choice)
+		})
+	}
+}

@@ -2,6 +2,8 @@
 // from an httptest server, and holds the suite every provider adapter
 // (agent/openai, agent/anthropic) runs against its own transcripts: the same
 // cases, the same expected outcomes, each in the provider's wire format.
+// Compare is the measurement the providers' benchmarks make against their
+// raw SDK on the same transcript.
 //
 // # Transcript files
 //

@@ -331,7 +331,11 @@ func stream(ctx context.Context, msg *messages.AssistantMessage, n int, onDelta 
 }
 
 func cloneTurn(t agent.Turn) agent.Turn {
-	c := agent.Turn{ConversationID: t.ConversationID, Tools: slices.Clone(t.Tools)}
+	c := agent.Turn{ConversationID: t.ConversationID, Tools: slices.Clone(t.Tools), Settings: t.Settings}
+	if t.Settings.Temperature != nil {
+		temp := *t.Settings.Temperature
+		c.Settings.Temperature = &temp
+	}
 	if t.Summary != nil {
 		c.Summary = proto.Clone(t.Summary).(*messages.Summary)
 	}

@@ -23,6 +23,42 @@ var appendCases = []suiteCase{
 	{name: "Unfenced", run: testAppendUnfenced},
 	{name: "ToolCallOfOtherConversation", run: testAppendToolCallOfOther},
 	{name: "RecordsAreCopies", run: testAppendCopies},
+	{name: "Settings", run: testAppendSettings},
+}
+
+// testAppendSettings: an append's settings merge into the row, key by key
+// (an empty value removes its key), creating the row if it has none, and
+// invalid settings are refused with nothing written.
+func testAppendSettings(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	appendOK(t, s, &messages.AppendRequest{ConversationId: "c", Status: statusIdle,
+		Settings: map[string]string{"system_prompt": "Be brief.", "model": "m1"}})
+	row, err := s.Conversation(ctx, "c")
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"system_prompt": "Be brief.", "model": "m1"}, row.GetSettings(), "the row is created with them")
+	assert.Equal(t, statusIdle, row.GetStatus())
+
+	appendOK(t, s, &messages.AppendRequest{ConversationId: "c", Events: userEvs(1, 1),
+		Settings: map[string]string{"model": "", "temperature": "0.5"}})
+	row, err = s.Conversation(ctx, "c")
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"system_prompt": "Be brief.", "temperature": "0.5"}, row.GetSettings(), "merged; an empty value removes")
+	assert.Equal(t, statusIdle, row.GetStatus(), "a write without a status leaves it")
+
+	for name, kv := range map[string]map[string]string{
+		"empty key": {"": "x"},
+		"not UTF-8": {"k": "\xff"},
+	} {
+		_, err := s.Append(ctx, &messages.AppendRequest{ConversationId: "c", ExpectedLast: 1, Events: userEvs(2, 1), Settings: kv})
+		require.ErrorIs(t, err, journal.ErrInvalid, name)
+	}
+	last, err := s.LastSeq(ctx, "c")
+	require.NoError(t, err)
+	assert.Equal(t, uint64(1), last, "nothing written")
+	row, err = s.Conversation(ctx, "c")
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"system_prompt": "Be brief.", "temperature": "0.5"}, row.GetSettings())
 }
 
 func testAppendSeqs(t *testing.T, e env) {

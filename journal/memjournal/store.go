@@ -355,6 +355,10 @@ func (st *state) applyAppend(req *messages.AppendRequest, now time.Time) journal
 		c.row.Status = s
 		changed = true
 	}
+	if kv := req.GetSettings(); len(kv) > 0 {
+		c.row.Settings = journal.MergeSettings(c.row.GetSettings(), kv)
+		changed = true
+	}
 	if changed {
 		c.row.Updated = timestamppb.New(now)
 	}

@@ -595,7 +595,7 @@ func (t *txn) apply(req *messages.AppendRequest) (res journal.AppendResult, err 
 	if evs := req.GetEvents(); len(evs) > 0 {
 		created = evs[0].GetTime()
 	}
-	if req.GetFsmState() != nil || req.GetStatus() != messages.ConversationStatus_CONVERSATION_STATUS_UNSPECIFIED {
+	if req.GetFsmState() != nil || req.GetStatus() != messages.ConversationStatus_CONVERSATION_STATUS_UNSPECIFIED || len(req.GetSettings()) > 0 {
 		row, err := t.editRow(cs, created)
 		if err != nil {
 			return res, err
@@ -605,6 +605,9 @@ func (t *txn) apply(req *messages.AppendRequest) (res journal.AppendResult, err 
 		}
 		if s := req.GetStatus(); s != messages.ConversationStatus_CONVERSATION_STATUS_UNSPECIFIED {
 			row.Status = s
+		}
+		if kv := req.GetSettings(); len(kv) > 0 {
+			row.Settings = journal.MergeSettings(row.GetSettings(), kv)
 		}
 		if err := t.setRow(cs, row); err != nil {
 			return res, err

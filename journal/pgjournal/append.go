@@ -25,13 +25,16 @@ type head struct {
 	lastSeq uint64
 	deleted bool
 	row     *messages.Conversation // nil: no conversation row
-	dirty   bool                   // the row or last_seq changed
+	exists  bool                   // the table has a row for the id (maybe a tombstone)
+	dirty   bool                   // last_seq or the row changed
+	rowSet  bool                   // the row changed: write its bytes and status
 }
 
 // callState is what a batch knows of one tool call row.
 type callState struct {
-	rec   *messages.ToolCallRecord // nil: no row
-	dirty bool
+	rec    *messages.ToolCallRecord // nil: no row
+	exists bool                     // the table has the row
+	dirty  bool
 }
 
 type deadlineKey struct{ conv, call string }
@@ -164,9 +167,14 @@ func (s *Store) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest)
 func (s *Store) readBatch(ctx context.Context, conn *pgx.Conn, convs, callIDs []string, due []deadlineKey) (*batch, error) {
 	pb := &pgx.Batch{}
 	pb.Queue("BEGIN")
+	// The locks are a statement of their own: the head read after them
+	// takes its snapshot (read committed) once it holds them, so that it
+	// sees what the batch that held them last committed.
 	pb.Queue("SELECT count(pg_advisory_xact_lock(k)) FROM unnest($1::int8[]) AS k", lockKeys(convs))
 	pb.Queue("SELECT id, last_seq, deleted, row FROM lz_conversations WHERE id = ANY($1::bytea[])", toBytes(convs))
-	pb.Queue("SELECT data FROM lz_tool_calls WHERE id = ANY($1::bytea[]) ORDER BY id FOR UPDATE", toBytes(callIDs))
+	if len(callIDs) > 0 {
+		pb.Queue("SELECT data FROM lz_tool_calls WHERE id = ANY($1::bytea[]) ORDER BY id FOR UPDATE", toBytes(callIDs))
+	}
 	if len(due) > 0 {
 		dconv, dcall := make([][]byte, len(due)), make([][]byte, len(due))
 		for i, k := range due {
@@ -203,7 +211,7 @@ func (s *Store) readBatch(ctx context.Context, conn *pgx.Conn, convs, callIDs []
 		if h == nil {
 			continue
 		}
-		h.lastSeq, h.deleted = uint64(last), deleted
+		h.lastSeq, h.deleted, h.exists = uint64(last), deleted, true
 		if row != nil {
 			h.row = &messages.Conversation{}
 			if err := proto.Unmarshal(row, h.row); err != nil {
@@ -219,28 +227,30 @@ func (s *Store) readBatch(ctx context.Context, conn *pgx.Conn, convs, callIDs []
 	for _, id := range callIDs {
 		b.calls[id] = &callState{}
 	}
-	rows, err = br.Query()
-	if err != nil {
-		return nil, err
-	}
-	for rows.Next() {
-		var data []byte
-		if err := rows.Scan(&data); err != nil {
-			rows.Close()
+	if len(callIDs) > 0 {
+		rows, err = br.Query()
+		if err != nil {
 			return nil, err
 		}
-		rec := &messages.ToolCallRecord{}
-		if err := proto.Unmarshal(data, rec); err != nil {
-			rows.Close()
-			return nil, journal.Corruptf("tool call row")
+		for rows.Next() {
+			var data []byte
+			if err := rows.Scan(&data); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			rec := &messages.ToolCallRecord{}
+			if err := proto.Unmarshal(data, rec); err != nil {
+				rows.Close()
+				return nil, journal.Corruptf("tool call row")
+			}
+			if cs := b.calls[rec.GetId()]; cs != nil {
+				cs.rec, cs.exists = rec, true
+			}
 		}
-		if cs := b.calls[rec.GetId()]; cs != nil {
-			cs.rec = rec
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
 		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
 	}
 	if len(due) > 0 {
 		b.dlBase = make(map[deadlineKey]*timestamppb.Timestamp, len(due))
@@ -390,12 +400,13 @@ func (b *batch) apply(req *messages.AppendRequest, now time.Time) (journal.Appen
 			Created: created,
 			Updated: timestamppb.New(now),
 		}
-		h.dirty = true
+		h.dirty, h.rowSet = true, true
 	}
 	for _, tc := range req.GetToolCalls() {
 		rec := proto.Clone(tc).(*messages.ToolCallRecord)
 		rec.Status = statusOrPending(rec.GetStatus())
-		b.calls[rec.GetId()] = &callState{rec: rec, dirty: true}
+		cs := b.calls[rec.GetId()]
+		cs.rec, cs.dirty = rec, true
 	}
 	for _, r := range req.GetResolutions() {
 		cs := b.calls[r.GetToolCallId()]
@@ -425,9 +436,13 @@ func (b *batch) apply(req *messages.AppendRequest, now time.Time) (journal.Appen
 		h.row.Status = st
 		changed = true
 	}
+	if kv := req.GetSettings(); len(kv) > 0 {
+		h.row.Settings = journal.MergeSettings(h.row.GetSettings(), kv)
+		changed = true
+	}
 	if changed {
 		h.row.Updated = timestamppb.New(now)
-		h.dirty = true
+		h.dirty, h.rowSet = true, true
 	}
 	for _, d := range req.GetSchedule() {
 		b.setDeadline(deadlineKey{id, d.GetToolCallId()}, proto.Clone(d).(*messages.Deadline))
@@ -462,32 +477,55 @@ func (b *batch) setDeadline(k deadlineKey, d *messages.Deadline) {
 // failure.
 func (s *Store) writeBatch(ctx context.Context, conn *pgx.Conn, b *batch) error {
 	pb := &pgx.Batch{}
-	var hid [][]byte
-	var hlast []int64
-	var hrow [][]byte
-	var hstatus []int32
+	// New conversations are inserted; the others updated in place, their
+	// row bytes and status only if the row changed (NULL keeps them), so
+	// that an append that only moves last_seq changes no indexed column
+	// and the server can update the row on its page (a HOT update, with
+	// the free space the table's fillfactor leaves) without touching an
+	// index.
+	var nid, uid, nrow, urow [][]byte
+	var nlast, ulast []int64
+	var nstatus, ustatus []*int32
 	for id, h := range b.heads {
 		if !h.dirty {
 			continue
 		}
-		row, err := proto.Marshal(h.row)
-		if err != nil {
-			return fmt.Errorf("pgjournal: append: encode conversation row: %w", err)
+		var row []byte
+		var status *int32
+		if h.rowSet || !h.exists {
+			enc, err := proto.Marshal(h.row)
+			if err != nil {
+				return fmt.Errorf("pgjournal: append: encode conversation row: %w", err)
+			}
+			st := int32(h.row.GetStatus())
+			row, status = enc, &st
 		}
-		hid, hlast, hrow = append(hid, []byte(id)), append(hlast, int64(h.lastSeq)), append(hrow, row)
-		hstatus = append(hstatus, int32(h.row.GetStatus()))
+		if h.exists {
+			uid, ulast, urow, ustatus = append(uid, []byte(id)), append(ulast, int64(h.lastSeq)), append(urow, row), append(ustatus, status)
+		} else {
+			nid, nlast, nrow, nstatus = append(nid, []byte(id)), append(nlast, int64(h.lastSeq)), append(nrow, row), append(nstatus, status)
+		}
 	}
 	if len(b.evSeq) > 0 {
 		pb.Queue("INSERT INTO lz_events (conv, seq, data) SELECT * FROM unnest($1::bytea[], $2::int8[], $3::bytea[])", b.evConv, b.evSeq, b.evData)
 	}
-	if len(hid) > 0 {
-		// status keeps the partial index of ACTIVE rows in step with the
-		// row, in the same statement.
-		pb.Queue(`INSERT INTO lz_conversations (id, last_seq, row, status) SELECT * FROM unnest($1::bytea[], $2::int8[], $3::bytea[], $4::int4[])
-			ON CONFLICT (id) DO UPDATE SET last_seq = excluded.last_seq, row = excluded.row, status = excluded.status`, hid, hlast, hrow, hstatus)
+	// status keeps the partial index of ACTIVE rows in step with the row,
+	// in the same statement. The batch holds the conversations' locks, so
+	// no other writer inserts a row of theirs in between.
+	if len(nid) > 0 {
+		pb.Queue("INSERT INTO lz_conversations (id, last_seq, row, status) SELECT * FROM unnest($1::bytea[], $2::int8[], $3::bytea[], $4::int4[])",
+			nid, nlast, nrow, nstatus)
 	}
-	var cid, cconv, cdata [][]byte
-	var cstatus []int32
+	if len(uid) > 0 {
+		pb.Queue(`UPDATE lz_conversations c SET last_seq = u.last_seq, row = coalesce(u.row, c.row), status = coalesce(u.status, c.status)
+			FROM unnest($1::bytea[], $2::int8[], $3::bytea[], $4::int4[]) AS u(id, last_seq, row, status) WHERE c.id = u.id`,
+			uid, ulast, urow, ustatus)
+	}
+	// Tool calls: new ids are inserted (an id another conversation's batch
+	// took meanwhile is a unique violation: ErrConflict, nothing written),
+	// the rows the batch read and locked are updated.
+	var cid, cconv, cdata, kid, kconv, kdata [][]byte
+	var cstatus, kstatus []int32
 	for id, cs := range b.calls {
 		if !cs.dirty {
 			continue
@@ -496,12 +534,22 @@ func (s *Store) writeBatch(ctx context.Context, conn *pgx.Conn, b *batch) error 
 		if err != nil {
 			return fmt.Errorf("pgjournal: append: encode tool call %q: %w", id, err)
 		}
+		if cs.exists {
+			kid, kconv, kdata = append(kid, []byte(id)), append(kconv, []byte(cs.rec.GetConversationId())), append(kdata, data)
+			kstatus = append(kstatus, int32(cs.rec.GetStatus()))
+			continue
+		}
 		cid, cconv, cdata = append(cid, []byte(id)), append(cconv, []byte(cs.rec.GetConversationId())), append(cdata, data)
 		cstatus = append(cstatus, int32(cs.rec.GetStatus()))
 	}
 	if len(cid) > 0 {
-		pb.Queue(`INSERT INTO lz_tool_calls (id, conv, status, data) SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::int4[], $4::bytea[])
-			ON CONFLICT (id) DO UPDATE SET conv = excluded.conv, status = excluded.status, data = excluded.data`, cid, cconv, cstatus, cdata)
+		pb.Queue("INSERT INTO lz_tool_calls (id, conv, status, data) SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::int4[], $4::bytea[])",
+			cid, cconv, cstatus, cdata)
+	}
+	if len(kid) > 0 {
+		pb.Queue(`UPDATE lz_tool_calls t SET conv = u.conv, status = u.status, data = u.data
+			FROM unnest($1::bytea[], $2::bytea[], $3::int4[], $4::bytea[]) AS u(id, conv, status, data) WHERE t.id = u.id`,
+			kid, kconv, kstatus, kdata)
 	}
 	var dconv, dcall, ddata, xconv, xcall [][]byte
 	var dats []int64

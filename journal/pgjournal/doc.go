@@ -19,7 +19,11 @@
 // the row sets in the same statement; a partial index of the ACTIVE ones
 // (lz_conversations_active) is what ListActiveConversations walks. The
 // migration to version 2 reads the status of the rows written before it
-// from their protobuf bytes.
+// from their protobuf bytes. Version 3 leaves half of each page of
+// lz_conversations free (fillfactor 50), so that the update every append
+// makes (last_seq) can stay on its page without an index entry, and
+// compresses large records (tool results, tool call rows, summaries) with
+// lz4 instead of pglz when the server is built with it.
 //
 // # Writes
 //
@@ -32,7 +36,11 @@
 // reads the heads and the tool call rows named (FOR UPDATE); each request
 // is then checked in Go, in batch order, against that state as moved on by
 // the requests before it, so a failing request writes nothing and fails no
-// other; a second round trip writes, one statement per table, and commits.
+// other; a second round trip writes and commits: one multi-row statement
+// (arrays, UNNEST) per table and kind, the new conversations and tool
+// calls inserted, the ones read updated in place, a conversation's row
+// bytes and status rewritten only when they changed (an append that only
+// moves last_seq changes no indexed column).
 // ResolveToolCall reads its row FOR UPDATE: of concurrent resolvers, one
 // wins and the others find the call no longer pending.
 //
@@ -43,6 +51,22 @@
 // COMMIT was sent is journal.ErrUnknownOutcome: the write may have
 // committed. Read the log before retrying; the append fence makes the
 // retry of an append that did commit fail with ErrConflict. Each call is
-// bounded by Options.Timeout. The pool opens new connections as calls need
-// them, so calls succeed again once the server is back.
+// bounded by Options.Timeout.
+//
+// # Reconnection
+//
+// When a new connection fails (refused, timed out, the server shutting
+// down, starting up or out of slots) the Store takes the server to be
+// down: it resets the pool and, for Options.ReconnectBackoff (default
+// DefaultReconnectBackoff), every call fails at once with
+// journal.ErrUnavailable, without dialing. Then one call tries the server
+// (a ping on a fresh connection) while the others keep failing at once: if
+// it gets through, every call goes through again; if not, the backoff
+// doubles, up to Options.MaxReconnectBackoff (default
+// DefaultMaxReconnectBackoff). An outage so costs at most one connection
+// attempt per backoff whatever the load, and calls succeed again at most
+// MaxReconnectBackoff after the server is back. An established connection
+// that drops fails its call with ErrUnavailable (or ErrUnknownOutcome during
+// COMMIT) without opening the breaker: the next call dials, and the
+// breaker opens if that fails.
 package pgjournal

@@ -32,7 +32,8 @@ const DefaultMaxConns = 16
 const DefaultTimeout = 30 * time.Second
 
 // Options configures a Store. The zero value is valid: audit off, calls
-// bounded by DefaultTimeout.
+// bounded by DefaultTimeout, reconnection backoff from
+// DefaultReconnectBackoff to DefaultMaxReconnectBackoff.
 type Options struct {
 	// Audit turns on the audit rows of journal.Audit. Default false.
 	Audit bool
@@ -40,6 +41,22 @@ type Options struct {
 	// server that stopped answering fails calls with an error instead of
 	// hanging them. Zero means DefaultTimeout; negative means no bound.
 	Timeout time.Duration
+	// ReconnectBackoff is how long, once a call found the server
+	// unreachable (a connection refused, reset or closed, the server
+	// shutting down or starting up, too many connections), every call fails
+	// at once with journal.ErrUnavailable without dialing; then one call
+	// tries the server (a ping on a fresh connection) while the others keep
+	// failing at once. Each failed attempt doubles the wait, up to
+	// MaxReconnectBackoff; a successful one lets every call through again.
+	// Zero means DefaultReconnectBackoff.
+	ReconnectBackoff time.Duration
+	// MaxReconnectBackoff bounds the wait between two reconnection
+	// attempts, and so how long after the server is back calls keep
+	// failing. Zero means DefaultMaxReconnectBackoff; it is raised to
+	// ReconnectBackoff if below it.
+	MaxReconnectBackoff time.Duration
+	// Clock is the time source of the backoff. Nil means the system clock.
+	Clock Clock
 }
 
 // Store is the PostgreSQL journal.Store. Open it with Open or OpenPool; the
@@ -50,6 +67,7 @@ type Store struct {
 	audit   bool
 	timeout time.Duration
 	closed  atomic.Bool
+	br      *breaker
 }
 
 var _ journal.Store = (*Store)(nil)
@@ -136,12 +154,24 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 }
 
 // OpenPool is Open on a pool the caller made and keeps: Close does not close
-// it.
+// it. When the Store finds the server unreachable it resets the pool
+// (pgxpool.Pool.Reset), as it does its own.
 func OpenPool(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) {
 	s := &Store{pool: pool, audit: opts.Audit, timeout: opts.Timeout}
 	if s.timeout == 0 {
 		s.timeout = DefaultTimeout
 	}
+	s.br = &breaker{clock: opts.Clock, first: opts.ReconnectBackoff, max: opts.MaxReconnectBackoff}
+	if s.br.clock == nil {
+		s.br.clock = systemClock{}
+	}
+	if s.br.first <= 0 {
+		s.br.first = DefaultReconnectBackoff
+	}
+	if s.br.max <= 0 {
+		s.br.max = DefaultMaxReconnectBackoff
+	}
+	s.br.max = max(s.br.max, s.br.first)
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	if err := s.migrate(ctx); err != nil {
@@ -228,7 +258,8 @@ func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc)
 	return context.WithTimeout(ctx, s.timeout)
 }
 
-// enter reports why a call cannot start (closed, ctx done) and returns the
+// enter reports why a call cannot start (closed, ctx done, the server
+// taken to be unreachable: see Options.ReconnectBackoff) and returns the
 // bounded context of the call.
 func (s *Store) enter(ctx context.Context) (context.Context, context.CancelFunc, error) {
 	if s.closed.Load() {
@@ -238,6 +269,10 @@ func (s *Store) enter(ctx context.Context) (context.Context, context.CancelFunc,
 		return nil, nil, fmt.Errorf("pgjournal: %w", err)
 	}
 	c, cancel := s.bound(ctx)
+	if err := s.gate(c); err != nil {
+		cancel()
+		return nil, nil, err
+	}
 	return c, cancel, nil
 }
 
@@ -267,11 +302,13 @@ func (s *Store) wrap(op string, err error) error {
 			// write), serialization failure, deadlock: nothing written.
 			return fmt.Errorf("pgjournal: %s: %w: %w", op, journal.ErrConflict, err)
 		case strings.HasPrefix(pgErr.Code, "08"), strings.HasPrefix(pgErr.Code, "57P"), pgErr.Code == "53300":
+			s.unavailable(err)
 			return fmt.Errorf("pgjournal: %s: %w: %w", op, journal.ErrUnavailable, err)
 		}
 		return fmt.Errorf("pgjournal: %s: %w", op, err)
 	}
 	// Anything else is the connection: refused, reset, closed.
+	s.unavailable(err)
 	return fmt.Errorf("pgjournal: %s: %w: %w", op, journal.ErrUnavailable, err)
 }
 

@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/lazarusrt/lazarus/actors/actorstest"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/journal/pgjournal/pgtest"
 	"github.com/lazarusrt/lazarus/messages"
@@ -90,14 +93,31 @@ func TestBadDSN(t *testing.T) {
 }
 
 // TestServerRestart: while the server is down, calls fail with
-// ErrUnavailable (never an acknowledgement); once it is back, the pool
-// reconnects and every acknowledged write is there.
+// ErrUnavailable (never an acknowledgement) and at once, without a dial,
+// except for one reconnection attempt per backoff, the backoff doubling up
+// to its maximum; once the server is back, the next attempt reconnects and
+// every acknowledged write is there. The connection attempts are counted by
+// the pool's BeforeConnect hook; the backoff runs on a manual clock.
 func TestServerRestart(t *testing.T) {
 	srv, err := pgtest.Start()
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = srv.Close() })
 	dsn := srv.NewDatabase(t)
-	s := open(t, dsn, Options{Timeout: 10 * time.Second})
+	cfg, err := pgxpool.ParseConfig(dsn)
+	require.NoError(t, err)
+	var dials atomic.Int64
+	cfg.BeforeConnect = func(context.Context, *pgx.ConnConfig) error {
+		dials.Add(1) // every connection the pool tries to make
+		return nil
+	}
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	clock := actorstest.NewManualClock(time.Unix(1_000_000, 0))
+	const first, most = 100 * time.Millisecond, 400 * time.Millisecond
+	s, err := OpenPool(t.Context(), pool, Options{Timeout: 10 * time.Second, ReconnectBackoff: first, MaxReconnectBackoff: most, Clock: clock})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
 	ctx := t.Context()
 
 	res, err := s.Append(ctx, &messages.AppendRequest{ConversationId: "c", Events: []*messages.Event{userEvent("before")}})
@@ -107,17 +127,57 @@ func TestServerRestart(t *testing.T) {
 	srv.StopServer()
 	_, err = s.Append(ctx, &messages.AppendRequest{ConversationId: "c", ExpectedLast: 1, Events: []*messages.Event{userEvent("down")}})
 	require.ErrorIs(t, err, journal.ErrUnavailable)
-	_, err = s.LastSeq(ctx, "c")
-	require.ErrorIs(t, err, journal.ErrUnavailable)
+	// The pool's connections are dead; the call that finds no live one
+	// dials, fails, and opens the breaker.
+	for i, start := 0, dials.Load(); dials.Load() == start; i++ {
+		require.Less(t, i, 2*DefaultMaxConns, "a call dials once the dead connections are gone")
+		_, err := s.LastSeq(ctx, "c")
+		require.ErrorIs(t, err, journal.ErrUnavailable)
+		require.LessOrEqual(t, dials.Load(), start+1, "one dial opens the breaker")
+	}
+	// failFast makes n calls of several kinds and checks that each fails
+	// with ErrUnavailable and that none dialed.
+	failFast := func(n int, why string) {
+		t.Helper()
+		before := dials.Load()
+		for range n {
+			_, err := s.LastSeq(ctx, "c")
+			require.ErrorIs(t, err, journal.ErrUnavailable, why)
+			res := s.AppendBatch(ctx, []*messages.AppendRequest{{ConversationId: "c", ExpectedLast: 1, Events: []*messages.Event{userEvent("down")}}})
+			require.ErrorIs(t, res[0].Err, journal.ErrUnavailable, why)
+		}
+		require.Equal(t, before, dials.Load(), "no dial: %s", why)
+	}
+	// attempt advances the clock by d, then checks that exactly one call
+	// (the reconnection attempt) dials, and that it fails.
+	attempt := func(d time.Duration) {
+		t.Helper()
+		clock.Advance(d)
+		before := dials.Load()
+		_, err := s.LastSeq(ctx, "c")
+		require.ErrorIs(t, err, journal.ErrUnavailable)
+		require.Greater(t, dials.Load(), before, "the attempt after %v dials", d)
+		failFast(20, "right after a failed attempt")
+	}
+	failFast(50, "the first backoff")
+	clock.Advance(first - time.Millisecond)
+	failFast(10, "before the first backoff has passed")
+	attempt(time.Millisecond) // at 100ms; the backoff is now 200ms
+	clock.Advance(first)
+	failFast(10, "the backoff doubled")
+	attempt(first) // at 200ms: 400ms
+	attempt(most)  // at most: stays at most
+	attempt(most)  //
+	clock.Advance(most / 2)
+	failFast(10, "the backoff stays at its maximum")
+	attempt(most / 2)
 
 	require.NoError(t, srv.Resume())
-	require.Eventually(t, func() bool {
-		_, err := s.LastSeq(ctx, "c")
-		return err == nil
-	}, 30*time.Second, 50*time.Millisecond, "the pool reconnects")
+	failFast(10, "the server is back, but the backoff has not passed")
+	clock.Advance(most)
 	last, err := s.LastSeq(ctx, "c")
-	require.NoError(t, err)
-	require.EqualValues(t, 1, last, "the failed append wrote nothing")
+	require.NoError(t, err, "the attempt after the backoff reconnects")
+	require.EqualValues(t, 1, last, "the failed appends wrote nothing")
 	res, err = s.Append(ctx, &messages.AppendRequest{ConversationId: "c", ExpectedLast: 1, Events: []*messages.Event{userEvent("after")}})
 	require.NoError(t, err)
 	require.EqualValues(t, 2, res.LastSeq)
@@ -126,6 +186,30 @@ func TestServerRestart(t *testing.T) {
 	require.Len(t, evs, 2)
 	assert.Equal(t, "before", textOf(evs[0]))
 	assert.Equal(t, "after", textOf(evs[1]))
+}
+
+// TestServerRestartDefaults: a Store opened with the zero Options reconnects
+// on its own once the server is back (with the system clock: within
+// DefaultMaxReconnectBackoff plus a dial).
+func TestServerRestartDefaults(t *testing.T) {
+	srv, err := pgtest.Start()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Close() })
+	s := open(t, srv.NewDatabase(t), Options{})
+	ctx := t.Context()
+	_, err = s.Append(ctx, &messages.AppendRequest{ConversationId: "c", Events: []*messages.Event{userEvent("before")}})
+	require.NoError(t, err)
+	srv.StopServer()
+	_, err = s.LastSeq(ctx, "c")
+	require.ErrorIs(t, err, journal.ErrUnavailable)
+	require.NoError(t, srv.Resume())
+	require.Eventually(t, func() bool {
+		_, err := s.LastSeq(ctx, "c")
+		return err == nil
+	}, 30*time.Second, 10*time.Millisecond, "the store reconnects")
+	res, err := s.Append(ctx, &messages.AppendRequest{ConversationId: "c", ExpectedLast: 1, Events: []*messages.Event{userEvent("after")}})
+	require.NoError(t, err)
+	require.EqualValues(t, 2, res.LastSeq)
 }
 
 // TestMigrationBuildsActiveIndex: a database at schema version 1 (no
@@ -155,7 +239,7 @@ func TestMigrationBuildsActiveIndex(t *testing.T) {
 	conn, err := pgx.Connect(ctx, dsn)
 	require.NoError(t, err)
 	defer conn.Close(context.Background())
-	_, err = conn.Exec(ctx, `DROP INDEX lz_conversations_active; ALTER TABLE lz_conversations DROP COLUMN status; DELETE FROM lz_schema WHERE version = 2`)
+	_, err = conn.Exec(ctx, `DROP INDEX lz_conversations_active; ALTER TABLE lz_conversations DROP COLUMN status; DELETE FROM lz_schema WHERE version >= 2`)
 	require.NoError(t, err)
 
 	s = open(t, dsn, Options{})
@@ -166,4 +250,28 @@ func TestMigrationBuildsActiveIndex(t *testing.T) {
 	var indexed bool
 	require.NoError(t, conn.QueryRow(ctx, "SELECT count(*) = 1 FROM pg_indexes WHERE indexname = 'lz_conversations_active'").Scan(&indexed))
 	require.True(t, indexed)
+}
+
+// TestWriteSettings: schema version 3 leaves room for in-page updates of
+// conversation rows and compresses large records with lz4 (the test
+// server is built with it).
+func TestWriteSettings(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	open(t, dsn, Options{})
+	conn, err := pgx.Connect(t.Context(), dsn)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	var opts []string
+	require.NoError(t, conn.QueryRow(t.Context(), "SELECT reloptions FROM pg_class WHERE relname = 'lz_conversations'").Scan(&opts))
+	assert.Contains(t, opts, "fillfactor=50")
+	rows, err := conn.Query(t.Context(), `SELECT c.relname || '.' || a.attname, a.attcompression::text FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+		WHERE c.relname IN ('lz_events', 'lz_tool_calls', 'lz_summaries') AND a.attname = 'data' ORDER BY 1`)
+	require.NoError(t, err)
+	got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (string, error) {
+		var col, method string
+		err := r.Scan(&col, &method)
+		return col + "=" + method, err
+	})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"lz_events.data=l", "lz_summaries.data=l", "lz_tool_calls.data=l"}, got)
 }

@@ -1,0 +1,71 @@
+package lazarus
+
+import (
+	"context"
+	"time"
+
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// Metrics are hooks through which a Runtime reports what it does, for an
+// exporter (package server exposes them in the Prometheus format). Every
+// field is optional: a nil hook is never called and costs one nil check,
+// and the zero Metrics costs nothing more. Hooks are called on the
+// runtime's own goroutines (a committer, the journal actor, a model-call
+// goroutine, a subscriber's), concurrently with each other: they must be
+// safe for concurrent use, must not block and should not allocate. New
+// hooks may be added as fields; existing ones keep their meaning.
+type Metrics struct {
+	// Commit is called after each Store.AppendBatch of the journal actor
+	// (a group commit): how many append requests it carried and how long
+	// it took, whether it succeeded or not.
+	Commit func(requests int, took time.Duration)
+	// Appended is called for each append request the Store committed,
+	// with the number of events it wrote (0 for a write of rows only, such
+	// as a resolution's).
+	Appended func(events int)
+	// Expired is called for each human call resolved with the system's
+	// identity (agent.SystemUserID), which is what a deadline's expiry
+	// records.
+	Expired func()
+	// Activated is called each time a conversation actor is spawned: its
+	// first activation or a revival after passivation, a kill or a
+	// restart.
+	Activated func()
+	// ModelCall is called after each call of Options.Model's Generate by
+	// a conversation (not by a summarizer), with its duration and error
+	// (nil on success; a cancelled call reports its context's error).
+	ModelCall func(took time.Duration, err error)
+	// Subscribers is called with +1 when a subscription starts and -1
+	// when it ends.
+	Subscribers func(delta int)
+}
+
+// committed feeds the Appended and Expired hooks from one committed
+// append request.
+func (m *Metrics) committed(req *messages.AppendRequest) {
+	if m.Appended != nil {
+		m.Appended(len(req.GetEvents()))
+	}
+	if m.Expired != nil {
+		for _, res := range req.GetResolutions() {
+			if res.GetBy().GetUserId() == agent.SystemUserID {
+				m.Expired()
+			}
+		}
+	}
+}
+
+// timedModel reports the duration and error of every Generate to a hook.
+type timedModel struct {
+	agent.Model
+	observe func(time.Duration, error)
+}
+
+func (m timedModel) Generate(ctx context.Context, turn agent.Turn, onDelta func(string)) (*messages.AssistantMessage, error) {
+	start := time.Now()
+	msg, err := m.Model.Generate(ctx, turn, onDelta)
+	m.observe(time.Since(start), err)
+	return msg, err
+}

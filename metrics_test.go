@@ -1,0 +1,88 @@
+package lazarus_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/actors/actorstest"
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/agent/scripted"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// TestMetricsHooks: a turn that suspends on a human call whose deadline
+// then passes reports its commits, appends, activation, model calls,
+// subscription and the expiry to Options.Metrics.
+func TestMetricsHooks(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var commits, requests, appends, events, expired, activated, modelCalls, modelErrs, subs, maxSubs atomic.Int64
+	clock := actorstest.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	model := scripted.New(scripted.Options{})
+	rt, err := lazarus.Open(lazarus.Options{
+		Model: model, Clock: clock, IdleTimeout: -1,
+		Tools: []agent.Tool{{Name: "ask", Executor: messages.Executor_EXECUTOR_HUMAN, Timeout: time.Minute}},
+		Metrics: lazarus.Metrics{
+			Commit: func(n int, took time.Duration) {
+				commits.Add(1)
+				requests.Add(int64(n))
+			},
+			Appended: func(n int) {
+				appends.Add(1)
+				events.Add(int64(n))
+			},
+			Expired:   func() { expired.Add(1) },
+			Activated: func() { activated.Add(1) },
+			ModelCall: func(_ time.Duration, err error) {
+				modelCalls.Add(1)
+				if err != nil {
+					modelErrs.Add(1)
+				}
+			},
+			Subscribers: func(d int) {
+				if n := subs.Add(int64(d)); n > maxSubs.Load() {
+					maxSubs.Store(n)
+				}
+			},
+		},
+	})
+	require.NoError(t, err)
+	defer rt.Close()
+
+	model.Push("c", scripted.Reply("asking", scripted.Call("ask", `{}`)), scripted.Text("done"))
+	end, err := rt.SendAndWait(ctx, "c", "hi", agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	require.Equal(t, lazarus.TurnSuspended, end.Outcome)
+
+	updates, err := rt.Subscribe(ctx, "c", 0)
+	require.NoError(t, err)
+	clock.Advance(2 * time.Minute) // the deadline passes: the call expires, the turn goes on
+	for u := range updates {
+		if u.TurnEnd != nil && u.TurnEnd.Outcome == lazarus.TurnAnswered {
+			break
+		}
+	}
+	require.EqualValues(t, 1, expired.Load())
+	require.EqualValues(t, 1, activated.Load())
+	require.EqualValues(t, 2, modelCalls.Load())
+	require.Zero(t, modelErrs.Load())
+	require.Positive(t, commits.Load())
+	// A write after the answer (rows only) may be between its commit and
+	// its report.
+	require.Eventually(t, func() bool { return requests.Load() == appends.Load() }, 10*time.Second, time.Millisecond,
+		"every committed request is reported once: %d committed, %d reported", requests.Load(), appends.Load())
+	seq, err := rt.Store().LastSeq(ctx, "c")
+	require.NoError(t, err)
+	require.EqualValues(t, seq, events.Load(), "every event is counted once")
+	require.GreaterOrEqual(t, maxSubs.Load(), int64(1))
+	cancel()
+	for range updates {
+	}
+	require.Eventually(t, func() bool { return subs.Load() == 0 }, 10*time.Second, time.Millisecond,
+		"an ended subscription is reported")
+}

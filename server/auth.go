@@ -1,0 +1,80 @@
+package server
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/journal"
+)
+
+// Authenticator turns a request into the identity of its caller: a user id
+// and roles. ok is false for a request without valid credentials, which is
+// answered 401. It is called once per request, concurrently, and must not
+// keep r.
+type Authenticator interface {
+	Authenticate(r *http.Request) (id agent.Identity, ok bool)
+}
+
+// AuthenticatorFunc adapts a function to Authenticator.
+type AuthenticatorFunc func(r *http.Request) (agent.Identity, bool)
+
+// Authenticate calls f.
+func (f AuthenticatorFunc) Authenticate(r *http.Request) (agent.Identity, bool) { return f(r) }
+
+// BearerTokens authenticates the header "Authorization: Bearer <token>"
+// against a fixed set of tokens, each mapped to an identity. A presented
+// token is compared with every known one in constant time
+// (crypto/subtle, over SHA-256 digests, so neither the position of the
+// first differing byte nor the tokens' lengths show in the time taken).
+type BearerTokens struct {
+	digests [][sha256.Size]byte
+	ids     []agent.Identity
+}
+
+// NewBearerTokens returns a BearerTokens over tokens (token -> identity).
+// A token must be non-empty; an identity must name a user (a UserID that is
+// neither empty nor agent.SystemUserID) and pass agent.ValidateIdentity.
+// Errors wrap journal.ErrInvalid.
+func NewBearerTokens(tokens map[string]agent.Identity) (*BearerTokens, error) {
+	b := &BearerTokens{}
+	for tok, id := range tokens {
+		switch {
+		case tok == "":
+			return nil, fmt.Errorf("server: bearer tokens: %w", journal.Invalidf("empty token"))
+		case id.UserID == "" || id.UserID == agent.SystemUserID:
+			return nil, fmt.Errorf("server: bearer tokens: %w", journal.Invalidf("a token's identity must name a user (not %q)", id.UserID))
+		}
+		if err := agent.ValidateIdentity(id); err != nil {
+			return nil, fmt.Errorf("server: bearer tokens: identity of %q: %w", id.UserID, err)
+		}
+		b.digests = append(b.digests, sha256.Sum256([]byte(tok)))
+		b.ids = append(b.ids, agent.Identity{UserID: id.UserID, Roles: append([]string(nil), id.Roles...)})
+	}
+	return b, nil
+}
+
+// Authenticate implements Authenticator.
+func (b *BearerTokens) Authenticate(r *http.Request) (agent.Identity, bool) {
+	h := r.Header.Get("Authorization")
+	scheme, tok, found := strings.Cut(h, " ")
+	if !found || !strings.EqualFold(scheme, "Bearer") || tok == "" {
+		return agent.Identity{}, false
+	}
+	d := sha256.Sum256([]byte(tok))
+	match := -1
+	for i := range b.digests {
+		// No early exit: every token is compared.
+		if subtle.ConstantTimeCompare(d[:], b.digests[i][:]) == 1 {
+			match = i
+		}
+	}
+	if match < 0 {
+		return agent.Identity{}, false
+	}
+	id := b.ids[match]
+	return agent.Identity{UserID: id.UserID, Roles: append([]string(nil), id.Roles...)}, true
+}

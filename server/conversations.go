@@ -1,0 +1,375 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// OwnerKey is the metadata key under which a conversation created through
+// the API records its creator's user id. ReservedMetadataPrefix starts every
+// key the server reserves: the API refuses to set such keys.
+const (
+	ReservedMetadataPrefix = "lazarus."
+	OwnerKey               = ReservedMetadataPrefix + "owner"
+)
+
+// Conversation is a conversation as the API shows it.
+type Conversation struct {
+	ID string `json:"id"`
+	// Status is "active" (a turn is owed or running), "suspended"
+	// (waiting on human calls), "idle" or "ended".
+	Status   string            `json:"status"`
+	Created  *time.Time        `json:"created,omitempty"`
+	Updated  *time.Time        `json:"updated,omitempty"`
+	Metadata map[string]string `json:"metadata"`
+}
+
+// ConversationList is a page of conversations.
+type ConversationList struct {
+	Conversations []Conversation `json:"conversations"`
+	// NextCursor resumes the listing; "" when there is no more.
+	NextCursor string `json:"next_cursor"`
+}
+
+// CreateConversation is the body of POST /v1/conversations. New optional
+// fields (settings of the conversation) may be added; existing ones keep
+// their meaning.
+type CreateConversation struct {
+	// Metadata to attach (keys as ids, not under ReservedMetadataPrefix).
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// SendMessage is the body of POST /v1/conversations/{id}/messages.
+type SendMessage struct {
+	// Text of the user message. Required, non-empty.
+	Text string `json:"text"`
+	// RequestID is the idempotency key: a send retried with the same key
+	// appends nothing twice and answers the first seq.
+	RequestID string `json:"request_id,omitempty"`
+}
+
+// Sent is the answer of a send: the message's seq, durable.
+type Sent struct {
+	Seq uint64 `json:"seq"`
+}
+
+// EventPage is a page of history.
+type EventPage struct {
+	// Events in ascending seq, each the protobuf JSON of a lazarus.v1.Event
+	// with proto field names.
+	Events []json.RawMessage `json:"events"`
+	// NextBefore pages backwards: pass it as "before"; 0 when this page
+	// reached the first event.
+	NextBefore uint64 `json:"next_before"`
+}
+
+var eventJSON = protojson.MarshalOptions{UseProtoNames: true}
+
+func statusName(s messages.ConversationStatus) string {
+	switch s {
+	case messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE:
+		return "active"
+	case messages.ConversationStatus_CONVERSATION_STATUS_SUSPENDED:
+		return "suspended"
+	case messages.ConversationStatus_CONVERSATION_STATUS_IDLE:
+		return "idle"
+	case messages.ConversationStatus_CONVERSATION_STATUS_ENDED:
+		return "ended"
+	}
+	return "unspecified"
+}
+
+func timeOf(ts *timestamppb.Timestamp) *time.Time {
+	if ts == nil {
+		return nil
+	}
+	t := ts.AsTime().UTC()
+	return &t
+}
+
+func conversationOf(row *messages.Conversation, md map[string]string) Conversation {
+	if md == nil {
+		md = map[string]string{}
+	}
+	return Conversation{ID: row.GetId(), Status: statusName(row.GetStatus()),
+		Created: timeOf(row.GetCreated()), Updated: timeOf(row.GetUpdated()), Metadata: md}
+}
+
+// mayOwn reports whether c sees a conversation of metadata md.
+func (c caller) mayOwn(md map[string]string) bool {
+	return c.operator || (md[OwnerKey] != "" && md[OwnerKey] == c.UserID)
+}
+
+// conversation reads the conversation id for c: its row and metadata, or
+// an error that does not tell a stranger whether it exists (404).
+func (s *Server) conversation(ctx context.Context, c caller, id string) (*messages.Conversation, map[string]string, error) {
+	if err := journal.ValidateID("conversation id", id); err != nil {
+		return nil, nil, err
+	}
+	st := s.rt.Store()
+	row, err := st.Conversation(ctx, id)
+	switch {
+	case errors.Is(err, journal.ErrDeleted), errors.Is(err, journal.ErrNotFound):
+		if c.operator {
+			return nil, nil, err
+		}
+		return nil, nil, errNotFound // a deleted conversation's owner went with it
+	case err != nil:
+		return nil, nil, err
+	}
+	md, err := st.Metadata(ctx, id)
+	if err != nil {
+		if !c.operator && (errors.Is(err, journal.ErrDeleted) || errors.Is(err, journal.ErrNotFound)) {
+			return nil, nil, errNotFound
+		}
+		return nil, nil, err
+	}
+	if !c.mayOwn(md) {
+		return nil, nil, errNotFound
+	}
+	return row, md, nil
+}
+
+// listScanFactor bounds the rows one listing reads: at most this many
+// times the page size. As rows are filtered (by owner, unless the caller is
+// an operator, and by the metadata asked for), a page may hold fewer
+// conversations than asked (even none) with a next cursor.
+const listScanFactor = 20
+
+// metadataFilter reads the query parameters metadata[KEY]=VALUE (OpenAPI's
+// deepObject style): a conversation is listed only if its metadata holds
+// every KEY with its VALUE.
+func metadataFilter(r *http.Request) (map[string]string, error) {
+	var want map[string]string
+	for name, values := range r.URL.Query() {
+		key, ok := strings.CutPrefix(name, "metadata[")
+		if !ok {
+			continue
+		}
+		key, ok = strings.CutSuffix(key, "]")
+		if !ok || len(values) != 1 {
+			return nil, errInvalid(fmt.Sprintf("query parameter %q: want one metadata[KEY]=VALUE", name))
+		}
+		if err := journal.ValidateID("metadata key", key); err != nil {
+			return nil, err
+		}
+		if want == nil {
+			want = map[string]string{}
+		}
+		want[key] = values[0]
+	}
+	return want, nil
+}
+
+func matches(md, want map[string]string) bool {
+	for k, v := range want {
+		if got, ok := md[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Server) listConversations(w http.ResponseWriter, r *http.Request, c caller) {
+	cursor, limit, err := pageParams(r)
+	if err == nil && cursor != "" {
+		err = journal.ValidateID("cursor", cursor)
+	}
+	var want map[string]string
+	if err == nil {
+		want, err = metadataFilter(r)
+	}
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+
+	ctx, st := r.Context(), s.rt.Store()
+	out := ConversationList{Conversations: []Conversation{}}
+	budget := limit * listScanFactor
+	for {
+		rows, next, err := st.ListConversations(ctx, cursor, min(limit, budget))
+		if err != nil {
+			s.writeError(w, err)
+			return
+		}
+		budget -= len(rows)
+		for _, row := range rows {
+			cursor = row.GetId()
+			md, err := st.Metadata(ctx, row.GetId())
+			if errors.Is(err, journal.ErrDeleted) || errors.Is(err, journal.ErrNotFound) {
+				continue // deleted since it was listed
+			}
+			if err != nil {
+				s.writeError(w, err)
+				return
+			}
+			if !c.mayOwn(md) || !matches(md, want) {
+				continue
+			}
+			out.Conversations = append(out.Conversations, conversationOf(row, md))
+			if len(out.Conversations) == limit {
+				break
+			}
+		}
+		switch {
+		case (next == "" || len(rows) == 0) && len(out.Conversations) < limit:
+			// The last page (a full page ending on the last row is
+			// followed by an empty one).
+			writeJSON(w, http.StatusOK, out)
+			return
+		case len(out.Conversations) == limit || budget <= 0:
+			out.NextCursor = cursor
+			writeJSON(w, http.StatusOK, out)
+			return
+		}
+	}
+}
+
+func newConversationID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return "c-" + hex.EncodeToString(b[:])
+}
+
+// createConversation makes a conversation with a fresh random id, its
+// caller as owner. The row is written (status idle, no events) and then
+// the metadata: nobody else can know the id before the answer, so nothing
+// races the two writes. If the second fails, the row is deleted again.
+func (s *Server) createConversation(w http.ResponseWriter, r *http.Request, c caller) {
+	var body CreateConversation
+	if err := s.decodeBody(w, r, &body); err != nil {
+		s.writeError(w, err)
+		return
+	}
+	md := make(map[string]string, len(body.Metadata)+1)
+	for k, v := range body.Metadata {
+		if strings.HasPrefix(k, ReservedMetadataPrefix) {
+			s.writeError(w, errInvalid(fmt.Sprintf("metadata key %q: keys under %q are reserved", k, ReservedMetadataPrefix)))
+			return
+		}
+		if v == "" {
+			s.writeError(w, errInvalid(fmt.Sprintf("metadata key %q has an empty value", k)))
+			return
+		}
+		md[k] = v
+	}
+	md[OwnerKey] = c.UserID
+	id := newConversationID()
+	if err := journal.ValidateMetadata(id, md); err != nil {
+		s.writeError(w, err)
+		return
+	}
+	ctx := r.Context()
+	st := s.rt.Store()
+	if err := st.PutConversation(ctx, journal.ConversationUpdate{ID: id, Status: messages.ConversationStatus_CONVERSATION_STATUS_IDLE}); err != nil {
+		s.writeError(w, err)
+		return
+	}
+	if err := s.rt.MergeMetadata(ctx, id, md); err != nil {
+		if derr := s.rt.Delete(context.WithoutCancel(ctx), id); derr != nil {
+			s.log.Warn("server: a created conversation whose metadata failed could not be deleted", "conversation", id, "err", derr)
+		}
+		s.writeError(w, err)
+		return
+	}
+	row, err := st.Conversation(ctx, id)
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	w.Header().Set("Location", "/v1/conversations/"+id)
+	writeJSON(w, http.StatusCreated, conversationOf(row, md))
+}
+
+func (s *Server) getConversation(w http.ResponseWriter, r *http.Request, c caller) {
+	row, md, err := s.conversation(r.Context(), c, r.PathValue("id"))
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, conversationOf(row, md))
+}
+
+func (s *Server) deleteConversation(w http.ResponseWriter, r *http.Request, c caller) {
+	id := r.PathValue("id")
+	if _, _, err := s.conversation(r.Context(), c, id); err != nil {
+		s.writeError(w, err)
+		return
+	}
+	if err := s.rt.Delete(r.Context(), id); err != nil {
+		s.writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) sendMessage(w http.ResponseWriter, r *http.Request, c caller) {
+	id := r.PathValue("id")
+	var body SendMessage
+	if err := s.decodeBody(w, r, &body); err != nil {
+		s.writeError(w, err)
+		return
+	}
+	if _, _, err := s.conversation(r.Context(), c, id); err != nil {
+		s.writeError(w, err)
+		return
+	}
+	msg := &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: body.Text}}}}
+	seq, err := s.rt.SendMessage(r.Context(), id, msg, lazarus.SendOptions{RequestID: body.RequestID}, c.scope())
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, Sent{Seq: seq})
+}
+
+func (s *Server) history(w http.ResponseWriter, r *http.Request, c caller) {
+	id := r.PathValue("id")
+	before, err := uintParam(r, "before")
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	_, limit, err := pageParams(r)
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	if _, _, err := s.conversation(r.Context(), c, id); err != nil {
+		s.writeError(w, err)
+		return
+	}
+	evs, err := s.rt.History(r.Context(), id, before, limit)
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	page := EventPage{Events: make([]json.RawMessage, 0, len(evs))}
+	for _, ev := range evs {
+		b, err := eventJSON.Marshal(ev)
+		if err != nil {
+			s.writeError(w, err)
+			return
+		}
+		page.Events = append(page.Events, b)
+	}
+	if len(evs) == limit && evs[0].GetSeq() > 1 {
+		page.NextBefore = evs[0].GetSeq()
+	}
+	writeJSON(w, http.StatusOK, page)
+}

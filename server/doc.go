@@ -1,0 +1,105 @@
+// Package server serves a *lazarus.Runtime over HTTP: a JSON API under
+// /v1/, its OpenAPI 3 document at /v1/openapi.json, live events as
+// server-sent events, Prometheus metrics at /metrics, and health (/healthz)
+// and readiness (/readyz) probes. New returns an http.Handler that an
+// application mounts in its own http.Server; it starts no goroutine of its
+// own (each streaming request runs on its handler's goroutine).
+//
+// # Routes
+//
+//	GET    /v1/conversations                    list (paged, with status and metadata; metadata[KEY]=VALUE filters)
+//	POST   /v1/conversations                    create, with metadata; 201
+//	GET    /v1/conversations/{id}               one conversation
+//	DELETE /v1/conversations/{id}               delete; 204
+//	POST   /v1/conversations/{id}/messages      send a user message; 202 once durable
+//	GET    /v1/conversations/{id}/events        history, newest page first (before, limit)
+//	GET    /v1/conversations/{id}/stream        server-sent events after a seq
+//	GET    /v1/calls                            pending human calls (paged)
+//	GET    /v1/calls/{id}                       one call: tool, prompt, arguments, deadline
+//	POST   /v1/calls/{id}/resolve               answer it with a JSON result
+//	POST   /v1/calls/{id}/reject                decline it with a reason
+//	GET    /v1/openapi.json                     the API's OpenAPI 3 document
+//	GET    /metrics  /healthz  /readyz
+//
+// # Identity and what a user may see
+//
+// Every /v1/ route but the OpenAPI document authenticates the request
+// (Options.Authenticator, for example BearerTokens) into an agent.Identity:
+// a user id and roles. The identity is the scope of the calls the server
+// makes for the request: the requester of a message it sends, the resolver
+// the log records for an answer.
+//
+//   - A conversation created through the API records its creator's user id
+//     in its metadata under OwnerKey. Only its owner and operators (the
+//     role Options.OperatorRole) see it, send to it, read or stream its
+//     events and delete it. A conversation without an owner (made by Go
+//     code) is seen by operators only; an application grants a user one by
+//     setting OwnerKey with Runtime.MergeMetadata. Keys under
+//     ReservedMetadataPrefix cannot be set through the API.
+//   - A pending human call is seen by operators, by the owner of its
+//     conversation, and by users whom the call's tool has an Authorizer
+//     that allows (agent.Tool.Authorize, asked as for a Resolve): an
+//     approver sees the calls of the tools they may approve. A tool
+//     without an Authorizer accepts any identified resolver in the Go API;
+//     over HTTP its calls are still shown only to the owner and operators.
+//     An answer is then checked again by the Runtime with the tool's rules.
+//
+// # Status codes
+//
+// A request without valid credentials gets 401 (code "unauthenticated").
+// A resource that does not exist and one the caller may not see get the
+// same 404 (code "not_found"), so ids cannot be probed; a deleted
+// conversation is 410 ("deleted") only to those who could see it (its
+// metadata, owner included, went with it: operators). 403 ("forbidden") is
+// for an action on something the caller sees but may not do: an answer the
+// call's tool refuses, /metrics without the operator role. Errors are a JSON
+// object {"error":{"code":..., "message":...}}; the code of each sentinel is
+// stable:
+//
+//	journal.ErrInvalid, a malformed body or query    400 invalid
+//	a body over Options.MaxBodyBytes                 400 too_large
+//	journal.ErrNotFound                              404 not_found
+//	journal.ErrStale (a call already answered)       409 stale
+//	journal.ErrConflict                              409 conflict
+//	journal.ErrDeleted                               410 deleted
+//	lazarus.ErrForbidden                             403 forbidden
+//	lazarus.ErrUnknownOutcome (and journal's)        504 unknown_outcome
+//	context.DeadlineExceeded (Options.CallTimeout)   504 timeout
+//	lazarus.ErrClosed, journal.ErrClosed             503 closed
+//	journal.ErrUnavailable, ErrNoSpace, a request
+//	  cancelled by its client                        503 unavailable
+//	anything else                                    500 internal
+//
+// unknown_outcome means the write may or may not have happened: a send
+// retried with the same request_id appends nothing twice, a resolve retried
+// gets 409 stale if an answer was recorded. A bad request writes nothing:
+// bodies are read whole (at most Options.MaxBodyBytes), must be valid UTF-8
+// and one JSON object with no unknown field, and are validated as the Go
+// API validates them before any call that writes.
+//
+// # Live events
+//
+// GET /v1/conversations/{id}/stream sends, as text/event-stream, the
+// conversation's events after the seq given by the Last-Event-ID header or
+// else the "after" query parameter (default 0, the whole log): first those
+// in the log, then each new one once durable, with no gap and no duplicate
+// across kills and revivals of the conversation's actor. Messages:
+//
+//	event: event      id: <seq>   data: the event (protobuf JSON, proto field names)
+//	event: delta                  data: {"text": "..."}  streamed text, not durable
+//	event: turn_end               data: {"outcome": "answered"|"suspended"|"failed"|"cancelled", "seq": N, "error": "..."}
+//	event: retry                  data: {"attempt": N, "delay_ms": N, "error": "..."}  a model call is tried again
+//	event: error                  data: {"error": {"code": ..., "message": ...}}; the stream ends
+//
+// A failed turn ends with a durable turn_failed event (then a turn_end
+// "failed"), or, for a write that failed, a turn_end "failed" alone. After a
+// "retry", the deltas are those of the new attempt, from its start. Only
+// "event" messages carry an id, so a reconnecting client's
+// Last-Event-ID is the seq of the last event it received. On every
+// connection, the deltas sent before the first live update are the whole
+// answer in progress so far (the Runtime's subscriptions replay it), so a
+// client that reconnects in the middle of an answer replaces its partial
+// text with them. A comment line is sent every Options.KeepAlive while
+// nothing else is. A stream that falls too far behind ends with an error of
+// code "lagged": reconnect with Last-Event-ID.
+package server

@@ -1,0 +1,103 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/journal"
+)
+
+// The codes of the errors the API answers (see the package documentation
+// for the status of each). They are stable: clients branch on them.
+const (
+	CodeInvalid         = "invalid"
+	CodeTooLarge        = "too_large"
+	CodeUnauthenticated = "unauthenticated"
+	CodeForbidden       = "forbidden"
+	CodeNotFound        = "not_found"
+	CodeStale           = "stale"
+	CodeConflict        = "conflict"
+	CodeDeleted         = "deleted"
+	CodeUnknownOutcome  = "unknown_outcome"
+	CodeTimeout         = "timeout"
+	CodeClosed          = "closed"
+	CodeUnavailable     = "unavailable"
+	CodeLagged          = "lagged"
+	CodeInternal        = "internal"
+)
+
+// apiError is an error with its HTTP status and code.
+type apiError struct {
+	status int
+	code   string
+	msg    string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func errInvalid(msg string) *apiError {
+	return &apiError{status: http.StatusBadRequest, code: CodeInvalid, msg: msg}
+}
+
+var errNotFound = &apiError{status: http.StatusNotFound, code: CodeNotFound, msg: "not found"}
+
+// classify returns the status and code of err.
+func classify(err error) (int, string) {
+	var ae *apiError
+	switch {
+	case errors.As(err, &ae):
+		return ae.status, ae.code
+	case errors.Is(err, journal.ErrInvalid):
+		return http.StatusBadRequest, CodeInvalid
+	case errors.Is(err, lazarus.ErrUnknownOutcome), errors.Is(err, journal.ErrUnknownOutcome):
+		return http.StatusGatewayTimeout, CodeUnknownOutcome
+	case errors.Is(err, lazarus.ErrClosed), errors.Is(err, journal.ErrClosed):
+		return http.StatusServiceUnavailable, CodeClosed
+	case errors.Is(err, journal.ErrStale):
+		return http.StatusConflict, CodeStale
+	case errors.Is(err, journal.ErrDeleted):
+		return http.StatusGone, CodeDeleted
+	case errors.Is(err, journal.ErrNotFound):
+		return http.StatusNotFound, CodeNotFound
+	case errors.Is(err, journal.ErrConflict):
+		return http.StatusConflict, CodeConflict
+	case errors.Is(err, lazarus.ErrForbidden):
+		return http.StatusForbidden, CodeForbidden
+	case errors.Is(err, context.DeadlineExceeded):
+		return http.StatusGatewayTimeout, CodeTimeout
+	case errors.Is(err, journal.ErrUnavailable), errors.Is(err, journal.ErrNoSpace), errors.Is(err, context.Canceled):
+		return http.StatusServiceUnavailable, CodeUnavailable
+	}
+	return http.StatusInternalServerError, CodeInternal
+}
+
+type errorBody struct {
+	Error errorDetail `json:"error"`
+}
+
+type errorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// writeError answers err as JSON with its status and code.
+func (s *Server) writeError(w http.ResponseWriter, err error) {
+	status, code := classify(err)
+	if status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="lazarus"`)
+	}
+	if status >= 500 {
+		s.log.Warn("server: request failed", "status", status, "code", code, "err", err)
+	}
+	writeJSON(w, status, errorBody{Error: errorDetail{Code: code, Message: err.Error()}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,191 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/lazarusrt/lazarus"
+)
+
+// Metrics holds the Prometheus series of a Runtime, in a registry of its
+// own. Make it before the Runtime, pass its Hooks to lazarus.Options.Metrics
+// and it to Options.Metrics:
+//
+//	m := server.NewMetrics()
+//	rt, err := lazarus.Open(lazarus.Options{Model: model, Metrics: m.Hooks()})
+//	h := server.New(rt, server.Options{Authenticator: tokens, Metrics: m})
+//
+// The series (all prefixed lazarus_):
+//
+//	journal_commit_seconds            histogram: duration of one group commit (Store.AppendBatch)
+//	journal_commit_requests           histogram: append requests per group commit
+//	journal_appends_total             counter: append requests committed
+//	journal_events_total              counter: events appended
+//	conversations_live                gauge: conversation actors in memory (read at scrape)
+//	conversations_active              gauge: conversations whose status is ACTIVE, a turn owed or running (counted at scrape, up to MaxPendingCount)
+//	conversation_activations_total    counter: actors spawned (first activations and revivals)
+//	human_calls_pending               gauge: pending human calls (counted at scrape, up to MaxPendingCount)
+//	human_calls_expired_total         counter: human calls resolved by their deadline
+//	model_call_seconds                histogram: duration of one model call
+//	model_call_errors_total           counter: model calls that returned an error (cancelled ones too)
+//	subscriptions                     gauge: live subscriptions (event streams and Go subscribers)
+//
+// Hooks are allocation-free: counters and histograms of client_golang.
+type Metrics struct {
+	reg *prometheus.Registry
+	rt  atomic.Pointer[lazarus.Runtime]
+
+	commitSeconds  prometheus.Histogram
+	commitRequests prometheus.Histogram
+	appends        prometheus.Counter
+	events         prometheus.Counter
+	activations    prometheus.Counter
+	expired        prometheus.Counter
+	modelSeconds   prometheus.Histogram
+	modelErrors    prometheus.Counter
+	subscriptions  prometheus.Gauge
+}
+
+// MaxPendingCount bounds what lazarus_human_calls_pending and
+// lazarus_conversations_active count at one scrape (each pages through an
+// index of the Store, the pending calls or the ACTIVE conversations, so a
+// scrape reads at most this many entries of each); past it the gauge reads
+// MaxPendingCount.
+const MaxPendingCount = 100_000
+
+// NewMetrics returns a Metrics with its series registered in a new
+// registry (Registry), with the Go and process collectors.
+func NewMetrics() *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry()}
+	const ns = "lazarus"
+	m.commitSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "journal_commit_seconds",
+		Help: "Duration of one group commit (Store.AppendBatch).", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)})
+	m.commitRequests = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "journal_commit_requests",
+		Help: "Append requests per group commit.", Buckets: prometheus.ExponentialBuckets(1, 2, 13)})
+	m.appends = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "journal_appends_total",
+		Help: "Append requests committed."})
+	m.events = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "journal_events_total",
+		Help: "Events appended."})
+	m.activations = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "conversation_activations_total",
+		Help: "Conversation actors spawned: first activations and revivals."})
+	m.expired = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "human_calls_expired_total",
+		Help: "Human calls resolved by their deadline."})
+	m.modelSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "model_call_seconds",
+		Help: "Duration of one model call.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)})
+	m.modelErrors = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "model_call_errors_total",
+		Help: "Model calls that returned an error (cancelled ones included)."})
+	m.subscriptions = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "subscriptions",
+		Help: "Live subscriptions to conversations (event streams included)."})
+	live := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "conversations_live",
+		Help: "Conversation actors in memory."}, func() float64 {
+		if rt := m.rt.Load(); rt != nil {
+			return float64(rt.Active())
+		}
+		return 0
+	})
+	active := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "conversations_active",
+		Help: "Conversations with a turn owed or running (status ACTIVE; counted at scrape, bounded)."}, m.activeConversations)
+	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "human_calls_pending",
+		Help: "Pending human calls (counted at scrape, bounded)."}, m.pendingCalls)
+	m.reg.MustRegister(m.commitSeconds, m.commitRequests, m.appends, m.events, m.activations, m.expired,
+		m.modelSeconds, m.modelErrors, m.subscriptions, live, active, pending,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Registry returns the registry of the series, to add an application's own
+// or to serve it elsewhere.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Hooks returns the hooks that feed m, for lazarus.Options.Metrics.
+func (m *Metrics) Hooks() lazarus.Metrics {
+	return lazarus.Metrics{
+		Commit: func(requests int, took time.Duration) {
+			m.commitSeconds.Observe(took.Seconds())
+			m.commitRequests.Observe(float64(requests))
+		},
+		Appended: func(events int) {
+			m.appends.Inc()
+			m.events.Add(float64(events))
+		},
+		Expired:   m.expired.Inc,
+		Activated: m.activations.Inc,
+		ModelCall: func(took time.Duration, err error) {
+			m.modelSeconds.Observe(took.Seconds())
+			if err != nil {
+				m.modelErrors.Inc()
+			}
+		},
+		Subscribers: func(delta int) { m.subscriptions.Add(float64(delta)) },
+	}
+}
+
+// attach makes the scrape-time gauges read rt (the latest Server made
+// with m).
+func (m *Metrics) attach(rt *lazarus.Runtime) { m.rt.Store(rt) }
+
+func (m *Metrics) pendingCalls() float64 {
+	rt := m.rt.Load()
+	if rt == nil {
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	n, cursor := 0, ""
+	for n < MaxPendingCount {
+		rows, next, err := rt.PendingCalls(ctx, cursor, min(1000, MaxPendingCount-n))
+		if err != nil {
+			break
+		}
+		n += len(rows)
+		if next == "" {
+			break
+		}
+		cursor = next
+	}
+	return float64(n)
+}
+
+func (m *Metrics) activeConversations() float64 {
+	rt := m.rt.Load()
+	if rt == nil {
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	n, cursor := 0, ""
+	for n < MaxPendingCount {
+		ids, next, err := rt.Store().ListActiveConversations(ctx, cursor, min(1000, MaxPendingCount-n))
+		if err != nil {
+			break
+		}
+		n += len(ids)
+		if next == "" {
+			break
+		}
+		cursor = next
+	}
+	return float64(n)
+}
+
+// metrics serves the Prometheus exposition: to operators, or to anyone
+// with Options.PublicMetrics.
+func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
+	if !s.opts.PublicMetrics {
+		c, ok := s.authenticate(r)
+		if !ok {
+			s.writeError(w, &apiError{status: http.StatusUnauthorized, code: CodeUnauthenticated, msg: "authentication required"})
+			return
+		}
+		if !c.operator {
+			s.writeError(w, &apiError{status: http.StatusForbidden, code: CodeForbidden, msg: "metrics need the operator role"})
+			return
+		}
+	}
+	s.prom.ServeHTTP(w, r)
+}

@@ -1,0 +1,258 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/agent"
+)
+
+// Defaults of Options.
+const (
+	// DefaultOperatorRole is the role that sees and answers everything.
+	DefaultOperatorRole = "operator"
+	// DefaultMaxBodyBytes bounds a request body: room for a message of
+	// journal.MaxEventBytes written as escaped JSON.
+	DefaultMaxBodyBytes = 4 << 20
+	// DefaultKeepAlive is how often an idle event stream gets a comment.
+	DefaultKeepAlive = 15 * time.Second
+	// DefaultPageSize is the page size of the listings when the request
+	// gives no limit; MaxPageSize is the largest one accepted.
+	DefaultPageSize = 50
+	MaxPageSize     = 1000
+)
+
+// Options configures a Server. The zero value of every field is a
+// documented default.
+type Options struct {
+	// Authenticator identifies the caller of each /v1/ request. Default
+	// nil: every such request is refused with 401 (the server fails
+	// closed).
+	Authenticator Authenticator
+	// OperatorRole is the role that sees and answers everything. Default
+	// DefaultOperatorRole.
+	OperatorRole string
+	// MaxBodyBytes bounds a request body; a larger one is refused with
+	// 400 (code too_large) and nothing is written. Default
+	// DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// KeepAlive is how often an event stream with nothing to send gets a
+	// comment line, so proxies keep it open. Default DefaultKeepAlive.
+	KeepAlive time.Duration
+	// Metrics is what /metrics exposes (see NewMetrics); pass the same
+	// Metrics' Hooks to lazarus.Options.Metrics so that the runtime feeds
+	// it. Default nil: the server makes its own, whose runtime-fed series
+	// stay at zero.
+	Metrics *Metrics
+	// PublicMetrics serves /metrics without authentication. Default false:
+	// /metrics needs the operator role.
+	PublicMetrics bool
+	// Logger receives the server's logs (failures answered 5xx). Default:
+	// discard.
+	Logger *slog.Logger
+}
+
+func (o Options) withDefaults() Options {
+	if o.OperatorRole == "" {
+		o.OperatorRole = DefaultOperatorRole
+	}
+	if o.MaxBodyBytes <= 0 {
+		o.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if o.KeepAlive <= 0 {
+		o.KeepAlive = DefaultKeepAlive
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics()
+	}
+	return o
+}
+
+// Server is the http.Handler of a Runtime's API. Its methods are safe for
+// concurrent use. It does not own the Runtime: closing the Runtime ends the
+// server's streams and makes its calls answer 503 (code closed).
+type Server struct {
+	rt   *lazarus.Runtime
+	opts Options
+	log  *slog.Logger
+	mux  *http.ServeMux
+	prom http.Handler // the exposition of opts.Metrics
+	// routes lists the patterns of mux, for the test that compares them
+	// with the OpenAPI document.
+	routes []string
+}
+
+//go:embed openapi.json
+var openAPI []byte
+
+// OpenAPI returns the API's OpenAPI 3 document (JSON), as served at
+// /v1/openapi.json. The caller must not modify it.
+func OpenAPI() []byte { return openAPI }
+
+// New returns the handler of rt's API. It starts nothing and cannot fail.
+func New(rt *lazarus.Runtime, opts Options) *Server {
+	opts = opts.withDefaults()
+	s := &Server{rt: rt, opts: opts, log: opts.Logger, mux: http.NewServeMux()}
+	opts.Metrics.attach(rt)
+	s.prom = promhttp.HandlerFor(opts.Metrics.reg, promhttp.HandlerOpts{})
+
+	s.handle("GET /v1/openapi.json", s.openAPI)
+	s.handle("GET /healthz", s.healthz)
+	s.handle("GET /readyz", s.readyz)
+	s.handle("GET /metrics", s.metrics)
+
+	s.handleAuth("GET /v1/conversations", s.listConversations)
+	s.handleAuth("POST /v1/conversations", s.createConversation)
+	s.handleAuth("GET /v1/conversations/{id}", s.getConversation)
+	s.handleAuth("DELETE /v1/conversations/{id}", s.deleteConversation)
+	s.handleAuth("POST /v1/conversations/{id}/messages", s.sendMessage)
+	s.handleAuth("GET /v1/conversations/{id}/events", s.history)
+	s.handleAuth("GET /v1/conversations/{id}/stream", s.stream)
+	s.handleAuth("GET /v1/calls", s.listCalls)
+	s.handleAuth("GET /v1/calls/{id}", s.getCall)
+	s.handleAuth("POST /v1/calls/{id}/resolve", s.resolveCall)
+	s.handleAuth("POST /v1/calls/{id}/reject", s.rejectCall)
+	// Anything else under /v1/ is a JSON 404.
+	s.mux.HandleFunc("/v1/", func(w http.ResponseWriter, _ *http.Request) { s.writeError(w, errNotFound) })
+	return s
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+func (s *Server) handle(pattern string, h http.HandlerFunc) {
+	s.routes = append(s.routes, pattern)
+	s.mux.HandleFunc(pattern, h)
+}
+
+// caller is the authenticated identity of a request.
+type caller struct {
+	agent.Identity
+	operator bool
+}
+
+func (c caller) scope() agent.Scope { return agent.ScopeOf(c.Identity) }
+
+// handleAuth registers a handler that runs only for an authenticated
+// caller.
+func (s *Server) handleAuth(pattern string, h func(http.ResponseWriter, *http.Request, caller)) {
+	s.handle(pattern, func(w http.ResponseWriter, r *http.Request) {
+		c, ok := s.authenticate(r)
+		if !ok {
+			s.writeError(w, &apiError{status: http.StatusUnauthorized, code: CodeUnauthenticated, msg: "authentication required"})
+			return
+		}
+		h(w, r, c)
+	})
+}
+
+func (s *Server) authenticate(r *http.Request) (caller, bool) {
+	if s.opts.Authenticator == nil {
+		return caller{}, false
+	}
+	id, ok := s.opts.Authenticator.Authenticate(r)
+	if !ok || id.UserID == "" || id.UserID == agent.SystemUserID || agent.ValidateIdentity(id) != nil {
+		// An authenticator that returns a nameless, system or oversized
+		// identity is treated as a failed authentication.
+		return caller{}, false
+	}
+	return caller{Identity: id, operator: id.HasRole(s.opts.OperatorRole)}, true
+}
+
+func (s *Server) openAPI(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(openAPI)
+}
+
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// readyz answers 200 while the Runtime serves: it reads one page of the
+// Store's index of pending calls, which fails once the Runtime is closed
+// or the Store unreachable (503).
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	if _, _, err := s.rt.PendingCalls(ctx, "", 1); err != nil {
+		status, code := classify(err)
+		if status < 500 {
+			status = http.StatusServiceUnavailable
+		}
+		writeJSON(w, status, errorBody{Error: errorDetail{Code: code, Message: err.Error()}})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// decodeBody reads r's body (at most Options.MaxBodyBytes) into v: one
+// JSON object of valid UTF-8 with no unknown field and nothing after it.
+func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return &apiError{status: http.StatusBadRequest, code: CodeTooLarge,
+				msg: fmt.Sprintf("request body exceeds %d bytes", s.opts.MaxBodyBytes)}
+		}
+		return &apiError{status: http.StatusBadRequest, code: CodeInvalid, msg: "reading the request body: " + err.Error()}
+	}
+	if !utf8.Valid(body) {
+		return errInvalid("request body is not valid UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return errInvalid("request body: " + err.Error())
+	}
+	if dec.More() {
+		return errInvalid("request body: data after the JSON object")
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return errInvalid("request body: data after the JSON object")
+	}
+	return nil
+}
+
+// pageParams reads the "limit" query parameter (default DefaultPageSize,
+// 1..MaxPageSize) and "cursor".
+func pageParams(r *http.Request) (string, int, error) {
+	limit := DefaultPageSize
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxPageSize {
+			return "", 0, errInvalid(fmt.Sprintf("limit must be an integer in 1..%d", MaxPageSize))
+		}
+		limit = n
+	}
+	return r.URL.Query().Get("cursor"), limit, nil
+}
+
+// uintParam reads an unsigned query parameter (0 when absent).
+func uintParam(r *http.Request, name string) (uint64, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return 0, errInvalid(name + " must be an unsigned integer")
+	}
+	return n, nil
+}

@@ -1,0 +1,187 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/journal"
+)
+
+// TurnEndData is the data of a "turn_end" message of an event stream.
+type TurnEndData struct {
+	// Outcome is "answered", "suspended", "failed" or "cancelled".
+	Outcome string `json:"outcome"`
+	// Seq is the seq of the event that ended the turn (0 for failed and
+	// cancelled turns, which no event records).
+	Seq uint64 `json:"seq,omitempty"`
+	// Error says why the turn failed or was cancelled.
+	Error string `json:"error,omitempty"`
+}
+
+// RetryData is the data of a "retry" message of an event stream: a model
+// call failed and is tried again; nothing of it was written, and the
+// deltas that follow are the new attempt's, from its start.
+type RetryData struct {
+	// Attempt is the attempt that failed, counted from 1.
+	Attempt int `json:"attempt"`
+	// DelayMS is the wait before the next attempt, in milliseconds.
+	DelayMS int64 `json:"delay_ms"`
+	// Error says why the attempt failed.
+	Error string `json:"error,omitempty"`
+}
+
+// DeltaData is the data of a "delta" message of an event stream.
+type DeltaData struct {
+	Text string `json:"text"`
+}
+
+func outcomeName(o lazarus.TurnOutcome) string {
+	switch o {
+	case lazarus.TurnAnswered:
+		return "answered"
+	case lazarus.TurnSuspended:
+		return "suspended"
+	case lazarus.TurnFailed:
+		return "failed"
+	case lazarus.TurnCancelled:
+		return "cancelled"
+	}
+	return "unspecified"
+}
+
+// stream serves the conversation's updates as server-sent events (see the
+// package documentation). It runs on the request's goroutine until the
+// client goes away, the subscription ends (lagged, deleted, the Runtime
+// closed) or a write fails.
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, c caller) {
+	id := r.PathValue("id")
+	after, err := uintParam(r, "after")
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	if v := strings.TrimSpace(r.Header.Get("Last-Event-ID")); v != "" {
+		after, err = strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			s.writeError(w, errInvalid("Last-Event-ID must be the seq of an event"))
+			return
+		}
+	}
+	if _, _, err := s.conversation(r.Context(), c, id); err != nil {
+		s.writeError(w, err)
+		return
+	}
+	updates, err := s.rt.Subscribe(r.Context(), id, after)
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Time{}) // a stream outlives the server's WriteTimeout
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	if rc.Flush() != nil {
+		return
+	}
+	keepAlive := time.NewTicker(s.opts.KeepAlive)
+	defer keepAlive.Stop()
+	for {
+		select {
+		case u, ok := <-updates:
+			if !ok {
+				return
+			}
+			if err := s.writeUpdate(w, u); err != nil {
+				return
+			}
+			// Write what else is ready before flushing.
+			for more := true; more; {
+				select {
+				case u, ok := <-updates:
+					if !ok {
+						_ = rc.Flush()
+						return
+					}
+					if err := s.writeUpdate(w, u); err != nil {
+						return
+					}
+				default:
+					more = false
+				}
+			}
+			if rc.Flush() != nil {
+				return
+			}
+		case <-keepAlive.C:
+			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil || rc.Flush() != nil {
+				return
+			}
+		case <-r.Context().Done():
+			return
+		}
+	}
+}
+
+// writeUpdate writes one update as its messages.
+func (s *Server) writeUpdate(w http.ResponseWriter, u lazarus.Update) error {
+	if u.Event != nil {
+		b, err := eventJSON.Marshal(u.Event)
+		if err != nil {
+			return err
+		}
+		if _, err := fmt.Fprintf(w, "id: %d\nevent: event\ndata: %s\n\n", u.Event.GetSeq(), b); err != nil {
+			return err
+		}
+	}
+	if u.Delta != "" && u.Event == nil {
+		if err := writeSSE(w, "delta", DeltaData{Text: u.Delta}); err != nil {
+			return err
+		}
+	}
+	if u.Retry != nil {
+		d := RetryData{Attempt: u.Retry.Attempt, DelayMS: u.Retry.Delay.Milliseconds()}
+		if u.Err != nil {
+			d.Error = u.Err.Error()
+		}
+		return writeSSE(w, "retry", d)
+	}
+	if end := u.TurnEnd; end != nil {
+		d := TurnEndData{Outcome: outcomeName(end.Outcome), Seq: end.Seq}
+		if end.Err != nil {
+			d.Error = end.Err.Error()
+		}
+		if err := writeSSE(w, "turn_end", d); err != nil {
+			return err
+		}
+	}
+	if u.Err != nil && u.TurnEnd == nil && !errors.Is(u.Err, journal.ErrConflict) {
+		// (A lost write race is no end: the turn goes on.)
+		status, code := classify(u.Err)
+		if errors.Is(u.Err, lazarus.ErrLagged) {
+			code = CodeLagged
+		}
+		if status >= 500 && code != CodeClosed {
+			s.log.Warn("server: event stream ended", "conversation", u.ConversationID, "err", u.Err)
+		}
+		return writeSSE(w, "error", errorBody{Error: errorDetail{Code: code, Message: u.Err.Error()}})
+	}
+	return nil
+}
+
+func writeSSE(w http.ResponseWriter, event string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, b)
+	return err
+}

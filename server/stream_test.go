@@ -1,0 +1,171 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/server"
+)
+
+// stallingModel streams "Hel" and "lo" on every call, says so on
+// streamed, then waits for release (and answers "Hello world", streaming
+// " world" first) or for its context to end (a kill).
+type stallingModel struct {
+	streamed chan struct{}
+	release  chan struct{}
+}
+
+func (m *stallingModel) Generate(ctx context.Context, _ agent.Turn, onDelta func(string)) (*messages.AssistantMessage, error) {
+	onDelta("Hel")
+	onDelta("lo")
+	select {
+	case m.streamed <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case <-m.release:
+		onDelta(" world")
+		return agent.Text("Hello world"), nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// TestStreamResumesAcrossAKill: a client follows a conversation over SSE,
+// goes away in the middle of an answer, the conversation's actor is
+// killed mid-turn and revived (the turn runs again), and the client comes
+// back with Last-Event-ID: it gets no event twice and misses none, and
+// first gets the deltas of the answer in progress, then the live ones.
+func TestStreamResumesAcrossAKill(t *testing.T) {
+	ctx := testContext(t)
+	model := &stallingModel{streamed: make(chan struct{}), release: make(chan struct{})}
+	n := startNode(t, model, server.Options{})
+	conv := n.create(t, tokAlice, nil)
+
+	first := n.stream(t, ctx, tokAlice, conv.ID, "")
+	n.must(t, http.StatusAccepted, "POST", "/v1/conversations/"+conv.ID+"/messages", tokAlice, server.SendMessage{Text: "hi"}, nil)
+	<-model.streamed
+	got := []sseMessage{first.next(t), first.next(t), first.next(t)}
+	require.Equal(t, "event", got[0].Event)
+	require.Equal(t, "1", got[0].ID)
+	require.Equal(t, sseMessage{Event: "delta", Data: `{"text":"Hel"}`}, got[1])
+	require.Equal(t, sseMessage{Event: "delta", Data: `{"text":"lo"}`}, got[2])
+	lastID := got[0].ID
+	first.close()
+
+	// The actor dies mid-turn; its revival runs the turn again.
+	require.True(t, n.rt.Kill(conv.ID))
+	require.NoError(t, n.rt.Wake(ctx, conv.ID))
+	<-model.streamed
+
+	second := n.stream(t, ctx, tokAlice, conv.ID, lastID)
+	require.Equal(t, sseMessage{Event: "delta", Data: `{"text":"Hel"}`}, second.next(t), "the answer in progress, from its start")
+	require.Equal(t, sseMessage{Event: "delta", Data: `{"text":"lo"}`}, second.next(t))
+	close(model.release)
+	require.Equal(t, sseMessage{Event: "delta", Data: `{"text":" world"}`}, second.next(t))
+	answer := second.next(t)
+	require.Equal(t, "event", answer.Event)
+	require.Equal(t, "2", answer.ID, "no gap, no duplicate")
+	require.Contains(t, answer.Data, "Hello world")
+	end := second.next(t)
+	require.Equal(t, "turn_end", end.Event)
+	require.JSONEq(t, `{"outcome":"answered","seq":2}`, end.Data)
+
+	// A client that comes back after the answer gets it from the log, and
+	// no stale delta.
+	third := n.stream(t, ctx, tokAlice, conv.ID, "1")
+	require.Equal(t, "2", third.next(t).ID)
+	require.Equal(t, "turn_end", third.next(t).Event)
+
+	// Deleting the conversation ends its streams with an error.
+	n.must(t, http.StatusNoContent, "DELETE", "/v1/conversations/"+conv.ID, tokAlice, nil, nil)
+	gone := third.next(t)
+	require.Equal(t, "error", gone.Event)
+	require.Contains(t, gone.Data, `"code":"deleted"`)
+}
+
+// TestStreamShowsRetriesAndFailedTurns: a model call that fails and is
+// retried is a "retry" message; a turn that fails for good is its
+// turn_failed event, then a turn_end "failed".
+func TestStreamShowsRetriesAndFailedTurns(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	n := startNodeIn(t, "", model, server.Options{}, func(o *lazarus.Options) {
+		o.ModelRetry = lazarus.RetryPolicy{InitialInterval: time.Millisecond, MaximumAttempts: 2}
+	})
+	conv := n.create(t, tokAlice, nil)
+	model.PushError(conv.ID, agent.ErrRateLimited)
+	model.PushError(conv.ID, agent.ErrRateLimited)
+	st := n.stream(t, ctx, tokAlice, conv.ID, "")
+	n.must(t, http.StatusAccepted, "POST", "/v1/conversations/"+conv.ID+"/messages", tokAlice, server.SendMessage{Text: "hi"}, nil)
+	got := st.until(t, "turn_end", "failed")
+	var kinds []string
+	for _, m := range got {
+		kinds = append(kinds, m.Event)
+	}
+	require.Equal(t, []string{"event", "retry", "event", "turn_end"}, kinds)
+	var retry server.RetryData
+	require.NoError(t, json.Unmarshal([]byte(got[1].Data), &retry))
+	require.Equal(t, 1, retry.Attempt)
+	require.NotEmpty(t, retry.Error)
+	require.Equal(t, "2", got[2].ID)
+	require.Contains(t, got[2].Data, "turn_failed")
+}
+
+// TestStreamKeepAlive: an idle stream gets comment lines.
+func TestStreamKeepAlive(t *testing.T) {
+	ctx := testContext(t)
+	n := startNode(t, newScripted(), server.Options{KeepAlive: time.Millisecond})
+	conv := n.create(t, tokAlice, nil)
+	st := n.stream(t, ctx, tokAlice, conv.ID, "")
+	for st.sc.Scan() {
+		if st.sc.Text() == ": keep-alive" {
+			return
+		}
+	}
+	t.Fatalf("no keep-alive: %v", st.sc.Err())
+}
+
+// TestStreamAfterQuery: without Last-Event-ID, the "after" parameter
+// says where to start; a malformed one is 400.
+func TestStreamAfterQuery(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	conv := n.create(t, tokAlice, nil)
+	st := n.stream(t, ctx, tokAlice, conv.ID, "")
+	n.must(t, http.StatusAccepted, "POST", "/v1/conversations/"+conv.ID+"/messages", tokAlice, server.SendMessage{Text: "hi"}, nil)
+	st.until(t, "turn_end", "answered")
+
+	req, err := http.NewRequestWithContext(ctx, "GET", n.srv.URL+"/v1/conversations/"+conv.ID+"/stream?after=1", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+tokAlice)
+	res, err := n.srv.Client().Do(req)
+	require.NoError(t, err)
+	s := &sseStream{res: res, cancel: func() {}}
+	defer s.close()
+	s.sc = newScanner(res)
+	require.Equal(t, "2", s.next(t).ID)
+
+	for _, bad := range []string{"?after=x", "?after=-1"} {
+		status, body := n.call(t, "GET", "/v1/conversations/"+conv.ID+"/stream"+bad, tokAlice, nil)
+		require.Equal(t, http.StatusBadRequest, status, "%s", body)
+	}
+	req, err = http.NewRequestWithContext(ctx, "GET", n.srv.URL+"/v1/conversations/"+conv.ID+"/stream", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+tokAlice)
+	req.Header.Set("Last-Event-ID", "not-a-seq")
+	res, err = n.srv.Client().Do(req)
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusBadRequest, res.StatusCode)
+}
