@@ -438,8 +438,10 @@ func (c *core) onCommand(cmd *Command, sender any) {
 		c.restartTurn()
 		if c.modelBusy {
 			// The model is answering a context without this message: cancel
-			// it and answer again once the message is in the log.
+			// it and answer again once the message is in the log. What it
+			// streamed is void.
 			c.cancelModel()
+			c.publish(Update{Restart: true})
 		}
 	case *messages.AgentWake:
 		// Activation alone applies the recovery rules. Only an explicit

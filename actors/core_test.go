@@ -229,8 +229,8 @@ func TestCoreRecoveryRules(t *testing.T) {
 		steps: []coreStep{
 			{nil, nil},
 			{wake(false), []string{"reply", "model"}},
-			{send("r2"), []string{"cancel-model", "write[" + wUser + "]"}},
-			{&inModelDone{turn: 1, msg: &messages.AssistantMessage{}}, nil}, // the cancelled call returns late: ignored
+			{send("r2"), []string{"cancel-model", "publish", "write[" + wUser + "]"}}, // the publication voids what the call streamed
+			{&inModelDone{turn: 1, msg: &messages.AssistantMessage{}}, nil},           // the cancelled call returns late: ignored
 			{ok(1), []string{"reply seq=2", "model"}},
 		},
 	}, {

@@ -89,11 +89,15 @@
 //	event: delta                  data: {"text": "..."}  streamed text, not durable
 //	event: turn_end               data: {"outcome": "answered"|"suspended"|"failed"|"cancelled", "seq": N, "error": "..."}
 //	event: retry                  data: {"attempt": N, "delay_ms": N, "error": "..."}  a model call is tried again
+//	event: restart                data: {}  the deltas since the last event are void (an abandoned model call)
 //	event: error                  data: {"error": {"code": ..., "message": ...}}; the stream ends
 //
 // A failed turn ends with a durable turn_failed event (then a turn_end
-// "failed"), or, for a write that failed, a turn_end "failed" alone. After a
-// "retry", the deltas are those of the new attempt, from its start. Only
+// "failed"), or, for a write that failed, a turn_end "failed" alone. A
+// "restart" comes before "retry" and before the turn_end "cancelled" of a
+// kill when deltas had been streamed, and alone when a newer message
+// abandons the model call; after it, the deltas are those of the new call,
+// from its start: drop the text shown so far. Only
 // "event" messages carry an id, so a reconnecting client's
 // Last-Event-ID is the seq of the last event it received. On every
 // connection, the deltas sent before the first live update are the whole
