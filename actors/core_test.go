@@ -339,3 +339,30 @@ func TestCoreRecoveryRules(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkCoreTurn is the core's own cost of one turn without tools: a
+// send, its write's reply, the model's answer, its write's reply (four
+// steps, three events).
+func BenchmarkCoreTurn(b *testing.B) {
+	fresh := func() *core {
+		c := newCore(coreConfig{ID: "c", Policy: snapshot.Policy{}.WithDefaults(), Retry: RetryPolicy{}.WithDefaults()},
+			slog.New(slog.DiscardHandler))
+		ws, err := snapshot.Rebuild(nil, nil)
+		require.NoError(b, err)
+		c.step(t0, &inLoaded{ws: ws, scope: agent.SystemScope})
+		return c
+	}
+	c := fresh()
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		c.step(t0, send(fmt.Sprint("r", i)))
+		c.step(t0, &inWriteReply{id: c.inflight.id})
+		c.step(t0, &inModelDone{turn: c.turn, msg: &messages.AssistantMessage{}})
+		c.step(t0, &inWriteReply{id: c.inflight.id})
+		if i%50 == 49 { // a short conversation, as summaries keep the working set
+			b.StopTimer()
+			c = fresh()
+			b.StartTimer()
+		}
+	}
+}

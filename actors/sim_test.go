@@ -78,8 +78,10 @@ func TestSimulation(t *testing.T) {
 		t.Logf("seed %d: %+v", *simSeed, *st)
 		return
 	}
-	for _, seed := range simRegressionSeeds {
-		run(seed)
+	if !*simCount { // counted runs count the range only
+		for _, seed := range simRegressionSeeds {
+			run(seed)
+		}
 	}
 	n := *simSeeds
 	if n == 0 {
@@ -100,7 +102,7 @@ func TestSimulation(t *testing.T) {
 
 // simStats counts what a run explored.
 type simStats struct {
-	Steps, Kills, Revivals, Writes, WriteFaults, Conflicts, ModelCalls, Cancels, ToolRuns, Retries, Expiries, Resolves, Duplicates, Passivations int
+	Steps, Kills, Revivals, Writes, WriteFaults, Conflicts, ModelCalls, Cancels, ToolRuns, Retries, Expiries, Resolves, Duplicates, Configures, Passivations int
 }
 
 func (s *simStats) add(o *simStats) {
@@ -117,6 +119,7 @@ func (s *simStats) add(o *simStats) {
 	s.Expiries += o.Expiries
 	s.Resolves += o.Resolves
 	s.Duplicates += o.Duplicates
+	s.Configures += o.Configures
 	s.Passivations += o.Passivations
 }
 
@@ -281,6 +284,10 @@ func (s *sim) outside() {
 			Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "hi " + rid}}}}}})
 	case r < 45:
 		s.resolveOne()
+	case r < 48:
+		s.logf("configure")
+		s.stats.Configures++
+		s.command(&Command{Scope: s.users[0], Msg: &messages.AgentConfigure{Settings: map[string]string{"model": fmt.Sprint("m", s.step)}}})
 	case r < 52:
 		s.logf("wake")
 		s.command(&Command{Scope: agent.SystemScope, Msg: &messages.AgentWake{Explicit: s.chance(0.5)}})
