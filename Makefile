@@ -8,7 +8,7 @@ STATICCHECK_VERSION   := v0.8.2# prints as "staticcheck 2026.2.2 (0.8.2)"
 PG_BINDIR ?= /usr/lib/postgresql/15/bin
 export PG_BINDIR
 
-.PHONY: help deps test race lint proto proto-check tidy-check bench stress demo tools check
+.PHONY: help deps test race lint proto proto-check tidy-check bench stress soak demo tools check
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -65,6 +65,9 @@ bench: ## run the benchmarks once
 
 stress: ## run the crash tests many times
 	$(GO) test -race -count=20 -run 'Crash' ./...
+
+soak: ## the simulator of the conversation's core, long: SEEDS seeds from FIRST (RELIABILITY.md, guarantee 14)
+	$(GO) test -count=1 -timeout=0 -run TestSimulation -v ./actors -args -sim.seeds=$(or $(SEEDS),100000) -sim.first=$(or $(FIRST),1000)
 
 demo: ## run the kill-and-revive demo
 	$(GO) run ./cmd/demo $(ARGS)
