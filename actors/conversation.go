@@ -621,16 +621,6 @@ func recoverInto(err *error, log *slog.Logger, what string) {
 	}
 }
 
-// resolvedBy says who resolved a human call, from its terminal status: only
-// the expiry actor (the system) expires a call; Resolve and Reject are a
-// user's.
-func resolvedBy(status messages.ToolCallStatus) string {
-	if status == messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED {
-		return "system"
-	}
-	return "user"
-}
-
 // idEncoding is base32 with an alphabet in byte order, so that the
 // encodings of equal-length byte strings sort as the bytes do.
 var idEncoding = base32.NewEncoding("234567abcdefghijklmnopqrstuvwxyz").WithPadding(base32.NoPadding)

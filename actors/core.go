@@ -910,3 +910,13 @@ func (c *core) setSettings(row map[string]string) {
 	c.rowSettings = row
 	c.settings = agent.SettingsOf(row).Over(c.cfg.Settings)
 }
+
+// resolvedBy says who resolved a human call, from its terminal status: only
+// the expiry actor (the system) expires a call; Resolve and Reject are a
+// user's.
+func resolvedBy(status messages.ToolCallStatus) string {
+	if status == messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED {
+		return "system"
+	}
+	return "user"
+}

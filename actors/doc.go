@@ -27,6 +27,16 @@
 // (AgentSend, AgentResolved, AgentWake, AgentStop) arrive wrapped in a
 // local-only Command that carries the caller's scope.
 //
+// The actor decides nothing itself: every decision above is made by the
+// conversation's core (core.go, core_write.go), a pure state machine in the
+// manner of etcd's raft. The actor turns each message into an input of the
+// core, steps it with the Clock's time, and performs the effects it returns
+// in order (journal writes, model calls to start or cancel, tool runs,
+// summaries, replies, publications, timers, stopping). The core starts no
+// goroutine, reads no clock and sends nothing, so its recovery rules are
+// tested case by case (TestCoreRecoveryRules) and explored by a seeded
+// simulator (TestSimulation).
+//
 // # Journal actor
 //
 // NewJournal: every durable write of the node goes through it as a
