@@ -415,7 +415,12 @@ func (c *core) onCommand(cmd *Command, sender any) {
 	switch m := cmd.Msg.(type) {
 	case *messages.AgentSend:
 		if seq, ok := c.seen[m.GetRequestId()]; ok && m.GetRequestId() != "" {
+			// Already in the log: answered with its seq. It may still be
+			// the first command of a revived activation, which then does
+			// the work the log owes (the turn of that very message, when
+			// the activation that wrote it was killed before answering).
 			c.reply(sender, m, seq, nil)
+			c.advance()
 			return
 		}
 		if w := c.inflight; w != nil && m.GetRequestId() != "" && w.carries(m.GetRequestId()) {
@@ -456,7 +461,7 @@ func (c *core) onCommand(cmd *Command, sender any) {
 		// Answered once its write lands (writeConfigs).
 		c.configs = append(c.configs, &queuedConfig{sender: sender, msg: m})
 	case *messages.AgentResolved:
-		if call, ok := c.calls[m.GetToolCallId()]; ok && call.ready == nil {
+		if call := c.openCall(m.GetToolCallId()); call != nil && call.ready == nil {
 			call.ready, call.status, call.by, call.inStore = m.GetResult(), m.GetStatus(), m.GetBy(), true
 			call.resolver = m.GetResolver()
 		}
@@ -471,6 +476,26 @@ func (c *core) onCommand(cmd *Command, sender any) {
 		return
 	}
 	c.advance()
+}
+
+// openCall returns the open call id: one the log holds, or one the answer
+// being written opens. An answer can arrive before the reply of the write
+// that opened its call (the write landed, the call was answered at once,
+// and its delivery overtook the reply): it is kept for when the call opens,
+// not dropped, which would leave the call open in this activation while its
+// row is terminal. Nil if there is no such call.
+func (c *core) openCall(id string) *openCall {
+	if call, ok := c.calls[id]; ok {
+		return call
+	}
+	if w := c.inflight; w != nil && w.kind == writeAnswer {
+		for _, call := range w.calls {
+			if call.ev.GetCall().GetId() == id {
+				return call
+			}
+		}
+	}
+	return nil
 }
 
 // reply answers a command. A command that failed because this activation

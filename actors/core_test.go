@@ -224,6 +224,27 @@ func TestCoreRecoveryRules(t *testing.T) {
 			{send("r1"), []string{"reply seq=1"}},
 		},
 	}, {
+		name: "a retried send already in the log, the first command of a revival, is answered and starts the turn it owes",
+		log:  []*messages.Event{user("r1")},
+		steps: []coreStep{
+			{nil, nil},
+			{send("r1"), []string{"reply seq=1", "model"}},
+		},
+	}, {
+		name: "an answer that overtakes the reply of the write opening its call is kept for the call",
+		log:  []*messages.Event{user("r1")},
+		steps: []coreStep{
+			{nil, nil},
+			{wake(false), []string{"reply", "model"}},
+			{&inModelDone{turn: 1, msg: &messages.AssistantMessage{ToolCalls: []*messages.ToolCall{{Name: "approve", Arguments: "{}"}}}},
+				[]string{"write[AssistantMsg ToolCall Suspension]"}},
+			{&inCommand{sender: "bob", cmd: &Command{Scope: agent.Scope{UserID: "bob"}, Msg: &messages.AgentResolved{ToolCallId: "call_x",
+				Status: messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, Result: &messages.ToolOutcome{}, By: "user"}}},
+				[]string{"reply"}},
+			{ok(1), []string{"write[Resolution ToolResult]"}},
+			{ok(2), []string{"model"}},
+		},
+	}, {
 		name: "a new message cancels the model call in flight; the next call waits for its write",
 		log:  []*messages.Event{user("r1")},
 		steps: []coreStep{

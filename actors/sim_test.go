@@ -52,6 +52,9 @@ var simRegressionSeeds = []uint64{
 	2, // a retried send appended twice while its first copy's write was in flight (step 21)
 	1, // resumed work started before the waking command arrived (step 83)
 	// 2 also finds a new model call started before the cancelled one returned (step 10).
+	39, // a revived activation whose first command was a send already in the log did not run the turn
+	// it owed (step 272); and an answer delivered before the reply of the write that opened its call
+	// was dropped, the call left open (step 336).
 }
 
 func TestSimulation(t *testing.T) {
@@ -185,6 +188,7 @@ type sim struct {
 	stats   simStats
 	log     []*messages.Event // the log as of the last write (see events)
 	dirty   bool
+	calm    bool // no more faults: see drain
 	trace   []string
 	failure string
 }
@@ -246,6 +250,85 @@ func (s *sim) run(steps int) {
 			return
 		}
 	}
+	s.drain()
+}
+
+// drain checks liveness: faults stop, every pending thing happens, human
+// calls are answered, clients resend what was never acknowledged, and a
+// conversation that owes work with no live activation is woken (as the
+// resume on Open does for ACTIVE rows). Then every request id sent must be
+// in the log, acknowledged, and nothing owed: a live activation that owes
+// work and has nothing pending has stalled.
+func (s *sim) drain() {
+	s.calm = true
+	resent := false
+	for i := 0; i < 20000 && s.failure == ""; i++ {
+		s.step++
+		s.now = s.now.Add(time.Millisecond)
+		switch {
+		case len(s.items) > 0:
+			s.pick()
+		case s.act != nil && s.act.retry:
+			s.fireTimer()
+		case s.pendingHuman():
+			s.resolveOne()
+		case s.owed():
+			if s.act != nil && s.act.core.loaded && s.act.asked && !s.act.core.stopped() {
+				s.fail("stalled: the live activation a%d owes work and nothing is pending", s.act.n)
+				return
+			}
+			s.logf("wake (resume)")
+			s.command(&Command{Scope: agent.SystemScope, Msg: &messages.AgentWake{}})
+		case !resent:
+			resent = true
+			for _, rid := range s.sent {
+				if _, ok := s.acked[rid]; !ok {
+					s.logf("client resends %s", rid)
+					s.command(&Command{Scope: s.users[0], Msg: &messages.AgentSend{RequestId: rid, Message: &messages.UserMessage{
+						Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "hi " + rid}}}}}})
+				}
+			}
+		default:
+			for _, rid := range s.sent {
+				if _, ok := s.acked[rid]; !ok {
+					s.fail("send %s was never acknowledged", rid)
+				}
+			}
+			return
+		}
+		s.check()
+	}
+	if s.failure == "" {
+		s.fail("the drain did not settle")
+	}
+}
+
+// pendingHuman reports whether a human call's row is pending.
+func (s *sim) pendingHuman() bool {
+	rows, _ := s.store.PendingToolCalls(context.Background(), simConv)
+	for _, r := range rows {
+		if r.GetExecutor() == messages.Executor_EXECUTOR_HUMAN {
+			return true
+		}
+	}
+	return false
+}
+
+// owed reports whether the log owes work: an open call, or a turn (it ends
+// in a user message or a tool result, and not in turn_failed).
+func (s *sim) owed() bool {
+	ws := s.workingSet()
+	if len(ws.OpenCalls()) > 0 {
+		return true
+	}
+	if n := len(ws.Events); n > 0 && ws.Events[n-1].GetTurnFailed() != nil {
+		return false
+	}
+	switch ws.LastRendered().GetBody().(type) {
+	case *messages.Event_UserMsg, *messages.Event_ToolResult:
+		return true
+	}
+	return false
 }
 
 // pick makes one thing happen: an outside action (a client's command, a
@@ -523,6 +606,11 @@ func (s *sim) commit(int) {
 	s.writes = s.writes[1:]
 	var err error
 	switch r := s.rng.IntN(100); {
+	case s.calm:
+		s.dirty = true
+		if _, err = s.store.Append(context.Background(), w.req); err == nil {
+			s.logf("  a%d's write %d committed: %s", w.act.n, w.id, describe(w.req))
+		}
 	case r < 4:
 		err = fmt.Errorf("injected: disk full: %w", journal.ErrUnavailable)
 		s.stats.WriteFaults++
