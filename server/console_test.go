@@ -285,7 +285,9 @@ func TestConsoleSearchConversations(t *testing.T) {
 	payment := n.create(t, tokAlice, map[string]string{"topic": "payment", "region": "eu"})
 	bobs := n.create(t, tokBob, map[string]string{"topic": "refund"})
 
-	row := func(id string) chromedp.CSS { return chromedp.CSS(fmt.Sprintf(`#convs li[data-conversation-id=%q]`, id)) }
+	row := func(id string) chromedp.CSS {
+		return chromedp.CSS(fmt.Sprintf(`#convs li[data-conversation-id=%q]`, id))
+	}
 	tab := newTab(t, browserWait)
 	signIn(t, tab, n, tokAlice, "#/conversations")
 	require.NoError(t, chromedp.Do(tab,
