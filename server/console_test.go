@@ -128,8 +128,6 @@ func TestConsoleApprove(t *testing.T) {
 	model := newScripted()
 	n := startNode(t, model, server.Options{})
 	conv, call := suspendOnApproval(t, ctx, n, model)
-	updates, err := n.rt.Subscribe(ctx, conv.ID, 0)
-	require.NoError(t, err)
 
 	tab := newTab(t, browserWait)
 	signIn(t, tab, n, tokCarol, "")
@@ -150,7 +148,10 @@ func TestConsoleApprove(t *testing.T) {
 		chromedp.WaitVisible(cardSel(call.ID, `[data-state="approved"] .outcome`)),
 	))
 
-	// The resolution event, with carol as the resolver, is in the log.
+	// The resolution event, with carol as the resolver, is in the log: the
+	// subscription replays the log, then follows it until it is.
+	updates, err := n.rt.Subscribe(ctx, conv.ID, 0)
+	require.NoError(t, err)
 	for {
 		select {
 		case u, ok := <-updates:
