@@ -271,11 +271,27 @@ func TestConsoleLiveConversation(t *testing.T) {
 		chromedp.Click(chromedp.ID("send-submit")),
 		chromedp.WaitVisible(chromedp.Search(`//ol[@id="log"]/li[@data-kind="user_msg" and contains(., "thanks")]`)),
 		chromedp.WaitVisible(chromedp.Search(`//ol[@id="log"]/li[@data-kind="assistant_msg" and contains(., "all done")]`)),
+		chromedp.WaitVisible(chromedp.Search(`//span[@id="conv-status" and text()="idle"]`)),
 	))
+	// Opened again, the answered conversation shows as idle, its whole log
+	// loaded once.
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.Evaluate[chromedp.Void](`location.hash = '#/calls'`),
+		chromedp.WaitVisible(chromedp.ID("calls-view")),
+		chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`location.hash = '#/c/%s'`, conv.ID)),
+		chromedp.WaitVisible(chromedp.Search(`//ol[@id="log"]/li[@data-kind="assistant_msg" and contains(., "all done")]`)),
+		chromedp.WaitVisible(chromedp.Search(`//span[@id="conv-live" and contains(., "live")]`)),
+	))
+	status, err = chromedp.Run(tab, chromedp.Text(chromedp.ID("conv-status")))
+	require.NoError(t, err)
+	require.Equal(t, "idle", status)
+	shown, err := chromedp.Run(tab, chromedp.Evaluate[int](`document.querySelectorAll('#log li[data-seq]').length`))
+	require.NoError(t, err)
 	evs, err := n.rt.History(ctx, conv.ID, 0, 0)
 	require.NoError(t, err)
 	require.Equal(t, "thanks", evs[len(evs)-2].GetUserMsg().GetContent()[0].GetText())
 	require.Equal(t, "alice", evs[len(evs)-2].GetAuthor().GetUserId())
+	require.Len(t, evs, shown, "each event of the log once")
 }
 
 // TestConsoleSearchConversations: the conversation list shows the caller's

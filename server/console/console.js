@@ -460,7 +460,7 @@ async function openConversation(state) {
     $('conv-meta').replaceChildren(...Object.entries(c.metadata || {}).flatMap(([k, v]) => [el('dt', {}, k), el('dd', {}, v)]));
     const page = await api('GET', `conversations/${enc(state.id)}/events?limit=100`);
     if (state.signal.aborted) return;
-    for (const ev of page.events) appendEvent(state, ev);
+    for (const ev of page.events) appendEvent(state, ev, false);
     state.oldest = page.next_before;
     $('log-older').hidden = !page.next_before;
   } catch (e) {
@@ -487,12 +487,15 @@ async function older(state) {
   }
 }
 
-function appendEvent(state, ev) {
+// appendEvent shows ev unless it is already shown; a live one (from the
+// stream, not the history loaded first) also moves the status shown.
+function appendEvent(state, ev, live) {
   const seq = Number(ev.seq);
   if (seq <= state.last) return; // already shown
   state.last = seq;
   $('log').append(eventItem(ev));
   if (ev.assistant_msg) setDelta(state, '');
+  if (!live) return;
   if (ev.suspension) setStatus('suspended');
   else if (ev.user_msg || ev.resolution) setStatus('active');
 }
@@ -572,7 +575,7 @@ async function readStream(state, body) {
       try { msg = JSON.parse(data.join('\n')); } catch (e) { continue; }
       switch (event) {
         case 'event':
-          appendEvent(state, msg);
+          appendEvent(state, msg, true);
           fresh = false;
           break;
         case 'delta':
