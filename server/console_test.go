@@ -387,3 +387,46 @@ func TestConsoleScreenshot(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, fits, "the queue scrolls sideways on a phone")
 }
+
+// TestConsoleReject: Reject needs a reason; with one, the call is
+// rejected, with that reason and the approver as its resolver.
+func TestConsoleReject(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	conv, call := suspendOnApproval(t, ctx, n, model)
+
+	tab := newTab(t, browserWait)
+	signIn(t, tab, n, tokCarol, "")
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.WaitVisible(cardSel(call.ID, " button.reject")),
+		chromedp.Click(cardSel(call.ID, " button.reject")),
+		chromedp.WaitVisible(chromedp.Search(`//p[@class="outcome" and contains(., "Give a reason")]`)),
+	))
+	var shown server.Call
+	n.must(t, http.StatusOK, "GET", "/v1/calls/"+call.ID, tokCarol, nil, &shown)
+	require.Equal(t, "pending", shown.Status, "no answer without a reason")
+
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.SendKeys(cardSel(call.ID, " input.reason"), "over the limit"),
+		chromedp.Click(cardSel(call.ID, " button.reject")),
+		chromedp.WaitVisible(cardSel(call.ID, `[data-state="rejected"] .outcome`)),
+	))
+	n.must(t, http.StatusOK, "GET", "/v1/calls/"+call.ID, tokCarol, nil, &shown)
+	require.Equal(t, "errored", shown.Status)
+	require.Equal(t, "carol", shown.Resolver.UserID)
+	updates, err := n.rt.Subscribe(ctx, conv.ID, 0)
+	require.NoError(t, err)
+	for {
+		select {
+		case u, ok := <-updates:
+			require.True(t, ok, "the subscription ended before the rejection reached the log")
+			if r := u.Event.GetToolResult(); r != nil && r.GetToolCallId() == call.ID {
+				require.Contains(t, r.GetOutcome().GetError().GetMessage(), "over the limit")
+				return
+			}
+		case <-ctx.Done():
+			t.Fatal("no tool result of the rejected call in the log")
+		}
+	}
+}
