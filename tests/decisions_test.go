@@ -12,6 +12,7 @@ import (
 	"github.com/lazarusrt/lazarus"
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/scripted"
+	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
 	"github.com/lazarusrt/lazarus/snapshot"
 )
@@ -296,4 +297,35 @@ func TestModelCallsNeverOverlapThroughTheRuntime(t *testing.T) {
 	model.mu.Lock()
 	defer model.mu.Unlock()
 	require.Equal(t, 1, model.maxSeen["c"], "Generate never runs twice at once for one conversation")
+}
+
+// TestRetriedSendRunsTheTurnTheLogOwes: a send whose write landed while
+// its activation died before answering (here: the message is in the log,
+// and no activation runs) is retried; the retry, the first command of a
+// new activation, is answered with the message's seq and runs the turn
+// the log owes for it, without another command. (Here the retry reaches
+// the activation while it revives; one that arrives after the revival is
+// the core's case in actors TestCoreRecoveryRules.)
+func TestRetriedSendRunsTheTurnTheLogOwes(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		store := openStore(t, kind)
+		h := newHarness(t, store, nil)
+		ctx := ctxT(t)
+		msg := &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "pay"}}}}
+		// The write of the killed activation, after Open (whose resume
+		// would wake the conversation): the conversation has no activation.
+		_, err := store.Append(ctx, &messages.AppendRequest{ConversationId: "c",
+			Status: messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE,
+			Events: []*messages.Event{{
+				RequestId: "pay-1", Author: user.Identity().Proto(), Time: journal.Timestamp(time.Now()),
+				Body: &messages.Event_UserMsg{UserMsg: msg},
+			}}})
+		require.NoError(t, err)
+		h.model.Push("c", scripted.Text("paid"))
+		seq, err := h.rt.SendMessage(ctx, "c", msg, lazarus.SendOptions{RequestID: "pay-1"}, user)
+		require.NoError(t, err)
+		require.Equal(t, uint64(1), seq, "the retry is answered with the seq the log holds")
+		h.awaitEvent("c", 0, isAssistantText("paid"))
+		requireAppendedOnce(t, h, "c", map[string][]uint64{"pay-1": {seq}})
+	})
 }
