@@ -861,3 +861,22 @@ func (s *sim) check() {
 		s.fail("%d model calls run at once", running)
 	}
 }
+
+// TestSimulationReplaysExactly: a seed is a whole run: two runs of one
+// seed take the same steps and end with the same log.
+func TestSimulationReplaysExactly(t *testing.T) {
+	for _, seed := range []uint64{7, 27, 1234} {
+		a, b := newSim(seed), newSim(seed)
+		a.run(simStepsSeed)
+		b.run(simStepsSeed)
+		if a.failure != "" || b.failure != "" {
+			t.Fatalf("seed %d failed: %q / %q", seed, a.failure, b.failure)
+		}
+		if strings.Join(a.trace, "\n") != strings.Join(b.trace, "\n") || a.stats != b.stats {
+			t.Fatalf("seed %d: two runs differ", seed)
+		}
+		if len(a.events()) != len(b.events()) || len(a.events()) == 0 {
+			t.Fatalf("seed %d: logs of %d and %d events", seed, len(a.events()), len(b.events()))
+		}
+	}
+}
