@@ -136,7 +136,7 @@ type command struct {
 	help     string // paragraphs printed by --help, before the flags
 	// remote: the command also works on a live node (--server).
 	remote bool
-	run      func(c *cli, ctx context.Context, fs *flags, args []string) error
+	run    func(c *cli, ctx context.Context, fs *flags, args []string) error
 }
 
 // commands lists every subcommand, in the order of the help text.
