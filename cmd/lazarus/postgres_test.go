@@ -8,7 +8,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	runChild() // a re-executed test binary: serve, or an MCP server
+	pgtest.Main(m)
+}
 
 // TestPostgresStore: --postgres works the commands on a PostgreSQL store
 // as --dir does on Pebble: a Pebble store exported and imported there
