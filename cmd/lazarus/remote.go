@@ -111,8 +111,6 @@ func (e *apiError) Unwrap() []error {
 		return []error{journal.ErrInvalid}
 	case server.CodeForbidden:
 		return []error{lazarus.ErrForbidden}
-	case server.CodeUnauthenticated:
-		return []error{errUnauthenticated}
 	case server.CodeClosed, server.CodeUnavailable:
 		return []error{journal.ErrUnavailable}
 	case server.CodeUnknownOutcome:
@@ -163,7 +161,11 @@ func (r *remote) request(ctx context.Context, method, path string, body any, hea
 	if json.Unmarshal(b, &eb) != nil || eb.Error.Code == "" {
 		return nil, &apiError{status: resp.StatusCode, code: "http", msg: strings.TrimSpace(string(b))}
 	}
-	return nil, &apiError{status: resp.StatusCode, code: eb.Error.Code, msg: eb.Error.Message}
+	ae := &apiError{status: resp.StatusCode, code: eb.Error.Code, msg: eb.Error.Message}
+	if ae.code == server.CodeUnauthenticated {
+		return nil, fmt.Errorf("%w: %w", errUnauthenticated, ae)
+	}
+	return nil, ae
 }
 
 // call sends one request and decodes its JSON answer into out (if not

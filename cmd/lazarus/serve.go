@@ -145,11 +145,11 @@ type node struct {
 
 // buildNode opens everything serve needs, printing what it opened. On
 // failure it closes what it opened.
-func (c *cli) buildNode(ctx context.Context, cfg *serveConfig) (n *node, err error) {
-	n = &node{c: c, cfg: cfg}
+func (c *cli) buildNode(ctx context.Context, cfg *serveConfig) (_ *node, err error) {
+	n := &node{c: c, cfg: cfg}
 	defer func() {
 		if err != nil {
-			n.close()
+			_ = n.close()
 		}
 	}()
 	if cfg.Dir == "" && cfg.Postgres == "" {

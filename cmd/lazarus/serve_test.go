@@ -188,7 +188,16 @@ func TestServeCLIAndSIGTERM(t *testing.T) {
 		return cliCtx(ctx, append(args, "--server", p.url, "--token", token)...)
 	}
 
-	r := as("alice-token", "send", `/call approve {"amount": 12}`)
+	r := as("wrong-token", "conversations")
+	require.Equal(t, exitError, r.code)
+	require.Contains(t, r.stderr, "refused the credentials")
+	r = cliCtx(ctx, "--server", p.url, "export", "--all")
+	require.Equal(t, exitUsage, r.code, r.stderr)
+	r = cliCtx(ctx, "send", "hello", "--dir", dir)
+	require.Equal(t, exitUsage, r.code, r.stderr)
+	require.Contains(t, r.stderr, "needs a live node")
+
+	r = as("alice-token", "send", `/call approve {"amount": 12}`)
 	requireOK(t, r)
 	m := sentLine.FindStringSubmatch(r.stdout)
 	require.NotNil(t, m, r.stdout)
@@ -314,6 +323,9 @@ func TestServeCLIAndSIGTERM(t *testing.T) {
 	require.Equal(t, exitOK, p.stop(t), p.stderr.String())
 	wg.Wait()
 	require.Contains(t, p.stderr.String(), "lazarus serve: store closed")
+	for _, tok := range []string{"op-token", "alice-token", "bob-token"} {
+		require.NotContains(t, p.stderr.String(), tok, "tokens are never printed")
+	}
 
 	st2, err := pebblejournal.Open(filepath.Join(dir, "store"), pebblejournal.Options{})
 	require.NoError(t, err)
