@@ -4,6 +4,13 @@
 // the model-call audit, reports store statistics and checks a store for
 // damage.
 //
+// 'lazarus serve' runs a node: a runtime on a store, served over HTTP by
+// package server (serve.go). With --server URL (or $LAZARUS_SERVER) and a
+// bearer token (--token, $LAZARUS_TOKEN), conversations, show, tail,
+// pending, resolve, delete and stats work on such a live node through its
+// API instead of a store, with the same output and exit statuses, and send
+// sends a message (remote.go).
+//
 // Usage:
 //
 //	lazarus [--dir DIR] COMMAND [flags] [args]
