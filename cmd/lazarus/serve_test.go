@@ -175,6 +175,7 @@ func TestServeCLIAndSIGTERM(t *testing.T) {
 	require.NoError(t, os.WriteFile(cfg, []byte(`{
 		"dir": `+jsonString(filepath.Join(dir, "store"))+`,
 		"settings": {"system_prompt": "You are a test."},
+		"shutdown_timeout": "1h",
 		"human_tools": [{
 			"name": "approve", "description": "a person approves a refund",
 			"parameters": {"type": "object", "properties": {"amount": {"type": "number"}}},
@@ -271,6 +272,30 @@ func TestServeCLIAndSIGTERM(t *testing.T) {
 	r = as("bob-token", "show", conv)
 	require.Equal(t, exitNotFound, r.code, "a stranger does not see the conversation: %s", r.stderr)
 
+	// delete through the node: refused without --yes, then done.
+	r = as("alice-token", "send", "to be deleted")
+	requireOK(t, r)
+	doomed := sentLine.FindStringSubmatch(r.stdout)[2]
+	r = as("alice-token", "delete", doomed)
+	require.Equal(t, exitUsage, r.code, r.stderr)
+	require.Contains(t, r.stdout, "would delete conversation "+doomed)
+	r = as("alice-token", "delete", doomed, "--yes")
+	requireOK(t, r)
+	require.Contains(t, r.stdout, "deleted conversation "+doomed)
+	r = as("alice-token", "show", doomed)
+	require.Equal(t, exitNotFound, r.code, r.stderr)
+
+	// A tail that follows the stream when SIGTERM comes: the node cuts the
+	// stream rather than waiting for it (shutdown_timeout is longer than
+	// the test's bound), and tail ends.
+	var follower lockedBuffer
+	followed := make(chan int, 1)
+	go func() {
+		c := newCLI(strings.NewReader(""), &follower, io.Discard)
+		followed <- c.run(ctx, []string{"tail", conv, "--from", "0", "--server", p.url, "--token", "alice-token"})
+	}()
+	require.Eventually(t, func() bool { return strings.Count(follower.String(), "\n") == 7 }, wait, 10*time.Millisecond)
+
 	// Sends while SIGTERM arrives: each acknowledged one must be durable.
 	type ack struct {
 		conv string
@@ -322,6 +347,12 @@ func TestServeCLIAndSIGTERM(t *testing.T) {
 	}
 	require.Equal(t, exitOK, p.stop(t), p.stderr.String())
 	wg.Wait()
+	select {
+	case code := <-followed:
+		require.Equal(t, exitError, code, "tail says the node went away")
+	case <-ctx.Done():
+		t.Fatal("tail did not end with the node")
+	}
 	require.Contains(t, p.stderr.String(), "lazarus serve: store closed")
 	for _, tok := range []string{"op-token", "alice-token", "bob-token"} {
 		require.NotContains(t, p.stderr.String(), tok, "tokens are never printed")
