@@ -204,6 +204,10 @@ func (c *cli) buildNode(ctx context.Context, cfg *serveConfig) (_ *node, err err
 		Dir: cfg.Dir, Postgres: cfg.Postgres, Model: model, Tools: tools,
 		Settings: cfg.Settings.settings(), HumanTimeout: humanTimeout,
 		Metrics: metrics.Hooks(),
+		// A turn the node resumes on its own (after a restart, an answer)
+		// runs as the requester the log recorded: the identity its token
+		// carried then.
+		ScopeLoader: func(_ context.Context, id agent.Identity) (agent.Scope, error) { return agent.ScopeOf(id), nil },
 	}
 	store := "pebble directory " + cfg.Dir
 	if cfg.Postgres != "" {
