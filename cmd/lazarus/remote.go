@@ -29,6 +29,11 @@ const (
 	envToken = "LAZARUS_TOKEN"
 )
 
+// remoteCallTimeout bounds one request of the --server mode (event
+// streams excepted), so a node that stopped answering does not hang a
+// command.
+const remoteCallTimeout = time.Minute
+
 // errUnauthenticated: the node refused the token (401).
 var errUnauthenticated = errors.New("the node refused the credentials (pass --token or set $" + envToken + ")")
 
@@ -169,8 +174,10 @@ func (r *remote) request(ctx context.Context, method, path string, body any, hea
 }
 
 // call sends one request and decodes its JSON answer into out (if not
-// nil).
+// nil), within remoteCallTimeout.
 func (r *remote) call(ctx context.Context, method, path string, body, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, remoteCallTimeout)
+	defer cancel()
 	resp, err := r.request(ctx, method, path, body, nil)
 	if err != nil {
 		return err
