@@ -13,7 +13,7 @@ export PG_BINDIR
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-deps: ## install protoc (Debian protobuf-compiler) and PostgreSQL 15 (Debian postgresql) if missing, and the Go tools
+deps: ## install protoc (Debian protobuf-compiler), PostgreSQL 15 (Debian postgresql) and Chromium (Debian chromium, for the console's browser tests) if missing, and the Go tools
 	@command -v protoc >/dev/null 2>&1 || { \
 		echo "installing protobuf-compiler with apt-get"; \
 		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
@@ -23,6 +23,10 @@ deps: ## install protoc (Debian protobuf-compiler) and PostgreSQL 15 (Debian pos
 		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql >/dev/null; }
 	@test -x $(PG_BINDIR)/postgres || { echo "no PostgreSQL in PG_BINDIR=$(PG_BINDIR)"; exit 1; }
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "installing chromium with apt-get"; \
+		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
 	@$(MAKE) --no-print-directory tools
 
 tools: ## install protoc-gen-go and staticcheck into GOBIN

@@ -133,10 +133,17 @@ func (h *hub) publish(u actors.Update) {
 	h.mu.Lock()
 	subs := h.subs[u.ConversationID]
 	switch {
-	case u.Err != nil || u.TurnEnd != nil:
-		// A failed or cancelled turn (or a lost write race: the turn runs
-		// again, with new deltas): the deltas so far belong to no answer.
+	case u.Err != nil || u.TurnEnd != nil || u.Restart:
+		// A failed or cancelled turn (or a lost write race, or a newer
+		// message: the turn runs again, with new deltas): the deltas so
+		// far belong to no answer, and subscribers are told so.
+		_, streamed := h.answers[u.ConversationID]
 		delete(h.answers, u.ConversationID)
+		u.Restart = streamed
+		if !streamed && u.Err == nil && u.TurnEnd == nil {
+			h.mu.Unlock()
+			return // nothing was streamed: nothing to void
+		}
 	case u.Delta != "" && u.Event == nil:
 		h.keepDelta(u.ConversationID, u.Delta)
 	}

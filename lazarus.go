@@ -72,7 +72,8 @@ type AuditOptions struct {
 	// Default off: the audit holds user data and grows fast.
 	Enabled bool
 	// TTL deletes audit rows older than this, checked every TTL/2. Zero
-	// means rows are kept until deleted with the conversation.
+	// means rows are kept until deleted with the conversation. A TTL
+	// without Enabled, or a negative one, is refused by Open (ErrInvalid).
 	TTL time.Duration
 }
 
@@ -225,6 +226,12 @@ func Open(opts Options) (*Runtime, error) {
 	opts = opts.withDefaults()
 	if opts.Model == nil {
 		return nil, fmt.Errorf("lazarus: Options.Model is required: %w", journal.ErrInvalid)
+	}
+	switch {
+	case opts.Audit.TTL < 0:
+		return nil, fmt.Errorf("lazarus: Options.Audit.TTL is negative: %w", journal.ErrInvalid)
+	case opts.Audit.TTL > 0 && !opts.Audit.Enabled:
+		return nil, fmt.Errorf("lazarus: Options.Audit.TTL is set but the audit is not enabled: %w", journal.ErrInvalid)
 	}
 	reg, err := agent.NewRegistry(opts.Tools...)
 	if err != nil {

@@ -23,6 +23,11 @@ func TestOpenValidatesOptions(t *testing.T) {
 		Tools: []agent.Tool{{Name: "dup", Executor: messages.Executor_EXECUTOR_HUMAN}, {Name: "dup", Executor: messages.Executor_EXECUTOR_HUMAN}},
 	})
 	require.ErrorIs(t, err, journal.ErrInvalid, "tool names are unique")
+
+	_, err = lazarus.Open(lazarus.Options{Model: scripted.New(scripted.Options{}), Audit: lazarus.AuditOptions{TTL: time.Hour}})
+	require.ErrorIs(t, err, journal.ErrInvalid, "a TTL for an audit that is off")
+	_, err = lazarus.Open(lazarus.Options{Model: scripted.New(scripted.Options{}), Audit: lazarus.AuditOptions{Enabled: true, TTL: -time.Hour}})
+	require.ErrorIs(t, err, journal.ErrInvalid, "a negative TTL")
 }
 
 func TestOpenOnDirectoryIsDurable(t *testing.T) {

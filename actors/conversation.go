@@ -71,6 +71,14 @@ type Update struct {
 	// sets it on the update of the event that ends the turn, and on the
 	// update of a failed or cancelled turn.
 	TurnEnd *TurnEnd
+	// Restart says the deltas streamed since the conversation's last event
+	// are void: the model call that streamed them was abandoned (a kill, a
+	// newer message, a failure to be retried, a lost write race), and the
+	// deltas that follow are a new call's, from its first. A subscriber
+	// showing an answer as it streams drops what it has. The runtime sets
+	// it on the update that abandons the call (with TurnEnd cancelled, with
+	// Retry, or alone) when deltas were streamed.
+	Restart bool
 }
 
 // ConversationConfig configures one activation of a conversation actor.
@@ -643,8 +651,10 @@ func (c *conversation) onCommand(ctx actor.Context, cmd *Command, sender *actor.
 		c.restartTurn()
 		if c.modelBusy {
 			// The model is answering a context without this message: cancel
-			// it and answer again once the message is in the log.
+			// it and answer again once the message is in the log. What it
+			// streamed is void.
 			c.cancelModel()
+			c.publish(Update{Restart: true})
 		}
 	case *messages.AgentWake:
 		// Activation alone applies the recovery rules. Only an explicit

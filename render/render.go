@@ -262,6 +262,9 @@ func Update(u actors.Update, full bool) string {
 	case u.Err != nil:
 		parts = append(parts, "error "+Quote(u.Err.Error(), full))
 	}
+	if u.Restart {
+		parts = append(parts, "restart: the deltas so far are void")
+	}
 	if r := u.Retry; r != nil {
 		parts = append(parts, fmt.Sprintf("retry: attempt %d failed, next in %s", r.Attempt, r.Delay))
 	}

@@ -36,6 +36,7 @@ func TestUpdateLines(t *testing.T) {
 	line := render.Update(lazarus.Update{Event: ev, TurnEnd: lazarus.TurnEndOf(ev)}, false)
 	require.True(t, strings.HasSuffix(line, `"done"  turn answered`), line)
 	require.Equal(t, `delta "par"`, render.Update(lazarus.Update{Delta: "par"}, false))
+	require.Equal(t, `restart: the deltas so far are void`, render.Update(lazarus.Update{Restart: true}, false))
 	boom := errors.New("boom")
 	require.Equal(t, `error "boom"  turn failed`, render.Update(lazarus.Update{Err: boom, TurnEnd: &lazarus.TurnEnd{Outcome: lazarus.TurnFailed, Err: boom}}, false))
 	require.Equal(t, `turn cancelled "killed"`, render.Update(lazarus.Update{TurnEnd: &lazarus.TurnEnd{Outcome: lazarus.TurnCancelled, Err: errors.New("killed")}}, false))

@@ -20,6 +20,7 @@
 //	POST   /v1/calls/{id}/reject                decline it with a reason
 //	GET    /v1/openapi.json                     the API's OpenAPI 3 document
 //	GET    /metrics  /healthz  /readyz
+//	GET    /console/                            the web console (not part of the API); / redirects to it
 //
 // # Identity and what a user may see
 //
@@ -89,11 +90,15 @@
 //	event: delta                  data: {"text": "..."}  streamed text, not durable
 //	event: turn_end               data: {"outcome": "answered"|"suspended"|"failed"|"cancelled", "seq": N, "error": "..."}
 //	event: retry                  data: {"attempt": N, "delay_ms": N, "error": "..."}  a model call is tried again
+//	event: restart                data: {}  the deltas since the last event are void (an abandoned model call)
 //	event: error                  data: {"error": {"code": ..., "message": ...}}; the stream ends
 //
 // A failed turn ends with a durable turn_failed event (then a turn_end
-// "failed"), or, for a write that failed, a turn_end "failed" alone. After a
-// "retry", the deltas are those of the new attempt, from its start. Only
+// "failed"), or, for a write that failed, a turn_end "failed" alone. A
+// "restart" comes before "retry" and before the turn_end "cancelled" of a
+// kill when deltas had been streamed, and alone when a newer message
+// abandons the model call; after it, the deltas are those of the new call,
+// from its start: drop the text shown so far. Only
 // "event" messages carry an id, so a reconnecting client's
 // Last-Event-ID is the seq of the last event it received. On every
 // connection, the deltas sent before the first live update are the whole
@@ -102,4 +107,34 @@
 // text with them. A comment line is sent every Options.KeepAlive while
 // nothing else is. A stream that falls too far behind ends with an error of
 // code "lagged": reconnect with Last-Event-ID.
+//
+// # Web console
+//
+// ConsolePath serves a web console for people: plain HTML, CSS and
+// JavaScript embedded in the binary (no build step, nothing fetched at run
+// time), usable on a phone. It has the queue of pending human calls the
+// user may see (tool, prompt, arguments, the last events of the
+// conversation when the user may read it, a countdown to the deadline),
+// each answered with Approve (POST resolve with the result
+// {"approved": true}, plus "reason" when one is typed) or Reject (POST
+// reject with the typed reason, required); the conversation list with a
+// search by metadata ("key=value key=value"); and a live view of a
+// conversation (its history, then its event stream, with the answer in
+// progress) with a box to send a message. A call answered elsewhere in the
+// meantime is shown as already answered, with by whom. The console only
+// calls the /v1/ API, with the same rules of who sees what; an approver
+// who may not read a call's conversation sees its prompt and arguments
+// only, so a tool's Prompt should say what the approver needs to know.
+//
+// Authentication: the console asks for a bearer token, checks it with one
+// API call and keeps it in the tab's sessionStorage (gone when the tab
+// closes, never in a cookie, so there is no ambient credential and nothing
+// to forge across sites). Every request, event streams included, sends it
+// in the Authorization header: streams are read with fetch and a
+// ReadableStream, not EventSource (which cannot send headers), and resume
+// with Last-Event-ID. The files are served without credentials (they hold
+// no data) with a Content-Security-Policy that allows only the console's
+// own script, style and API (no inline script, no framing), and the script
+// writes every value as text, never as HTML. Options.NoConsole leaves the
+// console out.
 package server

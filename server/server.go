@@ -63,6 +63,9 @@ type Options struct {
 	// Logger receives the server's logs (failures answered 5xx). Default:
 	// discard.
 	Logger *slog.Logger
+	// NoConsole leaves out the web console (ConsolePath, and the redirect
+	// of "/" to it). Default false: the console is served.
+	NoConsole bool
 }
 
 func (o Options) withDefaults() Options {
@@ -128,6 +131,17 @@ func New(rt *lazarus.Runtime, opts Options) *Server {
 	s.handleAuth("GET /v1/calls/{id}", s.getCall)
 	s.handleAuth("POST /v1/calls/{id}/resolve", s.resolveCall)
 	s.handleAuth("POST /v1/calls/{id}/reject", s.rejectCall)
+	if !opts.NoConsole {
+		// The console is not part of the API: its routes are not in
+		// s.routes (nor in the OpenAPI document).
+		s.mux.Handle("GET "+ConsolePath+"{file...}", newConsoleHandler())
+		s.mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
+			// A relative Location, which the browser resolves against
+			// the URL it asked for: right under a prefix too.
+			w.Header().Set("Location", "."+ConsolePath)
+			w.WriteHeader(http.StatusFound)
+		})
+	}
 	// Anything else under /v1/ is a JSON 404.
 	s.mux.HandleFunc("/v1/", func(w http.ResponseWriter, _ *http.Request) { s.writeError(w, errNotFound) })
 	return s

@@ -147,6 +147,11 @@ func (s *Server) writeUpdate(w http.ResponseWriter, u lazarus.Update) error {
 			return err
 		}
 	}
+	if u.Restart {
+		if err := writeSSE(w, "restart", struct{}{}); err != nil {
+			return err
+		}
+	}
 	if u.Retry != nil {
 		d := RetryData{Attempt: u.Retry.Attempt, DelayMS: u.Retry.Delay.Milliseconds()}
 		if u.Err != nil {

@@ -1,0 +1,632 @@
+// The Lazarus web console: plain JavaScript over the /v1/ API of the same
+// server. The bearer token is kept in this tab's sessionStorage and sent in
+// the Authorization header of every request, event streams included (they
+// are read with fetch, not EventSource, which cannot send headers). Every
+// piece of data is written with textContent, never as HTML.
+'use strict';
+
+const TOKEN_KEY = 'lazarus.console.token';
+const API = '../v1/';            // relative: the console works under a prefix
+const POLL_MS = 10000;           // the queue's refresh period
+const CONTEXT_EVENTS = 6;        // events of conversation context per call
+
+const $ = (id) => document.getElementById(id);
+
+// el builds an element: attributes (class, data-*, properties) and children
+// (strings become text nodes).
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null) continue;
+    if (k === 'class') e.className = v;
+    else if (k.startsWith('data-') || k === 'role' || k.startsWith('aria-')) e.setAttribute(k, v);
+    else e[k] = v;
+  }
+  for (const c of children) {
+    if (c === undefined || c === null || c === false) continue;
+    e.append(typeof c === 'string' ? document.createTextNode(c) : c);
+  }
+  return e;
+}
+
+const token = () => sessionStorage.getItem(TOKEN_KEY) || '';
+
+class APIError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+// api does one JSON request and returns the decoded answer, or throws an
+// APIError with the server's code. A 401 signs out.
+async function api(method, path, body) {
+  const headers = { Authorization: 'Bearer ' + token(), Accept: 'application/json' };
+  const init = { method, headers, cache: 'no-store', credentials: 'omit' };
+  if (body !== undefined) {
+    headers['Content-Type'] = 'application/json';
+    init.body = JSON.stringify(body);
+  }
+  let res;
+  try {
+    res = await fetch(API + path, init);
+  } catch (e) {
+    throw new APIError(0, 'network', 'the server cannot be reached');
+  }
+  if (res.status === 204) return null;
+  let data = null;
+  try { data = await res.json(); } catch (e) { /* not JSON */ }
+  if (!res.ok) {
+    const err = (data && data.error) || {};
+    if (res.status === 401) signOut('The token was refused.');
+    throw new APIError(res.status, err.code || 'http_' + res.status, err.message || res.statusText);
+  }
+  return data;
+}
+
+const enc = encodeURIComponent;
+
+function randomID() {
+  const b = new Uint8Array(16);
+  crypto.getRandomValues(b);
+  return Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('');
+}
+
+function sleep(ms, signal) {
+  return new Promise((resolve) => {
+    const t = setTimeout(resolve, ms);
+    if (signal) signal.addEventListener('abort', () => { clearTimeout(t); resolve(); }, { once: true });
+  });
+}
+
+function ago(iso) {
+  if (!iso) return '';
+  const s = Math.round((Date.now() - Date.parse(iso)) / 1000);
+  if (s < 60) return 'just now';
+  if (s < 3600) return Math.floor(s / 60) + ' min ago';
+  if (s < 86400) return Math.floor(s / 3600) + ' h ago';
+  return new Date(iso).toLocaleString();
+}
+
+function duration(ms) {
+  let s = Math.max(0, Math.floor(ms / 1000));
+  const d = Math.floor(s / 86400); s -= d * 86400;
+  const h = Math.floor(s / 3600); s -= h * 3600;
+  const m = Math.floor(s / 60); s -= m * 60;
+  if (d) return `${d}d ${h}h`;
+  if (h) return `${h}h ${String(m).padStart(2, '0')}m`;
+  return `${m}m ${String(s).padStart(2, '0')}s`;
+}
+
+function who(id) {
+  if (!id || !id.user_id) return '';
+  return id.roles && id.roles.length ? `${id.user_id} (${id.roles.join(', ')})` : id.user_id;
+}
+
+function pretty(raw) {
+  try { return JSON.stringify(typeof raw === 'string' ? JSON.parse(raw) : raw, null, 2); } catch (e) { return String(raw); }
+}
+
+// ---- events -------------------------------------------------------------
+
+const textOf = (parts) => (parts || []).map((p) => p.text !== undefined ? p.text : '[' + (p.image ? 'image' : 'file') + ']').join('');
+const enumName = (v, prefix) => String(v || '').replace(prefix, '').toLowerCase();
+
+// describe returns the kind, a headline and a body of one event (protobuf
+// JSON with proto field names).
+function describe(ev) {
+  if (ev.user_msg) return ['user_msg', 'user' + (ev.author ? ' ' + who(ev.author) : ''), textOf(ev.user_msg.content)];
+  if (ev.assistant_msg) {
+    const calls = (ev.assistant_msg.tool_calls || []).map((c) => `→ ${c.name}(${c.arguments || ''})`);
+    return ['assistant_msg', 'assistant', [textOf(ev.assistant_msg.content), ...calls].filter(Boolean).join('\n')];
+  }
+  if (ev.tool_call) {
+    const c = ev.tool_call.call || {};
+    return ['tool_call', `call ${c.name || ''} (${enumName(ev.tool_call.executor, 'EXECUTOR_')})`, c.arguments || ''];
+  }
+  if (ev.tool_result) {
+    const o = ev.tool_result.outcome || {};
+    const body = o.error ? `error${o.error.code ? ' ' + o.error.code : ''}: ${o.error.message || ''}` : (o.content || '');
+    return ['tool_result', `result of ${ev.tool_result.name || ev.tool_result.tool_call_id}`, body];
+  }
+  if (ev.suspension) {
+    return ['suspension', 'waiting on humans', (ev.suspension.pending || []).map((p) => `${p.kind}: ${p.prompt || ''}`).join('\n')];
+  }
+  if (ev.resolution) {
+    const r = ev.resolution;
+    const by = r.resolver ? who(r.resolver) : (r.by || '');
+    return ['resolution', `resolution: ${enumName(r.status, 'TOOL_CALL_STATUS_')} by ${by}`, r.tool_call_id || ''];
+  }
+  if (ev.rewind) return ['rewind', `rewind to ${ev.rewind.to_seq}`, ev.rewind.reason || ''];
+  if (ev.turn_failed) return ['turn_failed', 'turn failed' + (ev.turn_failed.code ? ': ' + ev.turn_failed.code : ''), ev.turn_failed.message || ''];
+  return ['other', 'event', ''];
+}
+
+function eventItem(ev) {
+  const [kind, head, body] = describe(ev);
+  const time = ev.time ? new Date(ev.time).toLocaleTimeString() : '';
+  return el('li', { 'data-kind': kind, 'data-seq': String(ev.seq || '') },
+    el('div', { class: 'head' }, `#${ev.seq} · ${head}${time ? ' · ' + time : ''}`),
+    body ? el('div', { class: kind === 'tool_call' || kind === 'tool_result' ? 'mono' : '' }, body) : null);
+}
+
+// ---- routing --------------------------------------------------------------
+
+let viewAbort = null; // aborts the current view's timers and streams
+
+function show(id) {
+  for (const v of ['login-view', 'calls-view', 'convs-view', 'conv-view']) $(v).hidden = v !== id;
+  $('nav-calls').classList.toggle('current', id === 'calls-view');
+  $('nav-conversations').classList.toggle('current', id === 'convs-view' || id === 'conv-view');
+}
+
+function route() {
+  if (viewAbort) viewAbort.abort();
+  viewAbort = new AbortController();
+  const signal = viewAbort.signal;
+  if (!token()) {
+    $('nav').hidden = true;
+    show('login-view');
+    $('token').focus();
+    return;
+  }
+  $('nav').hidden = false;
+  const hash = location.hash.replace(/^#/, '') || '/calls';
+  const [path, query] = hash.split('?');
+  if (path.startsWith('/c/')) {
+    conversationView(decodeURIComponent(path.slice(3)), signal);
+  } else if (path === '/conversations') {
+    conversationsView(new URLSearchParams(query || '').get('q') || '', signal);
+  } else {
+    callsView(signal);
+  }
+}
+
+function signOut(message) {
+  sessionStorage.removeItem(TOKEN_KEY);
+  $('login-error').textContent = message || '';
+  route();
+}
+
+// ---- sign in ---------------------------------------------------------------
+
+async function signIn(ev) {
+  ev.preventDefault();
+  const t = $('token').value.trim();
+  if (!t) return;
+  $('login-error').textContent = '';
+  $('login-submit').disabled = true;
+  sessionStorage.setItem(TOKEN_KEY, t);
+  try {
+    await api('GET', 'calls?limit=1'); // any authenticated request checks the token
+    $('token').value = '';
+    route();
+  } catch (e) {
+    if (e.status !== 401) {
+      sessionStorage.removeItem(TOKEN_KEY);
+      $('login-error').textContent = 'Could not sign in: ' + e.message;
+    }
+  } finally {
+    $('login-submit').disabled = false;
+  }
+}
+
+// ---- the queue of pending approvals -----------------------------------------
+
+const cards = new Map(); // call id -> card state, while the queue is shown
+
+function callsView(signal) {
+  show('calls-view');
+  cards.clear();
+  $('calls').replaceChildren();
+  $('calls-status').textContent = 'Loading…';
+  loadCalls();
+  const poll = setInterval(loadCalls, POLL_MS);
+  const tick = setInterval(tickCountdowns, 1000);
+  signal.addEventListener('abort', () => { clearInterval(poll); clearInterval(tick); });
+}
+
+async function loadCalls() {
+  let data;
+  try {
+    data = await api('GET', 'calls?limit=100');
+  } catch (e) {
+    $('calls-status').textContent = 'Could not load the queue: ' + e.message;
+    return;
+  }
+  if ($('calls-view').hidden) return;
+  const seen = new Set();
+  for (const c of data.calls) {
+    seen.add(c.id);
+    if (!cards.has(c.id)) {
+      const card = callCard(c);
+      cards.set(c.id, card);
+      $('calls').append(card.root);
+    }
+  }
+  for (const card of cards.values()) {
+    if (card.state === 'pending' && !card.busy && !seen.has(card.call.id)) settleElsewhere(card);
+  }
+  const pending = [...cards.values()].filter((c) => c.state === 'pending').length;
+  $('calls-status').textContent = (pending ? `${pending} pending` : 'No pending approvals.') +
+    (data.next_cursor ? ' More calls wait than are shown: answer these first.' : '');
+  tickCountdowns();
+}
+
+function callCard(c) {
+  const card = { call: c, state: 'pending', busy: false };
+  card.countdown = el('span', { class: 'countdown' });
+  card.reason = el('input', { type: 'text', class: 'reason', maxLength: 4000, placeholder: 'Reason (required to reject)' });
+  card.approve = el('button', { type: 'button', class: 'approve' }, 'Approve');
+  card.reject = el('button', { type: 'button', class: 'reject' }, 'Reject');
+  card.outcome = el('p', { class: 'outcome', role: 'status' });
+  card.context = el('ol', { class: 'context' });
+  const reasonID = 'reason-' + c.id;
+  card.reason.id = reasonID;
+  card.root = el('article', { class: 'call', 'data-call-id': c.id, 'data-state': 'pending' },
+    el('header', {},
+      el('span', { class: 'tool' }, c.tool),
+      el('span', { class: 'who' }, `asked ${ago(c.created)}${c.requester ? ' by ' + who(c.requester) : ''}`),
+      card.countdown),
+    el('p', { class: 'prompt' }, c.prompt || '(no prompt)'),
+    el('pre', { class: 'args' }, pretty(c.arguments)),
+    el('div', { class: 'who' }, 'Conversation ', el('a', { href: '#/c/' + enc(c.conversation_id), class: 'mono' }, c.conversation_id)),
+    card.context,
+    el('label', { htmlFor: reasonID }, 'Reason'),
+    card.reason,
+    el('div', { class: 'actions' }, card.approve, card.reject),
+    card.outcome);
+  card.approve.addEventListener('click', () => answer(card, true));
+  card.reject.addEventListener('click', () => answer(card, false));
+  loadContext(card);
+  return card;
+}
+
+// loadContext shows the last events of the call's conversation, for those
+// who may read it (its owner, operators); others see the prompt and
+// arguments only.
+async function loadContext(card) {
+  try {
+    const page = await api('GET', `conversations/${enc(card.call.conversation_id)}/events?limit=${CONTEXT_EVENTS}`);
+    card.context.replaceChildren(...page.events.map((ev) => {
+      const [kind, head, body] = describe(ev);
+      return el('li', { 'data-kind': kind }, `${head}: ${body.length > 300 ? body.slice(0, 300) + '…' : body}`);
+    }));
+  } catch (e) {
+    card.context.replaceChildren(el('li', { class: 'muted' },
+      e.status === 404 ? 'The conversation is not visible to you.' : 'Context unavailable: ' + e.message));
+  }
+}
+
+function tickCountdowns() {
+  const now = Date.now();
+  for (const card of cards.values()) {
+    const cd = card.countdown;
+    if (card.state !== 'pending') { cd.textContent = ''; continue; }
+    if (!card.call.deadline) { cd.textContent = 'no deadline'; continue; }
+    const left = Date.parse(card.call.deadline) - now;
+    cd.classList.toggle('urgent', left > 0 && left < 5 * 60 * 1000);
+    cd.classList.toggle('over', left <= 0);
+    cd.textContent = left > 0 ? 'expires in ' + duration(left) : 'deadline passed';
+    cd.title = new Date(card.call.deadline).toLocaleString();
+  }
+}
+
+function settle(card, state, message) {
+  card.state = state;
+  card.root.dataset.state = state;
+  card.approve.disabled = card.reject.disabled = card.reason.disabled = true;
+  card.outcome.textContent = message;
+  tickCountdowns();
+}
+
+// settleElsewhere marks a call answered by someone else (or expired), with
+// what the server says of it.
+async function settleElsewhere(card) {
+  settle(card, 'stale', 'Already answered.');
+  try {
+    const c = await api('GET', 'calls/' + enc(card.call.id));
+    const how = { resolved: 'approved', errored: 'rejected', expired: 'expired' }[c.status] || c.status;
+    card.outcome.textContent = c.status === 'expired' ? 'Already answered: the call expired.'
+      : `Already answered: ${how}${c.resolver ? ' by ' + who(c.resolver) : ''}.`;
+  } catch (e) {
+    if (e.status === 404) settle(card, 'gone', 'This call is gone (its conversation was deleted, or it is no longer visible to you).');
+  }
+}
+
+async function answer(card, approve) {
+  if (card.state !== 'pending' || card.busy) return;
+  const reason = card.reason.value.trim();
+  if (!approve && !reason) {
+    card.outcome.textContent = 'Give a reason to reject.';
+    card.reason.focus();
+    return;
+  }
+  card.busy = true;
+  card.approve.disabled = card.reject.disabled = true;
+  card.outcome.textContent = 'Sending…';
+  try {
+    if (approve) {
+      const result = { approved: true };
+      if (reason) result.reason = reason;
+      await api('POST', `calls/${enc(card.call.id)}/resolve`, { result });
+      settle(card, 'approved', 'Approved.');
+    } else {
+      await api('POST', `calls/${enc(card.call.id)}/reject`, { reason });
+      settle(card, 'rejected', 'Rejected.');
+    }
+  } catch (e) {
+    if (e.code === 'stale') await settleElsewhere(card);
+    else if (e.code === 'not_found') settle(card, 'gone', 'This call is gone (its conversation was deleted, or it is no longer visible to you).');
+    else {
+      // unknown_outcome, timeouts, a refusal: the call may still be open.
+      card.approve.disabled = card.reject.disabled = false;
+      card.outcome.textContent = (e.code === 'forbidden' ? 'You may not answer this call: ' : 'Not answered: ') + e.message;
+    }
+  } finally {
+    card.busy = false;
+  }
+}
+
+// ---- the conversation list ---------------------------------------------------
+
+// parseSearch turns "key=value key2=value2" into query parameters.
+function parseSearch(q) {
+  const params = new URLSearchParams();
+  for (const term of q.split(/\s+/).filter(Boolean)) {
+    const i = term.indexOf('=');
+    if (i <= 0) throw new Error(`"${term}" is not key=value`);
+    params.set(`metadata[${term.slice(0, i)}]`, term.slice(i + 1));
+  }
+  return params;
+}
+
+function conversationsView(q, signal) {
+  show('convs-view');
+  $('search').value = q;
+  $('convs').replaceChildren();
+  $('convs-more').hidden = true;
+  let params;
+  try {
+    params = parseSearch(q);
+  } catch (e) {
+    $('convs-status').textContent = 'Search: ' + e.message;
+    return;
+  }
+  let cursor = '';
+  let shown = 0;
+  const more = async () => {
+    $('convs-more').hidden = true;
+    $('convs-status').textContent = 'Loading…';
+    // A page filtered by owner or metadata may be short, even empty, with
+    // more behind it: read on until something shows, at most a few pages.
+    for (let pages = 0; pages < 10; pages++) {
+      const p = new URLSearchParams(params);
+      p.set('limit', '50');
+      if (cursor) p.set('cursor', cursor);
+      let data;
+      try {
+        data = await api('GET', 'conversations?' + p.toString());
+      } catch (e) {
+        $('convs-status').textContent = 'Could not list: ' + e.message;
+        return;
+      }
+      if (signal.aborted) return;
+      for (const c of data.conversations) $('convs').append(conversationRow(c));
+      shown += data.conversations.length;
+      cursor = data.next_cursor;
+      if (!cursor || data.conversations.length) break;
+    }
+    $('convs-status').textContent = shown ? `${shown} shown` : 'No conversation matches.';
+    $('convs-more').hidden = !cursor;
+  };
+  $('convs-more').onclick = more;
+  more();
+}
+
+function conversationRow(c) {
+  const md = Object.entries(c.metadata || {}).map(([k, v]) => `${k}=${v}`).join('  ');
+  return el('li', { 'data-conversation-id': c.id },
+    el('a', { href: '#/c/' + enc(c.id), class: 'mono' }, c.id),
+    el('span', { class: 'badge ' + c.status }, c.status),
+    el('span', { class: 'muted' }, c.updated ? 'updated ' + ago(c.updated) : ''),
+    el('span', { class: 'md' }, md));
+}
+
+// ---- a conversation, live ------------------------------------------------------
+
+function conversationView(id, signal) {
+  show('conv-view');
+  $('conv-title').textContent = id;
+  $('conv-status').textContent = '';
+  $('conv-meta').replaceChildren();
+  $('log').replaceChildren();
+  $('log-older').hidden = true;
+  $('delta').hidden = true;
+  $('delta').textContent = '';
+  $('send-error').textContent = '';
+  $('conv-live').textContent = 'Loading…';
+  const state = { id, last: 0, oldest: 0, delta: '', signal };
+  $('send-form').onsubmit = (ev) => send(ev, state);
+  $('log-older').onclick = () => older(state);
+  openConversation(state);
+}
+
+async function openConversation(state) {
+  try {
+    const c = await api('GET', 'conversations/' + enc(state.id));
+    setStatus(c.status);
+    $('conv-meta').replaceChildren(...Object.entries(c.metadata || {}).flatMap(([k, v]) => [el('dt', {}, k), el('dd', {}, v)]));
+    const page = await api('GET', `conversations/${enc(state.id)}/events?limit=100`);
+    if (state.signal.aborted) return;
+    for (const ev of page.events) appendEvent(state, ev, false);
+    state.oldest = page.next_before;
+    $('log-older').hidden = !page.next_before;
+  } catch (e) {
+    $('conv-live').textContent = e.status === 404 ? 'No such conversation (or it is not yours).'
+      : e.code === 'deleted' ? 'This conversation was deleted.' : 'Could not load: ' + e.message;
+    return;
+  }
+  follow(state);
+}
+
+function setStatus(s) {
+  $('conv-status').textContent = s;
+  $('conv-status').className = 'badge ' + s;
+}
+
+async function older(state) {
+  try {
+    const page = await api('GET', `conversations/${enc(state.id)}/events?limit=100&before=${state.oldest}`);
+    $('log').prepend(...page.events.map(eventItem));
+    state.oldest = page.next_before;
+    $('log-older').hidden = !page.next_before;
+  } catch (e) {
+    $('conv-live').textContent = 'Could not load older events: ' + e.message;
+  }
+}
+
+// appendEvent shows ev unless it is already shown; a live one (from the
+// stream, not the history loaded first) also moves the status shown.
+function appendEvent(state, ev, live) {
+  const seq = Number(ev.seq);
+  if (seq <= state.last) return; // already shown
+  state.last = seq;
+  $('log').append(eventItem(ev));
+  if (ev.assistant_msg) setDelta(state, '');
+  if (!live) return;
+  if (ev.suspension) setStatus('suspended');
+  else if (ev.user_msg || ev.resolution) setStatus('active');
+}
+
+function setDelta(state, text) {
+  state.delta = text;
+  $('delta').textContent = text;
+  $('delta').hidden = !text;
+}
+
+function note(text) {
+  $('log').append(el('li', { class: 'note' }, text));
+}
+
+// follow reads the conversation's event stream with fetch (so that the
+// token goes in a header) and reconnects with Last-Event-ID until the view
+// is left.
+async function follow(state) {
+  const { signal } = state;
+  let backoff = 1000;
+  while (!signal.aborted) {
+    let fatal = false;
+    try {
+      const res = await fetch(`${API}conversations/${enc(state.id)}/stream`, {
+        headers: { Authorization: 'Bearer ' + token(), Accept: 'text/event-stream', 'Last-Event-ID': String(state.last) },
+        cache: 'no-store', credentials: 'omit', signal,
+      });
+      if (!res.ok) {
+        let err = {};
+        try { err = (await res.json()).error || {}; } catch (e) { /* not JSON */ }
+        if (res.status === 401) { signOut('The token was refused.'); return; }
+        if (res.status === 404 || res.status === 410) {
+          $('conv-live').textContent = err.code === 'deleted' ? 'This conversation was deleted.' : 'This conversation is gone.';
+          return;
+        }
+        throw new Error(err.message || res.statusText);
+      }
+      $('conv-live').textContent = '● live';
+      backoff = 1000;
+      fatal = await readStream(state, res.body);
+    } catch (e) {
+      if (signal.aborted) return;
+    }
+    if (fatal || signal.aborted) return;
+    $('conv-live').textContent = 'reconnecting…';
+    await sleep(backoff, signal);
+    backoff = Math.min(backoff * 2, 15000);
+  }
+}
+
+// readStream parses server-sent events until the stream ends; it returns
+// true when the server ended it for good (an error other than lagged).
+async function readStream(state, body) {
+  const reader = body.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = '';
+  let fresh = true; // the first deltas of a connection replace the partial answer
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return false;
+    buf += value.replace(/\r\n?/g, '\n');
+    let i;
+    while ((i = buf.indexOf('\n\n')) >= 0) {
+      const block = buf.slice(0, i);
+      buf = buf.slice(i + 2);
+      let event = 'message';
+      const data = [];
+      for (const line of block.split('\n')) {
+        if (line.startsWith(':')) continue;
+        const c = line.indexOf(':');
+        const field = c < 0 ? line : line.slice(0, c);
+        const val = c < 0 ? '' : line.slice(c + 1).replace(/^ /, '');
+        if (field === 'event') event = val;
+        else if (field === 'data') data.push(val);
+      }
+      if (!data.length) continue;
+      let msg;
+      try { msg = JSON.parse(data.join('\n')); } catch (e) { continue; }
+      switch (event) {
+        case 'event':
+          appendEvent(state, msg, true);
+          fresh = false;
+          break;
+        case 'delta':
+          setDelta(state, (fresh ? '' : state.delta) + (msg.text || ''));
+          fresh = false;
+          break;
+        case 'retry':
+          setDelta(state, '');
+          note(`model call failed (attempt ${msg.attempt}), retrying in ${duration(msg.delay_ms)}: ${msg.error || ''}`);
+          break;
+        case 'turn_end':
+          setDelta(state, '');
+          setStatus(msg.outcome === 'suspended' ? 'suspended' : 'idle');
+          if (msg.outcome === 'failed' || msg.outcome === 'cancelled') note(`turn ${msg.outcome}${msg.error ? ': ' + msg.error : ''}`);
+          break;
+        case 'error': {
+          const err = msg.error || {};
+          if (err.code === 'lagged') return false; // reconnect from the last seq
+          $('conv-live').textContent = 'stream ended: ' + (err.message || err.code);
+          return true;
+        }
+      }
+    }
+  }
+}
+
+async function send(ev, state) {
+  ev.preventDefault();
+  const text = $('send-text').value;
+  if (!text.trim()) return;
+  $('send-error').textContent = '';
+  try {
+    await api('POST', `conversations/${enc(state.id)}/messages`, { text, request_id: 'console-' + randomID() });
+    $('send-text').value = '';
+  } catch (e) {
+    $('send-error').textContent = 'Not sent: ' + e.message;
+  }
+}
+
+// ---- start --------------------------------------------------------------------
+
+document.addEventListener('DOMContentLoaded', () => {
+  $('login-form').addEventListener('submit', signIn);
+  $('signout').addEventListener('click', () => signOut(''));
+  $('calls-refresh').addEventListener('click', loadCalls);
+  $('search-form').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const q = $('search').value.trim();
+    const h = '#/conversations' + (q ? '?q=' + enc(q) : '');
+    if (location.hash === h) route(); else location.hash = h;
+  });
+  window.addEventListener('hashchange', route);
+  route();
+});

@@ -1,0 +1,432 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus/agent/scripted"
+	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/server"
+)
+
+// The browser tests drive the console in a real headless Chromium (Debian's
+// chromium, installed by `make deps`). One browser process serves every
+// test of the package; each test opens its own tabs. Without a chromium
+// they skip, except in CI (CI=true), where they fail.
+
+// browserWait bounds each wait for the page, generous for a loaded 2-core
+// machine.
+const browserWait = 60 * time.Second
+
+var browser struct {
+	once   sync.Once
+	ctx    context.Context
+	cancel context.CancelFunc
+	err    error
+	skip   string
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if browser.cancel != nil {
+		browser.cancel()
+	}
+	os.Exit(code)
+}
+
+func chromiumPath() string {
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// startBrowser starts the package's browser once.
+func startBrowser() {
+	path := chromiumPath()
+	if path == "" {
+		if os.Getenv("CI") != "" {
+			browser.err = fmt.Errorf("no chromium on PATH in CI: `make deps` installs it")
+		} else {
+			browser.skip = "no chromium on PATH (`make deps` installs it)"
+		}
+		return
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path),
+		chromedp.NoSandbox, // the tests may run as root
+		chromedp.DisableGPU,
+		chromedp.WindowSize(1100, 900),
+	)
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelCtx := chromedp.NewContext(alloc)
+	browser.ctx = ctx
+	browser.cancel = func() { cancelCtx(); cancelAlloc() }
+	// The first Do starts the browser, for as long as its context lives:
+	// so ctx itself, not one with a timeout (the test binary's -timeout
+	// bounds a start that hangs).
+	if err := chromedp.Do(ctx); err != nil {
+		browser.err = fmt.Errorf("starting chromium: %w", err)
+	}
+}
+
+// newTab opens a tab of the shared browser, closed at the end of the test;
+// its context ends after timeout.
+func newTab(t *testing.T, timeout time.Duration) context.Context {
+	t.Helper()
+	browser.once.Do(startBrowser)
+	if browser.skip != "" {
+		t.Skip(browser.skip)
+	}
+	require.NoError(t, browser.err)
+	tab, closeTab := chromedp.NewContext(browser.ctx)
+	ctx, cancel := context.WithTimeout(tab, timeout)
+	t.Cleanup(func() { cancel(); closeTab() })
+	require.NoError(t, chromedp.Do(ctx))
+	return ctx
+}
+
+// signIn opens the console at path (a hash route) in tab and signs in with
+// token through its form.
+func signIn(t *testing.T, tab context.Context, n *node, token, route string) {
+	t.Helper()
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.Navigate(n.srv.URL+"/"), // redirected to the console
+		chromedp.WaitVisible(chromedp.ID("token")),
+		chromedp.SendKeys(chromedp.ID("token"), token),
+		chromedp.Click(chromedp.ID("login-submit")),
+		chromedp.WaitVisible(chromedp.ID("nav")),
+	))
+	if route != "" {
+		require.NoError(t, chromedp.Do(tab, chromedp.Evaluate[chromedp.Void](fmt.Sprintf("location.hash = %q", route))))
+	}
+}
+
+func cardSel(callID, rest string) chromedp.CSS {
+	return chromedp.CSS(fmt.Sprintf(`article.call[data-call-id=%q]%s`, callID, rest))
+}
+
+// TestConsoleApprove: an approver signs in, finds the pending call in the
+// queue with its prompt and arguments, and approves it with a reason; the
+// log records the resolution with the approver's id, and the card says it
+// was approved.
+func TestConsoleApprove(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	conv, call := suspendOnApproval(t, ctx, n, model)
+
+	tab := newTab(t, browserWait)
+	signIn(t, tab, n, tokCarol, "")
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(cardSel(call.ID, " button.approve"))))
+	prompt, err := chromedp.Run(tab, chromedp.Text(cardSel(call.ID, " .prompt")))
+	require.NoError(t, err)
+	require.Equal(t, `Approve the payment {"amount":120}?`, prompt)
+	args, err := chromedp.Run(tab, chromedp.Text(cardSel(call.ID, " .args")))
+	require.NoError(t, err)
+	require.Contains(t, args, `"amount": 120`)
+	countdown, err := chromedp.Run(tab, chromedp.Text(cardSel(call.ID, " .countdown")))
+	require.NoError(t, err)
+	require.Contains(t, countdown, "expires in")
+
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.SendKeys(cardSel(call.ID, " input.reason"), "within budget"),
+		chromedp.Click(cardSel(call.ID, " button.approve")),
+		chromedp.WaitVisible(cardSel(call.ID, `[data-state="approved"] .outcome`)),
+	))
+
+	// The resolution event, with carol as the resolver, is in the log: the
+	// subscription replays the log, then follows it until it is.
+	updates, err := n.rt.Subscribe(ctx, conv.ID, 0)
+	require.NoError(t, err)
+	for {
+		select {
+		case u, ok := <-updates:
+			require.True(t, ok, "the subscription ended before the resolution")
+			if r := u.Event.GetResolution(); r != nil {
+				require.Equal(t, call.ID, r.GetToolCallId())
+				require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, r.GetStatus())
+				require.Equal(t, "carol", r.GetResolver().GetUserId())
+				var shown server.Call
+				n.must(t, http.StatusOK, "GET", "/v1/calls/"+call.ID, tokCarol, nil, &shown)
+				require.Equal(t, "resolved", shown.Status)
+				return
+			}
+		case <-ctx.Done():
+			t.Fatal("no resolution event in the log")
+		}
+	}
+}
+
+// TestConsoleTwoTabsOneWins: two approvers have the same call open in two
+// tabs and both approve it at once: exactly one answer is recorded, and
+// the other tab says the call was already answered, by whom.
+func TestConsoleTwoTabsOneWins(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	_, call := suspendOnApproval(t, ctx, n, model)
+
+	tabs := []context.Context{newTab(t, browserWait), newTab(t, browserWait)}
+	users := []string{"carol", "olga"}
+	signIn(t, tabs[0], n, tokCarol, "#/calls")
+	signIn(t, tabs[1], n, tokOlga, "#/calls")
+	for _, tab := range tabs {
+		require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(cardSel(call.ID, " button.approve"))))
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(tabs))
+	for i, tab := range tabs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = chromedp.Do(tab, chromedp.Click(cardSel(call.ID, " button.approve")))
+		}()
+	}
+	wg.Wait()
+	require.NoError(t, errs[0])
+	require.NoError(t, errs[1])
+
+	states := make([]string, len(tabs))
+	outcomes := make([]string, len(tabs))
+	for i, tab := range tabs {
+		// Wait until the card has left the pending state and its answer
+		// (and, for the loser, who won) is shown.
+		require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(
+			cardSel(call.ID, `:is([data-state="approved"], [data-state="stale"]) .outcome:not(:empty)`))))
+		var err error
+		states[i], err = chromedp.Run(tab, chromedp.Evaluate[string](
+			fmt.Sprintf(`document.querySelector('article.call[data-call-id=%q]').dataset.state`, call.ID)))
+		require.NoError(t, err)
+		outcomes[i], err = chromedp.Run(tab, chromedp.Text(cardSel(call.ID, " .outcome")))
+		require.NoError(t, err)
+	}
+	winner := -1
+	for i, s := range states {
+		if s == "approved" {
+			require.Equal(t, -1, winner, "both tabs won: %v", states)
+			winner = i
+		}
+	}
+	require.NotEqual(t, -1, winner, "no tab won: %v %v", states, outcomes)
+	loser := 1 - winner
+	require.Equal(t, "stale", states[loser])
+	require.Contains(t, outcomes[loser], "Already answered")
+
+	var shown server.Call
+	n.must(t, http.StatusOK, "GET", "/v1/calls/"+call.ID, tokOlga, nil, &shown)
+	require.Equal(t, "resolved", shown.Status)
+	require.Equal(t, users[winner], shown.Resolver.UserID)
+	// The loser's tab names the winner once it has read the call.
+	require.NoError(t, chromedp.Do(tabs[loser], chromedp.WaitVisible(
+		chromedp.Search(fmt.Sprintf(`//article[@data-call-id=%q]//p[contains(., "by %s")]`, call.ID, users[winner])))))
+}
+
+// TestConsoleLiveConversation: the owner watches a conversation in the
+// console while an approver answers its pending call over the API: the
+// resolution (with the approver's id) and the model's answer appear live,
+// from the event stream.
+func TestConsoleLiveConversation(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	conv, call := suspendOnApproval(t, ctx, n, model)
+
+	tab := newTab(t, browserWait)
+	signIn(t, tab, n, tokAlice, "#/c/"+conv.ID)
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.WaitVisible(chromedp.CSS(`#log li[data-kind="suspension"]`)),
+		chromedp.WaitVisible(chromedp.Search(`//span[@id="conv-live" and contains(., "live")]`)),
+	))
+	status, err := chromedp.Run(tab, chromedp.Text(chromedp.ID("conv-status")))
+	require.NoError(t, err)
+	require.Equal(t, "suspended", status)
+	md, err := chromedp.Run(tab, chromedp.Text(chromedp.ID("conv-meta")))
+	require.NoError(t, err)
+	require.Contains(t, md, "payment")
+
+	n.must(t, http.StatusOK, "POST", "/v1/calls/"+call.ID+"/resolve", tokCarol, map[string]any{"result": map[string]bool{"approved": true}}, nil)
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.WaitVisible(chromedp.Search(`//ol[@id="log"]/li[@data-kind="resolution" and contains(., "resolved by carol")]`)),
+		chromedp.WaitVisible(chromedp.Search(`//ol[@id="log"]/li[@data-kind="assistant_msg" and contains(., "paid")]`)),
+	))
+
+	// A message sent from the console is answered live.
+	model.Push(conv.ID, scripted.Text("all done"))
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.SendKeys(chromedp.ID("send-text"), "thanks"),
+		chromedp.Click(chromedp.ID("send-submit")),
+		chromedp.WaitVisible(chromedp.Search(`//ol[@id="log"]/li[@data-kind="user_msg" and contains(., "thanks")]`)),
+		chromedp.WaitVisible(chromedp.Search(`//ol[@id="log"]/li[@data-kind="assistant_msg" and contains(., "all done")]`)),
+		chromedp.WaitVisible(chromedp.Search(`//span[@id="conv-status" and text()="idle"]`)),
+	))
+	// Opened again, the answered conversation shows as idle, its whole log
+	// loaded once.
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.Evaluate[chromedp.Void](`location.hash = '#/calls'`),
+		chromedp.WaitVisible(chromedp.ID("calls-view")),
+		chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`location.hash = '#/c/%s'`, conv.ID)),
+		chromedp.WaitVisible(chromedp.Search(`//ol[@id="log"]/li[@data-kind="assistant_msg" and contains(., "all done")]`)),
+		chromedp.WaitVisible(chromedp.Search(`//span[@id="conv-live" and contains(., "live")]`)),
+	))
+	status, err = chromedp.Run(tab, chromedp.Text(chromedp.ID("conv-status")))
+	require.NoError(t, err)
+	require.Equal(t, "idle", status)
+	shown, err := chromedp.Run(tab, chromedp.Evaluate[int](`document.querySelectorAll('#log li[data-seq]').length`))
+	require.NoError(t, err)
+	evs, err := n.rt.History(ctx, conv.ID, 0, 0)
+	require.NoError(t, err)
+	require.Equal(t, "thanks", evs[len(evs)-2].GetUserMsg().GetContent()[0].GetText())
+	require.Equal(t, "alice", evs[len(evs)-2].GetAuthor().GetUserId())
+	require.Len(t, evs, shown, "each event of the log once")
+}
+
+// TestConsoleSearchConversations: the conversation list shows the caller's
+// conversations with their metadata, and a metadata search narrows it.
+func TestConsoleSearchConversations(t *testing.T) {
+	n := startNode(t, newScripted(), server.Options{})
+	refund := n.create(t, tokAlice, map[string]string{"topic": "refund", "region": "eu"})
+	payment := n.create(t, tokAlice, map[string]string{"topic": "payment", "region": "eu"})
+	bobs := n.create(t, tokBob, map[string]string{"topic": "refund"})
+
+	row := func(id string) chromedp.CSS {
+		return chromedp.CSS(fmt.Sprintf(`#convs li[data-conversation-id=%q]`, id))
+	}
+	tab := newTab(t, browserWait)
+	signIn(t, tab, n, tokAlice, "#/conversations")
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.WaitVisible(row(refund.ID)),
+		chromedp.WaitVisible(row(payment.ID)),
+	))
+	count, err := chromedp.Run(tab, chromedp.Evaluate[int](`document.querySelectorAll('#convs li').length`))
+	require.NoError(t, err)
+	require.Equal(t, 2, count, "bob's conversation %s is not alice's to see", bobs.ID)
+
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.SendKeys(chromedp.ID("search"), "topic=refund region=eu"),
+		chromedp.Click(chromedp.ID("search-submit")),
+		chromedp.WaitNotPresent(row(payment.ID)),
+		chromedp.WaitVisible(row(refund.ID)),
+		chromedp.WaitVisible(chromedp.Search(`//p[@id="convs-status" and contains(., "1 shown")]`)),
+	))
+	hash, err := chromedp.Run(tab, chromedp.Evaluate[string](`location.hash`))
+	require.NoError(t, err)
+	require.Equal(t, "#/conversations?q=topic%3Drefund%20region%3Deu", hash)
+
+	// A term that is not key=value is refused in the page.
+	require.NoError(t, chromedp.Do(tab, chromedp.Evaluate[chromedp.Void](`location.hash = '#/conversations?q=oops'`),
+		chromedp.WaitVisible(chromedp.Search(`//p[@id="convs-status" and contains(., "not key=value")]`))))
+}
+
+// TestConsoleBadToken: a refused token leaves the console on its sign-in
+// form with an error, and nothing in session storage.
+func TestConsoleBadToken(t *testing.T) {
+	n := startNode(t, newScripted(), server.Options{})
+	tab := newTab(t, browserWait)
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.Navigate(n.srv.URL+server.ConsolePath),
+		chromedp.WaitVisible(chromedp.ID("token")),
+		chromedp.SendKeys(chromedp.ID("token"), "not-a-token"),
+		chromedp.Click(chromedp.ID("login-submit")),
+		chromedp.WaitVisible(chromedp.Search(`//p[@id="login-error" and contains(., "refused")]`)),
+	))
+	stored, err := chromedp.Run(tab, chromedp.Evaluate[*string](`sessionStorage.getItem('lazarus.console.token')`))
+	require.NoError(t, err)
+	require.Nil(t, stored)
+}
+
+// TestConsoleScreenshot: the queue as an operator sees it, with the
+// conversation context of each call, saved as a PNG (in the test's temp
+// dir, or at $LAZARUS_CONSOLE_PNG to refresh docs/console.png); and on a
+// phone's width, the queue fits without scrolling sideways.
+func TestConsoleScreenshot(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	_, first := suspendOnApproval(t, ctx, n, model)
+	conv := n.create(t, tokAlice, map[string]string{"topic": "refund"})
+	model.Push(conv.ID, scripted.Reply("I need a human for this.", scripted.Call("ask", `{"question":"Refund order 42 without a receipt?"}`)), scripted.Text("ok"))
+	st := n.stream(t, ctx, tokAlice, conv.ID, "")
+	n.must(t, http.StatusAccepted, "POST", "/v1/conversations/"+conv.ID+"/messages", tokAlice, server.SendMessage{Text: "refund order 42, I lost the receipt"}, nil)
+	st.until(t, "turn_end", `"suspended"`)
+	st.close()
+
+	tab := newTab(t, browserWait)
+	signIn(t, tab, n, tokOlga, "")
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.EmulateViewport(1000, 900),
+		chromedp.WaitVisible(cardSel(first.ID, ` .context li[data-kind="user_msg"]`)),
+		chromedp.WaitVisible(chromedp.Search(`//article[@data-call-id]//ol[@class="context"]/li[contains(., "lost the receipt")]`)),
+	))
+	png, err := chromedp.Run(tab, chromedp.FullScreenshot(100))
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(string(png), "\x89PNG"), "not a PNG")
+	path := filepath.Join(t.TempDir(), "console.png")
+	if p := os.Getenv("LAZARUS_CONSOLE_PNG"); p != "" {
+		path = p
+	}
+	require.NoError(t, os.WriteFile(path, png, 0o644))
+	t.Logf("screenshot of the queue: %s", path)
+
+	require.NoError(t, chromedp.Do(tab, chromedp.EmulateViewport(375, 740, chromedp.EmulateMobile)))
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(cardSel(first.ID, " button.approve"))))
+	fits, err := chromedp.Run(tab, chromedp.Evaluate[bool](`document.documentElement.scrollWidth <= window.innerWidth`))
+	require.NoError(t, err)
+	require.True(t, fits, "the queue scrolls sideways on a phone")
+}
+
+// TestConsoleReject: Reject needs a reason; with one, the call is
+// rejected, with that reason and the approver as its resolver.
+func TestConsoleReject(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	conv, call := suspendOnApproval(t, ctx, n, model)
+
+	tab := newTab(t, browserWait)
+	signIn(t, tab, n, tokCarol, "")
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.WaitVisible(cardSel(call.ID, " button.reject")),
+		chromedp.Click(cardSel(call.ID, " button.reject")),
+		chromedp.WaitVisible(chromedp.Search(`//p[@class="outcome" and contains(., "Give a reason")]`)),
+	))
+	var shown server.Call
+	n.must(t, http.StatusOK, "GET", "/v1/calls/"+call.ID, tokCarol, nil, &shown)
+	require.Equal(t, "pending", shown.Status, "no answer without a reason")
+
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.SendKeys(cardSel(call.ID, " input.reason"), "over the limit"),
+		chromedp.Click(cardSel(call.ID, " button.reject")),
+		chromedp.WaitVisible(cardSel(call.ID, `[data-state="rejected"] .outcome`)),
+	))
+	n.must(t, http.StatusOK, "GET", "/v1/calls/"+call.ID, tokCarol, nil, &shown)
+	require.Equal(t, "errored", shown.Status)
+	require.Equal(t, "carol", shown.Resolver.UserID)
+	updates, err := n.rt.Subscribe(ctx, conv.ID, 0)
+	require.NoError(t, err)
+	for {
+		select {
+		case u, ok := <-updates:
+			require.True(t, ok, "the subscription ended before the rejection reached the log")
+			if r := u.Event.GetToolResult(); r != nil && r.GetToolCallId() == call.ID {
+				require.Contains(t, r.GetOutcome().GetError().GetMessage(), "over the limit")
+				return
+			}
+		case <-ctx.Done():
+			t.Fatal("no tool result of the rejected call in the log")
+		}
+	}
+}
