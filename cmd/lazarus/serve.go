@@ -40,8 +40,8 @@ var serveCmd = &command{
 	help: `
 Runs a Lazarus node: a runtime on the store (--dir, a Pebble directory
 created if missing, or --postgres), served over HTTP on --listen: the JSON
-API under /v1/, server-sent event streams, /metrics, /healthz, /readyz
-(see package server). The other commands reach it with --server URL.
+API under /v1/, server-sent event streams, the web console at /console/
+(unless no_console), /metrics, /healthz, /readyz (see package server). The other commands reach it with --server URL.
 
 The configuration file (--config, JSON, unknown fields refused) gives the
 store, the listen address, the model, the default model settings, the
@@ -237,7 +237,7 @@ func (c *cli) buildNode(ctx context.Context, cfg *serveConfig) (_ *node, err err
 	}
 	n.srv = server.New(n.rt, server.Options{
 		Authenticator: auth, OperatorRole: cfg.OperatorRole, Metrics: metrics,
-		PublicMetrics: cfg.PublicMetrics, Logger: slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		PublicMetrics: cfg.PublicMetrics, NoConsole: cfg.NoConsole, Logger: slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if n.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, err
@@ -317,6 +317,9 @@ func (n *node) run(ctx context.Context, grace time.Duration) (err error) {
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(n.ln) }()
 	n.c.progress("listening on http://%s", n.ln.Addr())
+	if !n.cfg.NoConsole {
+		n.c.progress("web console at http://%s/console/", n.ln.Addr())
+	}
 
 	select {
 	case err := <-served:

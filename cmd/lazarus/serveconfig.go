@@ -44,6 +44,8 @@ type serveConfig struct {
 	OperatorRole string `json:"operator_role,omitempty"`
 	// PublicMetrics serves /metrics without a token.
 	PublicMetrics bool `json:"public_metrics,omitempty"`
+	// NoConsole leaves out the web console (/console/).
+	NoConsole bool `json:"no_console,omitempty"`
 	// ShutdownTimeout bounds the wait for in-flight requests on SIGTERM (a
 	// Go duration). Default defaultShutdownTimeout.
 	ShutdownTimeout string `json:"shutdown_timeout,omitempty"`
