@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
 )
@@ -46,11 +47,30 @@ type ConversationList struct {
 }
 
 // CreateConversation is the body of POST /v1/conversations. New optional
-// fields (settings of the conversation) may be added; existing ones keep
-// their meaning.
+// fields may be added; existing ones keep their meaning.
 type CreateConversation struct {
 	// Metadata to attach (keys as ids, not under ReservedMetadataPrefix).
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// Settings are the conversation's own model settings (lazarus
+	// Runtime.Configure); unset fields keep the node's defaults.
+	Settings *Settings `json:"settings,omitempty"`
+}
+
+// Settings are a conversation's model settings (agent.Settings).
+type Settings struct {
+	SystemPrompt string   `json:"system_prompt,omitempty"`
+	Model        string   `json:"model,omitempty"`
+	Temperature  *float64 `json:"temperature,omitempty"`
+	MaxTokens    int64    `json:"max_tokens,omitempty"`
+	// ToolChoice is "auto", "none", "required" or a tool's name.
+	ToolChoice string `json:"tool_choice,omitempty"`
+}
+
+func (s *Settings) agent() agent.Settings {
+	if s == nil {
+		return agent.Settings{}
+	}
+	return agent.Settings{SystemPrompt: s.SystemPrompt, Model: s.Model, Temperature: s.Temperature, MaxTokens: s.MaxTokens, ToolChoice: s.ToolChoice}
 }
 
 // SendMessage is the body of POST /v1/conversations/{id}/messages.
@@ -274,9 +294,17 @@ func (s *Server) createConversation(w http.ResponseWriter, r *http.Request, c ca
 		s.writeError(w, err)
 		return
 	}
+	settings := body.Settings.agent()
+	if err := agent.ValidateSettings(settings, nil); err != nil {
+		s.writeError(w, err)
+		return
+	}
 	ctx := r.Context()
 	st := s.rt.Store()
-	if err := st.PutConversation(ctx, journal.ConversationUpdate{ID: id, Status: messages.ConversationStatus_CONVERSATION_STATUS_IDLE}); err != nil {
+	// Configure creates the conversation, idle, with its settings, through
+	// the conversation's own actor (a tool choice is checked against the
+	// Runtime's tools there: nothing is written if it names none).
+	if err := s.rt.Configure(ctx, id, settings); err != nil {
 		s.writeError(w, err)
 		return
 	}

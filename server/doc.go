@@ -8,7 +8,7 @@
 // # Routes
 //
 //	GET    /v1/conversations                    list (paged, with status and metadata; metadata[KEY]=VALUE filters)
-//	POST   /v1/conversations                    create, with metadata; 201
+//	POST   /v1/conversations                    create, with metadata and model settings; 201
 //	GET    /v1/conversations/{id}               one conversation
 //	DELETE /v1/conversations/{id}               delete; 204
 //	POST   /v1/conversations/{id}/messages      send a user message; 202 once durable

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
 
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
@@ -19,11 +20,16 @@ tombstoned: nothing (no runtime, no import) can ever write it again.
 
 Without --yes it only says what it would delete, and exits with status 2.
 Export the conversation first if you may want it back (under the same id
-it cannot come back; see 'lazarus import --help').`,
-	run: (*cli).delete,
+it cannot come back; see 'lazarus import --help').
+
+With --server the node deletes it (Runtime.Delete: its live actor is
+stopped first); the pending calls counted are the human ones.`,
+	run:    (*cli).delete,
+	remote: true,
 }
 
 func (c *cli) delete(ctx context.Context, fs *flags, args []string) (err error) {
+	fs.withServer()
 	yes := fs.Bool("yes", false, "really delete")
 	pos, err := c.parse(fs, args, 1, 1)
 	if err != nil {
@@ -32,6 +38,13 @@ func (c *cli) delete(ctx context.Context, fs *flags, args []string) (err error) 
 	id := pos[0]
 	if err := journal.ValidateID("conversation id", id); err != nil {
 		return usagef("%v", err)
+	}
+	rc, err := c.remote(fs)
+	if err != nil {
+		return err
+	}
+	if rc != nil {
+		return c.deleteRemote(ctx, rc, id, *yes)
 	}
 	st, _, err := c.openStore(fs, false)
 	if err != nil {
@@ -59,6 +72,41 @@ func (c *cli) delete(ctx context.Context, fs *flags, args []string) (err error) 
 		return usagef("refusing to delete without --yes")
 	}
 	if err := st.DeleteConversation(ctx, id); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.stdout, "deleted %s\n", what)
+	return nil
+}
+
+// deleteRemote is delete on a live node.
+func (c *cli) deleteRemote(ctx context.Context, rc *remote, id string, yes bool) error {
+	cv, err := rc.conversation(ctx, id)
+	if err != nil {
+		return err
+	}
+	last, err := rc.lastSeq(ctx, id)
+	if err != nil {
+		return err
+	}
+	calls, err := rc.pendingCalls(ctx)
+	if err != nil {
+		return err
+	}
+	pending := 0
+	for _, call := range calls {
+		if call.ConversationID == id {
+			pending++
+		}
+	}
+	what := fmt.Sprintf("conversation %s (%s, %d events, %d pending calls)", displayID(id), statusName(statusOf(cv.Status)), last, pending)
+	if !yes {
+		fmt.Fprintf(c.stdout, "would delete %s\n", what)
+		return usagef("refusing to delete without --yes")
+	}
+	if err := rc.call(ctx, http.MethodDelete, pathID("/v1/conversations/", id), nil, nil); err != nil {
+		if noConversation(err) {
+			return fmt.Errorf("no conversation %s: %w", displayID(id), err)
+		}
 		return err
 	}
 	fmt.Fprintf(c.stdout, "deleted %s\n", what)

@@ -3,9 +3,11 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	osuser "os/user"
 	"slices"
@@ -15,6 +17,7 @@ import (
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/server"
 )
 
 var pendingCmd = &command{
@@ -33,8 +36,11 @@ the same tool call id) when it revives the conversation.
 
 With --json the document is {"pending": [...]}, one object per call with
 tool_call_id, conversation_id, tool, prompt, args, created, deadline (RFC
-3339, empty if none) and age_seconds.`,
-	run: (*cli).pending,
+3339, empty if none) and age_seconds.
+
+With --server it lists the calls the token's user sees (operators: all).`,
+	run:    (*cli).pending,
+	remote: true,
 }
 
 // pendingJSON is one pending call in --json output.
@@ -50,7 +56,7 @@ type pendingJSON struct {
 }
 
 func (c *cli) pending(ctx context.Context, fs *flags, args []string) (err error) {
-	fs.withJSON()
+	fs.withJSON().withServer()
 	conv := fs.String("conversation", "", "list only this conversation's calls (`id`)")
 	if _, err := c.parse(fs, args, 0, 0); err != nil {
 		return err
@@ -59,6 +65,28 @@ func (c *cli) pending(ctx context.Context, fs *flags, args []string) (err error)
 		if err := journal.ValidateID("conversation id", *conv); err != nil {
 			return usagef("%v", err)
 		}
+	}
+	rc, err := c.remote(fs)
+	if err != nil {
+		return err
+	}
+	if rc != nil {
+		if isSet(fs, "conversation") {
+			if _, err := rc.conversation(ctx, *conv); err != nil {
+				return err
+			}
+		}
+		calls, err := rc.pendingCalls(ctx)
+		if err != nil {
+			return err
+		}
+		var rows []*messages.ToolCallRecord
+		for _, call := range calls {
+			if !isSet(fs, "conversation") || call.ConversationID == *conv {
+				rows = append(rows, callRecord(call))
+			}
+		}
+		return c.printPending(rows, *fs.json)
 	}
 	st, _, err := c.openStore(fs, false)
 	if err != nil {
@@ -106,6 +134,11 @@ func (c *cli) pending(ctx context.Context, fs *flags, args []string) (err error)
 	if err != nil {
 		return err
 	}
+	return c.printPending(rows, *fs.json)
+}
+
+// printPending prints pending human calls, soonest deadline first.
+func (c *cli) printPending(rows []*messages.ToolCallRecord, asJSON bool) error {
 	// Soonest deadline first; calls that never expire last; then oldest.
 	slices.SortStableFunc(rows, func(a, b *messages.ToolCallRecord) int {
 		da, db := a.GetDeadline(), b.GetDeadline()
@@ -125,7 +158,7 @@ func (c *cli) pending(ctx context.Context, fs *flags, args []string) (err error)
 		return cmp.Compare(a.GetId(), b.GetId())
 	})
 	now := c.now()
-	if *fs.json {
+	if asJSON {
 		out := make([]pendingJSON, 0, len(rows))
 		for _, r := range rows {
 			pj := pendingJSON{
@@ -185,11 +218,18 @@ The answer is recorded as given by --as (default: the operating system's
 user running the command) with the roles of --roles, in the resolution
 event and the tool call row. The tools' authorizers live in the
 application, not in the store: whoever can open the store answers as an
-operator, and the log says who.`,
-	run: (*cli).resolve,
+operator, and the log says who.
+
+With --server the node answers it (Runtime.Resolve or Runtime.Reject) and
+the conversation continues at once; the answer is recorded as the token's
+user (--as and --roles are refused), and the tool's rules of who may
+answer apply. A call the token does not see is stale too.`,
+	run:    (*cli).resolve,
+	remote: true,
 }
 
 func (c *cli) resolve(ctx context.Context, fs *flags, args []string) (err error) {
+	fs.withServer()
 	result := fs.String("result", "", "the answer, a JSON value (`JSON`); - reads it from stdin")
 	reject := fs.String("reject", "", "decline the call with this `reason` instead (the model sees a tool error)")
 	as := fs.String("as", "", "who answers, recorded in the log (`user`; default: the operating system's user)")
@@ -211,6 +251,13 @@ func (c *cli) resolve(ctx context.Context, fs *flags, args []string) (err error)
 	}
 	if err := agent.ValidateIdentity(by); err != nil {
 		return usagef("--as/--roles: %v", err)
+	}
+	rc, err := c.remote(fs)
+	if err != nil {
+		return err
+	}
+	if rc != nil && (isSet(fs, "as") || isSet(fs, "roles")) {
+		return usagef("--as and --roles are for a store: a node records the token's user")
 	}
 	var res *messages.ToolResolution
 	switch {
@@ -239,6 +286,9 @@ func (c *cli) resolve(ctx context.Context, fs *flags, args []string) (err error)
 		}
 		res = &messages.ToolResolution{Status: messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED,
 			Result: &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: text}}}
+	}
+	if rc != nil {
+		return c.resolveRemote(ctx, rc, id, res)
 	}
 	st, _, err := c.openStore(fs, false)
 	if err != nil {
@@ -303,4 +353,35 @@ func (c *cli) stale(err error) error {
 		err = fmt.Errorf("%w (%w)", err, journal.ErrStale)
 	}
 	return err
+}
+
+// resolveRemote answers the call id on a live node with res's outcome.
+func (c *cli) resolveRemote(ctx context.Context, rc *remote, id string, res *messages.ToolResolution) error {
+	var call server.Call
+	err := rc.call(ctx, http.MethodGet, pathID("/v1/calls/", id), nil, &call)
+	switch {
+	case errors.Is(err, journal.ErrNotFound):
+		return c.stale(fmt.Errorf("no tool call %s: %w", displayID(id), err))
+	case err != nil:
+		return err
+	case call.Status != "pending":
+		return c.stale(fmt.Errorf("tool call %s is already %s: %w", displayID(id), call.Status, journal.ErrStale))
+	}
+	path, body := pathID("/v1/calls/", id)+"/resolve", any(server.Resolve{Result: json.RawMessage(res.GetResult().GetContent())})
+	if res.GetStatus() == messages.ToolCallStatus_TOOL_CALL_STATUS_ERRORED {
+		path, body = pathID("/v1/calls/", id)+"/reject", server.Reject{Reason: res.GetResult().GetError().GetMessage()}
+	}
+	if err := rc.call(ctx, http.MethodPost, path, body, nil); err != nil {
+		if errors.Is(err, journal.ErrStale) || errors.Is(err, journal.ErrNotFound) {
+			return c.stale(fmt.Errorf("tool call %s: %w", displayID(id), err))
+		}
+		return err
+	}
+	by := "-"
+	if err := rc.call(ctx, http.MethodGet, pathID("/v1/calls/", id), nil, &call); err == nil && call.Resolver != nil {
+		by = displayID(call.Resolver.UserID)
+	}
+	fmt.Fprintf(c.stdout, "%s %s by %s (conversation %s); the node continues it\n",
+		callStatusName(res.GetStatus()), displayID(id), by, displayID(call.ConversationID))
+	return nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/server"
 )
 
 var conversationsCmd = &command{
@@ -30,7 +31,8 @@ with spaces or control characters is printed quoted, Go style; --json
 gives it verbatim). With
 --json the document is {"conversations": [...], "next_cursor": "..."}
 (next_cursor empty on the last page).`,
-	run: (*cli).conversations,
+	run:    (*cli).conversations,
+	remote: true,
 }
 
 // conversationJSON is one conversation in --json output.
@@ -44,7 +46,7 @@ type conversationJSON struct {
 }
 
 func (c *cli) conversations(ctx context.Context, fs *flags, args []string) (err error) {
-	fs.withJSON()
+	fs.withJSON().withServer()
 	cursor := fs.String("cursor", "", "start after this conversation `id` (the next cursor a previous page printed)")
 	limit := fs.Int("limit", 100, "conversations per page, 1..10000")
 	if _, err := c.parse(fs, args, 0, 0); err != nil {
@@ -52,6 +54,20 @@ func (c *cli) conversations(ctx context.Context, fs *flags, args []string) (err 
 	}
 	if *limit < 1 || *limit > 10000 {
 		return usagef("--limit must be in 1..10000, not %d", *limit)
+	}
+	rc, err := c.remote(fs)
+	if err != nil {
+		return err
+	}
+	if rc != nil {
+		if *limit > server.MaxPageSize {
+			return usagef("--limit must be in 1..%d with --server, not %d", server.MaxPageSize, *limit)
+		}
+		out, next, err := rc.conversations(ctx, *cursor, *limit)
+		if err != nil {
+			return err
+		}
+		return c.printConversations(out, next, *fs.json)
 	}
 	st, _, err := c.openStore(fs, false)
 	if err != nil {
@@ -81,7 +97,12 @@ func (c *cli) conversations(ctx context.Context, fs *flags, args []string) (err 
 		}
 		out = append(out, cj)
 	}
-	if *fs.json {
+	return c.printConversations(out, next, *fs.json)
+}
+
+// printConversations prints a page of conversations.
+func (c *cli) printConversations(out []conversationJSON, next string, asJSON bool) error {
+	if asJSON {
 		return writeJSON(c.stdout, struct {
 			Conversations []conversationJSON `json:"conversations"`
 			NextCursor    string             `json:"next_cursor"`
@@ -126,11 +147,12 @@ to read the neighbouring pages ("-- older: --before N", "-- newer: --from N").
 With --json the document is {"conversation_id", "last_seq", "metadata": {...},
 "events": [...], "next_from", "prev_before"}: events in protojson (field names as in the
 .proto files), next_from/prev_before 0 when there is no such page.`,
-	run: (*cli).show,
+	run:    (*cli).show,
+	remote: true,
 }
 
 func (c *cli) show(ctx context.Context, fs *flags, args []string) (err error) {
-	fs.withJSON()
+	fs.withJSON().withServer()
 	from := fs.Uint64("from", 0, "show events after this `seq` (exclusive), oldest first")
 	before := fs.Uint64("before", 0, "show events before this `seq` (exclusive); 0 means the end of the log")
 	limit := fs.Int("limit", 50, "events per page; 0 means all")
@@ -145,6 +167,13 @@ func (c *cli) show(ctx context.Context, fs *flags, args []string) (err error) {
 	id := pos[0]
 	if err := journal.ValidateID("conversation id", id); err != nil {
 		return usagef("%v", err)
+	}
+	rc, err := c.remote(fs)
+	if err != nil {
+		return err
+	}
+	if rc != nil {
+		return c.showRemote(ctx, rc, fs, id, *from, *before, *limit, *full)
 	}
 	st, _, err := c.openStore(fs, false)
 	if err != nil {
@@ -180,16 +209,46 @@ func (c *cli) show(ctx context.Context, fs *flags, args []string) (err error) {
 	if err != nil {
 		return err
 	}
+	return c.printShow(id, md, evs, last, *from, *fs.json, *full)
+}
+
+// showRemote is show on a live node.
+func (c *cli) showRemote(ctx context.Context, rc *remote, fs *flags, id string, from, before uint64, limit int, full bool) error {
+	cv, err := rc.conversation(ctx, id)
+	if err != nil {
+		return err
+	}
+	last, err := rc.lastSeq(ctx, id)
+	if err != nil {
+		return err
+	}
+	if isSet(fs, "from") && !isSet(fs, "before") && limit > 0 && from <= math.MaxUint64-uint64(limit)-1 {
+		// Forward page: the first limit events after from.
+		before = from + uint64(limit) + 1
+	}
+	evs, err := rc.events(ctx, id, from, before, limit)
+	if err != nil {
+		return err
+	}
+	return c.printShow(id, cv.Metadata, evs, last, from, *fs.json, full)
+}
+
+// printShow prints what show read: the metadata, the events and the
+// neighbouring pages.
+func (c *cli) printShow(id string, md map[string]string, evs []*messages.Event, last, from uint64, asJSON, full bool) error {
+	if md == nil {
+		md = map[string]string{}
+	}
 	var nextFrom, prevBefore uint64
 	if n := len(evs); n > 0 {
 		if evs[n-1].GetSeq() < last {
 			nextFrom = evs[n-1].GetSeq()
 		}
-		if evs[0].GetSeq() > *from+1 {
+		if evs[0].GetSeq() > from+1 {
 			prevBefore = evs[0].GetSeq()
 		}
 	}
-	if *fs.json {
+	if asJSON {
 		raw := make([]json.RawMessage, 0, len(evs))
 		for _, ev := range evs {
 			b, err := protoJSON(ev)
@@ -211,7 +270,7 @@ func (c *cli) show(ctx context.Context, fs *flags, args []string) (err error) {
 		fmt.Fprintf(c.stdout, "-- metadata %s: %s\n", displayID(k), strconv.Quote(md[k]))
 	}
 	for _, ev := range evs {
-		fmt.Fprintln(c.stdout, eventLine(ev, *full))
+		fmt.Fprintln(c.stdout, eventLine(ev, full))
 	}
 	if len(evs) == 0 {
 		fmt.Fprintln(c.stdout, "-- no events in this range")
@@ -233,8 +292,13 @@ var statsCmd = &command{
 Reads every conversation once and prints: conversations (by status),
 events, pending tool calls (human and server), scheduled deadlines (and how
 many are overdue), and the bytes of the store's files on disk. The cost is
-one pass over the conversation rows plus one read per conversation.`,
-	run: (*cli).stats,
+one pass over the conversation rows plus one read per conversation.
+
+With --server it counts what the token sees through the API: pending
+calls and deadlines are those of the human calls (the API does not list
+server calls), and the bytes on disk are not measured ("-"; 0 in --json).`,
+	run:    (*cli).stats,
+	remote: true,
 }
 
 // statsJSON is the --json output of stats.
@@ -251,9 +315,20 @@ type statsJSON struct {
 }
 
 func (c *cli) stats(ctx context.Context, fs *flags, args []string) (err error) {
-	fs.withJSON()
+	fs.withJSON().withServer()
 	if _, err := c.parse(fs, args, 0, 0); err != nil {
 		return err
+	}
+	rc, err := c.remote(fs)
+	if err != nil {
+		return err
+	}
+	if rc != nil {
+		s, err := rc.stats(ctx, c.now())
+		if err != nil {
+			return err
+		}
+		return c.printStats(s, *fs.json, false)
 	}
 	st, dir, err := c.openStore(fs, false)
 	if err != nil {
@@ -272,7 +347,13 @@ func (c *cli) stats(ctx context.Context, fs *flags, args []string) (err error) {
 			return err
 		}
 	}
-	if *fs.json {
+	return c.printStats(s, *fs.json, true)
+}
+
+// printStats prints the statistics; measured says whether BytesOnDisk
+// was.
+func (c *cli) printStats(s *statsJSON, asJSON, measured bool) error {
+	if asJSON {
 		return writeJSON(c.stdout, s)
 	}
 	fmt.Fprintf(c.stdout, "conversations   %d", s.Conversations)
@@ -290,6 +371,10 @@ func (c *cli) stats(ctx context.Context, fs *flags, args []string) (err error) {
 	fmt.Fprintf(c.stdout, "events          %d\n", s.Events)
 	fmt.Fprintf(c.stdout, "pending calls   %d (human %d, server %d)\n", s.PendingCalls, s.PendingHuman, s.PendingServer)
 	fmt.Fprintf(c.stdout, "deadlines       %d (overdue %d)\n", s.Deadlines, s.Overdue)
+	if !measured {
+		fmt.Fprintln(c.stdout, "bytes on disk   - (not measured through a node)")
+		return nil
+	}
 	fmt.Fprintf(c.stdout, "bytes on disk   %d (%s)\n", s.BytesOnDisk, humanBytes(s.BytesOnDisk))
 	return nil
 }

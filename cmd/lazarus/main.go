@@ -4,6 +4,13 @@
 // the model-call audit, reports store statistics and checks a store for
 // damage.
 //
+// 'lazarus serve' runs a node: a runtime on a store, served over HTTP by
+// package server (serve.go). With --server URL (or $LAZARUS_SERVER) and a
+// bearer token (--token, $LAZARUS_TOKEN), conversations, show, tail,
+// pending, resolve, delete and stats work on such a live node through its
+// API instead of a store, with the same output and exit statuses, and send
+// sends a message (remote.go).
+//
 // Usage:
 //
 //	lazarus [--dir DIR] COMMAND [flags] [args]
@@ -58,6 +65,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -115,6 +123,12 @@ type cli struct {
 	dir string
 	// postgres is the --postgres given before the command, if any.
 	postgres string
+	// server and token are the --server and --token given before the
+	// command, if any.
+	server, token string
+	// httpClient sends the requests of the --server mode. Default
+	// http.DefaultClient.
+	httpClient *http.Client
 }
 
 func newCLI(stdin io.Reader, stdout, stderr io.Writer) *cli {
@@ -127,12 +141,14 @@ type command struct {
 	synopsis string // arguments and flags, after "lazarus NAME"
 	summary  string // one line, for the command list
 	help     string // paragraphs printed by --help, before the flags
-	run      func(c *cli, ctx context.Context, fs *flags, args []string) error
+	// remote: the command also works on a live node (--server).
+	remote bool
+	run    func(c *cli, ctx context.Context, fs *flags, args []string) error
 }
 
 // commands lists every subcommand, in the order of the help text.
 var commands = []*command{
-	conversationsCmd, showCmd, tailCmd, pendingCmd, resolveCmd, rescheduleCmd,
+	serveCmd, sendCmd, conversationsCmd, showCmd, tailCmd, pendingCmd, resolveCmd, rescheduleCmd,
 	exportCmd, importCmd, deleteCmd, gcAuditCmd, statsCmd, checkCmd,
 }
 
@@ -162,6 +178,8 @@ func (c *cli) run(ctx context.Context, args []string) int {
 	top.SetOutput(io.Discard)
 	top.StringVar(&c.dir, "dir", "", "")
 	top.StringVar(&c.postgres, "postgres", "", "")
+	top.StringVar(&c.server, "server", "", "")
+	top.StringVar(&c.token, "token", "", "")
 	help := top.Bool("help", false, "")
 	top.BoolVar(help, "h", false, "")
 	if err := top.Parse(args); err != nil {
@@ -196,7 +214,12 @@ func (c *cli) run(ctx context.Context, args []string) int {
 		c.mainUsage(c.stderr)
 		return exitUsage
 	}
-	err := cmd.run(c, ctx, c.newFlags(cmd), rest)
+	var err error
+	if (c.server != "" || c.token != "") && !cmd.remote {
+		err = usagef("--server and --token are for the commands that work on a live node, not %s", cmd.name)
+	} else {
+		err = cmd.run(c, ctx, c.newFlags(cmd), rest)
+	}
 	code := exitCode(err)
 	switch {
 	case err == nil || errors.Is(err, errHelp):
@@ -239,13 +262,18 @@ func (c *cli) mainUsage(w io.Writer) {
 	fmt.Fprint(w, `lazarus is the operator's tool for a Lazarus store (an embedded Pebble directory).
 
 Usage:
-  lazarus [--dir DIR | --postgres DSN] COMMAND [flags] [args]
+  lazarus [--dir DIR | --postgres DSN | --server URL] COMMAND [flags] [args]
   lazarus COMMAND --help
 
 The directory comes from --dir (before or after the command) or $LAZARUS_DIR;
 a PostgreSQL store from --postgres DSN or $LAZARUS_POSTGRES instead.
 Only one process may open it at a time: while a runtime holds it, every
 command fails with exit status 4.
+
+A live node ('lazarus serve') is reached with --server URL (or
+$LAZARUS_SERVER) and a bearer token (--token or $LAZARUS_TOKEN):
+conversations, show, tail, pending, resolve, delete, stats and send then
+go through its HTTP API, as the token's user.
 
 Commands:
 `)
@@ -270,6 +298,9 @@ type flags struct {
 	dir      string
 	postgres string
 	json     *bool
+	// server and token are set by withServer, for the commands that can
+	// work on a live node.
+	server, token *string
 }
 
 // newFlags returns the FlagSet of cmd with --dir (default: the top-level

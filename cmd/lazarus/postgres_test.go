@@ -8,7 +8,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	runChild() // a re-executed test binary: serve, or an MCP server
+	pgtest.Main(m)
+}
 
 // TestPostgresStore: --postgres works the commands on a PostgreSQL store
 // as --dir does on Pebble: a Pebble store exported and imported there
@@ -35,4 +38,22 @@ func TestPostgresStore(t *testing.T) {
 
 	r = cliRun(t, "", "conversations", "--postgres", dsn, "--dir", f.dir)
 	require.Equal(t, exitUsage, r.code, r.stderr)
+}
+
+// TestServePostgres: 'lazarus serve --postgres' runs a node on a
+// PostgreSQL store; a message sent through it is there after SIGTERM, as
+// the offline commands read it.
+func TestServePostgres(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	p := startServe(t, testTokens, "--postgres", dsn)
+	require.NotContains(t, p.stderr.String(), dsn, "the DSN (which may hold a password) is not printed")
+	ctx := ctxT(t)
+	r := cliCtx(ctx, "send", "hello", "--server", p.url, "--token", "alice-token")
+	requireOK(t, r)
+	conv := sentLine.FindStringSubmatch(r.stdout)[2]
+	require.Equal(t, exitOK, p.stop(t), p.stderr.String())
+
+	r = cliRun(t, "", "show", conv, "--postgres", dsn)
+	requireOK(t, r)
+	require.Contains(t, r.stdout, `user_msg       "hello" from alice`)
 }

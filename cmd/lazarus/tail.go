@@ -1,13 +1,19 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/server"
 )
 
 var tailCmd = &command{
@@ -37,8 +43,15 @@ To follow a conversation that a live runtime runs, do it inside that
 process: Runtime.Subscribe(ctx, id, afterSeq) streams every event after a
 seq, history then live, with no gap and no duplicate.
 
-With --json each event is printed as one protojson line (JSON lines).`,
-	run: (*cli).tail,
+With --json each event is printed as one protojson line (JSON lines).
+
+With --server it follows the node's event stream (server-sent events)
+instead of polling: each event is printed once durable, with no gap; the
+stream is resumed from the last seq printed if the node ends it (a lagging
+client), and tail stops with an error when the node goes away.
+--interval and --grace do not apply.`,
+	run:    (*cli).tail,
+	remote: true,
 }
 
 // tailBacklog is how many existing events tail prints before following,
@@ -49,7 +62,7 @@ const tailBacklog = 10
 const tailPage = 512
 
 func (c *cli) tail(ctx context.Context, fs *flags, args []string) error {
-	fs.withJSON()
+	fs.withJSON().withServer()
 	from := fs.Uint64("from", 0, "print the events after this `seq` first (default: the last 10)")
 	interval := fs.Duration("interval", time.Second, "how often to poll the directory")
 	grace := fs.Duration("grace", 5*time.Second, "give up once another process has held the directory this long")
@@ -77,6 +90,13 @@ func (c *cli) tail(ctx context.Context, fs *flags, args []string) error {
 		t.after = *from
 	} else {
 		t.backlog = true
+	}
+	rc, err := c.remote(fs)
+	if err != nil {
+		return err
+	}
+	if rc != nil {
+		return t.follow(ctx, rc)
 	}
 	if err := t.poll(ctx); err != nil || t.done() {
 		return err
@@ -196,4 +216,137 @@ func pageEnd(after uint64, n uint64) uint64 {
 		return 0
 	}
 	return after + n + 1
+}
+
+// maxSSELine bounds one line of an event stream: an event of
+// journal.MaxEventBytes as escaped JSON.
+const maxSSELine = 8 << 20
+
+// errStreamEnded: the node ended an event stream without an error message
+// (it is shutting down, or a proxy cut it).
+var errStreamEnded = errors.New("the node ended the event stream")
+
+// follow is tail on a live node: it prints the backlog, then follows the
+// conversation's event stream. A stream the node ends as lagged, or cuts,
+// is resumed from the last seq printed; one that cannot be reopened ends
+// tail with the error.
+func (t *tailer) follow(ctx context.Context, rc *remote) error {
+	if _, err := rc.conversation(ctx, t.id); err != nil {
+		return err
+	}
+	if t.backlog {
+		last, err := rc.lastSeq(ctx, t.id)
+		if err != nil {
+			return err
+		}
+		t.after = last - min(last, tailBacklog)
+	}
+	idle := 0 // streams in a row that ended with nothing printed
+	for {
+		before := t.printed
+		err := t.stream(ctx, rc)
+		switch {
+		case ctx.Err() != nil || t.done():
+			return nil
+		case errors.Is(err, errLagged):
+			// Resume from t.after.
+		case errors.Is(err, errStreamEnded):
+			if t.printed == before {
+				idle++
+			} else {
+				idle = 0
+			}
+			if idle > maxIdleStreams {
+				return err
+			}
+		default:
+			return err
+		}
+	}
+}
+
+// maxIdleStreams is how many streams in a row may end with nothing
+// printed before tail gives up on the node.
+const maxIdleStreams = 3
+
+// errLagged: the node ended the stream because tail fell behind.
+var errLagged = errors.New("lagged")
+
+// stream reads one connection of the event stream after t.after.
+func (t *tailer) stream(ctx context.Context, rc *remote) error {
+	h := http.Header{}
+	h.Set("Accept", "text/event-stream")
+	h.Set("Last-Event-ID", strconv.FormatUint(t.after, 10))
+	resp, err := rc.request(ctx, http.MethodGet, pathID("/v1/conversations/", t.id)+"/stream", nil, h)
+	if err != nil {
+		if noConversation(err) {
+			return fmt.Errorf("no conversation %s (never written, or deleted): %w", displayID(t.id), err)
+		}
+		return err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), maxSSELine)
+	var name string
+	var data strings.Builder
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "":
+			if err := t.message(name, data.String()); err != nil || t.done() {
+				return err
+			}
+			name = ""
+			data.Reset()
+		case strings.HasPrefix(line, ":"): // a comment: keep-alive
+		case strings.HasPrefix(line, "event:"):
+			name = strings.TrimSpace(strings.TrimPrefix(line, "event:"))
+		case strings.HasPrefix(line, "data:"):
+			if data.Len() > 0 {
+				data.WriteByte('\n')
+			}
+			data.WriteString(strings.TrimPrefix(strings.TrimPrefix(line, "data:"), " "))
+		}
+	}
+	if err := sc.Err(); err != nil && ctx.Err() == nil {
+		return fmt.Errorf("reading the event stream: %w", err)
+	}
+	return errStreamEnded
+}
+
+// message handles one server-sent message: an event is printed (once:
+// those at or before t.after are skipped), an error ends the stream; the
+// others (deltas, turn ends, retries) are not part of the log and are not
+// printed, as offline.
+func (t *tailer) message(name, data string) error {
+	switch name {
+	case "event":
+		ev := &messages.Event{}
+		if err := unmarshalEvent.Unmarshal([]byte(data), ev); err != nil {
+			return fmt.Errorf("a bad event from the node: %w", err)
+		}
+		if ev.GetSeq() <= t.after {
+			return nil
+		}
+		if err := t.print(ev); err != nil {
+			return err
+		}
+		t.after = ev.GetSeq()
+		t.printed++
+	case "error":
+		var eb struct {
+			Error struct {
+				Code    string `json:"code"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(data), &eb); err != nil {
+			return fmt.Errorf("a bad error message from the node: %w", err)
+		}
+		if eb.Error.Code == server.CodeLagged {
+			return errLagged
+		}
+		return &apiError{status: http.StatusOK, code: eb.Error.Code, msg: eb.Error.Message}
+	}
+	return nil
 }

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// mcpToolCallIDKey is the _meta key under which a tool call carries the
+// runtime's tool_call_id: the same id on every run of one call (after a
+// crash too), so a server that honours it can deduplicate.
+const mcpToolCallIDKey = "lazarus/tool_call_id"
+
+// defaultMCPTimeout bounds one MCP tool call when the config sets none.
+const defaultMCPTimeout = 60 * time.Second
+
+// mcpSession is one connected MCP server and the tools it listed.
+type mcpSession struct {
+	name    string
+	session *mcp.ClientSession
+	tools   []agent.Tool
+}
+
+// connectMCP connects to the MCP server of cfg, lists its tools and turns
+// each into a server tool whose Run calls it. ctx bounds the connection
+// and the listing, not the session.
+func connectMCP(ctx context.Context, cfg mcpConfig, version string) (*mcpSession, error) {
+	timeout, err := duration("mcp server "+cfg.Name+": timeout", cfg.Timeout, defaultMCPTimeout)
+	if err != nil {
+		return nil, err
+	}
+	var transport mcp.Transport
+	switch {
+	case cfg.Name == "":
+		return nil, configErr("an MCP server without a name")
+	case (len(cfg.Command) > 0) == (cfg.URL != ""):
+		return nil, configErr("mcp server %s: give exactly one of command and url", cfg.Name)
+	case len(cfg.Command) > 0:
+		// Not CommandContext: the process lives as long as the session,
+		// which Close ends (closing its stdin, then a signal).
+		cmd := exec.Command(cfg.Command[0], cfg.Command[1:]...)
+		cmd.Env = os.Environ()
+		for k, v := range cfg.Env {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+		cmd.Stderr = os.Stderr
+		transport = &mcp.CommandTransport{Command: cmd}
+	default:
+		transport = &mcp.StreamableClientTransport{Endpoint: cfg.URL, DisableStandaloneSSE: true}
+	}
+	client := mcp.NewClient(&mcp.Implementation{Name: "lazarus", Version: version}, nil)
+	session, err := client.Connect(ctx, transport, nil)
+	if err != nil {
+		return nil, fmt.Errorf("mcp server %s: connect: %w", cfg.Name, err)
+	}
+	s := &mcpSession{name: cfg.Name, session: session}
+	for t, err := range session.Tools(ctx, nil) {
+		if err != nil {
+			_ = session.Close()
+			return nil, fmt.Errorf("mcp server %s: list tools: %w", cfg.Name, err)
+		}
+		tool, err := mcpTool(session, cfg.Prefix, t, timeout)
+		if err != nil {
+			_ = session.Close()
+			return nil, fmt.Errorf("mcp server %s: %w", cfg.Name, err)
+		}
+		s.tools = append(s.tools, tool)
+	}
+	return s, nil
+}
+
+// mcpTool is the server tool that calls the MCP tool t.
+func mcpTool(session *mcp.ClientSession, prefix string, t *mcp.Tool, timeout time.Duration) (agent.Tool, error) {
+	tool := agent.Tool{Name: prefix + t.Name, Description: t.Description, Executor: messages.Executor_EXECUTOR_SERVER}
+	if t.InputSchema != nil {
+		b, err := json.Marshal(t.InputSchema)
+		if err != nil {
+			return tool, fmt.Errorf("tool %s: input schema: %w", t.Name, err)
+		}
+		tool.Parameters = string(b)
+	}
+	name := t.Name
+	tool.Run = func(ctx context.Context, inv agent.Invocation) (string, error) {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		params := &mcp.CallToolParams{
+			Meta:      mcp.Meta{mcpToolCallIDKey: inv.ToolCallID},
+			Name:      name,
+			Arguments: json.RawMessage(inv.Arguments),
+		}
+		res, err := session.CallTool(ctx, params)
+		if err != nil {
+			return "", fmt.Errorf("mcp tool %s: %w", name, err)
+		}
+		text := mcpResultText(res)
+		if res.IsError {
+			return "", errors.New(text)
+		}
+		return text, nil
+	}
+	return tool, nil
+}
+
+// mcpResultText is what the model sees of a result: its structured
+// content as JSON if it has some, else its text contents joined (other
+// contents are named by their type).
+func mcpResultText(res *mcp.CallToolResult) string {
+	if res.StructuredContent != nil && !res.IsError {
+		if b, err := json.Marshal(res.StructuredContent); err == nil {
+			return string(b)
+		}
+	}
+	parts := make([]string, 0, len(res.Content))
+	for _, c := range res.Content {
+		switch c := c.(type) {
+		case *mcp.TextContent:
+			parts = append(parts, c.Text)
+		default:
+			parts = append(parts, fmt.Sprintf("[%T content]", c))
+		}
+	}
+	return strings.Join(parts, "\n")
+}

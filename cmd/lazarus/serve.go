@@ -1,0 +1,380 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/agent/openai"
+	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/server"
+)
+
+// Defaults of 'lazarus serve'.
+const (
+	defaultListen          = "127.0.0.1:8080"
+	defaultShutdownTimeout = 30 * time.Second
+	// envTokens is the environment variable read for the tokens JSON when
+	// neither --tokens nor tokens_file is given (tokens_env renames it).
+	envTokens = "LAZARUS_TOKENS"
+	// serveVersion is what the node tells MCP servers it is.
+	serveVersion = "dev"
+	// mcpConnectTimeout bounds connecting to one MCP server and listing
+	// its tools at start.
+	mcpConnectTimeout = 30 * time.Second
+)
+
+var serveCmd = &command{
+	name:     "serve",
+	synopsis: "[--config FILE] [--listen ADDR] [--dir DIR | --postgres DSN] [--model scripted|openai] [--tokens FILE] [--shutdown-timeout D]",
+	summary:  "run a node: the HTTP API (package server) over a runtime on a store",
+	help: `
+Runs a Lazarus node: a runtime on the store (--dir, a Pebble directory
+created if missing, or --postgres), served over HTTP on --listen: the JSON
+API under /v1/, server-sent event streams, the web console at /console/
+(unless no_console), /metrics, /healthz, /readyz (see package server). The other commands reach it with --server URL.
+
+The configuration file (--config, JSON, unknown fields refused) gives the
+store, the listen address, the model, the default model settings, the
+human tools (name, description, JSON schema of the arguments, a prompt
+template over the arguments, a timeout, who may answer: roles and/or the
+requester), the MCP servers whose tools become server tools (a stdio
+command or a streamable HTTP url; their tools are listed at start), and
+where the tokens are. Flags override it. An example is in the project's
+docs/serve.example.json; the format is in README.md.
+
+Model: "scripted" (the default) is a demo model, no language model: it
+answers "/call TOOL {JSON}" with a call of TOOL, a tool result by quoting
+it, and anything else with "You said: ...". "openai" is any Chat
+Completions server, configured from the file and OPENAI_BASE_URL,
+OPENAI_API_KEY, OPENAI_MODEL.
+
+Tokens: a JSON object {"TOKEN": {"user": "ID", "roles": ["operator"]}}
+read from --tokens FILE, the config's tokens_file, or else the
+environment variable $` + envTokens + ` (tokens_env renames it). Tokens are
+never logged. Without tokens every /v1/ request is refused (401).
+
+Progress lines go to stderr: the store, the model, each tool, the listening
+address. SIGTERM or SIGINT stops it gracefully: it stops accepting
+connections, ends the event streams, waits for the requests in flight (at
+most --shutdown-timeout), then closes the runtime and the store, and exits
+with status 0.`,
+	run: (*cli).serve,
+}
+
+func (c *cli) serve(ctx context.Context, fs *flags, args []string) (err error) {
+	configPath := fs.String("config", "", "the configuration `file` (JSON)")
+	listen := fs.String("listen", "", "the HTTP listen `address` (default "+defaultListen+")")
+	modelName := fs.String("model", "", "the model `provider`: scripted (the demo model, default) or openai")
+	tokensPath := fs.String("tokens", "", "the tokens `file` (JSON; default $"+envTokens+")")
+	shutdownTimeout := fs.Duration("shutdown-timeout", 0, "bound on the wait for requests in flight at shutdown (default 30s)")
+	if _, err := c.parse(fs, args, 0, 0); err != nil {
+		return err
+	}
+	cfg := &serveConfig{}
+	if *configPath != "" {
+		if cfg, err = loadConfig(*configPath); err != nil {
+			return err
+		}
+	}
+	// Flags over the file.
+	if *listen != "" {
+		cfg.Listen = *listen
+	}
+	if *modelName != "" {
+		cfg.Model.Provider = *modelName
+	}
+	if *tokensPath != "" {
+		cfg.TokensFile = *tokensPath
+	}
+	dir, pg := cmp.Or(fs.dir, c.dir), cmp.Or(fs.postgres, c.postgres)
+	switch {
+	case dir != "" && pg != "":
+		return usagef("--dir and --postgres both given")
+	case dir != "":
+		cfg.Dir, cfg.Postgres = dir, ""
+	case pg != "":
+		cfg.Dir, cfg.Postgres = "", pg
+	case cfg.Dir == "" && cfg.Postgres == "":
+		cfg.Postgres = c.getenv(envPostgres)
+		if cfg.Postgres == "" {
+			cfg.Dir = c.getenv(envDir)
+		}
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = defaultListen
+	}
+	grace, err := duration("shutdown_timeout", cfg.ShutdownTimeout, defaultShutdownTimeout)
+	if err != nil {
+		return err
+	}
+	if isSet(fs, "shutdown-timeout") {
+		grace = *shutdownTimeout
+	}
+	n, err := c.buildNode(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	return n.run(ctx, grace)
+}
+
+// progress prints one progress line of serve on stderr.
+func (c *cli) progress(format string, args ...any) {
+	fmt.Fprintf(c.stderr, "lazarus serve: "+format+"\n", args...)
+}
+
+// node is a configured, not yet listening, node.
+type node struct {
+	c      *cli
+	cfg    *serveConfig
+	rt     *lazarus.Runtime
+	mcps   []*mcpSession
+	srv    *server.Server
+	ln     net.Listener
+	closed bool
+}
+
+// buildNode opens everything serve needs, printing what it opened. On
+// failure it closes what it opened.
+func (c *cli) buildNode(ctx context.Context, cfg *serveConfig) (_ *node, err error) {
+	n := &node{c: c, cfg: cfg}
+	defer func() {
+		if err != nil {
+			_ = n.close()
+		}
+	}()
+	if cfg.Dir == "" && cfg.Postgres == "" {
+		return nil, usagef("no store: pass --dir DIR or --postgres DSN, set dir or postgres in the config, or set $%s", envDir)
+	}
+	if cfg.Dir != "" && cfg.Postgres != "" {
+		return nil, configErr("both dir and postgres are set")
+	}
+
+	model, what, err := buildModel(cfg.Model, c.getenv)
+	if err != nil {
+		return nil, err
+	}
+	var tools []agent.Tool
+	for _, h := range cfg.HumanTools {
+		t, err := h.tool()
+		if err != nil {
+			return nil, err
+		}
+		tools = append(tools, t)
+	}
+	for _, m := range cfg.MCPServers {
+		cctx, cancel := context.WithTimeout(ctx, mcpConnectTimeout)
+		s, err := connectMCP(cctx, m, serveVersion)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		n.mcps = append(n.mcps, s)
+		where := m.URL
+		if where == "" {
+			where = strings.Join(m.Command, " ")
+		}
+		c.progress("mcp server %s (%s): %d tools", m.Name, where, len(s.tools))
+		tools = append(tools, s.tools...)
+	}
+	tokens, err := c.loadTokens(cfg)
+	if err != nil {
+		return nil, err
+	}
+	auth, err := server.NewBearerTokens(tokens)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errConfig, err)
+	}
+	humanTimeout, err := duration("human_timeout", cfg.HumanTimeout, 0)
+	if err != nil {
+		return nil, err
+	}
+
+	metrics := server.NewMetrics()
+	opts := lazarus.Options{
+		Dir: cfg.Dir, Postgres: cfg.Postgres, Model: model, Tools: tools,
+		Settings: cfg.Settings.settings(), HumanTimeout: humanTimeout,
+		Metrics: metrics.Hooks(),
+		// A turn the node resumes on its own (after a restart, an answer)
+		// runs as the requester the log recorded: the identity its token
+		// carried then.
+		ScopeLoader: func(_ context.Context, id agent.Identity) (agent.Scope, error) { return agent.ScopeOf(id), nil },
+	}
+	store := "pebble directory " + cfg.Dir
+	if cfg.Postgres != "" {
+		store = "postgresql" // the DSN may hold a password: not printed
+	}
+	c.progress("opening the store: %s", store)
+	if n.rt, err = lazarus.Open(opts); err != nil {
+		if isLocked(err) {
+			return nil, fmt.Errorf("%s: %w: another process has it open", cfg.Dir, errBusy)
+		}
+		return nil, err
+	}
+	c.progress("model: %s", what)
+	if s := opts.Settings; !s.IsZero() {
+		c.progress("default settings: system prompt of %d bytes, model %q, tool choice %q", len(s.SystemPrompt), s.Model, s.ToolChoice)
+	}
+	for _, t := range tools {
+		kind := "human"
+		if t.Executor == messages.Executor_EXECUTOR_SERVER {
+			kind = "server (mcp)"
+		}
+		c.progress("tool %s: %s", t.Name, kind)
+	}
+	c.progress("%d tokens", len(tokens))
+	if len(tokens) == 0 {
+		c.progress("warning: no tokens; every /v1/ request will be refused (401)")
+	}
+	n.srv = server.New(n.rt, server.Options{
+		Authenticator: auth, OperatorRole: cfg.OperatorRole, Metrics: metrics,
+		PublicMetrics: cfg.PublicMetrics, NoConsole: cfg.NoConsole, Logger: slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	if n.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// buildModel returns the model of cfg and a line describing it.
+func buildModel(cfg modelConfig, getenv func(string) string) (agent.Model, string, error) {
+	switch cfg.Provider {
+	case "", "scripted":
+		return newDemoModel(), "scripted (the demo model: \"/call TOOL {JSON}\" calls a tool, anything else is echoed)", nil
+	case "openai":
+		o := openai.Options{Model: cfg.Name, BaseURL: cfg.BaseURL}
+		if o.Model == "" {
+			o.Model = getenv(openai.EnvModel)
+		}
+		if o.BaseURL == "" {
+			o.BaseURL = getenv(openai.EnvBaseURL)
+		}
+		keyEnv := cfg.APIKeyEnv
+		if keyEnv == "" {
+			keyEnv = openai.EnvAPIKey
+		}
+		o.APIKey = getenv(keyEnv)
+		m, err := openai.New(o)
+		if err != nil {
+			return nil, "", fmt.Errorf("%w: %w", errConfig, err)
+		}
+		where := o.BaseURL
+		if where == "" {
+			where = "the OpenAI API"
+		}
+		return m, fmt.Sprintf("openai-compatible %s at %s", o.Model, where), nil
+	}
+	return nil, "", configErr("model provider %q: want scripted or openai", cfg.Provider)
+}
+
+// loadTokens reads the tokens of cfg: its file, else its environment
+// variable.
+func (c *cli) loadTokens(cfg *serveConfig) (map[string]agent.Identity, error) {
+	if cfg.TokensFile != "" {
+		b, err := os.ReadFile(cfg.TokensFile)
+		if err != nil {
+			return nil, configErr("tokens: %v", err)
+		}
+		return parseTokens(b)
+	}
+	env := cfg.TokensEnv
+	if env == "" {
+		env = envTokens
+	}
+	if v := c.getenv(env); v != "" {
+		return parseTokens([]byte(v))
+	}
+	return map[string]agent.Identity{}, nil
+}
+
+// run serves until ctx ends (SIGTERM, SIGINT) or the listener fails, then
+// shuts down: no new connection, event streams ended, requests in flight
+// finished (at most grace), then the runtime and the store closed.
+func (n *node) run(ctx context.Context, grace time.Duration) (err error) {
+	defer func() {
+		if cerr := n.close(); err == nil {
+			err = cerr
+		}
+	}()
+	// Event streams never end on their own: they are cut when shutdown
+	// starts, so that Shutdown waits only for the requests that finish.
+	streams, endStreams := context.WithCancel(context.Background())
+	defer endStreams()
+	hs := &http.Server{
+		Handler:           cutStreams(streams, n.srv),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(slog.NewTextHandler(n.c.stderr, nil), slog.LevelWarn),
+	}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(n.ln) }()
+	n.c.progress("listening on http://%s", n.ln.Addr())
+	if !n.cfg.NoConsole {
+		n.c.progress("web console at http://%s/console/", n.ln.Addr())
+	}
+
+	select {
+	case err := <-served:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	n.c.progress("shutting down: no new requests; waiting up to %s for those in flight", grace)
+	endStreams()
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		n.c.progress("requests still running after %s are cut: %v", grace, err)
+		_ = hs.Close()
+	}
+	<-served // http.ErrServerClosed
+	return nil
+}
+
+// close closes the runtime (and so the store it opened) and the MCP
+// sessions, once.
+func (n *node) close() error {
+	if n.closed {
+		return nil
+	}
+	n.closed = true
+	var errs []error
+	if n.ln != nil {
+		_ = n.ln.Close() // already closed by Shutdown, or never served
+	}
+	if n.rt != nil {
+		if err := n.rt.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close the runtime: %w", err))
+		} else {
+			n.c.progress("store closed")
+		}
+	}
+	for _, s := range n.mcps {
+		if err := s.session.Close(); err != nil && !errors.Is(err, context.Canceled) {
+			n.c.progress("mcp server %s: close: %v", s.name, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// cutStreams gives the event-stream requests of h (paths ending in
+// /stream) a context that also ends when streams does.
+func cutStreams(streams context.Context, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/stream") {
+			ctx, cancel := context.WithCancel(r.Context())
+			defer cancel()
+			stop := context.AfterFunc(streams, cancel)
+			defer stop()
+			r = r.WithContext(ctx)
+		}
+		h.ServeHTTP(w, r)
+	})
+}

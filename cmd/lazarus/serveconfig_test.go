@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// TestServeConfigErrors: a bad configuration file is refused before
+// anything is opened, with an error that says what is wrong (exit 1), and
+// nothing is created in the store directory.
+func TestServeConfigErrors(t *testing.T) {
+	for name, cfg := range map[string]string{
+		"unknown field":      `{"listen": "127.0.0.1:0", "colour": "blue"}`,
+		"not json":           `{"listen": `,
+		"trailing data":      `{} {}`,
+		"bad timeout":        `{"human_tools": [{"name": "approve", "timeout": "soon"}]}`,
+		"nameless tool":      `{"human_tools": [{"description": "x"}]}`,
+		"schema not object":  `{"human_tools": [{"name": "a", "parameters": [1]}]}`,
+		"bad prompt":         `{"human_tools": [{"name": "a", "prompt": "{{.x"}]}`,
+		"answered by nobody": `{"human_tools": [{"name": "a", "answered_by": {}}]}`,
+		"mcp both":           `{"mcp_servers": [{"name": "m", "command": ["x"], "url": "http://x"}]}`,
+		"mcp neither":        `{"mcp_servers": [{"name": "m"}]}`,
+		"model provider":     `{"model": {"provider": "oracle"}}`,
+		"openai no model":    `{"model": {"provider": "openai", "name": ""}}`,
+		"bad tokens":         `{"tokens_env": "LAZARUS_TEST_NO_SUCH_TOKENS_FILE", "tokens_file": "/nonexistent/tokens.json"}`,
+		"bad shutdown":       `{"shutdown_timeout": "1 minute"}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "store")
+			path := filepath.Join(t.TempDir(), "node.json")
+			require.NoError(t, os.WriteFile(path, []byte(cfg), 0o600))
+			c := newCLI(nil, &lockedBuffer{}, &lockedBuffer{})
+			c.getenv = func(string) string { return "" }
+			err := c.serve(context.Background(), c.newFlags(serveCmd), []string{"--config", path, "--dir", dir, "--listen", "127.0.0.1:0"})
+			require.ErrorIs(t, err, errConfig)
+			require.Equal(t, exitError, exitCode(err))
+			_, statErr := os.Stat(dir)
+			require.True(t, errors.Is(statErr, os.ErrNotExist), "nothing created")
+		})
+	}
+}
+
+// TestServeTokens: the tokens JSON maps each token to its identity;
+// malformed ones are refused without quoting a token.
+func TestServeTokens(t *testing.T) {
+	ids, err := parseTokens([]byte(`{"s3cret": {"user": "ann", "roles": ["operator"]}}`))
+	require.NoError(t, err)
+	require.Equal(t, map[string]agent.Identity{"s3cret": {UserID: "ann", Roles: []string{"operator"}}}, ids)
+	for _, bad := range []string{`{"s3cret": {"user": ""}}`, `{"s3cret": {"user": "ann", "admin": true}}`, `["s3cret"]`, `{"": {"user": "ann"}}`} {
+		_, err := parseTokens([]byte(bad))
+		require.ErrorIs(t, err, errConfig, bad)
+		require.NotContains(t, err.Error(), "s3cret")
+	}
+}
+
+// TestHumanToolConfig: a declared human tool becomes the agent.Tool it
+// says: schema, prompt template over the arguments (the default prompt
+// when the template cannot run), timeout, and who may answer.
+func TestHumanToolConfig(t *testing.T) {
+	h := humanToolConfig{Name: "refund", Description: "refund an order",
+		Parameters: []byte(`{"type":"object"}`), Prompt: "Refund {{.amount}} to {{.who}}?", Timeout: "2h",
+		AnsweredBy: &answeredByConfig{Roles: []string{"approver"}, Requester: true}}
+	tool, err := h.tool()
+	require.NoError(t, err)
+	require.Equal(t, messages.Executor_EXECUTOR_HUMAN, tool.Executor)
+	require.Equal(t, `{"type":"object"}`, tool.Parameters)
+	require.Equal(t, "Refund 12 to ann?", tool.Prompt(`{"amount": 12, "who": "ann"}`))
+	require.Equal(t, "refund [1]", tool.Prompt(`[1]`))
+	require.Equal(t, "2h0m0s", tool.Timeout.String())
+
+	ctx := context.Background()
+	auth := func(resolver agent.Identity, requester string) error {
+		return tool.Authorizer(ctx, agent.Authorization{Tool: "refund", Resolver: agent.ScopeOf(resolver),
+			Requester: agent.Identity{UserID: requester}})
+	}
+	require.NoError(t, auth(agent.Identity{UserID: "bob", Roles: []string{"approver"}}, "ann"))
+	require.NoError(t, auth(agent.Identity{UserID: "ann"}, "ann"))
+	require.Error(t, auth(agent.Identity{UserID: "eve"}, "ann"))
+
+	only := humanToolConfig{Name: "ok", AnsweredBy: &answeredByConfig{Requester: true}}
+	tool, err = only.tool()
+	require.NoError(t, err)
+	require.Error(t, tool.Authorizer(ctx, agent.Authorization{Resolver: agent.ScopeOf(agent.Identity{UserID: "bob", Roles: []string{"approver"}}),
+		Requester: agent.Identity{UserID: "ann"}}))
+}
