@@ -312,8 +312,11 @@ func TestRetriedSendRunsTheTurnTheLogOwes(t *testing.T) {
 		h := newHarness(t, store, nil)
 		ctx := ctxT(t)
 		msg := &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "pay"}}}}
-		// The write of the killed activation, after Open (whose resume
-		// would wake the conversation): the conversation has no activation.
+		// Scripted first: the resume scan of Open may still be paging and
+		// wake the conversation as soon as its row is ACTIVE.
+		h.model.Push("c", scripted.Text("paid"))
+		// The write of the killed activation, after Open: the conversation
+		// has no activation.
 		_, err := store.Append(ctx, &messages.AppendRequest{ConversationId: "c",
 			Status: messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE,
 			Events: []*messages.Event{{
@@ -321,7 +324,6 @@ func TestRetriedSendRunsTheTurnTheLogOwes(t *testing.T) {
 				Body: &messages.Event_UserMsg{UserMsg: msg},
 			}}})
 		require.NoError(t, err)
-		h.model.Push("c", scripted.Text("paid"))
 		seq, err := h.rt.SendMessage(ctx, "c", msg, lazarus.SendOptions{RequestID: "pay-1"}, user)
 		require.NoError(t, err)
 		require.Equal(t, uint64(1), seq, "the retry is answered with the seq the log holds")
