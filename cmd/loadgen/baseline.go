@@ -14,7 +14,6 @@ import (
 	"github.com/lazarusrt/lazarus"
 	"github.com/lazarusrt/lazarus/actors"
 	"github.com/lazarusrt/lazarus/journal"
-	"github.com/lazarusrt/lazarus/journal/pebblejournal"
 	"github.com/lazarusrt/lazarus/messages"
 	"github.com/lazarusrt/lazarus/snapshot"
 )
@@ -29,8 +28,10 @@ type rawResult struct {
 	PeakRSS      uint64  `json:"peak_rss_bytes"`
 	DiskBytes    int64   `json:"disk_bytes"`
 	BytesPerEvt  float64 `json:"disk_bytes_per_event"`
-	CPUPerEvent  float64 `json:"cpu_us_per_event"`
-	CPUUtil      float64 `json:"cpu_utilization"`
+	// Compacted is the disk per event after a full compaction (--compact).
+	Compacted   *footprint `json:"compacted,omitempty"`
+	CPUPerEvent float64    `json:"cpu_us_per_event"`
+	CPUUtil     float64    `json:"cpu_utilization"`
 }
 
 // runRawPebble is baseline (a): the same events (the same sizes and
@@ -40,17 +41,7 @@ type rawResult struct {
 // Pebble's commit pipeline does for concurrent syncs by itself. The store
 // has the options pebblejournal sets.
 func runRawPebble(ctx context.Context, cfg config, dir string) (rawResult, error) {
-	opts := &pebble.Options{
-		Logger:                      pebbleQuiet{},
-		FormatMajorVersion:          pebblejournal.FormatMajorVersion,
-		CacheSize:                   pebblejournal.DefaultCacheSize,
-		MemTableSize:                pebblejournal.DefaultMemTableSize,
-		MemTableStopWritesThreshold: pebblejournal.MemTableStopWritesThreshold,
-		L0CompactionThreshold:       pebblejournal.L0CompactionThreshold,
-		L0StopWritesThreshold:       pebblejournal.L0StopWritesThreshold,
-		LBaseMaxBytes:               pebblejournal.LBaseMaxBytes,
-	}
-	pebblejournal.SetLevelOptions(opts)
+	opts := rawPebbleOptions()
 	db, err := pebble.Open(dir, opts)
 	if err != nil {
 		return rawResult{}, err
@@ -131,6 +122,23 @@ func runRawPebble(ctx context.Context, cfg config, dir string) (rawResult, error
 	}
 	if total > 0 {
 		res.BytesPerEvt = float64(disk) / float64(total)
+	}
+	if cfg.Compact {
+		db, err := pebble.Open(dir, opts)
+		if err != nil {
+			return rawResult{}, fmt.Errorf("reopen to compact: %w", err)
+		}
+		t0 := time.Now()
+		err = db.Compact(context.Background(), []byte{0}, []byte{0xff}, true)
+		took := time.Since(t0)
+		if cerr := db.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return rawResult{}, fmt.Errorf("compact: %w", err)
+		}
+		fp := newFootprint(dir, total, took)
+		res.Compacted = &fp
 	}
 	return res, nil
 }

@@ -103,6 +103,9 @@ func printReport(w io.Writer, r *report) {
 	p("  CPU                    %10.1f us/event (%.0f%% of one core)", rt.CPUPerEvent, 100*rt.CPUUtil)
 	p("  peak RSS               %10.0f MiB", mib(rt.PeakRSS))
 	p("  disk                   %10.0f B/event (%d events, %.0f MiB)", rt.DiskBytesPerEvnt, rt.StoredEvents, mib(uint64(rt.DiskBytes)))
+	if fp := rt.Compacted; fp != nil {
+		p("  disk, compacted        %10.0f B/event (%.0f MiB; reopened and compacted whole in %.1fs)", fp.BytesPerEvt, mib(uint64(fp.DiskBytes)), fp.Seconds)
+	}
 	gc := rt.GroupCommit
 	p("  group commit           %10d commits, %.1f requests and %.1f events each", gc.Commits, gc.RequestsPerCommit, gc.EventsPerCommit)
 	p("  commit time            %s", lat(gc.CommitTime))
@@ -114,6 +117,9 @@ func printReport(w io.Writer, r *report) {
 		p("  CPU                    %10.1f us/event (%.0f%% of one core)", raw.CPUPerEvent, 100*raw.CPUUtil)
 		p("  peak RSS               %10.0f MiB", mib(raw.PeakRSS))
 		p("  disk                   %10.0f B/event", raw.BytesPerEvt)
+		if fp := raw.Compacted; fp != nil {
+			p("  disk, compacted        %10.0f B/event (%.0f MiB; reopened and compacted whole in %.1fs)", fp.BytesPerEvt, mib(uint64(fp.DiskBytes)), fp.Seconds)
+		}
 	}
 	if seed := r.SeedPG; seed != nil {
 		p("")
