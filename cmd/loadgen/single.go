@@ -43,7 +43,9 @@ type singleRound struct {
 // runSingle runs --single-rounds rounds, each the Store's sequential
 // Appends then the naive Sets for --single-round each, on two stores kept
 // for the whole phase (so both grow alike), then the runtime with one
-// conversation for --duration.
+// conversation for --duration. Each Append carries one event (the first
+// also the row's status), as each Set does: the same bytes of payload per
+// sync.
 func runSingle(ctx context.Context, cfg config, dir string) (singleResult, error) {
 	var res singleResult
 	store, err := pebblejournal.Open(filepath.Join(dir, "store"), pebblejournal.Options{Logger: cfg.logger})
@@ -70,11 +72,12 @@ func runSingle(ctx context.Context, cfg config, dir string) (singleResult, error
 		t0, cpu0 := time.Now(), cpuTime()
 		for time.Now().Before(end) && ctx.Err() == nil {
 			for _, ev := range turnLog(conv, storeTurn, 1) {
+				req := &messages.AppendRequest{ConversationId: conv, ExpectedLast: last, Events: []*messages.Event{ev}}
+				if last == 0 {
+					req.Status = messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE
+				}
 				a := time.Now()
-				out, err := store.Append(ctx, &messages.AppendRequest{
-					ConversationId: conv, ExpectedLast: last, Events: []*messages.Event{ev},
-					Status: messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE,
-				})
+				out, err := store.Append(ctx, req)
 				if err != nil {
 					return res, fmt.Errorf("append: %w", err)
 				}
