@@ -71,7 +71,7 @@ const LowerLevelBlockSize = 16 << 10
 //     most L0StopWritesThreshold tables of about a memtable each, usually
 //     L0CompactionThreshold.
 //   - The levels below L0, where the log lives at steady state, use
-//     Pebble's "Good" profile (zstd level 3 for data and value blocks,
+//     Pebble's "Balanced" profile (zstd level 1 for data and value blocks,
 //     kept only where it saves 5% or more) in LowerLevelBlockSize blocks.
 //     On the load generator's workload a fully compacted store takes
 //     about 400 bytes per event, against about 700 with Snappy in 4 KiB
@@ -82,7 +82,7 @@ func SetLevelOptions(o *pebble.Options) {
 	o.Levels[0].FilterPolicy = bloom.FilterPolicy(10) // L1+ inherit it
 	o.Levels[0].Compression = func() *sstable.CompressionProfile { return sstable.NoCompression }
 	for l := 1; l < len(o.Levels); l++ {
-		o.Levels[l].Compression = func() *sstable.CompressionProfile { return sstable.GoodCompression }
+		o.Levels[l].Compression = func() *sstable.CompressionProfile { return sstable.BalancedCompression }
 		o.Levels[l].BlockSize = LowerLevelBlockSize
 	}
 }

@@ -1043,7 +1043,7 @@ func TestLevelOptions(t *testing.T) {
 	o.EnsureDefaults()
 	require.Equal(t, sstable.NoCompression, o.Levels[0].Compression())
 	for l := 1; l < len(o.Levels); l++ {
-		require.Equal(t, sstable.GoodCompression, o.Levels[l].Compression(), "level %d", l)
+		require.Equal(t, sstable.BalancedCompression, o.Levels[l].Compression(), "level %d", l)
 		require.Equal(t, LowerLevelBlockSize, o.Levels[l].BlockSize, "level %d", l)
 	}
 	for l := range o.Levels {
