@@ -22,6 +22,16 @@
 //  3. baseline (b) (unless --baseline=false): revival of a conversation of
 //     --revival-events events with a recent summary (Kill, then Send),
 //     against one of 100 events, a warm Send, and replaying its whole log.
+//  4. open loop (--open-loop): the runtime phase again, three times, with
+//     turns arriving at 25%, 50% and 75% of the events/s of phase 1
+//     (see --rate), each on a fresh store.
+//  5. one conversation (--single): one writer's sequential synced Appends
+//     of one event each against a naive synced Pebble Set of each, in
+//     interleaved rounds, then the runtime with one conversation.
+//
+// With --compact, each store of phases 1 and 2 is reopened after its
+// phase, compacted whole, and measured again: the footprint at steady
+// state. With --rate N, phase 1 itself is open loop at N events/s.
 //
 // The report is a table on stdout, or JSON with --json. Usage:
 //
