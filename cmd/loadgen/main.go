@@ -116,7 +116,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.OpenLoop, "open-loop", false, "after the (closed-loop) runtime phase, run it open loop (see --rate) at 25%, 50% and 75% of the events/s it reached, each for --duration on a fresh store")
 	fs.BoolVar(&c.Single, "single", false, "run the single-conversation phase: one writer's sequential synced Store Appends against naive synced Pebble Sets of the same events (interleaved rounds), then the runtime with one conversation")
 	fs.IntVar(&c.SingleRounds, "single-rounds", 5, "rounds of the single-conversation phase")
-	fs.DurationVar(&c.SingleRound, "single-round", 2*time.Second, "length of each side of a single-conversation round")
+	fs.DurationVar(&c.SingleRound, "single-round", 2*time.Second, "time of each side in a single-conversation round (the sides take turns, one turn of events each)")
 	fs.BoolVar(&c.Verbose, "v", false, "log the runtime's warnings to stderr")
 	if err := fs.Parse(args); err != nil {
 		return c, err

@@ -26,8 +26,9 @@ type singleResult struct {
 	Runtime runResult `json:"runtime"`
 }
 
-// singleRound is one round: the Store's sequential Appends, then the naive
-// Sets, each for --single-round.
+// singleRound is one round of 2 x --single-round: the Store's sequential
+// Appends and the naive Sets take turns, one turn's events each; each
+// side's events/s and CPU are over the time spent in it.
 type singleRound struct {
 	AppendEvents   uint64  `json:"append_events"`
 	AppendPerSec   float64 `json:"append_events_per_s"`
@@ -40,8 +41,8 @@ type singleRound struct {
 	AppendOverSets float64 `json:"append_over_set"`
 }
 
-// runSingle runs --single-rounds rounds, each the Store's sequential
-// Appends then the naive Sets for --single-round each, on two stores kept
+// runSingle runs --single-rounds rounds of the Store's sequential Appends
+// and the naive Sets taking turns (see singleRound), on two stores kept
 // for the whole phase (so both grow alike), then the runtime with one
 // conversation for --duration. Each Append carries one event (the first
 // also the row's status), as each Set does: the same bytes of payload per
@@ -66,11 +67,14 @@ func runSingle(ctx context.Context, cfg config, dir string) (singleResult, error
 	storeTurn, setTurn := 0, 0
 	for range cfg.SingleRounds {
 		var r singleRound
-		var ack histogram
-		// The Store: one Append per event, each its own synced batch.
-		end := time.Now().Add(cfg.SingleRound)
-		t0, cpu0 := time.Now(), cpuTime()
+		var ack, setAck histogram
+		var appendTime, setTime, appendCPU, setCPU time.Duration
+		// The two sides take turns, one turn (5 events) each, so that both
+		// see the same moments of a machine whose load changes.
+		end := time.Now().Add(2 * cfg.SingleRound)
 		for time.Now().Before(end) && ctx.Err() == nil {
+			// The Store: one Append per event, each its own synced batch.
+			t0, cpu0 := time.Now(), cpuTime()
 			for _, ev := range turnLog(conv, storeTurn, 1) {
 				req := &messages.AppendRequest{ConversationId: conv, ExpectedLast: last, Events: []*messages.Event{ev}}
 				if last == 0 {
@@ -86,16 +90,11 @@ func runSingle(ctx context.Context, cfg config, dir string) (singleResult, error
 				r.AppendEvents++
 			}
 			storeTurn++
-		}
-		secs, cpu := time.Since(t0).Seconds(), cpuTime()-cpu0
-		r.AppendPerSec, r.AppendAck = float64(r.AppendEvents)/secs, ack.summary()
-		r.AppendCPU = div(float64(cpu.Microseconds()), float64(r.AppendEvents))
+			appendTime += time.Since(t0)
+			appendCPU += cpuTime() - cpu0
 
-		// The naive design: one synced Set per event of its protobuf.
-		var setAck histogram
-		end = time.Now().Add(cfg.SingleRound)
-		t0, cpu0 = time.Now(), cpuTime()
-		for time.Now().Before(end) && ctx.Err() == nil {
+			// The naive design: one synced Set per event of its protobuf.
+			t0, cpu0 = time.Now(), cpuTime()
 			for _, ev := range turnLog(conv, setTurn, 1) {
 				a := time.Now()
 				seq++
@@ -112,10 +111,13 @@ func runSingle(ctx context.Context, cfg config, dir string) (singleResult, error
 				r.SetEvents++
 			}
 			setTurn++
+			setTime += time.Since(t0)
+			setCPU += cpuTime() - cpu0
 		}
-		secs, cpu = time.Since(t0).Seconds(), cpuTime()-cpu0
-		r.SetPerSec, r.SetAck = float64(r.SetEvents)/secs, setAck.summary()
-		r.SetCPU = div(float64(cpu.Microseconds()), float64(r.SetEvents))
+		r.AppendPerSec, r.AppendAck = float64(r.AppendEvents)/appendTime.Seconds(), ack.summary()
+		r.AppendCPU = div(float64(appendCPU.Microseconds()), float64(r.AppendEvents))
+		r.SetPerSec, r.SetAck = float64(r.SetEvents)/setTime.Seconds(), setAck.summary()
+		r.SetCPU = div(float64(setCPU.Microseconds()), float64(r.SetEvents))
 		r.AppendOverSets = div(r.AppendPerSec, r.SetPerSec)
 		res.Rounds = append(res.Rounds, r)
 	}
