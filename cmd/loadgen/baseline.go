@@ -321,3 +321,79 @@ func awaitIdle(ctx context.Context, sub <-chan actors.Update) error {
 	}
 	return fmt.Errorf("no final answer: %w", context.Cause(ctx))
 }
+
+// runRawPebbleOpen is the open-loop phase's baseline: the naive design of
+// baseline (a) (one synced Pebble Set per event, the same events) under
+// the same open loop. Events arrive as a Poisson process of eventsPerSec,
+// whatever is acknowledged; cfg.Conversations writers take them from a
+// queue, and each Set's ack counts from its event's arrival.
+func runRawPebbleOpen(ctx context.Context, cfg config, dir string, eventsPerSec float64) (rawResult, error) {
+	db, err := pebble.Open(dir, rawPebbleOptions())
+	if err != nil {
+		return rawResult{}, err
+	}
+	st := &runStats{arrivals: make(chan time.Time, arrivalQueue)}
+	var events atomic.Uint64
+	var ack histogram
+	runCtx, stop := context.WithTimeout(ctx, cfg.Duration)
+	defer stop()
+	var wg sync.WaitGroup
+	var failed atomic.Pointer[error]
+	wg.Go(func() { arrive(runCtx, eventsPerSec, st) })
+	for i := range cfg.Conversations {
+		wg.Go(func() {
+			conv := fmt.Sprintf("conv-%05d", i)
+			prefix := binary.AppendUvarint([]byte("j/"), uint64(len(conv)))
+			prefix = append(prefix, conv...)
+			var seq uint64
+			for turn := 0; runCtx.Err() == nil; turn++ {
+				for _, ev := range turnLog(conv, turn, 1) {
+					var at time.Time
+					select {
+					case at = <-st.arrivals:
+					case <-runCtx.Done():
+						return
+					}
+					seq++
+					ev.Seq = seq
+					v, err := proto.Marshal(ev)
+					if err != nil {
+						failed.Store(&err)
+						return
+					}
+					k := binary.BigEndian.AppendUint64(append([]byte(nil), prefix...), seq)
+					if err := db.Set(k, v, pebble.Sync); err != nil {
+						failed.Store(&err)
+						return
+					}
+					if st.measuring.Load() {
+						ack.Record(time.Since(at))
+						events.Add(1)
+					}
+				}
+			}
+		})
+	}
+	warm := time.NewTimer(cfg.Warmup)
+	select {
+	case <-warm.C:
+	case <-runCtx.Done():
+	}
+	start, cpu0 := time.Now(), cpuTime()
+	st.measuring.Store(true)
+	<-runCtx.Done()
+	elapsed, cpu := time.Since(start), cpuTime()-cpu0
+	n := events.Load()
+	wg.Wait()
+	if err := db.Close(); err != nil {
+		return rawResult{}, err
+	}
+	if p := failed.Load(); p != nil {
+		return rawResult{}, *p
+	}
+	return rawResult{
+		Seconds: elapsed.Seconds(), Writers: cfg.Conversations, Events: n,
+		EventsPerSec: float64(n) / elapsed.Seconds(), SetAck: ack.summary(),
+		CPUPerEvent: div(float64(cpu.Microseconds()), float64(n)), CPUUtil: cpu.Seconds() / elapsed.Seconds(),
+	}, nil
+}

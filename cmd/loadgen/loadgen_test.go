@@ -120,6 +120,8 @@ func TestRunPhasesSmall(t *testing.T) {
 		require.GreaterOrEqual(t, o.Result.Turns, uint64(3))
 		require.Positive(t, o.Result.OfferedTurns, "turns arrived while measuring")
 		require.Positive(t, o.Result.SendAck.Count)
+		require.NotNil(t, o.Naive, "the naive Sets under the same open loop")
+		require.Positive(t, o.Naive.SetAck.Count)
 	}
 	require.NotNil(t, rep.Single)
 	require.Len(t, rep.Single.Rounds, 2)

@@ -24,7 +24,8 @@
 //     against one of 100 events, a warm Send, and replaying its whole log.
 //  4. open loop (--open-loop): the runtime phase again, three times, with
 //     turns arriving at 25%, 50% and 75% of the events/s of phase 1
-//     (see --rate), each on a fresh store.
+//     (see --rate), each on a fresh store, each followed by baseline
+//     (a)'s naive synced Sets under the same open loop.
 //  5. one conversation (--single): one writer's sequential synced Appends
 //     of one event each against a naive synced Pebble Set of each, in
 //     interleaved rounds, then the runtime with one conversation.
@@ -113,7 +114,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.GoMaxProcs, "gomaxprocs", 0, "GOMAXPROCS for the whole run, baselines included (0: Go's default, the CPUs or $GOMAXPROCS)")
 	fs.BoolVar(&c.Compact, "compact", false, "after the runtime phase and baseline (a), reopen each store, compact all of it out of the WAL and L0 into the compressed levels, and report its disk per event again (the footprint at steady state)")
 	fs.Float64Var(&c.Rate, "rate", 0, "open loop: offer this many events/s (turns arrive at rate/5 per second, Poisson, independent of acknowledgements, each to an idle conversation; Send ack and turn latency count from the arrival); 0: closed loop, every conversation sends its next message when its turn ends")
-	fs.BoolVar(&c.OpenLoop, "open-loop", false, "after the (closed-loop) runtime phase, run it open loop (see --rate) at 25%, 50% and 75% of the events/s it reached, each for --duration on a fresh store")
+	fs.BoolVar(&c.OpenLoop, "open-loop", false, "after the (closed-loop) runtime phase, run it open loop (see --rate) at 25%, 50% and 75% of the events/s it reached, each for --duration on a fresh store and followed by naive synced Pebble Sets under the same open loop")
 	fs.BoolVar(&c.Single, "single", false, "run the single-conversation phase: one writer's sequential synced Store Appends against naive synced Pebble Sets of the same events (interleaved rounds), then the runtime with one conversation")
 	fs.IntVar(&c.SingleRounds, "single-rounds", 5, "rounds of the single-conversation phase")
 	fs.DurationVar(&c.SingleRound, "single-round", 2*time.Second, "time of each side in a single-conversation round (the sides take turns, one turn of events each)")
@@ -246,6 +247,9 @@ func run(ctx context.Context, cfg config) (*report, error) {
 	}
 	rep.Runtime = res
 	if cfg.OpenLoop && ctx.Err() == nil {
+		if res.EventsPerSec <= 0 {
+			return nil, fmt.Errorf("open loop: the closed loop measured no events to take shares of")
+		}
 		for i, f := range openLoopFractions {
 			c := cfg
 			c.Rate = f * res.EventsPerSec
@@ -254,7 +258,16 @@ func run(ctx context.Context, cfg config) (*report, error) {
 			if err != nil {
 				return nil, fmt.Errorf("open loop at %.0f%%: %w", 100*f, err)
 			}
-			rep.OpenLoop = append(rep.OpenLoop, openLoopRun{Fraction: f, Offered: c.Rate, Result: r})
+			o := openLoopRun{Fraction: f, Offered: c.Rate, Result: r}
+			if cfg.Postgres == "" {
+				logf("open loop, naive synced Sets: %.0f events/s offered for %v", c.Rate, cfg.Duration)
+				raw, err := runRawPebbleOpen(ctx, cfg, filepath.Join(dir, fmt.Sprintf("open-naive-%d", i)), c.Rate)
+				if err != nil {
+					return nil, fmt.Errorf("open loop at %.0f%%, naive Sets: %w", 100*f, err)
+				}
+				o.Naive = &raw
+			}
+			rep.OpenLoop = append(rep.OpenLoop, o)
 		}
 	}
 	if cfg.Single && ctx.Err() == nil {

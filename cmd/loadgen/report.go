@@ -171,6 +171,9 @@ func printReport(w io.Writer, r *report) {
 			x := o.Result
 			p("  %3.0f%% %8.0f/s   %10.0f      %8.2f %8.2f %8.2f        %8.2f   %8d",
 				100*o.Fraction, o.Offered, x.EventsPerSec, x.SendAck.P50, x.SendAck.P99, x.SendAck.P999, x.EventAck.P99, x.Overflow)
+			if n := o.Naive; n != nil {
+				p("       naive Sets   %10.0f      %8.2f %8.2f %8.2f   (Set ack from arrival)", n.EventsPerSec, n.SetAck.P50, n.SetAck.P99, n.SetAck.P999)
+			}
 		}
 	}
 	if sg := r.Single; sg != nil {

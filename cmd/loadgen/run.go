@@ -498,6 +498,9 @@ type openLoopRun struct {
 	Fraction float64   `json:"fraction_of_saturation"`
 	Offered  float64   `json:"offered_events_per_s"`
 	Result   runResult `json:"result"`
+	// Naive is baseline (a)'s design under the same open loop at the
+	// same events/s (Postgres runs have none).
+	Naive *rawResult `json:"naive_set,omitempty"`
 }
 
 // arrivalQueue bounds the arrivals waiting for an idle conversation; an
