@@ -287,6 +287,7 @@ func Open(opts Options) (*Runtime, error) {
 		Clock:       opts.Clock,
 		CallTimeout: opts.CallTimeout,
 		Logger:      opts.Logger,
+		Passivated:  opts.Metrics.Passivated,
 		// Subscribers get every committed event from the commits
 		// themselves, in order, whether or not the activation that wrote
 		// it is still alive to hear the reply.

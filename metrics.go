@@ -33,6 +33,10 @@ type Metrics struct {
 	// first activation or a revival after passivation, a kill or a
 	// restart.
 	Activated func()
+	// Passivated is called each time an idle conversation actor
+	// passivates (Options.IdleTimeout): it leaves memory, and its next
+	// command revives it.
+	Passivated func()
 	// ModelCall is called after each call of Options.Model's Generate by
 	// a conversation (not by a summarizer), with its duration and error
 	// (nil on success; a cancelled call reports its context's error).

@@ -86,3 +86,33 @@ func TestMetricsHooks(t *testing.T) {
 	require.Eventually(t, func() bool { return subs.Load() == 0 }, 10*time.Second, time.Millisecond,
 		"an ended subscription is reported")
 }
+
+// TestPassivationMetric: an idle conversation that passivates on the clock
+// is reported by Metrics.Passivated; a kill is not a passivation, and the
+// next command's revival is an activation.
+func TestPassivationMetric(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var activated, passivated atomic.Int64
+	clock := actorstest.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	model := scripted.New(scripted.Options{})
+	rt, err := lazarus.Open(lazarus.Options{
+		Model: model, Clock: clock, IdleTimeout: time.Minute,
+		Metrics: lazarus.Metrics{Activated: func() { activated.Add(1) }, Passivated: func() { passivated.Add(1) }},
+	})
+	require.NoError(t, err)
+	defer rt.Close()
+
+	_, err = rt.SendAndWait(ctx, "c", "hi", agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	require.True(t, rt.Kill("c"))
+	require.Zero(t, passivated.Load(), "a kill is not a passivation")
+	_, err = rt.SendAndWait(ctx, "c", "again", agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		clock.Advance(time.Minute)
+		return !rt.IsActive("c")
+	}, 20*time.Second, 5*time.Millisecond, "the idle actor passivates")
+	require.EqualValues(t, 1, passivated.Load())
+	require.EqualValues(t, 2, activated.Load())
+}

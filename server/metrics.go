@@ -29,6 +29,7 @@ import (
 //	conversations_live                gauge: conversation actors in memory (read at scrape)
 //	conversations_active              gauge: conversations whose status is ACTIVE, a turn owed or running (counted at scrape, up to MaxPendingCount)
 //	conversation_activations_total    counter: actors spawned (first activations and revivals)
+//	conversation_passivations_total   counter: idle actors passivated (out of memory until their next command)
 //	human_calls_pending               gauge: pending human calls (counted at scrape, up to MaxPendingCount)
 //	human_calls_expired_total         counter: human calls resolved by their deadline
 //	model_call_seconds                histogram: duration of one model call
@@ -45,6 +46,7 @@ type Metrics struct {
 	appends        prometheus.Counter
 	events         prometheus.Counter
 	activations    prometheus.Counter
+	passivations   prometheus.Counter
 	expired        prometheus.Counter
 	modelSeconds   prometheus.Histogram
 	modelErrors    prometheus.Counter
@@ -73,6 +75,8 @@ func NewMetrics() *Metrics {
 		Help: "Events appended."})
 	m.activations = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "conversation_activations_total",
 		Help: "Conversation actors spawned: first activations and revivals."})
+	m.passivations = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "conversation_passivations_total",
+		Help: "Idle conversation actors passivated (out of memory until their next command)."})
 	m.expired = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "human_calls_expired_total",
 		Help: "Human calls resolved by their deadline."})
 	m.modelSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "model_call_seconds",
@@ -92,7 +96,7 @@ func NewMetrics() *Metrics {
 		Help: "Conversations with a turn owed or running (status ACTIVE; counted at scrape, bounded)."}, m.activeConversations)
 	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "human_calls_pending",
 		Help: "Pending human calls (counted at scrape, bounded)."}, m.pendingCalls)
-	m.reg.MustRegister(m.commitSeconds, m.commitRequests, m.appends, m.events, m.activations, m.expired,
+	m.reg.MustRegister(m.commitSeconds, m.commitRequests, m.appends, m.events, m.activations, m.passivations, m.expired,
 		m.modelSeconds, m.modelErrors, m.subscriptions, live, active, pending,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -113,8 +117,9 @@ func (m *Metrics) Hooks() lazarus.Metrics {
 			m.appends.Inc()
 			m.events.Add(float64(events))
 		},
-		Expired:   m.expired.Inc,
-		Activated: m.activations.Inc,
+		Expired:    m.expired.Inc,
+		Activated:  m.activations.Inc,
+		Passivated: m.passivations.Inc,
 		ModelCall: func(took time.Duration, err error) {
 			m.modelSeconds.Observe(took.Seconds())
 			if err != nil {

@@ -45,6 +45,10 @@ type Config struct {
 	CallTimeout time.Duration
 	// Logger receives lifecycle and failure logs. Default: discard.
 	Logger *slog.Logger
+	// Passivated, if set, is called each time an idle conversation actor
+	// passivates (not for kills or failures), on that actor's goroutine; it
+	// must not block.
+	Passivated func()
 }
 
 // Supervisor is the root of a runtime's actors. It owns, and outlives, the
@@ -453,7 +457,14 @@ func (r *root) spawn(ctx actor.Context, a *activation) (*actor.PID, error) {
 	cfg.Goroutines = &s.wg
 	cfg.Dispatcher = s.mailboxes
 	cfg.ModelGate = &s.models
-	cfg.Retire = func(processed uint64, force bool) bool { return s.reg.retire(a, processed, force) }
+	passivated := s.cfg.Passivated
+	cfg.Retire = func(processed uint64, force bool) bool {
+		ok := s.reg.retire(a, processed, force)
+		if ok && !force && passivated != nil {
+			passivated()
+		}
+		return ok
+	}
 	self, root := ctx.Self(), ctx.ActorSystem().Root
 	cfg.Fenced = func() { root.Send(self, &rewake{conversation: a.id}) }
 	cfg.Stopped = a.stopped

@@ -14,7 +14,6 @@ import (
 	"github.com/lazarusrt/lazarus"
 	"github.com/lazarusrt/lazarus/actors"
 	"github.com/lazarusrt/lazarus/journal"
-	"github.com/lazarusrt/lazarus/journal/pebblejournal"
 	"github.com/lazarusrt/lazarus/messages"
 	"github.com/lazarusrt/lazarus/snapshot"
 )
@@ -29,8 +28,10 @@ type rawResult struct {
 	PeakRSS      uint64  `json:"peak_rss_bytes"`
 	DiskBytes    int64   `json:"disk_bytes"`
 	BytesPerEvt  float64 `json:"disk_bytes_per_event"`
-	CPUPerEvent  float64 `json:"cpu_us_per_event"`
-	CPUUtil      float64 `json:"cpu_utilization"`
+	// Compacted is the disk per event after a full compaction (--compact).
+	Compacted   *footprint `json:"compacted,omitempty"`
+	CPUPerEvent float64    `json:"cpu_us_per_event"`
+	CPUUtil     float64    `json:"cpu_utilization"`
 }
 
 // runRawPebble is baseline (a): the same events (the same sizes and
@@ -40,17 +41,7 @@ type rawResult struct {
 // Pebble's commit pipeline does for concurrent syncs by itself. The store
 // has the options pebblejournal sets.
 func runRawPebble(ctx context.Context, cfg config, dir string) (rawResult, error) {
-	opts := &pebble.Options{
-		Logger:                      pebbleQuiet{},
-		FormatMajorVersion:          pebblejournal.FormatMajorVersion,
-		CacheSize:                   pebblejournal.DefaultCacheSize,
-		MemTableSize:                pebblejournal.DefaultMemTableSize,
-		MemTableStopWritesThreshold: pebblejournal.MemTableStopWritesThreshold,
-		L0CompactionThreshold:       pebblejournal.L0CompactionThreshold,
-		L0StopWritesThreshold:       pebblejournal.L0StopWritesThreshold,
-		LBaseMaxBytes:               pebblejournal.LBaseMaxBytes,
-	}
-	pebblejournal.SetLevelOptions(opts)
+	opts := rawPebbleOptions()
 	db, err := pebble.Open(dir, opts)
 	if err != nil {
 		return rawResult{}, err
@@ -131,6 +122,23 @@ func runRawPebble(ctx context.Context, cfg config, dir string) (rawResult, error
 	}
 	if total > 0 {
 		res.BytesPerEvt = float64(disk) / float64(total)
+	}
+	if cfg.Compact {
+		db, err := pebble.Open(dir, opts)
+		if err != nil {
+			return rawResult{}, fmt.Errorf("reopen to compact: %w", err)
+		}
+		t0 := time.Now()
+		err = db.Compact(context.Background(), []byte{0}, []byte{0xff}, true)
+		took := time.Since(t0)
+		if cerr := db.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return rawResult{}, fmt.Errorf("compact: %w", err)
+		}
+		fp := newFootprint(dir, total, took)
+		res.Compacted = &fp
 	}
 	return res, nil
 }
@@ -312,4 +320,80 @@ func awaitIdle(ctx context.Context, sub <-chan actors.Update) error {
 		}
 	}
 	return fmt.Errorf("no final answer: %w", context.Cause(ctx))
+}
+
+// runRawPebbleOpen is the open-loop phase's baseline: the naive design of
+// baseline (a) (one synced Pebble Set per event, the same events) under
+// the same open loop. Events arrive as a Poisson process of eventsPerSec,
+// whatever is acknowledged; cfg.Conversations writers take them from a
+// queue, and each Set's ack counts from its event's arrival.
+func runRawPebbleOpen(ctx context.Context, cfg config, dir string, eventsPerSec float64) (rawResult, error) {
+	db, err := pebble.Open(dir, rawPebbleOptions())
+	if err != nil {
+		return rawResult{}, err
+	}
+	st := &runStats{arrivals: make(chan time.Time, arrivalQueue)}
+	var events atomic.Uint64
+	var ack histogram
+	runCtx, stop := context.WithTimeout(ctx, cfg.Duration)
+	defer stop()
+	var wg sync.WaitGroup
+	var failed atomic.Pointer[error]
+	wg.Go(func() { arrive(runCtx, eventsPerSec, st) })
+	for i := range cfg.Conversations {
+		wg.Go(func() {
+			conv := fmt.Sprintf("conv-%05d", i)
+			prefix := binary.AppendUvarint([]byte("j/"), uint64(len(conv)))
+			prefix = append(prefix, conv...)
+			var seq uint64
+			for turn := 0; runCtx.Err() == nil; turn++ {
+				for _, ev := range turnLog(conv, turn, 1) {
+					var at time.Time
+					select {
+					case at = <-st.arrivals:
+					case <-runCtx.Done():
+						return
+					}
+					seq++
+					ev.Seq = seq
+					v, err := proto.Marshal(ev)
+					if err != nil {
+						failed.Store(&err)
+						return
+					}
+					k := binary.BigEndian.AppendUint64(append([]byte(nil), prefix...), seq)
+					if err := db.Set(k, v, pebble.Sync); err != nil {
+						failed.Store(&err)
+						return
+					}
+					if st.measuring.Load() {
+						ack.Record(time.Since(at))
+						events.Add(1)
+					}
+				}
+			}
+		})
+	}
+	warm := time.NewTimer(cfg.Warmup)
+	select {
+	case <-warm.C:
+	case <-runCtx.Done():
+	}
+	start, cpu0 := time.Now(), cpuTime()
+	st.measuring.Store(true)
+	<-runCtx.Done()
+	elapsed, cpu := time.Since(start), cpuTime()-cpu0
+	n := events.Load()
+	wg.Wait()
+	if err := db.Close(); err != nil {
+		return rawResult{}, err
+	}
+	if p := failed.Load(); p != nil {
+		return rawResult{}, *p
+	}
+	return rawResult{
+		Seconds: elapsed.Seconds(), Writers: cfg.Conversations, Events: n,
+		EventsPerSec: float64(n) / elapsed.Seconds(), SetAck: ack.summary(),
+		CPUPerEvent: div(float64(cpu.Microseconds()), float64(n)), CPUUtil: cpu.Seconds() / elapsed.Seconds(),
+	}, nil
 }

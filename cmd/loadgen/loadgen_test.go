@@ -53,6 +53,12 @@ func TestParseFlags(t *testing.T) {
 	require.Error(t, err)
 	_, err = parseFlags([]string{"--gomaxprocs", "-1"}, nil)
 	require.Error(t, err)
+	_, err = parseFlags([]string{"--rate", "-1"}, nil)
+	require.Error(t, err)
+	_, err = parseFlags([]string{"--open-loop", "--rate", "100"}, nil)
+	require.Error(t, err, "--open-loop sets the rates itself")
+	_, err = parseFlags([]string{"--single", "--single-rounds", "0"}, nil)
+	require.Error(t, err)
 }
 
 func TestTextLike(t *testing.T) {
@@ -91,4 +97,44 @@ func TestRunSmall(t *testing.T) {
 	require.NotNil(t, rep.Revival)
 	require.EqualValues(t, 3, rep.Revival.LongRevival.Count)
 	require.NotEmpty(t, rep.Targets)
+}
+
+// TestRunPhasesSmall runs the footprint, open-loop and single-conversation
+// phases briefly: each reports figures, and the open-loop phases offer the
+// shares of the closed-loop throughput they say.
+func TestRunPhasesSmall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the load generator for a few seconds")
+	}
+	cfg, err := parseFlags([]string{"--conversations", "8", "--duration", "1s", "--warmup", "200ms", "--min-measured", "3", "--kill-every", "0",
+		"--baseline=false", "--compact", "--open-loop", "--single", "--single-rounds", "2", "--single-round", "100ms", "--dir", t.TempDir()}, nil)
+	require.NoError(t, err)
+	rep, err := run(t.Context(), cfg)
+	require.NoError(t, err)
+	require.NotNil(t, rep.Runtime.Compacted)
+	require.Positive(t, rep.Runtime.Compacted.DiskBytes)
+	require.Len(t, rep.OpenLoop, len(openLoopFractions))
+	for i, o := range rep.OpenLoop {
+		require.Equal(t, openLoopFractions[i], o.Fraction)
+		require.InDelta(t, o.Fraction*rep.Runtime.EventsPerSec, o.Offered, 1e-6)
+		require.GreaterOrEqual(t, o.Result.Turns, uint64(3))
+		require.Positive(t, o.Result.OfferedTurns, "turns arrived while measuring")
+		require.Positive(t, o.Result.SendAck.Count)
+		require.NotNil(t, o.Naive, "the naive Sets under the same open loop")
+		require.Positive(t, o.Naive.SetAck.Count)
+	}
+	require.NotNil(t, rep.Single)
+	require.Len(t, rep.Single.Rounds, 2)
+	for _, r := range rep.Single.Rounds {
+		require.Positive(t, r.AppendEvents)
+		require.Positive(t, r.SetEvents)
+	}
+	require.GreaterOrEqual(t, rep.Single.Runtime.Turns, uint64(3))
+	var names []string
+	for _, tg := range rep.Targets {
+		names = append(names, tg.Name)
+	}
+	require.Contains(t, names, "disk per event, compacted")
+	require.Contains(t, names, "open loop at 50%, Send ack p99")
+	require.Contains(t, names, "one conversation, Append over Set")
 }

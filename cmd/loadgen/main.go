@@ -22,6 +22,17 @@
 //  3. baseline (b) (unless --baseline=false): revival of a conversation of
 //     --revival-events events with a recent summary (Kill, then Send),
 //     against one of 100 events, a warm Send, and replaying its whole log.
+//  4. open loop (--open-loop): the runtime phase again, three times, with
+//     turns arriving at 25%, 50% and 75% of the events/s of phase 1
+//     (see --rate), each on a fresh store, each followed by baseline
+//     (a)'s naive synced Sets under the same open loop.
+//  5. one conversation (--single): one writer's sequential synced Appends
+//     of one event each against a naive synced Pebble Set of each, in
+//     interleaved rounds, then the runtime with one conversation.
+//
+// With --compact, each store of phases 1 and 2 is reopened after its
+// phase, compacted whole, and measured again: the footprint at steady
+// state. With --rate N, phase 1 itself is open loop at N events/s.
 //
 // The report is a table on stdout, or JSON with --json. Usage:
 //
@@ -62,6 +73,12 @@ type config struct {
 	Postgres       string        `json:"-"`
 	OnPostgres     bool          `json:"postgres"`
 	GoMaxProcs     int           `json:"gomaxprocs"`
+	Compact        bool          `json:"compact"`
+	Rate           float64       `json:"rate_events_per_s,omitempty"`
+	OpenLoop       bool          `json:"open_loop"`
+	Single         bool          `json:"single"`
+	SingleRounds   int           `json:"single_rounds"`
+	SingleRound    time.Duration `json:"single_round_ns"`
 	JSON           bool          `json:"-"`
 	CPUProfile     string        `json:"-"`
 	MemProfile     string        `json:"-"`
@@ -95,6 +112,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.MemProfile, "memprofile", "", "write an allocation profile of the runtime phase to this file")
 	fs.StringVar(&c.Trace, "trace", "", "write an execution trace of seconds 3 to 5 of the runtime phase to this file")
 	fs.IntVar(&c.GoMaxProcs, "gomaxprocs", 0, "GOMAXPROCS for the whole run, baselines included (0: Go's default, the CPUs or $GOMAXPROCS)")
+	fs.BoolVar(&c.Compact, "compact", false, "after the runtime phase and baseline (a), reopen each store, compact all of it out of the WAL and L0 into the compressed levels, and report its disk per event again (the footprint at steady state)")
+	fs.Float64Var(&c.Rate, "rate", 0, "open loop: offer this many events/s (turns arrive at rate/5 per second, Poisson, independent of acknowledgements, each to an idle conversation; Send ack and turn latency count from the arrival); 0: closed loop, every conversation sends its next message when its turn ends")
+	fs.BoolVar(&c.OpenLoop, "open-loop", false, "after the (closed-loop) runtime phase, run it open loop (see --rate) at 25%, 50% and 75% of the events/s it reached, each for --duration on a fresh store and followed by naive synced Pebble Sets under the same open loop")
+	fs.BoolVar(&c.Single, "single", false, "run the single-conversation phase: one writer's sequential synced Store Appends against naive synced Pebble Sets of the same events (interleaved rounds), then the runtime with one conversation")
+	fs.IntVar(&c.SingleRounds, "single-rounds", 5, "rounds of the single-conversation phase")
+	fs.DurationVar(&c.SingleRound, "single-round", 2*time.Second, "time of each side in a single-conversation round (the sides take turns, one turn of events each)")
 	fs.BoolVar(&c.Verbose, "v", false, "log the runtime's warnings to stderr")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -112,6 +135,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("--revival-events must be a multiple of %d above %d", turnEvents, recentEvents)
 	case c.RevivalSamples < 1 || c.ReplaySamples < 1:
 		return c, fmt.Errorf("--revival-samples and --replay-samples must be at least 1")
+	case c.Rate < 0:
+		return c, fmt.Errorf("--rate must not be negative")
+	case c.OpenLoop && c.Rate > 0:
+		return c, fmt.Errorf("--open-loop sets the rates itself: leave --rate out")
+	case c.Single && (c.SingleRounds < 1 || c.SingleRound <= 0):
+		return c, fmt.Errorf("--single-rounds and --single-round must be positive")
 	case c.GoMaxProcs < 0:
 		return c, fmt.Errorf("--gomaxprocs must not be negative")
 	}
@@ -132,6 +161,8 @@ type report struct {
 	RawPebble *rawResult     `json:"baseline_a_raw_pebble,omitempty"`
 	SeedPG    *rawResult     `json:"baseline_a_seed_postgres,omitempty"`
 	Revival   *revivalResult `json:"baseline_b_revival,omitempty"`
+	OpenLoop  []openLoopRun  `json:"open_loop,omitempty"`
+	Single    *singleResult  `json:"single,omitempty"`
 	Ratios    ratios         `json:"ratios"`
 	Targets   []target       `json:"targets"`
 }
@@ -215,6 +246,38 @@ func run(ctx context.Context, cfg config) (*report, error) {
 		return nil, fmt.Errorf("runtime phase: %w", err)
 	}
 	rep.Runtime = res
+	if cfg.OpenLoop && ctx.Err() == nil {
+		if res.EventsPerSec <= 0 {
+			return nil, fmt.Errorf("open loop: the closed loop measured no events to take shares of")
+		}
+		for i, f := range openLoopFractions {
+			c := cfg
+			c.Rate = f * res.EventsPerSec
+			logf("open loop: %.0f events/s offered (%.0f%% of %.0f) for %v", c.Rate, 100*f, res.EventsPerSec, cfg.Duration)
+			r, err := runRuntime(ctx, c, filepath.Join(dir, fmt.Sprintf("open-%d", i)))
+			if err != nil {
+				return nil, fmt.Errorf("open loop at %.0f%%: %w", 100*f, err)
+			}
+			o := openLoopRun{Fraction: f, Offered: c.Rate, Result: r}
+			if cfg.Postgres == "" {
+				logf("open loop, naive synced Sets: %.0f events/s offered for %v", c.Rate, cfg.Duration)
+				raw, err := runRawPebbleOpen(ctx, cfg, filepath.Join(dir, fmt.Sprintf("open-naive-%d", i)), c.Rate)
+				if err != nil {
+					return nil, fmt.Errorf("open loop at %.0f%%, naive Sets: %w", 100*f, err)
+				}
+				o.Naive = &raw
+			}
+			rep.OpenLoop = append(rep.OpenLoop, o)
+		}
+	}
+	if cfg.Single && ctx.Err() == nil {
+		logf("single conversation: %d rounds of %v each side, then the runtime with one conversation for %v", cfg.SingleRounds, cfg.SingleRound, cfg.Duration)
+		sr, err := runSingle(ctx, cfg, filepath.Join(dir, "single"))
+		if err != nil {
+			return nil, fmt.Errorf("single conversation: %w", err)
+		}
+		rep.Single = &sr
+	}
 	if cfg.Baseline && ctx.Err() == nil {
 		if cfg.Postgres != "" {
 			logf("baseline (a): %d writers, one PostgreSQL transaction per event (the seed's design), for %v", cfg.Conversations, cfg.Duration)

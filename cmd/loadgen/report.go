@@ -74,6 +74,31 @@ func evaluate(r *report) (ratios, []target) {
 			target{Name: "full replay over revival p50", Want: ">= 100x", Measured: q.ReplayOverRevival, Unit: "x", Met: q.ReplayOverRevival >= 100},
 		)
 	}
+	if fp := rt.Compacted; fp != nil {
+		ts = append(ts, target{Name: "disk per event, compacted", Want: "<= 450", Measured: fp.BytesPerEvt, Unit: "B/event", Met: fp.BytesPerEvt <= 450})
+	}
+	for _, o := range r.OpenLoop {
+		var limit float64
+		switch o.Fraction {
+		case 0.5:
+			limit = 20
+		case 0.75:
+			limit = 50
+		default:
+			continue
+		}
+		p99 := o.Result.SendAck.P99
+		ts = append(ts, target{Name: fmt.Sprintf("open loop at %.0f%%, Send ack p99", 100*o.Fraction), Want: fmt.Sprintf("< %.0f ms", limit), Measured: p99, Unit: "ms", Met: p99 < limit})
+	}
+	if sg := r.Single; sg != nil && len(sg.Rounds) > 0 {
+		var a, s float64
+		for _, x := range sg.Rounds {
+			a += x.AppendPerSec
+			s += x.SetPerSec
+		}
+		ratio := div(a, s)
+		ts = append(ts, target{Name: "one conversation, Append over Set", Want: ">= 1x", Measured: ratio, Unit: "x", Met: ratio >= 1})
+	}
 	return q, ts
 }
 
@@ -103,6 +128,9 @@ func printReport(w io.Writer, r *report) {
 	p("  CPU                    %10.1f us/event (%.0f%% of one core)", rt.CPUPerEvent, 100*rt.CPUUtil)
 	p("  peak RSS               %10.0f MiB", mib(rt.PeakRSS))
 	p("  disk                   %10.0f B/event (%d events, %.0f MiB)", rt.DiskBytesPerEvnt, rt.StoredEvents, mib(uint64(rt.DiskBytes)))
+	if fp := rt.Compacted; fp != nil {
+		p("  disk, compacted        %10.0f B/event (%.0f MiB; reopened and compacted whole in %.1fs)", fp.BytesPerEvt, mib(uint64(fp.DiskBytes)), fp.Seconds)
+	}
 	gc := rt.GroupCommit
 	p("  group commit           %10d commits, %.1f requests and %.1f events each", gc.Commits, gc.RequestsPerCommit, gc.EventsPerCommit)
 	p("  commit time            %s", lat(gc.CommitTime))
@@ -114,6 +142,9 @@ func printReport(w io.Writer, r *report) {
 		p("  CPU                    %10.1f us/event (%.0f%% of one core)", raw.CPUPerEvent, 100*raw.CPUUtil)
 		p("  peak RSS               %10.0f MiB", mib(raw.PeakRSS))
 		p("  disk                   %10.0f B/event", raw.BytesPerEvt)
+		if fp := raw.Compacted; fp != nil {
+			p("  disk, compacted        %10.0f B/event (%.0f MiB; reopened and compacted whole in %.1fs)", fp.BytesPerEvt, mib(uint64(fp.DiskBytes)), fp.Seconds)
+		}
 	}
 	if seed := r.SeedPG; seed != nil {
 		p("")
@@ -131,6 +162,30 @@ func printReport(w io.Writer, r *report) {
 		p("  warm Send (no kill)    %s", lat(rev.WarmSend))
 		p("  LoadSince+Rebuild      %s   (store read, long conversation)", lat(rev.LongLoadSince))
 		p("  full replay+Rebuild    %s   (store read of all %d events)", lat(rev.FullReplay), rev.Events)
+	}
+	if len(r.OpenLoop) > 0 {
+		p("")
+		p("open loop: turns arrive at the offered rate (Poisson), whatever is acknowledged; acks count from the arrival")
+		p("  offered            events/s served   Send ack p50      p99    p99.9   event ack p99   overflow")
+		for _, o := range r.OpenLoop {
+			x := o.Result
+			p("  %3.0f%% %8.0f/s   %10.0f      %8.2f %8.2f %8.2f        %8.2f   %8d",
+				100*o.Fraction, o.Offered, x.EventsPerSec, x.SendAck.P50, x.SendAck.P99, x.SendAck.P999, x.EventAck.P99, x.Overflow)
+			if n := o.Naive; n != nil {
+				p("       naive Sets   %10.0f      %8.2f %8.2f %8.2f   (Set ack from arrival)", n.EventsPerSec, n.SetAck.P50, n.SetAck.P99, n.SetAck.P999)
+			}
+		}
+	}
+	if sg := r.Single; sg != nil {
+		p("")
+		p("one busy conversation: sequential Appends of one event, each synced, against a naive synced Pebble Set per event")
+		p("  round   Append events/s  us/event  ack p50 ms   Set events/s  us/event  ack p50 ms   Append/Set")
+		for i, x := range sg.Rounds {
+			p("  %5d   %15.0f  %8.1f  %10.3f   %12.0f  %8.1f  %10.3f   %9.2fx",
+				i+1, x.AppendPerSec, x.AppendCPU, x.AppendAck.P50, x.SetPerSec, x.SetCPU, x.SetAck.P50, x.AppendOverSets)
+		}
+		p("  runtime, one conversation: %.0f events/s; turn latency ms %s", sg.Runtime.EventsPerSec, lat(sg.Runtime.TurnLatency))
+		p("  runtime, one conversation: Send ack ms %s", lat(sg.Runtime.SendAck))
 	}
 	q := r.Ratios
 	p("")

@@ -53,6 +53,14 @@ type runStats struct {
 	resolveAck histogram // Resolve: call to durable
 	revival    histogram // Kill, then Wake served by the revived actor
 	turnTime   histogram // Send called -> final answer seen durable
+
+	// arrivals, open loop only (--rate): each value is the time a turn
+	// arrived; a driver takes one when its conversation is idle.
+	arrivals chan time.Time
+	// offered counts the arrivals while measuring; overflow those that
+	// found the queue full (the offered load then exceeds what the
+	// runtime serves).
+	offered, overflow atomic.Uint64
 }
 
 func (st *runStats) record(h *histogram, d time.Duration) {
@@ -77,27 +85,32 @@ func (st *runStats) count(c *atomic.Uint64) {
 
 // runResult is what the runtime phase reports.
 type runResult struct {
-	Seconds          float64     `json:"seconds"`
-	Events           uint64      `json:"events"`
-	EventsPerSec     float64     `json:"events_per_s"`
-	Turns            uint64      `json:"turns"`
-	TurnsPerSec      float64     `json:"turns_per_s"`
-	HumanTurns       uint64      `json:"human_turns"`
-	Kills            uint64      `json:"kills"`
-	Failures         uint64      `json:"failed_turns"`
-	Stalls           uint64      `json:"stalls"`
-	SendAck          latency     `json:"send_ack"`
-	EventAck         latency     `json:"event_ack"`
-	ResolveAck       latency     `json:"resolve_ack"`
-	Revival          latency     `json:"revival_under_load"`
-	TurnLatency      latency     `json:"turn_latency"`
-	PeakRSS          uint64      `json:"peak_rss_bytes"`
-	StoredEvents     uint64      `json:"stored_events"`
-	DiskBytes        int64       `json:"disk_bytes"`
-	DiskBytesPerEvnt float64     `json:"disk_bytes_per_event"`
-	GroupCommit      commitStats `json:"group_commit"`
-	CPUPerEvent      float64     `json:"cpu_us_per_event"`
-	CPUUtil          float64     `json:"cpu_utilization"`
+	Seconds          float64 `json:"seconds"`
+	Events           uint64  `json:"events"`
+	EventsPerSec     float64 `json:"events_per_s"`
+	Turns            uint64  `json:"turns"`
+	TurnsPerSec      float64 `json:"turns_per_s"`
+	HumanTurns       uint64  `json:"human_turns"`
+	Kills            uint64  `json:"kills"`
+	Failures         uint64  `json:"failed_turns"`
+	Stalls           uint64  `json:"stalls"`
+	SendAck          latency `json:"send_ack"`
+	EventAck         latency `json:"event_ack"`
+	ResolveAck       latency `json:"resolve_ack"`
+	Revival          latency `json:"revival_under_load"`
+	TurnLatency      latency `json:"turn_latency"`
+	PeakRSS          uint64  `json:"peak_rss_bytes"`
+	StoredEvents     uint64  `json:"stored_events"`
+	DiskBytes        int64   `json:"disk_bytes"`
+	DiskBytesPerEvnt float64 `json:"disk_bytes_per_event"`
+	// Compacted is the disk per event after a full compaction (--compact).
+	Compacted   *footprint  `json:"compacted,omitempty"`
+	GroupCommit commitStats `json:"group_commit"`
+	// OfferedTurns and Overflow: open loop only (--rate).
+	OfferedTurns uint64  `json:"offered_turns,omitempty"`
+	Overflow     uint64  `json:"overflow_arrivals,omitempty"`
+	CPUPerEvent  float64 `json:"cpu_us_per_event"`
+	CPUUtil      float64 `json:"cpu_utilization"`
 }
 
 // runtimeOptions are the Runtime options every phase uses.
@@ -151,6 +164,9 @@ func runRuntime(ctx context.Context, cfg config, dir string) (runResult, error) 
 		return runResult{}, err
 	}
 	st := &runStats{enough: make(chan struct{}), minTurns: cfg.MinMeasured}
+	if cfg.Rate > 0 {
+		st.arrivals = make(chan time.Time, arrivalQueue)
+	}
 	if st.minTurns == 0 {
 		close(st.enough)
 	}
@@ -169,6 +185,9 @@ func runRuntime(ctx context.Context, cfg config, dir string) (runResult, error) 
 	}
 	if cfg.KillEvery > 0 {
 		wg.Go(func() { killer(runCtx, cfg, rt, convs, st) })
+	}
+	if st.arrivals != nil {
+		wg.Go(func() { arrive(runCtx, cfg.Rate/turnEvents, st) })
 	}
 	if cfg.Trace != "" {
 		stopTrace, err := traceWindow(cfg.Trace, 3*time.Second, 2*time.Second)
@@ -233,13 +252,56 @@ func runRuntime(ctx context.Context, cfg config, dir string) (runResult, error) 
 		StoredEvents: stored,
 		DiskBytes:    disk,
 		GroupCommit:  counting.stats(),
+		OfferedTurns: st.offered.Load(),
+		Overflow:     st.overflow.Load(),
 		CPUPerEvent:  div(float64(cpu.Microseconds()), float64(events)),
 		CPUUtil:      cpu.Seconds() / secs,
 	}
 	if stored > 0 {
 		res.DiskBytesPerEvnt = float64(disk) / float64(stored)
 	}
+	if cfg.Compact && cfg.Postgres == "" {
+		fp, err := compactPebblejournal(dir, stored, cfg)
+		if err != nil {
+			return runResult{}, err
+		}
+		res.Compacted = &fp
+	}
 	return res, nil
+}
+
+// footprint is a store's size on disk after a full compaction.
+type footprint struct {
+	DiskBytes   int64   `json:"disk_bytes"`
+	BytesPerEvt float64 `json:"disk_bytes_per_event"`
+	Seconds     float64 `json:"compaction_seconds"`
+}
+
+func newFootprint(dir string, events uint64, took time.Duration) footprint {
+	fp := footprint{DiskBytes: dirSize(dir), Seconds: took.Seconds()}
+	if events > 0 {
+		fp.BytesPerEvt = float64(fp.DiskBytes) / float64(events)
+	}
+	return fp
+}
+
+// compactPebblejournal reopens the closed store in dir, compacts it whole
+// (Store.Compact), closes it and measures it.
+func compactPebblejournal(dir string, events uint64, cfg config) (footprint, error) {
+	s, err := pebblejournal.Open(dir, pebblejournal.Options{Logger: cfg.logger})
+	if err != nil {
+		return footprint{}, fmt.Errorf("reopen to compact: %w", err)
+	}
+	t0 := time.Now()
+	if err := s.Compact(context.Background()); err != nil {
+		_ = s.Close()
+		return footprint{}, err
+	}
+	took := time.Since(t0)
+	if err := s.Close(); err != nil {
+		return footprint{}, err
+	}
+	return newFootprint(dir, events, took), nil
 }
 
 // drive runs one conversation until ctx ends.
@@ -260,8 +322,17 @@ func drive(ctx context.Context, cfg config, rt *lazarus.Runtime, c *conv, st *ru
 		}
 	}
 	for ctx.Err() == nil {
-		human := rand.Float64() < cfg.HumanFraction
 		t0 := time.Now()
+		if st.arrivals != nil {
+			// Open loop: the turn's latency counts from its arrival, so
+			// that time spent waiting for an idle conversation is in it.
+			select {
+			case t0 = <-st.arrivals:
+			case <-ctx.Done():
+				return
+			}
+		}
+		human := rand.Float64() < cfg.HumanFraction
 		_, err := rt.SendMessage(ctx, c.id, userMessage(human), lazarus.SendOptions{}, scope)
 		if err != nil {
 			if ctx.Err() == nil {
@@ -416,6 +487,53 @@ func (d *driver) answer(callID string) bool {
 	}
 	d.st.record(&d.st.resolveAck, time.Since(t0))
 	return true
+}
+
+// openLoopFractions are the shares of the closed-loop throughput that
+// --open-loop offers.
+var openLoopFractions = []float64{0.25, 0.5, 0.75}
+
+// openLoopRun is one open-loop phase of --open-loop.
+type openLoopRun struct {
+	Fraction float64   `json:"fraction_of_saturation"`
+	Offered  float64   `json:"offered_events_per_s"`
+	Result   runResult `json:"result"`
+	// Naive is baseline (a)'s design under the same open loop at the
+	// same events/s (Postgres runs have none).
+	Naive *rawResult `json:"naive_set,omitempty"`
+}
+
+// arrivalQueue bounds the arrivals waiting for an idle conversation; an
+// arrival that finds it full is counted as overflow and dropped.
+const arrivalQueue = 1 << 16
+
+// arrive is the open loop's source: turns arrive as a Poisson process of
+// turnsPerSec, whatever the runtime acknowledges. It sleeps only when the
+// next arrival is at least a millisecond away, and then hands out every
+// arrival due at once, each stamped with its own scheduled time.
+func arrive(ctx context.Context, turnsPerSec float64, st *runStats) {
+	next := time.Now()
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for ctx.Err() == nil {
+		next = next.Add(time.Duration(rand.ExpFloat64() / turnsPerSec * float64(time.Second)))
+		if d := time.Until(next); d >= time.Millisecond {
+			t.Reset(d)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				return
+			}
+		}
+		select {
+		case st.arrivals <- next:
+			if st.measuring.Load() {
+				st.offered.Add(1)
+			}
+		default:
+			st.overflow.Add(1)
+		}
+	}
 }
 
 // killer kills a random conversation's actor every KillEvery, wherever it

@@ -237,3 +237,22 @@ func TestFlushBackoffBounded(t *testing.T) {
 	require.Equal(t, 2*minBackgroundBackoff, backgroundBackoff(2))
 	require.Equal(t, maxBackgroundBackoff, backgroundBackoff(1000))
 }
+
+// TestCompactKeepsData: Compact moves everything out of the memtables and
+// L0 (the directory then holds no uncompressed flush of the log), the log
+// reads back whole, writes go on after it, and a closed store refuses it.
+func TestCompactKeepsData(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, Options{})
+	require.NoError(t, err)
+	last := appendN(t, s, "c", 0, 200)
+	require.NoError(t, s.Compact(ctx))
+	m := s.db.Metrics()
+	require.Zero(t, m.Levels[0].TablesCount, "L0 tables after Compact")
+	require.Positive(t, m.Levels[6].TablesCount, "bottom level tables after Compact")
+	requireEvents(t, s, "c", last)
+	last = appendN(t, s, "c", last, 1)
+	requireEvents(t, s, "c", last)
+	require.NoError(t, s.Close())
+	require.ErrorIs(t, s.Compact(ctx), journal.ErrClosed)
+}

@@ -1035,15 +1035,16 @@ func TestCopyRowCopiesEveryField(t *testing.T) {
 }
 
 // TestLevelOptions: L0 is written uncompressed, every level below with
-// Snappy, and every level has the bloom filter, once Pebble fills in the
-// levels SetLevelOptions leaves unset.
+// zstd in LowerLevelBlockSize blocks, and every level has the bloom
+// filter, once Pebble fills in the levels SetLevelOptions leaves unset.
 func TestLevelOptions(t *testing.T) {
 	o := &pebble.Options{}
 	SetLevelOptions(o)
 	o.EnsureDefaults()
 	require.Equal(t, sstable.NoCompression, o.Levels[0].Compression())
 	for l := 1; l < len(o.Levels); l++ {
-		require.Equal(t, sstable.SnappyCompression, o.Levels[l].Compression(), "level %d", l)
+		require.Equal(t, sstable.BalancedCompression, o.Levels[l].Compression(), "level %d", l)
+		require.Equal(t, LowerLevelBlockSize, o.Levels[l].BlockSize, "level %d", l)
 	}
 	for l := range o.Levels {
 		require.NotNil(t, o.Levels[l].FilterPolicy, "level %d", l)
