@@ -4,6 +4,7 @@ package actorstest
 
 import (
 	"container/heap"
+	"slices"
 	"sync"
 	"time"
 )
@@ -105,6 +106,18 @@ func (c *ManualClock) Next() (time.Time, bool) {
 		return time.Time{}, false
 	}
 	return c.timers[0].due, true
+}
+
+// Dues returns the due times of the scheduled callbacks, earliest first.
+func (c *ManualClock) Dues() []time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]time.Time, 0, len(c.timers))
+	for _, t := range c.timers {
+		out = append(out, t.due)
+	}
+	slices.SortFunc(out, func(a, b time.Time) int { return a.Compare(b) })
+	return out
 }
 
 type manualTimer struct {
