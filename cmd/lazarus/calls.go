@@ -295,18 +295,9 @@ func (c *cli) resolve(ctx context.Context, fs *flags, args []string) (err error)
 		return err
 	}
 	defer closeStore(st, &err)
-	row, err := st.ToolCall(ctx, id)
-	switch {
-	case errors.Is(err, journal.ErrNotFound):
-		return c.stale(fmt.Errorf("no tool call %s: %w", displayID(id), journal.ErrStale))
-	case err != nil:
+	row, err := c.pendingHumanCall(ctx, st, id, "the runtime runs it; only human calls are resolved from outside")
+	if err != nil {
 		return err
-	case row.GetExecutor() != messages.Executor_EXECUTOR_HUMAN:
-		return fmt.Errorf("tool call %s is a %s call of %s: the runtime runs it; only human calls are resolved from outside: %w",
-			displayID(id), executorName(row.GetExecutor()), displayID(row.GetName()), journal.ErrInvalid)
-	case row.GetStatus() != messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING:
-		return c.stale(fmt.Errorf("tool call %s is already %s (at %s): %w",
-			displayID(id), callStatusName(row.GetStatus()), stamp(row.GetResolved()), journal.ErrStale))
 	}
 	conv := row.GetConversationId()
 	res.ToolCallId = id
@@ -331,6 +322,26 @@ func (c *cli) resolve(ctx context.Context, fs *flags, args []string) (err error)
 	fmt.Fprintf(c.stdout, "%s %s by %s (conversation %s); it continues when a runtime next opens the directory\n",
 		callStatusName(res.GetStatus()), displayID(id), displayID(by.UserID), displayID(conv))
 	return nil
+}
+
+// pendingHumanCall reads the row of tool call id, which must be a pending
+// human call: an unknown or answered call is stale (printed, exit 3); a
+// server call is invalid, and why says what that means for the command.
+func (c *cli) pendingHumanCall(ctx context.Context, st journal.Store, id, why string) (*messages.ToolCallRecord, error) {
+	row, err := st.ToolCall(ctx, id)
+	switch {
+	case errors.Is(err, journal.ErrNotFound):
+		return nil, c.stale(fmt.Errorf("no tool call %s: %w", displayID(id), journal.ErrStale))
+	case err != nil:
+		return nil, err
+	case row.GetExecutor() != messages.Executor_EXECUTOR_HUMAN:
+		return nil, fmt.Errorf("tool call %s is a %s call of %s: %s: %w",
+			displayID(id), executorName(row.GetExecutor()), displayID(row.GetName()), why, journal.ErrInvalid)
+	case row.GetStatus() != messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING:
+		return nil, c.stale(fmt.Errorf("tool call %s is already %s (at %s): %w",
+			displayID(id), callStatusName(row.GetStatus()), stamp(row.GetResolved()), journal.ErrStale))
+	}
+	return row, nil
 }
 
 // osUser names the operating system's user running the command, or

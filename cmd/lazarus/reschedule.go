@@ -72,18 +72,9 @@ func (c *cli) reschedule(ctx context.Context, fs *flags, args []string) (err err
 		return err
 	}
 	defer closeStore(st, &err)
-	row, err := st.ToolCall(ctx, id)
-	switch {
-	case errors.Is(err, journal.ErrNotFound):
-		return c.stale(fmt.Errorf("no tool call %s: %w", displayID(id), journal.ErrStale))
-	case err != nil:
+	row, err := c.pendingHumanCall(ctx, st, id, "it has no deadline; only human calls are rescheduled")
+	if err != nil {
 		return err
-	case row.GetExecutor() != messages.Executor_EXECUTOR_HUMAN:
-		return fmt.Errorf("tool call %s is a %s call of %s: it has no deadline; only human calls are rescheduled: %w",
-			displayID(id), executorName(row.GetExecutor()), displayID(row.GetName()), journal.ErrInvalid)
-	case row.GetStatus() != messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING:
-		return c.stale(fmt.Errorf("tool call %s is already %s (at %s): %w",
-			displayID(id), callStatusName(row.GetStatus()), stamp(row.GetResolved()), journal.ErrStale))
 	}
 	conv := row.GetConversationId()
 	// What Runtime.Reschedule writes: an unfenced append of one reschedule.
