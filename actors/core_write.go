@@ -319,3 +319,56 @@ func (c *core) writeConfigs() {
 	}
 	c.write(&pendingWrite{kind: writeConfigs, req: req, configs: queued})
 }
+
+// writeRewind writes the first queued AgentRewind, and reports whether it
+// started a write; a refused one (a point CheckRewind refuses, an edit of
+// something other than a user message) is answered with an error wrapping
+// journal.ErrInvalid and nothing is written. The write is atomic: the
+// rewind event, every call still open (all in the rewound span) resolved
+// as errored with code agent.CodeCanceled (the Store drops their
+// deadlines, and a late answer is stale), and for an edit the new user
+// message after the rewind.
+func (c *core) writeRewind() bool {
+	q := c.rewinds[0]
+	c.rewinds = c.rewinds[1:]
+	m := q.msg
+	to := m.GetToSeq()
+	if m.GetMessage() != nil {
+		es := m.GetEditSeq()
+		base := c.ws.Summary.GetToSeq()
+		if es <= base || es > c.ws.LastSeq || c.ws.Events[es-base-1].GetUserMsg() == nil {
+			c.reply(q.sender, m, 0, fmt.Errorf("conversation %q: edit of seq %d: %w", c.cfg.ID, es,
+				journal.Invalidf("not a user message after the summary (last seq %d)", c.ws.LastSeq)))
+			return false
+		}
+		to = es - 1
+	}
+	if err := c.ws.CheckRewind(to); err != nil {
+		c.reply(q.sender, m, 0, fmt.Errorf("conversation %q: %w", c.cfg.ID, err))
+		return false
+	}
+	req := &messages.AppendRequest{Events: []*messages.Event{c.event(func(ev *messages.Event) {
+		ev.Body = &messages.Event_Rewind{Rewind: &messages.Rewind{ToSeq: to, Reason: m.GetReason()}}
+	})}}
+	for _, id := range c.order {
+		if call := c.calls[id]; call.ready == nil || !call.inStore {
+			out := agent.ErrorOutcome(agent.CodeCanceled, "lazarus: the call was rewound")
+			req.Resolutions = append(req.Resolutions, &messages.ToolResolution{
+				ToolCallId: id, Status: messages.ToolCallStatus_TOOL_CALL_STATUS_ERRORED, Result: out, At: journal.Timestamp(c.now),
+			})
+		}
+	}
+	status := messages.ConversationStatus_CONVERSATION_STATUS_IDLE
+	if m.GetMessage() != nil {
+		req.Events = append(req.Events, c.event(func(ev *messages.Event) {
+			ev.RequestId = m.GetRequestId()
+			ev.Author = q.scope.Identity().Proto()
+			ev.Body = &messages.Event_UserMsg{UserMsg: m.GetMessage()}
+		}))
+		status = messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE
+	}
+	req.Status = status
+	req.FsmState = &messages.FSMState{State: messages.AgentState_AGENT_STATE_IDLE, LastSeq: c.ws.LastSeq + uint64(len(req.Events)), Pending: map[string]*messages.PendingCall{}}
+	c.write(&pendingWrite{kind: writeRewind, req: req, rewind: q})
+	return true
+}

@@ -1,0 +1,100 @@
+package lazarus
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/lazarusrt/lazarus/actors"
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// RewindOptions are the options of Rewind. The zero value is a rewind with
+// no reason recorded.
+type RewindOptions struct {
+	// Reason is recorded in the rewind event (History shows it); at most a
+	// short text, empty by default.
+	Reason string
+}
+
+// Rewind moves the conversation's head back to toSeq: the model no longer
+// sees the events after toSeq (its working set drops them), while the log
+// keeps them: one atomic write appends a rewind event marking the span,
+// and History with HistoryOptions{Full: true} still shows what happened.
+// The log is never rewritten. toSeq 0 rewinds to the start.
+//
+// Every tool call still open in the rewound span is resolved in the same
+// write as errored with code agent.CodeCanceled: its deadline no longer
+// fires and a late Resolve or Reject of it gets an error wrapping
+// journal.ErrStale. A model call running when the rewind arrives is
+// cancelled (subscribers get an Update with Restart set). A rewind owes no
+// turn: the next Send starts one.
+//
+// toSeq must be at most the last seq, on the current head (not in a span an
+// earlier rewind skipped), at or after the newest summary's end, and not a
+// point where a tool call is open (between a call and its result);
+// otherwise the error wraps journal.ErrInvalid and nothing is written. An
+// unknown conversation gets an error wrapping journal.ErrNotFound; a
+// deleted one, journal.ErrDeleted where the Store reports tombstones. It
+// returns once the rewind is durable. After ErrUnknownOutcome, read History
+// before retrying: a rewind is not idempotent.
+func (r *Runtime) Rewind(ctx context.Context, conversationID string, toSeq uint64, opts RewindOptions, scope agent.Scope) error {
+	op := fmt.Sprintf("lazarus: rewind %q to seq %d", conversationID, toSeq)
+	if err := r.enter(ctx); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if err := r.checkConversation(ctx, "rewind", conversationID); err != nil {
+		return err
+	}
+	_, err := r.askRewind(ctx, op, conversationID, &messages.AgentRewind{ToSeq: toSeq, Reason: opts.Reason}, scope)
+	return err
+}
+
+// Edit replaces the user message at seq with newText: one atomic write
+// appends a rewind to seq-1 (the old message and everything after it leave
+// what the model sees; the log keeps them, see Rewind) and the new message,
+// and a turn follows, as after Send. It returns the new message's seq once
+// the write is durable. Calls open after seq are cancelled as by Rewind.
+//
+// seq must be a user message on the current head after the newest summary,
+// with no tool call open at seq-1; otherwise the error wraps
+// journal.ErrInvalid and nothing is written. Unknown and deleted
+// conversations fail as in Rewind; an empty newText wraps
+// journal.ErrInvalid. scope is the new message's author, as in Send.
+func (r *Runtime) Edit(ctx context.Context, conversationID string, seq uint64, newText string, scope agent.Scope) (uint64, error) {
+	op := fmt.Sprintf("lazarus: edit seq %d of %q", seq, conversationID)
+	if err := r.enter(ctx); err != nil {
+		return 0, fmt.Errorf("%s: %w", op, err)
+	}
+	msg := &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: newText}}}}
+	if err := checkUserMessage(msg); err != nil {
+		return 0, fmt.Errorf("%s: %w", op, err)
+	}
+	if err := agent.ValidateIdentity(scope.Identity()); err != nil {
+		return 0, fmt.Errorf("%s: scope: %w", op, err)
+	}
+	rid := newRequestID()
+	if err := journal.ValidateEvent(&messages.Event{RequestId: rid, Body: &messages.Event_UserMsg{UserMsg: msg}}); err != nil {
+		return 0, fmt.Errorf("%s: %w", op, err)
+	}
+	if seq == 0 {
+		return 0, fmt.Errorf("%s: %w", op, journal.Invalidf("seq 0 is no message"))
+	}
+	if err := r.checkConversation(ctx, "edit", conversationID); err != nil {
+		return 0, err
+	}
+	return r.askRewind(ctx, op, conversationID, &messages.AgentRewind{EditSeq: seq, Message: msg, RequestId: rid, Reason: "edit"}, scope)
+}
+
+func (r *Runtime) askRewind(ctx context.Context, op, conversationID string, m *messages.AgentRewind, scope agent.Scope) (uint64, error) {
+	res, err := r.sup.Ask(ctx, conversationID, &actors.Command{Scope: scope, Msg: m})
+	if err != nil {
+		return 0, r.callErr(op, err)
+	}
+	reply := res.(*messages.AgentSendReply)
+	if err := journal.ErrorFromProto(reply.GetError()); err != nil {
+		return 0, r.callErr(op, err)
+	}
+	return reply.GetSeq(), nil
+}
