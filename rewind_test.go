@@ -71,6 +71,8 @@ func TestRewindCancelsAPendingHumanCall(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, lazarus.TurnSuspended, end.Outcome)
 	id := end.Pending[0].GetToolCallId()
+	far := time.Now().Add(365 * 24 * time.Hour)
+	require.Equal(t, []string{id}, deadlines(ctx, t, rt, far), "the call has its default deadline")
 
 	require.ErrorIs(t, rt.Rewind(ctx, "c", 4, lazarus.RewindOptions{}, u), journal.ErrInvalid, "the call is open at seq 5")
 	require.NoError(t, rt.Rewind(ctx, "c", 2, lazarus.RewindOptions{}, u))
@@ -81,6 +83,7 @@ func TestRewindCancelsAPendingHumanCall(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_ERRORED, row.GetStatus())
 	require.Equal(t, agent.CodeCanceled, row.GetResult().GetError().GetCode())
+	require.Empty(t, deadlines(ctx, t, rt, far), "the rewind cancelled the call's deadline")
 	pending, _, err := rt.PendingCalls(ctx, "", 0)
 	require.NoError(t, err)
 	require.Empty(t, pending)
@@ -90,4 +93,88 @@ func TestRewindCancelsAPendingHumanCall(t *testing.T) {
 	require.Equal(t, "after", end.Text)
 	turns := model.Turns("c")
 	require.Equal(t, []string{"u:hi", "a:hello", "u:again"}, texts(turns[len(turns)-1].Context))
+}
+
+func TestEditReplacesAUserMessageInOneWrite(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	model := scripted.New(scripted.Options{})
+	model.Push("c", scripted.Text("one"), scripted.Text("two"), scripted.Text("edited"))
+	rt := openTurnRuntime(t, model)
+	u := agent.Scope{UserID: "u"}
+
+	_, err := rt.SendAndWait(ctx, "c", "first", u) // 1, 2
+	require.NoError(t, err)
+	_, err = rt.SendAndWait(ctx, "c", "secnd", u) // 3, 4
+	require.NoError(t, err)
+	updates, err := rt.Subscribe(ctx, "c", 4)
+	require.NoError(t, err)
+
+	_, err = rt.Edit(ctx, "c", 2, "x", u)
+	require.ErrorIs(t, err, journal.ErrInvalid, "seq 2 is the model's answer")
+	_, err = rt.Edit(ctx, "c", 9, "x", u)
+	require.ErrorIs(t, err, journal.ErrInvalid, "after the log")
+	_, err = rt.Edit(ctx, "c", 3, "", u)
+	require.ErrorIs(t, err, journal.ErrInvalid, "an empty text")
+
+	seq, err := rt.Edit(ctx, "c", 3, "second", u)
+	require.NoError(t, err)
+	require.Equal(t, uint64(6), seq, "the rewind at 5, the new message at 6")
+	// The turn follows: its answer ends it.
+	for up := range updates {
+		if up.TurnEnd != nil {
+			require.Equal(t, "edited", up.TurnEnd.Text)
+			break
+		}
+	}
+	require.NoError(t, ctx.Err(), "the turn ended before the test's timeout")
+	turns := model.Turns("c")
+	require.Equal(t, []string{"u:first", "a:one", "u:second"}, texts(turns[len(turns)-1].Context))
+
+	// One atomic write: the rewind and the new message landed together,
+	// with the same time.
+	evs, err := rt.History(ctx, "c", 0, 0)
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), evs[4].GetRewind().GetToSeq())
+	require.Equal(t, "second", evs[5].GetUserMsg().GetContent()[0].GetText())
+	require.True(t, evs[4].GetTime().AsTime().Equal(evs[5].GetTime().AsTime()))
+	require.Equal(t, "secnd", evs[2].GetUserMsg().GetContent()[0].GetText(), "the log keeps the old message")
+}
+
+func TestRewindRefusesBadInput(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	model := scripted.New(scripted.Options{})
+	model.Push("c", scripted.Text("one"), scripted.Text("two"))
+	rt := openTurnRuntime(t, model)
+	u := agent.Scope{UserID: "u"}
+	_, err := rt.SendAndWait(ctx, "c", "first", u) // 1, 2
+	require.NoError(t, err)
+
+	require.ErrorIs(t, rt.Rewind(ctx, "c", 3, lazarus.RewindOptions{}, u), journal.ErrInvalid, "after the last seq")
+	require.ErrorIs(t, rt.Rewind(ctx, "nobody", 0, lazarus.RewindOptions{}, u), journal.ErrNotFound)
+	_, err = rt.Edit(ctx, "nobody", 1, "x", u)
+	require.ErrorIs(t, err, journal.ErrNotFound)
+
+	// Rewinding to seq 0, then into the rewound span, is refused: the
+	// span is no longer on the head.
+	require.NoError(t, rt.Rewind(ctx, "c", 0, lazarus.RewindOptions{}, u)) // 3
+	require.ErrorIs(t, rt.Rewind(ctx, "c", 1, lazarus.RewindOptions{}, u), journal.ErrInvalid)
+	evs, err := rt.History(ctx, "c", 0, 0)
+	require.NoError(t, err)
+	require.Len(t, evs, 3, "nothing was written by a refused rewind")
+
+	require.NoError(t, rt.Delete(ctx, "c"))
+	require.Error(t, rt.Rewind(ctx, "c", 0, lazarus.RewindOptions{}, u))
+}
+
+// deadlines returns the tool call ids of the deadlines due by dueBy.
+func deadlines(ctx context.Context, t *testing.T, rt *lazarus.Runtime, dueBy time.Time) []string {
+	t.Helper()
+	var ids []string
+	require.NoError(t, rt.Store().Deadlines(ctx, dueBy, func(d *messages.Deadline) error {
+		ids = append(ids, d.GetToolCallId())
+		return nil
+	}))
+	return ids
 }
