@@ -21,7 +21,7 @@ type RewindOptions struct {
 // Rewind moves the conversation's head back to toSeq: the model no longer
 // sees the events after toSeq (its working set drops them), while the log
 // keeps them: one atomic write appends a rewind event marking the span,
-// and History with HistoryOptions{Full: true} still shows what happened.
+// and History still shows what happened (HistoryView marks the span).
 // The log is never rewritten. toSeq 0 rewinds to the start.
 //
 // Every tool call still open in the rewound span is resolved in the same
@@ -97,4 +97,78 @@ func (r *Runtime) askRewind(ctx context.Context, op, conversationID string, m *m
 		return 0, r.callErr(op, err)
 	}
 	return reply.GetSeq(), nil
+}
+
+// HistoryOptions select the events HistoryView returns. The zero value is
+// the whole log, newest page unbounded.
+type HistoryOptions struct {
+	// Before and Limit page as in History: the newest Limit entries (0:
+	// all) with a seq below Before (0: no bound).
+	Before uint64
+	Limit  int
+	// Effective, if set, keeps only what the model's context is built
+	// from: the events on the conversation's head, without those in spans
+	// a rewind skipped and without the rewind events themselves. Events
+	// that a summary covers are kept (the model sees the summary in their
+	// place). Default false: the full log.
+	Effective bool
+}
+
+// HistoryEntry is one event of HistoryView.
+type HistoryEntry struct {
+	// Event is the stored event.
+	Event *messages.Event
+	// Rewound is true for an event in a span a rewind skipped: it is in the
+	// log, and the model no longer sees it. Never true with
+	// HistoryOptions.Effective.
+	Rewound bool
+}
+
+// HistoryView returns the conversation's history in ascending seq, each
+// event marked as rewound or not, as opts selects: the full log or the
+// effective view (what the model sees). It reads the whole log to find the
+// head (a rewind can skip any earlier span), so its cost grows with the
+// log, whatever the page. History is the full log without the marks. A
+// negative limit wraps journal.ErrInvalid; an unknown conversation returns
+// no entries; a deleted one, an error wrapping journal.ErrDeleted.
+func (r *Runtime) HistoryView(ctx context.Context, conversationID string, opts HistoryOptions) ([]HistoryEntry, error) {
+	if opts.Limit < 0 {
+		return nil, fmt.Errorf("lazarus: history of %q: %w", conversationID, journal.Invalidf("negative limit"))
+	}
+	evs, err := r.History(ctx, conversationID, 0, 0)
+	if err != nil {
+		return nil, err
+	}
+	onHead := head(evs)
+	var out []HistoryEntry
+	for i, ev := range evs {
+		if opts.Before != 0 && ev.GetSeq() >= opts.Before {
+			break
+		}
+		if opts.Effective && (!onHead[i] || ev.GetRewind() != nil) {
+			continue
+		}
+		out = append(out, HistoryEntry{Event: ev, Rewound: !onHead[i]})
+	}
+	if opts.Limit > 0 && len(out) > opts.Limit {
+		out = out[len(out)-opts.Limit:]
+	}
+	return out, nil
+}
+
+// head marks the events of a whole log (evs[i] has seq i+1) that are on the
+// head: walking back from the newest, a rewind jumps the walk to its
+// target (see the snapshot package).
+func head(evs []*messages.Event) []bool {
+	on := make([]bool, len(evs))
+	pos := uint64(len(evs))
+	for pos > 0 {
+		on[pos-1] = true
+		if rw := evs[pos-1].GetRewind(); rw != nil && rw.GetToSeq() < pos {
+			pos = rw.GetToSeq()
+			continue
+		}
+		pos--
+	}
+	return on
 }

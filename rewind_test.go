@@ -55,6 +55,32 @@ func TestRewindThenSendHidesTheSpanFromTheModel(t *testing.T) {
 	require.Len(t, full, 7, "the log keeps the rewound span")
 	require.Equal(t, uint64(2), full[4].GetRewind().GetToSeq())
 	require.Equal(t, "undo", full[4].GetRewind().GetReason())
+
+	view, err := rt.HistoryView(ctx, "c", lazarus.HistoryOptions{})
+	require.NoError(t, err)
+	require.Len(t, view, 7)
+	var rewound []uint64
+	for _, e := range view {
+		if e.Rewound {
+			rewound = append(rewound, e.Event.GetSeq())
+		}
+	}
+	require.Equal(t, []uint64{3, 4}, rewound, "the full view marks the rewound span")
+	eff, err := rt.HistoryView(ctx, "c", lazarus.HistoryOptions{Effective: true})
+	require.NoError(t, err)
+	var seqs []uint64
+	for _, e := range eff {
+		require.False(t, e.Rewound)
+		seqs = append(seqs, e.Event.GetSeq())
+	}
+	require.Equal(t, []uint64{1, 2, 6, 7}, seqs, "the effective view is what the model sees")
+	page, err := rt.HistoryView(ctx, "c", lazarus.HistoryOptions{Effective: true, Before: 7, Limit: 2})
+	require.NoError(t, err)
+	require.Len(t, page, 2)
+	require.Equal(t, uint64(2), page[0].Event.GetSeq())
+	require.Equal(t, uint64(6), page[1].Event.GetSeq())
+	_, err = rt.HistoryView(ctx, "c", lazarus.HistoryOptions{Limit: -1})
+	require.ErrorIs(t, err, journal.ErrInvalid)
 }
 
 func TestRewindCancelsAPendingHumanCall(t *testing.T) {
