@@ -12,6 +12,7 @@ import (
 	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/snapshot"
 )
 
 // texts returns the texts of the user and assistant messages of a model
@@ -203,4 +204,48 @@ func deadlines(ctx context.Context, t *testing.T, rt *lazarus.Runtime, dueBy tim
 		return nil
 	}))
 	return ids
+}
+
+func TestRewindBelowASummary(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	model := scripted.New(scripted.Options{})
+	model.Push("c", scripted.Text("one"), scripted.Text("two"), scripted.Text("three"), scripted.Text("again"), scripted.Text("edited"))
+	rt, err := lazarus.Open(lazarus.Options{Model: model, Summarizer: snapshot.Deterministic{},
+		Summary: snapshot.Policy{MaxEvents: 3, MaxTokens: -1, KeepRecent: 1}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rt.Close() })
+	u := agent.Scope{UserID: "u"}
+	for _, text := range []string{"first", "second", "third"} { // seqs 1-6
+		_, err := rt.SendAndWait(ctx, "c", text, u)
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool {
+		s, err := rt.Store().LatestSummary(ctx, "c")
+		return err == nil && s.GetToSeq() >= 3
+	}, 10*time.Second, 5*time.Millisecond, "a summary covers seq 3")
+
+	require.NoError(t, rt.Rewind(ctx, "c", 2, lazarus.RewindOptions{}, u)) // 7
+	end, err := rt.SendAndWait(ctx, "c", "other", u)                    // 8, 9
+	require.NoError(t, err)
+	require.Equal(t, "again", end.Text)
+	turns := model.Turns("c")
+	last := turns[len(turns)-1]
+	require.Nil(t, last.Summary, "no summary ends at or before seq 2: the context starts from the log's start")
+	require.Equal(t, []string{"u:first", "a:one", "u:other"}, texts(last.Context))
+
+	// An edit below the summary: of seq 1, after another summary or not.
+	seq, err := rt.Edit(ctx, "c", 1, "premier", u)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(model.Turns("c")) == len(turns)+1 }, 10*time.Second, 5*time.Millisecond, "the edit's turn ran")
+	turns = model.Turns("c")
+	last = turns[len(turns)-1]
+	require.Nil(t, last.Summary)
+	require.Equal(t, []string{"u:premier"}, texts(last.Context))
+	evs, err := rt.History(ctx, "c", 0, 0)
+	require.NoError(t, err)
+	require.Equal(t, "premier", evs[seq-1].GetUserMsg().GetContent()[0].GetText())
+
+	_, err = rt.Edit(ctx, "c", 2, "x", u)
+	require.ErrorIs(t, err, journal.ErrInvalid, "seq 2 is an answer, and no longer on the head")
 }

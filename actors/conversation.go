@@ -582,6 +582,15 @@ func load(ctx context.Context, store journal.Store, id string) *inLoaded {
 	if err != nil {
 		return &inLoaded{err: err}
 	}
+	if to, below := ws.RewoundPastSummary(); below {
+		// A rewind moved the head below the latest summary: the working
+		// set starts from the latest summary ending at or before its
+		// target (none: from the start), so the next summary is made of
+		// the effective history.
+		if ws, err = rebuildBefore(ctx, store, id, to); err != nil {
+			return &inLoaded{err: err}
+		}
+	}
 	rows := map[string]*messages.ToolCallRecord{}
 	for _, call := range ws.OpenCalls() {
 		row, err := store.ToolCall(ctx, call.GetCall().GetId())
@@ -642,4 +651,22 @@ func NewToolCallIDAt(at time.Time) string {
 	binary.BigEndian.PutUint64(b[:8], uint64(at.UnixNano()))
 	_, _ = rand.Read(b[8:])
 	return "call_" + idEncoding.EncodeToString(b[:])
+}
+
+// rebuildBefore builds the working set of conversation id from the latest
+// summary ending at or before seq to (from the start without one) and the
+// events after it.
+func rebuildBefore(ctx context.Context, store journal.Store, id string, to uint64) (*snapshot.WorkingSet, error) {
+	summary, err := store.SummaryBefore(ctx, id, to+1)
+	if errors.Is(err, journal.ErrNotFound) {
+		summary, err = nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	events, err := store.Events(ctx, id, journal.EventQuery{After: summary.GetToSeq()})
+	if err != nil {
+		return nil, err
+	}
+	return snapshot.Rebuild(summary, events)
 }

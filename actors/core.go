@@ -823,6 +823,15 @@ func (c *core) onWriteReply(r *inWriteReply) {
 			c.requester = w.rewind.scope
 		}
 		c.reply(w.rewind.sender, w.rewind.msg, w.req.GetEvents()[len(w.req.GetEvents())-1].GetSeq(), nil)
+		if _, below := c.ws.RewoundPastSummary(); below {
+			// The summary covers events no longer on the head: a new
+			// activation revives from an earlier one (see load). Retire,
+			// then ask for the wake-up that does the work owed (an
+			// edit's turn).
+			c.stop(fmt.Errorf("conversation %q: rewound below its summary, reviving: %w", c.cfg.ID, ErrAgentStopped))
+			c.emit(effFenced{})
+			return
+		}
 	}
 	c.advance()
 }

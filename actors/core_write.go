@@ -333,17 +333,21 @@ func (c *core) writeRewind() bool {
 	c.rewinds = c.rewinds[1:]
 	m := q.msg
 	to := m.GetToSeq()
+	base := c.ws.Summary.GetToSeq()
 	if m.GetMessage() != nil {
 		es := m.GetEditSeq()
-		base := c.ws.Summary.GetToSeq()
-		if es <= base || es > c.ws.LastSeq || c.ws.Events[es-base-1].GetUserMsg() == nil {
+		if es == 0 || es > c.ws.LastSeq || (es > base && c.ws.Events[es-base-1].GetUserMsg() == nil) {
 			c.reply(q.sender, m, 0, fmt.Errorf("conversation %q: edit of seq %d: %w", c.cfg.ID, es,
 				journal.Invalidf("not a user message after the summary (last seq %d)", c.ws.LastSeq)))
 			return false
 		}
 		to = es - 1
 	}
-	if err := c.ws.CheckRewind(to); err != nil {
+	// Below the summary the working set does not hold the events to check
+	// the target against: the Runtime checked it against the log (see
+	// Runtime.Rewind); once written, the activation revives from the log
+	// (see onWriteReply).
+	if err := c.ws.CheckRewind(to); err != nil && to >= base {
 		c.reply(q.sender, m, 0, fmt.Errorf("conversation %q: %w", c.cfg.ID, err))
 		return false
 	}
