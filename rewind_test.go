@@ -226,7 +226,7 @@ func TestRewindBelowASummary(t *testing.T) {
 	}, 10*time.Second, 5*time.Millisecond, "a summary covers seq 3")
 
 	require.NoError(t, rt.Rewind(ctx, "c", 2, lazarus.RewindOptions{}, u)) // 7
-	end, err := rt.SendAndWait(ctx, "c", "other", u)                    // 8, 9
+	end, err := rt.SendAndWait(ctx, "c", "other", u)                       // 8, 9
 	require.NoError(t, err)
 	require.Equal(t, "again", end.Text)
 	turns := model.Turns("c")
