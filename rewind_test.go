@@ -249,3 +249,25 @@ func TestRewindBelowASummary(t *testing.T) {
 	_, err = rt.Edit(ctx, "c", 2, "x", u)
 	require.ErrorIs(t, err, journal.ErrInvalid, "seq 2 is an answer, and no longer on the head")
 }
+
+func TestRewindSurvivesAKill(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	model := scripted.New(scripted.Options{})
+	model.Push("c", scripted.Text("one"), scripted.Text("two"), scripted.Text("three"))
+	rt := openTurnRuntime(t, model)
+	u := agent.Scope{UserID: "u"}
+	_, err := rt.SendAndWait(ctx, "c", "first", u) // 1, 2
+	require.NoError(t, err)
+	_, err = rt.SendAndWait(ctx, "c", "second", u) // 3, 4
+	require.NoError(t, err)
+	require.NoError(t, rt.Rewind(ctx, "c", 2, lazarus.RewindOptions{}, u)) // 5
+	rt.Kill("c")
+	require.Eventually(t, func() bool { return !rt.IsActive("c") }, 10*time.Second, 5*time.Millisecond)
+
+	end, err := rt.SendAndWait(ctx, "c", "other", u) // revives from the log
+	require.NoError(t, err)
+	require.Equal(t, "three", end.Text)
+	turns := model.Turns("c")
+	require.Equal(t, []string{"u:first", "a:one", "u:other"}, texts(turns[len(turns)-1].Context), "the revived working set is the rewound one")
+}

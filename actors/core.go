@@ -865,6 +865,13 @@ func (c *core) onSummary(d *inSummaryDone) {
 	}
 	c.rememberRequests()
 	c.log.Debug("summarized", "to_seq", d.summary.GetToSeq())
+	if _, below := c.ws.RewoundPastSummary(); below {
+		// A rewind landed while the summary was written, below its end:
+		// revive from an earlier summary, as after such a rewind.
+		c.stop(fmt.Errorf("conversation %q: rewound below its summary, reviving: %w", c.cfg.ID, ErrAgentStopped))
+		c.emit(effFenced{})
+		return
+	}
 	c.advance()
 }
 
