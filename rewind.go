@@ -2,14 +2,12 @@ package lazarus
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/lazarusrt/lazarus/actors"
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
-	"github.com/lazarusrt/lazarus/snapshot"
 )
 
 // RewindOptions are the options of Rewind. The zero value is a rewind with
@@ -49,10 +47,11 @@ func (r *Runtime) Rewind(ctx context.Context, conversationID string, toSeq uint6
 	if err := r.checkConversation(ctx, "rewind", conversationID); err != nil {
 		return err
 	}
-	if err := r.checkBelowSummary(ctx, conversationID, toSeq, 0); err != nil {
+	checked, err := actors.CheckRewindInLog(ctx, r.store, conversationID, toSeq, 0)
+	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
-	_, err := r.askRewind(ctx, op, conversationID, &messages.AgentRewind{ToSeq: toSeq, Reason: opts.Reason}, scope)
+	_, err = r.askRewind(ctx, op, conversationID, &messages.AgentRewind{ToSeq: toSeq, Reason: opts.Reason, CheckedInLog: checked}, scope)
 	return err
 }
 
@@ -89,41 +88,11 @@ func (r *Runtime) Edit(ctx context.Context, conversationID string, seq uint64, n
 	if err := r.checkConversation(ctx, "edit", conversationID); err != nil {
 		return 0, err
 	}
-	if err := r.checkBelowSummary(ctx, conversationID, seq-1, seq); err != nil {
+	checked, err := actors.CheckRewindInLog(ctx, r.store, conversationID, seq-1, seq)
+	if err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
-	return r.askRewind(ctx, op, conversationID, &messages.AgentRewind{EditSeq: seq, Message: msg, RequestId: rid, Reason: "edit"}, scope)
-}
-
-// checkBelowSummary checks a rewind to toSeq (an edit of editSeq, if not 0)
-// that the latest summary covers: the conversation's working set starts
-// after that summary, so its actor cannot check it; this reads the whole
-// log and checks it as the working set would (snapshot.CheckRewind). A
-// rewind after the latest summary is left to the actor. Errors wrap
-// journal.ErrInvalid for a refused target.
-func (r *Runtime) checkBelowSummary(ctx context.Context, conversationID string, toSeq, editSeq uint64) error {
-	s, err := r.store.LatestSummary(ctx, conversationID)
-	if errors.Is(err, journal.ErrNotFound) || (err == nil && toSeq >= s.GetToSeq()) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	evs, err := r.store.Events(ctx, conversationID, journal.EventQuery{})
-	if err != nil {
-		return err
-	}
-	ws, err := snapshot.Rebuild(nil, evs)
-	if err != nil {
-		return err
-	}
-	if err := ws.CheckRewind(toSeq); err != nil {
-		return err
-	}
-	if editSeq != 0 && (editSeq > uint64(len(evs)) || evs[editSeq-1].GetUserMsg() == nil || !head(evs)[editSeq-1]) {
-		return journal.Invalidf("seq %d is not a user message on the head", editSeq)
-	}
-	return nil
+	return r.askRewind(ctx, op, conversationID, &messages.AgentRewind{EditSeq: seq, Message: msg, RequestId: rid, Reason: "edit", CheckedInLog: checked}, scope)
 }
 
 func (r *Runtime) askRewind(ctx context.Context, op, conversationID string, m *messages.AgentRewind, scope agent.Scope) (uint64, error) {

@@ -473,6 +473,13 @@ func (c *core) onCommand(cmd *Command, sender any) {
 		// Answered once its write lands (writeConfigs).
 		c.configs = append(c.configs, &queuedConfig{sender: sender, msg: m})
 	case *messages.AgentRewind:
+		if seq, ok := c.seen[m.GetRequestId()]; ok && m.GetRequestId() != "" {
+			// A retried edit whose write landed: answered with the new
+			// message's seq; nothing changes (see writeRewind).
+			c.reply(sender, m, seq, nil)
+			c.advance()
+			return
+		}
 		// Written (or refused) by advance, before queued sends; answered
 		// once its write lands. The model is answering a context the
 		// rewind changes: cancel it, what it streamed is void.

@@ -189,6 +189,7 @@ func TestCoreRecoveryRules(t *testing.T) {
 			{nil, nil},
 			{edit(1), []string{"write[Rewind " + wUser + "]"}},
 			{ok(1), []string{"reply seq=4", "model"}},
+			{edit(1), []string{"reply seq=4"}}, // a retry of the same edit (request id) is not written again
 		},
 	}, {
 		name: "a rewind to a point where a call is open, or after the log, and an edit of an answer are refused; nothing is written",

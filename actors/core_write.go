@@ -332,11 +332,18 @@ func (c *core) writeRewind() bool {
 	q := c.rewinds[0]
 	c.rewinds = c.rewinds[1:]
 	m := q.msg
+	if seq, ok := c.seen[m.GetRequestId()]; ok && m.GetRequestId() != "" {
+		// A retried edit whose write landed (its activation died before
+		// answering): answered with the new message's seq, not written
+		// again.
+		c.reply(q.sender, m, seq, nil)
+		return false
+	}
 	to := m.GetToSeq()
 	base := c.ws.Summary.GetToSeq()
 	if m.GetMessage() != nil {
 		es := m.GetEditSeq()
-		if es == 0 || es > c.ws.LastSeq || (es > base && c.ws.Events[es-base-1].GetUserMsg() == nil) {
+		if es == 0 || es > c.ws.LastSeq || (es > base && c.ws.Events[es-base-1].GetUserMsg() == nil) || (es <= base && !m.GetCheckedInLog()) {
 			c.reply(q.sender, m, 0, fmt.Errorf("conversation %q: edit of seq %d: %w", c.cfg.ID, es,
 				journal.Invalidf("not a user message after the summary (last seq %d)", c.ws.LastSeq)))
 			return false
@@ -344,10 +351,11 @@ func (c *core) writeRewind() bool {
 		to = es - 1
 	}
 	// Below the summary the working set does not hold the events to check
-	// the target against: the Runtime checked it against the log (see
-	// Runtime.Rewind); once written, the activation revives from the log
-	// (see onWriteReply).
-	if err := c.ws.CheckRewind(to); err != nil && to >= base {
+	// the target against: accepted only if the caller checked it against
+	// the log (checked_in_log; a summary that landed since the caller's
+	// check makes the target refused); once written, the activation
+	// revives from the log (see onWriteReply).
+	if err := c.ws.CheckRewind(to); err != nil && (to >= base || !m.GetCheckedInLog()) {
 		c.reply(q.sender, m, 0, fmt.Errorf("conversation %q: %w", c.cfg.ID, err))
 		return false
 	}

@@ -432,12 +432,16 @@ func (*AgentStop) Descriptor() ([]byte, []int) {
 // and a turn follows. edit_seq, when set, is the seq of the user message
 // the edit replaces; it must be a user message on the head.
 type AgentRewind struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ToSeq         uint64                 `protobuf:"varint,1,opt,name=to_seq,json=toSeq,proto3" json:"to_seq,omitempty"`
-	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
-	Message       *UserMessage           `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
-	RequestId     string                 `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	EditSeq       uint64                 `protobuf:"varint,5,opt,name=edit_seq,json=editSeq,proto3" json:"edit_seq,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ToSeq     uint64                 `protobuf:"varint,1,opt,name=to_seq,json=toSeq,proto3" json:"to_seq,omitempty"`
+	Reason    string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Message   *UserMessage           `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	RequestId string                 `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	EditSeq   uint64                 `protobuf:"varint,5,opt,name=edit_seq,json=editSeq,proto3" json:"edit_seq,omitempty"`
+	// checked_in_log: the caller checked the target against the whole log
+	// (actors.CheckRewindInLog). Only then is a target the latest summary
+	// covers accepted: the working set cannot check it. Default false.
+	CheckedInLog  bool `protobuf:"varint,6,opt,name=checked_in_log,json=checkedInLog,proto3" json:"checked_in_log,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -507,6 +511,13 @@ func (x *AgentRewind) GetEditSeq() uint64 {
 	return 0
 }
 
+func (x *AgentRewind) GetCheckedInLog() bool {
+	if x != nil {
+		return x.CheckedInLog
+	}
+	return false
+}
+
 var File_lazarus_v1_agent_proto protoreflect.FileDescriptor
 
 const file_lazarus_v1_agent_proto_rawDesc = "" +
@@ -541,14 +552,15 @@ const file_lazarus_v1_agent_proto_rawDesc = "" +
 	"\rSettingsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\v\n" +
-	"\tAgentStop\"\xa9\x01\n" +
+	"\tAgentStop\"\xcf\x01\n" +
 	"\vAgentRewind\x12\x15\n" +
 	"\x06to_seq\x18\x01 \x01(\x04R\x05toSeq\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x121\n" +
 	"\amessage\x18\x03 \x01(\v2\x17.lazarus.v1.UserMessageR\amessage\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x04 \x01(\tR\trequestId\x12\x19\n" +
-	"\bedit_seq\x18\x05 \x01(\x04R\aeditSeqB'Z%github.com/lazarusrt/lazarus/messagesb\x06proto3"
+	"\bedit_seq\x18\x05 \x01(\x04R\aeditSeq\x12$\n" +
+	"\x0echecked_in_log\x18\x06 \x01(\bR\fcheckedInLogB'Z%github.com/lazarusrt/lazarus/messagesb\x06proto3"
 
 var (
 	file_lazarus_v1_agent_proto_rawDescOnce sync.Once
