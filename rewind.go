@@ -38,7 +38,15 @@ type RewindOptions struct {
 // unknown conversation gets an error wrapping journal.ErrNotFound; a
 // deleted one, journal.ErrDeleted where the Store reports tombstones. It
 // returns once the rewind is durable. After ErrUnknownOutcome, read History
-// before retrying: a rewind is not idempotent.
+// before retrying (a repeated rewind appends another rewind event, with the
+// same effect).
+//
+// A target the latest summary covers works: it is checked against the whole
+// log (a read that grows with the log), and the model's context then starts
+// from the latest summary at or before toSeq (or from the start). Such a
+// rewind is refused with journal.ErrInvalid when a summary covering the
+// target lands between that check and the rewind's turn: retrying checks
+// again.
 func (r *Runtime) Rewind(ctx context.Context, conversationID string, toSeq uint64, opts RewindOptions, scope agent.Scope) error {
 	op := fmt.Sprintf("lazarus: rewind %q to seq %d", conversationID, toSeq)
 	if err := r.enter(ctx); err != nil {
