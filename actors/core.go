@@ -480,6 +480,15 @@ func (c *core) onCommand(cmd *Command, sender any) {
 			c.advance()
 			return
 		}
+		if c.inflight == nil && len(c.rewinds) == 0 && len(c.configs) == 0 && len(c.sends) == 0 {
+			// Nothing is written before it: a target refused now is
+			// refused before it cancels anything.
+			if _, err := c.rewindTarget(m); err != nil {
+				c.reply(sender, m, 0, err)
+				c.advance()
+				return
+			}
+		}
 		// Written (or refused) by advance, before queued sends; answered
 		// once its write lands. The model is answering a context the
 		// rewind changes: cancel it, what it streamed is void.

@@ -183,6 +183,14 @@ func TestCoreRecoveryRules(t *testing.T) {
 			{ok(1), []string{"reply seq=2"}},
 		},
 	}, {
+		name: "a refused rewind leaves the model call running",
+		log:  []*messages.Event{user("r1")},
+		steps: []coreStep{
+			{nil, nil},
+			{wake(false), []string{"reply", "model"}},
+			{rewind(5), []string{"reply error retry=false"}},
+		},
+	}, {
 		name: "an edit writes the rewind and the new message together, then the model is called",
 		log:  []*messages.Event{user("r1"), answer()},
 		steps: []coreStep{

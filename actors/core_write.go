@@ -339,24 +339,9 @@ func (c *core) writeRewind() bool {
 		c.reply(q.sender, m, seq, nil)
 		return false
 	}
-	to := m.GetToSeq()
-	base := c.ws.Summary.GetToSeq()
-	if m.GetMessage() != nil {
-		es := m.GetEditSeq()
-		if es == 0 || es > c.ws.LastSeq || (es > base && c.ws.Events[es-base-1].GetUserMsg() == nil) || (es <= base && !m.GetCheckedInLog()) {
-			c.reply(q.sender, m, 0, fmt.Errorf("conversation %q: edit of seq %d: %w", c.cfg.ID, es,
-				journal.Invalidf("not a user message after the summary (last seq %d)", c.ws.LastSeq)))
-			return false
-		}
-		to = es - 1
-	}
-	// Below the summary the working set does not hold the events to check
-	// the target against: accepted only if the caller checked it against
-	// the log (checked_in_log; a summary that landed since the caller's
-	// check makes the target refused); once written, the activation
-	// revives from the log (see onWriteReply).
-	if err := c.ws.CheckRewind(to); err != nil && (to >= base || !m.GetCheckedInLog()) {
-		c.reply(q.sender, m, 0, fmt.Errorf("conversation %q: %w", c.cfg.ID, err))
+	to, err := c.rewindTarget(m)
+	if err != nil {
+		c.reply(q.sender, m, 0, err)
 		return false
 	}
 	req := &messages.AppendRequest{Events: []*messages.Event{c.event(func(ev *messages.Event) {
@@ -383,4 +368,29 @@ func (c *core) writeRewind() bool {
 	req.FsmState = &messages.FSMState{State: messages.AgentState_AGENT_STATE_IDLE, LastSeq: c.ws.LastSeq + uint64(len(req.Events)), Pending: map[string]*messages.PendingCall{}}
 	c.write(&pendingWrite{kind: writeRewind, req: req, rewind: q})
 	return true
+}
+
+// rewindTarget returns the seq an AgentRewind moves the head to, or why it
+// is refused (an error wrapping journal.ErrInvalid), against the working
+// set as it is now.
+func (c *core) rewindTarget(m *messages.AgentRewind) (uint64, error) {
+	to := m.GetToSeq()
+	base := c.ws.Summary.GetToSeq()
+	if m.GetMessage() != nil {
+		es := m.GetEditSeq()
+		if es == 0 || es > c.ws.LastSeq || (es > base && c.ws.Events[es-base-1].GetUserMsg() == nil) || (es <= base && !m.GetCheckedInLog()) {
+			return 0, fmt.Errorf("conversation %q: edit of seq %d: %w", c.cfg.ID, es,
+				journal.Invalidf("not a user message after the summary (last seq %d)", c.ws.LastSeq))
+		}
+		to = es - 1
+	}
+	// Below the summary the working set does not hold the events to check
+	// the target against: accepted only if the caller checked it against
+	// the log (checked_in_log; a summary that landed since the caller's
+	// check makes the target refused); once written, the activation
+	// revives from the log (see onWriteReply).
+	if err := c.ws.CheckRewind(to); err != nil && (to >= base || !m.GetCheckedInLog()) {
+		return 0, fmt.Errorf("conversation %q: %w", c.cfg.ID, err)
+	}
+	return to, nil
 }
