@@ -582,6 +582,15 @@ func load(ctx context.Context, store journal.Store, id string) *inLoaded {
 	if err != nil {
 		return &inLoaded{err: err}
 	}
+	if to, below := ws.RewoundPastSummary(); below {
+		// A rewind moved the head below the latest summary: the working
+		// set starts from the latest summary ending at or before its
+		// target (none: from the start), so the next summary is made of
+		// the effective history.
+		if ws, err = rebuildBefore(ctx, store, id, to); err != nil {
+			return &inLoaded{err: err}
+		}
+	}
 	rows := map[string]*messages.ToolCallRecord{}
 	for _, call := range ws.OpenCalls() {
 		row, err := store.ToolCall(ctx, call.GetCall().GetId())
@@ -642,4 +651,74 @@ func NewToolCallIDAt(at time.Time) string {
 	binary.BigEndian.PutUint64(b[:8], uint64(at.UnixNano()))
 	_, _ = rand.Read(b[8:])
 	return "call_" + idEncoding.EncodeToString(b[:])
+}
+
+// rebuildBefore builds the working set of conversation id from the latest
+// summary ending at or before seq to (from the start without one) and the
+// events after it.
+func rebuildBefore(ctx context.Context, store journal.Store, id string, to uint64) (*snapshot.WorkingSet, error) {
+	summary, err := store.SummaryBefore(ctx, id, to+1)
+	if errors.Is(err, journal.ErrNotFound) {
+		summary, err = nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	events, err := store.Events(ctx, id, journal.EventQuery{After: summary.GetToSeq()})
+	if err != nil {
+		return nil, err
+	}
+	return snapshot.Rebuild(summary, events)
+}
+
+// CheckRewindInLog checks a rewind of conversation id to toSeq (an edit of
+// editSeq, if not 0) that its latest summary covers: a conversation's
+// working set starts after that summary, so its core cannot check such a
+// target, and trusts that its caller did. It reads the whole log and checks
+// it as the working set would (snapshot.WorkingSet.CheckRewind; an edited
+// seq must be a user message on the head), and reports checked true: the
+// AgentRewind may then set checked_in_log. A target at or after the latest
+// summary's end is left to the core (false, nil). Refused targets wrap
+// journal.ErrInvalid; Store errors are returned as they are.
+func CheckRewindInLog(ctx context.Context, store journal.Store, id string, toSeq, editSeq uint64) (checked bool, err error) {
+	s, err := store.LatestSummary(ctx, id)
+	if errors.Is(err, journal.ErrNotFound) || (err == nil && toSeq >= s.GetToSeq()) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	evs, err := store.Events(ctx, id, journal.EventQuery{})
+	if err != nil {
+		return false, err
+	}
+	ws, err := snapshot.Rebuild(nil, evs)
+	if err != nil {
+		return false, err
+	}
+	if err := ws.CheckRewind(toSeq); err != nil {
+		return false, err
+	}
+	if editSeq != 0 && (editSeq > uint64(len(evs)) || evs[editSeq-1].GetUserMsg() == nil || !onHead(evs, editSeq)) {
+		return false, journal.Invalidf("seq %d is not a user message on the head", editSeq)
+	}
+	return true, nil
+}
+
+// onHead reports whether seq is on the head of a whole log (evs[i] has
+// seq i+1): walking back from the newest event, a rewind jumps the walk to
+// its target.
+func onHead(evs []*messages.Event, seq uint64) bool {
+	pos := uint64(len(evs))
+	for pos >= seq && pos > 0 {
+		if pos == seq {
+			return true
+		}
+		if rw := evs[pos-1].GetRewind(); rw != nil && rw.GetToSeq() < pos {
+			pos = rw.GetToSeq()
+			continue
+		}
+		pos--
+	}
+	return false
 }

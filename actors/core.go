@@ -86,6 +86,7 @@ type core struct {
 	rowSettings map[string]string
 	settings    agent.Settings
 	configs     []*queuedConfig
+	rewinds     []*queuedRewind
 
 	specs []agent.ToolSpec // the tools as the model is told of them; see startModel
 }
@@ -128,6 +129,14 @@ type queuedConfig struct {
 	msg    *messages.AgentConfigure
 }
 
+// queuedRewind is an AgentRewind (a rewind, or an edit) waiting for its
+// write.
+type queuedRewind struct {
+	sender any
+	msg    *messages.AgentRewind
+	scope  agent.Scope
+}
+
 // queuedSend is a send waiting for its write, with its caller.
 type queuedSend struct {
 	sender any // the caller's address, opaque to the core (nil: nobody waits)
@@ -144,6 +153,7 @@ const (
 	writeResults
 	writeFailure
 	writeConfigs
+	writeRewind
 )
 
 type pendingWrite struct {
@@ -160,6 +170,8 @@ type pendingWrite struct {
 	requester *agent.Scope
 	// configs are the AgentConfigures whose settings the write carries.
 	configs []*queuedConfig
+	// rewind is the AgentRewind the write records (writeRewind).
+	rewind *queuedRewind
 }
 
 // carries reports whether the write appends the user message of request id
@@ -460,6 +472,33 @@ func (c *core) onCommand(cmd *Command, sender any) {
 	case *messages.AgentConfigure:
 		// Answered once its write lands (writeConfigs).
 		c.configs = append(c.configs, &queuedConfig{sender: sender, msg: m})
+	case *messages.AgentRewind:
+		if seq, ok := c.seen[m.GetRequestId()]; ok && m.GetRequestId() != "" {
+			// A retried edit whose write landed: answered with the new
+			// message's seq; nothing changes (see writeRewind).
+			c.reply(sender, m, seq, nil)
+			c.advance()
+			return
+		}
+		if c.inflight == nil && len(c.rewinds) == 0 && len(c.configs) == 0 && len(c.sends) == 0 {
+			// Nothing is written before it: a target refused now is
+			// refused before it cancels anything.
+			if _, err := c.rewindTarget(m); err != nil {
+				c.reply(sender, m, 0, err)
+				c.advance()
+				return
+			}
+		}
+		// Written (or refused) by advance, before queued sends; answered
+		// once its write lands. The model is answering a context the
+		// rewind changes: cancel it, what it streamed is void.
+		c.rewinds = append(c.rewinds, &queuedRewind{sender: sender, msg: m, scope: cmd.Scope})
+		c.answer = nil
+		c.restartTurn()
+		if c.modelBusy {
+			c.cancelModel()
+			c.publish(Update{Restart: true})
+		}
 	case *messages.AgentResolved:
 		if call := c.openCall(m.GetToolCallId()); call != nil && call.ready == nil {
 			call.ready, call.status, call.by, call.inStore = m.GetResult(), m.GetStatus(), m.GetBy(), true
@@ -509,6 +548,8 @@ func (c *core) reply(sender any, msg proto.Message, seq uint64, err error) {
 	switch m := msg.(type) {
 	case *messages.AgentSend:
 		c.emit(effReply{to: sender, msg: &messages.AgentSendReply{RequestId: m.GetRequestId(), Seq: seq, Error: journal.ErrorToProto(err), Retry: retry}})
+	case *messages.AgentRewind:
+		c.emit(effReply{to: sender, msg: &messages.AgentSendReply{RequestId: m.GetRequestId(), Seq: seq, Error: journal.ErrorToProto(err), Retry: retry}})
 	default:
 		c.emit(effReply{to: sender, msg: &messages.AgentReply{Error: journal.ErrorToProto(err), Retry: retry}})
 	}
@@ -537,6 +578,8 @@ func (c *core) advance() {
 		c.writeAnswer(d)
 	case len(c.configs) > 0:
 		c.writeConfigs()
+	case len(c.rewinds) > 0 && c.writeRewind():
+		// Otherwise the rewind was refused (answered): go on.
 	case len(c.sends) > 0 && c.writeSends():
 		// Otherwise every queued send was already in the log: go on.
 	case c.hasReady():
@@ -583,6 +626,9 @@ func (c *core) humanPending() bool {
 func (c *core) turnOwed() bool {
 	if n := len(c.ws.Events); n > 0 && c.ws.Events[n-1].GetTurnFailed() != nil && !c.rerun {
 		return false
+	}
+	if n := len(c.ws.Events); n > 0 && c.ws.Events[n-1].GetRewind() != nil {
+		return false // a rewind owes no turn; a send (or an edit) after it does
 	}
 	switch c.ws.LastRendered().GetBody().(type) {
 	case *messages.Event_UserMsg, *messages.Event_ToolResult:
@@ -733,6 +779,10 @@ func (c *core) onWriteReply(r *inWriteReply) {
 		for _, q := range w.configs {
 			c.reply(q.sender, q.msg, 0, err)
 		}
+		if q := w.rewind; q != nil {
+			c.reply(q.sender, q.msg, 0, err)
+			w.rewind = nil
+		}
 		c.publish(Update{Err: err})
 		// Retire first (stop), then ask for the wake-up: a wake-up that
 		// found this activation still live would be sent to it, and lost
@@ -780,6 +830,24 @@ func (c *core) onWriteReply(r *inWriteReply) {
 			delete(c.calls, id)
 		}
 		c.order = remove(c.order, w.done)
+	case writeRewind:
+		// Every open call was in the rewound span (CheckRewind refuses a
+		// point where one is open), and the write resolved it.
+		c.calls = map[string]*openCall{}
+		c.order = nil
+		if m := w.rewind.msg; m.GetMessage() != nil {
+			c.requester = w.rewind.scope
+		}
+		c.reply(w.rewind.sender, w.rewind.msg, w.req.GetEvents()[len(w.req.GetEvents())-1].GetSeq(), nil)
+		if _, below := c.ws.RewoundPastSummary(); below {
+			// The summary covers events no longer on the head: a new
+			// activation revives from an earlier one (see load). Retire,
+			// then ask for the wake-up that does the work owed (an
+			// edit's turn).
+			c.stop(fmt.Errorf("conversation %q: rewound below its summary, reviving: %w", c.cfg.ID, ErrAgentStopped))
+			c.emit(effFenced{})
+			return
+		}
 	}
 	c.advance()
 }
@@ -813,6 +881,13 @@ func (c *core) onSummary(d *inSummaryDone) {
 	}
 	c.rememberRequests()
 	c.log.Debug("summarized", "to_seq", d.summary.GetToSeq())
+	if _, below := c.ws.RewoundPastSummary(); below {
+		// A rewind landed while the summary was written, below its end:
+		// revive from an earlier summary, as after such a rewind.
+		c.stop(fmt.Errorf("conversation %q: rewound below its summary, reviving: %w", c.cfg.ID, ErrAgentStopped))
+		c.emit(effFenced{})
+		return
+	}
 	c.advance()
 }
 
@@ -888,6 +963,16 @@ func (c *core) failAll(cause error) {
 			c.reply(q.sender, q.msg, 0, fmt.Errorf("%w (write outcome unknown)", cause))
 		}
 		w.configs = nil
+	}
+	for _, q := range c.rewinds {
+		c.reply(q.sender, q.msg, 0, cause)
+	}
+	c.rewinds = nil
+	if w := c.inflight; w != nil && w.rewind != nil {
+		// Not a safe retry: the caller reads the history to learn whether
+		// it landed.
+		c.reply(w.rewind.sender, w.rewind.msg, 0, fmt.Errorf("%w (write outcome unknown)", cause))
+		w.rewind = nil
 	}
 	for _, m := range c.buffered {
 		c.reply(m.sender, m.cmd.Msg, 0, cause)

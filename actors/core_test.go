@@ -150,7 +150,65 @@ func TestCoreRecoveryRules(t *testing.T) {
 		return map[string]*messages.ToolCallRecord{id: {Id: id, Status: st, Executor: human,
 			Result: &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: "yes"}}}}
 	}
+	rewind := func(to uint64) *inCommand {
+		return &inCommand{sender: "s", cmd: &Command{Scope: agent.Scope{UserID: "ann"}, Msg: &messages.AgentRewind{ToSeq: to}}}
+	}
+	edit := func(seq uint64) *inCommand {
+		return &inCommand{sender: "s", cmd: &Command{Scope: agent.Scope{UserID: "ann"}, Msg: &messages.AgentRewind{EditSeq: seq, RequestId: "e1",
+			Message: &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "new"}}}}}}}
+	}
+	resolved := func(id string) *inCommand {
+		return &inCommand{sender: "bob", cmd: &Command{Scope: agent.Scope{UserID: "bob"}, Msg: &messages.AgentResolved{ToolCallId: id,
+			Status: messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, Result: &messages.ToolOutcome{}, By: "user"}}}
+	}
 	cases := []coreCase{{
+		name: "a rewind cancels the calls open in the rewound span in its own write, and owes no turn; a late answer is ignored",
+		log:  []*messages.Event{user("r1"), answer(), user("r2"), answer(), call("call_1", human)},
+		steps: []coreStep{
+			{nil, nil},
+			{rewind(2), []string{"write[Rewind]+1 resolutions"}},
+			{ok(1), []string{"reply seq=6"}},
+			{resolved("call_1"), []string{"reply"}},
+			{send("r3"), []string{"write[" + wUser + "]"}},
+			{ok(2), []string{"reply seq=7", "model"}},
+		},
+	}, {
+		name: "a rewind while the model runs cancels the call and voids what it streamed",
+		log:  []*messages.Event{user("r1")},
+		steps: []coreStep{
+			{nil, nil},
+			{wake(false), []string{"reply", "model"}},
+			{rewind(0), []string{"cancel-model", "publish", "write[Rewind]"}},
+			{&inModelDone{turn: 1, msg: &messages.AssistantMessage{}}, nil},
+			{ok(1), []string{"reply seq=2"}},
+		},
+	}, {
+		name: "a refused rewind leaves the model call running",
+		log:  []*messages.Event{user("r1")},
+		steps: []coreStep{
+			{nil, nil},
+			{wake(false), []string{"reply", "model"}},
+			{rewind(5), []string{"reply error retry=false"}},
+		},
+	}, {
+		name: "an edit writes the rewind and the new message together, then the model is called",
+		log:  []*messages.Event{user("r1"), answer()},
+		steps: []coreStep{
+			{nil, nil},
+			{edit(1), []string{"write[Rewind " + wUser + "]"}},
+			{ok(1), []string{"reply seq=4", "model"}},
+			{edit(1), []string{"reply seq=4"}}, // a retry of the same edit (request id) is not written again
+		},
+	}, {
+		name: "a rewind to a point where a call is open, or after the log, and an edit of an answer are refused; nothing is written",
+		log:  []*messages.Event{user("r1"), answer(), call("call_1", server), result("call_1"), answer()},
+		steps: []coreStep{
+			{nil, nil},
+			{rewind(3), []string{"reply error retry=false"}},
+			{rewind(6), []string{"reply error retry=false"}},
+			{edit(2), []string{"reply error retry=false"}},
+		},
+	}, {
 		name: "a user message is durable before anything else, then the model is called",
 		steps: []coreStep{
 			{nil, nil},

@@ -319,3 +319,78 @@ func (c *core) writeConfigs() {
 	}
 	c.write(&pendingWrite{kind: writeConfigs, req: req, configs: queued})
 }
+
+// writeRewind writes the first queued AgentRewind, and reports whether it
+// started a write; a refused one (a point CheckRewind refuses, an edit of
+// something other than a user message) is answered with an error wrapping
+// journal.ErrInvalid and nothing is written. The write is atomic: the
+// rewind event, every call still open (all in the rewound span) resolved
+// as errored with code agent.CodeCanceled (the Store drops their
+// deadlines, and a late answer is stale), and for an edit the new user
+// message after the rewind.
+func (c *core) writeRewind() bool {
+	q := c.rewinds[0]
+	c.rewinds = c.rewinds[1:]
+	m := q.msg
+	if seq, ok := c.seen[m.GetRequestId()]; ok && m.GetRequestId() != "" {
+		// A retried edit whose write landed (its activation died before
+		// answering): answered with the new message's seq, not written
+		// again.
+		c.reply(q.sender, m, seq, nil)
+		return false
+	}
+	to, err := c.rewindTarget(m)
+	if err != nil {
+		c.reply(q.sender, m, 0, err)
+		return false
+	}
+	req := &messages.AppendRequest{Events: []*messages.Event{c.event(func(ev *messages.Event) {
+		ev.Body = &messages.Event_Rewind{Rewind: &messages.Rewind{ToSeq: to, Reason: m.GetReason()}}
+	})}}
+	for _, id := range c.order {
+		if call := c.calls[id]; call.ready == nil || !call.inStore {
+			out := agent.ErrorOutcome(agent.CodeCanceled, "lazarus: the call was rewound")
+			req.Resolutions = append(req.Resolutions, &messages.ToolResolution{
+				ToolCallId: id, Status: messages.ToolCallStatus_TOOL_CALL_STATUS_ERRORED, Result: out, At: journal.Timestamp(c.now),
+			})
+		}
+	}
+	status := messages.ConversationStatus_CONVERSATION_STATUS_IDLE
+	if m.GetMessage() != nil {
+		req.Events = append(req.Events, c.event(func(ev *messages.Event) {
+			ev.RequestId = m.GetRequestId()
+			ev.Author = q.scope.Identity().Proto()
+			ev.Body = &messages.Event_UserMsg{UserMsg: m.GetMessage()}
+		}))
+		status = messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE
+	}
+	req.Status = status
+	req.FsmState = &messages.FSMState{State: messages.AgentState_AGENT_STATE_IDLE, LastSeq: c.ws.LastSeq + uint64(len(req.Events)), Pending: map[string]*messages.PendingCall{}}
+	c.write(&pendingWrite{kind: writeRewind, req: req, rewind: q})
+	return true
+}
+
+// rewindTarget returns the seq an AgentRewind moves the head to, or why it
+// is refused (an error wrapping journal.ErrInvalid), against the working
+// set as it is now.
+func (c *core) rewindTarget(m *messages.AgentRewind) (uint64, error) {
+	to := m.GetToSeq()
+	base := c.ws.Summary.GetToSeq()
+	if m.GetMessage() != nil {
+		es := m.GetEditSeq()
+		if es == 0 || es > c.ws.LastSeq || (es > base && c.ws.Events[es-base-1].GetUserMsg() == nil) || (es <= base && !m.GetCheckedInLog()) {
+			return 0, fmt.Errorf("conversation %q: edit of seq %d: %w", c.cfg.ID, es,
+				journal.Invalidf("not a user message after the summary (last seq %d)", c.ws.LastSeq))
+		}
+		to = es - 1
+	}
+	// Below the summary the working set does not hold the events to check
+	// the target against: accepted only if the caller checked it against
+	// the log (checked_in_log; a summary that landed since the caller's
+	// check makes the target refused); once written, the activation
+	// revives from the log (see onWriteReply).
+	if err := c.ws.CheckRewind(to); err != nil && (to >= base || !m.GetCheckedInLog()) {
+		return 0, fmt.Errorf("conversation %q: %w", c.cfg.ID, err)
+	}
+	return to, nil
+}

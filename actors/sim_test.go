@@ -104,7 +104,7 @@ func TestSimulation(t *testing.T) {
 
 // simStats counts what a run explored.
 type simStats struct {
-	Steps, Kills, Revivals, Writes, WriteFaults, Conflicts, ModelCalls, Cancels, ToolRuns, Retries, Expiries, Resolves, Duplicates, Configures, Summaries, Passivations int
+	Steps, Kills, Revivals, Writes, WriteFaults, Conflicts, ModelCalls, Cancels, ToolRuns, Retries, Expiries, Resolves, Duplicates, Configures, Summaries, Passivations, Rewinds int
 }
 
 func (s *simStats) add(o *simStats) {
@@ -122,6 +122,7 @@ func (s *simStats) add(o *simStats) {
 	s.Resolves += o.Resolves
 	s.Duplicates += o.Duplicates
 	s.Configures += o.Configures
+	s.Rewinds += o.Rewinds
 	s.Summaries += o.Summaries
 	s.Passivations += o.Passivations
 }
@@ -315,7 +316,7 @@ func (s *sim) pendingHuman() bool {
 }
 
 // owed reports whether the log owes work: an open call, or a turn (it ends
-// in a user message or a tool result, and not in turn_failed).
+// in a user message or a tool result, and not in turn_failed or a rewind).
 func (s *sim) owed() bool {
 	ws := s.workingSet()
 	if len(ws.OpenCalls()) > 0 {
@@ -323,6 +324,9 @@ func (s *sim) owed() bool {
 	}
 	if n := len(ws.Events); n > 0 && ws.Events[n-1].GetTurnFailed() != nil {
 		return false
+	}
+	if n := len(ws.Events); n > 0 && ws.Events[n-1].GetRewind() != nil {
+		return false // a rewind owes no turn
 	}
 	switch ws.LastRendered().GetBody().(type) {
 	case *messages.Event_UserMsg, *messages.Event_ToolResult:
@@ -371,6 +375,8 @@ func (s *sim) outside() {
 		s.logf("configure")
 		s.stats.Configures++
 		s.command(&Command{Scope: s.users[0], Msg: &messages.AgentConfigure{Settings: map[string]string{"model": fmt.Sprint("m", s.step)}}})
+	case r < 50:
+		s.rewindOne()
 	case r < 52:
 		s.logf("wake")
 		s.command(&Command{Scope: agent.SystemScope, Msg: &messages.AgentWake{Explicit: s.chance(0.5)}})
@@ -583,6 +589,10 @@ func (s *sim) perform(a *simAct, e effect) {
 func (s *sim) onReply(to *simCaller, msg any) {
 	switch r := msg.(type) {
 	case *messages.AgentSendReply:
+		if _, ok := to.cmd.Msg.(*messages.AgentRewind); ok {
+			s.onRewindReply(to, r)
+			return
+		}
 		if r.GetRetry() {
 			s.later("resend "+r.GetRequestId(), func() { s.command(to.cmd) })
 			return
@@ -878,5 +888,60 @@ func TestSimulationReplaysExactly(t *testing.T) {
 		if len(a.events()) != len(b.events()) || len(a.events()) == 0 {
 			t.Fatalf("seed %d: logs of %d and %d events", seed, len(a.events()), len(b.events()))
 		}
+	}
+}
+
+// rewindOne is a client rewinding the conversation to a random seq of the
+// log, or editing a random seq (with a new request id), as Runtime.Rewind
+// and Runtime.Edit do; most targets are refused.
+func (s *sim) rewindOne() {
+	n := uint64(len(s.events()))
+	to := uint64(s.rng.IntN(int(n) + 2))
+	s.stats.Rewinds++
+	edit := s.chance(0.5)
+	editSeq := uint64(0)
+	if edit {
+		editSeq = to + 1
+	}
+	checked, err := CheckRewindInLog(context.Background(), s.store, simConv, to, editSeq)
+	if err != nil {
+		// What Runtime.Rewind and Runtime.Edit check before the command.
+		s.logf("client's rewind to %d refused: %v", to, err)
+		return
+	}
+	if !edit {
+		s.logf("client rewinds to %d", to)
+		s.command(&Command{Scope: s.users[0], Msg: &messages.AgentRewind{ToSeq: to, CheckedInLog: checked}})
+		return
+	}
+	s.nextRID++
+	rid := fmt.Sprintf("e%d", s.nextRID)
+	s.logf("client edits seq %d as %s", to+1, rid)
+	s.command(&Command{Scope: s.users[0], Msg: &messages.AgentRewind{EditSeq: to + 1, RequestId: rid, CheckedInLog: checked,
+		Message: &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "edit " + rid}}}}}})
+}
+
+// onRewindReply checks the reply of a rewind or an edit: refused (a
+// sentinel), to be retried on a new activation, or acknowledged at the seq
+// of the rewind event (of the new message, for an edit).
+func (s *sim) onRewindReply(to *simCaller, r *messages.AgentSendReply) {
+	if r.GetRetry() {
+		s.later("retry a rewind", func() { s.command(to.cmd) })
+		return
+	}
+	if err := journal.ErrorFromProto(r.GetError()); err != nil {
+		s.logf("  rewind refused: %v", err)
+		return
+	}
+	ev := s.event(r.GetSeq())
+	if rid := r.GetRequestId(); rid != "" {
+		if ev.GetRequestId() != rid || ev.GetUserMsg() == nil || s.event(r.GetSeq()-1).GetRewind() == nil {
+			s.fail("edit %s acknowledged at seq %d, which is not its message after a rewind (%v)", rid, r.GetSeq(), ev)
+		}
+		s.acked[rid] = r.GetSeq()
+		return
+	}
+	if ev.GetRewind() == nil {
+		s.fail("rewind acknowledged at seq %d, which is not a rewind (%v)", r.GetSeq(), ev)
 	}
 }

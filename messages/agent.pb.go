@@ -425,6 +425,99 @@ func (*AgentStop) Descriptor() ([]byte, []int) {
 	return file_lazarus_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
+// AgentRewind moves the conversation's head back to to_seq: one atomic
+// write appends a rewind event (the log keeps the span it skips) and
+// cancels every call still open in that span. With message set, it is an
+// edit: the same write appends message (with request_id) after the rewind,
+// and a turn follows. edit_seq, when set, is the seq of the user message
+// the edit replaces; it must be a user message on the head.
+type AgentRewind struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ToSeq     uint64                 `protobuf:"varint,1,opt,name=to_seq,json=toSeq,proto3" json:"to_seq,omitempty"`
+	Reason    string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Message   *UserMessage           `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	RequestId string                 `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	EditSeq   uint64                 `protobuf:"varint,5,opt,name=edit_seq,json=editSeq,proto3" json:"edit_seq,omitempty"`
+	// checked_in_log: the caller checked the target against the whole log
+	// (actors.CheckRewindInLog). Only then is a target the latest summary
+	// covers accepted: the working set cannot check it. Default false.
+	CheckedInLog  bool `protobuf:"varint,6,opt,name=checked_in_log,json=checkedInLog,proto3" json:"checked_in_log,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentRewind) Reset() {
+	*x = AgentRewind{}
+	mi := &file_lazarus_v1_agent_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentRewind) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentRewind) ProtoMessage() {}
+
+func (x *AgentRewind) ProtoReflect() protoreflect.Message {
+	mi := &file_lazarus_v1_agent_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentRewind.ProtoReflect.Descriptor instead.
+func (*AgentRewind) Descriptor() ([]byte, []int) {
+	return file_lazarus_v1_agent_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *AgentRewind) GetToSeq() uint64 {
+	if x != nil {
+		return x.ToSeq
+	}
+	return 0
+}
+
+func (x *AgentRewind) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *AgentRewind) GetMessage() *UserMessage {
+	if x != nil {
+		return x.Message
+	}
+	return nil
+}
+
+func (x *AgentRewind) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *AgentRewind) GetEditSeq() uint64 {
+	if x != nil {
+		return x.EditSeq
+	}
+	return 0
+}
+
+func (x *AgentRewind) GetCheckedInLog() bool {
+	if x != nil {
+		return x.CheckedInLog
+	}
+	return false
+}
+
 var File_lazarus_v1_agent_proto protoreflect.FileDescriptor
 
 const file_lazarus_v1_agent_proto_rawDesc = "" +
@@ -459,7 +552,15 @@ const file_lazarus_v1_agent_proto_rawDesc = "" +
 	"\rSettingsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\v\n" +
-	"\tAgentStopB'Z%github.com/lazarusrt/lazarus/messagesb\x06proto3"
+	"\tAgentStop\"\xcf\x01\n" +
+	"\vAgentRewind\x12\x15\n" +
+	"\x06to_seq\x18\x01 \x01(\x04R\x05toSeq\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x121\n" +
+	"\amessage\x18\x03 \x01(\v2\x17.lazarus.v1.UserMessageR\amessage\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x04 \x01(\tR\trequestId\x12\x19\n" +
+	"\bedit_seq\x18\x05 \x01(\x04R\aeditSeq\x12$\n" +
+	"\x0echecked_in_log\x18\x06 \x01(\bR\fcheckedInLogB'Z%github.com/lazarusrt/lazarus/messagesb\x06proto3"
 
 var (
 	file_lazarus_v1_agent_proto_rawDescOnce sync.Once
@@ -473,7 +574,7 @@ func file_lazarus_v1_agent_proto_rawDescGZIP() []byte {
 	return file_lazarus_v1_agent_proto_rawDescData
 }
 
-var file_lazarus_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_lazarus_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_lazarus_v1_agent_proto_goTypes = []any{
 	(*AgentSend)(nil),      // 0: lazarus.v1.AgentSend
 	(*AgentSendReply)(nil), // 1: lazarus.v1.AgentSendReply
@@ -482,26 +583,28 @@ var file_lazarus_v1_agent_proto_goTypes = []any{
 	(*AgentWake)(nil),      // 4: lazarus.v1.AgentWake
 	(*AgentConfigure)(nil), // 5: lazarus.v1.AgentConfigure
 	(*AgentStop)(nil),      // 6: lazarus.v1.AgentStop
-	nil,                    // 7: lazarus.v1.AgentConfigure.SettingsEntry
-	(*UserMessage)(nil),    // 8: lazarus.v1.UserMessage
-	(*Error)(nil),          // 9: lazarus.v1.Error
-	(ToolCallStatus)(0),    // 10: lazarus.v1.ToolCallStatus
-	(*ToolOutcome)(nil),    // 11: lazarus.v1.ToolOutcome
-	(*Identity)(nil),       // 12: lazarus.v1.Identity
+	(*AgentRewind)(nil),    // 7: lazarus.v1.AgentRewind
+	nil,                    // 8: lazarus.v1.AgentConfigure.SettingsEntry
+	(*UserMessage)(nil),    // 9: lazarus.v1.UserMessage
+	(*Error)(nil),          // 10: lazarus.v1.Error
+	(ToolCallStatus)(0),    // 11: lazarus.v1.ToolCallStatus
+	(*ToolOutcome)(nil),    // 12: lazarus.v1.ToolOutcome
+	(*Identity)(nil),       // 13: lazarus.v1.Identity
 }
 var file_lazarus_v1_agent_proto_depIdxs = []int32{
-	8,  // 0: lazarus.v1.AgentSend.message:type_name -> lazarus.v1.UserMessage
-	9,  // 1: lazarus.v1.AgentSendReply.error:type_name -> lazarus.v1.Error
-	10, // 2: lazarus.v1.AgentResolved.status:type_name -> lazarus.v1.ToolCallStatus
-	11, // 3: lazarus.v1.AgentResolved.result:type_name -> lazarus.v1.ToolOutcome
-	12, // 4: lazarus.v1.AgentResolved.resolver:type_name -> lazarus.v1.Identity
-	9,  // 5: lazarus.v1.AgentReply.error:type_name -> lazarus.v1.Error
-	7,  // 6: lazarus.v1.AgentConfigure.settings:type_name -> lazarus.v1.AgentConfigure.SettingsEntry
-	7,  // [7:7] is the sub-list for method output_type
-	7,  // [7:7] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	9,  // 0: lazarus.v1.AgentSend.message:type_name -> lazarus.v1.UserMessage
+	10, // 1: lazarus.v1.AgentSendReply.error:type_name -> lazarus.v1.Error
+	11, // 2: lazarus.v1.AgentResolved.status:type_name -> lazarus.v1.ToolCallStatus
+	12, // 3: lazarus.v1.AgentResolved.result:type_name -> lazarus.v1.ToolOutcome
+	13, // 4: lazarus.v1.AgentResolved.resolver:type_name -> lazarus.v1.Identity
+	10, // 5: lazarus.v1.AgentReply.error:type_name -> lazarus.v1.Error
+	8,  // 6: lazarus.v1.AgentConfigure.settings:type_name -> lazarus.v1.AgentConfigure.SettingsEntry
+	9,  // 7: lazarus.v1.AgentRewind.message:type_name -> lazarus.v1.UserMessage
+	8,  // [8:8] is the sub-list for method output_type
+	8,  // [8:8] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_lazarus_v1_agent_proto_init() }
@@ -517,7 +620,7 @@ func file_lazarus_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lazarus_v1_agent_proto_rawDesc), len(file_lazarus_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

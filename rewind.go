@@ -1,0 +1,190 @@
+package lazarus
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/lazarusrt/lazarus/actors"
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// RewindOptions are the options of Rewind. The zero value is a rewind with
+// no reason recorded.
+type RewindOptions struct {
+	// Reason is recorded in the rewind event (History shows it); at most a
+	// short text, empty by default.
+	Reason string
+}
+
+// Rewind moves the conversation's head back to toSeq: the model no longer
+// sees the events after toSeq (its working set drops them), while the log
+// keeps them: one atomic write appends a rewind event marking the span,
+// and History still shows what happened (HistoryView marks the span).
+// The log is never rewritten. toSeq 0 rewinds to the start.
+//
+// Every tool call still open in the rewound span is resolved in the same
+// write as errored with code agent.CodeCanceled: its deadline no longer
+// fires and a late Resolve or Reject of it gets an error wrapping
+// journal.ErrStale. A model call running when the rewind arrives is
+// cancelled (subscribers get an Update with Restart set). A rewind owes no
+// turn: the next Send starts one.
+//
+// toSeq must be at most the last seq, on the current head (not in a span an
+// earlier rewind skipped), at or after the newest summary's end, and not a
+// point where a tool call is open (between a call and its result);
+// otherwise the error wraps journal.ErrInvalid and nothing is written. An
+// unknown conversation gets an error wrapping journal.ErrNotFound; a
+// deleted one, journal.ErrDeleted where the Store reports tombstones. It
+// returns once the rewind is durable. After ErrUnknownOutcome, read History
+// before retrying (a repeated rewind appends another rewind event, with the
+// same effect).
+//
+// A target the latest summary covers works: it is checked against the whole
+// log (a read that grows with the log), and the model's context then starts
+// from the latest summary at or before toSeq (or from the start). Such a
+// rewind is refused with journal.ErrInvalid when a summary covering the
+// target lands between that check and the rewind's turn: retrying checks
+// again.
+func (r *Runtime) Rewind(ctx context.Context, conversationID string, toSeq uint64, opts RewindOptions, scope agent.Scope) error {
+	op := fmt.Sprintf("lazarus: rewind %q to seq %d", conversationID, toSeq)
+	if err := r.enter(ctx); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if err := r.checkConversation(ctx, "rewind", conversationID); err != nil {
+		return err
+	}
+	checked, err := actors.CheckRewindInLog(ctx, r.store, conversationID, toSeq, 0)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	_, err = r.askRewind(ctx, op, conversationID, &messages.AgentRewind{ToSeq: toSeq, Reason: opts.Reason, CheckedInLog: checked}, scope)
+	return err
+}
+
+// Edit replaces the user message at seq with newText: one atomic write
+// appends a rewind to seq-1 (the old message and everything after it leave
+// what the model sees; the log keeps them, see Rewind) and the new message,
+// and a turn follows, as after Send. It returns the new message's seq once
+// the write is durable. Calls open after seq are cancelled as by Rewind.
+//
+// seq must be a user message on the current head after the newest summary,
+// with no tool call open at seq-1; otherwise the error wraps
+// journal.ErrInvalid and nothing is written. Unknown and deleted
+// conversations fail as in Rewind; an empty newText wraps
+// journal.ErrInvalid. scope is the new message's author, as in Send.
+func (r *Runtime) Edit(ctx context.Context, conversationID string, seq uint64, newText string, scope agent.Scope) (uint64, error) {
+	op := fmt.Sprintf("lazarus: edit seq %d of %q", seq, conversationID)
+	if err := r.enter(ctx); err != nil {
+		return 0, fmt.Errorf("%s: %w", op, err)
+	}
+	msg := &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: newText}}}}
+	if err := checkUserMessage(msg); err != nil {
+		return 0, fmt.Errorf("%s: %w", op, err)
+	}
+	if err := agent.ValidateIdentity(scope.Identity()); err != nil {
+		return 0, fmt.Errorf("%s: scope: %w", op, err)
+	}
+	rid := newRequestID()
+	if err := journal.ValidateEvent(&messages.Event{RequestId: rid, Body: &messages.Event_UserMsg{UserMsg: msg}}); err != nil {
+		return 0, fmt.Errorf("%s: %w", op, err)
+	}
+	if seq == 0 {
+		return 0, fmt.Errorf("%s: %w", op, journal.Invalidf("seq 0 is no message"))
+	}
+	if err := r.checkConversation(ctx, "edit", conversationID); err != nil {
+		return 0, err
+	}
+	checked, err := actors.CheckRewindInLog(ctx, r.store, conversationID, seq-1, seq)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", op, err)
+	}
+	return r.askRewind(ctx, op, conversationID, &messages.AgentRewind{EditSeq: seq, Message: msg, RequestId: rid, Reason: "edit", CheckedInLog: checked}, scope)
+}
+
+func (r *Runtime) askRewind(ctx context.Context, op, conversationID string, m *messages.AgentRewind, scope agent.Scope) (uint64, error) {
+	res, err := r.sup.Ask(ctx, conversationID, &actors.Command{Scope: scope, Msg: m})
+	if err != nil {
+		return 0, r.callErr(op, err)
+	}
+	reply := res.(*messages.AgentSendReply)
+	if err := journal.ErrorFromProto(reply.GetError()); err != nil {
+		return 0, r.callErr(op, err)
+	}
+	return reply.GetSeq(), nil
+}
+
+// HistoryOptions select the events HistoryView returns. The zero value is
+// the whole log, newest page unbounded.
+type HistoryOptions struct {
+	// Before and Limit page as in History: the newest Limit entries (0:
+	// all) with a seq below Before (0: no bound).
+	Before uint64
+	Limit  int
+	// Effective, if set, keeps only what the model's context is built
+	// from: the events on the conversation's head, without those in spans
+	// a rewind skipped and without the rewind events themselves. Events
+	// that a summary covers are kept (the model sees the summary in their
+	// place). Default false: the full log.
+	Effective bool
+}
+
+// HistoryEntry is one event of HistoryView.
+type HistoryEntry struct {
+	// Event is the stored event.
+	Event *messages.Event
+	// Rewound is true for an event in a span a rewind skipped: it is in the
+	// log, and the model no longer sees it. Never true with
+	// HistoryOptions.Effective.
+	Rewound bool
+}
+
+// HistoryView returns the conversation's history in ascending seq, each
+// event marked as rewound or not, as opts selects: the full log or the
+// effective view (what the model sees). It reads the whole log to find the
+// head (a rewind can skip any earlier span), so its cost grows with the
+// log, whatever the page. History is the full log without the marks. A
+// negative limit wraps journal.ErrInvalid; an unknown conversation returns
+// no entries; a deleted one, an error wrapping journal.ErrDeleted.
+func (r *Runtime) HistoryView(ctx context.Context, conversationID string, opts HistoryOptions) ([]HistoryEntry, error) {
+	if opts.Limit < 0 {
+		return nil, fmt.Errorf("lazarus: history of %q: %w", conversationID, journal.Invalidf("negative limit"))
+	}
+	evs, err := r.History(ctx, conversationID, 0, 0)
+	if err != nil {
+		return nil, err
+	}
+	onHead := head(evs)
+	var out []HistoryEntry
+	for i, ev := range evs {
+		if opts.Before != 0 && ev.GetSeq() >= opts.Before {
+			break
+		}
+		if opts.Effective && (!onHead[i] || ev.GetRewind() != nil) {
+			continue
+		}
+		out = append(out, HistoryEntry{Event: ev, Rewound: !onHead[i]})
+	}
+	if opts.Limit > 0 && len(out) > opts.Limit {
+		out = out[len(out)-opts.Limit:]
+	}
+	return out, nil
+}
+
+// head marks the events of a whole log (evs[i] has seq i+1) that are on the
+// head: walking back from the newest, a rewind jumps the walk to its
+// target (see the snapshot package).
+func head(evs []*messages.Event) []bool {
+	on := make([]bool, len(evs))
+	pos := uint64(len(evs))
+	for pos > 0 {
+		on[pos-1] = true
+		if rw := evs[pos-1].GetRewind(); rw != nil && rw.GetToSeq() < pos {
+			pos = rw.GetToSeq()
+			continue
+		}
+		pos--
+	}
+	return on
+}
