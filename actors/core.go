@@ -939,45 +939,39 @@ func (c *core) stop(cause error) {
 	c.emit(effHalt{poison: true})
 }
 
-// failAll answers every caller still waiting on this activation.
+// failAll answers every caller still waiting on this activation: those
+// whose command is queued with cause, those whose write is in flight with
+// cause and "write outcome unknown" (the write may still land: a send or a
+// configure is safe to retry; a rewind's caller reads the history).
 func (c *core) failAll(cause error) {
+	unknown := fmt.Errorf("%w (write outcome unknown)", cause)
+	w := c.inflight
+	if w == nil {
+		w = &pendingWrite{}
+	}
 	for _, q := range c.sends {
 		c.reply(q.sender, q.msg, 0, cause)
 	}
-	c.sends = nil
-	if w := c.inflight; w != nil {
-		// The write may still land; the caller learns the outcome by retrying
-		// with the same request id.
-		for _, q := range w.sends {
-			c.reply(q.sender, q.msg, 0, fmt.Errorf("%w (write outcome unknown)", cause))
-		}
-		w.sends = nil
+	for _, q := range w.sends {
+		c.reply(q.sender, q.msg, 0, unknown)
 	}
 	for _, q := range c.configs {
 		c.reply(q.sender, q.msg, 0, cause)
 	}
-	c.configs = nil
-	if w := c.inflight; w != nil {
-		// Settings are merged, so a retry is safe whatever became of it.
-		for _, q := range w.configs {
-			c.reply(q.sender, q.msg, 0, fmt.Errorf("%w (write outcome unknown)", cause))
-		}
-		w.configs = nil
+	for _, q := range w.configs {
+		c.reply(q.sender, q.msg, 0, unknown)
 	}
 	for _, q := range c.rewinds {
 		c.reply(q.sender, q.msg, 0, cause)
 	}
-	c.rewinds = nil
-	if w := c.inflight; w != nil && w.rewind != nil {
-		// Not a safe retry: the caller reads the history to learn whether
-		// it landed.
-		c.reply(w.rewind.sender, w.rewind.msg, 0, fmt.Errorf("%w (write outcome unknown)", cause))
-		w.rewind = nil
+	if w.rewind != nil {
+		c.reply(w.rewind.sender, w.rewind.msg, 0, unknown)
 	}
 	for _, m := range c.buffered {
 		c.reply(m.sender, m.cmd.Msg, 0, cause)
 	}
-	c.buffered = nil
+	c.sends, c.configs, c.rewinds, c.buffered = nil, nil, nil, nil
+	w.sends, w.configs, w.rewind = nil, nil, nil
 }
 
 // checkCall returns what is wrong with a call the model issued (an unknown
