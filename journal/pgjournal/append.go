@@ -3,8 +3,8 @@ package pgjournal
 import (
 	"context"
 	"errors"
-	"sync"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
