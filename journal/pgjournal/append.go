@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
 	"google.golang.org/protobuf/proto"
@@ -87,8 +88,8 @@ func (s *Store) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest)
 	// request passes (ExpectedLast+1...: only fenced requests carry
 	// events), into one buffer for the batch; a request that fails later
 	// gets its events' seqs back.
-	eb := evBufPool.Get().(*evBuf)
-	defer eb.put()
+	eb := s.getBuf()
+	defer s.putBuf(eb)
 	first := make([]int, len(reqs)) // index in eb.ends of each request's first event
 	for i, req := range reqs {
 		if err := journal.ValidateAppendShape(req); err != nil {
@@ -179,7 +180,7 @@ func (s *Store) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest)
 		}
 		results[i] = b.apply(req, now, eb, first[i])
 	}
-	if err := s.writeBatch(ctx, conn.Conn(), fast, b); err != nil {
+	if err := s.writeBatch(ctx, conn.Conn(), fast, b, eb); err != nil {
 		for i := range reqs {
 			if ok[i] {
 				restore(i)
@@ -196,21 +197,35 @@ type evBuf struct {
 	buf   []byte
 	ends  []int
 	given []uint64
+	rows  []byte // the encoded rows writeBatch writes
 }
 
-// evBufPool keeps the batches' event buffers: pgx copies the parameters
-// it sends, so a buffer is free again once its batch returned.
-var evBufPool = sync.Pool{New: func() any { return &evBuf{} }}
+// maxKeptBuf bounds the buffer a batch gives back to the Store.
+const maxKeptBuf = 4 << 20
 
-// maxPooledEvBuf bounds the buffer a batch returns to the pool.
-const maxPooledEvBuf = 4 << 20
+// getBuf returns an empty evBuf, one a batch gave back if there is one. The
+// Store keeps them itself: a sync.Pool is emptied by every GC, and a busy
+// runtime collects several times a second.
+func (s *Store) getBuf() *evBuf {
+	select {
+	case e := <-s.bufs:
+		return e
+	default:
+		return &evBuf{}
+	}
+}
 
-func (e *evBuf) put() {
-	if cap(e.buf) > maxPooledEvBuf {
+// putBuf gives e back once its batch returned (pgx copies the parameters it
+// sends).
+func (s *Store) putBuf(e *evBuf) {
+	if cap(e.buf) > maxKeptBuf || cap(e.rows) > maxKeptBuf {
 		return
 	}
-	e.buf, e.ends, e.given = e.buf[:0], e.ends[:0], e.given[:0]
-	evBufPool.Put(e)
+	e.buf, e.ends, e.given, e.rows = e.buf[:0], e.ends[:0], e.given[:0], e.rows[:0]
+	select {
+	case s.bufs <- e:
+	default:
+	}
 }
 
 // encode gives the events of req the seqs after its ExpectedLast and
@@ -549,7 +564,18 @@ func (b *batch) setDeadline(k deadlineKey, d *messages.Deadline) {
 // writeBatch writes what the batch changed and commits, in one round trip.
 // The transaction is left open (and the connection then destroyed) on
 // failure.
-func (s *Store) writeBatch(ctx context.Context, conn *pgx.Conn, fast bool, b *batch) error {
+func (s *Store) writeBatch(ctx context.Context, conn *pgx.Conn, fast bool, b *batch, eb *evBuf) error {
+	// The rows are encoded into eb.rows, which the Store keeps from batch
+	// to batch; a slice taken before it grew stays valid.
+	marshal := func(m proto.Message) ([]byte, error) {
+		start := len(eb.rows)
+		out, err := proto.MarshalOptions{}.MarshalAppend(eb.rows, m)
+		if err != nil {
+			return nil, err
+		}
+		eb.rows = out
+		return out[start:len(out):len(out)], nil
+	}
 	pb := &pgx.Batch{}
 	// New conversations are inserted; the others updated in place, their
 	// row bytes and status only if the row changed (NULL keeps them), so
@@ -567,7 +593,7 @@ func (s *Store) writeBatch(ctx context.Context, conn *pgx.Conn, fast bool, b *ba
 		var row []byte
 		var status *int32
 		if h.rowSet || !h.exists {
-			enc, err := proto.Marshal(h.row)
+			enc, err := marshal(h.row)
 			if err != nil {
 				return fmt.Errorf("pgjournal: append: encode conversation row: %w", err)
 			}
@@ -604,7 +630,7 @@ func (s *Store) writeBatch(ctx context.Context, conn *pgx.Conn, fast bool, b *ba
 		if !cs.dirty {
 			continue
 		}
-		data, err := proto.Marshal(cs.rec)
+		data, err := marshal(cs.rec)
 		if err != nil {
 			return fmt.Errorf("pgjournal: append: encode tool call %q: %w", id, err)
 		}
@@ -634,7 +660,7 @@ func (s *Store) writeBatch(ctx context.Context, conn *pgx.Conn, fast bool, b *ba
 			xconv, xcall = append(xconv, []byte(k.conv)), append(xcall, []byte(k.call))
 			continue
 		}
-		data, err := proto.Marshal(d)
+		data, err := marshal(d)
 		if err != nil {
 			return fmt.Errorf("pgjournal: append: encode deadline: %w", err)
 		}
@@ -650,6 +676,12 @@ func (s *Store) writeBatch(ctx context.Context, conn *pgx.Conn, fast bool, b *ba
 	}
 	n := pb.Len()
 	pb.Queue("COMMIT")
+	// The statements' messages are built into the connection's write
+	// buffer, which pgx starts small for every batch and grows by doubling;
+	// grown once to what they need (the bytes of the batch's rows plus the
+	// framing), it is allocated once.
+	reserve := len(eb.buf) + len(eb.rows) + 64*(len(b.evSeq)+len(b.heads)+len(b.calls)+len(b.dlOrder)) + 4096
+	conn.PgConn().Frontend().Send(reserveMsg(reserve))
 	br := conn.SendBatch(ctx, pb)
 	for i := 0; i < n; i++ {
 		if _, err := br.Exec(); err != nil {
@@ -673,4 +705,20 @@ func (s *Store) writeBatch(ctx context.Context, conn *pgx.Conn, fast bool, b *ba
 	return nil
 }
 
-var _ = errors.New
+// reserveMsg is a frontend message that writes nothing: sent first, it
+// grows the connection's write buffer to hold n more bytes, so that the
+// messages after it are appended without the buffer being copied as it
+// grows. (A pgproto3 tracer, if one is set, logs it as an unknown message
+// of length 0.)
+type reserveMsg int
+
+var _ pgproto3.FrontendMessage = reserveMsg(0)
+
+// Frontend implements pgproto3.FrontendMessage.
+func (reserveMsg) Frontend() {}
+
+// Decode implements pgproto3.Message; reserveMsg is never received.
+func (reserveMsg) Decode([]byte) error { return errors.New("pgjournal: reserveMsg is not decoded") }
+
+// Encode implements pgproto3.Message: it appends nothing.
+func (n reserveMsg) Encode(dst []byte) ([]byte, error) { return slices.Grow(dst, int(n)), nil }

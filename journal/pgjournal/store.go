@@ -68,6 +68,7 @@ type Store struct {
 	timeout time.Duration
 	closed  atomic.Bool
 	br      *breaker
+	bufs    chan *evBuf // the buffers of batches that returned (see getBuf)
 }
 
 var _ journal.Store = (*Store)(nil)
@@ -157,7 +158,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 // it. When the Store finds the server unreachable it resets the pool
 // (pgxpool.Pool.Reset), as it does its own.
 func OpenPool(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) {
-	s := &Store{pool: pool, audit: opts.Audit, timeout: opts.Timeout}
+	s := &Store{pool: pool, audit: opts.Audit, timeout: opts.Timeout, bufs: make(chan *evBuf, 16)}
 	if s.timeout == 0 {
 		s.timeout = DefaultTimeout
 	}
