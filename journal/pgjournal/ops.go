@@ -185,7 +185,14 @@ func (s *Store) PutSummary(ctx context.Context, conversationID string, sum *mess
 	// A connection left inside a transaction (a failure below) is
 	// destroyed by Release rather than reused.
 	defer conn.Release()
-	rollback := func() { _, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK") }
+	// As pgx's Tx.Rollback: a connection whose ROLLBACK fails (one whose
+	// call was cancelled mid-flight) is in an unknown state and is closed,
+	// so that the pool never hands it out again.
+	rollback := func() {
+		if _, err := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK"); err != nil {
+			_ = conn.Conn().Close(context.WithoutCancel(ctx))
+		}
+	}
 	pb := &pgx.Batch{}
 	pb.Queue("BEGIN")
 	pb.Queue("SELECT pg_advisory_xact_lock($1)", lockKey(conversationID))
@@ -221,15 +228,20 @@ func (s *Store) PutSummary(ctx context.Context, conversationID string, sum *mess
 		ON CONFLICT (conv, to_seq) DO UPDATE SET data = excluded.data`, []byte(conversationID), toInt64(sum.GetToSeq()), data)
 	pb.Queue("COMMIT")
 	br = conn.SendBatch(ctx, pb)
-	if _, err := br.Exec(); err != nil {
-		_ = br.Close()
-		return s.wrapCommit(op, err)
+	_, err = br.Exec()
+	if err == nil {
+		_, err = br.Exec()
 	}
-	if _, err := br.Exec(); err != nil {
-		_ = br.Close()
-		return s.wrapCommit(op, err)
+	if cerr := br.Close(); err == nil {
+		err = cerr
 	}
-	if err := br.Close(); err != nil {
+	if err != nil {
+		// As pgx's Tx.Commit: a connection left inside the transaction is
+		// closed (Release would destroy it too); the outcome is reported
+		// as the error says (unknown if the server's answer was lost).
+		if conn.Conn().PgConn().TxStatus() != 'I' {
+			_ = conn.Conn().Close(context.WithoutCancel(ctx))
+		}
 		return s.wrapCommit(op, err)
 	}
 	if conn.Conn().PgConn().TxStatus() != 'I' {
