@@ -230,12 +230,19 @@ func (s *Store) migrate(ctx context.Context) error {
 }
 
 // ConcurrentBatches tells the journal actor how many AppendBatch calls to
-// run at once: half the pool (at least 1, at most 8). Batches in flight
-// hold no two requests of one conversation; each waits on the round trips
-// and the WAL flush of its commit, which the server flushes together.
+// run at once: half the pool, at least 1 and at most MaxConcurrentBatches.
+// Batches in flight hold no two requests of one conversation; each waits on
+// the round trips and the WAL flush of its commit, which the server flushes
+// together.
 func (s *Store) ConcurrentBatches() int {
-	return int(max(1, min(8, s.pool.Config().MaxConns/2)))
+	return int(max(1, min(MaxConcurrentBatches, s.pool.Config().MaxConns/2)))
 }
+
+// MaxConcurrentBatches bounds ConcurrentBatches: more batches in flight
+// overlap more round trips, fewer make larger batches, which cost the
+// server and the client less per event (4 against 8 cost about a quarter
+// less of the server's CPU per event under load; see BENCHMARKS.md).
+const MaxConcurrentBatches = 4
 
 // Close marks the Store closed and, if Open made the pool, closes it (which
 // waits for the calls in flight to release their connections). Every later
