@@ -155,7 +155,9 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 }
 
 // OpenPool is Open on a pool the caller made and keeps: Close does not close
-// it. When the Store finds the server unreachable it resets the pool
+// it. The Store registers, on the pool's connections it writes with, a
+// bytea[] codec that encodes the Store's own parameter type and hands every
+// other value to the codec it replaces (see the package doc). When the Store finds the server unreachable it resets the pool
 // (pgxpool.Pool.Reset), as it does its own.
 func OpenPool(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) {
 	s := &Store{pool: pool, audit: opts.Audit, timeout: opts.Timeout, bufs: make(chan *evBuf, 16)}
