@@ -26,7 +26,7 @@ func agentsRuntime(t *testing.T, def, crit *scripted.Model) *lazarus.Runtime {
 	rt, err := lazarus.Open(lazarus.Options{
 		Model: def, Tools: []agent.Tool{lookup, secret},
 		Settings: agent.Settings{SystemPrompt: "you are the assistant"},
-		Agents: []lazarus.Agent{{Name: "critic", Model: crit, Settings: agent.Settings{SystemPrompt: "you are the critic"}, Tools: []string{"lookup"}}},
+		Agents:   []lazarus.Agent{{Name: "critic", Model: crit, Settings: agent.Settings{SystemPrompt: "you are the critic"}, Tools: []string{"lookup"}}},
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = rt.Close() })
