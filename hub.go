@@ -59,7 +59,7 @@ const maxAnswerBytes = journal.MaxEventBytes
 type answerDeltas struct {
 	deltas []string
 	bytes  int
-	over   bool // maxAnswerBytes was passed: nothing is kept until the answer ends
+	over   bool   // maxAnswerBytes was passed: nothing is kept until the answer ends
 	agent  string // the agent whose model streams them (Update.Agent)
 }
 

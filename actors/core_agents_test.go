@@ -20,8 +20,6 @@ func handoffCall(id, to string) *messages.ToolCall {
 	return &messages.ToolCall{Id: id, Name: HandoffToolName, Arguments: `{"agent":"` + to + `","message":"over to you"}`}
 }
 
-func owned(ev *messages.Event, name string) *messages.Event { ev.Agent = name; return ev }
-
 func agentWords(effs []effect) []string {
 	out := words(effs)
 	i := 0
