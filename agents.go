@@ -47,7 +47,9 @@ const DefaultAgentName = actors.DefaultAgentName
 //
 // A conversation whose events after its latest summary include another
 // agent's than the default agent's, or shared ones, is not summarized (a
-// summary would mix the views).
+// summary would mix the views). An agent removed from Options.Agents keeps its
+// events in the log and private: they owe no turn, and no other agent sees
+// them.
 type Agent struct {
 	// Name is the agent's name: 1 to 64 bytes of ASCII letters, digits,
 	// '_', '-' and '.', unique, and not DefaultAgentName. Required.

@@ -11,6 +11,7 @@ import (
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/journal/memjournal"
 	"github.com/lazarusrt/lazarus/messages"
 )
 
@@ -221,4 +222,32 @@ func TestSubscribeWithAnAgentView(t *testing.T) {
 		}
 	}
 	require.Equal(t, []uint64{3, 4}, seqs, "the default agent's events are not in the critic's stream")
+}
+
+func TestAgentsRemovedFromOptionsKeepTheirEventsPrivate(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	store := memjournal.New(memjournal.Options{})
+	crit := scripted.New(scripted.Options{})
+	crit.Push("c", scripted.Text("private critique"))
+	rt, err := lazarus.Open(lazarus.Options{Store: store, Model: scripted.New(scripted.Options{}),
+		Agents: []lazarus.Agent{{Name: "critic", Model: crit}}})
+	require.NoError(t, err)
+	_, err = rt.SendMessageAndWait(ctx, "c", textMsg("review"), lazarus.SendOptions{Agent: "critic"}, agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	require.NoError(t, rt.Close())
+
+	def := scripted.New(scripted.Options{})
+	def.Push("c", scripted.Text("hello"))
+	rt, err = lazarus.Open(lazarus.Options{Store: store, Model: def})
+	require.NoError(t, err)
+	defer func() { _ = rt.Close() }()
+	end, err := rt.SendAndWait(ctx, "c", "hi", agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	require.Equal(t, "hello", end.Text)
+	turns := def.Turns("c")
+	require.Len(t, turns, 1)
+	require.Equal(t, []string{"u:hi"}, texts(turns[0].Context), "without the agent configured, its events stay its own")
+	_, err = rt.SendMessage(ctx, "c", textMsg("still there?"), lazarus.SendOptions{Agent: "critic"}, agent.Scope{UserID: "u"})
+	require.ErrorIs(t, err, lazarus.ErrUnknownAgent)
 }

@@ -686,6 +686,10 @@ func (c *core) startModel() {
 	if c.agentsOn() {
 		c.turnAgent = c.nextAgent
 		c.agentTurn(&turn)
+	} else {
+		// Render itself, unless the log holds agents' events (agents
+		// configured before): the default agent's view.
+		turn.Context = c.ws.RenderFor("")
 	}
 	c.emit(effStartModel{turn: c.turn, in: turn, lastSeq: c.ws.LastSeq})
 }
@@ -879,7 +883,7 @@ func (c *core) publish(u Update) {
 }
 
 func (c *core) maybeSummarize() {
-	if !c.cfg.Summarize || c.summarizing || !c.cfg.Policy.Due(c.ws) || (c.agentsOn() && c.ws.HoldsAgents()) {
+	if !c.cfg.Summarize || c.summarizing || !c.cfg.Policy.Due(c.ws) || c.ws.HoldsAgents() {
 		return
 	}
 	plan, ok := c.ws.Plan(c.cfg.Policy.KeepRecent)
