@@ -251,3 +251,24 @@ func TestAgentsRemovedFromOptionsKeepTheirEventsPrivate(t *testing.T) {
 	_, err = rt.SendMessage(ctx, "c", textMsg("still there?"), lazarus.SendOptions{Agent: "critic"}, agent.Scope{UserID: "u"})
 	require.ErrorIs(t, err, lazarus.ErrUnknownAgent)
 }
+
+func TestEditOfANamedAgentsMessageStaysItsOwn(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	def, crit := scripted.New(scripted.Options{}), scripted.New(scripted.Options{})
+	crit.Push("c", scripted.Text("first"), scripted.Text("second"))
+	rt := agentsRuntime(t, def, crit)
+	u := agent.Scope{UserID: "u"}
+	_, err := rt.SendMessageAndWait(ctx, "c", textMsg("review v1"), lazarus.SendOptions{Agent: "critic", Broadcast: true}, u) // 1, 2
+	require.NoError(t, err)
+	seq, err := rt.Edit(ctx, "c", 1, "review v2", u) // 3 rewind, 4 user_msg
+	require.NoError(t, err)
+	require.Equal(t, uint64(4), seq)
+	require.Eventually(t, func() bool { return crit.Calls("c") == 2 }, 10*time.Second, time.Millisecond)
+	evs, err := rt.History(ctx, "c", 0, 0)
+	require.NoError(t, err)
+	require.Equal(t, "critic", evs[3].GetAgent(), "the edit is addressed as the message it replaces")
+	require.Equal(t, []string{"*"}, evs[3].GetAudience())
+	require.Equal(t, []string{"u:review v2"}, texts(crit.Turns("c")[1].Context))
+	require.Zero(t, def.Calls("c"), "the default agent owes nothing")
+}
