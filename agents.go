@@ -16,7 +16,7 @@ import (
 // Broadcast, AgentView (HistoryOptions.Agent, SubscribeOptions.Agent).
 
 // ErrUnknownAgent is wrapped by the error of a send addressed to an agent
-// not in Options.Agents. Nothing is written.
+// not in Options.Agents, with journal.ErrInvalid. Nothing is written.
 var ErrUnknownAgent = actors.ErrUnknownAgent
 
 // HandoffToolName is the name of the built-in tool an agent calls to pass
@@ -118,7 +118,7 @@ func (r *Runtime) checkAddress(opts SendOptions) error {
 		return nil
 	}
 	if !slices.ContainsFunc(r.opts.Agents, func(a Agent) bool { return a.Name == opts.Agent }) {
-		return fmt.Errorf("agent %q: %w", opts.Agent, ErrUnknownAgent)
+		return fmt.Errorf("agent %q: %w (%w)", opts.Agent, ErrUnknownAgent, journal.ErrInvalid)
 	}
 	return nil
 }

@@ -415,7 +415,8 @@ type SendOptions struct {
 	// Agent addresses the message to the named agent (one of
 	// Options.Agents), which answers it; the message belongs to it (see
 	// Agent). An agent not in Options.Agents is refused with an error
-	// wrapping ErrUnknownAgent. Default "": the default agent.
+	// wrapping ErrUnknownAgent and journal.ErrInvalid. Default "": the
+	// default agent.
 	Agent string
 	// Broadcast shares the message with every agent of the conversation,
 	// while only Agent answers it. Default false: only Agent sees it.
