@@ -81,7 +81,7 @@ func agentConfigs(opts Options, reg *agent.Registry, model func(agent.Model) age
 			return nil, fmt.Errorf("lazarus: Options.Agents[%d]: %w", i, journal.Invalidf("agent %q is named twice", a.Name))
 		}
 		for _, t := range a.Tools {
-			if _, ok := reg.Lookup(t); !ok || t == HandoffToolName {
+			if _, ok := reg.Lookup(t); !ok {
 				return nil, fmt.Errorf("lazarus: agent %q: %w", a.Name, journal.Invalidf("tool %q is not in Options.Tools", t))
 			}
 		}
