@@ -41,6 +41,8 @@ type convCheck struct {
 	row       *messages.Conversation
 	tombstone bool
 	lastSeq   uint64          // last event seq seen, 0 if none
+	first     uint64          // first event seq seen, 0 if none
+	summaries map[uint64]bool // ToSeq of its summaries
 	gap       bool            // a gap was reported already
 	calls     map[string]bool // tool call ids of its tool_call events
 	pending   map[string]bool // ids of its pending rows
@@ -50,7 +52,7 @@ type convCheck struct {
 // Check verifies the whole store, meant for a store no runtime is using
 // (lazarus check): every block is read (Pebble verifies its checksum),
 // every record decodes and agrees with its key, every log is gap-free from
-// seq 1, no fsm_state is ahead of its log, every summary lies inside
+// seq 1 (or from the summary a fork copied), no fsm_state is ahead of its log, every summary lies inside
 // its log, every tool_call event has its row and every row its owner entry,
 // the pending index lists exactly the pending rows, the active index
 // exactly the ACTIVE rows, and the two deadline indexes agree with each
@@ -128,6 +130,10 @@ func (s *Store) Check(ctx context.Context) (*CheckReport, error) {
 				return
 			}
 			r.Events++
+			if c.first == 0 {
+				// A fork's log starts after its summary: checked at the end.
+				c.first, c.lastSeq = ev.GetSeq(), ev.GetSeq()-1
+			}
 			if seq := ev.GetSeq(); seq != c.lastSeq+1 && !c.gap {
 				c.gap = true
 				r.problem("conversation %q: the log has a gap: seq %d where %d should be", id, seq, c.lastSeq+1)
@@ -147,6 +153,10 @@ func (s *Store) Check(ctx context.Context) (*CheckReport, error) {
 				r.problem("%v", err)
 				return
 			}
+			if conv(id).summaries == nil {
+				conv(id).summaries = map[uint64]bool{}
+			}
+			conv(id).summaries[sum.GetToSeq()] = true
 			if last := conv(id).lastSeq; sum.GetToSeq() > last {
 				r.problem("conversation %q: summary to seq %d is beyond the log's last seq %d", id, sum.GetToSeq(), last)
 			}
@@ -258,6 +268,9 @@ func (s *Store) Check(ctx context.Context) (*CheckReport, error) {
 			r.problem("conversation %q: the active index lists it, but its row is %v", id, c.row.GetStatus())
 		case active && !c.indexed:
 			r.problem("conversation %q: its row is ACTIVE, but it is missing from the active index", id)
+		}
+		if c.first > 1 && !c.summaries[c.first-1] {
+			r.problem("conversation %q: the log has a gap: it starts at seq %d, and no summary ends at seq %d", id, c.first, c.first-1)
 		}
 		if c.tombstone && (c.row != nil || c.lastSeq > 0) {
 			r.problem("conversation %q: deleted, but records remain", id)
