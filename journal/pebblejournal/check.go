@@ -270,7 +270,7 @@ func (s *Store) Check(ctx context.Context) (*CheckReport, error) {
 			r.problem("conversation %q: its row is ACTIVE, but it is missing from the active index", id)
 		}
 		if c.first > 1 && !c.summaries[c.first-1] {
-			r.problem("conversation %q: the log has a gap: it starts at seq %d, and no summary ends at seq %d", id, c.first, c.first-1)
+			r.problem("conversation %q: the log has a gap: seq %d where 1 should be (and no summary ends at seq %d, as for a fork)", id, c.first, c.first-1)
 		}
 		if c.tombstone && (c.row != nil || c.lastSeq > 0) {
 			r.problem("conversation %q: deleted, but records remain", id)
