@@ -22,6 +22,7 @@ var forkCases = []suiteCase{
 	{name: "BadRequestWritesNothing", run: testForkBadInput},
 	{name: "DeleteEitherLeavesTheOther", run: testForkDeleteEither},
 	{name: "SurvivesReopen", run: testForkReopen, durable: true},
+	{name: "SurvivesCrash", run: testForkCrash, durable: true},
 }
 
 // findCases check MetadataIndex.FindConversations.
@@ -304,4 +305,22 @@ func testFindReopen(t *testing.T, e env) {
 	require.NoError(t, h.Store.PutMetadata(context.Background(), "a", map[string]string{"name": "x"}))
 	s := h.Reopen(t)
 	assert.Equal(t, []string{"a"}, findAll(t, s, "name", "x", 0))
+}
+
+// testForkCrash: a fork that returned is whole after a crash, with its
+// index entries; one refused before the crash left nothing.
+func testForkCrash(t *testing.T, e env) {
+	h := e.open(t)
+	s := h.Store
+	req := forkSource(t, s, "src", "dst")
+	require.NoError(t, s.Fork(context.Background(), req))
+	bad := cloneFork(req)
+	bad.ConversationId = "bad"
+	bad.Events = bad.Events[1:]
+	require.ErrorIs(t, s.Fork(context.Background(), bad), journal.ErrInvalid)
+	s = h.Crash(t, newRand(seed(t)))
+	requireFork(t, s, req)
+	assert.Equal(t, []string{"dst"}, findAll(t, s, "name", "copy", 0))
+	_, err := s.Conversation(context.Background(), "bad")
+	require.ErrorIs(t, err, journal.ErrNotFound)
 }
