@@ -125,6 +125,18 @@ func TestForkOnEveryStore(t *testing.T) {
 		require.ErrorIs(t, h.rt.Fork(ctx, "dst", base.GetToSeq(), "other"), journal.ErrInvalid, "the fork's log has no history at its summary's end")
 		_, err = h.store.Conversation(ctx, "other")
 		require.ErrorIs(t, err, journal.ErrNotFound, "a refused fork writes nothing")
+
+		// A fork of the fork, at its last seq (after the rewind to its
+		// summary): the model sees the same context.
+		lastSeq := evs[len(evs)-1].GetSeq()
+		require.NoError(t, h.rt.Fork(ctx, "dst", lastSeq, "dst3"))
+		h.model.Push("dst3", scripted.Text("third generation"))
+		end, err = h.rt.SendAndWait(ctx, "dst3", "deeper", user)
+		require.NoError(t, err)
+		require.Equal(t, "third generation", end.Text)
+		turns = h.model.Turns("dst3")
+		require.Equal(t, base.GetContent(), turns[0].Summary.GetContent())
+		require.Equal(t, []string{"from the summary", "deeper"}, userTexts(turns[0].Context))
 	})
 }
 
