@@ -40,13 +40,13 @@ func (r *CheckReport) problem(format string, args ...any) {
 type convCheck struct {
 	row       *messages.Conversation
 	tombstone bool
-	lastSeq   uint64          // last event seq seen, 0 if none
-	first     uint64          // first event seq seen, 0 if none
-	summaries map[uint64]bool // ToSeq of its summaries
-	gap       bool            // a gap was reported already
-	calls     map[string]bool // tool call ids of its tool_call events
-	pending   map[string]bool // ids of its pending rows
-	indexed   bool            // the active index lists it
+	lastSeq   uint64            // last event seq seen, 0 if none
+	first     uint64            // first event seq seen, 0 if none
+	summaries map[uint64]bool   // ToSeq of its summaries
+	gap       bool              // a gap was reported already
+	calls     map[string]uint64 // tool call ids of its tool_call events, with their seqs
+	pending   map[string]bool   // ids of its pending rows
+	indexed   bool              // the active index lists it
 }
 
 // Check verifies the whole store, meant for a store no runtime is using
@@ -69,7 +69,7 @@ func (s *Store) Check(ctx context.Context) (*CheckReport, error) {
 	conv := func(id string) *convCheck {
 		c := convs[id]
 		if c == nil {
-			c = &convCheck{calls: map[string]bool{}, pending: map[string]bool{}}
+			c = &convCheck{calls: map[string]uint64{}, pending: map[string]bool{}}
 			convs[id] = c
 		}
 		return c
@@ -140,7 +140,7 @@ func (s *Store) Check(ctx context.Context) (*CheckReport, error) {
 			}
 			c.lastSeq = ev.GetSeq()
 			if tc := ev.GetToolCall(); tc != nil {
-				c.calls[tc.GetCall().GetId()] = true
+				c.calls[tc.GetCall().GetId()] = ev.GetSeq()
 			}
 		}},
 		{famSummary, func(k, v []byte) {
@@ -283,7 +283,10 @@ func (s *Store) Check(ctx context.Context) (*CheckReport, error) {
 		if fs := c.row.GetFsmState(); fs != nil && fs.GetLastSeq() > c.lastSeq {
 			r.problem("conversation %q: fsm_state says last seq %d, the log ends at %d", id, fs.GetLastSeq(), c.lastSeq)
 		}
-		for call := range c.calls {
+		for call, seq := range c.calls {
+			if from := c.row.GetForkedFrom(); from != nil && seq <= from.GetSeq() {
+				continue // copied by a fork: its row is the source's
+			}
 			if _, found, err := s.checkGet(idKey(famToolCall, id, call)); err != nil || !found {
 				r.problem("conversation %q: tool_call event %q has no row (%v)", id, call, err)
 			}

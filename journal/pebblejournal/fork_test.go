@@ -14,16 +14,27 @@ import (
 // which Check accepts; without that summary it is a gap.
 func TestCheckAcceptsAFork(t *testing.T) {
 	s := openMem(t, Options{})
-	appendN(t, s, "src", 0, 6)
+	last := appendN(t, s, "src", 0, 6)
+	_, err := s.Append(ctx, &messages.AppendRequest{ConversationId: "src", ExpectedLast: last,
+		Events: []*messages.Event{toolCallEvent("t1")}, ToolCalls: []*messages.ToolCallRecord{pendingCall("src", "t1")}})
+	require.NoError(t, err)
 	sum := &messages.Summary{FromSeq: 1, ToSeq: 4, Content: "four"}
 	require.NoError(t, s.PutSummary(ctx, "src", sum))
 	evs, err := s.Events(ctx, "src", journal.EventQuery{After: 4})
 	require.NoError(t, err)
 	require.NoError(t, s.Fork(ctx, &messages.ForkRequest{ConversationId: "dst", Summary: sum, Events: evs,
-		Status: messages.ConversationStatus_CONVERSATION_STATUS_IDLE}))
+		Status: messages.ConversationStatus_CONVERSATION_STATUS_IDLE, Origin: &messages.ForkOrigin{ConversationId: "src", Seq: 7}}))
 	rep, err := s.Check(ctx)
 	require.NoError(t, err)
-	require.True(t, rep.Sound(), "%v", rep.Problems)
+	require.True(t, rep.Sound(), "a copied tool_call event's row is the source's: %v", rep.Problems)
+	// A tool_call event of the fork's own still needs its row.
+	_, err = s.Append(ctx, &messages.AppendRequest{ConversationId: "dst", ExpectedLast: 7, Events: []*messages.Event{toolCallEvent("t2")}})
+	require.NoError(t, err)
+	rep, err = s.Check(ctx)
+	require.NoError(t, err)
+	require.Len(t, rep.Problems, 1)
+	require.Contains(t, rep.Problems[0], `tool_call event "t2" has no row`)
+	require.NoError(t, s.db.Delete(seqKey(famEvent, "dst", 8), nil))
 
 	require.NoError(t, s.db.Delete(seqKey(famSummary, "dst", 4), nil))
 	rep, err = s.Check(ctx)
