@@ -273,18 +273,24 @@ func TestChaptersFollowTheSummaries(t *testing.T) {
 		h := newHarness(t, openStore(t, kind), summarizing)
 		ctx := ctxT(t)
 		h.model.Push("c", scripted.Text("1"), scripted.Text("2"), scripted.Text("3"), scripted.Text("4"), scripted.Text("5"))
-		for _, text := range []string{"a", "b", "c", "d", "e"} { // seqs 1-10
-			_, err := h.rt.SendAndWait(ctx, "c", text, user)
-			require.NoError(t, err)
-		}
-		require.Eventually(t, func() bool {
-			first, err := h.store.SummaryBefore(ctx, "c", 5)
-			if err != nil {
-				return false
+		send := func(texts ...string) {
+			for _, text := range texts {
+				_, err := h.rt.SendAndWait(ctx, "c", text, user)
+				require.NoError(t, err)
 			}
-			latest, err := h.store.LatestSummary(ctx, "c")
-			return err == nil && latest.GetToSeq() > first.GetToSeq()
-		}, wait, time.Millisecond, "two summaries")
+		}
+		latest := func() uint64 {
+			s, err := h.store.LatestSummary(ctx, "c")
+			if err != nil {
+				return 0
+			}
+			return s.GetToSeq()
+		}
+		send("a", "b") // seqs 1-4: a summary is due
+		require.Eventually(t, func() bool { return latest() > 0 }, wait, time.Millisecond, "a first summary")
+		first := latest()
+		send("c", "d", "e") // seqs 5-10: another is due
+		require.Eventually(t, func() bool { return latest() > first }, wait, time.Millisecond, "a second summary")
 		var seqs []uint64
 		var chapters int
 		before := uint64(0)
