@@ -180,15 +180,20 @@ func (r *Runtime) HistoryView(ctx context.Context, conversationID string, opts H
 	return out, nil
 }
 
-// head marks the events of a whole log (evs[i] has seq i+1) that are on the
-// head: walking back from the newest, a rewind jumps the walk to its
+// head marks the events of a whole log (evs[i] has seq first+i, first
+// being 1, or for a fork the seq after the summary it copied) that are on
+// the head: walking back from the newest, a rewind jumps the walk to its
 // target (see the snapshot package).
 func head(evs []*messages.Event) []bool {
 	on := make([]bool, len(evs))
-	pos := uint64(len(evs))
-	for pos > 0 {
-		on[pos-1] = true
-		if rw := evs[pos-1].GetRewind(); rw != nil && rw.GetToSeq() < pos {
+	if len(evs) == 0 {
+		return on
+	}
+	off := evs[0].GetSeq() - 1
+	pos := off + uint64(len(evs))
+	for pos > off {
+		on[pos-off-1] = true
+		if rw := evs[pos-off-1].GetRewind(); rw != nil && rw.GetToSeq() < pos {
 			pos = rw.GetToSeq()
 			continue
 		}

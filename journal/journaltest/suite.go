@@ -95,6 +95,8 @@ func Run(t *testing.T, f Factory, feat Features) {
 		{"Reschedule", rescheduleCases},
 		{"Conversations", conversationCases},
 		{"ActiveIndex", activeCases},
+		{"Fork", forkCases},
+		{"Find", findCases},
 		{"Audit", auditCases},
 		{"Delete", deleteCases},
 		{"KeyIsolation", isolationCases},

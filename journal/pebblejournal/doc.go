@@ -68,6 +68,7 @@
 //	0x08 conv turn_ref                 audit row (ModelCall)
 //	0x09 conv key                      metadata value (UTF-8 text)
 //	0x0a conv                          active conversation index (empty)
+//	0x0b key hash(value) conv          metadata index (the value)
 //	0x21 seconds nanos call conv       deadlines by time (empty)
 //	0x22 call                          tool call id -> conversation id (text)
 //
@@ -86,6 +87,15 @@
 // it gives a v1 or v2 store its active index in one synced batch that
 // clears the family, sets the key of every ACTIVE row and records v3, so a
 // crash during the upgrade leaves the store as it was.
+//
+// The metadata index (0x0b) came without a new layout version (it only adds
+// keys): one key per conversation and metadata pair, holding the value's
+// hash in the key and the value itself, set and deleted in the batch that
+// changes the pair (PutMetadata, Fork, DeleteConversation). A store without
+// the marker key 0x00 "find-index" was written before it: Open builds the
+// index in one synced batch that sets the marker. A fork's log starts after
+// the summary it copied (events from its ToSeq+1); reads and Check accept
+// that start when the summary is there.
 //
 // In the deadline index, seconds are 8 bytes big-endian with the sign bit
 // flipped and nanos 4 bytes big-endian, so keys sort by time, then tool call

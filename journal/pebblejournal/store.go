@@ -194,6 +194,12 @@ func Open(dir string, opts Options) (*Store, error) {
 		_ = fsCloser.Close()
 		return nil, err
 	}
+	if err := s.ensureFindIndex(); err != nil {
+		err = fmt.Errorf("pebblejournal: build the metadata index: %w", err)
+		_ = db.Close()
+		_ = fsCloser.Close()
+		return nil, err
+	}
 	s.log.Debug("pebblejournal: opened", "dir", dir, "options", o.String())
 	return s, nil
 }
