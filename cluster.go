@@ -309,24 +309,39 @@ func (n *clusterNode) changes() <-chan struct{} {
 }
 
 // owner is the rendezvous hash of id over the members: the member whose
-// score for id is highest.
+// score for id is highest. A score mixes the FNV-1a hashes of the member
+// and of the id through the SplitMix64 finalizer (FNV alone orders the
+// members almost the same way for every id).
 func (n *clusterNode) owner(id string) string {
 	members := *n.members.Load()
 	if len(members) == 1 {
 		return members[0]
 	}
+	hid := fnv64(id)
 	var best string
 	var bestScore uint64
 	for _, m := range members {
-		h := fnv.New64a()
-		_, _ = h.Write([]byte(m))
-		_, _ = h.Write([]byte{0})
-		_, _ = h.Write([]byte(id))
-		if s := h.Sum64(); best == "" || s > bestScore {
+		if s := mix64(fnv64(m) ^ (hid * 0x9e3779b97f4a7c15)); best == "" || s > bestScore {
 			best, bestScore = m, s
 		}
 	}
 	return best
+}
+
+func fnv64(s string) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(s))
+	return h.Sum64()
+}
+
+// mix64 is the SplitMix64 finalizer.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
 }
 
 // owns reports whether this member owns id.
@@ -388,7 +403,10 @@ func (n *clusterNode) forward(ctx context.Context, req *messages.ClusterRequest,
 			return nil, ctx.Err()
 		}
 		changed := n.changes()
-		res, err := n.sys.Root.RequestFuture(actor.NewPID(owner, GatewayName), req, timeout).Result()
+		res, err, moved := n.request(ctx, owner, req, timeout, changed, idempotent)
+		if moved {
+			continue // the membership changed under an idempotent call: ask the new owner
+		}
 		if err == nil {
 			reply, ok := res.(*messages.ClusterReply)
 			if !ok {
@@ -408,6 +426,40 @@ func (n *clusterNode) forward(ctx context.Context, req *messages.ClusterRequest,
 		case <-changed:
 		case <-time.After(backoff):
 			backoff = min(2*backoff, 500*time.Millisecond)
+		}
+	}
+}
+
+// request sends req to owner's gateway and waits for the answer. An
+// idempotent call stops waiting when the membership changes and the
+// conversation's owner with it (moved): a killed owner's requests are
+// never answered, and would otherwise hold the call for the whole timeout.
+func (n *clusterNode) request(ctx context.Context, owner string, req *messages.ClusterRequest, timeout time.Duration, changed <-chan struct{}, idempotent bool) (any, error, bool) {
+	f := n.sys.Root.RequestFuture(actor.NewPID(owner, GatewayName), req, timeout)
+	if !idempotent {
+		res, err := f.Result()
+		return res, err, false
+	}
+	type result struct {
+		res any
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := f.Result()
+		done <- result{res, err}
+	}()
+	for {
+		select {
+		case r := <-done:
+			return r.res, r.err, false
+		case <-ctx.Done():
+			return nil, ctx.Err(), false
+		case <-changed:
+			if n.owner(req.GetConversationId()) != owner {
+				return nil, nil, true
+			}
+			changed = n.changes()
 		}
 	}
 }
