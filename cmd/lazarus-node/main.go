@@ -201,6 +201,11 @@ func api(rt *lazarus.Runtime) http.Handler {
 			return
 		}
 		fl, _ := w.(http.Flusher)
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		w.WriteHeader(http.StatusOK)
+		if fl != nil {
+			fl.Flush()
+		}
 		enc := json.NewEncoder(w)
 		for u := range ch {
 			if u.Event == nil {

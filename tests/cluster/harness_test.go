@@ -226,3 +226,29 @@ func checkLog(t *testing.T, st journal.Store, conv string) []*messages.Event {
 	}
 	return evs
 }
+
+// stream follows a conversation through the node's /stream and returns the
+// seqs it delivers.
+func (nd *node) stream(t *testing.T, conv string) <-chan uint64 {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, nd.api+"/stream?conv="+conv, nil)
+	require.NoError(t, err)
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	out := make(chan uint64, 1024)
+	go func() {
+		defer close(out)
+		defer res.Body.Close()
+		dec := json.NewDecoder(res.Body)
+		for {
+			var line struct{ Seq uint64 }
+			if dec.Decode(&line) != nil {
+				return
+			}
+			out <- line.Seq
+		}
+	}()
+	return out
+}
