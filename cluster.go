@@ -159,8 +159,8 @@ func startCluster(r *Runtime, sys *actor.ActorSystem, o ClusterOptions) (n *clus
 	kind := cluster.NewKind(ConversationKind, actor.PropsFromFunc(func(actor.Context) {}))
 	cfg := cluster.Configure(o.Name, provider, disthash.New(), remote.Configure(o.Host, o.Port, ropts...),
 		cluster.WithKinds(kind))
-	n = &clusterNode{r: r, opts: o, sys: sys, log: r.log, changed: make(chan struct{}),
-		serving: map[string]serving{}, follow: map[string]*follower{}}
+	n = newNode(r, sys)
+	n.opts = o
 	n.c = cluster.New(sys, cfg)
 	defer func() {
 		if p := recover(); p != nil { // protoactor panics when its provider fails
@@ -176,11 +176,34 @@ func startCluster(r *Runtime, sys *actor.ActorSystem, o ClusterOptions) (n *clus
 		}
 	})
 	n.onTopology(n.c.MemberList.Members().Members())
-	n.gateway, err = sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &gatewayActor{n: n} }), GatewayName)
-	if err != nil {
-		return nil, fmt.Errorf("lazarus: cluster: spawn gateway: %w", err)
+	if err := n.spawnGateway(); err != nil {
+		return nil, err
 	}
 	return n, nil
+}
+
+// newNode is the gateway's side of a Runtime, not yet a cluster member.
+func newNode(r *Runtime, sys *actor.ActorSystem) *clusterNode {
+	n := &clusterNode{r: r, sys: sys, log: r.log, changed: make(chan struct{}), self: sys.Address(),
+		opts: ClusterOptions{}.withDefaults(), serving: map[string]serving{}, follow: map[string]*follower{}}
+	n.members.Store(&[]string{n.self})
+	return n
+}
+
+// startGateway spawns the gateway on an application's actor system, for a
+// Runtime that is not a cluster member (Options.ActorSystem).
+func startGateway(r *Runtime, sys *actor.ActorSystem) (*clusterNode, error) {
+	n := newNode(r, sys)
+	return n, n.spawnGateway()
+}
+
+func (n *clusterNode) spawnGateway() error {
+	var err error
+	n.gateway, err = n.sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &gatewayActor{n: n} }), GatewayName)
+	if err != nil {
+		return fmt.Errorf("lazarus: spawn the gateway: %w", err)
+	}
+	return nil
 }
 
 // Address returns this member's address (host:port) in cluster mode, or ""
@@ -351,7 +374,9 @@ func (n *clusterNode) owns(id string) bool { return n.owner(id) == n.self }
 // stopServing ends the streams and requests this member serves, and waits
 // for its subscribers' goroutines (the Runtime's life has ended).
 func (n *clusterNode) stopServing() {
-	n.sys.EventStream.Unsubscribe(n.topoSub)
+	if n.topoSub != nil {
+		n.sys.EventStream.Unsubscribe(n.topoSub)
+	}
 	n.mu.Lock()
 	n.stopping = true
 	for _, s := range n.serving {
@@ -363,8 +388,17 @@ func (n *clusterNode) stopServing() {
 }
 
 // leave leaves the cluster and stops the actor system (protoactor's
-// graceful shutdown, about two seconds).
-func (n *clusterNode) leave() { n.c.Shutdown(true) }
+// graceful shutdown, about two seconds); outside a cluster it stops the
+// gateway.
+func (n *clusterNode) leave() {
+	if n.c != nil {
+		n.c.Shutdown(true)
+		return
+	}
+	if n.gateway != nil {
+		_ = n.sys.Root.StopFuture(n.gateway).Wait()
+	}
+}
 
 // scopeToProto is the part of a scope that travels with a call.
 func scopeToProto(s agent.Scope) *messages.ClusterScope {

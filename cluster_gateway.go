@@ -169,7 +169,7 @@ func (n *clusterNode) serve(m *messages.ClusterRequest) *messages.ClusterReply {
 		}
 		err = r.resolve(context.WithValue(ctx, authorizedKey{}, true), res.GetToolCallId(), res.GetStatus(), res.GetResult(), scope)
 	case *messages.ClusterRequest_Kill:
-		reply.Killed = r.Kill(conv)
+		reply.Killed = !r.isClosed() && r.killLocal(conv)
 	case *messages.ClusterRequest_Delete:
 		err = r.Delete(ctx, conv)
 	case *messages.ClusterRequest_Reschedule:
@@ -217,6 +217,9 @@ func (n *clusterNode) serveSubscribe(sender *actor.PID, m *messages.ClusterSubsc
 		return
 	}
 	to := actor.NewPID(m.GetReplyAddress(), GatewayName)
+	if m.GetReplyId() != "" {
+		to = actor.NewPID(m.GetReplyAddress(), m.GetReplyId())
+	}
 	for u := range ch {
 		p := updateToProto(id, u)
 		n.sys.Root.Send(to, p)

@@ -220,6 +220,7 @@ type Runtime struct {
 	hub       *hub
 	log       *slog.Logger
 	cl        *clusterNode // nil outside cluster mode
+	gw        *clusterNode // the gateway's side: cl, or the gateway on Options.ActorSystem
 	ownsSys   bool         // the actor system is the Runtime's own
 
 	// life is cancelled by Close: the context of the Runtime's own calls
@@ -312,6 +313,15 @@ func Open(opts Options) (*Runtime, error) {
 			return nil, err
 		}
 		owns = r.cl.owns
+		r.gw = r.cl
+	} else if !r.ownsSys {
+		if r.gw, err = startGateway(r, r.system); err != nil {
+			r.endLife()
+			if r.ownsStore {
+				_ = r.store.Close()
+			}
+			return nil, err
+		}
 	}
 	r.sup, err = supervisor.Start(r.system, supervisor.Config{
 		Owns:        owns,
@@ -347,10 +357,11 @@ func Open(opts Options) (*Runtime, error) {
 	})
 	if err != nil {
 		r.endLife()
-		if r.cl != nil {
-			r.cl.stopServing()
-			r.cl.leave()
-		} else if r.ownsSys {
+		if r.gw != nil {
+			r.gw.stopServing()
+			r.gw.leave()
+		}
+		if r.cl == nil && r.ownsSys {
 			r.system.Shutdown()
 		}
 		if r.ownsStore {
@@ -704,6 +715,11 @@ func (r *Runtime) Kill(conversationID string) bool {
 			return err == nil && reply.GetKilled()
 		}
 	}
+	return r.killLocal(conversationID)
+}
+
+// killLocal is Kill on this member.
+func (r *Runtime) killLocal(conversationID string) bool {
 	killed := r.sup.Kill(conversationID)
 	if killed {
 		r.publishCancelled(conversationID)
@@ -807,15 +823,15 @@ func (r *Runtime) Close() error {
 	r.mu.Unlock()
 	r.endLife()
 	r.gcWG.Wait()
-	if r.cl != nil {
-		r.cl.stopServing()
+	if r.gw != nil {
+		r.gw.stopServing()
 	}
 	r.sup.Stop()
 	r.hub.close()
-	switch {
-	case r.cl != nil:
-		r.cl.leave()
-	case r.ownsSys:
+	if r.gw != nil {
+		r.gw.leave()
+	}
+	if r.cl == nil && r.ownsSys {
 		r.system.Shutdown()
 	}
 	if r.ownsStore {

@@ -584,11 +584,15 @@ func (x *ClusterReply) GetNode() string {
 	return ""
 }
 
-// ClusterSubscribe asks the owner of conversation_id to stream its events
+// ClusterSubscribe asks the gateway to stream the events of conversation_id
 // after after_seq (history from the Store first, then live) as
-// ClusterUpdate messages to the gateway actor at reply_address, tagged
-// with subscription_id. The owner answers ClusterReply first. The stream
-// ends with a ClusterUpdate whose error is set, or on ClusterUnsubscribe.
+// ClusterUpdate messages to the actor reply_id at reply_address (default:
+// the gateway there), tagged with subscription_id. The gateway answers
+// ClusterReply first. The stream ends with a ClusterUpdate whose final is
+// set, or on ClusterUnsubscribe. Send it to the conversation's owner
+// (lazarus.Runtime.Owner): a stream served elsewhere misses the owner's
+// live events. A final update with code UNAVAILABLE means "subscribe again
+// after the last seq you received", at the owner the membership names now.
 type ClusterSubscribe struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	RequestId      uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
@@ -596,6 +600,7 @@ type ClusterSubscribe struct {
 	ConversationId string                 `protobuf:"bytes,3,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
 	AfterSeq       uint64                 `protobuf:"varint,4,opt,name=after_seq,json=afterSeq,proto3" json:"after_seq,omitempty"`
 	ReplyAddress   string                 `protobuf:"bytes,5,opt,name=reply_address,json=replyAddress,proto3" json:"reply_address,omitempty"`
+	ReplyId        string                 `protobuf:"bytes,6,opt,name=reply_id,json=replyId,proto3" json:"reply_id,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -661,6 +666,13 @@ func (x *ClusterSubscribe) GetAfterSeq() uint64 {
 func (x *ClusterSubscribe) GetReplyAddress() string {
 	if x != nil {
 		return x.ReplyAddress
+	}
+	return ""
+}
+
+func (x *ClusterSubscribe) GetReplyId() string {
+	if x != nil {
+		return x.ReplyId
 	}
 	return ""
 }
@@ -894,14 +906,15 @@ const file_lazarus_v1_cluster_proto_rawDesc = "" +
 	"\x05error\x18\x02 \x01(\v2\x11.lazarus.v1.ErrorR\x05error\x12\x10\n" +
 	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x16\n" +
 	"\x06killed\x18\x04 \x01(\bR\x06killed\x12\x12\n" +
-	"\x04node\x18\x05 \x01(\tR\x04node\"\xc5\x01\n" +
+	"\x04node\x18\x05 \x01(\tR\x04node\"\xe0\x01\n" +
 	"\x10ClusterSubscribe\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12'\n" +
 	"\x0fsubscription_id\x18\x02 \x01(\tR\x0esubscriptionId\x12'\n" +
 	"\x0fconversation_id\x18\x03 \x01(\tR\x0econversationId\x12\x1b\n" +
 	"\tafter_seq\x18\x04 \x01(\x04R\bafterSeq\x12#\n" +
-	"\rreply_address\x18\x05 \x01(\tR\freplyAddress\"=\n" +
+	"\rreply_address\x18\x05 \x01(\tR\freplyAddress\x12\x19\n" +
+	"\breply_id\x18\x06 \x01(\tR\areplyId\"=\n" +
 	"\x12ClusterUnsubscribe\x12'\n" +
 	"\x0fsubscription_id\x18\x01 \x01(\tR\x0esubscriptionId\"\xb5\x03\n" +
 	"\rClusterUpdate\x12'\n" +
