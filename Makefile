@@ -8,7 +8,7 @@ STATICCHECK_VERSION   := v0.8.2# prints as "staticcheck 2026.2.2 (0.8.2)"
 PG_BINDIR ?= /usr/lib/postgresql/15/bin
 export PG_BINDIR
 
-.PHONY: help deps test race lint proto proto-check tidy-check bench stress soak demo tools check
+.PHONY: help deps test race lint proto proto-check tidy-check bench stress soak demo demo-cluster test-cluster tools check
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -75,3 +75,9 @@ soak: ## the simulator of the conversation's core, long: SEEDS seeds from FIRST 
 
 demo: ## run the kill-and-revive demo
 	$(GO) run ./cmd/demo $(ARGS)
+
+demo-cluster: ## three cluster members and a PostgreSQL; one is killed mid-turn; where each conversation lived, and its log checked
+	$(GO) run ./cmd/lazarus-node demo
+
+test-cluster: ## the multi-process cluster tests alone (three lazarus-node processes, one PostgreSQL)
+	$(GO) test -race -count=1 -v ./tests/cluster

@@ -20,6 +20,10 @@
 //	GET  /owner?conv=ID                         -> {"owner"}
 //	GET  /stream?conv=ID&after=N                -> one line per event: {"seq","kind","node"}
 //	GET  /healthz                               -> "ok"
+//
+// `lazarus-node demo` (make demo-cluster) runs three members of itself and
+// a throwaway PostgreSQL (PG_BINDIR), kills one mid-turn with SIGKILL, and
+// prints where each conversation lived and whether its log is whole.
 package main
 
 import (
@@ -43,6 +47,13 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "demo" {
+		if err := demo(); err != nil {
+			fmt.Fprintln(os.Stderr, "lazarus-node demo: FAILED:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "lazarus-node:", err)
 		os.Exit(1)
