@@ -42,7 +42,13 @@ func buildNode(t *testing.T) string {
 			return
 		}
 		nodeBin = filepath.Join(dir, "lazarus-node")
-		out, err := exec.Command("go", "build", "-o", nodeBin, "github.com/lazarusrt/lazarus/cmd/lazarus-node").CombinedOutput()
+		args := []string{"build", "-o", nodeBin}
+		if os.Getenv("LAZARUS_NODE_RACE") != "" {
+			// The nodes with the race detector: it reports the races of
+			// protoactor's cluster code (see ARCHITECTURE.md).
+			args = append(args, "-race")
+		}
+		out, err := exec.Command("go", append(args, "github.com/lazarusrt/lazarus/cmd/lazarus-node")...).CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
 		}
@@ -119,6 +125,14 @@ func (nd *node) kill() {
 		_ = nd.cmd.Process.Kill()
 		_ = nd.cmd.Wait()
 		nd.cmd = nil
+		nd.reportRaces()
+	}
+}
+
+// reportRaces logs the race reports of a node built with LAZARUS_NODE_RACE.
+func (nd *node) reportRaces() {
+	if s := nd.stderr.String(); strings.Contains(s, "DATA RACE") {
+		nd.t.Logf("node %s: race detector reports:\n%s", nd.addr, s)
 	}
 }
 
@@ -129,6 +143,7 @@ func (nd *node) stop() {
 	nd.signal(syscall.SIGTERM)
 	_ = nd.cmd.Wait()
 	nd.cmd = nil
+	nd.reportRaces()
 }
 
 // waitMembers waits until every node of want sees exactly the members want.
