@@ -15,7 +15,9 @@
 // Control API (JSON):
 //
 //	POST /send     {"conv","text","request_id"} -> {"seq","node","owner"}
+//	POST /sendwait {"conv","text"}              -> {"outcome","text","pending"}
 //	POST /resolve  {"tool_call_id","result"}    -> {}
+//	POST /kill?conv=ID                          -> {"killed"}
 //	GET  /members                               -> {"self","members"}
 //	GET  /owner?conv=ID                         -> {"owner"}
 //	GET  /stream?conv=ID&after=N                -> one line per event: {"seq","kind","node"}
@@ -191,6 +193,27 @@ func api(rt *lazarus.Runtime) http.Handler {
 		msg := agent.UserMessage(agent.TextPart(in.Text))
 		seq, err := rt.SendMessage(ctx, in.Conv, msg, lazarus.SendOptions{RequestID: in.RequestID}, agent.Scope{UserID: "tester"})
 		write(w, map[string]any{"seq": seq, "node": rt.Address(), "owner": owner}, err)
+	})
+	mux.HandleFunc("POST /sendwait", func(w http.ResponseWriter, r *http.Request) {
+		var in struct {
+			Conv string `json:"conv"`
+			Text string `json:"text"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
+			write(w, nil, err)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), 20*time.Second)
+		defer cancel()
+		end, err := rt.SendAndWait(ctx, in.Conv, in.Text, agent.Scope{UserID: "tester"})
+		var pending []string
+		for _, p := range end.Pending {
+			pending = append(pending, p.GetToolCallId())
+		}
+		write(w, map[string]any{"outcome": end.Outcome.String(), "text": end.Text, "pending": pending}, err)
+	})
+	mux.HandleFunc("POST /kill", func(w http.ResponseWriter, r *http.Request) {
+		write(w, map[string]bool{"killed": rt.Kill(r.URL.Query().Get("conv"))}, nil)
 	})
 	mux.HandleFunc("POST /resolve", func(w http.ResponseWriter, r *http.Request) {
 		var in struct {

@@ -305,3 +305,47 @@ func TestSubscribeAcrossOwnerDeath(t *testing.T) {
 		require.Equal(t, uint64(i+1), s, "stream out of order or duplicated: %v", got)
 	}
 }
+
+// TestCallsThroughAnotherMember runs the Runtime's calls on a member that
+// does not own the conversation: SendAndWait to a suspension, Resolve of
+// its human call, SendAndWait to an answer, Kill of the owner's activation.
+func TestCallsThroughAnotherMember(t *testing.T) {
+	c := startCluster(t, 3, "--model-delay", "10ms", "--human-timeout", "1h")
+	st := c.store()
+	entry, owner := c.nodes[0], c.nodes[1]
+	conv := ""
+	for i := 0; conv == ""; i++ {
+		if id := fmt.Sprintf("x%d", i); entry.owner(id) == owner.addr {
+			conv = id
+		}
+	}
+	type end struct {
+		Outcome string
+		Text    string
+		Pending []string
+	}
+	var e end
+	require.NoError(t, entry.post("/sendwait", map[string]string{"conv": conv, "text": "ask: may I?"}, &e))
+	require.Equal(t, "suspended", e.Outcome)
+	require.Len(t, e.Pending, 1)
+	require.NoError(t, entry.post("/resolve", map[string]string{"tool_call_id": e.Pending[0], "result": `"yes"`}, nil))
+	err := entry.post("/resolve", map[string]string{"tool_call_id": e.Pending[0], "result": `"again"`}, nil)
+	require.ErrorContains(t, err, "not pending")
+	waitAnswered(t, st, []string{conv})
+	require.NoError(t, entry.post("/sendwait", map[string]string{"conv": conv, "text": "thanks"}, &e))
+	require.Equal(t, "answered", e.Outcome)
+	require.Equal(t, "echo: thanks", e.Text)
+	var k struct{ Killed bool }
+	require.NoError(t, entry.post("/kill?conv="+conv, nil, &k))
+	require.True(t, k.Killed, "the owner's activation was live")
+	require.NoError(t, entry.post("/kill?conv="+conv, nil, &k))
+	require.False(t, k.Killed, "killed twice")
+	evs := checkLog(t, st, conv)
+	results := 0
+	for _, ev := range evs {
+		if ev.GetToolResult() != nil {
+			results++
+		}
+	}
+	require.Equal(t, 1, results)
+}

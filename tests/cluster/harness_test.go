@@ -267,3 +267,25 @@ func (nd *node) stream(t *testing.T, conv string) <-chan uint64 {
 	}()
 	return out
 }
+
+// post calls a control endpoint with a JSON body and decodes the answer.
+func (nd *node) post(path string, in, out any) error {
+	body, _ := json.Marshal(in)
+	res, err := httpClient.Post(nd.api+path, "application/json", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	var raw json.RawMessage
+	if err := json.NewDecoder(res.Body).Decode(&raw); err != nil {
+		return err
+	}
+	var e struct{ Error string }
+	if json.Unmarshal(raw, &e) == nil && e.Error != "" {
+		return fmt.Errorf("%s", e.Error)
+	}
+	if out != nil {
+		return json.Unmarshal(raw, out)
+	}
+	return nil
+}
