@@ -22,6 +22,7 @@ import (
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/supervisor"
 )
 
 // ConversationKind is the cluster kind every Lazarus member advertises:
@@ -126,6 +127,10 @@ type clusterNode struct {
 	log     *slog.Logger
 
 	members atomic.Pointer[[]string] // addresses of the members, sorted
+	// sup is the Runtime's supervisor once it started: membership changes
+	// before that need no repartition (the expiry actor reads the Store
+	// when it starts).
+	sup atomic.Pointer[supervisor.Supervisor]
 	topoSub *eventstream.Subscription
 
 	mu        sync.Mutex
@@ -176,9 +181,6 @@ func startCluster(r *Runtime, sys *actor.ActorSystem, o ClusterOptions) (n *clus
 		}
 	})
 	n.onTopology(n.c.MemberList.Members().Members())
-	if err := n.spawnGateway(); err != nil {
-		return nil, err
-	}
 	return n, nil
 }
 
@@ -190,13 +192,9 @@ func newNode(r *Runtime, sys *actor.ActorSystem) *clusterNode {
 	return n
 }
 
-// startGateway spawns the gateway on an application's actor system, for a
-// Runtime that is not a cluster member (Options.ActorSystem).
-func startGateway(r *Runtime, sys *actor.ActorSystem) (*clusterNode, error) {
-	n := newNode(r, sys)
-	return n, n.spawnGateway()
-}
-
+// spawnGateway spawns the gateway actor, once the Runtime's supervisor
+// runs: until then, requests to this member are dead letters, which the
+// caller sends again.
 func (n *clusterNode) spawnGateway() error {
 	var err error
 	n.gateway, err = n.sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &gatewayActor{n: n} }), GatewayName)
@@ -280,8 +278,8 @@ func (n *clusterNode) onTopology(ms []*cluster.Member) {
 		}
 	}
 	n.mu.Unlock()
-	if n.r.sup != nil {
-		n.r.sup.Repartition()
+	if sup := n.sup.Load(); sup != nil {
+		sup.Repartition()
 		n.resume()
 	}
 }
@@ -318,8 +316,17 @@ func (n *clusterNode) resume() {
 				return
 			}
 			n.again = false
-			r.gcWG.Add(1)
 			n.mu.Unlock()
+			r.mu.Lock()
+			if r.closed {
+				r.mu.Unlock()
+				n.mu.Lock()
+				n.resuming = false
+				n.mu.Unlock()
+				return
+			}
+			r.gcWG.Add(1)
+			r.mu.Unlock()
 		}
 	}()
 }

@@ -315,13 +315,7 @@ func Open(opts Options) (*Runtime, error) {
 		owns = r.cl.owns
 		r.gw = r.cl
 	} else if !r.ownsSys {
-		if r.gw, err = startGateway(r, r.system); err != nil {
-			r.endLife()
-			if r.ownsStore {
-				_ = r.store.Close()
-			}
-			return nil, err
-		}
+		r.gw = newNode(r, r.system)
 	}
 	r.sup, err = supervisor.Start(r.system, supervisor.Config{
 		Owns:        owns,
@@ -368,6 +362,15 @@ func Open(opts Options) (*Runtime, error) {
 			_ = r.store.Close()
 		}
 		return nil, err
+	}
+	if r.cl != nil {
+		r.cl.sup.Store(r.sup)
+	}
+	if r.gw != nil {
+		if err := r.gw.spawnGateway(); err != nil {
+			_ = r.Close()
+			return nil, err
+		}
 	}
 	if opts.Audit.Enabled && opts.Audit.TTL > 0 {
 		r.armAuditGC()
