@@ -130,7 +130,7 @@ type clusterNode struct {
 	// sup is the Runtime's supervisor once it started: membership changes
 	// before that need no repartition (the expiry actor reads the Store
 	// when it starts).
-	sup atomic.Pointer[supervisor.Supervisor]
+	sup     atomic.Pointer[supervisor.Supervisor]
 	topoSub *eventstream.Subscription
 
 	mu        sync.Mutex
