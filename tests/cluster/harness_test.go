@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -232,11 +233,22 @@ func checkLog(t *testing.T, st journal.Store, conv string) []*messages.Event {
 	evs, err := st.Events(context.Background(), conv, journal.EventQuery{})
 	require.NoError(t, err)
 	seen := map[string]bool{}
+	results := map[string]bool{}
 	for i, ev := range evs {
 		require.Equal(t, uint64(i+1), ev.GetSeq(), "gap in the log of %s", conv)
 		if ev.GetUserMsg() != nil {
 			require.False(t, seen[ev.GetRequestId()], "request %s twice in %s", ev.GetRequestId(), conv)
 			seen[ev.GetRequestId()] = true
+		}
+		if r := ev.GetToolResult(); r != nil {
+			id := r.GetToolCallId()
+			require.False(t, results[id], "two results for call %s in %s", id, conv)
+			results[id] = true
+			if r.GetName() == "stamp" {
+				// The server tool answers with the id it was dispatched
+				// under: a re-dispatch after a kill used the original id.
+				require.Equal(t, strconv.Quote(id), r.GetOutcome().GetContent(), "call %s of %s", id, conv)
+			}
 		}
 	}
 	return evs
