@@ -35,13 +35,14 @@ tools: ## install protoc-gen-go and staticcheck into GOBIN
 	@test -x $(GOBIN)/staticcheck && $(GOBIN)/staticcheck -version | grep -qF '($(patsubst v%,%,$(STATICCHECK_VERSION)))' || \
 		GOFLAGS= $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
-check: deps ## everything CI runs: lint, generated code, tidy, race tests, the demo
+check: deps ## everything CI runs: lint, generated code, tidy, race tests (the cluster's multi-process tests included), the demos
 	$(GO) mod download
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory proto-check
 	$(MAKE) --no-print-directory tidy-check
 	$(MAKE) --no-print-directory race
 	$(GO) run ./cmd/demo --fast --quiet
+	$(GO) run ./cmd/lazarus-node demo
 
 test: ## run the tests
 	$(GO) test -count=1 ./...
