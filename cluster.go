@@ -76,7 +76,8 @@ type ClusterOptions struct {
 	Host string
 	Port int
 	// AdvertisedHost is the address other members use, if Host is not
-	// reachable as is (a container's address). Default Host.
+	// reachable as is (a container's address; Host is then often
+	// 0.0.0.0). It needs a Port other than 0. Default Host.
 	AdvertisedHost string
 	// Provider finds the members. Default: protoactor's automanaged
 	// provider over Seeds, this member serving its health endpoint on
@@ -159,6 +160,9 @@ func startCluster(r *Runtime, sys *actor.ActorSystem, o ClusterOptions) (n *clus
 	}
 	var ropts []remote.ConfigOption
 	if o.AdvertisedHost != "" {
+		if o.Port <= 0 {
+			return nil, fmt.Errorf("lazarus: cluster: AdvertisedHost needs a Port: %w", journal.ErrInvalid)
+		}
 		ropts = append(ropts, remote.WithAdvertisedHost(fmt.Sprintf("%s:%d", o.AdvertisedHost, o.Port)))
 	}
 	kind := cluster.NewKind(ConversationKind, actor.PropsFromFunc(func(actor.Context) {}))
