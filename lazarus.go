@@ -686,6 +686,13 @@ func (r *Runtime) deleted(ctx context.Context, conversationID string) error {
 // is ErrLagged (the reader fell too far behind; subscribe again after the
 // last seq received). A deleted conversation is an error wrapping
 // journal.ErrDeleted.
+//
+// In cluster mode the subscription follows the conversation's owner, on
+// this member or another, and moves with it on every membership change,
+// resuming after the last seq it delivered (no event lost or repeated; a
+// few deltas may be). A subscriber on a member that does not own the
+// conversation and falls behind is caught up from the Store instead of
+// ending with ErrLagged.
 func (r *Runtime) Subscribe(ctx context.Context, conversationID string, afterSeq uint64) (<-chan Update, error) {
 	if err := r.enter(ctx); err != nil {
 		return nil, fmt.Errorf("lazarus: subscribe to %q: %w", conversationID, err)
