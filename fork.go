@@ -203,7 +203,7 @@ func (r *Runtime) End(ctx context.Context, conversationID string) error {
 	if err := r.checkConversation(ctx, "end", conversationID); err != nil {
 		return err
 	}
-	res, err := r.sup.Ask(ctx, conversationID, &actors.Command{Scope: agent.SystemScope, Msg: &messages.EndConversation{}})
+	res, err := r.ask(ctx, conversationID, &actors.Command{Scope: agent.SystemScope, Msg: &messages.EndConversation{}})
 	if err != nil {
 		return r.callErr(op, err)
 	}

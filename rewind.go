@@ -105,7 +105,7 @@ func (r *Runtime) Edit(ctx context.Context, conversationID string, seq uint64, n
 }
 
 func (r *Runtime) askRewind(ctx context.Context, op, conversationID string, m *messages.AgentRewind, scope agent.Scope) (uint64, error) {
-	res, err := r.sup.Ask(ctx, conversationID, &actors.Command{Scope: scope, Msg: m})
+	res, err := r.ask(ctx, conversationID, &actors.Command{Scope: scope, Msg: m})
 	if err != nil {
 		return 0, r.callErr(op, err)
 	}
