@@ -97,6 +97,7 @@ func Run(t *testing.T, f Factory, feat Features) {
 		{"ActiveIndex", activeCases},
 		{"Audit", auditCases},
 		{"Delete", deleteCases},
+		{"Files", fileCases},
 		{"KeyIsolation", isolationCases},
 		{"BadInput", badInputCases},
 		{"Close", closeCases},

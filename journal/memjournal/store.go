@@ -46,6 +46,8 @@ type state struct {
 	// active holds the ids of the conversations whose row is ACTIVE, kept
 	// by every change of a row (indexActive) and by a delete.
 	active map[string]struct{}
+	// files holds the blobs and file checkpoints (files.go).
+	files fileState
 }
 
 type deadlineKey struct{ conv, call string }
@@ -82,6 +84,7 @@ func newState() *state {
 		toolCalls: make(map[string]*messages.ToolCallRecord),
 		deadlines: make(map[deadlineKey]*messages.Deadline),
 		active:    make(map[string]struct{}),
+		files:     newFileState(),
 	}
 }
 
@@ -1080,6 +1083,7 @@ func (s *Store) DeleteConversation(ctx context.Context, id string) error {
 	}
 	delete(st.convs, id)
 	delete(st.active, id)
+	st.files.dropConversation(id)
 	st.deleted[id] = struct{}{}
 	return nil
 }
