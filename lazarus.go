@@ -171,6 +171,8 @@ type Options struct {
 	// conversations, not the number of conversations. A turn that failed for
 	// good left its conversation IDLE, and is not resumed.
 	NoResume bool
+	// Files configures file checkpoints (see FilesOptions). Default: none.
+	Files FilesOptions
 }
 
 func (o Options) withDefaults() Options {
@@ -216,7 +218,10 @@ type Runtime struct {
 	mu     sync.Mutex
 	closed bool
 	gcStop func() bool
-	gcWG   sync.WaitGroup // the audit sweep and the resume scan
+	gcWG   sync.WaitGroup // the audit sweep, the blob sweep and the resume scan
+
+	// files is nil unless Options.Files.Root is set (files.go).
+	files *fileRoot
 }
 
 // Open starts a Runtime. With a durable Store, conversations, pending calls
@@ -266,6 +271,13 @@ func Open(opts Options) (*Runtime, error) {
 	default:
 		r.store, r.ownsStore = memjournal.New(memjournal.Options{Audit: opts.Audit.Enabled}), true
 	}
+	if err := r.openFiles(); err != nil {
+		r.endLife()
+		if r.ownsStore {
+			_ = r.store.Close()
+		}
+		return nil, err
+	}
 	r.hub = newHub(r.store, opts.SubscriberBuffer)
 	r.hub.subscribers = opts.Metrics.Subscribers
 	model := opts.Model
@@ -299,6 +311,7 @@ func Open(opts Options) (*Runtime, error) {
 			return actors.ConversationConfig{
 				Model:                 model,
 				Tools:                 reg,
+				Checkpoints:           r.checkpointHook(),
 				MaxInvalidToolAnswers: opts.MaxInvalidToolAnswers,
 				IdleTimeout:           opts.IdleTimeout,
 				HumanTimeout:          opts.HumanTimeout,
@@ -316,6 +329,9 @@ func Open(opts Options) (*Runtime, error) {
 	if err != nil {
 		r.endLife()
 		r.system.Shutdown()
+		if r.files != nil {
+			_ = r.files.root.Close()
+		}
 		if r.ownsStore {
 			_ = r.store.Close()
 		}
@@ -324,6 +340,9 @@ func Open(opts Options) (*Runtime, error) {
 	if opts.Audit.Enabled && opts.Audit.TTL > 0 {
 		r.armAuditGC()
 	}
+	r.mu.Lock()
+	r.armFileSweep()
+	r.mu.Unlock()
 	if !opts.NoResume {
 		r.gcWG.Add(1)
 		go r.resumeInterrupted()
@@ -744,12 +763,16 @@ func (r *Runtime) Close() error {
 	if r.gcStop != nil {
 		r.gcStop()
 	}
+	r.stopFileSweep()
 	r.mu.Unlock()
 	r.endLife()
 	r.gcWG.Wait()
 	r.sup.Stop()
 	r.hub.close()
 	r.system.Shutdown()
+	if r.files != nil {
+		_ = r.files.root.Close()
+	}
 	if r.ownsStore {
 		return r.store.Close()
 	}

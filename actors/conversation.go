@@ -92,6 +92,9 @@ type ConversationConfig struct {
 	Model agent.Model
 	// Tools is the tool registry. Nil means no tools.
 	Tools *agent.Registry
+	// Checkpoints, if set, gives each server tool run its
+	// agent.Checkpointer (Invocation.Files). Default nil: none.
+	Checkpoints func(inv agent.Invocation) agent.Checkpointer
 	// Clock supplies time. Default SystemClock().
 	Clock Clock
 	// IdleTimeout passivates the actor after this long without work. Zero
@@ -436,6 +439,9 @@ func (c *conversation) startLoad(ctx actor.Context) {
 func (c *conversation) runTool(ctx actor.Context, inv agent.Invocation) {
 	send := tell(ctx)
 	tools := c.cfg.Tools
+	if c.cfg.Checkpoints != nil {
+		inv.Files = c.cfg.Checkpoints(inv)
+	}
 	c.goOwned(func(gctx context.Context) {
 		var out *messages.ToolOutcome
 		if tools == nil {
