@@ -318,3 +318,58 @@ func TestFileCheckpointBadInput(t *testing.T) {
 		require.ErrorIs(t, err, journal.ErrInvalid, name)
 	}
 }
+
+// TestFileRewindAfterParallelCalls: the server calls of one answer run at
+// once, so a later call may change a file before an earlier one records
+// it. The rewind uses the record made first, which read the file before
+// any change: here the later call (seq 4) records and writes first, then
+// the earlier one (seq 3) records the later one's content and writes.
+func TestFileRewindAfterParallelCalls(t *testing.T) {
+	root := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(root, "f.txt"), []byte("original"), 0o644))
+	secondWrote := make(chan struct{})
+	order := agent.Tool{
+		Name: "ordered_write", Description: "write f.txt in a set order", Executor: messages.Executor_EXECUTOR_SERVER,
+		Run: func(ctx context.Context, inv agent.Invocation) (string, error) {
+			var a struct{ Role string }
+			if err := json.Unmarshal([]byte(inv.Arguments), &a); err != nil {
+				return "", err
+			}
+			if a.Role == "first" {
+				select {
+				case <-secondWrote:
+				case <-ctx.Done():
+					return "", ctx.Err()
+				}
+			}
+			if err := inv.CheckpointFile(ctx, "f.txt"); err != nil {
+				return "", err
+			}
+			if err := os.WriteFile(filepath.Join(root, "f.txt"), []byte("by "+a.Role), 0o644); err != nil {
+				return "", err
+			}
+			if a.Role == "second" {
+				close(secondWrote)
+			}
+			return `{}`, nil
+		},
+	}
+	h := newHarness(t, openStore(t, "memory"), func(o *lazarus.Options) {
+		o.Tools = append(o.Tools, order)
+		o.Files = lazarus.FilesOptions{Root: root}
+	})
+	ctx := ctxT(t)
+	h.model.Push("p", scripted.Reply("", scripted.Call("ordered_write", `{"role":"first"}`), scripted.Call("ordered_write", `{"role":"second"}`)), scripted.Text("done"))
+	_, err := h.rt.Send(ctx, "p", "go", user)
+	require.NoError(t, err)
+	h.awaitEvent("p", 0, isAssistantText("done"))
+	require.Equal(t, "by first", readFile(t, root, "f.txt"))
+	calls := h.toolCallSeqs("p")
+	require.Len(t, calls, 2)
+
+	rep, err := h.rt.RewindWithReport(ctx, "p", 1, lazarus.RewindOptions{Files: true}, user)
+	require.NoError(t, err)
+	require.Equal(t, []lazarus.FileRestore{{Path: "f.txt", Action: lazarus.FileRestored, Seq: calls[1], Size: 8}}, rep.Files,
+		"the second call's record, made first")
+	require.Equal(t, "original", readFile(t, root, "f.txt"))
+}
