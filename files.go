@@ -379,8 +379,11 @@ func (f *fileRoot) restoreOne(ctx context.Context, cp *messages.FileCheckpoint) 
 // SweepFileBlobs removes the blobs that no file checkpoint names and that
 // were last touched more than FilesOptions.BlobTTL ago (by the Store's
 // time), and returns how many it removed. The sweeper calls it every
-// BlobTTL/2 unless BlobTTL is negative. Without FilesOptions.Root it
-// returns an error wrapping agent.ErrNoCheckpoints.
+// BlobTTL/2 unless BlobTTL is negative; with a negative BlobTTL it keeps no
+// grace at all (a blob uploaded by a tool still running, its record not
+// yet written, may go and that Before fail): call it then only while no
+// tool runs. Without FilesOptions.Root it returns an error wrapping
+// agent.ErrNoCheckpoints.
 func (r *Runtime) SweepFileBlobs(ctx context.Context) (int, error) {
 	if r.files == nil {
 		return 0, fmt.Errorf("lazarus: sweep file blobs: %w", agent.ErrNoCheckpoints)
