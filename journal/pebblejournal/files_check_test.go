@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lazarusrt/lazarus/journal"
@@ -53,4 +55,33 @@ func TestCheckFiles(t *testing.T) {
 			require.True(t, strings.Contains(strings.Join(rep.Problems, "\n"), tc.want), "%v", rep.Problems)
 		})
 	}
+}
+
+// TestSweepRemovesUnfinishedUploads: chunks left without a description (an
+// upload cut by a crash) are removed by the next sweep, whatever their age,
+// and a finished blob of another name is kept.
+func TestSweepRemovesUnfinishedUploads(t *testing.T) {
+	s := openMem(t, Options{})
+	kept := []byte("kept")
+	hk := sha256.Sum256(kept)
+	_, err := s.PutFileBlob(ctx, hex.EncodeToString(hk[:]), int64(len(kept)), bytes.NewReader(kept))
+	require.NoError(t, err)
+	appendN(t, s, "c", 0, 1)
+	_, err = s.PutFileCheckpoint(ctx, &messages.FileCheckpoint{ConversationId: "c", Seq: 1, ToolCallId: "t", Path: "k", Sha256: hex.EncodeToString(hk[:]), Size: 4})
+	require.NoError(t, err)
+	cut := sha256.Sum256([]byte("cut short"))
+	for i := uint32(0); i < 3; i++ {
+		require.NoError(t, s.db.Set(chunkKey(cut[:], i), []byte("partial"), pebble.Sync))
+	}
+	n, err := s.SweepFileBlobs(ctx, time.Now().Add(time.Hour))
+	require.NoError(t, err)
+	require.Zero(t, n, "an unfinished upload is not a blob")
+	found := false
+	require.NoError(t, s.scanKeys(chunkPrefix(cut[:]), prefixEnd(chunkPrefix(cut[:])), func([]byte) error { found = true; return nil }))
+	require.False(t, found, "the unfinished upload's chunks are gone")
+	rc, err := s.OpenFileBlob(ctx, hex.EncodeToString(hk[:]))
+	require.NoError(t, err)
+	back, err := io.ReadAll(rc)
+	require.NoError(t, err)
+	require.Equal(t, kept, back)
 }
