@@ -189,6 +189,8 @@ type Options struct {
 	// system must not be a cluster member already). Default nil: the
 	// Runtime creates its own, and shuts it down on Close.
 	ActorSystem *actor.ActorSystem
+	// Files configures file checkpoints (see FilesOptions). Default: none.
+	Files FilesOptions
 }
 
 func (o Options) withDefaults() Options {
@@ -237,7 +239,10 @@ type Runtime struct {
 	mu     sync.Mutex
 	closed bool
 	gcStop func() bool
-	gcWG   sync.WaitGroup // the audit sweep and the resume scan
+	gcWG   sync.WaitGroup // the audit sweep, the blob sweep and the resume scan
+
+	// files is nil unless Options.Files.Root is set (files.go).
+	files *fileRoot
 }
 
 // Open starts a Runtime. With a durable Store, conversations, pending calls
@@ -297,6 +302,13 @@ func Open(opts Options) (*Runtime, error) {
 	default:
 		r.store, r.ownsStore = memjournal.New(memjournal.Options{Audit: opts.Audit.Enabled}), true
 	}
+	if err := r.openFiles(); err != nil {
+		r.endLife()
+		if r.ownsStore {
+			_ = r.store.Close()
+		}
+		return nil, err
+	}
 	r.hub = newHub(r.store, opts.SubscriberBuffer)
 	r.hub.subscribers = opts.Metrics.Subscribers
 	model := timed(opts.Model)
@@ -348,6 +360,7 @@ func Open(opts Options) (*Runtime, error) {
 			return actors.ConversationConfig{
 				Model:                 model,
 				Tools:                 reg,
+				Checkpoints:           r.checkpointHook(),
 				Agents:                agents,
 				MaxInvalidToolAnswers: opts.MaxInvalidToolAnswers,
 				IdleTimeout:           opts.IdleTimeout,
@@ -372,6 +385,9 @@ func Open(opts Options) (*Runtime, error) {
 		if r.cl == nil && r.ownsSys {
 			r.system.Shutdown()
 		}
+		if r.files != nil {
+			_ = r.files.root.Close()
+		}
 		if r.ownsStore {
 			_ = r.store.Close()
 		}
@@ -389,6 +405,9 @@ func Open(opts Options) (*Runtime, error) {
 	if opts.Audit.Enabled && opts.Audit.TTL > 0 {
 		r.armAuditGC()
 	}
+	r.mu.Lock()
+	r.armFileSweep()
+	r.mu.Unlock()
 	if !opts.NoResume {
 		r.gcWG.Add(1)
 		go r.resumeInterrupted()
@@ -856,6 +875,7 @@ func (r *Runtime) Close() error {
 	if r.gcStop != nil {
 		r.gcStop()
 	}
+	r.stopFileSweep()
 	r.mu.Unlock()
 	r.endLife()
 	r.gcWG.Wait()
@@ -869,6 +889,9 @@ func (r *Runtime) Close() error {
 	}
 	if r.cl == nil && r.ownsSys {
 		r.system.Shutdown()
+	}
+	if r.files != nil {
+		_ = r.files.root.Close()
 	}
 	if r.ownsStore {
 		return r.store.Close()

@@ -95,6 +95,9 @@ type ConversationConfig struct {
 	Model agent.Model
 	// Tools is the tool registry. Nil means no tools.
 	Tools *agent.Registry
+	// Checkpoints, if set, gives each server tool run its
+	// agent.Checkpointer (Invocation.Files). Default nil: none.
+	Checkpoints func(inv agent.Invocation) agent.Checkpointer
 	// Agents are the named agents of the conversation, by name (see
 	// AgentConfig); with any, Tools must hold HandoffTool. Nil: the
 	// default agent alone, as before agents existed.
@@ -444,6 +447,9 @@ func (c *conversation) startLoad(ctx actor.Context) {
 func (c *conversation) runTool(ctx actor.Context, inv agent.Invocation) {
 	send := tell(ctx)
 	tools := c.cfg.Tools
+	if c.cfg.Checkpoints != nil {
+		inv.Files = c.cfg.Checkpoints(inv)
+	}
 	c.goOwned(func(gctx context.Context) {
 		var out *messages.ToolOutcome
 		if tools == nil {

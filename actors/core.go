@@ -685,8 +685,21 @@ func (c *core) dispatchServerCalls() {
 			Name:           call.ev.GetCall().GetName(),
 			Arguments:      call.ev.GetCall().GetArguments(),
 			Scope:          c.requester,
+			Seq:            c.callSeq(id),
 		}})
 	}
+}
+
+// callSeq returns the seq of the tool_call event of call id in the working
+// set, 0 if it is not there. Calls are dispatched right after their event
+// is written or loaded, so the walk back is short.
+func (c *core) callSeq(id string) uint64 {
+	for i := len(c.ws.Events) - 1; i >= 0; i-- {
+		if tc := c.ws.Events[i].GetToolCall(); tc != nil && tc.GetCall().GetId() == id {
+			return c.ws.Events[i].GetSeq()
+		}
+	}
+	return 0
 }
 
 func (c *core) startModel() {

@@ -99,6 +99,7 @@ func Run(t *testing.T, f Factory, feat Features) {
 		{"Find", findCases},
 		{"Audit", auditCases},
 		{"Delete", deleteCases},
+		{"Files", fileCases},
 		{"KeyIsolation", isolationCases},
 		{"BadInput", badInputCases},
 		{"Close", closeCases},

@@ -49,6 +49,8 @@ type state struct {
 	// found is the metadata index: key, then value, then the ids holding
 	// the pair; kept by every change of metadata (setMeta) and by a delete.
 	found map[string]map[string]map[string]struct{}
+	// files holds the blobs and file checkpoints (files.go).
+	files fileState
 }
 
 type deadlineKey struct{ conv, call string }
@@ -87,6 +89,7 @@ func newState() *state {
 		deadlines: make(map[deadlineKey]*messages.Deadline),
 		active:    make(map[string]struct{}),
 		found:     make(map[string]map[string]map[string]struct{}),
+		files:     newFileState(),
 	}
 }
 
@@ -1091,6 +1094,7 @@ func (s *Store) DeleteConversation(ctx context.Context, id string) error {
 	}
 	delete(st.convs, id)
 	delete(st.active, id)
+	st.files.dropConversation(id)
 	st.deleted[id] = struct{}{}
 	return nil
 }

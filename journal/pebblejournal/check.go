@@ -56,7 +56,8 @@ type convCheck struct {
 // its log, every tool_call event has its row and every row its owner entry,
 // the pending index lists exactly the pending rows, the active index
 // exactly the ACTIVE rows, and the two deadline indexes agree with each
-// other and name pending calls. Damage goes into
+// other and name pending calls, and the file checkpoints agree with their
+// blobs (files.go: checkFiles). Damage goes into
 // the report; the error is for a check that could not run (a closed store,
 // ctx done).
 func (s *Store) Check(ctx context.Context) (*CheckReport, error) {
@@ -291,6 +292,9 @@ func (s *Store) Check(ctx context.Context) (*CheckReport, error) {
 				r.problem("conversation %q: tool_call event %q has no row (%v)", id, call, err)
 			}
 		}
+	}
+	if err := s.checkFiles(ctx, r); err != nil {
+		return nil, err
 	}
 	return r, nil
 }

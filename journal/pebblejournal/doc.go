@@ -69,6 +69,10 @@
 //	0x09 conv key                      metadata value (UTF-8 text)
 //	0x0a conv                          active conversation index (empty)
 //	0x0b key hash(value) conv          metadata index (the value)
+//	0x0f conv seq path                 file checkpoint (FileCheckpoint)
+//	0x10 sha256 chunk                  blob content, a chunk (raw bytes)
+//	0x1b 'b' sha256                    blob description (FileBlob)
+//	0x1b 'r' sha256 conv seq path      blob reference of a file checkpoint (empty)
 //	0x21 seconds nanos call conv       deadlines by time (empty)
 //	0x22 call                          tool call id -> conversation id (text)
 //
@@ -111,12 +115,22 @@
 // ListPendingToolCalls walks it across conversations from its cursor, and
 // Deadlines walks 0x21 from a low-water mark.
 //
+// File checkpoints (no layout change: a store without them has none) keep
+// a blob's chunks (sha256 is 32 bytes, the chunk index 4 bytes
+// big-endian), each written in its own unsynced batch as the content is
+// read, then its description in a synced batch: a blob without a
+// description is an unfinished upload, which the sweeper removes. A
+// record's reference key is written in its batch, so the sweeper knows a
+// blob is referenced with one seek; both, and the sweep, run under the
+// blob's lock (striped).
+//
 // Reads use bounded iterators; tails and backward pages iterate in reverse,
 // so LastSeq, LatestSummary and LoadSince cost one reverse seek plus the
 // events they return, whatever the length of the log.
 //
 // DeleteConversation writes one synced batch: a range delete over each of
-// families 0x03-0x09 for the conversation, point deletes of its row, of its
+// families 0x03-0x09 and 0x0f for the conversation, point deletes of its
+// blob references (0x1b 'r'), of its row, of its
 // active index key (0x0a) and of its entries in the two global indexes
 // (0x21, 0x22), and its tombstone
 // (0x02), which makes every later write to the id fail with

@@ -71,6 +71,12 @@ func famName(f byte) string {
 		return "tool call owner"
 	case famDeadlineByTime:
 		return "deadline-by-time"
+	case famFileRef:
+		return "file checkpoint"
+	case famFileChunk:
+		return "blob chunk"
+	case famFileBlob:
+		return "blob"
 	}
 	return "unknown family 0x" + strconv.FormatUint(uint64(f), 16)
 }

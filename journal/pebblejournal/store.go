@@ -106,6 +106,9 @@ type Store struct {
 	seed      maphash.Seed
 	convLocks [convStripes]sync.Mutex
 	idLocks   [idStripes]sync.Mutex
+	// fileLocks serialise, per blob (striped), its upload, the records
+	// that name it and its sweep (files.go).
+	fileLocks [fileStripes]sync.Mutex
 
 	dl lowWater
 
