@@ -72,13 +72,18 @@ func TestMetricsHooks(t *testing.T) {
 	require.EqualValues(t, 2, modelCalls.Load())
 	require.Zero(t, modelErrs.Load())
 	require.Positive(t, commits.Load())
-	// A write after the answer (rows only) may be between its commit and
-	// its report.
-	require.Eventually(t, func() bool { return requests.Load() == appends.Load() }, 10*time.Second, time.Millisecond,
-		"every committed request is reported once: %d committed, %d reported", requests.Load(), appends.Load())
+	// Every event is reported once, by the Appended of the request that
+	// committed it (a write after the answer may still be between its
+	// commit and its report). Commit counts every request a batch carried,
+	// failed ones too (under load the expiry actor can hand a resolution
+	// over again; the second is refused as stale), so Appended reports at
+	// most as many requests as Commit carried.
 	seq, err := rt.Store().LastSeq(ctx, "c")
 	require.NoError(t, err)
-	require.EqualValues(t, seq, events.Load(), "every event is counted once")
+	require.Eventually(t, func() bool { return events.Load() == int64(seq) }, 10*time.Second, time.Millisecond,
+		"every event is counted once")
+	require.LessOrEqual(t, appends.Load(), requests.Load(), "no request is reported that no batch carried")
+	require.Positive(t, appends.Load())
 	require.GreaterOrEqual(t, maxSubs.Load(), int64(1))
 	cancel()
 	for range updates {
