@@ -46,6 +46,8 @@ type state struct {
 	// active holds the ids of the conversations whose row is ACTIVE, kept
 	// by every change of a row (indexActive) and by a delete.
 	active map[string]struct{}
+	// schedules holds every schedule, by id (see schedule.go).
+	schedules map[string]*messages.Schedule
 }
 
 type deadlineKey struct{ conv, call string }
@@ -61,6 +63,7 @@ type conv struct {
 	deadlines map[string]struct{} // tool call ids with a deadline
 	audit     map[uint64]*messages.ModelCall
 	meta      map[string]string
+	schedules map[string]struct{} // ids of its schedules
 }
 
 func (c *conv) lastSeq() uint64 {
@@ -82,6 +85,7 @@ func newState() *state {
 		toolCalls: make(map[string]*messages.ToolCallRecord),
 		deadlines: make(map[deadlineKey]*messages.Deadline),
 		active:    make(map[string]struct{}),
+		schedules: make(map[string]*messages.Schedule),
 	}
 }
 
@@ -310,7 +314,7 @@ func (st *state) checkAppend(req *messages.AppendRequest) error {
 			return fmt.Errorf("memjournal: reschedule %q in an append to %q: status is %v: %w", call, id, cur, journal.ErrStale)
 		}
 	}
-	return nil
+	return st.checkFire(id, req.GetScheduleFire())
 }
 
 // applyAppend applies a checked request. req is the Store's own copy.
@@ -379,6 +383,7 @@ func (st *state) applyAppend(req *messages.AppendRequest, now time.Time) journal
 			st.schedule(c, d)
 		}
 	}
+	st.applyFire(c, req.GetScheduleFire())
 	st.indexActive(id, c)
 	return res
 }
@@ -1077,6 +1082,9 @@ func (s *Store) DeleteConversation(ctx context.Context, id string) error {
 	}
 	for call := range c.deadlines {
 		delete(st.deadlines, deadlineKey{id, call})
+	}
+	for sid := range c.schedules {
+		delete(st.schedules, sid)
 	}
 	delete(st.convs, id)
 	delete(st.active, id)
