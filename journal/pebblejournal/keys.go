@@ -68,6 +68,12 @@ func famName(f byte) string {
 		return "tool call owner"
 	case famDeadlineByTime:
 		return "deadline-by-time"
+	case famSchedule:
+		return "schedule"
+	case famScheduleOwner:
+		return "schedule owner"
+	case famScheduleByTime:
+		return "schedule-by-time"
 	}
 	return "unknown family 0x" + strconv.FormatUint(uint64(f), 16)
 }
