@@ -34,6 +34,13 @@ type ExpiryOptions struct {
 	// block. It is not called when the call had been answered first (the
 	// write failed with ErrStale). Default: nothing is delivered.
 	Deliver func(conversationID, toolCallID string)
+	// Fire is called when an occurrence of a scheduled wake-up is due
+	// (see expiry_schedule.go): occurrence is the schedule's stored next
+	// time, which the conversation's write must name. It runs on the
+	// actor's goroutine and must not block. Until a ScheduleArm or
+	// ScheduleDisarm of the schedule arrives, it is called again every
+	// ReplyTimeout. Default: schedules are not fired.
+	Fire func(conversationID, scheduleID string, occurrence time.Time)
 	// RetryAfter is how long to wait before writing an expire again after
 	// a failure other than ErrStale (closed, I/O), and before reading the
 	// Store again after a failed rebuild. Default 1s.
@@ -96,8 +103,12 @@ func ExpiredOutcome() *messages.ToolOutcome {
 //     once. The durable deadline row must already be written (by the
 //     conversation's append); this message only updates memory.
 //   - *messages.CancelExpiry removes the deadline of a tool call, if any.
+//   - *messages.ScheduleArm arms (or moves) the timer of a scheduled
+//     wake-up; *messages.ScheduleDisarm removes it. The durable schedule
+//     record must already say so. See expiry_schedule.go and
+//     ExpiryOptions.Fire.
 //
-// Neither gets a reply.
+// None gets a reply.
 //
 // # Expiring
 //
@@ -132,7 +143,8 @@ func ExpiredOutcome() *messages.ToolOutcome {
 //
 // # Restarts
 //
-// On Started the actor reads every deadline from the Store (Store reads on
+// On Started the actor reads every deadline from the Store, and every
+// schedule's next time if the Store is a journal.ScheduleStore (Store reads on
 // Started are the one blocking I/O it does on its own goroutine): deadlines
 // that passed while it was down fire at once. The durable deadline row is
 // removed by the same write that expires or resolves its call, so a rebuild
@@ -156,6 +168,10 @@ func NewExpiry(opts ExpiryOptions) *actor.Props {
 type expiryActor struct {
 	opts   ExpiryOptions
 	q      *expiryQueue
+	sq     *deadlineHeap // schedules: id -> next occurrence (or retry time)
+	// firing holds the occurrence of each schedule handed to Fire and not
+	// yet reported back (ScheduleArm, ScheduleDisarm).
+	firing map[string]int64
 	self   *actor.PID
 	system *actor.ActorSystem
 
@@ -180,6 +196,7 @@ func (a *expiryActor) Receive(ctx actor.Context) {
 		a.self, a.system = ctx.Self(), ctx.ActorSystem()
 		o := a.opts
 		a.q = newExpiryQueue(rand.Uint64(), o.MaxInFlight, int64(o.RetryAfter), int64(o.ReplyTimeout))
+		a.sq = newDeadlineHeap()
 		a.rebuild()
 		a.process(ctx)
 	case *messages.ScheduleExpiry:
@@ -192,6 +209,12 @@ func (a *expiryActor) Receive(ctx actor.Context) {
 		a.process(ctx)
 	case *messages.CancelExpiry:
 		a.q.cancel(msg.GetToolCallId())
+		a.process(ctx)
+	case *messages.ScheduleArm:
+		a.onScheduleArm(msg)
+		a.process(ctx)
+	case *messages.ScheduleDisarm:
+		a.onScheduleDisarm(msg)
 		a.process(ctx)
 	case *messages.JournalWriteReply:
 		a.onReply(msg)
@@ -224,13 +247,17 @@ func (a *expiryActor) rebuild() {
 		n++
 		return nil
 	})
+	var ns int
+	if err == nil {
+		ns, err = a.rebuildSchedules()
+	}
 	if err != nil {
 		a.rebuildAt = a.opts.Clock.Now().Add(a.opts.RetryAfter).UnixNano()
-		a.opts.Logger.Error("actors: expiry: reading the Store's deadlines failed; retrying", "err", err, "read", n, "retry_after", a.opts.RetryAfter)
+		a.opts.Logger.Error("actors: expiry: reading the Store's deadlines and schedules failed; retrying", "err", err, "read", n, "retry_after", a.opts.RetryAfter)
 		return
 	}
 	a.rebuilt = true
-	a.opts.Logger.Info("actors: expiry: deadlines rebuilt from the Store", "deadlines", n, "took", time.Since(start))
+	a.opts.Logger.Info("actors: expiry: deadlines and schedules rebuilt from the Store", "deadlines", n, "schedules", ns, "took", time.Since(start))
 }
 
 func (a *expiryActor) onReply(r *messages.JournalWriteReply) {
@@ -282,6 +309,7 @@ func (a *expiryActor) process(ctx actor.Context) {
 			},
 		})
 	})
+	a.fireSchedules(n)
 	a.arm(n)
 }
 
@@ -295,6 +323,9 @@ func SystemIdentity() *messages.Identity {
 // again, or none if nothing is waiting.
 func (a *expiryActor) arm(now int64) {
 	at, ok := a.q.wake()
+	if st, sok := a.scheduleWake(); sok && (!ok || st < at) {
+		at, ok = st, true
+	}
 	if !a.rebuilt && (!ok || a.rebuildAt < at) {
 		at, ok = a.rebuildAt, true
 	}
