@@ -166,9 +166,9 @@ func NewExpiry(opts ExpiryOptions) *actor.Props {
 
 // expiryActor is one incarnation of the expiry actor.
 type expiryActor struct {
-	opts   ExpiryOptions
-	q      *expiryQueue
-	sq     *deadlineHeap // schedules: id -> next occurrence (or retry time)
+	opts ExpiryOptions
+	q    *expiryQueue
+	sq   *deadlineHeap // schedules: id -> next occurrence (or retry time)
 	// firing holds the occurrence of each schedule handed to Fire and not
 	// yet reported back (ScheduleArm, ScheduleDisarm).
 	firing map[string]int64
