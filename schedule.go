@@ -390,3 +390,19 @@ func (r *Runtime) currentSchedule(ctx context.Context, ss journal.ScheduleStore,
 	r.sup.DisarmSchedule(f.conv, f.id)
 	return nil, nil
 }
+
+// schedulesBeforeDelete returns the conversation's schedules, read just
+// before its delete, so that their timers go with it. A failed read
+// returns none: a timer left armed finds its schedule gone when it fires,
+// and goes then.
+func (r *Runtime) schedulesBeforeDelete(ctx context.Context, conv string) []*messages.Schedule {
+	ss, ok := r.store.(journal.ScheduleStore)
+	if !ok {
+		return nil
+	}
+	all, err := ss.ConversationSchedules(ctx, conv)
+	if err != nil {
+		return nil
+	}
+	return all
+}
