@@ -238,4 +238,3 @@ func TestScheduleToolLetsTheModelWakeItself(t *testing.T) {
 	require.NoError(t, model.WaitCalls(ctx, "c", 3))
 	require.Equal(t, []string{"check the deploy"}, wakes(ctx, t, rt, "c"))
 }
-
