@@ -2,6 +2,7 @@ package pebblejournal
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"time"
 
@@ -250,16 +251,25 @@ func (s *Store) ScheduleTimes(ctx context.Context, fn func(conversationID, id st
 	})
 }
 
-// parseScheduleTimeKey decodes a schedule-by-time key.
+// parseScheduleTimeKey decodes a schedule-by-time key: the same layout as
+// a deadline-by-time key under another family, decoded in place (the
+// rebuild reads a million of them).
 func parseScheduleTimeKey(k []byte) (at time.Time, id, conv string, err error) {
 	if len(k) < 1+timeLen || k[0] != famScheduleByTime {
 		return time.Time{}, "", "", corruptKey(k, "too short")
 	}
-	// The same layout as a deadline-by-time key, under another family.
-	b := append([]byte{famDeadlineByTime}, k[1:]...)
-	ts, id, conv, err := parseByTimeKey(b)
-	if err != nil {
-		return time.Time{}, "", "", corruptKey(k, "malformed schedule-by-time key")
+	sec := int64(binary.BigEndian.Uint64(k[1:9]) ^ (1 << 63))
+	nanos := int64(binary.BigEndian.Uint32(k[9:13]))
+	if nanos >= 1e9 {
+		return time.Time{}, "", "", corruptKey(k, "invalid time")
 	}
-	return ts.AsTime(), id, conv, nil
+	id, rest, ok := decodeID(k[1+timeLen:])
+	if !ok {
+		return time.Time{}, "", "", corruptKey(k, "malformed schedule id")
+	}
+	conv, rest, ok = decodeID(rest)
+	if !ok || len(rest) != 0 || id == "" || conv == "" {
+		return time.Time{}, "", "", corruptKey(k, "malformed conversation id")
+	}
+	return time.Unix(sec, nanos), id, conv, nil
 }

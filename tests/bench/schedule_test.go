@@ -87,12 +87,13 @@ func BenchmarkExpirySchedules(b *testing.B) {
 		late := make([]time.Duration, n)
 		var fired atomic.Int64
 		done := make(chan struct{})
-		start := time.Now().Add(2*time.Second + time.Duration(n)*time.Second/50_000)
-		due := make(map[string]time.Time, n)
-		for i := range n {
-			due[fmt.Sprintf("sch_near%024d", i)] = start.Add(time.Duration(i) * time.Second / expiryRate)
-		}
+		rebuilt := make(chan struct{})
+		var due map[string]time.Time // written before the first arm is sent
 		fire := func(_, id string, _ time.Time) {
+			if id == "probe" {
+				close(rebuilt)
+				return
+			}
 			at, ok := due[id] // read-only once firing starts
 			if !ok {
 				return
@@ -107,6 +108,14 @@ func BenchmarkExpirySchedules(b *testing.B) {
 		}
 		pid := sys.Root.Spawn(actors.NewExpiry(actors.ExpiryOptions{Store: store, Journal: j.pid, Fire: fire}))
 		defer sys.Root.Stop(pid)
+		// The far million are rebuilt first (the probe fires after it).
+		sys.Root.Send(pid, &messages.ScheduleArm{ConversationId: "probe", ScheduleId: "probe", Next: timestamppb.New(time.Unix(1, 0))})
+		<-rebuilt
+		start := time.Now().Add(time.Second + time.Duration(n)*time.Second/50_000)
+		due = make(map[string]time.Time, n)
+		for i := range n {
+			due[fmt.Sprintf("sch_near%024d", i)] = start.Add(time.Duration(i) * time.Second / expiryRate)
+		}
 		for id, at := range due {
 			sys.Root.Send(pid, &messages.ScheduleArm{ConversationId: "near", ScheduleId: id, Next: timestamppb.New(at)})
 		}
