@@ -349,7 +349,6 @@ func (r *Runtime) fire(ctx context.Context, f scheduleFire) {
 	wake := &messages.ScheduleWake{
 		RequestId: "schedule/" + f.id + "/" + strconv.FormatInt(f.at.UnixNano(), 10),
 		Message:   proto.Clone(sc.GetPayload()).(*messages.UserMessage),
-		Author:    sc.GetAuthor(),
 		Fire:      fireRec,
 	}
 	res, err := r.sup.Ask(ctx, f.conv, &actors.Command{Scope: scope, Msg: wake})

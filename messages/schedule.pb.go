@@ -213,14 +213,14 @@ func (x *ScheduleFire) GetNext() *timestamppb.Timestamp {
 }
 
 // ScheduleWake is the command that delivers one occurrence to its
-// conversation actor: a user message written with request_id, author and
-// fire in one append. The actor answers AgentSendReply.
+// conversation actor: a user message, written with request_id (and the
+// command's scope as its author) and fire in one append of its own. The
+// actor answers AgentSendReply.
 type ScheduleWake struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	Message       *UserMessage           `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
-	Author        *Identity              `protobuf:"bytes,3,opt,name=author,proto3" json:"author,omitempty"`
-	Fire          *ScheduleFire          `protobuf:"bytes,4,opt,name=fire,proto3" json:"fire,omitempty"`
+	Fire          *ScheduleFire          `protobuf:"bytes,3,opt,name=fire,proto3" json:"fire,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -265,13 +265,6 @@ func (x *ScheduleWake) GetRequestId() string {
 func (x *ScheduleWake) GetMessage() *UserMessage {
 	if x != nil {
 		return x.Message
-	}
-	return nil
-}
-
-func (x *ScheduleWake) GetAuthor() *Identity {
-	if x != nil {
-		return x.Author
 	}
 	return nil
 }
@@ -420,13 +413,12 @@ const file_lazarus_v1_schedule_proto_rawDesc = "" +
 	"\n" +
 	"occurrence\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"occurrence\x12.\n" +
-	"\x04next\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04next\"\xbc\x01\n" +
+	"\x04next\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04next\"\x8e\x01\n" +
 	"\fScheduleWake\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x121\n" +
 	"\amessage\x18\x02 \x01(\v2\x17.lazarus.v1.UserMessageR\amessage\x12,\n" +
-	"\x06author\x18\x03 \x01(\v2\x14.lazarus.v1.IdentityR\x06author\x12,\n" +
-	"\x04fire\x18\x04 \x01(\v2\x18.lazarus.v1.ScheduleFireR\x04fire\"\x87\x01\n" +
+	"\x04fire\x18\x03 \x01(\v2\x18.lazarus.v1.ScheduleFireR\x04fire\"\x87\x01\n" +
 	"\vScheduleArm\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12\x1f\n" +
 	"\vschedule_id\x18\x02 \x01(\tR\n" +
@@ -470,14 +462,13 @@ var file_lazarus_v1_schedule_proto_depIdxs = []int32{
 	5,  // 5: lazarus.v1.ScheduleFire.occurrence:type_name -> google.protobuf.Timestamp
 	5,  // 6: lazarus.v1.ScheduleFire.next:type_name -> google.protobuf.Timestamp
 	7,  // 7: lazarus.v1.ScheduleWake.message:type_name -> lazarus.v1.UserMessage
-	8,  // 8: lazarus.v1.ScheduleWake.author:type_name -> lazarus.v1.Identity
-	1,  // 9: lazarus.v1.ScheduleWake.fire:type_name -> lazarus.v1.ScheduleFire
-	5,  // 10: lazarus.v1.ScheduleArm.next:type_name -> google.protobuf.Timestamp
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	1,  // 8: lazarus.v1.ScheduleWake.fire:type_name -> lazarus.v1.ScheduleFire
+	5,  // 9: lazarus.v1.ScheduleArm.next:type_name -> google.protobuf.Timestamp
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_lazarus_v1_schedule_proto_init() }
