@@ -68,6 +68,9 @@
 //	0x08 conv turn_ref                 audit row (ModelCall)
 //	0x09 conv key                      metadata value (UTF-8 text)
 //	0x0a conv                          active conversation index (empty)
+//	0x0d conv schedule                 scheduled wake-up (Schedule)
+//	0x0e schedule                      schedule id -> conversation id (text)
+//	0x1a seconds nanos schedule conv   schedules by next occurrence (empty)
 //	0x21 seconds nanos call conv       deadlines by time (empty)
 //	0x22 call                          tool call id -> conversation id (text)
 //
@@ -75,6 +78,10 @@
 // its tool_result event (the runtime's server calls) does not hold the
 // result a second time: it keeps the event's seq in result_seq, and reads
 // put the event's outcome back.
+//
+// The schedule families (journal.ScheduleStore) came without a layout
+// change: a store written before them has none of their keys. A fire in an
+// append moves 0x0d and 0x1a in the append's batch.
 //
 // Layout v2 brought result_seq and moved the owner index from 0x20 to 0x22.
 // Layout v3 brought the active index (0x0a): one key per conversation whose
@@ -108,8 +115,8 @@
 // DeleteConversation writes one synced batch: a range delete over each of
 // families 0x03-0x09 for the conversation, point deletes of its row, of its
 // active index key (0x0a) and of its entries in the two global indexes
-// (0x21, 0x22), and its tombstone
-// (0x02), which makes every later write to the id fail with
+// (0x21, 0x22), point deletes of its schedules (0x0d, 0x0e, 0x1a), and its
+// tombstone (0x02), which makes every later write to the id fail with
 // journal.ErrDeleted.
 //
 // Stored bytes are decoded defensively: a value that does not decode, or
