@@ -59,7 +59,8 @@ const maxAnswerBytes = journal.MaxEventBytes
 type answerDeltas struct {
 	deltas []string
 	bytes  int
-	over   bool // maxAnswerBytes was passed: nothing is kept until the answer ends
+	over   bool   // maxAnswerBytes was passed: nothing is kept until the answer ends
+	agent  string // the agent whose model streams them (Update.Agent)
 }
 
 // outBuffer is the capacity of a subscription's channel (at most the
@@ -145,7 +146,7 @@ func (h *hub) publish(u actors.Update) {
 			return // nothing was streamed: nothing to void
 		}
 	case u.Delta != "" && u.Event == nil:
-		h.keepDelta(u.ConversationID, u.Delta)
+		h.keepDelta(u.ConversationID, u.Delta, u.Agent)
 	}
 	h.mu.Unlock()
 	for _, s := range subs {
@@ -154,7 +155,7 @@ func (h *hub) publish(u actors.Update) {
 }
 
 // keepDelta adds a delta to the answer in progress of conv. h.mu is held.
-func (h *hub) keepDelta(conv, delta string) {
+func (h *hub) keepDelta(conv, delta, agent string) {
 	a := h.answers[conv] // stored by value: no allocation but the slice's
 	switch {
 	case a.over:
@@ -164,6 +165,7 @@ func (h *hub) keepDelta(conv, delta string) {
 	default:
 		a.deltas = append(a.deltas, delta)
 		a.bytes += len(delta)
+		a.agent = agent
 	}
 	h.answers[conv] = a
 }
@@ -221,19 +223,20 @@ func (h *hub) subscribe(ctx context.Context, conv string, after uint64) (<-chan 
 	old := h.subs[conv]
 	h.subs[conv] = append(old[:len(old):len(old)], s) // a new list: see subs
 	var answer []string
+	var agent string
 	if a := h.answers[conv]; len(a.deltas) > 0 {
-		answer = slices.Clone(a.deltas)
+		answer, agent = slices.Clone(a.deltas), a.agent
 	}
 	h.wg.Add(1)
 	h.mu.Unlock()
 	if h.subscribers != nil {
 		h.subscribers(1)
 	}
-	go h.pump(ctx, s, answer)
+	go h.pump(ctx, s, answer, agent)
 	return s.out, nil
 }
 
-func (h *hub) pump(ctx context.Context, s *subscription, answer []string) {
+func (h *hub) pump(ctx context.Context, s *subscription, answer []string, agent string) {
 	defer h.wg.Done()
 	if h.subscribers != nil {
 		defer h.subscribers(-1)
@@ -293,7 +296,7 @@ catchUp:
 	// The answer in progress when the subscription started: its deltas
 	// were published before it, so none of them is queued.
 	for _, d := range answer {
-		if !emit(actors.Update{ConversationID: s.conv, Delta: d}) {
+		if !emit(actors.Update{ConversationID: s.conv, Delta: d, Agent: agent}) {
 			return
 		}
 	}

@@ -98,6 +98,12 @@ type Options struct {
 	Model agent.Model
 	// Tools the model may call. Default none.
 	Tools []agent.Tool
+	// Agents are the named agents a conversation can hold besides its
+	// default one, each with its own model, settings and tools (see
+	// Agent); with any, the built-in handoff tool (HandoffToolName) is
+	// registered too, and no tool of Tools may have its name. Default
+	// none: every conversation has the default agent alone.
+	Agents []Agent
 	// Settings are the default model settings of every conversation
 	// (system prompt, model name, temperature, max tokens, tool choice).
 	// A conversation's own, set with Configure, override them field by
@@ -243,7 +249,7 @@ func Open(opts Options) (*Runtime, error) {
 	case opts.Audit.TTL > 0 && !opts.Audit.Enabled:
 		return nil, fmt.Errorf("lazarus: Options.Audit.TTL is set but the audit is not enabled: %w", journal.ErrInvalid)
 	}
-	tools := opts.Tools
+	tools := withHandoff(opts)
 	var self *Runtime // the schedule tools run only once Open returned
 	if opts.ScheduleTools {
 		tools = append(slices.Clone(tools), scheduleTools(func() *Runtime { return self })...)
@@ -255,6 +261,16 @@ func Open(opts Options) (*Runtime, error) {
 	reg = reg.WithDefaultTimeout(opts.HumanTimeout)
 	if err := agent.ValidateSettings(opts.Settings, reg); err != nil {
 		return nil, fmt.Errorf("lazarus: Options.Settings: %w", err)
+	}
+	timed := func(m agent.Model) agent.Model {
+		if opts.Metrics.ModelCall != nil {
+			return timedModel{Model: m, observe: opts.Metrics.ModelCall}
+		}
+		return m
+	}
+	agents, err := agentConfigs(opts, reg, timed)
+	if err != nil {
+		return nil, err
 	}
 	r := &Runtime{opts: opts, tools: reg, log: opts.Logger, store: opts.Store, fires: make(chan scheduleFire, 4096)}
 	self = r
@@ -284,10 +300,7 @@ func Open(opts Options) (*Runtime, error) {
 	}
 	r.hub = newHub(r.store, opts.SubscriberBuffer)
 	r.hub.subscribers = opts.Metrics.Subscribers
-	model := opts.Model
-	if opts.Metrics.ModelCall != nil {
-		model = timedModel{Model: model, observe: opts.Metrics.ModelCall}
-	}
+	model := timed(opts.Model)
 	committed := r.hub.publishCommitted
 	if m := opts.Metrics; m.Appended != nil || m.Expired != nil {
 		committed = func(req *messages.AppendRequest) {
@@ -318,6 +331,7 @@ func Open(opts Options) (*Runtime, error) {
 			return actors.ConversationConfig{
 				Model:                 model,
 				Tools:                 reg,
+				Agents:                agents,
 				MaxInvalidToolAnswers: opts.MaxInvalidToolAnswers,
 				IdleTimeout:           opts.IdleTimeout,
 				HumanTimeout:          opts.HumanTimeout,
@@ -418,6 +432,15 @@ type SendOptions struct {
 	// keeps their keys. Default: a random key, so each call is a new
 	// message.
 	RequestID string
+	// Agent addresses the message to the named agent (one of
+	// Options.Agents), which answers it; the message belongs to it (see
+	// Agent). An agent not in Options.Agents is refused with an error
+	// wrapping ErrUnknownAgent and journal.ErrInvalid. Default "": the
+	// default agent.
+	Agent string
+	// Broadcast shares the message with every agent of the conversation,
+	// while only Agent answers it. Default false: only Agent sees it.
+	Broadcast bool
 }
 
 // Send appends a user message to the conversation (creating it if new) and
@@ -453,13 +476,16 @@ func (r *Runtime) SendMessage(ctx context.Context, conversationID string, msg *m
 	if err := agent.ValidateIdentity(scope.Identity()); err != nil {
 		return 0, fmt.Errorf("lazarus: send to %q: scope: %w", conversationID, err)
 	}
+	if err := r.checkAddress(opts); err != nil {
+		return 0, fmt.Errorf("lazarus: send to %q: %w", conversationID, err)
+	}
 	if opts.RequestID == "" {
 		opts.RequestID = newRequestID()
 	}
 	if err := journal.ValidateEvent(&messages.Event{RequestId: opts.RequestID, Body: &messages.Event_UserMsg{UserMsg: msg}}); err != nil {
 		return 0, fmt.Errorf("lazarus: send to %q: %w", conversationID, err)
 	}
-	res, err := r.sup.Ask(ctx, conversationID, &actors.Command{Scope: scope, Msg: &messages.AgentSend{RequestId: opts.RequestID, Message: msg}})
+	res, err := r.sup.Ask(ctx, conversationID, &actors.Command{Scope: scope, Msg: &messages.AgentSend{RequestId: opts.RequestID, Message: msg, To: address(opts)}})
 	if err != nil {
 		return 0, r.callErr(fmt.Sprintf("lazarus: send to %q", conversationID), err)
 	}

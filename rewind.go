@@ -8,6 +8,7 @@ import (
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/snapshot"
 )
 
 // RewindOptions are the options of Rewind. The zero value is a rewind with
@@ -128,6 +129,10 @@ type HistoryOptions struct {
 	// that a summary covers are kept (the model sees the summary in their
 	// place). Default false: the full log.
 	Effective bool
+	// Agent, if set, keeps only the events that agent sees: those that
+	// belong to it or are shared with it (see Agent); with Effective, what
+	// its model's context is built from. Default nil: every agent's.
+	Agent *AgentView
 }
 
 // HistoryEntry is one event of HistoryView.
@@ -162,6 +167,9 @@ func (r *Runtime) HistoryView(ctx context.Context, conversationID string, opts H
 			break
 		}
 		if opts.Effective && (!onHead[i] || ev.GetRewind() != nil) {
+			continue
+		}
+		if opts.Agent != nil && !snapshot.VisibleTo(ev, opts.Agent.Name) {
 			continue
 		}
 		out = append(out, HistoryEntry{Event: ev, Rewound: !onHead[i]})

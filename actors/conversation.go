@@ -77,6 +77,9 @@ type Update struct {
 	// it on the update that abandons the call (with TurnEnd cancelled, with
 	// Retry, or alone) when deltas were streamed.
 	Restart bool
+	// Agent is the agent whose model streamed Delta ("" for the default
+	// agent). A durable event names its agent itself (Event.agent).
+	Agent string
 }
 
 // ConversationConfig configures one activation of a conversation actor.
@@ -92,6 +95,10 @@ type ConversationConfig struct {
 	Model agent.Model
 	// Tools is the tool registry. Nil means no tools.
 	Tools *agent.Registry
+	// Agents are the named agents of the conversation, by name (see
+	// AgentConfig); with any, Tools must hold HandoffTool. Nil: the
+	// default agent alone, as before agents existed.
+	Agents map[string]AgentConfig
 	// Clock supplies time. Default SystemClock().
 	Clock Clock
 	// IdleTimeout passivates the actor after this long without work. Zero
@@ -202,6 +209,7 @@ func NewConversation(cfg ConversationConfig) *actor.Props {
 		return &conversation{cfg: cfg, log: log, core: newCore(coreConfig{
 			ID: cfg.ID, Tools: cfg.Tools, HumanTimeout: cfg.HumanTimeout, Policy: cfg.Policy,
 			Summarize: cfg.Summarizer != nil, Settings: cfg.Settings, Retry: cfg.Retry, MaxInvalidToolAnswers: cfg.MaxInvalidToolAnswers,
+			Agents: cfg.Agents,
 		}, log)}
 	}, opts...)
 }
@@ -456,6 +464,9 @@ func (c *conversation) startModel(ctx actor.Context, e effStartModel) {
 	c.modelCancel = cancel
 	turn := e.in
 	id, model, store, audit, clock, gate := e.turn, c.cfg.Model, c.cfg.Store, c.cfg.Audit, c.cfg.Clock, c.cfg.ModelGate
+	if m := c.cfg.Agents[turn.Agent].Model; turn.Agent != "" && m != nil {
+		model = m
+	}
 	lastSeq := e.lastSeq
 	send := tell(ctx)
 	log := c.log
@@ -463,7 +474,7 @@ func (c *conversation) startModel(ctx actor.Context, e effStartModel) {
 	if publish, conv := c.cfg.Publish, c.cfg.ID; publish != nil {
 		onDelta = func(text string) {
 			if turnCtx.Err() == nil {
-				publish(Update{ConversationID: conv, Delta: text})
+				publish(Update{ConversationID: conv, Delta: text, Agent: turn.Agent})
 			}
 		}
 	}

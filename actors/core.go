@@ -89,6 +89,12 @@ type core struct {
 	rewinds     []*queuedRewind
 
 	specs []agent.ToolSpec // the tools as the model is told of them; see startModel
+
+	// Named agents (core_agents.go): the agent whose turn is owed
+	// (agentOwed), the agent of the model call in progress or last made,
+	// and each named agent's tools.
+	nextAgent, turnAgent string
+	agentSpecs           map[string][]agent.ToolSpec
 }
 
 // coreConfig is what the core needs of ConversationConfig: no clock, no
@@ -104,6 +110,9 @@ type coreConfig struct {
 	MaxInvalidToolAnswers int
 	// NewID mints a tool call id at a time. Nil means NewToolCallIDAt.
 	NewID func(time.Time) string
+	// Agents are the named agents (see AgentConfig). Nil: the default
+	// agent alone, as before agents existed.
+	Agents map[string]AgentConfig
 }
 
 // openCall is a tool call issued in the working set with no tool_result yet.
@@ -121,6 +130,8 @@ type openCall struct {
 	// inStore: the row is already terminal in the Store, so the write that
 	// records the result must not resolve it again.
 	inStore bool
+	// agent is the agent that made the call; its result is that agent's.
+	agent string
 }
 
 // queuedConfig is an AgentConfigure waiting for its write.
@@ -399,6 +410,8 @@ func (c *core) onLoaded(l *inLoaded) {
 		c.calls[ev.GetCall().GetId()] = call
 		c.order = append(c.order, ev.GetCall().GetId())
 	}
+	c.loadCallAgents()
+	c.resolveHandoffs()
 	c.requester = l.scope
 	c.rowStatus = l.conv.GetStatus()
 	c.setSettings(l.conv.GetSettings())
@@ -646,6 +659,9 @@ func (c *core) turnOwed() bool {
 	if n := len(c.ws.Events); n > 0 && c.ws.Events[n-1].GetRewind() != nil {
 		return false // a rewind owes no turn; a send (or an edit) after it does
 	}
+	if c.agentsOn() {
+		return c.agentOwed()
+	}
 	switch c.ws.LastRendered().GetBody().(type) {
 	case *messages.Event_UserMsg, *messages.Event_ToolResult:
 		return true
@@ -682,6 +698,14 @@ func (c *core) startModel() {
 			c.specs = c.cfg.Tools.Specs()
 		}
 		turn.Tools = c.specs
+	}
+	if c.agentsOn() {
+		c.turnAgent = c.nextAgent
+		c.agentTurn(&turn)
+	} else {
+		// Render itself, unless the log holds agents' events (agents
+		// configured before): the default agent's view.
+		turn.Context = c.ws.RenderFor("")
 	}
 	c.emit(effStartModel{turn: c.turn, in: turn, lastSeq: c.ws.LastSeq})
 }
@@ -852,6 +876,7 @@ func (c *core) onWriteReply(r *inWriteReply) {
 			c.calls[id] = call
 			c.order = append(c.order, id)
 		}
+		c.resolveHandoffs()
 	case writeResults:
 		for _, id := range w.done {
 			delete(c.calls, id)
@@ -885,7 +910,7 @@ func (c *core) publish(u Update) {
 }
 
 func (c *core) maybeSummarize() {
-	if !c.cfg.Summarize || c.summarizing || !c.cfg.Policy.Due(c.ws) {
+	if !c.cfg.Summarize || c.summarizing || !c.cfg.Policy.Due(c.ws) || c.ws.HoldsAgents() {
 		return
 	}
 	plan, ok := c.ws.Plan(c.cfg.Policy.KeepRecent)
@@ -1014,7 +1039,7 @@ func (c *core) checkCall(tc *messages.ToolCall) string {
 	}
 	err := c.cfg.Tools.CheckCall(tc.GetName(), tc.GetArguments())
 	if err == nil {
-		return ""
+		return c.agentToolProblem(tc.GetName())
 	}
 	// The model reads this: leave out the Go package and sentinel.
 	msg := strings.TrimSuffix(err.Error(), ": "+journal.ErrInvalid.Error())

@@ -117,6 +117,7 @@ func (c *core) writeSends() bool {
 		req.Events = append(req.Events, c.event(func(ev *messages.Event) {
 			ev.RequestId = rid
 			ev.Author = q.scope.Identity().Proto()
+			ev.Agent, ev.Audience = addressOf(q.msg.GetTo())
 			ev.Body = &messages.Event_UserMsg{UserMsg: q.msg.GetMessage()}
 		}))
 		requester = &q.scope
@@ -140,12 +141,17 @@ func (c *core) writeResults() {
 		tc := call.ev.GetCall()
 		if call.ev.GetExecutor() == messages.Executor_EXECUTOR_HUMAN {
 			req.Events = append(req.Events, c.event(func(ev *messages.Event) {
+				ev.Agent = call.agent
 				ev.Body = &messages.Event_Resolution{Resolution: &messages.Resolution{ToolCallId: id, Status: call.status, By: call.by, Resolver: call.resolver}}
 			}))
 		}
 		req.Events = append(req.Events, c.event(func(ev *messages.Event) {
+			ev.Agent = call.agent
 			ev.Body = &messages.Event_ToolResult{ToolResult: &messages.ToolResultEvent{ToolCallId: id, Name: tc.GetName(), Outcome: call.ready}}
 		}))
+		if ev := c.handoffEvent(call); ev != nil {
+			req.Events = append(req.Events, ev)
+		}
 		if !call.inStore {
 			req.Resolutions = append(req.Resolutions, &messages.ToolResolution{
 				ToolCallId: id, Status: call.status, Result: call.ready, At: journal.Timestamp(c.now),
@@ -199,6 +205,7 @@ func (c *core) writeFailure() {
 	f := c.failure
 	c.failure = nil
 	req := &messages.AppendRequest{Events: []*messages.Event{c.event(func(ev *messages.Event) {
+		ev.Agent = c.turnAgent
 		ev.Body = &messages.Event_TurnFailed{TurnFailed: f}
 	})}}
 	c.setRow(req, messages.ConversationStatus_CONVERSATION_STATUS_IDLE, nil)
@@ -284,7 +291,7 @@ func (c *core) turnWrite(msg *messages.AssistantMessage) (*messages.AppendReques
 			e.Body = &messages.Event_ToolCall{ToolCall: ev}
 		}))
 		if results[i] == nil {
-			calls = append(calls, &openCall{ev: ev, prompt: req.ToolCalls[i].GetPrompt()})
+			calls = append(calls, &openCall{ev: ev, prompt: req.ToolCalls[i].GetPrompt(), agent: c.turnAgent})
 		}
 	}
 	for i, tc := range msg.GetToolCalls() {
@@ -307,6 +314,7 @@ func (c *core) turnWrite(msg *messages.AssistantMessage) (*messages.AppendReques
 		// The turn is answered: nothing is owed until the next command.
 		status = messages.ConversationStatus_CONVERSATION_STATUS_IDLE
 	}
+	stampAgent(req.Events, c.turnAgent)
 	c.setRow(req, status, calls)
 	// What the Store checks (text that is not UTF-8, records over the
 	// limits) it checks before writing anything; onWriteReply fails the
@@ -385,6 +393,7 @@ func (c *core) writeRewind() bool {
 		req.Events = append(req.Events, c.event(func(ev *messages.Event) {
 			ev.RequestId = m.GetRequestId()
 			ev.Author = q.scope.Identity().Proto()
+			ev.Agent, ev.Audience = c.editAddress(m.GetEditSeq())
 			ev.Body = &messages.Event_UserMsg{UserMsg: m.GetMessage()}
 		}))
 		status = messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE

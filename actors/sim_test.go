@@ -192,6 +192,11 @@ type sim struct {
 	calm    bool // no more faults: see drain
 	trace   []string
 	failure string
+
+	// agents: the run has named agents (sim_agents_test.go); addr is the
+	// address of each request id sent.
+	agents bool
+	addr   map[string]*messages.AgentAddress
 }
 
 func newSim(seed uint64) *sim {
@@ -285,7 +290,7 @@ func (s *sim) drain() {
 			for _, rid := range s.sent {
 				if _, ok := s.acked[rid]; !ok {
 					s.logf("client resends %s", rid)
-					s.command(&Command{Scope: s.users[0], Msg: &messages.AgentSend{RequestId: rid, Message: &messages.UserMessage{
+					s.command(&Command{Scope: s.users[0], Msg: &messages.AgentSend{RequestId: rid, To: s.addr[rid], Message: &messages.UserMessage{
 						Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "hi " + rid}}}}}})
 				}
 			}
@@ -330,9 +335,9 @@ func (s *sim) owed() bool {
 	}
 	switch ws.LastRendered().GetBody().(type) {
 	case *messages.Event_UserMsg, *messages.Event_ToolResult:
-		return true
+		return !s.agents || s.owingAgent(ws) != noAgent
 	}
-	return false
+	return s.agents && s.owingAgent(ws) != noAgent
 }
 
 // pick makes one thing happen: an outside action (a client's command, a
@@ -367,7 +372,7 @@ func (s *sim) outside() {
 		}
 		u := s.users[s.rng.IntN(len(s.users))]
 		s.logf("client %s sends %s", u.UserID, rid)
-		s.command(&Command{Scope: u, Msg: &messages.AgentSend{RequestId: rid, Message: &messages.UserMessage{
+		s.command(&Command{Scope: u, Msg: &messages.AgentSend{RequestId: rid, To: s.address(rid), Message: &messages.UserMessage{
 			Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "hi " + rid}}}}}})
 	case r < 45:
 		s.resolveOne()
@@ -498,7 +503,8 @@ func (s *sim) ensure() *simAct {
 	a := &simAct{n: s.acts, core: newCore(coreConfig{
 		ID: simConv, Tools: s.tools, Policy: snapshot.Policy{MaxEvents: 12, KeepRecent: 4}.WithDefaults(), Summarize: true,
 		Retry: RetryPolicy{MaximumAttempts: 3}.WithDefaults(), MaxInvalidToolAnswers: 1,
-		NewID: func(time.Time) string { s.ids++; return fmt.Sprintf("call_%08d", s.ids) },
+		NewID:  func(time.Time) string { s.ids++; return fmt.Sprintf("call_%08d", s.ids) },
+		Agents: s.agentConfigs(),
 	}, slog.New(slog.DiscardHandler))}
 	s.act = a
 	s.logf("spawn a%d", a.n)
@@ -540,6 +546,9 @@ func (s *sim) perform(a *simAct, e effect) {
 			s.fail("a%d started a model call before its first command", a.n)
 		}
 		s.stats.ModelCalls++
+		if s.agents {
+			s.checkView(a, e)
+		}
 		a.turn = e.turn
 		c := &simCall{act: a, turn: e.turn, in: e.in}
 		s.calls = append(s.calls, c)
@@ -741,6 +750,9 @@ func (s *sim) modelReturns(c *simCall) {
 
 func (s *sim) answer() *messages.AssistantMessage {
 	msg := &messages.AssistantMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "ok"}}}}
+	if s.agents && s.chance(0.3) {
+		return s.handoffAnswer(msg)
+	}
 	switch r := s.rng.IntN(100); {
 	case r < 30:
 		msg.ToolCalls = []*messages.ToolCall{{Name: "lookup", Arguments: "{}"}}
@@ -869,6 +881,9 @@ func (s *sim) check() {
 	}
 	if running > 1 {
 		s.fail("%d model calls run at once", running)
+	}
+	if s.agents {
+		s.checkAgents(evs)
 	}
 }
 

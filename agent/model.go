@@ -27,6 +27,10 @@ type Turn struct {
 	// conversation's own. A Model applies each field that is set over its
 	// own configuration, and keeps its own for the others.
 	Settings Settings
+	// Agent names the agent of a multi-agent conversation whose turn this
+	// is; "" is the default agent (every turn of a conversation without
+	// named agents). Context then holds only the events that agent sees.
+	Agent string
 }
 
 // ErrPanicked is wrapped by the error the runtime reports when a Model's

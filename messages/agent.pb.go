@@ -27,9 +27,12 @@ const (
 // the user_msg event is durable (or failed). request_id is the idempotency
 // key: a retry with the same id is answered with the stored seq.
 type AgentSend struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	Message       *UserMessage           `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RequestId string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Message   *UserMessage           `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// to addresses the message to a named agent, or broadcasts it. Unset:
+	// the default agent, as before agents existed.
+	To            *AgentAddress `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -78,6 +81,70 @@ func (x *AgentSend) GetMessage() *UserMessage {
 	return nil
 }
 
+func (x *AgentSend) GetTo() *AgentAddress {
+	if x != nil {
+		return x.To
+	}
+	return nil
+}
+
+// AgentAddress is who a user message is for in a multi-agent conversation.
+type AgentAddress struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// agent is the agent that answers it ("" for the default agent); the
+	// event belongs to it (Event.agent).
+	Agent string `protobuf:"bytes,1,opt,name=agent,proto3" json:"agent,omitempty"`
+	// broadcast shares the message with every agent (Event.audience "*"),
+	// while only agent answers it.
+	Broadcast     bool `protobuf:"varint,2,opt,name=broadcast,proto3" json:"broadcast,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentAddress) Reset() {
+	*x = AgentAddress{}
+	mi := &file_lazarus_v1_agent_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentAddress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentAddress) ProtoMessage() {}
+
+func (x *AgentAddress) ProtoReflect() protoreflect.Message {
+	mi := &file_lazarus_v1_agent_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentAddress.ProtoReflect.Descriptor instead.
+func (*AgentAddress) Descriptor() ([]byte, []int) {
+	return file_lazarus_v1_agent_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *AgentAddress) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *AgentAddress) GetBroadcast() bool {
+	if x != nil {
+		return x.Broadcast
+	}
+	return false
+}
+
 // AgentSendReply answers AgentSend.
 type AgentSendReply struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -93,7 +160,7 @@ type AgentSendReply struct {
 
 func (x *AgentSendReply) Reset() {
 	*x = AgentSendReply{}
-	mi := &file_lazarus_v1_agent_proto_msgTypes[1]
+	mi := &file_lazarus_v1_agent_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -105,7 +172,7 @@ func (x *AgentSendReply) String() string {
 func (*AgentSendReply) ProtoMessage() {}
 
 func (x *AgentSendReply) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_agent_proto_msgTypes[1]
+	mi := &file_lazarus_v1_agent_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -118,7 +185,7 @@ func (x *AgentSendReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentSendReply.ProtoReflect.Descriptor instead.
 func (*AgentSendReply) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_agent_proto_rawDescGZIP(), []int{1}
+	return file_lazarus_v1_agent_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *AgentSendReply) GetRequestId() string {
@@ -167,7 +234,7 @@ type AgentResolved struct {
 
 func (x *AgentResolved) Reset() {
 	*x = AgentResolved{}
-	mi := &file_lazarus_v1_agent_proto_msgTypes[2]
+	mi := &file_lazarus_v1_agent_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -179,7 +246,7 @@ func (x *AgentResolved) String() string {
 func (*AgentResolved) ProtoMessage() {}
 
 func (x *AgentResolved) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_agent_proto_msgTypes[2]
+	mi := &file_lazarus_v1_agent_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -192,7 +259,7 @@ func (x *AgentResolved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentResolved.ProtoReflect.Descriptor instead.
 func (*AgentResolved) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_lazarus_v1_agent_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *AgentResolved) GetToolCallId() string {
@@ -244,7 +311,7 @@ type AgentReply struct {
 
 func (x *AgentReply) Reset() {
 	*x = AgentReply{}
-	mi := &file_lazarus_v1_agent_proto_msgTypes[3]
+	mi := &file_lazarus_v1_agent_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -256,7 +323,7 @@ func (x *AgentReply) String() string {
 func (*AgentReply) ProtoMessage() {}
 
 func (x *AgentReply) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_agent_proto_msgTypes[3]
+	mi := &file_lazarus_v1_agent_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -269,7 +336,7 @@ func (x *AgentReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentReply.ProtoReflect.Descriptor instead.
 func (*AgentReply) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_lazarus_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *AgentReply) GetError() *Error {
@@ -302,7 +369,7 @@ type AgentWake struct {
 
 func (x *AgentWake) Reset() {
 	*x = AgentWake{}
-	mi := &file_lazarus_v1_agent_proto_msgTypes[4]
+	mi := &file_lazarus_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -314,7 +381,7 @@ func (x *AgentWake) String() string {
 func (*AgentWake) ProtoMessage() {}
 
 func (x *AgentWake) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_agent_proto_msgTypes[4]
+	mi := &file_lazarus_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -327,7 +394,7 @@ func (x *AgentWake) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentWake.ProtoReflect.Descriptor instead.
 func (*AgentWake) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_lazarus_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AgentWake) GetExplicit() bool {
@@ -351,7 +418,7 @@ type AgentConfigure struct {
 
 func (x *AgentConfigure) Reset() {
 	*x = AgentConfigure{}
-	mi := &file_lazarus_v1_agent_proto_msgTypes[5]
+	mi := &file_lazarus_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -363,7 +430,7 @@ func (x *AgentConfigure) String() string {
 func (*AgentConfigure) ProtoMessage() {}
 
 func (x *AgentConfigure) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_agent_proto_msgTypes[5]
+	mi := &file_lazarus_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -376,7 +443,7 @@ func (x *AgentConfigure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentConfigure.ProtoReflect.Descriptor instead.
 func (*AgentConfigure) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_lazarus_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AgentConfigure) GetSettings() map[string]string {
@@ -397,7 +464,7 @@ type AgentStop struct {
 
 func (x *AgentStop) Reset() {
 	*x = AgentStop{}
-	mi := &file_lazarus_v1_agent_proto_msgTypes[6]
+	mi := &file_lazarus_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -409,7 +476,7 @@ func (x *AgentStop) String() string {
 func (*AgentStop) ProtoMessage() {}
 
 func (x *AgentStop) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_agent_proto_msgTypes[6]
+	mi := &file_lazarus_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -422,7 +489,7 @@ func (x *AgentStop) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentStop.ProtoReflect.Descriptor instead.
 func (*AgentStop) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_lazarus_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 // AgentRewind moves the conversation's head back to to_seq: one atomic
@@ -448,7 +515,7 @@ type AgentRewind struct {
 
 func (x *AgentRewind) Reset() {
 	*x = AgentRewind{}
-	mi := &file_lazarus_v1_agent_proto_msgTypes[7]
+	mi := &file_lazarus_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -460,7 +527,7 @@ func (x *AgentRewind) String() string {
 func (*AgentRewind) ProtoMessage() {}
 
 func (x *AgentRewind) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_agent_proto_msgTypes[7]
+	mi := &file_lazarus_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -473,7 +540,7 @@ func (x *AgentRewind) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentRewind.ProtoReflect.Descriptor instead.
 func (*AgentRewind) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_lazarus_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AgentRewind) GetToSeq() uint64 {
@@ -523,11 +590,15 @@ var File_lazarus_v1_agent_proto protoreflect.FileDescriptor
 const file_lazarus_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"\x16lazarus/v1/agent.proto\x12\n" +
-	"lazarus.v1\x1a\x18lazarus/v1/journal.proto\x1a\x18lazarus/v1/records.proto\"]\n" +
+	"lazarus.v1\x1a\x18lazarus/v1/journal.proto\x1a\x18lazarus/v1/records.proto\"\x87\x01\n" +
 	"\tAgentSend\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x121\n" +
-	"\amessage\x18\x02 \x01(\v2\x17.lazarus.v1.UserMessageR\amessage\"\x80\x01\n" +
+	"\amessage\x18\x02 \x01(\v2\x17.lazarus.v1.UserMessageR\amessage\x12(\n" +
+	"\x02to\x18\x03 \x01(\v2\x18.lazarus.v1.AgentAddressR\x02to\"B\n" +
+	"\fAgentAddress\x12\x14\n" +
+	"\x05agent\x18\x01 \x01(\tR\x05agent\x12\x1c\n" +
+	"\tbroadcast\x18\x02 \x01(\bR\tbroadcast\"\x80\x01\n" +
 	"\x0eAgentSendReply\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x10\n" +
@@ -574,37 +645,39 @@ func file_lazarus_v1_agent_proto_rawDescGZIP() []byte {
 	return file_lazarus_v1_agent_proto_rawDescData
 }
 
-var file_lazarus_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_lazarus_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_lazarus_v1_agent_proto_goTypes = []any{
 	(*AgentSend)(nil),      // 0: lazarus.v1.AgentSend
-	(*AgentSendReply)(nil), // 1: lazarus.v1.AgentSendReply
-	(*AgentResolved)(nil),  // 2: lazarus.v1.AgentResolved
-	(*AgentReply)(nil),     // 3: lazarus.v1.AgentReply
-	(*AgentWake)(nil),      // 4: lazarus.v1.AgentWake
-	(*AgentConfigure)(nil), // 5: lazarus.v1.AgentConfigure
-	(*AgentStop)(nil),      // 6: lazarus.v1.AgentStop
-	(*AgentRewind)(nil),    // 7: lazarus.v1.AgentRewind
-	nil,                    // 8: lazarus.v1.AgentConfigure.SettingsEntry
-	(*UserMessage)(nil),    // 9: lazarus.v1.UserMessage
-	(*Error)(nil),          // 10: lazarus.v1.Error
-	(ToolCallStatus)(0),    // 11: lazarus.v1.ToolCallStatus
-	(*ToolOutcome)(nil),    // 12: lazarus.v1.ToolOutcome
-	(*Identity)(nil),       // 13: lazarus.v1.Identity
+	(*AgentAddress)(nil),   // 1: lazarus.v1.AgentAddress
+	(*AgentSendReply)(nil), // 2: lazarus.v1.AgentSendReply
+	(*AgentResolved)(nil),  // 3: lazarus.v1.AgentResolved
+	(*AgentReply)(nil),     // 4: lazarus.v1.AgentReply
+	(*AgentWake)(nil),      // 5: lazarus.v1.AgentWake
+	(*AgentConfigure)(nil), // 6: lazarus.v1.AgentConfigure
+	(*AgentStop)(nil),      // 7: lazarus.v1.AgentStop
+	(*AgentRewind)(nil),    // 8: lazarus.v1.AgentRewind
+	nil,                    // 9: lazarus.v1.AgentConfigure.SettingsEntry
+	(*UserMessage)(nil),    // 10: lazarus.v1.UserMessage
+	(*Error)(nil),          // 11: lazarus.v1.Error
+	(ToolCallStatus)(0),    // 12: lazarus.v1.ToolCallStatus
+	(*ToolOutcome)(nil),    // 13: lazarus.v1.ToolOutcome
+	(*Identity)(nil),       // 14: lazarus.v1.Identity
 }
 var file_lazarus_v1_agent_proto_depIdxs = []int32{
-	9,  // 0: lazarus.v1.AgentSend.message:type_name -> lazarus.v1.UserMessage
-	10, // 1: lazarus.v1.AgentSendReply.error:type_name -> lazarus.v1.Error
-	11, // 2: lazarus.v1.AgentResolved.status:type_name -> lazarus.v1.ToolCallStatus
-	12, // 3: lazarus.v1.AgentResolved.result:type_name -> lazarus.v1.ToolOutcome
-	13, // 4: lazarus.v1.AgentResolved.resolver:type_name -> lazarus.v1.Identity
-	10, // 5: lazarus.v1.AgentReply.error:type_name -> lazarus.v1.Error
-	8,  // 6: lazarus.v1.AgentConfigure.settings:type_name -> lazarus.v1.AgentConfigure.SettingsEntry
-	9,  // 7: lazarus.v1.AgentRewind.message:type_name -> lazarus.v1.UserMessage
-	8,  // [8:8] is the sub-list for method output_type
-	8,  // [8:8] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	10, // 0: lazarus.v1.AgentSend.message:type_name -> lazarus.v1.UserMessage
+	1,  // 1: lazarus.v1.AgentSend.to:type_name -> lazarus.v1.AgentAddress
+	11, // 2: lazarus.v1.AgentSendReply.error:type_name -> lazarus.v1.Error
+	12, // 3: lazarus.v1.AgentResolved.status:type_name -> lazarus.v1.ToolCallStatus
+	13, // 4: lazarus.v1.AgentResolved.result:type_name -> lazarus.v1.ToolOutcome
+	14, // 5: lazarus.v1.AgentResolved.resolver:type_name -> lazarus.v1.Identity
+	11, // 6: lazarus.v1.AgentReply.error:type_name -> lazarus.v1.Error
+	9,  // 7: lazarus.v1.AgentConfigure.settings:type_name -> lazarus.v1.AgentConfigure.SettingsEntry
+	10, // 8: lazarus.v1.AgentRewind.message:type_name -> lazarus.v1.UserMessage
+	9,  // [9:9] is the sub-list for method output_type
+	9,  // [9:9] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_lazarus_v1_agent_proto_init() }
@@ -620,7 +693,7 @@ func file_lazarus_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lazarus_v1_agent_proto_rawDesc), len(file_lazarus_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

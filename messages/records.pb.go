@@ -1274,6 +1274,82 @@ func (x *TurnFailed) GetAttempts() uint32 {
 	return 0
 }
 
+// Handoff records that an agent passed the turn to another, through a call
+// of the built-in handoff tool: it follows that call's tool_result in the
+// same atomic write, and belongs to (Event.agent) the agent it passes the
+// turn to, whose model sees it as a user message.
+type Handoff struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// from is the agent that passed the turn ("" for the default agent).
+	From string `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	// to is the agent that takes the turn ("" for the default agent).
+	To string `protobuf:"bytes,2,opt,name=to,proto3" json:"to,omitempty"`
+	// message is what the passing agent tells the next one.
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// tool_call_id is the handoff call that made it.
+	ToolCallId    string `protobuf:"bytes,4,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Handoff) Reset() {
+	*x = Handoff{}
+	mi := &file_lazarus_v1_records_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Handoff) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Handoff) ProtoMessage() {}
+
+func (x *Handoff) ProtoReflect() protoreflect.Message {
+	mi := &file_lazarus_v1_records_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Handoff.ProtoReflect.Descriptor instead.
+func (*Handoff) Descriptor() ([]byte, []int) {
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *Handoff) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *Handoff) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+func (x *Handoff) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *Handoff) GetToolCallId() string {
+	if x != nil {
+		return x.ToolCallId
+	}
+	return ""
+}
+
 // Event is one entry of a conversation's log.
 type Event struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1288,6 +1364,16 @@ type Event struct {
 	// that appended it (the requester of the turn it starts). Unset for other
 	// events, for sends with an empty scope, and in older logs.
 	Author *Identity `protobuf:"bytes,4,opt,name=author,proto3" json:"author,omitempty"`
+	// agent names the agent of a multi-agent conversation the event belongs
+	// to: the agent whose model wrote it (answers, its calls and their
+	// results), the agent a user message is addressed to, the agent a
+	// handoff passes the turn to. Empty is the default agent: every event of
+	// a conversation without named agents, and of older logs.
+	Agent string `protobuf:"bytes,5,opt,name=agent,proto3" json:"agent,omitempty"`
+	// audience names the other agents the event is shared with, besides its
+	// agent; "*" shares it with every agent (a broadcast). Empty: the event
+	// is its agent's own.
+	Audience []string `protobuf:"bytes,6,rep,name=audience,proto3" json:"audience,omitempty"`
 	// Types that are valid to be assigned to Body:
 	//
 	//	*Event_UserMsg
@@ -1298,6 +1384,7 @@ type Event struct {
 	//	*Event_Resolution
 	//	*Event_Rewind
 	//	*Event_TurnFailed
+	//	*Event_Handoff
 	Body          isEvent_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1305,7 +1392,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_lazarus_v1_records_proto_msgTypes[16]
+	mi := &file_lazarus_v1_records_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1317,7 +1404,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_records_proto_msgTypes[16]
+	mi := &file_lazarus_v1_records_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1330,7 +1417,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{16}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Event) GetSeq() uint64 {
@@ -1357,6 +1444,20 @@ func (x *Event) GetRequestId() string {
 func (x *Event) GetAuthor() *Identity {
 	if x != nil {
 		return x.Author
+	}
+	return nil
+}
+
+func (x *Event) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *Event) GetAudience() []string {
+	if x != nil {
+		return x.Audience
 	}
 	return nil
 }
@@ -1440,6 +1541,15 @@ func (x *Event) GetTurnFailed() *TurnFailed {
 	return nil
 }
 
+func (x *Event) GetHandoff() *Handoff {
+	if x != nil {
+		if x, ok := x.Body.(*Event_Handoff); ok {
+			return x.Handoff
+		}
+	}
+	return nil
+}
+
 type isEvent_Body interface {
 	isEvent_Body()
 }
@@ -1476,6 +1586,10 @@ type Event_TurnFailed struct {
 	TurnFailed *TurnFailed `protobuf:"bytes,17,opt,name=turn_failed,json=turnFailed,proto3,oneof"`
 }
 
+type Event_Handoff struct {
+	Handoff *Handoff `protobuf:"bytes,20,opt,name=handoff,proto3,oneof"`
+}
+
 func (*Event_UserMsg) isEvent_Body() {}
 
 func (*Event_AssistantMsg) isEvent_Body() {}
@@ -1492,6 +1606,8 @@ func (*Event_Rewind) isEvent_Body() {}
 
 func (*Event_TurnFailed) isEvent_Body() {}
 
+func (*Event_Handoff) isEvent_Body() {}
+
 // FSMState is a cache over the log; on disagreement the log wins.
 type FSMState struct {
 	state         protoimpl.MessageState  `protogen:"open.v1"`
@@ -1504,7 +1620,7 @@ type FSMState struct {
 
 func (x *FSMState) Reset() {
 	*x = FSMState{}
-	mi := &file_lazarus_v1_records_proto_msgTypes[17]
+	mi := &file_lazarus_v1_records_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1516,7 +1632,7 @@ func (x *FSMState) String() string {
 func (*FSMState) ProtoMessage() {}
 
 func (x *FSMState) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_records_proto_msgTypes[17]
+	mi := &file_lazarus_v1_records_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1529,7 +1645,7 @@ func (x *FSMState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FSMState.ProtoReflect.Descriptor instead.
 func (*FSMState) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{17}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *FSMState) GetState() AgentState {
@@ -1568,7 +1684,7 @@ type Conversation struct {
 
 func (x *Conversation) Reset() {
 	*x = Conversation{}
-	mi := &file_lazarus_v1_records_proto_msgTypes[18]
+	mi := &file_lazarus_v1_records_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1580,7 +1696,7 @@ func (x *Conversation) String() string {
 func (*Conversation) ProtoMessage() {}
 
 func (x *Conversation) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_records_proto_msgTypes[18]
+	mi := &file_lazarus_v1_records_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1593,7 +1709,7 @@ func (x *Conversation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Conversation.ProtoReflect.Descriptor instead.
 func (*Conversation) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{18}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Conversation) GetId() string {
@@ -1662,7 +1778,7 @@ type Summary struct {
 
 func (x *Summary) Reset() {
 	*x = Summary{}
-	mi := &file_lazarus_v1_records_proto_msgTypes[19]
+	mi := &file_lazarus_v1_records_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1674,7 +1790,7 @@ func (x *Summary) String() string {
 func (*Summary) ProtoMessage() {}
 
 func (x *Summary) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_records_proto_msgTypes[19]
+	mi := &file_lazarus_v1_records_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1687,7 +1803,7 @@ func (x *Summary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Summary.ProtoReflect.Descriptor instead.
 func (*Summary) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{19}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Summary) GetFromSeq() uint64 {
@@ -1750,7 +1866,7 @@ type RequestRef struct {
 
 func (x *RequestRef) Reset() {
 	*x = RequestRef{}
-	mi := &file_lazarus_v1_records_proto_msgTypes[20]
+	mi := &file_lazarus_v1_records_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1762,7 +1878,7 @@ func (x *RequestRef) String() string {
 func (*RequestRef) ProtoMessage() {}
 
 func (x *RequestRef) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_records_proto_msgTypes[20]
+	mi := &file_lazarus_v1_records_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1775,7 +1891,7 @@ func (x *RequestRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestRef.ProtoReflect.Descriptor instead.
 func (*RequestRef) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{20}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RequestRef) GetRequestId() string {
@@ -1826,7 +1942,7 @@ type ToolCallRecord struct {
 
 func (x *ToolCallRecord) Reset() {
 	*x = ToolCallRecord{}
-	mi := &file_lazarus_v1_records_proto_msgTypes[21]
+	mi := &file_lazarus_v1_records_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1838,7 +1954,7 @@ func (x *ToolCallRecord) String() string {
 func (*ToolCallRecord) ProtoMessage() {}
 
 func (x *ToolCallRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_records_proto_msgTypes[21]
+	mi := &file_lazarus_v1_records_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1851,7 +1967,7 @@ func (x *ToolCallRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallRecord.ProtoReflect.Descriptor instead.
 func (*ToolCallRecord) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{21}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ToolCallRecord) GetId() string {
@@ -1964,7 +2080,7 @@ type Deadline struct {
 
 func (x *Deadline) Reset() {
 	*x = Deadline{}
-	mi := &file_lazarus_v1_records_proto_msgTypes[22]
+	mi := &file_lazarus_v1_records_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1976,7 +2092,7 @@ func (x *Deadline) String() string {
 func (*Deadline) ProtoMessage() {}
 
 func (x *Deadline) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_records_proto_msgTypes[22]
+	mi := &file_lazarus_v1_records_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1989,7 +2105,7 @@ func (x *Deadline) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deadline.ProtoReflect.Descriptor instead.
 func (*Deadline) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{22}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Deadline) GetConversationId() string {
@@ -2032,7 +2148,7 @@ type ModelCall struct {
 
 func (x *ModelCall) Reset() {
 	*x = ModelCall{}
-	mi := &file_lazarus_v1_records_proto_msgTypes[23]
+	mi := &file_lazarus_v1_records_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2044,7 +2160,7 @@ func (x *ModelCall) String() string {
 func (*ModelCall) ProtoMessage() {}
 
 func (x *ModelCall) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_records_proto_msgTypes[23]
+	mi := &file_lazarus_v1_records_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2057,7 +2173,7 @@ func (x *ModelCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelCall.ProtoReflect.Descriptor instead.
 func (*ModelCall) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{23}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ModelCall) GetConversationId() string {
@@ -2141,7 +2257,7 @@ type Tombstone struct {
 
 func (x *Tombstone) Reset() {
 	*x = Tombstone{}
-	mi := &file_lazarus_v1_records_proto_msgTypes[24]
+	mi := &file_lazarus_v1_records_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2153,7 +2269,7 @@ func (x *Tombstone) String() string {
 func (*Tombstone) ProtoMessage() {}
 
 func (x *Tombstone) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_records_proto_msgTypes[24]
+	mi := &file_lazarus_v1_records_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2166,7 +2282,7 @@ func (x *Tombstone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tombstone.ProtoReflect.Descriptor instead.
 func (*Tombstone) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{24}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Tombstone) GetDeleted() *timestamppb.Timestamp {
@@ -2251,13 +2367,21 @@ const file_lazarus_v1_records_proto_rawDesc = "" +
 	"TurnFailed\x12\x18\n" +
 	"\amessage\x18\x01 \x01(\tR\amessage\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\tR\x04code\x12\x1a\n" +
-	"\battempts\x18\x03 \x01(\rR\battempts\"\xf0\x04\n" +
+	"\battempts\x18\x03 \x01(\rR\battempts\"i\n" +
+	"\aHandoff\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
+	"\x02to\x18\x02 \x01(\tR\x02to\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12 \n" +
+	"\ftool_call_id\x18\x04 \x01(\tR\n" +
+	"toolCallId\"\xd3\x05\n" +
 	"\x05Event\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12.\n" +
 	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x03 \x01(\tR\trequestId\x12,\n" +
-	"\x06author\x18\x04 \x01(\v2\x14.lazarus.v1.IdentityR\x06author\x124\n" +
+	"\x06author\x18\x04 \x01(\v2\x14.lazarus.v1.IdentityR\x06author\x12\x14\n" +
+	"\x05agent\x18\x05 \x01(\tR\x05agent\x12\x1a\n" +
+	"\baudience\x18\x06 \x03(\tR\baudience\x124\n" +
 	"\buser_msg\x18\n" +
 	" \x01(\v2\x17.lazarus.v1.UserMessageH\x00R\auserMsg\x12C\n" +
 	"\rassistant_msg\x18\v \x01(\v2\x1c.lazarus.v1.AssistantMessageH\x00R\fassistantMsg\x128\n" +
@@ -2272,7 +2396,8 @@ const file_lazarus_v1_records_proto_rawDesc = "" +
 	"resolution\x12,\n" +
 	"\x06rewind\x18\x10 \x01(\v2\x12.lazarus.v1.RewindH\x00R\x06rewind\x129\n" +
 	"\vturn_failed\x18\x11 \x01(\v2\x16.lazarus.v1.TurnFailedH\x00R\n" +
-	"turnFailedB\x06\n" +
+	"turnFailed\x12/\n" +
+	"\ahandoff\x18\x14 \x01(\v2\x13.lazarus.v1.HandoffH\x00R\ahandoffB\x06\n" +
 	"\x04body\"\xe5\x01\n" +
 	"\bFSMState\x12,\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x16.lazarus.v1.AgentStateR\x05state\x12;\n" +
@@ -2377,7 +2502,7 @@ func file_lazarus_v1_records_proto_rawDescGZIP() []byte {
 }
 
 var file_lazarus_v1_records_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_lazarus_v1_records_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_lazarus_v1_records_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_lazarus_v1_records_proto_goTypes = []any{
 	(Executor)(0),                 // 0: lazarus.v1.Executor
 	(ToolCallStatus)(0),           // 1: lazarus.v1.ToolCallStatus
@@ -2399,18 +2524,19 @@ var file_lazarus_v1_records_proto_goTypes = []any{
 	(*Resolution)(nil),            // 17: lazarus.v1.Resolution
 	(*Rewind)(nil),                // 18: lazarus.v1.Rewind
 	(*TurnFailed)(nil),            // 19: lazarus.v1.TurnFailed
-	(*Event)(nil),                 // 20: lazarus.v1.Event
-	(*FSMState)(nil),              // 21: lazarus.v1.FSMState
-	(*Conversation)(nil),          // 22: lazarus.v1.Conversation
-	(*Summary)(nil),               // 23: lazarus.v1.Summary
-	(*RequestRef)(nil),            // 24: lazarus.v1.RequestRef
-	(*ToolCallRecord)(nil),        // 25: lazarus.v1.ToolCallRecord
-	(*Deadline)(nil),              // 26: lazarus.v1.Deadline
-	(*ModelCall)(nil),             // 27: lazarus.v1.ModelCall
-	(*Tombstone)(nil),             // 28: lazarus.v1.Tombstone
-	nil,                           // 29: lazarus.v1.FSMState.PendingEntry
-	nil,                           // 30: lazarus.v1.Conversation.SettingsEntry
-	(*timestamppb.Timestamp)(nil), // 31: google.protobuf.Timestamp
+	(*Handoff)(nil),               // 20: lazarus.v1.Handoff
+	(*Event)(nil),                 // 21: lazarus.v1.Event
+	(*FSMState)(nil),              // 22: lazarus.v1.FSMState
+	(*Conversation)(nil),          // 23: lazarus.v1.Conversation
+	(*Summary)(nil),               // 24: lazarus.v1.Summary
+	(*RequestRef)(nil),            // 25: lazarus.v1.RequestRef
+	(*ToolCallRecord)(nil),        // 26: lazarus.v1.ToolCallRecord
+	(*Deadline)(nil),              // 27: lazarus.v1.Deadline
+	(*ModelCall)(nil),             // 28: lazarus.v1.ModelCall
+	(*Tombstone)(nil),             // 29: lazarus.v1.Tombstone
+	nil,                           // 30: lazarus.v1.FSMState.PendingEntry
+	nil,                           // 31: lazarus.v1.Conversation.SettingsEntry
+	(*timestamppb.Timestamp)(nil), // 32: google.protobuf.Timestamp
 }
 var file_lazarus_v1_records_proto_depIdxs = []int32{
 	5,  // 0: lazarus.v1.ContentPart.image:type_name -> lazarus.v1.Blob
@@ -2427,7 +2553,7 @@ var file_lazarus_v1_records_proto_depIdxs = []int32{
 	14, // 11: lazarus.v1.Suspension.pending:type_name -> lazarus.v1.PendingCall
 	1,  // 12: lazarus.v1.Resolution.status:type_name -> lazarus.v1.ToolCallStatus
 	16, // 13: lazarus.v1.Resolution.resolver:type_name -> lazarus.v1.Identity
-	31, // 14: lazarus.v1.Event.time:type_name -> google.protobuf.Timestamp
+	32, // 14: lazarus.v1.Event.time:type_name -> google.protobuf.Timestamp
 	16, // 15: lazarus.v1.Event.author:type_name -> lazarus.v1.Identity
 	10, // 16: lazarus.v1.Event.user_msg:type_name -> lazarus.v1.UserMessage
 	11, // 17: lazarus.v1.Event.assistant_msg:type_name -> lazarus.v1.AssistantMessage
@@ -2437,36 +2563,37 @@ var file_lazarus_v1_records_proto_depIdxs = []int32{
 	17, // 21: lazarus.v1.Event.resolution:type_name -> lazarus.v1.Resolution
 	18, // 22: lazarus.v1.Event.rewind:type_name -> lazarus.v1.Rewind
 	19, // 23: lazarus.v1.Event.turn_failed:type_name -> lazarus.v1.TurnFailed
-	3,  // 24: lazarus.v1.FSMState.state:type_name -> lazarus.v1.AgentState
-	29, // 25: lazarus.v1.FSMState.pending:type_name -> lazarus.v1.FSMState.PendingEntry
-	30, // 26: lazarus.v1.Conversation.settings:type_name -> lazarus.v1.Conversation.SettingsEntry
-	2,  // 27: lazarus.v1.Conversation.status:type_name -> lazarus.v1.ConversationStatus
-	21, // 28: lazarus.v1.Conversation.fsm_state:type_name -> lazarus.v1.FSMState
-	31, // 29: lazarus.v1.Conversation.created:type_name -> google.protobuf.Timestamp
-	31, // 30: lazarus.v1.Conversation.updated:type_name -> google.protobuf.Timestamp
-	31, // 31: lazarus.v1.Summary.created:type_name -> google.protobuf.Timestamp
-	24, // 32: lazarus.v1.Summary.requests:type_name -> lazarus.v1.RequestRef
-	16, // 33: lazarus.v1.Summary.requester:type_name -> lazarus.v1.Identity
-	0,  // 34: lazarus.v1.ToolCallRecord.executor:type_name -> lazarus.v1.Executor
-	1,  // 35: lazarus.v1.ToolCallRecord.status:type_name -> lazarus.v1.ToolCallStatus
-	9,  // 36: lazarus.v1.ToolCallRecord.result:type_name -> lazarus.v1.ToolOutcome
-	31, // 37: lazarus.v1.ToolCallRecord.created:type_name -> google.protobuf.Timestamp
-	31, // 38: lazarus.v1.ToolCallRecord.resolved:type_name -> google.protobuf.Timestamp
-	31, // 39: lazarus.v1.ToolCallRecord.deadline:type_name -> google.protobuf.Timestamp
-	16, // 40: lazarus.v1.ToolCallRecord.requester:type_name -> lazarus.v1.Identity
-	16, // 41: lazarus.v1.ToolCallRecord.resolver:type_name -> lazarus.v1.Identity
-	31, // 42: lazarus.v1.Deadline.at:type_name -> google.protobuf.Timestamp
-	20, // 43: lazarus.v1.ModelCall.rendered_context:type_name -> lazarus.v1.Event
-	7,  // 44: lazarus.v1.ModelCall.usage:type_name -> lazarus.v1.Usage
-	31, // 45: lazarus.v1.ModelCall.created:type_name -> google.protobuf.Timestamp
-	23, // 46: lazarus.v1.ModelCall.summary:type_name -> lazarus.v1.Summary
-	31, // 47: lazarus.v1.Tombstone.deleted:type_name -> google.protobuf.Timestamp
-	14, // 48: lazarus.v1.FSMState.PendingEntry.value:type_name -> lazarus.v1.PendingCall
-	49, // [49:49] is the sub-list for method output_type
-	49, // [49:49] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	20, // 24: lazarus.v1.Event.handoff:type_name -> lazarus.v1.Handoff
+	3,  // 25: lazarus.v1.FSMState.state:type_name -> lazarus.v1.AgentState
+	30, // 26: lazarus.v1.FSMState.pending:type_name -> lazarus.v1.FSMState.PendingEntry
+	31, // 27: lazarus.v1.Conversation.settings:type_name -> lazarus.v1.Conversation.SettingsEntry
+	2,  // 28: lazarus.v1.Conversation.status:type_name -> lazarus.v1.ConversationStatus
+	22, // 29: lazarus.v1.Conversation.fsm_state:type_name -> lazarus.v1.FSMState
+	32, // 30: lazarus.v1.Conversation.created:type_name -> google.protobuf.Timestamp
+	32, // 31: lazarus.v1.Conversation.updated:type_name -> google.protobuf.Timestamp
+	32, // 32: lazarus.v1.Summary.created:type_name -> google.protobuf.Timestamp
+	25, // 33: lazarus.v1.Summary.requests:type_name -> lazarus.v1.RequestRef
+	16, // 34: lazarus.v1.Summary.requester:type_name -> lazarus.v1.Identity
+	0,  // 35: lazarus.v1.ToolCallRecord.executor:type_name -> lazarus.v1.Executor
+	1,  // 36: lazarus.v1.ToolCallRecord.status:type_name -> lazarus.v1.ToolCallStatus
+	9,  // 37: lazarus.v1.ToolCallRecord.result:type_name -> lazarus.v1.ToolOutcome
+	32, // 38: lazarus.v1.ToolCallRecord.created:type_name -> google.protobuf.Timestamp
+	32, // 39: lazarus.v1.ToolCallRecord.resolved:type_name -> google.protobuf.Timestamp
+	32, // 40: lazarus.v1.ToolCallRecord.deadline:type_name -> google.protobuf.Timestamp
+	16, // 41: lazarus.v1.ToolCallRecord.requester:type_name -> lazarus.v1.Identity
+	16, // 42: lazarus.v1.ToolCallRecord.resolver:type_name -> lazarus.v1.Identity
+	32, // 43: lazarus.v1.Deadline.at:type_name -> google.protobuf.Timestamp
+	21, // 44: lazarus.v1.ModelCall.rendered_context:type_name -> lazarus.v1.Event
+	7,  // 45: lazarus.v1.ModelCall.usage:type_name -> lazarus.v1.Usage
+	32, // 46: lazarus.v1.ModelCall.created:type_name -> google.protobuf.Timestamp
+	24, // 47: lazarus.v1.ModelCall.summary:type_name -> lazarus.v1.Summary
+	32, // 48: lazarus.v1.Tombstone.deleted:type_name -> google.protobuf.Timestamp
+	14, // 49: lazarus.v1.FSMState.PendingEntry.value:type_name -> lazarus.v1.PendingCall
+	50, // [50:50] is the sub-list for method output_type
+	50, // [50:50] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_lazarus_v1_records_proto_init() }
@@ -2483,7 +2610,7 @@ func file_lazarus_v1_records_proto_init() {
 		(*ToolOutcome_Content)(nil),
 		(*ToolOutcome_Error)(nil),
 	}
-	file_lazarus_v1_records_proto_msgTypes[16].OneofWrappers = []any{
+	file_lazarus_v1_records_proto_msgTypes[17].OneofWrappers = []any{
 		(*Event_UserMsg)(nil),
 		(*Event_AssistantMsg)(nil),
 		(*Event_ToolCall)(nil),
@@ -2492,6 +2619,7 @@ func file_lazarus_v1_records_proto_init() {
 		(*Event_Resolution)(nil),
 		(*Event_Rewind)(nil),
 		(*Event_TurnFailed)(nil),
+		(*Event_Handoff)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2499,7 +2627,7 @@ func file_lazarus_v1_records_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lazarus_v1_records_proto_rawDesc), len(file_lazarus_v1_records_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   27,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

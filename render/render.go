@@ -49,6 +49,8 @@ func EventType(ev *messages.Event) string {
 		return "rewind"
 	case *messages.Event_TurnFailed:
 		return "turn_failed"
+	case *messages.Event_Handoff:
+		return "handoff"
 	}
 	return "unknown"
 }
@@ -104,6 +106,9 @@ func EventDetail(ev *messages.Event, full bool) string {
 	case *messages.Event_TurnFailed:
 		f := b.TurnFailed
 		return fmt.Sprintf("%s after %d attempt(s): %s", ID(f.GetCode()), f.GetAttempts(), Quote(f.GetMessage(), full))
+	case *messages.Event_Handoff:
+		h := b.Handoff
+		return fmt.Sprintf("%s -> %s id=%s %s", agentName(h.GetFrom()), agentName(h.GetTo()), ID(h.GetToolCallId()), Quote(h.GetMessage(), full))
 	}
 	return "(an event type this build does not know)"
 }
@@ -279,4 +284,13 @@ func Update(u actors.Update, full bool) string {
 		return "(empty update)"
 	}
 	return strings.Join(parts, "  ")
+}
+
+// agentName names an agent of a multi-agent conversation; "" is the
+// default agent.
+func agentName(name string) string {
+	if name == "" {
+		return "default"
+	}
+	return ID(name)
 }

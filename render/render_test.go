@@ -54,6 +54,13 @@ func TestTurnFailedLines(t *testing.T) {
 	require.True(t, strings.HasSuffix(line, `"model: rate limited\nagain"  turn failed`), line)
 }
 
+func TestHandoffLine(t *testing.T) {
+	ev := &messages.Event{Seq: 5, Agent: "critic", Body: &messages.Event_Handoff{Handoff: &messages.Handoff{
+		To: "critic", Message: "check it", ToolCallId: "call_1"}}}
+	require.Equal(t, "handoff", render.EventType(ev))
+	require.Equal(t, `default -> critic id=call_1 "check it"`, render.EventDetail(ev, false))
+}
+
 func TestNames(t *testing.T) {
 	require.Equal(t, "plain-id", render.ID("plain-id"))
 	require.Equal(t, `"a b"`, render.ID("a b"))

@@ -80,6 +80,13 @@ type SendMessage struct {
 	// RequestID is the idempotency key: a send retried with the same key
 	// appends nothing twice and answers the first seq.
 	RequestID string `json:"request_id,omitempty"`
+	// Agent addresses the message to a named agent of the runtime
+	// (lazarus.SendOptions.Agent); an unknown one is a bad request. Empty:
+	// the default agent.
+	Agent string `json:"agent,omitempty"`
+	// Broadcast shares the message with every agent
+	// (lazarus.SendOptions.Broadcast).
+	Broadcast bool `json:"broadcast,omitempty"`
 }
 
 // Sent is the answer of a send: the message's seq, durable.
@@ -358,7 +365,7 @@ func (s *Server) sendMessage(w http.ResponseWriter, r *http.Request, c caller) {
 		return
 	}
 	msg := &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: body.Text}}}}
-	seq, err := s.rt.SendMessage(r.Context(), id, msg, lazarus.SendOptions{RequestID: body.RequestID}, c.scope())
+	seq, err := s.rt.SendMessage(r.Context(), id, msg, lazarus.SendOptions{RequestID: body.RequestID, Agent: body.Agent, Broadcast: body.Broadcast}, c.scope())
 	if err != nil {
 		s.writeError(w, err)
 		return

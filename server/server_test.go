@@ -371,3 +371,30 @@ func TestFailsClosedAndPublicMetrics(t *testing.T) {
 	require.Equal(t, http.StatusOK, get("/healthz"))
 	require.Equal(t, http.StatusOK, get("/readyz"))
 }
+
+// TestSendToANamedAgent: a send over HTTP addresses a named agent, or is a
+// bad request for an unknown one; the events say whose they are.
+func TestSendToANamedAgent(t *testing.T) {
+	ctx := testContext(t)
+	model, crit := newScripted(), newScripted()
+	n := startNodeIn(t, "", model, server.Options{}, func(o *lazarus.Options) {
+		o.Agents = []lazarus.Agent{{Name: "critic", Model: crit}}
+	})
+	conv := n.create(t, tokAlice, nil)
+	crit.Push(conv.ID, scripted.Text("a critique"))
+	st := n.stream(t, ctx, tokAlice, conv.ID, "")
+	n.must(t, http.StatusAccepted, "POST", "/v1/conversations/"+conv.ID+"/messages", tokAlice,
+		server.SendMessage{Text: "review", Agent: "critic", Broadcast: true}, nil)
+	st.until(t, "turn_end", "answered")
+	st.close()
+	status, body := n.call(t, "POST", "/v1/conversations/"+conv.ID+"/messages", tokAlice, server.SendMessage{Text: "hi", Agent: "ghost"})
+	require.Equal(t, http.StatusBadRequest, status)
+	require.Equal(t, server.CodeInvalid, errorCode(t, body))
+	evs, err := n.rt.History(ctx, conv.ID, 0, 0)
+	require.NoError(t, err)
+	require.Len(t, evs, 2)
+	require.Equal(t, "critic", evs[0].GetAgent())
+	require.Equal(t, []string{"*"}, evs[0].GetAudience())
+	require.Equal(t, "critic", evs[1].GetAgent())
+	require.Zero(t, model.Calls(conv.ID))
+}

@@ -200,14 +200,15 @@ func (w *WorkingSet) renderedTokens() int {
 
 func rendered(ev *messages.Event) bool {
 	switch ev.GetBody().(type) {
-	case *messages.Event_UserMsg, *messages.Event_AssistantMsg, *messages.Event_ToolResult:
+	case *messages.Event_UserMsg, *messages.Event_AssistantMsg, *messages.Event_ToolResult, *messages.Event_Handoff:
 		return true
 	}
 	return false
 }
 
 // Render returns what the model sees after the summary: the user_msg,
-// assistant_msg and tool_result events on the head, ascending. Rewound spans
+// assistant_msg, tool_result and handoff events on the head, ascending (a
+// conversation with named agents renders each agent's part with RenderFor). Rewound spans
 // are skipped and rewind events are not rendered (see the package doc). If
 // the head was rewound below the summary's ToSeq (RewoundPastSummary), the
 // summary still stands for events the head no longer includes: the caller

@@ -331,7 +331,7 @@ func stream(ctx context.Context, msg *messages.AssistantMessage, n int, onDelta 
 }
 
 func cloneTurn(t agent.Turn) agent.Turn {
-	c := agent.Turn{ConversationID: t.ConversationID, Tools: slices.Clone(t.Tools), Settings: t.Settings}
+	c := agent.Turn{ConversationID: t.ConversationID, Tools: slices.Clone(t.Tools), Settings: t.Settings, Agent: t.Agent}
 	if t.Settings.Temperature != nil {
 		temp := *t.Settings.Temperature
 		c.Settings.Temperature = &temp

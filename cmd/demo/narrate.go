@@ -313,6 +313,8 @@ func eventRecord(conv string, ev *messages.Event) record {
 		rec.Event, rec.Text = "rewind", fmt.Sprintf("to #%d: %s", b.Rewind.GetToSeq(), b.Rewind.GetReason())
 	case *messages.Event_TurnFailed:
 		rec.Event, rec.Text = "turn_failed", b.TurnFailed.GetCode()+": "+b.TurnFailed.GetMessage()
+	case *messages.Event_Handoff:
+		rec.Event, rec.ToolCallID, rec.Text = "handoff", b.Handoff.GetToolCallId(), b.Handoff.GetTo()+": "+b.Handoff.GetMessage()
 	default:
 		rec.Event = "unknown"
 	}

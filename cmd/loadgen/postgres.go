@@ -26,7 +26,7 @@ const seedPoolSize = 16
 // returns the DSN whose connections use it, and a function that drops it.
 func pgSchema(ctx context.Context, dsn, phase string) (string, func(), error) {
 	name := fmt.Sprintf("lazarus_loadgen_%s_%d", phase, time.Now().UnixNano())
-	conn, err := pgx.Connect(ctx, dsn)
+	conn, err := connect(ctx, dsn)
 	if err != nil {
 		return "", nil, fmt.Errorf("postgres: %w", err)
 	}
@@ -37,12 +37,23 @@ func pgSchema(ctx context.Context, dsn, phase string) (string, func(), error) {
 	drop := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if c, err := pgx.Connect(ctx, dsn); err == nil {
+		if c, err := connect(ctx, dsn); err == nil {
 			_, _ = c.Exec(ctx, "DROP SCHEMA "+name+" CASCADE")
 			_ = c.Close(ctx)
 		}
 	}
 	return withParam(dsn, "search_path", name), drop, nil
+}
+
+// connect opens one connection of dsn, which may carry pgxpool's pool_*
+// parameters (a plain pgx.Connect would send them to the server as settings
+// it does not know).
+func connect(ctx context.Context, dsn string) (*pgx.Conn, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.ConnectConfig(ctx, cfg.ConnConfig)
 }
 
 // withParam adds a run-time parameter to a DSN, URL or key=value form.

@@ -103,6 +103,7 @@ func Run(t *testing.T, f Factory, feat Features) {
 		{"Close", closeCases},
 		{"Durable", durableCases},
 		{"Model", modelCases},
+		{"Agents", agentCases},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"hash/maphash"
 	"io"
 	"log/slog"
+	"math/bits"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -507,36 +508,47 @@ func (s *Store) idStripe(id string) int {
 }
 
 // lockSet is a set of stripes to hold together, acquired in the documented
-// order.
+// order (conversation stripes, then id stripes, each in increasing order).
+// It is a bitset, so that a request of one conversation locks and unlocks
+// in a few word tests, not a scan of every stripe.
 type lockSet struct {
-	conv [convStripes]bool
-	id   [idStripes]bool
+	conv [convStripes / 64]uint64
+	id   [idStripes / 64]uint64
+}
+
+func (ls *lockSet) addConv(stripe int) { ls.conv[stripe/64] |= 1 << (stripe % 64) }
+func (ls *lockSet) addID(stripe int)   { ls.id[stripe/64] |= 1 << (stripe % 64) }
+
+// eachStripe calls f with the index of every bit of set, in increasing order.
+func eachStripe(set []uint64, f func(int)) {
+	for w, bitsOf := range set {
+		for bitsOf != 0 {
+			b := bits.TrailingZeros64(bitsOf)
+			f(w*64 + b)
+			bitsOf &= bitsOf - 1
+		}
+	}
+}
+
+// eachStripeDown is eachStripe in decreasing order.
+func eachStripeDown(set []uint64, f func(int)) {
+	for w := len(set) - 1; w >= 0; w-- {
+		for bitsOf := set[w]; bitsOf != 0; {
+			b := 63 - bits.LeadingZeros64(bitsOf)
+			f(w*64 + b)
+			bitsOf &^= 1 << b
+		}
+	}
 }
 
 func (s *Store) lock(ls *lockSet) {
-	for i := range ls.conv {
-		if ls.conv[i] {
-			s.convLocks[i].Lock()
-		}
-	}
-	for i := range ls.id {
-		if ls.id[i] {
-			s.idLocks[i].Lock()
-		}
-	}
+	eachStripe(ls.conv[:], func(i int) { s.convLocks[i].Lock() })
+	eachStripe(ls.id[:], func(i int) { s.idLocks[i].Lock() })
 }
 
 func (s *Store) unlock(ls *lockSet) {
-	for i := range ls.id {
-		if ls.id[i] {
-			s.idLocks[i].Unlock()
-		}
-	}
-	for i := range ls.conv {
-		if ls.conv[i] {
-			s.convLocks[i].Unlock()
-		}
-	}
+	eachStripeDown(ls.id[:], func(i int) { s.idLocks[i].Unlock() })
+	eachStripeDown(ls.conv[:], func(i int) { s.convLocks[i].Unlock() })
 }
 
 // lockConv locks one conversation's stripe and returns its unlock.

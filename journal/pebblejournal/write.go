@@ -46,9 +46,9 @@ func (s *Store) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest)
 			continue
 		}
 		valid = append(valid, i)
-		ls.conv[s.convStripe(req.GetConversationId())] = true
+		ls.addConv(s.convStripe(req.GetConversationId()))
 		for _, tc := range req.GetToolCalls() {
-			ls.id[s.idStripe(tc.GetId())] = true
+			ls.addID(s.idStripe(tc.GetId()))
 		}
 	}
 	if len(valid) == 0 {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
 	"google.golang.org/protobuf/proto"
@@ -28,6 +30,7 @@ type head struct {
 	exists  bool                   // the table has a row for the id (maybe a tombstone)
 	dirty   bool                   // last_seq or the row changed
 	rowSet  bool                   // the row changed: write its bytes and status
+	idb     []byte                 // the id's bytes, once the batch writes events
 }
 
 // callState is what a batch knows of one tool call row.
@@ -83,8 +86,25 @@ func (s *Store) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest)
 	var due []deadlineKey // deadlines an expiry (DueBy) checks
 	seenConv := map[string]bool{}
 	seenCall := map[string]bool{}
+	// The events are encoded here, once, with the seqs they get if their
+	// request passes (ExpectedLast+1...: only fenced requests carry
+	// events), into one buffer for the batch; a request that fails later
+	// gets its events' seqs back.
+	eb := s.getBuf()
+	defer s.putBuf(eb)
+	first := make([]int, len(reqs)) // index in eb.ends of each request's first event
 	for i, req := range reqs {
-		if err := journal.ValidateAppend(req); err != nil {
+		if err := journal.ValidateAppendShape(req); err != nil {
+			// ValidateAppend's own error: an event that cannot be encoded
+			// comes before the later checks.
+			if full := journal.ValidateAppend(req); full != nil {
+				err = full
+			}
+			results[i].Err = fmt.Errorf("pgjournal: %w", err)
+			continue
+		}
+		first[i] = len(eb.ends)
+		if err := eb.encode(req); err != nil {
 			results[i].Err = fmt.Errorf("pgjournal: %w", err)
 			continue
 		}
@@ -115,27 +135,49 @@ func (s *Store) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest)
 			}
 		}
 	}
+	// restore gives the events of reqs[i] back the seqs they came with.
+	restore := func(i int) {
+		evs := reqs[i].GetEvents()
+		for j := len(evs) - 1; j >= 0; j-- {
+			evs[j].Seq = eb.given[first[i]+j]
+		}
+	}
 	if len(convs) == 0 {
 		return results
 	}
 
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
+		for i := range reqs {
+			if ok[i] {
+				restore(i)
+			}
+		}
 		return failAll(s.wrap("append", err))
 	}
 	// A connection left inside a transaction (any failure below) is
 	// destroyed by Release rather than reused.
 	defer conn.Release()
+	fast := useByteaArrays(conn.Conn())
 
-	b, err := s.readBatch(ctx, conn.Conn(), convs, callIDs, due)
+	b, err := s.readBatch(ctx, conn.Conn(), fast, convs, callIDs, due)
 	if err != nil {
+		for i := range reqs {
+			if ok[i] {
+				restore(i)
+			}
+		}
 		return failAll(s.wrap("append", err))
 	}
 	if err := b.readSchedules(ctx, conn.Conn(), fireIDs(reqs, ok)); err != nil {
+		for i := range reqs {
+			if ok[i] {
+				restore(i)
+			}
+		}
 		return failAll(s.wrap("append", err))
 	}
 	now := time.Now()
-	given := make([][]uint64, len(reqs))
 	for i, req := range reqs {
 		if !ok[i] {
 			continue
@@ -143,22 +185,15 @@ func (s *Store) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest)
 		if err := b.check(req); err != nil {
 			results[i].Err = fmt.Errorf("pgjournal: %w", err)
 			ok[i] = false
+			restore(i)
 			continue
 		}
-		res, seqs, err := b.apply(req, now)
-		if err != nil {
-			results[i].Err = fmt.Errorf("pgjournal: %w", err)
-			ok[i] = false
-			continue
-		}
-		results[i], given[i] = res, seqs
+		results[i] = b.apply(req, now, eb, first[i])
 	}
-	if err := s.writeBatch(ctx, conn.Conn(), b); err != nil {
-		for i, req := range reqs {
+	if err := s.writeBatch(ctx, conn.Conn(), fast, b, eb); err != nil {
+		for i := range reqs {
 			if ok[i] {
-				for j, ev := range req.GetEvents() {
-					ev.Seq = given[i][j]
-				}
+				restore(i)
 			}
 		}
 		return failAll(err)
@@ -166,19 +201,90 @@ func (s *Store) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest)
 	return results
 }
 
+// evBuf holds the encoded events of one AppendBatch: event k's bytes are
+// buf[ends[k-1]:ends[k]], and given[k] is the seq it came with.
+type evBuf struct {
+	buf   []byte
+	ends  []int
+	given []uint64
+	rows  []byte // the encoded rows writeBatch writes
+}
+
+// maxKeptBuf bounds the buffer a batch gives back to the Store.
+const maxKeptBuf = 4 << 20
+
+// getBuf returns an empty evBuf, one a batch gave back if there is one. The
+// Store keeps them itself: a sync.Pool is emptied by every GC, and a busy
+// runtime collects several times a second.
+func (s *Store) getBuf() *evBuf {
+	select {
+	case e := <-s.bufs:
+		return e
+	default:
+		return &evBuf{}
+	}
+}
+
+// putBuf gives e back once its batch returned (pgx copies the parameters it
+// sends).
+func (s *Store) putBuf(e *evBuf) {
+	if cap(e.buf) > maxKeptBuf || cap(e.rows) > maxKeptBuf {
+		return
+	}
+	e.buf, e.ends, e.given, e.rows = e.buf[:0], e.ends[:0], e.given[:0], e.rows[:0]
+	select {
+	case s.bufs <- e:
+	default:
+	}
+}
+
+// encode gives the events of req the seqs after its ExpectedLast and
+// encodes them (journal.EncodeAppendEvent checks each). On failure the
+// events keep the seqs they came with and e is as before.
+func (e *evBuf) encode(req *messages.AppendRequest) error {
+	evs := req.GetEvents()
+	n, m := len(e.buf), len(e.ends)
+	for j, ev := range evs {
+		given := ev.GetSeq()
+		e.given = append(e.given, given)
+		ev.Seq = req.GetExpectedLast() + 1 + uint64(j)
+		var err error
+		e.buf, err = journal.EncodeAppendEvent(e.buf, req, j, given)
+		if err != nil {
+			for k := j; k >= 0; k-- {
+				evs[k].Seq = e.given[m+k]
+			}
+			e.buf, e.ends, e.given = e.buf[:n], e.ends[:m], e.given[:m]
+			return err
+		}
+		e.ends = append(e.ends, len(e.buf))
+	}
+	return nil
+}
+
+// event returns the bytes of event k, once every event of the batch is
+// encoded.
+func (e *evBuf) event(k int) []byte {
+	start := 0
+	if k > 0 {
+		start = e.ends[k-1]
+	}
+	return e.buf[start:e.ends[k]:e.ends[k]]
+}
+
 // readBatch begins the transaction, takes the locks of convs and reads
 // their heads, the rows of callIDs and the deadlines of due, in one round
 // trip.
-func (s *Store) readBatch(ctx context.Context, conn *pgx.Conn, convs, callIDs []string, due []deadlineKey) (*batch, error) {
+func (s *Store) readBatch(ctx context.Context, conn *pgx.Conn, fast bool, convs, callIDs []string, due []deadlineKey) (*batch, error) {
 	pb := &pgx.Batch{}
 	pb.Queue("BEGIN")
 	// The locks are a statement of their own: the head read after them
 	// takes its snapshot (read committed) once it holds them, so that it
 	// sees what the batch that held them last committed.
 	pb.Queue("SELECT count(pg_advisory_xact_lock(k)) FROM unnest($1::int8[]) AS k", lockKeys(convs))
-	pb.Queue("SELECT id, last_seq, deleted, row FROM lz_conversations WHERE id = ANY($1::bytea[])", toBytes(convs))
+	pb.Queue("SELECT id, last_seq, deleted, row FROM lz_conversations WHERE id = ANY($1::bytea[])", byteas(fast, toBytes(convs)))
 	if len(callIDs) > 0 {
-		pb.Queue("SELECT data FROM lz_tool_calls WHERE id = ANY($1::bytea[]) ORDER BY id FOR UPDATE", toBytes(callIDs))
+		pb.Queue("SELECT data FROM lz_tool_calls WHERE id = ANY($1::bytea[]) ORDER BY id FOR UPDATE", byteas(fast, toBytes(callIDs)))
 	}
 	if len(due) > 0 {
 		dconv, dcall := make([][]byte, len(due)), make([][]byte, len(due))
@@ -186,7 +292,7 @@ func (s *Store) readBatch(ctx context.Context, conn *pgx.Conn, convs, callIDs []
 			dconv[i], dcall[i] = []byte(k.conv), []byte(k.call)
 		}
 		pb.Queue(`SELECT d.conv, d.call, d.at_s, d.at_n FROM lz_deadlines d
-			JOIN unnest($1::bytea[], $2::bytea[]) AS x(conv, call) ON d.conv = x.conv AND d.call = x.call`, dconv, dcall)
+			JOIN unnest($1::bytea[], $2::bytea[]) AS x(conv, call) ON d.conv = x.conv AND d.call = x.call`, byteas(fast, dconv), byteas(fast, dcall))
 	}
 	br := conn.SendBatch(ctx, pb)
 	defer br.Close()
@@ -361,33 +467,21 @@ func (b *batch) check(req *messages.AppendRequest) error {
 }
 
 // apply applies a checked request to the batch's state, in the contract's
-// order. It sets the seqs of the request's events and returns the seqs they
-// had, to put back if the commit fails. It fails (changing nothing) only if
-// an event cannot be encoded.
-func (b *batch) apply(req *messages.AppendRequest, now time.Time) (journal.AppendResult, []uint64, error) {
+// order. Its events, which already have their seqs, are the events of eb
+// from index k.
+func (b *batch) apply(req *messages.AppendRequest, now time.Time, eb *evBuf, k int) journal.AppendResult {
 	id := req.GetConversationId()
 	h := b.heads[id]
 	res := journal.AppendResult{FirstSeq: req.GetExpectedLast(), LastSeq: req.GetExpectedLast()}
 	evs := req.GetEvents()
-	given := make([]uint64, len(evs))
 	if len(evs) > 0 {
-		data := make([][]byte, len(evs))
-		for j, ev := range evs {
-			given[j] = ev.GetSeq()
-			ev.Seq = h.lastSeq + 1 + uint64(j)
-			enc, err := journal.EncodeAppendEvent(nil, req, j, given[j])
-			if err != nil {
-				for k := 0; k <= j; k++ {
-					evs[k].Seq = given[k]
-				}
-				return res, nil, err
-			}
-			data[j] = enc
+		if h.idb == nil {
+			h.idb = []byte(id)
 		}
-		for j := range evs {
-			b.evConv = append(b.evConv, []byte(id))
-			b.evSeq = append(b.evSeq, int64(evs[j].GetSeq()))
-			b.evData = append(b.evData, data[j])
+		for j, ev := range evs {
+			b.evConv = append(b.evConv, h.idb)
+			b.evSeq = append(b.evSeq, int64(ev.GetSeq()))
+			b.evData = append(b.evData, eb.event(k+j))
 		}
 		res.FirstSeq = h.lastSeq + 1
 		h.lastSeq += uint64(len(evs))
@@ -468,7 +562,7 @@ func (b *batch) apply(req *messages.AppendRequest, now time.Time) (journal.Appen
 		b.setDeadline(deadlineKey{id, rec.GetId()}, dl)
 	}
 	b.applyFire(req.GetScheduleFire())
-	return res, given, nil
+	return res
 }
 
 func (b *batch) setDeadline(k deadlineKey, d *messages.Deadline) {
@@ -481,7 +575,18 @@ func (b *batch) setDeadline(k deadlineKey, d *messages.Deadline) {
 // writeBatch writes what the batch changed and commits, in one round trip.
 // The transaction is left open (and the connection then destroyed) on
 // failure.
-func (s *Store) writeBatch(ctx context.Context, conn *pgx.Conn, b *batch) error {
+func (s *Store) writeBatch(ctx context.Context, conn *pgx.Conn, fast bool, b *batch, eb *evBuf) error {
+	// The rows are encoded into eb.rows, which the Store keeps from batch
+	// to batch; a slice taken before it grew stays valid.
+	marshal := func(m proto.Message) ([]byte, error) {
+		start := len(eb.rows)
+		out, err := proto.MarshalOptions{}.MarshalAppend(eb.rows, m)
+		if err != nil {
+			return nil, err
+		}
+		eb.rows = out
+		return out[start:len(out):len(out)], nil
+	}
 	pb := &pgx.Batch{}
 	// New conversations are inserted; the others updated in place, their
 	// row bytes and status only if the row changed (NULL keeps them), so
@@ -499,7 +604,7 @@ func (s *Store) writeBatch(ctx context.Context, conn *pgx.Conn, b *batch) error 
 		var row []byte
 		var status *int32
 		if h.rowSet || !h.exists {
-			enc, err := proto.Marshal(h.row)
+			enc, err := marshal(h.row)
 			if err != nil {
 				return fmt.Errorf("pgjournal: append: encode conversation row: %w", err)
 			}
@@ -513,19 +618,19 @@ func (s *Store) writeBatch(ctx context.Context, conn *pgx.Conn, b *batch) error 
 		}
 	}
 	if len(b.evSeq) > 0 {
-		pb.Queue("INSERT INTO lz_events (conv, seq, data) SELECT * FROM unnest($1::bytea[], $2::int8[], $3::bytea[])", b.evConv, b.evSeq, b.evData)
+		pb.Queue("INSERT INTO lz_events (conv, seq, data) SELECT * FROM unnest($1::bytea[], $2::int8[], $3::bytea[])", byteas(fast, b.evConv), b.evSeq, byteas(fast, b.evData))
 	}
 	// status keeps the partial index of ACTIVE rows in step with the row,
 	// in the same statement. The batch holds the conversations' locks, so
 	// no other writer inserts a row of theirs in between.
 	if len(nid) > 0 {
 		pb.Queue("INSERT INTO lz_conversations (id, last_seq, row, status) SELECT * FROM unnest($1::bytea[], $2::int8[], $3::bytea[], $4::int4[])",
-			nid, nlast, nrow, nstatus)
+			byteas(fast, nid), nlast, byteas(fast, nrow), nstatus)
 	}
 	if len(uid) > 0 {
 		pb.Queue(`UPDATE lz_conversations c SET last_seq = u.last_seq, row = coalesce(u.row, c.row), status = coalesce(u.status, c.status)
 			FROM unnest($1::bytea[], $2::int8[], $3::bytea[], $4::int4[]) AS u(id, last_seq, row, status) WHERE c.id = u.id`,
-			uid, ulast, urow, ustatus)
+			byteas(fast, uid), ulast, byteas(fast, urow), ustatus)
 	}
 	// Tool calls: new ids are inserted (an id another conversation's batch
 	// took meanwhile is a unique violation: ErrConflict, nothing written),
@@ -536,7 +641,7 @@ func (s *Store) writeBatch(ctx context.Context, conn *pgx.Conn, b *batch) error 
 		if !cs.dirty {
 			continue
 		}
-		data, err := proto.Marshal(cs.rec)
+		data, err := marshal(cs.rec)
 		if err != nil {
 			return fmt.Errorf("pgjournal: append: encode tool call %q: %w", id, err)
 		}
@@ -550,12 +655,12 @@ func (s *Store) writeBatch(ctx context.Context, conn *pgx.Conn, b *batch) error 
 	}
 	if len(cid) > 0 {
 		pb.Queue("INSERT INTO lz_tool_calls (id, conv, status, data) SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::int4[], $4::bytea[])",
-			cid, cconv, cstatus, cdata)
+			byteas(fast, cid), byteas(fast, cconv), cstatus, byteas(fast, cdata))
 	}
 	if len(kid) > 0 {
 		pb.Queue(`UPDATE lz_tool_calls t SET conv = u.conv, status = u.status, data = u.data
 			FROM unnest($1::bytea[], $2::bytea[], $3::int4[], $4::bytea[]) AS u(id, conv, status, data) WHERE t.id = u.id`,
-			kid, kconv, kstatus, kdata)
+			byteas(fast, kid), byteas(fast, kconv), kstatus, byteas(fast, kdata))
 	}
 	var dconv, dcall, ddata, xconv, xcall [][]byte
 	var dats []int64
@@ -566,7 +671,7 @@ func (s *Store) writeBatch(ctx context.Context, conn *pgx.Conn, b *batch) error 
 			xconv, xcall = append(xconv, []byte(k.conv)), append(xcall, []byte(k.call))
 			continue
 		}
-		data, err := proto.Marshal(d)
+		data, err := marshal(d)
 		if err != nil {
 			return fmt.Errorf("pgjournal: append: encode deadline: %w", err)
 		}
@@ -574,17 +679,23 @@ func (s *Store) writeBatch(ctx context.Context, conn *pgx.Conn, b *batch) error 
 		dats, datn = append(dats, d.GetAt().GetSeconds()), append(datn, d.GetAt().GetNanos())
 	}
 	if len(xconv) > 0 {
-		pb.Queue("DELETE FROM lz_deadlines d USING unnest($1::bytea[], $2::bytea[]) AS x(conv, call) WHERE d.conv = x.conv AND d.call = x.call", xconv, xcall)
+		pb.Queue("DELETE FROM lz_deadlines d USING unnest($1::bytea[], $2::bytea[]) AS x(conv, call) WHERE d.conv = x.conv AND d.call = x.call", byteas(fast, xconv), byteas(fast, xcall))
 	}
 	if len(dconv) > 0 {
 		pb.Queue(`INSERT INTO lz_deadlines (conv, call, at_s, at_n, data) SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::int8[], $4::int4[], $5::bytea[])
-			ON CONFLICT (conv, call) DO UPDATE SET at_s = excluded.at_s, at_n = excluded.at_n, data = excluded.data`, dconv, dcall, dats, datn, ddata)
+			ON CONFLICT (conv, call) DO UPDATE SET at_s = excluded.at_s, at_n = excluded.at_n, data = excluded.data`, byteas(fast, dconv), byteas(fast, dcall), dats, datn, byteas(fast, ddata))
 	}
 	if err := b.queueSchedules(pb); err != nil {
 		return err
 	}
 	n := pb.Len()
 	pb.Queue("COMMIT")
+	// The statements' messages are built into the connection's write
+	// buffer, which pgx starts small for every batch and grows by doubling;
+	// grown once to what they need (the bytes of the batch's rows plus the
+	// framing), it is allocated once.
+	reserve := len(eb.buf) + len(eb.rows) + 64*(len(b.evSeq)+len(b.heads)+len(b.calls)+len(b.dlOrder)) + 4096
+	conn.PgConn().Frontend().Send(reserveMsg(reserve))
 	br := conn.SendBatch(ctx, pb)
 	for i := 0; i < n; i++ {
 		if _, err := br.Exec(); err != nil {
@@ -608,4 +719,20 @@ func (s *Store) writeBatch(ctx context.Context, conn *pgx.Conn, b *batch) error 
 	return nil
 }
 
-var _ = errors.New
+// reserveMsg is a frontend message that writes nothing: sent first, it
+// grows the connection's write buffer to hold n more bytes, so that the
+// messages after it are appended without the buffer being copied as it
+// grows. (A pgproto3 tracer, if one is set, logs it as an unknown message
+// of length 0.)
+type reserveMsg int
+
+var _ pgproto3.FrontendMessage = reserveMsg(0)
+
+// Frontend implements pgproto3.FrontendMessage.
+func (reserveMsg) Frontend() {}
+
+// Decode implements pgproto3.Message; reserveMsg is never received.
+func (reserveMsg) Decode([]byte) error { return errors.New("pgjournal: reserveMsg is not decoded") }
+
+// Encode implements pgproto3.Message: it appends nothing.
+func (n reserveMsg) Encode(dst []byte) ([]byte, error) { return slices.Grow(dst, int(n)), nil }

@@ -40,7 +40,11 @@
 // (arrays, UNNEST) per table and kind, the new conversations and tool
 // calls inserted, the ones read updated in place, a conversation's row
 // bytes and status rewritten only when they changed (an append that only
-// moves last_seq changes no indexed column).
+// moves last_seq changes no indexed column). Each event is encoded once,
+// before the first round trip, into a buffer the Store keeps from batch to
+// batch; the bytea[] parameters are encoded by the Store in one pass (it
+// registers, on each connection an AppendBatch uses, a bytea[] codec that
+// encodes its own parameter type and hands every other value to pgx's).
 // ResolveToolCall reads its row FOR UPDATE: of concurrent resolvers, one
 // wins and the others find the call no longer pending.
 //

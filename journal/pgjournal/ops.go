@@ -174,23 +174,80 @@ func (s *Store) PutSummary(ctx context.Context, conversationID string, sum *mess
 	if err != nil {
 		return fmt.Errorf("pgjournal: %w", journal.Invalidf("summary of %q cannot be encoded (%v)", conversationID, err))
 	}
-	return s.writeTx(ctx, "put summary", conversationID, func(tx pgx.Tx) error {
-		var last int64
-		var deleted bool
-		err := tx.QueryRow(ctx, "SELECT last_seq, deleted FROM lz_conversations WHERE id = $1", []byte(conversationID)).Scan(&last, &deleted)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return err
+	// Two round trips, where a transaction of its own statements would take
+	// five: BEGIN, the lock and the head read in one; the insert and COMMIT
+	// in the other.
+	const op = "put summary"
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return s.wrap(op, err)
+	}
+	// A connection left inside a transaction (a failure below) is
+	// destroyed by Release rather than reused.
+	defer conn.Release()
+	// As pgx's Tx.Rollback: a connection whose ROLLBACK fails (one whose
+	// call was cancelled mid-flight) is in an unknown state and is closed,
+	// so that the pool never hands it out again.
+	rollback := func() {
+		if _, err := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK"); err != nil {
+			_ = conn.Conn().Close(context.WithoutCancel(ctx))
 		}
-		if deleted {
-			return fmt.Errorf("put summary of %q: %w", conversationID, journal.ErrDeleted)
+	}
+	pb := &pgx.Batch{}
+	pb.Queue("BEGIN")
+	pb.Queue("SELECT pg_advisory_xact_lock($1)", lockKey(conversationID))
+	pb.Queue("SELECT last_seq, deleted FROM lz_conversations WHERE id = $1", []byte(conversationID))
+	br := conn.SendBatch(ctx, pb)
+	var last int64
+	var deleted bool
+	_, err = br.Exec()
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if err == nil {
+		err = br.QueryRow().Scan(&last, &deleted)
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = nil
 		}
-		if err := journal.ValidateSummary(conversationID, sum, uint64(last)); err != nil {
-			return err
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && deleted {
+		err = fmt.Errorf("put summary of %q: %w", conversationID, journal.ErrDeleted)
+	}
+	if err == nil {
+		err = journal.ValidateSummary(conversationID, sum, uint64(last))
+	}
+	if err != nil {
+		rollback()
+		return s.wrap(op, err)
+	}
+	pb = &pgx.Batch{}
+	pb.Queue(`INSERT INTO lz_summaries (conv, to_seq, data) VALUES ($1, $2, $3)
+		ON CONFLICT (conv, to_seq) DO UPDATE SET data = excluded.data`, []byte(conversationID), toInt64(sum.GetToSeq()), data)
+	pb.Queue("COMMIT")
+	br = conn.SendBatch(ctx, pb)
+	_, err = br.Exec()
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		// As pgx's Tx.Commit: a connection left inside the transaction is
+		// closed (Release would destroy it too); the outcome is reported
+		// as the error says (unknown if the server's answer was lost).
+		if conn.Conn().PgConn().TxStatus() != 'I' {
+			_ = conn.Conn().Close(context.WithoutCancel(ctx))
 		}
-		_, err = tx.Exec(ctx, `INSERT INTO lz_summaries (conv, to_seq, data) VALUES ($1, $2, $3)
-			ON CONFLICT (conv, to_seq) DO UPDATE SET data = excluded.data`, []byte(conversationID), toInt64(sum.GetToSeq()), data)
-		return err
-	})
+		return s.wrapCommit(op, err)
+	}
+	if conn.Conn().PgConn().TxStatus() != 'I' {
+		return fmt.Errorf("pgjournal: %s: commit left the transaction open: %w", op, journal.ErrUnknownOutcome)
+	}
+	return nil
 }
 
 // LatestSummary implements journal.Summaries.

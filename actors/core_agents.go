@@ -1,0 +1,241 @@
+package actors
+
+import (
+	"encoding/json"
+	"slices"
+	"sort"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/snapshot"
+)
+
+// The core's part of multi-agent conversations (see agents.go). Without
+// named agents (cfg.Agents empty) none of it changes a decision: every
+// event is the default agent's, and the core behaves as before agents.
+
+// maxHandoffMessageBytes bounds the message a handoff event carries.
+const maxHandoffMessageBytes = 64 << 10
+
+func (c *core) agentsOn() bool { return len(c.cfg.Agents) > 0 }
+
+// knownAgent reports whether name is the default agent or a configured one.
+func (c *core) knownAgent(name string) bool {
+	_, ok := c.cfg.Agents[name]
+	return name == "" || ok
+}
+
+// owes reports whether ev, the last event on the head an agent owns, owes
+// that agent a turn: a user message or a handoff addressed to it, or the
+// result of one of its calls other than a handoff it made (a handoff ends
+// the turn of the agent that passes it).
+func owes(ev *messages.Event) bool {
+	switch b := ev.GetBody().(type) {
+	case *messages.Event_UserMsg, *messages.Event_Handoff:
+		return true
+	case *messages.Event_ToolResult:
+		return b.ToolResult.GetName() != HandoffToolName || b.ToolResult.GetOutcome().GetError() != nil
+	}
+	return false
+}
+
+// agentOwed is turnOwed with named agents: each agent owes a turn when the
+// last rendered event it owns (Event.agent) owes one (see owes); of those,
+// the agent whose owed event is the oldest gets the turn (nextAgent).
+// Events of agents no longer configured owe nothing.
+func (c *core) agentOwed() bool {
+	r := c.ws.Render()
+	seen := map[string]bool{}
+	found := false
+	for i := len(r) - 1; i >= 0; i-- {
+		ev := r[i]
+		a := ev.GetAgent()
+		if seen[a] {
+			continue
+		}
+		seen[a] = true
+		if owes(ev) && c.knownAgent(a) {
+			c.nextAgent, found = a, true // walking back: the last found is the oldest
+		}
+	}
+	return found
+}
+
+// agentTurn fills in turn for the agent that has it (turnAgent): the
+// events it sees, its settings over the conversation's, its tools, and its
+// name. The summary is the default agent's alone: the core summarizes no
+// span that holds another agent's events (see snapshot.HoldsAgents).
+func (c *core) agentTurn(turn *agent.Turn) {
+	name := c.turnAgent
+	turn.Agent = name
+	turn.Context = c.ws.RenderFor(name)
+	if name == "" {
+		return
+	}
+	turn.Summary = nil
+	cfg := c.cfg.Agents[name]
+	turn.Settings = cfg.Settings.Over(c.settings)
+	if c.agentSpecs == nil {
+		c.agentSpecs = map[string][]agent.ToolSpec{}
+	}
+	specs, ok := c.agentSpecs[name]
+	if !ok {
+		for _, s := range c.specs {
+			if s.Name == HandoffToolName || slices.Contains(cfg.Tools, s.Name) {
+				specs = append(specs, s)
+			}
+		}
+		c.agentSpecs[name] = specs
+	}
+	turn.Tools = specs
+}
+
+// agentToolProblem says why the agent that has the turn may not call the
+// tool name ("" if it may): a named agent calls only its own tools and the
+// handoff tool.
+func (c *core) agentToolProblem(name string) string {
+	if c.turnAgent == "" || name == HandoffToolName {
+		return ""
+	}
+	if slices.Contains(c.cfg.Agents[c.turnAgent].Tools, name) {
+		return ""
+	}
+	return "unknown tool \"" + name + "\": agent " + c.turnAgent + " has no such tool"
+}
+
+// stampAgent sets the agent of the events that name none to name.
+func stampAgent(evs []*messages.Event, name string) {
+	if name == "" {
+		return
+	}
+	for _, ev := range evs {
+		if ev.GetAgent() == "" {
+			ev.Agent = name
+		}
+	}
+}
+
+// addressOf returns the agent and audience of a user message sent to to.
+func addressOf(to *messages.AgentAddress) (string, []string) {
+	if to.GetBroadcast() {
+		return to.GetAgent(), []string{snapshot.Broadcast}
+	}
+	return to.GetAgent(), nil
+}
+
+// loadCallAgents sets the agent of each open call from its tool_call event
+// (a revival: the working set's open calls carry no header).
+func (c *core) loadCallAgents() {
+	if !c.agentsOn() || len(c.calls) == 0 {
+		return
+	}
+	for _, ev := range c.ws.Events {
+		if tc := ev.GetToolCall(); tc != nil {
+			if call, ok := c.calls[tc.GetCall().GetId()]; ok {
+				call.agent = ev.GetAgent()
+			}
+		}
+	}
+}
+
+// handoffArgs are the arguments of a handoff call.
+type handoffArgs struct {
+	Agent   string `json:"agent"`
+	Message string `json:"message"`
+}
+
+// handoffTarget parses a handoff call's arguments: the agent it passes the
+// turn to ("" for the default agent) and its message, or what is wrong.
+func (c *core) handoffTarget(call *openCall) (to, msg, problem string) {
+	var a handoffArgs
+	if err := json.Unmarshal([]byte(call.ev.GetCall().GetArguments()), &a); err != nil {
+		return "", "", "the arguments must be {\"agent\": name, \"message\": text}"
+	}
+	to = a.Agent
+	if to == DefaultAgentName {
+		to = ""
+	}
+	switch {
+	case a.Agent == "":
+		return "", "", "name the agent to pass the turn to (\"agent\")"
+	case !c.knownAgent(to):
+		return "", "", "unknown agent \"" + a.Agent + "\"; the agents are: " + strings.Join(c.agentNames(), ", ")
+	case to == call.agent:
+		return "", "", "agent \"" + a.Agent + "\" already has the turn"
+	}
+	msg = a.Message
+	if len(msg) > maxHandoffMessageBytes {
+		msg = msg[:maxHandoffMessageBytes]
+		for !utf8.ValidString(msg) {
+			msg = msg[:len(msg)-1]
+		}
+	}
+	return to, msg, ""
+}
+
+func (c *core) agentNames() []string {
+	names := []string{DefaultAgentName}
+	for n := range c.cfg.Agents {
+		names = append(names, n)
+	}
+	sort.Strings(names[1:])
+	return names
+}
+
+// resolveHandoffs answers the open handoff calls that have no outcome yet:
+// the core is their executor. The outcome is written by writeResults, with
+// the handoff event (handoffEvent), in one atomic write; a revival that
+// finds such a call still open answers it again, the same way.
+func (c *core) resolveHandoffs() {
+	if !c.agentsOn() {
+		return
+	}
+	for _, id := range c.order {
+		call := c.calls[id]
+		if call.ready != nil || call.ev.GetCall().GetName() != HandoffToolName || call.ev.GetExecutor() != messages.Executor_EXECUTOR_SERVER {
+			continue
+		}
+		to, _, problem := c.handoffTarget(call)
+		if problem != "" {
+			call.ready, call.status = agent.ErrorOutcome(agent.CodeInvalid, problem), messages.ToolCallStatus_TOOL_CALL_STATUS_ERRORED
+			continue
+		}
+		name := to
+		if name == "" {
+			name = DefaultAgentName
+		}
+		b, _ := json.Marshal(map[string]string{"handed_off_to": name})
+		call.ready = &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: string(b)}}
+		call.status = messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED
+	}
+}
+
+// handoffEvent returns the handoff event that follows the result of call,
+// a successful handoff call, or nil for any other call.
+func (c *core) handoffEvent(call *openCall) *messages.Event {
+	if !c.agentsOn() || call.ev.GetCall().GetName() != HandoffToolName || call.ready.GetError() != nil || call.ready == nil {
+		return nil
+	}
+	to, msg, problem := c.handoffTarget(call)
+	if problem != "" {
+		return nil
+	}
+	return c.event(func(ev *messages.Event) {
+		ev.Agent = to
+		ev.Body = &messages.Event_Handoff{Handoff: &messages.Handoff{From: call.agent, To: to, Message: msg, ToolCallId: call.ev.GetCall().GetId()}}
+	})
+}
+
+// editAddress returns the agent and audience of the user message at seq es
+// of the working set (the one an edit replaces), so the edit is addressed
+// the same way.
+func (c *core) editAddress(es uint64) (string, []string) {
+	base := c.ws.Summary.GetToSeq()
+	if es <= base || es > c.ws.LastSeq {
+		return "", nil
+	}
+	ev := c.ws.Events[es-base-1]
+	return ev.GetAgent(), ev.GetAudience()
+}

@@ -1,0 +1,113 @@
+package actors
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/snapshot"
+)
+
+// The core's decisions with named agents, case by case (see core_test.go
+// for the words; "model@a" is a model call of agent a).
+
+func handoffCall(id, to string) *messages.ToolCall {
+	return &messages.ToolCall{Id: id, Name: HandoffToolName, Arguments: `{"agent":"` + to + `","message":"over to you"}`}
+}
+
+func agentWords(effs []effect) []string {
+	out := words(effs)
+	i := 0
+	for _, e := range effs {
+		switch e := e.(type) {
+		case effStartModel:
+			for out[i] != "model" {
+				i++
+			}
+			if e.in.Agent != "" {
+				out[i] = "model@" + e.in.Agent
+			}
+		}
+	}
+	return out
+}
+
+func newAgentsCore(t *testing.T, log []*messages.Event) *core {
+	t.Helper()
+	tools, err := agent.NewRegistry(
+		agent.Tool{Name: "lookup", Executor: server, Run: func(context.Context, agent.Invocation) (string, error) { return "", nil }},
+		HandoffTool(),
+	)
+	require.NoError(t, err)
+	c := newCore(coreConfig{ID: "c", Tools: tools, Policy: snapshot.Policy{}.WithDefaults(),
+		Retry: RetryPolicy{}.WithDefaults(), MaxInvalidToolAnswers: 1,
+		NewID:  func(time.Time) string { return "call_x" },
+		Agents: map[string]AgentConfig{"a": {Settings: agent.Settings{SystemPrompt: "I am a"}}}},
+		slog.New(slog.DiscardHandler))
+	for i, ev := range log {
+		ev.Seq = uint64(i + 1)
+	}
+	ws, err := snapshot.Rebuild(nil, log)
+	require.NoError(t, err)
+	require.Empty(t, words(c.step(t0, &inLoaded{ws: ws, rows: map[string]*messages.ToolCallRecord{}, scope: agent.SystemScope})), "no work before a command")
+	return c
+}
+
+func TestCoreHandoffLeftOpenIsFinishedByTheRevival(t *testing.T) {
+	hc := handoffCall("call_h", "a")
+	c := newAgentsCore(t, []*messages.Event{
+		user("r1"), answer(hc),
+		{Body: &messages.Event_ToolCall{ToolCall: &messages.ToolCallEvent{Call: hc, Executor: server}}},
+	})
+	effs := c.step(t0, wake(false))
+	require.Equal(t, []string{"reply", "write[ToolResult Handoff]+1 resolutions"}, agentWords(effs),
+		"the core answers the handoff itself: no tool run, one write")
+	w := effs[1].(effWrite).req
+	require.Equal(t, "", w.GetEvents()[0].GetAgent(), "the result is the caller's")
+	require.Equal(t, "a", w.GetEvents()[1].GetAgent(), "the handoff is the next agent's")
+	require.Equal(t, &messages.Handoff{From: "", To: "a", Message: "over to you", ToolCallId: "call_h"}, w.GetEvents()[1].GetHandoff())
+	effs = c.step(t0, ok(1))
+	require.Equal(t, []string{"model@a"}, agentWords(effs))
+	in := effs[0].(effStartModel).in
+	require.Equal(t, "I am a", in.Settings.SystemPrompt)
+	require.Len(t, in.Context, 1, "agent a sees the handoff only")
+	require.Equal(t, "[handoff from agent default] over to you", in.Context[0].GetUserMsg().GetContent()[0].GetText())
+	require.Equal(t, []string{HandoffToolName}, []string{in.Tools[0].Name}, "agent a has no tool but the handoff")
+
+	// The model of a answers: the turn is over; nothing more is owed.
+	effs = c.step(t0, &inModelDone{turn: 1, msg: agent.Text("done")})
+	require.Equal(t, []string{"write[" + wAnswer + "]"}, agentWords(effs))
+	require.Equal(t, "a", effs[0].(effWrite).req.GetEvents()[0].GetAgent())
+	require.Nil(t, agentWords(c.step(t0, ok(2))))
+}
+
+func TestCoreSendToANamedAgent(t *testing.T) {
+	c := newAgentsCore(t, []*messages.Event{user("r1"), answer()})
+	cmd := send("r2")
+	cmd.cmd.Msg.(*messages.AgentSend).To = &messages.AgentAddress{Agent: "a"}
+	effs := c.step(t0, cmd)
+	require.Equal(t, []string{"write[" + wUser + "]"}, agentWords(effs))
+	require.Equal(t, "a", effs[0].(effWrite).req.GetEvents()[0].GetAgent())
+	effs = c.step(t0, ok(1))
+	require.Equal(t, []string{"reply seq=3", "model@a"}, agentWords(effs))
+	require.Len(t, effs[1].(effStartModel).in.Context, 1, "a does not see the default agent's events")
+}
+
+func TestCoreHandoffRefused(t *testing.T) {
+	for _, to := range []string{"ghost", "default", ""} {
+		hc := handoffCall("call_h", to)
+		c := newAgentsCore(t, []*messages.Event{
+			user("r1"), answer(hc),
+			{Body: &messages.Event_ToolCall{ToolCall: &messages.ToolCallEvent{Call: hc, Executor: server}}},
+		})
+		effs := c.step(t0, wake(false))
+		require.Equal(t, []string{"reply", "write[ToolResult]+1 resolutions"}, agentWords(effs), "to %q", to)
+		require.NotNil(t, effs[1].(effWrite).req.GetEvents()[0].GetToolResult().GetOutcome().GetError(), "to %q", to)
+		require.Equal(t, []string{"model"}, agentWords(c.step(t0, ok(1))), "to %q: the same agent sees the error", to)
+	}
+}
