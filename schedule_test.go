@@ -238,3 +238,41 @@ func TestScheduleToolLetsTheModelWakeItself(t *testing.T) {
 	require.NoError(t, model.WaitCalls(ctx, "c", 3))
 	require.Equal(t, []string{"check the deploy"}, wakes(ctx, t, rt, "c"))
 }
+
+// TestScheduleWakeSurvivesAKill: the actor of a conversation is killed
+// while the turn a wake started runs; the revival re-runs that turn from
+// the log, and the occurrence, recorded with its message, is not fired
+// again, even once the expiry actor's re-hand time passes.
+func TestScheduleWakeSurvivesAKill(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	clock := actorstest.NewManualClock(schedT0)
+	rt, model := scheduleRuntime(t, lazarus.Options{Clock: clock})
+	_, err := rt.Send(ctx, "c", "hi", agent.Scope{})
+	require.NoError(t, err)
+	require.NoError(t, model.WaitCalls(ctx, "c", 1))
+	_, err = rt.Schedule(ctx, "c", lazarus.ScheduleSpec{After: time.Minute, Text: "wake"}, agent.Scope{})
+	require.NoError(t, err)
+	held := model.Hold("c")
+	advanceWhenArmed(t, clock, schedT0.Add(time.Minute))
+	select {
+	case <-held:
+	case <-ctx.Done():
+		t.Fatal("the wake's turn did not start")
+	}
+	require.True(t, rt.Kill("c"))
+	model.Release("c")
+	require.NoError(t, rt.Wake(ctx, "c"))
+	require.NoError(t, model.WaitCalls(ctx, "c", 3), "the wake's turn runs again after the kill")
+	// The commit report removed the timer the expiry actor had moved to
+	// its re-hand time (its default reply timeout, 30s after the fire):
+	// the recorded occurrence is not handed over again.
+	rehand := schedT0.Add(time.Minute + 30*time.Second)
+	require.Eventually(t, func() bool { return !slices.ContainsFunc(clock.Dues(), rehand.Equal) }, 20*time.Second, time.Millisecond)
+	clock.Advance(time.Minute)
+	require.NoError(t, rt.Wake(ctx, "c"))
+	require.Equal(t, []string{"wake"}, wakes(ctx, t, rt, "c"))
+	listed, err := rt.Schedules(ctx, "c")
+	require.NoError(t, err)
+	require.Empty(t, listed)
+}
