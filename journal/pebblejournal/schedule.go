@@ -273,3 +273,46 @@ func parseScheduleTimeKey(k []byte) (at time.Time, id, conv string, err error) {
 	}
 	return time.Unix(sec, nanos), id, conv, nil
 }
+
+// checkSchedule is Check's step for a schedule record (key k, value v) of
+// conversation conv, rest the key after the conversation: the record
+// decodes and names its key's ids, and its owner and by-time entries exist.
+func (s *Store) checkSchedule(r *CheckReport, k, v []byte, conv string, rest []byte) {
+	id, tail, ok := decodeID(rest)
+	if !ok || len(tail) != 0 {
+		r.problem("malformed schedule key %s", keyString(k))
+		return
+	}
+	sc := &messages.Schedule{}
+	if err := unmarshal(k, v, sc); err != nil {
+		r.problem("%v", err)
+		return
+	}
+	if sc.GetId() != id || sc.GetConversationId() != conv || sc.GetNext() == nil {
+		r.problem("schedule %q of conversation %q: the record names %q of %q", id, conv, sc.GetId(), sc.GetConversationId())
+		return
+	}
+	switch owner, found, err := s.checkGet(scheduleOwnerKey(id)); {
+	case err != nil || !found:
+		r.problem("schedule %q of conversation %q: no owner entry (%v)", id, conv, err)
+	case string(owner) != conv:
+		r.problem("schedule %q of conversation %q: the owner entry names %q", id, conv, owner)
+	}
+	if _, found, err := s.checkGet(scheduleTimeKey(sc.GetNext(), id, conv)); err != nil || !found {
+		r.problem("schedule %q of conversation %q: missing from the by-time index (%v)", id, conv, err)
+	}
+}
+
+// checkScheduleTime is Check's step for a schedule-by-time key: its record
+// exists and says that time.
+func (s *Store) checkScheduleTime(r *CheckReport, k []byte) {
+	at, id, conv, err := parseScheduleTimeKey(k)
+	if err != nil {
+		r.problem("%v", err)
+		return
+	}
+	sc, err := s.readSchedule(conv, id)
+	if err != nil || sc == nil || !sc.GetNext().AsTime().Equal(at) {
+		r.problem("by-time schedule %q (conversation %q): no schedule record at that time (%v)", id, conv, err)
+	}
+}
