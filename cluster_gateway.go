@@ -166,6 +166,10 @@ func (n *clusterNode) serve(m *messages.ClusterRequest) *messages.ClusterReply {
 		}
 	case *messages.ClusterRequest_End:
 		err = r.End(ctx, conv)
+	case *messages.ClusterRequest_ScheduleArm:
+		r.armSchedule(ctx, op.ScheduleArm)
+	case *messages.ClusterRequest_ScheduleDisarm:
+		r.armSchedule(ctx, op.ScheduleDisarm)
 	case *messages.ClusterRequest_Resolve:
 		res := op.Resolve
 		if res.GetResult() == nil {

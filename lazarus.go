@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -120,6 +121,11 @@ type Options struct {
 	Summary snapshot.Policy
 	// Summarizer writes summaries. Default nil: never summarize.
 	Summarizer snapshot.Summarizer
+	// ScheduleTools adds the built-in server tools with which the model
+	// schedules wake-ups of its own conversation (ScheduleToolName,
+	// ListSchedulesToolName, CancelScheduleToolName; see Runtime.Schedule).
+	// Their names must not clash with Tools. Default false.
+	ScheduleTools bool
 	// ScopeLoader rebuilds the scope of a turn's requester from the
 	// identity the log recorded (agent.Identity: user id and roles), when
 	// the runtime resumes the turn on its own: after a kill, a restart, an
@@ -239,10 +245,14 @@ type Runtime struct {
 	mu     sync.Mutex
 	closed bool
 	gcStop func() bool
-	gcWG   sync.WaitGroup // the audit sweep, the blob sweep and the resume scan
+	gcWG   sync.WaitGroup // the audit sweep, the blob sweep, the resume scan, the schedule deliveries
 
 	// files is nil unless Options.Files.Root is set (files.go).
 	files *fileRoot
+
+	// fires holds due schedule occurrences for the delivery goroutines
+	// (schedule.go).
+	fires chan scheduleFire
 }
 
 // Open starts a Runtime. With a durable Store, conversations, pending calls
@@ -259,7 +269,12 @@ func Open(opts Options) (*Runtime, error) {
 	case opts.Audit.TTL > 0 && !opts.Audit.Enabled:
 		return nil, fmt.Errorf("lazarus: Options.Audit.TTL is set but the audit is not enabled: %w", journal.ErrInvalid)
 	}
-	reg, err := agent.NewRegistry(withHandoff(opts)...)
+	tools := withHandoff(opts)
+	var self *Runtime // the schedule tools run only once Open returned
+	if opts.ScheduleTools {
+		tools = append(slices.Clone(tools), scheduleTools(func() *Runtime { return self })...)
+	}
+	reg, err := agent.NewRegistry(tools...)
 	if err != nil {
 		return nil, fmt.Errorf("lazarus: tools: %w", err)
 	}
@@ -277,7 +292,8 @@ func Open(opts Options) (*Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Runtime{opts: opts, tools: reg, log: opts.Logger, store: opts.Store}
+	r := &Runtime{opts: opts, tools: reg, log: opts.Logger, store: opts.Store, fires: make(chan scheduleFire, 4096)}
+	self = r
 	r.life, r.endLife = context.WithCancel(context.Background())
 	switch {
 	case r.store != nil:
@@ -349,6 +365,9 @@ func Open(opts Options) (*Runtime, error) {
 		CallTimeout: opts.CallTimeout,
 		Logger:      opts.Logger,
 		Passivated:  opts.Metrics.Passivated,
+		// Due occurrences of scheduled wake-ups are delivered by the
+		// Runtime's goroutines (schedule.go).
+		FireSchedule: r.onScheduleDue,
 		// Subscribers get every committed event from the commits
 		// themselves, in order, whether or not the activation that wrote
 		// it is still alive to hear the reply.
@@ -412,6 +431,7 @@ func Open(opts Options) (*Runtime, error) {
 		r.gcWG.Add(1)
 		go r.resumeInterrupted()
 	}
+	r.startFireWorkers()
 	return r, nil
 }
 

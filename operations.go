@@ -13,7 +13,7 @@ import (
 // Delete deletes the conversation while the runtime runs: it stops the
 // conversation's actor (work in flight, a model call or a tool run, is
 // abandoned), cancels the timers of its pending calls' deadlines, and
-// removes every record of it from the Store in one atomic write that leaves
+// removes every record of it (its schedules too) from the Store in one atomic write that leaves
 // a tombstone (Store.DeleteConversation). The id can never be written
 // again: later calls naming it fail with an error wrapping
 // journal.ErrDeleted. A call on the same id that runs concurrently either
@@ -36,7 +36,9 @@ func (r *Runtime) Delete(ctx context.Context, conversationID string) error {
 		}
 		return nil
 	}
+	var schedules []*messages.Schedule
 	err := r.sup.Delete(ctx, conversationID, func(ctx context.Context) error {
+		schedules = r.schedulesBeforeDelete(ctx, conversationID)
 		err := r.store.DeleteConversation(ctx, conversationID)
 		if errors.Is(err, journal.ErrNotFound) {
 			// A tombstone has no row either: say deleted where the Store's
@@ -52,6 +54,9 @@ func (r *Runtime) Delete(ctx context.Context, conversationID string) error {
 		return ErrClosed
 	case err != nil:
 		return fmt.Errorf("lazarus: delete %q: %w", conversationID, err)
+	}
+	for _, sc := range schedules {
+		r.sup.DisarmSchedule(conversationID, sc.GetId())
 	}
 	r.hub.end(conversationID, fmt.Errorf("lazarus: conversation %q: %w", conversationID, journal.ErrDeleted))
 	return nil

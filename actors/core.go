@@ -153,6 +153,9 @@ type queuedSend struct {
 	sender any // the caller's address, opaque to the core (nil: nobody waits)
 	msg    *messages.AgentSend
 	scope  agent.Scope // the sender's: the requester once the message lands
+	// fire is the schedule occurrence a scheduled wake records with its
+	// message (nil for a plain send); such a send is written alone.
+	fire *messages.ScheduleFire
 }
 
 // writeKind says what a write records; the core acts on its reply by it.
@@ -444,45 +447,13 @@ func (c *core) onCommand(cmd *Command, sender any) {
 	case *messages.EndConversation:
 		c.onEnd(sender, m)
 		return
+	case *messages.ScheduleWake:
+		if !c.onSend(sender, &messages.AgentSend{RequestId: m.GetRequestId(), Message: m.GetMessage()}, cmd.Scope, m.GetFire()) {
+			return
+		}
 	case *messages.AgentSend:
-		if seq, ok := c.seen[m.GetRequestId()]; ok && m.GetRequestId() != "" {
-			// Already in the log: answered with its seq. It may still be
-			// the first command of a revived activation, which then does
-			// the work the log owes (the turn of that very message, when
-			// the activation that wrote it was killed before answering).
-			c.reply(sender, m, seq, nil)
-			c.advance()
+		if !c.onSend(sender, m, cmd.Scope, nil) {
 			return
-		}
-		if w := c.inflight; w != nil && m.GetRequestId() != "" && w.carries(m.GetRequestId()) {
-			// A retry of a send whose write is in flight (a client retrying
-			// after a timeout): it joins that write, and is answered with
-			// its seq or its error when the write lands.
-			w.sends = append(w.sends, &queuedSend{sender: sender, msg: m, scope: cmd.Scope})
-			return
-		}
-		for _, q := range c.sends {
-			if q.msg.GetRequestId() == m.GetRequestId() && m.GetRequestId() != "" {
-				// A retry of a send that is queued or being written: answer
-				// both when it lands.
-				c.sends = append(c.sends, &queuedSend{sender: sender, msg: m, scope: cmd.Scope})
-				return
-			}
-		}
-		if c.ended() {
-			c.reply(sender, m, 0, c.endedErr())
-			c.advance()
-			return
-		}
-		c.sends = append(c.sends, &queuedSend{sender: sender, msg: m, scope: cmd.Scope})
-		c.answer = nil
-		c.restartTurn()
-		if c.modelBusy {
-			// The model is answering a context without this message: cancel
-			// it and answer again once the message is in the log. What it
-			// streamed is void.
-			c.cancelModel()
-			c.publish(Update{Restart: true})
 		}
 	case *messages.AgentWake:
 		// Activation alone applies the recovery rules. Only an explicit
@@ -564,6 +535,51 @@ func (c *core) openCall(id string) *openCall {
 		}
 	}
 	return nil
+}
+
+// onSend queues a user message (with the schedule occurrence it records,
+// for a scheduled wake), unless the log or a write in flight already has
+// its request id. It reports whether the caller must advance.
+func (c *core) onSend(sender any, m *messages.AgentSend, scope agent.Scope, fire *messages.ScheduleFire) bool {
+	if seq, ok := c.seen[m.GetRequestId()]; ok && m.GetRequestId() != "" {
+		// Already in the log: answered with its seq. It may still be
+		// the first command of a revived activation, which then does
+		// the work the log owes (the turn of that very message, when
+		// the activation that wrote it was killed before answering).
+		c.reply(sender, m, seq, nil)
+		return true
+	}
+	if w := c.inflight; w != nil && m.GetRequestId() != "" && w.carries(m.GetRequestId()) {
+		// A retry of a send whose write is in flight (a client retrying
+		// after a timeout): it joins that write, and is answered with
+		// its seq or its error when the write lands.
+		w.sends = append(w.sends, &queuedSend{sender: sender, msg: m, scope: scope, fire: fire})
+		return false
+	}
+	for _, q := range c.sends {
+		if q.msg.GetRequestId() == m.GetRequestId() && m.GetRequestId() != "" {
+			// A retry of a send that is queued or being written: answer
+			// both when it lands.
+			c.sends = append(c.sends, &queuedSend{sender: sender, msg: m, scope: scope, fire: fire})
+			return false
+		}
+	}
+	if c.ended() {
+		c.reply(sender, m, 0, c.endedErr())
+		c.advance()
+		return false
+	}
+	c.sends = append(c.sends, &queuedSend{sender: sender, msg: m, scope: scope, fire: fire})
+	c.answer = nil
+	c.restartTurn()
+	if c.modelBusy {
+		// The model is answering a context without this message: cancel
+		// it and answer again once the message is in the log. What it
+		// streamed is void.
+		c.cancelModel()
+		c.publish(Update{Restart: true})
+	}
+	return true
 }
 
 // reply answers a command. A command that failed because this activation
@@ -814,6 +830,17 @@ func (c *core) onWriteReply(r *inWriteReply) {
 			// log and the row are what this core holds.
 			for _, q := range w.configs {
 				c.reply(q.sender, q.msg, 0, fmt.Errorf("conversation %q: settings: %w", c.cfg.ID, err))
+			}
+			c.advance()
+			return
+		}
+		if w.kind == writeSends && w.req.GetScheduleFire() != nil && errors.Is(err, journal.ErrStale) {
+			// The Store refused a scheduled wake's occurrence (recorded
+			// already, or the schedule is gone) before writing anything:
+			// the log is what this core holds.
+			c.log.Debug("scheduled wake is stale", "schedule", w.req.GetScheduleFire().GetScheduleId(), "err", err)
+			for _, q := range w.sends {
+				c.reply(q.sender, q.msg, 0, fmt.Errorf("conversation %q: scheduled wake: %w", c.cfg.ID, err))
 			}
 			c.advance()
 			return

@@ -86,6 +86,9 @@ func words(effs []effect) []string {
 			if len(e.req.GetResolutions()) > 0 {
 				w += fmt.Sprintf("+%d resolutions", len(e.req.GetResolutions()))
 			}
+			if e.req.GetScheduleFire() != nil {
+				w += "+fire"
+			}
 			out = append(out, w)
 		case effStartModel:
 			out = append(out, "model")
@@ -168,6 +171,12 @@ func TestCoreRecoveryRules(t *testing.T) {
 			Status: messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, Result: &messages.ToolOutcome{}, By: "user"}}}
 	}
 	end := &inCommand{sender: "ender", cmd: &Command{Scope: agent.SystemScope, Msg: &messages.EndConversation{}}}
+	scheduled := func(rid string) *inCommand {
+		return &inCommand{sender: "waker " + rid, cmd: &Command{Scope: agent.SystemScope, Msg: &messages.ScheduleWake{RequestId: rid,
+			Message: &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: rid}}}},
+			Fire:    &messages.ScheduleFire{ScheduleId: "s1", Occurrence: journal.Timestamp(t0)}}}}
+	}
+	stale := func(n uint64) *inWriteReply { return &inWriteReply{id: n, err: journal.ErrStale} }
 	cases := []coreCase{{
 		name: "an end at rest writes the status alone; then sends and rewinds are refused, and no wake runs a turn",
 		log:  []*messages.Event{user("r1"), answer(), user("r2"), failed()},
@@ -189,6 +198,26 @@ func TestCoreRecoveryRules(t *testing.T) {
 			{resolved("call_1"), []string{"reply", "write[Resolution ToolResult]"}},
 			{ok(1), []string{"model"}},
 			{end, []string{"reply error"}},
+		},
+	}, {
+		name: "a scheduled wake is written alone with its fire; a stale one fails only itself and the activation goes on",
+		log:  []*messages.Event{user("r1"), answer()},
+		steps: []coreStep{
+			{nil, nil},
+			{send("r2"), []string{"write[" + wUser + "]"}},
+			{scheduled("w1"), nil},
+			{send("r3"), nil},
+			{ok(1), []string{"reply seq=3", "write[" + wUser + "]+fire"}},
+			{stale(2), []string{"reply error retry=false", "write[" + wUser + "]"}},
+			{ok(3), []string{"reply seq=4", "model"}},
+			{scheduled("w2"), []string{"cancel-model", "publish", "write[" + wUser + "]+fire"}},
+		},
+	}, {
+		name: "a scheduled wake already in the log is answered with its seq and not written again",
+		log:  []*messages.Event{user("r1"), answer(), user("w1")},
+		steps: []coreStep{
+			{nil, nil},
+			{scheduled("w1"), []string{"reply seq=3", "model"}},
 		},
 	}, {
 		name: "a rewind cancels the calls open in the rewound span in its own write, and owes no turn; a late answer is ignored",

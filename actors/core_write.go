@@ -67,13 +67,35 @@ func (c *core) write(w *pendingWrite) {
 	c.emit(effWrite{id: w.id, req: w.req})
 }
 
+// cutAtFire splits the queued sends before what writeSends writes now and
+// what stays queued: a scheduled wake (a send with a schedule fire) not yet
+// in the log is written alone, so that a stale fire (the occurrence was
+// recorded, or the schedule cancelled) fails no other send.
+func (c *core) cutAtFire(queued []*queuedSend) (now, rest []*queuedSend) {
+	unseen := false
+	for i, q := range queued {
+		rid := q.msg.GetRequestId()
+		if _, ok := c.seen[rid]; ok && rid != "" {
+			continue
+		}
+		if q.fire != nil {
+			if unseen {
+				return queued[:i], queued[i:]
+			}
+			return queued[:i+1], queued[i+1:]
+		}
+		unseen = true
+	}
+	return queued, nil
+}
+
 // writeSends writes the queued sends, each request id once, and reports
 // whether it started a write. A send whose request id the log already holds
 // is answered with its seq and not appended again: onCommand checks the
 // same, and this check keeps the write path from trusting that it did.
 func (c *core) writeSends() bool {
-	queued := c.sends
-	c.sends = nil
+	queued, rest := c.cutAtFire(c.sends)
+	c.sends = rest
 	req := &messages.AppendRequest{}
 	written := map[string]bool{}
 	var sends []*queuedSend
@@ -89,6 +111,9 @@ func (c *core) writeSends() bool {
 			continue
 		}
 		written[rid] = true
+		if q.fire != nil {
+			req.ScheduleFire = q.fire
+		}
 		req.Events = append(req.Events, c.event(func(ev *messages.Event) {
 			ev.RequestId = rid
 			ev.Author = q.scope.Identity().Proto()

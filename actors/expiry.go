@@ -34,6 +34,13 @@ type ExpiryOptions struct {
 	// block. It is not called when the call had been answered first (the
 	// write failed with ErrStale). Default: nothing is delivered.
 	Deliver func(conversationID, toolCallID string)
+	// Fire is called when an occurrence of a scheduled wake-up is due
+	// (see expiry_schedule.go): occurrence is the schedule's stored next
+	// time, which the conversation's write must name. It runs on the
+	// actor's goroutine and must not block. Until a ScheduleArm or
+	// ScheduleDisarm of the schedule arrives, it is called again every
+	// ReplyTimeout. Default: schedules are not fired.
+	Fire func(conversationID, scheduleID string, occurrence time.Time)
 	// RetryAfter is how long to wait before writing an expire again after
 	// a failure other than ErrStale (closed, I/O), and before reading the
 	// Store again after a failed rebuild. Default 1s.
@@ -50,15 +57,15 @@ type ExpiryOptions struct {
 	Logger *slog.Logger
 	// Owns, when set, says whether this node owns a conversation (in a
 	// cluster, the deadlines are partitioned among the members): the actor
-	// arms only the deadlines of conversations it owns, from the Store and
-	// from ScheduleExpiry alike. It must be safe to call from the actor's
+	// arms only the deadlines and schedules of conversations it owns, from
+	// the Store and from ScheduleExpiry and ScheduleArm alike. It must be safe to call from the actor's
 	// goroutine. After a change of what it answers, send ExpiryRebuild.
 	// Default nil: every deadline is this actor's.
 	Owns func(conversationID string) bool
 }
 
 // ExpiryRebuild asks the expiry actor to drop its timers and read every
-// deadline it owns (ExpiryOptions.Owns) from the Store again: what a
+// deadline and schedule it owns (ExpiryOptions.Owns) from the Store again: what a
 // membership change of a cluster sends. Expires in flight lose their
 // replies (their conversations are ACTIVE, and resumed by their owner).
 // A local-only message. No reply.
@@ -110,8 +117,12 @@ func ExpiredOutcome() *messages.ToolOutcome {
 //     once. The durable deadline row must already be written (by the
 //     conversation's append); this message only updates memory.
 //   - *messages.CancelExpiry removes the deadline of a tool call, if any.
+//   - *messages.ScheduleArm arms (or moves) the timer of a scheduled
+//     wake-up; *messages.ScheduleDisarm removes it. The durable schedule
+//     record must already say so. See expiry_schedule.go and
+//     ExpiryOptions.Fire.
 //
-// Neither gets a reply.
+// None gets a reply.
 //
 // # Expiring
 //
@@ -146,7 +157,8 @@ func ExpiredOutcome() *messages.ToolOutcome {
 //
 // # Restarts
 //
-// On Started the actor reads every deadline from the Store (Store reads on
+// On Started the actor reads every deadline from the Store, and every
+// schedule's next time if the Store is a journal.ScheduleStore (Store reads on
 // Started are the one blocking I/O it does on its own goroutine): deadlines
 // that passed while it was down fire at once. The durable deadline row is
 // removed by the same write that expires or resolves its call, so a rebuild
@@ -168,8 +180,12 @@ func NewExpiry(opts ExpiryOptions) *actor.Props {
 
 // expiryActor is one incarnation of the expiry actor.
 type expiryActor struct {
-	opts   ExpiryOptions
-	q      *expiryQueue
+	opts ExpiryOptions
+	q    *expiryQueue
+	sq   *deadlineHeap // schedules: id -> next occurrence (or retry time)
+	// firing holds the occurrence of each schedule handed to Fire and not
+	// yet reported back (ScheduleArm, ScheduleDisarm).
+	firing map[string]int64
 	self   *actor.PID
 	system *actor.ActorSystem
 
@@ -194,6 +210,7 @@ func (a *expiryActor) Receive(ctx actor.Context) {
 		a.self, a.system = ctx.Self(), ctx.ActorSystem()
 		o := a.opts
 		a.q = newExpiryQueue(rand.Uint64(), o.MaxInFlight, int64(o.RetryAfter), int64(o.ReplyTimeout))
+		a.sq = newDeadlineHeap()
 		a.rebuild()
 		a.process(ctx)
 	case *messages.ScheduleExpiry:
@@ -211,11 +228,18 @@ func (a *expiryActor) Receive(ctx actor.Context) {
 	case *ExpiryRebuild:
 		o := a.opts
 		a.q = newExpiryQueue(rand.Uint64(), o.MaxInFlight, int64(o.RetryAfter), int64(o.ReplyTimeout))
+		a.sq, a.firing = newDeadlineHeap(), nil
 		a.rebuilt, a.rebuildAt = false, 0
 		a.rebuild()
 		a.process(ctx)
 	case *messages.CancelExpiry:
 		a.q.cancel(msg.GetToolCallId())
+		a.process(ctx)
+	case *messages.ScheduleArm:
+		a.onScheduleArm(msg)
+		a.process(ctx)
+	case *messages.ScheduleDisarm:
+		a.onScheduleDisarm(msg)
 		a.process(ctx)
 	case *messages.JournalWriteReply:
 		a.onReply(msg)
@@ -251,13 +275,17 @@ func (a *expiryActor) rebuild() {
 		n++
 		return nil
 	})
+	var ns int
+	if err == nil {
+		ns, err = a.rebuildSchedules()
+	}
 	if err != nil {
 		a.rebuildAt = a.opts.Clock.Now().Add(a.opts.RetryAfter).UnixNano()
-		a.opts.Logger.Error("actors: expiry: reading the Store's deadlines failed; retrying", "err", err, "read", n, "retry_after", a.opts.RetryAfter)
+		a.opts.Logger.Error("actors: expiry: reading the Store's deadlines and schedules failed; retrying", "err", err, "read", n, "retry_after", a.opts.RetryAfter)
 		return
 	}
 	a.rebuilt = true
-	a.opts.Logger.Info("actors: expiry: deadlines rebuilt from the Store", "deadlines", n, "took", time.Since(start))
+	a.opts.Logger.Info("actors: expiry: deadlines and schedules rebuilt from the Store", "deadlines", n, "schedules", ns, "took", time.Since(start))
 }
 
 func (a *expiryActor) onReply(r *messages.JournalWriteReply) {
@@ -309,6 +337,7 @@ func (a *expiryActor) process(ctx actor.Context) {
 			},
 		})
 	})
+	a.fireSchedules(n)
 	a.arm(n)
 }
 
@@ -322,6 +351,9 @@ func SystemIdentity() *messages.Identity {
 // again, or none if nothing is waiting.
 func (a *expiryActor) arm(now int64) {
 	at, ok := a.q.wake()
+	if st, sok := a.scheduleWake(); sok && (!ok || st < at) {
+		at, ok = st, true
+	}
 	if !a.rebuilt && (!ok || a.rebuildAt < at) {
 		at, ok = a.rebuildAt, true
 	}

@@ -345,6 +345,14 @@ func validateAppend(req *messages.AppendRequest, encode bool) error {
 	if err := ValidateMetadata(conv, req.GetSettings()); err != nil {
 		return err
 	}
+	if f := req.GetScheduleFire(); f != nil {
+		if req.GetUnfenced() {
+			return Invalidf("unfenced append to %q carries a schedule fire", conv)
+		}
+		if err := ValidateScheduleFire(f); err != nil {
+			return err
+		}
+	}
 	if st := req.GetFsmState(); st != nil {
 		if err := checkSize("fsm_state of "+conv, st, MaxRecordBytes); err != nil {
 			return err

@@ -119,6 +119,8 @@ type ClusterRequest struct {
 	//	*ClusterRequest_Delete
 	//	*ClusterRequest_Reschedule
 	//	*ClusterRequest_End
+	//	*ClusterRequest_ScheduleArm
+	//	*ClusterRequest_ScheduleDisarm
 	Op            isClusterRequest_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -263,6 +265,24 @@ func (x *ClusterRequest) GetEnd() *EndConversation {
 	return nil
 }
 
+func (x *ClusterRequest) GetScheduleArm() *ScheduleArm {
+	if x != nil {
+		if x, ok := x.Op.(*ClusterRequest_ScheduleArm); ok {
+			return x.ScheduleArm
+		}
+	}
+	return nil
+}
+
+func (x *ClusterRequest) GetScheduleDisarm() *ScheduleDisarm {
+	if x != nil {
+		if x, ok := x.Op.(*ClusterRequest_ScheduleDisarm); ok {
+			return x.ScheduleDisarm
+		}
+	}
+	return nil
+}
+
 type isClusterRequest_Op interface {
 	isClusterRequest_Op()
 }
@@ -314,6 +334,16 @@ type ClusterRequest_End struct {
 	End *EndConversation `protobuf:"bytes,18,opt,name=end,proto3,oneof"`
 }
 
+type ClusterRequest_ScheduleArm struct {
+	// Arm or move a schedule's timer on the owner (its record is written).
+	ScheduleArm *ScheduleArm `protobuf:"bytes,19,opt,name=schedule_arm,json=scheduleArm,proto3,oneof"`
+}
+
+type ClusterRequest_ScheduleDisarm struct {
+	// Remove a schedule's timer on the owner (its record is deleted).
+	ScheduleDisarm *ScheduleDisarm `protobuf:"bytes,20,opt,name=schedule_disarm,json=scheduleDisarm,proto3,oneof"`
+}
+
 func (*ClusterRequest_Send) isClusterRequest_Op() {}
 
 func (*ClusterRequest_Wake) isClusterRequest_Op() {}
@@ -331,6 +361,10 @@ func (*ClusterRequest_Delete) isClusterRequest_Op() {}
 func (*ClusterRequest_Reschedule) isClusterRequest_Op() {}
 
 func (*ClusterRequest_End) isClusterRequest_Op() {}
+
+func (*ClusterRequest_ScheduleArm) isClusterRequest_Op() {}
+
+func (*ClusterRequest_ScheduleDisarm) isClusterRequest_Op() {}
 
 // ClusterResolve answers a pending human call of the conversation.
 type ClusterResolve struct {
@@ -884,11 +918,11 @@ var File_lazarus_v1_cluster_proto protoreflect.FileDescriptor
 const file_lazarus_v1_cluster_proto_rawDesc = "" +
 	"\n" +
 	"\x18lazarus/v1/cluster.proto\x12\n" +
-	"lazarus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16lazarus/v1/agent.proto\x1a\x15lazarus/v1/fork.proto\x1a\x18lazarus/v1/journal.proto\x1a\x18lazarus/v1/records.proto\"_\n" +
+	"lazarus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16lazarus/v1/agent.proto\x1a\x15lazarus/v1/fork.proto\x1a\x18lazarus/v1/journal.proto\x1a\x18lazarus/v1/records.proto\x1a\x19lazarus/v1/schedule.proto\"_\n" +
 	"\fClusterScope\x12\x17\n" +
 	"\auser_id\x18\x01 \x01(\tR\x06userId\x12\x14\n" +
 	"\x05roles\x18\x02 \x03(\tR\x05roles\x12 \n" +
-	"\vpermissions\x18\x03 \x03(\tR\vpermissions\"\xe5\x04\n" +
+	"\vpermissions\x18\x03 \x03(\tR\vpermissions\"\xea\x05\n" +
 	"\x0eClusterRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12'\n" +
@@ -905,7 +939,9 @@ const file_lazarus_v1_cluster_proto_rawDesc = "" +
 	"\n" +
 	"reschedule\x18\x11 \x01(\v2\x1d.lazarus.v1.ClusterRescheduleH\x00R\n" +
 	"reschedule\x12/\n" +
-	"\x03end\x18\x12 \x01(\v2\x1b.lazarus.v1.EndConversationH\x00R\x03endB\x04\n" +
+	"\x03end\x18\x12 \x01(\v2\x1b.lazarus.v1.EndConversationH\x00R\x03end\x12<\n" +
+	"\fschedule_arm\x18\x13 \x01(\v2\x17.lazarus.v1.ScheduleArmH\x00R\vscheduleArm\x12E\n" +
+	"\x0fschedule_disarm\x18\x14 \x01(\v2\x1a.lazarus.v1.ScheduleDisarmH\x00R\x0escheduleDisarmB\x04\n" +
 	"\x02op\"\x97\x01\n" +
 	"\x0eClusterResolve\x12 \n" +
 	"\ftool_call_id\x18\x01 \x01(\tR\n" +
@@ -979,11 +1015,13 @@ var file_lazarus_v1_cluster_proto_goTypes = []any{
 	(*AgentConfigure)(nil),        // 12: lazarus.v1.AgentConfigure
 	(*AgentRewind)(nil),           // 13: lazarus.v1.AgentRewind
 	(*EndConversation)(nil),       // 14: lazarus.v1.EndConversation
-	(ToolCallStatus)(0),           // 15: lazarus.v1.ToolCallStatus
-	(*ToolOutcome)(nil),           // 16: lazarus.v1.ToolOutcome
-	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
-	(*Error)(nil),                 // 18: lazarus.v1.Error
-	(*Event)(nil),                 // 19: lazarus.v1.Event
+	(*ScheduleArm)(nil),           // 15: lazarus.v1.ScheduleArm
+	(*ScheduleDisarm)(nil),        // 16: lazarus.v1.ScheduleDisarm
+	(ToolCallStatus)(0),           // 17: lazarus.v1.ToolCallStatus
+	(*ToolOutcome)(nil),           // 18: lazarus.v1.ToolOutcome
+	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
+	(*Error)(nil),                 // 20: lazarus.v1.Error
+	(*Event)(nil),                 // 21: lazarus.v1.Event
 }
 var file_lazarus_v1_cluster_proto_depIdxs = []int32{
 	0,  // 0: lazarus.v1.ClusterRequest.scope:type_name -> lazarus.v1.ClusterScope
@@ -996,17 +1034,19 @@ var file_lazarus_v1_cluster_proto_depIdxs = []int32{
 	4,  // 7: lazarus.v1.ClusterRequest.delete:type_name -> lazarus.v1.ClusterDelete
 	5,  // 8: lazarus.v1.ClusterRequest.reschedule:type_name -> lazarus.v1.ClusterReschedule
 	14, // 9: lazarus.v1.ClusterRequest.end:type_name -> lazarus.v1.EndConversation
-	15, // 10: lazarus.v1.ClusterResolve.status:type_name -> lazarus.v1.ToolCallStatus
-	16, // 11: lazarus.v1.ClusterResolve.result:type_name -> lazarus.v1.ToolOutcome
-	17, // 12: lazarus.v1.ClusterReschedule.at:type_name -> google.protobuf.Timestamp
-	18, // 13: lazarus.v1.ClusterReply.error:type_name -> lazarus.v1.Error
-	19, // 14: lazarus.v1.ClusterUpdate.event:type_name -> lazarus.v1.Event
-	18, // 15: lazarus.v1.ClusterUpdate.error:type_name -> lazarus.v1.Error
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	15, // 10: lazarus.v1.ClusterRequest.schedule_arm:type_name -> lazarus.v1.ScheduleArm
+	16, // 11: lazarus.v1.ClusterRequest.schedule_disarm:type_name -> lazarus.v1.ScheduleDisarm
+	17, // 12: lazarus.v1.ClusterResolve.status:type_name -> lazarus.v1.ToolCallStatus
+	18, // 13: lazarus.v1.ClusterResolve.result:type_name -> lazarus.v1.ToolOutcome
+	19, // 14: lazarus.v1.ClusterReschedule.at:type_name -> google.protobuf.Timestamp
+	20, // 15: lazarus.v1.ClusterReply.error:type_name -> lazarus.v1.Error
+	21, // 16: lazarus.v1.ClusterUpdate.event:type_name -> lazarus.v1.Event
+	20, // 17: lazarus.v1.ClusterUpdate.error:type_name -> lazarus.v1.Error
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_lazarus_v1_cluster_proto_init() }
@@ -1018,6 +1058,7 @@ func file_lazarus_v1_cluster_proto_init() {
 	file_lazarus_v1_fork_proto_init()
 	file_lazarus_v1_journal_proto_init()
 	file_lazarus_v1_records_proto_init()
+	file_lazarus_v1_schedule_proto_init()
 	file_lazarus_v1_cluster_proto_msgTypes[1].OneofWrappers = []any{
 		(*ClusterRequest_Send)(nil),
 		(*ClusterRequest_Wake)(nil),
@@ -1028,6 +1069,8 @@ func file_lazarus_v1_cluster_proto_init() {
 		(*ClusterRequest_Delete)(nil),
 		(*ClusterRequest_Reschedule)(nil),
 		(*ClusterRequest_End)(nil),
+		(*ClusterRequest_ScheduleArm)(nil),
+		(*ClusterRequest_ScheduleDisarm)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

@@ -225,7 +225,13 @@ type AppendRequest struct {
 	// settings are merged into the conversation row's settings, key by key:
 	// an empty value removes its key, the others are set (creating the row
 	// if it has none, like status).
-	Settings      map[string]string `protobuf:"bytes,13,rep,name=settings,proto3" json:"settings,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Settings map[string]string `protobuf:"bytes,13,rep,name=settings,proto3" json:"settings,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// schedule_fire, if set, records that one occurrence of a schedule of the
+	// request's conversation fired: the schedule must exist and its next be
+	// the fire's occurrence, else the whole request fails with a stale error;
+	// its next then becomes the fire's next (removed if unset). Fenced
+	// requests only. Unset: no schedule changes (the old behaviour).
+	ScheduleFire  *ScheduleFire `protobuf:"bytes,16,opt,name=schedule_fire,json=scheduleFire,proto3" json:"schedule_fire,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -351,6 +357,13 @@ func (x *AppendRequest) GetSettings() map[string]string {
 	return nil
 }
 
+func (x *AppendRequest) GetScheduleFire() *ScheduleFire {
+	if x != nil {
+		return x.ScheduleFire
+	}
+	return nil
+}
+
 // Error is an error carried in a reply.
 type Error struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -470,14 +483,14 @@ var File_lazarus_v1_journal_proto protoreflect.FileDescriptor
 const file_lazarus_v1_journal_proto_rawDesc = "" +
 	"\n" +
 	"\x18lazarus/v1/journal.proto\x12\n" +
-	"lazarus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18lazarus/v1/records.proto\"\xe9\x01\n" +
+	"lazarus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18lazarus/v1/records.proto\x1a\x19lazarus/v1/schedule.proto\"\xe9\x01\n" +
 	"\x0eToolResolution\x12 \n" +
 	"\ftool_call_id\x18\x01 \x01(\tR\n" +
 	"toolCallId\x122\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1a.lazarus.v1.ToolCallStatusR\x06status\x12/\n" +
 	"\x06result\x18\x03 \x01(\v2\x17.lazarus.v1.ToolOutcomeR\x06result\x12*\n" +
 	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12$\n" +
-	"\x02by\x18\x05 \x01(\v2\x14.lazarus.v1.IdentityR\x02by\"\xbd\x05\n" +
+	"\x02by\x18\x05 \x01(\v2\x14.lazarus.v1.IdentityR\x02by\"\xfc\x05\n" +
 	"\rAppendRequest\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12#\n" +
 	"\rexpected_last\x18\x02 \x01(\x04R\fexpectedLast\x12)\n" +
@@ -495,7 +508,8 @@ const file_lazarus_v1_journal_proto_rawDesc = "" +
 	"reschedule\x18\v \x03(\v2\x14.lazarus.v1.DeadlineR\n" +
 	"reschedule\x121\n" +
 	"\x06due_by\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\x05dueBy\x12C\n" +
-	"\bsettings\x18\r \x03(\v2'.lazarus.v1.AppendRequest.SettingsEntryR\bsettings\x1a;\n" +
+	"\bsettings\x18\r \x03(\v2'.lazarus.v1.AppendRequest.SettingsEntryR\bsettings\x12=\n" +
+	"\rschedule_fire\x18\x10 \x01(\v2\x18.lazarus.v1.ScheduleFireR\fscheduleFire\x1a;\n" +
 	"\rSettingsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"L\n" +
@@ -551,6 +565,7 @@ var file_lazarus_v1_journal_proto_goTypes = []any{
 	(*FSMState)(nil),              // 12: lazarus.v1.FSMState
 	(*Deadline)(nil),              // 13: lazarus.v1.Deadline
 	(ConversationStatus)(0),       // 14: lazarus.v1.ConversationStatus
+	(*ScheduleFire)(nil),          // 15: lazarus.v1.ScheduleFire
 }
 var file_lazarus_v1_journal_proto_depIdxs = []int32{
 	6,  // 0: lazarus.v1.ToolResolution.status:type_name -> lazarus.v1.ToolCallStatus
@@ -566,13 +581,14 @@ var file_lazarus_v1_journal_proto_depIdxs = []int32{
 	13, // 10: lazarus.v1.AppendRequest.reschedule:type_name -> lazarus.v1.Deadline
 	8,  // 11: lazarus.v1.AppendRequest.due_by:type_name -> google.protobuf.Timestamp
 	5,  // 12: lazarus.v1.AppendRequest.settings:type_name -> lazarus.v1.AppendRequest.SettingsEntry
-	0,  // 13: lazarus.v1.Error.code:type_name -> lazarus.v1.ErrorCode
-	3,  // 14: lazarus.v1.AppendReply.error:type_name -> lazarus.v1.Error
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	15, // 13: lazarus.v1.AppendRequest.schedule_fire:type_name -> lazarus.v1.ScheduleFire
+	0,  // 14: lazarus.v1.Error.code:type_name -> lazarus.v1.ErrorCode
+	3,  // 15: lazarus.v1.AppendReply.error:type_name -> lazarus.v1.Error
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_lazarus_v1_journal_proto_init() }
@@ -581,6 +597,7 @@ func file_lazarus_v1_journal_proto_init() {
 		return
 	}
 	file_lazarus_v1_records_proto_init()
+	file_lazarus_v1_schedule_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

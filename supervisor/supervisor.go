@@ -40,6 +40,10 @@ type Config struct {
 	// ExpiryRetryAfter is how long the expiry actor waits before retrying
 	// an expiry whose write failed. Default: the expiry actor's default.
 	ExpiryRetryAfter time.Duration
+	// FireSchedule is the expiry actor's actors.ExpiryOptions.Fire: an
+	// occurrence of a scheduled wake-up is due. It runs on the expiry
+	// actor's goroutine and must not block. Default: schedules never fire.
+	FireSchedule func(conversationID, scheduleID string, occurrence time.Time)
 	// CallTimeout bounds one request to an agent (a Send waiting for its
 	// user message to be durable). Default 30s.
 	CallTimeout time.Duration
@@ -432,6 +436,9 @@ func (r *root) start(ctx actor.Context) {
 			for _, r := range req.GetResolutions() {
 				sys.Root.Send(to, &messages.CancelExpiry{ConversationId: req.GetConversationId(), ToolCallId: r.GetToolCallId()})
 			}
+			if f := req.GetScheduleFire(); f != nil {
+				sys.Root.Send(to, scheduleAfterFire(req.GetConversationId(), f))
+			}
 			for _, d := range req.GetReschedule() {
 				if d.GetAt() == nil {
 					sys.Root.Send(to, &messages.CancelExpiry{ConversationId: req.GetConversationId(), ToolCallId: d.GetToolCallId()})
@@ -453,6 +460,7 @@ func (r *root) start(ctx actor.Context) {
 			RetryAfter: s.cfg.ExpiryRetryAfter,
 			Logger:     s.log,
 			Owns:       s.cfg.Owns,
+			Fire:       s.cfg.FireSchedule,
 			Deliver: func(conversationID, toolCallID string) {
 				sys.Root.Send(self, &expired{conversation: conversationID, toolCallID: toolCallID})
 			},

@@ -148,7 +148,7 @@ type command struct {
 
 // commands lists every subcommand, in the order of the help text.
 var commands = []*command{
-	serveCmd, sendCmd, conversationsCmd, showCmd, tailCmd, pendingCmd, resolveCmd, rescheduleCmd,
+	serveCmd, sendCmd, conversationsCmd, showCmd, tailCmd, pendingCmd, resolveCmd, rescheduleCmd, schedulesCmd,
 	exportCmd, importCmd, deleteCmd, gcAuditCmd, statsCmd, checkCmd,
 }
 

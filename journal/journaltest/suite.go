@@ -93,6 +93,7 @@ func Run(t *testing.T, f Factory, feat Features) {
 		{"ToolCalls", toolCallCases},
 		{"Deadlines", deadlineCases},
 		{"Reschedule", rescheduleCases},
+		{"Schedules", scheduleCases},
 		{"Conversations", conversationCases},
 		{"ActiveIndex", activeCases},
 		{"Fork", forkCases},

@@ -51,6 +51,8 @@ type state struct {
 	found map[string]map[string]map[string]struct{}
 	// files holds the blobs and file checkpoints (files.go).
 	files fileState
+	// schedules holds every schedule, by id (see schedule.go).
+	schedules map[string]*messages.Schedule
 }
 
 type deadlineKey struct{ conv, call string }
@@ -67,6 +69,7 @@ type conv struct {
 	deadlines map[string]struct{} // tool call ids with a deadline
 	audit     map[uint64]*messages.ModelCall
 	meta      map[string]string
+	schedules map[string]struct{} // ids of its schedules
 }
 
 func (c *conv) lastSeq() uint64 {
@@ -90,6 +93,7 @@ func newState() *state {
 		active:    make(map[string]struct{}),
 		found:     make(map[string]map[string]map[string]struct{}),
 		files:     newFileState(),
+		schedules: make(map[string]*messages.Schedule),
 	}
 }
 
@@ -318,7 +322,7 @@ func (st *state) checkAppend(req *messages.AppendRequest) error {
 			return fmt.Errorf("memjournal: reschedule %q in an append to %q: status is %v: %w", call, id, cur, journal.ErrStale)
 		}
 	}
-	return nil
+	return st.checkFire(id, req.GetScheduleFire())
 }
 
 // applyAppend applies a checked request. req is the Store's own copy.
@@ -387,6 +391,7 @@ func (st *state) applyAppend(req *messages.AppendRequest, now time.Time) journal
 			st.schedule(c, d)
 		}
 	}
+	st.applyFire(c, req.GetScheduleFire())
 	st.indexActive(id, c)
 	return res
 }
@@ -1091,6 +1096,9 @@ func (s *Store) DeleteConversation(ctx context.Context, id string) error {
 	}
 	for k := range c.meta {
 		st.setMeta(id, c, k, "")
+	}
+	for sid := range c.schedules {
+		delete(st.schedules, sid)
 	}
 	delete(st.convs, id)
 	delete(st.active, id)

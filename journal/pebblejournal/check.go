@@ -242,6 +242,14 @@ func (s *Store) Check(ctx context.Context) (*CheckReport, error) {
 				r.problem("deadline of tool call %q (conversation %q): missing from the by-time index (%v)", call, id, err)
 			}
 		}},
+		{famSchedule, func(k, v []byte) {
+			id, rest, ok := convID(k)
+			if !ok {
+				return
+			}
+			s.checkSchedule(r, k, v, id, rest)
+		}},
+		{famScheduleByTime, func(k, _ []byte) { s.checkScheduleTime(r, k) }},
 		{famDeadlineByTime, func(k, _ []byte) {
 			_, call, id, err := parseByTimeKey(k)
 			if err != nil {

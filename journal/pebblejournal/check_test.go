@@ -41,6 +41,8 @@ func checkedStore(t *testing.T) *Store {
 	appendN(t, s, "gone", 0, 3)
 	require.NoError(t, s.DeleteConversation(ctx, "gone"))
 	appendN(t, s, "d", 0, 4)
+	require.NoError(t, s.PutSchedule(ctx, &messages.Schedule{Id: "s1", ConversationId: "d", Next: timestamppb.New(time.Unix(3000, 0)),
+		Payload: &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "wake"}}}}}))
 	return s
 }
 
@@ -83,6 +85,11 @@ func TestCheck(t *testing.T) {
 			}
 			return db.Set(convKey(famConv, "d"), v, nil)
 		}, `conversation "d": the active index lists it, but its row is CONVERSATION_STATUS_IDLE`},
+		{"schedule index lost", func(db *pebble.DB) error {
+			return db.Delete(scheduleTimeKey(timestamppb.New(time.Unix(3000, 0)), "s1", "d"), nil)
+		}, `schedule "s1" of conversation "d": missing from the by-time index`},
+		{"schedule owner lost", func(db *pebble.DB) error { return db.Delete(scheduleOwnerKey("s1"), nil) }, `schedule "s1" of conversation "d": no owner entry`},
+		{"schedule record lost", func(db *pebble.DB) error { return db.Delete(idKey(famSchedule, "d", "s1"), nil) }, `by-time schedule "s1"`},
 		{"undecodable summary", func(db *pebble.DB) error {
 			return db.Set(seqKey(famSummary, "d", 9), []byte(``), nil)
 		}, `summary value at key`},

@@ -69,8 +69,11 @@
 //	0x09 conv key                      metadata value (UTF-8 text)
 //	0x0a conv                          active conversation index (empty)
 //	0x0b key hash(value) conv          metadata index (the value)
+//	0x0d conv schedule                 scheduled wake-up (Schedule)
+//	0x0e schedule                      schedule id -> conversation id (text)
 //	0x0f conv seq path                 file checkpoint (FileCheckpoint)
 //	0x10 sha256 chunk                  blob content, a chunk (raw bytes)
+//	0x1a seconds nanos schedule conv   schedules by next occurrence (empty)
 //	0x1b 'b' sha256                    blob description (FileBlob)
 //	0x1b 'r' sha256 conv seq path      blob reference of a file checkpoint (empty)
 //	0x21 seconds nanos call conv       deadlines by time (empty)
@@ -80,6 +83,10 @@
 // its tool_result event (the runtime's server calls) does not hold the
 // result a second time: it keeps the event's seq in result_seq, and reads
 // put the event's outcome back.
+//
+// The schedule families (journal.ScheduleStore) came without a layout
+// change: a store written before them has none of their keys. A fire in an
+// append moves 0x0d and 0x1a in the append's batch.
 //
 // Layout v2 brought result_seq and moved the owner index from 0x20 to 0x22.
 // Layout v3 brought the active index (0x0a): one key per conversation whose
@@ -132,8 +139,8 @@
 // families 0x03-0x09 and 0x0f for the conversation, point deletes of its
 // blob references (0x1b 'r'), of its row, of its
 // active index key (0x0a) and of its entries in the two global indexes
-// (0x21, 0x22), and its tombstone
-// (0x02), which makes every later write to the id fail with
+// (0x21, 0x22), point deletes of its schedules (0x0d, 0x0e, 0x1a), and its
+// tombstone (0x02), which makes every later write to the id fail with
 // journal.ErrDeleted.
 //
 // Stored bytes are decoded defensively: a value that does not decode, or

@@ -77,6 +77,12 @@ func famName(f byte) string {
 		return "blob chunk"
 	case famFileBlob:
 		return "blob"
+	case famSchedule:
+		return "schedule"
+	case famScheduleOwner:
+		return "schedule owner"
+	case famScheduleByTime:
+		return "schedule-by-time"
 	}
 	return "unknown family 0x" + strconv.FormatUint(uint64(f), 16)
 }

@@ -35,8 +35,11 @@ type txn struct {
 	// known holds, for each conversation whose deadlines the txn looked
 	// at, all of them as committed before the txn (see knownDeadlines).
 	known map[string]map[string]*timestamppb.Timestamp
-	undo  []func()
-	seqs  []seqUndo // seqs set on caller's events, restored if the commit fails
+	// scheds holds the schedules fired by the txn's requests so far, as
+	// they leave them (nil: removed); see schedule.go.
+	scheds map[string]*messages.Schedule
+	undo   []func()
+	seqs   []seqUndo // seqs set on caller's events, restored if the commit fails
 	// enc holds the encoded events of the request being applied, event i
 	// in enc.buf[enc.ends[i-1]:enc.ends[i]]; taken from encPool when first
 	// needed, given back by close.
@@ -635,6 +638,11 @@ func (t *txn) apply(req *messages.AppendRequest) (res journal.AppendResult, err 
 			return res, err
 		}
 	}
+	fired, err := t.checkFire(conv, req.GetScheduleFire())
+	if err != nil {
+		return res, err
+	}
+	t.stageFire(conv, fired, req.GetScheduleFire())
 	// Events last: nothing after this can fail. encodeEvents gave them
 	// the seqs after ExpectedLast, which is last: only a fenced request
 	// carries events. (The key's seq is not read back from the event: one

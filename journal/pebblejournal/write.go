@@ -475,6 +475,9 @@ func (s *Store) DeleteConversation(ctx context.Context, id string) error {
 	if err := s.deleteFileRefs(b, id); err != nil {
 		return err
 	}
+	if err := t.deleteSchedules(id); err != nil {
+		return err
+	}
 	for _, fam := range convFamilies {
 		_ = b.DeleteRange(convKey(fam, id), convEnd(fam, id), nil)
 	}

@@ -54,6 +54,8 @@ type batch struct {
 	evConv [][]byte
 	evSeq  []int64
 	evData [][]byte
+	// scheds holds the schedules the batch fires (see schedule.go).
+	scheds map[string]*schedState
 }
 
 // AppendBatch implements journal.EventLog in one transaction: one round
@@ -160,6 +162,14 @@ func (s *Store) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest)
 
 	b, err := s.readBatch(ctx, conn.Conn(), fast, convs, callIDs, due)
 	if err != nil {
+		for i := range reqs {
+			if ok[i] {
+				restore(i)
+			}
+		}
+		return failAll(s.wrap("append", err))
+	}
+	if err := b.readSchedules(ctx, conn.Conn(), fireIDs(reqs, ok)); err != nil {
 		for i := range reqs {
 			if ok[i] {
 				restore(i)
@@ -453,7 +463,7 @@ func (b *batch) check(req *messages.AppendRequest) error {
 			return fmt.Errorf("reschedule %q in an append to %q: status is %v: %w", call, id, cur, journal.ErrStale)
 		}
 	}
-	return nil
+	return b.checkFire(id, req.GetScheduleFire())
 }
 
 // apply applies a checked request to the batch's state, in the contract's
@@ -551,6 +561,7 @@ func (b *batch) apply(req *messages.AppendRequest, now time.Time, eb *evBuf, k i
 		cs.rec, cs.dirty = rec, true
 		b.setDeadline(deadlineKey{id, rec.GetId()}, dl)
 	}
+	b.applyFire(req.GetScheduleFire())
 	return res
 }
 
@@ -673,6 +684,9 @@ func (s *Store) writeBatch(ctx context.Context, conn *pgx.Conn, fast bool, b *ba
 	if len(dconv) > 0 {
 		pb.Queue(`INSERT INTO lz_deadlines (conv, call, at_s, at_n, data) SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::int8[], $4::int4[], $5::bytea[])
 			ON CONFLICT (conv, call) DO UPDATE SET at_s = excluded.at_s, at_n = excluded.at_n, data = excluded.data`, byteas(fast, dconv), byteas(fast, dcall), dats, datn, byteas(fast, ddata))
+	}
+	if err := b.queueSchedules(pb); err != nil {
+		return err
 	}
 	n := pb.Len()
 	pb.Queue("COMMIT")

@@ -23,7 +23,13 @@
 // lz_conversations free (fillfactor 50), so that the update every append
 // makes (last_seq) can stay on its page without an index entry, and
 // compresses large records (tool results, tool call rows, summaries) with
-// lz4 instead of pglz when the server is built with it.
+// lz4 instead of pglz when the server is built with it. Version 5 adds
+// lz_schedules (journal.ScheduleStore): one row per schedule, its next
+// occurrence in columns, indexed by conversation and by time (the expiry
+// actor's rebuild reads the time index alone); a fire in an append reads
+// its schedule FOR UPDATE in the batch's transaction, only when a request
+// fires one. (Version 4 is a placeholder that changes nothing, until the
+// change that owns that number lands.)
 //
 // # Writes
 //

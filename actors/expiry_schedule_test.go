@@ -1,0 +1,139 @@
+package actors_test
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/lazarusrt/lazarus/actors"
+	"github.com/lazarusrt/lazarus/journal/memjournal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+type fired struct {
+	conv, id string
+	at       time.Time
+}
+
+// scheduleHarness is an expiry harness whose Fire calls land in a channel.
+func scheduleHarness(t *testing.T, store *memjournal.Store) (*expiryHarness, chan fired) {
+	t.Helper()
+	h := newExpiryHarness(t, store, func(sys *actor.ActorSystem) *actor.PID { return newFakeJournal(t, sys, nil).pid })
+	ch := make(chan fired, 100)
+	h.opts.ReplyTimeout = time.Minute
+	h.opts.Fire = func(conv, id string, at time.Time) { ch <- fired{conv, id, at} }
+	return h, ch
+}
+
+func nextFire(t *testing.T, ch chan fired) fired {
+	t.Helper()
+	select {
+	case f := <-ch:
+		return f
+	case <-time.After(replyWait):
+		t.Fatal("no schedule fired")
+		return fired{}
+	}
+}
+
+func requireNoFire(t *testing.T, ch chan fired) {
+	t.Helper()
+	select {
+	case f := <-ch:
+		t.Fatalf("unexpected fire %v", f)
+	default:
+	}
+}
+
+func putSchedule(t *testing.T, s *memjournal.Store, conv, id string, next time.Time) {
+	t.Helper()
+	_, err := s.Append(t.Context(), &messages.AppendRequest{ConversationId: conv, Events: []*messages.Event{{Body: &messages.Event_UserMsg{UserMsg: &messages.UserMessage{
+		Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "hi"}}}}}}}})
+	if err != nil {
+		require.ErrorContains(t, err, "after 0") // the conversation exists already
+	}
+	require.NoError(t, s.PutSchedule(t.Context(), &messages.Schedule{Id: id, ConversationId: conv, Next: timestamppb.New(next), Every: durationpb.New(time.Hour),
+		Payload: &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "wake"}}}}}))
+}
+
+// TestExpirySchedulesRebuildAndFireOnce: schedules are read from the Store
+// when the actor starts; one whose time passed while nothing ran fires
+// once, at once; the others at their time, not before.
+func TestExpirySchedulesRebuildAndFireOnce(t *testing.T) {
+	store := memjournal.New(memjournal.Options{})
+	putSchedule(t, store, "c", "missed", expiryT0.Add(-3*time.Hour))
+	putSchedule(t, store, "c", "later", expiryT0.Add(10*time.Second))
+	h, ch := scheduleHarness(t, store)
+	h.start()
+	require.Equal(t, fired{"c", "missed", expiryT0.Add(-3 * time.Hour)}, nextFire(t, ch), "named by its stored occurrence")
+	h.waitArmed(t, expiryT0.Add(10*time.Second))
+	requireNoFire(t, ch)
+	h.clock.Advance(10*time.Second - time.Nanosecond)
+	requireNoFire(t, ch)
+	h.clock.Advance(time.Nanosecond)
+	require.Equal(t, fired{"c", "later", expiryT0.Add(10 * time.Second)}, nextFire(t, ch))
+}
+
+// TestExpiryScheduleArmMovesAndDisarmRemoves: the commit report of a fire
+// moves the timer to the next occurrence; without one, the occurrence is
+// handed to Fire again after ReplyTimeout; a disarm ends it.
+func TestExpiryScheduleArmMovesAndDisarmRemoves(t *testing.T) {
+	h, ch := scheduleHarness(t, memjournal.New(memjournal.Options{}))
+	h.start()
+	at := expiryT0.Add(5 * time.Second)
+	h.sys.Root.Send(h.pid, &messages.ScheduleArm{ConversationId: "c", ScheduleId: "s", Next: timestamppb.New(at)})
+	h.waitArmed(t, at)
+	h.clock.Advance(5 * time.Second)
+	require.Equal(t, fired{"c", "s", at}, nextFire(t, ch))
+
+	// No report: handed again after ReplyTimeout, with the same occurrence.
+	h.waitArmed(t, at.Add(time.Minute))
+	h.clock.Advance(time.Minute)
+	require.Equal(t, fired{"c", "s", at}, nextFire(t, ch))
+
+	// The report of the recorded fire moves it to the next occurrence.
+	next := at.Add(time.Hour)
+	h.sys.Root.Send(h.pid, &messages.ScheduleArm{ConversationId: "c", ScheduleId: "s", Next: timestamppb.New(next)})
+	h.waitArmed(t, next)
+	requireNoFire(t, ch)
+	h.sys.Root.Send(h.pid, &messages.ScheduleDisarm{ConversationId: "c", ScheduleId: "s"})
+	require.Eventually(t, func() bool { return h.clock.Timers() == 0 }, replyWait, time.Millisecond, "no timer once disarmed")
+	h.clock.Advance(2 * time.Hour)
+	requireNoFire(t, ch)
+
+	// A bad arm is ignored.
+	h.sys.Root.Send(h.pid, &messages.ScheduleArm{ConversationId: "c", ScheduleId: ""})
+	h.sys.Root.Send(h.pid, &messages.ScheduleArm{ConversationId: "c", ScheduleId: "x"})
+	h.clock.Advance(time.Hour)
+	requireNoFire(t, ch)
+}
+
+// TestExpirySchedulesOnlyOwned: in a cluster the schedules are partitioned
+// like the deadlines (ExpiryOptions.Owns): a member arms only those of the
+// conversations it owns, from the Store and from ScheduleArm alike, and
+// ExpiryRebuild arms what it owns after a membership change.
+func TestExpirySchedulesOnlyOwned(t *testing.T) {
+	store := memjournal.New(memjournal.Options{})
+	putSchedule(t, store, "mine", "s-mine", expiryT0.Add(10*time.Second))
+	putSchedule(t, store, "theirs", "s-theirs", expiryT0.Add(5*time.Second))
+	var theirsToo atomic.Bool
+	h, ch := scheduleHarness(t, store)
+	h.opts.Owns = func(conv string) bool { return conv == "mine" || theirsToo.Load() }
+	h.start()
+	h.waitArmed(t, expiryT0.Add(10*time.Second))
+	h.sys.Root.Send(h.pid, &messages.ScheduleArm{ConversationId: "theirs", ScheduleId: "s-other", Next: timestamppb.New(expiryT0.Add(time.Second))})
+	h.clock.Advance(10 * time.Second)
+	require.Equal(t, fired{"mine", "s-mine", expiryT0.Add(10 * time.Second)}, nextFire(t, ch), "another member's schedules are not armed")
+	requireNoFire(t, ch)
+
+	theirsToo.Store(true)
+	h.sys.Root.Send(h.pid, &actors.ExpiryRebuild{})
+	got := []fired{nextFire(t, ch), nextFire(t, ch)}
+	require.ElementsMatch(t, []fired{{"mine", "s-mine", expiryT0.Add(10 * time.Second)}, {"theirs", "s-theirs", expiryT0.Add(5 * time.Second)}}, got,
+		"after the rebuild the member fires what it owns now, read from the Store")
+}

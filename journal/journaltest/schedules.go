@@ -1,0 +1,242 @@
+package journaltest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// scheduleCases check journal.ScheduleStore, which every adapter of this
+// module implements: records, the fire in Append (at most once per
+// occurrence, atomic with the append's events), listing and deletes.
+var scheduleCases = []suiteCase{
+	{name: "PutListDelete", run: testSchedulePutListDelete},
+	{name: "FireAdvancesWithItsMessage", run: testScheduleFire},
+	{name: "FireOnceOnly", run: testScheduleFireOnce},
+	{name: "StaleFireWritesNothing", run: testScheduleStaleFire},
+	{name: "FireInBatchOrder", run: testScheduleFireBatch},
+	{name: "BadInput", run: testScheduleBadInput},
+	{name: "GoesWithConversation", run: testScheduleDelete},
+	{name: "SurvivesReopen", run: testScheduleReopen, durable: true},
+}
+
+func scheduleStore(t testing.TB, s journal.Store) journal.ScheduleStore {
+	t.Helper()
+	ss, ok := s.(journal.ScheduleStore)
+	if !ok {
+		t.Fatalf("journaltest: %T does not implement journal.ScheduleStore", s)
+	}
+	return ss
+}
+
+func sched(conv, id string, next int) *messages.Schedule {
+	return &messages.Schedule{Id: id, ConversationId: conv, Next: ts(next), Every: durationpb.New(time.Minute),
+		Payload: &messages.UserMessage{Content: text("wake " + id)}, Created: ts(0)}
+}
+
+// fireReq is the conversation actor's write of one occurrence: the wake's
+// user message and the fire, fenced after last.
+func fireReq(conv string, last uint64, id string, occ, next int) *messages.AppendRequest {
+	f := &messages.ScheduleFire{ScheduleId: id, Occurrence: ts(occ)}
+	if next >= 0 {
+		f.Next = ts(next)
+	}
+	return &messages.AppendRequest{ConversationId: conv, ExpectedLast: last, Events: []*messages.Event{userEv(occ, "wake")}, ScheduleFire: f}
+}
+
+type schedTime struct {
+	conv, id string
+	next     time.Time
+}
+
+func scheduleTimes(t testing.TB, s journal.ScheduleStore) []schedTime {
+	t.Helper()
+	var out []schedTime
+	require.NoError(t, s.ScheduleTimes(t.Context(), func(conv, id string, next time.Time) error {
+		out = append(out, schedTime{conv, id, next.UTC()})
+		return nil
+	}))
+	return out
+}
+
+func testSchedulePutListDelete(t *testing.T, e env) {
+	st := e.open(t).Store
+	s := scheduleStore(t, st)
+	ctx := t.Context()
+	appendEvents(t, st, "c", userEv(1, "hi"))
+	appendEvents(t, st, "d", userEv(1, "hi"))
+	require.NoError(t, s.PutSchedule(ctx, sched("c", "s2", 200)))
+	require.NoError(t, s.PutSchedule(ctx, sched("c", "s1", 300)))
+	require.NoError(t, s.PutSchedule(ctx, sched("d", "s3", 100)))
+	got, err := s.ConversationSchedules(ctx, "c")
+	require.NoError(t, err)
+	requireProtos(t, []*messages.Schedule{sched("c", "s1", 300), sched("c", "s2", 200)}, got, "ordered by id")
+	none, err := s.ConversationSchedules(ctx, "unknown")
+	require.NoError(t, err)
+	assert.Empty(t, none)
+	assert.Equal(t, []schedTime{{"d", "s3", tm(100)}, {"c", "s2", tm(200)}, {"c", "s1", tm(300)}}, scheduleTimes(t, s), "in time order")
+
+	// Replacing a schedule moves its time.
+	require.NoError(t, s.PutSchedule(ctx, sched("c", "s1", 50)))
+	assert.Equal(t, []schedTime{{"c", "s1", tm(50)}, {"d", "s3", tm(100)}, {"c", "s2", tm(200)}}, scheduleTimes(t, s))
+
+	require.ErrorIs(t, s.PutSchedule(ctx, sched("d", "s1", 10)), journal.ErrConflict, "an id of another conversation")
+	require.ErrorIs(t, s.PutSchedule(ctx, sched("nobody", "s9", 10)), journal.ErrNotFound, "a conversation without a row")
+	require.ErrorIs(t, s.DeleteSchedule(ctx, "d", "s1"), journal.ErrNotFound, "of another conversation")
+	require.ErrorIs(t, s.DeleteSchedule(ctx, "c", "nope"), journal.ErrNotFound)
+	require.NoError(t, s.DeleteSchedule(ctx, "c", "s1"))
+	require.ErrorIs(t, s.DeleteSchedule(ctx, "c", "s1"), journal.ErrNotFound, "twice")
+	assert.Equal(t, []schedTime{{"d", "s3", tm(100)}, {"c", "s2", tm(200)}}, scheduleTimes(t, s))
+}
+
+func testScheduleFire(t *testing.T, e env) {
+	st := e.open(t).Store
+	s := scheduleStore(t, st)
+	ctx := t.Context()
+	appendEvents(t, st, "c", userEv(1, "hi"))
+	require.NoError(t, s.PutSchedule(ctx, sched("c", "rep", 100)))
+	require.NoError(t, s.PutSchedule(ctx, sched("c", "once", 150)))
+
+	res := appendOK(t, st, fireReq("c", 1, "rep", 100, 160))
+	assert.Equal(t, uint64(2), res.LastSeq)
+	got, err := s.ConversationSchedules(ctx, "c")
+	require.NoError(t, err)
+	want := sched("c", "rep", 160)
+	requireProtos(t, []*messages.Schedule{sched("c", "once", 150), want}, got, "next moved, the rest kept")
+	assert.Equal(t, []schedTime{{"c", "once", tm(150)}, {"c", "rep", tm(160)}}, scheduleTimes(t, s))
+
+	appendOK(t, st, fireReq("c", 2, "once", 150, -1))
+	got, err = s.ConversationSchedules(ctx, "c")
+	require.NoError(t, err)
+	requireProtos(t, []*messages.Schedule{want}, got, "a fire without next removes the schedule")
+	assert.Equal(t, []schedTime{{"c", "rep", tm(160)}}, scheduleTimes(t, s))
+	assert.Len(t, allEvents(t, st, "c"), 3)
+	// The removed id is free again.
+	require.NoError(t, s.PutSchedule(ctx, sched("c", "once", 400)))
+}
+
+func testScheduleFireOnce(t *testing.T, e env) {
+	st := e.open(t).Store
+	s := scheduleStore(t, st)
+	appendEvents(t, st, "c", userEv(1, "hi"))
+	require.NoError(t, s.PutSchedule(t.Context(), sched("c", "rep", 100)))
+	appendOK(t, st, fireReq("c", 1, "rep", 100, 160))
+	// The same occurrence again (a second delivery, a revived actor):
+	// stale, nothing written.
+	_, err := st.Append(t.Context(), fireReq("c", 2, "rep", 100, 160))
+	require.ErrorIs(t, err, journal.ErrStale)
+	assert.Equal(t, uint64(2), lastSeq(t, st, "c"))
+	assert.Equal(t, []schedTime{{"c", "rep", tm(160)}}, scheduleTimes(t, s))
+}
+
+func testScheduleStaleFire(t *testing.T, e env) {
+	st := e.open(t).Store
+	s := scheduleStore(t, st)
+	ctx := t.Context()
+	appendEvents(t, st, "c", userEv(1, "hi"))
+	appendEvents(t, st, "d", userEv(1, "hi"))
+	require.NoError(t, s.PutSchedule(ctx, sched("c", "rep", 100)))
+	require.NoError(t, s.PutSchedule(ctx, sched("d", "other", 100)))
+	for name, req := range map[string]*messages.AppendRequest{
+		"wrong occurrence":     fireReq("c", 1, "rep", 99, 160),
+		"unknown schedule":     fireReq("c", 1, "nope", 100, 160),
+		"another conversation": fireReq("c", 1, "other", 100, 160),
+	} {
+		_, err := st.Append(ctx, req)
+		require.ErrorIs(t, err, journal.ErrStale, name)
+	}
+	require.NoError(t, s.DeleteSchedule(ctx, "c", "rep"))
+	_, err := st.Append(ctx, fireReq("c", 1, "rep", 100, 160))
+	require.ErrorIs(t, err, journal.ErrStale, "cancelled")
+	assert.Equal(t, uint64(1), lastSeq(t, st, "c"), "no message of a stale fire")
+	assert.Equal(t, []schedTime{{"d", "other", tm(100)}}, scheduleTimes(t, s))
+}
+
+func testScheduleFireBatch(t *testing.T, e env) {
+	st := e.open(t).Store
+	s := scheduleStore(t, st)
+	appendEvents(t, st, "c", userEv(1, "hi"))
+	require.NoError(t, s.PutSchedule(t.Context(), sched("c", "rep", 100)))
+	results := st.AppendBatch(t.Context(), []*messages.AppendRequest{
+		fireReq("c", 1, "rep", 100, 160),
+		fireReq("c", 2, "rep", 100, 160), // the same occurrence: stale
+		fireReq("c", 2, "rep", 160, 220), // the next one sees the first
+	})
+	require.Len(t, results, 3)
+	require.NoError(t, results[0].Err)
+	require.ErrorIs(t, results[1].Err, journal.ErrStale)
+	require.NoError(t, results[2].Err)
+	assert.Equal(t, uint64(3), lastSeq(t, st, "c"))
+	assert.Equal(t, []schedTime{{"c", "rep", tm(220)}}, scheduleTimes(t, s))
+}
+
+func testScheduleBadInput(t *testing.T, e env) {
+	st := e.open(t).Store
+	s := scheduleStore(t, st)
+	ctx := t.Context()
+	appendEvents(t, st, "c", userEv(1, "hi"))
+	bad := map[string]*messages.Schedule{
+		"nil":        nil,
+		"no id":      {ConversationId: "c", Next: ts(1), Payload: &messages.UserMessage{Content: text("x")}},
+		"no next":    {Id: "s", ConversationId: "c", Payload: &messages.UserMessage{Content: text("x")}},
+		"no payload": {Id: "s", ConversationId: "c", Next: ts(1)},
+		"both":       {Id: "s", ConversationId: "c", Next: ts(1), Every: durationpb.New(time.Second), Cron: "* * * * *", Payload: &messages.UserMessage{Content: text("x")}},
+		"negative":   {Id: "s", ConversationId: "c", Next: ts(1), Every: durationpb.New(-time.Second), Payload: &messages.UserMessage{Content: text("x")}},
+	}
+	for name, sc := range bad {
+		require.ErrorIs(t, s.PutSchedule(ctx, sc), journal.ErrInvalid, name)
+	}
+	assert.Empty(t, scheduleTimes(t, s))
+	unfenced := fireReq("c", 1, "s", 1, 2)
+	unfenced.Unfenced, unfenced.Events = true, nil
+	_, err := st.Append(ctx, unfenced)
+	require.ErrorIs(t, err, journal.ErrInvalid, "an unfenced fire")
+	noOcc := fireReq("c", 1, "s", 1, 2)
+	noOcc.ScheduleFire.Occurrence = nil
+	_, err = st.Append(ctx, noOcc)
+	require.ErrorIs(t, err, journal.ErrInvalid, "a fire without occurrence")
+	assert.Equal(t, uint64(1), lastSeq(t, st, "c"))
+}
+
+func testScheduleDelete(t *testing.T, e env) {
+	st := e.open(t).Store
+	s := scheduleStore(t, st)
+	ctx := t.Context()
+	appendEvents(t, st, "c", userEv(1, "hi"))
+	appendEvents(t, st, "d", userEv(1, "hi"))
+	require.NoError(t, s.PutSchedule(ctx, sched("c", "s1", 100)))
+	require.NoError(t, s.PutSchedule(ctx, sched("c", "s2", 200)))
+	require.NoError(t, s.PutSchedule(ctx, sched("d", "s3", 300)))
+	require.NoError(t, st.DeleteConversation(ctx, "c"))
+	got, err := s.ConversationSchedules(ctx, "c")
+	require.NoError(t, err)
+	assert.Empty(t, got)
+	assert.Equal(t, []schedTime{{"d", "s3", tm(300)}}, scheduleTimes(t, s), "the other conversation's schedule stays")
+	require.ErrorIs(t, s.PutSchedule(ctx, sched("c", "s4", 100)), journal.ErrDeleted)
+	// The deleted conversation's ids are free for another.
+	require.NoError(t, s.PutSchedule(ctx, sched("d", "s1", 100)))
+}
+
+func testScheduleReopen(t *testing.T, e env) {
+	h := e.open(t)
+	st := h.Store
+	s := scheduleStore(t, st)
+	appendEvents(t, st, "c", userEv(1, "hi"))
+	require.NoError(t, s.PutSchedule(t.Context(), sched("c", "s1", 100)))
+	require.NoError(t, s.PutSchedule(t.Context(), sched("c", "s2", 100)))
+	appendOK(t, st, fireReq("c", 1, "s1", 100, 160))
+	st = h.Reopen(t)
+	s = scheduleStore(t, st)
+	assert.Equal(t, []schedTime{{"c", "s2", tm(100)}, {"c", "s1", tm(160)}}, scheduleTimes(t, s))
+	got, err := s.ConversationSchedules(t.Context(), "c")
+	require.NoError(t, err)
+	requireProtos(t, []*messages.Schedule{sched("c", "s1", 160), sched("c", "s2", 100)}, got)
+	_, err = st.Append(t.Context(), fireReq("c", 2, "s1", 100, 160))
+	require.ErrorIs(t, err, journal.ErrStale, "the fired occurrence stays fired")
+}

@@ -1,0 +1,318 @@
+package pebblejournal
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// Key families of scheduled wake-ups. New families need no layout bump: a
+// store written before them simply has none of their keys.
+const (
+	// famSchedule holds the schedule records: famSchedule | conv | id ->
+	// messages.Schedule.
+	famSchedule byte = 0x0d
+	// famScheduleOwner is the global id -> conversation index that keeps
+	// schedule ids unique across the store: famScheduleOwner | id -> conv.
+	famScheduleOwner byte = 0x0e
+	// famScheduleByTime orders every schedule by its next occurrence, for
+	// the expiry actor's rebuild (keys only, no payloads):
+	// famScheduleByTime | seconds | nanos | id | conv -> empty.
+	famScheduleByTime byte = 0x1a
+)
+
+var _ journal.ScheduleStore = (*Store)(nil)
+
+// scheduleTimeKey returns the by-time key of schedule id of conv.
+func scheduleTimeKey(at *timestamppb.Timestamp, id, conv string) []byte {
+	k := make([]byte, 0, 1+timeLen+len(id)+len(conv)+4)
+	k = appendTime(append(k, famScheduleByTime), at.GetSeconds(), at.GetNanos())
+	return appendID(appendID(k, id), conv)
+}
+
+func scheduleOwnerKey(id string) []byte {
+	return appendID([]byte{famScheduleOwner}, id)
+}
+
+// readSchedule reads schedule id of conv, nil if absent.
+func (s *Store) readSchedule(conv, id string) (*messages.Schedule, error) {
+	k := idKey(famSchedule, conv, id)
+	var sc *messages.Schedule
+	_, err := s.get(k, func(v []byte) error {
+		sc = &messages.Schedule{}
+		return unmarshal(k, v, sc)
+	})
+	return sc, err
+}
+
+// schedule returns schedule id of conv as this txn leaves it (nil if
+// absent): a fire earlier in the same batch wins over the committed record.
+func (t *txn) schedule(conv, id string) (*messages.Schedule, error) {
+	if sc, ok := t.scheds[id]; ok {
+		return sc, nil
+	}
+	return t.s.readSchedule(conv, id)
+}
+
+// checkFire checks the schedule fire of an append to conv and returns the
+// schedule it fires (nil if the request has no fire). It stages nothing.
+func (t *txn) checkFire(conv string, f *messages.ScheduleFire) (*messages.Schedule, error) {
+	if f == nil {
+		return nil, nil
+	}
+	sc, err := t.schedule(conv, f.GetScheduleId())
+	if err != nil {
+		return nil, err
+	}
+	if sc == nil {
+		return nil, fmt.Errorf("pebblejournal: fire of schedule %q in an append to %q: unknown schedule: %w", f.GetScheduleId(), conv, journal.ErrStale)
+	}
+	if !sc.GetNext().AsTime().Equal(f.GetOccurrence().AsTime()) {
+		return nil, fmt.Errorf("pebblejournal: fire of schedule %q at %v: its next occurrence is %v: %w", f.GetScheduleId(), f.GetOccurrence().AsTime(), sc.GetNext().AsTime(), journal.ErrStale)
+	}
+	return sc, nil
+}
+
+// stageFire writes a checked fire into the batch. It cannot fail: apply
+// calls it once nothing of the request can fail any more.
+func (t *txn) stageFire(conv string, sc *messages.Schedule, f *messages.ScheduleFire) {
+	if sc == nil {
+		return
+	}
+	id := sc.GetId()
+	_ = t.b.Delete(scheduleTimeKey(sc.GetNext(), id, conv), nil)
+	if t.scheds == nil {
+		t.scheds = make(map[string]*messages.Schedule)
+	}
+	if f.GetNext() == nil {
+		_ = t.b.Delete(idKey(famSchedule, conv, id), nil)
+		_ = t.b.Delete(scheduleOwnerKey(id), nil)
+		t.scheds[id] = nil
+		return
+	}
+	next := proto.Clone(sc).(*messages.Schedule)
+	next.Next = f.GetNext()
+	v, err := proto.Marshal(next)
+	if err != nil {
+		// A record read back from the store always marshals again.
+		panic(fmt.Sprintf("pebblejournal: encode schedule %q: %v", id, err))
+	}
+	_ = t.b.Set(idKey(famSchedule, conv, id), v, nil)
+	_ = t.b.Set(scheduleTimeKey(next.GetNext(), id, conv), nil, nil)
+	t.scheds[id] = next
+}
+
+// PutSchedule implements journal.ScheduleStore.
+func (s *Store) PutSchedule(ctx context.Context, sc *messages.Schedule) error {
+	if err := s.begin(ctx); err != nil {
+		return err
+	}
+	defer s.end()
+	if err := journal.ValidateSchedule(sc); err != nil {
+		return err
+	}
+	conv, id := sc.GetConversationId(), sc.GetId()
+	defer s.lockConvAndID(conv, id)()
+	t := s.newTxn()
+	defer t.close()
+	cs, err := t.live(conv)
+	if err != nil {
+		return err
+	}
+	if ok, err := t.hasRow(cs); err != nil {
+		return err
+	} else if !ok {
+		return fmt.Errorf("pebblejournal: put schedule %q of %q: %w", id, conv, journal.ErrNotFound)
+	}
+	owner, found, err := s.checkGet(scheduleOwnerKey(id))
+	if err != nil {
+		return err
+	}
+	if found && string(owner) != conv {
+		return fmt.Errorf("pebblejournal: schedule %q belongs to %q, not %q: %w", id, owner, conv, journal.ErrConflict)
+	}
+	if found {
+		old, err := s.readSchedule(conv, id)
+		if err != nil {
+			return err
+		}
+		if old != nil {
+			_ = t.b.Delete(scheduleTimeKey(old.GetNext(), id, conv), nil)
+		}
+	} else {
+		n := 0
+		if err := s.scanKeys(convKey(famSchedule, conv), convEnd(famSchedule, conv), func([]byte) error { n++; return nil }); err != nil {
+			return err
+		}
+		if n >= journal.MaxSchedulesPerConversation {
+			return fmt.Errorf("pebblejournal: %q already has %d schedules: %w", conv, n, journal.ErrInvalid)
+		}
+	}
+	v, err := proto.Marshal(sc)
+	if err != nil {
+		return fmt.Errorf("pebblejournal: encode schedule %q: %w", id, journal.ErrInvalid)
+	}
+	_ = t.b.Set(idKey(famSchedule, conv, id), v, nil)
+	_ = t.b.Set(scheduleOwnerKey(id), []byte(conv), nil)
+	_ = t.b.Set(scheduleTimeKey(sc.GetNext(), id, conv), nil, nil)
+	return t.commit()
+}
+
+// DeleteSchedule implements journal.ScheduleStore.
+func (s *Store) DeleteSchedule(ctx context.Context, conversationID, id string) error {
+	if err := s.begin(ctx); err != nil {
+		return err
+	}
+	defer s.end()
+	if err := journal.ValidateID("conversation id", conversationID); err != nil {
+		return err
+	}
+	if err := journal.ValidateID("schedule id", id); err != nil {
+		return err
+	}
+	defer s.lockConvAndID(conversationID, id)()
+	sc, err := s.readSchedule(conversationID, id)
+	if err != nil {
+		return err
+	}
+	if sc == nil {
+		return fmt.Errorf("pebblejournal: delete schedule %q of %q: %w", id, conversationID, journal.ErrNotFound)
+	}
+	t := s.newTxn()
+	defer t.close()
+	t.deleteSchedule(conversationID, sc)
+	return t.commit()
+}
+
+func (t *txn) deleteSchedule(conv string, sc *messages.Schedule) {
+	_ = t.b.Delete(idKey(famSchedule, conv, sc.GetId()), nil)
+	_ = t.b.Delete(scheduleOwnerKey(sc.GetId()), nil)
+	_ = t.b.Delete(scheduleTimeKey(sc.GetNext(), sc.GetId(), conv), nil)
+}
+
+// deleteSchedules stages the removal of every schedule of conv (for
+// DeleteConversation).
+func (t *txn) deleteSchedules(conv string) error {
+	scs, err := t.s.conversationSchedules(conv)
+	if err != nil {
+		return err
+	}
+	for _, sc := range scs {
+		t.deleteSchedule(conv, sc)
+	}
+	return nil
+}
+
+// ConversationSchedules implements journal.ScheduleStore.
+func (s *Store) ConversationSchedules(ctx context.Context, conversationID string) ([]*messages.Schedule, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	defer s.end()
+	if err := journal.ValidateID("conversation id", conversationID); err != nil {
+		return nil, err
+	}
+	return s.conversationSchedules(conversationID)
+}
+
+func (s *Store) conversationSchedules(conv string) ([]*messages.Schedule, error) {
+	var out []*messages.Schedule
+	err := s.scan(convKey(famSchedule, conv), convEnd(famSchedule, conv), func(k, v []byte) error {
+		sc := &messages.Schedule{}
+		if err := unmarshal(k, v, sc); err != nil {
+			return err
+		}
+		out = append(out, sc)
+		return nil
+	})
+	return out, err
+}
+
+// ScheduleTimes implements journal.ScheduleStore: one scan of the by-time
+// index, keys only.
+func (s *Store) ScheduleTimes(ctx context.Context, fn func(conversationID, id string, next time.Time) error) error {
+	if err := s.begin(ctx); err != nil {
+		return err
+	}
+	defer s.end()
+	return s.scanKeys([]byte{famScheduleByTime}, familyEnd(famScheduleByTime), func(k []byte) error {
+		at, id, conv, err := parseScheduleTimeKey(k)
+		if err != nil {
+			return err
+		}
+		return fn(conv, id, at)
+	})
+}
+
+// parseScheduleTimeKey decodes a schedule-by-time key: the same layout as
+// a deadline-by-time key under another family, decoded in place (the
+// rebuild reads a million of them).
+func parseScheduleTimeKey(k []byte) (at time.Time, id, conv string, err error) {
+	if len(k) < 1+timeLen || k[0] != famScheduleByTime {
+		return time.Time{}, "", "", corruptKey(k, "too short")
+	}
+	sec := int64(binary.BigEndian.Uint64(k[1:9]) ^ (1 << 63))
+	nanos := int64(binary.BigEndian.Uint32(k[9:13]))
+	if nanos >= 1e9 {
+		return time.Time{}, "", "", corruptKey(k, "invalid time")
+	}
+	id, rest, ok := decodeID(k[1+timeLen:])
+	if !ok {
+		return time.Time{}, "", "", corruptKey(k, "malformed schedule id")
+	}
+	conv, rest, ok = decodeID(rest)
+	if !ok || len(rest) != 0 || id == "" || conv == "" {
+		return time.Time{}, "", "", corruptKey(k, "malformed conversation id")
+	}
+	return time.Unix(sec, nanos), id, conv, nil
+}
+
+// checkSchedule is Check's step for a schedule record (key k, value v) of
+// conversation conv, rest the key after the conversation: the record
+// decodes and names its key's ids, and its owner and by-time entries exist.
+func (s *Store) checkSchedule(r *CheckReport, k, v []byte, conv string, rest []byte) {
+	id, tail, ok := decodeID(rest)
+	if !ok || len(tail) != 0 {
+		r.problem("malformed schedule key %s", keyString(k))
+		return
+	}
+	sc := &messages.Schedule{}
+	if err := unmarshal(k, v, sc); err != nil {
+		r.problem("%v", err)
+		return
+	}
+	if sc.GetId() != id || sc.GetConversationId() != conv || sc.GetNext() == nil {
+		r.problem("schedule %q of conversation %q: the record names %q of %q", id, conv, sc.GetId(), sc.GetConversationId())
+		return
+	}
+	switch owner, found, err := s.checkGet(scheduleOwnerKey(id)); {
+	case err != nil || !found:
+		r.problem("schedule %q of conversation %q: no owner entry (%v)", id, conv, err)
+	case string(owner) != conv:
+		r.problem("schedule %q of conversation %q: the owner entry names %q", id, conv, owner)
+	}
+	if _, found, err := s.checkGet(scheduleTimeKey(sc.GetNext(), id, conv)); err != nil || !found {
+		r.problem("schedule %q of conversation %q: missing from the by-time index (%v)", id, conv, err)
+	}
+}
+
+// checkScheduleTime is Check's step for a schedule-by-time key: its record
+// exists and says that time.
+func (s *Store) checkScheduleTime(r *CheckReport, k []byte) {
+	at, id, conv, err := parseScheduleTimeKey(k)
+	if err != nil {
+		r.problem("%v", err)
+		return
+	}
+	sc, err := s.readSchedule(conv, id)
+	if err != nil || sc == nil || !sc.GetNext().AsTime().Equal(at) {
+		r.problem("by-time schedule %q (conversation %q): no schedule record at that time (%v)", id, conv, err)
+	}
+}

@@ -1,0 +1,271 @@
+package pgjournal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+var _ journal.ScheduleStore = (*Store)(nil)
+
+// schedState is a schedule an append batch fires: as read, then as the
+// batch's requests leave it.
+type schedState struct {
+	cur   *messages.Schedule // nil: absent or removed
+	dirty bool
+}
+
+// fireIDs returns the ids of the schedules reqs fire.
+func fireIDs(reqs []*messages.AppendRequest, ok []bool) [][]byte {
+	var ids [][]byte
+	for i, req := range reqs {
+		if f := req.GetScheduleFire(); ok[i] && f != nil {
+			ids = append(ids, []byte(f.GetScheduleId()))
+		}
+	}
+	return ids
+}
+
+// readSchedules reads, inside the batch's transaction (the conversations'
+// locks held), the schedules the batch fires. A round trip only for a
+// batch that fires one.
+func (b *batch) readSchedules(ctx context.Context, conn *pgx.Conn, ids [][]byte) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	b.scheds = make(map[string]*schedState, len(ids))
+	for _, id := range ids {
+		b.scheds[string(id)] = &schedState{}
+	}
+	rows, err := conn.Query(ctx, "SELECT id, data FROM lz_schedules WHERE id = ANY($1::bytea[]) FOR UPDATE", ids)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, data []byte
+		if err := rows.Scan(&id, &data); err != nil {
+			return err
+		}
+		sc := &messages.Schedule{}
+		if err := proto.Unmarshal(data, sc); err != nil {
+			return journal.Corruptf("pgjournal: schedule %q: %v", id, err)
+		}
+		b.scheds[string(id)].cur = sc
+	}
+	return rows.Err()
+}
+
+// checkFire checks the schedule fire of an append to conv.
+func (b *batch) checkFire(conv string, f *messages.ScheduleFire) error {
+	if f == nil {
+		return nil
+	}
+	st := b.scheds[f.GetScheduleId()]
+	if st == nil || st.cur == nil || st.cur.GetConversationId() != conv {
+		return fmt.Errorf("fire of schedule %q in an append to %q: unknown schedule: %w", f.GetScheduleId(), conv, journal.ErrStale)
+	}
+	if !st.cur.GetNext().AsTime().Equal(f.GetOccurrence().AsTime()) {
+		return fmt.Errorf("fire of schedule %q at %v: its next occurrence is %v: %w", f.GetScheduleId(), f.GetOccurrence().AsTime(), st.cur.GetNext().AsTime(), journal.ErrStale)
+	}
+	return nil
+}
+
+// applyFire applies a checked fire to the batch's state.
+func (b *batch) applyFire(f *messages.ScheduleFire) {
+	if f == nil {
+		return
+	}
+	st := b.scheds[f.GetScheduleId()]
+	st.dirty = true
+	if f.GetNext() == nil {
+		st.cur = nil
+		return
+	}
+	next := proto.Clone(st.cur).(*messages.Schedule)
+	next.Next = f.GetNext()
+	st.cur = next
+}
+
+// queueSchedules queues the writes of the schedules the batch fired.
+func (b *batch) queueSchedules(pb *pgx.Batch) error {
+	var del, uid, udata [][]byte
+	var us []int64
+	var un []int32
+	for id, st := range b.scheds {
+		if !st.dirty {
+			continue
+		}
+		if st.cur == nil {
+			del = append(del, []byte(id))
+			continue
+		}
+		data, err := proto.Marshal(st.cur)
+		if err != nil {
+			return fmt.Errorf("pgjournal: append: encode schedule %q: %w", id, err)
+		}
+		uid, udata = append(uid, []byte(id)), append(udata, data)
+		us, un = append(us, st.cur.GetNext().GetSeconds()), append(un, st.cur.GetNext().GetNanos())
+	}
+	if len(del) > 0 {
+		pb.Queue("DELETE FROM lz_schedules WHERE id = ANY($1::bytea[])", del)
+	}
+	if len(uid) > 0 {
+		pb.Queue(`UPDATE lz_schedules s SET next_s = u.s, next_n = u.n, data = u.data
+			FROM unnest($1::bytea[], $2::int8[], $3::int4[], $4::bytea[]) AS u(id, s, n, data) WHERE s.id = u.id`, uid, us, un, udata)
+	}
+	return nil
+}
+
+// PutSchedule implements journal.ScheduleStore.
+func (s *Store) PutSchedule(ctx context.Context, sc *messages.Schedule) error {
+	ctx, cancel, err := s.enter(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	if err := journal.ValidateSchedule(sc); err != nil {
+		return fmt.Errorf("pgjournal: %w", err)
+	}
+	conv, id := sc.GetConversationId(), sc.GetId()
+	data, err := proto.Marshal(sc)
+	if err != nil {
+		return fmt.Errorf("pgjournal: encode schedule %q: %w", id, journal.ErrInvalid)
+	}
+	return s.writeTx(ctx, "put schedule", conv, func(tx pgx.Tx) error {
+		var deleted, hasRow bool
+		err := tx.QueryRow(ctx, "SELECT deleted, row IS NOT NULL FROM lz_conversations WHERE id = $1", []byte(conv)).Scan(&deleted, &hasRow)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		if deleted {
+			return fmt.Errorf("put schedule %q: conversation %q: %w", id, conv, journal.ErrDeleted)
+		}
+		if !hasRow {
+			return fmt.Errorf("put schedule %q of %q: %w", id, conv, journal.ErrNotFound)
+		}
+		var owner []byte
+		err = tx.QueryRow(ctx, "SELECT conv FROM lz_schedules WHERE id = $1", []byte(id)).Scan(&owner)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			var n int
+			if err := tx.QueryRow(ctx, "SELECT count(*) FROM lz_schedules WHERE conv = $1", []byte(conv)).Scan(&n); err != nil {
+				return err
+			}
+			if n >= journal.MaxSchedulesPerConversation {
+				return fmt.Errorf("%q already has %d schedules: %w", conv, n, journal.ErrInvalid)
+			}
+		case err != nil:
+			return err
+		case string(owner) != conv:
+			return fmt.Errorf("schedule %q belongs to %q, not %q: %w", id, owner, conv, journal.ErrConflict)
+		}
+		// A concurrent put of the same new id by another conversation
+		// (which holds another lock) updates nothing: the conflict it is.
+		tag, err := tx.Exec(ctx, `INSERT INTO lz_schedules (id, conv, next_s, next_n, data) VALUES ($1, $2, $3, $4, $5)
+			ON CONFLICT (id) DO UPDATE SET next_s = excluded.next_s, next_n = excluded.next_n, data = excluded.data WHERE lz_schedules.conv = excluded.conv`,
+			[]byte(id), []byte(conv), sc.GetNext().GetSeconds(), sc.GetNext().GetNanos(), data)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return fmt.Errorf("schedule %q belongs to another conversation: %w", id, journal.ErrConflict)
+		}
+		return nil
+	})
+}
+
+// DeleteSchedule implements journal.ScheduleStore.
+func (s *Store) DeleteSchedule(ctx context.Context, conversationID, id string) error {
+	ctx, cancel, err := s.enter(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	if err := validConv(conversationID); err != nil {
+		return err
+	}
+	if err := journal.ValidateID("schedule id", id); err != nil {
+		return fmt.Errorf("pgjournal: %w", err)
+	}
+	return s.writeTx(ctx, "delete schedule", conversationID, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, "DELETE FROM lz_schedules WHERE id = $1 AND conv = $2", []byte(id), []byte(conversationID))
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return fmt.Errorf("delete schedule %q of %q: %w", id, conversationID, journal.ErrNotFound)
+		}
+		return nil
+	})
+}
+
+// ConversationSchedules implements journal.ScheduleStore.
+func (s *Store) ConversationSchedules(ctx context.Context, conversationID string) ([]*messages.Schedule, error) {
+	ctx, cancel, err := s.enter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
+	if err := validConv(conversationID); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, "SELECT id, data FROM lz_schedules WHERE conv = $1 ORDER BY id", []byte(conversationID))
+	if err != nil {
+		return nil, s.wrap("schedules", err)
+	}
+	defer rows.Close()
+	var out []*messages.Schedule
+	for rows.Next() {
+		var id, data []byte
+		if err := rows.Scan(&id, &data); err != nil {
+			return nil, s.wrap("schedules", err)
+		}
+		sc := &messages.Schedule{}
+		if err := proto.Unmarshal(data, sc); err != nil {
+			return nil, journal.Corruptf("pgjournal: schedule %q: %v", id, err)
+		}
+		out = append(out, sc)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.wrap("schedules", err)
+	}
+	return out, nil
+}
+
+// ScheduleTimes implements journal.ScheduleStore: one index-ordered scan
+// of ids and times, no payloads.
+func (s *Store) ScheduleTimes(ctx context.Context, fn func(conversationID, id string, next time.Time) error) error {
+	ctx, cancel, err := s.enter(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	rows, err := s.pool.Query(ctx, "SELECT conv, id, next_s, next_n FROM lz_schedules ORDER BY next_s, next_n, id")
+	if err != nil {
+		return s.wrap("schedule times", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var conv, id []byte
+		var sec int64
+		var nanos int32
+		if err := rows.Scan(&conv, &id, &sec, &nanos); err != nil {
+			return s.wrap("schedule times", err)
+		}
+		if err := fn(string(conv), string(id), time.Unix(sec, int64(nanos)).UTC()); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return s.wrap("schedule times", err)
+	}
+	return nil
+}

@@ -1,0 +1,96 @@
+package journal
+
+import (
+	"context"
+	"time"
+
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// ScheduleStore is the optional capability of a Store that keeps scheduled
+// wake-ups (messages.Schedule): durable records, one per schedule id,
+// unique across the Store, each of one conversation. Every adapter of this
+// module implements it; the runtime finds it by type assertion.
+//
+// An occurrence fires through Append: an AppendRequest whose ScheduleFire
+// names a schedule of the request's conversation applies only if the
+// schedule's stored Next is the fire's Occurrence (else the whole request
+// fails with ErrStale and nothing is written), and moves Next to the fire's
+// Next (removing the schedule when it is unset) in the same atomic write as
+// the request's events. So an occurrence is recorded at most once, and
+// together with the message it appends. DeleteConversation removes the
+// conversation's schedules.
+type ScheduleStore interface {
+	// PutSchedule stores s, replacing the schedule with the same id. The
+	// conversation must have a row (ErrNotFound otherwise; ErrDeleted after
+	// its delete); an id that belongs to another conversation is
+	// ErrConflict; a record that breaks ValidateSchedule is ErrInvalid.
+	PutSchedule(ctx context.Context, s *messages.Schedule) error
+	// DeleteSchedule removes schedule id of the conversation. A schedule
+	// that does not exist, or belongs to another conversation, is
+	// ErrNotFound.
+	DeleteSchedule(ctx context.Context, conversationID, id string) error
+	// ConversationSchedules returns the conversation's schedules ordered
+	// by id (none for an unknown conversation). Its cost depends on the
+	// conversation's schedules only.
+	ConversationSchedules(ctx context.Context, conversationID string) ([]*messages.Schedule, error)
+	// ScheduleTimes calls fn for every schedule with its conversation, id
+	// and next occurrence, in ascending time then id, so the expiry actor
+	// rebuilds its timers without reading payloads. It stops at the first
+	// error fn returns and returns it. fn must not call the Store's write
+	// methods.
+	ScheduleTimes(ctx context.Context, fn func(conversationID, id string, next time.Time) error) error
+}
+
+// MaxSchedulesPerConversation bounds the schedules one conversation may
+// hold at once; PutSchedule of a new id beyond it is ErrInvalid.
+const MaxSchedulesPerConversation = 1000
+
+// ValidateSchedule checks what a Store checks of a schedule before storing
+// it: ids, a valid Next, at most one of Every (positive) and Cron, a
+// payload with content, and the record's size. It does not parse Cron (the
+// runtime does, and computes Next).
+func ValidateSchedule(s *messages.Schedule) error {
+	if s == nil {
+		return Invalidf("nil schedule")
+	}
+	if err := ValidateID("schedule id", s.GetId()); err != nil {
+		return err
+	}
+	if err := ValidateID("conversation id", s.GetConversationId()); err != nil {
+		return err
+	}
+	if s.GetNext() == nil {
+		return Invalidf("schedule %q has no next occurrence", s.GetId())
+	}
+	if err := s.GetNext().CheckValid(); err != nil {
+		return Invalidf("next occurrence of schedule %q: %v", s.GetId(), err)
+	}
+	if e := s.GetEvery(); e != nil {
+		if err := e.CheckValid(); err != nil || e.AsDuration() <= 0 {
+			return Invalidf("interval of schedule %q must be positive", s.GetId())
+		}
+		if s.GetCron() != "" {
+			return Invalidf("schedule %q has both an interval and a cron expression", s.GetId())
+		}
+	}
+	if len(s.GetPayload().GetContent()) == 0 {
+		return Invalidf("schedule %q has no payload", s.GetId())
+	}
+	return checkSize("schedule "+s.GetId(), s, MaxEventBytes)
+}
+
+// ValidateScheduleFire checks the shape of an AppendRequest's schedule
+// fire: an id and a valid occurrence (and next, if set).
+func ValidateScheduleFire(f *messages.ScheduleFire) error {
+	if err := ValidateID("schedule id", f.GetScheduleId()); err != nil {
+		return err
+	}
+	if f.GetOccurrence() == nil || f.GetOccurrence().CheckValid() != nil {
+		return Invalidf("fire of schedule %q has no valid occurrence", f.GetScheduleId())
+	}
+	if n := f.GetNext(); n != nil && n.CheckValid() != nil {
+		return Invalidf("fire of schedule %q has an invalid next", f.GetScheduleId())
+	}
+	return nil
+}

@@ -1,0 +1,439 @@
+package lazarus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/robfig/cron/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/lazarusrt/lazarus/actors"
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// Errors of scheduled wake-ups. Each also wraps journal.ErrInvalid (bad
+// input) or journal.ErrNotFound (nothing to act on).
+var (
+	// ErrBadSchedule: a ScheduleSpec that cannot be a schedule: no time,
+	// two kinds of times at once, an interval below MinScheduleInterval,
+	// an unknown time zone, a cron expression that does not parse, no
+	// message. Wraps journal.ErrInvalid.
+	ErrBadSchedule = errors.New("lazarus: bad schedule")
+	// ErrScheduleInPast: ScheduleSpec.At is not after now. Wraps
+	// journal.ErrInvalid.
+	ErrScheduleInPast = errors.New("lazarus: schedule time is in the past")
+	// ErrNoSchedule: the conversation has no schedule of that id. Wraps
+	// journal.ErrNotFound.
+	ErrNoSchedule = errors.New("lazarus: no such schedule")
+)
+
+// MinScheduleInterval is the shortest ScheduleSpec.Every accepted.
+const MinScheduleInterval = time.Second
+
+// ScheduleSpec says when a scheduled wake-up fires and what it says. Set
+// exactly one of At, After and Cron, or Every alone; Every may also follow
+// At or After (the first occurrence, then every Every).
+type ScheduleSpec struct {
+	// ID names the schedule: a Schedule with the ID of an existing
+	// schedule of the conversation replaces it. Default: a new random id.
+	ID string
+	// At fires once at this time, which must be after now.
+	At time.Time
+	// After fires once after this delay (> 0) from now.
+	After time.Duration
+	// Every repeats at this interval (at least MinScheduleInterval): after
+	// At or After if one is set, else first at now+Every.
+	Every time.Duration
+	// Cron fires on a standard five-field cron expression (minute hour
+	// day-of-month month day-of-week, as "0 9 * * 1-5") or a descriptor
+	// ("@daily", "@every 1h30m"), read in TimeZone. A "TZ=" or "CRON_TZ="
+	// prefix is refused: the zone is TimeZone.
+	Cron string
+	// TimeZone is the IANA time zone name Cron is read in ("Europe/Paris").
+	// Default "UTC".
+	TimeZone string
+	// Text is the user message each occurrence appends, and so the input
+	// of the turn it starts. Required.
+	Text string
+}
+
+var cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+func badSchedule(format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %w", ErrBadSchedule, fmt.Sprintf(format, args...), journal.ErrInvalid)
+}
+
+// record turns spec into the stored record of schedule id of conv: its
+// first occurrence computed from now.
+func (spec ScheduleSpec) record(conv, id string, now time.Time, author agent.Identity) (*messages.Schedule, error) {
+	if strings.TrimSpace(spec.Text) == "" {
+		return nil, badSchedule("no text")
+	}
+	sc := &messages.Schedule{Id: id, ConversationId: conv, Author: author.Proto(), Created: journal.Timestamp(now),
+		Payload: &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: spec.Text}}}}}
+	kinds := 0
+	for _, set := range []bool{!spec.At.IsZero(), spec.After != 0, spec.Cron != ""} {
+		if set {
+			kinds++
+		}
+	}
+	switch {
+	case kinds > 1:
+		return nil, badSchedule("more than one of At, After and Cron")
+	case kinds == 0 && spec.Every == 0:
+		return nil, badSchedule("none of At, After, Every and Cron")
+	case spec.Cron != "" && spec.Every != 0:
+		return nil, badSchedule("both Cron and Every")
+	case spec.Cron == "" && spec.TimeZone != "":
+		return nil, badSchedule("a time zone without a cron expression")
+	case spec.After < 0:
+		return nil, badSchedule("negative delay %v", spec.After)
+	case spec.Every != 0 && spec.Every < MinScheduleInterval:
+		return nil, badSchedule("interval %v below %v", spec.Every, MinScheduleInterval)
+	}
+	var next time.Time
+	switch {
+	case !spec.At.IsZero():
+		if !spec.At.After(now) {
+			return nil, fmt.Errorf("%w: %v is not after %v: %w", ErrScheduleInPast, spec.At, now, journal.ErrInvalid)
+		}
+		next = spec.At
+	case spec.After > 0:
+		next = now.Add(spec.After)
+	case spec.Cron != "":
+		sc.Cron, sc.TimeZone = spec.Cron, spec.TimeZone
+		n, err := cronNext(sc, now)
+		if err != nil {
+			return nil, err
+		}
+		if n.IsZero() {
+			return nil, badSchedule("cron %q never fires", spec.Cron)
+		}
+		next = n
+	default:
+		next = now.Add(spec.Every)
+	}
+	if spec.Every != 0 {
+		sc.Every = durationpb.New(spec.Every)
+	}
+	sc.Next = journal.Timestamp(next)
+	if err := journal.ValidateSchedule(sc); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadSchedule, err)
+	}
+	return sc, nil
+}
+
+// cronNext returns the first time of sc's cron expression after t (zero if
+// there is none within the parser's horizon).
+func cronNext(sc *messages.Schedule, t time.Time) (time.Time, error) {
+	expr := strings.TrimSpace(sc.GetCron())
+	if strings.HasPrefix(expr, "TZ=") || strings.HasPrefix(expr, "CRON_TZ=") {
+		return time.Time{}, badSchedule("cron %q names its zone: use the time zone field", expr)
+	}
+	zone := sc.GetTimeZone()
+	if zone == "" {
+		zone = "UTC"
+	}
+	loc, err := time.LoadLocation(zone)
+	if err != nil {
+		return time.Time{}, badSchedule("time zone %q: %v", zone, err)
+	}
+	s, err := cronParser.Parse(expr)
+	if err != nil {
+		return time.Time{}, badSchedule("cron %q: %v", expr, err)
+	}
+	return s.Next(t.In(loc)), nil
+}
+
+// nextAfterFire returns the occurrence that follows occurrence occ of sc,
+// fired at now: the first one after now (missed occurrences collapse into
+// the one that fired), or nil when sc fires once.
+func nextAfterFire(sc *messages.Schedule, occ, now time.Time) (*time.Time, error) {
+	after := now
+	if occ.After(after) {
+		after = occ
+	}
+	switch {
+	case sc.GetEvery() != nil:
+		every := sc.GetEvery().AsDuration()
+		k := after.Sub(occ)/every + 1
+		n := occ.Add(k * every)
+		return &n, nil
+	case sc.GetCron() != "":
+		n, err := cronNext(sc, after)
+		if err != nil || n.IsZero() {
+			return nil, err
+		}
+		return &n, nil
+	}
+	return nil, nil
+}
+
+func (r *Runtime) scheduleStore(op string) (journal.ScheduleStore, error) {
+	ss, ok := r.store.(journal.ScheduleStore)
+	if !ok {
+		return nil, fmt.Errorf("lazarus: %s: the Store (%T) keeps no schedules: %w", op, r.store, errors.ErrUnsupported)
+	}
+	return ss, nil
+}
+
+// Schedule schedules a wake-up of the conversation: at each occurrence of
+// spec, spec.Text is appended as a user message (as Send would) and starts
+// a turn. It returns the stored schedule (its Id, and Next, the first
+// occurrence). The conversation must exist (journal.ErrNotFound; a deleted
+// one journal.ErrDeleted); a spec that cannot be a schedule is refused
+// with ErrBadSchedule or ErrScheduleInPast, and nothing is written.
+//
+// Schedules are durable: they survive kills and restarts, and go with the
+// conversation when it is deleted. Each occurrence fires once: the
+// occurrence and the next one are recorded in the same write as its
+// message, so a crash neither fires it twice nor loses it. An occurrence
+// missed while no runtime ran fires once when one starts; the next is
+// the first one after that. A wake runs under the scope
+// Options.ScopeLoader rebuilds from the scheduler's identity (scope's,
+// recorded as the schedule's author), else agent.SystemScope, whose
+// identity then authors the message.
+func (r *Runtime) Schedule(ctx context.Context, conversationID string, spec ScheduleSpec, scope agent.Scope) (*messages.Schedule, error) {
+	const op = "schedule"
+	ss, err := r.scheduleStore(op)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.checkConversation(ctx, op, conversationID); err != nil {
+		return nil, err
+	}
+	if err := agent.ValidateIdentity(scope.Identity()); err != nil {
+		return nil, fmt.Errorf("lazarus: schedule: scope: %w", err)
+	}
+	id := spec.ID
+	if id == "" {
+		id = "sch-" + newRequestID()
+	}
+	if err := journal.ValidateID("schedule id", id); err != nil {
+		return nil, fmt.Errorf("lazarus: schedule: %w", err)
+	}
+	sc, err := spec.record(conversationID, id, r.opts.Clock.Now(), scope.Identity())
+	if err != nil {
+		return nil, fmt.Errorf("lazarus: schedule for %q: %w", conversationID, err)
+	}
+	if err := ss.PutSchedule(ctx, sc); err != nil {
+		return nil, fmt.Errorf("lazarus: schedule for %q: %w", conversationID, err)
+	}
+	r.armSchedule(ctx, &messages.ScheduleArm{ConversationId: conversationID, ScheduleId: id, Next: sc.GetNext()})
+	return sc, nil
+}
+
+// Schedules returns the conversation's pending schedules, ordered by id
+// (none for an unknown conversation).
+func (r *Runtime) Schedules(ctx context.Context, conversationID string) ([]*messages.Schedule, error) {
+	ss, err := r.scheduleStore("schedules")
+	if err != nil {
+		return nil, err
+	}
+	if err := r.enter(ctx); err != nil {
+		return nil, err
+	}
+	if err := journal.ValidateID("conversation id", conversationID); err != nil {
+		return nil, fmt.Errorf("lazarus: schedules: %w", err)
+	}
+	out, err := ss.ConversationSchedules(ctx, conversationID)
+	if err != nil {
+		return nil, fmt.Errorf("lazarus: schedules of %q: %w", conversationID, err)
+	}
+	return out, nil
+}
+
+// CancelSchedule removes schedule id of the conversation: it never fires
+// again (an occurrence already being delivered fails as stale). An
+// unknown id, or one of another conversation, is ErrNoSchedule.
+func (r *Runtime) CancelSchedule(ctx context.Context, conversationID, id string) error {
+	ss, err := r.scheduleStore("cancel schedule")
+	if err != nil {
+		return err
+	}
+	if err := r.enter(ctx); err != nil {
+		return err
+	}
+	if err := journal.ValidateID("conversation id", conversationID); err != nil {
+		return fmt.Errorf("lazarus: cancel schedule: %w", err)
+	}
+	if err := journal.ValidateID("schedule id", id); err != nil {
+		return fmt.Errorf("lazarus: cancel schedule: %w", err)
+	}
+	err = ss.DeleteSchedule(ctx, conversationID, id)
+	if errors.Is(err, journal.ErrNotFound) {
+		return fmt.Errorf("%w: %q of %q: %w", ErrNoSchedule, id, conversationID, err)
+	}
+	if err != nil {
+		return fmt.Errorf("lazarus: cancel schedule %q of %q: %w", id, conversationID, err)
+	}
+	r.armSchedule(ctx, &messages.ScheduleDisarm{ConversationId: conversationID, ScheduleId: id})
+	return nil
+}
+
+// armSchedule tells the expiry actor that keeps the schedule's timer of a
+// change of its durable record (m is a ScheduleArm or a ScheduleDisarm):
+// this Runtime's, or in cluster mode the owner's. A change the owner does
+// not hear of (it died meanwhile) is read from the Store by the expiry
+// actor of the next owner, which rebuilds its timers on the membership
+// change.
+func (r *Runtime) armSchedule(ctx context.Context, m proto.Message) {
+	req := &messages.ClusterRequest{}
+	var conv string
+	switch m := m.(type) {
+	case *messages.ScheduleArm:
+		conv, req.Op = m.GetConversationId(), &messages.ClusterRequest_ScheduleArm{ScheduleArm: m}
+	case *messages.ScheduleDisarm:
+		conv, req.Op = m.GetConversationId(), &messages.ClusterRequest_ScheduleDisarm{ScheduleDisarm: m}
+	default:
+		return
+	}
+	_, ran, err := r.forwardOp(ctx, conv, req, true)
+	if ran {
+		if err != nil {
+			r.log.Warn("lazarus: schedule: telling the owner of the change failed; its timer follows at the next membership change", "conversation", conv, "err", err)
+		}
+		return
+	}
+	switch m := m.(type) {
+	case *messages.ScheduleArm:
+		r.sup.ArmSchedule(conv, m.GetScheduleId(), m.GetNext().AsTime())
+	case *messages.ScheduleDisarm:
+		r.sup.DisarmSchedule(conv, m.GetScheduleId())
+	}
+}
+
+// scheduleFire is one due occurrence the expiry actor handed over.
+type scheduleFire struct {
+	conv, id string
+	at       time.Time
+}
+
+// fireWorkers is how many goroutines deliver due occurrences.
+const fireWorkers = 4
+
+// onScheduleDue is the expiry actor's Fire hook: it must not block. A full
+// queue drops the occurrence; the expiry actor hands it again after its
+// reply timeout.
+func (r *Runtime) onScheduleDue(conv, id string, at time.Time) {
+	select {
+	case r.fires <- scheduleFire{conv, id, at}:
+	default:
+		r.log.Warn("lazarus: schedule delivery queue full; the occurrence is handed again later", "conversation", conv, "schedule", id)
+	}
+}
+
+// startFireWorkers starts the goroutines that deliver due occurrences; they
+// end with the Runtime's life (Close waits for them).
+func (r *Runtime) startFireWorkers() {
+	for range fireWorkers {
+		r.gcWG.Go(func() {
+			for {
+				select {
+				case <-r.life.Done():
+					return
+				case f := <-r.fires:
+					r.fire(r.life, f)
+				}
+			}
+		})
+	}
+}
+
+// fire delivers one occurrence: it reads the schedule (gone: the timer
+// goes; moved on: the timer follows), computes the next occurrence and
+// sends the conversation a ScheduleWake that writes the message and the
+// fire together. A stale write (recorded already, cancelled meanwhile)
+// re-reads the schedule the same way.
+func (r *Runtime) fire(ctx context.Context, f scheduleFire) {
+	ss, ok := r.store.(journal.ScheduleStore)
+	if !ok {
+		return
+	}
+	sc, err := r.currentSchedule(ctx, ss, f)
+	if err != nil || sc == nil {
+		return
+	}
+	now := r.opts.Clock.Now()
+	next, err := nextAfterFire(sc, f.at, now)
+	if err != nil {
+		r.log.Warn("lazarus: schedule: next occurrence", "conversation", f.conv, "schedule", f.id, "err", err)
+	}
+	fireRec := &messages.ScheduleFire{ScheduleId: f.id, Occurrence: journal.Timestamp(f.at)}
+	if next != nil {
+		fireRec.Next = journal.Timestamp(*next)
+	}
+	scope := agent.SystemScope
+	if author := agent.IdentityOf(sc.GetAuthor()); !author.IsZero() && r.opts.ScopeLoader != nil {
+		if s, err := r.opts.ScopeLoader(ctx, author); err == nil {
+			scope = s
+		} else {
+			r.log.Warn("lazarus: schedule: loading the author's scope failed; waking under the system scope", "schedule", f.id, "err", err)
+		}
+	}
+	wake := &messages.ScheduleWake{
+		RequestId: "schedule/" + f.id + "/" + strconv.FormatInt(f.at.UnixNano(), 10),
+		Message:   proto.Clone(sc.GetPayload()).(*messages.UserMessage),
+		Fire:      fireRec,
+	}
+	res, err := r.sup.Ask(ctx, f.conv, &actors.Command{Scope: scope, Msg: wake})
+	if err == nil {
+		err = journal.ErrorFromProto(res.(*messages.AgentSendReply).GetError())
+	}
+	switch {
+	case err == nil:
+		r.log.Debug("lazarus: schedule fired", "conversation", f.conv, "schedule", f.id, "occurrence", f.at)
+	case errors.Is(err, journal.ErrStale):
+		_, _ = r.currentSchedule(ctx, ss, f)
+	case errors.Is(err, journal.ErrDeleted):
+		r.sup.DisarmSchedule(f.conv, f.id)
+	default:
+		r.log.Warn("lazarus: schedule: delivering an occurrence failed; it is handed again later", "conversation", f.conv, "schedule", f.id, "err", err)
+	}
+}
+
+// currentSchedule returns the schedule of f if its stored next occurrence
+// is f's; otherwise it tells the expiry actor what the Store says (gone,
+// or moved) and returns nil.
+func (r *Runtime) currentSchedule(ctx context.Context, ss journal.ScheduleStore, f scheduleFire) (*messages.Schedule, error) {
+	all, err := ss.ConversationSchedules(ctx, f.conv)
+	if err != nil {
+		r.log.Warn("lazarus: schedule: reading the schedule failed; it is handed again later", "conversation", f.conv, "schedule", f.id, "err", err)
+		return nil, err
+	}
+	for _, sc := range all {
+		if sc.GetId() != f.id {
+			continue
+		}
+		if next := sc.GetNext().AsTime(); !next.Equal(f.at) {
+			r.sup.ArmSchedule(f.conv, f.id, next)
+			return nil, nil
+		}
+		return sc, nil
+	}
+	r.sup.DisarmSchedule(f.conv, f.id)
+	return nil, nil
+}
+
+// schedulesBeforeDelete returns the conversation's schedules, read just
+// before its delete, so that their timers go with it. A failed read
+// returns none: a timer left armed finds its schedule gone when it fires,
+// and goes then.
+func (r *Runtime) schedulesBeforeDelete(ctx context.Context, conv string) []*messages.Schedule {
+	ss, ok := r.store.(journal.ScheduleStore)
+	if !ok {
+		return nil
+	}
+	all, err := ss.ConversationSchedules(ctx, conv)
+	if err != nil {
+		return nil
+	}
+	return all
+}

@@ -1,0 +1,278 @@
+package lazarus_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/actors/actorstest"
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/agent/scripted"
+	"github.com/lazarusrt/lazarus/journal"
+)
+
+var schedT0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// wakes returns the texts of the conversation's user messages that
+// scheduled wakes wrote.
+func wakes(ctx context.Context, t *testing.T, rt *lazarus.Runtime, conv string) []string {
+	t.Helper()
+	evs, err := rt.History(ctx, conv, 0, 0)
+	require.NoError(t, err)
+	var out []string
+	for _, ev := range evs {
+		if m := ev.GetUserMsg(); m != nil && strings.HasPrefix(ev.GetRequestId(), "schedule/") {
+			out = append(out, m.GetContent()[0].GetText())
+		}
+	}
+	return out
+}
+
+// advanceWhenArmed waits until the clock has a timer due at at (the
+// expiry actor armed it), then moves the clock to it.
+func advanceWhenArmed(t *testing.T, clock *actorstest.ManualClock, at time.Time) {
+	t.Helper()
+	require.Eventually(t, func() bool { return slices.ContainsFunc(clock.Dues(), at.Equal) }, 20*time.Second, time.Millisecond, "no timer armed for %v", at)
+	clock.Advance(at.Sub(clock.Now()))
+}
+
+func scheduleRuntime(t *testing.T, opts lazarus.Options) (*lazarus.Runtime, *scripted.Model) {
+	t.Helper()
+	model := scripted.New(scripted.Options{})
+	opts.Model = model
+	rt, err := lazarus.Open(opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rt.Close() })
+	return rt, model
+}
+
+// TestScheduleFiresOnceWithItsText: a one-shot schedule appends its text
+// as a user message at its time (not before), which starts a turn, and is
+// then gone.
+func TestScheduleFiresOnceWithItsText(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	clock := actorstest.NewManualClock(schedT0)
+	rt, model := scheduleRuntime(t, lazarus.Options{Clock: clock})
+	_, err := rt.Send(ctx, "c", "hi", agent.Scope{UserID: "alice"})
+	require.NoError(t, err)
+	require.NoError(t, model.WaitCalls(ctx, "c", 1))
+
+	sc, err := rt.Schedule(ctx, "c", lazarus.ScheduleSpec{After: 10 * time.Minute, Text: "remind me"}, agent.Scope{UserID: "alice"})
+	require.NoError(t, err)
+	require.True(t, sc.GetNext().AsTime().Equal(schedT0.Add(10*time.Minute)))
+	require.Equal(t, "alice", sc.GetAuthor().GetUserId())
+	listed, err := rt.Schedules(ctx, "c")
+	require.NoError(t, err)
+	require.Len(t, listed, 1)
+	require.Equal(t, sc.GetId(), listed[0].GetId())
+
+	clock.Advance(10*time.Minute - time.Second)
+	require.Empty(t, wakes(ctx, t, rt, "c"), "not before its time")
+	advanceWhenArmed(t, clock, schedT0.Add(10*time.Minute))
+	require.NoError(t, model.WaitCalls(ctx, "c", 2), "the wake starts a turn")
+	require.Equal(t, []string{"remind me"}, wakes(ctx, t, rt, "c"))
+	turns := model.Turns("c")
+	last := turns[len(turns)-1].Context
+	require.Equal(t, "remind me", last[len(last)-1].GetUserMsg().GetContent()[0].GetText(), "the payload is the turn's input")
+	listed, err = rt.Schedules(ctx, "c")
+	require.NoError(t, err)
+	require.Empty(t, listed, "a one-shot schedule is gone once fired")
+}
+
+// TestScheduleEveryMissedWhileDownFiresOnce: a repeating schedule whose
+// occurrences passed while no runtime ran fires once on start, and next at
+// its first occurrence after that; it survives the restart.
+func TestScheduleEveryMissedWhileDownFiresOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	clock := actorstest.NewManualClock(schedT0)
+	rt, model := scheduleRuntime(t, lazarus.Options{Dir: dir, Clock: clock})
+	_, err := rt.Send(ctx, "c", "hi", agent.Scope{UserID: "alice"})
+	require.NoError(t, err)
+	require.NoError(t, model.WaitCalls(ctx, "c", 1))
+	sc, err := rt.Schedule(ctx, "c", lazarus.ScheduleSpec{Every: time.Minute, Text: "tick"}, agent.Scope{UserID: "alice"})
+	require.NoError(t, err)
+	require.NoError(t, rt.Close())
+
+	// Ten and a half minutes later: ten occurrences were missed.
+	clock2 := actorstest.NewManualClock(schedT0.Add(10*time.Minute + 30*time.Second))
+	rt2, model2 := scheduleRuntime(t, lazarus.Options{Dir: dir, Clock: clock2})
+	require.NoError(t, model2.WaitCalls(ctx, "c", 1), "the missed occurrence's turn")
+	require.Equal(t, []string{"tick"}, wakes(ctx, t, rt2, "c"), "once, not once per missed tick")
+	require.Eventually(t, func() bool {
+		listed, err := rt2.Schedules(ctx, "c")
+		require.NoError(t, err)
+		return len(listed) == 1 && listed[0].GetNext().AsTime().Equal(schedT0.Add(11*time.Minute))
+	}, 20*time.Second, time.Millisecond, "next is the first occurrence after the restart")
+
+	advanceWhenArmed(t, clock2, schedT0.Add(11*time.Minute))
+	require.NoError(t, model2.WaitCalls(ctx, "c", 2))
+	require.Equal(t, []string{"tick", "tick"}, wakes(ctx, t, rt2, "c"))
+	require.NoError(t, rt2.CancelSchedule(ctx, "c", sc.GetId()))
+	require.ErrorIs(t, rt2.CancelSchedule(ctx, "c", sc.GetId()), lazarus.ErrNoSchedule)
+	require.ErrorIs(t, rt2.CancelSchedule(ctx, "c", sc.GetId()), journal.ErrNotFound)
+	listed, err := rt2.Schedules(ctx, "c")
+	require.NoError(t, err)
+	require.Empty(t, listed)
+}
+
+// TestScheduleCronInItsTimeZone: a cron expression is read in the given
+// zone, and the next occurrence follows it.
+func TestScheduleCronInItsTimeZone(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	clock := actorstest.NewManualClock(schedT0)
+	rt, model := scheduleRuntime(t, lazarus.Options{Clock: clock})
+	_, err := rt.Send(ctx, "c", "hi", agent.Scope{})
+	require.NoError(t, err)
+	require.NoError(t, model.WaitCalls(ctx, "c", 1))
+	sc, err := rt.Schedule(ctx, "c", lazarus.ScheduleSpec{Cron: "0 9 * * *", TimeZone: "Europe/Paris", Text: "good morning"}, agent.Scope{})
+	require.NoError(t, err)
+	nine := time.Date(2026, 1, 1, 8, 0, 0, 0, time.UTC) // 09:00 in Paris, winter
+	require.True(t, sc.GetNext().AsTime().Equal(nine), "next %v", sc.GetNext().AsTime())
+	advanceWhenArmed(t, clock, nine)
+	require.NoError(t, model.WaitCalls(ctx, "c", 2))
+	require.Eventually(t, func() bool {
+		listed, err := rt.Schedules(ctx, "c")
+		require.NoError(t, err)
+		return len(listed) == 1 && listed[0].GetNext().AsTime().Equal(nine.Add(24*time.Hour))
+	}, 20*time.Second, time.Millisecond)
+}
+
+// TestScheduleBadInput: bad specs and unknown conversations are refused
+// with sentinels, and nothing is written.
+func TestScheduleBadInput(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	clock := actorstest.NewManualClock(schedT0)
+	rt, model := scheduleRuntime(t, lazarus.Options{Clock: clock})
+	_, err := rt.Send(ctx, "c", "hi", agent.Scope{})
+	require.NoError(t, err)
+	require.NoError(t, model.WaitCalls(ctx, "c", 1))
+	for name, spec := range map[string]lazarus.ScheduleSpec{
+		"bad cron":       {Cron: "every tuesday", Text: "x"},
+		"six fields":     {Cron: "0 0 9 * * *", Text: "x"},
+		"zone in cron":   {Cron: "CRON_TZ=Asia/Tokyo 0 9 * * *", Text: "x"},
+		"unknown zone":   {Cron: "0 9 * * *", TimeZone: "Mars/Olympus", Text: "x"},
+		"zone, no cron":  {After: time.Minute, TimeZone: "UTC", Text: "x"},
+		"no time":        {Text: "x"},
+		"two times":      {After: time.Minute, Cron: "* * * * *", Text: "x"},
+		"cron and every": {Every: time.Minute, Cron: "* * * * *", Text: "x"},
+		"tiny interval":  {Every: time.Millisecond, Text: "x"},
+		"negative delay": {After: -time.Minute, Text: "x"},
+		"no text":        {After: time.Minute},
+	} {
+		_, err := rt.Schedule(ctx, "c", spec, agent.Scope{})
+		require.ErrorIs(t, err, lazarus.ErrBadSchedule, name)
+		require.ErrorIs(t, err, journal.ErrInvalid, name)
+	}
+	_, err = rt.Schedule(ctx, "c", lazarus.ScheduleSpec{At: schedT0.Add(-time.Second), Text: "x"}, agent.Scope{})
+	require.ErrorIs(t, err, lazarus.ErrScheduleInPast)
+	require.ErrorIs(t, err, journal.ErrInvalid)
+	_, err = rt.Schedule(ctx, "nobody", lazarus.ScheduleSpec{After: time.Minute, Text: "x"}, agent.Scope{})
+	require.ErrorIs(t, err, journal.ErrNotFound)
+	require.ErrorIs(t, rt.CancelSchedule(ctx, "c", "nope"), lazarus.ErrNoSchedule)
+	listed, err := rt.Schedules(ctx, "c")
+	require.NoError(t, err)
+	require.Empty(t, listed)
+}
+
+// TestScheduleGoesWithTheConversation: a delete removes the conversation's
+// schedules, and its id takes no new one.
+func TestScheduleGoesWithTheConversation(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	clock := actorstest.NewManualClock(schedT0)
+	rt, model := scheduleRuntime(t, lazarus.Options{Clock: clock})
+	_, err := rt.Send(ctx, "c", "hi", agent.Scope{})
+	require.NoError(t, err)
+	require.NoError(t, model.WaitCalls(ctx, "c", 1))
+	_, err = rt.Schedule(ctx, "c", lazarus.ScheduleSpec{After: time.Minute, Text: "x"}, agent.Scope{})
+	require.NoError(t, err)
+	require.NoError(t, rt.Delete(ctx, "c"))
+	listed, err := rt.Schedules(ctx, "c")
+	require.NoError(t, err)
+	require.Empty(t, listed)
+	_, err = rt.Schedule(ctx, "c", lazarus.ScheduleSpec{After: time.Minute, Text: "x"}, agent.Scope{})
+	require.ErrorIs(t, err, journal.ErrDeleted)
+	require.Eventually(t, func() bool { return !slices.ContainsFunc(clock.Dues(), schedT0.Add(time.Minute).Equal) }, 20*time.Second, time.Millisecond,
+		"the timer went with it")
+}
+
+// TestScheduleToolLetsTheModelWakeItself: with Options.ScheduleTools, the
+// model schedules its own wake-up through a tool call.
+func TestScheduleToolLetsTheModelWakeItself(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	clock := actorstest.NewManualClock(schedT0)
+	rt, model := scheduleRuntime(t, lazarus.Options{Clock: clock, ScheduleTools: true})
+	model.Push("c",
+		agent.Reply("", agent.Call(lazarus.ScheduleToolName, `{"text":"check the deploy","delay_seconds":600}`)),
+		agent.Text("I will check in ten minutes."))
+	_, err := rt.Send(ctx, "c", "watch the deploy", agent.Scope{UserID: "alice"})
+	require.NoError(t, err)
+	require.NoError(t, model.WaitCalls(ctx, "c", 2))
+	listed, err := rt.Schedules(ctx, "c")
+	require.NoError(t, err)
+	require.Len(t, listed, 1)
+	require.Equal(t, "alice", listed[0].GetAuthor().GetUserId(), "scheduled for the turn's requester")
+	require.True(t, strings.HasPrefix(listed[0].GetId(), "sch-"))
+	evs, err := rt.History(ctx, "c", 0, 0)
+	require.NoError(t, err)
+	var result string
+	for _, ev := range evs {
+		if r := ev.GetToolResult(); r != nil {
+			result = r.GetOutcome().String()
+		}
+	}
+	require.Contains(t, result, listed[0].GetId(), "the tool answers with the schedule's id")
+
+	advanceWhenArmed(t, clock, schedT0.Add(10*time.Minute))
+	require.NoError(t, model.WaitCalls(ctx, "c", 3))
+	require.Equal(t, []string{"check the deploy"}, wakes(ctx, t, rt, "c"))
+}
+
+// TestScheduleWakeSurvivesAKill: the actor of a conversation is killed
+// while the turn a wake started runs; the revival re-runs that turn from
+// the log, and the occurrence, recorded with its message, is not fired
+// again, even once the expiry actor's re-hand time passes.
+func TestScheduleWakeSurvivesAKill(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	clock := actorstest.NewManualClock(schedT0)
+	rt, model := scheduleRuntime(t, lazarus.Options{Clock: clock})
+	_, err := rt.Send(ctx, "c", "hi", agent.Scope{})
+	require.NoError(t, err)
+	require.NoError(t, model.WaitCalls(ctx, "c", 1))
+	_, err = rt.Schedule(ctx, "c", lazarus.ScheduleSpec{After: time.Minute, Text: "wake"}, agent.Scope{})
+	require.NoError(t, err)
+	held := model.Hold("c")
+	advanceWhenArmed(t, clock, schedT0.Add(time.Minute))
+	select {
+	case <-held:
+	case <-ctx.Done():
+		t.Fatal("the wake's turn did not start")
+	}
+	require.True(t, rt.Kill("c"))
+	model.Release("c")
+	require.NoError(t, rt.Wake(ctx, "c"))
+	require.NoError(t, model.WaitCalls(ctx, "c", 3), "the wake's turn runs again after the kill")
+	// The commit report removed the timer the expiry actor had moved to
+	// its re-hand time (its default reply timeout, 30s after the fire):
+	// the recorded occurrence is not handed over again.
+	rehand := schedT0.Add(time.Minute + 30*time.Second)
+	require.Eventually(t, func() bool { return !slices.ContainsFunc(clock.Dues(), rehand.Equal) }, 20*time.Second, time.Millisecond)
+	clock.Advance(time.Minute)
+	require.NoError(t, rt.Wake(ctx, "c"))
+	require.Equal(t, []string{"wake"}, wakes(ctx, t, rt, "c"))
+	listed, err := rt.Schedules(ctx, "c")
+	require.NoError(t, err)
+	require.Empty(t, listed)
+}

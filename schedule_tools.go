@@ -1,0 +1,134 @@
+package lazarus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// Names of the built-in tools Options.ScheduleTools adds.
+const (
+	// ScheduleToolName schedules a wake-up of the calling conversation.
+	// Arguments: {"text": "...", and one of "delay_seconds": n, "at":
+	// "RFC 3339 time", "cron": "expr" (with "time_zone": "IANA name"),
+	// optionally "every_seconds": n}. Result: {"schedule_id", "next"}.
+	ScheduleToolName = "schedule_wakeup"
+	// ListSchedulesToolName lists the calling conversation's schedules.
+	ListSchedulesToolName = "list_wakeups"
+	// CancelScheduleToolName cancels one: {"schedule_id": "..."}.
+	CancelScheduleToolName = "cancel_wakeup"
+)
+
+type scheduleArgs struct {
+	Text         string  `json:"text"`
+	DelaySeconds float64 `json:"delay_seconds"`
+	At           string  `json:"at"`
+	EverySeconds float64 `json:"every_seconds"`
+	Cron         string  `json:"cron"`
+	TimeZone     string  `json:"time_zone"`
+}
+
+type scheduleView struct {
+	ID           string  `json:"schedule_id"`
+	Next         string  `json:"next"`
+	Text         string  `json:"text,omitempty"`
+	EverySeconds float64 `json:"every_seconds,omitempty"`
+	Cron         string  `json:"cron,omitempty"`
+	TimeZone     string  `json:"time_zone,omitempty"`
+}
+
+func viewOf(sc *messages.Schedule) scheduleView {
+	v := scheduleView{ID: sc.GetId(), Next: sc.GetNext().AsTime().Format(time.RFC3339), Cron: sc.GetCron(), TimeZone: sc.GetTimeZone()}
+	if e := sc.GetEvery(); e != nil {
+		v.EverySeconds = e.AsDuration().Seconds()
+	}
+	for _, p := range sc.GetPayload().GetContent() {
+		v.Text += p.GetText()
+	}
+	return v
+}
+
+// scheduleTools returns the built-in schedule tools, bound to the Runtime
+// rt returns (set once Open built it; the tools run only after).
+func scheduleTools(rt func() *Runtime) []agent.Tool {
+	server := messages.Executor_EXECUTOR_SERVER
+	return []agent.Tool{
+		{
+			Name:     ScheduleToolName,
+			Executor: server,
+			Description: "Schedule a wake-up of this conversation: at each occurrence, text is sent to you as a new user message. " +
+				"Give text and exactly one of delay_seconds, at (RFC 3339), cron (five fields, read in time_zone, default UTC); " +
+				"every_seconds repeats (alone, or after delay_seconds or at).",
+			Parameters: `{"type":"object","properties":{"text":{"type":"string"},"delay_seconds":{"type":"number"},"at":{"type":"string"},` +
+				`"every_seconds":{"type":"number"},"cron":{"type":"string"},"time_zone":{"type":"string"}},"required":["text"]}`,
+			Run: func(ctx context.Context, inv agent.Invocation) (string, error) {
+				var a scheduleArgs
+				if err := json.Unmarshal([]byte(inv.Arguments), &a); err != nil {
+					return "", fmt.Errorf("arguments: %w", err)
+				}
+				// The id comes from the call's: a re-run of the call (after
+				// a crash) replaces the schedule rather than adding one.
+				spec := ScheduleSpec{ID: "sch-" + inv.ToolCallID, Text: a.Text, Cron: a.Cron, TimeZone: a.TimeZone,
+					After: time.Duration(a.DelaySeconds * float64(time.Second)), Every: time.Duration(a.EverySeconds * float64(time.Second))}
+				if a.At != "" {
+					at, err := time.Parse(time.RFC3339, a.At)
+					if err != nil {
+						return "", fmt.Errorf("%w: at: %v", ErrBadSchedule, err)
+					}
+					spec.At = at
+				}
+				sc, err := rt().Schedule(ctx, inv.ConversationID, spec, inv.Scope)
+				if err != nil {
+					return "", err
+				}
+				out, err := json.Marshal(viewOf(sc))
+				return string(out), err
+			},
+		},
+		{
+			Name:        ListSchedulesToolName,
+			Executor:    server,
+			Description: "List this conversation's scheduled wake-ups.",
+			Parameters:  `{"type":"object","properties":{}}`,
+			Run: func(ctx context.Context, inv agent.Invocation) (string, error) {
+				all, err := rt().Schedules(ctx, inv.ConversationID)
+				if err != nil {
+					return "", err
+				}
+				views := make([]scheduleView, 0, len(all))
+				for _, sc := range all {
+					views = append(views, viewOf(sc))
+				}
+				out, err := json.Marshal(views)
+				return string(out), err
+			},
+		},
+		{
+			Name:        CancelScheduleToolName,
+			Executor:    server,
+			Description: "Cancel one of this conversation's scheduled wake-ups by its schedule_id.",
+			Parameters:  `{"type":"object","properties":{"schedule_id":{"type":"string"}},"required":["schedule_id"]}`,
+			Run: func(ctx context.Context, inv agent.Invocation) (string, error) {
+				var a struct {
+					ID string `json:"schedule_id"`
+				}
+				if err := json.Unmarshal([]byte(inv.Arguments), &a); err != nil {
+					return "", fmt.Errorf("arguments: %w", err)
+				}
+				err := rt().CancelSchedule(ctx, inv.ConversationID, a.ID)
+				if errors.Is(err, ErrNoSchedule) {
+					return `{"cancelled":false}`, nil // a re-run after a crash finds it gone
+				}
+				if err != nil {
+					return "", err
+				}
+				return `{"cancelled":true}`, nil
+			},
+		},
+	}
+}
