@@ -188,11 +188,14 @@ func (r *Runtime) scheduleStore(op string) (journal.ScheduleStore, error) {
 // spec, spec.Text is appended as a user message (as Send would) and starts
 // a turn. It returns the stored schedule (its Id, and Next, the first
 // occurrence). The conversation must exist (journal.ErrNotFound; a deleted
-// one journal.ErrDeleted); a spec that cannot be a schedule is refused
-// with ErrBadSchedule or ErrScheduleInPast, and nothing is written.
+// one journal.ErrDeleted) and not be ended (journal.ErrEnded); a spec
+// that cannot be a schedule is refused with ErrBadSchedule or
+// ErrScheduleInPast, and nothing is written.
 //
 // Schedules are durable: they survive kills and restarts, and go with the
-// conversation when it is deleted. Each occurrence fires once: the
+// conversation when it is deleted, or when one comes due after the
+// conversation ended. In cluster mode the owner of the conversation keeps
+// the timer, as it keeps its deadlines. Each occurrence fires once: the
 // occurrence and the next one are recorded in the same write as its
 // message, so a crash neither fires it twice nor loses it. An occurrence
 // missed while no runtime ran fires once when one starts; the next is
@@ -208,6 +211,9 @@ func (r *Runtime) Schedule(ctx context.Context, conversationID string, spec Sche
 	}
 	if err := r.checkConversation(ctx, op, conversationID); err != nil {
 		return nil, err
+	}
+	if row, err := r.store.Conversation(ctx, conversationID); err == nil && row.GetStatus() == messages.ConversationStatus_CONVERSATION_STATUS_ENDED {
+		return nil, fmt.Errorf("lazarus: schedule for %q: %w", conversationID, journal.ErrEnded)
 	}
 	if err := agent.ValidateIdentity(scope.Identity()); err != nil {
 		return nil, fmt.Errorf("lazarus: schedule: scope: %w", err)
@@ -393,6 +399,12 @@ func (r *Runtime) fire(ctx context.Context, f scheduleFire) {
 	case errors.Is(err, journal.ErrStale):
 		_, _ = r.currentSchedule(ctx, ss, f)
 	case errors.Is(err, journal.ErrDeleted):
+		r.sup.DisarmSchedule(f.conv, f.id)
+	case errors.Is(err, journal.ErrEnded):
+		// An ended conversation takes no more input: its schedules go.
+		if derr := ss.DeleteSchedule(ctx, f.conv, f.id); derr != nil && !errors.Is(derr, journal.ErrNotFound) {
+			r.log.Warn("lazarus: schedule: removing a schedule of an ended conversation failed", "conversation", f.conv, "schedule", f.id, "err", derr)
+		}
 		r.sup.DisarmSchedule(f.conv, f.id)
 	default:
 		r.log.Warn("lazarus: schedule: delivering an occurrence failed; it is handed again later", "conversation", f.conv, "schedule", f.id, "err", err)

@@ -276,3 +276,32 @@ func TestScheduleWakeSurvivesAKill(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, listed)
 }
+
+// TestScheduleOfAnEndedConversationGoes: an ended conversation takes no new
+// schedule; an occurrence of an older one due after End writes nothing, and
+// the schedule is removed instead of being handed again.
+func TestScheduleOfAnEndedConversationGoes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	clock := actorstest.NewManualClock(schedT0)
+	rt, model := scheduleRuntime(t, lazarus.Options{Clock: clock})
+	_, err := rt.Send(ctx, "c", "hi", agent.Scope{})
+	require.NoError(t, err)
+	require.NoError(t, model.WaitCalls(ctx, "c", 1))
+	_, err = rt.Schedule(ctx, "c", lazarus.ScheduleSpec{After: time.Minute, Text: "x"}, agent.Scope{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return rt.End(ctx, "c") == nil }, 20*time.Second, time.Millisecond, "ends once at rest")
+	_, err = rt.Schedule(ctx, "c", lazarus.ScheduleSpec{After: time.Minute, Text: "y"}, agent.Scope{})
+	require.ErrorIs(t, err, journal.ErrEnded, "an ended conversation takes no new schedule")
+	before, err := rt.Store().LastSeq(ctx, "c")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return slices.ContainsFunc(clock.Dues(), schedT0.Add(time.Minute).Equal) }, 20*time.Second, time.Millisecond, "armed")
+	clock.Advance(time.Minute)
+	require.Eventually(t, func() bool {
+		listed, err := rt.Schedules(ctx, "c")
+		return err == nil && len(listed) == 0
+	}, 20*time.Second, time.Millisecond, "the schedule of an ended conversation is removed when it comes due")
+	after, err := rt.Store().LastSeq(ctx, "c")
+	require.NoError(t, err)
+	require.Equal(t, before, after, "nothing written to an ended conversation")
+}
