@@ -8,7 +8,7 @@ STATICCHECK_VERSION   := v0.8.2# prints as "staticcheck 2026.2.2 (0.8.2)"
 PG_BINDIR ?= /usr/lib/postgresql/15/bin
 export PG_BINDIR
 
-.PHONY: help deps test race lint proto proto-check tidy-check bench stress soak demo tools check
+.PHONY: help deps test race lint proto proto-check tidy-check bench stress soak demo demo-cluster test-cluster tools check
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -35,13 +35,14 @@ tools: ## install protoc-gen-go and staticcheck into GOBIN
 	@test -x $(GOBIN)/staticcheck && $(GOBIN)/staticcheck -version | grep -qF '($(patsubst v%,%,$(STATICCHECK_VERSION)))' || \
 		GOFLAGS= $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
-check: deps ## everything CI runs: lint, generated code, tidy, race tests, the demo
+check: deps ## everything CI runs: lint, generated code, tidy, race tests (the cluster's multi-process tests included), the demos
 	$(GO) mod download
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory proto-check
 	$(MAKE) --no-print-directory tidy-check
 	$(MAKE) --no-print-directory race
 	$(GO) run ./cmd/demo --fast --quiet
+	$(GO) run ./cmd/lazarus-node demo
 
 test: ## run the tests
 	$(GO) test -count=1 ./...
@@ -75,3 +76,9 @@ soak: ## the simulator of the conversation's core, long: SEEDS seeds from FIRST 
 
 demo: ## run the kill-and-revive demo
 	$(GO) run ./cmd/demo $(ARGS)
+
+demo-cluster: ## three cluster members and a PostgreSQL; one is killed mid-turn; where each conversation lived, and its log checked
+	$(GO) run ./cmd/lazarus-node demo
+
+test-cluster: ## the multi-process cluster tests alone (three lazarus-node processes, one PostgreSQL)
+	$(GO) test -race -count=1 -v ./tests/cluster

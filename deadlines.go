@@ -56,6 +56,14 @@ func (r *Runtime) Reschedule(ctx context.Context, toolCallID string, at time.Tim
 		return fmt.Errorf("lazarus: reschedule %q: already %v: %w", toolCallID, row.GetStatus(), journal.ErrStale)
 	}
 	conv := row.GetConversationId()
+	// In a cluster, the owner writes it: its expiry actor holds the deadline.
+	if _, ran, err := r.forwardOp(ctx, conv, &messages.ClusterRequest{Op: &messages.ClusterRequest_Reschedule{
+		Reschedule: &messages.ClusterReschedule{ToolCallId: toolCallID, At: stamp}}}, false); ran {
+		if err != nil {
+			return r.callErr(fmt.Sprintf("lazarus: reschedule %q", toolCallID), err)
+		}
+		return nil
+	}
 	req := &messages.AppendRequest{ConversationId: conv, Unfenced: true, Reschedule: []*messages.Deadline{{
 		ConversationId: conv, ToolCallId: toolCallID, At: stamp,
 	}}}

@@ -177,6 +177,20 @@ type Options struct {
 	// conversations, not the number of conversations. A turn that failed for
 	// good left its conversation IDLE, and is not resumed.
 	NoResume bool
+	// Cluster, when set, makes this Runtime a member of a protoactor
+	// cluster sharing the Store with the other members (see
+	// ClusterOptions). Default nil: a single process, no network.
+	Cluster *ClusterOptions
+	// ActorSystem, when set, is the protoactor actor system the Runtime
+	// runs in (an application's own, for its actors to talk to
+	// conversations through the gateway's protobuf protocol; see
+	// GatewayName); Close leaves it running. One Runtime per actor system.
+	// With Cluster, the Runtime starts the cluster member on it (the
+	// system must not be a cluster member already). Default nil: the
+	// Runtime creates its own, and shuts it down on Close.
+	ActorSystem *actor.ActorSystem
+	// Files configures file checkpoints (see FilesOptions). Default: none.
+	Files FilesOptions
 }
 
 func (o Options) withDefaults() Options {
@@ -213,6 +227,9 @@ type Runtime struct {
 	sup       *supervisor.Supervisor
 	hub       *hub
 	log       *slog.Logger
+	cl        *clusterNode // nil outside cluster mode
+	gw        *clusterNode // the gateway's side: cl, or the gateway on Options.ActorSystem
+	ownsSys   bool         // the actor system is the Runtime's own
 
 	// life is cancelled by Close: the context of the Runtime's own calls
 	// (the resume scan).
@@ -222,7 +239,10 @@ type Runtime struct {
 	mu     sync.Mutex
 	closed bool
 	gcStop func() bool
-	gcWG   sync.WaitGroup // the audit sweep and the resume scan
+	gcWG   sync.WaitGroup // the audit sweep, the blob sweep and the resume scan
+
+	// files is nil unless Options.Files.Root is set (files.go).
+	files *fileRoot
 }
 
 // Open starts a Runtime. With a durable Store, conversations, pending calls
@@ -282,6 +302,13 @@ func Open(opts Options) (*Runtime, error) {
 	default:
 		r.store, r.ownsStore = memjournal.New(memjournal.Options{Audit: opts.Audit.Enabled}), true
 	}
+	if err := r.openFiles(); err != nil {
+		r.endLife()
+		if r.ownsStore {
+			_ = r.store.Close()
+		}
+		return nil, err
+	}
 	r.hub = newHub(r.store, opts.SubscriberBuffer)
 	r.hub.subscribers = opts.Metrics.Subscribers
 	model := timed(opts.Model)
@@ -292,10 +319,31 @@ func Open(opts Options) (*Runtime, error) {
 			r.hub.publishCommitted(req)
 		}
 	}
-	r.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-		return slog.New(demoted{opts.Logger.Handler()}).With("component", "protoactor")
-	}))
+	r.system, r.ownsSys = opts.ActorSystem, opts.ActorSystem == nil
+	if r.ownsSys {
+		r.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+			return slog.New(demoted{opts.Logger.Handler()}).With("component", "protoactor")
+		}))
+	}
+	var owns func(string) bool
+	if opts.Cluster != nil {
+		if r.cl, err = startCluster(r, r.system, *opts.Cluster); err != nil {
+			r.endLife()
+			if r.ownsSys {
+				r.system.Shutdown()
+			}
+			if r.ownsStore {
+				_ = r.store.Close()
+			}
+			return nil, err
+		}
+		owns = r.cl.owns
+		r.gw = r.cl
+	} else if !r.ownsSys {
+		r.gw = newNode(r, r.system)
+	}
 	r.sup, err = supervisor.Start(r.system, supervisor.Config{
+		Owns:        owns,
 		Store:       r.store,
 		Clock:       opts.Clock,
 		CallTimeout: opts.CallTimeout,
@@ -312,6 +360,7 @@ func Open(opts Options) (*Runtime, error) {
 			return actors.ConversationConfig{
 				Model:                 model,
 				Tools:                 reg,
+				Checkpoints:           r.checkpointHook(),
 				Agents:                agents,
 				MaxInvalidToolAnswers: opts.MaxInvalidToolAnswers,
 				IdleTimeout:           opts.IdleTimeout,
@@ -329,15 +378,36 @@ func Open(opts Options) (*Runtime, error) {
 	})
 	if err != nil {
 		r.endLife()
-		r.system.Shutdown()
+		if r.gw != nil {
+			r.gw.stopServing()
+			r.gw.leave()
+		}
+		if r.cl == nil && r.ownsSys {
+			r.system.Shutdown()
+		}
+		if r.files != nil {
+			_ = r.files.root.Close()
+		}
 		if r.ownsStore {
 			_ = r.store.Close()
 		}
 		return nil, err
 	}
+	if r.cl != nil {
+		r.cl.sup.Store(r.sup)
+	}
+	if r.gw != nil {
+		if err := r.gw.spawnGateway(); err != nil {
+			_ = r.Close()
+			return nil, err
+		}
+	}
 	if opts.Audit.Enabled && opts.Audit.TTL > 0 {
 		r.armAuditGC()
 	}
+	r.mu.Lock()
+	r.armFileSweep()
+	r.mu.Unlock()
 	if !opts.NoResume {
 		r.gcWG.Add(1)
 		go r.resumeInterrupted()
@@ -465,7 +535,7 @@ func (r *Runtime) SendMessage(ctx context.Context, conversationID string, msg *m
 	if err := journal.ValidateEvent(&messages.Event{RequestId: opts.RequestID, Body: &messages.Event_UserMsg{UserMsg: msg}}); err != nil {
 		return 0, fmt.Errorf("lazarus: send to %q: %w", conversationID, err)
 	}
-	res, err := r.sup.Ask(ctx, conversationID, &actors.Command{Scope: scope, Msg: &messages.AgentSend{RequestId: opts.RequestID, Message: msg, To: address(opts)}})
+	res, err := r.ask(ctx, conversationID, &actors.Command{Scope: scope, Msg: &messages.AgentSend{RequestId: opts.RequestID, Message: msg, To: address(opts)}})
 	if err != nil {
 		return 0, r.callErr(fmt.Sprintf("lazarus: send to %q", conversationID), err)
 	}
@@ -538,11 +608,20 @@ func (r *Runtime) resolve(ctx context.Context, id string, status messages.ToolCa
 	case row.GetStatus() != messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING:
 		return fmt.Errorf("lazarus: resolve %q: already %v: %w", id, row.GetStatus(), journal.ErrStale)
 	}
-	if err := r.authorize(ctx, row, scope, status); err != nil {
-		return fmt.Errorf("lazarus: resolve %q: %w", id, err)
+	if ctx.Value(authorizedKey{}) == nil {
+		if err := r.authorize(ctx, row, scope, status); err != nil {
+			return fmt.Errorf("lazarus: resolve %q: %w", id, err)
+		}
 	}
 	by := resolver.Proto()
 	conv := row.GetConversationId()
+	if _, ran, err := r.forwardOp(ctx, conv, &messages.ClusterRequest{Scope: scopeToProto(scope), Op: &messages.ClusterRequest_Resolve{
+		Resolve: &messages.ClusterResolve{ToolCallId: id, Status: status, Result: out}}}, false); ran {
+		if err != nil {
+			return r.callErr(fmt.Sprintf("lazarus: resolve %q", id), err)
+		}
+		return nil
+	}
 	// ACTIVE: a turn is owed once the result is recorded, so a restart
 	// resumes the conversation even if the delivery below is lost.
 	req := &messages.AppendRequest{ConversationId: conv, Unfenced: true,
@@ -652,6 +731,13 @@ func (r *Runtime) deleted(ctx context.Context, conversationID string) error {
 // is ErrLagged (the reader fell too far behind; subscribe again after the
 // last seq received). A deleted conversation is an error wrapping
 // journal.ErrDeleted.
+//
+// In cluster mode the subscription follows the conversation's owner, on
+// this member or another, and moves with it on every membership change,
+// resuming after the last seq it delivered (no event lost or repeated; a
+// few deltas may be). A subscriber on a member that does not own the
+// conversation and falls behind is caught up from the Store instead of
+// ending with ErrLagged.
 func (r *Runtime) Subscribe(ctx context.Context, conversationID string, afterSeq uint64) (<-chan Update, error) {
 	if err := r.enter(ctx); err != nil {
 		return nil, fmt.Errorf("lazarus: subscribe to %q: %w", conversationID, err)
@@ -661,6 +747,9 @@ func (r *Runtime) Subscribe(ctx context.Context, conversationID string, afterSeq
 	}
 	if err := r.deleted(ctx, conversationID); err != nil {
 		return nil, fmt.Errorf("lazarus: subscribe to %q: %w", conversationID, err)
+	}
+	if r.remote(ctx) {
+		return r.cl.subscribe(ctx, conversationID, afterSeq)
 	}
 	return r.hub.subscribe(ctx, conversationID, afterSeq)
 }
@@ -673,6 +762,19 @@ func (r *Runtime) Kill(conversationID string) bool {
 	if r.isClosed() {
 		return false
 	}
+	if r.cl != nil && !r.cl.owns(conversationID) {
+		ctx, cancel := context.WithTimeout(r.life, r.opts.CallTimeout)
+		defer cancel()
+		reply, ran, err := r.forwardOp(ctx, conversationID, &messages.ClusterRequest{Op: &messages.ClusterRequest_Kill{Kill: &messages.ClusterKill{}}}, true)
+		if ran {
+			return err == nil && reply.GetKilled()
+		}
+	}
+	return r.killLocal(conversationID)
+}
+
+// killLocal is Kill on this member.
+func (r *Runtime) killLocal(conversationID string) bool {
 	killed := r.sup.Kill(conversationID)
 	if killed {
 		r.publishCancelled(conversationID)
@@ -702,7 +804,7 @@ func (r *Runtime) wake(ctx context.Context, conversationID string, explicit bool
 	if err := journal.ValidateID("conversation id", conversationID); err != nil {
 		return fmt.Errorf("lazarus: wake: %w", err)
 	}
-	res, err := r.sup.Ask(ctx, conversationID, &actors.Command{Scope: agent.SystemScope, Msg: &messages.AgentWake{Explicit: explicit}})
+	res, err := r.ask(ctx, conversationID, &actors.Command{Scope: agent.SystemScope, Msg: &messages.AgentWake{Explicit: explicit}})
 	if err != nil {
 		return r.callErr(fmt.Sprintf("lazarus: wake %q", conversationID), err)
 	}
@@ -739,6 +841,9 @@ func (r *Runtime) resumeInterrupted() {
 			if r.isClosed() {
 				return
 			}
+			if r.cl != nil && (!r.cl.owns(id) || r.sup.IsActive(id)) {
+				continue // its owner resumes it; a live one needs nothing
+			}
 			if err := r.wake(ctx, id, false); err != nil && !errors.Is(err, ErrClosed) && ctx.Err() == nil {
 				r.log.Warn("resume failed", "conversation", id, "err", err)
 			}
@@ -770,12 +875,24 @@ func (r *Runtime) Close() error {
 	if r.gcStop != nil {
 		r.gcStop()
 	}
+	r.stopFileSweep()
 	r.mu.Unlock()
 	r.endLife()
 	r.gcWG.Wait()
+	if r.gw != nil {
+		r.gw.stopServing()
+	}
 	r.sup.Stop()
 	r.hub.close()
-	r.system.Shutdown()
+	if r.gw != nil {
+		r.gw.leave()
+	}
+	if r.cl == nil && r.ownsSys {
+		r.system.Shutdown()
+	}
+	if r.files != nil {
+		_ = r.files.root.Close()
+	}
 	if r.ownsStore {
 		return r.store.Close()
 	}

@@ -106,3 +106,9 @@ func TestCloseEndsSubscriptions(t *testing.T) {
 	_, err = rt.Subscribe(context.Background(), "c", 0)
 	require.ErrorIs(t, err, lazarus.ErrClosed)
 }
+
+// Cluster options without a provider need seeds and a health port.
+func TestClusterOptionsNeedSeeds(t *testing.T) {
+	_, err := lazarus.Open(lazarus.Options{Model: agent.ModelFunc(nil), Cluster: &lazarus.ClusterOptions{}})
+	require.ErrorIs(t, err, journal.ErrInvalid)
+}

@@ -30,6 +30,12 @@ func (r *Runtime) Delete(ctx context.Context, conversationID string) error {
 	if err := journal.ValidateID("conversation id", conversationID); err != nil {
 		return fmt.Errorf("lazarus: delete: %w", err)
 	}
+	if _, ran, err := r.forwardOp(ctx, conversationID, &messages.ClusterRequest{Op: &messages.ClusterRequest_Delete{Delete: &messages.ClusterDelete{}}}, false); ran {
+		if err != nil {
+			return fmt.Errorf("lazarus: delete %q: %w", conversationID, err)
+		}
+		return nil
+	}
 	err := r.sup.Delete(ctx, conversationID, func(ctx context.Context) error {
 		err := r.store.DeleteConversation(ctx, conversationID)
 		if errors.Is(err, journal.ErrNotFound) {

@@ -17,6 +17,14 @@ type RewindOptions struct {
 	// Reason is recorded in the rewind event (History shows it); at most a
 	// short text, empty by default.
 	Reason string
+	// Files also restores the files that server tools changed after
+	// toSeq (through their agent.Checkpointer) to their state at toSeq:
+	// each such file gets the content it had before the first call after
+	// toSeq that changed it, or is removed if it did not exist then. It
+	// needs Options.Files.Root (else the error wraps
+	// agent.ErrNoCheckpoints and nothing is written). Default false: the
+	// files keep their current content.
+	Files bool
 }
 
 // Rewind moves the conversation's head back to toSeq: the model no longer
@@ -48,20 +56,50 @@ type RewindOptions struct {
 // rewind is refused with journal.ErrInvalid when a summary covering the
 // target lands between that check and the rewind's turn: retrying checks
 // again.
+//
+// With opts.Files, the files are restored once the rewind is durable (see
+// RewindWithReport, which also says which).
 func (r *Runtime) Rewind(ctx context.Context, conversationID string, toSeq uint64, opts RewindOptions, scope agent.Scope) error {
+	_, err := r.RewindWithReport(ctx, conversationID, toSeq, opts, scope)
+	return err
+}
+
+// RewindWithReport is Rewind, and reports what it did to the files
+// (RewindOptions.Files). The files are restored after the rewind is
+// durable, one by one, each written beside its place and renamed over it
+// (so a crash leaves a file whole, old or restored); the first failure
+// stops the restore and is returned with the report of the files already
+// restored. Restoring is idempotent: after a failure or a crash, repeat
+// the rewind with the same target (it appends another rewind event, with
+// the same effect, and restores the files again). A server tool that still
+// runs after the rewind (its call was cancelled, its run may not have
+// noticed yet) can change a file again after its restore.
+func (r *Runtime) RewindWithReport(ctx context.Context, conversationID string, toSeq uint64, opts RewindOptions, scope agent.Scope) (RewindReport, error) {
 	op := fmt.Sprintf("lazarus: rewind %q to seq %d", conversationID, toSeq)
 	if err := r.enter(ctx); err != nil {
-		return fmt.Errorf("%s: %w", op, err)
+		return RewindReport{}, fmt.Errorf("%s: %w", op, err)
+	}
+	if opts.Files && r.files == nil {
+		return RewindReport{}, fmt.Errorf("%s: files: %w", op, agent.ErrNoCheckpoints)
 	}
 	if err := r.checkConversation(ctx, "rewind", conversationID); err != nil {
-		return err
+		return RewindReport{}, err
 	}
 	checked, err := actors.CheckRewindInLog(ctx, r.store, conversationID, toSeq, 0)
 	if err != nil {
-		return fmt.Errorf("%s: %w", op, err)
+		return RewindReport{}, fmt.Errorf("%s: %w", op, err)
 	}
-	_, err = r.askRewind(ctx, op, conversationID, &messages.AgentRewind{ToSeq: toSeq, Reason: opts.Reason, CheckedInLog: checked}, scope)
-	return err
+	if _, err := r.askRewind(ctx, op, conversationID, &messages.AgentRewind{ToSeq: toSeq, Reason: opts.Reason, CheckedInLog: checked}, scope); err != nil {
+		return RewindReport{}, err
+	}
+	if !opts.Files {
+		return RewindReport{}, nil
+	}
+	files, err := r.files.restore(ctx, conversationID, toSeq)
+	if err != nil {
+		err = fmt.Errorf("%s: files: %w", op, err)
+	}
+	return RewindReport{Files: files}, err
 }
 
 // Edit replaces the user message at seq with newText: one atomic write
@@ -105,7 +143,7 @@ func (r *Runtime) Edit(ctx context.Context, conversationID string, seq uint64, n
 }
 
 func (r *Runtime) askRewind(ctx context.Context, op, conversationID string, m *messages.AgentRewind, scope agent.Scope) (uint64, error) {
-	res, err := r.sup.Ask(ctx, conversationID, &actors.Command{Scope: scope, Msg: m})
+	res, err := r.ask(ctx, conversationID, &actors.Command{Scope: scope, Msg: m})
 	if err != nil {
 		return 0, r.callErr(op, err)
 	}
@@ -180,15 +218,20 @@ func (r *Runtime) HistoryView(ctx context.Context, conversationID string, opts H
 	return out, nil
 }
 
-// head marks the events of a whole log (evs[i] has seq i+1) that are on the
-// head: walking back from the newest, a rewind jumps the walk to its
+// head marks the events of a whole log (evs[i] has seq first+i, first
+// being 1, or for a fork the seq after the summary it copied) that are on
+// the head: walking back from the newest, a rewind jumps the walk to its
 // target (see the snapshot package).
 func head(evs []*messages.Event) []bool {
 	on := make([]bool, len(evs))
-	pos := uint64(len(evs))
-	for pos > 0 {
-		on[pos-1] = true
-		if rw := evs[pos-1].GetRewind(); rw != nil && rw.GetToSeq() < pos {
+	if len(evs) == 0 {
+		return on
+	}
+	off := evs[0].GetSeq() - 1
+	pos := off + uint64(len(evs))
+	for pos > off {
+		on[pos-off-1] = true
+		if rw := evs[pos-off-1].GetRewind(); rw != nil && rw.GetToSeq() < pos {
 			pos = rw.GetToSeq()
 			continue
 		}

@@ -34,7 +34,7 @@ func (r *Runtime) Configure(ctx context.Context, conversationID string, s agent.
 		return fmt.Errorf("lazarus: configure %q: %w", conversationID, err)
 	}
 	op := fmt.Sprintf("lazarus: configure %q", conversationID)
-	res, err := r.sup.Ask(ctx, conversationID, &actors.Command{Scope: agent.SystemScope, Msg: &messages.AgentConfigure{Settings: s.Map()}})
+	res, err := r.ask(ctx, conversationID, &actors.Command{Scope: agent.SystemScope, Msg: &messages.AgentConfigure{Settings: s.Map()}})
 	if err != nil {
 		return r.callErr(op, err)
 	}

@@ -95,6 +95,9 @@ type ConversationConfig struct {
 	Model agent.Model
 	// Tools is the tool registry. Nil means no tools.
 	Tools *agent.Registry
+	// Checkpoints, if set, gives each server tool run its
+	// agent.Checkpointer (Invocation.Files). Default nil: none.
+	Checkpoints func(inv agent.Invocation) agent.Checkpointer
 	// Agents are the named agents of the conversation, by name (see
 	// AgentConfig); with any, Tools must hold HandoffTool. Nil: the
 	// default agent alone, as before agents existed.
@@ -444,6 +447,9 @@ func (c *conversation) startLoad(ctx actor.Context) {
 func (c *conversation) runTool(ctx actor.Context, inv agent.Invocation) {
 	send := tell(ctx)
 	tools := c.cfg.Tools
+	if c.cfg.Checkpoints != nil {
+		inv.Files = c.cfg.Checkpoints(inv)
+	}
 	c.goOwned(func(gctx context.Context) {
 		var out *messages.ToolOutcome
 		if tools == nil {
@@ -703,29 +709,43 @@ func CheckRewindInLog(ctx context.Context, store journal.Store, id string, toSeq
 	if err != nil {
 		return false, err
 	}
-	ws, err := snapshot.Rebuild(nil, evs)
+	// A fork's log starts after the summary it copied: the working set
+	// starts from that summary, and a target inside it is refused.
+	var base *messages.Summary
+	if len(evs) > 0 && evs[0].GetSeq() > 1 {
+		if base, err = store.SummaryBefore(ctx, id, evs[0].GetSeq()); err != nil {
+			return false, err
+		}
+	}
+	ws, err := snapshot.Rebuild(base, evs)
 	if err != nil {
 		return false, err
 	}
 	if err := ws.CheckRewind(toSeq); err != nil {
 		return false, err
 	}
-	if editSeq != 0 && (editSeq > uint64(len(evs)) || evs[editSeq-1].GetUserMsg() == nil || !onHead(evs, editSeq)) {
+	first := base.GetToSeq() + 1
+	if editSeq != 0 && (editSeq < first || editSeq-first >= uint64(len(evs)) || evs[editSeq-first].GetUserMsg() == nil || !onHead(evs, editSeq)) {
 		return false, journal.Invalidf("seq %d is not a user message on the head", editSeq)
 	}
 	return true, nil
 }
 
 // onHead reports whether seq is on the head of a whole log (evs[i] has
-// seq i+1): walking back from the newest event, a rewind jumps the walk to
-// its target.
+// seq first+i, first being 1, or for a fork the seq after its summary):
+// walking back from the newest event, a rewind jumps the walk to its
+// target.
 func onHead(evs []*messages.Event, seq uint64) bool {
-	pos := uint64(len(evs))
-	for pos >= seq && pos > 0 {
+	if len(evs) == 0 {
+		return false
+	}
+	off := evs[0].GetSeq() - 1
+	pos := off + uint64(len(evs))
+	for pos >= seq && pos > off {
 		if pos == seq {
 			return true
 		}
-		if rw := evs[pos-1].GetRewind(); rw != nil && rw.GetToSeq() < pos {
+		if rw := evs[pos-off-1].GetRewind(); rw != nil && rw.GetToSeq() < pos {
 			pos = rw.GetToSeq()
 			continue
 		}

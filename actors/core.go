@@ -165,6 +165,7 @@ const (
 	writeFailure
 	writeConfigs
 	writeRewind
+	writeEnd
 )
 
 type pendingWrite struct {
@@ -183,6 +184,8 @@ type pendingWrite struct {
 	configs []*queuedConfig
 	// rewind is the AgentRewind the write records (writeRewind).
 	rewind *queuedRewind
+	// end is the EndConversation the write records (writeEnd).
+	end *queuedEnd
 }
 
 // carries reports whether the write appends the user message of request id
@@ -438,6 +441,9 @@ func (c *core) onCommand(cmd *Command, sender any) {
 	}
 	c.asked = true
 	switch m := cmd.Msg.(type) {
+	case *messages.EndConversation:
+		c.onEnd(sender, m)
+		return
 	case *messages.AgentSend:
 		if seq, ok := c.seen[m.GetRequestId()]; ok && m.GetRequestId() != "" {
 			// Already in the log: answered with its seq. It may still be
@@ -462,6 +468,11 @@ func (c *core) onCommand(cmd *Command, sender any) {
 				c.sends = append(c.sends, &queuedSend{sender: sender, msg: m, scope: cmd.Scope})
 				return
 			}
+		}
+		if c.ended() {
+			c.reply(sender, m, 0, c.endedErr())
+			c.advance()
+			return
 		}
 		c.sends = append(c.sends, &queuedSend{sender: sender, msg: m, scope: cmd.Scope})
 		c.answer = nil
@@ -490,6 +501,11 @@ func (c *core) onCommand(cmd *Command, sender any) {
 			// A retried edit whose write landed: answered with the new
 			// message's seq; nothing changes (see writeRewind).
 			c.reply(sender, m, seq, nil)
+			c.advance()
+			return
+		}
+		if c.ended() {
+			c.reply(sender, m, 0, c.endedErr())
 			c.advance()
 			return
 		}
@@ -637,6 +653,9 @@ func (c *core) humanPending() bool {
 // turn_failed (a failed turn runs again only on a new message, or on an
 // explicit wake: rerun).
 func (c *core) turnOwed() bool {
+	if c.ended() {
+		return false // an ended conversation runs no turn, even on an explicit wake
+	}
 	if n := len(c.ws.Events); n > 0 && c.ws.Events[n-1].GetTurnFailed() != nil && !c.rerun {
 		return false
 	}
@@ -666,8 +685,21 @@ func (c *core) dispatchServerCalls() {
 			Name:           call.ev.GetCall().GetName(),
 			Arguments:      call.ev.GetCall().GetArguments(),
 			Scope:          c.requester,
+			Seq:            c.callSeq(id),
 		}})
 	}
+}
+
+// callSeq returns the seq of the tool_call event of call id in the working
+// set, 0 if it is not there. Calls are dispatched right after their event
+// is written or loaded, so the walk back is short.
+func (c *core) callSeq(id string) uint64 {
+	for i := len(c.ws.Events) - 1; i >= 0; i-- {
+		if tc := c.ws.Events[i].GetToolCall(); tc != nil && tc.GetCall().GetId() == id {
+			return c.ws.Events[i].GetSeq()
+		}
+	}
+	return 0
 }
 
 func (c *core) startModel() {
@@ -807,6 +839,10 @@ func (c *core) onWriteReply(r *inWriteReply) {
 			c.reply(q.sender, q.msg, 0, err)
 			w.rewind = nil
 		}
+		if q := w.end; q != nil {
+			c.reply(q.sender, q.msg, 0, err)
+			w.end = nil
+		}
 		c.publish(Update{Err: err})
 		// Retire first (stop), then ask for the wake-up: a wake-up that
 		// found this activation still live would be sent to it, and lost
@@ -843,6 +879,8 @@ func (c *core) onWriteReply(r *inWriteReply) {
 		c.requester = *w.requester
 	}
 	switch w.kind {
+	case writeEnd:
+		c.reply(w.end.sender, w.end.msg, 0, nil)
 	case writeAnswer:
 		for _, call := range w.calls {
 			id := call.ev.GetCall().GetId()
@@ -992,11 +1030,14 @@ func (c *core) failAll(cause error) {
 	if w.rewind != nil {
 		c.reply(w.rewind.sender, w.rewind.msg, 0, unknown)
 	}
+	if w.end != nil {
+		c.reply(w.end.sender, w.end.msg, 0, unknown)
+	}
 	for _, m := range c.buffered {
 		c.reply(m.sender, m.cmd.Msg, 0, cause)
 	}
 	c.sends, c.configs, c.rewinds, c.buffered = nil, nil, nil, nil
-	w.sends, w.configs, w.rewind = nil, nil, nil
+	w.sends, w.configs, w.rewind, w.end = nil, nil, nil, nil
 }
 
 // checkCall returns what is wrong with a call the model issued (an unknown

@@ -101,6 +101,12 @@ func words(effs []effect) []string {
 				} else {
 					out = append(out, fmt.Sprintf("reply seq=%d", r.GetSeq()))
 				}
+			case *messages.AgentReply:
+				if r.GetError() != nil {
+					out = append(out, "reply error")
+				} else {
+					out = append(out, "reply")
+				}
 			default:
 				out = append(out, "reply")
 			}
@@ -161,7 +167,30 @@ func TestCoreRecoveryRules(t *testing.T) {
 		return &inCommand{sender: "bob", cmd: &Command{Scope: agent.Scope{UserID: "bob"}, Msg: &messages.AgentResolved{ToolCallId: id,
 			Status: messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, Result: &messages.ToolOutcome{}, By: "user"}}}
 	}
+	end := &inCommand{sender: "ender", cmd: &Command{Scope: agent.SystemScope, Msg: &messages.EndConversation{}}}
 	cases := []coreCase{{
+		name: "an end at rest writes the status alone; then sends and rewinds are refused, and no wake runs a turn",
+		log:  []*messages.Event{user("r1"), answer(), user("r2"), failed()},
+		steps: []coreStep{
+			{nil, nil},
+			{end, []string{"write[]"}},
+			{ok(1), []string{"reply"}},
+			{send("r3"), []string{"reply error retry=false"}},
+			{rewind(2), []string{"reply error retry=false"}},
+			{wake(true), []string{"reply"}},
+			{end, []string{"reply"}},
+		},
+	}, {
+		name: "an end while a call is open, or a turn is owed, is refused and writes nothing",
+		log:  []*messages.Event{user("r1"), answer(), call("call_1", human)},
+		steps: []coreStep{
+			{nil, nil},
+			{end, []string{"reply error"}},
+			{resolved("call_1"), []string{"reply", "write[Resolution ToolResult]"}},
+			{ok(1), []string{"model"}},
+			{end, []string{"reply error"}},
+		},
+	}, {
 		name: "a rewind cancels the calls open in the rewound span in its own write, and owes no turn; a late answer is ignored",
 		log:  []*messages.Event{user("r1"), answer(), user("r2"), answer(), call("call_1", human)},
 		steps: []coreStep{

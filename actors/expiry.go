@@ -48,7 +48,21 @@ type ExpiryOptions struct {
 	MaxInFlight int
 	// Logger receives the actor's logs. Default: discard.
 	Logger *slog.Logger
+	// Owns, when set, says whether this node owns a conversation (in a
+	// cluster, the deadlines are partitioned among the members): the actor
+	// arms only the deadlines of conversations it owns, from the Store and
+	// from ScheduleExpiry alike. It must be safe to call from the actor's
+	// goroutine. After a change of what it answers, send ExpiryRebuild.
+	// Default nil: every deadline is this actor's.
+	Owns func(conversationID string) bool
 }
+
+// ExpiryRebuild asks the expiry actor to drop its timers and read every
+// deadline it owns (ExpiryOptions.Owns) from the Store again: what a
+// membership change of a cluster sends. Expires in flight lose their
+// replies (their conversations are ACTIVE, and resumed by their owner).
+// A local-only message. No reply.
+type ExpiryRebuild struct{}
 
 const (
 	defaultExpiryRetryAfter   = time.Second
@@ -188,7 +202,17 @@ func (a *expiryActor) Receive(ctx actor.Context) {
 			a.opts.Logger.Warn("actors: expiry: ignoring a bad ScheduleExpiry", "err", err)
 			return
 		}
+		if a.opts.Owns != nil && !a.opts.Owns(d.GetConversationId()) {
+			a.q.cancel(d.GetToolCallId()) // moved by a node that no longer owns it
+			return
+		}
 		a.q.schedule(d.GetConversationId(), d.GetToolCallId(), unixNanos(d.GetAt()))
+		a.process(ctx)
+	case *ExpiryRebuild:
+		o := a.opts
+		a.q = newExpiryQueue(rand.Uint64(), o.MaxInFlight, int64(o.RetryAfter), int64(o.ReplyTimeout))
+		a.rebuilt, a.rebuildAt = false, 0
+		a.rebuild()
 		a.process(ctx)
 	case *messages.CancelExpiry:
 		a.q.cancel(msg.GetToolCallId())
@@ -218,6 +242,9 @@ func (a *expiryActor) rebuild() {
 	err := a.opts.Store.Deadlines(context.Background(), time.Time{}, func(d *messages.Deadline) error {
 		if err := journal.ValidateDeadline(d); err != nil {
 			a.opts.Logger.Warn("actors: expiry: skipping a bad stored deadline", "err", err)
+			return nil
+		}
+		if a.opts.Owns != nil && !a.opts.Owns(d.GetConversationId()) {
 			return nil
 		}
 		a.q.schedule(d.GetConversationId(), d.GetToolCallId(), unixNanos(d.GetAt()))

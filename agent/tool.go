@@ -78,6 +78,22 @@ type Invocation struct {
 	// Scope is the scope of the entry call that led to this run, or
 	// SystemScope when the runtime runs it on its own (recovery).
 	Scope Scope
+	// Seq is the seq of the call's tool_call event in the conversation's
+	// log (0 when the runtime does not know it).
+	Seq uint64
+	// Files records files before the tool changes them, so that a rewind
+	// can put them back (see Checkpointer). Nil when the runtime keeps no
+	// file checkpoints; CheckpointFile then fails with ErrNoCheckpoints.
+	Files Checkpointer
+}
+
+// CheckpointFile records path before the tool changes it: inv.Files.Before,
+// or an error wrapping ErrNoCheckpoints when inv.Files is nil.
+func (inv Invocation) CheckpointFile(ctx context.Context, path string) error {
+	if inv.Files == nil {
+		return fmt.Errorf("agent: checkpoint %q: %w", path, ErrNoCheckpoints)
+	}
+	return inv.Files.Before(ctx, path)
 }
 
 // ServerFunc runs a server tool. ToolCallID is the idempotency key: the

@@ -2,7 +2,10 @@
 // its sentinel errors, and the limits every adapter enforces.
 //
 // The log of each conversation is append-only and canonical: events get
-// seqs 1, 2, 3, ... with no gaps. Everything else a Store holds (summaries,
+// seqs 1, 2, 3, ... with no gaps. A conversation made by Forks.Fork is the
+// one exception to where it starts: its log starts right after the summary
+// it copied (seqs ToSeq+1, ToSeq+2, ...), the summary standing for the
+// events before. Everything else a Store holds (summaries,
 // tool-call rows, the fsm_state cache, deadlines, audit rows, metadata) is
 // either derived from the log or a row whose changes are written in the same
 // atomic write as the events that cause them.

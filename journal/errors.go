@@ -46,6 +46,12 @@ var (
 	// makes a retry of an append that did commit fail with ErrConflict
 	// instead of writing twice.
 	ErrUnknownOutcome = errors.New("journal: write outcome unknown")
+	// ErrExists: a fork names a conversation that already exists (it has a
+	// row or events). Nothing was written.
+	ErrExists = errors.New("journal: conversation exists")
+	// ErrEnded: the conversation was ended (status ENDED): it takes no new
+	// message or rewind. Its history stays readable.
+	ErrEnded = errors.New("journal: conversation ended")
 )
 
 var codes = []struct {
@@ -61,6 +67,7 @@ var codes = []struct {
 	{ErrDeleted, messages.ErrorCode_ERROR_CODE_DELETED},
 	{ErrUnknownOutcome, messages.ErrorCode_ERROR_CODE_UNKNOWN_OUTCOME},
 	{ErrUnavailable, messages.ErrorCode_ERROR_CODE_UNAVAILABLE},
+	{ErrEnded, messages.ErrorCode_ERROR_CODE_ENDED},
 }
 
 // ErrorToProto turns an error into its wire form for an actor reply. It

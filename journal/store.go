@@ -30,6 +30,8 @@ type Store interface {
 	Deadlines
 	Audit
 	Conversations
+	Forks
+	MetadataIndex
 	// Close flushes and releases everything. It is safe to call more than
 	// once; later calls return nil.
 	Close() error

@@ -40,6 +40,7 @@ const (
 	ErrorCode_ERROR_CODE_DELETED         ErrorCode = 8
 	ErrorCode_ERROR_CODE_UNAVAILABLE     ErrorCode = 9
 	ErrorCode_ERROR_CODE_UNKNOWN_OUTCOME ErrorCode = 10
+	ErrorCode_ERROR_CODE_ENDED           ErrorCode = 13
 )
 
 // Enum value maps for ErrorCode.
@@ -56,6 +57,7 @@ var (
 		8:  "ERROR_CODE_DELETED",
 		9:  "ERROR_CODE_UNAVAILABLE",
 		10: "ERROR_CODE_UNKNOWN_OUTCOME",
+		13: "ERROR_CODE_ENDED",
 	}
 	ErrorCode_value = map[string]int32{
 		"ERROR_CODE_UNSPECIFIED":     0,
@@ -69,6 +71,7 @@ var (
 		"ERROR_CODE_DELETED":         8,
 		"ERROR_CODE_UNAVAILABLE":     9,
 		"ERROR_CODE_UNKNOWN_OUTCOME": 10,
+		"ERROR_CODE_ENDED":           13,
 	}
 )
 
@@ -502,7 +505,7 @@ const file_lazarus_v1_journal_proto_rawDesc = "" +
 	"\vAppendReply\x12\x1b\n" +
 	"\tfirst_seq\x18\x01 \x01(\x04R\bfirstSeq\x12\x19\n" +
 	"\blast_seq\x18\x02 \x01(\x04R\alastSeq\x12'\n" +
-	"\x05error\x18\x03 \x01(\v2\x11.lazarus.v1.ErrorR\x05error*\xa4\x02\n" +
+	"\x05error\x18\x03 \x01(\v2\x11.lazarus.v1.ErrorR\x05error*\xba\x02\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13ERROR_CODE_INTERNAL\x10\x01\x12\x17\n" +
@@ -515,7 +518,8 @@ const file_lazarus_v1_journal_proto_rawDesc = "" +
 	"\x12ERROR_CODE_DELETED\x10\b\x12\x1a\n" +
 	"\x16ERROR_CODE_UNAVAILABLE\x10\t\x12\x1e\n" +
 	"\x1aERROR_CODE_UNKNOWN_OUTCOME\x10\n" +
-	"B'Z%github.com/lazarusrt/lazarus/messagesb\x06proto3"
+	"\x12\x14\n" +
+	"\x10ERROR_CODE_ENDED\x10\rB'Z%github.com/lazarusrt/lazarus/messagesb\x06proto3"
 
 var (
 	file_lazarus_v1_journal_proto_rawDescOnce sync.Once

@@ -1671,13 +1671,16 @@ func (x *FSMState) GetLastSeq() uint64 {
 
 // Conversation is the row of one conversation.
 type Conversation struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Settings      map[string]string      `protobuf:"bytes,2,rep,name=settings,proto3" json:"settings,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Status        ConversationStatus     `protobuf:"varint,3,opt,name=status,proto3,enum=lazarus.v1.ConversationStatus" json:"status,omitempty"`
-	FsmState      *FSMState              `protobuf:"bytes,4,opt,name=fsm_state,json=fsmState,proto3" json:"fsm_state,omitempty"`
-	Created       *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created,proto3" json:"created,omitempty"`
-	Updated       *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=updated,proto3" json:"updated,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Settings map[string]string      `protobuf:"bytes,2,rep,name=settings,proto3" json:"settings,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Status   ConversationStatus     `protobuf:"varint,3,opt,name=status,proto3,enum=lazarus.v1.ConversationStatus" json:"status,omitempty"`
+	FsmState *FSMState              `protobuf:"bytes,4,opt,name=fsm_state,json=fsmState,proto3" json:"fsm_state,omitempty"`
+	Created  *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created,proto3" json:"created,omitempty"`
+	Updated  *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=updated,proto3" json:"updated,omitempty"`
+	// forked_from is set on a conversation made by a fork: the source and the
+	// last seq it copied. Unset for others (and in older rows).
+	ForkedFrom    *ForkOrigin `protobuf:"bytes,8,opt,name=forked_from,json=forkedFrom,proto3" json:"forked_from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1754,6 +1757,67 @@ func (x *Conversation) GetUpdated() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Conversation) GetForkedFrom() *ForkOrigin {
+	if x != nil {
+		return x.ForkedFrom
+	}
+	return nil
+}
+
+// ForkOrigin names where a forked conversation was copied from.
+type ForkOrigin struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	ConversationId string                 `protobuf:"bytes,1,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
+	// seq is the last seq of the source's history the fork copied.
+	Seq           uint64 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForkOrigin) Reset() {
+	*x = ForkOrigin{}
+	mi := &file_lazarus_v1_records_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForkOrigin) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForkOrigin) ProtoMessage() {}
+
+func (x *ForkOrigin) ProtoReflect() protoreflect.Message {
+	mi := &file_lazarus_v1_records_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForkOrigin.ProtoReflect.Descriptor instead.
+func (*ForkOrigin) Descriptor() ([]byte, []int) {
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ForkOrigin) GetConversationId() string {
+	if x != nil {
+		return x.ConversationId
+	}
+	return ""
+}
+
+func (x *ForkOrigin) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
 // Summary is a derived compaction artifact covering events from_seq..to_seq
 // (inclusive). It doubles as the snapshot a revival starts from.
 type Summary struct {
@@ -1788,7 +1852,7 @@ type Summary struct {
 
 func (x *Summary) Reset() {
 	*x = Summary{}
-	mi := &file_lazarus_v1_records_proto_msgTypes[20]
+	mi := &file_lazarus_v1_records_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1800,7 +1864,7 @@ func (x *Summary) String() string {
 func (*Summary) ProtoMessage() {}
 
 func (x *Summary) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_records_proto_msgTypes[20]
+	mi := &file_lazarus_v1_records_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1813,7 +1877,7 @@ func (x *Summary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Summary.ProtoReflect.Descriptor instead.
 func (*Summary) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{20}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Summary) GetFromSeq() uint64 {
@@ -1890,7 +1954,7 @@ type RequestRef struct {
 
 func (x *RequestRef) Reset() {
 	*x = RequestRef{}
-	mi := &file_lazarus_v1_records_proto_msgTypes[21]
+	mi := &file_lazarus_v1_records_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1902,7 +1966,7 @@ func (x *RequestRef) String() string {
 func (*RequestRef) ProtoMessage() {}
 
 func (x *RequestRef) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_records_proto_msgTypes[21]
+	mi := &file_lazarus_v1_records_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1915,7 +1979,7 @@ func (x *RequestRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestRef.ProtoReflect.Descriptor instead.
 func (*RequestRef) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{21}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RequestRef) GetRequestId() string {
@@ -1966,7 +2030,7 @@ type ToolCallRecord struct {
 
 func (x *ToolCallRecord) Reset() {
 	*x = ToolCallRecord{}
-	mi := &file_lazarus_v1_records_proto_msgTypes[22]
+	mi := &file_lazarus_v1_records_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1978,7 +2042,7 @@ func (x *ToolCallRecord) String() string {
 func (*ToolCallRecord) ProtoMessage() {}
 
 func (x *ToolCallRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_records_proto_msgTypes[22]
+	mi := &file_lazarus_v1_records_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1991,7 +2055,7 @@ func (x *ToolCallRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallRecord.ProtoReflect.Descriptor instead.
 func (*ToolCallRecord) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{22}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ToolCallRecord) GetId() string {
@@ -2104,7 +2168,7 @@ type Deadline struct {
 
 func (x *Deadline) Reset() {
 	*x = Deadline{}
-	mi := &file_lazarus_v1_records_proto_msgTypes[23]
+	mi := &file_lazarus_v1_records_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2116,7 +2180,7 @@ func (x *Deadline) String() string {
 func (*Deadline) ProtoMessage() {}
 
 func (x *Deadline) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_records_proto_msgTypes[23]
+	mi := &file_lazarus_v1_records_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2129,7 +2193,7 @@ func (x *Deadline) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deadline.ProtoReflect.Descriptor instead.
 func (*Deadline) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{23}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Deadline) GetConversationId() string {
@@ -2172,7 +2236,7 @@ type ModelCall struct {
 
 func (x *ModelCall) Reset() {
 	*x = ModelCall{}
-	mi := &file_lazarus_v1_records_proto_msgTypes[24]
+	mi := &file_lazarus_v1_records_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2184,7 +2248,7 @@ func (x *ModelCall) String() string {
 func (*ModelCall) ProtoMessage() {}
 
 func (x *ModelCall) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_records_proto_msgTypes[24]
+	mi := &file_lazarus_v1_records_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2197,7 +2261,7 @@ func (x *ModelCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelCall.ProtoReflect.Descriptor instead.
 func (*ModelCall) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{24}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ModelCall) GetConversationId() string {
@@ -2281,7 +2345,7 @@ type Tombstone struct {
 
 func (x *Tombstone) Reset() {
 	*x = Tombstone{}
-	mi := &file_lazarus_v1_records_proto_msgTypes[25]
+	mi := &file_lazarus_v1_records_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2293,7 +2357,7 @@ func (x *Tombstone) String() string {
 func (*Tombstone) ProtoMessage() {}
 
 func (x *Tombstone) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_records_proto_msgTypes[25]
+	mi := &file_lazarus_v1_records_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2306,7 +2370,7 @@ func (x *Tombstone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tombstone.ProtoReflect.Descriptor instead.
 func (*Tombstone) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{25}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Tombstone) GetDeleted() *timestamppb.Timestamp {
@@ -2429,17 +2493,23 @@ const file_lazarus_v1_records_proto_rawDesc = "" +
 	"\blast_seq\x18\x03 \x01(\x04R\alastSeq\x1aS\n" +
 	"\fPendingEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12-\n" +
-	"\x05value\x18\x02 \x01(\v2\x17.lazarus.v1.PendingCallR\x05value:\x028\x01\"\xf6\x02\n" +
+	"\x05value\x18\x02 \x01(\v2\x17.lazarus.v1.PendingCallR\x05value:\x028\x01\"\xaf\x03\n" +
 	"\fConversation\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12B\n" +
 	"\bsettings\x18\x02 \x03(\v2&.lazarus.v1.Conversation.SettingsEntryR\bsettings\x126\n" +
 	"\x06status\x18\x03 \x01(\x0e2\x1e.lazarus.v1.ConversationStatusR\x06status\x121\n" +
 	"\tfsm_state\x18\x04 \x01(\v2\x14.lazarus.v1.FSMStateR\bfsmState\x124\n" +
 	"\acreated\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\acreated\x124\n" +
-	"\aupdated\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\aupdated\x1a;\n" +
+	"\aupdated\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\aupdated\x127\n" +
+	"\vforked_from\x18\b \x01(\v2\x16.lazarus.v1.ForkOriginR\n" +
+	"forkedFrom\x1a;\n" +
 	"\rSettingsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd0\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"G\n" +
+	"\n" +
+	"ForkOrigin\x12'\n" +
+	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\xd0\x02\n" +
 	"\aSummary\x12\x19\n" +
 	"\bfrom_seq\x18\x01 \x01(\x04R\afromSeq\x12\x15\n" +
 	"\x06to_seq\x18\x02 \x01(\x04R\x05toSeq\x12\x18\n" +
@@ -2528,7 +2598,7 @@ func file_lazarus_v1_records_proto_rawDescGZIP() []byte {
 }
 
 var file_lazarus_v1_records_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_lazarus_v1_records_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_lazarus_v1_records_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_lazarus_v1_records_proto_goTypes = []any{
 	(Executor)(0),                 // 0: lazarus.v1.Executor
 	(ToolCallStatus)(0),           // 1: lazarus.v1.ToolCallStatus
@@ -2554,15 +2624,16 @@ var file_lazarus_v1_records_proto_goTypes = []any{
 	(*Event)(nil),                 // 21: lazarus.v1.Event
 	(*FSMState)(nil),              // 22: lazarus.v1.FSMState
 	(*Conversation)(nil),          // 23: lazarus.v1.Conversation
-	(*Summary)(nil),               // 24: lazarus.v1.Summary
-	(*RequestRef)(nil),            // 25: lazarus.v1.RequestRef
-	(*ToolCallRecord)(nil),        // 26: lazarus.v1.ToolCallRecord
-	(*Deadline)(nil),              // 27: lazarus.v1.Deadline
-	(*ModelCall)(nil),             // 28: lazarus.v1.ModelCall
-	(*Tombstone)(nil),             // 29: lazarus.v1.Tombstone
-	nil,                           // 30: lazarus.v1.FSMState.PendingEntry
-	nil,                           // 31: lazarus.v1.Conversation.SettingsEntry
-	(*timestamppb.Timestamp)(nil), // 32: google.protobuf.Timestamp
+	(*ForkOrigin)(nil),            // 24: lazarus.v1.ForkOrigin
+	(*Summary)(nil),               // 25: lazarus.v1.Summary
+	(*RequestRef)(nil),            // 26: lazarus.v1.RequestRef
+	(*ToolCallRecord)(nil),        // 27: lazarus.v1.ToolCallRecord
+	(*Deadline)(nil),              // 28: lazarus.v1.Deadline
+	(*ModelCall)(nil),             // 29: lazarus.v1.ModelCall
+	(*Tombstone)(nil),             // 30: lazarus.v1.Tombstone
+	nil,                           // 31: lazarus.v1.FSMState.PendingEntry
+	nil,                           // 32: lazarus.v1.Conversation.SettingsEntry
+	(*timestamppb.Timestamp)(nil), // 33: google.protobuf.Timestamp
 }
 var file_lazarus_v1_records_proto_depIdxs = []int32{
 	5,  // 0: lazarus.v1.ContentPart.image:type_name -> lazarus.v1.Blob
@@ -2579,7 +2650,7 @@ var file_lazarus_v1_records_proto_depIdxs = []int32{
 	14, // 11: lazarus.v1.Suspension.pending:type_name -> lazarus.v1.PendingCall
 	1,  // 12: lazarus.v1.Resolution.status:type_name -> lazarus.v1.ToolCallStatus
 	16, // 13: lazarus.v1.Resolution.resolver:type_name -> lazarus.v1.Identity
-	32, // 14: lazarus.v1.Event.time:type_name -> google.protobuf.Timestamp
+	33, // 14: lazarus.v1.Event.time:type_name -> google.protobuf.Timestamp
 	16, // 15: lazarus.v1.Event.author:type_name -> lazarus.v1.Identity
 	10, // 16: lazarus.v1.Event.user_msg:type_name -> lazarus.v1.UserMessage
 	11, // 17: lazarus.v1.Event.assistant_msg:type_name -> lazarus.v1.AssistantMessage
@@ -2591,36 +2662,37 @@ var file_lazarus_v1_records_proto_depIdxs = []int32{
 	19, // 23: lazarus.v1.Event.turn_failed:type_name -> lazarus.v1.TurnFailed
 	20, // 24: lazarus.v1.Event.handoff:type_name -> lazarus.v1.Handoff
 	3,  // 25: lazarus.v1.FSMState.state:type_name -> lazarus.v1.AgentState
-	30, // 26: lazarus.v1.FSMState.pending:type_name -> lazarus.v1.FSMState.PendingEntry
-	31, // 27: lazarus.v1.Conversation.settings:type_name -> lazarus.v1.Conversation.SettingsEntry
+	31, // 26: lazarus.v1.FSMState.pending:type_name -> lazarus.v1.FSMState.PendingEntry
+	32, // 27: lazarus.v1.Conversation.settings:type_name -> lazarus.v1.Conversation.SettingsEntry
 	2,  // 28: lazarus.v1.Conversation.status:type_name -> lazarus.v1.ConversationStatus
 	22, // 29: lazarus.v1.Conversation.fsm_state:type_name -> lazarus.v1.FSMState
-	32, // 30: lazarus.v1.Conversation.created:type_name -> google.protobuf.Timestamp
-	32, // 31: lazarus.v1.Conversation.updated:type_name -> google.protobuf.Timestamp
-	32, // 32: lazarus.v1.Summary.created:type_name -> google.protobuf.Timestamp
-	25, // 33: lazarus.v1.Summary.requests:type_name -> lazarus.v1.RequestRef
-	16, // 34: lazarus.v1.Summary.requester:type_name -> lazarus.v1.Identity
-	24, // 35: lazarus.v1.Summary.agents:type_name -> lazarus.v1.Summary
-	0,  // 36: lazarus.v1.ToolCallRecord.executor:type_name -> lazarus.v1.Executor
-	1,  // 37: lazarus.v1.ToolCallRecord.status:type_name -> lazarus.v1.ToolCallStatus
-	9,  // 38: lazarus.v1.ToolCallRecord.result:type_name -> lazarus.v1.ToolOutcome
-	32, // 39: lazarus.v1.ToolCallRecord.created:type_name -> google.protobuf.Timestamp
-	32, // 40: lazarus.v1.ToolCallRecord.resolved:type_name -> google.protobuf.Timestamp
-	32, // 41: lazarus.v1.ToolCallRecord.deadline:type_name -> google.protobuf.Timestamp
-	16, // 42: lazarus.v1.ToolCallRecord.requester:type_name -> lazarus.v1.Identity
-	16, // 43: lazarus.v1.ToolCallRecord.resolver:type_name -> lazarus.v1.Identity
-	32, // 44: lazarus.v1.Deadline.at:type_name -> google.protobuf.Timestamp
-	21, // 45: lazarus.v1.ModelCall.rendered_context:type_name -> lazarus.v1.Event
-	7,  // 46: lazarus.v1.ModelCall.usage:type_name -> lazarus.v1.Usage
-	32, // 47: lazarus.v1.ModelCall.created:type_name -> google.protobuf.Timestamp
-	24, // 48: lazarus.v1.ModelCall.summary:type_name -> lazarus.v1.Summary
-	32, // 49: lazarus.v1.Tombstone.deleted:type_name -> google.protobuf.Timestamp
-	14, // 50: lazarus.v1.FSMState.PendingEntry.value:type_name -> lazarus.v1.PendingCall
-	51, // [51:51] is the sub-list for method output_type
-	51, // [51:51] is the sub-list for method input_type
-	51, // [51:51] is the sub-list for extension type_name
-	51, // [51:51] is the sub-list for extension extendee
-	0,  // [0:51] is the sub-list for field type_name
+	33, // 30: lazarus.v1.Conversation.created:type_name -> google.protobuf.Timestamp
+	33, // 31: lazarus.v1.Conversation.updated:type_name -> google.protobuf.Timestamp
+	24, // 32: lazarus.v1.Conversation.forked_from:type_name -> lazarus.v1.ForkOrigin
+	33, // 33: lazarus.v1.Summary.created:type_name -> google.protobuf.Timestamp
+	26, // 34: lazarus.v1.Summary.requests:type_name -> lazarus.v1.RequestRef
+	16, // 35: lazarus.v1.Summary.requester:type_name -> lazarus.v1.Identity
+	25, // 36: lazarus.v1.Summary.agents:type_name -> lazarus.v1.Summary
+	0,  // 37: lazarus.v1.ToolCallRecord.executor:type_name -> lazarus.v1.Executor
+	1,  // 38: lazarus.v1.ToolCallRecord.status:type_name -> lazarus.v1.ToolCallStatus
+	9,  // 39: lazarus.v1.ToolCallRecord.result:type_name -> lazarus.v1.ToolOutcome
+	33, // 40: lazarus.v1.ToolCallRecord.created:type_name -> google.protobuf.Timestamp
+	33, // 41: lazarus.v1.ToolCallRecord.resolved:type_name -> google.protobuf.Timestamp
+	33, // 42: lazarus.v1.ToolCallRecord.deadline:type_name -> google.protobuf.Timestamp
+	16, // 43: lazarus.v1.ToolCallRecord.requester:type_name -> lazarus.v1.Identity
+	16, // 44: lazarus.v1.ToolCallRecord.resolver:type_name -> lazarus.v1.Identity
+	33, // 45: lazarus.v1.Deadline.at:type_name -> google.protobuf.Timestamp
+	21, // 46: lazarus.v1.ModelCall.rendered_context:type_name -> lazarus.v1.Event
+	7,  // 47: lazarus.v1.ModelCall.usage:type_name -> lazarus.v1.Usage
+	33, // 48: lazarus.v1.ModelCall.created:type_name -> google.protobuf.Timestamp
+	25, // 49: lazarus.v1.ModelCall.summary:type_name -> lazarus.v1.Summary
+	33, // 50: lazarus.v1.Tombstone.deleted:type_name -> google.protobuf.Timestamp
+	14, // 51: lazarus.v1.FSMState.PendingEntry.value:type_name -> lazarus.v1.PendingCall
+	52, // [52:52] is the sub-list for method output_type
+	52, // [52:52] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_lazarus_v1_records_proto_init() }
@@ -2654,7 +2726,7 @@ func file_lazarus_v1_records_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lazarus_v1_records_proto_rawDesc), len(file_lazarus_v1_records_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   28,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

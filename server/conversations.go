@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -202,6 +204,38 @@ func metadataFilter(r *http.Request) (map[string]string, error) {
 	return want, nil
 }
 
+// findRows lists, in place of ListConversations, the rows of the
+// conversations holding one pair of want (the first key, in order) from
+// the Store's metadata index, so that a filtered listing reads the
+// conversations holding it, not every conversation; the other pairs are
+// checked on each row. A page is never empty while a next one follows.
+func findRows(st journal.Store, want map[string]string) func(context.Context, string, int) ([]*messages.Conversation, string, error) {
+	key := slices.Min(slices.Collect(maps.Keys(want)))
+	return func(ctx context.Context, cursor string, limit int) ([]*messages.Conversation, string, error) {
+		for {
+			ids, next, err := st.FindConversations(ctx, key, want[key], cursor, limit)
+			if err != nil {
+				return nil, "", err
+			}
+			var rows []*messages.Conversation
+			for _, id := range ids {
+				row, err := st.Conversation(ctx, id)
+				switch {
+				case errors.Is(err, journal.ErrDeleted) || errors.Is(err, journal.ErrNotFound):
+					continue // deleted since it was found, or metadata without a row
+				case err != nil:
+					return nil, "", err
+				}
+				rows = append(rows, row)
+			}
+			if len(rows) > 0 || next == "" {
+				return rows, next, nil
+			}
+			cursor = next
+		}
+	}
+}
+
 func matches(md, want map[string]string) bool {
 	for k, v := range want {
 		if got, ok := md[k]; !ok || got != v {
@@ -226,10 +260,14 @@ func (s *Server) listConversations(w http.ResponseWriter, r *http.Request, c cal
 	}
 
 	ctx, st := r.Context(), s.rt.Store()
+	list := st.ListConversations
+	if len(want) > 0 {
+		list = findRows(st, want)
+	}
 	out := ConversationList{Conversations: []Conversation{}}
 	budget := limit * listScanFactor
 	for {
-		rows, next, err := st.ListConversations(ctx, cursor, min(limit, budget))
+		rows, next, err := list(ctx, cursor, min(limit, budget))
 		if err != nil {
 			s.writeError(w, err)
 			return

@@ -49,6 +49,12 @@ type Config struct {
 	// passivates (not for kills or failures), on that actor's goroutine; it
 	// must not block.
 	Passivated func()
+	// Owns, in a cluster, says whether this node owns a conversation:
+	// the expiry actor arms only the deadlines of owned conversations
+	// (actors.ExpiryOptions.Owns), and an activation fenced off by another
+	// writer is woken again here only if this node still owns it (else its
+	// owner has it). Default nil: every conversation is this node's.
+	Owns func(conversationID string) bool
 }
 
 // Supervisor is the root of a runtime's actors. It owns, and outlives, the
@@ -111,6 +117,18 @@ func Start(system *actor.ActorSystem, cfg Config) (*Supervisor, error) {
 	s.pid = pid
 	<-started
 	return s, nil
+}
+
+// Repartition tells the expiry actor that what Config.Owns answers has
+// changed: it drops its timers and arms the deadlines it now owns, read
+// from the Store.
+func (s *Supervisor) Repartition() {
+	s.mu.Lock()
+	stopped := s.stopped
+	s.mu.Unlock()
+	if !stopped && s.expiry != nil {
+		s.system.Root.Send(s.expiry, &actors.ExpiryRebuild{})
+	}
 }
 
 // Journal returns the journal actor's PID.
@@ -318,6 +336,9 @@ func (r *root) Receive(ctx actor.Context) {
 			Resolver:   actors.SystemIdentity(),
 		}})
 	case *rewake:
+		if s.cfg.Owns != nil && !s.cfg.Owns(msg.conversation) {
+			return
+		}
 		r.deliver(ctx, msg.conversation, &actors.Command{Scope: agent.SystemScope, Msg: &messages.AgentWake{}})
 	case *redeliver:
 		r.deliver(ctx, msg.conversation, msg.cmd)
@@ -431,6 +452,7 @@ func (r *root) start(ctx actor.Context) {
 			Clock:      s.cfg.Clock,
 			RetryAfter: s.cfg.ExpiryRetryAfter,
 			Logger:     s.log,
+			Owns:       s.cfg.Owns,
 			Deliver: func(conversationID, toolCallID string) {
 				sys.Root.Send(self, &expired{conversation: conversationID, toolCallID: toolCallID})
 			},

@@ -62,6 +62,7 @@ type demo struct {
 
 	// Carried from act to act.
 	approvalID string // act 1's approve_refund call
+	workspace  string // act 6's file root; empty before
 }
 
 // seen is a durable event as a subscriber received it.
@@ -70,7 +71,7 @@ type seen struct {
 	at time.Time
 }
 
-// run plays the five acts and returns nil only if every check held.
+// run plays the six acts and returns nil only if every check held.
 func run(ctx context.Context, cfg config, stdout, stderr io.Writer) (err error) {
 	d := &demo{cfg: cfg, pace: pacingFor(cfg), out: newReporter(stdout, cfg.json, cfg.quiet), stderr: stderr, started: time.Now()}
 	d.log = newLogger(stderr, cfg.verbose)
@@ -111,6 +112,7 @@ func (d *demo) play(ctx context.Context) error {
 		{"A human approves; the agent revives from its log", d.act3},
 		{"Nobody answers; the deadline fires while the agent is dead", d.act4},
 		{"kill -9: the whole process dies in the middle of a payment", d.act5},
+		{"The agent edits files; a rewind puts them back", d.act6},
 	}
 	for i, a := range acts {
 		n := i + 1
@@ -200,12 +202,17 @@ func (d *demo) openRuntime(script func(*scripted.Model)) error {
 		script(d.model)
 	}
 	d.runs = newToolLog(processDemo, d.dir, d.out.toolRan)
-	rt, err := lazarus.Open(lazarus.Options{
+	opts := lazarus.Options{
 		Dir:    d.dir,
 		Model:  d.model,
 		Tools:  tools(d.pace, d.runs, false),
 		Logger: d.log,
-	})
+	}
+	if d.workspace != "" {
+		opts.Tools = append(opts.Tools, editFileTool(d.workspace, d.runs))
+		opts.Files = lazarus.FilesOptions{Root: d.workspace}
+	}
+	rt, err := lazarus.Open(opts)
 	if err != nil {
 		return err
 	}

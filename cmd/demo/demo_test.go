@@ -82,7 +82,7 @@ func ofKind(recs []record, kind string) []record {
 	return out
 }
 
-// TestDemo runs the five acts with --fast --json, act 5 killing a real
+// TestDemo runs the six acts with --fast --json, act 5 killing a real
 // child process with SIGKILL, and checks the transcript against itself and
 // against the store the demo leaves behind.
 func TestDemo(t *testing.T) {
@@ -97,14 +97,14 @@ func TestDemo(t *testing.T) {
 		for _, r := range ofKind(recs, "act") {
 			acts = append(acts, r.Act)
 		}
-		require.Equal(t, []int{1, 2, 3, 4, 5}, acts)
+		require.Equal(t, []int{1, 2, 3, 4, 5, 6}, acts)
 		perAct := map[int]int{}
 		for _, c := range ofKind(recs, "check") {
 			require.NotNil(t, c.OK)
 			assert.True(t, *c.OK, "act %d: %s: %s", c.Act, c.Check, c.Detail)
 			perAct[c.Act]++
 		}
-		for act := 1; act <= 5; act++ {
+		for act := 1; act <= 6; act++ {
 			assert.GreaterOrEqual(t, perAct[act], 2, "checks of act %d", act)
 		}
 		last := recs[len(recs)-1]
@@ -115,8 +115,8 @@ func TestDemo(t *testing.T) {
 		s := sums[0].Summary
 		assert.Zero(t, s.Failed)
 		assert.Equal(t, len(ofKind(recs, "check")), s.Checks)
-		assert.Equal(t, 3, s.Conversations)
-		assert.Equal(t, 24, s.Events)
+		assert.Equal(t, 4, s.Conversations)
+		assert.Equal(t, 32, s.Events)
 		require.Len(t, s.Revivals, 3)
 		for i, rv := range s.Revivals {
 			assert.Equal(t, i+3, rv.Act)
@@ -234,7 +234,7 @@ func TestDemoQuietRemovesItsTemporaryDirectory(t *testing.T) {
 	t.Setenv("TMPDIR", tmp)
 	code, out, errs := runDemo(t, "--fast", "--quiet")
 	require.Equal(t, exitOK, code, "stderr:\n%s", errs)
-	assert.Regexp(t, `^demo: \d+ checks passed; 24 events in 3 conversations; 3 revivals`, out)
+	assert.Regexp(t, `^demo: \d+ checks passed; 32 events in 4 conversations; 3 revivals`, out)
 	assert.Equal(t, 1, strings.Count(out, "\n"), "quiet is one line:\n%s", out)
 	left, err := os.ReadDir(tmp)
 	require.NoError(t, err)

@@ -7,8 +7,8 @@
 // A scripted support agent (no network, no API key) lives on the embedded
 // Pebble store in a directory the demo names. In five acts it is killed and
 // revived: while it waits on a human, when nobody answers before a deadline,
-// and finally with the whole process killed by SIGKILL in the middle of a
-// payment. Every event is printed as it is appended, every claim is checked,
+// and with the whole process killed by SIGKILL in the middle of a payment;
+// in a sixth, a rewind puts back the files its tool changed. Every event is printed as it is appended, every claim is checked,
 // and the demo exits 0 only if every check held.
 //
 // Flags:

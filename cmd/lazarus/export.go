@@ -120,6 +120,13 @@ func (e *exporter) conversation(ctx context.Context, st journal.Store, id string
 	if fsm := row.GetFsmState(); fsm != nil && fsm.GetLastSeq() != last {
 		return damaged(id, "its fsm_state says the log ends at seq %d, the log ends at %d", fsm.GetLastSeq(), last)
 	}
+	if row.GetForkedFrom() != nil {
+		// A fork's log starts after the summary it copied, and its copied
+		// tool_call events have their rows in the source: the format
+		// carries neither.
+		return fmt.Errorf("conversation %s is a fork (of %s): export does not carry forks (its log starts after the summary it copied, its copied tool calls' rows are the source's): %w",
+			displayID(id), displayID(row.GetForkedFrom().GetConversationId()), journal.ErrInvalid)
+	}
 	pending, err := st.PendingToolCalls(ctx, id)
 	if err != nil {
 		return err

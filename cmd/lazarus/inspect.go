@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -18,12 +20,16 @@ import (
 
 var conversationsCmd = &command{
 	name:     "conversations",
-	synopsis: "[--cursor ID] [--limit N] [--json]",
+	synopsis: "[--where KEY=VALUE] [--cursor ID] [--limit N] [--json]",
 	summary:  "list conversations with status, last seq and pending calls",
 	help: `
 Lists conversations in id order, one per line: id, status (active,
 suspended, idle, ended), the seq of the last event, the number of pending
 tool calls (human and server) and when the row last changed.
+
+With --where KEY=VALUE, only the conversations whose metadata holds KEY
+with exactly VALUE (a title under "name", say), read from the store's
+metadata index (with --server, the node's metadata[KEY]=VALUE filter).
 
 Pages: --limit conversations per page; when there are more, the last line
 is "next cursor: ID"; pass it as --cursor to read the next page (an id
@@ -49,8 +55,17 @@ func (c *cli) conversations(ctx context.Context, fs *flags, args []string) (err 
 	fs.withJSON().withServer()
 	cursor := fs.String("cursor", "", "start after this conversation `id` (the next cursor a previous page printed)")
 	limit := fs.Int("limit", 100, "conversations per page, 1..10000")
+	where := fs.String("where", "", "only the conversations whose metadata holds `KEY=VALUE`")
 	if _, err := c.parse(fs, args, 0, 0); err != nil {
 		return err
+	}
+	var key, value string
+	if *where != "" {
+		var ok bool
+		key, value, ok = strings.Cut(*where, "=")
+		if !ok || key == "" || value == "" {
+			return usagef("--where must be KEY=VALUE with both non-empty, not %q", *where)
+		}
 	}
 	if *limit < 1 || *limit > 10000 {
 		return usagef("--limit must be in 1..10000, not %d", *limit)
@@ -63,7 +78,7 @@ func (c *cli) conversations(ctx context.Context, fs *flags, args []string) (err 
 		if *limit > server.MaxPageSize {
 			return usagef("--limit must be in 1..%d with --server, not %d", server.MaxPageSize, *limit)
 		}
-		out, next, err := rc.conversations(ctx, *cursor, *limit)
+		out, next, err := rc.conversations(ctx, *cursor, *limit, key, value)
 		if err != nil {
 			return err
 		}
@@ -74,7 +89,13 @@ func (c *cli) conversations(ctx context.Context, fs *flags, args []string) (err 
 		return err
 	}
 	defer closeStore(st, &err)
-	rows, next, err := st.ListConversations(ctx, *cursor, *limit)
+	var rows []*messages.Conversation
+	var next string
+	if key != "" {
+		rows, next, err = foundRows(ctx, st, key, value, *cursor, *limit)
+	} else {
+		rows, next, err = st.ListConversations(ctx, *cursor, *limit)
+	}
 	if err != nil {
 		return err
 	}
@@ -98,6 +119,28 @@ func (c *cli) conversations(ctx context.Context, fs *flags, args []string) (err 
 		out = append(out, cj)
 	}
 	return c.printConversations(out, next, *fs.json)
+}
+
+// foundRows reads a page of FindConversations and the rows of the ids
+// found (an id without a row, deleted since or with metadata only, is left
+// out).
+func foundRows(ctx context.Context, st journal.Store, key, value, cursor string, limit int) ([]*messages.Conversation, string, error) {
+	ids, next, err := st.FindConversations(ctx, key, value, cursor, limit)
+	if err != nil {
+		return nil, "", err
+	}
+	rows := make([]*messages.Conversation, 0, len(ids))
+	for _, id := range ids {
+		row, err := st.Conversation(ctx, id)
+		switch {
+		case errors.Is(err, journal.ErrNotFound) || errors.Is(err, journal.ErrDeleted):
+			continue
+		case err != nil:
+			return nil, "", err
+		}
+		rows = append(rows, row)
+	}
+	return rows, next, nil
 }
 
 // printConversations prints a page of conversations.

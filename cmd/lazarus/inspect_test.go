@@ -37,6 +37,20 @@ func TestConversations(t *testing.T) {
 		require.NotContains(t, r.stdout, "next cursor")
 	})
 
+	t.Run("where", func(t *testing.T) {
+		r := cliRun(t, "", "conversations", "--dir", f.dir, "--where", "owner=alice")
+		requireOK(t, r)
+		lines := outLines(r.stdout)
+		require.Len(t, lines, 2, r.stdout)
+		require.Regexp(t, `^finished\s+idle\s+5\s+`, lines[1])
+		r = cliRun(t, "", "conversations", "--dir", f.dir, "--where", "owner=bob")
+		requireOK(t, r)
+		require.Len(t, outLines(r.stdout), 1, r.stdout)
+		r = cliRun(t, "", "conversations", "--dir", f.dir, "--where", "owner")
+		require.NotEqual(t, 0, r.code, r.stderr)
+		require.Contains(t, r.stderr, "--where must be KEY=VALUE")
+	})
+
 	t.Run("json", func(t *testing.T) {
 		r := cliRun(t, "", "conversations", "--dir", f.dir, "--json", "--limit", "2", "--cursor", "answered")
 		requireOK(t, r)

@@ -323,8 +323,11 @@ func statusOf(name string) messages.ConversationStatus {
 
 // conversations lists one page of conversations, with their last seq and
 // their pending human calls.
-func (r *remote) conversations(ctx context.Context, cursor string, limit int) ([]conversationJSON, string, error) {
+func (r *remote) conversations(ctx context.Context, cursor string, limit int, key, value string) ([]conversationJSON, string, error) {
 	q := url.Values{"limit": {strconv.Itoa(limit)}}
+	if key != "" {
+		q.Set("metadata["+key+"]", value)
+	}
 	if cursor != "" {
 		q.Set("cursor", cursor)
 	}

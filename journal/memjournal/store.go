@@ -46,6 +46,11 @@ type state struct {
 	// active holds the ids of the conversations whose row is ACTIVE, kept
 	// by every change of a row (indexActive) and by a delete.
 	active map[string]struct{}
+	// found is the metadata index: key, then value, then the ids holding
+	// the pair; kept by every change of metadata (setMeta) and by a delete.
+	found map[string]map[string]map[string]struct{}
+	// files holds the blobs and file checkpoints (files.go).
+	files fileState
 }
 
 type deadlineKey struct{ conv, call string }
@@ -54,7 +59,8 @@ type deadlineKey struct{ conv, call string }
 // the conversation does; row is nil until the conversation row is created.
 type conv struct {
 	row       *messages.Conversation
-	events    []*messages.Event   // events[i].Seq == i+1
+	base      uint64              // seqs 1..base are not in events (a fork's log starts after its summary)
+	events    []*messages.Event   // events[i].Seq == base+i+1
 	summaries []*messages.Summary // ascending ToSeq, unique
 	calls     map[string]struct{} // ids of the conversation's tool calls
 	pending   map[string]struct{} // ids of its pending tool calls
@@ -67,7 +73,7 @@ func (c *conv) lastSeq() uint64 {
 	if c == nil {
 		return 0
 	}
-	return uint64(len(c.events))
+	return c.base + uint64(len(c.events))
 }
 
 // New returns an empty Store. It cannot fail.
@@ -82,6 +88,8 @@ func newState() *state {
 		toolCalls: make(map[string]*messages.ToolCallRecord),
 		deadlines: make(map[deadlineKey]*messages.Deadline),
 		active:    make(map[string]struct{}),
+		found:     make(map[string]map[string]map[string]struct{}),
+		files:     newFileState(),
 	}
 }
 
@@ -448,9 +456,12 @@ func (s *Store) Events(ctx context.Context, conversationID string, q journal.Eve
 	defer s.mu.Unlock()
 	c := st.convs[conversationID]
 	n := c.lastSeq()
-	lo, hi := q.After, n // seqs lo+1..hi, which are events[lo:hi]
+	lo, hi := q.After, n // seqs lo+1..hi, which are events[lo-base:hi-base]
 	if q.Before > 0 && q.Before-1 < hi {
 		hi = q.Before - 1
+	}
+	if c != nil && lo < c.base {
+		lo = c.base
 	}
 	if lo >= hi {
 		return nil, nil
@@ -458,7 +469,7 @@ func (s *Store) Events(ctx context.Context, conversationID string, q journal.Eve
 	if q.Limit > 0 && hi-lo > uint64(q.Limit) {
 		lo = hi - uint64(q.Limit)
 	}
-	return cloneAll(c.events[lo:hi]), nil
+	return cloneAll(c.events[lo-c.base : hi-c.base]), nil
 }
 
 // LastSeq implements journal.EventLog.
@@ -487,7 +498,7 @@ func (s *Store) LoadSince(ctx context.Context, conversationID string) (*messages
 	from := uint64(0)
 	if n := len(c.summaries); n > 0 {
 		sum = clone(c.summaries[n-1])
-		from = sum.GetToSeq()
+		from = max(sum.GetToSeq(), c.base) - c.base
 	}
 	return sum, cloneAll(c.events[from:]), nil
 }
@@ -1078,8 +1089,12 @@ func (s *Store) DeleteConversation(ctx context.Context, id string) error {
 	for call := range c.deadlines {
 		delete(st.deadlines, deadlineKey{id, call})
 	}
+	for k := range c.meta {
+		st.setMeta(id, c, k, "")
+	}
 	delete(st.convs, id)
 	delete(st.active, id)
+	st.files.dropConversation(id)
 	st.deleted[id] = struct{}{}
 	return nil
 }
@@ -1127,14 +1142,7 @@ func (s *Store) PutMetadata(ctx context.Context, id string, kv map[string]string
 	}
 	c := st.conv(id)
 	for k, v := range kv {
-		if v == "" {
-			delete(c.meta, k)
-			continue
-		}
-		if c.meta == nil {
-			c.meta = make(map[string]string)
-		}
-		c.meta[k] = v
+		st.setMeta(id, c, k, v)
 	}
 	return nil
 }

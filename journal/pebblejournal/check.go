@@ -40,21 +40,24 @@ func (r *CheckReport) problem(format string, args ...any) {
 type convCheck struct {
 	row       *messages.Conversation
 	tombstone bool
-	lastSeq   uint64          // last event seq seen, 0 if none
-	gap       bool            // a gap was reported already
-	calls     map[string]bool // tool call ids of its tool_call events
-	pending   map[string]bool // ids of its pending rows
-	indexed   bool            // the active index lists it
+	lastSeq   uint64            // last event seq seen, 0 if none
+	first     uint64            // first event seq seen, 0 if none
+	summaries map[uint64]bool   // ToSeq of its summaries
+	gap       bool              // a gap was reported already
+	calls     map[string]uint64 // tool call ids of its tool_call events, with their seqs
+	pending   map[string]bool   // ids of its pending rows
+	indexed   bool              // the active index lists it
 }
 
 // Check verifies the whole store, meant for a store no runtime is using
 // (lazarus check): every block is read (Pebble verifies its checksum),
 // every record decodes and agrees with its key, every log is gap-free from
-// seq 1, no fsm_state is ahead of its log, every summary lies inside
+// seq 1 (or from the summary a fork copied), no fsm_state is ahead of its log, every summary lies inside
 // its log, every tool_call event has its row and every row its owner entry,
 // the pending index lists exactly the pending rows, the active index
 // exactly the ACTIVE rows, and the two deadline indexes agree with each
-// other and name pending calls. Damage goes into
+// other and name pending calls, and the file checkpoints agree with their
+// blobs (files.go: checkFiles). Damage goes into
 // the report; the error is for a check that could not run (a closed store,
 // ctx done).
 func (s *Store) Check(ctx context.Context) (*CheckReport, error) {
@@ -67,7 +70,7 @@ func (s *Store) Check(ctx context.Context) (*CheckReport, error) {
 	conv := func(id string) *convCheck {
 		c := convs[id]
 		if c == nil {
-			c = &convCheck{calls: map[string]bool{}, pending: map[string]bool{}}
+			c = &convCheck{calls: map[string]uint64{}, pending: map[string]bool{}}
 			convs[id] = c
 		}
 		return c
@@ -128,13 +131,17 @@ func (s *Store) Check(ctx context.Context) (*CheckReport, error) {
 				return
 			}
 			r.Events++
+			if c.first == 0 {
+				// A fork's log starts after its summary: checked at the end.
+				c.first, c.lastSeq = ev.GetSeq(), ev.GetSeq()-1
+			}
 			if seq := ev.GetSeq(); seq != c.lastSeq+1 && !c.gap {
 				c.gap = true
 				r.problem("conversation %q: the log has a gap: seq %d where %d should be", id, seq, c.lastSeq+1)
 			}
 			c.lastSeq = ev.GetSeq()
 			if tc := ev.GetToolCall(); tc != nil {
-				c.calls[tc.GetCall().GetId()] = true
+				c.calls[tc.GetCall().GetId()] = ev.GetSeq()
 			}
 		}},
 		{famSummary, func(k, v []byte) {
@@ -147,6 +154,10 @@ func (s *Store) Check(ctx context.Context) (*CheckReport, error) {
 				r.problem("%v", err)
 				return
 			}
+			if conv(id).summaries == nil {
+				conv(id).summaries = map[uint64]bool{}
+			}
+			conv(id).summaries[sum.GetToSeq()] = true
 			if last := conv(id).lastSeq; sum.GetToSeq() > last {
 				r.problem("conversation %q: summary to seq %d is beyond the log's last seq %d", id, sum.GetToSeq(), last)
 			}
@@ -259,6 +270,9 @@ func (s *Store) Check(ctx context.Context) (*CheckReport, error) {
 		case active && !c.indexed:
 			r.problem("conversation %q: its row is ACTIVE, but it is missing from the active index", id)
 		}
+		if c.first > 1 && !c.summaries[c.first-1] {
+			r.problem("conversation %q: the log has a gap: seq %d where 1 should be (and no summary ends at seq %d, as for a fork)", id, c.first, c.first-1)
+		}
 		if c.tombstone && (c.row != nil || c.lastSeq > 0) {
 			r.problem("conversation %q: deleted, but records remain", id)
 		}
@@ -270,11 +284,17 @@ func (s *Store) Check(ctx context.Context) (*CheckReport, error) {
 		if fs := c.row.GetFsmState(); fs != nil && fs.GetLastSeq() > c.lastSeq {
 			r.problem("conversation %q: fsm_state says last seq %d, the log ends at %d", id, fs.GetLastSeq(), c.lastSeq)
 		}
-		for call := range c.calls {
+		for call, seq := range c.calls {
+			if from := c.row.GetForkedFrom(); from != nil && seq <= from.GetSeq() {
+				continue // copied by a fork: its row is the source's
+			}
 			if _, found, err := s.checkGet(idKey(famToolCall, id, call)); err != nil || !found {
 				r.problem("conversation %q: tool_call event %q has no row (%v)", id, call, err)
 			}
 		}
+	}
+	if err := s.checkFiles(ctx, r); err != nil {
+		return nil, err
 	}
 	return r, nil
 }

@@ -68,6 +68,11 @@
 //	0x08 conv turn_ref                 audit row (ModelCall)
 //	0x09 conv key                      metadata value (UTF-8 text)
 //	0x0a conv                          active conversation index (empty)
+//	0x0b key hash(value) conv          metadata index (the value)
+//	0x0f conv seq path                 file checkpoint (FileCheckpoint)
+//	0x10 sha256 chunk                  blob content, a chunk (raw bytes)
+//	0x1b 'b' sha256                    blob description (FileBlob)
+//	0x1b 'r' sha256 conv seq path      blob reference of a file checkpoint (empty)
 //	0x21 seconds nanos call conv       deadlines by time (empty)
 //	0x22 call                          tool call id -> conversation id (text)
 //
@@ -87,6 +92,15 @@
 // clears the family, sets the key of every ACTIVE row and records v3, so a
 // crash during the upgrade leaves the store as it was.
 //
+// The metadata index (0x0b) came without a new layout version (it only adds
+// keys): one key per conversation and metadata pair, holding the value's
+// hash in the key and the value itself, set and deleted in the batch that
+// changes the pair (PutMetadata, Fork, DeleteConversation). A store without
+// the marker key 0x00 "find-index" was written before it: Open builds the
+// index in one synced batch that sets the marker. A fork's log starts after
+// the summary it copied (events from its ToSeq+1); reads and Check accept
+// that start when the summary is there.
+//
 // In the deadline index, seconds are 8 bytes big-endian with the sign bit
 // flipped and nanos 4 bytes big-endian, so keys sort by time, then tool call
 // id. Tool call ids are unique across conversations; the 0x22 index finds a
@@ -101,12 +115,22 @@
 // ListPendingToolCalls walks it across conversations from its cursor, and
 // Deadlines walks 0x21 from a low-water mark.
 //
+// File checkpoints (no layout change: a store without them has none) keep
+// a blob's chunks (sha256 is 32 bytes, the chunk index 4 bytes
+// big-endian), each written in its own unsynced batch as the content is
+// read, then its description in a synced batch: a blob without a
+// description is an unfinished upload, which the sweeper removes. A
+// record's reference key is written in its batch, so the sweeper knows a
+// blob is referenced with one seek; both, and the sweep, run under the
+// blob's lock (striped).
+//
 // Reads use bounded iterators; tails and backward pages iterate in reverse,
 // so LastSeq, LatestSummary and LoadSince cost one reverse seek plus the
 // events they return, whatever the length of the log.
 //
 // DeleteConversation writes one synced batch: a range delete over each of
-// families 0x03-0x09 for the conversation, point deletes of its row, of its
+// families 0x03-0x09 and 0x0f for the conversation, point deletes of its
+// blob references (0x1b 'r'), of its row, of its
 // active index key (0x0a) and of its entries in the two global indexes
 // (0x21, 0x22), and its tombstone
 // (0x02), which makes every later write to the id fail with

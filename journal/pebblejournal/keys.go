@@ -25,7 +25,8 @@ const (
 	// famActive indexes the conversations whose row is ACTIVE (layout
 	// v3): one empty value per conversation, set and deleted in the batch
 	// that changes the row's status.
-	famActive         byte = 0x0a // famActive | conv
+	famActive byte = 0x0a // famActive | conv
+	// famFind (0x0b, fork.go) is the metadata index.
 	famDeadlineByTime byte = 0x21 // famDeadlineByTime | seconds | nanos | call | conv
 	// famCallOwner is the last family, so that the owner key of a new,
 	// time-ordered tool call id sorts after every key already on disk: the
@@ -64,10 +65,18 @@ func famName(f byte) string {
 		return "metadata"
 	case famActive:
 		return "active conversation"
+	case famFind:
+		return "metadata index"
 	case famCallOwner, famCallOwnerV1:
 		return "tool call owner"
 	case famDeadlineByTime:
 		return "deadline-by-time"
+	case famFileRef:
+		return "file checkpoint"
+	case famFileChunk:
+		return "blob chunk"
+	case famFileBlob:
+		return "blob"
 	}
 	return "unknown family 0x" + strconv.FormatUint(uint64(f), 16)
 }

@@ -49,10 +49,19 @@ func (s *Store) Events(ctx context.Context, conversationID string, q journal.Eve
 		return nil, err
 	}
 	// The log is gap-free from seq 1: the range starts at After+1, unless
-	// a Limit cut it.
+	// a Limit cut it, or the log is a fork's, which starts after the
+	// summary it copied.
 	first := q.After + 1
 	if q.Limit > 0 && len(evs) == q.Limit {
 		first = 0
+	}
+	if len(evs) > 0 && first != 0 && evs[0].GetSeq() > first {
+		k := seqKey(famSummary, conversationID, evs[0].GetSeq()-1)
+		if found, err := s.get(k, nil); err != nil {
+			return nil, err
+		} else if found {
+			first = evs[0].GetSeq()
+		}
 	}
 	if err := checkSeqs(conversationID, "events", evs, first); err != nil {
 		return nil, err

@@ -106,6 +106,9 @@ type Store struct {
 	seed      maphash.Seed
 	convLocks [convStripes]sync.Mutex
 	idLocks   [idStripes]sync.Mutex
+	// fileLocks serialise, per blob (striped), its upload, the records
+	// that name it and its sweep (files.go).
+	fileLocks [fileStripes]sync.Mutex
 
 	dl lowWater
 
@@ -190,6 +193,12 @@ func Open(dir string, opts Options) (*Store, error) {
 	s.db = db
 	s.fsCloser = fsCloser
 	if err := s.checkLayout(); err != nil {
+		_ = db.Close()
+		_ = fsCloser.Close()
+		return nil, err
+	}
+	if err := s.ensureFindIndex(); err != nil {
+		err = fmt.Errorf("pebblejournal: build the metadata index: %w", err)
 		_ = db.Close()
 		_ = fsCloser.Close()
 		return nil, err

@@ -1023,6 +1023,7 @@ func TestCopyRowCopiesEveryField(t *testing.T) {
 	row := &messages.Conversation{
 		Id: "c", Settings: map[string]string{"k": "v"}, Status: messages.ConversationStatus_CONVERSATION_STATUS_SUSPENDED,
 		FsmState: &messages.FSMState{LastSeq: 3}, Created: timestamppb.New(time.Unix(1, 0)), Updated: timestamppb.New(time.Unix(2, 0)),
+		ForkedFrom: &messages.ForkOrigin{ConversationId: "src", Seq: 7},
 	}
 	fields := row.ProtoReflect().Descriptor().Fields()
 	for i := range fields.Len() {

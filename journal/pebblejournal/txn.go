@@ -305,6 +305,8 @@ func copyRow(row *messages.Conversation) *messages.Conversation {
 		FsmState: row.GetFsmState(),
 		Created:  row.GetCreated(),
 		Updated:  row.GetUpdated(),
+		// ForkedFrom is set once, by Fork, and never edited.
+		ForkedFrom: row.GetForkedFrom(),
 	}
 }
 

@@ -380,11 +380,11 @@ func (s *Store) PutMetadata(ctx context.Context, id string, kv map[string]string
 		return err
 	}
 	for k, v := range kv {
-		if v == "" {
-			_ = t.b.Delete(idKey(famMetadata, id, k), nil)
-		} else {
-			_ = t.b.Set(idKey(famMetadata, id, k), []byte(v), nil)
+		old, had, err := s.metaValue(id, k)
+		if err != nil {
+			return err
 		}
+		t.setMeta(id, k, v, old, had)
 	}
 	return t.commit()
 }
@@ -454,6 +454,25 @@ func (s *Store) DeleteConversation(ctx context.Context, id string) error {
 		return nil
 	})
 	if err != nil {
+		return err
+	}
+	metaPrefix := convKey(famMetadata, id)
+	err = s.scan(metaPrefix, convEnd(famMetadata, id), func(k, v []byte) error {
+		key, err := parseIDKey(k, metaPrefix)
+		if err != nil {
+			return err
+		}
+		val, err := decodeMetadataValue(k, v)
+		if err != nil {
+			return err
+		}
+		_ = b.Delete(findKey(key, val, id), nil)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if err := s.deleteFileRefs(b, id); err != nil {
 		return err
 	}
 	for _, fam := range convFamilies {

@@ -890,7 +890,7 @@ func (s *Store) DeleteConversation(ctx context.Context, id string) error {
 			return fmt.Errorf("delete %q: %w", id, journal.ErrNotFound)
 		}
 		b := &pgx.Batch{}
-		for _, table := range []string{"lz_events", "lz_summaries", "lz_tool_calls", "lz_deadlines", "lz_audit", "lz_metadata"} {
+		for _, table := range []string{"lz_events", "lz_summaries", "lz_tool_calls", "lz_deadlines", "lz_audit", "lz_metadata", "lz_file_checkpoints"} {
 			b.Queue("DELETE FROM "+table+" WHERE conv = $1", []byte(id))
 		}
 		b.Queue("UPDATE lz_conversations SET deleted = true, row = NULL, last_seq = 0, status = 0 WHERE id = $1", []byte(id))

@@ -31,6 +31,7 @@ const (
 	modeWork   = "work"   // drive the workload until killed
 	modeSettle = "settle" // send nothing new; answer every pending call; exit once every conversation settled
 	modeHold   = "hold"   // write a little, report it, then hold the directory open until stdin closes
+	modeFiles  = "files"  // a tool changes a file after its checkpoint, reports it, and waits to be killed (files_test.go)
 )
 
 // childConfig configures one child process.
@@ -55,6 +56,8 @@ type childConfig struct {
 	MaxWork  time.Duration `json:"max_work"`
 	// SettleWithin bounds settle mode.
 	SettleWithin time.Duration `json:"settle_within"`
+	// FilesRoot is the file root of files mode.
+	FilesRoot string `json:"files_root"`
 }
 
 // childCommand returns the command that runs cfg in a child process.
@@ -95,6 +98,10 @@ func TestCrashChild(t *testing.T) {
 		t.Fatalf("bad %s: %v", childEnv, err)
 	}
 	rep := &reporter{w: os.Stdout}
+	if cfg.Mode == modeFiles {
+		filesChild(t, cfg, rep)
+		return
+	}
 	side, err := openSideFile(cfg.Side)
 	if err != nil {
 		t.Fatalf("side file: %v", err)

@@ -1,0 +1,86 @@
+package lazarus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// Chapter is a page of History cut by summary: the events after one
+// summary, up to the page's end. Chapters read from the newest backwards
+// follow the summaries, each page saying which summary covers the events
+// before it.
+type Chapter struct {
+	// Summary covers the events before Events (its FromSeq..ToSeq); nil
+	// for the first chapter, which starts at seq 1.
+	Summary *messages.Summary
+	// Events are the log's events after Summary's ToSeq up to the page's
+	// end, in ascending seq, rewinds and rewound spans included (as in
+	// History).
+	Events []*messages.Event
+	// Prev is the before of the previous chapter (pass it to Chapters);
+	// 0 when there is none: this is the first chapter, or the events
+	// before it are not in the log (a fork's log starts after the summary
+	// it copied).
+	Prev uint64
+}
+
+// Chapters returns the chapter that ends just before seq before (before 0:
+// the newest chapter, up to the last seq): the latest summary whose ToSeq
+// is below the page's last seq, and the events after it up to that seq.
+// Page backwards with Chapter.Prev. Its cost is that of the chapter's
+// events, not of the log. A conversation without events returns an empty
+// chapter; a deleted one, an error wrapping journal.ErrDeleted.
+func (r *Runtime) Chapters(ctx context.Context, conversationID string, before uint64) (Chapter, error) {
+	op := fmt.Sprintf("lazarus: chapter of %q before seq %d", conversationID, before)
+	if err := r.enter(ctx); err != nil {
+		return Chapter{}, fmt.Errorf("%s: %w", op, err)
+	}
+	if err := journal.ValidateID("conversation id", conversationID); err != nil {
+		return Chapter{}, fmt.Errorf("%s: %w", op, err)
+	}
+	end := before - 1
+	if before == 0 {
+		last, err := r.store.LastSeq(ctx, conversationID)
+		if err != nil {
+			return Chapter{}, r.callErr(op, err)
+		}
+		end = last
+	}
+	if end == 0 {
+		return Chapter{}, r.deleted(ctx, conversationID)
+	}
+	sum, err := r.store.SummaryBefore(ctx, conversationID, end)
+	switch {
+	case errors.Is(err, journal.ErrNotFound):
+		sum = nil
+	case err != nil:
+		return Chapter{}, r.callErr(op, err)
+	}
+	evs, err := r.store.Events(ctx, conversationID, journal.EventQuery{After: sum.GetToSeq(), Before: end + 1})
+	if err != nil {
+		return Chapter{}, r.callErr(op, err)
+	}
+	if len(evs) == 0 {
+		if err := r.deleted(ctx, conversationID); err != nil {
+			return Chapter{}, fmt.Errorf("%s: %w", op, err)
+		}
+	}
+	ch := Chapter{Summary: sum, Events: evs}
+	if sum != nil {
+		// The previous chapter ends at the summary's ToSeq, if the log
+		// holds that event (a fork's log does not hold what its first
+		// summary covers).
+		at, err := r.store.Events(ctx, conversationID, journal.EventQuery{After: sum.GetToSeq() - 1, Before: sum.GetToSeq() + 1})
+		if err != nil {
+			return Chapter{}, r.callErr(op, err)
+		}
+		if len(at) > 0 {
+			ch.Prev = sum.GetToSeq() + 1
+		}
+	}
+	return ch, nil
+}

@@ -1,0 +1,536 @@
+package lazarus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/cluster"
+	"github.com/asynkron/protoactor-go/cluster/clusterproviders/automanaged"
+	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
+	"github.com/asynkron/protoactor-go/eventstream"
+	"github.com/asynkron/protoactor-go/remote"
+
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/supervisor"
+)
+
+// ConversationKind is the cluster kind every Lazarus member advertises:
+// the members of this kind are the candidates owners of conversations.
+const ConversationKind = "lazarus.conversation"
+
+// GatewayName is the name of the gateway actor of every node's actor system
+// (its PID is the node's address and this name). Nodes send it the
+// messages of messages/lazarus/v1/cluster.proto; so may application actors
+// (see ClusterOptions).
+const GatewayName = "lazarus-gateway"
+
+// Defaults of ClusterOptions.
+const (
+	DefaultClusterName    = "lazarus"
+	DefaultRefreshTTL     = 500 * time.Millisecond
+	DefaultRequestTimeout = 2 * time.Second
+)
+
+// ErrNoOwner: a call to a conversation found no member to run it on before
+// its context ended (every owner it tried was unreachable).
+var ErrNoOwner = errors.New("lazarus: no cluster member answered")
+
+// ClusterOptions turns on cluster mode (Options.Cluster): the Runtime
+// becomes one member of a protoactor cluster, and every conversation is
+// owned by one member, chosen by rendezvous hashing of the conversation id
+// over the members of ConversationKind. Every Runtime method works on every
+// member: a call for a conversation another member owns travels to it as a
+// protobuf message (messages/lazarus/v1/cluster.proto) with the caller's
+// scope (identity and permissions; Scope.Values never cross a node), and
+// runs there. When the membership changes (a member dies, joins, leaves),
+// ownership moves with the hash, and the new owner revives what it gets
+// from the shared Store; the Store's fence (every activation writes with
+// its expected last seq) keeps one writer per conversation even when two
+// members believe they own it (a paused member, say).
+//
+// The members must share one Store (Options.Postgres, or a Store that all
+// of them reach) and run the same Tools and Model.
+//
+// The gateway does not authenticate its callers: the cluster's network is
+// a trust boundary. Resolve and Reject check the tool's authorization
+// rules on the node the caller calls, with the caller's full scope.
+type ClusterOptions struct {
+	// Name is the cluster's name; members of other names are ignored.
+	// Default DefaultClusterName.
+	Name string
+	// Host and Port are where this member's remote (gRPC) endpoint
+	// listens; other members reach it at Host:Port (or
+	// AdvertisedHost:Port). Default host 127.0.0.1; port 0 picks a free
+	// one.
+	Host string
+	Port int
+	// AdvertisedHost is the address other members use, if Host is not
+	// reachable as is (a container's address; Host is then often
+	// 0.0.0.0). It needs a Port other than 0. Default Host.
+	AdvertisedHost string
+	// Provider finds the members. Default: protoactor's automanaged
+	// provider over Seeds, this member serving its health endpoint on
+	// AutoManagedPort. For Kubernetes, pass the provider of
+	// github.com/asynkron/protoactor-go/cluster/clusterproviders/k8s.
+	Provider cluster.ClusterProvider
+	// Seeds are the host:port of the automanaged health endpoints of every
+	// member (this one included), used when Provider is nil.
+	Seeds []string
+	// AutoManagedPort is the port of this member's automanaged health
+	// endpoint, used when Provider is nil. Required then.
+	AutoManagedPort int
+	// RefreshTTL is how often the automanaged provider polls the members.
+	// A member that misses a poll leaves the cluster. Default
+	// DefaultRefreshTTL.
+	RefreshTTL time.Duration
+	// RequestTimeout bounds one attempt of a call to another member; a
+	// call that times out is tried again (sends, wakes, kills: they are
+	// idempotent) on the owner the membership names then, until its
+	// context ends. Default DefaultRequestTimeout.
+	RequestTimeout time.Duration
+}
+
+func (o ClusterOptions) withDefaults() ClusterOptions {
+	if o.Name == "" {
+		o.Name = DefaultClusterName
+	}
+	if o.Host == "" {
+		o.Host = "127.0.0.1"
+	}
+	if o.RefreshTTL <= 0 {
+		o.RefreshTTL = DefaultRefreshTTL
+	}
+	if o.RequestTimeout <= 0 {
+		o.RequestTimeout = DefaultRequestTimeout
+	}
+	return o
+}
+
+// clusterNode is the cluster side of a Runtime.
+type clusterNode struct {
+	r       *Runtime
+	opts    ClusterOptions
+	sys     *actor.ActorSystem
+	c       *cluster.Cluster
+	self    string // this member's address
+	gateway *actor.PID
+	log     *slog.Logger
+
+	members atomic.Pointer[[]string] // addresses of the members, sorted
+	// sup is the Runtime's supervisor once it started: membership changes
+	// before that need no repartition (the expiry actor reads the Store
+	// when it starts).
+	sup     atomic.Pointer[supervisor.Supervisor]
+	topoSub *eventstream.Subscription
+
+	mu        sync.Mutex
+	topoKey   string        // the member ids and addresses last applied
+	changed   chan struct{} // closed and replaced on every membership change
+	serving   map[string]serving
+	follow    map[string]*follower
+	nextID    atomic.Uint64
+	resuming  bool
+	again     bool
+	stopping  bool
+	wg        sync.WaitGroup // the gateway's goroutines
+	followers sync.WaitGroup // the subscribers' goroutines
+}
+
+// startCluster starts the member on sys. It returns once the member is
+// started (protoactor's StartMember waits about a second).
+func startCluster(r *Runtime, sys *actor.ActorSystem, o ClusterOptions) (n *clusterNode, err error) {
+	o = o.withDefaults()
+	provider := o.Provider
+	if provider == nil {
+		if o.AutoManagedPort <= 0 || len(o.Seeds) == 0 {
+			return nil, fmt.Errorf("lazarus: cluster: Seeds and AutoManagedPort are required without a Provider: %w", journal.ErrInvalid)
+		}
+		provider = automanaged.NewWithConfig(o.RefreshTTL, o.AutoManagedPort, o.Seeds...)
+	}
+	var ropts []remote.ConfigOption
+	if o.AdvertisedHost != "" {
+		if o.Port <= 0 {
+			return nil, fmt.Errorf("lazarus: cluster: AdvertisedHost needs a Port: %w", journal.ErrInvalid)
+		}
+		ropts = append(ropts, remote.WithAdvertisedHost(fmt.Sprintf("%s:%d", o.AdvertisedHost, o.Port)))
+	}
+	kind := cluster.NewKind(ConversationKind, actor.PropsFromFunc(func(actor.Context) {}))
+	cfg := cluster.Configure(o.Name, provider, disthash.New(), remote.Configure(o.Host, o.Port, ropts...),
+		cluster.WithKinds(kind))
+	n = newNode(r, sys)
+	n.opts = o
+	n.c = cluster.New(sys, cfg)
+	defer func() {
+		if p := recover(); p != nil { // protoactor panics when its provider fails
+			err = fmt.Errorf("lazarus: cluster: start member: %v", p)
+		}
+	}()
+	n.c.StartMember()
+	n.self = sys.Address()
+	n.members.Store(&[]string{n.self})
+	n.topoSub = sys.EventStream.Subscribe(func(ev any) {
+		if t, ok := ev.(*cluster.ClusterTopology); ok {
+			n.onTopology(t.Members)
+		}
+	})
+	n.onTopology(n.c.MemberList.Members().Members())
+	return n, nil
+}
+
+// newNode is the gateway's side of a Runtime, not yet a cluster member.
+func newNode(r *Runtime, sys *actor.ActorSystem) *clusterNode {
+	n := &clusterNode{r: r, sys: sys, log: r.log, changed: make(chan struct{}), self: sys.Address(),
+		opts: ClusterOptions{}.withDefaults(), serving: map[string]serving{}, follow: map[string]*follower{}}
+	n.members.Store(&[]string{n.self})
+	return n
+}
+
+// spawnGateway spawns the gateway actor, once the Runtime's supervisor
+// runs: until then, requests to this member are dead letters, which the
+// caller sends again.
+func (n *clusterNode) spawnGateway() error {
+	var err error
+	n.gateway, err = n.sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &gatewayActor{n: n} }), GatewayName)
+	if err != nil {
+		return fmt.Errorf("lazarus: spawn the gateway: %w", err)
+	}
+	return nil
+}
+
+// Address returns this member's address (host:port) in cluster mode, or ""
+// when the Runtime is not a cluster member.
+func (r *Runtime) Address() string {
+	if r.cl == nil {
+		return ""
+	}
+	return r.cl.self
+}
+
+// Owner returns the address of the member that owns the conversation by
+// the current membership, or "" when the Runtime is not a cluster member.
+// Two members may disagree while the membership changes.
+func (r *Runtime) Owner(conversationID string) string {
+	if r.cl == nil {
+		return ""
+	}
+	return r.cl.owner(conversationID)
+}
+
+// Members returns the addresses of the cluster's members as this member
+// sees them, sorted; nil when the Runtime is not a cluster member.
+func (r *Runtime) Members() []string {
+	if r.cl == nil {
+		return nil
+	}
+	return slices.Clone(*r.cl.members.Load())
+}
+
+// setMembers stores the members of ConversationKind and reports whether
+// they changed (an address, or the id of a member restarted at the same
+// address).
+func (n *clusterNode) setMembers(ms []*cluster.Member) bool {
+	addrs := []string{n.self} // this member counts itself, seen or not yet
+	keys := []string{}
+	for _, m := range ms {
+		if m.HasKind(ConversationKind) {
+			addrs = append(addrs, m.Address())
+			keys = append(keys, m.Id+"@"+m.Address())
+		}
+	}
+	slices.Sort(addrs)
+	addrs = slices.Compact(addrs)
+	slices.Sort(keys)
+	key := strings.Join(keys, ",")
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if key == n.topoKey {
+		return false
+	}
+	n.topoKey = key
+	n.members.Store(&addrs)
+	return true
+}
+
+// onTopology applies a membership: ownership moves with it, so the expiry
+// actor re-reads the deadlines it owns now, this member resumes the ACTIVE
+// conversations it now owns, its streams to other members' subscribers
+// that left end, and its own subscribers resubscribe where their
+// conversations live now.
+func (n *clusterNode) onTopology(ms []*cluster.Member) {
+	if !n.setMembers(ms) {
+		return
+	}
+	members := *n.members.Load()
+	n.log.Info("lazarus: cluster membership changed", "members", members)
+	n.mu.Lock()
+	close(n.changed)
+	n.changed = make(chan struct{})
+	for _, s := range n.serving {
+		if !slices.Contains(members, s.addr) {
+			s.cancel()
+		}
+	}
+	n.mu.Unlock()
+	if sup := n.sup.Load(); sup != nil {
+		sup.Repartition()
+		n.resume()
+	}
+}
+
+// resume runs the resume scan of the ACTIVE conversations this member owns,
+// once at a time; a membership change during a scan runs it again after.
+func (n *clusterNode) resume() {
+	n.mu.Lock()
+	if n.resuming {
+		n.again = true
+		n.mu.Unlock()
+		return
+	}
+	n.resuming = true
+	n.mu.Unlock()
+	r := n.r
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		n.mu.Lock()
+		n.resuming = false
+		n.mu.Unlock()
+		return
+	}
+	r.gcWG.Add(1)
+	r.mu.Unlock()
+	go func() {
+		for {
+			r.resumeInterrupted()
+			n.mu.Lock()
+			if !n.again {
+				n.resuming = false
+				n.mu.Unlock()
+				return
+			}
+			n.again = false
+			n.mu.Unlock()
+			r.mu.Lock()
+			if r.closed {
+				r.mu.Unlock()
+				n.mu.Lock()
+				n.resuming = false
+				n.mu.Unlock()
+				return
+			}
+			r.gcWG.Add(1)
+			r.mu.Unlock()
+		}
+	}()
+}
+
+// changes returns a channel closed at the next membership change.
+func (n *clusterNode) changes() <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.changed
+}
+
+// owner is the rendezvous hash of id over the members: the member whose
+// score for id is highest. A score mixes the FNV-1a hashes of the member
+// and of the id through the SplitMix64 finalizer (FNV alone orders the
+// members almost the same way for every id).
+func (n *clusterNode) owner(id string) string {
+	members := *n.members.Load()
+	if len(members) == 1 {
+		return members[0]
+	}
+	hid := fnv64(id)
+	var best string
+	var bestScore uint64
+	for _, m := range members {
+		if s := mix64(fnv64(m) ^ (hid * 0x9e3779b97f4a7c15)); best == "" || s > bestScore {
+			best, bestScore = m, s
+		}
+	}
+	return best
+}
+
+func fnv64(s string) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(s))
+	return h.Sum64()
+}
+
+// mix64 is the SplitMix64 finalizer.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
+// owns reports whether this member owns id.
+func (n *clusterNode) owns(id string) bool { return n.owner(id) == n.self }
+
+// stop ends the member's streams and leaves the cluster.
+// stopServing ends the streams and requests this member serves, and waits
+// for its subscribers' goroutines (the Runtime's life has ended).
+func (n *clusterNode) stopServing() {
+	if n.topoSub != nil {
+		n.sys.EventStream.Unsubscribe(n.topoSub)
+	}
+	n.mu.Lock()
+	n.stopping = true
+	for _, s := range n.serving {
+		s.cancel()
+	}
+	n.mu.Unlock()
+	n.wg.Wait()
+	n.followers.Wait()
+}
+
+// leave leaves the cluster and stops the actor system (protoactor's
+// graceful shutdown, about two seconds); outside a cluster it stops the
+// gateway.
+func (n *clusterNode) leave() {
+	if n.c != nil {
+		n.c.Shutdown(true)
+		return
+	}
+	if n.gateway != nil {
+		_ = n.sys.Root.StopFuture(n.gateway).Wait()
+	}
+}
+
+// scopeToProto is the part of a scope that travels with a call.
+func scopeToProto(s agent.Scope) *messages.ClusterScope {
+	return &messages.ClusterScope{UserId: s.UserID, Roles: slices.Clone(s.Roles), Permissions: slices.Clone(s.Permissions)}
+}
+
+func scopeFromProto(p *messages.ClusterScope) agent.Scope {
+	return agent.Scope{UserID: p.GetUserId(), Roles: p.GetRoles(), Permissions: p.GetPermissions()}
+}
+
+// errRunLocal says the caller's own member owns the conversation: run the
+// call here.
+var errRunLocal = errors.New("run locally")
+
+// forward runs req on the conversation's owner, when that is another
+// member: it returns errRunLocal when this member owns it (at the first
+// attempt or later, after a membership change). idempotent calls are tried
+// again after a timeout; others only when their request did not reach a
+// live gateway (a dead letter), and a timeout of theirs is an error
+// wrapping ErrUnknownOutcome.
+func (n *clusterNode) forward(ctx context.Context, req *messages.ClusterRequest, idempotent bool) (*messages.ClusterReply, error) {
+	req.RequestId = n.nextID.Add(1)
+	backoff := 20 * time.Millisecond
+	for {
+		owner := n.owner(req.GetConversationId())
+		if owner == n.self {
+			return nil, errRunLocal
+		}
+		timeout := n.opts.RequestTimeout
+		if dl, ok := ctx.Deadline(); ok {
+			if left := time.Until(dl); left < timeout {
+				timeout = left
+			}
+		}
+		if timeout <= 0 {
+			return nil, ctx.Err()
+		}
+		changed := n.changes()
+		res, err, moved := n.request(ctx, owner, req, timeout, changed, idempotent)
+		if moved {
+			continue // the membership changed under an idempotent call: ask the new owner
+		}
+		if err == nil {
+			reply, ok := res.(*messages.ClusterReply)
+			if !ok {
+				return nil, fmt.Errorf("lazarus: cluster: unexpected reply %T from %s", res, owner)
+			}
+			if !errors.Is(journal.ErrorFromProto(reply.GetError()), journal.ErrUnavailable) || !idempotent {
+				return reply, nil
+			}
+			// The owner is closing: try again where the membership says.
+		} else if !errors.Is(err, actor.ErrDeadLetter) && !idempotent {
+			return nil, fmt.Errorf("%w: %s did not answer: %w", ErrUnknownOutcome, owner, err)
+		}
+		n.log.Debug("lazarus: cluster: call to the owner failed; retrying", "owner", owner, "conversation", req.GetConversationId(), "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: %w", ErrNoOwner, ctx.Err())
+		case <-changed:
+		case <-time.After(backoff):
+			backoff = min(2*backoff, 500*time.Millisecond)
+		}
+	}
+}
+
+// request sends req to owner's gateway and waits for the answer. An
+// idempotent call stops waiting when the membership changes and the
+// conversation's owner with it (moved): a killed owner's requests are
+// never answered, and would otherwise hold the call for the whole timeout.
+func (n *clusterNode) request(ctx context.Context, owner string, req *messages.ClusterRequest, timeout time.Duration, changed <-chan struct{}, idempotent bool) (any, error, bool) {
+	f := n.sys.Root.RequestFuture(actor.NewPID(owner, GatewayName), req, timeout)
+	if !idempotent {
+		res, err := f.Result()
+		return res, err, false
+	}
+	type result struct {
+		res any
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := f.Result()
+		done <- result{res, err}
+	}()
+	for {
+		select {
+		case r := <-done:
+			return r.res, r.err, false
+		case <-ctx.Done():
+			return nil, ctx.Err(), false
+		case <-changed:
+			if n.owner(req.GetConversationId()) != owner {
+				return nil, nil, true
+			}
+			changed = n.changes()
+		}
+	}
+}
+
+// replyErr is the error of a reply, mapped to the Runtime's sentinels.
+func replyErr(reply *messages.ClusterReply) error {
+	err := journal.ErrorFromProto(reply.GetError())
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, journal.ErrUnknownOutcome) {
+		return fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
+	}
+	return err
+}
+
+// wireErr is the wire form of an error of a local call, for a reply: the
+// Runtime's own sentinels become the journal codes a caller maps back.
+func wireErr(err error) *messages.Error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrClosed):
+		return &messages.Error{Code: messages.ErrorCode_ERROR_CODE_UNAVAILABLE, Message: err.Error()}
+	case errors.Is(err, ErrUnknownOutcome), errors.Is(err, context.DeadlineExceeded):
+		return &messages.Error{Code: messages.ErrorCode_ERROR_CODE_UNKNOWN_OUTCOME, Message: err.Error()}
+	}
+	return journal.ErrorToProto(err)
+}

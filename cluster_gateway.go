@@ -1,0 +1,450 @@
+package lazarus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/lazarusrt/lazarus/actors"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// localKey marks a context whose call runs on this member whatever the
+// membership says: the gateway's calls, so that a request is never
+// forwarded twice.
+type localKey struct{}
+
+func localCtx(ctx context.Context) context.Context { return context.WithValue(ctx, localKey{}, true) }
+
+// remote reports whether a call with ctx for conversation may go to another
+// member: in cluster mode, unless the gateway is running it.
+func (r *Runtime) remote(ctx context.Context) bool {
+	return r.cl != nil && ctx.Value(localKey{}) == nil
+}
+
+// ask is sup.Ask, through the conversation's owner in cluster mode.
+func (r *Runtime) ask(ctx context.Context, conv string, cmd *actors.Command) (any, error) {
+	if r.remote(ctx) {
+		req := &messages.ClusterRequest{ConversationId: conv, Scope: scopeToProto(cmd.Scope)}
+		idempotent, sendReply := true, false
+		switch m := cmd.Msg.(type) {
+		case *messages.AgentSend:
+			req.Op, sendReply = &messages.ClusterRequest_Send{Send: m}, true
+		case *messages.AgentWake:
+			req.Op = &messages.ClusterRequest_Wake{Wake: m}
+		case *messages.AgentConfigure:
+			req.Op = &messages.ClusterRequest_Configure{Configure: m}
+		case *messages.AgentRewind:
+			req.Op, sendReply, idempotent = &messages.ClusterRequest_Rewind{Rewind: m}, true, false
+		case *messages.EndConversation:
+			req.Op = &messages.ClusterRequest_End{End: m}
+		}
+		if req.Op != nil {
+			reply, err := r.cl.forward(ctx, req, idempotent)
+			switch {
+			case errors.Is(err, errRunLocal):
+			case err != nil:
+				return nil, err
+			case sendReply:
+				return &messages.AgentSendReply{Seq: reply.GetSeq(), Error: reply.GetError()}, nil
+			default:
+				return &messages.AgentReply{Error: reply.GetError()}, nil
+			}
+		}
+	}
+	return r.sup.Ask(ctx, conv, cmd)
+}
+
+// forwardOp runs op on the owner of conv in cluster mode; ran is false
+// when this member owns it (the caller runs it here).
+func (r *Runtime) forwardOp(ctx context.Context, conv string, req *messages.ClusterRequest, idempotent bool) (reply *messages.ClusterReply, ran bool, err error) {
+	if !r.remote(ctx) {
+		return nil, false, nil
+	}
+	req.ConversationId = conv
+	reply, err = r.cl.forward(ctx, req, idempotent)
+	if errors.Is(err, errRunLocal) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, true, err
+	}
+	return reply, true, replyErr(reply)
+}
+
+// gatewayActor receives the cluster protocol on every member. It never
+// blocks: each request runs on a goroutine of its own, which answers the
+// request's sender.
+type gatewayActor struct{ n *clusterNode }
+
+// Receive implements actor.Actor.
+func (g *gatewayActor) Receive(ctx actor.Context) {
+	n := g.n
+	switch m := ctx.Message().(type) {
+	case *messages.ClusterRequest:
+		if sender := ctx.Sender(); sender != nil {
+			n.goServe(func() { n.sys.Root.Send(sender, n.serve(m)) })
+		}
+	case *messages.ClusterSubscribe:
+		if sender := ctx.Sender(); sender != nil {
+			n.goServe(func() { n.serveSubscribe(sender, m) })
+		}
+	case *messages.ClusterUnsubscribe:
+		n.mu.Lock()
+		s, ok := n.serving[m.GetSubscriptionId()]
+		n.mu.Unlock()
+		if ok {
+			s.cancel()
+		}
+	case *messages.ClusterUpdate:
+		n.mu.Lock()
+		f := n.follow[m.GetSubscriptionId()]
+		n.mu.Unlock()
+		if f != nil {
+			select {
+			case f.in <- m:
+			default:
+				select {
+				case f.overflow <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}
+}
+
+// goServe runs f on a goroutine the member waits for when it stops, unless
+// the Runtime is closing.
+func (n *clusterNode) goServe(f func()) {
+	n.mu.Lock()
+	if n.stopping {
+		n.mu.Unlock()
+		return
+	}
+	n.wg.Add(1)
+	n.mu.Unlock()
+	go func() {
+		defer n.wg.Done()
+		f()
+	}()
+}
+
+// serve runs one request here.
+func (n *clusterNode) serve(m *messages.ClusterRequest) *messages.ClusterReply {
+	r := n.r
+	ctx, cancel := context.WithTimeout(localCtx(r.life), r.opts.CallTimeout)
+	defer cancel()
+	conv, scope := m.GetConversationId(), scopeFromProto(m.GetScope())
+	reply := &messages.ClusterReply{RequestId: m.GetRequestId(), Node: n.self}
+	var err error
+	switch op := m.GetOp().(type) {
+	case *messages.ClusterRequest_Send:
+		to := op.Send.GetTo()
+		reply.Seq, err = r.SendMessage(ctx, conv, op.Send.GetMessage(), SendOptions{RequestID: op.Send.GetRequestId(), Agent: to.GetAgent(), Broadcast: to.GetBroadcast()}, scope)
+	case *messages.ClusterRequest_Wake:
+		err = r.wake(ctx, conv, op.Wake.GetExplicit())
+	case *messages.ClusterRequest_Configure:
+		var res any
+		if err = journal.ValidateID("conversation id", conv); err == nil {
+			res, err = r.sup.Ask(ctx, conv, &actors.Command{Scope: scope, Msg: op.Configure})
+			if err == nil {
+				err = journal.ErrorFromProto(res.(*messages.AgentReply).GetError())
+			}
+		}
+	case *messages.ClusterRequest_Rewind:
+		var res any
+		if err = journal.ValidateID("conversation id", conv); err == nil {
+			res, err = r.sup.Ask(ctx, conv, &actors.Command{Scope: scope, Msg: op.Rewind})
+			if err == nil {
+				rep := res.(*messages.AgentSendReply)
+				reply.Seq, err = rep.GetSeq(), journal.ErrorFromProto(rep.GetError())
+			}
+		}
+	case *messages.ClusterRequest_End:
+		err = r.End(ctx, conv)
+	case *messages.ClusterRequest_Resolve:
+		res := op.Resolve
+		if res.GetResult() == nil {
+			err = journal.Invalidf("resolve without a result")
+			break
+		}
+		err = r.resolve(context.WithValue(ctx, authorizedKey{}, true), res.GetToolCallId(), res.GetStatus(), res.GetResult(), scope)
+	case *messages.ClusterRequest_Kill:
+		reply.Killed = !r.isClosed() && r.killLocal(conv)
+	case *messages.ClusterRequest_Delete:
+		err = r.Delete(ctx, conv)
+	case *messages.ClusterRequest_Reschedule:
+		var at time.Time // no deadline
+		if ts := op.Reschedule.GetAt(); ts != nil {
+			at = ts.AsTime()
+		}
+		err = r.Reschedule(ctx, op.Reschedule.GetToolCallId(), at)
+	default:
+		err = journal.Invalidf("cluster request without an operation")
+	}
+	reply.Error = wireErr(err)
+	return reply
+}
+
+// authorizedKey marks a resolve whose authorization the calling member
+// checked.
+type authorizedKey struct{}
+
+// serving is a stream this member sends to a subscriber on another member.
+type serving struct {
+	cancel context.CancelFunc
+	addr   string // the subscriber's member
+}
+
+// serveSubscribe streams a conversation's updates to a subscriber on
+// another member until it unsubscribes, its member leaves, or this Runtime
+// closes.
+func (n *clusterNode) serveSubscribe(sender *actor.PID, m *messages.ClusterSubscribe) {
+	r := n.r
+	ctx, cancel := context.WithCancel(localCtx(r.life))
+	defer cancel()
+	id := m.GetSubscriptionId()
+	n.mu.Lock()
+	n.serving[id] = serving{cancel: cancel, addr: m.GetReplyAddress()}
+	n.mu.Unlock()
+	defer func() {
+		n.mu.Lock()
+		delete(n.serving, id)
+		n.mu.Unlock()
+	}()
+	ch, err := r.Subscribe(ctx, m.GetConversationId(), m.GetAfterSeq())
+	n.sys.Root.Send(sender, &messages.ClusterReply{RequestId: m.GetRequestId(), Error: wireErr(err), Node: n.self})
+	if err != nil {
+		return
+	}
+	to := actor.NewPID(m.GetReplyAddress(), GatewayName)
+	if m.GetReplyId() != "" {
+		to = actor.NewPID(m.GetReplyAddress(), m.GetReplyId())
+	}
+	for u := range ch {
+		p := updateToProto(id, u)
+		n.sys.Root.Send(to, p)
+		if p.GetFinal() {
+			return
+		}
+	}
+	// Closed without a final update: this Runtime is closing, or the
+	// stream was cancelled. The subscriber resubscribes elsewhere.
+	n.sys.Root.Send(to, &messages.ClusterUpdate{SubscriptionId: id, ConversationId: m.GetConversationId(), Final: true,
+		Error: &messages.Error{Code: messages.ErrorCode_ERROR_CODE_UNAVAILABLE, Message: "lazarus: cluster: the stream's member stopped serving it"}})
+}
+
+// updateToProto is the wire form of an update. An error that is not a
+// model call's retry, a turn's end or a lost write race ends the stream:
+// it is marked final.
+func updateToProto(id string, u Update) *messages.ClusterUpdate {
+	p := &messages.ClusterUpdate{SubscriptionId: id, ConversationId: u.ConversationID, Event: u.Event, Delta: u.Delta,
+		Error: wireErr(u.Err), Restart: u.Restart}
+	if errors.Is(u.Err, ErrLagged) {
+		p.Error = &messages.Error{Code: messages.ErrorCode_ERROR_CODE_UNAVAILABLE, Message: u.Err.Error()}
+	}
+	if u.Retry != nil {
+		p.Retry, p.RetryAttempt, p.RetryDelayMs = true, uint32(u.Retry.Attempt), u.Retry.Delay.Milliseconds()
+	}
+	if u.TurnEnd != nil && u.Event == nil {
+		switch u.TurnEnd.Outcome {
+		case actors.TurnCancelled:
+			p.TurnCancelled = true
+		case actors.TurnFailed:
+			p.TurnFailedUnwritten = true
+		}
+	}
+	if u.Err != nil && u.Retry == nil && u.TurnEnd == nil && !errors.Is(u.Err, journal.ErrConflict) {
+		p.Final = true
+	}
+	return p
+}
+
+// updateFromProto is the update of its wire form.
+func updateFromProto(p *messages.ClusterUpdate) Update {
+	u := Update{ConversationID: p.GetConversationId(), Event: p.GetEvent(), Delta: p.GetDelta(),
+		Err: journal.ErrorFromProto(p.GetError()), Restart: p.GetRestart()}
+	if p.GetRetry() {
+		u.Retry = &actors.Retry{Attempt: int(p.GetRetryAttempt()), Delay: time.Duration(p.GetRetryDelayMs()) * time.Millisecond}
+	}
+	switch {
+	case u.Event != nil:
+		u.TurnEnd = actors.TurnEndOf(u.Event)
+	case p.GetTurnCancelled():
+		u.TurnEnd = &actors.TurnEnd{Outcome: actors.TurnCancelled, Err: ErrTurnCancelled}
+	case p.GetTurnFailedUnwritten():
+		u.TurnEnd = &actors.TurnEnd{Outcome: actors.TurnFailed, Err: u.Err}
+	}
+	return u
+}
+
+// follower is the receiving end of a stream from another member.
+type follower struct {
+	in       chan *messages.ClusterUpdate
+	overflow chan struct{}
+}
+
+// subscribe is Subscribe in cluster mode: it follows the conversation's
+// owner, history from the Store after the last seq delivered, then live,
+// and moves to the new owner on every membership change (resuming after
+// the last seq it delivered, so no event is missed or repeated).
+func (n *clusterNode) subscribe(ctx context.Context, conv string, after uint64) (<-chan Update, error) {
+	out := make(chan Update, 16)
+	n.mu.Lock()
+	if n.stopping {
+		n.mu.Unlock()
+		return nil, ErrClosed
+	}
+	n.followers.Add(1)
+	n.mu.Unlock()
+	go func() {
+		defer n.followers.Done()
+		n.runFollower(ctx, conv, after, out)
+	}()
+	return out, nil
+}
+
+func (n *clusterNode) runFollower(ctx context.Context, conv string, last uint64, out chan<- Update) {
+	defer close(out)
+	life := n.r.life
+	emit := func(u Update) bool {
+		if u.Event != nil {
+			if u.Event.GetSeq() <= last {
+				return true
+			}
+			last = u.Event.GetSeq()
+		}
+		select {
+		case out <- u:
+			return true
+		case <-ctx.Done():
+			return false
+		case <-life.Done():
+			return false
+		}
+	}
+	wait := func(changed <-chan struct{}) bool {
+		select {
+		case <-changed:
+		case <-time.After(100 * time.Millisecond):
+		case <-ctx.Done():
+			return false
+		case <-life.Done():
+			return false
+		}
+		return true
+	}
+	for ctx.Err() == nil && life.Err() == nil {
+		changed := n.changes()
+		owner := n.owner(conv)
+		if owner == n.self {
+			sctx, cancel := context.WithCancel(ctx)
+			ch, err := n.r.hub.subscribe(sctx, conv, last)
+			if err != nil {
+				cancel()
+				emit(Update{ConversationID: conv, Err: err})
+				return
+			}
+			moved := false
+		local:
+			for {
+				select {
+				case u, ok := <-ch:
+					if !ok {
+						cancel()
+						return
+					}
+					if !emit(u) {
+						cancel()
+						return
+					}
+				case <-changed:
+					moved = true
+					break local
+				case <-ctx.Done():
+					cancel()
+					return
+				}
+			}
+			cancel()
+			for range ch { // drain: the pump ends on the cancelled context
+			}
+			if moved {
+				continue
+			}
+		}
+		id := fmt.Sprintf("%s/%d", n.self, n.nextID.Add(1))
+		f := &follower{in: make(chan *messages.ClusterUpdate, n.r.opts.SubscriberBuffer), overflow: make(chan struct{}, 1)}
+		n.mu.Lock()
+		n.follow[id] = f
+		n.mu.Unlock()
+		unfollow := func(tell bool) {
+			n.mu.Lock()
+			delete(n.follow, id)
+			n.mu.Unlock()
+			if tell {
+				n.sys.Root.Send(actor.NewPID(owner, GatewayName), &messages.ClusterUnsubscribe{SubscriptionId: id})
+			}
+		}
+		res, err := n.sys.Root.RequestFuture(actor.NewPID(owner, GatewayName), &messages.ClusterSubscribe{
+			RequestId: n.nextID.Add(1), SubscriptionId: id, ConversationId: conv, AfterSeq: last, ReplyAddress: n.self,
+		}, n.opts.RequestTimeout).Result()
+		if err != nil {
+			unfollow(true)
+			if !wait(changed) {
+				return
+			}
+			continue
+		}
+		if reply, ok := res.(*messages.ClusterReply); ok && reply.GetError() != nil {
+			unfollow(false)
+			rerr := journal.ErrorFromProto(reply.GetError())
+			if errors.Is(rerr, journal.ErrUnavailable) {
+				if !wait(changed) {
+					return
+				}
+				continue
+			}
+			emit(Update{ConversationID: conv, Err: rerr})
+			return
+		}
+	remote:
+		for {
+			select {
+			case m := <-f.in:
+				if m.GetFinal() {
+					unfollow(false)
+					ferr := journal.ErrorFromProto(m.GetError())
+					if ferr == nil || errors.Is(ferr, journal.ErrUnavailable) {
+						if !wait(changed) {
+							return
+						}
+						break remote
+					}
+					emit(updateFromProto(m))
+					return
+				}
+				if !emit(updateFromProto(m)) {
+					unfollow(true)
+					return
+				}
+			case <-f.overflow:
+				unfollow(true)
+				break remote
+			case <-changed:
+				unfollow(true)
+				break remote
+			case <-ctx.Done():
+				unfollow(true)
+				return
+			case <-life.Done():
+				unfollow(true)
+				return
+			}
+		}
+	}
+}

@@ -1,0 +1,83 @@
+package lazarus
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus/actors"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+func testNode(members ...string) *clusterNode {
+	n := &clusterNode{self: members[0]}
+	n.members.Store(&members)
+	return n
+}
+
+// Removing a member moves only its conversations, and the others spread
+// over the members left; every member owns a fair share.
+func TestOwnerIsARendezvousHash(t *testing.T) {
+	three := testNode("127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003")
+	two := testNode("127.0.0.1:7001", "127.0.0.1:7002")
+	counts := map[string]int{}
+	for i := range 3000 {
+		id := fmt.Sprintf("conv-%d", i)
+		before, after := three.owner(id), two.owner(id)
+		counts[before]++
+		if before != "127.0.0.1:7003" {
+			require.Equal(t, before, after, "%s moved although its owner stayed", id)
+		} else {
+			require.NotEqual(t, "127.0.0.1:7003", after)
+		}
+	}
+	for m, c := range counts {
+		require.InDelta(t, 1000, c, 150, "member %s owns %d of 3000", m, c)
+	}
+}
+
+// An update survives its wire form: the event, deltas, retries, and the
+// ends no event records.
+func TestUpdateWireForm(t *testing.T) {
+	ev := &messages.Event{Seq: 3, Body: &messages.Event_AssistantMsg{AssistantMsg: &messages.AssistantMessage{}}}
+	for _, u := range []Update{
+		{ConversationID: "c", Event: ev, TurnEnd: actors.TurnEndOf(ev)},
+		{ConversationID: "c", Delta: "he"},
+		{ConversationID: "c", Err: journal.ErrUnavailable, Retry: &actors.Retry{Attempt: 2, Delay: time.Second}, Restart: true},
+		{ConversationID: "c", TurnEnd: &actors.TurnEnd{Outcome: actors.TurnCancelled, Err: ErrTurnCancelled}},
+	} {
+		p := updateToProto("s", u)
+		require.False(t, p.GetFinal())
+		got := updateFromProto(p)
+		require.Equal(t, u.Event, got.Event)
+		require.Equal(t, u.Delta, got.Delta)
+		require.Equal(t, u.Retry, got.Retry)
+		require.Equal(t, u.Restart, got.Restart)
+		require.Equal(t, u.TurnEnd == nil, got.TurnEnd == nil)
+		if u.TurnEnd != nil {
+			require.Equal(t, u.TurnEnd.Outcome, got.TurnEnd.Outcome)
+		}
+		require.Equal(t, u.Err == nil, got.Err == nil)
+	}
+	// A stream's terminal error is final; a lagged stream says "subscribe
+	// again" (UNAVAILABLE).
+	p := updateToProto("s", Update{ConversationID: "c", Err: ErrLagged})
+	require.True(t, p.GetFinal())
+	require.ErrorIs(t, journal.ErrorFromProto(p.GetError()), journal.ErrUnavailable)
+	p = updateToProto("s", Update{ConversationID: "c", Err: fmt.Errorf("x: %w", journal.ErrDeleted)})
+	require.True(t, p.GetFinal())
+	require.ErrorIs(t, journal.ErrorFromProto(p.GetError()), journal.ErrDeleted)
+}
+
+// The Runtime's sentinels cross a node as codes the caller maps back.
+func TestWireErrors(t *testing.T) {
+	require.Nil(t, wireErr(nil))
+	require.ErrorIs(t, journal.ErrorFromProto(wireErr(ErrClosed)), journal.ErrUnavailable)
+	require.ErrorIs(t, replyErr(&messages.ClusterReply{Error: wireErr(fmt.Errorf("x: %w", ErrUnknownOutcome))}), ErrUnknownOutcome)
+	require.ErrorIs(t, replyErr(&messages.ClusterReply{Error: wireErr(journal.ErrStale)}), journal.ErrStale)
+	require.True(t, errors.Is(journal.ErrorFromProto(wireErr(journal.ErrDeleted)), journal.ErrDeleted))
+}

@@ -1,0 +1,430 @@
+package lazarus
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// Defaults of FilesOptions.
+const (
+	// DefaultMaxFileBytes is the largest file a checkpoint keeps unless
+	// FilesOptions.MaxFileBytes says otherwise.
+	DefaultMaxFileBytes = 64 << 20
+	// DefaultBlobTTL is how long an unreferenced blob stays before the
+	// sweeper removes it, unless FilesOptions.BlobTTL says otherwise.
+	DefaultBlobTTL = 24 * time.Hour
+)
+
+// FilesOptions configures file checkpoints: server tools record the files
+// they change (agent.Invocation.Files), and Rewind with
+// RewindOptions.Files puts them back. The zero value keeps none.
+type FilesOptions struct {
+	// Root is the directory the server tools' files live under; every
+	// checkpointed path is inside it (a path that leaves it, also through
+	// a symbolic link, is refused with agent.ErrOutsideRoot). Default
+	// empty: no file checkpoints (Invocation.Files is nil). Open fails if
+	// it is not a directory, or if the Store does not implement
+	// journal.FileCheckpoints (every adapter of this module does).
+	Root string
+	// MaxFileBytes is the largest file a checkpoint keeps; Before of a
+	// larger file fails with an error wrapping journal.ErrTooLarge (the
+	// tool decides whether to change the file anyway). Default
+	// DefaultMaxFileBytes; at most journal.MaxFileBlobBytes.
+	MaxFileBytes int64
+	// BlobTTL is how long a blob that no checkpoint names (its
+	// conversations were deleted) stays before the sweeper removes it; it
+	// is also the grace between a blob's upload and its record. The
+	// sweeper runs every BlobTTL/2 (at least a second apart) on the
+	// Runtime's clock; the age is
+	// measured by the Store's time. Default DefaultBlobTTL; negative: no
+	// automatic sweep (SweepFileBlobs still works).
+	BlobTTL time.Duration
+}
+
+// FileAction says what a rewind did to a file.
+type FileAction string
+
+// What a rewind does to a file.
+const (
+	// FileRestored: the file existed and was overwritten with its content
+	// at the rewind's target.
+	FileRestored FileAction = "restored"
+	// FileCreated: the file did not exist and was written back.
+	FileCreated FileAction = "created"
+	// FileDeleted: the file did not exist at the target and was removed.
+	FileDeleted FileAction = "deleted"
+)
+
+// FileRestore reports one file a rewind restored.
+type FileRestore struct {
+	// Path is relative to FilesOptions.Root, with forward slashes.
+	Path string
+	// Action is what was done.
+	Action FileAction
+	// Seq is the seq of the tool call whose checkpoint was used: the
+	// first call after the target to record the file.
+	Seq uint64
+	// Size is the file's size after the restore (0 when deleted).
+	Size int64
+}
+
+// RewindReport is what RewindWithReport did besides the rewind itself.
+type RewindReport struct {
+	// Files are the files restored (RewindOptions.Files), in path order.
+	// A file no tool changed after the target is not listed, nor one whose
+	// checkpoint says it was absent and that is absent now.
+	Files []FileRestore
+}
+
+// fileRoot is the Runtime's side of file checkpoints.
+type fileRoot struct {
+	dirs  []string // the root as given (absolute) and with symlinks evaluated
+	root  *os.Root
+	store journal.FileCheckpoints
+	max   int64
+	ttl   time.Duration
+	stop  func() bool // the sweep timer; under Runtime.mu
+}
+
+// openFiles sets r.files up from opts.Files, once the Store is chosen.
+func (r *Runtime) openFiles() error {
+	o := r.opts.Files
+	if o.Root == "" {
+		return nil
+	}
+	switch {
+	case o.MaxFileBytes < 0 || o.MaxFileBytes > journal.MaxFileBlobBytes:
+		return fmt.Errorf("lazarus: Options.Files.MaxFileBytes %d is out of range [0, %d]: %w", o.MaxFileBytes, int64(journal.MaxFileBlobBytes), journal.ErrInvalid)
+	case o.MaxFileBytes == 0:
+		o.MaxFileBytes = DefaultMaxFileBytes
+	}
+	if o.BlobTTL == 0 {
+		o.BlobTTL = DefaultBlobTTL
+	}
+	fc, ok := r.store.(journal.FileCheckpoints)
+	if !ok {
+		return fmt.Errorf("lazarus: Options.Files.Root is set but the Store keeps no file checkpoints (journal.FileCheckpoints): %w", journal.ErrInvalid)
+	}
+	abs, err := filepath.Abs(o.Root)
+	if err != nil {
+		return fmt.Errorf("lazarus: Options.Files.Root: %w: %w", err, journal.ErrInvalid)
+	}
+	real, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return fmt.Errorf("lazarus: Options.Files.Root: %w: %w", err, journal.ErrInvalid)
+	}
+	root, err := os.OpenRoot(real)
+	if err != nil {
+		return fmt.Errorf("lazarus: Options.Files.Root: %w: %w", err, journal.ErrInvalid)
+	}
+	r.files = &fileRoot{dirs: []string{abs, real}, root: root, store: fc, max: o.MaxFileBytes, ttl: o.BlobTTL}
+	return nil
+}
+
+// checkpointHook returns the actors' hook that gives a tool run its
+// Checkpointer, nil when file checkpoints are off.
+func (r *Runtime) checkpointHook() func(agent.Invocation) agent.Checkpointer {
+	if r.files == nil {
+		return nil
+	}
+	return func(inv agent.Invocation) agent.Checkpointer {
+		return &checkpointer{f: r.files, inv: inv, done: map[string]bool{}}
+	}
+}
+
+// resolve turns a tool's path into the clean, slash-separated path relative
+// to the root, refusing one that leaves the root.
+func (f *fileRoot) resolve(p string) (string, error) {
+	if p == "" || strings.IndexByte(p, 0) >= 0 {
+		return "", journal.Invalidf("file path %q", p)
+	}
+	rel := filepath.Clean(p)
+	if filepath.IsAbs(rel) {
+		rel = ""
+		for _, d := range f.dirs {
+			if x, err := filepath.Rel(d, filepath.Clean(p)); err == nil && filepath.IsLocal(x) {
+				rel = x
+				break
+			}
+		}
+	}
+	if rel == "" || !filepath.IsLocal(rel) {
+		return "", fmt.Errorf("lazarus: file %q: %w", p, agent.ErrOutsideRoot)
+	}
+	// A symbolic link on the way may lead out: resolve the deepest
+	// existing ancestor and check it stays inside.
+	real := f.dirs[1]
+	probe := filepath.Join(real, rel)
+	for {
+		ev, err := filepath.EvalSymlinks(probe)
+		if err == nil {
+			if x, err := filepath.Rel(real, ev); err != nil || !(x == "." || filepath.IsLocal(x)) {
+				return "", fmt.Errorf("lazarus: file %q: %w", p, agent.ErrOutsideRoot)
+			}
+			break
+		}
+		if !errors.Is(err, fs.ErrNotExist) || probe == real {
+			return "", fmt.Errorf("lazarus: file %q: %w", p, err)
+		}
+		probe = filepath.Dir(probe)
+	}
+	slash := filepath.ToSlash(rel)
+	if err := journal.ValidateFilePath(slash); err != nil {
+		return "", fmt.Errorf("lazarus: %w", err)
+	}
+	return slash, nil
+}
+
+// checkpointer is the agent.Checkpointer of one tool run.
+type checkpointer struct {
+	f    *fileRoot
+	inv  agent.Invocation
+	mu   sync.Mutex
+	done map[string]bool // paths already recorded by this run
+}
+
+// Before implements agent.Checkpointer.
+func (c *checkpointer) Before(ctx context.Context, path string) error {
+	rel, err := c.f.resolve(path)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	done := c.done[rel]
+	c.mu.Unlock()
+	if done {
+		return nil
+	}
+	if c.inv.Seq == 0 {
+		return fmt.Errorf("lazarus: checkpoint %q: %w", path, journal.Invalidf("the call's seq is unknown"))
+	}
+	cp := &messages.FileCheckpoint{ConversationId: c.inv.ConversationID, Seq: c.inv.Seq, ToolCallId: c.inv.ToolCallID, Path: rel}
+	native := filepath.FromSlash(rel)
+	info, err := c.f.root.Stat(native)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		cp.Absent = true
+	case err != nil:
+		return fmt.Errorf("lazarus: checkpoint %q: %w", path, err)
+	case !info.Mode().IsRegular():
+		return fmt.Errorf("lazarus: checkpoint %q: %w", path, journal.Invalidf("not a regular file"))
+	case info.Size() > c.f.max:
+		return fmt.Errorf("lazarus: checkpoint %q: %w", path, journal.TooLargef("file of %d bytes exceeds %d", info.Size(), c.f.max))
+	default:
+		sum, size, err := c.f.hash(native)
+		if err != nil {
+			return fmt.Errorf("lazarus: checkpoint %q: %w", path, err)
+		}
+		if size > c.f.max {
+			return fmt.Errorf("lazarus: checkpoint %q: %w", path, journal.TooLargef("file of %d bytes exceeds %d", size, c.f.max))
+		}
+		file, err := c.f.root.Open(native)
+		if err != nil {
+			return fmt.Errorf("lazarus: checkpoint %q: %w", path, err)
+		}
+		_, err = c.f.store.PutFileBlob(ctx, sum, size, file)
+		_ = file.Close()
+		if err != nil {
+			return fmt.Errorf("lazarus: checkpoint %q (the file changed while it was read?): %w", path, err)
+		}
+		cp.Sha256, cp.Size, cp.Mode = sum, size, uint32(info.Mode().Perm())
+	}
+	// Created is taken once the content was read (see restore).
+	cp.Created = timestamppb.Now()
+	if _, err := c.f.store.PutFileCheckpoint(ctx, cp); err != nil {
+		return fmt.Errorf("lazarus: checkpoint %q: %w", path, err)
+	}
+	c.mu.Lock()
+	c.done[rel] = true
+	c.mu.Unlock()
+	return nil
+}
+
+// hash reads the file once, streaming, for its SHA-256 and size.
+func (f *fileRoot) hash(native string) (string, int64, error) {
+	file, err := f.root.Open(native)
+	if err != nil {
+		return "", 0, err
+	}
+	defer func() { _ = file.Close() }()
+	h := sha256.New()
+	n, err := io.Copy(h, io.LimitReader(file, f.max+1))
+	if err != nil {
+		return "", 0, err
+	}
+	return hex.EncodeToString(h.Sum(nil)), n, nil
+}
+
+// restore puts every file changed after toSeq back to its state at toSeq,
+// and stops at the first error, returning what it did so far. Of each
+// path's checkpoints after toSeq it uses the one made first (Created, then
+// seq): server calls of one answer run at once, so a later call may record
+// a file before an earlier one; but every change follows its call's
+// record, and Created is taken after the content was read, so the record
+// made first read the file before any change after toSeq (no call at or
+// before toSeq is still open: Rewind refuses such a target).
+func (f *fileRoot) restore(ctx context.Context, conv string, toSeq uint64) ([]FileRestore, error) {
+	cps, err := f.store.FileCheckpoints(ctx, conv, toSeq)
+	if err != nil {
+		return nil, err
+	}
+	first := map[string]*messages.FileCheckpoint{}
+	for _, cp := range cps {
+		if f := first[cp.GetPath()]; f == nil || cp.GetCreated().AsTime().Before(f.GetCreated().AsTime()) {
+			first[cp.GetPath()] = cp // cps are in seq order: ties keep the lower seq
+		}
+	}
+	paths := make([]string, 0, len(first))
+	for p := range first {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	var out []FileRestore
+	for _, p := range paths {
+		cp := first[p]
+		if _, err := f.resolve(p); err != nil {
+			return out, err
+		}
+		res, did, err := f.restoreOne(ctx, cp)
+		if err != nil {
+			return out, fmt.Errorf("lazarus: restore %q: %w", p, err)
+		}
+		if did {
+			out = append(out, res)
+		}
+	}
+	return out, nil
+}
+
+func (f *fileRoot) restoreOne(ctx context.Context, cp *messages.FileCheckpoint) (FileRestore, bool, error) {
+	native := filepath.FromSlash(cp.GetPath())
+	res := FileRestore{Path: cp.GetPath(), Seq: cp.GetSeq()}
+	_, statErr := f.root.Lstat(native)
+	existed := statErr == nil
+	if statErr != nil && !errors.Is(statErr, fs.ErrNotExist) {
+		return res, false, statErr
+	}
+	if cp.GetAbsent() {
+		if !existed {
+			return res, false, nil
+		}
+		if err := f.root.Remove(native); err != nil {
+			return res, false, err
+		}
+		res.Action = FileDeleted
+		return res, true, nil
+	}
+	if dir := filepath.Dir(native); dir != "." {
+		if err := f.root.MkdirAll(dir, 0o755); err != nil {
+			return res, false, err
+		}
+	}
+	rc, err := f.store.OpenFileBlob(ctx, cp.GetSha256())
+	if err != nil {
+		return res, false, err
+	}
+	defer func() { _ = rc.Close() }()
+	// Write beside the file, then rename over it: a crash leaves the old
+	// file or the new one, never half of it.
+	tmp := native + ".lazarus-restore"
+	mode := fs.FileMode(cp.GetMode()).Perm()
+	if mode == 0 {
+		mode = 0o644
+	}
+	w, err := f.root.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, mode)
+	if err != nil {
+		return res, false, err
+	}
+	n, err := io.Copy(w, rc)
+	if err == nil {
+		err = w.Sync()
+	}
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = f.root.Chmod(tmp, mode)
+	}
+	if err == nil {
+		err = f.root.Rename(tmp, native)
+	}
+	if err != nil {
+		_ = f.root.Remove(tmp)
+		return res, false, err
+	}
+	res.Size = n
+	res.Action = FileRestored
+	if !existed {
+		res.Action = FileCreated
+	}
+	return res, true, nil
+}
+
+// SweepFileBlobs removes the blobs that no file checkpoint names and that
+// were last touched more than FilesOptions.BlobTTL ago (by the Store's
+// time), and returns how many it removed. The sweeper calls it every
+// BlobTTL/2 unless BlobTTL is negative; with a negative BlobTTL it keeps no
+// grace at all (a blob uploaded by a tool still running, its record not
+// yet written, may go and that Before fail): call it then only while no
+// tool runs. Without FilesOptions.Root it returns an error wrapping
+// agent.ErrNoCheckpoints.
+func (r *Runtime) SweepFileBlobs(ctx context.Context) (int, error) {
+	if r.files == nil {
+		return 0, fmt.Errorf("lazarus: sweep file blobs: %w", agent.ErrNoCheckpoints)
+	}
+	ttl := max(r.files.ttl, 0)
+	return r.files.store.SweepFileBlobs(ctx, time.Now().Add(-ttl))
+}
+
+// minSweepEvery bounds how often the blob sweeper runs, whatever the TTL.
+const minSweepEvery = time.Second
+
+// armFileSweep schedules the next blob sweep on the clock.
+func (r *Runtime) armFileSweep() {
+	if r.files == nil || r.files.ttl <= 0 {
+		return
+	}
+	r.files.stop = r.opts.Clock.AfterFunc(max(r.files.ttl/2, minSweepEvery), func() {
+		r.mu.Lock()
+		if r.closed {
+			r.mu.Unlock()
+			return
+		}
+		r.gcWG.Add(1)
+		r.mu.Unlock()
+		defer r.gcWG.Done()
+		if n, err := r.SweepFileBlobs(r.life); err != nil {
+			r.log.Warn("file blob sweep failed", "err", err)
+		} else if n > 0 {
+			r.log.Debug("file blob sweep", "removed", n)
+		}
+		r.mu.Lock()
+		if !r.closed {
+			r.armFileSweep()
+		}
+		r.mu.Unlock()
+	})
+}
+
+// stopFileSweep stops the sweeper's timer; r.mu is held.
+func (r *Runtime) stopFileSweep() {
+	if r.files != nil && r.files.stop != nil {
+		r.files.stop()
+	}
+}

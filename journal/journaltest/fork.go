@@ -1,0 +1,326 @@
+package journaltest
+
+import (
+	"context"
+	"maps"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// forkCases check Forks.Fork: a new conversation from a copy, in one write.
+var forkCases = []suiteCase{
+	{name: "AfterSummary", run: testForkAfterSummary},
+	{name: "WithoutSummary", run: testForkWithoutSummary},
+	{name: "ExistingOrDeletedTarget", run: testForkExisting},
+	{name: "BadRequestWritesNothing", run: testForkBadInput},
+	{name: "DeleteEitherLeavesTheOther", run: testForkDeleteEither},
+	{name: "SurvivesReopen", run: testForkReopen, durable: true},
+	{name: "SurvivesCrash", run: testForkCrash, durable: true},
+}
+
+// findCases check MetadataIndex.FindConversations.
+var findCases = []suiteCase{
+	{name: "FollowsMetadata", run: testFindFollowsMetadata},
+	{name: "PagesInIDOrder", run: testFindPages},
+	{name: "LongValue", run: testFindLongValue},
+	{name: "BadInput", run: testFindBadInput},
+	{name: "SurvivesReopen", run: testFindReopen, durable: true},
+}
+
+// forkSource writes a source of 10 user messages with a summary of 1..6,
+// and returns the fork request copying it: the summary and events 7..10.
+func forkSource(t testing.TB, s journal.Store, src, dst string) *messages.ForkRequest {
+	t.Helper()
+	ctx := context.Background()
+	appendEvents(t, s, src, userEvs(1, 10)...)
+	sum := &messages.Summary{FromSeq: 1, ToSeq: 6, Content: "the first six", Version: "test"}
+	require.NoError(t, s.PutSummary(ctx, src, sum))
+	evs, err := s.Events(ctx, src, journal.EventQuery{After: 6})
+	require.NoError(t, err)
+	return &messages.ForkRequest{
+		ConversationId: dst,
+		Summary:        sum,
+		Events:         evs,
+		Status:         statusIdle,
+		Settings:       map[string]string{"model": "m1"},
+		Metadata:       map[string]string{"name": "copy"},
+		Origin:         &messages.ForkOrigin{ConversationId: src, Seq: 10},
+	}
+}
+
+// requireFork checks that dst holds what req copied.
+func requireFork(t testing.TB, s journal.Store, req *messages.ForkRequest) {
+	t.Helper()
+	ctx := context.Background()
+	dst := req.GetConversationId()
+	requireProtos(t, req.GetEvents(), allEvents(t, s, dst), "the fork's log is the copied events")
+	last := req.GetEvents()[len(req.GetEvents())-1].GetSeq()
+	assert.Equal(t, last, lastSeq(t, s, dst))
+	sum, evs, err := s.LoadSince(ctx, dst)
+	require.NoError(t, err)
+	if req.GetSummary() != nil {
+		requireProto(t, req.GetSummary(), sum, "the revival read starts from the copied summary")
+	} else {
+		assert.Nil(t, sum)
+	}
+	requireProtos(t, req.GetEvents(), evs)
+	row, err := s.Conversation(ctx, dst)
+	require.NoError(t, err)
+	assert.Equal(t, req.GetStatus(), row.GetStatus())
+	assert.True(t, maps.Equal(req.GetSettings(), row.GetSettings()), "settings %v, want %v", row.GetSettings(), req.GetSettings())
+	requireProto(t, req.GetOrigin(), row.GetForkedFrom())
+	md, err := s.Metadata(ctx, dst)
+	require.NoError(t, err)
+	assert.True(t, maps.Equal(req.GetMetadata(), md), "metadata %v, want %v", md, req.GetMetadata())
+}
+
+func testForkAfterSummary(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := context.Background()
+	req := forkSource(t, s, "src", "dst")
+	req.Status = statusActive
+	require.NoError(t, s.Fork(ctx, req))
+	requireFork(t, s, req)
+	// Events before the copied part are not there; a page below it is empty.
+	page, err := s.Events(ctx, "dst", journal.EventQuery{Before: 7})
+	require.NoError(t, err)
+	assert.Empty(t, page)
+	page, err = s.Events(ctx, "dst", journal.EventQuery{After: 2, Limit: 2})
+	require.NoError(t, err)
+	assert.Equal(t, []uint64{9, 10}, seqs(page))
+	assert.Contains(t, activeIDs(t, s, 0), "dst", "an ACTIVE fork is in the active index")
+	// The fork's log goes on from the last copied seq.
+	res := appendEvents(t, s, "dst", userEv(20, "more"))
+	assert.Equal(t, uint64(11), res.FirstSeq)
+	later := &messages.Summary{FromSeq: 1, ToSeq: 11, Content: "all", Version: "test"}
+	require.NoError(t, s.PutSummary(ctx, "dst", later))
+	before, err := s.SummaryBefore(ctx, "dst", 11)
+	require.NoError(t, err)
+	requireProto(t, req.GetSummary(), before)
+	// The source is unchanged.
+	assert.Equal(t, seqRange(1, 10), seqs(allEvents(t, s, "src")))
+}
+
+func testForkWithoutSummary(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := context.Background()
+	appendEvents(t, s, "src", userEvs(1, 3)...)
+	req := &messages.ForkRequest{ConversationId: "dst", Events: allEvents(t, s, "src"), Status: statusIdle}
+	require.NoError(t, s.Fork(ctx, req))
+	requireFork(t, s, req)
+	assert.NotContains(t, activeIDs(t, s, 0), "dst", "an IDLE fork is not in the active index")
+}
+
+func testForkExisting(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := context.Background()
+	req := forkSource(t, s, "src", "dst")
+	appendEvents(t, s, "dst", userEv(1, "mine"))
+	err := s.Fork(ctx, req)
+	require.ErrorIs(t, err, journal.ErrExists)
+	assert.Equal(t, []uint64{1}, seqs(allEvents(t, s, "dst")), "nothing of the fork was written")
+	req.ConversationId = "src"
+	require.ErrorIs(t, s.Fork(ctx, req), journal.ErrExists)
+	require.NoError(t, s.DeleteConversation(ctx, "dst"))
+	req.ConversationId = "dst"
+	require.ErrorIs(t, s.Fork(ctx, req), journal.ErrDeleted)
+	ids, _, err := s.FindConversations(ctx, "name", "copy", "", 0)
+	require.NoError(t, err)
+	assert.Empty(t, ids, "a refused fork indexes nothing")
+}
+
+func testForkBadInput(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := context.Background()
+	base := forkSource(t, s, "src", "dst")
+	cases := []struct {
+		name string
+		edit func(r *messages.ForkRequest)
+	}{
+		{"NoEvents", func(r *messages.ForkRequest) { r.Events = nil }},
+		{"GapAfterSummary", func(r *messages.ForkRequest) { r.Events = r.Events[1:] }},
+		{"GapInEvents", func(r *messages.ForkRequest) { r.Events = append(r.Events[:1:1], r.Events[2:]...) }},
+		{"StartsAtOneWithASummary", func(r *messages.ForkRequest) { r.Events = withSeqs(1, r.Events) }},
+		{"EndedStatus", func(r *messages.ForkRequest) { r.Status = statusEnded }},
+		{"NoStatus", func(r *messages.ForkRequest) { r.Status = messages.ConversationStatus_CONVERSATION_STATUS_UNSPECIFIED }},
+		{"BadSummary", func(r *messages.ForkRequest) { r.Summary = &messages.Summary{FromSeq: 7, ToSeq: 6} }},
+		{"EmptyID", func(r *messages.ForkRequest) { r.ConversationId = "" }},
+		{"BadMetadataKey", func(r *messages.ForkRequest) { r.Metadata = map[string]string{"": "x"} }},
+		{"EventWithoutBody", func(r *messages.ForkRequest) { r.Events[0] = &messages.Event{Seq: 7} }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			req := cloneFork(base)
+			tc.edit(req)
+			require.ErrorIs(t, s.Fork(ctx, req), journal.ErrInvalid)
+			_, err := s.Conversation(ctx, "dst")
+			require.ErrorIs(t, err, journal.ErrNotFound, "nothing was written")
+			assert.Empty(t, allEvents(t, s, "dst"))
+		})
+	}
+	require.ErrorIs(t, s.Fork(ctx, nil), journal.ErrInvalid)
+}
+
+func cloneFork(r *messages.ForkRequest) *messages.ForkRequest {
+	return proto.Clone(r).(*messages.ForkRequest)
+}
+
+func testForkDeleteEither(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := context.Background()
+	req := forkSource(t, s, "src", "dst")
+	require.NoError(t, s.Fork(ctx, req))
+	// The source goes on and is deleted: the fork stays whole.
+	appendEvents(t, s, "src", userEv(30, "after the fork"))
+	require.NoError(t, s.DeleteConversation(ctx, "src"))
+	requireFork(t, s, req)
+	// A second fork, of the fork, then the first fork is deleted.
+	req2 := cloneFork(req)
+	req2.ConversationId = "dst2"
+	require.NoError(t, s.Fork(ctx, req2))
+	require.NoError(t, s.DeleteConversation(ctx, "dst"))
+	requireFork(t, s, req2)
+	ids, _, err := s.FindConversations(ctx, "name", "copy", "", 0)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"dst2"}, ids)
+}
+
+func testForkReopen(t *testing.T, e env) {
+	h := e.open(t)
+	s := h.Store
+	req := forkSource(t, s, "src", "dst")
+	require.NoError(t, s.Fork(context.Background(), req))
+	s = h.Reopen(t)
+	requireFork(t, s, req)
+}
+
+// findAll reads every page of FindConversations with page size limit,
+// checking the paging rules on the way.
+func findAll(t testing.TB, s journal.Store, key, value string, limit int) []string {
+	t.Helper()
+	var out []string
+	cursor := ""
+	for pages := 0; pages < 1000; pages++ {
+		ids, next, err := s.FindConversations(context.Background(), key, value, cursor, limit)
+		require.NoError(t, err)
+		size := limit
+		if size == 0 {
+			size = 100
+		}
+		require.LessOrEqual(t, len(ids), size)
+		if next != "" {
+			require.Len(t, ids, size, "a page with a next cursor is full")
+			require.Equal(t, journal.FindCursor(ids[len(ids)-1]), next)
+		}
+		for _, id := range ids {
+			if len(out) > 0 {
+				require.Less(t, out[len(out)-1], id, "ids ascend across pages")
+			}
+			out = append(out, id)
+		}
+		if next == "" {
+			return out
+		}
+		cursor = next
+	}
+	t.Fatalf("FindConversations did not end")
+	return nil
+}
+
+func testFindFollowsMetadata(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := context.Background()
+	for _, id := range []string{"a", "b", "c"} {
+		appendEvents(t, s, id, userEv(1, "hi"))
+	}
+	require.NoError(t, s.PutMetadata(ctx, "a", map[string]string{"name": "x", "team": "t"}))
+	require.NoError(t, s.PutMetadata(ctx, "b", map[string]string{"name": "x"}))
+	require.NoError(t, s.PutMetadata(ctx, "c", map[string]string{"name": "y"}))
+	assert.Equal(t, []string{"a", "b"}, findAll(t, s, "name", "x", 0))
+	assert.Equal(t, []string{"c"}, findAll(t, s, "name", "y", 0))
+	assert.Equal(t, []string{"a"}, findAll(t, s, "team", "t", 0))
+	assert.Empty(t, findAll(t, s, "name", "z", 0))
+	assert.Empty(t, findAll(t, s, "name", "", 0), "an empty value finds nothing")
+	assert.Empty(t, findAll(t, s, "x", "name", 0), "keys and values are not mixed up")
+	// A changed value moves the conversation; a removed key takes it out.
+	require.NoError(t, s.PutMetadata(ctx, "a", map[string]string{"name": "y", "team": ""}))
+	assert.Equal(t, []string{"b"}, findAll(t, s, "name", "x", 0))
+	assert.Equal(t, []string{"a", "c"}, findAll(t, s, "name", "y", 0))
+	assert.Empty(t, findAll(t, s, "team", "t", 0))
+	// A delete takes it out.
+	require.NoError(t, s.DeleteConversation(ctx, "c"))
+	assert.Equal(t, []string{"a"}, findAll(t, s, "name", "y", 0))
+}
+
+func testFindPages(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := context.Background()
+	var want []string
+	for i := range 7 {
+		id := string(rune('a'+i)) + "-conv"
+		require.NoError(t, s.PutMetadata(ctx, id, map[string]string{"name": "same"}))
+		want = append(want, id)
+		require.NoError(t, s.PutMetadata(ctx, id+"-other", map[string]string{"name": "other"}))
+	}
+	for _, limit := range []int{0, 1, 2, 3, 7, 8} {
+		assert.Equal(t, want, findAll(t, s, "name", "same", limit), "limit %d", limit)
+	}
+	// A cursor need not be a listed id.
+	ids, _, err := s.FindConversations(ctx, "name", "same", "c", 2)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"c-conv", "d-conv"}, ids)
+}
+
+func testFindLongValue(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := context.Background()
+	long := strings.Repeat("v", 64<<10)
+	require.NoError(t, s.PutMetadata(ctx, "a", map[string]string{"note": long}))
+	require.NoError(t, s.PutMetadata(ctx, "b", map[string]string{"note": long + "w"}))
+	assert.Equal(t, []string{"a"}, findAll(t, s, "note", long, 0))
+}
+
+func testFindBadInput(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := context.Background()
+	_, _, err := s.FindConversations(ctx, "", "x", "", 0)
+	require.ErrorIs(t, err, journal.ErrInvalid)
+	_, _, err = s.FindConversations(ctx, "name", "x", "", -1)
+	require.ErrorIs(t, err, journal.ErrInvalid)
+	_, _, err = s.FindConversations(ctx, "name", "x", "\xff", 0)
+	require.ErrorIs(t, err, journal.ErrInvalid)
+	_, _, err = s.FindConversations(ctx, "name", "\xff", "", 0)
+	require.ErrorIs(t, err, journal.ErrInvalid)
+}
+
+func testFindReopen(t *testing.T, e env) {
+	h := e.open(t)
+	require.NoError(t, h.Store.PutMetadata(context.Background(), "a", map[string]string{"name": "x"}))
+	s := h.Reopen(t)
+	assert.Equal(t, []string{"a"}, findAll(t, s, "name", "x", 0))
+}
+
+// testForkCrash: a fork that returned is whole after a crash, with its
+// index entries; one refused before the crash left nothing.
+func testForkCrash(t *testing.T, e env) {
+	h := e.open(t)
+	s := h.Store
+	req := forkSource(t, s, "src", "dst")
+	require.NoError(t, s.Fork(context.Background(), req))
+	bad := cloneFork(req)
+	bad.ConversationId = "bad"
+	bad.Events = bad.Events[1:]
+	require.ErrorIs(t, s.Fork(context.Background(), bad), journal.ErrInvalid)
+	s = h.Crash(t, newRand(seed(t)))
+	requireFork(t, s, req)
+	assert.Equal(t, []string{"dst"}, findAll(t, s, "name", "copy", 0))
+	_, err := s.Conversation(context.Background(), "bad")
+	require.ErrorIs(t, err, journal.ErrNotFound)
+}

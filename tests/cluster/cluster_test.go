@@ -1,0 +1,352 @@
+// Package cluster_test runs Lazarus clusters of three lazarus-node processes
+// on 127.0.0.1 and one PostgreSQL server, and kills, pauses and restarts
+// nodes under load. The test binary itself runs no cluster code (the nodes
+// are separate processes, built without the race detector), so it runs
+// with -race like every other package.
+package cluster_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus/journal"
+)
+
+// load sends messages to convs through the live nodes until stopped, and
+// records every acknowledged send.
+type load struct {
+	c     *testCluster
+	convs []string
+	dead  sync.Map // *node -> true: not sent to
+	acked sync.Map // request id -> conversation
+	n     atomic.Int64
+	stop  chan struct{}
+	wg    sync.WaitGroup
+}
+
+func startLoad(c *testCluster, convs []string, workers int) *load {
+	l := &load{c: c, convs: convs, stop: make(chan struct{})}
+	for w := range workers {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				conv := convs[(w+i*workers)%len(convs)]
+				nd := c.nodes[(w+i)%len(c.nodes)]
+				if _, dead := l.dead.Load(nd); dead {
+					continue
+				}
+				text := "hello"
+				if i%3 == 1 {
+					text = "tool: x"
+				}
+				id := fmt.Sprintf("w%d-%d", w, i)
+				if _, err := nd.send(conv, text, id); err == nil {
+					l.acked.Store(id, conv)
+					l.n.Add(1)
+				}
+			}
+		}()
+	}
+	return l
+}
+
+func (l *load) finish() {
+	close(l.stop)
+	l.wg.Wait()
+}
+
+// checkAcked checks that every acknowledged send is in its conversation's
+// log, once, and that every log is gap-free and ends answered.
+func (l *load) checkAcked(t *testing.T, st journal.Store) {
+	t.Helper()
+	logs := map[string]map[string]bool{}
+	for _, conv := range l.convs {
+		ids := map[string]bool{}
+		for _, ev := range checkLog(t, st, conv) {
+			if ev.GetUserMsg() != nil {
+				ids[ev.GetRequestId()] = true
+			}
+		}
+		logs[conv] = ids
+	}
+	lost := 0
+	l.acked.Range(func(k, v any) bool {
+		if !logs[v.(string)][k.(string)] {
+			lost++
+		}
+		return true
+	})
+	require.Zero(t, lost, "acknowledged sends missing from the logs")
+}
+
+// waitAnswered waits until every conversation's log ends with an answer.
+func waitAnswered(t *testing.T, st journal.Store, convs []string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		for _, conv := range convs {
+			evs, err := st.Events(context.Background(), conv, journal.EventQuery{Limit: 1})
+			if err != nil || len(evs) == 0 || evs[0].GetAssistantMsg() == nil || len(evs[0].GetAssistantMsg().GetToolCalls()) > 0 {
+				return false
+			}
+		}
+		return true
+	}, 60*time.Second, 100*time.Millisecond, "conversations never finished their turns")
+}
+
+func convIDs(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s%d", prefix, i)
+	}
+	return out
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	s := slices.Clone(d)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[min(len(s)-1, int(float64(len(s))*p))]
+}
+
+// TestKillNodeUnderLoad kills one of three nodes with SIGKILL under load
+// (mid-turn: every model call takes 200ms): its conversations are served by
+// the survivors, no acknowledged send is lost, every log is gap-free, every
+// turn finishes, and every human call's deadline fires once.
+func TestKillNodeUnderLoad(t *testing.T) {
+	c := startCluster(t, 3, "--model-delay", "200ms", "--human-timeout", "4s")
+	st := c.store()
+	convs := convIDs("k", 24)
+	asks := convIDs("a", 6)
+	for i, conv := range asks {
+		_, err := c.nodes[i%3].send(conv, "ask: approve?", "ask-"+conv)
+		require.NoError(t, err)
+	}
+	l := startLoad(c, convs, 6)
+	require.Eventually(t, func() bool { return l.n.Load() >= 60 }, 60*time.Second, 20*time.Millisecond)
+
+	victim := c.nodes[0]
+	survivor := c.nodes[1]
+	var moved []string
+	for _, conv := range convs {
+		if survivor.owner(conv) == victim.addr {
+			moved = append(moved, conv)
+		}
+	}
+	require.NotEmpty(t, moved, "the victim owns no conversation")
+	l.dead.Store(victim, true)
+	killed := time.Now()
+	victim.kill()
+
+	// Failover: from the kill to the first send served for each of the
+	// victim's conversations, through a survivor.
+	lat := make([]time.Duration, len(moved))
+	var wg sync.WaitGroup
+	for i, conv := range moved {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nd := c.nodes[1+i%2]
+			for j := 0; time.Since(killed) < 30*time.Second; j++ {
+				if _, err := nd.send(conv, "after the kill", fmt.Sprintf("fo-%s-%d", conv, j)); err == nil {
+					l.acked.Store(fmt.Sprintf("fo-%s-%d", conv, j), conv)
+					lat[i] = time.Since(killed)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for i, d := range lat {
+		require.NotZero(t, d, "conversation %s never served after the kill", moved[i])
+	}
+	t.Logf("failover of %d conversations: p50 %v, p99 %v, max %v", len(lat), percentile(lat, 0.5), percentile(lat, 0.99), percentile(lat, 1))
+	require.Less(t, percentile(lat, 0.99), 2*time.Second, "failover p99")
+	c.waitMembers(c.nodes[1:]...)
+	before := l.n.Load()
+	require.Eventually(t, func() bool { return l.n.Load() >= before+30 }, 60*time.Second, 20*time.Millisecond)
+	l.finish()
+
+	waitAnswered(t, st, convs)
+	l.checkAcked(t, st)
+	// Every human call expired exactly once, and its turn went on.
+	waitAnswered(t, st, asks)
+	for _, conv := range asks {
+		results := 0
+		for _, ev := range checkLog(t, st, conv) {
+			if r := ev.GetToolResult(); r != nil {
+				results++
+			}
+		}
+		require.Equal(t, 1, results, "the approve call of %s was resolved %d times", conv, results)
+	}
+	calls, _, err := st.ListPendingToolCalls(context.Background(), "", 100)
+	require.NoError(t, err)
+	require.Empty(t, calls, "calls still pending")
+}
+
+// TestPausedNodeIsFenced pauses a node (SIGSTOP) until the others drop it,
+// moves its conversations with new sends, then resumes it (SIGCONT): its
+// stale activations write nothing that lands, nothing is duplicated or lost.
+func TestPausedNodeIsFenced(t *testing.T) {
+	c := startCluster(t, 3, "--model-delay", "100ms")
+	st := c.store()
+	convs := convIDs("p", 12)
+	l := startLoad(c, convs, 4)
+	require.Eventually(t, func() bool { return l.n.Load() >= 40 }, 60*time.Second, 20*time.Millisecond)
+	paused := c.nodes[2]
+	l.dead.Store(paused, true)
+	paused.signal(syscall.SIGSTOP)
+	c.waitMembers(c.nodes[:2]...)
+	before := l.n.Load()
+	require.Eventually(t, func() bool { return l.n.Load() >= before+40 }, 60*time.Second, 20*time.Millisecond)
+	// Resumed, it still believes it owns its conversations (the others
+	// have blocked its member id for good: protoactor never readmits it)
+	// and serves sends with its stale activations, which the Store fences.
+	paused.signal(syscall.SIGCONT)
+	l.dead.Delete(paused)
+	before = l.n.Load()
+	require.Eventually(t, func() bool { return l.n.Load() >= before+40 }, 60*time.Second, 20*time.Millisecond)
+	// A restart under a new member id rejoins.
+	l.dead.Store(paused, true)
+	paused.stop()
+	paused.start()
+	c.waitMembers(c.nodes...)
+	l.dead.Delete(paused)
+	before = l.n.Load()
+	require.Eventually(t, func() bool { return l.n.Load() >= before+40 }, 60*time.Second, 20*time.Millisecond)
+	l.finish()
+	waitAnswered(t, st, convs)
+	l.checkAcked(t, st)
+}
+
+// TestRollingRestart restarts each node in turn (SIGTERM, then a new
+// process on the same ports) under load: nothing acknowledged is lost.
+func TestRollingRestart(t *testing.T) {
+	c := startCluster(t, 3, "--model-delay", "50ms")
+	st := c.store()
+	convs := convIDs("r", 12)
+	l := startLoad(c, convs, 4)
+	for _, nd := range c.nodes {
+		before := l.n.Load()
+		require.Eventually(t, func() bool { return l.n.Load() >= before+20 }, 60*time.Second, 20*time.Millisecond)
+		l.dead.Store(nd, true)
+		nd.stop()
+		nd.start()
+		c.waitMembers(c.nodes...)
+		l.dead.Delete(nd)
+	}
+	before := l.n.Load()
+	require.Eventually(t, func() bool { return l.n.Load() >= before+20 }, 60*time.Second, 20*time.Millisecond)
+	l.finish()
+	waitAnswered(t, st, convs)
+	l.checkAcked(t, st)
+}
+
+// TestSubscribeAcrossOwnerDeath follows a conversation from a node that
+// does not own it, kills its owner with SIGKILL, and goes on: the stream
+// delivers every event, in seq order, once.
+func TestSubscribeAcrossOwnerDeath(t *testing.T) {
+	c := startCluster(t, 3, "--model-delay", "50ms")
+	st := c.store()
+	watcher, owner, sender := c.nodes[0], c.nodes[1], c.nodes[2]
+	conv := ""
+	for i := 0; conv == ""; i++ {
+		if id := fmt.Sprintf("s%d", i); watcher.owner(id) == owner.addr {
+			conv = id
+		}
+	}
+	seqs := watcher.stream(t, conv)
+	for i := range 5 {
+		_, err := sender.send(conv, "hello", fmt.Sprintf("before-%d", i))
+		require.NoError(t, err)
+	}
+	owner.kill()
+	killed := time.Now()
+	for i := range 5 {
+		require.Eventually(t, func() bool {
+			_, err := sender.send(conv, "hello", fmt.Sprintf("after-%d", i))
+			return err == nil
+		}, 30*time.Second, 10*time.Millisecond)
+	}
+	t.Logf("sends served %v after the kill", time.Since(killed))
+	waitAnswered(t, st, []string{conv})
+	last, err := st.LastSeq(context.Background(), conv)
+	require.NoError(t, err)
+	var got []uint64
+	require.Eventually(t, func() bool {
+		for {
+			select {
+			case s, ok := <-seqs:
+				if !ok {
+					return false
+				}
+				got = append(got, s)
+				continue
+			default:
+			}
+			return uint64(len(got)) >= last
+		}
+	}, 30*time.Second, 10*time.Millisecond, "the stream stopped at %v of %d", got, last)
+	t.Logf("stream complete %v after the kill", time.Since(killed))
+	for i, s := range got {
+		require.Equal(t, uint64(i+1), s, "stream out of order or duplicated: %v", got)
+	}
+}
+
+// TestCallsThroughAnotherMember runs the Runtime's calls on a member that
+// does not own the conversation: SendAndWait to a suspension, Resolve of
+// its human call, SendAndWait to an answer, Kill of the owner's activation.
+func TestCallsThroughAnotherMember(t *testing.T) {
+	c := startCluster(t, 3, "--model-delay", "10ms", "--human-timeout", "1h")
+	st := c.store()
+	entry, owner := c.nodes[0], c.nodes[1]
+	conv := ""
+	for i := 0; conv == ""; i++ {
+		if id := fmt.Sprintf("x%d", i); entry.owner(id) == owner.addr {
+			conv = id
+		}
+	}
+	type end struct {
+		Outcome string
+		Text    string
+		Pending []string
+	}
+	var e end
+	require.NoError(t, entry.post("/sendwait", map[string]string{"conv": conv, "text": "ask: may I?"}, &e))
+	require.Equal(t, "suspended", e.Outcome)
+	require.Len(t, e.Pending, 1)
+	require.NoError(t, entry.post("/resolve", map[string]string{"tool_call_id": e.Pending[0], "result": `"yes"`}, nil))
+	err := entry.post("/resolve", map[string]string{"tool_call_id": e.Pending[0], "result": `"again"`}, nil)
+	require.ErrorContains(t, err, "not pending")
+	waitAnswered(t, st, []string{conv})
+	require.NoError(t, entry.post("/sendwait", map[string]string{"conv": conv, "text": "thanks"}, &e))
+	require.Equal(t, "answered", e.Outcome)
+	require.Equal(t, "echo: thanks", e.Text)
+	var k struct{ Killed bool }
+	require.NoError(t, entry.post("/kill?conv="+conv, nil, &k))
+	require.True(t, k.Killed, "the owner's activation was live")
+	require.NoError(t, entry.post("/kill?conv="+conv, nil, &k))
+	require.False(t, k.Killed, "killed twice")
+	evs := checkLog(t, st, conv)
+	results := 0
+	for _, ev := range evs {
+		if ev.GetToolResult() != nil {
+			results++
+		}
+	}
+	require.Equal(t, 1, results)
+}

@@ -1,0 +1,303 @@
+package cluster_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/journal/pgjournal"
+	"github.com/lazarusrt/lazarus/journal/pgjournal/pgtest"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// nodeBin is the lazarus-node binary, built once per test binary.
+var (
+	buildOnce sync.Once
+	nodeBin   string
+	buildErr  error
+)
+
+func buildNode(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "lazarus-node-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		nodeBin = filepath.Join(dir, "lazarus-node")
+		args := []string{"build", "-o", nodeBin}
+		if os.Getenv("LAZARUS_NODE_RACE") != "" {
+			// The nodes with the race detector: it reports the races of
+			// protoactor's cluster code (see ARCHITECTURE.md).
+			args = append(args, "-race")
+		}
+		out, err := exec.Command("go", append(args, "github.com/lazarusrt/lazarus/cmd/lazarus-node")...).CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
+		}
+	})
+	require.NoError(t, buildErr)
+	return nodeBin
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// node is one lazarus-node process.
+type node struct {
+	t      *testing.T
+	args   []string
+	addr   string // remote address
+	api    string // control API base URL
+	cmd    *exec.Cmd
+	stderr *bytes.Buffer
+}
+
+type testCluster struct {
+	t     *testing.T
+	dsn   string
+	nodes []*node
+}
+
+// startCluster starts n nodes on one fresh database and waits until each
+// sees all of them.
+func startCluster(t *testing.T, n int, extra ...string) *testCluster {
+	t.Helper()
+	bin := buildNode(t)
+	c := &testCluster{t: t, dsn: pgtest.NewDatabase(t)}
+	var seeds []string
+	type ports struct{ remote, am, api int }
+	ps := make([]ports, n)
+	for i := range ps {
+		ps[i] = ports{freePort(t), freePort(t), freePort(t)}
+		seeds = append(seeds, fmt.Sprintf("127.0.0.1:%d", ps[i].am))
+	}
+	for _, p := range ps {
+		nd := &node{t: t, addr: fmt.Sprintf("127.0.0.1:%d", p.remote), api: fmt.Sprintf("http://127.0.0.1:%d", p.api)}
+		nd.args = append([]string{"--postgres", c.dsn, "--port", fmt.Sprint(p.remote), "--automanaged-port", fmt.Sprint(p.am),
+			"--seeds", strings.Join(seeds, ","), "--http", fmt.Sprintf("127.0.0.1:%d", p.api)}, extra...)
+		_ = bin
+		nd.start()
+		c.nodes = append(c.nodes, nd)
+	}
+	t.Cleanup(func() {
+		for _, nd := range c.nodes {
+			nd.kill()
+		}
+	})
+	c.waitMembers(c.nodes...)
+	return c
+}
+
+func (nd *node) start() {
+	nd.stderr = &bytes.Buffer{}
+	nd.cmd = exec.Command(nodeBin, nd.args...)
+	nd.cmd.Stderr = nd.stderr
+	nd.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	require.NoError(nd.t, nd.cmd.Start())
+}
+
+func (nd *node) kill() {
+	if nd.cmd != nil && nd.cmd.Process != nil {
+		_ = nd.cmd.Process.Signal(syscall.SIGCONT)
+		_ = nd.cmd.Process.Kill()
+		_ = nd.cmd.Wait()
+		nd.cmd = nil
+		nd.reportRaces()
+	}
+}
+
+// reportRaces logs the race reports of a node built with LAZARUS_NODE_RACE.
+func (nd *node) reportRaces() {
+	if s := nd.stderr.String(); strings.Contains(s, "DATA RACE") {
+		nd.t.Logf("node %s: race detector reports:\n%s", nd.addr, s)
+	}
+}
+
+func (nd *node) signal(s syscall.Signal) { require.NoError(nd.t, nd.cmd.Process.Signal(s)) }
+
+// stop ends the node with SIGTERM (a graceful leave) and waits for it.
+func (nd *node) stop() {
+	nd.signal(syscall.SIGTERM)
+	_ = nd.cmd.Wait()
+	nd.cmd = nil
+	nd.reportRaces()
+}
+
+// waitMembers waits until every node of want sees exactly the members want.
+func (c *testCluster) waitMembers(want ...*node) {
+	c.t.Helper()
+	var addrs []string
+	for _, nd := range want {
+		addrs = append(addrs, nd.addr)
+	}
+	require.Eventually(c.t, func() bool {
+		for _, nd := range want {
+			var m struct{ Members []string }
+			if nd.get("/members", &m) != nil || strings.Join(m.Members, ",") != strings.Join(sorted(addrs), ",") {
+				return false
+			}
+		}
+		return true
+	}, 60*time.Second, 50*time.Millisecond, "members never converged")
+}
+
+func sorted(s []string) []string {
+	out := append([]string(nil), s...)
+	for i := range out {
+		for j := i + 1; j < len(out); j++ {
+			if out[j] < out[i] {
+				out[i], out[j] = out[j], out[i]
+			}
+		}
+	}
+	return out
+}
+
+var httpClient = &http.Client{Timeout: 15 * time.Second}
+
+func (nd *node) get(path string, out any) error {
+	res, err := httpClient.Get(nd.api + path)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	return json.NewDecoder(res.Body).Decode(out)
+}
+
+type sendResult struct {
+	Seq   uint64
+	Node  string
+	Owner string
+	Error string
+}
+
+func (nd *node) send(conv, text, requestID string) (sendResult, error) {
+	body, _ := json.Marshal(map[string]string{"conv": conv, "text": text, "request_id": requestID})
+	res, err := httpClient.Post(nd.api+"/send", "application/json", bytes.NewReader(body))
+	if err != nil {
+		return sendResult{}, err
+	}
+	defer res.Body.Close()
+	var out sendResult
+	if err := json.NewDecoder(res.Body).Decode(&out); err != nil {
+		return out, err
+	}
+	if out.Error != "" {
+		return out, fmt.Errorf("%s", out.Error)
+	}
+	return out, nil
+}
+
+func (nd *node) owner(conv string) string {
+	var o struct{ Owner string }
+	require.NoError(nd.t, nd.get("/owner?conv="+conv, &o))
+	return o.Owner
+}
+
+// store opens the shared journal for the checks.
+func (c *testCluster) store() journal.Store {
+	st, err := pgjournal.Open(context.Background(), c.dsn, pgjournal.Options{})
+	require.NoError(c.t, err)
+	c.t.Cleanup(func() { _ = st.Close() })
+	return st
+}
+
+// checkLog checks a conversation's log: seqs 1..n without a gap, and every
+// user message's request id at most once.
+func checkLog(t *testing.T, st journal.Store, conv string) []*messages.Event {
+	t.Helper()
+	evs, err := st.Events(context.Background(), conv, journal.EventQuery{})
+	require.NoError(t, err)
+	seen := map[string]bool{}
+	results := map[string]bool{}
+	for i, ev := range evs {
+		require.Equal(t, uint64(i+1), ev.GetSeq(), "gap in the log of %s", conv)
+		if ev.GetUserMsg() != nil {
+			require.False(t, seen[ev.GetRequestId()], "request %s twice in %s", ev.GetRequestId(), conv)
+			seen[ev.GetRequestId()] = true
+		}
+		if r := ev.GetToolResult(); r != nil {
+			id := r.GetToolCallId()
+			require.False(t, results[id], "two results for call %s in %s", id, conv)
+			results[id] = true
+			if r.GetName() == "stamp" {
+				// The server tool answers with the id it was dispatched
+				// under: a re-dispatch after a kill used the original id.
+				require.Equal(t, strconv.Quote(id), r.GetOutcome().GetContent(), "call %s of %s", id, conv)
+			}
+		}
+	}
+	return evs
+}
+
+// stream follows a conversation through the node's /stream and returns the
+// seqs it delivers.
+func (nd *node) stream(t *testing.T, conv string) <-chan uint64 {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, nd.api+"/stream?conv="+conv, nil)
+	require.NoError(t, err)
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	out := make(chan uint64, 1024)
+	go func() {
+		defer close(out)
+		defer res.Body.Close()
+		dec := json.NewDecoder(res.Body)
+		for {
+			var line struct{ Seq uint64 }
+			if dec.Decode(&line) != nil {
+				return
+			}
+			out <- line.Seq
+		}
+	}()
+	return out
+}
+
+// post calls a control endpoint with a JSON body and decodes the answer.
+func (nd *node) post(path string, in, out any) error {
+	body, _ := json.Marshal(in)
+	res, err := httpClient.Post(nd.api+path, "application/json", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	var raw json.RawMessage
+	if err := json.NewDecoder(res.Body).Decode(&raw); err != nil {
+		return err
+	}
+	var e struct{ Error string }
+	if json.Unmarshal(raw, &e) == nil && e.Error != "" {
+		return fmt.Errorf("%s", e.Error)
+	}
+	if out != nil {
+		return json.Unmarshal(raw, out)
+	}
+	return nil
+}

@@ -1,0 +1,375 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/agent/scripted"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// fileArgs are the arguments of the write_file tool.
+type fileArgs struct {
+	Path    string `json:"path"`
+	Content string `json:"content"`
+	Delete  bool   `json:"delete"`
+	// Repeat makes the tool write Content this many times over.
+	Repeat int `json:"repeat"`
+}
+
+// pathErr is what Before returned for a path.
+type pathErr struct {
+	path string
+	err  error
+}
+
+// writeFileTool changes files under root, recording each through the
+// call's checkpointer first. What Before returns goes to errs (if set); an
+// error fails the call.
+func writeFileTool(root string, errs chan<- pathErr) agent.Tool {
+	return agent.Tool{
+		Name: "write_file", Description: "write or delete a file", Executor: messages.Executor_EXECUTOR_SERVER,
+		Run: func(ctx context.Context, inv agent.Invocation) (string, error) {
+			var a fileArgs
+			if err := json.Unmarshal([]byte(inv.Arguments), &a); err != nil {
+				return "", err
+			}
+			err := inv.CheckpointFile(ctx, a.Path)
+			if errs != nil {
+				errs <- pathErr{a.Path, err}
+			}
+			if err != nil {
+				return "", err
+			}
+			p := a.Path
+			if !filepath.IsAbs(p) {
+				p = filepath.Join(root, p)
+			}
+			if a.Delete {
+				return `{"deleted":true}`, os.Remove(p)
+			}
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				return "", err
+			}
+			content := []byte(a.Content)
+			if a.Repeat > 0 {
+				content = bytes.Repeat(content, a.Repeat)
+			}
+			return `{"written":true}`, os.WriteFile(p, content, 0o644)
+		},
+	}
+}
+
+func writeCall(args fileArgs) *messages.ToolCall {
+	b, _ := json.Marshal(args)
+	return scripted.Call("write_file", string(b))
+}
+
+// filesHarness is a harness whose Runtime keeps file checkpoints under a
+// fresh root.
+func filesHarness(t *testing.T, store journal.Store, errs chan<- pathErr, mod func(*lazarus.Options)) (*harness, string) {
+	root := t.TempDir()
+	h := newHarness(t, store, func(o *lazarus.Options) {
+		o.Tools = append(o.Tools, writeFileTool(root, errs))
+		o.Files = lazarus.FilesOptions{Root: root}
+		if mod != nil {
+			mod(o)
+		}
+	})
+	return h, root
+}
+
+func readFile(t *testing.T, root, rel string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, rel))
+	if os.IsNotExist(err) {
+		return "<absent>"
+	}
+	require.NoError(t, err)
+	return string(b)
+}
+
+// toolCallSeqs returns the seqs of the conversation's tool_call events.
+func (h *harness) toolCallSeqs(conv string) []uint64 {
+	var out []uint64
+	for _, ev := range h.history(conv) {
+		if ev.GetToolCall() != nil {
+			out = append(out, ev.GetSeq())
+		}
+	}
+	return out
+}
+
+// TestFileRewindOnEveryStore: server tools change files through their
+// checkpointer; a rewind with Files puts every file back to its state at
+// the target (restored, created again, deleted) and says so, on every
+// adapter; a second rewind further back goes further back.
+func TestFileRewindOnEveryStore(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		h, root := filesHarness(t, openStore(t, kind), nil, nil)
+		ctx := ctxT(t)
+		require.NoError(t, os.WriteFile(filepath.Join(root, "a.txt"), []byte("v1"), 0o600))
+		require.NoError(t, os.WriteFile(filepath.Join(root, "c.txt"), []byte("keep"), 0o644))
+
+		h.model.Push("f",
+			scripted.Reply("first edit", writeCall(fileArgs{Path: "a.txt", Content: "v2"}), writeCall(fileArgs{Path: "sub/b.txt", Content: "new"})),
+			scripted.Text("first done"),
+			// Calls of one answer run at once: each changes its own file.
+			scripted.Reply("second edit", writeCall(fileArgs{Path: "a.txt", Content: "v3"}), writeCall(fileArgs{Path: filepath.Join(root, "c.txt"), Delete: true})),
+			scripted.Reply("third edit", writeCall(fileArgs{Path: "a.txt", Content: "v4"})),
+			scripted.Text("second done"))
+		_, err := h.rt.Send(ctx, "f", "edit the files", user)
+		require.NoError(t, err)
+		first := h.awaitEvent("f", 0, isAssistantText("first done")).GetSeq()
+		_, err = h.rt.Send(ctx, "f", "edit them again", user)
+		require.NoError(t, err)
+		h.awaitEvent("f", first, isAssistantText("second done"))
+		require.Equal(t, "v4", readFile(t, root, "a.txt"))
+		require.Equal(t, "new", readFile(t, root, "sub/b.txt"))
+		require.Equal(t, "<absent>", readFile(t, root, "c.txt"))
+
+		calls := h.toolCallSeqs("f")
+		require.Len(t, calls, 5)
+		// Back to the end of the first turn: the second turn's changes go.
+		rep, err := h.rt.RewindWithReport(ctx, "f", first, lazarus.RewindOptions{Files: true}, user)
+		require.NoError(t, err)
+		assert.Equal(t, []lazarus.FileRestore{
+			{Path: "a.txt", Action: lazarus.FileRestored, Seq: calls[2], Size: 2},
+			{Path: "c.txt", Action: lazarus.FileCreated, Seq: calls[3], Size: 4},
+		}, rep.Files)
+		assert.Equal(t, "v2", readFile(t, root, "a.txt"), "the content before the first change after the target")
+		assert.Equal(t, "keep", readFile(t, root, "c.txt"))
+		info, err := os.Stat(filepath.Join(root, "c.txt"))
+		require.NoError(t, err)
+		assert.Equal(t, os.FileMode(0o644), info.Mode().Perm(), "the mode comes back")
+
+		// Back to the first message: every change goes.
+		rep, err = h.rt.RewindWithReport(ctx, "f", 1, lazarus.RewindOptions{Files: true}, user)
+		require.NoError(t, err)
+		assert.Equal(t, []lazarus.FileRestore{
+			{Path: "a.txt", Action: lazarus.FileRestored, Seq: calls[0], Size: 2},
+			{Path: "c.txt", Action: lazarus.FileRestored, Seq: calls[3], Size: 4},
+			{Path: "sub/b.txt", Action: lazarus.FileDeleted, Seq: calls[1]},
+		}, rep.Files)
+		assert.Equal(t, "v1", readFile(t, root, "a.txt"))
+		assert.Equal(t, "<absent>", readFile(t, root, "sub/b.txt"))
+		info, err = os.Stat(filepath.Join(root, "a.txt"))
+		require.NoError(t, err)
+		assert.Equal(t, os.FileMode(0o600), info.Mode().Perm())
+
+		// A rewind without Files leaves the files alone.
+		require.NoError(t, os.WriteFile(filepath.Join(root, "a.txt"), []byte("by hand"), 0o600))
+		require.NoError(t, h.rt.Rewind(ctx, "f", 1, lazarus.RewindOptions{}, user))
+		assert.Equal(t, "by hand", readFile(t, root, "a.txt"))
+		entries, err := os.ReadDir(root)
+		require.NoError(t, err)
+		for _, e := range entries {
+			assert.NotContains(t, e.Name(), ".lazarus-restore", "no temporary file is left")
+		}
+	})
+}
+
+// TestFileCheckpointLargeFileStreamed: a file of several chunks is kept in
+// chunks (never as one record) and comes back whole.
+func TestFileCheckpointLargeFileStreamed(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		h, root := filesHarness(t, openStore(t, kind), nil, nil)
+		ctx := ctxT(t)
+		big := bytes.Repeat([]byte("0123456789abcdef"), (3*journal.FileChunkBytes+100)/16)
+		require.NoError(t, os.WriteFile(filepath.Join(root, "big.bin"), big, 0o644))
+		h.model.Push("big", scripted.Reply("", writeCall(fileArgs{Path: "big.bin", Content: "small now"})), scripted.Text("done"))
+		_, err := h.rt.Send(ctx, "big", "shrink it", user)
+		require.NoError(t, err)
+		h.awaitEvent("big", 0, isAssistantText("done"))
+
+		fc := h.rt.Store().(journal.FileCheckpoints)
+		cps, err := fc.FileCheckpoints(ctx, "big", 0)
+		require.NoError(t, err)
+		require.Len(t, cps, 1)
+		sum := sha256.Sum256(big)
+		require.Equal(t, hex.EncodeToString(sum[:]), cps[0].GetSha256())
+		blob, err := fc.FileBlob(ctx, cps[0].GetSha256())
+		require.NoError(t, err)
+		require.Equal(t, int64(len(big)), blob.GetSize())
+		require.Equal(t, uint32(4), blob.GetChunks(), "kept in chunks of journal.FileChunkBytes")
+
+		rep, err := h.rt.RewindWithReport(ctx, "big", 1, lazarus.RewindOptions{Files: true}, user)
+		require.NoError(t, err)
+		require.Len(t, rep.Files, 1)
+		got, err := os.ReadFile(filepath.Join(root, "big.bin"))
+		require.NoError(t, err)
+		require.True(t, bytes.Equal(big, got), "restored whole")
+	})
+}
+
+// TestFileBlobsSweptWithTheirConversation: deleting a conversation lets
+// the sweeper take its blobs, while a blob another conversation also
+// names stays.
+func TestFileBlobsSweptWithTheirConversation(t *testing.T) {
+	h, root := filesHarness(t, openStore(t, "pebble"), nil, func(o *lazarus.Options) {
+		o.Files.BlobTTL = time.Nanosecond
+	})
+	ctx := ctxT(t)
+	require.NoError(t, os.WriteFile(filepath.Join(root, "shared.txt"), []byte("same"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(root, "own.txt"), []byte("mine"), 0o644))
+	h.model.Push("x", scripted.Reply("", writeCall(fileArgs{Path: "shared.txt", Content: "x"}), writeCall(fileArgs{Path: "own.txt", Content: "x"})), scripted.Text("done"))
+	_, err := h.rt.Send(ctx, "x", "go", user)
+	require.NoError(t, err)
+	h.awaitEvent("x", 0, isAssistantText("done"))
+	require.NoError(t, os.WriteFile(filepath.Join(root, "shared.txt"), []byte("same"), 0o644))
+	h.model.Push("y", scripted.Reply("", writeCall(fileArgs{Path: "shared.txt", Content: "y"})), scripted.Text("done"))
+	_, err = h.rt.Send(ctx, "y", "go", user)
+	require.NoError(t, err)
+	h.awaitEvent("y", 0, isAssistantText("done"))
+
+	fc := h.rt.Store().(journal.FileCheckpoints)
+	sumOf := func(s string) string { b := sha256.Sum256([]byte(s)); return hex.EncodeToString(b[:]) }
+	n, err := h.rt.SweepFileBlobs(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n, "every blob is referenced")
+	require.NoError(t, h.rt.Delete(ctx, "x"))
+	n, err = h.rt.SweepFileBlobs(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	_, err = fc.FileBlob(ctx, sumOf("mine"))
+	require.ErrorIs(t, err, journal.ErrNotFound)
+	_, err = fc.FileBlob(ctx, sumOf("same"))
+	require.NoError(t, err, "y still names it")
+}
+
+// TestFileCheckpointBadInput: paths that leave the root, files too large,
+// directories, and a runtime without a root, each with its sentinel.
+func TestFileCheckpointBadInput(t *testing.T) {
+	errs := make(chan pathErr, 16)
+	outside := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(outside, "secret"), []byte("s"), 0o644))
+	h, root := filesHarness(t, openStore(t, "memory"), errs, func(o *lazarus.Options) {
+		o.Files.MaxFileBytes = 8
+	})
+	ctx := ctxT(t)
+	require.NoError(t, os.Symlink(outside, filepath.Join(root, "link")))
+	require.NoError(t, os.WriteFile(filepath.Join(root, "big"), []byte("123456789"), 0o644))
+	require.NoError(t, os.Mkdir(filepath.Join(root, "dir"), 0o755))
+	want := map[string]error{
+		"../escape":                      agent.ErrOutsideRoot,
+		filepath.Join(outside, "secret"): agent.ErrOutsideRoot,
+		"link/secret":                    agent.ErrOutsideRoot,
+		"link/new":                       agent.ErrOutsideRoot,
+		"big":                            journal.ErrTooLarge,
+		"dir":                            journal.ErrInvalid,
+		"":                               journal.ErrInvalid,
+	}
+	var calls []*messages.ToolCall
+	for p := range want {
+		calls = append(calls, writeCall(fileArgs{Path: p, Content: "x"}))
+	}
+	h.model.Push("bad", scripted.Reply("", calls...), scripted.Text("done"))
+	_, err := h.rt.Send(ctx, "bad", "try", user)
+	require.NoError(t, err)
+	h.awaitEvent("bad", 0, isAssistantText("done"))
+	for range want {
+		select {
+		case pe := <-errs:
+			require.ErrorIs(t, pe.err, want[pe.path], "Before(%q)", pe.path)
+		case <-ctx.Done():
+			t.Fatal("a call did not run")
+		}
+	}
+	assert.Equal(t, "s", readFile(t, outside, "secret"), "nothing outside the root was touched")
+	cps, err := h.rt.Store().(journal.FileCheckpoints).FileCheckpoints(ctx, "bad", 0)
+	require.NoError(t, err)
+	assert.Empty(t, cps, "no refused path was recorded")
+
+	// Without a root: tools get no checkpointer, rewinds and sweeps refuse.
+	plain := newHarness(t, openStore(t, "memory"), func(o *lazarus.Options) {
+		o.Tools = append(o.Tools, writeFileTool(t.TempDir(), errs))
+	})
+	plain.model.Push("p", scripted.Reply("", writeCall(fileArgs{Path: "a", Content: "x"})), scripted.Text("done"))
+	_, err = plain.rt.Send(ctx, "p", "try", user)
+	require.NoError(t, err)
+	require.ErrorIs(t, (<-errs).err, agent.ErrNoCheckpoints)
+	plain.awaitEvent("p", 0, isAssistantText("done"))
+	_, err = plain.rt.RewindWithReport(ctx, "p", 1, lazarus.RewindOptions{Files: true}, user)
+	require.ErrorIs(t, err, agent.ErrNoCheckpoints)
+	assert.Len(t, plain.history("p"), 5, "the refused rewind wrote nothing")
+	_, err = plain.rt.SweepFileBlobs(ctx)
+	require.ErrorIs(t, err, agent.ErrNoCheckpoints)
+
+	// Options refused by Open.
+	for name, fo := range map[string]lazarus.FilesOptions{
+		"missing root":  {Root: filepath.Join(root, "missing")},
+		"negative max":  {Root: root, MaxFileBytes: -1},
+		"max too large": {Root: root, MaxFileBytes: journal.MaxFileBlobBytes + 1},
+	} {
+		_, err := lazarus.Open(lazarus.Options{Model: scripted.New(scripted.Options{}), Files: fo})
+		require.ErrorIs(t, err, journal.ErrInvalid, name)
+	}
+}
+
+// TestFileRewindAfterParallelCalls: the server calls of one answer run at
+// once, so a later call may change a file before an earlier one records
+// it. The rewind uses the record made first, which read the file before
+// any change: here the later call (seq 4) records and writes first, then
+// the earlier one (seq 3) records the later one's content and writes.
+func TestFileRewindAfterParallelCalls(t *testing.T) {
+	root := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(root, "f.txt"), []byte("original"), 0o644))
+	secondWrote := make(chan struct{})
+	order := agent.Tool{
+		Name: "ordered_write", Description: "write f.txt in a set order", Executor: messages.Executor_EXECUTOR_SERVER,
+		Run: func(ctx context.Context, inv agent.Invocation) (string, error) {
+			var a struct{ Role string }
+			if err := json.Unmarshal([]byte(inv.Arguments), &a); err != nil {
+				return "", err
+			}
+			if a.Role == "first" {
+				select {
+				case <-secondWrote:
+				case <-ctx.Done():
+					return "", ctx.Err()
+				}
+			}
+			if err := inv.CheckpointFile(ctx, "f.txt"); err != nil {
+				return "", err
+			}
+			if err := os.WriteFile(filepath.Join(root, "f.txt"), []byte("by "+a.Role), 0o644); err != nil {
+				return "", err
+			}
+			if a.Role == "second" {
+				close(secondWrote)
+			}
+			return `{}`, nil
+		},
+	}
+	h := newHarness(t, openStore(t, "memory"), func(o *lazarus.Options) {
+		o.Tools = append(o.Tools, order)
+		o.Files = lazarus.FilesOptions{Root: root}
+	})
+	ctx := ctxT(t)
+	h.model.Push("p", scripted.Reply("", scripted.Call("ordered_write", `{"role":"first"}`), scripted.Call("ordered_write", `{"role":"second"}`)), scripted.Text("done"))
+	_, err := h.rt.Send(ctx, "p", "go", user)
+	require.NoError(t, err)
+	h.awaitEvent("p", 0, isAssistantText("done"))
+	require.Equal(t, "by first", readFile(t, root, "f.txt"))
+	calls := h.toolCallSeqs("p")
+	require.Len(t, calls, 2)
+
+	rep, err := h.rt.RewindWithReport(ctx, "p", 1, lazarus.RewindOptions{Files: true}, user)
+	require.NoError(t, err)
+	require.Equal(t, []lazarus.FileRestore{{Path: "f.txt", Action: lazarus.FileRestored, Seq: calls[1], Size: 8}}, rep.Files,
+		"the second call's record, made first")
+	require.Equal(t, "original", readFile(t, root, "f.txt"))
+}
