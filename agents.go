@@ -45,9 +45,12 @@ const DefaultAgentName = actors.DefaultAgentName
 // are written in one atomic write, as any server call's result, so a kill
 // in the middle is finished, once, by the next activation.
 //
-// A conversation whose events after its latest summary include another
-// agent's than the default agent's, or shared ones, is not summarized (a
-// summary would mix the views). An agent removed from Options.Agents keeps its
+// Summaries are per agent (Options.Summarizer, Options.Summary): each
+// summary record holds the default agent's summary and, at the same seq,
+// one per named agent (messages.Summary.agents), each written from that
+// agent's visible events only; an agent's model starts from its own. A
+// Runtime without named agents does not summarize a span holding named
+// agents' or shared events. An agent removed from Options.Agents keeps its
 // events in the log and private: they owe no turn, and no other agent sees
 // them.
 type Agent struct {

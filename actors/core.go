@@ -722,7 +722,7 @@ func (c *core) startModel() {
 	c.turn++
 	c.modelBusy = true
 	c.state = messages.AgentState_AGENT_STATE_STREAMING
-	turn := agent.Turn{ConversationID: c.cfg.ID, Summary: c.ws.Summary, Context: c.ws.Render(), Settings: c.settings}
+	turn := agent.Turn{ConversationID: c.cfg.ID, Summary: c.ws.SummaryFor(""), Context: c.ws.Render(), Settings: c.settings}
 	if c.cfg.Tools != nil {
 		if c.specs == nil {
 			// One copy per activation: a Model must not modify its Turn
@@ -948,10 +948,10 @@ func (c *core) publish(u Update) {
 }
 
 func (c *core) maybeSummarize() {
-	if !c.cfg.Summarize || c.summarizing || !c.cfg.Policy.Due(c.ws) || c.ws.HoldsAgents() {
+	if !c.cfg.Summarize || c.summarizing || !c.cfg.Policy.Due(c.ws) || (!c.agentsOn() && c.ws.HoldsAgents()) {
 		return
 	}
-	plan, ok := c.ws.Plan(c.cfg.Policy.KeepRecent)
+	plan, ok := c.planSummary()
 	if !ok {
 		return
 	}

@@ -63,10 +63,9 @@ func (c *core) agentOwed() bool {
 	return found
 }
 
-// agentTurn fills in turn for the agent that has it (turnAgent): the
-// events it sees, its settings over the conversation's, its tools, and its
-// name. The summary is the default agent's alone: the core summarizes no
-// span that holds another agent's events (see snapshot.HoldsAgents).
+// agentTurn fills in turn for the agent that has it (turnAgent): its
+// summary and the events after it it sees, its settings over the
+// conversation's, its tools, and its name.
 func (c *core) agentTurn(turn *agent.Turn) {
 	name := c.turnAgent
 	turn.Agent = name
@@ -74,7 +73,7 @@ func (c *core) agentTurn(turn *agent.Turn) {
 	if name == "" {
 		return
 	}
-	turn.Summary = nil
+	turn.Summary = c.ws.SummaryFor(name)
 	cfg := c.cfg.Agents[name]
 	turn.Settings = cfg.Settings.Over(c.settings)
 	if c.agentSpecs == nil {
@@ -103,6 +102,26 @@ func (c *core) agentToolProblem(name string) string {
 		return ""
 	}
 	return "unknown tool \"" + name + "\": agent " + c.turnAgent + " has no such tool"
+}
+
+// planSummary plans the next summary: without named agents the working
+// set's Plan (the default agent's view, which is every event); with them
+// one summary per agent at the same seq, each of that agent's view alone
+// (snapshot.PlanAgents), so every agent's working set stays bounded.
+func (c *core) planSummary() (snapshot.Plan, bool) {
+	if !c.agentsOn() {
+		return c.ws.Plan(c.cfg.Policy.KeepRecent)
+	}
+	// An agent may still owe a turn nobody runs now (after a failed turn
+	// or a rewind at the end): folding its owed event away would change
+	// which agent a later message gives the turn to (agentOwed). Wait.
+	next := c.nextAgent
+	owed := c.agentOwed()
+	c.nextAgent = next
+	if owed {
+		return snapshot.Plan{}, false
+	}
+	return c.ws.PlanAgents(c.cfg.Policy.KeepRecent, c.agentNames()[1:])
 }
 
 // stampAgent sets the agent of the events that name none to name.

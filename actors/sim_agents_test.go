@@ -34,7 +34,7 @@ func TestSimulationAgents(t *testing.T) {
 	if testing.Short() {
 		n = 60
 	}
-	var handoffs int
+	var handoffs, summaries int
 	for seed := uint64(1); seed <= uint64(n); seed++ {
 		s := newAgentSim(seed)
 		s.run(simStepsSeed)
@@ -46,11 +46,15 @@ func TestSimulationAgents(t *testing.T) {
 				handoffs++
 			}
 		}
+		summaries += s.stats.AgentSummaries
 	}
 	if handoffs == 0 {
 		t.Fatalf("%d seeds made no handoff: the simulator explores nothing of agents", n)
 	}
-	t.Logf("%d seeds, %d handoffs", n, handoffs)
+	if summaries == 0 {
+		t.Fatalf("%d seeds made no model call of a named agent from its summary: per-agent summaries are not explored", n)
+	}
+	t.Logf("%d seeds, %d handoffs, %d model calls of named agents from their summaries", n, handoffs, summaries)
 }
 
 const noAgent = "\x00none"
@@ -171,17 +175,31 @@ func (s *sim) checkView(a *simAct, e effStartModel) {
 	}
 	base := a.core.ws.Summary.GetToSeq()
 	var want []*messages.Event
+	var wantFolded []string
 	for _, ev := range simHead(s.events()) {
 		if !simRendered(ev) || !simVisible(ev, name) {
 			continue
 		}
 		if ev.GetSeq() <= base {
-			if name != "" {
-				s.fail("agent %q's event at seq %d is folded into a summary only the default agent sees", name, ev.GetSeq())
-			}
+			wantFolded = append(wantFolded, fmt.Sprint(ev.GetSeq()))
 			continue
 		}
 		want = append(want, ev)
+	}
+	// The summary the model starts from is the agent's own, at the working
+	// set's base, and folds exactly the events of its view up to there
+	// (simSeqSummarizer writes their seqs), so no other agent's private
+	// event reaches it through a summary either.
+	sum := e.in.Summary
+	if folded := strings.Fields(sum.GetContent()); !slices.Equal(folded, wantFolded) {
+		s.fail("agent %q's summary folds seqs %v; its view up to seq %d is %v", name, folded, base, wantFolded)
+	}
+	if sum != nil && (sum.GetToSeq() != base || sum.GetAgent() != name || len(sum.GetAgents()) > 0) {
+		s.fail("agent %q's model starts from a summary of agent %q ending at seq %d with %d agents' entries; want its own, at seq %d",
+			name, sum.GetAgent(), sum.GetToSeq(), len(sum.GetAgents()), base)
+	}
+	if sum != nil && name != "" {
+		s.stats.AgentSummaries++ // a named agent's model starts from its summary
 	}
 	got := e.in.Context
 	for _, ev := range got {
@@ -204,9 +222,6 @@ func (s *sim) checkView(a *simAct, e effStartModel) {
 		if w.GetHandoff() == nil && !proto.Equal(g, w) {
 			s.fail("agent %q's context[%d] is not the logged event", name, i)
 		}
-	}
-	if name != "" && e.in.Summary != nil {
-		s.fail("agent %q's model sees the default agent's summary", name)
 	}
 	for _, spec := range e.in.Tools {
 		if name != "" && spec.Name != HandoffToolName && !slices.Contains(s.agentConfigs()[name].Tools, spec.Name) {
@@ -274,6 +289,34 @@ func (s *sim) checkAgents(evs []*messages.Event) {
 			if ev.GetAgent() != a.GetAgent() || !slices.Equal(ev.GetAudience(), want) {
 				s.fail("message %s at seq %d is agent %q's (audience %v); it was sent to %v", ev.GetRequestId(), ev.GetSeq(), ev.GetAgent(), ev.GetAudience(), a)
 			}
+		}
+	}
+}
+
+// simSeqSummarizer writes the seqs of the events it folds after prev's, so
+// that checkView can tell which events a summary stands for.
+type simSeqSummarizer struct{}
+
+func (simSeqSummarizer) Summarize(_ context.Context, _ string, prev *messages.Summary, evs []*messages.Event) (*messages.Summary, error) {
+	b := strings.Builder{}
+	b.WriteString(prev.GetContent())
+	for _, ev := range evs {
+		fmt.Fprintf(&b, " %d", ev.GetSeq())
+	}
+	return &messages.Summary{Content: b.String(), Version: "sim-seqs"}, nil
+}
+
+// checkPlan checks a summary plan with agents: each agent's part is given
+// only the events it sees, and its own previous summary.
+func (s *sim) checkPlan(p snapshot.Plan) {
+	for _, part := range append([]snapshot.Plan{p}, p.Agents...) {
+		for _, ev := range part.Events {
+			if !simVisible(ev, part.Agent) {
+				s.fail("the summary of agent %q would fold seq %d, agent %q's private event", part.Agent, ev.GetSeq(), ev.GetAgent())
+			}
+		}
+		if part.Prev != nil && (part.Prev.GetAgent() != part.Agent || len(part.Prev.GetAgents()) > 0) {
+			s.fail("the summary of agent %q starts from agent %q's with %d entries", part.Agent, part.Prev.GetAgent(), len(part.Prev.GetAgents()))
 		}
 	}
 }

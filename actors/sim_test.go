@@ -104,7 +104,7 @@ func TestSimulation(t *testing.T) {
 
 // simStats counts what a run explored.
 type simStats struct {
-	Steps, Kills, Revivals, Writes, WriteFaults, Conflicts, ModelCalls, Cancels, ToolRuns, Retries, Expiries, Resolves, Duplicates, Configures, Summaries, Passivations, Rewinds int
+	Steps, Kills, Revivals, Writes, WriteFaults, Conflicts, ModelCalls, Cancels, ToolRuns, Retries, Expiries, Resolves, Duplicates, Configures, Summaries, Passivations, Rewinds, AgentSummaries int
 }
 
 func (s *simStats) add(o *simStats) {
@@ -124,6 +124,7 @@ func (s *simStats) add(o *simStats) {
 	s.Configures += o.Configures
 	s.Rewinds += o.Rewinds
 	s.Summaries += o.Summaries
+	s.AgentSummaries += o.AgentSummaries
 	s.Passivations += o.Passivations
 }
 
@@ -560,12 +561,17 @@ func (s *sim) perform(a *simAct, e effect) {
 	case effSummarize:
 		s.stats.Summaries++
 		plan := e.plan
+		var summarizer snapshot.Summarizer = snapshot.Deterministic{}
+		if s.agents {
+			s.checkPlan(plan)
+			summarizer = simSeqSummarizer{}
+		}
 		s.later(fmt.Sprintf("summary of a%d returns", a.n), func() {
 			var err error
 			var sum *messages.Summary
 			if s.chance(0.1) {
 				err = errors.New("injected: the summarizer failed")
-			} else if sum, err = plan.Run(context.Background(), snapshot.Deterministic{}, simConv); err == nil {
+			} else if sum, err = plan.Run(context.Background(), summarizer, simConv); err == nil {
 				err = s.store.PutSummary(context.Background(), simConv, sum)
 			}
 			if !a.dead {

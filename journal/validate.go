@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"fmt"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -402,7 +403,38 @@ func ValidateSummary(conv string, s *messages.Summary, lastSeq uint64) error {
 	if s.GetToSeq() > lastSeq {
 		return Invalidf("summary of %q covers up to %d but the log ends at %d", conv, s.GetToSeq(), lastSeq)
 	}
+	if p := SummaryAgentsProblem(s); p != "" {
+		return Invalidf("summary of %q: %s", conv, p)
+	}
 	return checkSize("summary of "+conv, s, MaxRecordBytes)
+}
+
+// SummaryAgentsProblem says what is wrong with the named agents' entries
+// of a stored summary (Summary.agents), "" if nothing: the record itself
+// names no agent; each entry names one, once, covers 1 <= FromSeq <= ToSeq
+// with the record's ToSeq, and holds no entries of its own.
+func SummaryAgentsProblem(s *messages.Summary) string {
+	if len(s.GetAgents()) == 0 && s.GetAgent() == "" {
+		return ""
+	}
+	if s.GetAgent() != "" {
+		return fmt.Sprintf("the stored summary names agent %q (only its entries may)", s.GetAgent())
+	}
+	seen := make(map[string]bool, len(s.GetAgents()))
+	for i, a := range s.GetAgents() {
+		switch {
+		case a.GetAgent() == "":
+			return fmt.Sprintf("agent entry %d names no agent", i)
+		case seen[a.GetAgent()]:
+			return fmt.Sprintf("agent %q has two entries", a.GetAgent())
+		case a.GetToSeq() != s.GetToSeq() || a.GetFromSeq() < 1 || a.GetFromSeq() > a.GetToSeq():
+			return fmt.Sprintf("agent %q's entry covers %d..%d, not up to %d", a.GetAgent(), a.GetFromSeq(), a.GetToSeq(), s.GetToSeq())
+		case len(a.GetAgents()) > 0:
+			return fmt.Sprintf("agent %q's entry holds entries of its own", a.GetAgent())
+		}
+		seen[a.GetAgent()] = true
+	}
+	return ""
 }
 
 // ValidateMetadata checks metadata keys (as ids) and the encoded size of the

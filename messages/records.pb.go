@@ -1835,7 +1835,17 @@ type Summary struct {
 	// requester is the author of the newest user message the summary covers,
 	// so that a revival from it still knows on whose behalf the conversation
 	// works when no later user message is left.
-	Requester     *Identity `protobuf:"bytes,7,opt,name=requester,proto3" json:"requester,omitempty"`
+	Requester *Identity `protobuf:"bytes,7,opt,name=requester,proto3" json:"requester,omitempty"`
+	// agent is the named agent whose view this summary covers (an entry of
+	// agents); empty for the record the Store keeps, which is the default
+	// agent's summary (all a summary is in a log without named agents).
+	Agent string `protobuf:"bytes,8,opt,name=agent,proto3" json:"agent,omitempty"`
+	// agents are the named agents' summaries at the same to_seq, one per
+	// agent, each covering only the events that agent sees (its own and
+	// those shared with it). A summary written without named agents has
+	// none; an agent without an entry has no summary (nothing it saw is
+	// folded). Entries carry no requests, requester or agents of their own.
+	Agents        []*Summary `protobuf:"bytes,9,rep,name=agents,proto3" json:"agents,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1915,6 +1925,20 @@ func (x *Summary) GetRequests() []*RequestRef {
 func (x *Summary) GetRequester() *Identity {
 	if x != nil {
 		return x.Requester
+	}
+	return nil
+}
+
+func (x *Summary) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *Summary) GetAgents() []*Summary {
+	if x != nil {
+		return x.Agents
 	}
 	return nil
 }
@@ -2485,7 +2509,7 @@ const file_lazarus_v1_records_proto_rawDesc = "" +
 	"\n" +
 	"ForkOrigin\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12\x10\n" +
-	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\x8d\x02\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\xd0\x02\n" +
 	"\aSummary\x12\x19\n" +
 	"\bfrom_seq\x18\x01 \x01(\x04R\afromSeq\x12\x15\n" +
 	"\x06to_seq\x18\x02 \x01(\x04R\x05toSeq\x12\x18\n" +
@@ -2493,7 +2517,9 @@ const file_lazarus_v1_records_proto_rawDesc = "" +
 	"\aversion\x18\x04 \x01(\tR\aversion\x124\n" +
 	"\acreated\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\acreated\x122\n" +
 	"\brequests\x18\x06 \x03(\v2\x16.lazarus.v1.RequestRefR\brequests\x122\n" +
-	"\trequester\x18\a \x01(\v2\x14.lazarus.v1.IdentityR\trequester\"=\n" +
+	"\trequester\x18\a \x01(\v2\x14.lazarus.v1.IdentityR\trequester\x12\x14\n" +
+	"\x05agent\x18\b \x01(\tR\x05agent\x12+\n" +
+	"\x06agents\x18\t \x03(\v2\x13.lazarus.v1.SummaryR\x06agents\"=\n" +
 	"\n" +
 	"RequestRef\x12\x1d\n" +
 	"\n" +
@@ -2646,26 +2672,27 @@ var file_lazarus_v1_records_proto_depIdxs = []int32{
 	33, // 33: lazarus.v1.Summary.created:type_name -> google.protobuf.Timestamp
 	26, // 34: lazarus.v1.Summary.requests:type_name -> lazarus.v1.RequestRef
 	16, // 35: lazarus.v1.Summary.requester:type_name -> lazarus.v1.Identity
-	0,  // 36: lazarus.v1.ToolCallRecord.executor:type_name -> lazarus.v1.Executor
-	1,  // 37: lazarus.v1.ToolCallRecord.status:type_name -> lazarus.v1.ToolCallStatus
-	9,  // 38: lazarus.v1.ToolCallRecord.result:type_name -> lazarus.v1.ToolOutcome
-	33, // 39: lazarus.v1.ToolCallRecord.created:type_name -> google.protobuf.Timestamp
-	33, // 40: lazarus.v1.ToolCallRecord.resolved:type_name -> google.protobuf.Timestamp
-	33, // 41: lazarus.v1.ToolCallRecord.deadline:type_name -> google.protobuf.Timestamp
-	16, // 42: lazarus.v1.ToolCallRecord.requester:type_name -> lazarus.v1.Identity
-	16, // 43: lazarus.v1.ToolCallRecord.resolver:type_name -> lazarus.v1.Identity
-	33, // 44: lazarus.v1.Deadline.at:type_name -> google.protobuf.Timestamp
-	21, // 45: lazarus.v1.ModelCall.rendered_context:type_name -> lazarus.v1.Event
-	7,  // 46: lazarus.v1.ModelCall.usage:type_name -> lazarus.v1.Usage
-	33, // 47: lazarus.v1.ModelCall.created:type_name -> google.protobuf.Timestamp
-	25, // 48: lazarus.v1.ModelCall.summary:type_name -> lazarus.v1.Summary
-	33, // 49: lazarus.v1.Tombstone.deleted:type_name -> google.protobuf.Timestamp
-	14, // 50: lazarus.v1.FSMState.PendingEntry.value:type_name -> lazarus.v1.PendingCall
-	51, // [51:51] is the sub-list for method output_type
-	51, // [51:51] is the sub-list for method input_type
-	51, // [51:51] is the sub-list for extension type_name
-	51, // [51:51] is the sub-list for extension extendee
-	0,  // [0:51] is the sub-list for field type_name
+	25, // 36: lazarus.v1.Summary.agents:type_name -> lazarus.v1.Summary
+	0,  // 37: lazarus.v1.ToolCallRecord.executor:type_name -> lazarus.v1.Executor
+	1,  // 38: lazarus.v1.ToolCallRecord.status:type_name -> lazarus.v1.ToolCallStatus
+	9,  // 39: lazarus.v1.ToolCallRecord.result:type_name -> lazarus.v1.ToolOutcome
+	33, // 40: lazarus.v1.ToolCallRecord.created:type_name -> google.protobuf.Timestamp
+	33, // 41: lazarus.v1.ToolCallRecord.resolved:type_name -> google.protobuf.Timestamp
+	33, // 42: lazarus.v1.ToolCallRecord.deadline:type_name -> google.protobuf.Timestamp
+	16, // 43: lazarus.v1.ToolCallRecord.requester:type_name -> lazarus.v1.Identity
+	16, // 44: lazarus.v1.ToolCallRecord.resolver:type_name -> lazarus.v1.Identity
+	33, // 45: lazarus.v1.Deadline.at:type_name -> google.protobuf.Timestamp
+	21, // 46: lazarus.v1.ModelCall.rendered_context:type_name -> lazarus.v1.Event
+	7,  // 47: lazarus.v1.ModelCall.usage:type_name -> lazarus.v1.Usage
+	33, // 48: lazarus.v1.ModelCall.created:type_name -> google.protobuf.Timestamp
+	25, // 49: lazarus.v1.ModelCall.summary:type_name -> lazarus.v1.Summary
+	33, // 50: lazarus.v1.Tombstone.deleted:type_name -> google.protobuf.Timestamp
+	14, // 51: lazarus.v1.FSMState.PendingEntry.value:type_name -> lazarus.v1.PendingCall
+	52, // [52:52] is the sub-list for method output_type
+	52, // [52:52] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_lazarus_v1_records_proto_init() }

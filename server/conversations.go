@@ -423,11 +423,16 @@ func (s *Server) history(w http.ResponseWriter, r *http.Request, c caller) {
 		s.writeError(w, err)
 		return
 	}
+	view, err := s.agentParam(r)
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
 	if _, _, err := s.conversation(r.Context(), c, id); err != nil {
 		s.writeError(w, err)
 		return
 	}
-	evs, err := s.rt.History(r.Context(), id, before, limit)
+	evs, err := s.historyOf(r, id, before, limit, view)
 	if err != nil {
 		s.writeError(w, err)
 		return

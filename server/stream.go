@@ -73,11 +73,16 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c caller) {
 			return
 		}
 	}
+	view, err := s.agentParam(r)
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
 	if _, _, err := s.conversation(r.Context(), c, id); err != nil {
 		s.writeError(w, err)
 		return
 	}
-	updates, err := s.rt.Subscribe(r.Context(), id, after)
+	updates, err := s.rt.SubscribeWith(r.Context(), id, after, lazarus.SubscribeOptions{Agent: view})
 	if err != nil {
 		s.writeError(w, err)
 		return

@@ -3,6 +3,8 @@ package snapshot
 import (
 	"slices"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/lazarusrt/lazarus/messages"
 )
 
@@ -61,8 +63,9 @@ func shared(ev *messages.Event) bool {
 }
 
 // HoldsAgents reports whether an event of the working set after its summary
-// belongs to a named agent or is shared with one. Such a working set is
-// not summarized: a summary would mix the agents' views.
+// belongs to a named agent or is shared with one. A runtime without named
+// agents does not summarize such a working set (Plan would fold only the
+// default agent's view); one with them plans per agent (PlanAgents).
 func (w *WorkingSet) HoldsAgents() bool {
 	return slices.ContainsFunc(w.Events, shared)
 }
@@ -79,4 +82,96 @@ func HandoffMessage(h *messages.Handoff) *messages.UserMessage {
 		text += " " + m
 	}
 	return &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: text}}}}
+}
+
+// bare caches the default agent's part of a summary that holds named
+// agents' entries (SummaryFor("")).
+type bare struct{ of, s *messages.Summary }
+
+// SummaryFor returns the summary agent name's model starts from ("" is the
+// default agent): for the default agent the working set's summary, without
+// the named agents' entries (Summary.Agents) when it has some; for a named
+// agent its entry, or nil if it has none (nothing it saw is folded). The
+// record is the working set's; the caller must not modify it.
+func (w *WorkingSet) SummaryFor(name string) *messages.Summary {
+	s := w.Summary
+	if name == "" {
+		if len(s.GetAgents()) == 0 {
+			return s
+		}
+		if w.bare.of != s {
+			c := proto.Clone(s).(*messages.Summary)
+			c.Agents = nil
+			w.bare = bare{of: s, s: c}
+		}
+		return w.bare.s
+	}
+	for _, a := range s.GetAgents() {
+		if a.GetAgent() == name {
+			return a
+		}
+	}
+	return nil
+}
+
+// PlanAgents is Plan for a conversation with named agents: besides the
+// default agent's summary, it plans one summary per named agent at the same
+// ToSeq (Plan.Agents), each made of that agent's previous summary
+// (SummaryFor) and only the rendered events it sees up to ToSeq (RenderFor),
+// so no summarizer is ever given another agent's private event. The agents
+// are names, those the working set's summary has entries for and those the
+// events up to ToSeq belong to or name in their audience; an agent with
+// neither a previous summary nor an event to fold gets no entry.
+func (w *WorkingSet) PlanAgents(keepRecent int, names []string) (Plan, bool) {
+	if names == nil {
+		names = []string{}
+	}
+	return w.plan(keepRecent, names)
+}
+
+// planAgents adds the named agents' plans to p (see PlanAgents).
+func (w *WorkingSet) planAgents(p *Plan, names []string) {
+	set := map[string]bool{}
+	for _, n := range names {
+		set[n] = true
+	}
+	for _, a := range w.Summary.GetAgents() {
+		set[a.GetAgent()] = true
+	}
+	for _, ev := range w.Events {
+		if ev.GetSeq() > p.ToSeq {
+			break
+		}
+		set[ev.GetAgent()] = true
+		for _, a := range ev.GetAudience() {
+			set[a] = true
+		}
+	}
+	delete(set, "")
+	delete(set, Broadcast)
+	all := make([]string, 0, len(set))
+	for n := range set {
+		all = append(all, n)
+	}
+	slices.Sort(all)
+	for _, n := range all {
+		prev, evs := w.SummaryFor(n), upTo(w.RenderFor(n), p.ToSeq)
+		if prev == nil && len(evs) == 0 {
+			continue
+		}
+		p.Agents = append(p.Agents, Plan{Agent: n, Prev: prev, Events: evs, FromSeq: p.FromSeq, ToSeq: p.ToSeq})
+	}
+}
+
+// upTo returns a copy of the events of r (ascending) up to seq to, nil if
+// none.
+func upTo(r []*messages.Event, to uint64) []*messages.Event {
+	n := 0
+	for n < len(r) && r[n].GetSeq() <= to {
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	return slices.Clone(r[:n])
 }

@@ -28,6 +28,7 @@ type WorkingSet struct {
 	LastSeq uint64
 
 	cache view // see view
+	bare  bare // see SummaryFor
 }
 
 // span is the indexes lo..hi-1 of WorkingSet.Events.
@@ -64,6 +65,9 @@ func Rebuild(summary *messages.Summary, events []*messages.Event) (*WorkingSet, 
 			return nil, journal.Corruptf("snapshot: summary covers seq %d..%d", summary.GetFromSeq(), summary.GetToSeq())
 		}
 		w.LastSeq = summary.GetToSeq()
+		if p := journal.SummaryAgentsProblem(summary); p != "" {
+			return nil, journal.Corruptf("snapshot: summary ending at seq %d: %s", summary.GetToSeq(), p)
+		}
 	}
 	if err := w.Append(events...); err != nil {
 		return nil, err
@@ -394,6 +398,9 @@ func (w *WorkingSet) Compact(s *messages.Summary) error {
 	case s.GetToSeq() < w.base() || s.GetToSeq() > w.LastSeq:
 		return journal.Invalidf("snapshot: summary ends at seq %d, outside %d..%d", s.GetToSeq(), w.base(), w.LastSeq)
 	}
+	if p := journal.SummaryAgentsProblem(s); p != "" {
+		return journal.Invalidf("snapshot: summary ending at seq %d: %s", s.GetToSeq(), p)
+	}
 	w.Events = slices.Clone(w.Events[s.GetToSeq()-w.base():])
 	w.Summary = s
 	return nil
@@ -418,6 +425,14 @@ type Plan struct {
 	// Requester is the identity the new summary carries (Run sets it): the
 	// author of the newest user message up to ToSeq, else Prev's.
 	Requester *messages.Identity
+	// Agent is the named agent whose view the plan covers: "" for the
+	// plan itself (the default agent's), a name for each of Agents.
+	Agent string
+	// Agents are the plans of the named agents' summaries at the same
+	// ToSeq, by name (see PlanAgents): each with that agent's summary as
+	// Prev and only the events it sees. Empty in a conversation without
+	// named agents.
+	Agents []Plan
 }
 
 // Bounds of the idempotency keys a summary carries (Summary.Requests), so
@@ -430,15 +445,21 @@ const (
 )
 
 // Plan returns the plan of a summary ending at SafePoint(keepRecent), and
-// false if there is no safe point.
+// false if there is no safe point. Its events are those the default agent
+// sees (all of them without named agents); the named agents' summaries the
+// working set's summary holds are carried on (see PlanAgents).
 func (w *WorkingSet) Plan(keepRecent int) (Plan, bool) {
+	return w.plan(keepRecent, nil)
+}
+
+func (w *WorkingSet) plan(keepRecent int, names []string) (Plan, bool) {
 	to := w.SafePoint(keepRecent)
 	if to == 0 {
 		return Plan{}, false
 	}
 	p := Plan{FromSeq: 1, ToSeq: to}
 	if w.Summary != nil {
-		p.Prev = w.Summary
+		p.Prev = w.SummaryFor("")
 		p.FromSeq = w.Summary.GetFromSeq()
 	}
 	r := w.Render()
@@ -446,9 +467,7 @@ func (w *WorkingSet) Plan(keepRecent int) (Plan, bool) {
 	for n < len(r) && r[n].GetSeq() <= to {
 		n++
 	}
-	if n > 0 {
-		p.Events = slices.Clone(r[:n])
-	}
+	p.Events = upTo(w.RenderFor(""), to) // Render itself when nothing is shared
 	p.Requests = foldRequests(w.Summary.GetRequests(), w.Events, to)
 	p.Requester = w.Summary.GetRequester()
 	for i := n - 1; i >= 0; i-- {
@@ -457,6 +476,10 @@ func (w *WorkingSet) Plan(keepRecent int) (Plan, bool) {
 			break
 		}
 	}
+	if names == nil && len(w.Summary.GetAgents()) == 0 {
+		return p, true
+	}
+	w.planAgents(&p, names)
 	return p, true
 }
 
@@ -523,5 +546,13 @@ func (p Plan) Run(ctx context.Context, s Summarizer, conversationID string) (*me
 	out.FromSeq, out.ToSeq = p.FromSeq, p.ToSeq
 	out.Requests = p.Requests
 	out.Requester = p.Requester
+	out.Agent, out.Agents = p.Agent, nil
+	for _, a := range p.Agents {
+		sub, err := a.Run(ctx, s, conversationID)
+		if err != nil {
+			return nil, err
+		}
+		out.Agents = append(out.Agents, sub)
+	}
 	return out, nil
 }

@@ -12,6 +12,8 @@ import (
 
 var agentCases = []suiteCase{
 	{name: "AgentAudienceAndHandoffRoundTrip", run: testAgentsRoundTrip},
+	{name: "AgentSummariesShareTheirSeqInOneRecord", run: testAgentSummaries},
+	{name: "AgentSummariesBadEntriesRefused", run: testAgentSummariesRefused},
 }
 
 // testAgentsRoundTrip: the agent and audience of events (multi-agent
@@ -41,4 +43,79 @@ func testAgentsRoundTrip(t *testing.T, e env) {
 	require.Len(t, loaded, 3)
 	require.Equal(t, "critic", loaded[2].GetAgent())
 	require.Equal(t, "check it", loaded[2].GetHandoff().GetMessage())
+}
+
+// agentSummary is a summary of 1..to holding the named agents' entries.
+func agentSummary(to uint64, content string, agents ...string) *messages.Summary {
+	s := &messages.Summary{FromSeq: 1, ToSeq: to, Content: content, Version: "v1",
+		Requests: []*messages.RequestRef{{RequestId: "r1", Seq: 1}}}
+	for _, a := range agents {
+		s.Agents = append(s.Agents, &messages.Summary{Agent: a, FromSeq: 1, ToSeq: to, Content: content + " of " + a, Version: "v1"})
+	}
+	return s
+}
+
+// testAgentSummaries: the named agents' summaries at a seq are entries of
+// the one record kept for that seq (Summary.agents), so the Store keeps one
+// summary per ToSeq as before: LatestSummary, SummaryBefore and LoadSince
+// read the entries back as written, a later record replaces them whole,
+// and a record without entries (a conversation without named agents)
+// reads back without them.
+func testAgentSummaries(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	appendOK(t, s, &messages.AppendRequest{ConversationId: "c", Events: userEvs(1, 6), Status: statusIdle})
+	plain := agentSummary(2, "plain")
+	require.NoError(t, s.PutSummary(ctx, "c", plain))
+	first := agentSummary(4, "first", "critic", "writer")
+	require.NoError(t, s.PutSummary(ctx, "c", first))
+
+	got, err := s.LatestSummary(ctx, "c")
+	require.NoError(t, err)
+	require.True(t, proto.Equal(first, got), "wrote %v, read %v", first, got)
+	sum, evs, err := s.LoadSince(ctx, "c")
+	require.NoError(t, err)
+	require.True(t, proto.Equal(first, sum))
+	require.Len(t, evs, 2)
+	before, err := s.SummaryBefore(ctx, "c", 4)
+	require.NoError(t, err)
+	require.True(t, proto.Equal(plain, before))
+	require.Empty(t, before.GetAgents())
+
+	// The same seq again: the record is replaced whole, entries included.
+	again := agentSummary(4, "again", "critic")
+	require.NoError(t, s.PutSummary(ctx, "c", again))
+	got, err = s.LatestSummary(ctx, "c")
+	require.NoError(t, err)
+	require.True(t, proto.Equal(again, got), "wrote %v, read %v", again, got)
+	require.Len(t, got.GetAgents(), 1)
+}
+
+// testAgentSummariesRefused: a record whose named agents' entries are
+// malformed (the record names an agent, an entry names none or the same
+// agent twice, ends at another seq, or nests entries) is refused with
+// ErrInvalid, and nothing is stored.
+func testAgentSummariesRefused(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	appendOK(t, s, &messages.AppendRequest{ConversationId: "c", Events: userEvs(1, 6), Status: statusIdle})
+	good := agentSummary(2, "good", "critic")
+	require.NoError(t, s.PutSummary(ctx, "c", good))
+	bad := map[string]*messages.Summary{
+		"record names an agent": func() *messages.Summary { b := agentSummary(4, "b", "critic"); b.Agent = "critic"; return b }(),
+		"entry names no agent":  agentSummary(4, "b", ""),
+		"agent twice":           agentSummary(4, "b", "critic", "critic"),
+		"entry at another seq":  func() *messages.Summary { b := agentSummary(4, "b", "critic"); b.Agents[0].ToSeq = 3; return b }(),
+		"nested entries": func() *messages.Summary {
+			b := agentSummary(4, "b", "critic")
+			b.Agents[0].Agents = []*messages.Summary{{Agent: "x", FromSeq: 1, ToSeq: 4}}
+			return b
+		}(),
+	}
+	for name, b := range bad {
+		require.ErrorIs(t, s.PutSummary(ctx, "c", b), journal.ErrInvalid, name)
+		got, err := s.LatestSummary(ctx, "c")
+		require.NoError(t, err)
+		require.True(t, proto.Equal(good, got), "%s: the refused summary was stored", name)
+	}
 }

@@ -1,0 +1,50 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+
+	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// defaultAgentParam is how the agent query parameter names the default
+// agent (as the handoff tool does).
+const defaultAgentParam = "default"
+
+// agentParam reads the agent query parameter of a history or stream
+// request: nil without it (every agent's events), else the view of that
+// agent ("default" is the default agent). A name the Runtime does not know
+// is a bad request.
+func (s *Server) agentParam(r *http.Request) (*lazarus.AgentView, error) {
+	q := r.URL.Query()
+	if !q.Has("agent") {
+		return nil, nil
+	}
+	name := q.Get("agent")
+	switch {
+	case name == defaultAgentParam:
+		return lazarus.ViewOf(""), nil
+	case s.rt.HasAgent(name):
+		return lazarus.ViewOf(name), nil
+	}
+	return nil, errInvalid(fmt.Sprintf("agent %q is not an agent of this server (%q is the default agent)", name, defaultAgentParam))
+}
+
+// historyOf is the history page of a conversation: the full log's, or with
+// a view only the events that agent sees (its own and those shared with
+// it), paged the same way.
+func (s *Server) historyOf(r *http.Request, id string, before uint64, limit int, view *lazarus.AgentView) ([]*messages.Event, error) {
+	if view == nil {
+		return s.rt.History(r.Context(), id, before, limit)
+	}
+	entries, err := s.rt.HistoryView(r.Context(), id, lazarus.HistoryOptions{Before: before, Limit: limit, Agent: view})
+	if err != nil {
+		return nil, err
+	}
+	evs := make([]*messages.Event, len(entries))
+	for i, e := range entries {
+		evs[i] = e.Event
+	}
+	return evs, nil
+}

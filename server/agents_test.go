@@ -1,0 +1,104 @@
+package server_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/agent/scripted"
+	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/server"
+)
+
+// agentHistory reads the history of conv as agent's view, decoded.
+func agentHistory(t *testing.T, n *node, token, conv, agent string) []*messages.Event {
+	t.Helper()
+	var page server.EventPage
+	n.must(t, http.StatusOK, "GET", "/v1/conversations/"+conv+"/events?agent="+agent, token, nil, &page)
+	out := make([]*messages.Event, len(page.Events))
+	for i, raw := range page.Events {
+		out[i] = &messages.Event{}
+		require.NoError(t, protojson.Unmarshal(raw, out[i]))
+	}
+	return out
+}
+
+// streamQuery opens the event stream of conv with the query q.
+func streamQuery(t *testing.T, ctx context.Context, n *node, token, conv, q string) *sseStream {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	req, err := http.NewRequestWithContext(ctx, "GET", n.srv.URL+"/v1/conversations/"+conv+"/stream?"+q, nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+token)
+	res, err := n.srv.Client().Do(req)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	s := &sseStream{res: res, sc: newScanner(res), cancel: cancel}
+	t.Cleanup(s.close)
+	return s
+}
+
+// TestPerAgentHistoryAndStream: ?agent= keeps one agent's view of the
+// history and of the stream (its own events and those shared with it;
+// "default" is the default agent); an unknown agent is a bad request, and
+// who may read the conversation is unchanged.
+func TestPerAgentHistoryAndStream(t *testing.T) {
+	ctx := testContext(t)
+	model, crit := newScripted(), newScripted()
+	n := startNodeIn(t, "", model, server.Options{}, func(o *lazarus.Options) {
+		o.Agents = []lazarus.Agent{{Name: "critic", Model: crit}}
+	})
+	conv := n.create(t, tokAlice, nil)
+	model.Push(conv.ID, scripted.Text("default answer"))
+	crit.Push(conv.ID, scripted.Text("critic answer"))
+	st := n.stream(t, ctx, tokAlice, conv.ID, "")
+	n.must(t, http.StatusAccepted, "POST", "/v1/conversations/"+conv.ID+"/messages", tokAlice,
+		server.SendMessage{Text: "hello default"}, nil)
+	st.until(t, "event", "default answer")
+	n.must(t, http.StatusAccepted, "POST", "/v1/conversations/"+conv.ID+"/messages", tokAlice,
+		server.SendMessage{Text: "hello critic", Agent: "critic"}, nil)
+	st.until(t, "event", "critic answer")
+	model.Push(conv.ID, scripted.Text("default again"))
+	n.must(t, http.StatusAccepted, "POST", "/v1/conversations/"+conv.ID+"/messages", tokAlice,
+		server.SendMessage{Text: "hello all", Broadcast: true}, nil)
+	st.until(t, "event", "default again")
+	st.close()
+
+	evs := agentHistory(t, n, tokAlice, conv.ID, "critic")
+	require.Len(t, evs, 3)
+	require.Equal(t, "critic", evs[0].GetAgent())
+	require.Equal(t, "critic", evs[1].GetAgent())
+	require.Equal(t, []string{"*"}, evs[2].GetAudience(), "the broadcast is shared with the critic")
+	evs = agentHistory(t, n, tokAlice, conv.ID, "default")
+	require.Len(t, evs, 4)
+	for _, ev := range evs {
+		require.Empty(t, ev.GetAgent(), "the default agent's view holds none of the critic's events")
+	}
+
+	status, body := n.call(t, "GET", "/v1/conversations/"+conv.ID+"/events?agent=ghost", tokAlice, nil)
+	require.Equal(t, http.StatusBadRequest, status)
+	require.Equal(t, server.CodeInvalid, errorCode(t, body))
+	status, _ = n.call(t, "GET", "/v1/conversations/"+conv.ID+"/events?agent=critic", tokBob, nil)
+	require.Equal(t, http.StatusNotFound, status, "another user still may not read it")
+	status, _ = n.call(t, "GET", "/v1/conversations/"+conv.ID+"/stream?agent=ghost", tokAlice, nil)
+	require.Equal(t, http.StatusBadRequest, status)
+
+	// The critic's stream replays only its view: its message, its answer,
+	// the broadcast.
+	cs := streamQuery(t, ctx, n, tokAlice, conv.ID, "agent=critic&after=0")
+	got := cs.until(t, "event", "hello all")
+	var seqs []string
+	for _, m := range got {
+		require.NotContains(t, m.Data, "default", "the critic's stream shows no default agent's private event")
+		if m.Event == "event" {
+			seqs = append(seqs, m.ID)
+		}
+	}
+	require.Equal(t, []string{"3", "4", "5"}, seqs)
+	require.True(t, strings.Contains(got[0].Data, "hello critic"))
+}
