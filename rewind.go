@@ -70,8 +70,9 @@ func (r *Runtime) Rewind(ctx context.Context, conversationID string, toSeq uint6
 // (so a crash leaves a file whole, old or restored); the first failure
 // stops the restore and is returned with the report of the files already
 // restored. Restoring is idempotent: after a failure or a crash, repeat
-// the rewind with the same target (it appends another rewind event, with
-// the same effect, and restores the files again). A server tool that still
+// the rewind with the same target (a new call appends another rewind
+// event, with the same effect, and restores the files again; the retries
+// of one call, when its activation died before answering, write one). A server tool that still
 // runs after the rewind (its call was cancelled, its run may not have
 // noticed yet) can change a file again after its restore.
 func (r *Runtime) RewindWithReport(ctx context.Context, conversationID string, toSeq uint64, opts RewindOptions, scope agent.Scope) (RewindReport, error) {
@@ -89,7 +90,7 @@ func (r *Runtime) RewindWithReport(ctx context.Context, conversationID string, t
 	if err != nil {
 		return RewindReport{}, fmt.Errorf("%s: %w", op, err)
 	}
-	if _, err := r.askRewind(ctx, op, conversationID, &messages.AgentRewind{ToSeq: toSeq, Reason: opts.Reason, CheckedInLog: checked}, scope); err != nil {
+	if _, err := r.askRewind(ctx, op, conversationID, &messages.AgentRewind{ToSeq: toSeq, Reason: opts.Reason, CheckedInLog: checked, RequestId: newRequestID()}, scope); err != nil {
 		return RewindReport{}, err
 	}
 	if !opts.Files {

@@ -469,8 +469,9 @@ func (c *core) onCommand(cmd *Command, sender any) {
 		c.configs = append(c.configs, &queuedConfig{sender: sender, msg: m})
 	case *messages.AgentRewind:
 		if seq, ok := c.seen[m.GetRequestId()]; ok && m.GetRequestId() != "" {
-			// A retried edit whose write landed: answered with the new
-			// message's seq; nothing changes (see writeRewind).
+			// A retried edit or rewind whose write landed: answered with
+			// the seq of the edit's message (of a rewind's event); nothing
+			// changes (see writeRewind).
 			c.reply(sender, m, seq, nil)
 			c.advance()
 			return

@@ -162,6 +162,9 @@ func TestCoreRecoveryRules(t *testing.T) {
 	rewind := func(to uint64) *inCommand {
 		return &inCommand{sender: "s", cmd: &Command{Scope: agent.Scope{UserID: "ann"}, Msg: &messages.AgentRewind{ToSeq: to}}}
 	}
+	rewindID := func(to uint64, rid string) *inCommand {
+		return &inCommand{sender: "s", cmd: &Command{Scope: agent.Scope{UserID: "ann"}, Msg: &messages.AgentRewind{ToSeq: to, RequestId: rid}}}
+	}
 	edit := func(seq uint64) *inCommand {
 		return &inCommand{sender: "s", cmd: &Command{Scope: agent.Scope{UserID: "ann"}, Msg: &messages.AgentRewind{EditSeq: seq, RequestId: "e1",
 			Message: &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "new"}}}}}}}
@@ -256,6 +259,23 @@ func TestCoreRecoveryRules(t *testing.T) {
 			{edit(1), []string{"write[Rewind " + wUser + "]"}},
 			{ok(1), []string{"reply seq=4", "model"}},
 			{edit(1), []string{"reply seq=4"}}, // a retry of the same edit (request id) is not written again
+		},
+	}, {
+		name: "a plain rewind carries its request id: a retry is answered from the log, also by a revived activation",
+		log:  []*messages.Event{user("r1"), answer(), user("r2"), answer()},
+		steps: []coreStep{
+			{nil, nil},
+			{rewindID(2, "rw1"), []string{"write[Rewind]"}},
+			{ok(1), []string{"reply seq=5"}},
+			{rewindID(2, "rw1"), []string{"reply seq=5"}},
+		},
+	}, {
+		name: "a rewind written by an activation that died before answering is not written again by the retry",
+		log: []*messages.Event{user("r1"), answer(), user("r2"), answer(),
+			{RequestId: "rw1", Body: &messages.Event_Rewind{Rewind: &messages.Rewind{ToSeq: 2}}}},
+		steps: []coreStep{
+			{nil, nil},
+			{rewindID(2, "rw1"), []string{"reply seq=5"}},
 		},
 	}, {
 		name: "a rewind to a point where a call is open, or after the log, and an edit of an answer are refused; nothing is written",

@@ -366,8 +366,8 @@ func (c *core) writeRewind() bool {
 	c.rewinds = c.rewinds[1:]
 	m := q.msg
 	if seq, ok := c.seen[m.GetRequestId()]; ok && m.GetRequestId() != "" {
-		// A retried edit whose write landed (its activation died before
-		// answering): answered with the new message's seq, not written
+		// A retried edit or rewind whose write landed (its activation
+		// died before answering): answered from the log, not written
 		// again.
 		c.reply(q.sender, m, seq, nil)
 		return false
@@ -378,6 +378,12 @@ func (c *core) writeRewind() bool {
 		return false
 	}
 	req := &messages.AppendRequest{Events: []*messages.Event{c.event(func(ev *messages.Event) {
+		if m.GetMessage() == nil {
+			// A plain rewind carries its request id, so that a retry of it
+			// (its activation died before answering) is answered from the
+			// log instead of written again; an edit's is on its message.
+			ev.RequestId = m.GetRequestId()
+		}
 		ev.Body = &messages.Event_Rewind{Rewind: &messages.Rewind{ToSeq: to, Reason: m.GetReason()}}
 	})}}
 	for _, id := range c.order {
