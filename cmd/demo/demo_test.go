@@ -116,7 +116,7 @@ func TestDemo(t *testing.T) {
 		assert.Zero(t, s.Failed)
 		assert.Equal(t, len(ofKind(recs, "check")), s.Checks)
 		assert.Equal(t, 4, s.Conversations)
-		assert.Equal(t, 32, s.Events)
+		assert.Equal(t, 37, s.Events)
 		require.Len(t, s.Revivals, 3)
 		for i, rv := range s.Revivals {
 			assert.Equal(t, i+3, rv.Act)
@@ -234,7 +234,7 @@ func TestDemoQuietRemovesItsTemporaryDirectory(t *testing.T) {
 	t.Setenv("TMPDIR", tmp)
 	code, out, errs := runDemo(t, "--fast", "--quiet")
 	require.Equal(t, exitOK, code, "stderr:\n%s", errs)
-	assert.Regexp(t, `^demo: \d+ checks passed; 32 events in 4 conversations; 3 revivals`, out)
+	assert.Regexp(t, `^demo: \d+ checks passed; 37 events in 4 conversations; 3 revivals`, out)
 	assert.Equal(t, 1, strings.Count(out, "\n"), "quiet is one line:\n%s", out)
 	left, err := os.ReadDir(tmp)
 	require.NoError(t, err)

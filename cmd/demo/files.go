@@ -15,7 +15,8 @@ import (
 	"github.com/lazarusrt/lazarus/messages"
 )
 
-// Act 6: the agent edits the shop's files; a rewind puts them back.
+// Act 6: the agent edits the shop's files; a rewind puts them back; an
+// edit replaces a message the model answered.
 const (
 	convNotice   = "erin-notice" // act 6
 	toolEditFile = "edit_file"   // server: writes a file of the shop's workspace, checkpointed first
@@ -28,7 +29,9 @@ var (
 	replyEditing = scripted.Reply("I will update the notice and add a holiday page.",
 		scripted.Call(toolEditFile, `{"path":"notice.txt","content":"Closed for the holidays.\n"}`),
 		scripted.Call(toolEditFile, `{"path":"holiday.txt","content":"Back on 2 January.\n"}`))
-	replyEdited = scripted.Text("Done: the notice says we are closed, and there is a holiday page.")
+	replyEdited  = scripted.Text("Done: the notice says we are closed, and there is a holiday page.")
+	replyDraft   = scripted.Text("Here is a draft: Closed from 20 December.")
+	replyRedraft = scripted.Text("Here is a draft: Closed from 27 December.")
 )
 
 // editFileTool writes a file under root, recording it through the call's
@@ -59,7 +62,8 @@ func editFileTool(root string, log *toolLog) agent.Tool {
 // act6: Erin asks the agent to change the shop's notice; the agent's tool
 // rewrites one file and creates another, recording each first. Erin takes
 // it back: a rewind with Files restores the notice and removes the new
-// page, and the log keeps what happened.
+// page, and the log keeps what happened. Then she edits a message the model
+// answered: the model answers the new text alone, and the log keeps both.
 func (d *demo) act6(ctx context.Context) error {
 	d.say("Agents change files, too. The demo reopens its runtime with a file root: every server tool now records a file before it changes it.")
 	d.closeRuntime()
@@ -130,5 +134,58 @@ func (d *demo) act6(ctx context.Context) error {
 	}
 	d.check("the log keeps what happened", len(evs) > 0 && evs[len(evs)-1].GetRewind() != nil && gapFree(evs),
 		"%d events, the last a rewind; nothing removed", len(evs))
+	if err := d.pause(ctx, 1); err != nil {
+		return err
+	}
+
+	d.say("Erin asks for a draft instead, then edits her message: the wrong date again.")
+	d.model.Push(convNotice, replyDraft)
+	asked, err := d.rt.Send(ctx, convNotice, "Draft a notice: closed from 20 December.", erin)
+	if err != nil {
+		return err
+	}
+	if _, err := d.await(ctx, convNotice, asked, "the draft", isAnswer); err != nil {
+		return err
+	}
+	d.model.Push(convNotice, replyRedraft)
+	edited2, err := d.rt.Edit(ctx, convNotice, asked, "Draft a notice: closed from 27 December.", erin)
+	if err != nil {
+		return err
+	}
+	if _, err := d.await(ctx, convNotice, edited2, "the new draft", isAnswer); err != nil {
+		return err
+	}
+	turns := d.model.Turns(convNotice)
+	var seenByModel []string
+	for _, ev := range turns[len(turns)-1].Context {
+		if um := ev.GetUserMsg(); um != nil {
+			for _, p := range um.GetContent() {
+				seenByModel = append(seenByModel, p.GetText())
+			}
+		}
+	}
+	d.check("the model answered the edited message alone",
+		slices.Equal(seenByModel, []string{"Draft a notice: closed from 27 December."}), "the model saw %q", seenByModel)
+	view, err := d.rt.HistoryView(ctx, convNotice, lazarus.HistoryOptions{})
+	if err != nil {
+		return err
+	}
+	rewound := 0
+	for _, e := range view {
+		if e.Rewound {
+			rewound++
+		}
+	}
+	d.check("the log keeps the old message, marked as rewound", rewound > 0 && gapFree(eventsOf(view)),
+		"%d events, %d of them rewound", len(view), rewound)
 	return nil
+}
+
+// eventsOf returns the events of a history view.
+func eventsOf(view []lazarus.HistoryEntry) []*messages.Event {
+	out := make([]*messages.Event, len(view))
+	for i, e := range view {
+		out[i] = e.Event
+	}
+	return out
 }
