@@ -40,7 +40,11 @@ type FilesOptions struct {
 	// a symbolic link, is refused with agent.ErrOutsideRoot). Default
 	// empty: no file checkpoints (Invocation.Files is nil). Open fails if
 	// it is not a directory, or if the Store does not implement
-	// journal.FileCheckpoints (every adapter of this module does).
+	// journal.FileCheckpoints (every adapter of this module does). In
+	// cluster mode the tools run on the conversation's owner and a
+	// rewind's files are restored by the member it is called on: give
+	// every member the same shared directory, or call RewindWithReport on
+	// the owner (Runtime.Owner).
 	Root string
 	// MaxFileBytes is the largest file a checkpoint keeps; Before of a
 	// larger file fails with an error wrapping journal.ErrTooLarge (the
