@@ -2,6 +2,8 @@ package lazarus_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -270,4 +272,106 @@ func TestRewindSurvivesAKill(t *testing.T) {
 	require.Equal(t, "three", end.Text)
 	turns := model.Turns("c")
 	require.Equal(t, []string{"u:first", "a:one", "u:other"}, texts(turns[len(turns)-1].Context), "the revived working set is the rewound one")
+}
+
+// TestEditRacesALateToolAnswer: an edit that rewinds past a pending human
+// call and a late answer to that call race. The call is decided once:
+// either the edit cancels it and the answer gets ErrStale, or the answer
+// lands first; then the edit either finds the call closed in the Store and
+// fails with ErrStale, writing nothing, or comes after the answer's result
+// and rewinds it away. Never both decisions of the call, never neither,
+// the answer's result in the log once if it won, and a failed side writes
+// nothing.
+// Run many times, so that the orders happen.
+func TestEditRacesALateToolAnswer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	model := scripted.New(scripted.Options{})
+	rt := openTurnRuntime(t, model)
+	u := agent.Scope{UserID: "u"}
+	const rounds = 30
+	seen := map[string]int{}
+	for i := range rounds {
+		conv := fmt.Sprintf("race-%d", i)
+		model.Push(conv, scripted.Reply("asking", scripted.Call("approve", `{}`)))
+		end, err := rt.SendAndWait(ctx, conv, "pay", u) // 1 (user), 2 (call), 3 (suspension)
+		require.NoError(t, err)
+		require.Equal(t, lazarus.TurnSuspended, end.Outcome)
+		id := end.Pending[0].GetToolCallId()
+
+		start := make(chan struct{})
+		var editErr, resolveErr error
+		var editSeq uint64
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			<-start
+			editSeq, editErr = rt.Edit(ctx, conv, 1, "pay less", u)
+		}()
+		go func() {
+			defer wg.Done()
+			<-start
+			resolveErr = rt.Resolve(ctx, id, `true`, agent.Scope{UserID: "v"})
+		}()
+		close(start)
+		wg.Wait()
+
+		row, err := rt.Store().ToolCall(ctx, id)
+		require.NoError(t, err)
+		switch {
+		case resolveErr != nil:
+			seen["edit won"]++
+			require.NoError(t, editErr)
+			require.ErrorIs(t, resolveErr, journal.ErrStale, "the edit landed first: the answer is stale")
+			require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_ERRORED, row.GetStatus())
+			require.Equal(t, agent.CodeCanceled, row.GetResult().GetError().GetCode())
+		case editErr != nil:
+			seen["answer won, edit refused"]++
+			require.ErrorIs(t, editErr, journal.ErrStale, "the answer closed the call first: the edit is stale")
+			require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, row.GetStatus())
+		default:
+			seen["answer, then edit"]++
+			require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, row.GetStatus(), "the answer landed first: the call is resolved with it")
+		}
+		if row.GetStatus() == messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED {
+			require.Equal(t, "true", row.GetResult().GetContent())
+		}
+		// Once the turn that follows ends, the log holds one result for
+		// the call, and the model's view starts from the edit if it landed.
+		require.Eventually(t, func() bool {
+			evs, err := rt.History(ctx, conv, 0, 0)
+			return err == nil && len(evs) > 3 && evs[len(evs)-1].GetAssistantMsg() != nil
+		}, 20*time.Second, time.Millisecond, "the turn after the race is answered (edit: %v, answer: %v; outcomes so far %v)", editErr, resolveErr, seen)
+		evs, err := rt.History(ctx, conv, 0, 0)
+		require.NoError(t, err)
+		results, rewinds := 0, 0
+		for _, ev := range evs {
+			if ev.GetToolResult().GetToolCallId() == id {
+				results++
+			}
+			if ev.GetRewind() != nil {
+				rewinds++
+			}
+		}
+		if resolveErr == nil {
+			require.Equal(t, 1, results, "the answer's result is in the log once (the edit may have rewound it since)")
+		} else {
+			require.Zero(t, results, "a call the edit cancelled has no result event: the rewind's write closed its row")
+		}
+		eff, err := rt.HistoryView(ctx, conv, lazarus.HistoryOptions{Effective: true})
+		require.NoError(t, err)
+		if editErr == nil {
+			require.Equal(t, 1, rewinds)
+			require.Equal(t, editSeq, eff[0].Event.GetSeq(), "the model's view starts from the edited message")
+			require.Equal(t, "pay less", eff[0].Event.GetUserMsg().GetContent()[0].GetText())
+		} else {
+			require.Zero(t, rewinds, "a refused edit wrote nothing")
+			require.Equal(t, "pay", eff[0].Event.GetUserMsg().GetContent()[0].GetText())
+		}
+		pending, _, err := rt.PendingCalls(ctx, "", 0)
+		require.NoError(t, err)
+		require.Empty(t, pending, "no call left open")
+	}
+	t.Logf("outcomes over %d rounds: %v", rounds, seen)
 }

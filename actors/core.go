@@ -846,6 +846,18 @@ func (c *core) onWriteReply(r *inWriteReply) {
 			c.advance()
 			return
 		}
+		if w.kind == writeRewind && errors.Is(err, journal.ErrStale) {
+			// A call the rewind cancels was answered in the Store first
+			// (Resolve writes the answer, then tells this actor): the Store
+			// refused the rewind before writing any of it, so the log is
+			// what this core holds, and the answer's delivery follows. The
+			// answer won the race; the rewind fails with the sentinel.
+			if q := w.rewind; q != nil {
+				c.reply(q.sender, q.msg, 0, fmt.Errorf("conversation %q: rewind: a call it cancels was answered first: %w", c.cfg.ID, err))
+			}
+			c.advance()
+			return
+		}
 		if w.kind == writeAnswer && errors.Is(err, journal.ErrInvalid) {
 			// The Store refused the model's answer before writing any of
 			// it, so the log is still what this actor holds: the model

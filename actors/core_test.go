@@ -261,6 +261,16 @@ func TestCoreRecoveryRules(t *testing.T) {
 			{edit(1), []string{"reply seq=4"}}, // a retry of the same edit (request id) is not written again
 		},
 	}, {
+		name: "a rewind whose cancellation meets a call answered in the Store first is refused as stale; the activation goes on and records the answer",
+		log:  []*messages.Event{user("r1"), answer(), user("r2"), answer(), call("call_1", human)},
+		steps: []coreStep{
+			{nil, nil},
+			{rewind(2), []string{"write[Rewind]+1 resolutions"}},
+			{stale(1), []string{"reply error retry=false"}},
+			{resolved("call_1"), []string{"reply", "write[Resolution ToolResult]"}},
+			{ok(2), []string{"model"}},
+		},
+	}, {
 		name: "a plain rewind carries its request id: a retry is answered from the log, also by a revived activation",
 		log:  []*messages.Event{user("r1"), answer(), user("r2"), answer()},
 		steps: []coreStep{
