@@ -121,3 +121,48 @@ func TestPassivationMetric(t *testing.T) {
 	require.EqualValues(t, 1, passivated.Load())
 	require.EqualValues(t, 2, activated.Load())
 }
+
+// TestFencedMetric: another writer moves a conversation's log on under its
+// live activation; the activation's next write is refused by the Store's
+// fence (ErrConflict), which Metrics.Fenced reports once, and the send it
+// carried is applied by a new activation, once, at the seq it returns.
+func TestFencedMetric(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var fenced atomic.Int64
+	model := scripted.New(scripted.Options{})
+	rt, err := lazarus.Open(lazarus.Options{
+		Model: model, IdleTimeout: -1,
+		Metrics: lazarus.Metrics{Fenced: func() { fenced.Add(1) }},
+	})
+	require.NoError(t, err)
+	defer rt.Close()
+
+	model.Push("c", scripted.Text("one"), scripted.Text("two"))
+	_, err = rt.SendAndWait(ctx, "c", "hi", agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	require.Zero(t, fenced.Load(), "no other writer yet")
+	require.True(t, rt.IsActive("c"))
+
+	// Another writer (a member that took the conversation over, say).
+	last, err := rt.Store().LastSeq(ctx, "c")
+	require.NoError(t, err)
+	_, err = rt.Store().Append(ctx, &messages.AppendRequest{ConversationId: "c", ExpectedLast: last, Events: []*messages.Event{{
+		RequestId: "elsewhere",
+		Body:      &messages.Event_UserMsg{UserMsg: agent.UserMessage(agent.TextPart("from elsewhere"))},
+	}}})
+	require.NoError(t, err)
+
+	seq, err := rt.SendMessage(ctx, "c", agent.UserMessage(agent.TextPart("again")), lazarus.SendOptions{RequestID: "again"}, agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, fenced.Load(), "the stale activation's write was fenced")
+	require.Equal(t, last+2, seq, "applied after the other writer's event")
+	evs, err := rt.History(ctx, "c", 0, 0)
+	require.NoError(t, err)
+	ids := map[string]int{}
+	for _, ev := range evs {
+		ids[ev.GetRequestId()]++
+	}
+	require.Equal(t, 1, ids["elsewhere"])
+	require.Equal(t, 1, ids["again"])
+}
