@@ -95,6 +95,10 @@ func startCluster(t *testing.T, n int, extra ...string) *testCluster {
 	t.Helper()
 	bin := buildNode(t)
 	c := &testCluster{t: t, dsn: pgtest.NewDatabase(t)}
+	// A member paused in the middle of a write holds its conversations'
+	// locks: PostgreSQL ends its session after 2 s idle in its
+	// transaction (rolling the write back), so the others can write them.
+	nodeDSN := c.dsn + "&idle_in_transaction_session_timeout=2000"
 	var seeds []string
 	type ports struct{ remote, am, api int }
 	ps := make([]ports, n)
@@ -104,7 +108,7 @@ func startCluster(t *testing.T, n int, extra ...string) *testCluster {
 	}
 	for _, p := range ps {
 		nd := &node{t: t, addr: fmt.Sprintf("127.0.0.1:%d", p.remote), api: fmt.Sprintf("http://127.0.0.1:%d", p.api)}
-		nd.args = append([]string{"--postgres", c.dsn, "--port", fmt.Sprint(p.remote), "--automanaged-port", fmt.Sprint(p.am),
+		nd.args = append([]string{"--postgres", nodeDSN, "--port", fmt.Sprint(p.remote), "--automanaged-port", fmt.Sprint(p.am),
 			"--seeds", strings.Join(seeds, ","), "--http", fmt.Sprintf("127.0.0.1:%d", p.api)}, extra...)
 		_ = bin
 		nd.start()
