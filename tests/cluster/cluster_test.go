@@ -40,7 +40,7 @@ type load struct {
 	// down (its control API closed under them: they never reached its
 	// Runtime, or their answer was cut off with the process).
 	unreached int
-	// draining counts the sends a node being stopped acknowledged.
+	// draining counts the sends a node being taken down acknowledged.
 	draining int
 	// bad lists calls that failed without a sentinel, or got no answer
 	// from a node that stayed up.
@@ -140,7 +140,7 @@ func (l *load) checkFailures(t *testing.T) {
 	t.Helper()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	t.Logf("%d sends acknowledged (%d by a node being stopped); failed with a sentinel: %v; unanswered by a node being stopped: %d",
+	t.Logf("%d sends acknowledged (%d by a node being taken down); failed with a sentinel: %v; no answer from a node taken down: %d",
 		l.n.Load(), l.draining, l.codes, l.unreached)
 	require.Empty(t, l.bad, "calls that failed without a sentinel")
 }
@@ -257,6 +257,7 @@ func TestKillNodeUnderLoad(t *testing.T) {
 
 	waitAnswered(t, st, convs)
 	l.checkAcked(t, st)
+	l.checkFailures(t)
 	// Every human call expired exactly once, and its turn went on.
 	waitAnswered(t, st, asks)
 	for _, conv := range asks {
