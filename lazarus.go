@@ -365,6 +365,7 @@ func Open(opts Options) (*Runtime, error) {
 		CallTimeout: opts.CallTimeout,
 		Logger:      opts.Logger,
 		Passivated:  opts.Metrics.Passivated,
+		Fenced:      fencedHook(opts.Metrics.Fenced),
 		// Due occurrences of scheduled wake-ups are delivered by the
 		// Runtime's goroutines (schedule.go).
 		FireSchedule: r.onScheduleDue,

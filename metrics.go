@@ -44,6 +44,14 @@ type Metrics struct {
 	// Subscribers is called with +1 when a subscription starts and -1
 	// when it ends.
 	Subscribers func(delta int)
+	// Fenced is called each time a conversation actor retires because the
+	// Store refused one of its writes with journal.ErrConflict (another
+	// writer moved the log on: the fence of guarantee 8), before the
+	// command it held is retried on a new activation. In one process it
+	// counts a killed activation's late write; in a cluster, the stale
+	// activations of a member that kept serving conversations another
+	// member took over (a paused member, say).
+	Fenced func()
 }
 
 // committed feeds the Appended and Expired hooks from one committed
@@ -72,4 +80,12 @@ func (m timedModel) Generate(ctx context.Context, turn agent.Turn, onDelta func(
 	msg, err := m.Model.Generate(ctx, turn, onDelta)
 	m.observe(time.Since(start), err)
 	return msg, err
+}
+
+// fencedHook adapts the Fenced hook to the supervisor's; nil stays nil.
+func fencedHook(f func()) func(string) {
+	if f == nil {
+		return nil
+	}
+	return func(string) { f() }
 }

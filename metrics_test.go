@@ -2,6 +2,7 @@ package lazarus_test
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +13,8 @@ import (
 	"github.com/lazarusrt/lazarus/actors/actorstest"
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/scripted"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/journal/memjournal"
 	"github.com/lazarusrt/lazarus/messages"
 )
 
@@ -120,4 +123,103 @@ func TestPassivationMetric(t *testing.T) {
 	}, 20*time.Second, 5*time.Millisecond, "the idle actor passivates")
 	require.EqualValues(t, 1, passivated.Load())
 	require.EqualValues(t, 2, activated.Load())
+}
+
+// TestFencedMetric: another writer moves a conversation's log on under its
+// live activation; the activation's next write is refused by the Store's
+// fence (ErrConflict), which Metrics.Fenced reports once, and the send it
+// carried is applied by a new activation, once, at the seq it returns.
+func TestFencedMetric(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var fenced atomic.Int64
+	model := scripted.New(scripted.Options{})
+	rt, err := lazarus.Open(lazarus.Options{
+		Model: model, IdleTimeout: -1,
+		Metrics: lazarus.Metrics{Fenced: func() { fenced.Add(1) }},
+	})
+	require.NoError(t, err)
+	defer rt.Close()
+
+	model.Push("c", scripted.Text("one"), scripted.Text("two"))
+	_, err = rt.SendAndWait(ctx, "c", "hi", agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	require.Zero(t, fenced.Load(), "no other writer yet")
+	require.True(t, rt.IsActive("c"))
+
+	// Another writer (a member that took the conversation over, say).
+	last, err := rt.Store().LastSeq(ctx, "c")
+	require.NoError(t, err)
+	_, err = rt.Store().Append(ctx, &messages.AppendRequest{ConversationId: "c", ExpectedLast: last, Events: []*messages.Event{{
+		RequestId: "elsewhere",
+		Body:      &messages.Event_UserMsg{UserMsg: agent.UserMessage(agent.TextPart("from elsewhere"))},
+	}}})
+	require.NoError(t, err)
+
+	seq, err := rt.SendMessage(ctx, "c", agent.UserMessage(agent.TextPart("again")), lazarus.SendOptions{RequestID: "again"}, agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, fenced.Load(), "the stale activation's write was fenced")
+	require.Equal(t, last+2, seq, "applied after the other writer's event")
+	evs, err := rt.History(ctx, "c", 0, 0)
+	require.NoError(t, err)
+	ids := map[string]int{}
+	for _, ev := range evs {
+		ids[ev.GetRequestId()]++
+	}
+	require.Equal(t, 1, ids["elsewhere"])
+	require.Equal(t, 1, ids["again"])
+}
+
+// timingOutStore fails the next append request it is armed for as a Store
+// call that timed out (context.DeadlineExceeded, no journal sentinel), and
+// writes nothing of it.
+type timingOutStore struct {
+	journal.Store
+	armed atomic.Bool
+}
+
+func (s *timingOutStore) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest) []journal.AppendResult {
+	if s.armed.CompareAndSwap(true, false) {
+		out := make([]journal.AppendResult, len(reqs))
+		for i := range out {
+			out[i].Err = fmt.Errorf("store: append: timeout: %w", context.DeadlineExceeded)
+		}
+		return out
+	}
+	return s.Store.AppendBatch(ctx, reqs)
+}
+
+// TestWriteTimeoutIsUnknownOutcome: a send whose write the Store timed out
+// fails with an error wrapping journal.ErrUnknownOutcome (the write may or
+// may not have landed), never an unclassified one; retried with its
+// request id, it lands once.
+func TestWriteTimeoutIsUnknownOutcome(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st := &timingOutStore{Store: memjournal.New(memjournal.Options{})}
+	model := scripted.New(scripted.Options{})
+	rt, err := lazarus.Open(lazarus.Options{Model: model, Store: st, IdleTimeout: -1})
+	require.NoError(t, err)
+	defer rt.Close()
+
+	model.Push("c", scripted.Text("one"))
+	_, err = rt.SendAndWait(ctx, "c", "hi", agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	st.armed.Store(true)
+	msg := agent.UserMessage(agent.TextPart("again"))
+	_, err = rt.SendMessage(ctx, "c", msg, lazarus.SendOptions{RequestID: "again"}, agent.Scope{UserID: "u"})
+	require.ErrorIs(t, err, journal.ErrUnknownOutcome)
+	model.Push("c", scripted.Text("two"))
+	seq, err := rt.SendMessage(ctx, "c", msg, lazarus.SendOptions{RequestID: "again"}, agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	evs, err := rt.History(ctx, "c", 0, 0)
+	require.NoError(t, err)
+	n := 0
+	for _, ev := range evs {
+		if ev.GetRequestId() == "again" {
+			n++
+			require.Equal(t, seq, ev.GetSeq())
+		}
+	}
+	require.Equal(t, 1, n)
 }

@@ -400,7 +400,7 @@ func replyWrite(ctx actor.Context, r journalRequest, res journal.AppendResult) {
 		Reply: &messages.AppendReply{
 			FirstSeq: res.FirstSeq,
 			LastSeq:  res.LastSeq,
-			Error:    journal.ErrorToProto(res.Err),
+			Error:    journal.ErrorToProto(writeErr(res.Err)),
 		},
 	})
 }

@@ -59,6 +59,12 @@ type Config struct {
 	// writer is woken again here only if this node still owns it (else its
 	// owner has it). Default nil: every conversation is this node's.
 	Owns func(conversationID string) bool
+	// Fenced, if set, is called each time an activation retires because a
+	// write of its failed with journal.ErrConflict: another writer (a
+	// killed predecessor's late write, another member that owns the
+	// conversation) moved its log on, and the Store refused the write
+	// whole. It runs on that activation's goroutine and must not block.
+	Fenced func(conversationID string)
 }
 
 // Supervisor is the root of a runtime's actors. It owns, and outlives, the
@@ -498,6 +504,14 @@ func (r *root) spawn(ctx actor.Context, a *activation) (*actor.PID, error) {
 	self, root := ctx.Self(), ctx.ActorSystem().Root
 	cfg.Fenced = func() { root.Send(self, &rewake{conversation: a.id}) }
 	cfg.Stopped = a.stopped
+	if fenced := s.cfg.Fenced; fenced != nil {
+		cfg.Stopped = func(cause error) {
+			a.stopped(cause)
+			if errors.Is(cause, journal.ErrConflict) {
+				fenced(a.id)
+			}
+		}
+	}
 	pid, err := ctx.SpawnNamed(actors.NewConversation(cfg), fmt.Sprintf("conv-%d", a.gen))
 	if err == nil {
 		s.reg.register(a, pid)

@@ -21,7 +21,15 @@
 //	GET  /members                               -> {"self","members"}
 //	GET  /owner?conv=ID                         -> {"owner"}
 //	GET  /stream?conv=ID&after=N                -> one line per event: {"seq","kind","node"}
+//	GET  /stats                                 -> {"fenced"}
 //	GET  /healthz                               -> "ok"
+//
+// A failed call answers {"error","code"}: code is the sentinel the error
+// wraps (see errorCode), "internal" for an error that wraps none. fenced
+// counts the activations of this member retired because the Store's fence
+// refused their write (lazarus.Metrics.Fenced). On SIGTERM the member
+// stops taking control calls, answers those in flight (each is bounded by
+// its own timeout), then closes the Runtime.
 //
 // `lazarus-node demo` (make demo-cluster) runs three members of itself and
 // a throwaway PostgreSQL (PG_BINDIR), kills one mid-turn with SIGKILL, and
@@ -40,11 +48,13 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/lazarusrt/lazarus"
 	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
 )
 
@@ -75,6 +85,7 @@ func run() error {
 	if *dsn == "" {
 		return errors.New("--postgres is required")
 	}
+	var fenced atomic.Int64
 	logger := slog.New(slog.DiscardHandler)
 	if *verbose {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -85,6 +96,7 @@ func run() error {
 		Tools:       tools(*humanTimeout),
 		IdleTimeout: -1,
 		Logger:      logger,
+		Metrics:     lazarus.Metrics{Fenced: func() { fenced.Add(1) }},
 		Cluster: &lazarus.ClusterOptions{
 			Port:            *port,
 			AutoManagedPort: *amPort,
@@ -94,7 +106,11 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Addr: *httpAddr, Handler: api(rt), ReadHeaderTimeout: 5 * time.Second}
+	// Streams never end by themselves: the shutdown ends them.
+	streams, endStreams := context.WithCancel(context.Background())
+	defer endStreams()
+	srv := &http.Server{Addr: *httpAddr, Handler: api(rt, &fenced, streams), ReadHeaderTimeout: 5 * time.Second}
+	srv.RegisterOnShutdown(endStreams)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ListenAndServe() }()
 	fmt.Printf("lazarus-node %s ready\n", rt.Address())
@@ -104,7 +120,9 @@ func run() error {
 	case <-sig:
 	case err = <-errc:
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	// Longer than the longest control call (sendwait's 20 s), so that
+	// every call in flight is answered before the Runtime closes.
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(ctx)
 	if cerr := rt.Close(); err == nil {
@@ -159,18 +177,52 @@ func tools(humanTimeout time.Duration) []agent.Tool {
 	}
 }
 
-func api(rt *lazarus.Runtime) http.Handler {
+// errorCode is the stable code of a failed call: the first sentinel of the
+// Runtime's contract the error wraps ("closed" for lazarus.ErrClosed,
+// "unknown_outcome", "no_owner", "deadline_exceeded", "canceled"), else
+// the journal's code in lower case without its prefix ("conflict",
+// "unavailable", "stale", "invalid", ...; journal.ErrorToProto), which is
+// "internal" for an error that wraps no sentinel.
+func errorCode(err error) string {
+	switch {
+	case errors.Is(err, lazarus.ErrClosed):
+		return "closed"
+	case errors.Is(err, lazarus.ErrUnknownOutcome):
+		return "unknown_outcome"
+	case errors.Is(err, lazarus.ErrNoOwner):
+		return "no_owner"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "deadline_exceeded"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	}
+	code := journal.ErrorToProto(err).GetCode().String()
+	return strings.ToLower(strings.TrimPrefix(code, "ERROR_CODE_"))
+}
+
+// api is the control API; streams ends the /stream calls when it ends.
+func api(rt *lazarus.Runtime, fenced *atomic.Int64, streams context.Context) http.Handler {
 	mux := http.NewServeMux()
 	write := func(w http.ResponseWriter, v any, err error) {
 		w.Header().Set("Content-Type", "application/json")
 		if err != nil {
 			w.WriteHeader(http.StatusConflict)
-			_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+			_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error(), "code": errorCode(err)})
 			return
 		}
 		_ = json.NewEncoder(w).Encode(v)
 	}
+	// decode reads a request body; a bad one is the caller's error.
+	decode := func(r *http.Request, v any) error {
+		if err := json.NewDecoder(r.Body).Decode(v); err != nil {
+			return fmt.Errorf("control API: request body: %w: %w", err, journal.ErrInvalid)
+		}
+		return nil
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) {
+		write(w, map[string]int64{"fenced": fenced.Load()}, nil)
+	})
 	mux.HandleFunc("GET /members", func(w http.ResponseWriter, _ *http.Request) {
 		write(w, map[string]any{"self": rt.Address(), "members": rt.Members()}, nil)
 	})
@@ -183,7 +235,7 @@ func api(rt *lazarus.Runtime) http.Handler {
 			Text      string `json:"text"`
 			RequestID string `json:"request_id"`
 		}
-		if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
+		if err := decode(r, &in); err != nil {
 			write(w, nil, err)
 			return
 		}
@@ -199,7 +251,7 @@ func api(rt *lazarus.Runtime) http.Handler {
 			Conv string `json:"conv"`
 			Text string `json:"text"`
 		}
-		if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
+		if err := decode(r, &in); err != nil {
 			write(w, nil, err)
 			return
 		}
@@ -220,7 +272,7 @@ func api(rt *lazarus.Runtime) http.Handler {
 			ToolCallID string `json:"tool_call_id"`
 			Result     string `json:"result"`
 		}
-		if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
+		if err := decode(r, &in); err != nil {
 			write(w, nil, err)
 			return
 		}
@@ -229,7 +281,10 @@ func api(rt *lazarus.Runtime) http.Handler {
 	})
 	mux.HandleFunc("GET /stream", func(w http.ResponseWriter, r *http.Request) {
 		after, _ := strconv.ParseUint(r.URL.Query().Get("after"), 10, 64)
-		ch, err := rt.Subscribe(r.Context(), r.URL.Query().Get("conv"), after)
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		defer context.AfterFunc(streams, cancel)()
+		ch, err := rt.Subscribe(ctx, r.URL.Query().Get("conv"), after)
 		if err != nil {
 			write(w, nil, err)
 			return

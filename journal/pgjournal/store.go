@@ -311,7 +311,12 @@ func (s *Store) wrap(op string, err error) error {
 			// unique violation (a tool call id taken by a concurrent
 			// write), serialization failure, deadlock: nothing written.
 			return fmt.Errorf("pgjournal: %s: %w: %w", op, journal.ErrConflict, err)
-		case strings.HasPrefix(pgErr.Code, "08"), strings.HasPrefix(pgErr.Code, "57P"), pgErr.Code == "53300":
+		case strings.HasPrefix(pgErr.Code, "08"), strings.HasPrefix(pgErr.Code, "57P"), pgErr.Code == "53300",
+			pgErr.Code == "25P03":
+			// 25P03: the server ended the session, idle in its
+			// transaction for longer than idle_in_transaction_session_timeout
+			// (the writer stalled, a paused process say); the
+			// transaction rolled back.
 			s.unavailable(err)
 			return fmt.Errorf("pgjournal: %s: %w: %w", op, journal.ErrUnavailable, err)
 		}

@@ -7,6 +7,7 @@ package cluster_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -16,13 +17,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus/journal"
 )
 
 // load sends messages to convs through the live nodes until stopped, and
-// records every acknowledged send.
+// records every acknowledged send and how every other call ended.
 type load struct {
 	c     *testCluster
 	convs []string
@@ -31,10 +33,22 @@ type load struct {
 	n     atomic.Int64
 	stop  chan struct{}
 	wg    sync.WaitGroup
+
+	mu    sync.Mutex
+	codes map[string]int // failed calls the control API answered, by code
+	// unreached counts calls that got no answer from a node being taken
+	// down (its control API closed under them: they never reached its
+	// Runtime, or their answer was cut off with the process).
+	unreached int
+	// draining counts the sends a node being taken down acknowledged.
+	draining int
+	// bad lists calls that failed without a sentinel, or got no answer
+	// from a node that stayed up.
+	bad []string
 }
 
 func startLoad(c *testCluster, convs []string, workers int) *load {
-	l := &load{c: c, convs: convs, stop: make(chan struct{})}
+	l := &load{c: c, convs: convs, stop: make(chan struct{}), codes: map[string]int{}}
 	for w := range workers {
 		l.wg.Add(1)
 		go func() {
@@ -47,6 +61,7 @@ func startLoad(c *testCluster, convs []string, workers int) *load {
 				}
 				conv := convs[(w+i*workers)%len(convs)]
 				nd := c.nodes[(w+i)%len(c.nodes)]
+				downs := nd.downs.Load()
 				if _, dead := l.dead.Load(nd); dead {
 					continue
 				}
@@ -55,10 +70,18 @@ func startLoad(c *testCluster, convs []string, workers int) *load {
 					text = "tool: x"
 				}
 				id := fmt.Sprintf("w%d-%d", w, i)
-				if _, err := nd.send(conv, text, id); err == nil {
+				_, err := nd.send(conv, text, id)
+				if err == nil {
 					l.acked.Store(id, conv)
 					l.n.Add(1)
+					if nd.stopping.Load() {
+						l.mu.Lock()
+						l.draining++
+						l.mu.Unlock()
+					}
+					continue
 				}
+				l.failed(nd, downs, id, err)
 			}
 		}()
 	}
@@ -68,6 +91,58 @@ func startLoad(c *testCluster, convs []string, workers int) *load {
 func (l *load) finish() {
 	close(l.stop)
 	l.wg.Wait()
+}
+
+// down stops sending to nd (before the test kills or pauses it).
+func (l *load) down(nd *node) {
+	nd.downs.Add(1)
+	nd.stopping.Store(true)
+	l.dead.Store(nd, true)
+}
+
+// drain says nd is about to be stopped, but goes on sending to it until a
+// call finds its control API closed: the calls in flight when it gets
+// SIGTERM must be answered.
+func (l *load) drain(nd *node) {
+	nd.downs.Add(1)
+	nd.stopping.Store(true)
+}
+
+// up sends to nd again.
+func (l *load) up(nd *node) {
+	nd.stopping.Store(false)
+	l.dead.Delete(nd)
+}
+
+// failed records a call through nd that did not succeed; downs is nd's
+// count of downs before the call.
+func (l *load) failed(nd *node, downs int64, id string, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var ce *callError
+	switch {
+	case errors.As(err, &ce):
+		l.codes[ce.Code]++
+		if !sentinels[ce.Code] {
+			l.bad = append(l.bad, fmt.Sprintf("%s through %s: no sentinel: %v", id, nd.addr, err))
+		}
+	case nd.stopping.Load() || nd.downs.Load() != downs:
+		l.unreached++
+		l.dead.Store(nd, true) // until up
+	default:
+		l.bad = append(l.bad, fmt.Sprintf("%s through %s (up): no answer: %v", id, nd.addr, err))
+	}
+}
+
+// checkFailures checks that every call that did not succeed failed with a
+// sentinel, or met a node being taken down, and logs how they ended.
+func (l *load) checkFailures(t *testing.T) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t.Logf("%d sends acknowledged (%d by a node being taken down); failed with a sentinel: %v; no answer from a node taken down: %d",
+		l.n.Load(), l.draining, l.codes, l.unreached)
+	require.Empty(t, l.bad, "calls that failed without a sentinel")
 }
 
 // checkAcked checks that every acknowledged send is in its conversation's
@@ -147,7 +222,7 @@ func TestKillNodeUnderLoad(t *testing.T) {
 		}
 	}
 	require.NotEmpty(t, moved, "the victim owns no conversation")
-	l.dead.Store(victim, true)
+	l.down(victim)
 	killed := time.Now()
 	victim.kill()
 
@@ -182,6 +257,7 @@ func TestKillNodeUnderLoad(t *testing.T) {
 
 	waitAnswered(t, st, convs)
 	l.checkAcked(t, st)
+	l.checkFailures(t)
 	// Every human call expired exactly once, and its turn went on.
 	waitAnswered(t, st, asks)
 	for _, conv := range asks {
@@ -199,42 +275,120 @@ func TestKillNodeUnderLoad(t *testing.T) {
 }
 
 // TestPausedNodeIsFenced pauses a node (SIGSTOP) until the others drop it,
-// moves its conversations with new sends, then resumes it (SIGCONT): its
-// stale activations write nothing that lands, nothing is duplicated or lost.
+// moves its conversations with new sends, then resumes it (SIGCONT) and
+// sends to them through it while it still believes it owns them: its
+// stale activations try to write and are fenced (the member counts the
+// activations the Store's ErrConflict retired), no write of theirs lands
+// (every log is gap-free, every request id in it once, every send at the
+// seq it was acknowledged with), nothing is lost.
 func TestPausedNodeIsFenced(t *testing.T) {
 	c := startCluster(t, 3, "--model-delay", "100ms")
 	st := c.store()
+	entry, paused := c.nodes[0], c.nodes[2]
 	convs := convIDs("p", 12)
+	// Three conversations of the paused member's, kept out of the load,
+	// so that no write of theirs is in flight when it is paused: each
+	// holds a live, quiescent activation there.
+	var held []string
+	for i := 0; len(held) < 3; i++ {
+		if conv := fmt.Sprintf("h%d", i); entry.owner(conv) == paused.addr {
+			held = append(held, conv)
+		}
+	}
+	// acks are the sends of this test's own, by request id: seq and
+	// conversation.
+	type ack struct {
+		conv string
+		seq  uint64
+	}
+	acks := map[string]ack{}
+	sendOK := func(nd *node, conv, id string) {
+		t.Helper()
+		var res sendResult
+		var err error
+		if !assert.Eventually(t, func() bool {
+			res, err = nd.send(conv, "hello", id)
+			return err == nil
+		}, 30*time.Second, 20*time.Millisecond) {
+			require.FailNow(t, fmt.Sprintf("send %s to %s through %s: %v", id, conv, nd.addr, err))
+		}
+		acks[id] = ack{conv, res.Seq}
+	}
+	// Each held conversation has a live activation on the paused member
+	// (IdleTimeout -1: it never passivates), its turn done.
+	for _, conv := range held {
+		sendOK(paused, conv, "held-"+conv)
+	}
+	waitAnswered(t, st, held)
 	l := startLoad(c, convs, 4)
 	require.Eventually(t, func() bool { return l.n.Load() >= 40 }, 60*time.Second, 20*time.Millisecond)
-	paused := c.nodes[2]
-	l.dead.Store(paused, true)
+	fencedBefore := paused.fenced()
+
+	l.down(paused)
 	paused.signal(syscall.SIGSTOP)
 	c.waitMembers(c.nodes[:2]...)
+	// The held conversations move: their new owners append to their logs,
+	// past what the paused member's activations hold.
+	for _, conv := range held {
+		require.NotEqual(t, paused.addr, entry.owner(conv))
+		sendOK(entry, conv, "moved-"+conv)
+	}
 	before := l.n.Load()
 	require.Eventually(t, func() bool { return l.n.Load() >= before+40 }, 60*time.Second, 20*time.Millisecond)
+
 	// Resumed, it still believes it owns its conversations (the others
 	// have blocked its member id for good: protoactor never readmits it)
 	// and serves sends with its stale activations, which the Store fences.
 	paused.signal(syscall.SIGCONT)
-	l.dead.Delete(paused)
+	for _, conv := range held {
+		require.Equal(t, paused.addr, paused.owner(conv), "the resumed member still believes it owns %s", conv)
+		sendOK(paused, conv, "back-"+conv)
+	}
+	fenced := paused.fenced() - fencedBefore
+	t.Logf("activations of the resumed member fenced: %d (%d held conversations moved away, and the load's)", fenced, len(held))
+	// Each held conversation's stale activation took its send, wrote with
+	// the seq it last saw, and was retired by the Store's ErrConflict (the
+	// send then went to a new activation, revived from the log).
+	require.GreaterOrEqual(t, fenced, int64(len(held)), "stale activations of the resumed member fenced")
+	l.up(paused)
 	before = l.n.Load()
 	require.Eventually(t, func() bool { return l.n.Load() >= before+40 }, 60*time.Second, 20*time.Millisecond)
+
 	// A restart under a new member id rejoins.
-	l.dead.Store(paused, true)
+	l.down(paused)
 	paused.stop()
 	paused.start()
 	c.waitMembers(c.nodes...)
-	l.dead.Delete(paused)
+	l.up(paused)
 	before = l.n.Load()
 	require.Eventually(t, func() bool { return l.n.Load() >= before+40 }, 60*time.Second, 20*time.Millisecond)
 	l.finish()
 	waitAnswered(t, st, convs)
+	waitAnswered(t, st, held)
 	l.checkAcked(t, st)
+	l.checkFailures(t)
+	// Every send of this test's own is in its log once (checkLog), at the
+	// seq it was acknowledged with: no write of a fenced activation landed
+	// in its place.
+	at := map[string]uint64{}
+	for _, conv := range held {
+		for _, ev := range checkLog(t, st, conv) {
+			if ev.GetUserMsg() != nil {
+				at[ev.GetRequestId()] = ev.GetSeq()
+			}
+		}
+	}
+	for id, a := range acks {
+		require.Equal(t, a.seq, at[id], "send %s to %s", id, a.conv)
+	}
 }
 
 // TestRollingRestart restarts each node in turn (SIGTERM, then a new
-// process on the same ports) under load: nothing acknowledged is lost.
+// process on the same ports) under load: nothing acknowledged is lost, and
+// every call is answered: acknowledged, or failed with a sentinel of the
+// Runtime's contract (a call that reached a member being stopped is
+// answered before it closes; one that found its control API closed never
+// reached it).
 func TestRollingRestart(t *testing.T) {
 	c := startCluster(t, 3, "--model-delay", "50ms")
 	st := c.store()
@@ -243,17 +397,18 @@ func TestRollingRestart(t *testing.T) {
 	for _, nd := range c.nodes {
 		before := l.n.Load()
 		require.Eventually(t, func() bool { return l.n.Load() >= before+20 }, 60*time.Second, 20*time.Millisecond)
-		l.dead.Store(nd, true)
+		l.drain(nd)
 		nd.stop()
 		nd.start()
 		c.waitMembers(c.nodes...)
-		l.dead.Delete(nd)
+		l.up(nd)
 	}
 	before := l.n.Load()
 	require.Eventually(t, func() bool { return l.n.Load() >= before+20 }, 60*time.Second, 20*time.Millisecond)
 	l.finish()
 	waitAnswered(t, st, convs)
 	l.checkAcked(t, st)
+	l.checkFailures(t)
 }
 
 // TestSubscribeAcrossOwnerDeath follows a conversation from a node that
@@ -331,7 +486,9 @@ func TestCallsThroughAnotherMember(t *testing.T) {
 	require.Len(t, e.Pending, 1)
 	require.NoError(t, entry.post("/resolve", map[string]string{"tool_call_id": e.Pending[0], "result": `"yes"`}, nil))
 	err := entry.post("/resolve", map[string]string{"tool_call_id": e.Pending[0], "result": `"again"`}, nil)
-	require.ErrorContains(t, err, "not pending")
+	var ce *callError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, "stale", ce.Code, "the owner's journal.ErrStale travels back to the member called: %v", err)
 	waitAnswered(t, st, []string{conv})
 	require.NoError(t, entry.post("/sendwait", map[string]string{"conv": conv, "text": "thanks"}, &e))
 	require.Equal(t, "answered", e.Outcome)

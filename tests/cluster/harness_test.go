@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -74,6 +75,12 @@ type node struct {
 	api    string // control API base URL
 	cmd    *exec.Cmd
 	stderr *bytes.Buffer
+	// downs counts the times the test took the node down (load.down,
+	// load.drain) and stopping says it is down now (until load.up): a
+	// call through it that got no answer while either said so met a node
+	// being stopped, paused or killed.
+	downs    atomic.Int64
+	stopping atomic.Bool
 }
 
 type testCluster struct {
@@ -88,6 +95,10 @@ func startCluster(t *testing.T, n int, extra ...string) *testCluster {
 	t.Helper()
 	bin := buildNode(t)
 	c := &testCluster{t: t, dsn: pgtest.NewDatabase(t)}
+	// A member paused in the middle of a write holds its conversations'
+	// locks: PostgreSQL ends its session after 2 s idle in its
+	// transaction (rolling the write back), so the others can write them.
+	nodeDSN := c.dsn + "&idle_in_transaction_session_timeout=2000"
 	var seeds []string
 	type ports struct{ remote, am, api int }
 	ps := make([]ports, n)
@@ -97,7 +108,7 @@ func startCluster(t *testing.T, n int, extra ...string) *testCluster {
 	}
 	for _, p := range ps {
 		nd := &node{t: t, addr: fmt.Sprintf("127.0.0.1:%d", p.remote), api: fmt.Sprintf("http://127.0.0.1:%d", p.api)}
-		nd.args = append([]string{"--postgres", c.dsn, "--port", fmt.Sprint(p.remote), "--automanaged-port", fmt.Sprint(p.am),
+		nd.args = append([]string{"--postgres", nodeDSN, "--port", fmt.Sprint(p.remote), "--automanaged-port", fmt.Sprint(p.am),
 			"--seeds", strings.Join(seeds, ","), "--http", fmt.Sprintf("127.0.0.1:%d", p.api)}, extra...)
 		_ = bin
 		nd.start()
@@ -193,6 +204,25 @@ type sendResult struct {
 	Node  string
 	Owner string
 	Error string
+	Code  string
+}
+
+// callError is a failed call the control API answered: Code is the
+// sentinel its error wraps (lazarus-node's errorCode).
+type callError struct{ Code, Msg string }
+
+func (e *callError) Error() string { return e.Code + ": " + e.Msg }
+
+// sentinels are the codes a call may fail with while members die, pause
+// or restart, by the Runtime's contract: the Runtime closing
+// (lazarus.ErrClosed), an outcome it cannot know (ErrUnknownOutcome, a
+// call retried elsewhere with its request id is safe), no member reachable
+// before the call's deadline (ErrNoOwner, or the deadline itself), the
+// Store or an owner unavailable (journal.ErrUnavailable) and a lost write
+// race (journal.ErrConflict). "internal" (no sentinel) never is one.
+var sentinels = map[string]bool{
+	"closed": true, "unknown_outcome": true, "no_owner": true, "deadline_exceeded": true,
+	"unavailable": true, "conflict": true,
 }
 
 func (nd *node) send(conv, text, requestID string) (sendResult, error) {
@@ -207,9 +237,17 @@ func (nd *node) send(conv, text, requestID string) (sendResult, error) {
 		return out, err
 	}
 	if out.Error != "" {
-		return out, fmt.Errorf("%s", out.Error)
+		return out, &callError{Code: out.Code, Msg: out.Error}
 	}
 	return out, nil
+}
+
+// fenced returns the node's count of activations retired by the Store's
+// fence (lazarus.Metrics.Fenced).
+func (nd *node) fenced() int64 {
+	var s struct{ Fenced int64 }
+	require.NoError(nd.t, nd.get("/stats", &s))
+	return s.Fenced
 }
 
 func (nd *node) owner(conv string) string {
@@ -292,9 +330,9 @@ func (nd *node) post(path string, in, out any) error {
 	if err := json.NewDecoder(res.Body).Decode(&raw); err != nil {
 		return err
 	}
-	var e struct{ Error string }
+	var e struct{ Error, Code string }
 	if json.Unmarshal(raw, &e) == nil && e.Error != "" {
-		return fmt.Errorf("%s", e.Error)
+		return &callError{Code: e.Code, Msg: e.Error}
 	}
 	if out != nil {
 		return json.Unmarshal(raw, out)
