@@ -482,6 +482,11 @@ func mapErr(op string, err error) error {
 	case unknown:
 		// Every activation stopped before answering, too many times.
 		return fmt.Errorf("%s: %w (no activation answered; retry)", op, ErrUnknownOutcome)
+	case errors.Is(err, journal.ErrUnknownOutcome) && !errors.Is(err, ErrUnknownOutcome):
+		// The Store could not say whether a write landed (a timeout, a
+		// connection lost during its commit): the call's outcome is
+		// unknown, as the facade's sentinel says.
+		return fmt.Errorf("%s: %w: %w", op, ErrUnknownOutcome, err)
 	default:
 		return fmt.Errorf("%s: %w", op, err)
 	}

@@ -209,6 +209,7 @@ func TestWriteTimeoutIsUnknownOutcome(t *testing.T) {
 	msg := agent.UserMessage(agent.TextPart("again"))
 	_, err = rt.SendMessage(ctx, "c", msg, lazarus.SendOptions{RequestID: "again"}, agent.Scope{UserID: "u"})
 	require.ErrorIs(t, err, journal.ErrUnknownOutcome)
+	require.ErrorIs(t, err, lazarus.ErrUnknownOutcome, "the facade's sentinel too")
 	model.Push("c", scripted.Text("two"))
 	seq, err := rt.SendMessage(ctx, "c", msg, lazarus.SendOptions{RequestID: "again"}, agent.Scope{UserID: "u"})
 	require.NoError(t, err)
