@@ -30,6 +30,7 @@ import (
 //	conversations_active              gauge: conversations whose status is ACTIVE, a turn owed or running (counted at scrape, up to MaxPendingCount)
 //	conversation_activations_total    counter: actors spawned (first activations and revivals)
 //	conversation_passivations_total   counter: idle actors passivated (out of memory until their next command)
+//	conversation_fenced_total         counter: actors retired because another writer moved the log on (the Store's fence)
 //	human_calls_pending               gauge: pending human calls (counted at scrape, up to MaxPendingCount)
 //	human_calls_expired_total         counter: human calls resolved by their deadline
 //	model_call_seconds                histogram: duration of one model call
@@ -47,6 +48,7 @@ type Metrics struct {
 	events         prometheus.Counter
 	activations    prometheus.Counter
 	passivations   prometheus.Counter
+	fenced         prometheus.Counter
 	expired        prometheus.Counter
 	modelSeconds   prometheus.Histogram
 	modelErrors    prometheus.Counter
@@ -77,6 +79,8 @@ func NewMetrics() *Metrics {
 		Help: "Conversation actors spawned: first activations and revivals."})
 	m.passivations = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "conversation_passivations_total",
 		Help: "Idle conversation actors passivated (out of memory until their next command)."})
+	m.fenced = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "conversation_fenced_total",
+		Help: "Conversation actors retired because another writer moved the log on (the Store's fence: a split brain, a paused node)."})
 	m.expired = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "human_calls_expired_total",
 		Help: "Human calls resolved by their deadline."})
 	m.modelSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "model_call_seconds",
@@ -96,7 +100,7 @@ func NewMetrics() *Metrics {
 		Help: "Conversations with a turn owed or running (status ACTIVE; counted at scrape, bounded)."}, m.activeConversations)
 	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "human_calls_pending",
 		Help: "Pending human calls (counted at scrape, bounded)."}, m.pendingCalls)
-	m.reg.MustRegister(m.commitSeconds, m.commitRequests, m.appends, m.events, m.activations, m.passivations, m.expired,
+	m.reg.MustRegister(m.commitSeconds, m.commitRequests, m.appends, m.events, m.activations, m.passivations, m.fenced, m.expired,
 		m.modelSeconds, m.modelErrors, m.subscriptions, live, active, pending,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -120,6 +124,7 @@ func (m *Metrics) Hooks() lazarus.Metrics {
 		Expired:    m.expired.Inc,
 		Activated:  m.activations.Inc,
 		Passivated: m.passivations.Inc,
+		Fenced:     m.fenced.Inc,
 		ModelCall: func(took time.Duration, err error) {
 			m.modelSeconds.Observe(took.Seconds())
 			if err != nil {
