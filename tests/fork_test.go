@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -241,7 +242,13 @@ func TestEndOnEveryStore(t *testing.T) {
 		h.model.Push("c", scripted.Text("hi"))
 		_, err := h.rt.SendAndWait(ctx, "c", "hello", user) // 1, 2
 		require.NoError(t, err)
-		require.NoError(t, h.rt.End(ctx, "c"))
+		// The turn's last write may still be in flight when SendAndWait
+		// returns: End is refused (ErrInvalid) until it lands.
+		require.Eventually(t, func() bool {
+			err := h.rt.End(ctx, "c")
+			require.True(t, err == nil || errors.Is(err, journal.ErrInvalid), "end: %v", err)
+			return err == nil
+		}, 20*time.Second, time.Millisecond, "ends once at rest")
 		require.NoError(t, h.rt.End(ctx, "c"), "ending an ended conversation succeeds")
 		row, err := h.store.Conversation(ctx, "c")
 		require.NoError(t, err)
