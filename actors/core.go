@@ -826,35 +826,12 @@ func (c *core) onWriteReply(r *inWriteReply) {
 	}
 	c.inflight = nil
 	if err := r.err; err != nil {
-		if w.kind == writeConfigs && errors.Is(err, journal.ErrInvalid) {
-			// The Store refused the settings before writing anything: the
-			// log and the row are what this core holds.
-			for _, q := range w.configs {
-				c.reply(q.sender, q.msg, 0, fmt.Errorf("conversation %q: settings: %w", c.cfg.ID, err))
-			}
-			c.advance()
-			return
-		}
-		if w.kind == writeSends && w.req.GetScheduleFire() != nil && errors.Is(err, journal.ErrStale) {
-			// The Store refused a scheduled wake's occurrence (recorded
-			// already, or the schedule is gone) before writing anything:
-			// the log is what this core holds.
-			c.log.Debug("scheduled wake is stale", "schedule", w.req.GetScheduleFire().GetScheduleId(), "err", err)
-			for _, q := range w.sends {
-				c.reply(q.sender, q.msg, 0, fmt.Errorf("conversation %q: scheduled wake: %w", c.cfg.ID, err))
-			}
-			c.advance()
-			return
-		}
-		if w.kind == writeRewind && errors.Is(err, journal.ErrStale) {
-			// A call the rewind cancels was answered in the Store first
-			// (Resolve writes the answer, then tells this actor): the Store
-			// refused the rewind before writing any of it, so the log is
-			// what this core holds, and the answer's delivery follows. The
-			// answer won the race; the rewind fails with the sentinel.
-			if q := w.rewind; q != nil {
-				c.reply(q.sender, q.msg, 0, fmt.Errorf("conversation %q: rewind: a call it cancels was answered first: %w", c.cfg.ID, err))
-			}
+		if what, ok := refusedWhole(w, err); ok {
+			// The Store refused the write before writing any of it, so the
+			// log and the row are what this core holds: its callers get the
+			// refusal, and the activation goes on.
+			c.log.Debug("write refused", "what", what, "err", err)
+			c.replyWrite(w, fmt.Errorf("conversation %q: %s: %w", c.cfg.ID, what, err))
 			c.advance()
 			return
 		}
@@ -869,20 +846,7 @@ func (c *core) onWriteReply(r *inWriteReply) {
 		// a failed disk): stop, and let the next command revive from the log.
 		err = fmt.Errorf("conversation %q: write: %w", c.cfg.ID, err)
 		c.log.Warn("write failed; stopping", "err", err)
-		for _, q := range w.sends {
-			c.reply(q.sender, q.msg, 0, err)
-		}
-		for _, q := range w.configs {
-			c.reply(q.sender, q.msg, 0, err)
-		}
-		if q := w.rewind; q != nil {
-			c.reply(q.sender, q.msg, 0, err)
-			w.rewind = nil
-		}
-		if q := w.end; q != nil {
-			c.reply(q.sender, q.msg, 0, err)
-			w.end = nil
-		}
+		c.replyWrite(w, err)
 		c.publish(Update{Err: err})
 		// Retire first (stop), then ask for the wake-up: a wake-up that
 		// found this activation still live would be sent to it, and lost
@@ -953,6 +917,42 @@ func (c *core) onWriteReply(r *inWriteReply) {
 		}
 	}
 	c.advance()
+}
+
+// refusedWhole reports whether err refuses write w before the Store wrote
+// any of it, in a way the activation survives, and names what was
+// refused: settings the Store found invalid, a scheduled wake whose
+// occurrence is stale (recorded already, or the schedule is gone), or a
+// rewind whose cancellation met a call answered in the Store first (the
+// answer won the race; its delivery follows).
+func refusedWhole(w *pendingWrite, err error) (string, bool) {
+	switch {
+	case w.kind == writeConfigs && errors.Is(err, journal.ErrInvalid):
+		return "settings", true
+	case w.kind == writeSends && w.req.GetScheduleFire() != nil && errors.Is(err, journal.ErrStale):
+		return "scheduled wake", true
+	case w.kind == writeRewind && errors.Is(err, journal.ErrStale):
+		return "rewind: a call it cancels was answered first", true
+	}
+	return "", false
+}
+
+// replyWrite answers every caller waiting on write w with err.
+func (c *core) replyWrite(w *pendingWrite, err error) {
+	for _, q := range w.sends {
+		c.reply(q.sender, q.msg, 0, err)
+	}
+	for _, q := range w.configs {
+		c.reply(q.sender, q.msg, 0, err)
+	}
+	if q := w.rewind; q != nil {
+		c.reply(q.sender, q.msg, 0, err)
+		w.rewind = nil
+	}
+	if q := w.end; q != nil {
+		c.reply(q.sender, q.msg, 0, err)
+		w.end = nil
+	}
 }
 
 func (c *core) publish(u Update) {
