@@ -84,6 +84,7 @@ type config struct {
 	MemProfile     string        `json:"-"`
 	Trace          string        `json:"-"`
 	Verbose        bool          `json:"-"`
+	PebbleEvents   bool          `json:"-"`
 
 	logger *slog.Logger
 }
@@ -111,7 +112,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the runtime phase to this file")
 	fs.StringVar(&c.MemProfile, "memprofile", "", "write an allocation profile of the runtime phase to this file")
 	fs.StringVar(&c.Trace, "trace", "", "write an execution trace of seconds 3 to 5 of the runtime phase to this file")
-	fs.IntVar(&c.GoMaxProcs, "gomaxprocs", 0, "GOMAXPROCS for the whole run, baselines included (0: Go's default, the CPUs or $GOMAXPROCS)")
+	fs.IntVar(&c.GoMaxProcs, "gomaxprocs", 0, "GOMAXPROCS for the whole run, baselines included (0: Go's default, the CPUs or $GOMAXPROCS); while the runtime's Pebble store is open it is one more, unless $GOMAXPROCS is set (pebblejournal.Options.LeaveGOMAXPROCS)")
 	fs.BoolVar(&c.Compact, "compact", false, "after the runtime phase and baseline (a), reopen each store, compact all of it out of the WAL and L0 into the compressed levels, and report its disk per event again (the footprint at steady state)")
 	fs.Float64Var(&c.Rate, "rate", 0, "open loop: offer this many events/s (turns arrive at rate/5 per second, Poisson, independent of acknowledgements, each to an idle conversation; Send ack and turn latency count from the arrival); 0: closed loop, every conversation sends its next message when its turn ends")
 	fs.BoolVar(&c.OpenLoop, "open-loop", false, "after the (closed-loop) runtime phase, run it open loop (see --rate) at 25%, 50% and 75% of the events/s it reached, each for --duration on a fresh store and followed by naive synced Pebble Sets under the same open loop")
@@ -119,6 +120,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.SingleRounds, "single-rounds", 5, "rounds of the single-conversation phase")
 	fs.DurationVar(&c.SingleRound, "single-round", 2*time.Second, "time of each side in a single-conversation round (the sides take turns, one turn of events each)")
 	fs.BoolVar(&c.Verbose, "v", false, "log the runtime's warnings to stderr")
+	fs.BoolVar(&c.PebbleEvents, "pebble-events", false, "print the runtime store's Pebble events (flushes, compactions, WAL files, write stalls) to stderr, each with the time since the phase started")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}

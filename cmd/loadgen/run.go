@@ -135,7 +135,11 @@ func openStore(cfg config, dir string) (journal.Store, error) {
 	if cfg.Postgres != "" {
 		return openPostgres(context.Background(), cfg, filepath.Base(dir))
 	}
-	return pebblejournal.Open(dir, pebblejournal.Options{Logger: cfg.logger})
+	opts := pebblejournal.Options{Logger: cfg.logger}
+	if cfg.PebbleEvents {
+		opts.EventListener = printEvents(os.Stderr, time.Now())
+	}
+	return pebblejournal.Open(dir, opts)
 }
 
 // runRuntime is the main phase: cfg.Conversations drivers against a

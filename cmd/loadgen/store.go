@@ -2,6 +2,10 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"github.com/cockroachdb/pebble/v2"
+	"io"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -61,4 +65,27 @@ func (s *countingStore) ConcurrentBatches() int {
 		return c.ConcurrentBatches()
 	}
 	return 1
+}
+
+// printEvents is a Pebble event listener (--pebble-events) that prints
+// the events that can hold writes up (flushes, compactions, WAL files,
+// write stalls) to w, each with the time since start.
+func printEvents(w io.Writer, start time.Time) *pebble.EventListener {
+	var mu sync.Mutex
+	p := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(w, "%8.3fs  pebble: %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
+	}
+	return &pebble.EventListener{
+		FlushBegin:      func(i pebble.FlushInfo) { p("%s", i) },
+		FlushEnd:        func(i pebble.FlushInfo) { p("%s", i) },
+		CompactionBegin: func(i pebble.CompactionInfo) { p("%s", i) },
+		CompactionEnd:   func(i pebble.CompactionInfo) { p("%s", i) },
+		WALCreated:      func(i pebble.WALCreateInfo) { p("%s", i) },
+		WriteStallBegin: func(i pebble.WriteStallBeginInfo) { p("%s", i) },
+		WriteStallEnd:   func() { p("write stall ends") },
+		DiskSlow:        func(i pebble.DiskSlowInfo) { p("%s", i) },
+		BackgroundError: func(err error) { p("background error: %v", err) },
+	}
 }
