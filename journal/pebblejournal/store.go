@@ -91,6 +91,9 @@ type Store struct {
 	audit    bool
 	now      func() time.Time
 
+	// releaseProcs gives back the P the store added to GOMAXPROCS (procs.go).
+	releaseProcs func()
+
 	gate   sync.RWMutex
 	closed bool // guarded by gate
 
@@ -202,6 +205,10 @@ func Open(dir string, opts Options) (*Store, error) {
 		_ = db.Close()
 		_ = fsCloser.Close()
 		return nil, err
+	}
+	s.releaseProcs = func() {}
+	if !o.LeaveGOMAXPROCS {
+		s.releaseProcs = raiseProcs()
 	}
 	s.log.Debug("pebblejournal: opened", "dir", dir, "options", o.String())
 	return s, nil
@@ -336,6 +343,7 @@ func (s *Store) Close() error {
 	s.closed = true
 	close(s.closing)
 	err := s.db.Close()
+	s.releaseProcs()
 	if cerr := s.fsCloser.Close(); err == nil {
 		err = cerr
 	}
