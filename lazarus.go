@@ -92,7 +92,10 @@ type Options struct {
 	// and Dir.
 	Postgres string
 	// Dir is the directory of the embedded Pebble store, used when Store
-	// and Postgres are not set. It is created if missing.
+	// and Postgres are not set. It is created if missing. While the store
+	// is open, GOMAXPROCS is one more than it was, unless the GOMAXPROCS
+	// environment variable is set (see pebblejournal.Options.LeaveGOMAXPROCS;
+	// pass a Store opened with it to opt out).
 	Dir string
 	// Model answers turns. Required.
 	Model agent.Model
