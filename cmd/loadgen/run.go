@@ -194,7 +194,7 @@ func runRuntime(ctx context.Context, cfg config, dir string) (runResult, error) 
 		wg.Go(func() { arrive(runCtx, cfg.Rate/turnEvents, st) })
 	}
 	if cfg.Trace != "" {
-		stopTrace, err := traceWindow(cfg.Trace, 3*time.Second, 2*time.Second)
+		stopTrace, err := traceWindow(cfg.Trace, cfg.TraceFrom, 2*time.Second)
 		if err != nil {
 			return runResult{}, err
 		}
