@@ -890,6 +890,7 @@ func (c *core) onWriteReply(r *inWriteReply) {
 	switch w.kind {
 	case writeEnd:
 		c.reply(w.end.sender, w.end.msg, 0, nil)
+		c.refuseQueuedAfterEnd()
 	case writeAnswer:
 		for _, call := range w.calls {
 			id := call.ev.GetCall().GetId()

@@ -71,3 +71,20 @@ func (c *core) decideEnds() {
 func (c *core) endedErr() error {
 	return fmt.Errorf("conversation %q: %w", c.cfg.ID, journal.ErrEnded)
 }
+
+// refuseQueuedAfterEnd answers the sends and rewinds that arrived while the
+// End's write was in flight: the conversation is ended now, so they are
+// refused (a retry of a send already in the log gets its seq).
+func (c *core) refuseQueuedAfterEnd() {
+	for _, q := range c.sends {
+		if seq, ok := c.seen[q.msg.GetRequestId()]; ok && q.msg.GetRequestId() != "" {
+			c.reply(q.sender, q.msg, seq, nil)
+			continue
+		}
+		c.reply(q.sender, q.msg, 0, c.endedErr())
+	}
+	for _, q := range c.rewinds {
+		c.reply(q.sender, q.msg, 0, c.endedErr())
+	}
+	c.sends, c.rewinds = nil, nil
+}
