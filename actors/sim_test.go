@@ -208,6 +208,11 @@ type sim struct {
 	refused  map[string]bool
 }
 
+// simMaxRIDs bounds the request ids a seed sends (new messages and edits):
+// fewer than a summary keeps (snapshot.MaxSummaryRequests), so a retry is
+// always recognised. Past the bound, clients only send duplicates.
+const simMaxRIDs = snapshot.MaxSummaryRequests - 1
+
 func newSim(seed uint64) *sim {
 	tools, err := agent.NewRegistry(
 		agent.Tool{Name: "lookup", Executor: messages.Executor_EXECUTOR_SERVER,
@@ -372,7 +377,7 @@ func (s *sim) outside() {
 	switch r := s.rng.IntN(100); {
 	case r < 30:
 		rid := ""
-		if len(s.sent) > 0 && s.chance(0.4) {
+		if len(s.sent) > 0 && (s.chance(0.4) || s.nextRID >= simMaxRIDs) {
 			rid = s.sent[s.rng.IntN(len(s.sent))]
 			s.stats.Duplicates++
 		} else {
@@ -978,7 +983,7 @@ func (s *sim) rewindOne() {
 	n := uint64(len(s.events()))
 	to := uint64(s.rng.IntN(int(n) + 2))
 	s.stats.Rewinds++
-	edit := s.chance(0.5)
+	edit := s.chance(0.5) && s.nextRID < simMaxRIDs
 	editSeq := uint64(0)
 	if edit {
 		editSeq = to + 1
