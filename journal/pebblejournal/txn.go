@@ -21,6 +21,10 @@ import (
 // until it commits. Requests are applied one by one; a failing request rolls
 // its overlay changes back and the others still commit. commit writes the
 // final state of every changed row, with its index entries, in one batch.
+//
+// A txn, its maps and its buffers come from txnPool and go back to it on
+// close, so that a write allocates little of its own (see BENCHMARKS.md,
+// one busy conversation).
 type txn struct {
 	s  *Store
 	b  *pebble.Batch
@@ -28,23 +32,63 @@ type txn struct {
 	// reuse: the batch goes back to Store.batches on close, unless its
 	// commit failed (commitFailed).
 	reuse, commitFailed bool
-	now                 *timestamppb.Timestamp
-	convs               map[string]*convState
-	calls               map[string]*callState
-	dls                 map[dlKey]*dlState
+	// ts is the txn's time (rows' updated, tombstones' deleted), taken
+	// when first needed (see now).
+	ts    *timestamppb.Timestamp
+	convs map[string]*convState
+	calls map[string]*callState
+	dls   map[dlKey]*dlState
 	// known holds, for each conversation whose deadlines the txn looked
 	// at, all of them as committed before the txn (see knownDeadlines).
 	known map[string]map[string]*timestamppb.Timestamp
 	// scheds holds the schedules fired by the txn's requests so far, as
 	// they leave them (nil: removed); see schedule.go.
 	scheds map[string]*messages.Schedule
-	undo   []func()
-	seqs   []seqUndo // seqs set on caller's events, restored if the commit fails
+	// The undo logs of the overlay: the state of a conversation, call or
+	// deadline before a change (see mark and rollback).
+	undoConv []convUndo
+	undoCall []callUndo
+	undoDl   []dlUndo
+	seqs     []seqUndo // seqs set on caller's events, restored if the commit fails
+	// slab holds the txn's convStates (see newConv).
+	slab []convState
+	// key is a scratch buffer for keys (Batch.Set copies them).
+	key []byte
 	// enc holds the encoded events of the request being applied, event i
 	// in enc.buf[enc.ends[i-1]:enc.ends[i]]; taken from encPool when first
 	// needed, given back by close.
 	enc *eventScratch
 }
+
+type (
+	convUndo struct {
+		cs   *convState
+		prev convState
+	}
+	callUndo struct {
+		c    *callState
+		prev callState
+	}
+	dlUndo struct {
+		d    *dlState
+		prev dlState
+	}
+)
+
+// txnPool keeps closed txns with their maps and buffers.
+var txnPool = sync.Pool{New: func() any {
+	return &txn{
+		convs: make(map[string]*convState),
+		calls: make(map[string]*callState),
+		dls:   make(map[dlKey]*dlState),
+		known: make(map[string]map[string]*timestamppb.Timestamp),
+	}
+}}
+
+// maxPooledEntries bounds the entries of a map or slice a pooled txn keeps
+// (a group commit of hundreds of conversations makes large ones): clearing
+// a map costs its capacity, and a pooled txn should not pin memory.
+const maxPooledEntries = 64
 
 // eventScratch is a reusable buffer for the encoded events of one request.
 type eventScratch struct {
@@ -127,17 +171,21 @@ func (s *Store) newGroupTxn() *txn {
 }
 
 func (s *Store) newTxnWith(b *pebble.Batch) *txn {
-	return &txn{
-		s:     s,
-		b:     b,
-		now:   timestamppb.New(s.now()),
-		convs: make(map[string]*convState),
-		calls: make(map[string]*callState),
-		dls:   make(map[dlKey]*dlState),
-		known: make(map[string]map[string]*timestamppb.Timestamp),
-	}
+	t := txnPool.Get().(*txn)
+	t.s, t.b = s, b
+	return t
 }
 
+// now returns the txn's time, the same for all its records.
+func (t *txn) now() *timestamppb.Timestamp {
+	if t.ts == nil {
+		t.ts = timestamppb.New(t.s.now())
+	}
+	return t.ts
+}
+
+// close releases the txn's iterator and batch, and puts it back in
+// txnPool. The txn must not be used afterwards.
 func (t *txn) close() {
 	if t.it != nil {
 		_ = t.it.Close()
@@ -152,37 +200,86 @@ func (t *txn) close() {
 			_ = t.b.Close()
 		}
 	}
-	t.b = nil
 	if e := t.enc; e != nil && cap(e.buf) <= maxPooledScratch {
 		e.buf, e.ends = e.buf[:0], e.ends[:0]
 		encPool.Put(e)
 	}
-	t.enc = nil
+	*t = txn{
+		convs:    resetMap(t.convs),
+		calls:    resetMap(t.calls),
+		dls:      resetMap(t.dls),
+		known:    resetMap(t.known),
+		undoConv: resetSlice(t.undoConv),
+		undoCall: resetSlice(t.undoCall),
+		undoDl:   resetSlice(t.undoDl),
+		seqs:     resetSlice(t.seqs),
+		slab:     resetSlice(t.slab),
+		key:      t.key[:0],
+	}
+	if cap(t.key) > maxPooledScratch {
+		t.key = nil
+	}
+	txnPool.Put(t)
+}
+
+// resetMap empties m for reuse, or returns a new map if m grew beyond
+// maxPooledEntries.
+func resetMap[K comparable, V any](m map[K]V) map[K]V {
+	if len(m) > maxPooledEntries {
+		return make(map[K]V)
+	}
+	clear(m)
+	return m
+}
+
+// resetSlice empties s for reuse, dropping what its elements point to, or
+// returns nil if s grew beyond maxPooledEntries.
+func resetSlice[E any](s []E) []E {
+	if cap(s) > maxPooledEntries {
+		return nil
+	}
+	clear(s)
+	return s[:0]
 }
 
 // mark and rollback bracket one request.
-func (t *txn) mark() int { return len(t.undo) }
+type undoMark struct{ conv, call, dl int }
 
-func (t *txn) rollback(m int) {
-	for i := len(t.undo) - 1; i >= m; i-- {
-		t.undo[i]()
+func (t *txn) mark() undoMark { return undoMark{len(t.undoConv), len(t.undoCall), len(t.undoDl)} }
+
+// rollback restores every state saved since m, latest first, so that a
+// state saved twice gets its first value back.
+func (t *txn) rollback(m undoMark) {
+	for i := len(t.undoConv) - 1; i >= m.conv; i-- {
+		*t.undoConv[i].cs = t.undoConv[i].prev
 	}
-	t.undo = t.undo[:m]
+	for i := len(t.undoCall) - 1; i >= m.call; i-- {
+		*t.undoCall[i].c = t.undoCall[i].prev
+	}
+	for i := len(t.undoDl) - 1; i >= m.dl; i-- {
+		*t.undoDl[i].d = t.undoDl[i].prev
+	}
+	t.undoConv, t.undoCall, t.undoDl = t.undoConv[:m.conv], t.undoCall[:m.call], t.undoDl[:m.dl]
 }
 
-func (t *txn) saveConv(cs *convState) {
-	prev := *cs
-	t.undo = append(t.undo, func() { *cs = prev })
-}
+func (t *txn) saveConv(cs *convState) { t.undoConv = append(t.undoConv, convUndo{cs, *cs}) }
 
-func (t *txn) saveCall(c *callState) {
-	prev := *c
-	t.undo = append(t.undo, func() { *c = prev })
-}
+func (t *txn) saveCall(c *callState) { t.undoCall = append(t.undoCall, callUndo{c, *c}) }
 
-func (t *txn) saveDeadline(d *dlState) {
-	prev := *d
-	t.undo = append(t.undo, func() { *d = prev })
+func (t *txn) saveDeadline(d *dlState) { t.undoDl = append(t.undoDl, dlUndo{d, *d}) }
+
+// newConv returns a new convState for id, from the txn's slab: a group
+// commit of many conversations allocates a few slabs, not a state each.
+// A slab that is full is replaced, not grown, so the states already
+// handed out stay where they are.
+func (t *txn) newConv(id string) *convState {
+	if len(t.slab) == cap(t.slab) {
+		t.slab = make([]convState, 0, min(max(2*cap(t.slab), 4), 256))
+	}
+	t.slab = t.slab[:len(t.slab)+1]
+	cs := &t.slab[len(t.slab)-1]
+	cs.id = id
+	return cs
 }
 
 // conv returns the state of a conversation, reading its tombstone, or
@@ -191,7 +288,7 @@ func (t *txn) conv(id string) (*convState, error) {
 	if cs, ok := t.convs[id]; ok {
 		return cs, nil
 	}
-	cs := &convState{id: id}
+	cs := t.newConv(id)
 	if h, ok := t.s.heads.get(t.s.convStripe(id), id); ok {
 		cs.seqLoaded, cs.lastSeq, cs.hasRow = true, h.lastSeq, h.hasRow
 		if h.row != nil {
@@ -271,7 +368,7 @@ func (t *txn) setRow(cs *convState, row *messages.Conversation) error {
 		return err
 	}
 	t.saveConv(cs)
-	row.Updated = t.now
+	row.Updated = t.now()
 	cs.rowLoaded, cs.row, cs.rowDirty = true, row, true
 	return nil
 }
@@ -288,7 +385,7 @@ func (t *txn) editRow(cs *convState, created *timestamppb.Timestamp) (*messages.
 		return &messages.Conversation{
 			Id:      cs.id,
 			Status:  messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE,
-			Created: cmp.Or(created, t.now),
+			Created: cmp.Or(created, t.now()),
 		}, nil
 	}
 	return copyRow(row), nil
@@ -505,6 +602,9 @@ func (t *txn) knownDeadlines(conv string) (map[string]*timestamppb.Timestamp, er
 // this txn leaves them (known before, with its changes applied), or nil
 // for a conversation whose deadlines it did not look at.
 func (t *txn) finalDeadlines() map[string]map[string]*timestamppb.Timestamp {
+	if len(t.known) == 0 {
+		return nil // the txn changed no deadline either: it looks first
+	}
 	out := make(map[string]map[string]*timestamppb.Timestamp, len(t.known))
 	for key, d := range t.dls {
 		if !d.dirty || proto.Equal(d.orig, d.cur) {
@@ -648,7 +748,7 @@ func (t *txn) apply(req *messages.AppendRequest) (res journal.AppendResult, err 
 	// carries events. (The key's seq is not read back from the event: one
 	// given twice holds the seq of its last position.)
 	if evs := req.GetEvents(); len(evs) > 0 {
-		key := convKey(famEvent, conv) // with room for the seq
+		key := appendID(append(t.key[:0], famEvent), conv)
 		prefix := len(key)
 		start := 0
 		for i := range evs {
@@ -659,6 +759,7 @@ func (t *txn) apply(req *messages.AppendRequest) (res journal.AppendResult, err 
 			_ = t.b.Set(key, t.enc.buf[start:end], nil)
 			start = end
 		}
+		t.key = key
 		t.saveConv(cs)
 		cs.lastSeq = last + uint64(len(evs))
 		res.FirstSeq, res.LastSeq = last+1, cs.lastSeq
@@ -843,17 +944,19 @@ func (t *txn) flush() (minAdd []byte, err error) {
 		if err != nil {
 			return nil, journal.Invalidf("pebblejournal: row of %q cannot be encoded (%v)", cs.id, err)
 		}
-		_ = b.Set(convKey(famConv, cs.id), v, nil)
+		t.key = appendID(append(t.key[:0], famConv), cs.id)
+		_ = b.Set(t.key, v, nil)
 		// The active index changes with the status, in this batch. The
 		// committed status is known (the row was loaded before it was
 		// edited, usually from the head cache), so a write that leaves
 		// the status on the same side of ACTIVE touches no index key.
+		t.key[0] = famActive
 		switch active := isActive(cs.row); {
 		case cs.origKnown && active == cs.origActive:
 		case active:
-			_ = b.Set(convKey(famActive, cs.id), nil, nil)
+			_ = b.Set(t.key, nil, nil)
 		default:
-			_ = b.Delete(convKey(famActive, cs.id), nil)
+			_ = b.Delete(t.key, nil)
 		}
 	}
 	for _, c := range t.calls {
@@ -865,15 +968,18 @@ func (t *txn) flush() (minAdd []byte, err error) {
 			return nil, journal.Invalidf("pebblejournal: tool call %q cannot be encoded (%v)", c.id, err)
 		}
 		if c.owner != c.origOwner {
-			_ = b.Set(ownerKey(c.id), []byte(c.owner), nil)
+			t.key = appendID(append(t.key[:0], famCallOwner), c.id)
+			_ = b.Set(t.key, []byte(c.owner), nil)
 		}
-		_ = b.Set(idKey(famToolCall, c.owner, c.id), v, nil)
+		t.key = appendID(appendID(append(t.key[:0], famToolCall), c.owner), c.id)
+		_ = b.Set(t.key, v, nil)
+		t.key[0] = famPending
 		pending := c.rec.GetStatus() == messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING
 		switch {
 		case pending && (!c.origPending || c.owner != c.origOwner):
-			_ = b.Set(idKey(famPending, c.owner, c.id), nil, nil)
+			_ = b.Set(t.key, nil, nil)
 		case !pending && c.origPending:
-			_ = b.Delete(idKey(famPending, c.owner, c.id), nil)
+			_ = b.Delete(t.key, nil)
 		}
 	}
 	for key, d := range t.dls {

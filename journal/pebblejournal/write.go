@@ -26,18 +26,19 @@ func (s *Store) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest)
 			res[i] = journal.AppendResult{Err: err}
 		}
 	}
-	all := make([]int, len(reqs))
-	for i := range all {
-		all[i] = i
-	}
 	if err := s.begin(ctx); err != nil {
-		failAll(all, err)
+		for i := range res {
+			res[i].Err = err
+		}
 		return res
 	}
 	defer s.end()
 
 	var ls lockSet
-	valid := make([]int, 0, len(reqs))
+	// valid and applied hold indexes of reqs; a single Append's stay on
+	// the stack.
+	var validBuf, appliedBuf [4]int
+	valid, applied := validBuf[:0], appliedBuf[:0]
 	for i, req := range reqs {
 		// The events' encoding is checked by txn.apply, which encodes
 		// each event once, into what it writes.
@@ -64,7 +65,6 @@ func (s *Store) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest)
 	// A batch kept from an earlier group commit, with its buffer.
 	t := s.newGroupTxn()
 	defer t.close()
-	applied := make([]int, 0, len(valid))
 	for _, i := range valid {
 		r, err := t.apply(reqs[i])
 		if err != nil {
@@ -483,7 +483,7 @@ func (s *Store) DeleteConversation(ctx context.Context, id string) error {
 	}
 	_ = b.Delete(convKey(famConv, id), nil)
 	_ = b.Delete(convKey(famActive, id), nil)
-	tomb, err := proto.Marshal(&messages.Tombstone{Deleted: t.now})
+	tomb, err := proto.Marshal(&messages.Tombstone{Deleted: t.now()})
 	if err != nil {
 		return fmt.Errorf("pebblejournal: encode tombstone: %w", err)
 	}
