@@ -34,10 +34,13 @@ type txn struct {
 	reuse, commitFailed bool
 	// ts is the txn's time (rows' updated, tombstones' deleted), taken
 	// when first needed (see now).
-	ts    *timestamppb.Timestamp
-	convs map[string]*convState
-	calls map[string]*callState
-	dls   map[dlKey]*dlState
+	ts *timestamppb.Timestamp
+	// convList holds the txn's conversations in the order it met them;
+	// convs indexes them once there are more than convScan.
+	convList []*convState
+	convs    map[string]*convState
+	calls    map[string]*callState
+	dls      map[dlKey]*dlState
 	// known holds, for each conversation whose deadlines the txn looked
 	// at, all of them as committed before the txn (see knownDeadlines).
 	known map[string]map[string]*timestamppb.Timestamp
@@ -103,7 +106,12 @@ const maxPooledScratch = 256 << 10
 var encPool = sync.Pool{New: func() any { return &eventScratch{buf: make([]byte, 0, 16<<10)} }}
 
 type convState struct {
-	id        string
+	id     string
+	stripe int // convStripe(id)
+	// headDls is the deadlines the head cache knew when the txn first
+	// met the conversation (nil: none or unknown), which updateCaches
+	// keeps if the txn did not look at them.
+	headDls   map[string]*timestamppb.Timestamp
 	tomb      bool
 	seqLoaded bool
 	lastSeq   uint64
@@ -205,6 +213,7 @@ func (t *txn) close() {
 		encPool.Put(e)
 	}
 	*t = txn{
+		convList: resetSlice(t.convList),
 		convs:    resetMap(t.convs),
 		calls:    resetMap(t.calls),
 		dls:      resetMap(t.dls),
@@ -272,29 +281,60 @@ func (t *txn) saveDeadline(d *dlState) { t.undoDl = append(t.undoDl, dlUndo{d, *
 // commit of many conversations allocates a few slabs, not a state each.
 // A slab that is full is replaced, not grown, so the states already
 // handed out stay where they are.
-func (t *txn) newConv(id string) *convState {
+func (t *txn) newConv(id string, stripe int) *convState {
 	if len(t.slab) == cap(t.slab) {
 		t.slab = make([]convState, 0, min(max(2*cap(t.slab), 4), 256))
 	}
 	t.slab = t.slab[:len(t.slab)+1]
 	cs := &t.slab[len(t.slab)-1]
-	cs.id = id
+	cs.id, cs.stripe = id, stripe
 	return cs
+}
+
+// convScan is how many conversations a txn finds by a scan of convList
+// before it indexes them in convs: most txns write one.
+const convScan = 4
+
+// findConv returns the state of conversation id if the txn has met it.
+func (t *txn) findConv(id string) *convState {
+	if len(t.convList) <= convScan {
+		for _, cs := range t.convList {
+			if cs.id == id {
+				return cs
+			}
+		}
+		return nil
+	}
+	return t.convs[id]
+}
+
+// addConv records cs among the txn's conversations.
+func (t *txn) addConv(cs *convState) {
+	t.convList = append(t.convList, cs)
+	switch n := len(t.convList); {
+	case n == convScan+1:
+		for _, c := range t.convList {
+			t.convs[c.id] = c
+		}
+	case n > convScan+1:
+		t.convs[cs.id] = cs
+	}
 }
 
 // conv returns the state of a conversation, reading its tombstone, or
 // taking it from the head cache.
 func (t *txn) conv(id string) (*convState, error) {
-	if cs, ok := t.convs[id]; ok {
+	if cs := t.findConv(id); cs != nil {
 		return cs, nil
 	}
-	cs := t.newConv(id)
-	if h, ok := t.s.heads.get(t.s.convStripe(id), id); ok {
-		cs.seqLoaded, cs.lastSeq, cs.hasRow = true, h.lastSeq, h.hasRow
+	stripe := t.s.convStripe(id)
+	if h, ok := t.s.heads.get(stripe, id); ok {
+		cs := t.newConv(id, stripe)
+		cs.seqLoaded, cs.lastSeq, cs.hasRow, cs.headDls = true, h.lastSeq, h.hasRow, h.dls
 		if h.row != nil {
 			cs.loadedRow(h.row)
 		}
-		t.convs[id] = cs
+		t.addConv(cs)
 		return cs, nil
 	}
 	k := convKey(famTombstone, id)
@@ -302,8 +342,9 @@ func (t *txn) conv(id string) (*convState, error) {
 	if err != nil {
 		return nil, err
 	}
+	cs := t.newConv(id, stripe)
 	cs.tomb = found
-	t.convs[id] = cs
+	t.addConv(cs)
 	return cs, nil
 }
 
@@ -881,29 +922,29 @@ func (t *txn) updateCaches(ok bool) {
 	if ok {
 		dls = t.finalDeadlines()
 	}
-	for id, cs := range t.convs {
-		stripe := t.s.convStripe(id)
+	for _, cs := range t.convList {
 		if !ok || cs.tomb || !cs.seqLoaded {
-			t.s.heads.drop(stripe, id)
+			t.s.heads.drop(cs.stripe, cs.id)
 			continue
 		}
 		hasRow := cs.hasRow || cs.lastSeq > 0 || (cs.rowLoaded && cs.row != nil)
-		h := head{lastSeq: cs.lastSeq, hasRow: hasRow, dls: dls[id]}
+		h := head{lastSeq: cs.lastSeq, hasRow: hasRow, dls: dls[cs.id]}
 		if cs.rowLoaded {
 			h.row = cs.row
 		}
 		if h.dls == nil {
-			if prev, found := t.s.heads.get(stripe, id); found {
-				h.dls = prev.dls // the txn did not touch its deadlines
-			}
+			// The txn did not look at its deadlines: the cache's entry
+			// (the one it started from, if any; none appeared since, as
+			// only a writer holding the lock puts one) still holds.
+			h.dls = cs.headDls
 		}
-		t.s.heads.put(stripe, id, h)
+		t.s.heads.put(cs.stripe, cs.id, h)
 	}
 	// Conversations whose deadlines changed without the txn loading their
 	// head (CancelDeadline, a resolve on its own) keep an entry only if it
 	// is brought up to date.
 	for conv := range t.known {
-		if _, done := t.convs[conv]; done {
+		if t.findConv(conv) != nil {
 			continue
 		}
 		stripe := t.s.convStripe(conv)
@@ -936,7 +977,7 @@ func (t *txn) updateCaches(ok bool) {
 // returns the smallest deadline-by-time key it adds, if any.
 func (t *txn) flush() (minAdd []byte, err error) {
 	b := t.b
-	for _, cs := range t.convs {
+	for _, cs := range t.convList {
 		if !cs.rowDirty {
 			continue
 		}

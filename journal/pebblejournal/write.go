@@ -13,14 +13,21 @@ import (
 
 // Append implements journal.EventLog.
 func (s *Store) Append(ctx context.Context, req *messages.AppendRequest) (journal.AppendResult, error) {
-	res := s.AppendBatch(ctx, []*messages.AppendRequest{req})[0]
-	return res, res.Err
+	var res [1]journal.AppendResult
+	s.appendBatch(ctx, []*messages.AppendRequest{req}, res[:])
+	return res[0], res[0].Err
 }
 
 // AppendBatch implements journal.EventLog: every request that passes its
 // checks is committed in one synced Pebble batch (one WAL sync for all).
 func (s *Store) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest) []journal.AppendResult {
 	res := make([]journal.AppendResult, len(reqs))
+	s.appendBatch(ctx, reqs, res)
+	return res
+}
+
+// appendBatch is AppendBatch, writing the result of reqs[i] in res[i].
+func (s *Store) appendBatch(ctx context.Context, reqs []*messages.AppendRequest, res []journal.AppendResult) {
 	failAll := func(idx []int, err error) {
 		for _, i := range idx {
 			res[i] = journal.AppendResult{Err: err}
@@ -30,7 +37,7 @@ func (s *Store) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest)
 		for i := range res {
 			res[i].Err = err
 		}
-		return res
+		return
 	}
 	defer s.end()
 
@@ -53,13 +60,13 @@ func (s *Store) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest)
 		}
 	}
 	if len(valid) == 0 {
-		return res
+		return
 	}
 	s.lock(&ls)
 	defer s.unlock(&ls)
 	if ctx != nil && ctx.Err() != nil {
 		failAll(valid, fmt.Errorf("pebblejournal: %w", ctx.Err()))
-		return res
+		return
 	}
 
 	// A batch kept from an earlier group commit, with its buffer.
@@ -75,12 +82,11 @@ func (s *Store) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest)
 		applied = append(applied, i)
 	}
 	if len(applied) == 0 {
-		return res
+		return
 	}
 	if err := t.commit(); err != nil {
 		failAll(applied, err)
 	}
-	return res
 }
 
 // PutSummary implements journal.Summaries.
