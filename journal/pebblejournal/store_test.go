@@ -1090,3 +1090,23 @@ func TestBatchFindsItsConversationsPastTheScan(t *testing.T) {
 		require.Equal(t, want, last, "c%d", i)
 	}
 }
+
+// TestCopyCallCopiesEveryField: copyCall keeps every field of
+// ToolCallRecord (a new field must be added to it).
+func TestCopyCallCopiesEveryField(t *testing.T) {
+	at := timestamppb.New(time.Unix(1, 0))
+	rec := &messages.ToolCallRecord{
+		Id: "tc", ConversationId: "c", Name: "search", Executor: messages.Executor_EXECUTOR_HUMAN,
+		Status: messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, Args: "{}",
+		Result:  &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: "ok"}},
+		Created: at, Resolved: at, Deadline: at, Prompt: "approve?", ResultSeq: 4,
+		Requester: &messages.Identity{UserId: "alice"}, Resolver: &messages.Identity{UserId: "bob"},
+	}
+	fields := rec.ProtoReflect().Descriptor().Fields()
+	for i := range fields.Len() {
+		require.True(t, rec.ProtoReflect().Has(fields.Get(i)), "the fixture sets %s", fields.Get(i).Name())
+	}
+	cp := copyCall(rec)
+	require.True(t, proto.Equal(rec, cp), "copyCall keeps every field: %v", cp)
+	require.NotSame(t, rec, cp)
+}

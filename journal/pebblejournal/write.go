@@ -184,7 +184,9 @@ func (s *Store) resolveLocked(ctx context.Context, conv, toolCallID string, stat
 	if err := t.commit(); err != nil {
 		return nil, err
 	}
-	return rec, nil
+	// The caller's own copy: rec shares messages with the row it
+	// replaced (see copyCall), which concurrent readers may still hold.
+	return proto.Clone(rec).(*messages.ToolCallRecord), nil
 }
 
 // ScheduleDeadline implements journal.Deadlines.
