@@ -3,7 +3,6 @@ package pebblejournal
 import (
 	"bytes"
 	"cmp"
-	"encoding/binary"
 	"fmt"
 	"maps"
 	"sync"
@@ -167,13 +166,7 @@ func (s *Store) newTxn() *txn { return s.newTxnWith(s.db.NewBatch()) }
 // newGroupTxn returns a txn for a group commit (AppendBatch): its batch,
 // often hundreds of KiB, comes from and goes back to Store.batches.
 func (s *Store) newGroupTxn() *txn {
-	var b *pebble.Batch
-	select {
-	case b = <-s.batches:
-	default:
-		b = s.db.NewBatch(pebble.WithMaxRetainedSizeBytes(maxReusedBatchBytes))
-	}
-	t := s.newTxnWith(b)
+	t := s.newTxnWith(s.takeBatch())
 	t.reuse = true
 	return t
 }
@@ -198,19 +191,13 @@ func (t *txn) close() {
 	if t.it != nil {
 		_ = t.it.Close()
 	}
-	if !t.reuse || t.commitFailed {
-		_ = t.b.Close() // a failed commit's: Pebble may still hold it
+	if t.reuse {
+		t.s.giveBatch(t.b, t.commitFailed)
 	} else {
-		t.b.Reset() // keeps its buffer, unless Pebble still holds it
-		select {
-		case t.s.batches <- t.b:
-		default:
-			_ = t.b.Close()
-		}
+		_ = t.b.Close()
 	}
-	if e := t.enc; e != nil && cap(e.buf) <= maxPooledScratch {
-		e.buf, e.ends = e.buf[:0], e.ends[:0]
-		encPool.Put(e)
+	if t.enc != nil {
+		putScratch(t.enc)
 	}
 	*t = txn{
 		convList: resetSlice(t.convList),
@@ -815,18 +802,7 @@ func (t *txn) apply(req *messages.AppendRequest) (res journal.AppendResult, err 
 	// carries events. (The key's seq is not read back from the event: one
 	// given twice holds the seq of its last position.)
 	if evs := req.GetEvents(); len(evs) > 0 {
-		key := appendID(append(t.key[:0], famEvent), conv)
-		prefix := len(key)
-		start := 0
-		for i := range evs {
-			key = binary.BigEndian.AppendUint64(key[:prefix], last+1+uint64(i))
-			end := t.enc.ends[i]
-			// Set copies key and value. It fails only for an indexed
-			// batch, which this is not.
-			_ = t.b.Set(key, t.enc.buf[start:end], nil)
-			start = end
-		}
-		t.key = key
+		t.key = stageEvents(t.b, t.enc, appendID(append(t.key[:0], famEvent), conv), last, len(evs))
 		t.saveConv(cs)
 		cs.lastSeq = last + uint64(len(evs))
 		res.FirstSeq, res.LastSeq = last+1, cs.lastSeq

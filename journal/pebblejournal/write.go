@@ -13,6 +13,9 @@ import (
 
 // Append implements journal.EventLog.
 func (s *Store) Append(ctx context.Context, req *messages.AppendRequest) (journal.AppendResult, error) {
+	if res, ok := s.appendEvents(ctx, req); ok {
+		return res, res.Err
+	}
 	var res [1]journal.AppendResult
 	s.appendBatch(ctx, []*messages.AppendRequest{req}, res[:])
 	return res[0], res[0].Err
