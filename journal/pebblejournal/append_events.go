@@ -122,7 +122,7 @@ func (s *Store) appendEvents(ctx context.Context, req *messages.AppendRequest) (
 		return journal.AppendResult{Err: err}, true
 	}
 	h.lastSeq = last + uint64(len(evs))
-	s.heads.put(stripe, conv, h)
+	s.heads.stripes[stripe][conv] = h // the entry is there: no eviction
 	return journal.AppendResult{FirstSeq: last + 1, LastSeq: h.lastSeq}, true
 }
 
