@@ -87,10 +87,12 @@ var txnPool = sync.Pool{New: func() any {
 	}
 }}
 
-// maxPooledEntries bounds the entries of a map or slice a pooled txn keeps
-// (a group commit of hundreds of conversations makes large ones): clearing
-// a map costs its capacity, and a pooled txn should not pin memory.
-const maxPooledEntries = 64
+// maxPooledEntries bounds the entries of a map or slice a pooled txn keeps:
+// enough for a group commit of a few hundred requests, which would
+// otherwise grow them again each time, while a pooled txn pins at most a
+// few hundred KiB. (Clearing a map costs its capacity, but an empty map,
+// such as convs for a txn of a few conversations, clears at once.)
+const maxPooledEntries = 1024
 
 // eventScratch is a reusable buffer for the encoded events of one request.
 type eventScratch struct {
