@@ -13,9 +13,6 @@ import (
 
 // Append implements journal.EventLog.
 func (s *Store) Append(ctx context.Context, req *messages.AppendRequest) (journal.AppendResult, error) {
-	if res, ok := s.appendEvents(ctx, req); ok {
-		return res, res.Err
-	}
 	var res [1]journal.AppendResult
 	s.appendBatch(ctx, []*messages.AppendRequest{req}, res[:])
 	return res[0], res[0].Err
@@ -29,8 +26,16 @@ func (s *Store) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest)
 	return res
 }
 
-// appendBatch is AppendBatch, writing the result of reqs[i] in res[i].
+// appendBatch is AppendBatch, writing the result of reqs[i] in res[i]. A
+// single request of events alone, to a conversation whose head is cached,
+// takes appendEvents.
 func (s *Store) appendBatch(ctx context.Context, reqs []*messages.AppendRequest, res []journal.AppendResult) {
+	if len(reqs) == 1 {
+		if r, ok := s.appendEvents(ctx, reqs[0]); ok {
+			res[0] = r
+			return
+		}
+	}
 	failAll := func(idx []int, err error) {
 		for _, i := range idx {
 			res[i] = journal.AppendResult{Err: err}
