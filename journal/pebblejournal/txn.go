@@ -240,7 +240,8 @@ func resetSlice[E any](s []E) []E {
 	return s[:0]
 }
 
-// mark and rollback bracket one request.
+// undoMark is where the undo logs stood at mark: mark and rollback
+// bracket one request.
 type undoMark struct{ conv, call, dl int }
 
 func (t *txn) mark() undoMark { return undoMark{len(t.undoConv), len(t.undoCall), len(t.undoDl)} }
