@@ -193,9 +193,10 @@ func (r *Runtime) Find(ctx context.Context, key, value, cursor string, limit int
 // A conversation is ended at rest: while a turn runs or is owed, or a tool
 // call is open, End fails with an error wrapping journal.ErrInvalid and
 // writes nothing (end it once the turn is over, after rejecting what is
-// pending). The turn's last write counts as the turn: right after
-// SendAndWait returns, End can still meet it in flight and fail so; retry
-// then. Ending an ended conversation succeeds. Unknown and deleted
+// pending). An End that meets a write in flight (right after SendAndWait
+// returns, the turn's last write may still be on its way to the actor)
+// waits for it, and is decided as if it arrived once it landed. Ending an
+// ended conversation succeeds. Unknown and deleted
 // conversations fail as in Rewind. It returns once the status is durable.
 func (r *Runtime) End(ctx context.Context, conversationID string) error {
 	op := fmt.Sprintf("lazarus: end %q", conversationID)

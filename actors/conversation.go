@@ -599,11 +599,19 @@ func load(ctx context.Context, store journal.Store, id string) *inLoaded {
 	if err != nil {
 		return &inLoaded{err: err}
 	}
-	if to, below := ws.RewoundPastSummary(); below {
-		// A rewind moved the head below the latest summary: the working
-		// set starts from the latest summary ending at or before its
-		// target (none: from the start), so the next summary is made of
-		// the effective history.
+	for {
+		// A rewind moved the head below the summary: the working set
+		// starts from the latest summary ending at or before its target
+		// (none: from the start), so the next summary is made of the
+		// effective history. That summary may itself lie in a span an
+		// earlier rewind skipped (it was made before that rewind): then
+		// the walk from the head meets that rewind below it, and an
+		// earlier one is taken again. Each round starts from a summary
+		// ending before the last one's, so this ends.
+		to, below := ws.RewoundPastSummary()
+		if !below {
+			break
+		}
 		if ws, err = rebuildBefore(ctx, store, id, to); err != nil {
 			return &inLoaded{err: err}
 		}

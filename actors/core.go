@@ -87,6 +87,7 @@ type core struct {
 	settings    agent.Settings
 	configs     []*queuedConfig
 	rewinds     []*queuedRewind
+	ends        []*queuedEnd // Ends waiting for the write in flight; see onEnd
 
 	specs []agent.ToolSpec // the tools as the model is told of them; see startModel
 
@@ -615,6 +616,10 @@ func (c *core) advance() {
 		c.emit(effTouchIdle{})
 		return
 	}
+	if c.decideEnds(); c.inflight != nil {
+		c.emit(effTouchIdle{})
+		return
+	}
 	switch {
 	case c.failure != nil:
 		c.writeFailure()
@@ -885,6 +890,7 @@ func (c *core) onWriteReply(r *inWriteReply) {
 	switch w.kind {
 	case writeEnd:
 		c.reply(w.end.sender, w.end.msg, 0, nil)
+		c.refuseQueuedAfterEnd()
 	case writeAnswer:
 		for _, call := range w.calls {
 			id := call.ev.GetCall().GetId()
@@ -1012,7 +1018,7 @@ func (c *core) rememberRequests() {
 // quiescent: nothing in flight, so the actor may passivate.
 func (c *core) quiescent() bool {
 	if !c.loaded || c.inflight != nil || c.modelBusy || c.answer != nil || c.summarizing || len(c.sends) > 0 ||
-		c.retryArmed || c.failure != nil || len(c.configs) > 0 {
+		c.retryArmed || c.failure != nil || len(c.configs) > 0 || len(c.ends) > 0 {
 		return false
 	}
 	for _, id := range c.order {
@@ -1073,10 +1079,13 @@ func (c *core) failAll(cause error) {
 	if w.end != nil {
 		c.reply(w.end.sender, w.end.msg, 0, unknown)
 	}
+	for _, q := range c.ends {
+		c.reply(q.sender, q.msg, 0, cause)
+	}
 	for _, m := range c.buffered {
 		c.reply(m.sender, m.cmd.Msg, 0, cause)
 	}
-	c.sends, c.configs, c.rewinds, c.buffered = nil, nil, nil, nil
+	c.sends, c.configs, c.rewinds, c.ends, c.buffered = nil, nil, nil, nil, nil
 	w.sends, w.configs, w.rewind, w.end = nil, nil, nil, nil
 }
 

@@ -42,9 +42,10 @@ func owes(ev *messages.Event) bool {
 }
 
 // agentOwed is turnOwed with named agents: each agent owes a turn when the
-// last rendered event it owns (Event.agent) owes one (see owes); of those,
-// the agent whose owed event is the oldest gets the turn (nextAgent).
-// Events of agents no longer configured owe nothing.
+// last rendered event it owns (Event.agent) owes one (see owes), or, when
+// none of its events follows the summary, when the summary says so
+// (Summary.owed); of those, the agent whose owed event is the oldest gets
+// the turn (nextAgent). Events of agents no longer configured owe nothing.
 func (c *core) agentOwed() bool {
 	r := c.ws.Render()
 	seen := map[string]bool{}
@@ -58,6 +59,13 @@ func (c *core) agentOwed() bool {
 		seen[a] = true
 		if owes(ev) && c.knownAgent(a) {
 			c.nextAgent, found = a, true // walking back: the last found is the oldest
+		}
+	}
+	// What the summary says is owed is older than any event after it.
+	var oldest uint64
+	for _, o := range c.ws.Summary.GetOwed() {
+		if a := o.GetAgent(); !seen[a] && c.knownAgent(a) && (oldest == 0 || o.GetSeq() < oldest) {
+			c.nextAgent, oldest, found = a, o.GetSeq(), true
 		}
 	}
 	return found
@@ -121,7 +129,37 @@ func (c *core) planSummary() (snapshot.Plan, bool) {
 	if owed {
 		return snapshot.Plan{}, false
 	}
-	return c.ws.PlanAgents(c.cfg.Policy.KeepRecent, c.agentNames()[1:])
+	p, ok := c.ws.PlanAgents(c.cfg.Policy.KeepRecent, c.agentNames()[1:])
+	if ok {
+		p.Owed = c.owedUpTo(p.ToSeq)
+	}
+	return p, ok
+}
+
+// owedUpTo returns what a summary up to seq to records as owed to agents
+// (Summary.owed): the working set's summary's, then, walking the rendered
+// events up to to, each agent's last event decides (see owes).
+func (c *core) owedUpTo(to uint64) []*messages.AgentOwed {
+	owed := map[string]uint64{}
+	for _, o := range c.ws.Summary.GetOwed() {
+		owed[o.GetAgent()] = o.GetSeq()
+	}
+	for _, ev := range c.ws.Render() {
+		if ev.GetSeq() > to {
+			break
+		}
+		if owes(ev) {
+			owed[ev.GetAgent()] = ev.GetSeq()
+		} else {
+			delete(owed, ev.GetAgent())
+		}
+	}
+	out := make([]*messages.AgentOwed, 0, len(owed))
+	for a, seq := range owed {
+		out = append(out, &messages.AgentOwed{Agent: a, Seq: seq})
+	}
+	slices.SortFunc(out, func(x, y *messages.AgentOwed) int { return strings.Compare(x.GetAgent(), y.GetAgent()) })
+	return out
 }
 
 // stampAgent sets the agent of the events that name none to name.

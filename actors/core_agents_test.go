@@ -111,3 +111,33 @@ func TestCoreHandoffRefused(t *testing.T) {
 		require.Equal(t, []string{"model"}, agentWords(c.step(t0, ok(1))), "to %q: the same agent sees the error", to)
 	}
 }
+
+// TestCoreAgentOwedByAFoldedEvent: a summary folded the default agent's
+// message (seq 3) while its answer (seq 4) followed the summary; a rewind to
+// the summary's end removed the answer. The summary records that the
+// default agent was owed a turn at seq 3 (Summary.owed), so the next
+// message, to agent a, gives the turn to the default agent first (its owed
+// event is the oldest), as it would without the summary.
+func TestCoreAgentOwedByAFoldedEvent(t *testing.T) {
+	c := newAgentsCore(t, nil)
+	sum := &messages.Summary{FromSeq: 1, ToSeq: 3, Content: "folded", Owed: []*messages.AgentOwed{{Agent: "", Seq: 3}}}
+	evs := []*messages.Event{answer(), {Body: &messages.Event_Rewind{Rewind: &messages.Rewind{ToSeq: 3}}}}
+	for i, ev := range evs {
+		ev.Seq = uint64(4 + i)
+	}
+	ws, err := snapshot.Rebuild(sum, evs)
+	require.NoError(t, err)
+	c = newCore(c.cfg, slog.New(slog.DiscardHandler))
+	require.Empty(t, words(c.step(t0, &inLoaded{ws: ws, rows: map[string]*messages.ToolCallRecord{}, scope: agent.SystemScope})))
+
+	require.Equal(t, []string{"reply"}, agentWords(c.step(t0, wake(false))), "a rewind owes no turn")
+	cmd := send("r2")
+	cmd.cmd.Msg.(*messages.AgentSend).To = &messages.AgentAddress{Agent: "a"}
+	require.Equal(t, []string{"write[" + wUser + "]"}, agentWords(c.step(t0, cmd)))
+	require.Equal(t, []string{"reply seq=6", "model"}, agentWords(c.step(t0, ok(1))),
+		"the default agent's folded message is the oldest owed")
+
+	// The plan of the next summary carries what is still owed: the
+	// default agent's seq 3 (no event of it follows), and a's message.
+	require.Equal(t, []*messages.AgentOwed{{Agent: "", Seq: 3}, {Agent: "a", Seq: 6}}, c.owedUpTo(6))
+}

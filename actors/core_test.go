@@ -203,6 +203,30 @@ func TestCoreRecoveryRules(t *testing.T) {
 			{end, []string{"reply error"}},
 		},
 	}, {
+		name: "an end that meets the turn's last write in flight waits for it, then ends; a second one succeeds once the first lands",
+		log:  []*messages.Event{user("r1")},
+		steps: []coreStep{
+			{nil, nil},
+			{wake(false), []string{"reply", "model"}},
+			{&inModelDone{turn: 1, msg: &messages.AssistantMessage{}}, []string{"write[AssistantMsg]"}},
+			{end, nil},
+			{end, nil},
+			{ok(1), []string{"write[]"}},
+			{ok(2), []string{"reply", "reply"}},
+			{send("r2"), []string{"reply error retry=false"}},
+		},
+	}, {
+		name: "an end that waited for a write opening a call is refused once it lands",
+		log:  []*messages.Event{user("r1")},
+		steps: []coreStep{
+			{nil, nil},
+			{wake(false), []string{"reply", "model"}},
+			{&inModelDone{turn: 1, msg: &messages.AssistantMessage{ToolCalls: []*messages.ToolCall{{Name: "approve", Arguments: "{}"}}}},
+				[]string{"write[AssistantMsg ToolCall Suspension]"}},
+			{end, nil},
+			{ok(1), []string{"reply error"}},
+		},
+	}, {
 		name: "a scheduled wake is written alone with its fire; a stale one fails only itself and the activation goes on",
 		log:  []*messages.Event{user("r1"), answer()},
 		steps: []coreStep{

@@ -30,12 +30,15 @@ import (
 const simAgentSeeds = 250
 
 func TestSimulationAgents(t *testing.T) {
-	n := simAgentSeeds
-	if testing.Short() {
+	n, first := simAgentSeeds, uint64(1)
+	switch {
+	case *simSeeds > 0: // a soak (make soak): the seeds it asks for
+		n, first = *simSeeds, *simFirst
+	case testing.Short():
 		n = 60
 	}
 	var handoffs, summaries int
-	for seed := uint64(1); seed <= uint64(n); seed++ {
+	for seed := first; seed < first+uint64(n); seed++ {
 		s := newAgentSim(seed)
 		s.run(simStepsSeed)
 		if s.failure != "" {

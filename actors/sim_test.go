@@ -104,7 +104,7 @@ func TestSimulation(t *testing.T) {
 
 // simStats counts what a run explored.
 type simStats struct {
-	Steps, Kills, Revivals, Writes, WriteFaults, Conflicts, ModelCalls, Cancels, ToolRuns, Retries, Expiries, Resolves, Duplicates, Configures, Summaries, Passivations, Rewinds, AgentSummaries int
+	Steps, Kills, Revivals, Writes, WriteFaults, Conflicts, ModelCalls, Cancels, ToolRuns, Retries, Expiries, Resolves, Duplicates, Configures, Summaries, Passivations, Rewinds, Ends, AgentSummaries int
 }
 
 func (s *simStats) add(o *simStats) {
@@ -123,6 +123,7 @@ func (s *simStats) add(o *simStats) {
 	s.Duplicates += o.Duplicates
 	s.Configures += o.Configures
 	s.Rewinds += o.Rewinds
+	s.Ends += o.Ends
 	s.Summaries += o.Summaries
 	s.AgentSummaries += o.AgentSummaries
 	s.Passivations += o.Passivations
@@ -198,7 +199,19 @@ type sim struct {
 	// address of each request id sent.
 	agents bool
 	addr   map[string]*messages.AgentAddress
+
+	// ended: the row is durably ENDED (seen by check, or acknowledged), when
+	// the log held endedLen events;
+	// refused holds the sends refused since as ended (ErrEnded).
+	ended    bool
+	endedLen int
+	refused  map[string]bool
 }
+
+// simMaxRIDs bounds the request ids a seed sends (new messages and edits):
+// fewer than a summary keeps (snapshot.MaxSummaryRequests), so a retry is
+// always recognised. Past the bound, clients only send duplicates.
+const simMaxRIDs = snapshot.MaxSummaryRequests - 1
 
 func newSim(seed uint64) *sim {
 	tools, err := agent.NewRegistry(
@@ -210,14 +223,15 @@ func newSim(seed uint64) *sim {
 		panic(err)
 	}
 	return &sim{
-		seed:  seed,
-		rng:   rand.New(rand.NewPCG(seed, seed^0x5eed)),
-		now:   time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
-		store: memjournal.New(memjournal.Options{}),
-		gate:  new(ModelGate),
-		tools: tools,
-		users: []agent.Scope{{UserID: "ann"}, {UserID: "bob"}},
-		acked: map[string]uint64{},
+		seed:    seed,
+		rng:     rand.New(rand.NewPCG(seed, seed^0x5eed)),
+		now:     time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
+		store:   memjournal.New(memjournal.Options{}),
+		gate:    new(ModelGate),
+		tools:   tools,
+		users:   []agent.Scope{{UserID: "ann"}, {UserID: "bob"}},
+		acked:   map[string]uint64{},
+		refused: map[string]bool{},
 	}
 }
 
@@ -297,7 +311,7 @@ func (s *sim) drain() {
 			}
 		default:
 			for _, rid := range s.sent {
-				if _, ok := s.acked[rid]; !ok {
+				if _, ok := s.acked[rid]; !ok && !s.refused[rid] {
 					s.fail("send %s was never acknowledged", rid)
 				}
 			}
@@ -363,7 +377,7 @@ func (s *sim) outside() {
 	switch r := s.rng.IntN(100); {
 	case r < 30:
 		rid := ""
-		if len(s.sent) > 0 && s.chance(0.4) {
+		if len(s.sent) > 0 && (s.chance(0.4) || s.nextRID >= simMaxRIDs) {
 			rid = s.sent[s.rng.IntN(len(s.sent))]
 			s.stats.Duplicates++
 		} else {
@@ -383,6 +397,10 @@ func (s *sim) outside() {
 		s.command(&Command{Scope: s.users[0], Msg: &messages.AgentConfigure{Settings: map[string]string{"model": fmt.Sprint("m", s.step)}}})
 	case r < 50:
 		s.rewindOne()
+	case r < 52 && s.chance(0.1):
+		s.logf("client ends the conversation")
+		s.stats.Ends++
+		s.command(&Command{Scope: agent.SystemScope, Msg: &messages.EndConversation{}})
 	case r < 52:
 		s.logf("wake")
 		s.command(&Command{Scope: agent.SystemScope, Msg: &messages.AgentWake{Explicit: s.chance(0.5)}})
@@ -612,8 +630,14 @@ func (s *sim) onReply(to *simCaller, msg any) {
 			s.later("resend "+r.GetRequestId(), func() { s.command(to.cmd) })
 			return
 		}
-		if r.GetError() != nil {
-			s.logf("  send %s failed: %v", r.GetRequestId(), journal.ErrorFromProto(r.GetError()))
+		if err := journal.ErrorFromProto(r.GetError()); err != nil {
+			s.logf("  send %s failed: %v", r.GetRequestId(), err)
+			if errors.Is(err, journal.ErrEnded) {
+				if !s.rowEnded() {
+					s.fail("send %s refused as ended, but the row is not ENDED", r.GetRequestId())
+				}
+				s.refused[r.GetRequestId()] = true
+			}
 			return
 		}
 		rid, seq := r.GetRequestId(), r.GetSeq()
@@ -629,8 +653,40 @@ func (s *sim) onReply(to *simCaller, msg any) {
 	case *messages.AgentReply:
 		if r.GetRetry() {
 			s.later("resend a command", func() { s.command(to.cmd) })
+			return
+		}
+		if _, ok := to.cmd.Msg.(*messages.EndConversation); ok {
+			s.onEndReply(r)
 		}
 	}
+}
+
+// onEndReply checks the reply of an End: refused (ErrInvalid) while work is
+// owed, else acknowledged once the row is durably ENDED and the log owes
+// nothing; from then on the log must not grow.
+func (s *sim) onEndReply(r *messages.AgentReply) {
+	if err := journal.ErrorFromProto(r.GetError()); err != nil {
+		// Refused while work is owed (ErrInvalid), or its write failed
+		// (its outcome may be unknown: see check).
+		s.logf("  end failed: %v", err)
+		return
+	}
+	s.logf("  end acknowledged")
+	switch {
+	case !s.rowEnded():
+		s.fail("end acknowledged, but the row is not ENDED")
+	case s.owed():
+		s.fail("end acknowledged while the log owes work")
+	}
+	if !s.ended {
+		s.ended, s.endedLen = true, len(s.events())
+	}
+}
+
+// rowEnded reports whether the Store's row of the conversation is ENDED.
+func (s *sim) rowEnded() bool {
+	row, err := s.store.Conversation(context.Background(), simConv)
+	return err == nil && row.GetStatus() == messages.ConversationStatus_CONVERSATION_STATUS_ENDED
 }
 
 // commit is the journal actor committing the oldest write it holds: in
@@ -879,6 +935,14 @@ func (s *sim) check() {
 			s.fail("tool call %s has %d resolutions", id, n)
 		}
 	}
+	if !s.ended && s.rowEnded() {
+		// Durably ended, acknowledged or not (a write whose reply was
+		// lost): from now on the log must not grow.
+		s.ended, s.endedLen = true, len(evs)
+	}
+	if s.ended && len(evs) != s.endedLen {
+		s.fail("the log grew after End was acknowledged: %d events, then %d", s.endedLen, len(evs))
+	}
 	running := 0
 	for _, c := range s.calls {
 		if c.running {
@@ -919,7 +983,7 @@ func (s *sim) rewindOne() {
 	n := uint64(len(s.events()))
 	to := uint64(s.rng.IntN(int(n) + 2))
 	s.stats.Rewinds++
-	edit := s.chance(0.5)
+	edit := s.chance(0.5) && s.nextRID < simMaxRIDs
 	editSeq := uint64(0)
 	if edit {
 		editSeq = to + 1

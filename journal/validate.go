@@ -412,8 +412,18 @@ func ValidateSummary(conv string, s *messages.Summary, lastSeq uint64) error {
 // SummaryAgentsProblem says what is wrong with the named agents' entries
 // of a stored summary (Summary.agents), "" if nothing: the record itself
 // names no agent; each entry names one, once, covers 1 <= FromSeq <= ToSeq
-// with the record's ToSeq, and holds no entries of its own.
+// with the record's ToSeq, and holds no entries of its own; the agents
+// owed a turn (Summary.owed) are named once each, in order, at a seq the
+// summary covers, and only the record has them.
 func SummaryAgentsProblem(s *messages.Summary) string {
+	for i, o := range s.GetOwed() {
+		switch {
+		case o.GetSeq() < 1 || o.GetSeq() > s.GetToSeq():
+			return fmt.Sprintf("agent %q is owed a turn at seq %d, which the summary (up to %d) does not cover", o.GetAgent(), o.GetSeq(), s.GetToSeq())
+		case i > 0 && o.GetAgent() <= s.GetOwed()[i-1].GetAgent():
+			return fmt.Sprintf("the agents owed a turn are not in order, or named twice (%q)", o.GetAgent())
+		}
+	}
 	if len(s.GetAgents()) == 0 && s.GetAgent() == "" {
 		return ""
 	}
@@ -429,7 +439,7 @@ func SummaryAgentsProblem(s *messages.Summary) string {
 			return fmt.Sprintf("agent %q has two entries", a.GetAgent())
 		case a.GetToSeq() != s.GetToSeq() || a.GetFromSeq() < 1 || a.GetFromSeq() > a.GetToSeq():
 			return fmt.Sprintf("agent %q's entry covers %d..%d, not up to %d", a.GetAgent(), a.GetFromSeq(), a.GetToSeq(), s.GetToSeq())
-		case len(a.GetAgents()) > 0:
+		case len(a.GetAgents()) > 0 || len(a.GetOwed()) > 0:
 			return fmt.Sprintf("agent %q's entry holds entries of its own", a.GetAgent())
 		}
 		seen[a.GetAgent()] = true

@@ -1845,7 +1845,15 @@ type Summary struct {
 	// those shared with it). A summary written without named agents has
 	// none; an agent without an entry has no summary (nothing it saw is
 	// folded). Entries carry no requests, requester or agents of their own.
-	Agents        []*Summary `protobuf:"bytes,9,rep,name=agents,proto3" json:"agents,omitempty"`
+	Agents []*Summary `protobuf:"bytes,9,rep,name=agents,proto3" json:"agents,omitempty"`
+	// owed, with named agents: each agent whose last event (Event.agent) up
+	// to to_seq on the head owes it a turn (a user message or handoff to it,
+	// the result of one of its calls), with that event's seq, in agent
+	// order. The events after to_seq decide for an agent that owns one of
+	// them; for the others this does (a rewind can remove the answer that
+	// followed an event the summary folded). Empty without named agents,
+	// and in the agents' entries.
+	Owed          []*AgentOwed `protobuf:"bytes,10,rep,name=owed,proto3" json:"owed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1943,6 +1951,67 @@ func (x *Summary) GetAgents() []*Summary {
 	return nil
 }
 
+func (x *Summary) GetOwed() []*AgentOwed {
+	if x != nil {
+		return x.Owed
+	}
+	return nil
+}
+
+// AgentOwed is an agent and the seq of the event that owes it a turn (see
+// Summary.owed).
+type AgentOwed struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Agent         string                 `protobuf:"bytes,1,opt,name=agent,proto3" json:"agent,omitempty"`
+	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentOwed) Reset() {
+	*x = AgentOwed{}
+	mi := &file_lazarus_v1_records_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentOwed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentOwed) ProtoMessage() {}
+
+func (x *AgentOwed) ProtoReflect() protoreflect.Message {
+	mi := &file_lazarus_v1_records_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentOwed.ProtoReflect.Descriptor instead.
+func (*AgentOwed) Descriptor() ([]byte, []int) {
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *AgentOwed) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *AgentOwed) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
 // RequestRef is the seq of the event written for an idempotency key.
 type RequestRef struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1954,7 +2023,7 @@ type RequestRef struct {
 
 func (x *RequestRef) Reset() {
 	*x = RequestRef{}
-	mi := &file_lazarus_v1_records_proto_msgTypes[22]
+	mi := &file_lazarus_v1_records_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1966,7 +2035,7 @@ func (x *RequestRef) String() string {
 func (*RequestRef) ProtoMessage() {}
 
 func (x *RequestRef) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_records_proto_msgTypes[22]
+	mi := &file_lazarus_v1_records_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1979,7 +2048,7 @@ func (x *RequestRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestRef.ProtoReflect.Descriptor instead.
 func (*RequestRef) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{22}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RequestRef) GetRequestId() string {
@@ -2030,7 +2099,7 @@ type ToolCallRecord struct {
 
 func (x *ToolCallRecord) Reset() {
 	*x = ToolCallRecord{}
-	mi := &file_lazarus_v1_records_proto_msgTypes[23]
+	mi := &file_lazarus_v1_records_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2042,7 +2111,7 @@ func (x *ToolCallRecord) String() string {
 func (*ToolCallRecord) ProtoMessage() {}
 
 func (x *ToolCallRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_records_proto_msgTypes[23]
+	mi := &file_lazarus_v1_records_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2055,7 +2124,7 @@ func (x *ToolCallRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallRecord.ProtoReflect.Descriptor instead.
 func (*ToolCallRecord) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{23}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ToolCallRecord) GetId() string {
@@ -2168,7 +2237,7 @@ type Deadline struct {
 
 func (x *Deadline) Reset() {
 	*x = Deadline{}
-	mi := &file_lazarus_v1_records_proto_msgTypes[24]
+	mi := &file_lazarus_v1_records_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2180,7 +2249,7 @@ func (x *Deadline) String() string {
 func (*Deadline) ProtoMessage() {}
 
 func (x *Deadline) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_records_proto_msgTypes[24]
+	mi := &file_lazarus_v1_records_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2193,7 +2262,7 @@ func (x *Deadline) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deadline.ProtoReflect.Descriptor instead.
 func (*Deadline) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{24}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Deadline) GetConversationId() string {
@@ -2236,7 +2305,7 @@ type ModelCall struct {
 
 func (x *ModelCall) Reset() {
 	*x = ModelCall{}
-	mi := &file_lazarus_v1_records_proto_msgTypes[25]
+	mi := &file_lazarus_v1_records_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2248,7 +2317,7 @@ func (x *ModelCall) String() string {
 func (*ModelCall) ProtoMessage() {}
 
 func (x *ModelCall) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_records_proto_msgTypes[25]
+	mi := &file_lazarus_v1_records_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2261,7 +2330,7 @@ func (x *ModelCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelCall.ProtoReflect.Descriptor instead.
 func (*ModelCall) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{25}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ModelCall) GetConversationId() string {
@@ -2345,7 +2414,7 @@ type Tombstone struct {
 
 func (x *Tombstone) Reset() {
 	*x = Tombstone{}
-	mi := &file_lazarus_v1_records_proto_msgTypes[26]
+	mi := &file_lazarus_v1_records_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2357,7 +2426,7 @@ func (x *Tombstone) String() string {
 func (*Tombstone) ProtoMessage() {}
 
 func (x *Tombstone) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_records_proto_msgTypes[26]
+	mi := &file_lazarus_v1_records_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2370,7 +2439,7 @@ func (x *Tombstone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tombstone.ProtoReflect.Descriptor instead.
 func (*Tombstone) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{26}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Tombstone) GetDeleted() *timestamppb.Timestamp {
@@ -2509,7 +2578,7 @@ const file_lazarus_v1_records_proto_rawDesc = "" +
 	"\n" +
 	"ForkOrigin\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12\x10\n" +
-	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\xd0\x02\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\xfb\x02\n" +
 	"\aSummary\x12\x19\n" +
 	"\bfrom_seq\x18\x01 \x01(\x04R\afromSeq\x12\x15\n" +
 	"\x06to_seq\x18\x02 \x01(\x04R\x05toSeq\x12\x18\n" +
@@ -2519,7 +2588,12 @@ const file_lazarus_v1_records_proto_rawDesc = "" +
 	"\brequests\x18\x06 \x03(\v2\x16.lazarus.v1.RequestRefR\brequests\x122\n" +
 	"\trequester\x18\a \x01(\v2\x14.lazarus.v1.IdentityR\trequester\x12\x14\n" +
 	"\x05agent\x18\b \x01(\tR\x05agent\x12+\n" +
-	"\x06agents\x18\t \x03(\v2\x13.lazarus.v1.SummaryR\x06agents\"=\n" +
+	"\x06agents\x18\t \x03(\v2\x13.lazarus.v1.SummaryR\x06agents\x12)\n" +
+	"\x04owed\x18\n" +
+	" \x03(\v2\x15.lazarus.v1.AgentOwedR\x04owed\"3\n" +
+	"\tAgentOwed\x12\x14\n" +
+	"\x05agent\x18\x01 \x01(\tR\x05agent\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\"=\n" +
 	"\n" +
 	"RequestRef\x12\x1d\n" +
 	"\n" +
@@ -2598,7 +2672,7 @@ func file_lazarus_v1_records_proto_rawDescGZIP() []byte {
 }
 
 var file_lazarus_v1_records_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_lazarus_v1_records_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_lazarus_v1_records_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_lazarus_v1_records_proto_goTypes = []any{
 	(Executor)(0),                 // 0: lazarus.v1.Executor
 	(ToolCallStatus)(0),           // 1: lazarus.v1.ToolCallStatus
@@ -2626,14 +2700,15 @@ var file_lazarus_v1_records_proto_goTypes = []any{
 	(*Conversation)(nil),          // 23: lazarus.v1.Conversation
 	(*ForkOrigin)(nil),            // 24: lazarus.v1.ForkOrigin
 	(*Summary)(nil),               // 25: lazarus.v1.Summary
-	(*RequestRef)(nil),            // 26: lazarus.v1.RequestRef
-	(*ToolCallRecord)(nil),        // 27: lazarus.v1.ToolCallRecord
-	(*Deadline)(nil),              // 28: lazarus.v1.Deadline
-	(*ModelCall)(nil),             // 29: lazarus.v1.ModelCall
-	(*Tombstone)(nil),             // 30: lazarus.v1.Tombstone
-	nil,                           // 31: lazarus.v1.FSMState.PendingEntry
-	nil,                           // 32: lazarus.v1.Conversation.SettingsEntry
-	(*timestamppb.Timestamp)(nil), // 33: google.protobuf.Timestamp
+	(*AgentOwed)(nil),             // 26: lazarus.v1.AgentOwed
+	(*RequestRef)(nil),            // 27: lazarus.v1.RequestRef
+	(*ToolCallRecord)(nil),        // 28: lazarus.v1.ToolCallRecord
+	(*Deadline)(nil),              // 29: lazarus.v1.Deadline
+	(*ModelCall)(nil),             // 30: lazarus.v1.ModelCall
+	(*Tombstone)(nil),             // 31: lazarus.v1.Tombstone
+	nil,                           // 32: lazarus.v1.FSMState.PendingEntry
+	nil,                           // 33: lazarus.v1.Conversation.SettingsEntry
+	(*timestamppb.Timestamp)(nil), // 34: google.protobuf.Timestamp
 }
 var file_lazarus_v1_records_proto_depIdxs = []int32{
 	5,  // 0: lazarus.v1.ContentPart.image:type_name -> lazarus.v1.Blob
@@ -2650,7 +2725,7 @@ var file_lazarus_v1_records_proto_depIdxs = []int32{
 	14, // 11: lazarus.v1.Suspension.pending:type_name -> lazarus.v1.PendingCall
 	1,  // 12: lazarus.v1.Resolution.status:type_name -> lazarus.v1.ToolCallStatus
 	16, // 13: lazarus.v1.Resolution.resolver:type_name -> lazarus.v1.Identity
-	33, // 14: lazarus.v1.Event.time:type_name -> google.protobuf.Timestamp
+	34, // 14: lazarus.v1.Event.time:type_name -> google.protobuf.Timestamp
 	16, // 15: lazarus.v1.Event.author:type_name -> lazarus.v1.Identity
 	10, // 16: lazarus.v1.Event.user_msg:type_name -> lazarus.v1.UserMessage
 	11, // 17: lazarus.v1.Event.assistant_msg:type_name -> lazarus.v1.AssistantMessage
@@ -2662,37 +2737,38 @@ var file_lazarus_v1_records_proto_depIdxs = []int32{
 	19, // 23: lazarus.v1.Event.turn_failed:type_name -> lazarus.v1.TurnFailed
 	20, // 24: lazarus.v1.Event.handoff:type_name -> lazarus.v1.Handoff
 	3,  // 25: lazarus.v1.FSMState.state:type_name -> lazarus.v1.AgentState
-	31, // 26: lazarus.v1.FSMState.pending:type_name -> lazarus.v1.FSMState.PendingEntry
-	32, // 27: lazarus.v1.Conversation.settings:type_name -> lazarus.v1.Conversation.SettingsEntry
+	32, // 26: lazarus.v1.FSMState.pending:type_name -> lazarus.v1.FSMState.PendingEntry
+	33, // 27: lazarus.v1.Conversation.settings:type_name -> lazarus.v1.Conversation.SettingsEntry
 	2,  // 28: lazarus.v1.Conversation.status:type_name -> lazarus.v1.ConversationStatus
 	22, // 29: lazarus.v1.Conversation.fsm_state:type_name -> lazarus.v1.FSMState
-	33, // 30: lazarus.v1.Conversation.created:type_name -> google.protobuf.Timestamp
-	33, // 31: lazarus.v1.Conversation.updated:type_name -> google.protobuf.Timestamp
+	34, // 30: lazarus.v1.Conversation.created:type_name -> google.protobuf.Timestamp
+	34, // 31: lazarus.v1.Conversation.updated:type_name -> google.protobuf.Timestamp
 	24, // 32: lazarus.v1.Conversation.forked_from:type_name -> lazarus.v1.ForkOrigin
-	33, // 33: lazarus.v1.Summary.created:type_name -> google.protobuf.Timestamp
-	26, // 34: lazarus.v1.Summary.requests:type_name -> lazarus.v1.RequestRef
+	34, // 33: lazarus.v1.Summary.created:type_name -> google.protobuf.Timestamp
+	27, // 34: lazarus.v1.Summary.requests:type_name -> lazarus.v1.RequestRef
 	16, // 35: lazarus.v1.Summary.requester:type_name -> lazarus.v1.Identity
 	25, // 36: lazarus.v1.Summary.agents:type_name -> lazarus.v1.Summary
-	0,  // 37: lazarus.v1.ToolCallRecord.executor:type_name -> lazarus.v1.Executor
-	1,  // 38: lazarus.v1.ToolCallRecord.status:type_name -> lazarus.v1.ToolCallStatus
-	9,  // 39: lazarus.v1.ToolCallRecord.result:type_name -> lazarus.v1.ToolOutcome
-	33, // 40: lazarus.v1.ToolCallRecord.created:type_name -> google.protobuf.Timestamp
-	33, // 41: lazarus.v1.ToolCallRecord.resolved:type_name -> google.protobuf.Timestamp
-	33, // 42: lazarus.v1.ToolCallRecord.deadline:type_name -> google.protobuf.Timestamp
-	16, // 43: lazarus.v1.ToolCallRecord.requester:type_name -> lazarus.v1.Identity
-	16, // 44: lazarus.v1.ToolCallRecord.resolver:type_name -> lazarus.v1.Identity
-	33, // 45: lazarus.v1.Deadline.at:type_name -> google.protobuf.Timestamp
-	21, // 46: lazarus.v1.ModelCall.rendered_context:type_name -> lazarus.v1.Event
-	7,  // 47: lazarus.v1.ModelCall.usage:type_name -> lazarus.v1.Usage
-	33, // 48: lazarus.v1.ModelCall.created:type_name -> google.protobuf.Timestamp
-	25, // 49: lazarus.v1.ModelCall.summary:type_name -> lazarus.v1.Summary
-	33, // 50: lazarus.v1.Tombstone.deleted:type_name -> google.protobuf.Timestamp
-	14, // 51: lazarus.v1.FSMState.PendingEntry.value:type_name -> lazarus.v1.PendingCall
-	52, // [52:52] is the sub-list for method output_type
-	52, // [52:52] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	26, // 37: lazarus.v1.Summary.owed:type_name -> lazarus.v1.AgentOwed
+	0,  // 38: lazarus.v1.ToolCallRecord.executor:type_name -> lazarus.v1.Executor
+	1,  // 39: lazarus.v1.ToolCallRecord.status:type_name -> lazarus.v1.ToolCallStatus
+	9,  // 40: lazarus.v1.ToolCallRecord.result:type_name -> lazarus.v1.ToolOutcome
+	34, // 41: lazarus.v1.ToolCallRecord.created:type_name -> google.protobuf.Timestamp
+	34, // 42: lazarus.v1.ToolCallRecord.resolved:type_name -> google.protobuf.Timestamp
+	34, // 43: lazarus.v1.ToolCallRecord.deadline:type_name -> google.protobuf.Timestamp
+	16, // 44: lazarus.v1.ToolCallRecord.requester:type_name -> lazarus.v1.Identity
+	16, // 45: lazarus.v1.ToolCallRecord.resolver:type_name -> lazarus.v1.Identity
+	34, // 46: lazarus.v1.Deadline.at:type_name -> google.protobuf.Timestamp
+	21, // 47: lazarus.v1.ModelCall.rendered_context:type_name -> lazarus.v1.Event
+	7,  // 48: lazarus.v1.ModelCall.usage:type_name -> lazarus.v1.Usage
+	34, // 49: lazarus.v1.ModelCall.created:type_name -> google.protobuf.Timestamp
+	25, // 50: lazarus.v1.ModelCall.summary:type_name -> lazarus.v1.Summary
+	34, // 51: lazarus.v1.Tombstone.deleted:type_name -> google.protobuf.Timestamp
+	14, // 52: lazarus.v1.FSMState.PendingEntry.value:type_name -> lazarus.v1.PendingCall
+	53, // [53:53] is the sub-list for method output_type
+	53, // [53:53] is the sub-list for method input_type
+	53, // [53:53] is the sub-list for extension type_name
+	53, // [53:53] is the sub-list for extension extendee
+	0,  // [0:53] is the sub-list for field type_name
 }
 
 func init() { file_lazarus_v1_records_proto_init() }
@@ -2726,7 +2802,7 @@ func file_lazarus_v1_records_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lazarus_v1_records_proto_rawDesc), len(file_lazarus_v1_records_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   29,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -433,6 +433,10 @@ type Plan struct {
 	// Prev and only the events it sees. Empty in a conversation without
 	// named agents.
 	Agents []Plan
+	// Owed is what the new summary records as owed to agents
+	// (Summary.owed; Run sets it). The plan leaves it empty: which event
+	// owes an agent a turn is the caller's rule, which fills it in.
+	Owed []*messages.AgentOwed
 }
 
 // Bounds of the idempotency keys a summary carries (Summary.Requests), so
@@ -546,7 +550,7 @@ func (p Plan) Run(ctx context.Context, s Summarizer, conversationID string) (*me
 	out.FromSeq, out.ToSeq = p.FromSeq, p.ToSeq
 	out.Requests = p.Requests
 	out.Requester = p.Requester
-	out.Agent, out.Agents = p.Agent, nil
+	out.Agent, out.Agents, out.Owed = p.Agent, nil, p.Owed
 	for _, a := range p.Agents {
 		sub, err := a.Run(ctx, s, conversationID)
 		if err != nil {

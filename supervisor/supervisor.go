@@ -93,6 +93,10 @@ type Supervisor struct {
 	// halted is closed by Stop once every actor has stopped (and answered
 	// what it was going to answer): callers still waiting stop waiting.
 	halted chan struct{}
+
+	// beforeSend, if set (tests only), runs in the supervisor actor
+	// between a delivery's claim of a live activation and its send.
+	beforeSend func(a *activation)
 }
 
 // Start spawns the supervisor actor, with its journal and expiry actors, on
@@ -409,10 +413,17 @@ func (r *root) deliver(ctx actor.Context, conv string, cmd *actors.Command) {
 		s.log.Error("delivery: activation failed", "conversation", conv, "err", a.err)
 		return
 	}
-	// If the activation retires meanwhile, its successor's revival applies
-	// the same recovery (an expired row is recorded; owed work resumes):
-	// nothing is lost.
-	_ = s.reg.send(a, func(pid *actor.PID) { ctx.Send(pid, cmd) })
+	if s.beforeSend != nil {
+		s.beforeSend(a)
+	}
+	// An activation that retired since the claim (it passivated, it was
+	// killed) did not get the command: deliver again, which waits for it
+	// to stop and then spawns its successor. Dropping it would leave the
+	// work the delivery owes (the turn after an expiry) waiting for the
+	// conversation's next command.
+	if err := s.reg.send(a, func(pid *actor.PID) { ctx.Send(pid, cmd) }); errors.Is(err, errRetired) {
+		r.deliver(ctx, conv, cmd)
+	}
 }
 
 func (r *root) start(ctx actor.Context) {

@@ -68,6 +68,45 @@ func TestDeliveryWhileAnOutsiderSpawns(t *testing.T) {
 	}, 5*time.Second, time.Millisecond, "the activation got the re-wake as well as the Ask")
 }
 
+// TestDeliveryThatMeetsARetiringActivation: a delivery (here a re-wake)
+// claims a live activation, which is killed before the supervisor sends to
+// it (a passivation can retire it in the same window). The command must
+// reach the successor, spawned once the retired one has stopped: dropped,
+// the work it owes would wait for the conversation's next command.
+func TestDeliveryThatMeetsARetiringActivation(t *testing.T) {
+	s := startForTest(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := s.Ask(ctx, "c", &actors.Command{Msg: &messages.AgentWake{}})
+	require.NoError(t, err)
+	first := s.reg.lookup("c")
+	require.NotNil(t, first)
+
+	var once sync.Once
+	s.beforeSend = func(a *activation) {
+		once.Do(func() {
+			require.Same(t, first, a)
+			require.True(t, s.reg.kill(a, func(pid *actor.PID) { s.system.Root.Send(pid, &messages.AgentStop{}) }))
+		})
+	}
+	s.system.Root.Send(s.pid, &rewake{conversation: "c"})
+
+	require.Eventually(t, func() bool {
+		a := s.reg.lookup("c")
+		if a == nil || a == first {
+			return false
+		}
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.sent == 1 && !a.retired
+	}, 5*time.Second, time.Millisecond, "the successor got the re-wake")
+	select {
+	case <-first.done:
+	default:
+		t.Fatal("the successor was spawned before its predecessor stopped")
+	}
+}
+
 func sendCmd(text string) *actors.Command {
 	return &actors.Command{Msg: &messages.AgentSend{Message: &messages.UserMessage{
 		Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: text}}}}}}

@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -243,12 +242,8 @@ func TestEndOnEveryStore(t *testing.T) {
 		_, err := h.rt.SendAndWait(ctx, "c", "hello", user) // 1, 2
 		require.NoError(t, err)
 		// The turn's last write may still be in flight when SendAndWait
-		// returns: End is refused (ErrInvalid) until it lands.
-		require.Eventually(t, func() bool {
-			err := h.rt.End(ctx, "c")
-			require.True(t, err == nil || errors.Is(err, journal.ErrInvalid), "end: %v", err)
-			return err == nil
-		}, 20*time.Second, time.Millisecond, "ends once at rest")
+		// returns: End waits for it.
+		require.NoError(t, h.rt.End(ctx, "c"), "ends right after the turn")
 		require.NoError(t, h.rt.End(ctx, "c"), "ending an ended conversation succeeds")
 		row, err := h.store.Conversation(ctx, "c")
 		require.NoError(t, err)

@@ -84,6 +84,7 @@ func testAgentSummaries(t *testing.T, e env) {
 
 	// The same seq again: the record is replaced whole, entries included.
 	again := agentSummary(4, "again", "critic")
+	again.Owed = []*messages.AgentOwed{{Agent: "", Seq: 3}, {Agent: "critic", Seq: 4}} // kept as written
 	require.NoError(t, s.PutSummary(ctx, "c", again))
 	got, err = s.LatestSummary(ctx, "c")
 	require.NoError(t, err)
@@ -93,8 +94,9 @@ func testAgentSummaries(t *testing.T, e env) {
 
 // testAgentSummariesRefused: a record whose named agents' entries are
 // malformed (the record names an agent, an entry names none or the same
-// agent twice, ends at another seq, or nests entries) is refused with
-// ErrInvalid, and nothing is stored.
+// agent twice, ends at another seq, or nests entries; an agent owed a turn
+// at a seq the summary does not cover, named twice, or in an entry) is
+// refused with ErrInvalid, and nothing is stored.
 func testAgentSummariesRefused(t *testing.T, e env) {
 	s := e.open(t).Store
 	ctx := t.Context()
@@ -109,6 +111,21 @@ func testAgentSummariesRefused(t *testing.T, e env) {
 		"nested entries": func() *messages.Summary {
 			b := agentSummary(4, "b", "critic")
 			b.Agents[0].Agents = []*messages.Summary{{Agent: "x", FromSeq: 1, ToSeq: 4}}
+			return b
+		}(),
+		"owed past the summary's end": func() *messages.Summary {
+			b := agentSummary(4, "b", "critic")
+			b.Owed = []*messages.AgentOwed{{Agent: "critic", Seq: 5}}
+			return b
+		}(),
+		"owed twice": func() *messages.Summary {
+			b := agentSummary(4, "b", "critic")
+			b.Owed = []*messages.AgentOwed{{Agent: "critic", Seq: 2}, {Agent: "critic", Seq: 3}}
+			return b
+		}(),
+		"owed in an entry": func() *messages.Summary {
+			b := agentSummary(4, "b", "critic")
+			b.Agents[0].Owed = []*messages.AgentOwed{{Agent: "critic", Seq: 2}}
 			return b
 		}(),
 	}

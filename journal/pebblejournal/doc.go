@@ -24,6 +24,16 @@
 // resolving it reads neither. They are sound because only this Store writes
 // the directory, a write updates them once committed while it still holds
 // the locks of what it changed, and a failed write drops what it touched.
+// The conversation row holds no last seq: the log's last key is the head,
+// read with one reverse seek when the cache does not hold it (after Open),
+// and an append writes the row only when it creates it or sets the
+// status, the fsm_state or settings.
+//
+// An Append (or an AppendBatch of one request) of events alone to a
+// conversation whose head is cached, the most frequent write, skips the
+// overlay of rows, calls and deadlines that other writes build: it checks
+// and encodes the events, checks the fence against the cached head, and
+// commits one synced batch of the event keys.
 //
 // # Fatal storage errors
 //

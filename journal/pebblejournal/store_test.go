@@ -1051,3 +1051,62 @@ func TestLevelOptions(t *testing.T) {
 		require.NotNil(t, o.Levels[l].FilterPolicy, "level %d", l)
 	}
 }
+
+// TestBatchFindsItsConversationsPastTheScan: a batch of more conversations
+// than a txn scans (convScan) still finds each one it met, earlier
+// requests included, with its state as the batch left it; and the next
+// write, on a txn from the pool, starts from the committed state only.
+func TestBatchFindsItsConversationsPastTheScan(t *testing.T) {
+	s := openMem(t, Options{})
+	n := convScan + 3
+	reqs := make([]*messages.AppendRequest, 0, n+3)
+	for i := range n {
+		reqs = append(reqs, &messages.AppendRequest{ConversationId: fmt.Sprint("c", i), Events: []*messages.Event{userEvent("1")}})
+	}
+	reqs = append(reqs,
+		&messages.AppendRequest{ConversationId: "c0", ExpectedLast: 1, Events: []*messages.Event{userEvent("2")}},
+		&messages.AppendRequest{ConversationId: "c0", ExpectedLast: 1, Events: []*messages.Event{userEvent("2 again")}}, // fenced off
+		&messages.AppendRequest{ConversationId: fmt.Sprint("c", n-1), ExpectedLast: 1, Events: []*messages.Event{userEvent("2"), userEvent("3")}},
+	)
+	res := s.AppendBatch(ctx, reqs)
+	for i := range n {
+		require.NoError(t, res[i].Err, "request %d", i)
+	}
+	require.NoError(t, res[n].Err)
+	require.Equal(t, journal.AppendResult{FirstSeq: 2, LastSeq: 2}, res[n])
+	require.ErrorIs(t, res[n+1].Err, journal.ErrConflict, "the batch's own append to c0 moved its head")
+	require.NoError(t, res[n+2].Err)
+	require.Equal(t, journal.AppendResult{FirstSeq: 2, LastSeq: 3}, res[n+2])
+
+	// The next writes see what committed, nothing of the last txn's state.
+	_, err := s.Append(ctx, &messages.AppendRequest{ConversationId: "c1", ExpectedLast: 2, Events: []*messages.Event{userEvent("2")}})
+	require.ErrorIs(t, err, journal.ErrConflict)
+	got, err := s.Append(ctx, &messages.AppendRequest{ConversationId: "c0", ExpectedLast: 2, Events: []*messages.Event{userEvent("3")}})
+	require.NoError(t, err)
+	require.Equal(t, journal.AppendResult{FirstSeq: 3, LastSeq: 3}, got)
+	for i, want := range map[int]uint64{0: 3, 1: 1, n - 1: 3} {
+		last, err := s.LastSeq(ctx, fmt.Sprint("c", i))
+		require.NoError(t, err)
+		require.Equal(t, want, last, "c%d", i)
+	}
+}
+
+// TestCopyCallCopiesEveryField: copyCall keeps every field of
+// ToolCallRecord (a new field must be added to it).
+func TestCopyCallCopiesEveryField(t *testing.T) {
+	at := timestamppb.New(time.Unix(1, 0))
+	rec := &messages.ToolCallRecord{
+		Id: "tc", ConversationId: "c", Name: "search", Executor: messages.Executor_EXECUTOR_HUMAN,
+		Status: messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, Args: "{}",
+		Result:  &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: "ok"}},
+		Created: at, Resolved: at, Deadline: at, Prompt: "approve?", ResultSeq: 4,
+		Requester: &messages.Identity{UserId: "alice"}, Resolver: &messages.Identity{UserId: "bob"},
+	}
+	fields := rec.ProtoReflect().Descriptor().Fields()
+	for i := range fields.Len() {
+		require.True(t, rec.ProtoReflect().Has(fields.Get(i)), "the fixture sets %s", fields.Get(i).Name())
+	}
+	cp := copyCall(rec)
+	require.True(t, proto.Equal(rec, cp), "copyCall keeps every field: %v", cp)
+	require.NotSame(t, rec, cp)
+}

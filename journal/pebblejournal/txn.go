@@ -3,7 +3,6 @@ package pebblejournal
 import (
 	"bytes"
 	"cmp"
-	"encoding/binary"
 	"fmt"
 	"maps"
 	"sync"
@@ -21,6 +20,10 @@ import (
 // until it commits. Requests are applied one by one; a failing request rolls
 // its overlay changes back and the others still commit. commit writes the
 // final state of every changed row, with its index entries, in one batch.
+//
+// A txn, its maps and its buffers come from txnPool and go back to it on
+// close, so that a write allocates little of its own (see BENCHMARKS.md,
+// one busy conversation).
 type txn struct {
 	s  *Store
 	b  *pebble.Batch
@@ -28,23 +31,68 @@ type txn struct {
 	// reuse: the batch goes back to Store.batches on close, unless its
 	// commit failed (commitFailed).
 	reuse, commitFailed bool
-	now                 *timestamppb.Timestamp
-	convs               map[string]*convState
-	calls               map[string]*callState
-	dls                 map[dlKey]*dlState
+	// ts is the txn's time (rows' updated, tombstones' deleted), taken
+	// when first needed (see now).
+	ts *timestamppb.Timestamp
+	// convList holds the txn's conversations in the order it met them;
+	// convs indexes them once there are more than convScan.
+	convList []*convState
+	convs    map[string]*convState
+	calls    map[string]*callState
+	dls      map[dlKey]*dlState
 	// known holds, for each conversation whose deadlines the txn looked
 	// at, all of them as committed before the txn (see knownDeadlines).
 	known map[string]map[string]*timestamppb.Timestamp
 	// scheds holds the schedules fired by the txn's requests so far, as
 	// they leave them (nil: removed); see schedule.go.
 	scheds map[string]*messages.Schedule
-	undo   []func()
-	seqs   []seqUndo // seqs set on caller's events, restored if the commit fails
+	// The undo logs of the overlay: the state of a conversation, call or
+	// deadline before a change (see mark and rollback).
+	undoConv []convUndo
+	undoCall []callUndo
+	undoDl   []dlUndo
+	seqs     []seqUndo // seqs set on caller's events, restored if the commit fails
+	// slab holds the txn's convStates (see newConv).
+	slab []convState
+	// key is a scratch buffer for keys (Batch.Set copies them).
+	key []byte
 	// enc holds the encoded events of the request being applied, event i
 	// in enc.buf[enc.ends[i-1]:enc.ends[i]]; taken from encPool when first
 	// needed, given back by close.
 	enc *eventScratch
 }
+
+type (
+	convUndo struct {
+		cs   *convState
+		prev convState
+	}
+	callUndo struct {
+		c    *callState
+		prev callState
+	}
+	dlUndo struct {
+		d    *dlState
+		prev dlState
+	}
+)
+
+// txnPool keeps closed txns with their maps and buffers.
+var txnPool = sync.Pool{New: func() any {
+	return &txn{
+		convs: make(map[string]*convState),
+		calls: make(map[string]*callState),
+		dls:   make(map[dlKey]*dlState),
+		known: make(map[string]map[string]*timestamppb.Timestamp),
+	}
+}}
+
+// maxPooledEntries bounds the entries of a map or slice a pooled txn keeps:
+// enough for a group commit of a few hundred requests, which would
+// otherwise grow them again each time, while a pooled txn pins at most a
+// few hundred KiB. (Clearing a map costs its capacity, but an empty map,
+// such as convs for a txn of a few conversations, clears at once.)
+const maxPooledEntries = 1024
 
 // eventScratch is a reusable buffer for the encoded events of one request.
 type eventScratch struct {
@@ -59,7 +107,12 @@ const maxPooledScratch = 256 << 10
 var encPool = sync.Pool{New: func() any { return &eventScratch{buf: make([]byte, 0, 16<<10)} }}
 
 type convState struct {
-	id        string
+	id     string
+	stripe int // convStripe(id)
+	// headDls is the deadlines the head cache knew when the txn first
+	// met the conversation (nil: none or unknown), which updateCaches
+	// keeps if the txn did not look at them.
+	headDls   map[string]*timestamppb.Timestamp
 	tomb      bool
 	seqLoaded bool
 	lastSeq   uint64
@@ -115,89 +168,163 @@ func (s *Store) newTxn() *txn { return s.newTxnWith(s.db.NewBatch()) }
 // newGroupTxn returns a txn for a group commit (AppendBatch): its batch,
 // often hundreds of KiB, comes from and goes back to Store.batches.
 func (s *Store) newGroupTxn() *txn {
-	var b *pebble.Batch
-	select {
-	case b = <-s.batches:
-	default:
-		b = s.db.NewBatch(pebble.WithMaxRetainedSizeBytes(maxReusedBatchBytes))
-	}
-	t := s.newTxnWith(b)
+	t := s.newTxnWith(s.takeBatch())
 	t.reuse = true
 	return t
 }
 
 func (s *Store) newTxnWith(b *pebble.Batch) *txn {
-	return &txn{
-		s:     s,
-		b:     b,
-		now:   timestamppb.New(s.now()),
-		convs: make(map[string]*convState),
-		calls: make(map[string]*callState),
-		dls:   make(map[dlKey]*dlState),
-		known: make(map[string]map[string]*timestamppb.Timestamp),
-	}
+	t := txnPool.Get().(*txn)
+	t.s, t.b = s, b
+	return t
 }
 
+// now returns the txn's time, the same for all its records.
+func (t *txn) now() *timestamppb.Timestamp {
+	if t.ts == nil {
+		t.ts = timestamppb.New(t.s.now())
+	}
+	return t.ts
+}
+
+// close releases the txn's iterator and batch, and puts it back in
+// txnPool. The txn must not be used afterwards.
 func (t *txn) close() {
 	if t.it != nil {
 		_ = t.it.Close()
 	}
-	if !t.reuse || t.commitFailed {
-		_ = t.b.Close() // a failed commit's: Pebble may still hold it
+	if t.reuse {
+		t.s.giveBatch(t.b, t.commitFailed)
 	} else {
-		t.b.Reset() // keeps its buffer, unless Pebble still holds it
-		select {
-		case t.s.batches <- t.b:
-		default:
-			_ = t.b.Close()
+		_ = t.b.Close()
+	}
+	if t.enc != nil {
+		putScratch(t.enc)
+	}
+	*t = txn{
+		convList: resetSlice(t.convList),
+		convs:    resetMap(t.convs),
+		calls:    resetMap(t.calls),
+		dls:      resetMap(t.dls),
+		known:    resetMap(t.known),
+		undoConv: resetSlice(t.undoConv),
+		undoCall: resetSlice(t.undoCall),
+		undoDl:   resetSlice(t.undoDl),
+		seqs:     resetSlice(t.seqs),
+		slab:     resetSlice(t.slab),
+		key:      t.key[:0],
+	}
+	if cap(t.key) > maxPooledScratch {
+		t.key = nil
+	}
+	txnPool.Put(t)
+}
+
+// resetMap empties m for reuse, or returns a new map if m grew beyond
+// maxPooledEntries.
+func resetMap[K comparable, V any](m map[K]V) map[K]V {
+	if len(m) > maxPooledEntries {
+		return make(map[K]V)
+	}
+	clear(m)
+	return m
+}
+
+// resetSlice empties s for reuse, dropping what its elements point to, or
+// returns nil if s grew beyond maxPooledEntries.
+func resetSlice[E any](s []E) []E {
+	if cap(s) > maxPooledEntries {
+		return nil
+	}
+	clear(s)
+	return s[:0]
+}
+
+// undoMark is where the undo logs stood at mark: mark and rollback
+// bracket one request.
+type undoMark struct{ conv, call, dl int }
+
+func (t *txn) mark() undoMark { return undoMark{len(t.undoConv), len(t.undoCall), len(t.undoDl)} }
+
+// rollback restores every state saved since m, latest first, so that a
+// state saved twice gets its first value back.
+func (t *txn) rollback(m undoMark) {
+	for i := len(t.undoConv) - 1; i >= m.conv; i-- {
+		*t.undoConv[i].cs = t.undoConv[i].prev
+	}
+	for i := len(t.undoCall) - 1; i >= m.call; i-- {
+		*t.undoCall[i].c = t.undoCall[i].prev
+	}
+	for i := len(t.undoDl) - 1; i >= m.dl; i-- {
+		*t.undoDl[i].d = t.undoDl[i].prev
+	}
+	t.undoConv, t.undoCall, t.undoDl = t.undoConv[:m.conv], t.undoCall[:m.call], t.undoDl[:m.dl]
+}
+
+func (t *txn) saveConv(cs *convState) { t.undoConv = append(t.undoConv, convUndo{cs, *cs}) }
+
+func (t *txn) saveCall(c *callState) { t.undoCall = append(t.undoCall, callUndo{c, *c}) }
+
+func (t *txn) saveDeadline(d *dlState) { t.undoDl = append(t.undoDl, dlUndo{d, *d}) }
+
+// newConv returns a new convState for id, from the txn's slab: a group
+// commit of many conversations allocates a few slabs, not a state each.
+// A slab that is full is replaced, not grown, so the states already
+// handed out stay where they are.
+func (t *txn) newConv(id string, stripe int) *convState {
+	if len(t.slab) == cap(t.slab) {
+		t.slab = make([]convState, 0, min(max(2*cap(t.slab), 4), 256))
+	}
+	t.slab = t.slab[:len(t.slab)+1]
+	cs := &t.slab[len(t.slab)-1]
+	cs.id, cs.stripe = id, stripe
+	return cs
+}
+
+// convScan is how many conversations a txn finds by a scan of convList
+// before it indexes them in convs: most txns write one.
+const convScan = 4
+
+// findConv returns the state of conversation id if the txn has met it.
+func (t *txn) findConv(id string) *convState {
+	if len(t.convList) <= convScan {
+		for _, cs := range t.convList {
+			if cs.id == id {
+				return cs
+			}
 		}
+		return nil
 	}
-	t.b = nil
-	if e := t.enc; e != nil && cap(e.buf) <= maxPooledScratch {
-		e.buf, e.ends = e.buf[:0], e.ends[:0]
-		encPool.Put(e)
+	return t.convs[id]
+}
+
+// addConv records cs among the txn's conversations.
+func (t *txn) addConv(cs *convState) {
+	t.convList = append(t.convList, cs)
+	switch n := len(t.convList); {
+	case n == convScan+1:
+		for _, c := range t.convList {
+			t.convs[c.id] = c
+		}
+	case n > convScan+1:
+		t.convs[cs.id] = cs
 	}
-	t.enc = nil
-}
-
-// mark and rollback bracket one request.
-func (t *txn) mark() int { return len(t.undo) }
-
-func (t *txn) rollback(m int) {
-	for i := len(t.undo) - 1; i >= m; i-- {
-		t.undo[i]()
-	}
-	t.undo = t.undo[:m]
-}
-
-func (t *txn) saveConv(cs *convState) {
-	prev := *cs
-	t.undo = append(t.undo, func() { *cs = prev })
-}
-
-func (t *txn) saveCall(c *callState) {
-	prev := *c
-	t.undo = append(t.undo, func() { *c = prev })
-}
-
-func (t *txn) saveDeadline(d *dlState) {
-	prev := *d
-	t.undo = append(t.undo, func() { *d = prev })
 }
 
 // conv returns the state of a conversation, reading its tombstone, or
 // taking it from the head cache.
 func (t *txn) conv(id string) (*convState, error) {
-	if cs, ok := t.convs[id]; ok {
+	if cs := t.findConv(id); cs != nil {
 		return cs, nil
 	}
-	cs := &convState{id: id}
-	if h, ok := t.s.heads.get(t.s.convStripe(id), id); ok {
-		cs.seqLoaded, cs.lastSeq, cs.hasRow = true, h.lastSeq, h.hasRow
+	stripe := t.s.convStripe(id)
+	if h, ok := t.s.heads.get(stripe, id); ok {
+		cs := t.newConv(id, stripe)
+		cs.seqLoaded, cs.lastSeq, cs.hasRow, cs.headDls = true, h.lastSeq, h.hasRow, h.dls
 		if h.row != nil {
 			cs.loadedRow(h.row)
 		}
-		t.convs[id] = cs
+		t.addConv(cs)
 		return cs, nil
 	}
 	k := convKey(famTombstone, id)
@@ -205,8 +332,9 @@ func (t *txn) conv(id string) (*convState, error) {
 	if err != nil {
 		return nil, err
 	}
+	cs := t.newConv(id, stripe)
 	cs.tomb = found
-	t.convs[id] = cs
+	t.addConv(cs)
 	return cs, nil
 }
 
@@ -271,7 +399,7 @@ func (t *txn) setRow(cs *convState, row *messages.Conversation) error {
 		return err
 	}
 	t.saveConv(cs)
-	row.Updated = t.now
+	row.Updated = t.now()
 	cs.rowLoaded, cs.row, cs.rowDirty = true, row, true
 	return nil
 }
@@ -288,7 +416,7 @@ func (t *txn) editRow(cs *convState, created *timestamppb.Timestamp) (*messages.
 		return &messages.Conversation{
 			Id:      cs.id,
 			Status:  messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE,
-			Created: cmp.Or(created, t.now),
+			Created: cmp.Or(created, t.now()),
 		}, nil
 	}
 	return copyRow(row), nil
@@ -401,7 +529,7 @@ func (t *txn) resolveCall(conv, id string, status messages.ToolCallStatus, resul
 	case c.rec.GetStatus() != messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING:
 		return nil, fmt.Errorf("pebblejournal: resolve tool call %q: it is %v: %w", id, c.rec.GetStatus(), journal.ErrStale)
 	}
-	rec := proto.Clone(c.rec).(*messages.ToolCallRecord)
+	rec := copyCall(c.rec)
 	rec.Status, rec.Result, rec.Resolved, rec.Resolver = status, result, at, nil
 	if by != nil {
 		rec.Resolver = proto.Clone(by).(*messages.Identity)
@@ -418,6 +546,32 @@ func (t *txn) resolveCall(conv, id string, status messages.ToolCallStatus, resul
 		return nil, err
 	}
 	return rec, nil
+}
+
+// copyCall returns a copy of rec to change, sharing its messages: rows
+// are replaced, never mutated, and a resolved row (the common change) does
+// not stay in the call cache, so nothing changes the shared messages while
+// the txn uses them. Where a copy leaves the Store (ResolveToolCall), it is
+// cloned whole. (A proto.Clone, by reflection, of every resolved call was
+// ~1% of the runtime's CPU.) TestCopyCallCopiesEveryField fails when a
+// field is added to ToolCallRecord and not here.
+func copyCall(rec *messages.ToolCallRecord) *messages.ToolCallRecord {
+	return &messages.ToolCallRecord{
+		Id:             rec.GetId(),
+		ConversationId: rec.GetConversationId(),
+		Name:           rec.GetName(),
+		Executor:       rec.GetExecutor(),
+		Status:         rec.GetStatus(),
+		Args:           rec.GetArgs(),
+		Result:         rec.GetResult(),
+		Created:        rec.GetCreated(),
+		Resolved:       rec.GetResolved(),
+		Deadline:       rec.GetDeadline(),
+		Prompt:         rec.GetPrompt(),
+		ResultSeq:      rec.GetResultSeq(),
+		Requester:      rec.GetRequester(),
+		Resolver:       rec.GetResolver(),
+	}
 }
 
 // rescheduleCall replaces the deadline of a pending call of conv (removes
@@ -441,7 +595,7 @@ func (t *txn) rescheduleCall(conv, id string, at *timestamppb.Timestamp) error {
 	case c.rec.GetStatus() != messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING:
 		return fmt.Errorf("pebblejournal: reschedule tool call %q: it is %v: %w", id, c.rec.GetStatus(), journal.ErrStale)
 	}
-	rec := proto.Clone(c.rec).(*messages.ToolCallRecord)
+	rec := copyCall(c.rec)
 	rec.Deadline = at
 	if err := checkSize("tool call "+id, rec, journal.MaxRecordBytes); err != nil {
 		return err
@@ -505,6 +659,9 @@ func (t *txn) knownDeadlines(conv string) (map[string]*timestamppb.Timestamp, er
 // this txn leaves them (known before, with its changes applied), or nil
 // for a conversation whose deadlines it did not look at.
 func (t *txn) finalDeadlines() map[string]map[string]*timestamppb.Timestamp {
+	if len(t.known) == 0 {
+		return nil // the txn changed no deadline either: it looks first
+	}
 	out := make(map[string]map[string]*timestamppb.Timestamp, len(t.known))
 	for key, d := range t.dls {
 		if !d.dirty || proto.Equal(d.orig, d.cur) {
@@ -648,17 +805,7 @@ func (t *txn) apply(req *messages.AppendRequest) (res journal.AppendResult, err 
 	// carries events. (The key's seq is not read back from the event: one
 	// given twice holds the seq of its last position.)
 	if evs := req.GetEvents(); len(evs) > 0 {
-		key := convKey(famEvent, conv) // with room for the seq
-		prefix := len(key)
-		start := 0
-		for i := range evs {
-			key = binary.BigEndian.AppendUint64(key[:prefix], last+1+uint64(i))
-			end := t.enc.ends[i]
-			// Set copies key and value. It fails only for an indexed
-			// batch, which this is not.
-			_ = t.b.Set(key, t.enc.buf[start:end], nil)
-			start = end
-		}
+		t.key = stageEvents(t.b, t.enc, appendID(append(t.key[:0], famEvent), conv), last, len(evs))
 		t.saveConv(cs)
 		cs.lastSeq = last + uint64(len(evs))
 		res.FirstSeq, res.LastSeq = last+1, cs.lastSeq
@@ -780,29 +927,29 @@ func (t *txn) updateCaches(ok bool) {
 	if ok {
 		dls = t.finalDeadlines()
 	}
-	for id, cs := range t.convs {
-		stripe := t.s.convStripe(id)
+	for _, cs := range t.convList {
 		if !ok || cs.tomb || !cs.seqLoaded {
-			t.s.heads.drop(stripe, id)
+			t.s.heads.drop(cs.stripe, cs.id)
 			continue
 		}
 		hasRow := cs.hasRow || cs.lastSeq > 0 || (cs.rowLoaded && cs.row != nil)
-		h := head{lastSeq: cs.lastSeq, hasRow: hasRow, dls: dls[id]}
+		h := head{lastSeq: cs.lastSeq, hasRow: hasRow, dls: dls[cs.id]}
 		if cs.rowLoaded {
 			h.row = cs.row
 		}
 		if h.dls == nil {
-			if prev, found := t.s.heads.get(stripe, id); found {
-				h.dls = prev.dls // the txn did not touch its deadlines
-			}
+			// The txn did not look at its deadlines: the cache's entry
+			// (the one it started from, if any; none appeared since, as
+			// only a writer holding the lock puts one) still holds.
+			h.dls = cs.headDls
 		}
-		t.s.heads.put(stripe, id, h)
+		t.s.heads.put(cs.stripe, cs.id, h)
 	}
 	// Conversations whose deadlines changed without the txn loading their
 	// head (CancelDeadline, a resolve on its own) keep an entry only if it
 	// is brought up to date.
 	for conv := range t.known {
-		if _, done := t.convs[conv]; done {
+		if t.findConv(conv) != nil {
 			continue
 		}
 		stripe := t.s.convStripe(conv)
@@ -835,7 +982,7 @@ func (t *txn) updateCaches(ok bool) {
 // returns the smallest deadline-by-time key it adds, if any.
 func (t *txn) flush() (minAdd []byte, err error) {
 	b := t.b
-	for _, cs := range t.convs {
+	for _, cs := range t.convList {
 		if !cs.rowDirty {
 			continue
 		}
@@ -843,17 +990,19 @@ func (t *txn) flush() (minAdd []byte, err error) {
 		if err != nil {
 			return nil, journal.Invalidf("pebblejournal: row of %q cannot be encoded (%v)", cs.id, err)
 		}
-		_ = b.Set(convKey(famConv, cs.id), v, nil)
+		t.key = appendID(append(t.key[:0], famConv), cs.id)
+		_ = b.Set(t.key, v, nil)
 		// The active index changes with the status, in this batch. The
 		// committed status is known (the row was loaded before it was
 		// edited, usually from the head cache), so a write that leaves
 		// the status on the same side of ACTIVE touches no index key.
+		t.key[0] = famActive
 		switch active := isActive(cs.row); {
 		case cs.origKnown && active == cs.origActive:
 		case active:
-			_ = b.Set(convKey(famActive, cs.id), nil, nil)
+			_ = b.Set(t.key, nil, nil)
 		default:
-			_ = b.Delete(convKey(famActive, cs.id), nil)
+			_ = b.Delete(t.key, nil)
 		}
 	}
 	for _, c := range t.calls {
@@ -865,15 +1014,18 @@ func (t *txn) flush() (minAdd []byte, err error) {
 			return nil, journal.Invalidf("pebblejournal: tool call %q cannot be encoded (%v)", c.id, err)
 		}
 		if c.owner != c.origOwner {
-			_ = b.Set(ownerKey(c.id), []byte(c.owner), nil)
+			t.key = appendID(append(t.key[:0], famCallOwner), c.id)
+			_ = b.Set(t.key, []byte(c.owner), nil)
 		}
-		_ = b.Set(idKey(famToolCall, c.owner, c.id), v, nil)
+		t.key = appendID(appendID(append(t.key[:0], famToolCall), c.owner), c.id)
+		_ = b.Set(t.key, v, nil)
+		t.key[0] = famPending
 		pending := c.rec.GetStatus() == messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING
 		switch {
 		case pending && (!c.origPending || c.owner != c.origOwner):
-			_ = b.Set(idKey(famPending, c.owner, c.id), nil, nil)
+			_ = b.Set(t.key, nil, nil)
 		case !pending && c.origPending:
-			_ = b.Delete(idKey(famPending, c.owner, c.id), nil)
+			_ = b.Delete(t.key, nil)
 		}
 	}
 	for key, d := range t.dls {

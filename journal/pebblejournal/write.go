@@ -13,31 +13,47 @@ import (
 
 // Append implements journal.EventLog.
 func (s *Store) Append(ctx context.Context, req *messages.AppendRequest) (journal.AppendResult, error) {
-	res := s.AppendBatch(ctx, []*messages.AppendRequest{req})[0]
-	return res, res.Err
+	var res [1]journal.AppendResult
+	s.appendBatch(ctx, []*messages.AppendRequest{req}, res[:])
+	return res[0], res[0].Err
 }
 
 // AppendBatch implements journal.EventLog: every request that passes its
 // checks is committed in one synced Pebble batch (one WAL sync for all).
 func (s *Store) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest) []journal.AppendResult {
 	res := make([]journal.AppendResult, len(reqs))
+	s.appendBatch(ctx, reqs, res)
+	return res
+}
+
+// appendBatch is AppendBatch, writing the result of reqs[i] in res[i]. A
+// single request of events alone, to a conversation whose head is cached,
+// takes appendEvents.
+func (s *Store) appendBatch(ctx context.Context, reqs []*messages.AppendRequest, res []journal.AppendResult) {
+	if len(reqs) == 1 {
+		if r, ok := s.appendEvents(ctx, reqs[0]); ok {
+			res[0] = r
+			return
+		}
+	}
 	failAll := func(idx []int, err error) {
 		for _, i := range idx {
 			res[i] = journal.AppendResult{Err: err}
 		}
 	}
-	all := make([]int, len(reqs))
-	for i := range all {
-		all[i] = i
-	}
 	if err := s.begin(ctx); err != nil {
-		failAll(all, err)
-		return res
+		for i := range res {
+			res[i].Err = err
+		}
+		return
 	}
 	defer s.end()
 
 	var ls lockSet
-	valid := make([]int, 0, len(reqs))
+	// valid and applied hold indexes of reqs; a single Append's stay on
+	// the stack.
+	var validBuf, appliedBuf [4]int
+	valid, applied := validBuf[:0], appliedBuf[:0]
 	for i, req := range reqs {
 		// The events' encoding is checked by txn.apply, which encodes
 		// each event once, into what it writes.
@@ -52,19 +68,18 @@ func (s *Store) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest)
 		}
 	}
 	if len(valid) == 0 {
-		return res
+		return
 	}
 	s.lock(&ls)
 	defer s.unlock(&ls)
 	if ctx != nil && ctx.Err() != nil {
 		failAll(valid, fmt.Errorf("pebblejournal: %w", ctx.Err()))
-		return res
+		return
 	}
 
 	// A batch kept from an earlier group commit, with its buffer.
 	t := s.newGroupTxn()
 	defer t.close()
-	applied := make([]int, 0, len(valid))
 	for _, i := range valid {
 		r, err := t.apply(reqs[i])
 		if err != nil {
@@ -75,12 +90,11 @@ func (s *Store) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest)
 		applied = append(applied, i)
 	}
 	if len(applied) == 0 {
-		return res
+		return
 	}
 	if err := t.commit(); err != nil {
 		failAll(applied, err)
 	}
-	return res
 }
 
 // PutSummary implements journal.Summaries.
@@ -178,7 +192,9 @@ func (s *Store) resolveLocked(ctx context.Context, conv, toolCallID string, stat
 	if err := t.commit(); err != nil {
 		return nil, err
 	}
-	return rec, nil
+	// The caller's own copy: rec shares messages with the row it
+	// replaced (see copyCall), which concurrent readers may still hold.
+	return proto.Clone(rec).(*messages.ToolCallRecord), nil
 }
 
 // ScheduleDeadline implements journal.Deadlines.
@@ -483,7 +499,7 @@ func (s *Store) DeleteConversation(ctx context.Context, id string) error {
 	}
 	_ = b.Delete(convKey(famConv, id), nil)
 	_ = b.Delete(convKey(famActive, id), nil)
-	tomb, err := proto.Marshal(&messages.Tombstone{Deleted: t.now})
+	tomb, err := proto.Marshal(&messages.Tombstone{Deleted: t.now()})
 	if err != nil {
 		return fmt.Errorf("pebblejournal: encode tombstone: %w", err)
 	}

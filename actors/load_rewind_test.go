@@ -1,0 +1,59 @@
+package actors
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus/journal/memjournal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// TestRevivalSkipsASummaryAnEarlierRewindLeftBehind: a summary made before
+// a rewind that went below it lies in a span that rewind skipped. A later
+// rewind below a later summary must not revive from it (the latest summary
+// ending at or before the later rewind's target): the revival walks on to
+// a summary on the head.
+func TestRevivalSkipsASummaryAnEarlierRewindLeftBehind(t *testing.T) {
+	ctx := context.Background()
+	store := memjournal.New(memjournal.Options{})
+	var last uint64
+	appendEvents := func(evs ...*messages.Event) {
+		t.Helper()
+		res, err := store.Append(ctx, &messages.AppendRequest{ConversationId: "c", ExpectedLast: last, Events: evs})
+		require.NoError(t, err)
+		last = res.LastSeq
+	}
+	turns := func(n int) {
+		for range n {
+			appendEvents(user(""), answer())
+		}
+	}
+	summary := func(to uint64) {
+		t.Helper()
+		require.NoError(t, store.PutSummary(ctx, "c", &messages.Summary{FromSeq: 1, ToSeq: to, Content: "folded"}))
+	}
+	rewind := func(to uint64) {
+		appendEvents(&messages.Event{Body: &messages.Event_Rewind{Rewind: &messages.Rewind{ToSeq: to}}})
+	}
+
+	turns(13)   // 1-26
+	summary(18) // made on the head as it was then
+	rewind(12)  // 27: skips 13-26, the first summary with them
+	turns(6)    // 28-39
+	summary(38) // made on the new head (from none: 12 is below 18)
+	rewind(32)  // 40: below the summary at 38; the one at 18 is the latest before 32
+
+	l := load(ctx, store, "c")
+	require.NoError(t, l.err)
+	require.Nil(t, l.ws.Summary, "no summary is on the head below seq 32")
+	_, below := l.ws.RewoundPastSummary()
+	require.False(t, below)
+	var seqs []uint64
+	for _, ev := range l.ws.Render() {
+		seqs = append(seqs, ev.GetSeq())
+	}
+	want := []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 28, 29, 30, 31, 32}
+	require.Equal(t, want, seqs, "the effective history up to the rewind's target")
+}
