@@ -92,11 +92,15 @@ type Options struct {
 	// and Dir.
 	Postgres string
 	// Dir is the directory of the embedded Pebble store, used when Store
-	// and Postgres are not set. It is created if missing. While the store
-	// is open, GOMAXPROCS is one more than it was, unless the GOMAXPROCS
-	// environment variable is set (see pebblejournal.Options.LeaveGOMAXPROCS;
-	// pass a Store opened with it to opt out).
+	// and Postgres are not set. It is created if missing.
 	Dir string
+	// RaiseGOMAXPROCS, with Dir, has the embedded store raise GOMAXPROCS by
+	// one while it is open (pebblejournal.Options.RaiseGOMAXPROCS: the WAL's
+	// syncs hold a P while they block; on a machine of few cores that
+	// shows as ack tails below saturation). A GOMAXPROCS environment
+	// variable always wins. Default false: the library changes nothing
+	// process-wide on its own; `lazarus serve` sets it.
+	RaiseGOMAXPROCS bool
 	// Model answers turns. Required.
 	Model agent.Model
 	// Tools the model may call. Default none.
@@ -313,7 +317,7 @@ func Open(opts Options) (*Runtime, error) {
 		}
 		r.store, r.ownsStore = st, true
 	case opts.Dir != "":
-		st, err := pebblejournal.Open(opts.Dir, pebblejournal.Options{Audit: opts.Audit.Enabled, Logger: opts.Logger})
+		st, err := pebblejournal.Open(opts.Dir, pebblejournal.Options{Audit: opts.Audit.Enabled, Logger: opts.Logger, RaiseGOMAXPROCS: opts.RaiseGOMAXPROCS})
 		if err != nil {
 			return nil, fmt.Errorf("lazarus: open store: %w", err)
 		}

@@ -202,6 +202,9 @@ func (c *cli) buildNode(ctx context.Context, cfg *serveConfig) (_ *node, err err
 	metrics := server.NewMetrics()
 	opts := lazarus.Options{
 		Dir: cfg.Dir, Postgres: cfg.Postgres, Model: model, Tools: tools,
+		// A node is this process's one job: the embedded store's WAL syncs
+		// get a P of their own (pebblejournal.Options.RaiseGOMAXPROCS).
+		RaiseGOMAXPROCS: true,
 		Settings: cfg.Settings.settings(), HumanTimeout: humanTimeout,
 		Metrics: metrics.Hooks(),
 		// A turn the node resumes on its own (after a restart, an answer)

@@ -135,7 +135,10 @@ func openStore(cfg config, dir string) (journal.Store, error) {
 	if cfg.Postgres != "" {
 		return openPostgres(context.Background(), cfg, filepath.Base(dir))
 	}
-	opts := pebblejournal.Options{Logger: cfg.logger}
+	// As a node does (lazarus serve): the WAL's syncs get a P of their own
+	// while the runtime's store is open; the baselines' stores keep Go's
+	// default.
+	opts := pebblejournal.Options{Logger: cfg.logger, RaiseGOMAXPROCS: true}
 	if cfg.PebbleEvents {
 		opts.EventListener = printEvents(os.Stderr, time.Now())
 	}

@@ -132,16 +132,20 @@ type Options struct {
 	// EventListener, if set, also receives Pebble's events (for metrics),
 	// after the store's own listener has logged them. Default: nil.
 	EventListener *pebble.EventListener
-	// LeaveGOMAXPROCS keeps the store from raising GOMAXPROCS. Default:
-	// false, and then, while at least one Store of the process is open,
+	// RaiseGOMAXPROCS makes the store raise GOMAXPROCS by one while it is
+	// open: while at least one Store of the process that asked is open,
 	// GOMAXPROCS is one more than it was when the first of them opened;
 	// the last Close gives the old value back (unless GOMAXPROCS was
 	// changed meanwhile by someone else). Pebble's WAL syncs block in
 	// system calls that keep their P for as long as they last, so without
 	// the extra P the rest of the process runs on one P less for much of
-	// the time (see procs.go). When the GOMAXPROCS environment variable is
-	// set, no store changes GOMAXPROCS whatever this field says.
-	LeaveGOMAXPROCS bool
+	// the time, which on a machine of few cores shows as ack tails below
+	// saturation (see procs.go). When the GOMAXPROCS environment variable
+	// is set, no store changes GOMAXPROCS whatever this field says.
+	// Default: false (the store changes nothing process-wide; the
+	// process's owner decides: this field, or GOMAXPROCS at the cores plus
+	// one). The commands of this module that run a node set it.
+	RaiseGOMAXPROCS bool
 }
 
 // withDefaults fills the zero fields and validates the rest.
@@ -175,6 +179,6 @@ func (o Options) withDefaults() (Options, error) {
 
 // String describes the options for a startup log line.
 func (o Options) String() string {
-	return fmt.Sprintf("audit=%t cache=%d memtable=%d compactions=%d flush_delay_delete_range=%s leave_gomaxprocs=%t",
-		o.Audit, o.CacheSize, o.MemTableSize, o.MaxConcurrentCompactions, o.FlushDelayDeleteRange, o.LeaveGOMAXPROCS)
+	return fmt.Sprintf("audit=%t cache=%d memtable=%d compactions=%d flush_delay_delete_range=%s raise_gomaxprocs=%t",
+		o.Audit, o.CacheSize, o.MemTableSize, o.MaxConcurrentCompactions, o.FlushDelayDeleteRange, o.RaiseGOMAXPROCS)
 }

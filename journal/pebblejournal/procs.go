@@ -21,10 +21,12 @@ import (
 // a P that is neither idle nor running Go code while hundreds of
 // goroutines are runnable.
 //
-// So, unless told not to (Options.LeaveGOMAXPROCS) or GOMAXPROCS was set
+// So, when asked (Options.RaiseGOMAXPROCS) and unless GOMAXPROCS was set
 // in the environment, the stores of a process raise GOMAXPROCS by one
 // while at least one of them is open: the P a blocked sync holds is then
-// one the rest of the process did not count on.
+// one the rest of the process did not count on. It is not the default: a
+// library does not change a process-wide setting on its own; the
+// commands that run a node ask for it.
 
 // procs counts the open stores that raised GOMAXPROCS.
 var procs struct {

@@ -19,9 +19,9 @@ func openProcs(t *testing.T, opts Options) *Store {
 
 func TestOpenStoresRaiseGOMAXPROCSByOne(t *testing.T) {
 	before := runtime.GOMAXPROCS(0)
-	a := openProcs(t, Options{})
+	a := openProcs(t, Options{RaiseGOMAXPROCS: true})
 	require.Equal(t, before+1, runtime.GOMAXPROCS(0), "an open store adds one P")
-	b := openProcs(t, Options{})
+	b := openProcs(t, Options{RaiseGOMAXPROCS: true})
 	require.Equal(t, before+1, runtime.GOMAXPROCS(0), "a second store adds none")
 	require.NoError(t, a.Close())
 	require.NoError(t, a.Close(), "Close twice gives back nothing more")
@@ -30,9 +30,9 @@ func TestOpenStoresRaiseGOMAXPROCSByOne(t *testing.T) {
 	require.Equal(t, before, runtime.GOMAXPROCS(0), "the last Close gives the P back")
 }
 
-func TestLeaveGOMAXPROCS(t *testing.T) {
+func TestGOMAXPROCSIsLeftByDefault(t *testing.T) {
 	before := runtime.GOMAXPROCS(0)
-	s := openProcs(t, Options{LeaveGOMAXPROCS: true})
+	s := openProcs(t, Options{})
 	require.Equal(t, before, runtime.GOMAXPROCS(0))
 	require.NoError(t, s.Close())
 	require.Equal(t, before, runtime.GOMAXPROCS(0))
@@ -41,7 +41,7 @@ func TestLeaveGOMAXPROCS(t *testing.T) {
 func TestGOMAXPROCSFromTheEnvironmentStands(t *testing.T) {
 	before := runtime.GOMAXPROCS(0)
 	t.Setenv("GOMAXPROCS", strconv.Itoa(before))
-	s := openProcs(t, Options{})
+	s := openProcs(t, Options{RaiseGOMAXPROCS: true})
 	require.Equal(t, before, runtime.GOMAXPROCS(0), "the operator's value is not raised")
 	require.NoError(t, s.Close())
 	require.Equal(t, before, runtime.GOMAXPROCS(0))
@@ -50,7 +50,7 @@ func TestGOMAXPROCSFromTheEnvironmentStands(t *testing.T) {
 func TestGOMAXPROCSChangedWhileOpenStands(t *testing.T) {
 	before := runtime.GOMAXPROCS(0)
 	t.Cleanup(func() { runtime.GOMAXPROCS(before) })
-	s := openProcs(t, Options{})
+	s := openProcs(t, Options{RaiseGOMAXPROCS: true})
 	runtime.GOMAXPROCS(before + 3)
 	require.NoError(t, s.Close())
 	require.Equal(t, before+3, runtime.GOMAXPROCS(0), "the value someone else set is not undone")

@@ -207,7 +207,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	s.releaseProcs = func() {}
-	if !o.LeaveGOMAXPROCS {
+	if o.RaiseGOMAXPROCS {
 		s.releaseProcs = raiseProcs()
 	}
 	s.log.Debug("pebblejournal: opened", "dir", dir, "options", o.String())
