@@ -205,7 +205,7 @@ func (c *cli) buildNode(ctx context.Context, cfg *serveConfig) (_ *node, err err
 		// A node is this process's one job: the embedded store's WAL syncs
 		// get a P of their own (pebblejournal.Options.RaiseGOMAXPROCS).
 		RaiseGOMAXPROCS: true,
-		Settings: cfg.Settings.settings(), HumanTimeout: humanTimeout,
+		Settings:        cfg.Settings.settings(), HumanTimeout: humanTimeout,
 		Metrics: metrics.Hooks(),
 		// A turn the node resumes on its own (after a restart, an answer)
 		// runs as the requester the log recorded: the identity its token
