@@ -202,15 +202,15 @@ func (c *cli) buildNode(ctx context.Context, cfg *serveConfig) (_ *node, err err
 	metrics := server.NewMetrics()
 	opts := lazarus.Options{
 		Dir: cfg.Dir, Postgres: cfg.Postgres, Model: model, Tools: tools,
-		// A node is this process's one job: the embedded store's WAL syncs
-		// get a P of their own (pebblejournal.Options.RaiseGOMAXPROCS).
-		RaiseGOMAXPROCS: true,
-		Settings:        cfg.Settings.settings(), HumanTimeout: humanTimeout,
+		Settings: cfg.Settings.settings(), HumanTimeout: humanTimeout,
 		Metrics: metrics.Hooks(),
 		// A turn the node resumes on its own (after a restart, an answer)
 		// runs as the requester the log recorded: the identity its token
 		// carried then.
 		ScopeLoader: func(_ context.Context, id agent.Identity) (agent.Scope, error) { return agent.ScopeOf(id), nil },
+		// A node is this process's one job: the embedded store's WAL syncs
+		// get a P of their own (pebblejournal.Options.RaiseGOMAXPROCS).
+		RaiseGOMAXPROCS: true,
 	}
 	store := "pebble directory " + cfg.Dir
 	if cfg.Postgres != "" {
