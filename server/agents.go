@@ -33,12 +33,13 @@ func (s *Server) agentParam(r *http.Request) (*lazarus.AgentView, error) {
 
 // historyOf is the history page of a conversation: the full log's, or with
 // a view only the events that agent sees (its own and those shared with
-// it), paged the same way.
-func (s *Server) historyOf(r *http.Request, id string, before uint64, limit int, view *lazarus.AgentView) ([]*messages.Event, error) {
-	if view == nil {
+// it), and with effective only what the model's context is built from
+// (lazarus.HistoryOptions.Effective), paged the same way.
+func (s *Server) historyOf(r *http.Request, id string, before uint64, limit int, view *lazarus.AgentView, effective bool) ([]*messages.Event, error) {
+	if view == nil && !effective {
 		return s.rt.History(r.Context(), id, before, limit)
 	}
-	entries, err := s.rt.HistoryView(r.Context(), id, lazarus.HistoryOptions{Before: before, Limit: limit, Agent: view})
+	entries, err := s.rt.HistoryView(r.Context(), id, lazarus.HistoryOptions{Before: before, Limit: limit, Agent: view, Effective: effective})
 	if err != nil {
 		return nil, err
 	}
@@ -47,4 +48,18 @@ func (s *Server) historyOf(r *http.Request, id string, before uint64, limit int,
 		evs[i] = e.Event
 	}
 	return evs, nil
+}
+
+// viewParam reads the view query parameter of a history request: "full"
+// (the default: the whole log, rewound spans and rewind events included) or
+// "effective" (what the model's context is built from).
+func viewParam(r *http.Request) (effective bool, err error) {
+	switch v := r.URL.Query().Get("view"); v {
+	case "", "full":
+		return false, nil
+	case "effective":
+		return true, nil
+	default:
+		return false, errInvalid(fmt.Sprintf("view %q: want \"full\" or \"effective\"", v))
+	}
 }

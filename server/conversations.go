@@ -321,17 +321,10 @@ func (s *Server) createConversation(w http.ResponseWriter, r *http.Request, c ca
 		s.writeError(w, err)
 		return
 	}
-	md := make(map[string]string, len(body.Metadata)+1)
-	for k, v := range body.Metadata {
-		if strings.HasPrefix(k, ReservedMetadataPrefix) {
-			s.writeError(w, errInvalid(fmt.Sprintf("metadata key %q: keys under %q are reserved", k, ReservedMetadataPrefix)))
-			return
-		}
-		if v == "" {
-			s.writeError(w, errInvalid(fmt.Sprintf("metadata key %q has an empty value", k)))
-			return
-		}
-		md[k] = v
+	md, err := userMetadata(body.Metadata)
+	if err != nil {
+		s.writeError(w, err)
+		return
 	}
 	md[OwnerKey] = c.UserID
 	id := newConversationID()
@@ -428,11 +421,16 @@ func (s *Server) history(w http.ResponseWriter, r *http.Request, c caller) {
 		s.writeError(w, err)
 		return
 	}
+	effective, err := viewParam(r)
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
 	if _, _, err := s.conversation(r.Context(), c, id); err != nil {
 		s.writeError(w, err)
 		return
 	}
-	evs, err := s.historyOf(r, id, before, limit, view)
+	evs, err := s.historyOf(r, id, before, limit, view, effective)
 	if err != nil {
 		s.writeError(w, err)
 		return

@@ -12,8 +12,12 @@
 //	GET    /v1/conversations/{id}               one conversation
 //	DELETE /v1/conversations/{id}               delete; 204
 //	POST   /v1/conversations/{id}/messages      send a user message; 202 once durable
-//	GET    /v1/conversations/{id}/events        history, newest page first (before, limit)
+//	GET    /v1/conversations/{id}/events        history, newest page first (before, limit, agent, view=full|effective)
 //	GET    /v1/conversations/{id}/stream        server-sent events after a seq
+//	POST   /v1/conversations/{id}/end           end it for good (Runtime.End); 200 with the conversation
+//	POST   /v1/conversations/{id}/rewind        move the head back to to_seq (Runtime.Rewind); 200 with the conversation
+//	POST   /v1/conversations/{id}/edit          replace the user message at seq (Runtime.Edit); 202 with the new seq
+//	POST   /v1/conversations/{id}/fork          copy the history up to at_seq into a new conversation (Runtime.Fork); 201
 //	GET    /v1/calls                            pending human calls (paged)
 //	GET    /v1/calls/{id}                       one call: tool, prompt, arguments, deadline
 //	POST   /v1/calls/{id}/resolve               answer it with a JSON result
@@ -33,8 +37,11 @@
 //   - A conversation created through the API records its creator's user id
 //     in its metadata under OwnerKey. Only its owner and operators (the
 //     role Options.OperatorRole) see it, send to it, read or stream its
-//     events and delete it. A conversation without an owner (made by Go
-//     code) is seen by operators only; an application grants a user one by
+//     events, end, rewind, edit, fork and delete it. A fork is owned by
+//     whoever forked it (an operator who forks a user's conversation owns
+//     the copy), with a new id the server mints, as a created one. A
+//     conversation without an owner (made by Go code) is seen by
+//     operators only; an application grants a user one by
 //     setting OwnerKey with Runtime.MergeMetadata. Keys under
 //     ReservedMetadataPrefix cannot be set through the API.
 //   - A pending human call is seen by operators, by the owner of its
@@ -63,6 +70,8 @@
 //	journal.ErrStale (a call already answered)       409 stale
 //	journal.ErrConflict                              409 conflict
 //	journal.ErrDeleted                               410 deleted
+//	journal.ErrEnded (a send, edit or rewind of an
+//	  ended conversation)                            409 ended
 //	lazarus.ErrForbidden                             403 forbidden
 //	lazarus.ErrUnknownOutcome (and journal's)        504 unknown_outcome
 //	context.DeadlineExceeded (Options.CallTimeout)   504 timeout

@@ -21,6 +21,7 @@ const (
 	CodeStale           = "stale"
 	CodeConflict        = "conflict"
 	CodeDeleted         = "deleted"
+	CodeEnded           = "ended"
 	CodeUnknownOutcome  = "unknown_outcome"
 	CodeTimeout         = "timeout"
 	CodeClosed          = "closed"
@@ -60,6 +61,8 @@ func classify(err error) (int, string) {
 		return http.StatusConflict, CodeStale
 	case errors.Is(err, journal.ErrDeleted):
 		return http.StatusGone, CodeDeleted
+	case errors.Is(err, journal.ErrEnded):
+		return http.StatusConflict, CodeEnded
 	case errors.Is(err, journal.ErrNotFound):
 		return http.StatusNotFound, CodeNotFound
 	case errors.Is(err, journal.ErrConflict):

@@ -127,6 +127,10 @@ func New(rt *lazarus.Runtime, opts Options) *Server {
 	s.handleAuth("POST /v1/conversations/{id}/messages", s.sendMessage)
 	s.handleAuth("GET /v1/conversations/{id}/events", s.history)
 	s.handleAuth("GET /v1/conversations/{id}/stream", s.stream)
+	s.handleAuth("POST /v1/conversations/{id}/end", s.endConversation)
+	s.handleAuth("POST /v1/conversations/{id}/rewind", s.rewindConversation)
+	s.handleAuth("POST /v1/conversations/{id}/edit", s.editMessage)
+	s.handleAuth("POST /v1/conversations/{id}/fork", s.forkConversation)
 	s.handleAuth("GET /v1/calls", s.listCalls)
 	s.handleAuth("GET /v1/calls/{id}", s.getCall)
 	s.handleAuth("POST /v1/calls/{id}/resolve", s.resolveCall)
@@ -218,15 +222,40 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 // decodeBody reads r's body (at most Options.MaxBodyBytes) into v: one
 // JSON object of valid UTF-8 with no unknown field and nothing after it.
 func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	body, err := s.readBody(w, r)
+	if err != nil {
+		return err
+	}
+	return decodeJSON(body, v)
+}
+
+// decodeOptionalBody is decodeBody for a request whose body may be empty
+// (v is then left as it is).
+func (s *Server) decodeOptionalBody(w http.ResponseWriter, r *http.Request, v any) error {
+	body, err := s.readBody(w, r)
+	if err != nil || len(bytes.TrimSpace(body)) == 0 {
+		return err
+	}
+	return decodeJSON(body, v)
+}
+
+// readBody reads r's body, at most Options.MaxBodyBytes.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return &apiError{status: http.StatusBadRequest, code: CodeTooLarge,
+			return nil, &apiError{status: http.StatusBadRequest, code: CodeTooLarge,
 				msg: fmt.Sprintf("request body exceeds %d bytes", s.opts.MaxBodyBytes)}
 		}
-		return &apiError{status: http.StatusBadRequest, code: CodeInvalid, msg: "reading the request body: " + err.Error()}
+		return nil, &apiError{status: http.StatusBadRequest, code: CodeInvalid, msg: "reading the request body: " + err.Error()}
 	}
+	return body, nil
+}
+
+// decodeJSON decodes body into v: one JSON object of valid UTF-8 with no
+// unknown field and nothing after it.
+func decodeJSON(body []byte, v any) error {
 	if !utf8.Valid(body) {
 		return errInvalid("request body is not valid UTF-8")
 	}

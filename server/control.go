@@ -1,0 +1,189 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/journal"
+)
+
+// RewindConversation is the body of POST /v1/conversations/{id}/rewind.
+// New optional fields may be added; existing ones keep their meaning.
+type RewindConversation struct {
+	// ToSeq is the seq the head moves back to (lazarus Runtime.Rewind): the
+	// model no longer sees the events after it, the log keeps them.
+	// Required; 0 rewinds to the start.
+	ToSeq *uint64 `json:"to_seq"`
+	// Reason is recorded in the rewind event. Optional.
+	Reason string `json:"reason,omitempty"`
+}
+
+// EditMessage is the body of POST /v1/conversations/{id}/edit.
+type EditMessage struct {
+	// Seq is the user message replaced (lazarus Runtime.Edit). Required,
+	// at least 1.
+	Seq uint64 `json:"seq"`
+	// Text of the new message. Required, non-empty.
+	Text string `json:"text"`
+}
+
+// ForkConversation is the body of POST /v1/conversations/{id}/fork.
+type ForkConversation struct {
+	// AtSeq is the last seq of the source's history the new conversation
+	// gets (lazarus Runtime.Fork). Required, at least 1.
+	AtSeq uint64 `json:"at_seq"`
+	// Metadata to set on the new conversation over the source's (keys as
+	// ids, not under ReservedMetadataPrefix). Optional.
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// userMetadata checks the metadata a request body sets: no key under
+// ReservedMetadataPrefix, no empty value. It returns a copy with room for
+// the owner.
+func userMetadata(in map[string]string) (map[string]string, error) {
+	md := make(map[string]string, len(in)+1)
+	for k, v := range in {
+		if strings.HasPrefix(k, ReservedMetadataPrefix) {
+			return nil, errInvalid(fmt.Sprintf("metadata key %q: keys under %q are reserved", k, ReservedMetadataPrefix))
+		}
+		if v == "" {
+			return nil, errInvalid(fmt.Sprintf("metadata key %q has an empty value", k))
+		}
+		md[k] = v
+	}
+	return md, nil
+}
+
+// answerConversation answers status with the conversation id as GET shows
+// it, read again after a change.
+func (s *Server) answerConversation(w http.ResponseWriter, r *http.Request, c caller, id string, status int) {
+	row, md, err := s.conversation(r.Context(), c, id)
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	writeJSON(w, status, conversationOf(row, md))
+}
+
+// endConversation ends the conversation (Runtime.End). The body is empty
+// or {}.
+func (s *Server) endConversation(w http.ResponseWriter, r *http.Request, c caller) {
+	id := r.PathValue("id")
+	var body struct{}
+	if err := s.decodeOptionalBody(w, r, &body); err != nil {
+		s.writeError(w, err)
+		return
+	}
+	if _, _, err := s.conversation(r.Context(), c, id); err != nil {
+		s.writeError(w, err)
+		return
+	}
+	if err := s.rt.End(r.Context(), id); err != nil {
+		s.writeError(w, err)
+		return
+	}
+	s.answerConversation(w, r, c, id, http.StatusOK)
+}
+
+// rewindConversation moves the head back (Runtime.Rewind), the caller as
+// the rewind's scope. Files are not restored.
+func (s *Server) rewindConversation(w http.ResponseWriter, r *http.Request, c caller) {
+	id := r.PathValue("id")
+	var body RewindConversation
+	if err := s.decodeBody(w, r, &body); err != nil {
+		s.writeError(w, err)
+		return
+	}
+	if body.ToSeq == nil {
+		s.writeError(w, errInvalid("to_seq is required"))
+		return
+	}
+	if _, _, err := s.conversation(r.Context(), c, id); err != nil {
+		s.writeError(w, err)
+		return
+	}
+	if err := s.rt.Rewind(r.Context(), id, *body.ToSeq, lazarus.RewindOptions{Reason: body.Reason}, c.scope()); err != nil {
+		s.writeError(w, err)
+		return
+	}
+	s.answerConversation(w, r, c, id, http.StatusOK)
+}
+
+// editMessage replaces a user message (Runtime.Edit), the caller as the
+// new message's author; a turn follows, as after a send.
+func (s *Server) editMessage(w http.ResponseWriter, r *http.Request, c caller) {
+	id := r.PathValue("id")
+	var body EditMessage
+	if err := s.decodeBody(w, r, &body); err != nil {
+		s.writeError(w, err)
+		return
+	}
+	switch {
+	case body.Seq == 0:
+		s.writeError(w, errInvalid("seq is required (at least 1)"))
+		return
+	case body.Text == "":
+		s.writeError(w, errInvalid("text is required"))
+		return
+	}
+	if _, _, err := s.conversation(r.Context(), c, id); err != nil {
+		s.writeError(w, err)
+		return
+	}
+	seq, err := s.rt.Edit(r.Context(), id, body.Seq, body.Text, c.scope())
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, Sent{Seq: seq})
+}
+
+// forkConversation copies the history up to at_seq into a new
+// conversation (Runtime.Fork) with a fresh random id, owned by the caller.
+// The fork gets the source's metadata, then the body's and the caller as
+// owner: nobody else knows the id before the answer, so nothing races the
+// two writes. If the second fails, the fork is deleted again.
+func (s *Server) forkConversation(w http.ResponseWriter, r *http.Request, c caller) {
+	src := r.PathValue("id")
+	var body ForkConversation
+	if err := s.decodeBody(w, r, &body); err != nil {
+		s.writeError(w, err)
+		return
+	}
+	if body.AtSeq == 0 {
+		s.writeError(w, errInvalid("at_seq is required (at least 1)"))
+		return
+	}
+	md, err := userMetadata(body.Metadata)
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	md[OwnerKey] = c.UserID
+	id := newConversationID()
+	if err := journal.ValidateMetadata(id, md); err != nil {
+		s.writeError(w, err)
+		return
+	}
+	ctx := r.Context()
+	if _, _, err := s.conversation(ctx, c, src); err != nil {
+		s.writeError(w, err)
+		return
+	}
+	if err := s.rt.Fork(ctx, src, body.AtSeq, id); err != nil {
+		s.writeError(w, err)
+		return
+	}
+	if err := s.rt.MergeMetadata(ctx, id, md); err != nil {
+		if derr := s.rt.Delete(context.WithoutCancel(ctx), id); derr != nil {
+			s.log.Warn("server: a fork whose metadata failed could not be deleted", "conversation", id, "err", derr)
+		}
+		s.writeError(w, err)
+		return
+	}
+	w.Header().Set("Location", "/v1/conversations/"+id)
+	s.answerConversation(w, r, c, id, http.StatusCreated)
+}
