@@ -227,6 +227,8 @@ func TestBadBodiesWriteNothing(t *testing.T) {
 	seq0, convs0 := lastSeq(), countConvs()
 	huge := `{"text":"` + strings.Repeat("x", 2048) + `"}`
 	msgs := "/v1/conversations/" + conv.ID + "/messages"
+	end, rewind := "/v1/conversations/"+conv.ID+"/end", "/v1/conversations/"+conv.ID+"/rewind"
+	edit, fork := "/v1/conversations/"+conv.ID+"/edit", "/v1/conversations/"+conv.ID+"/fork"
 	cases := []struct {
 		name, path, body, code string
 	}{
@@ -252,6 +254,30 @@ func TestBadBodiesWriteNothing(t *testing.T) {
 		{"resolve: huge", "/v1/calls/" + call.ID + "/resolve", `{"result":"` + strings.Repeat("x", 2048) + `"}`, server.CodeTooLarge},
 		{"reject: wrong type", "/v1/calls/" + call.ID + "/reject", `{"reason":false}`, server.CodeInvalid},
 		{"reject: empty reason", "/v1/calls/" + call.ID + "/reject", `{"reason":""}`, server.CodeInvalid},
+		{"end: unknown field", end, `{"now":true}`, server.CodeInvalid},
+		{"end: not an object", end, `[]`, server.CodeInvalid},
+		{"end: a call open", end, ``, server.CodeInvalid},
+		{"rewind: no to_seq", rewind, `{"reason":"r"}`, server.CodeInvalid},
+		{"rewind: null to_seq", rewind, `{"to_seq":null}`, server.CodeInvalid},
+		{"rewind: negative", rewind, `{"to_seq":-1}`, server.CodeInvalid},
+		{"rewind: not an integer", rewind, `{"to_seq":1.5}`, server.CodeInvalid},
+		{"rewind: after the last seq", rewind, `{"to_seq":999}`, server.CodeInvalid},
+		{"rewind: unknown field", rewind, `{"to_seq":0,"files":true}`, server.CodeInvalid},
+		{"rewind: empty body", rewind, ``, server.CodeInvalid},
+		{"rewind: huge", rewind, `{"to_seq":0,"reason":"` + strings.Repeat("x", 2048) + `"}`, server.CodeTooLarge},
+		{"edit: no seq", edit, `{"text":"hi"}`, server.CodeInvalid},
+		{"edit: zero seq", edit, `{"seq":0,"text":"hi"}`, server.CodeInvalid},
+		{"edit: negative seq", edit, `{"seq":-1,"text":"hi"}`, server.CodeInvalid},
+		{"edit: no text", edit, `{"seq":1}`, server.CodeInvalid},
+		{"edit: not a user message", edit, `{"seq":2,"text":"hi"}`, server.CodeInvalid},
+		{"edit: unknown field", edit, `{"seq":1,"text":"hi","author":"bob"}`, server.CodeInvalid},
+		{"fork: no at_seq", fork, `{}`, server.CodeInvalid},
+		{"fork: zero at_seq", fork, `{"at_seq":0}`, server.CodeInvalid},
+		{"fork: negative at_seq", fork, `{"at_seq":-3}`, server.CodeInvalid},
+		{"fork: after the last seq", fork, `{"at_seq":999}`, server.CodeInvalid},
+		{"fork: reserved key", fork, `{"at_seq":1,"metadata":{"lazarus.owner":"bob"}}`, server.CodeInvalid},
+		{"fork: empty value", fork, `{"at_seq":1,"metadata":{"a":""}}`, server.CodeInvalid},
+		{"fork: unknown field", fork, `{"at_seq":1,"id":"c-mine"}`, server.CodeInvalid},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -275,6 +301,9 @@ func TestBadBodiesWriteNothing(t *testing.T) {
 	md, err := n.rt.Metadata(ctx, conv.ID)
 	require.NoError(t, err)
 	require.Equal(t, "alice", md[server.OwnerKey])
+	var got server.Conversation
+	n.must(t, http.StatusOK, "GET", "/v1/conversations/"+conv.ID, tokAlice, nil, &got)
+	require.Equal(t, "suspended", got.Status, "a bad request ended the conversation")
 }
 
 // TestHealthReadinessAndMetrics: /healthz and /readyz answer, /metrics is
