@@ -145,7 +145,9 @@ func (s *Server) editMessage(w http.ResponseWriter, r *http.Request, c caller) {
 // conversation (Runtime.Fork) with a fresh random id, owned by the caller.
 // The fork gets the source's metadata, then the body's and the caller as
 // owner: nobody else knows the id before the answer, so nothing races the
-// two writes. If the second fails, the fork is deleted again.
+// two writes (between them the fork has the source's metadata, owner
+// included: a listing of the source's owner may show it for that moment).
+// If the second fails, the fork is deleted again.
 func (s *Server) forkConversation(w http.ResponseWriter, r *http.Request, c caller) {
 	src := r.PathValue("id")
 	var body ForkConversation
