@@ -309,10 +309,15 @@ func TestForkOverHTTP(t *testing.T) {
 	require.Equal(t, http.StatusCreated, res.StatusCode)
 	loc := res.Header.Get("Location")
 	require.True(t, strings.HasPrefix(loc, "/v1/conversations/c-"), loc)
+	forked := strings.TrimPrefix(loc, "/v1/conversations/")
 	require.Eventually(t, func() bool {
-		var c server.Conversation
-		n.must(t, http.StatusOK, "GET", loc, tokAlice, nil, &c)
-		return c.Status == "idle" && len(historyOf(t, n, tokAlice, strings.TrimPrefix(loc, "/v1/conversations/"), "")) == 2
+		// The fork's turn is over once the Store says so (no require
+		// here: this runs off the test's goroutine).
+		row, err := n.rt.Store().Conversation(ctx, forked)
+		return err == nil && row.GetStatus() == messages.ConversationStatus_CONVERSATION_STATUS_IDLE
 	}, 30*time.Second, 20*time.Millisecond)
-	require.Equal(t, []string{"u:one", "a:" + scripted.DefaultReply}, texts(historyOf(t, n, tokAlice, strings.TrimPrefix(loc, "/v1/conversations/"), "")))
+	var c server.Conversation
+	n.must(t, http.StatusOK, "GET", loc, tokAlice, nil, &c)
+	require.Equal(t, "alice", c.Metadata[server.OwnerKey])
+	require.Equal(t, []string{"u:one", "a:" + scripted.DefaultReply}, texts(historyOf(t, n, tokAlice, forked, "")))
 }
