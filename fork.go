@@ -44,11 +44,30 @@ import (
 // was deleted journal.ErrDeleted; an invalid id wraps journal.ErrInvalid.
 // Nothing is written in these cases. It returns once the copy is durable.
 func (r *Runtime) Fork(ctx context.Context, conversationID string, atSeq uint64, newID string) error {
+	return r.ForkWith(ctx, conversationID, atSeq, newID, ForkOptions{})
+}
+
+// ForkOptions are the options of ForkWith. The zero value is Fork's.
+type ForkOptions struct {
+	// Metadata is merged over the source's metadata in the fork's own
+	// write (a key here replaces the source's value; an empty value
+	// removes the key), so the new conversation never shows the source's
+	// value of a key set here, not even for a moment (an owner, say).
+	// Keys and the merged size are checked as by MergeMetadata. Default:
+	// nil, the source's metadata as it is.
+	Metadata map[string]string
+}
+
+// ForkWith is Fork with options (ForkOptions).
+func (r *Runtime) ForkWith(ctx context.Context, conversationID string, atSeq uint64, newID string, opts ForkOptions) error {
 	op := fmt.Sprintf("lazarus: fork %q at seq %d into %q", conversationID, atSeq, newID)
 	if err := r.enter(ctx); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	if err := journal.ValidateID("new conversation id", newID); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if err := journal.ValidateMetadata(newID, opts.Metadata); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	if err := r.checkConversation(ctx, "fork", conversationID); err != nil {
@@ -78,6 +97,12 @@ func (r *Runtime) Fork(ctx context.Context, conversationID string, atSeq uint64,
 	md, err := r.store.Metadata(ctx, conversationID)
 	if err != nil {
 		return r.callErr(op, err)
+	}
+	if len(opts.Metadata) > 0 {
+		md = journal.MergeSettings(md, opts.Metadata)
+		if err := journal.ValidateMetadata(newID, md); err != nil {
+			return fmt.Errorf("%s: %w", op, err)
+		}
 	}
 	status := messages.ConversationStatus_CONVERSATION_STATUS_IDLE
 	owed := owesTurn(ws)

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -142,12 +141,9 @@ func (s *Server) editMessage(w http.ResponseWriter, r *http.Request, c caller) {
 }
 
 // forkConversation copies the history up to at_seq into a new
-// conversation (Runtime.Fork) with a fresh random id, owned by the caller.
-// The fork gets the source's metadata, then the body's and the caller as
-// owner: nobody else knows the id before the answer, so nothing races the
-// two writes (between them the fork has the source's metadata, owner
-// included: a listing of the source's owner may show it for that moment).
-// If the second fails, the fork is deleted again.
+// conversation (Runtime.ForkWith) with a fresh random id, owned by the
+// caller: the fork gets the source's metadata with the body's and the
+// caller as owner merged over it, in the fork's one write.
 func (s *Server) forkConversation(w http.ResponseWriter, r *http.Request, c caller) {
 	src := r.PathValue("id")
 	var body ForkConversation
@@ -175,14 +171,7 @@ func (s *Server) forkConversation(w http.ResponseWriter, r *http.Request, c call
 		s.writeError(w, err)
 		return
 	}
-	if err := s.rt.Fork(ctx, src, body.AtSeq, id); err != nil {
-		s.writeError(w, err)
-		return
-	}
-	if err := s.rt.MergeMetadata(ctx, id, md); err != nil {
-		if derr := s.rt.Delete(context.WithoutCancel(ctx), id); derr != nil {
-			s.log.Warn("server: a fork whose metadata failed could not be deleted", "conversation", id, "err", derr)
-		}
+	if err := s.rt.ForkWith(ctx, src, body.AtSeq, id, lazarus.ForkOptions{Metadata: md}); err != nil {
 		s.writeError(w, err)
 		return
 	}

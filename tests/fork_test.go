@@ -321,3 +321,35 @@ func TestChaptersFollowTheSummaries(t *testing.T) {
 		require.ErrorIs(t, err, journal.ErrInvalid)
 	})
 }
+
+// TestForkWithMetadata: ForkWith merges its metadata over the source's in
+// the fork's own write (a key replaced, one removed, one added), and the
+// metadata index finds the fork by the new value only; bad metadata writes
+// nothing.
+func TestForkWithMetadata(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		h := newHarness(t, openStore(t, kind), nil)
+		ctx := ctxT(t)
+		h.model.Push("src", scripted.Text("one"))
+		_, err := h.rt.SendAndWait(ctx, "src", "first", user)
+		require.NoError(t, err)
+		require.NoError(t, h.rt.MergeMetadata(ctx, "src", map[string]string{"owner": "alice", "topic": "pay", "draft": "yes"}))
+
+		require.NoError(t, h.rt.ForkWith(ctx, "src", 2, "dst", lazarus.ForkOptions{
+			Metadata: map[string]string{"owner": "bob", "draft": "", "copy": "1"}}))
+		md, err := h.rt.Metadata(ctx, "dst")
+		require.NoError(t, err)
+		require.Equal(t, map[string]string{"owner": "bob", "topic": "pay", "copy": "1"}, md)
+		ids, _, err := h.rt.Find(ctx, "owner", "alice", "", 0)
+		require.NoError(t, err)
+		require.Equal(t, []string{"src"}, ids, "the fork never had the source's owner")
+		ids, _, err = h.rt.Find(ctx, "owner", "bob", "", 0)
+		require.NoError(t, err)
+		require.Equal(t, []string{"dst"}, ids)
+
+		err = h.rt.ForkWith(ctx, "src", 2, "bad", lazarus.ForkOptions{Metadata: map[string]string{"": "x"}})
+		require.ErrorIs(t, err, journal.ErrInvalid)
+		_, err = h.store.Conversation(ctx, "bad")
+		require.ErrorIs(t, err, journal.ErrNotFound, "nothing written")
+	})
+}
