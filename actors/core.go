@@ -436,11 +436,7 @@ func (c *core) onLoaded(l *inLoaded) {
 func (c *core) onCommand(cmd *Command, sender any) {
 	c.processed++
 	if c.stopping {
-		err := c.cause
-		if err == nil {
-			err = fmt.Errorf("conversation %q: %w", c.cfg.ID, ErrAgentStopped)
-		}
-		c.reply(sender, cmd.Msg, 0, err)
+		c.reply(sender, cmd.Msg, 0, c.notApplied(c.cause))
 		return
 	}
 	c.asked = true
@@ -1054,6 +1050,7 @@ func (c *core) stop(cause error) {
 // configure is safe to retry; a rewind's caller reads the history).
 func (c *core) failAll(cause error) {
 	unknown := fmt.Errorf("%w (write outcome unknown)", cause)
+	cause = c.notApplied(cause)
 	w := c.inflight
 	if w == nil {
 		w = &pendingWrite{}
@@ -1087,6 +1084,23 @@ func (c *core) failAll(cause error) {
 	}
 	c.sends, c.configs, c.rewinds, c.ends, c.buffered = nil, nil, nil, nil, nil
 	w.sends, w.configs, w.rewind, w.end = nil, nil, nil, nil
+}
+
+// notApplied is the answer to a command this activation stopped without
+// applying, given why it stopped: the cause itself when a new activation
+// would meet it too (a Store that refuses reads, say), else an error
+// wrapping ErrAgentStopped, which tells the caller to retry on a new
+// activation: after a passivation or a kill (no cause), and after a write
+// whose outcome is unknown (a timeout: the new activation reads from the
+// log whether it landed, and a retried send finds its request id there).
+func (c *core) notApplied(cause error) error {
+	switch {
+	case cause == nil:
+		return fmt.Errorf("conversation %q: %w", c.cfg.ID, ErrAgentStopped)
+	case errors.Is(cause, journal.ErrUnknownOutcome) && !errors.Is(cause, ErrAgentStopped):
+		return fmt.Errorf("conversation %q: %w (it stopped after a write of unknown outcome: %v)", c.cfg.ID, ErrAgentStopped, cause)
+	}
+	return cause
 }
 
 // checkCall returns what is wrong with a call the model issued (an unknown

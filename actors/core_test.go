@@ -227,6 +227,17 @@ func TestCoreRecoveryRules(t *testing.T) {
 			{ok(1), []string{"reply error"}},
 		},
 	}, {
+		name: "a write of unknown outcome stops the activation; a send queued or arriving after is told to retry on a new one",
+		log:  []*messages.Event{user("r1"), answer()},
+		steps: []coreStep{
+			{nil, nil},
+			{send("r2"), []string{"write[" + wUser + "]"}},
+			{send("r3"), nil},
+			{&inWriteReply{id: 1, err: fmt.Errorf("store: timeout: %w", journal.ErrUnknownOutcome)},
+				[]string{"reply error retry=false", "publish", "retire", "reply error retry=true", "halt"}},
+			{send("r4"), []string{"reply error retry=true"}},
+		},
+	}, {
 		name: "a scheduled wake is written alone with its fire; a stale one fails only itself and the activation goes on",
 		log:  []*messages.Event{user("r1"), answer()},
 		steps: []coreStep{

@@ -232,9 +232,11 @@ func (s *Supervisor) Ask(ctx context.Context, id string, cmd *actors.Command) (p
 }
 
 // retryOnNewActivation reports whether a command that failed with err may
-// succeed on a new activation: the rule of the conversation actor's replies.
+// succeed on a new activation: the rule of the conversation actor's replies
+// (a write of unknown outcome stopped it: the new activation reads from the
+// log whether it landed).
 func retryOnNewActivation(err error) bool {
-	return errors.Is(err, actors.ErrAgentStopped) || errors.Is(err, journal.ErrConflict)
+	return errors.Is(err, actors.ErrAgentStopped) || errors.Is(err, journal.ErrConflict) || errors.Is(err, journal.ErrUnknownOutcome)
 }
 
 // retryable reports whether an agent's reply says the command was not
