@@ -2,6 +2,7 @@ package lazarus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/lazarusrt/lazarus/actors"
@@ -41,8 +42,9 @@ type RewindOptions struct {
 // turn: the next Send starts one.
 //
 // toSeq must be at most the last seq, on the current head (not in a span an
-// earlier rewind skipped), at or after the newest summary's end, and not a
-// point where a tool call is open (between a call and its result);
+// earlier rewind skipped), and not a point where a tool call is open
+// (between a call and its result); in a fork, not before the summary it
+// copied;
 // otherwise the error wraps journal.ErrInvalid and nothing is written. An
 // unknown conversation gets an error wrapping journal.ErrNotFound; a
 // deleted one, journal.ErrDeleted where the Store reports tombstones. It
@@ -52,10 +54,11 @@ type RewindOptions struct {
 //
 // A target the latest summary covers works: it is checked against the whole
 // log (a read that grows with the log), and the model's context then starts
-// from the latest summary at or before toSeq (or from the start). Such a
-// rewind is refused with journal.ErrInvalid when a summary covering the
-// target lands between that check and the rewind's turn: retrying checks
-// again.
+// from the latest summary at or before toSeq (or from the start). When a
+// summary covering the target lands between that check and the rewind's
+// turn, the core refuses the target it cannot check, and Rewind checks the
+// log again and sends it again (a few times at most; then the refusal,
+// wrapping journal.ErrInvalid, is returned and nothing is written).
 //
 // With opts.Files, the files are restored once the rewind is durable (see
 // RewindWithReport, which also says which).
@@ -86,11 +89,7 @@ func (r *Runtime) RewindWithReport(ctx context.Context, conversationID string, t
 	if err := r.checkConversation(ctx, "rewind", conversationID); err != nil {
 		return RewindReport{}, err
 	}
-	checked, err := actors.CheckRewindInLog(ctx, r.store, conversationID, toSeq, 0)
-	if err != nil {
-		return RewindReport{}, fmt.Errorf("%s: %w", op, err)
-	}
-	if _, err := r.askRewind(ctx, op, conversationID, &messages.AgentRewind{ToSeq: toSeq, Reason: opts.Reason, CheckedInLog: checked, RequestId: newRequestID()}, scope); err != nil {
+	if _, err := r.askRewindChecked(ctx, op, conversationID, &messages.AgentRewind{ToSeq: toSeq, Reason: opts.Reason, RequestId: newRequestID()}, toSeq, 0, scope); err != nil {
 		return RewindReport{}, err
 	}
 	if !opts.Files {
@@ -113,8 +112,9 @@ func (r *Runtime) RewindWithReport(ctx context.Context, conversationID string, t
 // nothing, and the turn goes on from the answer; a Rewind meets the same
 // rule.
 //
-// seq must be a user message on the current head after the newest summary,
-// with no tool call open at seq-1; otherwise the error wraps
+// seq must be a user message on the current head (one the newest summary
+// covers works, checked as in Rewind), with no tool call open at seq-1;
+// otherwise the error wraps
 // journal.ErrInvalid and nothing is written. Unknown and deleted
 // conversations fail as in Rewind; an empty newText wraps
 // journal.ErrInvalid. scope is the new message's author, as in Send.
@@ -140,11 +140,38 @@ func (r *Runtime) Edit(ctx context.Context, conversationID string, seq uint64, n
 	if err := r.checkConversation(ctx, "edit", conversationID); err != nil {
 		return 0, err
 	}
-	checked, err := actors.CheckRewindInLog(ctx, r.store, conversationID, seq-1, seq)
+	return r.askRewindChecked(ctx, op, conversationID, &messages.AgentRewind{EditSeq: seq, Message: msg, RequestId: rid, Reason: "edit"}, seq-1, seq, scope)
+}
+
+// rewindAttempts bounds the sends of one rewind or edit (see
+// askRewindChecked).
+const rewindAttempts = 3
+
+// askRewindChecked sends the rewind to seq to (the edit of editSeq, if not
+// 0) m, its target checked against the whole log when the latest summary
+// covers it (actors.CheckRewindInLog; the core can check only what follows
+// its summary). A summary that lands between that check and the command's
+// turn makes the core refuse a target it cannot check (journal.ErrInvalid,
+// nothing written): the log is checked again, and if a summary now covers
+// the target the command goes again, checked, with the same request id (at
+// most rewindAttempts sends). Any other refusal is returned as it is.
+func (r *Runtime) askRewindChecked(ctx context.Context, op, conversationID string, m *messages.AgentRewind, to, editSeq uint64, scope agent.Scope) (uint64, error) {
+	checked, err := actors.CheckRewindInLog(ctx, r.store, conversationID, to, editSeq)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
-	return r.askRewind(ctx, op, conversationID, &messages.AgentRewind{EditSeq: seq, Message: msg, RequestId: rid, Reason: "edit", CheckedInLog: checked}, scope)
+	m.CheckedInLog = checked
+	for attempt := 1; ; attempt++ {
+		seq, err := r.askRewind(ctx, op, conversationID, m, scope)
+		if err == nil || m.GetCheckedInLog() || attempt == rewindAttempts || !errors.Is(err, journal.ErrInvalid) {
+			return seq, err
+		}
+		// Refused unchecked: a summary may have landed over the target.
+		if checked, cerr := actors.CheckRewindInLog(ctx, r.store, conversationID, to, editSeq); cerr != nil || !checked {
+			return seq, err // the core's refusal stands
+		}
+		m.CheckedInLog = true
+	}
 }
 
 func (r *Runtime) askRewind(ctx context.Context, op, conversationID string, m *messages.AgentRewind, scope agent.Scope) (uint64, error) {

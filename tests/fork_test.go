@@ -1,7 +1,10 @@
 package tests
 
 import (
+	"context"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,6 +13,7 @@ import (
 	"github.com/lazarusrt/lazarus"
 	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/journal/memjournal"
 	"github.com/lazarusrt/lazarus/messages"
 	"github.com/lazarusrt/lazarus/snapshot"
 )
@@ -352,4 +356,57 @@ func TestForkWithMetadata(t *testing.T) {
 		_, err = h.store.Conversation(ctx, "bad")
 		require.ErrorIs(t, err, journal.ErrNotFound, "nothing written")
 	})
+}
+
+// hidingSummaries is a Store whose next LatestSummary, once armed, finds
+// none: as if the summary landed just after the Runtime's check.
+type hidingSummaries struct {
+	journal.Store
+	hide atomic.Bool
+}
+
+func (s *hidingSummaries) LatestSummary(ctx context.Context, id string) (*messages.Summary, error) {
+	if s.hide.CompareAndSwap(true, false) {
+		return nil, fmt.Errorf("hidden: %w", journal.ErrNotFound)
+	}
+	return s.Store.LatestSummary(ctx, id)
+}
+
+// TestRewindMeetsASummaryLandingAfterItsCheck: the Runtime checks a
+// rewind's target against the log only when the latest summary covers it;
+// a summary that lands after that check makes the core refuse the target
+// it cannot check. The Runtime checks again and sends the rewind (and an
+// edit) again, checked: it succeeds, written once.
+func TestRewindMeetsASummaryLandingAfterItsCheck(t *testing.T) {
+	st := &hidingSummaries{Store: memjournal.New(memjournal.Options{})}
+	h := newHarness(t, st, summarizing)
+	ctx := ctxT(t)
+	h.model.Push("c", scripted.Text("one"), scripted.Text("two"), scripted.Text("three"), scripted.Text("edited"))
+	for _, text := range []string{"first", "second", "third"} { // seqs 1-6
+		_, err := h.rt.SendAndWait(ctx, "c", text, user)
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool {
+		s, err := st.Store.LatestSummary(ctx, "c")
+		return err == nil && s.GetToSeq() >= 3
+	}, wait, time.Millisecond, "a summary covers seq 3")
+	h.rt.Kill("c") // the next activation starts from the summary
+
+	st.hide.Store(true)
+	require.NoError(t, h.rt.Rewind(ctx, "c", 2, lazarus.RewindOptions{}, user))
+	require.False(t, st.hide.Load(), "the first check did not see the summary")
+	rewinds := 0
+	for _, ev := range h.history("c") {
+		if ev.GetRewind() != nil {
+			rewinds++
+			require.Equal(t, uint64(2), ev.GetRewind().GetToSeq())
+		}
+	}
+	require.Equal(t, 1, rewinds, "written once")
+
+	h.rt.Kill("c")
+	st.hide.Store(true)
+	seq, err := h.rt.Edit(ctx, "c", 1, "first, edited", user)
+	require.NoError(t, err, "an edit below the summary too")
+	require.Equal(t, "first, edited", h.history("c")[seq-1].GetUserMsg().GetContent()[0].GetText())
 }
