@@ -77,11 +77,9 @@ func (c *core) endedErr() error {
 // refused (a retry of a send already in the log gets its seq).
 func (c *core) refuseQueuedAfterEnd() {
 	for _, q := range c.sends {
-		if seq, ok := c.seen[q.msg.GetRequestId()]; ok && q.msg.GetRequestId() != "" {
-			c.reply(q.sender, q.msg, seq, nil)
-			continue
+		if !c.answerIfLogged(q) {
+			c.reply(q.sender, q.msg, 0, c.endedErr())
 		}
-		c.reply(q.sender, q.msg, 0, c.endedErr())
 	}
 	for _, q := range c.rewinds {
 		c.reply(q.sender, q.msg, 0, c.endedErr())

@@ -93,6 +93,18 @@ func (c *core) cutAtFire(queued []*queuedSend) (now, rest []*queuedSend) {
 // whether it started a write. A send whose request id the log already holds
 // is answered with its seq and not appended again: onCommand checks the
 // same, and this check keeps the write path from trusting that it did.
+// answerIfLogged answers a queued send whose request id the log already
+// holds with that message's seq, and reports whether it did.
+func (c *core) answerIfLogged(q *queuedSend) bool {
+	rid := q.msg.GetRequestId()
+	seq, ok := c.seen[rid]
+	if !ok || rid == "" {
+		return false
+	}
+	c.reply(q.sender, q.msg, seq, nil)
+	return true
+}
+
 func (c *core) writeSends() bool {
 	queued, rest := c.cutAtFire(c.sends)
 	c.sends = rest
@@ -101,11 +113,10 @@ func (c *core) writeSends() bool {
 	var sends []*queuedSend
 	var requester *agent.Scope
 	for _, q := range queued {
-		rid := q.msg.GetRequestId()
-		if seq, ok := c.seen[rid]; ok && rid != "" {
-			c.reply(q.sender, q.msg, seq, nil)
+		if c.answerIfLogged(q) {
 			continue
 		}
+		rid := q.msg.GetRequestId()
 		sends = append(sends, q)
 		if rid != "" && written[rid] {
 			continue

@@ -468,6 +468,7 @@ func ValidateMetadata(conv string, kv map[string]string) error {
 
 // MergeSettings returns a new map: row's settings with kv merged in, key by
 // key (an empty value removes its key). Neither argument is modified.
+// Metadata merges by the same rule (PutMetadata, lazarus ForkOptions).
 func MergeSettings(row, kv map[string]string) map[string]string {
 	out := make(map[string]string, len(row)+len(kv))
 	for k, v := range row {
