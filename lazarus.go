@@ -877,7 +877,8 @@ func (r *Runtime) resumeInterrupted() {
 			if r.cl != nil && (!r.cl.owns(id) || r.sup.IsActive(id)) {
 				continue // its owner resumes it; a live one needs nothing
 			}
-			if err := r.wake(ctx, id, false); err != nil && !errors.Is(err, ErrClosed) && ctx.Err() == nil {
+			err := r.wake(ctx, id, false)
+			if err != nil && !errors.Is(err, ErrClosed) && !errors.Is(err, journal.ErrDeleted) && ctx.Err() == nil {
 				r.log.Warn("resume failed", "conversation", id, "err", err)
 			}
 		}

@@ -2,12 +2,14 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/lazarusrt/lazarus/actors"
+	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
 )
 
@@ -24,6 +26,13 @@ type unblocked struct{ conversation string }
 // del, which must write the tombstone (Store.DeleteConversation), and, if
 // del succeeded, cancels the expiry actor's timers of the conversation's
 // pending calls. It returns del's error, or ctx's, or ErrStopped.
+//
+// Once del has succeeded (or said journal.ErrDeleted), no activation of id
+// is created again: the deliveries held back meanwhile are dropped, and
+// Ask answers an error wrapping journal.ErrDeleted, as the activation
+// would once it had read the tombstone. The registry remembers the last
+// goneKept ids so; for older ones an activation reads the tombstone and
+// stops.
 func (s *Supervisor) Delete(ctx context.Context, id string, del func(context.Context) error) error {
 	if s.isStopped() {
 		return ErrStopped
@@ -32,8 +41,9 @@ func (s *Supervisor) Delete(ctx context.Context, id string, del func(context.Con
 	if err != nil {
 		return err
 	}
+	deleted := false
 	defer func() {
-		release()
+		release(deleted)
 		s.system.Root.Send(s.pid, &unblocked{conversation: id})
 	}()
 	if a := s.reg.lookup(id); a != nil {
@@ -63,8 +73,10 @@ func (s *Supervisor) Delete(ctx context.Context, id string, del func(context.Con
 		return err
 	}
 	if err := del(ctx); err != nil {
+		deleted = errors.Is(err, journal.ErrDeleted)
 		return err
 	}
+	deleted = true
 	for _, p := range pending {
 		if p.GetDeadline() != nil {
 			s.system.Root.Send(s.expiry, &messages.CancelExpiry{ConversationId: id, ToolCallId: p.GetId()})
@@ -75,7 +87,9 @@ func (s *Supervisor) Delete(ctx context.Context, id string, del func(context.Con
 
 // block marks id as being deleted, after any other delete of id has ended,
 // and returns the function that ends the mark.
-func (r *registry) block(ctx context.Context, id string) (release func(), err error) {
+// Its release says whether the delete succeeded: the id is then gone (no
+// activation of it is created again, see registry.gone).
+func (r *registry) block(ctx context.Context, id string) (release func(deleted bool), err error) {
 	for {
 		r.mu.Lock()
 		if ch, ok := r.blocked[id]; ok {
@@ -93,11 +107,32 @@ func (r *registry) block(ctx context.Context, id string) (release func(), err er
 		ch := make(chan struct{})
 		r.blocked[id] = ch
 		r.mu.Unlock()
-		return func() {
+		return func(deleted bool) {
 			r.mu.Lock()
 			delete(r.blocked, id)
+			if deleted {
+				r.forget(id)
+			}
 			r.mu.Unlock()
 			close(ch)
 		}, nil
 	}
+}
+
+// forget records id as deleted (see registry.gone), dropping the oldest
+// record once goneKept are kept. r.mu must be held.
+func (r *registry) forget(id string) {
+	if _, ok := r.gone[id]; ok {
+		return
+	}
+	if r.gone == nil {
+		r.gone = map[string]struct{}{}
+		r.goneRing = make([]string, goneKept)
+	}
+	if old := r.goneRing[r.goneNext]; old != "" {
+		delete(r.gone, old)
+	}
+	r.goneRing[r.goneNext] = id
+	r.goneNext = (r.goneNext + 1) % goneKept
+	r.gone[id] = struct{}{}
 }

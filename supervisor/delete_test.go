@@ -3,19 +3,21 @@ package supervisor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus/actors"
+	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
 )
 
 // TestDeleteHoldsBackActivations: while Delete's write runs, the
 // conversation's actor is gone and no activation can be claimed (a caller
-// would wait); a delivery the supervisor actor got meanwhile goes out once
-// Delete returns.
+// would wait); when the write fails, a delivery the supervisor actor got
+// meanwhile goes out once Delete returns.
 func TestDeleteHoldsBackActivations(t *testing.T) {
 	s := startForTest(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -24,6 +26,7 @@ func TestDeleteHoldsBackActivations(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, s.IsActive("c"))
 
+	boom := errors.New("boom")
 	ran := false
 	err = s.Delete(ctx, "c", func(context.Context) error {
 		ran = true
@@ -33,12 +36,71 @@ func TestDeleteHoldsBackActivations(t *testing.T) {
 		require.False(t, mine)
 		require.NotNil(t, wait, "a caller waits for the delete")
 		s.system.Root.Send(s.pid, &rewake{conversation: "c"})
+		return boom
+	})
+	require.ErrorIs(t, err, boom)
+	require.True(t, ran)
+	require.Eventually(t, func() bool { return s.IsActive("c") }, 5*time.Second, time.Millisecond,
+		"the delivery held back during the failed delete goes out after it")
+}
+
+// TestDeleteDropsWhatWaitedOnIt: once the delete succeeded, neither a
+// delivery held back during it nor a later caller revives the deleted
+// conversation: the delivery is dropped, the caller is told it was deleted.
+func TestDeleteDropsWhatWaitedOnIt(t *testing.T) {
+	s := startForTest(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := s.Ask(ctx, "c", &actors.Command{Msg: &messages.AgentWake{}})
+	require.NoError(t, err)
+
+	asked := make(chan error, 1)
+	err = s.Delete(ctx, "c", func(context.Context) error {
+		s.system.Root.Send(s.pid, &rewake{conversation: "c"})
+		go func() {
+			_, err := s.Ask(ctx, "c", &actors.Command{Msg: &messages.AgentWake{}})
+			asked <- err
+		}()
+		require.Eventually(t, func() bool {
+			s.reg.mu.Lock()
+			defer s.reg.mu.Unlock()
+			return len(s.reg.blocked) == 1
+		}, 5*time.Second, time.Millisecond)
 		return nil
 	})
 	require.NoError(t, err)
-	require.True(t, ran)
-	require.Eventually(t, func() bool { return s.IsActive("c") }, 5*time.Second, time.Millisecond,
-		"the delivery held back during the delete goes out after it")
+	require.ErrorIs(t, <-asked, journal.ErrDeleted, "a caller that waited on the delete")
+	_, err = s.Ask(ctx, "c", &actors.Command{Msg: &messages.AgentWake{}})
+	require.ErrorIs(t, err, journal.ErrDeleted, "a caller after it")
+
+	// The supervisor actor handles its mailbox in order: once a later
+	// delivery to another conversation has gone out, the held-back one
+	// to c has been handled too.
+	s.system.Root.Send(s.pid, &rewake{conversation: "d"})
+	require.Eventually(t, func() bool { return s.IsActive("d") }, 5*time.Second, time.Millisecond)
+	require.False(t, s.IsActive("c"), "the held-back delivery was dropped")
+	require.Equal(t, 1, s.Active(), "only d is live")
+}
+
+// TestRegistryForgetsTheOldestDeleted: the registry keeps goneKept
+// deleted ids, and forgets the oldest first.
+func TestRegistryForgetsTheOldestDeleted(t *testing.T) {
+	r := newRegistry()
+	r.mu.Lock()
+	for i := range goneKept + 1 {
+		r.forget(fmt.Sprintf("c%d", i))
+	}
+	r.forget("c5") // known: not recorded twice
+	r.mu.Unlock()
+	require.Len(t, r.gone, goneKept)
+	a, mine, wait := r.claim("c0")
+	require.True(t, mine, "the oldest was forgotten")
+	require.NotNil(t, a)
+	require.Nil(t, wait)
+	a, mine, wait = r.claim("c1")
+	require.Nil(t, a)
+	require.False(t, mine)
+	require.Nil(t, wait, "c1 is still known as deleted")
 }
 
 // TestDeleteReturnsTheWriteError: a failed write is Delete's error, and

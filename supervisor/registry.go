@@ -3,9 +3,12 @@ package supervisor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 
 	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/lazarusrt/lazarus/journal"
 )
 
 // errRetired: the activation a caller holds has retired (passivated, killed
@@ -60,7 +63,22 @@ type registry struct {
 	// blocked maps the ids being deleted to a channel closed when the
 	// delete ends; no activation of them is created meanwhile (see block).
 	blocked map[string]chan struct{}
+	// gone holds the ids this process deleted most recently (at most
+	// goneKept, the oldest forgotten first, in the order of goneRing): no
+	// activation of them is created, since it could only read the
+	// tombstone and stop. An id forgotten here is still refused by the
+	// Store; this only spares a wake that was already under way (a resume
+	// scan's, a timer's) from reviving the conversation for a moment.
+	gone     map[string]struct{}
+	goneRing []string
+	goneNext int
 }
+
+// goneKept is how many deleted ids the registry remembers (see gone).
+const goneKept = 4096
+
+// errGone: the conversation was deleted by this process (see registry.gone).
+var errGone = fmt.Errorf("deleted by this runtime: %w", journal.ErrDeleted)
 
 func newRegistry() *registry {
 	return &registry{byID: map[string]*activation{}, byPID: map[string]*activation{}}
@@ -69,11 +87,17 @@ func newRegistry() *registry {
 // claim returns the live activation of id, or creates a new one that the
 // caller must spawn (mine is true), or, when the registered activation is
 // retired but not yet terminated, returns its done channel to wait on.
+//
+// It returns nothing at all (no activation, no channel) for an id this
+// process deleted (see gone): the caller answers errGone.
 func (r *registry) claim(id string) (a *activation, mine bool, wait <-chan struct{}) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if ch, ok := r.blocked[id]; ok {
 		return nil, false, ch
+	}
+	if _, ok := r.gone[id]; ok {
+		return nil, false, nil
 	}
 	if old, ok := r.byID[id]; ok {
 		old.mu.Lock()
@@ -100,6 +124,9 @@ func (r *registry) claim(id string) (a *activation, mine bool, wait <-chan struc
 func (r *registry) ensure(ctx context.Context, id string, spawn func(a *activation) (*actor.PID, error)) (*activation, error) {
 	for {
 		a, mine, wait := r.claim(id)
+		if a == nil && wait == nil {
+			return nil, errGone
+		}
 		if wait != nil {
 			select {
 			case <-wait:

@@ -192,6 +192,8 @@ func (s *Supervisor) Ask(ctx context.Context, id string, cmd *actors.Command) (p
 		switch {
 		case err != nil && (ctx.Err() != nil || s.isStopped()):
 			return nil, noAnswer(what, handed, s.ended(ctx))
+		case errors.Is(err, errGone):
+			return nil, fmt.Errorf("supervisor: %s: %w", what, err)
 		case err != nil:
 			return nil, err
 		}
@@ -386,6 +388,10 @@ func (r *root) deliver(ctx actor.Context, conv string, cmd *actors.Command) {
 		return
 	}
 	a, mine, wait := s.reg.claim(conv)
+	if a == nil && wait == nil {
+		s.log.Debug("delivery dropped: the conversation was deleted", "conversation", conv)
+		return
+	}
 	if wait != nil {
 		if r.deferred == nil {
 			r.deferred = map[string][]*actors.Command{}

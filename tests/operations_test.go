@@ -86,12 +86,10 @@ func TestDeleteOnline(t *testing.T) {
 // nowhere.
 func TestDeleteDuringAModelCall(t *testing.T) {
 	forEachStore(t, func(t *testing.T, kind string) {
-		// No resume scan: it runs in the background after Open, and one
-		// that lists c after the send below wakes it; that wake waits for
-		// the delete and then revives c (which finds the tombstone and
-		// stops), so c can be active for a moment after Delete returns.
-		// Seen on PostgreSQL under load.
-		h := newHarness(t, openStore(t, kind), func(o *lazarus.Options) { o.NoResume = true })
+		// The resume scan runs in the background after Open: one that
+		// lists c after the send below wakes it, and that wake waits for
+		// the delete. It must not revive c after Delete returns.
+		h := newHarness(t, openStore(t, kind), nil)
 		ctx := ctxT(t)
 		held := h.model.Hold("c")
 		h.model.Push("c", scripted.Text("too late"))
@@ -104,6 +102,8 @@ func TestDeleteDuringAModelCall(t *testing.T) {
 		}
 		require.NoError(t, h.rt.Delete(ctx, "c"))
 		require.False(t, h.rt.IsActive("c"))
+		require.ErrorIs(t, h.rt.Wake(ctx, "c"), journal.ErrDeleted)
+		require.False(t, h.rt.IsActive("c"), "a wake after the delete revives nothing")
 		h.model.Release("c")
 		requireGone(t, h.store, "c")
 	})
