@@ -90,6 +90,9 @@ type FileRestore struct {
 
 // RewindReport is what RewindWithReport did besides the rewind itself.
 type RewindReport struct {
+	// Seq is the rewind event's seq: the conversation's head moved there
+	// (a retry of the same call reports the event it wrote first).
+	Seq uint64
 	// Files are the files restored (RewindOptions.Files), in path order.
 	// A file no tool changed after the target is not listed, nor one whose
 	// checkpoint says it was absent and that is absent now.

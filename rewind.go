@@ -89,17 +89,18 @@ func (r *Runtime) RewindWithReport(ctx context.Context, conversationID string, t
 	if err := r.checkConversation(ctx, "rewind", conversationID); err != nil {
 		return RewindReport{}, err
 	}
-	if _, err := r.askRewindChecked(ctx, op, conversationID, &messages.AgentRewind{ToSeq: toSeq, Reason: opts.Reason, RequestId: newRequestID()}, toSeq, 0, scope); err != nil {
+	seq, err := r.askRewindChecked(ctx, op, conversationID, &messages.AgentRewind{ToSeq: toSeq, Reason: opts.Reason, RequestId: newRequestID()}, toSeq, 0, scope)
+	if err != nil {
 		return RewindReport{}, err
 	}
 	if !opts.Files {
-		return RewindReport{}, nil
+		return RewindReport{Seq: seq}, nil
 	}
 	files, err := r.files.restore(ctx, conversationID, toSeq)
 	if err != nil {
 		err = fmt.Errorf("%s: files: %w", op, err)
 	}
-	return RewindReport{Files: files}, err
+	return RewindReport{Seq: seq, Files: files}, err
 }
 
 // Edit replaces the user message at seq with newText: one atomic write

@@ -146,6 +146,10 @@ func TestFileRewindOnEveryStore(t *testing.T) {
 		// Back to the end of the first turn: the second turn's changes go.
 		rep, err := h.rt.RewindWithReport(ctx, "f", first, lazarus.RewindOptions{Files: true}, user)
 		require.NoError(t, err)
+		rewound, err := h.store.Events(ctx, "f", journal.EventQuery{After: rep.Seq - 1, Before: rep.Seq + 1})
+		require.NoError(t, err)
+		require.Len(t, rewound, 1)
+		require.Equal(t, first, rewound[0].GetRewind().GetToSeq(), "Seq is the rewind event's")
 		assert.Equal(t, []lazarus.FileRestore{
 			{Path: "a.txt", Action: lazarus.FileRestored, Seq: calls[2], Size: 2},
 			{Path: "c.txt", Action: lazarus.FileCreated, Seq: calls[3], Size: 4},
