@@ -312,9 +312,10 @@ func newConversationID() string {
 }
 
 // createConversation makes a conversation with a fresh random id, its
-// caller as owner. The row is written (status idle, no events) and then
-// the metadata: nobody else can know the id before the answer, so nothing
-// races the two writes. If the second fails, the row is deleted again.
+// caller as owner. The metadata is written and then the row (status idle,
+// no events): nobody else can know the id before the answer, so nothing
+// races the two writes, and the conversation exists only once it has its
+// owner. If the row is refused, the metadata is removed again.
 func (s *Server) createConversation(w http.ResponseWriter, r *http.Request, c caller) {
 	var body CreateConversation
 	if err := s.decodeBody(w, r, &body); err != nil {
@@ -339,16 +340,21 @@ func (s *Server) createConversation(w http.ResponseWriter, r *http.Request, c ca
 	}
 	ctx := r.Context()
 	st := s.rt.Store()
+	// The metadata, owner included, is written first: a Store keeps
+	// metadata without a row, and no lookup, listing or search shows a
+	// conversation that has no row. So the conversation never exists
+	// without its owner, even if the process dies between the two writes
+	// (what is left then is metadata nobody sees).
+	if err := st.PutMetadata(ctx, id, md); err != nil {
+		s.writeError(w, err)
+		return
+	}
 	// Configure creates the conversation, idle, with its settings, through
 	// the conversation's own actor (a tool choice is checked against the
 	// Runtime's tools there: nothing is written if it names none).
 	if err := s.rt.Configure(ctx, id, settings); err != nil {
-		s.writeError(w, err)
-		return
-	}
-	if err := s.rt.MergeMetadata(ctx, id, md); err != nil {
-		if derr := s.rt.Delete(context.WithoutCancel(ctx), id); derr != nil {
-			s.log.Warn("server: a created conversation whose metadata failed could not be deleted", "conversation", id, "err", derr)
+		if errors.Is(err, journal.ErrInvalid) { // refused, nothing written
+			s.dropMetadata(context.WithoutCancel(ctx), id, md)
 		}
 		s.writeError(w, err)
 		return
@@ -360,6 +366,20 @@ func (s *Server) createConversation(w http.ResponseWriter, r *http.Request, c ca
 	}
 	w.Header().Set("Location", "/v1/conversations/"+id)
 	writeJSON(w, http.StatusCreated, conversationOf(row, md))
+}
+
+// dropMetadata removes the metadata of a conversation whose creation was
+// refused after it was written (best effort: left behind, nobody sees it).
+// Not after an error of unknown outcome: the row may have landed, and it
+// must keep its owner.
+func (s *Server) dropMetadata(ctx context.Context, id string, md map[string]string) {
+	gone := make(map[string]string, len(md))
+	for k := range md {
+		gone[k] = ""
+	}
+	if err := s.rt.Store().PutMetadata(ctx, id, gone); err != nil {
+		s.log.Warn("server: the metadata of a conversation whose creation failed could not be removed", "conversation", id, "err", err)
+	}
 }
 
 func (s *Server) getConversation(w http.ResponseWriter, r *http.Request, c caller) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/scripted"
+	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/server"
 )
 
@@ -47,4 +48,11 @@ func TestCreateWithSettings(t *testing.T) {
 	after, _, err := n.rt.Store().ListConversations(context.Background(), "", 100)
 	require.NoError(t, err)
 	require.Len(t, after, len(before), "nothing created")
+	// The owner is written before the row; a refused creation takes it
+	// back, so the owner's metadata names only the conversation created.
+	md, err := n.rt.Metadata(context.Background(), c.ID)
+	require.NoError(t, err)
+	owned, _, err := n.rt.Store().(journal.MetadataIndex).FindConversations(context.Background(), server.OwnerKey, md[server.OwnerKey], "", 100)
+	require.NoError(t, err)
+	require.Equal(t, []string{c.ID}, owned)
 }
