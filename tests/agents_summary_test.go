@@ -2,6 +2,7 @@ package tests
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -74,7 +75,7 @@ func TestPerAgentSummariesAndRevival(t *testing.T) {
 			o.Summary = snapshot.Policy{MaxEvents: 6, KeepRecent: 2}
 		})
 		ctx := ctxT(t)
-		for i := range 6 {
+		round := func(i int) {
 			h.model.Push("c", scripted.Text(fmt.Sprintf("default answer %d", i)))
 			sendTo(t, h, "", fmt.Sprintf("to default %d", i))
 			h.awaitEvent("c", 0, isAssistantText(fmt.Sprintf("default answer %d", i)))
@@ -82,12 +83,28 @@ func TestPerAgentSummariesAndRevival(t *testing.T) {
 			sendTo(t, h, "critic", fmt.Sprintf("to critic %d", i))
 			h.awaitEvent("c", 0, isAssistantText(fmt.Sprintf("critic answer %d", i)))
 		}
+		for i := range 6 {
+			round(i)
+		}
 		var sum *messages.Summary
 		require.Eventually(t, func() bool {
 			s, err := store.LatestSummary(ctx, "c")
 			sum = s
 			return err == nil && s.GetToSeq() >= 12 && len(s.GetAgents()) == 1
 		}, wait, time.Millisecond, "summaries with the critic's entry were written")
+		// Summaries are made in the background, so on a slow machine every
+		// turn so far may have started before the first one landed: a few
+		// more rounds (at most 10) until each agent's model has started a
+		// turn from a summary.
+		fromSummary := func(m *scripted.Model) bool {
+			return slices.ContainsFunc(m.Turns("c"), func(turn agent.Turn) bool { return turn.Summary != nil })
+		}
+		for i := 6; i < 16 && !(fromSummary(crit) && fromSummary(h.model)); i++ {
+			round(i)
+		}
+		sum, err := store.LatestSummary(ctx, "c")
+		require.NoError(t, err)
+		require.Len(t, sum.GetAgents(), 1)
 		critSum := sum.GetAgents()[0]
 		require.Equal(t, "critic", critSum.GetAgent())
 		require.Equal(t, sum.GetToSeq(), critSum.GetToSeq())
