@@ -855,9 +855,11 @@ const resumePage = 500
 // in progress (ACTIVE) when the previous process stopped. It runs once, in
 // the background, after Open. It pages through the Store's index of ACTIVE
 // conversations (journal.Conversations.ListActiveConversations), so its
-// cost is the number of those, not the number of conversations. Close ends
-// it: its context is the runtime's life, which Close cancels, and it
-// checks for Close before each wake.
+// cost is the number of those, not the number of conversations. A listed
+// conversation that is live, or whose row no longer says ACTIVE when its
+// turn comes (a page can be old by then), is not woken. Close ends it: its
+// context is the runtime's life, which Close cancels, and it checks for
+// Close before each wake.
 func (r *Runtime) resumeInterrupted() {
 	defer r.gcWG.Done()
 	ctx := r.life
@@ -874,8 +876,14 @@ func (r *Runtime) resumeInterrupted() {
 			if r.isClosed() {
 				return
 			}
-			if r.cl != nil && (!r.cl.owns(id) || r.sup.IsActive(id)) {
-				continue // its owner resumes it; a live one needs nothing
+			if r.cl != nil && !r.cl.owns(id) {
+				continue // its owner resumes it
+			}
+			if r.sup.IsActive(id) || !r.stillActive(ctx, id) {
+				// A live one needs nothing; one whose turn ended since the
+				// listing (the listing can be old by now) needs nothing
+				// either, and waking it would only keep an actor alive.
+				continue
 			}
 			err := r.wake(ctx, id, false)
 			if err != nil && !errors.Is(err, ErrClosed) && !errors.Is(err, journal.ErrDeleted) && ctx.Err() == nil {
@@ -887,6 +895,14 @@ func (r *Runtime) resumeInterrupted() {
 		}
 		cursor = next
 	}
+}
+
+// stillActive reports whether the conversation's row still says a turn is
+// in progress (ACTIVE); if the row cannot be read, it says so too, and the
+// wake tells what is wrong.
+func (r *Runtime) stillActive(ctx context.Context, id string) bool {
+	row, err := r.store.Conversation(ctx, id)
+	return err != nil || row.GetStatus() == messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE
 }
 
 // IsActive reports whether the conversation has a live actor.

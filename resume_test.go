@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus"
@@ -23,6 +24,9 @@ type resumeStore struct {
 	listAll, listActive atomic.Int32
 	block               bool
 	entered             chan struct{}
+	// listed, if set, runs once the listing has been read and before it is
+	// returned.
+	listed func()
 }
 
 func (s *resumeStore) ListConversations(ctx context.Context, cursor string, limit int) ([]*messages.Conversation, string, error) {
@@ -36,7 +40,11 @@ func (s *resumeStore) ListActiveConversations(ctx context.Context, cursor string
 		<-ctx.Done()
 		return nil, "", ctx.Err()
 	}
-	return s.Store.ListActiveConversations(ctx, cursor, limit)
+	ids, next, err := s.Store.ListActiveConversations(ctx, cursor, limit)
+	if s.listed != nil {
+		s.listed()
+	}
+	return ids, next, err
 }
 
 // seedResume writes idle conversations (a turn answered) and active ones
@@ -123,4 +131,28 @@ func TestCloseCancelsResume(t *testing.T) {
 		t.Fatal("Close waits for a resume that is listing")
 	}
 	require.Zero(t, model.Calls("active-00"), "a resume that Close cancelled wakes nothing")
+}
+
+// TestResumeSkipsATurnThatEndedSinceTheListing: a conversation the resume
+// scan listed as ACTIVE whose row says IDLE by the time its wake would go
+// out (its turn ended meanwhile) is not woken: its model is never called
+// and no actor of it is left alive; the other listed one is resumed.
+func TestResumeSkipsATurnThatEndedSinceTheListing(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	store := &resumeStore{Store: memjournal.New(memjournal.Options{})}
+	active := seedResume(t, store, 0, 2)
+	store.listed = func() {
+		assert.NoError(t, store.PutConversation(ctx, journal.ConversationUpdate{ID: active[0], Status: messages.ConversationStatus_CONVERSATION_STATUS_IDLE}))
+	}
+	model := scripted.New(scripted.Options{})
+	rt, err := lazarus.Open(lazarus.Options{Store: store, Model: model})
+	require.NoError(t, err)
+	defer rt.Close()
+
+	// The scan wakes in listing order: once the second is resumed, the
+	// first was passed over.
+	require.NoError(t, model.WaitCalls(ctx, active[1], 1), "the other listed conversation is resumed")
+	require.Zero(t, model.Calls(active[0]), "the conversation whose turn ended is not woken")
+	require.False(t, rt.IsActive(active[0]), "no actor of it is alive")
 }
