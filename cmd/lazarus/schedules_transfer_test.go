@@ -176,6 +176,16 @@ func TestImportRefusesScheduleConflicts(t *testing.T) {
 	})
 }
 
+// TestExportHelpSaysWhatIsNotExported: the help of export and import
+// names what an export does not carry.
+func TestExportHelpSaysWhatIsNotExported(t *testing.T) {
+	for _, cmd := range []string{"export", "import"} {
+		r := cliRun(t, "", cmd, "--help")
+		require.Contains(t, r.stdout+r.stderr, "Not exported: audit rows (model calls), tombstones of deleted\nconversations, and file checkpoints", cmd)
+		require.Contains(t, r.stdout+r.stderr, `{"type":"schedule","conversation":ID,"record":<Schedule>}`, cmd)
+	}
+}
+
 // PutSchedule (with the three methods below, which make failAt a
 // journal.ScheduleStore) is a write that can fail.
 func (s *failAt) PutSchedule(ctx context.Context, sc *messages.Schedule) error {

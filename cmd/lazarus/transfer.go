@@ -56,7 +56,8 @@ is never left half-written). Two exports of the same data are equal byte
 for byte. Export streams: it holds one page of events at a time, whatever
 the length of a conversation. It checks each conversation as import will
 (the log runs 1..last seq, every tool_call event has its row and every
-pending row its event, fsm_state.last_seq is the last seq) and stops with
+pending row its event, fsm_state.last_seq is the last seq, every schedule
+is valid and of its conversation) and stops with
 an error on a damaged one; what it wrote to stdout then lacks its end
 line and trailer, so import refuses it. On a terminal, stderr shows
 progress during a long run.
@@ -170,8 +171,10 @@ pass. On a terminal, stderr shows progress during a long run.
 Everything comes back as exported except the conversation row's times: the
 Store sets "updated" to now and "created" to the time of the first event.
 An active conversation resumes when a runtime next opens the directory,
-and its schedules fire then (an occurrence due while the store was moved
-fires once, as after any restart).
+and its schedules and deadlines are armed then (an occurrence due while
+the store was moved fires once, as after any restart; a node already
+running on the target arms them only when it next reads the store's
+timers: at its start, or a cluster membership change).
 ` + formatHelp,
 	run: (*cli).importCmd,
 }
