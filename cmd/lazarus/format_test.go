@@ -320,6 +320,9 @@ func TestImportRejectsBadInput(t *testing.T) {
 	schedSwapped[11], schedSwapped[12] = schedSwapped[12], schedSwapped[11]
 	schedFirst := slices.Clone(fl)
 	schedFirst[10], schedFirst[11] = schedFirst[11], schedFirst[10]
+	// waiting with a schedule line (finished's, moved) before its deadline.
+	schedBeforeDeadline := slices.Insert(slices.Clone(wl), 11,
+		strings.ReplaceAll(strings.ReplaceAll(fl[11], `"conversation":"finished"`, `"conversation":"waiting"`), `"conversation_id":"finished"`, `"conversation_id":"waiting"`))
 
 	for _, tc := range []struct {
 		name, input, want string
@@ -360,6 +363,7 @@ func TestImportRejectsBadInput(t *testing.T) {
 		{"schedule with an unknown field", replace(finished, `"id":"finished-once",`, `"id":"finished-once","color":"red",`), `line 14: schedule record: `},
 		{"schedules out of order", join(schedSwapped...), "line 13: schedule finished-cron after schedule finished-every (schedules come by id, one per id)"},
 		{"schedule before a summary", join(schedFirst...), "line 12: summary line after the deadlines or schedules"},
+		{"schedule before a deadline", join(schedBeforeDeadline...), "line 13: deadline line after the schedules"},
 		{"schedule twice", join(append(slices.Clone(fl[:13]), fl[12:]...)...), "line 14: schedule finished-every after schedule finished-every"},
 		{"schedule in a version 2 export", replace(finished, `"version":3`, `"version":2`), "line 12: schedule line in an export of version 2, which has none"},
 		{"end line without schedules", replace(finished, `"schedules":3,`, ``), `line 15: end record is not {"last_seq": N, "tool_calls": K, "summaries": S, "deadlines": D, "schedules": W, "metadata": M}`},

@@ -256,8 +256,8 @@ type importer struct {
 	fileConvs uint64
 	convSeen  map[string]int64
 	// calls maps a digest of each tool call id of the input to the ordinal
-	// of its conversation: 16 bytes a call, the only memory that grows
-	// with the input.
+	// of its conversation: 16 bytes a call. With schedules, the only
+	// memory that grows with the input.
 	calls map[[16]byte]uint32
 	// schedules holds a digest of each schedule id of the input, likewise
 	// (16 bytes a schedule).
