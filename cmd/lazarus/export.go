@@ -94,11 +94,13 @@ func damaged(id, format string, args ...any) error {
 }
 
 // conversation streams one conversation in the order the format
-// documents, holding one page of events at a time. deadlines are the
+// documents, holding one page of events at a time (and its schedules, at
+// most journal.MaxSchedulesPerConversation). deadlines are the
 // conversation's, sorted by tool call id. It checks what import will
 // check: the log runs 1..LastSeq, fsm_state.last_seq is LastSeq, every
 // tool_call event has its row (of this conversation), every pending row
-// has its event, and every deadline is of a row of this conversation; a
+// has its event, every deadline is of a row of this conversation, and
+// every schedule is valid and of this conversation; a
 // failed check is an error wrapping journal.ErrCorrupt, and the output
 // then has no end line for the conversation, so import refuses it.
 func (e *exporter) conversation(ctx context.Context, st journal.Store, id string, deadlines []*messages.Deadline) error {
@@ -223,10 +225,50 @@ func (e *exporter) conversation(ctx context.Context, st journal.Store, id string
 		}
 		n.deadlines++
 	}
+	if err := e.schedules(ctx, st, id, &n); err != nil {
+		return err
+	}
 	if err := e.plain(typeEnd, &id, n.record()); err != nil {
 		return err
 	}
 	e.convs++
+	return nil
+}
+
+// schedules writes the conversation's pending schedules, by id, and
+// counts them in n. A Store without journal.ScheduleStore keeps none. A
+// schedule import would refuse (one of another conversation, or one that
+// breaks journal.ValidateSchedule) is an error wrapping journal.ErrCorrupt.
+func (e *exporter) schedules(ctx context.Context, st journal.Store, id string, n *counts) error {
+	ss, ok := st.(journal.ScheduleStore)
+	if !ok {
+		return nil
+	}
+	all, err := ss.ConversationSchedules(ctx, id)
+	if err != nil {
+		return err
+	}
+	if len(all) > journal.MaxSchedulesPerConversation {
+		return damaged(id, "it has %d schedules, more than %d", len(all), journal.MaxSchedulesPerConversation)
+	}
+	// By id as Go compares strings, which import checks, whatever order
+	// the Store's index keeps.
+	slices.SortFunc(all, func(a, b *messages.Schedule) int { return cmp.Compare(a.GetId(), b.GetId()) })
+	for i, sc := range all {
+		switch {
+		case sc.GetConversationId() != id:
+			return damaged(id, "its schedule %s names conversation %s", displayID(sc.GetId()), displayID(sc.GetConversationId()))
+		case i > 0 && all[i-1].GetId() == sc.GetId():
+			return damaged(id, "its schedule %s is listed twice", displayID(sc.GetId()))
+		}
+		if err := journal.ValidateSchedule(sc); err != nil {
+			return damaged(id, "its schedule %s: %v", displayID(sc.GetId()), err)
+		}
+		if err := e.line(typeSchedule, id, sc); err != nil {
+			return err
+		}
+		n.schedules++
+	}
 	return nil
 }
 

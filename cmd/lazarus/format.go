@@ -13,35 +13,38 @@ import (
 )
 
 // The export format: what `lazarus export` writes and `lazarus import`
-// reads (format "lazarus-export", version 2).
+// reads (format "lazarus-export", version 3; version 2 is still read).
 //
 // JSON lines: UTF-8 text, one JSON object per line, every line ended by a
 // newline. Every line carries a "type" tag; every line but the header and
 // the trailer names its conversation:
 //
-//	{"type":"header","format":"lazarus-export","version":2}
+//	{"type":"header","format":"lazarus-export","version":3}
 //	{"type":"conversation","conversation":ID,"record":Conversation}
 //	{"type":"metadata","conversation":ID,"record":{"key":K,"value":V}}
 //	{"type":"event","conversation":ID,"record":Event}
 //	{"type":"tool_call","conversation":ID,"record":ToolCallRecord}
 //	{"type":"summary","conversation":ID,"record":Summary}
 //	{"type":"deadline","conversation":ID,"record":Deadline}
+//	{"type":"schedule","conversation":ID,"record":Schedule}
 //	{"type":"end","conversation":ID,"record":End}
 //	{"type":"trailer","record":{"conversations":C,"lines":L}}
 //
 // A record is the protojson encoding of the message of package messages
-// that its type names (lazarus/v1/records.proto): field names as in the
+// that its type names (lazarus/v1/records.proto; Schedule is in
+// lazarus/v1/schedule.proto): field names as in the
 // .proto file ("fsm_state", "tool_call_id"), 64-bit integers as strings,
 // timestamps in RFC 3339, enums by name, bytes in base64. A metadata
 // record is one key/value pair of the conversation's metadata. End is
-// {"last_seq":N,"tool_calls":K,"summaries":S,"deadlines":D,"metadata":M}
+// {"last_seq":N,"tool_calls":K,"summaries":S,"deadlines":D,"schedules":W,"metadata":M}
 // (plain JSON numbers): what the section holds.
 //
 // The header comes first. One section per conversation follows: its
 // conversation line, its metadata (by key), its events (seq 1, 2, 3, ...
 // with no gap), each tool_call event directly followed by the row of its
 // call, then its summaries (ascending to_seq), its deadlines (by tool call
-// id) and its end line. The trailer closes the file: it counts the
+// id), its pending schedules (journal.ScheduleStore: by schedule id) and
+// its end line. The trailer closes the file: it counts the
 // sections and the lines before it (the header included). Export writes
 // exactly this order, compact and deterministic, so two exports of the same
 // data are equal byte for byte. Files can be concatenated: a header may
@@ -51,7 +54,16 @@ import (
 // stops before its last trailer, or within a line, or before the newline
 // of its last line, is refused.
 //
-// Audit rows (model calls) and tombstones are not exported.
+// Audit rows (model calls), tombstones and file checkpoints
+// (journal.FileCheckpoints: the records and their blobs) are not
+// exported. A source Store without journal.ScheduleStore has no
+// schedules: its sections have none.
+//
+// Version 2 is version 3 without schedule lines, and with an end record
+// without "schedules": it is still read (a file of version 2 holds no
+// schedules; a schedule line in it, or a "schedules" count in its end
+// record, is refused). Each file of a concatenated input is read by the
+// version of its own header.
 //
 // Version 1 (no end lines, no trailer, rows grouped after the events) is
 // refused: a cut at a section boundary of a version 1 file cannot be told
@@ -63,7 +75,7 @@ import (
 // Import reads the input twice. The first pass checks all of it and writes
 // nothing; any violation rejects the whole input, naming the line:
 //
-//   - the first line is a version 2 header; every line is one JSON object
+//   - the first line is a version 3 (or 2) header; every line is one JSON object
 //     with no unknown field, in the envelope or in the record, and no enum
 //     value this build does not know, ended by a newline;
 //   - a section starts with its conversation line, every other line names
@@ -80,13 +92,21 @@ import (
 //     conversation; tool call ids are unique in the input; a deadline is of
 //     a tool call of its section, at most one per call; metadata keys are
 //     unique and values non-empty;
+//   - a schedule passes journal.ValidateSchedule, names its section's
+//     conversation, comes by id (one per id, at most
+//     journal.MaxSchedulesPerConversation in a section), and its id is
+//     unique in the input;
 //   - the end line counts what its section holds, and the trailer counts
 //     the sections and lines of its file; the input ends with a trailer.
 //
 // The same pass checks the target Store, when the directory holds one: a
 // conversation that exists, or was deleted (its id is tombstoned), or a
-// tool call id another conversation owns, rejects the whole input; import
-// never overwrites.
+// tool call id or a schedule id another conversation owns, rejects the
+// whole input; import never overwrites. A target Store without
+// journal.ScheduleStore rejects an input that holds a schedule, with an
+// error wrapping errors.ErrUnsupported (an input without one imports);
+// so does a new directory's, checked once it is created and before its
+// first write.
 //
 // The second pass reads the input again and writes it, through the Store
 // contract (the append fence re-checks every seq). It re-checks every line
@@ -97,8 +117,13 @@ import (
 // can differ. A conversation is written in this order: its events and rows
 // in appends of at most importChunkEvents events or importChunkBytes bytes
 // of input, the first of which creates its row with status ENDED (a
-// runtime resumes only ACTIVE conversations); its summaries; its settings
-// and metadata; then one append with its status, fsm_state and deadlines.
+// runtime resumes only ACTIVE conversations); its summaries; its
+// schedules (journal.ScheduleStore.PutSchedule, one at a time; the first
+// creates the row, ENDED, if the conversation has no events); its
+// settings and metadata; then one append with its status, fsm_state and
+// deadlines. A runtime that meets a schedule of an ENDED conversation
+// removes it when it comes due; so an incomplete conversation keeps its
+// status ENDED whatever it holds.
 // So a conversation is complete in the target once it has its exported
 // status, and a failed write or a crash leaves at most the conversation
 // being written incomplete and ENDED; the error names it.
@@ -106,10 +131,13 @@ import (
 // Memory: neither command holds a conversation's log. Export holds one
 // page of events; import one line and one append of events. Besides, per
 // conversation being read: its metadata (at most journal.MaxRecordBytes),
-// its deadlines (one per pending human call) and the to_seq of each of its
-// summaries; and for the whole input: the ids of its conversations, 16
-// bytes per tool call id (the uniqueness check) and 32 bytes per write
-// (the digests of the second pass).
+// its deadlines (one per pending human call), the to_seq of each of its
+// summaries, and on export its schedules (at most
+// journal.MaxSchedulesPerConversation; import holds one); and for the
+// whole input: the ids of its conversations, 16 bytes per tool call id
+// and per schedule id (the uniqueness checks) and 32 bytes per write (the
+// digests of the second pass). The first pass checks the schedule ids
+// against the target's with one journal.ScheduleStore.ScheduleTimes scan.
 //
 // What comes back: every record exactly as exported, except the
 // conversation row's "updated", which the Store sets to the time of the
@@ -119,7 +147,10 @@ import (
 // runtime opens the target.
 const (
 	formatName    = "lazarus-export"
-	formatVersion = 2
+	formatVersion = 3
+	// formatVersionNoSchedules is the oldest version read: version 3
+	// without schedules.
+	formatVersionNoSchedules = 2
 
 	typeHeader       = "header"
 	typeConversation = "conversation"
@@ -128,6 +159,7 @@ const (
 	typeToolCall     = "tool_call"
 	typeSummary      = "summary"
 	typeDeadline     = "deadline"
+	typeSchedule     = "schedule"
 	typeEnd          = "end"
 	typeTrailer      = "trailer"
 )
@@ -158,6 +190,8 @@ type endRecord struct {
 	ToolCalls *uint64 `json:"tool_calls"`
 	Summaries *uint64 `json:"summaries"`
 	Deadlines *uint64 `json:"deadlines"`
+	// Schedules is absent in version 2.
+	Schedules *uint64 `json:"schedules,omitempty"`
 	Metadata  *uint64 `json:"metadata"`
 }
 
@@ -170,11 +204,11 @@ type trailerRecord struct {
 
 // counts is what a section holds, as its end line states it.
 type counts struct {
-	lastSeq, toolCalls, summaries, deadlines, metadata uint64
+	lastSeq, toolCalls, summaries, deadlines, schedules, metadata uint64
 }
 
 func (c counts) record() endRecord {
-	return endRecord{LastSeq: &c.lastSeq, ToolCalls: &c.toolCalls, Summaries: &c.summaries, Deadlines: &c.deadlines, Metadata: &c.metadata}
+	return endRecord{LastSeq: &c.lastSeq, ToolCalls: &c.toolCalls, Summaries: &c.summaries, Deadlines: &c.deadlines, Schedules: &c.schedules, Metadata: &c.metadata}
 }
 
 func ptr[T any](v T) *T { return &v }

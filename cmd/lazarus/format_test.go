@@ -47,6 +47,7 @@ type section struct {
 	summaries []*messages.Summary
 	toolCalls []*messages.ToolCallRecord
 	deadlines []*messages.Deadline
+	schedules []*messages.Schedule
 }
 
 // collect reads one conversation of st whole.
@@ -93,6 +94,10 @@ func collect(t testing.TB, st journal.Store, id string) *section {
 		return nil
 	}))
 	slices.SortFunc(s.deadlines, func(a, b *messages.Deadline) int { return cmp.Compare(a.GetToolCallId(), b.GetToolCallId()) })
+	if ss, ok := st.(journal.ScheduleStore); ok {
+		s.schedules, err = ss.ConversationSchedules(ctx, id)
+		require.NoError(t, err)
+	}
 	return s
 }
 
@@ -154,6 +159,7 @@ func requireImported(t testing.TB, want, got *section) {
 	requireProtos(t, "summary", sortedBy(want.summaries, (*messages.Summary).GetToSeq), got.summaries)
 	requireProtos(t, "tool call", sortedBy(want.toolCalls, (*messages.ToolCallRecord).GetId), got.toolCalls)
 	requireProtos(t, "deadline", sortedBy(want.deadlines, (*messages.Deadline).GetToolCallId), got.deadlines)
+	requireProtos(t, "schedule", sortedBy(want.schedules, (*messages.Schedule).GetId), got.schedules)
 }
 
 func sortedBy[M any, K cmp.Ordered](in []M, key func(M) K) []M {
@@ -177,6 +183,7 @@ func TestExportImportRoundTrip(t *testing.T) {
 	require.Len(t, src["waiting"].deadlines, 1)
 	require.Len(t, src["waiting"].toolCalls, 2)
 	require.NotNil(t, src["waiting"].row.GetFsmState())
+	require.Len(t, src["finished"].schedules, 3)
 
 	exportFile := filepath.Join(t.TempDir(), "all.jsonl")
 	requireOK(t, cliRun(t, "", "export", "--all", "--dir", f.dir, "--file", exportFile))
@@ -184,13 +191,14 @@ func TestExportImportRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, exportOf(t, f, "answered", "finished", "waiting"), string(exported), "--file and stdout agree; export is deterministic")
 	lines := outLines(string(exported))
-	require.Equal(t, `{"type":"header","format":"lazarus-export","version":2}`, lines[0])
+	require.Equal(t, `{"type":"header","format":"lazarus-export","version":3}`, lines[0])
 	require.Regexp(t, `^\{"type":"conversation","conversation":"answered","record":\{"id":"answered",`, lines[1])
 
 	dst := filepath.Join(t.TempDir(), "restored")
 	r := cliRun(t, "", "import", "--file", exportFile, "--dir", dst)
 	requireOK(t, r)
-	require.Contains(t, r.stdout, "imported conversation waiting (suspended, 7 events, 0 summaries, 2 tool calls, 1 deadlines, 0 metadata keys)\n")
+	require.Contains(t, r.stdout, "imported conversation waiting (suspended, 7 events, 0 summaries, 2 tool calls, 1 deadlines, 0 schedules, 0 metadata keys)\n")
+	require.Contains(t, r.stdout, "imported conversation finished (idle, 5 events, 1 summaries, 1 tool calls, 0 deadlines, 3 schedules, 2 metadata keys)\n")
 
 	got := collectDir(t, dst)
 	require.Len(t, got, 3)
@@ -218,6 +226,11 @@ func TestExportImportRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, rt.Resolve(ctxT(t), f.waitingCall, `{"approved":true}`, user))
 	awaitEvent(t, rt, "waiting", func(ev *messages.Event) bool { return assistantText(ev) == "Thanks, refunded." })
+	// And its schedules are the runtime's: listed, and cancellable.
+	scheds, err := rt.Schedules(ctxT(t), "finished")
+	require.NoError(t, err)
+	requireProtos(t, "schedule", src["finished"].schedules, scheds)
+	require.NoError(t, rt.CancelSchedule(ctxT(t), "finished", "finished-once"))
 	require.NoError(t, rt.Close())
 
 	t.Run("dry run writes nothing", func(t *testing.T) {
@@ -295,7 +308,21 @@ func TestImportRejectsBadInput(t *testing.T) {
 	swapped[2], swapped[3] = swapped[3], swapped[2]
 	rowFirst := slices.Clone(wl)
 	rowFirst[4], rowFirst[5] = rowFirst[5], rowFirst[4]
-	v1 := replace(waiting, `"version":2`, `"version":1`)
+	v1 := replace(waiting, `"version":3`, `"version":1`)
+	fl := outLines(finished)
+	// fl: 0 header, 1 conversation, 2..3 metadata, 4..6 events 1..3, 7 the
+	// row of event 3's call, 8..9 events 4..5, 10 summary, 11..13
+	// schedules finished-cron, finished-every, finished-once, 14 end, 15
+	// trailer.
+	require.Len(t, fl, 16, finished)
+	require.Contains(t, fl[11], `{"type":"schedule","conversation":"finished","record":{"id":"finished-cron","conversation_id":"finished","next":"`)
+	schedSwapped := slices.Clone(fl)
+	schedSwapped[11], schedSwapped[12] = schedSwapped[12], schedSwapped[11]
+	schedFirst := slices.Clone(fl)
+	schedFirst[10], schedFirst[11] = schedFirst[11], schedFirst[10]
+	// waiting with a schedule line (finished's, moved) before its deadline.
+	schedBeforeDeadline := slices.Insert(slices.Clone(wl), 11,
+		strings.ReplaceAll(strings.ReplaceAll(fl[11], `"conversation":"finished"`, `"conversation":"waiting"`), `"conversation_id":"finished"`, `"conversation_id":"waiting"`))
 
 	for _, tc := range []struct {
 		name, input, want string
@@ -303,13 +330,13 @@ func TestImportRejectsBadInput(t *testing.T) {
 		{"empty", "", "empty input"},
 		{"not json", "hello\n", "line 1: not a JSON object of this format"},
 		{"no header", join(wl[1:]...), "line 1: the input does not start with a lazarus-export header"},
-		{"newer version", replace(waiting, `"version":2`, `"version":3`), `line 1: header of format "lazarus-export" version 3`},
+		{"newer version", replace(waiting, `"version":3`, `"version":4`), `line 1: header of format "lazarus-export" version 4; this build reads "lazarus-export" versions 2 and 3`},
 		{"version 1", v1, "line 1: an export of version 1, which has no end lines"},
 		{"unknown envelope field", replace(waiting, `{"type":"event",`, `{"type":"event","extra":1,`), `line 3: not a JSON object of this format (json: unknown field "extra")`},
 		{"unknown record field", replace(waiting, `"record":{"seq":"1",`, `"record":{"seq":"1","colour":"red",`), `line 3: event record: `},
 		{"unknown line type", replace(waiting, `{"type":"deadline",`, `{"type":"alarm",`), `line 12: unknown line type "alarm"`},
 		{"unknown enum value", replace(waiting, `"status":"CONVERSATION_STATUS_SUSPENDED"`, `"status":42`), "enum value 42 is not one of lazarus.v1.ConversationStatus"},
-		{"two values on a line", replace(waiting, `"version":2}`, `"version":2} {}`), "line 1: more than one JSON value"},
+		{"two values on a line", replace(waiting, `"version":3}`, `"version":3} {}`), "line 1: more than one JSON value"},
 		{"gap in seqs", without(3), "line 4: event of seq 3, want 2"},
 		{"events out of order", join(swapped...), "line 3: event of seq 2, want 1"},
 		{"row before its event", join(rowFirst...), "line 5: tool call row call_"},
@@ -329,6 +356,19 @@ func TestImportRejectsBadInput(t *testing.T) {
 		{"fsm_state past the log", replace(waiting, `"last_seq":"7"`, `"last_seq":"8"`), "the fsm_state of conversation waiting says its log ends at seq 8, its log ends at 7"},
 		{"invalid timestamp", replace(waiting, `"time":"`, `"time":"99999-`), "line 3: event record: "},
 		{"no status", replace(waiting, `"status":"CONVERSATION_STATUS_SUSPENDED",`, ``), "conversation record without a status"},
+		{"schedule of another conversation", replace(finished, `"id":"finished-every","conversation_id":"finished"`, `"id":"finished-every","conversation_id":"other"`), `line 13: schedule finished-every names conversation "other"`},
+		{"schedule without a next occurrence", regexpReplace(t, finished, `"id":"finished-once","conversation_id":"finished","next":"[^"]*",`, `"id":"finished-once","conversation_id":"finished",`), `line 14: schedule "finished-once" has no next occurrence`},
+		{"schedule without a payload", regexpReplace(t, finished, `"payload":\{"content":\[\{"text":"Check order 42 again."\}\]\},`, ``), `line 13: schedule "finished-every" has no payload`},
+		{"schedule with a negative interval", replace(finished, `"every":"864000s"`, `"every":"-864000s"`), `line 13: interval of schedule "finished-every" must be positive`},
+		{"schedule with an unknown field", replace(finished, `"id":"finished-once",`, `"id":"finished-once","color":"red",`), `line 14: schedule record: `},
+		{"schedules out of order", join(schedSwapped...), "line 13: schedule finished-cron after schedule finished-every (schedules come by id, one per id)"},
+		{"schedule before a summary", join(schedFirst...), "line 12: summary line after the deadlines or schedules"},
+		{"schedule before a deadline", join(schedBeforeDeadline...), "line 13: deadline line after the schedules"},
+		{"schedule twice", join(append(slices.Clone(fl[:13]), fl[12:]...)...), "line 14: schedule finished-every after schedule finished-every"},
+		{"schedule in a version 2 export", replace(finished, `"version":3`, `"version":2`), "line 12: schedule line in an export of version 2, which has none"},
+		{"end line without schedules", replace(finished, `"schedules":3,`, ``), `line 15: end record is not {"last_seq": N, "tool_calls": K, "summaries": S, "deadlines": D, "schedules": W, "metadata": M}`},
+		{"end line that miscounts schedules", replace(finished, `"schedules":3,`, `"schedules":2,`), "line 15: the end line of conversation finished counts 5 events, 1 tool calls, 1 summaries, 0 deadlines, 2 schedules and 2 metadata keys; its section has 5, 1, 1, 0, 3 and 2"},
+		{"version 2 end line with schedules", replace(replace(waiting, `"version":3`, `"version":2`), `"schedules":0,`, `"schedules":1,`), `line 13: end record of version 2 is not`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "target")
@@ -433,6 +473,10 @@ func parseExport(t testing.TB, data []byte) map[string]*section {
 			d := &messages.Deadline{}
 			secs[id].deadlines = append(secs[id].deadlines, d)
 			m = d
+		case typeSchedule:
+			sc := &messages.Schedule{}
+			secs[id].schedules = append(secs[id].schedules, sc)
+			m = sc
 		}
 		if m != nil {
 			require.NoError(t, protojson.Unmarshal(env.Record, m))
@@ -493,10 +537,11 @@ func TestWriteFuzzSeeds(t *testing.T) {
 	var existing bytes.Buffer
 	require.NoError(t, exportTo(context.Background(), memStore(t), []string{"existing"}, &existing, nil))
 	wl := outLines(waiting)
+	finished := exportOf(t, fx, "finished")
 	seeds := map[string]string{
 		"all":              all,
 		"waiting":          waiting,
-		"finished":         exportOf(t, fx, "finished"),
+		"finished":         finished,
 		"concatenated":     exportOf(t, fx, "answered") + exportOf(t, fx, "finished"),
 		"existing":         existing.String(),
 		"existing-call":    strings.ReplaceAll(existing.String(), "existing", "other"),
@@ -513,7 +558,12 @@ func TestWriteFuzzSeeds(t *testing.T) {
 		"no-trailer":       strings.Join(wl[:len(wl)-1], "\n") + "\n",
 		"no-last-newline":  strings.TrimSuffix(waiting, "\n"),
 		"row-missing":      strings.Join(append(slices.Clone(wl[:5]), wl[6:]...), "\n") + "\n",
-		"version-1":        strings.Replace(waiting, `"version":2`, `"version":1`, 1),
+		"version-1":        strings.Replace(waiting, `"version":3`, `"version":1`, 1),
+		"version-2":        strings.Replace(strings.Replace(waiting, `"version":3`, `"version":2`, 1), `"schedules":0,`, ``, 1),
+		"schedule-only":    scheduleOnly(t, finished, "later", "later-"),
+		"schedule-twice":   finished + scheduleOnly(t, finished, "later", ""),
+		"schedule-foreign": strings.Replace(finished, `"conversation_id":"finished","next"`, `"conversation_id":"other","next"`, 1),
+		"schedule-in-v2":   strings.Replace(finished, `"version":3`, `"version":2`, 1),
 	}
 	require.NoError(t, os.RemoveAll(dir))
 	require.NoError(t, os.MkdirAll(dir, 0o755))

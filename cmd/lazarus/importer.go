@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
@@ -105,6 +106,9 @@ func importStream(ctx context.Context, in io.Reader, open func(create bool) (jou
 		if st, err = open(true); err != nil {
 			return err
 		}
+	}
+	if _, ok := st.(journal.ScheduleStore); !ok && len(p1.schedules) > 0 {
+		return fmt.Errorf("nothing imported: %w", noSchedules(st))
 	}
 	second, err := rewind()
 	if err != nil {
@@ -202,6 +206,7 @@ const (
 	phaseEvents
 	phaseSummaries
 	phaseDeadlines
+	phaseSchedules
 )
 
 // sectionState is what an import holds of the conversation it reads: its
@@ -222,6 +227,8 @@ type sectionState struct {
 	lastSummary  uint64
 	lastDeadline string
 	deadlines    []*messages.Deadline
+	// lastSchedule is the id of the last schedule line ("" before one).
+	lastSchedule string
 	chunk        *messages.AppendRequest
 	chunkBytes   int
 	// rowWritten: the second pass has created the row (status ENDED).
@@ -243,15 +250,20 @@ type importer struct {
 
 	sawHeader bool
 	inFile    bool
+	// version is the format version of the current file's header.
+	version   int
 	fileLines uint64
 	fileConvs uint64
 	convSeen  map[string]int64
 	// calls maps a digest of each tool call id of the input to the ordinal
-	// of its conversation: 16 bytes a call, the only memory that grows
-	// with the input.
+	// of its conversation: 16 bytes a call. With schedules, the only
+	// memory that grows with the input.
 	calls map[[16]byte]uint32
-	nconv uint32
-	cur   *sectionState
+	// schedules holds a digest of each schedule id of the input, likewise
+	// (16 bytes a schedule).
+	schedules map[[16]byte]bool
+	nconv     uint32
+	cur       *sectionState
 
 	// imported are the conversations the second pass completed.
 	imported []string
@@ -261,7 +273,7 @@ type importer struct {
 
 func newImporter(ctx context.Context, r io.Reader, st journal.Store, write bool, o importOptions) *importer {
 	return &importer{ctx: ctx, r: newLineReader(r), st: st, write: write, o: o,
-		convSeen: map[string]int64{}, calls: map[[16]byte]uint32{}}
+		convSeen: map[string]int64{}, calls: map[[16]byte]uint32{}, schedules: map[[16]byte]bool{}}
 }
 
 func callKey(id string) (k [16]byte) {
@@ -297,7 +309,38 @@ func (im *importer) run() error {
 	case im.inFile:
 		return fmt.Errorf("the input ends after line %d without a trailer: %w", im.r.n, errTruncated)
 	}
+	if !im.write && im.st != nil && len(im.schedules) > 0 {
+		return im.checkTargetSchedules()
+	}
 	return nil
+}
+
+// noSchedules is the error of a target that cannot hold the input's
+// schedules.
+func noSchedules(st journal.Store) error {
+	return fmt.Errorf("the input holds schedules and the target store (%T) keeps none (it does not implement journal.ScheduleStore): %w", st, errors.ErrUnsupported)
+}
+
+// checkTargetSchedules is the first pass's last check: no schedule id of
+// the input is one the target has (schedule ids are unique in a Store,
+// and the input's conversations are not in the target, so such an id is
+// another conversation's). One scan of the target's schedule times.
+func (im *importer) checkTargetSchedules() error {
+	ss, ok := im.st.(journal.ScheduleStore)
+	if !ok {
+		return &targetError{noSchedules(im.st)}
+	}
+	err := ss.ScheduleTimes(im.ctx, func(conv, id string, _ time.Time) error {
+		if im.schedules[callKey(id)] {
+			return &targetError{fmt.Errorf("schedule id %s already belongs to conversation %s in the target: %w", displayID(id), displayID(conv), journal.ErrConflict)}
+		}
+		return nil
+	})
+	var te *targetError
+	if err != nil && !errors.As(err, &te) {
+		return &targetError{err}
+	}
+	return err
 }
 
 // line checks one line and, in the second pass, writes what it completes.
@@ -315,10 +358,10 @@ func (im *importer) line(raw []byte) error {
 	}
 	if env.Type == typeHeader {
 		switch {
-		case env.Format != formatName || env.Version != formatVersion && env.Version != 1:
-			return lineError(n, "header of format %q version %d; this build reads %q version %d", env.Format, env.Version, formatName, formatVersion)
+		case env.Format != formatName || env.Version > formatVersion || env.Version < 1:
+			return lineError(n, "header of format %q version %d; this build reads %q versions %d and %d", env.Format, env.Version, formatName, formatVersionNoSchedules, formatVersion)
 		case env.Version == 1:
-			return lineError(n, "an export of version 1, which has no end lines, so a cut in it cannot be detected; this build reads version %d only: export the source again with this build", formatVersion)
+			return lineError(n, "an export of version 1, which has no end lines, so a cut in it cannot be detected; this build reads versions %d and %d only: export the source again with this build", formatVersionNoSchedules, formatVersion)
 		case env.Conversation != nil || len(env.Record) > 0:
 			return lineError(n, "a header has no conversation and no record")
 		case im.cur != nil:
@@ -326,7 +369,7 @@ func (im *importer) line(raw []byte) error {
 		case im.inFile:
 			return fmt.Errorf("line %d: a header, but the file before it has no trailer: %w", n, errTruncated)
 		}
-		im.sawHeader, im.inFile, im.fileLines, im.fileConvs = true, true, 1, 0
+		im.sawHeader, im.inFile, im.fileLines, im.fileConvs, im.version = true, true, 1, 0, env.Version
 		return nil
 	}
 	if !im.inFile {
@@ -377,6 +420,8 @@ func (im *importer) line(raw []byte) error {
 		err = im.summary(s, env.Record)
 	case typeDeadline:
 		err = im.deadline(s, env.Record)
+	case typeSchedule:
+		err = im.schedule(s, env.Record)
 	case typeEnd:
 		err = im.end(s, env.Record)
 	default:
@@ -532,7 +577,7 @@ func (im *importer) metadata(s *sectionState, raw json.RawMessage) error {
 
 func (im *importer) event(s *sectionState, raw json.RawMessage, size int) error {
 	if s.phase > phaseEvents {
-		return invalid(errors.New("event line after the summaries or deadlines"))
+		return invalid(errors.New("event line after the summaries, deadlines or schedules"))
 	}
 	s.phase = phaseEvents
 	ev := &messages.Event{}
@@ -608,7 +653,7 @@ func (im *importer) toolCall(s *sectionState, raw json.RawMessage) error {
 
 func (im *importer) summary(s *sectionState, raw json.RawMessage) error {
 	if s.phase > phaseSummaries {
-		return invalid(errors.New("summary line after the deadlines"))
+		return invalid(errors.New("summary line after the deadlines or schedules"))
 	}
 	s.phase = phaseSummaries
 	sum := &messages.Summary{}
@@ -638,6 +683,9 @@ func (im *importer) summary(s *sectionState, raw json.RawMessage) error {
 }
 
 func (im *importer) deadline(s *sectionState, raw json.RawMessage) error {
+	if s.phase > phaseDeadlines {
+		return invalid(errors.New("deadline line after the schedules"))
+	}
 	s.phase = phaseDeadlines
 	d := &messages.Deadline{}
 	if err := unmarshalRecord(raw, d); err != nil {
@@ -662,19 +710,89 @@ func (im *importer) deadline(s *sectionState, raw json.RawMessage) error {
 	return nil
 }
 
+// schedule checks a schedule line and, in the second pass, writes it with
+// PutSchedule: the conversation's row exists by then (its first append
+// created it, or the first schedule line creates it, ENDED, for a
+// conversation without events), so the rule that a conversation without
+// its exported status is incomplete still holds.
+func (im *importer) schedule(s *sectionState, raw json.RawMessage) error {
+	if im.version < formatVersion {
+		return invalid(fmt.Errorf("schedule line in an export of version %d, which has none", im.version))
+	}
+	s.phase = phaseSchedules
+	sc := &messages.Schedule{}
+	if err := unmarshalRecord(raw, sc); err != nil {
+		return invalid(fmt.Errorf("schedule record: %v", err))
+	}
+	if err := journal.ValidateSchedule(sc); err != nil {
+		return invalid(err)
+	}
+	id := sc.GetId()
+	switch {
+	case sc.GetConversationId() != s.id:
+		return invalid(fmt.Errorf("schedule %s names conversation %q", displayID(id), sc.GetConversationId()))
+	case s.n.schedules > 0 && id <= s.lastSchedule:
+		return invalid(fmt.Errorf("schedule %s after schedule %s (schedules come by id, one per id)", displayID(id), displayID(s.lastSchedule)))
+	case s.n.schedules >= journal.MaxSchedulesPerConversation:
+		return invalid(fmt.Errorf("more than %d schedules", journal.MaxSchedulesPerConversation))
+	}
+	k := callKey(id)
+	if im.schedules[k] {
+		return invalid(fmt.Errorf("schedule %s appears twice in the input (schedule ids are unique)", displayID(id)))
+	}
+	im.schedules[k] = true
+	if im.st != nil && !im.write {
+		if _, ok := im.st.(journal.ScheduleStore); !ok {
+			return &targetError{noSchedules(im.st)}
+		}
+	}
+	s.lastSchedule = id
+	s.n.schedules++
+	if err := im.flush(s); err != nil {
+		return err
+	}
+	if err := im.checkpoint(); err != nil {
+		return err
+	}
+	if !im.write {
+		return nil
+	}
+	ss, ok := im.st.(journal.ScheduleStore)
+	if !ok {
+		return noSchedules(im.st) // importStream checked it before the first write
+	}
+	if !s.rowWritten {
+		u := journal.ConversationUpdate{ID: s.id, Status: messages.ConversationStatus_CONVERSATION_STATUS_ENDED}
+		if err := im.st.PutConversation(im.ctx, u); err != nil {
+			return fmt.Errorf("the row, before schedule %s: %w", displayID(id), err)
+		}
+		s.rowWritten = true
+	}
+	if err := ss.PutSchedule(im.ctx, sc); err != nil {
+		return fmt.Errorf("schedule %s: %w", displayID(id), err)
+	}
+	return nil
+}
+
 // end checks the section against its end line, then writes what is left:
 // the last append of events, settings, metadata, and the append that
 // gives the conversation its status, fsm_state and deadlines.
 func (im *importer) end(s *sectionState, raw json.RawMessage) error {
 	var e endRecord
-	if err := strictDecode(raw, &e); err != nil || e.LastSeq == nil || e.ToolCalls == nil || e.Summaries == nil || e.Deadlines == nil || e.Metadata == nil {
-		return invalid(fmt.Errorf(`end record is not {"last_seq": N, "tool_calls": K, "summaries": S, "deadlines": D, "metadata": M} (%v)`, err))
+	err := strictDecode(raw, &e)
+	switch {
+	case im.version == formatVersionNoSchedules && (err != nil || e.LastSeq == nil || e.ToolCalls == nil || e.Summaries == nil || e.Deadlines == nil || e.Metadata == nil || e.Schedules != nil):
+		return invalid(fmt.Errorf(`end record of version %d is not {"last_seq": N, "tool_calls": K, "summaries": S, "deadlines": D, "metadata": M} (%v)`, im.version, err))
+	case im.version == formatVersionNoSchedules:
+		e.Schedules = ptr[uint64](0)
+	case err != nil || e.LastSeq == nil || e.ToolCalls == nil || e.Summaries == nil || e.Deadlines == nil || e.Schedules == nil || e.Metadata == nil:
+		return invalid(fmt.Errorf(`end record is not {"last_seq": N, "tool_calls": K, "summaries": S, "deadlines": D, "schedules": W, "metadata": M} (%v)`, err))
 	}
-	got := counts{*e.LastSeq, *e.ToolCalls, *e.Summaries, *e.Deadlines, *e.Metadata}
+	got := counts{*e.LastSeq, *e.ToolCalls, *e.Summaries, *e.Deadlines, *e.Schedules, *e.Metadata}
 	if got != s.n {
-		return fmt.Errorf("the end line of conversation %s counts %d events, %d tool calls, %d summaries, %d deadlines and %d metadata keys; its section has %d, %d, %d, %d and %d (lines were lost or added): %w",
-			displayID(s.id), got.lastSeq, got.toolCalls, got.summaries, got.deadlines, got.metadata,
-			s.n.lastSeq, s.n.toolCalls, s.n.summaries, s.n.deadlines, s.n.metadata, errTruncated)
+		return fmt.Errorf("the end line of conversation %s counts %d events, %d tool calls, %d summaries, %d deadlines, %d schedules and %d metadata keys; its section has %d, %d, %d, %d, %d and %d (lines were lost or added): %w",
+			displayID(s.id), got.lastSeq, got.toolCalls, got.summaries, got.deadlines, got.schedules, got.metadata,
+			s.n.lastSeq, s.n.toolCalls, s.n.summaries, s.n.deadlines, s.n.schedules, s.n.metadata, errTruncated)
 	}
 	if fsm := s.row.GetFsmState(); fsm != nil && fsm.GetLastSeq() != s.n.lastSeq {
 		return invalid(fmt.Errorf("the fsm_state of conversation %s says its log ends at seq %d, its log ends at %d", displayID(s.id), fsm.GetLastSeq(), s.n.lastSeq))
@@ -819,6 +937,6 @@ func listIDs(ids []string) string {
 }
 
 func describe(s *sectionState) string {
-	return fmt.Sprintf("conversation %s (%s, %d events, %d summaries, %d tool calls, %d deadlines, %d metadata keys)",
-		displayID(s.id), statusName(s.row.GetStatus()), s.n.lastSeq, s.n.summaries, s.n.toolCalls, s.n.deadlines, s.n.metadata)
+	return fmt.Sprintf("conversation %s (%s, %d events, %d summaries, %d tool calls, %d deadlines, %d schedules, %d metadata keys)",
+		displayID(s.id), statusName(s.row.GetStatus()), s.n.lastSeq, s.n.summaries, s.n.toolCalls, s.n.deadlines, s.n.schedules, s.n.metadata)
 }

@@ -41,7 +41,8 @@ func tools() []agent.Tool {
 // fixture is a Pebble directory a real runtime wrote, then closed:
 //
 //   - "finished": a server call, then a final answer (idle), with a
-//     summary, metadata and settings;
+//     summary, metadata, settings and three pending schedules
+//     (finished-cron, finished-every, finished-once);
 //   - "waiting": a server call, then a human call: suspended, one pending
 //     human call (waitingCall) with a deadline;
 //   - "answered": a human call answered through Runtime.Resolve
@@ -82,6 +83,16 @@ func newFixture(t *testing.T) *fixture {
 		return err == nil
 	}, wait, time.Millisecond, "the summary of finished")
 	require.NoError(t, rt.Store().PutMetadata(ctx, "finished", map[string]string{"owner": "alice", "display name": "Order 42"}))
+	// Pending schedules of each kind, none due while a test runs: a cron
+	// expression in a zone (next on a 29 February), an interval, a one-off.
+	for _, spec := range []lazarus.ScheduleSpec{
+		{ID: "finished-cron", Cron: "0 9 29 2 *", TimeZone: "Europe/Paris", Text: "Any news on order 42?"},
+		{ID: "finished-every", Every: 240 * time.Hour, Text: "Check order 42 again."},
+		{ID: "finished-once", After: 480 * time.Hour, Text: "Close the file of order 42."},
+	} {
+		_, err := rt.Schedule(ctx, "finished", spec, user)
+		require.NoError(t, err)
+	}
 
 	_, err = rt.Send(ctx, "waiting", "Refund order 7, please.", user)
 	require.NoError(t, err)

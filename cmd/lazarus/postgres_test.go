@@ -2,6 +2,7 @@ package main
 
 import (
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/lazarusrt/lazarus/journal/pgjournal/pgtest"
@@ -15,7 +16,8 @@ func TestMain(m *testing.M) {
 
 // TestPostgresStore: --postgres works the commands on a PostgreSQL store
 // as --dir does on Pebble: a Pebble store exported and imported there
-// lists the same conversations, and its pending call resolves.
+// lists the same conversations and schedules, exports the same file but
+// for the rows' "updated", and its pending call resolves.
 func TestPostgresStore(t *testing.T) {
 	f := newFixture(t)
 	dsn := pgtest.NewDatabase(t)
@@ -30,6 +32,17 @@ func TestPostgresStore(t *testing.T) {
 	// The import writes the rows anew: the UPDATED column differs.
 	stamp := regexp.MustCompile(`\d{4}-\d\d-\d\dT\S+`)
 	require.Equal(t, stamp.ReplaceAllString(want.stdout, "T"), stamp.ReplaceAllString(got.stdout, "T"))
+
+	again := cliRun(t, "", "export", "--all", "--postgres", dsn)
+	requireOK(t, again)
+	require.Equal(t, withoutUpdated(exported.stdout), withoutUpdated(again.stdout))
+	require.Equal(t, 3, strings.Count(again.stdout, `{"type":"schedule"`))
+	wantSch := cliRun(t, "", "schedules", "finished", "--dir", f.dir)
+	requireOK(t, wantSch)
+	gotSch := cliRun(t, "", "schedules", "finished", "--postgres", dsn)
+	requireOK(t, gotSch)
+	require.Equal(t, wantSch.stdout, gotSch.stdout)
+	require.Contains(t, gotSch.stdout, "finished-every")
 
 	r := cliRun(t, "", "resolve", f.waitingCall, "--postgres", dsn, "--result", "true")
 	requireOK(t, r)

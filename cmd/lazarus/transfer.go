@@ -14,28 +14,36 @@ import (
 // formatHelp is the export format, as the export and import commands
 // print it (format.go has the full rules).
 const formatHelp = `
-Format (lazarus-export, version 2): JSON lines, one record per line, each
+Format (lazarus-export, version 3): JSON lines, one record per line, each
 with a "type" tag and ended by a newline. The first line is the header;
 then, per conversation, its row, metadata, events (ascending seq, each
 tool_call event directly followed by the row of its call), summaries,
-deadlines, and an end line counting them; a trailer counting the sections
-and lines closes the file, so a cut anywhere is detected:
+deadlines, pending schedules (by schedule id), and an end line counting
+them; a trailer counting the sections and lines closes the file, so a cut
+anywhere is detected:
 
-  {"type":"header","format":"lazarus-export","version":2}
+  {"type":"header","format":"lazarus-export","version":3}
   {"type":"conversation","conversation":ID,"record":<Conversation>}
   {"type":"metadata","conversation":ID,"record":{"key":K,"value":V}}
   {"type":"event","conversation":ID,"record":<Event>}
   {"type":"tool_call","conversation":ID,"record":<ToolCallRecord>}
   {"type":"summary","conversation":ID,"record":<Summary>}
   {"type":"deadline","conversation":ID,"record":<Deadline>}
-  {"type":"end","conversation":ID,"record":{"last_seq":N,"tool_calls":K,"summaries":S,"deadlines":D,"metadata":M}}
+  {"type":"schedule","conversation":ID,"record":<Schedule>}
+  {"type":"end","conversation":ID,"record":{"last_seq":N,"tool_calls":K,"summaries":S,"deadlines":D,"schedules":W,"metadata":M}}
   {"type":"trailer","record":{"conversations":C,"lines":L}}
 
 A <Record> is the protojson form of that message of
-messages/lazarus/v1/records.proto (field names as in the .proto, 64-bit
-integers as strings, timestamps RFC 3339, enums by name). Audit rows are
-not exported. Exports can be concatenated. Version 1 exports (without end
-lines) are refused: export the source again.`
+messages/lazarus/v1/records.proto (Schedule: schedule.proto; field names
+as in the .proto, 64-bit integers as strings, timestamps RFC 3339, enums
+by name). Exports can be concatenated. Version 2 exports (no schedule
+lines, no "schedules" count) are still read. Version 1 exports (without
+end lines) are refused: export the source again.
+
+Not exported: audit rows (model calls), tombstones of deleted
+conversations, and file checkpoints (the contents server tools' files had
+before a call, and their blobs): after an import, a rewind with
+RewindOptions.Files restores no file changed before the import.`
 
 var exportCmd = &command{
 	name:     "export",
@@ -48,7 +56,8 @@ is never left half-written). Two exports of the same data are equal byte
 for byte. Export streams: it holds one page of events at a time, whatever
 the length of a conversation. It checks each conversation as import will
 (the log runs 1..last seq, every tool_call event has its row and every
-pending row its event, fsm_state.last_seq is the last seq) and stops with
+pending row its event, fsm_state.last_seq is the last seq, every schedule
+is valid and of its conversation) and stops with
 an error on a damaged one; what it wrote to stdout then lacks its end
 line and trailer, so import refuses it. On a terminal, stderr shows
 progress during a long run.
@@ -147,19 +156,25 @@ pass checks every line (every record against the Store's rules and
 limits, seqs 1..n, every tool_call event followed by its row, each
 section's end line and the file's trailer, so a truncated export is
 refused) and the target (a conversation that exists there, was deleted
-there, or a tool call id the target has, refuses the input); it writes
-nothing. The second pass writes, checking that it reads the same bytes
+there, or a tool call id or schedule id the target has, refuses the
+input; so does a store that keeps no schedules, when the input holds
+some); it writes nothing. The second pass writes, checking that it reads the same bytes
 (stdin is spooled for it to an unlinked temporary file in $TMPDIR, which
 needs room for the input). Memory stays bounded whatever the length of a
 conversation. A conversation is written in several appends, the first of
-which creates it with status ENDED, and gets its exported status last; if
+which creates it with status ENDED, then its summaries and schedules, and
+gets its exported status last; if
 a write fails part-way, the error names the conversation left incomplete
 (ENDED: a runtime does not resume it). --dry-run stops after the first
 pass. On a terminal, stderr shows progress during a long run.
 
 Everything comes back as exported except the conversation row's times: the
 Store sets "updated" to now and "created" to the time of the first event.
-An active conversation resumes when a runtime next opens the directory.
+An active conversation resumes when a runtime next opens the directory,
+and its schedules and deadlines are armed then (an occurrence due while
+the store was moved fires once, as after any restart; a node already
+running on the target arms them only when it next reads the store's
+timers: at its start, or a cluster membership change).
 ` + formatHelp,
 	run: (*cli).importCmd,
 }

@@ -57,9 +57,11 @@ func TestImportRefusesEveryCut(t *testing.T) {
 		}
 	})
 	t.Run("every byte boundary", func(t *testing.T) {
-		// One conversation with every kind of line (metadata, a tool call
-		// row, a summary), cut at each byte.
+		// One conversation with every kind of line but a deadline
+		// (metadata, a tool call row, a summary, three schedules), cut at
+		// each byte.
 		finished := exportOf(t, f, "finished")
+		require.Equal(t, 3, strings.Count(finished, `{"type":"schedule"`))
 		for i := range len(finished) {
 			err := importStream(ctxT(t), strings.NewReader(finished[:i]), noWrites(t), importOptions{})
 			require.ErrorIs(t, err, errTruncated, "cut after %d bytes", i)
@@ -85,12 +87,14 @@ func TestImportRefusesEveryCut(t *testing.T) {
 }
 
 // TestImportRefusesTamperedExports: an export with any one line removed or
-// repeated, or sections shuffled between files, is refused, and nothing
-// is written: every line of a section is accounted for.
+// repeated (schedule lines included), or sections shuffled between files,
+// is refused, and nothing is written: every line of a section is
+// accounted for.
 func TestImportRefusesTamperedExports(t *testing.T) {
 	f := newFixture(t)
 	all := exportOf(t, f, "answered", "finished", "waiting")
 	lines := outLines(all)
+	require.Equal(t, 3, strings.Count(all, `{"type":"schedule"`), "the fixture has schedules")
 	join := func(ls []string) string { return strings.Join(ls, "\n") + "\n" }
 	for i := range lines {
 		without := join(slices.Delete(slices.Clone(lines), i, i+1))
@@ -102,7 +106,7 @@ func TestImportRefusesTamperedExports(t *testing.T) {
 	waiting, finished := outLines(exportOf(t, f, "waiting")), outLines(exportOf(t, f, "finished"))
 	for _, tc := range []struct{ name, input, want string }{
 		{"a section moved into another file", join(append(slices.Clone(waiting[:len(waiting)-1]), finished[1:]...)),
-			"the trailer counts 1 conversations in 12 lines, the file has 2 in 24"},
+			"the trailer counts 1 conversations in 15 lines, the file has 2 in 27"},
 		{"a section without its end line", join(append(slices.Clone(waiting[:len(waiting)-2]), waiting[len(waiting)-1])),
 			"trailer, but the section of conversation waiting before it has no end line"},
 		{"two files, the first without its trailer", join(append(slices.Clone(waiting[:len(waiting)-1]), finished...)),
@@ -283,9 +287,10 @@ func TestLongConversationStreams(t *testing.T) {
 	require.Less(t, imp, int64(5<<19), "import holds the conversation")
 }
 
-// countingStore counts the appends.
+// countingStore counts the appends; it keeps schedules as its Store does.
 type countingStore struct {
 	journal.Store
+	journal.ScheduleStore
 	appends int
 }
 
@@ -312,7 +317,8 @@ func TestImportInTinyBatches(t *testing.T) {
 	}
 	for _, o := range []importOptions{{chunkEvents: 1}, {chunkBytes: 1}, {chunkEvents: 2, chunkBytes: 1 << 30}} {
 		t.Run(fmt.Sprintf("events=%d,bytes=%d", o.chunkEvents, o.chunkBytes), func(t *testing.T) {
-			st := &countingStore{Store: memStore(t)}
+			inner := memStore(t)
+			st := &countingStore{Store: inner, ScheduleStore: inner.(journal.ScheduleStore)}
 			require.NoError(t, importInto(ctxT(t), st, strings.NewReader(all), o))
 			require.Equal(t, want, withoutUpdated(dump(t, st)))
 			if o.chunkEvents != 2 {
@@ -383,11 +389,14 @@ func (s *failAt) PutMetadata(ctx context.Context, id string, kv map[string]strin
 // failed write is never reported as bad input.
 func TestImportWriteFailures(t *testing.T) {
 	f := newFixture(t)
-	all := exportOf(t, f, "answered", "finished", "waiting")
+	// With schedules (of finished, and of a conversation without events,
+	// whose first schedule creates its row).
+	all := exportOf(t, f, "answered", "finished", "waiting") + scheduleOnly(t, exportOf(t, f, "finished"), "later", "later-")
 	src := parseExport(t, []byte(all))
 	ok := &failAt{Store: memStore(t)}
 	require.NoError(t, importInto(ctxT(t), ok, strings.NewReader(all), importOptions{chunkEvents: 2}))
 	require.Greater(t, ok.writes, 10)
+	require.Len(t, collect(t, ok.Store, "later").schedules, 3)
 
 	for n := 1; n <= ok.writes; n++ {
 		st := &failAt{Store: memStore(t), n: n}
