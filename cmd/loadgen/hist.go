@@ -80,6 +80,48 @@ func (h *histogram) Quantile(q float64) time.Duration {
 	return time.Duration(h.max.Load())
 }
 
+// Snapshot returns the bucket counts as they are now, for QuantileSince.
+func (h *histogram) Snapshot() []uint64 {
+	c := make([]uint64, len(h.counts))
+	for i := range h.counts {
+		c[i] = h.counts[i].Load()
+	}
+	return c
+}
+
+// QuantileSince is Quantile over the durations recorded since prev (a
+// Snapshot of h; nil for all of them), and returns that Snapshot's
+// successor, so that a caller can ask for one interval after another.
+// The midpoint of the bucket is returned, not capped by the maximum.
+func (h *histogram) QuantileSince(prev []uint64, q float64) (time.Duration, []uint64) {
+	now := h.Snapshot()
+	var n uint64
+	for i := range now {
+		if prev != nil {
+			n += now[i] - prev[i]
+		} else {
+			n += now[i]
+		}
+	}
+	if n == 0 {
+		return 0, now
+	}
+	rank := min(max(uint64(math.Ceil(q*float64(n))), 1), n)
+	var seen uint64
+	for i := range now {
+		c := now[i]
+		if prev != nil {
+			c -= prev[i]
+		}
+		seen += c
+		if seen >= rank {
+			lo, hi := lower(i), lower(i+1)
+			return time.Duration(lo + (hi-lo)/2), now
+		}
+	}
+	return 0, now
+}
+
 // Mean returns the mean duration, or 0 with no data.
 func (h *histogram) Mean() time.Duration {
 	n := h.n.Load()

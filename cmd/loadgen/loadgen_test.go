@@ -29,6 +29,25 @@ func TestHistogramQuantiles(t *testing.T) {
 	require.Zero(t, h.Quantile(0))
 }
 
+func TestHistogramQuantileSince(t *testing.T) {
+	var h histogram
+	got, snap := h.QuantileSince(nil, 0.99)
+	require.Zero(t, got, "no data")
+	for i := 0; i < 1000; i++ {
+		h.Record(100 * time.Millisecond) // a slow first interval
+	}
+	got, snap = h.QuantileSince(snap, 0.99)
+	require.InEpsilon(t, float64(100*time.Millisecond), float64(got), 0.04)
+	for i := 0; i < 1000; i++ {
+		h.Record(time.Millisecond) // a fast second one
+	}
+	got, snap = h.QuantileSince(snap, 0.99)
+	require.InEpsilon(t, float64(time.Millisecond), float64(got), 0.04, "only the second interval's durations count")
+	require.InEpsilon(t, float64(100*time.Millisecond), float64(h.Quantile(0.99)), 0.04, "the whole run's p99 is unchanged")
+	got, _ = h.QuantileSince(snap, 0.99)
+	require.Zero(t, got, "nothing recorded since")
+}
+
 func TestBuckets(t *testing.T) {
 	prev := -1
 	for _, ns := range []uint64{0, 1, 31, 32, 33, 63, 64, 1000, 1 << 20, 1<<40 + 12345, 1 << 62} {

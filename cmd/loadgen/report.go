@@ -112,7 +112,11 @@ func printReport(w io.Writer, r *report) {
 	c := r.Config
 	rt := r.Runtime
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
-	p("lazarus loadgen, %s, %d CPUs, GOMAXPROCS %d, %s", r.Date, r.Machine.CPUs, r.Machine.GoMaxProcs, r.Machine.GoVersion)
+	procs := fmt.Sprintf("GOMAXPROCS %d", r.Machine.GoMaxProcs)
+	if rt.GoMaxProcs != 0 && rt.GoMaxProcs != r.Machine.GoMaxProcs {
+		procs += fmt.Sprintf(" (%d while the runtime's store is open)", rt.GoMaxProcs)
+	}
+	p("lazarus loadgen, %s, %d CPUs, %s, %s", r.Date, r.Machine.CPUs, procs, r.Machine.GoVersion)
 	p("workload: %d conversations, %v, think %v, summary every %d turns, %.0f%% human turns (answered after %v), a kill every %v",
 		c.Conversations, c.Duration, c.Think, c.SummaryEvery, c.HumanFraction*100, c.HumanDelay, c.KillEvery)
 	p("")

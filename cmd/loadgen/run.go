@@ -111,6 +111,9 @@ type runResult struct {
 	Overflow     uint64  `json:"overflow_arrivals,omitempty"`
 	CPUPerEvent  float64 `json:"cpu_us_per_event"`
 	CPUUtil      float64 `json:"cpu_utilization"`
+	// GoMaxProcs is GOMAXPROCS while the phase's store was open (one more
+	// than the run's on Pebble, see openStore).
+	GoMaxProcs int `json:"gomaxprocs"`
 }
 
 // runtimeOptions are the Runtime options every phase uses.
@@ -164,6 +167,7 @@ func runRuntime(ctx context.Context, cfg config, dir string) (runResult, error) 
 	if err != nil {
 		return runResult{}, err
 	}
+	procs := runtime.GOMAXPROCS(0)
 	counting := &countingStore{Store: store}
 	rt, err := lazarus.Open(runtimeOptions(cfg, counting, w))
 	if err != nil {
@@ -241,6 +245,7 @@ func runRuntime(ctx context.Context, cfg config, dir string) (runResult, error) 
 	disk := dirSize(dir)
 	secs := elapsed.Seconds()
 	res := runResult{
+		GoMaxProcs:   procs,
 		Seconds:      secs,
 		Events:       events,
 		EventsPerSec: float64(events) / secs,
@@ -569,11 +574,13 @@ func killer(ctx context.Context, cfg config, rt *lazarus.Runtime, convs []*conv,
 	}
 }
 
-// progress prints one line a second to stderr until ctx ends.
+// progress prints one line a second to stderr until ctx ends; its p99s are
+// of the acks recorded in that second.
 func progress(ctx context.Context, start time.Time, rt *lazarus.Runtime, st *runStats) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	var lastEvents, lastTurns uint64
+	var lastSend, lastEvent []uint64 // histogram snapshots: the p99s are of the last second alone
 	last, lastCPU := start, cpuTime()
 	for {
 		select {
@@ -585,9 +592,12 @@ func progress(ctx context.Context, start time.Time, rt *lazarus.Runtime, st *run
 			var mem runtime.MemStats
 			runtime.ReadMemStats(&mem)
 			cpu := cpuTime()
+			var sendP99, eventP99 time.Duration
+			sendP99, lastSend = st.sendAck.QuantileSince(lastSend, 0.99)
+			eventP99, lastEvent = st.eventAck.QuantileSince(lastEvent, 0.99)
 			fmt.Fprintf(os.Stderr, "%5.1fs  events/s %7.0f  turns/s %6.0f  cpu %3.0f%%  send p99 %6.2fms  event-ack p99 %6.2fms  active %5d  kills %4d  rss %5.0f MiB  heap %5.0f MiB\n",
 				now.Sub(start).Seconds(), float64(ev-lastEvents)/dt, float64(tu-lastTurns)/dt, 100*(cpu-lastCPU).Seconds()/dt,
-				ms(st.sendAck.Quantile(0.99)), ms(st.eventAck.Quantile(0.99)),
+				ms(sendP99), ms(eventP99),
 				rt.Active(), st.kills.Load(), float64(procStatus("VmRSS"))/(1<<20), float64(mem.HeapInuse)/(1<<20))
 			lastEvents, lastTurns, last, lastCPU = ev, tu, now, cpu
 		}
