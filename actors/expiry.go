@@ -365,17 +365,41 @@ func (a *expiryActor) arm(now int64) {
 		return
 	}
 	a.disarm()
-	var d time.Duration // zero when at is not in the future
-	if at > now {
-		d = time.Duration(at - now)
-		if d < 0 {
-			d = math.MaxInt64 // the subtraction overflowed: as good as never
-		}
-	}
 	tick := &expiryTick{}
 	system, self := a.system, a.self
 	a.tick, a.tickAt = tick, at
-	a.stopTimer = a.opts.Clock.AfterFunc(d, func() { system.Root.Send(self, tick) })
+	a.stopTimer = a.afterAt(now, at, func() { system.Root.Send(self, tick) })
+}
+
+// armSlack is how far the clock may move while a timer is armed before
+// afterAt arms it again.
+const armSlack = int64(time.Millisecond)
+
+// afterAt arms f for the instant at (Unix nanoseconds), given now, the
+// clock as process read it. The Clock takes a duration, so a clock that
+// moved between that reading and the arming (a test's manual clock stepped
+// by another goroutine, or this goroutine descheduled) would leave the
+// timer late by as much as it moved: a deadline due in a minute, armed
+// while the clock stepped nine, would fire nine minutes late. So while the
+// clock moved by more than armSlack during an arming, the timer is armed
+// again from a fresh reading (a few times at most; f only sends a tick,
+// and a tick of a timer since replaced is ignored).
+func (a *expiryActor) afterAt(now, at int64, f func()) (stop func() bool) {
+	for try := 0; ; try++ {
+		var d time.Duration // zero when at is not in the future
+		if at > now {
+			d = time.Duration(at - now)
+			if d < 0 {
+				d = math.MaxInt64 // the subtraction overflowed: as good as never
+			}
+		}
+		stop = a.opts.Clock.AfterFunc(d, f)
+		moved := a.opts.Clock.Now().UnixNano()
+		if d == 0 || moved-now <= armSlack || try == 3 || !stop() {
+			return stop // on time, or already fired
+		}
+		now = moved
+	}
 }
 
 func (a *expiryActor) disarm() {

@@ -185,6 +185,42 @@ func TestExpiryFiresAtDeadlineNotBefore(t *testing.T) {
 	require.Eventually(t, func() bool { return h.clock.Timers() == 0 }, replyWait, time.Millisecond, "no timer once nothing waits")
 }
 
+// steppingClock is a ManualClock that is stepped once at the worst moment
+// for the expiry actor: after it read the time, before it armed its timer
+// (as a test's goroutine stepping the clock can do).
+type steppingClock struct {
+	*actorstest.ManualClock
+	step time.Duration
+	once sync.Once
+}
+
+func (c *steppingClock) AfterFunc(d time.Duration, f func()) (stop func() bool) {
+	c.once.Do(func() { c.Advance(c.step) })
+	return c.ManualClock.AfterFunc(d, f)
+}
+
+// TestExpiryTimerOnTimeWhenTheClockMovesWhileArming: the timer is due at
+// the deadline even when the clock moved between the actor's reading of it
+// and the arming (it was armed nine minutes late).
+func TestExpiryTimerOnTimeWhenTheClockMovesWhileArming(t *testing.T) {
+	var j *fakeJournal
+	h := newExpiryHarness(t, memjournal.New(memjournal.Options{}), func(sys *actor.ActorSystem) *actor.PID {
+		j = newFakeJournal(t, sys, nil)
+		return j.pid
+	})
+	h.opts.Clock = &steppingClock{ManualClock: h.clock, step: 9 * time.Minute}
+	h.start()
+	deadline := expiryT0.Add(10 * time.Minute)
+	h.schedule("conv", "call-1", deadline)
+	h.waitArmed(t, deadline)
+	j.requireNone(t)
+
+	h.clock.Advance(time.Minute)
+	r := j.next(t)
+	require.Equal(t, "call-1", resolvedCall(t, r.w))
+	require.True(t, deadline.Equal(r.w.GetRequest().GetResolutions()[0].GetAt().AsTime()))
+}
+
 func TestExpiryPastDeadlineFiresAtOnce(t *testing.T) {
 	var j *fakeJournal
 	h := newExpiryHarness(t, memjournal.New(memjournal.Options{}), func(sys *actor.ActorSystem) *actor.PID {
