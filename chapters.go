@@ -35,7 +35,7 @@ type Chapter struct {
 // events, not of the log. A conversation without events returns an empty
 // chapter; a deleted one, an error wrapping journal.ErrDeleted.
 func (r *Runtime) Chapters(ctx context.Context, conversationID string, before uint64) (Chapter, error) {
-	op := fmt.Sprintf("lazarus: chapter of %q before seq %d", conversationID, before)
+	op := fmt.Sprintf("lazarus: chapter of %q before seq %d", clipID(conversationID), before)
 	if err := r.enter(ctx); err != nil {
 		return Chapter{}, fmt.Errorf("%s: %w", op, err)
 	}

@@ -33,7 +33,7 @@ import (
 // journal.ErrInvalid.
 func (r *Runtime) Reschedule(ctx context.Context, toolCallID string, at time.Time) error {
 	if err := r.enter(ctx); err != nil {
-		return fmt.Errorf("lazarus: reschedule %q: %w", toolCallID, err)
+		return fmt.Errorf("lazarus: reschedule %q: %w", clipID(toolCallID), err)
 	}
 	if err := journal.ValidateID("tool call id", toolCallID); err != nil {
 		return fmt.Errorf("lazarus: reschedule: %w", err)
@@ -41,26 +41,26 @@ func (r *Runtime) Reschedule(ctx context.Context, toolCallID string, at time.Tim
 	stamp := journal.Timestamp(at)
 	if stamp != nil {
 		if err := stamp.CheckValid(); err != nil {
-			return fmt.Errorf("lazarus: reschedule %q: %w", toolCallID, journal.Invalidf("deadline %v: %v", at, err))
+			return fmt.Errorf("lazarus: reschedule %q: %w", clipID(toolCallID), journal.Invalidf("deadline %v: %v", at, err))
 		}
 	}
 	row, err := r.store.ToolCall(ctx, toolCallID)
 	switch {
 	case errors.Is(err, journal.ErrNotFound):
-		return fmt.Errorf("lazarus: reschedule %q: no such tool call: %w (%w)", toolCallID, journal.ErrStale, err)
+		return fmt.Errorf("lazarus: reschedule %q: no such tool call: %w (%w)", clipID(toolCallID), journal.ErrStale, err)
 	case err != nil:
-		return r.callErr(fmt.Sprintf("lazarus: reschedule %q", toolCallID), err)
+		return r.callErr(fmt.Sprintf("lazarus: reschedule %q", clipID(toolCallID)), err)
 	case row.GetExecutor() != messages.Executor_EXECUTOR_HUMAN:
-		return fmt.Errorf("lazarus: reschedule %q: %w", toolCallID, journal.Invalidf("tool %q is not a human tool; its calls have no deadline", row.GetName()))
+		return fmt.Errorf("lazarus: reschedule %q: %w", clipID(toolCallID), journal.Invalidf("tool %q is not a human tool; its calls have no deadline", row.GetName()))
 	case row.GetStatus() != messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING:
-		return fmt.Errorf("lazarus: reschedule %q: already %v: %w", toolCallID, row.GetStatus(), journal.ErrStale)
+		return fmt.Errorf("lazarus: reschedule %q: already %v: %w", clipID(toolCallID), row.GetStatus(), journal.ErrStale)
 	}
 	conv := row.GetConversationId()
 	// In a cluster, the owner writes it: its expiry actor holds the deadline.
 	if _, ran, err := r.forwardOp(ctx, conv, &messages.ClusterRequest{Op: &messages.ClusterRequest_Reschedule{
 		Reschedule: &messages.ClusterReschedule{ToolCallId: toolCallID, At: stamp}}}, false); ran {
 		if err != nil {
-			return r.callErr(fmt.Sprintf("lazarus: reschedule %q", toolCallID), err)
+			return r.callErr(fmt.Sprintf("lazarus: reschedule %q", clipID(toolCallID)), err)
 		}
 		return nil
 	}
@@ -71,9 +71,9 @@ func (r *Runtime) Reschedule(ctx context.Context, toolCallID string, at time.Tim
 		if errors.Is(err, journal.ErrDeleted) {
 			// The conversation was deleted since the row was read: the
 			// call is gone with it.
-			return fmt.Errorf("lazarus: reschedule %q: no such tool call: %w (%w)", toolCallID, journal.ErrStale, err)
+			return fmt.Errorf("lazarus: reschedule %q: no such tool call: %w (%w)", clipID(toolCallID), journal.ErrStale, err)
 		}
-		return r.callErr(fmt.Sprintf("lazarus: reschedule %q", toolCallID), err)
+		return r.callErr(fmt.Sprintf("lazarus: reschedule %q", clipID(toolCallID)), err)
 	}
 	return nil
 }

@@ -60,7 +60,7 @@ type ForkOptions struct {
 
 // ForkWith is Fork with options (ForkOptions).
 func (r *Runtime) ForkWith(ctx context.Context, conversationID string, atSeq uint64, newID string, opts ForkOptions) error {
-	op := fmt.Sprintf("lazarus: fork %q at seq %d into %q", conversationID, atSeq, newID)
+	op := fmt.Sprintf("lazarus: fork %q at seq %d into %q", clipID(conversationID), atSeq, clipID(newID))
 	if err := r.enter(ctx); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
@@ -198,11 +198,11 @@ const DefaultFindPage = 100
 // empty value finds nothing.
 func (r *Runtime) Find(ctx context.Context, key, value, cursor string, limit int) ([]string, string, error) {
 	if err := r.enter(ctx); err != nil {
-		return nil, "", fmt.Errorf("lazarus: find %q: %w", key, err)
+		return nil, "", fmt.Errorf("lazarus: find %q: %w", clipID(key), err)
 	}
 	ids, next, err := r.store.FindConversations(ctx, key, value, cursor, limit)
 	if err != nil {
-		return nil, "", fmt.Errorf("lazarus: find %q: %w", key, err)
+		return nil, "", fmt.Errorf("lazarus: find %q: %w", clipID(key), err)
 	}
 	return ids, next, nil
 }
@@ -224,7 +224,7 @@ func (r *Runtime) Find(ctx context.Context, key, value, cursor string, limit int
 // ended conversation succeeds. Unknown and deleted
 // conversations fail as in Rewind. It returns once the status is durable.
 func (r *Runtime) End(ctx context.Context, conversationID string) error {
-	op := fmt.Sprintf("lazarus: end %q", conversationID)
+	op := fmt.Sprintf("lazarus: end %q", clipID(conversationID))
 	if err := r.enter(ctx); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}

@@ -1,6 +1,9 @@
 package lazarus
 
 import (
+	"fmt"
+	"unicode/utf8"
+
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
 )
@@ -39,4 +42,21 @@ func checkBlob(i int, kind string, b *messages.Blob) error {
 		return journal.Invalidf("part %d of the message (%s) has neither data nor a URI", i, kind)
 	}
 	return nil
+}
+
+// clipID returns an id (of a conversation, a tool call, a schedule, a
+// metadata key) as an error message may quote it: whole when it is within
+// journal.MaxIDBytes, as every valid id is; otherwise its first bytes and
+// its length, so that an id refused for its size does not make an error
+// message of that size.
+func clipID(id string) string {
+	const keep = 64
+	if len(id) <= journal.MaxIDBytes {
+		return id
+	}
+	cut := keep
+	for cut > 0 && !utf8.RuneStart(id[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s...(%d bytes)", id[:cut], len(id))
 }

@@ -548,33 +548,33 @@ func (r *Runtime) Send(ctx context.Context, conversationID, text string, scope a
 // an error wrapping journal.ErrInvalid, and nothing is written.
 func (r *Runtime) SendMessage(ctx context.Context, conversationID string, msg *messages.UserMessage, opts SendOptions, scope agent.Scope) (uint64, error) {
 	if err := r.enter(ctx); err != nil {
-		return 0, fmt.Errorf("lazarus: send to %q: %w", conversationID, err)
+		return 0, fmt.Errorf("lazarus: send to %q: %w", clipID(conversationID), err)
 	}
 	if err := journal.ValidateID("conversation id", conversationID); err != nil {
 		return 0, fmt.Errorf("lazarus: send: %w", err)
 	}
 	if err := checkUserMessage(msg); err != nil {
-		return 0, fmt.Errorf("lazarus: send to %q: %w", conversationID, err)
+		return 0, fmt.Errorf("lazarus: send to %q: %w", clipID(conversationID), err)
 	}
 	if err := agent.ValidateIdentity(scope.Identity()); err != nil {
-		return 0, fmt.Errorf("lazarus: send to %q: scope: %w", conversationID, err)
+		return 0, fmt.Errorf("lazarus: send to %q: scope: %w", clipID(conversationID), err)
 	}
 	if err := r.checkAddress(opts); err != nil {
-		return 0, fmt.Errorf("lazarus: send to %q: %w", conversationID, err)
+		return 0, fmt.Errorf("lazarus: send to %q: %w", clipID(conversationID), err)
 	}
 	if opts.RequestID == "" {
 		opts.RequestID = newRequestID()
 	}
 	if err := journal.ValidateEvent(&messages.Event{RequestId: opts.RequestID, Body: &messages.Event_UserMsg{UserMsg: msg}}); err != nil {
-		return 0, fmt.Errorf("lazarus: send to %q: %w", conversationID, err)
+		return 0, fmt.Errorf("lazarus: send to %q: %w", clipID(conversationID), err)
 	}
 	res, err := r.ask(ctx, conversationID, &actors.Command{Scope: scope, Msg: &messages.AgentSend{RequestId: opts.RequestID, Message: msg, To: address(opts)}})
 	if err != nil {
-		return 0, r.callErr(fmt.Sprintf("lazarus: send to %q", conversationID), err)
+		return 0, r.callErr(fmt.Sprintf("lazarus: send to %q", clipID(conversationID)), err)
 	}
 	reply := res.(*messages.AgentSendReply)
 	if err := journal.ErrorFromProto(reply.GetError()); err != nil {
-		return 0, r.callErr(fmt.Sprintf("lazarus: send to %q", conversationID), err)
+		return 0, r.callErr(fmt.Sprintf("lazarus: send to %q", clipID(conversationID)), err)
 	}
 	return reply.GetSeq(), nil
 }
@@ -604,7 +604,7 @@ func (r *Runtime) Resolve(ctx context.Context, toolCallID, result string, scope 
 			journal.Invalidf("result of %d bytes exceeds %d", len(result), agent.MaxResultBytes))
 	}
 	if !agent.ValidJSON(result) {
-		return fmt.Errorf("lazarus: resolve %q: %w", toolCallID, journal.Invalidf("result is not JSON"))
+		return fmt.Errorf("lazarus: resolve %q: %w", clipID(toolCallID), journal.Invalidf("result is not JSON"))
 	}
 	return r.resolve(ctx, toolCallID, messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED,
 		&messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: result}}, scope)
@@ -621,29 +621,29 @@ func (r *Runtime) Reject(ctx context.Context, toolCallID, reason string, scope a
 
 func (r *Runtime) resolve(ctx context.Context, id string, status messages.ToolCallStatus, out *messages.ToolOutcome, scope agent.Scope) error {
 	if err := r.enter(ctx); err != nil {
-		return fmt.Errorf("lazarus: resolve %q: %w", id, err)
+		return fmt.Errorf("lazarus: resolve %q: %w", clipID(id), err)
 	}
 	if err := journal.ValidateID("tool call id", id); err != nil {
 		return fmt.Errorf("lazarus: resolve: %w", err)
 	}
 	resolver := scope.Identity()
 	if err := agent.ValidateIdentity(resolver); err != nil {
-		return fmt.Errorf("lazarus: resolve %q: scope: %w", id, err)
+		return fmt.Errorf("lazarus: resolve %q: scope: %w", clipID(id), err)
 	}
 	row, err := r.store.ToolCall(ctx, id)
 	switch {
 	case errors.Is(err, journal.ErrNotFound):
-		return fmt.Errorf("lazarus: resolve %q: no such tool call: %w (%w)", id, journal.ErrStale, err)
+		return fmt.Errorf("lazarus: resolve %q: no such tool call: %w (%w)", clipID(id), journal.ErrStale, err)
 	case err != nil:
-		return r.callErr(fmt.Sprintf("lazarus: resolve %q", id), err)
+		return r.callErr(fmt.Sprintf("lazarus: resolve %q", clipID(id)), err)
 	case row.GetExecutor() != messages.Executor_EXECUTOR_HUMAN:
-		return fmt.Errorf("lazarus: resolve %q: %w", id, journal.Invalidf("tool %q is not a human tool; the runtime runs it", row.GetName()))
+		return fmt.Errorf("lazarus: resolve %q: %w", clipID(id), journal.Invalidf("tool %q is not a human tool; the runtime runs it", row.GetName()))
 	case row.GetStatus() != messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING:
-		return fmt.Errorf("lazarus: resolve %q: already %v: %w", id, row.GetStatus(), journal.ErrStale)
+		return fmt.Errorf("lazarus: resolve %q: already %v: %w", clipID(id), row.GetStatus(), journal.ErrStale)
 	}
 	if ctx.Value(authorizedKey{}) == nil {
 		if err := r.authorize(ctx, row, scope, status); err != nil {
-			return fmt.Errorf("lazarus: resolve %q: %w", id, err)
+			return fmt.Errorf("lazarus: resolve %q: %w", clipID(id), err)
 		}
 	}
 	by := resolver.Proto()
@@ -651,7 +651,7 @@ func (r *Runtime) resolve(ctx context.Context, id string, status messages.ToolCa
 	if _, ran, err := r.forwardOp(ctx, conv, &messages.ClusterRequest{Scope: scopeToProto(scope), Op: &messages.ClusterRequest_Resolve{
 		Resolve: &messages.ClusterResolve{ToolCallId: id, Status: status, Result: out}}}, false); ran {
 		if err != nil {
-			return r.callErr(fmt.Sprintf("lazarus: resolve %q", id), err)
+			return r.callErr(fmt.Sprintf("lazarus: resolve %q", clipID(id)), err)
 		}
 		return nil
 	}
@@ -665,9 +665,9 @@ func (r *Runtime) resolve(ctx context.Context, id string, status messages.ToolCa
 		if errors.Is(err, journal.ErrDeleted) {
 			// The conversation was deleted since the row was read: the
 			// call is gone with it, as if the row had not been found.
-			return fmt.Errorf("lazarus: resolve %q: no such tool call: %w (%w)", id, journal.ErrStale, err)
+			return fmt.Errorf("lazarus: resolve %q: no such tool call: %w (%w)", clipID(id), journal.ErrStale, err)
 		}
-		return r.callErr(fmt.Sprintf("lazarus: resolve %q", id), err)
+		return r.callErr(fmt.Sprintf("lazarus: resolve %q", clipID(id)), err)
 	}
 	// The answer is durable: from here on, revival records it even if this
 	// delivery is lost.
@@ -717,23 +717,23 @@ func (r *Runtime) journalWrite(ctx context.Context, req *messages.AppendRequest)
 // conversation is an error wrapping journal.ErrDeleted.
 func (r *Runtime) History(ctx context.Context, conversationID string, before uint64, limit int) ([]*messages.Event, error) {
 	if err := r.enter(ctx); err != nil {
-		return nil, fmt.Errorf("lazarus: history of %q: %w", conversationID, err)
+		return nil, fmt.Errorf("lazarus: history of %q: %w", clipID(conversationID), err)
 	}
 	if err := journal.ValidateID("conversation id", conversationID); err != nil {
 		return nil, fmt.Errorf("lazarus: history: %w", err)
 	}
 	if limit < 0 {
-		return nil, fmt.Errorf("lazarus: history of %q: %w", conversationID, journal.Invalidf("negative limit"))
+		return nil, fmt.Errorf("lazarus: history of %q: %w", clipID(conversationID), journal.Invalidf("negative limit"))
 	}
 	evs, err := r.store.Events(ctx, conversationID, journal.EventQuery{Before: before, Limit: limit})
 	if err != nil {
-		return nil, r.callErr(fmt.Sprintf("lazarus: history of %q", conversationID), err)
+		return nil, r.callErr(fmt.Sprintf("lazarus: history of %q", clipID(conversationID)), err)
 	}
 	if len(evs) == 0 {
 		// No events: a new conversation, an empty page, or a deleted one,
 		// which says so.
 		if err := r.deleted(ctx, conversationID); err != nil {
-			return nil, fmt.Errorf("lazarus: history of %q: %w", conversationID, err)
+			return nil, fmt.Errorf("lazarus: history of %q: %w", clipID(conversationID), err)
 		}
 	}
 	return evs, nil
@@ -773,13 +773,13 @@ func (r *Runtime) deleted(ctx context.Context, conversationID string) error {
 // ending with ErrLagged.
 func (r *Runtime) Subscribe(ctx context.Context, conversationID string, afterSeq uint64) (<-chan Update, error) {
 	if err := r.enter(ctx); err != nil {
-		return nil, fmt.Errorf("lazarus: subscribe to %q: %w", conversationID, err)
+		return nil, fmt.Errorf("lazarus: subscribe to %q: %w", clipID(conversationID), err)
 	}
 	if err := journal.ValidateID("conversation id", conversationID); err != nil {
 		return nil, fmt.Errorf("lazarus: subscribe: %w", err)
 	}
 	if err := r.deleted(ctx, conversationID); err != nil {
-		return nil, fmt.Errorf("lazarus: subscribe to %q: %w", conversationID, err)
+		return nil, fmt.Errorf("lazarus: subscribe to %q: %w", clipID(conversationID), err)
 	}
 	if r.remote(ctx) {
 		return r.cl.subscribe(ctx, conversationID, afterSeq)
@@ -832,17 +832,17 @@ func (r *Runtime) Wake(ctx context.Context, conversationID string) error {
 // a failed turn runs again) or the runtime did.
 func (r *Runtime) wake(ctx context.Context, conversationID string, explicit bool) error {
 	if err := r.enter(ctx); err != nil {
-		return fmt.Errorf("lazarus: wake %q: %w", conversationID, err)
+		return fmt.Errorf("lazarus: wake %q: %w", clipID(conversationID), err)
 	}
 	if err := journal.ValidateID("conversation id", conversationID); err != nil {
 		return fmt.Errorf("lazarus: wake: %w", err)
 	}
 	res, err := r.ask(ctx, conversationID, &actors.Command{Scope: agent.SystemScope, Msg: &messages.AgentWake{Explicit: explicit}})
 	if err != nil {
-		return r.callErr(fmt.Sprintf("lazarus: wake %q", conversationID), err)
+		return r.callErr(fmt.Sprintf("lazarus: wake %q", clipID(conversationID)), err)
 	}
 	if err := journal.ErrorFromProto(res.(*messages.AgentReply).GetError()); err != nil {
-		return r.callErr(fmt.Sprintf("lazarus: wake %q", conversationID), err)
+		return r.callErr(fmt.Sprintf("lazarus: wake %q", clipID(conversationID)), err)
 	}
 	return nil
 }

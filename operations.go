@@ -32,7 +32,7 @@ func (r *Runtime) Delete(ctx context.Context, conversationID string) error {
 	}
 	if _, ran, err := r.forwardOp(ctx, conversationID, &messages.ClusterRequest{Op: &messages.ClusterRequest_Delete{Delete: &messages.ClusterDelete{}}}, false); ran {
 		if err != nil {
-			return fmt.Errorf("lazarus: delete %q: %w", conversationID, err)
+			return fmt.Errorf("lazarus: delete %q: %w", clipID(conversationID), err)
 		}
 		return nil
 	}
@@ -53,12 +53,12 @@ func (r *Runtime) Delete(ctx context.Context, conversationID string) error {
 	case errors.Is(err, supervisor.ErrStopped):
 		return ErrClosed
 	case err != nil:
-		return fmt.Errorf("lazarus: delete %q: %w", conversationID, err)
+		return fmt.Errorf("lazarus: delete %q: %w", clipID(conversationID), err)
 	}
 	for _, sc := range schedules {
 		r.sup.DisarmSchedule(conversationID, sc.GetId())
 	}
-	r.hub.end(conversationID, fmt.Errorf("lazarus: conversation %q: %w", conversationID, journal.ErrDeleted))
+	r.hub.end(conversationID, fmt.Errorf("lazarus: conversation %q: %w", clipID(conversationID), journal.ErrDeleted))
 	return nil
 }
 
@@ -138,7 +138,7 @@ func (r *Runtime) Metadata(ctx context.Context, conversationID string) (map[stri
 	}
 	md, err := r.store.Metadata(ctx, conversationID)
 	if err != nil {
-		return nil, fmt.Errorf("lazarus: metadata of %q: %w", conversationID, err)
+		return nil, fmt.Errorf("lazarus: metadata of %q: %w", clipID(conversationID), err)
 	}
 	return md, nil
 }
@@ -156,13 +156,13 @@ func (r *Runtime) MergeMetadata(ctx context.Context, conversationID string, kv m
 		return err
 	}
 	if err := journal.ValidateMetadata(conversationID, kv); err != nil {
-		return fmt.Errorf("lazarus: merge metadata of %q: %w", conversationID, err)
+		return fmt.Errorf("lazarus: merge metadata of %q: %w", clipID(conversationID), err)
 	}
 	if len(kv) == 0 {
 		return nil
 	}
 	if err := r.store.PutMetadata(ctx, conversationID, kv); err != nil {
-		return fmt.Errorf("lazarus: merge metadata of %q: %w", conversationID, err)
+		return fmt.Errorf("lazarus: merge metadata of %q: %w", clipID(conversationID), err)
 	}
 	return nil
 }
@@ -177,7 +177,7 @@ func (r *Runtime) checkConversation(ctx context.Context, op, conversationID stri
 		return fmt.Errorf("lazarus: %s: %w", op, err)
 	}
 	if _, err := r.store.Conversation(ctx, conversationID); err != nil {
-		return fmt.Errorf("lazarus: %s of %q: %w", op, conversationID, err)
+		return fmt.Errorf("lazarus: %s of %q: %w", op, clipID(conversationID), err)
 	}
 	return nil
 }

@@ -79,7 +79,7 @@ func (r *Runtime) Rewind(ctx context.Context, conversationID string, toSeq uint6
 // runs after the rewind (its call was cancelled, its run may not have
 // noticed yet) can change a file again after its restore.
 func (r *Runtime) RewindWithReport(ctx context.Context, conversationID string, toSeq uint64, opts RewindOptions, scope agent.Scope) (RewindReport, error) {
-	op := fmt.Sprintf("lazarus: rewind %q to seq %d", conversationID, toSeq)
+	op := fmt.Sprintf("lazarus: rewind %q to seq %d", clipID(conversationID), toSeq)
 	if err := r.enter(ctx); err != nil {
 		return RewindReport{}, fmt.Errorf("%s: %w", op, err)
 	}
@@ -120,7 +120,7 @@ func (r *Runtime) RewindWithReport(ctx context.Context, conversationID string, t
 // conversations fail as in Rewind; an empty newText wraps
 // journal.ErrInvalid. scope is the new message's author, as in Send.
 func (r *Runtime) Edit(ctx context.Context, conversationID string, seq uint64, newText string, scope agent.Scope) (uint64, error) {
-	op := fmt.Sprintf("lazarus: edit seq %d of %q", seq, conversationID)
+	op := fmt.Sprintf("lazarus: edit seq %d of %q", seq, clipID(conversationID))
 	if err := r.enter(ctx); err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
@@ -225,7 +225,7 @@ type HistoryEntry struct {
 // no entries; a deleted one, an error wrapping journal.ErrDeleted.
 func (r *Runtime) HistoryView(ctx context.Context, conversationID string, opts HistoryOptions) ([]HistoryEntry, error) {
 	if opts.Limit < 0 {
-		return nil, fmt.Errorf("lazarus: history of %q: %w", conversationID, journal.Invalidf("negative limit"))
+		return nil, fmt.Errorf("lazarus: history of %q: %w", clipID(conversationID), journal.Invalidf("negative limit"))
 	}
 	evs, err := r.History(ctx, conversationID, 0, 0)
 	if err != nil {

@@ -213,7 +213,7 @@ func (r *Runtime) Schedule(ctx context.Context, conversationID string, spec Sche
 		return nil, err
 	}
 	if row, err := r.store.Conversation(ctx, conversationID); err == nil && row.GetStatus() == messages.ConversationStatus_CONVERSATION_STATUS_ENDED {
-		return nil, fmt.Errorf("lazarus: schedule for %q: %w", conversationID, journal.ErrEnded)
+		return nil, fmt.Errorf("lazarus: schedule for %q: %w", clipID(conversationID), journal.ErrEnded)
 	}
 	if err := agent.ValidateIdentity(scope.Identity()); err != nil {
 		return nil, fmt.Errorf("lazarus: schedule: scope: %w", err)
@@ -227,10 +227,10 @@ func (r *Runtime) Schedule(ctx context.Context, conversationID string, spec Sche
 	}
 	sc, err := spec.record(conversationID, id, r.opts.Clock.Now(), scope.Identity())
 	if err != nil {
-		return nil, fmt.Errorf("lazarus: schedule for %q: %w", conversationID, err)
+		return nil, fmt.Errorf("lazarus: schedule for %q: %w", clipID(conversationID), err)
 	}
 	if err := ss.PutSchedule(ctx, sc); err != nil {
-		return nil, fmt.Errorf("lazarus: schedule for %q: %w", conversationID, err)
+		return nil, fmt.Errorf("lazarus: schedule for %q: %w", clipID(conversationID), err)
 	}
 	r.armSchedule(ctx, &messages.ScheduleArm{ConversationId: conversationID, ScheduleId: id, Next: sc.GetNext()})
 	return sc, nil
@@ -251,7 +251,7 @@ func (r *Runtime) Schedules(ctx context.Context, conversationID string) ([]*mess
 	}
 	out, err := ss.ConversationSchedules(ctx, conversationID)
 	if err != nil {
-		return nil, fmt.Errorf("lazarus: schedules of %q: %w", conversationID, err)
+		return nil, fmt.Errorf("lazarus: schedules of %q: %w", clipID(conversationID), err)
 	}
 	return out, nil
 }
@@ -278,7 +278,7 @@ func (r *Runtime) CancelSchedule(ctx context.Context, conversationID, id string)
 		return fmt.Errorf("%w: %q of %q: %w", ErrNoSchedule, id, conversationID, err)
 	}
 	if err != nil {
-		return fmt.Errorf("lazarus: cancel schedule %q of %q: %w", id, conversationID, err)
+		return fmt.Errorf("lazarus: cancel schedule %q of %q: %w", clipID(id), clipID(conversationID), err)
 	}
 	r.armSchedule(ctx, &messages.ScheduleDisarm{ConversationId: conversationID, ScheduleId: id})
 	return nil

@@ -25,15 +25,15 @@ import (
 // Retrying after ErrUnknownOutcome is safe.
 func (r *Runtime) Configure(ctx context.Context, conversationID string, s agent.Settings) error {
 	if err := r.enter(ctx); err != nil {
-		return fmt.Errorf("lazarus: configure %q: %w", conversationID, err)
+		return fmt.Errorf("lazarus: configure %q: %w", clipID(conversationID), err)
 	}
 	if err := journal.ValidateID("conversation id", conversationID); err != nil {
 		return fmt.Errorf("lazarus: configure: %w", err)
 	}
 	if err := agent.ValidateSettings(s, r.tools); err != nil {
-		return fmt.Errorf("lazarus: configure %q: %w", conversationID, err)
+		return fmt.Errorf("lazarus: configure %q: %w", clipID(conversationID), err)
 	}
-	op := fmt.Sprintf("lazarus: configure %q", conversationID)
+	op := fmt.Sprintf("lazarus: configure %q", clipID(conversationID))
 	res, err := r.ask(ctx, conversationID, &actors.Command{Scope: agent.SystemScope, Msg: &messages.AgentConfigure{Settings: s.Map()}})
 	if err != nil {
 		return r.callErr(op, err)
@@ -58,7 +58,7 @@ func (r *Runtime) Settings(ctx context.Context, conversationID string) (agent.Se
 	}
 	row, err := r.store.Conversation(ctx, conversationID)
 	if err != nil {
-		return agent.Settings{}, fmt.Errorf("lazarus: settings of %q: %w", conversationID, err)
+		return agent.Settings{}, fmt.Errorf("lazarus: settings of %q: %w", clipID(conversationID), err)
 	}
 	return agent.SettingsOf(row.GetSettings()), nil
 }

@@ -63,7 +63,7 @@ func (r *Runtime) SendMessageAndWait(ctx context.Context, conversationID string,
 		return TurnEnd{}, err
 	}
 	if subErr != nil {
-		return TurnEnd{}, fmt.Errorf("lazarus: wait for %q: %w", conversationID, subErr)
+		return TurnEnd{}, fmt.Errorf("lazarus: wait for %q: %w", clipID(conversationID), subErr)
 	}
 	w := turnWait{r: r, conv: conversationID, seq: seq, updates: updates, cancel: cancel, after: last}
 	if seq <= last {
@@ -95,7 +95,7 @@ func (w *turnWait) resubscribe(ctx context.Context, after uint64) error {
 	updates, err := w.r.Subscribe(subCtx, w.conv, after)
 	if err != nil {
 		cancel()
-		return fmt.Errorf("lazarus: wait for %q: %w", w.conv, err)
+		return fmt.Errorf("lazarus: wait for %q: %w", clipID(w.conv), err)
 	}
 	w.updates, w.cancel, w.after = updates, cancel, after
 	w.seen = w.seen || after >= w.seq
@@ -113,9 +113,9 @@ func (w *turnWait) wait(ctx context.Context) (TurnEnd, error) {
 			case w.r.isClosed():
 				return TurnEnd{}, ErrClosed
 			case w.lastErr != nil:
-				return TurnEnd{}, fmt.Errorf("lazarus: wait for %q: %w", w.conv, w.lastErr)
+				return TurnEnd{}, fmt.Errorf("lazarus: wait for %q: %w", clipID(w.conv), w.lastErr)
 			}
-			return TurnEnd{}, fmt.Errorf("lazarus: wait for %q: subscription ended", w.conv)
+			return TurnEnd{}, fmt.Errorf("lazarus: wait for %q: subscription ended", clipID(w.conv))
 		}
 		if ev := u.Event; ev != nil {
 			w.after = ev.GetSeq()
@@ -127,9 +127,9 @@ func (w *turnWait) wait(ctx context.Context) (TurnEnd, error) {
 			end := *u.TurnEnd
 			switch end.Outcome {
 			case TurnFailed:
-				return end, fmt.Errorf("lazarus: turn of %q: %w: %w", w.conv, ErrTurnFailed, end.Err)
+				return end, fmt.Errorf("lazarus: turn of %q: %w: %w", clipID(w.conv), ErrTurnFailed, end.Err)
 			case TurnCancelled:
-				return end, fmt.Errorf("lazarus: turn of %q: %w", w.conv, end.Err)
+				return end, fmt.Errorf("lazarus: turn of %q: %w", clipID(w.conv), end.Err)
 			}
 			return end, nil
 		}

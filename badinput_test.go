@@ -1,0 +1,134 @@
+package lazarus_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+	"github.com/stretchr/testify/require"
+)
+
+// Every entry that takes an id, given ids that are empty, oversized, not
+// UTF-8, unknown or odd, answers either nothing (nil) or an error that wraps
+// a sentinel, and never an error that quotes an oversized id whole.
+func TestHostileIDsGetShortSentinelErrors(t *testing.T) {
+	ctx := context.Background()
+	model := agent.ModelFunc(func(ctx context.Context, turn agent.Turn, onDelta func(string)) (*messages.AssistantMessage, error) {
+		return agent.Text("ok"), nil
+	})
+	rt, err := lazarus.Open(lazarus.Options{Model: model, Dir: t.TempDir()})
+	require.NoError(t, err)
+	defer rt.Close()
+	_, err = rt.SendAndWait(ctx, "good", "hi", agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	ids := []string{"", "\x00", "a\x00b", "bad\xff", strings.Repeat("x", 100000), "missing", "good", " ", "a/b", "\u202e"}
+	sentinels := []error{journal.ErrInvalid, journal.ErrNotFound, journal.ErrStale, journal.ErrEnded, journal.ErrDeleted, lazarus.ErrBadSchedule, lazarus.ErrScheduleInPast, lazarus.ErrNoSchedule, lazarus.ErrForbidden, journal.ErrConflict, journal.ErrExists, agent.ErrNoCheckpoints}
+	check := func(what, id string, err error) {
+		if err == nil {
+			return
+		}
+		if len(err.Error()) > 1024 {
+			t.Errorf("%s(%q): an error of %d bytes", what, trunc(id), len(err.Error()))
+		}
+		for _, s := range sentinels {
+			if errors.Is(err, s) {
+				return
+			}
+		}
+		t.Errorf("%s(%q): no sentinel: %.300v", what, trunc(id), err)
+	}
+	sc := agent.Scope{UserID: "u"}
+	for _, id := range ids {
+		_, err := rt.History(ctx, id, 0, 10)
+		check("History", id, err)
+		_, err = rt.History(ctx, id, 0, -1)
+		check("History-neg", id, err)
+		_, err = rt.HistoryView(ctx, id, lazarus.HistoryOptions{})
+		check("HistoryView", id, err)
+		_, err = rt.Chapters(ctx, id, 0)
+		check("Chapters", id, err)
+		_, err = rt.Chapters(ctx, id, 1<<62)
+		check("Chapters-big", id, err)
+		_, err = rt.Metadata(ctx, id)
+		check("Metadata", id, err)
+		check("MergeMetadata", id, rt.MergeMetadata(ctx, id, map[string]string{"": "x"}))
+		check("MergeMetadata2", id, rt.MergeMetadata(ctx, id, map[string]string{"k\xff": "x"}))
+		_, err = rt.Settings(ctx, id)
+		check("Settings", id, err)
+		check("Rewind0", id, rt.Rewind(ctx, id, 0, lazarus.RewindOptions{}, sc))
+		check("RewindBig", id, rt.Rewind(ctx, id, 1<<62, lazarus.RewindOptions{}, sc))
+		_, err = rt.Edit(ctx, id, 0, "x", sc)
+		check("Edit0", id, err)
+		_, err = rt.Edit(ctx, id, 1, "", sc)
+		check("Edit-empty", id, err)
+		check("Fork", id, rt.Fork(ctx, id, 1<<62, id+"-f"))
+		check("Fork-same", id, rt.Fork(ctx, id, 1, id))
+		check("Fork-bad-new", id, rt.Fork(ctx, id, 1, "\xff"))
+		_, err = rt.Schedule(ctx, id, lazarus.ScheduleSpec{}, sc)
+		check("Schedule-empty", id, err)
+		_, err = rt.Schedule(ctx, id, lazarus.ScheduleSpec{Text: "x", Cron: "nonsense"}, sc)
+		check("Schedule-cron", id, err)
+		_, err = rt.Schedule(ctx, id, lazarus.ScheduleSpec{Text: "x", After: -time.Second}, sc)
+		check("Schedule-neg", id, err)
+		_, err = rt.Schedule(ctx, id, lazarus.ScheduleSpec{Text: "x", Cron: "@daily", TimeZone: "Nowhere/City"}, sc)
+		check("Schedule-tz", id, err)
+		_, err = rt.Schedules(ctx, id)
+		check("Schedules", id, err)
+		check("CancelSchedule", id, rt.CancelSchedule(ctx, id, "nope"))
+		check("CancelSchedule-empty", id, rt.CancelSchedule(ctx, id, ""))
+		_, err = rt.Subscribe(ctx, id, 1<<62)
+		check("Subscribe", id, err)
+		check("Wake", id, rt.Wake(ctx, id))
+		rt.Kill(id)
+		_ = rt.IsActive(id)
+		_ = rt.Owner(id)
+		check("Configure", id, rt.Configure(ctx, id, agent.Settings{Temperature: ptr(-5.0)}))
+		_, err = rt.Send(ctx, id, "", sc)
+		check("Send-empty", id, err)
+		_, err = rt.Send(ctx, id, "x\xff", sc)
+		check("Send-badutf", id, err)
+		check("Resolve", id, rt.Resolve(ctx, id, "", sc))
+		check("Resolve2", id, rt.Resolve(ctx, id, "null", sc))
+		check("Reject", id, rt.Reject(ctx, id, "", sc))
+		check("Reschedule", id, rt.Reschedule(ctx, id, time.Time{}))
+		_, _, err = rt.Find(ctx, id, id, id, -1)
+		check("Find", id, err)
+		_, _, err = rt.PendingCalls(ctx, id, -5)
+		check("PendingCalls", id, err)
+		_, err = rt.RewindWithReport(ctx, id, 1, lazarus.RewindOptions{Files: true}, sc)
+		check("RewindFiles", id, err)
+	}
+	for _, id := range ids {
+		if id == "good" {
+			continue
+		}
+		evs, err := rt.History(ctx, id, 0, 0)
+		if err == nil {
+			require.Empty(t, evs, "nothing was written to %q", trunc(id))
+		}
+	}
+	big := strings.Repeat("x", 100000)
+	_, err = rt.Send(ctx, big, "hi", sc)
+	require.ErrorIs(t, err, journal.ErrInvalid)
+	require.ErrorIs(t, rt.Resolve(ctx, big, "{}", sc), journal.ErrInvalid)
+	require.ErrorIs(t, rt.Fork(ctx, "good", 1, big), journal.ErrInvalid)
+	for _, id := range ids {
+		check("End", id, rt.End(ctx, id))
+		check("Delete", id, rt.Delete(ctx, id))
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func trunc(s string) string {
+	if len(s) > 20 {
+		return s[:20] + "..."
+	}
+	return s
+}
