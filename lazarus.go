@@ -252,7 +252,7 @@ type Runtime struct {
 	mu     sync.Mutex
 	closed bool
 	gcStop func() bool
-	gcWG   sync.WaitGroup // the audit sweep, the blob sweep, the resume scan, the schedule deliveries
+	gcWG   sync.WaitGroup // the audit sweep, the blob sweep, the resume scan, the schedule deliveries, the retries of schedule changes
 
 	// files is nil unless Options.Files.Root is set (files.go).
 	files *fileRoot

@@ -286,11 +286,43 @@ func (r *Runtime) CancelSchedule(ctx context.Context, conversationID, id string)
 
 // armSchedule tells the expiry actor that keeps the schedule's timer of a
 // change of its durable record (m is a ScheduleArm or a ScheduleDisarm):
-// this Runtime's, or in cluster mode the owner's. A change the owner does
-// not hear of (it died meanwhile) is read from the Store by the expiry
-// actor of the next owner, which rebuilds its timers on the membership
-// change.
+// this Runtime's, or in cluster mode the owner's. When the owner cannot be
+// told, the Runtime tells it again in the background (see
+// retryScheduleArm) what the record says then; a change the owner never
+// hears of (it died meanwhile) is read from the Store by the expiry actor
+// of the next owner, which rebuilds its timers on the membership change.
 func (r *Runtime) armSchedule(ctx context.Context, m proto.Message) {
+	if r.tellScheduleOwner(ctx, m) != nil {
+		var conv, id string
+		switch m := m.(type) {
+		case *messages.ScheduleArm:
+			conv, id = m.GetConversationId(), m.GetScheduleId()
+		case *messages.ScheduleDisarm:
+			conv, id = m.GetConversationId(), m.GetScheduleId()
+		}
+		r.mu.Lock()
+		if r.closed {
+			r.mu.Unlock()
+			return
+		}
+		r.gcWG.Add(1) // before Close's Wait: Close sets closed under r.mu first
+		r.mu.Unlock()
+		go func() {
+			defer r.gcWG.Done()
+			err := retryScheduleArm(r.life, r.opts.Clock,
+				func(ctx context.Context) (proto.Message, error) { return r.scheduleChange(ctx, conv, id) },
+				r.tellScheduleOwner)
+			if err != nil && r.life.Err() == nil {
+				r.log.Warn("lazarus: schedule: telling the owner of the change failed; its timer follows at the next membership change", "conversation", conv, "schedule", id, "err", err)
+			}
+		}()
+	}
+}
+
+// tellScheduleOwner hands m to the expiry actor of the conversation's
+// owner: this Runtime's, or over the cluster. It fails only when the owner
+// is another member that could not be told.
+func (r *Runtime) tellScheduleOwner(ctx context.Context, m proto.Message) error {
 	req := &messages.ClusterRequest{}
 	var conv string
 	switch m := m.(type) {
@@ -299,20 +331,78 @@ func (r *Runtime) armSchedule(ctx context.Context, m proto.Message) {
 	case *messages.ScheduleDisarm:
 		conv, req.Op = m.GetConversationId(), &messages.ClusterRequest_ScheduleDisarm{ScheduleDisarm: m}
 	default:
-		return
+		return nil
 	}
 	_, ran, err := r.forwardOp(ctx, conv, req, true)
 	if ran {
-		if err != nil {
-			r.log.Warn("lazarus: schedule: telling the owner of the change failed; its timer follows at the next membership change", "conversation", conv, "err", err)
-		}
-		return
+		return err
 	}
 	switch m := m.(type) {
 	case *messages.ScheduleArm:
 		r.sup.ArmSchedule(conv, m.GetScheduleId(), m.GetNext().AsTime())
 	case *messages.ScheduleDisarm:
 		r.sup.DisarmSchedule(conv, m.GetScheduleId())
+	}
+	return nil
+}
+
+// scheduleChange returns what the owner of schedule id must be told now:
+// a ScheduleArm at the record's next occurrence, or a ScheduleDisarm when
+// the schedule is gone (or has no next occurrence).
+func (r *Runtime) scheduleChange(ctx context.Context, conv, id string) (proto.Message, error) {
+	ss, err := r.scheduleStore("schedule")
+	if err != nil {
+		return nil, err
+	}
+	all, err := ss.ConversationSchedules(ctx, conv)
+	if err != nil && !errors.Is(err, journal.ErrNotFound) && !errors.Is(err, journal.ErrDeleted) {
+		return nil, err
+	}
+	for _, sc := range all {
+		if sc.GetId() == id && sc.GetNext() != nil {
+			return &messages.ScheduleArm{ConversationId: conv, ScheduleId: id, Next: sc.GetNext()}, nil
+		}
+	}
+	return &messages.ScheduleDisarm{ConversationId: conv, ScheduleId: id}, nil
+}
+
+// Retries of a schedule change its owner could not be told: the first
+// after scheduleRetryFirst, each next one twice as late up to
+// scheduleRetryMax, for scheduleRetryFor in all (the Runtime's Clock).
+const (
+	scheduleRetryFirst = 200 * time.Millisecond
+	scheduleRetryMax   = 5 * time.Second
+	scheduleRetryFor   = 2 * time.Minute
+)
+
+// retryScheduleArm tells a schedule's owner of its change again until tell
+// succeeds, ctx ends (nil is then returned) or scheduleRetryFor has
+// passed (the last error is returned). Each attempt reads the record anew
+// (read), so that a retry never brings back an occurrence a later change
+// moved or removed.
+func retryScheduleArm(ctx context.Context, clock actors.Clock, read func(context.Context) (proto.Message, error), tell func(context.Context, proto.Message) error) error {
+	start := clock.Now()
+	wait := scheduleRetryFirst
+	for {
+		fired := make(chan struct{})
+		stop := clock.AfterFunc(wait, func() { close(fired) })
+		select {
+		case <-ctx.Done():
+			stop()
+			return nil
+		case <-fired:
+		}
+		m, err := read(ctx)
+		if err == nil {
+			err = tell(ctx, m)
+		}
+		if err == nil || ctx.Err() != nil {
+			return nil
+		}
+		if clock.Now().Sub(start) >= scheduleRetryFor {
+			return err
+		}
+		wait = min(2*wait, scheduleRetryMax)
 	}
 }
 
