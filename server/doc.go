@@ -18,6 +18,9 @@
 //	POST   /v1/conversations/{id}/rewind        move the head back to to_seq (Runtime.Rewind); 200 with the conversation
 //	POST   /v1/conversations/{id}/edit          replace the user message at seq (Runtime.Edit); 202 with the new seq
 //	POST   /v1/conversations/{id}/fork          copy the history up to at_seq into a new conversation (Runtime.Fork); 201
+//	GET    /v1/conversations/{id}/schedules     its pending scheduled wake-ups (Runtime.Schedules)
+//	POST   /v1/conversations/{id}/schedules     schedule a wake-up: at, after, every or cron, and text (Runtime.Schedule); 201
+//	DELETE /v1/conversations/{id}/schedules/{s} cancel one (Runtime.CancelSchedule); 204
 //	GET    /v1/calls                            pending human calls (paged)
 //	GET    /v1/calls/{id}                       one call: tool, prompt, arguments, deadline
 //	POST   /v1/calls/{id}/resolve               answer it with a JSON result
@@ -37,7 +40,8 @@
 //   - A conversation created through the API records its creator's user id
 //     in its metadata under OwnerKey. Only its owner and operators (the
 //     role Options.OperatorRole) see it, send to it, read or stream its
-//     events, end, rewind, edit, fork and delete it. A fork is owned by
+//     events, end, rewind, edit, fork and delete it, and list, create and
+//     cancel its schedules. A fork is owned by
 //     whoever forked it (an operator who forks a user's conversation owns
 //     the copy), with a new id the server mints, as a created one. A
 //     conversation without an owner (made by Go code) is seen by
@@ -70,8 +74,8 @@
 //	journal.ErrStale (a call already answered)       409 stale
 //	journal.ErrConflict                              409 conflict
 //	journal.ErrDeleted                               410 deleted
-//	journal.ErrEnded (a send, edit or rewind of an
-//	  ended conversation)                            409 ended
+//	journal.ErrEnded (a send, edit, rewind or
+//	  schedule of an ended conversation)             409 ended
 //	lazarus.ErrForbidden                             403 forbidden
 //	lazarus.ErrUnknownOutcome (and journal's)        504 unknown_outcome
 //	context.DeadlineExceeded (Options.CallTimeout)   504 timeout

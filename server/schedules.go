@@ -1,0 +1,158 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// CreateSchedule is the body of POST /v1/conversations/{id}/schedules
+// (lazarus Runtime.Schedule): a wake-up that appends Text as a user
+// message at each occurrence, which starts a turn; the caller is recorded
+// as its author. Exactly one of At,
+// After and Cron, or Every alone; Every may follow At or After. Durations
+// are Go durations ("90s", "1h30m"). New optional fields may be added;
+// existing ones keep their meaning.
+type CreateSchedule struct {
+	// ID names the schedule; one with the ID of an existing schedule of the
+	// conversation replaces it. Optional: a new id is chosen.
+	ID string `json:"id,omitempty"`
+	// At fires once at this time (RFC 3339), which must be in the future.
+	At *time.Time `json:"at,omitempty"`
+	// After fires once after this delay from now.
+	After string `json:"after,omitempty"`
+	// Every repeats at this interval (at least lazarus.MinScheduleInterval).
+	Every string `json:"every,omitempty"`
+	// Cron fires on a five-field cron expression or a descriptor
+	// ("@daily"), read in TimeZone.
+	Cron string `json:"cron,omitempty"`
+	// TimeZone is the IANA zone Cron is read in. Default "UTC".
+	TimeZone string `json:"time_zone,omitempty"`
+	// Text is the user message of each occurrence. Required.
+	Text string `json:"text"`
+}
+
+// Schedule is a pending scheduled wake-up as the API shows it.
+type Schedule struct {
+	ID             string `json:"id"`
+	ConversationID string `json:"conversation_id"`
+	// Next is the next occurrence.
+	Next *time.Time `json:"next,omitempty"`
+	// Every is the repeat interval as a Go duration; absent if none.
+	Every    string `json:"every,omitempty"`
+	Cron     string `json:"cron,omitempty"`
+	TimeZone string `json:"time_zone,omitempty"`
+	// Text is the user message each occurrence appends.
+	Text string `json:"text"`
+	// Author is who scheduled it. A wake runs under the scope the runtime's
+	// ScopeLoader rebuilds from it, else under the system's scope.
+	Author  *Identity  `json:"author,omitempty"`
+	Created *time.Time `json:"created,omitempty"`
+}
+
+// ScheduleList is a conversation's pending schedules, ordered by id.
+type ScheduleList struct {
+	Schedules []Schedule `json:"schedules"`
+}
+
+func scheduleOf(sc *messages.Schedule) Schedule {
+	out := Schedule{ID: sc.GetId(), ConversationID: sc.GetConversationId(), Next: timeOf(sc.GetNext()),
+		Cron: sc.GetCron(), TimeZone: sc.GetTimeZone(), Author: identityOf(sc.GetAuthor()), Created: timeOf(sc.GetCreated())}
+	if sc.GetEvery() != nil {
+		out.Every = sc.GetEvery().AsDuration().String()
+	}
+	var text []string
+	for _, p := range sc.GetPayload().GetContent() {
+		if t := p.GetText(); t != "" {
+			text = append(text, t)
+		}
+	}
+	out.Text = strings.Join(text, "\n")
+	return out
+}
+
+// duration parses an optional duration field of a body.
+func duration(field, s string) (time.Duration, error) {
+	if s == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, errInvalid(fmt.Sprintf("%s: %q is not a duration (as \"90s\" or \"1h30m\")", field, s))
+	}
+	return d, nil
+}
+
+// listSchedules answers the conversation's pending schedules
+// (Runtime.Schedules).
+func (s *Server) listSchedules(w http.ResponseWriter, r *http.Request, c caller) {
+	id := r.PathValue("id")
+	if _, _, err := s.conversation(r.Context(), c, id); err != nil {
+		s.writeError(w, err)
+		return
+	}
+	all, err := s.rt.Schedules(r.Context(), id)
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	out := ScheduleList{Schedules: make([]Schedule, 0, len(all))}
+	for _, sc := range all {
+		out.Schedules = append(out.Schedules, scheduleOf(sc))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// createSchedule schedules a wake-up (Runtime.Schedule), the caller as its
+// author; 201 with the stored schedule.
+func (s *Server) createSchedule(w http.ResponseWriter, r *http.Request, c caller) {
+	id := r.PathValue("id")
+	var body CreateSchedule
+	if err := s.decodeBody(w, r, &body); err != nil {
+		s.writeError(w, err)
+		return
+	}
+	after, err := duration("after", body.After)
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	every, err := duration("every", body.Every)
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	spec := lazarus.ScheduleSpec{ID: body.ID, After: after, Every: every, Cron: body.Cron, TimeZone: body.TimeZone, Text: body.Text}
+	if body.At != nil {
+		spec.At = *body.At
+	}
+	if _, _, err := s.conversation(r.Context(), c, id); err != nil {
+		s.writeError(w, err)
+		return
+	}
+	sc, err := s.rt.Schedule(r.Context(), id, spec, c.scope())
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, scheduleOf(sc))
+}
+
+// deleteSchedule cancels a schedule (Runtime.CancelSchedule): 204, or 404
+// for a schedule the conversation does not have.
+func (s *Server) deleteSchedule(w http.ResponseWriter, r *http.Request, c caller) {
+	id := r.PathValue("id")
+	if _, _, err := s.conversation(r.Context(), c, id); err != nil {
+		s.writeError(w, err)
+		return
+	}
+	if err := s.rt.CancelSchedule(r.Context(), id, r.PathValue("schedule")); err != nil {
+		s.writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

@@ -1,0 +1,116 @@
+package server_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus/agent/scripted"
+	"github.com/lazarusrt/lazarus/server"
+)
+
+// TestSchedulesOverHTTP: the owner lists, creates and cancels a
+// conversation's schedules; a schedule is stored with its author and next
+// occurrence, fires as a user message that starts a turn, and a one-shot
+// is gone once fired; a stranger sees none; bad bodies write
+// nothing; an ended conversation takes none.
+func TestSchedulesOverHTTP(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	conv := n.create(t, tokAlice, nil)
+	path := "/v1/conversations/" + conv.ID + "/schedules"
+	listed := func(token string) []server.Schedule {
+		t.Helper()
+		var list server.ScheduleList
+		n.must(t, http.StatusOK, "GET", path, token, nil, &list)
+		require.NotNil(t, list.Schedules, "a list, never null")
+		return list.Schedules
+	}
+	require.Empty(t, listed(tokAlice))
+
+	// A daily one: stored with its author and next occurrence, listed,
+	// hidden from a stranger, cancelled once.
+	before := time.Now()
+	var daily server.Schedule
+	n.must(t, http.StatusCreated, "POST", path, tokAlice,
+		server.CreateSchedule{ID: "daily", Cron: "0 9 * * *", TimeZone: "Europe/Paris", Text: "good morning"}, &daily)
+	require.Equal(t, "daily", daily.ID)
+	require.Equal(t, conv.ID, daily.ConversationID)
+	require.Equal(t, "0 9 * * *", daily.Cron)
+	require.Equal(t, "Europe/Paris", daily.TimeZone)
+	require.Equal(t, "good morning", daily.Text)
+	require.Equal(t, "alice", daily.Author.UserID)
+	require.NotNil(t, daily.Next)
+	require.True(t, daily.Next.After(before), "next %v", daily.Next)
+	paris, err := time.LoadLocation("Europe/Paris")
+	require.NoError(t, err)
+	require.Equal(t, 9, daily.Next.In(paris).Hour())
+	require.Equal(t, []server.Schedule{daily}, listed(tokAlice))
+	require.Equal(t, []server.Schedule{daily}, listed(tokOlga), "an operator sees them")
+	status, body := n.call(t, "GET", path, tokBob, nil)
+	require.Equal(t, http.StatusNotFound, status, "%s", body)
+	status, body = n.call(t, "DELETE", path+"/daily", tokBob, nil)
+	require.Equal(t, http.StatusNotFound, status, "%s", body)
+	require.Len(t, listed(tokAlice), 1, "a stranger cancelled it")
+	n.must(t, http.StatusNoContent, "DELETE", path+"/daily", tokAlice, nil, nil)
+	require.Empty(t, listed(tokAlice))
+	status, body = n.call(t, "DELETE", path+"/daily", tokAlice, nil)
+	require.Equal(t, http.StatusNotFound, status, "%s", body)
+	require.Equal(t, server.CodeNotFound, errorCode(t, body))
+
+	// A near one fires: its text is appended as alice's message, a turn
+	// follows, and the one-shot is gone.
+	model.Push(conv.ID, scripted.Text("pong"))
+	st := n.stream(t, ctx, tokAlice, conv.ID, "")
+	defer st.close()
+	var near server.Schedule
+	n.must(t, http.StatusCreated, "POST", path, tokAlice, server.CreateSchedule{After: "50ms", Text: "ping"}, &near)
+	require.NotEmpty(t, near.ID)
+	require.Empty(t, near.Every)
+	untilTurnEnd(t, st, 0, "answered")
+	evs := historyOf(t, n, tokAlice, conv.ID, "")
+	require.Equal(t, []string{"u:ping", "a:pong"}, texts(evs))
+	// No ScopeLoader on this node: the wake runs under the system's scope.
+	require.Equal(t, "system", evs[0].GetAuthor().GetUserId())
+	require.Eventually(t, func() bool { return len(listed(tokAlice)) == 0 }, 10*time.Second, 5*time.Millisecond, "a one-shot is gone once fired")
+
+	// A repeating one shows its interval.
+	var every server.Schedule
+	n.must(t, http.StatusCreated, "POST", path, tokAlice, server.CreateSchedule{ID: "hourly", Every: "1h", Text: "tick"}, &every)
+	require.Equal(t, "1h0m0s", every.Every)
+	n.must(t, http.StatusNoContent, "DELETE", path+"/hourly", tokOlga, nil, nil)
+
+	// Bad bodies: 400, nothing stored.
+	last := n.lastSeq(t, ctx, conv.ID)
+	for _, b := range []string{
+		`{"text":""}`,
+		`{"text":"no time"}`,
+		`{"after":"soon","text":"x"}`,
+		`{"every":"500ms","text":"x"}`,
+		`{"after":"-1m","text":"x"}`,
+		`{"at":"2000-01-01T00:00:00Z","text":"x"}`,
+		`{"cron":"nonsense","text":"x"}`,
+		`{"cron":"@daily","time_zone":"Nowhere/City","text":"x"}`,
+		`{"after":"1m","cron":"@daily","text":"x"}`,
+		`{"after":"1m","text":"x","extra":1}`,
+		`{"id":"` + strings.Repeat("x", 300) + `","after":"1m","text":"x"}`,
+		`not json`,
+	} {
+		status, body := n.call(t, "POST", path, tokAlice, b)
+		require.Equal(t, http.StatusBadRequest, status, "%s: %s", b, body)
+		require.Equal(t, server.CodeInvalid, errorCode(t, body), b)
+	}
+	require.Empty(t, listed(tokAlice))
+	require.Equal(t, last, n.lastSeq(t, ctx, conv.ID))
+
+	// An ended conversation takes no schedule.
+	n.must(t, http.StatusOK, "POST", "/v1/conversations/"+conv.ID+"/end", tokAlice, nil, nil)
+	status, body = n.call(t, "POST", path, tokAlice, server.CreateSchedule{After: "1m", Text: "x"})
+	require.Equal(t, http.StatusConflict, status, "%s", body)
+	require.Equal(t, server.CodeEnded, errorCode(t, body))
+	require.Empty(t, listed(tokAlice))
+}
