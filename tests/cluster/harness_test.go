@@ -90,11 +90,38 @@ type testCluster struct {
 }
 
 // startCluster starts n nodes on one fresh database and waits until each
-// sees all of them.
+// sees all of them. A member that misses a health poll while the others
+// start is dropped by protoactor for good (RELIABILITY.md, known gap 7:
+// restart it); on a starved machine that can happen before the test
+// begins, so a start whose members do not converge is done again, with
+// new processes and ports, a few times, each failed one logged with what
+// its nodes wrote.
 func startCluster(t *testing.T, n int, extra ...string) *testCluster {
 	t.Helper()
-	bin := buildNode(t)
+	buildNode(t)
 	c := &testCluster{t: t, dsn: pgtest.NewDatabase(t)}
+	t.Cleanup(func() {
+		for _, nd := range c.nodes {
+			nd.kill()
+		}
+	})
+	const starts = 3
+	for try := 1; ; try++ {
+		c.nodes = c.launch(n, extra...)
+		if c.converged(30*time.Second, c.nodes...) {
+			return c
+		}
+		for _, nd := range c.nodes {
+			nd.kill()
+			t.Logf("start %d of %d: members never converged; node %s wrote:\n%s", try, starts, nd.addr, tail(nd.stderr.String(), 4000))
+		}
+		require.Less(t, try, starts, "members never converged in %d starts", starts)
+	}
+}
+
+// launch starts n nodes on c's database, on fresh ports.
+func (c *testCluster) launch(n int, extra ...string) []*node {
+	t := c.t
 	// A member paused in the middle of a write holds its conversations'
 	// locks: PostgreSQL ends its session after 2 s idle in its
 	// transaction (rolling the write back), so the others can write them.
@@ -106,21 +133,23 @@ func startCluster(t *testing.T, n int, extra ...string) *testCluster {
 		ps[i] = ports{freePort(t), freePort(t), freePort(t)}
 		seeds = append(seeds, fmt.Sprintf("127.0.0.1:%d", ps[i].am))
 	}
+	var nodes []*node
 	for _, p := range ps {
 		nd := &node{t: t, addr: fmt.Sprintf("127.0.0.1:%d", p.remote), api: fmt.Sprintf("http://127.0.0.1:%d", p.api)}
 		nd.args = append([]string{"--postgres", nodeDSN, "--port", fmt.Sprint(p.remote), "--automanaged-port", fmt.Sprint(p.am),
 			"--seeds", strings.Join(seeds, ","), "--http", fmt.Sprintf("127.0.0.1:%d", p.api)}, extra...)
-		_ = bin
 		nd.start()
-		c.nodes = append(c.nodes, nd)
+		nodes = append(nodes, nd)
 	}
-	t.Cleanup(func() {
-		for _, nd := range c.nodes {
-			nd.kill()
-		}
-	})
-	c.waitMembers(c.nodes...)
-	return c
+	return nodes
+}
+
+// tail returns the last n bytes of s.
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "..." + s[len(s)-n:]
+	}
+	return s
 }
 
 func (nd *node) start() {
@@ -161,11 +190,17 @@ func (nd *node) stop() {
 // waitMembers waits until every node of want sees exactly the members want.
 func (c *testCluster) waitMembers(want ...*node) {
 	c.t.Helper()
+	require.True(c.t, c.converged(60*time.Second, want...), "members never converged")
+}
+
+// converged reports whether, within d, every node of want saw exactly the
+// members want.
+func (c *testCluster) converged(d time.Duration, want ...*node) bool {
 	var addrs []string
 	for _, nd := range want {
 		addrs = append(addrs, nd.addr)
 	}
-	require.Eventually(c.t, func() bool {
+	see := func() bool {
 		for _, nd := range want {
 			var m struct{ Members []string }
 			if nd.get("/members", &m) != nil || strings.Join(m.Members, ",") != strings.Join(sorted(addrs), ",") {
@@ -173,7 +208,19 @@ func (c *testCluster) waitMembers(want ...*node) {
 			}
 		}
 		return true
-	}, 60*time.Second, 50*time.Millisecond, "members never converged")
+	}
+	// Other processes' views: polled, there is no event to wait on.
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	timeout := time.After(d)
+	for !see() {
+		select {
+		case <-tick.C:
+		case <-timeout:
+			return see()
+		}
+	}
+	return true
 }
 
 func sorted(s []string) []string {
