@@ -170,17 +170,30 @@ func (l *load) checkAcked(t *testing.T, st journal.Store) {
 }
 
 // waitAnswered waits until every conversation's log ends with an answer.
+// If one never does, it says which, with the end of its log and its row.
 func waitAnswered(t *testing.T, st journal.Store, convs []string) {
 	t.Helper()
-	require.Eventually(t, func() bool {
-		for _, conv := range convs {
-			evs, err := st.Events(context.Background(), conv, journal.EventQuery{Limit: 1})
-			if err != nil || len(evs) == 0 || evs[0].GetAssistantMsg() == nil || len(evs[0].GetAssistantMsg().GetToolCalls()) > 0 {
-				return false
-			}
+	answered := func(conv string) bool {
+		evs, err := st.Events(context.Background(), conv, journal.EventQuery{Limit: 1})
+		return err == nil && len(evs) == 1 && evs[0].GetAssistantMsg() != nil && len(evs[0].GetAssistantMsg().GetToolCalls()) == 0
+	}
+	if assert.Eventually(t, func() bool { return !slices.ContainsFunc(convs, func(c string) bool { return !answered(c) }) },
+		60*time.Second, 100*time.Millisecond) {
+		return
+	}
+	for _, conv := range convs {
+		if answered(conv) {
+			continue
 		}
-		return true
-	}, 60*time.Second, 100*time.Millisecond, "conversations never finished their turns")
+		evs, err := st.Events(context.Background(), conv, journal.EventQuery{Limit: 4})
+		row, rerr := st.Conversation(context.Background(), conv)
+		var ends []string
+		for _, ev := range evs {
+			ends = append(ends, fmt.Sprintf("%d:%T(req %s)", ev.GetSeq(), ev.GetBody(), ev.GetRequestId()))
+		}
+		t.Logf("%s never finished its turn: log ends %v (%v); row status %v (%v)", conv, ends, err, row.GetStatus(), rerr)
+	}
+	require.FailNow(t, "conversations never finished their turns")
 }
 
 func convIDs(prefix string, n int) []string {
