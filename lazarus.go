@@ -831,13 +831,20 @@ func (r *Runtime) Wake(ctx context.Context, conversationID string) error {
 // wake is Wake; explicit says whether the application asked for it (and
 // a failed turn runs again) or the runtime did.
 func (r *Runtime) wake(ctx context.Context, conversationID string, explicit bool) error {
+	return r.wakeAt(ctx, conversationID, explicit, 0)
+}
+
+// wakeAt is wake with the log's last seq as the waker read it (0: not
+// read): a live activation whose view ends before it is stale, retires,
+// and a new one revives (messages.AgentWake.log_last).
+func (r *Runtime) wakeAt(ctx context.Context, conversationID string, explicit bool, logLast uint64) error {
 	if err := r.enter(ctx); err != nil {
 		return fmt.Errorf("lazarus: wake %q: %w", clipID(conversationID), err)
 	}
 	if err := journal.ValidateID("conversation id", conversationID); err != nil {
 		return fmt.Errorf("lazarus: wake: %w", err)
 	}
-	res, err := r.ask(ctx, conversationID, &actors.Command{Scope: agent.SystemScope, Msg: &messages.AgentWake{Explicit: explicit}})
+	res, err := r.ask(ctx, conversationID, &actors.Command{Scope: agent.SystemScope, Msg: &messages.AgentWake{Explicit: explicit, LogLast: logLast}})
 	if err != nil {
 		return r.callErr(fmt.Sprintf("lazarus: wake %q", clipID(conversationID)), err)
 	}
@@ -856,8 +863,10 @@ const resumePage = 500
 // the background, after Open. It pages through the Store's index of ACTIVE
 // conversations (journal.Conversations.ListActiveConversations), so its
 // cost is the number of those, not the number of conversations. A listed
-// conversation that is live, or whose row no longer says ACTIVE when its
-// turn comes (a page can be old by then), is not woken. Close ends it: its
+// conversation whose row no longer says ACTIVE when its turn comes (a page
+// can be old by then) is not woken; one that is live is woken with the
+// log's last seq, which retires its activation only if that is stale
+// (idle since another writer moved the log on). Close ends it: its
 // context is the runtime's life, which Close cancels, and it checks for
 // Close before each wake.
 func (r *Runtime) resumeInterrupted() {
@@ -879,13 +888,25 @@ func (r *Runtime) resumeInterrupted() {
 			if r.cl != nil && !r.cl.owns(id) {
 				continue // its owner resumes it
 			}
-			if r.sup.IsActive(id) || !r.stillActive(ctx, id) {
-				// A live one needs nothing; one whose turn ended since the
-				// listing (the listing can be old by now) needs nothing
-				// either, and waking it would only keep an actor alive.
+			if !r.stillActive(ctx, id) {
+				// Its turn ended since the listing (the listing can be old
+				// by now): waking it would only keep an actor alive.
 				continue
 			}
-			err := r.wake(ctx, id, false)
+			var logLast uint64
+			if r.sup.IsActive(id) {
+				// A live one needs nothing, unless it is stale: idle since
+				// before another writer (a member that owned it meanwhile)
+				// moved the log on, it would never run the turn that
+				// writer left owed. The wake carries the log's last seq;
+				// a stale activation retires and a new one revives.
+				last, err := r.store.LastSeq(ctx, id)
+				if err != nil {
+					continue
+				}
+				logLast = last
+			}
+			err := r.wakeAt(ctx, id, false, logLast)
 			if err != nil && !errors.Is(err, ErrClosed) && !errors.Is(err, journal.ErrDeleted) && ctx.Err() == nil {
 				r.log.Warn("resume failed", "conversation", id, "err", err)
 			}

@@ -453,6 +453,18 @@ func (c *core) onCommand(cmd *Command, sender any) {
 			return
 		}
 	case *messages.AgentWake:
+		if last := m.GetLogLast(); last > c.ws.LastSeq && c.inflight == nil {
+			// Stale: another writer moved the log past this activation's
+			// view while it sat idle (in a cluster, a member that owned
+			// the conversation meanwhile), and a turn that writer left
+			// owed would wait here for the next command. Retire first,
+			// then answer "retry": the wake goes to a new activation,
+			// which revives from the log and applies the recovery rules.
+			err := fmt.Errorf("conversation %q: the log is at seq %d, this activation's view at %d: %w", c.cfg.ID, last, c.ws.LastSeq, journal.ErrConflict)
+			c.stop(err)
+			c.reply(sender, m, 0, err)
+			return
+		}
 		// Activation alone applies the recovery rules. Only an explicit
 		// wake runs a failed turn again (see turnOwed).
 		if m.GetExplicit() {

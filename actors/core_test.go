@@ -105,7 +105,9 @@ func words(effs []effect) []string {
 					out = append(out, fmt.Sprintf("reply seq=%d", r.GetSeq()))
 				}
 			case *messages.AgentReply:
-				if r.GetError() != nil {
+				if r.GetError() != nil && r.GetRetry() {
+					out = append(out, "reply error retry=true")
+				} else if r.GetError() != nil {
 					out = append(out, "reply error")
 				} else {
 					out = append(out, "reply")
@@ -180,7 +182,29 @@ func TestCoreRecoveryRules(t *testing.T) {
 			Fire:    &messages.ScheduleFire{ScheduleId: "s1", Occurrence: journal.Timestamp(t0)}}}}
 	}
 	stale := func(n uint64) *inWriteReply { return &inWriteReply{id: n, err: journal.ErrStale} }
+	wakeAt := func(last uint64) *inCommand {
+		return &inCommand{sender: "waker", cmd: &Command{Scope: agent.SystemScope, Msg: &messages.AgentWake{LogLast: last}}}
+	}
 	cases := []coreCase{{
+		name: "a wake that says the log is past this activation's view retires it and is told to retry; one at or before its view is answered",
+		log:  []*messages.Event{user("r1"), answer()},
+		steps: []coreStep{
+			{nil, nil},
+			{wakeAt(2), []string{"reply"}},
+			{wakeAt(1), []string{"reply"}},
+			{wakeAt(3), []string{"retire", "halt", "reply error retry=true"}},
+			{send("r2"), []string{"reply error retry=true"}},
+		},
+	}, {
+		name: "a wake that says the log is past the view while a write is in flight leaves it to the write's fence",
+		log:  []*messages.Event{user("r1"), answer()},
+		steps: []coreStep{
+			{nil, nil},
+			{send("r2"), []string{"write[" + wUser + "]"}},
+			{wakeAt(5), []string{"reply"}},
+			{&inWriteReply{id: 1, err: journal.ErrConflict}, []string{"reply error retry=true", "publish", "retire", "halt", "fenced"}},
+		},
+	}, {
 		name: "an end at rest writes the status alone; then sends and rewinds are refused, and no wake runs a turn",
 		log:  []*messages.Event{user("r1"), answer(), user("r2"), failed()},
 		steps: []coreStep{

@@ -362,7 +362,13 @@ type AgentWake struct {
 	// also runs again a turn whose log ends in turn_failed. The runtime's own
 	// wakes (resume on Open, the wake-up after a fenced write) leave it unset
 	// and never re-run a failed turn.
-	Explicit      bool `protobuf:"varint,1,opt,name=explicit,proto3" json:"explicit,omitempty"`
+	Explicit bool `protobuf:"varint,1,opt,name=explicit,proto3" json:"explicit,omitempty"`
+	// log_last, if set, is the log's last seq as the waker read it (the
+	// resume scan, for an activation that is live). A live activation whose
+	// own view ends before it, with no write in flight, is stale (another
+	// member wrote the log meanwhile): it retires and the wake is answered
+	// "retry", so that a new activation revives from the log.
+	LogLast       uint64 `protobuf:"varint,2,opt,name=log_last,json=logLast,proto3" json:"log_last,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -402,6 +408,13 @@ func (x *AgentWake) GetExplicit() bool {
 		return x.Explicit
 	}
 	return false
+}
+
+func (x *AgentWake) GetLogLast() uint64 {
+	if x != nil {
+		return x.LogLast
+	}
+	return 0
 }
 
 // AgentConfigure replaces the conversation's own model settings (system
@@ -615,9 +628,10 @@ const file_lazarus_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"AgentReply\x12'\n" +
 	"\x05error\x18\x01 \x01(\v2\x11.lazarus.v1.ErrorR\x05error\x12\x14\n" +
-	"\x05retry\x18\x02 \x01(\bR\x05retry\"'\n" +
+	"\x05retry\x18\x02 \x01(\bR\x05retry\"B\n" +
 	"\tAgentWake\x12\x1a\n" +
-	"\bexplicit\x18\x01 \x01(\bR\bexplicit\"\x93\x01\n" +
+	"\bexplicit\x18\x01 \x01(\bR\bexplicit\x12\x19\n" +
+	"\blog_last\x18\x02 \x01(\x04R\alogLast\"\x93\x01\n" +
 	"\x0eAgentConfigure\x12D\n" +
 	"\bsettings\x18\x01 \x03(\v2(.lazarus.v1.AgentConfigure.SettingsEntryR\bsettings\x1a;\n" +
 	"\rSettingsEntry\x12\x10\n" +
