@@ -293,13 +293,15 @@ func (r *Runtime) CancelSchedule(ctx context.Context, conversationID, id string)
 // of the next owner, which rebuilds its timers on the membership change.
 func (r *Runtime) armSchedule(ctx context.Context, m proto.Message) {
 	if r.tellScheduleOwner(ctx, m) != nil {
-		var conv, id string
-		switch m := m.(type) {
-		case *messages.ScheduleArm:
-			conv, id = m.GetConversationId(), m.GetScheduleId()
-		case *messages.ScheduleDisarm:
-			conv, id = m.GetConversationId(), m.GetScheduleId()
+		// Both ScheduleArm and ScheduleDisarm name their schedule so.
+		named, ok := m.(interface {
+			GetConversationId() string
+			GetScheduleId() string
+		})
+		if !ok {
+			return
 		}
+		conv, id := named.GetConversationId(), named.GetScheduleId()
 		r.mu.Lock()
 		if r.closed {
 			r.mu.Unlock()
