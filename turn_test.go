@@ -267,3 +267,54 @@ func TestTurnEndsReachASubscriberOnce(t *testing.T) {
 	}
 	require.Equal(t, []uint64{2, 4, 6, 8, 10, 12}, ends)
 }
+
+// TestRewindMidTurnEndsSendAndWait: a Rewind or an Edit that lands while
+// the turn of a SendAndWait's message runs takes that turn back (a rewind
+// owes no turn): SendAndWait returns a TurnCancelled end, with the rewind
+// event's seq, and an error wrapping ErrTurnCancelled. It used to wait for
+// an end that never came, until its ctx ended.
+func TestRewindMidTurnEndsSendAndWait(t *testing.T) {
+	for _, edit := range []bool{false, true} {
+		t.Run(map[bool]string{false: "rewind", true: "edit"}[edit], func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			model := scripted.New(scripted.Options{})
+			rt := openTurnRuntime(t, model)
+			model.Push("c", scripted.Text("first"))
+			_, err := rt.SendAndWait(ctx, "c", "hello", agent.Scope{UserID: "u"}) // 1, 2
+			require.NoError(t, err)
+
+			held := model.Hold("c")
+			type result struct {
+				end lazarus.TurnEnd
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				end, err := rt.SendAndWait(ctx, "c", "second", agent.Scope{UserID: "u"}) // 3
+				done <- result{end, err}
+			}()
+			select {
+			case <-held:
+			case <-ctx.Done():
+				t.Fatal("the model was never called")
+			}
+			if edit {
+				_, err = rt.Edit(ctx, "c", 3, "second, edited", agent.Scope{UserID: "u"}) // rewind 4, message 5
+			} else {
+				err = rt.Rewind(ctx, "c", 2, lazarus.RewindOptions{}, agent.Scope{UserID: "u"}) // 4
+			}
+			require.NoError(t, err)
+			var res result
+			select {
+			case res = <-done:
+			case <-ctx.Done():
+				t.Fatal("SendAndWait still waits on the turn the rewind took back")
+			}
+			model.Release("c")
+			require.ErrorIs(t, res.err, lazarus.ErrTurnCancelled)
+			require.Equal(t, lazarus.TurnCancelled, res.end.Outcome)
+			require.Equal(t, uint64(4), res.end.Seq, "the rewind event's seq")
+		})
+	}
+}

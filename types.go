@@ -36,7 +36,10 @@ const (
 	// turn again.
 	TurnFailed = actors.TurnFailed
 	// TurnCancelled: the conversation's actor was killed mid-turn; the
-	// turn runs again when the conversation is next woken.
+	// turn runs again when the conversation is next woken. SendAndWait
+	// also returns it for a turn that a Rewind or an Edit took back
+	// (TurnEnd.Seq is then the rewind event's); that turn is not run
+	// again.
 	TurnCancelled = actors.TurnCancelled
 )
 

@@ -50,9 +50,10 @@ type TurnEnd struct {
 	Outcome TurnOutcome
 	// Seq is the seq of the event that ended the turn: the assistant
 	// message (answered), the suspension (suspended) or the turn_failed
-	// event (failed). 0 for a cancelled turn, which no event records, and
-	// for a failure that was never written (the activation's write
-	// failed).
+	// event (failed). 0 for a turn cancelled by a kill, which no event
+	// records, and for a failure that was never written (the activation's
+	// write failed); the rewind event's for a turn a rewind took back
+	// (lazarus.SendAndWait).
 	Seq uint64
 	// Text is the text of the answer (answered): its text parts, joined
 	// by newlines.
