@@ -596,11 +596,14 @@ func (r *Runtime) SendMessage(ctx context.Context, conversationID string, msg *m
 // ErrForbidden, and nothing is written. The turn goes on for its
 // requester: the tools it runs next never get the resolver's scope.
 func (r *Runtime) Resolve(ctx context.Context, toolCallID, result string, scope agent.Scope) error {
+	if err := r.enter(ctx); err != nil {
+		return fmt.Errorf("lazarus: resolve %q: %w", clipID(toolCallID), err)
+	}
 	if len(result) > agent.MaxResultBytes {
 		// Checked here, before anything is written: an answer too large for
 		// its tool_result event would leave the conversation unable to
 		// record it.
-		return fmt.Errorf("lazarus: resolve %q: %w", toolCallID,
+		return fmt.Errorf("lazarus: resolve %q: %w", clipID(toolCallID),
 			journal.Invalidf("result of %d bytes exceeds %d", len(result), agent.MaxResultBytes))
 	}
 	if !agent.ValidJSON(result) {

@@ -1,0 +1,167 @@
+package lazarus_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/agent/scripted"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/journal/memjournal"
+)
+
+// Every call taking a ctx, given one that already ended, does nothing and
+// returns an error wrapping ctx.Err(); after Close, ErrClosed.
+func TestEveryCallWithEndedContextOrAfterClose(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	model := scripted.New(scripted.Options{})
+	rt := openContract(t, memjournal.New(memjournal.Options{}), model, 0)
+	answered(ctx, t, rt, model, "a")
+	callID := suspend(ctx, t, rt, model, "c")
+	require.NoError(t, rt.MergeMetadata(ctx, "a", map[string]string{"k": "v"}))
+	sc, err := rt.Schedule(ctx, "a", lazarus.ScheduleSpec{After: time.Hour, Text: "x"}, user)
+	require.NoError(t, err)
+	before, err := rt.History(ctx, "a", 0, 0)
+	require.NoError(t, err)
+
+	ended, cancelNow := context.WithCancel(context.Background())
+	cancelNow()
+	type call struct {
+		name string
+		f    func(ctx context.Context) error
+	}
+	calls := []call{
+		{"Rewind", func(ctx context.Context) error { return rt.Rewind(ctx, "a", 1, lazarus.RewindOptions{}, user) }},
+		{"Edit", func(ctx context.Context) error { _, err := rt.Edit(ctx, "a", 1, "new", user); return err }},
+		{"Fork", func(ctx context.Context) error { return rt.Fork(ctx, "a", 2, "a-fork") }},
+		{"Find", func(ctx context.Context) error { _, _, err := rt.Find(ctx, "k", "v", "", 0); return err }},
+		{"End", func(ctx context.Context) error { return rt.End(ctx, "a") }},
+		{"Configure", func(ctx context.Context) error {
+			return rt.Configure(ctx, "a", agent.Settings{SystemPrompt: "p"})
+		}},
+		{"Configure-new", func(ctx context.Context) error {
+			return rt.Configure(ctx, "fresh", agent.Settings{SystemPrompt: "p"})
+		}},
+		{"Settings", func(ctx context.Context) error { _, err := rt.Settings(ctx, "a"); return err }},
+		{"Delete", func(ctx context.Context) error { return rt.Delete(ctx, "a") }},
+		{"PendingCalls", func(ctx context.Context) error { _, _, err := rt.PendingCalls(ctx, "", 0); return err }},
+		{"Metadata", func(ctx context.Context) error { _, err := rt.Metadata(ctx, "a"); return err }},
+		{"MergeMetadata", func(ctx context.Context) error { return rt.MergeMetadata(ctx, "a", map[string]string{"k": "w"}) }},
+		{"Chapters", func(ctx context.Context) error { _, err := rt.Chapters(ctx, "a", 0); return err }},
+		{"HistoryView", func(ctx context.Context) error {
+			_, err := rt.HistoryView(ctx, "a", lazarus.HistoryOptions{})
+			return err
+		}},
+		{"SubscribeWith", func(ctx context.Context) error {
+			_, err := rt.SubscribeWith(ctx, "a", 0, lazarus.SubscribeOptions{})
+			return err
+		}},
+		{"SendAndWait", func(ctx context.Context) error { _, err := rt.SendAndWait(ctx, "a", "more", user); return err }},
+		{"Schedule", func(ctx context.Context) error {
+			_, err := rt.Schedule(ctx, "a", lazarus.ScheduleSpec{After: time.Hour, Text: "y"}, user)
+			return err
+		}},
+		{"Schedules", func(ctx context.Context) error { _, err := rt.Schedules(ctx, "a"); return err }},
+		{"CancelSchedule", func(ctx context.Context) error { return rt.CancelSchedule(ctx, "a", sc.GetId()) }},
+		{"Reschedule", func(ctx context.Context) error { return rt.Reschedule(ctx, callID, time.Now().Add(time.Hour)) }},
+	}
+	for _, c := range calls {
+		require.ErrorIs(t, c.f(ended), context.Canceled, c.name)
+	}
+	after, err := rt.History(ctx, "a", 0, 0)
+	require.NoError(t, err)
+	require.Len(t, after, len(before), "nothing appended")
+	md, err := rt.Metadata(ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"k": "v"}, md)
+	scs, err := rt.Schedules(ctx, "a")
+	require.NoError(t, err)
+	require.Len(t, scs, 1)
+	s, err := rt.Settings(ctx, "a")
+	require.NoError(t, err)
+	require.Empty(t, s.SystemPrompt)
+
+	require.NoError(t, rt.Close())
+	for _, c := range calls {
+		require.ErrorIs(t, c.f(ctx), lazarus.ErrClosed, c.name)
+	}
+}
+
+// An ended conversation runs no turn, not even on an explicit Wake (which
+// otherwise runs a failed turn again); Edit fails with ErrEnded; End of a
+// deleted conversation wraps ErrDeleted.
+func TestEndedConversationRunsNoTurnOnWake(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	model := scripted.New(scripted.Options{})
+	rt := openContract(t, memjournal.New(memjournal.Options{}), model, 0)
+	model.PushError("c", agent.ErrRefused)
+	_, err := rt.SendAndWait(ctx, "c", "hello", user)
+	require.ErrorIs(t, err, lazarus.ErrTurnFailed)
+	require.NoError(t, rt.End(ctx, "c"), "a failed turn is at rest")
+	calls := model.Calls("c")
+	before, err := rt.History(ctx, "c", 0, 0)
+	require.NoError(t, err)
+	require.NoError(t, rt.Wake(ctx, "c"))
+	rt.Kill("c")
+	require.NoError(t, rt.Wake(ctx, "c"))
+	require.NoError(t, rt.End(ctx, "c"), "the wakes ran nothing: still at rest")
+	require.Equal(t, calls, model.Calls("c"), "no model call")
+	after, err := rt.History(ctx, "c", 0, 0)
+	require.NoError(t, err)
+	require.Len(t, after, len(before))
+	_, err = rt.Edit(ctx, "c", 1, "again", user)
+	require.ErrorIs(t, err, journal.ErrEnded)
+	_, err = rt.SendAndWait(ctx, "c", "more", user)
+	require.ErrorIs(t, err, journal.ErrEnded)
+
+	answered(ctx, t, rt, model, "d")
+	require.NoError(t, rt.Delete(ctx, "d"))
+	require.ErrorIs(t, rt.End(ctx, "d"), journal.ErrDeleted)
+	require.ErrorIs(t, rt.Rewind(ctx, "d", 0, lazarus.RewindOptions{}, user), journal.ErrDeleted)
+	_, err = rt.Edit(ctx, "d", 1, "x", user)
+	require.ErrorIs(t, err, journal.ErrDeleted)
+	require.ErrorIs(t, rt.Fork(ctx, "d", 1, "d2"), journal.ErrDeleted)
+	require.ErrorIs(t, rt.Configure(ctx, "d", agent.Settings{SystemPrompt: "x"}), journal.ErrDeleted)
+	_, err = rt.Settings(ctx, "d")
+	require.ErrorIs(t, err, journal.ErrDeleted)
+	_, err = rt.Metadata(ctx, "d")
+	require.ErrorIs(t, err, journal.ErrDeleted)
+	require.ErrorIs(t, rt.MergeMetadata(ctx, "d", map[string]string{"k": "v"}), journal.ErrDeleted)
+	_, err = rt.Schedule(ctx, "d", lazarus.ScheduleSpec{After: time.Hour, Text: "x"}, user)
+	require.ErrorIs(t, err, journal.ErrDeleted)
+	_, err = rt.Chapters(ctx, "d", 0)
+	require.ErrorIs(t, err, journal.ErrDeleted)
+	_, err = rt.HistoryView(ctx, "d", lazarus.HistoryOptions{})
+	require.ErrorIs(t, err, journal.ErrDeleted)
+	require.ErrorIs(t, rt.Delete(ctx, "d"), journal.ErrDeleted)
+	require.ErrorIs(t, rt.Wake(ctx, "d"), journal.ErrDeleted)
+	_, err = rt.SendAndWait(ctx, "d", "x", user)
+	require.ErrorIs(t, err, journal.ErrDeleted)
+	require.ErrorIs(t, rt.Fork(ctx, "c", 1, "d"), journal.ErrDeleted, "a deleted newID")
+}
+
+// Resolve checks the runtime and ctx before its result, like every entry
+// call, and never quotes an oversized id whole.
+func TestResolveBadResultAfterCloseAndHostileID(t *testing.T) {
+	ctx := context.Background()
+	model := scripted.New(scripted.Options{})
+	rt := openContract(t, memjournal.New(memjournal.Options{}), model, 0)
+	big := strings.Repeat("x", 100000)
+	huge := `"` + strings.Repeat("y", agent.MaxResultBytes) + `"`
+	err := rt.Resolve(ctx, big, huge, user)
+	require.ErrorIs(t, err, journal.ErrInvalid)
+	require.Less(t, len(err.Error()), 1024)
+	ended, cancelNow := context.WithCancel(ctx)
+	cancelNow()
+	require.ErrorIs(t, rt.Resolve(ended, "call", "not json", user), context.Canceled)
+	require.NoError(t, rt.Close())
+	require.ErrorIs(t, rt.Resolve(ctx, "call", "not json", user), lazarus.ErrClosed)
+	require.ErrorIs(t, rt.Resolve(ctx, "call", huge, user), lazarus.ErrClosed)
+}
