@@ -121,7 +121,7 @@ func (r *Runtime) checkAddress(opts SendOptions) error {
 		return nil
 	}
 	if !slices.ContainsFunc(r.opts.Agents, func(a Agent) bool { return a.Name == opts.Agent }) {
-		return fmt.Errorf("agent %q: %w (%w)", opts.Agent, ErrUnknownAgent, journal.ErrInvalid)
+		return fmt.Errorf("agent %q: %w (%w)", clipID(opts.Agent), ErrUnknownAgent, journal.ErrInvalid)
 	}
 	return nil
 }

@@ -165,3 +165,21 @@ func TestResolveBadResultAfterCloseAndHostileID(t *testing.T) {
 	require.ErrorIs(t, rt.Resolve(ctx, "call", "not json", user), lazarus.ErrClosed)
 	require.ErrorIs(t, rt.Resolve(ctx, "call", huge, user), lazarus.ErrClosed)
 }
+
+// An oversized tool choice or agent name is refused with an error that
+// does not quote it whole.
+func TestOversizedSettingsAndAgentNamesGetShortErrors(t *testing.T) {
+	ctx := context.Background()
+	model := scripted.New(scripted.Options{})
+	rt := openContract(t, memjournal.New(memjournal.Options{}), model, 0)
+	big := strings.Repeat("x", 100000)
+	err := rt.Configure(ctx, "c", agent.Settings{ToolChoice: big})
+	require.ErrorIs(t, err, journal.ErrInvalid)
+	require.Less(t, len(err.Error()), 1024)
+	_, err = rt.SendMessage(ctx, "c", textMsg("hi"), lazarus.SendOptions{Agent: big}, user)
+	require.ErrorIs(t, err, lazarus.ErrUnknownAgent)
+	require.ErrorIs(t, err, journal.ErrInvalid)
+	require.Less(t, len(err.Error()), 1024)
+	require.ErrorIs(t, agent.ValidateSettings(agent.Settings{ToolChoice: big}, nil), journal.ErrInvalid)
+	require.Less(t, len(agent.ValidateSettings(agent.Settings{ToolChoice: big}, nil).Error()), 1024)
+}

@@ -105,12 +105,12 @@ func ValidateSettings(s Settings, tools *Registry) error {
 	}
 	if tools == nil {
 		if err := checkName(s.ToolChoice); err != nil {
-			return journal.Invalidf("tool choice %q is neither auto, none, required nor a tool name", s.ToolChoice)
+			return journal.Invalidf("tool choice %q is neither auto, none, required nor a tool name", clip(s.ToolChoice, MaxNameBytes))
 		}
 		return nil
 	}
 	if _, ok := tools.Lookup(s.ToolChoice); !ok {
-		return journal.Invalidf("tool choice %q is neither auto, none, required nor a registered tool", s.ToolChoice)
+		return journal.Invalidf("tool choice %q is neither auto, none, required nor a registered tool", clip(s.ToolChoice, MaxNameBytes))
 	}
 	return nil
 }
