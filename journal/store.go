@@ -227,10 +227,13 @@ type Conversations interface {
 	// delete (the tombstone is what it finds).
 	Conversation(ctx context.Context, id string) (*messages.Conversation, error)
 	// PutConversation merges u into the row, creating it (status ACTIVE
-	// unless u says otherwise) if absent. ErrDeleted after a delete.
+	// unless u says otherwise) if absent. ErrDeleted after a delete. An
+	// unknown status, or an fsm_state ValidateFSMState refuses (one in a
+	// state other than idle or awaiting_input, say), is ErrInvalid.
 	PutConversation(ctx context.Context, u ConversationUpdate) error
 	// PutFSMState replaces just the fsm_state cache, creating the row if
-	// absent. ErrDeleted after a delete.
+	// absent. ErrDeleted after a delete; ErrInvalid for an fsm_state
+	// ValidateFSMState refuses.
 	PutFSMState(ctx context.Context, id string, st *messages.FSMState) error
 	// ListConversations returns up to limit rows (limit <= 0 means 100)
 	// with ids greater than cursor, ordered by id, and the cursor of the

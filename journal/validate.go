@@ -173,8 +173,9 @@ func appendEventError(req *messages.AppendRequest, i int, err error) error {
 	return Invalidf("event %d of append to %q: %v", i, req.GetConversationId(), err)
 }
 
-// ValidateToolCall checks a tool call row: its ids, that it fits, and that
-// it does not set the storage-internal result_seq.
+// ValidateToolCall checks a tool call row: its ids, that its status and
+// executor are values of their enums, that it fits, and that it does not set
+// the storage-internal result_seq.
 func ValidateToolCall(rec *messages.ToolCallRecord) error {
 	if rec == nil {
 		return Invalidf("nil tool call")
@@ -185,10 +186,47 @@ func ValidateToolCall(rec *messages.ToolCallRecord) error {
 	if err := ValidateID("conversation id", rec.GetConversationId()); err != nil {
 		return err
 	}
+	if _, ok := messages.ToolCallStatus_name[int32(rec.GetStatus())]; !ok {
+		return Invalidf("tool call %s has unknown status %d", rec.GetId(), rec.GetStatus())
+	}
+	if _, ok := messages.Executor_name[int32(rec.GetExecutor())]; !ok {
+		return Invalidf("tool call %s has unknown executor %d", rec.GetId(), rec.GetExecutor())
+	}
 	if rec.GetResultSeq() != 0 {
 		return Invalidf("tool call %s sets result_seq, which only a store sets", rec.GetId())
 	}
 	return checkSize("tool call "+rec.GetId(), rec, MaxRecordBytes)
+}
+
+// ValidStatus reports whether s is a value of the ConversationStatus enum
+// (unspecified included: it leaves a row's status unchanged).
+func ValidStatus(s messages.ConversationStatus) bool {
+	_, ok := messages.ConversationStatus_name[int32(s)]
+	return ok
+}
+
+// ValidateFSMState checks the fsm_state cache of conversation conv: st is
+// not nil; its state is idle or awaiting_input (the only states ever
+// persisted), or unspecified; each pending entry is keyed by a valid tool
+// call id and is not nil; and it fits MaxRecordBytes.
+func ValidateFSMState(conv string, st *messages.FSMState) error {
+	if st == nil {
+		return Invalidf("nil fsm_state for %q", conv)
+	}
+	switch st.GetState() {
+	case messages.AgentState_AGENT_STATE_UNSPECIFIED, messages.AgentState_AGENT_STATE_IDLE, messages.AgentState_AGENT_STATE_AWAITING_INPUT:
+	default:
+		return Invalidf("fsm_state of %q in state %v: only idle and awaiting_input are persisted", conv, st.GetState())
+	}
+	for id, p := range st.GetPending() {
+		if err := ValidateID("pending tool call id in the fsm_state of "+conv, id); err != nil {
+			return err
+		}
+		if p == nil {
+			return Invalidf("fsm_state of %q: nil pending entry for %s", conv, id)
+		}
+	}
+	return checkSize("fsm_state of "+conv, st, MaxRecordBytes)
 }
 
 // ValidateDeadline checks a deadline: its ids and a set time.
@@ -354,8 +392,11 @@ func validateAppend(req *messages.AppendRequest, encode bool) error {
 			return err
 		}
 	}
+	if !ValidStatus(req.GetStatus()) {
+		return Invalidf("append to %q sets unknown status %d", conv, req.GetStatus())
+	}
 	if st := req.GetFsmState(); st != nil {
-		if err := checkSize("fsm_state of "+conv, st, MaxRecordBytes); err != nil {
+		if err := ValidateFSMState(conv, st); err != nil {
 			return err
 		}
 	}

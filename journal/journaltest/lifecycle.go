@@ -311,6 +311,22 @@ func testBadInput(t *testing.T, e env) {
 			r.Resolutions = []*messages.ToolResolution{{ToolCallId: calls[0], Status: pending}}
 		}))},
 		{"AppendUnfencedWithEvents", appendTo(valid(func(r *messages.AppendRequest) { r.Unfenced = true }))},
+		{"AppendUnknownStatus", appendTo(valid(func(r *messages.AppendRequest) { r.Status = 99 }))},
+		{"AppendToolCallUnknownStatus", appendTo(valid(func(r *messages.AppendRequest) { r.ToolCalls[0].Status = 99 }))},
+		{"AppendToolCallUnknownExecutor", appendTo(valid(func(r *messages.AppendRequest) { r.ToolCalls[0].Executor = 99 }))},
+		{"AppendFSMStateStreaming", appendTo(valid(func(r *messages.AppendRequest) {
+			r.FsmState = &messages.FSMState{State: messages.AgentState_AGENT_STATE_STREAMING, LastSeq: last + 1}
+		}))},
+		{"AppendFSMStateExecutingTools", appendTo(valid(func(r *messages.AppendRequest) {
+			r.FsmState = &messages.FSMState{State: messages.AgentState_AGENT_STATE_EXECUTING_TOOLS, LastSeq: last + 1}
+		}))},
+		{"AppendFSMStateUnknownState", appendTo(valid(func(r *messages.AppendRequest) { r.FsmState = &messages.FSMState{State: 99} }))},
+		{"AppendFSMStatePendingWithoutID", appendTo(valid(func(r *messages.AppendRequest) {
+			r.FsmState = awaiting(last+1, "")
+		}))},
+		{"AppendFSMStateNilPending", appendTo(valid(func(r *messages.AppendRequest) {
+			r.FsmState = &messages.FSMState{State: messages.AgentState_AGENT_STATE_AWAITING_INPUT, Pending: map[string]*messages.PendingCall{calls[0]: nil}}
+		}))},
 		{"AppendBatchInvalidRequest", func() error {
 			return s.AppendBatch(ctx, []*messages.AppendRequest{valid(func(r *messages.AppendRequest) { r.Events[0].Body = nil })})[0].Err
 		}},
@@ -340,6 +356,25 @@ func testBadInput(t *testing.T, e env) {
 		{"MetadataEmptyKey", func() error { return s.PutMetadata(ctx, "c", map[string]string{"": "v"}) }},
 		{"MetadataInvalidUTF8Value", func() error { return s.PutMetadata(ctx, "c", map[string]string{"k": "\xff"}) }},
 		{"PutConversationEmptyID", func() error { return s.PutConversation(ctx, journal.ConversationUpdate{}) }},
+		{"PutConversationUnknownStatus", func() error { return s.PutConversation(ctx, journal.ConversationUpdate{ID: "c", Status: 99}) }},
+		{"PutConversationFSMStateStreaming", func() error {
+			return s.PutConversation(ctx, journal.ConversationUpdate{ID: "c", FSMState: &messages.FSMState{State: messages.AgentState_AGENT_STATE_STREAMING}})
+		}},
+		{"PutFSMStateExecutingTools", func() error {
+			return s.PutFSMState(ctx, "c", &messages.FSMState{State: messages.AgentState_AGENT_STATE_EXECUTING_TOOLS, LastSeq: last})
+		}},
+		{"PutFSMStateUnknownState", func() error { return s.PutFSMState(ctx, "d", &messages.FSMState{State: 99}) }},
+		{"PutFSMStatePendingWithoutID", func() error { return s.PutFSMState(ctx, "c", awaiting(last, "")) }},
+		{"UpsertUnknownStatus", func() error {
+			rec := humanCall("c", "c/new")
+			rec.Status = 99
+			return s.UpsertToolCall(ctx, rec)
+		}},
+		{"UpsertUnknownExecutor", func() error {
+			rec := humanCall("c", "c/new")
+			rec.Executor = 99
+			return s.UpsertToolCall(ctx, rec)
+		}},
 		{"PutFSMStateOversizedID", func() error { return s.PutFSMState(ctx, longID, idleState(1)) }},
 		{"DeleteEmptyID", func() error { return s.DeleteConversation(ctx, "") }},
 		{"EventsEmptyID", func() error { _, err := s.Events(ctx, "", journal.EventQuery{}); return err }},

@@ -921,11 +921,6 @@ func (s *Store) Conversation(ctx context.Context, id string) (*messages.Conversa
 	return clone(c.row), nil
 }
 
-func validStatus(s messages.ConversationStatus) bool {
-	_, ok := messages.ConversationStatus_name[int32(s)]
-	return ok
-}
-
 // PutConversation implements journal.Conversations. A new row is created
 // now. Settings keys follow the rules of ids, as metadata keys do.
 func (s *Store) PutConversation(ctx context.Context, u journal.ConversationUpdate) error {
@@ -938,13 +933,13 @@ func (s *Store) PutConversation(ctx context.Context, u journal.ConversationUpdat
 	if err := journal.ValidateMetadata(u.ID, u.Settings); err != nil {
 		return fmt.Errorf("memjournal: settings: %w", err)
 	}
-	if !validStatus(u.Status) {
+	if !journal.ValidStatus(u.Status) {
 		return fmt.Errorf("memjournal: %w", journal.Invalidf("conversation %q: unknown status %d", u.ID, u.Status))
 	}
 	var fsm *messages.FSMState
 	if u.FSMState != nil {
-		if n := proto.Size(u.FSMState); n > journal.MaxRecordBytes {
-			return fmt.Errorf("memjournal: %w", journal.Invalidf("fsm_state of %q of %d bytes exceeds %d", u.ID, n, journal.MaxRecordBytes))
+		if err := journal.ValidateFSMState(u.ID, u.FSMState); err != nil {
+			return fmt.Errorf("memjournal: %w", err)
 		}
 		fsm = clone(u.FSMState)
 	}

@@ -329,8 +329,13 @@ func (s *Store) putConversation(u journal.ConversationUpdate) error {
 	if err := journal.ValidateMetadata(u.ID, u.Settings); err != nil {
 		return fmt.Errorf("pebblejournal: settings: %w", err)
 	}
-	if _, ok := messages.ConversationStatus_name[int32(u.Status)]; !ok {
+	if !journal.ValidStatus(u.Status) {
 		return journal.Invalidf("pebblejournal: conversation %q: unknown status %d", u.ID, u.Status)
+	}
+	if u.FSMState != nil {
+		if err := journal.ValidateFSMState(u.ID, u.FSMState); err != nil {
+			return fmt.Errorf("pebblejournal: %w", err)
+		}
 	}
 	defer s.lockConv(u.ID)()
 	t := s.newTxn()

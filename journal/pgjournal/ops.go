@@ -658,11 +658,6 @@ func (s *Store) Conversation(ctx context.Context, id string) (*messages.Conversa
 	return decode(row, &messages.Conversation{}, "conversation %q", id)
 }
 
-func validStatus(st messages.ConversationStatus) bool {
-	_, ok := messages.ConversationStatus_name[int32(st)]
-	return ok
-}
-
 // ListPendingToolCalls implements journal.ToolCalls, from the partial
 // index of pending rows: its cost is that of the page.
 func (s *Store) ListPendingToolCalls(ctx context.Context, cursor string, limit int) ([]*messages.ToolCallRecord, string, error) {
@@ -722,12 +717,12 @@ func (s *Store) PutConversation(ctx context.Context, u journal.ConversationUpdat
 	if err := journal.ValidateMetadata(u.ID, u.Settings); err != nil {
 		return fmt.Errorf("pgjournal: settings: %w", err)
 	}
-	if !validStatus(u.Status) {
+	if !journal.ValidStatus(u.Status) {
 		return fmt.Errorf("pgjournal: %w", journal.Invalidf("conversation %q: unknown status %d", u.ID, u.Status))
 	}
 	if u.FSMState != nil {
-		if n := proto.Size(u.FSMState); n > journal.MaxRecordBytes {
-			return fmt.Errorf("pgjournal: %w", journal.Invalidf("fsm_state of %q of %d bytes exceeds %d", u.ID, n, journal.MaxRecordBytes))
+		if err := journal.ValidateFSMState(u.ID, u.FSMState); err != nil {
+			return fmt.Errorf("pgjournal: %w", err)
 		}
 	}
 	now := time.Now()
