@@ -266,6 +266,12 @@ func testDeadlinesOrder(t *testing.T, e env) {
 	got := allDeadlines(t, s)
 	require.Len(t, got, 6)
 	requireProto(t, d, got[3])
+
+	// Equal times order by tool call id, not by conversation.
+	s = e.open(t).Store
+	schedule(t, s, deadline("a", "tc-2", 20), deadline("b", "tc-1", 20), deadline("a", "tc-3", 20))
+	requireProtos(t, []*messages.Deadline{deadline("b", "tc-1", 20), deadline("a", "tc-2", 20), deadline("a", "tc-3", 20)},
+		allDeadlines(t, s), "equal times: by tool call id across conversations")
 }
 
 func testDeadlinesReplace(t *testing.T, e env) {
