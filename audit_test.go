@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/actors/actorstest"
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/journal"
@@ -66,4 +67,50 @@ func TestOpenAuditMustAgreeWithStore(t *testing.T) {
 			require.Len(t, calls, tc.wantModelCalls)
 		})
 	}
+}
+
+// TestAuditTTLSweepsOldRows: with Options.Audit.TTL, the runtime deletes
+// the audit rows older than the TTL, on its clock, every TTL/2, in every
+// conversation (the seeds' TTL-based GC of model_calls), and keeps the
+// newer ones.
+func TestAuditTTLSweepsOldRows(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	clock := actorstest.NewManualClock(time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC))
+	mem := memjournal.New(memjournal.Options{Audit: true})
+	defer mem.Close()
+	model := scripted.New(scripted.Options{})
+	rt, err := lazarus.Open(lazarus.Options{Store: mem, Model: model, Clock: clock,
+		Audit: lazarus.AuditOptions{Enabled: true, TTL: time.Hour}})
+	require.NoError(t, err)
+	defer rt.Close()
+	user := agent.Scope{UserID: "u"}
+	rows := func(conv string) int {
+		calls, err := mem.ModelCalls(ctx, conv)
+		require.NoError(t, err)
+		return len(calls)
+	}
+
+	model.Push("old", scripted.Text("first"))
+	_, err = rt.SendAndWait(ctx, "old", "hi", user)
+	require.NoError(t, err)
+	require.Equal(t, 1, rows("old"))
+
+	clock.Advance(45 * time.Minute) // a sweep at 30m: the row is 30m old
+	require.Equal(t, 1, rows("old"), "a row younger than the TTL stays")
+
+	model.Push("new", scripted.Text("second"))
+	_, err = rt.SendAndWait(ctx, "new", "hi", user)
+	require.NoError(t, err)
+	require.Equal(t, 1, rows("new"))
+
+	clock.Advance(46 * time.Minute) // sweeps at 60m (cutoff: the row's time) and 90m
+	require.Equal(t, 0, rows("old"), "a row older than the TTL is deleted")
+	require.Equal(t, 1, rows("new"), "the other conversation's newer row stays")
+
+	clock.Advance(time.Hour)
+	require.Equal(t, 0, rows("new"))
+	n, err := rt.GCAudit(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n, "nothing left to delete")
 }
