@@ -102,3 +102,63 @@ func TestPerAgentHistoryAndStream(t *testing.T) {
 	require.Equal(t, []string{"3", "4", "5"}, seqs)
 	require.True(t, strings.Contains(got[0].Data, "hello critic"))
 }
+
+// TestHistoryNextBeforeOfAView: next_before is 0 on the page that holds the
+// first event of the view asked for (an agent's, the effective one), not
+// only when that page reaches seq 1: a page of exactly limit events with
+// nothing before it in the view is the last.
+func TestHistoryNextBeforeOfAView(t *testing.T) {
+	ctx := testContext(t)
+	model, crit := newScripted(), newScripted()
+	n := startNodeIn(t, "", model, server.Options{}, func(o *lazarus.Options) {
+		o.Agents = []lazarus.Agent{{Name: "critic", Model: crit}}
+	})
+	conv := n.create(t, tokAlice, nil)
+	model.Push(conv.ID, scripted.Text("default answer"))
+	crit.Push(conv.ID, scripted.Text("critic answer"))
+	st := n.stream(t, ctx, tokAlice, conv.ID, "")
+	n.must(t, http.StatusAccepted, "POST", "/v1/conversations/"+conv.ID+"/messages", tokAlice,
+		server.SendMessage{Text: "hello default"}, nil)
+	st.until(t, "event", "default answer")
+	n.must(t, http.StatusAccepted, "POST", "/v1/conversations/"+conv.ID+"/messages", tokAlice,
+		server.SendMessage{Text: "hello critic", Agent: "critic"}, nil)
+	st.until(t, "event", "critic answer")
+	st.close()
+
+	page := func(q string) server.EventPage {
+		t.Helper()
+		var p server.EventPage
+		n.must(t, http.StatusOK, "GET", "/v1/conversations/"+conv.ID+"/events?"+q, tokAlice, nil, &p)
+		return p
+	}
+	// The critic sees seqs 3 and 4 only.
+	p := page("agent=critic&limit=2")
+	require.Len(t, p.Events, 2)
+	require.Zero(t, p.NextBefore, "the critic's view has nothing before seq 3")
+	p = page("agent=critic&limit=1")
+	require.Len(t, p.Events, 1)
+	require.Equal(t, uint64(4), p.NextBefore)
+	p = page("agent=critic&limit=1&before=4")
+	require.Len(t, p.Events, 1)
+	require.Zero(t, p.NextBefore)
+
+	// After a rewind to the start and a new exchange, the effective view
+	// holds those two events only.
+	n.must(t, http.StatusOK, "POST", "/v1/conversations/"+conv.ID+"/rewind", tokAlice, map[string]any{"to_seq": 0}, nil)
+	model.Push(conv.ID, scripted.Text("fresh answer"))
+	st = n.stream(t, ctx, tokAlice, conv.ID, "5")
+	n.must(t, http.StatusAccepted, "POST", "/v1/conversations/"+conv.ID+"/messages", tokAlice,
+		server.SendMessage{Text: "start again"}, nil)
+	st.until(t, "event", "fresh answer")
+	st.close()
+	p = page("view=effective&limit=2")
+	require.Len(t, p.Events, 2)
+	require.Zero(t, p.NextBefore, "the effective view has nothing before the new exchange")
+	// The full log still pages on to seq 1.
+	p = page("limit=2")
+	require.Len(t, p.Events, 2)
+	require.Equal(t, uint64(6), p.NextBefore)
+	p = page("limit=2&before=3")
+	require.Len(t, p.Events, 2)
+	require.Zero(t, p.NextBefore)
+}

@@ -102,7 +102,7 @@ type EventPage struct {
 	// with proto field names.
 	Events []json.RawMessage `json:"events"`
 	// NextBefore pages backwards: pass it as "before"; 0 when this page
-	// reached the first event.
+	// holds the first event of the view asked for (nothing is before it).
 	NextBefore uint64 `json:"next_before"`
 }
 
@@ -450,12 +450,18 @@ func (s *Server) history(w http.ResponseWriter, r *http.Request, c caller) {
 		s.writeError(w, err)
 		return
 	}
-	evs, err := s.historyOf(r, id, before, limit, view, effective)
+	// One entry more than the page says whether the view holds anything
+	// before it (a view's first event need not be seq 1).
+	evs, err := s.historyOf(r, id, before, limit+1, view, effective)
 	if err != nil {
 		s.writeError(w, err)
 		return
 	}
-	page := EventPage{Events: make([]json.RawMessage, 0, len(evs))}
+	page := EventPage{Events: make([]json.RawMessage, 0, limit)}
+	if len(evs) > limit {
+		evs = evs[1:]
+		page.NextBefore = evs[0].GetSeq()
+	}
 	for _, ev := range evs {
 		b, err := eventJSON.Marshal(ev)
 		if err != nil {
@@ -463,9 +469,6 @@ func (s *Server) history(w http.ResponseWriter, r *http.Request, c caller) {
 			return
 		}
 		page.Events = append(page.Events, b)
-	}
-	if len(evs) == limit && evs[0].GetSeq() > 1 {
-		page.NextBefore = evs[0].GetSeq()
 	}
 	writeJSON(w, http.StatusOK, page)
 }
