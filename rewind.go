@@ -45,7 +45,9 @@ type RewindOptions struct {
 // earlier rewind skipped), and not a point where a tool call is open
 // (between a call and its result); in a fork, not before the summary it
 // copied;
-// otherwise the error wraps journal.ErrInvalid and nothing is written. An
+// otherwise the error wraps journal.ErrInvalid and nothing is written, as
+// for a reason that does not fit in an event (journal.MaxEventBytes) or is
+// not UTF-8, and a scope whose identity agent.ValidateIdentity refuses. An
 // unknown conversation gets an error wrapping journal.ErrNotFound; a
 // deleted one, journal.ErrDeleted where the Store reports tombstones. It
 // returns once the rewind is durable. After ErrUnknownOutcome, read History
@@ -82,6 +84,9 @@ func (r *Runtime) RewindWithReport(ctx context.Context, conversationID string, t
 	op := fmt.Sprintf("lazarus: rewind %q to seq %d", clipID(conversationID), toSeq)
 	if err := r.enter(ctx); err != nil {
 		return RewindReport{}, fmt.Errorf("%s: %w", op, err)
+	}
+	if err := agent.ValidateIdentity(scope.Identity()); err != nil {
+		return RewindReport{}, fmt.Errorf("%s: scope: %w", op, err)
 	}
 	if opts.Files && r.files == nil {
 		return RewindReport{}, fmt.Errorf("%s: files: %w", op, agent.ErrNoCheckpoints)

@@ -3,6 +3,7 @@ package lazarus_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -182,6 +183,12 @@ func TestRewindRefusesBadInput(t *testing.T) {
 
 	require.ErrorIs(t, rt.Rewind(ctx, "c", 3, lazarus.RewindOptions{}, u), journal.ErrInvalid, "after the last seq")
 	require.ErrorIs(t, rt.Rewind(ctx, "nobody", 0, lazarus.RewindOptions{}, u), journal.ErrNotFound)
+	require.ErrorIs(t, rt.Rewind(ctx, "c", 0, lazarus.RewindOptions{Reason: strings.Repeat("r", journal.MaxEventBytes+1)}, u), journal.ErrInvalid, "a reason too large for an event")
+	require.ErrorIs(t, rt.Rewind(ctx, "c", 0, lazarus.RewindOptions{Reason: "bad\xff"}, u), journal.ErrInvalid, "a reason that is not UTF-8")
+	require.ErrorIs(t, rt.Rewind(ctx, "c", 0, lazarus.RewindOptions{}, agent.Scope{UserID: strings.Repeat("u", agent.MaxUserIDBytes+1)}), journal.ErrInvalid, "an oversized identity, refused as by Edit")
+	evs, err := rt.History(ctx, "c", 0, 0)
+	require.NoError(t, err)
+	require.Len(t, evs, 2, "nothing was written by a refused rewind")
 	_, err = rt.Edit(ctx, "nobody", 1, "x", u)
 	require.ErrorIs(t, err, journal.ErrNotFound)
 
@@ -189,7 +196,7 @@ func TestRewindRefusesBadInput(t *testing.T) {
 	// span is no longer on the head.
 	require.NoError(t, rt.Rewind(ctx, "c", 0, lazarus.RewindOptions{}, u)) // 3
 	require.ErrorIs(t, rt.Rewind(ctx, "c", 1, lazarus.RewindOptions{}, u), journal.ErrInvalid)
-	evs, err := rt.History(ctx, "c", 0, 0)
+	evs, err = rt.History(ctx, "c", 0, 0)
 	require.NoError(t, err)
 	require.Len(t, evs, 3, "nothing was written by a refused rewind")
 
