@@ -377,3 +377,49 @@ func TestFileRewindAfterParallelCalls(t *testing.T) {
 		"the second call's record, made first")
 	require.Equal(t, "original", readFile(t, root, "f.txt"))
 }
+
+// TestFileBlobSweeperRunsOnTheClock: with FilesOptions.BlobTTL set, the
+// sweeper removes on the Runtime's clock (every BlobTTL/2, at least a
+// second apart) the blobs no checkpoint names any longer; with a negative
+// BlobTTL there is no automatic sweep.
+func TestFileBlobSweeperRunsOnTheClock(t *testing.T) {
+	sumOf := func(s string) string { b := sha256.Sum256([]byte(s)); return hex.EncodeToString(b[:]) }
+	for _, c := range []struct {
+		name  string
+		ttl   time.Duration
+		swept bool
+	}{
+		{"sweeps", time.Nanosecond, true},
+		{"negative: no sweep", -1, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h, root := filesHarness(t, openStore(t, "memory"), nil, func(o *lazarus.Options) {
+				o.Files.BlobTTL = c.ttl
+			})
+			ctx := ctxT(t)
+			require.NoError(t, os.WriteFile(filepath.Join(root, "a.txt"), []byte("before"), 0o644))
+			h.model.Push("x", scripted.Reply("", writeCall(fileArgs{Path: "a.txt", Content: "after"})), scripted.Text("done"))
+			_, err := h.rt.Send(ctx, "x", "go", user)
+			require.NoError(t, err)
+			h.awaitEvent("x", 0, isAssistantText("done"))
+			fc := h.rt.Store().(journal.FileCheckpoints)
+			_, err = fc.FileBlob(ctx, sumOf("before"))
+			require.NoError(t, err, "the checkpoint's blob is kept")
+
+			h.clock.Advance(10 * time.Second)
+			_, err = fc.FileBlob(ctx, sumOf("before"))
+			require.NoError(t, err, "a blob a checkpoint names is never swept")
+			require.NoError(t, h.rt.Delete(ctx, "x"))
+			h.clock.Advance(time.Second) // runs the sweep due, synchronously
+			_, err = fc.FileBlob(ctx, sumOf("before"))
+			if c.swept {
+				require.ErrorIs(t, err, journal.ErrNotFound, "the sweeper took the blob of the deleted conversation")
+			} else {
+				require.NoError(t, err, "no automatic sweep with a negative BlobTTL")
+				n, err := h.rt.SweepFileBlobs(ctx)
+				require.NoError(t, err)
+				require.Equal(t, 1, n, "SweepFileBlobs still works")
+			}
+		})
+	}
+}
