@@ -2,10 +2,13 @@ package server
 
 import (
 	"encoding/json"
+	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus"
@@ -69,4 +72,76 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	slices.Sort(documented)
 	slices.Sort(served)
 	require.Equal(t, served, documented)
+}
+
+// TestOpenAPISchemasMatchTypes: each schema of the OpenAPI document names
+// exactly the JSON fields of the Go type the handlers encode or decode,
+// its required fields are fields of it, and a request body's schema allows
+// no other field (the server refuses unknown fields).
+func TestOpenAPISchemasMatchTypes(t *testing.T) {
+	var doc struct {
+		Components struct {
+			Schemas map[string]struct {
+				Required             []string                   `json:"required"`
+				Properties           map[string]json.RawMessage `json:"properties"`
+				AdditionalProperties *bool                      `json:"additionalProperties"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	require.NoError(t, json.Unmarshal(OpenAPI(), &doc))
+	types := map[string]struct {
+		v       any
+		request bool
+	}{
+		"Conversation":       {Conversation{}, false},
+		"ConversationList":   {ConversationList{}, false},
+		"CreateConversation": {CreateConversation{}, true},
+		"Settings":           {Settings{}, true},
+		"SendMessage":        {SendMessage{}, true},
+		"Sent":               {Sent{}, false},
+		"EndConversation":    {struct{}{}, true},
+		"Rewind":             {RewindConversation{}, true},
+		"Edit":               {EditMessage{}, true},
+		"Fork":               {ForkConversation{}, true},
+		"EventPage":          {EventPage{}, false},
+		"Delta":              {DeltaData{}, false},
+		"TurnEnd":            {TurnEndData{}, false},
+		"Retry":              {RetryData{}, false},
+		"Identity":           {Identity{}, false},
+		"Call":               {Call{}, false},
+		"CallList":           {CallList{}, false},
+		"Resolve":            {Resolve{}, true},
+		"Reject":             {Reject{}, true},
+		"Answered":           {Answered{}, false},
+		"CreateSchedule":     {CreateSchedule{}, true},
+		"Schedule":           {Schedule{}, false},
+		"ScheduleList":       {ScheduleList{}, false},
+	}
+	for name, ty := range types {
+		schema, ok := doc.Components.Schemas[name]
+		if !ok {
+			t.Errorf("no schema %s", name)
+			continue
+		}
+		rt := reflect.TypeOf(ty.v)
+		var fields []string
+		for i := range rt.NumField() {
+			tag, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ",")
+			if tag != "" && tag != "-" {
+				fields = append(fields, tag)
+			}
+		}
+		documented := slices.Collect(maps.Keys(schema.Properties))
+		slices.Sort(fields)
+		slices.Sort(documented)
+		assert.Equal(t, fields, documented, "the properties of schema %s", name)
+		for _, r := range schema.Required {
+			assert.Contains(t, fields, r, "schema %s requires a field %s has not", name, rt)
+		}
+		if ty.request {
+			if assert.NotNil(t, schema.AdditionalProperties, "request schema %s: additionalProperties", name) {
+				assert.False(t, *schema.AdditionalProperties, "request schema %s allows unknown fields, which the server refuses", name)
+			}
+		}
+	}
 }
