@@ -78,7 +78,8 @@
 //	  schedule of an ended conversation)             409 ended
 //	lazarus.ErrForbidden                             403 forbidden
 //	lazarus.ErrUnknownOutcome (and journal's)        504 unknown_outcome
-//	context.DeadlineExceeded (Options.CallTimeout)   504 timeout
+//	context.DeadlineExceeded (lazarus.Options.
+//	  CallTimeout)                                   504 timeout
 //	lazarus.ErrClosed, journal.ErrClosed             503 closed
 //	journal.ErrUnavailable, ErrNoSpace, a request
 //	  cancelled by its client                        503 unavailable
