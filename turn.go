@@ -11,19 +11,9 @@ import (
 )
 
 // ErrTurnCancelled is the Err of a TurnCancelled end: the conversation's
-// actor was killed while its turn was in progress. The Err of the
-// TurnCancelled end SendAndWait returns for a turn a Rewind or an Edit
-// took back wraps it too.
-var ErrTurnCancelled = errors.New("lazarus: turn cancelled: the conversation's actor was killed")
-
-// rewoundError is the Err of a turn a rewind took back (see SendAndWait).
-type rewoundError struct{ seq uint64 }
-
-func (e rewoundError) Error() string {
-	return fmt.Sprintf("lazarus: turn cancelled by the rewind at seq %d", e.seq)
-}
-
-func (e rewoundError) Is(target error) bool { return target == ErrTurnCancelled }
+// actor was killed while its turn was in progress. The Err of the end of a
+// turn a Rewind or an Edit took back wraps it.
+var ErrTurnCancelled = actors.ErrTurnCancelled
 
 // ErrTurnFailed wraps the error SendAndWait returns for a failed turn.
 var ErrTurnFailed = errors.New("lazarus: turn failed")
@@ -36,7 +26,8 @@ var ErrTurnFailed = errors.New("lazarus: turn failed")
 // turn_failed event); a cancelled one an error wrapping ErrTurnCancelled.
 // A turn is cancelled by a Kill, and also by a Rewind or an Edit that
 // lands after the message and before the turn's end (a rewind owes no
-// turn): the end is then TurnCancelled with the rewind event's seq.
+// turn): the end is then TurnCancelled with the rewind event's seq, as
+// subscribers see it.
 // Retries of the model call (Update.Retry) do not end the wait. The wait
 // follows the conversation's durable log, so an answer or a failure that
 // lands while the actor is being revived, or after it was killed, is not
@@ -135,13 +126,6 @@ func (w *turnWait) wait(ctx context.Context) (TurnEnd, error) {
 			w.after = ev.GetSeq()
 			if ev.GetSeq() >= w.seq {
 				w.seen = true
-			}
-			if ev.GetRewind() != nil && ev.GetSeq() > w.seq {
-				// A rewind (or an edit) after the message and before its
-				// turn's end took the turn back: it owes none, and none
-				// will end.
-				end := TurnEnd{Outcome: TurnCancelled, Seq: ev.GetSeq(), Err: rewoundError{seq: ev.GetSeq()}}
-				return end, fmt.Errorf("lazarus: turn of %q: %w", clipID(w.conv), end.Err)
 			}
 		}
 		if u.TurnEnd != nil && w.seen && (u.Event == nil || u.Event.GetSeq() > w.seq) {

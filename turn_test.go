@@ -271,8 +271,9 @@ func TestTurnEndsReachASubscriberOnce(t *testing.T) {
 // TestRewindMidTurnEndsSendAndWait: a Rewind or an Edit that lands while
 // the turn of a SendAndWait's message runs takes that turn back (a rewind
 // owes no turn): SendAndWait returns a TurnCancelled end, with the rewind
-// event's seq, and an error wrapping ErrTurnCancelled. It used to wait for
-// an end that never came, until its ctx ended.
+// event's seq, and an error wrapping ErrTurnCancelled; the rewind event
+// records it, and subscribers get the same end with it. SendAndWait used
+// to wait for an end that never came, until its ctx ended.
 func TestRewindMidTurnEndsSendAndWait(t *testing.T) {
 	for _, edit := range []bool{false, true} {
 		t.Run(map[bool]string{false: "rewind", true: "edit"}[edit], func(t *testing.T) {
@@ -315,6 +316,19 @@ func TestRewindMidTurnEndsSendAndWait(t *testing.T) {
 			require.ErrorIs(t, res.err, lazarus.ErrTurnCancelled)
 			require.Equal(t, lazarus.TurnCancelled, res.end.Outcome)
 			require.Equal(t, uint64(4), res.end.Seq, "the rewind event's seq")
+
+			// Subscribers see the same end, with the rewind event, in
+			// history as live.
+			sub, err := rt.Subscribe(ctx, "c", 3)
+			require.NoError(t, err)
+			u := <-sub
+			require.NotNil(t, u.Event)
+			require.NotNil(t, u.Event.GetRewind())
+			require.True(t, u.Event.GetRewind().GetCancelledTurn())
+			require.NotNil(t, u.TurnEnd, "the rewind's update ends the turn")
+			require.Equal(t, lazarus.TurnCancelled, u.TurnEnd.Outcome)
+			require.Equal(t, uint64(4), u.TurnEnd.Seq)
+			require.ErrorIs(t, u.TurnEnd.Err, lazarus.ErrTurnCancelled)
 		})
 	}
 }

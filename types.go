@@ -35,11 +35,10 @@ const (
 	// a turn_failed event records it. The next message, or Wake, runs the
 	// turn again.
 	TurnFailed = actors.TurnFailed
-	// TurnCancelled: the conversation's actor was killed mid-turn; the
-	// turn runs again when the conversation is next woken. SendAndWait
-	// also returns it for a turn that a Rewind or an Edit took back
-	// (TurnEnd.Seq is then the rewind event's); that turn is not run
-	// again.
+	// TurnCancelled: the conversation's actor was killed mid-turn, and
+	// the turn runs again when the conversation is next woken (TurnEnd.Seq
+	// is 0); or a Rewind or an Edit took the turn back, and it is not run
+	// again (the end comes with the rewind event, and TurnEnd.Seq is its).
 	TurnCancelled = actors.TurnCancelled
 )
 

@@ -80,7 +80,11 @@ func words(effs []effect) []string {
 		case effWrite:
 			var kinds []string
 			for _, ev := range e.req.GetEvents() {
-				kinds = append(kinds, strings.TrimPrefix(fmt.Sprintf("%T", ev.GetBody()), "*messages.Event_"))
+				kind := strings.TrimPrefix(fmt.Sprintf("%T", ev.GetBody()), "*messages.Event_")
+				if ev.GetRewind().GetCancelledTurn() {
+					kind += "+turn" // the rewind takes back a turn in progress
+				}
+				kinds = append(kinds, kind)
 			}
 			w := "write[" + strings.Join(kinds, " ") + "]"
 			if len(e.req.GetResolutions()) > 0 {
@@ -298,9 +302,34 @@ func TestCoreRecoveryRules(t *testing.T) {
 		steps: []coreStep{
 			{nil, nil},
 			{wake(false), []string{"reply", "model"}},
-			{rewind(0), []string{"cancel-model", "publish", "write[Rewind]"}},
+			{rewind(0), []string{"cancel-model", "publish", "write[Rewind+turn]"}},
 			{&inModelDone{turn: 1, msg: &messages.AssistantMessage{}}, nil},
 			{ok(1), []string{"reply seq=2"}},
+		},
+	}, {
+		name: "a rewind records that it took back a turn in progress: an edit while the model runs, a rewind while a server call runs",
+		log:  []*messages.Event{user("r1"), answer(), user("r2")},
+		steps: []coreStep{
+			{nil, nil},
+			{wake(false), []string{"reply", "model"}},
+			{edit(3), []string{"cancel-model", "publish", "write[Rewind+turn " + wUser + "]"}},
+		},
+	}, {
+		name: "a rewind while a server call of the turn runs takes the turn back",
+		log:  []*messages.Event{user("r1"), answer(), user("r2"), call("call_1", server)},
+		steps: []coreStep{
+			{nil, nil},
+			{wake(false), []string{"reply", "tool call_1 as ann"}},
+			{rewind(2), []string{"write[Rewind+turn]+1 resolutions"}},
+		},
+	}, {
+		name: "a rewind after a turn's end (answered, failed, suspended) takes no turn back",
+		log:  []*messages.Event{user("r1"), answer(), user("r2"), failed()},
+		steps: []coreStep{
+			{nil, nil},
+			{rewind(2), []string{"write[Rewind]"}},
+			{ok(1), []string{"reply seq=5"}},
+			{rewind(0), []string{"write[Rewind]"}},
 		},
 	}, {
 		name: "a refused rewind leaves the model call running",

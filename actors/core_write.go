@@ -395,7 +395,7 @@ func (c *core) writeRewind() bool {
 			// log instead of written again; an edit's is on its message.
 			ev.RequestId = m.GetRequestId()
 		}
-		ev.Body = &messages.Event_Rewind{Rewind: &messages.Rewind{ToSeq: to, Reason: m.GetReason()}}
+		ev.Body = &messages.Event_Rewind{Rewind: &messages.Rewind{ToSeq: to, Reason: m.GetReason(), CancelledTurn: c.turnInProgress()}}
 	})}}
 	for _, id := range c.order {
 		if call := c.calls[id]; call.ready == nil || !call.inStore {
@@ -419,6 +419,22 @@ func (c *core) writeRewind() bool {
 	req.FsmState = &messages.FSMState{State: messages.AgentState_AGENT_STATE_IDLE, LastSeq: c.ws.LastSeq + uint64(len(req.Events)), Pending: map[string]*messages.PendingCall{}}
 	c.write(&pendingWrite{kind: writeRewind, req: req, rewind: q})
 	return true
+}
+
+// turnInProgress reports whether a turn is under way, one a rewind written
+// now takes back (Rewind.cancelled_turn): the model owes an answer, or an
+// open call is a server call or has its answer. A turn whose open calls
+// all wait on humans has ended (suspended).
+func (c *core) turnInProgress() bool {
+	if c.turnOwed() {
+		return true
+	}
+	for _, id := range c.order {
+		if call := c.calls[id]; call.ready != nil || call.ev.GetExecutor() != messages.Executor_EXECUTOR_HUMAN {
+			return true
+		}
+	}
+	return false
 }
 
 // rewindTarget returns the seq an AgentRewind moves the head to, or why it

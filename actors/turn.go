@@ -1,10 +1,26 @@
 package actors
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/lazarusrt/lazarus/messages"
 )
+
+// ErrTurnCancelled is the Err of a TurnCancelled end: the conversation's
+// actor was killed while its turn was in progress, or a rewind (or an
+// edit) took the turn back (the Err of that end wraps it).
+var ErrTurnCancelled = errors.New("lazarus: turn cancelled: the conversation's actor was killed")
+
+// rewoundError is the Err of a turn a rewind took back.
+type rewoundError struct{ seq uint64 }
+
+func (e rewoundError) Error() string {
+	return fmt.Sprintf("lazarus: turn cancelled by the rewind at seq %d", e.seq)
+}
+
+func (e rewoundError) Is(target error) bool { return target == ErrTurnCancelled }
 
 // TurnOutcome is how a turn ended.
 type TurnOutcome int
@@ -23,8 +39,9 @@ const (
 	// new message or an explicit wake.
 	TurnFailed
 	// TurnCancelled: the conversation's actor was stopped (a kill) while
-	// the turn was in progress; the turn runs again when the conversation
-	// is next woken.
+	// the turn was in progress, and the turn runs again when the
+	// conversation is next woken; or a rewind (or an edit) took the turn
+	// back, and it is not run again (its rewind event records it).
 	TurnCancelled
 )
 
@@ -50,10 +67,9 @@ type TurnEnd struct {
 	Outcome TurnOutcome
 	// Seq is the seq of the event that ended the turn: the assistant
 	// message (answered), the suspension (suspended) or the turn_failed
-	// event (failed). 0 for a turn cancelled by a kill, which no event
-	// records, and for a failure that was never written (the activation's
-	// write failed); the rewind event's for a turn a rewind took back
-	// (lazarus.SendAndWait).
+	// event (failed), the rewind (cancelled by a rewind or an edit). 0
+	// for a turn cancelled by a kill, which no event records, and for a
+	// failure that was never written (the activation's write failed).
 	Seq uint64
 	// Text is the text of the answer (answered): its text parts, joined
 	// by newlines.
@@ -68,7 +84,9 @@ type TurnEnd struct {
 // TurnEndOf returns the end of a turn that the durable event ev records,
 // or nil if ev ends no turn. An assistant message without tool calls ends
 // its turn answered; a suspension ends it suspended; a turn_failed event
-// ends it failed, with a *TurnError.
+// ends it failed, with a *TurnError; a rewind that took back a turn in
+// progress (Rewind.cancelled_turn) ends it cancelled, with an error
+// wrapping ErrTurnCancelled.
 func TurnEndOf(ev *messages.Event) *TurnEnd {
 	switch b := ev.GetBody().(type) {
 	case *messages.Event_AssistantMsg:
@@ -88,6 +106,10 @@ func TurnEndOf(ev *messages.Event) *TurnEnd {
 		f := b.TurnFailed
 		return &TurnEnd{Outcome: TurnFailed, Seq: ev.GetSeq(),
 			Err: &TurnError{Message: f.GetMessage(), Code: f.GetCode(), Attempts: int(f.GetAttempts())}}
+	case *messages.Event_Rewind:
+		if b.Rewind.GetCancelledTurn() {
+			return &TurnEnd{Outcome: TurnCancelled, Seq: ev.GetSeq(), Err: rewoundError{seq: ev.GetSeq()}}
+		}
 	}
 	return nil
 }

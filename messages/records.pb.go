@@ -1155,9 +1155,14 @@ func (x *Resolution) GetResolver() *Identity {
 // Rewind moves the conversation's head back to to_seq: the working set skips
 // the events after to_seq and before this event; the log keeps them.
 type Rewind struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ToSeq         uint64                 `protobuf:"varint,1,opt,name=to_seq,json=toSeq,proto3" json:"to_seq,omitempty"`
-	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	ToSeq  uint64                 `protobuf:"varint,1,opt,name=to_seq,json=toSeq,proto3" json:"to_seq,omitempty"`
+	Reason string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// cancelled_turn: a turn was in progress when the rewind was written
+	// (the model owed an answer, or server calls of the turn were open) and
+	// the rewind took it back; the turn ends here, cancelled, and is not run
+	// again (see actors.TurnEndOf).
+	CancelledTurn bool `protobuf:"varint,3,opt,name=cancelled_turn,json=cancelledTurn,proto3" json:"cancelled_turn,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1204,6 +1209,13 @@ func (x *Rewind) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *Rewind) GetCancelledTurn() bool {
+	if x != nil {
+		return x.CancelledTurn
+	}
+	return false
 }
 
 // TurnFailed records that a turn failed for good: the model kept failing
@@ -2516,10 +2528,11 @@ const file_lazarus_v1_records_proto_rawDesc = "" +
 	"toolCallId\x122\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1a.lazarus.v1.ToolCallStatusR\x06status\x12\x0e\n" +
 	"\x02by\x18\x03 \x01(\tR\x02by\x120\n" +
-	"\bresolver\x18\x04 \x01(\v2\x14.lazarus.v1.IdentityR\bresolver\"7\n" +
+	"\bresolver\x18\x04 \x01(\v2\x14.lazarus.v1.IdentityR\bresolver\"^\n" +
 	"\x06Rewind\x12\x15\n" +
 	"\x06to_seq\x18\x01 \x01(\x04R\x05toSeq\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"V\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12%\n" +
+	"\x0ecancelled_turn\x18\x03 \x01(\bR\rcancelledTurn\"V\n" +
 	"\n" +
 	"TurnFailed\x12\x18\n" +
 	"\amessage\x18\x01 \x01(\tR\amessage\x12\x12\n" +

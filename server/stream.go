@@ -17,8 +17,10 @@ import (
 type TurnEndData struct {
 	// Outcome is "answered", "suspended", "failed" or "cancelled".
 	Outcome string `json:"outcome"`
-	// Seq is the seq of the event that ended the turn (0 for failed and
-	// cancelled turns, which no event records).
+	// Seq is the seq of the event that ended the turn: the answer, the
+	// suspension, the turn_failed event or the rewind that took the turn
+	// back (0 for a failure that was never written and for a kill, which no
+	// event records).
 	Seq uint64 `json:"seq,omitempty"`
 	// Error says why the turn failed or was cancelled.
 	Error string `json:"error,omitempty"`
