@@ -2,6 +2,7 @@ package lazarus_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -13,6 +14,8 @@ import (
 	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/journal/memjournal"
+	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/snapshot"
 )
 
 // plainStore hides every method but journal.Store's: a third-party adapter
@@ -113,4 +116,56 @@ func TestAuditTTLSweepsOldRows(t *testing.T) {
 	n, err := rt.GCAudit(ctx)
 	require.NoError(t, err)
 	require.Zero(t, n, "nothing left to delete")
+}
+
+// TestAuditRecordsEvictions: each audit row names what its context left
+// out (the seeds' "what was evicted"): the span the summary stands for,
+// and the spans a rewind skipped.
+func TestAuditRecordsEvictions(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	mem := memjournal.New(memjournal.Options{Audit: true})
+	defer mem.Close()
+	model := scripted.New(scripted.Options{})
+	model.Push("c", scripted.Text("one"), scripted.Text("two"), scripted.Text("three"), scripted.Text("four"), scripted.Text("five"))
+	rt, err := lazarus.Open(lazarus.Options{Store: mem, Model: model, Audit: lazarus.AuditOptions{Enabled: true},
+		Summarizer: snapshot.Deterministic{}, Summary: snapshot.Policy{MaxEvents: 4, MaxTokens: -1, KeepRecent: 1}})
+	require.NoError(t, err)
+	defer rt.Close()
+	u := agent.Scope{UserID: "u"}
+	for _, text := range []string{"first", "second"} { // seqs 1-4
+		_, err := rt.SendAndWait(ctx, "c", text, u)
+		require.NoError(t, err)
+	}
+	rows := func() []*messages.ModelCall {
+		calls, err := mem.ModelCalls(ctx, "c")
+		require.NoError(t, err)
+		return calls
+	}
+	require.Len(t, rows(), 2)
+	require.Empty(t, rows()[0].GetEvictions(), "the first turn saw the whole log")
+
+	require.NoError(t, rt.Rewind(ctx, "c", 2, lazarus.RewindOptions{}, u)) // 5: skips 3-4
+	_, err = rt.SendAndWait(ctx, "c", "third", u)                          // 6, 7
+	require.NoError(t, err)
+	calls := rows()
+	require.Len(t, calls, 3)
+	require.Equal(t, []string{"rewound:3-4"}, calls[2].GetEvictions())
+	_, err = rt.SendAndWait(ctx, "c", "fourth", u) // 8, 9
+	require.NoError(t, err)
+
+	require.Eventually(t, func() bool {
+		s, err := mem.LatestSummary(ctx, "c")
+		return err == nil && s.GetToSeq() > 0
+	}, 10*time.Second, 5*time.Millisecond, "a summary is written")
+	s, err := mem.LatestSummary(ctx, "c")
+	require.NoError(t, err)
+	rt.Kill("c") // revived from the summary: the next turn starts from it
+	_, err = rt.SendAndWait(ctx, "c", "fifth", u)
+	require.NoError(t, err)
+	calls = rows()
+	require.Len(t, calls, 5)
+	last := calls[4]
+	require.Equal(t, s.GetToSeq(), last.GetSummary().GetToSeq(), "the turn started from the summary")
+	require.Equal(t, fmt.Sprintf("summary:1-%d", s.GetToSeq()), last.GetEvictions()[0])
 }

@@ -69,8 +69,11 @@ const (
 
 // AuditOptions configures the model-call audit.
 type AuditOptions struct {
-	// Enabled records exactly what was rendered to the model on every turn.
-	// Default off: the audit holds user data and grows fast.
+	// Enabled records exactly what was rendered to the model on every turn
+	// (a messages.ModelCall: the context, the summary it started from and
+	// its version, what it left out (evictions: the span the summary
+	// stands for, the spans rewinds skipped), the model, usage and
+	// latency). Default off: the audit holds user data and grows fast.
 	Enabled bool
 	// TTL deletes audit rows older than this, checked every TTL/2. Zero
 	// means rows are kept until deleted with the conversation. A TTL

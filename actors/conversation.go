@@ -212,7 +212,7 @@ func NewConversation(cfg ConversationConfig) *actor.Props {
 		return &conversation{cfg: cfg, log: log, core: newCore(coreConfig{
 			ID: cfg.ID, Tools: cfg.Tools, HumanTimeout: cfg.HumanTimeout, Policy: cfg.Policy,
 			Summarize: cfg.Summarizer != nil, Settings: cfg.Settings, Retry: cfg.Retry, MaxInvalidToolAnswers: cfg.MaxInvalidToolAnswers,
-			Agents: cfg.Agents,
+			Agents: cfg.Agents, Audit: cfg.Audit,
 		}, log)}
 	}, opts...)
 }
@@ -504,7 +504,7 @@ func (c *conversation) startModel(ctx actor.Context, e effStartModel) {
 			mc := &messages.ModelCall{
 				ConversationId: turn.ConversationID, TurnRef: lastSeq, RenderedContext: turn.Context,
 				Model: msg.GetModel(), Usage: msg.GetUsage(), LatencyNanos: int64(clock.Now().Sub(began)),
-				Summary: turn.Summary, SummaryVersion: turn.Summary.GetVersion(), Created: journal.Timestamp(clock.Now()),
+				Summary: turn.Summary, SummaryVersion: turn.Summary.GetVersion(), Evictions: e.evicted, Created: journal.Timestamp(clock.Now()),
 			}
 			if aerr := store.PutModelCall(turnCtx, mc); aerr != nil {
 				log.Warn("audit write failed", "err", aerr)

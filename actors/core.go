@@ -114,6 +114,9 @@ type coreConfig struct {
 	// Agents are the named agents (see AgentConfig). Nil: the default
 	// agent alone, as before agents existed.
 	Agents map[string]AgentConfig
+	// Audit: model calls are audited, so each model call carries what its
+	// context leaves out (effStartModel.evicted).
+	Audit bool
 }
 
 // openCall is a tool call issued in the working set with no tool_result yet.
@@ -274,6 +277,9 @@ type (
 		turn    uint64
 		in      agent.Turn
 		lastSeq uint64
+		// evicted is what the context leaves out (WorkingSet.Evicted), for
+		// the audit row; only with coreConfig.Audit.
+		evicted []string
 	}
 	// effCancelModel cancels the model call in flight.
 	effCancelModel struct{}
@@ -753,7 +759,11 @@ func (c *core) startModel() {
 		// configured before): the default agent's view.
 		turn.Context = c.ws.RenderFor("")
 	}
-	c.emit(effStartModel{turn: c.turn, in: turn, lastSeq: c.ws.LastSeq})
+	var evicted []string
+	if c.cfg.Audit {
+		evicted = c.ws.Evicted()
+	}
+	c.emit(effStartModel{turn: c.turn, in: turn, lastSeq: c.ws.LastSeq, evicted: evicted})
 }
 
 func (c *core) cancelModel() {

@@ -2308,11 +2308,14 @@ type ModelCall struct {
 	Usage           *Usage                 `protobuf:"bytes,5,opt,name=usage,proto3" json:"usage,omitempty"`
 	LatencyNanos    int64                  `protobuf:"varint,6,opt,name=latency_nanos,json=latencyNanos,proto3" json:"latency_nanos,omitempty"`
 	SummaryVersion  string                 `protobuf:"bytes,7,opt,name=summary_version,json=summaryVersion,proto3" json:"summary_version,omitempty"`
-	Evictions       []string               `protobuf:"bytes,8,rep,name=evictions,proto3" json:"evictions,omitempty"`
-	Created         *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=created,proto3" json:"created,omitempty"`
-	Summary         *Summary               `protobuf:"bytes,10,opt,name=summary,proto3" json:"summary,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// evictions name the spans of the log the context left out, ascending:
+	// "summary:1-N" (the summary stands for events 1 to N) and "rewound:A-B"
+	// (events A to B, after it, that a rewind skipped).
+	Evictions     []string               `protobuf:"bytes,8,rep,name=evictions,proto3" json:"evictions,omitempty"`
+	Created       *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=created,proto3" json:"created,omitempty"`
+	Summary       *Summary               `protobuf:"bytes,10,opt,name=summary,proto3" json:"summary,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ModelCall) Reset() {

@@ -254,6 +254,28 @@ func (w *WorkingSet) LastRendered() *messages.Event {
 	return nil
 }
 
+// Evicted names the spans of the log that the context rendered now leaves
+// out, for the audit (ModelCall.evictions), in ascending seq:
+// "summary:1-N" when the summary stands for events 1 to N, and
+// "rewound:A-B" for each span of events A to B after it that a rewind on
+// the head skipped. Nil when the context is the whole log.
+func (w *WorkingSet) Evicted() []string {
+	v := w.view()
+	base := w.base()
+	var out []string
+	if base > 0 {
+		out = append(out, fmt.Sprintf("summary:1-%d", base))
+	}
+	lo := 0 // the first index not yet accounted for
+	for _, sp := range v.spans {
+		if sp.lo > lo {
+			out = append(out, fmt.Sprintf("rewound:%d-%d", base+uint64(lo)+1, base+uint64(sp.lo)))
+		}
+		lo = sp.hi
+	}
+	return out
+}
+
 // RewoundPastSummary reports whether an effective rewind moved the head to
 // a seq toSeq below the summary's ToSeq. The summary then covers events that
 // are no longer on the head; the caller should rebuild the working set from

@@ -164,6 +164,35 @@ func TestRewoundPastSummary(t *testing.T) {
 	}
 }
 
+// TestEvicted: what the rendered context leaves out, for the audit: the
+// span a summary stands for, and each span a rewind on the head skipped
+// (a rewind that is itself skipped skips nothing).
+func TestEvicted(t *testing.T) {
+	cases := []struct {
+		name    string
+		summary *messages.Summary
+		events  []*messages.Event
+		want    []string
+	}{
+		{"the whole log", nil, log(1, user("a"), asst("b")), nil},
+		{"a summary", summary(1, 10), log(11, user("a"), asst("b")), []string{"summary:1-10"}},
+		{"a rewind", nil, log(1, user("a"), asst("b"), user("c"), asst("d"), rewind(2), user("e")), []string{"rewound:3-4"}},
+		{"a rewind to the start", nil, log(1, user("a"), asst("b"), rewind(0)), []string{"rewound:1-2"}},
+		{"a summary and two rewinds", summary(1, 10),
+			log(11, user("a"), asst("b"), rewind(11), user("c"), asst("d"), user("e"), rewind(15), user("f")),
+			[]string{"summary:1-10", "rewound:12-12", "rewound:16-16"}},
+		{"a skipped rewind skips nothing", nil,
+			log(1, user("a"), asst("b"), user("c"), rewind(2), user("d"), rewind(3)), []string{"rewound:4-5"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			w, err := snapshot.Rebuild(tc.summary, tc.events)
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, w.Evicted())
+		})
+	}
+}
+
 func TestOpenCalls(t *testing.T) {
 	cases := []struct {
 		name   string
