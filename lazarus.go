@@ -587,8 +587,9 @@ func (r *Runtime) SendMessage(ctx context.Context, conversationID string, msg *m
 // returns once the answer is durable; the conversation then revives if
 // needed, records the result and continues. A call that is unknown (also
 // one of a deleted conversation: it went with it), already answered or
-// expired gets an error wrapping journal.ErrStale, and nothing changes: of
-// any number of concurrent answers, exactly one wins. See ErrUnknownOutcome
+// expired gets an error wrapping journal.ErrStale (and journal.ErrInvalid:
+// an answer to a call that is not pending is bad input), and nothing
+// changes: of any number of concurrent answers, exactly one wins. See ErrUnknownOutcome
 // for a call that ends before its answer.
 //
 // scope is the resolver's. Its identity (UserID and Roles) is recorded as
@@ -625,7 +626,20 @@ func (r *Runtime) Reject(ctx context.Context, toolCallID, reason string, scope a
 		agent.ErrorOutcome(agent.CodeRejected, reason), scope)
 }
 
+// errNotPending is wrapped, besides journal.ErrStale, by the error of an
+// answer to a call that is not pending: bad input for a public entry
+// (DESIGN: results for calls that are not pending are ErrInvalid).
+var errNotPending = fmt.Errorf("the call is not pending: %w", journal.ErrInvalid)
+
 func (r *Runtime) resolve(ctx context.Context, id string, status messages.ToolCallStatus, out *messages.ToolOutcome, scope agent.Scope) error {
+	err := r.resolveCall(ctx, id, status, out, scope)
+	if errors.Is(err, journal.ErrStale) && !errors.Is(err, journal.ErrInvalid) {
+		return fmt.Errorf("%w (%w)", err, errNotPending)
+	}
+	return err
+}
+
+func (r *Runtime) resolveCall(ctx context.Context, id string, status messages.ToolCallStatus, out *messages.ToolOutcome, scope agent.Scope) error {
 	if err := r.enter(ctx); err != nil {
 		return fmt.Errorf("lazarus: resolve %q: %w", clipID(id), err)
 	}

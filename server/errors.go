@@ -51,14 +51,16 @@ func classify(err error) (int, string) {
 	switch {
 	case errors.As(err, &ae):
 		return ae.status, ae.code
+	case errors.Is(err, journal.ErrStale):
+		// Before ErrInvalid: an answer to a call that is not pending wraps
+		// both (lazarus.Runtime.Resolve), and is a conflict.
+		return http.StatusConflict, CodeStale
 	case errors.Is(err, journal.ErrInvalid):
 		return http.StatusBadRequest, CodeInvalid
 	case errors.Is(err, lazarus.ErrUnknownOutcome), errors.Is(err, journal.ErrUnknownOutcome):
 		return http.StatusGatewayTimeout, CodeUnknownOutcome
 	case errors.Is(err, lazarus.ErrClosed), errors.Is(err, journal.ErrClosed):
 		return http.StatusServiceUnavailable, CodeClosed
-	case errors.Is(err, journal.ErrStale):
-		return http.StatusConflict, CodeStale
 	case errors.Is(err, journal.ErrDeleted):
 		return http.StatusGone, CodeDeleted
 	case errors.Is(err, journal.ErrEnded):
