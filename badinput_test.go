@@ -132,3 +132,32 @@ func trunc(s string) string {
 	}
 	return s
 }
+
+// TestSendRequestIDIsBounded: an idempotency key is an id (1 to
+// journal.MaxIDBytes bytes of UTF-8): a longer or broken one is refused
+// before anything is written, where it used to be taken and then dropped
+// silently from the summaries that carry keys.
+func TestSendRequestIDIsBounded(t *testing.T) {
+	ctx := context.Background()
+	model := agent.ModelFunc(func(ctx context.Context, turn agent.Turn, onDelta func(string)) (*messages.AssistantMessage, error) {
+		return agent.Text("ok"), nil
+	})
+	rt, err := lazarus.Open(lazarus.Options{Model: model})
+	require.NoError(t, err)
+	defer rt.Close()
+	msg := agent.UserMessage(agent.TextPart("hi"))
+	sc := agent.Scope{UserID: "u"}
+	for _, key := range []string{strings.Repeat("k", journal.MaxIDBytes+1), "k\xff"} {
+		_, err := rt.SendMessage(ctx, "c", msg, lazarus.SendOptions{RequestID: key}, sc)
+		require.ErrorIs(t, err, journal.ErrInvalid)
+		require.Less(t, len(err.Error()), 1024)
+	}
+	evs, err := rt.History(ctx, "c", 0, 0)
+	require.NoError(t, err)
+	require.Empty(t, evs, "nothing was written")
+	seq, err := rt.SendMessage(ctx, "c", msg, lazarus.SendOptions{RequestID: strings.Repeat("k", journal.MaxIDBytes)}, sc)
+	require.NoError(t, err, "a key of the limit is taken")
+	again, err := rt.SendMessage(ctx, "c", msg, lazarus.SendOptions{RequestID: strings.Repeat("k", journal.MaxIDBytes)}, sc)
+	require.NoError(t, err)
+	require.Equal(t, seq, again, "and keeps its promise")
+}

@@ -515,7 +515,9 @@ type SendOptions struct {
 	// conversation's latest summary or among the newest
 	// snapshot.MaxSummaryRequests keys that summary carries (keys of up to
 	// snapshot.MaxSummaryRequestBytes): a summary folds messages away but
-	// keeps their keys. Default: a random key, so each call is a new
+	// keeps their keys. A key is 1 to journal.MaxIDBytes bytes of valid
+	// UTF-8; a longer one is refused with an error wrapping
+	// journal.ErrInvalid. Default: a random key, so each call is a new
 	// message.
 	RequestID string
 	// Agent addresses the message to the named agent (one of
@@ -567,6 +569,8 @@ func (r *Runtime) SendMessage(ctx context.Context, conversationID string, msg *m
 	}
 	if opts.RequestID == "" {
 		opts.RequestID = newRequestID()
+	} else if err := journal.ValidateID("request id", opts.RequestID); err != nil {
+		return 0, fmt.Errorf("lazarus: send to %q: %w", clipID(conversationID), err)
 	}
 	if err := journal.ValidateEvent(&messages.Event{RequestId: opts.RequestID, Body: &messages.Event_UserMsg{UserMsg: msg}}); err != nil {
 		return 0, fmt.Errorf("lazarus: send to %q: %w", clipID(conversationID), err)

@@ -37,9 +37,10 @@ type Metrics struct {
 	// passivates (Options.IdleTimeout): it leaves memory, and its next
 	// command revives it.
 	Passivated func()
-	// ModelCall is called after each call of Options.Model's Generate by
-	// a conversation (not by a summarizer), with its duration and error
-	// (nil on success; a cancelled call reports its context's error).
+	// ModelCall is called after each call of a model's Generate by a
+	// conversation (Options.Model's, or a named agent's Model), not by a
+	// summarizer, with its duration and error (nil on success; a
+	// cancelled call reports its context's error).
 	ModelCall func(took time.Duration, err error)
 	// Subscribers is called with +1 when a subscription starts and -1
 	// when it ends.

@@ -229,6 +229,9 @@ type HistoryEntry struct {
 // negative limit wraps journal.ErrInvalid; an unknown conversation returns
 // no entries; a deleted one, an error wrapping journal.ErrDeleted.
 func (r *Runtime) HistoryView(ctx context.Context, conversationID string, opts HistoryOptions) ([]HistoryEntry, error) {
+	if err := r.enter(ctx); err != nil {
+		return nil, fmt.Errorf("lazarus: history of %q: %w", clipID(conversationID), err)
+	}
 	if opts.Limit < 0 {
 		return nil, fmt.Errorf("lazarus: history of %q: %w", clipID(conversationID), journal.Invalidf("negative limit"))
 	}

@@ -2,8 +2,10 @@ package lazarus
 
 import "github.com/lazarusrt/lazarus/agent"
 
-// Tool returns the tool registered under name (Options.Tools) and true, or
-// false if there is none. A human tool has its defaults filled in (see
+// Tool returns the tool registered under name and true, or false if there
+// is none: one of Options.Tools, or a built-in tool the options add (the
+// handoff tool, HandoffToolName, with Options.Agents; the schedule tools,
+// ScheduleToolName and its siblings, with Options.ScheduleTools). A human tool has its defaults filled in (see
 // agent.Registry.Lookup). An application serving the Runtime uses it to
 // apply a tool's rules (agent.Tool.Authorize) before it shows a pending
 // call to someone; Resolve and Reject apply them again.

@@ -134,6 +134,13 @@ func checkEventShape(ev *messages.Event) error {
 	if ev.GetBody() == nil {
 		return Invalidf("event without a body")
 	}
+	if tc := ev.GetToolCall(); tc != nil {
+		if _, ok := messages.Executor_name[int32(tc.GetExecutor())]; !ok {
+			// As ValidateToolCall refuses for the row: a revived
+			// conversation would neither run nor wait on such a call.
+			return Invalidf("tool_call event of %s has unknown executor %d", tc.GetCall().GetId(), tc.GetExecutor())
+		}
+	}
 	return nil
 }
 

@@ -79,8 +79,8 @@ func (s *Settings) agent() agent.Settings {
 type SendMessage struct {
 	// Text of the user message. Required, non-empty.
 	Text string `json:"text"`
-	// RequestID is the idempotency key: a send retried with the same key
-	// appends nothing twice and answers the first seq.
+	// RequestID is the idempotency key (1 to 256 bytes): a send retried
+	// with the same key appends nothing twice and answers the first seq.
 	RequestID string `json:"request_id,omitempty"`
 	// Agent addresses the message to a named agent of the runtime
 	// (lazarus.SendOptions.Agent); an unknown one is a bad request. Empty:

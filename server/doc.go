@@ -72,7 +72,7 @@
 //	a body over Options.MaxBodyBytes                 400 too_large
 //	journal.ErrNotFound                              404 not_found
 //	journal.ErrStale (a call already answered)       409 stale
-//	journal.ErrConflict                              409 conflict
+//	journal.ErrConflict, journal.ErrExists           409 conflict
 //	journal.ErrDeleted                               410 deleted
 //	journal.ErrEnded (a send, edit, rewind or
 //	  schedule of an ended conversation)             409 ended

@@ -67,7 +67,7 @@ func classify(err error) (int, string) {
 		return http.StatusConflict, CodeEnded
 	case errors.Is(err, journal.ErrNotFound):
 		return http.StatusNotFound, CodeNotFound
-	case errors.Is(err, journal.ErrConflict):
+	case errors.Is(err, journal.ErrConflict), errors.Is(err, journal.ErrExists):
 		return http.StatusConflict, CodeConflict
 	case errors.Is(err, lazarus.ErrForbidden):
 		return http.StatusForbidden, CodeForbidden

@@ -314,6 +314,10 @@ func testBadInput(t *testing.T, e env) {
 		{"AppendUnknownStatus", appendTo(valid(func(r *messages.AppendRequest) { r.Status = 99 }))},
 		{"AppendToolCallUnknownStatus", appendTo(valid(func(r *messages.AppendRequest) { r.ToolCalls[0].Status = 99 }))},
 		{"AppendToolCallUnknownExecutor", appendTo(valid(func(r *messages.AppendRequest) { r.ToolCalls[0].Executor = 99 }))},
+		{"AppendToolCallEventUnknownExecutor", appendTo(valid(func(r *messages.AppendRequest) {
+			r.Events = append(r.Events, &messages.Event{Body: &messages.Event_ToolCall{ToolCall: &messages.ToolCallEvent{
+				Call: &messages.ToolCall{Id: "call_odd", Name: "t", Arguments: "{}"}, Executor: 99}}})
+		}))},
 		{"AppendFSMStateStreaming", appendTo(valid(func(r *messages.AppendRequest) {
 			r.FsmState = &messages.FSMState{State: messages.AgentState_AGENT_STATE_STREAMING, LastSeq: last + 1}
 		}))},
