@@ -48,7 +48,7 @@ func checkBadEventRejected(t *testing.T, bad func() *messages.Event, wantMsg str
 		{
 			ConversationId: "old", ExpectedLast: last, Events: oldEvs,
 			ToolCalls: []*messages.ToolCallRecord{pendingCall("old", "old/tc")},
-			FsmState:  &messages.FSMState{State: messages.AgentState_AGENT_STATE_EXECUTING_TOOLS},
+			FsmState:  &messages.FSMState{State: messages.AgentState_AGENT_STATE_AWAITING_INPUT},
 			Status:    messages.ConversationStatus_CONVERSATION_STATUS_ENDED,
 		},
 		{ConversationId: "good", Events: goodEvs},
