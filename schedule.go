@@ -163,6 +163,9 @@ func nextAfterFire(sc *messages.Schedule, occ, now time.Time) (*time.Time, error
 	switch {
 	case sc.GetEvery() != nil:
 		every := sc.GetEvery().AsDuration()
+		if every <= 0 {
+			return nil, journal.Corruptf("lazarus: schedule %q has the interval %v", sc.GetId(), every)
+		}
 		k := after.Sub(occ)/every + 1
 		n := occ.Add(k * every)
 		return &n, nil

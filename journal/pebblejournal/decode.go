@@ -114,6 +114,24 @@ func decodeDeadline(k, v []byte, conv, call string) (*messages.Deadline, error) 
 	return d, nil
 }
 
+// decodeSchedule decodes schedule id of conv stored at k: the record names
+// its key's ids and holds what every stored schedule holds (ValidateSchedule:
+// a next occurrence, a positive interval if any, a payload), so that no
+// reader computes with a record no write could have stored.
+func decodeSchedule(k, v []byte, conv, id string) (*messages.Schedule, error) {
+	sc := &messages.Schedule{}
+	if err := unmarshal(k, v, sc); err != nil {
+		return nil, err
+	}
+	if sc.GetId() != id || sc.GetConversationId() != conv {
+		return nil, corruptValue(k, "schedule %q of %q", sc.GetId(), sc.GetConversationId())
+	}
+	if err := journal.ValidateSchedule(sc); err != nil {
+		return nil, corruptValue(k, "schedule: %v", err)
+	}
+	return sc, nil
+}
+
 // decodeOwner decodes a tool call owner entry: the raw conversation id.
 func decodeOwner(k, v []byte) (string, error) {
 	conv := string(v)

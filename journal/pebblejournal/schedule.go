@@ -46,8 +46,9 @@ func (s *Store) readSchedule(conv, id string) (*messages.Schedule, error) {
 	k := idKey(famSchedule, conv, id)
 	var sc *messages.Schedule
 	_, err := s.get(k, func(v []byte) error {
-		sc = &messages.Schedule{}
-		return unmarshal(k, v, sc)
+		var err error
+		sc, err = decodeSchedule(k, v, conv, id)
+		return err
 	})
 	return sc, err
 }
@@ -224,9 +225,14 @@ func (s *Store) ConversationSchedules(ctx context.Context, conversationID string
 
 func (s *Store) conversationSchedules(conv string) ([]*messages.Schedule, error) {
 	var out []*messages.Schedule
-	err := s.scan(convKey(famSchedule, conv), convEnd(famSchedule, conv), func(k, v []byte) error {
-		sc := &messages.Schedule{}
-		if err := unmarshal(k, v, sc); err != nil {
+	prefix := convKey(famSchedule, conv)
+	err := s.scan(prefix, convEnd(famSchedule, conv), func(k, v []byte) error {
+		id, rest, ok := decodeID(k[len(prefix):])
+		if !ok || len(rest) != 0 {
+			return corruptKey(k, "malformed schedule id")
+		}
+		sc, err := decodeSchedule(k, v, conv, id)
+		if err != nil {
 			return err
 		}
 		out = append(out, sc)
@@ -283,13 +289,9 @@ func (s *Store) checkSchedule(r *CheckReport, k, v []byte, conv string, rest []b
 		r.problem("malformed schedule key %s", keyString(k))
 		return
 	}
-	sc := &messages.Schedule{}
-	if err := unmarshal(k, v, sc); err != nil {
-		r.problem("%v", err)
-		return
-	}
-	if sc.GetId() != id || sc.GetConversationId() != conv || sc.GetNext() == nil {
-		r.problem("schedule %q of conversation %q: the record names %q of %q", id, conv, sc.GetId(), sc.GetConversationId())
+	sc, err := decodeSchedule(k, v, conv, id)
+	if err != nil {
+		r.problem("schedule %q of conversation %q: %v", id, conv, err)
 		return
 	}
 	switch owner, found, err := s.checkGet(scheduleOwnerKey(id)); {
