@@ -54,7 +54,13 @@ type ScheduleSpec struct {
 	// Cron fires on a standard five-field cron expression (minute hour
 	// day-of-month month day-of-week, as "0 9 * * 1-5") or a descriptor
 	// ("@daily", "@every 1h30m"), read in TimeZone. A "TZ=" or "CRON_TZ="
-	// prefix is refused: the zone is TimeZone.
+	// prefix is refused: the zone is TimeZone. An expression that names
+	// its hours is read on the local clock across DST changes: a local
+	// time the change back repeats fires once, at its first instant, and
+	// one the change forward skips fires once, where time.Date puts it
+	// (02:30 on a night that jumps from 02:00 to 03:00 fires at 03:30);
+	// one whose hour field is "*" runs by elapsed time (every hour that
+	// passes fires once).
 	Cron string
 	// TimeZone is the IANA time zone name Cron is read in ("Europe/Paris").
 	// Default "UTC".
@@ -149,7 +155,97 @@ func cronNext(sc *messages.Schedule, t time.Time) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, badSchedule("cron %q: %v", expr, err)
 	}
-	return s.Next(t.In(loc)), nil
+	return cronAfter(s, loc, t), nil
+}
+
+// cronAfter returns the first occurrence of s in loc after t, read on the
+// local clock when the expression names its hours (see ScheduleSpec.Cron):
+// a local time a DST change repeats fires once, at its first instant, and
+// one the change skips fires at the instant time.Date gives it (02:30 on a
+// night that jumps from 02:00 to 03:00 fires at 03:30). robfig/cron alone
+// fires the first twice and never the second. An expression whose hour
+// field is "*" runs by elapsed time: every hour that passes, once.
+func cronAfter(s cron.Schedule, loc *time.Location, t time.Time) time.Time {
+	t = t.In(loc)
+	n := s.Next(t)
+	spec, ok := s.(*cron.SpecSchedule)
+	if !ok || spec.Hour&(1<<63) != 0 || n.IsZero() {
+		return n // a descriptor "@every", or every hour: elapsed time
+	}
+	// A wall time repeated by a change back: only its first instant fires.
+	// (A minute-by-minute expression skips the repeated span at most.)
+	for i := 0; i < 24*60 && !n.IsZero() && repeatedWall(n, loc); i++ {
+		n = s.Next(n)
+	}
+	if n.IsZero() {
+		return n
+	}
+	if m := skippedOccurrence(s, loc, t, n); !m.IsZero() {
+		return m
+	}
+	return n
+}
+
+// sameWall reports whether a and b show the same local date and time.
+func sameWall(a, b time.Time) bool {
+	ay, am, ad := a.Date()
+	by, bm, bd := b.Date()
+	return ay == by && am == bm && ad == bd && a.Hour() == b.Hour() && a.Minute() == b.Minute() && a.Second() == b.Second()
+}
+
+// repeatedWall reports whether n (in loc) is the second instant of a local
+// time that a change back of the clock (within three hours before n)
+// showed already.
+func repeatedWall(n time.Time, loc *time.Location) bool {
+	_, off := n.Zone()
+	_, before := n.Add(-3 * time.Hour).In(loc).Zone()
+	if before <= off {
+		return false
+	}
+	return sameWall(n.Add(-time.Duration(before-off)*time.Second).In(loc), n)
+}
+
+// skippedOccurrence returns the earliest local time of s that a change
+// forward of the clock skipped, placed where time.Date puts it (read with
+// the offset before the change), if that instant is after t and before n;
+// else the zero time. It looks at the changes from three hours before t
+// (a skipped time lands up to the change's size after it) to n.
+func skippedOccurrence(s cron.Schedule, loc *time.Location, t, n time.Time) time.Time {
+	for a := t.Add(-3 * time.Hour); a.Before(n); a = a.Add(24 * time.Hour) {
+		b := a.Add(24 * time.Hour)
+		if b.After(n) {
+			b = n
+		}
+		_, oa := a.In(loc).Zone()
+		_, ob := b.In(loc).Zone()
+		if ob <= oa {
+			continue
+		}
+		// The change is in (a, b]: find its instant.
+		lo, hi := a, b
+		for hi.Sub(lo) > time.Second {
+			mid := lo.Add(hi.Sub(lo) / 2)
+			if _, om := mid.In(loc).Zone(); om == oa {
+				lo = mid
+			} else {
+				hi = mid
+			}
+		}
+		change := hi.Truncate(time.Second)
+		if _, oc := change.In(loc).Zone(); oc == oa {
+			change = change.Add(time.Second)
+		}
+		gapEnd := change.Add(time.Duration(ob-oa) * time.Second)
+		from := change.Add(-time.Nanosecond)
+		if t.After(from) {
+			from = t
+		}
+		m := s.Next(from.In(time.FixedZone("", oa)))
+		if !m.IsZero() && m.Before(gapEnd) && m.Before(n) {
+			return m.In(loc)
+		}
+	}
+	return time.Time{}
 }
 
 // nextAfterFire returns the occurrence that follows occurrence occ of sc,

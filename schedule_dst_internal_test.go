@@ -1,0 +1,64 @@
+package lazarus
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// cronSeries returns the n occurrences of expr in zone after from, each
+// computed from the previous one as the fire worker does.
+func cronSeries(t *testing.T, expr, zone string, from time.Time, n int) []string {
+	t.Helper()
+	sc := &messages.Schedule{Id: "s", Cron: expr, TimeZone: zone}
+	next, err := cronNext(sc, from)
+	require.NoError(t, err)
+	var out []string
+	for range n {
+		out = append(out, next.UTC().Format(time.RFC3339))
+		after, err := nextAfterFire(sc, next, next)
+		require.NoError(t, err)
+		next = *after
+	}
+	return out
+}
+
+// TestScheduleCronAcrossDST: a cron expression that names its hours is read
+// on the local clock: a local time the change back repeats fires once (its
+// first instant), one the change forward skips fires once, where time.Date
+// puts it (an hour later); an hourly expression runs by elapsed time.
+// New York: 2026-03-08 02:00 EST jumps to 03:00 EDT; 2026-11-01 02:00 EDT
+// goes back to 01:00 EST.
+func TestScheduleCronAcrossDST(t *testing.T) {
+	const ny = "America/New_York"
+	// 02:30 daily: on the 8th of March 02:30 does not exist; it fires at
+	// 03:30 EDT (07:30 UTC), once.
+	require.Equal(t, []string{"2026-03-07T07:30:00Z", "2026-03-08T07:30:00Z", "2026-03-09T06:30:00Z"},
+		cronSeries(t, "30 2 * * *", ny, time.Date(2026, 3, 7, 0, 0, 0, 0, time.UTC), 3))
+	// 01:30 daily: on the 1st of November 01:30 comes twice; it fires at
+	// the first (EDT, 05:30 UTC) only.
+	require.Equal(t, []string{"2026-10-31T05:30:00Z", "2026-11-01T05:30:00Z", "2026-11-02T06:30:00Z"},
+		cronSeries(t, "30 1 * * *", ny, time.Date(2026, 10, 31, 0, 0, 0, 0, time.UTC), 3))
+	// 09:00 on weekdays is untouched by either change.
+	require.Equal(t, []string{"2026-03-06T14:00:00Z", "2026-03-09T13:00:00Z"},
+		cronSeries(t, "0 9 * * 1-5", ny, time.Date(2026, 3, 6, 0, 0, 0, 0, time.UTC), 2))
+	// Every hour: by elapsed time, both 01:00s in November, no 02:00 in March.
+	require.Equal(t, []string{"2026-11-01T04:00:00Z", "2026-11-01T05:00:00Z", "2026-11-01T06:00:00Z", "2026-11-01T07:00:00Z"},
+		cronSeries(t, "0 * * * *", ny, time.Date(2026, 11, 1, 3, 30, 0, 0, time.UTC), 4))
+	require.Equal(t, []string{"2026-03-08T06:00:00Z", "2026-03-08T07:00:00Z", "2026-03-08T08:00:00Z"},
+		cronSeries(t, "0 * * * *", ny, time.Date(2026, 3, 8, 5, 30, 0, 0, time.UTC), 3))
+	// A schedule made inside the jump's aftermath (03:10 EDT) still gets
+	// the skipped 02:30 at 03:30 EDT.
+	require.Equal(t, []string{"2026-03-08T07:30:00Z", "2026-03-09T06:30:00Z"},
+		cronSeries(t, "30 2 * * *", ny, time.Date(2026, 3, 8, 7, 10, 0, 0, time.UTC), 2))
+	// Every 15 minutes between 02:00 and 02:59: the skipped hour's four
+	// fire where time.Date puts them, 03:00 to 03:45 EDT.
+	require.Equal(t, []string{"2026-03-08T07:00:00Z", "2026-03-08T07:15:00Z", "2026-03-08T07:30:00Z", "2026-03-08T07:45:00Z", "2026-03-09T06:00:00Z"},
+		cronSeries(t, "*/15 2 * * *", ny, time.Date(2026, 3, 8, 0, 0, 0, 0, time.UTC), 5))
+	// A half-hour change (Lord Howe, 2026-10-04 02:00 -> 02:30).
+	require.Equal(t, []string{"2026-10-03T15:45:00Z", "2026-10-04T15:15:00Z"}, // 02:15 skipped: at 02:45 LHDT
+		cronSeries(t, "15 2 * * *", "Australia/Lord_Howe", time.Date(2026, 10, 3, 0, 0, 0, 0, time.UTC), 2))
+}
