@@ -40,6 +40,11 @@ func decodeEvent(k, v, prefix []byte) (*messages.Event, error) {
 	if ev.GetSeq() != seq {
 		return nil, corruptValue(k, "event seq %d under key seq %d", ev.GetSeq(), seq)
 	}
+	if ev.GetBody() == nil {
+		// No write stores one (journal.ValidateEvent): a value cut at a
+		// field boundary decodes so.
+		return nil, corruptValue(k, "event %d without a body", seq)
+	}
 	return ev, nil
 }
 

@@ -57,3 +57,22 @@ func TestCorruptScheduleRecords(t *testing.T) {
 		})
 	}
 }
+
+// TestCorruptEventWithoutBody: an event value cut after its seq (a valid
+// protobuf record without a body, which no write stores) is journal.ErrCorrupt
+// naming its key on the reads of the log, not an event handed to the model.
+func TestCorruptEventWithoutBody(t *testing.T) {
+	s := openMem(t, Options{})
+	_, err := s.Append(ctx, &messages.AppendRequest{ConversationId: "c", Events: []*messages.Event{userEvent("hi"), userEvent("again")}})
+	require.NoError(t, err)
+	k := seqKey(famEvent, "c", 2)
+	require.NoError(t, s.putRawForTesting(k, mustMarshal(&messages.Event{Seq: 2})))
+	_, err = s.Events(ctx, "c", journal.EventQuery{})
+	require.ErrorIs(t, err, journal.ErrCorrupt)
+	require.Contains(t, err.Error(), keyString(k))
+	_, _, err = s.LoadSince(ctx, "c")
+	require.ErrorIs(t, err, journal.ErrCorrupt)
+	evs, err := s.Events(ctx, "c", journal.EventQuery{Before: 2})
+	require.NoError(t, err, "the events before it still read")
+	require.Len(t, evs, 1)
+}
