@@ -24,7 +24,8 @@ var (
 	// ErrBadSchedule: a ScheduleSpec that cannot be a schedule: no time,
 	// two kinds of times at once, an interval below MinScheduleInterval,
 	// an unknown time zone, a cron expression that does not parse, no
-	// message. Wraps journal.ErrInvalid.
+	// message, or one schedule more than the conversation may hold
+	// (journal.MaxSchedulesPerConversation). Wraps journal.ErrInvalid.
 	ErrBadSchedule = errors.New("lazarus: bad schedule")
 	// ErrScheduleInPast: ScheduleSpec.At is not after now. Wraps
 	// journal.ErrInvalid.
@@ -329,6 +330,11 @@ func (r *Runtime) Schedule(ctx context.Context, conversationID string, spec Sche
 		return nil, fmt.Errorf("lazarus: schedule for %q: %w", clipID(conversationID), err)
 	}
 	if err := ss.PutSchedule(ctx, sc); err != nil {
+		if errors.Is(err, journal.ErrInvalid) && !errors.Is(err, ErrBadSchedule) {
+			// The Store's refusal: one schedule more than
+			// journal.MaxSchedulesPerConversation.
+			return nil, fmt.Errorf("lazarus: schedule for %q: %w: %w", clipID(conversationID), ErrBadSchedule, err)
+		}
 		return nil, fmt.Errorf("lazarus: schedule for %q: %w", clipID(conversationID), err)
 	}
 	r.armSchedule(ctx, &messages.ScheduleArm{ConversationId: conversationID, ScheduleId: id, Next: sc.GetNext()})

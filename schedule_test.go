@@ -182,6 +182,18 @@ func TestScheduleBadInput(t *testing.T) {
 	listed, err := rt.Schedules(ctx, "c")
 	require.NoError(t, err)
 	require.Empty(t, listed)
+
+	// The Store's limit is bad input too, with the same sentinels.
+	for i := range journal.MaxSchedulesPerConversation {
+		_, err := rt.Schedule(ctx, "c", lazarus.ScheduleSpec{After: time.Hour + time.Duration(i)*time.Second, Text: "x"}, agent.Scope{})
+		require.NoError(t, err)
+	}
+	_, err = rt.Schedule(ctx, "c", lazarus.ScheduleSpec{After: time.Hour, Text: "one too many"}, agent.Scope{})
+	require.ErrorIs(t, err, lazarus.ErrBadSchedule)
+	require.ErrorIs(t, err, journal.ErrInvalid)
+	listed, err = rt.Schedules(ctx, "c")
+	require.NoError(t, err)
+	require.Len(t, listed, journal.MaxSchedulesPerConversation)
 }
 
 // TestScheduleGoesWithTheConversation: a delete removes the conversation's

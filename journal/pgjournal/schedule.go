@@ -44,19 +44,19 @@ func (b *batch) readSchedules(ctx context.Context, conn *pgx.Conn, ids [][]byte)
 	for _, id := range ids {
 		b.scheds[string(id)] = &schedState{}
 	}
-	rows, err := conn.Query(ctx, "SELECT id, data FROM lz_schedules WHERE id = ANY($1::bytea[]) FOR UPDATE", ids)
+	rows, err := conn.Query(ctx, "SELECT id, conv, data FROM lz_schedules WHERE id = ANY($1::bytea[]) FOR UPDATE", ids)
 	if err != nil {
 		return err
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var id, data []byte
-		if err := rows.Scan(&id, &data); err != nil {
+		var id, conv, data []byte
+		if err := rows.Scan(&id, &conv, &data); err != nil {
 			return err
 		}
-		sc := &messages.Schedule{}
-		if err := proto.Unmarshal(data, sc); err != nil {
-			return journal.Corruptf("pgjournal: schedule %q: %v", id, err)
+		sc, err := decodeSchedule(id, data, string(conv))
+		if err != nil {
+			return err
 		}
 		b.scheds[string(id)].cur = sc
 	}
@@ -228,9 +228,9 @@ func (s *Store) ConversationSchedules(ctx context.Context, conversationID string
 		if err := rows.Scan(&id, &data); err != nil {
 			return nil, s.wrap("schedules", err)
 		}
-		sc := &messages.Schedule{}
-		if err := proto.Unmarshal(data, sc); err != nil {
-			return nil, journal.Corruptf("pgjournal: schedule %q: %v", id, err)
+		sc, err := decodeSchedule(id, data, conversationID)
+		if err != nil {
+			return nil, err
 		}
 		out = append(out, sc)
 	}
@@ -268,4 +268,22 @@ func (s *Store) ScheduleTimes(ctx context.Context, fn func(conversationID, id st
 		return s.wrap("schedule times", err)
 	}
 	return nil
+}
+
+// decodeSchedule decodes the schedule stored under id of conv: the record names its row's ids and holds what every stored
+// schedule holds (journal.ValidateSchedule: a next occurrence, a positive
+// interval if any, a payload), so that no reader computes with a record no
+// write could have stored. Anything else is journal.ErrCorrupt.
+func decodeSchedule(id, data []byte, conv string) (*messages.Schedule, error) {
+	sc := &messages.Schedule{}
+	if err := proto.Unmarshal(data, sc); err != nil {
+		return nil, journal.Corruptf("pgjournal: schedule %q: %v", id, err)
+	}
+	if sc.GetId() != string(id) || sc.GetConversationId() != conv {
+		return nil, journal.Corruptf("pgjournal: schedule %q holds schedule %q of %q", id, sc.GetId(), sc.GetConversationId())
+	}
+	if err := journal.ValidateSchedule(sc); err != nil {
+		return nil, journal.Corruptf("pgjournal: schedule %q: %v", id, err)
+	}
+	return sc, nil
 }
