@@ -277,7 +277,8 @@ func ResultText(o *messages.ToolOutcome) string {
 
 // call is a tool call being assembled from its fragments.
 type call struct {
-	index int64
+	index int64 // the call's place in the answer
+	wire  int64 // the index its fragments carry
 	id    string
 	name  string
 	args  strings.Builder
@@ -359,17 +360,18 @@ func (m *Model) attempt(ctx context.Context, params oai.ChatCompletionNewParams,
 // addFragment adds one streamed fragment of a tool call. Fragments of one
 // call share its index; its first fragment carries the id and name. A
 // fragment with a new id at an index already used starts another call
-// (servers that number every call 0).
+// (servers that number every call 0); the fragments after it at that index
+// are its own.
 func addFragment(calls []*call, f *oai.ChatCompletionChunkChoiceDeltaToolCall) []*call {
 	var c *call
 	for i := len(calls) - 1; i >= 0; i-- {
-		if calls[i].index == f.Index {
+		if calls[i].wire == f.Index {
 			c = calls[i]
 			break
 		}
 	}
 	if c == nil || (f.ID != "" && c.id != "" && f.ID != c.id) {
-		c = &call{index: f.Index}
+		c = &call{index: f.Index, wire: f.Index}
 		if len(calls) > 0 && calls[len(calls)-1].index >= f.Index {
 			c.index = calls[len(calls)-1].index + 1
 		}

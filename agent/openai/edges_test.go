@@ -1,0 +1,161 @@
+package openai_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/agent/providertest"
+	"github.com/lazarusrt/lazarus/agent/retry"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+func chunk(delta string, finish string) string {
+	f := "null"
+	if finish != "" {
+		f = `"` + finish + `"`
+	}
+	return `data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m-1","choices":[{"index":0,"delta":` + delta + `,"finish_reason":` + f + `}]}` + "\n\n"
+}
+
+const usageChunk = `data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m-1","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}` + "\n\ndata: [DONE]\n\n"
+
+type probe struct {
+	srv    *providertest.Server
+	m      agent.Model
+	mu     sync.Mutex
+	sleeps []time.Duration
+}
+
+func serveText(t *testing.T, transcript string) *probe {
+	rs, err := providertest.Parse([]byte(transcript))
+	require.NoError(t, err)
+	p := &probe{srv: providertest.Serve(t, rs)}
+	p.m = factory(t, p.srv.URL, retry.Policy{MaxAttempts: 3, InitialBackoff: providertest.Backoff,
+		Sleep: func(ctx context.Context, d time.Duration) error {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			p.sleeps = append(p.sleeps, d)
+			return ctx.Err()
+		}})
+	return p
+}
+
+func (p *probe) waits() []time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.sleeps
+}
+
+// TestCallsAllNumberedZero: a server that numbers every call 0 streams
+// each call's arguments in fragments after its first; they belong to that
+// call, not to the first one.
+func TestCallsAllNumberedZero(t *testing.T) {
+	p := serveText(t, chunk(`{"role":"assistant"}`, "")+
+		chunk(`{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"get_weather","arguments":""}}]}`, "")+
+		chunk(`{"tool_calls":[{"index":0,"function":{"arguments":"{\"city\":"}}]}`, "")+
+		chunk(`{"tool_calls":[{"index":0,"function":{"arguments":"\"Paris\"}"}}]}`, "")+
+		chunk(`{"tool_calls":[{"index":0,"id":"call_b","type":"function","function":{"name":"get_time","arguments":""}}]}`, "")+
+		chunk(`{"tool_calls":[{"index":0,"function":{"arguments":"{\"tz\":"}}]}`, "")+
+		chunk(`{"tool_calls":[{"index":0,"function":{"arguments":"\"UTC\"}"}}]}`, "")+
+		chunk(`{}`, "tool_calls")+usageChunk)
+	msg, err := p.m.Generate(context.Background(), providertest.Turn(), nil)
+	require.NoError(t, err)
+	require.Len(t, msg.GetToolCalls(), 2)
+	assert.Equal(t, "call_a", msg.GetToolCalls()[0].GetProviderId())
+	assert.JSONEq(t, `{"city":"Paris"}`, msg.GetToolCalls()[0].GetArguments())
+	assert.Equal(t, "call_b", msg.GetToolCalls()[1].GetProviderId())
+	assert.JSONEq(t, `{"tz":"UTC"}`, msg.GetToolCalls()[1].GetArguments())
+}
+
+func TestProbeEmptyArgs(t *testing.T) {
+	p := serveText(t, chunk(`{"role":"assistant"}`, "")+
+		chunk(`{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"get_time","arguments":""}}]}`, "")+
+		chunk(`{}`, "tool_calls")+usageChunk)
+	msg, err := p.m.Generate(context.Background(), providertest.Turn(), nil)
+	require.NoError(t, err)
+	require.Len(t, msg.GetToolCalls(), 1)
+	assert.Equal(t, "{}", msg.GetToolCalls()[0].GetArguments())
+	assert.Equal(t, &messages.Usage{InputTokens: 3, OutputTokens: 4}, msg.GetUsage())
+}
+
+func TestProbeStatuses(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		tr       string
+		want     error
+		requests int
+		sleeps   []time.Duration
+	}{
+		{"429 no retry-after", "> status 429\n{\"error\":{\"message\":\"slow\"}}\n===\n> status 429\n{}\n===\n> status 429\n{}\n", agent.ErrRateLimited, 3, []time.Duration{providertest.Backoff, 2 * providertest.Backoff}},
+		{"503 retry-after", "> status 503\n> header Retry-After: 3\n{}\n===\n> status 503\n{}\n===\n> status 503\n{}\n", agent.ErrUnavailable, 3, []time.Duration{3 * time.Second, 2 * providertest.Backoff}},
+		{"400", "> status 400\n{\"error\":{\"message\":\"bad\"}}\n", agent.ErrRequest, 1, nil},
+		{"403", "> status 403\n{\"error\":{\"message\":\"no\"}}\n", agent.ErrRequest, 1, nil},
+		{"404", "> status 404\n{\"error\":{\"message\":\"no model\"}}\n", agent.ErrRequest, 1, nil},
+		{"400 context", "> status 400\n{\"error\":{\"message\":\"This model's maximum context length is 8 tokens\",\"code\":\"context_length_exceeded\"}}\n", agent.ErrContextLength, 1, nil},
+		{"cut after text", chunk(`{"role":"assistant","content":"hi"}`, ""), agent.ErrIncomplete, 1, nil},
+		{"wrong type chunk", chunk(`{"role":"assistant","content":"hi"}`, "") + "data: [1,2]\n\n" + chunk(`{}`, "stop") + usageChunk, agent.ErrMalformed, 1, nil},
+		{"string chunk", "data: \"x\"\n\n" + chunk(`{}`, "stop") + usageChunk, agent.ErrMalformed, 1, nil},
+		{"malformed after text", chunk(`{"role":"assistant","content":"hi"}`, "") + "data: {\"choices\":[\n\n" + chunk(`{}`, "stop") + usageChunk, agent.ErrMalformed, 1, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := serveText(t, tc.tr)
+			msg, err := p.m.Generate(context.Background(), providertest.Turn(), nil)
+			t.Log(err)
+			require.ErrorIs(t, err, tc.want)
+			assert.Nil(t, msg)
+			assert.Len(t, p.srv.Requests(), tc.requests)
+			assert.Equal(t, tc.sleeps, p.waits())
+			assert.False(t, retry.IsRetryable(err))
+		})
+	}
+}
+
+func TestProbeCancelMidStream(t *testing.T) {
+	var calls int
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls++
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = w.Write([]byte(chunk(`{"role":"assistant","content":"Partial"}`, "")))
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}))
+	defer srv.Close()
+	m := factory(t, srv.URL, retry.Policy{Sleep: func(context.Context, time.Duration) error { t.Error("slept"); return nil }})
+	ctx, cancel := context.WithCancel(context.Background())
+	msg, err := m.Generate(ctx, providertest.Turn(), func(string) { cancel() })
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Nil(t, msg)
+	assert.Equal(t, 1, calls)
+}
+
+func TestProbeToolChoiceStrings(t *testing.T) {
+	for _, c := range []string{agent.ToolChoiceAuto, agent.ToolChoiceNone, agent.ToolChoiceRequired} {
+		p := serveText(t, chunk(`{"content":"x"}`, "stop")+usageChunk)
+		turn := providertest.Turn()
+		turn.Settings.ToolChoice = c
+		_, err := p.m.Generate(context.Background(), turn, nil)
+		require.NoError(t, err)
+		var req map[string]any
+		require.NoError(t, json.Unmarshal(p.srv.Requests()[0], &req))
+		assert.Equal(t, c, req["tool_choice"])
+	}
+}
+
+func TestProbeErrorResultText(t *testing.T) {
+	p := serveText(t, chunk(`{"content":"x"}`, "stop")+usageChunk)
+	turn := providertest.Turn()
+	turn.Context[2].GetToolResult().Outcome = &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Error{Error: &messages.ToolError{Code: "boom", Message: "bad"}}}
+	_, err := p.m.Generate(context.Background(), turn, nil)
+	require.NoError(t, err)
+	assert.True(t, strings.Contains(string(p.srv.Requests()[0]), "error (boom): bad"))
+}
