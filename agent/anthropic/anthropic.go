@@ -300,8 +300,11 @@ func (m *Model) attempt(ctx context.Context, params sdk.MessageNewParams, onDelt
 			}
 			switch ev.Delta.Type {
 			case "text_delta":
+				if ev.Delta.Text == "" {
+					break // no text: a failure after it may still be retried
+				}
 				b.text.WriteString(ev.Delta.Text)
-				if onDelta != nil && ev.Delta.Text != "" {
+				if onDelta != nil {
 					onDelta(ev.Delta.Text)
 				}
 				streamed = true

@@ -1,0 +1,171 @@
+package anthropic_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/agent/providertest"
+	"github.com/lazarusrt/lazarus/agent/retry"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+func ev(typ, data string) string { return "event: " + typ + "\ndata: " + data + "\n\n" }
+
+var (
+	start     = ev("message_start", `{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"claude-x","content":[],"stop_reason":null,"usage":{"input_tokens":7,"output_tokens":1}}}`)
+	textStart = ev("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`)
+)
+
+func textDelta(s string) string {
+	return ev("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"`+s+`"}}`)
+}
+
+func stopWith(reason string) string {
+	return ev("message_delta", `{"type":"message_delta","delta":{"stop_reason":"`+reason+`","stop_sequence":null},"usage":{"output_tokens":9}}`) +
+		ev("message_stop", `{"type":"message_stop"}`)
+}
+
+func errEvent(typ, msg string) string {
+	return ev("error", `{"type":"error","error":{"type":"`+typ+`","message":"`+msg+`"}}`)
+}
+
+type probe struct {
+	srv    *providertest.Server
+	m      agent.Model
+	mu     sync.Mutex
+	sleeps []time.Duration
+}
+
+func serveText(t *testing.T, transcript string) *probe {
+	rs, err := providertest.Parse([]byte(transcript))
+	require.NoError(t, err)
+	p := &probe{srv: providertest.Serve(t, rs)}
+	p.m = factory(t, p.srv.URL, retry.Policy{MaxAttempts: 3, InitialBackoff: providertest.Backoff,
+		Sleep: func(ctx context.Context, d time.Duration) error {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			p.sleeps = append(p.sleeps, d)
+			return ctx.Err()
+		}})
+	return p
+}
+
+func (p *probe) waits() []time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.sleeps
+}
+
+func TestProbeFailures(t *testing.T) {
+	ok := start + textStart + textDelta("ok") + stopWith("end_turn")
+	for _, tc := range []struct {
+		name     string
+		tr       string
+		want     error
+		requests int
+		sleeps   []time.Duration
+	}{
+		{"overloaded event before text", start + errEvent("overloaded_error", "Overloaded") + "\n===\n" + ok, nil, 2, []time.Duration{providertest.Backoff}},
+		{"overloaded event after text", start + textStart + textDelta("hi") + errEvent("overloaded_error", "Overloaded"), agent.ErrInterrupted, 1, nil},
+		{"529", "> status 529\n{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n===\n" + ok, nil, 2, []time.Duration{providertest.Backoff}},
+		{"429 no retry-after", "> status 429\n{\"type\":\"error\",\"error\":{\"type\":\"rate_limit_error\",\"message\":\"slow\"}}\n===\n> status 429\n{}\n===\n> status 429\n{}\n", agent.ErrRateLimited, 3, []time.Duration{providertest.Backoff, 2 * providertest.Backoff}},
+		{"403", "> status 403\n{\"type\":\"error\",\"error\":{\"type\":\"permission_error\",\"message\":\"no\"}}\n", agent.ErrRequest, 1, nil},
+		{"400", "> status 400\n{\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\",\"message\":\"bad\"}}\n", agent.ErrRequest, 1, nil},
+		{"400 too long", "> status 400\n{\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\",\"message\":\"prompt is too long: 300000 tokens > 200000 maximum\"}}\n", agent.ErrContextLength, 1, nil},
+		{"context window stop", start + textStart + textDelta("hi") + stopWith("model_context_window_exceeded"), agent.ErrContextLength, 1, nil},
+		{"refusal stop", start + textStart + textDelta("no") + stopWith("refusal"), agent.ErrRefused, 1, nil},
+		{"cut after text", start + textStart + textDelta("hi"), agent.ErrIncomplete, 1, nil},
+		{"cut before text", start, agent.ErrIncomplete, 1, nil},
+		{"malformed after text", start + textStart + textDelta("hi") + ev("content_block_delta", `{"type":"content_block_delta","index":0,`) + stopWith("end_turn"), agent.ErrMalformed, 1, nil},
+		{"reset after empty delta", "> reset\n" + start + textStart + textDelta("") + "\n===\n" + ok, nil, 2, []time.Duration{providertest.Backoff}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := serveText(t, tc.tr)
+			msg, err := p.m.Generate(context.Background(), providertest.Turn(), nil)
+			t.Log(err)
+			if tc.want == nil {
+				require.NoError(t, err)
+				assert.Equal(t, "ok", msg.GetContent()[0].GetText())
+			} else {
+				require.ErrorIs(t, err, tc.want)
+				assert.Nil(t, msg)
+				assert.False(t, retry.IsRetryable(err))
+			}
+			assert.Len(t, p.srv.Requests(), tc.requests)
+			assert.Equal(t, tc.sleeps, p.waits())
+		})
+	}
+}
+
+func TestProbeToolUse(t *testing.T) {
+	p := serveText(t, start+
+		ev("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_a","name":"get_time","input":{}}}`)+
+		ev("content_block_start", `{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_b","name":"get_weather","input":{}}}`)+
+		ev("content_block_delta", `{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"ci"}}`)+
+		ev("content_block_delta", `{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"ty\":\"Oslo\"}"}}`)+
+		stopWith("tool_use"))
+	msg, err := p.m.Generate(context.Background(), providertest.Turn(), nil)
+	require.NoError(t, err)
+	require.Len(t, msg.GetToolCalls(), 2)
+	assert.Equal(t, "{}", msg.GetToolCalls()[0].GetArguments())
+	assert.Equal(t, "toolu_a", msg.GetToolCalls()[0].GetProviderId())
+	assert.JSONEq(t, `{"city":"Oslo"}`, msg.GetToolCalls()[1].GetArguments())
+	assert.Equal(t, &messages.Usage{InputTokens: 7, OutputTokens: 9}, msg.GetUsage())
+	assert.Equal(t, "claude-x", msg.GetModel())
+}
+
+func TestProbeIsError(t *testing.T) {
+	p := serveText(t, start+textStart+textDelta("ok")+stopWith("end_turn"))
+	turn := providertest.Turn()
+	turn.Context[2].GetToolResult().Outcome = &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Error{Error: &messages.ToolError{Code: "boom", Message: "bad"}}}
+	turn.Context = append(turn.Context, &messages.Event{Seq: 7, Body: &messages.Event_UserMsg{UserMsg: &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "and?"}}}}}})
+	turn.Settings.ToolChoice = agent.ToolChoiceAuto
+	_, err := p.m.Generate(context.Background(), turn, nil)
+	require.NoError(t, err)
+	var req struct {
+		ToolChoice map[string]any `json:"tool_choice"`
+		Messages   []struct {
+			Role    string
+			Content []struct {
+				Type    string `json:"type"`
+				IsError bool   `json:"is_error"`
+				Content any    `json:"content"`
+				Text    string `json:"text"`
+			}
+		}
+	}
+	require.NoError(t, json.Unmarshal(p.srv.Requests()[0], &req))
+	require.Len(t, req.Messages, 3)
+	require.Len(t, req.Messages[2].Content, 2)
+	assert.Equal(t, "tool_result", req.Messages[2].Content[0].Type)
+	assert.True(t, req.Messages[2].Content[0].IsError)
+	assert.Equal(t, "text", req.Messages[2].Content[1].Type)
+	assert.Equal(t, "auto", req.ToolChoice["type"])
+}
+
+func TestProbeCancelMidStream(t *testing.T) {
+	var calls int
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls++
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = w.Write([]byte(start + textStart + textDelta("Partial")))
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}))
+	defer srv.Close()
+	m := factory(t, srv.URL, retry.Policy{Sleep: func(context.Context, time.Duration) error { t.Error("slept"); return nil }})
+	ctx, cancel := context.WithCancel(context.Background())
+	msg, err := m.Generate(ctx, providertest.Turn(), func(string) { cancel() })
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Nil(t, msg)
+	assert.Equal(t, 1, calls)
+}
