@@ -277,6 +277,10 @@ func (m *Model) attempt(ctx context.Context, params sdk.MessageNewParams, onDelt
 	for stream.Next() {
 		ev := stream.Current()
 		switch ev.Type {
+		case "":
+			// Data that is JSON but not an event (an array, an object
+			// without a type) does not decode as one.
+			return nil, fmt.Errorf("anthropic: %w: an event without a type", agent.ErrMalformed)
 		case "message_start":
 			model = ev.Message.Model
 			usage.InputTokens = ev.Message.Usage.InputTokens

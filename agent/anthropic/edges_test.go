@@ -85,6 +85,7 @@ func TestProbeFailures(t *testing.T) {
 		{"refusal stop", start + textStart + textDelta("no") + stopWith("refusal"), agent.ErrRefused, 1, nil},
 		{"cut after text", start + textStart + textDelta("hi"), agent.ErrIncomplete, 1, nil},
 		{"cut before text", start, agent.ErrIncomplete, 1, nil},
+		{"wrong type", start + ev("content_block_delta", `[1,2]`) + stopWith("end_turn"), agent.ErrMalformed, 1, nil},
 		{"malformed after text", start + textStart + textDelta("hi") + ev("content_block_delta", `{"type":"content_block_delta","index":0,`) + stopWith("end_turn"), agent.ErrMalformed, 1, nil},
 		{"reset after empty delta", "> reset\n" + start + textStart + textDelta("") + "\n===\n" + ok, nil, 2, []time.Duration{providertest.Backoff}},
 	} {
