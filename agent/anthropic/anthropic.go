@@ -402,7 +402,15 @@ func classifyAPI(e *sdk.Error, streamed bool) error {
 	}
 	typ := string(e.Type())
 	raw := e.RawJSON()
+	tooLong := strings.Contains(strings.ToLower(raw), "prompt is too long") || strings.Contains(strings.ToLower(raw), "context window")
 	switch {
+	case e.StatusCode == http.StatusOK && !tooLong && typ != "rate_limit_error":
+		// An error event of any other type: the stream broke, after text
+		// or before it (then the server's failure, retried).
+		if streamed {
+			return fmt.Errorf("anthropic: %w: %w", agent.ErrInterrupted, e)
+		}
+		return retry.Retryable(fmt.Errorf("anthropic: %w: %w", agent.ErrUnavailable, e), 0)
 	case e.StatusCode == http.StatusTooManyRequests || typ == "rate_limit_error":
 		if streamed {
 			return fmt.Errorf("anthropic: %w: %w", agent.ErrInterrupted, e)
@@ -413,7 +421,7 @@ func classifyAPI(e *sdk.Error, streamed bool) error {
 			return fmt.Errorf("anthropic: %w: %w", agent.ErrInterrupted, e)
 		}
 		return retry.Retryable(fmt.Errorf("anthropic: %w: %w", agent.ErrUnavailable, e), after)
-	case strings.Contains(strings.ToLower(raw), "prompt is too long") || strings.Contains(strings.ToLower(raw), "context window"):
+	case tooLong:
 		return fmt.Errorf("anthropic: %w: %w", agent.ErrContextLength, e)
 	default:
 		return fmt.Errorf("anthropic: %w: %w", agent.ErrRequest, e)
