@@ -337,7 +337,7 @@ func (m *Model) attempt(ctx context.Context, params sdk.MessageNewParams, onDelt
 	var text strings.Builder
 	msg := &messages.AssistantMessage{Model: model}
 	if model == "" {
-		msg.Model = m.opts.Model
+		msg.Model = string(params.Model) // the model asked for: the conversation's, else the options'
 	}
 	if seenUse {
 		msg.Usage = &usage

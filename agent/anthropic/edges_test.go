@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -173,4 +174,16 @@ func TestProbeCancelMidStream(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	assert.Nil(t, msg)
 	assert.Equal(t, 1, calls)
+}
+
+// TestModelNameFallsBackToTheOneAskedFor: when message_start names no
+// model, the message records the model asked for, the conversation's own
+// (Settings.Model) over the options'.
+func TestModelNameFallsBackToTheOneAskedFor(t *testing.T) {
+	p := serveText(t, strings.ReplaceAll(start, `"model":"claude-x",`, "")+textStart+textDelta("ok")+stopWith("end_turn"))
+	turn := providertest.Turn()
+	turn.Settings.Model = "conv-model"
+	msg, err := p.m.Generate(context.Background(), turn, nil)
+	require.NoError(t, err)
+	assert.Equal(t, "conv-model", msg.GetModel())
 }

@@ -159,3 +159,15 @@ func TestProbeErrorResultText(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, strings.Contains(string(p.srv.Requests()[0]), "error (boom): bad"))
 }
+
+// TestModelNameFallsBackToTheOneAskedFor: when the server names no model in
+// its chunks, the message records the model asked for, the conversation's
+// own (Settings.Model) over the options'.
+func TestModelNameFallsBackToTheOneAskedFor(t *testing.T) {
+	p := serveText(t, strings.ReplaceAll(chunk(`{"content":"x"}`, "stop")+usageChunk, `"model":"m-1",`, ""))
+	turn := providertest.Turn()
+	turn.Settings.Model = "conv-model"
+	msg, err := p.m.Generate(context.Background(), turn, nil)
+	require.NoError(t, err)
+	assert.Equal(t, "conv-model", msg.GetModel())
+}

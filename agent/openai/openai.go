@@ -341,7 +341,7 @@ func (m *Model) attempt(ctx context.Context, params oai.ChatCompletionNewParams,
 	}
 	msg := &messages.AssistantMessage{Model: model, Usage: usage}
 	if model == "" {
-		msg.Model = m.opts.Model
+		msg.Model = string(params.Model) // the model asked for: the conversation's, else the options'
 	}
 	if text.Len() > 0 {
 		msg.Content = []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: text.String()}}}
