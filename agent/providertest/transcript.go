@@ -71,11 +71,13 @@ func Parse(data []byte) ([]Response, error) {
 		r := Response{Status: http.StatusOK, Header: http.Header{}}
 		lines := bytes.SplitAfter(part, []byte("\n"))
 		body := 0
+		directives := false // a directive was read: "#" lines are no longer comments
 		for _, l := range lines {
 			s := strings.TrimRight(string(l), "\n")
 			switch {
-			case strings.HasPrefix(s, "#") && body == 0:
+			case strings.HasPrefix(s, "#") && !directives:
 			case strings.HasPrefix(s, "> "):
+				directives = true
 				if err := r.directive(s[2:]); err != nil {
 					return nil, fmt.Errorf("response %d: %w", i+1, err)
 				}
