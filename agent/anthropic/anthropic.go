@@ -302,6 +302,11 @@ func (m *Model) attempt(ctx context.Context, params sdk.MessageNewParams, onDelt
 			if b == nil {
 				return nil, fmt.Errorf("anthropic: %w: delta of block %d, which never started", agent.ErrMalformed, ev.Index)
 			}
+			if ev.Delta.Type == "text_delta" && b.kind != "text" || ev.Delta.Type == "input_json_delta" && b.kind != "tool_use" {
+				// Text into a tool's input, or input into the text: the
+				// deltas would no longer be the message's text.
+				return nil, fmt.Errorf("anthropic: %w: %s in block %d, a %s block", agent.ErrMalformed, ev.Delta.Type, ev.Index, b.kind)
+			}
 			switch ev.Delta.Type {
 			case "text_delta":
 				if ev.Delta.Text == "" {

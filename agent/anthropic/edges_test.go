@@ -92,6 +92,8 @@ func TestProbeFailures(t *testing.T) {
 		{"cut before text", start, agent.ErrIncomplete, 1, nil},
 		{"wrong type", start + ev("content_block_delta", `[1,2]`) + stopWith("end_turn"), agent.ErrMalformed, 1, nil},
 		{"malformed after text", start + textStart + textDelta("hi") + ev("content_block_delta", `{"type":"content_block_delta","index":0,`) + stopWith("end_turn"), agent.ErrMalformed, 1, nil},
+		{"text into a tool_use", start + ev("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_a","name":"get_time","input":{}}}`) + textDelta("hi") + stopWith("tool_use"), agent.ErrMalformed, 1, nil},
+		{"input into a text block", start + textStart + ev("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{}"}}`) + stopWith("end_turn"), agent.ErrMalformed, 1, nil},
 		{"reset after empty delta", "> reset\n" + start + textStart + textDelta("") + "\n===\n" + ok, nil, 2, []time.Duration{providertest.Backoff}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
