@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,7 +67,9 @@ func (p *probe) waits() []time.Duration {
 	return p.sleeps
 }
 
-func TestProbeFailures(t *testing.T) {
+// TestFailureOutcomes: each failure has its sentinel (or is retried into
+// a success), its number of requests and its waits.
+func TestFailureOutcomes(t *testing.T) {
 	ok := start + textStart + textDelta("ok") + stopWith("end_turn")
 	for _, tc := range []struct {
 		name     string
@@ -99,7 +102,6 @@ func TestProbeFailures(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := serveText(t, tc.tr)
 			msg, err := p.m.Generate(context.Background(), providertest.Turn(), nil)
-			t.Log(err)
 			if tc.want == nil {
 				require.NoError(t, err)
 				assert.Equal(t, "ok", msg.GetContent()[0].GetText())
@@ -114,7 +116,9 @@ func TestProbeFailures(t *testing.T) {
 	}
 }
 
-func TestProbeToolUse(t *testing.T) {
+// TestToolUseBlocks: several tool_use blocks become calls in block order,
+// one without input "{}"; usage and model are recorded.
+func TestToolUseBlocks(t *testing.T) {
 	p := serveText(t, start+
 		ev("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_a","name":"get_time","input":{}}}`)+
 		ev("content_block_start", `{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_b","name":"get_weather","input":{}}}`)+
@@ -131,7 +135,9 @@ func TestProbeToolUse(t *testing.T) {
 	assert.Equal(t, "claude-x", msg.GetModel())
 }
 
-func TestProbeIsError(t *testing.T) {
+// TestErrorResultIsError: an error outcome is a tool_result marked
+// is_error, in the user message with the text after it; tool choice auto.
+func TestErrorResultIsError(t *testing.T) {
 	p := serveText(t, start+textStart+textDelta("ok")+stopWith("end_turn"))
 	turn := providertest.Turn()
 	turn.Context[2].GetToolResult().Outcome = &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Error{Error: &messages.ToolError{Code: "boom", Message: "bad"}}}
@@ -160,10 +166,12 @@ func TestProbeIsError(t *testing.T) {
 	assert.Equal(t, "auto", req.ToolChoice["type"])
 }
 
-func TestProbeCancelMidStream(t *testing.T) {
-	var calls int
+// TestCancelMidStream: a cancel while the answer streams ends the call
+// with ctx.Err(), not retried.
+func TestCancelMidStream(t *testing.T) {
+	var calls atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		calls++
+		calls.Add(1)
 		w.Header().Set("Content-Type", "text/event-stream")
 		_, _ = w.Write([]byte(start + textStart + textDelta("Partial")))
 		w.(http.Flusher).Flush()
@@ -175,7 +183,7 @@ func TestProbeCancelMidStream(t *testing.T) {
 	msg, err := m.Generate(ctx, providertest.Turn(), func(string) { cancel() })
 	require.ErrorIs(t, err, context.Canceled)
 	assert.Nil(t, msg)
-	assert.Equal(t, 1, calls)
+	assert.EqualValues(t, 1, calls.Load())
 }
 
 // TestModelNameFallsBackToTheOneAskedFor: when message_start names no

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -77,7 +78,9 @@ func TestCallsAllNumberedZero(t *testing.T) {
 	assert.JSONEq(t, `{"tz":"UTC"}`, msg.GetToolCalls()[1].GetArguments())
 }
 
-func TestProbeEmptyArgs(t *testing.T) {
+// TestEmptyArgumentsAreAnObject: a call streamed with no arguments gets
+// "{}"; usage comes from the final chunk.
+func TestEmptyArgumentsAreAnObject(t *testing.T) {
 	p := serveText(t, chunk(`{"role":"assistant"}`, "")+
 		chunk(`{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"get_time","arguments":""}}]}`, "")+
 		chunk(`{}`, "tool_calls")+usageChunk)
@@ -88,7 +91,10 @@ func TestProbeEmptyArgs(t *testing.T) {
 	assert.Equal(t, &messages.Usage{InputTokens: 3, OutputTokens: 4}, msg.GetUsage())
 }
 
-func TestProbeStatuses(t *testing.T) {
+// TestFailureOutcomes: each failure has its sentinel, its number of
+// requests and its waits (429 without Retry-After backs off; a 5xx's
+// Retry-After is honoured).
+func TestFailureOutcomes(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		tr       string
@@ -110,7 +116,6 @@ func TestProbeStatuses(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := serveText(t, tc.tr)
 			msg, err := p.m.Generate(context.Background(), providertest.Turn(), nil)
-			t.Log(err)
 			require.ErrorIs(t, err, tc.want)
 			assert.Nil(t, msg)
 			assert.Len(t, p.srv.Requests(), tc.requests)
@@ -120,10 +125,12 @@ func TestProbeStatuses(t *testing.T) {
 	}
 }
 
-func TestProbeCancelMidStream(t *testing.T) {
-	var calls int
+// TestCancelMidStream: a cancel while the answer streams ends the call
+// with ctx.Err(), not retried.
+func TestCancelMidStream(t *testing.T) {
+	var calls atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		calls++
+		calls.Add(1)
 		w.Header().Set("Content-Type", "text/event-stream")
 		_, _ = w.Write([]byte(chunk(`{"role":"assistant","content":"Partial"}`, "")))
 		w.(http.Flusher).Flush()
@@ -135,10 +142,11 @@ func TestProbeCancelMidStream(t *testing.T) {
 	msg, err := m.Generate(ctx, providertest.Turn(), func(string) { cancel() })
 	require.ErrorIs(t, err, context.Canceled)
 	assert.Nil(t, msg)
-	assert.Equal(t, 1, calls)
+	assert.EqualValues(t, 1, calls.Load())
 }
 
-func TestProbeToolChoiceStrings(t *testing.T) {
+// TestToolChoiceKeywords: auto, none and required are sent as the string.
+func TestToolChoiceKeywords(t *testing.T) {
 	for _, c := range []string{agent.ToolChoiceAuto, agent.ToolChoiceNone, agent.ToolChoiceRequired} {
 		p := serveText(t, chunk(`{"content":"x"}`, "stop")+usageChunk)
 		turn := providertest.Turn()
@@ -151,7 +159,8 @@ func TestProbeToolChoiceStrings(t *testing.T) {
 	}
 }
 
-func TestProbeErrorResultText(t *testing.T) {
+// TestErrorResultText: an error outcome reads "error (<code>): <message>".
+func TestErrorResultText(t *testing.T) {
 	p := serveText(t, chunk(`{"content":"x"}`, "stop")+usageChunk)
 	turn := providertest.Turn()
 	turn.Context[2].GetToolResult().Outcome = &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Error{Error: &messages.ToolError{Code: "boom", Message: "bad"}}}
