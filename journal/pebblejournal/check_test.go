@@ -93,6 +93,20 @@ func TestCheck(t *testing.T) {
 		{"undecodable summary", func(db *pebble.DB) error {
 			return db.Set(seqKey(famSummary, "d", 9), []byte(``), nil)
 		}, `summary value at key`},
+		{"summary beyond the log", func(db *pebble.DB) error {
+			v, err := proto.Marshal(&messages.Summary{FromSeq: 1, ToSeq: 9, Content: "s"})
+			if err != nil {
+				return err
+			}
+			return db.Set(seqKey(famSummary, "d", 9), v, nil)
+		}, `conversation "d": summary to seq 9 is beyond the log's last seq 4`},
+		{"event that disagrees with its key", func(db *pebble.DB) error {
+			v, err := proto.Marshal(&messages.Event{Seq: 3})
+			if err != nil {
+				return err
+			}
+			return db.Set(seqKey(famEvent, "d", 2), v, nil)
+		}, `event seq 3 under key seq 2`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := checkedStore(t)
