@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-
-	"github.com/lazarusrt/lazarus/journal"
 )
 
 // errDamaged: check found damage, or the store's files are too damaged to
@@ -51,11 +49,8 @@ func (c *cli) check(ctx context.Context, fs *flags, args []string) (err error) {
 	if _, err := c.parse(fs, args, 0, 0); err != nil {
 		return err
 	}
-	st, dir, err := c.openStore(fs, false)
+	st, dir, err := c.openStore(fs, false) // damaged files: errDamaged
 	if err != nil {
-		if errors.Is(err, journal.ErrCorrupt) {
-			return fmt.Errorf("%w: it cannot be opened: %w", errDamaged, err)
-		}
 		return err
 	}
 	defer closeStore(st, &err)

@@ -133,4 +133,18 @@ func TestCheckExitCodes(t *testing.T) {
 	r = cliRun(t, "", "check", "--dir", f.dir)
 	require.Equal(t, exitDamaged, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
 	require.True(t, strings.Contains(r.stderr, "damaged"), r.stderr)
+
+	// Every command that opens the store says the same: exit status 6.
+	for _, args := range [][]string{
+		{"conversations"}, {"show", "waiting"}, {"tail", "waiting"}, {"pending"},
+		{"resolve", "tc", "--result", "true"}, {"reschedule", "tc", "--never"}, {"schedules", "finished"},
+		{"export", "--all"}, {"import", "--dry-run"}, {"delete", "finished", "--yes"},
+		{"gc-audit", "--older-than", "0s"}, {"stats"},
+	} {
+		t.Run(args[0], func(t *testing.T) {
+			r := cliRun(t, "", append(args, "--dir", f.dir)...)
+			require.Equal(t, exitDamaged, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+			require.Contains(t, r.stderr, "the store is damaged")
+		})
+	}
 }

@@ -287,7 +287,7 @@ Commands:
 	fmt.Fprint(w, `
 Exit status: 0 success, 1 failure, 2 usage error, 3 stale (resolve too late),
 4 directory held by another process, 5 conversation or store not found,
-6 check found damage.
+6 damaged (check found damage, or the store's files cannot be opened).
 `)
 }
 
@@ -382,7 +382,7 @@ func (c *cli) storeDir(fs *flags) (string, error) {
 }
 
 // openStore opens the command's store: existing ones only, unless create.
-// The caller closes it.
+// The caller closes it. Files too damaged to open are errDamaged.
 // With --postgres (or $LAZARUS_POSTGRES, unless --dir is given) it opens
 // the PostgreSQL store, and the returned directory is "".
 func (c *cli) openStore(fs *flags, create bool) (journal.Store, string, error) {
@@ -391,7 +391,7 @@ func (c *cli) openStore(fs *flags, create bool) (journal.Store, string, error) {
 			return nil, "", usagef("--dir and --postgres both given")
 		}
 		st, err := openPostgres(dsn)
-		return st, "", err
+		return st, "", damagedOnOpen(err)
 	}
 	dir, err := c.storeDir(fs)
 	if err != nil {
@@ -399,9 +399,18 @@ func (c *cli) openStore(fs *flags, create bool) (journal.Store, string, error) {
 	}
 	st, err := c.open(dir, create)
 	if err != nil {
-		return nil, "", err
+		return nil, "", damagedOnOpen(err)
 	}
 	return st, dir, nil
+}
+
+// damagedOnOpen makes an open that failed on damaged files (ErrCorrupt)
+// an error wrapping errDamaged: exit status 6, whatever the command.
+func damagedOnOpen(err error) error {
+	if errors.Is(err, journal.ErrCorrupt) {
+		return fmt.Errorf("%w: it cannot be opened: %w", errDamaged, err)
+	}
+	return err
 }
 
 // closeStore closes st and reports a failure to close unless err is
