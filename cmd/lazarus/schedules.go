@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -15,8 +16,8 @@ var schedulesCmd = &command{
 	help: `
 Lists the pending scheduled wake-ups of a conversation (Runtime.Schedule),
 one a line: the schedule id, its next occurrence, how it repeats (every
-INTERVAL, cron EXPR in ZONE, or once) and the text each occurrence sends.
-With --cancel it removes that schedule instead (exit 5 if the conversation
+INTERVAL, cron EXPR in ZONE, or once) and the text each occurrence sends;
+exit 5 if there is no such conversation. With --cancel it removes that schedule instead (exit 5 if the conversation
 has none of that id); a runtime running on the store finds it gone when
 its timer fires, and sends nothing.`,
 	run: (*cli).schedules,
@@ -32,6 +33,11 @@ func (c *cli) schedules(ctx context.Context, fs *flags, args []string) (err erro
 	if err := journal.ValidateID("conversation id", conv); err != nil {
 		return usagef("%v", err)
 	}
+	if isSet(fs, "cancel") {
+		if err := journal.ValidateID("schedule id", *cancelID); err != nil {
+			return usagef("--cancel: %v", err)
+		}
+	}
 	st, _, err := c.openStore(fs, false)
 	if err != nil {
 		return err
@@ -39,9 +45,15 @@ func (c *cli) schedules(ctx context.Context, fs *flags, args []string) (err erro
 	defer closeStore(st, &err)
 	ss, ok := st.(journal.ScheduleStore)
 	if !ok {
-		return fmt.Errorf("the store keeps no schedules")
+		return fmt.Errorf("the store %T keeps no schedules: %w", st, errors.ErrUnsupported)
 	}
-	if *cancelID != "" {
+	if _, err := st.Conversation(ctx, conv); err != nil {
+		if noConversation(err) {
+			return fmt.Errorf("no conversation %s: %w", displayID(conv), journal.ErrNotFound)
+		}
+		return err
+	}
+	if isSet(fs, "cancel") {
 		if err := ss.DeleteSchedule(ctx, conv, *cancelID); err != nil {
 			return err
 		}

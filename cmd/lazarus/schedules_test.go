@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -37,4 +38,19 @@ func TestSchedules(t *testing.T) {
 	require.Contains(t, r.stdout, "tick")
 	require.Equal(t, exitNotFound, cliRun(t, "", "schedules", "c", "--dir", dir, "--cancel", "daily").code)
 	require.Equal(t, exitUsage, cliRun(t, "", "schedules", "--dir", dir).code)
+
+	// No such conversation: exit 5, as for the other commands.
+	r = cliRun(t, "", "schedules", "nobody", "--dir", dir)
+	require.Equal(t, exitNotFound, r.code, r.stderr)
+	require.Contains(t, r.stderr, "no conversation nobody")
+	require.Empty(t, r.stdout)
+	// A bad schedule id is a usage error, and nothing changes.
+	r = cliRun(t, "", "schedules", "c", "--dir", dir, "--cancel", strings.Repeat("x", 1000))
+	require.Equal(t, exitUsage, r.code, r.stderr)
+	require.Contains(t, r.stderr, "schedule id")
+	r = cliRun(t, "", "schedules", "c", "--dir", dir, "--cancel", "")
+	require.Equal(t, exitUsage, r.code, r.stderr)
+	r = cliRun(t, "", "schedules", "c", "--dir", dir)
+	requireOK(t, r)
+	require.Contains(t, r.stdout, "tick")
 }
