@@ -259,6 +259,23 @@ func TestDirectory(t *testing.T) {
 		require.Equal(t, exitNotFound, r.code)
 		require.Contains(t, r.stderr, "does not exist")
 		require.NoDirExists(t, dir)
+		exported := exportOf(t, newFixture(t), "finished")
+		for _, args := range [][]string{
+			{"conversations"}, {"show", "c"}, {"tail", "c"}, {"pending"}, {"resolve", "tc", "--result", "true"},
+			{"reschedule", "tc", "--never"}, {"schedules", "c"}, {"export", "--all"}, {"delete", "c", "--yes"},
+			{"gc-audit", "--older-than", "0s"}, {"check"},
+		} {
+			r := cliRun(t, "", append(args, "--dir", dir)...)
+			require.Equal(t, exitNotFound, r.code, "%v: %s", args, r.stderr)
+			require.Contains(t, r.stderr, "does not exist", args)
+			require.NoDirExists(t, dir, args)
+		}
+		r = cliRun(t, exported, "import", "--dry-run", "--dir", dir)
+		requireOK(t, r)
+		require.NoDirExists(t, dir, "a dry run creates nothing")
+		r = cliRun(t, "{}\n", "import", "--dir", dir)
+		require.Equal(t, exitError, r.code, r.stderr)
+		require.NoDirExists(t, dir, "a refused import creates nothing")
 	})
 	t.Run("directory without a store is left alone", func(t *testing.T) {
 		dir := t.TempDir()
@@ -289,8 +306,10 @@ func TestBusyDirectory(t *testing.T) {
 		{"conversations"}, {"show", "waiting"}, {"tail", "waiting"}, {"pending"},
 		{"resolve", f.waitingCall, "--result", "true"}, {"export", "finished"}, {"import"},
 		{"delete", "finished", "--yes"}, {"gc-audit", "--older-than", "0s"}, {"stats"},
+		{"reschedule", f.waitingCall, "--never"}, {"schedules", "finished", "--cancel", "finished-once"},
+		{"schedules", "finished"}, {"import", "--dry-run"}, {"check"},
 	} {
-		t.Run(args[0], func(t *testing.T) {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			r := cliRun(t, exported, append(args, "--dir", f.dir)...)
 			require.Equal(t, exitBusy, r.code, r.stderr)
 			require.Contains(t, r.stderr, "held by another process")
