@@ -66,6 +66,9 @@ func (c *cli) conversations(ctx context.Context, fs *flags, args []string) (err 
 		if !ok || key == "" || value == "" {
 			return usagef("--where must be KEY=VALUE with both non-empty, not %q", *where)
 		}
+		if _, _, err := journal.ParseFind(key, value, "", 1); err != nil {
+			return usagef("--where: %v", err)
+		}
 	}
 	if *limit < 1 || *limit > 10000 {
 		return usagef("--limit must be in 1..10000, not %d", *limit)

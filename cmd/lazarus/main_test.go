@@ -219,6 +219,7 @@ func TestUsageErrors(t *testing.T) {
 		{"missing id", []string{"show", "--dir", dir}, "missing argument"},
 		{"extra argument", []string{"show", "a", "b", "--dir", dir}, `unexpected argument "b"`},
 		{"bad limit", []string{"conversations", "--dir", dir, "--limit", "0"}, "--limit must be in 1..10000"},
+		{"where key too long", []string{"conversations", "--dir", dir, "--where", strings.Repeat("k", 300) + "=v"}, "metadata key of 300 bytes"},
 		{"resolve without result", []string{"resolve", "tc", "--dir", dir}, "exactly one of --result and --reject"},
 		{"resolve with both", []string{"resolve", "tc", "--dir", dir, "--result", "1", "--reject", "no"}, "exactly one of --result and --reject"},
 		{"resolve bad json", []string{"resolve", "tc", "--dir", dir, "--result", "yes"}, "not a JSON value"},
