@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
 	"github.com/lazarusrt/lazarus/server"
 )
 
@@ -24,6 +25,10 @@ runs the turn (follow it with 'lazarus tail ID --server URL').
 
 --request-id is the idempotency key: a send retried with the same key
 appends nothing twice and prints the first seq.
+
+A message or key the node would refuse (empty, too large, not UTF-8, a
+key over 256 bytes) is a usage error found before anything is sent: no
+conversation is created for it.
 
 It needs a live node (--server or $` + envServer + `): a store offline has no
 runtime to answer the message.
@@ -75,6 +80,17 @@ func (c *cli) send(ctx context.Context, fs *flags, args []string) error {
 	}
 	if text == "" {
 		return usagef("an empty message")
+	}
+	// What the node checks of the message, checked before a new
+	// conversation is created for it: a refused send creates nothing.
+	if isSet(fs, "request-id") {
+		if err := journal.ValidateID("request id", *requestID); err != nil {
+			return usagef("--request-id: %v", err)
+		}
+	}
+	msg := &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: text}}}}
+	if err := journal.ValidateEvent(&messages.Event{RequestId: *requestID, Body: &messages.Event_UserMsg{UserMsg: msg}}); err != nil {
+		return usagef("the message: %v", err)
 	}
 	rc, err := c.remote(fs)
 	if err != nil {
