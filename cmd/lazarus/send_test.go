@@ -25,7 +25,9 @@ func TestSendRefusesBadInputBeforeWriting(t *testing.T) {
 	node := httptest.NewServer(server.New(rt, server.Options{Authenticator: tokens}))
 	t.Cleanup(node.Close)
 	ctx := ctxT(t)
-	as := func(args ...string) result { return cliCtx(ctx, append(args, "--server", node.URL, "--token", "ops-token")...) }
+	as := func(args ...string) result {
+		return cliCtx(ctx, append(args, "--server", node.URL, "--token", "ops-token")...)
+	}
 
 	for _, args := range [][]string{
 		{"send", "hello", "--request-id", strings.Repeat("r", 300)},
