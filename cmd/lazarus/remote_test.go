@@ -1,0 +1,96 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/agent/scripted"
+	"github.com/lazarusrt/lazarus/server"
+)
+
+// TestSendRefusesBadInputBeforeWriting: a send to a new conversation with
+// an argument the node would refuse is a usage error found before the
+// conversation is created, so nothing is written.
+func TestSendRefusesBadInputBeforeWriting(t *testing.T) {
+	rt, err := lazarus.Open(lazarus.Options{Dir: t.TempDir(), Model: scripted.New(scripted.Options{}), IdleTimeout: -1})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, rt.Close()) })
+	tokens, err := server.NewBearerTokens(map[string]agent.Identity{"ops-token": {UserID: "ops", Roles: []string{"operator"}}})
+	require.NoError(t, err)
+	node := httptest.NewServer(server.New(rt, server.Options{Authenticator: tokens}))
+	t.Cleanup(node.Close)
+	ctx := ctxT(t)
+	as := func(args ...string) result {
+		return cliCtx(ctx, append(args, "--server", node.URL, "--token", "ops-token")...)
+	}
+
+	for _, args := range [][]string{
+		{"send", "hello", "--request-id", strings.Repeat("r", 300)},
+		{"send", "hello", "--request-id", "bad\xffutf8"},
+		{"send", "hello", "--request-id", ""},
+		{"send", "bad\xffutf8"},
+		{"send", strings.Repeat("long ", 1<<18)},
+	} {
+		r := as(args...)
+		require.Equal(t, exitUsage, r.code, "%v: %s", args, r.stderr)
+		require.Empty(t, r.stdout)
+	}
+	r := as("conversations")
+	requireOK(t, r)
+	require.Equal(t, 1, strings.Count(r.stdout, "\n"), "no conversation was created:\n%s", r.stdout)
+
+	r = as("send", "hello", "--request-id", "k1")
+	requireOK(t, r)
+	require.Regexp(t, sentLine, r.stdout)
+}
+
+// TestServerModeMatchesLocal: on the same store, the commands that work on
+// a live node print what they print offline, with the same exit statuses.
+func TestServerModeMatchesLocal(t *testing.T) {
+	f := newFixture(t)
+	now := time.Now()
+	run := func(ctx context.Context, args ...string) result {
+		var out, errb bytes.Buffer
+		c := newCLI(strings.NewReader(""), &out, &errb)
+		c.now = func() time.Time { return now }
+		code := c.run(ctx, args)
+		return result{out.String(), errb.String(), code}
+	}
+	cases := [][]string{
+		{"conversations"}, {"conversations", "--json"}, {"conversations", "--limit", "1"},
+		{"conversations", "--where", "owner=alice"},
+		{"show", "finished"}, {"show", "finished", "--json"}, {"show", "waiting", "--limit", "3"},
+		{"show", "waiting", "--from", "2", "--limit", "2"}, {"show", "waiting", "--before", "5", "--limit", "2", "--json"},
+		{"show", "nobody"},
+		{"pending"}, {"pending", "--json"}, {"pending", "--conversation", "waiting"}, {"pending", "--conversation", "nobody"},
+		{"resolve", "call_unknown", "--result", "true"}, {"resolve", f.answeredCall, "--result", "true"},
+		{"delete", "finished"}, {"delete", "nobody", "--yes"},
+		{"tail", "nobody"}, {"tail", "waiting", "--max", "3"}, {"tail", "waiting", "--from", "5", "--json", "--max", "2"},
+	}
+	ctx := ctxT(t)
+	local := make([]result, len(cases))
+	for i, args := range cases {
+		local[i] = run(ctx, append(args, "--dir", f.dir)...)
+	}
+
+	rt, err := lazarus.Open(lazarus.Options{Dir: f.dir, Model: scripted.New(scripted.Options{}), Tools: tools(), NoResume: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, rt.Close()) })
+	tokens, err := server.NewBearerTokens(map[string]agent.Identity{"ops-token": {UserID: "ops", Roles: []string{"operator"}}})
+	require.NoError(t, err)
+	node := httptest.NewServer(server.New(rt, server.Options{Authenticator: tokens}))
+	t.Cleanup(node.Close)
+	for i, args := range cases {
+		r := run(ctx, append(args, "--server", node.URL, "--token", "ops-token")...)
+		require.Equal(t, local[i].code, r.code, "%v: local stderr %q, remote stderr %q", args, local[i].stderr, r.stderr)
+		require.Equal(t, local[i].stdout, r.stdout, "%v", args)
+	}
+}
