@@ -139,7 +139,7 @@ func TestCheckExitCodes(t *testing.T) {
 		{"conversations"}, {"show", "waiting"}, {"tail", "waiting"}, {"pending"},
 		{"resolve", "tc", "--result", "true"}, {"reschedule", "tc", "--never"}, {"schedules", "finished"},
 		{"export", "--all"}, {"import", "--dry-run"}, {"delete", "finished", "--yes"},
-		{"gc-audit", "--older-than", "0s"}, {"stats"},
+		{"gc-audit", "--older-than", "0s"}, {"stats"}, {"serve", "--listen", "127.0.0.1:0"},
 	} {
 		t.Run(args[0], func(t *testing.T) {
 			r := cliRun(t, "", append(args, "--dir", f.dir)...)

@@ -221,7 +221,7 @@ func (c *cli) buildNode(ctx context.Context, cfg *serveConfig) (_ *node, err err
 		if isLocked(err) {
 			return nil, fmt.Errorf("%s: %w: another process has it open", cfg.Dir, errBusy)
 		}
-		return nil, err
+		return nil, damagedOnOpen(err)
 	}
 	c.progress("model: %s", what)
 	if s := opts.Settings; !s.IsZero() {
