@@ -2,11 +2,13 @@ package main
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/journal/pebblejournal"
+	"github.com/lazarusrt/lazarus/messages"
 )
 
 func TestDelete(t *testing.T) {
@@ -89,4 +91,40 @@ func TestGCAudit(t *testing.T) {
 	require.Equal(t, exitUsage, r.code)
 	r = cliRun(t, "", "gc-audit", "--older-than", "1h", "--conversation", "nobody", "--dir", f.dir)
 	require.Equal(t, exitNotFound, r.code)
+}
+
+// TestDeleteRemovesEverythingItOwns: delete removes what its help lists
+// (summaries, metadata, audit rows, deadlines) and the conversation's
+// schedules, and leaves the others' alone.
+func TestDeleteRemovesEverythingItOwns(t *testing.T) {
+	f := newFixture(t)
+	requireOK(t, cliRun(t, "", "delete", "finished", "--yes", "--dir", f.dir))
+	requireOK(t, cliRun(t, "", "delete", "waiting", "--yes", "--dir", f.dir))
+
+	st, err := pebblejournal.Open(f.dir, pebblejournal.Options{Audit: true})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, st.Close()) }()
+	ctx := ctxT(t)
+	_, err = st.LatestSummary(ctx, "finished")
+	require.Error(t, err, "no summary left")
+	md, err := st.Metadata(ctx, "finished")
+	require.NoError(t, err)
+	require.Empty(t, md)
+	for _, id := range []string{"finished", "waiting"} {
+		rows, err := st.ModelCalls(ctx, id)
+		require.NoError(t, err)
+		require.Empty(t, rows, id)
+	}
+	rows, err := st.ModelCalls(ctx, "answered")
+	require.NoError(t, err)
+	require.NotEmpty(t, rows, "the other conversations' audit rows stay")
+	deadlines := 0
+	require.NoError(t, st.Deadlines(ctx, time.Time{}, func(*messages.Deadline) error { deadlines++; return nil }))
+	require.Zero(t, deadlines, "waiting's deadline is gone")
+	schedules, err := st.ConversationSchedules(ctx, "finished")
+	require.NoError(t, err)
+	require.Empty(t, schedules)
+	n := 0
+	require.NoError(t, st.ScheduleTimes(ctx, func(string, string, time.Time) error { n++; return nil }))
+	require.Zero(t, n, "no schedule left in the time index")
 }
