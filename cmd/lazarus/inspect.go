@@ -20,18 +20,21 @@ import (
 
 var conversationsCmd = &command{
 	name:     "conversations",
+	aliases:  []string{"list"},
 	synopsis: "[--where KEY=VALUE] [--cursor ID] [--limit N] [--json]",
-	summary:  "list conversations with status, last seq and pending calls",
+	summary:  "list conversations with status, last seq and pending calls (also: list)",
 	help: `
 Lists conversations in id order, one per line: id, status (active,
 suspended, idle, ended), the seq of the last event, the number of pending
-tool calls (human and server) and when the row last changed.
+tool calls (human and server; with --server, human calls only: what the
+node's API lists) and when the row last changed.
 
 With --where KEY=VALUE, only the conversations whose metadata holds KEY
 with exactly VALUE (a title under "name", say), read from the store's
 metadata index (with --server, the node's metadata[KEY]=VALUE filter).
 
-Pages: --limit conversations per page; when there are more, the last line
+Pages: --limit conversations per page (1..10000; with --server, up to
+the node's page size, 500); when there are more, the last line
 is "next cursor: ID"; pass it as --cursor to read the next page (an id
 with spaces or control characters is printed quoted, Go style; --json
 gives it verbatim). With

@@ -23,6 +23,9 @@ func TestConversations(t *testing.T) {
 	require.Regexp(t, `^answered\s+idle\s+7\s+0\s+\d{4}-`, lines[1])
 	require.Regexp(t, `^finished\s+idle\s+5\s+0\s+\d{4}-`, lines[2])
 	require.Regexp(t, `^waiting\s+suspended\s+7\s+1\s+\d{4}-`, lines[3])
+	alias := cliRun(t, "", "list", "--dir", f.dir)
+	requireOK(t, alias)
+	require.Equal(t, r.stdout, alias.stdout, "list is conversations")
 
 	t.Run("pages", func(t *testing.T) {
 		r := cliRun(t, "", "conversations", "--dir", f.dir, "--limit", "2")

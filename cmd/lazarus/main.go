@@ -68,6 +68,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -143,7 +144,9 @@ type command struct {
 	help     string // paragraphs printed by --help, before the flags
 	// remote: the command also works on a live node (--server).
 	remote bool
-	run    func(c *cli, ctx context.Context, fs *flags, args []string) error
+	// aliases are other names the command answers to.
+	aliases []string
+	run     func(c *cli, ctx context.Context, fs *flags, args []string) error
 }
 
 // commands lists every subcommand, in the order of the help text.
@@ -154,7 +157,7 @@ var commands = []*command{
 
 func lookup(name string) *command {
 	for _, cmd := range commands {
-		if cmd.name == name {
+		if cmd.name == name || slices.Contains(cmd.aliases, name) {
 			return cmd
 		}
 	}

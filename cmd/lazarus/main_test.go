@@ -226,6 +226,8 @@ func TestUsageErrors(t *testing.T) {
 		{"gc-audit without older-than", []string{"gc-audit", "--dir", dir}, "--older-than is required"},
 		{"export nothing", []string{"export", "--dir", dir}, "or pass --all"},
 		{"tail bad interval", []string{"tail", "x", "--dir", dir, "--interval", "0s"}, "--interval must be positive"},
+		{"token without a node", []string{"conversations", "--dir", dir, "--token", "secret"}, "--token is for --server"},
+		{"top-level token without a node", []string{"--token", "secret", "pending", "--dir", dir}, "--token is for --server"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := cliRun(t, "", tc.args...)

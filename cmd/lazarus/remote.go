@@ -66,6 +66,11 @@ func (c *cli) remote(fs *flags) (*remote, error) {
 		base = c.getenv(envServer)
 	}
 	if base == "" {
+		if (fs.token != nil && *fs.token != "") || c.token != "" {
+			// A token given for a node, and no node named: the command
+			// would read the local store instead, silently.
+			return nil, usagef("--token is for --server (or $%s): no node to send it to", envServer)
+		}
 		return nil, nil
 	}
 	if fs.dir != "" || c.dir != "" || fs.postgres != "" || c.postgres != "" {
