@@ -34,7 +34,7 @@ with exactly VALUE (a title under "name", say), read from the store's
 metadata index (with --server, the node's metadata[KEY]=VALUE filter).
 
 Pages: --limit conversations per page (1..10000; with --server, up to
-the node's page size, 500); when there are more, the last line
+the node's page size, 1000); when there are more, the last line
 is "next cursor: ID"; pass it as --cursor to read the next page (an id
 with spaces or control characters is printed quoted, Go style; --json
 gives it verbatim). With
