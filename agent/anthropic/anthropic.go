@@ -150,14 +150,15 @@ func (m *Model) request(turn agent.Turn) (sdk.MessageNewParams, error) {
 	if set.Temperature != nil {
 		p.Temperature = sdk.Float(*set.Temperature)
 	}
-	switch set.ToolChoice {
-	case "":
-	case agent.ToolChoiceAuto:
+	switch choice := set.ToolChoice; {
+	case choice == "" || len(turn.Tools) == 0:
+		// No tools: the API refuses a tool_choice without them (400).
+	case choice == agent.ToolChoiceAuto:
 		p.ToolChoice = sdk.ToolChoiceUnionParam{OfAuto: &sdk.ToolChoiceAutoParam{}}
-	case agent.ToolChoiceNone:
+	case choice == agent.ToolChoiceNone:
 		none := sdk.NewToolChoiceNoneParam()
 		p.ToolChoice = sdk.ToolChoiceUnionParam{OfNone: &none}
-	case agent.ToolChoiceRequired:
+	case choice == agent.ToolChoiceRequired:
 		p.ToolChoice = sdk.ToolChoiceUnionParam{OfAny: &sdk.ToolChoiceAnyParam{}}
 	default:
 		p.ToolChoice = sdk.ToolChoiceParamOfTool(set.ToolChoice)

@@ -193,3 +193,24 @@ func TestTurnSettingsOverride(t *testing.T) {
 		})
 	}
 }
+
+// TestNoToolChoiceWithoutTools: a turn without tools sends no tool_choice,
+// whatever the settings say: the API refuses one without tools (400).
+func TestNoToolChoiceWithoutTools(t *testing.T) {
+	for _, c := range []string{agent.ToolChoiceAuto, agent.ToolChoiceNone, agent.ToolChoiceRequired, "get_weather"} {
+		rs, err := providertest.Load("testdata/text.txt")
+		require.NoError(t, err)
+		srv := providertest.Serve(t, rs)
+		m, err := anthropic.New(anthropic.Options{Model: "my-model", BaseURL: srv.URL, APIKey: "k"})
+		require.NoError(t, err)
+		turn := providertest.Turn()
+		turn.Tools = nil
+		turn.Settings.ToolChoice = c
+		_, err = m.Generate(context.Background(), turn, nil)
+		require.NoError(t, err)
+		var req map[string]any
+		require.NoError(t, json.Unmarshal(srv.Requests()[0], &req))
+		assert.NotContains(t, req, "tool_choice", c)
+		assert.NotContains(t, req, "tools", c)
+	}
+}

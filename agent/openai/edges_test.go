@@ -159,6 +159,23 @@ func TestToolChoiceKeywords(t *testing.T) {
 	}
 }
 
+// TestNoToolChoiceWithoutTools: a turn without tools sends no tool_choice,
+// whatever the settings say: the API refuses one without tools (400).
+func TestNoToolChoiceWithoutTools(t *testing.T) {
+	for _, c := range []string{agent.ToolChoiceAuto, agent.ToolChoiceNone, agent.ToolChoiceRequired, "lookup"} {
+		p := serveText(t, chunk(`{"content":"x"}`, "stop")+usageChunk)
+		turn := providertest.Turn()
+		turn.Tools = nil
+		turn.Settings.ToolChoice = c
+		_, err := p.m.Generate(context.Background(), turn, nil)
+		require.NoError(t, err)
+		var req map[string]any
+		require.NoError(t, json.Unmarshal(p.srv.Requests()[0], &req))
+		assert.NotContains(t, req, "tool_choice", c)
+		assert.NotContains(t, req, "tools", c)
+	}
+}
+
 // TestErrorResultText: an error outcome reads "error (<code>): <message>".
 func TestErrorResultText(t *testing.T) {
 	p := serveText(t, chunk(`{"content":"x"}`, "stop")+usageChunk)

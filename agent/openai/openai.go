@@ -19,7 +19,9 @@
 // Errors wrap the provider-neutral sentinels of package agent (errors.Is),
 // and the SDK's *openai.Error when the server answered with an error status
 // (errors.As). A 429 (after its Retry-After), a 5xx and a connection that
-// failed before any text was streamed are retried under Options.Retry; the
+// failed before any text was streamed are retried under Options.Retry,
+// except a 429 of code insufficient_quota (the account is out of credit:
+// waiting does not help), which fails at once with agent.ErrRateLimited; the
 // SDK's own retries are off. Once text was streamed, a failure is never
 // retried here (the text would stream twice within one call): the call
 // fails with agent.ErrInterrupted, and nothing of it is written; the
@@ -164,9 +166,10 @@ func (m *Model) request(turn agent.Turn) (oai.ChatCompletionNewParams, error) {
 	if set.MaxTokens > 0 {
 		p.MaxCompletionTokens = oai.Int(set.MaxTokens)
 	}
-	switch set.ToolChoice {
-	case "":
-	case agent.ToolChoiceAuto, agent.ToolChoiceNone, agent.ToolChoiceRequired:
+	switch {
+	case set.ToolChoice == "" || len(turn.Tools) == 0:
+		// No tools: the API refuses a tool_choice without them (400).
+	case set.ToolChoice == agent.ToolChoiceAuto, set.ToolChoice == agent.ToolChoiceNone, set.ToolChoice == agent.ToolChoiceRequired:
 		p.ToolChoice.OfAuto = oai.String(set.ToolChoice)
 	default:
 		p.ToolChoice = oai.ToolChoiceOptionFunctionToolChoice(oai.ChatCompletionNamedToolChoiceFunctionParam{Name: set.ToolChoice})
