@@ -101,24 +101,38 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c caller) {
 	}
 	keepAlive := time.NewTicker(s.opts.KeepAlive)
 	defer keepAlive.Stop()
+	// write writes one update; false ends the stream (flushed, when it
+	// ended with an error message).
+	write := func(u lazarus.Update, ok bool) bool {
+		if !ok {
+			// The subscription ended without an error update: the request
+			// is over, or the Runtime closed, which the client is told.
+			if r.Context().Err() == nil {
+				_ = s.writeEnd(w, "", fmt.Errorf("server: event stream: %w", lazarus.ErrClosed))
+				_ = rc.Flush()
+			}
+			return false
+		}
+		switch err := s.writeUpdate(w, u); {
+		case errors.Is(err, errStreamEnded):
+			_ = rc.Flush()
+			return false
+		case err != nil:
+			return false
+		}
+		return true
+	}
 	for {
 		select {
 		case u, ok := <-updates:
-			if !ok {
-				return
-			}
-			if err := s.writeUpdate(w, u); err != nil {
+			if !write(u, ok) {
 				return
 			}
 			// Write what else is ready before flushing.
 			for more := true; more; {
 				select {
 				case u, ok := <-updates:
-					if !ok {
-						_ = rc.Flush()
-						return
-					}
-					if err := s.writeUpdate(w, u); err != nil {
+					if !write(u, ok) {
 						return
 					}
 				default:
@@ -177,16 +191,29 @@ func (s *Server) writeUpdate(w http.ResponseWriter, u lazarus.Update) error {
 	}
 	if u.Err != nil && u.TurnEnd == nil && !errors.Is(u.Err, journal.ErrConflict) {
 		// (A lost write race is no end: the turn goes on.)
-		status, code := classify(u.Err)
-		if errors.Is(u.Err, lazarus.ErrLagged) {
-			code = CodeLagged
-		}
-		if status >= 500 && code != CodeClosed {
-			s.log.Warn("server: event stream ended", "conversation", u.ConversationID, "err", u.Err)
-		}
-		return writeSSE(w, "error", errorBody{Error: errorDetail{Code: code, Message: u.Err.Error()}})
+		return s.writeEnd(w, u.ConversationID, u.Err)
 	}
 	return nil
+}
+
+// errStreamEnded is writeUpdate's answer once it wrote the error message
+// that ends a stream.
+var errStreamEnded = errors.New("server: event stream ended")
+
+// writeEnd writes the error message that ends a stream, and answers
+// errStreamEnded if it was written.
+func (s *Server) writeEnd(w http.ResponseWriter, conv string, cause error) error {
+	status, code := classify(cause)
+	if errors.Is(cause, lazarus.ErrLagged) {
+		code = CodeLagged
+	}
+	if status >= 500 && code != CodeClosed {
+		s.log.Warn("server: event stream ended", "conversation", conv, "err", cause)
+	}
+	if err := writeSSE(w, "error", errorBody{Error: errorDetail{Code: code, Message: cause.Error()}}); err != nil {
+		return err
+	}
+	return errStreamEnded
 }
 
 func writeSSE(w http.ResponseWriter, event string, v any) error {
