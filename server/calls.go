@@ -158,6 +158,9 @@ const listScanCalls = 20
 
 func (s *Server) listCalls(w http.ResponseWriter, r *http.Request, c caller) {
 	cursor, limit, err := pageParams(r)
+	if err == nil {
+		cursor, err = s.cursors.open(cursor)
+	}
 	if err == nil && cursor != "" {
 		_, _, err = journal.ParsePendingCursor(cursor)
 	}
@@ -196,6 +199,9 @@ func (s *Server) listCalls(w http.ResponseWriter, r *http.Request, c caller) {
 			return
 		case len(out.Calls) == limit || budget <= 0:
 			out.NextCursor = cursor
+			if k := len(out.Calls); k == 0 || journal.PendingCursor(out.Calls[k-1].ConversationID, out.Calls[k-1].ID) != cursor {
+				out.NextCursor = s.cursors.seal(cursor) // a call c may not see
+			}
 			writeJSON(w, http.StatusOK, out)
 			return
 		}

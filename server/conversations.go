@@ -247,6 +247,9 @@ func matches(md, want map[string]string) bool {
 
 func (s *Server) listConversations(w http.ResponseWriter, r *http.Request, c caller) {
 	cursor, limit, err := pageParams(r)
+	if err == nil {
+		cursor, err = s.cursors.open(cursor)
+	}
 	if err == nil && cursor != "" {
 		err = journal.ValidateID("cursor", cursor)
 	}
@@ -299,6 +302,9 @@ func (s *Server) listConversations(w http.ResponseWriter, r *http.Request, c cal
 			return
 		case len(out.Conversations) == limit || budget <= 0:
 			out.NextCursor = cursor
+			if k := len(out.Conversations); k == 0 || out.Conversations[k-1].ID != cursor {
+				out.NextCursor = s.cursors.seal(cursor) // a row c may not see
+			}
 			writeJSON(w, http.StatusOK, out)
 			return
 		}

@@ -96,6 +96,9 @@ type Server struct {
 	log  *slog.Logger
 	mux  *http.ServeMux
 	prom http.Handler // the exposition of opts.Metrics
+	// cursors seals the listings' cursors that would name a row their
+	// caller may not see.
+	cursors cursors
 	// routes lists the patterns of mux, for the test that compares them
 	// with the OpenAPI document.
 	routes []string
@@ -111,7 +114,7 @@ func OpenAPI() []byte { return openAPI }
 // New returns the handler of rt's API. It starts nothing and cannot fail.
 func New(rt *lazarus.Runtime, opts Options) *Server {
 	opts = opts.withDefaults()
-	s := &Server{rt: rt, opts: opts, log: opts.Logger, mux: http.NewServeMux()}
+	s := &Server{rt: rt, opts: opts, log: opts.Logger, mux: http.NewServeMux(), cursors: newCursors()}
 	opts.Metrics.attach(rt)
 	s.prom = promhttp.HandlerFor(opts.Metrics.reg, promhttp.HandlerOpts{})
 
