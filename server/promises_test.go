@@ -132,3 +132,67 @@ func TestListingsShowNoStrangersIDs(t *testing.T) {
 		require.Len(t, got, len(ids), path)
 	}
 }
+
+// TestSchedulesStayInTheirConversation: another user's schedule of the
+// same id in their conversation neither replaces nor cancels it, nor
+// lists it, nor learns whose it is.
+func TestSchedulesStayInTheirConversation(t *testing.T) {
+	n := startNode(t, newScripted(), server.Options{})
+	mine := n.create(t, tokAlice, nil)
+	theirs := n.create(t, tokBob, nil)
+	body := server.CreateSchedule{ID: "s-1", After: "1h", Text: "wake"}
+	n.must(t, http.StatusCreated, "POST", "/v1/conversations/"+mine.ID+"/schedules", tokAlice, body, nil)
+	// Schedule ids are the Store's: bob's "s-1" is refused, and the answer
+	// does not name alice's conversation.
+	body.Text = "bob's"
+	status, out := n.call(t, "POST", "/v1/conversations/"+theirs.ID+"/schedules", tokBob, body)
+	require.Equal(t, http.StatusConflict, status, "%s", out)
+	require.Equal(t, server.CodeConflict, errorCode(t, out))
+	require.NotContains(t, string(out), mine.ID)
+	status, out = n.call(t, "DELETE", "/v1/conversations/"+theirs.ID+"/schedules/s-1", tokBob, nil)
+	require.Equal(t, http.StatusNotFound, status, "%s", out)
+	require.NotContains(t, string(out), mine.ID)
+	var list server.ScheduleList
+	n.must(t, http.StatusOK, "GET", "/v1/conversations/"+mine.ID+"/schedules", tokAlice, nil, &list)
+	require.Len(t, list.Schedules, 1)
+	require.Equal(t, "wake", list.Schedules[0].Text)
+	require.Equal(t, "alice", list.Schedules[0].Author.UserID)
+	n.must(t, http.StatusOK, "GET", "/v1/conversations/"+theirs.ID+"/schedules", tokBob, nil, &list)
+	require.Empty(t, list.Schedules)
+}
+
+// TestCallsOfADeletedConversation: once its conversation is deleted, a
+// call is the same 404 as one that never existed, to everyone (its
+// approver and an operator too), and no listing shows it.
+func TestCallsOfADeletedConversation(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	conv, call := suspendOnApproval(t, ctx, n, model)
+	n.must(t, http.StatusNoContent, "DELETE", "/v1/conversations/"+conv.ID, tokAlice, nil, nil)
+	for _, tok := range []string{tokAlice, tokCarol, tokOlga} {
+		for _, e := range endpointsOn(conv.ID, call.ID) {
+			if !strings.HasPrefix(e.path, "/v1/calls/") {
+				continue
+			}
+			status, body := n.call(t, e.method, e.path, tok, bodyOf(e))
+			require.Equal(t, http.StatusNotFound, status, "%s %s as %s: %s", e.method, e.path, tok, body)
+			require.Equal(t, server.CodeNotFound, errorCode(t, body))
+		}
+		var calls server.CallList
+		n.must(t, http.StatusOK, "GET", "/v1/calls", tok, nil, &calls)
+		require.Empty(t, calls.Calls)
+	}
+	// The conversation: 410 to the operator, the same 404 as a missing
+	// one to its former owner (its owner went with its metadata).
+	for _, e := range endpointsOn(conv.ID, call.ID) {
+		if strings.HasPrefix(e.path, "/v1/calls/") {
+			continue
+		}
+		status, body := n.call(t, e.method, e.path, tokOlga, bodyOf(e))
+		require.Equal(t, http.StatusGone, status, "%s %s: %s", e.method, e.path, body)
+		require.Equal(t, server.CodeDeleted, errorCode(t, body))
+		status, body = n.call(t, e.method, e.path, tokAlice, bodyOf(e))
+		require.Equal(t, http.StatusNotFound, status, "%s %s: %s", e.method, e.path, body)
+	}
+}
