@@ -198,10 +198,9 @@ func (s *Server) listCalls(w http.ResponseWriter, r *http.Request, c caller) {
 			writeJSON(w, http.StatusOK, out)
 			return
 		case len(out.Calls) == limit || budget <= 0:
-			out.NextCursor = cursor
-			if k := len(out.Calls); k == 0 || journal.PendingCursor(out.Calls[k-1].ConversationID, out.Calls[k-1].ID) != cursor {
-				out.NextCursor = s.cursors.seal(cursor) // a call c may not see
-			}
+			k := len(out.Calls)
+			own := k > 0 && journal.PendingCursor(out.Calls[k-1].ConversationID, out.Calls[k-1].ID) == cursor
+			out.NextCursor = s.cursors.next(cursor, own) // sealed after a call c may not see
 			writeJSON(w, http.StatusOK, out)
 			return
 		}

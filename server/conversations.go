@@ -301,10 +301,9 @@ func (s *Server) listConversations(w http.ResponseWriter, r *http.Request, c cal
 			writeJSON(w, http.StatusOK, out)
 			return
 		case len(out.Conversations) == limit || budget <= 0:
-			out.NextCursor = cursor
-			if k := len(out.Conversations); k == 0 || out.Conversations[k-1].ID != cursor {
-				out.NextCursor = s.cursors.seal(cursor) // a row c may not see
-			}
+			k := len(out.Conversations)
+			own := k > 0 && out.Conversations[k-1].ID == cursor
+			out.NextCursor = s.cursors.next(cursor, own) // sealed after a row c may not see
 			writeJSON(w, http.StatusOK, out)
 			return
 		}

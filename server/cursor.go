@@ -36,6 +36,16 @@ func newCursors() cursors {
 	return cursors{aead: aead}
 }
 
+// next returns the next cursor of a page whose last row read is at pos:
+// pos itself when that row is the caller's own (own) and pos cannot be
+// taken for a sealed cursor, else pos sealed.
+func (c cursors) next(pos string, own bool) string {
+	if own && !strings.HasPrefix(pos, sealedPrefix) {
+		return pos
+	}
+	return c.seal(pos)
+}
+
 // seal returns pos as a sealed cursor.
 func (c cursors) seal(pos string) string {
 	nonce := make([]byte, c.aead.NonceSize(), c.aead.NonceSize()+len(pos)+c.aead.Overhead())

@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -32,4 +33,34 @@ func TestClassifyOrder(t *testing.T) {
 		require.Equal(t, tc.status, status, "%v", tc.err)
 		require.Equal(t, tc.code, code, "%v", tc.err)
 	}
+}
+
+// TestCursorsNext: a page's next cursor is the plain position after one of
+// the caller's rows, and sealed after another's row, or when the position
+// itself starts like a sealed cursor (an id "~..."), which a plain cursor
+// could not be told from; every cursor opens back to its position, and a
+// forged sealed one is a bad request.
+func TestCursorsNext(t *testing.T) {
+	c := newCursors()
+	require.Equal(t, "c-1", c.next("c-1", true))
+	for _, tc := range []struct {
+		pos string
+		own bool
+	}{{"c-1", false}, {"~mine", true}, {"~theirs", false}} {
+		cur := c.next(tc.pos, tc.own)
+		require.True(t, strings.HasPrefix(cur, sealedPrefix), cur)
+		require.NotContains(t, cur, tc.pos)
+		pos, err := c.open(cur)
+		require.NoError(t, err)
+		require.Equal(t, tc.pos, pos)
+	}
+	pos, err := c.open("c-1")
+	require.NoError(t, err)
+	require.Equal(t, "c-1", pos)
+	_, err = c.open("~forged")
+	status, code := classify(err)
+	require.Equal(t, http.StatusBadRequest, status)
+	require.Equal(t, CodeInvalid, code)
+	_, err = newCursors().open(c.next("c-1", false))
+	require.Error(t, err, "another server's cursor")
 }
