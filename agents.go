@@ -192,8 +192,15 @@ func (r *Runtime) SubscribeWith(ctx context.Context, conversationID string, afte
 }
 
 // address is the AgentSend address of a send: nil for the default agent,
-// not broadcast (an AgentSend as before agents existed).
-func address(opts SendOptions) *messages.AgentAddress {
+// not broadcast (an AgentSend as before agents existed). Without named
+// agents a broadcast is shared with the default agent alone, which is
+// every message: it is addressed as any other, so that nothing changes
+// (an audience would hold the conversation's summaries back, see
+// snapshot.WorkingSet.HoldsAgents).
+func (r *Runtime) address(opts SendOptions) *messages.AgentAddress {
+	if len(r.opts.Agents) == 0 {
+		opts.Broadcast = false
+	}
 	if opts.Agent == "" && !opts.Broadcast {
 		return nil
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/journal/memjournal"
 	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/snapshot"
 )
 
 // agentsRuntime opens a runtime whose conversations hold the default agent
@@ -271,4 +272,29 @@ func TestEditOfANamedAgentsMessageStaysItsOwn(t *testing.T) {
 	require.Equal(t, []string{"*"}, evs[3].GetAudience())
 	require.Equal(t, []string{"u:review v2"}, texts(crit.Turns("c")[1].Context))
 	require.Zero(t, def.Calls("c"), "the default agent owes nothing")
+}
+
+// TestBroadcastWithoutAgentsChangesNothing: without Options.Agents a
+// broadcast is a plain message (no audience), so the conversation is
+// summarized as any other (an audience held its summaries back for good).
+func TestBroadcastWithoutAgentsChangesNothing(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	mem := memjournal.New(memjournal.Options{})
+	rt, err := lazarus.Open(lazarus.Options{Store: mem, Model: scripted.New(scripted.Options{}),
+		Summarizer: snapshot.Deterministic{}, Summary: snapshot.Policy{MaxEvents: 4, MaxTokens: -1, KeepRecent: 1}})
+	require.NoError(t, err)
+	defer rt.Close()
+	u := agent.Scope{UserID: "u"}
+	for _, text := range []string{"first", "second", "third", "fourth"} {
+		_, err := rt.SendMessageAndWait(ctx, "c", textMsg(text), lazarus.SendOptions{Broadcast: true}, u)
+		require.NoError(t, err)
+	}
+	evs, err := rt.History(ctx, "c", 0, 0)
+	require.NoError(t, err)
+	require.Empty(t, evs[0].GetAudience())
+	require.Eventually(t, func() bool {
+		s, err := mem.LatestSummary(ctx, "c")
+		return err == nil && s.GetToSeq() > 0
+	}, 10*time.Second, 5*time.Millisecond, "a summary is written, as without Broadcast")
 }

@@ -528,6 +528,8 @@ type SendOptions struct {
 	Agent string
 	// Broadcast shares the message with every agent of the conversation,
 	// while only Agent answers it. Default false: only Agent sees it.
+	// Without Options.Agents it changes nothing (the default agent is
+	// every agent).
 	Broadcast bool
 }
 
@@ -575,7 +577,7 @@ func (r *Runtime) SendMessage(ctx context.Context, conversationID string, msg *m
 	if err := journal.ValidateEvent(&messages.Event{RequestId: opts.RequestID, Body: &messages.Event_UserMsg{UserMsg: msg}}); err != nil {
 		return 0, fmt.Errorf("lazarus: send to %q: %w", clipID(conversationID), err)
 	}
-	res, err := r.ask(ctx, conversationID, &actors.Command{Scope: scope, Msg: &messages.AgentSend{RequestId: opts.RequestID, Message: msg, To: address(opts)}})
+	res, err := r.ask(ctx, conversationID, &actors.Command{Scope: scope, Msg: &messages.AgentSend{RequestId: opts.RequestID, Message: msg, To: r.address(opts)}})
 	if err != nil {
 		return 0, r.callErr(fmt.Sprintf("lazarus: send to %q", clipID(conversationID)), err)
 	}
