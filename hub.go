@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/lazarusrt/lazarus/actors"
 	"github.com/lazarusrt/lazarus/journal"
@@ -82,9 +83,13 @@ type subscription struct {
 	// after is the last seq delivered (or asked to start after). The pump
 	// uses it without mu while it is not idle; push uses it, under mu,
 	// only while the pump is idle.
-	after  uint64
-	queue  []actors.Update
-	spare  []actors.Update // the pump's emptied queue, reused by push
+	after uint64
+	queue []actors.Update
+	spare []actors.Update // the pump's emptied queue, reused by push
+	// held is how many of the updates the pump took from the queue it
+	// has not handed to out yet: they count against the subscriber
+	// buffer too (set under mu, decremented by the pump alone).
+	held   atomic.Int64
 	lagged bool
 	idle   bool // the pump is live and waiting, with nothing queued or in hand; out is open
 	// ended, once set (see hub.end), is the last update's error: the pump
@@ -192,7 +197,7 @@ func (s *subscription) push(u actors.Update, limit int) {
 	s.idle = false
 	if !s.lagged {
 		switch {
-		case len(s.queue)+len(s.out) >= limit:
+		case len(s.queue)+len(s.out)+int(s.held.Load()) >= limit:
 			s.lagged = true
 		case s.queue == nil && s.spare != nil:
 			s.queue, s.spare = append(s.spare, u), nil
@@ -306,11 +311,13 @@ catchUp:
 		queue, lagged, ended := s.queue, s.lagged, s.ended
 		s.queue = nil
 		s.idle = queue == nil && !lagged && ended == nil
+		s.held.Store(int64(len(queue)))
 		s.mu.Unlock()
 		for _, u := range queue {
 			if !emit(u) {
 				return
 			}
+			s.held.Add(-1)
 		}
 		if queue != nil {
 			clear(queue) // drop the references to delivered updates

@@ -162,3 +162,57 @@ func TestHubDeliversDeltasBeforeTheirAnswer(t *testing.T) {
 	}
 	require.Equal(t, []string{"1", "an", "swer", "2", "3"}, got, "history before the live updates, and the deltas before the commit they preceded")
 }
+
+// TestHubLagsPastTheBufferWhateverThePumpHolds: the updates the pump has
+// taken from the queue and not yet delivered count against the subscriber
+// buffer, as queued ones do: a reader that reads one update and then falls
+// more than the buffer behind ends with ErrLagged (it could fall twice the
+// buffer behind, unnoticed, while the pump held a batch).
+func TestHubLagsPastTheBufferWhateverThePumpHolds(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const conv, limit = "c", 32
+	h := newHub(memjournal.New(memjournal.Options{}), limit)
+	defer h.close()
+	updates, err := h.subscribe(ctx, conv, 0)
+	require.NoError(t, err)
+	h.mu.Lock()
+	s := h.subs[conv][0]
+	h.mu.Unlock()
+	state := func() (idle bool, queued int) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.idle, len(s.queue)
+	}
+	require.Eventually(t, func() bool { idle, _ := state(); return idle }, 10*time.Second, time.Millisecond, "the pump caught up")
+
+	evs := hubTestEvents(1, 3*limit)
+	for i, ev := range evs {
+		ev.Seq = uint64(i + 1)
+	}
+	seq := 0
+	publish := func(n int) {
+		for range n {
+			h.publishCommitted(&messages.AppendRequest{ConversationId: conv, Events: evs[seq : seq+1]})
+			seq++
+		}
+	}
+	publish(outBuffer + 1) // out is full, the pump holds the last
+	require.Eventually(t, func() bool { _, q := state(); return q == 0 }, 10*time.Second, time.Millisecond)
+	publish(limit - outBuffer - 1) // queued: the reader is limit behind
+	u := <-updates                 // one read: the pump moves on to the queue
+	require.Equal(t, uint64(1), u.Event.GetSeq())
+	require.Eventually(t, func() bool { _, q := state(); return q == 0 }, 10*time.Second, time.Millisecond)
+	publish(limit / 2) // the reader is now limit/2 - 1 past the buffer
+
+	n := 1
+	var last actors.Update
+	for u := range updates {
+		last = u
+		if u.Err == nil {
+			n++
+		}
+	}
+	require.ErrorIs(t, last.Err, ErrLagged)
+	require.LessOrEqual(t, n, limit+1, "at most the buffer after the update read")
+}
