@@ -79,7 +79,13 @@ type timedModel struct {
 func (m timedModel) Generate(ctx context.Context, turn agent.Turn, onDelta func(string)) (*messages.AssistantMessage, error) {
 	start := time.Now()
 	msg, err := m.Model.Generate(ctx, turn, onDelta)
-	m.observe(time.Since(start), err)
+	took, observed := time.Since(start), err
+	if observed == nil {
+		// A call the runtime cancelled is reported so even when the
+		// Model answered regardless: its answer is dropped.
+		observed = ctx.Err()
+	}
+	m.observe(took, observed)
 	return msg, err
 }
 

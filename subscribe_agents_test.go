@@ -194,3 +194,36 @@ func TestSubscribeRacingDeleteEnds(t *testing.T) {
 	}
 	require.ErrorIs(t, last.Err, journal.ErrDeleted)
 }
+
+// TestCancelledModelCallIsMeteredAsAnError: a model call the runtime
+// cancels (a kill) is reported to Metrics.ModelCall with its context's
+// error, even when the Model ignores its ctx and answers.
+func TestCancelledModelCallIsMeteredAsAnError(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	entered, release := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	model := agent.ModelFunc(func(ctx context.Context, turn agent.Turn, onDelta func(string)) (*messages.AssistantMessage, error) {
+		if first.CompareAndSwap(false, true) {
+			close(entered)
+			<-release // deaf to ctx
+		}
+		return agent.Text("done"), nil
+	})
+	errs := make(chan error, 4)
+	rt, err := lazarus.Open(lazarus.Options{Model: model, IdleTimeout: -1,
+		Metrics: lazarus.Metrics{ModelCall: func(_ time.Duration, err error) { errs <- err }}})
+	require.NoError(t, err)
+	defer rt.Close()
+	_, err = rt.Send(ctx, "c", "hi", agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	<-entered
+	require.True(t, rt.Kill("c"))
+	close(release)
+	select {
+	case err := <-errs:
+		require.ErrorIs(t, err, context.Canceled)
+	case <-ctx.Done():
+		t.Fatal("the cancelled call was not reported")
+	}
+}
