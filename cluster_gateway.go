@@ -353,6 +353,11 @@ func (n *clusterNode) runFollower(ctx context.Context, conv string, last uint64,
 				emit(Update{ConversationID: conv, Err: err})
 				return
 			}
+			// As Subscribe does: a Delete that landed before the
+			// registration ended the subscriptions it found, not this one.
+			if err := n.r.deleted(sctx, conv); err != nil {
+				n.r.hub.end(conv, fmt.Errorf("lazarus: conversation %q: %w", clipID(conv), err))
+			}
 			moved := false
 		local:
 			for {
