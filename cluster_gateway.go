@@ -247,7 +247,7 @@ func (n *clusterNode) serveSubscribe(sender *actor.PID, m *messages.ClusterSubsc
 // it is marked final.
 func updateToProto(id string, u Update) *messages.ClusterUpdate {
 	p := &messages.ClusterUpdate{SubscriptionId: id, ConversationId: u.ConversationID, Event: u.Event, Delta: u.Delta,
-		Error: wireErr(u.Err), Restart: u.Restart}
+		Error: wireErr(u.Err), Restart: u.Restart, Agent: u.Agent}
 	if errors.Is(u.Err, ErrLagged) {
 		p.Error = &messages.Error{Code: messages.ErrorCode_ERROR_CODE_UNAVAILABLE, Message: u.Err.Error()}
 	}
@@ -271,7 +271,7 @@ func updateToProto(id string, u Update) *messages.ClusterUpdate {
 // updateFromProto is the update of its wire form.
 func updateFromProto(p *messages.ClusterUpdate) Update {
 	u := Update{ConversationID: p.GetConversationId(), Event: p.GetEvent(), Delta: p.GetDelta(),
-		Err: journal.ErrorFromProto(p.GetError()), Restart: p.GetRestart()}
+		Err: journal.ErrorFromProto(p.GetError()), Restart: p.GetRestart(), Agent: p.GetAgent()}
 	if p.GetRetry() {
 		u.Retry = &actors.Retry{Attempt: int(p.GetRetryAttempt()), Delay: time.Duration(p.GetRetryDelayMs()) * time.Millisecond}
 	}

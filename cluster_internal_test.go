@@ -47,6 +47,7 @@ func TestUpdateWireForm(t *testing.T) {
 	for _, u := range []Update{
 		{ConversationID: "c", Event: ev, TurnEnd: actors.TurnEndOf(ev)},
 		{ConversationID: "c", Delta: "he"},
+		{ConversationID: "c", Delta: "lo", Agent: "billing"},
 		{ConversationID: "c", Err: journal.ErrUnavailable, Retry: &actors.Retry{Attempt: 2, Delay: time.Second}, Restart: true},
 		{ConversationID: "c", TurnEnd: &actors.TurnEnd{Outcome: actors.TurnCancelled, Err: ErrTurnCancelled}},
 	} {
@@ -55,6 +56,7 @@ func TestUpdateWireForm(t *testing.T) {
 		got := updateFromProto(p)
 		require.Equal(t, u.Event, got.Event)
 		require.Equal(t, u.Delta, got.Delta)
+		require.Equal(t, u.Agent, got.Agent, "a delta's agent crosses a node (SubscribeWith's view keeps it by its agent)")
 		require.Equal(t, u.Retry, got.Retry)
 		require.Equal(t, u.Restart, got.Restart)
 		require.Equal(t, u.TurnEnd == nil, got.TurnEnd == nil)

@@ -794,7 +794,10 @@ type ClusterUpdate struct {
 	TurnFailedUnwritten bool `protobuf:"varint,10,opt,name=turn_failed_unwritten,json=turnFailedUnwritten,proto3" json:"turn_failed_unwritten,omitempty"`
 	Restart             bool `protobuf:"varint,11,opt,name=restart,proto3" json:"restart,omitempty"`
 	// final: the stream ends with this update.
-	Final         bool `protobuf:"varint,12,opt,name=final,proto3" json:"final,omitempty"`
+	Final bool `protobuf:"varint,12,opt,name=final,proto3" json:"final,omitempty"`
+	// agent is the agent whose model streamed delta ("" for the default
+	// agent; lazarus.Update.Agent).
+	Agent         string `protobuf:"bytes,13,opt,name=agent,proto3" json:"agent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -913,6 +916,13 @@ func (x *ClusterUpdate) GetFinal() bool {
 	return false
 }
 
+func (x *ClusterUpdate) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
 var File_lazarus_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_lazarus_v1_cluster_proto_rawDesc = "" +
@@ -970,7 +980,7 @@ const file_lazarus_v1_cluster_proto_rawDesc = "" +
 	"\rreply_address\x18\x05 \x01(\tR\freplyAddress\x12\x19\n" +
 	"\breply_id\x18\x06 \x01(\tR\areplyId\"=\n" +
 	"\x12ClusterUnsubscribe\x12'\n" +
-	"\x0fsubscription_id\x18\x01 \x01(\tR\x0esubscriptionId\"\xb5\x03\n" +
+	"\x0fsubscription_id\x18\x01 \x01(\tR\x0esubscriptionId\"\xcb\x03\n" +
 	"\rClusterUpdate\x12'\n" +
 	"\x0fsubscription_id\x18\x01 \x01(\tR\x0esubscriptionId\x12'\n" +
 	"\x0fconversation_id\x18\x02 \x01(\tR\x0econversationId\x12'\n" +
@@ -984,7 +994,8 @@ const file_lazarus_v1_cluster_proto_rawDesc = "" +
 	"\x15turn_failed_unwritten\x18\n" +
 	" \x01(\bR\x13turnFailedUnwritten\x12\x18\n" +
 	"\arestart\x18\v \x01(\bR\arestart\x12\x14\n" +
-	"\x05final\x18\f \x01(\bR\x05finalB'Z%github.com/lazarusrt/lazarus/messagesb\x06proto3"
+	"\x05final\x18\f \x01(\bR\x05final\x12\x14\n" +
+	"\x05agent\x18\r \x01(\tR\x05agentB'Z%github.com/lazarusrt/lazarus/messagesb\x06proto3"
 
 var (
 	file_lazarus_v1_cluster_proto_rawDescOnce sync.Once
