@@ -433,6 +433,7 @@ var errRunLocal = errors.New("run locally")
 func (n *clusterNode) forward(ctx context.Context, req *messages.ClusterRequest, idempotent bool) (*messages.ClusterReply, error) {
 	req.RequestId = n.nextID.Add(1)
 	backoff := 20 * time.Millisecond
+	var sentTo string // the last owner that may have got the request
 	for {
 		owner := n.owner(req.GetConversationId())
 		if owner == n.self {
@@ -445,10 +446,13 @@ func (n *clusterNode) forward(ctx context.Context, req *messages.ClusterRequest,
 			}
 		}
 		if timeout <= 0 {
-			return nil, ctx.Err()
+			return nil, n.abandoned(ctx, sentTo)
 		}
 		changed := n.changes()
 		res, err, moved := n.request(ctx, owner, req, timeout, changed, idempotent)
+		if moved || !errors.Is(err, actor.ErrDeadLetter) {
+			sentTo = owner // it reached a gateway, or may have
+		}
 		if moved {
 			continue // the membership changed under an idempotent call: ask the new owner
 		}
@@ -467,12 +471,27 @@ func (n *clusterNode) forward(ctx context.Context, req *messages.ClusterRequest,
 		n.log.Debug("lazarus: cluster: call to the owner failed; retrying", "owner", owner, "conversation", req.GetConversationId(), "err", err)
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: %w", ErrNoOwner, ctx.Err())
+			return nil, n.abandoned(ctx, sentTo)
 		case <-changed:
 		case <-time.After(backoff):
 			backoff = min(2*backoff, 500*time.Millisecond)
 		}
 	}
+}
+
+// abandoned is the error of a call whose context ended before an answer:
+// ErrNoOwner when no owner it tried got its request (dead letters only),
+// else ErrUnknownOutcome, as a local call handed over: the owner that got
+// it may have run it.
+func (n *clusterNode) abandoned(ctx context.Context, sentTo string) error {
+	cause := ctx.Err()
+	if cause == nil { // its deadline passed, its timer has yet to say so
+		cause = context.DeadlineExceeded
+	}
+	if sentTo == "" {
+		return fmt.Errorf("%w: %w", ErrNoOwner, cause)
+	}
+	return fmt.Errorf("%w: %s did not answer in time: %w", ErrUnknownOutcome, sentTo, cause)
 }
 
 // request sends req to owner's gateway and waits for the answer. An

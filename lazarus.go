@@ -500,7 +500,13 @@ func mapErr(op string, err error) error {
 	default:
 		return fmt.Errorf("%s: %w", op, err)
 	}
-	if unknown {
+	if errors.Is(err, ErrNoOwner) {
+		// No member got the call (cluster mode): nothing was handed over.
+		return fmt.Errorf("%s: %w: %w", op, ErrNoOwner, cause)
+	}
+	if unknown || errors.Is(err, ErrUnknownOutcome) {
+		// Handed over before the call ended (a forwarded call too): its
+		// outcome is unknown.
 		return fmt.Errorf("%s: %w: %w", op, ErrUnknownOutcome, cause)
 	}
 	return fmt.Errorf("%s: %w", op, cause)

@@ -1,0 +1,147 @@
+package lazarus
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/journal/memjournal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// holdStore holds the appends of one conversation until release is
+// closed, and says when one is held.
+type holdStore struct {
+	journal.Store
+	conv    string
+	held    chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (s *holdStore) hold(req *messages.AppendRequest) {
+	if req.GetConversationId() == s.conv {
+		s.once.Do(func() { close(s.held) })
+		<-s.release
+	}
+}
+
+func (s *holdStore) Append(ctx context.Context, req *messages.AppendRequest) (journal.AppendResult, error) {
+	s.hold(req)
+	return s.Store.Append(ctx, req)
+}
+
+func (s *holdStore) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest) []journal.AppendResult {
+	for _, req := range reqs {
+		s.hold(req)
+	}
+	return s.Store.AppendBatch(ctx, reqs)
+}
+
+// forwardPair is two Runtimes on one Store, in one process and without
+// protoactor's cluster: owner serves the gateway on its actor system, and
+// caller is a member that forwards every call for conv (which the hash
+// gives to owner) to that gateway.
+type forwardPair struct {
+	caller, owner *Runtime
+	conv          string
+}
+
+func newForwardPair(t *testing.T, ownerStore, callerStore journal.Store, model agent.Model) forwardPair {
+	t.Helper()
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(slog.DiscardHandler)
+	}))
+	t.Cleanup(sys.Shutdown)
+	owner, err := Open(Options{Store: ownerStore, Model: model, ActorSystem: sys, NoResume: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = owner.Close() })
+	caller, err := Open(Options{Store: callerStore, Model: model, NoResume: true})
+	require.NoError(t, err)
+	n := newNode(caller, sys) // requests leave through the owner's system
+	n.self = "caller.invalid:1"
+	members := []string{n.self, sys.Address()}
+	slices.Sort(members)
+	n.members.Store(&members)
+	caller.cl, caller.gw = n, n
+	t.Cleanup(func() {
+		_ = caller.Close()
+		caller.system.Shutdown()
+	})
+	for i := 0; ; i++ {
+		if conv := fmt.Sprintf("fwd-%d", i); n.owner(conv) == sys.Address() {
+			return forwardPair{caller: caller, owner: owner, conv: conv}
+		}
+	}
+}
+
+// A forwarded send whose context ends while the owner is writing it was
+// handed over: its outcome is unknown (ErrUnknownOutcome, with the
+// context's error), as for a local call, never "nothing written".
+func TestForwardedSendTimeoutIsUnknownOutcome(t *testing.T) {
+	store := memjournal.New(memjournal.Options{})
+	hold := &holdStore{Store: store, held: make(chan struct{}), release: make(chan struct{})}
+	model := agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
+		return agent.Text("ok"), nil
+	})
+	p := newForwardPair(t, hold, store, model)
+	hold.conv = p.conv
+	var released sync.Once
+	release := func() { released.Do(func() { close(hold.release) }) }
+	t.Cleanup(release) // before the Runtimes close: the held append ends
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err := p.caller.SendMessage(ctx, p.conv, agent.UserMessage(agent.TextPart("hi")), SendOptions{RequestID: "r1"}, agent.Scope{UserID: "u"})
+	<-hold.held
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorIs(t, err, ErrUnknownOutcome, "the owner had the send when the call ended: %v", err)
+	release()
+
+	// Retried with its request id, it lands once.
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	seq, err := p.caller.SendMessage(ctx2, p.conv, agent.UserMessage(agent.TextPart("hi")), SendOptions{RequestID: "r1"}, agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), seq)
+}
+
+// A call whose owner never got it (no gateway at its address: dead
+// letters) fails, once its context ends, with ErrNoOwner and the context's
+// error: nothing was handed over.
+func TestForwardToNoOwnerIsErrNoOwner(t *testing.T) {
+	store := memjournal.New(memjournal.Options{})
+	model := agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
+		return agent.Text("ok"), nil
+	})
+	p := newForwardPair(t, store, store, model)
+	n := p.caller.cl
+	members := []string{n.self, "dead.invalid:1"}
+	slices.Sort(members)
+	n.members.Store(&members)
+	conv := ""
+	for i := 0; conv == ""; i++ {
+		if c := fmt.Sprintf("gone-%d", i); n.owner(c) == "dead.invalid:1" {
+			conv = c
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err := p.caller.Send(ctx, conv, "hi", agent.Scope{UserID: "u"})
+	require.ErrorIs(t, err, ErrNoOwner)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NotErrorIs(t, err, ErrUnknownOutcome, "no owner got it")
+	ctx, cancel = context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	err = p.caller.Wake(ctx, conv)
+	require.ErrorIs(t, err, ErrNoOwner)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+}
