@@ -145,3 +145,30 @@ func TestForwardToNoOwnerIsErrNoOwner(t *testing.T) {
 	require.ErrorIs(t, err, ErrNoOwner)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 }
+
+// A gateway whose Runtime closed answers every request with a sentinel
+// code: UNAVAILABLE (the caller tries the owner the membership names
+// next), never an unclassified INTERNAL.
+func TestGatewayOfAClosedRuntimeAnswersUnavailable(t *testing.T) {
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(slog.DiscardHandler)
+	}))
+	defer sys.Shutdown()
+	rt, err := Open(Options{Model: agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
+		return agent.Text("ok"), nil
+	}), ActorSystem: sys, NoResume: true})
+	require.NoError(t, err)
+	require.NoError(t, rt.Close())
+	for _, req := range []*messages.ClusterRequest{
+		{Op: &messages.ClusterRequest_Send{Send: &messages.AgentSend{RequestId: "r", Message: agent.UserMessage(agent.TextPart("hi"))}}},
+		{Op: &messages.ClusterRequest_Wake{Wake: &messages.AgentWake{}}},
+		{Op: &messages.ClusterRequest_Configure{Configure: &messages.AgentConfigure{}}},
+		{Op: &messages.ClusterRequest_Rewind{Rewind: &messages.AgentRewind{RequestId: "r"}}},
+		{Op: &messages.ClusterRequest_End{End: &messages.EndConversation{}}},
+		{Op: &messages.ClusterRequest_Delete{Delete: &messages.ClusterDelete{}}},
+	} {
+		req.ConversationId = "c"
+		reply := rt.gw.serve(req)
+		require.ErrorIs(t, journal.ErrorFromProto(reply.GetError()), journal.ErrUnavailable, "%T: %v", req.GetOp(), reply.GetError())
+	}
+}

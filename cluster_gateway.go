@@ -151,7 +151,9 @@ func (n *clusterNode) serve(m *messages.ClusterRequest) *messages.ClusterReply {
 		var res any
 		if err = journal.ValidateID("conversation id", conv); err == nil {
 			res, err = r.sup.Ask(ctx, conv, &actors.Command{Scope: scope, Msg: op.Configure})
-			if err == nil {
+			if err != nil {
+				err = r.callErr(fmt.Sprintf("lazarus: configure %q", clipID(conv)), err)
+			} else {
 				err = journal.ErrorFromProto(res.(*messages.AgentReply).GetError())
 			}
 		}
@@ -159,7 +161,9 @@ func (n *clusterNode) serve(m *messages.ClusterRequest) *messages.ClusterReply {
 		var res any
 		if err = journal.ValidateID("conversation id", conv); err == nil {
 			res, err = r.sup.Ask(ctx, conv, &actors.Command{Scope: scope, Msg: op.Rewind})
-			if err == nil {
+			if err != nil {
+				err = r.callErr(fmt.Sprintf("lazarus: rewind %q", clipID(conv)), err)
+			} else {
 				rep := res.(*messages.AgentSendReply)
 				reply.Seq, err = rep.GetSeq(), journal.ErrorFromProto(rep.GetError())
 			}
@@ -191,6 +195,14 @@ func (n *clusterNode) serve(m *messages.ClusterRequest) *messages.ClusterReply {
 		err = journal.Invalidf("cluster request without an operation")
 	}
 	reply.Error = wireErr(err)
+	switch m.GetOp().(type) {
+	case *messages.ClusterRequest_Rewind, *messages.ClusterRequest_Resolve, *messages.ClusterRequest_Delete, *messages.ClusterRequest_Reschedule:
+		// The caller does not send these again on UNAVAILABLE: one that
+		// Close ended after it was handed over stays of unknown outcome.
+		if errors.Is(err, ErrUnknownOutcome) {
+			reply.Error = &messages.Error{Code: messages.ErrorCode_ERROR_CODE_UNKNOWN_OUTCOME, Message: err.Error()}
+		}
+	}
 	return reply
 }
 
