@@ -172,3 +172,34 @@ func TestGatewayOfAClosedRuntimeAnswersUnavailable(t *testing.T) {
 		require.ErrorIs(t, journal.ErrorFromProto(reply.GetError()), journal.ErrUnavailable, "%T: %v", req.GetOp(), reply.GetError())
 	}
 }
+
+// Calls forwarded to the owner come back with the owner's sentinels.
+func TestForwardedCallsKeepTheirSentinels(t *testing.T) {
+	store := memjournal.New(memjournal.Options{})
+	model := agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
+		return agent.Text("ok"), nil
+	})
+	p := newForwardPair(t, store, store, model)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	scope := agent.Scope{UserID: "u"}
+	// (SendAndWait would subscribe: the owner's stream cannot reach this
+	// caller, which has no gateway of its own here.)
+	_, err := p.caller.Send(ctx, p.conv, "hi", scope)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		row, err := store.Conversation(ctx, p.conv)
+		return err == nil && row.GetStatus() != messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE
+	}, 10*time.Second, 5*time.Millisecond, "the turn ended")
+	require.True(t, p.owner.IsActive(p.conv), "it ran on its owner")
+	require.False(t, p.caller.IsActive(p.conv))
+	require.ErrorIs(t, p.caller.Rewind(ctx, p.conv, 99, RewindOptions{}, scope), journal.ErrInvalid)
+	require.NoError(t, p.caller.End(ctx, p.conv))
+	_, err = p.caller.Send(ctx, p.conv, "again", scope)
+	require.ErrorIs(t, err, journal.ErrEnded)
+	require.NoError(t, p.caller.Delete(ctx, p.conv))
+	require.ErrorIs(t, p.caller.Delete(ctx, p.conv), journal.ErrDeleted)
+	_, err = p.caller.Send(ctx, p.conv, "again", scope)
+	require.ErrorIs(t, err, journal.ErrDeleted)
+	require.ErrorIs(t, p.caller.Wake(ctx, p.conv), journal.ErrDeleted)
+}
