@@ -519,9 +519,9 @@ type SendOptions struct {
 	// and returns the seq it was first written at. The activation, and any
 	// later one, recognises the key while its message is after the
 	// conversation's latest summary or among the newest
-	// snapshot.MaxSummaryRequests keys that summary carries (keys of up to
-	// snapshot.MaxSummaryRequestBytes): a summary folds messages away but
-	// keeps their keys. A key is 1 to journal.MaxIDBytes bytes of valid
+	// snapshot.MaxSummaryRequests keys that summary carries (all of them
+	// fit its snapshot.MaxSummaryRequestBytes): a summary folds messages
+	// away but keeps their keys. A key is 1 to journal.MaxIDBytes bytes of valid
 	// UTF-8; a longer one is refused with an error wrapping
 	// journal.ErrInvalid. Default: a random key, so each call is a new
 	// message.

@@ -464,10 +464,12 @@ type Plan struct {
 // Bounds of the idempotency keys a summary carries (Summary.Requests), so
 // that a retried send whose message a summary folded away is still
 // recognised: the newest MaxSummaryRequests keys it covers, at most
-// MaxSummaryRequestBytes of them (a longer key is not carried).
+// MaxSummaryRequestBytes of them (a longer key is not carried). The
+// runtime's keys are ids (at most journal.MaxIDBytes each), so the newest
+// MaxSummaryRequests of them always fit.
 const (
 	MaxSummaryRequests     = 32
-	MaxSummaryRequestBytes = 2 << 10
+	MaxSummaryRequestBytes = MaxSummaryRequests * journal.MaxIDBytes
 )
 
 // Plan returns the plan of a summary ending at SafePoint(keepRecent), and

@@ -555,4 +555,18 @@ func TestSummaryRequestsAreBounded(t *testing.T) {
 		total += len(r.GetRequestId())
 	}
 	assert.LessOrEqual(t, total, snapshot.MaxSummaryRequestBytes)
+
+	// Keys of the runtime's longest (journal.MaxIDBytes): the newest
+	// MaxSummaryRequests of them all fit.
+	evs = nil
+	for i := range snapshot.MaxSummaryRequests + 2 {
+		key := fmt.Sprintf("%03d", i) + strings.Repeat("k", journal.MaxIDBytes-3)
+		evs = append(evs, withRequest(user("m"), key), asst("ok"))
+	}
+	w, err = snapshot.Rebuild(nil, log(1, evs...))
+	require.NoError(t, err)
+	p, ok = w.Plan(0)
+	require.True(t, ok)
+	require.Len(t, p.Requests, snapshot.MaxSummaryRequests)
+	assert.True(t, strings.HasPrefix(p.Requests[0].GetRequestId(), "002"), "the newest are kept")
 }
