@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"flag"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -91,9 +92,10 @@ func kill9(t *testing.T, base childConfig) {
 		MaxWork:      40 * time.Millisecond,
 		SettleWithin: 90 * time.Second,
 	}
+	require.Positive(t, cycles, "%s=%d: the harness needs at least one kill cycle", cyclesEnv, cycles)
 	l := newLedger()
 	start := time.Now()
-	var kills, early, events, checks, redispatches, summaries int
+	var kills, early, midWork, events, checks, redispatches, summaries int
 	report := func(v *verdict) {
 		events += v.events
 		checks += v.acks
@@ -108,22 +110,38 @@ func kill9(t *testing.T, base childConfig) {
 		if rng.IntN(100) < 15 {
 			delay = time.Millisecond + time.Duration(rng.Int64N(int64(12*time.Millisecond)))
 		}
-		run := runChild(t, cfg, l, delay)
+		// The last work cycle, if no kill so far landed while the child was
+		// writing, kills it once it has acknowledged writes of this cycle,
+		// so the harness never passes with every kill before the workload
+		// ran (a run of -short is one cycle, 15% of whose kills are early).
+		killAtAcks := 0
+		if cycle == cycles && midWork == 0 {
+			killAtAcks = l.acks + 1 + rng.IntN(40)
+		}
+		acksBefore := l.acks
+		run := runChild(t, cfg, l, delay, killAtAcks)
 		require.True(t, run.killed, "cycle %d: the child exited before it was killed (%v); its stderr:\n%s", cycle, run.waitErr, run.stderr)
 		kills++
-		if !l.ready {
+		switch {
+		case !l.ready:
 			early++ // killed while opening the store or resuming
+		case l.acks > acksBefore:
+			midWork++ // killed while the workload ran, after acknowledged writes
 		}
 		v := verifyDir(t, cfg, l, false)
 		report(v)
 		require.Empty(t, l.problems, "cycle %d (seed %d): the child reported problems; its stderr:\n%s", cycle, seed, run.stderr)
 		require.Empty(t, v.violations, "cycle %d (seed %d): %s", cycle, seed, v)
-		t.Logf("cycle %d: killed after %v (child ready: %t); %d events, %d acknowledged facts checked", cycle, delay.Round(time.Millisecond), l.ready, v.events, v.acks)
+		when := fmt.Sprintf("after %v", delay.Round(time.Millisecond))
+		if killAtAcks > 0 {
+			when += fmt.Sprintf(" and %d acknowledged facts", killAtAcks)
+		}
+		t.Logf("cycle %d: killed %s (child ready: %t); %d events, %d acknowledged facts checked", cycle, when, l.ready, v.events, v.acks)
 		l.ready = false
 	}
 
 	cfg.Mode, cfg.Cycle, cfg.Seed = modeSettle, cycles+1, rng.Uint64()
-	run := runChild(t, cfg, l, 0)
+	run := runChild(t, cfg, l, 0, 0)
 	require.NoError(t, run.waitErr, "the settling child failed; its stderr:\n%s", run.stderr)
 	require.Empty(t, l.problems, "settle (seed %d): the child reported problems; its stderr:\n%s", seed, run.stderr)
 	require.True(t, l.settled, "the settling child never reported settled; its stderr:\n%s", run.stderr)
@@ -132,10 +150,23 @@ func kill9(t *testing.T, base childConfig) {
 	require.Empty(t, v.violations, "after settling (seed %d): %s", seed, v)
 	side, err := readSideFile(cfg.Side)
 	require.NoError(t, err)
-	t.Logf("kill -9 harness: cycles=%d kills=%d (%d before the child was ready) violations=%d time=%s seed=%d; "+
+	// Not vacuous: every cycle was a kill, at least one of them landed
+	// while the workload was writing, and acknowledged writes were
+	// compared with the store.
+	require.Equal(t, cycles, kills, "every work cycle ended in a SIGKILL")
+	require.Positive(t, midWork, "no kill landed after the child had acknowledged writes")
+	require.Positive(t, l.acks, "the children acknowledged nothing")
+	require.Positive(t, checks, "no acknowledged fact was compared with the store")
+	require.Positive(t, v.events, "the store holds no event")
+	require.NotEmpty(t, side, "the work tool never ran")
+	if cycles >= longCycles/2 {
+		// 54 to 87 re-dispatches in the recorded 100-cycle runs.
+		require.Positive(t, redispatches, "%d cycles and no server call was re-dispatched after a kill", cycles)
+	}
+	t.Logf("kill -9 harness: cycles=%d kills=%d (%d before the child was ready, %d after acknowledged writes) violations=%d time=%s seed=%d; "+
 		"at the end: %d events in %d conversations, %d acknowledged facts, %d tool runs, %d re-dispatched under the same id; "+
 		"re-checked after every kill: %d event checks, %d fact checks, %d summary checks",
-		cycles, kills, early, len(v.violations), time.Since(start).Round(time.Second), seed,
+		cycles, kills, early, midWork, len(v.violations), time.Since(start).Round(time.Second), seed,
 		v.events, cfg.Convs, l.acks, len(side), redispatches, events, checks, summaries)
 }
 
@@ -148,8 +179,10 @@ type childRun struct {
 
 // runChild runs one child process with cfg, feeding its protocol lines to
 // l. With killAfter > 0 it kills the child with SIGKILL that long after its
-// start; otherwise it waits for the child to exit (bounded).
-func runChild(t *testing.T, cfg childConfig, l *ledger, killAfter time.Duration) childRun {
+// start, or, with killAtAcks > 0, as soon as the ledger has counted
+// killAtAcks acknowledged facts (whichever comes later); otherwise it waits
+// for the child to exit (bounded).
+func runChild(t *testing.T, cfg childConfig, l *ledger, killAfter time.Duration, killAtAcks int) childRun {
 	t.Helper()
 	cmd, err := childCommand(cfg)
 	require.NoError(t, err)
@@ -161,12 +194,18 @@ func runChild(t *testing.T, cfg childConfig, l *ledger, killAfter time.Duration)
 
 	// The reader owns the ledger until it is done.
 	read := make(chan struct{})
+	acked := make(chan struct{}) // closed once l.acks >= killAtAcks
 	go func() {
 		defer close(read)
 		sc := bufio.NewScanner(stdout)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		signalled := false
 		for sc.Scan() {
 			l.absorb(sc.Text(), cfg.Cycle)
+			if killAtAcks > 0 && !signalled && l.acks >= killAtAcks {
+				signalled = true
+				close(acked)
+			}
 		}
 	}()
 
@@ -176,6 +215,27 @@ func runChild(t *testing.T, cfg childConfig, l *ledger, killAfter time.Duration)
 		timer := time.NewTimer(killAfter)
 		defer timer.Stop()
 		kill = timer.C
+	}
+	if killAtAcks > 0 {
+		// Kill after both the delay and the acknowledgements: once the
+		// timer fired, wait for the acks instead.
+		timerDone := kill
+		ackOrRead := make(chan time.Time, 1)
+		go func() {
+			if timerDone != nil {
+				select {
+				case <-timerDone:
+				case <-read:
+					return
+				}
+			}
+			select {
+			case <-acked:
+				ackOrRead <- time.Now()
+			case <-read:
+			}
+		}()
+		kill = ackOrRead
 	}
 	bound := time.NewTimer(cfg.SettleWithin + 2*time.Minute)
 	defer bound.Stop()
