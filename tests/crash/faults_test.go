@@ -97,14 +97,27 @@ var faultCases = []faultCase{
 //     on the synced image and on everything written, and a new Runtime on
 //     it finishes every conversation.
 func TestIOFault(t *testing.T) {
+	// Server calls the fault interrupted under load, over every case: one
+	// case may interrupt none (about one in twelve), all of them together
+	// must, or the re-dispatch after a reopen was never exercised.
+	interrupted, loadCases := 0, 0
 	for _, fc := range faultCases {
 		for _, underLoad := range []bool{false, true} {
 			point := "between turns"
 			if underLoad {
 				point = "under load"
 			}
-			t.Run(fc.name+"/"+point, func(t *testing.T) { testIOFault(t, fc, underLoad) })
+			t.Run(fc.name+"/"+point, func(t *testing.T) {
+				n := testIOFault(t, fc, underLoad)
+				if underLoad {
+					interrupted += n
+					loadCases++
+				}
+			})
 		}
+	}
+	if loadCases == len(faultCases) && !t.Failed() {
+		require.Positive(t, interrupted, "no fault under load interrupted a server call: the re-dispatch under the same id was not exercised")
 	}
 }
 
@@ -213,7 +226,9 @@ func closeWithin(t *testing.T, what string, f func() error) error {
 	}
 }
 
-func testIOFault(t *testing.T, fc faultCase, underLoad bool) {
+// testIOFault runs one case and returns how many server calls the fault
+// left durable without a result (each was run again under its id).
+func testIOFault(t *testing.T, fc faultCase, underLoad bool) int {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	convs := convIDs(6)
@@ -328,6 +343,19 @@ func testIOFault(t *testing.T, fc faultCase, underLoad bool) {
 	// conversation.
 	s := verifyFS("the disk as written", r.mem)
 	defer func() { require.NoError(t, s.Close()) }()
+	// The server calls the fault interrupted: durable, no result yet. The
+	// next Runtime must run each again under its id (not ask the model
+	// again, not write a result without running it).
+	interrupted := map[string]string{} // tool call id -> conversation
+	for _, conv := range convs {
+		rows, err := s.PendingToolCalls(ctx, conv)
+		require.NoError(t, err)
+		for _, row := range rows {
+			if row.GetExecutor() == messages.Executor_EXECUTOR_SERVER {
+				interrupted[row.GetId()] = conv
+			}
+		}
+	}
 	rt := r.openRuntime(s, 2)
 	require.NoError(t, rt.Resolve(ctx, pendingID, `{"approved":true}`, agent.Scope{UserID: "u"}))
 	r.l.ackResolve(pendingID, messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED)
@@ -341,7 +369,18 @@ func testIOFault(t *testing.T, fc faultCase, underLoad bool) {
 	in.side, in.final = side, true
 	v := verifyStore(ctx, s, in)
 	require.Empty(t, v.violations, "after recovery: %s", v)
-	t.Logf("after recovery: %d events, %d acknowledged facts checked, %d calls re-dispatched under their id", v.events, v.acks, v.redispatches)
+	rerun := map[string]bool{}
+	for _, rec := range side {
+		if rec.cycle == 2 {
+			rerun[rec.id] = true
+		}
+	}
+	for id, conv := range interrupted {
+		require.True(t, rerun[id], "server call %s (conversation %q), interrupted by the fault, was not run again under its id by the next Runtime", id, conv)
+	}
+	t.Logf("after recovery: %d events, %d acknowledged facts checked, %d server calls interrupted by the fault, %d calls re-dispatched under their id",
+		v.events, v.acks, len(interrupted), v.redispatches)
+	return len(interrupted)
 }
 
 // awaitSettled waits until every conversation's log ends in the model's
