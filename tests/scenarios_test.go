@@ -176,11 +176,18 @@ func TestCrashMidTurnRerunsOnce(t *testing.T) {
 		require.Equal(t, 2, h.model.Calls("c"), "the interrupted turn ran again")
 		require.Equal(t, []string{"user_msg", "assistant_msg"}, types(h.history("c")))
 
-		// Exactly once: another revival owes nothing.
+		// Exactly once: another revival owes nothing. Wake returns before
+		// a model call it would start, so the next turn is the witness: a
+		// re-run of the answered turn would be a third call (taking the
+		// next reply, or cancelled by the next message) and show in the log.
 		require.True(t, h.rt.Kill("c"))
 		require.NoError(t, h.rt.Wake(ctx, "c"))
-		require.Equal(t, 2, h.model.Calls("c"))
-		require.Equal(t, []string{"user_msg", "assistant_msg"}, types(h.history("c")))
+		h.model.Push("c", scripted.Text("the next answer"))
+		seq, err := h.rt.Send(ctx, "c", "next question", user)
+		require.NoError(t, err)
+		h.awaitEvent("c", seq, isAssistantText("the next answer"))
+		require.Equal(t, 3, h.model.Calls("c"), "the revival after the answer called the model again")
+		require.Equal(t, []string{"user_msg", "assistant_msg", "user_msg", "assistant_msg"}, types(h.history("c")))
 	})
 }
 
