@@ -92,8 +92,20 @@ func TestWholeProcessRestartOnPebble(t *testing.T) {
 	h2.awaitEvent("later", 0, isAssistantText("approved, refunding"))
 	requireGapFree(t, h2.history("later"))
 
-	// Nothing fires twice: advancing far past every deadline changes nothing.
+	// Nothing fires twice: no deadline is left to arm (the fire removed
+	// "soon"'s, the answer "later"'s), and advancing far past every
+	// deadline changes nothing. A stray fire in flight would meet the
+	// Store's resolve-if-pending: it writes no second resolution.
+	var left []string
+	require.NoError(t, store2.Deadlines(ctx, time.Time{}, func(d *messages.Deadline) error {
+		left = append(left, d.GetToolCallId())
+		return nil
+	}))
+	require.Empty(t, left, "no deadline is left to fire")
 	h2.clock.Advance(48 * time.Hour)
 	soonTypes = strings.Join(types(h2.history("soon")), ",")
 	require.Equal(t, 1, strings.Count(soonTypes, "resolution:"), soonTypes)
+	row, err := store2.ToolCall(ctx, soonID)
+	require.NoError(t, err)
+	require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED, row.GetStatus(), "the row keeps the one fire")
 }

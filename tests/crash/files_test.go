@@ -168,6 +168,9 @@ func testKill9FileRestore(t *testing.T, cfg childConfig) {
 	}
 	require.NoError(t, ctx.Err(), "the revived turn ends")
 	require.Len(t, reran, 1, "the revived runtime ran the tool again")
+	again, err := os.ReadFile(filepath.Join(cfg.FilesRoot, "a.txt"))
+	require.NoError(t, err)
+	require.Equal(t, string(edited), string(again), "it ran under the same tool call id (the tool writes its id)")
 	cps, err = rt.Store().(journal.FileCheckpoints).FileCheckpoints(ctx, "f", 0)
 	require.NoError(t, err)
 	require.Len(t, cps, 1, "the re-run's record of the changed file is not kept")
