@@ -116,6 +116,9 @@ func (p Policy) Backoff(n int) time.Duration {
 	p = p.WithDefaults()
 	d := p.InitialBackoff
 	for i := 2; i < n && d < p.MaxBackoff; i++ {
+		if d > p.MaxBackoff/2 {
+			return p.MaxBackoff // doubling would pass the cap, or overflow
+		}
 		d *= 2
 	}
 	return min(d, p.MaxBackoff)
