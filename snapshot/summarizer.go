@@ -48,9 +48,10 @@ const DefaultDeterministicMaxBytes = 4096
 //	[3] user: <text>
 //	[4] assistant: <text> [call <name> <arguments>]...
 //	[6] tool <name>: <content>            or  tool <name> error (<code>): <message>
+//	[7] handoff from <agent>: <message>   (the default agent is "default")
 //
 // with newlines in texts replaced by spaces (other event types give
-// "[n] <type>"). The digest is of the full body, so it changes with any
+// "[n] <type>", a body this version does not know "[n] unknown"). The digest is of the full body, so it changes with any
 // folded event even when the body is cut. When the content would exceed
 // MaxBytes, the oldest lines are dropped (the body then starts with "...").
 // The same inputs always give the same content. Created is left unset.
@@ -348,6 +349,16 @@ func (b *body) event(ev *messages.Event) {
 		b.raw("turn failed (")
 		b.flat(body.TurnFailed.GetCode())
 		b.raw(")")
+	case *messages.Event_Handoff:
+		h := body.Handoff
+		b.raw("handoff from ")
+		if h.GetFrom() == "" {
+			b.raw("default")
+		} else {
+			b.flat(h.GetFrom())
+		}
+		b.raw(": ")
+		b.flat(h.GetMessage())
 	default:
 		b.raw("unknown")
 	}

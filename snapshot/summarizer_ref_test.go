@@ -125,6 +125,12 @@ func refDescribe(ev *messages.Event) string {
 		return fmt.Sprintf("%srewind to %d", prefix, body.Rewind.GetToSeq())
 	case *messages.Event_TurnFailed:
 		return fmt.Sprintf("%sturn failed (%s)", prefix, refOneLine(body.TurnFailed.GetCode()))
+	case *messages.Event_Handoff:
+		from := body.Handoff.GetFrom()
+		if from == "" {
+			from = "default"
+		}
+		return fmt.Sprintf("%shandoff from %s: %s", prefix, refOneLine(from), refOneLine(body.Handoff.GetMessage()))
 	default:
 		return prefix + "unknown"
 	}
