@@ -556,12 +556,16 @@ func foldRequests(prev []*messages.RequestRef, events []*messages.Event, to uint
 // exactly p.FromSeq..p.ToSeq (Run sets both on what s returns, so the summary
 // ends at the safe point even when the last rendered event is before it).
 // With no events to fold it does not call s: the new summary carries Prev's
-// content and version (empty without Prev). An error of s is returned as is.
+// content and version (empty without Prev). An error of s is returned as is;
+// a nil s with events to fold is an error wrapping journal.ErrInvalid.
 func (p Plan) Run(ctx context.Context, s Summarizer, conversationID string) (*messages.Summary, error) {
 	var out *messages.Summary
 	if len(p.Events) == 0 {
 		out = &messages.Summary{Content: p.Prev.GetContent(), Version: p.Prev.GetVersion()}
 	} else {
+		if s == nil {
+			return nil, journal.Invalidf("snapshot: no summarizer for %q", conversationID)
+		}
 		sum, err := s.Summarize(ctx, conversationID, p.Prev, p.Events)
 		if err != nil {
 			return nil, err

@@ -474,6 +474,8 @@ func TestPlanRunErrors(t *testing.T) {
 	require.ErrorIs(t, err, errFailing)
 	_, err = p.Run(context.Background(), nothing{}, "conv")
 	require.ErrorContains(t, err, "summarizer returned no summary")
+	_, err = p.Run(context.Background(), nil, "conv")
+	require.ErrorIs(t, err, journal.ErrInvalid, "a nil summarizer is an error, not a panic")
 }
 
 var errFailing = assert.AnError
