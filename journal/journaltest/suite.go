@@ -103,6 +103,7 @@ func Run(t *testing.T, f Factory, feat Features) {
 		{"Files", fileCases},
 		{"KeyIsolation", isolationCases},
 		{"BadInput", badInputCases},
+		{"Ownership", ownershipCases},
 		{"Close", closeCases},
 		{"Durable", durableCases},
 		{"Model", modelCases},

@@ -120,7 +120,9 @@ func (s *Store) Fork(ctx context.Context, req *messages.ForkRequest) error {
 	}
 	row.Status = req.GetStatus()
 	row.Settings = journal.MergeSettings(nil, req.GetSettings())
-	row.ForkedFrom = req.GetOrigin()
+	if o := req.GetOrigin(); o != nil {
+		row.ForkedFrom = proto.Clone(o).(*messages.ForkOrigin) // the cached row must not share the caller's
+	}
 	if err := t.setRow(cs, row); err != nil {
 		return err
 	}

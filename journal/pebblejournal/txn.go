@@ -413,6 +413,11 @@ func (t *txn) editRow(cs *convState, created *timestamppb.Timestamp) (*messages.
 		return nil, err
 	}
 	if row == nil {
+		// created is the caller's (an event's time): the row, which the
+		// head cache keeps, gets a copy.
+		if created != nil {
+			created = proto.Clone(created).(*timestamppb.Timestamp)
+		}
 		return &messages.Conversation{
 			Id:      cs.id,
 			Status:  messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE,
@@ -763,7 +768,9 @@ func (t *txn) apply(req *messages.AppendRequest) (res journal.AppendResult, err 
 			return res, err
 		}
 		if st := req.GetFsmState(); st != nil {
-			row.FsmState = st
+			// A copy: the row is kept (head cache) and shared by the
+			// rows copied from it; the caller's record is its own.
+			row.FsmState = proto.Clone(st).(*messages.FSMState)
 		}
 		if s := req.GetStatus(); s != messages.ConversationStatus_CONVERSATION_STATUS_UNSPECIFIED {
 			row.Status = s
