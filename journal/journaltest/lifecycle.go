@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -414,6 +415,8 @@ func testLimitsInclusive(t *testing.T, e env) {
 
 var closeCases = []suiteCase{
 	{name: "MethodsAfterClose", run: testClose},
+	{name: "OptionalMethodsAfterClose", run: testCloseOptional},
+	{name: "InFlightReadsAfterClose", run: testCloseInFlight},
 }
 
 func testClose(t *testing.T, e env) {
@@ -478,4 +481,80 @@ func testClose(t *testing.T, e env) {
 		})
 	}
 	require.NoError(t, s.Close(), "Close after failed calls is fine")
+}
+
+// testCloseOptional: the methods of the optional interfaces every adapter
+// of this module implements (forks, the metadata index, the listing of
+// ACTIVE conversations, schedules, file checkpoints) fail with ErrClosed
+// after Close too, without calling their callbacks or reading their
+// readers.
+func testCloseOptional(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := context.Background()
+	req := forkSource(t, s, "src", "dst")
+	ss := scheduleStore(t, s)
+	require.NoError(t, ss.PutSchedule(ctx, sched("src", "s1", 30)))
+	f := files(t, s)
+	content := []byte("content")
+	putBlob(t, f, content)
+	require.NoError(t, s.Close())
+	calls := []struct {
+		name string
+		do   func() error
+	}{
+		{"Fork", func() error { return s.Fork(ctx, req) }},
+		{"FindConversations", func() error { _, _, err := s.FindConversations(ctx, "name", "x", "", 0); return err }},
+		{"ListActiveConversations", func() error { _, _, err := s.ListActiveConversations(ctx, "", 0); return err }},
+		{"PutSchedule", func() error { return ss.PutSchedule(ctx, sched("src", "s2", 30)) }},
+		{"DeleteSchedule", func() error { return ss.DeleteSchedule(ctx, "src", "s1") }},
+		{"ConversationSchedules", func() error { _, err := ss.ConversationSchedules(ctx, "src"); return err }},
+		{"ScheduleTimes", func() error {
+			called := false
+			err := ss.ScheduleTimes(ctx, func(string, string, time.Time) error { called = true; return nil })
+			if called {
+				return errors.New("journaltest: ScheduleTimes called fn after Close") // wraps no sentinel
+			}
+			return err
+		}},
+		{"PutFileBlob", func() error {
+			other := []byte("other")
+			_, err := f.PutFileBlob(ctx, sumOf(other), int64(len(other)), failReader{})
+			return err
+		}},
+		{"PutFileBlobStored", func() error {
+			_, err := f.PutFileBlob(ctx, sumOf(content), int64(len(content)), failReader{})
+			return err
+		}},
+		{"FileBlob", func() error { _, err := f.FileBlob(ctx, sumOf(content)); return err }},
+		{"OpenFileBlob", func() error { _, err := f.OpenFileBlob(ctx, sumOf(content)); return err }},
+		{"PutFileCheckpoint", func() error { _, err := f.PutFileCheckpoint(ctx, fileCP("src", 1, "a", content)); return err }},
+		{"FileCheckpoints", func() error { _, err := f.FileCheckpoints(ctx, "src", 0); return err }},
+		{"SweepFileBlobs", func() error { _, err := f.SweepFileBlobs(ctx, tm(1)); return err }},
+	}
+	for _, c := range calls {
+		t.Run(c.name, func(t *testing.T) {
+			require.ErrorIs(t, c.do(), journal.ErrClosed)
+		})
+	}
+}
+
+// testCloseInFlight: a blob reader opened before Close fails its reads
+// after it with ErrClosed instead of reading a closed store.
+func testCloseInFlight(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := context.Background()
+	f := files(t, s)
+	content := pattern(2*journal.FileChunkBytes+10, 3)
+	putBlob(t, f, content)
+	rc, err := f.OpenFileBlob(ctx, sumOf(content))
+	require.NoError(t, err)
+	defer func() { _ = rc.Close() }()
+	buf := make([]byte, journal.FileChunkBytes)
+	n, err := io.ReadFull(rc, buf)
+	require.NoError(t, err)
+	require.Equal(t, content[:n], buf[:n])
+
+	require.NoError(t, s.Close())
+	_, err = io.ReadAll(rc)
+	require.ErrorIs(t, err, journal.ErrClosed, "reading an open blob after Close")
 }
