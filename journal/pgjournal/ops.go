@@ -489,8 +489,8 @@ func (s *Store) CancelDeadline(ctx context.Context, conversationID, toolCallID s
 	if err := journal.ValidateID("tool call id", toolCallID); err != nil {
 		return fmt.Errorf("pgjournal: %w", err)
 	}
-	_, err = s.pool.Exec(ctx, "DELETE FROM lz_deadlines WHERE conv = $1 AND call = $2", []byte(conversationID), []byte(toolCallID))
-	return s.wrap("cancel deadline", err)
+	_, err = s.execCommit(ctx, "cancel deadline", "DELETE FROM lz_deadlines WHERE conv = $1 AND call = $2", []byte(conversationID), []byte(toolCallID))
+	return err
 }
 
 // Deadlines implements journal.Deadlines. It reads every due deadline
@@ -622,10 +622,10 @@ func (s *Store) GCModelCalls(ctx context.Context, conversationID string, olderTh
 		return 0, err
 	}
 	ts := timestamppb.New(olderThan)
-	tag, err := s.pool.Exec(ctx, "DELETE FROM lz_audit WHERE conv = $1 AND (created_s IS NULL OR (created_s, created_n) < ($2, $3))",
+	tag, err := s.execCommit(ctx, "gc model calls", "DELETE FROM lz_audit WHERE conv = $1 AND (created_s IS NULL OR (created_s, created_n) < ($2, $3))",
 		[]byte(conversationID), ts.GetSeconds(), ts.GetNanos())
 	if err != nil {
-		return 0, s.wrap("gc model calls", err)
+		return 0, err
 	}
 	return int(tag.RowsAffected()), nil
 }

@@ -8,20 +8,23 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/journal/pgjournal/pgtest"
 	"github.com/lazarusrt/lazarus/messages"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // commitDropper is a TCP proxy to a PostgreSQL server. Once armed, it drops
-// the first server reply that completes a COMMIT and closes that client
-// connection: the transaction committed on the server, and the client never
-// learns it.
+// the first server reply that completes a COMMIT (or the command of tag,
+// if set before arming) and closes that client connection: the
+// transaction committed on the server, and the client never learns it.
 type commitDropper struct {
 	l       net.Listener
 	target  string
+	tag     []byte // the CommandComplete tag to drop; nil: COMMIT
 	armed   atomic.Bool
 	dropped chan struct{}
 	once    sync.Once
@@ -56,6 +59,14 @@ func (p *commitDropper) serve() {
 	}
 }
 
+// dropTag is the CommandComplete tag (NUL-terminated) of the reply to drop.
+func (p *commitDropper) dropTag() []byte {
+	if p.tag == nil {
+		return []byte("COMMIT\x00")
+	}
+	return append(bytes.Clone(p.tag), 0)
+}
+
 // pump copies server replies to the client until it meets the one to drop.
 func (p *commitDropper) pump(c, s net.Conn) {
 	defer c.Close()
@@ -64,7 +75,7 @@ func (p *commitDropper) pump(c, s net.Conn) {
 	for {
 		n, err := s.Read(buf)
 		if n > 0 {
-			if p.armed.Load() && bytes.Contains(buf[:n], []byte("COMMIT\x00")) {
+			if p.armed.Load() && bytes.Contains(buf[:n], p.dropTag()) {
 				p.once.Do(func() { p.armed.Store(false); close(p.dropped) })
 				return
 			}
@@ -108,4 +119,48 @@ func TestUnknownOutcome(t *testing.T) {
 	evs, err := s.Events(ctx, "c", journal.EventQuery{})
 	require.NoError(t, err)
 	require.Len(t, evs, 1)
+}
+
+// TestUnknownOutcomeOfOneStatement: the writes made of one statement that
+// commits on its own (CancelDeadline, GCModelCalls) report a connection
+// lost once the statement was sent as ErrUnknownOutcome, as a lost COMMIT:
+// the statement ran on the server, so ErrUnavailable ("nothing was
+// written") would be a lie.
+func TestUnknownOutcomeOfOneStatement(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	u, err := url.Parse(dsn)
+	require.NoError(t, err)
+	proxy := newCommitDropper(t, u.Host)
+	u.Host = proxy.l.Addr().String()
+	s := open(t, u.String(), Options{Audit: true})
+	ctx := t.Context()
+	_, err = s.Append(ctx, &messages.AppendRequest{ConversationId: "c", Events: []*messages.Event{userEvent("hello")},
+		Schedule: []*messages.Deadline{{ConversationId: "c", ToolCallId: "tc", At: timestamppb.New(time.Unix(100, 0))}}})
+	require.NoError(t, err)
+	for turn := range uint64(2) {
+		require.NoError(t, s.PutModelCall(ctx, &messages.ModelCall{ConversationId: "c", TurnRef: turn + 1, Created: timestamppb.New(time.Unix(10, 0))}))
+	}
+
+	proxy.tag = []byte("DELETE 1")
+	proxy.armed.Store(true)
+	err = s.CancelDeadline(ctx, "c", "tc")
+	<-proxy.dropped
+	require.ErrorIs(t, err, journal.ErrUnknownOutcome)
+	require.NotErrorIs(t, err, journal.ErrUnavailable)
+	n := 0
+	require.NoError(t, s.Deadlines(ctx, time.Time{}, func(*messages.Deadline) error { n++; return nil }))
+	require.Zero(t, n, "the cancel ran")
+
+	proxy = newCommitDropper(t, u.Host)
+	u.Host = proxy.l.Addr().String()
+	s = open(t, u.String(), Options{Audit: true})
+	proxy.tag = []byte("DELETE 2")
+	proxy.armed.Store(true)
+	_, err = s.GCModelCalls(ctx, "c", time.Unix(20, 0))
+	<-proxy.dropped
+	require.ErrorIs(t, err, journal.ErrUnknownOutcome)
+	require.NotErrorIs(t, err, journal.ErrUnavailable)
+	mcs, err := s.ModelCalls(ctx, "c")
+	require.NoError(t, err)
+	require.Empty(t, mcs, "the GC ran")
 }

@@ -338,6 +338,24 @@ func (s *Store) wrapCommit(op string, err error) error {
 	return fmt.Errorf("pgjournal: %s: %w: %w", op, journal.ErrUnknownOutcome, err)
 }
 
+// execCommit runs sql, a write of one statement that commits on its own
+// (outside a transaction), and wraps its error: an error met once the
+// statement was sent is wrapped as one met once COMMIT was sent (the
+// statement may have run: the outcome is unknown unless the server
+// reported an error).
+func (s *Store) execCommit(ctx context.Context, op, sql string, args ...any) (pgconn.CommandTag, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return pgconn.CommandTag{}, s.wrap(op, err)
+	}
+	defer conn.Release()
+	tag, err := conn.Exec(ctx, sql, args...)
+	if err != nil && !pgconn.SafeToRetry(err) {
+		return tag, s.wrapCommit(op, err)
+	}
+	return tag, s.wrap(op, err)
+}
+
 // lockKey is the advisory lock key of a conversation: the writes of one
 // conversation take it, so that their checks and writes do not interleave.
 func lockKey(conv string) int64 {
