@@ -241,20 +241,53 @@ func (s *Store) conversationSchedules(conv string) ([]*messages.Schedule, error)
 	return out, err
 }
 
-// ScheduleTimes implements journal.ScheduleStore: one scan of the by-time
-// index, keys only.
+// scheduleTimesPage is how many schedules ScheduleTimes reads per scan; it
+// calls fn between pages without holding the iterator or the store's gate.
+const scheduleTimesPage = 4096
+
+// ScheduleTimes implements journal.ScheduleStore: scans of the by-time
+// index, keys only, a page at a time. fn runs with no iterator open and
+// the store's gate released (as Deadlines' does), so it may read the
+// Store, and a Close meanwhile neither waits on it nor deadlocks with it.
 func (s *Store) ScheduleTimes(ctx context.Context, fn func(conversationID, id string, next time.Time) error) error {
-	if err := s.begin(ctx); err != nil {
-		return err
+	type entry struct {
+		conv, id string
+		at       time.Time
 	}
-	defer s.end()
-	return s.scanKeys([]byte{famScheduleByTime}, familyEnd(famScheduleByTime), func(k []byte) error {
-		at, id, conv, err := parseScheduleTimeKey(k)
-		if err != nil {
+	lower, upper := []byte{famScheduleByTime}, familyEnd(famScheduleByTime)
+	page := make([]entry, 0, scheduleTimesPage)
+	for {
+		page = page[:0]
+		var next []byte
+		if err := s.begin(ctx); err != nil {
 			return err
 		}
-		return fn(conv, id, at)
-	})
+		err := s.scanKeys(lower, upper, func(k []byte) error {
+			if len(page) == scheduleTimesPage {
+				next = append([]byte(nil), k...)
+				return errStopScan
+			}
+			at, id, conv, err := parseScheduleTimeKey(k)
+			if err != nil {
+				return err
+			}
+			page = append(page, entry{conv: conv, id: id, at: at})
+			return nil
+		})
+		s.end()
+		if err != nil && err != errStopScan {
+			return err
+		}
+		for _, e := range page {
+			if err := fn(e.conv, e.id, e.at); err != nil {
+				return err
+			}
+		}
+		if next == nil {
+			return nil
+		}
+		lower = next
+	}
 }
 
 // parseScheduleTimeKey decodes a schedule-by-time key: the same layout as

@@ -362,7 +362,7 @@ func (s *Store) putConversation(u journal.ConversationUpdate) error {
 		row.Status = u.Status
 	}
 	if u.FSMState != nil {
-		row.FsmState = u.FSMState
+		row.FsmState = proto.Clone(u.FSMState).(*messages.FSMState) // the row may be cached: keep none of the caller's
 	}
 	if err := t.setRow(cs, row); err != nil {
 		return err
