@@ -227,6 +227,13 @@ func (m *Model) Generate(ctx context.Context, turn agent.Turn, onDelta func(text
 	}
 
 	r, queued := m.next(id)
+	if err := ctx.Err(); err != nil {
+		// ctx ended since the wait: the reply, error or not, stays queued.
+		if queued {
+			m.requeue(id, r)
+		}
+		return nil, err
+	}
 	if !queued {
 		r = m.fallback(id, turn)
 	}
