@@ -240,29 +240,66 @@ func (s *Store) ConversationSchedules(ctx context.Context, conversationID string
 	return out, nil
 }
 
-// ScheduleTimes implements journal.ScheduleStore: one index-ordered scan
-// of ids and times, no payloads.
+// scheduleTimesPage is how many schedules ScheduleTimes reads per query.
+const scheduleTimesPage = 4096
+
+// ScheduleTimes implements journal.ScheduleStore: pages of the by-time
+// index (keyset on next_s, next_n, id). fn runs between pages, with no
+// query open and no connection held, so it may read the Store even
+// through a pool of one connection.
 func (s *Store) ScheduleTimes(ctx context.Context, fn func(conversationID, id string, next time.Time) error) error {
+	page := make([]scheduleTime, 0, scheduleTimesPage)
+	var after *scheduleTime
+	for {
+		page = page[:0]
+		if err := s.schedulePage(ctx, after, &page); err != nil {
+			return err
+		}
+		for _, e := range page {
+			if err := fn(string(e.conv), string(e.id), time.Unix(e.sec, int64(e.nanos)).UTC()); err != nil {
+				return err
+			}
+		}
+		if len(page) < scheduleTimesPage {
+			return nil
+		}
+		last := page[len(page)-1]
+		after = &last
+	}
+}
+
+// scheduleTime is one row of ScheduleTimes.
+type scheduleTime struct {
+	conv, id []byte
+	sec      int64
+	nanos    int32
+}
+
+// schedulePage reads the next page of ScheduleTimes, after the row after
+// (nil: from the start), into page.
+func (s *Store) schedulePage(ctx context.Context, after *scheduleTime, page *[]scheduleTime) error {
 	ctx, cancel, err := s.enter(ctx)
 	if err != nil {
 		return err
 	}
 	defer cancel()
-	rows, err := s.pool.Query(ctx, "SELECT conv, id, next_s, next_n FROM lz_schedules ORDER BY next_s, next_n, id")
+	var rows pgx.Rows
+	if after == nil {
+		rows, err = s.pool.Query(ctx, "SELECT conv, id, next_s, next_n FROM lz_schedules ORDER BY next_s, next_n, id LIMIT $1", scheduleTimesPage)
+	} else {
+		rows, err = s.pool.Query(ctx, "SELECT conv, id, next_s, next_n FROM lz_schedules WHERE (next_s, next_n, id) > ($1, $2, $3) ORDER BY next_s, next_n, id LIMIT $4",
+			after.sec, after.nanos, after.id, scheduleTimesPage)
+	}
 	if err != nil {
 		return s.wrap("schedule times", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var conv, id []byte
-		var sec int64
-		var nanos int32
-		if err := rows.Scan(&conv, &id, &sec, &nanos); err != nil {
+		var e scheduleTime
+		if err := rows.Scan(&e.conv, &e.id, &e.sec, &e.nanos); err != nil {
 			return s.wrap("schedule times", err)
 		}
-		if err := fn(string(conv), string(id), time.Unix(sec, int64(nanos)).UTC()); err != nil {
-			return err
-		}
+		*page = append(*page, e)
 	}
 	if err := rows.Err(); err != nil {
 		return s.wrap("schedule times", err)
@@ -270,10 +307,11 @@ func (s *Store) ScheduleTimes(ctx context.Context, fn func(conversationID, id st
 	return nil
 }
 
-// decodeSchedule decodes the schedule stored under id of conv: the record names its row's ids and holds what every stored
-// schedule holds (journal.ValidateSchedule: a next occurrence, a positive
-// interval if any, a payload), so that no reader computes with a record no
-// write could have stored. Anything else is journal.ErrCorrupt.
+// decodeSchedule decodes the schedule stored under id of conv: the record
+// names its row's ids and holds what every stored schedule holds
+// (journal.ValidateSchedule: a next occurrence, a positive interval if any,
+// a payload), so that no reader computes with a record no write could have
+// stored. Anything else is journal.ErrCorrupt.
 func decodeSchedule(id, data []byte, conv string) (*messages.Schedule, error) {
 	sc := &messages.Schedule{}
 	if err := proto.Unmarshal(data, sc); err != nil {
