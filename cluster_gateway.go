@@ -359,16 +359,11 @@ func (n *clusterNode) runFollower(ctx context.Context, conv string, last uint64,
 		owner := n.owner(conv)
 		if owner == n.self {
 			sctx, cancel := context.WithCancel(ctx)
-			ch, err := n.r.hub.subscribe(sctx, conv, last)
+			ch, err := n.r.subscribeLocal(sctx, conv, last)
 			if err != nil {
 				cancel()
 				emit(Update{ConversationID: conv, Err: err})
 				return
-			}
-			// As Subscribe does: a Delete that landed before the
-			// registration ended the subscriptions it found, not this one.
-			if err := n.r.deleted(sctx, conv); err != nil {
-				n.r.hub.end(conv, fmt.Errorf("lazarus: conversation %q: %w", clipID(conv), err))
 			}
 			moved := false
 		local:

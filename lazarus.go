@@ -816,16 +816,7 @@ func (r *Runtime) Subscribe(ctx context.Context, conversationID string, afterSeq
 	if r.remote(ctx) {
 		return r.cl.subscribe(ctx, conversationID, afterSeq)
 	}
-	updates, err := r.hub.subscribe(ctx, conversationID, afterSeq)
-	if err != nil {
-		return nil, err
-	}
-	// A Delete that landed between the check above and the registration
-	// ended the subscriptions it found, not this one: end it the same way.
-	if err := r.deleted(ctx, conversationID); err != nil {
-		r.hub.end(conversationID, fmt.Errorf("lazarus: conversation %q: %w", clipID(conversationID), journal.ErrDeleted))
-	}
-	return updates, nil
+	return r.subscribeLocal(ctx, conversationID, afterSeq)
 }
 
 // Kill drops the conversation's actor now, as a crash would (for demos and

@@ -58,8 +58,29 @@ func (r *Runtime) Delete(ctx context.Context, conversationID string) error {
 	for _, sc := range schedules {
 		r.sup.DisarmSchedule(conversationID, sc.GetId())
 	}
-	r.hub.end(conversationID, fmt.Errorf("lazarus: conversation %q: %w", clipID(conversationID), journal.ErrDeleted))
+	r.endDeleted(conversationID)
 	return nil
+}
+
+// endDeleted ends the subscriptions of a deleted conversation with an
+// error wrapping journal.ErrDeleted.
+func (r *Runtime) endDeleted(conv string) {
+	r.hub.end(conv, fmt.Errorf("lazarus: conversation %q: %w", clipID(conv), journal.ErrDeleted))
+}
+
+// subscribeLocal registers a subscription with this member's hub. A Delete
+// that lands between the caller's check and the registration ends the
+// subscriptions it finds, not this one: the check is made again once it is
+// registered, and such a subscription ends as the others did.
+func (r *Runtime) subscribeLocal(ctx context.Context, conv string, after uint64) (<-chan Update, error) {
+	updates, err := r.hub.subscribe(ctx, conv, after)
+	if err != nil {
+		return nil, err
+	}
+	if r.deleted(ctx, conv) != nil {
+		r.endDeleted(conv)
+	}
+	return updates, nil
 }
 
 // end ends every subscription of conv: each delivers what it has queued,
