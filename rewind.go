@@ -91,6 +91,11 @@ func (r *Runtime) RewindWithReport(ctx context.Context, conversationID string, t
 	if opts.Files && r.files == nil {
 		return RewindReport{}, fmt.Errorf("%s: files: %w", op, agent.ErrNoCheckpoints)
 	}
+	// The reason goes into the rewind event: checked here, so that the
+	// activation never writes an event the Store refuses.
+	if err := journal.ValidateEvent(&messages.Event{Body: &messages.Event_Rewind{Rewind: &messages.Rewind{ToSeq: toSeq, Reason: opts.Reason}}}); err != nil {
+		return RewindReport{}, fmt.Errorf("%s: reason: %w", op, err)
+	}
 	if err := r.checkConversation(ctx, "rewind", conversationID); err != nil {
 		return RewindReport{}, err
 	}

@@ -1121,6 +1121,10 @@ func (c *core) notApplied(cause error) error {
 		return fmt.Errorf("conversation %q: %w", c.cfg.ID, ErrAgentStopped)
 	case errors.Is(cause, journal.ErrUnknownOutcome) && !errors.Is(cause, ErrAgentStopped):
 		return fmt.Errorf("conversation %q: %w (it stopped after a write of unknown outcome: %v)", c.cfg.ID, ErrAgentStopped, cause)
+	case errors.Is(cause, journal.ErrInvalid) && !errors.Is(cause, ErrAgentStopped):
+		// A write the Store refused as bad input: that write's own fault,
+		// which a command queued behind it does not share.
+		return fmt.Errorf("conversation %q: %w (it stopped after a write the Store refused: %v)", c.cfg.ID, ErrAgentStopped, cause)
 	}
 	return cause
 }

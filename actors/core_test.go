@@ -266,6 +266,16 @@ func TestCoreRecoveryRules(t *testing.T) {
 			{send("r4"), []string{"reply error retry=true"}},
 		},
 	}, {
+		name: "a write the Store refuses as bad input stops the activation; a send queued behind it is told to retry on a new one, not given that write's error",
+		log:  []*messages.Event{user("r1"), answer()},
+		steps: []coreStep{
+			{nil, nil},
+			{send("r2"), []string{"write[" + wUser + "]"}},
+			{send("r3"), nil},
+			{&inWriteReply{id: 1, err: journal.Invalidf("event cannot be encoded")},
+				[]string{"reply error retry=false", "publish", "retire", "reply error retry=true", "halt"}},
+		},
+	}, {
 		name: "a scheduled wake is written alone with its fire; a stale one fails only itself and the activation goes on",
 		log:  []*messages.Event{user("r1"), answer()},
 		steps: []coreStep{
