@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus"
@@ -15,6 +16,7 @@ import (
 	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/render"
 	"github.com/lazarusrt/lazarus/snapshot"
 )
 
@@ -246,7 +248,18 @@ func TestRewindBelowASummary(t *testing.T) {
 	// An edit below the summary: of seq 1, after another summary or not.
 	seq, err := rt.Edit(ctx, "c", 1, "premier", u)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return len(model.Turns("c")) == len(turns)+1 }, 10*time.Second, 5*time.Millisecond, "the edit's turn ran")
+	if !assert.Eventually(t, func() bool { return len(model.Turns("c")) == len(turns)+1 }, 10*time.Second, 5*time.Millisecond, "the edit's turn ran") {
+		// What the log and the row say, to find where the turn went.
+		all, _ := rt.History(ctx, "c", 0, 0)
+		for _, ev := range all {
+			t.Logf("seq %d: %s", ev.GetSeq(), render.Event(ev, false))
+		}
+		row, err := rt.Store().Conversation(ctx, "c")
+		t.Logf("row: %v (%v); active: %v; model calls: %d", row, err, rt.IsActive("c"), len(model.Turns("c")))
+		s, err := rt.Store().LatestSummary(ctx, "c")
+		t.Logf("latest summary: %d..%d (%v)", s.GetFromSeq(), s.GetToSeq(), err)
+		t.FailNow()
+	}
 	turns = model.Turns("c")
 	last = turns[len(turns)-1]
 	require.Nil(t, last.Summary)
