@@ -1002,19 +1002,22 @@ func (c *core) onSummary(d *inSummaryDone) {
 		c.log.Warn("summary failed", "err", d.err)
 		return
 	}
+	if c.ws.RewoundBelow(d.summary.GetToSeq()) {
+		// A rewind written while the summary was made moved the head below
+		// its end: the summary stands for events no longer on the head. It
+		// stays in the Store (a revival passes over it, see load); the
+		// working set, which still holds the events of the head, is kept
+		// as it is, so the turn in flight goes on.
+		c.log.Debug("summary passed over: rewound below it", "to_seq", d.summary.GetToSeq())
+		c.advance()
+		return
+	}
 	if err := c.ws.Compact(d.summary); err != nil {
 		c.log.Error("compaction after summary failed", "err", err)
 		return
 	}
 	c.rememberRequests()
 	c.log.Debug("summarized", "to_seq", d.summary.GetToSeq())
-	if _, below := c.ws.RewoundPastSummary(); below {
-		// A rewind landed while the summary was written, below its end:
-		// revive from an earlier summary, as after such a rewind.
-		c.stop(fmt.Errorf("conversation %q: rewound below its summary, reviving: %w", c.cfg.ID, ErrAgentStopped))
-		c.emit(effFenced{})
-		return
-	}
 	c.advance()
 }
 

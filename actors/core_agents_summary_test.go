@@ -92,3 +92,32 @@ func seqsOf(evs []*messages.Event) []uint64 {
 	}
 	return out
 }
+
+// TestCoreSummaryBelowAnEditIsPassedOver: an edit written while a summary
+// is made takes back events the summary covers. When the summary comes
+// back, the activation keeps its working set and its turn in flight (the
+// edit's); it neither compacts with that summary nor retires, which would
+// run the edit's model call a second time on the next activation.
+func TestCoreSummaryBelowAnEditIsPassedOver(t *testing.T) {
+	c := summarizingCore(t, false, []*messages.Event{user("r1"), answer(), user("r2"), answer(), user("r3"), answer()})
+	effs := c.step(t0, wake(false))
+	require.Equal(t, []string{"reply", "summarize"}, words(effs))
+	plan := effs[1].(effSummarize).plan
+	require.Equal(t, uint64(5), plan.ToSeq)
+
+	edit := &inCommand{sender: "s", cmd: &Command{Scope: agent.Scope{UserID: "ann"}, Msg: &messages.AgentRewind{EditSeq: 1, RequestId: "e1",
+		Message: &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "new"}}}}}}}
+	require.Equal(t, []string{"write[Rewind " + wUser + "]"}, words(c.step(t0, edit)))
+	require.Equal(t, []string{"reply seq=8", "model"}, words(c.step(t0, ok(1))))
+
+	sum, err := plan.Run(t.Context(), snapshot.Deterministic{}, "c")
+	require.NoError(t, err)
+	effs = c.step(t0, &inSummaryDone{summary: sum})
+	require.NotContains(t, words(effs), "retire")
+	require.NotContains(t, words(effs), "fenced")
+	require.Nil(t, c.ws.Summary, "the summary stands for events the edit took back")
+	require.Equal(t, []uint64{8}, seqsOf(c.ws.Render()), "the head is the edit's message")
+
+	effs = c.step(t0, &inModelDone{turn: c.turn, msg: answer().GetAssistantMsg()})
+	require.Equal(t, []string{"write[" + wAnswer + "]"}, words(effs), "the edit's turn ends on this activation")
+}

@@ -286,6 +286,33 @@ func (w *WorkingSet) RewoundPastSummary() (toSeq uint64, rewound bool) {
 	return v.below, v.isBelow
 }
 
+// RewoundBelow reports whether a rewind on the head after seq moved the
+// head to a seq below seq: a summary ending at seq would stand for events
+// the head no longer includes (as RewoundPastSummary reports of the
+// working set's own summary). seq must be at least the summary's ToSeq.
+// It walks back from the newest event as LastRendered does and does not
+// allocate.
+func (w *WorkingSet) RewoundBelow(seq uint64) bool {
+	base := w.base()
+	for i := len(w.Events) - 1; i >= 0; {
+		ev := w.Events[i]
+		if ev.GetSeq() <= seq {
+			return false
+		}
+		rw := ev.GetRewind()
+		if rw == nil {
+			i--
+			continue
+		}
+		t := rw.GetToSeq()
+		if t < seq {
+			return true
+		}
+		i = int(t-base) - 1 // t >= seq >= base, and Append checked t < ev.Seq: this goes backwards
+	}
+	return false
+}
+
 // OpenCalls returns the tool_call events on the head that have no
 // tool_result on the head, in log order: the calls the agent still owes the
 // model. A call in a rewound span is not open. The records are the working

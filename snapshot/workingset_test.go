@@ -164,6 +164,37 @@ func TestRewoundPastSummary(t *testing.T) {
 	}
 }
 
+// TestRewoundBelow: whether a summary ending at a seq would stand for
+// events a later rewind on the head took back. Rewinds at or before that
+// seq are the summary's own, and a rewind that a later one skipped does
+// not count.
+func TestRewoundBelow(t *testing.T) {
+	cases := []struct {
+		name    string
+		summary *messages.Summary
+		events  []*messages.Event
+		seq     uint64
+		want    bool
+	}{
+		{"no rewind", nil, log(1, user("a"), asst("b"), user("c")), 2, false},
+		{"rewind to the seq", nil, log(1, user("a"), asst("b"), rewind(2), user("c")), 2, false},
+		{"rewind below the seq", nil, log(1, user("a"), asst("b"), rewind(1), user("c")), 2, true},
+		{"rewind to 0", nil, log(1, user("a"), asst("b"), rewind(0), user("c")), 2, true},
+		{"rewind before the seq is the summary's", nil, log(1, user("a"), rewind(0), user("c"), asst("d")), 4, false},
+		{"skipped rewind below the seq", nil, log(1, user("a"), asst("b"), user("c"), rewind(1), user("d"), rewind(3)), 3, false},
+		{"after a summary", summary(1, 10), log(11, user("a"), asst("b"), rewind(11)), 12, true},
+		{"after a summary, to its end", summary(1, 10), log(11, user("a"), asst("b"), rewind(10)), 10, false},
+		{"seq at the end", nil, log(1, user("a"), asst("b")), 2, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			w, err := snapshot.Rebuild(tc.summary, tc.events)
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, w.RewoundBelow(tc.seq))
+		})
+	}
+}
+
 // TestEvicted: what the rendered context leaves out, for the audit: the
 // span a summary stands for, and each span a rewind on the head skipped
 // (a rewind that is itself skipped skips nothing).
