@@ -138,7 +138,8 @@ func ExpiredOutcome() *messages.ToolOutcome {
 // each incarnation, so a reply meant for an earlier incarnation is ignored.
 // On success Deliver is called; on ErrStale nothing happens (a human or the
 // conversation answered first: the Store's atomic resolve picked one
-// winner); on an error no retry can fix (invalid, deleted) the call is
+// winner; or the deadline moved, and an expire sent since for the new one
+// decides); on an error no retry can fix (invalid, deleted) the call is
 // dropped with a log line; on any other error the expire is written again
 // after RetryAfter. Due deadlines expire in (time, tool call id) order.
 //

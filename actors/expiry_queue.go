@@ -326,6 +326,13 @@ func (q *expiryQueue) reply(now int64, req uint64, err error) (v expireVerdict, 
 	conv = f.conv
 	switch v = classifyExpireError(err); v {
 	case verdictStale:
+		if req != f.last {
+			// An earlier attempt, stale for the deadline it was sent
+			// for: the call was rescheduled, and the attempt sent for
+			// the new deadline decides (it may expire the call).
+			f.reqs = removeReq(f.reqs, req)
+			return verdictIgnore, conv, call
+		}
 		// The call was answered, or its deadline moved: a deadline
 		// scheduled while the expire was in flight is the new one (the
 		// journal reports a commit's schedule before any later reply;

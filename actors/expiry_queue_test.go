@@ -292,3 +292,27 @@ func TestExpiryQueueRescheduledDuringFlight(t *testing.T) {
 	_, ok := h.q.wake()
 	require.False(t, ok, "nothing left")
 }
+
+// TestExpiryQueueStaleEarlierAttempt: an expire sent for the old deadline
+// comes back stale after a second one went out for the new deadline; the
+// second's reply decides.
+func TestExpiryQueueStaleEarlierAttempt(t *testing.T) {
+	h := newQueueHarness(100)
+	h.q.schedule("c", "x", 10)
+	first := h.due(10)
+	require.Len(t, first, 1)
+	h.q.schedule("c", "x", 15) // a reschedule committed before the first expire
+	second := h.due(15)
+	require.Len(t, second, 1)
+
+	v, _, _ := h.q.reply(16, first[0].req, journal.ErrStale)
+	require.Equal(t, verdictIgnore, v, "the attempt for the new deadline is still out")
+	v, conv, call := h.q.reply(16, second[0].req, nil)
+	require.Equal(t, verdictDeliver, v)
+	require.Equal(t, "c", conv)
+	require.Equal(t, "x", call)
+	require.Empty(t, h.q.flights)
+	require.Empty(t, h.q.byReq)
+	_, ok := h.q.wake()
+	require.False(t, ok, "nothing left")
+}
