@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -25,7 +24,9 @@ type unblocked struct{ conversation string }
 // activation left lands before the delete, or fails after it); then calls
 // del, which must write the tombstone (Store.DeleteConversation), and, if
 // del succeeded, cancels the expiry actor's timers of the conversation's
-// pending calls. It returns del's error, or ctx's, or ErrStopped.
+// pending calls. It returns del's error, or one wrapping ctx's error or
+// ErrStopped (ErrNoAnswer and context.DeadlineExceeded when the journal
+// actor did not answer within Config.CallTimeout).
 //
 // Once del has succeeded (or said journal.ErrDeleted), no activation of id
 // is created again: the deliveries held back meanwhile are dropped, and
@@ -61,11 +62,10 @@ func (s *Supervisor) Delete(ctx context.Context, id string, del func(context.Con
 			return ctx.Err()
 		}
 	}
-	timeout := s.cfg.CallTimeout
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < timeout {
-		timeout = max(time.Until(dl), time.Millisecond)
-	}
-	if _, err := s.system.Root.RequestFuture(s.journal, &actors.JournalBarrier{ConversationID: id}, timeout).Result(); err != nil {
+	// Request, not a Future: it stops waiting when ctx ends or the
+	// supervisor stops, and its errors wrap ctx's, ErrNoAnswer or
+	// ErrStopped (a Future's timeout wraps nothing).
+	if _, err := s.Request(ctx, s.journal, &actors.JournalBarrier{ConversationID: id}); err != nil {
 		return fmt.Errorf("supervisor: delete %q: the journal actor did not answer: %w", id, err)
 	}
 	pending, err := s.cfg.Store.PendingToolCalls(ctx, id)

@@ -4,13 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus/actors"
+	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/journal/memjournal"
 	"github.com/lazarusrt/lazarus/messages"
 )
 
@@ -115,4 +119,70 @@ func TestDeleteReturnsTheWriteError(t *testing.T) {
 	require.NoError(t, err)
 	s.Stop()
 	require.ErrorIs(t, s.Delete(ctx, "c", func(context.Context) error { return nil }), ErrStopped)
+}
+
+// heldStore is a memory Store whose AppendBatch waits until release is
+// closed, telling held when it starts waiting.
+type heldStore struct {
+	*memjournal.Store
+	held    chan struct{}
+	release chan struct{}
+}
+
+func (s *heldStore) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest) []journal.AppendResult {
+	select {
+	case s.held <- struct{}{}:
+	default:
+	}
+	<-s.release
+	return s.Store.AppendBatch(ctx, reqs)
+}
+
+// TestDeleteEndsWithItsContextWhileAWriteIsHeld: a Delete whose ctx ends
+// while it waits for the journal actor to answer the conversation's writes
+// (one is held in the Store) returns at once with an error wrapping ctx's,
+// as its doc says: it waited out the call timeout, then returned a
+// timeout of its own that wrapped nothing.
+func TestDeleteEndsWithItsContextWhileAWriteIsHeld(t *testing.T) {
+	store := &heldStore{Store: memjournal.New(memjournal.Options{}), held: make(chan struct{}, 1), release: make(chan struct{})}
+	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
+	model := scripted.New(scripted.Options{})
+	s, err := Start(system, Config{
+		Store:       store,
+		Agent:       func(string) actors.ConversationConfig { return actors.ConversationConfig{Model: model} },
+		CallTimeout: time.Minute,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		close(store.release)
+		s.Stop()
+		system.Shutdown()
+	})
+
+	// A write of c the journal actor holds, so its barrier waits.
+	go func() {
+		_, _ = s.Request(context.Background(), s.journal, &messages.JournalWrite{RequestId: 1, Request: &messages.AppendRequest{
+			ConversationId: "c", Unfenced: true, Settings: map[string]string{"k": "v"}}})
+	}()
+	<-store.held
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	ran := false
+	go func() {
+		done <- s.Delete(ctx, "c", func(context.Context) error { ran = true; return nil })
+	}()
+	require.Eventually(t, func() bool {
+		s.reg.mu.Lock()
+		defer s.reg.mu.Unlock()
+		return len(s.reg.blocked) == 1
+	}, 5*time.Second, time.Millisecond, "Delete started")
+	cancel()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, context.Canceled)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Delete did not return when its context ended")
+	}
+	require.False(t, ran, "nothing was deleted")
 }
