@@ -153,7 +153,9 @@ func (r *registry) spawned(a *activation, spawn func(a *activation) (*actor.PID,
 	r.mu.Lock()
 	if err != nil {
 		a.err = err
+		a.mu.Lock() // retired is read under a.mu alone (isLive, active)
 		a.retired = true
+		a.mu.Unlock()
 		if r.byID[a.id] == a {
 			delete(r.byID, a.id)
 		}

@@ -117,3 +117,36 @@ func TestReleaseAllUnblocksWaiters(t *testing.T) {
 	}
 	require.Equal(t, 0, r.active())
 }
+
+// TestFailedSpawnRacesNoReader: IsActive and Active read an activation's
+// retired flag under its lock while a spawn of it fails; the failure must
+// set the flag under the same lock (the race detector reported the two).
+func TestFailedSpawnRacesNoReader(t *testing.T) {
+	r := newRegistry()
+	var wg sync.WaitGroup
+	for range 20 {
+		spawning := make(chan struct{})
+		fail := make(chan struct{})
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			_, err := r.ensure(t.Context(), "c", func(*activation) (*actor.PID, error) {
+				close(spawning)
+				<-fail
+				return nil, fmt.Errorf("no spawn")
+			})
+			require.Error(t, err)
+		}()
+		<-spawning
+		go func() {
+			defer wg.Done()
+			for range 200 {
+				r.isLive("c")
+				r.active()
+			}
+		}()
+		close(fail)
+		wg.Wait()
+	}
+	require.Equal(t, 0, r.active())
+}
