@@ -39,6 +39,10 @@ func connectMCP(ctx context.Context, cfg mcpConfig, version string) (*mcpSession
 	if err != nil {
 		return nil, err
 	}
+	if timeout <= 0 {
+		// A call bounded by no time at all would fail before it started.
+		return nil, configErr("mcp server %s: timeout %s: not positive", cfg.Name, cfg.Timeout)
+	}
 	var transport mcp.Transport
 	switch {
 	case cfg.Name == "":

@@ -114,7 +114,7 @@ type mcpConfig struct {
 	URL string `json:"url,omitempty"`
 	// Prefix is put before each tool's name ("files_" + "read").
 	Prefix string `json:"prefix,omitempty"`
-	// Timeout bounds one tool call (a Go duration). Default 60s.
+	// Timeout bounds one tool call (a Go duration, positive). Default 60s.
 	Timeout string `json:"timeout,omitempty"`
 }
 

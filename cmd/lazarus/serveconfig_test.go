@@ -28,6 +28,8 @@ func TestServeConfigErrors(t *testing.T) {
 		"answered by nobody": `{"human_tools": [{"name": "a", "answered_by": {}}]}`,
 		"mcp both":           `{"mcp_servers": [{"name": "m", "command": ["x"], "url": "http://x"}]}`,
 		"mcp neither":        `{"mcp_servers": [{"name": "m"}]}`,
+		"mcp zero timeout":   `{"mcp_servers": [{"name": "m", "command": ["x"], "timeout": "0s"}]}`,
+		"mcp negative":       `{"mcp_servers": [{"name": "m", "command": ["x"], "timeout": "-1s"}]}`,
 		"model provider":     `{"model": {"provider": "oracle"}}`,
 		"openai no model":    `{"model": {"provider": "openai", "name": ""}}`,
 		"bad tokens":         `{"tokens_env": "LAZARUS_TEST_NO_SUCH_TOKENS_FILE", "tokens_file": "/nonexistent/tokens.json"}`,
