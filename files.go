@@ -77,7 +77,9 @@ const (
 
 // FileRestore reports one file a rewind restored.
 type FileRestore struct {
-	// Path is relative to FilesOptions.Root, with forward slashes.
+	// Path is relative to FilesOptions.Root, with forward slashes: the
+	// file the tool's path led to, symbolic links followed (the links
+	// themselves are left as they are).
 	Path string
 	// Action is what was done.
 	Action FileAction
@@ -155,8 +157,15 @@ func (r *Runtime) checkpointHook() func(agent.Invocation) agent.Checkpointer {
 	}
 }
 
-// resolve turns a tool's path into the clean, slash-separated path relative
-// to the root, refusing one that leaves the root.
+// maxLinks bounds the symbolic links resolve follows for one path, as the
+// kernel's ELOOP does.
+const maxLinks = 40
+
+// resolve turns a tool's path into the clean, slash-separated path
+// relative to the root of the file it names: every symbolic link on the
+// way is followed, the last one too (a write through it changes, or
+// creates, its target; os.Root would refuse an absolute one), and a path
+// that leaves the root is refused.
 func (f *fileRoot) resolve(p string) (string, error) {
 	if p == "" || strings.IndexByte(p, 0) >= 0 {
 		return "", journal.Invalidf("file path %q", p)
@@ -174,24 +183,54 @@ func (f *fileRoot) resolve(p string) (string, error) {
 	if rel == "" || !filepath.IsLocal(rel) {
 		return "", fmt.Errorf("lazarus: file %q: %w", p, agent.ErrOutsideRoot)
 	}
-	// A symbolic link on the way may lead out: resolve the deepest
-	// existing ancestor and check it stays inside.
+	// Walk it as the kernel does, from the root's real path: cur has no
+	// symbolic link in it. Once a part is missing, the rest is what a
+	// write would create there.
 	real := f.dirs[1]
-	probe := filepath.Join(real, rel)
-	for {
-		ev, err := filepath.EvalSymlinks(probe)
-		if err == nil {
-			if x, err := filepath.Rel(real, ev); err != nil || !(x == "." || filepath.IsLocal(x)) {
-				return "", fmt.Errorf("lazarus: file %q: %w", p, agent.ErrOutsideRoot)
-			}
-			break
+	cur := real
+	rest := strings.Split(rel, string(filepath.Separator))
+	links := 0
+	for len(rest) > 0 {
+		part := rest[0]
+		rest = rest[1:]
+		switch part {
+		case "", ".":
+			continue
+		case "..":
+			cur = filepath.Dir(cur)
+			continue
 		}
-		if !errors.Is(err, fs.ErrNotExist) || probe == real {
+		next := filepath.Join(cur, part)
+		info, err := os.Lstat(next)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			cur = filepath.Join(append([]string{next}, rest...)...)
+			rest = nil
+			continue
+		case err != nil:
+			return "", fmt.Errorf("lazarus: file %q: %w", p, err)
+		case info.Mode()&fs.ModeSymlink == 0:
+			cur = next
+			continue
+		}
+		if links++; links > maxLinks {
+			return "", fmt.Errorf("lazarus: file %q: %w", p, journal.Invalidf("more than %d symbolic links", maxLinks))
+		}
+		target, err := os.Readlink(next)
+		if err != nil {
 			return "", fmt.Errorf("lazarus: file %q: %w", p, err)
 		}
-		probe = filepath.Dir(probe)
+		if filepath.IsAbs(target) {
+			cur = filepath.VolumeName(target) + string(filepath.Separator)
+			target = target[len(cur):]
+		}
+		rest = append(strings.Split(target, string(filepath.Separator)), rest...)
 	}
-	slash := filepath.ToSlash(rel)
+	x, err := filepath.Rel(real, cur)
+	if err != nil || !filepath.IsLocal(x) {
+		return "", fmt.Errorf("lazarus: file %q: %w", p, agent.ErrOutsideRoot)
+	}
+	slash := filepath.ToSlash(x)
 	if err := journal.ValidateFilePath(slash); err != nil {
 		return "", fmt.Errorf("lazarus: %w", err)
 	}

@@ -16,9 +16,11 @@ type Checkpointer interface {
 	// a call and a path is kept, so a run repeated after a crash keeps the
 	// content from before the first run. It returns once the record is
 	// durable. path is relative to the runtime's file root, or absolute
-	// inside it; a path that leaves the root wraps ErrOutsideRoot, and a
-	// file too large to keep wraps journal.ErrTooLarge. Safe for
-	// concurrent use.
+	// inside it; symbolic links on it are followed, the last one too (the
+	// record is of the file the path leads to, which a rewind restores,
+	// leaving the link a link). A path that leaves the root, also through
+	// a link to a file not there yet, wraps ErrOutsideRoot, and a file
+	// too large to keep wraps journal.ErrTooLarge. Safe for concurrent use.
 	Before(ctx context.Context, path string) error
 }
 

@@ -423,3 +423,60 @@ func TestFileBlobSweeperRunsOnTheClock(t *testing.T) {
 		})
 	}
 }
+
+// TestFileCheckpointThroughSymbolicLinks: a path whose last part is a
+// symbolic link inside the root (relative, absolute, or to a file not
+// there yet) records the file it leads to, so the rewind puts that file
+// back and leaves the link a link; a link to a missing file outside the
+// root is refused with agent.ErrOutsideRoot, as one to an existing file.
+func TestFileCheckpointThroughSymbolicLinks(t *testing.T) {
+	errs := make(chan pathErr, 16)
+	outside := t.TempDir()
+	h, root := filesHarness(t, openStore(t, "memory"), errs, nil)
+	ctx := ctxT(t)
+	require.NoError(t, os.WriteFile(filepath.Join(root, "real.txt"), []byte("r1"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(root, "other.txt"), []byte("o1"), 0o644))
+	require.NoError(t, os.Symlink("real.txt", filepath.Join(root, "rel-link")))
+	require.NoError(t, os.Symlink(filepath.Join(root, "other.txt"), filepath.Join(root, "abs-link")))
+	require.NoError(t, os.Symlink("made.txt", filepath.Join(root, "dangling")))
+	require.NoError(t, os.Symlink(filepath.Join(outside, "new"), filepath.Join(root, "out")))
+
+	want := map[string]error{"rel-link": nil, "abs-link": nil, "dangling": nil, "out": agent.ErrOutsideRoot}
+	h.model.Push("s", scripted.Reply("",
+		writeCall(fileArgs{Path: "rel-link", Content: "r2"}),
+		writeCall(fileArgs{Path: "abs-link", Content: "o2"}),
+		writeCall(fileArgs{Path: "dangling", Content: "m2"}),
+		writeCall(fileArgs{Path: "out", Content: "x"})), scripted.Text("done"))
+	_, err := h.rt.Send(ctx, "s", "go", user)
+	require.NoError(t, err)
+	h.awaitEvent("s", 0, isAssistantText("done"))
+	for range want {
+		pe := <-errs
+		if want[pe.path] == nil {
+			require.NoError(t, pe.err, "Before(%q)", pe.path)
+		} else {
+			require.ErrorIs(t, pe.err, want[pe.path], "Before(%q)", pe.path)
+		}
+	}
+	require.Equal(t, "r2", readFile(t, root, "real.txt"))
+	require.Equal(t, "o2", readFile(t, root, "other.txt"))
+	require.Equal(t, "m2", readFile(t, root, "made.txt"))
+	_, err = os.Stat(filepath.Join(outside, "new"))
+	require.ErrorIs(t, err, os.ErrNotExist, "nothing written outside the root")
+
+	rep, err := h.rt.RewindWithReport(ctx, "s", 1, lazarus.RewindOptions{Files: true}, user)
+	require.NoError(t, err)
+	var did []string
+	for _, f := range rep.Files {
+		did = append(did, f.Path+" "+string(f.Action))
+	}
+	require.Equal(t, []string{"made.txt deleted", "other.txt restored", "real.txt restored"}, did)
+	require.Equal(t, "r1", readFile(t, root, "real.txt"))
+	require.Equal(t, "o1", readFile(t, root, "other.txt"))
+	require.Equal(t, "<absent>", readFile(t, root, "made.txt"))
+	for _, link := range []string{"rel-link", "abs-link", "dangling", "out"} {
+		fi, err := os.Lstat(filepath.Join(root, link))
+		require.NoError(t, err)
+		require.NotZero(t, fi.Mode()&os.ModeSymlink, "%s is still a link", link)
+	}
+}
