@@ -2,6 +2,8 @@ package lazarus_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"strings"
 	"testing"
 	"time"
@@ -182,4 +184,34 @@ func TestOversizedSettingsAndAgentNamesGetShortErrors(t *testing.T) {
 	require.Less(t, len(err.Error()), 1024)
 	require.ErrorIs(t, agent.ValidateSettings(agent.Settings{ToolChoice: big}, nil), journal.ErrInvalid)
 	require.Less(t, len(agent.ValidateSettings(agent.Settings{ToolChoice: big}, nil).Error()), 1024)
+}
+
+// SweepFileBlobs keeps the entry contract: with an ended ctx it returns
+// ctx.Err(), after Close ErrClosed, and removes nothing (it swept a Store
+// the caller still owns after Close).
+func TestSweepFileBlobsWithEndedContextOrAfterClose(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	store := memjournal.New(memjournal.Options{})
+	rt, err := lazarus.Open(lazarus.Options{
+		Store: store, Model: scripted.New(scripted.Options{}), IdleTimeout: -1,
+		Files: lazarus.FilesOptions{Root: t.TempDir(), BlobTTL: -1},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rt.Close() })
+	content := "an upload no record names"
+	sum := sha256.Sum256([]byte(content))
+	name := hex.EncodeToString(sum[:])
+	_, err = store.PutFileBlob(ctx, name, int64(len(content)), strings.NewReader(content))
+	require.NoError(t, err)
+
+	ended, cancelNow := context.WithCancel(context.Background())
+	cancelNow()
+	_, err = rt.SweepFileBlobs(ended)
+	require.ErrorIs(t, err, context.Canceled)
+	require.NoError(t, rt.Close())
+	_, err = rt.SweepFileBlobs(ctx)
+	require.ErrorIs(t, err, lazarus.ErrClosed)
+	_, err = store.FileBlob(ctx, name)
+	require.NoError(t, err, "nothing swept")
 }

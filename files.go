@@ -429,11 +429,20 @@ func (f *fileRoot) restoreOne(ctx context.Context, cp *messages.FileCheckpoint) 
 // grace at all (a blob uploaded by a tool still running, its record not
 // yet written, may go and that Before fail): call it then only while no
 // tool runs. Without FilesOptions.Root it returns an error wrapping
-// agent.ErrNoCheckpoints.
+// agent.ErrNoCheckpoints; after Close, ErrClosed.
 func (r *Runtime) SweepFileBlobs(ctx context.Context) (int, error) {
+	if err := r.enter(ctx); err != nil {
+		return 0, fmt.Errorf("lazarus: sweep file blobs: %w", err)
+	}
 	if r.files == nil {
 		return 0, fmt.Errorf("lazarus: sweep file blobs: %w", agent.ErrNoCheckpoints)
 	}
+	return r.sweepFileBlobs(ctx)
+}
+
+// sweepFileBlobs is SweepFileBlobs without the entry checks: the sweeper's
+// timer runs it under Runtime.gcWG.
+func (r *Runtime) sweepFileBlobs(ctx context.Context) (int, error) {
 	ttl := max(r.files.ttl, 0)
 	return r.files.store.SweepFileBlobs(ctx, time.Now().Add(-ttl))
 }
@@ -455,7 +464,7 @@ func (r *Runtime) armFileSweep() {
 		r.gcWG.Add(1)
 		r.mu.Unlock()
 		defer r.gcWG.Done()
-		if n, err := r.SweepFileBlobs(r.life); err != nil {
+		if n, err := r.sweepFileBlobs(r.life); err != nil {
 			r.log.Warn("file blob sweep failed", "err", err)
 		} else if n > 0 {
 			r.log.Debug("file blob sweep", "removed", n)
