@@ -3,6 +3,7 @@ package journaltest
 import (
 	"context"
 	"maps"
+	"math"
 	"strings"
 	"testing"
 
@@ -269,7 +270,7 @@ func testFindPages(t *testing.T, e env) {
 		want = append(want, id)
 		require.NoError(t, s.PutMetadata(ctx, id+"-other", map[string]string{"name": "other"}))
 	}
-	for _, limit := range []int{0, 1, 2, 3, 7, 8} {
+	for _, limit := range []int{0, 1, 2, 3, 7, 8, math.MaxInt} {
 		assert.Equal(t, want, findAll(t, s, "name", "same", limit), "limit %d", limit)
 	}
 	// A cursor need not be a listed id.
