@@ -23,8 +23,10 @@ type RewindOptions struct {
 	// each such file gets the content it had before the first call after
 	// toSeq that changed it, or is removed if it did not exist then. It
 	// needs Options.Files.Root (else the error wraps
-	// agent.ErrNoCheckpoints and nothing is written). Default false: the
-	// files keep their current content.
+	// agent.ErrNoCheckpoints and nothing is written). In a fork, only the
+	// calls made in it count: the records of the calls it copied stay
+	// with the source (see Fork). Default false: the files keep their
+	// current content.
 	Files bool
 }
 

@@ -480,3 +480,29 @@ func TestFileCheckpointThroughSymbolicLinks(t *testing.T) {
 		require.NotZero(t, fi.Mode()&os.ModeSymlink, "%s is still a link", link)
 	}
 }
+
+// TestFileRewindOfAForkUsesItsOwnCalls: a fork does not copy the file
+// checkpoints of the calls it copies (they stay with the source), so a
+// rewind of the fork with Files restores only what its own calls changed.
+func TestFileRewindOfAForkUsesItsOwnCalls(t *testing.T) {
+	h, root := filesHarness(t, openStore(t, "memory"), nil, nil)
+	ctx := ctxT(t)
+	require.NoError(t, os.WriteFile(filepath.Join(root, "a.txt"), []byte("a1"), 0o644))
+	h.model.Push("src", scripted.Reply("", writeCall(fileArgs{Path: "a.txt", Content: "a2"})), scripted.Text("done"))
+	_, err := h.rt.SendAndWait(ctx, "src", "go", user)
+	require.NoError(t, err)
+	last := uint64(len(h.history("src")))
+	require.NoError(t, h.rt.Fork(ctx, "src", last, "fork"))
+	h.model.Push("fork", scripted.Reply("", writeCall(fileArgs{Path: "b.txt", Content: "b2"})), scripted.Text("done"))
+	_, err = h.rt.SendAndWait(ctx, "fork", "more", user)
+	require.NoError(t, err)
+
+	rep, err := h.rt.RewindWithReport(ctx, "fork", 1, lazarus.RewindOptions{Files: true}, user)
+	require.NoError(t, err)
+	require.Equal(t, []lazarus.FileRestore{{Path: "b.txt", Action: lazarus.FileDeleted, Seq: h.toolCallSeqs("fork")[1]}}, rep.Files)
+	require.Equal(t, "a2", readFile(t, root, "a.txt"), "the copied call's change stays")
+	rep, err = h.rt.RewindWithReport(ctx, "src", 1, lazarus.RewindOptions{Files: true}, user)
+	require.NoError(t, err)
+	require.Len(t, rep.Files, 1)
+	require.Equal(t, "a1", readFile(t, root, "a.txt"), "the source's rewind has the record")
+}
