@@ -3,6 +3,7 @@ package journaltest
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -93,6 +94,7 @@ func testActiveNew(t *testing.T, e env) {
 	schedule(t, s, deadline("rowless", "rowless/tc", 7))
 	assert.Equal(t, []string{"appended", "fsm", "put"}, activeIDs(t, s, 0),
 		"new rows are ACTIVE unless the write says otherwise; records that create no row are not listed")
+	assert.Equal(t, []string{"appended", "fsm", "put"}, activeIDs(t, s, math.MaxInt), "a limit of math.MaxInt lists every one")
 }
 
 // testActiveStatus: every status other than ACTIVE takes a conversation out

@@ -3,6 +3,7 @@ package journaltest
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"testing"
@@ -114,6 +115,9 @@ func testToolCallListPending(t *testing.T, e env) {
 	all := []string{"a tc-1", "a tc-2", "a/x tc-0", "b tc-b", "c tc-c"}
 	got, next = list("", 0)
 	assert.Equal(t, all, got, "ordered by conversation, then tool call id; answered rows left out")
+	assert.Empty(t, next)
+	got, next = list("", math.MaxInt)
+	assert.Equal(t, all, got, "a limit of math.MaxInt lists every row")
 	assert.Empty(t, next)
 
 	var paged []string
@@ -456,7 +460,7 @@ func testConvList(t *testing.T, e env) {
 	require.NoError(t, s.PutMetadata(ctx, "metadata-only", map[string]string{"k": "v"}))
 	want := slices.Sorted(slices.Values(ids))
 
-	for _, limit := range []int{1, 7, 120, len(ids), 1000} {
+	for _, limit := range []int{1, 7, 120, len(ids), 1000, math.MaxInt} {
 		t.Run(fmt.Sprint("limit=", limit), func(t *testing.T) {
 			var got []string
 			cursor := ""

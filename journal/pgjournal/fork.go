@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -122,7 +121,7 @@ func (s *Store) FindConversations(ctx context.Context, key, value, cursor string
 	}
 	rows, err := s.pool.Query(ctx, `SELECT conv FROM lz_metadata
 		WHERE key = $1 AND sha256(value) = sha256($2::bytea) AND value = $2::bytea AND conv > $3
-		ORDER BY conv LIMIT $4`, []byte(key), []byte(value), []byte(after), min(limit, math.MaxInt-1)+1) // one more says whether a page follows (math.MaxInt must not wrap)
+		ORDER BY conv LIMIT $4`, []byte(key), []byte(value), []byte(after), onePast(limit))
 	if err != nil {
 		return nil, "", s.wrap("find conversations", err)
 	}

@@ -31,6 +31,12 @@ func validConv(id string) error {
 	return nil
 }
 
+// onePast is a listing's LIMIT: one row more than limit, which says
+// whether a page follows, without wrapping when limit is math.MaxInt.
+func onePast(limit int) int {
+	return min(limit, math.MaxInt-1) + 1
+}
+
 // toInt64 clamps a seq to the range of bigint.
 func toInt64(u uint64) int64 {
 	if u > math.MaxInt64 {
@@ -674,7 +680,7 @@ func (s *Store) ListPendingToolCalls(ctx context.Context, cursor string, limit i
 		limit = 100
 	}
 	rows, err := s.pool.Query(ctx, "SELECT conv, id, data FROM lz_tool_calls WHERE status = 1 AND (conv, id) > ($1, $2) ORDER BY conv, id LIMIT $3",
-		[]byte(afterConv), []byte(afterCall), limit+1)
+		[]byte(afterConv), []byte(afterCall), onePast(limit))
 	if err != nil {
 		return nil, "", s.wrap("list pending tool calls", err)
 	}
@@ -796,7 +802,7 @@ func (s *Store) ListConversations(ctx context.Context, cursor string, limit int)
 		limit = 100
 	}
 	rows, err := s.pool.Query(ctx, "SELECT id, row FROM lz_conversations WHERE row IS NOT NULL AND id > $1 ORDER BY id LIMIT $2",
-		[]byte(cursor), limit+1)
+		[]byte(cursor), onePast(limit))
 	if err != nil {
 		return nil, "", s.wrap("list conversations", err)
 	}
@@ -840,7 +846,7 @@ func (s *Store) ListActiveConversations(ctx context.Context, cursor string, limi
 		return nil, "", fmt.Errorf("pgjournal: %w", err)
 	}
 	rows, err := s.pool.Query(ctx, "SELECT id FROM lz_conversations WHERE status = 1 AND id > $1 ORDER BY id LIMIT $2",
-		[]byte(after), limit+1)
+		[]byte(after), onePast(limit))
 	if err != nil {
 		return nil, "", s.wrap("list active conversations", err)
 	}
