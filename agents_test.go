@@ -298,3 +298,39 @@ func TestBroadcastWithoutAgentsChangesNothing(t *testing.T) {
 		return err == nil && s.GetToSeq() > 0
 	}, 10*time.Second, 5*time.Millisecond, "a summary is written, as without Broadcast")
 }
+
+// TestEditBelowASummaryOfANamedAgentsMessageStaysItsOwn: an edit of a
+// message a summary folded away is addressed as the message it replaces,
+// as one after the summary is.
+func TestEditBelowASummaryOfANamedAgentsMessageStaysItsOwn(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	def, crit := scripted.New(scripted.Options{}), scripted.New(scripted.Options{})
+	crit.Push("c", scripted.Text("one"), scripted.Text("two"), scripted.Text("three"), scripted.Text("edited"))
+	mem := memjournal.New(memjournal.Options{})
+	rt, err := lazarus.Open(lazarus.Options{Store: mem, Model: def,
+		Agents:     []lazarus.Agent{{Name: "critic", Model: crit}},
+		Summarizer: snapshot.Deterministic{}, Summary: snapshot.Policy{MaxEvents: 3, MaxTokens: -1, KeepRecent: 1}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rt.Close() })
+	u := agent.Scope{UserID: "u"}
+	for _, text := range []string{"first", "second", "third"} { // seqs 1-6
+		_, err := rt.SendMessageAndWait(ctx, "c", textMsg(text), lazarus.SendOptions{Agent: "critic", Broadcast: true}, u)
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool {
+		s, err := mem.LatestSummary(ctx, "c")
+		return err == nil && s.GetToSeq() >= 3
+	}, 10*time.Second, 5*time.Millisecond, "a summary covers seq 1")
+
+	seq, err := rt.Edit(ctx, "c", 1, "premier", u) // 7 rewind, 8 user_msg
+	require.NoError(t, err)
+	require.Equal(t, uint64(8), seq)
+	require.Eventually(t, func() bool { return crit.Calls("c") == 4 }, 10*time.Second, time.Millisecond, "the critic answers the edit")
+	evs, err := rt.History(ctx, "c", 0, 0)
+	require.NoError(t, err)
+	require.Equal(t, "critic", evs[seq-1].GetAgent(), "the edit is addressed as the message it replaces")
+	require.Equal(t, []string{"*"}, evs[seq-1].GetAudience())
+	require.Equal(t, []string{"u:premier"}, texts(crit.Turns("c")[3].Context))
+	require.Zero(t, def.Calls("c"), "the default agent owes nothing")
+}

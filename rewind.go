@@ -130,7 +130,9 @@ func (r *Runtime) RewindWithReport(ctx context.Context, conversationID string, t
 // otherwise the error wraps
 // journal.ErrInvalid and nothing is written. Unknown and deleted
 // conversations fail as in Rewind; an empty newText wraps
-// journal.ErrInvalid. scope is the new message's author, as in Send.
+// journal.ErrInvalid. scope is the new message's author, as in Send; with
+// named agents the new message is addressed as the one it replaces (its
+// agent and audience), a summary covering it or not.
 func (r *Runtime) Edit(ctx context.Context, conversationID string, seq uint64, newText string, scope agent.Scope) (uint64, error) {
 	op := fmt.Sprintf("lazarus: edit seq %d of %q", seq, clipID(conversationID))
 	if err := r.enter(ctx); err != nil {
@@ -169,21 +171,24 @@ const rewindAttempts = 3
 // the target the command goes again, checked, with the same request id (at
 // most rewindAttempts sends). Any other refusal is returned as it is.
 func (r *Runtime) askRewindChecked(ctx context.Context, op, conversationID string, m *messages.AgentRewind, to, editSeq uint64, scope agent.Scope) (uint64, error) {
-	checked, err := actors.CheckRewindInLog(ctx, r.store, conversationID, to, editSeq)
+	checked, edited, err := actors.CheckRewindInLog(ctx, r.store, conversationID, to, editSeq)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
 	m.CheckedInLog = checked
+	m.EditAgent, m.EditAudience = edited.GetAgent(), edited.GetAudience()
 	for attempt := 1; ; attempt++ {
 		seq, err := r.askRewind(ctx, op, conversationID, m, scope)
 		if err == nil || m.GetCheckedInLog() || attempt == rewindAttempts || !errors.Is(err, journal.ErrInvalid) {
 			return seq, err
 		}
 		// Refused unchecked: a summary may have landed over the target.
-		if checked, cerr := actors.CheckRewindInLog(ctx, r.store, conversationID, to, editSeq); cerr != nil || !checked {
+		checked, edited, cerr := actors.CheckRewindInLog(ctx, r.store, conversationID, to, editSeq)
+		if cerr != nil || !checked {
 			return seq, err // the core's refusal stands
 		}
 		m.CheckedInLog = true
+		m.EditAgent, m.EditAudience = edited.GetAgent(), edited.GetAudience()
 	}
 }
 

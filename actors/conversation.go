@@ -702,41 +702,47 @@ func rebuildBefore(ctx context.Context, store journal.Store, id string, to uint6
 // target, and trusts that its caller did. It reads the whole log and checks
 // it as the working set would (snapshot.WorkingSet.CheckRewind; an edited
 // seq must be a user message on the head), and reports checked true: the
-// AgentRewind may then set checked_in_log. A target at or after the latest
-// summary's end is left to the core (false, nil). Refused targets wrap
-// journal.ErrInvalid; Store errors are returned as they are.
-func CheckRewindInLog(ctx context.Context, store journal.Store, id string, toSeq, editSeq uint64) (checked bool, err error) {
+// AgentRewind may then set checked_in_log, and, for an edit, carry the
+// agent and audience of edited, the edited message's event (edit_agent,
+// edit_audience), which the working set no longer holds. A target at or
+// after the latest summary's end is left to the core (false, nil, nil).
+// Refused targets wrap journal.ErrInvalid; Store errors are returned as
+// they are.
+func CheckRewindInLog(ctx context.Context, store journal.Store, id string, toSeq, editSeq uint64) (checked bool, edited *messages.Event, err error) {
 	s, err := store.LatestSummary(ctx, id)
 	if errors.Is(err, journal.ErrNotFound) || (err == nil && toSeq >= s.GetToSeq()) {
-		return false, nil
+		return false, nil, nil
 	}
 	if err != nil {
-		return false, err
+		return false, nil, err
 	}
 	evs, err := store.Events(ctx, id, journal.EventQuery{})
 	if err != nil {
-		return false, err
+		return false, nil, err
 	}
 	// A fork's log starts after the summary it copied: the working set
 	// starts from that summary, and a target inside it is refused.
 	var base *messages.Summary
 	if len(evs) > 0 && evs[0].GetSeq() > 1 {
 		if base, err = store.SummaryBefore(ctx, id, evs[0].GetSeq()); err != nil {
-			return false, err
+			return false, nil, err
 		}
 	}
 	ws, err := snapshot.Rebuild(base, evs)
 	if err != nil {
-		return false, err
+		return false, nil, err
 	}
 	if err := ws.CheckRewind(toSeq); err != nil {
-		return false, err
+		return false, nil, err
+	}
+	if editSeq == 0 {
+		return true, nil, nil
 	}
 	first := base.GetToSeq() + 1
-	if editSeq != 0 && (editSeq < first || editSeq-first >= uint64(len(evs)) || evs[editSeq-first].GetUserMsg() == nil || !onHead(evs, editSeq)) {
-		return false, journal.Invalidf("seq %d is not a user message on the head", editSeq)
+	if editSeq < first || editSeq-first >= uint64(len(evs)) || evs[editSeq-first].GetUserMsg() == nil || !onHead(evs, editSeq) {
+		return false, nil, journal.Invalidf("seq %d is not a user message on the head", editSeq)
 	}
-	return true, nil
+	return true, evs[editSeq-first], nil
 }
 
 // onHead reports whether seq is on the head of a whole log (evs[i] has

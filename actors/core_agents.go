@@ -286,10 +286,15 @@ func (c *core) handoffEvent(call *openCall) *messages.Event {
 }
 
 // editAddress returns the agent and audience of the user message at seq es
-// of the working set (the one an edit replaces), so the edit is addressed
-// the same way.
-func (c *core) editAddress(es uint64) (string, []string) {
+// that edit m replaces, so the edit is addressed the same way: the working
+// set's event, or, for one its summary covers, what m carries from the log
+// (edit_agent, edit_audience; see CheckRewindInLog).
+func (c *core) editAddress(m *messages.AgentRewind) (string, []string) {
+	es := m.GetEditSeq()
 	base := c.ws.Summary.GetToSeq()
+	if es <= base && m.GetCheckedInLog() {
+		return m.GetEditAgent(), slices.Clone(m.GetEditAudience())
+	}
 	if es <= base || es > c.ws.LastSeq {
 		return "", nil
 	}

@@ -410,7 +410,7 @@ func (c *core) writeRewind() bool {
 		req.Events = append(req.Events, c.event(func(ev *messages.Event) {
 			ev.RequestId = m.GetRequestId()
 			ev.Author = q.scope.Identity().Proto()
-			ev.Agent, ev.Audience = c.editAddress(m.GetEditSeq())
+			ev.Agent, ev.Audience = c.editAddress(m)
 			ev.Body = &messages.Event_UserMsg{UserMsg: m.GetMessage()}
 		}))
 		status = messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE

@@ -283,7 +283,15 @@ func (s *sim) checkAgents(evs []*messages.Event) {
 		case *messages.Event_UserMsg:
 			a, ok := s.addr[ev.GetRequestId()]
 			if !ok {
-				continue // an edit: addressed as the message it replaces
+				// An edit: addressed as the message it replaces, after
+				// the summary or folded in it.
+				if rw := evs[i-1].GetRewind(); rw != nil && ev.GetRequestId() != "" {
+					if old := evs[rw.GetToSeq()]; ev.GetAgent() != old.GetAgent() || !slices.Equal(ev.GetAudience(), old.GetAudience()) {
+						s.fail("edit %s at seq %d is agent %q's (audience %v); it replaces seq %d, agent %q's (audience %v)",
+							ev.GetRequestId(), ev.GetSeq(), ev.GetAgent(), ev.GetAudience(), old.GetSeq(), old.GetAgent(), old.GetAudience())
+					}
+				}
+				continue
 			}
 			want := []string(nil)
 			if a.GetBroadcast() {

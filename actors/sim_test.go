@@ -988,7 +988,7 @@ func (s *sim) rewindOne() {
 	if edit {
 		editSeq = to + 1
 	}
-	checked, err := CheckRewindInLog(context.Background(), s.store, simConv, to, editSeq)
+	checked, edited, err := CheckRewindInLog(context.Background(), s.store, simConv, to, editSeq)
 	if err != nil {
 		// What Runtime.Rewind and Runtime.Edit check before the command.
 		s.logf("client's rewind to %d refused: %v", to, err)
@@ -1003,6 +1003,7 @@ func (s *sim) rewindOne() {
 	rid := fmt.Sprintf("e%d", s.nextRID)
 	s.logf("client edits seq %d as %s", to+1, rid)
 	s.command(&Command{Scope: s.users[0], Msg: &messages.AgentRewind{EditSeq: to + 1, RequestId: rid, CheckedInLog: checked,
+		EditAgent: edited.GetAgent(), EditAudience: edited.GetAudience(),
 		Message: &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "edit " + rid}}}}}})
 }
 

@@ -521,7 +521,15 @@ type AgentRewind struct {
 	// checked_in_log: the caller checked the target against the whole log
 	// (actors.CheckRewindInLog). Only then is a target the latest summary
 	// covers accepted: the working set cannot check it. Default false.
-	CheckedInLog  bool `protobuf:"varint,6,opt,name=checked_in_log,json=checkedInLog,proto3" json:"checked_in_log,omitempty"`
+	CheckedInLog bool `protobuf:"varint,6,opt,name=checked_in_log,json=checkedInLog,proto3" json:"checked_in_log,omitempty"`
+	// edit_agent and edit_audience are the agent and audience of the user
+	// message at edit_seq, read from the log by the caller that checked it
+	// (checked_in_log): the edit is addressed as the message it replaces,
+	// which the working set no longer holds when the latest summary covers
+	// it. Ignored for a message after the summary (the working set's own
+	// is used) and when checked_in_log is false.
+	EditAgent     string   `protobuf:"bytes,7,opt,name=edit_agent,json=editAgent,proto3" json:"edit_agent,omitempty"`
+	EditAudience  []string `protobuf:"bytes,8,rep,name=edit_audience,json=editAudience,proto3" json:"edit_audience,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -598,6 +606,20 @@ func (x *AgentRewind) GetCheckedInLog() bool {
 	return false
 }
 
+func (x *AgentRewind) GetEditAgent() string {
+	if x != nil {
+		return x.EditAgent
+	}
+	return ""
+}
+
+func (x *AgentRewind) GetEditAudience() []string {
+	if x != nil {
+		return x.EditAudience
+	}
+	return nil
+}
+
 var File_lazarus_v1_agent_proto protoreflect.FileDescriptor
 
 const file_lazarus_v1_agent_proto_rawDesc = "" +
@@ -637,7 +659,7 @@ const file_lazarus_v1_agent_proto_rawDesc = "" +
 	"\rSettingsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\v\n" +
-	"\tAgentStop\"\xcf\x01\n" +
+	"\tAgentStop\"\x93\x02\n" +
 	"\vAgentRewind\x12\x15\n" +
 	"\x06to_seq\x18\x01 \x01(\x04R\x05toSeq\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x121\n" +
@@ -645,7 +667,10 @@ const file_lazarus_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x04 \x01(\tR\trequestId\x12\x19\n" +
 	"\bedit_seq\x18\x05 \x01(\x04R\aeditSeq\x12$\n" +
-	"\x0echecked_in_log\x18\x06 \x01(\bR\fcheckedInLogB'Z%github.com/lazarusrt/lazarus/messagesb\x06proto3"
+	"\x0echecked_in_log\x18\x06 \x01(\bR\fcheckedInLog\x12\x1d\n" +
+	"\n" +
+	"edit_agent\x18\a \x01(\tR\teditAgent\x12#\n" +
+	"\redit_audience\x18\b \x03(\tR\feditAudienceB'Z%github.com/lazarusrt/lazarus/messagesb\x06proto3"
 
 var (
 	file_lazarus_v1_agent_proto_rawDescOnce sync.Once
