@@ -41,7 +41,8 @@ func owes(ev *messages.Event) bool {
 	return false
 }
 
-// agentOwed is turnOwed with named agents: each agent owes a turn when the
+// agentOwed is turnOwed with named agents, or on a log they wrote (then
+// only the default agent is known): each agent owes a turn when the
 // last rendered event it owns (Event.agent) owes one (see owes), or, when
 // none of its events follows the summary, when the summary says so
 // (Summary.owed); of those, the agent whose owed event is the oldest gets

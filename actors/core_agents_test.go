@@ -141,3 +141,59 @@ func TestCoreAgentOwedByAFoldedEvent(t *testing.T) {
 	// default agent's seq 3 (no event of it follows), and a's message.
 	require.Equal(t, []*messages.AgentOwed{{Agent: "", Seq: 3}, {Agent: "a", Seq: 6}}, c.owedUpTo(6))
 }
+
+// TestCoreAgentRemovedOwesNoTurn: a runtime without named agents revives a
+// log left by one with them. Events of agents no longer configured owe no
+// turn (they stay private, and the default agent's model would answer a
+// message it does not see); the default agent's own events still do.
+func TestCoreAgentRemovedOwesNoTurn(t *testing.T) {
+	of := func(a string, evs ...*messages.Event) []*messages.Event {
+		for _, ev := range evs {
+			ev.Agent = a
+		}
+		return evs
+	}
+	lookup := &messages.ToolCall{Id: "call_1", Name: "lookup", Arguments: "{}"}
+	called := func() []*messages.Event {
+		return of("a", user("r1"), answer(lookup), &messages.Event{Body: &messages.Event_ToolCall{ToolCall: &messages.ToolCallEvent{Call: lookup, Executor: server}}}, result("call_1"))
+	}
+	hc := handoffCall("call_h", "default")
+	handedOff := of("a", user("r1"), answer(hc), &messages.Event{Body: &messages.Event_ToolCall{ToolCall: &messages.ToolCallEvent{Call: hc, Executor: server}}},
+		&messages.Event{Body: &messages.Event_ToolResult{ToolResult: &messages.ToolResultEvent{ToolCallId: "call_h", Name: HandoffToolName,
+			Outcome: &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: `{"handed_off_to":"default"}`}}}}})
+	handedOff = append(handedOff, &messages.Event{Body: &messages.Event_Handoff{Handoff: &messages.Handoff{From: "a", To: "", Message: "over to you", ToolCallId: "call_h"}}})
+	for _, tc := range []struct {
+		name string
+		log  []*messages.Event
+		want []string
+	}{
+		{"a message to a removed agent", append([]*messages.Event{user("r1"), answer()}, of("a", user("r2"))...), []string{"reply"}},
+		{"a removed agent's call result", called(), []string{"reply"}},
+		{"the default agent's message before it", append([]*messages.Event{user("r1")}, of("a", user("r2"))...), []string{"reply", "model"}},
+		{"a handoff to the default agent", handedOff, []string{"reply", "model"}},
+		{"the default agent's own message", append(called(), user("r2")), []string{"reply", "model"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for i, ev := range tc.log {
+				ev.Seq = uint64(i + 1)
+			}
+			ws, err := snapshot.Rebuild(nil, tc.log)
+			require.NoError(t, err)
+			c := newCore(coreConfig{ID: "c", Policy: snapshot.Policy{}.WithDefaults(), Retry: RetryPolicy{}.WithDefaults()}, slog.New(slog.DiscardHandler))
+			require.Empty(t, words(c.step(t0, &inLoaded{ws: ws, rows: map[string]*messages.ToolCallRecord{}, scope: agent.SystemScope})))
+			effs := c.step(t0, wake(false))
+			require.Equal(t, tc.want, words(effs))
+			for _, e := range effs {
+				sm, ok := e.(effStartModel)
+				if !ok {
+					continue
+				}
+				in := sm.in
+				require.NotEmpty(t, in.Context)
+				for _, ev := range in.Context {
+					require.Empty(t, ev.GetAgent(), "the default agent's view only")
+				}
+			}
+		})
+	}
+}
