@@ -567,8 +567,12 @@ func resumeScope(ctx context.Context, ws *snapshot.WorkingSet, loader agent.Scop
 	if loader == nil || id.UserID == "" || id.UserID == agent.SystemUserID {
 		return agent.SystemScope
 	}
-	if len(ws.OpenCalls()) == 0 && !ws.EndsWithUserMsg() && ws.LastRendered().GetToolResult() == nil {
-		return agent.SystemScope // nothing to resume: the loader is not needed
+	if len(ws.OpenCalls()) == 0 && !ws.EndsWithUserMsg() && ws.LastRendered().GetToolResult() == nil &&
+		!ws.HoldsAgents() && len(ws.Summary.GetOwed()) == 0 {
+		// Nothing to resume: the loader is not needed. With named agents'
+		// events the turn owed need not follow the last event (a handoff,
+		// an older message of another agent, Summary.owed): it is loaded.
+		return agent.SystemScope
 	}
 	defer func() {
 		if p := recover(); p != nil {

@@ -197,3 +197,37 @@ func TestCoreAgentRemovedOwesNoTurn(t *testing.T) {
 		})
 	}
 }
+
+// TestResumeScopeWithAgents: a revival owing a named agent's turn loads the
+// requester's scope as one owing the default agent's does; the shortcut
+// that skips the loader when nothing is owed must not skip it when the
+// owed turn follows a handoff, precedes another agent's answer, or is one
+// a summary records (Summary.owed).
+func TestResumeScopeWithAgents(t *testing.T) {
+	loaded := agent.Scope{UserID: "ann", Permissions: []string{"loaded"}}
+	loader := func(context.Context, agent.Identity) (agent.Scope, error) { return loaded, nil }
+	hc := handoffCall("call_h", "a")
+	for _, tc := range []struct {
+		name    string
+		summary *messages.Summary
+		log     []*messages.Event
+	}{
+		{"a handoff", nil, []*messages.Event{user("r1"), answer(hc),
+			{Body: &messages.Event_ToolCall{ToolCall: &messages.ToolCallEvent{Call: hc, Executor: server}}},
+			{Body: &messages.Event_ToolResult{ToolResult: &messages.ToolResultEvent{ToolCallId: "call_h", Name: HandoffToolName,
+				Outcome: &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: `{"handed_off_to":"a"}`}}}}},
+			{Agent: "a", Body: &messages.Event_Handoff{Handoff: &messages.Handoff{From: "", To: "a", ToolCallId: "call_h"}}}}},
+		{"another agent answered last", nil, []*messages.Event{{Agent: "a", Body: user("r1").Body, Author: user("r1").Author}, user("r2"), answer()}},
+		{"owed in the summary", &messages.Summary{FromSeq: 1, ToSeq: 1, Owed: []*messages.AgentOwed{{Agent: "a", Seq: 1}}},
+			[]*messages.Event{user("r2"), answer()}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for i, ev := range tc.log {
+				ev.Seq = tc.summary.GetToSeq() + uint64(i+1)
+			}
+			ws, err := snapshot.Rebuild(tc.summary, tc.log)
+			require.NoError(t, err)
+			require.Equal(t, loaded, resumeScope(context.Background(), ws, loader, slog.New(slog.DiscardHandler)))
+		})
+	}
+}
