@@ -547,6 +547,16 @@ func TestCoreRecoveryRules(t *testing.T) {
 			{ok(1), []string{"model"}},
 		},
 	}, {
+		name: "a nil entry among an answer's calls is recorded as an empty, invalid call with its error result, not a panic",
+		log:  []*messages.Event{user("r1")},
+		steps: []coreStep{
+			{nil, nil},
+			{wake(false), []string{"reply", "model"}},
+			{&inModelDone{turn: 1, msg: &messages.AssistantMessage{ToolCalls: []*messages.ToolCall{nil}}},
+				[]string{"write[AssistantMsg ToolCall ToolResult]+1 resolutions"}},
+			{ok(1), []string{"model"}},
+		},
+	}, {
 		name: "a failed write stops the activation; its caller is told to retry",
 		steps: []coreStep{
 			{nil, nil},

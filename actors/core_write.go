@@ -241,6 +241,12 @@ func (c *core) turnWrite(msg *messages.AssistantMessage) (*messages.AppendReques
 	var suspension []*messages.PendingCall
 	invalid := map[int]string{} // index of the call -> what is wrong with it
 	for i, tc := range msg.GetToolCalls() {
+		if tc == nil {
+			// A nil entry is what its encoding reads back as: an empty
+			// call (no tool, no arguments), an invalid one.
+			tc = &messages.ToolCall{}
+			msg.ToolCalls[i] = tc
+		}
 		if problem := c.checkCall(tc); problem != "" {
 			invalid[i] = problem
 		}
