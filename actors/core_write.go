@@ -141,6 +141,9 @@ func (c *core) writeSends() bool {
 	return true
 }
 
+// writeResults writes the results that are ready, in log order, as many as
+// one append may carry (journal.MaxEventsPerAppend events); advance writes
+// the rest next.
 func (c *core) writeResults() {
 	req := &messages.AppendRequest{}
 	var done []string
@@ -150,19 +153,24 @@ func (c *core) writeResults() {
 			continue
 		}
 		tc := call.ev.GetCall()
+		var evs []*messages.Event
 		if call.ev.GetExecutor() == messages.Executor_EXECUTOR_HUMAN {
-			req.Events = append(req.Events, c.event(func(ev *messages.Event) {
+			evs = append(evs, c.event(func(ev *messages.Event) {
 				ev.Agent = call.agent
 				ev.Body = &messages.Event_Resolution{Resolution: &messages.Resolution{ToolCallId: id, Status: call.status, By: call.by, Resolver: call.resolver}}
 			}))
 		}
-		req.Events = append(req.Events, c.event(func(ev *messages.Event) {
+		evs = append(evs, c.event(func(ev *messages.Event) {
 			ev.Agent = call.agent
 			ev.Body = &messages.Event_ToolResult{ToolResult: &messages.ToolResultEvent{ToolCallId: id, Name: tc.GetName(), Outcome: call.ready}}
 		}))
 		if ev := c.handoffEvent(call); ev != nil {
-			req.Events = append(req.Events, ev)
+			evs = append(evs, ev)
 		}
+		if len(done) > 0 && len(req.Events)+len(evs) > journal.MaxEventsPerAppend {
+			break
+		}
+		req.Events = append(req.Events, evs...)
 		if !call.inStore {
 			req.Resolutions = append(req.Resolutions, &messages.ToolResolution{
 				ToolCallId: id, Status: call.status, Result: call.ready, At: journal.Timestamp(c.now),

@@ -1,0 +1,78 @@
+package actors
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/snapshot"
+)
+
+// TestResultsWrittenWithinTheAppendLimit: more results ready at once than
+// one append may carry (here 700 human calls that expired while the
+// conversation was dead: a resolution and a tool_result each) are written
+// in several writes, each within journal.MaxEventsPerAppend, which the
+// Store would otherwise refuse, every revival again; then the model is
+// called once.
+func TestResultsWrittenWithinTheAppendLimit(t *testing.T) {
+	const n = 700
+	tools, err := agent.NewRegistry(
+		agent.Tool{Name: "lookup", Executor: server, Run: func(context.Context, agent.Invocation) (string, error) { return "", nil }},
+		agent.Tool{Name: "approve", Executor: human, Timeout: time.Minute},
+	)
+	require.NoError(t, err)
+	c := newCore(coreConfig{ID: "c", Tools: tools, Policy: snapshot.Policy{}.WithDefaults(),
+		Retry: RetryPolicy{}.WithDefaults(), MaxInvalidToolAnswers: 1}, slog.New(slog.DiscardHandler))
+	log := []*messages.Event{user("r1"), answer()}
+	rows := map[string]*messages.ToolCallRecord{}
+	for i := range n {
+		id := fmt.Sprintf("call_%d", i)
+		log = append(log, call(id, human))
+		rows[id] = &messages.ToolCallRecord{Id: id, ConversationId: "c", Name: "approve", Executor: human,
+			Status: messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED, Result: agent.ErrorOutcome(agent.CodeExpired, "expired")}
+	}
+	for i, ev := range log {
+		ev.Seq = uint64(i + 1)
+	}
+	ws, err := snapshot.Rebuild(nil, log)
+	require.NoError(t, err)
+	c.step(t0, &inLoaded{ws: ws, rows: rows, scope: agent.SystemScope})
+	effs := c.step(t0, wake(false))
+	results, writes := 0, uint64(0)
+	for {
+		var w *effWrite
+		models := 0
+		for _, e := range effs {
+			switch e := e.(type) {
+			case effWrite:
+				w = &e
+			case effStartModel:
+				models++
+			}
+		}
+		if w == nil {
+			require.Equal(t, n, results, "every result written before the model is called")
+			require.Equal(t, 1, models)
+			break
+		}
+		require.Zero(t, models, "the model waits for every result")
+		require.NoError(t, journal.ValidateAppendShape(w.req))
+		for _, ev := range w.req.GetEvents() {
+			if ev.GetToolResult() != nil {
+				results++
+			}
+		}
+		writes++
+		require.Equal(t, writes, w.id)
+		effs = c.step(t0, ok(w.id))
+	}
+	require.Greater(t, writes, uint64(1))
+	require.Empty(t, c.order, "no call left open")
+}
