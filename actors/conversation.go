@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -439,6 +441,7 @@ func (c *conversation) startLoad(ctx actor.Context) {
 		l := load(gctx, store, id)
 		if l.err == nil {
 			l.scope = resumeScope(gctx, l.ws, loader, log)
+			l.callScopes = callScopes(gctx, l, loader, log)
 		}
 		send(l)
 	})
@@ -563,15 +566,20 @@ func (c *conversation) onIdle(ctx actor.Context, t *idleTick) {
 // loader's rebuild of the requester's identity, or SystemScope when there
 // is no loader, no named requester, nothing to resume, or the loader fails.
 func resumeScope(ctx context.Context, ws *snapshot.WorkingSet, loader agent.ScopeLoader, log *slog.Logger) (scope agent.Scope) {
-	id := agent.IdentityOf(ws.Requester())
-	if loader == nil || id.UserID == "" || id.UserID == agent.SystemUserID {
-		return agent.SystemScope
-	}
 	if len(ws.OpenCalls()) == 0 && !ws.EndsWithUserMsg() && ws.LastRendered().GetToolResult() == nil &&
 		!ws.HoldsAgents() && len(ws.Summary.GetOwed()) == 0 {
 		// Nothing to resume: the loader is not needed. With named agents'
 		// events the turn owed need not follow the last event (a handoff,
 		// an older message of another agent, Summary.owed): it is loaded.
+		return agent.SystemScope
+	}
+	return loadScope(ctx, agent.IdentityOf(ws.Requester()), loader, log)
+}
+
+// loadScope rebuilds id's scope with loader, or returns SystemScope when
+// id names nobody or the loader fails or panics.
+func loadScope(ctx context.Context, id agent.Identity, loader agent.ScopeLoader, log *slog.Logger) (scope agent.Scope) {
+	if loader == nil || id.UserID == "" || id.UserID == agent.SystemUserID {
 		return agent.SystemScope
 	}
 	defer func() {
@@ -586,6 +594,37 @@ func resumeScope(ctx context.Context, ws *snapshot.WorkingSet, loader agent.Scop
 		return agent.SystemScope
 	}
 	return scope
+}
+
+// callScopes returns the scopes of the open server calls a revival runs
+// again whose requester (their row's) is not the log's: a message of
+// another user may have landed after the answer that made them. Each
+// runs for its own requester; the others run with scope, the log's.
+func callScopes(ctx context.Context, l *inLoaded, loader agent.ScopeLoader, log *slog.Logger) map[string]agent.Scope {
+	newest := agent.IdentityOf(l.ws.Requester())
+	var out map[string]agent.Scope
+	byUser := map[string]agent.Scope{}
+	for _, ev := range l.ws.OpenCalls() {
+		row := l.rows[ev.GetCall().GetId()]
+		if ev.GetExecutor() != messages.Executor_EXECUTOR_SERVER || row == nil || journal.IsTerminal(row.GetStatus()) {
+			continue
+		}
+		id := agent.IdentityOf(row.GetRequester())
+		if id.UserID == newest.UserID && slices.Equal(id.Roles, newest.Roles) {
+			continue
+		}
+		key := id.UserID + "\x00" + strings.Join(id.Roles, "\x00")
+		scope, ok := byUser[key]
+		if !ok {
+			scope = loadScope(ctx, id, loader, log)
+			byUser[key] = scope
+		}
+		if out == nil {
+			out = map[string]agent.Scope{}
+		}
+		out[ev.GetCall().GetId()] = scope
+	}
+	return out
 }
 
 // load is the revival read: the conversation row, the latest summary and the

@@ -43,10 +43,12 @@ type core struct {
 	order []string // open call ids in log order
 	seen  map[string]uint64
 
-	// requester is the scope the conversation's work (tool runs) runs
-	// with: that of the Send whose message is the newest in the log, when
-	// this activation wrote it; else the one the revival rebuilt from the
-	// log's requester identity (the ScopeLoader), or SystemScope. Answers
+	// requester is the scope the conversation's next work runs with (a
+	// server call takes it when its answer is written; see
+	// openCall.scope): that of the Send whose message is the newest in
+	// the log, when this activation wrote it; else the one the revival
+	// rebuilt from the log's requester identity (the ScopeLoader), or
+	// SystemScope. Answers
 	// (Resolve, Reject, expiries) never change it: tools act for whoever
 	// asked for the turn, not for whoever answered a call.
 	requester agent.Scope
@@ -136,6 +138,11 @@ type openCall struct {
 	inStore bool
 	// agent is the agent that made the call; its result is that agent's.
 	agent string
+	// scope is what a server call runs with: its turn's requester's (the
+	// activation's requester when its answer was written, or, on a
+	// revival, rebuilt from its row's requester). A message of another
+	// user written after the answer does not change it.
+	scope agent.Scope
 }
 
 // queuedConfig is an AgentConfigure waiting for its write.
@@ -216,7 +223,11 @@ type (
 		// scope is the requester's, for work the revival resumes: rebuilt
 		// by the ScopeLoader, else SystemScope.
 		scope agent.Scope
-		err   error
+		// callScopes are the scopes of the open server calls whose
+		// requester (their row's) is not the log's, by call id (see
+		// callScopes); the others run with scope.
+		callScopes map[string]agent.Scope
+		err        error
 	}
 	// inCommand: a command from a caller (sender, opaque; nil when nobody
 	// waits for the reply).
@@ -416,6 +427,10 @@ func (c *core) onLoaded(l *inLoaded) {
 			// the actor died in between. Record it now.
 			call.ready, call.status, call.by, call.inStore = row.GetResult(), row.GetStatus(), resolvedBy(row.GetStatus()), true
 			call.resolver = row.GetResolver()
+		}
+		call.scope = l.scope
+		if s, ok := l.callScopes[ev.GetCall().GetId()]; ok {
+			call.scope = s
 		}
 		c.calls[ev.GetCall().GetId()] = call
 		c.order = append(c.order, ev.GetCall().GetId())
@@ -724,7 +739,7 @@ func (c *core) dispatchServerCalls() {
 			ToolCallID:     id,
 			Name:           call.ev.GetCall().GetName(),
 			Arguments:      call.ev.GetCall().GetArguments(),
-			Scope:          c.requester,
+			Scope:          call.scope,
 			Seq:            c.callSeq(id),
 		}})
 	}
@@ -916,6 +931,7 @@ func (c *core) onWriteReply(r *inWriteReply) {
 	case writeAnswer:
 		for _, call := range w.calls {
 			id := call.ev.GetCall().GetId()
+			call.scope = c.requester // the turn's: any later message waits for this write
 			c.calls[id] = call
 			c.order = append(c.order, id)
 		}

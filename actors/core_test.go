@@ -527,6 +527,19 @@ func TestCoreRecoveryRules(t *testing.T) {
 			{ok(1), []string{"tool call_x as ann"}}, // the requester the revival rebuilt, not the waker
 		},
 	}, {
+		name: "a server call runs for its turn's requester, not for the sender of a message written after its answer",
+		log:  []*messages.Event{user("r1")},
+		steps: []coreStep{
+			{nil, nil},
+			{wake(false), []string{"reply", "model"}},
+			{&inModelDone{turn: 1, msg: &messages.AssistantMessage{ToolCalls: []*messages.ToolCall{{Name: "lookup", Arguments: "{}"}}}},
+				[]string{"write[AssistantMsg ToolCall]"}},
+			{&inCommand{sender: "bob", cmd: &Command{Scope: agent.Scope{UserID: "bob"}, Msg: &messages.AgentSend{RequestId: "r2",
+				Message: &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "r2"}}}}}}}, nil},
+			{ok(1), []string{"write[" + wUser + "]"}},
+			{ok(2), []string{"reply seq=4", "tool call_x as ann"}},
+		},
+	}, {
 		name: "an answer with a human call suspends in the same write",
 		log:  []*messages.Event{user("r1")},
 		steps: []coreStep{
@@ -640,4 +653,47 @@ func BenchmarkCoreTurn(b *testing.B) {
 			b.StartTimer()
 		}
 	}
+}
+
+// TestRevivalRunsACallForItsRequester: a revival runs an open server call
+// again for the requester its row records, rebuilt by the ScopeLoader,
+// though a message of another user landed after the answer that made it;
+// the work the newer message owes is that user's.
+func TestRevivalRunsACallForItsRequester(t *testing.T) {
+	tools, err := agent.NewRegistry(agent.Tool{Name: "lookup", Executor: server, Run: func(context.Context, agent.Invocation) (string, error) { return "", nil }})
+	require.NoError(t, err)
+	c := newCore(coreConfig{ID: "c", Tools: tools, Policy: snapshot.Policy{}.WithDefaults(), Retry: RetryPolicy{}.WithDefaults(),
+		MaxInvalidToolAnswers: 1, NewID: func(time.Time) string { return "call_x" }}, slog.New(slog.DiscardHandler))
+	bob := user("r2")
+	bob.Author = &messages.Identity{UserId: "bob"}
+	log := []*messages.Event{user("r1"), answer(&messages.ToolCall{Id: "c1", Name: "lookup", Arguments: "{}"}), call("c1", server), bob}
+	for i, ev := range log {
+		ev.Seq = uint64(i + 1)
+	}
+	ws, err := snapshot.Rebuild(nil, log)
+	require.NoError(t, err)
+	rows := map[string]*messages.ToolCallRecord{"c1": {Id: "c1", ConversationId: "c", Executor: server,
+		Status: messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING, Requester: &messages.Identity{UserId: "ann"}}}
+	var asked []string
+	loader := func(_ context.Context, id agent.Identity) (agent.Scope, error) {
+		asked = append(asked, id.UserID)
+		return agent.Scope{UserID: id.UserID, Permissions: []string{"loaded"}}, nil
+	}
+	l := &inLoaded{ws: ws, rows: rows}
+	quiet := slog.New(slog.DiscardHandler)
+	l.scope = resumeScope(t.Context(), ws, loader, quiet)
+	l.callScopes = callScopes(t.Context(), l, loader, quiet)
+	require.Equal(t, []string{"bob", "ann"}, asked, "the log's requester, then the call's")
+
+	var run *agent.Invocation
+	require.Empty(t, words(c.step(t0, l)))
+	for _, e := range c.step(t0, wake(false)) {
+		if r, ok := e.(effRunTool); ok {
+			run = &r.inv
+		}
+	}
+	require.NotNil(t, run, "the open call runs again")
+	require.Equal(t, "c1", run.ToolCallID)
+	require.Equal(t, agent.Scope{UserID: "ann", Permissions: []string{"loaded"}}, run.Scope, "for its own requester, rebuilt")
+	require.Equal(t, "bob", c.requester.UserID, "the newest message's work is bob's")
 }

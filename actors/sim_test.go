@@ -533,9 +533,9 @@ func (s *sim) ensure() *simAct {
 		}
 		l := load(context.Background(), s.store, simConv)
 		if l.err == nil {
-			l.scope = resumeScope(context.Background(), l.ws, func(_ context.Context, id agent.Identity) (agent.Scope, error) {
-				return agent.ScopeOf(id), nil
-			}, slog.New(slog.DiscardHandler))
+			loader := func(_ context.Context, id agent.Identity) (agent.Scope, error) { return agent.ScopeOf(id), nil }
+			l.scope = resumeScope(context.Background(), l.ws, loader, slog.New(slog.DiscardHandler))
+			l.callScopes = callScopes(context.Background(), l, loader, slog.New(slog.DiscardHandler))
 		}
 		s.feed(a, l)
 	})
@@ -842,10 +842,11 @@ func (s *sim) runTool(a *simAct, inv agent.Invocation) {
 	case row.GetExecutor() != messages.Executor_EXECUTOR_SERVER || row.GetName() != inv.Name || row.GetArgs() != inv.Arguments:
 		s.fail("tool call %s dispatched as %s(%s), but its row says %v %s(%s)", inv.ToolCallID, inv.Name, inv.Arguments, row.GetExecutor(), row.GetName(), row.GetArgs())
 	}
-	ws := s.workingSet()
-	want := agent.IdentityOf(ws.Requester()).UserID
+	// It runs for its turn's requester, whom its row records, even when
+	// another user's message landed after the answer that made it.
+	want := row.GetRequester().GetUserId()
 	if got := inv.Scope.UserID; got != agent.SystemUserID && got != want {
-		s.fail("tool call %s runs under scope %q; the requester is %q", inv.ToolCallID, got, want)
+		s.fail("tool call %s runs under scope %q; its requester is %q", inv.ToolCallID, got, want)
 	}
 	s.later(fmt.Sprintf("tool %s of a%d returns", inv.ToolCallID, a.n), func() {
 		if !a.dead {
