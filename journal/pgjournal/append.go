@@ -284,7 +284,7 @@ func (s *Store) readBatch(ctx context.Context, conn *pgx.Conn, fast bool, convs,
 	pb.Queue("SELECT count(pg_advisory_xact_lock(k)) FROM unnest($1::int8[]) AS k", lockKeys(convs))
 	pb.Queue("SELECT id, last_seq, deleted, row FROM lz_conversations WHERE id = ANY($1::bytea[])", byteas(fast, toBytes(convs)))
 	if len(callIDs) > 0 {
-		pb.Queue("SELECT data FROM lz_tool_calls WHERE id = ANY($1::bytea[]) ORDER BY id FOR UPDATE", byteas(fast, toBytes(callIDs)))
+		pb.Queue("SELECT id, conv, data FROM lz_tool_calls WHERE id = ANY($1::bytea[]) ORDER BY id FOR UPDATE", byteas(fast, toBytes(callIDs)))
 	}
 	if len(due) > 0 {
 		dconv, dcall := make([][]byte, len(due)), make([][]byte, len(due))
@@ -324,10 +324,9 @@ func (s *Store) readBatch(ctx context.Context, conn *pgx.Conn, fast bool, convs,
 		}
 		h.lastSeq, h.deleted, h.exists = uint64(last), deleted, true
 		if row != nil {
-			h.row = &messages.Conversation{}
-			if err := proto.Unmarshal(row, h.row); err != nil {
+			if h.row, err = decodeConversation(row, string(id)); err != nil {
 				rows.Close()
-				return nil, journal.Corruptf("conversation row %q", id)
+				return nil, err
 			}
 		}
 	}
@@ -344,15 +343,15 @@ func (s *Store) readBatch(ctx context.Context, conn *pgx.Conn, fast bool, convs,
 			return nil, err
 		}
 		for rows.Next() {
-			var data []byte
-			if err := rows.Scan(&data); err != nil {
+			var id, conv, data []byte
+			if err := rows.Scan(&id, &conv, &data); err != nil {
 				rows.Close()
 				return nil, err
 			}
-			rec := &messages.ToolCallRecord{}
-			if err := proto.Unmarshal(data, rec); err != nil {
+			rec, err := decodeToolCall(data, string(id), string(conv))
+			if err != nil {
 				rows.Close()
-				return nil, journal.Corruptf("tool call row")
+				return nil, err
 			}
 			if cs := b.calls[rec.GetId()]; cs != nil {
 				cs.rec, cs.exists = rec, true

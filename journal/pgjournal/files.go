@@ -217,18 +217,19 @@ func (s *Store) FileCheckpoints(ctx context.Context, conversationID string, afte
 	if err := validConv(conversationID); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, "SELECT data FROM lz_file_checkpoints WHERE conv = $1 AND seq > $2 ORDER BY seq, path", []byte(conversationID), toInt64(afterSeq))
+	rows, err := s.pool.Query(ctx, "SELECT seq, path, data FROM lz_file_checkpoints WHERE conv = $1 AND seq > $2 ORDER BY seq, path", []byte(conversationID), toInt64(afterSeq))
 	if err != nil {
 		return nil, s.wrap("file checkpoints", err)
 	}
 	defer rows.Close()
 	var out []*messages.FileCheckpoint
 	for rows.Next() {
-		var data []byte
-		if err := rows.Scan(&data); err != nil {
+		var seq int64
+		var path, data []byte
+		if err := rows.Scan(&seq, &path, &data); err != nil {
 			return nil, s.wrap("file checkpoints", err)
 		}
-		cp, err := decode(data, &messages.FileCheckpoint{}, "file checkpoint of %q", conversationID)
+		cp, err := decodeFileCheckpoint(data, conversationID, seq, string(path))
 		if err != nil {
 			return nil, err
 		}

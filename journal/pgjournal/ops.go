@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -90,7 +89,7 @@ func scanEvents(rows pgx.Rows, conv string) ([]*messages.Event, error) {
 		if err := rows.Scan(&seq, &data); err != nil {
 			return nil, err
 		}
-		ev, err := decode(data, &messages.Event{}, "event %q/%d", conv, seq)
+		ev, err := decodeEvent(data, conv, seq)
 		if err != nil {
 			return nil, err
 		}
@@ -146,7 +145,7 @@ func (s *Store) LoadSince(ctx context.Context, conversationID string) (*messages
 	case err != nil:
 		return nil, nil, s.wrap("load", err)
 	default:
-		if sum, err = decode(data, &messages.Summary{}, "summary %q/%d", conversationID, toSeq); err != nil {
+		if sum, err = decodeSummary(data, conversationID, toSeq); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -280,11 +279,12 @@ func (s *Store) summaryBefore(ctx context.Context, conversationID string, toSeq 
 		bound = math.MaxInt64
 	}
 	var data []byte
-	q := "SELECT data FROM lz_summaries WHERE conv = $1 AND to_seq < $2 ORDER BY to_seq DESC LIMIT 1"
+	var found int64
+	q := "SELECT to_seq, data FROM lz_summaries WHERE conv = $1 AND to_seq < $2 ORDER BY to_seq DESC LIMIT 1"
 	if latest {
-		q = "SELECT data FROM lz_summaries WHERE conv = $1 AND to_seq <= $2 ORDER BY to_seq DESC LIMIT 1"
+		q = "SELECT to_seq, data FROM lz_summaries WHERE conv = $1 AND to_seq <= $2 ORDER BY to_seq DESC LIMIT 1"
 	}
-	err = s.pool.QueryRow(ctx, q, []byte(conversationID), bound).Scan(&data)
+	err = s.pool.QueryRow(ctx, q, []byte(conversationID), bound).Scan(&found, &data)
 	if errors.Is(err, pgx.ErrNoRows) {
 		if latest {
 			return nil, fmt.Errorf("pgjournal: summary of %q: %w", conversationID, journal.ErrNotFound)
@@ -294,7 +294,7 @@ func (s *Store) summaryBefore(ctx context.Context, conversationID string, toSeq 
 	if err != nil {
 		return nil, s.wrap("summary", err)
 	}
-	return decode(data, &messages.Summary{}, "summary of %q", conversationID)
+	return decodeSummary(data, conversationID, found)
 }
 
 // ---- ToolCalls ----
@@ -346,15 +346,15 @@ func (s *Store) ToolCall(ctx context.Context, toolCallID string) (*messages.Tool
 	if err := journal.ValidateID("tool call id", toolCallID); err != nil {
 		return nil, fmt.Errorf("pgjournal: %w", err)
 	}
-	var data []byte
-	err = s.pool.QueryRow(ctx, "SELECT data FROM lz_tool_calls WHERE id = $1", []byte(toolCallID)).Scan(&data)
+	var conv, data []byte
+	err = s.pool.QueryRow(ctx, "SELECT conv, data FROM lz_tool_calls WHERE id = $1", []byte(toolCallID)).Scan(&conv, &data)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("pgjournal: tool call %q: %w", toolCallID, journal.ErrNotFound)
 	}
 	if err != nil {
 		return nil, s.wrap("tool call", err)
 	}
-	return decode(data, &messages.ToolCallRecord{}, "tool call %q", toolCallID)
+	return decodeToolCall(data, toolCallID, string(conv))
 }
 
 // PendingToolCalls implements journal.ToolCalls, from a partial index of the
@@ -368,33 +368,25 @@ func (s *Store) PendingToolCalls(ctx context.Context, conversationID string) ([]
 	if err := validConv(conversationID); err != nil {
 		return nil, err
 	}
-	return queryRecords(ctx, s, "pending tool calls", func() *messages.ToolCallRecord { return &messages.ToolCallRecord{} },
-		"tool call of "+strconv.Quote(conversationID),
-		"SELECT data FROM lz_tool_calls WHERE conv = $1 AND status = 1 ORDER BY id", []byte(conversationID))
-}
-
-// queryRecords runs sql, whose one column is a record's bytes, and decodes
-// every row into a new M; what names the records in a decoding error.
-func queryRecords[M proto.Message](ctx context.Context, s *Store, op string, newM func() M, what, sql string, args ...any) ([]M, error) {
-	rows, err := s.pool.Query(ctx, sql, args...)
+	rows, err := s.pool.Query(ctx, "SELECT id, data FROM lz_tool_calls WHERE conv = $1 AND status = 1 ORDER BY id", []byte(conversationID))
 	if err != nil {
-		return nil, s.wrap(op, err)
+		return nil, s.wrap("pending tool calls", err)
 	}
 	defer rows.Close()
-	var out []M
+	var out []*messages.ToolCallRecord
 	for rows.Next() {
-		var data []byte
-		if err := rows.Scan(&data); err != nil {
-			return nil, s.wrap(op, err)
+		var id, data []byte
+		if err := rows.Scan(&id, &data); err != nil {
+			return nil, s.wrap("pending tool calls", err)
 		}
-		rec, err := decode(data, newM(), "%s", what)
+		rec, err := decodePending(data, string(id), conversationID)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, rec)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, s.wrap(op, err)
+		return nil, s.wrap("pending tool calls", err)
 	}
 	return out, nil
 }
@@ -413,15 +405,15 @@ func (s *Store) ResolveToolCall(ctx context.Context, toolCallID string, status m
 	}
 	var out *messages.ToolCallRecord
 	err = s.writeTx(ctx, "resolve", "", func(tx pgx.Tx) error {
-		var data []byte
-		err := tx.QueryRow(ctx, "SELECT data FROM lz_tool_calls WHERE id = $1 FOR UPDATE", []byte(toolCallID)).Scan(&data)
+		var conv, data []byte
+		err := tx.QueryRow(ctx, "SELECT conv, data FROM lz_tool_calls WHERE id = $1 FOR UPDATE", []byte(toolCallID)).Scan(&conv, &data)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("resolve %q: unknown call: %w", toolCallID, journal.ErrStale)
 		}
 		if err != nil {
 			return err
 		}
-		rec, err := decode(data, &messages.ToolCallRecord{}, "tool call %q", toolCallID)
+		rec, err := decodeToolCall(data, toolCallID, string(conv))
 		if err != nil {
 			return err
 		}
@@ -507,10 +499,10 @@ func (s *Store) Deadlines(ctx context.Context, dueBy time.Time, fn func(*message
 		return err
 	}
 	defer cancel()
-	q := "SELECT data FROM lz_deadlines ORDER BY at_s, at_n, call, conv"
+	q := "SELECT conv, call, data FROM lz_deadlines ORDER BY at_s, at_n, call, conv"
 	args := []any{}
 	if !dueBy.IsZero() {
-		q = "SELECT data FROM lz_deadlines WHERE (at_s, at_n) <= ($1, $2) ORDER BY at_s, at_n, call, conv"
+		q = "SELECT conv, call, data FROM lz_deadlines WHERE (at_s, at_n) <= ($1, $2) ORDER BY at_s, at_n, call, conv"
 		ts := timestamppb.New(dueBy)
 		args = append(args, ts.GetSeconds(), ts.GetNanos())
 	}
@@ -520,12 +512,12 @@ func (s *Store) Deadlines(ctx context.Context, dueBy time.Time, fn func(*message
 	}
 	var due []*messages.Deadline
 	for rows.Next() {
-		var data []byte
-		if err := rows.Scan(&data); err != nil {
+		var conv, call, data []byte
+		if err := rows.Scan(&conv, &call, &data); err != nil {
 			rows.Close()
 			return s.wrap("deadlines", err)
 		}
-		d, err := decode(data, &messages.Deadline{}, "deadline")
+		d, err := decodeDeadline(data, string(conv), string(call))
 		if err != nil {
 			rows.Close()
 			return err
@@ -597,11 +589,26 @@ func (s *Store) ModelCalls(ctx context.Context, conversationID string) ([]*messa
 	if err := validConv(conversationID); err != nil {
 		return nil, err
 	}
-	out, err := queryRecords(ctx, s, "model calls", func() *messages.ModelCall { return &messages.ModelCall{} },
-		"model call of "+strconv.Quote(conversationID),
-		"SELECT data FROM lz_audit WHERE conv = $1", []byte(conversationID))
+	rows, err := s.pool.Query(ctx, "SELECT turn_ref, data FROM lz_audit WHERE conv = $1", []byte(conversationID))
 	if err != nil {
-		return nil, err
+		return nil, s.wrap("model calls", err)
+	}
+	defer rows.Close()
+	var out []*messages.ModelCall
+	for rows.Next() {
+		var turn int64
+		var data []byte
+		if err := rows.Scan(&turn, &data); err != nil {
+			return nil, s.wrap("model calls", err)
+		}
+		mc, err := decodeModelCall(data, conversationID, turn)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, mc)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.wrap("model calls", err)
 	}
 	// turn_ref is stored as a signed bigint; order as the unsigned TurnRef.
 	slices.SortFunc(out, func(a, b *messages.ModelCall) int {
@@ -661,7 +668,7 @@ func (s *Store) Conversation(ctx context.Context, id string) (*messages.Conversa
 	case row == nil:
 		return nil, fmt.Errorf("pgjournal: conversation %q: %w", id, journal.ErrNotFound)
 	}
-	return decode(row, &messages.Conversation{}, "conversation %q", id)
+	return decodeConversation(row, id)
 }
 
 // ListPendingToolCalls implements journal.ToolCalls, from the partial
@@ -697,7 +704,7 @@ func (s *Store) ListPendingToolCalls(ctx context.Context, cursor string, limit i
 			next = journal.PendingCursor(last.GetConversationId(), last.GetId())
 			break
 		}
-		rec, err := decode(data, &messages.ToolCallRecord{}, "tool call %q", id)
+		rec, err := decodePending(data, string(id), string(conv))
 		if err != nil {
 			return nil, "", err
 		}
@@ -744,7 +751,7 @@ func (s *Store) PutConversation(ctx context.Context, u journal.ConversationUpdat
 		}
 		row := &messages.Conversation{Id: u.ID, Status: messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE, Created: timestamppb.New(now)}
 		if raw != nil {
-			if row, err = decode(raw, &messages.Conversation{}, "conversation %q", u.ID); err != nil {
+			if row, err = decodeConversation(raw, u.ID); err != nil {
 				return err
 			}
 		}
@@ -814,7 +821,7 @@ func (s *Store) ListConversations(ctx context.Context, cursor string, limit int)
 		if err := rows.Scan(&id, &raw); err != nil {
 			return nil, "", s.wrap("list conversations", err)
 		}
-		row, err := decode(raw, &messages.Conversation{}, "conversation %q", id)
+		row, err := decodeConversation(raw, string(id))
 		if err != nil {
 			return nil, "", err
 		}
