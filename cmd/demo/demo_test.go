@@ -124,6 +124,18 @@ func TestDemo(t *testing.T) {
 		}
 	})
 
+	t.Run("the transcript names who approved", func(t *testing.T) {
+		// Dana approves in act 3: the log records her as the resolver, and
+		// the transcript says so (not the coarse "user").
+		var by []string
+		for _, ev := range ofKind(recs, "event") {
+			if ev.Act == 3 && ev.Event == "resolution" {
+				by = append(by, ev.By)
+			}
+		}
+		require.Equal(t, []string{"dana"}, by)
+	})
+
 	t.Run("the late approval is refused as stale", func(t *testing.T) {
 		var stale *record
 		for _, c := range ofKind(recs, "check") {

@@ -307,7 +307,12 @@ func eventRecord(conv string, ev *messages.Event) record {
 		rec.Text = strings.Join(prompts, "; ")
 	case *messages.Event_Resolution:
 		res := b.Resolution
+		// Who answered: the resolver's user id the log records; the coarse
+		// by ("user", "system") only for a log without one.
 		rec.Event, rec.ToolCallID, rec.By = "resolution", res.GetToolCallId(), res.GetBy()
+		if u := res.GetResolver().GetUserId(); u != "" {
+			rec.By = u
+		}
 		rec.Status = enumName(res.GetStatus().String(), "TOOL_CALL_STATUS_")
 	case *messages.Event_Rewind:
 		rec.Event, rec.Text = "rewind", fmt.Sprintf("to #%d: %s", b.Rewind.GetToSeq(), b.Rewind.GetReason())
