@@ -15,6 +15,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lazarusrt/lazarus"
 	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/messages"
 	"github.com/lazarusrt/lazarus/server"
@@ -429,4 +430,39 @@ func TestConsoleReject(t *testing.T) {
 			t.Fatal("no tool result of the rejected call in the log")
 		}
 	}
+}
+
+// TestConsoleShowsHandoffsAndAgents: in a conversation with named agents,
+// the live view shows a handoff with the agents it goes between and its
+// message, and names the agent of each named agent's event (a handoff was
+// an empty "event" line, and the critic's answer looked like the default
+// agent's).
+func TestConsoleShowsHandoffsAndAgents(t *testing.T) {
+	ctx := testContext(t)
+	model, crit := newScripted(), newScripted()
+	n := startNodeIn(t, "", model, server.Options{}, func(o *lazarus.Options) {
+		o.Agents = []lazarus.Agent{{Name: "critic", Model: crit}}
+	})
+	conv := n.create(t, tokAlice, nil)
+	model.Push(conv.ID, scripted.Reply("", scripted.Call(lazarus.HandoffToolName, `{"agent":"critic","message":"please review <b>this</b>"}`)))
+	crit.Push(conv.ID, scripted.Text("reviewed: fine"))
+	st := n.stream(t, ctx, tokAlice, conv.ID, "")
+	n.must(t, http.StatusAccepted, "POST", "/v1/conversations/"+conv.ID+"/messages", tokAlice, server.SendMessage{Text: "draft"}, nil)
+	st.until(t, "event", "reviewed: fine")
+	st.close()
+
+	tab := newTab(t, browserWait)
+	signIn(t, tab, n, tokAlice, "#/c/"+conv.ID)
+	critAnswer := chromedp.Search(`//ol[@id="log"]/li[@data-kind="assistant_msg" and contains(., "reviewed: fine")]`)
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.WaitVisible(chromedp.CSS(`#log li[data-kind="handoff"]`)),
+		chromedp.WaitVisible(critAnswer),
+	))
+	handoff, err := chromedp.Run(tab, chromedp.Text(chromedp.CSS(`#log li[data-kind="handoff"]`)))
+	require.NoError(t, err)
+	answer, err := chromedp.Run(tab, chromedp.Text(critAnswer))
+	require.NoError(t, err)
+	require.Contains(t, handoff, "handoff default → critic")
+	require.Contains(t, handoff, "please review <b>this</b>", "the message, as text")
+	require.Contains(t, answer, "[critic]")
 }

@@ -134,7 +134,8 @@
 // reject with the typed reason, required); the conversation list with a
 // search by metadata ("key=value key=value"); and a live view of a
 // conversation (its history, then its event stream, with the answer in
-// progress) with a box to send a message. A call answered elsewhere in the
+// progress; with named agents, each event names its agent and a handoff
+// the agents it passes the turn between) with a box to send a message. A call answered elsewhere in the
 // meantime is shown as already answered, with by whom. The console only
 // calls the /v1/ API, with the same rules of who sees what; an approver
 // who may not read a call's conversation sees its prompt and arguments

@@ -114,8 +114,14 @@ const textOf = (parts) => (parts || []).map((p) => p.text !== undefined ? p.text
 const enumName = (v, prefix) => String(v || '').replace(prefix, '').toLowerCase();
 
 // describe returns the kind, a headline and a body of one event (protobuf
-// JSON with proto field names).
+// JSON with proto field names); with named agents, the headline names the
+// agent the event belongs to (a handoff names both of its own).
 function describe(ev) {
+  const [kind, head, body] = describeBody(ev);
+  return [kind, ev.agent && !ev.handoff ? `${head} [${ev.agent}]` : head, body];
+}
+
+function describeBody(ev) {
   if (ev.user_msg) return ['user_msg', 'user' + (ev.author ? ' ' + who(ev.author) : ''), textOf(ev.user_msg.content)];
   if (ev.assistant_msg) {
     const calls = (ev.assistant_msg.tool_calls || []).map((c) => `→ ${c.name}(${c.arguments || ''})`);
@@ -140,8 +146,13 @@ function describe(ev) {
   }
   if (ev.rewind) return ['rewind', `rewind to ${ev.rewind.to_seq}`, ev.rewind.reason || ''];
   if (ev.turn_failed) return ['turn_failed', 'turn failed' + (ev.turn_failed.code ? ': ' + ev.turn_failed.code : ''), ev.turn_failed.message || ''];
+  if (ev.handoff) return ['handoff', `handoff ${agentName(ev.handoff.from)} → ${agentName(ev.handoff.to)}`, ev.handoff.message || ''];
   return ['other', 'event', ''];
 }
+
+// agentName names an agent of a multi-agent conversation; "" (absent) is
+// the default agent.
+const agentName = (name) => name || 'default';
 
 function eventItem(ev) {
   const [kind, head, body] = describe(ev);
