@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/lazarusrt/lazarus/actors"
@@ -182,11 +183,38 @@ func jsonText(s string, full bool) string {
 	if err := json.Compact(&b, []byte(s)); err != nil || !utf8.Valid(b.Bytes()) {
 		return Quote(s, full)
 	}
+	out := escapeUnprintable(b.String())
 	if full {
-		return b.String()
+		return out
 	}
-	return clip(b.String())
+	return clip(out)
 }
+
+// escapeUnprintable writes each rune of compact JSON that is not printable
+// (DEL, C1 controls, line and paragraph separators, bidirectional
+// overrides, ...) as a \u escape. JSON allows them raw only inside
+// strings, where the escape means the same: the value is unchanged and the
+// line shows no control character.
+func escapeUnprintable(s string) string {
+	if !strings.ContainsFunc(s, unprintable) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if !unprintable(r) {
+			b.WriteRune(r)
+			continue
+		}
+		if r1, r2 := utf16.EncodeRune(r); r1 != utf8.RuneError {
+			fmt.Fprintf(&b, `\u%04x\u%04x`, r1, r2)
+		} else {
+			fmt.Fprintf(&b, `\u%04x`, r)
+		}
+	}
+	return b.String()
+}
+
+func unprintable(r rune) bool { return r != ' ' && !unicode.IsPrint(r) }
 
 // Quote quotes s in Go syntax (one line, every control character escaped),
 // clipped unless full.

@@ -1,10 +1,12 @@
 package render_test
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -82,4 +84,26 @@ func TestIdentities(t *testing.T) {
 	res.GetResolution().Resolver = nil
 	require.Equal(t, `id=tc resolved by user`, render.EventDetail(res, false), "a log written before resolvers were recorded")
 	require.Equal(t, "anonymous[x]", render.Identity(&messages.Identity{Roles: []string{"x"}}))
+}
+
+// TestJSONShowsNoControlCharacters: JSON arguments and results are shown
+// as compact JSON, and a rune JSON allows raw inside a string but a
+// terminal takes as a control (DEL, a C1 control such as CSI, NEL, the
+// line separator, a bidirectional override) is shown escaped, the value
+// unchanged: the line stays one line of visible text.
+func TestJSONShowsNoControlCharacters(t *testing.T) {
+	args := "{\"a\": \"x\u2028y\u0085z\x7f\u009b[31m\u202e\U000e0001 ok\"}"
+	ev := &messages.Event{Seq: 1, Body: &messages.Event_ToolCall{ToolCall: &messages.ToolCallEvent{
+		Call: &messages.ToolCall{Id: "c1", Name: "pay", Arguments: args}}}}
+	for _, full := range []bool{false, true} {
+		line := render.Event(ev, full)
+		for _, r := range line {
+			require.True(t, r == ' ' || unicode.IsPrint(r), "%U in %q", r, line)
+		}
+		shown := line[strings.Index(line, "args=")+len("args="):]
+		var got, want any
+		require.NoError(t, json.Unmarshal([]byte(shown), &got))
+		require.NoError(t, json.Unmarshal([]byte(args), &want))
+		require.Equal(t, want, got, "the same value")
+	}
 }
