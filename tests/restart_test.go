@@ -1,8 +1,10 @@
 package tests
 
 import (
+	"context"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -108,4 +110,95 @@ func TestWholeProcessRestartOnPebble(t *testing.T) {
 	row, err := store2.ToolCall(ctx, soonID)
 	require.NoError(t, err)
 	require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED, row.GetStatus(), "the row keeps the one fire")
+}
+
+// crashOnAnswer is a Pebble store that takes a crash image (synced data
+// only) right after the first write of an answer from outside the
+// conversation (a Resolve's, an expiry's: unfenced, resolutions, no events)
+// has returned: the process "dies" with the answer durable and before its
+// delivery reached the conversation, so the log does not record it yet.
+type crashOnAnswer struct {
+	*pebblejournal.Store
+	fs      *vfs.MemFS
+	once    sync.Once
+	crashed chan *vfs.MemFS
+}
+
+func (s *crashOnAnswer) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest) []journal.AppendResult {
+	res := s.Store.AppendBatch(ctx, reqs)
+	for i, req := range reqs {
+		if req.GetUnfenced() && len(req.GetResolutions()) > 0 && len(req.GetEvents()) == 0 && res[i].Err == nil {
+			s.once.Do(func() { s.crashed <- s.fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0}) })
+		}
+	}
+	return res
+}
+
+// TestDurableAnswerNotInTheLogIsResumedOnOpen: a human answer (Resolve) or
+// an expiry that is durable in the call's row when the process dies, before
+// the conversation recorded it in its log, marks the conversation ACTIVE in
+// the same write, so the next process's Open resumes it with no command:
+// the revival records the resolution and the tool_result from the row and
+// the model answers (RELIABILITY.md, guarantee 6). Without the ACTIVE mark
+// the row stays SUSPENDED, Open does not resume it, and the answer waits
+// for a command that may never come.
+func TestDurableAnswerNotInTheLogIsResumedOnOpen(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		answer func(h *harness, callID string)
+		status string
+	}{
+		{"resolve", func(h *harness, callID string) {
+			require.NoError(t, h.rt.Resolve(ctxT(t), callID, `{"approved":true}`, user))
+		}, "resolution:TOOL_CALL_STATUS_RESOLVED"},
+		{"expiry", func(h *harness, _ string) {
+			require.Eventually(t, func() bool { return h.clock.Timers() >= 1 }, wait, time.Millisecond)
+			h.clock.Advance(48 * time.Hour)
+		}, "resolution:TOOL_CALL_STATUS_EXPIRED"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := ctxT(t)
+			fs := vfs.NewCrashableMem()
+			inner, err := pebblejournal.Open("db", pebblejournal.Options{FS: fs})
+			require.NoError(t, err)
+			store1 := &crashOnAnswer{Store: inner, fs: fs, crashed: make(chan *vfs.MemFS, 1)}
+			t.Cleanup(func() { _ = inner.Close() })
+			h1 := newHarness(t, store1, nil)
+			h1.model.Push("c", scripted.Reply("", scripted.Call("approve_refund", `{"amount":1}`)))
+			h1.model.Push("c", scripted.Text("the first process's answer"))
+			_, err = h1.rt.Send(ctx, "c", "refund 1", user)
+			require.NoError(t, err)
+			callID := pendingCallID(t, h1.awaitEvent("c", 0, isSuspension))
+
+			tc.answer(h1, callID)
+			var crashed *vfs.MemFS
+			select {
+			case crashed = <-store1.crashed:
+			case <-ctx.Done():
+				t.Fatal("the answer was never written")
+			}
+
+			store2, err := pebblejournal.Open("db", pebblejournal.Options{FS: crashed})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = store2.Close() })
+			// What the crash left: the answer in the row, not in the log.
+			evs, err := store2.Events(ctx, "c", journal.EventQuery{})
+			require.NoError(t, err)
+			require.Equal(t, []string{"user_msg", "assistant_msg", "tool_call:approve_refund", "suspension"}, types(evs),
+				"the crash image holds the answer in the row only")
+			row, err := store2.ToolCall(ctx, callID)
+			require.NoError(t, err)
+			require.NotEqual(t, messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING, row.GetStatus(), "the answer is durable")
+
+			model2 := scripted.New(scripted.Options{})
+			model2.Push("c", scripted.Text("after the restart"))
+			h2 := newHarness(t, store2, func(o *lazarus.Options) { o.Model = model2 })
+			// No command: Open's resume runs the turn the answer owes.
+			h2.awaitEvent("c", 0, isAssistantText("after the restart"))
+			got := h2.history("c")
+			requireGapFree(t, got)
+			require.Equal(t, []string{"user_msg", "assistant_msg", "tool_call:approve_refund", "suspension",
+				tc.status, "tool_result:approve_refund", "assistant_msg"}, types(got))
+		})
+	}
 }
