@@ -606,8 +606,9 @@ func callScopes(ctx context.Context, l *inLoaded, loader agent.ScopeLoader, log 
 	byUser := map[string]agent.Scope{}
 	for _, ev := range l.ws.OpenCalls() {
 		row := l.rows[ev.GetCall().GetId()]
-		if ev.GetExecutor() != messages.Executor_EXECUTOR_SERVER || row == nil || journal.IsTerminal(row.GetStatus()) {
-			continue
+		if ev.GetExecutor() != messages.Executor_EXECUTOR_SERVER || row == nil || journal.IsTerminal(row.GetStatus()) ||
+			row.GetRequester() == nil {
+			continue // not run again, or a row that names no requester (an anonymous one's): the log's
 		}
 		id := agent.IdentityOf(row.GetRequester())
 		if id.UserID == newest.UserID && slices.Equal(id.Roles, newest.Roles) {

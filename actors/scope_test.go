@@ -52,7 +52,7 @@ func seedOpenServerCall(t *testing.T, store journal.Store, conv, name string, au
 		Status: messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE,
 		ToolCalls: []*messages.ToolCallRecord{{
 			Id: tc.GetId(), ConversationId: conv, Name: name, Executor: messages.Executor_EXECUTOR_SERVER,
-			Status: messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING, Args: `{}`, Created: now,
+			Status: messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING, Args: `{}`, Created: now, Requester: author,
 		}},
 	})
 	require.NoError(t, err)
