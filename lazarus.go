@@ -129,7 +129,11 @@ type Options struct {
 	HumanTimeout time.Duration
 	// Summary decides when to summarize. Default snapshot.Policy defaults.
 	Summary snapshot.Policy
-	// Summarizer writes summaries. Default nil: never summarize.
+	// Summarizer writes summaries. Default nil: never summarize. A
+	// summary that fails (the Summarizer's error, or the Store refusing
+	// what it wrote) is logged and tried again once the conversation's
+	// log has grown, not before: a Summarizer that calls a model is not
+	// called again for the same span.
 	Summarizer snapshot.Summarizer
 	// ScheduleTools adds the built-in server tools with which the model
 	// schedules wake-ups of its own conversation (ScheduleToolName,

@@ -81,6 +81,11 @@ type core struct {
 	invalidAnswers int
 
 	summarizing bool
+	// summaryFailedAt is the log's last seq when a summary last failed
+	// (0: none did): the next is tried only once the log has grown, so a
+	// summarizer that keeps failing (a model down, a summary the Store
+	// refuses) costs one attempt per write, not one per command.
+	summaryFailedAt uint64
 
 	// rowSettings are the conversation's own settings, as its row holds
 	// them; settings, those over the configured defaults, are what model
@@ -1005,7 +1010,8 @@ func (c *core) publish(u Update) {
 }
 
 func (c *core) maybeSummarize() {
-	if !c.cfg.Summarize || c.summarizing || !c.cfg.Policy.Due(c.ws) || (!c.agentsOn() && c.ws.HoldsAgents()) {
+	if !c.cfg.Summarize || c.summarizing || (c.summaryFailedAt != 0 && c.summaryFailedAt == c.ws.LastSeq) ||
+		!c.cfg.Policy.Due(c.ws) || (!c.agentsOn() && c.ws.HoldsAgents()) {
 		return
 	}
 	plan, ok := c.planSummary()
@@ -1019,7 +1025,8 @@ func (c *core) maybeSummarize() {
 func (c *core) onSummary(d *inSummaryDone) {
 	c.summarizing = false
 	if d.err != nil {
-		c.log.Warn("summary failed", "err", d.err)
+		c.log.Warn("summary failed; tried again once the log grows", "err", d.err)
+		c.summaryFailedAt = c.ws.LastSeq
 		return
 	}
 	if c.ws.RewoundBelow(d.summary.GetToSeq()) {

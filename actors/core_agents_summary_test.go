@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"errors"
 	"log/slog"
 	"testing"
 	"time"
@@ -120,4 +121,21 @@ func TestCoreSummaryBelowAnEditIsPassedOver(t *testing.T) {
 
 	effs = c.step(t0, &inModelDone{turn: c.turn, msg: answer().GetAssistantMsg()})
 	require.Equal(t, []string{"write[" + wAnswer + "]"}, words(effs), "the edit's turn ends on this activation")
+}
+
+// TestCoreFailedSummaryWaitsForTheLogToGrow: after a summary fails, the
+// commands that find the log as it was start no other (each would cost a
+// model call with an LLM summarizer, for the same span); the next write
+// lets the summary be tried again.
+func TestCoreFailedSummaryWaitsForTheLogToGrow(t *testing.T) {
+	c := summarizingCore(t, false, []*messages.Event{user("r1"), answer(), user("r2"), answer(), user("r3"), answer()})
+	require.Equal(t, []string{"reply", "summarize"}, words(c.step(t0, wake(false))))
+	require.Empty(t, words(c.step(t0, &inSummaryDone{err: errors.New("model down")})))
+	require.Equal(t, []string{"reply"}, words(c.step(t0, wake(false))), "the same log: no summary")
+	require.Equal(t, []string{"reply"}, words(c.step(t0, wake(false))))
+
+	require.Equal(t, []string{"write[" + wUser + "]"}, words(c.step(t0, send("r4"))))
+	require.Equal(t, []string{"reply seq=7", "model"}, words(c.step(t0, ok(1))))
+	require.Equal(t, []string{"write[" + wAnswer + "]"}, words(c.step(t0, &inModelDone{turn: c.turn, msg: answer().GetAssistantMsg()})))
+	require.Equal(t, []string{"summarize"}, words(c.step(t0, ok(2))), "the log grew: tried again")
 }
