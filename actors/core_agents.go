@@ -116,8 +116,16 @@ func (c *core) agentToolProblem(name string) string {
 // planSummary plans the next summary: without named agents the working
 // set's Plan (the default agent's view, which is every event); with them
 // one summary per agent at the same seq, each of that agent's view alone
-// (snapshot.PlanAgents), so every agent's working set stays bounded.
+// (snapshot.PlanAgents), so every agent's working set stays bounded. It
+// plans none while a turn is owed that nobody runs now (see turnOwed): a
+// summary never changes which turn is owed.
 func (c *core) planSummary() (snapshot.Plan, bool) {
+	if n := len(c.ws.Events); !c.agentsOn() && n > 0 && c.ws.Events[n-1].GetTurnFailed() != nil {
+		// The failed turn is owed to an explicit wake (turnOwed): folding
+		// its message (or result) away would leave nothing on the head to
+		// owe it. Wait, as agents do below, for the next message.
+		return snapshot.Plan{}, false
+	}
 	if !c.agentsOn() {
 		return c.ws.Plan(c.cfg.Policy.KeepRecent)
 	}
