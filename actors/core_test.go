@@ -395,6 +395,17 @@ func TestCoreRecoveryRules(t *testing.T) {
 			{edit(2), []string{"reply error retry=false"}},
 		},
 	}, {
+		name: "an edit of a user message an earlier rewind skipped is refused, also while a write is in flight; nothing is written",
+		log: []*messages.Event{user("r1"), answer(), user("r2"), answer(),
+			{Body: &messages.Event_Rewind{Rewind: &messages.Rewind{ToSeq: 2}}}},
+		steps: []coreStep{
+			{nil, nil},
+			{edit(3), []string{"reply error retry=false"}},
+			{send("r3"), []string{"write[" + wUser + "]"}},
+			{edit(3), nil},
+			{ok(1), []string{"reply seq=6", "reply error retry=false", "model"}},
+		},
+	}, {
 		name: "a user message is durable before anything else, then the model is called",
 		steps: []coreStep{
 			{nil, nil},

@@ -380,7 +380,7 @@ func (c *core) writeConfigs() {
 
 // writeRewind writes the first queued AgentRewind, and reports whether it
 // started a write; a refused one (a point CheckRewind refuses, an edit of
-// something other than a user message) is answered with an error wrapping
+// something other than a user message on the head) is answered with an error wrapping
 // journal.ErrInvalid and nothing is written. The write is atomic: the
 // rewind event, every call still open (all in the rewound span) resolved
 // as errored with code agent.CodeCanceled (the Store drops their
@@ -459,9 +459,12 @@ func (c *core) rewindTarget(m *messages.AgentRewind) (uint64, error) {
 	base := c.ws.Summary.GetToSeq()
 	if m.GetMessage() != nil {
 		es := m.GetEditSeq()
-		if es == 0 || es > c.ws.LastSeq || (es > base && c.ws.Events[es-base-1].GetUserMsg() == nil) || (es <= base && !m.GetCheckedInLog()) {
+		// The edited message must be on the head, as CheckRewindInLog
+		// requires of one the summary covers: its seq-1 may be on the head
+		// while a rewind skipped the message itself.
+		if es == 0 || es > c.ws.LastSeq || (es > base && (c.ws.Events[es-base-1].GetUserMsg() == nil || !c.ws.OnHead(es))) || (es <= base && !m.GetCheckedInLog()) {
 			return 0, fmt.Errorf("conversation %q: edit of seq %d: %w", c.cfg.ID, es,
-				journal.Invalidf("not a user message after the summary (last seq %d)", c.ws.LastSeq))
+				journal.Invalidf("not a user message on the head after the summary (last seq %d)", c.ws.LastSeq))
 		}
 		to = es - 1
 	}

@@ -49,10 +49,11 @@ const (
 // simRegressionSeeds are seeds that found a bug (see RELIABILITY.md); each
 // runs on every CI run, whatever range -sim.first and -sim.seeds name.
 var simRegressionSeeds = []uint64{
-	2,  // a retried send appended twice while its first copy's write was in flight (step 21)
-	1,  // resumed work started before the waking command arrived (step 83)
-	27, // a revived activation whose first command was a send already in the log did not run the turn it owed (step 259)
-	37, // an answer delivered before the reply of the write that opened its call was dropped (step 323)
+	2,   // a retried send appended twice while its first copy's write was in flight (step 21)
+	1,   // resumed work started before the waking command arrived (step 83)
+	27,  // a revived activation whose first command was a send already in the log did not run the turn it owed (step 259)
+	37,  // an answer delivered before the reply of the write that opened its call was dropped (step 323)
+	274, // an edit of a user message an earlier rewind skipped was written (step 56)
 	// 2 also finds a new model call started before the cancelled one returned (step 10).
 }
 
@@ -1024,6 +1025,12 @@ func (s *sim) onRewindReply(to *simCaller, r *messages.AgentSendReply) {
 	if rid := r.GetRequestId(); rid != "" {
 		if ev.GetRequestId() != rid || ev.GetUserMsg() == nil || s.event(r.GetSeq()-1).GetRewind() == nil {
 			s.fail("edit %s acknowledged at seq %d, which is not its message after a rewind (%v)", rid, r.GetSeq(), ev)
+		}
+		// The edited message was a user message on the head when the
+		// edit was written (Runtime.Edit's contract).
+		es := to.cmd.Msg.(*messages.AgentRewind).GetEditSeq()
+		if before, err := snapshot.Rebuild(nil, s.events()[:r.GetSeq()-2]); err != nil || !before.OnHead(es) || s.event(es).GetUserMsg() == nil {
+			s.fail("edit %s of seq %d acknowledged, which was not a user message on the head (%v)", rid, es, err)
 		}
 		s.acked[rid] = r.GetSeq()
 		return

@@ -416,21 +416,30 @@ func (w *WorkingSet) CheckRewind(toSeq uint64) error {
 	case toSeq == base:
 		return nil
 	}
-	at := int(toSeq - base - 1) // its index in Events
-	onHead := false
-	for _, sp := range w.view().spans {
-		if sp.lo <= at && at < sp.hi {
-			onHead = true
-			break
-		}
-	}
-	if !onHead {
+	if !w.OnHead(toSeq) {
 		return journal.Invalidf("snapshot: rewind to seq %d, which an earlier rewind skipped", toSeq)
 	}
 	if w.lastSafe(toSeq) != toSeq {
 		return journal.Invalidf("snapshot: rewind to seq %d, where a tool call is still open", toSeq)
 	}
 	return nil
+}
+
+// OnHead reports whether the event at seq, one after the summary (Summary.ToSeq
+// < seq <= LastSeq), is on the head: no rewind skipped it. It is false for
+// any other seq.
+func (w *WorkingSet) OnHead(seq uint64) bool {
+	base := w.base()
+	if seq <= base || seq > w.LastSeq {
+		return false
+	}
+	at := int(seq - base - 1) // its index in Events
+	for _, sp := range w.view().spans {
+		if sp.lo <= at && at < sp.hi {
+			return true
+		}
+	}
+	return false
 }
 
 // Compact makes s the working set's summary and drops the events it covers.

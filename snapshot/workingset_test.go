@@ -372,6 +372,14 @@ func TestCheckRewind(t *testing.T) {
 			assert.Contains(t, err.Error(), tc.want)
 		})
 	}
+	t.Run("on the head", func(t *testing.T) {
+		// The summary's events and those after the log are not; a
+		// rewound span is not, though the seq before it is.
+		for seq := uint64(0); seq <= 22; seq++ {
+			want := (seq > 10 && seq < 14) || (seq >= 20 && seq <= 21)
+			assert.Equal(t, want, w.OnHead(seq), "seq %d", seq)
+		}
+	})
 	t.Run("between a call and its result", func(t *testing.T) {
 		w, err := snapshot.Rebuild(nil, log(1, toolRound("c1")...))
 		require.NoError(t, err)
