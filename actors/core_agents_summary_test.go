@@ -74,8 +74,10 @@ func TestCoreSummarizesEachAgentsView(t *testing.T) {
 // TestCoreAgentsKeepAnOwedTurnUnsummarized: after a failed turn nothing is
 // run, but the failed agent still owes the turn a later message may give
 // it; with named agents the core does not fold that message away (which
-// would change who gets the next turn). Without agents the same log is
-// summarized as it always was.
+// would change who gets the next turn). Without agents the same log is not
+// summarized either (an explicit Wake runs the failed turn again: see
+// TestSummaryKeepsAFailedTurnOwed); once the log no longer ends in the
+// failure, it is.
 func TestCoreAgentsKeepAnOwedTurnUnsummarized(t *testing.T) {
 	log := func() []*messages.Event {
 		return []*messages.Event{user("r1"), answer(), user("r2"), answer(), user("r3"), failed()}
@@ -83,7 +85,11 @@ func TestCoreAgentsKeepAnOwedTurnUnsummarized(t *testing.T) {
 	c := summarizingCore(t, true, log())
 	require.Equal(t, []string{"reply"}, words(c.step(t0, wake(false))), "no turn, and no summary")
 	c = summarizingCore(t, false, log())
-	require.Equal(t, []string{"reply", "summarize"}, words(c.step(t0, wake(false))))
+	require.Equal(t, []string{"reply"}, words(c.step(t0, wake(false))), "no turn, and no summary")
+	require.Equal(t, []string{"write[" + wUser + "]"}, words(c.step(t0, send("r4"))))
+	require.Equal(t, []string{"reply seq=7", "model"}, words(c.step(t0, ok(1))))
+	require.Equal(t, []string{"write[" + wAnswer + "]"}, words(c.step(t0, &inModelDone{turn: c.turn, msg: answer().GetAssistantMsg()})))
+	require.Equal(t, []string{"summarize"}, words(c.step(t0, ok(2))), "the turn answered: summarized")
 }
 
 func seqsOf(evs []*messages.Event) []uint64 {
