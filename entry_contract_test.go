@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/actors/actorstest"
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/journal"
@@ -214,4 +215,39 @@ func TestSweepFileBlobsWithEndedContextOrAfterClose(t *testing.T) {
 	require.ErrorIs(t, err, lazarus.ErrClosed)
 	_, err = store.FileBlob(ctx, name)
 	require.NoError(t, err, "nothing swept")
+}
+
+// GCAudit keeps the entry contract: with an ended ctx it returns
+// ctx.Err(), after Close ErrClosed, and removes nothing (after Close it
+// swept the audit of a Store the caller still owns).
+func TestGCAuditWithEndedContextOrAfterClose(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	clock := actorstest.NewManualClock(time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC))
+	store := memjournal.New(memjournal.Options{Audit: true})
+	defer store.Close()
+	model := scripted.New(scripted.Options{})
+	rt, err := lazarus.Open(lazarus.Options{Store: store, Model: model, Clock: clock, IdleTimeout: -1,
+		Audit: lazarus.AuditOptions{Enabled: true, TTL: time.Hour}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rt.Close() })
+	answered(ctx, t, rt, model, "a")
+	rows := func() int {
+		calls, err := store.ModelCalls(ctx, "a")
+		require.NoError(t, err)
+		return len(calls)
+	}
+	require.Equal(t, 1, rows())
+
+	ended, cancelNow := context.WithCancel(context.Background())
+	cancelNow()
+	n, err := rt.GCAudit(ended)
+	require.ErrorIs(t, err, context.Canceled)
+	require.Zero(t, n)
+	require.NoError(t, rt.Close())
+	clock.Advance(2 * time.Hour) // the row is older than the TTL; Close stopped the sweeper
+	n, err = rt.GCAudit(ctx)
+	require.ErrorIs(t, err, lazarus.ErrClosed)
+	require.Zero(t, n)
+	require.Equal(t, 1, rows(), "nothing swept")
 }

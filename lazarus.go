@@ -1017,7 +1017,7 @@ func (r *Runtime) armAuditGC() {
 		r.gcWG.Add(1)
 		r.mu.Unlock()
 		defer r.gcWG.Done()
-		if n, err := r.GCAudit(context.Background()); err != nil {
+		if n, err := r.gcAudit(context.Background()); err != nil {
 			r.log.Warn("audit gc failed", "err", err)
 		} else if n > 0 {
 			r.log.Debug("audit gc", "removed", n)
@@ -1032,8 +1032,23 @@ func (r *Runtime) armAuditGC() {
 
 // GCAudit deletes audit rows older than Options.Audit.TTL in every
 // conversation and returns how many it removed. It does nothing when audit
-// is off or has no TTL.
+// is off or has no TTL. An ended ctx returns an error wrapping ctx.Err(),
+// and a call after Close one wrapping ErrClosed, removing nothing; on
+// another error it returns how many it removed before it.
 func (r *Runtime) GCAudit(ctx context.Context) (int, error) {
+	if err := r.enter(ctx); err != nil {
+		return 0, fmt.Errorf("lazarus: gc audit: %w", err)
+	}
+	n, err := r.gcAudit(ctx)
+	if err != nil {
+		return n, r.callErr("lazarus: gc audit", err)
+	}
+	return n, nil
+}
+
+// gcAudit is GCAudit without the entry checks: the sweeper's timer runs it
+// under Runtime.gcWG.
+func (r *Runtime) gcAudit(ctx context.Context) (int, error) {
 	if !r.opts.Audit.Enabled || r.opts.Audit.TTL <= 0 {
 		return 0, nil
 	}
