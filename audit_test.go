@@ -169,3 +169,22 @@ func TestAuditRecordsEvictions(t *testing.T) {
 	require.Equal(t, s.GetToSeq(), last.GetSummary().GetToSeq(), "the turn started from the summary")
 	require.Equal(t, fmt.Sprintf("summary:1-%d", s.GetToSeq()), last.GetEvictions()[0])
 }
+
+// TestAuditSweepRunsAtMostOnceASecond: a TTL below two seconds arms the
+// sweep a second ahead, not TTL/2: a TTL of a nanosecond armed it at once
+// after each sweep, a sweep of every conversation without end.
+func TestAuditSweepRunsAtMostOnceASecond(t *testing.T) {
+	for _, ttl := range []time.Duration{time.Nanosecond, time.Millisecond, time.Second} {
+		start := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+		clock := actorstest.NewManualClock(start)
+		rt, err := lazarus.Open(lazarus.Options{Model: scripted.New(scripted.Options{}), Clock: clock, IdleTimeout: -1, NoResume: true,
+			Audit: lazarus.AuditOptions{Enabled: true, TTL: ttl}})
+		require.NoError(t, err)
+		dues := clock.Dues()
+		require.NotEmpty(t, dues, "the sweep is armed")
+		for _, due := range dues {
+			require.False(t, due.Before(start.Add(time.Second)), "TTL %v: a timer due %v after Open", ttl, due.Sub(start))
+		}
+		require.NoError(t, rt.Close())
+	}
+}

@@ -75,8 +75,9 @@ type AuditOptions struct {
 	// stands for, the spans rewinds skipped), the model, usage and
 	// latency). Default off: the audit holds user data and grows fast.
 	Enabled bool
-	// TTL deletes audit rows older than this, checked every TTL/2. Zero
-	// means rows are kept until deleted with the conversation. A TTL
+	// TTL deletes audit rows older than this, checked every TTL/2 (at
+	// most once a second, whatever the TTL). Zero means rows are kept
+	// until deleted with the conversation. A TTL
 	// without Enabled, or a negative one, is refused by Open (ErrInvalid).
 	TTL time.Duration
 }
@@ -1006,9 +1007,11 @@ func (r *Runtime) Close() error {
 	return nil
 }
 
-// armAuditGC schedules the next audit sweep on the clock.
+// armAuditGC schedules the next audit sweep on the clock, TTL/2 from now
+// but no sooner than minSweepEvery: a TTL of a few nanoseconds would
+// otherwise re-arm it at once, forever.
 func (r *Runtime) armAuditGC() {
-	r.gcStop = r.opts.Clock.AfterFunc(r.opts.Audit.TTL/2, func() {
+	r.gcStop = r.opts.Clock.AfterFunc(max(r.opts.Audit.TTL/2, minSweepEvery), func() {
 		r.mu.Lock()
 		if r.closed {
 			r.mu.Unlock()
