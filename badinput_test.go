@@ -161,3 +161,50 @@ func TestSendRequestIDIsBounded(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, seq, again, "and keeps its promise")
 }
+
+// TestHostileStringsAreNotEchoedWhole: a cursor, a cron expression, a time
+// zone or an agent name of 100,000 bytes is refused with an error wrapping
+// journal.ErrInvalid that does not quote it whole (each made an error of
+// its size).
+func TestHostileStringsAreNotEchoedWhole(t *testing.T) {
+	ctx := context.Background()
+	model := agent.ModelFunc(func(ctx context.Context, turn agent.Turn, onDelta func(string)) (*messages.AssistantMessage, error) {
+		return agent.Text("ok"), nil
+	})
+	rt, err := lazarus.Open(lazarus.Options{Model: model})
+	require.NoError(t, err)
+	defer rt.Close()
+	sc := agent.Scope{UserID: "u"}
+	_, err = rt.SendAndWait(ctx, "c", "hi", sc)
+	require.NoError(t, err)
+	big := strings.Repeat("x", 100000)
+	schedule := func(spec lazarus.ScheduleSpec) error {
+		spec.Text = "wake"
+		_, err := rt.Schedule(ctx, "c", spec, sc)
+		return err
+	}
+	cases := []struct {
+		name string
+		err  func() error
+	}{
+		{"PendingCalls cursor", func() error { _, _, err := rt.PendingCalls(ctx, big, 0); return err }},
+		{"PendingCalls cursor of a valid length", func() error { _, _, err := rt.PendingCalls(ctx, "3:"+big[:500], 0); return err }},
+		{"Find cursor", func() error { _, _, err := rt.Find(ctx, "k", "v", big, 0); return err }},
+		{"Schedule cron", func() error { return schedule(lazarus.ScheduleSpec{Cron: big}) }},
+		{"Schedule cron @every", func() error { return schedule(lazarus.ScheduleSpec{Cron: "@every " + big}) }},
+		{"Schedule cron TZ=", func() error { return schedule(lazarus.ScheduleSpec{Cron: "TZ=" + big}) }},
+		{"Schedule time zone", func() error { return schedule(lazarus.ScheduleSpec{Cron: "@daily", TimeZone: big}) }},
+		{"Open agent name", func() error {
+			_, err := lazarus.Open(lazarus.Options{Model: model, Agents: []lazarus.Agent{{Name: big}}})
+			return err
+		}},
+	}
+	for _, c := range cases {
+		err := c.err()
+		require.ErrorIs(t, err, journal.ErrInvalid, c.name)
+		require.Less(t, len(err.Error()), 1024, "%s: %.200v", c.name, err)
+	}
+	scs, err := rt.Schedules(ctx, "c")
+	require.NoError(t, err)
+	require.Empty(t, scs, "nothing was written")
+}

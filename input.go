@@ -45,10 +45,11 @@ func checkBlob(i int, kind string, b *messages.Blob) error {
 }
 
 // clipID returns an id (of a conversation, a tool call, a schedule, a
-// metadata key) as an error message may quote it: whole when it is within
-// journal.MaxIDBytes, as every valid id is; otherwise its first bytes and
-// its length, so that an id refused for its size does not make an error
-// message of that size.
+// metadata key), or another string a caller passed (a cron expression, a
+// time zone, a parser's error repeating one), as an error message may
+// quote it: whole when it is within journal.MaxIDBytes, as every valid id
+// is; otherwise its first bytes and its length, so that a string refused
+// for its size does not make an error message of that size.
 func clipID(id string) string {
 	const keep = 64
 	if len(id) <= journal.MaxIDBytes {

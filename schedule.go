@@ -121,7 +121,7 @@ func (spec ScheduleSpec) record(conv, id string, now time.Time, author agent.Ide
 			return nil, err
 		}
 		if n.IsZero() {
-			return nil, badSchedule("cron %q never fires", spec.Cron)
+			return nil, badSchedule("cron %q never fires", clipID(spec.Cron))
 		}
 		next = n
 	default:
@@ -142,7 +142,7 @@ func (spec ScheduleSpec) record(conv, id string, now time.Time, author agent.Ide
 func cronNext(sc *messages.Schedule, t time.Time) (time.Time, error) {
 	expr := strings.TrimSpace(sc.GetCron())
 	if strings.HasPrefix(expr, "TZ=") || strings.HasPrefix(expr, "CRON_TZ=") {
-		return time.Time{}, badSchedule("cron %q names its zone: use the time zone field", expr)
+		return time.Time{}, badSchedule("cron %q names its zone: use the time zone field", clipID(expr))
 	}
 	zone := sc.GetTimeZone()
 	if zone == "" {
@@ -150,11 +150,11 @@ func cronNext(sc *messages.Schedule, t time.Time) (time.Time, error) {
 	}
 	loc, err := time.LoadLocation(zone)
 	if err != nil {
-		return time.Time{}, badSchedule("time zone %q: %v", zone, err)
+		return time.Time{}, badSchedule("time zone %q: %s", clipID(zone), clipID(err.Error()))
 	}
 	s, err := cronParser.Parse(expr)
 	if err != nil {
-		return time.Time{}, badSchedule("cron %q: %v", expr, err)
+		return time.Time{}, badSchedule("cron %q: %s", clipID(expr), clipID(err.Error()))
 	}
 	return cronAfter(s, loc, t), nil
 }

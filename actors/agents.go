@@ -51,8 +51,13 @@ type AgentConfig struct {
 // MaxAgentNameBytes bytes of ASCII letters, digits, '_', '-' and '.', and
 // not DefaultAgentName. Errors wrap journal.ErrInvalid.
 func ValidateAgentName(name string) error {
-	if name == "" || len(name) > MaxAgentNameBytes {
-		return journal.Invalidf("agent name %q must have 1 to %d bytes", name, MaxAgentNameBytes)
+	switch {
+	case name == "":
+		return journal.Invalidf("empty agent name")
+	case len(name) > MaxAgentNameBytes:
+		// Not quoted: a name refused for its size does not make an
+		// error of that size.
+		return journal.Invalidf("agent name of %d bytes exceeds %d", len(name), MaxAgentNameBytes)
 	}
 	if name == DefaultAgentName {
 		return journal.Invalidf("agent name %q is the default agent's", name)

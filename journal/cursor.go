@@ -14,12 +14,20 @@ func PendingCursor(conversationID, toolCallID string) string {
 	return strconv.Itoa(len(conversationID)) + ":" + conversationID + toolCallID
 }
 
+// maxPendingCursorBytes is the length of the longest PendingCursor of two
+// valid ids.
+var maxPendingCursorBytes = len(strconv.Itoa(MaxIDBytes)) + 1 + 2*MaxIDBytes
+
 // ParsePendingCursor decodes a cursor made by PendingCursor. The empty
 // cursor (the first page) gives two empty ids. Anything else that is not a
 // PendingCursor of two valid ids is ErrInvalid.
 func ParsePendingCursor(cursor string) (conversationID, toolCallID string, err error) {
 	if cursor == "" {
 		return "", "", nil
+	}
+	if len(cursor) > maxPendingCursorBytes {
+		// Refused by its size alone, so the error does not quote it.
+		return "", "", Invalidf("pending-call cursor of %d bytes exceeds %d", len(cursor), maxPendingCursorBytes)
 	}
 	n, rest, ok := strings.Cut(cursor, ":")
 	size, perr := strconv.Atoi(n)
