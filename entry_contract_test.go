@@ -16,6 +16,7 @@ import (
 	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/journal/memjournal"
+	"github.com/lazarusrt/lazarus/messages"
 )
 
 // Every call taking a ctx, given one that already ended, does nothing and
@@ -250,4 +251,62 @@ func TestGCAuditWithEndedContextOrAfterClose(t *testing.T) {
 	require.ErrorIs(t, err, lazarus.ErrClosed)
 	require.Zero(t, n)
 	require.Equal(t, 1, rows(), "nothing swept")
+}
+
+// ctxBlindStore is a Store whose reads and metadata writes go on whatever
+// their ctx, as an adapter need not check it before a quick call.
+type ctxBlindStore struct{ *memjournal.Store }
+
+func (s ctxBlindStore) Conversation(_ context.Context, id string) (*messages.Conversation, error) {
+	return s.Store.Conversation(context.Background(), id)
+}
+
+func (s ctxBlindStore) Metadata(_ context.Context, id string) (map[string]string, error) {
+	return s.Store.Metadata(context.Background(), id)
+}
+
+func (s ctxBlindStore) PutMetadata(_ context.Context, id string, kv map[string]string) error {
+	return s.Store.PutMetadata(context.Background(), id, kv)
+}
+
+func (s ctxBlindStore) ListPendingToolCalls(_ context.Context, cursor string, limit int) ([]*messages.ToolCallRecord, string, error) {
+	return s.Store.ListPendingToolCalls(context.Background(), cursor, limit)
+}
+
+// The Runtime checks an ended ctx itself, at the entry of every call, not
+// through its Store: Metadata, MergeMetadata, Settings and PendingCalls
+// left it to the Store, so over one that does not check (ctxBlindStore)
+// they answered, and MergeMetadata wrote, with a ctx that had ended.
+func TestEndedContextIsCheckedWhateverTheStore(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	store := ctxBlindStore{memjournal.New(memjournal.Options{})}
+	model := scripted.New(scripted.Options{})
+	rt := openContract(t, store, model, 0)
+	answered(ctx, t, rt, model, "a")
+	suspend(ctx, t, rt, model, "c")
+	require.NoError(t, rt.MergeMetadata(ctx, "a", map[string]string{"k": "v"}))
+
+	ended, cancelNow := context.WithCancel(context.Background())
+	cancelNow()
+	calls := []struct {
+		name string
+		f    func(ctx context.Context) error
+	}{
+		{"Metadata", func(ctx context.Context) error { _, err := rt.Metadata(ctx, "a"); return err }},
+		{"MergeMetadata", func(ctx context.Context) error { return rt.MergeMetadata(ctx, "a", map[string]string{"k": "w"}) }},
+		{"Settings", func(ctx context.Context) error { _, err := rt.Settings(ctx, "a"); return err }},
+		{"PendingCalls", func(ctx context.Context) error { _, _, err := rt.PendingCalls(ctx, "", 0); return err }},
+		{"Delete", func(ctx context.Context) error { return rt.Delete(ctx, "a") }},
+		{"Schedules", func(ctx context.Context) error { _, err := rt.Schedules(ctx, "a"); return err }},
+		{"CancelSchedule", func(ctx context.Context) error { return rt.CancelSchedule(ctx, "a", "s") }},
+	}
+	for _, c := range calls {
+		err := c.f(ended)
+		require.ErrorIs(t, err, context.Canceled, c.name)
+		require.Contains(t, err.Error(), "lazarus: ", c.name)
+	}
+	md, err := rt.Metadata(ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"k": "v"}, md, "nothing written")
 }

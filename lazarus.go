@@ -40,6 +40,11 @@ import (
 //     return once Close has stopped the actors, not after a timeout): an
 //     error wrapping ErrClosed (and ErrUnknownOutcome if the call's command
 //     had been handed over).
+//
+// Every other method that takes a ctx checks Close and ctx first the same
+// way: after Close an error wrapping ErrClosed, with a ctx already ended
+// one wrapping ctx.Err(), and nothing read or written, whatever the Store
+// does with a ctx that ended.
 var (
 	// ErrClosed is returned by every call after Close.
 	ErrClosed = errors.New("lazarus: runtime closed")

@@ -24,8 +24,8 @@ import (
 // Subscriptions to the conversation end: each delivers the events it had,
 // then an update whose Err wraps journal.ErrDeleted, and its channel closes.
 func (r *Runtime) Delete(ctx context.Context, conversationID string) error {
-	if r.isClosed() {
-		return ErrClosed
+	if err := r.enter(ctx); err != nil {
+		return fmt.Errorf("lazarus: delete %q: %w", clipID(conversationID), err)
 	}
 	if err := journal.ValidateID("conversation id", conversationID); err != nil {
 		return fmt.Errorf("lazarus: delete: %w", err)
@@ -115,8 +115,8 @@ const DefaultPendingPage = 100
 // conversations. A negative limit or a cursor that no page returned is
 // refused with an error wrapping journal.ErrInvalid.
 func (r *Runtime) PendingCalls(ctx context.Context, cursor string, limit int) ([]*messages.ToolCallRecord, string, error) {
-	if r.isClosed() {
-		return nil, "", ErrClosed
+	if err := r.enter(ctx); err != nil {
+		return nil, "", fmt.Errorf("lazarus: pending calls: %w", err)
 	}
 	switch {
 	case limit < 0:
@@ -189,10 +189,11 @@ func (r *Runtime) MergeMetadata(ctx context.Context, conversationID string, kv m
 }
 
 // checkConversation is the prologue of the metadata calls: the runtime is
-// open, the id valid and the conversation's row exists.
+// open, ctx has not ended, the id is valid and the conversation's row
+// exists.
 func (r *Runtime) checkConversation(ctx context.Context, op, conversationID string) error {
-	if r.isClosed() {
-		return ErrClosed
+	if err := r.enter(ctx); err != nil {
+		return fmt.Errorf("lazarus: %s of %q: %w", op, clipID(conversationID), err)
 	}
 	if err := journal.ValidateID("conversation id", conversationID); err != nil {
 		return fmt.Errorf("lazarus: %s: %w", op, err)

@@ -305,11 +305,11 @@ func (r *Runtime) scheduleStore(op string) (journal.ScheduleStore, error) {
 // identity then authors the message.
 func (r *Runtime) Schedule(ctx context.Context, conversationID string, spec ScheduleSpec, scope agent.Scope) (*messages.Schedule, error) {
 	const op = "schedule"
-	ss, err := r.scheduleStore(op)
-	if err != nil {
+	if err := r.checkConversation(ctx, op, conversationID); err != nil {
 		return nil, err
 	}
-	if err := r.checkConversation(ctx, op, conversationID); err != nil {
+	ss, err := r.scheduleStore(op)
+	if err != nil {
 		return nil, err
 	}
 	if row, err := r.store.Conversation(ctx, conversationID); err == nil && row.GetStatus() == messages.ConversationStatus_CONVERSATION_STATUS_ENDED {
@@ -344,11 +344,11 @@ func (r *Runtime) Schedule(ctx context.Context, conversationID string, spec Sche
 // Schedules returns the conversation's pending schedules, ordered by id
 // (none for an unknown conversation).
 func (r *Runtime) Schedules(ctx context.Context, conversationID string) ([]*messages.Schedule, error) {
+	if err := r.enter(ctx); err != nil {
+		return nil, fmt.Errorf("lazarus: schedules of %q: %w", clipID(conversationID), err)
+	}
 	ss, err := r.scheduleStore("schedules")
 	if err != nil {
-		return nil, err
-	}
-	if err := r.enter(ctx); err != nil {
 		return nil, err
 	}
 	if err := journal.ValidateID("conversation id", conversationID); err != nil {
@@ -365,11 +365,11 @@ func (r *Runtime) Schedules(ctx context.Context, conversationID string) ([]*mess
 // again (an occurrence already being delivered fails as stale). An
 // unknown id, or one of another conversation, is ErrNoSchedule.
 func (r *Runtime) CancelSchedule(ctx context.Context, conversationID, id string) error {
+	if err := r.enter(ctx); err != nil {
+		return fmt.Errorf("lazarus: cancel schedule of %q: %w", clipID(conversationID), err)
+	}
 	ss, err := r.scheduleStore("cancel schedule")
 	if err != nil {
-		return err
-	}
-	if err := r.enter(ctx); err != nil {
 		return err
 	}
 	if err := journal.ValidateID("conversation id", conversationID); err != nil {

@@ -50,8 +50,8 @@ func (r *Runtime) Configure(ctx context.Context, conversationID string, s agent.
 // journal.ErrNotFound; a deleted one, journal.ErrDeleted where the Store
 // reports tombstones.
 func (r *Runtime) Settings(ctx context.Context, conversationID string) (agent.Settings, error) {
-	if r.isClosed() {
-		return agent.Settings{}, ErrClosed
+	if err := r.enter(ctx); err != nil {
+		return agent.Settings{}, fmt.Errorf("lazarus: settings of %q: %w", clipID(conversationID), err)
 	}
 	if err := journal.ValidateID("conversation id", conversationID); err != nil {
 		return agent.Settings{}, fmt.Errorf("lazarus: settings: %w", err)
