@@ -3,13 +3,16 @@ package lazarus_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/lazarusrt/lazarus"
 	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/journal/memjournal"
 	"github.com/lazarusrt/lazarus/messages"
 	"github.com/stretchr/testify/require"
 )
@@ -207,4 +210,29 @@ func TestHostileStringsAreNotEchoedWhole(t *testing.T) {
 	scs, err := rt.Schedules(ctx, "c")
 	require.NoError(t, err)
 	require.Empty(t, scs, "nothing was written")
+}
+
+// TestRejectReasonIsCutAndMadeUTF8: Reject records its reason as
+// agent.ErrorOutcome does, as its godoc says: bytes that are not UTF-8
+// become U+FFFD, a reason over agent.MaxErrorBytes is cut there, and an
+// empty one is an error without a message; none is refused.
+func TestRejectReasonIsCutAndMadeUTF8(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	model := scripted.New(scripted.Options{})
+	rt := openContract(t, memjournal.New(memjournal.Options{}), model, 0)
+	long := strings.Repeat("r", agent.MaxErrorBytes+10)
+	for _, c := range []struct{ reason, want string }{
+		{"", ""},
+		{"no\xff", "no\uFFFD"},
+		{long, long[:agent.MaxErrorBytes-3] + "..."},
+	} {
+		conv := fmt.Sprintf("reject-%d", len(c.reason))
+		id := suspend(ctx, t, rt, model, conv)
+		require.NoError(t, rt.Reject(ctx, id, c.reason, user))
+		row, err := rt.Store().ToolCall(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, agent.CodeRejected, row.GetResult().GetError().GetCode())
+		require.Equal(t, c.want, row.GetResult().GetError().GetMessage())
+	}
 }

@@ -641,8 +641,11 @@ func (r *Runtime) Resolve(ctx context.Context, toolCallID, result string, scope 
 
 // Reject answers a pending human tool call with an error the model will
 // see (a human declined, say), of code agent.CodeRejected with reason as
-// its message. Otherwise it behaves as Resolve (the same authorization, with
-// Authorization.Reject set).
+// its message, as agent.ErrorOutcome makes it: bytes that are not UTF-8
+// become U+FFFD and a reason over agent.MaxErrorBytes is cut there (ending
+// in "..."); an empty reason is an error without a message. Otherwise it
+// behaves as Resolve (the same authorization, with Authorization.Reject
+// set).
 func (r *Runtime) Reject(ctx context.Context, toolCallID, reason string, scope agent.Scope) error {
 	return r.resolve(ctx, toolCallID, messages.ToolCallStatus_TOOL_CALL_STATUS_ERRORED,
 		agent.ErrorOutcome(agent.CodeRejected, reason), scope)
