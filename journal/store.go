@@ -186,7 +186,9 @@ type Deadlines interface {
 
 // Audit stores what was rendered to the model on each turn. It is off by
 // default: unless the adapter was opened with audit on, PutModelCall does
-// nothing and ModelCalls returns nothing.
+// nothing, ModelCalls returns nothing and GCModelCalls removes nothing,
+// also of the rows a durable Store opened with audit on wrote earlier
+// (they stay, for the next Store opened with it on).
 type Audit interface {
 	// PutModelCall records mc (keyed by conversation and TurnRef),
 	// replacing a row with the same TurnRef. With audit on, ErrDeleted after

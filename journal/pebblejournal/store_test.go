@@ -1110,3 +1110,30 @@ func TestCopyCallCopiesEveryField(t *testing.T) {
 	require.True(t, proto.Equal(rec, cp), "copyCall keeps every field: %v", cp)
 	require.NotSame(t, rec, cp)
 }
+
+// TestAuditOffHidesEarlierRows: rows written while audit was on are neither
+// listed nor collected by a store opened with audit off (Options.Audit), and
+// are there again once audit is back on.
+func TestAuditOffHidesEarlierRows(t *testing.T) {
+	fs := vfs.NewMem()
+	ctx := t.Context()
+	on, err := Open("db", Options{FS: fs, Audit: true})
+	require.NoError(t, err)
+	appendN(t, on, "c", 0, 1)
+	require.NoError(t, on.PutModelCall(ctx, &messages.ModelCall{ConversationId: "c", TurnRef: 1, Created: timestamppb.New(time.Unix(0, 0))}))
+	require.NoError(t, on.Close())
+
+	off := openMem(t, Options{FS: fs})
+	calls, err := off.ModelCalls(ctx, "c")
+	require.NoError(t, err)
+	require.Empty(t, calls, "ModelCalls returns nothing with audit off")
+	n, err := off.GCModelCalls(ctx, "c", time.Unix(1000, 0))
+	require.NoError(t, err)
+	require.Zero(t, n, "GCModelCalls removes nothing with audit off")
+	require.NoError(t, off.Close())
+
+	again := openMem(t, Options{FS: fs, Audit: true})
+	calls, err = again.ModelCalls(ctx, "c")
+	require.NoError(t, err)
+	require.Len(t, calls, 1, "the row is still there")
+}

@@ -579,7 +579,8 @@ func (s *Store) PutModelCall(ctx context.Context, mc *messages.ModelCall) error 
 	})
 }
 
-// ModelCalls implements journal.Audit.
+// ModelCalls implements journal.Audit. With audit off it returns nothing,
+// whatever rows a Store with audit on wrote to the database.
 func (s *Store) ModelCalls(ctx context.Context, conversationID string) ([]*messages.ModelCall, error) {
 	ctx, cancel, err := s.enter(ctx)
 	if err != nil {
@@ -588,6 +589,9 @@ func (s *Store) ModelCalls(ctx context.Context, conversationID string) ([]*messa
 	defer cancel()
 	if err := validConv(conversationID); err != nil {
 		return nil, err
+	}
+	if !s.audit {
+		return nil, nil
 	}
 	rows, err := s.pool.Query(ctx, "SELECT turn_ref, data FROM lz_audit WHERE conv = $1", []byte(conversationID))
 	if err != nil {
@@ -624,7 +628,7 @@ func (s *Store) ModelCalls(ctx context.Context, conversationID string) ([]*messa
 }
 
 // GCModelCalls implements journal.Audit. A row without a created time
-// counts as older than any time.
+// counts as older than any time. With audit off it removes nothing.
 func (s *Store) GCModelCalls(ctx context.Context, conversationID string, olderThan time.Time) (int, error) {
 	ctx, cancel, err := s.enter(ctx)
 	if err != nil {
@@ -633,6 +637,9 @@ func (s *Store) GCModelCalls(ctx context.Context, conversationID string, olderTh
 	defer cancel()
 	if err := validConv(conversationID); err != nil {
 		return 0, err
+	}
+	if !s.audit {
+		return 0, nil
 	}
 	ts := timestamppb.New(olderThan)
 	tag, err := s.execCommit(ctx, "gc model calls", "DELETE FROM lz_audit WHERE conv = $1 AND (created_s IS NULL OR (created_s, created_n) < ($2, $3))",

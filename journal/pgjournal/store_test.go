@@ -17,6 +17,7 @@ import (
 	"github.com/lazarusrt/lazarus/messages"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 func userEvent(text string) *messages.Event {
@@ -274,4 +275,29 @@ func TestWriteSettings(t *testing.T) {
 	})
 	require.NoError(t, err)
 	assert.Equal(t, []string{"lz_events.data=l", "lz_summaries.data=l", "lz_tool_calls.data=l"}, got)
+}
+
+// TestAuditOffHidesEarlierRows: as in every adapter (journal.Audit), a store
+// opened without Options.Audit neither lists nor collects the audit rows a
+// store with audit on wrote to the same database; they are there again once
+// audit is back on.
+func TestAuditOffHidesEarlierRows(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	ctx := t.Context()
+	on := open(t, dsn, Options{Audit: true})
+	_, err := on.Append(ctx, &messages.AppendRequest{ConversationId: "c", Events: []*messages.Event{userEvent("hi")}})
+	require.NoError(t, err)
+	require.NoError(t, on.PutModelCall(ctx, &messages.ModelCall{ConversationId: "c", TurnRef: 1, Created: timestamppb.New(time.Unix(0, 0))}))
+
+	off := open(t, dsn, Options{})
+	calls, err := off.ModelCalls(ctx, "c")
+	require.NoError(t, err)
+	require.Empty(t, calls, "ModelCalls returns nothing with audit off")
+	n, err := off.GCModelCalls(ctx, "c", time.Unix(1000, 0))
+	require.NoError(t, err)
+	require.Zero(t, n, "GCModelCalls removes nothing with audit off")
+
+	calls, err = on.ModelCalls(ctx, "c")
+	require.NoError(t, err)
+	require.Len(t, calls, 1, "the row is still there")
 }
