@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/lazarusrt/lazarus"
 	"github.com/lazarusrt/lazarus/actors/actorstest"
@@ -187,4 +188,55 @@ func TestAuditSweepRunsAtMostOnceASecond(t *testing.T) {
 		}
 		require.NoError(t, rt.Close())
 	}
+}
+
+// TestAuditRecordsWhatTheModelWasGiven: an audit row holds what was
+// rendered to the model on its turn (the seeds' rendered context, "exactly
+// what was sent to the model"): the context and the summary, and also the
+// settings (the system prompt among them) and the tools the model was
+// offered, as the Model received them in its agent.Turn.
+func TestAuditRecordsWhatTheModelWasGiven(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	mem := memjournal.New(memjournal.Options{Audit: true})
+	defer mem.Close()
+	turns := make(chan agent.Turn, 2)
+	model := agent.ModelFunc(func(_ context.Context, turn agent.Turn, _ func(string)) (*messages.AssistantMessage, error) {
+		turns <- turn
+		return agent.Text("ok"), nil
+	})
+	noop := func(context.Context, agent.Invocation) (string, error) { return `{}`, nil }
+	rt, err := lazarus.Open(lazarus.Options{Store: mem, Model: model, Audit: lazarus.AuditOptions{Enabled: true},
+		Settings: agent.Settings{SystemPrompt: "be brief", MaxTokens: 100},
+		Tools: []agent.Tool{
+			{Name: "zeta", Executor: messages.Executor_EXECUTOR_SERVER, Run: noop},
+			{Name: "alpha", Executor: messages.Executor_EXECUTOR_HUMAN},
+		}})
+	require.NoError(t, err)
+	defer rt.Close()
+	u := agent.Scope{UserID: "u"}
+	temp := 0.5
+	require.NoError(t, rt.Configure(ctx, "c", agent.Settings{SystemPrompt: "be kind", Temperature: &temp}))
+	_, err = rt.SendAndWait(ctx, "c", "hello", u)
+	require.NoError(t, err)
+	turn := <-turns
+
+	calls, err := mem.ModelCalls(ctx, "c")
+	require.NoError(t, err)
+	require.Len(t, calls, 1)
+	mc := calls[0]
+	require.Len(t, mc.GetRenderedContext(), len(turn.Context))
+	for i, ev := range turn.Context {
+		require.True(t, proto.Equal(ev, mc.GetRenderedContext()[i]), "the rendered context, event %d", i)
+	}
+	require.Equal(t, map[string]string{"system_prompt": "be kind", "temperature": "0.5", "max_tokens": "100"}, mc.GetSettings(),
+		"the settings the call was made with: the conversation's over the defaults, unset ones absent")
+	require.Equal(t, agent.SettingsOf(mc.GetSettings()), turn.Settings)
+	var names []string
+	for _, spec := range turn.Tools {
+		names = append(names, spec.Name)
+	}
+	require.Equal(t, []string{"alpha", "zeta"}, names)
+	require.Equal(t, names, mc.GetTools(), "the tools offered, sorted")
+	require.Empty(t, mc.GetAgent(), "the default agent's turn")
 }

@@ -77,8 +77,11 @@ type AuditOptions struct {
 	// Enabled records exactly what was rendered to the model on every turn
 	// (a messages.ModelCall: the context, the summary it started from and
 	// its version, what it left out (evictions: the span the summary
-	// stands for, the spans rewinds skipped), the model, usage and
-	// latency). Default off: the audit holds user data and grows fast.
+	// stands for, the spans rewinds skipped), the settings the call was
+	// made with (the system prompt among them), the names of the tools
+	// offered (their descriptions and schemas are the registered tools'),
+	// the agent whose turn it was, the model, usage and latency). Default
+	// off: the audit holds user data and grows fast.
 	Enabled bool
 	// TTL deletes audit rows older than this, checked every TTL/2 (at
 	// most once a second, whatever the TTL). Zero means rows are kept

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -508,6 +509,7 @@ func (c *conversation) startModel(ctx actor.Context, e effStartModel) {
 				ConversationId: turn.ConversationID, TurnRef: lastSeq, RenderedContext: turn.Context,
 				Model: msg.GetModel(), Usage: msg.GetUsage(), LatencyNanos: int64(clock.Now().Sub(began)),
 				Summary: turn.Summary, SummaryVersion: turn.Summary.GetVersion(), Evictions: e.evicted, Created: journal.Timestamp(clock.Now()),
+				Settings: auditSettings(turn.Settings), Tools: toolNames(turn.Tools), Agent: turn.Agent,
 			}
 			if aerr := store.PutModelCall(turnCtx, mc); aerr != nil {
 				log.Warn("audit write failed", "err", aerr)
@@ -515,6 +517,30 @@ func (c *conversation) startModel(ctx actor.Context, e effStartModel) {
 		}
 		send(&inModelDone{turn: id, msg: msg, err: err})
 	})
+}
+
+// auditSettings returns the settings a model call was made with, as an
+// audit row keeps them: the fields that are set.
+func auditSettings(s agent.Settings) map[string]string {
+	m := s.Map()
+	maps.DeleteFunc(m, func(_, v string) bool { return v == "" })
+	if len(m) == 0 {
+		return nil
+	}
+	return m
+}
+
+// toolNames returns the names of the tools offered to the model, in their
+// order (Turn.Tools is sorted by name).
+func toolNames(specs []agent.ToolSpec) []string {
+	if len(specs) == 0 {
+		return nil
+	}
+	names := make([]string, len(specs))
+	for i, spec := range specs {
+		names[i] = spec.Name
+	}
+	return names
 }
 
 func (c *conversation) summarize(ctx actor.Context, plan snapshot.Plan) {

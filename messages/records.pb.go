@@ -2311,9 +2311,17 @@ type ModelCall struct {
 	// evictions name the spans of the log the context left out, ascending:
 	// "summary:1-N" (the summary stands for events 1 to N) and "rewound:A-B"
 	// (events A to B, after it, that a rewind skipped).
-	Evictions     []string               `protobuf:"bytes,8,rep,name=evictions,proto3" json:"evictions,omitempty"`
-	Created       *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=created,proto3" json:"created,omitempty"`
-	Summary       *Summary               `protobuf:"bytes,10,opt,name=summary,proto3" json:"summary,omitempty"`
+	Evictions []string               `protobuf:"bytes,8,rep,name=evictions,proto3" json:"evictions,omitempty"`
+	Created   *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=created,proto3" json:"created,omitempty"`
+	Summary   *Summary               `protobuf:"bytes,10,opt,name=summary,proto3" json:"summary,omitempty"`
+	// settings are the model settings the call was made with (the turn's
+	// agent.Settings, keyed as in Conversation.settings; a field not set is
+	// absent): the system prompt among them.
+	Settings map[string]string `protobuf:"bytes,11,rep,name=settings,proto3" json:"settings,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// tools name the tools offered to the model, sorted.
+	Tools []string `protobuf:"bytes,12,rep,name=tools,proto3" json:"tools,omitempty"`
+	// agent names the agent whose turn it was ("" for the default agent).
+	Agent         string `protobuf:"bytes,13,opt,name=agent,proto3" json:"agent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2416,6 +2424,27 @@ func (x *ModelCall) GetSummary() *Summary {
 		return x.Summary
 	}
 	return nil
+}
+
+func (x *ModelCall) GetSettings() map[string]string {
+	if x != nil {
+		return x.Settings
+	}
+	return nil
+}
+
+func (x *ModelCall) GetTools() []string {
+	if x != nil {
+		return x.Tools
+	}
+	return nil
+}
+
+func (x *ModelCall) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
 }
 
 // Tombstone marks a deleted conversation so that a late write cannot
@@ -2636,7 +2665,7 @@ const file_lazarus_v1_records_proto_rawDesc = "" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12 \n" +
 	"\ftool_call_id\x18\x02 \x01(\tR\n" +
 	"toolCallId\x12*\n" +
-	"\x02at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\x9d\x03\n" +
+	"\x02at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xc7\x04\n" +
 	"\tModelCall\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12\x19\n" +
 	"\bturn_ref\x18\x02 \x01(\x04R\aturnRef\x12<\n" +
@@ -2648,7 +2677,13 @@ const file_lazarus_v1_records_proto_rawDesc = "" +
 	"\tevictions\x18\b \x03(\tR\tevictions\x124\n" +
 	"\acreated\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\acreated\x12-\n" +
 	"\asummary\x18\n" +
-	" \x01(\v2\x13.lazarus.v1.SummaryR\asummary\"A\n" +
+	" \x01(\v2\x13.lazarus.v1.SummaryR\asummary\x12?\n" +
+	"\bsettings\x18\v \x03(\v2#.lazarus.v1.ModelCall.SettingsEntryR\bsettings\x12\x14\n" +
+	"\x05tools\x18\f \x03(\tR\x05tools\x12\x14\n" +
+	"\x05agent\x18\r \x01(\tR\x05agent\x1a;\n" +
+	"\rSettingsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"A\n" +
 	"\tTombstone\x124\n" +
 	"\adeleted\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\adeleted*M\n" +
 	"\bExecutor\x12\x18\n" +
@@ -2688,7 +2723,7 @@ func file_lazarus_v1_records_proto_rawDescGZIP() []byte {
 }
 
 var file_lazarus_v1_records_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_lazarus_v1_records_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_lazarus_v1_records_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_lazarus_v1_records_proto_goTypes = []any{
 	(Executor)(0),                 // 0: lazarus.v1.Executor
 	(ToolCallStatus)(0),           // 1: lazarus.v1.ToolCallStatus
@@ -2724,7 +2759,8 @@ var file_lazarus_v1_records_proto_goTypes = []any{
 	(*Tombstone)(nil),             // 31: lazarus.v1.Tombstone
 	nil,                           // 32: lazarus.v1.FSMState.PendingEntry
 	nil,                           // 33: lazarus.v1.Conversation.SettingsEntry
-	(*timestamppb.Timestamp)(nil), // 34: google.protobuf.Timestamp
+	nil,                           // 34: lazarus.v1.ModelCall.SettingsEntry
+	(*timestamppb.Timestamp)(nil), // 35: google.protobuf.Timestamp
 }
 var file_lazarus_v1_records_proto_depIdxs = []int32{
 	5,  // 0: lazarus.v1.ContentPart.image:type_name -> lazarus.v1.Blob
@@ -2741,7 +2777,7 @@ var file_lazarus_v1_records_proto_depIdxs = []int32{
 	14, // 11: lazarus.v1.Suspension.pending:type_name -> lazarus.v1.PendingCall
 	1,  // 12: lazarus.v1.Resolution.status:type_name -> lazarus.v1.ToolCallStatus
 	16, // 13: lazarus.v1.Resolution.resolver:type_name -> lazarus.v1.Identity
-	34, // 14: lazarus.v1.Event.time:type_name -> google.protobuf.Timestamp
+	35, // 14: lazarus.v1.Event.time:type_name -> google.protobuf.Timestamp
 	16, // 15: lazarus.v1.Event.author:type_name -> lazarus.v1.Identity
 	10, // 16: lazarus.v1.Event.user_msg:type_name -> lazarus.v1.UserMessage
 	11, // 17: lazarus.v1.Event.assistant_msg:type_name -> lazarus.v1.AssistantMessage
@@ -2757,10 +2793,10 @@ var file_lazarus_v1_records_proto_depIdxs = []int32{
 	33, // 27: lazarus.v1.Conversation.settings:type_name -> lazarus.v1.Conversation.SettingsEntry
 	2,  // 28: lazarus.v1.Conversation.status:type_name -> lazarus.v1.ConversationStatus
 	22, // 29: lazarus.v1.Conversation.fsm_state:type_name -> lazarus.v1.FSMState
-	34, // 30: lazarus.v1.Conversation.created:type_name -> google.protobuf.Timestamp
-	34, // 31: lazarus.v1.Conversation.updated:type_name -> google.protobuf.Timestamp
+	35, // 30: lazarus.v1.Conversation.created:type_name -> google.protobuf.Timestamp
+	35, // 31: lazarus.v1.Conversation.updated:type_name -> google.protobuf.Timestamp
 	24, // 32: lazarus.v1.Conversation.forked_from:type_name -> lazarus.v1.ForkOrigin
-	34, // 33: lazarus.v1.Summary.created:type_name -> google.protobuf.Timestamp
+	35, // 33: lazarus.v1.Summary.created:type_name -> google.protobuf.Timestamp
 	27, // 34: lazarus.v1.Summary.requests:type_name -> lazarus.v1.RequestRef
 	16, // 35: lazarus.v1.Summary.requester:type_name -> lazarus.v1.Identity
 	25, // 36: lazarus.v1.Summary.agents:type_name -> lazarus.v1.Summary
@@ -2768,23 +2804,24 @@ var file_lazarus_v1_records_proto_depIdxs = []int32{
 	0,  // 38: lazarus.v1.ToolCallRecord.executor:type_name -> lazarus.v1.Executor
 	1,  // 39: lazarus.v1.ToolCallRecord.status:type_name -> lazarus.v1.ToolCallStatus
 	9,  // 40: lazarus.v1.ToolCallRecord.result:type_name -> lazarus.v1.ToolOutcome
-	34, // 41: lazarus.v1.ToolCallRecord.created:type_name -> google.protobuf.Timestamp
-	34, // 42: lazarus.v1.ToolCallRecord.resolved:type_name -> google.protobuf.Timestamp
-	34, // 43: lazarus.v1.ToolCallRecord.deadline:type_name -> google.protobuf.Timestamp
+	35, // 41: lazarus.v1.ToolCallRecord.created:type_name -> google.protobuf.Timestamp
+	35, // 42: lazarus.v1.ToolCallRecord.resolved:type_name -> google.protobuf.Timestamp
+	35, // 43: lazarus.v1.ToolCallRecord.deadline:type_name -> google.protobuf.Timestamp
 	16, // 44: lazarus.v1.ToolCallRecord.requester:type_name -> lazarus.v1.Identity
 	16, // 45: lazarus.v1.ToolCallRecord.resolver:type_name -> lazarus.v1.Identity
-	34, // 46: lazarus.v1.Deadline.at:type_name -> google.protobuf.Timestamp
+	35, // 46: lazarus.v1.Deadline.at:type_name -> google.protobuf.Timestamp
 	21, // 47: lazarus.v1.ModelCall.rendered_context:type_name -> lazarus.v1.Event
 	7,  // 48: lazarus.v1.ModelCall.usage:type_name -> lazarus.v1.Usage
-	34, // 49: lazarus.v1.ModelCall.created:type_name -> google.protobuf.Timestamp
+	35, // 49: lazarus.v1.ModelCall.created:type_name -> google.protobuf.Timestamp
 	25, // 50: lazarus.v1.ModelCall.summary:type_name -> lazarus.v1.Summary
-	34, // 51: lazarus.v1.Tombstone.deleted:type_name -> google.protobuf.Timestamp
-	14, // 52: lazarus.v1.FSMState.PendingEntry.value:type_name -> lazarus.v1.PendingCall
-	53, // [53:53] is the sub-list for method output_type
-	53, // [53:53] is the sub-list for method input_type
-	53, // [53:53] is the sub-list for extension type_name
-	53, // [53:53] is the sub-list for extension extendee
-	0,  // [0:53] is the sub-list for field type_name
+	34, // 51: lazarus.v1.ModelCall.settings:type_name -> lazarus.v1.ModelCall.SettingsEntry
+	35, // 52: lazarus.v1.Tombstone.deleted:type_name -> google.protobuf.Timestamp
+	14, // 53: lazarus.v1.FSMState.PendingEntry.value:type_name -> lazarus.v1.PendingCall
+	54, // [54:54] is the sub-list for method output_type
+	54, // [54:54] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_lazarus_v1_records_proto_init() }
@@ -2818,7 +2855,7 @@ func file_lazarus_v1_records_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lazarus_v1_records_proto_rawDesc), len(file_lazarus_v1_records_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   30,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
