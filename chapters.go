@@ -32,7 +32,11 @@ type Chapter struct {
 // the newest chapter, up to the last seq): the latest summary whose ToSeq
 // is below the page's last seq, and the events after it up to that seq.
 // Page backwards with Chapter.Prev. Its cost is that of the chapter's
-// events, not of the log. A conversation without events returns an empty
+// events, not of the log. Chapters are the conversation's, not one
+// agent's (there is no agent filter, unlike HistoryOptions.Agent): with
+// named agents a chapter holds every agent's events, and its summary
+// record each named agent's summary at the same seq (Summary.Agents);
+// snapshot.VisibleTo keeps the events of one agent's view. A conversation without events returns an empty
 // chapter; a deleted one, an error wrapping journal.ErrDeleted.
 func (r *Runtime) Chapters(ctx context.Context, conversationID string, before uint64) (Chapter, error) {
 	op := fmt.Sprintf("lazarus: chapter of %q before seq %d", clipID(conversationID), before)

@@ -139,6 +139,35 @@ func TestPerAgentSummariesAndRevival(t *testing.T) {
 		require.True(t, critFromSummary, "a critic's turn started from its summary")
 		require.True(t, defFromSummary, "a default agent's turn started from its summary")
 
+		// Chapters are the conversation's, not one agent's: followed back
+		// from the newest, they hold every event of the log, of both
+		// agents, once, and each chapter's summary record carries the
+		// critic's summary beside the default agent's.
+		var paged []*messages.Event
+		agents := map[string]bool{}
+		for before := uint64(0); ; {
+			ch, err := h.rt.Chapters(ctx, "c", before)
+			require.NoError(t, err)
+			paged = append(ch.Events, paged...)
+			for _, ev := range ch.Events {
+				agents[ev.GetAgent()] = true
+			}
+			if ch.Summary != nil {
+				require.Len(t, ch.Summary.GetAgents(), 1, "chapter before %d", before)
+				require.Equal(t, "critic", ch.Summary.GetAgents()[0].GetAgent())
+			}
+			if ch.Prev == 0 {
+				break
+			}
+			before = ch.Prev
+		}
+		log := h.history("c")
+		require.Len(t, paged, len(log))
+		for i := range log {
+			require.True(t, proto.Equal(log[i], paged[i]), "event %d", i)
+		}
+		require.Equal(t, map[string]bool{"": true, "critic": true}, agents)
+
 		// A kill during the critic's turn: the revival gives it the same
 		// summary and context (or, if a summary landed during the held
 		// call, exactly its newer summary and the later events it sees).
