@@ -312,7 +312,7 @@ func (n *clusterNode) resume() {
 	r.mu.Unlock()
 	go func() {
 		for {
-			r.resumeInterrupted()
+			r.resumeInterrupted(false)
 			n.mu.Lock()
 			if !n.again {
 				n.resuming = false

@@ -70,6 +70,7 @@ const (
 	DefaultHumanTimeout     = agent.DefaultHumanTimeout
 	DefaultCallTimeout      = 30 * time.Second
 	DefaultSubscriberBuffer = 1024
+	DefaultResumeInterval   = 30 * time.Second
 )
 
 // AuditOptions configures the model-call audit.
@@ -204,8 +205,19 @@ type Options struct {
 	// (a turn owed or a server tool running), read from the Store's index
 	// of those (ListActiveConversations): the cost is the number of ACTIVE
 	// conversations, not the number of conversations. A turn that failed for
-	// good left its conversation IDLE, and is not resumed.
+	// good left its conversation IDLE, and is not resumed. NoResume also
+	// turns off the scan of ResumeInterval.
 	NoResume bool
+	// ResumeInterval is how often the runtime looks again for ACTIVE
+	// conversations that have no live actor, and wakes them. An activation
+	// whose write or revival failed (the Store unreachable, a commit's
+	// outcome unknown) stops, and the work it owed would otherwise wait for
+	// the conversation's next command; with this scan it resumes within
+	// an interval once the Store is back. The scan reads the same index as
+	// Open's and skips live conversations. The interval is real time, not
+	// Clock's. Default DefaultResumeInterval; negative: no scan after
+	// Open's.
+	ResumeInterval time.Duration
 	// Cluster, when set, makes this Runtime a member of a protoactor
 	// cluster sharing the Store with the other members (see
 	// ClusterOptions). Default nil: a single process, no network.
@@ -238,6 +250,9 @@ func (o Options) withDefaults() Options {
 	if o.SubscriberBuffer <= 0 {
 		o.SubscriberBuffer = DefaultSubscriberBuffer
 	}
+	if o.ResumeInterval == 0 {
+		o.ResumeInterval = DefaultResumeInterval
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -268,7 +283,9 @@ type Runtime struct {
 	mu     sync.Mutex
 	closed bool
 	gcStop func() bool
-	gcWG   sync.WaitGroup // the audit sweep, the blob sweep, the resume scan, the schedule deliveries, the retries of schedule changes
+	// resumeStop stops the timer of the periodic resume scan (armResume).
+	resumeStop func() bool
+	gcWG       sync.WaitGroup // the audit sweep, the blob sweep, the resume scan, the schedule deliveries, the retries of schedule changes
 
 	// files is nil unless Options.Files.Root is set (files.go).
 	files *fileRoot
@@ -453,7 +470,10 @@ func Open(opts Options) (*Runtime, error) {
 	r.mu.Unlock()
 	if !opts.NoResume {
 		r.gcWG.Add(1)
-		go r.resumeInterrupted()
+		go r.resumeInterrupted(false)
+		r.mu.Lock()
+		r.armResume()
+		r.mu.Unlock()
 	}
 	r.startFireWorkers()
 	return r, nil
@@ -914,10 +934,11 @@ const resumePage = 500
 // conversation whose row no longer says ACTIVE when its turn comes (a page
 // can be old by then) is not woken; one that is live is woken with the
 // log's last seq, which retires its activation only if that is stale
-// (idle since another writer moved the log on). Close ends it: its
-// context is the runtime's life, which Close cancels, and it checks for
-// Close before each wake.
-func (r *Runtime) resumeInterrupted() {
+// (idle since another writer moved the log on); a periodic scan
+// (armResume) skips live ones. Close ends it: its context is the
+// runtime's life, which Close cancels, and it checks for Close before
+// each wake.
+func (r *Runtime) resumeInterrupted(periodic bool) {
 	defer r.gcWG.Done()
 	ctx := r.life
 	cursor := ""
@@ -943,6 +964,9 @@ func (r *Runtime) resumeInterrupted() {
 			}
 			var logLast uint64
 			if r.sup.IsActive(id) {
+				if periodic {
+					continue // live: not stalled
+				}
 				// A live one needs nothing, unless it is stale: idle since
 				// before another writer (a member that owned it meanwhile)
 				// moved the log on, it would never run the turn that
@@ -964,6 +988,29 @@ func (r *Runtime) resumeInterrupted() {
 		}
 		cursor = next
 	}
+}
+
+// armResume arms the next periodic resume scan (Options.ResumeInterval),
+// unless the interval is negative. r.mu must be held.
+func (r *Runtime) armResume() {
+	if r.opts.ResumeInterval < 0 || r.closed {
+		return
+	}
+	// Real time, not Options.Clock: a test's manual clock counts and runs
+	// the actors' timers, which this scan is not one of.
+	r.resumeStop = time.AfterFunc(r.opts.ResumeInterval, func() {
+		r.mu.Lock()
+		if r.closed {
+			r.mu.Unlock()
+			return
+		}
+		r.gcWG.Add(1)
+		r.mu.Unlock()
+		r.resumeInterrupted(true) // Done by it
+		r.mu.Lock()
+		r.armResume()
+		r.mu.Unlock()
+	}).Stop
 }
 
 // stillActive reports whether the conversation's row still says a turn is
@@ -993,6 +1040,9 @@ func (r *Runtime) Close() error {
 	r.closed = true
 	if r.gcStop != nil {
 		r.gcStop()
+	}
+	if r.resumeStop != nil {
+		r.resumeStop()
 	}
 	r.stopFileSweep()
 	r.mu.Unlock()

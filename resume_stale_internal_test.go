@@ -43,7 +43,7 @@ func TestResumeRevivesAStaleLiveActivation(t *testing.T) {
 	require.NoError(t, err)
 
 	rt.gcWG.Add(1)
-	rt.resumeInterrupted()
+	rt.resumeInterrupted(false)
 	require.Eventually(t, func() bool {
 		evs, err := rt.Store().Events(ctx, "c", journal.EventQuery{Limit: 1})
 		if err != nil || len(evs) != 1 || len(evs[0].GetAssistantMsg().GetContent()) == 0 {

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/journal/memjournal"
@@ -155,4 +156,69 @@ func TestResumeSkipsATurnThatEndedSinceTheListing(t *testing.T) {
 	require.NoError(t, model.WaitCalls(ctx, active[1], 1), "the other listed conversation is resumed")
 	require.Zero(t, model.Calls(active[0]), "the conversation whose turn ended is not woken")
 	require.False(t, rt.IsActive(active[0]), "no actor of it is alive")
+}
+
+// answerLostStore fails the first write that holds an assistant_msg with
+// journal.ErrUnknownOutcome, writing nothing of it: a commit whose reply
+// was lost, as a dropped connection leaves it.
+type answerLostStore struct {
+	journal.Store
+	failed atomic.Bool
+}
+
+func (s *answerLostStore) lose(req *messages.AppendRequest) bool {
+	for _, ev := range req.GetEvents() {
+		if ev.GetAssistantMsg() != nil {
+			return s.failed.CompareAndSwap(false, true)
+		}
+	}
+	return false
+}
+
+func (s *answerLostStore) Append(ctx context.Context, req *messages.AppendRequest) (journal.AppendResult, error) {
+	if s.lose(req) {
+		return journal.AppendResult{}, fmt.Errorf("test: connection lost during COMMIT: %w", journal.ErrUnknownOutcome)
+	}
+	return s.Store.Append(ctx, req)
+}
+
+func (s *answerLostStore) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest) []journal.AppendResult {
+	out := make([]journal.AppendResult, len(reqs))
+	for i, req := range reqs {
+		out[i].FirstSeq, out[i].LastSeq, out[i].Err = req.GetExpectedLast(), req.GetExpectedLast(), nil
+		if s.lose(req) {
+			out[i].Err = fmt.Errorf("test: connection lost during COMMIT: %w", journal.ErrUnknownOutcome)
+			continue
+		}
+		res, err := s.Store.Append(ctx, req)
+		out[i], out[i].Err = res, err
+	}
+	return out
+}
+
+// TestStalledTurnResumesWithoutACommand: a write that failed (its outcome
+// unknown) stops the activation, and the turn it owed waits for no
+// command: the periodic scan of ACTIVE conversations (ResumeInterval)
+// wakes it, and the answer is written.
+func TestStalledTurnResumesWithoutACommand(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	store := &answerLostStore{Store: memjournal.New(memjournal.Options{})}
+	model := scripted.New(scripted.Options{})
+	model.Push("c", scripted.Text("lost"), scripted.Text("found"))
+	rt, err := lazarus.Open(lazarus.Options{Model: model, Store: store, ResumeInterval: 20 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rt.Close() })
+
+	_, err = rt.SendAndWait(ctx, "c", "hello", agent.Scope{UserID: "u"})
+	require.ErrorIs(t, err, journal.ErrUnknownOutcome, "the answer's write failed")
+	require.True(t, store.failed.Load())
+	require.Eventually(t, func() bool {
+		evs, err := rt.History(ctx, "c", 0, 0)
+		return err == nil && len(evs) == 2 && evs[1].GetAssistantMsg() != nil
+	}, 10*time.Second, 5*time.Millisecond, "the owed turn ran again with no command")
+	evs, err := rt.History(ctx, "c", 0, 0)
+	require.NoError(t, err)
+	require.Equal(t, "found", evs[1].GetAssistantMsg().GetContent()[0].GetText())
+	require.Equal(t, 2, model.Calls("c"))
 }
