@@ -203,3 +203,46 @@ func TestForwardedCallsKeepTheirSentinels(t *testing.T) {
 	require.ErrorIs(t, err, journal.ErrDeleted)
 	require.ErrorIs(t, p.caller.Wake(ctx, p.conv), journal.ErrDeleted)
 }
+
+// A subscription in cluster mode to a conversation its own member owns
+// ends with Close, whatever its context: Close waits for the subscribers'
+// goroutines, and the one following the local hub waited only for its
+// context, a membership change or the hub's channel, which Close closes
+// after that wait.
+func TestCloseEndsALocalSubscriptionInClusterMode(t *testing.T) {
+	store := memjournal.New(memjournal.Options{})
+	model := agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
+		return agent.Text("ok"), nil
+	})
+	p := newForwardPair(t, store, store, model)
+	n := p.caller.cl
+	conv := ""
+	for i := 0; conv == ""; i++ {
+		if c := fmt.Sprintf("mine-%d", i); n.owner(c) == n.self {
+			conv = c
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := p.caller.Send(ctx, conv, "hi", agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	updates, err := p.caller.Subscribe(context.Background(), conv, 0)
+	require.NoError(t, err)
+	// The history arrives: the follower runs on the local hub.
+	select {
+	case u := <-updates:
+		require.Equal(t, uint64(1), u.Event.GetSeq())
+	case <-ctx.Done():
+		t.Fatal("no update")
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- p.caller.Close() }()
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-ctx.Done():
+		t.Fatal("Close waits for a subscription whose context never ends")
+	}
+	for range updates { // closed by Close
+	}
+}

@@ -384,6 +384,11 @@ func (n *clusterNode) runFollower(ctx context.Context, conv string, last uint64,
 				case <-ctx.Done():
 					cancel()
 					return
+				case <-life.Done():
+					// Close waits for this goroutine before it closes
+					// the hub, which would end ch.
+					cancel()
+					return
 				}
 			}
 			cancel()
