@@ -494,15 +494,15 @@ func (n *clusterNode) abandoned(ctx context.Context, sentTo string) error {
 	return fmt.Errorf("%w: %s did not answer in time: %w", ErrUnknownOutcome, sentTo, cause)
 }
 
-// request sends req to owner's gateway and waits for the answer. An
-// idempotent call stops waiting when the membership changes and the
-// conversation's owner with it (moved): a killed owner's requests are
-// never answered, and would otherwise hold the call for the whole timeout.
+// request sends req to owner's gateway and waits for the answer, or for
+// ctx to end. An idempotent call also stops waiting when the membership
+// changes and the conversation's owner with it (moved): a killed owner's
+// requests are never answered, and would otherwise hold the call for the
+// whole timeout.
 func (n *clusterNode) request(ctx context.Context, owner string, req *messages.ClusterRequest, timeout time.Duration, changed <-chan struct{}, idempotent bool) (any, error, bool) {
 	f := n.sys.Root.RequestFuture(actor.NewPID(owner, GatewayName), req, timeout)
 	if !idempotent {
-		res, err := f.Result()
-		return res, err, false
+		changed = nil // its owner may have it: wait for it
 	}
 	type result struct {
 		res any

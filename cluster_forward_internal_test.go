@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,13 +24,15 @@ import (
 type holdStore struct {
 	journal.Store
 	conv    string
+	later   atomic.Bool // hold only once armed (with later set, arm says when)
+	armed   atomic.Bool
 	held    chan struct{}
 	release chan struct{}
 	once    sync.Once
 }
 
 func (s *holdStore) hold(req *messages.AppendRequest) {
-	if req.GetConversationId() == s.conv {
+	if req.GetConversationId() == s.conv && (!s.later.Load() || s.armed.Load()) {
 		s.once.Do(func() { close(s.held) })
 		<-s.release
 	}
@@ -245,4 +248,51 @@ func TestCloseEndsALocalSubscriptionInClusterMode(t *testing.T) {
 	}
 	for range updates { // closed by Close
 	}
+}
+
+// A forwarded call that is not idempotent (here a rewind) whose context is
+// cancelled while the owner writes it returns at once, as a local call
+// does: its outcome is unknown (ErrUnknownOutcome, with context.Canceled).
+// It waited for the owner's answer until ClusterOptions.RequestTimeout,
+// whatever its context.
+func TestForwardedCallCancelledReturnsAtOnce(t *testing.T) {
+	store := memjournal.New(memjournal.Options{})
+	hold := &holdStore{Store: store, held: make(chan struct{}), release: make(chan struct{})}
+	hold.later.Store(true)
+	model := agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
+		return agent.Text("ok"), nil
+	})
+	p := newForwardPair(t, hold, store, model)
+	hold.conv = p.conv
+	var released sync.Once
+	release := func() { released.Do(func() { close(hold.release) }) }
+	t.Cleanup(release)
+	p.caller.cl.opts.RequestTimeout = time.Hour
+	bound, cancelBound := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancelBound()
+	scope := agent.Scope{UserID: "u"}
+	_, err := p.caller.Send(bound, p.conv, "hi", scope)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		row, err := store.Conversation(bound, p.conv)
+		return err == nil && row.GetStatus() != messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE
+	}, 10*time.Second, 5*time.Millisecond, "the turn ended")
+	hold.armed.Store(true)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.caller.Rewind(ctx, p.conv, 1, RewindOptions{}, scope) }()
+	select {
+	case <-hold.held:
+	case <-bound.Done():
+		t.Fatal("the owner never wrote the rewind")
+	}
+	cancel()
+	select {
+	case err = <-done:
+	case <-bound.Done():
+		t.Fatal("a forwarded rewind outlived its cancelled context")
+	}
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorIs(t, err, ErrUnknownOutcome, "the owner had the rewind when the call ended: %v", err)
 }
