@@ -66,9 +66,13 @@ type ExpiryOptions struct {
 
 // ExpiryRebuild asks the expiry actor to drop its timers and read every
 // deadline and schedule it owns (ExpiryOptions.Owns) from the Store again: what a
-// membership change of a cluster sends. Expires in flight lose their
-// replies (their conversations are ACTIVE, and resumed by their owner).
-// A local-only message. No reply.
+// membership change of a cluster sends. Expires in flight keep their
+// replies: one written is delivered (Deliver) whoever owns its
+// conversation now, since its owner cannot tell (the call's row is
+// expired, its deadline gone, and a live activation there still awaits
+// it); one that failed is not sent again if this member no longer owns
+// the conversation (its owner read the deadline). A local-only message.
+// No reply.
 type ExpiryRebuild struct{}
 
 const (
@@ -227,8 +231,7 @@ func (a *expiryActor) Receive(ctx actor.Context) {
 		a.q.schedule(d.GetConversationId(), d.GetToolCallId(), unixNanos(d.GetAt()))
 		a.process(ctx)
 	case *ExpiryRebuild:
-		o := a.opts
-		a.q = newExpiryQueue(rand.Uint64(), o.MaxInFlight, int64(o.RetryAfter), int64(o.ReplyTimeout))
+		a.q.resetDeadlines(a.opts.Owns)
 		a.sq, a.firing = newDeadlineHeap(), nil
 		a.rebuilt, a.rebuildAt = false, 0
 		a.rebuild()

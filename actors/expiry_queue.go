@@ -239,6 +239,19 @@ func (q *expiryQueue) schedule(conv, call string, at int64) {
 	}
 }
 
+// resetDeadlines drops every deadline not yet sent and keeps the expires
+// in flight, whose replies still decide (an expire written is delivered).
+// An expire in flight whose conversation owns no longer reports is not
+// sent again: another member's expiry actor holds its deadline now.
+func (q *expiryQueue) resetDeadlines(owns func(conv string) bool) {
+	q.heap = newDeadlineHeap()
+	for _, f := range q.flights {
+		if owns != nil && !owns(f.conv) {
+			f.noRetry = true
+		}
+	}
+}
+
 // cancel removes the deadline of call. If an expire of call is in flight
 // and fails, it is not retried.
 func (q *expiryQueue) cancel(call string) {

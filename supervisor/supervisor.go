@@ -135,7 +135,8 @@ func Start(system *actor.ActorSystem, cfg Config) (*Supervisor, error) {
 
 // Repartition tells the expiry actor that what Config.Owns answers has
 // changed: it drops its timers and arms the deadlines it now owns, read
-// from the Store.
+// from the Store (an expire in flight is still delivered here once
+// written; see actors.ExpiryRebuild).
 func (s *Supervisor) Repartition() {
 	s.mu.Lock()
 	stopped := s.stopped
