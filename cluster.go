@@ -136,6 +136,7 @@ type clusterNode struct {
 
 	mu        sync.Mutex
 	topoKey   string        // the member ids and addresses last applied
+	topoGen   uint64        // how many memberships were applied
 	changed   chan struct{} // closed and replaced on every membership change
 	serving   map[string]serving
 	follow    map[string]*follower
@@ -258,8 +259,28 @@ func (n *clusterNode) setMembers(ms []*cluster.Member) bool {
 		return false
 	}
 	n.topoKey = key
+	n.topoGen++
 	n.members.Store(&addrs)
 	return true
+}
+
+// generation returns how many memberships were applied so far.
+func (n *clusterNode) generation() uint64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.topoGen
+}
+
+// attach hands the node the Runtime's supervisor, started while the
+// membership was at generation gen. A membership applied since then found
+// no supervisor to tell, and the expiry actor may have read the Store's
+// deadlines before it: the supervisor repartitions now. (A membership
+// applied after this check finds the supervisor.)
+func (n *clusterNode) attach(sup *supervisor.Supervisor, gen uint64) {
+	n.sup.Store(sup)
+	if n.generation() != gen {
+		sup.Repartition()
+	}
 }
 
 // onTopology applies a membership: ownership moves with it, so the expiry

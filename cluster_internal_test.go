@@ -1,15 +1,20 @@
 package lazarus
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/cluster"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus/actors"
+	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/journal/memjournal"
 	"github.com/lazarusrt/lazarus/messages"
 )
 
@@ -82,4 +87,39 @@ func TestWireErrors(t *testing.T) {
 	require.ErrorIs(t, replyErr(&messages.ClusterReply{Error: wireErr(fmt.Errorf("x: %w", ErrUnknownOutcome))}), ErrUnknownOutcome)
 	require.ErrorIs(t, replyErr(&messages.ClusterReply{Error: wireErr(journal.ErrStale)}), journal.ErrStale)
 	require.True(t, errors.Is(journal.ErrorFromProto(wireErr(journal.ErrDeleted)), journal.ErrDeleted))
+}
+
+// countDeadlines counts the reads of every deadline (the expiry actor's
+// rebuilds).
+type countDeadlines struct {
+	journal.Store
+	reads atomic.Int32
+}
+
+func (s *countDeadlines) Deadlines(ctx context.Context, dueBy time.Time, fn func(*messages.Deadline) error) error {
+	if dueBy.IsZero() {
+		s.reads.Add(1)
+	}
+	return s.Store.Deadlines(ctx, dueBy, fn)
+}
+
+// A membership applied while Open starts the supervisor (after the
+// cluster member started, before the node knows the supervisor) found no
+// supervisor to tell, and the expiry actor may have read its deadlines
+// with the membership before: attaching the supervisor repartitions then,
+// so the deadlines of the conversations this member gained are armed.
+func TestMembershipChangeBeforeTheSupervisorRepartitions(t *testing.T) {
+	store := &countDeadlines{Store: memjournal.New(memjournal.Options{})}
+	rt, err := Open(Options{Store: store, NoResume: true, Model: agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
+		return agent.Text("ok"), nil
+	})})
+	require.NoError(t, err)
+	defer rt.Close()
+	require.Eventually(t, func() bool { return store.reads.Load() == 1 }, 10*time.Second, time.Millisecond, "the expiry actor read the deadlines")
+	n := newNode(rt, rt.system)
+	gen := n.generation()
+	n.onTopology([]*cluster.Member{{Id: "other", Host: "10.0.0.1", Port: 7001, Kinds: []string{ConversationKind}}})
+	require.Equal(t, []string{"10.0.0.1:7001", n.self}, *n.members.Load())
+	n.attach(rt.sup, gen)
+	require.Eventually(t, func() bool { return store.reads.Load() == 2 }, 10*time.Second, time.Millisecond, "no rebuild after the change")
 }

@@ -382,6 +382,7 @@ func Open(opts Options) (*Runtime, error) {
 		}))
 	}
 	var owns func(string) bool
+	var gen uint64 // the membership the supervisor starts with
 	if opts.Cluster != nil {
 		if r.cl, err = startCluster(r, r.system, *opts.Cluster); err != nil {
 			r.endLife()
@@ -394,6 +395,7 @@ func Open(opts Options) (*Runtime, error) {
 			return nil, err
 		}
 		owns = r.cl.owns
+		gen = r.cl.generation()
 		r.gw = r.cl
 	} else if !r.ownsSys {
 		r.gw = newNode(r, r.system)
@@ -454,7 +456,7 @@ func Open(opts Options) (*Runtime, error) {
 		return nil, err
 	}
 	if r.cl != nil {
-		r.cl.sup.Store(r.sup)
+		r.cl.attach(r.sup, gen)
 	}
 	if r.gw != nil {
 		if err := r.gw.spawnGateway(); err != nil {
