@@ -312,6 +312,9 @@ func (n *clusterNode) onTopology(ms []*cluster.Member) {
 // resume runs the resume scan of the ACTIVE conversations this member owns,
 // once at a time; a membership change during a scan runs it again after.
 func (n *clusterNode) resume() {
+	if n.r.opts.NoResume {
+		return // Options.NoResume: no scan at all
+	}
 	n.mu.Lock()
 	if n.resuming {
 		n.again = true

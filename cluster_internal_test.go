@@ -123,3 +123,45 @@ func TestMembershipChangeBeforeTheSupervisorRepartitions(t *testing.T) {
 	n.attach(rt.sup, gen)
 	require.Eventually(t, func() bool { return store.reads.Load() == 2 }, 10*time.Second, time.Millisecond, "no rebuild after the change")
 }
+
+// countActive counts the listings of the index of ACTIVE conversations.
+type countActive struct {
+	journal.Store
+	lists atomic.Int32
+}
+
+func (s *countActive) ListActiveConversations(ctx context.Context, cursor string, limit int) ([]string, string, error) {
+	s.lists.Add(1)
+	return s.Store.ListActiveConversations(ctx, cursor, limit)
+}
+
+// With Options.NoResume, a membership change runs no resume scan either:
+// it ran one whatever the option.
+func TestNoResumeHoldsOnMembershipChange(t *testing.T) {
+	for _, noResume := range []bool{true, false} {
+		store := &countActive{Store: memjournal.New(memjournal.Options{})}
+		rt, err := Open(Options{Store: store, NoResume: noResume, ResumeInterval: -1, Model: agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
+			return agent.Text("ok"), nil
+		})})
+		require.NoError(t, err)
+		n := newNode(rt, rt.system)
+		n.attach(rt.sup, n.generation())
+		before := store.lists.Load()
+		if !noResume {
+			require.Eventually(t, func() bool { return store.lists.Load() == 1 }, 10*time.Second, time.Millisecond, "Open's scan")
+			before = 1
+		}
+		n.onTopology([]*cluster.Member{{Id: "other", Host: "10.0.0.1", Port: 7001, Kinds: []string{ConversationKind}}})
+		require.Eventually(t, func() bool {
+			n.mu.Lock()
+			defer n.mu.Unlock()
+			return !n.resuming
+		}, 10*time.Second, time.Millisecond)
+		if noResume {
+			require.Equal(t, before, store.lists.Load(), "no scan with NoResume")
+		} else {
+			require.Equal(t, before+1, store.lists.Load(), "a scan for the conversations this member gained")
+		}
+		require.NoError(t, rt.Close())
+	}
+}

@@ -206,7 +206,8 @@ type Options struct {
 	// of those (ListActiveConversations): the cost is the number of ACTIVE
 	// conversations, not the number of conversations. A turn that failed for
 	// good left its conversation IDLE, and is not resumed. NoResume also
-	// turns off the scan of ResumeInterval.
+	// turns off the scan of ResumeInterval, and in a cluster the scan of
+	// the conversations a membership change gives this member.
 	NoResume bool
 	// ResumeInterval is how often the runtime looks again for ACTIVE
 	// conversations that have no live actor, and wakes them. An activation
