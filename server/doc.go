@@ -65,8 +65,10 @@
 // metadata, owner included, went with it: operators). 403 ("forbidden") is
 // for an action on something the caller sees but may not do: an answer the
 // call's tool refuses, /metrics without the operator role. Errors are a JSON
-// object {"error":{"code":..., "message":...}}; the code of each sentinel is
-// stable:
+// object {"error":{"code":..., "message":...}}: the message of a 4xx says
+// what was wrong with the request; that of a 5xx is a fixed text of its
+// code, the error itself going to Options.Logger (it may name the store's
+// files or the database's address). The code of each sentinel is stable:
 //
 //	journal.ErrInvalid, a malformed body or query    400 invalid
 //	a body over Options.MaxBodyBytes                 400 too_large

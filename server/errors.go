@@ -97,7 +97,29 @@ func (s *Server) writeError(w http.ResponseWriter, err error) {
 	if status >= 500 {
 		s.log.Warn("server: request failed", "status", status, "code", code, "err", err)
 	}
-	writeJSON(w, status, errorBody{Error: errorDetail{Code: code, Message: err.Error()}})
+	writeJSON(w, status, errorBody{Error: errorDetail{Code: code, Message: publicMessage(status, code, err)}})
+}
+
+// publicMessage is the message of an error answered with status and code:
+// the error's own for a 4xx, which speaks of the request, and for a 5xx a
+// fixed text of its code, as the error's own may name what the client
+// need not see (a file of the store, the database's host and user, another
+// conversation): the server logs it.
+func publicMessage(status int, code string, err error) string {
+	if status < 500 || code == CodeLagged {
+		return err.Error()
+	}
+	switch code {
+	case CodeClosed:
+		return "the runtime is closed"
+	case CodeUnavailable:
+		return "the store is unavailable or the request was cancelled; nothing was written: retry"
+	case CodeUnknownOutcome:
+		return "the write may or may not have happened: retry (a send with the same request_id)"
+	case CodeTimeout:
+		return "the call timed out"
+	}
+	return "internal error"
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -219,7 +219,8 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		if status < 500 {
 			status = http.StatusServiceUnavailable
 		}
-		writeJSON(w, status, errorBody{Error: errorDetail{Code: code, Message: err.Error()}})
+		s.log.Warn("server: not ready", "code", code, "err", err)
+		writeJSON(w, status, errorBody{Error: errorDetail{Code: code, Message: publicMessage(status, code, err)}})
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})

@@ -210,7 +210,7 @@ func (s *Server) writeEnd(w http.ResponseWriter, conv string, cause error) error
 	if status >= 500 && code != CodeClosed {
 		s.log.Warn("server: event stream ended", "conversation", conv, "err", cause)
 	}
-	if err := writeSSE(w, "error", errorBody{Error: errorDetail{Code: code, Message: cause.Error()}}); err != nil {
+	if err := writeSSE(w, "error", errorBody{Error: errorDetail{Code: code, Message: publicMessage(status, code, cause)}}); err != nil {
 		return err
 	}
 	return errStreamEnded
