@@ -25,11 +25,12 @@ const secretDetail = "/var/lib/lazarus/000123.sst host=10.1.2.3 user=lazarus_adm
 
 // failingStore is a Store whose reads of one conversation row fail with
 // errors naming secretDetail, and whose pending-call index fails so once
-// down is set.
+// down is set, or times out once slow is set.
 type failingStore struct {
 	journal.Store
 	corrupt, unavailable string
 	down                 atomic.Bool
+	slow                 atomic.Bool
 }
 
 func (s *failingStore) Conversation(ctx context.Context, id string) (*messages.Conversation, error) {
@@ -43,6 +44,9 @@ func (s *failingStore) Conversation(ctx context.Context, id string) (*messages.C
 }
 
 func (s *failingStore) ListPendingToolCalls(ctx context.Context, cursor string, limit int) ([]*messages.ToolCallRecord, string, error) {
+	if s.slow.Load() {
+		return nil, "", fmt.Errorf("pgjournal: list pending: %w", context.DeadlineExceeded)
+	}
 	if s.down.Load() {
 		return nil, "", fmt.Errorf("pgjournal: list pending: %w: failed to connect to %s", journal.ErrUnavailable, secretDetail)
 	}
@@ -103,4 +107,19 @@ func TestServerErrorsNameNoInternals(t *testing.T) {
 	status, body = n.call(t, "GET", "/v1/conversations/c-x/events?view=nope", tokOlga, nil)
 	require.Equal(t, http.StatusBadRequest, status)
 	require.Contains(t, string(body), `view \"nope\"`, "a 4xx says what was wrong with the request")
+}
+
+// TestReadyzIsServiceUnavailable: /readyz answers 503, as documented,
+// whatever failed: a Store that timed out too (a 504 elsewhere), with the
+// code of the failure.
+func TestReadyzIsServiceUnavailable(t *testing.T) {
+	st := &failingStore{Store: memjournal.New(memjournal.Options{})}
+	n := startNodeIn(t, "", newScripted(), server.Options{}, func(o *lazarus.Options) { o.Store = st })
+	n.must(t, http.StatusOK, "GET", "/readyz", "", nil, nil)
+	st.slow.Store(true)
+	status, body := n.call(t, "GET", "/readyz", "", nil)
+	require.Equal(t, http.StatusServiceUnavailable, status, "%s", body)
+	require.Equal(t, server.CodeTimeout, errorCode(t, body))
+	st.slow.Store(false)
+	n.must(t, http.StatusOK, "GET", "/readyz", "", nil, nil)
 }

@@ -210,17 +210,18 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 
 // readyz answers 200 while the Runtime serves: it reads one page of the
 // Store's index of pending calls, which fails once the Runtime is closed
-// or the Store unreachable (503).
+// or the Store unreachable or slower than 5 s: 503, with the code of the
+// failure.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
 	if _, _, err := s.rt.PendingCalls(ctx, "", 1); err != nil {
-		status, code := classify(err)
-		if status < 500 {
-			status = http.StatusServiceUnavailable
-		}
+		// 503 whatever the error: a probe reads no other status as "not
+		// ready" (a Store that timed out would have been a 504).
+		_, code := classify(err)
 		s.log.Warn("server: not ready", "code", code, "err", err)
-		writeJSON(w, status, errorBody{Error: errorDetail{Code: code, Message: publicMessage(status, code, err)}})
+		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: errorDetail{Code: code,
+			Message: publicMessage(http.StatusServiceUnavailable, code, err)}})
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
