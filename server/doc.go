@@ -66,7 +66,8 @@
 // for an action on something the caller sees but may not do: an answer the
 // call's tool refuses, /metrics without the operator role. Errors are a JSON
 // object {"error":{"code":..., "message":...}}: the message of a 4xx says
-// what was wrong with the request; that of a 5xx is a fixed text of its
+// what was wrong with the request (cut after 1 KiB, so that one quoting a
+// large field is not the field's size); that of a 5xx is a fixed text of its
 // code, the error itself going to Options.Logger (it may name the store's
 // files or the database's address). The code of each sentinel is stable:
 //

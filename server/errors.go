@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"unicode/utf8"
 
 	"github.com/lazarusrt/lazarus"
 	"github.com/lazarusrt/lazarus/journal"
@@ -100,14 +102,27 @@ func (s *Server) writeError(w http.ResponseWriter, err error) {
 	writeJSON(w, status, errorBody{Error: errorDetail{Code: code, Message: publicMessage(status, code, err)}})
 }
 
+// maxMessageBytes bounds the message of an error answer: one that quotes
+// what the request sent (a field, a duration, a query parameter) is cut,
+// so that a large request does not make an answer of its size.
+const maxMessageBytes = 1024
+
 // publicMessage is the message of an error answered with status and code:
-// the error's own for a 4xx, which speaks of the request, and for a 5xx a
-// fixed text of its code, as the error's own may name what the client
-// need not see (a file of the store, the database's host and user, another
-// conversation): the server logs it.
+// the error's own for a 4xx, which speaks of the request (cut after
+// maxMessageBytes), and for a 5xx a fixed text of its code, as the error's
+// own may name what the client need not see (a file of the store, the
+// database's host and user, another conversation): the server logs it.
 func publicMessage(status int, code string, err error) string {
 	if status < 500 || code == CodeLagged {
-		return err.Error()
+		msg := err.Error()
+		if len(msg) <= maxMessageBytes {
+			return msg
+		}
+		cut := maxMessageBytes
+		for cut > 0 && !utf8.RuneStart(msg[cut]) {
+			cut--
+		}
+		return fmt.Sprintf("%s...(%d bytes)", msg[:cut], len(msg))
 	}
 	switch code {
 	case CodeClosed:

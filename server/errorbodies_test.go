@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -122,4 +123,42 @@ func TestReadyzIsServiceUnavailable(t *testing.T) {
 	require.Equal(t, server.CodeTimeout, errorCode(t, body))
 	st.slow.Store(false)
 	n.must(t, http.StatusOK, "GET", "/readyz", "", nil, nil)
+}
+
+// TestErrorMessagesAreBounded: a bad request that quotes what it sent (a
+// duration, a time, an unknown field, a metadata key, a query parameter)
+// gets a 400 whose message is cut, not one the size of the request; and
+// nothing is written.
+func TestErrorMessagesAreBounded(t *testing.T) {
+	n := startNode(t, newScripted(), server.Options{})
+	conv := n.create(t, tokAlice, nil)
+	base := "/v1/conversations/" + conv.ID
+	big := strings.Repeat("x", 200000)
+	for _, c := range []struct {
+		method, path string
+		body         any
+	}{
+		{"POST", base + "/schedules", `{"after":"` + big + `","text":"x"}`},
+		{"POST", base + "/schedules", `{"every":"` + big + `","text":"x"}`},
+		{"POST", base + "/schedules", `{"at":"` + big + `","text":"x"}`},
+		{"POST", "/v1/conversations", `{"` + big + `":1}`},
+		{"POST", "/v1/conversations", `{"metadata":{"lazarus.` + big + `":"v"}}`},
+		{"POST", "/v1/conversations", `{"metadata":{"` + big + `":""}}`},
+		{"POST", base + "/fork", `{"at_seq":1,"metadata":{"lazarus.` + big + `":"v"}}`},
+		{"GET", base + "/events?agent=" + big, nil},
+		{"GET", base + "/events?view=" + big, nil},
+		{"GET", base + "/stream?agent=" + big, nil},
+		{"GET", "/v1/conversations?metadata[" + big + "=v", nil},
+	} {
+		status, body := n.call(t, c.method, c.path, tokAlice, c.body)
+		require.Equal(t, http.StatusBadRequest, status, "%s %.80s: %.200s", c.method, c.path, body)
+		require.Equal(t, server.CodeInvalid, errorCode(t, body))
+		require.Less(t, len(body), 2048, "%s %.80s: an answer of the request's size", c.method, c.path)
+	}
+	var list server.ConversationList
+	n.must(t, http.StatusOK, "GET", "/v1/conversations", tokOlga, nil, &list)
+	require.Len(t, list.Conversations, 1, "a bad request created a conversation")
+	var scs server.ScheduleList
+	n.must(t, http.StatusOK, "GET", base+"/schedules", tokAlice, nil, &scs)
+	require.Empty(t, scs.Schedules)
 }
