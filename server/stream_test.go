@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -168,4 +170,50 @@ func TestStreamAfterQuery(t *testing.T) {
 	require.NoError(t, err)
 	res.Body.Close()
 	require.Equal(t, http.StatusBadRequest, res.StatusCode)
+}
+
+// TestStreamEndsWhenTheClientGoes: a client that goes away in the middle
+// of an event stream (of the whole conversation or of one agent's view)
+// ends it: its handler returns and its subscription is dropped
+// (lazarus_subscriptions back to 0), with nothing left running for it.
+func TestStreamEndsWhenTheClientGoes(t *testing.T) {
+	ctx := testContext(t)
+	n := startNode(t, newScripted(), server.Options{})
+	conv := n.create(t, tokAlice, nil)
+	tokens, err := server.NewBearerTokens(map[string]agent.Identity{tokAlice: {UserID: "alice"}})
+	require.NoError(t, err)
+	h := server.New(n.rt, server.Options{Authenticator: tokens, Metrics: n.metrics})
+	var running atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		running.Add(1)
+		defer running.Add(-1)
+		h.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	subscriptions := func() float64 {
+		mfs, err := n.metrics.Registry().Gather()
+		require.NoError(t, err)
+		for _, mf := range mfs {
+			if mf.GetName() == "lazarus_subscriptions" {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatal("no lazarus_subscriptions")
+		return 0
+	}
+	for _, query := range []string{"", "?agent=default"} {
+		cctx, cancel := context.WithCancel(ctx)
+		req, err := http.NewRequestWithContext(cctx, "GET", srv.URL+"/v1/conversations/"+conv.ID+"/stream"+query, nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+tokAlice)
+		res, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, res.StatusCode)
+		require.Equal(t, int64(1), running.Load(), "the stream%s runs", query)
+		require.Equal(t, float64(1), subscriptions())
+		cancel()
+		_ = res.Body.Close()
+		require.Eventually(t, func() bool { return running.Load() == 0 && subscriptions() == 0 },
+			10*time.Second, 5*time.Millisecond, "the stream%s outlived its client", query)
+	}
 }
