@@ -47,14 +47,14 @@ func TestHubReplaysTheAnswerInProgress(t *testing.T) {
 	h := newHub(store, 100)
 	defer h.close()
 
-	h.publish(actors.Update{ConversationID: conv, Delta: "Hel"})
-	h.publish(actors.Update{ConversationID: conv, Delta: "lo"})
+	h.publish(actors.Update{ConversationID: conv, Delta: "Hel", After: 1})
+	h.publish(actors.Update{ConversationID: conv, Delta: "lo", After: 1})
 	first, err := h.subscribe(ctx, conv, 0)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, nextUpdate(t, ctx, first).Event.GetSeq())
 	require.Equal(t, "Hel", nextUpdate(t, ctx, first).Delta)
 	require.Equal(t, "lo", nextUpdate(t, ctx, first).Delta)
-	h.publish(actors.Update{ConversationID: conv, Delta: " world"})
+	h.publish(actors.Update{ConversationID: conv, Delta: " world", After: 1})
 	require.Equal(t, " world", nextUpdate(t, ctx, first).Delta)
 
 	// A subscription from the middle of the history gets the same.
@@ -77,11 +77,11 @@ func TestHubReplaysTheAnswerInProgress(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, nextUpdate(t, ctx, third).Event.GetSeq())
 	require.EqualValues(t, 2, nextUpdate(t, ctx, third).Event.GetSeq())
-	h.publish(actors.Update{ConversationID: conv, Delta: "next"})
+	h.publish(actors.Update{ConversationID: conv, Delta: "next", After: 2})
 	require.Equal(t, "next", nextUpdate(t, ctx, third).Delta, "a delta of the durable answer was replayed")
 
 	// A message that cancels the model call drops its deltas.
-	h.publish(actors.Update{ConversationID: conv, Delta: "stale"})
+	h.publish(actors.Update{ConversationID: conv, Delta: "stale", After: 2})
 	userMsg := hubTestEvents(3, 1)
 	userMsg[0].Seq = 3 // as the Store would on commit
 	h.publishCommitted(&messages.AppendRequest{ConversationId: conv, Events: userMsg})
@@ -92,14 +92,14 @@ func TestHubReplaysTheAnswerInProgress(t *testing.T) {
 	fifth, err := h.subscribe(ctx, conv, 2)
 	require.NoError(t, err)
 	require.EqualValues(t, 3, nextUpdate(t, ctx, fifth).Event.GetSeq())
-	h.publish(actors.Update{ConversationID: conv, Delta: "fresh"})
+	h.publish(actors.Update{ConversationID: conv, Delta: "fresh", After: 3})
 	require.Equal(t, "fresh", nextUpdate(t, ctx, fifth).Delta, "a delta of the cancelled model call was replayed")
 
 	// A cancelled turn drops its deltas too.
 	h.publish(actors.Update{ConversationID: conv, TurnEnd: &actors.TurnEnd{Outcome: actors.TurnCancelled, Err: ErrTurnCancelled}})
 	fourth, err := h.subscribe(ctx, conv, 3)
 	require.NoError(t, err)
-	h.publish(actors.Update{ConversationID: conv, Delta: "again"})
+	h.publish(actors.Update{ConversationID: conv, Delta: "again", After: 3})
 	require.Equal(t, "again", nextUpdate(t, ctx, fourth).Delta, "a delta of the cancelled turn was replayed")
 }
 
@@ -168,4 +168,47 @@ func TestHubAnswerReplayExactlyOnce(t *testing.T) {
 		require.Equal(t, want.String(), got.String())
 	}
 	wg.Wait()
+}
+
+// TestHubReplaysNoDeltaOfAnAnswerInTheStore: the journal actor publishes a
+// commit after the Store's write returns, so a subscription can start in
+// between, while the hub still holds the deltas of the answer the Store
+// already has. Its history then holds the answer, and the deltas of that
+// answer are not replayed after it (as if a next answer were streaming),
+// whether the subscription reads the answer from the Store or starts
+// after it.
+func TestHubReplaysNoDeltaOfAnAnswerInTheStore(t *testing.T) {
+	for _, after := range []uint64{0, 2} {
+		t.Run(fmt.Sprint("after ", after), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			store := memjournal.New(memjournal.Options{})
+			const conv = "c"
+			_, err := store.Append(ctx, &messages.AppendRequest{ConversationId: conv, Events: hubTestEvents(1, 1)})
+			require.NoError(t, err)
+			h := newHub(store, 100)
+			defer h.close()
+
+			// The model call that follows seq 1 streams, then its answer is
+			// written; the commit is not published yet.
+			h.publish(actors.Update{ConversationID: conv, Delta: "an", After: 1})
+			h.publish(actors.Update{ConversationID: conv, Delta: "swer", After: 1})
+			_, err = store.Append(ctx, &messages.AppendRequest{ConversationId: conv, ExpectedLast: 1, Events: []*messages.Event{answerEvent(0, "answer")}})
+			require.NoError(t, err)
+			updates, err := h.subscribe(ctx, conv, after)
+			require.NoError(t, err)
+			for seq := after + 1; seq <= 2; seq++ {
+				require.Equal(t, seq, nextUpdate(t, ctx, updates).Event.GetSeq())
+			}
+
+			// The commit is published, then the next one.
+			h.publishCommitted(&messages.AppendRequest{ConversationId: conv, Events: []*messages.Event{answerEvent(2, "answer")}})
+			next := hubTestEvents(3, 1)
+			next[0].Seq = 3
+			h.publishCommitted(&messages.AppendRequest{ConversationId: conv, Events: next})
+			u := nextUpdate(t, ctx, updates)
+			require.Empty(t, u.Delta, "a delta of the durable answer was replayed after it")
+			require.EqualValues(t, 3, u.Event.GetSeq())
+		})
+	}
 }

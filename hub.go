@@ -62,6 +62,7 @@ type answerDeltas struct {
 	bytes  int
 	over   bool   // maxAnswerBytes was passed: nothing is kept until the answer ends
 	agent  string // the agent whose model streams them (Update.Agent)
+	after  uint64 // the newest event when their model call began (Update.After)
 }
 
 // outBuffer is the capacity of a subscription's channel (at most the
@@ -151,7 +152,7 @@ func (h *hub) publish(u actors.Update) {
 			return // nothing was streamed: nothing to void
 		}
 	case u.Delta != "" && u.Event == nil:
-		h.keepDelta(u.ConversationID, u.Delta, u.Agent)
+		h.keepDelta(u)
 	}
 	h.mu.Unlock()
 	for _, s := range subs {
@@ -159,20 +160,21 @@ func (h *hub) publish(u actors.Update) {
 	}
 }
 
-// keepDelta adds a delta to the answer in progress of conv. h.mu is held.
-func (h *hub) keepDelta(conv, delta, agent string) {
-	a := h.answers[conv] // stored by value: no allocation but the slice's
+// keepDelta adds the delta of u to the answer in progress of its
+// conversation. h.mu is held.
+func (h *hub) keepDelta(u actors.Update) {
+	a := h.answers[u.ConversationID] // stored by value: no allocation but the slice's
 	switch {
 	case a.over:
 		return
-	case a.bytes+len(delta) > maxAnswerBytes:
+	case a.bytes+len(u.Delta) > maxAnswerBytes:
 		a = answerDeltas{over: true}
 	default:
-		a.deltas = append(a.deltas, delta)
-		a.bytes += len(delta)
-		a.agent = agent
+		a.deltas = append(a.deltas, u.Delta)
+		a.bytes += len(u.Delta)
+		a.agent, a.after = u.Agent, u.After
 	}
-	h.answers[conv] = a
+	h.answers[u.ConversationID] = a
 }
 
 func (s *subscription) push(u actors.Update, limit int) {
@@ -217,7 +219,10 @@ func (s *subscription) push(u actors.Update, limit int) {
 // In the same critical section it takes the deltas of the answer in
 // progress, which the pump delivers after history and before the live
 // updates: they were published before the registration, and every later
-// delta is pushed to the subscription.
+// delta is pushed to the subscription. The Store may hold the event that
+// ended their model call before its commit is published (the journal
+// actor publishes once the write has returned): the pump drops them if it
+// starts, or its history ends, after the seq their call began at.
 func (h *hub) subscribe(ctx context.Context, conv string, after uint64) (<-chan actors.Update, error) {
 	s := &subscription{conv: conv, out: make(chan actors.Update, min(outBuffer, h.limit)), wake: make(chan struct{}, 1), after: after}
 	h.mu.Lock()
@@ -227,21 +232,21 @@ func (h *hub) subscribe(ctx context.Context, conv string, after uint64) (<-chan 
 	}
 	old := h.subs[conv]
 	h.subs[conv] = append(old[:len(old):len(old)], s) // a new list: see subs
-	var answer []string
-	var agent string
+	var answer answerDeltas
 	if a := h.answers[conv]; len(a.deltas) > 0 {
-		answer, agent = slices.Clone(a.deltas), a.agent
+		answer = a
+		answer.deltas = slices.Clone(a.deltas)
 	}
 	h.wg.Add(1)
 	h.mu.Unlock()
 	if h.subscribers != nil {
 		h.subscribers(1)
 	}
-	go h.pump(ctx, s, answer, agent)
+	go h.pump(ctx, s, answer)
 	return s.out, nil
 }
 
-func (h *hub) pump(ctx context.Context, s *subscription, answer []string, agent string) {
+func (h *hub) pump(ctx context.Context, s *subscription, answer answerDeltas) {
 	defer h.wg.Done()
 	if h.subscribers != nil {
 		defer h.subscribers(-1)
@@ -299,9 +304,15 @@ catchUp:
 		}
 	}
 	// The answer in progress when the subscription started: its deltas
-	// were published before it, so none of them is queued.
-	for _, d := range answer {
-		if !emit(actors.Update{ConversationID: s.conv, Delta: d, Agent: agent}) {
+	// were published before it, so none of them is queued. Unless an
+	// event after the seq its model call began at was delivered (or the
+	// subscription started after one): the call is over, the event that
+	// ended it written.
+	for _, d := range answer.deltas {
+		if s.after > answer.after {
+			break
+		}
+		if !emit(actors.Update{ConversationID: s.conv, Delta: d, Agent: answer.agent, After: answer.after}) {
 			return
 		}
 	}

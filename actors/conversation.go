@@ -83,6 +83,12 @@ type Update struct {
 	// Agent is the agent whose model streamed Delta ("" for the default
 	// agent). A durable event names its agent itself (Event.agent).
 	Agent string
+	// After is, on a Delta, the seq of the conversation's newest event
+	// when the model call that streams it began (the same on every delta
+	// of the call). Any event after it ends that call: an answer, a turn
+	// end, a message that cancelled it. 0 on other updates, and on the
+	// deltas a cluster subscription relays from another member.
+	After uint64
 }
 
 // ConversationConfig configures one activation of a conversation actor.
@@ -484,7 +490,7 @@ func (c *conversation) startModel(ctx actor.Context, e effStartModel) {
 	if publish, conv := c.cfg.Publish, c.cfg.ID; publish != nil {
 		onDelta = func(text string) {
 			if turnCtx.Err() == nil {
-				publish(Update{ConversationID: conv, Delta: text, Agent: turn.Agent})
+				publish(Update{ConversationID: conv, Delta: text, Agent: turn.Agent, After: lastSeq})
 			}
 		}
 	}
