@@ -157,7 +157,9 @@ type ConversationConfig struct {
 	// the model: a delta does not pass through the actor's mailbox. Each
 	// turn's deltas come before Generate returns, so before the turn's
 	// answer is written; deltas of a turn already cancelled (a kill, a
-	// stop) are dropped. It must not block and must be safe for concurrent
+	// stop, a newer message) are dropped, and the cancel waits for a delta
+	// whose publication is under way, so no delta of a call comes after
+	// the Restart that voids it. It must not block and must be safe for concurrent
 	// use. Nil means none. Durable events are not published here: an event
 	// written by an activation that is killed before the write's reply
 	// arrives would never be; the runtime publishes every committed event
@@ -477,7 +479,16 @@ func (c *conversation) startModel(ctx actor.Context, e effStartModel) {
 	// Not a child of goCtx: registering one with it on every turn cost ~1%
 	// of the CPU per event. cancelGoroutines cancels both.
 	turnCtx, cancel := context.WithCancel(context.Background())
-	c.modelCancel = cancel
+	// deltaMu is held while a delta is published: the cancel waits for
+	// one under way, so that no delta of the call is published once the
+	// cancel has returned (after the Restart that voids the call, say).
+	var deltaMu sync.Mutex
+	c.modelCancel = func() {
+		cancel()
+		deltaMu.Lock()
+		//lint:ignore SA2001 a barrier: it waits for a delta under way
+		deltaMu.Unlock()
+	}
 	turn := e.in
 	id, model, store, audit, clock, gate := e.turn, c.cfg.Model, c.cfg.Store, c.cfg.Audit, c.cfg.Clock, c.cfg.ModelGate
 	if m := c.cfg.Agents[turn.Agent].Model; turn.Agent != "" && m != nil {
@@ -489,6 +500,8 @@ func (c *conversation) startModel(ctx actor.Context, e effStartModel) {
 	var onDelta func(string)
 	if publish, conv := c.cfg.Publish, c.cfg.ID; publish != nil {
 		onDelta = func(text string) {
+			deltaMu.Lock()
+			defer deltaMu.Unlock()
 			if turnCtx.Err() == nil {
 				publish(Update{ConversationID: conv, Delta: text, Agent: turn.Agent, After: lastSeq})
 			}
