@@ -69,7 +69,8 @@ type Options struct {
 	Model string
 	// BaseURL is the API's base URL. Empty means the SDK's default.
 	BaseURL string
-	// APIKey is sent as x-api-key.
+	// APIKey is sent as x-api-key. Empty sends none (a local server that
+	// checks none).
 	APIKey string
 	// System is the system prompt. Empty means none.
 	System string
@@ -81,7 +82,7 @@ type Options struct {
 	// Retry bounds the retries of a call (429, 5xx, 529, a failure before
 	// any text). The zero value is retry's defaults.
 	Retry retry.Policy
-	// HTTPClient sends the requests. Nil means the SDK's default client.
+	// HTTPClient sends the requests. Nil means http.DefaultClient.
 	HTTPClient *http.Client
 	// RequestOptions are passed to the SDK after the ones above.
 	RequestOptions []option.RequestOption
@@ -103,7 +104,11 @@ type Model struct {
 var _ agent.Model = (*Model)(nil)
 
 // New returns a Model. It fails with an error wrapping journal.ErrInvalid
-// when Options.Model is empty. It makes no request.
+// when Options.Model is empty. It makes no request, and reads nothing from
+// the environment or the disk: the SDK's client is built without its
+// defaults, which would take ANTHROPIC_BASE_URL (where the key would go),
+// ANTHROPIC_AUTH_TOKEN, a profile file or federated credentials, and refuse
+// a request without a key.
 func New(opts Options) (*Model, error) {
 	if opts.Model == "" {
 		return nil, journal.Invalidf("anthropic: no model name (Options.Model, or %s)", EnvModel)
@@ -111,7 +116,10 @@ func New(opts Options) (*Model, error) {
 	if opts.MaxTokens <= 0 {
 		opts.MaxTokens = DefaultMaxTokens
 	}
-	ro := []option.RequestOption{option.WithMaxRetries(0), option.WithAPIKey(opts.APIKey)}
+	ro := []option.RequestOption{option.WithoutEnvironmentDefaults(), option.WithMaxRetries(0)}
+	if opts.APIKey != "" {
+		ro = append(ro, option.WithAPIKey(opts.APIKey))
+	}
 	if opts.BaseURL != "" {
 		ro = append(ro, option.WithBaseURL(opts.BaseURL))
 	}

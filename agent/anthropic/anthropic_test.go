@@ -3,8 +3,12 @@ package anthropic_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"net/http"
 	"testing"
 	"time"
+
+	"github.com/anthropics/anthropic-sdk-go/option"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -135,19 +139,23 @@ func TestOptionsFromEnv(t *testing.T) {
 	assert.Equal(t, anthropic.Options{BaseURL: "http://localhost:8080", APIKey: "k", Model: "claude-haiku-4-5"}, anthropic.OptionsFromEnv())
 }
 
-// TestMissingKeyIsNotRetried: a failure that is not the connection's (the
-// SDK finds no credential) fails at once with agent.ErrRequest.
-func TestMissingKeyIsNotRetried(t *testing.T) {
-	t.Setenv("ANTHROPIC_API_KEY", "")
-	t.Setenv("ANTHROPIC_AUTH_TOKEN", "")
+// TestUnknownFailureIsNotRetried: a failure that is not the connection's
+// (a request option's own error, as the SDK's credential check was before
+// New stopped taking its defaults) fails at once with agent.ErrRequest.
+func TestUnknownFailureIsNotRetried(t *testing.T) {
 	srv := providertest.Serve(t, nil)
 	n := 0
-	m, err := anthropic.New(anthropic.Options{Model: "m", BaseURL: srv.URL, Retry: retry.Policy{
-		Sleep: func(context.Context, time.Duration) error { n++; return nil }}})
+	refuse := option.WithMiddleware(func(*http.Request, option.MiddlewareNext) (*http.Response, error) {
+		return nil, errors.New("no credential")
+	})
+	m, err := anthropic.New(anthropic.Options{Model: "m", BaseURL: srv.URL, RequestOptions: []option.RequestOption{refuse},
+		Retry: retry.Policy{Sleep: func(context.Context, time.Duration) error { n++; return nil }}})
 	require.NoError(t, err)
 	_, err = m.Generate(context.Background(), providertest.Turn(), nil)
 	require.ErrorIs(t, err, agent.ErrRequest)
+	require.ErrorContains(t, err, "no credential")
 	assert.Zero(t, n, "no retry")
+	assert.Empty(t, srv.Requests())
 }
 
 // TestTurnSettingsOverride: a conversation's settings (agent.Turn.Settings)

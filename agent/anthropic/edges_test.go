@@ -3,6 +3,7 @@ package anthropic_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/agent/anthropic"
 	"github.com/lazarusrt/lazarus/agent/providertest"
 	"github.com/lazarusrt/lazarus/agent/retry"
 	"github.com/lazarusrt/lazarus/messages"
@@ -196,4 +198,48 @@ func TestModelNameFallsBackToTheOneAskedFor(t *testing.T) {
 	msg, err := p.m.Generate(context.Background(), turn, nil)
 	require.NoError(t, err)
 	assert.Equal(t, "conv-model", msg.GetModel())
+}
+
+// recorder is a transport that records each request and answers none.
+type recorder struct {
+	mu   sync.Mutex
+	reqs []*http.Request
+}
+
+func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.reqs = append(r.reqs, req)
+	return nil, errors.New("recorder: no network")
+}
+
+// TestNewReadsNoEnvironment: the SDK's client reads ANTHROPIC_BASE_URL,
+// ANTHROPIC_AUTH_TOKEN, ANTHROPIC_PROFILE (a file) and more; New reads none
+// of them (OptionsFromEnv is the only reader). An empty BaseURL is
+// Anthropic's public API, and an empty APIKey sends the request without a
+// key (to a local server), where the SDK refused it for want of credentials.
+func TestNewReadsNoEnvironment(t *testing.T) {
+	for name, env := range map[string]map[string]string{
+		"base url and token": {"ANTHROPIC_BASE_URL": "http://elsewhere.invalid", "ANTHROPIC_AUTH_TOKEN": "env-token"},
+		"profile":            {"ANTHROPIC_PROFILE": "no-such-profile"},
+		"nothing":            {},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv("ANTHROPIC_API_KEY", "")
+			for k, v := range env {
+				t.Setenv(k, v)
+			}
+			rec := &recorder{}
+			m, err := anthropic.New(anthropic.Options{Model: "claude-x", HTTPClient: &http.Client{Transport: rec},
+				Retry: retry.Policy{MaxAttempts: 1}})
+			require.NoError(t, err)
+			_, err = m.Generate(context.Background(), providertest.Turn(), nil)
+			require.ErrorContains(t, err, "recorder: no network", "the request was sent")
+			require.Len(t, rec.reqs, 1)
+			req := rec.reqs[0]
+			assert.Equal(t, "api.anthropic.com", req.URL.Host)
+			assert.Empty(t, req.Header.Get("Authorization"))
+			assert.Empty(t, req.Header.Get("X-Api-Key"))
+		})
+	}
 }

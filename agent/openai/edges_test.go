@@ -3,6 +3,7 @@ package openai_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/agent/openai"
 	"github.com/lazarusrt/lazarus/agent/providertest"
 	"github.com/lazarusrt/lazarus/agent/retry"
 	"github.com/lazarusrt/lazarus/messages"
@@ -196,4 +198,42 @@ func TestModelNameFallsBackToTheOneAskedFor(t *testing.T) {
 	msg, err := p.m.Generate(context.Background(), turn, nil)
 	require.NoError(t, err)
 	assert.Equal(t, "conv-model", msg.GetModel())
+}
+
+// recorder is a transport that records each request and answers none.
+type recorder struct {
+	mu   sync.Mutex
+	reqs []*http.Request
+}
+
+func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.reqs = append(r.reqs, req)
+	return nil, errors.New("recorder: no network")
+}
+
+// TestNewReadsNoEnvironment: the SDK's client reads OPENAI_BASE_URL,
+// OPENAI_ORG_ID, OPENAI_PROJECT_ID and OPENAI_CUSTOM_HEADERS; New reads
+// none of them (OptionsFromEnv is the only reader). An empty BaseURL is
+// OpenAI's public API, whatever OPENAI_BASE_URL says.
+func TestNewReadsNoEnvironment(t *testing.T) {
+	t.Setenv("OPENAI_BASE_URL", "http://elsewhere.invalid/v1")
+	t.Setenv("OPENAI_API_KEY", "env-key")
+	t.Setenv("OPENAI_ORG_ID", "org-env")
+	t.Setenv("OPENAI_PROJECT_ID", "proj-env")
+	t.Setenv("OPENAI_CUSTOM_HEADERS", "X-From-Env: yes")
+	rec := &recorder{}
+	m, err := openai.New(openai.Options{Model: "gpt-4o-mini", APIKey: "opt-key", HTTPClient: &http.Client{Transport: rec},
+		Retry: retry.Policy{MaxAttempts: 1}})
+	require.NoError(t, err)
+	_, err = m.Generate(context.Background(), providertest.Turn(), nil)
+	require.Error(t, err)
+	require.Len(t, rec.reqs, 1)
+	req := rec.reqs[0]
+	assert.Equal(t, "api.openai.com", req.URL.Host)
+	assert.Equal(t, "Bearer opt-key", req.Header.Get("Authorization"))
+	for _, h := range []string{"OpenAI-Organization", "OpenAI-Project", "X-From-Env"} {
+		assert.Empty(t, req.Header.Get(h), h)
+	}
 }

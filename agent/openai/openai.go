@@ -92,7 +92,7 @@ type Options struct {
 	// Retry bounds the retries of a call (429, 5xx, a failure before any
 	// text). The zero value is retry's defaults.
 	Retry retry.Policy
-	// HTTPClient sends the requests. Nil means the SDK's default client.
+	// HTTPClient sends the requests. Nil means http.DefaultClient.
 	HTTPClient *http.Client
 	// RequestOptions are passed to the SDK after the ones above, to set what
 	// Options does not (headers, an organization).
@@ -110,19 +110,22 @@ func OptionsFromEnv() Options {
 // use.
 type Model struct {
 	opts   Options
-	client oai.Client
+	client oai.ChatCompletionService
 	params sync.Map // Parameters text -> shared.FunctionParameters
 }
 
 var _ agent.Model = (*Model)(nil)
 
 // New returns a Model. It fails with an error wrapping journal.ErrInvalid
-// when Options.Model is empty. It makes no request.
+// when Options.Model is empty. It makes no request, and reads nothing from
+// the environment: the SDK's client would take OPENAI_BASE_URL (where the
+// key would go), OPENAI_ORG_ID, OPENAI_PROJECT_ID and OPENAI_CUSTOM_HEADERS
+// from it, so the Model builds its service without the SDK's defaults.
 func New(opts Options) (*Model, error) {
 	if opts.Model == "" {
 		return nil, journal.Invalidf("openai: no model name (Options.Model, or %s)", EnvModel)
 	}
-	ro := []option.RequestOption{option.WithMaxRetries(0), option.WithAPIKey(opts.APIKey)}
+	ro := []option.RequestOption{option.WithEnvironmentProduction(), option.WithMaxRetries(0), option.WithAPIKey(opts.APIKey)}
 	if opts.BaseURL != "" {
 		ro = append(ro, option.WithBaseURL(opts.BaseURL))
 	}
@@ -130,7 +133,7 @@ func New(opts Options) (*Model, error) {
 		ro = append(ro, option.WithHTTPClient(opts.HTTPClient))
 	}
 	ro = append(ro, opts.RequestOptions...)
-	return &Model{opts: opts, client: oai.NewClient(ro...)}, nil
+	return &Model{opts: opts, client: oai.NewChatCompletionService(ro...)}, nil
 }
 
 // Generate implements agent.Model: one streamed Chat Completions call,
@@ -289,7 +292,7 @@ type call struct {
 
 // attempt makes one streamed call.
 func (m *Model) attempt(ctx context.Context, params oai.ChatCompletionNewParams, onDelta func(string)) (*messages.AssistantMessage, error) {
-	stream := m.client.Chat.Completions.NewStreaming(ctx, params)
+	stream := m.client.NewStreaming(ctx, params)
 	defer stream.Close()
 	var (
 		text, refusal strings.Builder
