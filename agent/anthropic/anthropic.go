@@ -8,7 +8,10 @@
 // blocks in one answer become several calls, in block order, with an empty
 // Id (the runtime mints one) and the provider's id (toolu_...) in
 // ProviderId. In the history sent back, a call (tool_use) and its result
-// (tool_result, in the next user message) carry the runtime's id. Usage is
+// (tool_result, in the next user message) carry the runtime's id; a
+// message sent while the call was open, which the log holds before the
+// result, follows the results in that user message
+// (openai.ResultsAfterCalls). Usage is
 // read from message_start (input) and message_delta (output, cumulative)
 // and recorded on the assistant message with the model's name. Thinking
 // blocks are not streamed and not kept.
@@ -187,7 +190,7 @@ func (m *Model) request(turn agent.Turn) (sdk.MessageNewParams, error) {
 		}
 		p.Messages = append(p.Messages, sdk.MessageParam{Role: role, Content: blocks})
 	}
-	for _, ev := range turn.Context {
+	for _, ev := range openai.ResultsAfterCalls(turn.Context) {
 		switch {
 		case ev.GetUserMsg() != nil:
 			if t := openai.Text(ev.GetUserMsg().GetContent()); t != "" {

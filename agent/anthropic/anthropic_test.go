@@ -19,6 +19,7 @@ import (
 	"github.com/lazarusrt/lazarus/agent/providertest"
 	"github.com/lazarusrt/lazarus/agent/retry"
 	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
 )
 
 func factory(t *testing.T, baseURL string, policy retry.Policy) agent.Model {
@@ -221,4 +222,49 @@ func TestNoToolChoiceWithoutTools(t *testing.T) {
 		assert.NotContains(t, req, "tool_choice", c)
 		assert.NotContains(t, req, "tools", c)
 	}
+}
+
+// TestMessageWhileACallIsOpenIsSentAfterItsResult: a user message sent
+// while a human call was open is in the log before the call's result; the
+// request's user message holds the result first (the API refuses a
+// tool_use not followed by its tool_result, or text before the results),
+// then the message's text.
+func TestMessageWhileACallIsOpenIsSentAfterItsResult(t *testing.T) {
+	rs, err := providertest.Load("testdata/text.txt")
+	require.NoError(t, err)
+	srv := providertest.Serve(t, rs)
+	m, err := anthropic.New(anthropic.Options{Model: "m", BaseURL: srv.URL})
+	require.NoError(t, err)
+	text := func(seq uint64, s string) *messages.Event {
+		return &messages.Event{Seq: seq, Body: &messages.Event_UserMsg{UserMsg: &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: s}}}}}}
+	}
+	turn := agent.Turn{Context: []*messages.Event{
+		text(1, "pay"),
+		{Seq: 2, Body: &messages.Event_AssistantMsg{AssistantMsg: &messages.AssistantMessage{ToolCalls: []*messages.ToolCall{{Id: "a", Name: "approve", Arguments: `{}`}}}}},
+		text(5, "hurry"),
+		{Seq: 7, Body: &messages.Event_ToolResult{ToolResult: &messages.ToolResultEvent{ToolCallId: "a", Name: "approve",
+			Outcome: &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: `true`}}}}},
+	}}
+	_, err = m.Generate(context.Background(), turn, nil)
+	require.NoError(t, err)
+	require.Len(t, srv.Requests(), 1)
+	var req struct {
+		Messages []struct {
+			Role    string `json:"role"`
+			Content []struct {
+				Type      string `json:"type"`
+				Text      string `json:"text"`
+				ToolUseID string `json:"tool_use_id"`
+			} `json:"content"`
+		} `json:"messages"`
+	}
+	require.NoError(t, json.Unmarshal(srv.Requests()[0], &req))
+	var got []string
+	for _, msg := range req.Messages {
+		for _, b := range msg.Content {
+			got = append(got, msg.Role+":"+b.Type+":"+b.Text+b.ToolUseID)
+		}
+	}
+	assert.Equal(t, []string{"user:text:pay", "assistant:tool_use:", "user:tool_result:a", "user:text:hurry"}, got)
+	require.Len(t, req.Messages, 3, "the result and the message are one user message")
 }

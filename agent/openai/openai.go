@@ -10,7 +10,9 @@
 // calls in one answer, told apart by their index), and returned in index
 // order with an empty Id (the runtime mints one) and the provider's own id
 // in ProviderId. In the history sent back to the provider, a call and its
-// result carry the runtime's id, which is unique and stable across kills.
+// result carry the runtime's id, which is unique and stable across kills,
+// and an answer's results follow it (ResultsAfterCalls: a message sent
+// while its calls were open, which the log holds first, comes after them).
 // Usage (input and output tokens) is requested with stream_options
 // include_usage and recorded on the assistant message, with the model's name.
 //
@@ -184,7 +186,7 @@ func (m *Model) request(turn agent.Turn) (oai.ChatCompletionNewParams, error) {
 	if s := turn.Summary.GetContent(); s != "" {
 		msgs = append(msgs, oai.SystemMessage(SummaryPrefix+s))
 	}
-	for _, ev := range turn.Context {
+	for _, ev := range ResultsAfterCalls(turn.Context) {
 		switch {
 		case ev.GetUserMsg() != nil:
 			msgs = append(msgs, oai.UserMessage(Text(ev.GetUserMsg().GetContent())))
@@ -270,6 +272,57 @@ func CallID(tc *messages.ToolCall) string {
 		return id
 	}
 	return tc.GetProviderId()
+}
+
+// ResultsAfterCalls returns the events of a turn's context with the tool
+// results of each assistant message's calls moved right after it, in their
+// order, and the other events after them in theirs. The log holds a user
+// message sent while a call was open (a human's, a slow tool's) before the
+// call's result; both APIs refuse a history where anything but the results
+// follows the calls (400). It returns evs itself when nothing moves.
+func ResultsAfterCalls(evs []*messages.Event) []*messages.Event {
+	at := map[string]int{} // a call's id -> the index of its first result
+	for i, ev := range evs {
+		if tr := ev.GetToolResult(); tr != nil {
+			if _, ok := at[tr.GetToolCallId()]; !ok {
+				at[tr.GetToolCallId()] = i
+			}
+		}
+	}
+	var out []*messages.Event // nil until an event moves
+	moved := map[int]bool{}
+	var results []int
+	for i, ev := range evs {
+		if moved[i] {
+			continue
+		}
+		if out != nil {
+			out = append(out, ev)
+		}
+		results = results[:0]
+		for _, tc := range ev.GetAssistantMsg().GetToolCalls() {
+			if j, ok := at[CallID(tc)]; ok && j > i && !moved[j] {
+				moved[j] = true
+				results = append(results, j)
+			}
+		}
+		slices.Sort(results)
+		for k, j := range results {
+			if out == nil && j != i+1+k {
+				out = append(make([]*messages.Event, 0, len(evs)), evs[:i+1]...)
+				for _, r := range results[:k] {
+					out = append(out, evs[r])
+				}
+			}
+			if out != nil {
+				out = append(out, evs[j])
+			}
+		}
+	}
+	if out == nil {
+		return evs
+	}
+	return out
 }
 
 // ResultText is a tool outcome as the model reads it: the JSON content, or

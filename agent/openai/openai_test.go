@@ -177,3 +177,70 @@ func TestTurnSettingsOverride(t *testing.T) {
 		})
 	}
 }
+
+func userEv(seq uint64, text string) *messages.Event {
+	return &messages.Event{Seq: seq, Body: &messages.Event_UserMsg{UserMsg: &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: text}}}}}}
+}
+
+func callsEv(seq uint64, ids ...string) *messages.Event {
+	a := &messages.AssistantMessage{}
+	for _, id := range ids {
+		a.ToolCalls = append(a.ToolCalls, &messages.ToolCall{Id: id, Name: "approve", Arguments: `{}`})
+	}
+	return &messages.Event{Seq: seq, Body: &messages.Event_AssistantMsg{AssistantMsg: a}}
+}
+
+func resultEv(seq uint64, id string) *messages.Event {
+	return &messages.Event{Seq: seq, Body: &messages.Event_ToolResult{ToolResult: &messages.ToolResultEvent{ToolCallId: id, Name: "approve",
+		Outcome: &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: `true`}}}}}
+}
+
+// TestResultsAfterCalls: the results of an answer's calls follow it, in
+// their order, and a message sent while the calls were open comes after
+// them; a context already so is returned as it is.
+func TestResultsAfterCalls(t *testing.T) {
+	seqs := func(evs []*messages.Event) (out []uint64) {
+		for _, ev := range evs {
+			out = append(out, ev.GetSeq())
+		}
+		return out
+	}
+	in := []*messages.Event{userEv(1, "pay"), callsEv(2, "a", "b"), userEv(5, "hurry"), resultEv(7, "b"), userEv(8, "please"), resultEv(10, "a"),
+		callsEv(11, "c"), resultEv(12, "c"), userEv(13, "thanks")}
+	assert.Equal(t, []uint64{1, 2, 7, 10, 5, 8, 11, 12, 13}, seqs(openai.ResultsAfterCalls(in)))
+	assert.Equal(t, []uint64{1, 2, 5, 7, 8, 10, 11, 12, 13}, seqs(in), "the context is not modified")
+
+	ordered := []*messages.Event{userEv(1, "pay"), callsEv(2, "a", "b"), resultEv(4, "a"), resultEv(5, "b"), userEv(6, "hurry")}
+	got := openai.ResultsAfterCalls(ordered)
+	assert.Same(t, &ordered[0], &got[0], "nothing moved: the same slice")
+}
+
+// TestMessageWhileACallIsOpenIsSentAfterItsResult: a user message sent
+// while a human call was open is in the log before the call's result; the
+// request sends the result right after the call (the API refuses anything
+// else there), then the message.
+func TestMessageWhileACallIsOpenIsSentAfterItsResult(t *testing.T) {
+	rs, err := providertest.Load("testdata/text.txt")
+	require.NoError(t, err)
+	srv := providertest.Serve(t, rs)
+	m, err := openai.New(openai.Options{Model: "m", BaseURL: srv.URL})
+	require.NoError(t, err)
+	turn := agent.Turn{Context: []*messages.Event{userEv(1, "pay"), callsEv(2, "a"), userEv(5, "hurry"), resultEv(7, "a")}}
+	_, err = m.Generate(context.Background(), turn, nil)
+	require.NoError(t, err)
+	require.Len(t, srv.Requests(), 1)
+	var req struct {
+		Messages []struct {
+			Role       string `json:"role"`
+			Content    any    `json:"content"`
+			ToolCallID string `json:"tool_call_id"`
+		} `json:"messages"`
+	}
+	require.NoError(t, json.Unmarshal(srv.Requests()[0], &req))
+	var got []string
+	for _, msg := range req.Messages {
+		got = append(got, msg.Role+":"+msg.ToolCallID)
+	}
+	assert.Equal(t, []string{"user:", "assistant:", "tool:a", "user:"}, got)
+	assert.Equal(t, "hurry", req.Messages[3].Content)
+}
