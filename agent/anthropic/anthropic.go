@@ -27,7 +27,11 @@
 // agent.ErrInterrupted (the runtime's own policy, lazarus.Options.ModelRetry,
 // may call Generate again). A stop_reason "refusal" fails the turn with
 // agent.ErrRefused; "model_context_window_exceeded" and "prompt is too long"
-// with agent.ErrContextLength.
+// with agent.ErrContextLength. A stop_reason "max_tokens" is not a
+// failure: the answer is what the model wrote up to the bound, and a
+// tool_use cut there keeps its input as far as it came (not JSON: the
+// runtime records the call with an invalid error result the model reads
+// next). A stream that ends with no stop_reason is agent.ErrIncomplete.
 //
 // # Environment
 //

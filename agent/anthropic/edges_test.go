@@ -243,3 +243,20 @@ func TestNewReadsNoEnvironment(t *testing.T) {
 		})
 	}
 }
+
+// TestMaxTokensStopIsAnAnswer: a stop at the token bound (max_tokens) is
+// the server's end of the answer, not a broken stream: the message holds
+// what the model wrote up to the bound, a tool call cut there with its
+// input as far as it came (not JSON: the runtime answers it with an
+// invalid error result).
+func TestMaxTokensStopIsAnAnswer(t *testing.T) {
+	p := serveText(t, start+textStart+textDelta("Once upon")+
+		ev("content_block_start", `{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_1","name":"get_weather","input":{}}}`)+
+		ev("content_block_delta", `{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"city\":\"Pa"}}`)+
+		stopWith("max_tokens"))
+	msg, err := p.m.Generate(context.Background(), providertest.Turn(), nil)
+	require.NoError(t, err)
+	assert.Equal(t, "Once upon", msg.GetContent()[0].GetText())
+	require.Len(t, msg.GetToolCalls(), 1)
+	assert.Equal(t, `{"city":"Pa`, msg.GetToolCalls()[0].GetArguments())
+}

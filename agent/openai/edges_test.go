@@ -237,3 +237,19 @@ func TestNewReadsNoEnvironment(t *testing.T) {
 		assert.Empty(t, req.Header.Get(h), h)
 	}
 }
+
+// TestLengthStopIsAnAnswer: a stop at the token bound (finish_reason
+// length) is the server's end of the answer, not a broken stream: the
+// message holds what the model wrote up to the bound, a tool call cut
+// there with its arguments as far as they came (not JSON: the runtime
+// answers it with an invalid error result).
+func TestLengthStopIsAnAnswer(t *testing.T) {
+	p := serveText(t, chunk(`{"role":"assistant","content":"Once upon"}`, "")+
+		chunk(`{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Pa"}}]}`, "")+
+		chunk(`{}`, "length")+usageChunk)
+	msg, err := p.m.Generate(context.Background(), providertest.Turn(), nil)
+	require.NoError(t, err)
+	assert.Equal(t, "Once upon", msg.GetContent()[0].GetText())
+	require.Len(t, msg.GetToolCalls(), 1)
+	assert.Equal(t, `{"city":"Pa`, msg.GetToolCalls()[0].GetArguments())
+}

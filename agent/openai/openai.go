@@ -31,6 +31,13 @@
 // again, after announcing the retry to subscribers. See agent.ErrRateLimited
 // for the outcome of each failure.
 //
+// A stop at the token bound (finish_reason "length", at Options.MaxTokens
+// or the conversation's max tokens) is not a failure: the answer is what
+// the model wrote up to the bound, and a tool call cut there keeps its
+// arguments as far as they came (not JSON: the runtime records the call
+// with an invalid error result the model reads next). A stream that ends
+// with no finish reason at all is agent.ErrIncomplete.
+//
 // # Environment
 //
 // New reads nothing from the environment; OptionsFromEnv does:
