@@ -23,6 +23,10 @@ import (
 const (
 	defaultListen          = "127.0.0.1:8080"
 	defaultShutdownTimeout = 30 * time.Second
+	// defaultIdleTimeout is how long a keep-alive connection may wait for
+	// its next request before the node closes it. An event stream is a
+	// request in progress, never idle: it is not cut.
+	defaultIdleTimeout = 2 * time.Minute
 	// envTokens is the environment variable read for the tokens JSON when
 	// neither --tokens nor tokens_file is given (tokens_env renames it).
 	envTokens = "LAZARUS_TOKENS"
@@ -62,6 +66,9 @@ Tokens: a JSON object {"TOKEN": {"user": "ID", "roles": ["operator"]}}
 read from --tokens FILE, the config's tokens_file, or else the
 environment variable $` + envTokens + ` (tokens_env renames it). Tokens are
 never logged. Without tokens every /v1/ request is refused (401).
+
+A keep-alive connection idle between requests longer than idle_timeout
+(default 2m) is closed; an event stream is never idle.
 
 Progress lines go to stderr: the store, the model, each tool, the listening
 address. SIGTERM or SIGINT stops it gracefully: it stops accepting
@@ -120,11 +127,15 @@ func (c *cli) serve(ctx context.Context, fs *flags, args []string) (err error) {
 	if isSet(fs, "shutdown-timeout") {
 		grace = *shutdownTimeout
 	}
+	idle, err := duration("idle_timeout", cfg.IdleTimeout, defaultIdleTimeout)
+	if err != nil {
+		return err
+	}
 	n, err := c.buildNode(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	return n.run(ctx, grace)
+	return n.run(ctx, grace, idle)
 }
 
 // progress prints one progress line of serve on stderr.
@@ -301,8 +312,10 @@ func (c *cli) loadTokens(cfg *serveConfig) (map[string]agent.Identity, error) {
 
 // run serves until ctx ends (SIGTERM, SIGINT) or the listener fails, then
 // shuts down: no new connection, event streams ended, requests in flight
-// finished (at most grace), then the runtime and the store closed.
-func (n *node) run(ctx context.Context, grace time.Duration) (err error) {
+// finished (at most grace), then the runtime and the store closed. A
+// keep-alive connection waiting for its next request longer than idle is
+// closed (idle <= 0: never).
+func (n *node) run(ctx context.Context, grace, idle time.Duration) (err error) {
 	defer func() {
 		if cerr := n.close(); err == nil {
 			err = cerr
@@ -312,10 +325,15 @@ func (n *node) run(ctx context.Context, grace time.Duration) (err error) {
 	// starts, so that Shutdown waits only for the requests that finish.
 	streams, endStreams := context.WithCancel(context.Background())
 	defer endStreams()
+	if idle <= 0 {
+		idle = -1 // none (http.Server reads 0 as ReadTimeout's)
+	}
 	hs := &http.Server{
 		Handler:           cutStreams(streams, n.srv),
 		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(slog.NewTextHandler(n.c.stderr, nil), slog.LevelWarn),
+		// Between requests only: an event stream in progress is not idle.
+		IdleTimeout: idle,
+		ErrorLog:    slog.NewLogLogger(slog.NewTextHandler(n.c.stderr, nil), slog.LevelWarn),
 	}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(n.ln) }()

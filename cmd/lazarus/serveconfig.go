@@ -49,6 +49,11 @@ type serveConfig struct {
 	// ShutdownTimeout bounds the wait for in-flight requests on SIGTERM (a
 	// Go duration). Default defaultShutdownTimeout.
 	ShutdownTimeout string `json:"shutdown_timeout,omitempty"`
+	// IdleTimeout bounds how long a keep-alive connection waits for its
+	// next request before the node closes it (a Go duration; zero or
+	// negative: never). An event stream is a request in progress, not
+	// idle: it is never cut by it. Default defaultIdleTimeout.
+	IdleTimeout string `json:"idle_timeout,omitempty"`
 	// HumanTimeout is the deadline of a human call whose tool sets none (a
 	// Go duration; "-1s" or any negative: never). Default the runtime's.
 	HumanTimeout string `json:"human_timeout,omitempty"`

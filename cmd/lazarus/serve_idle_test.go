@@ -1,0 +1,108 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestServeIdleTimeout: 'lazarus serve' closes a keep-alive connection
+// that waits for its next request longer than idle_timeout, while an event
+// stream, a request in progress, outlives it: quiet for longer than the
+// idle timeout, then with events flowing, then quiet again, it goes on
+// delivering on its one connection.
+func TestServeIdleTimeout(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "node.json")
+	require.NoError(t, os.WriteFile(cfg, []byte(`{
+		"dir": `+jsonString(filepath.Join(t.TempDir(), "store"))+`,
+		"idle_timeout": "300ms"
+	}`), 0o600))
+	p := startServe(t, testTokens, "--config", cfg)
+	ctx := ctxT(t)
+	addr := strings.TrimPrefix(p.url, "http://")
+	client := &http.Client{Transport: &http.Transport{}}
+	t.Cleanup(client.CloseIdleConnections)
+	call := func(ctx context.Context, method, path, body string, status int) *http.Response {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, method, p.url+path, strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer alice-token")
+		res, err := client.Do(req)
+		require.NoError(t, err)
+		require.Equal(t, status, res.StatusCode)
+		return res
+	}
+	res := call(ctx, "POST", "/v1/conversations", `{}`, http.StatusCreated)
+	var conv struct {
+		ID string `json:"id"`
+	}
+	require.NoError(t, json.NewDecoder(res.Body).Decode(&conv))
+	res.Body.Close()
+
+	// The stream, on a connection of its own.
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	res = call(sctx, "GET", "/v1/conversations/"+conv.ID+"/stream", "", http.StatusOK)
+	defer res.Body.Close()
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(res.Body)
+		for sc.Scan() {
+			select {
+			case lines <- sc.Text():
+			case <-sctx.Done():
+				return
+			}
+		}
+	}()
+
+	// idleClosed makes one request on a new connection and waits for the
+	// node to close it, idle.
+	idleClosed := func() {
+		t.Helper()
+		conn, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		defer conn.Close()
+		_, err = fmt.Fprintf(conn, "GET /healthz HTTP/1.1\r\nHost: %s\r\n\r\n", addr)
+		require.NoError(t, err)
+		br := bufio.NewReader(conn)
+		res, err := http.ReadResponse(br, nil)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, res.StatusCode)
+		require.False(t, res.Close, "a keep-alive connection")
+		_, err = io.Copy(io.Discard, res.Body)
+		require.NoError(t, err)
+		require.NoError(t, conn.SetReadDeadline(time.Now().Add(wait)))
+		_, err = br.ReadByte()
+		require.ErrorIs(t, err, io.EOF, "the node closes the idle connection")
+	}
+
+	for round := range 3 {
+		// The stream has been quiet since before this idle connection
+		// was opened, and so longer than the idle timeout.
+		idleClosed()
+		text := fmt.Sprintf("round %d", round)
+		call(ctx, "POST", "/v1/conversations/"+conv.ID+"/messages", `{"text": `+jsonString(text)+`}`, http.StatusAccepted).Body.Close()
+		for answered := false; !answered; {
+			select {
+			case line, ok := <-lines:
+				require.True(t, ok, "the stream ended")
+				answered = strings.HasPrefix(line, "data:") && strings.Contains(line, "You said: "+text)
+			case <-ctx.Done():
+				t.Fatalf("the stream did not deliver the answer of %q", text)
+			}
+		}
+	}
+}
