@@ -8,8 +8,8 @@ import (
 	"github.com/lazarusrt/lazarus/messages"
 )
 
-// defaultAgentParam is how the agent query parameter names the default
-// agent (as the handoff tool does).
+// defaultAgentParam is how the agent query parameter and a send's agent
+// name the default agent (as the handoff tool does).
 const defaultAgentParam = "default"
 
 // agentParam reads the agent query parameter of a history or stream

@@ -162,3 +162,39 @@ func TestHistoryNextBeforeOfAView(t *testing.T) {
 	require.Len(t, p.Events, 2)
 	require.Zero(t, p.NextBefore)
 }
+
+// TestSendToTheDefaultAgentByName: a send with agent "default" addresses
+// the default agent, as ?agent=default selects its view and as an empty
+// agent does: accepted, the message is the default agent's and its model
+// answers. An unknown agent is still a bad request, nothing written.
+func TestSendToTheDefaultAgentByName(t *testing.T) {
+	ctx := testContext(t)
+	model, crit := newScripted(), newScripted()
+	n := startNodeIn(t, "", model, server.Options{}, func(o *lazarus.Options) {
+		o.Agents = []lazarus.Agent{{Name: "critic", Model: crit}}
+	})
+	conv := n.create(t, tokAlice, nil)
+	model.Push(conv.ID, scripted.Text("default answer"))
+	st := n.stream(t, ctx, tokAlice, conv.ID, "")
+	var sent server.Sent
+	n.must(t, http.StatusAccepted, "POST", "/v1/conversations/"+conv.ID+"/messages", tokAlice,
+		server.SendMessage{Text: "hello default", Agent: "default"}, &sent)
+	require.Equal(t, uint64(1), sent.Seq)
+	st.until(t, "event", "default answer")
+	st.close()
+
+	evs := agentHistory(t, n, tokAlice, conv.ID, "default")
+	require.Len(t, evs, 2)
+	require.Equal(t, "hello default", evs[0].GetUserMsg().GetContent()[0].GetText())
+	for _, ev := range evs {
+		require.Empty(t, ev.GetAgent(), "the default agent's")
+		require.Empty(t, ev.GetAudience(), "not shared")
+	}
+	require.Empty(t, agentHistory(t, n, tokAlice, conv.ID, "critic"), "the critic sees none of it")
+
+	status, body := n.call(t, "POST", "/v1/conversations/"+conv.ID+"/messages", tokAlice,
+		server.SendMessage{Text: "hello ghost", Agent: "ghost"})
+	require.Equal(t, http.StatusBadRequest, status)
+	require.Equal(t, server.CodeInvalid, errorCode(t, body))
+	require.Len(t, agentHistory(t, n, tokAlice, conv.ID, "default"), 2, "nothing written")
+}

@@ -83,8 +83,9 @@ type SendMessage struct {
 	// with the same key appends nothing twice and answers the first seq.
 	RequestID string `json:"request_id,omitempty"`
 	// Agent addresses the message to a named agent of the runtime
-	// (lazarus.SendOptions.Agent); an unknown one is a bad request. Empty:
-	// the default agent.
+	// (lazarus.SendOptions.Agent); an unknown one is a bad request. Empty
+	// or "default" (as the agent query parameter names it): the default
+	// agent.
 	Agent string `json:"agent,omitempty"`
 	// Broadcast shares the message with every agent
 	// (lazarus.SendOptions.Broadcast).
@@ -420,8 +421,12 @@ func (s *Server) sendMessage(w http.ResponseWriter, r *http.Request, c caller) {
 		s.writeError(w, err)
 		return
 	}
+	to := body.Agent
+	if to == defaultAgentParam {
+		to = "" // no named agent has that name (lazarus.Agent.Name)
+	}
 	msg := &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: body.Text}}}}
-	seq, err := s.rt.SendMessage(r.Context(), id, msg, lazarus.SendOptions{RequestID: body.RequestID, Agent: body.Agent, Broadcast: body.Broadcast}, c.scope())
+	seq, err := s.rt.SendMessage(r.Context(), id, msg, lazarus.SendOptions{RequestID: body.RequestID, Agent: to, Broadcast: body.Broadcast}, c.scope())
 	if err != nil {
 		s.writeError(w, err)
 		return
