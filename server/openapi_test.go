@@ -76,8 +76,9 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 
 // TestOpenAPISchemasMatchTypes: each schema of the OpenAPI document names
 // exactly the JSON fields of the Go type the handlers encode or decode,
-// its required fields are fields of it, and a request body's schema allows
-// no other field (the server refuses unknown fields).
+// its required fields are fields of it, a property is of format uint64
+// exactly when its field is a uint64 (a seq), and a request body's schema
+// allows no other field (the server refuses unknown fields).
 func TestOpenAPISchemasMatchTypes(t *testing.T) {
 	var doc struct {
 		Components struct {
@@ -129,6 +130,20 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 			tag, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ",")
 			if tag != "" && tag != "-" {
 				fields = append(fields, tag)
+				// A seq is a uint64: the document says so, and of
+				// nothing else.
+				var prop struct {
+					Format string `json:"format"`
+				}
+				if raw, ok := schema.Properties[tag]; ok {
+					require.NoError(t, json.Unmarshal(raw, &prop))
+					ft := rt.Field(i).Type
+					if ft.Kind() == reflect.Pointer {
+						ft = ft.Elem()
+					}
+					assert.Equal(t, ft.Kind() == reflect.Uint64, prop.Format == "uint64",
+						"schema %s, property %s of Go type %s: format %q", name, tag, ft, prop.Format)
+				}
 			}
 		}
 		documented := slices.Collect(maps.Keys(schema.Properties))
