@@ -53,7 +53,9 @@ human tools (name, description, JSON schema of the arguments, a prompt
 template over the arguments, a timeout, who may answer: roles and/or the
 requester), the MCP servers whose tools become server tools (a stdio
 command or a streamable HTTP url; their tools are listed at start), and
-where the tokens are. Flags override it. An example is in the project's
+where the tokens are. Flags override it. Its relative paths (dir,
+tokens_file) are resolved against the file's directory, a flag's against
+the working directory. An example is in the project's
 docs/serve.example.json; the format is in README.md.
 
 Model: "scripted" (the default) is a demo model, no language model: it

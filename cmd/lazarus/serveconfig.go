@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"text/template"
 	"time"
@@ -22,7 +23,9 @@ import (
 type serveConfig struct {
 	// Listen is the HTTP listen address. Default defaultListen.
 	Listen string `json:"listen,omitempty"`
-	// Dir is the Pebble directory of the store (created if missing).
+	// Dir is the Pebble directory of the store (created if missing). A
+	// relative path is resolved against the configuration file's
+	// directory (loadConfig), as TokensFile.
 	Dir string `json:"dir,omitempty"`
 	// Postgres is the DSN of a PostgreSQL store, instead of Dir.
 	Postgres string `json:"postgres,omitempty"`
@@ -34,7 +37,9 @@ type serveConfig struct {
 	HumanTools []humanToolConfig `json:"human_tools,omitempty"`
 	// MCPServers provide server tools.
 	MCPServers []mcpConfig `json:"mcp_servers,omitempty"`
-	// TokensFile names a JSON file of tokens (token -> identity).
+	// TokensFile names a JSON file of tokens (token -> identity). A
+	// relative path is resolved against the configuration file's
+	// directory.
 	TokensFile string `json:"tokens_file,omitempty"`
 	// TokensEnv names an environment variable holding the same JSON.
 	// Default envTokens. Tokens never appear in the config file itself.
@@ -150,7 +155,10 @@ func decodeStrict(r io.Reader, v any) error {
 	return nil
 }
 
-// loadConfig reads the configuration file path.
+// loadConfig reads the configuration file path. Its relative paths (dir,
+// tokens_file) are resolved against the file's directory, so that the file
+// means the same whatever the working directory; the flags that override
+// them are the working directory's.
 func loadConfig(path string) (*serveConfig, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -159,6 +167,11 @@ func loadConfig(path string) (*serveConfig, error) {
 	var cfg serveConfig
 	if err := decodeStrict(bytes.NewReader(b), &cfg); err != nil {
 		return nil, configErr("%s: %v", path, err)
+	}
+	for _, p := range []*string{&cfg.Dir, &cfg.TokensFile} {
+		if *p != "" && !filepath.IsAbs(*p) {
+			*p = filepath.Join(filepath.Dir(path), *p)
+		}
 	}
 	return &cfg, nil
 }

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -93,4 +95,53 @@ func TestHumanToolConfig(t *testing.T) {
 	require.NoError(t, err)
 	require.Error(t, tool.Authorizer(ctx, agent.Authorization{Resolver: agent.ScopeOf(agent.Identity{UserID: "bob", Roles: []string{"approver"}}),
 		Requester: agent.Identity{UserID: "ann"}}))
+}
+
+// TestServeConfigPathsRelativeToTheFile: the relative dir and tokens_file
+// of a configuration file are the file's directory's, whatever the
+// working directory; a relative --dir is the working directory's.
+func TestServeConfigPathsRelativeToTheFile(t *testing.T) {
+	cwd, home := t.TempDir(), t.TempDir()
+	t.Chdir(cwd)
+	cfgPath := filepath.Join(home, "node.json")
+	require.NoError(t, os.WriteFile(cfgPath, []byte(`{"dir": "store", "tokens_file": "tokens.json"}`), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(home, "tokens.json"), []byte(testTokens), 0o600))
+
+	// serve runs until it listens, then is stopped.
+	serve := func(args ...string) string {
+		t.Helper()
+		ctx, cancel := context.WithCancel(ctxT(t))
+		defer cancel()
+		stderr := &lockedBuffer{}
+		c := newCLI(nil, &lockedBuffer{}, stderr)
+		c.getenv = func(string) string { return "" }
+		done := make(chan error, 1)
+		go func() {
+			done <- c.serve(ctx, c.newFlags(serveCmd), append([]string{"--listen", "127.0.0.1:0"}, args...))
+		}()
+		listening := func() bool { return strings.Contains(stderr.String(), "listening on") }
+		require.Eventually(t, func() bool { return listening() || len(done) > 0 },
+			wait, 10*time.Millisecond, "serve did not listen: %s", stderr)
+		if !listening() {
+			t.Fatalf("serve ended: %v\n%s", <-done, stderr)
+		}
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err, stderr.String())
+		case <-time.After(wait):
+			t.Fatal("serve did not stop")
+		}
+		return stderr.String()
+	}
+
+	out := serve("--config", cfgPath)
+	require.Contains(t, out, "lazarus serve: opening the store: pebble directory "+filepath.Join(home, "store")+"\n")
+	require.Contains(t, out, "lazarus serve: 3 tokens\n", "the tokens file beside the config")
+	require.DirExists(t, filepath.Join(home, "store"))
+	require.NoDirExists(t, filepath.Join(cwd, "store"))
+
+	out = serve("--config", cfgPath, "--dir", "flagged")
+	require.Contains(t, out, "lazarus serve: opening the store: pebble directory flagged\n")
+	require.DirExists(t, filepath.Join(cwd, "flagged"), "a flag's path is the working directory's")
 }
