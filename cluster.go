@@ -324,37 +324,32 @@ func (n *clusterNode) resume() {
 	n.resuming = true
 	n.mu.Unlock()
 	r := n.r
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
+	done := func() {
 		n.mu.Lock()
 		n.resuming = false
 		n.mu.Unlock()
+	}
+	if !r.startBackground() {
+		done()
 		return
 	}
-	r.gcWG.Add(1)
-	r.mu.Unlock()
 	go func() {
 		for {
-			r.resumeInterrupted(false)
+			r.resumeInterrupted(false) // Done by it
 			n.mu.Lock()
 			if !n.again {
+				// Decided under the lock a resume call takes: one that
+				// comes after it starts a scan of its own.
 				n.resuming = false
 				n.mu.Unlock()
 				return
 			}
 			n.again = false
 			n.mu.Unlock()
-			r.mu.Lock()
-			if r.closed {
-				r.mu.Unlock()
-				n.mu.Lock()
-				n.resuming = false
-				n.mu.Unlock()
+			if !r.startBackground() {
+				done() // closed: no scan is owed any more
 				return
 			}
-			r.gcWG.Add(1)
-			r.mu.Unlock()
 		}
 	}()
 }

@@ -456,13 +456,9 @@ func (r *Runtime) armFileSweep() {
 		return
 	}
 	r.files.stop = r.opts.Clock.AfterFunc(max(r.files.ttl/2, minSweepEvery), func() {
-		r.mu.Lock()
-		if r.closed {
-			r.mu.Unlock()
+		if !r.startBackground() {
 			return
 		}
-		r.gcWG.Add(1)
-		r.mu.Unlock()
 		defer r.gcWG.Done()
 		if n, err := r.sweepFileBlobs(r.life); err != nil {
 			r.log.Warn("file blob sweep failed", "err", err)

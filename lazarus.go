@@ -993,6 +993,19 @@ func (r *Runtime) resumeInterrupted(periodic bool) {
 	}
 }
 
+// startBackground counts a background task in gcWG, which Close waits
+// for, unless the Runtime is closed; it reports whether it did (the task
+// must then call gcWG.Done).
+func (r *Runtime) startBackground() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false
+	}
+	r.gcWG.Add(1)
+	return true
+}
+
 // armResume arms the next periodic resume scan (Options.ResumeInterval),
 // unless the interval is negative. r.mu must be held.
 func (r *Runtime) armResume() {
@@ -1002,13 +1015,9 @@ func (r *Runtime) armResume() {
 	// Real time, not Options.Clock: a test's manual clock counts and runs
 	// the actors' timers, which this scan is not one of.
 	r.resumeStop = time.AfterFunc(r.opts.ResumeInterval, func() {
-		r.mu.Lock()
-		if r.closed {
-			r.mu.Unlock()
+		if !r.startBackground() {
 			return
 		}
-		r.gcWG.Add(1)
-		r.mu.Unlock()
 		r.resumeInterrupted(true) // Done by it
 		r.mu.Lock()
 		r.armResume()
@@ -1076,13 +1085,9 @@ func (r *Runtime) Close() error {
 // otherwise re-arm it at once, forever.
 func (r *Runtime) armAuditGC() {
 	r.gcStop = r.opts.Clock.AfterFunc(max(r.opts.Audit.TTL/2, minSweepEvery), func() {
-		r.mu.Lock()
-		if r.closed {
-			r.mu.Unlock()
+		if !r.startBackground() {
 			return
 		}
-		r.gcWG.Add(1)
-		r.mu.Unlock()
 		defer r.gcWG.Done()
 		if n, err := r.gcAudit(context.Background()); err != nil {
 			r.log.Warn("audit gc failed", "err", err)
