@@ -593,7 +593,8 @@ func foldRequests(prev []*messages.RequestRef, events []*messages.Event, to uint
 // ends at the safe point even when the last rendered event is before it).
 // With no events to fold it does not call s: the new summary carries Prev's
 // content and version (empty without Prev). An error of s is returned as is;
-// a nil s with events to fold is an error wrapping journal.ErrInvalid.
+// a nil s with events to fold, or an s that returns neither a summary nor
+// an error, is an error wrapping journal.ErrInvalid.
 func (p Plan) Run(ctx context.Context, s Summarizer, conversationID string) (*messages.Summary, error) {
 	var out *messages.Summary
 	if len(p.Events) == 0 {
@@ -607,7 +608,7 @@ func (p Plan) Run(ctx context.Context, s Summarizer, conversationID string) (*me
 			return nil, err
 		}
 		if sum == nil {
-			return nil, fmt.Errorf("snapshot: summarizer returned no summary for %q", conversationID)
+			return nil, journal.Invalidf("snapshot: summarizer returned no summary for %q", conversationID)
 		}
 		out = sum
 	}

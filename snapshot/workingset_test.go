@@ -513,6 +513,7 @@ func TestPlanRunErrors(t *testing.T) {
 	require.ErrorIs(t, err, errFailing)
 	_, err = p.Run(context.Background(), nothing{}, "conv")
 	require.ErrorContains(t, err, "summarizer returned no summary")
+	require.ErrorIs(t, err, journal.ErrInvalid, "a summarizer that breaks its contract is named by a sentinel")
 	_, err = p.Run(context.Background(), nil, "conv")
 	require.ErrorIs(t, err, journal.ErrInvalid, "a nil summarizer is an error, not a panic")
 }
