@@ -20,7 +20,7 @@
 //
 // Errors wrap the provider-neutral sentinels of package agent (errors.Is),
 // and the SDK's *anthropic.Error when the server answered with an error
-// (errors.As). A 429 (after its Retry-After), a 5xx or 529 (overloaded), an
+// (errors.As). A 429 (after its Retry-After), a 408, a 5xx or 529 (overloaded), an
 // error event and a connection that failed before any text was streamed are
 // retried under Options.Retry; the SDK's own retries are off. Once text was
 // streamed, a failure is never retried here: the call fails with
@@ -437,7 +437,7 @@ func classifyAPI(e *sdk.Error, streamed bool) error {
 			return fmt.Errorf("anthropic: %w: %w", agent.ErrInterrupted, e)
 		}
 		return retry.Retryable(fmt.Errorf("anthropic: %w: %w", agent.ErrRateLimited, e), after)
-	case e.StatusCode >= 500 || typ == "overloaded_error" || typ == "api_error":
+	case e.StatusCode >= 500 || e.StatusCode == http.StatusRequestTimeout || typ == "overloaded_error" || typ == "api_error":
 		if streamed {
 			return fmt.Errorf("anthropic: %w: %w", agent.ErrInterrupted, e)
 		}

@@ -86,6 +86,7 @@ func TestFailureOutcomes(t *testing.T) {
 		{"too long event", start + errEvent("invalid_request_error", "prompt is too long: 300000 tokens > 200000 maximum"), agent.ErrContextLength, 1, nil},
 		{"rate limit event before text", start + errEvent("rate_limit_error", "slow") + "\n===\n" + ok, nil, 2, []time.Duration{providertest.Backoff}},
 		{"overloaded event after text", start + textStart + textDelta("hi") + errEvent("overloaded_error", "Overloaded"), agent.ErrInterrupted, 1, nil},
+		{"408 from a proxy", "> status 408\n{}\n===\n" + ok, nil, 2, []time.Duration{providertest.Backoff}},
 		{"529", "> status 529\n{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n===\n" + ok, nil, 2, []time.Duration{providertest.Backoff}},
 		{"429 no retry-after", "> status 429\n{\"type\":\"error\",\"error\":{\"type\":\"rate_limit_error\",\"message\":\"slow\"}}\n===\n> status 429\n{}\n===\n> status 429\n{}\n", agent.ErrRateLimited, 3, []time.Duration{providertest.Backoff, 2 * providertest.Backoff}},
 		{"403", "> status 403\n{\"type\":\"error\",\"error\":{\"type\":\"permission_error\",\"message\":\"no\"}}\n", agent.ErrRequest, 1, nil},
