@@ -22,7 +22,10 @@ import (
 // keeps no reference to them.
 //
 // Errors: every error wraps one of the sentinels of this package where one
-// applies. After Close, every method returns an error wrapping ErrClosed.
+// applies. After Close, every method returns an error wrapping ErrClosed;
+// so does a call whose ctx is done too: a closed store is checked before
+// ctx, and its error wraps ErrClosed, not ctx's error (a caller that
+// retries on a context error must not retry a store that cannot answer).
 type Store interface {
 	EventLog
 	Summaries

@@ -416,7 +416,14 @@ func testLimitsInclusive(t *testing.T, e env) {
 var closeCases = []suiteCase{
 	{name: "MethodsAfterClose", run: testClose},
 	{name: "OptionalMethodsAfterClose", run: testCloseOptional},
+	{name: "ClosedBeforeCancelled", run: testCloseBeforeCancelled},
 	{name: "InFlightReadsAfterClose", run: testCloseInFlight},
+}
+
+// namedCall is one call of a closed-store case; do returns its error.
+type namedCall struct {
+	name string
+	do   func() error
 }
 
 func testClose(t *testing.T, e env) {
@@ -424,11 +431,18 @@ func testClose(t *testing.T, e env) {
 	populate(t, s, "c", e.feat.Audit)
 	require.NoError(t, s.Close())
 	require.NoError(t, s.Close(), "Close twice is fine")
-	ctx := context.Background()
-	calls := []struct {
-		name string
-		do   func() error
-	}{
+	for _, c := range closedCalls(context.Background(), s) {
+		t.Run(c.name, func(t *testing.T) {
+			require.ErrorIs(t, c.do(), journal.ErrClosed)
+		})
+	}
+	require.NoError(t, s.Close(), "Close after failed calls is fine")
+}
+
+// closedCalls calls every method of journal.Store (Close aside) with ctx,
+// on the records populate wrote for "c".
+func closedCalls(ctx context.Context, s journal.Store) []namedCall {
+	return []namedCall{
 		{"Append", func() error {
 			_, err := s.Append(ctx, &messages.AppendRequest{ConversationId: "c", ExpectedLast: 6, Events: userEvs(1, 1)})
 			return err
@@ -475,12 +489,6 @@ func testClose(t *testing.T, e env) {
 		{"Metadata", func() error { _, err := s.Metadata(ctx, "c"); return err }},
 		{"PutMetadata", func() error { return s.PutMetadata(ctx, "c", map[string]string{"k": "v"}) }},
 	}
-	for _, c := range calls {
-		t.Run(c.name, func(t *testing.T) {
-			require.ErrorIs(t, c.do(), journal.ErrClosed)
-		})
-	}
-	require.NoError(t, s.Close(), "Close after failed calls is fine")
 }
 
 // testCloseOptional: the methods of the optional interfaces every adapter
@@ -490,6 +498,40 @@ func testClose(t *testing.T, e env) {
 // readers.
 func testCloseOptional(t *testing.T, e env) {
 	s := e.open(t).Store
+	calls := prepareOptionalCalls(t, s)
+	require.NoError(t, s.Close())
+	for _, c := range calls(context.Background()) {
+		t.Run(c.name, func(t *testing.T) {
+			require.ErrorIs(t, c.do(), journal.ErrClosed)
+		})
+	}
+}
+
+// testCloseBeforeCancelled: a call on a closed store with a ctx that is
+// already done fails with ErrClosed, not with ctx's error: a closed store
+// is the more lasting condition, and a caller that retries on a context
+// error would retry a store that can never answer. Every method, of the
+// optional interfaces too.
+func testCloseBeforeCancelled(t *testing.T, e env) {
+	s := e.open(t).Store
+	populate(t, s, "c", e.feat.Audit)
+	optional := prepareOptionalCalls(t, s)
+	require.NoError(t, s.Close())
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, c := range append(closedCalls(ctx, s), optional(ctx)...) {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.do()
+			require.ErrorIs(t, err, journal.ErrClosed)
+			require.NotErrorIs(t, err, context.Canceled, "ErrClosed is reported, not ctx's error")
+		})
+	}
+}
+
+// prepareOptionalCalls writes what the calls of the optional interfaces
+// need (a fork source "src", a schedule of it, a stored blob) and returns
+// the calls, made with the ctx given.
+func prepareOptionalCalls(t *testing.T, s journal.Store) func(ctx context.Context) []namedCall {
 	ctx := context.Background()
 	req := forkSource(t, s, "src", "dst")
 	ss := scheduleStore(t, s)
@@ -497,44 +539,37 @@ func testCloseOptional(t *testing.T, e env) {
 	f := files(t, s)
 	content := []byte("content")
 	putBlob(t, f, content)
-	require.NoError(t, s.Close())
-	calls := []struct {
-		name string
-		do   func() error
-	}{
-		{"Fork", func() error { return s.Fork(ctx, req) }},
-		{"FindConversations", func() error { _, _, err := s.FindConversations(ctx, "name", "x", "", 0); return err }},
-		{"ListActiveConversations", func() error { _, _, err := s.ListActiveConversations(ctx, "", 0); return err }},
-		{"PutSchedule", func() error { return ss.PutSchedule(ctx, sched("src", "s2", 30)) }},
-		{"DeleteSchedule", func() error { return ss.DeleteSchedule(ctx, "src", "s1") }},
-		{"ConversationSchedules", func() error { _, err := ss.ConversationSchedules(ctx, "src"); return err }},
-		{"ScheduleTimes", func() error {
-			called := false
-			err := ss.ScheduleTimes(ctx, func(string, string, time.Time) error { called = true; return nil })
-			if called {
-				return errors.New("journaltest: ScheduleTimes called fn after Close") // wraps no sentinel
-			}
-			return err
-		}},
-		{"PutFileBlob", func() error {
-			other := []byte("other")
-			_, err := f.PutFileBlob(ctx, sumOf(other), int64(len(other)), failReader{})
-			return err
-		}},
-		{"PutFileBlobStored", func() error {
-			_, err := f.PutFileBlob(ctx, sumOf(content), int64(len(content)), failReader{})
-			return err
-		}},
-		{"FileBlob", func() error { _, err := f.FileBlob(ctx, sumOf(content)); return err }},
-		{"OpenFileBlob", func() error { _, err := f.OpenFileBlob(ctx, sumOf(content)); return err }},
-		{"PutFileCheckpoint", func() error { _, err := f.PutFileCheckpoint(ctx, fileCP("src", 1, "a", content)); return err }},
-		{"FileCheckpoints", func() error { _, err := f.FileCheckpoints(ctx, "src", 0); return err }},
-		{"SweepFileBlobs", func() error { _, err := f.SweepFileBlobs(ctx, tm(1)); return err }},
-	}
-	for _, c := range calls {
-		t.Run(c.name, func(t *testing.T) {
-			require.ErrorIs(t, c.do(), journal.ErrClosed)
-		})
+	return func(ctx context.Context) []namedCall {
+		return []namedCall{
+			{"Fork", func() error { return s.Fork(ctx, req) }},
+			{"FindConversations", func() error { _, _, err := s.FindConversations(ctx, "name", "x", "", 0); return err }},
+			{"ListActiveConversations", func() error { _, _, err := s.ListActiveConversations(ctx, "", 0); return err }},
+			{"PutSchedule", func() error { return ss.PutSchedule(ctx, sched("src", "s2", 30)) }},
+			{"DeleteSchedule", func() error { return ss.DeleteSchedule(ctx, "src", "s1") }},
+			{"ConversationSchedules", func() error { _, err := ss.ConversationSchedules(ctx, "src"); return err }},
+			{"ScheduleTimes", func() error {
+				called := false
+				err := ss.ScheduleTimes(ctx, func(string, string, time.Time) error { called = true; return nil })
+				if called {
+					return errors.New("journaltest: ScheduleTimes called fn after Close") // wraps no sentinel
+				}
+				return err
+			}},
+			{"PutFileBlob", func() error {
+				other := []byte("other")
+				_, err := f.PutFileBlob(ctx, sumOf(other), int64(len(other)), failReader{})
+				return err
+			}},
+			{"PutFileBlobStored", func() error {
+				_, err := f.PutFileBlob(ctx, sumOf(content), int64(len(content)), failReader{})
+				return err
+			}},
+			{"FileBlob", func() error { _, err := f.FileBlob(ctx, sumOf(content)); return err }},
+			{"OpenFileBlob", func() error { _, err := f.OpenFileBlob(ctx, sumOf(content)); return err }},
+			{"PutFileCheckpoint", func() error { _, err := f.PutFileCheckpoint(ctx, fileCP("src", 1, "a", content)); return err }},
+			{"FileCheckpoints", func() error { _, err := f.FileCheckpoints(ctx, "src", 0); return err }},
+			{"SweepFileBlobs", func() error { _, err := f.SweepFileBlobs(ctx, tm(1)); return err }},
+		}
 	}
 }
 

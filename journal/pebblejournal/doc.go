@@ -169,6 +169,7 @@
 //
 // A Store is safe for concurrent use. Close waits for calls in progress,
 // closes Pebble, and is idempotent; afterwards every method returns an error
-// wrapping journal.ErrClosed. One directory can be open in one Store (one
+// wrapping journal.ErrClosed, before looking at its ctx (a call whose ctx is
+// done gets ErrClosed, not ctx's error, as from a failed store). One directory can be open in one Store (one
 // process) at a time: Pebble holds a lock file.
 package pebblejournal

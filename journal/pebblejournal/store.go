@@ -354,8 +354,20 @@ func (s *Store) Close() error {
 }
 
 // begin admits a call: it holds the gate for reading until end. It fails
-// when ctx is done, the store is closed, or it failed.
+// when the store is closed (or closing), it failed, or ctx is done, checked
+// in this order: a closed or failed store is reported as such (ErrClosed)
+// even to a call whose ctx is done too.
 func (s *Store) begin(ctx context.Context) error {
+	// A Close that has begun holds the gate until it is done; a call
+	// whose ctx is done does not wait for it to say ErrClosed.
+	select {
+	case <-s.closing:
+		return errClosed
+	default:
+	}
+	if f := s.failure(); f != nil {
+		return f
+	}
 	if ctx != nil {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("pebblejournal: %w", err)

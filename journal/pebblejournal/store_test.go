@@ -421,7 +421,8 @@ func (r *logRecorder) errors() []string {
 
 // TestFatalWALErrorFailsStore: when the WAL cannot be written or synced,
 // Pebble calls Logger.Fatalf and its Commit returns nil. The store must not
-// acknowledge that write, must refuse every later call with ErrClosed, must
+// acknowledge that write, must refuse every later call with ErrClosed (a
+// call whose ctx is done too), must
 // log the error, and must still close; what was acknowledged before
 // survives a reopen.
 func TestFatalWALErrorFailsStore(t *testing.T) {
@@ -454,6 +455,11 @@ func TestFatalWALErrorFailsStore(t *testing.T) {
 	require.ErrorIs(t, err, journal.ErrClosed)
 	_, err = s.LastSeq(ctx, "c")
 	require.ErrorIs(t, err, journal.ErrClosed)
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = s.LastSeq(done, "c")
+	require.ErrorIs(t, err, journal.ErrClosed, "a failed store says so before a done ctx")
+	require.NotErrorIs(t, err, context.Canceled)
 	require.NotEmpty(t, rec.errors())
 	require.Contains(t, strings.Join(rec.errors(), "\n"), "fatal")
 
