@@ -2,6 +2,7 @@ package pgjournal
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -182,6 +183,129 @@ func TestCorruptRecords(t *testing.T) {
 			require.NoError(t, err)
 			_, err = conn.Exec(ctx, "DELETE FROM lz_conversations WHERE id = $1", []byte(conv)) // and ListConversations
 			require.NoError(t, err)
+		})
+	}
+}
+
+// TestGapInsideTheLog: an event row missing from a log (removed under the
+// store) is a gap for every read that spans it: journal.ErrCorrupt naming
+// the row found where the missing seq should be, as in pebblejournal,
+// where the reads returned a history with a hole. A lost first event is a
+// gap too, unless the log is a fork's, which starts after the summary it
+// copied; reads that do not span the hole still work.
+func TestGapInsideTheLog(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	s := open(t, dsn, Options{})
+	conn, err := pgx.Connect(t.Context(), dsn)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	ctx := t.Context()
+	appendN := func(conv string, n int) {
+		t.Helper()
+		evs := make([]*messages.Event, n)
+		for i := range evs {
+			evs[i] = userEvent(fmt.Sprint(i + 1))
+		}
+		_, err := s.Append(ctx, &messages.AppendRequest{ConversationId: conv, Events: evs})
+		require.NoError(t, err)
+	}
+	remove := func(conv string, seq int64) {
+		t.Helper()
+		tag, err := conn.Exec(ctx, "DELETE FROM lz_events WHERE conv = $1 AND seq = $2", []byte(conv), seq)
+		require.NoError(t, err)
+		require.Equal(t, int64(1), tag.RowsAffected())
+	}
+	requireGap := func(err error, row string) {
+		t.Helper()
+		require.ErrorIs(t, err, journal.ErrCorrupt)
+		require.Contains(t, err.Error(), "the log has a gap: row "+row)
+	}
+
+	appendN("c", 100)
+	require.NoError(t, s.PutSummary(ctx, "c", &messages.Summary{FromSeq: 1, ToSeq: 40, Content: "s"}))
+	remove("c", 50)
+	_, err = s.Events(ctx, "c", journal.EventQuery{})
+	requireGap(err, `"c"/51 where seq 50 should be`)
+	_, err = s.Events(ctx, "c", journal.EventQuery{After: 45, Before: 60})
+	requireGap(err, `"c"/51`)
+	_, err = s.Events(ctx, "c", journal.EventQuery{After: 49, Before: 60})
+	requireGap(err, `"c"/51 where seq 50 should be`)
+	_, err = s.Events(ctx, "c", journal.EventQuery{Before: 60, Limit: 15})
+	requireGap(err, `"c"/51`)
+	_, _, err = s.LoadSince(ctx, "c")
+	requireGap(err, `"c"/51`)
+	evs, err := s.Events(ctx, "c", journal.EventQuery{After: 50})
+	require.NoError(t, err)
+	require.Len(t, evs, 50)
+	evs, err = s.Events(ctx, "c", journal.EventQuery{Before: 50})
+	require.NoError(t, err)
+	require.Len(t, evs, 49)
+	evs, err = s.Events(ctx, "c", journal.EventQuery{Before: 60, Limit: 9})
+	require.NoError(t, err)
+	require.Len(t, evs, 9)
+
+	appendN("d", 3)
+	remove("d", 1)
+	_, err = s.Events(ctx, "d", journal.EventQuery{})
+	requireGap(err, `"d"/2 where seq 1 should be`)
+	_, _, err = s.LoadSince(ctx, "d")
+	requireGap(err, `"d"/2 where seq 1 should be`)
+
+	// A fork's log starts after its summary; without that summary it is
+	// a gap.
+	appendN("src", 6)
+	sum := &messages.Summary{FromSeq: 1, ToSeq: 4, Content: "four"}
+	require.NoError(t, s.PutSummary(ctx, "src", sum))
+	evs, err = s.Events(ctx, "src", journal.EventQuery{After: 4})
+	require.NoError(t, err)
+	require.NoError(t, s.Fork(ctx, &messages.ForkRequest{ConversationId: "dst", Summary: sum, Events: evs,
+		Status: messages.ConversationStatus_CONVERSATION_STATUS_IDLE, Origin: &messages.ForkOrigin{ConversationId: "src", Seq: 6}}))
+	evs, err = s.Events(ctx, "dst", journal.EventQuery{})
+	require.NoError(t, err)
+	require.Len(t, evs, 2)
+	_, _, err = s.LoadSince(ctx, "dst")
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "DELETE FROM lz_summaries WHERE conv = $1", []byte("dst"))
+	require.NoError(t, err)
+	_, err = s.Events(ctx, "dst", journal.EventQuery{})
+	requireGap(err, `"dst"/5 where seq 1 should be`)
+	_, _, err = s.LoadSince(ctx, "dst")
+	requireGap(err, `"dst"/5 where seq 1 should be`)
+}
+
+// TestCorruptMetadata: a metadata row whose value is not UTF-8, or whose
+// key breaks the rules of ids, rows PutMetadata refuses to write, is
+// journal.ErrCorrupt naming the row, as in pebblejournal, where Metadata
+// returned the bytes as they were.
+func TestCorruptMetadata(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	s := open(t, dsn, Options{})
+	conn, err := pgx.Connect(t.Context(), dsn)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	ctx := t.Context()
+	for _, c := range []struct {
+		name, sql, want string
+	}{
+		{"value not UTF-8", `UPDATE lz_metadata SET value = '\xff41'::bytea WHERE conv = $1 AND key = 'name'`,
+			`metadata "name" of "value not UTF-8": the value is not UTF-8`},
+		{"empty key", `UPDATE lz_metadata SET key = ''::bytea WHERE conv = $1 AND key = 'name'`,
+			`metadata "" of "empty key"`},
+		{"key not UTF-8", `UPDATE lz_metadata SET key = '\xff'::bytea WHERE conv = $1 AND key = 'name'`,
+			`metadata "\xff" of "key not UTF-8"`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			conv := c.name
+			require.NoError(t, s.PutMetadata(ctx, conv, map[string]string{"name": "x", "owner": "ann"}))
+			md, err := s.Metadata(ctx, conv)
+			require.NoError(t, err)
+			require.Equal(t, map[string]string{"name": "x", "owner": "ann"}, md)
+			tag, err := conn.Exec(ctx, c.sql, []byte(conv))
+			require.NoError(t, err)
+			require.Equal(t, int64(1), tag.RowsAffected())
+			_, err = s.Metadata(ctx, conv)
+			require.ErrorIs(t, err, journal.ErrCorrupt)
+			require.Contains(t, err.Error(), c.want)
 		})
 	}
 }

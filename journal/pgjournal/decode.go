@@ -1,6 +1,8 @@
 package pgjournal
 
 import (
+	"unicode/utf8"
+
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
 )
@@ -8,8 +10,11 @@ import (
 // The records read back are checked against the columns of their row, as
 // pebblejournal checks them against their key: a record no write could
 // have stored (other ids or seq than its row, an event without a body, a
-// summary of an empty or reversed span, a deadline at an invalid time) is
+// summary of an empty or reversed span, a deadline at an invalid time, a
+// metadata key that is not an id or a value that is not UTF-8) is
 // journal.ErrCorrupt naming its row, never a record handed to the caller.
+// So is a read of a log whose seqs skip (checkSeqs): a history with a hole
+// is never returned.
 
 // decodeEvent decodes the event of row (conv, seq). A value cut at a field
 // boundary decodes, with its seq but without a body: no write stores one.
@@ -25,6 +30,39 @@ func decodeEvent(data []byte, conv string, seq int64) (*messages.Event, error) {
 		return nil, journal.Corruptf("pgjournal: event %q/%d has no body", conv, seq)
 	}
 	return ev, nil
+}
+
+// checkSeqs returns an error wrapping journal.ErrCorrupt, naming the first
+// row out of place, unless evs (in ascending order) are consecutive and,
+// when first is not 0, start at first. what names the read in the error.
+func checkSeqs(conv, what string, evs []*messages.Event, first uint64) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	want := first
+	if want == 0 {
+		want = evs[0].GetSeq()
+	}
+	for _, ev := range evs {
+		if ev.GetSeq() != want {
+			return journal.Corruptf("pgjournal: %s of conversation %q: the log has a gap: row %q/%d where seq %d should be "+
+				"(rows of lz_events were removed under the store)", what, conv, conv, ev.GetSeq(), want)
+		}
+		want++
+	}
+	return nil
+}
+
+// decodeMetadata checks the metadata row (conv, key): its key follows the
+// rules of ids and its value is UTF-8, as PutMetadata requires of both.
+func decodeMetadata(conv string, key, value []byte) (string, string, error) {
+	if err := journal.ValidateID("metadata key", string(key)); err != nil {
+		return "", "", journal.Corruptf("pgjournal: metadata %q of %q: %v", key, conv, err)
+	}
+	if !utf8.Valid(value) {
+		return "", "", journal.Corruptf("pgjournal: metadata %q of %q: the value is not UTF-8", key, conv)
+	}
+	return string(key), string(value), nil
 }
 
 // decodeSummary decodes the summary of row (conv, toSeq).

@@ -63,6 +63,14 @@
 // retry of an append that did commit fail with ErrConflict. Each call is
 // bounded by Options.Timeout.
 //
+// Stored bytes are read defensively, as pebblejournal reads them: a record
+// that does not decode, or disagrees with the columns of its row, a
+// metadata row whose key breaks the rules of ids or whose value is not
+// UTF-8, and a read of a log whose seqs skip (Events, LoadSince: rows of
+// lz_events removed under the store) give an error wrapping
+// journal.ErrCorrupt that names the row, never a record, or a history with
+// a hole, handed to the caller.
+//
 // # Reconnection
 //
 // When a new connection fails (refused, timed out, the server shutting

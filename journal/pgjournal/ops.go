@@ -77,6 +77,27 @@ func (s *Store) Events(ctx context.Context, conversationID string, q journal.Eve
 	if err != nil {
 		return nil, s.wrap("events", err)
 	}
+	// The log is gap-free from seq 1: the range starts at After+1, unless
+	// a Limit cut it, or the log is a fork's, which starts after the
+	// summary it copied.
+	first := q.After + 1
+	if q.Limit > 0 && len(evs) == q.Limit {
+		first = 0
+	}
+	if len(evs) > 0 && first != 0 && evs[0].GetSeq() > first {
+		var forked bool
+		err := s.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM lz_summaries WHERE conv = $1 AND to_seq = $2)",
+			[]byte(conversationID), toInt64(evs[0].GetSeq()-1)).Scan(&forked)
+		if err != nil {
+			return nil, s.wrap("events", err)
+		}
+		if forked {
+			first = evs[0].GetSeq()
+		}
+	}
+	if err := checkSeqs(conversationID, "events", evs, first); err != nil {
+		return nil, err
+	}
 	return evs, nil
 }
 
@@ -156,6 +177,9 @@ func (s *Store) LoadSince(ctx context.Context, conversationID string) (*messages
 	evs, err := scanEvents(rows, conversationID)
 	if err != nil {
 		return nil, nil, s.wrap("load", err)
+	}
+	if err := checkSeqs(conversationID, "revival read", evs, uint64(toSeq)+1); err != nil {
+		return nil, nil, err
 	}
 	return sum, evs, nil
 }
@@ -934,7 +958,11 @@ func (s *Store) Metadata(ctx context.Context, id string) (map[string]string, err
 		if err := rows.Scan(&k, &v); err != nil {
 			return nil, s.wrap("metadata", err)
 		}
-		out[string(k)] = string(v)
+		key, val, err := decodeMetadata(id, k, v)
+		if err != nil {
+			return nil, err
+		}
+		out[key] = val
 	}
 	if err := rows.Err(); err != nil {
 		return nil, s.wrap("metadata", err)
