@@ -389,10 +389,9 @@ func (f *fileRoot) restoreOne(ctx context.Context, cp *messages.FileCheckpoint) 
 	// Write beside the file, then rename over it: a crash leaves the old
 	// file or the new one, never half of it.
 	tmp := native + ".lazarus-restore"
+	// The recorded permission bits, exactly: 0 is a file of mode 0000
+	// (Before records every file's mode), not a missing mode.
 	mode := fs.FileMode(cp.GetMode()).Perm()
-	if mode == 0 {
-		mode = 0o644
-	}
 	w, err := f.root.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, mode)
 	if err != nil {
 		return res, false, err

@@ -20,8 +20,9 @@ type RewindOptions struct {
 	Reason string
 	// Files also restores the files that server tools changed after
 	// toSeq (through their agent.Checkpointer) to their state at toSeq:
-	// each such file gets the content it had before the first call after
-	// toSeq that changed it, or is removed if it did not exist then. It
+	// each such file gets the content and the permission bits it had
+	// before the first call after toSeq that changed it (exactly as
+	// recorded, 0000 included), or is removed if it did not exist then. It
 	// needs Options.Files.Root (else the error wraps
 	// agent.ErrNoCheckpoints and nothing is written). In a fork, only the
 	// calls made in it count: the records of the calls it copied stay

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/lazarusrt/lazarus"
 	"github.com/lazarusrt/lazarus/agent"
@@ -505,4 +506,49 @@ func TestFileRewindOfAForkUsesItsOwnCalls(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, rep.Files, 1)
 	require.Equal(t, "a1", readFile(t, root, "a.txt"), "the source's rewind has the record")
+}
+
+// TestFileRewindRestoresModeZero: a checkpoint keeps a file's permission
+// bits, 0000 included (Before records them for any file it can read, as
+// root reads a file of mode 0000), and the rewind gives them back exactly:
+// a file of mode 0000 came back as 0644, as if no mode had been recorded.
+// The record is written here as Before writes it, so that the test does not
+// depend on running as root.
+func TestFileRewindRestoresModeZero(t *testing.T) {
+	h, root := filesHarness(t, openStore(t, "memory"), nil, nil)
+	ctx := ctxT(t)
+	h.model.Push("m", scripted.Reply("", writeCall(fileArgs{Path: "a.txt", Content: "new"})), scripted.Text("done"))
+	_, err := h.rt.Send(ctx, "m", "write it", user)
+	require.NoError(t, err)
+	h.awaitEvent("m", 0, isAssistantText("done"))
+	var call *messages.Event
+	for _, ev := range h.history("m") {
+		if ev.GetToolCall() != nil {
+			call = ev
+		}
+	}
+	require.NotNil(t, call)
+
+	fc := h.store.(journal.FileCheckpoints)
+	content := []byte("locked")
+	sum := sha256.Sum256(content)
+	hexSum := hex.EncodeToString(sum[:])
+	_, err = fc.PutFileBlob(ctx, hexSum, int64(len(content)), bytes.NewReader(content))
+	require.NoError(t, err)
+	_, err = fc.PutFileCheckpoint(ctx, &messages.FileCheckpoint{ConversationId: "m", Seq: call.GetSeq(), ToolCallId: call.GetToolCall().GetCall().GetId(),
+		Path: "locked.txt", Sha256: hexSum, Size: int64(len(content)), Mode: 0, Created: timestamppb.Now()})
+	require.NoError(t, err)
+
+	rep, err := h.rt.RewindWithReport(ctx, "m", 1, lazarus.RewindOptions{Files: true}, user)
+	require.NoError(t, err)
+	assert.Equal(t, []lazarus.FileRestore{
+		{Path: "a.txt", Action: lazarus.FileDeleted, Seq: call.GetSeq()},
+		{Path: "locked.txt", Action: lazarus.FileCreated, Seq: call.GetSeq(), Size: int64(len(content))},
+	}, rep.Files)
+	p := filepath.Join(root, "locked.txt")
+	info, err := os.Stat(p)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0), info.Mode().Perm(), "the recorded mode 0000 comes back")
+	require.NoError(t, os.Chmod(p, 0o600)) // to read it without root
+	assert.Equal(t, "locked", readFile(t, root, "locked.txt"))
 }
