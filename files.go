@@ -2,12 +2,14 @@ package lazarus
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -44,7 +46,9 @@ type FilesOptions struct {
 	// cluster mode the tools run on the conversation's owner and a
 	// rewind's files are restored by the member it is called on: give
 	// every member the same shared directory, or call RewindWithReport on
-	// the owner (Runtime.Owner).
+	// the owner (Runtime.Owner). A restore writes temporary files named
+	// ".lazarus-restore-" and 16 hex digits under it, and removes such
+	// files a crash left (see RewindWithReport): do not use these names.
 	Root string
 	// MaxFileBytes is the largest file a checkpoint keeps; Before of a
 	// larger file fails with an error wrapping journal.ErrTooLarge (the
@@ -109,6 +113,11 @@ type fileRoot struct {
 	max   int64
 	ttl   time.Duration
 	stop  func() bool // the sweep timer; under Runtime.mu
+	log   *slog.Logger
+	// opened is when the Runtime opened (the wall clock, as file times
+	// are): a restore's temporary file last modified before it is a
+	// leftover of an interrupted restore (removeLeftovers).
+	opened time.Time
 }
 
 // openFiles sets r.files up from opts.Files, once the Store is chosen.
@@ -142,7 +151,7 @@ func (r *Runtime) openFiles() error {
 	if err != nil {
 		return fmt.Errorf("lazarus: Options.Files.Root: %w: %w", err, journal.ErrInvalid)
 	}
-	r.files = &fileRoot{dirs: []string{abs, real}, root: root, store: fc, max: o.MaxFileBytes, ttl: o.BlobTTL}
+	r.files = &fileRoot{dirs: []string{abs, real}, root: root, store: fc, max: o.MaxFileBytes, ttl: o.BlobTTL, log: r.log, opened: time.Now()}
 	return nil
 }
 
@@ -342,10 +351,15 @@ func (f *fileRoot) restore(ctx context.Context, conv string, toSeq uint64) ([]Fi
 	}
 	sort.Strings(paths)
 	var out []FileRestore
+	swept := map[string]bool{}
 	for _, p := range paths {
 		cp := first[p]
 		if _, err := f.resolve(p); err != nil {
 			return out, err
+		}
+		if dir := filepath.Dir(filepath.FromSlash(p)); !swept[dir] {
+			swept[dir] = true
+			f.removeLeftovers(dir)
 		}
 		res, did, err := f.restoreOne(ctx, cp)
 		if err != nil {
@@ -387,12 +401,13 @@ func (f *fileRoot) restoreOne(ctx context.Context, cp *messages.FileCheckpoint) 
 	}
 	defer func() { _ = rc.Close() }()
 	// Write beside the file, then rename over it: a crash leaves the old
-	// file or the new one, never half of it.
-	tmp := native + ".lazarus-restore"
+	// file or the new one, never half of it, and at worst the temporary
+	// file, which the next restore in its directory removes.
+	tmp := filepath.Join(filepath.Dir(native), restoreTempName())
 	// The recorded permission bits, exactly: 0 is a file of mode 0000
 	// (Before records every file's mode), not a missing mode.
 	mode := fs.FileMode(cp.GetMode()).Perm()
-	w, err := f.root.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, mode)
+	w, err := f.root.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, mode)
 	if err != nil {
 		return res, false, err
 	}
@@ -419,6 +434,81 @@ func (f *fileRoot) restoreOne(ctx context.Context, cp *messages.FileCheckpoint) 
 		res.Action = FileCreated
 	}
 	return res, true, nil
+}
+
+// The temporary file of a restore is named restoreTempPrefix followed by
+// 16 random lowercase hex digits, in the restored file's directory: short
+// whatever the file's name, hidden from a plain listing, and never shared
+// by two restores. Earlier versions named it after the file, with
+// legacyRestoreSuffix.
+const (
+	restoreTempPrefix   = ".lazarus-restore-"
+	legacyRestoreSuffix = ".lazarus-restore"
+)
+
+// restoreTempName returns a new name for a restore's temporary file.
+func restoreTempName() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return restoreTempPrefix + hex.EncodeToString(b[:])
+}
+
+// isRestoreTemp says whether name is that of a restore's temporary file,
+// of this version or of an earlier one.
+func isRestoreTemp(name string) bool {
+	if x, ok := strings.CutPrefix(name, restoreTempPrefix); ok {
+		if len(x) != 16 {
+			return false
+		}
+		for _, c := range x {
+			if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+				return false
+			}
+		}
+		return true
+	}
+	return len(name) > len(legacyRestoreSuffix) && strings.HasSuffix(name, legacyRestoreSuffix)
+}
+
+// removeLeftovers removes, from the directory dir (relative to the root),
+// the temporary files that restores interrupted by a crash left: regular
+// files named as a restore's temporary file and last modified before the
+// Runtime opened. A restore in progress, of this Runtime or of another
+// process sharing the root, writes its file after that, so it is left
+// alone. A failure is logged, not returned: the restore goes on.
+func (f *fileRoot) removeLeftovers(dir string) {
+	d, err := f.root.Open(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return
+	}
+	if err != nil {
+		f.log.Warn("file restore: cannot list a directory for leftover temporary files", "dir", dir, "err", err)
+		return
+	}
+	defer func() { _ = d.Close() }()
+	for {
+		names, err := d.Readdirnames(256)
+		for _, name := range names {
+			if !isRestoreTemp(name) {
+				continue
+			}
+			p := filepath.Join(dir, name)
+			info, err := f.root.Lstat(p)
+			if err != nil || !info.Mode().IsRegular() || !info.ModTime().Before(f.opened) {
+				continue
+			}
+			if err := f.root.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				f.log.Warn("file restore: cannot remove a leftover temporary file", "path", filepath.ToSlash(p), "err", err)
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return
+		}
+		if err != nil {
+			f.log.Warn("file restore: cannot list a directory for leftover temporary files", "dir", dir, "err", err)
+			return
+		}
+	}
 }
 
 // SweepFileBlobs removes the blobs that no file checkpoint names and that

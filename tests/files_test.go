@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -551,4 +552,74 @@ func TestFileRewindRestoresModeZero(t *testing.T) {
 	assert.Equal(t, os.FileMode(0), info.Mode().Perm(), "the recorded mode 0000 comes back")
 	require.NoError(t, os.Chmod(p, 0o600)) // to read it without root
 	assert.Equal(t, "locked", readFile(t, root, "locked.txt"))
+}
+
+// TestFileRestoreRemovesLeftoverTemporaryFiles: a restore writes each file
+// to a temporary file beside it and renames it over the file, so a crash in
+// between leaves the temporary file; the next restore in that directory
+// removes the ones left before its Runtime opened (this version's names and
+// the earlier "<file>.lazarus-restore"), and keeps a newer one (another
+// process's restore in progress), files of other names, and the leftovers
+// of directories it does not restore into. They stayed for good.
+func TestFileRestoreRemovesLeftoverTemporaryFiles(t *testing.T) {
+	h, root := filesHarness(t, openStore(t, "memory"), nil, nil)
+	ctx := ctxT(t)
+	sub, other := filepath.Join(root, "sub"), filepath.Join(root, "other")
+	require.NoError(t, os.MkdirAll(sub, 0o755))
+	require.NoError(t, os.MkdirAll(other, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(sub, "a.txt"), []byte("v1"), 0o644))
+	h.model.Push("t", scripted.Reply("", writeCall(fileArgs{Path: "sub/a.txt", Content: "v2"})), scripted.Text("done"))
+	_, err := h.rt.Send(ctx, "t", "change it", user)
+	require.NoError(t, err)
+	h.awaitEvent("t", 0, isAssistantText("done"))
+
+	// What crashed restores left, before this Runtime opened.
+	past := time.Now().Add(-time.Hour)
+	plant := func(p string, mtime time.Time) {
+		t.Helper()
+		require.NoError(t, os.WriteFile(p, []byte("half"), 0o600))
+		require.NoError(t, os.Chtimes(p, mtime, mtime))
+	}
+	plant(filepath.Join(sub, ".lazarus-restore-0123456789abcdef"), past)
+	plant(filepath.Join(sub, "a.txt.lazarus-restore"), past)
+	plant(filepath.Join(sub, ".lazarus-restore-fedcba9876543210"), time.Now().Add(time.Hour)) // in progress elsewhere
+	plant(filepath.Join(sub, ".lazarus-restore-notours"), past)
+	plant(filepath.Join(sub, "notes.txt"), past)
+	plant(filepath.Join(other, ".lazarus-restore-0123456789abcdef"), past)
+
+	rep, err := h.rt.RewindWithReport(ctx, "t", 1, lazarus.RewindOptions{Files: true}, user)
+	require.NoError(t, err)
+	require.Len(t, rep.Files, 1)
+	assert.Equal(t, "v1", readFile(t, root, "sub/a.txt"))
+	names := func(dir string) []string {
+		entries, err := os.ReadDir(dir)
+		require.NoError(t, err)
+		var out []string
+		for _, e := range entries {
+			out = append(out, e.Name())
+		}
+		return out
+	}
+	assert.ElementsMatch(t, []string{"a.txt", ".lazarus-restore-fedcba9876543210", ".lazarus-restore-notours", "notes.txt"}, names(sub))
+	assert.ElementsMatch(t, []string{".lazarus-restore-0123456789abcdef"}, names(other), "a directory no restore writes to is left alone")
+}
+
+// TestFileRestoreOfALongName: a file whose name is as long as a name may
+// be is restored: the temporary file was named after it, 16 bytes longer,
+// and the restore failed with ENAMETOOLONG.
+func TestFileRestoreOfALongName(t *testing.T) {
+	h, root := filesHarness(t, openStore(t, "memory"), nil, nil)
+	ctx := ctxT(t)
+	name := strings.Repeat("n", 250)
+	require.NoError(t, os.WriteFile(filepath.Join(root, name), []byte("v1"), 0o644))
+	h.model.Push("l", scripted.Reply("", writeCall(fileArgs{Path: name, Content: "v2"})), scripted.Text("done"))
+	_, err := h.rt.Send(ctx, "l", "change it", user)
+	require.NoError(t, err)
+	h.awaitEvent("l", 0, isAssistantText("done"))
+	require.Equal(t, "v2", readFile(t, root, name))
+
+	rep, err := h.rt.RewindWithReport(ctx, "l", 1, lazarus.RewindOptions{Files: true}, user)
+	require.NoError(t, err)
+	require.Len(t, rep.Files, 1)
+	assert.Equal(t, "v1", readFile(t, root, name))
 }
