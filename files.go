@@ -439,12 +439,8 @@ func (f *fileRoot) restoreOne(ctx context.Context, cp *messages.FileCheckpoint) 
 // The temporary file of a restore is named restoreTempPrefix followed by
 // 16 random lowercase hex digits, in the restored file's directory: short
 // whatever the file's name, hidden from a plain listing, and never shared
-// by two restores. Earlier versions named it after the file, with
-// legacyRestoreSuffix.
-const (
-	restoreTempPrefix   = ".lazarus-restore-"
-	legacyRestoreSuffix = ".lazarus-restore"
-)
+// by two restores.
+const restoreTempPrefix = ".lazarus-restore-"
 
 // restoreTempName returns a new name for a restore's temporary file.
 func restoreTempName() string {
@@ -453,21 +449,18 @@ func restoreTempName() string {
 	return restoreTempPrefix + hex.EncodeToString(b[:])
 }
 
-// isRestoreTemp says whether name is that of a restore's temporary file,
-// of this version or of an earlier one.
+// isRestoreTemp says whether name is that of a restore's temporary file.
 func isRestoreTemp(name string) bool {
-	if x, ok := strings.CutPrefix(name, restoreTempPrefix); ok {
-		if len(x) != 16 {
+	x, ok := strings.CutPrefix(name, restoreTempPrefix)
+	if !ok || len(x) != 16 {
+		return false
+	}
+	for _, c := range x {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
 			return false
 		}
-		for _, c := range x {
-			if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-				return false
-			}
-		}
-		return true
 	}
-	return len(name) > len(legacyRestoreSuffix) && strings.HasSuffix(name, legacyRestoreSuffix)
+	return true
 }
 
 // removeLeftovers removes, from the directory dir (relative to the root),

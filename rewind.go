@@ -78,10 +78,10 @@ func (r *Runtime) Rewind(ctx context.Context, conversationID string, toSeq uint6
 // (so a crash leaves a file whole, old or restored). The temporary file
 // written beside it is named ".lazarus-restore-" and 16 hex digits; a
 // restore that fails removes its own, and one that a crash left is removed
-// by the next restore in its directory of a Runtime opened after the crash
-// (as is an earlier version's "<file>.lazarus-restore"): repeating the
-// rewind, as below, clears them. The first failure stops the restore and
-// is returned with the report of the files already restored. Restoring is idempotent: after a failure or a crash, repeat
+// by the next restore in its directory of a Runtime opened after the crash:
+// repeating the rewind, as below, clears them. The first failure stops the
+// restore and is returned with the report of the files already restored.
+// Restoring is idempotent: after a failure or a crash, repeat
 // the rewind with the same target (a new call appends another rewind
 // event, with the same effect, and restores the files again; the retries
 // of one call, when its activation died before answering, write one). A server tool that still

@@ -557,9 +557,9 @@ func TestFileRewindRestoresModeZero(t *testing.T) {
 // TestFileRestoreRemovesLeftoverTemporaryFiles: a restore writes each file
 // to a temporary file beside it and renames it over the file, so a crash in
 // between leaves the temporary file; the next restore in that directory
-// removes the ones left before its Runtime opened (this version's names and
-// the earlier "<file>.lazarus-restore"), and keeps a newer one (another
-// process's restore in progress), files of other names, and the leftovers
+// removes the ones left before its Runtime opened, and keeps a newer one
+// (another process's restore in progress), files of other names (a user's
+// "a.txt.lazarus-restore" too), and the leftovers
 // of directories it does not restore into. They stayed for good.
 func TestFileRestoreRemovesLeftoverTemporaryFiles(t *testing.T) {
 	h, root := filesHarness(t, openStore(t, "memory"), nil, nil)
@@ -600,7 +600,7 @@ func TestFileRestoreRemovesLeftoverTemporaryFiles(t *testing.T) {
 		}
 		return out
 	}
-	assert.ElementsMatch(t, []string{"a.txt", ".lazarus-restore-fedcba9876543210", ".lazarus-restore-notours", "notes.txt"}, names(sub))
+	assert.ElementsMatch(t, []string{"a.txt", "a.txt.lazarus-restore", ".lazarus-restore-fedcba9876543210", ".lazarus-restore-notours", "notes.txt"}, names(sub))
 	assert.ElementsMatch(t, []string{".lazarus-restore-0123456789abcdef"}, names(other), "a directory no restore writes to is left alone")
 }
 
