@@ -26,8 +26,11 @@
 //
 //   - journal/memjournal: in memory; ephemeral; the oracle of model tests.
 //   - journal/pebblejournal: embedded and durable on Pebble; the default.
+//   - journal/pgjournal: durable on PostgreSQL, shared by the members of a
+//     cluster.
 //
-// Both pass the conformance suite in journal/journaltest unchanged.
+// All three pass the conformance suite in journal/journaltest unchanged;
+// the durable ones also its reopen and crash cases.
 //
 // # Pebble key layout
 //
