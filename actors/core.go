@@ -60,7 +60,10 @@ type core struct {
 	// rowStatus is the conversation row's status as this activation read
 	// or last wrote it (see setRow).
 	rowStatus messages.ConversationStatus
-	sends     []*queuedSend
+	// rowAwaiting: the row's fsm_state cache, as this activation read or
+	// last wrote it, says awaiting_input (see setRow).
+	rowAwaiting bool
+	sends       []*queuedSend
 
 	turn      uint64
 	modelBusy bool
@@ -444,6 +447,7 @@ func (c *core) onLoaded(l *inLoaded) {
 	c.resolveHandoffs()
 	c.requester = l.scope
 	c.rowStatus = l.conv.GetStatus()
+	c.rowAwaiting = l.conv.GetFsmState().GetState() == messages.AgentState_AGENT_STATE_AWAITING_INPUT
 	c.setSettings(l.conv.GetSettings())
 	if st := l.conv.GetFsmState(); st != nil && st.GetLastSeq() != c.ws.LastSeq {
 		c.log.Debug("fsm_state disagrees with the log; the log wins",
@@ -906,6 +910,9 @@ func (c *core) onWriteReply(r *inWriteReply) {
 	}
 	if st := w.req.GetStatus(); st != messages.ConversationStatus_CONVERSATION_STATUS_UNSPECIFIED {
 		c.rowStatus = st
+	}
+	if st := w.req.GetFsmState(); st != nil {
+		c.rowAwaiting = st.GetState() == messages.AgentState_AGENT_STATE_AWAITING_INPUT
 	}
 	events := w.req.GetEvents()
 	if err := c.ws.Append(events...); err != nil {

@@ -18,12 +18,17 @@ func (c *core) event(body func(*messages.Event)) *messages.Event {
 // calls open besides the actor's, changes in the conversation row: the
 // status and the fsm_state cache (the state the actor will be in once the
 // write lands, and the calls it still owes). A write in the middle of a
-// turn (the conversation stays active, and is not awaiting input) leaves
-// the row alone: DESIGN persists fsm_state only as idle or awaiting_input,
-// and a kill mid-turn is recovered from the log, which wins over the row.
-// That is two row rewrites fewer per turn with a server tool call.
+// turn (the conversation stays active, is not awaiting input, and its row
+// does not say it is) leaves the row alone: DESIGN persists fsm_state only
+// as idle or awaiting_input, and a kill mid-turn is recovered from the
+// log, which wins over the row. That is two row rewrites fewer per turn
+// with a server tool call. A row that says awaiting_input is rewritten by
+// the first write after the last human call is answered, even when its
+// status is ACTIVE already (the answer's own write, Runtime.Resolve's or
+// an expiry's, made it so): it would otherwise name an answered call as
+// pending until the turn ends.
 func (c *core) setRow(req *messages.AppendRequest, st messages.ConversationStatus, extra []*openCall) {
-	if st == messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE && c.rowStatus == st && !c.awaitingInput(extra) {
+	if st == messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE && c.rowStatus == st && !c.rowAwaiting && !c.awaitingInput(extra) {
 		return
 	}
 	req.Status = st
