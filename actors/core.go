@@ -543,6 +543,9 @@ func (c *core) onCommand(cmd *Command, sender any) {
 		if call := c.openCall(m.GetToolCallId()); call != nil && call.ready == nil {
 			call.ready, call.status, call.by, call.inStore = m.GetResult(), m.GetStatus(), m.GetBy(), true
 			call.resolver = m.GetResolver()
+			// The answer's write, which this delivery follows, made the
+			// row ACTIVE (see setRow).
+			c.rowStatus = messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE
 		}
 		if sender != nil {
 			c.emit(effReply{to: sender, msg: &messages.AgentReply{}})

@@ -27,11 +27,24 @@ func (c *core) event(body func(*messages.Event)) *messages.Event {
 // status is ACTIVE already (the answer's own write, Runtime.Resolve's or
 // an expiry's, made it so): it would otherwise name an answered call as
 // pending until the turn ends.
+//
+// A write that leaves a SUSPENDED row suspended does not restate the
+// status. The only writes of the row besides this activation's are
+// answers' (Runtime.Resolve's, an expiry's): each makes it ACTIVE, so that
+// the next Open resumes the conversation if the answer's delivery is lost,
+// and a message, or a server call's result, written while the human call
+// is still open in this activation's view must not undo that. Once an
+// answer is delivered, rowStatus is ACTIVE (see onCommand), so the write
+// that records it states the status it leaves; that write still
+// overwrites the mark of an answer to another human call written just
+// before it and not yet delivered (RELIABILITY.md, guarantee 6, says so).
 func (c *core) setRow(req *messages.AppendRequest, st messages.ConversationStatus, extra []*openCall) {
 	if st == messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE && c.rowStatus == st && !c.rowAwaiting && !c.awaitingInput(extra) {
 		return
 	}
-	req.Status = st
+	if st != messages.ConversationStatus_CONVERSATION_STATUS_SUSPENDED || c.rowStatus != st {
+		req.Status = st
+	}
 	req.FsmState = c.fsmState(c.ws.LastSeq+uint64(len(req.GetEvents())), extra)
 }
 
@@ -141,7 +154,14 @@ func (c *core) writeSends() bool {
 	if len(req.Events) == 0 {
 		return false
 	}
-	c.setRow(req, messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE, nil)
+	// A turn is owed once the messages land, unless a human call is open:
+	// the model is called once its result is in the log (advance), so the
+	// conversation stays suspended on it, awaiting input.
+	status := messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE
+	if c.awaitingInput(nil) {
+		status = messages.ConversationStatus_CONVERSATION_STATUS_SUSPENDED
+	}
+	c.setRow(req, status, nil)
 	c.write(&pendingWrite{kind: writeSends, req: req, sends: sends, requester: requester})
 	return true
 }

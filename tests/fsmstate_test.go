@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/actors"
 	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
@@ -56,6 +58,41 @@ func awaitEntered(t *testing.T, entered <-chan struct{}, step string) {
 	}
 }
 
+// TestRowFollowsTheLogThroughAMessageWhileAHumanCallIsOpen: a human call
+// is opened, a user message is sent while it is open, the call is
+// answered, and the turn ends. After each step the conversation row
+// (status and fsm_state) says what the log says: the message sent while
+// the call is open leaves the conversation suspended on it (the model is
+// not called: its result is owed first), and once the answer is recorded
+// the row is active with nothing pending while the model answers. The
+// send wrote the row ACTIVE with awaiting_input, and the answer's write
+// left that cache, naming the answered call, until the turn ended.
+func TestRowFollowsTheLogThroughAMessageWhileAHumanCallIsOpen(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		h := newHarness(t, openStore(t, kind), nil)
+		ctx := ctxT(t)
+		id := h.suspendOne("c")
+		requireRowFollowsTheLog(t, h, "c", messages.ConversationStatus_CONVERSATION_STATUS_SUSPENDED, "human call opened")
+
+		_, err := h.rt.Send(ctx, "c", "and please hurry", user)
+		require.NoError(t, err)
+		require.Equal(t, 1, h.model.Calls("c"), "the model waits for the call's result")
+		requireRowFollowsTheLog(t, h, "c", messages.ConversationStatus_CONVERSATION_STATUS_SUSPENDED, "message sent while the call is open")
+
+		entered := h.model.Hold("c")
+		h.model.Push("c", scripted.Text("refunded"))
+		require.NoError(t, h.rt.Resolve(ctx, id, `{"approved":true}`, user))
+		awaitEntered(t, entered, "answer given")
+		requireRowFollowsTheLog(t, h, "c", messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE, "answer given, the model answering")
+
+		h.model.Release("c")
+		h.awaitEvent("c", 0, isAssistantText("refunded"))
+		requireRowFollowsTheLog(t, h, "c", messages.ConversationStatus_CONVERSATION_STATUS_IDLE, "turn ended")
+		require.Equal(t, []string{"user_msg", "assistant_msg", "tool_call:approve_refund", "suspension", "user_msg",
+			"resolution:TOOL_CALL_STATUS_RESOLVED", "tool_result:approve_refund", "assistant_msg"}, types(h.history("c")))
+	})
+}
+
 // TestRowFollowsTheLogAfterAnAnswerToADeadConversation: a human call is
 // answered (by Resolve, by Reject, or by its deadline passing) while the
 // conversation has no live actor; the activation revived to record the
@@ -98,4 +135,106 @@ func TestRowFollowsTheLogAfterAnAnswerToADeadConversation(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestKillAfterAMessageWhileAHumanCallIsOpenCancelsNoTurn: a user message
+// sent while a human call is open starts no turn (the model waits for the
+// call's result), so a Kill then cancels none: subscribers see no
+// TurnCancelled end, and the next end is the answer the model gives once
+// the call is answered. The row said ACTIVE after the message, and Kill,
+// which reads it, told subscribers the turn was cancelled although it then
+// ran to its answer.
+func TestKillAfterAMessageWhileAHumanCallIsOpenCancelsNoTurn(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		h := newHarness(t, openStore(t, kind), nil)
+		ctx := ctxT(t)
+		id := h.suspendOne("c", scripted.Text("refunded"))
+		seq, err := h.rt.Send(ctx, "c", "and please hurry", user)
+		require.NoError(t, err)
+		sub, err := h.rt.Subscribe(ctx, "c", seq)
+		require.NoError(t, err)
+		require.True(t, h.rt.Kill("c"))
+		require.NoError(t, h.rt.Resolve(ctx, id, `{"approved":true}`, user))
+		u := h.awaitUpdate(sub, func(u actors.Update) bool { return u.TurnEnd != nil })
+		require.Equal(t, actors.TurnAnswered, u.TurnEnd.Outcome, "the first end after the message: %+v", u.TurnEnd)
+		require.Equal(t, "refunded", u.TurnEnd.Text)
+		requireRowFollowsTheLog(t, h, "c", messages.ConversationStatus_CONVERSATION_STATUS_IDLE, "turn ended")
+	})
+}
+
+// TestLostAnswerDeliveryIsResumedAfterAMessage: a human answer is durable
+// in its call's row, with the row's status ACTIVE (what Resolve and an
+// expiry write), but its delivery to the conversation is lost, as when the
+// process dies between the two. Meanwhile the live activation, which
+// still sees the call open, writes a user message, which leaves the
+// conversation suspended as the activation sees it. That write keeps the
+// row ACTIVE, so the next Open resumes the conversation with no command,
+// records the answer and runs the turn (RELIABILITY.md, guarantee 6); had
+// it restated SUSPENDED over the answer's ACTIVE, the answer would wait
+// for a command that may never come.
+func TestLostAnswerDeliveryIsResumedAfterAMessage(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		store := openStore(t, kind)
+		h := newHarness(t, store, nil)
+		ctx := ctxT(t)
+		id := h.suspendOne("c")
+
+		// What Resolve writes, without its delivery.
+		_, err := store.Append(ctx, &messages.AppendRequest{ConversationId: "c", Unfenced: true,
+			Status: messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE,
+			Resolutions: []*messages.ToolResolution{{ToolCallId: id, Status: messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED,
+				Result: &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: `{"approved":true}`}},
+				At:     journal.Timestamp(h.clock.Now()), By: user.Identity().Proto()}}})
+		require.NoError(t, err)
+		_, err = h.rt.Send(ctx, "c", "and please hurry", user)
+		require.NoError(t, err)
+		row, err := store.Conversation(ctx, "c")
+		require.NoError(t, err)
+		require.Equal(t, messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE, row.GetStatus(), "an answer is owed its recording")
+		require.NoError(t, h.rt.Close())
+
+		model2 := scripted.New(scripted.Options{})
+		model2.Push("c", scripted.Text("after the restart"))
+		h2 := newHarness(t, store, func(o *lazarus.Options) { o.Model = model2 })
+		// No command: Open's resume records the answer and runs the turn.
+		h2.awaitEvent("c", 0, isAssistantText("after the restart"))
+		require.Equal(t, []string{"user_msg", "assistant_msg", "tool_call:approve_refund", "suspension", "user_msg",
+			"resolution:TOOL_CALL_STATUS_RESOLVED", "tool_result:approve_refund", "assistant_msg"}, types(h2.history("c")))
+		requireRowFollowsTheLog(t, h2, "c", messages.ConversationStatus_CONVERSATION_STATUS_IDLE, "turn ended")
+	})
+}
+
+// TestRowFollowsTheLogAsHumanCallsAreAnsweredOneByOne: two human calls
+// are open; the first is answered while the conversation is live, the
+// second once it was killed. The row says what the log says after each:
+// SUSPENDED awaiting the second call, then ACTIVE with nothing pending
+// while the model answers, then IDLE.
+func TestRowFollowsTheLogAsHumanCallsAreAnsweredOneByOne(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		h := newHarness(t, openStore(t, kind), nil)
+		ctx := ctxT(t)
+		h.model.Push("c", scripted.Reply("two approvals",
+			scripted.Call("approve_refund", `{"amount":5}`), scripted.Call("approve_refund", `{"amount":7}`)))
+		_, err := h.rt.Send(ctx, "c", "refund twice", user)
+		require.NoError(t, err)
+		pending := h.awaitEvent("c", 0, isSuspension).GetSuspension().GetPending()
+		require.Len(t, pending, 2)
+		first, second := pending[0].GetToolCallId(), pending[1].GetToolCallId()
+		requireRowFollowsTheLog(t, h, "c", messages.ConversationStatus_CONVERSATION_STATUS_SUSPENDED, "two human calls opened")
+
+		require.NoError(t, h.rt.Resolve(ctx, first, `{"approved":true}`, user))
+		h.awaitEvent("c", 0, func(ev *messages.Event) bool { return ev.GetToolResult().GetToolCallId() == first })
+		requireRowFollowsTheLog(t, h, "c", messages.ConversationStatus_CONVERSATION_STATUS_SUSPENDED, "first call answered")
+
+		require.True(t, h.rt.Kill("c"))
+		entered := h.model.Hold("c")
+		h.model.Push("c", scripted.Text("both refunded"))
+		require.NoError(t, h.rt.Resolve(ctx, second, `{"approved":true}`, user))
+		awaitEntered(t, entered, "second call answered")
+		requireRowFollowsTheLog(t, h, "c", messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE, "second call answered, the model answering")
+
+		h.model.Release("c")
+		h.awaitEvent("c", 0, isAssistantText("both refunded"))
+		requireRowFollowsTheLog(t, h, "c", messages.ConversationStatus_CONVERSATION_STATUS_IDLE, "turn ended")
+	})
 }
