@@ -238,3 +238,33 @@ func TestRowFollowsTheLogAsHumanCallsAreAnsweredOneByOne(t *testing.T) {
 		requireRowFollowsTheLog(t, h, "c", messages.ConversationStatus_CONVERSATION_STATUS_IDLE, "turn ended")
 	})
 }
+
+// TestRowFollowsTheLogThroughRewindAndEdit: while a human call is open and
+// a message was sent after it, a rewind to the first message (which
+// cancels the call) leaves the row IDLE with nothing pending; an edit of
+// that message then makes it ACTIVE while the model answers, and IDLE
+// once it answered. After each step the row says what the log says.
+func TestRowFollowsTheLogThroughRewindAndEdit(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		h := newHarness(t, openStore(t, kind), nil)
+		ctx := ctxT(t)
+		h.suspendOne("c")
+		_, err := h.rt.Send(ctx, "c", "and please hurry", user)
+		require.NoError(t, err)
+		requireRowFollowsTheLog(t, h, "c", messages.ConversationStatus_CONVERSATION_STATUS_SUSPENDED, "message sent while the call is open")
+
+		require.NoError(t, h.rt.Rewind(ctx, "c", 1, lazarus.RewindOptions{}, user))
+		requireRowFollowsTheLog(t, h, "c", messages.ConversationStatus_CONVERSATION_STATUS_IDLE, "rewound to the first message")
+
+		entered := h.model.Hold("c")
+		h.model.Push("c", scripted.Text("edited answer"))
+		_, err = h.rt.Edit(ctx, "c", 1, "refund 9", user)
+		require.NoError(t, err)
+		awaitEntered(t, entered, "edited")
+		requireRowFollowsTheLog(t, h, "c", messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE, "edited, the model answering")
+
+		h.model.Release("c")
+		h.awaitEvent("c", 0, isAssistantText("edited answer"))
+		requireRowFollowsTheLog(t, h, "c", messages.ConversationStatus_CONVERSATION_STATUS_IDLE, "turn ended")
+	})
+}
