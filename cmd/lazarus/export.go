@@ -97,7 +97,8 @@ func damaged(id, format string, args ...any) error {
 // documents, holding one page of events at a time (and its schedules, at
 // most journal.MaxSchedulesPerConversation). deadlines are the
 // conversation's, sorted by tool call id. It checks what import will
-// check: the log runs 1..LastSeq, fsm_state.last_seq is LastSeq, every
+// check: the log runs 1..LastSeq, fsm_state.last_seq is at most LastSeq
+// (a cache behind the log is what a turn in progress leaves), every
 // tool_call event has its row (of this conversation), every pending row
 // has its event, every deadline is of a row of this conversation, and
 // every schedule is valid and of this conversation; a
@@ -119,7 +120,7 @@ func (e *exporter) conversation(ctx context.Context, st journal.Store, id string
 	if err != nil {
 		return err
 	}
-	if fsm := row.GetFsmState(); fsm != nil && fsm.GetLastSeq() != last {
+	if fsm := row.GetFsmState(); fsm != nil && fsm.GetLastSeq() > last {
 		return damaged(id, "its fsm_state says the log ends at seq %d, the log ends at %d", fsm.GetLastSeq(), last)
 	}
 	if row.GetForkedFrom() != nil {

@@ -87,7 +87,8 @@ import (
 //     every record passes the Store's validation and limits
 //     (journal.Validate*, and every append request import will make);
 //     summaries cover events that exist; fsm_state.last_seq, when the row
-//     has an fsm_state, is n;
+//     has an fsm_state, is at most n (the runtime leaves the cache behind
+//     the log in the middle of a turn; the log wins);
 //   - a tool call row has a status and belongs to its section's
 //     conversation; tool call ids are unique in the input; a deadline is of
 //     a tool call of its section, at most one per call; metadata keys are

@@ -794,7 +794,7 @@ func (im *importer) end(s *sectionState, raw json.RawMessage) error {
 			displayID(s.id), got.lastSeq, got.toolCalls, got.summaries, got.deadlines, got.schedules, got.metadata,
 			s.n.lastSeq, s.n.toolCalls, s.n.summaries, s.n.deadlines, s.n.schedules, s.n.metadata, errTruncated)
 	}
-	if fsm := s.row.GetFsmState(); fsm != nil && fsm.GetLastSeq() != s.n.lastSeq {
+	if fsm := s.row.GetFsmState(); fsm != nil && fsm.GetLastSeq() > s.n.lastSeq {
 		return invalid(fmt.Errorf("the fsm_state of conversation %s says its log ends at seq %d, its log ends at %d", displayID(s.id), fsm.GetLastSeq(), s.n.lastSeq))
 	}
 	if err := journal.ValidateMetadata(s.id, s.metadata); err != nil {

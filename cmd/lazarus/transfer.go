@@ -56,7 +56,7 @@ is never left half-written). Two exports of the same data are equal byte
 for byte. Export streams: it holds one page of events at a time, whatever
 the length of a conversation. It checks each conversation as import will
 (the log runs 1..last seq, every tool_call event has its row and every
-pending row its event, fsm_state.last_seq is the last seq, every schedule
+pending row its event, fsm_state.last_seq is not past the last seq, every schedule
 is valid and of its conversation) and stops with
 an error on a damaged one; what it wrote to stdout then lacks its end
 line and trailer, so import refuses it. On a terminal, stderr shows

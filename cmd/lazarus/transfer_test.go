@@ -584,3 +584,46 @@ func TestProgressOnlyOnATerminal(t *testing.T) {
 }
 
 func silent() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// TestExportOfAConversationMidTurn: the runtime leaves the row's fsm_state
+// cache behind the log in the middle of a turn (a model answer with a
+// server call, written after the user's message, does not rewrite it), so
+// a store whose process stopped there has a cache behind its log. Export
+// takes it as it is, and import writes it back; both refused it as
+// damaged.
+func TestExportOfAConversationMidTurn(t *testing.T) {
+	at := timestamppb.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	src := memStore(t)
+	_, err := src.Append(ctxT(t), &messages.AppendRequest{ConversationId: "c",
+		Events: []*messages.Event{{Time: at, Body: &messages.Event_UserMsg{UserMsg: &messages.UserMessage{
+			Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "look it up"}}}}}}},
+		Status:   messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE,
+		FsmState: &messages.FSMState{State: messages.AgentState_AGENT_STATE_IDLE, LastSeq: 1}})
+	require.NoError(t, err)
+	call := &messages.ToolCall{Id: "tc-1", Name: "lookup", Arguments: `{}`}
+	_, err = src.Append(ctxT(t), &messages.AppendRequest{ConversationId: "c", ExpectedLast: 1,
+		Events: []*messages.Event{
+			{Time: at, Body: &messages.Event_AssistantMsg{AssistantMsg: &messages.AssistantMessage{ToolCalls: []*messages.ToolCall{call}}}},
+			{Time: at, Body: &messages.Event_ToolCall{ToolCall: &messages.ToolCallEvent{Call: call, Executor: messages.Executor_EXECUTOR_SERVER}}}},
+		ToolCalls: []*messages.ToolCallRecord{{Id: "tc-1", ConversationId: "c", Name: "lookup", Args: `{}`,
+			Executor: messages.Executor_EXECUTOR_SERVER, Status: messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING, Created: at}}})
+	require.NoError(t, err)
+
+	var out bytes.Buffer
+	require.NoError(t, exportTo(ctxT(t), src, []string{"c"}, &out, nil))
+	dst := memStore(t)
+	require.NoError(t, importStream(ctxT(t), strings.NewReader(out.String()), func(bool) (journal.Store, error) { return dst, nil }, importOptions{}))
+	row, err := dst.Conversation(ctxT(t), "c")
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), row.GetFsmState().GetLastSeq(), "the cache as it was")
+	last, err := dst.LastSeq(ctxT(t), "c")
+	require.NoError(t, err)
+	require.Equal(t, uint64(3), last)
+	pending, err := dst.PendingToolCalls(ctxT(t), "c")
+	require.NoError(t, err)
+	require.Len(t, pending, 1)
+	require.Equal(t, "tc-1", pending[0].GetId())
+	var again bytes.Buffer
+	require.NoError(t, exportTo(ctxT(t), dst, []string{"c"}, &again, nil))
+	require.Equal(t, withoutUpdated(out.String()), withoutUpdated(again.String()), "the import exports as the source did")
+}
