@@ -861,7 +861,9 @@ func (r *Runtime) Subscribe(ctx context.Context, conversationID string, afterSeq
 // Kill drops the conversation's actor now, as a crash would (for demos and
 // tests), and reports whether it was live. The conversation's log, its
 // pending calls and their deadlines are untouched; its next command revives
-// it. Subscribers see a TurnCancelled end if a turn was in progress.
+// it. Subscribers see a TurnCancelled end if a turn was in progress. A
+// command that arrives while Kill runs (a Send of another caller, say)
+// waits until that end is published: its events come after it.
 func (r *Runtime) Kill(conversationID string) bool {
 	if r.isClosed() {
 		return false
@@ -877,13 +879,11 @@ func (r *Runtime) Kill(conversationID string) bool {
 	return r.killLocal(conversationID)
 }
 
-// killLocal is Kill on this member.
+// killLocal is Kill on this member. The cancelled end is published while
+// the supervisor holds the conversation: no new activation can write
+// before it is read and published.
 func (r *Runtime) killLocal(conversationID string) bool {
-	killed := r.sup.Kill(conversationID)
-	if killed {
-		r.publishCancelled(conversationID)
-	}
-	return killed
+	return r.sup.Kill(conversationID, func() { r.publishCancelled(conversationID) })
 }
 
 // Wake activates the conversation if it is not live, and returns once its

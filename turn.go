@@ -152,9 +152,14 @@ func (w *turnWait) wait(ctx context.Context) (TurnEnd, error) {
 
 // publishCancelled tells the subscribers of a conversation whose actor was
 // just killed that its turn, if one was in progress (status ACTIVE), is
-// cancelled. A write the actor had already sent may still land after it.
+// cancelled. It runs before any new activation of the conversation can
+// write (see killLocal), which waits for it: its read is bounded by
+// Options.CallTimeout. A write the actor had already sent may still land
+// after it.
 func (r *Runtime) publishCancelled(conv string) {
-	c, err := r.store.Conversation(context.Background(), conv)
+	ctx, cancel := context.WithTimeout(r.life, r.opts.CallTimeout)
+	defer cancel()
+	c, err := r.store.Conversation(ctx, conv)
 	if err != nil || c.GetStatus() != messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE {
 		return
 	}

@@ -12,8 +12,8 @@ import (
 	"github.com/lazarusrt/lazarus/messages"
 )
 
-// unblocked tells the supervisor actor that a delete of conversation has
-// ended: the deliveries it deferred meanwhile go out.
+// unblocked tells the supervisor actor that a delete or a kill of
+// conversation has ended: the deliveries it deferred meanwhile go out.
 type unblocked struct{ conversation string }
 
 // Delete deletes conversation id while the runtime runs. While it works, no
@@ -85,10 +85,11 @@ func (s *Supervisor) Delete(ctx context.Context, id string, del func(context.Con
 	return nil
 }
 
-// block marks id as being deleted, after any other delete of id has ended,
-// and returns the function that ends the mark.
-// Its release says whether the delete succeeded: the id is then gone (no
-// activation of it is created again, see registry.gone).
+// block marks id as held (being deleted, or killed: see Delete and Kill),
+// after any other hold of id has ended, and returns the function that ends
+// the mark. No activation of id is created while it is held. Its release
+// says whether a delete succeeded: the id is then gone (no activation of it
+// is created again, see registry.gone).
 func (r *registry) block(ctx context.Context, id string) (release func(deleted bool), err error) {
 	for {
 		r.mu.Lock()

@@ -56,7 +56,7 @@ func TestInternalWakeDoesNotRerunAFailedTurn(t *testing.T) {
 		func() { s.system.Root.Send(s.pid, &rewake{conversation: "c"}) },
 	} {
 		// A fresh activation each time, as after a restart or a fence.
-		s.Kill("c")
+		s.Kill("c", nil)
 		require.Equal(t, 0, clock.Timers())
 		wake()
 		// The idle timer is armed only once the actor is quiescent: had

@@ -42,7 +42,7 @@ func TestModelCallOfAKilledActivationDelaysItsSuccessor(t *testing.T) {
 	require.Nil(t, res.(*messages.AgentSendReply).GetError())
 	require.Equal(t, int64(1), <-entered)
 
-	require.True(t, s.Kill("c"))
+	require.True(t, s.Kill("c", nil))
 	res, err = s.Ask(ctx, "c", &actors.Command{Scope: agent.SystemScope, Msg: &messages.AgentWake{}})
 	require.NoError(t, err)
 	require.Nil(t, res.(*messages.AgentReply).GetError())

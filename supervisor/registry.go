@@ -60,8 +60,9 @@ type registry struct {
 	byID  map[string]*activation
 	byPID map[string]*activation
 	gen   uint64
-	// blocked maps the ids being deleted to a channel closed when the
-	// delete ends; no activation of them is created meanwhile (see block).
+	// blocked maps the ids being deleted or killed to a channel closed
+	// when the delete or kill ends; no activation of them is created
+	// meanwhile (see block).
 	blocked map[string]chan struct{}
 	// gone holds the ids this process deleted most recently (at most
 	// goneKept, the oldest forgotten first, in the order of goneRing): no

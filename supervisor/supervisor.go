@@ -274,7 +274,21 @@ func (s *Supervisor) spawnFromOutside(a *activation) (*actor.PID, error) {
 // it is gone. It reports whether there was a live one. The actor first
 // answers the commands queued before the kill order; work in flight (a model
 // call, a tool run) is abandoned and recovered by the next activation.
-func (s *Supervisor) Kill(id string) bool {
+//
+// If there was one and then is not nil, Kill calls then once the actor has
+// terminated, before any new activation of id is created: as during a
+// Delete, a command that would create one (an Ask, a delivery of the
+// supervisor's own) waits until then has returned. So then sees the log as
+// the killed actor left it, no write of a successor in it (a write the
+// actor had sent may still land: the journal actor answers it in its own
+// time), and what then publishes comes before anything a successor does.
+// then must not wait for a command to id, which would wait for it.
+func (s *Supervisor) Kill(id string, then func()) bool {
+	release, _ := s.reg.block(context.Background(), id) // fails only when its context ends
+	defer func() {
+		release(false)
+		s.system.Root.Send(s.pid, &unblocked{conversation: id})
+	}()
 	a := s.reg.lookup(id)
 	if a == nil {
 		return false
@@ -285,6 +299,9 @@ func (s *Supervisor) Kill(id string) bool {
 	}
 	killed := s.reg.kill(a, func(pid *actor.PID) { s.system.Root.Send(pid, &messages.AgentStop{}) })
 	<-a.done
+	if killed && then != nil {
+		then()
+	}
 	return killed
 }
 
@@ -319,8 +336,9 @@ type root struct {
 	started  chan struct{}
 	stopping bool
 	// deferred holds deliveries (expiries, re-wakes) for conversations whose
-	// previous activation is still stopping; they go out once it has
-	// terminated.
+	// previous activation is still stopping, or that a delete or a kill
+	// holds (see registry.block); they go out once it has terminated, or
+	// the hold has ended.
 	deferred map[string][]*actors.Command
 }
 
