@@ -184,6 +184,10 @@ func (s *subscription) push(u actors.Update, limit int) {
 			s.mu.Unlock()
 			return // delivered before, as history
 		}
+		if staleKillEnd(u, s.after) {
+			s.mu.Unlock()
+			return
+		}
 		select {
 		case s.out <- u: // room in out, or a reader was waiting
 			if u.Event != nil {
@@ -259,6 +263,9 @@ func (h *hub) pump(ctx context.Context, s *subscription, answer answerDeltas) {
 		s.mu.Unlock()
 	}()
 	emit := func(u actors.Update) bool {
+		if staleKillEnd(u, s.after) {
+			return true
+		}
 		if u.Event != nil {
 			if u.Event.GetSeq() <= s.after {
 				return true
@@ -354,6 +361,17 @@ catchUp:
 			return
 		}
 	}
+}
+
+// staleKillEnd reports whether u is the cancelled end of a kill (published
+// with the log's last seq at the kill as Update.After) and a subscription
+// that has delivered the events up to after has gone past that seq: it has
+// delivered an event written after the kill (read as history while the end
+// waited in its queue, or a write the killed actor had under way), so the
+// end would read as the end of a turn the kill did not cancel.
+func staleKillEnd(u actors.Update, after uint64) bool {
+	return u.Event == nil && u.TurnEnd != nil && u.TurnEnd.Outcome == actors.TurnCancelled &&
+		u.After != 0 && after > u.After
 }
 
 // firstQueuedSeq is the seq of the first event in the queue, or 0.

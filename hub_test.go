@@ -216,3 +216,73 @@ func TestHubLagsPastTheBufferWhateverThePumpHolds(t *testing.T) {
 	require.ErrorIs(t, last.Err, ErrLagged)
 	require.LessOrEqual(t, n, limit+1, "at most the buffer after the update read")
 }
+
+// TestHubDropsAKillsEndPastItsPosition: a kill's cancelled end carries the
+// log's last seq at the kill (Update.After), and reaches a subscription
+// only while it has delivered nothing past that seq. One that has delivered
+// a later event does not get it: live (a write the killed actor had under
+// way, handed over at once), or read as history while the end waited in
+// its queue (a message sent after the kill, written before its commit was
+// published). An end without a position (After 0) is delivered as before.
+func TestHubDropsAKillsEndPastItsPosition(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const conv = "c"
+	kill := func(after uint64) actors.Update {
+		return actors.Update{ConversationID: conv, After: after,
+			TurnEnd: &actors.TurnEnd{Outcome: actors.TurnCancelled, Err: ErrTurnCancelled}}
+	}
+	write := func(mem *memjournal.Store, seq uint64) *messages.AppendRequest {
+		t.Helper()
+		evs := hubTestEvents(int(seq), 1)
+		_, err := mem.Append(ctx, &messages.AppendRequest{ConversationId: conv, ExpectedLast: seq - 1, Events: evs})
+		require.NoError(t, err)
+		evs[0].Seq = seq // as the Store would on commit
+		return &messages.AppendRequest{ConversationId: conv, Events: evs}
+	}
+	isKillEnd := func(u actors.Update, after uint64) {
+		t.Helper()
+		require.Nil(t, u.Event)
+		require.NotNil(t, u.TurnEnd)
+		require.Equal(t, actors.TurnCancelled, u.TurnEnd.Outcome)
+		require.Equal(t, after, u.After)
+	}
+
+	t.Run("live", func(t *testing.T) {
+		mem := memjournal.New(memjournal.Options{})
+		write(mem, 1)
+		h := newHub(mem, 64)
+		defer h.close()
+		updates, err := h.subscribe(ctx, conv, 1)
+		require.NoError(t, err)
+		h.publish(kill(1))
+		isKillEnd(nextUpdate(t, ctx, updates), 1)
+		h.publishCommitted(write(mem, 2))
+		require.EqualValues(t, 2, nextUpdate(t, ctx, updates).Event.GetSeq())
+		h.publish(kill(1)) // past it: dropped
+		h.publish(kill(0))
+		isKillEnd(nextUpdate(t, ctx, updates), 0)
+		h.publish(kill(2))
+		isKillEnd(nextUpdate(t, ctx, updates), 2)
+	})
+
+	t.Run("history", func(t *testing.T) {
+		mem := memjournal.New(memjournal.Options{})
+		write(mem, 1)
+		store := &gatedEvents{Store: mem, called: make(chan struct{}, 1), gate: make(chan struct{})}
+		h := newHub(store, 64)
+		defer h.close()
+		release := sync.OnceFunc(func() { close(store.gate) })
+		defer release() // before h.close, which waits for the pump
+		updates, err := h.subscribe(ctx, conv, 1)
+		require.NoError(t, err)
+		<-store.called // the pump reads its history
+		h.publish(kill(1))
+		committed := write(mem, 2) // in the Store, its commit not yet published
+		release()
+		require.EqualValues(t, 2, nextUpdate(t, ctx, updates).Event.GetSeq(), "read as history")
+		h.publishCommitted(committed)
+		h.publish(kill(0))
+		isKillEnd(nextUpdate(t, ctx, updates), 0) // the queued end past its position was dropped
+	})
+}

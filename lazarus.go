@@ -861,9 +861,14 @@ func (r *Runtime) Subscribe(ctx context.Context, conversationID string, afterSeq
 // Kill drops the conversation's actor now, as a crash would (for demos and
 // tests), and reports whether it was live. The conversation's log, its
 // pending calls and their deadlines are untouched; its next command revives
-// it. Subscribers see a TurnCancelled end if a turn was in progress. A
+// it. Subscribers see a TurnCancelled end if a turn was in progress, with
+// the seq of the log's last event at the kill as its Update.After. A
 // command that arrives while Kill runs (a Send of another caller, say)
-// waits until that end is published: its events come after it.
+// waits until that end is published: its message comes after it, and
+// starts a turn the kill did not cancel (the turn in progress, if any, is
+// run again with it). A subscription that has already delivered an event
+// past the kill's seq (a write the actor had under way) does not get the
+// end.
 func (r *Runtime) Kill(conversationID string) bool {
 	if r.isClosed() {
 		return false

@@ -24,10 +24,11 @@ var ErrTurnFailed = errors.New("lazarus: turn failed")
 // calls), failed or cancelled. A failed turn also returns an error wrapping
 // ErrTurnFailed and the turn's error (a *TurnError read from its
 // turn_failed event); a cancelled one an error wrapping ErrTurnCancelled.
-// A turn is cancelled by a Kill, and also by a Rewind or an Edit that
-// lands after the message and before the turn's end (a rewind owes no
-// turn): the end is then TurnCancelled with the rewind event's seq, as
-// subscribers see it.
+// A turn is cancelled by a Kill while it is in progress (not by one that
+// the send waited for: its message then starts a turn after the kill),
+// and also by a Rewind or an Edit that lands after the message and before
+// the turn's end (a rewind owes no turn): the end is then TurnCancelled
+// with the rewind event's seq, as subscribers see it.
 // Retries of the model call (Update.Retry) do not end the wait. The wait
 // follows the conversation's durable log, so an answer or a failure that
 // lands while the actor is being revived, or after it was killed, is not
@@ -153,16 +154,25 @@ func (w *turnWait) wait(ctx context.Context) (TurnEnd, error) {
 // publishCancelled tells the subscribers of a conversation whose actor was
 // just killed that its turn, if one was in progress (status ACTIVE), is
 // cancelled. It runs before any new activation of the conversation can
-// write (see killLocal), which waits for it: its read is bounded by
-// Options.CallTimeout. A write the actor had already sent may still land
-// after it.
+// write (see killLocal), so the log's last seq is the kill's position: the
+// end carries it (Update.After), and it is the end of the turn of a message
+// at or before it, never of a later one (the hub drops it for a
+// subscription that has delivered an event past it). The last seq is read
+// before the status: a write the actor had already sent that lands between
+// the two is after the position (an answer: the status is no longer
+// ACTIVE, nothing is cancelled). Such a write may also land after the end.
+// Commands wait for it: its reads are bounded by Options.CallTimeout.
 func (r *Runtime) publishCancelled(conv string) {
 	ctx, cancel := context.WithTimeout(r.life, r.opts.CallTimeout)
 	defer cancel()
+	last, err := r.store.LastSeq(ctx, conv)
+	if err != nil {
+		return
+	}
 	c, err := r.store.Conversation(ctx, conv)
 	if err != nil || c.GetStatus() != messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE {
 		return
 	}
-	r.hub.publish(actors.Update{ConversationID: conv,
+	r.hub.publish(actors.Update{ConversationID: conv, After: last,
 		TurnEnd: &actors.TurnEnd{Outcome: actors.TurnCancelled, Err: ErrTurnCancelled}})
 }

@@ -86,8 +86,13 @@ type Update struct {
 	// After is, on a Delta, the seq of the conversation's newest event
 	// when the model call that streams it began (the same on every delta
 	// of the call). Any event after it ends that call: an answer, a turn
-	// end, a message that cancelled it. 0 on other updates, and on the
-	// deltas a cluster subscription relays from another member.
+	// end, a message that cancelled it. On the cancelled end of a kill
+	// (TurnEnd cancelled, no Event), it is the seq of the conversation's
+	// last event at the kill: the end is that of the turn in progress
+	// then, never of the turn of a later message, and the runtime does
+	// not deliver it to a subscription that has already delivered an event
+	// after it. 0 on other updates, and on the updates a cluster
+	// subscription relays from another member.
 	After uint64
 }
 
