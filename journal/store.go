@@ -174,7 +174,10 @@ type ToolCalls interface {
 type Deadlines interface {
 	// ScheduleDeadline adds d, replacing an earlier deadline of the same
 	// tool call. It does not check that the call exists or is pending: the
-	// expiry actor resolves through ResolveToolCall, which does. ErrDeleted
+	// expiry actor resolves through ResolveToolCall, which does. A deadline
+	// that ValidateDeadline refuses (an id missing or ill-formed, no time,
+	// a time outside the years 1 to 9999) is ErrInvalid and nothing is
+	// written; so is such an entry of AppendRequest.Schedule. ErrDeleted
 	// after the conversation was deleted.
 	ScheduleDeadline(ctx context.Context, d *messages.Deadline) error
 	// CancelDeadline removes the deadline of a tool call. Cancelling one

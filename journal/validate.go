@@ -236,7 +236,8 @@ func ValidateFSMState(conv string, st *messages.FSMState) error {
 	return checkSize("fsm_state of "+conv, st, MaxRecordBytes)
 }
 
-// ValidateDeadline checks a deadline: its ids and a set time.
+// ValidateDeadline checks a deadline: its ids and a set time, which must be
+// a valid timestamp (within the years 1 to 9999), as ValidateReschedule's.
 func ValidateDeadline(d *messages.Deadline) error {
 	if d == nil {
 		return Invalidf("nil deadline")
@@ -249,6 +250,9 @@ func ValidateDeadline(d *messages.Deadline) error {
 	}
 	if d.GetAt() == nil {
 		return Invalidf("deadline of %s without a time", d.GetToolCallId())
+	}
+	if err := d.GetAt().CheckValid(); err != nil {
+		return Invalidf("deadline of %s: %v", d.GetToolCallId(), err)
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/lazarusrt/lazarus/messages"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // populate writes one of every kind of record for conv: events, tool call
@@ -305,6 +306,9 @@ func testBadInput(t *testing.T, e env) {
 		{"AppendDeadlineWithoutTime", appendTo(valid(func(r *messages.AppendRequest) {
 			r.Schedule = []*messages.Deadline{{ConversationId: "c", ToolCallId: calls[0]}}
 		}))},
+		{"AppendDeadlineTimeOutOfRange", appendTo(valid(func(r *messages.AppendRequest) {
+			r.Schedule = []*messages.Deadline{{ConversationId: "c", ToolCallId: calls[0], At: &timestamppb.Timestamp{Seconds: 1 << 62}}}
+		}))},
 		{"AppendDeadlineOfOtherConversation", appendTo(valid(func(r *messages.AppendRequest) {
 			r.Schedule = []*messages.Deadline{deadline("d", calls[0], 5)}
 		}))},
@@ -355,6 +359,18 @@ func testBadInput(t *testing.T, e env) {
 		{"UpsertOversizedConversationID", func() error { return s.UpsertToolCall(ctx, humanCall(longID, "c/new")) }},
 		{"ScheduleWithoutTime", func() error {
 			return s.ScheduleDeadline(ctx, &messages.Deadline{ConversationId: "c", ToolCallId: calls[0]})
+		}},
+		// A time no reader could decode (the durable adapters report a
+		// stored one as ErrCorrupt, which would fail every rebuild of the
+		// expiry actor's timers) is refused at the write.
+		{"ScheduleTimeAfterYear9999", func() error {
+			return s.ScheduleDeadline(ctx, &messages.Deadline{ConversationId: "c", ToolCallId: calls[0], At: &timestamppb.Timestamp{Seconds: 1 << 62}})
+		}},
+		{"ScheduleTimeBeforeYear1", func() error {
+			return s.ScheduleDeadline(ctx, &messages.Deadline{ConversationId: "c", ToolCallId: calls[0], At: &timestamppb.Timestamp{Seconds: -1 << 40}})
+		}},
+		{"ScheduleTimeNanosOutOfRange", func() error {
+			return s.ScheduleDeadline(ctx, &messages.Deadline{ConversationId: "c", ToolCallId: calls[0], At: &timestamppb.Timestamp{Seconds: 5, Nanos: 2e9}})
 		}},
 		{"ScheduleEmptyCallID", func() error { return s.ScheduleDeadline(ctx, deadline("c", "", 5)) }},
 		{"CancelEmptyCallID", func() error { return s.CancelDeadline(ctx, "c", "") }},
