@@ -1,6 +1,7 @@
 package journaltest
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ var scheduleCases = []suiteCase{
 	{name: "StaleFireWritesNothing", run: testScheduleStaleFire},
 	{name: "FireInBatchOrder", run: testScheduleFireBatch},
 	{name: "BadInput", run: testScheduleBadInput},
+	{name: "LimitPerConversation", run: testScheduleLimit},
 	{name: "GoesWithConversation", run: testScheduleDelete},
 	{name: "SurvivesReopen", run: testScheduleReopen, durable: true},
 }
@@ -202,6 +204,40 @@ func testScheduleBadInput(t *testing.T, e env) {
 	_, err = st.Append(ctx, noOcc)
 	require.ErrorIs(t, err, journal.ErrInvalid, "a fire without occurrence")
 	assert.Equal(t, uint64(1), lastSeq(t, st, "c"))
+}
+
+// testScheduleLimit holds every adapter to MaxSchedulesPerConversation: a
+// new id beyond it is ErrInvalid and writes nothing; replacing one at the
+// limit, and a new id once one went (cancelled, or fired for the last
+// time), succeed; another conversation has its own count.
+func testScheduleLimit(t *testing.T, e env) {
+	st := e.open(t).Store
+	s := scheduleStore(t, st)
+	ctx := t.Context()
+	appendEvents(t, st, "c", userEv(1, "hi"))
+	appendEvents(t, st, "d", userEv(1, "hi"))
+	for i := range journal.MaxSchedulesPerConversation {
+		require.NoError(t, s.PutSchedule(ctx, sched("c", fmt.Sprintf("s%04d", i), 100+i)))
+	}
+	over := sched("c", "s-over", 50)
+	require.ErrorIs(t, s.PutSchedule(ctx, over), journal.ErrInvalid, "one schedule more than the limit")
+	all, err := s.ConversationSchedules(ctx, "c")
+	require.NoError(t, err)
+	require.Len(t, all, journal.MaxSchedulesPerConversation, "nothing written")
+	require.Equal(t, tm(100), scheduleTimes(t, s)[0].next, "nothing written")
+
+	require.NoError(t, s.PutSchedule(ctx, sched("c", "s0001", 5000)), "replacing one at the limit")
+	require.NoError(t, s.PutSchedule(ctx, sched("d", "d-1", 100)), "another conversation's count is its own")
+
+	require.NoError(t, s.DeleteSchedule(ctx, "c", "s0002"))
+	require.NoError(t, s.PutSchedule(ctx, over), "a cancelled one frees its place")
+	require.ErrorIs(t, s.PutSchedule(ctx, sched("c", "s-over2", 50)), journal.ErrInvalid)
+
+	appendOK(t, st, fireReq("c", 1, "s0000", 100, -1))
+	require.NoError(t, s.PutSchedule(ctx, sched("c", "s-over2", 50)), "one fired for the last time frees its place")
+	all, err = s.ConversationSchedules(ctx, "c")
+	require.NoError(t, err)
+	assert.Len(t, all, journal.MaxSchedulesPerConversation)
 }
 
 func testScheduleDelete(t *testing.T, e env) {
