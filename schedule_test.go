@@ -317,3 +317,37 @@ func TestScheduleOfAnEndedConversationGoes(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, before, after, "nothing written to an ended conversation")
 }
+
+// TestScheduleToolBadArgumentsAreBadInput: the schedule_wakeup tool refuses
+// arguments that cannot be a schedule with ErrBadSchedule and
+// journal.ErrInvalid, as Schedule does, whatever the argument: an "at"
+// that is not RFC 3339, a delay or an interval too long for a
+// time.Duration (converted, it was implementation-dependent: on amd64 a
+// negative delay), and nothing is scheduled.
+func TestScheduleToolBadArgumentsAreBadInput(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	clock := actorstest.NewManualClock(schedT0)
+	rt, model := scheduleRuntime(t, lazarus.Options{Clock: clock, ScheduleTools: true})
+	_, err := rt.Send(ctx, "c", "hi", agent.Scope{UserID: "alice"})
+	require.NoError(t, err)
+	require.NoError(t, model.WaitCalls(ctx, "c", 1))
+	tool, ok := rt.Tool(lazarus.ScheduleToolName)
+	require.True(t, ok)
+	for name, args := range map[string]string{
+		"at not RFC 3339":    `{"text":"x","at":"tomorrow"}`,
+		"delay too long":     `{"text":"x","delay_seconds":1e12}`,
+		"interval too long":  `{"text":"x","every_seconds":1e300}`,
+		"delay, interval":    `{"text":"x","delay_seconds":60,"every_seconds":1e19}`,
+		"negative delay":     `{"text":"x","delay_seconds":-60}`,
+		"interval too short": `{"text":"x","every_seconds":0.5}`,
+	} {
+		_, err := tool.Run(ctx, agent.Invocation{ConversationID: "c", ToolCallID: "call-" + strings.ReplaceAll(name, " ", "-"),
+			Name: lazarus.ScheduleToolName, Arguments: args, Scope: agent.Scope{UserID: "alice"}})
+		require.ErrorIs(t, err, lazarus.ErrBadSchedule, name)
+		require.ErrorIs(t, err, journal.ErrInvalid, name)
+	}
+	listed, err := rt.Schedules(ctx, "c")
+	require.NoError(t, err)
+	require.Empty(t, listed, "nothing scheduled")
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/lazarusrt/lazarus/agent"
@@ -53,6 +54,18 @@ func viewOf(sc *messages.Schedule) scheduleView {
 	return v
 }
 
+// toolSeconds converts the seconds of a schedule tool's argument to a
+// Duration; a value beyond its range (about 292 years either way) is
+// ErrBadSchedule, not converted: a float conversion out of range is
+// implementation-dependent in Go.
+func toolSeconds(name string, v float64) (time.Duration, error) {
+	ns := v * float64(time.Second)
+	if ns >= math.MaxInt64 || ns <= math.MinInt64 {
+		return 0, badSchedule("%s: %v seconds is out of range", name, v)
+	}
+	return time.Duration(ns), nil
+}
+
 // scheduleTools returns the built-in schedule tools, bound to the Runtime
 // rt returns (set once Open built it; the tools run only after).
 func scheduleTools(rt func() *Runtime) []agent.Tool {
@@ -73,12 +86,18 @@ func scheduleTools(rt func() *Runtime) []agent.Tool {
 				}
 				// The id comes from the call's: a re-run of the call (after
 				// a crash) replaces the schedule rather than adding one.
-				spec := ScheduleSpec{ID: "sch-" + inv.ToolCallID, Text: a.Text, Cron: a.Cron, TimeZone: a.TimeZone,
-					After: time.Duration(a.DelaySeconds * float64(time.Second)), Every: time.Duration(a.EverySeconds * float64(time.Second))}
+				spec := ScheduleSpec{ID: "sch-" + inv.ToolCallID, Text: a.Text, Cron: a.Cron, TimeZone: a.TimeZone}
+				var err error
+				if spec.After, err = toolSeconds("delay_seconds", a.DelaySeconds); err != nil {
+					return "", err
+				}
+				if spec.Every, err = toolSeconds("every_seconds", a.EverySeconds); err != nil {
+					return "", err
+				}
 				if a.At != "" {
 					at, err := time.Parse(time.RFC3339, a.At)
 					if err != nil {
-						return "", fmt.Errorf("%w: at: %v", ErrBadSchedule, err)
+						return "", badSchedule("at: %v", err)
 					}
 					spec.At = at
 				}
