@@ -22,7 +22,8 @@ import (
 // input) or journal.ErrNotFound (nothing to act on).
 var (
 	// ErrBadSchedule: a ScheduleSpec that cannot be a schedule: no time,
-	// two kinds of times at once, an interval below MinScheduleInterval,
+	// two kinds of times at once, an interval below MinScheduleInterval
+	// (an Every, or a cron "@every"),
 	// an unknown time zone, a cron expression that does not parse, no
 	// message, or one schedule more than the conversation may hold
 	// (journal.MaxSchedulesPerConversation). Wraps journal.ErrInvalid.
@@ -54,7 +55,8 @@ type ScheduleSpec struct {
 	Every time.Duration
 	// Cron fires on a standard five-field cron expression (minute hour
 	// day-of-month month day-of-week, as "0 9 * * 1-5") or a descriptor
-	// ("@daily", "@every 1h30m"), read in TimeZone. A "TZ=" or "CRON_TZ="
+	// ("@daily", "@every 1h30m"; an "@every" below MinScheduleInterval is
+	// refused), read in TimeZone. A "TZ=" or "CRON_TZ="
 	// prefix is refused: the zone is TimeZone. An expression that names
 	// its hours is read on the local clock across DST changes: a local
 	// time the change back repeats fires once, at its first instant, and
@@ -115,6 +117,13 @@ func (spec ScheduleSpec) record(conv, id string, now time.Time, author agent.Ide
 	case spec.After > 0:
 		next = now.Add(spec.After)
 	case spec.Cron != "":
+		// robfig/cron runs an "@every" below a second (zero and negative
+		// ones too) every second: refused here, as an Every would be.
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(spec.Cron), "@every "); ok {
+			if d, err := time.ParseDuration(rest); err == nil && d < MinScheduleInterval {
+				return nil, badSchedule("cron %q: interval %v below %v", clipID(spec.Cron), d, MinScheduleInterval)
+			}
+		}
 		sc.Cron, sc.TimeZone = spec.Cron, spec.TimeZone
 		n, err := cronNext(sc, now)
 		if err != nil {

@@ -157,17 +157,20 @@ func TestScheduleBadInput(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, model.WaitCalls(ctx, "c", 1))
 	for name, spec := range map[string]lazarus.ScheduleSpec{
-		"bad cron":       {Cron: "every tuesday", Text: "x"},
-		"six fields":     {Cron: "0 0 9 * * *", Text: "x"},
-		"zone in cron":   {Cron: "CRON_TZ=Asia/Tokyo 0 9 * * *", Text: "x"},
-		"unknown zone":   {Cron: "0 9 * * *", TimeZone: "Mars/Olympus", Text: "x"},
-		"zone, no cron":  {After: time.Minute, TimeZone: "UTC", Text: "x"},
-		"no time":        {Text: "x"},
-		"two times":      {After: time.Minute, Cron: "* * * * *", Text: "x"},
-		"cron and every": {Every: time.Minute, Cron: "* * * * *", Text: "x"},
-		"tiny interval":  {Every: time.Millisecond, Text: "x"},
-		"negative delay": {After: -time.Minute, Text: "x"},
-		"no text":        {After: time.Minute},
+		"bad cron":        {Cron: "every tuesday", Text: "x"},
+		"six fields":      {Cron: "0 0 9 * * *", Text: "x"},
+		"zone in cron":    {Cron: "CRON_TZ=Asia/Tokyo 0 9 * * *", Text: "x"},
+		"unknown zone":    {Cron: "0 9 * * *", TimeZone: "Mars/Olympus", Text: "x"},
+		"zone, no cron":   {After: time.Minute, TimeZone: "UTC", Text: "x"},
+		"no time":         {Text: "x"},
+		"two times":       {After: time.Minute, Cron: "* * * * *", Text: "x"},
+		"cron and every":  {Every: time.Minute, Cron: "* * * * *", Text: "x"},
+		"tiny interval":   {Every: time.Millisecond, Text: "x"},
+		"tiny @every":     {Cron: "@every 1ms", Text: "x"},
+		"zero @every":     {Cron: "@every 0s", Text: "x"},
+		"negative @every": {Cron: " @every -1h", Text: "x"},
+		"negative delay":  {After: -time.Minute, Text: "x"},
+		"no text":         {After: time.Minute},
 	} {
 		_, err := rt.Schedule(ctx, "c", spec, agent.Scope{})
 		require.ErrorIs(t, err, lazarus.ErrBadSchedule, name)
