@@ -134,6 +134,14 @@ func TestAuthorizationMatrix(t *testing.T) {
 	n.must(t, http.StatusOK, "GET", "/v1/conversations", tokOlga, nil, &convs)
 	require.Len(t, convs.Conversations, 2)
 	n.must(t, http.StatusOK, "GET", "/v1/conversations/"+conv.ID+"/events", tokOlga, nil, nil)
+	// The operator sees the call, and the tool's rules apply to their
+	// answer as to anyone's: 403, nothing written.
+	status, body = n.call(t, "POST", "/v1/calls/"+call.ID+"/resolve", tokOlga, `{"result":true}`)
+	require.Equal(t, http.StatusForbidden, status, "%s", body)
+	require.Equal(t, server.CodeForbidden, errorCode(t, body))
+	row, err = n.rt.Store().ToolCall(ctx, call.ID)
+	require.NoError(t, err)
+	require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING, row.GetStatus())
 	// carol approves.
 	n.must(t, http.StatusOK, "POST", "/v1/calls/"+call.ID+"/reject", tokCarol, `{"reason":"over budget"}`, nil)
 	status, body = n.call(t, "POST", "/v1/calls/"+call.ID+"/resolve", tokCarol, `{"result":true}`)

@@ -21,12 +21,13 @@ import (
 	"github.com/lazarusrt/lazarus/server"
 )
 
-// Tokens of the tests' users: alice and bob are plain users, carol is an
-// approver, olga an operator.
+// Tokens of the tests' users: alice and bob are plain users, carol and dave
+// are approvers, olga an operator.
 const (
 	tokAlice = "t-alice"
 	tokBob   = "t-bob"
 	tokCarol = "t-carol"
+	tokDave  = "t-dave"
 	tokOlga  = "t-olga"
 )
 
@@ -66,6 +67,7 @@ func startNodeIn(t *testing.T, dir string, model agent.Model, opts server.Option
 		tokAlice: {UserID: "alice"},
 		tokBob:   {UserID: "bob"},
 		tokCarol: {UserID: "carol", Roles: []string{"approver"}},
+		tokDave:  {UserID: "dave", Roles: []string{"approver"}},
 		tokOlga:  {UserID: "olga", Roles: []string{"operator"}},
 	})
 	require.NoError(t, err)

@@ -22,7 +22,9 @@ import (
 
 // Defaults of Options.
 const (
-	// DefaultOperatorRole is the role that sees and answers everything.
+	// DefaultOperatorRole is the role that sees everything and may act on
+	// every conversation; its answers to human calls are checked by the
+	// tools' rules (agent.Tool.Authorizer), as anyone's.
 	DefaultOperatorRole = "operator"
 	// DefaultMaxBodyBytes bounds a request body: room for a message of
 	// journal.MaxEventBytes written as escaped JSON.
@@ -42,8 +44,11 @@ type Options struct {
 	// nil: every such request is refused with 401 (the server fails
 	// closed).
 	Authenticator Authenticator
-	// OperatorRole is the role that sees and answers everything. Default
-	// DefaultOperatorRole.
+	// OperatorRole is the role that sees everything and may act on every
+	// conversation (send, end, rewind, edit, fork, delete, schedule). An
+	// operator's answer to a human call is checked by the call's tool's
+	// rules like anyone's: a tool whose Authorizer refuses the operator
+	// answers 403. Default DefaultOperatorRole.
 	OperatorRole string
 	// MaxBodyBytes bounds a request body; a larger one is refused with
 	// 400 (code too_large) and nothing is written. Default

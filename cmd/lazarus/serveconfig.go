@@ -44,8 +44,9 @@ type serveConfig struct {
 	// TokensEnv names an environment variable holding the same JSON.
 	// Default envTokens. Tokens never appear in the config file itself.
 	TokensEnv string `json:"tokens_env,omitempty"`
-	// OperatorRole is the role that sees and answers everything. Default
-	// server.DefaultOperatorRole.
+	// OperatorRole is the role that sees everything and may act on every
+	// conversation; its answers to human calls are checked by the tools'
+	// answered_by rules, as anyone's. Default server.DefaultOperatorRole.
 	OperatorRole string `json:"operator_role,omitempty"`
 	// PublicMetrics serves /metrics without a token.
 	PublicMetrics bool `json:"public_metrics,omitempty"`
