@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/messages"
 	"github.com/lazarusrt/lazarus/server"
@@ -467,4 +468,73 @@ func TestConsoleShowsHandoffsAndAgents(t *testing.T) {
 	require.Contains(t, handoff, "handoff default → critic")
 	require.Contains(t, handoff, "please review <b>this</b>", "the message, as text")
 	require.Contains(t, answer, "[critic]")
+}
+
+// TestConsoleQueueBeyondOnePage: the queue reads the pending calls a page
+// of the API at a time, ordered by conversation id; a call that new calls
+// of conversations sorting before it push past the page the console read
+// is still pending, and its card stays so (it was shown as "Already
+// answered: pending." with its buttons disabled); a call answered
+// elsewhere is still shown as answered.
+func TestConsoleQueueBeyondOnePage(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	olga := agent.ScopeOf(agent.Identity{UserID: "olga", Roles: []string{"operator"}})
+	// suspend makes a conversation of Go code (seen by operators only)
+	// wait on an "ask" call, and returns the call's id.
+	suspend := func(conv string) string {
+		model.Push(conv, scripted.Reply("question", scripted.Call("ask", `{"q":"?"}`)))
+		end, err := n.rt.SendAndWait(ctx, conv, "go", olga)
+		require.NoError(t, err)
+		require.Equal(t, lazarus.TurnSuspended, end.Outcome)
+		pend, err := n.rt.Store().PendingToolCalls(ctx, conv)
+		require.NoError(t, err)
+		require.Len(t, pend, 1)
+		return pend[0].GetId()
+	}
+	const page = 100 // the console's page of calls
+	var first string
+	for i := range page - 1 {
+		id := suspend(fmt.Sprintf("m-%03d", i))
+		if i == 0 {
+			first = id
+		}
+	}
+	last := suspend("z-last") // the last of the first page
+
+	tab := newTab(t, browserWait)
+	signIn(t, tab, n, tokOlga, "#/calls")
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(cardSel(last, " button.approve"))))
+
+	// Two calls of conversations sorting first push "z-last" to the
+	// second page while another answers the first call over the API.
+	pushed := suspend("a-new")
+	suspend("b-new")
+	n.must(t, http.StatusOK, "POST", "/v1/calls/"+first+"/resolve", tokOlga, `{"result":"done"}`, nil)
+	_, err := chromedp.Run(tab, chromedp.Evaluate[chromedp.Void](`loadCalls()`, chromedp.EvalAwaitPromise))
+	require.NoError(t, err)
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.WaitVisible(cardSel(pushed, " button.approve")),
+		chromedp.WaitVisible(cardSel(first, `[data-state="stale"] .outcome`)),
+	))
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(
+		chromedp.Search(fmt.Sprintf(`//article[@data-call-id=%q]//p[contains(., "approved by olga")]`, first)))))
+	state, err := chromedp.Run(tab, chromedp.Evaluate[string](
+		fmt.Sprintf(`document.querySelector('article.call[data-call-id=%q]').dataset.state`, last)))
+	require.NoError(t, err)
+	require.Equal(t, "pending", state, "a pending call past the page read is not answered")
+	disabled, err := chromedp.Run(tab, chromedp.Evaluate[bool](
+		fmt.Sprintf(`document.querySelector('article.call[data-call-id=%q] button.approve').disabled`, last)))
+	require.NoError(t, err)
+	require.False(t, disabled)
+
+	// It is still answered from its card.
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.Click(cardSel(last, " button.approve")),
+		chromedp.WaitVisible(cardSel(last, `[data-state="approved"] .outcome`)),
+	))
+	var shown server.Call
+	n.must(t, http.StatusOK, "GET", "/v1/calls/"+last, tokOlga, nil, &shown)
+	require.Equal(t, "resolved", shown.Status)
 }

@@ -9,6 +9,9 @@ const TOKEN_KEY = 'lazarus.console.token';
 const API = '../v1/';            // relative: the console works under a prefix
 const POLL_MS = 10000;           // the queue's refresh period
 const CONTEXT_EVENTS = 6;        // events of conversation context per call
+const QUEUE_CALLS = 100;         // the queue reads pages of calls until it holds this many
+const QUEUE_PAGES = 10;          // or has read this many pages
+const GONE = 'This call is gone (its conversation was deleted, or it is no longer visible to you).';
 
 const $ = (id) => document.getElementById(id);
 
@@ -238,30 +241,42 @@ function callsView(signal) {
   signal.addEventListener('abort', () => { clearInterval(poll); clearInterval(tick); });
 }
 
+// loadCalls reads the queue: pages of the API (ordered by conversation,
+// not by age) until QUEUE_CALLS calls are shown or none is left, at most
+// QUEUE_PAGES pages (a page filtered by who may see the calls may be short,
+// even empty, with more behind it). A card whose call the pages read no
+// longer hold was answered elsewhere, or expired, if the listing was read
+// to its end; else its call is read again, as new calls of conversations
+// sorting before it may have pushed it past the pages read.
 async function loadCalls() {
-  let data;
+  const seen = new Set();
+  let cursor = '';
   try {
-    data = await api('GET', 'calls?limit=100');
+    for (let pages = 0; pages < QUEUE_PAGES; pages++) {
+      const p = new URLSearchParams({ limit: String(QUEUE_CALLS) });
+      if (cursor) p.set('cursor', cursor);
+      const data = await api('GET', 'calls?' + p.toString());
+      if ($('calls-view').hidden) return;
+      for (const c of data.calls) {
+        seen.add(c.id);
+        if (!cards.has(c.id)) {
+          const card = callCard(c);
+          cards.set(c.id, card);
+          $('calls').append(card.root);
+        }
+      }
+      cursor = data.next_cursor;
+      if (!cursor || seen.size >= QUEUE_CALLS) break;
+    }
   } catch (e) {
     $('calls-status').textContent = 'Could not load the queue: ' + e.message;
     return;
   }
-  if ($('calls-view').hidden) return;
-  const seen = new Set();
-  for (const c of data.calls) {
-    seen.add(c.id);
-    if (!cards.has(c.id)) {
-      const card = callCard(c);
-      cards.set(c.id, card);
-      $('calls').append(card.root);
-    }
-  }
-  for (const card of cards.values()) {
-    if (card.state === 'pending' && !card.busy && !seen.has(card.call.id)) settleElsewhere(card);
-  }
+  const left = [...cards.values()].filter((card) => card.state === 'pending' && !card.busy && !seen.has(card.call.id));
+  await Promise.all(left.map((card) => (cursor ? recheck(card) : settleElsewhere(card))));
   const pending = [...cards.values()].filter((c) => c.state === 'pending').length;
   $('calls-status').textContent = (pending ? `${pending} pending` : 'No pending approvals.') +
-    (data.next_cursor ? ' More calls wait than are shown: answer these first.' : '');
+    (cursor ? ' More calls wait than are shown: answer these first.' : '');
   tickCountdowns();
 }
 
@@ -337,13 +352,33 @@ function settle(card, state, message) {
 async function settleElsewhere(card) {
   settle(card, 'stale', 'Already answered.');
   try {
-    const c = await api('GET', 'calls/' + enc(card.call.id));
-    const how = { resolved: 'approved', errored: 'rejected', expired: 'expired' }[c.status] || c.status;
-    card.outcome.textContent = c.status === 'expired' ? 'Already answered: the call expired.'
-      : `Already answered: ${how}${c.resolver ? ' by ' + who(c.resolver) : ''}.`;
+    answeredAs(card, await api('GET', 'calls/' + enc(card.call.id)));
   } catch (e) {
-    if (e.status === 404) settle(card, 'gone', 'This call is gone (its conversation was deleted, or it is no longer visible to you).');
+    if (e.status === 404) settle(card, 'gone', GONE);
   }
+}
+
+// answeredAs says on card how its call c was answered.
+function answeredAs(card, c) {
+  const how = { resolved: 'approved', errored: 'rejected', expired: 'expired' }[c.status] || c.status;
+  card.outcome.textContent = c.status === 'expired' ? 'Already answered: the call expired.'
+    : `Already answered: ${how}${c.resolver ? ' by ' + who(c.resolver) : ''}.`;
+}
+
+// recheck reads the call of a pending card that the queue's pages did not
+// hold: still pending (past those pages), its card is left as it is;
+// answered, or gone, it is marked so.
+async function recheck(card) {
+  let c;
+  try {
+    c = await api('GET', 'calls/' + enc(card.call.id));
+  } catch (e) {
+    if (e.status === 404 && card.state === 'pending' && !card.busy) settle(card, 'gone', GONE);
+    return;
+  }
+  if (c.status === 'pending' || card.state !== 'pending' || card.busy) return;
+  settle(card, 'stale', 'Already answered.');
+  answeredAs(card, c);
 }
 
 async function answer(card, approve) {
@@ -369,7 +404,7 @@ async function answer(card, approve) {
     }
   } catch (e) {
     if (e.code === 'stale') await settleElsewhere(card);
-    else if (e.code === 'not_found') settle(card, 'gone', 'This call is gone (its conversation was deleted, or it is no longer visible to you).');
+    else if (e.code === 'not_found') settle(card, 'gone', GONE);
     else {
       // unknown_outcome, timeouts, a refusal: the call may still be open.
       card.approve.disabled = card.reject.disabled = false;
