@@ -47,8 +47,8 @@ type CallList struct {
 
 // Resolve is the body of POST /v1/calls/{id}/resolve.
 type Resolve struct {
-	// Result is the answer: any JSON value, of at most
-	// agent.MaxResultBytes. Required.
+	// Result is the answer: any JSON value but null, of at most
+	// agent.MaxResultBytes. Required (null is read as none).
 	Result json.RawMessage `json:"result"`
 }
 
@@ -223,7 +223,7 @@ func (s *Server) resolveCall(w http.ResponseWriter, r *http.Request, c caller) {
 		return
 	}
 	if len(body.Result) == 0 || string(body.Result) == "null" {
-		s.writeError(w, errInvalid("result is required"))
+		s.writeError(w, errInvalid("result is required: any JSON value but null"))
 		return
 	}
 	s.answer(w, r, c, func(ctx context.Context, id string) error {

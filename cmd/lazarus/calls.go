@@ -223,7 +223,8 @@ operator, and the log says who.
 With --server the node answers it (Runtime.Resolve or Runtime.Reject) and
 the conversation continues at once; the answer is recorded as the token's
 user (--as and --roles are refused), and the tool's rules of who may
-answer apply. A call the token does not see is stale too.`,
+answer apply. A call the token does not see is stale too. A node takes
+any JSON result but null.`,
 	run:    (*cli).resolve,
 	remote: true,
 }
@@ -279,6 +280,10 @@ func (c *cli) resolve(ctx context.Context, fs *flags, args []string) (err error)
 		}
 		if !agent.ValidJSON(text) {
 			return usagef("--result is not a JSON value (quote a string: --result '\"yes\"')")
+		}
+		if rc != nil && strings.TrimSpace(text) == "null" {
+			// The API reads a null result as none (server.Resolve).
+			return usagef("--result null: a node takes any JSON value but null")
 		}
 		if len(text) > agent.MaxResultBytes {
 			// The runtime must fit the result in a tool_result event.

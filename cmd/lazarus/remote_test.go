@@ -13,6 +13,7 @@ import (
 	"github.com/lazarusrt/lazarus"
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/scripted"
+	"github.com/lazarusrt/lazarus/messages"
 	"github.com/lazarusrt/lazarus/server"
 )
 
@@ -93,4 +94,34 @@ func TestServerModeMatchesLocal(t *testing.T) {
 		require.Equal(t, local[i].code, r.code, "%v: local stderr %q, remote stderr %q", args, local[i].stderr, r.stderr)
 		require.Equal(t, local[i].stdout, r.stdout, "%v", args)
 	}
+}
+
+// TestResolveNullOnANode: a node takes any JSON result but null (the API
+// reads it as none), so resolve --server refuses --result null as a usage
+// error before any request: the call stays pending. Offline, null is a
+// result like any other.
+func TestResolveNullOnANode(t *testing.T) {
+	f := newFixture(t)
+	rt, err := lazarus.Open(lazarus.Options{Dir: f.dir, Model: scripted.New(scripted.Options{}), Tools: tools(), NoResume: true})
+	require.NoError(t, err)
+	tokens, err := server.NewBearerTokens(map[string]agent.Identity{"ops-token": {UserID: "ops", Roles: []string{"operator"}}})
+	require.NoError(t, err)
+	node := httptest.NewServer(server.New(rt, server.Options{Authenticator: tokens}))
+	ctx := ctxT(t)
+
+	for _, result := range []string{"null", " null "} {
+		r := cliCtx(ctx, "resolve", f.waitingCall, "--result", result, "--server", node.URL, "--token", "ops-token")
+		require.Equal(t, exitUsage, r.code, "%q: %s %s", result, r.stderr, r.stdout)
+		require.Contains(t, r.stderr, "any JSON value but null")
+		require.Empty(t, r.stdout)
+	}
+	row, err := rt.Store().ToolCall(ctx, f.waitingCall)
+	require.NoError(t, err)
+	require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING, row.GetStatus())
+	node.Close()
+	require.NoError(t, rt.Close())
+
+	r := cliCtx(ctx, "resolve", f.waitingCall, "--result", "null", "--dir", f.dir)
+	requireOK(t, r)
+	require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, readCall(t, f.dir, f.waitingCall).GetStatus())
 }
