@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -537,4 +538,59 @@ func TestConsoleQueueBeyondOnePage(t *testing.T) {
 	var shown server.Call
 	n.must(t, http.StatusOK, "GET", "/v1/calls/"+last, tokOlga, nil, &shown)
 	require.Equal(t, "resolved", shown.Status)
+}
+
+// abandoningModel streams "partial" on its first call and waits for the
+// call to be abandoned; its next call streams "fresh" and answers once
+// release is closed.
+type abandoningModel struct {
+	calls   atomic.Int32
+	release chan struct{}
+}
+
+func (m *abandoningModel) Generate(ctx context.Context, _ agent.Turn, onDelta func(string)) (*messages.AssistantMessage, error) {
+	if m.calls.Add(1) == 1 {
+		onDelta("partial")
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	onDelta("fresh")
+	select {
+	case <-m.release:
+		return agent.Text("fresh"), nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// TestConsoleDropsAnAbandonedAnswer: the live view shows the answer in
+// progress; when a newer message abandons the model call (the stream's
+// "restart"), the text streamed so far is dropped, and the new call's
+// deltas are shown alone (they were appended to the abandoned text).
+func TestConsoleDropsAnAbandonedAnswer(t *testing.T) {
+	model := &abandoningModel{release: make(chan struct{})}
+	n := startNode(t, model, server.Options{})
+	conv := n.create(t, tokAlice, nil)
+	path := "/v1/conversations/" + conv.ID + "/messages"
+
+	tab := newTab(t, browserWait)
+	signIn(t, tab, n, tokAlice, "#/c/"+conv.ID)
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(chromedp.Search(`//span[@id="conv-live" and contains(., "live")]`))))
+	n.must(t, http.StatusAccepted, "POST", path, tokAlice, server.SendMessage{Text: "one"}, nil)
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(chromedp.Search(`//*[@id="delta" and .="partial"]`))))
+
+	n.must(t, http.StatusAccepted, "POST", path, tokAlice, server.SendMessage{Text: "two"}, nil)
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.WaitVisible(chromedp.Search(`//ol[@id="log"]/li[@data-kind="user_msg" and contains(., "two")]`)),
+		chromedp.WaitVisible(chromedp.Search(`//*[@id="delta" and contains(., "fresh")]`)),
+	))
+	delta, err := chromedp.Run(tab, chromedp.Text(chromedp.ID("delta")))
+	require.NoError(t, err)
+	require.Equal(t, "fresh", delta, "the abandoned call's text is dropped")
+
+	close(model.release)
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.WaitVisible(chromedp.Search(`//ol[@id="log"]/li[@data-kind="assistant_msg" and contains(., "fresh")]`)),
+		chromedp.WaitNotVisible(chromedp.ID("delta")),
+	))
 }

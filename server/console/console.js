@@ -628,6 +628,10 @@ async function readStream(state, body) {
           setDelta(state, (fresh ? '' : state.delta) + (msg.text || ''));
           fresh = false;
           break;
+        case 'restart': // the model call was abandoned: its text is void
+          setDelta(state, '');
+          fresh = false;
+          break;
         case 'retry':
           setDelta(state, '');
           note(`model call failed (attempt ${msg.attempt}), retrying in ${duration(msg.delay_ms)}: ${msg.error || ''}`);
