@@ -23,8 +23,9 @@ type Summarizer interface {
 	// span to cover, after prev.ToSeq) into a new summary covering
 	// prev.FromSeq (or the first event's seq) .. the last event's seq, with
 	// its Version set. Called off the actor's goroutine; it must honour
-	// ctx. It must not modify prev or events. Plan.Run calls it and then
-	// sets the span the summary really covers. The runtime recovers a
+	// ctx. It must not modify prev or events; it may return prev itself
+	// (nothing to add). Plan.Run calls it and then sets the span the
+	// summary really covers, on a copy of what it returned. The runtime recovers a
 	// panic of Summarize into an error wrapping agent.ErrPanicked, and
 	// skips that summary.
 	Summarize(ctx context.Context, conversationID string, prev *messages.Summary, events []*messages.Event) (*messages.Summary, error)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
 )
@@ -589,10 +591,13 @@ func foldRequests(prev []*messages.RequestRef, events []*messages.Event, to uint
 }
 
 // Run summarizes the plan with s and returns the new summary, covering
-// exactly p.FromSeq..p.ToSeq (Run sets both on what s returns, so the summary
-// ends at the safe point even when the last rendered event is before it).
-// With no events to fold it does not call s: the new summary carries Prev's
-// content and version (empty without Prev). An error of s is returned as is;
+// exactly p.FromSeq..p.ToSeq (Run sets both, so the summary ends at the
+// safe point even when the last rendered event is before it). Run sets them,
+// and the plan's keys, requester and agents, on a copy of what s returns:
+// s may return a record it shares (prev itself, when it has nothing to
+// add), which keeps its fields. With no events to fold it does not call s:
+// the new summary carries Prev's content and version (empty without Prev).
+// An error of s is returned as is;
 // a nil s with events to fold, or an s that returns neither a summary nor
 // an error, is an error wrapping journal.ErrInvalid.
 func (p Plan) Run(ctx context.Context, s Summarizer, conversationID string) (*messages.Summary, error) {
@@ -610,7 +615,10 @@ func (p Plan) Run(ctx context.Context, s Summarizer, conversationID string) (*me
 		if sum == nil {
 			return nil, journal.Invalidf("snapshot: summarizer returned no summary for %q", conversationID)
 		}
-		out = sum
+		// A copy: s may return a record it shares (prev, the working
+		// set's own, when it has nothing to add; one it caches), which
+		// must keep its span.
+		out = proto.Clone(sum).(*messages.Summary)
 	}
 	out.FromSeq, out.ToSeq = p.FromSeq, p.ToSeq
 	out.Requests = p.Requests

@@ -612,3 +612,51 @@ func TestSummaryRequestsAreBounded(t *testing.T) {
 	require.Len(t, p.Requests, snapshot.MaxSummaryRequests)
 	assert.True(t, strings.HasPrefix(p.Requests[0].GetRequestId(), "002"), "the newest are kept")
 }
+
+// keepPrev is a summarizer with nothing to add: it returns the summary it
+// was given, as a caching or "no change" summarizer may.
+type keepPrev struct{}
+
+func (keepPrev) Summarize(_ context.Context, _ string, prev *messages.Summary, _ []*messages.Event) (*messages.Summary, error) {
+	return prev, nil
+}
+
+func TestPlanRunLeavesTheSummarizersRecordAlone(t *testing.T) {
+	// The summarizer returns prev, the working set's own summary: Run sets
+	// the span and keys on a copy, so the working set still starts after
+	// seq 10, and a later Compact drops the events the new summary covers.
+	prev := summary(1, 10)
+	w, err := snapshot.Rebuild(prev, log(11, withRequest(user("a"), "r1"), asst("b"), user("c"), asst("d")))
+	require.NoError(t, err)
+	p, ok := w.Plan(2)
+	require.True(t, ok)
+	require.Equal(t, uint64(12), p.ToSeq)
+	s, err := p.Run(context.Background(), keepPrev{}, "conv")
+	require.NoError(t, err)
+	assert.Equal(t, uint64(1), s.GetFromSeq())
+	assert.Equal(t, uint64(12), s.GetToSeq())
+	assert.Equal(t, prev.GetContent(), s.GetContent())
+	assert.Equal(t, []string{"r1@11"}, requestIDs(s.GetRequests()))
+	assert.Equal(t, uint64(10), prev.GetToSeq(), "the working set's summary is not modified")
+	assert.Empty(t, prev.GetRequests(), "the working set's summary is not modified")
+	require.NoError(t, w.Compact(s))
+	assert.Equal(t, []uint64{13, 14}, seqs(w.Events), "the events after the new summary")
+	assert.Equal(t, []uint64{13, 14}, seqs(w.Render()))
+
+	// The same with named agents: an agent's entry returned as is.
+	prev = summary(1, 10)
+	prev.Agents = []*messages.Summary{{Agent: "a", FromSeq: 1, ToSeq: 10, Content: "a's"}}
+	ev := user("x")
+	ev.Agent = "a"
+	w, err = snapshot.Rebuild(prev, log(11, ev, asst("y"), user("z")))
+	require.NoError(t, err)
+	p, ok = w.PlanAgents(1, []string{"a"})
+	require.True(t, ok)
+	require.Len(t, p.Agents, 1)
+	s, err = p.Run(context.Background(), keepPrev{}, "conv")
+	require.NoError(t, err)
+	require.Len(t, s.GetAgents(), 1)
+	assert.Equal(t, uint64(12), s.GetAgents()[0].GetToSeq())
+	assert.Equal(t, uint64(10), prev.GetAgents()[0].GetToSeq(), "the working set's entry is not modified")
+	assert.Equal(t, uint64(10), prev.GetToSeq())
+}
