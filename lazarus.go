@@ -143,7 +143,10 @@ type Options struct {
 	// summary that fails (the Summarizer's error, or the Store refusing
 	// what it wrote) is logged and tried again once the conversation's
 	// log has grown, not before: a Summarizer that calls a model is not
-	// called again for the same span.
+	// called again for the same span. A summary runs in the conversation's
+	// turn at the model: no model call of the conversation overlaps it
+	// (agent.Model's promise holds for snapshot.LLM given Options.Model),
+	// and a turn's call waits until the Summarizer has returned.
 	Summarizer snapshot.Summarizer
 	// ScheduleTools adds the built-in server tools with which the model
 	// schedules wake-ups of its own conversation (ScheduleToolName,

@@ -568,10 +568,19 @@ func toolNames(specs []agent.ToolSpec) []string {
 }
 
 func (c *conversation) summarize(ctx actor.Context, plan snapshot.Plan) {
-	id, store, summarizer, log := c.cfg.ID, c.cfg.Store, c.cfg.Summarizer, c.log
+	id, store, summarizer, log, gate := c.cfg.ID, c.cfg.Store, c.cfg.Summarizer, c.log, c.cfg.ModelGate
 	send := tell(ctx)
 	c.goOwned(func(gctx context.Context) {
+		// The summarizer may call a model (snapshot.LLM, often the
+		// conversation's own): it takes its turn at the gate, so that
+		// Generate is never called twice at once for one conversation.
+		leave, err := gate.enter(gctx, id)
+		if err != nil {
+			send(&inSummaryDone{err: err})
+			return
+		}
 		s, err := summarize(gctx, log, plan, summarizer, id)
+		leave()
 		if err == nil {
 			// Derived data: written directly, never through the log.
 			err = store.PutSummary(gctx, id, s)

@@ -23,7 +23,8 @@
 // calls and tool runs run on goroutines the actor owns and report back by
 // message, so the actor never blocks and can be killed mid-call; a model
 // call waits for the conversation's previous one to return (ModelGate),
-// even a cancelled one of a killed activation. Commands
+// even a cancelled one of a killed activation, and so does a summary, whose
+// Summarizer may call a model. Commands
 // (AgentSend, AgentResolved, AgentWake, AgentStop) arrive wrapped in a
 // local-only Command that carries the caller's scope.
 //

@@ -11,8 +11,11 @@ import (
 // the previous call of its conversation has returned, even one that was
 // cancelled (a newer message, a kill) and is still winding down: within an
 // activation, and across activations when they share the gate (the
-// supervisor passes one to all of them). A call whose turn is cancelled
-// while it waits gives up without calling Generate. A Model that never
+// supervisor passes one to all of them). A summary takes its turn at the
+// gate too (its Summarizer may call a model, snapshot.LLM often the
+// conversation's own): a turn's call waits while it runs, and it waits for
+// a turn's call. A call whose turn is cancelled while it waits gives up
+// without calling Generate. A Model that never
 // returns after its context is cancelled therefore stalls its
 // conversation's later turns (and no other conversation's).
 //

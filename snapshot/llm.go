@@ -31,7 +31,10 @@ const DefaultLLMMaxInputBytes = 256 << 10
 // of a turn without tools; the model's text is the summary's Content. Run
 // by the runtime's summary Policy (for a token budget:
 // Policy{MaxTokens: n}), it keeps a revival's cost bounded without a
-// hand-written Summarizer.
+// hand-written Summarizer. The runtime runs a summary in its conversation's
+// turn at the model (as a model call: actors.ModelGate), so Model may be the
+// conversation's own and is still never called twice at once for one
+// conversation; a turn's model call waits while a summary is written.
 type LLM struct {
 	// Model writes the summaries. Required.
 	Model agent.Model

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/lazarusrt/lazarus/actors"
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/snapshot"
 )
 
 // TestModelCallOfAKilledActivationDelaysItsSuccessor: a killed activation's
@@ -62,4 +64,67 @@ func TestModelCallOfAKilledActivationDelaysItsSuccessor(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the successor's call never started")
 	}
+}
+
+// TestSummaryModelCallDoesNotOverlapATurns: an LLM summarizer given the
+// conversation's own model calls Generate through the same gate as the
+// turns, so a turn's call waits while the summary's is under way (it ran
+// beside it: agent.Model promises no two calls at once for one
+// conversation).
+func TestSummaryModelCallDoesNotOverlapATurns(t *testing.T) {
+	const prompt = "SUMMARIZE"
+	release := make(chan struct{})
+	summarizing := make(chan struct{}, 1)
+	var inFlight atomic.Int64
+	var overlap atomic.Bool
+	model := agent.ModelFunc(func(ctx context.Context, turn agent.Turn, _ func(string)) (*messages.AssistantMessage, error) {
+		if inFlight.Add(1) > 1 {
+			overlap.Store(true)
+		}
+		defer inFlight.Add(-1)
+		last := turn.Context[len(turn.Context)-1].GetUserMsg().GetContent()
+		if len(last) > 0 && strings.HasPrefix(last[0].GetText(), prompt) {
+			select {
+			case summarizing <- struct{}{}:
+			default:
+			}
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			return &messages.AssistantMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "summary"}}}}, nil
+		}
+		return &messages.AssistantMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "ok"}}}}, nil
+	})
+	s := startWith(t, func(string) actors.ConversationConfig {
+		return actors.ConversationConfig{Model: model, Summarizer: snapshot.LLM{Model: model, Prompt: prompt},
+			Policy: snapshot.Policy{MaxEvents: 2, KeepRecent: -1}}
+	})
+	letGo := sync.OnceFunc(func() { close(release) })
+	defer letGo()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	send := func(text string) {
+		res, err := s.Ask(ctx, "c", sendCmd(text))
+		require.NoError(t, err)
+		require.Nil(t, res.(*messages.AgentSendReply).GetError())
+	}
+	send("a")
+	send("b") // the third rendered event: a summary is due
+	select {
+	case <-summarizing:
+	case <-ctx.Done():
+		t.Fatal("no summary started")
+	}
+	send("c") // its turn waits for the summary's call, or (the bug) runs beside it
+	require.Eventually(t, func() bool { return s.models.WaitingForTesting("c") == 1 || overlap.Load() },
+		10*time.Second, time.Millisecond)
+	require.False(t, overlap.Load(), "a turn's model call ran while the summary's was under way")
+	letGo()
+	require.Eventually(t, func() bool {
+		sum, err := s.cfg.Store.LatestSummary(ctx, "c")
+		return err == nil && sum.GetContent() == "summary"
+	}, 10*time.Second, time.Millisecond)
+	require.False(t, overlap.Load())
 }
