@@ -2,7 +2,9 @@ package lazarus_test
 
 import (
 	"context"
+	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/lazarusrt/lazarus"
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/scripted"
+	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
 	"github.com/lazarusrt/lazarus/snapshot"
 )
@@ -47,4 +50,43 @@ func TestLLMSummaryUnderATokenBudget(t *testing.T) {
 	assert.Equal(t, "summary-model", snapshot.SummaryModel(sum))
 	assert.Equal(t, "The user sent many long messages.", sum.GetContent())
 	assert.Positive(t, writer.Calls("c"), "the summarizing model was asked")
+}
+
+// failingSummarizer counts its calls and fails each one.
+type failingSummarizer struct{ calls *atomic.Int64 }
+
+func (f failingSummarizer) Summarize(context.Context, string, *messages.Summary, []*messages.Event) (*messages.Summary, error) {
+	f.calls.Add(1)
+	return nil, errors.New("summarizer down")
+}
+
+// TestFailedSummaryIsTriedAgainByARevival: a summary that failed is not
+// tried again by its activation until the log grows, but a revival, which
+// knows nothing of the failure, tries it again for the same span
+// (Options.Summarizer says so).
+func TestFailedSummaryIsTriedAgainByARevival(t *testing.T) {
+	var calls atomic.Int64
+	rt, err := lazarus.Open(lazarus.Options{Model: scripted.New(scripted.Options{}), Summarizer: failingSummarizer{&calls},
+		Summary: snapshot.Policy{MaxEvents: 2, KeepRecent: -1}})
+	require.NoError(t, err)
+	defer rt.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for range 2 {
+		_, err := rt.SendAndWait(ctx, "c", "hi", agent.Scope{UserID: "u"})
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool { return calls.Load() >= 1 }, 10*time.Second, time.Millisecond)
+	last, err := rt.Store().LastSeq(ctx, "c")
+	require.NoError(t, err)
+	n := calls.Load()
+	require.True(t, rt.Kill("c"))
+	require.NoError(t, rt.Wake(ctx, "c"))
+	require.Eventually(t, func() bool { return calls.Load() > n }, 10*time.Second, time.Millisecond,
+		"the revival tries the summary again")
+	after, err := rt.Store().LastSeq(ctx, "c")
+	require.NoError(t, err)
+	require.Equal(t, last, after, "for the same span: the log did not grow")
+	_, err = rt.Store().LatestSummary(ctx, "c")
+	require.ErrorIs(t, err, journal.ErrNotFound)
 }
