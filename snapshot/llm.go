@@ -117,7 +117,8 @@ func SummaryModel(s *messages.Summary) string {
 // tokens (EstimateTokens) of the rendered events since the last summary pass
 // budget, whatever their number, keeping the default KeepRecent events
 // verbatim. With LLM as the Summarizer it bounds what a revival reads and
-// what each model call is sent.
+// what each model call is sent. A budget of 0 is DefaultMaxTokens (as
+// Policy.MaxTokens 0 is); a negative one never summarizes.
 func TokenBudget(budget int) Policy {
 	return Policy{MaxEvents: -1, MaxTokens: budget}
 }

@@ -95,6 +95,20 @@ func TestTokenBudget(t *testing.T) {
 	assert.Equal(t, 100, p.MaxTokens)
 	assert.Equal(t, snapshot.DefaultKeepRecent, p.WithDefaults().KeepRecent)
 	assert.Empty(t, snapshot.SummaryModel(&messages.Summary{Version: snapshot.DeterministicVersion}))
+
+	// 0 is the default budget, a negative one never summarizes, however
+	// many events: 400 events of about 100 tokens each.
+	assert.Equal(t, snapshot.DefaultMaxTokens, snapshot.TokenBudget(0).WithDefaults().MaxTokens)
+	var evs []*messages.Event
+	for range 400 {
+		evs = append(evs, user(strings.Repeat("word ", 80)))
+	}
+	w, err := snapshot.Rebuild(nil, log(1, evs...))
+	require.NoError(t, err)
+	assert.True(t, snapshot.TokenBudget(0).Due(w), "past DefaultMaxTokens")
+	assert.True(t, snapshot.TokenBudget(1000).Due(w))
+	assert.False(t, snapshot.TokenBudget(-1).Due(w), "a negative budget never summarizes")
+	assert.False(t, snapshot.TokenBudget(1_000_000).Due(w), "under the budget: the number of events does not count")
 }
 
 var _ agent.Model = (*scripted.Model)(nil)
