@@ -148,7 +148,9 @@ type Options struct {
 	// restart) knows nothing of the failure and tries again. A summary runs in the conversation's
 	// turn at the model: no model call of the conversation overlaps it
 	// (agent.Model's promise holds for snapshot.LLM given Options.Model),
-	// and a turn's call waits until the Summarizer has returned.
+	// and a turn's call waits until the Summarizer has returned. Open
+	// refuses a snapshot.LLM without a Model (ErrInvalid), which would
+	// fail every summary.
 	Summarizer snapshot.Summarizer
 	// ScheduleTools adds the built-in server tools with which the model
 	// schedules wake-ups of its own conversation (ScheduleToolName,
@@ -314,6 +316,16 @@ func Open(opts Options) (*Runtime, error) {
 		return nil, fmt.Errorf("lazarus: Options.Audit.TTL is negative: %w", journal.ErrInvalid)
 	case opts.Audit.TTL > 0 && !opts.Audit.Enabled:
 		return nil, fmt.Errorf("lazarus: Options.Audit.TTL is set but the audit is not enabled: %w", journal.ErrInvalid)
+	}
+	switch s := opts.Summarizer.(type) {
+	case snapshot.LLM:
+		if s.Model == nil {
+			return nil, fmt.Errorf("lazarus: Options.Summarizer is a snapshot.LLM without a Model: %w", journal.ErrInvalid)
+		}
+	case *snapshot.LLM:
+		if s == nil || s.Model == nil {
+			return nil, fmt.Errorf("lazarus: Options.Summarizer is a snapshot.LLM without a Model: %w", journal.ErrInvalid)
+		}
 	}
 	tools := withHandoff(opts)
 	var self *Runtime // the schedule tools run only once Open returned

@@ -12,6 +12,7 @@ import (
 	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/snapshot"
 )
 
 func TestOpenValidatesOptions(t *testing.T) {
@@ -28,6 +29,15 @@ func TestOpenValidatesOptions(t *testing.T) {
 	require.ErrorIs(t, err, journal.ErrInvalid, "a TTL for an audit that is off")
 	_, err = lazarus.Open(lazarus.Options{Model: scripted.New(scripted.Options{}), Audit: lazarus.AuditOptions{Enabled: true, TTL: -time.Hour}})
 	require.ErrorIs(t, err, journal.ErrInvalid, "a negative TTL")
+
+	for _, s := range []snapshot.Summarizer{snapshot.LLM{}, &snapshot.LLM{}, (*snapshot.LLM)(nil)} {
+		_, err = lazarus.Open(lazarus.Options{Model: scripted.New(scripted.Options{}), Summarizer: s})
+		require.ErrorIs(t, err, journal.ErrInvalid, "an LLM summarizer without a model (%T), which fails every summary", s)
+		require.ErrorContains(t, err, "Summarizer")
+	}
+	rt, err := lazarus.Open(lazarus.Options{Model: scripted.New(scripted.Options{}), Summarizer: &snapshot.LLM{Model: scripted.New(scripted.Options{})}})
+	require.NoError(t, err)
+	require.NoError(t, rt.Close())
 }
 
 func TestOpenOnDirectoryIsDurable(t *testing.T) {

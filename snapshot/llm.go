@@ -36,7 +36,8 @@ const DefaultLLMMaxInputBytes = 256 << 10
 // conversation's own and is still never called twice at once for one
 // conversation; a turn's model call waits while a summary is written.
 type LLM struct {
-	// Model writes the summaries. Required.
+	// Model writes the summaries. Required: without it every summary
+	// fails (ErrInvalid), and lazarus.Open refuses such an LLM.
 	Model agent.Model
 	// Prompt is what the model is asked. Empty means DefaultSummaryPrompt.
 	Prompt string
