@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/actors/actorstest"
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/journal"
@@ -89,4 +90,29 @@ func TestFailedSummaryIsTriedAgainByARevival(t *testing.T) {
 	require.Equal(t, last, after, "for the same span: the log did not grow")
 	_, err = rt.Store().LatestSummary(ctx, "c")
 	require.ErrorIs(t, err, journal.ErrNotFound)
+}
+
+// TestConversationPassivatesAfterAFailedSummary: a summary that fails
+// leaves the activation with no work, so its idle timer runs and the
+// conversation passivates (the failure armed no timer: the activation
+// stayed live until its next command).
+func TestConversationPassivatesAfterAFailedSummary(t *testing.T) {
+	var calls atomic.Int64
+	clock := actorstest.NewManualClock(time.Unix(1_700_000_000, 0))
+	rt, err := lazarus.Open(lazarus.Options{Clock: clock, IdleTimeout: time.Minute,
+		Model: scripted.New(scripted.Options{}), Summarizer: failingSummarizer{&calls},
+		Summary: snapshot.Policy{MaxEvents: 2, KeepRecent: -1}})
+	require.NoError(t, err)
+	defer rt.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for range 2 {
+		_, err := rt.SendAndWait(ctx, "c", "hi", agent.Scope{UserID: "u"})
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool { return calls.Load() >= 1 }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool {
+		clock.Advance(time.Minute)
+		return !rt.IsActive("c")
+	}, 10*time.Second, time.Millisecond, "the idle conversation passivates")
 }

@@ -1037,6 +1037,7 @@ func (c *core) onSummary(d *inSummaryDone) {
 	if d.err != nil {
 		c.log.Warn("summary failed; tried again once the log grows", "err", d.err)
 		c.summaryFailedAt = c.ws.LastSeq
+		c.advance() // nothing else may be left: the idle timer runs again
 		return
 	}
 	if c.ws.RewoundBelow(d.summary.GetToSeq()) {
@@ -1050,7 +1051,9 @@ func (c *core) onSummary(d *inSummaryDone) {
 		return
 	}
 	if err := c.ws.Compact(d.summary); err != nil {
-		c.log.Error("compaction after summary failed", "err", err)
+		c.log.Error("compaction after summary failed; tried again once the log grows", "err", err)
+		c.summaryFailedAt = c.ws.LastSeq
+		c.advance()
 		return
 	}
 	c.rememberRequests()
