@@ -118,3 +118,35 @@ func Corruptf(format string, args ...any) error {
 func Invalidf(format string, args ...any) error {
 	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), ErrInvalid)
 }
+
+// PassedOver collects the records a listing passed over because they are
+// corrupt (Deadlines.Deadlines, ScheduleStore.ScheduleTimes), so that it
+// lists every other record and reports the damage at the end. The zero
+// value is empty and ready; it is not safe for concurrent use.
+type PassedOver struct {
+	first error
+	n     int
+}
+
+// Add records err, the error (wrapping ErrCorrupt) of one record passed
+// over.
+func (p *PassedOver) Add(err error) {
+	if p.first == nil {
+		p.first = err
+	}
+	p.n++
+}
+
+// Err returns nil if no record was passed over. Otherwise it returns an
+// error naming what was listed (what), how many records were passed over,
+// and the first one's error, which it wraps; it wraps ErrCorrupt in any
+// case.
+func (p *PassedOver) Err(what string) error {
+	if p.n == 0 {
+		return nil
+	}
+	if !errors.Is(p.first, ErrCorrupt) {
+		return fmt.Errorf("%s: passed over %d corrupt record(s), the first: %w (%w)", what, p.n, p.first, ErrCorrupt)
+	}
+	return fmt.Errorf("%s: passed over %d corrupt record(s), the first: %w", what, p.n, p.first)
+}

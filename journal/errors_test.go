@@ -31,3 +31,27 @@ func TestErrorProtoRoundTrip(t *testing.T) {
 		t.Error("nil must stay nil")
 	}
 }
+
+// TestPassedOver: nothing passed over is no error; otherwise the error
+// wraps ErrCorrupt and the first record's error, and counts them all.
+func TestPassedOver(t *testing.T) {
+	var p PassedOver
+	if err := p.Err("deadlines"); err != nil {
+		t.Fatalf("empty: %v", err)
+	}
+	first := Corruptf("deadline key 1")
+	p.Add(first)
+	p.Add(Corruptf("deadline key 2"))
+	err := p.Err("deadlines")
+	if !errors.Is(err, ErrCorrupt) || !errors.Is(err, first) {
+		t.Fatalf("%v does not wrap ErrCorrupt and the first record's error", err)
+	}
+	if want := "deadlines: passed over 2 corrupt record(s), the first: deadline key 1: " + ErrCorrupt.Error(); err.Error() != want {
+		t.Fatalf("got %q, want %q", err, want)
+	}
+	var q PassedOver
+	q.Add(errors.New("plain"))
+	if err := q.Err("x"); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("%v does not wrap ErrCorrupt", err)
+	}
+}

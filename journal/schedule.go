@@ -38,7 +38,10 @@ type ScheduleStore interface {
 	// and next occurrence, in ascending time then id, so the expiry actor
 	// rebuilds its timers without reading payloads. It stops at the first
 	// error fn returns and returns it. fn must not call the Store's write
-	// methods.
+	// methods. A schedule whose time entry cannot be decoded is passed
+	// over as Deadlines.Deadlines passes over a corrupt deadline: fn is
+	// called for every other one, then the error wraps ErrCorrupt and
+	// names the first.
 	ScheduleTimes(ctx context.Context, fn func(conversationID, id string, next time.Time) error) error
 }
 

@@ -187,6 +187,15 @@ type Deadlines interface {
 	// deadline when dueBy is zero), in ascending time, then tool call id.
 	// It stops at the first error fn returns and returns it. fn may keep
 	// the record; it must not call the Store's write methods.
+	//
+	// A stored deadline that cannot be decoded, or fails the adapter's
+	// checks of it, is passed over: fn is called for every other deadline,
+	// in order, and Deadlines then returns an error wrapping ErrCorrupt
+	// that names the first such record and counts them (PassedOver),
+	// unless fn or ctx stopped it first. One damaged record thus never
+	// hides the others from the expiry actor's rebuild. Damage the adapter
+	// cannot read past (a damaged file) ends the listing with ErrCorrupt
+	// too, after the deadlines before it.
 	Deadlines(ctx context.Context, dueBy time.Time, fn func(*messages.Deadline) error) error
 }
 

@@ -784,6 +784,8 @@ func (s *Store) CancelDeadline(ctx context.Context, conversationID, toolCallID s
 
 // Deadlines implements journal.Deadlines. fn runs without the Store's lock
 // held, on copies taken when the call started, so fn may call any method.
+// The Store holds only records its writes validated, so it never passes
+// one over as corrupt.
 func (s *Store) Deadlines(ctx context.Context, dueBy time.Time, fn func(*messages.Deadline) error) error {
 	if err := s.enter(ctx); err != nil {
 		return err

@@ -484,7 +484,9 @@ const deadlinePage = 256
 
 // Deadlines implements journal.Deadlines. It scans the time-ordered index
 // from a low-water mark, so deadlines already resolved or cancelled (whose
-// deletes Pebble may still hold) are not walked again and again.
+// deletes Pebble may still hold) are not walked again and again. An index
+// key that does not parse is passed over and reported at the end; the
+// low-water mark never passes it.
 func (s *Store) Deadlines(ctx context.Context, dueBy time.Time, fn func(*messages.Deadline) error) error {
 	var upper []byte
 	if dueBy.IsZero() {
@@ -493,9 +495,10 @@ func (s *Store) Deadlines(ctx context.Context, dueBy time.Time, fn func(*message
 		upper = byTimeUpper(dueBy)
 	}
 	var lower []byte
+	var bad journal.PassedOver
 	first := true
 	for {
-		page, next, err := s.deadlinePage(ctx, lower, upper, first)
+		page, next, err := s.deadlinePage(ctx, lower, upper, first, &bad)
 		if err != nil {
 			return err
 		}
@@ -505,16 +508,16 @@ func (s *Store) Deadlines(ctx context.Context, dueBy time.Time, fn func(*message
 			}
 		}
 		if next == nil {
-			return nil
+			return bad.Err("pebblejournal: deadlines")
 		}
 		lower, first = next, false
 	}
 }
 
-// deadlinePage reads up to deadlinePage deadlines from lower (from the
-// low-water mark when first) and returns where the next page starts (nil at
-// the end).
-func (s *Store) deadlinePage(ctx context.Context, lower, upper []byte, first bool) ([]*messages.Deadline, []byte, error) {
+// deadlinePage reads up to deadlinePage keys from lower (from the low-water
+// mark when first) and returns their deadlines and where the next page
+// starts (nil at the end). A key that does not parse goes to bad.
+func (s *Store) deadlinePage(ctx context.Context, lower, upper []byte, first bool, bad *journal.PassedOver) ([]*messages.Deadline, []byte, error) {
 	if err := s.begin(ctx); err != nil {
 		return nil, nil, err
 	}
@@ -536,18 +539,21 @@ func (s *Store) deadlinePage(ctx context.Context, lower, upper []byte, first boo
 	}
 	var out []*messages.Deadline
 	var next, firstKey []byte
+	read := 0
 	for ok := it.First(); ok; ok = it.Next() {
 		k := it.Key()
-		if len(out) == deadlinePage {
+		if read == deadlinePage {
 			next = bytes.Clone(k)
 			break
 		}
+		read++
+		if firstKey == nil {
+			firstKey = bytes.Clone(k) // a damaged key too: the mark stays below it
+		}
 		at, call, conv, err := parseByTimeKey(k)
 		if err != nil {
-			return nil, nil, closeIter(it, err)
-		}
-		if firstKey == nil {
-			firstKey = bytes.Clone(k)
+			bad.Add(err)
+			continue
 		}
 		out = append(out, &messages.Deadline{ConversationId: conv, ToolCallId: call, At: at})
 	}

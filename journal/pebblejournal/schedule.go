@@ -249,6 +249,7 @@ const scheduleTimesPage = 4096
 // index, keys only, a page at a time. fn runs with no iterator open and
 // the store's gate released (as Deadlines' does), so it may read the
 // Store, and a Close meanwhile neither waits on it nor deadlocks with it.
+// A key that does not parse is passed over and reported at the end.
 func (s *Store) ScheduleTimes(ctx context.Context, fn func(conversationID, id string, next time.Time) error) error {
 	type entry struct {
 		conv, id string
@@ -256,20 +257,24 @@ func (s *Store) ScheduleTimes(ctx context.Context, fn func(conversationID, id st
 	}
 	lower, upper := []byte{famScheduleByTime}, familyEnd(famScheduleByTime)
 	page := make([]entry, 0, scheduleTimesPage)
+	var bad journal.PassedOver
 	for {
 		page = page[:0]
 		var next []byte
 		if err := s.begin(ctx); err != nil {
 			return err
 		}
+		read := 0
 		err := s.scanKeys(lower, upper, func(k []byte) error {
-			if len(page) == scheduleTimesPage {
+			if read == scheduleTimesPage {
 				next = append([]byte(nil), k...)
 				return errStopScan
 			}
+			read++
 			at, id, conv, err := parseScheduleTimeKey(k)
 			if err != nil {
-				return err
+				bad.Add(err)
+				return nil
 			}
 			page = append(page, entry{conv: conv, id: id, at: at})
 			return nil
@@ -284,7 +289,7 @@ func (s *Store) ScheduleTimes(ctx context.Context, fn func(conversationID, id st
 			}
 		}
 		if next == nil {
-			return nil
+			return bad.Err("pebblejournal: schedule times")
 		}
 		lower = next
 	}

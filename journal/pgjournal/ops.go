@@ -516,7 +516,8 @@ func (s *Store) CancelDeadline(ctx context.Context, conversationID, toolCallID s
 }
 
 // Deadlines implements journal.Deadlines. It reads every due deadline
-// before calling fn, so fn may call any method.
+// before calling fn, so fn may call any method. A row that does not decode
+// (decodeDeadline) is passed over and reported at the end.
 func (s *Store) Deadlines(ctx context.Context, dueBy time.Time, fn func(*messages.Deadline) error) error {
 	ctx, cancel, err := s.enter(ctx)
 	if err != nil {
@@ -535,6 +536,7 @@ func (s *Store) Deadlines(ctx context.Context, dueBy time.Time, fn func(*message
 		return s.wrap("deadlines", err)
 	}
 	var due []*messages.Deadline
+	var bad journal.PassedOver
 	for rows.Next() {
 		var conv, call, data []byte
 		if err := rows.Scan(&conv, &call, &data); err != nil {
@@ -543,8 +545,8 @@ func (s *Store) Deadlines(ctx context.Context, dueBy time.Time, fn func(*message
 		}
 		d, err := decodeDeadline(data, string(conv), string(call))
 		if err != nil {
-			rows.Close()
-			return err
+			bad.Add(err)
+			continue
 		}
 		due = append(due, d)
 	}
@@ -557,7 +559,7 @@ func (s *Store) Deadlines(ctx context.Context, dueBy time.Time, fn func(*message
 			return err
 		}
 	}
-	return nil
+	return bad.Err("pgjournal: deadlines")
 }
 
 // ---- Audit ----
