@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"math"
 	"math/rand/v2"
@@ -19,7 +20,9 @@ import (
 type ExpiryOptions struct {
 	// Store is read on Started with Store.Deadlines to rebuild the timer of
 	// every scheduled deadline (if the read fails, it is retried after
-	// RetryAfter). The expiry actor never writes to it directly. Required.
+	// RetryAfter; if it ends with journal.ErrCorrupt, every deadline it
+	// listed is armed, the error is logged, and it is not read again). The
+	// expiry actor never writes to it directly. Required.
 	Store journal.Store
 	// Journal is the journal actor. Expires are written through it, as
 	// unfenced JournalWrites, so the journal actor batches them with other
@@ -165,9 +168,13 @@ func ExpiredOutcome() *messages.ToolOutcome {
 // On Started the actor reads every deadline from the Store, and every
 // schedule's next time if the Store is a journal.ScheduleStore (Store reads on
 // Started are the one blocking I/O it does on its own goroutine): deadlines
-// that passed while it was down fire at once. The durable deadline row is
-// removed by the same write that expires or resolves its call, so a rebuild
-// never revives a finished call. Expires in flight when the actor stops
+// that passed while it was down fire at once. A damaged record (a listing
+// that ends with journal.ErrCorrupt) does not hold back the others: every
+// one listed is armed, the damage is logged at error level once per
+// rebuild, and the Store is not read again for it (another error is
+// retried after RetryAfter). The durable deadline row is removed by the
+// same write that expires or resolves its call, so a rebuild never revives
+// a finished call. Expires in flight when the actor stops
 // lose their replies: such a call may be durably expired without Deliver
 // having run, so the conversation's revival must treat a tool call row
 // that is terminal while its log has no resolution as resolved. Receive
@@ -263,10 +270,15 @@ func (a *expiryActor) Receive(ctx actor.Context) {
 }
 
 // rebuild reads every deadline of the Store into the heap. On failure it
-// plans another read after RetryAfter.
+// plans another read after RetryAfter. A listing that ends with
+// journal.ErrCorrupt listed every record but the damaged ones (see
+// journal.Deadlines): what it listed is armed, the damage is logged once
+// at error level, and the rebuild is done, since reading again would meet
+// the same records.
 func (a *expiryActor) rebuild() {
 	start := time.Now()
 	n := 0
+	var damaged []error
 	err := a.opts.Store.Deadlines(context.Background(), time.Time{}, func(d *messages.Deadline) error {
 		if err := journal.ValidateDeadline(d); err != nil {
 			a.opts.Logger.Warn("actors: expiry: skipping a bad stored deadline", "err", err)
@@ -279,9 +291,15 @@ func (a *expiryActor) rebuild() {
 		n++
 		return nil
 	})
+	if errors.Is(err, journal.ErrCorrupt) {
+		damaged, err = append(damaged, err), nil
+	}
 	var ns int
 	if err == nil {
 		ns, err = a.rebuildSchedules()
+		if errors.Is(err, journal.ErrCorrupt) {
+			damaged, err = append(damaged, err), nil
+		}
 	}
 	if err != nil {
 		a.rebuildAt = a.opts.Clock.Now().Add(a.opts.RetryAfter).UnixNano()
@@ -289,6 +307,11 @@ func (a *expiryActor) rebuild() {
 		return
 	}
 	a.rebuilt = true
+	if len(damaged) > 0 {
+		a.opts.Logger.Error("actors: expiry: the Store holds damaged deadline or schedule records; every other one is armed, the damaged ones never fire",
+			"err", errors.Join(damaged...), "deadlines", n, "schedules", ns, "took", time.Since(start))
+		return
+	}
 	a.opts.Logger.Info("actors: expiry: deadlines and schedules rebuilt from the Store", "deadlines", n, "schedules", ns, "took", time.Since(start))
 }
 
