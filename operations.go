@@ -166,9 +166,10 @@ func (r *Runtime) Metadata(ctx context.Context, conversationID string) (map[stri
 
 // MergeMetadata merges kv into the conversation's metadata, key by key, in
 // one write: a key with an empty value is removed, the others are set. Keys
-// follow the rules of ids, values are UTF-8, and one merge holds at most
-// journal.MaxRecordBytes; else it is refused with an error wrapping
-// journal.ErrInvalid and nothing is written. The
+// follow the rules of ids, values are UTF-8, and the metadata the merge
+// leaves holds at most journal.MaxRecordBytes of keys and values, however
+// many merges made it (so Fork can always copy it); else it is refused with
+// an error wrapping journal.ErrInvalid and nothing is written. The
 // conversation must exist (journal.ErrNotFound) and not be deleted
 // (journal.ErrDeleted). Metadata is not part of the log: History and
 // Subscribe do not show it, and a summary does not fold it away.

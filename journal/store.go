@@ -285,5 +285,10 @@ type Conversations interface {
 	Metadata(ctx context.Context, id string) (map[string]string, error)
 	// PutMetadata merges kv into the metadata; an empty value deletes a key.
 	// It does not create the conversation row. ErrDeleted after a delete.
+	// Keys and values are checked as by ValidateMetadata, and so is the
+	// metadata the merge leaves: a merge that leaves more than
+	// MaxRecordBytes of keys and values, however many merges it took, is
+	// ErrInvalid and writes nothing (so the metadata always fits one
+	// ForkRequest).
 	PutMetadata(ctx context.Context, id string, kv map[string]string) error
 }

@@ -410,3 +410,31 @@ func TestRewindMeetsASummaryLandingAfterItsCheck(t *testing.T) {
 	require.NoError(t, err, "an edit below the summary too")
 	require.Equal(t, "first, edited", h.history("c")[seq-1].GetUserMsg().GetContent()[0].GetText())
 }
+
+// TestMetadataAlwaysFitsAFork: MergeMetadata refuses a merge that leaves
+// the conversation's metadata over journal.MaxRecordBytes, though each
+// merge is under it, and writes nothing; so Fork, which copies the
+// metadata in one record, can always fork it. Merges of 3 MiB each were
+// accepted, and every fork of the conversation then failed with
+// ErrInvalid.
+func TestMetadataAlwaysFitsAFork(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		h := newHarness(t, openStore(t, kind), nil)
+		ctx := ctxT(t)
+		h.model.Push("src", scripted.Text("one"))
+		_, err := h.rt.SendAndWait(ctx, "src", "first", user)
+		require.NoError(t, err)
+		big := strings.Repeat("x", 3<<20)
+		require.NoError(t, h.rt.MergeMetadata(ctx, "src", map[string]string{"k1": big}))
+		err = h.rt.MergeMetadata(ctx, "src", map[string]string{"k2": big})
+		require.ErrorIs(t, err, journal.ErrInvalid, "6 MiB of metadata in all")
+		md, err := h.rt.Metadata(ctx, "src")
+		require.NoError(t, err)
+		require.Equal(t, map[string]string{"k1": big}, md, "the refused merge wrote nothing")
+
+		require.NoError(t, h.rt.Fork(ctx, "src", 2, "dst"))
+		md, err = h.rt.Metadata(ctx, "dst")
+		require.NoError(t, err)
+		require.Equal(t, map[string]string{"k1": big}, md)
+	})
+}

@@ -32,6 +32,7 @@ var findCases = []suiteCase{
 	{name: "PagesInIDOrder", run: testFindPages},
 	{name: "LongValue", run: testFindLongValue},
 	{name: "BadInput", run: testFindBadInput},
+	{name: "MetadataTotalBounded", run: testMetadataTotalBounded},
 	{name: "SurvivesReopen", run: testFindReopen, durable: true},
 }
 
@@ -286,6 +287,31 @@ func testFindLongValue(t *testing.T, e env) {
 	require.NoError(t, s.PutMetadata(ctx, "a", map[string]string{"note": long}))
 	require.NoError(t, s.PutMetadata(ctx, "b", map[string]string{"note": long + "w"}))
 	assert.Equal(t, []string{"a"}, findAll(t, s, "note", long, 0))
+}
+
+// testMetadataTotalBounded: PutMetadata refuses a merge that leaves the
+// conversation's metadata over journal.MaxRecordBytes, however many merges
+// it took, and writes none of it; a merge that replaces or removes keys is
+// counted as it leaves the metadata. So a conversation's metadata always
+// fits a ForkRequest.
+func testMetadataTotalBounded(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := context.Background()
+	appendEvents(t, s, "a", userEv(1, "hi"))
+	third := strings.Repeat("v", journal.MaxRecordBytes/3)
+	require.NoError(t, s.PutMetadata(ctx, "a", map[string]string{"k1": third, "k2": third}))
+	err := s.PutMetadata(ctx, "a", map[string]string{"k3": third, "small": "s"})
+	require.ErrorIs(t, err, journal.ErrInvalid, "the merged metadata is over the limit")
+	md, err := s.Metadata(ctx, "a")
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"k1": third, "k2": third}, md, "nothing of the refused merge is written")
+	assert.Empty(t, findAll(t, s, "small", "s", 0), "nor indexed")
+	// Replacing a key counts its new value only; removing one frees room.
+	require.NoError(t, s.PutMetadata(ctx, "a", map[string]string{"k2": third + "w"}))
+	require.NoError(t, s.PutMetadata(ctx, "a", map[string]string{"k1": "", "k3": third}))
+	md, err = s.Metadata(ctx, "a")
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"k2": third + "w", "k3": third}, md)
 }
 
 func testFindBadInput(t *testing.T, e env) {

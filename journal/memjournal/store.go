@@ -1145,6 +1145,13 @@ func (s *Store) PutMetadata(ctx context.Context, id string, kv map[string]string
 	if _, ok := st.deleted[id]; ok {
 		return deletedErr("put metadata of", id)
 	}
+	var cur map[string]string
+	if c := st.convs[id]; c != nil {
+		cur = c.meta
+	}
+	if err := journal.ValidateMetadata(id, journal.MergeSettings(cur, kv)); err != nil {
+		return fmt.Errorf("memjournal: %w", err)
+	}
 	c := st.conv(id)
 	for k, v := range kv {
 		st.setMeta(id, c, k, v)

@@ -726,6 +726,11 @@ func (s *Store) Metadata(ctx context.Context, id string) (map[string]string, err
 	if err := journal.ValidateID("conversation id", id); err != nil {
 		return nil, err
 	}
+	return s.metadata(id)
+}
+
+// metadata reads the committed metadata of id.
+func (s *Store) metadata(id string) (map[string]string, error) {
 	out := make(map[string]string)
 	prefix := convKey(famMetadata, id)
 	err := s.scan(prefix, convEnd(famMetadata, id), func(k, v []byte) error {

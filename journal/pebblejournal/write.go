@@ -400,6 +400,13 @@ func (s *Store) PutMetadata(ctx context.Context, id string, kv map[string]string
 	if _, err := t.live(id); err != nil {
 		return err
 	}
+	cur, err := s.metadata(id)
+	if err != nil {
+		return err
+	}
+	if err := journal.ValidateMetadata(id, journal.MergeSettings(cur, kv)); err != nil {
+		return err
+	}
 	for k, v := range kv {
 		old, had, err := s.metaValue(id, k)
 		if err != nil {

@@ -939,6 +939,40 @@ func (s *Store) DeleteConversation(ctx context.Context, id string) error {
 	})
 }
 
+// checkMergedMetadata refuses, with ErrInvalid, a merge of kv that leaves
+// the metadata of conv over journal.MaxRecordBytes, as ValidateMetadata
+// counts it (keys and values). tx holds conv's lock.
+func checkMergedMetadata(ctx context.Context, tx pgx.Tx, conv string, kv map[string]string) error {
+	rows, err := tx.Query(ctx, "SELECT key, octet_length(value) FROM lz_metadata WHERE conv = $1", []byte(conv))
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	total := 0
+	for rows.Next() {
+		var k []byte
+		var n int
+		if err := rows.Scan(&k, &n); err != nil {
+			return err
+		}
+		if _, merged := kv[string(k)]; !merged {
+			total += len(k) + n
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for k, v := range kv {
+		if v != "" {
+			total += len(k) + len(v)
+		}
+	}
+	if total > journal.MaxRecordBytes {
+		return journal.Invalidf("metadata of %q of %d bytes exceeds %d", conv, total, journal.MaxRecordBytes)
+	}
+	return nil
+}
+
 // Metadata implements journal.Conversations.
 func (s *Store) Metadata(ctx context.Context, id string) (map[string]string, error) {
 	ctx, cancel, err := s.enter(ctx)
@@ -988,6 +1022,9 @@ func (s *Store) PutMetadata(ctx context.Context, id string, kv map[string]string
 	}
 	return s.writeTx(ctx, "put metadata", id, func(tx pgx.Tx) error {
 		if err := checkDeleted(ctx, tx, id); err != nil {
+			return err
+		}
+		if err := checkMergedMetadata(ctx, tx, id, kv); err != nil {
 			return err
 		}
 		var keys, vals, dels [][]byte
