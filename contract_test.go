@@ -2,6 +2,7 @@ package lazarus_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -374,4 +375,48 @@ func TestCloseEndsCallsInFlight(t *testing.T) {
 	require.ErrorIs(t, err, lazarus.ErrClosed)
 	_, err = rt.Subscribe(ctx, "s", 0)
 	require.ErrorIs(t, err, lazarus.ErrClosed)
+}
+
+// TestConcurrentCloseWaitsForTheFirst: a Close called while another is
+// still stopping the runtime returns once that one has finished (the
+// actors stopped, the pending write answered, the Store closed if the
+// Runtime opened it), with nil; it returned nil at once, so a caller could
+// reopen the directory while the first still held it.
+func TestConcurrentCloseWaitsForTheFirst(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	model := scripted.New(scripted.Options{})
+	store := newGatedStore()
+	rt := openContract(t, store, model, time.Hour)
+	answered(ctx, t, rt, model, "s")
+
+	release := store.hold(withRequest("req-1"))
+	defer release()
+	sent := make(chan error, 1)
+	go func() {
+		_, err := rt.SendMessage(context.Background(), "s", textMsg("once"), lazarus.SendOptions{RequestID: "req-1"}, user)
+		sent <- err
+	}()
+	awaitEntered(t, store)
+	first := make(chan error, 1)
+	go func() { first <- rt.Close() }()
+	// The first Close has begun: calls are refused. It cannot finish
+	// before release (the journal actor answers the held write first).
+	require.Eventually(t, func() bool {
+		_, err := rt.History(ctx, "s", 0, 1)
+		return errors.Is(err, lazarus.ErrClosed)
+	}, 20*time.Second, time.Millisecond)
+	second := make(chan error, 1)
+	go func() { second <- rt.Close() }()
+	select {
+	case err := <-second:
+		t.Fatalf("a second Close returned (%v) while the first was still stopping the runtime", err)
+	case <-time.After(200 * time.Millisecond):
+		// Still waiting, as it should: no bound on how long it may wait.
+	}
+	release()
+	require.NoError(t, await(t, first, "first Close"))
+	require.NoError(t, await(t, second, "second Close"))
+	require.ErrorIs(t, await(t, sent, "SendMessage in flight"), lazarus.ErrClosed)
+	require.NoError(t, rt.Close(), "a Close after Close")
 }

@@ -290,7 +290,10 @@ type Runtime struct {
 
 	mu     sync.Mutex
 	closed bool
-	gcStop func() bool
+	// stopped is closed when the first Close has finished: a Close called
+	// meanwhile waits for it.
+	stopped chan struct{}
+	gcStop  func() bool
 	// resumeStop stops the timer of the periodic resume scan (armResume).
 	resumeStop func() bool
 	gcWG       sync.WaitGroup // the audit sweep, the blob sweep, the resume scan, the schedule deliveries, the retries of schedule changes
@@ -350,7 +353,7 @@ func Open(opts Options) (*Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Runtime{opts: opts, tools: reg, log: opts.Logger, store: opts.Store, fires: make(chan scheduleFire, 4096)}
+	r := &Runtime{opts: opts, tools: reg, log: opts.Logger, store: opts.Store, fires: make(chan scheduleFire, 4096), stopped: make(chan struct{})}
 	self = r
 	r.life, r.endLife = context.WithCancel(context.Background())
 	switch {
@@ -1064,14 +1067,18 @@ func (r *Runtime) Active() int { return r.sup.Active() }
 // Close stops every actor (pending journal writes are answered first),
 // ends every subscription, and closes the Store if the Runtime opened it.
 // Nothing durable is lost: a later Open on the same Store resumes every
-// conversation. Close is idempotent.
+// conversation. Close is idempotent: a later call returns nil, and one
+// made while another is still closing returns once that one has finished
+// (the Store closed, its directory free to open again).
 func (r *Runtime) Close() error {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
+		<-r.stopped
 		return nil
 	}
 	r.closed = true
+	defer close(r.stopped)
 	if r.gcStop != nil {
 		r.gcStop()
 	}
