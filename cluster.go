@@ -201,11 +201,15 @@ func newNode(r *Runtime, sys *actor.ActorSystem) *clusterNode {
 // runs: until then, requests to this member are dead letters, which the
 // caller sends again.
 func (n *clusterNode) spawnGateway() error {
-	var err error
-	n.gateway, err = n.sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &gatewayActor{n: n} }), GatewayName)
-	if err != nil {
+	pid, err := n.sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &gatewayActor{n: n} }), GatewayName)
+	switch {
+	case errors.Is(err, actor.ErrNameExists):
+		// pid is the actor that has the name: not ours to stop.
+		return fmt.Errorf("lazarus: Options.ActorSystem has an actor named %q already (one Runtime per actor system): %w", GatewayName, journal.ErrInvalid)
+	case err != nil:
 		return fmt.Errorf("lazarus: spawn the gateway: %w", err)
 	}
+	n.gateway = pid
 	return nil
 }
 

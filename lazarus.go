@@ -233,8 +233,10 @@ type Options struct {
 	// ActorSystem, when set, is the protoactor actor system the Runtime
 	// runs in (an application's own, for its actors to talk to
 	// conversations through the gateway's protobuf protocol; see
-	// GatewayName); Close leaves it running. One Runtime per actor system.
-	// With Cluster, the Runtime starts the cluster member on it (the
+	// GatewayName); Close leaves it running. One Runtime per actor system:
+	// Open refuses, with an error wrapping journal.ErrInvalid, a system
+	// with an actor named GatewayName or supervisor.Name already (another
+	// Runtime's), and leaves that actor alone. With Cluster, the Runtime starts the cluster member on it (the
 	// system must not be a cluster member already). Default nil: the
 	// Runtime creates its own, and shuts it down on Close.
 	ActorSystem *actor.ActorSystem
@@ -460,6 +462,10 @@ func Open(opts Options) (*Runtime, error) {
 		},
 	})
 	if err != nil {
+		if errors.Is(err, actor.ErrNameExists) {
+			err = fmt.Errorf("lazarus: Options.ActorSystem has an actor named %q already: another Runtime runs on it (one Runtime per actor system): %w",
+				supervisor.Name, journal.ErrInvalid)
+		}
 		r.endLife()
 		if r.gw != nil {
 			r.gw.stopServing()

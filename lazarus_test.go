@@ -2,9 +2,11 @@ package lazarus_test
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus"
@@ -121,4 +123,50 @@ func TestCloseEndsSubscriptions(t *testing.T) {
 func TestClusterOptionsNeedSeeds(t *testing.T) {
 	_, err := lazarus.Open(lazarus.Options{Model: agent.ModelFunc(nil), Cluster: &lazarus.ClusterOptions{}})
 	require.ErrorIs(t, err, journal.ErrInvalid)
+}
+
+// One Runtime per actor system: Open refuses a system whose names a
+// Runtime's actors need are taken (another Runtime runs on it, or an
+// application actor is named GatewayName) with an error wrapping
+// journal.ErrInvalid that names Options.ActorSystem, and leaves the system,
+// its actors, the other Runtime and the directory as they were. The
+// failed Open stopped the application's actor that held GatewayName (the
+// spawn's error comes with the existing actor's PID, taken as the
+// gateway's), and the errors wrapped no sentinel.
+func TestOpenRefusesAnOccupiedActorSystem(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	quiet := actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) })
+	model := scripted.New(scripted.Options{})
+	dir := t.TempDir()
+
+	sys := actor.NewActorSystem(quiet)
+	defer sys.Shutdown()
+	first, err := lazarus.Open(lazarus.Options{Model: model, ActorSystem: sys})
+	require.NoError(t, err)
+	defer first.Close()
+	_, err = lazarus.Open(lazarus.Options{Model: model, ActorSystem: sys, Dir: dir})
+	require.ErrorIs(t, err, journal.ErrInvalid)
+	require.ErrorContains(t, err, "Options.ActorSystem")
+	_, err = first.SendAndWait(ctx, "c", "still here?", user)
+	require.NoError(t, err, "the Runtime already on the system is untouched")
+
+	sys2 := actor.NewActorSystem(quiet)
+	defer sys2.Shutdown()
+	app, err := sys2.Root.SpawnNamed(actor.PropsFromFunc(func(c actor.Context) {
+		if s, ok := c.Message().(string); ok {
+			c.Respond(s + "!")
+		}
+	}), lazarus.GatewayName)
+	require.NoError(t, err)
+	_, err = lazarus.Open(lazarus.Options{Model: model, ActorSystem: sys2, Dir: dir})
+	require.ErrorIs(t, err, journal.ErrInvalid)
+	require.ErrorContains(t, err, "Options.ActorSystem")
+	res, err := sys2.Root.RequestFuture(app, "ping", 10*time.Second).Result()
+	require.NoError(t, err, "the application's actor named %q still runs", lazarus.GatewayName)
+	require.Equal(t, "ping!", res)
+
+	rt, err := lazarus.Open(lazarus.Options{Model: model, Dir: dir})
+	require.NoError(t, err, "the failed Opens released the directory")
+	require.NoError(t, rt.Close())
 }

@@ -99,6 +99,11 @@ type Supervisor struct {
 	beforeSend func(a *activation)
 }
 
+// Name is the name of the supervisor actor in its actor system: one
+// Supervisor per system. Start on a system where an actor has it fails
+// with an error wrapping actor.ErrNameExists, and spawns nothing.
+const Name = "lazarus"
+
 // Start spawns the supervisor actor, with its journal and expiry actors, on
 // system. The expiry actor rebuilds its timers from the Store before Start
 // returns.
@@ -123,7 +128,7 @@ func Start(system *actor.ActorSystem, cfg Config) (*Supervisor, error) {
 	started := make(chan struct{})
 	props := actor.PropsFromProducer(func() actor.Actor { return &root{s: s, started: started} },
 		actor.WithSupervisor(&strategy{s: s}))
-	pid, err := system.Root.SpawnNamed(props, "lazarus")
+	pid, err := system.Root.SpawnNamed(props, Name)
 	if err != nil {
 		s.mailboxes.Close()
 		return nil, fmt.Errorf("supervisor: spawn: %w", err)
