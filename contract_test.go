@@ -420,3 +420,76 @@ func TestConcurrentCloseWaitsForTheFirst(t *testing.T) {
 	require.ErrorIs(t, await(t, sent, "SendMessage in flight"), lazarus.ErrClosed)
 	require.NoError(t, rt.Close(), "a Close after Close")
 }
+
+// TestCloseEndsWorkInFlight: Close with a model call, a server tool, a
+// subscription and a SendAndWait in flight ends each as documented (the
+// model's and the tool's contexts are cancelled, the subscription's
+// channel is closed, SendAndWait returns ErrClosed) and returns; the
+// methods without an error answer as for a stopped runtime, and the calls
+// not in TestEveryCallWithEndedContextOrAfterClose's list return ErrClosed.
+func TestCloseEndsWorkInFlight(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	inModel, modelEnded := make(chan struct{}, 1), make(chan error, 1)
+	inTool, toolEnded := make(chan struct{}, 1), make(chan error, 1)
+	model := agent.ModelFunc(func(ctx context.Context, turn agent.Turn, _ func(string)) (*messages.AssistantMessage, error) {
+		if turn.Context[len(turn.Context)-1].GetUserMsg().GetContent()[0].GetText() == "run the tool" {
+			return agent.Reply("", agent.Call("block", `{}`)), nil
+		}
+		inModel <- struct{}{}
+		<-ctx.Done()
+		modelEnded <- ctx.Err()
+		return nil, ctx.Err()
+	})
+	rt, err := lazarus.Open(lazarus.Options{Model: model, Dir: t.TempDir(), Tools: []agent.Tool{{
+		Name: "block", Executor: messages.Executor_EXECUTOR_SERVER,
+		Run: func(ctx context.Context, _ agent.Invocation) (string, error) {
+			inTool <- struct{}{}
+			<-ctx.Done()
+			toolEnded <- ctx.Err()
+			return "", ctx.Err()
+		},
+	}}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rt.Close() })
+	sub, err := rt.Subscribe(ctx, "m", 0)
+	require.NoError(t, err)
+	waited := make(chan error, 1)
+	go func() {
+		_, err := rt.SendAndWait(ctx, "m", "hello", user)
+		waited <- err
+	}()
+	awaitSignal(t, inModel, "the model call")
+	_, err = rt.Send(ctx, "t", "run the tool", user)
+	require.NoError(t, err)
+	awaitSignal(t, inTool, "the tool run")
+
+	closed := make(chan error, 1)
+	go func() { closed <- rt.Close() }()
+	require.NoError(t, await(t, closed, "Close"))
+	require.ErrorIs(t, await(t, modelEnded, "the model call"), context.Canceled)
+	require.ErrorIs(t, await(t, toolEnded, "the tool run"), context.Canceled)
+	require.ErrorIs(t, await(t, waited, "SendAndWait"), lazarus.ErrClosed)
+	for range sub {
+	}
+	require.NoError(t, rt.Close(), "Close twice")
+
+	require.False(t, rt.Kill("m"))
+	require.False(t, rt.IsActive("m"))
+	require.Zero(t, rt.Active())
+	_, err = rt.SendMessageAndWait(ctx, "m", textMsg("x"), lazarus.SendOptions{}, user)
+	require.ErrorIs(t, err, lazarus.ErrClosed)
+	_, err = rt.RewindWithReport(ctx, "m", 1, lazarus.RewindOptions{}, user)
+	require.ErrorIs(t, err, lazarus.ErrClosed)
+	require.ErrorIs(t, rt.ForkWith(ctx, "m", 1, "n", lazarus.ForkOptions{}), lazarus.ErrClosed)
+	require.ErrorIs(t, rt.Reject(ctx, "call", "no", user), lazarus.ErrClosed)
+}
+
+func awaitSignal(t *testing.T, c <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-c:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%s never started", what)
+	}
+}
