@@ -194,11 +194,13 @@ type Options struct {
 	// Clock supplies time. Default the system clock.
 	Clock Clock
 	// CallTimeout bounds how long Send waits for its message to be durable
-	// when ctx has no earlier deadline. Default DefaultCallTimeout.
+	// when ctx has no earlier deadline. Default DefaultCallTimeout; a
+	// negative one is refused by Open (ErrInvalid).
 	CallTimeout time.Duration
 	// SubscriberBuffer is how many updates a subscriber may fall behind
 	// before its subscription ends with ErrLagged. Default
-	// DefaultSubscriberBuffer.
+	// DefaultSubscriberBuffer; a negative one is refused by Open
+	// (ErrInvalid).
 	SubscriberBuffer int
 	// Logger receives the runtime's logs. Default: discard.
 	Logger *slog.Logger
@@ -254,10 +256,10 @@ func (o Options) withDefaults() Options {
 	if o.Clock == nil {
 		o.Clock = actors.SystemClock()
 	}
-	if o.CallTimeout <= 0 {
+	if o.CallTimeout == 0 {
 		o.CallTimeout = DefaultCallTimeout
 	}
-	if o.SubscriberBuffer <= 0 {
+	if o.SubscriberBuffer == 0 {
 		o.SubscriberBuffer = DefaultSubscriberBuffer
 	}
 	if o.ResumeInterval == 0 {
@@ -312,6 +314,12 @@ type Runtime struct {
 // and deadlines written by an earlier Runtime are all back: deadlines that
 // passed while it was down fire at once.
 func Open(opts Options) (*Runtime, error) {
+	switch {
+	case opts.CallTimeout < 0:
+		return nil, fmt.Errorf("lazarus: Options.CallTimeout is negative: %w", journal.ErrInvalid)
+	case opts.SubscriberBuffer < 0:
+		return nil, fmt.Errorf("lazarus: Options.SubscriberBuffer is negative: %w", journal.ErrInvalid)
+	}
 	opts = opts.withDefaults()
 	if opts.Model == nil {
 		return nil, fmt.Errorf("lazarus: Options.Model is required: %w", journal.ErrInvalid)

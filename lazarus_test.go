@@ -31,6 +31,12 @@ func TestOpenValidatesOptions(t *testing.T) {
 	require.ErrorIs(t, err, journal.ErrInvalid, "a TTL for an audit that is off")
 	_, err = lazarus.Open(lazarus.Options{Model: scripted.New(scripted.Options{}), Audit: lazarus.AuditOptions{Enabled: true, TTL: -time.Hour}})
 	require.ErrorIs(t, err, journal.ErrInvalid, "a negative TTL")
+	_, err = lazarus.Open(lazarus.Options{Model: scripted.New(scripted.Options{}), CallTimeout: -time.Second})
+	require.ErrorIs(t, err, journal.ErrInvalid, "a negative call timeout (it was taken as the default)")
+	require.ErrorContains(t, err, "Options.CallTimeout")
+	_, err = lazarus.Open(lazarus.Options{Model: scripted.New(scripted.Options{}), SubscriberBuffer: -1})
+	require.ErrorIs(t, err, journal.ErrInvalid, "a negative subscriber buffer (it was taken as the default)")
+	require.ErrorContains(t, err, "Options.SubscriberBuffer")
 
 	for _, s := range []snapshot.Summarizer{snapshot.LLM{}, &snapshot.LLM{}, (*snapshot.LLM)(nil)} {
 		_, err = lazarus.Open(lazarus.Options{Model: scripted.New(scripted.Options{}), Summarizer: s})
