@@ -235,12 +235,15 @@ type Options struct {
 	// ActorSystem, when set, is the protoactor actor system the Runtime
 	// runs in (an application's own, for its actors to talk to
 	// conversations through the gateway's protobuf protocol; see
-	// GatewayName); Close leaves it running. One Runtime per actor system:
-	// Open refuses, with an error wrapping journal.ErrInvalid, a system
-	// with an actor named GatewayName or supervisor.Name already (another
-	// Runtime's), and leaves that actor alone. With Cluster, the Runtime starts the cluster member on it (the
-	// system must not be a cluster member already). Default nil: the
-	// Runtime creates its own, and shuts it down on Close.
+	// GatewayName); without Cluster, Close leaves it running. One Runtime
+	// per actor system: Open refuses, with an error wrapping
+	// journal.ErrInvalid, a system with an actor named GatewayName or
+	// supervisor.Name already (another Runtime's), and leaves that actor
+	// alone. With Cluster, the Runtime starts the cluster member on it
+	// (the system must not be a cluster member already), and Close leaves
+	// the cluster, which shuts the system down with it (protoactor's
+	// Cluster.Shutdown does both). Default nil: the Runtime creates its
+	// own, and shuts it down on Close.
 	ActorSystem *actor.ActorSystem
 	// Files configures file checkpoints (see FilesOptions). Default: none.
 	Files FilesOptions
