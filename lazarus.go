@@ -423,6 +423,9 @@ func Open(opts Options) (*Runtime, error) {
 			if r.ownsSys {
 				r.system.Shutdown()
 			}
+			if r.files != nil {
+				_ = r.files.root.Close()
+			}
 			if r.ownsStore {
 				_ = r.store.Close()
 			}

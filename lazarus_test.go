@@ -3,6 +3,8 @@ package lazarus_test
 import (
 	"context"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -175,4 +177,33 @@ func TestOpenRefusesAnOccupiedActorSystem(t *testing.T) {
 	rt, err := lazarus.Open(lazarus.Options{Model: model, Dir: dir})
 	require.NoError(t, err, "the failed Opens released the directory")
 	require.NoError(t, rt.Close())
+}
+
+// An Open that fails after it opened Options.Files.Root (here on bad
+// ClusterOptions) closes it again: the cluster's failure path left the
+// root's descriptor open, one per failed Open.
+func TestFailedOpenClosesTheFilesRoot(t *testing.T) {
+	if _, err := os.Stat("/proc/self/fd"); err != nil {
+		t.Skip("needs /proc/self/fd")
+	}
+	root, err := filepath.EvalSymlinks(t.TempDir())
+	require.NoError(t, err)
+	fdsTo := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		require.NoError(t, err)
+		n := 0
+		for _, e := range ents {
+			if target, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); err == nil && target == root {
+				n++
+			}
+		}
+		return n
+	}
+	before := fdsTo()
+	for range 3 {
+		_, err := lazarus.Open(lazarus.Options{Model: scripted.New(scripted.Options{}),
+			Files: lazarus.FilesOptions{Root: root}, Cluster: &lazarus.ClusterOptions{}})
+		require.ErrorIs(t, err, journal.ErrInvalid)
+	}
+	require.Equal(t, before, fdsTo(), "descriptors of the files root left open")
 }
