@@ -518,6 +518,27 @@ func ValidateMetadata(conv string, kv map[string]string) error {
 	return nil
 }
 
+// SeqGap reports the first event of evs (in ascending order) out of place:
+// evs must be consecutive and, when first is not 0, start at first. It
+// returns that event's seq and the seq expected there, and ok false when
+// there is no gap. Adapters use it to report a log with a hole as corrupt.
+func SeqGap(evs []*messages.Event, first uint64) (got, want uint64, ok bool) {
+	if len(evs) == 0 {
+		return 0, 0, false
+	}
+	want = first
+	if want == 0 {
+		want = evs[0].GetSeq()
+	}
+	for _, ev := range evs {
+		if ev.GetSeq() != want {
+			return ev.GetSeq(), want, true
+		}
+		want++
+	}
+	return 0, 0, false
+}
+
 // MergeSettings returns a new map: row's settings with kv merged in, key by
 // key (an empty value removes its key). Neither argument is modified.
 // Metadata merges by the same rule (PutMetadata, lazarus ForkOptions).

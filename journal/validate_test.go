@@ -228,3 +228,34 @@ func TestValidateTurnFailed(t *testing.T) {
 	bad := &messages.Event{Body: &messages.Event_TurnFailed{TurnFailed: &messages.TurnFailed{Message: "caf\xe9"}}}
 	require.ErrorIs(t, journal.ValidateEvent(bad), journal.ErrInvalid)
 }
+
+// TestSeqGap: the first event out of place, from the first one's seq or
+// from a given first seq.
+func TestSeqGap(t *testing.T) {
+	evs := func(seqs ...uint64) []*messages.Event {
+		out := make([]*messages.Event, len(seqs))
+		for i, s := range seqs {
+			out[i] = &messages.Event{Seq: s}
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name      string
+		evs       []*messages.Event
+		first     uint64
+		got, want uint64
+		gap       bool
+	}{
+		{"empty", nil, 5, 0, 0, false},
+		{"consecutive", evs(3, 4, 5), 0, 0, 0, false},
+		{"consecutive from first", evs(3, 4, 5), 3, 0, 0, false},
+		{"hole", evs(3, 4, 6, 7), 0, 6, 5, true},
+		{"late start", evs(4, 5), 3, 4, 3, true},
+		{"repeat", evs(1, 2, 2), 1, 2, 3, true},
+	} {
+		got, want, gap := journal.SeqGap(tc.evs, tc.first)
+		require.Equal(t, tc.gap, gap, tc.name)
+		require.Equal(t, tc.got, got, tc.name)
+		require.Equal(t, tc.want, want, tc.name)
+	}
+}

@@ -42,20 +42,10 @@ func storageErr(err error) error {
 // ascending order) are consecutive and, when first is not 0, start at
 // first. what names the read in the error.
 func checkSeqs(conv, what string, evs []*messages.Event, first uint64) error {
-	if len(evs) == 0 {
-		return nil
-	}
-	want := first
-	if want == 0 {
-		want = evs[0].GetSeq()
-	}
-	for _, ev := range evs {
-		if ev.GetSeq() != want {
-			return journal.Corruptf("pebblejournal: %s of conversation %q: the log has a gap: seq %d where %d should be "+
-				"(events were lost from the store, for example with a damaged or deleted write-ahead log; run lazarus check)",
-				what, conv, ev.GetSeq(), want)
-		}
-		want++
+	if got, want, gap := journal.SeqGap(evs, first); gap {
+		return journal.Corruptf("pebblejournal: %s of conversation %q: the log has a gap: seq %d where %d should be "+
+			"(events were lost from the store, for example with a damaged or deleted write-ahead log; run lazarus check)",
+			what, conv, got, want)
 	}
 	return nil
 }

@@ -36,19 +36,9 @@ func decodeEvent(data []byte, conv string, seq int64) (*messages.Event, error) {
 // row out of place, unless evs (in ascending order) are consecutive and,
 // when first is not 0, start at first. what names the read in the error.
 func checkSeqs(conv, what string, evs []*messages.Event, first uint64) error {
-	if len(evs) == 0 {
-		return nil
-	}
-	want := first
-	if want == 0 {
-		want = evs[0].GetSeq()
-	}
-	for _, ev := range evs {
-		if ev.GetSeq() != want {
-			return journal.Corruptf("pgjournal: %s of conversation %q: the log has a gap: row %q/%d where seq %d should be "+
-				"(rows of lz_events were removed under the store)", what, conv, conv, ev.GetSeq(), want)
-		}
-		want++
+	if got, want, gap := journal.SeqGap(evs, first); gap {
+		return journal.Corruptf("pgjournal: %s of conversation %q: the log has a gap: row %q/%d where seq %d should be "+
+			"(rows of lz_events were removed under the store)", what, conv, conv, got, want)
 	}
 	return nil
 }
