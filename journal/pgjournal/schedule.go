@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
@@ -246,22 +247,31 @@ const scheduleTimesPage = 4096
 // ScheduleTimes implements journal.ScheduleStore: pages of the by-time
 // index (keyset on next_s, next_n, id). fn runs between pages, with no
 // query open and no connection held, so it may read the Store even
-// through a pool of one connection.
+// through a pool of one connection. A row no write could have stored (an
+// id or conversation id that journal.ValidateID refuses, a time outside
+// the years 1 to 9999 or nanoseconds outside [0, 1e9)) is passed over and
+// reported at the end, as Deadlines' rows are.
 func (s *Store) ScheduleTimes(ctx context.Context, fn func(conversationID, id string, next time.Time) error) error {
 	page := make([]scheduleTime, 0, scheduleTimesPage)
 	var after *scheduleTime
+	var bad journal.PassedOver
 	for {
 		page = page[:0]
 		if err := s.schedulePage(ctx, after, &page); err != nil {
 			return err
 		}
 		for _, e := range page {
-			if err := fn(string(e.conv), string(e.id), time.Unix(e.sec, int64(e.nanos)).UTC()); err != nil {
+			next, err := e.time()
+			if err != nil {
+				bad.Add(err)
+				continue
+			}
+			if err := fn(string(e.conv), string(e.id), next); err != nil {
 				return err
 			}
 		}
 		if len(page) < scheduleTimesPage {
-			return nil
+			return bad.Err("pgjournal: schedule times")
 		}
 		last := page[len(page)-1]
 		after = &last
@@ -273,6 +283,22 @@ type scheduleTime struct {
 	conv, id []byte
 	sec      int64
 	nanos    int32
+}
+
+// time checks the row's ids and time as a write checks them, and returns
+// its time; a row that fails is journal.ErrCorrupt.
+func (e scheduleTime) time() (time.Time, error) {
+	if err := journal.ValidateID("schedule id", string(e.id)); err != nil {
+		return time.Time{}, journal.Corruptf("pgjournal: schedule time of %q: %v", e.id, err)
+	}
+	if err := journal.ValidateID("conversation id", string(e.conv)); err != nil {
+		return time.Time{}, journal.Corruptf("pgjournal: schedule time of %q: %v", e.id, err)
+	}
+	ts := &timestamppb.Timestamp{Seconds: e.sec, Nanos: e.nanos}
+	if err := ts.CheckValid(); err != nil {
+		return time.Time{}, journal.Corruptf("pgjournal: schedule time of %q in %q: %v", e.id, e.conv, err)
+	}
+	return ts.AsTime(), nil
 }
 
 // schedulePage reads the next page of ScheduleTimes, after the row after
