@@ -97,7 +97,8 @@ type Options struct {
 	// Store is the persistence adapter. Default: the PostgreSQL store of
 	// Postgres when it is set, else the embedded Pebble store in Dir when
 	// Dir is set, else an in-memory store (nothing survives the process).
-	// A Store passed here is not closed by Close.
+	// A Store passed here is not closed by Close. Set at most one of
+	// Store, Postgres and Dir: Open refuses more (journal.ErrInvalid).
 	Store journal.Store
 	// Postgres is the connection string (DSN or URL) of a PostgreSQL
 	// database, used when Store is nil: the journal lives there
@@ -370,6 +371,8 @@ func Open(opts Options) (*Runtime, error) {
 	self = r
 	r.life, r.endLife = context.WithCancel(context.Background())
 	switch {
+	case r.store != nil && (opts.Postgres != "" || opts.Dir != ""):
+		return nil, fmt.Errorf("lazarus: Options.Store is set with Options.Postgres or Options.Dir, which would go unused: %w", journal.ErrInvalid)
 	case r.store != nil:
 		if a, ok := r.store.(journal.AuditReporter); ok && a.AuditEnabled() != opts.Audit.Enabled {
 			return nil, fmt.Errorf("lazarus: Options.Audit.Enabled is %t but the Store's audit is %t; open the Store with the same setting: %w",

@@ -15,6 +15,7 @@ import (
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/journal/memjournal"
 	"github.com/lazarusrt/lazarus/messages"
 	"github.com/lazarusrt/lazarus/snapshot"
 )
@@ -39,6 +40,13 @@ func TestOpenValidatesOptions(t *testing.T) {
 	_, err = lazarus.Open(lazarus.Options{Model: scripted.New(scripted.Options{}), SubscriberBuffer: -1})
 	require.ErrorIs(t, err, journal.ErrInvalid, "a negative subscriber buffer (it was taken as the default)")
 	require.ErrorContains(t, err, "Options.SubscriberBuffer")
+
+	for _, o := range []lazarus.Options{{Dir: t.TempDir()}, {Postgres: "postgres://127.0.0.1:1/none"}} {
+		o.Store, o.Model = memjournal.New(memjournal.Options{}), scripted.New(scripted.Options{})
+		_, err = lazarus.Open(o)
+		require.ErrorIs(t, err, journal.ErrInvalid, "a Store with Dir or Postgres, which it would leave unused")
+		require.ErrorContains(t, err, "Options.Store")
+	}
 
 	for _, s := range []snapshot.Summarizer{snapshot.LLM{}, &snapshot.LLM{}, (*snapshot.LLM)(nil)} {
 		_, err = lazarus.Open(lazarus.Options{Model: scripted.New(scripted.Options{}), Summarizer: s})
