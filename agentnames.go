@@ -7,3 +7,13 @@ import "slices"
 func (r *Runtime) HasAgent(name string) bool {
 	return name != "" && slices.ContainsFunc(r.opts.Agents, func(a Agent) bool { return a.Name == name })
 }
+
+// agentNames returns the names of the named agents (Options.Agents), nil
+// without them.
+func (r *Runtime) agentNames() []string {
+	var names []string
+	for _, a := range r.opts.Agents {
+		names = append(names, a.Name)
+	}
+	return names
+}

@@ -334,3 +334,35 @@ func TestEditBelowASummaryOfANamedAgentsMessageStaysItsOwn(t *testing.T) {
 	require.Equal(t, []string{"u:premier"}, texts(crit.Turns("c")[3].Context))
 	require.Zero(t, def.Calls("c"), "the default agent owes nothing")
 }
+
+func TestForkAtAHandoffRunsTheNextAgentsTurn(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	def, crit := scripted.New(scripted.Options{}), scripted.New(scripted.Options{})
+	def.Push("c", scripted.Reply("passing", scripted.Call("handoff", `{"agent":"critic","message":"check the draft"}`)))
+	crit.Push("c", scripted.Text("looks fine"))
+	crit.Push("f", scripted.Text("looks fine in the fork"))
+	rt := agentsRuntime(t, def, crit)
+	u := agent.Scope{UserID: "u"}
+
+	end, err := rt.SendAndWait(ctx, "c", "write a draft", u) // 1-6
+	require.NoError(t, err)
+	require.Equal(t, "looks fine", end.Text)
+	evs, err := rt.History(ctx, "c", 0, 0)
+	require.NoError(t, err)
+	require.Len(t, evs, 6)
+	require.NotNil(t, evs[4].GetHandoff(), "seq 5 is the handoff to the critic")
+
+	// The history at seq 5 ends with the handoff: the critic owes a turn,
+	// as the conversation's core decides, so the fork runs it.
+	require.NoError(t, rt.Fork(ctx, "c", 5, "f"))
+	require.Eventually(t, func() bool {
+		evs, err := rt.History(ctx, "f", 0, 0)
+		require.NoError(t, err)
+		return len(evs) == 6
+	}, 10*time.Second, 10*time.Millisecond, "the critic's turn runs in the fork")
+	evs, err = rt.History(ctx, "f", 0, 0)
+	require.NoError(t, err)
+	require.Equal(t, "critic", evs[5].GetAgent())
+	require.Equal(t, "looks fine in the fork", evs[5].GetAssistantMsg().GetContent()[0].GetText())
+}

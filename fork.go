@@ -35,10 +35,12 @@ import (
 // point where a tool call is open (between a call and its result, as for
 // Rewind): a fork owes no tool call, so fork before the call or after its
 // result; otherwise the error wraps journal.ErrInvalid. When the history at
-// atSeq ends with a user message or a tool result the model owes a turn:
-// the new conversation is ACTIVE and Fork wakes it, so the turn runs (as
-// resume does after a restart). Otherwise it is IDLE, and its next Send
-// starts a turn.
+// atSeq owes a turn, as the conversation's core decides it
+// (actors.OwesTurn: it ends with a user message or a tool result; with
+// named agents, an agent's last own event is a message or a handoff to it,
+// or a result of its call), the new conversation is ACTIVE and Fork wakes
+// it, so the turn runs (as resume does after a restart). Otherwise it is
+// IDLE, and its next Send starts a turn.
 //
 // An unknown source wraps journal.ErrNotFound, a deleted one
 // journal.ErrDeleted; a newID that exists wraps journal.ErrExists, one that
@@ -106,7 +108,7 @@ func (r *Runtime) ForkWith(ctx context.Context, conversationID string, atSeq uin
 		}
 	}
 	status := messages.ConversationStatus_CONVERSATION_STATUS_IDLE
-	owed := owesTurn(ws)
+	owed := actors.OwesTurn(ws, r.agentNames())
 	if owed {
 		status = messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE
 	}
@@ -170,19 +172,6 @@ func forkPoint(ctx context.Context, store journal.Store, id string, atSeq uint64
 		}
 		return sum, evs, ws, nil
 	}
-}
-
-// owesTurn reports whether the model owes a turn at the end of ws, as the
-// conversation's core decides it (a rewind or a failed turn owes none).
-func owesTurn(ws *snapshot.WorkingSet) bool {
-	if n := len(ws.Events); n > 0 && (ws.Events[n-1].GetTurnFailed() != nil || ws.Events[n-1].GetRewind() != nil) {
-		return false
-	}
-	switch ws.LastRendered().GetBody().(type) {
-	case *messages.Event_UserMsg, *messages.Event_ToolResult:
-		return true
-	}
-	return false
 }
 
 // DefaultFindPage is the page size of Find when limit is 0.

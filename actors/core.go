@@ -722,21 +722,11 @@ func (c *core) turnOwed() bool {
 	if n := len(c.ws.Events); n > 0 && c.ws.Events[n-1].GetTurnFailed() != nil && !c.rerun {
 		return false
 	}
-	if n := len(c.ws.Events); n > 0 && c.ws.Events[n-1].GetRewind() != nil {
-		return false // a rewind owes no turn; a send (or an edit) after it does
+	next, owed := owedTurn(c.ws, c.agentsOn(), c.knownAgent)
+	if owed {
+		c.nextAgent = next // used with named agents only
 	}
-	last := c.ws.LastRendered()
-	if c.agentsOn() || last == nil || last.GetAgent() != "" || last.GetHandoff() != nil {
-		// With named agents, or a log they wrote (agents configured
-		// before): each agent's own events decide, and those of agents no
-		// longer configured owe nothing (see agentOwed).
-		return c.agentOwed()
-	}
-	switch last.GetBody().(type) {
-	case *messages.Event_UserMsg, *messages.Event_ToolResult:
-		return true
-	}
-	return false
+	return owed
 }
 
 func (c *core) dispatchServerCalls() {

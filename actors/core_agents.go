@@ -42,15 +42,26 @@ func owes(ev *messages.Event) bool {
 }
 
 // agentOwed is turnOwed with named agents, or on a log they wrote (then
-// only the default agent is known): each agent owes a turn when the
-// last rendered event it owns (Event.agent) owes one (see owes), or, when
-// none of its events follows the summary, when the summary says so
-// (Summary.owed); of those, the agent whose owed event is the oldest gets
-// the turn (nextAgent). Events of agents no longer configured owe nothing.
+// only the default agent is known): see owedAgent. It sets nextAgent to the
+// agent that gets the turn, if one is owed.
 func (c *core) agentOwed() bool {
-	r := c.ws.Render()
+	next, found := owedAgent(c.ws, c.knownAgent)
+	if found {
+		c.nextAgent = next
+	}
+	return found
+}
+
+// owedAgent reports which agent owes a turn at the end of ws, the agents
+// known by known: each agent owes a turn when the last rendered event it
+// owns (Event.agent) owes one (see owes), or, when none of its events
+// follows the summary, when the summary says so (Summary.owed); of those,
+// the agent whose owed event is the oldest gets the turn. Events of agents
+// no longer configured owe nothing.
+func owedAgent(ws *snapshot.WorkingSet, known func(string) bool) (string, bool) {
+	r := ws.Render()
 	seen := map[string]bool{}
-	found := false
+	next, found := "", false
 	for i := len(r) - 1; i >= 0; i-- {
 		ev := r[i]
 		a := ev.GetAgent()
@@ -58,18 +69,58 @@ func (c *core) agentOwed() bool {
 			continue
 		}
 		seen[a] = true
-		if owes(ev) && c.knownAgent(a) {
-			c.nextAgent, found = a, true // walking back: the last found is the oldest
+		if owes(ev) && known(a) {
+			next, found = a, true // walking back: the last found is the oldest
 		}
 	}
 	// What the summary says is owed is older than any event after it.
 	var oldest uint64
-	for _, o := range c.ws.Summary.GetOwed() {
-		if a := o.GetAgent(); !seen[a] && c.knownAgent(a) && (oldest == 0 || o.GetSeq() < oldest) {
-			c.nextAgent, oldest, found = a, o.GetSeq(), true
+	for _, o := range ws.Summary.GetOwed() {
+		if a := o.GetAgent(); !seen[a] && known(a) && (oldest == 0 || o.GetSeq() < oldest) {
+			next, oldest, found = a, o.GetSeq(), true
 		}
 	}
-	return found
+	return next, found
+}
+
+// owedTurn is turnOwed on ws past the conversation's own state (ended, a
+// re-run asked for): whether the model owes an answer at the end of ws, and
+// with named agents (agentsOn) or on a log they wrote, which agent
+// (owedAgent, known naming the configured agents). A rewind at the end owes
+// no turn; a send (or an edit) after it does.
+func owedTurn(ws *snapshot.WorkingSet, agentsOn bool, known func(string) bool) (string, bool) {
+	if n := len(ws.Events); n > 0 && ws.Events[n-1].GetRewind() != nil {
+		return "", false
+	}
+	last := ws.LastRendered()
+	if agentsOn || last == nil || last.GetAgent() != "" || last.GetHandoff() != nil {
+		// With named agents, or a log they wrote (agents configured
+		// before): each agent's own events decide, and those of agents no
+		// longer configured owe nothing.
+		return owedAgent(ws, known)
+	}
+	switch last.GetBody().(type) {
+	case *messages.Event_UserMsg, *messages.Event_ToolResult:
+		return "", true
+	}
+	return "", false
+}
+
+// OwesTurn reports whether a conversation whose working set is ws owes a
+// turn, as its core decides on activation with the named agents agents
+// (the names of the Runtime's Options.Agents, nil without them): not after
+// a turn_failed or a rewind at the end; otherwise the last event the model
+// sees is a user message or a tool result, or with named agents (or on a
+// log they wrote), some configured agent's last own event is a user
+// message, a handoff to it or a result of its call other than a handoff
+// it made (a summary's owed entries count for agents without later
+// events).
+func OwesTurn(ws *snapshot.WorkingSet, agents []string) bool {
+	if n := len(ws.Events); n > 0 && ws.Events[n-1].GetTurnFailed() != nil {
+		return false
+	}
+	_, owed := owedTurn(ws, len(agents) > 0, func(name string) bool { return name == "" || slices.Contains(agents, name) })
+	return owed
 }
 
 // agentTurn fills in turn for the agent that has it (turnAgent): its
