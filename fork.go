@@ -26,8 +26,8 @@ import (
 // the new conversation's History starts after the summary (Chapters says
 // which summary covers the events before). The new conversation gets the
 // source's settings and metadata, and its row names the source and atSeq
-// (Conversation.ForkedFrom); tool call rows, deadlines, audit rows and
-// file checkpoints are not copied (a rewind of the new conversation with
+// (Conversation.ForkedFrom); tool call rows, deadlines, schedules
+// (Schedule), audit rows and file checkpoints are not copied (a rewind of the new conversation with
 // RewindOptions.Files restores only what its own calls changed). It is made in one atomic Store write (journal.Forks): a crash
 // leaves all of it or none of it.
 //

@@ -42,7 +42,10 @@ type RewindOptions struct {
 // fires and a late Resolve or Reject of it gets an error wrapping
 // journal.ErrStale. A model call running when the rewind arrives is
 // cancelled (subscribers get an Update with Restart set). A rewind owes no
-// turn: the next Send starts one.
+// turn: the next Send starts one. Schedules (Schedule) are the
+// conversation's, not its log's: a rewind leaves them, those made in the
+// rewound span (by a schedule tool's call, say) too; CancelSchedule
+// removes one.
 //
 // toSeq must be at most the last seq, on the current head (not in a span an
 // earlier rewind skipped), and not a point where a tool call is open

@@ -354,3 +354,32 @@ func TestScheduleToolBadArgumentsAreBadInput(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, listed, "nothing scheduled")
 }
+
+// TestSchedulesStayThroughARewindAndAreNotForked: schedules are the
+// conversation's, not its log's: a rewind below the point they were made
+// leaves them, and a fork copies none.
+func TestSchedulesStayThroughARewindAndAreNotForked(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	clock := actorstest.NewManualClock(schedT0)
+	rt, model := scheduleRuntime(t, lazarus.Options{Clock: clock})
+	model.Push("c", scripted.Text("hello"))
+	_, err := rt.SendAndWait(ctx, "c", "hi", agent.Scope{}) // 1, 2
+	require.NoError(t, err)
+	s, err := rt.Schedule(ctx, "c", lazarus.ScheduleSpec{After: time.Minute, Text: "x"}, agent.Scope{})
+	require.NoError(t, err)
+
+	require.NoError(t, rt.Rewind(ctx, "c", 0, lazarus.RewindOptions{}, agent.Scope{})) // 3
+	listed, err := rt.Schedules(ctx, "c")
+	require.NoError(t, err)
+	require.Len(t, listed, 1, "the rewind leaves the schedule")
+	require.Equal(t, s.GetId(), listed[0].GetId())
+
+	require.NoError(t, rt.Fork(ctx, "c", 2, "f"))
+	listed, err = rt.Schedules(ctx, "f")
+	require.NoError(t, err)
+	require.Empty(t, listed, "the fork copies no schedule")
+	listed, err = rt.Schedules(ctx, "c")
+	require.NoError(t, err)
+	require.Len(t, listed, 1, "the source keeps its own")
+}
