@@ -366,3 +366,38 @@ func TestForkAtAHandoffRunsTheNextAgentsTurn(t *testing.T) {
 	require.Equal(t, "critic", evs[5].GetAgent())
 	require.Equal(t, "looks fine in the fork", evs[5].GetAssistantMsg().GetContent()[0].GetText())
 }
+
+// TestForkOwesTheTurnOfAWaitingAgent: a fork whose history ends with one
+// agent's answer while another's message waits owes that agent its turn,
+// as the conversation's core decides it, and runs it.
+func TestForkOwesTheTurnOfAWaitingAgent(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	store := memjournal.New(memjournal.Options{})
+	text := func(s string) []*messages.ContentPart {
+		return []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: s}}}
+	}
+	_, err := store.Append(ctx, &messages.AppendRequest{ConversationId: "c", Status: messages.ConversationStatus_CONVERSATION_STATUS_IDLE, Events: []*messages.Event{
+		{Body: &messages.Event_UserMsg{UserMsg: &messages.UserMessage{Content: text("hi")}}},                      // 1
+		{Agent: "critic", Body: &messages.Event_UserMsg{UserMsg: &messages.UserMessage{Content: text("review")}}}, // 2, waits
+		{Body: &messages.Event_AssistantMsg{AssistantMsg: &messages.AssistantMessage{Content: text("hello")}}},    // 3
+	}})
+	require.NoError(t, err)
+	crit := scripted.New(scripted.Options{})
+	crit.Push("f", scripted.Text("critique"))
+	rt, err := lazarus.Open(lazarus.Options{Store: store, Model: scripted.New(scripted.Options{}),
+		Agents: []lazarus.Agent{{Name: "critic", Model: crit}}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rt.Close() })
+
+	require.NoError(t, rt.Fork(ctx, "c", 3, "f"))
+	require.Eventually(t, func() bool {
+		evs, err := rt.History(ctx, "f", 0, 0)
+		require.NoError(t, err)
+		return len(evs) == 4
+	}, 10*time.Second, 10*time.Millisecond, "the critic's turn runs in the fork")
+	evs, err := rt.History(ctx, "f", 0, 0)
+	require.NoError(t, err)
+	require.Equal(t, "critic", evs[3].GetAgent())
+	require.Equal(t, "critique", evs[3].GetAssistantMsg().GetContent()[0].GetText())
+}
