@@ -401,3 +401,34 @@ func TestForkOwesTheTurnOfAWaitingAgent(t *testing.T) {
 	require.Equal(t, "critic", evs[3].GetAgent())
 	require.Equal(t, "critique", evs[3].GetAssistantMsg().GetContent()[0].GetText())
 }
+
+// TestEditOfARemovedAgentsMessageIsRefused: an edit is addressed as the
+// message it replaces; when that message's agent is no longer in
+// Options.Agents, the edit is refused as a send to it is (ErrUnknownAgent,
+// ErrInvalid) and writes nothing: it would be a message no agent answers.
+func TestEditOfARemovedAgentsMessageIsRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	store := memjournal.New(memjournal.Options{})
+	crit := scripted.New(scripted.Options{})
+	crit.Push("c", scripted.Text("private critique"))
+	rt, err := lazarus.Open(lazarus.Options{Store: store, Model: scripted.New(scripted.Options{}),
+		Agents: []lazarus.Agent{{Name: "critic", Model: crit}}})
+	require.NoError(t, err)
+	_, err = rt.SendMessageAndWait(ctx, "c", textMsg("review"), lazarus.SendOptions{Agent: "critic"}, agent.Scope{UserID: "u"}) // 1, 2
+	require.NoError(t, err)
+	require.NoError(t, rt.Close())
+
+	rt, err = lazarus.Open(lazarus.Options{Store: store, Model: scripted.New(scripted.Options{})})
+	require.NoError(t, err)
+	defer func() { _ = rt.Close() }()
+	_, err = rt.Edit(ctx, "c", 1, "review again", agent.Scope{UserID: "u"})
+	require.ErrorIs(t, err, lazarus.ErrUnknownAgent)
+	require.ErrorIs(t, err, journal.ErrInvalid)
+	evs, err := rt.History(ctx, "c", 0, 0)
+	require.NoError(t, err)
+	require.Len(t, evs, 2, "nothing written")
+	row, err := store.Conversation(ctx, "c")
+	require.NoError(t, err)
+	require.NotEqual(t, messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE, row.GetStatus(), "no turn is owed")
+}

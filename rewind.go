@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/lazarusrt/lazarus/actors"
 	"github.com/lazarusrt/lazarus/agent"
@@ -140,7 +141,10 @@ func (r *Runtime) RewindWithReport(ctx context.Context, conversationID string, t
 // conversations fail as in Rewind; an empty newText wraps
 // journal.ErrInvalid. scope is the new message's author, as in Send; with
 // named agents the new message is addressed as the one it replaces (its
-// agent and audience), a summary covering it or not.
+// agent and audience), a summary covering it or not. The edit of a message
+// addressed to an agent no longer in Options.Agents is refused as a send
+// to it is: the error wraps ErrUnknownAgent and journal.ErrInvalid, and
+// nothing is written.
 func (r *Runtime) Edit(ctx context.Context, conversationID string, seq uint64, newText string, scope agent.Scope) (uint64, error) {
 	op := fmt.Sprintf("lazarus: edit seq %d of %q", seq, clipID(conversationID))
 	if err := r.enter(ctx); err != nil {
@@ -163,7 +167,32 @@ func (r *Runtime) Edit(ctx context.Context, conversationID string, seq uint64, n
 	if err := r.checkConversation(ctx, "edit", conversationID); err != nil {
 		return 0, err
 	}
+	if err := r.checkEditAgent(ctx, conversationID, seq); err != nil {
+		return 0, r.callErr(op, err)
+	}
 	return r.askRewindChecked(ctx, op, conversationID, &messages.AgentRewind{EditSeq: seq, Message: msg, RequestId: rid, Reason: "edit"}, seq-1, seq, scope)
+}
+
+// checkEditAgent refuses the edit of the user message at seq when it is
+// addressed to an agent the Runtime no longer has (ErrUnknownAgent, with
+// journal.ErrInvalid): the new message, addressed as the one it replaces,
+// would be one no agent answers, as a send to that agent is refused. Any
+// other target is left to the conversation's checks.
+func (r *Runtime) checkEditAgent(ctx context.Context, conversationID string, seq uint64) error {
+	if seq == math.MaxUint64 {
+		return nil // after any log: refused by the conversation
+	}
+	evs, err := r.store.Events(ctx, conversationID, journal.EventQuery{After: seq - 1, Before: seq + 1})
+	if err != nil {
+		return err
+	}
+	if len(evs) != 1 || evs[0].GetUserMsg() == nil {
+		return nil
+	}
+	if a := evs[0].GetAgent(); a != "" && !r.HasAgent(a) {
+		return fmt.Errorf("the message at seq %d is addressed to agent %q: %w (%w)", seq, clipID(a), ErrUnknownAgent, journal.ErrInvalid)
+	}
+	return nil
 }
 
 // rewindAttempts bounds the sends of one rewind or edit (see
