@@ -16,7 +16,8 @@ import (
 // Broadcast, AgentView (HistoryOptions.Agent, SubscribeOptions.Agent).
 
 // ErrUnknownAgent is wrapped by the error of a send addressed to an agent
-// not in Options.Agents, with journal.ErrInvalid. Nothing is written.
+// not in Options.Agents, or of an Edit of a message addressed to one, with
+// journal.ErrInvalid. Nothing is written.
 var ErrUnknownAgent = actors.ErrUnknownAgent
 
 // HandoffToolName is the name of the built-in tool an agent calls to pass
