@@ -160,7 +160,10 @@ func forkPoint(ctx context.Context, store journal.Store, id string, atSeq uint64
 			if _, err := store.Conversation(ctx, id); err != nil {
 				return nil, nil, nil, err
 			}
-			return nil, nil, nil, journal.Invalidf("the history at seq %d is not in the log (it starts after seq %d)", atSeq, from+1)
+			if len(evs) > 0 {
+				return nil, nil, nil, journal.Invalidf("the history at seq %d is not in the log (it starts at seq %d)", atSeq, evs[0].GetSeq())
+			}
+			return nil, nil, nil, journal.Invalidf("the history at seq %d is not in the log (it starts after it)", atSeq)
 		}
 		ws, err := snapshot.Rebuild(sum, evs)
 		if err != nil {

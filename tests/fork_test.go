@@ -126,7 +126,9 @@ func TestForkOnEveryStore(t *testing.T) {
 		require.ErrorIs(t, h.rt.Fork(ctx, "dst", 8, "src"), journal.ErrDeleted)
 		require.ErrorIs(t, h.rt.Fork(ctx, "dst", evs[len(evs)-1].GetSeq()+1, "other"), journal.ErrInvalid, "after the last seq")
 		require.ErrorIs(t, h.rt.Fork(ctx, "dst", 0, "other"), journal.ErrInvalid)
-		require.ErrorIs(t, h.rt.Fork(ctx, "dst", base.GetToSeq(), "other"), journal.ErrInvalid, "the fork's log has no history at its summary's end")
+		err = h.rt.Fork(ctx, "dst", base.GetToSeq(), "other")
+		require.ErrorIs(t, err, journal.ErrInvalid, "the fork's log has no history at its summary's end")
+		require.ErrorContains(t, err, fmt.Sprintf("the history at seq %d is not in the log (it starts after it)", base.GetToSeq()))
 		_, err = h.store.Conversation(ctx, "other")
 		require.ErrorIs(t, err, journal.ErrNotFound, "a refused fork writes nothing")
 
