@@ -36,8 +36,11 @@ type Chapter struct {
 // agent's (there is no agent filter, unlike HistoryOptions.Agent): with
 // named agents a chapter holds every agent's events, and its summary
 // record each named agent's summary at the same seq (Summary.Agents);
-// snapshot.VisibleTo keeps the events of one agent's view. A conversation without events returns an empty
-// chapter; a deleted one, an error wrapping journal.ErrDeleted.
+// snapshot.VisibleTo keeps the events of one agent's view. A conversation
+// without events returns an empty chapter; a deleted one, an error wrapping
+// journal.ErrDeleted. A page before a fork's first event (the events its
+// copied summary covers are not in its log) is an error wrapping
+// journal.ErrInvalid.
 func (r *Runtime) Chapters(ctx context.Context, conversationID string, before uint64) (Chapter, error) {
 	op := fmt.Sprintf("lazarus: chapter of %q before seq %d", clipID(conversationID), before)
 	if err := r.enter(ctx); err != nil {
@@ -71,6 +74,16 @@ func (r *Runtime) Chapters(ctx context.Context, conversationID string, before ui
 	if len(evs) == 0 {
 		if err := r.deleted(ctx, conversationID); err != nil {
 			return Chapter{}, fmt.Errorf("%s: %w", op, err)
+		}
+		// No event up to end in a log that holds some: a fork's log,
+		// which starts after the summary it copied, asked for a page
+		// before its first event.
+		last, err := r.store.LastSeq(ctx, conversationID)
+		if err != nil {
+			return Chapter{}, r.callErr(op, err)
+		}
+		if last > 0 {
+			return Chapter{}, fmt.Errorf("%s: %w", op, journal.Invalidf("the log holds no event up to seq %d (a fork's log starts after the summary it copied)", end))
 		}
 	}
 	ch := Chapter{Summary: sum, Events: evs}

@@ -69,6 +69,14 @@ func TestForkOnEveryStore(t *testing.T) {
 		require.Equal(t, base.GetToSeq(), ch.Summary.GetToSeq(), "the chapter says which summary covers the events before it")
 		require.Equal(t, base.GetContent(), ch.Summary.GetContent())
 		require.Zero(t, ch.Prev, "the events the summary covers are not in the fork's log")
+		for _, before := range []uint64{2, base.GetToSeq() + 1} {
+			_, err = h.rt.Chapters(ctx, "dst", before)
+			require.ErrorIs(t, err, journal.ErrInvalid, "a page before the fork's first event (before %d)", before)
+		}
+		first, err := h.rt.Chapters(ctx, "dst", base.GetToSeq()+2)
+		require.NoError(t, err)
+		require.Equal(t, base.GetToSeq(), first.Summary.GetToSeq(), "the page of the fork's first event")
+		require.Len(t, first.Events, 1)
 		view, err := h.rt.HistoryView(ctx, "dst", lazarus.HistoryOptions{Effective: true})
 		require.NoError(t, err)
 		require.Len(t, view, len(evs), "no rewind: the effective view is the copied log")
