@@ -31,7 +31,9 @@
 // failure: the answer is what the model wrote up to the bound, and a
 // tool_use cut there keeps its input as far as it came (not JSON: the
 // runtime records the call with an invalid error result the model reads
-// next). A stream that ends with no stop_reason is agent.ErrIncomplete.
+// next). A stream that ends with no stop_reason is agent.ErrIncomplete,
+// and one whose text, model name or a call's id is not valid UTF-8 is
+// agent.ErrMalformed (see openai.NotUTF8).
 //
 // # Environment
 //
@@ -385,6 +387,9 @@ func (m *Model) attempt(ctx context.Context, params sdk.MessageNewParams, onDelt
 	}
 	if text.Len() > 0 {
 		msg.Content = []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: text.String()}}}
+	}
+	if what := openai.NotUTF8(msg); what != "" {
+		return nil, fmt.Errorf("anthropic: %w: %s is not valid UTF-8", agent.ErrMalformed, what)
 	}
 	return msg, nil
 }

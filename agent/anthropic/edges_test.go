@@ -100,6 +100,9 @@ func TestFailureOutcomes(t *testing.T) {
 		{"malformed after text", start + textStart + textDelta("hi") + ev("content_block_delta", `{"type":"content_block_delta","index":0,`) + stopWith("end_turn"), agent.ErrMalformed, 1, nil},
 		{"text into a tool_use", start + ev("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_a","name":"get_time","input":{}}}`) + textDelta("hi") + stopWith("tool_use"), agent.ErrMalformed, 1, nil},
 		{"input into a text block", start + textStart + ev("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{}"}}`) + stopWith("end_turn"), agent.ErrMalformed, 1, nil},
+		{"text not UTF-8", start + textStart + textDelta("a\xffb") + stopWith("end_turn"), agent.ErrMalformed, 1, nil},
+		{"model name not UTF-8", strings.Replace(start, `"claude-x"`, "\"claude\xff\"", 1) + textStart + textDelta("hi") + stopWith("end_turn"), agent.ErrMalformed, 1, nil},
+		{"call id not UTF-8", start + ev("content_block_start", strings.Replace(`{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_X","name":"get_time","input":{}}}`, "X", "\xff", 1)) + stopWith("tool_use"), agent.ErrMalformed, 1, nil},
 		{"reset after empty delta", "> reset\n" + start + textStart + textDelta("") + "\n===\n" + ok, nil, 2, []time.Duration{providertest.Backoff}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -260,4 +263,16 @@ func TestMaxTokensStopIsAnAnswer(t *testing.T) {
 	assert.Equal(t, "Once upon", msg.GetContent()[0].GetText())
 	require.Len(t, msg.GetToolCalls(), 1)
 	assert.Equal(t, `{"city":"Pa`, msg.GetToolCalls()[0].GetArguments())
+}
+
+// TestCharacterSplitAcrossDeltas: a server that splits a character's
+// bytes across two text deltas streams deltas that are not UTF-8 each;
+// the answer's text, their concatenation, is, and is returned.
+func TestCharacterSplitAcrossDeltas(t *testing.T) {
+	p := serveText(t, start+textStart+textDelta("caf\xc3")+textDelta("\xa9")+stopWith("end_turn"))
+	var deltas []string
+	msg, err := p.m.Generate(context.Background(), providertest.Turn(), func(d string) { deltas = append(deltas, d) })
+	require.NoError(t, err)
+	assert.Equal(t, "café", msg.GetContent()[0].GetText())
+	assert.Equal(t, []string{"caf\xc3", "\xa9"}, deltas)
 }

@@ -114,6 +114,9 @@ func TestFailureOutcomes(t *testing.T) {
 		{"wrong type chunk", chunk(`{"role":"assistant","content":"hi"}`, "") + "data: [1,2]\n\n" + chunk(`{}`, "stop") + usageChunk, agent.ErrMalformed, 1, nil},
 		{"string chunk", "data: \"x\"\n\n" + chunk(`{}`, "stop") + usageChunk, agent.ErrMalformed, 1, nil},
 		{"malformed after text", chunk(`{"role":"assistant","content":"hi"}`, "") + "data: {\"choices\":[\n\n" + chunk(`{}`, "stop") + usageChunk, agent.ErrMalformed, 1, nil},
+		{"text not UTF-8", chunk("{\"role\":\"assistant\",\"content\":\"a\xffb\"}", "") + chunk(`{}`, "stop") + usageChunk, agent.ErrMalformed, 1, nil},
+		{"model name not UTF-8", strings.ReplaceAll(chunk(`{"role":"assistant","content":"hi"}`, "stop")+usageChunk, `"m-1"`, "\"m\xff\""), agent.ErrMalformed, 1, nil},
+		{"call id not UTF-8", chunk(strings.Replace(`{"tool_calls":[{"index":0,"id":"call_X","type":"function","function":{"name":"get_time","arguments":"{}"}}]}`, "X", "\xff", 1), "tool_calls") + usageChunk, agent.ErrMalformed, 1, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := serveText(t, tc.tr)
@@ -252,4 +255,16 @@ func TestLengthStopIsAnAnswer(t *testing.T) {
 	assert.Equal(t, "Once upon", msg.GetContent()[0].GetText())
 	require.Len(t, msg.GetToolCalls(), 1)
 	assert.Equal(t, `{"city":"Pa`, msg.GetToolCalls()[0].GetArguments())
+}
+
+// TestCharacterSplitAcrossChunks: a server that splits a character's bytes
+// across two chunks streams deltas that are not UTF-8 each; the answer's
+// text, their concatenation, is, and is returned.
+func TestCharacterSplitAcrossChunks(t *testing.T) {
+	p := serveText(t, chunk("{\"role\":\"assistant\",\"content\":\"caf\xc3\"}", "")+chunk("{\"content\":\"\xa9\"}", "")+chunk(`{}`, "stop")+usageChunk)
+	var deltas []string
+	msg, err := p.m.Generate(context.Background(), providertest.Turn(), func(d string) { deltas = append(deltas, d) })
+	require.NoError(t, err)
+	assert.Equal(t, "café", msg.GetContent()[0].GetText())
+	assert.Equal(t, []string{"caf\xc3", "\xa9"}, deltas)
 }

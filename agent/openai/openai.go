@@ -36,7 +36,9 @@
 // the model wrote up to the bound, and a tool call cut there keeps its
 // arguments as far as they came (not JSON: the runtime records the call
 // with an invalid error result the model reads next). A stream that ends
-// with no finish reason at all is agent.ErrIncomplete.
+// with no finish reason at all is agent.ErrIncomplete, and one whose text,
+// model name or a call's id is not valid UTF-8 is agent.ErrMalformed (see
+// NotUTF8).
 //
 // # Environment
 //
@@ -55,6 +57,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -420,7 +423,35 @@ func (m *Model) attempt(ctx context.Context, params oai.ChatCompletionNewParams,
 		}
 		msg.ToolCalls = append(msg.ToolCalls, &messages.ToolCall{Name: c.name, Arguments: args, ProviderId: c.id})
 	}
+	if what := NotUTF8(msg); what != "" {
+		return nil, fmt.Errorf("openai: %w: %s is not valid UTF-8", agent.ErrMalformed, what)
+	}
 	return msg, nil
+}
+
+// NotUTF8 names the first of an answer's text, model name and calls'
+// provider ids that is not valid UTF-8, or returns "" when they all are.
+// The providers' SDKs pass the bytes of a JSON string through as they came,
+// and the Store takes only UTF-8, so such an answer could not be recorded;
+// the providers fail it with agent.ErrMalformed instead (checked on the
+// whole text: a server may split a character across chunks). A call's name
+// and arguments are left to the runtime, which records them with the bad
+// bytes replaced and gives the model an error result it reads next.
+func NotUTF8(msg *messages.AssistantMessage) string {
+	for _, p := range msg.GetContent() {
+		if !utf8.ValidString(p.GetText()) {
+			return "the text"
+		}
+	}
+	if !utf8.ValidString(msg.GetModel()) {
+		return "the model name"
+	}
+	for i, tc := range msg.GetToolCalls() {
+		if !utf8.ValidString(tc.GetProviderId()) {
+			return fmt.Sprintf("the id of call %d", i)
+		}
+	}
+	return ""
 }
 
 // addFragment adds one streamed fragment of a tool call. Fragments of one
