@@ -53,6 +53,7 @@ func connectMCP(ctx context.Context, cfg mcpConfig, version string) (*mcpSession
 		// Not CommandContext: the process lives as long as the session,
 		// which Close ends (closing its stdin, then a signal).
 		cmd := exec.Command(cfg.Command[0], cfg.Command[1:]...)
+		cmd.Dir = cfg.dir
 		cmd.Env = os.Environ()
 		for k, v := range cfg.Env {
 			cmd.Env = append(cmd.Env, k+"="+v)

@@ -55,7 +55,7 @@ requester), the MCP servers whose tools become server tools (a stdio
 command or a streamable HTTP url; their tools are listed at start), and
 where the tokens are. Flags override it. Its relative paths (dir,
 tokens_file) are resolved against the file's directory, a flag's against
-the working directory. An example is in the project's
+the working directory; a stdio MCP server runs in the file's directory. An example is in the project's
 docs/serve.example.json; the format is in README.md.
 
 Model: "scripted" (the default) is a demo model, no language model: it

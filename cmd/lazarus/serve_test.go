@@ -40,7 +40,13 @@ func runChild() {
 	case "cli":
 		os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 	case "mcp":
-		err := newTestMCPServer(nil).Run(context.Background(), &mcp.StdioTransport{})
+		s := newTestMCPServer(nil)
+		mcp.AddTool(s, &mcp.Tool{Name: "cwd", Description: "the server's working directory"},
+			func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, cwdOut, error) {
+				dir, err := os.Getwd()
+				return nil, cwdOut{Dir: dir}, err
+			})
+		err := s.Run(context.Background(), &mcp.StdioTransport{})
 		if err != nil && !errors.Is(err, io.EOF) {
 			fmt.Fprintln(os.Stderr, "mcp child:", err)
 			os.Exit(1)
@@ -57,6 +63,10 @@ type addIn struct {
 type addOut struct {
 	Sum        float64 `json:"sum"`
 	ToolCallID string  `json:"tool_call_id"`
+}
+
+type cwdOut struct {
+	Dir string `json:"dir"`
 }
 
 // newTestMCPServer is an MCP server with one tool, add, which answers the

@@ -117,7 +117,10 @@ type answeredByConfig struct {
 type mcpConfig struct {
 	// Name labels the server in progress lines and errors.
 	Name string `json:"name"`
-	// Command is the program and its arguments, started with the node.
+	// Command is the program and its arguments, started with the node in
+	// the configuration file's directory (dir), so that a relative program
+	// ("./server") or argument means the same whatever the node's working
+	// directory, as the file's other relative paths.
 	Command []string `json:"command,omitempty"`
 	// Env adds variables to the command's environment.
 	Env map[string]string `json:"env,omitempty"`
@@ -127,6 +130,9 @@ type mcpConfig struct {
 	Prefix string `json:"prefix,omitempty"`
 	// Timeout bounds one tool call (a Go duration, positive). Default 60s.
 	Timeout string `json:"timeout,omitempty"`
+	// dir is the working directory of Command: the configuration file's
+	// directory (set by loadConfig; empty: the node's own).
+	dir string
 }
 
 // tokenConfig is the identity of one token in the tokens JSON.
@@ -157,9 +163,10 @@ func decodeStrict(r io.Reader, v any) error {
 }
 
 // loadConfig reads the configuration file path. Its relative paths (dir,
-// tokens_file) are resolved against the file's directory, so that the file
-// means the same whatever the working directory; the flags that override
-// them are the working directory's.
+// tokens_file) are resolved against the file's directory, where its stdio
+// MCP servers run too, so that the file means the same whatever the
+// working directory; the flags that override them are the working
+// directory's.
 func loadConfig(path string) (*serveConfig, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -173,6 +180,9 @@ func loadConfig(path string) (*serveConfig, error) {
 		if *p != "" && !filepath.IsAbs(*p) {
 			*p = filepath.Join(filepath.Dir(path), *p)
 		}
+	}
+	for i := range cfg.MCPServers {
+		cfg.MCPServers[i].dir = filepath.Dir(path)
 	}
 	return &cfg, nil
 }
