@@ -21,7 +21,8 @@ import "errors"
 //	ErrRefused        the turn fails (the model refused; the refusal is in the
 //	                  error's text)
 //	ErrRequest        the turn fails (any other rejected request: a bad key,
-//	                  an unknown model)
+//	                  an unknown model; a base URL the HTTP client cannot
+//	                  use, a server certificate that does not verify)
 //
 // "The turn fails" above means the provider's call returns the error. A
 // failed call writes nothing: the deltas streamed before the failure never
@@ -49,6 +50,8 @@ var (
 	ErrContextLength = errors.New("agent: context exceeds the model's window")
 	// ErrRefused: the model refused to answer.
 	ErrRefused = errors.New("agent: model refused")
-	// ErrRequest: the provider rejected the request for another reason.
+	// ErrRequest: the provider rejected the request for another reason, or
+	// it could not be sent as configured (an unusable base URL, a server
+	// certificate that does not verify).
 	ErrRequest = errors.New("agent: model request rejected")
 )

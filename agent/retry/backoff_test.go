@@ -1,11 +1,16 @@
 package retry_test
 
 import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"net"
+	"net/url"
+	"syscall"
 	"testing"
 	"time"
 
@@ -43,4 +48,15 @@ func TestRetryableMarks(t *testing.T) {
 	assert.True(t, retry.Transient(fmt.Errorf("x: %w", io.ErrUnexpectedEOF)))
 	assert.True(t, retry.Transient(&net.OpError{Op: "dial", Err: errors.New("refused")}))
 	assert.False(t, retry.Transient(errors.New("no key")))
+	// An http.Client's *url.Error is a net.Error whatever it wraps: a
+	// cause that is the request's or the configuration's is not transient;
+	// any other is (an HTTP/2 stream reset, say).
+	assert.False(t, retry.Transient(&url.Error{Op: "Post", URL: "htp://x", Err: errors.New(`unsupported protocol scheme "htp"`)}))
+	assert.True(t, retry.Transient(fmt.Errorf("x: %w", &url.Error{Op: "Post", URL: "http://x", Err: &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}})))
+	assert.True(t, retry.Transient(&url.Error{Op: "Post", URL: "http://x", Err: io.ErrUnexpectedEOF}))
+	assert.True(t, retry.Transient(&url.Error{Op: "Post", URL: "http://x", Err: context.DeadlineExceeded}), "a client timeout")
+	assert.True(t, retry.Transient(&url.Error{Op: "Post", URL: "http://x", Err: errors.New("http2: server sent GOAWAY and closed the connection")}))
+	assert.False(t, retry.Transient(&url.Error{Op: "Post", URL: "https://x", Err: &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}}))
+	assert.False(t, retry.Transient(&url.Error{Op: "Post", URL: "https://x", Err: tls.RecordHeaderError{Msg: "first record does not look like a TLS handshake"}}))
+	assert.False(t, retry.Transient(&url.Error{Op: "Post", URL: "http:///v1", Err: errors.New("http: no Host in request URL")}))
 }

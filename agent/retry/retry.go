@@ -10,13 +10,17 @@ package retry
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -183,10 +187,37 @@ func After(h http.Header, now time.Time) time.Duration {
 // of the request: a network error (refused, reset, timed out), or a body
 // that ended early. A provider retries such a failure while nothing has been
 // streamed; any other error of unknown kind (a missing credential, a bad URL)
-// is not worth another attempt.
+// is not worth another attempt. An http.Client wraps each failure in a
+// *url.Error, which is a net.Error whatever its cause: it counts as
+// transient unless its cause is the request's or the configuration's (see
+// requestFault), which another attempt would only repeat.
 func Transient(err error) bool {
+	var ue *url.Error
+	if errors.As(err, &ue) && !ue.Timeout() && requestFault(ue.Err) {
+		return false
+	}
 	var ne net.Error
 	var oe *net.OpError
 	return errors.As(err, &ne) || errors.As(err, &oe) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE)
+}
+
+// requestFault reports whether the cause of an http.Client's failure is a
+// fault of the request or of the configuration: a URL the client cannot use
+// (an unsupported scheme, no host), a server certificate that does not
+// verify, or a TLS handshake with a server that does not speak TLS.
+func requestFault(err error) bool {
+	var (
+		verify    *tls.CertificateVerificationError
+		header    tls.RecordHeaderError
+		authority x509.UnknownAuthorityError
+		host      x509.HostnameError
+		invalid   x509.CertificateInvalidError
+	)
+	if errors.As(err, &verify) || errors.As(err, &header) || errors.As(err, &authority) || errors.As(err, &host) || errors.As(err, &invalid) {
+		return true
+	}
+	// net/http exports no sentinels for these.
+	s := err.Error()
+	return strings.HasPrefix(s, "unsupported protocol scheme") || strings.HasPrefix(s, "http: no Host in request URL")
 }
