@@ -33,7 +33,8 @@ type mcpSession struct {
 
 // connectMCP connects to the MCP server of cfg, lists its tools and turns
 // each into a server tool whose Run calls it. ctx bounds the connection
-// and the listing, not the session.
+// and the listing, not the session. A stdio server whose process exits is
+// not restarted: the call in flight and every later one fail at once.
 func connectMCP(ctx context.Context, cfg mcpConfig, version string) (*mcpSession, error) {
 	timeout, err := duration("mcp server "+cfg.Name+": timeout", cfg.Timeout, defaultMCPTimeout)
 	if err != nil {

@@ -44,3 +44,25 @@ func TestMCPServerRunsInTheConfigsDirectory(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &got))
 	require.Equal(t, dir, got.Dir)
 }
+
+// TestMCPServerExitFailsItsCalls: a stdio MCP server whose process exits
+// fails the call in flight and every later call of its tools at once, with
+// an error (a tool error the model reads), not at the call's timeout; the
+// node does not restart it, and closing the session reports the exit.
+func TestMCPServerExitFailsItsCalls(t *testing.T) {
+	self, err := filepath.Abs(os.Args[0])
+	require.NoError(t, err)
+	ctx := ctxT(t)
+	s, err := connectMCP(ctx, mcpConfig{Name: "calc", Command: []string{self}, Env: map[string]string{envChild: "mcp"}, Timeout: "1h"}, "test")
+	require.NoError(t, err)
+	tools := map[string]agent.Tool{}
+	for _, tool := range s.tools {
+		tools[tool.Name] = tool
+	}
+	_, err = tools["exit"].Run(ctx, agent.Invocation{ToolCallID: "call-1", Name: "exit", Arguments: `{}`})
+	require.ErrorContains(t, err, "mcp tool exit")
+	_, err = tools["add"].Run(ctx, agent.Invocation{ToolCallID: "call-2", Name: "add", Arguments: `{"a": 1, "b": 2}`})
+	require.ErrorContains(t, err, "mcp tool add")
+	require.NoError(t, ctx.Err(), "the calls failed before the test's bound, far below their timeout")
+	require.ErrorContains(t, s.session.Close(), "exit status 3")
+}

@@ -46,6 +46,11 @@ func runChild() {
 				dir, err := os.Getwd()
 				return nil, cwdOut{Dir: dir}, err
 			})
+		mcp.AddTool(s, &mcp.Tool{Name: "exit", Description: "ends the server's process"},
+			func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, cwdOut, error) {
+				os.Exit(3)
+				return nil, cwdOut{}, nil
+			})
 		err := s.Run(context.Background(), &mcp.StdioTransport{})
 		if err != nil && !errors.Is(err, io.EOF) {
 			fmt.Fprintln(os.Stderr, "mcp child:", err)
