@@ -57,7 +57,15 @@ type Model interface {
 	// after ctx is done; the runtime then discards the turn and re-runs it
 	// after a revival, so a cancelled Generate must have had no side effects
 	// beyond cost. The conversation's next call waits until a cancelled one
-	// has returned.
+	// has returned. The message's text must be valid UTF-8 (the Store
+	// takes nothing else): the runtime fails the turn of an answer whose
+	// text is not, without writing any of it and without a retry (a
+	// turn_failed event of code invalid_answer). The providers (agent/openai,
+	// agent/anthropic) check the bytes they are sent, the text, the model
+	// name and the calls' ids, and fail the call with ErrMalformed instead,
+	// which the runtime's default policy retries. A call's name and
+	// arguments are recorded, and checked, with bytes that are not UTF-8
+	// replaced by U+FFFD.
 	Generate(ctx context.Context, turn Turn, onDelta func(text string)) (*messages.AssistantMessage, error)
 }
 

@@ -435,8 +435,8 @@ func (m *Model) attempt(ctx context.Context, params oai.ChatCompletionNewParams,
 // and the Store takes only UTF-8, so such an answer could not be recorded;
 // the providers fail it with agent.ErrMalformed instead (checked on the
 // whole text: a server may split a character across chunks). A call's name
-// and arguments are left to the runtime, which records them with the bad
-// bytes replaced and gives the model an error result it reads next.
+// and arguments are left to the runtime, which records and checks them with
+// the bad bytes replaced by U+FFFD (see agent.Model).
 func NotUTF8(msg *messages.AssistantMessage) string {
 	for _, p := range msg.GetContent() {
 		if !utf8.ValidString(p.GetText()) {
