@@ -110,6 +110,10 @@ func mcpTool(session *mcp.ClientSession, prefix string, t *mcp.Tool, timeout tim
 		}
 		text := mcpResultText(res)
 		if res.IsError {
+			if strings.TrimSpace(text) == "" {
+				// The model reads the message: an empty one tells it nothing.
+				return "", fmt.Errorf("mcp tool %s failed and gave no message", name)
+			}
 			return "", errors.New(text)
 		}
 		return text, nil

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus/agent"
@@ -65,4 +68,44 @@ func TestMCPServerExitFailsItsCalls(t *testing.T) {
 	require.ErrorContains(t, err, "mcp tool add")
 	require.NoError(t, ctx.Err(), "the calls failed before the test's bound, far below their timeout")
 	require.ErrorContains(t, s.session.Close(), "exit status 3")
+}
+
+// TestMCPToolErrorWithoutText: a call the MCP server answers with an error
+// result that has no text fails with an error that names the tool, not an
+// empty one (the model reads the message); an error result with text fails
+// with that text.
+func TestMCPToolErrorWithoutText(t *testing.T) {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "test-mcp", Version: "1"}, nil)
+	srv.AddTool(&mcp.Tool{Name: "fail", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			var args struct {
+				Text string `json:"text"`
+			}
+			if err := json.Unmarshal(req.Params.Arguments, &args); err != nil {
+				return nil, err
+			}
+			res := &mcp.CallToolResult{IsError: true}
+			if args.Text != "" {
+				res.Content = []mcp.Content{&mcp.TextContent{Text: args.Text}}
+			}
+			return res, nil
+		})
+	ctx := ctxT(t)
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := srv.Connect(ctx, st, nil)
+	require.NoError(t, err)
+	defer func() { _ = ss.Close() }()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "lazarus", Version: "test"}, nil).Connect(ctx, ct, nil)
+	require.NoError(t, err)
+	defer func() { _ = cs.Close() }()
+	listed, err := cs.ListTools(ctx, nil)
+	require.NoError(t, err)
+	require.Len(t, listed.Tools, 1)
+	tool, err := mcpTool(cs, "", listed.Tools[0], time.Minute)
+	require.NoError(t, err)
+
+	_, err = tool.Run(ctx, agent.Invocation{ToolCallID: "call-1", Name: "fail", Arguments: `{}`})
+	require.EqualError(t, err, "mcp tool fail failed and gave no message")
+	_, err = tool.Run(ctx, agent.Invocation{ToolCallID: "call-2", Name: "fail", Arguments: `{"text": "disk full"}`})
+	require.EqualError(t, err, "disk full")
 }
