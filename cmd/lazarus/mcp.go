@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,6 +24,18 @@ const mcpToolCallIDKey = "lazarus/tool_call_id"
 
 // defaultMCPTimeout bounds one MCP tool call when the config sets none.
 const defaultMCPTimeout = 60 * time.Second
+
+// secretEnv names the environment variables that hold the node's own
+// secrets, which the stdio MCP servers it starts do not inherit: the
+// tokens' (tokens_env, default envTokens: every user's bearer token) and
+// the PostgreSQL DSN's (envPostgres, which may hold a password).
+func secretEnv(cfg *serveConfig) []string {
+	tokens := cfg.TokensEnv
+	if tokens == "" {
+		tokens = envTokens
+	}
+	return []string{tokens, envPostgres}
+}
 
 // mcpSession is one connected MCP server and the tools it listed.
 type mcpSession struct {
@@ -55,7 +68,11 @@ func connectMCP(ctx context.Context, cfg mcpConfig, version string) (*mcpSession
 		// which Close ends (closing its stdin, then a signal).
 		cmd := exec.Command(cfg.Command[0], cfg.Command[1:]...)
 		cmd.Dir = cfg.dir
-		cmd.Env = os.Environ()
+		for _, kv := range os.Environ() {
+			if name, _, _ := strings.Cut(kv, "="); !slices.Contains(cfg.withhold, name) {
+				cmd.Env = append(cmd.Env, kv)
+			}
+		}
 		for k, v := range cfg.Env {
 			cmd.Env = append(cmd.Env, k+"="+v)
 		}

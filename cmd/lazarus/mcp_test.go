@@ -109,3 +109,51 @@ func TestMCPToolErrorWithoutText(t *testing.T) {
 	_, err = tool.Run(ctx, agent.Invocation{ToolCallID: "call-2", Name: "fail", Arguments: `{"text": "disk full"}`})
 	require.EqualError(t, err, "disk full")
 }
+
+// TestMCPServerDoesNotInheritTheNodesSecrets: a stdio MCP server gets the
+// node's environment without the variables of its own secrets (the tokens'
+// variable, tokens_env here, and the PostgreSQL DSN's), unless its env sets
+// them; the others it inherits.
+func TestMCPServerDoesNotInheritTheNodesSecrets(t *testing.T) {
+	require.Equal(t, []string{envTokens, envPostgres}, secretEnv(&serveConfig{}), "by default, the tokens' default variable")
+	t.Setenv("NODE_TOKENS", `{"secret-token": {"user": "alice"}}`)
+	t.Setenv(envPostgres, "postgres://u:secret@db/x")
+	t.Setenv("LAZARUS_TEST_PLAIN", "plain")
+	self, err := filepath.Abs(os.Args[0])
+	require.NoError(t, err)
+	ctx := ctxT(t)
+	for name, tc := range map[string]struct {
+		env  map[string]string
+		want map[string]getenvOut
+	}{
+		"withheld": {
+			env:  map[string]string{envChild: "mcp"},
+			want: map[string]getenvOut{"NODE_TOKENS": {}, envPostgres: {}, "LAZARUS_TEST_PLAIN": {Value: "plain", Set: true}},
+		},
+		"set by its env": {
+			env:  map[string]string{envChild: "mcp", envPostgres: "postgres://its-own"},
+			want: map[string]getenvOut{"NODE_TOKENS": {}, envPostgres: {Value: "postgres://its-own", Set: true}},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := mcpConfig{Name: "calc", Command: []string{self}, Env: tc.env, withhold: secretEnv(&serveConfig{TokensEnv: "NODE_TOKENS"})}
+			s, err := connectMCP(ctx, cfg, "test")
+			require.NoError(t, err)
+			defer func() { require.NoError(t, s.session.Close()) }()
+			var getenv agent.Tool
+			for _, tool := range s.tools {
+				if tool.Name == "getenv" {
+					getenv = tool
+				}
+			}
+			require.NotNil(t, getenv.Run)
+			for v, want := range tc.want {
+				out, err := getenv.Run(ctx, agent.Invocation{ToolCallID: "call-1", Name: "getenv", Arguments: `{"name": "` + v + `"}`})
+				require.NoError(t, err)
+				var got getenvOut
+				require.NoError(t, json.Unmarshal([]byte(out), &got))
+				require.Equal(t, want, got, v)
+			}
+		})
+	}
+}

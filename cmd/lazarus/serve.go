@@ -55,7 +55,9 @@ requester), the MCP servers whose tools become server tools (a stdio
 command or a streamable HTTP url; their tools are listed at start), and
 where the tokens are. Flags override it. Its relative paths (dir,
 tokens_file) are resolved against the file's directory, a flag's against
-the working directory; a stdio MCP server runs in the file's directory. An example is in the project's
+the working directory; a stdio MCP server runs in the file's directory,
+with the node's environment but for the tokens' variable and
+$` + envPostgres + ` (its env may set them). An example is in the project's
 docs/serve.example.json; the format is in README.md.
 
 Model: "scripted" (the default) is a demo model, no language model: it
@@ -185,6 +187,7 @@ func (c *cli) buildNode(ctx context.Context, cfg *serveConfig) (_ *node, err err
 		tools = append(tools, t)
 	}
 	for _, m := range cfg.MCPServers {
+		m.withhold = secretEnv(cfg)
 		cctx, cancel := context.WithTimeout(ctx, mcpConnectTimeout)
 		s, err := connectMCP(cctx, m, serveVersion)
 		cancel()

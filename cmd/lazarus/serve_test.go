@@ -51,6 +51,11 @@ func runChild() {
 				os.Exit(3)
 				return nil, cwdOut{}, nil
 			})
+		mcp.AddTool(s, &mcp.Tool{Name: "getenv", Description: "a variable of the server's environment"},
+			func(_ context.Context, _ *mcp.CallToolRequest, in getenvIn) (*mcp.CallToolResult, getenvOut, error) {
+				v, ok := os.LookupEnv(in.Name)
+				return nil, getenvOut{Value: v, Set: ok}, nil
+			})
 		err := s.Run(context.Background(), &mcp.StdioTransport{})
 		if err != nil && !errors.Is(err, io.EOF) {
 			fmt.Fprintln(os.Stderr, "mcp child:", err)
@@ -68,6 +73,15 @@ type addIn struct {
 type addOut struct {
 	Sum        float64 `json:"sum"`
 	ToolCallID string  `json:"tool_call_id"`
+}
+
+type getenvIn struct {
+	Name string `json:"name"`
+}
+
+type getenvOut struct {
+	Value string `json:"value"`
+	Set   bool   `json:"set"`
 }
 
 type cwdOut struct {
@@ -456,6 +470,12 @@ func TestServeMCPTools(t *testing.T) {
 	id, content = result(overHTTP)
 	require.JSONEq(t, `{"sum": 7, "tool_call_id": `+jsonString(id)+`}`, content)
 	require.Equal(t, id, <-seen, "the MCP server got the tool_call_id in _meta")
+
+	// The stdio server did not inherit the node's tokens variable.
+	r = as("send", `/call getenv {"name": "`+envTokens+`"}`)
+	requireOK(t, r)
+	_, content = result(sentLine.FindStringSubmatch(r.stdout)[2])
+	require.JSONEq(t, `{"value": "", "set": false}`, content)
 
 	// The model's next answer quotes the result.
 	require.Eventually(t, func() bool {

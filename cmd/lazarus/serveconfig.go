@@ -122,7 +122,8 @@ type mcpConfig struct {
 	// ("./server") or argument means the same whatever the node's working
 	// directory, as the file's other relative paths.
 	Command []string `json:"command,omitempty"`
-	// Env adds variables to the command's environment.
+	// Env adds variables to the command's environment, which is the node's
+	// without the variables of its own secrets (secretEnv).
 	Env map[string]string `json:"env,omitempty"`
 	// URL is the streamable HTTP endpoint.
 	URL string `json:"url,omitempty"`
@@ -133,6 +134,9 @@ type mcpConfig struct {
 	// dir is the working directory of Command: the configuration file's
 	// directory (set by loadConfig; empty: the node's own).
 	dir string
+	// withhold names the node's environment variables Command does not
+	// inherit (set by buildNode: secretEnv), unless Env sets them.
+	withhold []string
 }
 
 // tokenConfig is the identity of one token in the tokens JSON.
