@@ -135,6 +135,11 @@ func mcpTool(session *mcp.ClientSession, prefix string, t *mcp.Tool, timeout tim
 		}
 		return text, nil
 	}
+	// The MCP spec allows names the models' APIs do not ('.', '/'): say
+	// which MCP tool it is, so that a prefix or a rename can be chosen.
+	if _, err := agent.NewRegistry(tool); err != nil {
+		return tool, fmt.Errorf("tool %q: %w", t.Name, err)
+	}
 	return tool, nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/journal"
 )
 
 // TestMCPServerRunsInTheConfigsDirectory: a stdio MCP server of a
@@ -156,4 +157,51 @@ func TestMCPServerDoesNotInheritTheNodesSecrets(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestMCPToolNameTheModelsRefuse: an MCP tool whose name the models' APIs
+// refuse (the MCP spec allows '.' and '/') fails the connection with an
+// error wrapping journal.ErrInvalid that names the MCP tool; the node used
+// to fail later, at Open, without saying which server gave it.
+func TestMCPToolNameTheModelsRefuse(t *testing.T) {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "test-mcp", Version: "1"}, nil)
+	srv.AddTool(&mcp.Tool{Name: "files.read", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{}, nil
+		})
+	ctx := ctxT(t)
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := srv.Connect(ctx, st, nil)
+	require.NoError(t, err)
+	defer func() { _ = ss.Close() }()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "lazarus", Version: "test"}, nil).Connect(ctx, ct, nil)
+	require.NoError(t, err)
+	defer func() { _ = cs.Close() }()
+	listed, err := cs.ListTools(ctx, nil)
+	require.NoError(t, err)
+	require.Len(t, listed.Tools, 1)
+	_, err = mcpTool(cs, "fs_", listed.Tools[0], time.Minute)
+	require.ErrorIs(t, err, journal.ErrInvalid)
+	require.ErrorContains(t, err, `tool "files.read"`)
+}
+
+// TestServeRefusesTwoMCPServersGivingOneToolName: two MCP servers (or an
+// MCP server and human_tools) giving the same tool name make serve refuse
+// to start, naming both and the fix (a prefix); the node used to fail at
+// Open naming the tool only.
+func TestServeRefusesTwoMCPServersGivingOneToolName(t *testing.T) {
+	self, err := filepath.Abs(os.Args[0])
+	require.NoError(t, err)
+	cfg := filepath.Join(t.TempDir(), "node.json")
+	require.NoError(t, os.WriteFile(cfg, []byte(`{
+		"dir": `+jsonString(filepath.Join(t.TempDir(), "store"))+`,
+		"mcp_servers": [
+			{"name": "one", "command": [`+jsonString(self)+`], "env": {"`+envChild+`": "mcp"}},
+			{"name": "two", "command": [`+jsonString(self)+`], "env": {"`+envChild+`": "mcp"}}
+		]
+	}`), 0o600))
+	t.Setenv(envTokens, testTokens)
+	r := cliCtx(ctxT(t), "serve", "--config", cfg, "--listen", "127.0.0.1:0")
+	require.Equal(t, exitError, r.code, r.stderr)
+	require.Contains(t, r.stderr, "mcp server two: tool add is also one of mcp server one; give the server a prefix")
 }

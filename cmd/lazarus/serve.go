@@ -186,6 +186,10 @@ func (c *cli) buildNode(ctx context.Context, cfg *serveConfig) (_ *node, err err
 		}
 		tools = append(tools, t)
 	}
+	owner := map[string]string{} // tool name -> the MCP server that gives it
+	for _, t := range tools {
+		owner[t.Name] = "human_tools"
+	}
 	for _, m := range cfg.MCPServers {
 		m.withhold = secretEnv(cfg)
 		cctx, cancel := context.WithTimeout(ctx, mcpConnectTimeout)
@@ -195,6 +199,12 @@ func (c *cli) buildNode(ctx context.Context, cfg *serveConfig) (_ *node, err err
 			return nil, err
 		}
 		n.mcps = append(n.mcps, s)
+		for _, t := range s.tools {
+			if other, dup := owner[t.Name]; dup {
+				return nil, configErr("mcp server %s: tool %s is also one of %s; give the server a prefix", m.Name, t.Name, other)
+			}
+			owner[t.Name] = "mcp server " + m.Name
+		}
 		where := m.URL
 		if where == "" {
 			where = strings.Join(m.Command, " ")
