@@ -296,3 +296,68 @@ func TestForwardedCallCancelledReturnsAtOnce(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	require.ErrorIs(t, err, ErrUnknownOutcome, "the owner had the rewind when the call ended: %v", err)
 }
+
+// A gateway whose Runtime is closing (Close has begun, the member has yet
+// to leave) answers a request it no longer serves at once with
+// UNAVAILABLE: the caller learns that nothing ran. It dropped it, so the
+// caller waited for RequestTimeout, or its context, and a call that is
+// not idempotent ended with ErrUnknownOutcome although the owner never
+// had it.
+func TestGatewayOfAClosingRuntimeAnswersUnavailable(t *testing.T) {
+	store := memjournal.New(memjournal.Options{})
+	hold := &holdStore{Store: store, held: make(chan struct{}), release: make(chan struct{})}
+	hold.later.Store(true)
+	model := agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
+		return agent.Text("ok"), nil
+	})
+	p := newForwardPair(t, hold, store, model)
+	hold.conv = p.conv
+	var released sync.Once
+	release := func() { released.Do(func() { close(hold.release) }) }
+	t.Cleanup(release)
+	p.caller.cl.opts.RequestTimeout = time.Hour
+	bound, cancelBound := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancelBound()
+	scope := agent.Scope{UserID: "u"}
+	_, err := p.caller.Send(bound, p.conv, "hi", scope)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		row, err := store.Conversation(bound, p.conv)
+		return err == nil && row.GetStatus() != messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE
+	}, 10*time.Second, 5*time.Millisecond, "the turn ended")
+
+	// The owner's own send holds its write: Close waits for it, its
+	// gateway still up.
+	hold.armed.Store(true)
+	go func() { _, _ = p.owner.Send(bound, p.conv, "held", scope) }()
+	select {
+	case <-hold.held:
+	case <-bound.Done():
+		t.Fatal("the owner never wrote the send")
+	}
+	closed := make(chan struct{})
+	go func() {
+		_ = p.owner.Close()
+		close(closed)
+	}()
+	gw := p.owner.gw
+	require.Eventually(t, func() bool {
+		gw.mu.Lock()
+		defer gw.mu.Unlock()
+		return gw.stopping
+	}, 10*time.Second, time.Millisecond, "Close began")
+	select {
+	case <-closed:
+		t.Fatal("Close did not wait for the held write")
+	default:
+	}
+
+	ctx, cancel := context.WithTimeout(bound, 3*time.Second)
+	defer cancel()
+	err = p.caller.Rewind(ctx, p.conv, 1, RewindOptions{}, scope)
+	require.ErrorIs(t, err, journal.ErrUnavailable, "the closing owner says it ran nothing: %v", err)
+	require.NotErrorIs(t, err, ErrUnknownOutcome)
+	require.NoError(t, ctx.Err(), "answered at once, not at the call's end")
+	release()
+	<-closed
+}

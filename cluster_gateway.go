@@ -87,11 +87,15 @@ func (g *gatewayActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *messages.ClusterRequest:
 		if sender := ctx.Sender(); sender != nil {
-			n.goServe(func() { n.sys.Root.Send(sender, n.serve(m)) })
+			if !n.goServe(func() { n.sys.Root.Send(sender, n.serve(m)) }) {
+				n.sys.Root.Send(sender, n.closing(m.GetRequestId()))
+			}
 		}
 	case *messages.ClusterSubscribe:
 		if sender := ctx.Sender(); sender != nil {
-			n.goServe(func() { n.serveSubscribe(sender, m) })
+			if !n.goServe(func() { n.serveSubscribe(sender, m) }) {
+				n.sys.Root.Send(sender, n.closing(m.GetRequestId()))
+			}
 		}
 	case *messages.ClusterUnsubscribe:
 		n.mu.Lock()
@@ -117,13 +121,13 @@ func (g *gatewayActor) Receive(ctx actor.Context) {
 	}
 }
 
-// goServe runs f on a goroutine the member waits for when it stops, unless
-// the Runtime is closing.
-func (n *clusterNode) goServe(f func()) {
+// goServe runs f on a goroutine the member waits for when it stops, and
+// reports whether it did: not once the Runtime is closing.
+func (n *clusterNode) goServe(f func()) bool {
 	n.mu.Lock()
 	if n.stopping {
 		n.mu.Unlock()
-		return
+		return false
 	}
 	n.wg.Add(1)
 	n.mu.Unlock()
@@ -131,6 +135,17 @@ func (n *clusterNode) goServe(f func()) {
 		defer n.wg.Done()
 		f()
 	}()
+	return true
+}
+
+// closing is the answer to a request that arrives once the Runtime is
+// closing (its gateway lives until the member has left the cluster):
+// UNAVAILABLE, nothing ran, so the caller tries the owner the membership
+// names next (a call that is not idempotent returns it), rather than
+// waiting for an answer that never comes.
+func (n *clusterNode) closing(requestID uint64) *messages.ClusterReply {
+	return &messages.ClusterReply{RequestId: requestID, Node: n.self,
+		Error: &messages.Error{Code: messages.ErrorCode_ERROR_CODE_UNAVAILABLE, Message: "lazarus: cluster: " + n.self + " is closing"}}
 }
 
 // serve runs one request here.
