@@ -361,3 +361,49 @@ func TestGatewayOfAClosingRuntimeAnswersUnavailable(t *testing.T) {
 	release()
 	<-closed
 }
+
+// A wake forwarded with the log's last seq as its waker read it (the
+// resume scan's wake of a live activation, its ownership moved meanwhile)
+// keeps that seq on the owner: a live activation idle since another
+// writer moved the log on retires, and the turn that writer left owed
+// runs on a new one. The gateway woke it without the seq, and the stale
+// activation stayed, the turn unrun.
+func TestForwardedWakeKeepsTheLogsLastSeq(t *testing.T) {
+	store := memjournal.New(memjournal.Options{})
+	model := agent.ModelFunc(func(_ context.Context, turn agent.Turn, _ func(string)) (*messages.AssistantMessage, error) {
+		last := turn.Context[len(turn.Context)-1]
+		return agent.Text("re: " + last.GetUserMsg().GetContent()[0].GetText()), nil
+	})
+	p := newForwardPair(t, store, store, model)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err := p.caller.Send(ctx, p.conv, "one", agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		row, err := store.Conversation(ctx, p.conv)
+		return err == nil && row.GetStatus() != messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE
+	}, 10*time.Second, 5*time.Millisecond, "the turn ended")
+	require.True(t, p.owner.IsActive(p.conv), "live and idle on its owner")
+
+	// Another writer moves the log on behind the activation's back.
+	last, err := store.LastSeq(ctx, p.conv)
+	require.NoError(t, err)
+	_, err = store.Append(ctx, &messages.AppendRequest{
+		ConversationId: p.conv, ExpectedLast: last,
+		Status: messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE,
+		Events: []*messages.Event{{RequestId: "elsewhere", Body: &messages.Event_UserMsg{UserMsg: &messages.UserMessage{
+			Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "two"}}}}}}},
+	})
+	require.NoError(t, err)
+	require.NoError(t, p.caller.wakeAt(ctx, p.conv, false, last+1))
+	require.Eventually(t, func() bool {
+		evs, err := store.Events(ctx, p.conv, journal.EventQuery{Limit: 1})
+		if err != nil || len(evs) != 1 || len(evs[0].GetAssistantMsg().GetContent()) == 0 {
+			return false
+		}
+		return evs[0].GetAssistantMsg().GetContent()[0].GetText() == "re: two"
+	}, 5*time.Second, 5*time.Millisecond, "the owed turn ran on the owner")
+	evs, err := p.caller.History(ctx, p.conv, 0, 0)
+	require.NoError(t, err)
+	require.Len(t, evs, 4, "user, answer, user, answer: nothing twice")
+}

@@ -161,7 +161,7 @@ func (n *clusterNode) serve(m *messages.ClusterRequest) *messages.ClusterReply {
 		to := op.Send.GetTo()
 		reply.Seq, err = r.SendMessage(ctx, conv, op.Send.GetMessage(), SendOptions{RequestID: op.Send.GetRequestId(), Agent: to.GetAgent(), Broadcast: to.GetBroadcast()}, scope)
 	case *messages.ClusterRequest_Wake:
-		err = r.wake(ctx, conv, op.Wake.GetExplicit())
+		err = r.wakeAt(ctx, conv, op.Wake.GetExplicit(), op.Wake.GetLogLast())
 	case *messages.ClusterRequest_Configure:
 		var res any
 		if err = journal.ValidateID("conversation id", conv); err == nil {
