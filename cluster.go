@@ -43,7 +43,8 @@ const (
 )
 
 // ErrNoOwner: a call to a conversation found no member to run it on before
-// its context ended (every owner it tried was unreachable).
+// its context ended or Options.CallTimeout passed (every owner it tried
+// was unreachable).
 var ErrNoOwner = errors.New("lazarus: no cluster member answered")
 
 // ClusterOptions turns on cluster mode (Options.Cluster): the Runtime
@@ -97,7 +98,9 @@ type ClusterOptions struct {
 	// RequestTimeout bounds one attempt of a call to another member; a
 	// call that times out is tried again (sends, wakes, kills: they are
 	// idempotent) on the owner the membership names then, until its
-	// context ends. Default DefaultRequestTimeout.
+	// context ends or Options.CallTimeout passes, which bounds a
+	// forwarded call as it bounds a local one. Default
+	// DefaultRequestTimeout.
 	RequestTimeout time.Duration
 }
 
@@ -452,8 +455,11 @@ var errRunLocal = errors.New("run locally")
 // attempt or later, after a membership change). idempotent calls are tried
 // again after a timeout; others only when their request did not reach a
 // live gateway (a dead letter), and a timeout of theirs is an error
-// wrapping ErrUnknownOutcome.
+// wrapping ErrUnknownOutcome. Options.CallTimeout bounds the whole call,
+// as it bounds a local one, when ctx has no earlier deadline.
 func (n *clusterNode) forward(ctx context.Context, req *messages.ClusterRequest, idempotent bool) (*messages.ClusterReply, error) {
+	ctx, cancel := context.WithTimeout(ctx, n.r.opts.CallTimeout)
+	defer cancel()
 	req.RequestId = n.nextID.Add(1)
 	backoff := 20 * time.Millisecond
 	var sentTo string // the last owner that may have got the request

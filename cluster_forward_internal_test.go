@@ -407,3 +407,39 @@ func TestForwardedWakeKeepsTheLogsLastSeq(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, evs, 4, "user, answer, user, answer: nothing twice")
 }
+
+// Options.CallTimeout bounds a forwarded call as it bounds a local one
+// when ctx has no earlier deadline: a send whose owner never answers
+// (dead letters, retried) ends with ErrNoOwner and
+// context.DeadlineExceeded once it passes. It was retried for as long as
+// ctx lived: forever for context.Background().
+func TestCallTimeoutBoundsAForwardedCall(t *testing.T) {
+	store := memjournal.New(memjournal.Options{})
+	model := agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
+		return agent.Text("ok"), nil
+	})
+	p := newForwardPair(t, store, store, model)
+	p.caller.opts.CallTimeout = 300 * time.Millisecond
+	n := p.caller.cl
+	members := []string{n.self, "dead.invalid:1"}
+	slices.Sort(members)
+	n.members.Store(&members)
+	conv := ""
+	for i := 0; conv == ""; i++ {
+		if c := fmt.Sprintf("gone-%d", i); n.owner(c) == "dead.invalid:1" {
+			conv = c
+		}
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.caller.Send(context.Background(), conv, "hi", agent.Scope{UserID: "u"})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, ErrNoOwner)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a forwarded send outlived Options.CallTimeout")
+	}
+}
