@@ -51,7 +51,8 @@ var ErrNoOwner = errors.New("lazarus: no cluster member answered")
 // becomes one member of a protoactor cluster, and every conversation is
 // owned by one member, chosen by rendezvous hashing of the conversation id
 // over the members of ConversationKind. Every Runtime method works on every
-// member: a call for a conversation another member owns travels to it as a
+// member (IsActive and Active report this member's own actors): a call for
+// a conversation another member owns travels to it as a
 // protobuf message (messages/lazarus/v1/cluster.proto) with the caller's
 // scope (identity and permissions; Scope.Values never cross a node), and
 // runs there. When the membership changes (a member dies, joins, leaves),

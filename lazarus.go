@@ -1081,10 +1081,13 @@ func (r *Runtime) stillActive(ctx context.Context, id string) bool {
 	return err != nil || row.GetStatus() == messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE
 }
 
-// IsActive reports whether the conversation has a live actor.
+// IsActive reports whether the conversation has a live actor on this
+// Runtime. In cluster mode it is not forwarded: it says false on a member
+// that does not run the conversation, live on its owner (Owner) or not.
 func (r *Runtime) IsActive(conversationID string) bool { return r.sup.IsActive(conversationID) }
 
-// Active returns the number of live conversation actors.
+// Active returns the number of live conversation actors on this Runtime
+// (in cluster mode, this member's alone).
 func (r *Runtime) Active() int { return r.sup.Active() }
 
 // Close stops every actor (pending journal writes are answered first),
