@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/journal/memjournal"
 	"github.com/lazarusrt/lazarus/messages"
@@ -442,4 +444,62 @@ func TestCallTimeoutBoundsAForwardedCall(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("a forwarded send outlived Options.CallTimeout")
 	}
+}
+
+// The gateway refuses a resolve that Resolve and Reject would refuse
+// (an application actor on Options.ActorSystem speaks its protocol too):
+// a status other than RESOLVED or ERRORED, a result that is not JSON or
+// exceeds agent.MaxResultBytes, an outcome that does not match its
+// status. Each gets an error wrapping journal.ErrInvalid and the call
+// stays pending. The gateway wrote them: an expiry no deadline made, a
+// result the model gets as broken JSON, one too large for its tool_result
+// event.
+func TestGatewayRefusesABadResolve(t *testing.T) {
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(slog.DiscardHandler)
+	}))
+	defer sys.Shutdown()
+	model := scripted.New(scripted.Options{})
+	rt, err := Open(Options{Model: model, ActorSystem: sys, NoResume: true, IdleTimeout: -1,
+		Tools: []agent.Tool{{Name: "approve", Executor: messages.Executor_EXECUTOR_HUMAN}}})
+	require.NoError(t, err)
+	defer rt.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	model.Push("c", scripted.Reply("", scripted.Call("approve", `{}`)))
+	_, err = rt.Send(ctx, "c", "may I?", agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	var id string
+	require.Eventually(t, func() bool {
+		calls, _, err := rt.PendingCalls(ctx, "", 0)
+		if err != nil || len(calls) != 1 {
+			return false
+		}
+		id = calls[0].GetId()
+		return true
+	}, 10*time.Second, 5*time.Millisecond, "the call is pending")
+
+	content := func(s string) *messages.ToolOutcome {
+		return &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: s}}
+	}
+	for name, res := range map[string]*messages.ClusterResolve{
+		"expired":        {Status: messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED, Result: content(`{}`)},
+		"pending":        {Status: messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING, Result: content(`{}`)},
+		"not JSON":       {Status: messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, Result: content(`{`)},
+		"too large":      {Status: messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, Result: content(`"` + strings.Repeat("x", agent.MaxResultBytes) + `"`)},
+		"error resolved": {Status: messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, Result: agent.ErrorOutcome(agent.CodeRejected, "no")},
+		"content erred":  {Status: messages.ToolCallStatus_TOOL_CALL_STATUS_ERRORED, Result: content(`{}`)},
+	} {
+		res.ToolCallId = id
+		reply := rt.gw.serve(&messages.ClusterRequest{ConversationId: "c", Scope: scopeToProto(agent.Scope{UserID: "u"}),
+			Op: &messages.ClusterRequest_Resolve{Resolve: res}})
+		require.ErrorIs(t, journal.ErrorFromProto(reply.GetError()), journal.ErrInvalid, "%s: %v", name, reply.GetError())
+		row, err := rt.Store().ToolCall(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING, row.GetStatus(), name)
+	}
+	reply := rt.gw.serve(&messages.ClusterRequest{ConversationId: "c", Scope: scopeToProto(agent.Scope{UserID: "u"}),
+		Op: &messages.ClusterRequest_Resolve{Resolve: &messages.ClusterResolve{ToolCallId: id,
+			Status: messages.ToolCallStatus_TOOL_CALL_STATUS_ERRORED, Result: agent.ErrorOutcome(agent.CodeRejected, "no")}}})
+	require.Nil(t, reply.GetError(), "a rejection as Reject makes it")
 }

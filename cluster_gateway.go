@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/lazarusrt/lazarus/actors"
+	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
 )
@@ -191,8 +193,8 @@ func (n *clusterNode) serve(m *messages.ClusterRequest) *messages.ClusterReply {
 		r.armSchedule(ctx, op.ScheduleDisarm)
 	case *messages.ClusterRequest_Resolve:
 		res := op.Resolve
-		if res.GetResult() == nil {
-			err = journal.Invalidf("resolve without a result")
+		if err = checkWireResolution(res.GetStatus(), res.GetResult()); err != nil {
+			err = fmt.Errorf("lazarus: resolve %q: %w", clipID(res.GetToolCallId()), err)
 			break
 		}
 		err = r.resolve(context.WithValue(ctx, authorizedKey{}, true), res.GetToolCallId(), res.GetStatus(), res.GetResult(), scope)
@@ -219,6 +221,41 @@ func (n *clusterNode) serve(m *messages.ClusterRequest) *messages.ClusterReply {
 		}
 	}
 	return reply
+}
+
+// checkWireResolution refuses, with an error wrapping journal.ErrInvalid,
+// the answer of a ClusterResolve that Resolve or Reject would not make (an
+// application actor speaks the gateway's protocol too): a status other
+// than RESOLVED (with a JSON content of at most agent.MaxResultBytes) or
+// ERRORED (with an error outcome, whose message is at most
+// agent.MaxErrorBytes of UTF-8 and whose code is a valid id).
+func checkWireResolution(status messages.ToolCallStatus, out *messages.ToolOutcome) error {
+	switch status {
+	case messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED:
+		c, ok := out.GetOutcome().(*messages.ToolOutcome_Content)
+		switch {
+		case !ok:
+			return journal.Invalidf("a resolution without a JSON content")
+		case len(c.Content) > agent.MaxResultBytes:
+			return journal.Invalidf("result of %d bytes exceeds %d", len(c.Content), agent.MaxResultBytes)
+		case !agent.ValidJSON(c.Content):
+			return journal.Invalidf("result is not JSON")
+		}
+	case messages.ToolCallStatus_TOOL_CALL_STATUS_ERRORED:
+		e := out.GetError()
+		switch {
+		case e == nil:
+			return journal.Invalidf("a rejection without an error outcome")
+		case len(e.GetMessage()) > agent.MaxErrorBytes || !utf8.ValidString(e.GetMessage()):
+			return journal.Invalidf("a rejection's message is not at most %d bytes of UTF-8", agent.MaxErrorBytes)
+		}
+		if err := journal.ValidateID("error code", e.GetCode()); err != nil {
+			return err
+		}
+	default:
+		return journal.Invalidf("resolve to status %v (RESOLVED or ERRORED)", status)
+	}
+	return nil
 }
 
 // authorizedKey marks a resolve whose authorization the calling member
