@@ -503,3 +503,44 @@ func TestGatewayRefusesABadResolve(t *testing.T) {
 			Status: messages.ToolCallStatus_TOOL_CALL_STATUS_ERRORED, Result: agent.ErrorOutcome(agent.CodeRejected, "no")}}})
 	require.Nil(t, reply.GetError(), "a rejection as Reject makes it")
 }
+
+// The gateway refuses a ClusterRequest's configure that Configure would
+// not make, with an error wrapping journal.ErrInvalid, and writes nothing:
+// settings agent.ValidateSettings refuses (a tool choice naming no
+// registered tool, a negative temperature), a key Settings does not
+// have, a value that does not parse. It wrote them into the row.
+func TestGatewayRefusesBadSettings(t *testing.T) {
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(slog.DiscardHandler)
+	}))
+	defer sys.Shutdown()
+	rt, err := Open(Options{Model: scripted.New(scripted.Options{}), ActorSystem: sys, NoResume: true})
+	require.NoError(t, err)
+	defer rt.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	require.NoError(t, rt.Configure(ctx, "c", agent.Settings{SystemPrompt: "be brief"}))
+	for name, m := range map[string]map[string]string{
+		"tool choice":  {"tool_choice": "nosuch"},
+		"temperature":  {"temperature": "-1"},
+		"unparsed":     {"max_tokens": "many"},
+		"unknown key":  {"colour": "blue"},
+		"prompt bytes": {"system_prompt": "\xff"},
+	} {
+		reply := rt.gw.serve(&messages.ClusterRequest{ConversationId: "c",
+			Op: &messages.ClusterRequest_Configure{Configure: &messages.AgentConfigure{Settings: m}}})
+		require.ErrorIs(t, journal.ErrorFromProto(reply.GetError()), journal.ErrInvalid, "%s: %v", name, reply.GetError())
+		row, err := rt.Store().Conversation(ctx, "c")
+		require.NoError(t, err)
+		require.Equal(t, map[string]string{"system_prompt": "be brief"}, row.GetSettings(), name)
+	}
+	// Settings as Configure sends them replace the row's.
+	temp := 0.3
+	want := agent.Settings{Model: "m", Temperature: &temp, MaxTokens: 7}
+	reply := rt.gw.serve(&messages.ClusterRequest{ConversationId: "c",
+		Op: &messages.ClusterRequest_Configure{Configure: &messages.AgentConfigure{Settings: want.Map()}}})
+	require.Nil(t, reply.GetError())
+	s, err := rt.Settings(ctx, "c")
+	require.NoError(t, err)
+	require.Equal(t, want, s)
+}

@@ -166,8 +166,14 @@ func (n *clusterNode) serve(m *messages.ClusterRequest) *messages.ClusterReply {
 		err = r.wakeAt(ctx, conv, op.Wake.GetExplicit(), op.Wake.GetLogLast())
 	case *messages.ClusterRequest_Configure:
 		var res any
+		var settings map[string]string
 		if err = journal.ValidateID("conversation id", conv); err == nil {
-			res, err = r.sup.Ask(ctx, conv, &actors.Command{Scope: scope, Msg: op.Configure})
+			settings, err = r.wireSettings(op.Configure.GetSettings())
+		}
+		if err != nil {
+			err = fmt.Errorf("lazarus: configure %q: %w", clipID(conv), err)
+		} else {
+			res, err = r.sup.Ask(ctx, conv, &actors.Command{Scope: scope, Msg: &messages.AgentConfigure{Settings: settings}})
 			if err != nil {
 				err = r.callErr(fmt.Sprintf("lazarus: configure %q", clipID(conv)), err)
 			} else {
@@ -221,6 +227,26 @@ func (n *clusterNode) serve(m *messages.ClusterRequest) *messages.ClusterReply {
 		}
 	}
 	return reply
+}
+
+// wireSettings is the settings map of a ClusterRequest's configure as
+// Configure makes it (agent.Settings.Map: every key, so that they replace
+// the row's), or an error wrapping journal.ErrInvalid for one Configure
+// would not make (an application actor speaks the gateway's protocol
+// too): settings agent.ValidateSettings refuses, a key Settings does not
+// have, a value that does not read back as it was sent.
+func (r *Runtime) wireSettings(m map[string]string) (map[string]string, error) {
+	s := agent.SettingsOf(m)
+	if err := agent.ValidateSettings(s, r.tools); err != nil {
+		return nil, err
+	}
+	want := s.Map()
+	for k, v := range m {
+		if w, ok := want[k]; !ok || w != v {
+			return nil, journal.Invalidf("setting %q: not a setting, or a value that does not parse", clipID(k))
+		}
+	}
+	return want, nil
 }
 
 // checkWireResolution refuses, with an error wrapping journal.ErrInvalid,
