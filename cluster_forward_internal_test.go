@@ -544,3 +544,41 @@ func TestGatewayRefusesBadSettings(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, want, s)
 }
+
+// The gateway refuses a rewind or an edit that Rewind or Edit would not
+// make, with an error wrapping journal.ErrInvalid, and writes nothing: a
+// reason that does not fit in an event, an edit's message that is empty
+// or does not fit, a scope whose identity agent.ValidateIdentity refuses.
+// It handed them to the conversation as they came.
+func TestGatewayRefusesABadRewind(t *testing.T) {
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(slog.DiscardHandler)
+	}))
+	defer sys.Shutdown()
+	model := scripted.New(scripted.Options{})
+	rt, err := Open(Options{Model: model, ActorSystem: sys, NoResume: true})
+	require.NoError(t, err)
+	defer rt.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err = rt.SendAndWait(ctx, "c", "hi", agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	last, err := rt.Store().LastSeq(ctx, "c")
+	require.NoError(t, err)
+	big := strings.Repeat("x", journal.MaxEventBytes)
+	user := scopeToProto(agent.Scope{UserID: "u"})
+	for name, req := range map[string]*messages.ClusterRequest{
+		"reason":        {Scope: user, Op: &messages.ClusterRequest_Rewind{Rewind: &messages.AgentRewind{ToSeq: 1, Reason: big, RequestId: "r1"}}},
+		"empty edit":    {Scope: user, Op: &messages.ClusterRequest_Rewind{Rewind: &messages.AgentRewind{EditSeq: 1, Message: &messages.UserMessage{}, RequestId: "r2"}}},
+		"large edit":    {Scope: user, Op: &messages.ClusterRequest_Rewind{Rewind: &messages.AgentRewind{EditSeq: 1, Message: agent.UserMessage(agent.TextPart(big)), RequestId: "r3"}}},
+		"identity":      {Scope: scopeToProto(agent.Scope{UserID: big}), Op: &messages.ClusterRequest_Rewind{Rewind: &messages.AgentRewind{ToSeq: 1, RequestId: "r4"}}},
+		"edit identity": {Scope: scopeToProto(agent.Scope{UserID: big}), Op: &messages.ClusterRequest_Rewind{Rewind: &messages.AgentRewind{EditSeq: 1, Message: agent.UserMessage(agent.TextPart("again")), RequestId: "r5"}}},
+	} {
+		req.ConversationId = "c"
+		reply := rt.gw.serve(req)
+		require.ErrorIs(t, journal.ErrorFromProto(reply.GetError()), journal.ErrInvalid, "%s: %v", name, reply.GetError())
+		now, err := rt.Store().LastSeq(ctx, "c")
+		require.NoError(t, err)
+		require.Equal(t, last, now, "%s: nothing written", name)
+	}
+}

@@ -183,6 +183,11 @@ func (n *clusterNode) serve(m *messages.ClusterRequest) *messages.ClusterReply {
 	case *messages.ClusterRequest_Rewind:
 		var res any
 		if err = journal.ValidateID("conversation id", conv); err == nil {
+			err = r.checkWireRewind(ctx, conv, op.Rewind, scope)
+		}
+		if err != nil {
+			err = fmt.Errorf("lazarus: rewind %q: %w", clipID(conv), err)
+		} else {
 			res, err = r.sup.Ask(ctx, conv, &actors.Command{Scope: scope, Msg: op.Rewind})
 			if err != nil {
 				err = r.callErr(fmt.Sprintf("lazarus: rewind %q", clipID(conv)), err)
@@ -247,6 +252,41 @@ func (r *Runtime) wireSettings(m map[string]string) (map[string]string, error) {
 		}
 	}
 	return want, nil
+}
+
+// checkWireRewind refuses, with an error wrapping journal.ErrInvalid, a
+// rewind or an edit (m.Message set) that Rewind or Edit would not send
+// (an application actor speaks the gateway's protocol too): a scope whose
+// identity agent.ValidateIdentity refuses, a request id or a reason that
+// is not valid, an edit's message that checkUserMessage refuses or that
+// does not fit in an event, an edit of a message to an agent no longer in
+// Options.Agents (ErrUnknownAgent too).
+func (r *Runtime) checkWireRewind(ctx context.Context, conv string, m *messages.AgentRewind, scope agent.Scope) error {
+	if err := agent.ValidateIdentity(scope.Identity()); err != nil {
+		return fmt.Errorf("scope: %w", err)
+	}
+	if id := m.GetRequestId(); id != "" {
+		if err := journal.ValidateID("request id", id); err != nil {
+			return err
+		}
+	}
+	if err := journal.ValidateEvent(&messages.Event{Body: &messages.Event_Rewind{Rewind: &messages.Rewind{ToSeq: m.GetToSeq(), Reason: m.GetReason()}}}); err != nil {
+		return fmt.Errorf("reason: %w", err)
+	}
+	msg := m.GetMessage()
+	if msg == nil {
+		return nil
+	}
+	if err := checkUserMessage(msg); err != nil {
+		return err
+	}
+	if err := journal.ValidateEvent(&messages.Event{RequestId: m.GetRequestId(), Body: &messages.Event_UserMsg{UserMsg: msg}}); err != nil {
+		return err
+	}
+	if m.GetEditSeq() == 0 {
+		return journal.Invalidf("seq 0 is no message")
+	}
+	return r.checkEditAgent(ctx, conv, m.GetEditSeq())
 }
 
 // checkWireResolution refuses, with an error wrapping journal.ErrInvalid,
