@@ -207,7 +207,8 @@ func TestConcurrentResolvesOneWins(t *testing.T) {
 }
 
 // TestBadBodiesWriteNothing: wrong types, huge bodies, invalid UTF-8,
-// unknown fields, trailing data and invalid values are answered 400 and
+// unknown fields, trailing data, bodies that are no object (null included)
+// and invalid values are answered 400 and
 // change nothing.
 func TestBadBodiesWriteNothing(t *testing.T) {
 	ctx := testContext(t)
@@ -244,6 +245,7 @@ func TestBadBodiesWriteNothing(t *testing.T) {
 		{"create: wrong type", "/v1/conversations", `{"metadata":["a"]}`, server.CodeInvalid},
 		{"create: reserved key", "/v1/conversations", `{"metadata":{"lazarus.owner":"bob"}}`, server.CodeInvalid},
 		{"create: empty value", "/v1/conversations", `{"metadata":{"a":""}}`, server.CodeInvalid},
+		{"create: null", "/v1/conversations", `null`, server.CodeInvalid},
 		{"create: unknown field", "/v1/conversations", `{"metadata":{},"owner":"bob"}`, server.CodeInvalid},
 		{"create: invalid UTF-8 key", "/v1/conversations", "{\"metadata\":{\"\xc3\x28\":\"v\"}}", server.CodeInvalid},
 		{"create: huge", "/v1/conversations", `{"metadata":{"a":"` + strings.Repeat("x", 2048) + `"}}`, server.CodeTooLarge},
@@ -256,6 +258,7 @@ func TestBadBodiesWriteNothing(t *testing.T) {
 		{"reject: empty reason", "/v1/calls/" + call.ID + "/reject", `{"reason":""}`, server.CodeInvalid},
 		{"end: unknown field", end, `{"now":true}`, server.CodeInvalid},
 		{"end: not an object", end, `[]`, server.CodeInvalid},
+		{"end: null", end, `null`, server.CodeInvalid},
 		{"end: a call open", end, ``, server.CodeInvalid},
 		{"rewind: no to_seq", rewind, `{"reason":"r"}`, server.CodeInvalid},
 		{"rewind: null to_seq", rewind, `{"to_seq":null}`, server.CodeInvalid},
@@ -277,6 +280,7 @@ func TestBadBodiesWriteNothing(t *testing.T) {
 		{"fork: after the last seq", fork, `{"at_seq":999}`, server.CodeInvalid},
 		{"fork: reserved key", fork, `{"at_seq":1,"metadata":{"lazarus.owner":"bob"}}`, server.CodeInvalid},
 		{"fork: empty value", fork, `{"at_seq":1,"metadata":{"a":""}}`, server.CodeInvalid},
+		{"fork: null", fork, `null`, server.CodeInvalid},
 		{"fork: unknown field", fork, `{"at_seq":1,"id":"c-mine"}`, server.CodeInvalid},
 	}
 	for _, c := range cases {
