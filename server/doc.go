@@ -101,7 +101,9 @@
 // conversation's events after the seq given by the Last-Event-ID header or
 // else the "after" query parameter (default 0, the whole log): first those
 // in the log, then each new one once durable, with no gap and no duplicate
-// across kills and revivals of the conversation's actor. Messages:
+// across kills and revivals of the conversation's actor. A seq past the
+// log's last event is a bad request (400 invalid, naming the last seq): it
+// is no cursor of this conversation's. Messages:
 //
 //	event: event      id: <seq>   data: the event (protobuf JSON, proto field names)
 //	event: delta                  data: {"text": "..."}  streamed text, not durable

@@ -84,6 +84,18 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c caller) {
 		s.writeError(w, err)
 		return
 	}
+	// A client's cursor is the seq of an event it was sent, durable
+	// before: one past the log's end is no cursor of this conversation's
+	// (the stream would drop every event until the log passed it).
+	last, err := s.rt.Store().LastSeq(r.Context(), id)
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	if after > last {
+		s.writeError(w, errInvalid(fmt.Sprintf("the stream cannot start after seq %d: the log ends at seq %d", after, last)))
+		return
+	}
 	updates, err := s.rt.SubscribeWith(r.Context(), id, after, lazarus.SubscribeOptions{Agent: view})
 	if err != nil {
 		s.writeError(w, err)

@@ -3,8 +3,11 @@ package server_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -216,4 +219,62 @@ func TestStreamEndsWhenTheClientGoes(t *testing.T) {
 		require.Eventually(t, func() bool { return running.Load() == 0 && subscriptions() == 0 },
 			10*time.Second, 5*time.Millisecond, "the stream%s outlived its client", query)
 	}
+}
+
+// TestStreamRefusesACursorPastTheLog: a stream asked to start after a seq
+// the log has not reached (a cursor of another conversation, or of a
+// store restored from an older backup) is a bad request, by Last-Event-ID
+// or by "after": it was taken, and the stream then dropped every event
+// until the log passed it, in silence. A cursor at the log's end is the
+// live stream.
+func TestStreamRefusesACursorPastTheLog(t *testing.T) {
+	ctx := testContext(t)
+	n := startNode(t, newScripted(), server.Options{})
+	conv := n.create(t, tokAlice, nil)
+	n.must(t, http.StatusAccepted, "POST", "/v1/conversations/"+conv.ID+"/messages", tokAlice, server.SendMessage{Text: "hi"}, nil)
+	st := n.stream(t, ctx, tokAlice, conv.ID, "")
+	st.until(t, "turn_end", "answered")
+	st.close()
+	last, err := n.rt.Store().LastSeq(ctx, conv.ID)
+	require.NoError(t, err)
+
+	path := "/v1/conversations/" + conv.ID + "/stream"
+	// open answers the status of a stream request, and its body unless
+	// it is a stream (which would not end).
+	open := func(query, lastEventID string) (int, []byte) {
+		rctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		req, err := http.NewRequestWithContext(rctx, "GET", n.srv.URL+path+query, nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+tokAlice)
+		if lastEventID != "" {
+			req.Header.Set("Last-Event-ID", lastEventID)
+		}
+		res, err := n.srv.Client().Do(req)
+		require.NoError(t, err)
+		defer res.Body.Close()
+		if res.StatusCode == http.StatusOK {
+			return res.StatusCode, nil
+		}
+		out, err := io.ReadAll(res.Body)
+		require.NoError(t, err)
+		return res.StatusCode, out
+	}
+	for _, c := range []struct{ query, lastEventID string }{
+		{fmt.Sprintf("?after=%d", last+1), ""},
+		{"", "1000"},
+		{"?after=1", strconv.FormatUint(last+1, 10)},
+	} {
+		status, body := open(c.query, c.lastEventID)
+		require.Equal(t, http.StatusBadRequest, status, "%+v: %s", c, body)
+		require.Equal(t, server.CodeInvalid, errorCode(t, body))
+		require.Contains(t, string(body), fmt.Sprintf("seq %d", last), "the message names the log's end")
+	}
+
+	// At the log's end: the next event comes.
+	live := n.stream(t, ctx, tokAlice, conv.ID, strconv.FormatUint(last, 10))
+	n.must(t, http.StatusAccepted, "POST", "/v1/conversations/"+conv.ID+"/messages", tokAlice, server.SendMessage{Text: "again"}, nil)
+	m := live.next(t)
+	require.Equal(t, "event", m.Event)
+	require.Equal(t, strconv.FormatUint(last+1, 10), m.ID)
 }

@@ -143,6 +143,7 @@ type tailer struct {
 	json    bool
 	max     int
 	after   uint64 // last seq printed (or asked to start after)
+	logEnd  uint64 // the last seq the log is known to have reached (--server)
 	backlog bool   // the first poll starts tailBacklog events before the end
 	printed int
 }
@@ -234,11 +235,12 @@ func (t *tailer) follow(ctx context.Context, rc *remote) error {
 	if _, err := rc.conversation(ctx, t.id); err != nil {
 		return err
 	}
+	last, err := rc.lastSeq(ctx, t.id)
+	if err != nil {
+		return err
+	}
+	t.logEnd = last
 	if t.backlog {
-		last, err := rc.lastSeq(ctx, t.id)
-		if err != nil {
-			return err
-		}
 		t.after = last - min(last, tailBacklog)
 	}
 	idle := 0 // streams in a row that ended with nothing printed
@@ -272,11 +274,13 @@ const maxIdleStreams = 3
 // errLagged: the node ended the stream because tail fell behind.
 var errLagged = errors.New("lagged")
 
-// stream reads one connection of the event stream after t.after.
+// stream reads one connection of the event stream after t.after, or
+// after the log's end while --from is past it (the node refuses a stream
+// that starts past the log's end; message skips what is not after t.after).
 func (t *tailer) stream(ctx context.Context, rc *remote) error {
 	h := http.Header{}
 	h.Set("Accept", "text/event-stream")
-	h.Set("Last-Event-ID", strconv.FormatUint(t.after, 10))
+	h.Set("Last-Event-ID", strconv.FormatUint(min(t.after, t.logEnd), 10))
 	resp, err := rc.request(ctx, http.MethodGet, pathID("/v1/conversations/", t.id)+"/stream", nil, h)
 	if err != nil {
 		if noConversation(err) {
@@ -325,6 +329,7 @@ func (t *tailer) message(name, data string) error {
 		if err := unmarshalEvent.Unmarshal([]byte(data), ev); err != nil {
 			return fmt.Errorf("a bad event from the node: %w", err)
 		}
+		t.logEnd = max(t.logEnd, ev.GetSeq())
 		if ev.GetSeq() <= t.after {
 			return nil
 		}

@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -11,10 +14,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/journal/pebblejournal"
 	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/server"
 )
 
 // syncBuffer is a bytes.Buffer safe for one writer and one reader.
@@ -164,4 +169,63 @@ func TestTailStopsOnInterrupt(t *testing.T) {
 	}
 	// The directory is free: tail holds it only during a poll.
 	requireOK(t, cliRun(t, "", "stats", "--dir", f.dir))
+}
+
+// TestTailServerFromPastTheLog: tail --server --from a seq the log has not
+// reached waits for the log to pass it, as tail on a directory does: the
+// node refuses a stream that starts past the log's end, so tail starts it
+// at the end and skips what is not after --from.
+func TestTailServerFromPastTheLog(t *testing.T) {
+	ctx := ctxT(t)
+	m := server.NewMetrics()
+	rt, err := lazarus.Open(lazarus.Options{Model: scripted.New(scripted.Options{}), IdleTimeout: -1, Metrics: m.Hooks()})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, rt.Close()) })
+	tokens, err := server.NewBearerTokens(map[string]agent.Identity{"ops-token": {UserID: "ops", Roles: []string{"operator"}}})
+	require.NoError(t, err)
+	node := httptest.NewServer(server.New(rt, server.Options{Authenticator: tokens, Metrics: m}))
+	t.Cleanup(node.Close)
+	_, err = rt.SendAndWait(ctx, "c1", "hi", agent.SystemScope)
+	require.NoError(t, err)
+	last, err := rt.Store().LastSeq(ctx, "c1")
+	require.NoError(t, err)
+
+	done := make(chan result, 1)
+	go func() {
+		done <- cliCtx(ctx, "tail", "c1", "--from", strconv.FormatUint(last+1, 10), "--max", "1", "--json",
+			"--server", node.URL, "--token", "ops-token")
+	}()
+	subscriptions := func() float64 {
+		mfs, err := m.Registry().Gather()
+		require.NoError(t, err)
+		for _, mf := range mfs {
+			if mf.GetName() == "lazarus_subscriptions" {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		return 0
+	}
+	var early *result
+	require.Eventually(t, func() bool {
+		select {
+		case r := <-done:
+			early = &r
+			return true
+		default:
+			return subscriptions() == 1
+		}
+	}, wait, time.Millisecond)
+	require.Nil(t, early, "tail ended before the log passed --from")
+
+	_, err = rt.SendAndWait(ctx, "c1", "again", agent.SystemScope)
+	require.NoError(t, err)
+	var r result
+	select {
+	case r = <-done:
+	case <-ctx.Done():
+		t.Fatal("tail did not end")
+	}
+	requireOK(t, r)
+	require.Equal(t, 1, strings.Count(r.stdout, "\n"), "%s", r.stdout)
+	require.Contains(t, r.stdout, fmt.Sprintf(`"seq":"%d"`, last+2))
 }
