@@ -125,7 +125,9 @@
 // client that reconnects in the middle of an answer replaces its partial
 // text with them. A comment line is sent every Options.KeepAlive while
 // nothing else is. A stream that falls too far behind ends with an error of
-// code "lagged": reconnect with Last-Event-ID.
+// code "lagged": reconnect with Last-Event-ID. A client that stops reading
+// with its connection open is cut once a write to it has waited
+// Options.StreamWriteTimeout (default a minute), and its subscription ends.
 //
 // # Web console
 //

@@ -31,6 +31,8 @@ const (
 	DefaultMaxBodyBytes = 4 << 20
 	// DefaultKeepAlive is how often an idle event stream gets a comment.
 	DefaultKeepAlive = 15 * time.Second
+	// DefaultStreamWriteTimeout bounds each write of an event stream.
+	DefaultStreamWriteTimeout = time.Minute
 	// DefaultPageSize is the page size of the listings when the request
 	// gives no limit; MaxPageSize is the largest one accepted.
 	DefaultPageSize = 50
@@ -57,6 +59,12 @@ type Options struct {
 	// KeepAlive is how often an event stream with nothing to send gets a
 	// comment line, so proxies keep it open. Default DefaultKeepAlive.
 	KeepAlive time.Duration
+	// StreamWriteTimeout bounds each write of an event stream (what is
+	// ready to send, and its flush): a client that has not taken it in
+	// after that long (it stopped reading, with its connection open) is
+	// cut, and its stream and subscription end. Default
+	// DefaultStreamWriteTimeout.
+	StreamWriteTimeout time.Duration
 	// Metrics is what /metrics exposes (see NewMetrics); pass the same
 	// Metrics' Hooks to lazarus.Options.Metrics so that the runtime feeds
 	// it. Default nil: the server makes its own, whose runtime-fed series
@@ -82,6 +90,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.KeepAlive <= 0 {
 		o.KeepAlive = DefaultKeepAlive
+	}
+	if o.StreamWriteTimeout <= 0 {
+		o.StreamWriteTimeout = DefaultStreamWriteTimeout
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

@@ -102,7 +102,12 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c caller) {
 		return
 	}
 	rc := http.NewResponseController(w)
-	_ = rc.SetWriteDeadline(time.Time{}) // a stream outlives the server's WriteTimeout
+	// A stream outlives the server's WriteTimeout; each of its writes (an
+	// update's messages, a flush, a keep-alive) is bounded instead, so
+	// that a client that stops reading does not hold the handler and its
+	// subscription for as long as its connection.
+	bound := func() { _ = rc.SetWriteDeadline(time.Now().Add(s.opts.StreamWriteTimeout)) }
+	bound()
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")
@@ -116,6 +121,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c caller) {
 	// write writes one update; false ends the stream (flushed, when it
 	// ended with an error message).
 	write := func(u lazarus.Update, ok bool) bool {
+		bound()
 		if !ok {
 			// The subscription ended without an error update: the request
 			// is over, or the Runtime closed, which the client is told.
@@ -151,10 +157,12 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c caller) {
 					more = false
 				}
 			}
+			bound()
 			if rc.Flush() != nil {
 				return
 			}
 		case <-keepAlive.C:
+			bound()
 			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil || rc.Flush() != nil {
 				return
 			}

@@ -1,14 +1,19 @@
 package server_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -277,4 +282,52 @@ func TestStreamRefusesACursorPastTheLog(t *testing.T) {
 	m := live.next(t)
 	require.Equal(t, "event", m.Event)
 	require.Equal(t, strconv.FormatUint(last+1, 10), m.ID)
+}
+
+// TestStreamCutsAClientThatStopsReading: a client that keeps its
+// connection open but stops reading an event stream is cut once a write
+// to it has waited Options.StreamWriteTimeout: the handler returns and the
+// subscription is dropped (lazarus_subscriptions back to 0). Without a
+// bound the write waited forever, holding the handler, the subscription
+// and its buffered updates for as long as the client kept the connection.
+func TestStreamCutsAClientThatStopsReading(t *testing.T) {
+	ctx := testContext(t)
+	n := startNode(t, newScripted(), server.Options{StreamWriteTimeout: 200 * time.Millisecond, KeepAlive: time.Hour})
+	conv := n.create(t, tokAlice, nil)
+
+	// A client with a small receive window that reads the response's
+	// head, then nothing.
+	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+		return errors.Join(err, serr)
+	}}
+	conn, err := d.DialContext(ctx, "tcp", n.srv.Listener.Addr().String())
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = fmt.Fprintf(conn, "GET /v1/conversations/%s/stream HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", conv.ID, tokAlice)
+	require.NoError(t, err)
+	head, err := bufio.NewReader(conn).ReadString('\n')
+	require.NoError(t, err)
+	require.Contains(t, head, "200")
+	subscriptions := func() float64 {
+		mfs, err := n.metrics.Registry().Gather()
+		require.NoError(t, err)
+		for _, mf := range mfs {
+			if mf.GetName() == "lazarus_subscriptions" {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		return 0
+	}
+	require.Eventually(t, func() bool { return subscriptions() == 1 }, 10*time.Second, time.Millisecond)
+
+	// More than the connection's buffers hold: a write blocks.
+	text := strings.Repeat("x", 512<<10)
+	for range 24 {
+		_, err := n.rt.Send(ctx, conv.ID, text, agent.Scope{UserID: "alice"})
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool { return subscriptions() == 0 }, 30*time.Second, 5*time.Millisecond,
+		"the stream of a client that reads nothing is still open")
 }
