@@ -153,11 +153,21 @@ func configErr(format string, args ...any) error {
 }
 
 // decodeStrict decodes one JSON object from r into v, refusing unknown
-// fields and trailing data.
+// fields, trailing data and anything but an object (null included, which
+// json decodes as nothing).
 func decodeStrict(r io.Reader, v any) error {
 	dec := json.NewDecoder(r)
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		return err
+	}
+	if !bytes.HasPrefix(raw, []byte("{")) {
+		return errors.New("not a JSON object")
+	}
+	inner := json.NewDecoder(bytes.NewReader(raw))
+	inner.DisallowUnknownFields()
+	if err := inner.Decode(v); err != nil {
 		return err
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
@@ -219,6 +229,9 @@ func (h humanToolConfig) tool() (agent.Tool, error) {
 		var obj map[string]any
 		if err := json.Unmarshal(h.Parameters, &obj); err != nil {
 			return t, configErr("human tool %s: parameters must be a JSON schema object: %v", h.Name, err)
+		}
+		if obj == nil {
+			return t, configErr("human tool %s: parameters must be a JSON schema object, not null", h.Name)
 		}
 		t.Parameters = string(h.Parameters)
 	}

@@ -23,6 +23,8 @@ func TestServeConfigErrors(t *testing.T) {
 		"unknown field":      `{"listen": "127.0.0.1:0", "colour": "blue"}`,
 		"not json":           `{"listen": `,
 		"trailing data":      `{} {}`,
+		"null":               `null`,
+		"schema null":        `{"human_tools": [{"name": "a", "parameters": null}]}`,
 		"bad timeout":        `{"human_tools": [{"name": "approve", "timeout": "soon"}]}`,
 		"nameless tool":      `{"human_tools": [{"description": "x"}]}`,
 		"schema not object":  `{"human_tools": [{"name": "a", "parameters": [1]}]}`,
@@ -44,7 +46,7 @@ func TestServeConfigErrors(t *testing.T) {
 			require.NoError(t, os.WriteFile(path, []byte(cfg), 0o600))
 			c := newCLI(nil, &lockedBuffer{}, &lockedBuffer{})
 			c.getenv = func(string) string { return "" }
-			err := c.serve(context.Background(), c.newFlags(serveCmd), []string{"--config", path, "--dir", dir, "--listen", "127.0.0.1:0"})
+			err := c.serve(ctxT(t), c.newFlags(serveCmd), []string{"--config", path, "--dir", dir, "--listen", "127.0.0.1:0"}) // bounded: a config taken serves until the context ends
 			require.ErrorIs(t, err, errConfig)
 			require.Equal(t, exitError, exitCode(err))
 			_, statErr := os.Stat(dir)
@@ -59,7 +61,7 @@ func TestServeTokens(t *testing.T) {
 	ids, err := parseTokens([]byte(`{"s3cret": {"user": "ann", "roles": ["operator"]}}`))
 	require.NoError(t, err)
 	require.Equal(t, map[string]agent.Identity{"s3cret": {UserID: "ann", Roles: []string{"operator"}}}, ids)
-	for _, bad := range []string{`{"s3cret": {"user": ""}}`, `{"s3cret": {"user": "ann", "admin": true}}`, `["s3cret"]`, `{"": {"user": "ann"}}`} {
+	for _, bad := range []string{`{"s3cret": {"user": ""}}`, `{"s3cret": {"user": "ann", "admin": true}}`, `["s3cret"]`, `{"": {"user": "ann"}}`, `null`} {
 		_, err := parseTokens([]byte(bad))
 		require.ErrorIs(t, err, errConfig, bad)
 		require.NotContains(t, err.Error(), "s3cret")
