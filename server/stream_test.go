@@ -331,3 +331,63 @@ func TestStreamCutsAClientThatStopsReading(t *testing.T) {
 	require.Eventually(t, func() bool { return subscriptions() == 0 }, 30*time.Second, 5*time.Millisecond,
 		"the stream of a client that reads nothing is still open")
 }
+
+// TestStreamOfASlowClientEndsLagged: a client that reads too slowly for
+// its subscription's buffer (lazarus.Options.SubscriberBuffer) gets every
+// event up to where it fell behind, in order and with no gap, then an
+// error message of code "lagged" that ends the stream; it resumes with
+// Last-Event-ID from the next seq.
+func TestStreamOfASlowClientEndsLagged(t *testing.T) {
+	ctx := testContext(t)
+	n := startNodeIn(t, "", newScripted(), server.Options{StreamWriteTimeout: time.Hour, KeepAlive: time.Hour},
+		func(o *lazarus.Options) { o.SubscriberBuffer = 4 })
+	conv := n.create(t, tokAlice, nil)
+
+	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+		return errors.Join(err, serr)
+	}}
+	conn, err := d.DialContext(ctx, "tcp", n.srv.Listener.Addr().String())
+	require.NoError(t, err)
+	defer conn.Close()
+	req, err := http.NewRequest("GET", n.srv.URL+"/v1/conversations/"+conv.ID+"/stream", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+tokAlice)
+	require.NoError(t, req.Write(conn))
+	br := bufio.NewReaderSize(conn, 64<<10)
+	res, err := http.ReadResponse(br, req)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+
+	// While the client reads nothing: more than its connection's buffers
+	// and the subscription's hold.
+	text := strings.Repeat("x", 512<<10)
+	for range 24 {
+		_, err := n.rt.Send(ctx, conv.ID, text, agent.Scope{UserID: "alice"})
+		require.NoError(t, err)
+	}
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(30*time.Second))) // a stream that never lags fails the test
+	st := &sseStream{res: res, sc: newScanner(res), cancel: func() {}}
+	var last uint64
+	for {
+		m := st.next(t)
+		if m.Event == "error" {
+			require.Contains(t, m.Data, `"code":"lagged"`)
+			break
+		}
+		if m.Event == "event" {
+			seq, err := strconv.ParseUint(m.ID, 10, 64)
+			require.NoError(t, err)
+			require.Equal(t, last+1, seq, "a gap or a duplicate")
+			last = seq
+		}
+	}
+	require.False(t, st.sc.Scan(), "the stream goes on after lagged")
+	require.Less(t, last, uint64(48), "it did not lag")
+
+	again := n.stream(t, ctx, tokAlice, conv.ID, strconv.FormatUint(last, 10))
+	m := again.next(t)
+	require.Equal(t, "event", m.Event)
+	require.Equal(t, strconv.FormatUint(last+1, 10), m.ID)
+}
