@@ -103,7 +103,8 @@
 // in the log, then each new one once durable, with no gap and no duplicate
 // across kills and revivals of the conversation's actor. A seq past the
 // log's last event is a bad request (400 invalid, naming the last seq): it
-// is no cursor of this conversation's. Messages:
+// is no cursor of this conversation's. A HEAD request is answered with the
+// status and headers a GET would get, and ends. Messages:
 //
 //	event: event      id: <seq>   data: the event (protobuf JSON, proto field names)
 //	event: delta                  data: {"text": "..."}  streamed text, not durable

@@ -96,6 +96,13 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c caller) {
 		s.writeError(w, errInvalid(fmt.Sprintf("the stream cannot start after seq %d: the log ends at seq %d", after, last)))
 		return
 	}
+	if r.Method == http.MethodHead {
+		// (ServeMux routes HEAD to the GET handler.) A HEAD has no body:
+		// a stream would send nothing, and never end.
+		setStreamHeaders(w.Header())
+		w.WriteHeader(http.StatusOK)
+		return
+	}
 	updates, err := s.rt.SubscribeWith(r.Context(), id, after, lazarus.SubscribeOptions{Agent: view})
 	if err != nil {
 		s.writeError(w, err)
@@ -108,10 +115,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c caller) {
 	// subscription for as long as its connection.
 	bound := func() { _ = rc.SetWriteDeadline(time.Now().Add(s.opts.StreamWriteTimeout)) }
 	bound()
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Accel-Buffering", "no")
+	setStreamHeaders(w.Header())
 	w.WriteHeader(http.StatusOK)
 	if rc.Flush() != nil {
 		return
@@ -170,6 +174,13 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c caller) {
 			return
 		}
 	}
+}
+
+// setStreamHeaders sets the headers of an event stream's answer.
+func setStreamHeaders(h http.Header) {
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
 }
 
 // writeUpdate writes one update as its messages.

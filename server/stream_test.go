@@ -391,3 +391,37 @@ func TestStreamOfASlowClientEndsLagged(t *testing.T) {
 	require.Equal(t, "event", m.Event)
 	require.Equal(t, strconv.FormatUint(last+1, 10), m.ID)
 }
+
+// TestStreamHeadEnds: HEAD of an event stream (net/http's ServeMux routes
+// it to the GET handler) answers the stream's status and headers and ends,
+// subscribing to nothing: it ran as a stream whose writes were discarded,
+// so it never ended, and the next request the client sent on the same
+// connection waited behind it.
+func TestStreamHeadEnds(t *testing.T) {
+	ctx := testContext(t)
+	n := startNode(t, newScripted(), server.Options{})
+	conv := n.create(t, tokAlice, nil)
+	path := n.srv.URL + "/v1/conversations/" + conv.ID + "/stream"
+	do := func(method, path string) *http.Response {
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		req, err := http.NewRequestWithContext(rctx, method, path, nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+tokAlice)
+		res, err := n.srv.Client().Do(req)
+		require.NoError(t, err, "%s %s", method, path)
+		_, err = io.Copy(io.Discard, res.Body)
+		require.NoError(t, err)
+		require.NoError(t, res.Body.Close())
+		return res
+	}
+	res := do("HEAD", path)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Equal(t, "text/event-stream", res.Header.Get("Content-Type"))
+	// The same connection serves the next request.
+	res = do("GET", n.srv.URL+"/v1/conversations/"+conv.ID)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	// Its checks hold: a cursor past the log is a bad request.
+	res = do("HEAD", path+"?after=1000")
+	require.Equal(t, http.StatusBadRequest, res.StatusCode)
+}
