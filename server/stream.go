@@ -238,7 +238,8 @@ func (s *Server) writeEnd(w http.ResponseWriter, conv string, cause error) error
 	if errors.Is(cause, lazarus.ErrLagged) {
 		code = CodeLagged
 	}
-	if status >= 500 && code != CodeClosed {
+	if status >= 500 && code != CodeClosed && code != CodeLagged {
+		// A slow client's lagged end is the client's doing, not a failure.
 		s.log.Warn("server: event stream ended", "conversation", conv, "err", cause)
 	}
 	if err := writeSSE(w, "error", errorBody{Error: errorDetail{Code: code, Message: publicMessage(status, code, cause)}}); err != nil {
