@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -11,8 +12,10 @@ import (
 	"os"
 	osuser "os/user"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
+	"unicode/utf8"
 
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/journal"
@@ -35,8 +38,9 @@ Pending server calls are not listed: the runtime runs them (again, with
 the same tool call id) when it revives the conversation.
 
 With --json the document is {"pending": [...]}, one object per call with
-tool_call_id, conversation_id, tool, prompt, args, created, deadline (RFC
-3339, empty if none) and age_seconds.
+tool_call_id, conversation_id, tool, prompt, args (the call's JSON
+arguments as text, compacted: the same offline and with --server),
+created, deadline (RFC 3339, empty if none) and age_seconds.
 
 With --server it lists the calls the token's user sees (operators: all).`,
 	run:    (*cli).pending,
@@ -163,7 +167,7 @@ func (c *cli) printPending(rows []*messages.ToolCallRecord, asJSON bool) error {
 		for _, r := range rows {
 			pj := pendingJSON{
 				ToolCallID: r.GetId(), ConversationID: r.GetConversationId(), Tool: r.GetName(),
-				Prompt: r.GetPrompt(), Args: r.GetArgs(),
+				Prompt: r.GetPrompt(), Args: compactArgs(r.GetArgs()),
 			}
 			if r.GetCreated() != nil {
 				pj.Created = stamp(r.GetCreated())
@@ -193,6 +197,40 @@ func (c *cli) printPending(rows []*messages.ToolCallRecord, asJSON bool) error {
 			displayID(r.GetName()), ageText, deadlineText(r.GetDeadline(), now), quote(r.GetPrompt(), false))
 	}
 	return tw.Flush()
+}
+
+// compactArgs returns a call's JSON arguments compacted, with the escapes
+// of <, >, &, U+2028 and U+2029 that a JSON encoder adds written as the
+// characters: the text a store keeps (as the model wrote it) and the one a
+// node's API sends (compacted and escaped by encoding/json) give the same
+// string. Arguments that are not JSON are returned as they are.
+func compactArgs(args string) string {
+	var buf bytes.Buffer
+	if json.Compact(&buf, []byte(args)) != nil {
+		return args
+	}
+	b := buf.Bytes()
+	out := make([]byte, 0, len(b))
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' || i+1 >= len(b) {
+			out = append(out, b[i])
+			continue
+		}
+		if b[i+1] == 'u' && i+6 <= len(b) {
+			switch r := strings.ToLower(string(b[i+2 : i+6])); r {
+			case "003c", "003e", "0026", "2028", "2029":
+				n, _ := strconv.ParseUint(r, 16, 32)
+				out = utf8.AppendRune(out, rune(n))
+				i += 5
+				continue
+			}
+		}
+		// Any other escape, kept whole (so an escaped backslash does not
+		// start one).
+		out = append(out, b[i], b[i+1])
+		i++
+	}
+	return string(out)
 }
 
 var resolveCmd = &command{

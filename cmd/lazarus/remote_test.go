@@ -125,3 +125,45 @@ func TestResolveNullOnANode(t *testing.T) {
 	requireOK(t, r)
 	require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, readCall(t, f.dir, f.waitingCall).GetStatus())
 }
+
+// TestPendingJSONArgsMatchOnANode: pending --json prints a call's
+// arguments as the same text offline and with --server, whatever their
+// spacing or the characters they hold: the node's API compacts them and
+// escapes <, > and & (json.RawMessage), which the store keeps as the model
+// wrote them.
+func TestPendingJSONArgsMatchOnANode(t *testing.T) {
+	dir := t.TempDir()
+	model := scripted.New(scripted.Options{})
+	const args = `{ "amount": 50, "note": "<b> & \u00e9 \\u003c", "z": [1, 2.50] }`
+	model.Push("waiting", scripted.Reply("I need an approval.", scripted.Call("approve", args)))
+	rt, err := lazarus.Open(lazarus.Options{Dir: dir, Model: model, Tools: tools(), IdleTimeout: -1})
+	require.NoError(t, err)
+	ctx := ctxT(t)
+	_, err = rt.Send(ctx, "waiting", "Refund order 7, please.", user)
+	require.NoError(t, err)
+	awaitEvent(t, rt, "waiting", func(ev *messages.Event) bool { return ev.GetSuspension() != nil })
+	require.NoError(t, rt.Close())
+
+	now := time.Now()
+	run := func(args ...string) result {
+		var out, errb bytes.Buffer
+		c := newCLI(strings.NewReader(""), &out, &errb)
+		c.now = func() time.Time { return now }
+		code := c.run(ctx, args)
+		return result{out.String(), errb.String(), code}
+	}
+	local := run("pending", "--json", "--dir", dir)
+	requireOK(t, local)
+
+	rt, err = lazarus.Open(lazarus.Options{Dir: dir, Model: scripted.New(scripted.Options{}), Tools: tools(), NoResume: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, rt.Close()) })
+	tokens, err := server.NewBearerTokens(map[string]agent.Identity{"ops-token": {UserID: "ops", Roles: []string{"operator"}}})
+	require.NoError(t, err)
+	node := httptest.NewServer(server.New(rt, server.Options{Authenticator: tokens}))
+	t.Cleanup(node.Close)
+	remote := run("pending", "--json", "--server", node.URL, "--token", "ops-token")
+	requireOK(t, remote)
+	require.Equal(t, local.stdout, remote.stdout)
+	require.Contains(t, local.stdout, `"args": "{\"amount\":50,\"note\":\"<b> & \\u00e9 \\\\u003c\",\"z\":[1,2.50]}"`)
+}
