@@ -203,3 +203,39 @@ func TestListingPages(t *testing.T) {
 	n.must(t, http.StatusBadRequest, "GET", "/v1/conversations?metadata[topic=refund", tokAlice, nil, nil)
 	n.must(t, http.StatusBadRequest, "GET", "/v1/conversations?metadata[]=x", tokAlice, nil, nil)
 }
+
+// TestLastFullPageHasNoCursor: a listing page that ends on the Store's
+// last row, filled to its limit, has no next_cursor, as NextCursor's doc
+// says ("" when there is no more): it had one, naming an empty page, so a
+// filtered listing read through a node said there was more where the
+// same listing read from the Store said there was not.
+func TestLastFullPageHasNoCursor(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	suspendOnApproval(t, ctx, n, model)
+	other := n.create(t, tokAlice, map[string]string{"topic": "refund"})
+	model.Push(other.ID, scripted.Reply("question", scripted.Call("ask", `{"q":"color?"}`)), scripted.Text("noted"))
+	st := n.stream(t, ctx, tokAlice, other.ID, "")
+	n.must(t, http.StatusAccepted, "POST", "/v1/conversations/"+other.ID+"/messages", tokAlice, server.SendMessage{Text: "ask me"}, nil)
+	st.until(t, "turn_end", "suspended")
+
+	var convs server.ConversationList
+	n.must(t, http.StatusOK, "GET", "/v1/conversations?limit=2", tokOlga, nil, &convs)
+	require.Len(t, convs.Conversations, 2)
+	require.Empty(t, convs.NextCursor)
+	n.must(t, http.StatusOK, "GET", "/v1/conversations?limit=1", tokOlga, nil, &convs)
+	require.Len(t, convs.Conversations, 1)
+	require.NotEmpty(t, convs.NextCursor, "a page before the last has a cursor")
+	n.must(t, http.StatusOK, "GET", "/v1/conversations?limit=1&metadata[topic]=refund", tokOlga, nil, &convs)
+	require.Len(t, convs.Conversations, 1)
+	require.Empty(t, convs.NextCursor)
+
+	var calls server.CallList
+	n.must(t, http.StatusOK, "GET", "/v1/calls?limit=2", tokOlga, nil, &calls)
+	require.Len(t, calls.Calls, 2)
+	require.Empty(t, calls.NextCursor)
+	n.must(t, http.StatusOK, "GET", "/v1/calls?limit=1", tokOlga, nil, &calls)
+	require.Len(t, calls.Calls, 1)
+	require.NotEmpty(t, calls.NextCursor, "a page before the last has a cursor")
+}

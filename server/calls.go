@@ -193,8 +193,13 @@ func (s *Server) listCalls(w http.ResponseWriter, r *http.Request, c caller) {
 				break
 			}
 		}
+		// Every row read was looked at: the loop did not stop at a full
+		// page before the end of rows.
+		last := len(rows) - 1
+		readAll := last < 0 || cursor == journal.PendingCursor(rows[last].GetConversationId(), rows[last].GetId())
 		switch {
-		case (next == "" || len(rows) == 0) && len(out.Calls) < limit:
+		case (next == "" || len(rows) == 0) && (len(out.Calls) < limit || readAll):
+			// The last page, full or not: no cursor.
 			writeJSON(w, http.StatusOK, out)
 			return
 		case len(out.Calls) == limit || budget <= 0:

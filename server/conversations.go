@@ -295,10 +295,15 @@ func (s *Server) listConversations(w http.ResponseWriter, r *http.Request, c cal
 				break
 			}
 		}
+		// Every row read was looked at: the loop did not stop at a full
+		// page before the end of rows.
+		readAll := len(rows) == 0 || cursor == rows[len(rows)-1].GetId()
 		switch {
-		case (next == "" || len(rows) == 0) && len(out.Conversations) < limit:
-			// The last page (a full page ending on the last row is
-			// followed by an empty one).
+		case (next == "" || len(rows) == 0) && (len(out.Conversations) < limit || readAll):
+			// The last page, full or not: the Store has no row after
+			// the last one read, so no cursor (a cursor would name an
+			// empty page, and the same listing read from the Store
+			// says there is no more).
 			writeJSON(w, http.StatusOK, out)
 			return
 		case len(out.Conversations) == limit || budget <= 0:

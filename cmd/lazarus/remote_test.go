@@ -67,7 +67,8 @@ func TestServerModeMatchesLocal(t *testing.T) {
 	}
 	cases := [][]string{
 		{"conversations"}, {"conversations", "--json"}, {"conversations", "--limit", "1"},
-		{"conversations", "--where", "owner=alice"},
+		{"conversations", "--where", "owner=alice"}, {"conversations", "--limit", "3"},
+		{"conversations", "--where", "owner=alice", "--limit", "1", "--json"},
 		{"show", "finished"}, {"show", "finished", "--json"}, {"show", "waiting", "--limit", "3"},
 		{"show", "waiting", "--from", "2", "--limit", "2"}, {"show", "waiting", "--before", "5", "--limit", "2", "--json"},
 		{"show", "nobody"},
