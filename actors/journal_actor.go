@@ -37,6 +37,7 @@ type JournalOptions struct {
 	MaxInflight int
 	// Observe, if set, is called after each Store.AppendBatch (a group
 	// commit) with the number of requests it carried and how long it took,
+	// whether it succeeded, failed or panicked (lazarus.Metrics.Commit),
 	// on the goroutine that called it (a committer, or the actor itself
 	// while it stops). It must not block.
 	Observe func(requests int, took time.Duration)
@@ -424,17 +425,18 @@ func safeAppendBatch(store journal.Store, log *slog.Logger, observe func(int, ti
 			log.Error("actors: Store.AppendBatch panicked", "panic", r, "requests", len(reqs), "stack", string(debug.Stack()))
 			results = failedResults(reqs, nil, fmt.Errorf("actors: Store.AppendBatch panicked: %v", r))
 		}
+		// Observed whether it succeeded, failed or panicked.
+		took := time.Since(start)
+		if observe != nil {
+			observe(len(reqs), took)
+		}
+		log.Debug("actors: journal commit", "requests", len(reqs), "took", took)
 	}()
 	results = store.AppendBatch(context.Background(), reqs)
 	if len(results) != len(reqs) {
 		log.Error("actors: Store.AppendBatch returned the wrong number of results", "requests", len(reqs), "results", len(results))
 		results = failedResults(reqs, results, fmt.Errorf("actors: Store.AppendBatch returned %d results for %d requests", len(results), len(reqs)))
 	}
-	took := time.Since(start)
-	if observe != nil {
-		observe(len(reqs), took)
-	}
-	log.Debug("actors: journal commit", "requests", len(reqs), "took", took)
 	return results
 }
 

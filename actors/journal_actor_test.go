@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -288,15 +289,23 @@ func TestJournalErrorsReachRequesters(t *testing.T) {
 	require.False(t, errors.Is(replyErr(r), journal.ErrConflict))
 }
 
+// TestJournalRecoversStorePanic: a Store whose AppendBatch panics fails
+// that batch's requests, the actor keeps working, and the batch is
+// observed (JournalOptions.Observe: after each AppendBatch, whether it
+// succeeded or not) like any other.
 func TestJournalRecoversStorePanic(t *testing.T) {
 	sys := newTestSystem(t)
 	store := newGateStore()
 	store.panicky = true
-	pid := sys.Root.Spawn(actors.NewJournal(store, actors.JournalOptions{}))
+	var observed atomic.Int64
+	pid := sys.Root.Spawn(actors.NewJournal(store, actors.JournalOptions{Observe: func(requests int, _ time.Duration) {
+		observed.Add(int64(requests))
+	}}))
 
 	r := requestWrite(t, sys, pid, write(1, userAppend("a", 0, "boom")))
 	require.Error(t, replyErr(r))
 	require.Equal(t, messages.ErrorCode_ERROR_CODE_INTERNAL, r.GetReply().GetError().GetCode())
+	require.Equal(t, int64(1), observed.Load(), "the panicked batch is observed")
 
 	store.mu.Lock()
 	store.panicky = false
@@ -304,6 +313,7 @@ func TestJournalRecoversStorePanic(t *testing.T) {
 	r = requestWrite(t, sys, pid, write(2, userAppend("a", 0, "fine")))
 	require.NoError(t, replyErr(r), "the actor keeps working after a Store panic")
 	require.Equal(t, uint64(1), r.GetReply().GetLastSeq())
+	require.Equal(t, int64(2), observed.Load())
 }
 
 // TestJournalStopAnswersEveryRequester stops the actor with a commit in
