@@ -56,7 +56,8 @@
 //
 // Output meant for people goes to stdout, one line per item; --json gives a
 // single JSON document instead on the list-like commands (conversations,
-// show, pending, stats; tail --json prints JSON lines). Errors go to stderr.
+// show, pending, stats), send and check; tail --json prints JSON lines.
+// Errors go to stderr.
 package main
 
 import (

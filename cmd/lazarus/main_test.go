@@ -203,6 +203,9 @@ func TestHelpOnEveryCommand(t *testing.T) {
 	// The help of the commands that follow or mirror the runtime points to
 	// the in-process way.
 	require.Contains(t, cliRun(t, "", "tail", "--help").stdout, "Runtime.Subscribe")
+	// tail --json prints JSON lines, not one document.
+	require.Contains(t, cliRun(t, "", "tail", "--help").stdout, "one protojson line (JSON lines)")
+	require.NotContains(t, cliRun(t, "", "tail", "--help").stdout, "one JSON document")
 	require.Contains(t, cliRun(t, "", "export", "--help").stdout, `{"type":"event","conversation":ID,"record":<Event>}`)
 }
 

@@ -63,6 +63,7 @@ const tailPage = 512
 
 func (c *cli) tail(ctx context.Context, fs *flags, args []string) error {
 	fs.withJSON().withServer()
+	fs.Lookup("json").Usage = "print each event as one protojson line (JSON lines) instead of text, for scripts"
 	from := fs.Uint64("from", 0, "print the events after this `seq` first (default: the last 10)")
 	interval := fs.Duration("interval", time.Second, "how often to poll the directory")
 	grace := fs.Duration("grace", 5*time.Second, "give up once another process has held the directory this long")
