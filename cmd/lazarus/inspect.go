@@ -213,6 +213,9 @@ func (c *cli) show(ctx context.Context, fs *flags, args []string) (err error) {
 	if *limit < 0 {
 		return usagef("--limit must not be negative")
 	}
+	if *before != 0 && *before-1 <= *from {
+		return usagef("--before %d leaves no seq after --from %d (both are exclusive)", *before, *from)
+	}
 	id := pos[0]
 	if err := journal.ValidateID("conversation id", id); err != nil {
 		return usagef("%v", err)

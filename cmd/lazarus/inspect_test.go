@@ -152,6 +152,14 @@ func TestShow(t *testing.T) {
 		r = cliRun(t, "", "show", "waiting", "--dir", f.dir, "--from", "7")
 		requireOK(t, r)
 		require.Equal(t, "-- no events in this range\n", r.stdout)
+		for _, fb := range [][2]string{{"3", "2"}, {"3", "4"}, {"3", "3"}} {
+			r = cliRun(t, "", "show", "waiting", "--dir", f.dir, "--from", fb[0], "--before", fb[1])
+			require.Equal(t, exitUsage, r.code, "--from %s --before %s: %s", fb[0], fb[1], r.stdout)
+			require.Contains(t, r.stderr, "leaves no seq after --from")
+		}
+		r = cliRun(t, "", "show", "waiting", "--dir", f.dir, "--from", "3", "--before", "5")
+		requireOK(t, r)
+		require.Regexp(t, `^\s+4 `, outLines(r.stdout)[0], "one seq between them")
 	})
 
 	t.Run("json", func(t *testing.T) {
