@@ -719,6 +719,9 @@ func load(ctx context.Context, store journal.Store, id string) *inLoaded {
 			return &inLoaded{err: err}
 		}
 	}
+	if err := checkOpenCalls(ws); err != nil {
+		return &inLoaded{err: err}
+	}
 	rows := map[string]*messages.ToolCallRecord{}
 	for _, call := range ws.OpenCalls() {
 		row, err := store.ToolCall(ctx, call.GetCall().GetId())
@@ -733,6 +736,38 @@ func load(ctx context.Context, store journal.Store, id string) *inLoaded {
 		}
 	}
 	return &inLoaded{ws: ws, rows: rows, conv: conv}
+}
+
+// checkOpenCalls returns an error wrapping journal.ErrCorrupt, naming the
+// event's seq, if an open call of ws is one a revival can neither run again
+// nor wait on: its tool_call event has no call id, or an executor that is
+// neither server nor human. No write of the runtime makes one (a damaged
+// record or a foreign writer does); taken as it is, the activation would
+// owe a result nobody gives and never call the model again.
+func checkOpenCalls(ws *snapshot.WorkingSet) error {
+	open := ws.OpenCalls()
+	if len(open) == 0 {
+		return nil
+	}
+	isOpen := make(map[*messages.ToolCallEvent]bool, len(open))
+	for _, tc := range open {
+		isOpen[tc] = true
+	}
+	for _, ev := range ws.Events {
+		tc := ev.GetToolCall()
+		if tc == nil || !isOpen[tc] {
+			continue
+		}
+		switch tc.GetExecutor() {
+		case messages.Executor_EXECUTOR_SERVER, messages.Executor_EXECUTOR_HUMAN:
+		default:
+			return journal.Corruptf("tool_call event at seq %d (call %q) has executor %v, neither server nor human", ev.GetSeq(), tc.GetCall().GetId(), tc.GetExecutor())
+		}
+		if tc.GetCall().GetId() == "" {
+			return journal.Corruptf("tool_call event at seq %d has no call id", ev.GetSeq())
+		}
+	}
+	return nil
 }
 
 // generate calls the model, recovering a panic into an error wrapping
