@@ -740,8 +740,8 @@ func load(ctx context.Context, store journal.Store, id string) *inLoaded {
 
 // checkOpenCalls returns an error wrapping journal.ErrCorrupt, naming the
 // event's seq, if an open call of ws is one a revival can neither run again
-// nor wait on: its tool_call event has no call id, or an executor that is
-// neither server nor human. No write of the runtime makes one (a damaged
+// nor wait on: its tool_call event has a call id no row can have (empty,
+// oversized), or an executor that is neither server nor human. No write of the runtime makes one (a damaged
 // record or a foreign writer does); taken as it is, the activation would
 // owe a result nobody gives and never call the model again.
 func checkOpenCalls(ws *snapshot.WorkingSet) error {
@@ -763,8 +763,8 @@ func checkOpenCalls(ws *snapshot.WorkingSet) error {
 		default:
 			return journal.Corruptf("tool_call event at seq %d (call %q) has executor %v, neither server nor human", ev.GetSeq(), tc.GetCall().GetId(), tc.GetExecutor())
 		}
-		if tc.GetCall().GetId() == "" {
-			return journal.Corruptf("tool_call event at seq %d has no call id", ev.GetSeq())
+		if err := journal.ValidateID("tool call id", tc.GetCall().GetId()); err != nil {
+			return journal.Corruptf("tool_call event at seq %d: %v", ev.GetSeq(), err)
 		}
 	}
 	return nil

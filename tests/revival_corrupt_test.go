@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -11,13 +12,14 @@ import (
 )
 
 // TestRevivalRefusesAnOpenCallItCanNeitherRunNorAwait: a log whose open
-// tool_call event has no call id, or an executor that is neither server
-// nor human (no write of the runtime makes one; a damaged record or a
-// foreign writer does), is damage: the revival fails with an error
+// tool_call event has a call id no row can have (empty, oversized), or an
+// executor that is neither server nor human (no write of the runtime
+// makes one; a damaged record or a foreign writer does), is damage: the revival fails with an error
 // wrapping journal.ErrCorrupt naming the event's seq, every command is
 // refused so, and nothing is written, the model is not called. The
-// revival took the first and failed with journal.ErrInvalid (the Store
-// refused the row's empty id); it took the second as a call nobody runs
+// revival took the first two and failed with journal.ErrInvalid (the
+// Store refused the row lookup's id), which the Runtime retried until it
+// gave up with "outcome unknown"; it took the last as a call nobody runs
 // or answers, wrote the next message and never ran its turn.
 func TestRevivalRefusesAnOpenCallItCanNeitherRunNorAwait(t *testing.T) {
 	cases := map[string]struct {
@@ -27,6 +29,11 @@ func TestRevivalRefusesAnOpenCallItCanNeitherRunNorAwait(t *testing.T) {
 	}{
 		"no call id": {
 			call:     &messages.ToolCall{Name: "lookup_order", Arguments: `{"id":42}`},
+			executor: messages.Executor_EXECUTOR_SERVER,
+			want:     "seq 3",
+		},
+		"oversized call id": {
+			call:     &messages.ToolCall{Id: strings.Repeat("x", journal.MaxIDBytes+1), Name: "lookup_order", Arguments: `{"id":42}`},
 			executor: messages.Executor_EXECUTOR_SERVER,
 			want:     "seq 3",
 		},
@@ -54,7 +61,7 @@ func TestRevivalRefusesAnOpenCallItCanNeitherRunNorAwait(t *testing.T) {
 					},
 					Status: messages.ConversationStatus_CONVERSATION_STATUS_IDLE,
 				}
-				if tc.call.GetId() != "" {
+				if journal.ValidateID("tool call id", tc.call.GetId()) == nil {
 					req.ToolCalls = []*messages.ToolCallRecord{{
 						Id: tc.call.GetId(), ConversationId: "c", Name: tc.call.GetName(), Executor: tc.executor,
 						Status: messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING, Args: tc.call.GetArguments(), Created: journal.Timestamp(now),
