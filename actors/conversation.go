@@ -719,35 +719,28 @@ func load(ctx context.Context, store journal.Store, id string) *inLoaded {
 			return &inLoaded{err: err}
 		}
 	}
-	if err := checkOpenCalls(ws); err != nil {
+	rows, err := openCallRows(ctx, store, id, ws)
+	if err != nil {
 		return &inLoaded{err: err}
-	}
-	rows := map[string]*messages.ToolCallRecord{}
-	for _, call := range ws.OpenCalls() {
-		row, err := store.ToolCall(ctx, call.GetCall().GetId())
-		switch {
-		case errors.Is(err, journal.ErrNotFound):
-			// The row is written with its tool_call event; treat a missing
-			// one as pending so the call is retried or awaited, never lost.
-		case err != nil:
-			return &inLoaded{err: err}
-		default:
-			rows[row.GetId()] = row
-		}
 	}
 	return &inLoaded{ws: ws, rows: rows, conv: conv}
 }
 
-// checkOpenCalls returns an error wrapping journal.ErrCorrupt, naming the
-// event's seq, if an open call of ws is one a revival can neither run again
-// nor wait on: its tool_call event has a call id no row can have (empty,
-// oversized), or an executor that is neither server nor human. No write of the runtime makes one (a damaged
-// record or a foreign writer does); taken as it is, the activation would
-// owe a result nobody gives and never call the model again.
-func checkOpenCalls(ws *snapshot.WorkingSet) error {
+// openCallRows returns the rows of the calls open in ws, by id. An open
+// call a revival can neither run again nor wait on is damage, and the
+// error wraps journal.ErrCorrupt naming its tool_call event's seq: the
+// event has a call id no row can have (empty, oversized), or an executor
+// that is neither server nor human, or the call has no row of its own (the
+// row is written with the event, so it was lost, or the id is another
+// conversation's). No write of the runtime leaves one; taken as it is, the
+// activation would owe a result nobody can give (an answer needs the row),
+// run a server call again on every command only to have its result
+// refused, or take another conversation's result.
+func openCallRows(ctx context.Context, store journal.Store, id string, ws *snapshot.WorkingSet) (map[string]*messages.ToolCallRecord, error) {
 	open := ws.OpenCalls()
+	rows := make(map[string]*messages.ToolCallRecord, len(open))
 	if len(open) == 0 {
-		return nil
+		return rows, nil
 	}
 	isOpen := make(map[*messages.ToolCallEvent]bool, len(open))
 	for _, tc := range open {
@@ -758,16 +751,27 @@ func checkOpenCalls(ws *snapshot.WorkingSet) error {
 		if tc == nil || !isOpen[tc] {
 			continue
 		}
+		call := tc.GetCall().GetId()
 		switch tc.GetExecutor() {
 		case messages.Executor_EXECUTOR_SERVER, messages.Executor_EXECUTOR_HUMAN:
 		default:
-			return journal.Corruptf("tool_call event at seq %d (call %q) has executor %v, neither server nor human", ev.GetSeq(), tc.GetCall().GetId(), tc.GetExecutor())
+			return nil, journal.Corruptf("tool_call event at seq %d (call %q) has executor %v, neither server nor human", ev.GetSeq(), call, tc.GetExecutor())
 		}
-		if err := journal.ValidateID("tool call id", tc.GetCall().GetId()); err != nil {
-			return journal.Corruptf("tool_call event at seq %d: %v", ev.GetSeq(), err)
+		if err := journal.ValidateID("tool call id", call); err != nil {
+			return nil, journal.Corruptf("tool_call event at seq %d: %v", ev.GetSeq(), err)
 		}
+		row, err := store.ToolCall(ctx, call)
+		switch {
+		case errors.Is(err, journal.ErrNotFound):
+			return nil, journal.Corruptf("open call %q of the tool_call event at seq %d has no row", call, ev.GetSeq())
+		case err != nil:
+			return nil, err
+		case row.GetConversationId() != id:
+			return nil, journal.Corruptf("open call %q of the tool_call event at seq %d has the row of conversation %q", call, ev.GetSeq(), row.GetConversationId())
+		}
+		rows[call] = row
 	}
-	return nil
+	return rows, nil
 }
 
 // generate calls the model, recovering a panic into an error wrapping

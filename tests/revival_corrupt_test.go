@@ -12,21 +12,45 @@ import (
 )
 
 // TestRevivalRefusesAnOpenCallItCanNeitherRunNorAwait: a log whose open
-// tool_call event has a call id no row can have (empty, oversized), or an
-// executor that is neither server nor human (no write of the runtime
-// makes one; a damaged record or a foreign writer does), is damage: the revival fails with an error
-// wrapping journal.ErrCorrupt naming the event's seq, every command is
-// refused so, and nothing is written, the model is not called. The
-// revival took the first two and failed with journal.ErrInvalid (the
-// Store refused the row lookup's id), which the Runtime retried until it
-// gave up with "outcome unknown"; it took the last as a call nobody runs
-// or answers, wrote the next message and never ran its turn.
+// tool_call event has a call id no row can have (empty, oversized), an
+// executor that is neither server nor human, no row, or the row of another
+// conversation (no write of the runtime leaves one: the row is written
+// with its event; a damaged store or a foreign writer does) is damage: the
+// revival fails with an error wrapping journal.ErrCorrupt naming the
+// event's seq, every command is refused so, and nothing is written, no
+// tool runs, the model is not called. The revival failed on the bad ids
+// with journal.ErrInvalid (the Store refused the row lookup), which the
+// Runtime retried until it gave up with "outcome unknown"; it took the
+// others, wrote the next message and never ran its turn: a server call
+// without a row ran again on every command and its result was refused as
+// stale, a human call without one could never be answered, a call whose
+// row is another conversation's took that conversation's answer.
 func TestRevivalRefusesAnOpenCallItCanNeitherRunNorAwait(t *testing.T) {
 	cases := map[string]struct {
 		call     *messages.ToolCall
 		executor messages.Executor
+		noRow    bool   // the tool_call event is written without its row
+		otherRow string // the call's row is written first, by this other conversation
 		want     string
 	}{
+		"server call without its row": {
+			call:     &messages.ToolCall{Id: "call-norow-1", Name: "lookup_order", Arguments: `{"id":42}`},
+			executor: messages.Executor_EXECUTOR_SERVER,
+			noRow:    true,
+			want:     "seq 3",
+		},
+		"human call without its row": {
+			call:     &messages.ToolCall{Id: "call-norow-2", Name: "approve_refund", Arguments: `{"amount":5}`},
+			executor: messages.Executor_EXECUTOR_HUMAN,
+			noRow:    true,
+			want:     "seq 3",
+		},
+		"call whose row is another conversation's": {
+			call:     &messages.ToolCall{Id: "call-other-1", Name: "lookup_order", Arguments: `{"id":42}`},
+			executor: messages.Executor_EXECUTOR_SERVER,
+			otherRow: "d",
+			want:     "seq 3",
+		},
 		"no call id": {
 			call:     &messages.ToolCall{Name: "lookup_order", Arguments: `{"id":42}`},
 			executor: messages.Executor_EXECUTOR_SERVER,
@@ -61,11 +85,21 @@ func TestRevivalRefusesAnOpenCallItCanNeitherRunNorAwait(t *testing.T) {
 					},
 					Status: messages.ConversationStatus_CONVERSATION_STATUS_IDLE,
 				}
-				if journal.ValidateID("tool call id", tc.call.GetId()) == nil {
-					req.ToolCalls = []*messages.ToolCallRecord{{
-						Id: tc.call.GetId(), ConversationId: "c", Name: tc.call.GetName(), Executor: tc.executor,
-						Status: messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING, Args: tc.call.GetArguments(), Created: journal.Timestamp(now),
-					}}
+				row := &messages.ToolCallRecord{
+					Id: tc.call.GetId(), ConversationId: "c", Name: tc.call.GetName(), Executor: tc.executor,
+					Status: messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING, Args: tc.call.GetArguments(), Created: journal.Timestamp(now),
+				}
+				switch {
+				case tc.otherRow != "":
+					// The other conversation's call, answered: the revival
+					// of "c" must not take its result.
+					row.ConversationId = tc.otherRow
+					row.Status = messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED
+					row.Result = &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: `{"of":"d"}`}}
+					_, err := store.Append(ctx, &messages.AppendRequest{ConversationId: tc.otherRow, Unfenced: true, ToolCalls: []*messages.ToolCallRecord{row}})
+					require.NoError(t, err)
+				case !tc.noRow && journal.ValidateID("tool call id", tc.call.GetId()) == nil:
+					req.ToolCalls = []*messages.ToolCallRecord{row}
 				}
 				_, err := store.Append(ctx, req)
 				require.NoError(t, err)
