@@ -594,3 +594,39 @@ func TestConsoleDropsAnAbandonedAnswer(t *testing.T) {
 		chromedp.WaitNotVisible(chromedp.ID("delta")),
 	))
 }
+
+// TestConsoleLiveAcrossARestart: the live view of a conversation follows it
+// across a restart of the server: the stream the shutdown ends (an error
+// of code closed) is reconnected with Last-Event-ID, and what the new
+// server writes shows live, each event once (the view stopped for good,
+// "stream ended", as for a deleted conversation).
+func TestConsoleLiveAcrossARestart(t *testing.T) {
+	ctx := testContext(t)
+	dir := t.TempDir()
+	model := newScripted()
+	n := startNodeIn(t, dir, model, server.Options{})
+	conv := n.create(t, tokAlice, nil)
+	path := "/v1/conversations/" + conv.ID + "/messages"
+	model.Push(conv.ID, scripted.Text("before"))
+	n.must(t, http.StatusAccepted, "POST", path, tokAlice, server.SendMessage{Text: "one"}, nil)
+
+	tab := newTab(t, browserWait)
+	signIn(t, tab, n, tokAlice, "#/c/"+conv.ID)
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.WaitVisible(chromedp.Search(`//ol[@id="log"]/li[@data-kind="assistant_msg" and contains(., "before")]`)),
+		chromedp.WaitVisible(chromedp.Search(`//span[@id="conv-live" and contains(., "live")]`)),
+	))
+
+	n.restart(t, dir)
+	model.Push(conv.ID, scripted.Text("after"))
+	n.must(t, http.StatusAccepted, "POST", path, tokAlice, server.SendMessage{Text: "two"}, nil)
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.WaitVisible(chromedp.Search(`//ol[@id="log"]/li[@data-kind="assistant_msg" and contains(., "after")]`)),
+		chromedp.WaitVisible(chromedp.Search(`//span[@id="conv-live" and contains(., "live")]`)),
+	))
+	shown, err := chromedp.Run(tab, chromedp.Evaluate[int](`document.querySelectorAll('#log li[data-seq]').length`))
+	require.NoError(t, err)
+	evs, err := n.rt.History(ctx, conv.ID, 0, 0)
+	require.NoError(t, err)
+	require.Len(t, evs, shown, "each event of the log once")
+}

@@ -155,7 +155,8 @@
 // to forge across sites). Every request, event streams included, sends it
 // in the Authorization header: streams are read with fetch and a
 // ReadableStream, not EventSource (which cannot send headers), and resume
-// with Last-Event-ID. The files are served without credentials (they hold
+// with Last-Event-ID when they end lagged or by the server's doing (a
+// restart ends them with the code closed). The files are served without credentials (they hold
 // no data) with a Content-Security-Policy that allows only the console's
 // own script, style and API (no inline script, no framing), and the script
 // writes every value as text, never as HTML. Options.NoConsole leaves the

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,6 +36,10 @@ type node struct {
 	rt      *lazarus.Runtime
 	srv     *httptest.Server
 	metrics *server.Metrics
+	// served is what srv serves (restart swaps it); reopen opens a
+	// Runtime and its Server as startNodeIn did, on the store in dir.
+	served atomic.Pointer[http.Handler]
+	reopen func(t *testing.T, dir string) (*lazarus.Runtime, http.Handler, *server.Metrics)
 }
 
 // startNode opens a Runtime on model with two human tools: "approve"
@@ -48,36 +53,59 @@ func startNode(t *testing.T, model agent.Model, opts server.Options) *node {
 // startNodeIn is startNode on the Pebble store in dir ("" for memory).
 func startNodeIn(t *testing.T, dir string, model agent.Model, opts server.Options, tweaks ...func(*lazarus.Options)) *node {
 	t.Helper()
-	m := server.NewMetrics()
-	ropts := lazarus.Options{
-		Model: model, IdleTimeout: -1, Metrics: m.Hooks(), Dir: dir,
-		Tools: []agent.Tool{
-			{Name: "approve", Executor: messages.Executor_EXECUTOR_HUMAN, Timeout: time.Hour,
-				Authorizer: agent.RequireRole("approver"),
-				Prompt:     func(args string) string { return "Approve the payment " + args + "?" }},
-			{Name: "ask", Executor: messages.Executor_EXECUTOR_HUMAN, Timeout: time.Hour},
-		},
+	n := &node{}
+	n.reopen = func(t *testing.T, dir string) (*lazarus.Runtime, http.Handler, *server.Metrics) {
+		t.Helper()
+		m := server.NewMetrics()
+		ropts := lazarus.Options{
+			Model: model, IdleTimeout: -1, Metrics: m.Hooks(), Dir: dir,
+			Tools: []agent.Tool{
+				{Name: "approve", Executor: messages.Executor_EXECUTOR_HUMAN, Timeout: time.Hour,
+					Authorizer: agent.RequireRole("approver"),
+					Prompt:     func(args string) string { return "Approve the payment " + args + "?" }},
+				{Name: "ask", Executor: messages.Executor_EXECUTOR_HUMAN, Timeout: time.Hour},
+			},
+		}
+		for _, tweak := range tweaks {
+			tweak(&ropts)
+		}
+		rt, err := lazarus.Open(ropts)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = rt.Close() })
+		tokens, err := server.NewBearerTokens(map[string]agent.Identity{
+			tokAlice: {UserID: "alice"},
+			tokBob:   {UserID: "bob"},
+			tokCarol: {UserID: "carol", Roles: []string{"approver"}},
+			tokDave:  {UserID: "dave", Roles: []string{"approver"}},
+			tokOlga:  {UserID: "olga", Roles: []string{"operator"}},
+		})
+		require.NoError(t, err)
+		opts := opts
+		opts.Authenticator, opts.Metrics = tokens, m
+		return rt, server.New(rt, opts), m
 	}
-	for _, tweak := range tweaks {
-		tweak(&ropts)
-	}
-	rt, err := lazarus.Open(ropts)
-	require.NoError(t, err)
-	tokens, err := server.NewBearerTokens(map[string]agent.Identity{
-		tokAlice: {UserID: "alice"},
-		tokBob:   {UserID: "bob"},
-		tokCarol: {UserID: "carol", Roles: []string{"approver"}},
-		tokDave:  {UserID: "dave", Roles: []string{"approver"}},
-		tokOlga:  {UserID: "olga", Roles: []string{"operator"}},
-	})
-	require.NoError(t, err)
-	opts.Authenticator, opts.Metrics = tokens, m
-	srv := httptest.NewServer(server.New(rt, opts))
-	t.Cleanup(func() {
-		srv.Close()
-		_ = rt.Close()
-	})
-	return &node{rt: rt, srv: srv, metrics: m}
+	var h http.Handler
+	n.rt, h, n.metrics = n.reopen(t, dir)
+	n.served.Store(&h)
+	n.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		(*n.served.Load()).ServeHTTP(w, r)
+	}))
+	// Registered last, so run first: the server closes before the
+	// Runtime it serves.
+	t.Cleanup(n.srv.Close)
+	return n
+}
+
+// restart closes n's Runtime (its event streams end, as in a shutdown)
+// and serves, at the same address, a new one on the store in dir (n's own
+// Pebble directory, or a copy of it); a request in between is answered by
+// the closed Runtime's Server.
+func (n *node) restart(t *testing.T, dir string) {
+	t.Helper()
+	require.NoError(t, n.rt.Close())
+	var h http.Handler
+	n.rt, h, n.metrics = n.reopen(t, dir)
+	n.served.Store(&h)
 }
 
 // call does one request and returns its status and body.

@@ -592,8 +592,15 @@ async function follow(state) {
   }
 }
 
+// RECONNECT_CODES are the codes of a stream's error message after which
+// the stream is read again: a client too slow (lagged) and a failure of the
+// server's (the 5xx codes; closed ends every stream of a server that shuts
+// down, to be resumed once it is back).
+const RECONNECT_CODES = new Set(['lagged', 'closed', 'unavailable', 'internal', 'timeout', 'unknown_outcome']);
+
 // readStream parses server-sent events until the stream ends; it returns
-// true when the server ended it for good (an error other than lagged).
+// true when the server ended it for good (an error whose code is not one
+// of RECONNECT_CODES).
 async function readStream(state, body) {
   const reader = body.pipeThrough(new TextDecoderStream()).getReader();
   let buf = '';
@@ -642,8 +649,10 @@ async function readStream(state, body) {
           if (msg.outcome === 'failed' || msg.outcome === 'cancelled') note(`turn ${msg.outcome}${msg.error ? ': ' + msg.error : ''}`);
           break;
         case 'error': {
+          // lagged, or the server's side (a shutdown: closed): reconnect
+          // from the last seq; else (deleted, say) the stream is over.
           const err = msg.error || {};
-          if (err.code === 'lagged') return false; // reconnect from the last seq
+          if (RECONNECT_CODES.has(err.code)) return false;
           $('conv-live').textContent = 'stream ended: ' + (err.message || err.code);
           return true;
         }
