@@ -630,3 +630,37 @@ func TestConsoleLiveAcrossARestart(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, evs, shown, "each event of the log once")
 }
+
+// TestConsoleShowsARefusedStream: a stream the server refuses for good
+// is said so in the live view, with the server's message: here, after a
+// restart on an older copy of the store, the view's Last-Event-ID is past
+// the log's end (400 invalid). The view retried it forever, saying only
+// "reconnecting…".
+func TestConsoleShowsARefusedStream(t *testing.T) {
+	ctx := testContext(t)
+	dir, backup := t.TempDir(), t.TempDir()
+	model := newScripted()
+	n := startNodeIn(t, dir, model, server.Options{})
+	conv := n.create(t, tokAlice, nil)
+	path := "/v1/conversations/" + conv.ID + "/messages"
+	model.Push(conv.ID, scripted.Text("before"), scripted.Text("after"))
+	st := n.stream(t, ctx, tokAlice, conv.ID, "")
+	n.must(t, http.StatusAccepted, "POST", path, tokAlice, server.SendMessage{Text: "one"}, nil)
+	st.until(t, "turn_end", "answered")
+	st.close()
+	n.stop(t)
+	require.NoError(t, os.CopyFS(backup, os.DirFS(dir)))
+	n.start(t, dir)
+
+	tab := newTab(t, browserWait)
+	signIn(t, tab, n, tokAlice, "#/c/"+conv.ID)
+	n.must(t, http.StatusAccepted, "POST", path, tokAlice, server.SendMessage{Text: "two"}, nil)
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.WaitVisible(chromedp.Search(`//ol[@id="log"]/li[@data-kind="assistant_msg" and contains(., "after")]`)),
+	))
+
+	n.restart(t, backup)
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.WaitVisible(chromedp.Search(`//span[@id="conv-live" and contains(., "the log ends at seq 2")]`)),
+	))
+}

@@ -102,7 +102,20 @@ func startNodeIn(t *testing.T, dir string, model agent.Model, opts server.Option
 // the closed Runtime's Server.
 func (n *node) restart(t *testing.T, dir string) {
 	t.Helper()
+	n.stop(t)
+	n.start(t, dir)
+}
+
+// stop closes n's Runtime; its Server goes on answering (503 closed) until
+// start.
+func (n *node) stop(t *testing.T) {
+	t.Helper()
 	require.NoError(t, n.rt.Close())
+}
+
+// start serves a new Runtime on the store in dir at n's address.
+func (n *node) start(t *testing.T, dir string) {
+	t.Helper()
 	var h http.Handler
 	n.rt, h, n.metrics = n.reopen(t, dir)
 	n.served.Store(&h)

@@ -577,6 +577,12 @@ async function follow(state) {
           $('conv-live').textContent = err.code === 'deleted' ? 'This conversation was deleted.' : 'This conversation is gone.';
           return;
         }
+        if (res.status < 500 && res.status !== 408 && res.status !== 429) {
+          // Refused for good (a Last-Event-ID past the log's end: a store
+          // restored from an older copy, say): asking again gets the same.
+          $('conv-live').textContent = 'Could not follow: ' + (err.message || res.statusText || 'HTTP ' + res.status);
+          return;
+        }
         throw new Error(err.message || res.statusText);
       }
       $('conv-live').textContent = '● live';
