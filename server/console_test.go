@@ -664,3 +664,62 @@ func TestConsoleShowsARefusedStream(t *testing.T) {
 		chromedp.WaitVisible(chromedp.Search(`//span[@id="conv-live" and contains(., "the log ends at seq 2")]`)),
 	))
 }
+
+// TestConsoleOlderEventsStayInTheirView: older events asked for in one
+// conversation's view and answered after the view was left for another
+// conversation are dropped: they were put at the top of the other
+// conversation's log.
+func TestConsoleOlderEventsStayInTheirView(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	a, b := n.create(t, tokAlice, nil), n.create(t, tokAlice, nil)
+	alice := agent.ScopeOf(agent.Identity{UserID: "alice"})
+	for i := range 51 { // 102 events: more than the view's first page
+		model.Push(a.ID, scripted.Text(fmt.Sprintf("answer a%d", i)))
+		_, err := n.rt.SendAndWait(ctx, a.ID, fmt.Sprintf("question a%d", i), alice)
+		require.NoError(t, err)
+	}
+	model.Push(b.ID, scripted.Text("answer b"))
+	_, err := n.rt.SendAndWait(ctx, b.ID, "question b", alice)
+	require.NoError(t, err)
+
+	// The page of a's older events waits for release.
+	arrived, release := make(chan struct{}), make(chan struct{})
+	var arrive, free sync.Once
+	t.Cleanup(func() { free.Do(func() { close(release) }) })
+	inner := *n.served.Load()
+	var gated http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/conversations/"+a.ID+"/events" && r.URL.Query().Has("before") {
+			arrive.Do(func() { close(arrived) })
+			<-release
+		}
+		inner.ServeHTTP(w, r)
+	})
+	n.served.Store(&gated)
+
+	tab := newTab(t, browserWait)
+	signIn(t, tab, n, tokAlice, "#/c/"+a.ID)
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.WaitVisible(chromedp.ID("log-older")),
+		chromedp.Evaluate[chromedp.Void](`window.olderDone = document.getElementById('log-older').onclick(); undefined`),
+	))
+	select {
+	case <-arrived:
+	case <-ctx.Done():
+		t.Fatal("the console did not ask for older events")
+	}
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`location.hash = '#/c/%s'`, b.ID)),
+		chromedp.WaitVisible(chromedp.Search(`//ol[@id="log"]/li[@data-kind="assistant_msg" and contains(., "answer b")]`)),
+	))
+	free.Do(func() { close(release) })
+	_, err = chromedp.Run(tab, chromedp.Evaluate[chromedp.Void](`window.olderDone`, chromedp.EvalAwaitPromise))
+	require.NoError(t, err)
+	log, err := chromedp.Run(tab, chromedp.Text(chromedp.ID("log")))
+	require.NoError(t, err)
+	require.NotContains(t, log, "question a")
+	shown, err := chromedp.Run(tab, chromedp.Evaluate[int](`document.querySelectorAll('#log li[data-seq]').length`))
+	require.NoError(t, err)
+	require.Equal(t, 2, shown, "b's two events only")
+}

@@ -502,6 +502,7 @@ function conversationView(id, signal) {
 async function openConversation(state) {
   try {
     const c = await api('GET', 'conversations/' + enc(state.id));
+    if (state.signal.aborted) return;
     setStatus(c.status);
     $('conv-meta').replaceChildren(...Object.entries(c.metadata || {}).flatMap(([k, v]) => [el('dt', {}, k), el('dd', {}, v)]));
     const page = await api('GET', `conversations/${enc(state.id)}/events?limit=100`);
@@ -510,6 +511,7 @@ async function openConversation(state) {
     state.oldest = page.next_before;
     $('log-older').hidden = !page.next_before;
   } catch (e) {
+    if (state.signal.aborted) return;
     $('conv-live').textContent = e.status === 404 ? 'No such conversation (or it is not yours).'
       : e.code === 'deleted' ? 'This conversation was deleted.' : 'Could not load: ' + e.message;
     return;
@@ -522,14 +524,17 @@ function setStatus(s) {
   $('conv-status').className = 'badge ' + s;
 }
 
+// older puts the page of events before those shown at the top of the log,
+// unless the view was left meanwhile (the log is another's now).
 async function older(state) {
   try {
     const page = await api('GET', `conversations/${enc(state.id)}/events?limit=100&before=${state.oldest}`);
+    if (state.signal.aborted) return;
     $('log').prepend(...page.events.map(eventItem));
     state.oldest = page.next_before;
     $('log-older').hidden = !page.next_before;
   } catch (e) {
-    $('conv-live').textContent = 'Could not load older events: ' + e.message;
+    if (!state.signal.aborted) $('conv-live').textContent = 'Could not load older events: ' + e.message;
   }
 }
 
