@@ -723,3 +723,22 @@ func TestConsoleOlderEventsStayInTheirView(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, shown, "b's two events only")
 }
+
+// TestConsoleBadLinkOfAConversation: a link to a conversation whose id is
+// not valid percent-encoding (#/c/%E0) opens the conversation view, which
+// says it cannot load it: the route threw, leaving the previous view
+// shown with its refreshes stopped.
+func TestConsoleBadLinkOfAConversation(t *testing.T) {
+	n := startNode(t, newScripted(), server.Options{})
+	tab := newTab(t, browserWait)
+	signIn(t, tab, n, tokAlice, "#/calls")
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.WaitVisible(chromedp.ID("calls-view")),
+		chromedp.Evaluate[chromedp.Void](`location.hash = '#/c/%E0'`),
+		chromedp.WaitVisible(chromedp.ID("conv-view")),
+		chromedp.WaitVisible(chromedp.Search(`//span[@id="conv-live" and (contains(., "Could not load") or contains(., "No such conversation"))]`)),
+	))
+	title, err := chromedp.Run(tab, chromedp.Text(chromedp.ID("conv-title")))
+	require.NoError(t, err)
+	require.Equal(t, "%E0", title)
+}

@@ -189,12 +189,18 @@ function route() {
   const hash = location.hash.replace(/^#/, '') || '/calls';
   const [path, query] = hash.split('?');
   if (path.startsWith('/c/')) {
-    conversationView(decodeURIComponent(path.slice(3)), signal);
+    conversationView(decodePart(path.slice(3)), signal);
   } else if (path === '/conversations') {
     conversationsView(new URLSearchParams(query || '').get('q') || '', signal);
   } else {
     callsView(signal);
   }
+}
+
+// decodePart decodes a percent-encoded part of the route, or returns it
+// as it is when it is no valid encoding (a link typed or cut wrong).
+function decodePart(s) {
+  try { return decodeURIComponent(s); } catch (e) { return s; }
 }
 
 function signOut(message) {
