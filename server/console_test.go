@@ -742,3 +742,21 @@ func TestConsoleBadLinkOfAConversation(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "%E0", title)
 }
+
+// TestConsoleFieldsHaveNames: every field of the console (the queue's
+// included) has a name a screen reader reads: a label or aria-label, not
+// a placeholder alone (the search box and the message box had none).
+func TestConsoleFieldsHaveNames(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	_, call := suspendOnApproval(t, ctx, n, model)
+	tab := newTab(t, browserWait)
+	signIn(t, tab, n, tokAlice, "#/calls")
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(cardSel(call.ID, " input.reason"))))
+	unnamed, err := chromedp.Run(tab, chromedp.Evaluate[[]string](`[...document.querySelectorAll('input, textarea, select')]
+		.filter((f) => !(f.labels && f.labels.length) && !f.getAttribute('aria-label'))
+		.map((f) => f.id || f.className)`))
+	require.NoError(t, err)
+	require.Empty(t, unnamed)
+}
