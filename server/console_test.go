@@ -760,3 +760,69 @@ func TestConsoleFieldsHaveNames(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, unnamed)
 }
+
+// TestConsoleDraftStaysWithItsConversation: the message box holds the
+// draft of its own conversation: text typed in one conversation's view is
+// not in the box of the next conversation opened (it was, and Send sent it
+// there), and is back when the first is opened again; a send answered
+// after its view was left does not empty the box of the view opened since.
+func TestConsoleDraftStaysWithItsConversation(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	a, b := n.create(t, tokAlice, nil), n.create(t, tokAlice, nil)
+	model.Push(a.ID, scripted.Text("ok"))
+
+	// a's send waits for release.
+	arrived, release := make(chan struct{}), make(chan struct{})
+	var arrive, free sync.Once
+	t.Cleanup(func() { free.Do(func() { close(release) }) })
+	inner := *n.served.Load()
+	var gated http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == "POST" && r.URL.Path == "/v1/conversations/"+a.ID+"/messages" {
+			arrive.Do(func() { close(arrived) })
+			<-release
+		}
+		inner.ServeHTTP(w, r)
+	})
+	n.served.Store(&gated)
+
+	open := func(id string) chromedp.Action[chromedp.Void] {
+		return chromedp.Steps(
+			chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`location.hash = '#/c/%s'`, id)),
+			chromedp.WaitVisible(chromedp.Search(fmt.Sprintf(`//h1[@id="conv-title" and .=%q]`, id))),
+			chromedp.WaitVisible(chromedp.Search(`//span[@id="conv-live" and contains(., "live")]`)),
+		)
+	}
+	tb := newTab(t, browserWait)
+	signIn(t, tb, n, tokAlice, "")
+	require.NoError(t, chromedp.Do(tb, open(a.ID), chromedp.SendKeys(chromedp.ID("send-text"), "draft for a")))
+	require.NoError(t, chromedp.Do(tb, open(b.ID)))
+	value := func() string {
+		v, err := chromedp.Run(tb, chromedp.Evaluate[string](`document.getElementById('send-text').value`))
+		require.NoError(t, err)
+		return v
+	}
+	require.Equal(t, "", value(), "a's draft is not in b's box")
+	require.NoError(t, chromedp.Do(tb, open(a.ID)))
+	require.Equal(t, "draft for a", value())
+
+	// Sent from a, answered once b is open with a draft of its own.
+	require.NoError(t, chromedp.Do(tb, chromedp.Evaluate[chromedp.Void](
+		`window.sendDone = document.getElementById('send-form').onsubmit(new Event('submit', {cancelable: true})); undefined`)))
+	select {
+	case <-arrived:
+	case <-ctx.Done():
+		t.Fatal("the console did not send")
+	}
+	require.NoError(t, chromedp.Do(tb, open(b.ID), chromedp.SendKeys(chromedp.ID("send-text"), "draft for b")))
+	free.Do(func() { close(release) })
+	_, err := chromedp.Run(tb, chromedp.Evaluate[chromedp.Void](`window.sendDone`, chromedp.EvalAwaitPromise))
+	require.NoError(t, err)
+	require.Equal(t, "draft for b", value(), "b's draft is kept")
+	require.NoError(t, chromedp.Do(tb, open(a.ID)))
+	require.Equal(t, "", value(), "a's sent draft is gone")
+	evs, err := n.rt.History(ctx, a.ID, 0, 0)
+	require.NoError(t, err)
+	require.Equal(t, "draft for a", evs[0].GetUserMsg().GetContent()[0].GetText())
+}

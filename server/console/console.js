@@ -207,6 +207,7 @@ function signOut(message) {
   sessionStorage.removeItem(TOKEN_KEY);
   $('login-error').textContent = message || '';
   route();
+  drafts.clear(); // the next to sign in is not shown them
 }
 
 // ---- sign in ---------------------------------------------------------------
@@ -488,6 +489,8 @@ function conversationRow(c) {
 
 // ---- a conversation, live ------------------------------------------------------
 
+const drafts = new Map(); // conversation id -> the unsent text of its message box
+
 function conversationView(id, signal) {
   show('conv-view');
   $('conv-title').textContent = id;
@@ -498,6 +501,12 @@ function conversationView(id, signal) {
   $('delta').hidden = true;
   $('delta').textContent = '';
   $('send-error').textContent = '';
+  // The message box holds this conversation's draft, kept while the view
+  // is left: a draft of another conversation is not sent to this one.
+  $('send-text').value = drafts.get(id) || '';
+  signal.addEventListener('abort', () => {
+    if ($('send-text').value) drafts.set(id, $('send-text').value); else drafts.delete(id);
+  });
   $('conv-live').textContent = 'Loading…';
   const state = { id, last: 0, oldest: 0, delta: '', signal };
   $('send-form').onsubmit = (ev) => send(ev, state);
@@ -685,9 +694,11 @@ async function send(ev, state) {
   $('send-error').textContent = '';
   try {
     await api('POST', `conversations/${enc(state.id)}/messages`, { text, request_id: 'console-' + randomID() });
-    $('send-text').value = '';
+    if (!state.signal.aborted) $('send-text').value = '';
+    else if (drafts.get(state.id) === text) drafts.delete(state.id);
   } catch (e) {
-    $('send-error').textContent = 'Not sent: ' + e.message;
+    // Left meanwhile, the text stays the conversation's draft.
+    if (!state.signal.aborted) $('send-error').textContent = 'Not sent: ' + e.message;
   }
 }
 
