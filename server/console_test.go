@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -825,4 +826,87 @@ func TestConsoleDraftStaysWithItsConversation(t *testing.T) {
 	evs, err := n.rt.History(ctx, a.ID, 0, 0)
 	require.NoError(t, err)
 	require.Equal(t, "draft for a", evs[0].GetUserMsg().GetContent()[0].GetText())
+}
+
+// TestConsoleSendsAMessageOnce: a message is written once however Send is
+// pressed: twice while its request is in flight (a double click), and
+// again after an answer that leaves the outcome unknown (504
+// unknown_outcome, the message written), which goes with the same
+// request_id. Each press sent a new request_id, so both wrote it twice.
+func TestConsoleSendsAMessageOnce(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	conv := n.create(t, tokAlice, nil)
+	path := "/v1/conversations/" + conv.ID + "/messages"
+
+	// The first send waits for release; the second is written and
+	// answered 504 unknown_outcome.
+	var sends atomic.Int32
+	arrived, release := make(chan struct{}), make(chan struct{})
+	var free sync.Once
+	t.Cleanup(func() { free.Do(func() { close(release) }) })
+	inner := *n.served.Load()
+	var gated http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != "POST" || r.URL.Path != path {
+			inner.ServeHTTP(w, r)
+			return
+		}
+		switch sends.Add(1) {
+		case 1:
+			close(arrived)
+			<-release
+		case 2:
+			inner.ServeHTTP(httptest.NewRecorder(), r)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusGatewayTimeout)
+			_, _ = w.Write([]byte(`{"error":{"code":"unknown_outcome","message":"the outcome is unknown"}}`))
+			return
+		}
+		inner.ServeHTTP(w, r)
+	})
+	n.served.Store(&gated)
+	userMsgs := func() []string {
+		evs, err := n.rt.History(ctx, conv.ID, 0, 0)
+		require.NoError(t, err)
+		var out []string
+		for _, ev := range evs {
+			if m := ev.GetUserMsg(); m != nil {
+				out = append(out, m.GetContent()[0].GetText())
+			}
+		}
+		return out
+	}
+	submit := `document.getElementById('send-form').onsubmit(new Event('submit', {cancelable: true}))`
+
+	tab := newTab(t, browserWait)
+	signIn(t, tab, n, tokAlice, "#/c/"+conv.ID)
+	model.Push(conv.ID, scripted.Text("ok"), scripted.Text("ok"))
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.WaitVisible(chromedp.Search(`//span[@id="conv-live" and contains(., "live")]`)),
+		chromedp.SendKeys(chromedp.ID("send-text"), "one"),
+		chromedp.Evaluate[chromedp.Void](`window.first = `+submit+`; undefined`),
+	))
+	select {
+	case <-arrived:
+	case <-ctx.Done():
+		t.Fatal("the console did not send")
+	}
+	require.NoError(t, chromedp.Do(tab, chromedp.Evaluate[chromedp.Void](`window.second = `+submit+`; undefined`)))
+	free.Do(func() { close(release) })
+	_, err := chromedp.Run(tab, chromedp.Evaluate[chromedp.Void](`Promise.all([window.first, window.second])`, chromedp.EvalAwaitPromise))
+	require.NoError(t, err)
+	require.Equal(t, []string{"one"}, userMsgs())
+
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.SendKeys(chromedp.ID("send-text"), "two"),
+		chromedp.Evaluate[chromedp.Void](submit, chromedp.EvalAwaitPromise),
+		chromedp.WaitVisible(chromedp.Search(`//p[@id="send-error" and contains(., "unknown")]`)),
+		chromedp.Evaluate[chromedp.Void](submit, chromedp.EvalAwaitPromise),
+	))
+	shown, err := chromedp.Run(tab, chromedp.Evaluate[[]string](
+		`[document.getElementById('send-text').value, document.getElementById('send-error').textContent]`))
+	require.NoError(t, err)
+	require.Equal(t, []string{"", ""}, shown, "sent, with no error")
+	require.Equal(t, []string{"one", "two"}, userMsgs())
 }

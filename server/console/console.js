@@ -501,6 +501,7 @@ function conversationView(id, signal) {
   $('delta').hidden = true;
   $('delta').textContent = '';
   $('send-error').textContent = '';
+  $('send-submit').disabled = false;
   // The message box holds this conversation's draft, kept while the view
   // is left: a draft of another conversation is not sent to this one.
   $('send-text').value = drafts.get(id) || '';
@@ -687,18 +688,30 @@ async function readStream(state, body) {
   }
 }
 
+// send sends the message box's text, once: a submit while a send is in
+// flight is ignored, and the same text sent again after a failure goes
+// with the same request_id, so that a send the server may have written
+// (unknown_outcome, a timeout, a cut connection) is not written twice.
 async function send(ev, state) {
   ev.preventDefault();
+  if (state.sending) return;
   const text = $('send-text').value;
   if (!text.trim()) return;
+  if (!state.unsent || state.unsent.text !== text) state.unsent = { text, id: 'console-' + randomID() };
   $('send-error').textContent = '';
+  state.sending = true;
+  $('send-submit').disabled = true;
   try {
-    await api('POST', `conversations/${enc(state.id)}/messages`, { text, request_id: 'console-' + randomID() });
+    await api('POST', `conversations/${enc(state.id)}/messages`, { text, request_id: state.unsent.id });
+    state.unsent = null;
     if (!state.signal.aborted) $('send-text').value = '';
     else if (drafts.get(state.id) === text) drafts.delete(state.id);
   } catch (e) {
     // Left meanwhile, the text stays the conversation's draft.
     if (!state.signal.aborted) $('send-error').textContent = 'Not sent: ' + e.message;
+  } finally {
+    state.sending = false;
+    if (!state.signal.aborted) $('send-submit').disabled = false;
   }
 }
 
