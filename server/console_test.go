@@ -910,3 +910,31 @@ func TestConsoleSendsAMessageOnce(t *testing.T) {
 	require.Equal(t, []string{"", ""}, shown, "sent, with no error")
 	require.Equal(t, []string{"one", "two"}, userMsgs())
 }
+
+// TestConsoleAnswerToAnExpiredCall: a call that expires while its card is
+// shown is answered from the card as stale: the card says it expired, and
+// the call stays expired. It held; the test pins it.
+func TestConsoleAnswerToAnExpiredCall(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	_, call := suspendOnApproval(t, ctx, n, model)
+
+	tab := newTab(t, browserWait)
+	signIn(t, tab, n, tokCarol, "#/calls")
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(cardSel(call.ID, " button.approve"))))
+	require.NoError(t, n.rt.Reschedule(ctx, call.ID, time.Now()))
+	var shown server.Call
+	require.Eventually(t, func() bool {
+		n.must(t, http.StatusOK, "GET", "/v1/calls/"+call.ID, tokCarol, nil, &shown)
+		return shown.Status == "expired"
+	}, browserWait, 50*time.Millisecond)
+
+	_, err := chromedp.Run(tab, chromedp.Evaluate[chromedp.Void](
+		fmt.Sprintf(`answer(cards.get(%q), true)`, call.ID), chromedp.EvalAwaitPromise))
+	require.NoError(t, err)
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(chromedp.Search(
+		fmt.Sprintf(`//article[@data-call-id=%q and @data-state="stale"]//p[@class="outcome" and contains(., "the call expired")]`, call.ID)))))
+	n.must(t, http.StatusOK, "GET", "/v1/calls/"+call.ID, tokCarol, nil, &shown)
+	require.Equal(t, "expired", shown.Status)
+}
