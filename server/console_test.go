@@ -938,3 +938,37 @@ func TestConsoleAnswerToAnExpiredCall(t *testing.T) {
 	n.must(t, http.StatusOK, "GET", "/v1/calls/"+call.ID, tokCarol, nil, &shown)
 	require.Equal(t, "expired", shown.Status)
 }
+
+// TestConsoleRoles: the queue shows a user what the package doc says they
+// see, and no more: bob (no role, not the owner) sees no call; alice, the
+// conversation's owner, sees its call but the tool wants an approver, so
+// her Approve is refused (403) in the card, which stays pending with its
+// buttons on, and the call stays pending. It held; tests only.
+func TestConsoleRoles(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	_, call := suspendOnApproval(t, ctx, n, model)
+
+	bob := newTab(t, browserWait)
+	signIn(t, bob, n, tokBob, "#/calls")
+	require.NoError(t, chromedp.Do(bob, chromedp.WaitVisible(chromedp.Search(`//p[@id="calls-status" and contains(., "No pending approvals")]`))))
+	cards, err := chromedp.Run(bob, chromedp.Evaluate[int](`document.querySelectorAll('article.call').length`))
+	require.NoError(t, err)
+	require.Zero(t, cards)
+
+	alice := newTab(t, browserWait)
+	signIn(t, alice, n, tokAlice, "#/calls")
+	require.NoError(t, chromedp.Do(alice,
+		chromedp.WaitVisible(cardSel(call.ID, " button.approve")),
+		chromedp.Click(cardSel(call.ID, " button.approve")),
+		chromedp.WaitVisible(chromedp.Search(fmt.Sprintf(`//article[@data-call-id=%q and @data-state="pending"]//p[@class="outcome" and contains(., "You may not answer this call")]`, call.ID))),
+	))
+	disabled, err := chromedp.Run(alice, chromedp.Evaluate[bool](
+		fmt.Sprintf(`document.querySelector('article.call[data-call-id=%q] button.approve').disabled`, call.ID)))
+	require.NoError(t, err)
+	require.False(t, disabled)
+	var shown server.Call
+	n.must(t, http.StatusOK, "GET", "/v1/calls/"+call.ID, tokOlga, nil, &shown)
+	require.Equal(t, "pending", shown.Status)
+}
