@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -971,4 +972,44 @@ func TestConsoleRoles(t *testing.T) {
 	var shown server.Call
 	n.must(t, http.StatusOK, "GET", "/v1/calls/"+call.ID, tokOlga, nil, &shown)
 	require.Equal(t, "pending", shown.Status)
+}
+
+// TestConsoleShowsMarkupAsText: markup in a message, in a call's arguments
+// and prompt, and in metadata is shown as text in the queue and the live
+// view: no element is made of it. It held; tests only.
+func TestConsoleShowsMarkupAsText(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	const markup = `<img src="x" class="injected"><b class="injected">bold</b>`
+	conv := n.create(t, tokAlice, map[string]string{"note": markup})
+	args, err := json.Marshal(map[string]string{"question": markup})
+	require.NoError(t, err)
+	model.Push(conv.ID, scripted.Reply(markup, scripted.Call("ask", string(args))))
+	st := n.stream(t, ctx, tokAlice, conv.ID, "")
+	n.must(t, http.StatusAccepted, "POST", "/v1/conversations/"+conv.ID+"/messages", tokAlice, server.SendMessage{Text: markup}, nil)
+	st.until(t, "turn_end", `"suspended"`)
+	st.close()
+	var calls server.CallList
+	n.must(t, http.StatusOK, "GET", "/v1/calls", tokAlice, nil, &calls)
+	require.Len(t, calls.Calls, 1)
+
+	tab := newTab(t, browserWait)
+	signIn(t, tab, n, tokAlice, "#/calls")
+	injected := func() int {
+		k, err := chromedp.Run(tab, chromedp.Evaluate[int](`document.querySelectorAll('.injected, img').length`))
+		require.NoError(t, err)
+		return k
+	}
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.WaitVisible(chromedp.Search(fmt.Sprintf(`//article[@data-call-id=%q]//ol[@class="context"]/li[@data-kind="user_msg" and contains(., '<b class="injected">')]`, calls.Calls[0].ID))),
+		chromedp.WaitVisible(chromedp.Search(fmt.Sprintf(`//article[@data-call-id=%q]//pre[@class="args" and contains(., "<img")]`, calls.Calls[0].ID))),
+	))
+	require.Zero(t, injected())
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`location.hash = '#/c/%s'`, conv.ID)),
+		chromedp.WaitVisible(chromedp.Search(`//ol[@id="log"]/li[@data-kind="assistant_msg" and contains(., '<b class="injected">')]`)),
+		chromedp.WaitVisible(chromedp.Search(`//dl[@id="conv-meta"]/dd[contains(., "<img")]`)),
+	))
+	require.Zero(t, injected())
 }
