@@ -1013,3 +1013,29 @@ func TestConsoleShowsMarkupAsText(t *testing.T) {
 	))
 	require.Zero(t, injected())
 }
+
+// TestConsoleQueueAcrossARestart: the queue open across a restart of the
+// server goes on following the pending calls: a call answered after the
+// restart is shown answered, by whom, and a call made since appears. It
+// held; tests only.
+func TestConsoleQueueAcrossARestart(t *testing.T) {
+	ctx := testContext(t)
+	dir := t.TempDir()
+	model := newScripted()
+	n := startNodeIn(t, dir, model, server.Options{})
+	_, first := suspendOnApproval(t, ctx, n, model)
+
+	tab := newTab(t, browserWait)
+	signIn(t, tab, n, tokCarol, "#/calls")
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(cardSel(first.ID, " button.approve"))))
+
+	n.restart(t, dir)
+	n.must(t, http.StatusOK, "POST", "/v1/calls/"+first.ID+"/resolve", tokDave, map[string]any{"result": map[string]bool{"approved": true}}, nil)
+	_, second := suspendOnApproval(t, ctx, n, model)
+	_, err := chromedp.Run(tab, chromedp.Evaluate[chromedp.Void](`loadCalls()`, chromedp.EvalAwaitPromise))
+	require.NoError(t, err)
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.WaitVisible(cardSel(second.ID, `[data-state="pending"] button.approve`)),
+		chromedp.WaitVisible(chromedp.Search(fmt.Sprintf(`//article[@data-call-id=%q and @data-state="stale"]//p[contains(., "approved by dave")]`, first.ID))),
+	))
+}
