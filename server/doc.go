@@ -143,8 +143,9 @@
 // search by metadata ("key=value key=value"); and a live view of a
 // conversation (its history, then its event stream, with the answer in
 // progress; with named agents, each event names its agent and a handoff
-// the agents it passes the turn between) with a box to send a message (sent again after a failure with the
-// same request_id, so written once). A call answered elsewhere in the
+// the agents it passes the turn between) with a box to send a message
+// (sent again after a failure with the same request_id, so written once).
+// A call answered elsewhere in the
 // meantime is shown as already answered, with by whom. The console only
 // calls the /v1/ API, with the same rules of who sees what; an approver
 // who may not read a call's conversation sees its prompt and arguments
