@@ -89,6 +89,34 @@ func newForwardPair(t *testing.T, ownerStore, callerStore journal.Store, model a
 	}
 }
 
+// newHeldPair is a forward pair whose owner's Store holds the next write of
+// its conversation once hold.armed is set, until release; the caller has
+// sent a first message, whose turn has ended. bound bounds the test.
+func newHeldPair(t *testing.T) (p forwardPair, hold *holdStore, release func(), bound context.Context) {
+	t.Helper()
+	store := memjournal.New(memjournal.Options{})
+	hold = &holdStore{Store: store, held: make(chan struct{}), release: make(chan struct{})}
+	hold.later.Store(true)
+	model := agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
+		return agent.Text("ok"), nil
+	})
+	p = newForwardPair(t, hold, store, model)
+	hold.conv = p.conv
+	var released sync.Once
+	release = func() { released.Do(func() { close(hold.release) }) }
+	t.Cleanup(release)
+	p.caller.cl.opts.RequestTimeout = time.Hour
+	bound, cancelBound := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancelBound)
+	_, err := p.caller.Send(bound, p.conv, "hi", agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		row, err := store.Conversation(bound, p.conv)
+		return err == nil && row.GetStatus() != messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE
+	}, 10*time.Second, 5*time.Millisecond, "the turn ended")
+	return p, hold, release, bound
+}
+
 // A forwarded send whose context ends while the owner is writing it was
 // handed over: its outcome is unknown (ErrUnknownOutcome, with the
 // context's error), as for a local call, never "nothing written".
@@ -258,27 +286,9 @@ func TestCloseEndsALocalSubscriptionInClusterMode(t *testing.T) {
 // It waited for the owner's answer until ClusterOptions.RequestTimeout,
 // whatever its context.
 func TestForwardedCallCancelledReturnsAtOnce(t *testing.T) {
-	store := memjournal.New(memjournal.Options{})
-	hold := &holdStore{Store: store, held: make(chan struct{}), release: make(chan struct{})}
-	hold.later.Store(true)
-	model := agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
-		return agent.Text("ok"), nil
-	})
-	p := newForwardPair(t, hold, store, model)
-	hold.conv = p.conv
-	var released sync.Once
-	release := func() { released.Do(func() { close(hold.release) }) }
-	t.Cleanup(release)
-	p.caller.cl.opts.RequestTimeout = time.Hour
-	bound, cancelBound := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancelBound()
+	p, hold, _, bound := newHeldPair(t)
 	scope := agent.Scope{UserID: "u"}
-	_, err := p.caller.Send(bound, p.conv, "hi", scope)
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		row, err := store.Conversation(bound, p.conv)
-		return err == nil && row.GetStatus() != messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE
-	}, 10*time.Second, 5*time.Millisecond, "the turn ended")
+	var err error
 	hold.armed.Store(true)
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -306,27 +316,9 @@ func TestForwardedCallCancelledReturnsAtOnce(t *testing.T) {
 // not idempotent ended with ErrUnknownOutcome although the owner never
 // had it.
 func TestGatewayOfAClosingRuntimeAnswersUnavailable(t *testing.T) {
-	store := memjournal.New(memjournal.Options{})
-	hold := &holdStore{Store: store, held: make(chan struct{}), release: make(chan struct{})}
-	hold.later.Store(true)
-	model := agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
-		return agent.Text("ok"), nil
-	})
-	p := newForwardPair(t, hold, store, model)
-	hold.conv = p.conv
-	var released sync.Once
-	release := func() { released.Do(func() { close(hold.release) }) }
-	t.Cleanup(release)
-	p.caller.cl.opts.RequestTimeout = time.Hour
-	bound, cancelBound := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancelBound()
+	p, hold, release, bound := newHeldPair(t)
 	scope := agent.Scope{UserID: "u"}
-	_, err := p.caller.Send(bound, p.conv, "hi", scope)
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		row, err := store.Conversation(bound, p.conv)
-		return err == nil && row.GetStatus() != messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE
-	}, 10*time.Second, 5*time.Millisecond, "the turn ended")
+	var err error
 
 	// The owner's own send holds its write: Close waits for it, its
 	// gateway still up.
