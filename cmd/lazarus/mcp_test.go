@@ -92,17 +92,8 @@ func TestMCPToolErrorWithoutText(t *testing.T) {
 			return res, nil
 		})
 	ctx := ctxT(t)
-	st, ct := mcp.NewInMemoryTransports()
-	ss, err := srv.Connect(ctx, st, nil)
-	require.NoError(t, err)
-	defer func() { _ = ss.Close() }()
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "lazarus", Version: "test"}, nil).Connect(ctx, ct, nil)
-	require.NoError(t, err)
-	defer func() { _ = cs.Close() }()
-	listed, err := cs.ListTools(ctx, nil)
-	require.NoError(t, err)
-	require.Len(t, listed.Tools, 1)
-	tool, err := mcpTool(cs, "", listed.Tools[0], time.Minute)
+	cs, listed := inMemoryMCP(t, srv)
+	tool, err := mcpTool(cs, "", listed, time.Minute)
 	require.NoError(t, err)
 
 	_, err = tool.Run(ctx, agent.Invocation{ToolCallID: "call-1", Name: "fail", Arguments: `{}`})
@@ -169,18 +160,8 @@ func TestMCPToolNameTheModelsRefuse(t *testing.T) {
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return &mcp.CallToolResult{}, nil
 		})
-	ctx := ctxT(t)
-	st, ct := mcp.NewInMemoryTransports()
-	ss, err := srv.Connect(ctx, st, nil)
-	require.NoError(t, err)
-	defer func() { _ = ss.Close() }()
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "lazarus", Version: "test"}, nil).Connect(ctx, ct, nil)
-	require.NoError(t, err)
-	defer func() { _ = cs.Close() }()
-	listed, err := cs.ListTools(ctx, nil)
-	require.NoError(t, err)
-	require.Len(t, listed.Tools, 1)
-	_, err = mcpTool(cs, "fs_", listed.Tools[0], time.Minute)
+	cs, listed := inMemoryMCP(t, srv)
+	_, err := mcpTool(cs, "fs_", listed, time.Minute)
 	require.ErrorIs(t, err, journal.ErrInvalid)
 	require.ErrorContains(t, err, `tool "files.read"`)
 }
@@ -204,4 +185,22 @@ func TestServeRefusesTwoMCPServersGivingOneToolName(t *testing.T) {
 	r := cliCtx(ctxT(t), "serve", "--config", cfg, "--listen", "127.0.0.1:0")
 	require.Equal(t, exitError, r.code, r.stderr)
 	require.Contains(t, r.stderr, "mcp server two: tool add is also one of mcp server one; give the server a prefix")
+}
+
+// inMemoryMCP connects a client to srv, which gives one tool, in memory,
+// and returns the session and that tool as listed.
+func inMemoryMCP(t *testing.T, srv *mcp.Server) (*mcp.ClientSession, *mcp.Tool) {
+	t.Helper()
+	ctx := ctxT(t)
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := srv.Connect(ctx, st, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ss.Close() })
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "lazarus", Version: "test"}, nil).Connect(ctx, ct, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cs.Close() })
+	listed, err := cs.ListTools(ctx, nil)
+	require.NoError(t, err)
+	require.Len(t, listed.Tools, 1)
+	return cs, listed.Tools[0]
 }
