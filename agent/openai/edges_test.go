@@ -269,28 +269,9 @@ func TestCharacterSplitAcrossChunks(t *testing.T) {
 	assert.Equal(t, []string{"caf\xc3", "\xa9"}, deltas)
 }
 
-// TestRequestFaultsAreNotRetried: a base URL the HTTP client cannot use
-// (an unknown scheme), or a server whose certificate does not verify, fails
-// the call at once with agent.ErrRequest: the client's *url.Error is a
-// net.Error, which read as a lost connection (agent.ErrUnavailable,
-// retried).
+// TestRequestFaultsAreNotRetried: providertest.RequestFaults (a base URL
+// with an unknown scheme, a certificate that does not verify: ErrRequest
+// at once, no retry).
 func TestRequestFaultsAreNotRetried(t *testing.T) {
-	tlsSrv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		t.Error("a request got through")
-	}))
-	defer tlsSrv.Close()
-	for name, u := range map[string]string{"unknown scheme": "htp://127.0.0.1/v1", "unknown authority": tlsSrv.URL + "/v1"} {
-		t.Run(name, func(t *testing.T) {
-			var slept atomic.Int32
-			m := factory(t, u, retry.Policy{Sleep: func(context.Context, time.Duration) error {
-				slept.Add(1)
-				return nil
-			}})
-			msg, err := m.Generate(context.Background(), providertest.Turn(), nil)
-			require.ErrorIs(t, err, agent.ErrRequest)
-			assert.NotErrorIs(t, err, agent.ErrUnavailable)
-			assert.Nil(t, msg)
-			assert.Zero(t, slept.Load(), "no retry")
-		})
-	}
+	providertest.RequestFaults(t, factory)
 }

@@ -3,9 +3,12 @@ package providertest
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -168,3 +171,29 @@ func RunCase(t *testing.T, dir string, tc Case, f Factory) {
 
 var sentinels = []error{agent.ErrRateLimited, agent.ErrUnavailable, agent.ErrInterrupted, agent.ErrMalformed,
 	agent.ErrIncomplete, agent.ErrContextLength, agent.ErrRefused, agent.ErrRequest}
+
+// RequestFaults checks that a base URL the HTTP client cannot use (an
+// unknown scheme), or a server whose certificate does not verify, fails
+// the call at once with agent.ErrRequest: the client's *url.Error is a
+// net.Error, which would read as a lost connection (agent.ErrUnavailable,
+// retried).
+func RequestFaults(t *testing.T, f Factory) {
+	tlsSrv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Error("a request got through")
+	}))
+	defer tlsSrv.Close()
+	for name, u := range map[string]string{"unknown scheme": "htp://127.0.0.1/v1", "unknown authority": tlsSrv.URL + "/v1"} {
+		t.Run(name, func(t *testing.T) {
+			var slept atomic.Int32
+			m := f(t, u, retry.Policy{Sleep: func(context.Context, time.Duration) error {
+				slept.Add(1)
+				return nil
+			}})
+			msg, err := m.Generate(context.Background(), Turn(), nil)
+			require.ErrorIs(t, err, agent.ErrRequest)
+			assert.NotErrorIs(t, err, agent.ErrUnavailable)
+			assert.Nil(t, msg)
+			assert.Zero(t, slept.Load(), "no retry")
+		})
+	}
+}
