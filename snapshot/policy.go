@@ -61,9 +61,10 @@ const (
 // EstimateTokens estimates the tokens evs cost a model, without a tokenizer:
 // about 4 bytes of text per token (rounded up, per event) plus 4 tokens of
 // framing per event, and a flat 1024 tokens per image or file part. Text is
-// every text part, tool call name and arguments, and tool result name,
-// content or error message; events of other types cost the framing only. It
-// is a heuristic for Policy, not a bill.
+// every text part, tool call name and arguments, tool result name, content
+// or error message, and a handoff's sender and message (what its receiver's
+// model reads, see HandoffMessage); events of other types cost the framing
+// only. It is a heuristic for Policy, not a bill.
 func EstimateTokens(evs []*messages.Event) int {
 	total := 0
 	for _, ev := range evs {
@@ -91,6 +92,9 @@ func EstimateTokens(evs []*messages.Event) int {
 		case ev.GetToolResult() != nil:
 			tr := ev.GetToolResult()
 			bytes += len(tr.GetName()) + len(tr.GetOutcome().GetContent()) + len(tr.GetOutcome().GetError().GetMessage())
+		case ev.GetHandoff() != nil:
+			h := ev.GetHandoff()
+			bytes += len(h.GetFrom()) + len(h.GetMessage())
 		}
 		total += (bytes+bytesPerToken-1)/bytesPerToken + tokensPerEvent + blobs*tokensPerBlob
 	}

@@ -101,3 +101,19 @@ func TestEstimateTokens(t *testing.T) {
 		})
 	}
 }
+
+// TestTokenBudgetCountsHandoffs: a handoff's message is text its receiver's
+// model reads (as a user message), so it counts toward the token budget: a
+// handoff of 4000 bytes was framing only, and a budget of 100 tokens was
+// never due however long the messages handed over.
+func TestTokenBudgetCountsHandoffs(t *testing.T) {
+	ho := &messages.Event{Agent: "critic", Body: &messages.Event_Handoff{Handoff: &messages.Handoff{
+		From: "writer", To: "critic", Message: strings.Repeat("x", 4000)}}}
+	assert.Equal(t, (6+4000+3)/4+4, snapshot.EstimateTokens([]*messages.Event{ho}))
+
+	w, err := snapshot.Rebuild(nil, log(1, user("go"), ho, asst("ok")))
+	require.NoError(t, err)
+	p := snapshot.TokenBudget(100)
+	p.KeepRecent = -1
+	assert.True(t, p.Due(w), "the handoff's message passes the budget")
+}
