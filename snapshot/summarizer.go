@@ -51,9 +51,10 @@ const DefaultDeterministicMaxBytes = 4096
 //	[6] tool <name>: <content>            or  tool <name> error (<code>): <message>
 //	[7] handoff from <agent>: <message>   (the default agent is "default")
 //
-// with newlines in texts replaced by spaces (other event types give
-// "[n] <type>", a body this version does not know "[n] unknown"). The digest is of the full body, so it changes with any
-// folded event even when the body is cut. When the content would exceed
+// with newlines in texts, names and codes replaced by spaces, so every
+// event is one line (other event types give "[n] <type>", a body this
+// version does not know "[n] unknown"). The digest is of the full body, so
+// it changes with any folded event even when the body is cut. When the content would exceed
 // MaxBytes, the oldest lines are dropped (the body then starts with "...").
 // The same inputs always give the same content. Created is left unset.
 type Deterministic struct {
@@ -315,7 +316,7 @@ func (b *body) event(ev *messages.Event) {
 		b.parts(body.AssistantMsg.GetContent())
 		for _, c := range body.AssistantMsg.GetToolCalls() {
 			b.raw(" [call ")
-			b.raw(c.GetName())
+			b.flat(c.GetName())
 			b.raw(" ")
 			b.flat(c.GetArguments())
 			b.raw("]")
@@ -323,10 +324,10 @@ func (b *body) event(ev *messages.Event) {
 	case *messages.Event_ToolResult:
 		tr := body.ToolResult
 		b.raw("tool ")
-		b.raw(tr.GetName())
+		b.flat(tr.GetName())
 		if e := tr.GetOutcome().GetError(); e != nil {
 			b.raw(" error (")
-			b.raw(e.GetCode())
+			b.flat(e.GetCode())
 			b.raw("): ")
 			b.flat(e.GetMessage())
 		} else {
@@ -336,7 +337,7 @@ func (b *body) event(ev *messages.Event) {
 	case *messages.Event_ToolCall:
 		c := body.ToolCall.GetCall()
 		b.raw("call ")
-		b.raw(c.GetName())
+		b.flat(c.GetName())
 		b.raw(" ")
 		b.flat(c.GetArguments())
 	case *messages.Event_Suspension:

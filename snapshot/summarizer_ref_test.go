@@ -105,18 +105,18 @@ func refDescribe(ev *messages.Event) string {
 	case *messages.Event_AssistantMsg:
 		s := prefix + "assistant: " + refText(body.AssistantMsg.GetContent())
 		for _, c := range body.AssistantMsg.GetToolCalls() {
-			s += fmt.Sprintf(" [call %s %s]", c.GetName(), refOneLine(c.GetArguments()))
+			s += fmt.Sprintf(" [call %s %s]", refOneLine(c.GetName()), refOneLine(c.GetArguments()))
 		}
 		return s
 	case *messages.Event_ToolResult:
 		tr := body.ToolResult
 		if e := tr.GetOutcome().GetError(); e != nil {
-			return fmt.Sprintf("%stool %s error (%s): %s", prefix, tr.GetName(), e.GetCode(), refOneLine(e.GetMessage()))
+			return fmt.Sprintf("%stool %s error (%s): %s", prefix, refOneLine(tr.GetName()), refOneLine(e.GetCode()), refOneLine(e.GetMessage()))
 		}
-		return fmt.Sprintf("%stool %s: %s", prefix, tr.GetName(), refOneLine(tr.GetOutcome().GetContent()))
+		return fmt.Sprintf("%stool %s: %s", prefix, refOneLine(tr.GetName()), refOneLine(tr.GetOutcome().GetContent()))
 	case *messages.Event_ToolCall:
 		c := body.ToolCall.GetCall()
-		return fmt.Sprintf("%scall %s %s", prefix, c.GetName(), refOneLine(c.GetArguments()))
+		return fmt.Sprintf("%scall %s %s", prefix, refOneLine(c.GetName()), refOneLine(c.GetArguments()))
 	case *messages.Event_Suspension:
 		return prefix + "suspension"
 	case *messages.Event_Resolution:
