@@ -34,8 +34,9 @@ func VisibleTo(ev *messages.Event, name string) bool {
 // the events of Render visible to it (VisibleTo), in order, a handoff to
 // it rendered as a user message (HandoffMessage). When every event of the
 // working set is the default agent's own and name is the default agent,
-// it is Render itself. The slice is the caller's; the events are shared
-// (see Render), except the user messages made of handoffs.
+// it is Render itself, which the caller must not modify (see Render);
+// otherwise the slice is the caller's. The events are shared (see Render),
+// except the user messages made of handoffs.
 func (w *WorkingSet) RenderFor(name string) []*messages.Event {
 	all := w.Render()
 	if name == "" && !slices.ContainsFunc(all, shared) {
