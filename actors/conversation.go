@@ -698,6 +698,9 @@ func load(ctx context.Context, store journal.Store, id string) *inLoaded {
 	if err != nil {
 		return &inLoaded{err: err}
 	}
+	if err := checkTail(ctx, store, id, summary, events); err != nil {
+		return &inLoaded{err: err}
+	}
 	ws, err := snapshot.Rebuild(summary, events)
 	if err != nil {
 		return &inLoaded{err: err}
@@ -724,6 +727,34 @@ func load(ctx context.Context, store journal.Store, id string) *inLoaded {
 		return &inLoaded{err: err}
 	}
 	return &inLoaded{ws: ws, rows: rows, conv: conv}
+}
+
+// checkTail returns an error wrapping journal.ErrCorrupt, naming the
+// conversation and both seqs, if the latest summary ends after the log's
+// last event: the store lost events the summary covers (a lost tail, as
+// lazarus check reports it). Taken as it is, the activation would expect
+// the summary's end as the log's last seq, and the Store would refuse its
+// every write as a conflict. Only a summary no event follows needs the
+// look (one LastSeq read): when events follow it, the adapter's revival
+// read already checks that the first is its ToSeq+1. The log only grows
+// while the conversation exists, so a LastSeq below the summary's end is
+// damage, unless the conversation was deleted since the first read.
+func checkTail(ctx context.Context, store journal.Store, id string, summary *messages.Summary, events []*messages.Event) error {
+	if summary == nil || len(events) > 0 {
+		return nil
+	}
+	last, err := store.LastSeq(ctx, id)
+	if err != nil {
+		return err
+	}
+	if last >= summary.GetToSeq() {
+		return nil
+	}
+	if _, err := store.Conversation(ctx, id); errors.Is(err, journal.ErrDeleted) {
+		return err
+	}
+	return journal.Corruptf("conversation %q: its latest summary ends at seq %d, the log at seq %d: the store lost events %d..%d (a lost tail; run lazarus check)",
+		id, summary.GetToSeq(), last, last+1, summary.GetToSeq())
 }
 
 // openCallRows returns the rows of the calls open in ws, by id. An open

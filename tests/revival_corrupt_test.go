@@ -1,13 +1,27 @@
 package tests
 
 import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lazarusrt/lazarus"
 	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/journal/memjournal"
+	"github.com/lazarusrt/lazarus/journal/pebblejournal"
+	"github.com/lazarusrt/lazarus/journal/pgjournal"
+	"github.com/lazarusrt/lazarus/journal/pgjournal/pgtest"
 	"github.com/lazarusrt/lazarus/messages"
 )
 
@@ -117,4 +131,217 @@ func TestRevivalRefusesAnOpenCallItCanNeitherRunNorAwait(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestRevivalRefusesALostTail: a conversation whose latest summary ends
+// after the log's last event (the store lost events the summary covers,
+// which lazarus check reports as a lost tail) is damage: the revival fails
+// with an error wrapping journal.ErrCorrupt naming the conversation, the
+// summary's end and the log's, every command is refused so at once, and
+// nothing is written, the model is not called. The revival took the
+// summary's end as the log's last seq, so its first write was refused by
+// the Store's expected-seq check as a conflict, again on each new
+// activation, until the Runtime gave up with "outcome unknown".
+func TestRevivalRefusesALostTail(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		ctx := ctxT(t)
+		store := lostTailStore(t, kind, messages.ConversationStatus_CONVERSATION_STATUS_IDLE)
+		last, err := store.LastSeq(ctx, "c")
+		require.NoError(t, err)
+		require.Equal(t, uint64(2), last, "the log lost seqs 3 and 4")
+
+		h := newHarness(t, store, nil)
+		for range 2 {
+			_, err = h.rt.Send(ctx, "c", "are you there?", user)
+			require.ErrorIs(t, err, journal.ErrCorrupt)
+			require.NotErrorIs(t, err, lazarus.ErrUnknownOutcome)
+			require.Contains(t, err.Error(), `"c"`)
+			require.Contains(t, err.Error(), "seq 4")
+			require.Contains(t, err.Error(), "seq 2")
+			require.ErrorIs(t, h.rt.Wake(ctx, "c"), journal.ErrCorrupt)
+		}
+		require.Len(t, h.history("c"), 2, "nothing is written")
+		require.Zero(t, h.model.Calls("c"), "the model is not called")
+	})
+}
+
+// TestResumeOfALostTail: the resume scan of a conversation left ACTIVE
+// whose log lost its tail revives it once, which fails with
+// journal.ErrCorrupt and is logged once; the scan goes on, and a later
+// command revives it once more. Before, each wake revived it again and
+// again (each activation's write refused as a conflict) until the Runtime
+// gave up with "outcome unknown".
+func TestResumeOfALostTail(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		ctx := ctxT(t)
+		store := &countLoads{Store: lostTailStore(t, kind, messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE)}
+		log := &resumeLog{}
+		h := newHarness(t, store, func(o *lazarus.Options) { o.Logger = slog.New(log) })
+		require.Eventually(t, func() bool { return len(log.errs()) > 0 }, wait, 5*time.Millisecond, "the resume scan logs the failed wake")
+		errs := log.errs()
+		require.Len(t, errs, 1)
+		require.Contains(t, errs[0], "journal: corrupt record")
+		require.Contains(t, errs[0], "seq 4")
+		require.Equal(t, int64(1), store.loads.Load(), "the wake revived it once")
+
+		_, err := h.rt.Send(ctx, "c", "are you there?", user)
+		require.ErrorIs(t, err, journal.ErrCorrupt)
+		require.Equal(t, int64(2), store.loads.Load(), "the command revived it once more")
+		require.Len(t, h.history("c"), 2, "nothing is written")
+		require.Zero(t, h.model.Calls("c"), "the model is not called")
+	})
+}
+
+// countLoads counts the revival reads of conversation "c".
+type countLoads struct {
+	journal.Store
+	loads atomic.Int64
+}
+
+func (s *countLoads) LoadSince(ctx context.Context, conv string) (*messages.Summary, []*messages.Event, error) {
+	if conv == "c" {
+		s.loads.Add(1)
+	}
+	return s.Store.LoadSince(ctx, conv)
+}
+
+// resumeLog keeps the err attribute of each "resume failed" record.
+type resumeLog struct {
+	mu   sync.Mutex
+	errv []string
+}
+
+func (l *resumeLog) Enabled(context.Context, slog.Level) bool { return true }
+func (l *resumeLog) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "resume failed" {
+		return nil
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "err" {
+			l.mu.Lock()
+			l.errv = append(l.errv, a.Value.String())
+			l.mu.Unlock()
+		}
+		return true
+	})
+	return nil
+}
+func (l *resumeLog) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *resumeLog) WithGroup(string) slog.Handler      { return l }
+
+func (l *resumeLog) errs() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.errv)
+}
+
+// lostTailStore returns a store of kind holding conversation "c" with
+// events 1..4 and a summary of 1..4 whose events 3 and 4 were lost. A
+// durable store loses them by a raw delete below the adapter (and, in
+// PostgreSQL, its head moved back with them, as a restore of the tables
+// from different moments leaves it); the in-memory store cannot lose
+// events, so its view of the log is given a summary past the log's end.
+func lostTailStore(t *testing.T, kind string, status messages.ConversationStatus) journal.Store {
+	t.Helper()
+	ctx := ctxT(t)
+	now := time.Date(2026, 11, 1, 9, 0, 0, 0, time.UTC)
+	text := func(s string) []*messages.ContentPart {
+		return []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: s}}}
+	}
+	evs := func(n int) []*messages.Event {
+		var out []*messages.Event
+		for i := 1; i <= n; i++ {
+			ev := &messages.Event{Seq: uint64(i), Time: journal.Timestamp(now)}
+			if i%2 == 1 {
+				ev.RequestId = fmt.Sprintf("r%d", i)
+				ev.Body = &messages.Event_UserMsg{UserMsg: &messages.UserMessage{Content: text(fmt.Sprintf("message %d", i))}}
+			} else {
+				ev.Body = &messages.Event_AssistantMsg{AssistantMsg: &messages.AssistantMessage{Content: text(fmt.Sprintf("answer %d", i))}}
+			}
+			out = append(out, ev)
+		}
+		return out
+	}
+	sum := &messages.Summary{FromSeq: 1, ToSeq: 4, Content: "the user and the assistant talked", Created: journal.Timestamp(now)}
+	write := func(s journal.Store, n int, withSummary bool) {
+		_, err := s.Append(ctx, &messages.AppendRequest{ConversationId: "c", Events: evs(n), Status: status})
+		require.NoError(t, err)
+		if withSummary {
+			require.NoError(t, s.PutSummary(ctx, "c", sum))
+		}
+	}
+	switch kind {
+	case "memory":
+		s := memjournal.New(memjournal.Options{})
+		write(s, 2, false)
+		return summaryPastTheLog{Store: s, sum: sum}
+	case "pebble":
+		dir := t.TempDir()
+		s, err := pebblejournal.Open(dir, pebblejournal.Options{})
+		require.NoError(t, err)
+		write(s, 4, true)
+		require.NoError(t, s.Close())
+		o := &pebble.Options{FormatMajorVersion: pebblejournal.FormatMajorVersion, Logger: quietPebble{}}
+		pebblejournal.SetLevelOptions(o)
+		db, err := pebble.Open(dir, o)
+		require.NoError(t, err)
+		for _, seq := range []uint64{3, 4} {
+			// Family 0x03 (events), the id, its terminator 0x00 0x01 and
+			// the seq, big-endian (see pebblejournal's keys.go).
+			key := binary.BigEndian.AppendUint64([]byte("\x03c\x00\x01"), seq)
+			require.NoError(t, db.Delete(key, pebble.Sync))
+		}
+		require.NoError(t, db.Close())
+		s, err = pebblejournal.Open(dir, pebblejournal.Options{})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	case "postgres":
+		dsn := pgtest.NewDatabase(t)
+		s, err := pgjournal.Open(ctx, dsn, pgjournal.Options{})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close() })
+		write(s, 4, true)
+		conn, err := pgx.Connect(ctx, dsn)
+		require.NoError(t, err)
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, "DELETE FROM lz_events WHERE conv = $1 AND seq > 2", []byte("c"))
+		require.NoError(t, err)
+		_, err = conn.Exec(ctx, "UPDATE lz_conversations SET last_seq = 2 WHERE id = $1", []byte("c"))
+		require.NoError(t, err)
+		return s
+	}
+	t.Fatalf("unknown store kind %q", kind)
+	return nil
+}
+
+// summaryPastTheLog is a store whose latest summary ends after its log's
+// last event: what a revival reads from a store that lost the log's tail.
+type summaryPastTheLog struct {
+	journal.Store
+	sum *messages.Summary
+}
+
+func (s summaryPastTheLog) LoadSince(ctx context.Context, conv string) (*messages.Summary, []*messages.Event, error) {
+	if conv != "c" {
+		return s.Store.LoadSince(ctx, conv)
+	}
+	evs, err := s.Store.Events(ctx, conv, journal.EventQuery{After: s.sum.GetToSeq()})
+	return s.sum, evs, err
+}
+
+func (s summaryPastTheLog) LatestSummary(ctx context.Context, conv string) (*messages.Summary, error) {
+	if conv != "c" {
+		return s.Store.LatestSummary(ctx, conv)
+	}
+	return s.sum, nil
+}
+
+// quietPebble discards Pebble's log lines.
+type quietPebble struct{}
+
+func (quietPebble) Infof(string, ...any)  {}
+func (quietPebble) Errorf(string, ...any) {}
+func (quietPebble) Fatalf(format string, args ...any) {
+	panic(fmt.Sprintf(format, args...))
 }
