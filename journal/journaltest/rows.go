@@ -559,6 +559,21 @@ func testAuditOrder(t *testing.T, e env) {
 	require.NoError(t, err)
 	requireProtos(t, []*messages.ModelCall{modelCall("c", 1, 1), again, modelCall("c", 5, 5), modelCall("c", 10, 10)}, calls,
 		"ordered by TurnRef; a row with the same TurnRef is replaced")
+
+	// TurnRef orders as an unsigned integer across byte widths and above
+	// 1<<63, so that an order by an encoding that does not keep it (text,
+	// varint, a signed column) shows.
+	turns := []uint64{1 << 63, 300, 256, math.MaxUint64, 255, 1<<63 - 1, 1 << 40, 1<<63 + 5}
+	for _, turn := range turns {
+		require.NoError(t, s.PutModelCall(ctx, modelCall("e", turn, 0)))
+	}
+	calls, err = s.ModelCalls(ctx, "e")
+	require.NoError(t, err)
+	got := make([]uint64, 0, len(calls))
+	for _, mc := range calls {
+		got = append(got, mc.GetTurnRef())
+	}
+	assert.Equal(t, slices.Sorted(slices.Values(turns)), got, "ordered by TurnRef as an unsigned integer")
 }
 
 func testAuditGC(t *testing.T, e env) {
