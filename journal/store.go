@@ -212,7 +212,9 @@ type Audit interface {
 	// ModelCalls returns the conversation's audit rows ordered by TurnRef.
 	ModelCalls(ctx context.Context, conversationID string) ([]*messages.ModelCall, error)
 	// GCModelCalls deletes the conversation's rows created before
-	// olderThan and returns how many it removed.
+	// olderThan and returns how many it removed. A row without a created
+	// time counts as older than any time; a replaced row is aged by the
+	// created time of the row that replaced it.
 	GCModelCalls(ctx context.Context, conversationID string, olderThan time.Time) (int, error)
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/lazarusrt/lazarus/messages"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 var toolCallCases = []suiteCase{
@@ -598,4 +599,35 @@ func testAuditGC(t *testing.T, e env) {
 	calls, err = s.ModelCalls(ctx, "d")
 	require.NoError(t, err)
 	assert.Len(t, calls, 1, "GC of one conversation leaves the others")
+
+	// A replaced row is one row, aged by its new created time.
+	require.NoError(t, s.PutModelCall(ctx, modelCall("r", 1, 0)))
+	require.NoError(t, s.PutModelCall(ctx, modelCall("r", 1, 500)))
+	n, err = s.GCModelCalls(ctx, "r", tm(100))
+	require.NoError(t, err)
+	assert.Zero(t, n, "the replaced row's old created time is gone with it")
+	n, err = s.GCModelCalls(ctx, "r", tm(600))
+	require.NoError(t, err)
+	assert.Equal(t, 1, n, "a row replaced is counted once")
+
+	// Created times before 1970 age like any other; a row without one is
+	// older than any time, the zero time included.
+	old := modelCall("p", 1, 0)
+	old.Created = timestamppb.New(time.Date(1960, 1, 1, 0, 0, 0, 0, time.UTC))
+	require.NoError(t, s.PutModelCall(ctx, old))
+	older := modelCall("p", 2, 0)
+	older.Created = timestamppb.New(time.Date(1950, 1, 1, 0, 0, 0, 0, time.UTC))
+	require.NoError(t, s.PutModelCall(ctx, older))
+	undated := modelCall("p", 3, 0)
+	undated.Created = nil
+	require.NoError(t, s.PutModelCall(ctx, undated))
+	n, err = s.GCModelCalls(ctx, "p", time.Time{})
+	require.NoError(t, err)
+	assert.Equal(t, 1, n, "the zero time removes only the row without a created time")
+	n, err = s.GCModelCalls(ctx, "p", time.Date(1955, 1, 1, 0, 0, 0, 0, time.UTC))
+	require.NoError(t, err)
+	assert.Equal(t, 1, n, "a row created in 1950 is older than 1955")
+	calls, err = s.ModelCalls(ctx, "p")
+	require.NoError(t, err)
+	requireProtos(t, []*messages.ModelCall{old}, calls)
 }
