@@ -181,7 +181,8 @@ type Deadlines interface {
 	// after the conversation was deleted.
 	ScheduleDeadline(ctx context.Context, d *messages.Deadline) error
 	// CancelDeadline removes the deadline of a tool call. Cancelling one
-	// that does not exist is not an error.
+	// that does not exist is not an error, nor is cancelling one of a
+	// deleted conversation (its deadlines went with it).
 	CancelDeadline(ctx context.Context, conversationID, toolCallID string) error
 	// Deadlines calls fn for every deadline at or before dueBy (every
 	// deadline when dueBy is zero), in ascending time, then tool call id.

@@ -98,6 +98,8 @@ func testDeleteRemoves(t *testing.T, e env) {
 	assert.Empty(t, evs, "LoadSince events")
 	_, err = s.LatestSummary(ctx, "x")
 	require.ErrorIs(t, err, journal.ErrNotFound, "summaries")
+	_, err = s.SummaryBefore(ctx, "x", 100)
+	require.ErrorIs(t, err, journal.ErrNotFound, "chapters")
 	for _, id := range calls {
 		_, err := s.ToolCall(ctx, id)
 		require.ErrorIs(t, err, journal.ErrNotFound, "tool call %s by id", id)
@@ -115,6 +117,19 @@ func testDeleteRemoves(t *testing.T, e env) {
 	rows, _, err := s.ListConversations(ctx, "", 0)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"y"}, convIDs(rows), "listing")
+	allPending, _, err := s.ListPendingToolCalls(ctx, "", 0)
+	require.NoError(t, err)
+	for _, r := range allPending {
+		assert.Equal(t, "y", r.GetConversationId(), "pending calls of every conversation: %s", r.GetId())
+	}
+	if e.feat.Audit {
+		n, err := s.GCModelCalls(ctx, "x", tm(1000))
+		require.NoError(t, err)
+		assert.Zero(t, n, "audit GC finds nothing left")
+	}
+	// Cancelling a deadline that went with the conversation is not an
+	// error: the expiry actor may cancel after a delete.
+	require.NoError(t, s.CancelDeadline(ctx, "x", calls[0]))
 
 	requireSameSnapshot(t, before, snapshotOf(t, s, []string{"y"}, otherCalls), "deleting x must not touch y")
 
