@@ -277,6 +277,32 @@ func testDeadlinesOrder(t *testing.T, e env) {
 	schedule(t, s, deadline("a", "tc-2", 20), deadline("b", "tc-1", 20), deadline("a", "tc-3", 20))
 	requireProtos(t, []*messages.Deadline{deadline("b", "tc-1", 20), deadline("a", "tc-2", 20), deadline("a", "tc-3", 20)},
 		allDeadlines(t, s), "equal times: by tool call id across conversations")
+
+	// Times before 1970 and at the ends of the valid range (years 1 to
+	// 9999) order and compare with dueBy as times, so that an encoding of
+	// the time that does not keep its order (unsigned seconds, say) shows.
+	s = e.open(t).Store
+	at := func(id string, tm time.Time) *messages.Deadline {
+		return &messages.Deadline{ConversationId: "c", ToolCallId: id, At: timestamppb.New(tm)}
+	}
+	want := []*messages.Deadline{
+		at("tc-1", time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)),
+		at("tc-2", time.Date(1969, 12, 31, 23, 59, 59, 0, time.UTC)),
+		at("tc-3", time.Date(1969, 12, 31, 23, 59, 59, 5, time.UTC)),
+		at("tc-4", time.Unix(0, 0).UTC()),
+		at("tc-5", time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)),
+		at("tc-6", time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC)),
+	}
+	for _, i := range []int{5, 0, 3, 2, 4, 1} {
+		schedule(t, s, want[i])
+	}
+	requireProtos(t, want, allDeadlines(t, s), "ascending time across 1970 and the ends of the range")
+	var due []*messages.Deadline
+	require.NoError(t, s.Deadlines(t.Context(), time.Date(1969, 12, 31, 23, 59, 59, 1, time.UTC), func(d *messages.Deadline) error {
+		due = append(due, d)
+		return nil
+	}))
+	requireProtos(t, want[:2], due, "dueBy before 1970")
 }
 
 func testDeadlinesReplace(t *testing.T, e env) {
