@@ -18,6 +18,7 @@ var appendCases = []suiteCase{
 	{name: "AtomicWrite", run: testAppendAtomic},
 	{name: "Resolutions", run: testAppendResolutions},
 	{name: "StaleResolutionWritesNothing", run: testAppendStaleResolution},
+	{name: "FirstFailingCheckDecides", run: testAppendCheckOrder},
 	{name: "ResolveCallUpsertedInSameRequest", run: testAppendResolveUpserted},
 	{name: "ResultAlsoInEvent", run: testAppendResultInEvent},
 	{name: "Unfenced", run: testAppendUnfenced},
@@ -311,6 +312,61 @@ func testAppendStaleResolution(t *testing.T, e env) {
 			require.ErrorIs(t, res.Err, journal.ErrStale)
 			requireSameSnapshot(t, before, snapshotOf(t, s, []string{"c", "d"}, []string{"tc-1", "tc-2", "tc-3", "tc-d"}),
 				"nothing of a request with a stale resolution is written")
+		})
+	}
+}
+
+// testAppendCheckOrder: a request that breaks several rules fails with the
+// error of the first check, in Append's documented order (ErrInvalid,
+// ErrDeleted, the fence's ErrConflict, the tool call owners' ErrConflict,
+// ErrStale), and writes nothing.
+func testAppendCheckOrder(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	last := suspend(t, s, "c", "tc-1")
+	suspend(t, s, "o", "tc-o")
+	populate(t, s, "x", false)
+	require.NoError(t, s.DeleteConversation(ctx, "x"))
+	stale := []*messages.ToolResolution{{ToolCallId: "nope", Status: resolved, Result: contentOutcome("late"), At: ts(9)}}
+	stolen := []*messages.ToolCallRecord{humanCall("c", "tc-o")}
+	cases := []struct {
+		name      string
+		req       *messages.AppendRequest
+		want, not []error
+	}{
+		{"InvalidBeforeDeleted", &messages.AppendRequest{ConversationId: "x", Unfenced: true, Events: userEvs(1, 1)},
+			[]error{journal.ErrInvalid}, []error{journal.ErrDeleted}},
+		{"InvalidBeforeFence", &messages.AppendRequest{ConversationId: "c", ExpectedLast: last + 5, Events: userEvs(1, 1),
+			ToolCalls: []*messages.ToolCallRecord{humanCall("c", "")}},
+			[]error{journal.ErrInvalid}, []error{journal.ErrConflict}},
+		{"DeletedBeforeFence", &messages.AppendRequest{ConversationId: "x", ExpectedLast: 99, Events: userEvs(1, 1)},
+			[]error{journal.ErrDeleted}, []error{journal.ErrConflict}},
+		{"DeletedBeforeStale", &messages.AppendRequest{ConversationId: "x", Unfenced: true, Resolutions: stale},
+			[]error{journal.ErrDeleted}, []error{journal.ErrStale}},
+		{"FenceBeforeStale", &messages.AppendRequest{ConversationId: "c", ExpectedLast: last + 5, Events: userEvs(1, 1), Resolutions: stale},
+			[]error{journal.ErrConflict}, []error{journal.ErrStale}},
+		{"OwnerBeforeStale", &messages.AppendRequest{ConversationId: "c", ExpectedLast: last, Events: userEvs(1, 1), ToolCalls: stolen, Resolutions: stale},
+			[]error{journal.ErrConflict}, []error{journal.ErrStale}},
+	}
+	convs, calls := []string{"c", "o", "x"}, []string{"tc-1", "tc-o", "nope"}
+	before := snapshotOf(t, s, convs, calls)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := s.Append(ctx, proto.Clone(tc.req).(*messages.AppendRequest))
+			for _, w := range tc.want {
+				require.ErrorIs(t, err, w)
+			}
+			for _, n := range tc.not {
+				require.NotErrorIs(t, err, n)
+			}
+			res := s.AppendBatch(ctx, []*messages.AppendRequest{proto.Clone(tc.req).(*messages.AppendRequest)})
+			for _, w := range tc.want {
+				require.ErrorIs(t, res[0].Err, w, "in a batch")
+			}
+			for _, n := range tc.not {
+				require.NotErrorIs(t, res[0].Err, n, "in a batch")
+			}
+			requireSameSnapshot(t, before, snapshotOf(t, s, convs, calls), "a refused request writes nothing")
 		})
 	}
 }
