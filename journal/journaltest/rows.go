@@ -394,6 +394,7 @@ var conversationCases = []suiteCase{
 	{name: "PutFSMState", run: testConvPutFSM},
 	{name: "ListPagesInIDOrder", run: testConvList},
 	{name: "Metadata", run: testConvMetadata},
+	{name: "ConcurrentMergesKeepEveryKey", run: testConvConcurrentMerges},
 }
 
 func conversation(t testing.TB, s journal.Store, id string) *messages.Conversation {
@@ -656,4 +657,50 @@ func testAuditGC(t *testing.T, e env) {
 	calls, err = s.ModelCalls(ctx, "p")
 	require.NoError(t, err)
 	requireProtos(t, []*messages.ModelCall{old}, calls)
+}
+
+// testConvConcurrentMerges: merges of settings (PutConversation and
+// unfenced appends) and of metadata running at once on one conversation,
+// with fsm_state writes among them, each keep every key the others wrote:
+// no merge is lost to a concurrent one, whether the row existed before or
+// not.
+func testConvConcurrentMerges(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	const writers = 16
+	for _, existing := range []bool{false, true} {
+		t.Run(fmt.Sprint("existing=", existing), func(t *testing.T) {
+			conv := fmt.Sprint("c-", existing)
+			if existing {
+				appendEvents(t, s, conv, userEvs(1, 1)...)
+			}
+			want := map[string]string{}
+			var wg sync.WaitGroup
+			for i := range writers {
+				k, v := fmt.Sprint("k", i), fmt.Sprint("v", i)
+				want[k] = v
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					kv := map[string]string{k: v}
+					var err error
+					if i%2 == 0 {
+						err = s.PutConversation(ctx, journal.ConversationUpdate{ID: conv, Settings: kv})
+					} else {
+						_, err = s.Append(ctx, &messages.AppendRequest{ConversationId: conv, Unfenced: true, Settings: kv})
+					}
+					assert.NoError(t, err, "settings %s", k)
+					assert.NoError(t, s.PutMetadata(ctx, conv, kv), "metadata %s", k)
+					if i%4 == 0 {
+						assert.NoError(t, s.PutFSMState(ctx, conv, idleState(0)), "fsm_state")
+					}
+				}()
+			}
+			wg.Wait()
+			assert.Equal(t, want, conversation(t, s, conv).GetSettings(), "settings")
+			md, err := s.Metadata(ctx, conv)
+			require.NoError(t, err)
+			assert.Equal(t, want, md, "metadata")
+		})
+	}
 }
