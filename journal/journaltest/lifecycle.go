@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -49,6 +50,7 @@ var deleteCases = []suiteCase{
 	{name: "LateWritesRejected", run: testDeleteLateWrites},
 	{name: "Unknown", run: testDeleteUnknown},
 	{name: "LookupSaysDeleted", run: testDeleteLookup},
+	{name: "ConcurrentWritesDoNotResurrect", run: testDeleteConcurrentWrites},
 }
 
 // testDeleteLookup: the row lookup of a deleted conversation says so
@@ -78,6 +80,85 @@ func testDeleteLookup(t *testing.T, e env) {
 	_, err = s.Conversation(ctx, "x")
 	require.ErrorIs(t, err, journal.ErrDeleted, "after a reopen")
 	conversation(t, s, "y")
+}
+
+// testDeleteConcurrentWrites: writes of every kind racing a delete of
+// their conversation either land before it (and go with it) or fail with
+// ErrDeleted (a fenced append may also lose its fence): once the delete
+// returned and the writers are done, nothing of the conversation is left.
+func testDeleteConcurrentWrites(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	for round := range 8 {
+		conv := fmt.Sprint("x", round)
+		calls := populate(t, s, conv, e.feat.Audit)
+		var ids []string
+		writes := []func(i int) error{
+			func(i int) error {
+				last, err := s.LastSeq(ctx, conv)
+				if err != nil {
+					return err
+				}
+				_, err = s.Append(ctx, &messages.AppendRequest{ConversationId: conv, ExpectedLast: last, Events: userEvs(i, 1),
+					ToolCalls: []*messages.ToolCallRecord{humanCall(conv, fmt.Sprint(conv, "/a", i))},
+					Schedule:  []*messages.Deadline{deadline(conv, fmt.Sprint(conv, "/a", i), i)}})
+				return err
+			},
+			func(i int) error {
+				_, err := s.Append(ctx, &messages.AppendRequest{ConversationId: conv, Unfenced: true, Settings: map[string]string{"k": "v"},
+					Schedule: []*messages.Deadline{deadline(conv, fmt.Sprint(conv, "/u", i), i)}})
+				return err
+			},
+			func(i int) error { return s.UpsertToolCall(ctx, humanCall(conv, fmt.Sprint(conv, "/t", i))) },
+			func(i int) error { return s.ScheduleDeadline(ctx, deadline(conv, fmt.Sprint(conv, "/d", i), i)) },
+			func(i int) error { return s.PutMetadata(ctx, conv, map[string]string{fmt.Sprint("m", i): "v"}) },
+			func(i int) error { return s.PutFSMState(ctx, conv, idleState(0)) },
+			func(i int) error {
+				return s.PutConversation(ctx, journal.ConversationUpdate{ID: conv, Settings: map[string]string{"s": "v"}})
+			},
+			func(i int) error { return s.PutSummary(ctx, conv, summary(1, 2)) },
+			func(i int) error { return s.PutModelCall(ctx, modelCall(conv, uint64(i), i)) },
+		}
+		for i := range 3 {
+			for _, p := range []string{"/a", "/t"} {
+				ids = append(ids, fmt.Sprint(conv, p, i))
+			}
+		}
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range 3 {
+			for w, write := range writes {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					err := write(i)
+					if err != nil && !errors.Is(err, journal.ErrDeleted) && !(w == 0 && errors.Is(err, journal.ErrConflict)) {
+						t.Errorf("write %d racing the delete: %v", w, err)
+					}
+				}()
+			}
+		}
+		close(start)
+		require.NoError(t, s.DeleteConversation(ctx, conv))
+		wg.Wait()
+
+		snap := snapshotOf(t, s, []string{conv}, append(calls, ids...))
+		c := snap.convs[conv]
+		assert.True(t, c.deleted, "the lookup says deleted")
+		assert.Zero(t, c.lastSeq, "last seq")
+		assert.Empty(t, c.events, "events")
+		assert.Empty(t, c.summaries, "summaries")
+		assert.Empty(t, c.pending, "pending calls")
+		assert.Empty(t, c.meta, "metadata")
+		assert.Empty(t, c.audit, "audit")
+		assert.Empty(t, snap.deadlines, "deadlines")
+		assert.Empty(t, snap.listed, "listing")
+		assert.Empty(t, snap.active, "active index")
+		for id, row := range snap.calls {
+			assert.Nil(t, row, "tool call %s", id)
+		}
+	}
 }
 
 func testDeleteRemoves(t *testing.T, e env) {
