@@ -404,11 +404,41 @@ func conversation(t testing.TB, s journal.Store, id string) *messages.Conversati
 	return row
 }
 
+// testConvNotFound: the row of an unknown conversation is ErrNotFound; its
+// other reads find nothing without an error (and a cancel of a deadline it
+// does not have is none), and no read or cancel creates anything: the
+// conversation is still unknown to the lookup, the listings and a delete.
 func testConvNotFound(t *testing.T, e env) {
 	s := e.open(t).Store
+	ctx := t.Context()
 	appendEvents(t, s, "c", userEvs(1, 1)...)
-	_, err := s.Conversation(t.Context(), "d")
+	_, err := s.Conversation(ctx, "d")
 	require.ErrorIs(t, err, journal.ErrNotFound)
+
+	pend, err := s.PendingToolCalls(ctx, "d")
+	require.NoError(t, err)
+	assert.Empty(t, pend, "pending calls")
+	md, err := s.Metadata(ctx, "d")
+	require.NoError(t, err)
+	assert.Empty(t, md, "metadata")
+	audit, err := s.ModelCalls(ctx, "d")
+	require.NoError(t, err)
+	assert.Empty(t, audit, "audit rows")
+	n, err := s.GCModelCalls(ctx, "d", tm(1000))
+	require.NoError(t, err)
+	assert.Zero(t, n, "audit GC")
+	require.NoError(t, s.CancelDeadline(ctx, "d", "tc-1"), "cancelling a deadline that does not exist")
+	assert.Empty(t, deadlinesOf(t, s, "d"), "deadlines")
+
+	_, err = s.Conversation(ctx, "d")
+	require.ErrorIs(t, err, journal.ErrNotFound, "the reads created no row")
+	rows, _, err := s.ListConversations(ctx, "", 0)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"c"}, convIDs(rows), "listing")
+	active, _, err := s.ListActiveConversations(ctx, "", 0)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"c"}, active, "active index")
+	require.ErrorIs(t, s.DeleteConversation(ctx, "d"), journal.ErrNotFound, "still unknown to a delete")
 }
 
 func testConvPutCreates(t *testing.T, e env) {
