@@ -208,7 +208,9 @@ type Deadlines interface {
 type Audit interface {
 	// PutModelCall records mc (keyed by conversation and TurnRef),
 	// replacing a row with the same TurnRef. With audit on, ErrDeleted after
-	// the conversation was deleted.
+	// the conversation was deleted, and ErrInvalid for a call that
+	// ValidateModelCall refuses (a created time set but no valid
+	// timestamp, say) or that exceeds MaxRecordBytes; nothing is written.
 	PutModelCall(ctx context.Context, mc *messages.ModelCall) error
 	// ModelCalls returns the conversation's audit rows ordered by TurnRef.
 	ModelCalls(ctx context.Context, conversationID string) ([]*messages.ModelCall, error)

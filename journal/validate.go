@@ -257,6 +257,26 @@ func ValidateDeadline(d *messages.Deadline) error {
 	return nil
 }
 
+// ValidateModelCall checks an audit row: its conversation id, and its
+// created time, which may be unset but, if set, must be a valid timestamp
+// (within the years 1 to 9999), as a deadline's time: GCModelCalls compares
+// it, so a time with its nanos out of range would compare differently in
+// different adapters.
+func ValidateModelCall(mc *messages.ModelCall) error {
+	if mc == nil {
+		return Invalidf("nil model call")
+	}
+	if err := ValidateID("conversation id", mc.GetConversationId()); err != nil {
+		return err
+	}
+	if c := mc.GetCreated(); c != nil {
+		if err := c.CheckValid(); err != nil {
+			return Invalidf("model call %d of %q: created: %v", mc.GetTurnRef(), mc.GetConversationId(), err)
+		}
+	}
+	return nil
+}
+
 // ValidateReschedule checks one entry of AppendRequest.Reschedule: its ids,
 // and its time, which may be unset (the call's deadline is removed) but, if
 // set, must be a valid timestamp (within the years 1 to 9999).

@@ -579,6 +579,7 @@ var auditCases = []suiteCase{
 	{name: "OffIsNoOp", run: testAuditOff},
 	{name: "OrderedByTurn", run: testAuditOrder, audit: true},
 	{name: "GC", run: testAuditGC, audit: true},
+	{name: "IllFormedCreatedRefused", run: testAuditBadCreated, audit: true},
 }
 
 func modelCall(conv string, turn uint64, createdSec int) *messages.ModelCall {
@@ -733,4 +734,35 @@ func testConvConcurrentMerges(t *testing.T, e env) {
 			assert.Equal(t, want, md, "metadata")
 		})
 	}
+}
+
+// testAuditBadCreated: a model call whose created time is set but is no
+// valid timestamp (nanos out of range, a year outside 1 to 9999) is refused
+// with ErrInvalid and writes nothing, as a deadline's time is: GC compares
+// created times, and adapters that normalized such a time differently
+// removed different rows.
+func testAuditBadCreated(t *testing.T, e env) {
+	s := e.openAudit(t, true).Store
+	ctx := t.Context()
+	kept := modelCall("c", 1, 10)
+	require.NoError(t, s.PutModelCall(ctx, kept))
+	for _, c := range []*timestamppb.Timestamp{
+		{Seconds: 100, Nanos: 1_500_000_000},
+		{Seconds: 102, Nanos: -500_000_000},
+		timestamppb.New(time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)),
+		{Seconds: -62135596801},
+	} {
+		for _, turn := range []uint64{1, 2} {
+			mc := modelCall("c", turn, 0)
+			mc.Created = c
+			err := s.PutModelCall(ctx, mc)
+			require.ErrorIs(t, err, journal.ErrInvalid, "created %v, turn %d", c, turn)
+		}
+	}
+	calls, err := s.ModelCalls(ctx, "c")
+	require.NoError(t, err)
+	requireProtos(t, []*messages.ModelCall{kept}, calls, "a refused row neither replaces one nor is added")
+	undated := modelCall("c", 3, 0)
+	undated.Created = nil
+	require.NoError(t, s.PutModelCall(ctx, undated), "a model call without a created time is taken")
 }

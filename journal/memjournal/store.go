@@ -830,10 +830,7 @@ func (s *Store) PutModelCall(ctx context.Context, mc *messages.ModelCall) error 
 	if !s.audit {
 		return nil
 	}
-	if mc == nil {
-		return fmt.Errorf("memjournal: %w", journal.Invalidf("nil model call"))
-	}
-	if err := journal.ValidateID("conversation id", mc.GetConversationId()); err != nil {
+	if err := journal.ValidateModelCall(mc); err != nil {
 		return fmt.Errorf("memjournal: %w", err)
 	}
 	if n := proto.Size(mc); n > journal.MaxRecordBytes {

@@ -252,13 +252,10 @@ func (s *Store) PutModelCall(ctx context.Context, mc *messages.ModelCall) error 
 	if !s.audit {
 		return nil
 	}
-	if mc == nil {
-		return journal.Invalidf("pebblejournal: nil model call")
+	if err := journal.ValidateModelCall(mc); err != nil {
+		return fmt.Errorf("pebblejournal: %w", err)
 	}
 	conv := mc.GetConversationId()
-	if err := journal.ValidateID("conversation id", conv); err != nil {
-		return err
-	}
 	if err := checkSize(fmt.Sprintf("model call %d of %q", mc.GetTurnRef(), conv), mc, journal.MaxRecordBytes); err != nil {
 		return err
 	}

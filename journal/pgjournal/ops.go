@@ -574,11 +574,8 @@ func (s *Store) PutModelCall(ctx context.Context, mc *messages.ModelCall) error 
 	if !s.audit {
 		return nil
 	}
-	if mc == nil {
-		return fmt.Errorf("pgjournal: %w", journal.Invalidf("nil model call"))
-	}
-	if err := validConv(mc.GetConversationId()); err != nil {
-		return err
+	if err := journal.ValidateModelCall(mc); err != nil {
+		return fmt.Errorf("pgjournal: %w", err)
 	}
 	data, err := proto.Marshal(mc)
 	if err != nil {
