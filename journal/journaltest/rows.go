@@ -83,6 +83,27 @@ func testToolCallPending(t *testing.T, e env) {
 	pend, err = s.PendingToolCalls(ctx, "unknown")
 	require.NoError(t, err)
 	assert.Empty(t, pend)
+
+	// By id bytewise: upper case before lower, multi-byte UTF-8 after
+	// ASCII, so that an order by a collation or by length shows, in the
+	// conversation's listing and in the listing of every conversation.
+	ids := []string{"tc-z", "tc-B", "tc-a", "tc-\u00e9", "tc-\x01", "TC", "tc-\u4e16", "tc-\U0001F600", "tc-\uFFFD", "tc-aa"}
+	for _, id := range ids {
+		upsert(t, s, humanCall("e", id))
+	}
+	want := slices.Sorted(slices.Values(ids))
+	pend, err = s.PendingToolCalls(ctx, "e")
+	require.NoError(t, err)
+	assert.Equal(t, want, callIDs(pend), "ordered by id, bytewise")
+	all, _, err := s.ListPendingToolCalls(ctx, "", 0)
+	require.NoError(t, err)
+	var ofE []string
+	for _, r := range all {
+		if r.GetConversationId() == "e" {
+			ofE = append(ofE, r.GetId())
+		}
+	}
+	assert.Equal(t, want, ofE, "ListPendingToolCalls: ordered by id, bytewise, within the conversation")
 }
 
 // testToolCallListPending: every pending row of every conversation, paged
