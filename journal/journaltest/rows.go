@@ -22,6 +22,7 @@ var toolCallCases = []suiteCase{
 	{name: "ListPendingAcrossConversations", run: testToolCallListPending},
 	{name: "NotFound", run: testToolCallNotFound},
 	{name: "OwnedByOtherConversation", run: testToolCallOwned},
+	{name: "ConcurrentClaimsOneOwner", run: testToolCallConcurrentClaims},
 	{name: "ConcurrentResolveOneWins", run: testResolveConcurrent},
 	{name: "ResolveStale", run: testResolveStale},
 	{name: "ResolveRemovesDeadline", run: testResolveRemovesDeadline},
@@ -183,6 +184,58 @@ func testToolCallOwned(t *testing.T, e env) {
 	pend, err := s.PendingToolCalls(ctx, "b")
 	require.NoError(t, err)
 	assert.Empty(t, pend)
+}
+
+// testToolCallConcurrentClaims: conversations racing to create a row of
+// one tool call id, by UpsertToolCall and by Append, leave exactly one
+// owner: the others fail with ErrConflict and write nothing, so the id has
+// one row, of the conversation whose write succeeded, and no other
+// conversation lists it as pending.
+func testToolCallConcurrentClaims(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	const claimants, ids = 6, 20
+	for id := range ids {
+		call := fmt.Sprint("tc-", id)
+		errs := make([]error, claimants)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for c := range claimants {
+			conv := fmt.Sprint("c", c)
+			wg.Go(func() {
+				<-start
+				if c%2 == 0 {
+					errs[c] = s.UpsertToolCall(ctx, humanCall(conv, call))
+					return
+				}
+				_, errs[c] = s.Append(ctx, &messages.AppendRequest{ConversationId: conv, Unfenced: true,
+					ToolCalls: []*messages.ToolCallRecord{humanCall(conv, call)},
+					Schedule:  []*messages.Deadline{deadline(conv, call, 5)}})
+			})
+		}
+		close(start)
+		wg.Wait()
+		owner := ""
+		for c, err := range errs {
+			if err == nil {
+				require.Empty(t, owner, "%s: two conversations own it", call)
+				owner = fmt.Sprint("c", c)
+				continue
+			}
+			require.ErrorIs(t, err, journal.ErrConflict, "%s: claimant c%d", call, c)
+		}
+		require.NotEmpty(t, owner, "%s: one claim succeeds", call)
+		assert.Equal(t, owner, toolCall(t, s, call).GetConversationId(), "%s: the row is the winner's", call)
+		for c := range claimants {
+			conv := fmt.Sprint("c", c)
+			pend, err := s.PendingToolCalls(ctx, conv)
+			require.NoError(t, err)
+			has := slices.ContainsFunc(pend, func(r *messages.ToolCallRecord) bool { return r.GetId() == call })
+			assert.Equal(t, conv == owner, has, "%s: pending in %s", call, conv)
+			hasDeadline := slices.ContainsFunc(deadlinesOf(t, s, conv), func(d *messages.Deadline) bool { return d.GetToolCallId() == call })
+			assert.Equal(t, conv == owner && c%2 == 1, hasDeadline, "%s: deadline in %s", call, conv)
+		}
+	}
 }
 
 func testResolveConcurrent(t *testing.T, e env) {

@@ -353,10 +353,20 @@ func (s *Store) UpsertToolCall(ctx context.Context, rec *messages.ToolCallRecord
 		if err == nil && string(owner) != conv {
 			return fmt.Errorf("tool call %q belongs to %q, not %q: %w", rec.GetId(), owner, conv, journal.ErrConflict)
 		}
-		_, err = tx.Exec(ctx, `INSERT INTO lz_tool_calls (id, conv, status, data) VALUES ($1, $2, $3, $4)
-			ON CONFLICT (id) DO UPDATE SET conv = excluded.conv, status = excluded.status, data = excluded.data`,
+		// The row was locked if it existed. If it did not, a concurrent
+		// write of another conversation may insert it first: the upsert
+		// then updates nothing (the row is not conv's), and that is
+		// ErrConflict, as when the row was there before.
+		tag, err := tx.Exec(ctx, `INSERT INTO lz_tool_calls (id, conv, status, data) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (id) DO UPDATE SET status = excluded.status, data = excluded.data WHERE lz_tool_calls.conv = excluded.conv`,
 			[]byte(rec.GetId()), []byte(conv), int32(rec.GetStatus()), data)
-		return err
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return fmt.Errorf("tool call %q was created by another conversation, not %q: %w", rec.GetId(), conv, journal.ErrConflict)
+		}
+		return nil
 	})
 }
 
