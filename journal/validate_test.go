@@ -259,3 +259,20 @@ func TestSeqGap(t *testing.T) {
 		require.Equal(t, tc.want, want, tc.name)
 	}
 }
+
+// TestValidateModelCall: an audit row needs a conversation id, and its
+// created time may be unset but, if set, must be a valid timestamp.
+func TestValidateModelCall(t *testing.T) {
+	require.NoError(t, journal.ValidateModelCall(&messages.ModelCall{ConversationId: "c"}), "no created time")
+	require.NoError(t, journal.ValidateModelCall(&messages.ModelCall{ConversationId: "c", Created: &timestamppb.Timestamp{Seconds: 100, Nanos: 999_999_999}}))
+	for name, mc := range map[string]*messages.ModelCall{
+		"nil":             nil,
+		"no conversation": {},
+		"nanos too many":  {ConversationId: "c", Created: &timestamppb.Timestamp{Seconds: 100, Nanos: 1_000_000_000}},
+		"negative nanos":  {ConversationId: "c", Created: &timestamppb.Timestamp{Seconds: 100, Nanos: -1}},
+		"year 10000":      {ConversationId: "c", Created: &timestamppb.Timestamp{Seconds: 253402300800}},
+		"before year 1":   {ConversationId: "c", Created: &timestamppb.Timestamp{Seconds: -62135596801}},
+	} {
+		require.ErrorIs(t, journal.ValidateModelCall(mc), journal.ErrInvalid, name)
+	}
+}
