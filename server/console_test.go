@@ -355,6 +355,38 @@ func TestConsoleBadToken(t *testing.T) {
 	require.Nil(t, stored)
 }
 
+// TestConsoleTokenWithCharactersNoTokenHas: a token with a character
+// outside ISO-8859-1, which no header value can hold, is refused on the
+// sign-in form as not valid, without a request: fetch threw on it, and the
+// form said the server could not be reached.
+func TestConsoleTokenWithCharactersNoTokenHas(t *testing.T) {
+	n := startNode(t, newScripted(), server.Options{})
+	var apiRequests atomic.Int32
+	inner := *n.served.Load()
+	var counted http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/v1/") {
+			apiRequests.Add(1)
+		}
+		inner.ServeHTTP(w, r)
+	})
+	n.served.Store(&counted)
+	tab := newTab(t, browserWait)
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.Navigate(n.srv.URL+server.ConsolePath),
+		chromedp.WaitVisible(chromedp.ID("token")),
+		chromedp.Evaluate[chromedp.Void](`document.getElementById('token').value = 't-carol\u2713'`),
+		chromedp.Click(chromedp.ID("login-submit")),
+		chromedp.WaitVisible(chromedp.Search(`//p[@id="login-error" and normalize-space(.) != ""]`)),
+	))
+	shown, err := chromedp.Run(tab, chromedp.Text(chromedp.ID("login-error")))
+	require.NoError(t, err)
+	require.Equal(t, "This token is not valid: it has characters a token cannot have.", shown)
+	stored, err := chromedp.Run(tab, chromedp.Evaluate[*string](`sessionStorage.getItem('lazarus.console.token')`))
+	require.NoError(t, err)
+	require.Nil(t, stored)
+	require.Zero(t, apiRequests.Load(), "no request is sent")
+}
+
 // TestConsoleScreenshot: the queue as an operator sees it, with the
 // conversation context of each call, saved as a PNG (in the test's temp
 // dir, or at $LAZARUS_CONSOLE_PNG to refresh docs/console.png); and on a

@@ -212,10 +212,27 @@ function signOut(message) {
 
 // ---- sign in ---------------------------------------------------------------
 
+// sendable reports whether t can go in the Authorization header: a header
+// value holds only ISO-8859-1 characters, no line breaks nor NUL.
+function sendable(t) {
+  try {
+    new Headers({ Authorization: 'Bearer ' + t });
+    return true;
+  } catch (e) {
+    return false;
+  }
+}
+
 async function signIn(ev) {
   ev.preventDefault();
   const t = $('token').value.trim();
   if (!t) return;
+  if (!sendable(t)) {
+    // fetch would throw before sending, which reads as a server that
+    // cannot be reached.
+    $('login-error').textContent = 'This token is not valid: it has characters a token cannot have.';
+    return;
+  }
   $('login-error').textContent = '';
   $('login-submit').disabled = true;
   sessionStorage.setItem(TOKEN_KEY, t);
