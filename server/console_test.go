@@ -972,6 +972,49 @@ func TestConsoleAnswerToAnExpiredCall(t *testing.T) {
 	require.Equal(t, "expired", shown.Status)
 }
 
+// TestConsoleAnswerRefusedByAProxy: an answer refused 502 with a body that
+// is no API error and an empty status text (a proxy's page, over HTTP/2
+// say) is shown as "Not answered: HTTP 502", the card pending with its
+// buttons on: it said "Not answered: " and nothing more.
+func TestConsoleAnswerRefusedByAProxy(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	_, call := suspendOnApproval(t, ctx, n, model)
+	inner := *n.served.Load()
+	var proxied http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != "POST" || r.URL.Path != "/v1/calls/"+call.ID+"/resolve" {
+			inner.ServeHTTP(w, r)
+			return
+		}
+		conn, buf, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Errorf("hijack: %v", err)
+			return
+		}
+		defer conn.Close()
+		page := "<html>bad gateway</html>"
+		// No reason phrase: the status text is empty, as over HTTP/2.
+		_, _ = fmt.Fprintf(buf, "HTTP/1.1 502 \r\nContent-Type: text/html\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(page), page)
+		_ = buf.Flush()
+	})
+	n.served.Store(&proxied)
+
+	tab := newTab(t, browserWait)
+	signIn(t, tab, n, tokCarol, "#/calls")
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(cardSel(call.ID, " button.approve"))))
+	_, err := chromedp.Run(tab, chromedp.Evaluate[chromedp.Void](
+		fmt.Sprintf(`answer(cards.get(%q), true)`, call.ID), chromedp.EvalAwaitPromise))
+	require.NoError(t, err)
+	shown, err := chromedp.Run(tab, chromedp.Evaluate[[]string](fmt.Sprintf(
+		`(() => { const c = cards.get(%q); return [c.outcome.textContent, c.state, String(c.approve.disabled)]; })()`, call.ID)))
+	require.NoError(t, err)
+	require.Equal(t, []string{"Not answered: HTTP 502", "pending", "false"}, shown)
+	var got server.Call
+	n.must(t, http.StatusOK, "GET", "/v1/calls/"+call.ID, tokCarol, nil, &got)
+	require.Equal(t, "pending", got.Status)
+}
+
 // TestConsoleRoles: the queue shows a user what the package doc says they
 // see, and no more: bob (no role, not the owner) sees no call; alice, the
 // conversation's owner, sees its call but the tool wants an approver, so

@@ -63,7 +63,9 @@ async function api(method, path, body) {
   if (!res.ok) {
     const err = (data && data.error) || {};
     if (res.status === 401) signOut('The token was refused.');
-    throw new APIError(res.status, err.code || 'http_' + res.status, err.message || res.statusText);
+    // A body that is no API error (a proxy's page) says nothing, nor does
+    // HTTP/2's empty status text: the status code is what is left.
+    throw new APIError(res.status, err.code || 'http_' + res.status, err.message || res.statusText || 'HTTP ' + res.status);
   }
   return data;
 }
