@@ -27,6 +27,11 @@ const (
 	// its next request before the node closes it. An event stream is a
 	// request in progress, never idle: it is not cut.
 	defaultIdleTimeout = 2 * time.Minute
+	// defaultReadTimeout bounds reading a whole request, its body
+	// included, so that a client sending its body slowly does not hold a
+	// handler. An event stream is a GET without a body: once its request
+	// is read, the bound no longer applies, and it is never cut by it.
+	defaultReadTimeout = time.Minute
 	// envTokens is the environment variable read for the tokens JSON when
 	// neither --tokens nor tokens_file is given (tokens_env renames it).
 	envTokens = "LAZARUS_TOKENS"
@@ -72,7 +77,10 @@ environment variable $` + envTokens + ` (tokens_env renames it). Tokens are
 never logged. Without tokens every /v1/ request is refused (401).
 
 A keep-alive connection idle between requests longer than idle_timeout
-(default 2m) is closed; an event stream is never idle.
+(default 2m) is closed; an event stream is never idle. A request whose
+headers and body are not all read within read_timeout (default 1m) has its
+connection closed; it bounds the request only, not the answer, so an event
+stream is never cut by it.
 
 Progress lines go to stderr: the store, the model, each tool, the listening
 address. SIGTERM or SIGINT stops it gracefully: it stops accepting
@@ -135,11 +143,15 @@ func (c *cli) serve(ctx context.Context, fs *flags, args []string) (err error) {
 	if err != nil {
 		return err
 	}
+	read, err := duration("read_timeout", cfg.ReadTimeout, defaultReadTimeout)
+	if err != nil {
+		return err
+	}
 	n, err := c.buildNode(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	return n.run(ctx, grace, idle)
+	return n.run(ctx, grace, idle, read)
 }
 
 // progress prints one progress line of serve on stderr.
@@ -329,8 +341,9 @@ func (c *cli) loadTokens(cfg *serveConfig) (map[string]agent.Identity, error) {
 // shuts down: no new connection, event streams ended, requests in flight
 // finished (at most grace), then the runtime and the store closed. A
 // keep-alive connection waiting for its next request longer than idle is
-// closed (idle <= 0: never).
-func (n *node) run(ctx context.Context, grace, idle time.Duration) (err error) {
+// closed (idle <= 0: never), and so is one whose request, headers and body,
+// is not read within read (read <= 0: no bound but the headers').
+func (n *node) run(ctx context.Context, grace, idle, read time.Duration) (err error) {
 	defer func() {
 		if cerr := n.close(); err == nil {
 			err = cerr
@@ -343,9 +356,18 @@ func (n *node) run(ctx context.Context, grace, idle time.Duration) (err error) {
 	if idle <= 0 {
 		idle = -1 // none (http.Server reads 0 as ReadTimeout's)
 	}
+	if read < 0 {
+		read = 0 // none
+	}
 	hs := &http.Server{
 		Handler:           cutStreams(streams, n.srv),
 		ReadHeaderTimeout: 10 * time.Second,
+		// The whole request, its body included. It bounds reading the
+		// request only: once its body is read (an event stream's GET has
+		// none) the connection's read deadline is lifted, so a stream is
+		// not cut by it. No WriteTimeout: a stream bounds each of its
+		// writes itself (server.Options.StreamWriteTimeout).
+		ReadTimeout: read,
 		// Between requests only: an event stream in progress is not idle.
 		IdleTimeout: idle,
 		ErrorLog:    slog.NewLogLogger(slog.NewTextHandler(n.c.stderr, nil), slog.LevelWarn),

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -103,6 +104,87 @@ func TestServeIdleTimeout(t *testing.T) {
 			case <-ctx.Done():
 				t.Fatalf("the stream did not deliver the answer of %q", text)
 			}
+		}
+	}
+}
+
+// TestServeReadTimeout: 'lazarus serve' closes the connection of a
+// request whose body is not all sent within read_timeout (the client sent
+// its headers and part of its body, then stalled: it held a handler for as
+// long as it kept the connection), while an event stream opened before it,
+// and so older than the bound, goes on delivering: the bound is on reading
+// the request, not on the answer.
+func TestServeReadTimeout(t *testing.T) {
+	const bound = 300 * time.Millisecond
+	cfg := filepath.Join(t.TempDir(), "node.json")
+	require.NoError(t, os.WriteFile(cfg, []byte(`{
+		"dir": `+jsonString(filepath.Join(t.TempDir(), "store"))+`,
+		"read_timeout": `+jsonString(bound.String())+`
+	}`), 0o600))
+	p := startServe(t, testTokens, "--config", cfg)
+	ctx := ctxT(t)
+	addr := strings.TrimPrefix(p.url, "http://")
+	client := &http.Client{Transport: &http.Transport{}}
+	t.Cleanup(client.CloseIdleConnections)
+	call := func(ctx context.Context, method, path, body string, status int) *http.Response {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, method, p.url+path, strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer alice-token")
+		res, err := client.Do(req)
+		require.NoError(t, err)
+		require.Equal(t, status, res.StatusCode)
+		return res
+	}
+	res := call(ctx, "POST", "/v1/conversations", `{}`, http.StatusCreated)
+	var conv struct {
+		ID string `json:"id"`
+	}
+	require.NoError(t, json.NewDecoder(res.Body).Decode(&conv))
+	res.Body.Close()
+
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	res = call(sctx, "GET", "/v1/conversations/"+conv.ID+"/stream", "", http.StatusOK)
+	defer res.Body.Close()
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(res.Body)
+		for sc.Scan() {
+			select {
+			case lines <- sc.Text():
+			case <-sctx.Done():
+				return
+			}
+		}
+	}()
+
+	// The stalled request: its headers and half its body, then nothing.
+	conn, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer conn.Close()
+	body := `{"text": "never finished"}`
+	start := time.Now()
+	_, err = fmt.Fprintf(conn, "POST /v1/conversations/%s/messages HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer alice-token\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+		conv.ID, addr, len(body), body[:len(body)/2])
+	require.NoError(t, err)
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(wait)))
+	_, err = io.Copy(io.Discard, conn) // whatever the node answers, then its close
+	var ne net.Error
+	require.False(t, errors.As(err, &ne) && ne.Timeout(), "the node closes the connection of a stalled body (%v)", err)
+	require.GreaterOrEqual(t, time.Since(start), bound, "not before read_timeout")
+
+	// The stream, older than the bound, still delivers.
+	call(ctx, "POST", "/v1/conversations/"+conv.ID+"/messages", `{"text": "after the stall"}`, http.StatusAccepted).Body.Close()
+	for answered := false; !answered; {
+		select {
+		case line, ok := <-lines:
+			require.True(t, ok, "the stream ended")
+			require.NotContains(t, line, "never finished")
+			answered = strings.HasPrefix(line, "data:") && strings.Contains(line, "You said: after the stall")
+		case <-ctx.Done():
+			t.Fatal("the stream did not deliver the answer")
 		}
 	}
 }

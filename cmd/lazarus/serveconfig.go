@@ -60,6 +60,12 @@ type serveConfig struct {
 	// negative: never). An event stream is a request in progress, not
 	// idle: it is never cut by it. Default defaultIdleTimeout.
 	IdleTimeout string `json:"idle_timeout,omitempty"`
+	// ReadTimeout bounds reading a whole request, headers and body (a Go
+	// duration; zero or negative: no bound but the headers'): a client
+	// still sending it after that long has its connection closed. It does
+	// not bound the answer: an event stream is never cut by it. Default
+	// defaultReadTimeout.
+	ReadTimeout string `json:"read_timeout,omitempty"`
 	// HumanTimeout is the deadline of a human call whose tool sets none (a
 	// Go duration; "-1s" or any negative: never). Default the runtime's.
 	HumanTimeout string `json:"human_timeout,omitempty"`

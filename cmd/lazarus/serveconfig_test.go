@@ -39,6 +39,7 @@ func TestServeConfigErrors(t *testing.T) {
 		"bad tokens":         `{"tokens_env": "LAZARUS_TEST_NO_SUCH_TOKENS_FILE", "tokens_file": "/nonexistent/tokens.json"}`,
 		"bad shutdown":       `{"shutdown_timeout": "1 minute"}`,
 		"bad idle timeout":   `{"idle_timeout": "a while"}`,
+		"bad read timeout":   `{"read_timeout": "a while"}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "store")
