@@ -80,7 +80,8 @@ A keep-alive connection idle between requests longer than idle_timeout
 (default 2m) is closed; an event stream is never idle. A request whose
 headers and body are not all read within read_timeout (default 1m) has its
 connection closed; it bounds the request only, not the answer, so an event
-stream is never cut by it.
+stream is never cut by it. A write of an event stream that the client has
+not taken in within stream_write_timeout (default 1m) cuts the stream.
 
 Progress lines go to stderr: the store, the model, each tool, the listening
 address. SIGTERM or SIGINT stops it gracefully: it stops accepting
@@ -236,6 +237,10 @@ func (c *cli) buildNode(ctx context.Context, cfg *serveConfig) (_ *node, err err
 	if err != nil {
 		return nil, err
 	}
+	streamWrite, err := cfg.streamWriteTimeout()
+	if err != nil {
+		return nil, err
+	}
 
 	metrics := server.NewMetrics()
 	opts := lazarus.Options{
@@ -277,7 +282,7 @@ func (c *cli) buildNode(ctx context.Context, cfg *serveConfig) (_ *node, err err
 		c.progress("warning: no tokens; every /v1/ request will be refused (401)")
 	}
 	n.srv = server.New(n.rt, server.Options{
-		Authenticator: auth, OperatorRole: cfg.OperatorRole, Metrics: metrics,
+		Authenticator: auth, OperatorRole: cfg.OperatorRole, Metrics: metrics, StreamWriteTimeout: streamWrite,
 		PublicMetrics: cfg.PublicMetrics, NoConsole: cfg.NoConsole, Logger: slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if n.ln, err = net.Listen("tcp", cfg.Listen); err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/server"
 )
 
 // serveConfig is the configuration file of 'lazarus serve': one JSON
@@ -66,6 +67,10 @@ type serveConfig struct {
 	// not bound the answer: an event stream is never cut by it. Default
 	// defaultReadTimeout.
 	ReadTimeout string `json:"read_timeout,omitempty"`
+	// StreamWriteTimeout bounds each write of an event stream (a Go
+	// duration, positive): server.Options.StreamWriteTimeout. Default
+	// server.DefaultStreamWriteTimeout.
+	StreamWriteTimeout string `json:"stream_write_timeout,omitempty"`
 	// HumanTimeout is the deadline of a human call whose tool sets none (a
 	// Go duration; "-1s" or any negative: never). Default the runtime's.
 	HumanTimeout string `json:"human_timeout,omitempty"`
@@ -215,6 +220,20 @@ func duration(name, s string, def time.Duration) (time.Duration, error) {
 	d, err := time.ParseDuration(s)
 	if err != nil {
 		return 0, configErr("%s: %v", name, err)
+	}
+	return d, nil
+}
+
+// streamWriteTimeout returns the stream_write_timeout of the
+// configuration, server.DefaultStreamWriteTimeout if it sets none; one that
+// is not positive is refused.
+func (cfg *serveConfig) streamWriteTimeout() (time.Duration, error) {
+	d, err := duration("stream_write_timeout", cfg.StreamWriteTimeout, server.DefaultStreamWriteTimeout)
+	if err != nil {
+		return 0, err
+	}
+	if d <= 0 {
+		return 0, configErr("stream_write_timeout: %s is not positive", cfg.StreamWriteTimeout)
 	}
 	return d, nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/server"
 )
 
 // TestServeConfigErrors: a bad configuration file is refused before
@@ -40,6 +41,9 @@ func TestServeConfigErrors(t *testing.T) {
 		"bad shutdown":       `{"shutdown_timeout": "1 minute"}`,
 		"bad idle timeout":   `{"idle_timeout": "a while"}`,
 		"bad read timeout":   `{"read_timeout": "a while"}`,
+		"bad stream write":   `{"stream_write_timeout": "a while"}`,
+		"stream write zero":  `{"stream_write_timeout": "0s"}`,
+		"stream write below": `{"stream_write_timeout": "-1s"}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "store")
@@ -53,6 +57,22 @@ func TestServeConfigErrors(t *testing.T) {
 			_, statErr := os.Stat(dir)
 			require.True(t, errors.Is(statErr, os.ErrNotExist), "nothing created")
 		})
+	}
+}
+
+// TestServeStreamWriteTimeout: stream_write_timeout is the server's
+// StreamWriteTimeout, server.DefaultStreamWriteTimeout when not set; one
+// that is not a positive duration is refused.
+func TestServeStreamWriteTimeout(t *testing.T) {
+	for s, want := range map[string]time.Duration{"": server.DefaultStreamWriteTimeout, "5s": 5 * time.Second, "1ns": 1} {
+		d, err := (&serveConfig{StreamWriteTimeout: s}).streamWriteTimeout()
+		require.NoError(t, err, s)
+		require.Equal(t, want, d, s)
+	}
+	for _, s := range []string{"0s", "0", "-1s", "soon"} {
+		_, err := (&serveConfig{StreamWriteTimeout: s}).streamWriteTimeout()
+		require.ErrorIs(t, err, errConfig, s)
+		require.ErrorContains(t, err, "stream_write_timeout", s)
 	}
 }
 
