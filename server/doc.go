@@ -99,9 +99,10 @@
 //
 // GET /v1/conversations/{id}/stream sends, as text/event-stream, the
 // conversation's events after the seq given by the Last-Event-ID header or
-// else the "after" query parameter (default 0, the whole log): first those
-// in the log, then each new one once durable, with no gap and no duplicate
-// across kills and revivals of the conversation's actor. A seq past the
+// else the "after" query parameter (default 0, the whole log; not read when
+// the header is given): first those in the log, then each new one once
+// durable, with no gap and no duplicate across kills and revivals of the
+// conversation's actor. A seq past the
 // log's last event is a bad request (400 invalid, naming the last seq): it
 // is no cursor of this conversation's. A HEAD request is answered with the
 // status and headers a GET would get, and ends. Messages:

@@ -63,17 +63,20 @@ func outcomeName(o lazarus.TurnOutcome) string {
 // closed) or a write fails.
 func (s *Server) stream(w http.ResponseWriter, r *http.Request, c caller) {
 	id := r.PathValue("id")
-	after, err := uintParam(r, "after")
-	if err != nil {
-		s.writeError(w, err)
-		return
-	}
+	// Last-Event-ID overrides "after": when the header is given, the
+	// parameter is not read (a reconnecting client resends its URL, which
+	// need not hold a valid one).
+	var after uint64
+	var err error
 	if v := strings.TrimSpace(r.Header.Get("Last-Event-ID")); v != "" {
 		after, err = strconv.ParseUint(v, 10, 64)
 		if err != nil {
 			s.writeError(w, errInvalid("Last-Event-ID must be the seq of an event"))
 			return
 		}
+	} else if after, err = uintParam(r, "after"); err != nil {
+		s.writeError(w, err)
+		return
 	}
 	view, err := s.agentParam(r)
 	if err != nil {

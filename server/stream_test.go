@@ -147,7 +147,9 @@ func TestStreamKeepAlive(t *testing.T) {
 }
 
 // TestStreamAfterQuery: without Last-Event-ID, the "after" parameter
-// says where to start; a malformed one is 400.
+// says where to start; a malformed one is 400. With a valid Last-Event-ID
+// the header says where, and "after" is not read: a malformed one is no
+// error.
 func TestStreamAfterQuery(t *testing.T) {
 	ctx := testContext(t)
 	model := newScripted()
@@ -179,6 +181,23 @@ func TestStreamAfterQuery(t *testing.T) {
 	require.NoError(t, err)
 	res.Body.Close()
 	require.Equal(t, http.StatusBadRequest, res.StatusCode)
+
+	// A valid Last-Event-ID overrides "after", which is then not read:
+	// a malformed one is no error, and a valid one is not where the
+	// stream starts.
+	for _, query := range []string{"?after=x", "?after=-1", "?after=0"} {
+		req, err = http.NewRequestWithContext(ctx, "GET", n.srv.URL+"/v1/conversations/"+conv.ID+"/stream"+query, nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+tokAlice)
+		req.Header.Set("Last-Event-ID", "1")
+		res, err = n.srv.Client().Do(req)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, res.StatusCode, query)
+		resumed := &sseStream{res: res, cancel: func() {}}
+		resumed.sc = newScanner(res)
+		require.Equal(t, "2", resumed.next(t).ID, query)
+		resumed.close()
+	}
 }
 
 // TestStreamEndsWhenTheClientGoes: a client that goes away in the middle
