@@ -29,45 +29,8 @@ func TestServeIdleTimeout(t *testing.T) {
 		"dir": `+jsonString(filepath.Join(t.TempDir(), "store"))+`,
 		"idle_timeout": "300ms"
 	}`), 0o600))
-	p := startServe(t, testTokens, "--config", cfg)
-	ctx := ctxT(t)
-	addr := strings.TrimPrefix(p.url, "http://")
-	client := &http.Client{Transport: &http.Transport{}}
-	t.Cleanup(client.CloseIdleConnections)
-	call := func(ctx context.Context, method, path, body string, status int) *http.Response {
-		t.Helper()
-		req, err := http.NewRequestWithContext(ctx, method, p.url+path, strings.NewReader(body))
-		require.NoError(t, err)
-		req.Header.Set("Authorization", "Bearer alice-token")
-		res, err := client.Do(req)
-		require.NoError(t, err)
-		require.Equal(t, status, res.StatusCode)
-		return res
-	}
-	res := call(ctx, "POST", "/v1/conversations", `{}`, http.StatusCreated)
-	var conv struct {
-		ID string `json:"id"`
-	}
-	require.NoError(t, json.NewDecoder(res.Body).Decode(&conv))
-	res.Body.Close()
-
-	// The stream, on a connection of its own.
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	res = call(sctx, "GET", "/v1/conversations/"+conv.ID+"/stream", "", http.StatusOK)
-	defer res.Body.Close()
-	lines := make(chan string)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(res.Body)
-		for sc.Scan() {
-			select {
-			case lines <- sc.Text():
-			case <-sctx.Done():
-				return
-			}
-		}
-	}()
+	n := startStreamingNode(t, cfg)
+	ctx, addr, call, conv, lines := n.ctx, n.addr, n.call, n.conv, n.lines
 
 	// idleClosed makes one request on a new connection and waits for the
 	// node to close it, idle.
@@ -121,44 +84,8 @@ func TestServeReadTimeout(t *testing.T) {
 		"dir": `+jsonString(filepath.Join(t.TempDir(), "store"))+`,
 		"read_timeout": `+jsonString(bound.String())+`
 	}`), 0o600))
-	p := startServe(t, testTokens, "--config", cfg)
-	ctx := ctxT(t)
-	addr := strings.TrimPrefix(p.url, "http://")
-	client := &http.Client{Transport: &http.Transport{}}
-	t.Cleanup(client.CloseIdleConnections)
-	call := func(ctx context.Context, method, path, body string, status int) *http.Response {
-		t.Helper()
-		req, err := http.NewRequestWithContext(ctx, method, p.url+path, strings.NewReader(body))
-		require.NoError(t, err)
-		req.Header.Set("Authorization", "Bearer alice-token")
-		res, err := client.Do(req)
-		require.NoError(t, err)
-		require.Equal(t, status, res.StatusCode)
-		return res
-	}
-	res := call(ctx, "POST", "/v1/conversations", `{}`, http.StatusCreated)
-	var conv struct {
-		ID string `json:"id"`
-	}
-	require.NoError(t, json.NewDecoder(res.Body).Decode(&conv))
-	res.Body.Close()
-
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	res = call(sctx, "GET", "/v1/conversations/"+conv.ID+"/stream", "", http.StatusOK)
-	defer res.Body.Close()
-	lines := make(chan string)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(res.Body)
-		for sc.Scan() {
-			select {
-			case lines <- sc.Text():
-			case <-sctx.Done():
-				return
-			}
-		}
-	}()
+	n := startStreamingNode(t, cfg)
+	ctx, addr, call, conv, lines := n.ctx, n.addr, n.call, n.conv, n.lines
 
 	// The stalled request: its headers and half its body, then nothing.
 	conn, err := net.Dial("tcp", addr)
@@ -187,4 +114,59 @@ func TestServeReadTimeout(t *testing.T) {
 			t.Fatal("the stream did not deliver the answer")
 		}
 	}
+}
+
+// streamingNode is a 'lazarus serve' node, a conversation of alice's on
+// it and that conversation's event stream, on a connection of its own,
+// read line by line.
+type streamingNode struct {
+	ctx   context.Context // bounds the test
+	addr  string
+	conv  struct{ ID string }
+	lines <-chan string // the stream's lines; closed when it ends
+	// call makes a request as alice and checks its status.
+	call func(ctx context.Context, method, path, body string, status int) *http.Response
+}
+
+// startStreamingNode starts 'lazarus serve --config cfg' and opens the
+// stream of a new conversation.
+func startStreamingNode(t *testing.T, cfg string) streamingNode {
+	t.Helper()
+	p := startServe(t, testTokens, "--config", cfg)
+	ctx := ctxT(t)
+	addr := strings.TrimPrefix(p.url, "http://")
+	client := &http.Client{Transport: &http.Transport{}}
+	t.Cleanup(client.CloseIdleConnections)
+	call := func(ctx context.Context, method, path, body string, status int) *http.Response {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, method, p.url+path, strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer alice-token")
+		res, err := client.Do(req)
+		require.NoError(t, err)
+		require.Equal(t, status, res.StatusCode)
+		return res
+	}
+	res := call(ctx, "POST", "/v1/conversations", `{}`, http.StatusCreated)
+	var conv struct{ ID string }
+	require.NoError(t, json.NewDecoder(res.Body).Decode(&conv))
+	res.Body.Close()
+
+	sctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	res = call(sctx, "GET", "/v1/conversations/"+conv.ID+"/stream", "", http.StatusOK)
+	t.Cleanup(func() { _ = res.Body.Close() })
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(res.Body)
+		for sc.Scan() {
+			select {
+			case lines <- sc.Text():
+			case <-sctx.Done():
+				return
+			}
+		}
+	}()
+	return streamingNode{ctx: ctx, addr: addr, conv: conv, lines: lines, call: call}
 }
