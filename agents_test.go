@@ -356,15 +356,22 @@ func TestForkAtAHandoffRunsTheNextAgentsTurn(t *testing.T) {
 	// The history at seq 5 ends with the handoff: the critic owes a turn,
 	// as the conversation's core decides, so the fork runs it.
 	require.NoError(t, rt.Fork(ctx, "c", 5, "f"))
+	requireCriticAnswers(t, ctx, rt, "f", 6, "looks fine in the fork")
+}
+
+// requireCriticAnswers waits for conversation id's history to hold n
+// events, the last the critic's answer text.
+func requireCriticAnswers(t *testing.T, ctx context.Context, rt *lazarus.Runtime, id string, n int, text string) {
+	t.Helper()
 	require.Eventually(t, func() bool {
-		evs, err := rt.History(ctx, "f", 0, 0)
+		evs, err := rt.History(ctx, id, 0, 0)
 		require.NoError(t, err)
-		return len(evs) == 6
-	}, 10*time.Second, 10*time.Millisecond, "the critic's turn runs in the fork")
-	evs, err = rt.History(ctx, "f", 0, 0)
+		return len(evs) == n
+	}, 10*time.Second, 10*time.Millisecond, "the critic's turn runs in %s", id)
+	evs, err := rt.History(ctx, id, 0, 0)
 	require.NoError(t, err)
-	require.Equal(t, "critic", evs[5].GetAgent())
-	require.Equal(t, "looks fine in the fork", evs[5].GetAssistantMsg().GetContent()[0].GetText())
+	require.Equal(t, "critic", evs[n-1].GetAgent())
+	require.Equal(t, text, evs[n-1].GetAssistantMsg().GetContent()[0].GetText())
 }
 
 // TestForkOwesTheTurnOfAWaitingAgent: a fork whose history ends with one
@@ -391,15 +398,7 @@ func TestForkOwesTheTurnOfAWaitingAgent(t *testing.T) {
 	t.Cleanup(func() { _ = rt.Close() })
 
 	require.NoError(t, rt.Fork(ctx, "c", 3, "f"))
-	require.Eventually(t, func() bool {
-		evs, err := rt.History(ctx, "f", 0, 0)
-		require.NoError(t, err)
-		return len(evs) == 4
-	}, 10*time.Second, 10*time.Millisecond, "the critic's turn runs in the fork")
-	evs, err := rt.History(ctx, "f", 0, 0)
-	require.NoError(t, err)
-	require.Equal(t, "critic", evs[3].GetAgent())
-	require.Equal(t, "critique", evs[3].GetAssistantMsg().GetContent()[0].GetText())
+	requireCriticAnswers(t, ctx, rt, "f", 4, "critique")
 }
 
 // TestEditOfARemovedAgentsMessageIsRefused: an edit is addressed as the
