@@ -17,9 +17,16 @@ type Call struct {
 	ID             string `json:"id"`
 	ConversationID string `json:"conversation_id"`
 	Tool           string `json:"tool"`
-	// Status is "pending", "resolved", "errored" (rejected or failed) or
-	// "expired".
+	// Status is "pending", "resolved", "errored" (rejected, cancelled or
+	// failed) or "expired": the stored row's status.
 	Status string `json:"status"`
+	// Outcome says how the call ended, or "pending": one of the Call*
+	// constants (CallAnswered, CallRejected, CallExpired, CallCancelled,
+	// ...), derived from the stored status and the code of the call's
+	// error result. It tells apart what Status calls "errored": a person
+	// rejected it, a rewind (or edit) of its conversation cancelled it,
+	// or it failed otherwise.
+	Outcome string `json:"outcome"`
 	// Prompt is what the human is asked.
 	Prompt string `json:"prompt"`
 	// Arguments is the call's JSON arguments object.
@@ -72,6 +79,58 @@ func identityOf(p *messages.Identity) *Identity {
 	return &Identity{UserID: p.GetUserId(), Roles: p.GetRoles()}
 }
 
+// Outcomes of a human call (Call.Outcome). They are stable: clients branch
+// on them. A stored status or code this server does not know is
+// CallUnknown, never an error.
+const (
+	// CallPending: not answered yet (status "pending").
+	CallPending = "pending"
+	// CallAnswered: a person answered it with a result (POST resolve,
+	// Runtime.Resolve; status "resolved").
+	CallAnswered = "answered"
+	// CallRejected: a person declined it (POST reject, Runtime.Reject;
+	// status "errored", error code agent.CodeRejected).
+	CallRejected = "rejected"
+	// CallExpired: its deadline passed before an answer (status
+	// "expired"); the resolver is the system identity.
+	CallExpired = "expired"
+	// CallCancelled: a rewind or an edit of its conversation took it back
+	// while it was open (status "errored", error code agent.CodeCanceled);
+	// no one answered it, and it has no resolver.
+	CallCancelled = "cancelled"
+	// CallErrored: it ended with an error of another code (status
+	// "errored").
+	CallErrored = "errored"
+	// CallUnknown: a stored status this server does not know (none, or one
+	// written by a newer version).
+	CallUnknown = "unknown"
+)
+
+// callOutcomes lists every value of Call.Outcome, in the order the OpenAPI
+// document gives them.
+var callOutcomes = []string{CallPending, CallAnswered, CallRejected, CallExpired, CallCancelled, CallErrored, CallUnknown}
+
+// callOutcome returns how the call of row ended (Call.Outcome).
+func callOutcome(row *messages.ToolCallRecord) string {
+	switch row.GetStatus() {
+	case messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING:
+		return CallPending
+	case messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED:
+		return CallAnswered
+	case messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED:
+		return CallExpired
+	case messages.ToolCallStatus_TOOL_CALL_STATUS_ERRORED:
+		switch row.GetResult().GetError().GetCode() {
+		case agent.CodeRejected:
+			return CallRejected
+		case agent.CodeCanceled:
+			return CallCancelled
+		}
+		return CallErrored
+	}
+	return CallUnknown
+}
+
 func callStatus(s messages.ToolCallStatus) string {
 	switch s {
 	case messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING:
@@ -92,7 +151,7 @@ func callOf(row *messages.ToolCallRecord) Call {
 		args = json.RawMessage("null")
 	}
 	return Call{ID: row.GetId(), ConversationID: row.GetConversationId(), Tool: row.GetName(),
-		Status: callStatus(row.GetStatus()), Prompt: row.GetPrompt(), Arguments: args,
+		Status: callStatus(row.GetStatus()), Outcome: callOutcome(row), Prompt: row.GetPrompt(), Arguments: args,
 		Created: timeOf(row.GetCreated()), Deadline: timeOf(row.GetDeadline()), Resolved: timeOf(row.GetResolved()),
 		Requester: identityOf(row.GetRequester()), Resolver: identityOf(row.GetResolver())}
 }

@@ -22,12 +22,22 @@
 //	POST   /v1/conversations/{id}/schedules     schedule a wake-up: at, after, every or cron, and text (Runtime.Schedule); 201
 //	DELETE /v1/conversations/{id}/schedules/{s} cancel one (Runtime.CancelSchedule); 204
 //	GET    /v1/calls                            pending human calls (paged)
-//	GET    /v1/calls/{id}                       one call: tool, prompt, arguments, deadline
+//	GET    /v1/calls/{id}                       one call: tool, prompt, arguments, deadline, status and outcome
 //	POST   /v1/calls/{id}/resolve               answer it with a JSON result
 //	POST   /v1/calls/{id}/reject                decline it with a reason
 //	GET    /v1/openapi.json                     the API's OpenAPI 3 document
 //	GET    /metrics  /healthz  /readyz
 //	GET    /console/                            the web console (not part of the API); / redirects to it
+//
+// A call (Call) has the status of its stored row ("pending", "resolved",
+// "errored", "expired") and an outcome that says how it ended, from that
+// status and the code of its error result: "pending", "answered" (a
+// resolve), "rejected" (a reject), "expired" (its deadline passed first),
+// "cancelled" (a rewind or an edit of its conversation took it back while
+// it was open: no one answered it, and it has no resolver), "errored" (an
+// error of another code) or "unknown" (a stored status this server does
+// not know). A resolution event of the log has the status only; the
+// tool_result event written with it has the error's code.
 //
 // # Identity and what a user may see
 //

@@ -12,7 +12,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/actors"
+	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/scripted"
+	"github.com/lazarusrt/lazarus/messages"
 )
 
 // TestOpenAPIMatchesRoutes: every route the mux serves is in the OpenAPI
@@ -159,4 +162,50 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestOpenAPICallOutcomes: the document's enum of Call.outcome is every
+// value the server gives (callOutcomes), and each is reached from a stored
+// row: a rejection, a cancellation by a rewind and another error are told
+// apart (all status "errored"), and a status the server does not know is
+// "unknown", not a panic.
+func TestOpenAPICallOutcomes(t *testing.T) {
+	var doc struct {
+		Components struct {
+			Schemas map[string]struct {
+				Required   []string `json:"required"`
+				Properties map[string]struct {
+					Enum []string `json:"enum"`
+				} `json:"properties"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	require.NoError(t, json.Unmarshal(OpenAPI(), &doc))
+	call := doc.Components.Schemas["Call"]
+	assert.Equal(t, callOutcomes, call.Properties["outcome"].Enum)
+	assert.Contains(t, call.Required, "outcome")
+
+	errored := func(code string) *messages.ToolCallRecord {
+		return &messages.ToolCallRecord{Status: messages.ToolCallStatus_TOOL_CALL_STATUS_ERRORED,
+			Result: agent.ErrorOutcome(code, "no")}
+	}
+	rows := map[string]*messages.ToolCallRecord{
+		CallPending: {Status: messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING},
+		CallAnswered: {Status: messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED,
+			Result: &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: `{"approved":true}`}}},
+		CallRejected:  errored(agent.CodeRejected),
+		CallExpired:   {Status: messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED, Result: actors.ExpiredOutcome()},
+		CallCancelled: errored(agent.CodeCanceled),
+		CallErrored:   errored(agent.CodeInvalid),
+		CallUnknown:   {Status: messages.ToolCallStatus(99)},
+	}
+	for _, want := range callOutcomes {
+		row, ok := rows[want]
+		if assert.True(t, ok, "no stored row reaches outcome %q", want) {
+			assert.Equal(t, want, callOf(row).Outcome)
+		}
+	}
+	assert.Equal(t, CallErrored, callOutcome(&messages.ToolCallRecord{Status: messages.ToolCallStatus_TOOL_CALL_STATUS_ERRORED}), "errored without a result")
+	assert.Equal(t, CallUnknown, callOutcome(&messages.ToolCallRecord{}), "no status")
+	assert.Equal(t, CallUnknown, callOutcome(nil), "no row")
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -430,4 +431,48 @@ func TestSendToANamedAgent(t *testing.T) {
 	require.Equal(t, []string{"*"}, evs[0].GetAudience())
 	require.Equal(t, "critic", evs[1].GetAgent())
 	require.Zero(t, model.Calls(conv.ID))
+}
+
+// TestCallOutcomes: GET /v1/calls/{id} says how each call ended, beyond its
+// status: an approval is "answered" and names its resolver, a rejection
+// "rejected" (status "errored"), an expiry "expired", and a call a rewind
+// took back "cancelled" (status "errored" too, with no resolver): it was
+// told from a rejection by nothing.
+func TestCallOutcomes(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	get := func(id string) server.Call {
+		var c server.Call
+		n.must(t, http.StatusOK, "GET", "/v1/calls/"+id, tokCarol, nil, &c)
+		return c
+	}
+
+	_, call := suspendOnApproval(t, ctx, n, model)
+	require.Equal(t, server.CallPending, call.Outcome)
+	n.must(t, http.StatusOK, "POST", "/v1/calls/"+call.ID+"/resolve", tokCarol, server.Resolve{Result: json.RawMessage(`{"approved":true}`)}, nil)
+	c := get(call.ID)
+	require.Equal(t, "resolved", c.Status)
+	require.Equal(t, server.CallAnswered, c.Outcome)
+	require.Equal(t, "carol", c.Resolver.UserID)
+
+	_, call = suspendOnApproval(t, ctx, n, model)
+	n.must(t, http.StatusOK, "POST", "/v1/calls/"+call.ID+"/reject", tokCarol, server.Reject{Reason: "no"}, nil)
+	c = get(call.ID)
+	require.Equal(t, "errored", c.Status)
+	require.Equal(t, server.CallRejected, c.Outcome)
+	require.Equal(t, "carol", c.Resolver.UserID)
+
+	_, call = suspendOnApproval(t, ctx, n, model)
+	require.NoError(t, n.rt.Reschedule(ctx, call.ID, time.Now()))
+	require.Eventually(t, func() bool { return get(call.ID).Status == "expired" }, 30*time.Second, 20*time.Millisecond)
+	require.Equal(t, server.CallExpired, get(call.ID).Outcome)
+
+	conv, call := suspendOnApproval(t, ctx, n, model)
+	one := uint64(1)
+	n.must(t, http.StatusOK, "POST", "/v1/conversations/"+conv.ID+"/rewind", tokAlice, server.RewindConversation{ToSeq: &one}, nil)
+	c = get(call.ID)
+	require.Equal(t, "errored", c.Status)
+	require.Equal(t, server.CallCancelled, c.Outcome)
+	require.Nil(t, c.Resolver, "no one answered a cancelled call")
 }
