@@ -972,6 +972,60 @@ func TestConsoleAnswerToAnExpiredCall(t *testing.T) {
 	require.Equal(t, "expired", shown.Status)
 }
 
+// TestConsoleAnswerToARewoundCall: a call that a rewind of its
+// conversation took back while its card was open is shown as cancelled by
+// the rewind, naming no one: it was "Already answered: rejected" (its
+// status is "errored", as a rejection's).
+func TestConsoleAnswerToARewoundCall(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	conv, call := suspendOnApproval(t, ctx, n, model)
+
+	tab := newTab(t, browserWait)
+	signIn(t, tab, n, tokCarol, "#/calls")
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(cardSel(call.ID, " button.approve"))))
+	one := uint64(1)
+	n.must(t, http.StatusOK, "POST", "/v1/conversations/"+conv.ID+"/rewind", tokAlice, server.RewindConversation{ToSeq: &one}, nil)
+
+	_, err := chromedp.Run(tab, chromedp.Evaluate[chromedp.Void](
+		fmt.Sprintf(`answer(cards.get(%q), true)`, call.ID), chromedp.EvalAwaitPromise))
+	require.NoError(t, err)
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(chromedp.Search(fmt.Sprintf(
+		`//article[@data-call-id=%q and @data-state="stale"]//p[@class="outcome" and contains(., "a rewind")]`, call.ID)))))
+	outcome, err := chromedp.Run(tab, chromedp.Text(cardSel(call.ID, " .outcome")))
+	require.NoError(t, err)
+	require.Contains(t, outcome, "Cancelled")
+	require.NotContains(t, outcome, "rejected")
+	require.NotContains(t, outcome, " by ")
+	var shown server.Call
+	n.must(t, http.StatusOK, "GET", "/v1/calls/"+call.ID, tokCarol, nil, &shown)
+	require.Equal(t, server.CallCancelled, shown.Outcome)
+}
+
+// TestConsoleResolutionLines: the line of a resolution event names who
+// answered only when a person did: one with no resolver (an older log's,
+// whose "by" is only "user") and an expiry (the system's) name no one; it
+// was "resolution: errored by " with nothing after "by".
+func TestConsoleResolutionLines(t *testing.T) {
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	tab := newTab(t, browserWait)
+	signIn(t, tab, n, tokCarol, "")
+	heads := map[string]string{
+		`{"seq":"5","resolution":{"tool_call_id":"c1","status":"TOOL_CALL_STATUS_ERRORED","by":"user"}}`:                                   "resolution: errored",
+		`{"seq":"5","resolution":{"tool_call_id":"c1","status":"TOOL_CALL_STATUS_ERRORED","by":"user","resolver":{"user_id":"carol"}}}`:    "resolution: errored by carol",
+		`{"seq":"5","resolution":{"tool_call_id":"c1","status":"TOOL_CALL_STATUS_RESOLVED","by":"user","resolver":{"user_id":"carol"}}}`:   "resolution: resolved by carol",
+		`{"seq":"5","resolution":{"tool_call_id":"c1","status":"TOOL_CALL_STATUS_EXPIRED","by":"system","resolver":{"user_id":"system"}}}`: "resolution: expired",
+		`{"seq":"5","resolution":{"tool_call_id":"c1"}}`:                                                                                   "resolution: unknown",
+	}
+	for ev, want := range heads {
+		head, err := chromedp.Run(tab, chromedp.Evaluate[string](fmt.Sprintf(`describe(%s)[1]`, ev)))
+		require.NoError(t, err)
+		require.Equal(t, want, head, "event %s", ev)
+	}
+}
+
 // TestConsoleAnswerRefusedByAProxy: an answer refused 502 with a body that
 // is no API error and an empty status text (a proxy's page, over HTTP/2
 // say) is shown as "Not answered: HTTP 502", the card pending with its

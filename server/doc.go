@@ -157,7 +157,10 @@
 // the agents it passes the turn between) with a box to send a message
 // (sent again after a failure with the same request_id, so written once).
 // A call answered elsewhere in the
-// meantime is shown as already answered, with by whom. The console only
+// meantime is shown as already answered, with its outcome and, when a
+// person answered it, by whom; one a rewind took back, as cancelled. A
+// resolution event names its resolver only when a person answered (not
+// for an expiry, nor in an older log that records none). The console only
 // calls the /v1/ API, with the same rules of who sees what; an approver
 // who may not read a call's conversation sees its prompt and arguments
 // only, so a tool's Prompt should say what the approver needs to know.

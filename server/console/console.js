@@ -145,9 +145,13 @@ function describeBody(ev) {
     return ['suspension', 'waiting on humans', (ev.suspension.pending || []).map((p) => `${p.kind}: ${p.prompt || ''}`).join('\n')];
   }
   if (ev.resolution) {
+    // Names who answered only when a person did: an expiry's resolver is
+    // the system, and an older log records none (its "by" says only
+    // "user" or "system"). The tool_result that follows has the code.
     const r = ev.resolution;
-    const by = r.resolver ? who(r.resolver) : (r.by || '');
-    return ['resolution', `resolution: ${enumName(r.status, 'TOOL_CALL_STATUS_')} by ${by}`, r.tool_call_id || ''];
+    const status = enumName(r.status, 'TOOL_CALL_STATUS_');
+    const by = status !== 'expired' ? who(r.resolver) : '';
+    return ['resolution', `resolution: ${status || 'unknown'}${by ? ' by ' + by : ''}`, r.tool_call_id || ''];
   }
   if (ev.rewind) return ['rewind', `rewind to ${ev.rewind.to_seq}`, ev.rewind.reason || ''];
   if (ev.turn_failed) return ['turn_failed', 'turn failed' + (ev.turn_failed.code ? ': ' + ev.turn_failed.code : ''), ev.turn_failed.message || ''];
@@ -384,11 +388,20 @@ async function settleElsewhere(card) {
   }
 }
 
-// answeredAs says on card how its call c was answered.
+// answeredAs says on card how its call c ended (its outcome, see the
+// Call schema), naming who answered it only when a person did.
 function answeredAs(card, c) {
-  const how = { resolved: 'approved', errored: 'rejected', expired: 'expired' }[c.status] || c.status;
-  card.outcome.textContent = c.status === 'expired' ? 'Already answered: the call expired.'
-    : `Already answered: ${how}${c.resolver ? ' by ' + who(c.resolver) : ''}.`;
+  const outcome = c.outcome || 'unknown';
+  const name = ['answered', 'rejected', 'errored'].includes(outcome) ? who(c.resolver) : '';
+  const by = name ? ' by ' + name : '';
+  card.outcome.textContent = {
+    pending: 'Not answered yet: it is pending.',
+    answered: `Already answered: approved${by}.`,
+    rejected: `Already answered: rejected${by}.`,
+    expired: 'Already answered: the call expired.',
+    cancelled: 'Cancelled: a rewind (or an edit) of the conversation took the call back before anyone answered it.',
+    errored: `Already answered: it ended in an error${by}.`,
+  }[outcome] || 'The call has ended.';
 }
 
 // recheck reads the call of a pending card that the queue's pages did not
