@@ -92,27 +92,39 @@ func newRegistry() *registry {
 // It returns nothing at all (no activation, no channel) for an id this
 // process deleted (see gone): the caller answers errGone.
 func (r *registry) claim(id string) (a *activation, mine bool, wait <-chan struct{}) {
+	a, mine, wait, _ = r.claimOwned(id, nil)
+	return a, mine, wait
+}
+
+// claimOwned is claim, except that with owns set it creates no activation
+// of an id owns rejects: it returns nothing and moved true. owns is asked
+// under the registry's lock, which stopUnowned holds while it asks it
+// too: an activation it creates is one a later stopUnowned sees.
+func (r *registry) claimOwned(id string, owns func(string) bool) (a *activation, mine bool, wait <-chan struct{}, moved bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if ch, ok := r.blocked[id]; ok {
-		return nil, false, ch
+		return nil, false, ch, false
 	}
 	if _, ok := r.gone[id]; ok {
-		return nil, false, nil
+		return nil, false, nil, false
 	}
 	if old, ok := r.byID[id]; ok {
 		old.mu.Lock()
 		retired := old.retired
 		old.mu.Unlock()
 		if !retired {
-			return old, false, nil
+			return old, false, nil, false
 		}
-		return nil, false, old.done
+		return nil, false, old.done, false
+	}
+	if owns != nil && !owns(id) {
+		return nil, false, nil, true
 	}
 	r.gen++
 	a = &activation{id: id, gen: r.gen, ready: make(chan struct{}), done: make(chan struct{})}
 	r.byID[id] = a
-	return a, true, nil
+	return a, true, nil, false
 }
 
 // ensure returns the live activation of id, spawning it if there is none.
@@ -123,9 +135,18 @@ func (r *registry) claim(id string) (a *activation, mine bool, wait <-chan struc
 // It stops waiting, with ctx.Err(), when ctx ends; a caller that spawns
 // finishes its spawn first.
 func (r *registry) ensure(ctx context.Context, id string, spawn func(a *activation) (*actor.PID, error)) (*activation, error) {
+	return r.ensureOwned(ctx, id, nil, spawn)
+}
+
+// ensureOwned is ensure, except that with owns set it spawns no activation
+// of an id owns rejects (see claimOwned): it returns ErrMoved.
+func (r *registry) ensureOwned(ctx context.Context, id string, owns func(string) bool, spawn func(a *activation) (*actor.PID, error)) (*activation, error) {
 	for {
-		a, mine, wait := r.claim(id)
-		if a == nil && wait == nil {
+		a, mine, wait, moved := r.claimOwned(id, owns)
+		switch {
+		case moved:
+			return nil, ErrMoved
+		case a == nil && wait == nil:
 			return nil, errGone
 		}
 		if wait != nil {
@@ -261,6 +282,47 @@ func (r *registry) terminated(pid *actor.PID) *activation {
 		close(a.done)
 	}
 	return a
+}
+
+// stopUnowned retires every registered activation whose id owns rejects
+// and that is not retired yet, under the registry's lock (so that an
+// activation claimOwned creates after it is one of an id owns accepted
+// then), and delivers the kill order to each, under its lock as kill
+// does: the commands sent before it are still processed. An activation
+// still being spawned gets its order once it is ready, from a goroutine
+// that later runs. It returns how many it retired.
+func (r *registry) stopUnowned(owns func(string) bool, deliver func(pid *actor.PID), later func(func())) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for id, a := range r.byID {
+		if owns(id) {
+			continue
+		}
+		a.mu.Lock()
+		if a.retired {
+			a.mu.Unlock()
+			continue
+		}
+		a.retired = true
+		n++
+		// a.pid is set under r.mu (register, spawned), before ready closes.
+		if pid := a.pid; pid != nil {
+			deliver(pid)
+		} else {
+			later(func() {
+				<-a.ready
+				r.mu.Lock()
+				pid := a.pid
+				r.mu.Unlock()
+				if pid != nil { // nil: its spawn failed, it never ran
+					deliver(pid)
+				}
+			})
+		}
+		a.mu.Unlock()
+	}
+	return n
 }
 
 // active counts live (not retired) activations.

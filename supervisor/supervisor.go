@@ -21,6 +21,11 @@ import (
 // ErrStopped is returned by calls made after Stop.
 var ErrStopped = errors.New("supervisor: stopped")
 
+// ErrMoved: a command's activation stopped under it, and Config.Owns says
+// this node no longer owns the conversation, so Ask spawned no new
+// activation here to send it again (see Ask): its owner runs it.
+var ErrMoved = errors.New("supervisor: the conversation moved to another node")
+
 // Config configures a Supervisor.
 type Config struct {
 	// Store is the Store the journal actor writes and the agents read.
@@ -57,7 +62,9 @@ type Config struct {
 	// the expiry actor arms only the deadlines of owned conversations
 	// (actors.ExpiryOptions.Owns), and an activation fenced off by another
 	// writer is woken again here only if this node still owns it (else its
-	// owner has it). Default nil: every conversation is this node's.
+	// owner has it), and Ask spawns no new activation here for a command
+	// whose activation stopped under it (ErrMoved). Default nil: every
+	// conversation is this node's.
 	Owns func(conversationID string) bool
 	// Fenced, if set, is called each time an activation retires because a
 	// write of its failed with journal.ErrConflict: another writer (a
@@ -183,6 +190,13 @@ type expired struct{ conversation, toolCallID string }
 // ends or the supervisor stops (then with ErrStopped). Once cmd was handed
 // to an activation, an error without the agent's answer wraps ErrNoAnswer:
 // the command may or may not have been applied.
+//
+// With Config.Owns set, only the first attempt may spawn an activation of
+// a conversation Owns rejects (the caller decided where it runs); a later
+// one, after the activation it was sent to stopped (StopUnowned, say),
+// returns an error wrapping ErrMoved instead (and ErrNoAnswer if cmd was
+// handed over): the caller sends it to the conversation's owner, if
+// sending it again is safe.
 func (s *Supervisor) Ask(ctx context.Context, id string, cmd *actors.Command) (proto.Message, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
 	defer cancel()
@@ -190,14 +204,20 @@ func (s *Supervisor) Ask(ctx context.Context, id string, cmd *actors.Command) (p
 	const attempts = 8
 	var last error
 	handed := false
-	for range attempts {
+	for attempt := range attempts {
 		if err := s.ended(ctx); err != nil {
 			return nil, noAnswer(what, handed, err)
 		}
-		a, err := s.reg.ensure(ctx, id, s.spawnFromOutside)
+		var owns func(string) bool
+		if attempt > 0 {
+			owns = s.cfg.Owns
+		}
+		a, err := s.reg.ensureOwned(ctx, id, owns, s.spawnFromOutside)
 		switch {
 		case err != nil && (ctx.Err() != nil || s.isStopped()):
 			return nil, noAnswer(what, handed, s.ended(ctx))
+		case errors.Is(err, ErrMoved):
+			return nil, noAnswer(what, handed, err)
 		case errors.Is(err, errGone):
 			return nil, fmt.Errorf("supervisor: %s: %w", what, err)
 		case err != nil:
@@ -308,6 +328,26 @@ func (s *Supervisor) Kill(id string, then func()) bool {
 		then()
 	}
 	return killed
+}
+
+// StopUnowned stops, without waiting, every live conversation actor whose
+// conversation owns rejects (Config.Owns once the membership changed), as
+// Kill does but quietly: nothing is published or written (Kill's then has
+// no counterpart), and the conversation's log and row stay as the actor
+// left them for its owner to revive. The actor first answers the commands
+// queued before its kill order (those waiting on it are told to retry,
+// and Ask sends them to no new activation here: see ErrMoved); its model
+// call's context ends, and it writes nothing more (a write it had already
+// handed to the journal actor may still land, fenced as any write). owns
+// is asked under the registry's lock, which a spawn of a new activation
+// by Ask's retries takes too: such an activation is either stopped here
+// or was created for an id owns accepts by then. It returns how many
+// actors it stopped.
+func (s *Supervisor) StopUnowned(owns func(conversationID string) bool) int {
+	if owns == nil || s.isStopped() {
+		return 0
+	}
+	return s.reg.stopUnowned(owns, func(pid *actor.PID) { s.system.Root.Send(pid, &messages.AgentStop{}) }, s.wg.Go)
 }
 
 // Stop stops every agent, then the expiry and journal actors (which answer
