@@ -56,8 +56,9 @@ var ErrNoOwner = errors.New("lazarus: no cluster member answered")
 // protobuf message (messages/lazarus/v1/cluster.proto) with the caller's
 // scope (identity and permissions; Scope.Values never cross a node), and
 // runs there. When the membership changes (a member dies, joins, leaves),
-// ownership moves with the hash, and the new owner revives what it gets
-// from the shared Store; the Store's fence (every activation writes with
+// ownership moves with the hash: a member stops its activations of the
+// conversations it lost (a turn running there is cancelled, not ended),
+// and the new owner revives what it gets from the shared Store; the Store's fence (every activation writes with
 // its expected last seq) keeps one writer per conversation even when two
 // members believe they own it (a paused member, say).
 //
@@ -282,20 +283,30 @@ func (n *clusterNode) generation() uint64 {
 // attach hands the node the Runtime's supervisor, started while the
 // membership was at generation gen. A membership applied since then found
 // no supervisor to tell, and the expiry actor may have read the Store's
-// deadlines before it: the supervisor repartitions now. (A membership
-// applied after this check finds the supervisor.)
+// deadlines before it: the supervisor stops the activations of what this
+// member no longer owns and repartitions now. (A membership applied after
+// this check finds the supervisor.)
 func (n *clusterNode) attach(sup *supervisor.Supervisor, gen uint64) {
 	n.sup.Store(sup)
 	if n.generation() != gen {
+		sup.StopUnowned(n.owns)
 		sup.Repartition()
 	}
 }
 
-// onTopology applies a membership: ownership moves with it, so the expiry
-// actor re-reads the deadlines it owns now, this member resumes the ACTIVE
-// conversations it now owns, its streams to other members' subscribers
-// that left end, and its own subscribers resubscribe where their
-// conversations live now.
+// onTopology applies a membership: ownership moves with it, so this member
+// stops, quietly, the live activations of the conversations it no longer
+// owns (supervisor.StopUnowned: a turn running there is cancelled, its
+// model call's context ends, nothing is published or written for the
+// stop, and the new owner's resume scan runs the turn from the log), the
+// expiry actor re-reads the deadlines it owns now, this member resumes
+// the ACTIVE conversations it now owns, its streams to other members'
+// subscribers that left end, and its own subscribers resubscribe where
+// their conversations live now (so no subscriber waits on a stopped
+// activation: one on another member that still sees this one as the
+// owner moves once its own membership changes). A call in flight to a
+// stopped activation is sent to the new owner if it is safe to send
+// again, else it ends with ErrUnknownOutcome (see Runtime.ask).
 func (n *clusterNode) onTopology(ms []*cluster.Member) {
 	if !n.setMembers(ms) {
 		return
@@ -312,6 +323,7 @@ func (n *clusterNode) onTopology(ms []*cluster.Member) {
 	}
 	n.mu.Unlock()
 	if sup := n.sup.Load(); sup != nil {
+		sup.StopUnowned(n.owns)
 		sup.Repartition()
 		n.resume()
 	}

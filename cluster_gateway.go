@@ -13,6 +13,7 @@ import (
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/supervisor"
 )
 
 // localKey marks a context whose call runs on this member whatever the
@@ -28,8 +29,40 @@ func (r *Runtime) remote(ctx context.Context) bool {
 	return r.cl != nil && ctx.Value(localKey{}) == nil
 }
 
-// ask is sup.Ask, through the conversation's owner in cluster mode.
+// askMoves bounds how many times ask follows a conversation that moved
+// under its command.
+const askMoves = 4
+
+// ask is sup.Ask, through the conversation's owner in cluster mode. A
+// command whose activation here stopped because the conversation moved
+// (supervisor.ErrMoved) is sent again to its owner when it is safe to
+// (every command but a rewind that was handed over); on the gateway, which
+// runs a call where the calling member said, it answers UNAVAILABLE
+// instead, which such a caller sends again to the owner its membership
+// names. A rewind handed over ends with ErrUnknownOutcome: it may have run.
 func (r *Runtime) ask(ctx context.Context, conv string, cmd *actors.Command) (any, error) {
+	_, rewind := cmd.Msg.(*messages.AgentRewind)
+	for range askMoves {
+		res, err := r.askOnce(ctx, conv, cmd)
+		if !errors.Is(err, supervisor.ErrMoved) || ctx.Err() != nil ||
+			(rewind && errors.Is(err, supervisor.ErrNoAnswer)) { // handed over: it may have run
+			return res, err
+		}
+		if !r.remote(ctx) {
+			return nil, movedErr(conv)
+		}
+	}
+	return nil, movedErr(conv)
+}
+
+// movedErr is the error of an idempotent call whose conversation moved
+// under it: UNAVAILABLE, not run here, to send again to the owner.
+func movedErr(conv string) error {
+	return fmt.Errorf("lazarus: conversation %q moved to another member: %w", clipID(conv), journal.ErrUnavailable)
+}
+
+// askOnce is one attempt of ask.
+func (r *Runtime) askOnce(ctx context.Context, conv string, cmd *actors.Command) (any, error) {
 	if r.remote(ctx) {
 		req := &messages.ClusterRequest{ConversationId: conv, Scope: scopeToProto(cmd.Scope)}
 		idempotent, sendReply := true, false
@@ -173,7 +206,7 @@ func (n *clusterNode) serve(m *messages.ClusterRequest) *messages.ClusterReply {
 		if err != nil {
 			err = fmt.Errorf("lazarus: configure %q: %w", clipID(conv), err)
 		} else {
-			res, err = r.sup.Ask(ctx, conv, &actors.Command{Scope: scope, Msg: &messages.AgentConfigure{Settings: settings}})
+			res, err = r.ask(ctx, conv, &actors.Command{Scope: scope, Msg: &messages.AgentConfigure{Settings: settings}})
 			if err != nil {
 				err = r.callErr(fmt.Sprintf("lazarus: configure %q", clipID(conv)), err)
 			} else {
@@ -188,7 +221,7 @@ func (n *clusterNode) serve(m *messages.ClusterRequest) *messages.ClusterReply {
 		if err != nil {
 			err = fmt.Errorf("lazarus: rewind %q: %w", clipID(conv), err)
 		} else {
-			res, err = r.sup.Ask(ctx, conv, &actors.Command{Scope: scope, Msg: op.Rewind})
+			res, err = r.ask(ctx, conv, &actors.Command{Scope: scope, Msg: op.Rewind})
 			if err != nil {
 				err = r.callErr(fmt.Sprintf("lazarus: rewind %q", clipID(conv)), err)
 			} else {

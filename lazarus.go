@@ -418,7 +418,6 @@ func Open(opts Options) (*Runtime, error) {
 			return slog.New(demoted{opts.Logger.Handler()}).With("component", "protoactor")
 		}))
 	}
-	var owns func(string) bool
 	var gen uint64 // the membership the supervisor starts with
 	if opts.Cluster != nil {
 		if r.cl, err = startCluster(r, r.system, *opts.Cluster); err != nil {
@@ -434,14 +433,13 @@ func Open(opts Options) (*Runtime, error) {
 			}
 			return nil, err
 		}
-		owns = r.cl.owns
 		gen = r.cl.generation()
 		r.gw = r.cl
 	} else if !r.ownsSys {
 		r.gw = newNode(r, r.system)
 	}
 	r.sup, err = supervisor.Start(r.system, supervisor.Config{
-		Owns:        owns,
+		Owns:        r.owns,
 		Store:       r.store,
 		Clock:       opts.Clock,
 		CallTimeout: opts.CallTimeout,
@@ -786,7 +784,15 @@ func (r *Runtime) resolveCall(ctx context.Context, id string, status messages.To
 	// The answer is durable: from here on, revival records it even if this
 	// delivery is lost.
 	cmd := &actors.Command{Scope: scope, Msg: &messages.AgentResolved{ToolCallId: id, Status: status, Result: out, By: "user", Resolver: by}}
-	if _, err := r.sup.Ask(ctx, conv, cmd); err != nil {
+	if _, err := r.sup.Ask(ctx, conv, cmd); errors.Is(err, supervisor.ErrMoved) {
+		// The conversation moved under the delivery: its owner revives it,
+		// which records the answer from the Store, and runs what it owes.
+		wctx, cancel := context.WithTimeout(r.life, r.opts.CallTimeout)
+		defer cancel()
+		if err := r.wake(wctx, conv, false); err != nil {
+			r.log.Debug("resolution is durable; waking its conversation's new owner failed", "conversation", conv, "tool_call", id, "err", err)
+		}
+	} else if err != nil {
 		// A live activation must still hear of it (it does not read the
 		// row again): deliver without waiting. A second delivery of an
 		// answer already recorded is a no-op.
@@ -932,6 +938,13 @@ func (r *Runtime) Kill(conversationID string) bool {
 // before it is read and published.
 func (r *Runtime) killLocal(conversationID string) bool {
 	return r.sup.Kill(conversationID, func() { r.publishCancelled(conversationID) })
+}
+
+// owns is the supervisor's Config.Owns: whether this Runtime owns the
+// conversation (in cluster mode, by its current membership; outside a
+// cluster, every conversation is its own).
+func (r *Runtime) owns(conversationID string) bool {
+	return r.cl == nil || r.cl.owns(conversationID)
 }
 
 // Wake activates the conversation if it is not live, and returns once its

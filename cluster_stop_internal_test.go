@@ -1,0 +1,208 @@
+package lazarus
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/cluster"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/journal/memjournal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// blockingModel blocks every call until its context ends: calls says a
+// call began, ended that its context ended.
+type blockingModel struct {
+	calls chan struct{}
+	ended chan struct{}
+}
+
+func (m *blockingModel) Generate(ctx context.Context, _ agent.Turn, _ func(string)) (*messages.AssistantMessage, error) {
+	m.calls <- struct{}{}
+	<-ctx.Done()
+	m.ended <- struct{}{}
+	return nil, ctx.Err()
+}
+
+// TestMembershipChangeStopsTheActivationsOfMovedConversations: a member
+// whose conversation moved to another member (one joined) while its turn
+// was in a model call stops that activation when it applies the
+// membership: the call's context ends, the activation is no longer live,
+// and the stop wrote nothing (the log ends in the user message, the row
+// still says ACTIVE: the new owner's resume scan runs the turn). It kept
+// running until the turn ended, alongside the new owner's.
+func TestMembershipChangeStopsTheActivationsOfMovedConversations(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	model := &blockingModel{calls: make(chan struct{}, 8), ended: make(chan struct{}, 8)}
+	rt, err := Open(Options{Model: model, NoResume: true, ResumeInterval: -1, IdleTimeout: -1})
+	require.NoError(t, err)
+	defer rt.Close()
+	n := newNode(rt, rt.system)
+	n.attach(rt.sup, n.generation())
+
+	joined := &cluster.Member{Id: "joined", Host: "10.0.0.1", Port: 7001, Kinds: []string{ConversationKind}}
+	after := testNode(n.self, joined.Address())
+	moved, kept := "", ""
+	for i := 0; moved == "" || kept == ""; i++ {
+		id := fmt.Sprintf("conv-%d", i)
+		if after.owner(id) == joined.Address() {
+			moved = firstOf(moved, id)
+		} else {
+			kept = firstOf(kept, id)
+		}
+	}
+	for _, id := range []string{moved, kept} {
+		_, err := rt.Send(ctx, id, "hi", agent.Scope{UserID: "u"})
+		require.NoError(t, err)
+		select {
+		case <-model.calls:
+		case <-ctx.Done():
+			t.Fatal("no model call began")
+		}
+	}
+	require.True(t, rt.IsActive(moved))
+	require.Equal(t, n.self, n.owner(moved), "this member owns it before the change")
+
+	n.onTopology([]*cluster.Member{joined})
+	require.Equal(t, joined.Address(), n.owner(moved), "the member that joined owns it now")
+	select {
+	case <-model.ended:
+	case <-ctx.Done():
+		t.Fatal("the model call of the moved conversation was not cancelled")
+	}
+	require.Eventually(t, func() bool { return !rt.IsActive(moved) }, 10*time.Second, time.Millisecond,
+		"the moved conversation's activation is still live")
+	require.True(t, rt.IsActive(kept), "the conversation this member still owns keeps its activation")
+	select {
+	case <-model.ended:
+		t.Fatal("the model call of the kept conversation ended")
+	default:
+	}
+
+	last, err := rt.Store().LastSeq(ctx, moved)
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), last, "the stop wrote nothing: the log ends in the user message")
+	row, err := rt.Store().Conversation(ctx, moved)
+	require.NoError(t, err)
+	require.Equal(t, messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE, row.GetStatus(), "its turn is still owed, to the new owner")
+}
+
+// firstOf is have, or id when have is unset.
+func firstOf(have, id string) string {
+	if have != "" {
+		return have
+	}
+	return id
+}
+
+// TestSendInFlightOnAStoppedActivationEndsAtTheNewOwner: a send whose
+// write is in flight on the member that owned its conversation when a
+// member joined and took it is not lost, nor answered by an activation
+// left running there: the stop tells the send to retry, and it is sent to
+// the new owner, which answers it (the send's request id keeps it once in
+// the log) and runs the turn it owes. The old member's model is not called
+// for it; before, the old member's activation answered the send and ran
+// the turn beside the new owner.
+func TestSendInFlightOnAStoppedActivationEndsAtTheNewOwner(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	mem := memjournal.New(memjournal.Options{})
+	hold := &holdStore{Store: mem, held: make(chan struct{}), release: make(chan struct{})}
+	hold.later.Store(true)
+	var released sync.Once
+	release := func() { released.Do(func() { close(hold.release) }) }
+	var callsA, callsB atomic.Int32
+	modelOf := func(calls *atomic.Int32) agent.Model {
+		return agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
+			calls.Add(1)
+			return agent.Text("ok"), nil
+		})
+	}
+	// Two Runtimes on one Store, in one process and without protoactor's
+	// cluster: a is a member whose membership the test sets, its requests
+	// leaving through b's actor system, where b serves the gateway at the
+	// address of the member that joins.
+	a, err := Open(Options{Store: hold, Model: modelOf(&callsA), NoResume: true, ResumeInterval: -1, IdleTimeout: -1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = a.Close() })
+	bSys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
+	memberB := &cluster.Member{Id: "b", Host: "127.0.0.1", Port: 1, Kinds: []string{ConversationKind}}
+	bSys.ProcessRegistry.Address = memberB.Address()
+	t.Cleanup(bSys.Shutdown)
+	b, err := Open(Options{Store: hold, Model: modelOf(&callsB), ActorSystem: bSys, NoResume: true, ResumeInterval: -1, IdleTimeout: -1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	n := newNode(a, bSys)
+	n.self = "a.invalid:1"
+	n.members.Store(&[]string{n.self})
+	a.cl, a.gw = n, n
+	n.attach(a.sup, n.generation())
+	t.Cleanup(release) // before the Runtimes close: a held append ends
+	both := testNode(n.self, memberB.Address())
+	conv := ""
+	for i := 0; conv == ""; i++ {
+		if id := fmt.Sprintf("conv-%d", i); both.owner(id) == memberB.Address() {
+			conv = id
+		}
+	}
+	hold.conv = conv
+	require.Equal(t, n.self, a.Owner(conv), "a sees itself alone")
+
+	_, err = a.Send(ctx, conv, "one", agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		row, err := mem.Conversation(ctx, conv)
+		return err == nil && row.GetStatus() != messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE
+	}, 10*time.Second, time.Millisecond, "the first turn ended")
+	require.Equal(t, int32(1), callsA.Load())
+
+	hold.armed.Store(true)
+	type sent struct {
+		seq uint64
+		err error
+	}
+	done := make(chan sent, 1)
+	go func() {
+		seq, err := a.SendMessage(ctx, conv, agent.UserMessage(agent.TextPart("two")), SendOptions{RequestID: "r2"}, agent.Scope{UserID: "u"})
+		done <- sent{seq, err}
+	}()
+	select {
+	case <-hold.held:
+	case <-ctx.Done():
+		t.Fatal("the send's write never reached the Store")
+	}
+	a.cl.onTopology([]*cluster.Member{memberB})
+	require.Equal(t, memberB.Address(), a.Owner(conv))
+	require.Eventually(t, func() bool { return !a.IsActive(conv) }, 10*time.Second, time.Millisecond,
+		"the old owner's activation is still live")
+	release()
+
+	var got sent
+	select {
+	case got = <-done:
+	case <-ctx.Done():
+		t.Fatal("the send did not return")
+	}
+	require.NoError(t, got.err)
+	require.Equal(t, uint64(3), got.seq)
+	require.Eventually(t, func() bool {
+		evs, err := mem.Events(ctx, conv, journal.EventQuery{Limit: 1})
+		return err == nil && len(evs) == 1 && evs[0].GetAssistantMsg() != nil && evs[0].GetSeq() == 4
+	}, 10*time.Second, time.Millisecond, "the turn the send owes was not answered")
+	require.Equal(t, int32(1), callsB.Load(), "the new owner ran the turn")
+	require.Equal(t, int32(1), callsA.Load(), "the old owner ran no turn for the send")
+	require.False(t, a.IsActive(conv))
+	evs, err := b.History(ctx, conv, 0, 0)
+	require.NoError(t, err)
+	require.Len(t, evs, 4, "one, its answer, two once, its answer")
+}
