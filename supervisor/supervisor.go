@@ -347,7 +347,19 @@ func (s *Supervisor) StopUnowned(owns func(conversationID string) bool) int {
 	if owns == nil || s.isStopped() {
 		return 0
 	}
-	return s.reg.stopUnowned(owns, func(pid *actor.PID) { s.system.Root.Send(pid, &messages.AgentStop{}) }, s.wg.Go)
+	return s.reg.stopUnowned(owns, func(pid *actor.PID) { s.system.Root.Send(pid, &messages.AgentStop{}) }, s.goUnlessStopped)
+}
+
+// goUnlessStopped runs f on a goroutine that Stop waits for, unless Stop
+// has begun: it then runs nothing (Stop stops every actor itself). The
+// check and the WaitGroup's Add are under the lock Stop takes before it
+// waits, so no Add can come after that Wait has begun.
+func (s *Supervisor) goUnlessStopped(f func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.stopped {
+		s.wg.Go(f)
+	}
 }
 
 // Stop stops every agent, then the expiry and journal actors (which answer
