@@ -41,24 +41,30 @@ func TestServeDocsExample(t *testing.T) {
 		done <- c.serve(ctx, c.newFlags(serveCmd), []string{"--config", filepath.Join(home, "serve.example.json"), "--listen", "127.0.0.1:0"})
 	}()
 	var url string
+	// The console's line is the last one printed before serving.
 	require.Eventually(t, func() bool {
-		for _, line := range strings.Split(stderr.String(), "\n") {
+		out := stderr.String()
+		if !strings.Contains(out, "lazarus serve: web console at ") {
+			return len(done) > 0
+		}
+		for _, line := range strings.Split(out, "\n") {
 			if addr, ok := strings.CutPrefix(line, "lazarus serve: listening on "); ok {
 				url = addr
-				return true
 			}
 		}
-		return len(done) > 0
+		return true
 	}, wait, 10*time.Millisecond)
 	require.NotEmpty(t, url, "serve ended: %s", stderr)
 	out := stderr.String()
 	for _, line := range []string{
 		"lazarus serve: opening the store: pebble directory " + filepath.Join(home, "data") + "\n",
-		"lazarus serve: model: scripted (the demo model: ",
+		"lazarus serve: model: scripted (the demo model: \"/call TOOL {JSON}\" calls a tool, anything else is echoed)\n",
+		"lazarus serve: default settings: system prompt of 73 bytes, model \"\", tool choice \"\"\n",
 		"lazarus serve: tool approve_refund: human\n",
 		"lazarus serve: tool confirm: human\n",
 		"lazarus serve: 3 tokens\n",
 		"lazarus serve: listening on http://127.0.0.1:",
+		"lazarus serve: web console at http://127.0.0.1:",
 	} {
 		require.Contains(t, out, line)
 	}
