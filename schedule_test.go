@@ -146,6 +146,29 @@ func TestScheduleCronInItsTimeZone(t *testing.T) {
 	}, 20*time.Second, time.Millisecond)
 }
 
+// TestScheduleCronZoneAndDescriptors: a cron expression without a
+// TimeZone is read in UTC, and a descriptor ("@daily") is a cron
+// expression too, as README and ScheduleSpec say.
+func TestScheduleCronZoneAndDescriptors(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	clock := actorstest.NewManualClock(schedT0)
+	rt, model := scheduleRuntime(t, lazarus.Options{Clock: clock})
+	_, err := rt.Send(ctx, "c", "hi", agent.Scope{})
+	require.NoError(t, err)
+	require.NoError(t, model.WaitCalls(ctx, "c", 1))
+	for spec, next := range map[lazarus.ScheduleSpec]time.Time{
+		{Cron: "0 9 * * *", Text: "x"}:                         schedT0.Add(9 * time.Hour),
+		{Cron: "0 9 * * *", TimeZone: "Asia/Tokyo", Text: "x"}: schedT0.Add(24 * time.Hour), // 09:00 in Tokyo is midnight UTC
+		{Cron: "@daily", Text: "x"}:                            schedT0.Add(24 * time.Hour),
+		{Cron: "@every 90m", Text: "x"}:                        schedT0.Add(90 * time.Minute),
+	} {
+		sc, err := rt.Schedule(ctx, "c", spec, agent.Scope{})
+		require.NoError(t, err, spec.Cron)
+		require.True(t, sc.GetNext().AsTime().Equal(next), "%+v: next %v, want %v", spec, sc.GetNext().AsTime(), next)
+	}
+}
+
 // TestScheduleBadInput: bad specs and unknown conversations are refused
 // with sentinels, and nothing is written.
 func TestScheduleBadInput(t *testing.T) {
@@ -160,6 +183,7 @@ func TestScheduleBadInput(t *testing.T) {
 		"bad cron":        {Cron: "every tuesday", Text: "x"},
 		"six fields":      {Cron: "0 0 9 * * *", Text: "x"},
 		"zone in cron":    {Cron: "CRON_TZ=Asia/Tokyo 0 9 * * *", Text: "x"},
+		"TZ= in cron":     {Cron: "TZ=Asia/Tokyo 0 9 * * *", Text: "x"},
 		"unknown zone":    {Cron: "0 9 * * *", TimeZone: "Mars/Olympus", Text: "x"},
 		"zone, no cron":   {After: time.Minute, TimeZone: "UTC", Text: "x"},
 		"no time":         {Text: "x"},
