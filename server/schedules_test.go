@@ -83,6 +83,15 @@ func TestSchedulesOverHTTP(t *testing.T) {
 	n.must(t, http.StatusCreated, "POST", path, tokAlice, server.CreateSchedule{ID: "hourly", Every: "1h", Text: "tick"}, &every)
 	require.Equal(t, "1h0m0s", every.Every)
 	n.must(t, http.StatusNoContent, "DELETE", path+"/hourly", tokOlga, nil, nil)
+	// An interval may start after a delay (or at a time): its first occurrence.
+	var delayed server.Schedule
+	sent := time.Now()
+	n.must(t, http.StatusCreated, "POST", path, tokAlice, server.CreateSchedule{ID: "later", After: "10m", Every: "1h", Text: "tick"}, &delayed)
+	require.Equal(t, "1h0m0s", delayed.Every)
+	require.NotNil(t, delayed.Next)
+	require.False(t, delayed.Next.Before(sent.Add(10*time.Minute)), "next %v", delayed.Next)
+	require.False(t, delayed.Next.After(time.Now().Add(10*time.Minute)), "next %v", delayed.Next)
+	n.must(t, http.StatusNoContent, "DELETE", path+"/later", tokOlga, nil, nil)
 
 	// Bad bodies: 400, nothing stored.
 	last := n.lastSeq(t, ctx, conv.ID)
@@ -96,6 +105,8 @@ func TestSchedulesOverHTTP(t *testing.T) {
 		`{"cron":"nonsense","text":"x"}`,
 		`{"cron":"@daily","time_zone":"Nowhere/City","text":"x"}`,
 		`{"after":"1m","cron":"@daily","text":"x"}`,
+		`{"every":"1h","cron":"@daily","text":"x"}`,
+		`{"after":"1m","time_zone":"UTC","text":"x"}`,
 		`{"after":"1m","text":"x","extra":1}`,
 		`{"id":"` + strings.Repeat("x", 300) + `","after":"1m","text":"x"}`,
 		`not json`,
