@@ -38,7 +38,8 @@ func TestServeDocsExample(t *testing.T) {
 	c.getenv = func(string) string { return "" }
 	done := make(chan error, 1)
 	go func() {
-		done <- c.serve(ctx, c.newFlags(serveCmd), []string{"--config", filepath.Join(home, "serve.example.json"), "--listen", "127.0.0.1:0"})
+		done <- c.serve(ctx, c.newFlags(serveCmd), []string{"--config", filepath.Join(home, "serve.example.json"),
+			"--tokens", filepath.Join(home, "tokens.example.json"), "--listen", "127.0.0.1:0"})
 	}()
 	var url string
 	// The console's line is the last one printed before serving.
