@@ -574,3 +574,35 @@ func TestGatewayRefusesABadRewind(t *testing.T) {
 		require.Equal(t, last, now, "%s: nothing written", name)
 	}
 }
+
+// A subscription on a member that does not own the conversation, asked to
+// start past the log's last event, is refused by Subscribe with ErrInvalid,
+// as on the owner: the follower forwarded it, and the subscription waited
+// for the log to pass it. (The pair's owner cannot reach the caller's
+// address: no update crosses, only the subscription's answer.)
+func TestForwardedSubscribeRefusesASeqPastTheLog(t *testing.T) {
+	store := memjournal.New(memjournal.Options{})
+	model := agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
+		return agent.Text("ok"), nil
+	})
+	p := newForwardPair(t, store, store, model)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := p.caller.Send(ctx, p.conv, "hi", agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		last, err := store.LastSeq(ctx, p.conv)
+		return err == nil && last == 2
+	}, 10*time.Second, 5*time.Millisecond, "the answer is written")
+	require.False(t, p.caller.cl.owns(p.conv))
+
+	_, err = p.caller.Subscribe(ctx, p.conv, 3)
+	require.ErrorIs(t, err, journal.ErrInvalid)
+	require.ErrorContains(t, err, "the log ends at seq 2")
+	sctx, scancel := context.WithCancel(ctx)
+	updates, err := p.caller.Subscribe(sctx, p.conv, 2)
+	require.NoError(t, err, "the last seq is a cursor")
+	scancel()
+	for range updates {
+	}
+}

@@ -883,7 +883,10 @@ func (r *Runtime) deleted(ctx context.Context, conversationID string) error {
 // closed when ctx ends, when Close is called, or after an update whose Err
 // is ErrLagged (the reader fell too far behind; subscribe again after the
 // last seq received). A deleted conversation is an error wrapping
-// journal.ErrDeleted.
+// journal.ErrDeleted. An afterSeq past the log's last event is refused with
+// an error wrapping journal.ErrInvalid that names the last seq: it is no
+// seq of this conversation's (the subscription does not wait for the log
+// to reach it), and 0, the whole log, is always taken.
 //
 // In cluster mode the subscription follows the conversation's owner, on
 // this member or another, and moves with it on every membership change,
@@ -900,6 +903,19 @@ func (r *Runtime) Subscribe(ctx context.Context, conversationID string, afterSeq
 	}
 	if err := r.deleted(ctx, conversationID); err != nil {
 		return nil, fmt.Errorf("lazarus: subscribe to %q: %w", clipID(conversationID), err)
+	}
+	if afterSeq > 0 {
+		// Checked here, on the member the caller asked (the Store is
+		// shared in cluster mode): a forwarded subscription would report
+		// it as an update, not as this error.
+		last, err := r.store.LastSeq(ctx, conversationID)
+		if err != nil {
+			return nil, r.callErr(fmt.Sprintf("lazarus: subscribe to %q", clipID(conversationID)), err)
+		}
+		if afterSeq > last {
+			return nil, fmt.Errorf("lazarus: subscribe to %q: %w", clipID(conversationID),
+				journal.Invalidf("cannot start after seq %d: the log ends at seq %d", afterSeq, last))
+		}
 	}
 	if r.remote(ctx) {
 		return r.cl.subscribe(ctx, conversationID, afterSeq)

@@ -233,3 +233,43 @@ func TestCancelledModelCallIsMeteredAsAnError(t *testing.T) {
 		t.Fatal("the cancelled call was not reported")
 	}
 }
+
+// A subscription asked to start after a seq past the log's last event is
+// refused with ErrInvalid naming the last seq, as the HTTP event stream
+// refuses such a cursor: it waited, dropping every event until the log
+// passed it. A seq in the log, the last one included, and 0 are taken.
+func TestSubscribeRefusesASeqPastTheLog(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	model := scripted.New(scripted.Options{})
+	model.Push("c", scripted.Text("hello"))
+	rt := openTurnRuntime(t, model)
+	end, err := rt.SendAndWait(ctx, "c", "hi", agent.Scope{UserID: "u"}) // 1, 2
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), end.Seq)
+
+	_, err = rt.Subscribe(ctx, "c", 3)
+	require.ErrorIs(t, err, journal.ErrInvalid)
+	require.ErrorContains(t, err, "the log ends at seq 2")
+	_, err = rt.SubscribeWith(ctx, "c", 99, lazarus.SubscribeOptions{Agent: lazarus.ViewOf("")})
+	require.ErrorIs(t, err, journal.ErrInvalid)
+	_, err = rt.Subscribe(ctx, "new", 1)
+	require.ErrorIs(t, err, journal.ErrInvalid, "a conversation without events has no seq 1")
+
+	for _, after := range []uint64{0, 1, 2} {
+		sctx, scancel := context.WithCancel(ctx)
+		sub, err := rt.Subscribe(sctx, "c", after)
+		require.NoError(t, err)
+		if after < 2 {
+			u := <-sub
+			require.NotNil(t, u.Event)
+			require.Equal(t, after+1, u.Event.GetSeq())
+		}
+		scancel()
+		for range sub {
+		}
+	}
+	sub, err := rt.Subscribe(ctx, "new", 0)
+	require.NoError(t, err, "0 is the whole log, also of a conversation without events")
+	_ = sub
+}
