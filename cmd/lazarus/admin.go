@@ -19,6 +19,8 @@ call rows, deadlines, audit rows, metadata and row. The id is then
 tombstoned: nothing (no runtime, no import) can ever write it again.
 
 Without --yes it only says what it would delete, and exits with status 2.
+The events counted are those its log holds (a fork's starts after the
+summary it copied).
 Export the conversation first if you may want it back (under the same id
 it cannot come back; see 'lazarus import --help').
 
@@ -58,7 +60,7 @@ func (c *cli) delete(ctx context.Context, fs *flags, args []string) (err error) 
 		}
 		return err
 	}
-	last, err := st.LastSeq(ctx, id)
+	held, err := storedEvents(ctx, st, id)
 	if err != nil {
 		return err
 	}
@@ -66,7 +68,7 @@ func (c *cli) delete(ctx context.Context, fs *flags, args []string) (err error) 
 	if err != nil {
 		return err
 	}
-	what := fmt.Sprintf("conversation %s (%s, %d events, %d pending calls)", displayID(id), statusName(row.GetStatus()), last, len(pending))
+	what := fmt.Sprintf("conversation %s (%s, %d events, %d pending calls)", displayID(id), statusName(row.GetStatus()), held, len(pending))
 	if !*yes {
 		fmt.Fprintf(c.stdout, "would delete %s\n", what)
 		return usagef("refusing to delete without --yes")
@@ -84,7 +86,7 @@ func (c *cli) deleteRemote(ctx context.Context, rc *remote, id string, yes bool)
 	if err != nil {
 		return err
 	}
-	last, err := rc.lastSeq(ctx, id)
+	held, err := rc.storedEvents(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -98,7 +100,7 @@ func (c *cli) deleteRemote(ctx context.Context, rc *remote, id string, yes bool)
 			pending++
 		}
 	}
-	what := fmt.Sprintf("conversation %s (%s, %d events, %d pending calls)", displayID(id), statusName(statusOf(cv.Status)), last, pending)
+	what := fmt.Sprintf("conversation %s (%s, %d events, %d pending calls)", displayID(id), statusName(statusOf(cv.Status)), held, pending)
 	if !yes {
 		fmt.Fprintf(c.stdout, "would delete %s\n", what)
 		return usagef("refusing to delete without --yes")

@@ -343,8 +343,12 @@ var statsCmd = &command{
 	help: `
 Reads every conversation once and prints: conversations (by status),
 events, pending tool calls (human and server), scheduled deadlines (and how
-many are overdue), and the bytes of the store's files on disk. The cost is
-one pass over the conversation rows plus one read per conversation.
+many are overdue), and the bytes of the store's files on disk. Events are
+those the logs hold: a fork's log starts after the summary it copied, so
+the events that summary covers are counted in its source only (the events
+a fork copied are in both logs, and counted in both). The cost is one pass
+over the conversation rows plus a few reads per conversation (a fork's
+start is found in about log2(its last seq) more).
 
 With --server it counts what the token sees through the API: pending
 calls and deadlines are those of the human calls (the API does not list
@@ -436,11 +440,11 @@ func collectStats(ctx context.Context, st journal.Store, now time.Time) (*statsJ
 	err := eachConversation(ctx, st, func(row *messages.Conversation) error {
 		s.Conversations++
 		s.ByStatus[statusName(row.GetStatus())]++
-		last, err := st.LastSeq(ctx, row.GetId())
+		held, err := storedEvents(ctx, st, row.GetId())
 		if err != nil {
 			return err
 		}
-		s.Events += last // seqs are gap-free from 1
+		s.Events += held
 		pending, err := st.PendingToolCalls(ctx, row.GetId())
 		if err != nil {
 			return err
@@ -469,6 +473,47 @@ func collectStats(ctx context.Context, st journal.Store, now time.Time) (*statsJ
 		return nil, err
 	}
 	return s, nil
+}
+
+// storedEvents is the number of events the conversation's log holds (see
+// heldEvents).
+func storedEvents(ctx context.Context, st journal.Store, id string) (uint64, error) {
+	last, err := st.LastSeq(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	return heldEvents(last, func(seq uint64) (bool, error) {
+		evs, err := st.Events(ctx, id, journal.EventQuery{After: seq - 1, Before: seq + 1})
+		return len(evs) > 0, err
+	})
+}
+
+// heldEvents is the number of events a log ending at seq last holds: its
+// seqs are gap-free, from 1, or for a fork from just after the summary it
+// copied (the events that summary covers are not in its log). has reports
+// whether the log holds seq (1 <= seq <= last); a fork's start is found by
+// bisection, in about log2(last) calls.
+func heldEvents(last uint64, has func(seq uint64) (bool, error)) (uint64, error) {
+	if last == 0 {
+		return 0, nil
+	}
+	if ok, err := has(1); err != nil || ok {
+		return last, err
+	}
+	lo, hi := uint64(2), last // the first held seq is in [lo, hi]
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		ok, err := has(mid)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return last - lo + 1, nil
 }
 
 // eachConversation calls fn for every conversation row, in id order.

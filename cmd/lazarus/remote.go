@@ -246,6 +246,19 @@ func (r *remote) lastSeq(ctx context.Context, id string) (uint64, error) {
 	return evs[len(evs)-1].GetSeq(), nil
 }
 
+// storedEvents is the number of events the conversation's log holds (see
+// heldEvents).
+func (r *remote) storedEvents(ctx context.Context, id string) (uint64, error) {
+	last, err := r.lastSeq(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	return heldEvents(last, func(seq uint64) (bool, error) {
+		evs, _, err := r.history(ctx, id, seq+1, 1)
+		return len(evs) > 0 && evs[len(evs)-1].GetSeq() == seq, err
+	})
+}
+
 // events reads the events of (after, before) (before 0: the end), the
 // newest limit of them (0: all), ascending.
 func (r *remote) events(ctx context.Context, id string, after, before uint64, limit int) ([]*messages.Event, error) {
@@ -398,7 +411,7 @@ func (r *remote) eachConversation(ctx context.Context, fn func(server.Conversati
 func (r *remote) stats(ctx context.Context, now time.Time) (*statsJSON, error) {
 	s := &statsJSON{ByStatus: map[string]int{}}
 	err := r.eachConversation(ctx, func(cv server.Conversation) error {
-		last, err := r.lastSeq(ctx, cv.ID)
+		held, err := r.storedEvents(ctx, cv.ID)
 		if noConversation(err) {
 			return nil // deleted since it was listed
 		}
@@ -407,7 +420,7 @@ func (r *remote) stats(ctx context.Context, now time.Time) (*statsJSON, error) {
 		}
 		s.Conversations++
 		s.ByStatus[statusName(statusOf(cv.Status))]++
-		s.Events += last
+		s.Events += held
 		return nil
 	})
 	if err != nil {
