@@ -56,7 +56,8 @@ import (
 //
 // Audit rows (model calls), tombstones and file checkpoints
 // (journal.FileCheckpoints: the records and their blobs) are not
-// exported. A source Store without journal.ScheduleStore has no
+// exported. Nor are forks: export refuses a conversation made by a fork,
+// whose log starts after the summary it copied. A source Store without journal.ScheduleStore has no
 // schedules: its sections have none.
 //
 // Version 2 is version 3 without schedule lines, and with an end record
@@ -80,8 +81,9 @@ import (
 //     value this build does not know, ended by a newline;
 //   - a section starts with its conversation line, every other line names
 //     the conversation of its section, the line types come in the order
-//     above, and a conversation appears once; its row has a status, and
-//     settings with non-empty values;
+//     above, and a conversation appears once; its row has a status,
+//     settings with non-empty values, and no fork origin (forked_from:
+//     export refuses a fork, and import makes none);
 //   - events run 1..n; every tool_call event is followed by the row of its
 //     call, and every row follows its event (so each names the other);
 //     every record passes the Store's validation and limits

@@ -505,6 +505,11 @@ func validateRow(row *messages.Conversation) error {
 	if row.GetStatus() == messages.ConversationStatus_CONVERSATION_STATUS_UNSPECIFIED {
 		return errors.New("conversation record without a status")
 	}
+	if o := row.GetForkedFrom(); o != nil {
+		// Only a fork's write gives a row its origin; an import would
+		// drop it.
+		return fmt.Errorf("conversation record of a fork (of %s): export carries no fork, and import makes none", displayID(o.GetConversationId()))
+	}
 	for k, v := range row.GetSettings() {
 		if v == "" {
 			return fmt.Errorf("setting %q has an empty value (the Store reads an empty value as a delete)", k)

@@ -59,8 +59,11 @@ the length of a conversation. It checks each conversation as import will
 pending row its event, fsm_state.last_seq is not past the last seq, every schedule
 is valid and of its conversation) and stops with
 an error on a damaged one; what it wrote to stdout then lacks its end
-line and trailer, so import refuses it. On a terminal, stderr shows
-progress during a long run.
+line and trailer, so import refuses it. A fork (Runtime.Fork) is
+refused the same way: its log starts after the summary it copied and its
+copied tool calls' rows are its source's, which the format cannot carry
+(--all stops at the first fork; export the others by name). On a terminal,
+stderr shows progress during a long run.
 ` + formatHelp,
 	run: (*cli).export,
 }
@@ -170,6 +173,8 @@ pass. On a terminal, stderr shows progress during a long run.
 
 Everything comes back as exported except the conversation row's times: the
 Store sets "updated" to now and "created" to the time of the first event.
+A conversation record naming a fork origin (forked_from) is refused:
+export writes none, and import makes no fork.
 An active conversation resumes when a runtime next opens the directory,
 and its schedules and deadlines are armed then (an occurrence due while
 the store was moved fires once, as after any restart; a node already

@@ -627,3 +627,22 @@ func TestExportOfAConversationMidTurn(t *testing.T) {
 	require.NoError(t, exportTo(ctxT(t), dst, []string{"c"}, &again, nil))
 	require.Equal(t, withoutUpdated(out.String()), withoutUpdated(again.String()), "the import exports as the source did")
 }
+
+// TestImportRefusesAForkOrigin: a conversation line whose row names a fork
+// origin (forked_from) is refused with ErrInvalid, and nothing is written:
+// export carries no fork, and the Store gives a row its origin only in a
+// fork's write, so import dropped it and the row came back without it.
+func TestImportRefusesAForkOrigin(t *testing.T) {
+	f := newFixture(t)
+	finished := exportOf(t, f, "finished")
+	forked := strings.Replace(finished, `"record":{"id":"finished",`, `"record":{"id":"finished","forked_from":{"conversation_id":"src","seq":"2"},`, 1)
+	require.NotEqual(t, finished, forked)
+	err := importStream(ctxT(t), strings.NewReader(forked), noWrites(t), importOptions{})
+	require.ErrorIs(t, err, journal.ErrInvalid)
+	require.ErrorContains(t, err, "fork")
+	st := memStore(t)
+	before := dump(t, st)
+	require.ErrorIs(t, importInto(ctxT(t), st, strings.NewReader(forked), importOptions{}), journal.ErrInvalid)
+	require.Equal(t, before, dump(t, st), "nothing written")
+	require.NoError(t, importInto(ctxT(t), st, strings.NewReader(finished), importOptions{}), "the export as written imports")
+}
