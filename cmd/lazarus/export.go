@@ -100,7 +100,8 @@ func damaged(id, format string, args ...any) error {
 // check: the log runs 1..LastSeq, fsm_state.last_seq is at most LastSeq
 // (a cache behind the log is what a turn in progress leaves), every
 // tool_call event has its row (of this conversation), every pending row
-// has its event, every deadline is of a row of this conversation, and
+// has its event, no tool_result event answers a call whose row is
+// pending, every deadline is of a row of this conversation, and
 // every schedule is valid and of this conversation; a
 // failed check is an error wrapping journal.ErrCorrupt, and the output
 // then has no end line for the conversation, so import refuses it.
@@ -139,6 +140,7 @@ func (e *exporter) conversation(ctx context.Context, st journal.Store, id string
 		unseen[p.GetId()] = true
 	}
 	var n counts
+	exportedPending := map[string]bool{} // calls whose row was written pending
 	if err := e.line(typeConversation, id, row); err != nil {
 		return err
 	}
@@ -161,6 +163,9 @@ func (e *exporter) conversation(ctx context.Context, st journal.Store, id string
 				return damaged(id, "its log jumps from seq %d to %d", n.lastSeq, ev.GetSeq())
 			}
 			n.lastSeq = ev.GetSeq()
+			if tr := ev.GetToolResult(); tr != nil && exportedPending[tr.GetToolCallId()] {
+				return damaged(id, "tool_result event %d answers call %s, whose row is pending", ev.GetSeq(), displayID(tr.GetToolCallId()))
+			}
 			if err := e.line(typeEvent, id, ev); err != nil {
 				return err
 			}
@@ -180,6 +185,9 @@ func (e *exporter) conversation(ctx context.Context, st journal.Store, id string
 			}
 			if err := e.line(typeToolCall, id, rec); err != nil {
 				return err
+			}
+			if rec.GetStatus() == messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING {
+				exportedPending[call] = true
 			}
 			delete(unseen, call)
 			n.toolCalls++

@@ -86,6 +86,8 @@ import (
 //     export refuses a fork, and import makes none);
 //   - events run 1..n; every tool_call event is followed by the row of its
 //     call, and every row follows its event (so each names the other);
+//     no tool_result event answers a call whose row is pending (a call's
+//     row is resolved in the write of its result);
 //     every record passes the Store's validation and limits
 //     (journal.Validate*, and every append request import will make);
 //     summaries cover events that exist; fsm_state.last_seq, when the row

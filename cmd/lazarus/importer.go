@@ -229,8 +229,11 @@ type sectionState struct {
 	deadlines    []*messages.Deadline
 	// lastSchedule is the id of the last schedule line ("" before one).
 	lastSchedule string
-	chunk        *messages.AppendRequest
-	chunkBytes   int
+	// pending holds a digest of the id of each call of the section whose
+	// row is pending: no tool_result event may answer it.
+	pending    map[[16]byte]bool
+	chunk      *messages.AppendRequest
+	chunkBytes int
 	// rowWritten: the second pass has created the row (status ENDED).
 	rowWritten bool
 }
@@ -595,6 +598,10 @@ func (im *importer) event(s *sectionState, raw json.RawMessage, size int) error 
 	if err := journal.ValidateEvent(ev); err != nil {
 		return fmt.Errorf("event %d: %w", ev.GetSeq(), invalid(err))
 	}
+	if tr := ev.GetToolResult(); tr != nil && s.pending[callKey(tr.GetToolCallId())] {
+		// A call's row is resolved in the write of its result.
+		return invalid(fmt.Errorf("tool_result event %d answers call %s, whose row is pending", ev.GetSeq(), displayID(tr.GetToolCallId())))
+	}
 	if s.chunk != nil && (len(s.chunk.Events) >= im.o.chunkEvents || s.chunkBytes+size > im.o.chunkBytes) {
 		if err := im.flush(s); err != nil {
 			return err
@@ -642,6 +649,12 @@ func (im *importer) toolCall(s *sectionState, raw json.RawMessage) error {
 		return invalid(fmt.Errorf("tool call %s appears twice in the input (tool call ids are unique)", displayID(call)))
 	}
 	im.calls[k] = s.ordinal
+	if rec.GetStatus() == messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING {
+		if s.pending == nil {
+			s.pending = map[[16]byte]bool{}
+		}
+		s.pending[k] = true
+	}
 	if im.st != nil && !im.write {
 		row, err := im.st.ToolCall(im.ctx, call)
 		switch {

@@ -56,7 +56,7 @@ is never left half-written). Two exports of the same data are equal byte
 for byte. Export streams: it holds one page of events at a time, whatever
 the length of a conversation. It checks each conversation as import will
 (the log runs 1..last seq, every tool_call event has its row and every
-pending row its event, fsm_state.last_seq is not past the last seq, every schedule
+pending row its event and no tool_result, fsm_state.last_seq is not past the last seq, every schedule
 is valid and of its conversation) and stops with
 an error on a damaged one; what it wrote to stdout then lacks its end
 line and trailer, so import refuses it. A fork (Runtime.Fork) is
@@ -156,7 +156,8 @@ the directory (and the store) if it does not exist or is empty.
 
 All or nothing on bad input: import reads the input twice. The first
 pass checks every line (every record against the Store's rules and
-limits, seqs 1..n, every tool_call event followed by its row, each
+limits, seqs 1..n, every tool_call event followed by its row, no
+tool_result event answering a call whose row is pending, each
 section's end line and the file's trailer, so a truncated export is
 refused) and the target (a conversation that exists there, was deleted
 there, or a tool call id or schedule id the target has, refuses the

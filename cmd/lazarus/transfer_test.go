@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -512,6 +513,13 @@ func TestExportRefusesADamagedConversation(t *testing.T) {
 				FsmState: &messages.FSMState{State: messages.AgentState_AGENT_STATE_IDLE, LastSeq: 5}})
 			return err
 		}, "its fsm_state says the log ends at seq 5, the log ends at 1"},
+		{"a tool_result event answering a pending call", func(st journal.Store) error {
+			result := &messages.Event{Time: at, Body: &messages.Event_ToolResult{ToolResult: &messages.ToolResultEvent{
+				ToolCallId: "tc-3", Name: "approve", Outcome: &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: `{}`}}}}}
+			_, err := st.Append(ctxT(t), &messages.AppendRequest{ConversationId: "c", Events: []*messages.Event{user, toolCall("tc-3"), result},
+				ToolCalls: []*messages.ToolCallRecord{row("c", "tc-3")}})
+			return err
+		}, "tool_result event 3 answers call tc-3, whose row is pending"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -643,6 +651,44 @@ func TestImportRefusesAForkOrigin(t *testing.T) {
 	st := memStore(t)
 	before := dump(t, st)
 	require.ErrorIs(t, importInto(ctxT(t), st, strings.NewReader(forked), importOptions{}), journal.ErrInvalid)
+	require.Equal(t, before, dump(t, st), "nothing written")
+	require.NoError(t, importInto(ctxT(t), st, strings.NewReader(finished), importOptions{}), "the export as written imports")
+}
+
+// TestImportRefusesAResultOfAPendingCall: a tool call row that is pending
+// while a tool_result event of the log answers its call is refused with
+// ErrInvalid, and nothing is written: the row of a call is resolved in the
+// write of its result, and the import left a call listed as pending, for
+// ever, that its conversation had answered.
+func TestImportRefusesAResultOfAPendingCall(t *testing.T) {
+	f := newFixture(t)
+	finished := exportOf(t, f, "finished")
+	lines := outLines(finished)
+	edited := 0
+	for i, l := range lines {
+		if !strings.Contains(l, `"type":"tool_call"`) {
+			continue
+		}
+		var env map[string]any
+		require.NoError(t, json.Unmarshal([]byte(l), &env))
+		rec := env["record"].(map[string]any)
+		require.Equal(t, "TOOL_CALL_STATUS_RESOLVED", rec["status"])
+		rec["status"] = "TOOL_CALL_STATUS_PENDING"
+		delete(rec, "result")
+		delete(rec, "resolved")
+		b, err := json.Marshal(env)
+		require.NoError(t, err)
+		lines[i] = string(b)
+		edited++
+	}
+	require.Positive(t, edited, "the fixture's conversation has an answered call")
+	in := strings.Join(lines, "\n") + "\n"
+	err := importStream(ctxT(t), strings.NewReader(in), noWrites(t), importOptions{})
+	require.ErrorIs(t, err, journal.ErrInvalid)
+	require.ErrorContains(t, err, "whose row is pending")
+	st := memStore(t)
+	before := dump(t, st)
+	require.ErrorIs(t, importInto(ctxT(t), st, strings.NewReader(in), importOptions{}), journal.ErrInvalid)
 	require.Equal(t, before, dump(t, st), "nothing written")
 	require.NoError(t, importInto(ctxT(t), st, strings.NewReader(finished), importOptions{}), "the export as written imports")
 }
