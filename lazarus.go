@@ -886,7 +886,7 @@ func (r *Runtime) deleted(ctx context.Context, conversationID string) error {
 // journal.ErrDeleted. An afterSeq past the log's last event is refused with
 // an error wrapping journal.ErrInvalid that names the last seq: it is no
 // seq of this conversation's (the subscription does not wait for the log
-// to reach it), and 0, the whole log, is always taken.
+// to reach it); 0, the whole log, is never refused for it.
 //
 // In cluster mode the subscription follows the conversation's owner, on
 // this member or another, and moves with it on every membership change,
