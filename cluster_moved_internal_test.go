@@ -1,0 +1,282 @@
+package lazarus
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/cluster"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/agent/scripted"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/journal/memjournal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// loadHoldStore holds the next revival read (LoadSince) of one
+// conversation once armed, until release is closed or the reader's
+// context ends, and says when it is held. It holds one read only.
+type loadHoldStore struct {
+	journal.Store
+	conv    string
+	armed   atomic.Bool
+	held    chan struct{}
+	release chan struct{}
+}
+
+func (s *loadHoldStore) LoadSince(ctx context.Context, id string) (*messages.Summary, []*messages.Event, error) {
+	if id == s.conv && s.armed.CompareAndSwap(true, false) {
+		close(s.held)
+		select {
+		case <-s.release:
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+	}
+	return s.Store.LoadSince(ctx, id)
+}
+
+// quietSystem is an actor system that logs nothing, at address addr.
+func quietSystem(t *testing.T, addr string) *actor.ActorSystem {
+	t.Helper()
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
+	sys.ProcessRegistry.Address = addr
+	t.Cleanup(sys.Shutdown)
+	return sys
+}
+
+// waitTurnEnded waits until the conversation's row is no longer ACTIVE and
+// its log ends in an assistant message at seq last.
+func waitTurnEnded(t *testing.T, ctx context.Context, store journal.Store, conv string, last uint64, msg string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		row, err := store.Conversation(ctx, conv)
+		if err != nil || row.GetStatus() == messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE {
+			return false
+		}
+		evs, err := store.Events(ctx, conv, journal.EventQuery{Limit: 1})
+		return err == nil && len(evs) == 1 && evs[0].GetAssistantMsg() != nil && evs[0].GetSeq() == last
+	}, 10*time.Second, time.Millisecond, msg)
+}
+
+// TestGatewayAnswersUnavailableWhenItsActivationMoved: a send forwarded
+// to the gateway of the member that owned its conversation, whose write
+// is in flight there when that member applies a membership in which
+// another member (one that joined) owns it, is answered UNAVAILABLE once
+// the activation stopped under it: the gateway runs no new activation of
+// a conversation it no longer owns, and the calling member sends the
+// send again to the owner its own membership names (here itself), which
+// answers it (the request id keeps it once in the log) and runs its turn.
+// The gateway's member ran no turn for it. Without the gateway's answer,
+// it ran the send on a new activation of its own, beside the owner.
+func TestGatewayAnswersUnavailableWhenItsActivationMoved(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	mem := memjournal.New(memjournal.Options{})
+	hold := &holdStore{Store: mem, held: make(chan struct{}), release: make(chan struct{})}
+	hold.later.Store(true)
+	var released sync.Once
+	release := func() { released.Do(func() { close(hold.release) }) }
+	modelG, modelC := scripted.New(scripted.Options{}), scripted.New(scripted.Options{})
+	opts := func(store journal.Store, model agent.Model, sys *actor.ActorSystem) Options {
+		return Options{Store: store, Model: model, ActorSystem: sys, NoResume: true, ResumeInterval: -1, IdleTimeout: -1}
+	}
+
+	// g serves the gateway on its actor system and is a member whose
+	// membership the test sets; c is a member whose requests leave through
+	// g's system (in one process, without protoactor's cluster).
+	memberG := &cluster.Member{Id: "g", Host: "127.0.0.1", Port: 1, Kinds: []string{ConversationKind}}
+	memberC := &cluster.Member{Id: "c", Host: "c.invalid", Port: 1, Kinds: []string{ConversationKind}}
+	joined := &cluster.Member{Id: "y", Host: "y.invalid", Port: 1, Kinds: []string{ConversationKind}}
+	gSys := quietSystem(t, memberG.Address())
+	g, err := Open(opts(hold, modelG, gSys))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = g.Close() })
+	c, err := Open(opts(mem, modelC, nil))
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = c.Close()
+		c.system.Shutdown()
+	})
+	both := []string{memberC.Address(), memberG.Address()}
+	slices.Sort(both)
+	g.cl = g.gw
+	g.cl.members.Store(&both)
+	g.cl.attach(g.sup, g.cl.generation())
+	nc := newNode(c, gSys)
+	nc.self = memberC.Address()
+	nc.members.Store(&both)
+	c.cl, c.gw = nc, nc
+	nc.attach(c.sup, nc.generation())
+	t.Cleanup(release) // before the Runtimes close: a held append ends
+
+	before, after := testNode(both...), testNode(memberC.Address(), memberG.Address(), joined.Address())
+	conv := ""
+	for i := 0; conv == ""; i++ {
+		if id := fmt.Sprintf("conv-%d", i); before.owner(id) == memberG.Address() && after.owner(id) == joined.Address() {
+			conv = id
+		}
+	}
+	hold.conv = conv
+
+	_, err = c.Send(ctx, conv, "one", agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	waitTurnEnded(t, ctx, mem, conv, 2, "the first turn ended")
+	require.True(t, g.IsActive(conv), "the first turn ran on g")
+	require.Equal(t, 1, modelG.Calls(conv))
+
+	hold.armed.Store(true)
+	type sent struct {
+		seq uint64
+		err error
+	}
+	done := make(chan sent, 1)
+	go func() {
+		seq, err := c.SendMessage(ctx, conv, agent.UserMessage(agent.TextPart("two")), SendOptions{RequestID: "r2"}, agent.Scope{UserID: "u"})
+		done <- sent{seq, err}
+	}()
+	select {
+	case <-hold.held:
+	case <-ctx.Done():
+		t.Fatal("the forwarded send's write never reached the Store")
+	}
+	// c's membership names c the owner now. It is set without telling c's
+	// requests, so the one in flight waits for g's answer rather than
+	// leave for the new owner at once: g's answer is what sends it there.
+	nc.members.Store(&[]string{nc.self})
+	g.cl.onTopology([]*cluster.Member{memberC, joined})
+	require.Equal(t, joined.Address(), g.Owner(conv))
+	require.Eventually(t, func() bool { return !g.IsActive(conv) }, 10*time.Second, time.Millisecond,
+		"g's activation is still live")
+	release()
+
+	var got sent
+	select {
+	case got = <-done:
+	case <-ctx.Done():
+		t.Fatal("the send did not return")
+	}
+	require.NoError(t, got.err)
+	require.Equal(t, uint64(3), got.seq)
+	waitTurnEnded(t, ctx, mem, conv, 4, "the turn the send owes was not answered")
+	require.Equal(t, 1, modelC.Calls(conv), "the owner c ran the turn")
+	require.Equal(t, 1, modelG.Calls(conv), "g ran no turn for the send")
+	require.False(t, g.IsActive(conv), "g runs no activation of what it no longer owns")
+	evs, err := c.History(ctx, conv, 0, 0)
+	require.NoError(t, err)
+	require.Len(t, evs, 4, "one, its answer, two once, its answer")
+}
+
+// TestResolutionMovedUnderItsDeliveryWakesTheNewOwner: a resolution
+// whose delivery is revival-bound on the member that owned the
+// conversation (its activation had gone, as after passivation) when a
+// member joins and takes the conversation is durable, and Resolve
+// returns nil: the delivery meets the stopped activation
+// (supervisor.ErrMoved), and the new owner is woken, revives, records the
+// answer from the Store and runs the turn it owes. The old member runs
+// no new activation and no turn. Before, the delivery was sent again
+// without waiting, which spawned a new activation on the old member that
+// ran the turn there, and the new owner was not woken.
+func TestResolutionMovedUnderItsDeliveryWakesTheNewOwner(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	mem := memjournal.New(memjournal.Options{})
+	hold := &loadHoldStore{Store: mem, held: make(chan struct{}), release: make(chan struct{})}
+	var released sync.Once
+	release := func() { released.Do(func() { close(hold.release) }) }
+	modelA, modelB := scripted.New(scripted.Options{}), scripted.New(scripted.Options{})
+	tools := []agent.Tool{{Name: "approve", Executor: messages.Executor_EXECUTOR_HUMAN}}
+
+	// a is a member whose membership the test sets, its requests leaving
+	// through b's actor system, where b serves the gateway at the address
+	// of the member that joins (in one process, without protoactor's
+	// cluster).
+	a, err := Open(Options{Store: hold, Model: modelA, Tools: tools, NoResume: true, ResumeInterval: -1, IdleTimeout: -1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = a.Close() })
+	memberB := &cluster.Member{Id: "b", Host: "127.0.0.1", Port: 1, Kinds: []string{ConversationKind}}
+	bSys := quietSystem(t, memberB.Address())
+	b, err := Open(Options{Store: mem, Model: modelB, Tools: tools, ActorSystem: bSys, NoResume: true, ResumeInterval: -1, IdleTimeout: -1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	n := newNode(a, bSys)
+	n.self = "a.invalid:1"
+	n.members.Store(&[]string{n.self})
+	a.cl, a.gw = n, n
+	n.attach(a.sup, n.generation())
+	t.Cleanup(release) // before the Runtimes close: a held read ends
+	both := testNode(n.self, memberB.Address())
+	conv := ""
+	for i := 0; conv == ""; i++ {
+		if id := fmt.Sprintf("conv-%d", i); both.owner(id) == memberB.Address() {
+			conv = id
+		}
+	}
+	hold.conv = conv
+	require.Equal(t, n.self, a.Owner(conv), "a sees itself alone")
+
+	modelA.Push(conv, scripted.Reply("", scripted.Call("approve", `{}`)))
+	_, err = a.Send(ctx, conv, "may I?", agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	var id string
+	require.Eventually(t, func() bool {
+		calls, err := mem.PendingToolCalls(ctx, conv)
+		if err != nil || len(calls) != 1 {
+			return false
+		}
+		id = calls[0].GetId()
+		return true
+	}, 10*time.Second, time.Millisecond, "the call is pending")
+	require.Eventually(t, func() bool {
+		row, err := mem.Conversation(ctx, conv)
+		return err == nil && row.GetStatus() != messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE
+	}, 10*time.Second, time.Millisecond, "the turn awaits the answer")
+	require.True(t, a.sup.Kill(conv, nil), "a's activation was live")
+
+	hold.armed.Store(true)
+	resolved := make(chan error, 1)
+	go func() { resolved <- a.Resolve(ctx, id, `{"ok":true}`, agent.Scope{UserID: "approver"}) }()
+	select {
+	case <-hold.held:
+	case <-ctx.Done():
+		t.Fatal("the delivery's revival never read the log")
+	}
+	a.cl.onTopology([]*cluster.Member{memberB})
+	require.Equal(t, memberB.Address(), a.Owner(conv))
+	select {
+	case err = <-resolved:
+	case <-ctx.Done():
+		t.Fatal("Resolve did not return")
+	}
+	require.NoError(t, err, "the answer is durable")
+	release()
+
+	// The question, the call's message, its call, the suspension, the
+	// resolution, its result, the turn's answer.
+	waitTurnEnded(t, ctx, mem, conv, 7, "the turn the answer owes was not run")
+	require.Equal(t, 1, modelB.Calls(conv), "the new owner ran the turn")
+	require.Equal(t, 1, modelA.Calls(conv), "the old owner ran no turn for the answer")
+	require.False(t, a.IsActive(conv), "the old owner runs no activation of it")
+	require.True(t, b.IsActive(conv))
+	evs, err := mem.Events(ctx, conv, journal.EventQuery{})
+	require.NoError(t, err)
+	results := 0
+	for _, ev := range evs {
+		if ev.GetToolResult() != nil {
+			results++
+		}
+	}
+	require.Equal(t, 1, results, "the answer is in the log once")
+	row, err := mem.ToolCall(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, row.GetStatus())
+	require.Equal(t, "approver", row.GetResolver().GetUserId())
+}
