@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/asynkron/protoactor-go/cluster"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lazarusrt/lazarus/actors/actorstest"
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/journal"
@@ -279,4 +281,142 @@ func TestResolutionMovedUnderItsDeliveryWakesTheNewOwner(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, row.GetStatus())
 	require.Equal(t, "approver", row.GetResolver().GetUserId())
+}
+
+// scheduleHoldStore is a holdStore that keeps schedules.
+type scheduleHoldStore struct {
+	*holdStore
+	journal.ScheduleStore
+}
+
+// logRecords is a slog.Handler that keeps every record, at every level.
+type logRecords struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (l *logRecords) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logRecords) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *logRecords) WithGroup(string) slog.Handler            { return l }
+
+func (l *logRecords) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.recs = append(l.recs, r.Clone())
+	return nil
+}
+
+// about returns the records with attribute key equal to value.
+func (l *logRecords) about(key, value string) []slog.Record {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []slog.Record
+	for _, r := range l.recs {
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == key && a.Value.String() == value {
+				out = append(out, r)
+				return false
+			}
+			return true
+		})
+	}
+	return out
+}
+
+// TestScheduleFireMovedUnderItsDeliveryIsQuiet: an occurrence whose
+// delivery is in flight on the member that owned its conversation when a
+// member joins and takes the conversation ends there with a record at
+// Debug level, not a warning: moving is expected in a cluster. Nothing is
+// lost: the new owner, which arms the schedules it owns, fires the
+// occurrence once, and its turn runs there. The delivery's end was logged
+// as a failed delivery, at Warn level.
+func TestScheduleFireMovedUnderItsDeliveryIsQuiet(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	due := t0.Add(10 * time.Minute)
+	mem := memjournal.New(memjournal.Options{})
+	hold := &holdStore{Store: mem, held: make(chan struct{}), release: make(chan struct{})}
+	hold.later.Store(true)
+	var released sync.Once
+	release := func() { released.Do(func() { close(hold.release) }) }
+	logs := &logRecords{}
+	clockA := actorstest.NewManualClock(t0)
+	modelA, modelB := scripted.New(scripted.Options{}), scripted.New(scripted.Options{})
+
+	// a is a member whose membership the test sets (in one process,
+	// without protoactor's cluster).
+	a, err := Open(Options{Store: scheduleHoldStore{hold, mem}, Model: modelA, Clock: clockA, Logger: slog.New(logs), NoResume: true, ResumeInterval: -1, IdleTimeout: -1})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = a.Close()
+		a.system.Shutdown()
+	})
+	n := newNode(a, a.system)
+	n.self = "a.invalid:1"
+	n.members.Store(&[]string{n.self})
+	a.cl, a.gw = n, n
+	n.attach(a.sup, n.generation())
+	t.Cleanup(release) // before the Runtime closes: a held append ends
+	joined := &cluster.Member{Id: "b", Host: "b.invalid", Port: 1, Kinds: []string{ConversationKind}}
+	both := testNode(n.self, joined.Address())
+	conv := ""
+	for i := 0; conv == ""; i++ {
+		if id := fmt.Sprintf("conv-%d", i); both.owner(id) == joined.Address() {
+			conv = id
+		}
+	}
+	hold.conv = conv
+
+	_, err = a.Send(ctx, conv, "hi", agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	waitTurnEnded(t, ctx, mem, conv, 2, "the first turn ended")
+	sc, err := a.Schedule(ctx, conv, ScheduleSpec{After: 10 * time.Minute, Text: "remind me"}, agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+
+	hold.armed.Store(true)
+	require.Eventually(t, func() bool { return slices.ContainsFunc(clockA.Dues(), due.Equal) }, 10*time.Second, time.Millisecond,
+		"the schedule's timer is not armed")
+	clockA.Advance(due.Sub(clockA.Now()))
+	select {
+	case <-hold.held:
+	case <-ctx.Done():
+		t.Fatal("the occurrence's write never reached the Store")
+	}
+	n.onTopology([]*cluster.Member{joined})
+	require.Equal(t, joined.Address(), a.Owner(conv))
+	moved := "lazarus: schedule: the conversation moved to another member under an occurrence's delivery; its owner fires it"
+	failed := "lazarus: schedule: delivering an occurrence failed; it is handed again later"
+	require.Eventually(t, func() bool {
+		return slices.ContainsFunc(logs.about("schedule", sc.GetId()), func(r slog.Record) bool {
+			return r.Message == moved || r.Message == failed
+		})
+	}, 10*time.Second, time.Millisecond, "the delivery did not end")
+	for _, r := range logs.about("schedule", sc.GetId()) {
+		require.Less(t, r.Level, slog.LevelWarn, "%s", r.Message)
+	}
+	require.False(t, a.IsActive(conv), "a runs no activation of what it no longer owns")
+
+	// The member that joined owns it (it counts every conversation its
+	// own here): it arms the schedules it owns as it starts, and this
+	// one's occurrence, overdue, fires at once.
+	clockB := actorstest.NewManualClock(due)
+	b, err := Open(Options{Store: mem, Model: modelB, Clock: clockB, NoResume: true, ResumeInterval: -1, IdleTimeout: -1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	require.NoError(t, modelB.WaitCalls(ctx, conv, 1), "the occurrence's turn runs at the new owner")
+	waitTurnEnded(t, ctx, mem, conv, 4, "the occurrence's turn ended")
+	evs, err := mem.Events(ctx, conv, journal.EventQuery{})
+	require.NoError(t, err)
+	var wakes []string
+	for _, ev := range evs {
+		if m := ev.GetUserMsg(); m != nil && strings.HasPrefix(ev.GetRequestId(), "schedule/") {
+			wakes = append(wakes, m.GetContent()[0].GetText())
+		}
+	}
+	require.Equal(t, []string{"remind me"}, wakes, "the occurrence fired once")
+	require.Equal(t, 1, modelA.Calls(conv), "a ran no turn for it")
+	listed, err := b.Schedules(ctx, conv)
+	require.NoError(t, err)
+	require.Empty(t, listed, "a one-shot schedule is gone once fired")
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/supervisor"
 )
 
 // Errors of scheduled wake-ups. Each also wraps journal.ErrInvalid (bad
@@ -612,6 +613,16 @@ func (r *Runtime) fire(ctx context.Context, f scheduleFire) {
 			r.log.Warn("lazarus: schedule: removing a schedule of an ended conversation failed", "conversation", f.conv, "schedule", f.id, "err", derr)
 		}
 		r.sup.DisarmSchedule(f.conv, f.id)
+	case errors.Is(err, supervisor.ErrMoved):
+		// The conversation moved to another member under the delivery
+		// (a membership change stopped its activation here): expected in
+		// a cluster, not a failure. Nothing is lost: either the wake's
+		// write landed (it records the occurrence and moves the schedule
+		// on), or the Store's schedule still names the occurrence and the
+		// new owner, which arms the schedules it owns when it
+		// repartitions, fires it; the wake's request id keeps it once in
+		// the log.
+		r.log.Debug("lazarus: schedule: the conversation moved to another member under an occurrence's delivery; its owner fires it", "conversation", f.conv, "schedule", f.id, "err", err)
 	default:
 		r.log.Warn("lazarus: schedule: delivering an occurrence failed; it is handed again later", "conversation", f.conv, "schedule", f.id, "err", err)
 	}
