@@ -68,8 +68,14 @@ type Reject struct {
 
 // Answered is the answer of a resolve or reject: the call's id, durable.
 type Answered struct {
-	ID     string `json:"id"`
+	ID string `json:"id"`
+	// Status is the call's stored status now: "resolved" (resolve) or
+	// "errored" (reject), as Call.Status.
 	Status string `json:"status"`
+	// Outcome is how the call ended, as Call.Outcome: CallAnswered
+	// (resolve) or CallRejected (reject), which Status alone ("errored")
+	// does not tell from a cancellation or a failure.
+	Outcome string `json:"outcome"`
 }
 
 func identityOf(p *messages.Identity) *Identity {
@@ -292,7 +298,7 @@ func (s *Server) resolveCall(w http.ResponseWriter, r *http.Request, c caller) {
 	}
 	s.answer(w, r, c, func(ctx context.Context, id string) error {
 		return s.rt.Resolve(ctx, id, string(body.Result), c.scope())
-	}, "resolved")
+	}, Answered{Status: "resolved", Outcome: CallAnswered})
 }
 
 func (s *Server) rejectCall(w http.ResponseWriter, r *http.Request, c caller) {
@@ -311,13 +317,14 @@ func (s *Server) rejectCall(w http.ResponseWriter, r *http.Request, c caller) {
 	}
 	s.answer(w, r, c, func(ctx context.Context, id string) error {
 		return s.rt.Reject(ctx, id, body.Reason, c.scope())
-	}, "errored")
+	}, Answered{Status: "errored", Outcome: CallRejected})
 }
 
-// answer checks that c sees the call, then answers it with do. A call
-// already answered is 409 stale (the caller sees it, so saying so leaks
-// nothing); one the tool's rules refuse to c is 403.
-func (s *Server) answer(w http.ResponseWriter, r *http.Request, c caller, do func(context.Context, string) error, status string) {
+// answer checks that c sees the call, then answers it with do, and writes
+// done with the call's id. A call already answered is 409 stale (the
+// caller sees it, so saying so leaks nothing); one the tool's rules
+// refuse to c is 403.
+func (s *Server) answer(w http.ResponseWriter, r *http.Request, c caller, do func(context.Context, string) error, done Answered) {
 	id := r.PathValue("id")
 	if _, err := s.call(r.Context(), c, id); err != nil {
 		s.writeError(w, err)
@@ -327,5 +334,6 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, c caller, do fun
 		s.writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, Answered{ID: id, Status: status})
+	done.ID = id
+	writeJSON(w, http.StatusOK, done)
 }

@@ -37,7 +37,9 @@
 // it was open: no one answered it, and it has no resolver), "errored" (an
 // error of another code) or "unknown" (a stored status this server does
 // not know). A resolution event of the log has the status only; the
-// tool_result event written with it has the error's code.
+// tool_result event written with it has the error's code. The answer of a
+// resolve or a reject (Answered) is the call's id with the status and the
+// outcome it gave: "resolved" and "answered", "errored" and "rejected".
 //
 // # Identity and what a user may see
 //

@@ -165,7 +165,8 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 }
 
 // TestOpenAPICallOutcomes: the document's enum of Call.outcome is every
-// value the server gives (callOutcomes), and each is reached from a stored
+// value the server gives (callOutcomes), that of Answered.outcome the two
+// a resolve and a reject give, and each is reached from a stored
 // row: a rejection, a cancellation by a rewind and another error are told
 // apart (all status "errored"), and a status the server does not know is
 // "unknown", not a panic.
@@ -184,6 +185,10 @@ func TestOpenAPICallOutcomes(t *testing.T) {
 	call := doc.Components.Schemas["Call"]
 	assert.Equal(t, callOutcomes, call.Properties["outcome"].Enum)
 	assert.Contains(t, call.Required, "outcome")
+	// The answer of a resolve or a reject says the outcome it gave.
+	answered := doc.Components.Schemas["Answered"]
+	assert.Equal(t, []string{CallAnswered, CallRejected}, answered.Properties["outcome"].Enum)
+	assert.Contains(t, answered.Required, "outcome")
 
 	errored := func(code string) *messages.ToolCallRecord {
 		return &messages.ToolCallRecord{Status: messages.ToolCallStatus_TOOL_CALL_STATUS_ERRORED,

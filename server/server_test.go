@@ -450,18 +450,22 @@ func TestCallOutcomes(t *testing.T) {
 
 	_, call := suspendOnApproval(t, ctx, n, model)
 	require.Equal(t, server.CallPending, call.Outcome)
-	n.must(t, http.StatusOK, "POST", "/v1/calls/"+call.ID+"/resolve", tokCarol, server.Resolve{Result: json.RawMessage(`{"approved":true}`)}, nil)
+	var answered server.Answered
+	n.must(t, http.StatusOK, "POST", "/v1/calls/"+call.ID+"/resolve", tokCarol, server.Resolve{Result: json.RawMessage(`{"approved":true}`)}, &answered)
 	c := get(call.ID)
 	require.Equal(t, "resolved", c.Status)
 	require.Equal(t, server.CallAnswered, c.Outcome)
 	require.Equal(t, "carol", c.Resolver.UserID)
+	require.Equal(t, server.Answered{ID: call.ID, Status: c.Status, Outcome: c.Outcome}, answered, "the resolve's answer has the call's status and outcome")
 
 	_, call = suspendOnApproval(t, ctx, n, model)
-	n.must(t, http.StatusOK, "POST", "/v1/calls/"+call.ID+"/reject", tokCarol, server.Reject{Reason: "no"}, nil)
+	answered = server.Answered{}
+	n.must(t, http.StatusOK, "POST", "/v1/calls/"+call.ID+"/reject", tokCarol, server.Reject{Reason: "no"}, &answered)
 	c = get(call.ID)
 	require.Equal(t, "errored", c.Status)
 	require.Equal(t, server.CallRejected, c.Outcome)
 	require.Equal(t, "carol", c.Resolver.UserID)
+	require.Equal(t, server.Answered{ID: call.ID, Status: c.Status, Outcome: c.Outcome}, answered, "the reject's answer has the call's status and outcome")
 
 	_, call = suspendOnApproval(t, ctx, n, model)
 	require.NoError(t, n.rt.Reschedule(ctx, call.ID, time.Now()))
