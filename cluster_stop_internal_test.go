@@ -134,7 +134,10 @@ func TestSendInFlightOnAStoppedActivationEndsAtTheNewOwner(t *testing.T) {
 	// address of the member that joins.
 	a, err := Open(Options{Store: hold, Model: modelOf(&callsA), NoResume: true, ResumeInterval: -1, IdleTimeout: -1})
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = a.Close() })
+	t.Cleanup(func() {
+		_ = a.Close()
+		a.system.Shutdown() // with a.cl set, Close leaves it to the cluster
+	})
 	bSys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
 	memberB := &cluster.Member{Id: "b", Host: "127.0.0.1", Port: 1, Kinds: []string{ConversationKind}}
 	bSys.ProcessRegistry.Address = memberB.Address()
