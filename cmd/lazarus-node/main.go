@@ -20,16 +20,31 @@
 //	POST /kill?conv=ID                          -> {"killed"}
 //	GET  /members                               -> {"self","members"}
 //	GET  /owner?conv=ID                         -> {"owner"}
-//	GET  /stream?conv=ID&after=N                -> one line per event: {"seq","kind","node"}
+//	GET  /stream?conv=ID&after=N                -> one line per event: {"seq","kind"}
 //	GET  /stats                                 -> {"fenced"}
 //	GET  /healthz                               -> "ok"
 //
 // A failed call answers {"error","code"}: code is the sentinel the error
-// wraps (see errorCode), "internal" for an error that wraps none. fenced
-// counts the activations of this member retired because the Store's fence
-// refused their write (lazarus.Metrics.Fenced). On SIGTERM the member
-// stops taking control calls, answers those in flight (each is bounded by
-// its own timeout), then closes the Runtime.
+// wraps (see errorCode), "internal" for an error that wraps none; its HTTP
+// status follows the code (errorStatus): 400 invalid (a bad body, a
+// missing conv, an after that is not a seq), 409 stale or conflict, 503
+// closed, no_owner or unavailable, 504 unknown_outcome or
+// deadline_exceeded, 500 internal. fenced counts the activations of this
+// member retired because the Store's fence refused their write
+// (lazarus.Metrics.Fenced).
+//
+// --postgres, --automanaged-port and --seeds are required; --port 0 and
+// the --http default (127.0.0.1:0) pick free ports. Once the member is up
+// it prints "lazarus-node MEMBER ready, control API http://ADDR" on
+// stdout. On SIGTERM or SIGINT it prints that it is stopping, stops
+// taking control calls, answers those in flight (each is bounded by its
+// own timeout), closes the Runtime and prints "lazarus-node MEMBER
+// stopped". --verbose sends the Runtime's log/slog debug logs to stderr.
+//
+// Exit status: 0 stopped by a signal (or --help), 1 failure (the control
+// API's address or the Runtime could not be had, or failed: stderr says
+// why), 2 usage error (an unknown or bad flag, a missing required one, an
+// argument).
 //
 // `lazarus-node demo` (make demo-cluster) runs three members of itself and
 // a throwaway PostgreSQL (PG_BINDIR), kills one mid-turn with SIGKILL, and
@@ -42,7 +57,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -58,66 +75,152 @@ import (
 	"github.com/lazarusrt/lazarus/messages"
 )
 
+// Exit statuses; see the package documentation.
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+)
+
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "demo" {
+		if len(os.Args) > 2 {
+			fmt.Fprintf(os.Stderr, "lazarus-node demo: takes no arguments, got %q\n", os.Args[2:])
+			os.Exit(exitUsage)
+		}
 		if err := demo(); err != nil {
 			fmt.Fprintln(os.Stderr, "lazarus-node demo: FAILED:", err)
-			os.Exit(1)
+			os.Exit(exitError)
 		}
 		return
 	}
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "lazarus-node:", err)
-		os.Exit(1)
-	}
+	// Registered before the Runtime opens: a signal during the start is
+	// taken once the member is up, and it then stops gracefully.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, sig))
 }
 
-func run() error {
-	dsn := flag.String("postgres", "", "PostgreSQL DSN of the shared journal (required)")
-	port := flag.Int("port", 0, "remote port of this member")
-	amPort := flag.Int("automanaged-port", 0, "automanaged health port of this member")
-	seeds := flag.String("seeds", "", "comma-separated automanaged host:port of every member")
-	httpAddr := flag.String("http", "127.0.0.1:0", "address of the control API")
-	delay := flag.Duration("model-delay", 50*time.Millisecond, "duration of every model call")
-	humanTimeout := flag.Duration("human-timeout", 3*time.Second, "deadline of the approve tool")
-	verbose := flag.Bool("verbose", false, "debug logs on stderr")
-	flag.Parse()
-	if *dsn == "" {
-		return errors.New("--postgres is required")
+// config is the command line of a member.
+type config struct {
+	dsn          string
+	port         int
+	amPort       int
+	seeds        []string
+	httpAddr     string
+	delay        time.Duration
+	humanTimeout time.Duration
+	verbose      bool
+}
+
+// errUsage marks a command line that parse refuses; --help wraps
+// flag.ErrHelp instead.
+var errUsage = errors.New("usage")
+
+// parse reads the command line; the flags' usage goes to stderr.
+func parse(args []string, stderr io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("lazarus-node", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.dsn, "postgres", "", "PostgreSQL DSN of the shared journal (required)")
+	fs.IntVar(&c.port, "port", 0, "remote port of this member (0 picks a free one)")
+	fs.IntVar(&c.amPort, "automanaged-port", 0, "automanaged health port of this member (required)")
+	seeds := fs.String("seeds", "", "comma-separated automanaged host:port of every member, this one included (required)")
+	fs.StringVar(&c.httpAddr, "http", "127.0.0.1:0", "address of the control API (port 0 picks a free one)")
+	fs.DurationVar(&c.delay, "model-delay", 50*time.Millisecond, "duration of every model call")
+	fs.DurationVar(&c.humanTimeout, "human-timeout", 3*time.Second, "deadline of the approve tool")
+	fs.BoolVar(&c.verbose, "verbose", false, "debug logs on stderr")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return c, err
+		}
+		return c, fmt.Errorf("%w: %w", errUsage, err) // the flag package printed the usage
 	}
+	for _, s := range strings.Split(*seeds, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			c.seeds = append(c.seeds, s)
+		}
+	}
+	var bad error
+	switch {
+	case fs.NArg() > 0:
+		bad = fmt.Errorf("unexpected arguments %q (the only command is demo, given alone)", fs.Args())
+	case c.dsn == "":
+		bad = errors.New("--postgres is required")
+	case c.amPort <= 0 || c.amPort > 65535:
+		bad = fmt.Errorf("--automanaged-port is required, a port from 1 to 65535 (got %d)", c.amPort)
+	case c.port < 0 || c.port > 65535:
+		bad = fmt.Errorf("--port must be from 0 to 65535 (got %d)", c.port)
+	case len(c.seeds) == 0:
+		bad = errors.New("--seeds is required")
+	case c.delay < 0:
+		bad = fmt.Errorf("--model-delay must not be negative (got %v)", c.delay)
+	case c.humanTimeout <= 0:
+		bad = fmt.Errorf("--human-timeout must be positive (got %v)", c.humanTimeout)
+	}
+	if bad != nil {
+		fmt.Fprintln(stderr, "lazarus-node:", bad)
+		fs.Usage()
+		return c, fmt.Errorf("%w: %w", errUsage, bad)
+	}
+	return c, nil
+}
+
+// run is the member's life: it parses args, listens on the control API's
+// address, opens the Runtime, prints the ready line on stdout, serves until
+// stop delivers a signal (or the control API fails), then shuts down. It
+// returns the exit status; errors go to stderr.
+func run(args []string, stdout, stderr io.Writer, stop <-chan os.Signal) int {
+	c, err := parse(args, stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case err != nil:
+		return exitUsage
+	}
+	fail := func(err error) int {
+		fmt.Fprintln(stderr, "lazarus-node:", err)
+		return exitError
+	}
+	// Listen first: an address that cannot be had fails the start before
+	// the member joins the cluster, and the ready line names the port.
+	ln, err := net.Listen("tcp", c.httpAddr)
+	if err != nil {
+		return fail(fmt.Errorf("control API: %w", err))
+	}
+	defer ln.Close()
 	var fenced atomic.Int64
 	logger := slog.New(slog.DiscardHandler)
-	if *verbose {
-		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	if c.verbose {
+		logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	rt, err := lazarus.Open(lazarus.Options{
-		Postgres:    *dsn,
-		Model:       echoModel(*delay),
-		Tools:       tools(*humanTimeout),
+		Postgres:    c.dsn,
+		Model:       echoModel(c.delay),
+		Tools:       tools(c.humanTimeout),
 		IdleTimeout: -1,
 		Logger:      logger,
 		Metrics:     lazarus.Metrics{Fenced: func() { fenced.Add(1) }},
 		Cluster: &lazarus.ClusterOptions{
-			Port:            *port,
-			AutoManagedPort: *amPort,
-			Seeds:           strings.Split(*seeds, ","),
+			Port:            c.port,
+			AutoManagedPort: c.amPort,
+			Seeds:           c.seeds,
 		},
 	})
 	if err != nil {
-		return err
+		return fail(err)
 	}
 	// Streams never end by themselves: the shutdown ends them.
 	streams, endStreams := context.WithCancel(context.Background())
 	defer endStreams()
-	srv := &http.Server{Addr: *httpAddr, Handler: api(rt, &fenced, streams), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: api(rt, &fenced, streams), ReadHeaderTimeout: 5 * time.Second}
 	srv.RegisterOnShutdown(endStreams)
 	errc := make(chan error, 1)
-	go func() { errc <- srv.ListenAndServe() }()
-	fmt.Printf("lazarus-node %s ready\n", rt.Address())
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	go func() { errc <- srv.Serve(ln) }()
+	fmt.Fprintf(stdout, "lazarus-node %s ready, control API http://%s\n", rt.Address(), ln.Addr())
 	select {
-	case <-sig:
+	case s := <-stop:
+		fmt.Fprintf(stdout, "lazarus-node %s: %v, stopping\n", rt.Address(), s)
 	case err = <-errc:
 	}
 	// Longer than the longest control call (sendwait's 20 s), so that
@@ -128,10 +231,11 @@ func run() error {
 	if cerr := rt.Close(); err == nil {
 		err = cerr
 	}
-	if errors.Is(err, http.ErrServerClosed) {
-		err = nil
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fail(err)
 	}
-	return err
+	fmt.Fprintf(stdout, "lazarus-node %s stopped\n", rt.Address())
+	return exitOK
 }
 
 // echoModel answers the last user message (see the package doc).
@@ -200,14 +304,44 @@ func errorCode(err error) string {
 	return strings.ToLower(strings.TrimPrefix(code, "ERROR_CODE_"))
 }
 
+// errorStatus is the HTTP status of a failed call with code (errorCode):
+// 400 for a bad request, 404 for an unknown one, 409 for a call that lost
+// to the conversation's state, 503 for a member or Store that cannot take
+// it now, 504 for an outcome not known in time, 500 for the rest.
+func errorStatus(code string) int {
+	switch code {
+	case "invalid":
+		return http.StatusBadRequest
+	case "not_found":
+		return http.StatusNotFound
+	case "stale", "conflict", "ended", "deleted":
+		return http.StatusConflict
+	case "closed", "no_owner", "unavailable", "canceled":
+		return http.StatusServiceUnavailable
+	case "unknown_outcome", "deadline_exceeded":
+		return http.StatusGatewayTimeout
+	}
+	return http.StatusInternalServerError
+}
+
+// conv is the request's conv parameter, required.
+func conv(r *http.Request) (string, error) {
+	id := r.URL.Query().Get("conv")
+	if id == "" {
+		return "", fmt.Errorf("control API: the conv parameter is required: %w", journal.ErrInvalid)
+	}
+	return id, nil
+}
+
 // api is the control API; streams ends the /stream calls when it ends.
 func api(rt *lazarus.Runtime, fenced *atomic.Int64, streams context.Context) http.Handler {
 	mux := http.NewServeMux()
 	write := func(w http.ResponseWriter, v any, err error) {
 		w.Header().Set("Content-Type", "application/json")
 		if err != nil {
-			w.WriteHeader(http.StatusConflict)
-			_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error(), "code": errorCode(err)})
+			code := errorCode(err)
+			w.WriteHeader(errorStatus(code))
+			_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error(), "code": code})
 			return
 		}
 		_ = json.NewEncoder(w).Encode(v)
@@ -227,7 +361,12 @@ func api(rt *lazarus.Runtime, fenced *atomic.Int64, streams context.Context) htt
 		write(w, map[string]any{"self": rt.Address(), "members": rt.Members()}, nil)
 	})
 	mux.HandleFunc("GET /owner", func(w http.ResponseWriter, r *http.Request) {
-		write(w, map[string]string{"owner": rt.Owner(r.URL.Query().Get("conv"))}, nil)
+		id, err := conv(r)
+		if err != nil {
+			write(w, nil, err)
+			return
+		}
+		write(w, map[string]string{"owner": rt.Owner(id)}, nil)
 	})
 	mux.HandleFunc("POST /send", func(w http.ResponseWriter, r *http.Request) {
 		var in struct {
@@ -265,7 +404,12 @@ func api(rt *lazarus.Runtime, fenced *atomic.Int64, streams context.Context) htt
 		write(w, map[string]any{"outcome": end.Outcome.String(), "text": end.Text, "pending": pending}, err)
 	})
 	mux.HandleFunc("POST /kill", func(w http.ResponseWriter, r *http.Request) {
-		write(w, map[string]bool{"killed": rt.Kill(r.URL.Query().Get("conv"))}, nil)
+		id, err := conv(r)
+		if err != nil {
+			write(w, nil, err)
+			return
+		}
+		write(w, map[string]bool{"killed": rt.Kill(id)}, nil)
 	})
 	mux.HandleFunc("POST /resolve", func(w http.ResponseWriter, r *http.Request) {
 		var in struct {
@@ -276,15 +420,28 @@ func api(rt *lazarus.Runtime, fenced *atomic.Int64, streams context.Context) htt
 			write(w, nil, err)
 			return
 		}
-		err := rt.Resolve(r.Context(), in.ToolCallID, in.Result, agent.Scope{UserID: "tester"})
+		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+		defer cancel()
+		err := rt.Resolve(ctx, in.ToolCallID, in.Result, agent.Scope{UserID: "tester"})
 		write(w, map[string]any{}, err)
 	})
 	mux.HandleFunc("GET /stream", func(w http.ResponseWriter, r *http.Request) {
-		after, _ := strconv.ParseUint(r.URL.Query().Get("after"), 10, 64)
+		id, err := conv(r)
+		if err != nil {
+			write(w, nil, err)
+			return
+		}
+		var after uint64
+		if a := r.URL.Query().Get("after"); a != "" {
+			if after, err = strconv.ParseUint(a, 10, 64); err != nil {
+				write(w, nil, fmt.Errorf("control API: after %q is not a seq: %w", a, journal.ErrInvalid))
+				return
+			}
+		}
 		ctx, cancel := context.WithCancel(r.Context())
 		defer cancel()
 		defer context.AfterFunc(streams, cancel)()
-		ch, err := rt.Subscribe(ctx, r.URL.Query().Get("conv"), after)
+		ch, err := rt.Subscribe(ctx, id, after)
 		if err != nil {
 			write(w, nil, err)
 			return

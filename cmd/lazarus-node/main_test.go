@@ -1,0 +1,284 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/journal/pgjournal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// TestUsageErrors: a bad command line is refused with exit status 2 and a
+// message naming the problem on stderr, before anything is opened; --help
+// is status 0.
+func TestUsageErrors(t *testing.T) {
+	ok := []string{"--postgres", "postgres://x", "--automanaged-port", "7101", "--seeds", "127.0.0.1:7101"}
+	with := func(extra ...string) []string { return append(append([]string(nil), ok...), extra...) }
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown flag", with("--nope"), "flag provided but not defined: -nope"},
+		{"bad duration", with("--model-delay", "soon"), "invalid value"},
+		{"no postgres", ok[2:], "--postgres is required"},
+		{"no automanaged port", append(append([]string(nil), ok[:2]...), ok[4:]...), "--automanaged-port is required"},
+		{"no seeds", ok[:4], "--seeds is required"},
+		{"empty seeds", with("--seeds", " , "), "--seeds is required"},
+		{"port out of range", with("--port", "70000"), "--port must be from 0 to 65535"},
+		{"negative model delay", with("--model-delay", "-1s"), "--model-delay must not be negative"},
+		{"zero human timeout", with("--human-timeout", "0s"), "--human-timeout must be positive"},
+		{"argument", with("serve"), `unexpected arguments ["serve"]`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := run(c.args, &stdout, &stderr, nil)
+			require.Equal(t, exitUsage, code, "stderr: %s", stderr.String())
+			require.Contains(t, stderr.String(), c.want)
+			require.Contains(t, stderr.String(), "Usage of lazarus-node", "the usage follows the error")
+			require.Empty(t, stdout.String())
+		})
+	}
+	var stdout, stderr bytes.Buffer
+	require.Equal(t, exitOK, run([]string{"--help"}, &stdout, &stderr, nil))
+	for _, f := range []string{"-postgres", "-port", "-automanaged-port", "-seeds", "-http", "-model-delay", "-human-timeout", "-verbose"} {
+		require.Contains(t, stderr.String(), f, "--help lists the flags of the package doc")
+	}
+	require.Contains(t, stderr.String(), `(default "127.0.0.1:0")`)
+	require.Contains(t, stderr.String(), "(default 50ms)")
+	require.Contains(t, stderr.String(), "(default 3s)")
+}
+
+// TestControlAddressTaken: a control API address that cannot be had fails
+// the start with status 1 and says so, and the member never claims to be
+// ready.
+func TestControlAddressTaken(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"--postgres", "postgres://127.0.0.1:1/none", "--automanaged-port", "7101",
+		"--seeds", "127.0.0.1:7101", "--http", l.Addr().String()}, &stdout, &stderr, nil)
+	require.Equal(t, exitError, code)
+	require.Contains(t, stderr.String(), "lazarus-node: control API: listen tcp "+l.Addr().String())
+	require.NotContains(t, stdout.String(), "ready")
+}
+
+// testAPI serves the control API over a Runtime on the memory store (no
+// cluster); endStreams is the shutdown's end of the streams.
+func testAPI(t *testing.T) (base string, endStreams func()) {
+	t.Helper()
+	rt, err := lazarus.Open(lazarus.Options{Model: echoModel(0), Tools: tools(time.Hour), IdleTimeout: -1})
+	require.NoError(t, err)
+	var fenced atomic.Int64
+	streams, end := context.WithCancel(context.Background())
+	srv := httptest.NewServer(api(rt, &fenced, streams))
+	t.Cleanup(func() {
+		end()
+		srv.Close()
+		require.NoError(t, rt.Close())
+	})
+	return srv.URL, end
+}
+
+// testClient bounds a call: one that streams instead of answering fails
+// the test rather than hanging it.
+var testClient = &http.Client{Timeout: 10 * time.Second}
+
+// call makes one control call and returns its status and decoded body.
+func call(t *testing.T, method, url, body string) (int, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	require.NoError(t, err)
+	res, err := testClient.Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	var out map[string]any
+	require.NoError(t, json.NewDecoder(res.Body).Decode(&out))
+	return res.StatusCode, out
+}
+
+// TestControlAPIRefusesBadInput: a bad body, a missing conv and an after
+// that is not a seq are 400 with code invalid, never a 409 nor a stream
+// from seq 0.
+func TestControlAPIRefusesBadInput(t *testing.T) {
+	base, _ := testAPI(t)
+	for _, c := range []struct{ method, path, body string }{
+		{"POST", "/send", "{"},
+		{"POST", "/sendwait", "not json"},
+		{"POST", "/resolve", ""},
+		{"POST", "/send", `{"conv":"","text":"hi"}`},
+		{"POST", "/kill", ""},
+		{"GET", "/owner", ""},
+		{"GET", "/stream", ""},
+		{"GET", "/stream?conv=c&after=two", ""},
+	} {
+		status, out := call(t, c.method, base+c.path, c.body)
+		require.Equal(t, http.StatusBadRequest, status, "%s %s %q: %v", c.method, c.path, c.body, out)
+		require.Equal(t, "invalid", out["code"], "%s %s", c.method, c.path)
+		require.NotEmpty(t, out["error"])
+	}
+}
+
+// TestControlAPICalls: each endpoint answers as the package doc says.
+func TestControlAPICalls(t *testing.T) {
+	base, endStreams := testAPI(t)
+	status, out := call(t, "POST", base+"/sendwait", `{"conv":"c","text":"hi"}`)
+	require.Equal(t, http.StatusOK, status, "%v", out)
+	require.Equal(t, "answered", out["outcome"])
+	require.Equal(t, "echo: hi", out["text"])
+
+	status, out = call(t, "POST", base+"/send", `{"conv":"c","text":"again","request_id":"r1"}`)
+	require.Equal(t, http.StatusOK, status, "%v", out)
+	require.EqualValues(t, 3, out["seq"], "after the user message and the answer")
+
+	status, out = call(t, "POST", base+"/sendwait", `{"conv":"h","text":"ask: may I?"}`)
+	require.Equal(t, http.StatusOK, status, "%v", out)
+	require.Equal(t, "suspended", out["outcome"])
+	pending := out["pending"].([]any)
+	require.Len(t, pending, 1)
+	body := fmt.Sprintf(`{"tool_call_id":%q,"result":"\"yes\""}`, pending[0])
+	status, out = call(t, "POST", base+"/resolve", body)
+	require.Equal(t, http.StatusOK, status, "%v", out)
+	require.Empty(t, out)
+	status, out = call(t, "POST", base+"/resolve", body)
+	require.Equal(t, http.StatusConflict, status, "%v", out)
+	require.Equal(t, "stale", out["code"])
+
+	status, out = call(t, "POST", base+"/kill?conv=h", "")
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, out, "killed")
+	status, out = call(t, "GET", base+"/stats", "")
+	require.Equal(t, http.StatusOK, status)
+	require.EqualValues(t, 0, out["fenced"])
+
+	res, err := http.Get(base + "/healthz")
+	require.NoError(t, err)
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	require.Equal(t, "ok", string(b))
+
+	// /stream from after=1: seq 2 onwards, one JSON line each, until the
+	// shutdown ends it.
+	res, err = http.Get(base + "/stream?conv=c&after=1")
+	require.NoError(t, err)
+	defer res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Equal(t, "application/x-ndjson", res.Header.Get("Content-Type"))
+	dec := json.NewDecoder(res.Body)
+	for _, want := range []uint64{2, 3} {
+		var line struct {
+			Seq  uint64
+			Kind string
+		}
+		require.NoError(t, dec.Decode(&line))
+		require.Equal(t, want, line.Seq)
+		require.NotEmpty(t, line.Kind)
+	}
+	endStreams()
+	_, err = io.ReadAll(res.Body)
+	require.NoError(t, err, "the shutdown ends the stream cleanly")
+}
+
+// TestStopsGracefully: a member on PostgreSQL prints its ready line with
+// the control API's address; on SIGTERM a call in flight is answered,
+// the member says it stops and has stopped, refuses new connections and
+// exits 0.
+func TestStopsGracefully(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	am := freeTestPort(t)
+	stdoutR, stdoutW := io.Pipe()
+	var stderr bytes.Buffer
+	stop := make(chan os.Signal, 1)
+	done := make(chan int, 1)
+	go func() {
+		defer stdoutW.Close()
+		done <- run([]string{"--postgres", dsn, "--automanaged-port", fmt.Sprint(am), "--seeds", fmt.Sprintf("127.0.0.1:%d", am),
+			"--model-delay", "500ms"}, stdoutW, &stderr, stop)
+	}()
+	lines := make(chan string, 8)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stdoutR)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	var ready string
+	select {
+	case ready = <-lines:
+	case code := <-done:
+		t.Fatalf("exited %d before it was ready: %s", code, stderr.String())
+	case <-time.After(60 * time.Second):
+		t.Fatal("never ready")
+	}
+	_, apiURL, found := strings.Cut(ready, " ready, control API ")
+	require.True(t, found, "ready line: %q", ready)
+	require.Regexp(t, `^lazarus-node 127\.0\.0\.1:\d+ ready, control API http://127\.0\.0\.1:\d+$`, ready)
+
+	// A stream shows when the turn has begun: its user message is written.
+	res, err := http.Get(apiURL + "/stream?conv=c")
+	require.NoError(t, err)
+	defer res.Body.Close()
+	answer := make(chan map[string]any, 1)
+	go func() {
+		res, err := http.Post(apiURL+"/sendwait", "application/json", strings.NewReader(`{"conv":"c","text":"hi"}`))
+		if err != nil {
+			answer <- map[string]any{"error": err.Error()}
+			return
+		}
+		defer res.Body.Close()
+		var out map[string]any
+		if err := json.NewDecoder(res.Body).Decode(&out); err != nil {
+			out = map[string]any{"error": err.Error()}
+		}
+		answer <- out
+	}()
+	var first struct{ Seq uint64 }
+	require.NoError(t, json.NewDecoder(res.Body).Decode(&first))
+	require.Equal(t, uint64(1), first.Seq)
+	stop <- syscall.SIGTERM
+
+	out := <-answer
+	require.Equal(t, "answered", out["outcome"], "the call in flight at SIGTERM is answered: %v", out)
+	require.Equal(t, "echo: hi", out["text"])
+	select {
+	case code := <-done:
+		require.Equal(t, exitOK, code, "stderr: %s", stderr.String())
+	case <-time.After(60 * time.Second):
+		t.Fatal("never stopped")
+	}
+	var rest []string
+	for l := range lines {
+		rest = append(rest, l)
+	}
+	member := strings.TrimSuffix(strings.TrimPrefix(ready, "lazarus-node "), " ready, control API "+apiURL)
+	require.Equal(t, []string{"lazarus-node " + member + ": terminated, stopping", "lazarus-node " + member + " stopped"}, rest)
+	_, err = http.Get(apiURL + "/healthz")
+	require.Error(t, err, "the control API is closed")
+}
+
+func freeTestPort(t *testing.T) int {
+	t.Helper()
+	p, err := freePort()
+	require.NoError(t, err)
+	return p
+}
