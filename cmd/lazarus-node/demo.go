@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -22,8 +24,10 @@ import (
 // demo runs three members of this binary and a throwaway PostgreSQL,
 // spreads conversations over them, kills (SIGKILL) the member that owns the
 // most of them in the middle of their turns, and checks that every turn
-// finishes on the survivors with gap-free logs.
-func demo() error {
+// finishes on the survivors with gap-free logs; its progress goes to out.
+// memberArgs are added to each member's flags. A member that exits before
+// the demo kills it fails the demo at once, with what it wrote on stderr.
+func demo(out io.Writer, memberArgs ...string) error {
 	pg, err := pgtest.Start()
 	if err != nil {
 		return err
@@ -37,6 +41,21 @@ func demo() error {
 	type member struct {
 		addr, api string
 		cmd       *exec.Cmd
+		stderr    syncBuffer
+		exited    chan struct{} // closed when cmd has exited
+		err       error         // cmd's exit, once exited is closed
+	}
+	// gone is the error of the first member that exited by itself, nil if
+	// none did.
+	gone := func(ms []*member) error {
+		for _, m := range ms {
+			select {
+			case <-m.exited:
+				return fmt.Errorf("member %s exited: %v: %s", m.addr, m.err, strings.TrimSpace(m.stderr.String()))
+			default:
+			}
+		}
+		return nil
 	}
 	var members []*member
 	var seeds []string
@@ -53,15 +72,19 @@ func demo() error {
 		m := &member{addr: fmt.Sprintf("127.0.0.1:%d", p[0]), api: fmt.Sprintf("http://127.0.0.1:%d", p[2])}
 		m.cmd = exec.Command(self, "--postgres", dsn, "--port", fmt.Sprint(p[0]), "--automanaged-port", fmt.Sprint(p[1]),
 			"--seeds", strings.Join(seeds, ","), "--http", fmt.Sprintf("127.0.0.1:%d", p[2]), "--model-delay", "1s")
+		m.cmd.Args = append(m.cmd.Args, memberArgs...)
+		m.cmd.Stderr = &m.stderr
 		m.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if err := m.cmd.Start(); err != nil {
 			return err
 		}
-		defer func() { _ = m.cmd.Process.Kill(); _ = m.cmd.Wait() }()
+		m.exited = make(chan struct{})
+		go func() { m.err = m.cmd.Wait(); close(m.exited) }()
+		defer func() { _ = m.cmd.Process.Kill(); <-m.exited }()
 		members = append(members, m)
 	}
-	fmt.Println("three members on 127.0.0.1, one PostgreSQL; waiting for the membership")
-	if err := until(60*time.Second, func() bool {
+	fmt.Fprintln(out, "three members on 127.0.0.1, one PostgreSQL; waiting for the membership")
+	if err := until(60*time.Second, func() error { return gone(members) }, func() bool {
 		for _, m := range members {
 			var out struct{ Members []string }
 			if getJSON(m.api+"/members", &out) != nil || len(out.Members) != 3 {
@@ -101,15 +124,22 @@ func demo() error {
 			return fmt.Errorf("send to %s: %w", c, err)
 		}
 	}
-	fmt.Printf("9 turns started (each model call takes 1s); kill -9 of %s, owner of %d\n", victim.addr, count[victim.addr])
+	fmt.Fprintf(out, "%d turns started (each model call takes 1s); kill -9 of %s, owner of %d\n", len(convs), victim.addr, count[victim.addr])
 	_ = victim.cmd.Process.Kill()
+	<-victim.exited
+	var survivors []*member
+	for _, m := range members {
+		if m != victim {
+			survivors = append(survivors, m)
+		}
+	}
 	killed := time.Now()
 	st, err := pgjournal.Open(context.Background(), dsn, pgjournal.Options{})
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	if err := until(60*time.Second, func() bool {
+	if err := until(60*time.Second, func() error { return gone(survivors) }, func() bool {
 		for _, c := range convs {
 			evs, err := st.Events(context.Background(), c, journal.EventQuery{Limit: 1})
 			if err != nil || len(evs) == 0 || evs[0].GetAssistantMsg() == nil || len(evs[0].GetAssistantMsg().GetToolCalls()) > 0 {
@@ -120,8 +150,8 @@ func demo() error {
 	}); err != nil {
 		return fmt.Errorf("the turns never finished: %w", err)
 	}
-	fmt.Printf("every turn finished %v after the kill\n\n", time.Since(killed).Round(time.Millisecond))
-	fmt.Printf("%-8s %-18s %-18s %s\n", "conv", "owner before", "owner after", "log")
+	fmt.Fprintf(out, "every turn finished %v after the kill\n\n", time.Since(killed).Round(time.Millisecond))
+	fmt.Fprintf(out, "%-8s %-18s %-18s %s\n", "conv", "owner before", "owner after", "log")
 	failed := false
 	for _, c := range convs {
 		var o struct{ Owner string }
@@ -139,12 +169,12 @@ func demo() error {
 				break
 			}
 		}
-		fmt.Printf("%-8s %-18s %-18s %s\n", c, before[c], o.Owner, verdict)
+		fmt.Fprintf(out, "%-8s %-18s %-18s %s\n", c, before[c], o.Owner, verdict)
 	}
 	if failed {
 		return errors.New("a log has a gap")
 	}
-	fmt.Println("\nok: the killed member's conversations finished on the survivors")
+	fmt.Fprintln(out, "\nok: the killed member's conversations finished on the survivors")
 	return nil
 }
 
@@ -157,15 +187,39 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-func until(d time.Duration, ok func() bool) error {
+// until polls ok until it holds, failing after d or as soon as fail
+// returns an error.
+func until(d time.Duration, fail func() error, ok func() bool) error {
 	deadline := time.Now().Add(d)
 	for !ok() {
+		if err := fail(); err != nil {
+			return err
+		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("not within %v", d)
 		}
 		time.Sleep(50 * time.Millisecond) // polling a child process; not a test
 	}
 	return nil
+}
+
+// syncBuffer is a bytes.Buffer a child process writes while the demo
+// reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 var client = &http.Client{Timeout: 15 * time.Second}

@@ -48,7 +48,10 @@
 //
 // `lazarus-node demo` (make demo-cluster) runs three members of itself and
 // a throwaway PostgreSQL (PG_BINDIR), kills one mid-turn with SIGKILL, and
-// prints where each conversation lived and whether its log is whole.
+// prints where each conversation lived and whether its log is whole. It
+// takes no arguments (status 2 if given some) and exits 1 if the cluster
+// or a log fails it, or a member exits by itself (with what it wrote on
+// stderr).
 package main
 
 import (
@@ -88,7 +91,7 @@ func main() {
 			fmt.Fprintf(os.Stderr, "lazarus-node demo: takes no arguments, got %q\n", os.Args[2:])
 			os.Exit(exitUsage)
 		}
-		if err := demo(); err != nil {
+		if err := demo(os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "lazarus-node demo: FAILED:", err)
 			os.Exit(exitError)
 		}

@@ -23,7 +23,31 @@ import (
 	"github.com/lazarusrt/lazarus/journal/pgjournal/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// asMain, set in the environment, makes the test binary run main: the
+// demo's members are the binary that runs the demo.
+const asMain = "LAZARUS_NODE_TEST_AS_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(asMain) != "" {
+		main()
+		os.Exit(exitOK)
+	}
+	pgtest.Main(m)
+}
+
+// TestDemoMemberExits: a member of the demo that exits by itself (here a
+// flag it does not know) fails the demo at once with what the member
+// wrote, not after the minute the membership is given.
+func TestDemoMemberExits(t *testing.T) {
+	t.Setenv(asMain, "1")
+	start := time.Now()
+	var out bytes.Buffer
+	err := demo(&out, "--nope")
+	require.ErrorContains(t, err, "flag provided but not defined: -nope")
+	require.ErrorContains(t, err, "exit status 2")
+	require.Less(t, time.Since(start), 50*time.Second, "not the membership's minute")
+	require.Contains(t, out.String(), "waiting for the membership")
+}
 
 // TestUsageErrors: a bad command line is refused with exit status 2 and a
 // message naming the problem on stderr, before anything is opened; --help
