@@ -189,7 +189,12 @@ func TestControlAPICalls(t *testing.T) {
 
 	status, out = call(t, "POST", base+"/kill?conv=h", "")
 	require.Equal(t, http.StatusOK, status)
-	require.Contains(t, out, "killed")
+	require.Equal(t, true, out["killed"], "the activation was live (no idle timeout)")
+	_, out = call(t, "POST", base+"/kill?conv=h", "")
+	require.Equal(t, false, out["killed"], "killed twice")
+	status, out = call(t, "GET", base+"/owner?conv=h", "")
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, "", out["owner"], "no cluster: no owner")
 	status, out = call(t, "GET", base+"/stats", "")
 	require.Equal(t, http.StatusOK, status)
 	require.EqualValues(t, 0, out["fenced"])
