@@ -71,8 +71,9 @@ func ParseFind(key, value, cursor string, limit int) (after string, pageSize int
 // conversation id; a valid summary if set (1 <= FromSeq <= ToSeq); at
 // least one event; events that pass ValidateEvent with seqs
 // contiguous from the summary's ToSeq+1 (1 without a summary), every rewind
-// targeting an earlier seq; status ACTIVE or IDLE; valid settings and metadata. Errors wrap
-// ErrInvalid.
+// targeting an earlier seq; status ACTIVE, IDLE or ENDED (lazarus import
+// writes a fork ENDED, and gives it its status once the rest of it is
+// written); valid settings and metadata. Errors wrap ErrInvalid.
 func ValidateFork(req *messages.ForkRequest) error {
 	if req == nil {
 		return Invalidf("nil fork request")
@@ -104,7 +105,8 @@ func ValidateFork(req *messages.ForkRequest) error {
 		next++
 	}
 	switch req.GetStatus() {
-	case messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE, messages.ConversationStatus_CONVERSATION_STATUS_IDLE:
+	case messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE, messages.ConversationStatus_CONVERSATION_STATUS_IDLE,
+		messages.ConversationStatus_CONVERSATION_STATUS_ENDED:
 	default:
 		return Invalidf("fork %q with status %s", conv, req.GetStatus())
 	}

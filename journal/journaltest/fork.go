@@ -19,6 +19,7 @@ import (
 var forkCases = []suiteCase{
 	{name: "AfterSummary", run: testForkAfterSummary},
 	{name: "WithoutSummary", run: testForkWithoutSummary},
+	{name: "Ended", run: testForkEnded},
 	{name: "ExistingOrDeletedTarget", run: testForkExisting},
 	{name: "BadRequestWritesNothing", run: testForkBadInput},
 	{name: "DeleteEitherLeavesTheOther", run: testForkDeleteEither},
@@ -120,6 +121,31 @@ func testForkWithoutSummary(t *testing.T, e env) {
 	assert.NotContains(t, activeIDs(t, s, 0), "dst", "an IDLE fork is not in the active index")
 }
 
+// testForkEnded: a fork may be written ENDED (lazarus import writes one so,
+// then appends the rest of its log, copied tool_call events without rows
+// among it, and gives it its status last).
+func testForkEnded(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := context.Background()
+	req := forkSource(t, s, "src", "dst")
+	req.Status = statusEnded
+	req.Events = req.Events[:1]
+	require.NoError(t, s.Fork(ctx, req))
+	requireFork(t, s, req)
+	assert.NotContains(t, activeIDs(t, s, 0), "dst", "an ENDED fork is not in the active index")
+	src := allEvents(t, s, "src")
+	res, err := s.Append(ctx, &messages.AppendRequest{ConversationId: "dst", ExpectedLast: 7, Events: src[7:]})
+	require.NoError(t, err)
+	assert.Equal(t, uint64(8), res.FirstSeq)
+	_, err = s.Append(ctx, &messages.AppendRequest{ConversationId: "dst", ExpectedLast: 10, Status: statusIdle})
+	require.NoError(t, err)
+	row, err := s.Conversation(ctx, "dst")
+	require.NoError(t, err)
+	assert.Equal(t, statusIdle, row.GetStatus())
+	requireProto(t, req.GetOrigin(), row.GetForkedFrom(), "the origin stays")
+	assert.Equal(t, seqRange(7, 10), seqs(allEvents(t, s, "dst")))
+}
+
 func testForkExisting(t *testing.T, e env) {
 	s := e.open(t).Store
 	ctx := context.Background()
@@ -150,7 +176,7 @@ func testForkBadInput(t *testing.T, e env) {
 		{"GapAfterSummary", func(r *messages.ForkRequest) { r.Events = r.Events[1:] }},
 		{"GapInEvents", func(r *messages.ForkRequest) { r.Events = append(r.Events[:1:1], r.Events[2:]...) }},
 		{"StartsAtOneWithASummary", func(r *messages.ForkRequest) { r.Events = withSeqs(1, r.Events) }},
-		{"EndedStatus", func(r *messages.ForkRequest) { r.Status = statusEnded }},
+		{"SuspendedStatus", func(r *messages.ForkRequest) { r.Status = statusSuspended }},
 		{"NoStatus", func(r *messages.ForkRequest) { r.Status = messages.ConversationStatus_CONVERSATION_STATUS_UNSPECIFIED }},
 		{"BadSummary", func(r *messages.ForkRequest) { r.Summary = &messages.Summary{FromSeq: 7, ToSeq: 6} }},
 		{"EmptyID", func(r *messages.ForkRequest) { r.ConversationId = "" }},
