@@ -97,9 +97,12 @@ func damaged(id, format string, args ...any) error {
 // documents, holding one page of events at a time (and its schedules, at
 // most journal.MaxSchedulesPerConversation). deadlines are the
 // conversation's, sorted by tool call id. It checks what import will
-// check: the log runs 1..LastSeq, fsm_state.last_seq is at most LastSeq
+// check: the log runs 1..LastSeq (a fork's from just after the summary it
+// copied, which is written before its events, to LastSeq, which is not
+// before its origin's seq), fsm_state.last_seq is at most LastSeq
 // (a cache behind the log is what a turn in progress leaves), every
-// tool_call event has its row (of this conversation), every pending row
+// tool_call event has its row (of this conversation; a fork's copied ones,
+// up to its origin's seq, have theirs in the source and none is written), every pending row
 // has its event, no tool_result event answers a call whose row is
 // pending, every deadline is of a row of this conversation, and
 // every schedule is valid and of this conversation; a
@@ -124,12 +127,32 @@ func (e *exporter) conversation(ctx context.Context, st journal.Store, id string
 	if fsm := row.GetFsmState(); fsm != nil && fsm.GetLastSeq() > last {
 		return damaged(id, "its fsm_state says the log ends at seq %d, the log ends at %d", fsm.GetLastSeq(), last)
 	}
-	if row.GetForkedFrom() != nil {
-		// A fork's log starts after the summary it copied, and its copied
-		// tool_call events have their rows in the source: the format
-		// carries neither.
-		return fmt.Errorf("conversation %s is a fork (of %s): export does not carry forks (its log starts after the summary it copied, its copied tool calls' rows are the source's): %w",
-			displayID(id), displayID(row.GetForkedFrom().GetConversationId()), journal.ErrInvalid)
+	// Summaries, ascending: walk down collecting their seqs only; each is
+	// read again when written, so at most one summary is held.
+	var tos []uint64
+	for sum, err := st.LatestSummary(ctx, id); ; sum, err = st.SummaryBefore(ctx, id, sum.GetToSeq()) {
+		if errors.Is(err, journal.ErrNotFound) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		tos = append(tos, sum.GetToSeq())
+	}
+	slices.Reverse(tos)
+	// A fork's log starts after the summary it copied (its base), or at 1
+	// if it copied none; its copied tool_call events (up to its origin's
+	// seq) have no rows in it.
+	var start, copied uint64
+	origin := row.GetForkedFrom()
+	if origin != nil {
+		if start, err = forkStart(ctx, st, id, tos); err != nil {
+			return err
+		}
+		copied = origin.GetSeq()
+		if copied <= start || copied > last {
+			return damaged(id, "it is a fork of %s at seq %d, and its log holds seqs %d..%d", displayID(origin.GetConversationId()), copied, start+1, last)
+		}
 	}
 	pending, err := st.PendingToolCalls(ctx, id)
 	if err != nil {
@@ -149,6 +172,15 @@ func (e *exporter) conversation(ctx context.Context, st journal.Store, id string
 			return err
 		}
 		n.metadata++
+	}
+	if start > 0 {
+		// A fork's base summary comes before its events.
+		if err := e.summary(ctx, st, id, start); err != nil {
+			return err
+		}
+		tos = tos[1:]
+		n.summaries++
+		n.lastSeq = start
 	}
 	for {
 		evs, err := st.Events(ctx, id, journal.EventQuery{After: n.lastSeq, Before: pageEnd(n.lastSeq, e.page)})
@@ -170,7 +202,8 @@ func (e *exporter) conversation(ctx context.Context, st journal.Store, id string
 				return err
 			}
 			tc := ev.GetToolCall()
-			if tc == nil {
+			if tc == nil || ev.GetSeq() <= copied {
+				// A copied call's row is its source's.
 				continue
 			}
 			call := tc.GetCall().GetId()
@@ -199,24 +232,8 @@ func (e *exporter) conversation(ctx context.Context, st journal.Store, id string
 	if len(unseen) > 0 {
 		return damaged(id, "pending call %s has no tool_call event", displayID(slices.Min(slices.Collect(maps.Keys(unseen)))))
 	}
-	// Summaries, ascending: walk down collecting their seqs only, then read
-	// each again, so at most one summary is held.
-	var tos []uint64
-	for sum, err := st.LatestSummary(ctx, id); ; sum, err = st.SummaryBefore(ctx, id, sum.GetToSeq()) {
-		if errors.Is(err, journal.ErrNotFound) {
-			break
-		}
-		if err != nil {
-			return err
-		}
-		tos = append(tos, sum.GetToSeq())
-	}
-	for _, to := range slices.Backward(tos) {
-		sum, err := st.SummaryBefore(ctx, id, to+1)
-		if err != nil {
-			return err
-		}
-		if err := e.line(typeSummary, id, sum); err != nil {
+	for _, to := range tos {
+		if err := e.summary(ctx, st, id, to); err != nil {
 			return err
 		}
 		n.summaries++
@@ -242,6 +259,36 @@ func (e *exporter) conversation(ctx context.Context, st journal.Store, id string
 	}
 	e.convs++
 	return nil
+}
+
+// summary writes the conversation's summary up to seq to.
+func (e *exporter) summary(ctx context.Context, st journal.Store, id string, to uint64) error {
+	sum, err := st.SummaryBefore(ctx, id, to+1)
+	if err != nil {
+		return err
+	}
+	if sum.GetToSeq() != to {
+		return damaged(id, "its summary up to seq %d is gone", to)
+	}
+	return e.line(typeSummary, id, sum)
+}
+
+// forkStart returns the seq a fork's log starts after: 0 if it holds seq
+// 1, else the to_seq of its lowest summary (tos, ascending), which is the
+// summary it copied. No other summary may cover less: import would refuse
+// it (and a runtime writes none).
+func forkStart(ctx context.Context, st journal.Store, id string, tos []uint64) (uint64, error) {
+	evs, err := st.Events(ctx, id, journal.EventQuery{Before: 2})
+	if err != nil {
+		return 0, err
+	}
+	if len(evs) > 0 {
+		return 0, nil
+	}
+	if len(tos) == 0 {
+		return 0, damaged(id, "it is a fork whose log does not start at seq 1, and it has no summary")
+	}
+	return tos[0], nil
 }
 
 // schedules writes the conversation's pending schedules, by id, and

@@ -5,7 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
+	"path/filepath"
+	"regexp"
 	"testing"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/stretchr/testify/require"
 
@@ -18,25 +23,141 @@ import (
 	"github.com/lazarusrt/lazarus/server"
 )
 
-// TestExportOfAFork: a forked conversation's log starts after the summary
-// it copied: show, conversations --where and check read it, and export
-// refuses it clearly (its format carries logs from seq 1, with the rows of
-// their tool calls).
+// TestExportOfAFork: export carries forks and import writes them back as
+// they were: a fork from a summary (its log starts after it) that went on
+// with a call of its own, pending, and a fork from seq 1 whose copied
+// tool_call events have no rows in it (their rows are the source's).
+// `export --all` stopped at the first fork, and import refused a row with a
+// fork origin, so a store holding a fork could not be moved at all. The
+// fork is read back the same whether its source is in the export or not.
 func TestExportOfAFork(t *testing.T) {
 	f := newFixture(t)
 	forkFinished(t, f)
+	forkWhole(t, f)
+	ctx := ctxT(t)
+	// The fork from the summary goes on: a call of its own, pending.
+	model := scripted.New(scripted.Options{})
+	model.Push("forked", scripted.Reply("I need an approval.", scripted.Call("approve", `{"amount":5}`)))
+	rt, err := lazarus.Open(lazarus.Options{Dir: f.dir, Model: model, Tools: tools(), IdleTimeout: -1, NoResume: true})
+	require.NoError(t, err)
+	_, err = rt.Send(ctx, "forked", "Refund 5.", user)
+	require.NoError(t, err)
+	awaitEvent(t, rt, "forked", func(ev *messages.Event) bool { return ev.GetSuspension() != nil })
+	require.NoError(t, rt.Close())
 
-	r := cliRun(t, "", "show", "--dir", f.dir, "forked")
+	r := cliRun(t, "", "export", "--dir", f.dir, "--all")
 	requireOK(t, r)
-	r = cliRun(t, "", "conversations", "--dir", f.dir, "--where", "owner=alice")
+	src := r.stdout
+	require.Contains(t, src, `"forked_from":{"conversation_id":"finished"`)
+	want := readForks(t, f.dir)
+	require.Positive(t, want["whole"].copiedCalls, "the whole fork copied a tool call, whose row is the source's")
+	require.Positive(t, want["forked"].start, "the fork's log starts after the summary it copied")
+	require.Positive(t, want["forked"].ownCalls, "the fork has a call of its own")
+
+	dir := filepath.Join(t.TempDir(), "moved")
+	r = cliRun(t, src, "import", "--dir", dir)
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stderr, "conversation forked: the Store set its created time to the time of the import")
+	require.Equal(t, want, readForks(t, dir), "the forks read as before")
+	r = cliRun(t, "", "export", "--dir", dir, "--all")
 	requireOK(t, r)
-	require.Len(t, outLines(r.stdout), 3, "finished and forked: %s", r.stdout)
-	r = cliRun(t, "", "export", "--dir", f.dir, "forked")
-	require.NotEqual(t, exitOK, r.code)
-	require.Contains(t, r.stderr, "conversation forked is a fork (of finished): export does not carry forks")
-	require.NotContains(t, r.stdout, `"type":"end"`, "no end line: an import would refuse the section")
-	r = cliRun(t, "", "check", "--dir", f.dir)
+	require.Equal(t, withoutForksCreated(withoutUpdated(src)), withoutForksCreated(withoutUpdated(r.stdout)), "the import exports as the source did")
+	r = cliRun(t, "", "check", "--dir", dir)
 	requireOK(t, r)
+
+	// Without its source.
+	alone := exportOf(t, f, "forked", "whole")
+	dir = filepath.Join(t.TempDir(), "alone")
+	r = cliRun(t, alone, "import", "--dir", dir)
+	require.Equal(t, exitOK, r.code, r.stderr)
+	got := readForks(t, dir)
+	require.Equal(t, want["forked"], got["forked"])
+	require.Equal(t, want["whole"], got["whole"])
+	r = cliRun(t, "", "check", "--dir", dir)
+	requireOK(t, r)
+}
+
+// forkWhole forks the fixture's conversation "finished" as "whole", from
+// seq 1 (no summary) to its last seq: its copied tool_call events have
+// their rows in the source.
+func forkWhole(t *testing.T, f *fixture) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := pebblejournal.Open(f.dir, pebblejournal.Options{})
+	require.NoError(t, err)
+	all, err := st.Events(ctx, "finished", journal.EventQuery{})
+	require.NoError(t, err)
+	last := all[len(all)-1].GetSeq()
+	require.NoError(t, st.Fork(ctx, &messages.ForkRequest{ConversationId: "whole", Events: all,
+		Status: messages.ConversationStatus_CONVERSATION_STATUS_IDLE, Settings: map[string]string{"model": "m1"},
+		Origin: &messages.ForkOrigin{ConversationId: "finished", Seq: last}}))
+	require.NoError(t, st.Close())
+}
+
+// forkRead is what a fork reads as: its row's origin and status, its log
+// and where it starts, what a revival reads, its rows, and its summaries.
+type forkRead struct {
+	origin, status, log, revival, rows, summaries string
+	start                                         uint64
+	copiedCalls, ownCalls                         int
+}
+
+// readForks reads the forks of the store in dir ("forked" and "whole").
+func readForks(t *testing.T, dir string) map[string]forkRead {
+	t.Helper()
+	ctx := ctxT(t)
+	st, err := pebblejournal.Open(dir, pebblejournal.Options{})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, st.Close()) }()
+	js := func(m proto.Message) string { return protojson.Format(m) }
+	out := map[string]forkRead{}
+	for _, id := range []string{"forked", "whole"} {
+		var fr forkRead
+		row, err := st.Conversation(ctx, id)
+		require.NoError(t, err)
+		fr.origin, fr.status = js(row.GetForkedFrom()), row.GetStatus().String()
+		evs, err := st.Events(ctx, id, journal.EventQuery{})
+		require.NoError(t, err)
+		require.NotEmpty(t, evs)
+		fr.start = evs[0].GetSeq() - 1
+		for _, ev := range evs {
+			fr.log += js(ev)
+			tc := ev.GetToolCall()
+			if tc == nil {
+				continue
+			}
+			rec, err := st.ToolCall(ctx, tc.GetCall().GetId())
+			if ev.GetSeq() <= row.GetForkedFrom().GetSeq() {
+				fr.copiedCalls++
+				if err == nil {
+					require.NotEqual(t, id, rec.GetConversationId(), "a copied call's row is not the fork's")
+				}
+				continue
+			}
+			require.NoError(t, err)
+			fr.ownCalls++
+			fr.rows += js(rec)
+		}
+		sum, since, err := st.LoadSince(ctx, id)
+		require.NoError(t, err)
+		fr.revival = js(sum)
+		for _, ev := range since {
+			fr.revival += js(ev)
+		}
+		for s, err := st.LatestSummary(ctx, id); err == nil; s, err = st.SummaryBefore(ctx, id, s.GetToSeq()) {
+			fr.summaries += js(s)
+		}
+		out[id] = fr
+	}
+	return out
+}
+
+var forkCreatedRE = regexp.MustCompile(`("record":\{"id":"(forked|whole)",.*),"created":"[^"]*"`)
+
+// withoutForksCreated drops the created time of the forks' rows: a Store
+// sets a fork's to the time of its write.
+func withoutForksCreated(export string) string {
+	return forkCreatedRE.ReplaceAllString(export, "$1")
 }
 
 // forkFinished forks the fixture's conversation "finished" as "forked",

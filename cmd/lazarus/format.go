@@ -13,13 +13,14 @@ import (
 )
 
 // The export format: what `lazarus export` writes and `lazarus import`
-// reads (format "lazarus-export", version 3; version 2 is still read).
+// reads (format "lazarus-export", version 4; versions 3 and 2 are still
+// read).
 //
 // JSON lines: UTF-8 text, one JSON object per line, every line ended by a
 // newline. Every line carries a "type" tag; every line but the header and
 // the trailer names its conversation:
 //
-//	{"type":"header","format":"lazarus-export","version":3}
+//	{"type":"header","format":"lazarus-export","version":4}
 //	{"type":"conversation","conversation":ID,"record":Conversation}
 //	{"type":"metadata","conversation":ID,"record":{"key":K,"value":V}}
 //	{"type":"event","conversation":ID,"record":Event}
@@ -54,13 +55,22 @@ import (
 // stops before its last trailer, or within a line, or before the newline
 // of its last line, is refused.
 //
+// A fork (a row with forked_from, journal.Forks) is a section like any
+// other, but for two things. Its log starts after the summary it copied
+// (its base), when it copied one: that summary's line comes right after
+// the metadata, before the events, which run from its to_seq+1; its other
+// summaries follow the events as usual (the end line counts the base
+// among the summaries). And its tool_call events up to its origin's seq
+// (forked_from.seq: the events it copied) have no row line: their rows
+// are the source's. Its own calls, after that seq, have their rows.
+//
 // Audit rows (model calls), tombstones and file checkpoints
 // (journal.FileCheckpoints: the records and their blobs) are not
-// exported. Nor are forks: export refuses a conversation made by a fork,
-// whose log starts after the summary it copied. A source Store without journal.ScheduleStore has no
+// exported. A source Store without journal.ScheduleStore has no
 // schedules: its sections have none.
 //
-// Version 2 is version 3 without schedule lines, and with an end record
+// Version 3 is version 4 without forks: a row with forked_from in it is
+// refused. Version 2 is version 3 without schedule lines, and with an end record
 // without "schedules": it is still read (a file of version 2 holds no
 // schedules; a schedule line in it, or a "schedules" count in its end
 // record, is refused). Each file of a concatenated input is read by the
@@ -76,16 +86,19 @@ import (
 // Import reads the input twice. The first pass checks all of it and writes
 // nothing; any violation rejects the whole input, naming the line:
 //
-//   - the first line is a version 3 (or 2) header; every line is one JSON object
+//   - the first line is a version 4 (or 3, or 2) header; every line is one JSON object
 //     with no unknown field, in the envelope or in the record, and no enum
 //     value this build does not know, ended by a newline;
 //   - a section starts with its conversation line, every other line names
 //     the conversation of its section, the line types come in the order
 //     above, and a conversation appears once; its row has a status,
-//     settings with non-empty values, and no fork origin (forked_from:
-//     export refuses a fork, and import makes none);
-//   - events run 1..n; every tool_call event is followed by the row of its
-//     call, and every row follows its event (so each names the other);
+//     settings with non-empty values, and a fork origin (forked_from) only
+//     in version 4, with a valid id and a seq;
+//   - events run 1..n (a fork's from its base's to_seq+1, its base line
+//     before them); every tool_call event is followed by the row of its
+//     call, but a fork's up to its origin's seq, which have none, and every
+//     row follows its event (so each names the other); a fork's base
+//     covers less than its origin's seq, and its log reaches that seq;
 //     no tool_result event answers a call whose row is pending (a call's
 //     row is resolved in the write of its result);
 //     every record passes the Store's validation and limits
@@ -122,7 +135,9 @@ import (
 // can differ. A conversation is written in this order: its events and rows
 // in appends of at most importChunkEvents events or importChunkBytes bytes
 // of input, the first of which creates its row with status ENDED (a
-// runtime resumes only ACTIVE conversations); its summaries; its
+// runtime resumes only ACTIVE conversations; a fork's first is a
+// journal.Forks.Fork with its base, its origin and copied events only,
+// status ENDED, and its own events start a new append); its summaries; its
 // schedules (journal.ScheduleStore.PutSchedule, one at a time; the first
 // creates the row, ENDED, if the conversation has no events); its
 // settings and metadata; then one append with its status, fsm_state and
@@ -148,11 +163,16 @@ import (
 // conversation row's "updated", which the Store sets to the time of the
 // import, and its "created", which the Store sets to the time of the first
 // event (as for a conversation a runtime wrote; the import time when the
-// log is empty). An active conversation resumes (its turn runs) when a
+// log is empty, or for a fork, as for any fork's write). An active conversation resumes (its turn runs) when a
 // runtime opens the target.
 const (
 	formatName    = "lazarus-export"
-	formatVersion = 3
+	formatVersion = 4
+	// formatVersionForks is the first version that carries forks.
+	formatVersionForks = 4
+	// formatVersionSchedules is the first version with schedule lines:
+	// version 4 without forks.
+	formatVersionSchedules = 3
 	// formatVersionNoSchedules is the oldest version read: version 3
 	// without schedules.
 	formatVersionNoSchedules = 2

@@ -48,8 +48,9 @@ type importOptions struct {
 	// the first pass (dryRun) or the second pass completes it.
 	onSection func(desc string)
 	// onCreated is called, in the second pass, with each conversation
-	// whose "created" the Store set to another time than the export's.
-	onCreated func(id string)
+	// whose "created" the Store set to another time than the export's:
+	// its first event's, or for a fork (fork is true) the import's.
+	onCreated func(id string, fork bool)
 	// prog reports progress (nil: none).
 	prog *progress
 }
@@ -223,8 +224,13 @@ type sectionState struct {
 	firstTime *timestamppb.Timestamp
 	// wantRow is the call of the tool_call event just read: its row must
 	// come next.
-	wantRow      string
-	lastSummary  uint64
+	wantRow     string
+	lastSummary uint64
+	// base is the summary a fork copied (nil for a conversation, or a
+	// fork whose log starts at 1), and start its to_seq (0 without one):
+	// the log starts just after it.
+	base         *messages.Summary
+	start        uint64
 	lastDeadline string
 	deadlines    []*messages.Deadline
 	// lastSchedule is the id of the last schedule line ("" before one).
@@ -362,9 +368,9 @@ func (im *importer) line(raw []byte) error {
 	if env.Type == typeHeader {
 		switch {
 		case env.Format != formatName || env.Version > formatVersion || env.Version < 1:
-			return lineError(n, "header of format %q version %d; this build reads %q versions %d and %d", env.Format, env.Version, formatName, formatVersionNoSchedules, formatVersion)
+			return lineError(n, "header of format %q version %d; this build reads %q versions %d to %d", env.Format, env.Version, formatName, formatVersionNoSchedules, formatVersion)
 		case env.Version == 1:
-			return lineError(n, "an export of version 1, which has no end lines, so a cut in it cannot be detected; this build reads versions %d and %d only: export the source again with this build", formatVersionNoSchedules, formatVersion)
+			return lineError(n, "an export of version 1, which has no end lines, so a cut in it cannot be detected; this build reads versions %d to %d only: export the source again with this build", formatVersionNoSchedules, formatVersion)
 		case env.Conversation != nil || len(env.Record) > 0:
 			return lineError(n, "a header has no conversation and no record")
 		case im.cur != nil:
@@ -420,6 +426,10 @@ func (im *importer) line(raw []byte) error {
 	case typeToolCall:
 		err = im.toolCall(s, env.Record)
 	case typeSummary:
+		if s.phase == phaseMetadata && s.row.GetForkedFrom() != nil {
+			err = im.base(s, env.Record)
+			break
+		}
 		err = im.summary(s, env.Record)
 	case typeDeadline:
 		err = im.deadline(s, env.Record)
@@ -485,7 +495,7 @@ func (im *importer) conversation(n int64, conv string, raw json.RawMessage) erro
 	if prev, ok := im.convSeen[conv]; ok {
 		return lineError(n, "conversation %s appears again (first on line %d)", displayID(conv), prev)
 	}
-	if err := validateRow(row); err != nil {
+	if err := validateRow(row, im.version); err != nil {
 		return lineError(n, "conversation %s: %v", displayID(conv), err)
 	}
 	im.convSeen[conv] = n
@@ -503,15 +513,24 @@ func (im *importer) conversation(n int64, conv string, raw json.RawMessage) erro
 // timestamps the Store adds to a row.
 var latest = &timestamppb.Timestamp{Seconds: 253402300799, Nanos: 999999999}
 
-// validateRow checks a conversation row on its own.
-func validateRow(row *messages.Conversation) error {
+// validateRow checks a conversation row on its own, in an export of
+// format version.
+func validateRow(row *messages.Conversation, version int) error {
 	if row.GetStatus() == messages.ConversationStatus_CONVERSATION_STATUS_UNSPECIFIED {
 		return errors.New("conversation record without a status")
 	}
 	if o := row.GetForkedFrom(); o != nil {
-		// Only a fork's write gives a row its origin; an import would
-		// drop it.
-		return fmt.Errorf("conversation record of a fork (of %s): export carries no fork, and import makes none", displayID(o.GetConversationId()))
+		if version < formatVersionForks {
+			// Those versions carry no fork's log; the section would be
+			// imported as an ordinary conversation.
+			return fmt.Errorf("conversation record of a fork (of %s) in an export of version %d, which carries no fork", displayID(o.GetConversationId()), version)
+		}
+		if err := journal.ValidateID("fork origin", o.GetConversationId()); err != nil {
+			return err
+		}
+		if o.GetSeq() == 0 {
+			return fmt.Errorf("conversation record of a fork (of %s) at seq 0", displayID(o.GetConversationId()))
+		}
 	}
 	for k, v := range row.GetSettings() {
 		if v == "" {
@@ -593,6 +612,9 @@ func (im *importer) event(s *sectionState, raw json.RawMessage, size int) error 
 		return invalid(fmt.Errorf("event record: %v", err))
 	}
 	if want := s.n.lastSeq + 1; ev.GetSeq() != want {
+		if s.n.lastSeq == s.start && s.row.GetForkedFrom() != nil {
+			return invalid(fmt.Errorf("event of seq %d, want %d (a fork's events run from 1, or from just after the summary it copied, whose line comes before them)", ev.GetSeq(), want))
+		}
 		return invalid(fmt.Errorf("event of seq %d, want %d (events run 1, 2, 3, ... in order)", ev.GetSeq(), want))
 	}
 	if err := journal.ValidateEvent(ev); err != nil {
@@ -602,14 +624,18 @@ func (im *importer) event(s *sectionState, raw json.RawMessage, size int) error 
 		// A call's row is resolved in the write of its result.
 		return invalid(fmt.Errorf("tool_result event %d answers call %s, whose row is pending", ev.GetSeq(), displayID(tr.GetToolCallId())))
 	}
-	if s.chunk != nil && (len(s.chunk.Events) >= im.o.chunkEvents || s.chunkBytes+size > im.o.chunkBytes) {
+	copied := s.copied()
+	if s.chunk != nil && (len(s.chunk.Events) >= im.o.chunkEvents || s.chunkBytes+size > im.o.chunkBytes ||
+		ev.GetSeq() == copied+1 && s.row.GetForkedFrom() != nil) {
+		// A fork's first write (Store.Fork) holds copied events only,
+		// which have no rows: its own start in a later append.
 		if err := im.flush(s); err != nil {
 			return err
 		}
 	}
 	if s.chunk == nil {
 		s.chunk = &messages.AppendRequest{ConversationId: s.id, ExpectedLast: s.n.lastSeq}
-		if s.n.lastSeq == 0 {
+		if s.n.lastSeq == s.start {
 			s.chunk.Status = messages.ConversationStatus_CONVERSATION_STATUS_ENDED
 		}
 	}
@@ -619,9 +645,36 @@ func (im *importer) event(s *sectionState, raw json.RawMessage, size int) error 
 	if s.firstTime == nil {
 		s.firstTime = ev.GetTime()
 	}
-	if tc := ev.GetToolCall(); tc != nil {
+	if tc := ev.GetToolCall(); tc != nil && ev.GetSeq() > copied {
+		// A fork's copied call has its row in its source, not here.
 		s.wantRow = tc.GetCall().GetId()
 	}
+	return nil
+}
+
+// copied is the last seq a fork copied from its source (its origin's
+// seq), 0 for a conversation that is no fork.
+func (s *sectionState) copied() uint64 { return s.row.GetForkedFrom().GetSeq() }
+
+// base reads the summary a fork copied, which comes before its events:
+// its log starts just after it. It is written with the fork's first
+// events, in one Store.Fork.
+func (im *importer) base(s *sectionState, raw json.RawMessage) error {
+	sum := &messages.Summary{}
+	if err := unmarshalRecord(raw, sum); err != nil {
+		return invalid(fmt.Errorf("summary record: %v", err))
+	}
+	if err := journal.ValidateSummary(s.id, sum, sum.GetToSeq()); err != nil {
+		return invalid(err)
+	}
+	if o := s.row.GetForkedFrom(); sum.GetToSeq() >= o.GetSeq() {
+		return invalid(fmt.Errorf("the summary a fork of %s at seq %d copied covers up to seq %d, not an earlier one", displayID(o.GetConversationId()), o.GetSeq(), sum.GetToSeq()))
+	}
+	s.phase = phaseEvents
+	s.base, s.start = sum, sum.GetToSeq()
+	s.lastSummary = sum.GetToSeq()
+	s.n.lastSeq = sum.GetToSeq()
+	s.n.summaries++
 	return nil
 }
 
@@ -734,7 +787,7 @@ func (im *importer) deadline(s *sectionState, raw json.RawMessage) error {
 // conversation without events), so the rule that a conversation without
 // its exported status is incomplete still holds.
 func (im *importer) schedule(s *sectionState, raw json.RawMessage) error {
-	if im.version < formatVersion {
+	if im.version < formatVersionSchedules {
 		return invalid(fmt.Errorf("schedule line in an export of version %d, which has none", im.version))
 	}
 	s.phase = phaseSchedules
@@ -812,6 +865,9 @@ func (im *importer) end(s *sectionState, raw json.RawMessage) error {
 			displayID(s.id), got.lastSeq, got.toolCalls, got.summaries, got.deadlines, got.schedules, got.metadata,
 			s.n.lastSeq, s.n.toolCalls, s.n.summaries, s.n.deadlines, s.n.schedules, s.n.metadata, errTruncated)
 	}
+	if o := s.row.GetForkedFrom(); o != nil && s.n.lastSeq < o.GetSeq() {
+		return invalid(fmt.Errorf("conversation %s is a fork of %s at seq %d, and its log ends at seq %d (a fork holds the events it copied)", displayID(s.id), displayID(o.GetConversationId()), o.GetSeq(), s.n.lastSeq))
+	}
 	if fsm := s.row.GetFsmState(); fsm != nil && fsm.GetLastSeq() > s.n.lastSeq {
 		return invalid(fmt.Errorf("the fsm_state of conversation %s says its log ends at seq %d, its log ends at %d", displayID(s.id), fsm.GetLastSeq(), s.n.lastSeq))
 	}
@@ -842,8 +898,9 @@ func (im *importer) end(s *sectionState, raw json.RawMessage) error {
 			return err
 		}
 		im.imported = append(im.imported, s.id)
-		if c := s.firstTime; c != nil && !proto.Equal(c, s.row.GetCreated()) && im.o.onCreated != nil {
-			im.o.onCreated(s.id)
+		fork := s.row.GetForkedFrom() != nil
+		if c := s.firstTime; c != nil && (fork || !proto.Equal(c, s.row.GetCreated())) && im.o.onCreated != nil {
+			im.o.onCreated(s.id, fork)
 		}
 	}
 	switch {
@@ -889,6 +946,9 @@ func (im *importer) flush(s *sectionState) error {
 	}
 	req := s.chunk
 	s.chunk, s.chunkBytes = nil, 0
+	if o := s.row.GetForkedFrom(); o != nil && req.GetExpectedLast() == s.start {
+		return im.fork(s, req)
+	}
 	if err := journal.ValidateAppend(req); err != nil {
 		return invalid(err)
 	}
@@ -900,6 +960,38 @@ func (im *importer) flush(s *sectionState) error {
 	}
 	if _, err := im.st.Append(im.ctx, req); err != nil {
 		return fmt.Errorf("events %d..%d: %w", req.GetExpectedLast()+1, req.GetExpectedLast()+uint64(len(req.GetEvents())), err)
+	}
+	s.rowWritten = true
+	return nil
+}
+
+// fork writes the first append of a fork's section as a Store.Fork: its
+// base summary, its first copied events (no rows: event cuts the append
+// before its own events), its origin, and status ENDED until its end line
+// gives it its own. Settings and metadata come later, as for any section.
+func (im *importer) fork(s *sectionState, req *messages.AppendRequest) error {
+	if len(req.GetToolCalls()) > 0 {
+		// event cuts the first append before the first row.
+		return fmt.Errorf("internal error: the first write of fork %s holds tool call rows", displayID(s.id))
+	}
+	fr := &messages.ForkRequest{
+		ConversationId: s.id,
+		Summary:        s.base,
+		Events:         req.GetEvents(),
+		Status:         messages.ConversationStatus_CONVERSATION_STATUS_ENDED,
+		Origin:         s.row.GetForkedFrom(),
+	}
+	if err := journal.ValidateFork(fr); err != nil {
+		return invalid(err)
+	}
+	if err := im.checkpoint(); err != nil {
+		return err
+	}
+	if !im.write {
+		return nil
+	}
+	if err := im.st.Fork(im.ctx, fr); err != nil {
+		return fmt.Errorf("the fork's summary and events %d..%d: %w", s.start+1, s.start+uint64(len(fr.GetEvents())), err)
 	}
 	s.rowWritten = true
 	return nil

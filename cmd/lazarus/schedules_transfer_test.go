@@ -32,7 +32,7 @@ func regexpReplace(t testing.TB, in, expr, repl string) string {
 func scheduleOnly(t testing.TB, finished, id, prefix string) string {
 	t.Helper()
 	out := []string{
-		`{"type":"header","format":"lazarus-export","version":3}`,
+		`{"type":"header","format":"lazarus-export","version":4}`,
 		fmt.Sprintf(`{"type":"conversation","conversation":%q,"record":{"id":%q,"status":"CONVERSATION_STATUS_IDLE"}}`, id, id),
 	}
 	n := 0
@@ -104,7 +104,7 @@ func TestScheduleRoundTripOnEveryStore(t *testing.T) {
 // (of another conversation), a schedule id twice in the input, and a
 // target that keeps no schedules refuse the whole input before the first
 // write; a version 2 export (no schedules) still imports, alone or
-// concatenated with a version 3 one; a source that keeps no schedules
+// concatenated with a version 4 one; a source that keeps no schedules
 // exports none.
 func TestImportRefusesScheduleConflicts(t *testing.T) {
 	f := newFixture(t)
@@ -156,7 +156,7 @@ func TestImportRefusesScheduleConflicts(t *testing.T) {
 	})
 
 	t.Run("a version 2 export imports", func(t *testing.T) {
-		v2 := strings.Replace(strings.Replace(waiting, `"version":3`, `"version":2`, 1), `"schedules":0,`, ``, 1)
+		v2 := strings.Replace(strings.Replace(waiting, `"version":4`, `"version":2`, 1), `"schedules":0,`, ``, 1)
 		require.NotEqual(t, waiting, v2)
 		st := memStore(t)
 		require.NoError(t, importInto(ctxT(t), st, strings.NewReader(v2+finished), importOptions{}))

@@ -14,15 +14,17 @@ import (
 // formatHelp is the export format, as the export and import commands
 // print it (format.go has the full rules).
 const formatHelp = `
-Format (lazarus-export, version 3): JSON lines, one record per line, each
+Format (lazarus-export, version 4): JSON lines, one record per line, each
 with a "type" tag and ended by a newline. The first line is the header;
 then, per conversation, its row, metadata, events (ascending seq, each
-tool_call event directly followed by the row of its call), summaries,
+tool_call event directly followed by the row of its call; a fork's start
+after the summary it copied, whose line comes right before them, and its
+copied tool_call events have no row), summaries,
 deadlines, pending schedules (by schedule id), and an end line counting
 them; a trailer counting the sections and lines closes the file, so a cut
 anywhere is detected:
 
-  {"type":"header","format":"lazarus-export","version":3}
+  {"type":"header","format":"lazarus-export","version":4}
   {"type":"conversation","conversation":ID,"record":<Conversation>}
   {"type":"metadata","conversation":ID,"record":{"key":K,"value":V}}
   {"type":"event","conversation":ID,"record":<Event>}
@@ -36,8 +38,9 @@ anywhere is detected:
 A <Record> is the protojson form of that message of
 messages/lazarus/v1/records.proto (Schedule: schedule.proto; field names
 as in the .proto, 64-bit integers as strings, timestamps RFC 3339, enums
-by name). Exports can be concatenated. Version 2 exports (no schedule
-lines, no "schedules" count) are still read. Version 1 exports (without
+by name). Exports can be concatenated. Version 3 exports (no forks) and
+version 2 exports (no schedule lines, no "schedules" count either) are
+still read. Version 1 exports (without
 end lines) are refused: export the source again.
 
 Not exported: audit rows (model calls), tombstones of deleted
@@ -60,9 +63,9 @@ pending row its event and no tool_result, fsm_state.last_seq is not past the las
 is valid and of its conversation) and stops with
 an error on a damaged one; what it wrote to stdout then lacks its end
 line and trailer, so import refuses it. A fork (Runtime.Fork) is
-refused the same way: its log starts after the summary it copied and its
-copied tool calls' rows are its source's, which the format cannot carry
-(--all stops at the first fork; export the others by name). On a terminal,
+exported as it is: its row with its origin, the summary it copied, its
+log from its first seq (its copied tool calls' rows are its source's, and
+not in its section), its own rows, schedules and metadata. On a terminal,
 stderr shows progress during a long run.
 ` + formatHelp,
 	run: (*cli).export,
@@ -174,8 +177,11 @@ pass. On a terminal, stderr shows progress during a long run.
 
 Everything comes back as exported except the conversation row's times: the
 Store sets "updated" to now and "created" to the time of the first event.
-A conversation record naming a fork origin (forked_from) is refused:
-export writes none, and import makes no fork.
+A fork comes back as a fork (Store.Fork writes its origin, the summary it
+copied and its first events, with status ENDED; then the rest, as for any
+conversation), whether or not its source is in the input, and its
+"created" becomes the time of the import. A fork origin (forked_from) in
+a version 2 or 3 export is refused.
 An active conversation resumes when a runtime next opens the directory,
 and its schedules and deadlines are armed then (an occurrence due while
 the store was moved fires once, as after any restart; a node already
@@ -220,7 +226,11 @@ func (c *cli) importCmd(ctx context.Context, fs *flags, args []string) (err erro
 	return importStream(ctx, in, open, importOptions{
 		dryRun:    *dryRun,
 		onSection: func(desc string) { fmt.Fprintf(c.stdout, "%s%s\n", verb, desc) },
-		onCreated: func(id string) {
+		onCreated: func(id string, fork bool) {
+			if fork {
+				fmt.Fprintf(c.stderr, "note: conversation %s: the Store set its created time to the time of the import (a fork's is the time of its write)\n", displayID(id))
+				return
+			}
 			fmt.Fprintf(c.stderr, "note: conversation %s: the Store set its created time to its first event's\n", displayID(id))
 		},
 		prog: c.newProgress("import: checking"),

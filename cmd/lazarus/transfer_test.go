@@ -373,6 +373,13 @@ func (s *failAt) PutConversation(ctx context.Context, u journal.ConversationUpda
 	return s.Store.PutConversation(ctx, u)
 }
 
+func (s *failAt) Fork(ctx context.Context, req *messages.ForkRequest) error {
+	if err := s.fail(); err != nil {
+		return err
+	}
+	return s.Store.Fork(ctx, req)
+}
+
 func (s *failAt) PutMetadata(ctx context.Context, id string, kv map[string]string) error {
 	if len(kv) == 0 {
 		return s.Store.PutMetadata(ctx, id, kv) // the first pass's tombstone probe
@@ -636,23 +643,110 @@ func TestExportOfAConversationMidTurn(t *testing.T) {
 	require.Equal(t, withoutUpdated(out.String()), withoutUpdated(again.String()), "the import exports as the source did")
 }
 
-// TestImportRefusesAForkOrigin: a conversation line whose row names a fork
-// origin (forked_from) is refused with ErrInvalid, and nothing is written:
-// export carries no fork, and the Store gives a row its origin only in a
-// fork's write, so import dropped it and the row came back without it.
-func TestImportRefusesAForkOrigin(t *testing.T) {
+// TestImportRefusesABadFork: a fork's section that breaks the format's
+// rules is refused with ErrInvalid, and nothing is written: a fork origin
+// in an export of a version that carries no fork (it was taken and the
+// origin dropped), a row after a copied tool_call event (the row is the
+// source's), a fork whose base summary line is missing or covers its
+// origin, an origin past the log, and a summary before the events of a
+// conversation that is no fork.
+func TestImportRefusesABadFork(t *testing.T) {
 	f := newFixture(t)
-	finished := exportOf(t, f, "finished")
-	forked := strings.Replace(finished, `"record":{"id":"finished",`, `"record":{"id":"finished","forked_from":{"conversation_id":"src","seq":"2"},`, 1)
-	require.NotEqual(t, finished, forked)
-	err := importStream(ctxT(t), strings.NewReader(forked), noWrites(t), importOptions{})
-	require.ErrorIs(t, err, journal.ErrInvalid)
-	require.ErrorContains(t, err, "fork")
+	forkFinished(t, f)
+	forkWhole(t, f)
+	good := exportOf(t, f, "forked", "whole")
+	var callRow string
+	for _, l := range outLines(exportOf(t, f, "finished")) {
+		if strings.HasPrefix(l, `{"type":"tool_call"`) {
+			callRow = strings.ReplaceAll(l, `"finished"`, `"whole"`)
+			break
+		}
+	}
+	require.NotEmpty(t, callRow)
+	var lines []string
+	withRow := false
+	for _, l := range outLines(good) {
+		lines = append(lines, l)
+		if !withRow && strings.HasPrefix(l, `{"type":"event","conversation":"whole"`) && strings.Contains(l, `"tool_call":{`) {
+			lines = append(lines, callRow)
+			withRow = true
+		}
+	}
+	require.True(t, withRow, "whole copied a tool_call event")
+	originRE := regexp.MustCompile(`("forked_from":\{"conversation_id":"finished","seq":)"\d+"`)
+	forkedOnly := exportOf(t, f, "forked")
+	var noBase []string
+	for _, l := range outLines(forkedOnly) {
+		if !strings.HasPrefix(l, `{"type":"summary"`) {
+			noBase = append(noBase, l)
+		}
+	}
+	for _, tc := range []struct{ name, in, msg string }{
+		{"version 3", strings.Replace(good, `"version":4`, `"version":3`, 1), "in an export of version 3, which carries no fork"},
+		{"version 2", strings.Replace(strings.ReplaceAll(good, `"schedules":0,`, ""), `"version":4`, `"version":2`, 1), "in an export of version 2, which carries no fork"},
+		{"row of a copied call", strings.Join(lines, "\n") + "\n", "does not follow its tool_call event"},
+		{"no base summary", strings.Join(noBase, "\n") + "\n", "event of seq 5, want 1 (a fork's events run from 1, or from just after the summary it copied, whose line comes before them)"},
+		{"origin past the log", originRE.ReplaceAllString(forkedOnly, `$1"999"`), "its log ends at seq"},
+		{"origin within the summary", originRE.ReplaceAllString(forkedOnly, `$1"2"`), "not an earlier one"},
+		{"summary before the events of no fork", regexp.MustCompile(`,"forked_from":\{[^}]*\}`).ReplaceAllString(forkedOnly, ""), "summary of"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.NotEqual(t, good, tc.in)
+			err := importStream(ctxT(t), strings.NewReader(tc.in), noWrites(t), importOptions{})
+			require.ErrorIs(t, err, journal.ErrInvalid)
+			require.ErrorContains(t, err, tc.msg)
+			st := memStore(t)
+			before := dump(t, st)
+			require.ErrorIs(t, importInto(ctxT(t), st, strings.NewReader(tc.in), importOptions{}), journal.ErrInvalid)
+			require.Equal(t, before, dump(t, st), "nothing written")
+		})
+	}
 	st := memStore(t)
-	before := dump(t, st)
-	require.ErrorIs(t, importInto(ctxT(t), st, strings.NewReader(forked), importOptions{}), journal.ErrInvalid)
-	require.Equal(t, before, dump(t, st), "nothing written")
-	require.NoError(t, importInto(ctxT(t), st, strings.NewReader(finished), importOptions{}), "the export as written imports")
+	require.NoError(t, importInto(ctxT(t), st, strings.NewReader(good), importOptions{}), "the export as written imports")
+}
+
+// TestImportWriteFailuresOfAFork: whichever write of a fork's import
+// fails, the fork is either complete (its exported status, its origin) or
+// named as incomplete and ENDED, which a runtime does not resume; its
+// first write (Store.Fork) makes it ENDED.
+func TestImportWriteFailuresOfAFork(t *testing.T) {
+	f := newFixture(t)
+	forkFinished(t, f)
+	forkWhole(t, f)
+	in := exportOf(t, f, "forked", "whole")
+	ok := &failAt{Store: memStore(t)}
+	require.NoError(t, importInto(ctxT(t), ok, strings.NewReader(in), importOptions{chunkEvents: 2}))
+	require.Equal(t, withoutForksCreated(withoutUpdated(in)), withoutForksCreated(withoutUpdated(exportOfStore(t, ok.Store, "forked", "whole"))))
+	var paged strings.Builder
+	require.NoError(t, exportPaged(ctxT(t), ok.Store, []string{"forked", "whole"}, &paged, nil, 1))
+	require.Equal(t, exportOfStore(t, ok.Store, "forked", "whole"), paged.String(), "an export reading one event at a time")
+	for n := 1; n <= ok.writes; n++ {
+		st := &failAt{Store: memStore(t), n: n}
+		err := importInto(ctxT(t), st, strings.NewReader(in), importOptions{chunkEvents: 2})
+		require.ErrorIs(t, err, errDisk, "write %d", n)
+		require.NotErrorIs(t, err, journal.ErrInvalid)
+		for _, id := range []string{"forked", "whole"} {
+			row, rerr := st.Store.Conversation(ctxT(t), id)
+			if errors.Is(rerr, journal.ErrNotFound) {
+				continue
+			}
+			require.NoError(t, rerr)
+			require.Equal(t, "finished", row.GetForkedFrom().GetConversationId(), "write %d: %s", n, id)
+			if strings.Contains(err.Error(), fmt.Sprintf("conversation %s is incomplete in the target, with status ENDED", id)) {
+				require.Equal(t, messages.ConversationStatus_CONVERSATION_STATUS_ENDED, row.GetStatus(), "write %d: %s", n, id)
+				continue
+			}
+			require.Equal(t, messages.ConversationStatus_CONVERSATION_STATUS_IDLE, row.GetStatus(), "write %d: %s", n, id)
+		}
+	}
+}
+
+// exportOfStore is the export of the conversations ids of st.
+func exportOfStore(t *testing.T, st journal.Store, ids ...string) string {
+	t.Helper()
+	var b strings.Builder
+	require.NoError(t, exportTo(ctxT(t), st, ids, &b, nil))
+	return b.String()
 }
 
 // TestImportRefusesAResultOfAPendingCall: a tool call row that is pending
