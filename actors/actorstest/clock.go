@@ -10,7 +10,7 @@ import (
 )
 
 // ManualClock is a Clock (see actors.Clock) whose time only moves when
-// Advance is called. It is safe for concurrent use.
+// Advance or Jump is called. It is safe for concurrent use.
 //
 // Callbacks scheduled with AfterFunc run synchronously inside Advance, on the
 // goroutine that called Advance, in order of due time (then of scheduling).
@@ -85,6 +85,24 @@ func (c *ManualClock) Advance(d time.Duration) {
 	}
 	c.now = target
 	c.mu.Unlock()
+}
+
+// Jump moves Now by d (forward or back) without any elapsed time for the
+// timers: each scheduled callback moves with it, still due as long after
+// the new Now as it was after the old one, and none runs. It models a step
+// of the wall clock (an NTP step, a virtual machine's migration) or a
+// resume from suspend, during which the system's timers, counting elapsed
+// time, did not run. It waits for a running Advance to return; a callback
+// must not call it.
+func (c *ManualClock) Jump(d time.Duration) {
+	c.advanceMu.Lock()
+	defer c.advanceMu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	for _, t := range c.timers {
+		t.due = t.due.Add(d) // the same shift for all: the heap's order holds
+	}
 }
 
 // Timers returns how many callbacks are scheduled and have neither run nor

@@ -106,3 +106,24 @@ func TestManualClockConcurrentUse(t *testing.T) {
 	require.Equal(t, 0, c.Timers())
 	require.Equal(t, 800, fired, "every callback either ran or was stopped first; stop after Advance is a no-op")
 }
+
+// TestManualClockJumpMovesNowNotTheTimers: a jump moves Now and runs no
+// callback; each one still waits the elapsed time it was armed for.
+func TestManualClockJumpMovesNowNotTheTimers(t *testing.T) {
+	c := actorstest.NewManualClock(t0)
+	ran := false
+	c.AfterFunc(time.Hour, func() { ran = true })
+	c.Jump(2 * time.Hour)
+	require.Equal(t, t0.Add(2*time.Hour), c.Now())
+	require.False(t, ran)
+	next, ok := c.Next()
+	require.True(t, ok)
+	require.Equal(t, t0.Add(3*time.Hour), next, "still an hour of elapsed time away")
+	c.Advance(time.Hour - time.Nanosecond)
+	require.False(t, ran)
+	c.Advance(time.Nanosecond)
+	require.True(t, ran)
+
+	c.Jump(-time.Hour) // back: the same
+	require.Equal(t, t0.Add(2*time.Hour), c.Now())
+}
