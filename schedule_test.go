@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/actors"
 	"github.com/lazarusrt/lazarus/actors/actorstest"
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/scripted"
@@ -34,11 +35,22 @@ func wakes(ctx context.Context, t *testing.T, rt *lazarus.Runtime, conv string) 
 }
 
 // advanceWhenArmed waits until the clock has a timer due at at (the
-// expiry actor armed it), then moves the clock to it.
+// expiry actor armed it; for actors.MaxTimerSpan from now if at is
+// further), then moves the clock to at.
 func advanceWhenArmed(t *testing.T, clock *actorstest.ManualClock, at time.Time) {
 	t.Helper()
-	require.Eventually(t, func() bool { return slices.ContainsFunc(clock.Dues(), at.Equal) }, 20*time.Second, time.Millisecond, "no timer armed for %v", at)
+	want := armedFor(clock, at)
+	require.Eventually(t, func() bool { return slices.ContainsFunc(clock.Dues(), want.Equal) }, 20*time.Second, time.Millisecond, "no timer armed for %v", at)
 	clock.Advance(at.Sub(clock.Now()))
+}
+
+// armedFor is when the expiry actor's timer for at is due, armed now: at,
+// or actors.MaxTimerSpan from now if at is further.
+func armedFor(clock *actorstest.ManualClock, at time.Time) time.Time {
+	if capped := clock.Now().Add(actors.MaxTimerSpan); capped.Before(at) {
+		return capped
+	}
+	return at
 }
 
 func scheduleRuntime(t *testing.T, opts lazarus.Options) (*lazarus.Runtime, *scripted.Model) {

@@ -53,7 +53,9 @@
 // # Expiry actor
 //
 // NewExpiry: holds every scheduled deadline in one min-heap with one Clock
-// timer for the earliest, rebuilt from Store.Deadlines on start. A due
+// timer for the earliest (armed for at most MaxTimerSpan, so a step of the
+// wall clock or a suspend delays a due deadline by at most that), rebuilt
+// from Store.Deadlines on start. A due
 // deadline becomes an unfenced JournalWrite that resolves the call to
 // EXPIRED through the Store's atomic "only if pending" rule, so it never
 // races a late human answer into a double resolution; on success the

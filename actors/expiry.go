@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"time"
 
@@ -154,7 +153,9 @@ func ExpiredOutcome() *messages.ToolOutcome {
 //
 // Deadlines live in one min-heap ordered by (time, tool call id), indexed by
 // tool call id. The actor arms exactly one Clock timer, for the earliest
-// time it must act (the earliest deadline, a retry, or a reply timeout);
+// time it must act (the earliest deadline, a retry, or a reply timeout),
+// or for MaxTimerSpan if that time is further away, so that a step of the
+// wall clock or a suspend makes it late by at most MaxTimerSpan;
 // the timer's callback only sends the actor a message (expiryTick, a local
 // Go value that never leaves the process) and never touches its state. An
 // entry is 40 bytes in the heap plus an index slot, about 100 bytes of live
@@ -398,12 +399,30 @@ func (a *expiryActor) arm(now int64) {
 	a.stopTimer = a.afterAt(now, at, func() { system.Root.Send(self, tick) })
 }
 
+// MaxTimerSpan is the longest the expiry actor arms its one timer for.
+// Timers count elapsed time, while deadlines and schedule occurrences are
+// wall-clock instants: when the wall clock steps forward (an NTP step, a
+// virtual machine's migration) or the machine sleeps (elapsed time stops
+// on Linux while suspended), a timer armed for the whole span would fire
+// late by the jump. So a timer due later than MaxTimerSpan is armed for
+// MaxTimerSpan; when it fires, the actor reads the clock again, fires what
+// is due by then and arms again for the rest. A deadline or occurrence
+// that a jump made due fires within MaxTimerSpan of the jump (of the
+// resume), whatever its distance when armed. The cost is one wake-up of
+// the actor per MaxTimerSpan while anything is waiting: a look at the
+// earliest entry of its heaps and one timer armed again.
+const MaxTimerSpan = time.Minute
+
 // armSlack is how far the clock may move while a timer is armed before
 // afterAt arms it again.
 const armSlack = int64(time.Millisecond)
 
 // afterAt arms f for the instant at (Unix nanoseconds), given now, the
-// clock as process read it. The Clock takes a duration, so a clock that
+// clock as process read it, or for MaxTimerSpan after now if at is later:
+// f then runs early, and process arms again from a fresh reading. When
+// a fresh reading shows at already due, f is called at once, as a timer
+// due now would (a manual clock runs a timer due now only on its next
+// step). The Clock takes a duration, so a clock that
 // moved between that reading and the arming (a test's manual clock stepped
 // by another goroutine, or this goroutine descheduled) would leave the
 // timer late by as much as it moved: a deadline due in a minute, armed
@@ -413,11 +432,16 @@ const armSlack = int64(time.Millisecond)
 // and a tick of a timer since replaced is ignored).
 func (a *expiryActor) afterAt(now, at int64, f func()) (stop func() bool) {
 	for try := 0; ; try++ {
+		if at <= now && try > 0 {
+			// The clock passed at while this arming ran: due now.
+			f()
+			return func() bool { return false }
+		}
 		var d time.Duration // zero when at is not in the future
 		if at > now {
 			d = time.Duration(at - now)
-			if d < 0 {
-				d = math.MaxInt64 // the subtraction overflowed: as good as never
+			if d < 0 || d > MaxTimerSpan {
+				d = MaxTimerSpan // far (or the subtraction overflowed): read the clock again then
 			}
 		}
 		stop = a.opts.Clock.AfterFunc(d, f)

@@ -79,6 +79,22 @@ func TestExpirySchedulesRebuildAndFireOnce(t *testing.T) {
 	require.Equal(t, fired{"c", "later", expiryT0.Add(10 * time.Second)}, nextFire(t, ch))
 }
 
+// TestExpiryScheduleFiresWithinMaxTimerSpanOfAClockJump: an occurrence an
+// hour away, then the wall clock steps two hours forward while the timers'
+// elapsed time does not move: it fires once MaxTimerSpan has elapsed.
+func TestExpiryScheduleFiresWithinMaxTimerSpanOfAClockJump(t *testing.T) {
+	h, ch := scheduleHarness(t, memjournal.New(memjournal.Options{}))
+	h.start()
+	at := expiryT0.Add(time.Hour)
+	h.sys.Root.Send(h.pid, &messages.ScheduleArm{ConversationId: "c", ScheduleId: "s", Next: timestamppb.New(at)})
+	h.waitArmed(t, at)
+	h.clock.Jump(2 * time.Hour)
+	h.clock.Advance(actors.MaxTimerSpan - time.Nanosecond)
+	requireNoFire(t, ch)
+	h.clock.Advance(time.Nanosecond)
+	require.Equal(t, fired{"c", "s", at}, nextFire(t, ch))
+}
+
 // TestExpiryScheduleArmMovesAndDisarmRemoves: the commit report of a fire
 // moves the timer to the next occurrence; without one, the occurrence is
 // handed to Fire again after ReplyTimeout; a disarm ends it.

@@ -138,12 +138,17 @@ func (h *expiryHarness) schedule(conv, call string, at time.Time) {
 	}})
 }
 
-// waitArmed waits until the actor's one timer is armed for at.
+// waitArmed waits until the actor's one timer is armed for at, or, if at
+// is further than actors.MaxTimerSpan, for MaxTimerSpan from now.
 func (h *expiryHarness) waitArmed(t *testing.T, at time.Time) {
 	t.Helper()
 	require.Eventually(t, func() bool {
+		want := at
+		if capped := h.clock.Now().Add(actors.MaxTimerSpan); capped.Before(want) {
+			want = capped
+		}
 		next, ok := h.clock.Next()
-		return ok && next.Equal(at) && h.clock.Timers() == 1
+		return ok && next.Equal(want) && h.clock.Timers() == 1
 	}, replyWait, time.Millisecond, "timer not armed for %v", at)
 }
 
@@ -219,6 +224,55 @@ func TestExpiryTimerOnTimeWhenTheClockMovesWhileArming(t *testing.T) {
 	r := j.next(t)
 	require.Equal(t, "call-1", resolvedCall(t, r.w))
 	require.True(t, deadline.Equal(r.w.GetRequest().GetResolutions()[0].GetAt().AsTime()))
+}
+
+// TestExpiryDeadlinePassedWhileArmingFiresAtOnce: the clock passed the
+// deadline between the actor's reading of it and the arming: the deadline
+// fires at once, not on the clock's next step (a manual clock runs a timer
+// due now only when it is advanced again).
+func TestExpiryDeadlinePassedWhileArmingFiresAtOnce(t *testing.T) {
+	var j *fakeJournal
+	h := newExpiryHarness(t, memjournal.New(memjournal.Options{}), func(sys *actor.ActorSystem) *actor.PID {
+		j = newFakeJournal(t, sys, nil)
+		return j.pid
+	})
+	h.opts.Clock = &steppingClock{ManualClock: h.clock, step: 11 * time.Second}
+	h.start()
+	h.schedule("conv", "call-1", expiryT0.Add(10*time.Second))
+	r := j.next(t)
+	require.Equal(t, "call-1", resolvedCall(t, r.w))
+	require.True(t, expiryT0.Add(11*time.Second).Equal(r.w.GetRequest().GetResolutions()[0].GetAt().AsTime()))
+}
+
+// TestExpiryDeadlineFiresWithinMaxTimerSpanOfAClockJump: a deadline an
+// hour away, then the wall clock steps two hours forward while the timers'
+// elapsed time does not move (an NTP step, a resume from suspend): the
+// deadline fires once MaxTimerSpan has elapsed, not an hour later, and a
+// deadline a day away stays armed with one timer.
+func TestExpiryDeadlineFiresWithinMaxTimerSpanOfAClockJump(t *testing.T) {
+	var j *fakeJournal
+	h := newExpiryHarness(t, memjournal.New(memjournal.Options{}), func(sys *actor.ActorSystem) *actor.PID {
+		j = newFakeJournal(t, sys, nil)
+		return j.pid
+	})
+	h.start()
+	deadline := expiryT0.Add(time.Hour)
+	h.schedule("conv", "call-1", deadline)
+	h.schedule("conv", "call-2", expiryT0.Add(24*time.Hour))
+	h.waitArmed(t, deadline)
+	require.Equal(t, []time.Time{expiryT0.Add(actors.MaxTimerSpan)}, h.clock.Dues(), "one timer, armed for at most MaxTimerSpan")
+
+	h.clock.Jump(2 * time.Hour)
+	j.requireNone(t)
+	h.clock.Advance(actors.MaxTimerSpan)
+	r := j.next(t)
+	require.Equal(t, "call-1", resolvedCall(t, r.w))
+	require.True(t, expiryT0.Add(2*time.Hour+actors.MaxTimerSpan).Equal(r.w.GetRequest().GetResolutions()[0].GetAt().AsTime()),
+		"stamped with the clock's time")
+	j.answer(r, nil)
+	require.Equal(t, delivery{"conv", "call-1"}, h.nextDelivery(t))
+	h.waitArmed(t, expiryT0.Add(24*time.Hour))
+	j.requireNone(t)
 }
 
 func TestExpiryPastDeadlineFiresAtOnce(t *testing.T) {

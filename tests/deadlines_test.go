@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/actors"
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/journal"
@@ -57,6 +58,24 @@ func isExpiredResult(ev *messages.Event) bool {
 	return ev.GetToolResult().GetOutcome().GetError().GetCode() == agent.CodeExpired
 }
 
+// TestDeadlineFiresWithinMaxTimerSpanOfAClockJump: a human call's deadline
+// an hour away, its conversation killed, then the wall clock steps two
+// hours forward while the timers' elapsed time does not move (an NTP step,
+// a resume from suspend): the call expires and the turn runs once
+// actors.MaxTimerSpan has elapsed, not an hour later.
+func TestDeadlineFiresWithinMaxTimerSpanOfAClockJump(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		h := newHarness(t, openStore(t, kind), nil)
+		id := h.suspendOne("c", scripted.Text("timed out"))
+		require.Equal(t, h.clock.Now().Add(time.Hour), h.deadlineOf(id))
+		h.rt.Kill("c")
+		h.clock.Jump(2 * time.Hour)
+		h.clock.Advance(actors.MaxTimerSpan)
+		h.awaitEvent("c", 0, isExpiredResult)
+		h.awaitEvent("c", 0, isAssistantText("timed out"))
+	})
+}
+
 // TestRescheduleExtendsThenShortens moves a deadline later (it does not fire
 // at the old time, and the expiry actor's one timer is at the new time),
 // then into the past (it fires at once), through the public API.
@@ -71,13 +90,18 @@ func TestRescheduleExtendsThenShortens(t *testing.T) {
 		later := start.Add(3 * time.Hour)
 		require.NoError(t, h.rt.Reschedule(ctx, id, later))
 		require.Equal(t, later, h.deadlineOf(id), "the row shows the new deadline")
-		h.awaitDeadlineArmed(id) // the expiry actor's only timer is at the new time
+		h.awaitDeadlineArmed(id) // the expiry actor's only timer is for the new time
 
 		h.clock.Advance(time.Hour)
-		next, ok := h.clock.Next()
-		require.True(t, ok)
-		require.Equal(t, later, next, "nothing was due at the old deadline; the new one is still armed")
+		// Armed again every actors.MaxTimerSpan, until the new time.
+		require.Eventually(t, func() bool {
+			next, ok := h.clock.Next()
+			return ok && next.Equal(h.armedFor(later))
+		}, wait, time.Millisecond, "nothing was due at the old deadline; the new one is still armed")
 		require.Equal(t, later, h.deadlineOf(id), "still pending")
+		pending, err := h.store.ToolCall(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING, pending.GetStatus(), "not expired at the old deadline")
 
 		require.NoError(t, h.rt.Reschedule(ctx, id, h.clock.Now().Add(-time.Minute)), "a deadline in the past")
 		// Due at once: the expiry actor expires it without waiting for a
@@ -173,10 +197,15 @@ func TestRescheduleSurvivesRestart(t *testing.T) {
 			h2 := newHarness(t, store, func(o *lazarus.Options) { o.Model = h.model })
 			h2.clock.Advance(h.clock.Now().Sub(h2.clock.Now()))
 			h2.awaitDeadlineArmed(id)
-			next, ok := h2.clock.Next()
-			require.True(t, ok)
-			require.Equal(t, later, next, "the new runtime armed the moved deadline, not the old one")
-			h2.clock.Advance(5 * time.Hour)
+			h2.clock.Advance(time.Hour) // past the old deadline
+			require.Eventually(t, func() bool {
+				next, ok := h2.clock.Next()
+				return ok && next.Equal(h2.armedFor(later))
+			}, wait, time.Millisecond, "the new runtime armed the moved deadline, not the old one")
+			row, err := h2.store.ToolCall(ctx, id)
+			require.NoError(t, err)
+			require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING, row.GetStatus(), "not expired at the old deadline")
+			h2.clock.Advance(4 * time.Hour)
 			h2.awaitEvent("c", 0, isAssistantText("timed out"))
 		})
 	}
