@@ -276,3 +276,34 @@ func TestDeadlinePassedWhileClosedFiresOnceOnOpen(t *testing.T) {
 	require.NoError(t, rt3.Close())
 	require.Zero(t, m3.Calls("c"), "nothing is owed after the restart")
 }
+
+// TestRevivalOfAServerCallWithAMessageAfterIt: a message sent while a
+// server tool runs is durable after the call; a kill then leaves a log
+// whose open server call is not its last event. Revival still
+// re-dispatches the call under its id (the message does not make the model
+// decide again), and the model is called once, with the result and the
+// message.
+func TestRevivalOfAServerCallWithAMessageAfterIt(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		h := newHarness(t, openStore(t, kind), nil)
+		h.chargeGate = make(chan struct{})
+		ctx := ctxT(t)
+		h.model.Push("c", scripted.Reply("", scripted.Call("charge", `{"amount":5}`)), scripted.Text("final"))
+		_, err := h.rt.Send(ctx, "c", "charge", user)
+		require.NoError(t, err)
+		id := <-h.chargeStarted
+		_, err = h.rt.Send(ctx, "c", "also this", user)
+		require.NoError(t, err)
+		require.Equal(t, []string{"user_msg", "assistant_msg", "tool_call:charge", "user_msg"}, types(h.history("c")))
+		require.True(t, h.rt.Kill("c"))
+		close(h.chargeGate)
+		require.NoError(t, h.rt.Wake(ctx, "c"))
+		h.awaitEvent("c", 0, isAssistantText("final"))
+		require.Equal(t, []string{id, id}, h.runs.of("charge"), "re-dispatched under the same id")
+		require.Equal(t, 2, h.model.Calls("c"), "one model call after the result")
+		require.Equal(t, []string{"user_msg", "assistant_msg", "tool_call:charge", "user_msg", "tool_result:charge", "assistant_msg"},
+			types(h.history("c")))
+		last := h.model.Turns("c")[1]
+		require.Len(t, toolResults(last, id), 1)
+	})
+}
