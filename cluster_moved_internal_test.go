@@ -56,6 +56,76 @@ func quietSystem(t *testing.T, addr string) *actor.ActorSystem {
 	return sys
 }
 
+// heldLater returns a holdStore over store that holds the next write of
+// its conv once armed (hold.armed set), and a release that ends the hold
+// and may be called any number of times.
+func heldLater(store journal.Store) (hold *holdStore, release func()) {
+	hold = &holdStore{Store: store, held: make(chan struct{}), release: make(chan struct{})}
+	hold.later.Store(true)
+	var released sync.Once
+	return hold, func() { released.Do(func() { close(hold.release) }) }
+}
+
+// setMembership makes r a member at address self whose membership the
+// test sets, in one process and without protoactor's cluster: its
+// membership is members (self alone when none are given), and its
+// requests leave through sys, another Runtime's actor system serving the
+// gateway, or r's own. It returns the member's node.
+func setMembership(r *Runtime, sys *actor.ActorSystem, self string, members ...string) *clusterNode {
+	if len(members) == 0 {
+		members = []string{self}
+	}
+	n := newNode(r, sys)
+	n.self = self
+	n.members.Store(&members)
+	r.cl, r.gw = n, n
+	n.attach(r.sup, n.generation())
+	return n
+}
+
+// firstConv returns the first of conv-0, conv-1, ... that is true for.
+func firstConv(is func(id string) bool) string {
+	for i := 0; ; i++ {
+		if id := fmt.Sprintf("conv-%d", i); is(id) {
+			return id
+		}
+	}
+}
+
+// sendHeld arms hold and sends "two" (request id r2) to conv through r
+// in the background, and returns once the Store holds the send's write
+// (failing the test with notHeld if ctx ends first). wait waits for the
+// send to return (failing the test if ctx ends first) and returns what it
+// returned.
+func sendHeld(t *testing.T, ctx context.Context, r *Runtime, hold *holdStore, conv, notHeld string) (wait func() (uint64, error)) {
+	t.Helper()
+	hold.armed.Store(true)
+	type sent struct {
+		seq uint64
+		err error
+	}
+	done := make(chan sent, 1)
+	go func() {
+		seq, err := r.SendMessage(ctx, conv, agent.UserMessage(agent.TextPart("two")), SendOptions{RequestID: "r2"}, agent.Scope{UserID: "u"})
+		done <- sent{seq, err}
+	}()
+	select {
+	case <-hold.held:
+	case <-ctx.Done():
+		t.Fatal(notHeld)
+	}
+	return func() (uint64, error) {
+		t.Helper()
+		select {
+		case got := <-done:
+			return got.seq, got.err
+		case <-ctx.Done():
+			t.Fatal("the send did not return")
+			return 0, nil
+		}
+	}
+}
+
 // waitTurnEnded waits until the conversation's row is no longer ACTIVE and
 // its log ends in an assistant message at seq last.
 func waitTurnEnded(t *testing.T, ctx context.Context, store journal.Store, conv string, last uint64, msg string) {
@@ -84,10 +154,7 @@ func TestGatewayAnswersUnavailableWhenItsActivationMoved(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	mem := memjournal.New(memjournal.Options{})
-	hold := &holdStore{Store: mem, held: make(chan struct{}), release: make(chan struct{})}
-	hold.later.Store(true)
-	var released sync.Once
-	release := func() { released.Do(func() { close(hold.release) }) }
+	hold, release := heldLater(mem)
 	modelG, modelC := scripted.New(scripted.Options{}), scripted.New(scripted.Options{})
 	opts := func(store journal.Store, model agent.Model, sys *actor.ActorSystem) Options {
 		return Options{Store: store, Model: model, ActorSystem: sys, NoResume: true, ResumeInterval: -1, IdleTimeout: -1}
@@ -114,20 +181,13 @@ func TestGatewayAnswersUnavailableWhenItsActivationMoved(t *testing.T) {
 	g.cl = g.gw
 	g.cl.members.Store(&both)
 	g.cl.attach(g.sup, g.cl.generation())
-	nc := newNode(c, gSys)
-	nc.self = memberC.Address()
-	nc.members.Store(&both)
-	c.cl, c.gw = nc, nc
-	nc.attach(c.sup, nc.generation())
+	nc := setMembership(c, gSys, memberC.Address(), both...)
 	t.Cleanup(release) // before the Runtimes close: a held append ends
 
 	before, after := testNode(both...), testNode(memberC.Address(), memberG.Address(), joined.Address())
-	conv := ""
-	for i := 0; conv == ""; i++ {
-		if id := fmt.Sprintf("conv-%d", i); before.owner(id) == memberG.Address() && after.owner(id) == joined.Address() {
-			conv = id
-		}
-	}
+	conv := firstConv(func(id string) bool {
+		return before.owner(id) == memberG.Address() && after.owner(id) == joined.Address()
+	})
 	hold.conv = conv
 
 	_, err = c.Send(ctx, conv, "one", agent.Scope{UserID: "u"})
@@ -136,21 +196,7 @@ func TestGatewayAnswersUnavailableWhenItsActivationMoved(t *testing.T) {
 	require.True(t, g.IsActive(conv), "the first turn ran on g")
 	require.Equal(t, 1, modelG.Calls(conv))
 
-	hold.armed.Store(true)
-	type sent struct {
-		seq uint64
-		err error
-	}
-	done := make(chan sent, 1)
-	go func() {
-		seq, err := c.SendMessage(ctx, conv, agent.UserMessage(agent.TextPart("two")), SendOptions{RequestID: "r2"}, agent.Scope{UserID: "u"})
-		done <- sent{seq, err}
-	}()
-	select {
-	case <-hold.held:
-	case <-ctx.Done():
-		t.Fatal("the forwarded send's write never reached the Store")
-	}
+	wait := sendHeld(t, ctx, c, hold, conv, "the forwarded send's write never reached the Store")
 	// c's membership names c the owner now. It is set without telling c's
 	// requests, so the one in flight waits for g's answer rather than
 	// leave for the new owner at once: g's answer is what sends it there.
@@ -161,14 +207,9 @@ func TestGatewayAnswersUnavailableWhenItsActivationMoved(t *testing.T) {
 		"g's activation is still live")
 	release()
 
-	var got sent
-	select {
-	case got = <-done:
-	case <-ctx.Done():
-		t.Fatal("the send did not return")
-	}
-	require.NoError(t, got.err)
-	require.Equal(t, uint64(3), got.seq)
+	seq, err := wait()
+	require.NoError(t, err)
+	require.Equal(t, uint64(3), seq)
 	waitTurnEnded(t, ctx, mem, conv, 4, "the turn the send owes was not answered")
 	require.Equal(t, 1, modelC.Calls(conv), "the owner c ran the turn")
 	require.Equal(t, 1, modelG.Calls(conv), "g ran no turn for the send")
@@ -210,19 +251,10 @@ func TestResolutionMovedUnderItsDeliveryWakesTheNewOwner(t *testing.T) {
 	b, err := Open(Options{Store: mem, Model: modelB, Tools: tools, ActorSystem: bSys, NoResume: true, ResumeInterval: -1, IdleTimeout: -1})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = b.Close() })
-	n := newNode(a, bSys)
-	n.self = "a.invalid:1"
-	n.members.Store(&[]string{n.self})
-	a.cl, a.gw = n, n
-	n.attach(a.sup, n.generation())
+	n := setMembership(a, bSys, "a.invalid:1")
 	t.Cleanup(release) // before the Runtimes close: a held read ends
 	both := testNode(n.self, memberB.Address())
-	conv := ""
-	for i := 0; conv == ""; i++ {
-		if id := fmt.Sprintf("conv-%d", i); both.owner(id) == memberB.Address() {
-			conv = id
-		}
-	}
+	conv := firstConv(func(id string) bool { return both.owner(id) == memberB.Address() })
 	hold.conv = conv
 	require.Equal(t, n.self, a.Owner(conv), "a sees itself alone")
 
@@ -337,10 +369,7 @@ func TestScheduleFireMovedUnderItsDeliveryIsQuiet(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	due := t0.Add(10 * time.Minute)
 	mem := memjournal.New(memjournal.Options{})
-	hold := &holdStore{Store: mem, held: make(chan struct{}), release: make(chan struct{})}
-	hold.later.Store(true)
-	var released sync.Once
-	release := func() { released.Do(func() { close(hold.release) }) }
+	hold, release := heldLater(mem)
 	logs := &logRecords{}
 	clockA := actorstest.NewManualClock(t0)
 	modelA, modelB := scripted.New(scripted.Options{}), scripted.New(scripted.Options{})
@@ -353,20 +382,11 @@ func TestScheduleFireMovedUnderItsDeliveryIsQuiet(t *testing.T) {
 		_ = a.Close()
 		a.system.Shutdown()
 	})
-	n := newNode(a, a.system)
-	n.self = "a.invalid:1"
-	n.members.Store(&[]string{n.self})
-	a.cl, a.gw = n, n
-	n.attach(a.sup, n.generation())
+	n := setMembership(a, a.system, "a.invalid:1")
 	t.Cleanup(release) // before the Runtime closes: a held append ends
 	joined := &cluster.Member{Id: "b", Host: "b.invalid", Port: 1, Kinds: []string{ConversationKind}}
 	both := testNode(n.self, joined.Address())
-	conv := ""
-	for i := 0; conv == ""; i++ {
-		if id := fmt.Sprintf("conv-%d", i); both.owner(id) == joined.Address() {
-			conv = id
-		}
-	}
+	conv := firstConv(func(id string) bool { return both.owner(id) == joined.Address() })
 	hold.conv = conv
 
 	_, err = a.Send(ctx, conv, "hi", agent.Scope{UserID: "u"})

@@ -3,13 +3,10 @@ package lazarus
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/cluster"
 	"github.com/stretchr/testify/require"
 
@@ -117,10 +114,7 @@ func TestSendInFlightOnAStoppedActivationEndsAtTheNewOwner(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	mem := memjournal.New(memjournal.Options{})
-	hold := &holdStore{Store: mem, held: make(chan struct{}), release: make(chan struct{})}
-	hold.later.Store(true)
-	var released sync.Once
-	release := func() { released.Do(func() { close(hold.release) }) }
+	hold, release := heldLater(mem)
 	var callsA, callsB atomic.Int32
 	modelOf := func(calls *atomic.Int32) agent.Model {
 		return agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
@@ -138,26 +132,15 @@ func TestSendInFlightOnAStoppedActivationEndsAtTheNewOwner(t *testing.T) {
 		_ = a.Close()
 		a.system.Shutdown() // with a.cl set, Close leaves it to the cluster
 	})
-	bSys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
 	memberB := &cluster.Member{Id: "b", Host: "127.0.0.1", Port: 1, Kinds: []string{ConversationKind}}
-	bSys.ProcessRegistry.Address = memberB.Address()
-	t.Cleanup(bSys.Shutdown)
+	bSys := quietSystem(t, memberB.Address())
 	b, err := Open(Options{Store: hold, Model: modelOf(&callsB), ActorSystem: bSys, NoResume: true, ResumeInterval: -1, IdleTimeout: -1})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = b.Close() })
-	n := newNode(a, bSys)
-	n.self = "a.invalid:1"
-	n.members.Store(&[]string{n.self})
-	a.cl, a.gw = n, n
-	n.attach(a.sup, n.generation())
+	n := setMembership(a, bSys, "a.invalid:1")
 	t.Cleanup(release) // before the Runtimes close: a held append ends
 	both := testNode(n.self, memberB.Address())
-	conv := ""
-	for i := 0; conv == ""; i++ {
-		if id := fmt.Sprintf("conv-%d", i); both.owner(id) == memberB.Address() {
-			conv = id
-		}
-	}
+	conv := firstConv(func(id string) bool { return both.owner(id) == memberB.Address() })
 	hold.conv = conv
 	require.Equal(t, n.self, a.Owner(conv), "a sees itself alone")
 
@@ -169,35 +152,16 @@ func TestSendInFlightOnAStoppedActivationEndsAtTheNewOwner(t *testing.T) {
 	}, 10*time.Second, time.Millisecond, "the first turn ended")
 	require.Equal(t, int32(1), callsA.Load())
 
-	hold.armed.Store(true)
-	type sent struct {
-		seq uint64
-		err error
-	}
-	done := make(chan sent, 1)
-	go func() {
-		seq, err := a.SendMessage(ctx, conv, agent.UserMessage(agent.TextPart("two")), SendOptions{RequestID: "r2"}, agent.Scope{UserID: "u"})
-		done <- sent{seq, err}
-	}()
-	select {
-	case <-hold.held:
-	case <-ctx.Done():
-		t.Fatal("the send's write never reached the Store")
-	}
+	wait := sendHeld(t, ctx, a, hold, conv, "the send's write never reached the Store")
 	a.cl.onTopology([]*cluster.Member{memberB})
 	require.Equal(t, memberB.Address(), a.Owner(conv))
 	require.Eventually(t, func() bool { return !a.IsActive(conv) }, 10*time.Second, time.Millisecond,
 		"the old owner's activation is still live")
 	release()
 
-	var got sent
-	select {
-	case got = <-done:
-	case <-ctx.Done():
-		t.Fatal("the send did not return")
-	}
-	require.NoError(t, got.err)
-	require.Equal(t, uint64(3), got.seq)
+	seq, err := wait()
+	require.NoError(t, err)
+	require.Equal(t, uint64(3), seq)
 	require.Eventually(t, func() bool {
 		evs, err := mem.Events(ctx, conv, journal.EventQuery{Limit: 1})
 		return err == nil && len(evs) == 1 && evs[0].GetAssistantMsg() != nil && evs[0].GetSeq() == 4
