@@ -63,17 +63,28 @@ func scheduleRuntime(t *testing.T, opts lazarus.Options) (*lazarus.Runtime, *scr
 	return rt, model
 }
 
+// scheduleConversation opens a Runtime as scheduleRuntime does, with opts
+// and a manual clock at schedT0, and has the conversation "c" answer "hi"
+// from scope: it exists and its first turn ran (the model was called once)
+// before any schedule is made.
+func scheduleConversation(ctx context.Context, t *testing.T, opts lazarus.Options, scope agent.Scope) (*lazarus.Runtime, *scripted.Model, *actorstest.ManualClock) {
+	t.Helper()
+	clock := actorstest.NewManualClock(schedT0)
+	opts.Clock = clock
+	rt, model := scheduleRuntime(t, opts)
+	_, err := rt.Send(ctx, "c", "hi", scope)
+	require.NoError(t, err)
+	require.NoError(t, model.WaitCalls(ctx, "c", 1))
+	return rt, model, clock
+}
+
 // TestScheduleFiresOnceWithItsText: a one-shot schedule appends its text
 // as a user message at its time (not before), which starts a turn, and is
 // then gone.
 func TestScheduleFiresOnceWithItsText(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	clock := actorstest.NewManualClock(schedT0)
-	rt, model := scheduleRuntime(t, lazarus.Options{Clock: clock})
-	_, err := rt.Send(ctx, "c", "hi", agent.Scope{UserID: "alice"})
-	require.NoError(t, err)
-	require.NoError(t, model.WaitCalls(ctx, "c", 1))
+	rt, model, clock := scheduleConversation(ctx, t, lazarus.Options{}, agent.Scope{UserID: "alice"})
 
 	sc, err := rt.Schedule(ctx, "c", lazarus.ScheduleSpec{After: 10 * time.Minute, Text: "remind me"}, agent.Scope{UserID: "alice"})
 	require.NoError(t, err)
@@ -140,11 +151,7 @@ func TestScheduleEveryMissedWhileDownFiresOnce(t *testing.T) {
 func TestScheduleCronInItsTimeZone(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	clock := actorstest.NewManualClock(schedT0)
-	rt, model := scheduleRuntime(t, lazarus.Options{Clock: clock})
-	_, err := rt.Send(ctx, "c", "hi", agent.Scope{})
-	require.NoError(t, err)
-	require.NoError(t, model.WaitCalls(ctx, "c", 1))
+	rt, model, clock := scheduleConversation(ctx, t, lazarus.Options{}, agent.Scope{})
 	sc, err := rt.Schedule(ctx, "c", lazarus.ScheduleSpec{Cron: "0 9 * * *", TimeZone: "Europe/Paris", Text: "good morning"}, agent.Scope{})
 	require.NoError(t, err)
 	nine := time.Date(2026, 1, 1, 8, 0, 0, 0, time.UTC) // 09:00 in Paris, winter
@@ -164,11 +171,7 @@ func TestScheduleCronInItsTimeZone(t *testing.T) {
 func TestScheduleCronZoneAndDescriptors(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	clock := actorstest.NewManualClock(schedT0)
-	rt, model := scheduleRuntime(t, lazarus.Options{Clock: clock})
-	_, err := rt.Send(ctx, "c", "hi", agent.Scope{})
-	require.NoError(t, err)
-	require.NoError(t, model.WaitCalls(ctx, "c", 1))
+	rt, _, _ := scheduleConversation(ctx, t, lazarus.Options{}, agent.Scope{})
 	for spec, next := range map[lazarus.ScheduleSpec]time.Time{
 		{Cron: "0 9 * * *", Text: "x"}:                         schedT0.Add(9 * time.Hour),
 		{Cron: "0 9 * * *", TimeZone: "Asia/Tokyo", Text: "x"}: schedT0.Add(24 * time.Hour), // 09:00 in Tokyo is midnight UTC
@@ -186,11 +189,7 @@ func TestScheduleCronZoneAndDescriptors(t *testing.T) {
 func TestScheduleBadInput(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	clock := actorstest.NewManualClock(schedT0)
-	rt, model := scheduleRuntime(t, lazarus.Options{Clock: clock})
-	_, err := rt.Send(ctx, "c", "hi", agent.Scope{})
-	require.NoError(t, err)
-	require.NoError(t, model.WaitCalls(ctx, "c", 1))
+	rt, _, _ := scheduleConversation(ctx, t, lazarus.Options{}, agent.Scope{})
 	for name, spec := range map[string]lazarus.ScheduleSpec{
 		"bad cron":        {Cron: "every tuesday", Text: "x"},
 		"six fields":      {Cron: "0 0 9 * * *", Text: "x"},
@@ -212,7 +211,7 @@ func TestScheduleBadInput(t *testing.T) {
 		require.ErrorIs(t, err, lazarus.ErrBadSchedule, name)
 		require.ErrorIs(t, err, journal.ErrInvalid, name)
 	}
-	_, err = rt.Schedule(ctx, "c", lazarus.ScheduleSpec{At: schedT0.Add(-time.Second), Text: "x"}, agent.Scope{})
+	_, err := rt.Schedule(ctx, "c", lazarus.ScheduleSpec{At: schedT0.Add(-time.Second), Text: "x"}, agent.Scope{})
 	require.ErrorIs(t, err, lazarus.ErrScheduleInPast)
 	require.ErrorIs(t, err, journal.ErrInvalid)
 	_, err = rt.Schedule(ctx, "nobody", lazarus.ScheduleSpec{After: time.Minute, Text: "x"}, agent.Scope{})
@@ -240,12 +239,8 @@ func TestScheduleBadInput(t *testing.T) {
 func TestScheduleGoesWithTheConversation(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	clock := actorstest.NewManualClock(schedT0)
-	rt, model := scheduleRuntime(t, lazarus.Options{Clock: clock})
-	_, err := rt.Send(ctx, "c", "hi", agent.Scope{})
-	require.NoError(t, err)
-	require.NoError(t, model.WaitCalls(ctx, "c", 1))
-	_, err = rt.Schedule(ctx, "c", lazarus.ScheduleSpec{After: time.Minute, Text: "x"}, agent.Scope{})
+	rt, _, clock := scheduleConversation(ctx, t, lazarus.Options{}, agent.Scope{})
+	_, err := rt.Schedule(ctx, "c", lazarus.ScheduleSpec{After: time.Minute, Text: "x"}, agent.Scope{})
 	require.NoError(t, err)
 	require.NoError(t, rt.Delete(ctx, "c"))
 	listed, err := rt.Schedules(ctx, "c")
@@ -297,12 +292,8 @@ func TestScheduleToolLetsTheModelWakeItself(t *testing.T) {
 func TestScheduleWakeSurvivesAKill(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	clock := actorstest.NewManualClock(schedT0)
-	rt, model := scheduleRuntime(t, lazarus.Options{Clock: clock})
-	_, err := rt.Send(ctx, "c", "hi", agent.Scope{})
-	require.NoError(t, err)
-	require.NoError(t, model.WaitCalls(ctx, "c", 1))
-	_, err = rt.Schedule(ctx, "c", lazarus.ScheduleSpec{After: time.Minute, Text: "wake"}, agent.Scope{})
+	rt, model, clock := scheduleConversation(ctx, t, lazarus.Options{}, agent.Scope{})
+	_, err := rt.Schedule(ctx, "c", lazarus.ScheduleSpec{After: time.Minute, Text: "wake"}, agent.Scope{})
 	require.NoError(t, err)
 	held := model.Hold("c")
 	advanceWhenArmed(t, clock, schedT0.Add(time.Minute))
@@ -334,12 +325,8 @@ func TestScheduleWakeSurvivesAKill(t *testing.T) {
 func TestScheduleOfAnEndedConversationGoes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	clock := actorstest.NewManualClock(schedT0)
-	rt, model := scheduleRuntime(t, lazarus.Options{Clock: clock})
-	_, err := rt.Send(ctx, "c", "hi", agent.Scope{})
-	require.NoError(t, err)
-	require.NoError(t, model.WaitCalls(ctx, "c", 1))
-	_, err = rt.Schedule(ctx, "c", lazarus.ScheduleSpec{After: time.Minute, Text: "x"}, agent.Scope{})
+	rt, _, clock := scheduleConversation(ctx, t, lazarus.Options{}, agent.Scope{})
+	_, err := rt.Schedule(ctx, "c", lazarus.ScheduleSpec{After: time.Minute, Text: "x"}, agent.Scope{})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return rt.End(ctx, "c") == nil }, 20*time.Second, time.Millisecond, "ends once at rest")
 	_, err = rt.Schedule(ctx, "c", lazarus.ScheduleSpec{After: time.Minute, Text: "y"}, agent.Scope{})
@@ -366,11 +353,7 @@ func TestScheduleOfAnEndedConversationGoes(t *testing.T) {
 func TestScheduleToolBadArgumentsAreBadInput(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	clock := actorstest.NewManualClock(schedT0)
-	rt, model := scheduleRuntime(t, lazarus.Options{Clock: clock, ScheduleTools: true})
-	_, err := rt.Send(ctx, "c", "hi", agent.Scope{UserID: "alice"})
-	require.NoError(t, err)
-	require.NoError(t, model.WaitCalls(ctx, "c", 1))
+	rt, _, _ := scheduleConversation(ctx, t, lazarus.Options{ScheduleTools: true}, agent.Scope{UserID: "alice"})
 	tool, ok := rt.Tool(lazarus.ScheduleToolName)
 	require.True(t, ok)
 	for name, args := range map[string]string{
