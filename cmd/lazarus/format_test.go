@@ -139,13 +139,14 @@ func requireProtos[M proto.Message](t testing.TB, what string, want, got []M) {
 
 // requireImported checks that got (read back from a Store) is want (what
 // was imported), exactly, but for the row times the Store sets: updated
-// (now) and created (the first event's time).
+// (now) and created (the first event's time; a fork's, the time of the
+// import).
 func requireImported(t testing.TB, want, got *section) {
 	t.Helper()
 	w := proto.Clone(want.row).(*messages.Conversation)
 	g := proto.Clone(got.row).(*messages.Conversation)
 	w.Updated, g.Updated = nil, nil
-	if c := expectedCreated(want); c != nil {
+	if c := expectedCreated(want); c != nil && w.GetForkedFrom() == nil {
 		w.Created = c
 	} else {
 		w.Created, g.Created = nil, nil
@@ -538,6 +539,10 @@ func TestWriteFuzzSeeds(t *testing.T) {
 	require.NoError(t, exportTo(context.Background(), memStore(t), []string{"existing"}, &existing, nil))
 	wl := outLines(waiting)
 	finished := exportOf(t, fx, "finished")
+	// Forks of finished: one from its summary, one of its whole log.
+	forkFinished(t, fx)
+	forkWhole(t, fx)
+	forks := exportOf(t, fx, "finished", "forked", "whole")
 	seeds := map[string]string{
 		"all":              all,
 		"waiting":          waiting,
@@ -564,6 +569,9 @@ func TestWriteFuzzSeeds(t *testing.T) {
 		"schedule-twice":   finished + scheduleOnly(t, finished, "later", ""),
 		"schedule-foreign": strings.Replace(finished, `"conversation_id":"finished","next"`, `"conversation_id":"other","next"`, 1),
 		"schedule-in-v2":   strings.Replace(finished, `"version":4`, `"version":2`, 1),
+		"version-3":        strings.Replace(waiting, `"version":4`, `"version":3`, 1),
+		"forks":            forks,
+		"fork-in-v3":       strings.Replace(forks, `"version":4`, `"version":3`, 1),
 	}
 	require.NoError(t, os.RemoveAll(dir))
 	require.NoError(t, os.MkdirAll(dir, 0o755))
