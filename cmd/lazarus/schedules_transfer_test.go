@@ -15,6 +15,8 @@ import (
 
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/journal/memjournal"
+	"github.com/lazarusrt/lazarus/journal/pgjournal"
+	"github.com/lazarusrt/lazarus/journal/pgjournal/pgtest"
 	"github.com/lazarusrt/lazarus/messages"
 )
 
@@ -57,14 +59,20 @@ type noScheduleStore struct{ journal.Store }
 
 // TestScheduleRoundTripOnEveryStore: a conversation's pending schedules
 // (cron in a zone, interval, one-off) are exported after its deadlines
-// and come back exactly, on memjournal and pebblejournal (pgjournal:
-// TestPostgresStore); so do those of a conversation without events, whose
-// first schedule creates its row. An export of the copy is the source's
-// export but for the rows' "updated".
+// and come back exactly, on memjournal, pebblejournal and pgjournal; so
+// do those of a conversation without events, whose first schedule creates
+// its row, and two forks (one from a summary, one of a whole log whose
+// copied tool calls have their rows in the source). An export of the copy
+// is the source's export but for the rows' "updated" and the forks'
+// "created" (the time of the import).
 func TestScheduleRoundTripOnEveryStore(t *testing.T) {
 	f := newFixture(t)
-	all := exportOf(t, f, "answered", "finished", "waiting")
+	forkFinished(t, f)
+	forkWhole(t, f)
+	ids := []string{"answered", "finished", "waiting", "forked", "whole"}
+	all := exportOf(t, f, ids...)
 	require.Equal(t, 3, strings.Count(all, `{"type":"schedule","conversation":"finished",`))
+	require.Equal(t, 2, strings.Count(all, `"forked_from":{"conversation_id":"finished"`))
 	input := all + scheduleOnly(t, exportOf(t, f, "finished"), "later", "later-")
 	src := parseExport(t, []byte(input))
 	for _, tc := range []struct {
@@ -77,6 +85,12 @@ func TestScheduleRoundTripOnEveryStore(t *testing.T) {
 			return st
 		}},
 		{"pebblejournal", func(t *testing.T) journal.Store { return memStore(t) }},
+		{"pgjournal", func(t *testing.T) journal.Store {
+			st, err := pgjournal.Open(ctxT(t), pgtest.NewDatabase(t), pgjournal.Options{})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = st.Close() })
+			return st
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := tc.open(t)
@@ -94,8 +108,8 @@ func TestScheduleRoundTripOnEveryStore(t *testing.T) {
 			require.Equal(t, messages.ConversationStatus_CONVERSATION_STATUS_IDLE, got["later"].row.GetStatus())
 
 			var b bytes.Buffer
-			require.NoError(t, exportTo(ctxT(t), st, []string{"answered", "finished", "waiting"}, &b, nil))
-			require.Equal(t, withoutUpdated(all), withoutUpdated(b.String()))
+			require.NoError(t, exportTo(ctxT(t), st, ids, &b, nil))
+			require.Equal(t, withoutForksCreated(withoutUpdated(all)), withoutForksCreated(withoutUpdated(b.String())))
 		})
 	}
 }
