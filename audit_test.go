@@ -3,6 +3,7 @@ package lazarus_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/actors"
 	"github.com/lazarusrt/lazarus/actors/actorstest"
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/scripted"
@@ -239,4 +241,142 @@ func TestAuditRecordsWhatTheModelWasGiven(t *testing.T) {
 	require.Equal(t, []string{"alpha", "zeta"}, names)
 	require.Equal(t, names, mc.GetTools(), "the tools offered, sorted")
 	require.Empty(t, mc.GetAgent(), "the default agent's turn")
+}
+
+// awaitUpdate returns the first update of ch that matches, failing the test
+// when ch closes (its context ended) first.
+func awaitUpdate(t *testing.T, ch <-chan lazarus.Update, match func(lazarus.Update) bool) lazarus.Update {
+	t.Helper()
+	for u := range ch {
+		if match(u) {
+			return u
+		}
+	}
+	t.Fatal("no matching update")
+	return lazarus.Update{}
+}
+
+// TestAuditRecordsAFailedCall: with audit on, a model call that fails
+// records its row as an answered call does (the rendered context, the
+// settings, the latency), with its error (message and code) and neither
+// usage nor model: a turn that fails for good (turn_failed) keeps the row
+// of its last call, a retry replacing the row of the call before it. A
+// retry that answers replaces the failed call's row.
+func TestAuditRecordsAFailedCall(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	mem := memjournal.New(memjournal.Options{Audit: true})
+	defer mem.Close()
+	clock := actorstest.NewManualClock(time.Date(2026, 11, 1, 9, 0, 0, 0, time.UTC))
+	// Each call takes 250ms on the clock; the first three fail.
+	var calls atomic.Int32
+	turns := make(chan agent.Turn, 4)
+	model := agent.ModelFunc(func(_ context.Context, turn agent.Turn, _ func(string)) (*messages.AssistantMessage, error) {
+		turns <- turn
+		clock.Jump(250 * time.Millisecond)
+		if n := calls.Add(1); n <= 3 {
+			return nil, fmt.Errorf("call %d: upstream 503: %w", n, agent.ErrUnavailable)
+		}
+		msg := agent.Text("back")
+		msg.Model, msg.Usage = "m1", &messages.Usage{InputTokens: 7, OutputTokens: 2}
+		return msg, nil
+	})
+	rt, err := lazarus.Open(lazarus.Options{Store: mem, Model: model, Clock: clock, IdleTimeout: -1,
+		Audit: lazarus.AuditOptions{Enabled: true}, Settings: agent.Settings{SystemPrompt: "be brief"},
+		ModelRetry: lazarus.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 2}})
+	require.NoError(t, err)
+	defer rt.Close()
+	sub, err := rt.Subscribe(ctx, "c", 0)
+	require.NoError(t, err)
+	isRetry := func(u lazarus.Update) bool { return u.Retry != nil }
+	isEnd := func(u lazarus.Update) bool { return u.TurnEnd != nil }
+	_, err = rt.Send(ctx, "c", "hi", agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+
+	// The first call failed: its row is there before the retry.
+	awaitUpdate(t, sub, isRetry)
+	rows, err := mem.ModelCalls(ctx, "c")
+	require.NoError(t, err)
+	require.Len(t, rows, 1, "the failed call has its row")
+	require.Contains(t, rows[0].GetError().GetMessage(), "call 1: upstream 503")
+	clock.Advance(time.Second)
+
+	// The retry failed too: the turn failed for good.
+	end := awaitUpdate(t, sub, isEnd).TurnEnd
+	require.Equal(t, lazarus.TurnFailed, end.Outcome)
+	<-turns
+	second := <-turns
+	rows, err = mem.ModelCalls(ctx, "c")
+	require.NoError(t, err)
+	require.Len(t, rows, 1, "the retry's row replaced the first call's")
+	mc := rows[0]
+	require.Equal(t, uint64(1), mc.GetTurnRef())
+	require.Equal(t, actors.CodeUnavailable, mc.GetError().GetCode())
+	require.Equal(t, "call 2: upstream 503: "+agent.ErrUnavailable.Error(), mc.GetError().GetMessage(), "the error the model returned")
+	require.Len(t, mc.GetRenderedContext(), len(second.Context))
+	for i, ev := range second.Context {
+		require.True(t, proto.Equal(ev, mc.GetRenderedContext()[i]), "the rendered context, event %d", i)
+	}
+	require.Equal(t, map[string]string{"system_prompt": "be brief"}, mc.GetSettings())
+	require.Equal(t, int64(250*time.Millisecond), mc.GetLatencyNanos())
+	require.Nil(t, mc.GetUsage(), "no usage for a failed call")
+	require.Empty(t, mc.GetModel())
+
+	// A wake runs the turn again: its first call fails, its retry answers
+	// and replaces that row.
+	require.NoError(t, rt.Wake(ctx, "c"))
+	awaitUpdate(t, sub, isRetry)
+	rows, err = mem.ModelCalls(ctx, "c")
+	require.NoError(t, err)
+	require.Len(t, rows, 2)
+	require.Equal(t, end.Seq, rows[1].GetTurnRef(), "the context ends at the turn_failed event")
+	require.Contains(t, rows[1].GetError().GetMessage(), "call 3: upstream 503")
+	clock.Advance(time.Second)
+	end = awaitUpdate(t, sub, isEnd).TurnEnd
+	require.Equal(t, lazarus.TurnAnswered, end.Outcome)
+	rows, err = mem.ModelCalls(ctx, "c")
+	require.NoError(t, err)
+	require.Len(t, rows, 2)
+	require.NotNil(t, rows[0].GetError(), "the failed turn's row stays")
+	require.Nil(t, rows[1].GetError(), "the answered retry replaced the failed row")
+	require.Equal(t, "m1", rows[1].GetModel())
+	require.Equal(t, int64(7), rows[1].GetUsage().GetInputTokens())
+}
+
+// TestAuditRecordsNothingForACancelledCall: a model call cancelled before
+// it returned (here by a newer message, which restarts the turn) records
+// no row, whatever the model returned: its outcome is void. The call the
+// newer message starts records its own.
+func TestAuditRecordsNothingForACancelledCall(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	mem := memjournal.New(memjournal.Options{Audit: true})
+	defer mem.Close()
+	started := make(chan struct{}, 1)
+	var calls atomic.Int32
+	model := agent.ModelFunc(func(ctx context.Context, _ agent.Turn, _ func(string)) (*messages.AssistantMessage, error) {
+		if calls.Add(1) == 1 {
+			started <- struct{}{}
+			<-ctx.Done()
+			return nil, fmt.Errorf("%w: %w", agent.ErrInterrupted, ctx.Err())
+		}
+		return agent.Text("ok"), nil
+	})
+	rt, err := lazarus.Open(lazarus.Options{Store: mem, Model: model, Audit: lazarus.AuditOptions{Enabled: true}})
+	require.NoError(t, err)
+	defer rt.Close()
+	u := agent.Scope{UserID: "u"}
+	_, err = rt.Send(ctx, "c", "first", u)
+	require.NoError(t, err)
+	<-started
+	end, err := rt.SendAndWait(ctx, "c", "second", u)
+	require.NoError(t, err)
+	require.Equal(t, lazarus.TurnAnswered, end.Outcome)
+	// The newer message's call entered the gate after the cancelled one
+	// left it, so the cancelled call's row, had it one, would be written.
+	rows, err := mem.ModelCalls(ctx, "c")
+	require.NoError(t, err)
+	require.Len(t, rows, 1, "only the call that answered")
+	require.Equal(t, uint64(2), rows[0].GetTurnRef())
+	require.Nil(t, rows[0].GetError())
 }

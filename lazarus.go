@@ -75,14 +75,20 @@ const (
 
 // AuditOptions configures the model-call audit.
 type AuditOptions struct {
-	// Enabled records exactly what was rendered to the model on every turn
-	// (a messages.ModelCall: the context, the summary it started from and
-	// its version, what it left out (evictions: the span the summary
-	// stands for, the spans rewinds skipped), the settings the call was
-	// made with (the system prompt among them), the names of the tools
-	// offered (their descriptions and schemas are the registered tools'),
-	// the agent whose turn it was, the model, usage and latency). Default
-	// off: the audit holds user data and grows fast.
+	// Enabled records exactly what was rendered to the model on every
+	// model call (a messages.ModelCall: the context, the summary it
+	// started from and its version, what it left out (evictions: the span
+	// the summary stands for, the spans rewinds skipped), the settings the
+	// call was made with (the system prompt among them), the names of the
+	// tools offered (their descriptions and schemas are the registered
+	// tools'), the agent whose turn it was, the model, usage and latency).
+	// A call that failed is recorded too, with its error (its text, and
+	// its code as TurnError.Code gives it), its latency and no usage;
+	// rows are keyed by the turn's context (TurnRef), so a retry's row
+	// replaces the failed call's before it, and a turn that fails for
+	// good keeps its last call's. A call cancelled before it returned (a
+	// newer message, a kill, Close) records nothing. Default off: the
+	// audit holds user data and grows fast.
 	Enabled bool
 	// TTL deletes audit rows older than this, checked every TTL/2 (at
 	// most once a second, whatever the TTL). Zero means rows are kept

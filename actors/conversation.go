@@ -137,7 +137,16 @@ type ConversationConfig struct {
 	// for (see agent.ScopeLoader). Nil means such work runs under
 	// agent.SystemScope.
 	ScopeLoader agent.ScopeLoader
-	// Audit records every model call with Store.PutModelCall.
+	// Audit records every model call that returned, an answer or an error,
+	// with Store.PutModelCall: what was rendered to the model, and for a
+	// failed call its error (ModelCall.error: message and code, as
+	// TurnFailureCode gives it; latency set, usage and model empty). A
+	// retry of the turn replaces the failed call's row (the same TurnRef),
+	// so a turn that fails for good keeps its last call's. A call cancelled
+	// before it returned (a newer message restarts the turn, a kill, the
+	// actor stopping) records nothing, whatever the model returned: its
+	// outcome is void. So does a call that gave up at the gate without
+	// calling the model.
 	Audit bool
 	// Retry is the retry policy of failed model calls. The zero value is
 	// the defaults (see RetryPolicy).
@@ -524,21 +533,30 @@ func (c *conversation) startModel(ctx actor.Context, e effStartModel) {
 		}
 		began := clock.Now()
 		msg, err := generate(turnCtx, log, model, turn, onDelta)
-		leave()
 		if err == nil && msg == nil {
 			err = errors.New("model returned no message")
 		}
-		if err == nil && audit {
+		// A call cancelled before it returned is void: no row. The row is
+		// written before the gate is left, so that the rows of one
+		// conversation's calls are written in the order of the calls (a
+		// retry's row replaces its failed call's, never the reverse).
+		if audit && turnCtx.Err() == nil {
+			now := clock.Now()
 			mc := &messages.ModelCall{
-				ConversationId: turn.ConversationID, TurnRef: lastSeq, RenderedContext: turn.Context,
-				Model: msg.GetModel(), Usage: msg.GetUsage(), LatencyNanos: int64(clock.Now().Sub(began)),
-				Summary: turn.Summary, SummaryVersion: turn.Summary.GetVersion(), Evictions: e.evicted, Created: journal.Timestamp(clock.Now()),
+				ConversationId: turn.ConversationID, TurnRef: lastSeq, RenderedContext: turn.Context, LatencyNanos: int64(now.Sub(began)),
+				Summary: turn.Summary, SummaryVersion: turn.Summary.GetVersion(), Evictions: e.evicted, Created: journal.Timestamp(now),
 				Settings: auditSettings(turn.Settings), Tools: toolNames(turn.Tools), Agent: turn.Agent,
+			}
+			if err != nil {
+				mc.Error = &messages.ModelCallError{Message: turnErrorText(err), Code: TurnFailureCode(err)}
+			} else {
+				mc.Model, mc.Usage = msg.GetModel(), msg.GetUsage()
 			}
 			if aerr := store.PutModelCall(turnCtx, mc); aerr != nil {
 				log.Warn("audit write failed", "err", aerr)
 			}
 		}
+		leave()
 		send(&inModelDone{turn: id, msg: msg, err: err})
 	})
 }

@@ -8,10 +8,11 @@ import (
 // ModelGate keeps the model calls of each conversation from overlapping, as
 // agent.Model promises: Generate is never called twice at once for one
 // conversation. A turn's model call waits, before it calls Generate, until
-// the previous call of its conversation has returned, even one that was
-// cancelled (a newer message, a kill) and is still winding down: within an
-// activation, and across activations when they share the gate (the
-// supervisor passes one to all of them). A summary takes its turn at the
+// the previous call of its conversation has returned (and, with audit on,
+// written its audit row), even one that was cancelled (a newer message, a
+// kill) and is still winding down: within an activation, and across
+// activations when they share the gate (the supervisor passes one to all
+// of them). A summary takes its turn at the
 // gate too (its Summarizer may call a model, snapshot.LLM often the
 // conversation's own): a turn's call waits while it runs, and it waits for
 // a turn's call. A call whose turn is cancelled while it waits gives up

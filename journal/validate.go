@@ -261,7 +261,8 @@ func ValidateDeadline(d *messages.Deadline) error {
 // created time, which may be unset but, if set, must be a valid timestamp
 // (within the years 1 to 9999), as a deadline's time: GCModelCalls compares
 // it, so a time with its nanos out of range would compare differently in
-// different adapters.
+// different adapters. A failed call's row (error set, no usage) is valid as
+// an answered call's is.
 func ValidateModelCall(mc *messages.ModelCall) error {
 	if mc == nil {
 		return Invalidf("nil model call")

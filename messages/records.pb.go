@@ -2298,16 +2298,27 @@ func (x *Deadline) GetAt() *timestamppb.Timestamp {
 	return nil
 }
 
-// ModelCall is an audit row: exactly what was rendered to the model on one turn.
+// ModelCall is an audit row: exactly what was rendered to the model on one
+// model call of a turn, and how the call went. It is written once the call
+// has returned, an answer or an error (then error is set); a call cancelled
+// before it returned (a newer message restarts the turn, a kill, the actor
+// stopping) or that gave up before calling the model records nothing. Rows
+// are keyed by (conversation_id, turn_ref): a later call of the same turn
+// (a retry) replaces the row, so that a retry that answers replaces the
+// failed call's row, and a turn that fails for good keeps its last call's.
 type ModelCall struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	ConversationId  string                 `protobuf:"bytes,1,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
 	TurnRef         uint64                 `protobuf:"varint,2,opt,name=turn_ref,json=turnRef,proto3" json:"turn_ref,omitempty"`
 	RenderedContext []*Event               `protobuf:"bytes,3,rep,name=rendered_context,json=renderedContext,proto3" json:"rendered_context,omitempty"`
-	Model           string                 `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
-	Usage           *Usage                 `protobuf:"bytes,5,opt,name=usage,proto3" json:"usage,omitempty"`
-	LatencyNanos    int64                  `protobuf:"varint,6,opt,name=latency_nanos,json=latencyNanos,proto3" json:"latency_nanos,omitempty"`
-	SummaryVersion  string                 `protobuf:"bytes,7,opt,name=summary_version,json=summaryVersion,proto3" json:"summary_version,omitempty"`
+	// model is the model the answer names ("" for a failed call).
+	Model string `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
+	// usage is the answer's token usage (unset for a failed call).
+	Usage *Usage `protobuf:"bytes,5,opt,name=usage,proto3" json:"usage,omitempty"`
+	// latency_nanos is how long the call took, from the call of the model to
+	// its answer or error.
+	LatencyNanos   int64  `protobuf:"varint,6,opt,name=latency_nanos,json=latencyNanos,proto3" json:"latency_nanos,omitempty"`
+	SummaryVersion string `protobuf:"bytes,7,opt,name=summary_version,json=summaryVersion,proto3" json:"summary_version,omitempty"`
 	// evictions name the spans of the log the context left out, ascending:
 	// "summary:1-N" (the summary stands for events 1 to N) and "rewound:A-B"
 	// (events A to B, after it, that a rewind skipped).
@@ -2321,7 +2332,10 @@ type ModelCall struct {
 	// tools name the tools offered to the model, sorted.
 	Tools []string `protobuf:"bytes,12,rep,name=tools,proto3" json:"tools,omitempty"`
 	// agent names the agent whose turn it was ("" for the default agent).
-	Agent         string `protobuf:"bytes,13,opt,name=agent,proto3" json:"agent,omitempty"`
+	Agent string `protobuf:"bytes,13,opt,name=agent,proto3" json:"agent,omitempty"`
+	// error is set when the call failed: the model returned an error (or no
+	// message) instead of an answer. Unset for a call that answered.
+	Error         *ModelCallError `protobuf:"bytes,14,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2447,6 +2461,72 @@ func (x *ModelCall) GetAgent() string {
 	return ""
 }
 
+func (x *ModelCall) GetError() *ModelCallError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+// ModelCallError is the error of a failed model call, carried as the
+// turn_failed event carries the error of a failed turn (TurnFailed).
+type ModelCallError struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// message is the error, as text (valid UTF-8, clipped as
+	// TurnFailed.message).
+	Message string `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"`
+	// code is a short machine-readable reason, such as "rate_limited",
+	// "unavailable", "interrupted" or "model" for any other error (see
+	// actors.TurnFailureCode).
+	Code          string `protobuf:"bytes,2,opt,name=code,proto3" json:"code,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelCallError) Reset() {
+	*x = ModelCallError{}
+	mi := &file_lazarus_v1_records_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelCallError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelCallError) ProtoMessage() {}
+
+func (x *ModelCallError) ProtoReflect() protoreflect.Message {
+	mi := &file_lazarus_v1_records_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelCallError.ProtoReflect.Descriptor instead.
+func (*ModelCallError) Descriptor() ([]byte, []int) {
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ModelCallError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *ModelCallError) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
 // Tombstone marks a deleted conversation so that a late write cannot
 // resurrect it.
 type Tombstone struct {
@@ -2458,7 +2538,7 @@ type Tombstone struct {
 
 func (x *Tombstone) Reset() {
 	*x = Tombstone{}
-	mi := &file_lazarus_v1_records_proto_msgTypes[27]
+	mi := &file_lazarus_v1_records_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2470,7 +2550,7 @@ func (x *Tombstone) String() string {
 func (*Tombstone) ProtoMessage() {}
 
 func (x *Tombstone) ProtoReflect() protoreflect.Message {
-	mi := &file_lazarus_v1_records_proto_msgTypes[27]
+	mi := &file_lazarus_v1_records_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2483,7 +2563,7 @@ func (x *Tombstone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tombstone.ProtoReflect.Descriptor instead.
 func (*Tombstone) Descriptor() ([]byte, []int) {
-	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{27}
+	return file_lazarus_v1_records_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Tombstone) GetDeleted() *timestamppb.Timestamp {
@@ -2665,7 +2745,7 @@ const file_lazarus_v1_records_proto_rawDesc = "" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12 \n" +
 	"\ftool_call_id\x18\x02 \x01(\tR\n" +
 	"toolCallId\x12*\n" +
-	"\x02at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xc7\x04\n" +
+	"\x02at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xf9\x04\n" +
 	"\tModelCall\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12\x19\n" +
 	"\bturn_ref\x18\x02 \x01(\x04R\aturnRef\x12<\n" +
@@ -2680,10 +2760,14 @@ const file_lazarus_v1_records_proto_rawDesc = "" +
 	" \x01(\v2\x13.lazarus.v1.SummaryR\asummary\x12?\n" +
 	"\bsettings\x18\v \x03(\v2#.lazarus.v1.ModelCall.SettingsEntryR\bsettings\x12\x14\n" +
 	"\x05tools\x18\f \x03(\tR\x05tools\x12\x14\n" +
-	"\x05agent\x18\r \x01(\tR\x05agent\x1a;\n" +
+	"\x05agent\x18\r \x01(\tR\x05agent\x120\n" +
+	"\x05error\x18\x0e \x01(\v2\x1a.lazarus.v1.ModelCallErrorR\x05error\x1a;\n" +
 	"\rSettingsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"A\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\">\n" +
+	"\x0eModelCallError\x12\x18\n" +
+	"\amessage\x18\x01 \x01(\tR\amessage\x12\x12\n" +
+	"\x04code\x18\x02 \x01(\tR\x04code\"A\n" +
 	"\tTombstone\x124\n" +
 	"\adeleted\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\adeleted*M\n" +
 	"\bExecutor\x12\x18\n" +
@@ -2723,7 +2807,7 @@ func file_lazarus_v1_records_proto_rawDescGZIP() []byte {
 }
 
 var file_lazarus_v1_records_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_lazarus_v1_records_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_lazarus_v1_records_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_lazarus_v1_records_proto_goTypes = []any{
 	(Executor)(0),                 // 0: lazarus.v1.Executor
 	(ToolCallStatus)(0),           // 1: lazarus.v1.ToolCallStatus
@@ -2756,11 +2840,12 @@ var file_lazarus_v1_records_proto_goTypes = []any{
 	(*ToolCallRecord)(nil),        // 28: lazarus.v1.ToolCallRecord
 	(*Deadline)(nil),              // 29: lazarus.v1.Deadline
 	(*ModelCall)(nil),             // 30: lazarus.v1.ModelCall
-	(*Tombstone)(nil),             // 31: lazarus.v1.Tombstone
-	nil,                           // 32: lazarus.v1.FSMState.PendingEntry
-	nil,                           // 33: lazarus.v1.Conversation.SettingsEntry
-	nil,                           // 34: lazarus.v1.ModelCall.SettingsEntry
-	(*timestamppb.Timestamp)(nil), // 35: google.protobuf.Timestamp
+	(*ModelCallError)(nil),        // 31: lazarus.v1.ModelCallError
+	(*Tombstone)(nil),             // 32: lazarus.v1.Tombstone
+	nil,                           // 33: lazarus.v1.FSMState.PendingEntry
+	nil,                           // 34: lazarus.v1.Conversation.SettingsEntry
+	nil,                           // 35: lazarus.v1.ModelCall.SettingsEntry
+	(*timestamppb.Timestamp)(nil), // 36: google.protobuf.Timestamp
 }
 var file_lazarus_v1_records_proto_depIdxs = []int32{
 	5,  // 0: lazarus.v1.ContentPart.image:type_name -> lazarus.v1.Blob
@@ -2777,7 +2862,7 @@ var file_lazarus_v1_records_proto_depIdxs = []int32{
 	14, // 11: lazarus.v1.Suspension.pending:type_name -> lazarus.v1.PendingCall
 	1,  // 12: lazarus.v1.Resolution.status:type_name -> lazarus.v1.ToolCallStatus
 	16, // 13: lazarus.v1.Resolution.resolver:type_name -> lazarus.v1.Identity
-	35, // 14: lazarus.v1.Event.time:type_name -> google.protobuf.Timestamp
+	36, // 14: lazarus.v1.Event.time:type_name -> google.protobuf.Timestamp
 	16, // 15: lazarus.v1.Event.author:type_name -> lazarus.v1.Identity
 	10, // 16: lazarus.v1.Event.user_msg:type_name -> lazarus.v1.UserMessage
 	11, // 17: lazarus.v1.Event.assistant_msg:type_name -> lazarus.v1.AssistantMessage
@@ -2789,14 +2874,14 @@ var file_lazarus_v1_records_proto_depIdxs = []int32{
 	19, // 23: lazarus.v1.Event.turn_failed:type_name -> lazarus.v1.TurnFailed
 	20, // 24: lazarus.v1.Event.handoff:type_name -> lazarus.v1.Handoff
 	3,  // 25: lazarus.v1.FSMState.state:type_name -> lazarus.v1.AgentState
-	32, // 26: lazarus.v1.FSMState.pending:type_name -> lazarus.v1.FSMState.PendingEntry
-	33, // 27: lazarus.v1.Conversation.settings:type_name -> lazarus.v1.Conversation.SettingsEntry
+	33, // 26: lazarus.v1.FSMState.pending:type_name -> lazarus.v1.FSMState.PendingEntry
+	34, // 27: lazarus.v1.Conversation.settings:type_name -> lazarus.v1.Conversation.SettingsEntry
 	2,  // 28: lazarus.v1.Conversation.status:type_name -> lazarus.v1.ConversationStatus
 	22, // 29: lazarus.v1.Conversation.fsm_state:type_name -> lazarus.v1.FSMState
-	35, // 30: lazarus.v1.Conversation.created:type_name -> google.protobuf.Timestamp
-	35, // 31: lazarus.v1.Conversation.updated:type_name -> google.protobuf.Timestamp
+	36, // 30: lazarus.v1.Conversation.created:type_name -> google.protobuf.Timestamp
+	36, // 31: lazarus.v1.Conversation.updated:type_name -> google.protobuf.Timestamp
 	24, // 32: lazarus.v1.Conversation.forked_from:type_name -> lazarus.v1.ForkOrigin
-	35, // 33: lazarus.v1.Summary.created:type_name -> google.protobuf.Timestamp
+	36, // 33: lazarus.v1.Summary.created:type_name -> google.protobuf.Timestamp
 	27, // 34: lazarus.v1.Summary.requests:type_name -> lazarus.v1.RequestRef
 	16, // 35: lazarus.v1.Summary.requester:type_name -> lazarus.v1.Identity
 	25, // 36: lazarus.v1.Summary.agents:type_name -> lazarus.v1.Summary
@@ -2804,24 +2889,25 @@ var file_lazarus_v1_records_proto_depIdxs = []int32{
 	0,  // 38: lazarus.v1.ToolCallRecord.executor:type_name -> lazarus.v1.Executor
 	1,  // 39: lazarus.v1.ToolCallRecord.status:type_name -> lazarus.v1.ToolCallStatus
 	9,  // 40: lazarus.v1.ToolCallRecord.result:type_name -> lazarus.v1.ToolOutcome
-	35, // 41: lazarus.v1.ToolCallRecord.created:type_name -> google.protobuf.Timestamp
-	35, // 42: lazarus.v1.ToolCallRecord.resolved:type_name -> google.protobuf.Timestamp
-	35, // 43: lazarus.v1.ToolCallRecord.deadline:type_name -> google.protobuf.Timestamp
+	36, // 41: lazarus.v1.ToolCallRecord.created:type_name -> google.protobuf.Timestamp
+	36, // 42: lazarus.v1.ToolCallRecord.resolved:type_name -> google.protobuf.Timestamp
+	36, // 43: lazarus.v1.ToolCallRecord.deadline:type_name -> google.protobuf.Timestamp
 	16, // 44: lazarus.v1.ToolCallRecord.requester:type_name -> lazarus.v1.Identity
 	16, // 45: lazarus.v1.ToolCallRecord.resolver:type_name -> lazarus.v1.Identity
-	35, // 46: lazarus.v1.Deadline.at:type_name -> google.protobuf.Timestamp
+	36, // 46: lazarus.v1.Deadline.at:type_name -> google.protobuf.Timestamp
 	21, // 47: lazarus.v1.ModelCall.rendered_context:type_name -> lazarus.v1.Event
 	7,  // 48: lazarus.v1.ModelCall.usage:type_name -> lazarus.v1.Usage
-	35, // 49: lazarus.v1.ModelCall.created:type_name -> google.protobuf.Timestamp
+	36, // 49: lazarus.v1.ModelCall.created:type_name -> google.protobuf.Timestamp
 	25, // 50: lazarus.v1.ModelCall.summary:type_name -> lazarus.v1.Summary
-	34, // 51: lazarus.v1.ModelCall.settings:type_name -> lazarus.v1.ModelCall.SettingsEntry
-	35, // 52: lazarus.v1.Tombstone.deleted:type_name -> google.protobuf.Timestamp
-	14, // 53: lazarus.v1.FSMState.PendingEntry.value:type_name -> lazarus.v1.PendingCall
-	54, // [54:54] is the sub-list for method output_type
-	54, // [54:54] is the sub-list for method input_type
-	54, // [54:54] is the sub-list for extension type_name
-	54, // [54:54] is the sub-list for extension extendee
-	0,  // [0:54] is the sub-list for field type_name
+	35, // 51: lazarus.v1.ModelCall.settings:type_name -> lazarus.v1.ModelCall.SettingsEntry
+	31, // 52: lazarus.v1.ModelCall.error:type_name -> lazarus.v1.ModelCallError
+	36, // 53: lazarus.v1.Tombstone.deleted:type_name -> google.protobuf.Timestamp
+	14, // 54: lazarus.v1.FSMState.PendingEntry.value:type_name -> lazarus.v1.PendingCall
+	55, // [55:55] is the sub-list for method output_type
+	55, // [55:55] is the sub-list for method input_type
+	55, // [55:55] is the sub-list for extension type_name
+	55, // [55:55] is the sub-list for extension extendee
+	0,  // [0:55] is the sub-list for field type_name
 }
 
 func init() { file_lazarus_v1_records_proto_init() }
@@ -2855,7 +2941,7 @@ func file_lazarus_v1_records_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lazarus_v1_records_proto_rawDesc), len(file_lazarus_v1_records_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   31,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -652,6 +652,7 @@ func testConvMetadata(t *testing.T, e env) {
 var auditCases = []suiteCase{
 	{name: "OffIsNoOp", run: testAuditOff},
 	{name: "OrderedByTurn", run: testAuditOrder, audit: true},
+	{name: "FailedCallRoundTrips", run: testAuditFailedCall, audit: true},
 	{name: "GC", run: testAuditGC, audit: true},
 	{name: "IllFormedCreatedRefused", run: testAuditBadCreated, audit: true},
 }
@@ -707,6 +708,34 @@ func testAuditOrder(t *testing.T, e env) {
 		got = append(got, mc.GetTurnRef())
 	}
 	assert.Equal(t, slices.Sorted(slices.Values(turns)), got, "ordered by TurnRef as an unsigned integer")
+}
+
+// testAuditFailedCall: the row of a failed model call (an error, a
+// latency, no usage nor model) and the full row of an answered one (every
+// field of ModelCall set) are stored as given, and a retry that answers
+// replaces the failed call's row of the same turn, error gone.
+func testAuditFailedCall(t *testing.T, e env) {
+	s := e.openAudit(t, true).Store
+	ctx := t.Context()
+	failed := modelCall("c", 2, 10)
+	failed.Model, failed.Usage = "", nil
+	failed.Error = &messages.ModelCallError{Message: "upstream 503: überlastet", Code: "unavailable"}
+	full := modelCall("c", 1, 5)
+	full.Summary = &messages.Summary{FromSeq: 1, ToSeq: 3, Content: "so far", Version: "v1"}
+	full.Settings = map[string]string{"system_prompt": "be brief", "max_tokens": "100"}
+	full.Tools = []string{"alpha", "zeta"}
+	full.Agent = "triage"
+	require.NoError(t, s.PutModelCall(ctx, failed))
+	require.NoError(t, s.PutModelCall(ctx, full))
+	calls, err := s.ModelCalls(ctx, "c")
+	require.NoError(t, err)
+	requireProtos(t, []*messages.ModelCall{full, failed}, calls, "every field round-trips, a failed call's error included")
+
+	retried := modelCall("c", 2, 20)
+	require.NoError(t, s.PutModelCall(ctx, retried))
+	calls, err = s.ModelCalls(ctx, "c")
+	require.NoError(t, err)
+	requireProtos(t, []*messages.ModelCall{full, retried}, calls, "the answered retry replaces the failed row, error gone")
 }
 
 func testAuditGC(t *testing.T, e env) {
