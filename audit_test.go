@@ -380,3 +380,36 @@ func TestAuditRecordsNothingForACancelledCall(t *testing.T) {
 	require.Equal(t, uint64(2), rows[0].GetTurnRef())
 	require.Nil(t, rows[0].GetError())
 }
+
+// panickingAudit is a Store whose audit write panics.
+type panickingAudit struct {
+	*memjournal.Store
+	puts atomic.Int32
+}
+
+func (s *panickingAudit) PutModelCall(context.Context, *messages.ModelCall) error {
+	s.puts.Add(1)
+	panic("audit store broke")
+}
+
+// TestAuditWriteThatPanicsFailsNoTurn: a Store whose PutModelCall panics
+// neither crashes the process nor fails the turn, and the conversation's
+// next model call is not kept waiting at its gate (the row is written
+// before the call leaves it): both turns answer.
+func TestAuditWriteThatPanicsFailsNoTurn(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	mem := memjournal.New(memjournal.Options{Audit: true})
+	defer mem.Close()
+	store := &panickingAudit{Store: mem}
+	rt, err := lazarus.Open(lazarus.Options{Store: store, Model: scripted.New(scripted.Options{}), IdleTimeout: -1,
+		Audit: lazarus.AuditOptions{Enabled: true}})
+	require.NoError(t, err)
+	defer rt.Close()
+	for i := range 2 {
+		end, err := rt.SendAndWait(ctx, "c", fmt.Sprintf("hi %d", i), agent.Scope{UserID: "u"})
+		require.NoError(t, err)
+		require.Equal(t, lazarus.TurnAnswered, end.Outcome, "turn %d", i)
+	}
+	require.Equal(t, int32(2), store.puts.Load(), "each call tried its row")
+}

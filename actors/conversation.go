@@ -552,9 +552,7 @@ func (c *conversation) startModel(ctx actor.Context, e effStartModel) {
 			} else {
 				mc.Model, mc.Usage = msg.GetModel(), msg.GetUsage()
 			}
-			if aerr := store.PutModelCall(turnCtx, mc); aerr != nil {
-				log.Warn("audit write failed", "err", aerr)
-			}
+			putModelCall(turnCtx, store, log, mc)
 		}
 		leave()
 		send(&inModelDone{turn: id, msg: msg, err: err})
@@ -651,6 +649,20 @@ func resumeScope(ctx context.Context, ws *snapshot.WorkingSet, loader agent.Scop
 		return agent.SystemScope
 	}
 	return loadScope(ctx, agent.IdentityOf(ws.Requester()), loader, log)
+}
+
+// putModelCall writes the audit row mc, logging a failure: the audit never
+// fails a turn. A panic of the Store is logged as a failure too, so the
+// model call goroutine always goes on to leave the conversation's gate.
+func putModelCall(ctx context.Context, store journal.Audit, log *slog.Logger, mc *messages.ModelCall) {
+	defer func() {
+		if p := recover(); p != nil {
+			log.Error("audit write panicked", "panic", p, "stack", string(debug.Stack()))
+		}
+	}()
+	if err := store.PutModelCall(ctx, mc); err != nil {
+		log.Warn("audit write failed", "err", err)
+	}
 }
 
 // loadScope rebuilds id's scope with loader, or returns SystemScope when
