@@ -35,9 +35,14 @@ func (c *core) event(body func(*messages.Event)) *messages.Event {
 // and a message, or a server call's result, written while the human call
 // is still open in this activation's view must not undo that. Once an
 // answer is delivered, rowStatus is ACTIVE (see onCommand), so the write
-// that records it states the status it leaves; that write still
-// overwrites the mark of an answer to another human call written just
-// before it and not yet delivered (RELIABILITY.md, guarantee 6, says so).
+// that records it states the status it leaves: SUSPENDED while another
+// human call is open. An answer to that other call may have been written
+// just before it and not yet delivered; the Store then writes ACTIVE
+// instead (journal.StatusWritten: a call the fsm_state names pending is
+// terminal), deciding in the write's own atomic commit, so the mark stands
+// even if the process dies as the write lands. rowStatus then says
+// SUSPENDED over an ACTIVE row, which costs at most a later write stating
+// a status the row already has.
 func (c *core) setRow(req *messages.AppendRequest, st messages.ConversationStatus, extra []*openCall) {
 	if st == messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE && c.rowStatus == st && !c.rowAwaiting && !c.awaitingInput(extra) {
 		return

@@ -69,7 +69,11 @@ type EventLog interface {
 	// call rows are upserted, its resolutions applied, its fsm_state and
 	// status replace the conversation's, its deadlines are scheduled or
 	// cancelled, and its reschedules applied. The first append to a
-	// conversation creates its row with status ACTIVE.
+	// conversation creates its row with status ACTIVE. A status SUSPENDED
+	// is written as ACTIVE when a call the request's fsm_state names
+	// pending is terminal once its upserts and resolutions are applied
+	// (StatusWritten): an answer durable and not yet in the log keeps the
+	// conversation where Open resumes it.
 	//
 	// Schedule and Cancel change only deadline records (the writer puts the
 	// same time in the row it upserts). A Reschedule entry changes both, in

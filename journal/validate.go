@@ -586,3 +586,31 @@ func Timestamp(t time.Time) *timestamppb.Timestamp {
 	}
 	return timestamppb.New(t)
 }
+
+// StatusWritten returns the status an append that states st writes into
+// its conversation's row, given its fsm_state and answered, which reports
+// whether a call of the conversation is terminal in the Store once the
+// request's own upserts and resolutions are applied: st, except that a
+// SUSPENDED stated while a call fsm names pending is answered becomes
+// ACTIVE. Such an answer is durable and not yet in the log (the writer
+// still sees its call open), and the answer's own write made the row
+// ACTIVE so that Open resumes the conversation and its revival records
+// the answer; a SUSPENDED committed after that write would undo it.
+// Deciding in the append's own atomic write, against the rows as they
+// are then, leaves no instant at which the row says SUSPENDED over an
+// answer not in the log. Every adapter applies it (see EventLog.Append).
+func StatusWritten(st messages.ConversationStatus, fsm *messages.FSMState, answered func(toolCallID string) (bool, error)) (messages.ConversationStatus, error) {
+	if st != messages.ConversationStatus_CONVERSATION_STATUS_SUSPENDED {
+		return st, nil
+	}
+	for id := range fsm.GetPending() {
+		ok, err := answered(id)
+		if err != nil {
+			return st, err
+		}
+		if ok {
+			return messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE, nil
+		}
+	}
+	return st, nil
+}

@@ -276,3 +276,52 @@ func TestValidateModelCall(t *testing.T) {
 		require.ErrorIs(t, journal.ValidateModelCall(mc), journal.ErrInvalid, name)
 	}
 }
+
+// TestStatusWritten: a status other than SUSPENDED is written as stated;
+// SUSPENDED becomes ACTIVE when a call the fsm_state names pending is
+// answered, and stays SUSPENDED when none is (or none is named); an error
+// reading a call is returned.
+func TestStatusWritten(t *testing.T) {
+	const (
+		active    = messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE
+		suspended = messages.ConversationStatus_CONVERSATION_STATUS_SUSPENDED
+		idle      = messages.ConversationStatus_CONVERSATION_STATUS_IDLE
+	)
+	fsm := &messages.FSMState{Pending: map[string]*messages.PendingCall{"a": {}, "b": {}}}
+	answered := func(ids ...string) func(string) (bool, error) {
+		return func(id string) (bool, error) {
+			for _, a := range ids {
+				if a == id {
+					return true, nil
+				}
+			}
+			return false, nil
+		}
+	}
+	boom := errors.New("boom")
+	for _, tc := range []struct {
+		name     string
+		st       messages.ConversationStatus
+		fsm      *messages.FSMState
+		answered func(string) (bool, error)
+		want     messages.ConversationStatus
+		err      error
+	}{
+		{"IdleAsStated", idle, fsm, answered("a"), idle, nil},
+		{"ActiveAsStated", active, fsm, answered(), active, nil},
+		{"SuspendedNothingAnswered", suspended, fsm, answered("c"), suspended, nil},
+		{"SuspendedOneAnswered", suspended, fsm, answered("b"), active, nil},
+		{"SuspendedNoFSMState", suspended, nil, answered("a"), suspended, nil},
+		{"ReadError", suspended, fsm, func(string) (bool, error) { return false, boom }, suspended, boom},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := journal.StatusWritten(tc.st, tc.fsm, tc.answered)
+			if tc.err != nil {
+				require.ErrorIs(t, err, tc.err)
+			} else {
+				require.NoError(t, err)
+			}
+			require.Equal(t, tc.want, got)
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -266,5 +267,110 @@ func TestRowFollowsTheLogThroughRewindAndEdit(t *testing.T) {
 		h.model.Release("c")
 		h.awaitEvent("c", 0, isAssistantText("edited answer"))
 		requireRowFollowsTheLog(t, h, "c", messages.ConversationStatus_CONVERSATION_STATUS_IDLE, "turn ended")
+	})
+}
+
+// dyingStore stands for a process killed right after one write lands: once
+// armed, the first batch that commits a request of conv stating SUSPENDED
+// is committed, and every write after it fails, as nothing more of that
+// process reaches the Store.
+type dyingStore struct {
+	journal.Store
+	conv string
+	mu   sync.Mutex
+	arm  bool
+	dead chan struct{}
+}
+
+func (d *dyingStore) isDead() bool {
+	select {
+	case <-d.dead:
+		return true
+	default:
+		return false
+	}
+}
+
+func (d *dyingStore) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest) []journal.AppendResult {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.isDead() {
+		out := make([]journal.AppendResult, len(reqs))
+		for i := range out {
+			out[i].Err = journal.ErrUnavailable
+		}
+		return out
+	}
+	res := d.Store.AppendBatch(ctx, reqs)
+	for i, r := range reqs {
+		if d.arm && r.GetConversationId() == d.conv && res[i].Err == nil &&
+			r.GetStatus() == messages.ConversationStatus_CONVERSATION_STATUS_SUSPENDED {
+			close(d.dead)
+			break
+		}
+	}
+	return res
+}
+
+func (d *dyingStore) Append(ctx context.Context, req *messages.AppendRequest) (journal.AppendResult, error) {
+	res := d.AppendBatch(ctx, []*messages.AppendRequest{req})
+	return res[0], res[0].Err
+}
+
+// TestAnswerOverwrittenBySuspendedWriteIsResumedAfterAKill: two human
+// calls are open; the answer to the second is durable (its row resolved,
+// the conversation row ACTIVE), then the live activation records the
+// answer to the first, stating SUSPENDED since the second is open in its
+// view, and the process dies right after that write lands, before the
+// second answer is delivered. The Store wrote ACTIVE, not SUSPENDED (a
+// call the write names pending is answered: journal.StatusWritten), so
+// the next Open resumes the conversation with no command, records the
+// second answer and runs the turn (RELIABILITY.md, guarantee 6). The
+// write used to leave the row SUSPENDED, and the answer waited for the
+// conversation's next command; no step of the activation after the write
+// could have closed that, as the process may die right after it lands.
+func TestAnswerOverwrittenBySuspendedWriteIsResumedAfterAKill(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		inner := openStore(t, kind)
+		store := &dyingStore{Store: inner, conv: "c", dead: make(chan struct{})}
+		h := newHarness(t, store, nil)
+		ctx := ctxT(t)
+		h.model.Push("c", scripted.Reply("two approvals",
+			scripted.Call("approve_refund", `{"amount":5}`), scripted.Call("approve_refund", `{"amount":7}`)))
+		_, err := h.rt.Send(ctx, "c", "refund twice", user)
+		require.NoError(t, err)
+		pending := h.awaitEvent("c", 0, isSuspension).GetSuspension().GetPending()
+		require.Len(t, pending, 2)
+		first, second := pending[0].GetToolCallId(), pending[1].GetToolCallId()
+
+		// What Resolve(second) writes, its delivery not made.
+		_, err = inner.Append(ctx, &messages.AppendRequest{ConversationId: "c", Unfenced: true,
+			Status: messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE,
+			Resolutions: []*messages.ToolResolution{{ToolCallId: second, Status: messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED,
+				Result: &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: `{"approved":true}`}},
+				At:     journal.Timestamp(h.clock.Now()), By: user.Identity().Proto()}}})
+		require.NoError(t, err)
+
+		store.mu.Lock()
+		store.arm = true
+		store.mu.Unlock()
+		require.NoError(t, h.rt.Resolve(ctx, first, `{"approved":true}`, user))
+		select {
+		case <-store.dead:
+		case <-ctx.Done():
+			t.Fatal("the activation never recorded the first answer")
+		}
+		require.NoError(t, h.rt.Close())
+
+		row, err := inner.Conversation(ctx, "c")
+		require.NoError(t, err)
+		require.Equal(t, messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE, row.GetStatus(),
+			"the write stating SUSPENDED over a durable answer not in the log wrote ACTIVE")
+
+		model2 := scripted.New(scripted.Options{})
+		model2.Push("c", scripted.Text("both refunded"))
+		h2 := newHarness(t, inner, func(o *lazarus.Options) { o.Model = model2 })
+		// No command: Open's resume records the second answer and runs the turn.
+		h2.awaitEvent("c", 0, isAssistantText("both refunded"))
 	})
 }

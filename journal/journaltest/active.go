@@ -19,6 +19,7 @@ import (
 var activeCases = []suiteCase{
 	{name: "NewConversationIsActive", run: testActiveNew},
 	{name: "StatusChangesMoveIt", run: testActiveStatus},
+	{name: "SuspendedOverAnAnswerNotInTheLog", run: testActiveAnswerNotInLog},
 	{name: "FailedWriteLeavesIt", run: testActiveFailedWrite},
 	{name: "DeleteRemovesIt", run: testActiveDelete},
 	{name: "PagesInIDOrder", run: testActivePages},
@@ -95,6 +96,59 @@ func testActiveNew(t *testing.T, e env) {
 	assert.Equal(t, []string{"appended", "fsm", "put"}, activeIDs(t, s, 0),
 		"new rows are ACTIVE unless the write says otherwise; records that create no row are not listed")
 	assert.Equal(t, []string{"appended", "fsm", "put"}, activeIDs(t, s, math.MaxInt), "a limit of math.MaxInt lists every one")
+}
+
+// recordAnswer is the write of a conversation's actor that records the
+// answer to call, with the rest still pending: it states SUSPENDED.
+func recordAnswer(conv string, last uint64, call string, rest ...string) *messages.AppendRequest {
+	return &messages.AppendRequest{
+		ConversationId: conv, ExpectedLast: last,
+		Events:      []*messages.Event{resolutionEv(10, call, resolved), toolResultEv(10, call, `"yes"`)},
+		Resolutions: []*messages.ToolResolution{{ToolCallId: call, Status: resolved, Result: contentOutcome(`"yes"`), At: ts(10), By: bob}},
+		FsmState:    awaiting(last+2, rest...),
+		Status:      statusSuspended,
+	}
+}
+
+// answerUnfenced is what an answer given outside the conversation's actor
+// writes: the call resolved, the row ACTIVE.
+func answerUnfenced(conv, call string) *messages.AppendRequest {
+	return &messages.AppendRequest{ConversationId: conv, Unfenced: true, Status: statusActive,
+		Resolutions: []*messages.ToolResolution{{ToolCallId: call, Status: resolved, Result: contentOutcome(`"yes"`), At: ts(9), By: bob}}}
+}
+
+// testActiveAnswerNotInLog: an append stating SUSPENDED while a call its
+// fsm_state names pending is terminal (answered, the answer not yet in the
+// log) writes ACTIVE, and the conversation stays listed, whether the
+// answer was committed before it or earlier in its batch; with every call
+// it names pending still pending, it writes SUSPENDED.
+func testActiveAnswerNotInLog(t *testing.T, e env) {
+	s := e.open(t).Store
+	for _, conv := range []string{"apart", "batched", "pending"} {
+		appendEvents(t, s, conv, userEvs(1, 1)...)
+	}
+	lastApart := suspend(t, s, "apart", "a-1", "a-2")
+	lastBatched := suspend(t, s, "batched", "b-1", "b-2")
+	lastPending := suspend(t, s, "pending", "p-1", "p-2")
+	for _, conv := range []string{"apart", "batched", "pending"} {
+		setStatus(t, s, conv, statusSuspended)
+	}
+	require.Empty(t, activeIDs(t, s, 0))
+
+	appendOK(t, s, answerUnfenced("apart", "a-2"))
+	appendOK(t, s, recordAnswer("apart", lastApart, "a-1", "a-2"))
+	res := s.AppendBatch(t.Context(), []*messages.AppendRequest{answerUnfenced("batched", "b-2"), recordAnswer("batched", lastBatched, "b-1", "b-2")})
+	for i, r := range res {
+		require.NoError(t, r.Err, "request %d of the batch", i)
+	}
+	appendOK(t, s, recordAnswer("pending", lastPending, "p-1", "p-2"))
+
+	for conv, want := range map[string]messages.ConversationStatus{"apart": statusActive, "batched": statusActive, "pending": statusSuspended} {
+		row := conversation(t, s, conv)
+		assert.Equal(t, want, row.GetStatus(), "%s: the status written", conv)
+		requireProto(t, awaiting(lastSeq(t, s, conv), conv[:1]+"-2"), row.GetFsmState(), "%s: the fsm_state is the request's", conv)
+	}
+	assert.Equal(t, []string{"apart", "batched"}, activeIDs(t, s, 0), "the conversations owing an answer's recording are listed")
 }
 
 // testActiveStatus: every status other than ACTIVE takes a conversation out

@@ -187,8 +187,12 @@ func (w *crashWorker) acked(req *messages.AppendRequest, res journal.AppendResul
 	if req.GetFsmState() != nil {
 		w.fsm[conv] = req.GetFsmState()
 	}
-	if req.GetStatus() != 0 {
-		w.status[conv] = req.GetStatus()
+	if st := req.GetStatus(); st != 0 {
+		st, _ = journal.StatusWritten(st, req.GetFsmState(), func(id string) (bool, error) {
+			r := w.rows[id]
+			return r != nil && r.GetConversationId() == conv && journal.IsTerminal(r.GetStatus()), nil
+		})
+		w.status[conv] = st
 	}
 	for _, d := range req.GetSchedule() {
 		w.deadlines[d.GetToolCallId()] = d

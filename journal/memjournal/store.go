@@ -364,6 +364,10 @@ func (st *state) applyAppend(req *messages.AppendRequest, now time.Time) journal
 		changed = true
 	}
 	if s := req.GetStatus(); s != messages.ConversationStatus_CONVERSATION_STATUS_UNSPECIFIED {
+		s, _ = journal.StatusWritten(s, req.GetFsmState(), func(call string) (bool, error) {
+			row := st.toolCalls[call]
+			return row != nil && row.GetConversationId() == id && journal.IsTerminal(row.GetStatus()), nil
+		})
 		c.row.Status = s
 		changed = true
 	}

@@ -773,6 +773,18 @@ func (t *txn) apply(req *messages.AppendRequest) (res journal.AppendResult, err 
 			row.FsmState = proto.Clone(st).(*messages.FSMState)
 		}
 		if s := req.GetStatus(); s != messages.ConversationStatus_CONVERSATION_STATUS_UNSPECIFIED {
+			// The calls of conv change only under its lock, which this
+			// write holds.
+			s, err := journal.StatusWritten(s, req.GetFsmState(), func(id string) (bool, error) {
+				c, err := t.call(id)
+				if err != nil {
+					return false, err
+				}
+				return c.owner == conv && c.rec != nil && journal.IsTerminal(c.rec.GetStatus()), nil
+			})
+			if err != nil {
+				return res, err
+			}
 			row.Status = s
 		}
 		if kv := req.GetSettings(); len(kv) > 0 {

@@ -134,6 +134,16 @@ func (s *Store) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest)
 				callIDs = append(callIDs, d.GetToolCallId())
 			}
 		}
+		if req.GetStatus() == messages.ConversationStatus_CONVERSATION_STATUS_SUSPENDED {
+			// The calls it names pending decide the status it writes
+			// (journal.StatusWritten).
+			for id := range req.GetFsmState().GetPending() {
+				if !seenCall[id] {
+					seenCall[id] = true
+					callIDs = append(callIDs, id)
+				}
+			}
+		}
 	}
 	// restore gives the events of reqs[i] back the seqs they came with.
 	restore := func(i int) {
@@ -531,6 +541,16 @@ func (b *batch) apply(req *messages.AppendRequest, now time.Time, eb *evBuf, k i
 		changed = true
 	}
 	if st := req.GetStatus(); st != messages.ConversationStatus_CONVERSATION_STATUS_UNSPECIFIED {
+		// The rows of the calls it names pending were read FOR UPDATE
+		// with the batch's.
+		st, _ = journal.StatusWritten(st, req.GetFsmState(), func(call string) (bool, error) {
+			cs := b.calls[call]
+			if cs == nil {
+				return false, nil
+			}
+			rec := cs.rec
+			return rec != nil && rec.GetConversationId() == id && journal.IsTerminal(rec.GetStatus()), nil
+		})
 		h.row.Status = st
 		changed = true
 	}
