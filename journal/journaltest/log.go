@@ -25,6 +25,8 @@ var appendCases = []suiteCase{
 	{name: "ToolCallOfOtherConversation", run: testAppendToolCallOfOther},
 	{name: "RecordsAreCopies", run: testAppendCopies},
 	{name: "Settings", run: testAppendSettings},
+	{name: "ConcurrentFenceOneWins", run: testAppendConcurrentFence},
+	{name: "ConcurrentResolutionsOneWins", run: testAppendConcurrentResolutions},
 }
 
 // testAppendSettings: an append's settings merge into the row, key by key
