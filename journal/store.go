@@ -56,9 +56,9 @@ type EventQuery struct {
 	// Before is an exclusive upper bound on seq. Zero means no bound.
 	Before uint64
 	// Limit keeps at most this many events: the newest ones of the range,
-	// still returned in ascending order. Zero means no limit. Before+Limit
-	// is backward pagination: read the newest page, then the page before the
-	// oldest seq already read.
+	// still returned in ascending order. Zero means no limit; a negative
+	// limit is ErrInvalid. Before+Limit is backward pagination: read the
+	// newest page, then the page before the oldest seq already read.
 	Limit int
 }
 
@@ -92,10 +92,14 @@ type EventLog interface {
 	// expiry loses to a reschedule that moved the deadline later; if a
 	// tool call id belongs to another conversation, ErrConflict; if the
 	// conversation was deleted, ErrDeleted; if the request breaks a rule of
-	// ValidateAppend, ErrInvalid. In every error case nothing is written.
-	// The checks run in this order and the first that fails decides the
-	// error: ErrInvalid, ErrDeleted, the fence's ErrConflict, the tool call
-	// owners' ErrConflict, ErrStale. A request that passed is applied in
+	// ValidateAppend (a resolution's result that cannot be encoded or
+	// exceeds MaxRecordBytes, say), ErrInvalid. In every error case nothing
+	// is written. The checks run in this order and the first that fails
+	// decides the error: ErrInvalid, ErrDeleted, the fence's ErrConflict,
+	// the tool call owners' ErrConflict, ErrStale. One ErrInvalid depends on
+	// the stored row and is found with ErrStale's checks, resolution by
+	// resolution: a resolution that would make its call's row exceed
+	// MaxRecordBytes (see ResolvedRowFits). A request that passed is applied in
 	// this order: events, tool call upserts, resolutions, fsm_state and
 	// status, scheduled deadlines, cancelled deadlines, reschedules (so a
 	// request may resolve a call it upserts).
@@ -168,8 +172,13 @@ type ToolCalls interface {
 	// ResolveToolCall atomically moves a pending call to status (resolved,
 	// errored or expired) with result, stamped at time at, and removes its
 	// deadline in the same write. If the call is unknown or not pending it
-	// returns ErrStale and changes nothing. Exactly one of any number of
-	// concurrent resolvers of one call succeeds. It returns the updated row.
+	// returns ErrStale and changes nothing. A status that is not terminal,
+	// or a result that cannot be encoded or exceeds MaxRecordBytes, is
+	// ErrInvalid, checked first; a result that would make the pending row
+	// exceed MaxRecordBytes is ErrInvalid too, checked after ErrStale.
+	// Either way nothing changes. Exactly one of any number of concurrent
+	// resolvers of one call succeeds, whether they call ResolveToolCall or
+	// Append with a resolution of it. It returns the updated row.
 	ResolveToolCall(ctx context.Context, toolCallID string, status messages.ToolCallStatus, result *messages.ToolOutcome, at time.Time) (*messages.ToolCallRecord, error)
 }
 

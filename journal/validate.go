@@ -319,6 +319,51 @@ func ValidateResolution(toolCallID string, status messages.ToolCallStatus) error
 	return nil
 }
 
+// ValidateResolutionResult checks the result of a resolve: it can be
+// encoded (every string is valid UTF-8) and its encoding fits
+// MaxRecordBytes. A nil result passes. Whether the row it lands in still
+// fits MaxRecordBytes depends on the stored row: ResolvedRowFits checks
+// that.
+func ValidateResolutionResult(toolCallID string, result *messages.ToolOutcome) error {
+	if result == nil {
+		return nil
+	}
+	return checkSize("result of tool call "+toolCallID, result, MaxRecordBytes)
+}
+
+// ResolvedRowFits reports ErrInvalid when row, a tool call row with
+// resolution r of req applied, cannot be encoded or its encoding exceeds
+// MaxRecordBytes: the resolution would leave a row no store can keep. A
+// result that a tool_result event of the same fenced request carries
+// (an equal outcome for the same call) does not count: a store may keep it
+// once, in the event, which MaxEventBytes bounds. req may be nil (a
+// ResolveToolCall).
+func ResolvedRowFits(row *messages.ToolCallRecord, req *messages.AppendRequest, r *messages.ToolResolution) error {
+	if req != nil && r != nil && resultInEvent(req, r) {
+		row = proto.CloneOf(row)
+		row.Result = nil
+	}
+	return checkSize("tool call "+row.GetId()+" with its resolution", row, MaxRecordBytes)
+}
+
+// resultInEvent reports whether fenced req has a tool_result event of r's
+// call whose outcome is r's result.
+func resultInEvent(req *messages.AppendRequest, r *messages.ToolResolution) bool {
+	if req.GetUnfenced() || r.GetResult() == nil {
+		return false
+	}
+	for _, ev := range req.GetEvents() {
+		tr := ev.GetToolResult()
+		if tr == nil || tr.GetToolCallId() != r.GetToolCallId() {
+			continue
+		}
+		if out := tr.GetOutcome(); out == r.GetResult() || proto.Equal(out, r.GetResult()) {
+			return true
+		}
+	}
+	return false
+}
+
 // ValidateAppend checks everything in req that can be checked without
 // reading the Store: ids, counts, sizes, statuses; and that every tool call,
 // deadline and resolution names req's conversation where it names one. It
@@ -384,6 +429,9 @@ func validateAppend(req *messages.AppendRequest, encode bool) error {
 			return Invalidf("nil resolution in append to %q", conv)
 		}
 		if err := ValidateResolution(r.GetToolCallId(), r.GetStatus()); err != nil {
+			return err
+		}
+		if err := checkSize("resolution of tool call "+r.GetToolCallId(), r, MaxRecordBytes); err != nil {
 			return err
 		}
 	}

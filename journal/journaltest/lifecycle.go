@@ -432,6 +432,13 @@ func testBadInput(t *testing.T, e env) {
 		{"AppendFSMStateNilPending", appendTo(valid(func(r *messages.AppendRequest) {
 			r.FsmState = &messages.FSMState{State: messages.AgentState_AGENT_STATE_AWAITING_INPUT, Pending: map[string]*messages.PendingCall{calls[0]: nil}}
 		}))},
+		{"AppendResolutionInvalidUTF8Result", appendTo(&messages.AppendRequest{ConversationId: "c", Unfenced: true,
+			Resolutions: []*messages.ToolResolution{{ToolCallId: calls[0], Status: resolved, Result: contentOutcome("\xff")}}})},
+		{"AppendResolutionOversizedResult", appendTo(&messages.AppendRequest{ConversationId: "c", Unfenced: true,
+			Resolutions: []*messages.ToolResolution{{ToolCallId: calls[0], Status: resolved, Result: contentOutcome(strings.Repeat("r", journal.MaxRecordBytes+1))}}})},
+		{"AppendResolutionWithEventsOversizedResult", appendTo(&messages.AppendRequest{ConversationId: "c", ExpectedLast: last,
+			Events:      []*messages.Event{resolutionEv(50, calls[0], resolved)},
+			Resolutions: []*messages.ToolResolution{{ToolCallId: calls[0], Status: resolved, Result: contentOutcome(strings.Repeat("r", journal.MaxRecordBytes+1))}}})},
 		{"AppendBatchInvalidRequest", func() error {
 			return s.AppendBatch(ctx, []*messages.AppendRequest{valid(func(r *messages.AppendRequest) { r.Events[0].Body = nil })})[0].Err
 		}},
@@ -503,6 +510,31 @@ func testBadInput(t *testing.T, e env) {
 		{"ListPendingCursorBadLength", func() error { _, _, err := s.ListPendingToolCalls(ctx, "9:ctc", 0); return err }},
 		{"ListPendingCursorEmptyCall", func() error { _, _, err := s.ListPendingToolCalls(ctx, journal.PendingCursor("c", ""), 0); return err }},
 		{"MetadataEmptyID", func() error { _, err := s.Metadata(ctx, ""); return err }},
+		{"EventsNegativeLimit", func() error { _, err := s.Events(ctx, "c", journal.EventQuery{Limit: -1}); return err }},
+		{"LatestSummaryEmptyID", func() error { _, err := s.LatestSummary(ctx, ""); return err }},
+		{"SummaryBeforeOversizedID", func() error { _, err := s.SummaryBefore(ctx, longID, 5); return err }},
+		{"PutSummaryNil", func() error { return s.PutSummary(ctx, "c", nil) }},
+		{"ConversationEmptyID", func() error { _, err := s.Conversation(ctx, ""); return err }},
+		{"PutMetadataEmptyID", func() error { return s.PutMetadata(ctx, "", map[string]string{"k": "v"}) }},
+		{"PutMetadataInvalidUTF8ID", func() error { return s.PutMetadata(ctx, "c\xff", map[string]string{"k": "v"}) }},
+		{"CancelEmptyConversationID", func() error { return s.CancelDeadline(ctx, "", calls[0]) }},
+		{"ScheduleNil", func() error { return s.ScheduleDeadline(ctx, nil) }},
+		{"ScheduleEmptyConversationID", func() error { return s.ScheduleDeadline(ctx, deadline("", calls[0], 5)) }},
+		{"ResolveInvalidUTF8Result", func() error {
+			_, err := s.ResolveToolCall(ctx, calls[0], resolved, contentOutcome("\xff"), tm(1))
+			return err
+		}},
+		{"ResolveOversizedResult", func() error {
+			_, err := s.ResolveToolCall(ctx, calls[0], resolved, contentOutcome(strings.Repeat("r", journal.MaxRecordBytes+1)), tm(1))
+			return err
+		}},
+		{"UpsertOversizedArgs", func() error {
+			rec := humanCall("c", "c/new")
+			rec.Args = strings.Repeat("a", journal.MaxRecordBytes+1)
+			return s.UpsertToolCall(ctx, rec)
+		}},
+		{"ModelCallsEmptyID", func() error { _, err := s.ModelCalls(ctx, ""); return err }},
+		{"GCModelCallsEmptyID", func() error { _, err := s.GCModelCalls(ctx, "", tm(1)); return err }},
 	}
 	convs := []string{"c", "d", "c\xef\xbf\xbd"}
 	ids := append(append([]string{}, calls...), "c/new")

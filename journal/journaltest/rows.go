@@ -26,6 +26,7 @@ var toolCallCases = []suiteCase{
 	{name: "ConcurrentResolveOneWins", run: testResolveConcurrent},
 	{name: "ResolveStale", run: testResolveStale},
 	{name: "ResolveRemovesDeadline", run: testResolveRemovesDeadline},
+	{name: "ResolveOverflowingRowRefused", run: testResolveOverflowingRow},
 }
 
 func upsert(t testing.TB, s journal.Store, rec *messages.ToolCallRecord) {

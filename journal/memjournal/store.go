@@ -306,6 +306,9 @@ func (st *state) checkAppend(req *messages.AppendRequest) error {
 				return fmt.Errorf("memjournal: resolve %q in an append to %q: no deadline due by %v: %w", call, id, due.AsTime(), journal.ErrStale)
 			}
 		}
+		if err := st.checkResolvedRow(req, r); err != nil {
+			return err
+		}
 		status[call] = r.GetStatus()
 	}
 	for _, d := range req.GetReschedule() {
@@ -323,6 +326,24 @@ func (st *state) checkAppend(req *messages.AppendRequest) error {
 		}
 	}
 	return st.checkFire(id, req.GetScheduleFire())
+}
+
+// checkResolvedRow reports ErrInvalid when resolution r of req would leave
+// its call's row (as req's upserts leave it, else as stored) too large to
+// keep, as a durable adapter finds when it encodes the row.
+func (st *state) checkResolvedRow(req *messages.AppendRequest, r *messages.ToolResolution) error {
+	row := st.toolCalls[r.GetToolCallId()]
+	for _, tc := range req.GetToolCalls() {
+		if tc.GetId() == r.GetToolCallId() {
+			row = tc
+		}
+	}
+	res := clone(row)
+	res.Status, res.Result, res.Resolved, res.Resolver = r.GetStatus(), r.GetResult(), r.GetAt(), r.GetBy()
+	if err := journal.ResolvedRowFits(res, req, r); err != nil {
+		return fmt.Errorf("memjournal: resolve %q in an append to %q: %w", r.GetToolCallId(), req.GetConversationId(), err)
+	}
+	return nil
 }
 
 // applyAppend applies a checked request. req is the Store's own copy.
@@ -723,6 +744,9 @@ func (s *Store) ResolveToolCall(ctx context.Context, toolCallID string, status m
 	if err := journal.ValidateResolution(toolCallID, status); err != nil {
 		return nil, fmt.Errorf("memjournal: %w", err)
 	}
+	if err := journal.ValidateResolutionResult(toolCallID, result); err != nil {
+		return nil, fmt.Errorf("memjournal: %w", err)
+	}
 	if result != nil {
 		result = clone(result)
 	}
@@ -737,6 +761,11 @@ func (s *Store) ResolveToolCall(ctx context.Context, toolCallID string, status m
 	}
 	if row.GetStatus() != messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING {
 		return nil, fmt.Errorf("memjournal: resolve %q: status is %v: %w", toolCallID, row.GetStatus(), journal.ErrStale)
+	}
+	res := clone(row)
+	res.Status, res.Result, res.Resolved = status, result, journal.Timestamp(at)
+	if err := journal.ResolvedRowFits(res, nil, nil); err != nil {
+		return nil, fmt.Errorf("memjournal: resolve %q: %w", toolCallID, err)
 	}
 	st.resolve(st.conv(row.GetConversationId()), row, status, result, journal.Timestamp(at))
 	return clone(row), nil

@@ -456,6 +456,9 @@ func (b *batch) check(req *messages.AppendRequest) error {
 				return fmt.Errorf("resolve %q in an append to %q: no deadline due by %v: %w", call, id, due.AsTime(), journal.ErrStale)
 			}
 		}
+		if err := b.checkResolvedRow(req, r); err != nil {
+			return err
+		}
 		status[call] = r.GetStatus()
 	}
 	for _, d := range req.GetReschedule() {
@@ -473,6 +476,28 @@ func (b *batch) check(req *messages.AppendRequest) error {
 		}
 	}
 	return b.checkFire(id, req.GetScheduleFire())
+}
+
+// checkResolvedRow reports ErrInvalid when resolution r of req would leave
+// its call's row (as req's upserts leave it, else as the batch has it) too
+// large to keep, before the write that would fail to encode it, and with
+// it every request of the batch.
+func (b *batch) checkResolvedRow(req *messages.AppendRequest, r *messages.ToolResolution) error {
+	var row *messages.ToolCallRecord
+	if cs := b.calls[r.GetToolCallId()]; cs != nil {
+		row = cs.rec
+	}
+	for _, tc := range req.GetToolCalls() {
+		if tc.GetId() == r.GetToolCallId() {
+			row = tc
+		}
+	}
+	res := proto.Clone(row).(*messages.ToolCallRecord)
+	res.Status, res.Result, res.Resolved, res.Resolver = r.GetStatus(), r.GetResult(), r.GetAt(), r.GetBy()
+	if err := journal.ResolvedRowFits(res, req, r); err != nil {
+		return fmt.Errorf("resolve %q in an append to %q: %w", r.GetToolCallId(), req.GetConversationId(), err)
+	}
+	return nil
 }
 
 // apply applies a checked request to the batch's state, in the contract's

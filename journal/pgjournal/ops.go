@@ -437,6 +437,9 @@ func (s *Store) ResolveToolCall(ctx context.Context, toolCallID string, status m
 	if err := journal.ValidateResolution(toolCallID, status); err != nil {
 		return nil, fmt.Errorf("pgjournal: %w", err)
 	}
+	if err := journal.ValidateResolutionResult(toolCallID, result); err != nil {
+		return nil, fmt.Errorf("pgjournal: %w", err)
+	}
 	var out *messages.ToolCallRecord
 	err = s.writeTx(ctx, "resolve", "", func(tx pgx.Tx) error {
 		var conv, data []byte
