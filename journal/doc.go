@@ -10,6 +10,48 @@
 // either derived from the log or a row whose changes are written in the same
 // atomic write as the events that cause them.
 //
+// # Operations by name
+//
+// The design brief (and the persistence behaviour it comes from) names the
+// Store's operations; they are these methods:
+//
+//   - append (append_event): EventLog.Append, EventLog.AppendBatch (many
+//     requests, one sync). The request carries the seq the writer believes
+//     is last (ExpectedLast) and the rows, fsm_state and deadline changes
+//     written with the events.
+//   - events, with after, before and limit (stream_events): EventLog.Events
+//     with an EventQuery; the last seq: EventLog.LastSeq.
+//   - load since (load_since), the revival read: EventLog.LoadSince.
+//   - put summary, latest summary, the summary before a given one
+//     (put_summary, latest_summary): Summaries.PutSummary,
+//     Summaries.LatestSummary, Summaries.SummaryBefore.
+//   - conversation get, upsert, put fsm_state, list, delete
+//     (get_conversation, put_conversation, put_fsm_state):
+//     Conversations.Conversation, Conversations.PutConversation (a
+//     ConversationUpdate merging settings, status and fsm_state),
+//     Conversations.PutFSMState, Conversations.ListConversations (and
+//     ListActiveConversations, the ACTIVE index),
+//     Conversations.DeleteConversation (leaves a tombstone).
+//   - tool call upsert, get, pending, resolve (upsert_tool_call,
+//     get_tool_call, pending_tool_calls, resolve_tool_call):
+//     ToolCalls.UpsertToolCall, ToolCalls.ToolCall,
+//     ToolCalls.PendingToolCalls (ListPendingToolCalls across
+//     conversations), ToolCalls.ResolveToolCall; an Append may also carry
+//     resolutions, with the same rules.
+//   - deadline schedule, cancel, list due or all (schedule_expiry,
+//     cancel_expiry): Deadlines.ScheduleDeadline, Deadlines.CancelDeadline,
+//     Deadlines.Deadlines (dueBy zero lists all). The store keeps the time;
+//     the expiry actor runs the timers.
+//   - audit record, list by turn, delete older than a TTL (put_model_call,
+//     model_calls, gc_model_calls): Audit.PutModelCall, Audit.ModelCalls,
+//     Audit.GCModelCalls (an absolute time: now minus the TTL).
+//   - metadata: Conversations.Metadata, Conversations.PutMetadata (and
+//     MetadataIndex.FindConversations).
+//   - close: Store.Close.
+//
+// Where the behaviour returns nil or {:error, :stale}, these return
+// errors wrapping ErrNotFound or ErrStale; see the sentinels.
+//
 // # Durability
 //
 // For a durable adapter, a nil error from a write method means the write
