@@ -97,9 +97,11 @@ type EventLog interface {
 	// is written. The checks run in this order and the first that fails
 	// decides the error: ErrInvalid, ErrDeleted, the fence's ErrConflict,
 	// the tool call owners' ErrConflict, ErrStale. One ErrInvalid depends on
-	// the stored row and is found with ErrStale's checks, resolution by
-	// resolution: a resolution that would make its call's row exceed
-	// MaxRecordBytes (see ResolvedRowFits). A request that passed is applied in
+	// the stored rows and is found with ErrStale's checks: a resolution
+	// that would make its call's row exceed MaxRecordBytes (see
+	// ResolvedRowFits), or settings and fsm_state that would make the
+	// conversation row exceed it, however many merges it took (see
+	// AppendedRowFits). A request that passed is applied in
 	// this order: events, tool call upserts, resolutions, fsm_state and
 	// status, scheduled deadlines, cancelled deadlines, reschedules (so a
 	// request may resolve a call it upserts).

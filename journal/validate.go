@@ -346,6 +346,46 @@ func ResolvedRowFits(row *messages.ToolCallRecord, req *messages.AppendRequest, 
 	return checkSize("tool call "+row.GetId()+" with its resolution", row, MaxRecordBytes)
 }
 
+// AppendedRowFits reports ErrInvalid when the conversation row that req's
+// fsm_state, status and settings leave (row is the row before req, nil if
+// none) cannot be encoded or exceeds MaxRecordBytes: settings merged over
+// many requests may grow it past the limit, as metadata may (see
+// ValidateMetadata). It changes neither row nor req.
+func AppendedRowFits(row *messages.Conversation, req *messages.AppendRequest) error {
+	if req.GetFsmState() == nil && req.GetStatus() == messages.ConversationStatus_CONVERSATION_STATUS_UNSPECIFIED && len(req.GetSettings()) == 0 {
+		return nil
+	}
+	if len(req.GetSettings()) == 0 {
+		// The common append (fsm_state, status): a bound that counts the
+		// old fsm_state too avoids copying the row when it fits anyway.
+		n := proto.Size(req.GetFsmState()) + rowSlack
+		if row != nil {
+			n += proto.Size(row)
+		}
+		if n <= MaxRecordBytes {
+			return nil
+		}
+	}
+	next := &messages.Conversation{Id: req.GetConversationId()}
+	if row != nil {
+		next = proto.CloneOf(row)
+	}
+	if st := req.GetFsmState(); st != nil {
+		next.FsmState = st
+	}
+	if st := req.GetStatus(); st != messages.ConversationStatus_CONVERSATION_STATUS_UNSPECIFIED {
+		next.Status = st
+	}
+	if kv := req.GetSettings(); len(kv) > 0 {
+		next.Settings = MergeSettings(next.GetSettings(), kv)
+	}
+	return checkSize("conversation "+req.GetConversationId()+" as the append leaves it", next, MaxRecordBytes)
+}
+
+// rowSlack bounds the bytes that the fsm_state field's tag and length, the
+// status and the id of a new row add to a conversation row.
+const rowSlack = 32 + MaxIDBytes
+
 // resultInEvent reports whether fenced req has a tool_result event of r's
 // call whose outcome is r's result.
 func resultInEvent(req *messages.AppendRequest, r *messages.ToolResolution) bool {

@@ -533,8 +533,38 @@ func testBadInput(t *testing.T, e env) {
 			rec.Args = strings.Repeat("a", journal.MaxRecordBytes+1)
 			return s.UpsertToolCall(ctx, rec)
 		}},
+		{"SummaryOversized", func() error {
+			sum := summary(1, 1)
+			sum.Content = strings.Repeat("s", journal.MaxRecordBytes+1)
+			return s.PutSummary(ctx, "c", sum)
+		}},
+		{"PutConversationOversizedSettings", func() error {
+			return s.PutConversation(ctx, journal.ConversationUpdate{ID: "c", Settings: map[string]string{"k": strings.Repeat("v", journal.MaxRecordBytes+1)}})
+		}},
+		{"PutFSMStateOversized", func() error {
+			st := awaiting(last, calls[0])
+			st.Pending[calls[0]].Prompt = strings.Repeat("p", journal.MaxRecordBytes+1)
+			return s.PutFSMState(ctx, "c", st)
+		}},
+		{"AppendOversizedFSMState", appendTo(valid(func(r *messages.AppendRequest) {
+			r.FsmState = awaiting(last+1, calls[0])
+			r.FsmState.Pending[calls[0]].Prompt = strings.Repeat("p", journal.MaxRecordBytes+1)
+		}))},
+		{"AppendOversizedSettings", appendTo(valid(func(r *messages.AppendRequest) {
+			r.Settings = map[string]string{"k": strings.Repeat("v", journal.MaxRecordBytes+1)}
+		}))},
 		{"ModelCallsEmptyID", func() error { _, err := s.ModelCalls(ctx, ""); return err }},
 		{"GCModelCallsEmptyID", func() error { _, err := s.GCModelCalls(ctx, "", tm(1)); return err }},
+	}
+	if e.feat.Audit {
+		cases = append(cases, struct {
+			name string
+			do   func() error
+		}{"PutModelCallOversized", func() error {
+			mc := modelCall("c", 9, 9)
+			mc.Model = strings.Repeat("m", journal.MaxRecordBytes+1)
+			return s.PutModelCall(ctx, mc)
+		}})
 	}
 	convs := []string{"c", "d", "c\xef\xbf\xbd"}
 	ids := append(append([]string{}, calls...), "c/new")

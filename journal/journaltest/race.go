@@ -183,3 +183,41 @@ func testResolveOverflowingRow(t *testing.T, e env) {
 	requireProto(t, out, row.GetResult(), "the result, kept once in its event")
 	assert.Empty(t, allDeadlines(t, s))
 }
+
+// testSettingsTotalBounded: a merge of settings (by PutConversation or by
+// an Append) that would leave the conversation row over
+// journal.MaxRecordBytes, however many merges it took, is refused with
+// ErrInvalid and writes nothing, and so is an fsm_state that does not fit
+// beside the settings; replacing or removing keys counts as the merge
+// leaves them.
+func testSettingsTotalBounded(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	appendEvents(t, s, "a", userEv(1, "hi"))
+	third := strings.Repeat("v", journal.MaxRecordBytes/3)
+	require.NoError(t, s.PutConversation(ctx, journal.ConversationUpdate{ID: "a", Settings: map[string]string{"k1": third, "k2": third}}))
+	before := conversation(t, s, "a")
+	err := s.PutConversation(ctx, journal.ConversationUpdate{ID: "a", Settings: map[string]string{"k3": third, "small": "s"}, Status: statusIdle})
+	require.ErrorIs(t, err, journal.ErrInvalid, "PutConversation: the merged settings are over the limit")
+	requireProto(t, before, conversation(t, s, "a"), "nothing of the refused PutConversation is written")
+	res, err := s.Append(ctx, &messages.AppendRequest{ConversationId: "a", ExpectedLast: 1, Events: userEvs(2, 1),
+		Settings: map[string]string{"k3": third, "small": "s"}})
+	require.ErrorIs(t, err, journal.ErrInvalid, "Append: the merged settings are over the limit")
+	require.ErrorIs(t, res.Err, journal.ErrInvalid)
+	requireProto(t, before, conversation(t, s, "a"), "nothing of the refused Append is written")
+	assert.Equal(t, uint64(1), lastSeq(t, s, "a"))
+	// An fsm_state that fits on its own but not beside the settings.
+	big := awaiting(2, "tc-1")
+	big.Pending["tc-1"].Prompt = third
+	res, err = s.Append(ctx, &messages.AppendRequest{ConversationId: "a", ExpectedLast: 1, Events: userEvs(2, 1), FsmState: big})
+	require.ErrorIs(t, err, journal.ErrInvalid, "Append: the fsm_state does not fit beside the settings")
+	require.ErrorIs(t, res.Err, journal.ErrInvalid)
+	require.ErrorIs(t, s.PutFSMState(ctx, "a", big), journal.ErrInvalid, "PutFSMState: the fsm_state does not fit beside the settings")
+	requireProto(t, before, conversation(t, s, "a"), "nothing of the refused fsm_states is written")
+	assert.Equal(t, uint64(1), lastSeq(t, s, "a"))
+
+	require.NoError(t, s.PutConversation(ctx, journal.ConversationUpdate{ID: "a", Settings: map[string]string{"k2": third + "w"}}))
+	appendOK(t, s, &messages.AppendRequest{ConversationId: "a", ExpectedLast: 1, Events: userEvs(2, 1),
+		Settings: map[string]string{"k1": "", "k3": third}})
+	assert.Equal(t, map[string]string{"k2": third + "w", "k3": third}, conversation(t, s, "a").GetSettings())
+}

@@ -470,6 +470,7 @@ var conversationCases = []suiteCase{
 	{name: "ListPagesInIDOrder", run: testConvList},
 	{name: "Metadata", run: testConvMetadata},
 	{name: "ConcurrentMergesKeepEveryKey", run: testConvConcurrentMerges},
+	{name: "SettingsTotalBounded", run: testSettingsTotalBounded},
 }
 
 func conversation(t testing.TB, s journal.Store, id string) *messages.Conversation {

@@ -325,6 +325,13 @@ func (st *state) checkAppend(req *messages.AppendRequest) error {
 			return fmt.Errorf("memjournal: reschedule %q in an append to %q: status is %v: %w", call, id, cur, journal.ErrStale)
 		}
 	}
+	var row *messages.Conversation
+	if c := st.convs[id]; c != nil {
+		row = c.row
+	}
+	if err := journal.AppendedRowFits(row, req); err != nil {
+		return fmt.Errorf("memjournal: %w", err)
+	}
 	return st.checkFire(id, req.GetScheduleFire())
 }
 

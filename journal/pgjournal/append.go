@@ -475,6 +475,9 @@ func (b *batch) check(req *messages.AppendRequest) error {
 			return fmt.Errorf("reschedule %q in an append to %q: status is %v: %w", call, id, cur, journal.ErrStale)
 		}
 	}
+	if err := journal.AppendedRowFits(h.row, req); err != nil {
+		return err
+	}
 	return b.checkFire(id, req.GetScheduleFire())
 }
 
