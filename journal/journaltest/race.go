@@ -2,7 +2,6 @@ package journaltest
 
 import (
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 
@@ -135,89 +134,4 @@ func testAppendConcurrentResolutions(t *testing.T, e env) {
 	require.NoError(t, err)
 	assert.Empty(t, pend)
 	assert.Empty(t, allDeadlines(t, s), "every resolution removed its call's deadline")
-}
-
-// testResolveOverflowingRow: a resolution whose result fits on its own but
-// would make its call's row exceed MaxRecordBytes is refused with
-// ErrInvalid, by ResolveToolCall and by an Append alike, and changes
-// nothing (the call stays pending with its deadline); in an AppendBatch it
-// fails only its own request. A result that the request's tool_result event
-// carries counts once, in the event: that resolution is accepted.
-func testResolveOverflowingRow(t *testing.T, e env) {
-	s := e.open(t).Store
-	ctx := t.Context()
-	big := humanCall("c", "tc-big")
-	big.Args = strings.Repeat("a", journal.MaxRecordBytes-2048)
-	appendOK(t, s, &messages.AppendRequest{ConversationId: "c", Events: []*messages.Event{assistantEv(1, "asking", "tc-big"), toolCallEv(1, "tc-big")},
-		ToolCalls: []*messages.ToolCallRecord{big}, Schedule: []*messages.Deadline{deadline("c", "tc-big", 100)}})
-	last := lastSeq(t, s, "c")
-	content := strings.Repeat("r", 4096)
-	before := snapshotOf(t, s, []string{"c", "d"}, []string{"tc-big"})
-
-	_, err := s.ResolveToolCall(ctx, "tc-big", resolved, contentOutcome(content), tm(2))
-	require.ErrorIs(t, err, journal.ErrInvalid, "ResolveToolCall")
-	requireSameSnapshot(t, before, snapshotOf(t, s, []string{"c", "d"}, []string{"tc-big"}), "a refused ResolveToolCall changes nothing")
-
-	overflow := &messages.AppendRequest{ConversationId: "c", Unfenced: true,
-		Resolutions: []*messages.ToolResolution{{ToolCallId: "tc-big", Status: resolved, Result: contentOutcome(content), At: ts(2)}}}
-	res, err := s.Append(ctx, overflow)
-	require.ErrorIs(t, err, journal.ErrInvalid, "Append")
-	require.ErrorIs(t, res.Err, journal.ErrInvalid)
-	requireSameSnapshot(t, before, snapshotOf(t, s, []string{"c", "d"}, []string{"tc-big"}), "a refused Append changes nothing")
-
-	results := s.AppendBatch(ctx, []*messages.AppendRequest{overflow, {ConversationId: "d", Events: userEvs(1, 1)}})
-	require.Len(t, results, 2)
-	require.ErrorIs(t, results[0].Err, journal.ErrInvalid, "the overflowing request of a batch")
-	require.NoError(t, results[1].Err, "the other request of the batch")
-	assert.Equal(t, uint64(1), lastSeq(t, s, "d"))
-	assert.Equal(t, pending, toolCall(t, s, "tc-big").GetStatus())
-	assert.Len(t, allDeadlines(t, s), 1, "the refused resolutions kept the deadline")
-
-	out := contentOutcome(content)
-	appendOK(t, s, &messages.AppendRequest{ConversationId: "c", ExpectedLast: last,
-		Events: []*messages.Event{resolutionEv(3, "tc-big", resolved), {Time: ts(3), Body: &messages.Event_ToolResult{ToolResult: &messages.ToolResultEvent{
-			ToolCallId: "tc-big", Name: "ask_human", Outcome: out}}}},
-		Resolutions: []*messages.ToolResolution{{ToolCallId: "tc-big", Status: resolved, Result: out, At: ts(3)}}})
-	row := toolCall(t, s, "tc-big")
-	assert.Equal(t, resolved, row.GetStatus())
-	requireProto(t, out, row.GetResult(), "the result, kept once in its event")
-	assert.Empty(t, allDeadlines(t, s))
-}
-
-// testSettingsTotalBounded: a merge of settings (by PutConversation or by
-// an Append) that would leave the conversation row over
-// journal.MaxRecordBytes, however many merges it took, is refused with
-// ErrInvalid and writes nothing, and so is an fsm_state that does not fit
-// beside the settings; replacing or removing keys counts as the merge
-// leaves them.
-func testSettingsTotalBounded(t *testing.T, e env) {
-	s := e.open(t).Store
-	ctx := t.Context()
-	appendEvents(t, s, "a", userEv(1, "hi"))
-	third := strings.Repeat("v", journal.MaxRecordBytes/3)
-	require.NoError(t, s.PutConversation(ctx, journal.ConversationUpdate{ID: "a", Settings: map[string]string{"k1": third, "k2": third}}))
-	before := conversation(t, s, "a")
-	err := s.PutConversation(ctx, journal.ConversationUpdate{ID: "a", Settings: map[string]string{"k3": third, "small": "s"}, Status: statusIdle})
-	require.ErrorIs(t, err, journal.ErrInvalid, "PutConversation: the merged settings are over the limit")
-	requireProto(t, before, conversation(t, s, "a"), "nothing of the refused PutConversation is written")
-	res, err := s.Append(ctx, &messages.AppendRequest{ConversationId: "a", ExpectedLast: 1, Events: userEvs(2, 1),
-		Settings: map[string]string{"k3": third, "small": "s"}})
-	require.ErrorIs(t, err, journal.ErrInvalid, "Append: the merged settings are over the limit")
-	require.ErrorIs(t, res.Err, journal.ErrInvalid)
-	requireProto(t, before, conversation(t, s, "a"), "nothing of the refused Append is written")
-	assert.Equal(t, uint64(1), lastSeq(t, s, "a"))
-	// An fsm_state that fits on its own but not beside the settings.
-	big := awaiting(2, "tc-1")
-	big.Pending["tc-1"].Prompt = third
-	res, err = s.Append(ctx, &messages.AppendRequest{ConversationId: "a", ExpectedLast: 1, Events: userEvs(2, 1), FsmState: big})
-	require.ErrorIs(t, err, journal.ErrInvalid, "Append: the fsm_state does not fit beside the settings")
-	require.ErrorIs(t, res.Err, journal.ErrInvalid)
-	require.ErrorIs(t, s.PutFSMState(ctx, "a", big), journal.ErrInvalid, "PutFSMState: the fsm_state does not fit beside the settings")
-	requireProto(t, before, conversation(t, s, "a"), "nothing of the refused fsm_states is written")
-	assert.Equal(t, uint64(1), lastSeq(t, s, "a"))
-
-	require.NoError(t, s.PutConversation(ctx, journal.ConversationUpdate{ID: "a", Settings: map[string]string{"k2": third + "w"}}))
-	appendOK(t, s, &messages.AppendRequest{ConversationId: "a", ExpectedLast: 1, Events: userEvs(2, 1),
-		Settings: map[string]string{"k1": "", "k3": third}})
-	assert.Equal(t, map[string]string{"k2": third + "w", "k3": third}, conversation(t, s, "a").GetSettings())
 }
