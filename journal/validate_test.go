@@ -325,3 +325,23 @@ func TestStatusWritten(t *testing.T) {
 		})
 	}
 }
+
+// TestAppendedRowFits: the row an append leaves is measured as it will be:
+// an fsm_state that replaces a large one fits (the bound that counts both
+// is only a shortcut), settings merged beside large ones do not.
+func TestAppendedRowFits(t *testing.T) {
+	third := strings.Repeat("p", journal.MaxRecordBytes/3)
+	fsm := func() *messages.FSMState {
+		return &messages.FSMState{State: messages.AgentState_AGENT_STATE_AWAITING_INPUT,
+			Pending: map[string]*messages.PendingCall{"tc": {ToolCallId: "tc", Prompt: third + third}}}
+	}
+	row := &messages.Conversation{Id: "c", FsmState: fsm()}
+	require.NoError(t, journal.AppendedRowFits(row, &messages.AppendRequest{ConversationId: "c", FsmState: fsm()}), "a large fsm_state replacing one as large")
+	require.NoError(t, journal.AppendedRowFits(nil, &messages.AppendRequest{ConversationId: "c", FsmState: fsm()}), "no row yet")
+	require.NoError(t, journal.AppendedRowFits(row, &messages.AppendRequest{ConversationId: "c"}), "nothing of the row changes")
+	err := journal.AppendedRowFits(row, &messages.AppendRequest{ConversationId: "c", Settings: map[string]string{"k": third}})
+	require.ErrorIs(t, err, journal.ErrInvalid, "settings beside the fsm_state")
+	err = journal.AppendedRowFits(&messages.Conversation{Id: "c", Settings: map[string]string{"k": third + third}}, &messages.AppendRequest{ConversationId: "c", FsmState: fsm()})
+	require.ErrorIs(t, err, journal.ErrInvalid, "an fsm_state beside the settings")
+	require.Equal(t, third+third, row.GetFsmState().GetPending()["tc"].GetPrompt(), "the row is not changed")
+}
