@@ -25,9 +25,10 @@ type Metrics struct {
 	// with the number of events it wrote (0 for a write of rows only, such
 	// as a resolution's).
 	Appended func(events int)
-	// Expired is called for each human call resolved with the system's
-	// identity (agent.SystemUserID), which is what a deadline's expiry
-	// records.
+	// Expired is called for each human call a deadline expired (its
+	// resolution committed with status EXPIRED, which only an expiry
+	// writes). An answer by Resolve or Reject is none, whatever its
+	// scope: agent.SystemScope's too.
 	Expired func()
 	// Activated is called each time a conversation actor is spawned: its
 	// first activation or a revival after passivation, a kill or a
@@ -63,7 +64,7 @@ func (m *Metrics) committed(req *messages.AppendRequest) {
 	}
 	if m.Expired != nil {
 		for _, res := range req.GetResolutions() {
-			if res.GetBy().GetUserId() == agent.SystemUserID {
+			if res.GetStatus() == messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED {
 				m.Expired()
 			}
 		}

@@ -227,3 +227,47 @@ func TestWriteTimeoutIsUnknownOutcome(t *testing.T) {
 	}
 	require.Equal(t, 1, n)
 }
+
+// TestExpiredMetricCountsOnlyDeadlines: Metrics.Expired counts the human
+// calls a deadline expired, not a call an application resolves or rejects
+// with agent.SystemScope (the system's identity, which an expiry also
+// records).
+func TestExpiredMetricCountsOnlyDeadlines(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var expired atomic.Int64
+	clock := actorstest.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	model := scripted.New(scripted.Options{})
+	rt, err := lazarus.Open(lazarus.Options{
+		Model: model, Clock: clock, IdleTimeout: -1,
+		Tools:   []agent.Tool{{Name: "ask", Executor: messages.Executor_EXECUTOR_HUMAN, Timeout: time.Hour}},
+		Metrics: lazarus.Metrics{Expired: func() { expired.Add(1) }},
+	})
+	require.NoError(t, err)
+	defer rt.Close()
+
+	for i, answer := range []func(id string) error{
+		func(id string) error { return rt.Resolve(ctx, id, `"yes"`, agent.SystemScope) },
+		func(id string) error { return rt.Reject(ctx, id, "no", agent.SystemScope) },
+	} {
+		conv := fmt.Sprintf("c%d", i)
+		model.Push(conv, scripted.Reply("asking", scripted.Call("ask", `{}`)), scripted.Text("done"))
+		end, err := rt.SendAndWait(ctx, conv, "hi", agent.Scope{UserID: "u"})
+		require.NoError(t, err)
+		require.Equal(t, lazarus.TurnSuspended, end.Outcome)
+		calls, _, err := rt.PendingCalls(ctx, "", 10)
+		require.NoError(t, err)
+		require.Len(t, calls, 1)
+		require.NoError(t, answer(calls[0].GetId()))
+		require.Eventually(t, func() bool { return model.Calls(conv) == 2 }, 10*time.Second, time.Millisecond)
+	}
+	require.Zero(t, expired.Load(), "an answer by the system scope is no expiry")
+
+	model.Push("d", scripted.Reply("asking", scripted.Call("ask", `{}`)), scripted.Text("done"))
+	end, err := rt.SendAndWait(ctx, "d", "hi", agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	require.Equal(t, lazarus.TurnSuspended, end.Outcome)
+	clock.Advance(2 * time.Hour)
+	require.Eventually(t, func() bool { return expired.Load() == 1 }, 10*time.Second, time.Millisecond,
+		"the deadline's expiry is counted")
+}
