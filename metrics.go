@@ -41,7 +41,8 @@ type Metrics struct {
 	// ModelCall is called after each call of a model's Generate by a
 	// conversation (Options.Model's, or a named agent's Model), not by a
 	// summarizer, with its duration and error (nil on success; a
-	// cancelled call reports its context's error).
+	// cancelled call reports its context's error, and a call that
+	// panicked one wrapping agent.ErrPanicked).
 	ModelCall func(took time.Duration, err error)
 	// Subscribers is called with +1 when a subscription starts and -1
 	// when it ends.
@@ -77,16 +78,24 @@ type timedModel struct {
 	observe func(time.Duration, error)
 }
 
-func (m timedModel) Generate(ctx context.Context, turn agent.Turn, onDelta func(string)) (*messages.AssistantMessage, error) {
-	start := time.Now()
-	msg, err := m.Model.Generate(ctx, turn, onDelta)
-	took, observed := time.Since(start), err
-	if observed == nil {
-		// A call the runtime cancelled is reported so even when the
-		// Model answered regardless: its answer is dropped.
-		observed = ctx.Err()
-	}
-	m.observe(took, observed)
+func (m timedModel) Generate(ctx context.Context, turn agent.Turn, onDelta func(string)) (msg *messages.AssistantMessage, err error) {
+	start, returned := time.Now(), false
+	defer func() {
+		observed := err
+		switch {
+		case !returned:
+			// A panic, which the runtime recovers above this call into an
+			// error wrapping agent.ErrPanicked: it is reported so here.
+			observed = agent.ErrPanicked
+		case observed == nil:
+			// A call the runtime cancelled is reported so even when the
+			// Model answered regardless: its answer is dropped.
+			observed = ctx.Err()
+		}
+		m.observe(time.Since(start), observed)
+	}()
+	msg, err = m.Model.Generate(ctx, turn, onDelta)
+	returned = true
 	return msg, err
 }
 

@@ -271,3 +271,31 @@ func TestExpiredMetricCountsOnlyDeadlines(t *testing.T) {
 	require.Eventually(t, func() bool { return expired.Load() == 1 }, 10*time.Second, time.Millisecond,
 		"the deadline's expiry is counted")
 }
+
+// TestModelCallMetricCountsAPanic: a Model whose Generate panics is a
+// model call that failed: Metrics.ModelCall reports it, with an error
+// wrapping agent.ErrPanicked (the turn fails with it).
+func TestModelCallMetricCountsAPanic(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var calls atomic.Int64
+	errs := make(chan error, 10)
+	model := agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
+		panic("model bug")
+	})
+	rt, err := lazarus.Open(lazarus.Options{
+		Model: model, IdleTimeout: -1,
+		Metrics: lazarus.Metrics{ModelCall: func(_ time.Duration, err error) {
+			calls.Add(1)
+			errs <- err
+		}},
+	})
+	require.NoError(t, err)
+	defer rt.Close()
+
+	_, err = rt.SendAndWait(ctx, "c", "hi", agent.Scope{UserID: "u"})
+	require.ErrorIs(t, err, lazarus.ErrTurnFailed)
+	require.ErrorIs(t, err, agent.ErrPanicked)
+	require.EqualValues(t, 1, calls.Load(), "the panicked call is reported, once")
+	require.ErrorIs(t, <-errs, agent.ErrPanicked)
+}
