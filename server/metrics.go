@@ -37,7 +37,17 @@ import (
 //	model_call_errors_total           counter: model calls that returned an error (cancelled ones too)
 //	subscriptions                     gauge: live subscriptions (event streams and Go subscribers)
 //
+// No series has a label: none grows with conversations or users.
 // Hooks are allocation-free: counters and histograms of client_golang.
+//
+// Use one Metrics per Runtime. Each has a registry of its own (with the Go
+// and process collectors), so two Runtimes in one process, each with its
+// own NewMetrics, never conflict; their series have the same names, so
+// serve each registry on its own endpoint. Hooks of one Metrics given to
+// two Runtimes add up both Runtimes' counts, and its scrape-time gauges
+// read the Runtime of the latest Server made with it. A Runtime opened
+// without hooks (the zero lazarus.Metrics) reports nothing and pays only
+// nil checks.
 type Metrics struct {
 	reg *prometheus.Registry
 	rt  atomic.Pointer[lazarus.Runtime]

@@ -1,0 +1,205 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/actors/actorstest"
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/agent/scripted"
+	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/server"
+)
+
+// seriesValue reads one series of reg: a counter's or a gauge's value, a
+// histogram's count of observations. The series has no labels.
+func seriesValue(t *testing.T, reg prometheus.Gatherer, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		require.Len(t, mf.GetMetric(), 1, "%s is one series", name)
+		m := mf.GetMetric()[0]
+		require.Empty(t, m.GetLabel(), "%s has no labels", name)
+		switch {
+		case m.GetCounter() != nil:
+			return m.GetCounter().GetValue()
+		case m.GetGauge() != nil:
+			return m.GetGauge().GetValue()
+		case m.GetHistogram() != nil:
+			return float64(m.GetHistogram().GetSampleCount())
+		}
+		t.Fatalf("%s: unexpected type %v", name, mf.GetType())
+	}
+	t.Fatalf("no series %s", name)
+	return 0
+}
+
+// metricsRuntime opens a Runtime on a manual clock that feeds a new
+// Metrics, with a human tool "ask" of a one-hour deadline, idle actors
+// passivating after a minute, and a Server made with the Metrics (which
+// its scrape-time gauges read).
+func metricsRuntime(t *testing.T) (*lazarus.Runtime, *server.Metrics, *scripted.Model, *actorstest.ManualClock) {
+	t.Helper()
+	m := server.NewMetrics()
+	clock := actorstest.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	model := scripted.New(scripted.Options{})
+	rt, err := lazarus.Open(lazarus.Options{
+		Model: model, Clock: clock, IdleTimeout: time.Minute, Metrics: m.Hooks(),
+		Tools: []agent.Tool{{Name: "ask", Executor: messages.Executor_EXECUTOR_HUMAN, Timeout: time.Hour}},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rt.Close() })
+	_ = server.New(rt, server.Options{Metrics: m})
+	return rt, m, model, clock
+}
+
+// TestMetricsCountALife: the series of a Metrics hold what a Runtime did,
+// read with their values: activations and revivals after a kill, a
+// deadline's expiry, model calls and their errors, subscriptions that end,
+// every event appended once; once every conversation has passivated, the
+// live and active conversations and the pending calls read zero, and
+// every activation is either passivated or killed.
+func TestMetricsCountALife(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rt, m, model, clock := metricsRuntime(t)
+	reg := m.Registry()
+	val := func(name string) float64 { return seriesValue(t, reg, "lazarus_"+name) }
+	user := agent.Scope{UserID: "u"}
+
+	model.Push("a", scripted.Text("one"), scripted.Text("two"))
+	_, err := rt.SendAndWait(ctx, "a", "hi", user)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, val("conversation_activations_total"))
+	require.EqualValues(t, 1, val("conversations_live"))
+	require.EqualValues(t, 1, val("model_call_seconds"))
+	require.Zero(t, val("model_call_errors_total"))
+
+	require.True(t, rt.Kill("a"))
+	require.Zero(t, val("conversations_live"), "a killed actor is out of memory")
+	require.Zero(t, val("conversation_passivations_total"), "a kill is not a passivation")
+	_, err = rt.SendAndWait(ctx, "a", "again", user)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, val("conversation_activations_total"), "the revival is an activation")
+
+	// A model error fails a turn (a refusal is not retried).
+	model.PushError("e", fmt.Errorf("provider: %w", agent.ErrRefused))
+	_, err = rt.SendAndWait(ctx, "e", "hi", user)
+	require.ErrorIs(t, err, lazarus.ErrTurnFailed)
+	require.EqualValues(t, 3, val("model_call_seconds"))
+	require.EqualValues(t, 1, val("model_call_errors_total"))
+
+	// A human call whose deadline passes.
+	model.Push("b", scripted.Reply("asking", scripted.Call("ask", `{}`)), scripted.Text("done"))
+	end, err := rt.SendAndWait(ctx, "b", "hi", user)
+	require.NoError(t, err)
+	require.Equal(t, lazarus.TurnSuspended, end.Outcome)
+	require.EqualValues(t, 1, val("human_calls_pending"))
+	updates, err := rt.Subscribe(ctx, "b", 0)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, val("subscriptions"))
+	clock.Advance(2 * time.Hour)
+	for u := range updates {
+		if u.TurnEnd != nil && u.TurnEnd.Outcome == lazarus.TurnAnswered {
+			break
+		}
+	}
+	require.Eventually(t, func() bool { return val("human_calls_expired_total") == 1 }, 10*time.Second, time.Millisecond)
+	require.EqualValues(t, 5, val("model_call_seconds"))
+	require.EqualValues(t, 1, val("model_call_errors_total"))
+	cancel()
+	for range updates {
+	}
+	require.Eventually(t, func() bool { return val("subscriptions") == 0 }, 10*time.Second, time.Millisecond,
+		"an ended subscription is counted out")
+
+	// Everything passivates: the gauges return to zero.
+	require.Eventually(t, func() bool {
+		clock.Advance(time.Minute)
+		return val("conversations_live") == 0
+	}, 20*time.Second, 5*time.Millisecond, "the idle actors passivate")
+	require.Zero(t, val("conversations_active"))
+	require.Zero(t, val("human_calls_pending"))
+	activations := val("conversation_activations_total")
+	require.GreaterOrEqual(t, activations, 4.0, "a, its revival, e and b (the expiry may revive b once more)")
+	require.Equal(t, activations-1, val("conversation_passivations_total"), "every activation but the killed one passivated")
+	require.Zero(t, val("conversation_fenced_total"))
+
+	// Every event is counted once; every commit observed.
+	var events float64
+	for _, c := range []string{"a", "b", "e"} {
+		last, err := rt.Store().LastSeq(context.Background(), c)
+		require.NoError(t, err)
+		events += float64(last)
+	}
+	require.Equal(t, events, val("journal_events_total"))
+	require.Positive(t, val("journal_appends_total"))
+	require.Positive(t, val("journal_commit_seconds"))
+	require.Equal(t, val("journal_commit_seconds"), val("journal_commit_requests"), "one observation of each per commit")
+}
+
+// TestMetricsNaming: every lazarus_ series passes the Prometheus linter
+// (counters end in _total, units are base units named in the suffix, help
+// is set), and none has a label, so no series grows with conversations
+// or users.
+func TestMetricsNaming(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rt, m, model, _ := metricsRuntime(t)
+	model.Push("a", scripted.Text("one"))
+	_, err := rt.SendAndWait(ctx, "a", "hi", agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	mfs, err := m.Registry().Gather()
+	require.NoError(t, err)
+	var names []string
+	for _, mf := range mfs {
+		if !strings.HasPrefix(mf.GetName(), "lazarus_") {
+			continue
+		}
+		names = append(names, mf.GetName())
+		for _, s := range mf.GetMetric() {
+			require.Empty(t, s.GetLabel(), "%s has a label", mf.GetName())
+		}
+	}
+	require.Len(t, names, 14, "the series the doc of Metrics lists: %v", names)
+	problems, err := testutil.GatherAndLint(m.Registry(), names...)
+	require.NoError(t, err)
+	require.Empty(t, problems)
+}
+
+// TestMetricsOfTwoRuntimes: two Runtimes in one process, each with a
+// Metrics of its own, register without conflict, and each Metrics counts
+// its own Runtime only. A collector registered again in a Metrics'
+// registry is refused with an error, not a panic.
+func TestMetricsOfTwoRuntimes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rt1, m1, model1, _ := metricsRuntime(t)
+	rt2, m2, _, _ := metricsRuntime(t)
+	model1.Push("a", scripted.Text("one"))
+	_, err := rt1.SendAndWait(ctx, "a", "hi", agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, seriesValue(t, m1.Registry(), "lazarus_conversation_activations_total"))
+	require.EqualValues(t, 1, seriesValue(t, m1.Registry(), "lazarus_conversations_live"))
+	require.Zero(t, seriesValue(t, m2.Registry(), "lazarus_conversation_activations_total"))
+	require.Zero(t, seriesValue(t, m2.Registry(), "lazarus_conversations_live"))
+	require.Zero(t, seriesValue(t, m2.Registry(), "lazarus_model_call_seconds"))
+	require.Zero(t, rt2.Active())
+
+	err = m1.Registry().Register(collectors.NewGoCollector())
+	var already prometheus.AlreadyRegisteredError
+	require.ErrorAs(t, err, &already, "the Go collector is registered already")
+}
