@@ -412,7 +412,7 @@ func Open(opts Options) (*Runtime, error) {
 	r.hub.subscribers = opts.Metrics.Subscribers
 	model := timed(opts.Model)
 	committed := r.hub.publishCommitted
-	if m := opts.Metrics; m.Appended != nil || m.Expired != nil {
+	if m := opts.Metrics; m.observesCommits() {
 		committed = func(req *messages.AppendRequest) {
 			m.committed(req)
 			r.hub.publishCommitted(req)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/lazarusrt/lazarus/actors"
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/messages"
 )
@@ -55,10 +56,22 @@ type Metrics struct {
 	// activations of a member that kept serving conversations another
 	// member took over (a paused member, say).
 	Fenced func()
+	// TurnEnded is called for each turn end the runtime commits to the
+	// log, with its outcome: an answer (TurnAnswered), a suspension on
+	// human calls (TurnSuspended), a turn_failed event (TurnFailed) or a
+	// rewind or edit that took a turn back (TurnCancelled). A turn a kill
+	// stopped is none: it runs again on the next activation, and ends
+	// then.
+	TurnEnded func(outcome TurnOutcome)
+	// ToolCalled is called for each tool call of a model the runtime
+	// commits (a tool call row is written), with its executor: the
+	// runtime's (server) or a human's. Calls the model named wrongly are
+	// counted too: they are recorded, with an error as their result.
+	ToolCalled func(executor messages.Executor)
 }
 
-// committed feeds the Appended and Expired hooks from one committed
-// append request.
+// committed feeds the Appended, Expired, TurnEnded and ToolCalled hooks
+// from one committed append request.
 func (m *Metrics) committed(req *messages.AppendRequest) {
 	if m.Appended != nil {
 		m.Appended(len(req.GetEvents()))
@@ -70,6 +83,23 @@ func (m *Metrics) committed(req *messages.AppendRequest) {
 			}
 		}
 	}
+	if m.TurnEnded != nil {
+		for _, ev := range req.GetEvents() {
+			if end := actors.TurnEndOf(ev); end != nil {
+				m.TurnEnded(end.Outcome)
+			}
+		}
+	}
+	if m.ToolCalled != nil {
+		for _, row := range req.GetToolCalls() {
+			m.ToolCalled(row.GetExecutor())
+		}
+	}
+}
+
+// observesCommits reports whether any hook is fed from committed requests.
+func (m *Metrics) observesCommits() bool {
+	return m.Appended != nil || m.Expired != nil || m.TurnEnded != nil || m.ToolCalled != nil
 }
 
 // timedModel reports the duration and error of every Generate to a hook.

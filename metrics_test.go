@@ -3,6 +3,8 @@ package lazarus_test
 import (
 	"context"
 	"fmt"
+	"maps"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -298,4 +300,105 @@ func TestModelCallMetricCountsAPanic(t *testing.T) {
 	require.ErrorIs(t, err, agent.ErrPanicked)
 	require.EqualValues(t, 1, calls.Load(), "the panicked call is reported, once")
 	require.ErrorIs(t, <-errs, agent.ErrPanicked)
+}
+
+// TestTurnAndToolCallMetrics: Metrics.TurnEnded reports each turn end the
+// log records, once, with its outcome (answered, suspended, failed, a
+// rewind's cancelled), and not a turn a kill stopped, which ends when it
+// runs again; Metrics.ToolCalled reports each tool call with its executor.
+func TestTurnAndToolCallMetrics(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	turns := map[lazarus.TurnOutcome]int{}
+	tools := map[messages.Executor]int{}
+	model := scripted.New(scripted.Options{})
+	rt, err := lazarus.Open(lazarus.Options{
+		Model: model, IdleTimeout: -1,
+		Tools: []agent.Tool{
+			{Name: "ask", Executor: messages.Executor_EXECUTOR_HUMAN, Timeout: time.Hour},
+			{Name: "add", Executor: messages.Executor_EXECUTOR_SERVER,
+				Run: func(context.Context, agent.Invocation) (string, error) { return `3`, nil }},
+		},
+		Metrics: lazarus.Metrics{
+			TurnEnded: func(o lazarus.TurnOutcome) {
+				mu.Lock()
+				defer mu.Unlock()
+				turns[o]++
+			},
+			ToolCalled: func(e messages.Executor) {
+				mu.Lock()
+				defer mu.Unlock()
+				tools[e]++
+			},
+		},
+	})
+	require.NoError(t, err)
+	defer rt.Close()
+	user := agent.Scope{UserID: "u"}
+	counts := func() (map[lazarus.TurnOutcome]int, map[messages.Executor]int) {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(turns), maps.Clone(tools)
+	}
+
+	// A server tool, then an answer: one turn, answered.
+	model.Push("c", scripted.Reply("adding", scripted.Call("add", `{}`)), scripted.Text("3"))
+	_, err = rt.SendAndWait(ctx, "c", "1+2?", user)
+	require.NoError(t, err)
+	// A human call: suspended; answered: answered.
+	model.Push("c", scripted.Reply("asking", scripted.Call("ask", `{}`)), scripted.Text("ok"))
+	end, err := rt.SendAndWait(ctx, "c", "ask", user)
+	require.NoError(t, err)
+	require.Equal(t, lazarus.TurnSuspended, end.Outcome)
+	calls, _, err := rt.PendingCalls(ctx, "", 10)
+	require.NoError(t, err)
+	require.Len(t, calls, 1)
+	updates, err := rt.Subscribe(ctx, "c", end.Seq)
+	require.NoError(t, err)
+	require.NoError(t, rt.Resolve(ctx, calls[0].GetId(), `"yes"`, user))
+	for u := range updates {
+		if u.TurnEnd != nil {
+			require.Equal(t, lazarus.TurnAnswered, u.TurnEnd.Outcome)
+			break
+		}
+	}
+	// A refusal: failed.
+	model.PushError("c", fmt.Errorf("provider: %w", agent.ErrRefused))
+	_, err = rt.SendAndWait(ctx, "c", "again", user)
+	require.ErrorIs(t, err, lazarus.ErrTurnFailed)
+
+	// A kill while the model is called: no turn end; the revival's
+	// answer is one.
+	held := model.Hold("c")
+	_, err = rt.Send(ctx, "c", "slow", user)
+	require.NoError(t, err)
+	<-held
+	require.True(t, rt.Kill("c"))
+	model.Push("c", scripted.Text("late"))
+	end, err = rt.SendAndWait(ctx, "c", "go on", user)
+	require.NoError(t, err)
+	require.Equal(t, lazarus.TurnAnswered, end.Outcome)
+
+	// A rewind of a turn in progress: cancelled.
+	seq, err := rt.Store().LastSeq(ctx, "c")
+	require.NoError(t, err)
+	held = model.Hold("c")
+	_, err = rt.Send(ctx, "c", "to take back", user)
+	require.NoError(t, err)
+	<-held
+	require.NoError(t, rt.Rewind(ctx, "c", seq, lazarus.RewindOptions{Reason: "no"}, user))
+	model.Release("c")
+
+	require.Eventually(t, func() bool {
+		turns, _ := counts()
+		return turns[lazarus.TurnCancelled] == 1
+	}, 10*time.Second, time.Millisecond)
+	gotTurns, gotTools := counts()
+	require.Equal(t, map[lazarus.TurnOutcome]int{
+		lazarus.TurnAnswered: 3, lazarus.TurnSuspended: 1, lazarus.TurnFailed: 1, lazarus.TurnCancelled: 1,
+	}, gotTurns)
+	require.Equal(t, map[messages.Executor]int{
+		messages.Executor_EXECUTOR_SERVER: 1, messages.Executor_EXECUTOR_HUMAN: 1,
+	}, gotTools)
 }

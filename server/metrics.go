@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/messages"
 )
 
 // Metrics holds the Prometheus series of a Runtime, in a registry of its
@@ -36,8 +37,11 @@ import (
 //	model_call_seconds                histogram: duration of one model call
 //	model_call_errors_total           counter: model calls that returned an error (cancelled ones too)
 //	subscriptions                     gauge: live subscriptions (event streams and Go subscribers)
+//	turns_total{outcome}              counter: turn ends committed, by outcome: answered, suspended, failed, cancelled (a rewind's)
+//	tool_calls_total{executor}        counter: tool calls of models committed, by executor: server, human
 //
-// No series has a label: none grows with conversations or users.
+// The labels take only the values listed: no series grows with
+// conversations or users.
 // Hooks are allocation-free: counters and histograms of client_golang.
 //
 // Use one Metrics per Runtime. Each has a registry of its own (with the Go
@@ -63,6 +67,8 @@ type Metrics struct {
 	modelSeconds   prometheus.Histogram
 	modelErrors    prometheus.Counter
 	subscriptions  prometheus.Gauge
+	turns          [lazarus.TurnCancelled + 1]prometheus.Counter // by outcome
+	toolCalls      [2]prometheus.Counter                         // server, human
 }
 
 // MaxPendingCount bounds what lazarus_human_calls_pending and
@@ -99,6 +105,14 @@ func NewMetrics() *Metrics {
 		Help: "Model calls that returned an error (cancelled ones included)."})
 	m.subscriptions = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "subscriptions",
 		Help: "Live subscriptions to conversations (event streams included)."})
+	turns := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "turns_total",
+		Help: "Turn ends committed, by outcome (cancelled: taken back by a rewind or an edit)."}, []string{"outcome"})
+	for _, o := range []lazarus.TurnOutcome{lazarus.TurnAnswered, lazarus.TurnSuspended, lazarus.TurnFailed, lazarus.TurnCancelled} {
+		m.turns[o] = turns.WithLabelValues(o.String())
+	}
+	toolCalls := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "tool_calls_total",
+		Help: "Tool calls of models committed, by executor (server: the runtime's tools; human)."}, []string{"executor"})
+	m.toolCalls[0], m.toolCalls[1] = toolCalls.WithLabelValues("server"), toolCalls.WithLabelValues("human")
 	live := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "conversations_live",
 		Help: "Conversation actors in memory."}, func() float64 {
 		if rt := m.rt.Load(); rt != nil {
@@ -111,7 +125,7 @@ func NewMetrics() *Metrics {
 	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "human_calls_pending",
 		Help: "Pending human calls (counted at scrape, bounded)."}, m.pendingCalls)
 	m.reg.MustRegister(m.commitSeconds, m.commitRequests, m.appends, m.events, m.activations, m.passivations, m.fenced, m.expired,
-		m.modelSeconds, m.modelErrors, m.subscriptions, live, active, pending,
+		m.modelSeconds, m.modelErrors, m.subscriptions, turns, toolCalls, live, active, pending,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -142,6 +156,18 @@ func (m *Metrics) Hooks() lazarus.Metrics {
 			}
 		},
 		Subscribers: func(delta int) { m.subscriptions.Add(float64(delta)) },
+		TurnEnded: func(o lazarus.TurnOutcome) {
+			if o >= lazarus.TurnAnswered && int(o) < len(m.turns) {
+				m.turns[o].Inc()
+			}
+		},
+		ToolCalled: func(e messages.Executor) {
+			if e == messages.Executor_EXECUTOR_HUMAN {
+				m.toolCalls[1].Inc()
+			} else {
+				m.toolCalls[0].Inc()
+			}
+		},
 	}
 }
 

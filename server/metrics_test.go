@@ -47,6 +47,26 @@ func seriesValue(t *testing.T, reg prometheus.Gatherer, name string) float64 {
 	return 0
 }
 
+// labeledValue reads the counter of name whose one label is value.
+func labeledValue(t *testing.T, reg prometheus.Gatherer, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			require.Len(t, m.GetLabel(), 1, "%s has one label", name)
+			if l := m.GetLabel()[0]; l.GetName() == label && l.GetValue() == value {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	t.Fatalf("no series %s{%s=%q}", name, label, value)
+	return 0
+}
+
 // metricsRuntime opens a Runtime on a manual clock that feeds a new
 // Metrics, with a human tool "ask" of a one-hour deadline, idle actors
 // passivating after a minute, and a Server made with the Metrics (which
@@ -137,6 +157,13 @@ func TestMetricsCountALife(t *testing.T) {
 	require.GreaterOrEqual(t, activations, 4.0, "a, its revival, e and b (the expiry may revive b once more)")
 	require.Equal(t, activations-1, val("conversation_passivations_total"), "every activation but the killed one passivated")
 	require.Zero(t, val("conversation_fenced_total"))
+	turns := func(outcome string) float64 { return labeledValue(t, reg, "lazarus_turns_total", "outcome", outcome) }
+	require.EqualValues(t, 3, turns("answered"), "a's two and b's after the expiry")
+	require.EqualValues(t, 1, turns("suspended"))
+	require.EqualValues(t, 1, turns("failed"))
+	require.Zero(t, turns("cancelled"))
+	require.EqualValues(t, 1, labeledValue(t, reg, "lazarus_tool_calls_total", "executor", "human"))
+	require.Zero(t, labeledValue(t, reg, "lazarus_tool_calls_total", "executor", "server"))
 
 	// Every event is counted once; every commit observed.
 	var events float64
@@ -153,8 +180,8 @@ func TestMetricsCountALife(t *testing.T) {
 
 // TestMetricsNaming: every lazarus_ series passes the Prometheus linter
 // (counters end in _total, units are base units named in the suffix, help
-// is set), and none has a label, so no series grows with conversations
-// or users.
+// is set), and only turns_total and tool_calls_total have a label, whose
+// values are a fixed few: no series grows with conversations or users.
 func TestMetricsNaming(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -170,11 +197,22 @@ func TestMetricsNaming(t *testing.T) {
 			continue
 		}
 		names = append(names, mf.GetName())
+		var values []string
 		for _, s := range mf.GetMetric() {
-			require.Empty(t, s.GetLabel(), "%s has a label", mf.GetName())
+			for _, l := range s.GetLabel() {
+				values = append(values, l.GetName()+"="+l.GetValue())
+			}
+		}
+		switch mf.GetName() {
+		case "lazarus_turns_total":
+			require.ElementsMatch(t, []string{"outcome=answered", "outcome=suspended", "outcome=failed", "outcome=cancelled"}, values)
+		case "lazarus_tool_calls_total":
+			require.ElementsMatch(t, []string{"executor=server", "executor=human"}, values)
+		default:
+			require.Empty(t, values, "%s has a label", mf.GetName())
 		}
 	}
-	require.Len(t, names, 14, "the series the doc of Metrics lists: %v", names)
+	require.Len(t, names, 16, "the series the doc of Metrics lists: %v", names)
 	problems, err := testutil.GatherAndLint(m.Registry(), names...)
 	require.NoError(t, err)
 	require.Empty(t, problems)

@@ -337,7 +337,7 @@ func TestHealthReadinessAndMetrics(t *testing.T) {
 		"lazarus_conversations_live", "lazarus_conversations_active", "lazarus_conversation_activations_total", "lazarus_conversation_passivations_total",
 		"lazarus_conversation_fenced_total", "lazarus_human_calls_pending", "lazarus_human_calls_expired_total",
 		"lazarus_model_call_seconds_count", "lazarus_model_call_errors_total",
-		"lazarus_subscriptions",
+		"lazarus_subscriptions", `lazarus_turns_total{outcome="answered"}`, `lazarus_tool_calls_total{executor="human"}`,
 	} {
 		require.Contains(t, text, "\n"+series, "series %s", series)
 	}
