@@ -157,15 +157,7 @@ func TestForwardToNoOwnerIsErrNoOwner(t *testing.T) {
 	})
 	p := newForwardPair(t, store, store, model)
 	n := p.caller.cl
-	members := []string{n.self, "dead.invalid:1"}
-	slices.Sort(members)
-	n.members.Store(&members)
-	conv := ""
-	for i := 0; conv == ""; i++ {
-		if c := fmt.Sprintf("gone-%d", i); n.owner(c) == "dead.invalid:1" {
-			conv = c
-		}
-	}
+	conv := ownedByADeadMember(n)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	_, err := p.caller.Send(ctx, conv, "hi", agent.Scope{UserID: "u"})
@@ -415,15 +407,7 @@ func TestCallTimeoutBoundsAForwardedCall(t *testing.T) {
 	p := newForwardPair(t, store, store, model)
 	p.caller.opts.CallTimeout = 300 * time.Millisecond
 	n := p.caller.cl
-	members := []string{n.self, "dead.invalid:1"}
-	slices.Sort(members)
-	n.members.Store(&members)
-	conv := ""
-	for i := 0; conv == ""; i++ {
-		if c := fmt.Sprintf("gone-%d", i); n.owner(c) == "dead.invalid:1" {
-			conv = c
-		}
-	}
+	conv := ownedByADeadMember(n)
 	done := make(chan error, 1)
 	go func() {
 		_, err := p.caller.Send(context.Background(), conv, "hi", agent.Scope{UserID: "u"})
@@ -605,4 +589,15 @@ func TestForwardedSubscribeRefusesASeqPastTheLog(t *testing.T) {
 	scancel()
 	for range updates {
 	}
+}
+
+// ownedByADeadMember adds to n's membership a member with no gateway at
+// its address (its requests are dead letters) and returns a conversation
+// that member owns.
+func ownedByADeadMember(n *clusterNode) string {
+	const dead = "dead.invalid:1"
+	members := []string{n.self, dead}
+	slices.Sort(members)
+	n.members.Store(&members)
+	return firstConv(func(id string) bool { return n.owner(id) == dead })
 }
