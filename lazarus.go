@@ -840,7 +840,8 @@ func (r *Runtime) journalWrite(ctx context.Context, req *messages.AppendRequest)
 // History returns the conversation's events in ascending seq: the newest
 // limit events before seq before (before 0: the newest; limit 0: all). Page
 // backwards by passing the oldest seq received as the next before. A deleted
-// conversation is an error wrapping journal.ErrDeleted.
+// conversation is an error wrapping journal.ErrDeleted; one with nothing
+// stored has no events and no error.
 func (r *Runtime) History(ctx context.Context, conversationID string, before uint64, limit int) ([]*messages.Event, error) {
 	if err := r.enter(ctx); err != nil {
 		return nil, fmt.Errorf("lazarus: history of %q: %w", clipID(conversationID), err)
@@ -977,7 +978,9 @@ func (r *Runtime) owns(conversationID string) bool {
 // turn_failed event) is run again too, with a fresh count of attempts: the
 // runtime's own wakes (resume on Open, after a lost write race) never do
 // that. A deleted conversation is an error wrapping journal.ErrDeleted,
-// every time.
+// every time. A conversation with nothing stored is activated empty and
+// nothing is written: its first Send starts its log, and it passivates
+// when idle like any other.
 func (r *Runtime) Wake(ctx context.Context, conversationID string) error {
 	return r.wake(ctx, conversationID, true)
 }

@@ -919,3 +919,30 @@ func TestSeedsEditOfOneAgentsMessageTruncatesEveryAgent(t *testing.T) {
 	}
 	require.Equal(t, []uint64{3, 4, 5, 6}, rewound, "the log keeps every agent's truncated events, marked")
 }
+
+// TestSeedsWakeOfAConversationWithNothingStored: Wake of an id that has no
+// log activates it empty and writes nothing (History is empty, Delete finds
+// nothing to delete); with an idle timeout it passivates like any other,
+// and a later Send starts its log at seq 1.
+func TestSeedsWakeOfAConversationWithNothingStored(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		h := newHarness(t, openStore(t, kind), func(o *lazarus.Options) { o.IdleTimeout = time.Minute })
+		ctx := ctxT(t)
+		require.NoError(t, h.rt.Wake(ctx, "nobody"))
+		require.True(t, h.rt.IsActive("nobody"))
+		evs, err := h.rt.History(ctx, "nobody", 0, 0)
+		require.NoError(t, err)
+		require.Empty(t, evs)
+
+		require.Eventually(t, func() bool {
+			h.clock.Advance(2 * time.Minute)
+			return !h.rt.IsActive("nobody")
+		}, wait, 10*time.Millisecond, "the empty activation passivates when idle")
+		require.ErrorIs(t, h.rt.Delete(ctx, "nobody"), journal.ErrNotFound, "nothing was written")
+
+		h.model.Push("nobody", scripted.Text("hello"))
+		_, err = h.rt.SendAndWait(ctx, "nobody", "hi", user)
+		require.NoError(t, err)
+		require.Equal(t, uint64(1), h.history("nobody")[0].GetSeq())
+	})
+}
