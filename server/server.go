@@ -283,7 +283,11 @@ func decodeJSON(body []byte, v any) error {
 	if !utf8.Valid(body) {
 		return errInvalid("request body is not valid UTF-8")
 	}
-	if t := bytes.TrimLeft(body, " \t\r\n"); len(t) > 0 && t[0] != '{' {
+	t := bytes.TrimLeft(body, " \t\r\n")
+	if len(t) == 0 {
+		return errInvalid("request body is empty: want a JSON object")
+	}
+	if t[0] != '{' {
 		// (json decodes null into a struct as nothing at all.)
 		return errInvalid("request body: not a JSON object")
 	}
