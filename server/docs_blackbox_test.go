@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -489,4 +490,219 @@ func TestDocsEmptyPagesAndBadAgent(t *testing.T) {
 	res, body = n.rawDo(t, "HEAD", base+"/stream?agent=default", tokAlice, "", "", nil)
 	require.Equal(t, http.StatusOK, res.StatusCode, "%s", body)
 	require.Equal(t, "text/event-stream", res.Header.Get("Content-Type"))
+}
+
+// TestDocsHistoryPagesWalkTheLog: the history read newest page first,
+// each next page asked with before = the last next_before, gives every
+// event once, in ascending seq within a page, whatever the limit; the
+// last page has next_before 0. A before past the log is the newest page;
+// before=1 is an empty page.
+func TestDocsHistoryPagesWalkTheLog(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	conv := n.create(t, tokAlice, nil)
+	model.Push(conv.ID, scripted.Text("a1"), scripted.Text("a2"), scripted.Text("a3"))
+	for _, text := range []string{"one", "two", "three"} {
+		n.turn(t, ctx, tokAlice, conv.ID, text, "answered")
+	}
+	last := n.lastSeq(t, ctx, conv.ID)
+	require.Equal(t, uint64(6), last)
+	base := "/v1/conversations/" + conv.ID + "/events"
+
+	for limit := 1; limit <= int(last)+1; limit++ {
+		var seqs []uint64
+		before := uint64(0)
+		for pages := 0; ; pages++ {
+			require.Less(t, pages, int(last)+1, "limit %d: the pages do not end", limit)
+			var page server.EventPage
+			n.must(t, http.StatusOK, "GET", base+"?limit="+strconv.Itoa(limit)+"&before="+strconv.FormatUint(before, 10), tokAlice, nil, &page)
+			require.LessOrEqual(t, len(page.Events), limit)
+			var pageSeqs []uint64
+			for _, raw := range page.Events {
+				ev := &messages.Event{}
+				require.NoError(t, protojsonUnmarshal(raw, ev))
+				pageSeqs = append(pageSeqs, ev.GetSeq())
+			}
+			require.IsIncreasing(t, pageSeqs)
+			if len(pageSeqs) > 0 && before != 0 {
+				require.Less(t, pageSeqs[len(pageSeqs)-1], before)
+			}
+			seqs = append(pageSeqs, seqs...)
+			if page.NextBefore == 0 {
+				break
+			}
+			require.Equal(t, pageSeqs[0], page.NextBefore, "limit %d: next_before is the page's first seq", limit)
+			before = page.NextBefore
+		}
+		require.Equal(t, []uint64{1, 2, 3, 4, 5, 6}, seqs, "limit %d", limit)
+	}
+
+	var page server.EventPage
+	n.must(t, http.StatusOK, "GET", base+"?limit=2&before=999", tokAlice, nil, &page)
+	require.Len(t, page.Events, 2)
+	require.Equal(t, uint64(5), page.NextBefore)
+	n.must(t, http.StatusOK, "GET", base+"?before=1", tokAlice, nil, &page)
+	require.Empty(t, page.Events)
+	require.Zero(t, page.NextBefore)
+}
+
+// TestDocsRefusedCreateLeavesNothing: a create whose settings the Go API
+// refuses (a tool choice naming no tool, a negative temperature) is 400
+// invalid and leaves no conversation, nor metadata a search finds.
+func TestDocsRefusedCreateLeavesNothing(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	for _, body := range []string{
+		`{"metadata":{"topic":"refused"},"settings":{"tool_choice":"no_such_tool"}}`,
+		`{"metadata":{"topic":"refused"},"settings":{"temperature":-1}}`,
+		`{"metadata":{"topic":"refused"},"settings":{"colour":"red"}}`,
+	} {
+		status, out := n.call(t, "POST", "/v1/conversations", tokAlice, body)
+		requireError(t, status, out, http.StatusBadRequest, server.CodeInvalid)
+	}
+	var list server.ConversationList
+	n.must(t, http.StatusOK, "GET", "/v1/conversations", tokOlga, nil, &list)
+	require.Empty(t, list.Conversations)
+	n.must(t, http.StatusOK, "GET", "/v1/conversations?metadata[topic]=refused", tokOlga, nil, &list)
+	require.Empty(t, list.Conversations)
+	ids, _, err := n.rt.Store().FindConversations(ctx, "topic", "refused", "", 10)
+	require.NoError(t, err)
+	require.Empty(t, ids, "a refused create left its metadata")
+}
+
+// TestDocsAuthenticatorAndOperatorRole: any Authenticator may identify
+// callers; one that fails, or names no user or the system's, is a 401
+// that says how to authenticate. Options.OperatorRole names the role that
+// sees everything (and /metrics); the default role's name is then nothing
+// special. The identity is the author the log records for a send.
+func TestDocsAuthenticatorAndOperatorRole(t *testing.T) {
+	ctx := testContext(t)
+	rt, err := lazarus.Open(lazarus.Options{Model: newScripted(), IdleTimeout: -1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rt.Close() })
+	auth := server.AuthenticatorFunc(func(r *http.Request) (agent.Identity, bool) {
+		switch r.Header.Get("X-User") {
+		case "alice":
+			return agent.Identity{UserID: "alice", Roles: []string{"staff"}}, true
+		case "root":
+			return agent.Identity{UserID: "root", Roles: []string{"admin"}}, true
+		case "ops":
+			return agent.Identity{UserID: "ops", Roles: []string{"operator"}}, true
+		case "system":
+			return agent.Identity{UserID: agent.SystemUserID}, true
+		case "nameless":
+			return agent.Identity{Roles: []string{"admin"}}, true
+		}
+		return agent.Identity{}, false
+	})
+	srv := httptest.NewServer(server.New(rt, server.Options{Authenticator: auth, OperatorRole: "admin"}))
+	t.Cleanup(srv.Close)
+	do := func(method, path, user, body string) (*http.Response, []byte) {
+		var rd io.Reader
+		if body != "" {
+			rd = strings.NewReader(body)
+		}
+		req, err := http.NewRequestWithContext(ctx, method, srv.URL+path, rd)
+		require.NoError(t, err)
+		if user != "" {
+			req.Header.Set("X-User", user)
+		}
+		res, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		defer res.Body.Close()
+		out, err := io.ReadAll(res.Body)
+		require.NoError(t, err)
+		return res, out
+	}
+
+	for _, user := range []string{"", "stranger", "system", "nameless"} {
+		res, out := do("GET", "/v1/conversations", user, "")
+		requireError(t, res.StatusCode, out, http.StatusUnauthorized, server.CodeUnauthenticated)
+		require.Equal(t, `Bearer realm="lazarus"`, res.Header.Get("WWW-Authenticate"))
+	}
+
+	res, out := do("POST", "/v1/conversations", "alice", `{}`)
+	require.Equal(t, http.StatusCreated, res.StatusCode, "%s", out)
+	var conv server.Conversation
+	require.NoError(t, json.Unmarshal(out, &conv))
+	res, out = do("POST", "/v1/conversations/"+conv.ID+"/messages", "alice", `{"text":"hi"}`)
+	require.Equal(t, http.StatusAccepted, res.StatusCode, "%s", out)
+	evs, err := rt.History(ctx, conv.ID, 2, 1) // the message, seq 1
+	require.NoError(t, err)
+	require.Len(t, evs, 1)
+	require.Equal(t, "alice", evs[0].GetAuthor().GetUserId())
+	require.Equal(t, []string{"staff"}, evs[0].GetAuthor().GetRoles())
+
+	res, out = do("GET", "/v1/conversations/"+conv.ID, "root", "")
+	require.Equal(t, http.StatusOK, res.StatusCode, "%s", out)
+	res, out = do("GET", "/v1/conversations/"+conv.ID, "ops", "")
+	requireError(t, res.StatusCode, out, http.StatusNotFound, server.CodeNotFound)
+
+	res, out = do("GET", "/metrics", "root", "")
+	require.Equal(t, http.StatusOK, res.StatusCode, "%s", out)
+	res, out = do("GET", "/metrics", "ops", "")
+	requireError(t, res.StatusCode, out, http.StatusForbidden, server.CodeForbidden)
+	res, out = do("GET", "/metrics", "", "")
+	requireError(t, res.StatusCode, out, http.StatusUnauthorized, server.CodeUnauthenticated)
+}
+
+// TestDocsBodyLimitBoundary: a body of exactly Options.MaxBodyBytes is
+// read; one byte more is 400 too_large, and nothing is written.
+func TestDocsBodyLimitBoundary(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	const max = 256
+	n := startNode(t, model, server.Options{MaxBodyBytes: max})
+	conv := n.create(t, tokAlice, nil)
+	path := "/v1/conversations/" + conv.ID + "/messages"
+	body := func(size int) string {
+		b := `{"text":"` + strings.Repeat("x", size-len(`{"text":""}`)) + `"}`
+		require.Len(t, b, size)
+		return b
+	}
+	model.Push(conv.ID, scripted.Text("ok"))
+	status, out := n.call(t, "POST", path, tokAlice, body(max+1))
+	requireError(t, status, out, http.StatusBadRequest, server.CodeTooLarge)
+	require.Zero(t, n.lastSeq(t, ctx, conv.ID), "a body over the limit wrote")
+	st := n.stream(t, ctx, tokAlice, conv.ID, "")
+	n.must(t, http.StatusAccepted, "POST", path, tokAlice, body(max), nil)
+	st.until(t, "turn_end", "answered")
+}
+
+// TestDocsDefaultPageSize: without a limit, the conversation listing and
+// the history give pages of DefaultPageSize (50), the listing with a
+// cursor to the rest and the history with next_before.
+func TestDocsDefaultPageSize(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	require.Equal(t, 50, server.DefaultPageSize)
+	var first server.Conversation
+	for i := 0; i <= server.DefaultPageSize; i++ {
+		c := n.create(t, tokAlice, nil)
+		if i == 0 {
+			first = c
+		}
+	}
+	var list server.ConversationList
+	n.must(t, http.StatusOK, "GET", "/v1/conversations", tokAlice, nil, &list)
+	require.Len(t, list.Conversations, server.DefaultPageSize)
+	require.NotEmpty(t, list.NextCursor)
+	n.must(t, http.StatusOK, "GET", "/v1/conversations?cursor="+list.NextCursor, tokAlice, nil, &list)
+	require.Len(t, list.Conversations, 1)
+	require.Empty(t, list.NextCursor)
+
+	st := n.stream(t, ctx, tokAlice, first.ID, "")
+	for i := 0; i < 26; i++ { // 52 events: a user message and an answer each
+		model.Push(first.ID, scripted.Text("a"))
+		var sent server.Sent
+		n.must(t, http.StatusAccepted, "POST", "/v1/conversations/"+first.ID+"/messages", tokAlice, server.SendMessage{Text: "q"}, &sent)
+		untilTurnEnd(t, st, sent.Seq, "answered")
+	}
+	var page server.EventPage
+	n.must(t, http.StatusOK, "GET", "/v1/conversations/"+first.ID+"/events", tokAlice, nil, &page)
+	require.Len(t, page.Events, server.DefaultPageSize)
+	require.Equal(t, uint64(3), page.NextBefore)
 }
