@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -105,12 +106,13 @@ func TestCorruptRecords(t *testing.T) {
 			return err
 		}}
 	)
-	for _, c := range []struct {
+	type corruptCase struct {
 		name  string
 		sql   string // sets data of the case's row: $1 the bytes, $2 the conversation
 		value func(conv, call string) []byte
 		ops   []op
-	}{
+	}
+	cases := []corruptCase{
 		{"event without a body", "UPDATE lz_events SET data = $1 WHERE conv = $2 AND seq = 2",
 			func(string, string) []byte { return marshal(&messages.Event{Seq: 2}) }, []op{events, load}},
 		{"event of another seq", "UPDATE lz_events SET data = $1 WHERE conv = $2 AND seq = 2",
@@ -151,7 +153,54 @@ func TestCorruptRecords(t *testing.T) {
 			func(conv, call string) []byte {
 				return marshal(&messages.FileCheckpoint{ConversationId: conv, ToolCallId: call, Seq: 2, Path: "../a.txt", Absent: true})
 			}, []op{checkpoints}},
+	}
+	// Bytes that do not decode, and records over the limits (written before
+	// a bound existed, or by another writer), are journal.ErrCorrupt too:
+	// an oversized record is refused before it is decoded.
+	undecodable := func(string, string) []byte { return []byte{0xff, 0xff, 0xff} }
+	for _, c := range []struct {
+		record, sql string
+		value       func(conv, call string) proto.Message
+		ops         []op
+	}{
+		{"event", "UPDATE lz_events SET data = $1 WHERE conv = $2 AND seq = 2",
+			func(string, string) proto.Message { return &messages.Event{Seq: 2, Body: userEvent("x").GetBody()} }, []op{events, load}},
+		{"summary", "UPDATE lz_summaries SET data = $1 WHERE conv = $2",
+			func(string, string) proto.Message { return &messages.Summary{FromSeq: 1, ToSeq: 1} }, []op{load, latest, before}},
+		{"tool call row", "UPDATE lz_tool_calls SET data = $1 WHERE conv = $2",
+			func(conv, call string) proto.Message {
+				return &messages.ToolCallRecord{Id: call, ConversationId: conv, Executor: messages.Executor_EXECUTOR_HUMAN, Status: messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING}
+			}, []op{toolCall, pending, listPending, resolve, resolveInAppend}},
+		{"conversation row", "UPDATE lz_conversations SET row = $1 WHERE id = $2",
+			func(conv, _ string) proto.Message { return &messages.Conversation{Id: conv} }, []op{conversation, putConversation, appendTo, list}},
+		{"deadline", "UPDATE lz_deadlines SET data = $1 WHERE conv = $2",
+			func(conv, call string) proto.Message {
+				return &messages.Deadline{ConversationId: conv, ToolCallId: call, At: timestamppb.New(time.Unix(100, 0))}
+			}, []op{deadlines}},
+		{"model call", "UPDATE lz_audit SET data = $1 WHERE conv = $2",
+			func(conv, _ string) proto.Message { return &messages.ModelCall{ConversationId: conv, TurnRef: 1} }, []op{modelCalls}},
+		{"file checkpoint", "UPDATE lz_file_checkpoints SET data = $1 WHERE conv = $2",
+			func(conv, call string) proto.Message {
+				return &messages.FileCheckpoint{ConversationId: conv, ToolCallId: call, Seq: 2, Path: "a.txt", Absent: true}
+			}, []op{checkpoints}},
 	} {
+		limit := journal.MaxRecordBytes
+		if c.record == "event" {
+			limit = journal.MaxEventBytes
+		}
+		oversized := func(conv, call string) []byte {
+			// The record as its row holds it, with an unknown field that
+			// takes it past the limit: it decodes, and only its size is
+			// wrong.
+			b := marshal(c.value(conv, call))
+			b = protowire.AppendTag(b, 1000, protowire.BytesType)
+			return protowire.AppendBytes(b, make([]byte, limit+storedSlack))
+		}
+		cases = append(cases,
+			corruptCase{c.record + " that does not decode", c.sql, undecodable, c.ops},
+			corruptCase{c.record + " over its limit", c.sql, oversized, c.ops})
+	}
+	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			conv, call := "c "+c.name, "t "+c.name
 			_, err := s.Append(ctx, &messages.AppendRequest{ConversationId: conv, Events: []*messages.Event{userEvent("hi"), userEvent("again")},
@@ -293,6 +342,8 @@ func TestCorruptMetadata(t *testing.T) {
 			`metadata "" of "empty key"`},
 		{"key not UTF-8", `UPDATE lz_metadata SET key = '\xff'::bytea WHERE conv = $1 AND key = 'name'`,
 			`metadata "\xff" of "key not UTF-8"`},
+		{"value over the limit", fmt.Sprintf(`UPDATE lz_metadata SET value = convert_to(repeat('a', %d), 'UTF8') WHERE conv = $1 AND key = 'name'`, journal.MaxRecordBytes+1),
+			fmt.Sprintf(`metadata "name" of "value over the limit": the value of %d bytes exceeds`, journal.MaxRecordBytes+1)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			conv := c.name

@@ -14,7 +14,11 @@ import (
 // metadata key that is not an id or a value that is not UTF-8) is
 // journal.ErrCorrupt naming its row, never a record handed to the caller.
 // So is a read of a log whose seqs skip (checkSeqs): a history with a hole
-// is never returned.
+// is never returned. So are bytes that do not decode, and a record larger
+// than any write stores (journal.MaxEventBytes for an event,
+// journal.MaxRecordBytes for any other record, with storedSlack; written
+// before a bound existed, or by another writer): decode refuses it before
+// decoding it.
 
 // decodeEvent decodes the event of row (conv, seq). A value cut at a field
 // boundary decodes, with its seq but without a body: no write stores one.
@@ -48,6 +52,9 @@ func checkSeqs(conv, what string, evs []*messages.Event, first uint64) error {
 func decodeMetadata(conv string, key, value []byte) (string, string, error) {
 	if err := journal.ValidateID("metadata key", string(key)); err != nil {
 		return "", "", journal.Corruptf("pgjournal: metadata %q of %q: %v", key, conv, err)
+	}
+	if len(value) > journal.MaxRecordBytes {
+		return "", "", journal.Corruptf("pgjournal: metadata %q of %q: the value of %d bytes exceeds %d", key, conv, len(value), journal.MaxRecordBytes)
 	}
 	if !utf8.Valid(value) {
 		return "", "", journal.Corruptf("pgjournal: metadata %q of %q: the value is not UTF-8", key, conv)

@@ -15,12 +15,33 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
-// decode unmarshals data into a new M, or fails with ErrCorrupt naming what.
+// decode unmarshals data into a new M, or fails with ErrCorrupt naming what:
+// bytes that do not decode, or more bytes than any write stores of M
+// (maxStored), which it refuses before decoding them.
 func decode[M proto.Message](data []byte, m M, what string, args ...any) (M, error) {
+	if max := maxStored(m); len(data) > max {
+		return m, journal.Corruptf("pgjournal: "+what+" (%d bytes, more than the %d any write stores)", append(args, len(data), max)...)
+	}
 	if err := proto.Unmarshal(data, m); err != nil {
 		return m, journal.Corruptf("pgjournal: "+what+" (%v)", append(args, err)...)
 	}
 	return m, nil
+}
+
+// storedSlack bounds the bytes a store adds to a record after its size
+// was checked against a limit: an event's seq (its limit applies to the
+// event as the caller gave it), a row's updated time and result_seq.
+const storedSlack = 1 << 10
+
+// maxStored returns the most bytes a write stores of a record of m's type:
+// journal.MaxEventBytes for an event, journal.MaxRecordBytes for any other
+// record, each with storedSlack. More is damage, or a record written by
+// something other than a Store: journal.ErrCorrupt, never decoded.
+func maxStored(m proto.Message) int {
+	if _, ok := m.(*messages.Event); ok {
+		return journal.MaxEventBytes + storedSlack
+	}
+	return journal.MaxRecordBytes + storedSlack
 }
 
 func validConv(id string) error {

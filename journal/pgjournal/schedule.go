@@ -339,9 +339,9 @@ func (s *Store) schedulePage(ctx context.Context, after *scheduleTime, page *[]s
 // a payload), so that no reader computes with a record no write could have
 // stored. Anything else is journal.ErrCorrupt.
 func decodeSchedule(id, data []byte, conv string) (*messages.Schedule, error) {
-	sc := &messages.Schedule{}
-	if err := proto.Unmarshal(data, sc); err != nil {
-		return nil, journal.Corruptf("pgjournal: schedule %q: %v", id, err)
+	sc, err := decode(data, &messages.Schedule{}, "schedule %q", id)
+	if err != nil {
+		return nil, err
 	}
 	if sc.GetId() != string(id) || sc.GetConversationId() != conv {
 		return nil, journal.Corruptf("pgjournal: schedule %q holds schedule %q of %q", id, sc.GetId(), sc.GetConversationId())

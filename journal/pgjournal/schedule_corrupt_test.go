@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -49,6 +50,11 @@ func TestCorruptScheduleRows(t *testing.T) {
 		"no next":       marshal(func(sc *messages.Schedule) { sc.Next = nil }),
 		"zero interval": marshal(func(sc *messages.Schedule) { sc.Every = &durationpb.Duration{} }),
 		"no payload":    marshal(func(sc *messages.Schedule) { sc.Payload = nil }),
+		"over the limit": func() []byte { // a good record, with an unknown field past the limit
+			b := marshal(func(*messages.Schedule) {})()
+			b = protowire.AppendTag(b, 1000, protowire.BytesType)
+			return protowire.AppendBytes(b, make([]byte, journal.MaxRecordBytes+storedSlack))
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			conv, id = "c "+name, "s "+name
