@@ -405,8 +405,12 @@ func resultInEvent(req *messages.AppendRequest, r *messages.ToolResolution) bool
 }
 
 // ValidateAppend checks everything in req that can be checked without
-// reading the Store: ids, counts, sizes, statuses; and that every tool call,
-// deadline and resolution names req's conversation where it names one. It
+// reading the Store: ids, counts, sizes, statuses; that every tool call,
+// deadline and resolution names req's conversation where it names one; and
+// that every tool_call event carries a call with a valid id whose row, of
+// the event's executor, req upserts (so that no crash leaves a call in the
+// log without its row), and every tool_result and resolution event names
+// a call by a valid id. It
 // is ValidateAppendShape plus, for every event, the check of EncodeEvent
 // (it can be encoded and fits MaxEventBytes), in the same order: an event's
 // error is reported where ValidateAppendShape would look at the event.
@@ -463,6 +467,9 @@ func validateAppend(req *messages.AppendRequest, encode bool) error {
 		if tc.GetConversationId() != conv {
 			return Invalidf("tool call %s names conversation %q in an append to %q", tc.GetId(), tc.GetConversationId(), conv)
 		}
+	}
+	if err := checkCallEvents(req); err != nil {
+		return err
 	}
 	for _, r := range req.GetResolutions() {
 		if r == nil {
@@ -547,6 +554,51 @@ func checkAppendEvents(req *messages.AppendRequest, encode bool) error {
 		*bp = b
 		if err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// checkCallEvents checks the events of req that name a tool call: a
+// tool_call event carries a call with a valid id, and req upserts that
+// call's row (with the event's executor) in the same write, so that no
+// crash leaves a call in the log without its row; a tool_result or a
+// resolution event names a call by a valid id. The events have passed
+// checkEventShape and req's rows ValidateToolCall.
+func checkCallEvents(req *messages.AppendRequest) error {
+	var rows map[string]*messages.ToolCallRecord
+	for i, ev := range req.GetEvents() {
+		var err error
+		switch b := ev.GetBody().(type) {
+		case *messages.Event_ToolCall:
+			id := b.ToolCall.GetCall().GetId()
+			if b.ToolCall.GetCall() == nil {
+				err = Invalidf("tool_call event without a call")
+				break
+			}
+			if err = ValidateID("tool call id of a tool_call event", id); err != nil {
+				break
+			}
+			if rows == nil {
+				rows = make(map[string]*messages.ToolCallRecord, len(req.GetToolCalls()))
+				for _, tc := range req.GetToolCalls() {
+					rows[tc.GetId()] = tc
+				}
+			}
+			row, ok := rows[id]
+			switch {
+			case !ok:
+				err = Invalidf("tool_call event of %s without its row in the same append", id)
+			case row.GetExecutor() != b.ToolCall.GetExecutor():
+				err = Invalidf("tool_call event of %s has executor %v, its row %v", id, b.ToolCall.GetExecutor(), row.GetExecutor())
+			}
+		case *messages.Event_ToolResult:
+			err = ValidateID("tool call id of a tool_result event", b.ToolResult.GetToolCallId())
+		case *messages.Event_Resolution:
+			err = ValidateID("tool call id of a resolution event", b.Resolution.GetToolCallId())
+		}
+		if err != nil {
+			return appendEventError(req, i, err)
 		}
 	}
 	return nil

@@ -625,10 +625,13 @@ func (im *importer) event(s *sectionState, raw json.RawMessage, size int) error 
 		return invalid(fmt.Errorf("tool_result event %d answers call %s, whose row is pending", ev.GetSeq(), displayID(tr.GetToolCallId())))
 	}
 	copied := s.copied()
-	if s.chunk != nil && (len(s.chunk.Events) >= im.o.chunkEvents || s.chunkBytes+size > im.o.chunkBytes ||
-		ev.GetSeq() == copied+1 && s.row.GetForkedFrom() != nil) {
-		// A fork's first write (Store.Fork) holds copied events only,
-		// which have no rows: its own start in a later append.
+	forked := s.row.GetForkedFrom() != nil
+	if s.chunk != nil && ((len(s.chunk.Events) >= im.o.chunkEvents || s.chunkBytes+size > im.o.chunkBytes) && (!forked || ev.GetSeq() > copied+1) ||
+		ev.GetSeq() == copied+1 && forked) {
+		// A fork's first write (Store.Fork) holds its copied events, all
+		// of them whatever the chunk bounds (their tool_call events have
+		// no rows, which an Append refuses): its own start in a later
+		// append.
 		if err := im.flush(s); err != nil {
 			return err
 		}

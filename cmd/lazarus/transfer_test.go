@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/lazarusrt/lazarus/journal"
@@ -506,8 +507,10 @@ func TestExportRefusesADamagedConversation(t *testing.T) {
 		want   string
 	}{
 		{"a tool_call event without its row", func(st journal.Store) error {
-			_, err := st.Append(ctxT(t), &messages.AppendRequest{ConversationId: "c", Events: []*messages.Event{user, toolCall("tc-1")}})
-			return err
+			// An Append refuses it; a fork that names no origin copies it.
+			evs := []*messages.Event{proto.CloneOf(user), toolCall("tc-1")}
+			evs[0].Seq, evs[1].Seq = 1, 2
+			return st.Fork(ctxT(t), &messages.ForkRequest{ConversationId: "c", Events: evs, Status: messages.ConversationStatus_CONVERSATION_STATUS_IDLE})
 		}, "tool_call event 2 names call tc-1, which has no row"},
 		{"a pending row without its event", func(st journal.Store) error {
 			if _, err := st.Append(ctxT(t), &messages.AppendRequest{ConversationId: "c", Events: []*messages.Event{user}}); err != nil {

@@ -256,8 +256,9 @@ func fillConversation(ctx context.Context, store journal.Store, conv string, n i
 	var last uint64
 	for turn := 0; turn < n/turnEvents; turn += turnsPerAppend {
 		k := min(turnsPerAppend, n/turnEvents-turn)
+		evs := turnLog(conv, turn, k)
 		res, err := store.Append(ctx, &messages.AppendRequest{
-			ConversationId: conv, ExpectedLast: last, Events: turnLog(conv, turn, k),
+			ConversationId: conv, ExpectedLast: last, Events: evs, ToolCalls: callRows(conv, evs),
 			Status: messages.ConversationStatus_CONVERSATION_STATUS_IDLE,
 		})
 		if err != nil {

@@ -76,7 +76,7 @@ func runSingle(ctx context.Context, cfg config, dir string) (singleResult, error
 			// The Store: one Append per event, each its own synced batch.
 			t0, cpu0 := time.Now(), cpuTime()
 			for _, ev := range turnLog(conv, storeTurn, 1) {
-				req := &messages.AppendRequest{ConversationId: conv, ExpectedLast: last, Events: []*messages.Event{ev}}
+				req := &messages.AppendRequest{ConversationId: conv, ExpectedLast: last, Events: []*messages.Event{ev}, ToolCalls: callRows(conv, []*messages.Event{ev})}
 				if last == 0 {
 					req.Status = messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE
 				}

@@ -176,3 +176,17 @@ func turnLog(prefix string, firstTurn, n int) []*messages.Event {
 	}
 	return evs
 }
+
+// callRows returns the row of each tool_call event of evs, resolved (the
+// turn's tool_result follows it), which a Store requires in the append
+// that carries the event.
+func callRows(conv string, evs []*messages.Event) []*messages.ToolCallRecord {
+	var rows []*messages.ToolCallRecord
+	for _, ev := range evs {
+		if tc := ev.GetToolCall(); tc != nil {
+			rows = append(rows, &messages.ToolCallRecord{Id: tc.GetCall().GetId(), ConversationId: conv, Name: tc.GetCall().GetName(),
+				Executor: tc.GetExecutor(), Status: messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, Args: tc.GetCall().GetArguments()})
+		}
+	}
+	return rows
+}

@@ -94,3 +94,50 @@ func testSettingsTotalBounded(t *testing.T, e env) {
 		Settings: map[string]string{"k1": "", "k3": third}})
 	assert.Equal(t, map[string]string{"k2": third + "w", "k3": third}, conversation(t, s, "a").GetSettings())
 }
+
+// testMalformedCallEventsRefused: an append whose events name tool calls
+// badly is refused with ErrInvalid and writes nothing, in an AppendBatch
+// failing only its own request: a tool_call event without a call, with an
+// empty call id, without its row in the same append (so that no crash
+// leaves a call in the log without its row) or with another executor than
+// its row's; a tool_result or a resolution event without a call id. The
+// same events with their ids and rows are accepted.
+func testMalformedCallEventsRefused(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	appendOK(t, s, &messages.AppendRequest{ConversationId: "c", Events: userEvs(1, 1)})
+	noCall := toolCallEv(2, "x")
+	noCall.GetToolCall().Call = nil
+	serverEv := toolCallEv(2, "tc-1")
+	serverEv.GetToolCall().Executor = messages.Executor_EXECUTOR_SERVER
+	for name, req := range map[string]*messages.AppendRequest{
+		"tool_call event without a call": {Events: []*messages.Event{noCall}},
+		"tool_call event without an id": {Events: []*messages.Event{toolCallEv(2, "")},
+			ToolCalls: []*messages.ToolCallRecord{humanCall("c", "tc-1")}},
+		"tool_call event without its row": {Events: []*messages.Event{assistantEv(2, "asking", "tc-1"), toolCallEv(2, "tc-1")}},
+		"tool_call event with another call's row": {Events: []*messages.Event{toolCallEv(2, "tc-1")},
+			ToolCalls: []*messages.ToolCallRecord{humanCall("c", "tc-2")}},
+		"tool_call event of another executor than its row": {Events: []*messages.Event{serverEv},
+			ToolCalls: []*messages.ToolCallRecord{humanCall("c", "tc-1")}},
+		"tool_result event without an id": {Events: []*messages.Event{toolResultEv(2, "", "42")}},
+		"resolution event without an id":  {Events: []*messages.Event{resolutionEv(2, "", resolved)}},
+	} {
+		req.ConversationId, req.ExpectedLast = "c", 1
+		before := snapshotOf(t, s, []string{"c"}, []string{"tc-1", "tc-2", "x"})
+		_, err := s.Append(ctx, req)
+		require.ErrorIs(t, err, journal.ErrInvalid, name)
+		results := s.AppendBatch(ctx, []*messages.AppendRequest{req, {ConversationId: "d", ExpectedLast: lastSeq(t, s, "d"), Events: userEvs(1, 1)}})
+		require.Len(t, results, 2)
+		require.ErrorIs(t, results[0].Err, journal.ErrInvalid, "%s, in a batch", name)
+		require.NoError(t, results[1].Err, "the other request of the batch")
+		after := snapshotOf(t, s, []string{"c"}, []string{"tc-1", "tc-2", "x"})
+		requireSameSnapshot(t, before, after, "a refused %s changes nothing", name)
+	}
+	appendOK(t, s, &messages.AppendRequest{ConversationId: "c", ExpectedLast: 1,
+		Events:    []*messages.Event{assistantEv(2, "asking", "tc-1"), toolCallEv(2, "tc-1")},
+		ToolCalls: []*messages.ToolCallRecord{humanCall("c", "tc-1")}})
+	appendOK(t, s, &messages.AppendRequest{ConversationId: "c", ExpectedLast: 3,
+		Events:      []*messages.Event{resolutionEv(4, "tc-1", resolved), toolResultEv(4, "tc-1", "42")},
+		Resolutions: []*messages.ToolResolution{{ToolCallId: "tc-1", Status: resolved, Result: contentOutcome("42"), At: ts(4)}}})
+	assert.Equal(t, resolved, toolCall(t, s, "tc-1").GetStatus())
+}

@@ -27,6 +27,7 @@ var toolCallCases = []suiteCase{
 	{name: "ResolveStale", run: testResolveStale},
 	{name: "ResolveRemovesDeadline", run: testResolveRemovesDeadline},
 	{name: "ResolveOverflowingRowRefused", run: testResolveOverflowingRow},
+	{name: "MalformedCallEventsRefused", run: testMalformedCallEventsRefused},
 }
 
 func upsert(t testing.TB, s journal.Store, rec *messages.ToolCallRecord) {

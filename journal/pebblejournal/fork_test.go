@@ -27,9 +27,15 @@ func TestCheckAcceptsAFork(t *testing.T) {
 	rep, err := s.Check(ctx)
 	require.NoError(t, err)
 	require.True(t, rep.Sound(), "a copied tool_call event's row is the source's: %v", rep.Problems)
-	// A tool_call event of the fork's own still needs its row.
-	_, err = s.Append(ctx, &messages.AppendRequest{ConversationId: "dst", ExpectedLast: 7, Events: []*messages.Event{toolCallEvent("t2")}})
+	// A tool_call event of the fork's own still needs its row (an Append
+	// refuses one without: the row is removed behind the store's back).
+	done := &messages.ToolCallRecord{Id: "t2", ConversationId: "dst", Name: "ask", Executor: messages.Executor_EXECUTOR_HUMAN,
+		Status: messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED}
+	_, err = s.Append(ctx, &messages.AppendRequest{ConversationId: "dst", ExpectedLast: 7, Events: []*messages.Event{toolCallEvent("t2")},
+		ToolCalls: []*messages.ToolCallRecord{done}})
 	require.NoError(t, err)
+	require.NoError(t, s.db.Delete(idKey(famToolCall, "dst", "t2"), nil))
+	require.NoError(t, s.db.Delete(ownerKey("t2"), nil))
 	rep, err = s.Check(ctx)
 	require.NoError(t, err)
 	require.Len(t, rep.Problems, 1)

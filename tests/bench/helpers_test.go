@@ -159,8 +159,9 @@ func fill(b *testing.B, store journal.Store, conv string, turns, recent int) {
 	var last uint64
 	for t := 0; t < turns; t += perAppend {
 		k := min(perAppend, turns-t)
+		evs := turnLog(rng, conv, t, k)
 		res, err := store.Append(ctx, &messages.AppendRequest{
-			ConversationId: conv, ExpectedLast: last, Events: turnLog(rng, conv, t, k),
+			ConversationId: conv, ExpectedLast: last, Events: evs, ToolCalls: callRows(conv, evs),
 			Status: messages.ConversationStatus_CONVERSATION_STATUS_IDLE,
 		})
 		if err != nil {
@@ -231,4 +232,18 @@ func reportRate(b *testing.B, n int, elapsed time.Duration, unit string) {
 	if elapsed > 0 {
 		b.ReportMetric(float64(n)/elapsed.Seconds(), unit)
 	}
+}
+
+// callRows returns the row of each tool_call event of evs, resolved (the
+// turn's tool_result follows it), which a Store requires in the append
+// that carries the event.
+func callRows(conv string, evs []*messages.Event) []*messages.ToolCallRecord {
+	var rows []*messages.ToolCallRecord
+	for _, ev := range evs {
+		if tc := ev.GetToolCall(); tc != nil {
+			rows = append(rows, &messages.ToolCallRecord{Id: tc.GetCall().GetId(), ConversationId: conv, Name: tc.GetCall().GetName(),
+				Executor: tc.GetExecutor(), Status: messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, Args: tc.GetCall().GetArguments()})
+		}
+	}
+	return rows
 }

@@ -91,7 +91,8 @@ func fillMany(b *testing.B, store journal.Store, n int) {
 	for i := 0; i < n; i += 1000 {
 		var reqs []*messages.AppendRequest
 		for j := i; j < min(i+1000, n); j++ {
-			reqs = append(reqs, &messages.AppendRequest{ConversationId: convName(j), Events: turnLog(rng, convName(j), 0, 1),
+			evs := turnLog(rng, convName(j), 0, 1)
+			reqs = append(reqs, &messages.AppendRequest{ConversationId: convName(j), Events: evs, ToolCalls: callRows(convName(j), evs),
 				Status: messages.ConversationStatus_CONVERSATION_STATUS_IDLE})
 		}
 		for _, r := range store.AppendBatch(context.Background(), reqs) {
