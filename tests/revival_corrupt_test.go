@@ -112,11 +112,17 @@ func TestRevivalRefusesAnOpenCallItCanNeitherRunNorAwait(t *testing.T) {
 					row.Result = &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: `{"of":"d"}`}}
 					_, err := store.Append(ctx, &messages.AppendRequest{ConversationId: tc.otherRow, Unfenced: true, ToolCalls: []*messages.ToolCallRecord{row}})
 					require.NoError(t, err)
-				case !tc.noRow && journal.ValidateID("tool call id", tc.call.GetId()) == nil:
-					req.ToolCalls = []*messages.ToolCallRecord{row}
 				}
+				// An Append refuses such a tool_call event (its row must be
+				// in the same write); a fork that names no origin copies
+				// events as they are, the way a damaged store holds them.
 				_, err := store.Append(ctx, req)
-				require.NoError(t, err)
+				require.ErrorIs(t, err, journal.ErrInvalid)
+				require.NoError(t, store.Fork(ctx, &messages.ForkRequest{ConversationId: "c", Events: req.Events, Status: req.Status}))
+				if tc.otherRow == "" && !tc.noRow && journal.ValidateID("tool call id", tc.call.GetId()) == nil {
+					_, err := store.Append(ctx, &messages.AppendRequest{ConversationId: "c", ExpectedLast: 3, ToolCalls: []*messages.ToolCallRecord{row}})
+					require.NoError(t, err)
+				}
 
 				h := newHarness(t, store, nil)
 				for range 2 {
