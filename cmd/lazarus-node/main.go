@@ -24,6 +24,12 @@
 //	GET  /stats                                 -> {"fenced"}
 //	GET  /healthz                               -> "ok"
 //
+// A request body is read as package server reads its own: one JSON object
+// of valid UTF-8 (at most 1 MiB) with none but the fields above and
+// nothing after it; anything else (an unknown field, trailing data, null,
+// an array) is refused with 400 invalid and a message saying what is
+// wrong, and nothing is sent or resolved. An absent field is empty.
+//
 // A failed call answers {"error","code"}: code is the sentinel the error
 // wraps (see errorCode), "internal" for an error that wraps none; its HTTP
 // status follows the code (errorStatus): 400 invalid (a bad body, a
@@ -55,6 +61,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -71,6 +78,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/lazarusrt/lazarus"
 	"github.com/lazarusrt/lazarus/agent"
@@ -336,6 +344,34 @@ func conv(r *http.Request) (string, error) {
 	return id, nil
 }
 
+// maxBodyBytes bounds the body of a control call.
+const maxBodyBytes = 1 << 20
+
+// decodeBody decodes the body of a control call into v, as package server
+// reads its request bodies: one JSON object of valid UTF-8 with no unknown
+// field and nothing after it. Anything else is an error wrapping
+// journal.ErrInvalid that says what is wrong, and v is not to be used.
+func decodeBody(body []byte, v any) error {
+	bad := func(what string) error {
+		return fmt.Errorf("control API: request body: %s: %w", what, journal.ErrInvalid)
+	}
+	if !utf8.Valid(body) {
+		return bad("not valid UTF-8")
+	}
+	if t := bytes.TrimLeft(body, " \t\r\n"); len(t) > 0 && t[0] != '{' {
+		return bad("not a JSON object") // (json decodes null into a struct as nothing at all)
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return bad(err.Error())
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return bad("data after the JSON object")
+	}
+	return nil
+}
+
 // api is the control API; streams ends the /stream calls when it ends.
 func api(rt *lazarus.Runtime, fenced *atomic.Int64, streams context.Context) http.Handler {
 	mux := http.NewServeMux()
@@ -349,12 +385,14 @@ func api(rt *lazarus.Runtime, fenced *atomic.Int64, streams context.Context) htt
 		}
 		_ = json.NewEncoder(w).Encode(v)
 	}
-	// decode reads a request body; a bad one is the caller's error.
-	decode := func(r *http.Request, v any) error {
-		if err := json.NewDecoder(r.Body).Decode(v); err != nil {
+	// decode reads a request body into v; a bad one is the caller's error
+	// (decodeBody).
+	decode := func(w http.ResponseWriter, r *http.Request, v any) error {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+		if err != nil {
 			return fmt.Errorf("control API: request body: %w: %w", err, journal.ErrInvalid)
 		}
-		return nil
+		return decodeBody(body, v)
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) {
@@ -377,7 +415,7 @@ func api(rt *lazarus.Runtime, fenced *atomic.Int64, streams context.Context) htt
 			Text      string `json:"text"`
 			RequestID string `json:"request_id"`
 		}
-		if err := decode(r, &in); err != nil {
+		if err := decode(w, r, &in); err != nil {
 			write(w, nil, err)
 			return
 		}
@@ -393,7 +431,7 @@ func api(rt *lazarus.Runtime, fenced *atomic.Int64, streams context.Context) htt
 			Conv string `json:"conv"`
 			Text string `json:"text"`
 		}
-		if err := decode(r, &in); err != nil {
+		if err := decode(w, r, &in); err != nil {
 			write(w, nil, err)
 			return
 		}
@@ -419,7 +457,7 @@ func api(rt *lazarus.Runtime, fenced *atomic.Int64, streams context.Context) htt
 			ToolCallID string `json:"tool_call_id"`
 			Result     string `json:"result"`
 		}
-		if err := decode(r, &in); err != nil {
+		if err := decode(w, r, &in); err != nil {
 			write(w, nil, err)
 			return
 		}

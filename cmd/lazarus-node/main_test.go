@@ -162,6 +162,35 @@ func TestControlAPIRefusesBadInput(t *testing.T) {
 	}
 }
 
+// TestControlAPIRefusesUnknownFields: a body with a field the call does
+// not know, data after its object, or no object at all is refused 400
+// invalid, as package server refuses it, with a message naming what is
+// wrong, and nothing is sent or resolved.
+func TestControlAPIRefusesUnknownFields(t *testing.T) {
+	base, _ := testAPI(t)
+	for _, c := range []struct{ path, body, want string }{
+		{"/send", `{"conv":"u","text":"hi","admin":true}`, `unknown field "admin"`},
+		{"/send", `{"conv":"u","text":"hi"} {"conv":"u","text":"again"}`, "data after the JSON object"},
+		{"/send", `{"conv":"u","text":"hi"} x`, "data after the JSON object"},
+		{"/send", `null`, "not a JSON object"},
+		{"/send", "{\"conv\":\"u\",\"text\":\"\xff\"}", "not valid UTF-8"},
+		{"/sendwait", `{"conv":"u","text":"hi","request_id":"r"}`, `unknown field "request_id"`},
+		{"/sendwait", `{"conv":"u","text":"hi"}{}`, "data after the JSON object"},
+		{"/sendwait", `["u","hi"]`, "not a JSON object"},
+		{"/resolve", `{"tool_call_id":"t","result":"1","by":"olga"}`, `unknown field "by"`},
+		{"/resolve", `{"tool_call_id":"t","result":"1"} 2`, "data after the JSON object"},
+	} {
+		status, out := call(t, "POST", base+c.path, c.body)
+		require.Equal(t, http.StatusBadRequest, status, "%s %q: %v", c.path, c.body, out)
+		require.Equal(t, "invalid", out["code"], "%s %q", c.path, c.body)
+		require.Contains(t, out["error"], c.want, "%s %q", c.path, c.body)
+	}
+	// Nothing was sent to u: its first message is seq 1.
+	status, out := call(t, "POST", base+"/send", `{"conv":"u","text":"first"}`)
+	require.Equal(t, http.StatusOK, status, "%v", out)
+	require.EqualValues(t, 1, out["seq"])
+}
+
 // TestControlAPICalls: each endpoint answers as the package doc says.
 func TestControlAPICalls(t *testing.T) {
 	base, endStreams := testAPI(t)
