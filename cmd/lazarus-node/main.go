@@ -45,12 +45,16 @@
 // stdout. On SIGTERM or SIGINT it prints that it is stopping, stops
 // taking control calls, answers those in flight (each is bounded by its
 // own timeout), closes the Runtime and prints "lazarus-node MEMBER
-// stopped". --verbose sends the Runtime's log/slog debug logs to stderr.
+// stopped". A second SIGTERM or SIGINT, during that stop or during the
+// start, exits at once with status 3, saying so on stderr: the calls in
+// flight get no answer and the Runtime is not closed, so the other members
+// take its conversations over as from a killed member. --verbose sends the
+// Runtime's log/slog debug logs to stderr.
 //
 // Exit status: 0 stopped by a signal (or --help), 1 failure (the control
 // API's address or the Runtime could not be had, or failed: stderr says
 // why), 2 usage error (an unknown or bad flag, a missing required one, an
-// argument).
+// argument), 3 forced out by a second signal.
 //
 // `lazarus-node demo` (make demo-cluster) runs three members of itself and
 // a throwaway PostgreSQL (PG_BINDIR), kills one mid-turn with SIGKILL, and
@@ -91,6 +95,9 @@ const (
 	exitOK    = 0
 	exitError = 1
 	exitUsage = 2
+	// exitForced: a second signal ended the member before its graceful
+	// stop did.
+	exitForced = 3
 )
 
 func main() {
@@ -106,10 +113,11 @@ func main() {
 		return
 	}
 	// Registered before the Runtime opens: a signal during the start is
-	// taken once the member is up, and it then stops gracefully.
-	sig := make(chan os.Signal, 1)
+	// taken once the member is up, and it then stops gracefully; a second
+	// one exits at once (run).
+	sig := make(chan os.Signal, 2)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, sig))
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, sig, os.Exit))
 }
 
 // config is the command line of a member.
@@ -179,15 +187,38 @@ func parse(args []string, stderr io.Writer) (config, error) {
 
 // run is the member's life: it parses args, listens on the control API's
 // address, opens the Runtime, prints the ready line on stdout, serves until
-// stop delivers a signal (or the control API fails), then shuts down. It
-// returns the exit status; errors go to stderr.
-func run(args []string, stdout, stderr io.Writer, stop <-chan os.Signal) int {
+// stop delivers a signal (or the control API fails), then shuts down. A
+// second signal from stop, before run returns, calls exit(exitForced) at
+// once from another goroutine (exit must not return: os.Exit). It returns
+// the exit status; errors go to stderr.
+func run(args []string, stdout, stderr io.Writer, stop <-chan os.Signal, exit func(int)) int {
 	c, err := parse(args, stderr)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		return exitOK
 	case err != nil:
 		return exitUsage
+	}
+	// first carries the first signal to the life below, which takes it
+	// once the member is up; the second does not wait for anything.
+	first := make(chan os.Signal, 1)
+	if stop != nil {
+		returned := make(chan struct{})
+		defer close(returned)
+		go func() {
+			select {
+			case s := <-stop:
+				first <- s
+			case <-returned:
+				return
+			}
+			select {
+			case s := <-stop:
+				fmt.Fprintf(stderr, "lazarus-node: %v again, exiting now without finishing the stop\n", s)
+				exit(exitForced)
+			case <-returned:
+			}
+		}()
 	}
 	fail := func(err error) int {
 		fmt.Fprintln(stderr, "lazarus-node:", err)
@@ -230,7 +261,7 @@ func run(args []string, stdout, stderr io.Writer, stop <-chan os.Signal) int {
 	go func() { errc <- srv.Serve(ln) }()
 	fmt.Fprintf(stdout, "lazarus-node %s ready, control API http://%s\n", rt.Address(), ln.Addr())
 	select {
-	case s := <-stop:
+	case s := <-first:
 		fmt.Fprintf(stdout, "lazarus-node %s: %v, stopping\n", rt.Address(), s)
 	case err = <-errc:
 	}

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -74,7 +75,7 @@ func TestUsageErrors(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			code := run(c.args, &stdout, &stderr, nil)
+			code := run(c.args, &stdout, &stderr, nil, nil)
 			require.Equal(t, exitUsage, code, "stderr: %s", stderr.String())
 			require.Contains(t, stderr.String(), c.want)
 			require.Contains(t, stderr.String(), "Usage of lazarus-node", "the usage follows the error")
@@ -82,7 +83,7 @@ func TestUsageErrors(t *testing.T) {
 		})
 	}
 	var stdout, stderr bytes.Buffer
-	require.Equal(t, exitOK, run([]string{"--help"}, &stdout, &stderr, nil))
+	require.Equal(t, exitOK, run([]string{"--help"}, &stdout, &stderr, nil, nil))
 	for _, f := range []string{"-postgres", "-port", "-automanaged-port", "-seeds", "-http", "-model-delay", "-human-timeout", "-verbose"} {
 		require.Contains(t, stderr.String(), f, "--help lists the flags of the package doc")
 	}
@@ -100,7 +101,7 @@ func TestControlAddressTaken(t *testing.T) {
 	defer l.Close()
 	var stdout, stderr bytes.Buffer
 	code := run([]string{"--postgres", "postgres://127.0.0.1:1/none", "--automanaged-port", "7101",
-		"--seeds", "127.0.0.1:7101", "--http", l.Addr().String()}, &stdout, &stderr, nil)
+		"--seeds", "127.0.0.1:7101", "--http", l.Addr().String()}, &stdout, &stderr, nil, nil)
 	require.Equal(t, exitError, code)
 	require.Contains(t, stderr.String(), "lazarus-node: control API: listen tcp "+l.Addr().String())
 	require.NotContains(t, stdout.String(), "ready")
@@ -270,7 +271,7 @@ func TestStopsGracefully(t *testing.T) {
 	go func() {
 		defer stdoutW.Close()
 		done <- run([]string{"--postgres", dsn, "--automanaged-port", fmt.Sprint(am), "--seeds", fmt.Sprintf("127.0.0.1:%d", am),
-			"--model-delay", "500ms"}, stdoutW, &stderr, stop)
+			"--model-delay", "500ms"}, stdoutW, &stderr, stop, func(code int) { t.Errorf("forced out with status %d", code) })
 	}()
 	lines := make(chan string, 8)
 	go func() {
@@ -339,4 +340,102 @@ func freeTestPort(t *testing.T) int {
 	p, err := freePort()
 	require.NoError(t, err)
 	return p
+}
+
+// TestSecondSignalForcesExit: a member process stopping gracefully after
+// SIGTERM, held by a call in flight (its model call takes an hour), exits
+// at once on a second signal (SIGINT here) with status 3 and says so on
+// stderr: the call in flight gets no answer and the member never says it
+// stopped.
+func TestSecondSignalForcesExit(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	am := freeTestPort(t)
+	self, err := os.Executable()
+	require.NoError(t, err)
+	cmd := exec.Command(self, "--postgres", dsn, "--automanaged-port", fmt.Sprint(am), "--seeds", fmt.Sprintf("127.0.0.1:%d", am),
+		"--model-delay", "1h")
+	cmd.Env = append(os.Environ(), asMain+"=1")
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	var werr error
+	exited := make(chan struct{}) // closed once werr is set
+	lines := make(chan string, 8)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+		werr = cmd.Wait() // after the last read of stdout, as Wait closes it
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	// next is the next line of the member's own (the cluster's libraries
+	// write to stdout too) that contains want.
+	next := func(want string) string {
+		t.Helper()
+		timeout := time.After(60 * time.Second)
+		for {
+			select {
+			case l, ok := <-lines:
+				require.True(t, ok, "exited before a line with %q: %s", want, stderr.String())
+				if strings.HasPrefix(l, "lazarus-node ") && strings.Contains(l, want) {
+					return l
+				}
+			case <-timeout:
+				t.Fatalf("no line with %q", want)
+			}
+		}
+	}
+	ready := next(" ready, control API ")
+	_, apiURL, found := strings.Cut(ready, " ready, control API ")
+	require.True(t, found, "ready line: %q", ready)
+
+	// A stream shows when the turn has begun: its user message is written,
+	// and its model call takes an hour.
+	res, err := http.Get(apiURL + "/stream?conv=c")
+	require.NoError(t, err)
+	defer res.Body.Close()
+	answer := make(chan error, 1)
+	go func() {
+		res, err := http.Post(apiURL+"/sendwait", "application/json", strings.NewReader(`{"conv":"c","text":"hi"}`))
+		if err == nil {
+			b, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			err = fmt.Errorf("answered %d: %s", res.StatusCode, b)
+		}
+		answer <- err
+	}()
+	var first struct{ Seq uint64 }
+	require.NoError(t, json.NewDecoder(res.Body).Decode(&first))
+	require.Equal(t, uint64(1), first.Seq)
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	next(": terminated, stopping")
+	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+	select {
+	case <-exited:
+	case <-time.After(60 * time.Second):
+		t.Fatal("a second signal did not end the member")
+	}
+	var ee *exec.ExitError
+	require.ErrorAs(t, werr, &ee, "stderr: %s", stderr.String())
+	require.Equal(t, exitForced, ee.ExitCode(), "stderr: %s", stderr.String())
+	require.Contains(t, stderr.String(), "lazarus-node: interrupt again, exiting now")
+	for l := range lines {
+		require.False(t, strings.HasPrefix(l, "lazarus-node ") && strings.HasSuffix(l, " stopped"), "the graceful stop did not finish: %q", l)
+	}
+	select {
+	case err := <-answer:
+		require.Error(t, err)
+		require.NotContains(t, err.Error(), "answered", "the call in flight is not answered")
+	case <-time.After(60 * time.Second):
+		t.Fatal("the call in flight neither answered nor failed")
+	}
 }
