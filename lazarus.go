@@ -450,6 +450,7 @@ func Open(opts Options) (*Runtime, error) {
 		Clock:       opts.Clock,
 		CallTimeout: opts.CallTimeout,
 		Logger:      opts.Logger,
+		Activated:   opts.Metrics.Activated,
 		Passivated:  opts.Metrics.Passivated,
 		Fenced:      fencedHook(opts.Metrics.Fenced),
 		// Due occurrences of scheduled wake-ups are delivered by the
@@ -460,9 +461,6 @@ func Open(opts Options) (*Runtime, error) {
 		// it is still alive to hear the reply.
 		Journal: actors.JournalOptions{Committed: committed, Observe: opts.Metrics.Commit},
 		Agent: func(string) actors.ConversationConfig {
-			if opts.Metrics.Activated != nil {
-				opts.Metrics.Activated()
-			}
 			return actors.ConversationConfig{
 				Model:                 model,
 				Tools:                 reg,

@@ -33,7 +33,8 @@ type Metrics struct {
 	Expired func()
 	// Activated is called each time a conversation actor is spawned: its
 	// first activation or a revival after passivation, a kill or a
-	// restart.
+	// restart. It is called once the actor exists: a spawn that failed
+	// is not counted.
 	Activated func()
 	// Passivated is called each time an idle conversation actor
 	// passivates (Options.IdleTimeout): it leaves memory, and its next

@@ -3,12 +3,14 @@ package lazarus_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus"
@@ -401,4 +403,33 @@ func TestTurnAndToolCallMetrics(t *testing.T) {
 	require.Equal(t, map[messages.Executor]int{
 		messages.Executor_EXECUTOR_SERVER: 1, messages.Executor_EXECUTOR_HUMAN: 1,
 	}, gotTools)
+}
+
+// TestActivatedMetricCountsOnlySpawnedActors: Metrics.Activated is not
+// called for an activation whose actor could not be spawned (here its
+// name is taken already in Options.ActorSystem), only once one exists.
+func TestActivatedMetricCountsOnlySpawnedActors(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
+	defer sys.Shutdown()
+	var activated atomic.Int64
+	model := scripted.New(scripted.Options{})
+	rt, err := lazarus.Open(lazarus.Options{Model: model, ActorSystem: sys, IdleTimeout: -1,
+		Metrics: lazarus.Metrics{Activated: func() { activated.Add(1) }}})
+	require.NoError(t, err)
+	defer rt.Close()
+	// The Runtime's first activation is the actor lazarus/conv-1.
+	_, err = sys.Root.SpawnNamed(actor.PropsFromFunc(func(actor.Context) {}), "lazarus/conv-1")
+	require.NoError(t, err)
+
+	_, err = rt.SendMessage(ctx, "c", agent.UserMessage(agent.TextPart("hi")), lazarus.SendOptions{}, user)
+	require.ErrorIs(t, err, actor.ErrNameExists)
+	require.Zero(t, activated.Load(), "a spawn that failed is no activation")
+	require.Zero(t, rt.Active())
+
+	model.Push("c", scripted.Text("hello"))
+	_, err = rt.SendAndWait(ctx, "c", "hi", user)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, activated.Load())
 }

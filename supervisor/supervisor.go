@@ -54,6 +54,11 @@ type Config struct {
 	CallTimeout time.Duration
 	// Logger receives lifecycle and failure logs. Default: discard.
 	Logger *slog.Logger
+	// Activated, if set, is called each time a conversation actor is
+	// spawned (a first activation or a revival), once it exists: a spawn
+	// that failed is none. It runs on the supervisor actor's goroutine
+	// and must not block.
+	Activated func()
 	// Passivated, if set, is called each time an idle conversation actor
 	// passivates (not for kills or failures), on that actor's goroutine; it
 	// must not block.
@@ -610,6 +615,9 @@ func (r *root) spawn(ctx actor.Context, a *activation) (*actor.PID, error) {
 	pid, err := ctx.SpawnNamed(actors.NewConversation(cfg), fmt.Sprintf("conv-%d", a.gen))
 	if err == nil {
 		s.reg.register(a, pid)
+		if s.cfg.Activated != nil {
+			s.cfg.Activated()
+		}
 	}
 	return pid, err
 }
