@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -42,6 +43,13 @@ import (
 //
 // The labels take only the values listed: no series grows with
 // conversations or users.
+//
+// The gauges counted at scrape report no number when the Store fails them
+// (an error, or no answer within 5 s): never a count of the pages read
+// before the error. The Registry's Gather returns the error for them;
+// the Server's /metrics leaves them out of that scrape, serves the other
+// series, logs the error (Options.Logger) and counts it in
+// promhttp_metric_handler_errors_total{cause="gathering"}.
 // Hooks are allocation-free: counters and histograms of client_golang.
 //
 // Use one Metrics per Runtime. Each has a registry of its own (with the Go
@@ -120,10 +128,10 @@ func NewMetrics() *Metrics {
 		}
 		return 0
 	})
-	active := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "conversations_active",
-		Help: "Conversations with a turn owed or running (status ACTIVE; counted at scrape, bounded)."}, m.activeConversations)
-	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "human_calls_pending",
-		Help: "Pending human calls (counted at scrape, bounded)."}, m.pendingCalls)
+	active := storeGauge{name: ns + "_conversations_active", desc: prometheus.NewDesc(ns+"_conversations_active",
+		"Conversations with a turn owed or running (status ACTIVE; counted at scrape, bounded).", nil, nil), count: m.activeConversations}
+	pending := storeGauge{name: ns + "_human_calls_pending", desc: prometheus.NewDesc(ns+"_human_calls_pending",
+		"Pending human calls (counted at scrape, bounded).", nil, nil), count: m.pendingCalls}
 	m.reg.MustRegister(m.commitSeconds, m.commitRequests, m.appends, m.events, m.activations, m.passivations, m.fenced, m.expired,
 		m.modelSeconds, m.modelErrors, m.subscriptions, turns, toolCalls, live, active, pending,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -175,10 +183,31 @@ func (m *Metrics) Hooks() lazarus.Metrics {
 // with m).
 func (m *Metrics) attach(rt *lazarus.Runtime) { m.rt.Store(rt) }
 
-func (m *Metrics) pendingCalls() float64 {
+// storeGauge is a gauge counted from the Store at each scrape. A count
+// that fails is reported to the scrape as the gauge's error
+// (prometheus.NewInvalidMetric), never as a number.
+type storeGauge struct {
+	name  string
+	desc  *prometheus.Desc
+	count func() (float64, error)
+}
+
+func (g storeGauge) Describe(ch chan<- *prometheus.Desc) { ch <- g.desc }
+
+func (g storeGauge) Collect(ch chan<- prometheus.Metric) {
+	v, err := g.count()
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(g.desc, fmt.Errorf("server: counting %s at scrape: %w", g.name, err))
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, v)
+}
+
+// pendingCalls counts the pending human calls (up to MaxPendingCount).
+func (m *Metrics) pendingCalls() (float64, error) {
 	rt := m.rt.Load()
 	if rt == nil {
-		return 0
+		return 0, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -186,7 +215,7 @@ func (m *Metrics) pendingCalls() float64 {
 	for n < MaxPendingCount {
 		rows, next, err := rt.PendingCalls(ctx, cursor, min(1000, MaxPendingCount-n))
 		if err != nil {
-			break
+			return 0, err
 		}
 		n += len(rows)
 		if next == "" {
@@ -194,13 +223,15 @@ func (m *Metrics) pendingCalls() float64 {
 		}
 		cursor = next
 	}
-	return float64(n)
+	return float64(n), nil
 }
 
-func (m *Metrics) activeConversations() float64 {
+// activeConversations counts the ACTIVE conversations (up to
+// MaxPendingCount).
+func (m *Metrics) activeConversations() (float64, error) {
 	rt := m.rt.Load()
 	if rt == nil {
-		return 0
+		return 0, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -208,7 +239,7 @@ func (m *Metrics) activeConversations() float64 {
 	for n < MaxPendingCount {
 		ids, next, err := rt.Store().ListActiveConversations(ctx, cursor, min(1000, MaxPendingCount-n))
 		if err != nil {
-			break
+			return 0, err
 		}
 		n += len(ids)
 		if next == "" {
@@ -216,7 +247,7 @@ func (m *Metrics) activeConversations() float64 {
 		}
 		cursor = next
 	}
-	return float64(n)
+	return float64(n), nil
 }
 
 // metrics serves the Prometheus exposition: to operators, or to anyone

@@ -3,7 +3,11 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +20,8 @@ import (
 	"github.com/lazarusrt/lazarus/actors/actorstest"
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/scripted"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/journal/memjournal"
 	"github.com/lazarusrt/lazarus/messages"
 	"github.com/lazarusrt/lazarus/server"
 )
@@ -240,4 +246,72 @@ func TestMetricsOfTwoRuntimes(t *testing.T) {
 	err = m1.Registry().Register(collectors.NewGoCollector())
 	var already prometheus.AlreadyRegisteredError
 	require.ErrorAs(t, err, &already, "the Go collector is registered already")
+}
+
+// listsFail is a Store whose listings of pending calls and ACTIVE
+// conversations fail while fail is set.
+type listsFail struct {
+	journal.Store
+	fail atomic.Bool
+}
+
+func (s *listsFail) ListPendingToolCalls(ctx context.Context, cursor string, limit int) ([]*messages.ToolCallRecord, string, error) {
+	if s.fail.Load() {
+		return nil, "", fmt.Errorf("listsFail: %w", journal.ErrUnavailable)
+	}
+	return s.Store.ListPendingToolCalls(ctx, cursor, limit)
+}
+
+func (s *listsFail) ListActiveConversations(ctx context.Context, cursor string, limit int) ([]string, string, error) {
+	if s.fail.Load() {
+		return nil, "", fmt.Errorf("listsFail: %w", journal.ErrUnavailable)
+	}
+	return s.Store.ListActiveConversations(ctx, cursor, limit)
+}
+
+// TestStoreGaugesReportAStoreError: the gauges counted from the Store at
+// scrape report a Store error as an error, not as a count: Gather returns
+// it naming the gauge, and /metrics serves the other series without that
+// gauge, logging the failure and counting it in
+// promhttp_metric_handler_errors_total (from the next scrape on). Once the Store answers, the gauges read the count again.
+func TestStoreGaugesReportAStoreError(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	m := server.NewMetrics()
+	store := &listsFail{Store: memjournal.New(memjournal.Options{})}
+	model := scripted.New(scripted.Options{})
+	rt, err := lazarus.Open(lazarus.Options{Model: model, Store: store, IdleTimeout: -1, Metrics: m.Hooks(),
+		Tools: []agent.Tool{{Name: "ask", Executor: messages.Executor_EXECUTOR_HUMAN, Timeout: time.Hour}}})
+	require.NoError(t, err)
+	defer rt.Close()
+	var logs syncBuffer
+	h := server.New(rt, server.Options{Metrics: m, PublicMetrics: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	model.Push("c", scripted.Reply("", scripted.Call("ask", `{}`)))
+	_, err = rt.SendAndWait(ctx, "c", "hi", agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, seriesValue(t, m.Registry(), "lazarus_human_calls_pending"))
+	require.Zero(t, seriesValue(t, m.Registry(), "lazarus_conversations_active"))
+
+	scrape := func() (int, string) {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		return rec.Code, rec.Body.String()
+	}
+	store.fail.Store(true)
+	_, err = m.Registry().Gather()
+	require.ErrorContains(t, err, "server: counting lazarus_human_calls_pending at scrape: lazarus: pending calls: listsFail: journal: store unavailable")
+	require.ErrorContains(t, err, "server: counting lazarus_conversations_active at scrape")
+	code, body := scrape()
+	require.Equal(t, http.StatusOK, code, "the other series are served")
+	require.NotContains(t, body, "lazarus_human_calls_pending")
+	require.NotContains(t, body, "lazarus_conversations_active")
+	require.Contains(t, body, "lazarus_conversation_activations_total 1")
+	require.Contains(t, logs.String(), "lazarus_human_calls_pending")
+
+	store.fail.Store(false)
+	code, body = scrape()
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "lazarus_human_calls_pending 1")
+	require.Contains(t, body, "lazarus_conversations_active 0")
+	require.Contains(t, body, `promhttp_metric_handler_errors_total{cause="gathering"} 1`, "the failed scrape, counted after it")
 }

@@ -132,7 +132,14 @@ func New(rt *lazarus.Runtime, opts Options) *Server {
 	opts = opts.withDefaults()
 	s := &Server{rt: rt, opts: opts, log: opts.Logger, mux: http.NewServeMux(), cursors: newCursors()}
 	opts.Metrics.attach(rt)
-	s.prom = promhttp.HandlerFor(opts.Metrics.reg, promhttp.HandlerOpts{})
+	// A series that fails at scrape (a gauge counted from the Store, on a
+	// Store error) is left out and logged, and the rest served; the
+	// failures are counted in promhttp_metric_handler_errors_total.
+	s.prom = promhttp.HandlerFor(opts.Metrics.reg, promhttp.HandlerOpts{
+		ErrorHandling: promhttp.ContinueOnError,
+		ErrorLog:      slog.NewLogLogger(opts.Logger.Handler(), slog.LevelWarn),
+		Registry:      opts.Metrics.reg,
+	})
 
 	s.handle("GET /v1/openapi.json", s.openAPI)
 	s.handle("GET /healthz", s.healthz)
