@@ -49,7 +49,8 @@
 //	0  success
 //	1  failure (the message on stderr says why)
 //	2  usage error (unknown command or flag, missing argument, delete without --yes)
-//	3  stale: resolve came too late (the call is unknown, already answered or expired)
+//	3  stale: resolve came too late (the call is unknown, already answered or expired);
+//	   for serve: forced out by a second SIGTERM or SIGINT during its graceful stop
 //	4  busy: another process holds the directory
 //	5  not found: no such conversation, or no store in the directory
 //	6  damaged: check found damage, or the store's files are too damaged to open
@@ -71,6 +72,7 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -86,6 +88,9 @@ const (
 	exitBusy     = 4
 	exitNotFound = 5
 	exitDamaged  = 6
+	// exitForced: a second SIGTERM or SIGINT ended serve before its
+	// graceful stop did (serve never resolves, so it is never stale).
+	exitForced = 3
 )
 
 // envDir is the environment variable that names the store directory when
@@ -102,11 +107,47 @@ func main() {
 
 // run is the whole command: it parses args, runs one command and returns
 // the exit status. An interrupt (SIGINT, SIGTERM) ends a running tail
-// cleanly.
+// cleanly, and stops serve gracefully; a second one during serve's stop
+// exits at once (runSignalled).
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	return newCLI(stdin, stdout, stderr).run(ctx, args)
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sig)
+	return newCLI(stdin, stdout, stderr).runSignalled(args, sig, os.Exit)
+}
+
+// runSignalled runs the command line args with a context that ends at the
+// first signal from sig. A second one, once the command is serve and
+// before runSignalled returns, says so on stderr and calls
+// exit(exitForced) at once from another goroutine (exit must not return:
+// os.Exit): serve's graceful stop is not waited for. Other commands ignore
+// a second signal.
+func (c *cli) runSignalled(args []string, sig <-chan os.Signal, exit func(int)) int {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	returned := make(chan struct{})
+	defer close(returned)
+	go func() {
+		select {
+		case <-sig:
+			cancel()
+		case <-returned:
+			return
+		}
+		for {
+			select {
+			case s := <-sig:
+				if c.forceOnSecondSignal.Load() {
+					c.progress("%v again, exiting now without finishing the stop", s)
+					exit(exitForced)
+					return
+				}
+			case <-returned:
+				return
+			}
+		}
+	}()
+	return c.run(ctx, args)
 }
 
 // cli holds what every command needs: its streams, the environment, the
@@ -131,6 +172,9 @@ type cli struct {
 	// httpClient sends the requests of the --server mode. Default
 	// http.DefaultClient.
 	httpClient *http.Client
+	// forceOnSecondSignal is set once the command is serve: a second
+	// signal then exits at once (runSignalled).
+	forceOnSecondSignal atomic.Bool
 }
 
 func newCLI(stdin io.Reader, stdout, stderr io.Writer) *cli {
@@ -218,6 +262,9 @@ func (c *cli) run(ctx context.Context, args []string) int {
 		c.mainUsage(c.stderr)
 		return exitUsage
 	}
+	if cmd == serveCmd {
+		c.forceOnSecondSignal.Store(true)
+	}
 	var err error
 	if (c.server != "" || c.token != "") && !cmd.remote {
 		err = usagef("--server and --token are for the commands that work on a live node, not %s", cmd.name)
@@ -289,7 +336,8 @@ Commands:
 		fmt.Fprintf(w, "  %-*s  %s\n", width, cmd.name, cmd.summary)
 	}
 	fmt.Fprint(w, `
-Exit status: 0 success, 1 failure, 2 usage error, 3 stale (resolve too late),
+Exit status: 0 success, 1 failure, 2 usage error, 3 stale (resolve too late;
+for serve, forced out by a second signal during its stop),
 4 directory held by another process, 5 conversation or store not found,
 6 damaged (check found damage, or the store's files cannot be opened).
 `)

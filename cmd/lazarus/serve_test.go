@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -488,4 +489,53 @@ func TestServeMCPTools(t *testing.T) {
 func jsonString(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
+}
+
+// TestServeSecondSignalForcesExit: 'lazarus serve' as a child process,
+// stopping gracefully after SIGTERM while a request is in flight (its body
+// still being read, shutdown_timeout an hour), exits at once on a second
+// signal (SIGINT here) with status 3 and says so on stderr: the request
+// gets no answer and the node never says it closed the store.
+func TestServeSecondSignalForcesExit(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "node.json")
+	require.NoError(t, os.WriteFile(cfg, []byte(`{
+		"dir": `+jsonString(filepath.Join(t.TempDir(), "store"))+`,
+		"shutdown_timeout": "1h", "read_timeout": "1h"
+	}`), 0o600))
+	p := startServe(t, testTokens, "--config", cfg)
+	addr := strings.TrimPrefix(p.url, "http://")
+
+	// A request in flight: its handler reads a body that never comes in
+	// full. "100 Continue" shows the handler has begun reading it.
+	conn, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = fmt.Fprintf(conn, "POST /v1/conversations HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer alice-token\r\n"+
+		"Content-Type: application/json\r\nContent-Length: 100\r\nExpect: 100-continue\r\n\r\n", addr)
+	require.NoError(t, err)
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(wait)))
+	br := bufio.NewReader(conn)
+	status, err := br.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "HTTP/1.1 100 Continue\r\n", status)
+	blank, err := br.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "\r\n", blank)
+
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.Eventually(t, func() bool { return strings.Contains(p.stderr.String(), "lazarus serve: shutting down") },
+		wait, 10*time.Millisecond)
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGINT))
+	select {
+	case <-p.exited:
+	case <-time.After(wait):
+		t.Fatalf("a second signal did not end serve within %s:\n%s", wait, p.stderr)
+	}
+	require.Equal(t, exitForced, p.cmd.ProcessState.ExitCode(), p.stderr.String())
+	require.Equal(t, exitStale, exitForced, "the package doc gives 3 for both")
+	require.Contains(t, p.stderr.String(), "lazarus serve: interrupt again, exiting now")
+	require.NotContains(t, p.stderr.String(), "store closed", "the graceful stop did not finish")
+	rest, err := io.ReadAll(br)
+	require.NoError(t, err, "the connection ends with the process")
+	require.Empty(t, string(rest), "the request in flight gets no answer")
 }
