@@ -49,11 +49,11 @@
 //	0  success
 //	1  failure (the message on stderr says why)
 //	2  usage error (unknown command or flag, missing argument, delete without --yes)
-//	3  stale: resolve came too late (the call is unknown, already answered or expired);
-//	   for serve: forced out by a second SIGTERM or SIGINT during its graceful stop
+//	3  stale: resolve came too late (the call is unknown, already answered or expired)
 //	4  busy: another process holds the directory
 //	5  not found: no such conversation, or no store in the directory
 //	6  damaged: check found damage, or the store's files are too damaged to open
+//	7  forced: serve was ended by a second SIGTERM or SIGINT during its graceful stop
 //
 // Output meant for people goes to stdout, one line per item; --json gives a
 // single JSON document instead on the list-like commands (conversations,
@@ -89,8 +89,8 @@ const (
 	exitNotFound = 5
 	exitDamaged  = 6
 	// exitForced: a second SIGTERM or SIGINT ended serve before its
-	// graceful stop did (serve never resolves, so it is never stale).
-	exitForced = 3
+	// graceful stop did.
+	exitForced = 7
 )
 
 // envDir is the environment variable that names the store directory when
@@ -336,10 +336,10 @@ Commands:
 		fmt.Fprintf(w, "  %-*s  %s\n", width, cmd.name, cmd.summary)
 	}
 	fmt.Fprint(w, `
-Exit status: 0 success, 1 failure, 2 usage error, 3 stale (resolve too late;
-for serve, forced out by a second signal during its stop),
+Exit status: 0 success, 1 failure, 2 usage error, 3 stale (resolve too late),
 4 directory held by another process, 5 conversation or store not found,
-6 damaged (check found damage, or the store's files cannot be opened).
+6 damaged (check found damage, or the store's files cannot be opened),
+7 serve forced out by a second signal during its stop.
 `)
 }
 

@@ -88,7 +88,7 @@ address. SIGTERM or SIGINT stops it gracefully: it stops accepting
 connections, ends the event streams, waits for the requests in flight (at
 most --shutdown-timeout), then closes the runtime and the store, and exits
 with status 0. A second SIGTERM or SIGINT during that stop exits at once
-with status 3, saying so on stderr: the requests in flight get no answer
+with status 7, saying so on stderr: the requests in flight get no answer
 and the runtime is not closed, as for a killed process (every write
 acknowledged before is durable).`,
 	run: (*cli).serve,
