@@ -45,7 +45,10 @@ const MinScheduleInterval = time.Second
 // At or After (the first occurrence, then every Every).
 type ScheduleSpec struct {
 	// ID names the schedule: a Schedule with the ID of an existing
-	// schedule of the conversation replaces it. Default: a new random id.
+	// schedule of the conversation replaces it. Ids are unique in the
+	// Store, across conversations: the ID of another conversation's
+	// schedule is refused with an error wrapping journal.ErrConflict, and
+	// nothing is written. Default: a new random id.
 	ID string
 	// At fires once at this time, which must be after now.
 	At time.Time
@@ -300,7 +303,8 @@ func (r *Runtime) scheduleStore(op string) (journal.ScheduleStore, error) {
 // occurrence). The conversation must exist (journal.ErrNotFound; a deleted
 // one journal.ErrDeleted) and not be ended (journal.ErrEnded); a spec
 // that cannot be a schedule is refused with ErrBadSchedule or
-// ErrScheduleInPast, and nothing is written.
+// ErrScheduleInPast, and a spec.ID that another conversation's schedule
+// holds with journal.ErrConflict; nothing is written then.
 //
 // Schedules are durable: they survive kills and restarts, and go with the
 // conversation when it is deleted, or when one comes due after the
