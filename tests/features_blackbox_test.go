@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -425,9 +426,474 @@ func TestBBScheduleOfAConversationDeletedAfterwards(t *testing.T) {
 	require.ErrorIs(t, h.rt.CancelSchedule(ctx, "c", sc.GetId()), lazarus.ErrNoSchedule)
 }
 
-var (
-	_ = json.Marshal
-	_ = math.NaN
-	_ = os.ReadFile
-	_ = filepath.Join
-)
+// TestBBFileRewindAcrossAKillAndARestart: the file records of calls made
+// by two activations (a kill between them) and read by a third runtime on
+// the same Store and root put the files back to each target: the end of
+// the first turn, then the start.
+func TestBBFileRewindAcrossAKillAndARestart(t *testing.T) {
+	store := openStore(t, "memory")
+	root := t.TempDir()
+	opts := func(o *lazarus.Options) {
+		o.Tools = append(o.Tools, writeFileTool(root, nil))
+		o.Files = lazarus.FilesOptions{Root: root}
+	}
+	h := newHarness(t, store, opts)
+	ctx := ctxT(t)
+	require.NoError(t, os.WriteFile(filepath.Join(root, "a.txt"), []byte("v1"), 0o640))
+	h.model.Push("f", scripted.Reply("", writeCall(fileArgs{Path: "a.txt", Content: "v2"})), scripted.Text("one"))
+	_, err := h.rt.SendAndWait(ctx, "f", "first", user)
+	require.NoError(t, err)
+	first := h.awaitEvent("f", 0, isAssistantText("one")).GetSeq()
+	require.True(t, h.rt.Kill("f"))
+	h.model.Push("f", scripted.Reply("", writeCall(fileArgs{Path: "a.txt", Content: "v3"}), writeCall(fileArgs{Path: "d/new.txt", Content: "n"})), scripted.Text("two"))
+	_, err = h.rt.SendAndWait(ctx, "f", "second", user)
+	require.NoError(t, err)
+	require.Equal(t, "v3", readFile(t, root, "a.txt"))
+	require.NoError(t, h.rt.Close())
+
+	h2 := newHarness(t, store, opts)
+	rep, err := h2.rt.RewindWithReport(ctx, "f", first, lazarus.RewindOptions{Files: true}, user)
+	require.NoError(t, err)
+	require.Len(t, rep.Files, 2)
+	require.Equal(t, lazarus.FileRestore{Path: "a.txt", Action: lazarus.FileRestored, Seq: rep.Files[0].Seq, Size: 2}, rep.Files[0])
+	require.Equal(t, lazarus.FileRestore{Path: "d/new.txt", Action: lazarus.FileDeleted, Seq: rep.Files[1].Seq}, rep.Files[1])
+	require.Greater(t, rep.Files[0].Seq, first, "the first call after the target")
+	require.Equal(t, "v2", readFile(t, root, "a.txt"))
+	require.Equal(t, "<absent>", readFile(t, root, "d/new.txt"))
+
+	rep, err = h2.rt.RewindWithReport(ctx, "f", 0, lazarus.RewindOptions{Files: true}, user)
+	require.NoError(t, err)
+	require.Equal(t, []lazarus.FileRestore{{Path: "a.txt", Action: lazarus.FileRestored, Seq: rep.Files[0].Seq, Size: 2}}, rep.Files,
+		"new.txt is absent as its record says: not listed")
+	require.Less(t, rep.Files[0].Seq, first, "the first turn's call")
+	require.Equal(t, "v1", readFile(t, root, "a.txt"))
+	info, err := os.Stat(filepath.Join(root, "a.txt"))
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o640), info.Mode().Perm())
+}
+
+// TestBBFileRunKilledMidChangeKeepsItsFirstRecord: a tool records a file,
+// changes it half, and its activation is killed; the revival runs the same
+// call again, which records the half-changed file (ignored: the first
+// record of a call and a path is kept) and finishes; the rewind puts back
+// the content from before the first run. Within one run a second Before of
+// the same path keeps the first too.
+func TestBBFileRunKilledMidChangeKeepsItsFirstRecord(t *testing.T) {
+	root := t.TempDir()
+	started := make(chan int, 4)
+	var runs atomic.Int32
+	tool := agent.Tool{
+		Name: "edit_twice", Description: "edits a file in two steps", Executor: messages.Executor_EXECUTOR_SERVER,
+		Run: func(ctx context.Context, inv agent.Invocation) (string, error) {
+			run := int(runs.Add(1))
+			p := filepath.Join(root, "doc.txt")
+			if err := inv.CheckpointFile(ctx, "doc.txt"); err != nil {
+				return "", err
+			}
+			if err := os.WriteFile(p, []byte("half"), 0o644); err != nil {
+				return "", err
+			}
+			if err := inv.CheckpointFile(ctx, "doc.txt"); err != nil { // again, in the same run
+				return "", err
+			}
+			started <- run
+			if run == 1 {
+				<-ctx.Done() // killed here
+				return "", ctx.Err()
+			}
+			return `{"done":true}`, os.WriteFile(p, []byte("final"), 0o644)
+		},
+	}
+	h := newHarness(t, openStore(t, "memory"), func(o *lazarus.Options) {
+		o.Tools = append(o.Tools, tool)
+		o.Files = lazarus.FilesOptions{Root: root}
+	})
+	ctx := ctxT(t)
+	require.NoError(t, os.WriteFile(filepath.Join(root, "doc.txt"), []byte("original"), 0o644))
+	h.model.Push("k", scripted.Reply("", scripted.Call("edit_twice", `{}`)), scripted.Text("edited"))
+	_, err := h.rt.Send(ctx, "k", "edit", user)
+	require.NoError(t, err)
+	require.Equal(t, 1, <-started)
+	require.True(t, h.rt.Kill("k"))
+	require.NoError(t, h.rt.Wake(ctx, "k"))
+	require.Equal(t, 2, <-started, "the call runs again")
+	h.awaitEvent("k", 0, isAssistantText("edited"))
+	require.Equal(t, "final", readFile(t, root, "doc.txt"))
+	require.Len(t, h.toolCallSeqs("k"), 1, "one call, run twice")
+
+	rep, err := h.rt.RewindWithReport(ctx, "k", 1, lazarus.RewindOptions{Files: true}, user)
+	require.NoError(t, err)
+	require.Len(t, rep.Files, 1)
+	require.Equal(t, lazarus.FileRestored, rep.Files[0].Action)
+	require.Equal(t, int64(len("original")), rep.Files[0].Size)
+	require.Equal(t, "original", readFile(t, root, "doc.txt"), "the content before the first run, not the half-changed one")
+}
+
+// TestBBFileRewindRefusalsLeaveTheFiles: a rewind with Files that is
+// refused (a target in a skipped span, after the log, a deleted
+// conversation; no file root) writes nothing and restores no file; a
+// rewind to the last seq restores none.
+func TestBBFileRewindRefusalsLeaveTheFiles(t *testing.T) {
+	h, root := filesHarness(t, openStore(t, "memory"), nil, nil)
+	ctx := ctxT(t)
+	h.model.Push("r", scripted.Reply("", writeCall(fileArgs{Path: "x.txt", Content: "1"})), scripted.Text("a"))
+	_, err := h.rt.SendAndWait(ctx, "r", "one", user)
+	require.NoError(t, err)
+	h.model.Push("r", scripted.Reply("", writeCall(fileArgs{Path: "x.txt", Content: "2"})), scripted.Text("b"))
+	_, err = h.rt.SendAndWait(ctx, "r", "two", user)
+	require.NoError(t, err)
+	last, err := h.store.LastSeq(ctx, "r")
+	require.NoError(t, err)
+
+	rep, err := h.rt.RewindWithReport(ctx, "r", last, lazarus.RewindOptions{Files: true}, user)
+	require.NoError(t, err)
+	require.Empty(t, rep.Files, "no call after the last seq")
+	require.Equal(t, "2", readFile(t, root, "x.txt"))
+
+	// Back to the first message: the span 2..last is skipped.
+	_, err = h.rt.RewindWithReport(ctx, "r", 1, lazarus.RewindOptions{Files: true}, user)
+	require.NoError(t, err)
+	require.Equal(t, "<absent>", readFile(t, root, "x.txt"))
+	require.NoError(t, os.WriteFile(filepath.Join(root, "x.txt"), []byte("by hand"), 0o644))
+	head, err := h.store.LastSeq(ctx, "r")
+	require.NoError(t, err)
+	for name, to := range map[string]uint64{"in a skipped span": last - 1, "after the log": head + 1} {
+		_, err := h.rt.RewindWithReport(ctx, "r", to, lazarus.RewindOptions{Files: true}, user)
+		require.ErrorIs(t, err, journal.ErrInvalid, name)
+		now, err := h.store.LastSeq(ctx, "r")
+		require.NoError(t, err)
+		require.Equal(t, head, now, "%s: nothing written", name)
+		require.Equal(t, "by hand", readFile(t, root, "x.txt"), "%s: no file restored", name)
+	}
+
+	require.NoError(t, h.rt.Delete(ctx, "r"))
+	_, err = h.rt.RewindWithReport(ctx, "r", 1, lazarus.RewindOptions{Files: true}, user)
+	require.ErrorIs(t, err, journal.ErrDeleted)
+	require.Equal(t, "by hand", readFile(t, root, "x.txt"))
+
+	// A runtime without a root: ErrNoCheckpoints, nothing written; the
+	// tool's CheckpointFile fails the same way.
+	plain := newHarness(t, openStore(t, "memory"), func(o *lazarus.Options) { o.Tools = append(o.Tools, writeFileTool(t.TempDir(), nil)) })
+	plain.model.Push("p", scripted.Reply("", writeCall(fileArgs{Path: "y.txt", Content: "1"})), scripted.Text("c"))
+	_, err = plain.rt.SendAndWait(ctx, "p", "one", user)
+	require.NoError(t, err)
+	var outcome string
+	for _, ev := range plain.history("p") {
+		if r := ev.GetToolResult(); r != nil {
+			outcome = r.GetOutcome().String()
+		}
+	}
+	require.Contains(t, outcome, agent.ErrNoCheckpoints.Error(), "the tool's CheckpointFile failed: %s", outcome)
+	before, err := plain.store.LastSeq(ctx, "p")
+	require.NoError(t, err)
+	_, err = plain.rt.RewindWithReport(ctx, "p", 1, lazarus.RewindOptions{Files: true}, user)
+	require.ErrorIs(t, err, agent.ErrNoCheckpoints)
+	after, err := plain.store.LastSeq(ctx, "p")
+	require.NoError(t, err)
+	require.Equal(t, before, after, "nothing written")
+	_, err = plain.rt.SweepFileBlobs(ctx)
+	require.ErrorIs(t, err, agent.ErrNoCheckpoints)
+}
+
+// lastSettings returns the settings of conv's last model call.
+func lastSettings(t *testing.T, m *scripted.Model, conv string) agent.Settings {
+	t.Helper()
+	turns := m.Turns(conv)
+	require.NotEmpty(t, turns)
+	return turns[len(turns)-1].Settings
+}
+
+// TestBBSettingsThroughRewindForkAndBadValues: a conversation's own
+// settings are its row's, not its log's: a rewind leaves them, a fork
+// copies them and each then changes its own alone; bad values (NaN and
+// infinite temperatures) are refused and change nothing; the tool choice
+// constants are accepted.
+func TestBBSettingsThroughRewindForkAndBadValues(t *testing.T) {
+	cool, warm := 0.3, 0.9
+	defaults := agent.Settings{SystemPrompt: "default prompt", MaxTokens: 10}
+	h := newHarness(t, openStore(t, "memory"), func(o *lazarus.Options) { o.Settings = defaults })
+	ctx := ctxT(t)
+	own := agent.Settings{Model: "big", Temperature: &cool}
+	require.NoError(t, h.rt.Configure(ctx, "c", own))
+	_, err := h.rt.SendAndWait(ctx, "c", "hi", user)
+	require.NoError(t, err)
+	merged := agent.Settings{SystemPrompt: "default prompt", Model: "big", Temperature: &cool, MaxTokens: 10}
+	require.Equal(t, merged, lastSettings(t, h.model, "c"), "its own over the defaults, field by field")
+
+	require.NoError(t, h.rt.Rewind(ctx, "c", 0, lazarus.RewindOptions{}, user))
+	got, err := h.rt.Settings(ctx, "c")
+	require.NoError(t, err)
+	require.Equal(t, own, got, "a rewind leaves the settings")
+	_, err = h.rt.SendAndWait(ctx, "c", "again", user)
+	require.NoError(t, err)
+	require.Equal(t, merged, lastSettings(t, h.model, "c"))
+
+	last, err := h.store.LastSeq(ctx, "c")
+	require.NoError(t, err)
+	require.NoError(t, h.rt.Fork(ctx, "c", last, "f"))
+	got, err = h.rt.Settings(ctx, "f")
+	require.NoError(t, err)
+	require.Equal(t, own, got, "the fork gets the source's settings")
+	require.NoError(t, h.rt.Configure(ctx, "f", agent.Settings{Temperature: &warm, ToolChoice: agent.ToolChoiceNone}))
+	got, err = h.rt.Settings(ctx, "c")
+	require.NoError(t, err)
+	require.Equal(t, own, got, "the source keeps its own")
+	_, err = h.rt.SendAndWait(ctx, "f", "in the fork", user)
+	require.NoError(t, err)
+	require.Equal(t, agent.Settings{SystemPrompt: "default prompt", Temperature: &warm, MaxTokens: 10, ToolChoice: agent.ToolChoiceNone},
+		lastSettings(t, h.model, "f"))
+
+	nan, inf, ninf := math.NaN(), math.Inf(1), math.Inf(-1)
+	for name, bad := range map[string]agent.Settings{
+		"NaN temperature":       {Temperature: &nan},
+		"infinite temperature":  {Temperature: &inf},
+		"-infinite temperature": {Temperature: &ninf},
+		"model too long":        {Model: strings.Repeat("m", agent.MaxModelNameBytes+1)},
+	} {
+		require.ErrorIs(t, h.rt.Configure(ctx, "c", bad), journal.ErrInvalid, name)
+	}
+	got, err = h.rt.Settings(ctx, "c")
+	require.NoError(t, err)
+	require.Equal(t, own, got, "refused settings change nothing")
+	for _, choice := range []string{agent.ToolChoiceAuto, agent.ToolChoiceNone, agent.ToolChoiceRequired, "lookup_order"} {
+		require.NoError(t, h.rt.Configure(ctx, "c", agent.Settings{ToolChoice: choice}), choice)
+		got, err = h.rt.Settings(ctx, "c")
+		require.NoError(t, err)
+		require.Equal(t, agent.Settings{ToolChoice: choice}, got)
+	}
+	_, err = h.rt.Settings(ctx, "never-configured")
+	require.ErrorIs(t, err, journal.ErrNotFound)
+}
+
+// TestBBSettingsChangedDuringAModelCall: a Configure while a model call
+// runs applies from the next call on; the running call keeps the settings
+// it started with.
+func TestBBSettingsChangedDuringAModelCall(t *testing.T) {
+	h := newHarness(t, openStore(t, "memory"), nil)
+	ctx := ctxT(t)
+	require.NoError(t, h.rt.Configure(ctx, "c", agent.Settings{Model: "old"}))
+	entered := h.model.Hold("c")
+	_, err := h.rt.Send(ctx, "c", "hi", user)
+	require.NoError(t, err)
+	<-entered
+	require.NoError(t, h.rt.Configure(ctx, "c", agent.Settings{Model: "new"}))
+	require.Equal(t, "old", h.model.Turns("c")[0].Settings.Model, "the running call started with the old settings")
+	h.model.Release("c")
+	h.awaitEvent("c", 0, isAssistantText(scripted.DefaultReply))
+	_, err = h.rt.SendAndWait(ctx, "c", "next", user)
+	require.NoError(t, err)
+	require.Equal(t, "new", lastSettings(t, h.model, "c").Model, "the next call gets the new settings")
+}
+
+// agentsHarness is a harness with a named agent "critic" on its own model.
+func agentsHarness(t *testing.T, critSettings agent.Settings, defaults agent.Settings) (*harness, *scripted.Model) {
+	crit := scripted.New(scripted.Options{})
+	h := newHarness(t, openStore(t, "memory"), func(o *lazarus.Options) {
+		o.Settings = defaults
+		o.Agents = []lazarus.Agent{{Name: "critic", Model: crit, Settings: critSettings, Tools: []string{"lookup_order"}}}
+	})
+	return h, crit
+}
+
+// TestBBAgentSettingsLayerFieldByField: a named agent's settings are its
+// own over the conversation's (Configure) over Options.Settings, field by
+// field; the default agent gets the conversation's over the defaults.
+func TestBBAgentSettingsLayerFieldByField(t *testing.T) {
+	cool := 0.2
+	h, crit := agentsHarness(t, agent.Settings{SystemPrompt: "You criticise."},
+		agent.Settings{SystemPrompt: "You help.", Temperature: &cool, MaxTokens: 100})
+	ctx := ctxT(t)
+	require.NoError(t, h.rt.Configure(ctx, "c", agent.Settings{Model: "big", MaxTokens: 7}))
+	_, err := h.rt.SendAndWait(ctx, "c", "hello", user)
+	require.NoError(t, err)
+	require.Equal(t, agent.Settings{SystemPrompt: "You help.", Model: "big", Temperature: &cool, MaxTokens: 7}, lastSettings(t, h.model, "c"))
+	_, err = h.rt.SendMessageAndWait(ctx, "c", agent.UserMessage(agent.TextPart("review")), lazarus.SendOptions{Agent: "critic"}, user)
+	require.NoError(t, err)
+	require.Equal(t, agent.Settings{SystemPrompt: "You criticise.", Model: "big", Temperature: &cool, MaxTokens: 7}, lastSettings(t, crit, "c"))
+}
+
+// TestBBHandoffThenRewindAndFork: after a handoff, a fork at the end keeps
+// each agent's view as it was; a rewind to before the handoff gives the
+// turn back to the default agent, and the critic is not called again.
+func TestBBHandoffThenRewindAndFork(t *testing.T) {
+	h, crit := agentsHarness(t, agent.Settings{}, agent.Settings{})
+	ctx := ctxT(t)
+	h.model.Push("c", scripted.Reply("passing", scripted.Call(lazarus.HandoffToolName, `{"agent":"critic","message":"check it"}`)))
+	crit.Push("c", scripted.Text("it is fine"))
+	end, err := h.rt.SendAndWait(ctx, "c", "draft", user)
+	require.NoError(t, err)
+	require.Equal(t, "it is fine", end.Text)
+	last, err := h.store.LastSeq(ctx, "c")
+	require.NoError(t, err)
+
+	view := func(conv, name string) []string {
+		es, err := h.rt.HistoryView(ctx, conv, lazarus.HistoryOptions{Effective: true, Agent: lazarus.ViewOf(name)})
+		require.NoError(t, err)
+		var out []string
+		for _, e := range es {
+			out = append(out, kind(e.Event))
+		}
+		return out
+	}
+	require.Equal(t, []string{"handoff", "assistant_msg"}, view("c", "critic"), "the critic sees the handoff and its own answer")
+	require.Equal(t, []string{"user_msg", "assistant_msg", "tool_call", "tool_result"}, view("c", ""))
+
+	require.NoError(t, h.rt.Fork(ctx, "c", last, "f"))
+	require.Equal(t, view("c", "critic"), view("f", "critic"), "the fork keeps the critic's view")
+	require.Equal(t, view("c", ""), view("f", ""), "and the default agent's")
+	crit.Push("f", scripted.Text("fork critic"))
+	_, err = h.rt.SendMessageAndWait(ctx, "f", agent.UserMessage(agent.TextPart("more?")), lazarus.SendOptions{Agent: "critic"}, user)
+	require.NoError(t, err)
+	ft := crit.Turns("f")
+	require.Len(t, ft, 1)
+	require.Len(t, ft[0].Context, 3, "the fork's critic sees the handoff, its answer and the new message")
+
+	// Rewind the source to its first message: the handoff is skipped.
+	require.NoError(t, h.rt.Rewind(ctx, "c", 1, lazarus.RewindOptions{}, user))
+	require.Empty(t, view("c", "critic"), "the critic sees nothing on the new head")
+	h.model.Push("c", scripted.Text("default again"))
+	end, err = h.rt.SendAndWait(ctx, "c", "try again", user)
+	require.NoError(t, err)
+	require.Equal(t, "default again", end.Text)
+	require.Equal(t, 1, crit.Calls("c"), "the critic is not called again")
+	dt := h.model.Turns("c")
+	for _, ev := range dt[len(dt)-1].Context {
+		require.Nil(t, ev.GetHandoff(), "the rewound handoff is out of the default agent's context")
+		require.Nil(t, ev.GetToolCall())
+	}
+}
+
+// kind names an event's type.
+func kind(ev *messages.Event) string {
+	switch ev.GetBody().(type) {
+	case *messages.Event_UserMsg:
+		return "user_msg"
+	case *messages.Event_AssistantMsg:
+		return "assistant_msg"
+	case *messages.Event_ToolCall:
+		return "tool_call"
+	case *messages.Event_ToolResult:
+		return "tool_result"
+	case *messages.Event_Handoff:
+		return "handoff"
+	case *messages.Event_Rewind:
+		return "rewind"
+	}
+	return "other"
+}
+
+// TestBBScheduleWakeMeetsATurnInProgress: an occurrence that comes due
+// while the conversation's model call runs is written as a new message
+// would be: the running call is abandoned and the turn runs again with
+// both messages, and answers once.
+func TestBBScheduleWakeMeetsATurnInProgress(t *testing.T) {
+	h := newHarness(t, openStore(t, "memory"), nil)
+	ctx := ctxT(t)
+	_, err := h.rt.SendAndWait(ctx, "c", "first", user)
+	require.NoError(t, err)
+	sc, err := h.rt.Schedule(ctx, "c", lazarus.ScheduleSpec{After: time.Minute, Text: "wake"}, user)
+	require.NoError(t, err)
+	entered := h.model.Hold("c")
+	sent, err := h.rt.Send(ctx, "c", "busy", user)
+	require.NoError(t, err)
+	<-entered
+	h.advanceTo(sc.GetNext().AsTime())
+	require.NoError(t, h.model.WaitCalls(ctx, "c", 3), "the turn runs again with the wake")
+	ev := h.awaitEvent("c", sent, func(ev *messages.Event) bool { return ev.GetAssistantMsg() != nil })
+	turns := h.model.Turns("c")
+	last := turns[len(turns)-1]
+	require.Equal(t, 1, countText(last, "busy"))
+	require.Equal(t, 1, countText(last, "wake"))
+	answers := 0
+	for _, e := range h.history("c") {
+		if e.GetSeq() > sent && e.GetAssistantMsg() != nil {
+			answers++
+		}
+	}
+	require.Equal(t, 1, answers, "one answer to both messages (seq %d)", ev.GetSeq())
+	require.Equal(t, []string{"wake"}, h.wakeTexts("c"))
+}
+
+// TestBBScheduleToolsAsTheModelSeesThem: schedule_wakeup run twice for the
+// same call (a re-run after a crash) keeps one schedule; list_wakeups shows
+// its text, interval, cron and zone; cancel_wakeup of an unknown id says
+// it cancelled nothing; a cron that never fires and an "@every" descriptor
+// behave as documented.
+func TestBBScheduleToolsAsTheModelSeesThem(t *testing.T) {
+	h := newHarness(t, openStore(t, "memory"), func(o *lazarus.Options) { o.ScheduleTools = true })
+	ctx := ctxT(t)
+	now := h.clock.Now()
+	_, err := h.rt.SendAndWait(ctx, "c", "hi", user)
+	require.NoError(t, err)
+	run := func(name, id, args string) (string, error) {
+		tool, ok := h.rt.Tool(name)
+		require.True(t, ok, name)
+		return tool.Run(ctx, agent.Invocation{ConversationID: "c", ToolCallID: id, Name: name, Arguments: args, Scope: user})
+	}
+	for range 2 {
+		out, err := run(lazarus.ScheduleToolName, "call-1", `{"text":"every 90 minutes","delay_seconds":60,"every_seconds":5400}`)
+		require.NoError(t, err)
+		require.Contains(t, out, now.Add(time.Minute).Format(time.RFC3339))
+	}
+	_, err = run(lazarus.ScheduleToolName, "call-2", `{"text":"mornings","cron":"0 9 * * 1-5","time_zone":"Europe/Paris"}`)
+	require.NoError(t, err)
+	out, err := run(lazarus.ListSchedulesToolName, "call-3", `{}`)
+	require.NoError(t, err)
+	var views []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &views))
+	require.Len(t, views, 2, "the re-run replaced its schedule: %s", out)
+	require.Equal(t, "every 90 minutes", views[0]["text"])
+	require.Equal(t, 5400.0, views[0]["every_seconds"])
+	require.Equal(t, "0 9 * * 1-5", views[1]["cron"])
+	require.Equal(t, "Europe/Paris", views[1]["time_zone"])
+
+	out, err = run(lazarus.CancelScheduleToolName, "call-4", `{"schedule_id":"nope"}`)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"cancelled":false}`, out)
+	out, err = run(lazarus.CancelScheduleToolName, "call-5", `{"schedule_id":"`+views[0]["schedule_id"].(string)+`"}`)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"cancelled":true}`, out)
+
+	_, err = h.rt.Schedule(ctx, "c", lazarus.ScheduleSpec{Cron: "0 0 30 2 *", Text: "never"}, user)
+	require.ErrorIs(t, err, lazarus.ErrBadSchedule, "30 February never comes")
+	require.ErrorIs(t, err, journal.ErrInvalid)
+	sc, err := h.rt.Schedule(ctx, "c", lazarus.ScheduleSpec{Cron: "@every 1h30m", Text: "d"}, user)
+	require.NoError(t, err)
+	require.True(t, sc.GetNext().AsTime().Equal(now.Add(90*time.Minute)), "next %v", sc.GetNext().AsTime())
+	listed, err := h.rt.Schedules(ctx, "c")
+	require.NoError(t, err)
+	require.Len(t, listed, 2)
+}
+
+// TestBBScheduleOfAConfiguredConversationStartsItsFirstTurn: Configure
+// creates a conversation, idle and without events; a schedule on it fires
+// its first turn, under its own settings, after a kill and a restart in
+// between; a delete then takes the settings and the schedule.
+func TestBBScheduleOfAConfiguredConversationStartsItsFirstTurn(t *testing.T) {
+	store := openStore(t, "memory")
+	h := newHarness(t, store, nil)
+	ctx := ctxT(t)
+	require.NoError(t, h.rt.Configure(ctx, "c", agent.Settings{SystemPrompt: "Be brief.", MaxTokens: 20}))
+	require.Empty(t, h.history("c"))
+	sc, err := h.rt.Schedule(ctx, "c", lazarus.ScheduleSpec{After: time.Hour, Every: time.Hour, Text: "report"}, user)
+	require.NoError(t, err)
+	h.rt.Kill("c")
+	require.NoError(t, h.rt.Close())
+
+	h2 := newHarnessAt(t, store, h.clock.Now().Add(30*time.Minute), nil)
+	h2.advanceTo(sc.GetNext().AsTime())
+	require.NoError(t, h2.model.WaitCalls(ctx, "c", 1))
+	turn := h2.model.Turns("c")[0]
+	require.Equal(t, agent.Settings{SystemPrompt: "Be brief.", MaxTokens: 20}, turn.Settings, "the first turn runs with the row's settings")
+	require.Equal(t, 1, countText(turn, "report"))
+	require.Equal(t, []string{"user_msg"}, types(h2.history("c"))[:1], "the wake is the first event")
+	h2.awaitNext("c", sc.GetId(), sc.GetNext().AsTime().Add(time.Hour))
+
+	require.NoError(t, h2.rt.Delete(ctx, "c"))
+	_, err = h2.rt.Settings(ctx, "c")
+	require.ErrorIs(t, err, journal.ErrDeleted)
+	listed, err := h2.rt.Schedules(ctx, "c")
+	require.NoError(t, err)
+	require.Empty(t, listed)
+	require.ErrorIs(t, h2.rt.Configure(ctx, "c", agent.Settings{Model: "m"}), journal.ErrDeleted)
+}
