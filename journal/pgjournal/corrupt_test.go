@@ -184,17 +184,13 @@ func TestCorruptRecords(t *testing.T) {
 				return &messages.FileCheckpoint{ConversationId: conv, ToolCallId: call, Seq: 2, Path: "a.txt", Absent: true}
 			}, []op{checkpoints}},
 	} {
-		limit := journal.MaxRecordBytes
-		if c.record == "event" {
-			limit = journal.MaxEventBytes
-		}
 		oversized := func(conv, call string) []byte {
 			// The record as its row holds it, with an unknown field that
 			// takes it past the limit: it decodes, and only its size is
 			// wrong.
 			b := marshal(c.value(conv, call))
 			b = protowire.AppendTag(b, 1000, protowire.BytesType)
-			return protowire.AppendBytes(b, make([]byte, limit+storedSlack))
+			return protowire.AppendBytes(b, make([]byte, maxStored(c.value(conv, call))))
 		}
 		cases = append(cases,
 			corruptCase{c.record + " that does not decode", c.sql, undecodable, c.ops},

@@ -34,12 +34,19 @@ func decode[M proto.Message](data []byte, m M, what string, args ...any) (M, err
 const storedSlack = 1 << 10
 
 // maxStored returns the most bytes a write stores of a record of m's type:
-// journal.MaxEventBytes for an event, journal.MaxRecordBytes for any other
-// record, each with storedSlack. More is damage, or a record written by
-// something other than a Store: journal.ErrCorrupt, never decoded.
+// journal.MaxEventBytes for an event; for a tool call row,
+// journal.MaxRecordBytes plus a result that journal.ResolvedRowFits did not
+// count because a tool_result event of the same append carries it (this
+// store keeps it in the row as well), which MaxEventBytes bounds;
+// journal.MaxRecordBytes for any other record; each with storedSlack. More
+// is damage, or a record written by something other than a Store:
+// journal.ErrCorrupt, never decoded.
 func maxStored(m proto.Message) int {
-	if _, ok := m.(*messages.Event); ok {
+	switch m.(type) {
+	case *messages.Event:
 		return journal.MaxEventBytes + storedSlack
+	case *messages.ToolCallRecord:
+		return journal.MaxRecordBytes + journal.MaxEventBytes + storedSlack
 	}
 	return journal.MaxRecordBytes + storedSlack
 }
