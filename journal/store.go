@@ -153,9 +153,11 @@ type Summaries interface {
 // across all conversations of the Store.
 type ToolCalls interface {
 	// UpsertToolCall inserts or replaces the row rec.Id. A row with an
-	// unspecified status (new or replacing one) is stored as pending. If the
-	// id belongs to another conversation it returns ErrConflict; ErrDeleted
-	// after the conversation was deleted.
+	// unspecified status (new or replacing one) is stored as pending. A row
+	// ValidateToolCall refuses (an executor neither server nor human, a
+	// server call with a deadline, say) is ErrInvalid and nothing is
+	// written. If the id belongs to another conversation it returns
+	// ErrConflict; ErrDeleted after the conversation was deleted.
 	UpsertToolCall(ctx context.Context, rec *messages.ToolCallRecord) error
 	// ToolCall returns the row, or ErrNotFound.
 	ToolCall(ctx context.Context, toolCallID string) (*messages.ToolCallRecord, error)

@@ -180,9 +180,12 @@ func appendEventError(req *messages.AppendRequest, i int, err error) error {
 	return Invalidf("event %d of append to %q: %v", i, req.GetConversationId(), err)
 }
 
-// ValidateToolCall checks a tool call row: its ids, that its status and
-// executor are values of their enums, that it fits, and that it does not set
-// the storage-internal result_seq.
+// ValidateToolCall checks a tool call row: its ids; that its status is a
+// value of its enum (unspecified stores as pending); that its executor is
+// server or human (an unspecified one names nobody to answer the call: a
+// revival could neither run it nor wait on it); that a server call has no
+// deadline (deadlines are when pending human calls expire); that it fits;
+// and that it does not set the storage-internal result_seq.
 func ValidateToolCall(rec *messages.ToolCallRecord) error {
 	if rec == nil {
 		return Invalidf("nil tool call")
@@ -196,13 +199,21 @@ func ValidateToolCall(rec *messages.ToolCallRecord) error {
 	if _, ok := messages.ToolCallStatus_name[int32(rec.GetStatus())]; !ok {
 		return Invalidf("tool call %s has unknown status %d", rec.GetId(), rec.GetStatus())
 	}
-	if _, ok := messages.Executor_name[int32(rec.GetExecutor())]; !ok {
-		return Invalidf("tool call %s has unknown executor %d", rec.GetId(), rec.GetExecutor())
+	if !knownExecutor(rec.GetExecutor()) {
+		return Invalidf("tool call %s has executor %v, neither server nor human", rec.GetId(), rec.GetExecutor())
+	}
+	if rec.GetExecutor() == messages.Executor_EXECUTOR_SERVER && rec.GetDeadline() != nil {
+		return Invalidf("server tool call %s has a deadline (only pending human calls expire)", rec.GetId())
 	}
 	if rec.GetResultSeq() != 0 {
 		return Invalidf("tool call %s sets result_seq, which only a store sets", rec.GetId())
 	}
 	return checkSize("tool call "+rec.GetId(), rec, MaxRecordBytes)
+}
+
+// knownExecutor reports whether e is server or human: who answers a call.
+func knownExecutor(e messages.Executor) bool {
+	return e == messages.Executor_EXECUTOR_SERVER || e == messages.Executor_EXECUTOR_HUMAN
 }
 
 // ValidStatus reports whether s is a value of the ConversationStatus enum
@@ -215,7 +226,11 @@ func ValidStatus(s messages.ConversationStatus) bool {
 // ValidateFSMState checks the fsm_state cache of conversation conv: st is
 // not nil; its state is idle or awaiting_input (the only states ever
 // persisted), or unspecified; each pending entry is keyed by a valid tool
-// call id and is not nil; and it fits MaxRecordBytes.
+// call id, is not nil, names no other call (its tool_call_id is the key or
+// empty) and has an executor that is a value of its enum; it does not
+// contradict itself: awaiting_input names a pending call (it waits on one
+// or more human calls), idle names no pending human call (one makes the
+// state awaiting_input); and it fits MaxRecordBytes.
 func ValidateFSMState(conv string, st *messages.FSMState) error {
 	if st == nil {
 		return Invalidf("nil fsm_state for %q", conv)
@@ -232,6 +247,18 @@ func ValidateFSMState(conv string, st *messages.FSMState) error {
 		if p == nil {
 			return Invalidf("fsm_state of %q: nil pending entry for %s", conv, id)
 		}
+		if p.GetToolCallId() != "" && p.GetToolCallId() != id {
+			return Invalidf("fsm_state of %q: the pending entry for %s names call %s", conv, id, p.GetToolCallId())
+		}
+		if _, ok := messages.Executor_name[int32(p.GetExecutor())]; !ok {
+			return Invalidf("fsm_state of %q: pending call %s has unknown executor %d", conv, id, p.GetExecutor())
+		}
+		if p.GetExecutor() == messages.Executor_EXECUTOR_HUMAN && st.GetState() == messages.AgentState_AGENT_STATE_IDLE {
+			return Invalidf("fsm_state of %q is idle with human call %s pending (awaiting_input waits on it)", conv, id)
+		}
+	}
+	if st.GetState() == messages.AgentState_AGENT_STATE_AWAITING_INPUT && len(st.GetPending()) == 0 {
+		return Invalidf("fsm_state of %q is awaiting_input with no pending call", conv)
 	}
 	return checkSize("fsm_state of "+conv, st, MaxRecordBytes)
 }
@@ -409,9 +436,12 @@ func resultInEvent(req *messages.AppendRequest, r *messages.ToolResolution) bool
 // deadline and resolution names req's conversation where it names one; and
 // that every tool_call event carries a call with a valid id whose row, of
 // the event's executor, req upserts (so that no crash leaves a call in the
-// log without its row), and every tool_result and resolution event names
-// a call by a valid id. It
-// is ValidateAppendShape plus, for every event, the check of EncodeEvent
+// log without its row), every tool_result, resolution and handoff event
+// names a call by a valid id, every resolution event has a terminal
+// status, every suspension names its pending calls by valid ids, and no
+// deadline is scheduled for a server call whose row req upserts; its rows
+// and fsm_state are checked as ValidateToolCall and ValidateFSMState check
+// them. It is ValidateAppendShape plus, for every event, the check of EncodeEvent
 // (it can be encoded and fits MaxEventBytes), in the same order: an event's
 // error is reported where ValidateAppendShape would look at the event.
 func ValidateAppend(req *messages.AppendRequest) error {
@@ -562,11 +592,23 @@ func checkAppendEvents(req *messages.AppendRequest, encode bool) error {
 // checkCallEvents checks the events of req that name a tool call: a
 // tool_call event carries a call with a valid id, and req upserts that
 // call's row (with the event's executor) in the same write, so that no
-// crash leaves a call in the log without its row; a tool_result or a
-// resolution event names a call by a valid id. The events have passed
-// checkEventShape and req's rows ValidateToolCall.
+// crash leaves a call in the log without its row; a tool_result, a
+// resolution or a handoff event names a call by a valid id, a resolution
+// with a terminal status; a suspension's pending calls have valid ids and
+// executors that are values of their enum. It also checks that req
+// schedules no deadline for a server call whose row it upserts. The events
+// have passed checkEventShape and req's rows ValidateToolCall.
 func checkCallEvents(req *messages.AppendRequest) error {
 	var rows map[string]*messages.ToolCallRecord
+	rowsByID := func() map[string]*messages.ToolCallRecord {
+		if rows == nil {
+			rows = make(map[string]*messages.ToolCallRecord, len(req.GetToolCalls()))
+			for _, tc := range req.GetToolCalls() {
+				rows[tc.GetId()] = tc
+			}
+		}
+		return rows
+	}
 	for i, ev := range req.GetEvents() {
 		var err error
 		switch b := ev.GetBody().(type) {
@@ -579,13 +621,7 @@ func checkCallEvents(req *messages.AppendRequest) error {
 			if err = ValidateID("tool call id of a tool_call event", id); err != nil {
 				break
 			}
-			if rows == nil {
-				rows = make(map[string]*messages.ToolCallRecord, len(req.GetToolCalls()))
-				for _, tc := range req.GetToolCalls() {
-					rows[tc.GetId()] = tc
-				}
-			}
-			row, ok := rows[id]
+			row, ok := rowsByID()[id]
 			switch {
 			case !ok:
 				err = Invalidf("tool_call event of %s without its row in the same append", id)
@@ -595,10 +631,39 @@ func checkCallEvents(req *messages.AppendRequest) error {
 		case *messages.Event_ToolResult:
 			err = ValidateID("tool call id of a tool_result event", b.ToolResult.GetToolCallId())
 		case *messages.Event_Resolution:
-			err = ValidateID("tool call id of a resolution event", b.Resolution.GetToolCallId())
+			if err = ValidateID("tool call id of a resolution event", b.Resolution.GetToolCallId()); err == nil && !IsTerminal(b.Resolution.GetStatus()) {
+				err = Invalidf("resolution event of %s with status %v, not a terminal one", b.Resolution.GetToolCallId(), b.Resolution.GetStatus())
+			}
+		case *messages.Event_Suspension:
+			err = checkSuspension(b.Suspension)
+		case *messages.Event_Handoff:
+			err = ValidateID("tool call id of a handoff event", b.Handoff.GetToolCallId())
 		}
 		if err != nil {
 			return appendEventError(req, i, err)
+		}
+	}
+	if len(req.GetToolCalls()) > 0 {
+		for _, d := range req.GetSchedule() {
+			if row := rowsByID()[d.GetToolCallId()]; row != nil && row.GetExecutor() == messages.Executor_EXECUTOR_SERVER {
+				return Invalidf("append to %q schedules a deadline for server tool call %s (only pending human calls expire)", req.GetConversationId(), d.GetToolCallId())
+			}
+		}
+	}
+	return nil
+}
+
+// checkSuspension checks the pending calls of a suspension event: each
+// names a call by a valid id, with an executor that is a value of its
+// enum.
+func checkSuspension(s *messages.Suspension) error {
+	for _, p := range s.GetPending() {
+		id := p.GetToolCallId()
+		if err := ValidateID("tool call id of a suspension's pending call", id); err != nil {
+			return err
+		}
+		if _, ok := messages.Executor_name[int32(p.GetExecutor())]; !ok {
+			return Invalidf("suspension's pending call %s has unknown executor %d", id, p.GetExecutor())
 		}
 	}
 	return nil

@@ -78,6 +78,7 @@ func TestRevivalRefusesAnOpenCallItCanNeitherRunNorAwait(t *testing.T) {
 		"unspecified executor": {
 			call:     &messages.ToolCall{Id: "call-unspecified-1", Name: "lookup_order", Arguments: `{"id":42}`},
 			executor: messages.Executor_EXECUTOR_UNSPECIFIED,
+			noRow:    true, // a Store refuses a row of no executor too
 			want:     "seq 3",
 		},
 	}

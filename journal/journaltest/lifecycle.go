@@ -553,6 +553,75 @@ func testBadInput(t *testing.T, e env) {
 		{"AppendOversizedSettings", appendTo(valid(func(r *messages.AppendRequest) {
 			r.Settings = map[string]string{"k": strings.Repeat("v", journal.MaxRecordBytes+1)}
 		}))},
+		// Records the contract calls malformed: no revival could run or
+		// wait on them, or the cache contradicts itself.
+		{"AppendToolCallUnspecifiedExecutor", appendTo(valid(func(r *messages.AppendRequest) { r.ToolCalls[0].Executor = 0 }))},
+		{"UpsertUnspecifiedExecutor", func() error {
+			rec := humanCall("c", "c/new")
+			rec.Executor = messages.Executor_EXECUTOR_UNSPECIFIED
+			return s.UpsertToolCall(ctx, rec)
+		}},
+		{"AppendToolCallEventUnspecifiedExecutor", appendTo(valid(func(r *messages.AppendRequest) {
+			ev := toolCallEv(50, "c/new")
+			ev.GetToolCall().Executor = messages.Executor_EXECUTOR_UNSPECIFIED
+			r.Events = append(r.Events, ev)
+			r.ToolCalls[0].Executor = messages.Executor_EXECUTOR_UNSPECIFIED
+		}))},
+		{"AppendServerCallWithDeadline", appendTo(valid(func(r *messages.AppendRequest) {
+			r.ToolCalls[0].Executor, r.ToolCalls[0].Prompt, r.ToolCalls[0].Deadline = messages.Executor_EXECUTOR_SERVER, "", ts(100)
+		}))},
+		{"UpsertServerCallWithDeadline", func() error {
+			rec := humanCall("c", "c/new")
+			rec.Executor, rec.Prompt, rec.Deadline = messages.Executor_EXECUTOR_SERVER, "", ts(100)
+			return s.UpsertToolCall(ctx, rec)
+		}},
+		{"AppendDeadlineOfServerCall", appendTo(valid(func(r *messages.AppendRequest) {
+			r.ToolCalls[0].Executor, r.ToolCalls[0].Prompt = messages.Executor_EXECUTOR_SERVER, ""
+			r.Schedule = []*messages.Deadline{deadline("c", "c/new", 100)}
+		}))},
+		{"AppendResolutionEventPending", appendTo(valid(func(r *messages.AppendRequest) {
+			r.Events = append(r.Events, resolutionEv(50, calls[0], pending))
+		}))},
+		{"AppendResolutionEventUnspecifiedStatus", appendTo(valid(func(r *messages.AppendRequest) {
+			r.Events = append(r.Events, resolutionEv(50, calls[0], messages.ToolCallStatus_TOOL_CALL_STATUS_UNSPECIFIED))
+		}))},
+		{"AppendResolutionEventUnknownStatus", appendTo(valid(func(r *messages.AppendRequest) {
+			r.Events = append(r.Events, resolutionEv(50, calls[0], 99))
+		}))},
+		{"AppendSuspensionPendingWithoutID", appendTo(valid(func(r *messages.AppendRequest) {
+			r.Events = append(r.Events, &messages.Event{Time: ts(50), Body: &messages.Event_Suspension{Suspension: &messages.Suspension{
+				Pending: []*messages.PendingCall{{Executor: messages.Executor_EXECUTOR_HUMAN, Kind: "ask_human", Prompt: "ok?"}}}}})
+		}))},
+		{"AppendSuspensionPendingOversizedID", appendTo(valid(func(r *messages.AppendRequest) {
+			r.Events = append(r.Events, &messages.Event{Time: ts(50), Body: &messages.Event_Suspension{Suspension: &messages.Suspension{
+				Pending: []*messages.PendingCall{{ToolCallId: longID, Executor: messages.Executor_EXECUTOR_HUMAN}}}}})
+		}))},
+		{"AppendSuspensionPendingUnknownExecutor", appendTo(valid(func(r *messages.AppendRequest) {
+			r.Events = append(r.Events, &messages.Event{Time: ts(50), Body: &messages.Event_Suspension{Suspension: &messages.Suspension{
+				Pending: []*messages.PendingCall{{ToolCallId: calls[0], Executor: 99}}}}})
+		}))},
+		{"AppendHandoffWithoutCallID", appendTo(valid(func(r *messages.AppendRequest) {
+			r.Events = append(r.Events, &messages.Event{Time: ts(50), Agent: "critic", Body: &messages.Event_Handoff{Handoff: &messages.Handoff{To: "critic", Message: "check it"}}})
+		}))},
+		{"AppendFSMStateAwaitingNothing", appendTo(valid(func(r *messages.AppendRequest) { r.FsmState = awaiting(last + 1) }))},
+		{"AppendFSMStateIdleWithHumanPending", appendTo(valid(func(r *messages.AppendRequest) {
+			r.FsmState = awaiting(last+1, calls[0])
+			r.FsmState.State = messages.AgentState_AGENT_STATE_IDLE
+		}))},
+		{"AppendFSMStatePendingNamesOtherCall", appendTo(valid(func(r *messages.AppendRequest) {
+			r.FsmState = awaiting(last+1, calls[0])
+			r.FsmState.Pending[calls[0]].ToolCallId = calls[1]
+		}))},
+		{"AppendFSMStatePendingUnknownExecutor", appendTo(valid(func(r *messages.AppendRequest) {
+			r.FsmState = awaiting(last+1, calls[0])
+			r.FsmState.Pending[calls[0]].Executor = 99
+		}))},
+		{"PutFSMStateAwaitingNothing", func() error { return s.PutFSMState(ctx, "c", awaiting(last)) }},
+		{"PutConversationFSMStateIdleWithHumanPending", func() error {
+			st := awaiting(last, calls[0])
+			st.State = messages.AgentState_AGENT_STATE_IDLE
+			return s.PutConversation(ctx, journal.ConversationUpdate{ID: "c", FSMState: st})
+		}},
 		{"ModelCallsEmptyID", func() error { _, err := s.ModelCalls(ctx, ""); return err }},
 		{"GCModelCallsEmptyID", func() error { _, err := s.GCModelCalls(ctx, "", tm(1)); return err }},
 	}

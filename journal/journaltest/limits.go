@@ -101,7 +101,9 @@ func testSettingsTotalBounded(t *testing.T, e env) {
 // empty call id, without its row in the same append (so that no crash
 // leaves a call in the log without its row) or with another executor than
 // its row's; a tool_result or a resolution event without a call id. The
-// same events with their ids and rows are accepted.
+// same events with their ids and rows are accepted, and so is a server
+// call pending under an idle fsm_state (BadInput/RejectedWithoutWriting
+// has the other malformed records).
 func testMalformedCallEventsRefused(t *testing.T, e env) {
 	s := e.open(t).Store
 	ctx := t.Context()
@@ -140,4 +142,16 @@ func testMalformedCallEventsRefused(t *testing.T, e env) {
 		Events:      []*messages.Event{resolutionEv(4, "tc-1", resolved), toolResultEv(4, "tc-1", "42")},
 		Resolutions: []*messages.ToolResolution{{ToolCallId: "tc-1", Status: resolved, Result: contentOutcome("42"), At: ts(4)}}})
 	assert.Equal(t, resolved, toolCall(t, s, "tc-1").GetStatus())
+	// What the runtime writes while a server call runs: its row without a
+	// deadline, and an idle fsm_state naming it pending (only a human
+	// call pending makes it awaiting_input).
+	server := humanCall("c", "tc-3")
+	server.Executor, server.Prompt = messages.Executor_EXECUTOR_SERVER, ""
+	serverEv = toolCallEv(6, "tc-3")
+	serverEv.GetToolCall().Executor = messages.Executor_EXECUTOR_SERVER
+	running := idleState(7)
+	running.Pending = map[string]*messages.PendingCall{"tc-3": {ToolCallId: "tc-3", Executor: messages.Executor_EXECUTOR_SERVER, Kind: "ask_human"}}
+	appendOK(t, s, &messages.AppendRequest{ConversationId: "c", ExpectedLast: 5,
+		Events: []*messages.Event{assistantEv(6, "looking", "tc-3"), serverEv}, ToolCalls: []*messages.ToolCallRecord{server}, FsmState: running})
+	assert.Equal(t, messages.Executor_EXECUTOR_SERVER, toolCall(t, s, "tc-3").GetExecutor())
 }

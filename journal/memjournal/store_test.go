@@ -18,7 +18,7 @@ func TestSmoke(t *testing.T) {
 	s := memjournal.New(memjournal.Options{})
 	t.Cleanup(func() { require.NoError(t, s.Close()) })
 
-	pending := &messages.ToolCallRecord{Id: "tc1", ConversationId: "c", Name: "ask"}
+	pending := &messages.ToolCallRecord{Id: "tc1", ConversationId: "c", Name: "ask", Executor: messages.Executor_EXECUTOR_HUMAN}
 	ev := userMsg("hi")
 	res, err := s.Append(ctx, &messages.AppendRequest{
 		ConversationId: "c",
@@ -39,7 +39,7 @@ func TestSmoke(t *testing.T) {
 	_, err = s.Append(ctx, &messages.AppendRequest{
 		ConversationId: "c",
 		Events:         []*messages.Event{userMsg("late")},
-		ToolCalls:      []*messages.ToolCallRecord{{Id: "tc2", ConversationId: "c"}},
+		ToolCalls:      []*messages.ToolCallRecord{{Id: "tc2", ConversationId: "c", Executor: messages.Executor_EXECUTOR_HUMAN}},
 	})
 	require.ErrorIs(t, err, journal.ErrConflict)
 	_, err = s.ToolCall(ctx, "tc2")

@@ -48,8 +48,9 @@ func checkBadEventRejected(t *testing.T, bad func() *messages.Event, wantMsg str
 		{
 			ConversationId: "old", ExpectedLast: last, Events: oldEvs,
 			ToolCalls: []*messages.ToolCallRecord{pendingCall("old", "old/tc")},
-			FsmState:  &messages.FSMState{State: messages.AgentState_AGENT_STATE_AWAITING_INPUT},
-			Status:    messages.ConversationStatus_CONVERSATION_STATUS_ENDED,
+			FsmState: &messages.FSMState{State: messages.AgentState_AGENT_STATE_AWAITING_INPUT, Pending: map[string]*messages.PendingCall{
+				"old/tc": {ToolCallId: "old/tc", Executor: messages.Executor_EXECUTOR_HUMAN}}},
+			Status: messages.ConversationStatus_CONVERSATION_STATUS_ENDED,
 		},
 		{ConversationId: "good", Events: goodEvs},
 	}
