@@ -47,6 +47,7 @@
 package openai
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -415,7 +416,7 @@ func (m *Model) attempt(ctx context.Context, params oai.ChatCompletionNewParams,
 	if text.Len() > 0 {
 		msg.Content = []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: text.String()}}}
 	}
-	slices.SortStableFunc(calls, func(a, b *call) int { return int(a.index - b.index) })
+	slices.SortStableFunc(calls, func(a, b *call) int { return cmp.Compare(a.index, b.index) })
 	for _, c := range calls {
 		args := c.args.String()
 		if strings.TrimSpace(args) == "" {
@@ -467,11 +468,15 @@ func addFragment(calls []*call, f *oai.ChatCompletionChunkChoiceDeltaToolCall) [
 			break
 		}
 	}
-	if c == nil || (f.ID != "" && c.id != "" && f.ID != c.id) {
+	switch {
+	case c == nil:
+		// A new index: the call's place, whatever the order in which the
+		// calls' first fragments came.
 		c = &call{index: f.Index, wire: f.Index}
-		if len(calls) > 0 && calls[len(calls)-1].index >= f.Index {
-			c.index = calls[len(calls)-1].index + 1
-		}
+		calls = append(calls, c)
+	case f.ID != "" && c.id != "" && f.ID != c.id:
+		// A new call at an index already used: after the calls so far.
+		c = &call{index: calls[len(calls)-1].index + 1, wire: f.Index}
 		calls = append(calls, c)
 	}
 	if f.ID != "" {
