@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -18,6 +19,7 @@ import (
 	"github.com/lazarusrt/lazarus/agent/anthropic"
 	"github.com/lazarusrt/lazarus/agent/openai"
 	"github.com/lazarusrt/lazarus/agent/providertest"
+	"github.com/lazarusrt/lazarus/agent/retry"
 	"github.com/lazarusrt/lazarus/messages"
 )
 
@@ -315,17 +317,75 @@ func TestDocsNoPanicFromTheServersBytes(t *testing.T) {
 	}
 }
 
-func readAll(r *http.Request) ([]byte, error) {
-	var b []byte
-	buf := make([]byte, 4096)
-	for {
-		n, err := r.Body.Read(buf)
-		b = append(b, buf[:n]...)
-		if err != nil {
-			if err.Error() == "EOF" {
-				return b, nil
-			}
-			return b, err
+func readAll(r *http.Request) ([]byte, error) { return io.ReadAll(r.Body) }
+
+// retryPolicy makes attempts in all, calling slept for each wait instead
+// of waiting.
+func retryPolicy(attempts int, slept func()) retry.Policy {
+	return retry.Policy{MaxAttempts: attempts, Sleep: func(ctx context.Context, _ time.Duration) error { slept(); return ctx.Err() }}
+}
+
+// TestDocsDeltasArriveAsTheEventsDo: a text_delta reaches onDelta while
+// the stream is still open (the server sends the rest only after it).
+func TestDocsDeltasArriveAsTheEventsDo(t *testing.T) {
+	got := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = readAll(r)
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = w.Write([]byte(start + textStart + textDelta("Hel")))
+		w.(http.Flusher).Flush()
+		select {
+		case <-got:
+		case <-r.Context().Done():
+			return
 		}
-	}
+		_, _ = w.Write([]byte(textDelta("lo") + stopWith("end_turn")))
+	}))
+	defer srv.Close()
+	m, err := anthropic.New(anthropic.Options{Model: "m", BaseURL: srv.URL})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var deltas []string
+	msg, err := m.Generate(ctx, providertest.Turn(), func(d string) {
+		if len(deltas) == 0 {
+			close(got)
+		}
+		deltas = append(deltas, d)
+	})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"Hel", "lo"}, deltas)
+	assert.Equal(t, "Hello", msg.GetContent()[0].GetText())
+	assert.Equal(t, &messages.Usage{InputTokens: 7, OutputTokens: 9}, msg.GetUsage())
+}
+
+// TestDocsTimeoutBeforeTextIsRetried: an HTTP client's timeout before any
+// text is a connection that failed before any text: retried, and the next
+// attempt's answer returned.
+func TestDocsTimeoutBeforeTextIsRetried(t *testing.T) {
+	var calls atomic.Int32
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = readAll(r) // so that the server sees the client go
+		if calls.Add(1) == 1 {
+			select {
+			case <-r.Context().Done():
+			case <-release:
+			}
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = w.Write([]byte(start + textStart + textDelta("ok") + stopWith("end_turn")))
+	}))
+	defer srv.Close()
+	defer close(release)
+	var sleeps atomic.Int32
+	m, err := anthropic.New(anthropic.Options{Model: "m", BaseURL: srv.URL, HTTPClient: &http.Client{Timeout: 3 * time.Second},
+		Retry: retryPolicy(2, func() { sleeps.Add(1) })})
+	require.NoError(t, err)
+	msg, err := m.Generate(context.Background(), providertest.Turn(), nil)
+	require.NoError(t, err)
+	assert.Equal(t, "ok", msg.GetContent()[0].GetText())
+	assert.EqualValues(t, 2, calls.Load())
+	assert.EqualValues(t, 1, sleeps.Load())
 }

@@ -213,7 +213,7 @@ func TestDocsTimeoutBeforeTextIsRetried(t *testing.T) {
 	defer srv.Close()
 	defer close(release)
 	var sleeps atomic.Int32
-	m, err := openai.New(openai.Options{Model: "m", BaseURL: srv.URL, HTTPClient: &http.Client{Timeout: 2 * time.Second},
+	m, err := openai.New(openai.Options{Model: "m", BaseURL: srv.URL, HTTPClient: &http.Client{Timeout: 3 * time.Second},
 		Retry: retry.Policy{MaxAttempts: 2, Sleep: func(ctx context.Context, d time.Duration) error { sleeps.Add(1); return ctx.Err() }}})
 	require.NoError(t, err)
 	msg, err := m.Generate(context.Background(), providertest.Turn(), nil)
@@ -297,4 +297,52 @@ func TestDocsNoPanicFromTheServersBytes(t *testing.T) {
 			assert.Equal(t, 1, n, "error %v wraps exactly one sentinel", err)
 		})
 	}
+}
+
+// TestDocsDeltasArriveAsTheChunksDo: a delta reaches onDelta while the
+// stream is still open (the server sends the rest only after it).
+func TestDocsDeltasArriveAsTheChunksDo(t *testing.T) {
+	got := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = w.Write([]byte(chunk(`{"role":"assistant","content":"Hel"}`, "")))
+		w.(http.Flusher).Flush()
+		select {
+		case <-got:
+		case <-r.Context().Done():
+			return
+		}
+		_, _ = w.Write([]byte(chunk(`{"content":"lo"}`, "stop") + usageChunk))
+	}))
+	defer srv.Close()
+	m, err := openai.New(openai.Options{Model: "m", BaseURL: srv.URL})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var deltas []string
+	msg, err := m.Generate(ctx, providertest.Turn(), func(d string) {
+		if len(deltas) == 0 {
+			close(got)
+		}
+		deltas = append(deltas, d)
+	})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"Hel", "lo"}, deltas)
+	assert.Equal(t, "Hello", msg.GetContent()[0].GetText())
+	assert.Equal(t, &messages.Usage{InputTokens: 3, OutputTokens: 4}, msg.GetUsage())
+	assert.Equal(t, "m-1", msg.GetModel())
+}
+
+// TestDocsErrorEventAfterTextIsInterrupted: an error event once text was
+// streamed fails the call with agent.ErrInterrupted, not retried.
+func TestDocsErrorEventAfterTextIsInterrupted(t *testing.T) {
+	p := serveText(t, chunk(`{"role":"assistant","content":"hi"}`, "")+
+		`data: {"error":{"message":"The server is overloaded","type":"server_error","code":"overloaded"}}`+"\n\n")
+	msg, err := p.m.Generate(context.Background(), providertest.Turn(), nil)
+	require.ErrorIs(t, err, agent.ErrInterrupted)
+	assert.NotErrorIs(t, err, agent.ErrUnavailable)
+	assert.Nil(t, msg)
+	assert.Len(t, p.srv.Requests(), 1)
+	assert.Empty(t, p.waits())
 }
