@@ -22,7 +22,9 @@ import "errors"
 //	                  error's text)
 //	ErrRequest        the turn fails (any other rejected request: a bad key,
 //	                  an unknown model; a base URL the HTTP client cannot
-//	                  use, a server certificate that does not verify)
+//	                  use, a server certificate that does not verify; a
+//	                  tool's Parameters that are not a JSON object, also
+//	                  journal.ErrInvalid, before any request)
 //
 // "The turn fails" above means the provider's call returns the error. A
 // failed call writes nothing: the deltas streamed before the failure never
@@ -52,6 +54,7 @@ var (
 	ErrRefused = errors.New("agent: model refused")
 	// ErrRequest: the provider rejected the request for another reason, or
 	// it could not be sent as configured (an unusable base URL, a server
-	// certificate that does not verify).
+	// certificate that does not verify, a tool's Parameters that are not a
+	// JSON object).
 	ErrRequest = errors.New("agent: model request rejected")
 )

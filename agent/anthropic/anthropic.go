@@ -249,7 +249,9 @@ func (m *Model) schema(spec agent.ToolSpec) (sdk.ToolInputSchemaParam, error) {
 	}
 	var raw map[string]any
 	if err := json.Unmarshal([]byte(spec.Parameters), &raw); err != nil {
-		return sdk.ToolInputSchemaParam{}, journal.Invalidf("anthropic: parameters of tool %s: %v", spec.Name, err)
+		// The request cannot be made: agent.ErrRequest, the one sentinel
+		// a provider's error wraps, beside journal.ErrInvalid.
+		return sdk.ToolInputSchemaParam{}, fmt.Errorf("%w: %w", agent.ErrRequest, journal.Invalidf("anthropic: parameters of tool %s: %v", spec.Name, err))
 	}
 	s := sdk.ToolInputSchemaParam{Properties: raw["properties"], ExtraFields: map[string]any{}}
 	if req, ok := raw["required"].([]any); ok {

@@ -20,6 +20,7 @@ import (
 	"github.com/lazarusrt/lazarus/agent/openai"
 	"github.com/lazarusrt/lazarus/agent/providertest"
 	"github.com/lazarusrt/lazarus/agent/retry"
+	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
 )
 
@@ -388,4 +389,21 @@ func TestDocsTimeoutBeforeTextIsRetried(t *testing.T) {
 	assert.Equal(t, "ok", msg.GetContent()[0].GetText())
 	assert.EqualValues(t, 2, calls.Load())
 	assert.EqualValues(t, 1, sleeps.Load())
+}
+
+// TestDocsBadToolSchemaWrapsOneSentinel: a provider's error wraps exactly
+// one sentinel of package agent (agent's errors doc): a tool whose
+// Parameters is not a JSON object fails the call with agent.ErrRequest
+// (and journal.ErrInvalid), before any request.
+func TestDocsBadToolSchemaWrapsOneSentinel(t *testing.T) {
+	for _, params := range []string{"not json", "[1]"} {
+		p := serveText(t, start+textStart+textDelta("ok")+stopWith("end_turn"))
+		turn := providertest.Turn()
+		turn.Tools = []agent.ToolSpec{{Name: "bad", Parameters: params}}
+		msg, err := p.m.Generate(context.Background(), turn, nil)
+		require.ErrorIs(t, err, agent.ErrRequest, params)
+		require.ErrorIs(t, err, journal.ErrInvalid, params)
+		assert.Nil(t, msg)
+		assert.Empty(t, p.srv.Requests())
+	}
 }

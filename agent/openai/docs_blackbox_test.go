@@ -19,6 +19,7 @@ import (
 	"github.com/lazarusrt/lazarus/agent/openai"
 	"github.com/lazarusrt/lazarus/agent/providertest"
 	"github.com/lazarusrt/lazarus/agent/retry"
+	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
 )
 
@@ -345,4 +346,21 @@ func TestDocsErrorEventAfterTextIsInterrupted(t *testing.T) {
 	assert.Nil(t, msg)
 	assert.Len(t, p.srv.Requests(), 1)
 	assert.Empty(t, p.waits())
+}
+
+// TestDocsBadToolSchemaWrapsOneSentinel: a provider's error wraps exactly
+// one sentinel of package agent (agent's errors doc): a tool whose
+// Parameters is not a JSON object fails the call with agent.ErrRequest
+// (and journal.ErrInvalid), before any request.
+func TestDocsBadToolSchemaWrapsOneSentinel(t *testing.T) {
+	for _, params := range []string{"not json", "[1]"} {
+		p := serveText(t, chunk(`{"content":"x"}`, "stop")+usageChunk)
+		turn := providertest.Turn()
+		turn.Tools = []agent.ToolSpec{{Name: "bad", Parameters: params}}
+		msg, err := p.m.Generate(context.Background(), turn, nil)
+		require.ErrorIs(t, err, agent.ErrRequest, params)
+		require.ErrorIs(t, err, journal.ErrInvalid, params)
+		assert.Nil(t, msg)
+		assert.Empty(t, p.srv.Requests())
+	}
 }

@@ -250,7 +250,9 @@ func (m *Model) parameters(spec agent.ToolSpec) (shared.FunctionParameters, erro
 	}
 	var fp shared.FunctionParameters
 	if err := json.Unmarshal([]byte(spec.Parameters), &fp); err != nil {
-		return nil, journal.Invalidf("openai: parameters of tool %s: %v", spec.Name, err)
+		// The request cannot be made: agent.ErrRequest, the one sentinel
+		// a provider's error wraps, beside journal.ErrInvalid.
+		return nil, fmt.Errorf("%w: %w", agent.ErrRequest, journal.Invalidf("openai: parameters of tool %s: %v", spec.Name, err))
 	}
 	m.params.Store(spec.Parameters, fp)
 	return fp, nil
