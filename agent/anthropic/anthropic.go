@@ -4,7 +4,8 @@
 // # Streaming and tool calls
 //
 // Text deltas (text_delta) reach onDelta as the events arrive. A tool_use
-// block is assembled from its input_json_delta fragments; several tool_use
+// block is assembled from its input_json_delta fragments (a block that has
+// none takes the input its content_block_start gave, else {}); several tool_use
 // blocks in one answer become several calls, in block order, with an empty
 // Id (the runtime mints one) and the provider's id (toolu_...) in
 // ProviderId. In the history sent back, a call (tool_use) and its result
@@ -279,6 +280,9 @@ type block struct {
 	id   string
 	name string
 	text strings.Builder // text, or the tool input's JSON
+	// input is a tool_use block's input as content_block_start gave it,
+	// the arguments when no input_json_delta follows.
+	input string
 }
 
 // attempt makes one streamed call.
@@ -310,6 +314,9 @@ func (m *Model) attempt(ctx context.Context, params sdk.MessageNewParams, onDelt
 			b := &block{kind: ev.ContentBlock.Type, id: ev.ContentBlock.ID, name: ev.ContentBlock.Name}
 			blocks[ev.Index] = b
 			order = append(order, b)
+			if b.kind == "tool_use" {
+				b.input = strings.TrimSpace(ev.ContentBlock.JSON.Input.Raw())
+			}
 			if b.kind == "text" && ev.ContentBlock.Text != "" {
 				b.text.WriteString(ev.ContentBlock.Text)
 				if onDelta != nil {
@@ -374,6 +381,9 @@ func (m *Model) attempt(ctx context.Context, params sdk.MessageNewParams, onDelt
 		case "tool_use":
 			args := b.text.String()
 			if strings.TrimSpace(args) == "" {
+				args = b.input
+			}
+			if args == "" || args == "null" {
 				args = "{}"
 			}
 			msg.ToolCalls = append(msg.ToolCalls, &messages.ToolCall{Name: b.name, Arguments: args, ProviderId: b.id})

@@ -407,3 +407,22 @@ func TestDocsBadToolSchemaWrapsOneSentinel(t *testing.T) {
 		assert.Empty(t, p.srv.Requests())
 	}
 }
+
+// TestDocsToolInputWholeInTheBlockStart: a tool_use block whose input comes
+// whole in content_block_start, with no input_json_delta (a compatible
+// server may send it so), keeps that input; Anthropic's own input: {}
+// followed by deltas is the deltas; a block with neither is {}.
+func TestDocsToolInputWholeInTheBlockStart(t *testing.T) {
+	p := serveText(t, start+
+		ev("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_a","name":"get_time","input":{"tz":"UTC"}}}`)+
+		ev("content_block_start", `{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_b","name":"get_time","input":{}}}`)+
+		ev("content_block_delta", `{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"tz\":\"CET\"}"}}`)+
+		ev("content_block_start", `{"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"toolu_c","name":"get_time"}}`)+
+		stopWith("tool_use"))
+	msg, err := p.m.Generate(context.Background(), providertest.Turn(), nil)
+	require.NoError(t, err)
+	require.Len(t, msg.GetToolCalls(), 3)
+	assert.JSONEq(t, `{"tz":"UTC"}`, msg.GetToolCalls()[0].GetArguments())
+	assert.JSONEq(t, `{"tz":"CET"}`, msg.GetToolCalls()[1].GetArguments())
+	assert.JSONEq(t, `{}`, msg.GetToolCalls()[2].GetArguments())
+}
