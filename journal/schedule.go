@@ -8,9 +8,11 @@ import (
 )
 
 // ScheduleStore is the optional capability of a Store that keeps scheduled
-// wake-ups (messages.Schedule): durable records, one per schedule id,
-// unique across the Store, each of one conversation. Every adapter of this
-// module implements it; the runtime finds it by type assertion.
+// wake-ups (messages.Schedule): durable records, each of one conversation,
+// named by its conversation and its id. Ids are per conversation: two
+// conversations may each hold a schedule of the same id, independent of
+// each other. Every adapter of this module implements it; the runtime
+// finds it by type assertion.
 //
 // An occurrence fires through Append: an AppendRequest whose ScheduleFire
 // names a schedule of the request's conversation applies only if the
@@ -21,13 +23,14 @@ import (
 // together with the message it appends. DeleteConversation removes the
 // conversation's schedules.
 type ScheduleStore interface {
-	// PutSchedule stores s, replacing the schedule with the same id. The
-	// conversation must have a row (ErrNotFound otherwise; ErrDeleted after
-	// its delete); an id that belongs to another conversation is
-	// ErrConflict; a record that breaks ValidateSchedule is ErrInvalid.
+	// PutSchedule stores s, replacing the conversation's schedule with the
+	// same id (another conversation's schedule of that id is neither
+	// replaced nor in the way). The conversation must have a row
+	// (ErrNotFound otherwise; ErrDeleted after its delete); a record that
+	// breaks ValidateSchedule is ErrInvalid.
 	PutSchedule(ctx context.Context, s *messages.Schedule) error
-	// DeleteSchedule removes schedule id of the conversation. A schedule
-	// that does not exist, or belongs to another conversation, is
+	// DeleteSchedule removes schedule id of the conversation, and no other
+	// conversation's. A conversation without a schedule of that id is
 	// ErrNotFound.
 	DeleteSchedule(ctx context.Context, conversationID, id string) error
 	// ConversationSchedules returns the conversation's schedules ordered
@@ -35,10 +38,10 @@ type ScheduleStore interface {
 	// conversation's schedules only.
 	ConversationSchedules(ctx context.Context, conversationID string) ([]*messages.Schedule, error)
 	// ScheduleTimes calls fn for every schedule with its conversation, id
-	// and next occurrence, in ascending time then id, so the expiry actor
-	// rebuilds its timers without reading payloads. It stops at the first
-	// error fn returns and returns it. fn must not call the Store's write
-	// methods. A schedule whose time entry cannot be decoded is passed
+	// and next occurrence, in ascending time, then id, then conversation
+	// id, so the expiry actor rebuilds its timers without reading
+	// payloads. It stops at the first error fn returns and returns it. fn
+	// must not call the Store's write methods. A schedule whose time entry cannot be decoded is passed
 	// over as Deadlines.Deadlines passes over a corrupt deadline: fn is
 	// called for every other one, then the error wraps ErrCorrupt and
 	// names the first.

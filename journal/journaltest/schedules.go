@@ -18,6 +18,7 @@ import (
 // occurrence, atomic with the append's events), listing and deletes.
 var scheduleCases = []suiteCase{
 	{name: "PutListDelete", run: testSchedulePutListDelete},
+	{name: "SameIDInTwoConversations", run: testScheduleSameIDInTwoConversations},
 	{name: "FireAdvancesWithItsMessage", run: testScheduleFire},
 	{name: "FireOnceOnly", run: testScheduleFireOnce},
 	{name: "StaleFireWritesNothing", run: testScheduleStaleFire},
@@ -88,13 +89,74 @@ func testSchedulePutListDelete(t *testing.T, e env) {
 	require.NoError(t, s.PutSchedule(ctx, sched("c", "s1", 50)))
 	assert.Equal(t, []schedTime{{"c", "s1", tm(50)}, {"d", "s3", tm(100)}, {"c", "s2", tm(200)}}, scheduleTimes(t, s))
 
-	require.ErrorIs(t, s.PutSchedule(ctx, sched("d", "s1", 10)), journal.ErrConflict, "an id of another conversation")
 	require.ErrorIs(t, s.PutSchedule(ctx, sched("nobody", "s9", 10)), journal.ErrNotFound, "a conversation without a row")
 	require.ErrorIs(t, s.DeleteSchedule(ctx, "d", "s1"), journal.ErrNotFound, "of another conversation")
 	require.ErrorIs(t, s.DeleteSchedule(ctx, "c", "nope"), journal.ErrNotFound)
 	require.NoError(t, s.DeleteSchedule(ctx, "c", "s1"))
 	require.ErrorIs(t, s.DeleteSchedule(ctx, "c", "s1"), journal.ErrNotFound, "twice")
 	assert.Equal(t, []schedTime{{"d", "s3", tm(100)}, {"c", "s2", tm(200)}}, scheduleTimes(t, s))
+}
+
+// testScheduleSameIDInTwoConversations: schedule ids are per
+// conversation. Two conversations each hold a schedule "daily", independent
+// in every respect: put, replace, list, times, fire (alone, and both in one
+// batch), delete, and the delete of one conversation.
+func testScheduleSameIDInTwoConversations(t *testing.T, e env) {
+	st := e.open(t).Store
+	s := scheduleStore(t, st)
+	ctx := t.Context()
+	appendEvents(t, st, "c", userEv(1, "hi"))
+	appendEvents(t, st, "d", userEv(1, "hi"))
+	require.NoError(t, s.PutSchedule(ctx, sched("c", "daily", 200)))
+	require.NoError(t, s.PutSchedule(ctx, sched("d", "daily", 100)), "the id of another conversation's schedule")
+	list := func(conv string) []*messages.Schedule {
+		t.Helper()
+		got, err := s.ConversationSchedules(ctx, conv)
+		require.NoError(t, err)
+		return got
+	}
+	requireProtos(t, []*messages.Schedule{sched("c", "daily", 200)}, list("c"))
+	requireProtos(t, []*messages.Schedule{sched("d", "daily", 100)}, list("d"))
+	assert.Equal(t, []schedTime{{"d", "daily", tm(100)}, {"c", "daily", tm(200)}}, scheduleTimes(t, s))
+
+	// Replacing one moves its time only; at the same time, the
+	// conversation id orders them.
+	require.NoError(t, s.PutSchedule(ctx, sched("d", "daily", 200)))
+	assert.Equal(t, []schedTime{{"c", "daily", tm(200)}, {"d", "daily", tm(200)}}, scheduleTimes(t, s))
+	requireProtos(t, []*messages.Schedule{sched("c", "daily", 200)}, list("c"))
+
+	// A fire moves its conversation's schedule only.
+	appendOK(t, st, fireReq("c", 1, "daily", 200, 260))
+	requireProtos(t, []*messages.Schedule{sched("c", "daily", 260)}, list("c"))
+	requireProtos(t, []*messages.Schedule{sched("d", "daily", 200)}, list("d"))
+	_, err := st.Append(ctx, fireReq("c", 2, "daily", 200, 260))
+	require.ErrorIs(t, err, journal.ErrStale, "the other conversation's occurrence is not this one's")
+	assert.Equal(t, uint64(2), lastSeq(t, st, "c"))
+
+	// Both in one batch: each request fires its own conversation's.
+	results := st.AppendBatch(ctx, []*messages.AppendRequest{
+		fireReq("c", 2, "daily", 260, 320),
+		fireReq("d", 1, "daily", 200, -1),
+	})
+	require.Len(t, results, 2)
+	require.NoError(t, results[0].Err)
+	require.NoError(t, results[1].Err)
+	requireProtos(t, []*messages.Schedule{sched("c", "daily", 320)}, list("c"))
+	assert.Empty(t, list("d"), "a fire without next removes d's only")
+	assert.Equal(t, []schedTime{{"c", "daily", tm(320)}}, scheduleTimes(t, s))
+
+	// Deletes: of one conversation's schedule, and of a conversation.
+	require.NoError(t, s.PutSchedule(ctx, sched("d", "daily", 400)))
+	require.ErrorIs(t, s.DeleteSchedule(ctx, "e", "daily"), journal.ErrNotFound, "a third conversation has none")
+	require.NoError(t, s.DeleteSchedule(ctx, "c", "daily"))
+	assert.Empty(t, list("c"))
+	requireProtos(t, []*messages.Schedule{sched("d", "daily", 400)}, list("d"))
+	require.NoError(t, s.PutSchedule(ctx, sched("c", "daily", 500)))
+	require.NoError(t, st.DeleteConversation(ctx, "d"))
+	requireProtos(t, []*messages.Schedule{sched("c", "daily", 500)}, list("c"))
+	assert.Equal(t, []schedTime{{"c", "daily", tm(500)}}, scheduleTimes(t, s))
+	appendOK(t, st, fireReq("c", 3, "daily", 500, 560))
+	assert.Equal(t, []schedTime{{"c", "daily", tm(560)}}, scheduleTimes(t, s))
 }
 
 func testScheduleFire(t *testing.T, e env) {

@@ -18,8 +18,8 @@ func (st *state) checkFire(id string, f *messages.ScheduleFire) error {
 	if f == nil {
 		return nil
 	}
-	s := st.schedules[f.GetScheduleId()]
-	if s == nil || s.GetConversationId() != id {
+	s := st.schedules[scheduleKey{id, f.GetScheduleId()}]
+	if s == nil {
 		return fmt.Errorf("memjournal: fire of schedule %q in an append to %q: unknown schedule: %w", f.GetScheduleId(), id, journal.ErrStale)
 	}
 	if !s.GetNext().AsTime().Equal(f.GetOccurrence().AsTime()) {
@@ -28,21 +28,22 @@ func (st *state) checkFire(id string, f *messages.ScheduleFire) error {
 	return nil
 }
 
-// applyFire applies a checked schedule fire.
-func (st *state) applyFire(c *conv, f *messages.ScheduleFire) {
+// applyFire applies a checked schedule fire of conversation id.
+func (st *state) applyFire(c *conv, id string, f *messages.ScheduleFire) {
 	if f == nil {
 		return
 	}
 	sid := f.GetScheduleId()
+	k := scheduleKey{id, sid}
 	if f.GetNext() == nil {
-		delete(st.schedules, sid)
+		delete(st.schedules, k)
 		delete(c.schedules, sid)
 		return
 	}
 	// Replaced, not changed in place: a reader may hold the old record.
-	s := clone(st.schedules[sid])
+	s := clone(st.schedules[k])
 	s.Next = clone(f.GetNext())
-	st.schedules[sid] = s
+	st.schedules[k] = s
 }
 
 // PutSchedule implements journal.ScheduleStore.
@@ -66,14 +67,12 @@ func (s *Store) PutSchedule(ctx context.Context, sc *messages.Schedule) error {
 	if c == nil || c.row == nil {
 		return fmt.Errorf("memjournal: put schedule %q of %q: %w", sc.GetId(), id, journal.ErrNotFound)
 	}
-	old := st.schedules[sc.GetId()]
-	if old != nil && old.GetConversationId() != id {
-		return fmt.Errorf("memjournal: schedule %q belongs to %q, not %q: %w", sc.GetId(), old.GetConversationId(), id, journal.ErrConflict)
-	}
+	k := scheduleKey{id, sc.GetId()}
+	old := st.schedules[k]
 	if old == nil && len(c.schedules) >= journal.MaxSchedulesPerConversation {
 		return fmt.Errorf("memjournal: %q already has %d schedules: %w", id, len(c.schedules), journal.ErrInvalid)
 	}
-	st.schedules[sc.GetId()] = clone(sc)
+	st.schedules[k] = clone(sc)
 	if c.schedules == nil {
 		c.schedules = make(map[string]struct{})
 	}
@@ -88,11 +87,11 @@ func (s *Store) DeleteSchedule(ctx context.Context, conversationID, id string) e
 		return err
 	}
 	defer s.mu.Unlock()
-	sc := st.schedules[id]
-	if sc == nil || sc.GetConversationId() != conversationID {
+	k := scheduleKey{conversationID, id}
+	if st.schedules[k] == nil {
 		return fmt.Errorf("memjournal: delete schedule %q of %q: %w", id, conversationID, journal.ErrNotFound)
 	}
-	delete(st.schedules, id)
+	delete(st.schedules, k)
 	if c := st.convs[conversationID]; c != nil {
 		delete(c.schedules, id)
 	}
@@ -112,7 +111,7 @@ func (s *Store) ConversationSchedules(ctx context.Context, conversationID string
 	}
 	var out []*messages.Schedule
 	for id := range c.schedules {
-		out = append(out, clone(st.schedules[id]))
+		out = append(out, clone(st.schedules[scheduleKey{conversationID, id}]))
 	}
 	slices.SortFunc(out, func(a, b *messages.Schedule) int { return cmp.Compare(a.GetId(), b.GetId()) })
 	return out, nil
@@ -141,7 +140,10 @@ func (s *Store) ScheduleTimes(ctx context.Context, fn func(conversationID, id st
 		if c := a.next.Compare(b.next); c != 0 {
 			return c
 		}
-		return cmp.Compare(a.id, b.id)
+		if c := cmp.Compare(a.id, b.id); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.conv, b.conv)
 	})
 	for _, e := range all {
 		if err := fn(e.conv, e.id, e.next); err != nil {

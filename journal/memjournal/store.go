@@ -51,11 +51,15 @@ type state struct {
 	found map[string]map[string]map[string]struct{}
 	// files holds the blobs and file checkpoints (files.go).
 	files fileState
-	// schedules holds every schedule, by id (see schedule.go).
-	schedules map[string]*messages.Schedule
+	// schedules holds every schedule, by conversation and id (see
+	// schedule.go).
+	schedules map[scheduleKey]*messages.Schedule
 }
 
 type deadlineKey struct{ conv, call string }
+
+// scheduleKey names a schedule: ids are per conversation.
+type scheduleKey struct{ conv, id string }
 
 // conv holds one conversation's records. It exists as soon as any record of
 // the conversation does; row is nil until the conversation row is created.
@@ -93,7 +97,7 @@ func newState() *state {
 		active:    make(map[string]struct{}),
 		found:     make(map[string]map[string]map[string]struct{}),
 		files:     newFileState(),
-		schedules: make(map[string]*messages.Schedule),
+		schedules: make(map[scheduleKey]*messages.Schedule),
 	}
 }
 
@@ -423,7 +427,7 @@ func (st *state) applyAppend(req *messages.AppendRequest, now time.Time) journal
 			st.schedule(c, d)
 		}
 	}
-	st.applyFire(c, req.GetScheduleFire())
+	st.applyFire(c, id, req.GetScheduleFire())
 	st.indexActive(id, c)
 	return res
 }
@@ -1132,7 +1136,7 @@ func (s *Store) DeleteConversation(ctx context.Context, id string) error {
 		st.setMeta(id, c, k, "")
 	}
 	for sid := range c.schedules {
-		delete(st.schedules, sid)
+		delete(st.schedules, scheduleKey{id, sid})
 	}
 	delete(st.convs, id)
 	delete(st.active, id)

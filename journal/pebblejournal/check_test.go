@@ -88,7 +88,6 @@ func TestCheck(t *testing.T) {
 		{"schedule index lost", func(db *pebble.DB) error {
 			return db.Delete(scheduleTimeKey(timestamppb.New(time.Unix(3000, 0)), "s1", "d"), nil)
 		}, `schedule "s1" of conversation "d": missing from the by-time index`},
-		{"schedule owner lost", func(db *pebble.DB) error { return db.Delete(scheduleOwnerKey("s1"), nil) }, `schedule "s1" of conversation "d": no owner entry`},
 		{"schedule record lost", func(db *pebble.DB) error { return db.Delete(idKey(famSchedule, "d", "s1"), nil) }, `by-time schedule "s1"`},
 		{"undecodable summary", func(db *pebble.DB) error {
 			return db.Set(seqKey(famSummary, "d", 9), []byte(``), nil)

@@ -80,7 +80,7 @@
 //	0x0a conv                          active conversation index (empty)
 //	0x0b key hash(value) conv          metadata index (the value)
 //	0x0d conv schedule                 scheduled wake-up (Schedule)
-//	0x0e schedule                      schedule id -> conversation id (text)
+//	0x0e schedule                      retired: schedule id -> conversation id (text)
 //	0x0f conv seq path                 file checkpoint (FileCheckpoint)
 //	0x10 sha256 chunk                  blob content, a chunk (raw bytes)
 //	0x1a seconds nanos schedule conv   schedules by next occurrence (empty)
@@ -96,7 +96,12 @@
 //
 // The schedule families (journal.ScheduleStore) came without a layout
 // change: a store written before them has none of their keys. A fire in an
-// append moves 0x0d and 0x1a in the append's batch.
+// append moves 0x0d and 0x1a in the append's batch. Schedule ids are per
+// conversation. Family 0x0e, which once kept them unique across the store,
+// is retired without a layout change: nothing reads it or writes it any
+// more, Check ignores it, and on a store that holds such keys when it
+// opens, the delete, replace or last fire of a schedule deletes its id's
+// key.
 //
 // Layout v2 brought result_seq and moved the owner index from 0x20 to 0x22.
 // Layout v3 brought the active index (0x0a): one key per conversation whose
@@ -149,7 +154,8 @@
 // families 0x03-0x09 and 0x0f for the conversation, point deletes of its
 // blob references (0x1b 'r'), of its row, of its
 // active index key (0x0a) and of its entries in the two global indexes
-// (0x21, 0x22), point deletes of its schedules (0x0d, 0x0e, 0x1a), and its
+// (0x21, 0x22), point deletes of its schedules (0x0d, 0x1a, and 0x0e when the
+// store holds retired keys), and its
 // tombstone (0x02), which makes every later write to the id fail with
 // journal.ErrDeleted.
 //

@@ -19,8 +19,11 @@ const (
 	// famSchedule holds the schedule records: famSchedule | conv | id ->
 	// messages.Schedule.
 	famSchedule byte = 0x0d
-	// famScheduleOwner is the global id -> conversation index that keeps
-	// schedule ids unique across the store: famScheduleOwner | id -> conv.
+	// famScheduleOwner is a retired family: stores written while schedule
+	// ids were unique across the store hold famScheduleOwner | id -> conv
+	// for each schedule. Nothing reads it; the delete and the replace of a
+	// schedule remove its id's key (Store.scheduleOwners), and Check
+	// ignores the family. Schedule ids are per conversation.
 	famScheduleOwner byte = 0x0e
 	// famScheduleByTime orders every schedule by its next occurrence, for
 	// the expiry actor's rebuild (keys only, no payloads):
@@ -41,6 +44,33 @@ func scheduleOwnerKey(id string) []byte {
 	return appendID([]byte{famScheduleOwner}, id)
 }
 
+// hasScheduleOwners reports whether the store holds a key of the retired
+// owner family (one seek), for Open to set Store.scheduleOwners.
+func (s *Store) hasScheduleOwners() (bool, error) {
+	found := false
+	err := s.scanKeys([]byte{famScheduleOwner}, familyEnd(famScheduleOwner), func([]byte) error {
+		found = true
+		return errStopScan
+	})
+	if err == errStopScan {
+		err = nil
+	}
+	return found, err
+}
+
+// dropScheduleOwner stages the removal of the retired owner key of
+// schedule id, if the store may hold such keys: a point delete, blind (the
+// key may name another conversation's schedule of the same id; nothing
+// needs it).
+func (t *txn) dropScheduleOwner(id string) {
+	if t.s.scheduleOwners {
+		_ = t.b.Delete(scheduleOwnerKey(id), nil)
+	}
+}
+
+// schedKey names a schedule in a txn's state: ids are per conversation.
+type schedKey struct{ conv, id string }
+
 // readSchedule reads schedule id of conv, nil if absent.
 func (s *Store) readSchedule(conv, id string) (*messages.Schedule, error) {
 	k := idKey(famSchedule, conv, id)
@@ -56,7 +86,7 @@ func (s *Store) readSchedule(conv, id string) (*messages.Schedule, error) {
 // schedule returns schedule id of conv as this txn leaves it (nil if
 // absent): a fire earlier in the same batch wins over the committed record.
 func (t *txn) schedule(conv, id string) (*messages.Schedule, error) {
-	if sc, ok := t.scheds[id]; ok {
+	if sc, ok := t.scheds[schedKey{conv, id}]; ok {
 		return sc, nil
 	}
 	return t.s.readSchedule(conv, id)
@@ -90,12 +120,13 @@ func (t *txn) stageFire(conv string, sc *messages.Schedule, f *messages.Schedule
 	id := sc.GetId()
 	_ = t.b.Delete(scheduleTimeKey(sc.GetNext(), id, conv), nil)
 	if t.scheds == nil {
-		t.scheds = make(map[string]*messages.Schedule)
+		t.scheds = make(map[schedKey]*messages.Schedule)
 	}
+	k := schedKey{conv, id}
 	if f.GetNext() == nil {
 		_ = t.b.Delete(idKey(famSchedule, conv, id), nil)
-		_ = t.b.Delete(scheduleOwnerKey(id), nil)
-		t.scheds[id] = nil
+		t.dropScheduleOwner(id)
+		t.scheds[k] = nil
 		return
 	}
 	next := proto.Clone(sc).(*messages.Schedule)
@@ -107,7 +138,7 @@ func (t *txn) stageFire(conv string, sc *messages.Schedule, f *messages.Schedule
 	}
 	_ = t.b.Set(idKey(famSchedule, conv, id), v, nil)
 	_ = t.b.Set(scheduleTimeKey(next.GetNext(), id, conv), nil, nil)
-	t.scheds[id] = next
+	t.scheds[k] = next
 }
 
 // PutSchedule implements journal.ScheduleStore.
@@ -120,7 +151,7 @@ func (s *Store) PutSchedule(ctx context.Context, sc *messages.Schedule) error {
 		return err
 	}
 	conv, id := sc.GetConversationId(), sc.GetId()
-	defer s.lockConvAndID(conv, id)()
+	defer s.lockConv(conv)()
 	t := s.newTxn()
 	defer t.close()
 	cs, err := t.live(conv)
@@ -132,21 +163,13 @@ func (s *Store) PutSchedule(ctx context.Context, sc *messages.Schedule) error {
 	} else if !ok {
 		return fmt.Errorf("pebblejournal: put schedule %q of %q: %w", id, conv, journal.ErrNotFound)
 	}
-	owner, found, err := s.checkGet(scheduleOwnerKey(id))
+	old, err := s.readSchedule(conv, id)
 	if err != nil {
 		return err
 	}
-	if found && string(owner) != conv {
-		return fmt.Errorf("pebblejournal: schedule %q belongs to %q, not %q: %w", id, owner, conv, journal.ErrConflict)
-	}
-	if found {
-		old, err := s.readSchedule(conv, id)
-		if err != nil {
-			return err
-		}
-		if old != nil {
-			_ = t.b.Delete(scheduleTimeKey(old.GetNext(), id, conv), nil)
-		}
+	if old != nil {
+		_ = t.b.Delete(scheduleTimeKey(old.GetNext(), id, conv), nil)
+		t.dropScheduleOwner(id)
 	} else {
 		n := 0
 		if err := s.scanKeys(convKey(famSchedule, conv), convEnd(famSchedule, conv), func([]byte) error { n++; return nil }); err != nil {
@@ -161,7 +184,6 @@ func (s *Store) PutSchedule(ctx context.Context, sc *messages.Schedule) error {
 		return fmt.Errorf("pebblejournal: encode schedule %q: %w", id, journal.ErrInvalid)
 	}
 	_ = t.b.Set(idKey(famSchedule, conv, id), v, nil)
-	_ = t.b.Set(scheduleOwnerKey(id), []byte(conv), nil)
 	_ = t.b.Set(scheduleTimeKey(sc.GetNext(), id, conv), nil, nil)
 	return t.commit()
 }
@@ -178,7 +200,7 @@ func (s *Store) DeleteSchedule(ctx context.Context, conversationID, id string) e
 	if err := journal.ValidateID("schedule id", id); err != nil {
 		return err
 	}
-	defer s.lockConvAndID(conversationID, id)()
+	defer s.lockConv(conversationID)()
 	sc, err := s.readSchedule(conversationID, id)
 	if err != nil {
 		return err
@@ -194,7 +216,7 @@ func (s *Store) DeleteSchedule(ctx context.Context, conversationID, id string) e
 
 func (t *txn) deleteSchedule(conv string, sc *messages.Schedule) {
 	_ = t.b.Delete(idKey(famSchedule, conv, sc.GetId()), nil)
-	_ = t.b.Delete(scheduleOwnerKey(sc.GetId()), nil)
+	t.dropScheduleOwner(sc.GetId())
 	_ = t.b.Delete(scheduleTimeKey(sc.GetNext(), sc.GetId(), conv), nil)
 }
 
@@ -320,7 +342,8 @@ func parseScheduleTimeKey(k []byte) (at time.Time, id, conv string, err error) {
 
 // checkSchedule is Check's step for a schedule record (key k, value v) of
 // conversation conv, rest the key after the conversation: the record
-// decodes and names its key's ids, and its owner and by-time entries exist.
+// decodes and names its key's ids, and its by-time entry exists. (A key of
+// the retired owner family is neither required nor checked.)
 func (s *Store) checkSchedule(r *CheckReport, k, v []byte, conv string, rest []byte) {
 	id, tail, ok := decodeID(rest)
 	if !ok || len(tail) != 0 {
@@ -331,12 +354,6 @@ func (s *Store) checkSchedule(r *CheckReport, k, v []byte, conv string, rest []b
 	if err != nil {
 		r.problem("schedule %q of conversation %q: %v", id, conv, err)
 		return
-	}
-	switch owner, found, err := s.checkGet(scheduleOwnerKey(id)); {
-	case err != nil || !found:
-		r.problem("schedule %q of conversation %q: no owner entry (%v)", id, conv, err)
-	case string(owner) != conv:
-		r.problem("schedule %q of conversation %q: the owner entry names %q", id, conv, owner)
 	}
 	if _, found, err := s.checkGet(scheduleTimeKey(sc.GetNext(), id, conv)); err != nil || !found {
 		r.problem("schedule %q of conversation %q: missing from the by-time index (%v)", id, conv, err)

@@ -123,6 +123,11 @@ type Store struct {
 	// commit's batch of a few hundred KiB then regrows by doubling, which
 	// was a quarter of all allocation in the load generator.
 	batches chan *pebble.Batch
+
+	// scheduleOwners says that the store held a key of the retired
+	// schedule owner family when it opened (schedule.go): the delete and
+	// the replace of a schedule then remove its id's key. Set by Open.
+	scheduleOwners bool
 }
 
 // reusedBatches is how many batches Store.batches keeps, and
@@ -202,6 +207,12 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	if err := s.ensureFindIndex(); err != nil {
 		err = fmt.Errorf("pebblejournal: build the metadata index: %w", err)
+		_ = db.Close()
+		_ = fsCloser.Close()
+		return nil, err
+	}
+	if s.scheduleOwners, err = s.hasScheduleOwners(); err != nil {
+		err = fmt.Errorf("pebblejournal: open %q: %w", dir, err)
 		_ = db.Close()
 		_ = fsCloser.Close()
 		return nil, err

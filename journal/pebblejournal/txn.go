@@ -45,7 +45,7 @@ type txn struct {
 	known map[string]map[string]*timestamppb.Timestamp
 	// scheds holds the schedules fired by the txn's requests so far, as
 	// they leave them (nil: removed); see schedule.go.
-	scheds map[string]*messages.Schedule
+	scheds map[schedKey]*messages.Schedule
 	// The undo logs of the overlay: the state of a conversation, call or
 	// deadline before a change (see mark and rollback).
 	undoConv []convUndo

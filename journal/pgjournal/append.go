@@ -55,7 +55,7 @@ type batch struct {
 	evSeq  []int64
 	evData [][]byte
 	// scheds holds the schedules the batch fires (see schedule.go).
-	scheds map[string]*schedState
+	scheds map[schedKey]*schedState
 }
 
 // AppendBatch implements journal.EventLog in one transaction: one round
@@ -179,7 +179,8 @@ func (s *Store) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest)
 		}
 		return failAll(s.wrap("append", err))
 	}
-	if err := b.readSchedules(ctx, conn.Conn(), fireIDs(reqs, ok)); err != nil {
+	fireConvs, fireIDs := fireKeys(reqs, ok)
+	if err := b.readSchedules(ctx, conn.Conn(), fireConvs, fireIDs); err != nil {
 		for i := range reqs {
 			if ok[i] {
 				restore(i)
@@ -608,7 +609,7 @@ func (b *batch) apply(req *messages.AppendRequest, now time.Time, eb *evBuf, k i
 		cs.rec, cs.dirty = rec, true
 		b.setDeadline(deadlineKey{id, rec.GetId()}, dl)
 	}
-	b.applyFire(req.GetScheduleFire())
+	b.applyFire(id, req.GetScheduleFire())
 	return res
 }
 

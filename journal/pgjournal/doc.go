@@ -29,7 +29,8 @@
 // actor's rebuild reads the time index alone); a fire in an append reads
 // its schedule FOR UPDATE in the batch's transaction, only when a request
 // fires one. (Version 4 is a placeholder that changes nothing, until the
-// change that owns that number lands.)
+// change that owns that number lands.) Version 7 keys lz_schedules by
+// (conv, id): schedule ids are per conversation.
 //
 // # Writes
 //

@@ -23,43 +23,48 @@ type schedState struct {
 	dirty bool
 }
 
-// fireIDs returns the ids of the schedules reqs fire.
-func fireIDs(reqs []*messages.AppendRequest, ok []bool) [][]byte {
-	var ids [][]byte
+// schedKey names a schedule: ids are per conversation.
+type schedKey struct{ conv, id string }
+
+// fireKeys returns the conversations and ids of the schedules reqs fire,
+// as two parallel lists.
+func fireKeys(reqs []*messages.AppendRequest, ok []bool) (convs, ids [][]byte) {
 	for i, req := range reqs {
 		if f := req.GetScheduleFire(); ok[i] && f != nil {
+			convs = append(convs, []byte(req.GetConversationId()))
 			ids = append(ids, []byte(f.GetScheduleId()))
 		}
 	}
-	return ids
+	return convs, ids
 }
 
 // readSchedules reads, inside the batch's transaction (the conversations'
-// locks held), the schedules the batch fires. A round trip only for a
-// batch that fires one.
-func (b *batch) readSchedules(ctx context.Context, conn *pgx.Conn, ids [][]byte) error {
+// locks held), the schedules the batch fires (schedule ids[i] of
+// conversation convs[i]). A round trip only for a batch that fires one.
+func (b *batch) readSchedules(ctx context.Context, conn *pgx.Conn, convs, ids [][]byte) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	b.scheds = make(map[string]*schedState, len(ids))
-	for _, id := range ids {
-		b.scheds[string(id)] = &schedState{}
+	b.scheds = make(map[schedKey]*schedState, len(ids))
+	for i, id := range ids {
+		b.scheds[schedKey{string(convs[i]), string(id)}] = &schedState{}
 	}
-	rows, err := conn.Query(ctx, "SELECT id, conv, data FROM lz_schedules WHERE id = ANY($1::bytea[]) FOR UPDATE", ids)
+	rows, err := conn.Query(ctx, `SELECT s.conv, s.id, s.data FROM lz_schedules s
+		JOIN unnest($1::bytea[], $2::bytea[]) AS k(conv, id) ON s.conv = k.conv AND s.id = k.id FOR UPDATE OF s`, convs, ids)
 	if err != nil {
 		return err
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var id, conv, data []byte
-		if err := rows.Scan(&id, &conv, &data); err != nil {
+		var conv, id, data []byte
+		if err := rows.Scan(&conv, &id, &data); err != nil {
 			return err
 		}
 		sc, err := decodeSchedule(id, data, string(conv))
 		if err != nil {
 			return err
 		}
-		b.scheds[string(id)].cur = sc
+		b.scheds[schedKey{string(conv), string(id)}].cur = sc
 	}
 	return rows.Err()
 }
@@ -69,8 +74,8 @@ func (b *batch) checkFire(conv string, f *messages.ScheduleFire) error {
 	if f == nil {
 		return nil
 	}
-	st := b.scheds[f.GetScheduleId()]
-	if st == nil || st.cur == nil || st.cur.GetConversationId() != conv {
+	st := b.scheds[schedKey{conv, f.GetScheduleId()}]
+	if st == nil || st.cur == nil {
 		return fmt.Errorf("fire of schedule %q in an append to %q: unknown schedule: %w", f.GetScheduleId(), conv, journal.ErrStale)
 	}
 	if !st.cur.GetNext().AsTime().Equal(f.GetOccurrence().AsTime()) {
@@ -79,12 +84,13 @@ func (b *batch) checkFire(conv string, f *messages.ScheduleFire) error {
 	return nil
 }
 
-// applyFire applies a checked fire to the batch's state.
-func (b *batch) applyFire(f *messages.ScheduleFire) {
+// applyFire applies a checked fire of an append to conv to the batch's
+// state.
+func (b *batch) applyFire(conv string, f *messages.ScheduleFire) {
 	if f == nil {
 		return
 	}
-	st := b.scheds[f.GetScheduleId()]
+	st := b.scheds[schedKey{conv, f.GetScheduleId()}]
 	st.dirty = true
 	if f.GetNext() == nil {
 		st.cur = nil
@@ -97,30 +103,32 @@ func (b *batch) applyFire(f *messages.ScheduleFire) {
 
 // queueSchedules queues the writes of the schedules the batch fired.
 func (b *batch) queueSchedules(pb *pgx.Batch) error {
-	var del, uid, udata [][]byte
+	var dconv, did, uconv, uid, udata [][]byte
 	var us []int64
 	var un []int32
-	for id, st := range b.scheds {
+	for k, st := range b.scheds {
 		if !st.dirty {
 			continue
 		}
 		if st.cur == nil {
-			del = append(del, []byte(id))
+			dconv, did = append(dconv, []byte(k.conv)), append(did, []byte(k.id))
 			continue
 		}
 		data, err := proto.Marshal(st.cur)
 		if err != nil {
-			return fmt.Errorf("pgjournal: append: encode schedule %q: %w", id, err)
+			return fmt.Errorf("pgjournal: append: encode schedule %q of %q: %w", k.id, k.conv, err)
 		}
-		uid, udata = append(uid, []byte(id)), append(udata, data)
+		uconv, uid, udata = append(uconv, []byte(k.conv)), append(uid, []byte(k.id)), append(udata, data)
 		us, un = append(us, st.cur.GetNext().GetSeconds()), append(un, st.cur.GetNext().GetNanos())
 	}
-	if len(del) > 0 {
-		pb.Queue("DELETE FROM lz_schedules WHERE id = ANY($1::bytea[])", del)
+	if len(did) > 0 {
+		pb.Queue(`DELETE FROM lz_schedules s USING unnest($1::bytea[], $2::bytea[]) AS k(conv, id)
+			WHERE s.conv = k.conv AND s.id = k.id`, dconv, did)
 	}
 	if len(uid) > 0 {
 		pb.Queue(`UPDATE lz_schedules s SET next_s = u.s, next_n = u.n, data = u.data
-			FROM unnest($1::bytea[], $2::int8[], $3::int4[], $4::bytea[]) AS u(id, s, n, data) WHERE s.id = u.id`, uid, us, un, udata)
+			FROM unnest($1::bytea[], $2::bytea[], $3::int8[], $4::int4[], $5::bytea[]) AS u(conv, id, s, n, data)
+			WHERE s.conv = u.conv AND s.id = u.id`, uconv, uid, us, un, udata)
 	}
 	return nil
 }
@@ -152,10 +160,12 @@ func (s *Store) PutSchedule(ctx context.Context, sc *messages.Schedule) error {
 		if !hasRow {
 			return fmt.Errorf("put schedule %q of %q: %w", id, conv, journal.ErrNotFound)
 		}
-		var owner []byte
-		err = tx.QueryRow(ctx, "SELECT conv FROM lz_schedules WHERE id = $1", []byte(id)).Scan(&owner)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
+		var exists bool
+		err = tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM lz_schedules WHERE conv = $1 AND id = $2)", []byte(conv), []byte(id)).Scan(&exists)
+		if err != nil {
+			return err
+		}
+		if !exists {
 			var n int
 			if err := tx.QueryRow(ctx, "SELECT count(*) FROM lz_schedules WHERE conv = $1", []byte(conv)).Scan(&n); err != nil {
 				return err
@@ -163,23 +173,12 @@ func (s *Store) PutSchedule(ctx context.Context, sc *messages.Schedule) error {
 			if n >= journal.MaxSchedulesPerConversation {
 				return fmt.Errorf("%q already has %d schedules: %w", conv, n, journal.ErrInvalid)
 			}
-		case err != nil:
-			return err
-		case string(owner) != conv:
-			return fmt.Errorf("schedule %q belongs to %q, not %q: %w", id, owner, conv, journal.ErrConflict)
 		}
-		// A concurrent put of the same new id by another conversation
-		// (which holds another lock) updates nothing: the conflict it is.
-		tag, err := tx.Exec(ctx, `INSERT INTO lz_schedules (id, conv, next_s, next_n, data) VALUES ($1, $2, $3, $4, $5)
-			ON CONFLICT (id) DO UPDATE SET next_s = excluded.next_s, next_n = excluded.next_n, data = excluded.data WHERE lz_schedules.conv = excluded.conv`,
-			[]byte(id), []byte(conv), sc.GetNext().GetSeconds(), sc.GetNext().GetNanos(), data)
-		if err != nil {
-			return err
-		}
-		if tag.RowsAffected() == 0 {
-			return fmt.Errorf("schedule %q belongs to another conversation: %w", id, journal.ErrConflict)
-		}
-		return nil
+		// Ids are per conversation, whose lock the write holds.
+		_, err = tx.Exec(ctx, `INSERT INTO lz_schedules (conv, id, next_s, next_n, data) VALUES ($1, $2, $3, $4, $5)
+			ON CONFLICT (conv, id) DO UPDATE SET next_s = excluded.next_s, next_n = excluded.next_n, data = excluded.data`,
+			[]byte(conv), []byte(id), sc.GetNext().GetSeconds(), sc.GetNext().GetNanos(), data)
+		return err
 	})
 }
 
@@ -197,7 +196,7 @@ func (s *Store) DeleteSchedule(ctx context.Context, conversationID, id string) e
 		return fmt.Errorf("pgjournal: %w", err)
 	}
 	return s.writeTx(ctx, "delete schedule", conversationID, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, "DELETE FROM lz_schedules WHERE id = $1 AND conv = $2", []byte(id), []byte(conversationID))
+		tag, err := tx.Exec(ctx, "DELETE FROM lz_schedules WHERE conv = $1 AND id = $2", []byte(conversationID), []byte(id))
 		if err != nil {
 			return err
 		}
@@ -245,7 +244,7 @@ func (s *Store) ConversationSchedules(ctx context.Context, conversationID string
 const scheduleTimesPage = 4096
 
 // ScheduleTimes implements journal.ScheduleStore: pages of the by-time
-// index (keyset on next_s, next_n, id). fn runs between pages, with no
+// index (keyset on next_s, next_n, id, conv). fn runs between pages, with no
 // query open and no connection held, so it may read the Store even
 // through a pool of one connection. A row no write could have stored (an
 // id or conversation id that journal.ValidateID refuses, a time outside
@@ -311,10 +310,10 @@ func (s *Store) schedulePage(ctx context.Context, after *scheduleTime, page *[]s
 	defer cancel()
 	var rows pgx.Rows
 	if after == nil {
-		rows, err = s.pool.Query(ctx, "SELECT conv, id, next_s, next_n FROM lz_schedules ORDER BY next_s, next_n, id LIMIT $1", scheduleTimesPage)
+		rows, err = s.pool.Query(ctx, "SELECT conv, id, next_s, next_n FROM lz_schedules ORDER BY next_s, next_n, id, conv LIMIT $1", scheduleTimesPage)
 	} else {
-		rows, err = s.pool.Query(ctx, "SELECT conv, id, next_s, next_n FROM lz_schedules WHERE (next_s, next_n, id) > ($1, $2, $3) ORDER BY next_s, next_n, id LIMIT $4",
-			after.sec, after.nanos, after.id, scheduleTimesPage)
+		rows, err = s.pool.Query(ctx, "SELECT conv, id, next_s, next_n FROM lz_schedules WHERE (next_s, next_n, id, conv) > ($1, $2, $3, $4) ORDER BY next_s, next_n, id, conv LIMIT $5",
+			after.sec, after.nanos, after.id, after.conv, scheduleTimesPage)
 	}
 	if err != nil {
 		return s.wrap("schedule times", err)

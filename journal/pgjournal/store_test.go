@@ -301,3 +301,71 @@ func TestAuditOffHidesEarlierRows(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, calls, 1, "the row is still there")
 }
+
+// TestMigrationSchedulesPerConversation: a database at schema version 6
+// (schedule ids unique across the store: lz_schedules keyed by id) keeps
+// its schedules through the migration to version 7, after which another
+// conversation may hold a schedule of an id already taken, each fired and
+// listed as its own, and the time index orders ties by id then
+// conversation.
+func TestMigrationSchedulesPerConversation(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	ctx := t.Context()
+	s := open(t, dsn, Options{})
+	sched := func(conv, id string, sec int64) *messages.Schedule {
+		return &messages.Schedule{Id: id, ConversationId: conv, Next: timestamppb.New(time.Unix(sec, 0)),
+			Payload: &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "wake " + id}}}}}
+	}
+	for _, conv := range []string{"c", "d\x00é"} {
+		_, err := s.Append(ctx, &messages.AppendRequest{ConversationId: conv, Events: []*messages.Event{userEvent("hi")}})
+		require.NoError(t, err)
+	}
+	require.NoError(t, s.PutSchedule(ctx, sched("c", "daily", 100)))
+	require.NoError(t, s.PutSchedule(ctx, sched("c", "other", 200)))
+	require.NoError(t, s.Close())
+
+	conn, err := pgx.Connect(ctx, dsn)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	// The schema of version 6, as its migration left it.
+	_, err = conn.Exec(ctx, `ALTER TABLE lz_schedules DROP CONSTRAINT lz_schedules_pkey;
+		ALTER TABLE lz_schedules ADD PRIMARY KEY (id);
+		CREATE INDEX lz_schedules_conv ON lz_schedules (conv, id);
+		DROP INDEX lz_schedules_next;
+		CREATE INDEX lz_schedules_next ON lz_schedules (next_s, next_n, id) INCLUDE (conv);
+		DELETE FROM lz_schema WHERE version >= 7`)
+	require.NoError(t, err)
+
+	s = open(t, dsn, Options{})
+	require.NoError(t, s.PutSchedule(ctx, sched("d\x00é", "daily", 100)), "the id another conversation holds")
+	for conv, want := range map[string][]string{"c": {"daily", "other"}, "d\x00é": {"daily"}} {
+		got, err := s.ConversationSchedules(ctx, conv)
+		require.NoError(t, err)
+		var ids []string
+		for _, sc := range got {
+			ids = append(ids, sc.GetId())
+		}
+		require.Equal(t, want, ids, conv)
+	}
+	var times []string
+	require.NoError(t, s.ScheduleTimes(ctx, func(conv, id string, _ time.Time) error {
+		times = append(times, conv+"/"+id)
+		return nil
+	}))
+	require.Equal(t, []string{"c/daily", "d\x00é/daily", "c/other"}, times)
+	_, err = s.Append(ctx, &messages.AppendRequest{ConversationId: "d\x00é", ExpectedLast: 1, Events: []*messages.Event{userEvent("wake")},
+		ScheduleFire: &messages.ScheduleFire{ScheduleId: "daily", Occurrence: timestamppb.New(time.Unix(100, 0))}})
+	require.NoError(t, err)
+	got, err := s.ConversationSchedules(ctx, "c")
+	require.NoError(t, err)
+	require.Len(t, got, 2, "c's daily stays when d's fires for the last time")
+	require.NoError(t, s.DeleteSchedule(ctx, "c", "daily"))
+	require.ErrorIs(t, s.DeleteSchedule(ctx, "d\x00é", "daily"), journal.ErrNotFound)
+
+	var key string
+	require.NoError(t, conn.QueryRow(ctx, `SELECT pg_get_indexdef(indexrelid) FROM pg_index WHERE indrelid = 'lz_schedules'::regclass AND indisprimary`).Scan(&key))
+	require.Contains(t, key, "(conv, id)")
+	var convIndex bool
+	require.NoError(t, conn.QueryRow(ctx, "SELECT count(*) > 0 FROM pg_indexes WHERE indexname = 'lz_schedules_conv'").Scan(&convIndex))
+	require.False(t, convIndex, "the primary key serves the listing")
+}
