@@ -195,10 +195,10 @@ func NewExpiry(opts ExpiryOptions) *actor.Props {
 type expiryActor struct {
 	opts ExpiryOptions
 	q    *expiryQueue
-	sq   *deadlineHeap // schedules: id -> next occurrence (or retry time)
+	sq   *scheduleHeap // schedules: (conversation, id) -> next occurrence (or retry time)
 	// firing holds the occurrence of each schedule handed to Fire and not
 	// yet reported back (ScheduleArm, ScheduleDisarm).
-	firing map[string]int64
+	firing map[scheduleKey]int64
 	self   *actor.PID
 	system *actor.ActorSystem
 
@@ -223,7 +223,7 @@ func (a *expiryActor) Receive(ctx actor.Context) {
 		a.self, a.system = ctx.Self(), ctx.ActorSystem()
 		o := a.opts
 		a.q = newExpiryQueue(rand.Uint64(), o.MaxInFlight, int64(o.RetryAfter), int64(o.ReplyTimeout))
-		a.sq = newDeadlineHeap()
+		a.sq = newScheduleHeap()
 		a.rebuild()
 		a.process(ctx)
 	case *messages.ScheduleExpiry:
@@ -240,7 +240,7 @@ func (a *expiryActor) Receive(ctx actor.Context) {
 		a.process(ctx)
 	case *ExpiryRebuild:
 		a.q.resetDeadlines(a.opts.Owns)
-		a.sq, a.firing = newDeadlineHeap(), nil
+		a.sq, a.firing = newScheduleHeap(), nil
 		a.rebuilt, a.rebuildAt = false, 0
 		a.rebuild()
 		a.process(ctx)

@@ -10,8 +10,9 @@ import (
 
 // This file holds the expiry actor's timers of scheduled wake-ups. A
 // schedule's durable record (journal.ScheduleStore) says when it fires
-// next; the actor keeps one heap entry per schedule (its id, conversation
-// and next time, the same 40-byte entry as a deadline's) and, when one is
+// next; the actor keeps one heap entry per schedule (its conversation, id
+// and next time: ids are per conversation, so the pair names a schedule)
+// and, when one is
 // due, hands the occurrence to ExpiryOptions.Fire. It never writes: the
 // conversation records the occurrence and the next one atomically with the
 // wake's user message (AppendRequest.ScheduleFire), and the journal
@@ -20,6 +21,132 @@ import (
 // ReplyTimeout and is handed to Fire again: a lost delivery is retried,
 // and the Store's check of the occurrence makes a second delivery of a
 // recorded one write nothing.
+
+// scheduleKey names a schedule: two conversations may each hold one of
+// the same id.
+type scheduleKey struct{ conv, id string }
+
+// scheduleEntry is one schedule's timer: 40 bytes plus the bytes of its
+// two strings, which it shares with the message it came from.
+type scheduleEntry struct {
+	at       int64 // Unix nanoseconds
+	conv, id string
+}
+
+// before orders entries by time, then id, then conversation (the order of
+// journal.ScheduleStore.ScheduleTimes).
+func (e *scheduleEntry) before(o *scheduleEntry) bool {
+	if e.at != o.at {
+		return e.at < o.at
+	}
+	if e.id != o.id {
+		return e.id < o.id
+	}
+	return e.conv < o.conv
+}
+
+// scheduleHeap is a min-heap of schedule timers ordered as before says,
+// with an index from (conversation, id) to heap position, as deadlineHeap
+// is for tool calls: at most one entry per schedule.
+type scheduleHeap struct {
+	entries []scheduleEntry
+	index   map[scheduleKey]int
+}
+
+func newScheduleHeap() *scheduleHeap {
+	return &scheduleHeap{index: make(map[scheduleKey]int)}
+}
+
+// put sets the timer of schedule id of conv, replacing the one it had.
+func (h *scheduleHeap) put(conv, id string, at int64) {
+	if i, ok := h.index[scheduleKey{conv, id}]; ok {
+		old := h.entries[i].at
+		h.entries[i].at = at
+		if at < old {
+			h.up(i)
+		} else {
+			h.down(i)
+		}
+		return
+	}
+	h.entries = append(h.entries, scheduleEntry{at: at, conv: conv, id: id})
+	h.up(len(h.entries) - 1) // sets the index of the new entry
+}
+
+// remove deletes the timer of schedule id of conv, if it has one.
+func (h *scheduleHeap) remove(conv, id string) {
+	k := scheduleKey{conv, id}
+	i, ok := h.index[k]
+	if !ok {
+		return
+	}
+	last := len(h.entries) - 1
+	delete(h.index, k)
+	if i != last {
+		h.entries[i] = h.entries[last]
+	}
+	h.entries[last] = scheduleEntry{} // drop the string references
+	h.entries = h.entries[:last]
+	if i != last && !h.up(i) {
+		h.down(i)
+	}
+	if len(h.entries) == 0 && cap(h.entries) > 1024 {
+		h.entries = nil // give a drained heap's memory back
+		h.index = make(map[scheduleKey]int)
+	}
+}
+
+// min returns the earliest entry, if any. The pointer is valid until the
+// next change of the heap.
+func (h *scheduleHeap) min() (*scheduleEntry, bool) {
+	if len(h.entries) == 0 {
+		return nil, false
+	}
+	return &h.entries[0], true
+}
+
+// up moves entry i towards the root and records its final position in the
+// index; it reports whether it moved.
+func (h *scheduleHeap) up(i int) bool {
+	e := h.entries[i]
+	start := i
+	for i > 0 {
+		p := (i - 1) / 2
+		if !e.before(&h.entries[p]) {
+			break
+		}
+		h.entries[i] = h.entries[p]
+		h.index[scheduleKey{h.entries[i].conv, h.entries[i].id}] = i
+		i = p
+	}
+	h.entries[i] = e
+	h.index[scheduleKey{e.conv, e.id}] = i
+	return i != start
+}
+
+// down moves entry i towards the leaves and records its final position in
+// the index.
+func (h *scheduleHeap) down(i int) {
+	e := h.entries[i]
+	n := len(h.entries)
+	for {
+		c := 2*i + 1
+		if c >= n {
+			break
+		}
+		if r := c + 1; r < n && h.entries[r].before(&h.entries[c]) {
+			c = r
+		}
+		if !h.entries[c].before(&e) {
+			break
+		}
+		h.entries[i] = h.entries[c]
+		h.index[scheduleKey{h.entries[i].conv, h.entries[i].id}] = i
+		i = c
+	}
+	h.entries[i] = e
+	h.index[scheduleKey{e.conv, e.id}] = i
+}
 
 // rebuildSchedules reads the schedule times of the Store into sq, if the Store
 // keeps schedules. It returns how many it read.
@@ -47,9 +174,10 @@ func (a *expiryActor) onScheduleArm(m *messages.ScheduleArm) {
 		a.opts.Logger.Warn("actors: expiry: ignoring a bad ScheduleArm", "schedule", m.GetScheduleId())
 		return
 	}
-	delete(a.firing, m.GetScheduleId())
-	if a.opts.Owns != nil && !a.opts.Owns(m.GetConversationId()) {
-		a.sq.remove(m.GetScheduleId()) // armed by a member that no longer owns it
+	k := scheduleKey{m.GetConversationId(), m.GetScheduleId()}
+	delete(a.firing, k)
+	if a.opts.Owns != nil && !a.opts.Owns(k.conv) {
+		a.sq.remove(k.conv, k.id) // armed by a member that no longer owns it
 		return
 	}
 	a.sq.put(m.GetConversationId(), m.GetScheduleId(), m.GetNext().AsTime().UnixNano())
@@ -57,11 +185,12 @@ func (a *expiryActor) onScheduleArm(m *messages.ScheduleArm) {
 
 // onScheduleDisarm removes the timer of one schedule.
 func (a *expiryActor) onScheduleDisarm(m *messages.ScheduleDisarm) {
-	a.sq.remove(m.GetScheduleId())
-	delete(a.firing, m.GetScheduleId())
+	a.sq.remove(m.GetConversationId(), m.GetScheduleId())
+	delete(a.firing, scheduleKey{m.GetConversationId(), m.GetScheduleId()})
 }
 
-// fireSchedules hands every due schedule to Fire, in (time, id) order, and
+// fireSchedules hands every due schedule to Fire, in (time, id,
+// conversation) order, and
 // moves each to now+ReplyTimeout, when it is handed again unless a
 // ScheduleArm or ScheduleDisarm came first.
 func (a *expiryActor) fireSchedules(now int64) {
@@ -71,14 +200,15 @@ func (a *expiryActor) fireSchedules(now int64) {
 		if !ok || e.at > now {
 			return
 		}
-		conv, id, at := e.conv, e.call, e.at
-		if occ, ok := a.firing[id]; ok {
+		conv, id, at := e.conv, e.id, e.at
+		k := scheduleKey{conv, id}
+		if occ, ok := a.firing[k]; ok {
 			at = occ // handed again: still the occurrence first handed
 		} else {
 			if a.firing == nil {
-				a.firing = make(map[string]int64)
+				a.firing = make(map[scheduleKey]int64)
 			}
-			a.firing[id] = at
+			a.firing[k] = at
 		}
 		a.sq.put(conv, id, retry)
 		if a.opts.Fire != nil {

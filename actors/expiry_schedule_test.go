@@ -153,3 +153,37 @@ func TestExpirySchedulesOnlyOwned(t *testing.T) {
 	require.ElementsMatch(t, []fired{{"mine", "s-mine", expiryT0.Add(10 * time.Second)}, {"theirs", "s-theirs", expiryT0.Add(5 * time.Second)}}, got,
 		"after the rebuild the member fires what it owns now, read from the Store")
 }
+
+// TestExpirySameScheduleIDInTwoConversations: schedule ids are per
+// conversation. Two conversations' schedules "daily" have a timer each:
+// both fire at their own times, the report of one's fire (ScheduleArm)
+// leaves the other's occurrence in flight, and a disarm of one leaves the
+// other armed.
+func TestExpirySameScheduleIDInTwoConversations(t *testing.T) {
+	store := memjournal.New(memjournal.Options{})
+	putSchedule(t, store, "c", "daily", expiryT0.Add(10*time.Second))
+	putSchedule(t, store, "d", "daily", expiryT0.Add(20*time.Second))
+	h, ch := scheduleHarness(t, store)
+	h.start()
+	h.waitArmed(t, expiryT0.Add(10*time.Second))
+	h.clock.Advance(10 * time.Second)
+	require.Equal(t, fired{"c", "daily", expiryT0.Add(10 * time.Second)}, nextFire(t, ch))
+	h.waitArmed(t, expiryT0.Add(20*time.Second))
+	h.clock.Advance(10 * time.Second)
+	require.Equal(t, fired{"d", "daily", expiryT0.Add(20 * time.Second)}, nextFire(t, ch))
+	requireNoFire(t, ch)
+
+	// c's fire is recorded; d's is not: d's occurrence is handed again.
+	cNext := expiryT0.Add(time.Hour)
+	h.sys.Root.Send(h.pid, &messages.ScheduleArm{ConversationId: "c", ScheduleId: "daily", Next: timestamppb.New(cNext)})
+	h.waitArmed(t, expiryT0.Add(20*time.Second+time.Minute)) // c's retry, at 10s+1m, is gone
+	h.clock.Advance(time.Minute)
+	require.Equal(t, fired{"d", "daily", expiryT0.Add(20 * time.Second)}, nextFire(t, ch), "still d's first occurrence")
+
+	// d's is cancelled: c's stays armed, and fires.
+	h.sys.Root.Send(h.pid, &messages.ScheduleDisarm{ConversationId: "d", ScheduleId: "daily"})
+	h.waitArmed(t, cNext)
+	h.clock.Advance(cNext.Sub(h.clock.Now()))
+	require.Equal(t, fired{"c", "daily", cNext}, nextFire(t, ch))
+	requireNoFire(t, ch)
+}
