@@ -44,11 +44,11 @@ const MinScheduleInterval = time.Second
 // exactly one of At, After and Cron, or Every alone; Every may also follow
 // At or After (the first occurrence, then every Every).
 type ScheduleSpec struct {
-	// ID names the schedule: a Schedule with the ID of an existing
-	// schedule of the conversation replaces it. Ids are unique in the
-	// Store, across conversations: the ID of another conversation's
-	// schedule is refused with an error wrapping journal.ErrConflict, and
-	// nothing is written. Default: a new random id.
+	// ID names the schedule within its conversation: a Schedule with the
+	// ID of an existing schedule of the conversation replaces it. Ids are
+	// per conversation: another conversation's schedule of the same ID is
+	// a schedule of its own, which this one neither replaces nor meets.
+	// Default: a new random id.
 	ID string
 	// At fires once at this time, which must be after now.
 	At time.Time
@@ -303,8 +303,8 @@ func (r *Runtime) scheduleStore(op string) (journal.ScheduleStore, error) {
 // occurrence). The conversation must exist (journal.ErrNotFound; a deleted
 // one journal.ErrDeleted) and not be ended (journal.ErrEnded); a spec
 // that cannot be a schedule is refused with ErrBadSchedule or
-// ErrScheduleInPast, and a spec.ID that another conversation's schedule
-// holds with journal.ErrConflict; nothing is written then.
+// ErrScheduleInPast; nothing is written then. A spec.ID names a schedule
+// of this conversation only (see ScheduleSpec.ID).
 //
 // Schedules are durable: they survive kills and restarts, and go with the
 // conversation when it is deleted, or when one comes due after the

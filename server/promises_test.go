@@ -133,32 +133,42 @@ func TestListingsShowNoStrangersIDs(t *testing.T) {
 	}
 }
 
-// TestSchedulesStayInTheirConversation: another user's schedule of the
-// same id in their conversation neither replaces nor cancels it, nor
-// lists it, nor learns whose it is.
+// TestSchedulesStayInTheirConversation: schedule ids are per
+// conversation. Another user's schedule of the same id in their
+// conversation is created (no 409 telling them of the other) and neither
+// replaces nor cancels it, nor lists it, nor learns whose it is; its
+// replace and its cancel leave the first.
 func TestSchedulesStayInTheirConversation(t *testing.T) {
 	n := startNode(t, newScripted(), server.Options{})
 	mine := n.create(t, tokAlice, nil)
 	theirs := n.create(t, tokBob, nil)
 	body := server.CreateSchedule{ID: "s-1", After: "1h", Text: "wake"}
 	n.must(t, http.StatusCreated, "POST", "/v1/conversations/"+mine.ID+"/schedules", tokAlice, body, nil)
-	// Schedule ids are the Store's: bob's "s-1" is refused, and the answer
-	// does not name alice's conversation.
 	body.Text = "bob's"
 	status, out := n.call(t, "POST", "/v1/conversations/"+theirs.ID+"/schedules", tokBob, body)
-	require.Equal(t, http.StatusConflict, status, "%s", out)
-	require.Equal(t, server.CodeConflict, errorCode(t, out))
+	require.Equal(t, http.StatusCreated, status, "%s", out)
 	require.NotContains(t, string(out), mine.ID)
+	body.Text = "bob's, replaced"
+	status, out = n.call(t, "POST", "/v1/conversations/"+theirs.ID+"/schedules", tokBob, body)
+	require.Equal(t, http.StatusCreated, status, "%s", out)
+	list := func(conv, token string) []server.Schedule {
+		t.Helper()
+		var l server.ScheduleList
+		n.must(t, http.StatusOK, "GET", "/v1/conversations/"+conv+"/schedules", token, nil, &l)
+		return l.Schedules
+	}
+	got := list(theirs.ID, tokBob)
+	require.Len(t, got, 1)
+	require.Equal(t, "bob's, replaced", got[0].Text)
+	n.must(t, http.StatusNoContent, "DELETE", "/v1/conversations/"+theirs.ID+"/schedules/s-1", tokBob, nil, nil)
 	status, out = n.call(t, "DELETE", "/v1/conversations/"+theirs.ID+"/schedules/s-1", tokBob, nil)
 	require.Equal(t, http.StatusNotFound, status, "%s", out)
 	require.NotContains(t, string(out), mine.ID)
-	var list server.ScheduleList
-	n.must(t, http.StatusOK, "GET", "/v1/conversations/"+mine.ID+"/schedules", tokAlice, nil, &list)
-	require.Len(t, list.Schedules, 1)
-	require.Equal(t, "wake", list.Schedules[0].Text)
-	require.Equal(t, "alice", list.Schedules[0].Author.UserID)
-	n.must(t, http.StatusOK, "GET", "/v1/conversations/"+theirs.ID+"/schedules", tokBob, nil, &list)
-	require.Empty(t, list.Schedules)
+	got = list(mine.ID, tokAlice)
+	require.Len(t, got, 1, "bob's replace and cancel left alice's")
+	require.Equal(t, "wake", got[0].Text)
+	require.Equal(t, "alice", got[0].Author.UserID)
+	require.Empty(t, list(theirs.ID, tokBob))
 }
 
 // TestCallsOfADeletedConversation: once its conversation is deleted, a

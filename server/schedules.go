@@ -1,14 +1,12 @@
 package server
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/lazarusrt/lazarus"
-	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
 )
 
@@ -137,13 +135,6 @@ func (s *Server) createSchedule(w http.ResponseWriter, r *http.Request, c caller
 		return
 	}
 	sc, err := s.rt.Schedule(r.Context(), id, spec, c.scope())
-	if errors.Is(err, journal.ErrConflict) && body.ID != "" {
-		// The id is a schedule of another conversation (schedule ids are
-		// the Store's): the Store's message names that conversation,
-		// which the caller need not see.
-		err = &apiError{status: http.StatusConflict, code: CodeConflict,
-			msg: fmt.Sprintf("schedule id %q is taken by another conversation: choose another, or none", body.ID)}
-	}
 	if err != nil {
 		s.writeError(w, err)
 		return

@@ -136,10 +136,11 @@ func TestBBScheduleFiresWhileTheActorIsDead(t *testing.T) {
 
 // TestBBScheduleReplacedByIDFiresOnlyAsReplaced: a Schedule with the id of
 // an existing schedule of the conversation replaces it: the old time and
-// text never fire, the new ones do; the id of another conversation's
-// schedule is refused (journal.ErrConflict); a cancelled schedule never
-// fires, and
-// cancelling it again, or from another conversation, is ErrNoSchedule.
+// text never fire, the new ones do. Ids are per conversation: another
+// conversation's schedule of the same id is its own, which neither replaces
+// the first nor is replaced by it, and each fires as its own. A cancelled
+// schedule never fires, and cancelling it again, or from another
+// conversation, is ErrNoSchedule.
 func TestBBScheduleReplacedByIDFiresOnlyAsReplaced(t *testing.T) {
 	h := newHarness(t, openStore(t, "memory"), nil)
 	ctx := ctxT(t)
@@ -158,22 +159,23 @@ func TestBBScheduleReplacedByIDFiresOnlyAsReplaced(t *testing.T) {
 	require.Len(t, listed, 1, "replaced, not added")
 	require.True(t, listed[0].GetNext().AsTime().Equal(start.Add(5*time.Minute)))
 
-	// Schedule ids are the Store's, across conversations: b cannot take
-	// a's, and a's stays as it is.
-	_, err = h.rt.Schedule(ctx, "b", lazarus.ScheduleSpec{ID: "daily", After: 2 * time.Minute, Text: "b's"}, user)
-	require.ErrorIs(t, err, journal.ErrConflict, "an id another conversation's schedule holds")
+	// Schedule ids are per conversation: b's "daily" is b's own, and a's
+	// stays as it is.
+	bs, err := h.rt.Schedule(ctx, "b", lazarus.ScheduleSpec{ID: "daily", After: 2 * time.Minute, Text: "b's"}, user)
+	require.NoError(t, err, "the id of another conversation's schedule")
+	require.Equal(t, "b", bs.GetConversationId())
 	listed, err = h.rt.Schedules(ctx, "a")
 	require.NoError(t, err)
 	require.Len(t, listed, 1)
-	require.True(t, listed[0].GetNext().AsTime().Equal(start.Add(5*time.Minute)), "b's refused schedule does not replace a's")
+	require.True(t, listed[0].GetNext().AsTime().Equal(start.Add(5*time.Minute)), "b's schedule does not replace a's")
 	listed, err = h.rt.Schedules(ctx, "b")
 	require.NoError(t, err)
-	require.Empty(t, listed, "nothing written for b")
-	_, err = h.rt.Schedule(ctx, "b", lazarus.ScheduleSpec{ID: "b-daily", After: 2 * time.Minute, Text: "b's"}, user)
-	require.NoError(t, err)
-	require.ErrorIs(t, h.rt.CancelSchedule(ctx, "b", "daily"), lazarus.ErrNoSchedule, "a's id is not b's to cancel")
+	require.Len(t, listed, 1)
+	require.True(t, listed[0].GetNext().AsTime().Equal(start.Add(2*time.Minute)))
 
-	// Cancel b's; a's is untouched.
+	// Cancel one of b's; a's are untouched.
+	_, err = h.rt.Schedule(ctx, "b", lazarus.ScheduleSpec{ID: "b-daily", After: 2 * time.Minute, Text: "b's cancelled"}, user)
+	require.NoError(t, err)
 	require.NoError(t, h.rt.CancelSchedule(ctx, "b", "b-daily"))
 	err = h.rt.CancelSchedule(ctx, "b", "b-daily")
 	require.ErrorIs(t, err, lazarus.ErrNoSchedule)
@@ -183,14 +185,76 @@ func TestBBScheduleReplacedByIDFiresOnlyAsReplaced(t *testing.T) {
 	require.ErrorIs(t, h.rt.CancelSchedule(ctx, "a", "other"), lazarus.ErrNoSchedule, "another conversation's id")
 	listed, err = h.rt.Schedules(ctx, "b")
 	require.NoError(t, err)
-	require.Len(t, listed, 1, "refused cancel changed nothing")
+	require.Len(t, listed, 2, "refused cancel changed nothing")
 
-	h.clock.Advance(2 * time.Minute) // past the old time of a's and the cancelled one of b's
+	h.clock.Advance(time.Minute) // past the old time of a's
+	h.advanceTo(start.Add(2 * time.Minute))
+	require.NoError(t, h.model.WaitCalls(ctx, "b", 2))
 	h.advanceTo(start.Add(5 * time.Minute))
 	require.NoError(t, h.model.WaitCalls(ctx, "a", 2))
 	require.Equal(t, []string{"new"}, h.wakeTexts("a"), "only the replacement fires")
-	require.Empty(t, h.wakeTexts("b"), "a cancelled schedule never fires")
-	require.Equal(t, 1, h.model.Calls("b"))
+	require.Equal(t, []string{"b's"}, h.wakeTexts("b"), "b's daily fires as b's; a cancelled schedule never fires")
+	require.Equal(t, 2, h.model.Calls("b"))
+}
+
+// TestBBScheduleSameIDInTwoConversationsWhileDead: two conversations each
+// hold a schedule "daily" (hourly, a's a minute in, b's two). With both
+// actors killed before each occurrence, each fires once at its own time,
+// as its own (its text, in its conversation, its turn run once); cancelling
+// a's leaves b's, which fires again an hour on while a's never does.
+func TestBBScheduleSameIDInTwoConversationsWhileDead(t *testing.T) {
+	h := newHarness(t, openStore(t, "pebble"), nil)
+	ctx := ctxT(t)
+	start := h.clock.Now()
+	for _, c := range []string{"a", "b"} {
+		_, err := h.rt.SendAndWait(ctx, c, "hi", user)
+		require.NoError(t, err)
+	}
+	_, err := h.rt.Schedule(ctx, "a", lazarus.ScheduleSpec{ID: "daily", After: time.Minute, Every: time.Hour, Text: "a's daily"}, user)
+	require.NoError(t, err)
+	_, err = h.rt.Schedule(ctx, "b", lazarus.ScheduleSpec{ID: "daily", After: 2 * time.Minute, Every: time.Hour, Text: "b's daily"}, user)
+	require.NoError(t, err)
+	kill := func() {
+		t.Helper()
+		for _, c := range []string{"a", "b"} {
+			h.rt.Kill(c)
+			require.False(t, h.rt.IsActive(c))
+		}
+	}
+
+	kill()
+	h.advanceTo(start.Add(time.Minute))
+	require.NoError(t, h.model.WaitCalls(ctx, "a", 2), "a's occurrence revives a")
+	h.awaitNext("a", "daily", start.Add(time.Hour+time.Minute))
+	h.awaitEvent("a", h.wakeMessages("a")[0].GetSeq(), isAssistantText(scripted.DefaultReply))
+	require.Empty(t, h.wakeTexts("b"), "b's is not due yet")
+	h.awaitNext("b", "daily", start.Add(2*time.Minute))
+
+	kill()
+	h.advanceTo(start.Add(2 * time.Minute))
+	require.NoError(t, h.model.WaitCalls(ctx, "b", 2), "b's occurrence revives b")
+	h.awaitNext("b", "daily", start.Add(time.Hour+2*time.Minute))
+	h.awaitEvent("b", h.wakeMessages("b")[0].GetSeq(), isAssistantText(scripted.DefaultReply))
+	require.Equal(t, []string{"a's daily"}, h.wakeTexts("a"), "each fired once")
+	require.Equal(t, []string{"b's daily"}, h.wakeTexts("b"))
+	require.Equal(t, 1, countText(h.model.Turns("b")[1], "b's daily"))
+	require.Zero(t, countText(h.model.Turns("b")[1], "a's daily"))
+
+	// Cancelling a's leaves b's.
+	require.NoError(t, h.rt.CancelSchedule(ctx, "a", "daily"))
+	listed, err := h.rt.Schedules(ctx, "a")
+	require.NoError(t, err)
+	require.Empty(t, listed)
+	listed, err = h.rt.Schedules(ctx, "b")
+	require.NoError(t, err)
+	require.Len(t, listed, 1)
+	kill()
+	h.advanceTo(start.Add(time.Hour + 2*time.Minute))
+	require.NoError(t, h.model.WaitCalls(ctx, "b", 3))
+	h.awaitNext("b", "daily", start.Add(2*time.Hour+2*time.Minute))
+	require.Equal(t, []string{"b's daily", "b's daily"}, h.wakeTexts("b"))
+	require.Equal(t, []string{"a's daily"}, h.wakeTexts("a"), "a's cancelled schedule never fires again")
+	require.Equal(t, 2, h.model.Calls("a"))
 }
 
 // TestBBScheduleRefusalsWriteNothing: every spec the documentation says
