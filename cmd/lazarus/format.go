@@ -111,16 +111,15 @@ import (
 //     a tool call of its section, at most one per call; metadata keys are
 //     unique and values non-empty;
 //   - a schedule passes journal.ValidateSchedule, names its section's
-//     conversation, comes by id (one per id, at most
-//     journal.MaxSchedulesPerConversation in a section), and its id is
-//     unique in the input;
+//     conversation, and comes by id (one per id, at most
+//     journal.MaxSchedulesPerConversation in a section); schedule ids are
+//     per conversation, so two sections may each hold one of the same id;
 //   - the end line counts what its section holds, and the trailer counts
 //     the sections and lines of its file; the input ends with a trailer.
 //
 // The same pass checks the target Store, when the directory holds one: a
 // conversation that exists, or was deleted (its id is tombstoned), or a
-// tool call id or a schedule id another conversation owns, rejects the
-// whole input; import never overwrites. A target Store without
+// tool call id another conversation owns, rejects the whole input; import never overwrites. A target Store without
 // journal.ScheduleStore rejects an input that holds a schedule, with an
 // error wrapping errors.ErrUnsupported (an input without one imports);
 // so does a new directory's, checked once it is created and before its
@@ -155,9 +154,8 @@ import (
 // summaries, and on export its schedules (at most
 // journal.MaxSchedulesPerConversation; import holds one); and for the
 // whole input: the ids of its conversations, 16 bytes per tool call id
-// and per schedule id (the uniqueness checks) and 32 bytes per write (the
-// digests of the second pass). The first pass checks the schedule ids
-// against the target's with one journal.ScheduleStore.ScheduleTimes scan.
+// (the uniqueness check) and 32 bytes per write (the digests of the second
+// pass).
 //
 // What comes back: every record exactly as exported, except the
 // conversation row's "updated", which the Store sets to the time of the

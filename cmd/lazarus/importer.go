@@ -12,7 +12,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
@@ -108,7 +107,7 @@ func importStream(ctx context.Context, in io.Reader, open func(create bool) (jou
 			return err
 		}
 	}
-	if _, ok := st.(journal.ScheduleStore); !ok && len(p1.schedules) > 0 {
+	if _, ok := st.(journal.ScheduleStore); !ok && p1.hasSchedules {
 		return fmt.Errorf("nothing imported: %w", noSchedules(st))
 	}
 	second, err := rewind()
@@ -265,14 +264,15 @@ type importer struct {
 	fileConvs uint64
 	convSeen  map[string]int64
 	// calls maps a digest of each tool call id of the input to the ordinal
-	// of its conversation: 16 bytes a call. With schedules, the only
-	// memory that grows with the input.
+	// of its conversation: 16 bytes a call. The only memory that grows
+	// with the input.
 	calls map[[16]byte]uint32
-	// schedules holds a digest of each schedule id of the input, likewise
-	// (16 bytes a schedule).
-	schedules map[[16]byte]bool
-	nconv     uint32
-	cur       *sectionState
+	// hasSchedules says that the input holds a schedule. (Schedule ids
+	// are per conversation: a section's come by id, one per id, and its
+	// conversation is not in the target, so no id can clash.)
+	hasSchedules bool
+	nconv        uint32
+	cur          *sectionState
 
 	// imported are the conversations the second pass completed.
 	imported []string
@@ -282,7 +282,7 @@ type importer struct {
 
 func newImporter(ctx context.Context, r io.Reader, st journal.Store, write bool, o importOptions) *importer {
 	return &importer{ctx: ctx, r: newLineReader(r), st: st, write: write, o: o,
-		convSeen: map[string]int64{}, calls: map[[16]byte]uint32{}, schedules: map[[16]byte]bool{}}
+		convSeen: map[string]int64{}, calls: map[[16]byte]uint32{}}
 }
 
 func callKey(id string) (k [16]byte) {
@@ -318,9 +318,6 @@ func (im *importer) run() error {
 	case im.inFile:
 		return fmt.Errorf("the input ends after line %d without a trailer: %w", im.r.n, errTruncated)
 	}
-	if !im.write && im.st != nil && len(im.schedules) > 0 {
-		return im.checkTargetSchedules()
-	}
 	return nil
 }
 
@@ -328,28 +325,6 @@ func (im *importer) run() error {
 // schedules.
 func noSchedules(st journal.Store) error {
 	return fmt.Errorf("the input holds schedules and the target store (%T) keeps none (it does not implement journal.ScheduleStore): %w", st, errors.ErrUnsupported)
-}
-
-// checkTargetSchedules is the first pass's last check: no schedule id of
-// the input is one the target has (schedule ids are unique in a Store,
-// and the input's conversations are not in the target, so such an id is
-// another conversation's). One scan of the target's schedule times.
-func (im *importer) checkTargetSchedules() error {
-	ss, ok := im.st.(journal.ScheduleStore)
-	if !ok {
-		return &targetError{noSchedules(im.st)}
-	}
-	err := ss.ScheduleTimes(im.ctx, func(conv, id string, _ time.Time) error {
-		if im.schedules[callKey(id)] {
-			return &targetError{fmt.Errorf("schedule id %s already belongs to conversation %s in the target: %w", displayID(id), displayID(conv), journal.ErrConflict)}
-		}
-		return nil
-	})
-	var te *targetError
-	if err != nil && !errors.As(err, &te) {
-		return &targetError{err}
-	}
-	return err
 }
 
 // line checks one line and, in the second pass, writes what it completes.
@@ -810,11 +785,7 @@ func (im *importer) schedule(s *sectionState, raw json.RawMessage) error {
 	case s.n.schedules >= journal.MaxSchedulesPerConversation:
 		return invalid(fmt.Errorf("more than %d schedules", journal.MaxSchedulesPerConversation))
 	}
-	k := callKey(id)
-	if im.schedules[k] {
-		return invalid(fmt.Errorf("schedule %s appears twice in the input (schedule ids are unique)", displayID(id)))
-	}
-	im.schedules[k] = true
+	im.hasSchedules = true
 	if im.st != nil && !im.write {
 		if _, ok := im.st.(journal.ScheduleStore); !ok {
 			return &targetError{noSchedules(im.st)}

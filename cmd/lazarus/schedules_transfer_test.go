@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/lazarusrt/lazarus/journal"
@@ -114,13 +115,14 @@ func TestScheduleRoundTripOnEveryStore(t *testing.T) {
 	}
 }
 
-// TestImportRefusesScheduleConflicts: a schedule id the target already has
-// (of another conversation), a schedule id twice in the input, and a
-// target that keeps no schedules refuse the whole input before the first
-// write; a version 2 export (no schedules) still imports, alone or
-// concatenated with a version 4 one; a source that keeps no schedules
-// exports none.
-func TestImportRefusesScheduleConflicts(t *testing.T) {
+// TestImportSchedulesPerConversation: schedule ids are per conversation.
+// A schedule id the target already has (of another conversation) and the
+// same schedule ids in two conversations of the input import, each
+// conversation's schedules its own; a target that keeps no schedules
+// refuses the whole input before the first write; a version 2 export (no
+// schedules) still imports, alone or concatenated with a version 4 one; a
+// source that keeps no schedules exports none.
+func TestImportSchedulesPerConversation(t *testing.T) {
 	f := newFixture(t)
 	finished := exportOf(t, f, "finished")
 	waiting := exportOf(t, f, "waiting")
@@ -128,20 +130,34 @@ func TestImportRefusesScheduleConflicts(t *testing.T) {
 	t.Run("a schedule id the target has", func(t *testing.T) {
 		st := memStore(t)
 		at := timestamppb.New(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
-		require.NoError(t, st.(journal.ScheduleStore).PutSchedule(ctxT(t), &messages.Schedule{Id: "finished-every", ConversationId: "existing", Next: at,
-			Payload: &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "mine"}}}}}))
-		before := dump(t, st)
-		err := importInto(ctxT(t), st, strings.NewReader(waiting+finished), importOptions{})
-		require.ErrorIs(t, err, journal.ErrConflict)
-		require.ErrorContains(t, err, "nothing imported: schedule id finished-every already belongs to conversation existing in the target")
-		require.Equal(t, before, dump(t, st))
-		require.NotContains(t, collectAll(t, st), "waiting", "the conversation before the conflict was not written either")
+		mine := &messages.Schedule{Id: "finished-every", ConversationId: "existing", Next: at,
+			Payload: &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "mine"}}}}}
+		ss := st.(journal.ScheduleStore)
+		require.NoError(t, ss.PutSchedule(ctxT(t), mine))
+		require.NoError(t, importInto(ctxT(t), st, strings.NewReader(waiting+finished), importOptions{}))
+		got := collectAll(t, st)
+		requireImported(t, parseExport(t, []byte(finished))["finished"], got["finished"])
+		require.Len(t, got["finished"].schedules, 3)
+		theirs, err := ss.ConversationSchedules(ctxT(t), "existing") // memStore's
+		require.NoError(t, err)
+		require.Len(t, theirs, 1)
+		require.True(t, proto.Equal(mine, theirs[0]), "the target's schedule of that id is untouched")
 	})
 
-	t.Run("a schedule id twice in the input", func(t *testing.T) {
-		err := importStream(ctxT(t), strings.NewReader(finished+scheduleOnly(t, finished, "later", "")), noWrites(t), importOptions{})
-		require.ErrorIs(t, err, journal.ErrInvalid)
-		require.ErrorContains(t, err, "line 19: schedule finished-cron appears twice in the input (schedule ids are unique)")
+	t.Run("the same schedule ids in two conversations", func(t *testing.T) {
+		input := finished + scheduleOnly(t, finished, "later", "")
+		st := memStore(t)
+		require.NoError(t, importInto(ctxT(t), st, strings.NewReader(input), importOptions{}))
+		got := collectAll(t, st)
+		src := parseExport(t, []byte(input))
+		for _, id := range []string{"finished", "later"} {
+			requireImported(t, src[id], got[id])
+			require.Len(t, got[id].schedules, 3, id)
+		}
+		for i := range 3 {
+			require.Equal(t, got["finished"].schedules[i].GetId(), got["later"].schedules[i].GetId())
+			require.Equal(t, "later", got["later"].schedules[i].GetConversationId())
+		}
 	})
 
 	t.Run("a target that keeps no schedules", func(t *testing.T) {
