@@ -1,4 +1,4 @@
--- Lazarus journal: file checkpoints. A blob is named by the SHA-256 of its
+-- Lazarus journal, schema version 5: file checkpoints. A blob is named by the SHA-256 of its
 -- content; its row is written in the transaction that writes its chunks,
 -- so an upload that fails leaves nothing. A checkpoint record names a
 -- blob (none for an absent file); the sweeper removes the blobs no record

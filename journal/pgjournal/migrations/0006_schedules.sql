@@ -1,4 +1,4 @@
--- Lazarus journal, schema version 5: scheduled wake-ups.
+-- Lazarus journal, schema version 6: scheduled wake-ups.
 --
 -- One row per schedule, keyed by its id (unique across the store); next_s
 -- and next_n are its next occurrence (seconds and nanoseconds), in an index
