@@ -16,7 +16,8 @@ import (
 // Broadcast, AgentView (HistoryOptions.Agent, SubscribeOptions.Agent).
 
 // ErrUnknownAgent is wrapped by the error of a send addressed to an agent
-// not in Options.Agents, or of an Edit of a message addressed to one, with
+// not in Options.Agents, of an Edit of a message addressed to one, or of a
+// HistoryView or SubscribeWith with the view of one, with
 // journal.ErrInvalid. Nothing is written.
 var ErrUnknownAgent = actors.ErrUnknownAgent
 
@@ -129,13 +130,26 @@ func (r *Runtime) checkAddress(opts SendOptions) error {
 
 // AgentView selects what one agent of a conversation sees: the events that
 // belong to it or are shared with it (see Agent). Name "" is the default
-// agent. A nil *AgentView selects every event.
+// agent; any other name must be in Options.Agents (Runtime.HasAgent), or
+// the call taking the view fails with ErrUnknownAgent and
+// journal.ErrInvalid, even if the log holds that agent's events (an agent
+// removed from Options.Agents). A nil *AgentView selects every event.
 type AgentView struct {
 	Name string
 }
 
 // ViewOf returns the view of the agent name ("" for the default agent).
 func ViewOf(name string) *AgentView { return &AgentView{Name: name} }
+
+// checkView refuses the view of an agent the Runtime does not know
+// (ErrUnknownAgent, with journal.ErrInvalid): the same rule as a send's
+// address, so that a view is never of an agent no send can reach.
+func (r *Runtime) checkView(v *AgentView) error {
+	if v == nil || v.Name == "" || r.HasAgent(v.Name) {
+		return nil
+	}
+	return fmt.Errorf("view of agent %q: %w (%w)", clipID(v.Name), ErrUnknownAgent, journal.ErrInvalid)
+}
 
 // sees reports whether the view keeps ev (a nil view keeps all).
 func (v *AgentView) sees(u Update) bool {
@@ -157,16 +171,24 @@ type SubscribeOptions struct {
 	// Agent, if set, keeps only the updates of what that agent sees: the
 	// events that belong to it or are shared with it, and the deltas its
 	// own model streams. Updates without an event or a delta (retries,
-	// failed writes, turn ends of cancelled turns) are kept. Default nil:
-	// every update.
+	// failed writes, turn ends of cancelled turns) are kept. The agent
+	// must be known (see AgentView). Default nil: every update.
 	Agent *AgentView
 }
 
 // SubscribeWith is Subscribe with options: with SubscribeOptions.Agent,
 // one agent's part of the conversation. The stream's guarantees are
 // Subscribe's, for the updates the view keeps; an update it drops still
-// counts against SubscriberBuffer until it is dropped.
+// counts against SubscriberBuffer until it is dropped. The view of an agent
+// not in Options.Agents is refused with an error wrapping ErrUnknownAgent
+// and journal.ErrInvalid (see AgentView).
 func (r *Runtime) SubscribeWith(ctx context.Context, conversationID string, afterSeq uint64, opts SubscribeOptions) (<-chan Update, error) {
+	if err := r.enter(ctx); err != nil {
+		return nil, fmt.Errorf("lazarus: subscribe to %q: %w", clipID(conversationID), err)
+	}
+	if err := r.checkView(opts.Agent); err != nil {
+		return nil, fmt.Errorf("lazarus: subscribe to %q: %w", clipID(conversationID), err)
+	}
 	in, err := r.Subscribe(ctx, conversationID, afterSeq)
 	if err != nil || opts.Agent == nil {
 		return in, err

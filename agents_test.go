@@ -431,3 +431,52 @@ func TestEditOfARemovedAgentsMessageIsRefused(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEqual(t, messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE, row.GetStatus(), "no turn is owed")
 }
+
+// TestAViewOfAnUnknownAgentIsRefused: HistoryView and SubscribeWith refuse
+// the view of an agent not in Options.Agents (never configured, or removed
+// though its events are in the log, or "default", which names the default
+// agent only in the handoff tool's arguments) with ErrUnknownAgent and
+// journal.ErrInvalid, as the HTTP layer refuses such an agent= name; the
+// default agent's view ("") and a configured agent's are served.
+func TestAViewOfAnUnknownAgentIsRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	store := memjournal.New(memjournal.Options{})
+	crit := scripted.New(scripted.Options{})
+	crit.Push("c", scripted.Text("private critique"))
+	rt, err := lazarus.Open(lazarus.Options{Store: store, Model: scripted.New(scripted.Options{}),
+		Agents: []lazarus.Agent{{Name: "critic", Model: crit}}})
+	require.NoError(t, err)
+	_, err = rt.SendMessageAndWait(ctx, "c", textMsg("review"), lazarus.SendOptions{Agent: "critic"}, agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	for _, name := range []string{"nobody", lazarus.DefaultAgentName} {
+		_, err = rt.HistoryView(ctx, "c", lazarus.HistoryOptions{Agent: lazarus.ViewOf(name)})
+		require.ErrorIs(t, err, lazarus.ErrUnknownAgent, name)
+		require.ErrorIs(t, err, journal.ErrInvalid, name)
+		_, err = rt.SubscribeWith(ctx, "c", 0, lazarus.SubscribeOptions{Agent: lazarus.ViewOf(name)})
+		require.ErrorIs(t, err, lazarus.ErrUnknownAgent, name)
+		require.ErrorIs(t, err, journal.ErrInvalid, name)
+	}
+	for _, name := range []string{"", "critic"} {
+		_, err := rt.HistoryView(ctx, "c", lazarus.HistoryOptions{Agent: lazarus.ViewOf(name)})
+		require.NoError(t, err, name)
+		sctx, scancel := context.WithCancel(ctx)
+		_, err = rt.SubscribeWith(sctx, "c", 0, lazarus.SubscribeOptions{Agent: lazarus.ViewOf(name)})
+		require.NoError(t, err, name)
+		scancel()
+	}
+	require.NoError(t, rt.Close())
+
+	// The critic removed: its events are in the log, its view is refused.
+	rt, err = lazarus.Open(lazarus.Options{Store: store, Model: scripted.New(scripted.Options{})})
+	require.NoError(t, err)
+	defer func() { _ = rt.Close() }()
+	_, err = rt.HistoryView(ctx, "c", lazarus.HistoryOptions{Agent: lazarus.ViewOf("critic")})
+	require.ErrorIs(t, err, lazarus.ErrUnknownAgent)
+	require.ErrorIs(t, err, journal.ErrInvalid)
+	_, err = rt.SubscribeWith(ctx, "c", 0, lazarus.SubscribeOptions{Agent: lazarus.ViewOf("critic")})
+	require.ErrorIs(t, err, lazarus.ErrUnknownAgent)
+	require.ErrorIs(t, err, journal.ErrInvalid)
+	_, err = rt.HistoryView(ctx, "c", lazarus.HistoryOptions{Agent: lazarus.ViewOf("")})
+	require.NoError(t, err)
+}

@@ -256,7 +256,8 @@ type HistoryOptions struct {
 	Effective bool
 	// Agent, if set, keeps only the events that agent sees: those that
 	// belong to it or are shared with it (see Agent); with Effective, what
-	// its model's context is built from. Default nil: every agent's.
+	// its model's context is built from. The agent must be known (see
+	// AgentView). Default nil: every agent's.
 	Agent *AgentView
 }
 
@@ -275,14 +276,19 @@ type HistoryEntry struct {
 // effective view (what the model sees). It reads the whole log to find the
 // head (a rewind can skip any earlier span), so its cost grows with the
 // log, whatever the page. History is the full log without the marks. A
-// negative limit wraps journal.ErrInvalid; an unknown conversation returns
-// no entries; a deleted one, an error wrapping journal.ErrDeleted.
+// negative limit wraps journal.ErrInvalid, and so does the view of an agent
+// not in Options.Agents, with ErrUnknownAgent (see AgentView); an unknown
+// conversation returns no entries; a deleted one, an error wrapping
+// journal.ErrDeleted.
 func (r *Runtime) HistoryView(ctx context.Context, conversationID string, opts HistoryOptions) ([]HistoryEntry, error) {
 	if err := r.enter(ctx); err != nil {
 		return nil, fmt.Errorf("lazarus: history of %q: %w", clipID(conversationID), err)
 	}
 	if opts.Limit < 0 {
 		return nil, fmt.Errorf("lazarus: history of %q: %w", clipID(conversationID), journal.Invalidf("negative limit"))
+	}
+	if err := r.checkView(opts.Agent); err != nil {
+		return nil, fmt.Errorf("lazarus: history of %q: %w", clipID(conversationID), err)
 	}
 	evs, err := r.History(ctx, conversationID, 0, 0)
 	if err != nil {

@@ -15,6 +15,7 @@ const defaultAgentParam = "default"
 // agentParam reads the agent query parameter of a history or stream
 // request: nil without it (every agent's events), else the view of that
 // agent ("default" is the default agent). A name the Runtime does not know
+// (Runtime.HasAgent, the rule lazarus.HistoryView and SubscribeWith apply)
 // is a bad request.
 func (s *Server) agentParam(r *http.Request) (*lazarus.AgentView, error) {
 	q := r.URL.Query()
