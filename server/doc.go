@@ -105,7 +105,8 @@
 // gets 409 stale if an answer was recorded. A bad request writes nothing:
 // bodies are read whole (at most Options.MaxBodyBytes), must be valid UTF-8
 // and one JSON object with no unknown field, and are validated as the Go
-// API validates them before any call that writes.
+// API validates them before any call that writes. Integer query parameters
+// (limit, before, after) are decimal digits only: a sign is 400 invalid.
 //
 // # Live events
 //

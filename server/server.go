@@ -313,20 +313,21 @@ func decodeJSON(body []byte, v any) error {
 }
 
 // pageParams reads the "limit" query parameter (default DefaultPageSize,
-// 1..MaxPageSize) and "cursor".
+// 1..MaxPageSize, digits only as uintParam's) and "cursor".
 func pageParams(r *http.Request) (string, int, error) {
 	limit := DefaultPageSize
 	if v := r.URL.Query().Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
+		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil || n < 1 || n > MaxPageSize {
 			return "", 0, errInvalid(fmt.Sprintf("limit must be an integer in 1..%d", MaxPageSize))
 		}
-		limit = n
+		limit = int(n)
 	}
 	return r.URL.Query().Get("cursor"), limit, nil
 }
 
-// uintParam reads an unsigned query parameter (0 when absent).
+// uintParam reads an unsigned query parameter (0 when absent): decimal
+// digits only, no sign.
 func uintParam(r *http.Request, name string) (uint64, error) {
 	v := r.URL.Query().Get(name)
 	if v == "" {

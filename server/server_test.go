@@ -480,3 +480,28 @@ func TestCallOutcomes(t *testing.T) {
 	require.Equal(t, server.CallCancelled, c.Outcome)
 	require.Nil(t, c.Resolver, "no one answered a cancelled call")
 }
+
+// TestIntegerQueryParametersRefuseASign: every integer query parameter
+// (limit, before, after) is digits only: a sign ("%2B5" is "+5"; a bare
+// "+" in a query is a space) is a bad request for each alike, as is "-5".
+func TestIntegerQueryParametersRefuseASign(t *testing.T) {
+	n := startNode(t, newScripted(), server.Options{})
+	conv := n.create(t, tokAlice, nil)
+	events := "/v1/conversations/" + conv.ID + "/events?"
+	stream := "/v1/conversations/" + conv.ID + "/stream?"
+	for _, v := range []string{"%2B5", "+5", "-5", "%2B0"} {
+		for _, c := range []struct{ path, token string }{
+			{events + "limit=" + v, tokAlice},
+			{events + "before=" + v, tokAlice},
+			{stream + "after=" + v, tokAlice},
+			{"/v1/conversations?limit=" + v, tokAlice},
+			{"/v1/calls?limit=" + v, tokOlga},
+		} {
+			status, body := n.call(t, "GET", c.path, c.token, nil)
+			require.Equal(t, http.StatusBadRequest, status, "%s: %s", c.path, body)
+			require.Equal(t, server.CodeInvalid, errorCode(t, body), c.path)
+		}
+	}
+	n.must(t, http.StatusOK, "GET", events+"limit=5&before=5", tokAlice, nil, nil)
+	n.must(t, http.StatusOK, "GET", "/v1/conversations?limit=5", tokAlice, nil, nil)
+}
