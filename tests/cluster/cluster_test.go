@@ -1,8 +1,3 @@
-// Package cluster_test runs Lazarus clusters of three lazarus-node processes
-// on 127.0.0.1 and one PostgreSQL server, and kills, pauses and restarts
-// nodes under load. The test binary itself runs no cluster code (the nodes
-// are separate processes, built without the race detector), so it runs
-// with -race like every other package.
 package cluster_test
 
 import (
