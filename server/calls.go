@@ -31,12 +31,17 @@ type Call struct {
 	Prompt string `json:"prompt"`
 	// Arguments is the call's JSON arguments object.
 	Arguments json.RawMessage `json:"arguments"`
-	Created   *time.Time      `json:"created,omitempty"`
+	// Created is when the model's answer holding the call was written.
+	Created *time.Time `json:"created,omitempty"`
 	// Deadline is when the call expires; absent for never.
-	Deadline  *time.Time `json:"deadline,omitempty"`
-	Resolved  *time.Time `json:"resolved,omitempty"`
-	Requester *Identity  `json:"requester,omitempty"`
-	Resolver  *Identity  `json:"resolver,omitempty"`
+	Deadline *time.Time `json:"deadline,omitempty"`
+	// Resolved is when it was answered, expired or cancelled; absent
+	// while pending.
+	Resolved *time.Time `json:"resolved,omitempty"`
+	// Requester is the identity whose turn made the call; Resolver, who
+	// answered it (the system for an expiry).
+	Requester *Identity `json:"requester,omitempty"`
+	Resolver  *Identity `json:"resolver,omitempty"`
 }
 
 // Identity is a user id and roles, as recorded in the log.

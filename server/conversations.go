@@ -35,9 +35,11 @@ type Conversation struct {
 	ID string `json:"id"`
 	// Status is "active" (a turn is owed or running), "suspended"
 	// (waiting on human calls), "idle" or "ended".
-	Status   string            `json:"status"`
-	Created  *time.Time        `json:"created,omitempty"`
-	Updated  *time.Time        `json:"updated,omitempty"`
+	Status string `json:"status"`
+	// Created and Updated are when the row was first and last written.
+	Created *time.Time `json:"created,omitempty"`
+	Updated *time.Time `json:"updated,omitempty"`
+	// Metadata is the conversation's metadata, OwnerKey included.
 	Metadata map[string]string `json:"metadata"`
 }
 

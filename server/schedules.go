@@ -43,7 +43,9 @@ type Schedule struct {
 	// Next is the next occurrence.
 	Next *time.Time `json:"next,omitempty"`
 	// Every is the repeat interval as a Go duration; absent if none.
-	Every    string `json:"every,omitempty"`
+	Every string `json:"every,omitempty"`
+	// Cron and TimeZone are the cron expression and the IANA zone it is
+	// read in, as given when it was scheduled; absent if none.
 	Cron     string `json:"cron,omitempty"`
 	TimeZone string `json:"time_zone,omitempty"`
 	// Text is the user message each occurrence appends.
