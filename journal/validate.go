@@ -78,8 +78,9 @@ func putBuf(bp *[]byte, b []byte) {
 }
 
 // ValidateEvent checks one event before it is appended: it is not nil, a
-// body is set, it can be encoded (every string is valid UTF-8) and its
-// encoding fits MaxEventBytes. It encodes ev into a pooled buffer, so a
+// body is set, every enum in it holds a value of its enum (CheckEnums), it
+// can be encoded (every string is valid UTF-8) and its encoding fits
+// MaxEventBytes. It encodes ev into a pooled buffer, so a
 // check allocates nothing in the common case.
 func ValidateEvent(ev *messages.Event) error {
 	bp := getBuf()
@@ -90,8 +91,9 @@ func ValidateEvent(ev *messages.Event) error {
 
 // EncodeEvent appends the protobuf encoding of ev to dst and returns the
 // extended buffer. It fails exactly when ValidateEvent does, with the same
-// error (wrapping ErrInvalid): ev is nil, has no body, cannot be encoded
-// ("event cannot be encoded (...)") or encodes to more than MaxEventBytes
+// error (wrapping ErrInvalid): ev is nil, has no body, holds an enum
+// number its enum does not declare ("event: ... not a value of ..."),
+// cannot be encoded ("event cannot be encoded (...)") or encodes to more than MaxEventBytes
 // ("event of N bytes exceeds ..."). On error the returned buffer is dst
 // with undefined bytes appended after len(dst); only its capacity is
 // meant for reuse.
@@ -140,6 +142,11 @@ func checkEventShape(ev *messages.Event) error {
 			// conversation would neither run nor wait on such a call.
 			return Invalidf("tool_call event of %s has unknown executor %d", tc.GetCall().GetId(), tc.GetExecutor())
 		}
+	}
+	if err := CheckEnums(ev); err != nil {
+		// A resolution's status or a suspension's executor, say: a
+		// reader of the stored event would take it as damage.
+		return Invalidf("event: %v", err)
 	}
 	return nil
 }
@@ -284,12 +291,14 @@ func ValidateDeadline(d *messages.Deadline) error {
 	return nil
 }
 
-// ValidateModelCall checks an audit row: its conversation id, and its
+// ValidateModelCall checks an audit row: its conversation id; its
 // created time, which may be unset but, if set, must be a valid timestamp
 // (within the years 1 to 9999), as a deadline's time: GCModelCalls compares
 // it, so a time with its nanos out of range would compare differently in
-// different adapters. A failed call's row (error set, no usage) is valid as
-// an answered call's is.
+// different adapters; and that every enum in it (those of its rendered
+// events) holds a value of its enum (CheckEnums), as a reader requires. A
+// failed call's row (error set, no usage) is valid as an answered call's
+// is.
 func ValidateModelCall(mc *messages.ModelCall) error {
 	if mc == nil {
 		return Invalidf("nil model call")
@@ -301,6 +310,9 @@ func ValidateModelCall(mc *messages.ModelCall) error {
 		if err := c.CheckValid(); err != nil {
 			return Invalidf("model call %d of %q: created: %v", mc.GetTurnRef(), mc.GetConversationId(), err)
 		}
+	}
+	if err := CheckEnums(mc); err != nil {
+		return Invalidf("model call %d of %q: %v", mc.GetTurnRef(), mc.GetConversationId(), err)
 	}
 	return nil
 }
@@ -450,9 +462,9 @@ func ValidateAppend(req *messages.AppendRequest) error {
 
 // ValidateAppendShape checks req exactly as ValidateAppend does, in the
 // same order and with the same errors, except that it does not encode the
-// events: it checks that each is not nil and has a body, but not that it
-// can be encoded (its strings are valid UTF-8) nor that its encoding fits
-// MaxEventBytes. So: where ValidateAppend returns nil, so does it; where
+// events: it checks that each is not nil, has a body and holds only
+// declared enum values, but not that it can be encoded (its strings are
+// valid UTF-8) nor that its encoding fits MaxEventBytes. So: where ValidateAppend returns nil, so does it; where
 // ValidateAppend returns an error other than an event's encoding error, it
 // returns the same error; where ValidateAppend returns an event's encoding
 // error, it returns nil or the error of a check that ValidateAppend makes
