@@ -11,13 +11,18 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// Every stored value is decoded here, defensively: bad bytes, or a record
-// that disagrees with the key it is stored under, give an error wrapping
+// Every stored value is decoded here, defensively: bad bytes, a record
+// holding an enum number its enum does not declare (journal.CheckEnums:
+// proto3 decodes one, no write stores one), or a record that disagrees
+// with the key it is stored under, give an error wrapping
 // journal.ErrCorrupt that names the key. Nothing here panics on any input.
 
 func unmarshal(k, v []byte, m proto.Message) error {
 	if err := proto.Unmarshal(v, m); err != nil {
 		return journal.Corruptf("pebblejournal: %s value at key %s (%d bytes): %v", famName(k[0]), keyString(k), len(v), err)
+	}
+	if err := journal.CheckEnums(m); err != nil {
+		return corruptValue(k, "%v", err)
 	}
 	return nil
 }

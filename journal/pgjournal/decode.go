@@ -9,9 +9,10 @@ import (
 
 // The records read back are checked against the columns of their row, as
 // pebblejournal checks them against their key: a record no write could
-// have stored (other ids or seq than its row, an event without a body, a
-// summary of an empty or reversed span, a deadline at an invalid time, a
-// metadata key that is not an id or a value that is not UTF-8) is
+// have stored (other ids or seq than its row, an enum field holding a
+// number its enum does not declare, an event without a body, a summary of
+// an empty or reversed span, a deadline at an invalid time, a metadata key
+// that is not an id or a value that is not UTF-8) is
 // journal.ErrCorrupt naming its row, never a record handed to the caller.
 // So is a read of a log whose seqs skip (checkSeqs): a history with a hole
 // is never returned. So are bytes that do not decode, and a record larger

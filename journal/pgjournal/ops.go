@@ -16,14 +16,19 @@ import (
 )
 
 // decode unmarshals data into a new M, or fails with ErrCorrupt naming what:
-// bytes that do not decode, or more bytes than any write stores of M
-// (maxStored), which it refuses before decoding them.
+// bytes that do not decode, a record holding an enum number its enum does
+// not declare (journal.CheckEnums: proto3 decodes one, no write stores
+// one), or more bytes than any write stores of M (maxStored), which it
+// refuses before decoding them.
 func decode[M proto.Message](data []byte, m M, what string, args ...any) (M, error) {
 	if max := maxStored(m); len(data) > max {
 		return m, journal.Corruptf("pgjournal: "+what+" (%d bytes, more than the %d any write stores)", append(args, len(data), max)...)
 	}
 	if err := proto.Unmarshal(data, m); err != nil {
 		return m, journal.Corruptf("pgjournal: "+what+" (%v)", append(args, err)...)
+	}
+	if err := journal.CheckEnums(m); err != nil {
+		return m, journal.Corruptf("pgjournal: "+what+": %v", append(args, err)...)
 	}
 	return m, nil
 }
