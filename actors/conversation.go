@@ -793,7 +793,8 @@ func checkTail(ctx context.Context, store journal.Store, id string, summary *mes
 // event has a call id no row can have (empty, oversized), or an executor
 // that is neither server nor human, or the call has no row of its own (the
 // row is written with the event, so it was lost, or the id is another
-// conversation's). No write of the runtime leaves one; taken as it is, the
+// conversation's), or its row is damaged (the Store's ErrCorrupt, say a
+// status that is not a value of its enum, wrapped with the seq). No write of the runtime leaves one; taken as it is, the
 // activation would owe a result nobody can give (an answer needs the row),
 // run a server call again on every command only to have its result
 // refused, or take another conversation's result.
@@ -825,6 +826,9 @@ func openCallRows(ctx context.Context, store journal.Store, id string, ws *snaps
 		switch {
 		case errors.Is(err, journal.ErrNotFound):
 			return nil, journal.Corruptf("open call %q of the tool_call event at seq %d has no row", call, ev.GetSeq())
+		case errors.Is(err, journal.ErrCorrupt):
+			// The row is damaged (the Store's error names its key).
+			return nil, fmt.Errorf("open call %q of the tool_call event at seq %d: %w", call, ev.GetSeq(), err)
 		case err != nil:
 			return nil, err
 		case row.GetConversationId() != id:

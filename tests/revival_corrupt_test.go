@@ -15,6 +15,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/lazarusrt/lazarus"
 	"github.com/lazarusrt/lazarus/journal"
@@ -351,4 +352,117 @@ func (quietPebble) Infof(string, ...any)  {}
 func (quietPebble) Errorf(string, ...any) {}
 func (quietPebble) Fatalf(format string, args ...any) {
 	panic(fmt.Sprintf(format, args...))
+}
+
+// TestRevivalRefusesAToolCallRowOfAnUnknownStatus: a stored tool call row
+// whose status is a number ToolCallStatus does not declare (no write of a
+// Store stores one; damage or a foreign writer does) makes the revival
+// fail with an error wrapping journal.ErrCorrupt naming the tool_call
+// event's seq: every command is refused so, nothing is written, no tool
+// runs and the model is not called. The Stores decoded the row as it was,
+// and the revival took a status that is not terminal for an open call: the
+// message was written and a server call ran again, a human call was
+// awaited. Only the durable stores decode stored bytes; the in-memory one
+// holds no damage (its writes refuse such a row).
+func TestRevivalRefusesAToolCallRowOfAnUnknownStatus(t *testing.T) {
+	for _, executor := range []messages.Executor{messages.Executor_EXECUTOR_SERVER, messages.Executor_EXECUTOR_HUMAN} {
+		t.Run(executor.String(), func(t *testing.T) {
+			for _, kind := range []string{"pebble", "postgres"} {
+				t.Run(kind, func(t *testing.T) {
+					ctx := ctxT(t)
+					now := time.Date(2026, 11, 1, 9, 0, 0, 0, time.UTC)
+					call := &messages.ToolCall{Id: "call-status-1", Name: "lookup_order", Arguments: `{"id":42}`}
+					row := &messages.ToolCallRecord{
+						Id: call.GetId(), ConversationId: "c", Name: call.GetName(), Executor: executor,
+						Status: messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING, Args: call.GetArguments(), Created: journal.Timestamp(now),
+					}
+					req := &messages.AppendRequest{
+						ConversationId: "c",
+						Events: []*messages.Event{
+							{Seq: 1, Time: journal.Timestamp(now), RequestId: "r1", Body: &messages.Event_UserMsg{UserMsg: &messages.UserMessage{
+								Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "look order 42 up"}}}}}},
+							{Seq: 2, Time: journal.Timestamp(now), Body: &messages.Event_AssistantMsg{AssistantMsg: &messages.AssistantMessage{
+								ToolCalls: []*messages.ToolCall{call}}}},
+							{Seq: 3, Time: journal.Timestamp(now), Body: &messages.Event_ToolCall{ToolCall: &messages.ToolCallEvent{
+								Call: call, Executor: executor}}},
+						},
+						ToolCalls: []*messages.ToolCallRecord{row},
+						Status:    messages.ConversationStatus_CONVERSATION_STATUS_IDLE,
+					}
+					if executor == messages.Executor_EXECUTOR_HUMAN {
+						req.Status = messages.ConversationStatus_CONVERSATION_STATUS_SUSPENDED
+						req.FsmState = &messages.FSMState{State: messages.AgentState_AGENT_STATE_AWAITING_INPUT, LastSeq: 3,
+							Pending: map[string]*messages.PendingCall{call.GetId(): {ToolCallId: call.GetId(), Executor: executor, Kind: call.GetName()}}}
+					}
+					damaged := proto.Clone(row).(*messages.ToolCallRecord)
+					damaged.Status = 9
+					store := damagedRowStore(t, kind, req, damaged)
+
+					h := newHarness(t, store, nil)
+					for range 2 {
+						_, err := h.rt.Send(ctx, "c", "are you there?", user)
+						require.ErrorIs(t, err, journal.ErrCorrupt)
+						require.Contains(t, err.Error(), "seq 3")
+						require.Contains(t, err.Error(), "status holds 9")
+						require.ErrorIs(t, h.rt.Wake(ctx, "c"), journal.ErrCorrupt)
+					}
+					require.Len(t, h.history("c"), 3, "nothing is written")
+					require.Zero(t, h.model.Calls("c"), "the model is not called")
+					require.Empty(t, h.runs.of("lookup_order"), "no tool runs")
+				})
+			}
+		})
+	}
+}
+
+// damagedRowStore returns a durable store of kind holding what req writes,
+// whose tool call row is then replaced below the adapter by row (a raw
+// Pebble Set; an SQL UPDATE in PostgreSQL).
+func damagedRowStore(t *testing.T, kind string, req *messages.AppendRequest, row *messages.ToolCallRecord) journal.Store {
+	t.Helper()
+	ctx := ctxT(t)
+	data, err := proto.Marshal(row)
+	require.NoError(t, err)
+	switch kind {
+	case "pebble":
+		dir := t.TempDir()
+		s, err := pebblejournal.Open(dir, pebblejournal.Options{})
+		require.NoError(t, err)
+		_, err = s.Append(ctx, req)
+		require.NoError(t, err)
+		require.NoError(t, s.Close())
+		o := &pebble.Options{FormatMajorVersion: pebblejournal.FormatMajorVersion, Logger: quietPebble{}}
+		pebblejournal.SetLevelOptions(o)
+		db, err := pebble.Open(dir, o)
+		require.NoError(t, err)
+		// Family 0x05 (tool call rows), the conversation id and the call
+		// id, each with its terminator 0x00 0x01 (see pebblejournal's
+		// keys.go).
+		key := []byte("\x05" + row.GetConversationId() + "\x00\x01" + row.GetId() + "\x00\x01")
+		_, closer, err := db.Get(key)
+		require.NoError(t, err, "the row is at the key")
+		require.NoError(t, closer.Close())
+		require.NoError(t, db.Set(key, data, pebble.Sync))
+		require.NoError(t, db.Close())
+		s, err = pebblejournal.Open(dir, pebblejournal.Options{})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	case "postgres":
+		dsn := pgtest.NewDatabase(t)
+		s, err := pgjournal.Open(ctx, dsn, pgjournal.Options{})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close() })
+		_, err = s.Append(ctx, req)
+		require.NoError(t, err)
+		conn, err := pgx.Connect(ctx, dsn)
+		require.NoError(t, err)
+		defer conn.Close(ctx)
+		tag, err := conn.Exec(ctx, "UPDATE lz_tool_calls SET data = $1 WHERE id = $2", data, []byte(row.GetId()))
+		require.NoError(t, err)
+		require.Equal(t, int64(1), tag.RowsAffected())
+		return s
+	}
+	t.Fatalf("unknown store kind %q", kind)
+	return nil
 }
