@@ -554,7 +554,7 @@ func TestConsoleQueueBeyondOnePage(t *testing.T) {
 		chromedp.WaitVisible(cardSel(first, `[data-state="stale"] .outcome`)),
 	))
 	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(
-		chromedp.Search(fmt.Sprintf(`//article[@data-call-id=%q]//p[contains(., "approved by olga")]`, first)))))
+		chromedp.Search(fmt.Sprintf(`//article[@data-call-id=%q]//p[contains(., "Already answered by olga")]`, first)))))
 	state, err := chromedp.Run(tab, chromedp.Evaluate[string](
 		fmt.Sprintf(`document.querySelector('article.call[data-call-id=%q]').dataset.state`, last)))
 	require.NoError(t, err)
@@ -1165,6 +1165,6 @@ func TestConsoleQueueAcrossARestart(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, chromedp.Do(tab,
 		chromedp.WaitVisible(cardSel(second.ID, `[data-state="pending"] button.approve`)),
-		chromedp.WaitVisible(chromedp.Search(fmt.Sprintf(`//article[@data-call-id=%q and @data-state="stale"]//p[contains(., "approved by dave")]`, first.ID))),
+		chromedp.WaitVisible(chromedp.Search(fmt.Sprintf(`//article[@data-call-id=%q and @data-state="stale"]//p[contains(., "Already answered by dave")]`, first.ID))),
 	))
 }

@@ -389,14 +389,16 @@ async function settleElsewhere(card) {
 }
 
 // answeredAs says on card how its call c ended (its outcome, see the
-// Call schema), naming who answered it only when a person did.
+// Call schema), naming who answered it only when a person did. An answer
+// is not called an approval: a resolve over the API may carry any result,
+// which the Call does not show.
 function answeredAs(card, c) {
   const outcome = c.outcome || 'unknown';
   const name = ['answered', 'rejected', 'errored'].includes(outcome) ? who(c.resolver) : '';
   const by = name ? ' by ' + name : '';
   card.outcome.textContent = {
     pending: 'Not answered yet: it is pending.',
-    answered: `Already answered: approved${by}.`,
+    answered: `Already answered${by}.`,
     rejected: `Already answered: rejected${by}.`,
     expired: 'Already answered: the call expired.',
     cancelled: 'Cancelled: a rewind (or an edit) of the conversation took the call back before anyone answered it.',
