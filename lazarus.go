@@ -73,6 +73,11 @@ const (
 	DefaultResumeInterval   = 30 * time.Second
 )
 
+// MinResumeInterval is the shortest Options.ResumeInterval Open takes: a
+// scan of the Store's ACTIVE index more often than this would be a busy
+// loop.
+const MinResumeInterval = 10 * time.Millisecond
+
 // AuditOptions configures the model-call audit.
 type AuditOptions struct {
 	// Enabled records exactly what was rendered to the model on every
@@ -233,7 +238,8 @@ type Options struct {
 	// an interval once the Store is back. The scan reads the same index as
 	// Open's and skips live conversations. The interval is real time, not
 	// Clock's. Default DefaultResumeInterval; negative: no scan after
-	// Open's.
+	// Open's; a positive one below MinResumeInterval is refused by Open
+	// (ErrInvalid).
 	ResumeInterval time.Duration
 	// Cluster, when set, makes this Runtime a member of a protoactor
 	// cluster sharing the Store with the other members (see
@@ -329,6 +335,8 @@ func Open(opts Options) (*Runtime, error) {
 		return nil, fmt.Errorf("lazarus: Options.CallTimeout is negative: %w", journal.ErrInvalid)
 	case opts.SubscriberBuffer < 0:
 		return nil, fmt.Errorf("lazarus: Options.SubscriberBuffer is negative: %w", journal.ErrInvalid)
+	case opts.ResumeInterval > 0 && opts.ResumeInterval < MinResumeInterval:
+		return nil, fmt.Errorf("lazarus: Options.ResumeInterval %v is below MinResumeInterval (%v): %w", opts.ResumeInterval, MinResumeInterval, journal.ErrInvalid)
 	}
 	opts = opts.withDefaults()
 	if opts.Model == nil {

@@ -40,6 +40,12 @@ func TestOpenValidatesOptions(t *testing.T) {
 	_, err = lazarus.Open(lazarus.Options{Model: scripted.New(scripted.Options{}), SubscriberBuffer: -1})
 	require.ErrorIs(t, err, journal.ErrInvalid, "a negative subscriber buffer (it was taken as the default)")
 	require.ErrorContains(t, err, "Options.SubscriberBuffer")
+	_, err = lazarus.Open(lazarus.Options{Model: scripted.New(scripted.Options{}), ResumeInterval: time.Nanosecond})
+	require.ErrorIs(t, err, journal.ErrInvalid, "a resume scan of every nanosecond, a busy loop")
+	require.ErrorContains(t, err, "Options.ResumeInterval")
+	least, err := lazarus.Open(lazarus.Options{Model: scripted.New(scripted.Options{}), ResumeInterval: lazarus.MinResumeInterval})
+	require.NoError(t, err, "MinResumeInterval itself is taken")
+	require.NoError(t, least.Close())
 
 	for _, o := range []lazarus.Options{{Dir: t.TempDir()}, {Postgres: "postgres://127.0.0.1:1/none"}} {
 		o.Store, o.Model = memjournal.New(memjournal.Options{}), scripted.New(scripted.Options{})
