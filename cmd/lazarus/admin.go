@@ -187,6 +187,11 @@ func (c *cli) gcAudit(ctx context.Context, fs *flags, args []string) (err error)
 		err = eachConversation(ctx, st, func(row *messages.Conversation) error { return gc(row.GetId()) })
 	}
 	if err != nil {
+		if total > 0 && !*dryRun {
+			// Each conversation's rows go in one write: the others keep
+			// theirs, and a run again deletes them.
+			return fmt.Errorf("stopped after deleting %d audit rows in %d conversations: %w", total, convs, err)
+		}
 		return err
 	}
 	verb := "deleted"

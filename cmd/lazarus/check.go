@@ -27,7 +27,9 @@ nothing.
 It prints what it read and one line per problem ("damage: ..."), or "sound".
 Exit status: 0 sound, 6 damage found (or the store's files are too damaged
 to open), 1 the check could not run, 2 usage, 4 the directory is held by
-another process (stop the runtime first), 5 no store in the directory.
+another process (stop the runtime first), 5 no store in the directory,
+8 interrupted (SIGTERM or SIGINT; it stops at its next record), 7 forced
+out by a second signal.
 RELIABILITY.md says what to do with each kind of damage.`,
 	run: (*cli).check,
 }

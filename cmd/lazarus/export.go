@@ -86,6 +86,10 @@ func (e *exporter) finish() error {
 // exportPage is how many events export reads at a time.
 const exportPage = 1024
 
+// testHookExportPage, if set (by tests only, before the command runs), is
+// called by export with its context between two pages of events.
+var testHookExportPage func(ctx context.Context)
+
 // damaged is the error of a conversation export finds inconsistent: an
 // export of it would be refused by import, so export refuses it first.
 func damaged(id, format string, args ...any) error {
@@ -189,6 +193,9 @@ func (e *exporter) conversation(ctx context.Context, st journal.Store, id string
 		}
 		if len(evs) == 0 {
 			break
+		}
+		if n.lastSeq > start && testHookExportPage != nil {
+			testHookExportPage(ctx)
 		}
 		for _, ev := range evs {
 			if ev.GetSeq() != n.lastSeq+1 {

@@ -92,6 +92,10 @@ func importStream(ctx context.Context, in io.Reader, open func(create bool) (jou
 		if o.dryRun {
 			return fmt.Errorf("nothing would be imported: %w", err)
 		}
+		if ctx.Err() != nil {
+			// Stopped (an interrupt), not refused: the input may be fine.
+			return fmt.Errorf("nothing imported: %w", err)
+		}
 		return fmt.Errorf("input rejected, nothing imported: %w", err)
 	}
 	if o.dryRun {

@@ -53,7 +53,24 @@
 //	4  busy: another process holds the directory
 //	5  not found: no such conversation, or no store in the directory
 //	6  damaged: check found damage, or the store's files are too damaged to open
-//	7  forced: serve was ended by a second SIGTERM or SIGINT during its graceful stop
+//	7  forced: a second SIGTERM or SIGINT ended the command at once (serve during its graceful stop)
+//	8  interrupted: a first SIGTERM or SIGINT stopped the command before it finished
+//
+// # Interrupts
+//
+// A first SIGTERM or SIGINT ends tail cleanly (status 0) and stops serve
+// gracefully (status 0). Any other command still running stops at its
+// next read or write of the store (export within one page of events,
+// import at its next line, check at its next record, gc-audit at its next
+// conversation) with status 8 and a message saying it was interrupted:
+// nothing half-written, as for any failure. An export to stdout then
+// lacks its trailer (import refuses it) and an export to --file leaves no
+// file; an import names the conversations it imported completely and the
+// one left incomplete (ENDED), as when a write fails; gc-audit says how
+// many rows it had deleted. A second signal, in any command, exits at once
+// with status 7 and a line on stderr, as a killed process would: an
+// export to --file may leave its temporary file (.PATH.tmp-*), an import
+// may leave one conversation incomplete (ENDED) without naming it.
 //
 // Output meant for people goes to stdout, one line per item; --json gives a
 // single JSON document instead on the list-like commands (conversations,
@@ -88,9 +105,12 @@ const (
 	exitBusy     = 4
 	exitNotFound = 5
 	exitDamaged  = 6
-	// exitForced: a second SIGTERM or SIGINT ended serve before its
-	// graceful stop did.
+	// exitForced: a second SIGTERM or SIGINT ended the command at once
+	// (serve: before its graceful stop did).
 	exitForced = 7
+	// exitInterrupted: a first SIGTERM or SIGINT stopped the command
+	// before it finished (not tail or serve, which it ends cleanly).
+	exitInterrupted = 8
 )
 
 // envDir is the environment variable that names the store directory when
@@ -107,8 +127,8 @@ func main() {
 
 // run is the whole command: it parses args, runs one command and returns
 // the exit status. An interrupt (SIGINT, SIGTERM) ends a running tail
-// cleanly, and stops serve gracefully; a second one during serve's stop
-// exits at once (runSignalled).
+// cleanly, stops serve gracefully, and stops any other command with
+// exitInterrupted; a second one exits at once (runSignalled).
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	sig := make(chan os.Signal, 2)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
@@ -117,11 +137,11 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 }
 
 // runSignalled runs the command line args with a context that ends at the
-// first signal from sig. A second one, once the command is serve and
-// before runSignalled returns, says so on stderr and calls
-// exit(exitForced) at once from another goroutine (exit must not return:
-// os.Exit): serve's graceful stop is not waited for. Other commands ignore
-// a second signal.
+// first signal from sig. A second one, before runSignalled returns, says
+// so on stderr and calls exit(exitForced) at once from another goroutine
+// (exit must not return: os.Exit), whatever the command: serve's graceful
+// stop, or whatever another command does before it sees its context end,
+// is not waited for.
 func (c *cli) runSignalled(args []string, sig <-chan os.Signal, exit func(int)) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -137,11 +157,13 @@ func (c *cli) runSignalled(args []string, sig <-chan os.Signal, exit func(int)) 
 		for {
 			select {
 			case s := <-sig:
-				if c.forceOnSecondSignal.Load() {
-					c.progress("%v again, exiting now without finishing the stop", s)
-					exit(exitForced)
-					return
+				name := "lazarus"
+				if n := c.running.Load(); n != nil {
+					name += " " + *n
 				}
+				fmt.Fprintf(c.stderr, "%s: %v again, exiting now without finishing the stop\n", name, s)
+				exit(exitForced)
+				return
 			case <-returned:
 				return
 			}
@@ -172,9 +194,9 @@ type cli struct {
 	// httpClient sends the requests of the --server mode. Default
 	// http.DefaultClient.
 	httpClient *http.Client
-	// forceOnSecondSignal is set once the command is serve: a second
-	// signal then exits at once (runSignalled).
-	forceOnSecondSignal atomic.Bool
+	// running is the name of the command once it is known, for the line
+	// a second signal writes (runSignalled).
+	running atomic.Pointer[string]
 }
 
 func newCLI(stdin io.Reader, stdout, stderr io.Writer) *cli {
@@ -262,9 +284,7 @@ func (c *cli) run(ctx context.Context, args []string) int {
 		c.mainUsage(c.stderr)
 		return exitUsage
 	}
-	if cmd == serveCmd {
-		c.forceOnSecondSignal.Store(true)
-	}
+	c.running.Store(&cmd.name)
 	var err error
 	if (c.server != "" || c.token != "") && !cmd.remote {
 		err = usagef("--server and --token are for the commands that work on a live node, not %s", cmd.name)
@@ -274,6 +294,8 @@ func (c *cli) run(ctx context.Context, args []string) int {
 	code := exitCode(err)
 	switch {
 	case err == nil || errors.Is(err, errHelp):
+	case code == exitInterrupted:
+		fmt.Fprintf(c.stderr, "lazarus %s: interrupted, stopped before finishing: %v\n", cmd.name, err)
 	case code == exitUsage:
 		fmt.Fprintf(c.stderr, "lazarus %s: %v\n", cmd.name, err)
 		fmt.Fprintf(c.stderr, "usage: lazarus %s %s\nRun 'lazarus %s --help' for details.\n", cmd.name, cmd.synopsis, cmd.name)
@@ -291,6 +313,9 @@ func exitCode(err error) int {
 		return exitOK
 	case errors.As(err, &ue):
 		return exitUsage
+	case errors.Is(err, context.Canceled):
+		// Only the first signal cancels a command's context.
+		return exitInterrupted
 	case errors.Is(err, errBusy):
 		return exitBusy
 	case errors.Is(err, errDamaged):
@@ -339,7 +364,8 @@ Commands:
 Exit status: 0 success, 1 failure, 2 usage error, 3 stale (resolve too late),
 4 directory held by another process, 5 conversation or store not found,
 6 damaged (check found damage, or the store's files cannot be opened),
-7 serve forced out by a second signal during its stop.
+7 forced out by a second signal (SIGTERM, SIGINT), 8 stopped by a first one
+before finishing (tail and serve end cleanly on it, status 0).
 `)
 }
 

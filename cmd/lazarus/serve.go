@@ -90,7 +90,8 @@ most --shutdown-timeout), then closes the runtime and the store, and exits
 with status 0. A second SIGTERM or SIGINT during that stop exits at once
 with status 7, saying so on stderr: the requests in flight get no answer
 and the runtime is not closed, as for a killed process (every write
-acknowledged before is durable).`,
+acknowledged before is durable). A second signal exits every other
+command at once with status 7 too.`,
 	run: (*cli).serve,
 }
 

@@ -40,6 +40,16 @@ func runChild() {
 	switch os.Getenv(envChild) {
 	case "cli":
 		os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	case "cli-stall-export":
+		// export, which after its first page says so, waits for its
+		// context to end (the first signal), says so, and never goes on.
+		testHookExportPage = func(ctx context.Context) {
+			fmt.Fprintln(os.Stderr, "hook: a page exported")
+			<-ctx.Done()
+			fmt.Fprintln(os.Stderr, "hook: context ended")
+			select {}
+		}
+		os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 	case "mcp":
 		s := newTestMCPServer(nil)
 		mcp.AddTool(s, &mcp.Tool{Name: "cwd", Description: "the server's working directory"},

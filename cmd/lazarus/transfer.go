@@ -66,7 +66,10 @@ line and trailer, so import refuses it. A fork (Runtime.Fork) is
 exported as it is: its row with its origin, the summary it copied, its
 log from its first seq (its copied tool calls' rows are its source's, and
 not in its section), its own rows, schedules and metadata. On a terminal,
-stderr shows progress during a long run.
+stderr shows progress during a long run. A SIGTERM or SIGINT stops it
+within a page of events, exit status 8: stdout then lacks the trailer,
+and --file is not written; a second one exits at once, status 7 (a
+--file's temporary file may then remain).
 ` + formatHelp,
 	run: (*cli).export,
 }
@@ -173,7 +176,12 @@ which creates it with status ENDED, then its summaries and schedules, and
 gets its exported status last; if
 a write fails part-way, the error names the conversation left incomplete
 (ENDED: a runtime does not resume it). --dry-run stops after the first
-pass. On a terminal, stderr shows progress during a long run.
+pass. On a terminal, stderr shows progress during a long run. A SIGTERM
+or SIGINT stops it at its next line, exit status 8: during the first pass
+nothing is written; during the second the error names the conversations
+imported completely and the one left incomplete, as for a failed write.
+A second one exits at once, status 7, as a kill would (a conversation
+may be left incomplete, ENDED, without being named).
 
 Everything comes back as exported except the conversation row's times: the
 Store sets "updated" to now and "created" to the time of the first event.
