@@ -50,6 +50,14 @@ func runChild() {
 			select {}
 		}
 		os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	case "cli-wait-export":
+		// export, which after its first page says so and waits for its
+		// context to end (the first signal) before it goes on.
+		testHookExportPage = func(ctx context.Context) {
+			fmt.Fprintln(os.Stderr, "hook: a page exported")
+			<-ctx.Done()
+		}
+		os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 	case "mcp":
 		s := newTestMCPServer(nil)
 		mcp.AddTool(s, &mcp.Tool{Name: "cwd", Description: "the server's working directory"},

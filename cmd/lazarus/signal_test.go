@@ -69,30 +69,34 @@ func bigExportStore(t *testing.T) string {
 	return dir
 }
 
-// TestExportStopsOnFirstSignal: 'lazarus export' as a child process,
-// blocked writing to a pipe the test has read one line of, gets SIGTERM;
-// once the pipe is read again, it stops at its next page of events with
-// status 8 and says it was interrupted; its output has no trailer (import
-// refuses it) and is shorter than the export.
+// TestExportStopsOnFirstSignal: 'lazarus export' as a child process, held
+// after its first page of events until its context ends (a test hook),
+// gets SIGTERM: it stops at its next page with status 8 and says it was
+// interrupted; its output has no trailer (import refuses it) and is
+// shorter than the export.
 func TestExportStopsOnFirstSignal(t *testing.T) {
 	dir := bigExportStore(t)
-	p := startCLI(t, "cli", "export", "--all", "--dir", dir)
-	first, err := p.stdout.ReadString('\n')
-	require.NoError(t, err)
-	require.Contains(t, first, `"type":"header"`)
+	p := startCLI(t, "cli-wait-export", "export", "--all", "--dir", dir)
+	read := make(chan []byte, 1)
+	go func() {
+		b, _ := io.ReadAll(p.stdout)
+		read <- b
+	}()
+	require.Eventually(t, func() bool { return strings.Contains(p.stderr.String(), "hook: a page exported") },
+		wait, 10*time.Millisecond)
 
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	rest, err := io.ReadAll(p.stdout)
-	require.NoError(t, err)
+	rest := <-read
 	require.Equal(t, exitInterrupted, p.wait(t), p.stderr.String())
 	require.Equal(t, 8, exitInterrupted, "the package doc gives 8")
 	require.Contains(t, p.stderr.String(), "lazarus export: interrupted, stopped before finishing: ")
 	require.Contains(t, p.stderr.String(), "context canceled")
-	out := first + string(rest)
+	out := string(rest)
+	require.True(t, strings.HasPrefix(out, `{"type":"header"`), "the header came first")
 	require.NotContains(t, out, `"type":"trailer"`)
 	require.NotContains(t, out, `"type":"end"`)
 	require.Less(t, strings.Count(out, "\n"), 3000, "it stopped before the last page")
-	err = importInto(ctxT(t), memStore(t), strings.NewReader(out), importOptions{})
+	err := importInto(ctxT(t), memStore(t), strings.NewReader(out), importOptions{})
 	require.ErrorIs(t, err, errTruncated)
 }
 
