@@ -71,7 +71,13 @@ func ParseFind(key, value, cursor string, limit int) (after string, pageSize int
 // conversation id; a valid summary if set (1 <= FromSeq <= ToSeq); at
 // least one event; events that pass ValidateEvent with seqs
 // contiguous from the summary's ToSeq+1 (1 without a summary), every rewind
-// targeting an earlier seq; status ACTIVE, IDLE or ENDED (lazarus import
+// targeting an earlier seq; events that name a tool call as ValidateAppend
+// requires (a tool_call event carries a call with a valid id and an
+// executor that is server or human; a tool_result, resolution or handoff
+// event names a call by a valid id, a resolution with a terminal status; a
+// suspension's pending calls have valid ids and executors of their enum),
+// except that a tool_call event's row is not required (a copied call's row
+// is the source's); status ACTIVE, IDLE or ENDED (lazarus import
 // writes a fork ENDED, and gives it its status once the rest of it is
 // written); valid settings and metadata. Errors wrap ErrInvalid.
 func ValidateFork(req *messages.ForkRequest) error {
@@ -94,6 +100,9 @@ func ValidateFork(req *messages.ForkRequest) error {
 	}
 	for i, ev := range req.GetEvents() {
 		if err := ValidateEvent(ev); err != nil {
+			return Invalidf("event %d of fork %q: %v", i, conv, err)
+		}
+		if err := checkCallEvent(ev); err != nil {
 			return Invalidf("event %d of fork %q: %v", i, conv, err)
 		}
 		if ev.GetSeq() != next {

@@ -601,13 +601,10 @@ func checkAppendEvents(req *messages.AppendRequest, encode bool) error {
 	return nil
 }
 
-// checkCallEvents checks the events of req that name a tool call: a
-// tool_call event carries a call with a valid id, and req upserts that
-// call's row (with the event's executor) in the same write, so that no
-// crash leaves a call in the log without its row; a tool_result, a
-// resolution or a handoff event names a call by a valid id, a resolution
-// with a terminal status; a suspension's pending calls have valid ids and
-// executors that are values of their enum. It also checks that req
+// checkCallEvents checks the events of req that name a tool call: each
+// passes checkCallEvent, and a tool_call event's call has its row (with the
+// event's executor) upserted by req in the same write, so that no crash
+// leaves a call in the log without its row. It also checks that req
 // schedules no deadline for a server call whose row it upserts. The events
 // have passed checkEventShape and req's rows ValidateToolCall.
 func checkCallEvents(req *messages.AppendRequest) error {
@@ -622,34 +619,16 @@ func checkCallEvents(req *messages.AppendRequest) error {
 		return rows
 	}
 	for i, ev := range req.GetEvents() {
-		var err error
-		switch b := ev.GetBody().(type) {
-		case *messages.Event_ToolCall:
-			id := b.ToolCall.GetCall().GetId()
-			if b.ToolCall.GetCall() == nil {
-				err = Invalidf("tool_call event without a call")
-				break
-			}
-			if err = ValidateID("tool call id of a tool_call event", id); err != nil {
-				break
-			}
+		err := checkCallEvent(ev)
+		if tc := ev.GetToolCall(); err == nil && tc != nil {
+			id := tc.GetCall().GetId()
 			row, ok := rowsByID()[id]
 			switch {
 			case !ok:
 				err = Invalidf("tool_call event of %s without its row in the same append", id)
-			case row.GetExecutor() != b.ToolCall.GetExecutor():
-				err = Invalidf("tool_call event of %s has executor %v, its row %v", id, b.ToolCall.GetExecutor(), row.GetExecutor())
+			case row.GetExecutor() != tc.GetExecutor():
+				err = Invalidf("tool_call event of %s has executor %v, its row %v", id, tc.GetExecutor(), row.GetExecutor())
 			}
-		case *messages.Event_ToolResult:
-			err = ValidateID("tool call id of a tool_result event", b.ToolResult.GetToolCallId())
-		case *messages.Event_Resolution:
-			if err = ValidateID("tool call id of a resolution event", b.Resolution.GetToolCallId()); err == nil && !IsTerminal(b.Resolution.GetStatus()) {
-				err = Invalidf("resolution event of %s with status %v, not a terminal one", b.Resolution.GetToolCallId(), b.Resolution.GetStatus())
-			}
-		case *messages.Event_Suspension:
-			err = checkSuspension(b.Suspension)
-		case *messages.Event_Handoff:
-			err = ValidateID("tool call id of a handoff event", b.Handoff.GetToolCallId())
 		}
 		if err != nil {
 			return appendEventError(req, i, err)
@@ -661,6 +640,44 @@ func checkCallEvents(req *messages.AppendRequest) error {
 				return Invalidf("append to %q schedules a deadline for server tool call %s (only pending human calls expire)", req.GetConversationId(), d.GetToolCallId())
 			}
 		}
+	}
+	return nil
+}
+
+// checkCallEvent checks one event, which has passed checkEventShape, if it
+// names a tool call, on its own (what ValidateAppend and ValidateFork both
+// check; whether a tool_call event's row exists is the caller's): a
+// tool_call event carries a call with a valid id and an executor that is
+// server or human (a row can have no other: ValidateToolCall); a
+// tool_result, a resolution or a handoff event names a call by a valid id,
+// a resolution with a terminal status; a suspension's pending calls have
+// valid ids and executors that are values of their enum.
+func checkCallEvent(ev *messages.Event) error {
+	switch b := ev.GetBody().(type) {
+	case *messages.Event_ToolCall:
+		if b.ToolCall.GetCall() == nil {
+			return Invalidf("tool_call event without a call")
+		}
+		id := b.ToolCall.GetCall().GetId()
+		if err := ValidateID("tool call id of a tool_call event", id); err != nil {
+			return err
+		}
+		if !knownExecutor(b.ToolCall.GetExecutor()) {
+			return Invalidf("tool_call event of %s has executor %v, neither server nor human", id, b.ToolCall.GetExecutor())
+		}
+	case *messages.Event_ToolResult:
+		return ValidateID("tool call id of a tool_result event", b.ToolResult.GetToolCallId())
+	case *messages.Event_Resolution:
+		if err := ValidateID("tool call id of a resolution event", b.Resolution.GetToolCallId()); err != nil {
+			return err
+		}
+		if !IsTerminal(b.Resolution.GetStatus()) {
+			return Invalidf("resolution event of %s with status %v, not a terminal one", b.Resolution.GetToolCallId(), b.Resolution.GetStatus())
+		}
+	case *messages.Event_Suspension:
+		return checkSuspension(b.Suspension)
+	case *messages.Event_Handoff:
+		return ValidateID("tool call id of a handoff event", b.Handoff.GetToolCallId())
 	}
 	return nil
 }

@@ -46,7 +46,10 @@ func TestRevivalRefusesAnOpenCallItCanNeitherRunNorAwait(t *testing.T) {
 		executor messages.Executor
 		noRow    bool   // the tool_call event is written without its row
 		otherRow string // the call's row is written first, by this other conversation
-		want     string
+		// below: a Store's writes refuse the tool_call event, a Fork's too:
+		// it is written below the adapter (durable stores only).
+		below bool
+		want  string
 	}{
 		"server call without its row": {
 			call:     &messages.ToolCall{Id: "call-norow-1", Name: "lookup_order", Arguments: `{"id":42}`},
@@ -69,17 +72,20 @@ func TestRevivalRefusesAnOpenCallItCanNeitherRunNorAwait(t *testing.T) {
 		"no call id": {
 			call:     &messages.ToolCall{Name: "lookup_order", Arguments: `{"id":42}`},
 			executor: messages.Executor_EXECUTOR_SERVER,
+			below:    true,
 			want:     "seq 3",
 		},
 		"oversized call id": {
 			call:     &messages.ToolCall{Id: strings.Repeat("x", journal.MaxIDBytes+1), Name: "lookup_order", Arguments: `{"id":42}`},
 			executor: messages.Executor_EXECUTOR_SERVER,
+			below:    true,
 			want:     "seq 3",
 		},
 		"unspecified executor": {
 			call:     &messages.ToolCall{Id: "call-unspecified-1", Name: "lookup_order", Arguments: `{"id":42}`},
 			executor: messages.Executor_EXECUTOR_UNSPECIFIED,
 			noRow:    true, // a Store refuses a row of no executor too
+			below:    true,
 			want:     "seq 3",
 		},
 	}
@@ -116,11 +122,21 @@ func TestRevivalRefusesAnOpenCallItCanNeitherRunNorAwait(t *testing.T) {
 					require.NoError(t, err)
 				}
 				// An Append refuses such a tool_call event (its row must be
-				// in the same write); a fork that names no origin copies
-				// events as they are, the way a damaged store holds them.
+				// in the same write); a fork copies a tool_call event
+				// without its row (the row is the source's), but refuses
+				// one whose call no row can have.
 				_, err := store.Append(ctx, req)
 				require.ErrorIs(t, err, journal.ErrInvalid)
-				require.NoError(t, store.Fork(ctx, &messages.ForkRequest{ConversationId: "c", Events: req.Events, Status: req.Status}))
+				fork := &messages.ForkRequest{ConversationId: "c", Events: req.Events, Status: req.Status}
+				if tc.below {
+					require.ErrorIs(t, store.Fork(ctx, fork), journal.ErrInvalid)
+					if kind == "memory" {
+						t.Skip("memjournal's writes refuse such an event: it holds none")
+					}
+					store = damagedEventStore(t, kind, fork, 3)
+				} else {
+					require.NoError(t, store.Fork(ctx, fork))
+				}
 				if tc.otherRow == "" && !tc.noRow && journal.ValidateID("tool call id", tc.call.GetId()) == nil {
 					_, err := store.Append(ctx, &messages.AppendRequest{ConversationId: "c", ExpectedLast: 3, ToolCalls: []*messages.ToolCallRecord{row}})
 					require.NoError(t, err)
@@ -139,6 +155,66 @@ func TestRevivalRefusesAnOpenCallItCanNeitherRunNorAwait(t *testing.T) {
 			})
 		})
 	}
+}
+
+// damagedEventStore returns a durable store of kind holding what fork
+// writes, but for its event at seq, which fork holds as a Store refuses
+// it: it is written as a well-formed tool_call event, then replaced below
+// the adapter by fork's (a raw Pebble Set; an SQL UPDATE in PostgreSQL).
+func damagedEventStore(t *testing.T, kind string, fork *messages.ForkRequest, seq uint64) journal.Store {
+	t.Helper()
+	ctx := ctxT(t)
+	var damaged *messages.Event
+	fine := proto.Clone(fork).(*messages.ForkRequest)
+	for i, ev := range fine.GetEvents() {
+		if ev.GetSeq() == seq {
+			damaged = fork.GetEvents()[i]
+			fine.Events[i] = &messages.Event{Seq: seq, Time: ev.GetTime(), Body: &messages.Event_ToolCall{ToolCall: &messages.ToolCallEvent{
+				Call: &messages.ToolCall{Id: "placeholder", Name: "lookup_order"}, Executor: messages.Executor_EXECUTOR_SERVER}}}
+		}
+	}
+	require.NotNil(t, damaged, "fork holds seq %d", seq)
+	data, err := proto.Marshal(damaged)
+	require.NoError(t, err)
+	switch kind {
+	case "pebble":
+		dir := t.TempDir()
+		s, err := pebblejournal.Open(dir, pebblejournal.Options{})
+		require.NoError(t, err)
+		require.NoError(t, s.Fork(ctx, fine))
+		require.NoError(t, s.Close())
+		o := &pebble.Options{FormatMajorVersion: pebblejournal.FormatMajorVersion, Logger: quietPebble{}}
+		pebblejournal.SetLevelOptions(o)
+		db, err := pebble.Open(dir, o)
+		require.NoError(t, err)
+		// Family 0x03 (events), the id, its terminator 0x00 0x01 and the
+		// seq, big-endian (see pebblejournal's keys.go).
+		key := binary.BigEndian.AppendUint64([]byte("\x03"+fork.GetConversationId()+"\x00\x01"), seq)
+		_, closer, err := db.Get(key)
+		require.NoError(t, err, "the event is at the key")
+		require.NoError(t, closer.Close())
+		require.NoError(t, db.Set(key, data, pebble.Sync))
+		require.NoError(t, db.Close())
+		s, err = pebblejournal.Open(dir, pebblejournal.Options{})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	case "postgres":
+		dsn := pgtest.NewDatabase(t)
+		s, err := pgjournal.Open(ctx, dsn, pgjournal.Options{})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close() })
+		require.NoError(t, s.Fork(ctx, fine))
+		conn, err := pgx.Connect(ctx, dsn)
+		require.NoError(t, err)
+		defer conn.Close(ctx)
+		tag, err := conn.Exec(ctx, "UPDATE lz_events SET data = $1 WHERE conv = $2 AND seq = $3", data, []byte(fork.GetConversationId()), int64(seq))
+		require.NoError(t, err)
+		require.Equal(t, int64(1), tag.RowsAffected())
+		return s
+	}
+	t.Fatalf("unknown store kind %q", kind)
+	return nil
 }
 
 // TestRevivalRefusesALostTail: a conversation whose latest summary ends

@@ -507,7 +507,7 @@ func TestExportRefusesADamagedConversation(t *testing.T) {
 		want   string
 	}{
 		{"a tool_call event without its row", func(st journal.Store) error {
-			// An Append refuses it; a fork that names no origin copies it.
+			// An Append refuses it; a fork copies it (a copied call's row is the source's).
 			evs := []*messages.Event{proto.CloneOf(user), toolCall("tc-1")}
 			evs[0].Seq, evs[1].Seq = 1, 2
 			return st.Fork(ctxT(t), &messages.ForkRequest{ConversationId: "c", Events: evs, Status: messages.ConversationStatus_CONVERSATION_STATUS_IDLE})

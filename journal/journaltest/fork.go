@@ -22,6 +22,7 @@ var forkCases = []suiteCase{
 	{name: "Ended", run: testForkEnded},
 	{name: "ExistingOrDeletedTarget", run: testForkExisting},
 	{name: "BadRequestWritesNothing", run: testForkBadInput},
+	{name: "MalformedCallEventsRefused", run: testForkMalformedCallEvents},
 	{name: "DeleteEitherLeavesTheOther", run: testForkDeleteEither},
 	{name: "SurvivesReopen", run: testForkReopen, durable: true},
 	{name: "SurvivesCrash", run: testForkCrash, durable: true},
@@ -194,6 +195,76 @@ func testForkBadInput(t *testing.T, e env) {
 		})
 	}
 	require.ErrorIs(t, s.Fork(ctx, nil), journal.ErrInvalid)
+}
+
+// testForkMalformedCallEvents: a fork whose events name tool calls badly
+// is refused with ErrInvalid and writes nothing, whether or not it names an
+// origin, as an Append of them is: a tool_call event without a call, with
+// an empty or oversized call id, or of an executor neither server nor
+// human; a tool_result, resolution or handoff event without a call id; a
+// resolution of a status that is not terminal; a suspension whose pending
+// call has no id or an unknown executor. A fork's tool_call events need no
+// rows (a copied call's row is the source's): a fork copying well-formed
+// call events without their rows is written.
+func testForkMalformedCallEvents(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := context.Background()
+	base := forkSource(t, s, "src", "dst")
+	withCall := func(edit func(tc *messages.ToolCallEvent)) *messages.Event {
+		ev := toolCallEv(7, "tc-1")
+		edit(ev.GetToolCall())
+		return ev
+	}
+	suspension := func(p *messages.PendingCall) *messages.Event {
+		return &messages.Event{Time: ts(7), Body: &messages.Event_Suspension{Suspension: &messages.Suspension{
+			Pending: []*messages.PendingCall{p}}}}
+	}
+	handoff := &messages.Event{Time: ts(7), Agent: "critic", Body: &messages.Event_Handoff{Handoff: &messages.Handoff{To: "critic", Message: "check it"}}}
+	cases := map[string]*messages.Event{
+		"tool_call event without a call":                      withCall(func(tc *messages.ToolCallEvent) { tc.Call = nil }),
+		"tool_call event without an id":                       withCall(func(tc *messages.ToolCallEvent) { tc.Call.Id = "" }),
+		"tool_call event with an oversized id":                withCall(func(tc *messages.ToolCallEvent) { tc.Call.Id = strings.Repeat("x", journal.MaxIDBytes+1) }),
+		"tool_call event of no executor":                      withCall(func(tc *messages.ToolCallEvent) { tc.Executor = messages.Executor_EXECUTOR_UNSPECIFIED }),
+		"tool_result event without an id":                     toolResultEv(7, "", "42"),
+		"resolution event without an id":                      resolutionEv(7, "", resolved),
+		"resolution event of a pending status":                resolutionEv(7, "tc-1", messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING),
+		"handoff event without an id":                         handoff,
+		"suspension of a pending call without an id":          suspension(&messages.PendingCall{Executor: messages.Executor_EXECUTOR_HUMAN, Kind: "ask_human"}),
+		"suspension of a pending call of an unknown executor": suspension(&messages.PendingCall{ToolCallId: "tc-1", Executor: 9, Kind: "ask_human"}),
+	}
+	for name, ev := range cases {
+		for _, origin := range []bool{true, false} {
+			req := cloneFork(base)
+			ev := proto.CloneOf(ev)
+			ev.Seq = req.Events[0].GetSeq()
+			req.Events[0] = ev
+			if !origin {
+				req.Origin = nil
+			}
+			require.ErrorIs(t, s.Fork(ctx, req), journal.ErrInvalid, "%s (origin %v)", name, origin)
+			_, err := s.Conversation(ctx, "dst")
+			require.ErrorIs(t, err, journal.ErrNotFound, "%s: nothing was written", name)
+			assert.Empty(t, allEvents(t, s, "dst"), name)
+		}
+	}
+
+	// Well-formed call events, without their rows, with and without an
+	// origin.
+	server := toolCallEv(8, "tc-2")
+	server.GetToolCall().Executor = messages.Executor_EXECUTOR_SERVER
+	copied := []*messages.Event{assistantEv(7, "asking", "tc-1"), toolCallEv(7, "tc-1"), resolutionEv(8, "tc-1", resolved),
+		toolResultEv(8, "tc-1", "42"), server,
+		suspension(&messages.PendingCall{ToolCallId: "tc-3", Executor: messages.Executor_EXECUTOR_HUMAN, Kind: "ask_human"})}
+	for i, dst := range []string{"dst", "dst-without-origin"} {
+		req := cloneFork(base)
+		req.ConversationId = dst
+		req.Events = withSeqs(7, copied)
+		if i == 1 {
+			req.Origin = nil
+		}
+		require.NoError(t, s.Fork(ctx, req), dst)
+		requireFork(t, s, req)
+	}
 }
 
 func cloneFork(r *messages.ForkRequest) *messages.ForkRequest {
