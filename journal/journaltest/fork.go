@@ -123,8 +123,8 @@ func testForkWithoutSummary(t *testing.T, e env) {
 }
 
 // testForkEnded: a fork may be written ENDED (lazarus import writes one so,
-// then appends the rest of its log, copied tool_call events without rows
-// among it, and gives it its status last).
+// with every copied event, then appends the fork's own log and gives it
+// its status last).
 func testForkEnded(t *testing.T, e env) {
 	s := e.open(t).Store
 	ctx := context.Background()
