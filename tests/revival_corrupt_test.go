@@ -182,23 +182,10 @@ func damagedEventStore(t *testing.T, kind string, fork *messages.ForkRequest, se
 		s, err := pebblejournal.Open(dir, pebblejournal.Options{})
 		require.NoError(t, err)
 		require.NoError(t, s.Fork(ctx, fine))
-		require.NoError(t, s.Close())
-		o := &pebble.Options{FormatMajorVersion: pebblejournal.FormatMajorVersion, Logger: quietPebble{}}
-		pebblejournal.SetLevelOptions(o)
-		db, err := pebble.Open(dir, o)
-		require.NoError(t, err)
 		// Family 0x03 (events), the id, its terminator 0x00 0x01 and the
 		// seq, big-endian (see pebblejournal's keys.go).
 		key := binary.BigEndian.AppendUint64([]byte("\x03"+fork.GetConversationId()+"\x00\x01"), seq)
-		_, closer, err := db.Get(key)
-		require.NoError(t, err, "the event is at the key")
-		require.NoError(t, closer.Close())
-		require.NoError(t, db.Set(key, data, pebble.Sync))
-		require.NoError(t, db.Close())
-		s, err = pebblejournal.Open(dir, pebblejournal.Options{})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = s.Close() })
-		return s
+		return underPebble(t, s, dir, func(db *pebble.DB) { replaceKey(t, db, key, data) })
 	case "postgres":
 		dsn := pgtest.NewDatabase(t)
 		s, err := pgjournal.Open(ctx, dsn, pgjournal.Options{})
@@ -364,22 +351,14 @@ func lostTailStore(t *testing.T, kind string, status messages.ConversationStatus
 		s, err := pebblejournal.Open(dir, pebblejournal.Options{})
 		require.NoError(t, err)
 		write(s, 4, true)
-		require.NoError(t, s.Close())
-		o := &pebble.Options{FormatMajorVersion: pebblejournal.FormatMajorVersion, Logger: quietPebble{}}
-		pebblejournal.SetLevelOptions(o)
-		db, err := pebble.Open(dir, o)
-		require.NoError(t, err)
-		for _, seq := range []uint64{3, 4} {
-			// Family 0x03 (events), the id, its terminator 0x00 0x01 and
-			// the seq, big-endian (see pebblejournal's keys.go).
-			key := binary.BigEndian.AppendUint64([]byte("\x03c\x00\x01"), seq)
-			require.NoError(t, db.Delete(key, pebble.Sync))
-		}
-		require.NoError(t, db.Close())
-		s, err = pebblejournal.Open(dir, pebblejournal.Options{})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = s.Close() })
-		return s
+		return underPebble(t, s, dir, func(db *pebble.DB) {
+			for _, seq := range []uint64{3, 4} {
+				// Family 0x03 (events), the id, its terminator 0x00 0x01
+				// and the seq, big-endian (see pebblejournal's keys.go).
+				key := binary.BigEndian.AppendUint64([]byte("\x03c\x00\x01"), seq)
+				require.NoError(t, db.Delete(key, pebble.Sync))
+			}
+		})
 	case "postgres":
 		dsn := pgtest.NewDatabase(t)
 		s, err := pgjournal.Open(ctx, dsn, pgjournal.Options{})
@@ -506,24 +485,11 @@ func damagedRowStore(t *testing.T, kind string, req *messages.AppendRequest, row
 		require.NoError(t, err)
 		_, err = s.Append(ctx, req)
 		require.NoError(t, err)
-		require.NoError(t, s.Close())
-		o := &pebble.Options{FormatMajorVersion: pebblejournal.FormatMajorVersion, Logger: quietPebble{}}
-		pebblejournal.SetLevelOptions(o)
-		db, err := pebble.Open(dir, o)
-		require.NoError(t, err)
 		// Family 0x05 (tool call rows), the conversation id and the call
 		// id, each with its terminator 0x00 0x01 (see pebblejournal's
 		// keys.go).
 		key := []byte("\x05" + row.GetConversationId() + "\x00\x01" + row.GetId() + "\x00\x01")
-		_, closer, err := db.Get(key)
-		require.NoError(t, err, "the row is at the key")
-		require.NoError(t, closer.Close())
-		require.NoError(t, db.Set(key, data, pebble.Sync))
-		require.NoError(t, db.Close())
-		s, err = pebblejournal.Open(dir, pebblejournal.Options{})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = s.Close() })
-		return s
+		return underPebble(t, s, dir, func(db *pebble.DB) { replaceKey(t, db, key, data) })
 	case "postgres":
 		dsn := pgtest.NewDatabase(t)
 		s, err := pgjournal.Open(ctx, dsn, pgjournal.Options{})
@@ -541,4 +507,31 @@ func damagedRowStore(t *testing.T, kind string, req *messages.AppendRequest, row
 	}
 	t.Fatalf("unknown store kind %q", kind)
 	return nil
+}
+
+// underPebble closes s, the pebblejournal Store of dir, changes its keys
+// with change on the raw Pebble database (damage no Store write makes),
+// and returns the Store opened again, closed when t ends.
+func underPebble(t *testing.T, s *pebblejournal.Store, dir string, change func(db *pebble.DB)) journal.Store {
+	t.Helper()
+	require.NoError(t, s.Close())
+	o := &pebble.Options{FormatMajorVersion: pebblejournal.FormatMajorVersion, Logger: quietPebble{}}
+	pebblejournal.SetLevelOptions(o)
+	db, err := pebble.Open(dir, o)
+	require.NoError(t, err)
+	change(db)
+	require.NoError(t, db.Close())
+	s, err = pebblejournal.Open(dir, pebblejournal.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// replaceKey sets key, which must hold a value already, to data.
+func replaceKey(t *testing.T, db *pebble.DB, key, data []byte) {
+	t.Helper()
+	_, closer, err := db.Get(key)
+	require.NoError(t, err, "the record is at the key")
+	require.NoError(t, closer.Close())
+	require.NoError(t, db.Set(key, data, pebble.Sync))
 }
