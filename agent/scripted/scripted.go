@@ -94,10 +94,16 @@ func (m *Model) Push(conv string, replies ...*messages.AssistantMessage) {
 }
 
 // PushError queues a failure: the Generate that reaches it returns err.
+// A nil err is no failure: it queues an empty message, as Push does for a
+// nil reply.
 func (m *Model) PushError(conv string, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	c := m.conv(conv)
+	if err == nil {
+		c.queue = append(c.queue, reply{msg: &messages.AssistantMessage{}})
+		return
+	}
 	c.queue = append(c.queue, reply{err: err})
 }
 
