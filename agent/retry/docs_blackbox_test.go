@@ -1,0 +1,98 @@
+package retry_test
+
+// Black-box tests of the package's godoc: each test names the promise it
+// checks, and uses only the exported API.
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus/agent/retry"
+)
+
+// The zero Policy is the defaults; WithDefaults fills the zero fields and
+// keeps the others; less than 0 attempts never retries.
+func TestBBWithDefaults(t *testing.T) {
+	p := retry.Policy{}.WithDefaults()
+	assert.Equal(t, retry.DefaultMaxAttempts, p.MaxAttempts)
+	assert.Equal(t, retry.DefaultInitialBackoff, p.InitialBackoff)
+	assert.Equal(t, retry.DefaultMaxBackoff, p.MaxBackoff)
+	assert.Equal(t, retry.DefaultMaxRetryAfter, p.MaxRetryAfter)
+	assert.NotNil(t, p.Sleep)
+	q := retry.Policy{MaxAttempts: 7, InitialBackoff: time.Second, MaxBackoff: time.Hour, MaxRetryAfter: time.Second}.WithDefaults()
+	assert.Equal(t, 7, q.MaxAttempts)
+	assert.Equal(t, time.Second, q.InitialBackoff)
+	assert.Equal(t, time.Hour, q.MaxBackoff)
+	assert.Equal(t, time.Second, q.MaxRetryAfter)
+	assert.Equal(t, time.Second, retry.Policy{InitialBackoff: time.Second}.Backoff(2))
+	assert.Equal(t, 4*time.Second, retry.Policy{InitialBackoff: time.Second}.Backoff(4))
+}
+
+// The default Sleep is a timer that returns ctx.Err() once ctx is done: Do
+// does not wait out an hour's backoff after ctx ends. (ctx may end during
+// the attempt, before the wait: Do then returns the attempt's error.)
+func TestBBDefaultSleepHonoursContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	attempted := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- retry.Policy{InitialBackoff: time.Hour}.Do(ctx, func(context.Context) error {
+			close(attempted)
+			return retry.Retryable(errBusy, 0)
+		})
+	}()
+	<-attempted
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			require.ErrorIs(t, err, errBusy)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Do did not return once ctx was done")
+	}
+}
+
+// Do returns attempt's last error, unmarked, wrapped with the number of
+// attempts when there was more than one.
+func TestBBDoNamesAttempts(t *testing.T) {
+	var waits []time.Duration
+	p := retry.Policy{MaxAttempts: 3, Sleep: recorder(&waits)}
+	err := p.Do(context.Background(), func(context.Context) error { return retry.Retryable(errBusy, 0) })
+	require.ErrorIs(t, err, errBusy)
+	assert.False(t, retry.IsRetryable(err))
+	assert.Contains(t, err.Error(), "3 attempts")
+	assert.Len(t, waits, 2)
+}
+
+// After: a retry-after-ms that does not parse (NaN, infinite, negative,
+// garbage) falls back to Retry-After; values that do not parse give 0.
+func TestBBAfterHostile(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, ms := range []string{"NaN", "Inf", "-Inf", "-5", "0", "x", "1e300", strings.Repeat("9", 1000)} {
+		h := http.Header{}
+		h.Set("Retry-After-Ms", ms)
+		h.Set("Retry-After", "2")
+		assert.Equal(t, 2*time.Second, retry.After(h, now), "retry-after-ms %.20q", ms)
+	}
+	for _, s := range []string{"NaN", "Inf", "+Inf", "0", "\xff", " 3", "Mon, 99 Foo 2026"} {
+		h := http.Header{}
+		h.Set("Retry-After", s)
+		assert.Equal(t, time.Duration(0), retry.After(h, now), "retry-after %q", s)
+	}
+	assert.Equal(t, time.Duration(0), retry.After(nil, now))
+}
+
+// Transient(nil) and IsRetryable(nil) are false.
+func TestBBNilErrors(t *testing.T) {
+	assert.False(t, retry.Transient(nil))
+	assert.False(t, retry.IsRetryable(nil))
+	assert.NoError(t, retry.Policy{}.Do(context.Background(), func(context.Context) error { return nil }))
+}
