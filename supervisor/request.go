@@ -8,6 +8,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/lazarusrt/lazarus/actors"
+	"github.com/lazarusrt/lazarus/journal"
 )
 
 // ErrNoAnswer: a command (or request) was handed over to its actor, but no
@@ -138,9 +139,10 @@ func (s *Supervisor) Request(ctx context.Context, pid *actor.PID, msg any) (any,
 // Tell delivers cmd to conversation id through the supervisor actor,
 // activating it if needed, and does not wait: for a delivery whose caller
 // could not wait for it (its context ended) but that must not be lost to
-// a live activation. It does nothing after Stop.
+// a live activation. It does nothing after Stop, for a nil cmd, or for an
+// id journal.ValidateID refuses.
 func (s *Supervisor) Tell(id string, cmd *actors.Command) {
-	if s.isStopped() {
+	if cmd == nil || journal.ValidateID("conversation id", id) != nil || s.isStopped() {
 		return
 	}
 	s.system.Root.Send(s.pid, &redeliver{conversation: id, cmd: cmd})

@@ -118,8 +118,12 @@ const Name = "lazarus"
 
 // Start spawns the supervisor actor, with its journal and expiry actors, on
 // system. The expiry actor rebuilds its timers from the Store before Start
-// returns.
+// returns. A nil system, or a Config without its Store or Agent, is refused
+// with an error wrapping journal.ErrInvalid.
 func Start(system *actor.ActorSystem, cfg Config) (*Supervisor, error) {
+	if system == nil {
+		return nil, fmt.Errorf("supervisor: an actor system is required: %w", journal.ErrInvalid)
+	}
 	if cfg.Store == nil || cfg.Agent == nil {
 		return nil, fmt.Errorf("supervisor: Store and Agent are required: %w", journal.ErrInvalid)
 	}
@@ -202,7 +206,17 @@ type expired struct{ conversation, toolCallID string }
 // returns an error wrapping ErrMoved instead (and ErrNoAnswer if cmd was
 // handed over): the caller sends it to the conversation's owner, if
 // sending it again is safe.
+//
+// A nil cmd, or an id journal.ValidateID refuses (empty, too long, not
+// UTF-8), is refused at once with an error wrapping journal.ErrInvalid:
+// nothing is activated or sent.
 func (s *Supervisor) Ask(ctx context.Context, id string, cmd *actors.Command) (proto.Message, error) {
+	if err := journal.ValidateID("conversation id", id); err != nil {
+		return nil, fmt.Errorf("supervisor: %w", err)
+	}
+	if cmd == nil {
+		return nil, fmt.Errorf("supervisor: conversation %q: a nil command: %w", id, journal.ErrInvalid)
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
 	defer cancel()
 	what := fmt.Sprintf("conversation %q", id)

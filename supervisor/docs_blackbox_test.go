@@ -1,0 +1,150 @@
+package supervisor_test
+
+// Black-box tests of the package's godoc: each test names the promise it
+// checks, and uses only the exported API.
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus/actors"
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/agent/scripted"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/journal/memjournal"
+	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/supervisor"
+)
+
+func newSystem(t *testing.T) *actor.ActorSystem {
+	t.Helper()
+	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
+	t.Cleanup(system.Shutdown)
+	return system
+}
+
+func validConfig() supervisor.Config {
+	model := scripted.New(scripted.Options{})
+	return supervisor.Config{
+		Store:       memjournal.New(memjournal.Options{}),
+		Agent:       func(string) actors.ConversationConfig { return actors.ConversationConfig{Model: model} },
+		CallTimeout: time.Minute,
+	}
+}
+
+func send(rid, text string) *actors.Command {
+	return &actors.Command{Msg: &messages.AgentSend{RequestId: rid, Message: agent.UserMessage(agent.TextPart(text))},
+		Scope: agent.Scope{UserID: "u"}}
+}
+
+// Config.Store and Config.Agent are required, and Start needs a system:
+// without them it fails with an error wrapping journal.ErrInvalid, never a
+// panic.
+func TestBBStartRequiresItsConfig(t *testing.T) {
+	system := newSystem(t)
+	cfg := validConfig()
+	noStore := cfg
+	noStore.Store = nil
+	_, err := supervisor.Start(system, noStore)
+	require.ErrorIs(t, err, journal.ErrInvalid)
+	noAgent := cfg
+	noAgent.Agent = nil
+	_, err = supervisor.Start(system, noAgent)
+	require.ErrorIs(t, err, journal.ErrInvalid)
+	_, err = supervisor.Start(nil, cfg)
+	require.ErrorIs(t, err, journal.ErrInvalid)
+}
+
+// One Supervisor per system: a second Start fails with an error wrapping
+// actor.ErrNameExists, and the first goes on working.
+func TestBBStartTwiceOnOneSystem(t *testing.T) {
+	system := newSystem(t)
+	s, err := supervisor.Start(system, validConfig())
+	require.NoError(t, err)
+	defer s.Stop()
+	_, err = supervisor.Start(system, validConfig())
+	require.ErrorIs(t, err, actor.ErrNameExists)
+	_, err = s.Ask(context.Background(), "c", send("r1", "hi"))
+	require.NoError(t, err)
+	assert.True(t, s.IsActive("c"))
+	assert.Equal(t, 1, s.Active())
+}
+
+// After Stop: Ask, Request and Delete return ErrStopped; Tell,
+// ArmSchedule, DisarmSchedule and Repartition do nothing; Kill finds no
+// live actor; Stop is idempotent.
+func TestBBAfterStop(t *testing.T) {
+	s, err := supervisor.Start(newSystem(t), validConfig())
+	require.NoError(t, err)
+	_, err = s.Ask(context.Background(), "c", send("r1", "hi"))
+	require.NoError(t, err)
+	s.Stop()
+	s.Stop()
+	_, err = s.Ask(context.Background(), "c", send("r2", "hi"))
+	require.ErrorIs(t, err, supervisor.ErrStopped)
+	_, err = s.Request(context.Background(), s.Journal(), &messages.JournalWrite{})
+	require.ErrorIs(t, err, supervisor.ErrStopped)
+	err = s.Delete(context.Background(), "c", func(context.Context) error { t.Error("del called after Stop"); return nil })
+	require.ErrorIs(t, err, supervisor.ErrStopped)
+	s.Tell("c", send("r3", "hi"))
+	s.ArmSchedule("c", "s", time.Now().Add(time.Hour))
+	s.DisarmSchedule("c", "s")
+	s.Repartition()
+	assert.False(t, s.Kill("c", func() { t.Error("then called without a live actor") }))
+	assert.Zero(t, s.StopUnowned(func(string) bool { return false }))
+	assert.Zero(t, s.Active())
+}
+
+// Ask with hostile input (an empty, huge or invalid UTF-8 id, a nil
+// command or message) answers an error, never a panic, and the
+// supervisor keeps answering.
+func TestBBAskHostileInput(t *testing.T) {
+	s, err := supervisor.Start(newSystem(t), validConfig())
+	require.NoError(t, err)
+	defer s.Stop()
+	ctx := context.Background()
+	for _, id := range []string{"", "\xff", strings.Repeat("x", 1<<20)} {
+		_, err := s.Ask(ctx, id, send("r", "hi"))
+		require.True(t, errors.Is(err, journal.ErrInvalid), "id %.10q: %.300v", id, err)
+		require.False(t, errors.Is(err, supervisor.ErrNoAnswer), "id %.10q: nothing was handed over: %.300v", id, err)
+		assert.Less(t, len(err.Error()), 1<<10, "the error does not echo a huge id")
+		s.Tell(id, send("r", "hi"))
+	}
+	assert.Zero(t, s.Active(), "no activation of an invalid id")
+	// A nil command is refused at once (it used to wait out CallTimeout
+	// and answer ErrNoAnswer), and Tell drops it.
+	_, err = s.Ask(ctx, "c", nil)
+	require.ErrorIs(t, err, journal.ErrInvalid)
+	require.NotErrorIs(t, err, supervisor.ErrNoAnswer, "nothing was handed over")
+	s.Tell("c", nil)
+	// A command without a message is answered by the agent: a reply that
+	// carries an invalid-input error.
+	res, err := s.Ask(ctx, "c", &actors.Command{})
+	require.NoError(t, err)
+	require.NotNil(t, res)
+	_, err = s.Ask(ctx, "c", send("r1", "hi"))
+	require.NoError(t, err)
+}
+
+// Kill reports whether there was a live actor, and calls then once it has
+// terminated.
+func TestBBKill(t *testing.T) {
+	s, err := supervisor.Start(newSystem(t), validConfig())
+	require.NoError(t, err)
+	defer s.Stop()
+	assert.False(t, s.Kill("c", nil))
+	_, err = s.Ask(context.Background(), "c", send("r1", "hi"))
+	require.NoError(t, err)
+	called := false
+	assert.True(t, s.Kill("c", func() { called = true }))
+	assert.True(t, called)
+	assert.False(t, s.IsActive("c"))
+}
