@@ -26,7 +26,9 @@ type unblocked struct{ conversation string }
 // del succeeded, cancels the expiry actor's timers of the conversation's
 // pending calls. It returns del's error, or one wrapping ctx's error or
 // ErrStopped (ErrNoAnswer and context.DeadlineExceeded when the journal
-// actor did not answer within Config.CallTimeout).
+// actor did not answer within Config.CallTimeout). A nil del, or an id
+// journal.ValidateID refuses, is refused at once with an error wrapping
+// journal.ErrInvalid: nothing is stopped or held back.
 //
 // Once del has succeeded (or said journal.ErrDeleted), no activation of id
 // is created again: the deliveries held back meanwhile are dropped, and
@@ -35,6 +37,12 @@ type unblocked struct{ conversation string }
 // goneKept ids so; for older ones an activation reads the tombstone and
 // stops.
 func (s *Supervisor) Delete(ctx context.Context, id string, del func(context.Context) error) error {
+	if err := journal.ValidateID("conversation id", id); err != nil {
+		return fmt.Errorf("supervisor: delete: %w", err)
+	}
+	if del == nil {
+		return fmt.Errorf("supervisor: delete %q: a nil del: %w", id, journal.ErrInvalid)
+	}
 	if s.isStopped() {
 		return ErrStopped
 	}

@@ -148,3 +148,29 @@ func TestBBKill(t *testing.T) {
 	assert.True(t, called)
 	assert.False(t, s.IsActive("c"))
 }
+
+// Delete and Request with hostile input: a nil del, an invalid id, a nil
+// pid are refused at once with journal.ErrInvalid (they used to panic, or
+// reach the Store); the conversation is left as it was.
+func TestBBDeleteAndRequestHostileInput(t *testing.T) {
+	s, err := supervisor.Start(newSystem(t), validConfig())
+	require.NoError(t, err)
+	defer s.Stop()
+	ctx := context.Background()
+	_, err = s.Ask(ctx, "c", send("r1", "hi"))
+	require.NoError(t, err)
+	require.ErrorIs(t, s.Delete(ctx, "c", nil), journal.ErrInvalid)
+	assert.True(t, s.IsActive("c"), "nothing was stopped")
+	for _, id := range []string{"", "\xff", strings.Repeat("x", journal.MaxIDBytes+1)} {
+		err := s.Delete(ctx, id, func(context.Context) error { t.Error("del called"); return nil })
+		require.ErrorIs(t, err, journal.ErrInvalid)
+	}
+	_, err = s.Request(ctx, nil, &messages.JournalWrite{})
+	require.ErrorIs(t, err, journal.ErrInvalid)
+	require.NotErrorIs(t, err, supervisor.ErrNoAnswer)
+	_, err = s.Ask(ctx, "c", send("r2", "again"))
+	require.NoError(t, err, "the conversation still answers")
+	// Kill and StopUnowned with hostile input find nothing to stop.
+	assert.False(t, s.Kill("\xff", nil))
+	assert.Zero(t, s.StopUnowned(func(string) bool { return true }))
+}

@@ -113,8 +113,12 @@ func noAnswer(what string, handed bool, cause error) error {
 // returns at once when ctx ends or the supervisor stops, and an error
 // after the message was handed over wraps ErrNoAnswer. A target that was
 // gone (stopped) before it got msg is ErrStopped after Stop, else
-// actor.ErrDeadLetter.
+// actor.ErrDeadLetter. A nil pid is refused at once with an error wrapping
+// journal.ErrInvalid.
 func (s *Supervisor) Request(ctx context.Context, pid *actor.PID, msg any) (any, error) {
+	if pid == nil {
+		return nil, fmt.Errorf("supervisor: a request to a nil pid: %w", journal.ErrInvalid)
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
 	defer cancel()
 	what := "request to " + pid.GetId()
