@@ -285,3 +285,59 @@ func TestBBNilHelpers(t *testing.T) {
 	assert.True(t, snapshot.VisibleTo(bbRewind(2, 1), "anyone"), "a rewind is visible to every agent")
 	assert.True(t, snapshot.VisibleTo(&messages.Event{Agent: "a", Audience: []string{snapshot.Broadcast}}, "b"))
 }
+
+// Deterministic's documented line format: a header, then prev's body
+// (without its header when prev is Deterministic's, whole otherwise), then
+// one line per event.
+func TestBBDeterministicFormat(t *testing.T) {
+	ctx := context.Background()
+	evs := []*messages.Event{
+		bbUser(3, "hi"),
+		{Seq: 4, Body: &messages.Event_AssistantMsg{AssistantMsg: agent.Reply("ok", agent.Call("lookup", `{"q":1}`))}},
+		{Seq: 5, Body: &messages.Event_ToolResult{ToolResult: &messages.ToolResultEvent{Name: "lookup", ToolCallId: "x",
+			Outcome: &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: `"r"`}}}}},
+		{Seq: 6, Body: &messages.Event_ToolResult{ToolResult: &messages.ToolResultEvent{Name: "lookup", ToolCallId: "y",
+			Outcome: agent.ErrorOutcome("tool", "boom")}}},
+		{Seq: 7, Body: &messages.Event_Handoff{Handoff: &messages.Handoff{To: "b", Message: "yours"}}},
+		{Seq: 8},
+	}
+	prev := &messages.Summary{FromSeq: 1, ToSeq: 2, Content: "earlier facts", Version: "other/1"}
+	s, err := snapshot.Deterministic{}.Summarize(ctx, "c", prev, evs)
+	require.NoError(t, err)
+	lines := strings.Split(s.GetContent(), "\n")
+	require.Len(t, lines, 8, "%q", s.GetContent())
+	assert.Regexp(t, `^deterministic summary of seq 1\.\.8, sha256 [0-9a-f]{16}$`, lines[0])
+	assert.Equal(t, []string{
+		"earlier facts",
+		"[3] user: hi",
+		`[4] assistant: ok [call lookup {"q":1}]`,
+		`[5] tool lookup: "r"`,
+		"[6] tool lookup error (tool): boom",
+		"[7] handoff from default: yours",
+		"[8] unknown",
+	}, lines[1:])
+
+	next, err := snapshot.Deterministic{}.Summarize(ctx, "c", s, []*messages.Event{bbUser(9, "more")})
+	require.NoError(t, err)
+	nl := strings.Split(next.GetContent(), "\n")
+	assert.Equal(t, append(append([]string{}, lines[1:]...), "[9] user: more"), nl[1:], "prev's header is dropped")
+	assert.Regexp(t, `^deterministic summary of seq 1\.\.9, `, nl[0])
+}
+
+// The other event types' lines, as the doc lists them (it said "[n]
+// <type>", which is not what version 1 writes); EstimateTokens counts a
+// handoff's sender and message.
+func TestBBDeterministicOtherTypes(t *testing.T) {
+	s, err := snapshot.Deterministic{}.Summarize(context.Background(), "c", nil, []*messages.Event{
+		bbRewind(2, 1),
+		{Seq: 3, Body: &messages.Event_TurnFailed{TurnFailed: &messages.TurnFailed{Code: "model\nerror", Message: "x"}}},
+		{Seq: 4, Body: &messages.Event_ToolCall{ToolCall: &messages.ToolCallEvent{Call: &messages.ToolCall{Name: "ask", Arguments: "{}"}}}},
+		{Seq: 5, Body: &messages.Event_Suspension{Suspension: &messages.Suspension{}}},
+		{Seq: 6, Body: &messages.Event_Resolution{Resolution: &messages.Resolution{}}},
+	})
+	require.NoError(t, err)
+	lines := strings.Split(s.GetContent(), "\n")
+	assert.Equal(t, []string{"[2] rewind to 1", "[3] turn failed (model error)", "[4] call ask {}", "[5] suspension", "[6] resolution"}, lines[1:])
+	h := &messages.Event{Body: &messages.Event_Handoff{Handoff: &messages.Handoff{From: "abcd", Message: "efgh"}}}
+	assert.Greater(t, snapshot.EstimateTokens([]*messages.Event{h}), 4, "a handoff's text counts")
+}

@@ -50,11 +50,15 @@ const DefaultDeterministicMaxBytes = 4096
 //	[4] assistant: <text> [call <name> <arguments>]...
 //	[6] tool <name>: <content>            or  tool <name> error (<code>): <message>
 //	[7] handoff from <agent>: <message>   (the default agent is "default")
+//	[8] call <name> <arguments>           (a tool_call event)
+//	[9] rewind to <seq>
+//	[10] turn failed (<code>)
+//	[11] suspension                       (or resolution)
 //
 // with newlines in texts, names and codes replaced by spaces, so every
-// event is one line (other event types give "[n] <type>", a body this
-// version does not know "[n] unknown"). The digest is of the full body, so
-// it changes with any folded event even when the body is cut. When the content would exceed
+// event is one line (a body this version does not know gives "[n]
+// unknown"). The digest is of the full body, so it changes with any folded
+// event even when the body is cut. When the content would exceed
 // MaxBytes, the oldest lines are dropped (the body then starts with "...").
 // The same inputs always give the same content. Created is left unset.
 type Deterministic struct {
