@@ -341,3 +341,37 @@ func TestBBDeterministicOtherTypes(t *testing.T) {
 	h := &messages.Event{Body: &messages.Event_Handoff{Handoff: &messages.Handoff{From: "abcd", Message: "efgh"}}}
 	assert.Greater(t, snapshot.EstimateTokens([]*messages.Event{h}), 4, "a handoff's text counts")
 }
+
+// LLM: one user message holding Prompt (DefaultSummaryPrompt when empty),
+// the previous summary and the span rendered one line per event as
+// Deterministic renders them; MaxInputBytes drops the oldest lines first.
+func TestBBLLMInput(t *testing.T) {
+	ctx := context.Background()
+	var sent string
+	m := modelFunc(func(_ context.Context, turn agent.Turn, _ func(string)) (*messages.AssistantMessage, error) {
+		require.Len(t, turn.Context, 1)
+		var b strings.Builder
+		for _, p := range turn.Context[0].GetUserMsg().GetContent() {
+			b.WriteString(p.GetText())
+		}
+		sent = b.String()
+		return agent.Text("s"), nil
+	})
+	prev := &messages.Summary{FromSeq: 1, ToSeq: 2, Content: "PREVIOUS", Version: "x/1"}
+	evs := []*messages.Event{bbUser(3, "oldest "+strings.Repeat("o", 300)), bbUser(4, "newest")}
+	_, err := snapshot.LLM{Model: m}.Summarize(ctx, "c", prev, evs)
+	require.NoError(t, err)
+	assert.Contains(t, sent, snapshot.DefaultSummaryPrompt)
+	assert.Contains(t, sent, "PREVIOUS")
+	assert.Contains(t, sent, "[3] user: oldest")
+	assert.Contains(t, sent, "[4] user: newest")
+	assert.Less(t, strings.Index(sent, snapshot.DefaultSummaryPrompt), strings.Index(sent, "PREVIOUS"))
+	assert.Less(t, strings.Index(sent, "PREVIOUS"), strings.Index(sent, "[3] user"))
+
+	_, err = snapshot.LLM{Model: m, Prompt: "MY PROMPT", MaxInputBytes: 100}.Summarize(ctx, "c", nil, evs)
+	require.NoError(t, err)
+	assert.Contains(t, sent, "MY PROMPT")
+	assert.NotContains(t, sent, snapshot.DefaultSummaryPrompt)
+	assert.NotContains(t, sent, "[3] user: oldest", "the oldest line is dropped first")
+	assert.Contains(t, sent, "[4] user: newest")
+}
