@@ -256,6 +256,10 @@ func TestBBAuthorizers(t *testing.T) {
 	ctx := context.Background()
 	user := agent.Authorization{Tool: "h", Resolver: agent.Scope{UserID: "bob", Roles: []string{"approver"}}}
 	require.Error(t, agent.AnyOf()(ctx, user))
+	// nil authorizers are skipped (one used to panic when AnyOf reached it).
+	require.Error(t, agent.AnyOf(nil)(ctx, user))
+	require.Error(t, agent.AnyOf(nil, agent.RequireRole("other"))(ctx, user))
+	require.NoError(t, agent.AnyOf(nil, agent.RequireRole("approver"))(ctx, user))
 	require.NoError(t, agent.AnyOf(agent.RequireRole("other"), agent.RequireRole("approver"))(ctx, user))
 	errMine := errors.New("mine")
 	tl := agent.Tool{Name: "h", Executor: messages.Executor_EXECUTOR_HUMAN,

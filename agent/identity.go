@@ -157,11 +157,15 @@ func RequesterOnly() Authorizer {
 }
 
 // AnyOf allows an answer that at least one of authorizers allows; with no
-// authorizers it allows nothing. The error of a refusal joins theirs.
+// authorizers (nil ones are skipped) it allows nothing. The error of a
+// refusal joins theirs.
 func AnyOf(authorizers ...Authorizer) Authorizer {
 	return func(ctx context.Context, a Authorization) error {
 		errs := make([]error, 0, len(authorizers))
 		for _, f := range authorizers {
+			if f == nil {
+				continue
+			}
 			err := f(ctx, a)
 			if err == nil {
 				return nil
