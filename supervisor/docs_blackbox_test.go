@@ -6,6 +6,7 @@ package supervisor_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -173,4 +174,26 @@ func TestBBDeleteAndRequestHostileInput(t *testing.T) {
 	// Kill and StopUnowned with hostile input find nothing to stop.
 	assert.False(t, s.Kill("\xff", nil))
 	assert.Zero(t, s.StopUnowned(func(string) bool { return true }))
+}
+
+// Ask ensures one live activation per conversation even under concurrent
+// callers.
+func TestBBAskConcurrentCallersShareOneActivation(t *testing.T) {
+	s, err := supervisor.Start(newSystem(t), validConfig())
+	require.NoError(t, err)
+	defer s.Stop()
+	errs := make(chan error, 16)
+	for i := range 16 {
+		go func() {
+			conv := []string{"a", "b"}[i%2]
+			_, err := s.Ask(context.Background(), conv, send(fmt.Sprint("r", i), "hi"))
+			errs <- err
+		}()
+	}
+	for range 16 {
+		require.NoError(t, <-errs)
+	}
+	assert.Equal(t, 2, s.Active())
+	assert.True(t, s.IsActive("a"))
+	assert.True(t, s.IsActive("b"))
 }
