@@ -171,9 +171,18 @@ func TestBBDeleteAndRequestHostileInput(t *testing.T) {
 	require.NotErrorIs(t, err, supervisor.ErrNoAnswer)
 	_, err = s.Ask(ctx, "c", send("r2", "again"))
 	require.NoError(t, err, "the conversation still answers")
-	// Kill and StopUnowned with hostile input find nothing to stop.
+	// Kill and StopUnowned with hostile input find nothing to stop; a nil
+	// owns stops nothing; ArmSchedule and DisarmSchedule ignore bad ids
+	// and times.
 	assert.False(t, s.Kill("\xff", nil))
 	assert.Zero(t, s.StopUnowned(func(string) bool { return true }))
+	assert.Zero(t, s.StopUnowned(nil))
+	assert.True(t, s.IsActive("c"))
+	s.ArmSchedule("", "", time.Time{})
+	s.ArmSchedule("\xff", "s", time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC))
+	s.DisarmSchedule("", "\xff")
+	_, err = s.Ask(ctx, "c", send("r3", "still"))
+	require.NoError(t, err)
 }
 
 // Ask ensures one live activation per conversation even under concurrent

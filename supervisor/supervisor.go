@@ -361,7 +361,7 @@ func (s *Supervisor) Kill(id string, then func()) bool {
 // is asked under the registry's lock, which a spawn of a new activation
 // by Ask's retries takes too: such an activation is either stopped here
 // or was created for an id owns accepts by then. It returns how many
-// actors it stopped.
+// actors it stopped: none for a nil owns, or after Stop.
 func (s *Supervisor) StopUnowned(owns func(conversationID string) bool) int {
 	if owns == nil || s.isStopped() {
 		return 0
