@@ -5,6 +5,7 @@ package snapshot_test
 
 import (
 	"context"
+	"math"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -374,4 +375,22 @@ func TestBBLLMInput(t *testing.T) {
 	assert.NotContains(t, sent, snapshot.DefaultSummaryPrompt)
 	assert.NotContains(t, sent, "[3] user: oldest", "the oldest line is dropped first")
 	assert.Contains(t, sent, "[4] user: newest")
+}
+
+// SafePoint(keepRecent) with keepRecent past LastSeq (up to MaxInt) has no
+// safe point (no underflow); keepRecent < 0 counts as 0.
+func TestBBSafePointBounds(t *testing.T) {
+	evs := []*messages.Event{bbUser(1, "a"), {Seq: 2, Body: &messages.Event_AssistantMsg{AssistantMsg: agent.Text("b")}}}
+	w, err := snapshot.Rebuild(nil, evs)
+	require.NoError(t, err)
+	for _, k := range []int{3, 1 << 40, math.MaxInt} {
+		assert.Zero(t, w.SafePoint(k), "keepRecent %d", k)
+		_, ok := w.Plan(k)
+		assert.False(t, ok, "keepRecent %d", k)
+		assert.False(t, snapshot.Policy{MaxEvents: 1, KeepRecent: k}.Due(w), "keepRecent %d", k)
+	}
+	assert.Equal(t, uint64(2), w.SafePoint(0))
+	assert.Equal(t, uint64(2), w.SafePoint(-5))
+	assert.Equal(t, uint64(2), w.SafePoint(math.MinInt))
+	assert.True(t, snapshot.Policy{MaxEvents: 1, KeepRecent: -1}.Due(w))
 }
