@@ -153,13 +153,18 @@ func testForkExisting(t *testing.T, e env) {
 	req := forkSource(t, s, "src", "dst")
 	appendEvents(t, s, "dst", userEv(1, "mine"))
 	err := s.Fork(ctx, req)
-	require.ErrorIs(t, err, journal.ErrExists)
+	requireSentinel(t, err, journal.ErrExists)
 	assert.Equal(t, []uint64{1}, seqs(allEvents(t, s, "dst")), "nothing of the fork was written")
 	req.ConversationId = "src"
-	require.ErrorIs(t, s.Fork(ctx, req), journal.ErrExists)
+	requireSentinel(t, s.Fork(ctx, req), journal.ErrExists)
+	// A row without events exists too.
+	require.NoError(t, s.PutConversation(ctx, journal.ConversationUpdate{ID: "row-only"}))
+	req.ConversationId = "row-only"
+	requireSentinel(t, s.Fork(ctx, req), journal.ErrExists, "a row without events")
+	assert.Empty(t, allEvents(t, s, "row-only"), "nothing of the fork was written")
 	require.NoError(t, s.DeleteConversation(ctx, "dst"))
 	req.ConversationId = "dst"
-	require.ErrorIs(t, s.Fork(ctx, req), journal.ErrDeleted)
+	requireSentinel(t, s.Fork(ctx, req), journal.ErrDeleted)
 	ids, _, err := s.FindConversations(ctx, "name", "copy", "", 0)
 	require.NoError(t, err)
 	assert.Empty(t, ids, "a refused fork indexes nothing")

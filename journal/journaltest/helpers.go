@@ -257,3 +257,23 @@ func sameErr(a, b error) bool {
 	}
 	return true
 }
+
+// allSentinels are every sentinel error of package journal.
+var allSentinels = []error{
+	journal.ErrConflict, journal.ErrStale, journal.ErrNotFound, journal.ErrClosed,
+	journal.ErrCorrupt, journal.ErrInvalid, journal.ErrDeleted, journal.ErrNoSpace,
+	journal.ErrUnavailable, journal.ErrUnknownOutcome, journal.ErrExists, journal.ErrEnded,
+}
+
+// requireSentinel fails t unless err wraps want and no other sentinel of
+// package journal: an error that also wrapped ErrUnavailable, say, would
+// tell a caller to retry what can never succeed.
+func requireSentinel(t testing.TB, err, want error, msgAndArgs ...any) {
+	t.Helper()
+	require.ErrorIs(t, err, want, msgAndArgs...)
+	for _, s := range allSentinels {
+		if s != want && errors.Is(err, s) {
+			require.Failf(t, "the error wraps another sentinel", "%v wraps %v besides %v %s", err, s, want, fmt.Sprint(msgAndArgs...))
+		}
+	}
+}

@@ -296,7 +296,8 @@ func (s *Store) wrap(op string, err error) error {
 		return nil
 	}
 	for _, sentinel := range []error{journal.ErrClosed, journal.ErrInvalid, journal.ErrConflict, journal.ErrStale,
-		journal.ErrNotFound, journal.ErrDeleted, journal.ErrCorrupt, journal.ErrUnavailable, journal.ErrUnknownOutcome, ErrSchemaTooNew} {
+		journal.ErrNotFound, journal.ErrDeleted, journal.ErrCorrupt, journal.ErrUnavailable, journal.ErrUnknownOutcome,
+		journal.ErrExists, journal.ErrEnded, journal.ErrNoSpace, ErrSchemaTooNew} {
 		if errors.Is(err, sentinel) {
 			return fmt.Errorf("pgjournal: %s: %w", op, err)
 		}
