@@ -214,17 +214,17 @@ func testActiveFailedWrite(t *testing.T, e env) {
 		{ConversationId: "", ExpectedLast: 0, Status: statusActive},   // invalid
 		{ConversationId: "a", ExpectedLast: 1, Resolutions: []*messages.ToolResolution{{ToolCallId: "nope", Status: resolved, At: ts(1)}}, Status: statusIdle}, // stale
 	})
-	require.ErrorIs(t, res[0].Err, journal.ErrConflict)
-	require.ErrorIs(t, res[1].Err, journal.ErrConflict)
-	require.ErrorIs(t, res[2].Err, journal.ErrConflict)
+	requireSentinel(t, res[0].Err, journal.ErrConflict)
+	requireSentinel(t, res[1].Err, journal.ErrConflict)
+	requireSentinel(t, res[2].Err, journal.ErrConflict)
 	require.NoError(t, res[3].Err)
-	require.ErrorIs(t, res[4].Err, journal.ErrInvalid)
-	require.ErrorIs(t, res[5].Err, journal.ErrStale)
+	requireSentinel(t, res[4].Err, journal.ErrInvalid)
+	requireSentinel(t, res[5].Err, journal.ErrStale)
 	assert.Equal(t, []string{"a", "d"}, activeIDs(t, s, 0))
 	assert.Equal(t, statusActive, conversation(t, s, "a").GetStatus())
 	assert.Equal(t, statusIdle, conversation(t, s, "b").GetStatus())
 	err := s.PutConversation(ctx, journal.ConversationUpdate{ID: "a", Status: statusIdle, Settings: map[string]string{"bad\xff": "v"}})
-	require.ErrorIs(t, err, journal.ErrInvalid)
+	requireSentinel(t, err, journal.ErrInvalid)
 	assert.Equal(t, []string{"a", "d"}, activeIDs(t, s, 0), "a rejected PutConversation changes nothing")
 }
 
@@ -242,8 +242,8 @@ func testActiveDelete(t *testing.T, e env) {
 	require.NoError(t, s.DeleteConversation(ctx, "b"))
 	assert.Equal(t, []string{"a/b", "ab"}, activeIDs(t, s, 0))
 	_, err := s.Append(ctx, &messages.AppendRequest{ConversationId: "a", Events: userEvs(2, 1), Status: statusActive})
-	require.ErrorIs(t, err, journal.ErrDeleted)
-	require.ErrorIs(t, s.PutConversation(ctx, journal.ConversationUpdate{ID: "b", Status: statusActive}), journal.ErrDeleted)
+	requireSentinel(t, err, journal.ErrDeleted)
+	requireSentinel(t, s.PutConversation(ctx, journal.ConversationUpdate{ID: "b", Status: statusActive}), journal.ErrDeleted)
 	assert.Equal(t, []string{"a/b", "ab"}, activeIDs(t, s, 0), "a deleted id never comes back")
 }
 
@@ -303,7 +303,7 @@ func testActiveBadInput(t *testing.T, e env) {
 		{strings.Repeat("x", journal.MaxIDBytes+1), 10},
 	} {
 		ids, next, err := s.ListActiveConversations(ctx, c.cursor, c.limit)
-		require.ErrorIs(t, err, journal.ErrInvalid, "cursor %q, limit %d", c.cursor, c.limit)
+		requireSentinel(t, err, journal.ErrInvalid, "cursor %q, limit %d", c.cursor, c.limit)
 		assert.Empty(t, ids)
 		assert.Empty(t, next)
 	}

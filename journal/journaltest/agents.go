@@ -130,7 +130,7 @@ func testAgentSummariesRefused(t *testing.T, e env) {
 		}(),
 	}
 	for name, b := range bad {
-		require.ErrorIs(t, s.PutSummary(ctx, "c", b), journal.ErrInvalid, name)
+		requireSentinel(t, s.PutSummary(ctx, "c", b), journal.ErrInvalid, name)
 		got, err := s.LatestSummary(ctx, "c")
 		require.NoError(t, err)
 		require.True(t, proto.Equal(good, got), "%s: the refused summary was stored", name)

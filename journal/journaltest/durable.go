@@ -49,19 +49,19 @@ func testReopen(t *testing.T, e env) {
 	// The rules hold on the reopened store: tombstones, fences, pending
 	// calls, the id index.
 	_, err := s.Append(ctx, &messages.AppendRequest{ConversationId: "deleted", Events: userEvs(1, 1)})
-	require.ErrorIs(t, err, journal.ErrDeleted, "the tombstone survives")
+	requireSentinel(t, err, journal.ErrDeleted, "the tombstone survives")
 	last := lastSeq(t, s, "a")
 	_, err = s.Append(ctx, &messages.AppendRequest{ConversationId: "a", ExpectedLast: last - 1, Events: userEvs(1, 1)})
-	require.ErrorIs(t, err, journal.ErrConflict, "the fence survives")
+	requireSentinel(t, err, journal.ErrConflict, "the fence survives")
 	res := appendOK(t, s, &messages.AppendRequest{ConversationId: "a", ExpectedLast: last, Events: userEvs(30, 1)})
 	assert.Equal(t, journal.AppendResult{FirstSeq: last + 1, LastSeq: last + 1}, res, "seqs continue")
 	_, err = s.ResolveToolCall(ctx, "a/tc-1", resolved, contentOutcome("late"), tm(40))
 	require.NoError(t, err, "a pending call is still pending")
 	_, err = s.ResolveToolCall(ctx, "a/tc-1", resolved, contentOutcome("again"), tm(41))
-	require.ErrorIs(t, err, journal.ErrStale)
-	require.ErrorIs(t, s.UpsertToolCall(ctx, humanCall("ab", "a/tc-2")), journal.ErrConflict, "the tool call id index survives")
+	requireSentinel(t, err, journal.ErrStale)
+	requireSentinel(t, s.UpsertToolCall(ctx, humanCall("ab", "a/tc-2")), journal.ErrConflict, "the tool call id index survives")
 	_, err = s.ResolveToolCall(ctx, "deleted/tc-1", resolved, nil, tm(42))
-	require.ErrorIs(t, err, journal.ErrStale, "a deleted conversation's calls stay gone")
+	requireSentinel(t, err, journal.ErrStale, "a deleted conversation's calls stay gone")
 
 	// And what was written after the reopen survives the next one.
 	before = snapshotOf(t, s, convs, calls)

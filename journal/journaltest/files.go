@@ -170,7 +170,7 @@ func testBlobDedup(t *testing.T, e env) {
 	assert.Equal(t, first.GetChunks(), again.GetChunks())
 	assert.False(t, again.GetTouched().AsTime().Before(first.GetTouched().AsTime()), "dedup touches the blob")
 	_, err = f.PutFileBlob(t.Context(), sumOf(content), int64(len(content))+1, failReader{})
-	require.ErrorIs(t, err, journal.ErrInvalid, "a size that is not the stored blob's")
+	requireSentinel(t, err, journal.ErrInvalid, "a size that is not the stored blob's")
 }
 
 func testBlobEmpty(t *testing.T, e env) {
@@ -209,15 +209,15 @@ func testBlobBadInput(t *testing.T, e env) {
 		require.ErrorIs(t, err, c.want, c.name)
 		if journal.ValidateBlobSum(c.sum) == nil {
 			_, err = f.FileBlob(ctx, c.sum)
-			require.ErrorIs(t, err, journal.ErrNotFound, "%s: nothing stored", c.name)
+			requireSentinel(t, err, journal.ErrNotFound, "%s: nothing stored", c.name)
 		}
 	}
 	_, err := f.FileBlob(ctx, sumOf(content))
-	require.ErrorIs(t, err, journal.ErrNotFound)
+	requireSentinel(t, err, journal.ErrNotFound)
 	_, err = f.OpenFileBlob(ctx, sumOf(content))
-	require.ErrorIs(t, err, journal.ErrNotFound)
+	requireSentinel(t, err, journal.ErrNotFound)
 	_, err = f.FileBlob(ctx, "nope")
-	require.ErrorIs(t, err, journal.ErrInvalid)
+	requireSentinel(t, err, journal.ErrInvalid)
 	// A failed upload leaves nothing a sweep counts as a blob.
 	n, err := f.SweepFileBlobs(ctx, time.Now().Add(time.Hour))
 	require.NoError(t, err)
@@ -296,20 +296,20 @@ func testCheckpointBadInput(t *testing.T, e env) {
 	}
 	for name, cp := range invalid {
 		_, err := f.PutFileCheckpoint(ctx, cp)
-		require.ErrorIs(t, err, journal.ErrInvalid, name)
+		requireSentinel(t, err, journal.ErrInvalid, name)
 	}
 	_, err := f.PutFileCheckpoint(ctx, fileCP("c", 1, "a", []byte("never stored")))
-	require.ErrorIs(t, err, journal.ErrNotFound, "unknown blob")
+	requireSentinel(t, err, journal.ErrNotFound, "unknown blob")
 	_, err = f.PutFileCheckpoint(ctx, fileCP("nobody", 1, "a", x))
-	require.ErrorIs(t, err, journal.ErrNotFound, "no conversation row")
+	requireSentinel(t, err, journal.ErrNotFound, "no conversation row")
 	require.NoError(t, h.Store.DeleteConversation(ctx, "c"))
 	_, err = f.PutFileCheckpoint(ctx, fileCP("c", 1, "a", x))
-	require.ErrorIs(t, err, journal.ErrDeleted)
+	requireSentinel(t, err, journal.ErrDeleted)
 	cps, err := f.FileCheckpoints(ctx, "c", 0)
 	if err == nil {
 		assert.Empty(t, cps)
 	} else {
-		require.ErrorIs(t, err, journal.ErrDeleted)
+		requireSentinel(t, err, journal.ErrDeleted)
 	}
 }
 
@@ -333,9 +333,9 @@ func testSweepReferenced(t *testing.T, e env) {
 	require.NoError(t, err)
 	assert.True(t, bytes.Equal(kept, back))
 	_, err = f.FileBlob(ctx, sumOf(dropped))
-	require.ErrorIs(t, err, journal.ErrNotFound)
+	requireSentinel(t, err, journal.ErrNotFound)
 	_, err = f.OpenFileBlob(ctx, sumOf(dropped))
-	require.ErrorIs(t, err, journal.ErrNotFound)
+	requireSentinel(t, err, journal.ErrNotFound)
 	// A blob stored again after a sweep is whole again.
 	putBlob(t, f, dropped)
 	back, err = readBlob(t, f, sumOf(dropped))
@@ -360,7 +360,7 @@ func testSweepAfterDelete(t *testing.T, e env) {
 	require.NoError(t, err)
 	assert.Equal(t, 1, n, "the deleted conversation's own blob goes")
 	_, err = f.FileBlob(ctx, sumOf(own))
-	require.ErrorIs(t, err, journal.ErrNotFound)
+	requireSentinel(t, err, journal.ErrNotFound)
 	_, err = f.FileBlob(ctx, sumOf(shared))
 	require.NoError(t, err, "a blob another conversation names stays")
 	require.NoError(t, h.Store.DeleteConversation(ctx, "d"))
@@ -368,7 +368,7 @@ func testSweepAfterDelete(t *testing.T, e env) {
 	require.NoError(t, err)
 	assert.Equal(t, 1, n)
 	_, err = f.FileBlob(ctx, sumOf(shared))
-	require.ErrorIs(t, err, journal.ErrNotFound)
+	requireSentinel(t, err, journal.ErrNotFound)
 }
 
 // testSweepModel runs random puts, checkpoints, deletes and sweeps against a
@@ -418,7 +418,7 @@ func testSweepModel(t *testing.T, e env) {
 				continue
 			}
 			if !stored[c] {
-				require.ErrorIs(t, err, journal.ErrNotFound, "op %d: record of a blob not stored", i)
+				requireSentinel(t, err, journal.ErrNotFound, "op %d: record of a blob not stored", i)
 				continue
 			}
 			require.NoError(t, err, "op %d", i)
@@ -451,7 +451,7 @@ func testSweepModel(t *testing.T, e env) {
 					require.NoError(t, err)
 					require.True(t, bytes.Equal(contents[c], back), "op %d: blob content", i)
 				} else {
-					require.ErrorIs(t, err, journal.ErrNotFound, "op %d: an unreferenced blob was kept", i)
+					requireSentinel(t, err, journal.ErrNotFound, "op %d: an unreferenced blob was kept", i)
 					stored[c] = false
 				}
 			}

@@ -193,13 +193,13 @@ func testForkBadInput(t *testing.T, e env) {
 		t.Run(tc.name, func(t *testing.T) {
 			req := cloneFork(base)
 			tc.edit(req)
-			require.ErrorIs(t, s.Fork(ctx, req), journal.ErrInvalid)
+			requireSentinel(t, s.Fork(ctx, req), journal.ErrInvalid)
 			_, err := s.Conversation(ctx, "dst")
-			require.ErrorIs(t, err, journal.ErrNotFound, "nothing was written")
+			requireSentinel(t, err, journal.ErrNotFound, "nothing was written")
 			assert.Empty(t, allEvents(t, s, "dst"))
 		})
 	}
-	require.ErrorIs(t, s.Fork(ctx, nil), journal.ErrInvalid)
+	requireSentinel(t, s.Fork(ctx, nil), journal.ErrInvalid)
 }
 
 // testForkMalformedCallEvents: a fork whose events name tool calls badly
@@ -246,9 +246,9 @@ func testForkMalformedCallEvents(t *testing.T, e env) {
 			if !origin {
 				req.Origin = nil
 			}
-			require.ErrorIs(t, s.Fork(ctx, req), journal.ErrInvalid, "%s (origin %v)", name, origin)
+			requireSentinel(t, s.Fork(ctx, req), journal.ErrInvalid, "%s (origin %v)", name, origin)
 			_, err := s.Conversation(ctx, "dst")
-			require.ErrorIs(t, err, journal.ErrNotFound, "%s: nothing was written", name)
+			requireSentinel(t, err, journal.ErrNotFound, "%s: nothing was written", name)
 			assert.Empty(t, allEvents(t, s, "dst"), name)
 		}
 	}
@@ -403,7 +403,7 @@ func testMetadataTotalBounded(t *testing.T, e env) {
 	third := strings.Repeat("v", journal.MaxRecordBytes/3)
 	require.NoError(t, s.PutMetadata(ctx, "a", map[string]string{"k1": third, "k2": third}))
 	err := s.PutMetadata(ctx, "a", map[string]string{"k3": third, "small": "s"})
-	require.ErrorIs(t, err, journal.ErrInvalid, "the merged metadata is over the limit")
+	requireSentinel(t, err, journal.ErrInvalid, "the merged metadata is over the limit")
 	md, err := s.Metadata(ctx, "a")
 	require.NoError(t, err)
 	assert.Equal(t, map[string]string{"k1": third, "k2": third}, md, "nothing of the refused merge is written")
@@ -420,13 +420,13 @@ func testFindBadInput(t *testing.T, e env) {
 	s := e.open(t).Store
 	ctx := context.Background()
 	_, _, err := s.FindConversations(ctx, "", "x", "", 0)
-	require.ErrorIs(t, err, journal.ErrInvalid)
+	requireSentinel(t, err, journal.ErrInvalid)
 	_, _, err = s.FindConversations(ctx, "name", "x", "", -1)
-	require.ErrorIs(t, err, journal.ErrInvalid)
+	requireSentinel(t, err, journal.ErrInvalid)
 	_, _, err = s.FindConversations(ctx, "name", "x", "\xff", 0)
-	require.ErrorIs(t, err, journal.ErrInvalid)
+	requireSentinel(t, err, journal.ErrInvalid)
 	_, _, err = s.FindConversations(ctx, "name", "\xff", "", 0)
-	require.ErrorIs(t, err, journal.ErrInvalid)
+	requireSentinel(t, err, journal.ErrInvalid)
 }
 
 func testFindReopen(t *testing.T, e env) {
@@ -446,10 +446,10 @@ func testForkCrash(t *testing.T, e env) {
 	bad := cloneFork(req)
 	bad.ConversationId = "bad"
 	bad.Events = bad.Events[1:]
-	require.ErrorIs(t, s.Fork(context.Background(), bad), journal.ErrInvalid)
+	requireSentinel(t, s.Fork(context.Background(), bad), journal.ErrInvalid)
 	s = h.Crash(t, newRand(seed(t)))
 	requireFork(t, s, req)
 	assert.Equal(t, []string{"dst"}, findAll(t, s, "name", "copy", 0))
 	_, err := s.Conversation(context.Background(), "bad")
-	require.ErrorIs(t, err, journal.ErrNotFound)
+	requireSentinel(t, err, journal.ErrNotFound)
 }

@@ -273,7 +273,7 @@ func requireSentinel(t testing.TB, err, want error, msgAndArgs ...any) {
 	require.ErrorIs(t, err, want, msgAndArgs...)
 	for _, s := range allSentinels {
 		if s != want && errors.Is(err, s) {
-			require.Failf(t, "the error wraps another sentinel", "%v wraps %v besides %v %s", err, s, want, fmt.Sprint(msgAndArgs...))
+			require.Fail(t, fmt.Sprintf("the error wraps another sentinel: %v wraps %v besides %v", err, s, want), msgAndArgs...)
 		}
 	}
 }

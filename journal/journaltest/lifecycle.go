@@ -66,11 +66,11 @@ func testDeleteLookup(t *testing.T, e env) {
 	require.NoError(t, s.DeleteConversation(ctx, "x"))
 	for range 2 {
 		_, err := s.Conversation(ctx, "x")
-		require.ErrorIs(t, err, journal.ErrDeleted)
+		requireSentinel(t, err, journal.ErrDeleted)
 		require.NotErrorIs(t, err, journal.ErrNotFound)
 	}
 	_, err := s.Conversation(ctx, "never")
-	require.ErrorIs(t, err, journal.ErrNotFound)
+	requireSentinel(t, err, journal.ErrNotFound)
 	require.NotErrorIs(t, err, journal.ErrDeleted)
 	conversation(t, s, "y")
 	if !e.feat.Durable {
@@ -78,7 +78,7 @@ func testDeleteLookup(t *testing.T, e env) {
 	}
 	s = h.Reopen(t)
 	_, err = s.Conversation(ctx, "x")
-	require.ErrorIs(t, err, journal.ErrDeleted, "after a reopen")
+	requireSentinel(t, err, journal.ErrDeleted, "after a reopen")
 	conversation(t, s, "y")
 }
 
@@ -171,19 +171,19 @@ func testDeleteRemoves(t *testing.T, e env) {
 	require.NoError(t, s.DeleteConversation(ctx, "x"))
 
 	_, err := s.Conversation(ctx, "x")
-	require.ErrorIs(t, err, journal.ErrDeleted, "row: the lookup finds the tombstone")
+	requireSentinel(t, err, journal.ErrDeleted, "row: the lookup finds the tombstone")
 	assert.Empty(t, allEvents(t, s, "x"), "events")
 	assert.Zero(t, lastSeq(t, s, "x"), "last seq")
 	sum, evs := loadSince(t, s, "x")
 	assert.Nil(t, sum, "LoadSince summary")
 	assert.Empty(t, evs, "LoadSince events")
 	_, err = s.LatestSummary(ctx, "x")
-	require.ErrorIs(t, err, journal.ErrNotFound, "summaries")
+	requireSentinel(t, err, journal.ErrNotFound, "summaries")
 	_, err = s.SummaryBefore(ctx, "x", 100)
-	require.ErrorIs(t, err, journal.ErrNotFound, "chapters")
+	requireSentinel(t, err, journal.ErrNotFound, "chapters")
 	for _, id := range calls {
 		_, err := s.ToolCall(ctx, id)
-		require.ErrorIs(t, err, journal.ErrNotFound, "tool call %s by id", id)
+		requireSentinel(t, err, journal.ErrNotFound, "tool call %s by id", id)
 	}
 	pend, err := s.PendingToolCalls(ctx, "x")
 	require.NoError(t, err)
@@ -216,7 +216,7 @@ func testDeleteRemoves(t *testing.T, e env) {
 
 	// A late answer for a deleted conversation's call is stale.
 	_, err = s.ResolveToolCall(ctx, calls[0], resolved, contentOutcome("late"), tm(99))
-	require.ErrorIs(t, err, journal.ErrStale)
+	requireSentinel(t, err, journal.ErrStale)
 	// The id index is gone too: another conversation may use the id.
 	upsert(t, s, humanCall("y", calls[0]))
 	assert.Equal(t, "y", toolCall(t, s, calls[0]).GetConversationId())
@@ -264,20 +264,20 @@ func testDeleteLateWrites(t *testing.T, e env) {
 	}
 	for _, w := range writes {
 		t.Run(w.name, func(t *testing.T) {
-			require.ErrorIs(t, w.do(), journal.ErrDeleted)
+			requireSentinel(t, w.do(), journal.ErrDeleted)
 			requireSameSnapshot(t, after, snapshotOf(t, s, []string{"x"}, append(calls, "x/new")), "a late write must not resurrect anything")
 		})
 	}
-	require.ErrorIs(t, s.DeleteConversation(ctx, "x"), journal.ErrNotFound, "deleting twice")
+	requireSentinel(t, s.DeleteConversation(ctx, "x"), journal.ErrNotFound, "deleting twice")
 }
 
 func testDeleteUnknown(t *testing.T, e env) {
 	s := e.open(t).Store
 	ctx := t.Context()
 	appendEvents(t, s, "known", userEvs(1, 1)...)
-	require.ErrorIs(t, s.DeleteConversation(ctx, "unknown"), journal.ErrNotFound)
+	requireSentinel(t, s.DeleteConversation(ctx, "unknown"), journal.ErrNotFound)
 	require.NoError(t, s.PutMetadata(ctx, "metadata-only", map[string]string{"k": "v"}))
-	require.ErrorIs(t, s.DeleteConversation(ctx, "metadata-only"), journal.ErrNotFound, "a conversation without a row is unknown")
+	requireSentinel(t, s.DeleteConversation(ctx, "metadata-only"), journal.ErrNotFound, "a conversation without a row is unknown")
 	assert.Equal(t, uint64(1), lastSeq(t, s, "known"))
 	// An unknown id is not tombstoned by the failed delete.
 	appendEvents(t, s, "unknown", userEvs(1, 1)...)
@@ -336,13 +336,13 @@ func testIsolation(t *testing.T, e env) {
 	// Invalid UTF-8 is refused everywhere.
 	bad := "a\xff"
 	_, err = s.Append(ctx, &messages.AppendRequest{ConversationId: bad, Events: userEvs(1, 1)})
-	require.ErrorIs(t, err, journal.ErrInvalid)
+	requireSentinel(t, err, journal.ErrInvalid)
 	_, err = s.Events(ctx, bad, journal.EventQuery{})
-	require.ErrorIs(t, err, journal.ErrInvalid)
-	require.ErrorIs(t, s.PutMetadata(ctx, bad, map[string]string{"k": "v"}), journal.ErrInvalid)
+	requireSentinel(t, err, journal.ErrInvalid)
+	requireSentinel(t, s.PutMetadata(ctx, bad, map[string]string{"k": "v"}), journal.ErrInvalid)
 	_, err = s.Conversation(ctx, bad)
-	require.ErrorIs(t, err, journal.ErrInvalid)
-	require.ErrorIs(t, s.DeleteConversation(ctx, bad), journal.ErrInvalid)
+	requireSentinel(t, err, journal.ErrInvalid)
+	requireSentinel(t, s.DeleteConversation(ctx, bad), journal.ErrInvalid)
 }
 
 func allDeadlinesOf(t testing.TB, s journal.Store, conv string) []string {
@@ -640,7 +640,7 @@ func testBadInput(t *testing.T, e env) {
 	before := snapshotOf(t, s, convs, ids)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			require.ErrorIs(t, tc.do(), journal.ErrInvalid)
+			requireSentinel(t, tc.do(), journal.ErrInvalid)
 			requireSameSnapshot(t, before, snapshotOf(t, s, convs, ids), "rejected input must write nothing")
 		})
 	}
@@ -676,7 +676,7 @@ func testClose(t *testing.T, e env) {
 	require.NoError(t, s.Close(), "Close twice is fine")
 	for _, c := range closedCalls(context.Background(), s) {
 		t.Run(c.name, func(t *testing.T) {
-			require.ErrorIs(t, c.do(), journal.ErrClosed)
+			requireSentinel(t, c.do(), journal.ErrClosed)
 		})
 	}
 	require.NoError(t, s.Close(), "Close after failed calls is fine")
@@ -745,7 +745,7 @@ func testCloseOptional(t *testing.T, e env) {
 	require.NoError(t, s.Close())
 	for _, c := range calls(context.Background()) {
 		t.Run(c.name, func(t *testing.T) {
-			require.ErrorIs(t, c.do(), journal.ErrClosed)
+			requireSentinel(t, c.do(), journal.ErrClosed)
 		})
 	}
 }
@@ -765,7 +765,7 @@ func testCloseBeforeCancelled(t *testing.T, e env) {
 	for _, c := range append(closedCalls(ctx, s), optional(ctx)...) {
 		t.Run(c.name, func(t *testing.T) {
 			err := c.do()
-			require.ErrorIs(t, err, journal.ErrClosed)
+			requireSentinel(t, err, journal.ErrClosed)
 			require.NotErrorIs(t, err, context.Canceled, "ErrClosed is reported, not ctx's error")
 		})
 	}
@@ -834,5 +834,5 @@ func testCloseInFlight(t *testing.T, e env) {
 
 	require.NoError(t, s.Close())
 	_, err = io.ReadAll(rc)
-	require.ErrorIs(t, err, journal.ErrClosed, "reading an open blob after Close")
+	requireSentinel(t, err, journal.ErrClosed, "reading an open blob after Close")
 }

@@ -28,19 +28,19 @@ func testResolveOverflowingRow(t *testing.T, e env) {
 	before := snapshotOf(t, s, []string{"c", "d"}, []string{"tc-big"})
 
 	_, err := s.ResolveToolCall(ctx, "tc-big", resolved, contentOutcome(content), tm(2))
-	require.ErrorIs(t, err, journal.ErrInvalid, "ResolveToolCall")
+	requireSentinel(t, err, journal.ErrInvalid, "ResolveToolCall")
 	requireSameSnapshot(t, before, snapshotOf(t, s, []string{"c", "d"}, []string{"tc-big"}), "a refused ResolveToolCall changes nothing")
 
 	overflow := &messages.AppendRequest{ConversationId: "c", Unfenced: true,
 		Resolutions: []*messages.ToolResolution{{ToolCallId: "tc-big", Status: resolved, Result: contentOutcome(content), At: ts(2)}}}
 	res, err := s.Append(ctx, overflow)
-	require.ErrorIs(t, err, journal.ErrInvalid, "Append")
-	require.ErrorIs(t, res.Err, journal.ErrInvalid)
+	requireSentinel(t, err, journal.ErrInvalid, "Append")
+	requireSentinel(t, res.Err, journal.ErrInvalid)
 	requireSameSnapshot(t, before, snapshotOf(t, s, []string{"c", "d"}, []string{"tc-big"}), "a refused Append changes nothing")
 
 	results := s.AppendBatch(ctx, []*messages.AppendRequest{overflow, {ConversationId: "d", Events: userEvs(1, 1)}})
 	require.Len(t, results, 2)
-	require.ErrorIs(t, results[0].Err, journal.ErrInvalid, "the overflowing request of a batch")
+	requireSentinel(t, results[0].Err, journal.ErrInvalid, "the overflowing request of a batch")
 	require.NoError(t, results[1].Err, "the other request of the batch")
 	assert.Equal(t, uint64(1), lastSeq(t, s, "d"))
 	assert.Equal(t, pending, toolCall(t, s, "tc-big").GetStatus())
@@ -71,21 +71,21 @@ func testSettingsTotalBounded(t *testing.T, e env) {
 	require.NoError(t, s.PutConversation(ctx, journal.ConversationUpdate{ID: "a", Settings: map[string]string{"k1": third, "k2": third}}))
 	before := conversation(t, s, "a")
 	err := s.PutConversation(ctx, journal.ConversationUpdate{ID: "a", Settings: map[string]string{"k3": third, "small": "s"}, Status: statusIdle})
-	require.ErrorIs(t, err, journal.ErrInvalid, "PutConversation: the merged settings are over the limit")
+	requireSentinel(t, err, journal.ErrInvalid, "PutConversation: the merged settings are over the limit")
 	requireProto(t, before, conversation(t, s, "a"), "nothing of the refused PutConversation is written")
 	res, err := s.Append(ctx, &messages.AppendRequest{ConversationId: "a", ExpectedLast: 1, Events: userEvs(2, 1),
 		Settings: map[string]string{"k3": third, "small": "s"}})
-	require.ErrorIs(t, err, journal.ErrInvalid, "Append: the merged settings are over the limit")
-	require.ErrorIs(t, res.Err, journal.ErrInvalid)
+	requireSentinel(t, err, journal.ErrInvalid, "Append: the merged settings are over the limit")
+	requireSentinel(t, res.Err, journal.ErrInvalid)
 	requireProto(t, before, conversation(t, s, "a"), "nothing of the refused Append is written")
 	assert.Equal(t, uint64(1), lastSeq(t, s, "a"))
 	// An fsm_state that fits on its own but not beside the settings.
 	big := awaiting(2, "tc-1")
 	big.Pending["tc-1"].Prompt = third
 	res, err = s.Append(ctx, &messages.AppendRequest{ConversationId: "a", ExpectedLast: 1, Events: userEvs(2, 1), FsmState: big})
-	require.ErrorIs(t, err, journal.ErrInvalid, "Append: the fsm_state does not fit beside the settings")
-	require.ErrorIs(t, res.Err, journal.ErrInvalid)
-	require.ErrorIs(t, s.PutFSMState(ctx, "a", big), journal.ErrInvalid, "PutFSMState: the fsm_state does not fit beside the settings")
+	requireSentinel(t, err, journal.ErrInvalid, "Append: the fsm_state does not fit beside the settings")
+	requireSentinel(t, res.Err, journal.ErrInvalid)
+	requireSentinel(t, s.PutFSMState(ctx, "a", big), journal.ErrInvalid, "PutFSMState: the fsm_state does not fit beside the settings")
 	requireProto(t, before, conversation(t, s, "a"), "nothing of the refused fsm_states is written")
 	assert.Equal(t, uint64(1), lastSeq(t, s, "a"))
 
@@ -127,10 +127,10 @@ func testMalformedCallEventsRefused(t *testing.T, e env) {
 		req.ConversationId, req.ExpectedLast = "c", 1
 		before := snapshotOf(t, s, []string{"c"}, []string{"tc-1", "tc-2", "x"})
 		_, err := s.Append(ctx, req)
-		require.ErrorIs(t, err, journal.ErrInvalid, name)
+		requireSentinel(t, err, journal.ErrInvalid, name)
 		results := s.AppendBatch(ctx, []*messages.AppendRequest{req, {ConversationId: "d", ExpectedLast: lastSeq(t, s, "d"), Events: userEvs(1, 1)}})
 		require.Len(t, results, 2)
-		require.ErrorIs(t, results[0].Err, journal.ErrInvalid, "%s, in a batch", name)
+		requireSentinel(t, results[0].Err, journal.ErrInvalid, "%s, in a batch", name)
 		require.NoError(t, results[1].Err, "the other request of the batch")
 		after := snapshotOf(t, s, []string{"c"}, []string{"tc-1", "tc-2", "x"})
 		requireSameSnapshot(t, before, after, "a refused %s changes nothing", name)

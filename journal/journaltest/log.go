@@ -54,7 +54,7 @@ func testAppendSettings(t *testing.T, e env) {
 		"not UTF-8": {"k": "\xff"},
 	} {
 		_, err := s.Append(ctx, &messages.AppendRequest{ConversationId: "c", ExpectedLast: 1, Events: userEvs(2, 1), Settings: kv})
-		require.ErrorIs(t, err, journal.ErrInvalid, name)
+		requireSentinel(t, err, journal.ErrInvalid, name)
 	}
 	last, err := s.LastSeq(ctx, "c")
 	require.NoError(t, err)
@@ -95,7 +95,7 @@ func testAppendCreatesRow(t *testing.T, e env) {
 	s := e.open(t).Store
 	ctx := t.Context()
 	_, err := s.Conversation(ctx, "c")
-	require.ErrorIs(t, err, journal.ErrNotFound)
+	requireSentinel(t, err, journal.ErrNotFound)
 
 	appendOK(t, s, &messages.AppendRequest{ConversationId: "c", Events: []*messages.Event{userEv(42, "hi"), userEv(43, "there")}})
 	row, err := s.Conversation(ctx, "c")
@@ -153,13 +153,13 @@ func testAppendConflict(t *testing.T, e env) {
 			Schedule:  []*messages.Deadline{deadline("c", "tc-x", 100)},
 		}
 		res, err := s.Append(ctx, req)
-		require.ErrorIs(t, err, journal.ErrConflict, "expected last %d, log at 2", expected)
-		require.ErrorIs(t, res.Err, journal.ErrConflict)
+		requireSentinel(t, err, journal.ErrConflict, "expected last %d, log at 2", expected)
+		requireSentinel(t, res.Err, journal.ErrConflict)
 	}
 	requireProtos(t, withSeqs(1, userEvs(1, 2)), allEvents(t, s, "c"), "a fenced-off append writes no event")
 	assert.Equal(t, uint64(2), lastSeq(t, s, "c"))
 	_, err = s.ToolCall(ctx, "tc-x")
-	require.ErrorIs(t, err, journal.ErrNotFound, "a fenced-off append writes no tool call row")
+	requireSentinel(t, err, journal.ErrNotFound, "a fenced-off append writes no tool call row")
 	assert.Empty(t, allDeadlines(t, s), "a fenced-off append schedules no deadline")
 	row, err := s.Conversation(ctx, "c")
 	require.NoError(t, err)
@@ -167,10 +167,10 @@ func testAppendConflict(t *testing.T, e env) {
 
 	// On an empty log, any expected seq but 0 conflicts, and no row appears.
 	_, err = s.Append(ctx, &messages.AppendRequest{ConversationId: "fresh", ExpectedLast: 1, Events: userEvs(1, 1)})
-	require.ErrorIs(t, err, journal.ErrConflict)
+	requireSentinel(t, err, journal.ErrConflict)
 	assert.Equal(t, uint64(0), lastSeq(t, s, "fresh"))
 	_, err = s.Conversation(ctx, "fresh")
-	require.ErrorIs(t, err, journal.ErrNotFound)
+	requireSentinel(t, err, journal.ErrNotFound)
 
 	// The right expected seq still works after the conflicts.
 	res := appendOK(t, s, &messages.AppendRequest{ConversationId: "c", ExpectedLast: 2, Events: userEvs(3, 1)})
@@ -310,8 +310,8 @@ func testAppendStaleResolution(t *testing.T, e env) {
 				Schedule:    []*messages.Deadline{deadline("c", "tc-3", 50)},
 				Cancel:      []string{"tc-2"},
 			})
-			require.ErrorIs(t, err, journal.ErrStale)
-			require.ErrorIs(t, res.Err, journal.ErrStale)
+			requireSentinel(t, err, journal.ErrStale)
+			requireSentinel(t, res.Err, journal.ErrStale)
 			requireSameSnapshot(t, before, snapshotOf(t, s, []string{"c", "d"}, []string{"tc-1", "tc-2", "tc-3", "tc-d"}),
 				"nothing of a request with a stale resolution is written")
 		})
@@ -429,11 +429,11 @@ func testAppendResultInEvent(t *testing.T, e env) {
 
 	bad := humanCall("c", "tc-4")
 	bad.ResultSeq = 2
-	require.ErrorIs(t, s.UpsertToolCall(ctx, bad), journal.ErrInvalid)
+	requireSentinel(t, s.UpsertToolCall(ctx, bad), journal.ErrInvalid)
 	_, err := s.Append(ctx, &messages.AppendRequest{ConversationId: "c", ExpectedLast: last + 2, ToolCalls: []*messages.ToolCallRecord{bad}})
-	require.ErrorIs(t, err, journal.ErrInvalid)
+	requireSentinel(t, err, journal.ErrInvalid)
 	_, err = s.ToolCall(ctx, "tc-4")
-	require.ErrorIs(t, err, journal.ErrNotFound)
+	requireSentinel(t, err, journal.ErrNotFound)
 }
 
 func testAppendUnfenced(t *testing.T, e env) {
@@ -464,7 +464,7 @@ func testAppendUnfenced(t *testing.T, e env) {
 		ConversationId: "c", Unfenced: true,
 		Resolutions: []*messages.ToolResolution{{ToolCallId: "tc-1", Status: errored}},
 	})
-	require.ErrorIs(t, err, journal.ErrStale)
+	requireSentinel(t, err, journal.ErrStale)
 
 	// Unfenced requests carry no events.
 	before := snapshotOf(t, s, []string{"c"}, []string{"tc-1", "tc-2", "tc-3", "tc-4"})
@@ -473,7 +473,7 @@ func testAppendUnfenced(t *testing.T, e env) {
 		Events:    []*messages.Event{userEv(9, "sneaky")},
 		ToolCalls: []*messages.ToolCallRecord{humanCall("c", "tc-4")},
 	})
-	require.ErrorIs(t, err, journal.ErrInvalid)
+	requireSentinel(t, err, journal.ErrInvalid)
 	requireSameSnapshot(t, before, snapshotOf(t, s, []string{"c"}, []string{"tc-1", "tc-2", "tc-3", "tc-4"}))
 }
 
@@ -487,11 +487,11 @@ func testAppendToolCallOfOther(t *testing.T, e env) {
 		Events:         []*messages.Event{toolCallEv(1, "tc-1")},
 		ToolCalls:      []*messages.ToolCallRecord{humanCall("b", "tc-1")},
 	})
-	require.ErrorIs(t, err, journal.ErrConflict, "tool call ids are unique across conversations")
+	requireSentinel(t, err, journal.ErrConflict, "tool call ids are unique across conversations")
 	requireProto(t, rowBefore, toolCall(t, s, "tc-1"))
 	assert.Equal(t, uint64(0), lastSeq(t, s, "b"))
 	_, err = s.Conversation(ctx, "b")
-	require.ErrorIs(t, err, journal.ErrNotFound)
+	requireSentinel(t, err, journal.ErrNotFound)
 }
 
 func testAppendCopies(t *testing.T, e env) {
@@ -551,11 +551,11 @@ func testBatchIndependent(t *testing.T, e env) {
 		conv := fmt.Sprint("c", i)
 		switch i {
 		case 4:
-			require.ErrorIs(t, res.Err, journal.ErrConflict, conv)
+			requireSentinel(t, res.Err, journal.ErrConflict, conv)
 		case 7:
-			require.ErrorIs(t, res.Err, journal.ErrInvalid, conv)
+			requireSentinel(t, res.Err, journal.ErrInvalid, conv)
 		case 8:
-			require.ErrorIs(t, res.Err, journal.ErrStale, conv)
+			requireSentinel(t, res.Err, journal.ErrStale, conv)
 		default:
 			require.NoError(t, res.Err, conv)
 			assert.Equal(t, journal.AppendResult{FirstSeq: 2, LastSeq: 3}, res, conv)
@@ -596,8 +596,8 @@ func testBatchChainBreak(t *testing.T, e env) {
 		{ConversationId: "c", ExpectedLast: 0, Events: userEvs(3, 2)}, // sees the real log
 	})
 	require.Len(t, results, 3)
-	require.ErrorIs(t, results[0].Err, journal.ErrConflict)
-	require.ErrorIs(t, results[1].Err, journal.ErrConflict)
+	requireSentinel(t, results[0].Err, journal.ErrConflict)
+	requireSentinel(t, results[1].Err, journal.ErrConflict)
 	require.NoError(t, results[2].Err)
 	assert.Equal(t, journal.AppendResult{FirstSeq: 1, LastSeq: 2}, results[2])
 	requireProtos(t, withSeqs(1, userEvs(3, 2)), allEvents(t, s, "c"))
@@ -810,7 +810,7 @@ func testSummaryChapters(t *testing.T, e env) {
 	for _, tc := range cases {
 		got, err := s.SummaryBefore(ctx, "c", tc.before)
 		if tc.want == nil {
-			require.ErrorIs(t, err, journal.ErrNotFound, "before %d", tc.before)
+			requireSentinel(t, err, journal.ErrNotFound, "before %d", tc.before)
 			continue
 		}
 		require.NoError(t, err, "before %d", tc.before)
@@ -823,7 +823,7 @@ func testSummaryChapters(t *testing.T, e env) {
 		chain = append(chain, sum.GetToSeq())
 		sum, err = s.SummaryBefore(ctx, "c", sum.GetToSeq())
 	}
-	require.ErrorIs(t, err, journal.ErrNotFound)
+	requireSentinel(t, err, journal.ErrNotFound)
 	assert.Equal(t, []uint64{9, 6, 3}, chain)
 }
 
@@ -838,7 +838,7 @@ func testSummaryReplace(t *testing.T, e env) {
 	requireProto(t, second, sum)
 	assert.Equal(t, []uint64{5}, seqs(evs))
 	_, err := s.SummaryBefore(t.Context(), "c", 4)
-	require.ErrorIs(t, err, journal.ErrNotFound, "the replaced summary is gone")
+	requireSentinel(t, err, journal.ErrNotFound, "the replaced summary is gone")
 }
 
 func testSummaryAtEnd(t *testing.T, e env) {
@@ -867,9 +867,9 @@ func testSummaryBadRanges(t *testing.T, e env) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			require.ErrorIs(t, s.PutSummary(ctx, tc.conv, tc.sum), journal.ErrInvalid)
+			requireSentinel(t, s.PutSummary(ctx, tc.conv, tc.sum), journal.ErrInvalid)
 			_, err := s.LatestSummary(ctx, tc.conv)
-			require.ErrorIs(t, err, journal.ErrNotFound, "a rejected summary is not stored")
+			requireSentinel(t, err, journal.ErrNotFound, "a rejected summary is not stored")
 		})
 	}
 }
@@ -880,9 +880,9 @@ func testSummaryNotFound(t *testing.T, e env) {
 	appendEvents(t, s, "c", userEvs(1, 5)...)
 	for _, conv := range []string{"c", "unknown"} {
 		_, err := s.LatestSummary(ctx, conv)
-		require.ErrorIs(t, err, journal.ErrNotFound, conv)
+		requireSentinel(t, err, journal.ErrNotFound, conv)
 		_, err = s.SummaryBefore(ctx, conv, 5)
-		require.ErrorIs(t, err, journal.ErrNotFound, conv)
+		requireSentinel(t, err, journal.ErrNotFound, conv)
 	}
 }
 

@@ -55,7 +55,7 @@ func testAppendConcurrentFence(t *testing.T, e env) {
 				winner = w
 				continue
 			}
-			require.ErrorIs(t, err, journal.ErrConflict, "round %d, writer %d", r, w)
+			requireSentinel(t, err, journal.ErrConflict, "round %d, writer %d", r, w)
 		}
 		require.NotEqual(t, -1, winner, "round %d: no writer appended after seq %d", r, last)
 		won := request(last, r, winner)
@@ -67,7 +67,7 @@ func testAppendConcurrentFence(t *testing.T, e env) {
 				continue
 			}
 			_, err := s.ToolCall(ctx, callID(r, w))
-			require.ErrorIs(t, err, journal.ErrNotFound, "round %d: the losing writer %d wrote its tool call row", r, w)
+			requireSentinel(t, err, journal.ErrNotFound, "round %d: the losing writer %d wrote its tool call row", r, w)
 		}
 		requireProto(t, won.GetFsmState(), conversation(t, s, "c").GetFsmState(), "round %d: the winner's fsm_state", r)
 	}
@@ -123,7 +123,7 @@ func testAppendConcurrentResolutions(t *testing.T, e env) {
 				winner = k
 				continue
 			}
-			require.ErrorIs(t, err, journal.ErrStale, "%s, racer %d", id, k)
+			requireSentinel(t, err, journal.ErrStale, "%s, racer %d", id, k)
 		}
 		require.NotEqual(t, -1, winner, "%s: no racer resolved it", id)
 		row := toolCall(t, s, id)

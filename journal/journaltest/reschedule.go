@@ -47,13 +47,13 @@ func testExpiryDueBy(t *testing.T, e env) {
 	before := allDeadlines(t, s)
 	for _, call := range []string{"tc-moved", "tc-none"} {
 		res, err := s.Append(ctx, expire("c", call, 100))
-		require.ErrorIs(t, err, journal.ErrStale, call)
-		require.ErrorIs(t, res.Err, journal.ErrStale, call)
+		requireSentinel(t, err, journal.ErrStale, call)
+		requireSentinel(t, res.Err, journal.ErrStale, call)
 		assert.Equal(t, pending, toolCall(t, s, call).GetStatus(), "%s: nothing written", call)
 	}
 	requireProtos(t, before, allDeadlines(t, s), "nothing written")
 	_, err := s.Append(ctx, expire("c", "tc-due", 99))
-	require.ErrorIs(t, err, journal.ErrStale, "a deadline after DueBy is not due")
+	requireSentinel(t, err, journal.ErrStale, "a deadline after DueBy is not due")
 
 	appendOK(t, s, expire("c", "tc-due", 100))
 	assert.Equal(t, expired, toolCall(t, s, "tc-due").GetStatus(), "due exactly at DueBy")
@@ -76,9 +76,9 @@ func testExpiryDueByBatch(t *testing.T, e env) {
 	})
 	require.Len(t, results, 4)
 	require.NoError(t, results[0].Err)
-	require.ErrorIs(t, results[1].Err, journal.ErrStale, "the moved deadline is not due")
+	requireSentinel(t, results[1].Err, journal.ErrStale, "the moved deadline is not due")
 	require.NoError(t, results[2].Err, "due: expired")
-	require.ErrorIs(t, results[3].Err, journal.ErrStale, "expired earlier in the batch")
+	requireSentinel(t, results[3].Err, journal.ErrStale, "expired earlier in the batch")
 	requireProto(t, withDeadline("c", "tc-1", 500), toolCall(t, s, "tc-1"))
 	assert.Equal(t, expired, toolCall(t, s, "tc-2").GetStatus())
 	requireProtos(t, []*messages.Deadline{deadline("c", "tc-1", 500)}, allDeadlines(t, s))
@@ -184,14 +184,14 @@ func testRescheduleStale(t *testing.T, e env) {
 	for _, tc := range stale {
 		t.Run(tc.name, func(t *testing.T) {
 			res, err := s.Append(ctx, tc.req)
-			require.ErrorIs(t, err, journal.ErrStale)
-			require.ErrorIs(t, res.Err, journal.ErrStale)
+			requireSentinel(t, err, journal.ErrStale)
+			requireSentinel(t, res.Err, journal.ErrStale)
 			for id, row := range before {
 				requireProto(t, row, toolCall(t, s, id), "a stale reschedule changes no row")
 			}
 			requireProtos(t, dls, allDeadlines(t, s), "a stale reschedule changes no deadline")
 			_, err = s.ToolCall(ctx, "tc-none")
-			require.ErrorIs(t, err, journal.ErrNotFound, "a stale reschedule creates no row")
+			requireSentinel(t, err, journal.ErrNotFound, "a stale reschedule creates no row")
 		})
 	}
 }
@@ -204,7 +204,7 @@ func testRescheduleSameRequest(t *testing.T, e env) {
 	req := reschedule("c", "tc-1", 50)
 	req.Resolutions = []*messages.ToolResolution{{ToolCallId: "tc-1", Status: resolved, Result: contentOutcome("ok"), At: ts(3)}}
 	_, err := s.Append(ctx, req)
-	require.ErrorIs(t, err, journal.ErrStale)
+	requireSentinel(t, err, journal.ErrStale)
 	requireProto(t, humanCallPending("c", "tc-1"), toolCall(t, s, "tc-1"), "nothing of the request was written")
 	requireProtos(t, []*messages.Deadline{deadline("c", "tc-1", 100)}, allDeadlines(t, s))
 
@@ -227,7 +227,7 @@ func testRescheduleBatch(t *testing.T, e env) {
 	require.Len(t, results, 3)
 	require.NoError(t, results[0].Err, "pending: rescheduled")
 	require.NoError(t, results[1].Err, "then resolved")
-	require.ErrorIs(t, results[2].Err, journal.ErrStale, "resolved earlier in the batch: stale")
+	requireSentinel(t, results[2].Err, journal.ErrStale, "resolved earlier in the batch: stale")
 	row := toolCall(t, s, "tc-1")
 	assert.Equal(t, resolved, row.GetStatus())
 	requireProto(t, ts(50), row.GetDeadline(), "the row keeps the deadline of the reschedule that passed")
@@ -264,7 +264,7 @@ func testRescheduleRacesResolve(t *testing.T, e env) {
 	for i, id := range calls {
 		require.NoError(t, resErrs[i], "the resolution of %s always wins: a reschedule never finishes a call", id)
 		if schedErrs[i] != nil {
-			require.ErrorIs(t, schedErrs[i], journal.ErrStale, "the reschedule of %s ran after its resolution", id)
+			requireSentinel(t, schedErrs[i], journal.ErrStale, "the reschedule of %s ran after its resolution", id)
 		}
 		row := toolCall(t, s, id)
 		assert.Equal(t, resolved, row.GetStatus(), id)
@@ -293,7 +293,7 @@ func testRescheduleBadInput(t *testing.T, e env) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := s.Append(ctx, req)
-			require.ErrorIs(t, err, journal.ErrInvalid)
+			requireSentinel(t, err, journal.ErrInvalid)
 			requireProto(t, humanCallPending("c", "tc-1"), toolCall(t, s, "tc-1"), "nothing written")
 			requireProtos(t, []*messages.Deadline{deadline("c", "tc-1", 100)}, allDeadlines(t, s), "nothing written")
 		})
@@ -325,8 +325,8 @@ func testRescheduleDeleted(t *testing.T, e env) {
 	suspend(t, s, "c", "tc-1")
 	require.NoError(t, s.DeleteConversation(ctx, "c"))
 	_, err := s.Append(ctx, reschedule("c", "tc-1", 50))
-	require.ErrorIs(t, err, journal.ErrDeleted)
+	requireSentinel(t, err, journal.ErrDeleted)
 	assert.Empty(t, allDeadlines(t, s))
 	_, err = s.ToolCall(ctx, "tc-1")
-	require.ErrorIs(t, err, journal.ErrNotFound)
+	requireSentinel(t, err, journal.ErrNotFound)
 }

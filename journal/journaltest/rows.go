@@ -173,7 +173,7 @@ func testToolCallNotFound(t *testing.T, e env) {
 	s := e.open(t).Store
 	upsert(t, s, humanCall("c", "tc-1"))
 	_, err := s.ToolCall(t.Context(), "tc-2")
-	require.ErrorIs(t, err, journal.ErrNotFound)
+	requireSentinel(t, err, journal.ErrNotFound)
 }
 
 func testToolCallOwned(t *testing.T, e env) {
@@ -181,7 +181,7 @@ func testToolCallOwned(t *testing.T, e env) {
 	ctx := t.Context()
 	upsert(t, s, humanCall("a", "tc-1"))
 	before := toolCall(t, s, "tc-1")
-	require.ErrorIs(t, s.UpsertToolCall(ctx, humanCall("b", "tc-1")), journal.ErrConflict)
+	requireSentinel(t, s.UpsertToolCall(ctx, humanCall("b", "tc-1")), journal.ErrConflict)
 	requireProto(t, before, toolCall(t, s, "tc-1"), "the owner's row is unchanged")
 	pend, err := s.PendingToolCalls(ctx, "b")
 	require.NoError(t, err)
@@ -224,7 +224,7 @@ func testToolCallConcurrentClaims(t *testing.T, e env) {
 				owner = fmt.Sprint("c", c)
 				continue
 			}
-			require.ErrorIs(t, err, journal.ErrConflict, "%s: claimant c%d", call, c)
+			requireSentinel(t, err, journal.ErrConflict, "%s: claimant c%d", call, c)
 		}
 		require.NotEmpty(t, owner, "%s: one claim succeeds", call)
 		assert.Equal(t, owner, toolCall(t, s, call).GetConversationId(), "%s: the row is the winner's", call)
@@ -265,7 +265,7 @@ func testResolveConcurrent(t *testing.T, e env) {
 			winner = i
 			continue
 		}
-		require.ErrorIs(t, err, journal.ErrStale, "resolver %d", i)
+		requireSentinel(t, err, journal.ErrStale, "resolver %d", i)
 	}
 	require.NotEqual(t, -1, winner, "no resolver succeeded")
 	got := toolCall(t, s, "tc-1")
@@ -291,14 +291,14 @@ func testResolveStale(t *testing.T, e env) {
 	requireProto(t, want, row, "ResolveToolCall returns the updated row")
 
 	_, err = s.ResolveToolCall(ctx, "unknown", resolved, contentOutcome("late"), tm(9))
-	require.ErrorIs(t, err, journal.ErrStale, "unknown call")
+	requireSentinel(t, err, journal.ErrStale, "unknown call")
 	_, err = s.ToolCall(ctx, "unknown")
-	require.ErrorIs(t, err, journal.ErrNotFound, "a stale resolve of an unknown call creates no row")
+	requireSentinel(t, err, journal.ErrNotFound, "a stale resolve of an unknown call creates no row")
 	for _, id := range []string{"tc-r", "tc-e", "tc-x"} {
 		before := toolCall(t, s, id)
 		for _, st := range []messages.ToolCallStatus{resolved, errored, expired} {
 			_, err := s.ResolveToolCall(ctx, id, st, contentOutcome("late"), tm(9))
-			require.ErrorIs(t, err, journal.ErrStale, "%s already %v, resolved again to %v", id, before.GetStatus(), st)
+			requireSentinel(t, err, journal.ErrStale, "%s already %v, resolved again to %v", id, before.GetStatus(), st)
 		}
 		requireProto(t, before, toolCall(t, s, id), "a stale resolve changes nothing")
 	}
@@ -459,7 +459,7 @@ func testDeadlinesDeleted(t *testing.T, e env) {
 	schedule(t, s, deadline("d", "tc-2", 10))
 	require.NoError(t, s.DeleteConversation(ctx, "c"))
 	requireProtos(t, []*messages.Deadline{deadline("d", "tc-2", 10)}, allDeadlines(t, s), "a delete removes the conversation's deadlines")
-	require.ErrorIs(t, s.ScheduleDeadline(ctx, deadline("c", "tc-1", 50)), journal.ErrDeleted)
+	requireSentinel(t, s.ScheduleDeadline(ctx, deadline("c", "tc-1", 50)), journal.ErrDeleted)
 	requireProtos(t, []*messages.Deadline{deadline("d", "tc-2", 10)}, allDeadlines(t, s))
 }
 
@@ -490,7 +490,7 @@ func testConvNotFound(t *testing.T, e env) {
 	ctx := t.Context()
 	appendEvents(t, s, "c", userEvs(1, 1)...)
 	_, err := s.Conversation(ctx, "d")
-	require.ErrorIs(t, err, journal.ErrNotFound)
+	requireSentinel(t, err, journal.ErrNotFound)
 
 	pend, err := s.PendingToolCalls(ctx, "d")
 	require.NoError(t, err)
@@ -508,14 +508,14 @@ func testConvNotFound(t *testing.T, e env) {
 	assert.Empty(t, deadlinesOf(t, s, "d"), "deadlines")
 
 	_, err = s.Conversation(ctx, "d")
-	require.ErrorIs(t, err, journal.ErrNotFound, "the reads created no row")
+	requireSentinel(t, err, journal.ErrNotFound, "the reads created no row")
 	rows, _, err := s.ListConversations(ctx, "", 0)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"c"}, convIDs(rows), "listing")
 	active, _, err := s.ListActiveConversations(ctx, "", 0)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"c"}, active, "active index")
-	require.ErrorIs(t, s.DeleteConversation(ctx, "d"), journal.ErrNotFound, "still unknown to a delete")
+	requireSentinel(t, s.DeleteConversation(ctx, "d"), journal.ErrNotFound, "still unknown to a delete")
 }
 
 func testConvPutCreates(t *testing.T, e env) {
@@ -649,7 +649,7 @@ func testConvMetadata(t *testing.T, e env) {
 	require.NoError(t, err)
 	assert.Equal(t, "Trip", md["name"], "the returned map belongs to the caller")
 	_, err = s.Conversation(ctx, "c")
-	require.ErrorIs(t, err, journal.ErrNotFound, "PutMetadata does not create the row")
+	requireSentinel(t, err, journal.ErrNotFound, "PutMetadata does not create the row")
 }
 
 var auditCases = []suiteCase{
@@ -862,7 +862,7 @@ func testAuditBadCreated(t *testing.T, e env) {
 			mc := modelCall("c", turn, 0)
 			mc.Created = c
 			err := s.PutModelCall(ctx, mc)
-			require.ErrorIs(t, err, journal.ErrInvalid, "created %v, turn %d", c, turn)
+			requireSentinel(t, err, journal.ErrInvalid, "created %v, turn %d", c, turn)
 		}
 	}
 	calls, err := s.ModelCalls(ctx, "c")

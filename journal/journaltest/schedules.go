@@ -89,11 +89,11 @@ func testSchedulePutListDelete(t *testing.T, e env) {
 	require.NoError(t, s.PutSchedule(ctx, sched("c", "s1", 50)))
 	assert.Equal(t, []schedTime{{"c", "s1", tm(50)}, {"d", "s3", tm(100)}, {"c", "s2", tm(200)}}, scheduleTimes(t, s))
 
-	require.ErrorIs(t, s.PutSchedule(ctx, sched("nobody", "s9", 10)), journal.ErrNotFound, "a conversation without a row")
-	require.ErrorIs(t, s.DeleteSchedule(ctx, "d", "s1"), journal.ErrNotFound, "of another conversation")
-	require.ErrorIs(t, s.DeleteSchedule(ctx, "c", "nope"), journal.ErrNotFound)
+	requireSentinel(t, s.PutSchedule(ctx, sched("nobody", "s9", 10)), journal.ErrNotFound, "a conversation without a row")
+	requireSentinel(t, s.DeleteSchedule(ctx, "d", "s1"), journal.ErrNotFound, "of another conversation")
+	requireSentinel(t, s.DeleteSchedule(ctx, "c", "nope"), journal.ErrNotFound)
 	require.NoError(t, s.DeleteSchedule(ctx, "c", "s1"))
-	require.ErrorIs(t, s.DeleteSchedule(ctx, "c", "s1"), journal.ErrNotFound, "twice")
+	requireSentinel(t, s.DeleteSchedule(ctx, "c", "s1"), journal.ErrNotFound, "twice")
 	assert.Equal(t, []schedTime{{"d", "s3", tm(100)}, {"c", "s2", tm(200)}}, scheduleTimes(t, s))
 }
 
@@ -130,7 +130,7 @@ func testScheduleSameIDInTwoConversations(t *testing.T, e env) {
 	requireProtos(t, []*messages.Schedule{sched("c", "daily", 260)}, list("c"))
 	requireProtos(t, []*messages.Schedule{sched("d", "daily", 200)}, list("d"))
 	_, err := st.Append(ctx, fireReq("c", 2, "daily", 200, 260))
-	require.ErrorIs(t, err, journal.ErrStale, "the other conversation's occurrence is not this one's")
+	requireSentinel(t, err, journal.ErrStale, "the other conversation's occurrence is not this one's")
 	assert.Equal(t, uint64(2), lastSeq(t, st, "c"))
 
 	// Both in one batch: each request fires its own conversation's.
@@ -147,7 +147,7 @@ func testScheduleSameIDInTwoConversations(t *testing.T, e env) {
 
 	// Deletes: of one conversation's schedule, and of a conversation.
 	require.NoError(t, s.PutSchedule(ctx, sched("d", "daily", 400)))
-	require.ErrorIs(t, s.DeleteSchedule(ctx, "e", "daily"), journal.ErrNotFound, "a third conversation has none")
+	requireSentinel(t, s.DeleteSchedule(ctx, "e", "daily"), journal.ErrNotFound, "a third conversation has none")
 	require.NoError(t, s.DeleteSchedule(ctx, "c", "daily"))
 	assert.Empty(t, list("c"))
 	requireProtos(t, []*messages.Schedule{sched("d", "daily", 400)}, list("d"))
@@ -194,7 +194,7 @@ func testScheduleFireOnce(t *testing.T, e env) {
 	// The same occurrence again (a second delivery, a revived actor):
 	// stale, nothing written.
 	_, err := st.Append(t.Context(), fireReq("c", 2, "rep", 100, 160))
-	require.ErrorIs(t, err, journal.ErrStale)
+	requireSentinel(t, err, journal.ErrStale)
 	assert.Equal(t, uint64(2), lastSeq(t, st, "c"))
 	assert.Equal(t, []schedTime{{"c", "rep", tm(160)}}, scheduleTimes(t, s))
 }
@@ -213,11 +213,11 @@ func testScheduleStaleFire(t *testing.T, e env) {
 		"another conversation": fireReq("c", 1, "other", 100, 160),
 	} {
 		_, err := st.Append(ctx, req)
-		require.ErrorIs(t, err, journal.ErrStale, name)
+		requireSentinel(t, err, journal.ErrStale, name)
 	}
 	require.NoError(t, s.DeleteSchedule(ctx, "c", "rep"))
 	_, err := st.Append(ctx, fireReq("c", 1, "rep", 100, 160))
-	require.ErrorIs(t, err, journal.ErrStale, "cancelled")
+	requireSentinel(t, err, journal.ErrStale, "cancelled")
 	assert.Equal(t, uint64(1), lastSeq(t, st, "c"), "no message of a stale fire")
 	assert.Equal(t, []schedTime{{"d", "other", tm(100)}}, scheduleTimes(t, s))
 }
@@ -234,7 +234,7 @@ func testScheduleFireBatch(t *testing.T, e env) {
 	})
 	require.Len(t, results, 3)
 	require.NoError(t, results[0].Err)
-	require.ErrorIs(t, results[1].Err, journal.ErrStale)
+	requireSentinel(t, results[1].Err, journal.ErrStale)
 	require.NoError(t, results[2].Err)
 	assert.Equal(t, uint64(3), lastSeq(t, st, "c"))
 	assert.Equal(t, []schedTime{{"c", "rep", tm(220)}}, scheduleTimes(t, s))
@@ -254,17 +254,17 @@ func testScheduleBadInput(t *testing.T, e env) {
 		"negative":   {Id: "s", ConversationId: "c", Next: ts(1), Every: durationpb.New(-time.Second), Payload: &messages.UserMessage{Content: text("x")}},
 	}
 	for name, sc := range bad {
-		require.ErrorIs(t, s.PutSchedule(ctx, sc), journal.ErrInvalid, name)
+		requireSentinel(t, s.PutSchedule(ctx, sc), journal.ErrInvalid, name)
 	}
 	assert.Empty(t, scheduleTimes(t, s))
 	unfenced := fireReq("c", 1, "s", 1, 2)
 	unfenced.Unfenced, unfenced.Events = true, nil
 	_, err := st.Append(ctx, unfenced)
-	require.ErrorIs(t, err, journal.ErrInvalid, "an unfenced fire")
+	requireSentinel(t, err, journal.ErrInvalid, "an unfenced fire")
 	noOcc := fireReq("c", 1, "s", 1, 2)
 	noOcc.ScheduleFire.Occurrence = nil
 	_, err = st.Append(ctx, noOcc)
-	require.ErrorIs(t, err, journal.ErrInvalid, "a fire without occurrence")
+	requireSentinel(t, err, journal.ErrInvalid, "a fire without occurrence")
 	assert.Equal(t, uint64(1), lastSeq(t, st, "c"))
 }
 
@@ -282,7 +282,7 @@ func testScheduleLimit(t *testing.T, e env) {
 		require.NoError(t, s.PutSchedule(ctx, sched("c", fmt.Sprintf("s%04d", i), 100+i)))
 	}
 	over := sched("c", "s-over", 50)
-	require.ErrorIs(t, s.PutSchedule(ctx, over), journal.ErrInvalid, "one schedule more than the limit")
+	requireSentinel(t, s.PutSchedule(ctx, over), journal.ErrInvalid, "one schedule more than the limit")
 	all, err := s.ConversationSchedules(ctx, "c")
 	require.NoError(t, err)
 	require.Len(t, all, journal.MaxSchedulesPerConversation, "nothing written")
@@ -293,7 +293,7 @@ func testScheduleLimit(t *testing.T, e env) {
 
 	require.NoError(t, s.DeleteSchedule(ctx, "c", "s0002"))
 	require.NoError(t, s.PutSchedule(ctx, over), "a cancelled one frees its place")
-	require.ErrorIs(t, s.PutSchedule(ctx, sched("c", "s-over2", 50)), journal.ErrInvalid)
+	requireSentinel(t, s.PutSchedule(ctx, sched("c", "s-over2", 50)), journal.ErrInvalid)
 
 	appendOK(t, st, fireReq("c", 1, "s0000", 100, -1))
 	require.NoError(t, s.PutSchedule(ctx, sched("c", "s-over2", 50)), "one fired for the last time frees its place")
@@ -316,7 +316,7 @@ func testScheduleDelete(t *testing.T, e env) {
 	require.NoError(t, err)
 	assert.Empty(t, got)
 	assert.Equal(t, []schedTime{{"d", "s3", tm(300)}}, scheduleTimes(t, s), "the other conversation's schedule stays")
-	require.ErrorIs(t, s.PutSchedule(ctx, sched("c", "s4", 100)), journal.ErrDeleted)
+	requireSentinel(t, s.PutSchedule(ctx, sched("c", "s4", 100)), journal.ErrDeleted)
 	// The deleted conversation's ids are free for another.
 	require.NoError(t, s.PutSchedule(ctx, sched("d", "s1", 100)))
 }
@@ -336,5 +336,5 @@ func testScheduleReopen(t *testing.T, e env) {
 	require.NoError(t, err)
 	requireProtos(t, []*messages.Schedule{sched("c", "s1", 160), sched("c", "s2", 100)}, got)
 	_, err = st.Append(t.Context(), fireReq("c", 2, "s1", 100, 160))
-	require.ErrorIs(t, err, journal.ErrStale, "the fired occurrence stays fired")
+	requireSentinel(t, err, journal.ErrStale, "the fired occurrence stays fired")
 }
