@@ -305,7 +305,9 @@ type Conversations interface {
 	// summaries, tool calls, deadlines, audit, metadata, row) in one atomic
 	// write and leaves a tombstone: later writes fail with ErrDeleted.
 	// Deleting an unknown conversation (one with no row) returns
-	// ErrNotFound.
+	// ErrNotFound; so does deleting one again (a tombstone is no row, and
+	// the delete leaves it in place): Conversation, which returns
+	// ErrDeleted for it, is what tells the two apart.
 	DeleteConversation(ctx context.Context, id string) error
 	// Metadata returns the conversation's key/value pairs (empty map if
 	// none).

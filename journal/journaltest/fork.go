@@ -2,6 +2,7 @@ package journaltest
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"math"
 	"strings"
@@ -380,6 +381,31 @@ func testFindPages(t *testing.T, e env) {
 	ids, _, err := s.FindConversations(ctx, "name", "same", "c", 2)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"c-conv", "d-conv"}, ids)
+	// A full page that ends the listing has no next cursor, nor has a
+	// cursor past the last id.
+	ids, next, err := s.FindConversations(ctx, "name", "same", "e", 2)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"e-conv", "f-conv"}, ids)
+	assert.Equal(t, journal.FindCursor("f-conv"), next)
+	ids, next, err = s.FindConversations(ctx, "name", "same", "f-conv", 1)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"g-conv"}, ids)
+	assert.Empty(t, next, "a full last page")
+	ids, next, err = s.FindConversations(ctx, "name", "same", "zz", 5)
+	require.NoError(t, err)
+	assert.Empty(t, ids)
+	assert.Empty(t, next)
+	// Limit 0 means 100.
+	var many []string
+	for i := range 105 {
+		id := fmt.Sprintf("m%03d", i)
+		require.NoError(t, s.PutMetadata(ctx, id, map[string]string{"team": "t"}))
+		many = append(many, id)
+	}
+	ids, next, err = s.FindConversations(ctx, "team", "t", "", 0)
+	require.NoError(t, err)
+	assert.Equal(t, many[:100], ids, "limit 0 means 100")
+	assert.Equal(t, journal.FindCursor(many[99]), next)
 }
 
 func testFindLongValue(t *testing.T, e env) {

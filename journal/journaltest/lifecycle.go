@@ -69,7 +69,12 @@ func testDeleteLookup(t *testing.T, e env) {
 		requireSentinel(t, err, journal.ErrDeleted)
 		require.NotErrorIs(t, err, journal.ErrNotFound)
 	}
-	_, err := s.Conversation(ctx, "never")
+	// A tombstone is no row: deleting again is ErrNotFound, as for an id
+	// never written; Conversation is what tells the two apart.
+	requireSentinel(t, s.DeleteConversation(ctx, "x"), journal.ErrNotFound, "a second delete")
+	_, err := s.Conversation(ctx, "x")
+	requireSentinel(t, err, journal.ErrDeleted, "a second delete leaves the tombstone")
+	_, err = s.Conversation(ctx, "never")
 	requireSentinel(t, err, journal.ErrNotFound)
 	require.NotErrorIs(t, err, journal.ErrDeleted)
 	conversation(t, s, "y")
@@ -451,6 +456,12 @@ func testBadInput(t *testing.T, e env) {
 		}},
 		{"ResolveUnspecifiedStatus", func() error {
 			_, err := s.ResolveToolCall(ctx, calls[0], messages.ToolCallStatus_TOOL_CALL_STATUS_UNSPECIFIED, nil, tm(1))
+			return err
+		}},
+		// The status is checked first: ErrInvalid, not ErrStale, for a
+		// call that does not exist.
+		{"ResolveUnknownCallPendingStatus", func() error {
+			_, err := s.ResolveToolCall(ctx, "c/no-such-call", pending, contentOutcome("x"), tm(1))
 			return err
 		}},
 		{"ResolveEmptyID", func() error {

@@ -660,6 +660,13 @@ func testEventsRanges(t *testing.T, e env) {
 		{"BeforeBeyondLast", 0, 100, 0, 1, 20},
 		{"EmptyRange", 5, 6, 0, 0, 0},
 		{"InvertedRange", 9, 3, 0, 0, 0},
+		{"EqualBounds", 7, 7, 0, 0, 0},
+		{"InvertedRangeLimit", 9, 3, 2, 0, 0},
+		{"AfterLimit", 12, 0, 3, 18, 20},
+		{"AfterLimitOfRangeSize", 17, 0, 3, 18, 20},
+		{"AfterBeyondLastLimit", 50, 0, 5, 0, 0},
+		{"BeforeFirstLimit", 0, 1, 5, 0, 0},
+		{"BeforeLastPlusOne", 0, 21, 0, 1, 20},
 		{"Single", 9, 11, 1, 10, 10},
 	}
 	for _, tc := range cases {
@@ -717,10 +724,12 @@ func testEventsUnknown(t *testing.T, e env) {
 	appendEvents(t, s, "known", userEvs(1, 3)...)
 	evs, err := s.Events(ctx, "unknown", journal.EventQuery{})
 	require.NoError(t, err)
-	assert.Empty(t, evs)
+	assert.Nil(t, evs, "an unknown conversation has no events: (nil, nil)")
 	evs, err = s.Events(ctx, "unknown", journal.EventQuery{Before: 10, Limit: 5})
 	require.NoError(t, err)
-	assert.Empty(t, evs)
+	assert.Nil(t, evs)
+	_, err = s.Events(ctx, "unknown", journal.EventQuery{Limit: -1})
+	requireSentinel(t, err, journal.ErrInvalid, "a negative limit is refused, known conversation or not")
 	assert.Equal(t, uint64(0), lastSeq(t, s, "unknown"))
 	sum, evs, err := s.LoadSince(ctx, "unknown")
 	require.NoError(t, err)

@@ -20,6 +20,7 @@ var toolCallCases = []suiteCase{
 	{name: "UpsertAndGet", run: testToolCallUpsert},
 	{name: "PendingOrderedByID", run: testToolCallPending},
 	{name: "ListPendingAcrossConversations", run: testToolCallListPending},
+	{name: "ListPendingPageSize", run: testToolCallListPendingPageSize},
 	{name: "NotFound", run: testToolCallNotFound},
 	{name: "OwnedByOtherConversation", run: testToolCallOwned},
 	{name: "ConcurrentClaimsOneOwner", run: testToolCallConcurrentClaims},
@@ -167,6 +168,47 @@ func testToolCallListPending(t *testing.T, e env) {
 	require.NoError(t, s.DeleteConversation(ctx, "b"))
 	got, _ = list("", 0)
 	assert.Equal(t, []string{"a tc-1", "a/x tc-0", "c tc-c"}, got)
+}
+
+// testToolCallListPendingPageSize: a limit of 0 or below means 100; a
+// page's next cursor is the PendingCursor of its last row, and "" once no
+// row follows, a full last page included; a cursor past the last row gives
+// an empty page and "".
+func testToolCallListPendingPageSize(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	var all []string
+	for i := range 105 {
+		conv, call := fmt.Sprintf("c%d", i%3), fmt.Sprintf("tc-%03d", i)
+		upsert(t, s, humanCall(conv, call))
+		all = append(all, journal.PendingCursor(conv, call))
+	}
+	slices.Sort(all) // a PendingCursor of these ids sorts as its row does
+	cursors := func(rows []*messages.ToolCallRecord) []string {
+		var out []string
+		for _, r := range rows {
+			out = append(out, journal.PendingCursor(r.GetConversationId(), r.GetId()))
+		}
+		return out
+	}
+	for _, limit := range []int{0, -1, math.MinInt} {
+		rows, next, err := s.ListPendingToolCalls(ctx, "", limit)
+		require.NoError(t, err)
+		assert.Equal(t, all[:100], cursors(rows), "limit %d means 100", limit)
+		assert.Equal(t, all[99], next, "limit %d: the next cursor is the last row's", limit)
+	}
+	rows, next, err := s.ListPendingToolCalls(ctx, all[99], 5)
+	require.NoError(t, err)
+	assert.Equal(t, all[100:], cursors(rows))
+	assert.Empty(t, next, "a full page that ends the listing has no next cursor")
+	rows, next, err = s.ListPendingToolCalls(ctx, all[104], 5)
+	require.NoError(t, err)
+	assert.Empty(t, rows, "a cursor at the last row")
+	assert.Empty(t, next)
+	rows, next, err = s.ListPendingToolCalls(ctx, journal.PendingCursor("zz", "tc"), 5)
+	require.NoError(t, err)
+	assert.Empty(t, rows, "a cursor past the last row")
+	assert.Empty(t, next)
 }
 
 func testToolCallNotFound(t *testing.T, e env) {
@@ -621,6 +663,10 @@ func testConvList(t *testing.T, e env) {
 	rows, next, err := s.ListConversations(ctx, "", 0)
 	require.NoError(t, err)
 	assert.Len(t, rows, 100, "limit <= 0 means 100")
+	assert.Equal(t, want[99], next)
+	rows, next, err = s.ListConversations(ctx, "", -1)
+	require.NoError(t, err)
+	assert.Equal(t, want[:100], convIDs(rows), "a negative limit means 100 too")
 	assert.Equal(t, want[99], next)
 	rows, _, err = s.ListConversations(ctx, "c1x", 3)
 	require.NoError(t, err)
