@@ -2,6 +2,7 @@ package journaltest
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 
@@ -244,6 +245,9 @@ func mutateAll(t testing.TB, s journal.Store, conv string, calls []string) {
 	latest, err := s.LatestSummary(ctx, conv)
 	require.NoError(t, err)
 	latest.Content = "changed"
+	before, err := s.SummaryBefore(ctx, conv, math.MaxUint64)
+	require.NoError(t, err)
+	before.Content, before.ToSeq = "changed", 999
 	row, err := s.Conversation(ctx, conv)
 	require.NoError(t, err)
 	row.Status = statusEnded
