@@ -26,6 +26,8 @@ import (
 // so does a call whose ctx is done too: a closed store is checked before
 // ctx, and its error wraps ErrClosed, not ctx's error (a caller that
 // retries on a context error must not retry a store that cannot answer).
+// On an open store, a call whose ctx is already done returns an error
+// wrapping ctx's error and no sentinel, and writes nothing.
 type Store interface {
 	EventLog
 	Summaries

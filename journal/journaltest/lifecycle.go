@@ -672,6 +672,30 @@ var closeCases = []suiteCase{
 	{name: "OptionalMethodsAfterClose", run: testCloseOptional},
 	{name: "ClosedBeforeCancelled", run: testCloseBeforeCancelled},
 	{name: "InFlightReadsAfterClose", run: testCloseInFlight},
+	{name: "DoneContextOnOpenStore", run: testDoneContext},
+}
+
+// testDoneContext: on a store that is open, a call whose ctx is already
+// done fails with an error wrapping ctx's error (no sentinel: the store
+// can answer a later call) and writes nothing. Every method, of the
+// optional interfaces too; Deadlines and ScheduleTimes do not call fn.
+func testDoneContext(t *testing.T, e env) {
+	s := e.open(t).Store
+	calls := populate(t, s, "c", e.feat.Audit)
+	optional := prepareOptionalCalls(t, s)
+	before := snapshotOf(t, s, []string{"c", "d", "src", "dst"}, append(calls, "c/new"))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, c := range append(closedCalls(ctx, s), optional(ctx)...) {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.do()
+			require.ErrorIs(t, err, context.Canceled)
+			for _, sentinel := range allSentinels {
+				require.NotErrorIs(t, err, sentinel)
+			}
+		})
+	}
+	requireSameSnapshot(t, before, snapshotOf(t, s, []string{"c", "d", "src", "dst"}, append(calls, "c/new")), "a call with a done ctx writes nothing")
 }
 
 // namedCall is one call of a closed-store case; do returns its error.
