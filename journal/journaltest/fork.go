@@ -22,6 +22,7 @@ var forkCases = []suiteCase{
 	{name: "WithoutSummary", run: testForkWithoutSummary},
 	{name: "Ended", run: testForkEnded},
 	{name: "ExistingOrDeletedTarget", run: testForkExisting},
+	{name: "OntoMetadataOnly", run: testForkOntoMetadataOnly},
 	{name: "BadRequestWritesNothing", run: testForkBadInput},
 	{name: "MalformedCallEventsRefused", run: testForkMalformedCallEvents},
 	{name: "DeleteEitherLeavesTheOther", run: testForkDeleteEither},
@@ -169,6 +170,23 @@ func testForkExisting(t *testing.T, e env) {
 	ids, _, err := s.FindConversations(ctx, "name", "copy", "", 0)
 	require.NoError(t, err)
 	assert.Empty(t, ids, "a refused fork indexes nothing")
+}
+
+// testForkOntoMetadataOnly: an id with metadata but no row and no events
+// does not exist for a fork: the fork creates it, and merges its metadata
+// into the metadata the id had, indexed as by PutMetadata.
+func testForkOntoMetadataOnly(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := context.Background()
+	req := forkSource(t, s, "src", "dst")
+	require.NoError(t, s.PutMetadata(ctx, "dst", map[string]string{"owner": "ann", "name": "before"}))
+	require.NoError(t, s.Fork(ctx, req))
+	merged := cloneFork(req)
+	merged.Metadata = map[string]string{"owner": "ann", "name": "copy"} // the fork's value wins
+	requireFork(t, s, merged)
+	assert.Equal(t, []string{"dst"}, findAll(t, s, "owner", "ann", 0))
+	assert.Equal(t, []string{"dst"}, findAll(t, s, "name", "copy", 0))
+	assert.Empty(t, findAll(t, s, "name", "before", 0), "the replaced value is no longer indexed")
 }
 
 func testForkBadInput(t *testing.T, e env) {

@@ -700,6 +700,7 @@ func testConvMetadata(t *testing.T, e env) {
 
 var auditCases = []suiteCase{
 	{name: "OffIsNoOp", run: testAuditOff},
+	{name: "ReportsWhetherOn", run: testAuditReports},
 	{name: "OrderedByTurn", run: testAuditOrder, audit: true},
 	{name: "FailedCallRoundTrips", run: testAuditFailedCall, audit: true},
 	{name: "GC", run: testAuditGC, audit: true},
@@ -726,6 +727,22 @@ func testAuditOff(t *testing.T, e env) {
 	n, err := s.GCModelCalls(ctx, "c", tm(1000))
 	require.NoError(t, err)
 	assert.Zero(t, n)
+}
+
+// testAuditReports: a Store that implements journal.AuditReporter (every
+// adapter of this module does) reports whether it was opened with audit
+// on.
+func testAuditReports(t *testing.T, e env) {
+	for _, on := range []bool{false, true} {
+		if on && !e.feat.Audit {
+			continue
+		}
+		r, ok := e.openAudit(t, on).Store.(journal.AuditReporter)
+		if !ok {
+			t.Skip("journaltest: the adapter does not implement journal.AuditReporter")
+		}
+		assert.Equal(t, on, r.AuditEnabled(), "opened with audit %v", on)
+	}
 }
 
 func testAuditOrder(t *testing.T, e env) {
