@@ -570,18 +570,20 @@ func testBatchIndependent(t *testing.T, e env) {
 
 func testBatchChained(t *testing.T, e env) {
 	s := e.open(t).Store
-	results := s.AppendBatch(t.Context(), []*messages.AppendRequest{
+	reqs := []*messages.AppendRequest{
 		{ConversationId: "c", Events: []*messages.Event{assistantEv(1, "asking", "tc-1"), toolCallEv(2, "tc-1")}, ToolCalls: []*messages.ToolCallRecord{humanCall("c", "tc-1")}},
 		{ConversationId: "c", ExpectedLast: 2, Events: []*messages.Event{resolutionEv(3, "tc-1", resolved), toolResultEv(4, "tc-1", "1"), assistantEv(5, "done")},
 			Resolutions: []*messages.ToolResolution{{ToolCallId: "tc-1", Status: resolved, Result: contentOutcome("1"), At: ts(3)}}},
 		{ConversationId: "d", Events: userEvs(1, 1)},
 		{ConversationId: "c", ExpectedLast: 5, Events: []*messages.Event{userEv(6, "thanks")}},
-	})
+	}
+	results := s.AppendBatch(t.Context(), reqs)
 	require.Len(t, results, 4)
 	want := []journal.AppendResult{{FirstSeq: 1, LastSeq: 2}, {FirstSeq: 3, LastSeq: 5}, {FirstSeq: 1, LastSeq: 1}, {FirstSeq: 6, LastSeq: 6}}
 	for i := range want {
 		require.NoError(t, results[i].Err, "request %d", i)
 		assert.Equal(t, want[i], results[i], "request %d", i)
+		assert.Equal(t, seqRange(want[i].FirstSeq, want[i].LastSeq), seqs(reqs[i].GetEvents()), "request %d: AppendBatch sets Seq on its events, as Append does", i)
 	}
 	assert.Equal(t, seqRange(1, 6), seqs(allEvents(t, s, "c")))
 	assert.Equal(t, resolved, toolCall(t, s, "tc-1").GetStatus(), "the second request resolved the call the first created")
