@@ -1143,3 +1143,26 @@ func TestAuditOffHidesEarlierRows(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, calls, 1, "the row is still there")
 }
+
+// TestDeleteWithAuditOffRemovesAuditRows: DeleteConversation removes every
+// record of the conversation, the audit rows a store with audit on wrote
+// included, even when the store that deletes has audit off: they do not
+// come back once audit is on again.
+func TestDeleteWithAuditOffRemovesAuditRows(t *testing.T) {
+	fs := vfs.NewMem()
+	ctx := t.Context()
+	on, err := Open("db", Options{FS: fs, Audit: true})
+	require.NoError(t, err)
+	appendN(t, on, "c", 0, 1)
+	require.NoError(t, on.PutModelCall(ctx, &messages.ModelCall{ConversationId: "c", TurnRef: 1, Created: timestamppb.New(time.Unix(0, 0))}))
+	require.NoError(t, on.Close())
+
+	off := openMem(t, Options{FS: fs})
+	require.NoError(t, off.DeleteConversation(ctx, "c"))
+	require.NoError(t, off.Close())
+
+	again := openMem(t, Options{FS: fs, Audit: true})
+	calls, err := again.ModelCalls(ctx, "c")
+	require.NoError(t, err)
+	require.Empty(t, calls, "the deleted conversation's audit rows went with it")
+}

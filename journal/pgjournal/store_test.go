@@ -369,3 +369,22 @@ func TestMigrationSchedulesPerConversation(t *testing.T) {
 	require.NoError(t, conn.QueryRow(ctx, "SELECT count(*) > 0 FROM pg_indexes WHERE indexname = 'lz_schedules_conv'").Scan(&convIndex))
 	require.False(t, convIndex, "the primary key serves the listing")
 }
+
+// TestDeleteWithAuditOffRemovesAuditRows: DeleteConversation removes every
+// record of the conversation, the audit rows a store with audit on wrote
+// included, even when the store that deletes has audit off.
+func TestDeleteWithAuditOffRemovesAuditRows(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	ctx := t.Context()
+	on := open(t, dsn, Options{Audit: true})
+	_, err := on.Append(ctx, &messages.AppendRequest{ConversationId: "c", Events: []*messages.Event{userEvent("hi")}})
+	require.NoError(t, err)
+	require.NoError(t, on.PutModelCall(ctx, &messages.ModelCall{ConversationId: "c", TurnRef: 1, Created: timestamppb.New(time.Unix(0, 0))}))
+
+	off := open(t, dsn, Options{})
+	require.NoError(t, off.DeleteConversation(ctx, "c"))
+
+	calls, err := on.ModelCalls(ctx, "c")
+	require.NoError(t, err)
+	require.Empty(t, calls, "the deleted conversation's audit rows went with it")
+}
