@@ -69,7 +69,9 @@ func ParseFind(key, value, cursor string, limit int) (after string, pageSize int
 
 // ValidateFork checks a ForkRequest before a Store writes it: a valid
 // conversation id; a valid summary if set (1 <= FromSeq <= ToSeq); at
-// least one event; events that pass ValidateEvent with seqs
+// least one event; events that pass ValidateEvent, their seqs not counting
+// against MaxEventBytes (as in the Append that logged them, so every event
+// a log holds can be copied), with seqs
 // contiguous from the summary's ToSeq+1 (1 without a summary), every rewind
 // targeting an earlier seq; events that name a tool call as ValidateAppend
 // requires (a tool_call event carries a call with a valid id and an
@@ -99,7 +101,7 @@ func ValidateFork(req *messages.ForkRequest) error {
 		return Invalidf("fork %q copies no event", conv)
 	}
 	for i, ev := range req.GetEvents() {
-		if err := ValidateEvent(ev); err != nil {
+		if err := validateCopiedEvent(ev); err != nil {
 			return Invalidf("event %d of fork %q: %v", i, conv, err)
 		}
 		if err := checkCallEvent(ev); err != nil {

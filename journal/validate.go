@@ -89,6 +89,20 @@ func ValidateEvent(ev *messages.Event) error {
 	return err
 }
 
+// validateCopiedEvent is ValidateEvent for an event copied from a log
+// (ValidateFork): its Seq, which the store that logged it set, does not
+// count against MaxEventBytes, as it did not in the Append that logged it,
+// so every event an Append took can be copied.
+func validateCopiedEvent(ev *messages.Event) error {
+	if err := checkEventShape(ev); err != nil {
+		return err
+	}
+	bp := getBuf()
+	b, err := encodeEvent((*bp)[:0], ev, 0)
+	putBuf(bp, b)
+	return err
+}
+
 // EncodeEvent appends the protobuf encoding of ev to dst and returns the
 // extended buffer. It fails exactly when ValidateEvent does, with the same
 // error (wrapping ErrInvalid): ev is nil, has no body, holds an enum

@@ -23,6 +23,7 @@ var forkCases = []suiteCase{
 	{name: "Ended", run: testForkEnded},
 	{name: "ExistingOrDeletedTarget", run: testForkExisting},
 	{name: "OntoMetadataOnly", run: testForkOntoMetadataOnly},
+	{name: "EventAtTheLimit", run: testForkEventAtTheLimit},
 	{name: "BadRequestWritesNothing", run: testForkBadInput},
 	{name: "MalformedCallEventsRefused", run: testForkMalformedCallEvents},
 	{name: "DeleteEitherLeavesTheOther", run: testForkDeleteEither},
@@ -187,6 +188,40 @@ func testForkOntoMetadataOnly(t *testing.T, e env) {
 	assert.Equal(t, []string{"dst"}, findAll(t, s, "owner", "ann", 0))
 	assert.Equal(t, []string{"dst"}, findAll(t, s, "name", "copy", 0))
 	assert.Empty(t, findAll(t, s, "name", "before", 0), "the replaced value is no longer indexed")
+}
+
+// eventOfSize returns a user event whose encoding, Seq unset, is n bytes.
+func eventOfSize(n int) *messages.Event {
+	pad := n - proto.Size(userEv(1, ""))
+	for {
+		ev := userEv(1, strings.Repeat("x", pad))
+		d := n - proto.Size(ev)
+		if d == 0 {
+			return ev
+		}
+		pad += d
+	}
+}
+
+// testForkEventAtTheLimit: an event Append took at journal.MaxEventBytes
+// (its seq, which the store sets, not counting against the limit) can be
+// copied: a Fork measures its events as an Append does, without their
+// seqs. One byte more is ErrInvalid in both.
+func testForkEventAtTheLimit(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := context.Background()
+	appendEvents(t, s, "src", eventOfSize(journal.MaxEventBytes), userEv(2, "small"))
+	evs := allEvents(t, s, "src")
+	req := &messages.ForkRequest{ConversationId: "dst", Events: evs, Status: statusIdle}
+	require.NoError(t, s.Fork(ctx, req), "the log's events, as read")
+	requireFork(t, s, req)
+
+	over := eventOfSize(journal.MaxEventBytes + 1)
+	_, err := s.Append(ctx, &messages.AppendRequest{ConversationId: "src", ExpectedLast: 2, Events: []*messages.Event{over}})
+	requireSentinel(t, err, journal.ErrInvalid, "one byte over the limit")
+	over.Seq = 1
+	requireSentinel(t, s.Fork(ctx, &messages.ForkRequest{ConversationId: "other", Events: []*messages.Event{over}, Status: statusIdle}),
+		journal.ErrInvalid, "one byte over the limit")
 }
 
 func testForkBadInput(t *testing.T, e env) {
