@@ -238,10 +238,12 @@ func protosEqual[M proto.Message](a, b []M) bool {
 	return slices.EqualFunc(a, b, func(x, y M) bool { return proto.Equal(x, y) })
 }
 
-// sentinels are the errors the suite compares by errors.Is.
+// sentinels are the errors the suite compares by errors.Is: every
+// sentinel of package journal.
 var sentinels = []error{
 	journal.ErrConflict, journal.ErrStale, journal.ErrNotFound, journal.ErrClosed,
-	journal.ErrCorrupt, journal.ErrInvalid, journal.ErrDeleted,
+	journal.ErrCorrupt, journal.ErrInvalid, journal.ErrDeleted, journal.ErrNoSpace,
+	journal.ErrUnavailable, journal.ErrUnknownOutcome, journal.ErrExists, journal.ErrEnded,
 }
 
 // sameErr reports whether a and b are both nil, or both non-nil and wrap
@@ -258,20 +260,13 @@ func sameErr(a, b error) bool {
 	return true
 }
 
-// allSentinels are every sentinel error of package journal.
-var allSentinels = []error{
-	journal.ErrConflict, journal.ErrStale, journal.ErrNotFound, journal.ErrClosed,
-	journal.ErrCorrupt, journal.ErrInvalid, journal.ErrDeleted, journal.ErrNoSpace,
-	journal.ErrUnavailable, journal.ErrUnknownOutcome, journal.ErrExists, journal.ErrEnded,
-}
-
 // requireSentinel fails t unless err wraps want and no other sentinel of
 // package journal: an error that also wrapped ErrUnavailable, say, would
 // tell a caller to retry what can never succeed.
 func requireSentinel(t testing.TB, err, want error, msgAndArgs ...any) {
 	t.Helper()
 	require.ErrorIs(t, err, want, msgAndArgs...)
-	for _, s := range allSentinels {
+	for _, s := range sentinels {
 		if s != want && errors.Is(err, s) {
 			require.Fail(t, fmt.Sprintf("the error wraps another sentinel: %v wraps %v besides %v", err, s, want), msgAndArgs...)
 		}
