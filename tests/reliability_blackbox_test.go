@@ -1,0 +1,296 @@
+package tests
+
+// Black-box tests of RELIABILITY.md's promises that no other test pins as
+// the document states them: the default model retry policy (which errors,
+// how many calls, how far apart), a retry after an interrupted stream, the
+// default bound on invalid tool answers, and the number of folded request
+// ids a summary remembers (Limits). Written against the public API only.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/actors"
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/agent/scripted"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/snapshot"
+)
+
+// TestRBDefaultModelRetryRetriesEachTransientError: with Options.ModelRetry
+// left zero, each transient sentinel (wrapped, as a provider returns it) is
+// called again after 1 s, then after 2 s, 3 calls in all; then the turn
+// fails durably with a turn_failed event naming the error's code and 3
+// attempts, nothing of the failed calls written.
+func TestRBDefaultModelRetryRetriesEachTransientError(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		code string
+	}{
+		{agent.ErrRateLimited, actors.CodeRateLimited},
+		{agent.ErrUnavailable, actors.CodeUnavailable},
+		{agent.ErrInterrupted, actors.CodeInterrupted},
+		{agent.ErrIncomplete, actors.CodeIncomplete},
+		{agent.ErrMalformed, actors.CodeMalformed},
+		{context.DeadlineExceeded, actors.CodeTimeout},
+	} {
+		t.Run(tc.code, func(t *testing.T) {
+			h := newHarness(t, openStore(t, "memory"), nil)
+			ctx := ctxT(t)
+			for range 3 {
+				h.model.PushError("c", fmt.Errorf("provider: %w", tc.err))
+			}
+			sub, err := h.rt.Subscribe(ctx, "c", 0)
+			require.NoError(t, err)
+			_, err = h.rt.Send(ctx, "c", "hi", user)
+			require.NoError(t, err)
+
+			for attempt, delay := range []time.Duration{time.Second, 2 * time.Second} {
+				u := h.awaitUpdate(sub, isRetry)
+				require.ErrorIs(t, u.Err, tc.err)
+				require.Equal(t, lazarus.Retry{Attempt: attempt + 1, Delay: delay}, *u.Retry)
+				require.Equal(t, attempt+1, h.model.Calls("c"), "no call before the delay")
+				h.clock.Advance(delay - time.Nanosecond)
+				require.Equal(t, attempt+1, h.model.Calls("c"), "no call before the delay")
+				h.clock.Advance(time.Nanosecond)
+			}
+			u := h.awaitUpdate(sub, isTurnEnd)
+			require.Equal(t, lazarus.TurnFailed, u.TurnEnd.Outcome)
+			require.ErrorIs(t, u.TurnEnd.Err, tc.err)
+			var te *lazarus.TurnError
+			require.ErrorAs(t, u.TurnEnd.Err, &te)
+			require.Equal(t, tc.code, te.Code)
+			require.Equal(t, 3, te.Attempts, "3 calls in all")
+			require.Equal(t, 3, h.model.Calls("c"))
+			require.Equal(t, []string{"user_msg", "turn_failed:" + tc.code}, types(h.history("c")))
+			require.Equal(t, 0, h.clock.Timers(), "no fourth call is planned")
+		})
+	}
+}
+
+// TestRBDefaultModelRetryNeverRetriesPermanentErrors: with the default
+// policy, agent.ErrPanicked, ErrContextLength, ErrRefused and ErrRequest
+// (wrapped) fail the turn at once: one call, no retry update, a turn_failed
+// event of one attempt.
+func TestRBDefaultModelRetryNeverRetriesPermanentErrors(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		code string
+	}{
+		{agent.ErrPanicked, actors.CodePanicked},
+		{agent.ErrContextLength, actors.CodeContextLength},
+		{agent.ErrRefused, actors.CodeRefused},
+		{agent.ErrRequest, actors.CodeRequest},
+	} {
+		t.Run(tc.code, func(t *testing.T) {
+			h := newHarness(t, openStore(t, "memory"), nil)
+			ctx := ctxT(t)
+			h.model.PushError("c", fmt.Errorf("provider: %w", tc.err))
+			sub, err := h.rt.Subscribe(ctx, "c", 0)
+			require.NoError(t, err)
+			_, err = h.rt.Send(ctx, "c", "hi", user)
+			require.NoError(t, err)
+			u := h.awaitUpdate(sub, func(u actors.Update) bool { return u.Retry != nil || u.TurnEnd != nil })
+			require.Nil(t, u.Retry, "not retried")
+			require.Equal(t, lazarus.TurnFailed, u.TurnEnd.Outcome)
+			require.ErrorIs(t, u.TurnEnd.Err, tc.err)
+			var te *lazarus.TurnError
+			require.ErrorAs(t, u.TurnEnd.Err, &te)
+			require.Equal(t, tc.code, te.Code)
+			require.Equal(t, 1, te.Attempts)
+			require.Equal(t, 1, h.model.Calls("c"))
+			require.Equal(t, []string{"user_msg", "turn_failed:" + tc.code}, types(h.history("c")))
+		})
+	}
+}
+
+// TestRBRetryAfterAnInterruptedStreamStreamsAgain: a call that streamed part
+// of its text and failed with agent.ErrInterrupted is retried; the retry's
+// update voids the deltas streamed (Restart), the retry streams its text
+// again from the start, and the answer is the retry's alone.
+func TestRBRetryAfterAnInterruptedStreamStreamsAgain(t *testing.T) {
+	var calls atomic.Int32
+	model := agent.ModelFunc(func(ctx context.Context, _ agent.Turn, onDelta func(string)) (*messages.AssistantMessage, error) {
+		if calls.Add(1) == 1 {
+			onDelta("Hel")
+			return nil, fmt.Errorf("stream cut: %w", agent.ErrInterrupted)
+		}
+		onDelta("Hello")
+		onDelta(", world")
+		return agent.Text("Hello, world"), nil
+	})
+	h := newHarness(t, openStore(t, "memory"), func(o *lazarus.Options) { o.Model = model })
+	ctx := ctxT(t)
+	sub, err := h.rt.Subscribe(ctx, "c", 0)
+	require.NoError(t, err)
+	_, err = h.rt.Send(ctx, "c", "hi", user)
+	require.NoError(t, err)
+
+	var deltas []string
+	u := h.awaitUpdate(sub, func(u actors.Update) bool {
+		if u.Delta != "" {
+			deltas = append(deltas, u.Delta)
+		}
+		return u.Retry != nil
+	})
+	require.Equal(t, []string{"Hel"}, deltas)
+	require.ErrorIs(t, u.Err, agent.ErrInterrupted)
+	require.True(t, u.Restart, "the retry voids the deltas streamed")
+	require.Equal(t, lazarus.Retry{Attempt: 1, Delay: time.Second}, *u.Retry)
+	h.clock.Advance(time.Second)
+
+	deltas = nil
+	u = h.awaitUpdate(sub, func(u actors.Update) bool {
+		if u.Delta != "" {
+			deltas = append(deltas, u.Delta)
+		}
+		return u.TurnEnd != nil
+	})
+	require.Equal(t, []string{"Hello", ", world"}, deltas, "the retry streams its text from the start")
+	require.Equal(t, lazarus.TurnAnswered, u.TurnEnd.Outcome)
+	require.Equal(t, "Hello, world", u.TurnEnd.Text)
+	evs := h.history("c")
+	require.Equal(t, []string{"user_msg", "assistant_msg"}, types(evs))
+	require.Equal(t, "Hello, world", evs[1].GetAssistantMsg().GetContent()[0].GetText())
+}
+
+// TestRBDefaultMaxInvalidToolAnswers: with Options.MaxInvalidToolAnswers
+// left zero, three answers in a row with invalid calls each get an error
+// result and the model is called again; the fourth fails the turn with
+// ErrInvalidToolCalls, and is not written. Three, then a valid answer: the
+// turn is answered.
+func TestRBDefaultMaxInvalidToolAnswers(t *testing.T) {
+	require.Equal(t, 3, lazarus.DefaultMaxInvalidToolAnswers)
+	unknown := func() *messages.AssistantMessage { return scripted.Reply("", scripted.Call("no_such_tool", `{}`)) }
+	notObject := func() *messages.AssistantMessage { return scripted.Reply("", scripted.Call("lookup_order", `"42"`)) }
+	call := []string{"assistant_msg", "tool_call:", "tool_result:"}
+
+	t.Run("fourth fails", func(t *testing.T) {
+		h := newHarness(t, openStore(t, "memory"), nil)
+		h.model.Push("c", unknown(), notObject(), unknown(), notObject())
+		end, err := h.rt.SendAndWait(ctxT(t), "c", "go", user)
+		require.ErrorIs(t, err, lazarus.ErrInvalidToolCalls)
+		require.Equal(t, lazarus.TurnFailed, end.Outcome)
+		var te *lazarus.TurnError
+		require.ErrorAs(t, err, &te)
+		require.Equal(t, actors.CodeInvalidToolCalls, te.Code)
+		require.Equal(t, 4, te.Attempts)
+		require.Equal(t, 4, h.model.Calls("c"))
+		got := types(h.history("c"))
+		require.Len(t, got, 1+3*len(call)+1, "three answers recorded, the fourth not: %v", got)
+		require.Equal(t, "turn_failed:invalid_tool_calls", got[len(got)-1])
+		require.Empty(t, h.runs.of("lookup_order"), "no invalid call runs")
+	})
+	t.Run("third then valid", func(t *testing.T) {
+		h := newHarness(t, openStore(t, "memory"), nil)
+		h.model.Push("c", unknown(), notObject(), unknown(), scripted.Text("sorry, done"))
+		end, err := h.rt.SendAndWait(ctxT(t), "c", "go", user)
+		require.NoError(t, err)
+		require.Equal(t, lazarus.TurnAnswered, end.Outcome)
+		require.Equal(t, "sorry, done", end.Text)
+		require.Equal(t, 4, h.model.Calls("c"))
+		evs := h.history("c")
+		require.Len(t, evs, 1+3*len(call)+1)
+		for _, ev := range evs {
+			if r := ev.GetToolResult(); r != nil {
+				require.Equal(t, agent.CodeInvalid, r.GetOutcome().GetError().GetCode())
+			}
+		}
+	})
+}
+
+// TestRBFoldedRequestIDsAreBounded (Limits): of the sends summaries folded
+// away, a retry with the request id of one of the newest
+// snapshot.MaxSummaryRequests (32) is answered with its first seq and
+// appends nothing, by the live activation and by a revived one; a retry of
+// an older send appends again. (A send without a RequestID has a random
+// one, which counts among the 32.)
+func TestRBFoldedRequestIDsAreBounded(t *testing.T) {
+	require.Equal(t, 32, snapshot.MaxSummaryRequests)
+	forEachStore(t, func(t *testing.T, kind string) {
+		store := openStore(t, kind)
+		const maxEvents = 8
+		h := newHarness(t, store, func(o *lazarus.Options) {
+			o.Summarizer = snapshot.Deterministic{}
+			o.Summary = snapshot.Policy{MaxEvents: maxEvents, KeepRecent: -1}
+		})
+		ctx := ctxT(t)
+		// Keyed sends until more than 32 are folded and the latest summary
+		// ends at the log's last event: no summary is due then, so the
+		// folded sends stay as they are read below.
+		for i := 0; ; i++ {
+			require.Less(t, i, 200)
+			_, err := h.rt.SendMessageAndWait(ctx, "c", agent.UserMessage(agent.TextPart(fmt.Sprint("pay ", i))),
+				lazarus.SendOptions{RequestID: fmt.Sprint("pay-", i)}, user)
+			require.NoError(t, err)
+			evs := h.history("c")
+			last := evs[len(evs)-1].GetSeq()
+			var folded uint64
+			s, err := store.LatestSummary(ctx, "c")
+			if !errors.Is(err, journal.ErrNotFound) {
+				require.NoError(t, err)
+				folded = s.GetToSeq()
+			}
+			if last-folded > maxEvents {
+				// Due: the summary folds every event.
+				require.Eventually(t, func() bool {
+					s, err := store.LatestSummary(ctx, "c")
+					return err == nil && s.GetToSeq() == last
+				}, wait, time.Millisecond)
+				folded = last
+			}
+			if i > snapshot.MaxSummaryRequests && folded == last {
+				break
+			}
+		}
+
+		type sent struct {
+			seq  uint64
+			rid  string
+			text string
+		}
+		var folded []sent
+		for _, ev := range h.history("c") {
+			if m := ev.GetUserMsg(); m != nil {
+				folded = append(folded, sent{ev.GetSeq(), ev.GetRequestId(), m.GetContent()[0].GetText()})
+			}
+		}
+		require.Greater(t, len(folded), snapshot.MaxSummaryRequests)
+		count := func(rid string) int {
+			k := 0
+			for _, ev := range h.history("c") {
+				if ev.GetRequestId() == rid {
+					k++
+				}
+			}
+			return k
+		}
+		retry := func(s sent) uint64 {
+			seq, err := h.rt.SendMessage(ctx, "c", agent.UserMessage(agent.TextPart(s.text)), lazarus.SendOptions{RequestID: s.rid}, user)
+			require.NoError(t, err)
+			return seq
+		}
+		newest := folded[len(folded)-snapshot.MaxSummaryRequests:]
+		for _, how := range []string{"live", "revived"} {
+			if how == "revived" {
+				require.True(t, h.rt.Kill("c"))
+			}
+			for _, s := range newest {
+				require.Equal(t, s.seq, retry(s), "%s: the retry of %s is answered with its seq", how, s.rid)
+				require.Equal(t, 1, count(s.rid), "%s: %s appended once", how, s.rid)
+			}
+		}
+		// An older send is remembered no more: its retry appends.
+		older := folded[len(folded)-snapshot.MaxSummaryRequests-1]
+		require.Greater(t, retry(older), folded[len(folded)-1].seq)
+		require.Equal(t, 2, count(older.rid), "a retry of an older send appends again")
+	})
+}
