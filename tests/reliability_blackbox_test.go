@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -292,5 +293,120 @@ func TestRBFoldedRequestIDsAreBounded(t *testing.T) {
 		older := folded[len(folded)-snapshot.MaxSummaryRequests-1]
 		require.Greater(t, retry(older), folded[len(folded)-1].seq)
 		require.Equal(t, 2, count(older.rid), "a retry of an older send appends again")
+	})
+}
+
+// TestRBHumanCallDeadlineDefaults: a human call whose tool sets no Timeout
+// gets the deadline Options.HumanTimeout gives it: 24 hours by default, the
+// option's when set, none when it is negative (the call is then never
+// expired, however far the clock moves).
+func TestRBHumanCallDeadlineDefaults(t *testing.T) {
+	require.Equal(t, 24*time.Hour, lazarus.DefaultHumanTimeout)
+	for _, tc := range []struct {
+		name   string
+		option time.Duration
+		want   time.Duration // 0: no deadline
+	}{
+		{"default", 0, 24 * time.Hour},
+		{"set", 2 * time.Hour, 2 * time.Hour},
+		{"negative", -1, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, openStore(t, "memory"), func(o *lazarus.Options) {
+				o.HumanTimeout = tc.option
+				o.Tools = append(o.Tools, agent.Tool{Name: "sign_off", Description: "a human signs off", Executor: messages.Executor_EXECUTOR_HUMAN})
+			})
+			ctx := ctxT(t)
+			start := h.clock.Now()
+			h.model.Push("c", scripted.Reply("", scripted.Call("sign_off", `{}`)), scripted.Text("expired"))
+			end, err := h.rt.SendAndWait(ctx, "c", "sign it", user)
+			require.NoError(t, err)
+			require.Equal(t, lazarus.TurnSuspended, end.Outcome)
+			pending, _, err := h.rt.PendingCalls(ctx, "", 0)
+			require.NoError(t, err)
+			require.Len(t, pending, 1)
+			if tc.want == 0 {
+				require.Nil(t, pending[0].GetDeadline(), "no deadline")
+				h.clock.Advance(365 * 24 * time.Hour)
+				pending, _, err = h.rt.PendingCalls(ctx, "", 0)
+				require.NoError(t, err)
+				require.Len(t, pending, 1, "still pending a year later")
+				require.Equal(t, 1, h.model.Calls("c"))
+				return
+			}
+			require.True(t, start.Add(tc.want).Equal(pending[0].GetDeadline().AsTime()), "deadline %v", pending[0].GetDeadline().AsTime())
+			h.awaitDeadlineArmed(pending[0].GetId())
+			for h.clock.Now().Before(start.Add(tc.want)) {
+				h.clock.Advance(actors.MaxTimerSpan)
+			}
+			h.awaitEvent("c", end.Seq, isAssistantText("expired"))
+			evs := h.history("c")
+			require.Equal(t, "resolution:"+messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED.String(), types(evs)[4])
+		})
+	}
+}
+
+// TestRBDefaultIdlePassivation: with Options.IdleTimeout left zero, a
+// conversation at rest is passivated 5 minutes after its turn ended, and
+// the next message revives it.
+func TestRBDefaultIdlePassivation(t *testing.T) {
+	require.Equal(t, 5*time.Minute, lazarus.DefaultIdleTimeout)
+	h := newHarness(t, openStore(t, "memory"), func(o *lazarus.Options) { o.IdleTimeout = 0 })
+	ctx := ctxT(t)
+	h.model.Push("c", scripted.Text("one"), scripted.Text("two"))
+	_, err := h.rt.SendAndWait(ctx, "c", "hi", user)
+	require.NoError(t, err)
+	require.True(t, h.rt.IsActive("c"))
+	idleAt := h.clock.Now().Add(5 * time.Minute)
+	require.Eventually(t, func() bool { return slices.ContainsFunc(h.clock.Dues(), idleAt.Equal) }, wait, time.Millisecond,
+		"an idle timer due 5 minutes after the turn (timers %v)", h.clock.Dues())
+	h.clock.Advance(5*time.Minute - time.Nanosecond)
+	require.True(t, h.rt.IsActive("c"))
+	h.clock.Advance(time.Nanosecond)
+	require.Eventually(t, func() bool { return !h.rt.IsActive("c") }, wait, time.Millisecond, "passivated")
+	end, err := h.rt.SendAndWait(ctx, "c", "again", user)
+	require.NoError(t, err)
+	require.Equal(t, "two", end.Text)
+}
+
+// TestRBEndHoldsAcrossARestart: an ended conversation stays ended for a new
+// Runtime on the same Store: Send, SendMessage, Edit and Rewind fail with
+// journal.ErrEnded and write nothing, Schedule too; Wake runs no turn;
+// History, Subscribe and Metadata work as before.
+func TestRBEndHoldsAcrossARestart(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		store := openStore(t, kind)
+		first := newHarness(t, store, func(o *lazarus.Options) { o.NoResume = true })
+		ctx := ctxT(t)
+		first.model.Push("c", scripted.Text("hello"))
+		_, err := first.rt.SendAndWait(ctx, "c", "hi", user)
+		require.NoError(t, err)
+		require.NoError(t, first.rt.MergeMetadata(ctx, "c", map[string]string{"k": "v"}))
+		require.NoError(t, first.rt.End(ctx, "c"))
+		require.NoError(t, first.rt.Close())
+
+		second := newHarness(t, store, nil)
+		before := second.history("c")
+		require.Len(t, before, 2)
+		_, err = second.rt.Send(ctx, "c", "more", user)
+		require.ErrorIs(t, err, journal.ErrEnded)
+		_, err = second.rt.SendMessage(ctx, "c", agent.UserMessage(agent.TextPart("more")), lazarus.SendOptions{RequestID: "r"}, user)
+		require.ErrorIs(t, err, journal.ErrEnded)
+		_, err = second.rt.Edit(ctx, "c", 1, "edited", user)
+		require.ErrorIs(t, err, journal.ErrEnded)
+		require.ErrorIs(t, second.rt.Rewind(ctx, "c", 1, lazarus.RewindOptions{}, user), journal.ErrEnded)
+		_, err = second.rt.Schedule(ctx, "c", lazarus.ScheduleSpec{After: time.Hour, Text: "x"}, user)
+		require.ErrorIs(t, err, journal.ErrEnded)
+		require.NoError(t, second.rt.Wake(ctx, "c"))
+		require.NoError(t, second.rt.End(ctx, "c"), "still at rest: the wake ran no turn")
+		require.Equal(t, 0, second.model.Calls("c"))
+		require.Equal(t, seqsOf(before), seqsOf(second.history("c")), "nothing written")
+		md, err := second.rt.Metadata(ctx, "c")
+		require.NoError(t, err)
+		require.Equal(t, map[string]string{"k": "v"}, md)
+		sub, err := second.rt.Subscribe(ctx, "c", 0)
+		require.NoError(t, err)
+		u := <-sub
+		require.Equal(t, uint64(1), u.Event.GetSeq(), "a subscription replays the log")
 	})
 }
