@@ -10,7 +10,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -409,4 +413,100 @@ func TestRBEndHoldsAcrossARestart(t *testing.T) {
 		u := <-sub
 		require.Equal(t, uint64(1), u.Event.GetSeq(), "a subscription replays the log")
 	})
+}
+
+// TestRBResolveAndRejectRaceAcrossAKill (guarantee 5): eight Resolves and
+// eight Rejects of one human call race a Kill of its conversation: exactly
+// one wins, every other gets journal.ErrStale, the row holds the winner's
+// decision, and the log records it once (one resolution, one tool_result),
+// which the model sees once.
+func TestRBResolveAndRejectRaceAcrossAKill(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		h := newHarness(t, openStore(t, kind), nil)
+		ctx := ctxT(t)
+		end := h.suspendOnApproval("c", "refund order 42")
+		id := end.Pending[0].GetToolCallId()
+		h.model.Push("c", scripted.Text("done"))
+
+		const n = 16
+		errs := make([]error, n)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				if i%2 == 0 {
+					errs[i] = h.rt.Resolve(ctx, id, fmt.Sprintf(`{"approved":true,"click":%d}`, i), user)
+				} else {
+					errs[i] = h.rt.Reject(ctx, id, fmt.Sprint("no ", i), user)
+				}
+			}()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			h.rt.Kill("c")
+		}()
+		close(start)
+		wg.Wait()
+		winner := -1
+		for i, err := range errs {
+			if err == nil {
+				require.Equal(t, -1, winner, "a second winner: %d and %d", winner, i)
+				winner = i
+				continue
+			}
+			require.ErrorIs(t, err, journal.ErrStale, "loser %d", i)
+		}
+		require.NotEqual(t, -1, winner, "one wins")
+
+		row, err := h.store.ToolCall(ctx, id)
+		require.NoError(t, err)
+		if winner%2 == 0 {
+			require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, row.GetStatus())
+			require.Contains(t, row.GetResult().GetContent(), fmt.Sprintf(`"click":%d`, winner))
+		} else {
+			require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_ERRORED, row.GetStatus())
+		}
+		h.awaitEvent("c", end.Seq, isAssistantText("done"))
+		got := types(h.history("c"))
+		resolutions, results := 0, 0
+		for _, ty := range got {
+			if strings.HasPrefix(ty, "resolution:") {
+				resolutions++
+			}
+			if ty == "tool_result:approve_refund" {
+				results++
+			}
+		}
+		require.Equal(t, 1, resolutions, "%v", got)
+		require.Equal(t, 1, results, "%v", got)
+		turns := h.model.Turns("c")
+		require.Len(t, toolResults(turns[len(turns)-1], id), 1, "the model sees one result")
+	})
+}
+
+// TestRBDefaultMaxFileBytes (Limits): with Options.Files.MaxFileBytes left
+// zero, a checkpoint of a file one byte over 64 MiB fails with
+// journal.ErrTooLarge and records nothing.
+func TestRBDefaultMaxFileBytes(t *testing.T) {
+	require.EqualValues(t, 64<<20, lazarus.DefaultMaxFileBytes)
+	errs := make(chan pathErr, 1)
+	h, root := filesHarness(t, openStore(t, "memory"), errs, nil)
+	ctx := ctxT(t)
+	f, err := os.Create(filepath.Join(root, "big"))
+	require.NoError(t, err)
+	require.NoError(t, f.Truncate(64<<20+1)) // sparse: no 64 MiB written
+	require.NoError(t, f.Close())
+	h.model.Push("c", scripted.Reply("", writeCall(fileArgs{Path: "big", Content: "x"})), scripted.Text("done"))
+	_, err = h.rt.SendAndWait(ctx, "c", "go", user)
+	require.NoError(t, err)
+	pe := <-errs
+	require.ErrorIs(t, pe.err, journal.ErrTooLarge)
+	cps, err := h.rt.Store().(journal.FileCheckpoints).FileCheckpoints(ctx, "c", 0)
+	require.NoError(t, err)
+	require.Empty(t, cps, "nothing recorded")
 }
