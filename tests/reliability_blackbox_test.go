@@ -510,3 +510,84 @@ func TestRBDefaultMaxFileBytes(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, cps, "nothing recorded")
 }
+
+// TestRBDeadlineAfterABackwardClockStep (guarantee 6): a step backwards of
+// the wall clock delays a deadline by the step: the call is still pending
+// while the clock reads before its deadline, however much time elapsed,
+// and expires when the clock reads it.
+func TestRBDeadlineAfterABackwardClockStep(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		h := newHarness(t, openStore(t, kind), nil)
+		ctx := ctxT(t)
+		id := h.suspendOne("c", scripted.Text("timed out"))
+		deadline := h.deadlineOf(id)
+		h.rt.Kill("c")
+		h.clock.Jump(-2 * time.Hour)
+		armed := func() {
+			t.Helper()
+			require.Eventually(t, func() bool {
+				next, ok := h.clock.Next()
+				return ok && next.Equal(h.armedFor(deadline))
+			}, wait, time.Millisecond, "the deadline armed again (timers %v)", h.clock.Dues())
+		}
+		// Three hours of elapsed time, a minute at a time, to a minute
+		// before the deadline: the timer fires and is armed again.
+		for h.clock.Now().Before(deadline.Add(-actors.MaxTimerSpan)) {
+			h.clock.Advance(actors.MaxTimerSpan)
+			armed()
+		}
+		h.clock.Advance(deadline.Sub(h.clock.Now()) - time.Nanosecond)
+		armed()
+		row, err := h.store.ToolCall(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING, row.GetStatus(), "not expired before the clock reads the deadline")
+		require.Equal(t, 1, h.model.Calls("c"))
+		h.clock.Advance(time.Nanosecond)
+		h.awaitEvent("c", 0, isExpiredResult)
+		h.awaitEvent("c", 0, isAssistantText("timed out"))
+	})
+}
+
+// TestRBScheduleAfterAForwardClockStep (guarantee 13e): a repeating
+// schedule whose occurrences a forward step of the wall clock made due
+// (five of them) fires once, within actors.MaxTimerSpan of elapsed time,
+// and its next occurrence is the first one after the time it fired.
+func TestRBScheduleAfterAForwardClockStep(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		h := newHarness(t, openStore(t, kind), nil)
+		ctx := ctxT(t)
+		t0 := h.clock.Now()
+		_, err := h.rt.SendAndWait(ctx, "c", "hi", user)
+		require.NoError(t, err)
+		sc, err := h.rt.Schedule(ctx, "c", lazarus.ScheduleSpec{Every: time.Hour, Text: "tick"}, user)
+		require.NoError(t, err)
+		require.True(t, t0.Add(time.Hour).Equal(sc.GetNext().AsTime()))
+		wakes := func() int {
+			n := 0
+			for _, ev := range h.history("c") {
+				if m := ev.GetUserMsg(); m != nil && m.GetContent()[0].GetText() == "tick" {
+					n++
+				}
+			}
+			return n
+		}
+		armedAt := h.armedFor(t0.Add(time.Hour))
+		require.Eventually(t, func() bool { return slices.ContainsFunc(h.clock.Dues(), armedAt.Equal) }, wait, time.Millisecond)
+
+		h.clock.Jump(5*time.Hour + 30*time.Minute)
+		h.clock.Advance(actors.MaxTimerSpan)
+		require.NoError(t, h.model.WaitCalls(ctx, "c", 2), "the wake's turn")
+		require.Eventually(t, func() bool {
+			listed, err := h.rt.Schedules(ctx, "c")
+			require.NoError(t, err)
+			return len(listed) == 1 && listed[0].GetNext().AsTime().Equal(t0.Add(6*time.Hour))
+		}, wait, time.Millisecond, "next is the first occurrence after the fire")
+		require.Equal(t, 1, wakes(), "once, not once per occurrence the step skipped")
+
+		next := h.armedFor(t0.Add(6 * time.Hour))
+		require.Eventually(t, func() bool { return slices.ContainsFunc(h.clock.Dues(), next.Equal) }, wait, time.Millisecond)
+		h.clock.Advance(t0.Add(6 * time.Hour).Sub(h.clock.Now()))
+		require.NoError(t, h.model.WaitCalls(ctx, "c", 3))
+		require.Eventually(t, func() bool { return wakes() == 2 }, wait, time.Millisecond)
+	})
+}
