@@ -417,7 +417,8 @@ func TestRBEndHoldsAcrossARestart(t *testing.T) {
 
 // TestRBResolveAndRejectRaceAcrossAKill (guarantee 5): eight Resolves and
 // eight Rejects of one human call race a Kill of its conversation: exactly
-// one wins, every other gets journal.ErrStale, the row holds the winner's
+// one wins, every other gets journal.ErrStale (and journal.ErrInvalid, as
+// Resolve's doc says), the row holds the winner's
 // decision, and the log records it once (one resolution, one tool_result),
 // which the model sees once.
 func TestRBResolveAndRejectRaceAcrossAKill(t *testing.T) {
@@ -460,6 +461,7 @@ func TestRBResolveAndRejectRaceAcrossAKill(t *testing.T) {
 				continue
 			}
 			require.ErrorIs(t, err, journal.ErrStale, "loser %d", i)
+			require.ErrorIs(t, err, journal.ErrInvalid, "loser %d: an answer to a call not pending is bad input", i)
 		}
 		require.NotEqual(t, -1, winner, "one wins")
 
@@ -589,5 +591,33 @@ func TestRBScheduleAfterAForwardClockStep(t *testing.T) {
 		h.clock.Advance(t0.Add(6 * time.Hour).Sub(h.clock.Now()))
 		require.NoError(t, h.model.WaitCalls(ctx, "c", 3))
 		require.Eventually(t, func() bool { return wakes() == 2 }, wait, time.Millisecond)
+	})
+}
+
+// TestRBAnswersToCallsNotPending: Resolve and Reject of an expired call and
+// of a call whose conversation was deleted fail with journal.ErrStale and
+// journal.ErrInvalid, as of an answered or unknown one, and write nothing.
+func TestRBAnswersToCallsNotPending(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		h := newHarness(t, openStore(t, kind), nil)
+		ctx := ctxT(t)
+		expired := h.suspendOne("expired", scripted.Text("timed out"))
+		h.clock.Advance(time.Hour)
+		h.awaitEvent("expired", 0, isAssistantText("timed out"))
+		deleted := h.suspendOne("deleted")
+		require.NoError(t, h.rt.Delete(ctx, "deleted"))
+		before := seqsOf(h.history("expired"))
+		for name, id := range map[string]string{"expired": expired, "deleted": deleted} {
+			err := h.rt.Resolve(ctx, id, `{"approved":true}`, user)
+			require.ErrorIs(t, err, journal.ErrStale, "Resolve of the %s call", name)
+			require.ErrorIs(t, err, journal.ErrInvalid, "Resolve of the %s call", name)
+			err = h.rt.Reject(ctx, id, "no", user)
+			require.ErrorIs(t, err, journal.ErrStale, "Reject of the %s call", name)
+			require.ErrorIs(t, err, journal.ErrInvalid, "Reject of the %s call", name)
+		}
+		require.Equal(t, before, seqsOf(h.history("expired")), "nothing written")
+		row, err := h.store.ToolCall(ctx, expired)
+		require.NoError(t, err)
+		require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED, row.GetStatus())
 	})
 }
