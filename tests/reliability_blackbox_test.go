@@ -621,3 +621,38 @@ func TestRBAnswersToCallsNotPending(t *testing.T) {
 		require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED, row.GetStatus())
 	})
 }
+
+// TestRBSubscriptionOutlivesAKill ("What survives what"): a subscription
+// belongs to the Runtime, not the actor: a Kill mid-turn gives it a
+// cancelled turn end carrying the log's last seq at the kill
+// (Update.After), and it goes on with the events of the next activation,
+// whose answered end it gets from the durable event.
+func TestRBSubscriptionOutlivesAKill(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		// NoResume: Open's resume scan, which runs in the background,
+		// would otherwise wake the killed conversation (it is ACTIVE)
+		// before the test's Wake.
+		h := newHarness(t, openStore(t, kind), func(o *lazarus.Options) { o.NoResume = true })
+		ctx := ctxT(t)
+		sub, err := h.rt.Subscribe(ctx, "c", 0)
+		require.NoError(t, err)
+		entered := h.model.Hold("c")
+		_, err = h.rt.Send(ctx, "c", "hi", user)
+		require.NoError(t, err)
+		<-entered
+		require.True(t, h.rt.Kill("c"))
+		u := h.awaitUpdate(sub, isTurnEnd)
+		require.Nil(t, u.Event)
+		require.Equal(t, lazarus.TurnCancelled, u.TurnEnd.Outcome)
+		require.ErrorIs(t, u.TurnEnd.Err, lazarus.ErrTurnCancelled)
+		require.Equal(t, uint64(1), u.After, "the log's last seq at the kill")
+		h.model.Release("c")
+
+		h.model.Push("c", scripted.Text("back"))
+		require.NoError(t, h.rt.Wake(ctx, "c"))
+		u = h.awaitUpdate(sub, isTurnEnd)
+		require.Equal(t, lazarus.TurnAnswered, u.TurnEnd.Outcome)
+		require.Equal(t, uint64(2), u.Event.GetSeq())
+		require.Equal(t, "back", u.TurnEnd.Text)
+	})
+}
