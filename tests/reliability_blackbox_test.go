@@ -656,3 +656,40 @@ func TestRBSubscriptionOutlivesAKill(t *testing.T) {
 		require.Equal(t, "back", u.TurnEnd.Text)
 	})
 }
+
+// TestRBRetryWaitingItsDelayIsRunOnOpen ("What survives what"): a model
+// call waiting out its retry delay when the process stops leaves its turn
+// owed (the conversation ACTIVE, nothing of the failed call written); the
+// next Open runs it, from attempt 1, with no command.
+func TestRBRetryWaitingItsDelayIsRunOnOpen(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		store := openStore(t, kind)
+		first := newHarness(t, store, func(o *lazarus.Options) { o.NoResume = true })
+		ctx := ctxT(t)
+		first.model.PushError("c", agent.ErrUnavailable)
+		sub, err := first.rt.Subscribe(ctx, "c", 0)
+		require.NoError(t, err)
+		_, err = first.rt.Send(ctx, "c", "hi", user)
+		require.NoError(t, err)
+		u := first.awaitUpdate(sub, isRetry)
+		require.Equal(t, 1, u.Retry.Attempt)
+		require.NoError(t, first.rt.Close())
+		row, err := store.Conversation(ctx, "c")
+		require.NoError(t, err)
+		require.Equal(t, messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE, row.GetStatus(), "the turn is still owed")
+
+		model := scripted.New(scripted.Options{})
+		model.PushError("c", agent.ErrRateLimited)
+		model.Push("c", scripted.Text("back"))
+		second := newHarness(t, store, func(o *lazarus.Options) { o.Model = model })
+		sub, err = second.rt.Subscribe(ctx, "c", 0)
+		require.NoError(t, err)
+		u = second.awaitUpdate(sub, isRetry)
+		require.Equal(t, lazarus.Retry{Attempt: 1, Delay: time.Second}, *u.Retry, "the count starts again")
+		second.clock.Advance(time.Second)
+		u = second.awaitUpdate(sub, isTurnEnd)
+		require.Equal(t, lazarus.TurnAnswered, u.TurnEnd.Outcome)
+		require.Equal(t, "back", u.TurnEnd.Text)
+		require.Equal(t, []string{"user_msg", "assistant_msg"}, types(second.history("c")))
+	})
+}
