@@ -75,7 +75,11 @@ func TestRBDefaultModelRetryRetriesEachTransientError(t *testing.T) {
 			require.Equal(t, tc.code, te.Code)
 			require.Equal(t, 3, te.Attempts, "3 calls in all")
 			require.Equal(t, 3, h.model.Calls("c"))
-			require.Equal(t, []string{"user_msg", "turn_failed:" + tc.code}, types(h.history("c")))
+			evs := h.history("c")
+			require.Equal(t, []string{"user_msg", "turn_failed:" + tc.code}, types(evs))
+			fromLog := lazarus.TurnEndOf(evs[1])
+			require.Equal(t, lazarus.TurnFailed, fromLog.Outcome)
+			require.ErrorIs(t, fromLog.Err, tc.err, "the end read from the log maps its code back to the sentinel")
 			require.Equal(t, 0, h.clock.Timers(), "no fourth call is planned")
 		})
 	}
@@ -112,7 +116,9 @@ func TestRBDefaultModelRetryNeverRetriesPermanentErrors(t *testing.T) {
 			require.Equal(t, tc.code, te.Code)
 			require.Equal(t, 1, te.Attempts)
 			require.Equal(t, 1, h.model.Calls("c"))
-			require.Equal(t, []string{"user_msg", "turn_failed:" + tc.code}, types(h.history("c")))
+			evs := h.history("c")
+			require.Equal(t, []string{"user_msg", "turn_failed:" + tc.code}, types(evs))
+			require.ErrorIs(t, lazarus.TurnEndOf(evs[1]).Err, tc.err, "the end read from the log maps its code back to the sentinel")
 		})
 	}
 }
