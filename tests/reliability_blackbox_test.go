@@ -699,3 +699,37 @@ func TestRBRetryWaitingItsDelayIsRunOnOpen(t *testing.T) {
 		require.Equal(t, []string{"user_msg", "assistant_msg"}, types(second.history("c")))
 	})
 }
+
+// TestRBRewindAbandonsARetryWaitingItsDelay: a rewind owes no turn (Rewind's
+// doc), so one that lands while a failed model call waits out its retry
+// delay abandons the retry: the delay passes with no model call, the row
+// is IDLE, and the next Send starts a turn on the rewound context.
+func TestRBRewindAbandonsARetryWaitingItsDelay(t *testing.T) {
+	for _, toSeq := range []uint64{0, 1} {
+		t.Run(fmt.Sprint("to ", toSeq), func(t *testing.T) {
+			h := newHarness(t, openStore(t, "memory"), nil)
+			ctx := ctxT(t)
+			h.model.PushError("c", agent.ErrUnavailable)
+			sub, err := h.rt.Subscribe(ctx, "c", 0)
+			require.NoError(t, err)
+			_, err = h.rt.Send(ctx, "c", "hi", user)
+			require.NoError(t, err)
+			h.awaitUpdate(sub, isRetry)
+			require.NoError(t, h.rt.Rewind(ctx, "c", toSeq, lazarus.RewindOptions{}, user))
+			require.Eventually(t, func() bool { return h.clock.Timers() == 0 }, wait, time.Millisecond, "the retry's timer stopped")
+			h.clock.Advance(time.Minute)
+			require.Equal(t, 1, h.model.Calls("c"), "no model call after the rewind")
+			row, err := h.store.Conversation(ctx, "c")
+			require.NoError(t, err)
+			require.Equal(t, messages.ConversationStatus_CONVERSATION_STATUS_IDLE, row.GetStatus())
+			require.Equal(t, []string{"user_msg", "rewind"}, types(h.history("c")))
+
+			h.model.Push("c", scripted.Text("fresh"))
+			end, err := h.rt.SendAndWait(ctx, "c", "again", user)
+			require.NoError(t, err)
+			require.Equal(t, "fresh", end.Text)
+			turns := h.model.Turns("c")
+			require.Len(t, turns[len(turns)-1].Context, int(toSeq)+1, "the rewound context and the new message")
+		})
+	}
+}
