@@ -733,3 +733,42 @@ func TestRBRewindAbandonsARetryWaitingItsDelay(t *testing.T) {
 		})
 	}
 }
+
+// TestRBEndRefusedWhileATurnIsOwed: End ends a conversation at rest only:
+// while a retry waits its delay (the turn is owed) or a server tool runs,
+// it fails with journal.ErrInvalid and writes nothing; once the turn is
+// over it ends it.
+func TestRBEndRefusedWhileATurnIsOwed(t *testing.T) {
+	t.Run("retry waiting", func(t *testing.T) {
+		h := newHarness(t, openStore(t, "memory"), nil)
+		ctx := ctxT(t)
+		h.model.PushError("c", agent.ErrUnavailable)
+		sub, err := h.rt.Subscribe(ctx, "c", 0)
+		require.NoError(t, err)
+		_, err = h.rt.Send(ctx, "c", "hi", user)
+		require.NoError(t, err)
+		h.awaitUpdate(sub, isRetry)
+		require.ErrorIs(t, h.rt.End(ctx, "c"), journal.ErrInvalid)
+		row, err := h.store.Conversation(ctx, "c")
+		require.NoError(t, err)
+		require.NotEqual(t, messages.ConversationStatus_CONVERSATION_STATUS_ENDED, row.GetStatus())
+		h.clock.Advance(time.Second)
+		h.awaitUpdate(sub, isTurnEnd)
+		require.Eventually(t, func() bool { return h.rt.End(ctx, "c") == nil }, wait, time.Millisecond, "ends once at rest")
+	})
+	t.Run("server tool running", func(t *testing.T) {
+		h := newHarness(t, openStore(t, "memory"), nil)
+		h.chargeGate = make(chan struct{})
+		ctx := ctxT(t)
+		h.model.Push("c", scripted.Reply("", scripted.Call("charge", `{"amount":5}`)), scripted.Text("charged"))
+		_, err := h.rt.Send(ctx, "c", "charge it", user)
+		require.NoError(t, err)
+		<-h.chargeStarted
+		require.ErrorIs(t, h.rt.End(ctx, "c"), journal.ErrInvalid)
+		close(h.chargeGate)
+		h.awaitEvent("c", 0, isAssistantText("charged"))
+		require.Eventually(t, func() bool { return h.rt.End(ctx, "c") == nil }, wait, time.Millisecond, "ends once at rest")
+		evs := h.history("c")
+		require.Equal(t, []string{"user_msg", "assistant_msg", "tool_call:charge", "tool_result:charge", "assistant_msg"}, types(evs))
+	})
+}
