@@ -772,3 +772,47 @@ func TestRBEndRefusedWhileATurnIsOwed(t *testing.T) {
 		require.Equal(t, []string{"user_msg", "assistant_msg", "tool_call:charge", "tool_result:charge", "assistant_msg"}, types(evs))
 	})
 }
+
+// TestRBScheduledWakeAbandonsARetry: a scheduled wake that meets a turn
+// waiting out a retry delay acts as a new message does: the retry is
+// abandoned, the turn restarts at once with both messages, its attempts
+// counted from 1.
+func TestRBScheduledWakeAbandonsARetry(t *testing.T) {
+	h := newHarness(t, openStore(t, "memory"), withRetry(lazarus.RetryPolicy{InitialInterval: time.Hour}))
+	ctx := ctxT(t)
+	t0 := h.clock.Now()
+	_, err := h.rt.SendAndWait(ctx, "c", "hello", user)
+	require.NoError(t, err)
+	_, err = h.rt.Schedule(ctx, "c", lazarus.ScheduleSpec{After: time.Minute, Text: "wake up"}, user)
+	require.NoError(t, err)
+	h.model.PushError("c", agent.ErrUnavailable)
+	sub, err := h.rt.Subscribe(ctx, "c", 2)
+	require.NoError(t, err)
+	_, err = h.rt.Send(ctx, "c", "hi", user)
+	require.NoError(t, err)
+	u := h.awaitUpdate(sub, isRetry)
+	require.Equal(t, time.Hour, u.Retry.Delay)
+
+	h.model.Push("c", scripted.Text("both seen"))
+	at := h.armedFor(t0.Add(time.Minute))
+	require.Eventually(t, func() bool { return slices.ContainsFunc(h.clock.Dues(), at.Equal) }, wait, time.Millisecond)
+	h.clock.Advance(time.Minute)
+	u = h.awaitUpdate(sub, isTurnEnd)
+	require.Equal(t, lazarus.TurnAnswered, u.TurnEnd.Outcome)
+	require.Equal(t, "both seen", u.TurnEnd.Text)
+	require.Equal(t, 3, h.model.Calls("c"), "the wake's call, not the retry's an hour later")
+	turns := h.model.Turns("c")
+	last := turns[len(turns)-1].Context
+	var texts []string
+	for _, ev := range last {
+		if m := ev.GetUserMsg(); m != nil {
+			texts = append(texts, m.GetContent()[0].GetText())
+		}
+	}
+	require.Equal(t, []string{"hello", "hi", "wake up"}, texts)
+	retryAt := t0.Add(time.Hour)
+	require.Eventually(t, func() bool { return !slices.ContainsFunc(h.clock.Dues(), retryAt.Equal) }, wait, time.Millisecond,
+		"the retry's timer is stopped (timers %v)", h.clock.Dues())
+	h.clock.Advance(time.Hour)
+	require.Equal(t, 3, h.model.Calls("c"), "the abandoned retry never runs")
+}
