@@ -816,3 +816,46 @@ func TestRBScheduledWakeAbandonsARetry(t *testing.T) {
 	h.clock.Advance(time.Hour)
 	require.Equal(t, 3, h.model.Calls("c"), "the abandoned retry never runs")
 }
+
+// TestRBForkCopiesMetadataAndSharesNothing (guarantee 13c): a fork gets the
+// source's metadata, indexed for Find in the fork's own write; a merge on
+// either side leaves the other's, and deleting the source leaves the
+// fork's metadata and log whole.
+func TestRBForkCopiesMetadataAndSharesNothing(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		h := newHarness(t, openStore(t, kind), nil)
+		ctx := ctxT(t)
+		end, err := h.rt.SendAndWait(ctx, "src", "hi", user)
+		require.NoError(t, err)
+		require.NoError(t, h.rt.MergeMetadata(ctx, "src", map[string]string{"topic": "rb-fork", "owner": "alice"}))
+		require.NoError(t, h.rt.Fork(ctx, "src", end.Seq, "copy"))
+		find := func(k, v string) []string {
+			t.Helper()
+			ids, _, err := h.rt.Find(ctx, k, v, "", 0)
+			require.NoError(t, err)
+			return ids
+		}
+		md, err := h.rt.Metadata(ctx, "copy")
+		require.NoError(t, err)
+		require.Equal(t, map[string]string{"topic": "rb-fork", "owner": "alice"}, md)
+		require.Equal(t, []string{"copy", "src"}, find("topic", "rb-fork"))
+
+		require.NoError(t, h.rt.MergeMetadata(ctx, "copy", map[string]string{"topic": "", "owner": "bob"}))
+		md, err = h.rt.Metadata(ctx, "src")
+		require.NoError(t, err)
+		require.Equal(t, map[string]string{"topic": "rb-fork", "owner": "alice"}, md, "the source keeps its own")
+		require.Equal(t, []string{"src"}, find("topic", "rb-fork"))
+		require.Equal(t, []string{"copy"}, find("owner", "bob"))
+
+		require.NoError(t, h.rt.Delete(ctx, "src"))
+		md, err = h.rt.Metadata(ctx, "copy")
+		require.NoError(t, err)
+		require.Equal(t, map[string]string{"owner": "bob"}, md)
+		require.Empty(t, find("owner", "alice"))
+		require.Equal(t, []string{"user_msg", "assistant_msg"}, types(h.history("copy")))
+		h.model.Push("copy", scripted.Text("on its own"))
+		end, err = h.rt.SendAndWait(ctx, "copy", "go on", user)
+		require.NoError(t, err)
+		require.Equal(t, "on its own", end.Text)
+	})
+}
