@@ -859,3 +859,46 @@ func TestRBForkCopiesMetadataAndSharesNothing(t *testing.T) {
 		require.Equal(t, "on its own", end.Text)
 	})
 }
+
+// TestRBScheduleSpecBoundaries: At must be after now (At == now is in the
+// past: ErrScheduleInPast with journal.ErrInvalid); an interval of
+// MinScheduleInterval is taken, one a nanosecond shorter refused
+// (ErrBadSchedule), as Every and as a cron "@every".
+func TestRBScheduleSpecBoundaries(t *testing.T) {
+	h := newHarness(t, openStore(t, "memory"), nil)
+	ctx := ctxT(t)
+	_, err := h.rt.SendAndWait(ctx, "c", "hi", user)
+	require.NoError(t, err)
+	_, err = h.rt.Schedule(ctx, "c", lazarus.ScheduleSpec{At: h.clock.Now(), Text: "x"}, user)
+	require.ErrorIs(t, err, lazarus.ErrScheduleInPast)
+	require.ErrorIs(t, err, journal.ErrInvalid)
+	for name, spec := range map[string]lazarus.ScheduleSpec{
+		"every":  {Every: lazarus.MinScheduleInterval - time.Nanosecond, Text: "x"},
+		"@every": {Cron: fmt.Sprintf("@every %v", lazarus.MinScheduleInterval-time.Millisecond), Text: "x"},
+	} {
+		_, err = h.rt.Schedule(ctx, "c", spec, user)
+		require.ErrorIs(t, err, lazarus.ErrBadSchedule, name)
+		require.ErrorIs(t, err, journal.ErrInvalid, name)
+	}
+	listed, err := h.rt.Schedules(ctx, "c")
+	require.NoError(t, err)
+	require.Empty(t, listed, "nothing stored")
+
+	at := h.clock.Now().Add(time.Nanosecond)
+	for name, spec := range map[string]lazarus.ScheduleSpec{
+		"at":     {ID: "at", At: at, Text: "x"},
+		"every":  {ID: "every", Every: lazarus.MinScheduleInterval, Text: "x"},
+		"@every": {ID: "cron", Cron: fmt.Sprintf("@every %v", lazarus.MinScheduleInterval), Text: "x"},
+	} {
+		sc, err := h.rt.Schedule(ctx, "c", spec, user)
+		require.NoError(t, err, name)
+		if name == "at" {
+			require.True(t, at.Equal(sc.GetNext().AsTime()), "next %v", sc.GetNext().AsTime())
+		} else {
+			require.True(t, h.clock.Now().Add(lazarus.MinScheduleInterval).Equal(sc.GetNext().AsTime()), "%s: next %v", name, sc.GetNext().AsTime())
+		}
+	}
+	listed, err = h.rt.Schedules(ctx, "c")
+	require.NoError(t, err)
+	require.Len(t, listed, 3)
+}
