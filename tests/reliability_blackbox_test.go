@@ -902,3 +902,49 @@ func TestRBScheduleSpecBoundaries(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, listed, 3)
 }
+
+// TestRBScheduledWakeWhileAHumanCallIsOpen: a scheduled wake is a user
+// message: one that fires while a human call is open is written, and the
+// model is not called before the call's result (the conversation stays
+// SUSPENDED, its deadline armed); once answered, the turn sees the result
+// and the wake's message, and runs once.
+func TestRBScheduledWakeWhileAHumanCallIsOpen(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		h := newHarness(t, openStore(t, kind), nil)
+		ctx := ctxT(t)
+		t0 := h.clock.Now()
+		end := h.suspendOnApproval("c", "refund order 42")
+		id := end.Pending[0].GetToolCallId()
+		_, err := h.rt.Schedule(ctx, "c", lazarus.ScheduleSpec{After: time.Minute, Text: "any news?"}, user)
+		require.NoError(t, err)
+		at := h.armedFor(t0.Add(time.Minute))
+		require.Eventually(t, func() bool { return slices.ContainsFunc(h.clock.Dues(), at.Equal) }, wait, time.Millisecond)
+		h.rt.Kill("c")
+		h.clock.Advance(time.Minute)
+		h.awaitEvent("c", end.Seq, func(ev *messages.Event) bool {
+			return ev.GetUserMsg().GetContent()[0].GetText() == "any news?"
+		})
+		require.Equal(t, 1, h.model.Calls("c"), "no model call before the call's result")
+		row, err := h.store.Conversation(ctx, "c")
+		require.NoError(t, err)
+		require.Equal(t, messages.ConversationStatus_CONVERSATION_STATUS_SUSPENDED, row.GetStatus())
+		pending, _, err := h.rt.PendingCalls(ctx, "", 0)
+		require.NoError(t, err)
+		require.Len(t, pending, 1, "the call is still pending")
+
+		h.model.Push("c", scripted.Text("refunded, and no news"))
+		require.NoError(t, h.rt.Resolve(ctx, id, `{"approved":true}`, user))
+		h.awaitEvent("c", end.Seq, isAssistantText("refunded, and no news"))
+		require.Equal(t, 2, h.model.Calls("c"))
+		turns := h.model.Turns("c")
+		last := turns[len(turns)-1]
+		require.Len(t, toolResults(last, id), 1)
+		var texts []string
+		for _, ev := range last.Context {
+			if m := ev.GetUserMsg(); m != nil {
+				texts = append(texts, m.GetContent()[0].GetText())
+			}
+		}
+		require.Equal(t, []string{"refund order 42", "any news?"}, texts)
+	})
+}
