@@ -948,3 +948,43 @@ func TestRBScheduledWakeWhileAHumanCallIsOpen(t *testing.T) {
 		require.Equal(t, []string{"refund order 42", "any news?"}, texts)
 	})
 }
+
+// TestRBRetryPolicyFields: a RetryPolicy's fields as its doc gives them,
+// through the runtime: MaximumInterval caps the growing delay;
+// MaximumAttempts 1, or below 0, never retries.
+func TestRBRetryPolicyFields(t *testing.T) {
+	t.Run("capped", func(t *testing.T) {
+		h := newHarness(t, openStore(t, "memory"), withRetry(lazarus.RetryPolicy{
+			InitialInterval: time.Second, MaximumInterval: 3 * time.Second, MaximumAttempts: 5}))
+		ctx := ctxT(t)
+		for range 4 {
+			h.model.PushError("c", agent.ErrRateLimited)
+		}
+		h.model.Push("c", scripted.Text("finally"))
+		sub, err := h.rt.Subscribe(ctx, "c", 0)
+		require.NoError(t, err)
+		_, err = h.rt.Send(ctx, "c", "hi", user)
+		require.NoError(t, err)
+		for i, delay := range []time.Duration{time.Second, 2 * time.Second, 3 * time.Second, 3 * time.Second} {
+			u := h.awaitUpdate(sub, isRetry)
+			require.Equal(t, lazarus.Retry{Attempt: i + 1, Delay: delay}, *u.Retry)
+			h.clock.Advance(delay)
+		}
+		u := h.awaitUpdate(sub, isTurnEnd)
+		require.Equal(t, "finally", u.TurnEnd.Text)
+		require.Equal(t, 5, h.model.Calls("c"))
+	})
+	for _, attempts := range []int{1, -1} {
+		t.Run(fmt.Sprint("attempts ", attempts), func(t *testing.T) {
+			h := newHarness(t, openStore(t, "memory"), withRetry(lazarus.RetryPolicy{MaximumAttempts: attempts}))
+			h.model.PushError("c", agent.ErrRateLimited)
+			end, err := h.rt.SendAndWait(ctxT(t), "c", "hi", user)
+			require.ErrorIs(t, err, agent.ErrRateLimited)
+			require.Equal(t, lazarus.TurnFailed, end.Outcome)
+			var te *lazarus.TurnError
+			require.ErrorAs(t, err, &te)
+			require.Equal(t, 1, te.Attempts)
+			require.Equal(t, 1, h.model.Calls("c"))
+		})
+	}
+}
