@@ -988,3 +988,32 @@ func TestRBRetryPolicyFields(t *testing.T) {
 		})
 	}
 }
+
+// TestRBWakeOfAConversationWithNothingStored: Wake of an id with nothing
+// stored activates it empty and writes nothing (no row, no event, no
+// model call); it passivates when idle like any other, and its first Send
+// starts its log at seq 1.
+func TestRBWakeOfAConversationWithNothingStored(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		h := newHarness(t, openStore(t, kind), func(o *lazarus.Options) { o.IdleTimeout = time.Minute })
+		ctx := ctxT(t)
+		require.NoError(t, h.rt.Wake(ctx, "ghost"))
+		require.True(t, h.rt.IsActive("ghost"))
+		_, err := h.store.Conversation(ctx, "ghost")
+		require.ErrorIs(t, err, journal.ErrNotFound, "no row written")
+		require.Empty(t, h.history("ghost"))
+		require.Equal(t, 0, h.model.Calls("ghost"))
+		idleAt := h.clock.Now().Add(time.Minute)
+		require.Eventually(t, func() bool { return slices.ContainsFunc(h.clock.Dues(), idleAt.Equal) }, wait, time.Millisecond,
+			"an idle timer (timers %v)", h.clock.Dues())
+		h.clock.Advance(time.Minute)
+		require.Eventually(t, func() bool { return !h.rt.IsActive("ghost") }, wait, time.Millisecond, "passivated")
+		_, err = h.store.Conversation(ctx, "ghost")
+		require.ErrorIs(t, err, journal.ErrNotFound, "still no row")
+
+		end, err := h.rt.SendAndWait(ctx, "ghost", "hello", user)
+		require.NoError(t, err)
+		require.Equal(t, uint64(2), end.Seq)
+		require.Equal(t, []uint64{1, 2}, seqsOf(h.history("ghost")))
+	})
+}
