@@ -1017,3 +1017,51 @@ func TestRBWakeOfAConversationWithNothingStored(t *testing.T) {
 		require.Equal(t, []uint64{1, 2}, seqsOf(h.history("ghost")))
 	})
 }
+
+// TestRBDeleteAndEditDuringARetryDelay: a Delete that meets a retry
+// waiting its delay stops it (no call after the delay; the subscription
+// ends with journal.ErrDeleted); an Edit restarts the turn at once on the
+// edited message, its attempts counted from 1, as a new message does.
+func TestRBDeleteAndEditDuringARetryDelay(t *testing.T) {
+	t.Run("delete", func(t *testing.T) {
+		h := newHarness(t, openStore(t, "memory"), nil)
+		ctx := ctxT(t)
+		h.model.PushError("c", agent.ErrUnavailable)
+		sub, err := h.rt.Subscribe(ctx, "c", 0)
+		require.NoError(t, err)
+		_, err = h.rt.Send(ctx, "c", "hi", user)
+		require.NoError(t, err)
+		h.awaitUpdate(sub, isRetry)
+		require.NoError(t, h.rt.Delete(ctx, "c"))
+		u := h.awaitUpdate(sub, func(u actors.Update) bool { return u.Err != nil && u.Retry == nil })
+		require.ErrorIs(t, u.Err, journal.ErrDeleted)
+		require.Eventually(t, func() bool { return h.clock.Timers() == 0 }, wait, time.Millisecond, "the retry's timer stopped")
+		h.clock.Advance(time.Minute)
+		require.Equal(t, 1, h.model.Calls("c"))
+	})
+	t.Run("edit", func(t *testing.T) {
+		h := newHarness(t, openStore(t, "memory"), nil)
+		ctx := ctxT(t)
+		h.model.PushError("c", agent.ErrUnavailable)
+		sub, err := h.rt.Subscribe(ctx, "c", 0)
+		require.NoError(t, err)
+		_, err = h.rt.Send(ctx, "c", "hi", user)
+		require.NoError(t, err)
+		h.awaitUpdate(sub, isRetry)
+		h.model.PushError("c", agent.ErrUnavailable)
+		seq, err := h.rt.Edit(ctx, "c", 1, "hello", user)
+		require.NoError(t, err)
+		require.Equal(t, uint64(3), seq)
+		u := h.awaitUpdate(sub, isRetry)
+		require.Equal(t, lazarus.Retry{Attempt: 1, Delay: time.Second}, *u.Retry, "the edit restarted the count")
+		require.Equal(t, 2, h.model.Calls("c"), "the edit's call ran without waiting out the delay")
+		h.clock.Advance(time.Second)
+		u = h.awaitUpdate(sub, isTurnEnd)
+		require.Equal(t, lazarus.TurnAnswered, u.TurnEnd.Outcome)
+		turns := h.model.Turns("c")
+		last := turns[len(turns)-1].Context
+		require.Len(t, last, 1)
+		require.Equal(t, "hello", last[0].GetUserMsg().GetContent()[0].GetText())
+		require.Equal(t, []string{"user_msg", "rewind", "user_msg", "assistant_msg"}, types(h.history("c")))
+	})
+}
