@@ -688,14 +688,18 @@ func TestRBRetryWaitingItsDelayIsRunOnOpen(t *testing.T) {
 		model.PushError("c", agent.ErrRateLimited)
 		model.Push("c", scripted.Text("back"))
 		second := newHarness(t, store, func(o *lazarus.Options) { o.Model = model })
-		sub, err = second.rt.Subscribe(ctx, "c", 0)
-		require.NoError(t, err)
-		u = second.awaitUpdate(sub, isRetry)
-		require.Equal(t, lazarus.Retry{Attempt: 1, Delay: time.Second}, *u.Retry, "the count starts again")
+		// Open's resume runs in the background, perhaps before any
+		// subscription: its retry is read from the clock, not from an
+		// update. A delay of 1 s is the first retry's: the count starts
+		// again.
+		require.NoError(t, model.WaitCalls(ctx, "c", 1))
+		retryAt := second.clock.Now().Add(time.Second)
+		require.Eventually(t, func() bool { return slices.ContainsFunc(second.clock.Dues(), retryAt.Equal) }, wait, time.Millisecond,
+			"the first retry's timer (timers %v)", second.clock.Dues())
+		require.Equal(t, 1, model.Calls("c"))
 		second.clock.Advance(time.Second)
-		u = second.awaitUpdate(sub, isTurnEnd)
-		require.Equal(t, lazarus.TurnAnswered, u.TurnEnd.Outcome)
-		require.Equal(t, "back", u.TurnEnd.Text)
+		second.awaitEvent("c", 0, isAssistantText("back"))
+		require.Equal(t, 2, model.Calls("c"))
 		require.Equal(t, []string{"user_msg", "assistant_msg"}, types(second.history("c")))
 	})
 }
