@@ -1069,3 +1069,42 @@ func TestRBDeleteAndEditDuringARetryDelay(t *testing.T) {
 		require.Equal(t, []string{"user_msg", "rewind", "user_msg", "assistant_msg"}, types(h.history("c")))
 	})
 }
+
+// TestRBRewindCancelsARunningServerCall (guarantee 13a): a server call
+// running when a rewind to before it lands is resolved in the rewind's
+// write (its row errored, code canceled); the tool's later result is not
+// written, the model is not called for it, and the next Send runs on the
+// rewound context.
+func TestRBRewindCancelsARunningServerCall(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		h := newHarness(t, openStore(t, kind), nil)
+		h.chargeGate = make(chan struct{})
+		ctx := ctxT(t)
+		h.model.Push("c", scripted.Reply("", scripted.Call("charge", `{"amount":5}`)))
+		_, err := h.rt.Send(ctx, "c", "charge it", user)
+		require.NoError(t, err)
+		id := <-h.chargeStarted
+		require.NoError(t, h.rt.Rewind(ctx, "c", 0, lazarus.RewindOptions{}, user))
+		row, err := h.store.ToolCall(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_ERRORED, row.GetStatus(), "resolved in the rewind's write")
+		require.Equal(t, agent.CodeCanceled, row.GetResult().GetError().GetCode())
+		close(h.chargeGate) // the tool, if still running, returns now
+
+		h.model.Push("c", scripted.Text("fresh start"))
+		end, err := h.rt.SendAndWait(ctx, "c", "hello", user)
+		require.NoError(t, err)
+		require.Equal(t, "fresh start", end.Text)
+		require.Equal(t, 2, h.model.Calls("c"))
+		turns := h.model.Turns("c")
+		require.Len(t, turns[1].Context, 1, "the rewound span is not seen")
+		for _, ev := range h.history("c") {
+			if r := ev.GetToolResult(); r != nil && r.GetToolCallId() == id {
+				require.Equal(t, agent.CodeCanceled, r.GetOutcome().GetError().GetCode(), "no result of the tool's run is written")
+			}
+		}
+		row, err = h.store.ToolCall(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, agent.CodeCanceled, row.GetResult().GetError().GetCode(), "the row keeps the cancel")
+	})
+}
