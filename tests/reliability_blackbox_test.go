@@ -1108,3 +1108,23 @@ func TestRBRewindCancelsARunningServerCall(t *testing.T) {
 		require.Equal(t, agent.CodeCanceled, row.GetResult().GetError().GetCode(), "the row keeps the cancel")
 	})
 }
+
+// TestRBResumeScanRerunsAKilledTurn ("What survives what"): a model call in
+// flight when its conversation is killed is run again with no command, by
+// the resume scan (Options.ResumeInterval), since the conversation is
+// ACTIVE; the turn's answer is written once.
+func TestRBResumeScanRerunsAKilledTurn(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		h := newHarness(t, openStore(t, kind), func(o *lazarus.Options) { o.ResumeInterval = 20 * time.Millisecond })
+		ctx := ctxT(t)
+		entered := h.model.Hold("c")
+		_, err := h.rt.Send(ctx, "c", "hi", user)
+		require.NoError(t, err)
+		<-entered
+		require.True(t, h.rt.Kill("c"))
+		h.model.Release("c")
+		h.awaitEvent("c", 1, func(ev *messages.Event) bool { return ev.GetAssistantMsg() != nil })
+		require.Equal(t, []string{"user_msg", "assistant_msg"}, types(h.history("c")))
+		require.Equal(t, 2, h.model.Calls("c"), "the killed call and its re-run")
+	})
+}
