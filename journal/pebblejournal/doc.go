@@ -176,6 +176,9 @@
 // A Store is safe for concurrent use. Close waits for calls in progress,
 // closes Pebble, and is idempotent; afterwards every method returns an error
 // wrapping journal.ErrClosed, before looking at its ctx (a call whose ctx is
-// done gets ErrClosed, not ctx's error, as from a failed store). One directory can be open in one Store (one
-// process) at a time: Pebble holds a lock file.
+// done gets ErrClosed, not ctx's error, as from a failed store). One
+// directory can be open in one Store (one process) at a time: Pebble holds a
+// lock file, and the package keeps the directories its Stores have open by
+// canonical path (dirlock.go), since Pebble's lock, keyed by the path as
+// given, lets one process take it again through a symlink or a relative path.
 package pebblejournal

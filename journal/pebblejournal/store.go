@@ -93,6 +93,8 @@ type Store struct {
 
 	// releaseProcs gives back the P the store added to GOMAXPROCS (procs.go).
 	releaseProcs func()
+	// releaseDir gives back the directory claimed in openDirs (dirlock.go).
+	releaseDir func()
 
 	gate   sync.RWMutex
 	closed bool // guarded by gate
@@ -145,7 +147,10 @@ var ErrLocked = errors.New("pebblejournal: the directory is locked")
 // Open opens (creating if needed) the store in dir on opts.FS. Only one Store
 // may have a directory open at a time: a second Open of the same directory,
 // from this process or another, fails with an error wrapping ErrLocked
-// while the first is open.
+// while the first is open, whatever path names it (a symlink, a relative
+// path). A directory holding a Pebble database that is not a Lazarus store
+// (keys but no layout version) is refused with an error wrapping
+// journal.ErrCorrupt, and left as it was.
 func Open(dir string, opts Options) (*Store, error) {
 	o, err := opts.withDefaults()
 	if err != nil {
@@ -160,6 +165,19 @@ func Open(dir string, opts Options) (*Store, error) {
 		closing: make(chan struct{}),
 	}
 	fs := o.FS
+	releaseDir := func() {}
+	if fs == nil || fs == vfs.Default {
+		// Pebble's lock is keyed by the path as given (dirlock.go).
+		if releaseDir, err = claimDir(dir); err != nil {
+			return nil, err
+		}
+	}
+	opened := false
+	defer func() {
+		if !opened {
+			releaseDir()
+		}
+	}()
 	var fsCloser io.Closer = nopCloser{}
 	if fs == nil {
 		if o.DiskSlowThreshold > 0 {
@@ -217,6 +235,8 @@ func Open(dir string, opts Options) (*Store, error) {
 		_ = fsCloser.Close()
 		return nil, err
 	}
+	s.releaseDir = releaseDir
+	opened = true
 	s.releaseProcs = func() {}
 	if o.RaiseGOMAXPROCS {
 		s.releaseProcs = raiseProcs()
@@ -234,6 +254,9 @@ func (s *Store) checkLayout() error {
 	v, closer, err := s.db.Get(layoutKey)
 	switch {
 	case errors.Is(err, pebble.ErrNotFound):
+		if err := s.refuseForeign(); err != nil {
+			return err
+		}
 		return s.putLayout()
 	case err != nil:
 		return fmt.Errorf("pebblejournal: read layout version: %w", storageErr(err))
@@ -335,6 +358,29 @@ func (s *Store) upgradeV1() error {
 
 var errChunkFull = errors.New("chunk full")
 
+// refuseForeign refuses a database without a layout version that holds
+// keys: every store records its layout in its first write, so such a
+// database is not a Lazarus store (another program's Pebble database), and
+// adopting it would read its keys as records and write into it. An empty
+// database (a crash before that first write) is a new store.
+func (s *Store) refuseForeign() error {
+	var first []byte
+	err := s.scanKeys(nil, nil, func(k []byte) error {
+		first = append([]byte(nil), k...)
+		return errStopScan
+	})
+	if err == errStopScan {
+		err = nil
+	}
+	if err != nil {
+		return fmt.Errorf("pebblejournal: read the first key: %w", err)
+	}
+	if first != nil {
+		return journal.Corruptf("pebblejournal: the database holds keys (the first is %q) but no layout version (key %s): not a Lazarus store", first, keyString(layoutKey))
+	}
+	return nil
+}
+
 func (s *Store) putLayout() error {
 	b := s.db.NewBatch()
 	defer b.Close()
@@ -358,6 +404,7 @@ func (s *Store) Close() error {
 	if cerr := s.fsCloser.Close(); err == nil {
 		err = cerr
 	}
+	s.releaseDir()
 	if err != nil {
 		return fmt.Errorf("pebblejournal: close: %w", err)
 	}
