@@ -124,3 +124,90 @@ func TestBBOpenRefusesAnotherPebbleDatabase(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, s.Close())
 }
+
+// TestBBOpenHostileDirectory: Open of a path that is no store directory
+// fails with an error wrapping a sentinel, and never panics: a regular file,
+// or a path under one, is ErrInvalid; a directory whose files are garbage,
+// or name a MANIFEST that is not there, is ErrCorrupt. A directory of
+// unrelated files opens as a new store (Open creates if needed).
+func TestBBOpenHostileDirectory(t *testing.T) {
+	base := t.TempDir()
+	file := filepath.Join(base, "file")
+	require.NoError(t, os.WriteFile(file, []byte("x"), 0o644))
+	for _, dir := range []string{file, filepath.Join(file, "sub")} {
+		s, err := pebblejournal.Open(dir, pebblejournal.Options{})
+		require.Nil(t, s)
+		require.ErrorIs(t, err, journal.ErrInvalid, "Open(%q)", dir)
+		require.Contains(t, err.Error(), "not a directory")
+	}
+
+	garbage := []byte("garbage\x00\xff\x01\x02 more garbage, enough bytes to look like something")
+	for name, files := range map[string]map[string][]byte{
+		"garbage CURRENT":                   {"CURRENT": garbage},
+		"empty CURRENT":                     {"CURRENT": nil},
+		"CURRENT naming a garbage MANIFEST": {"CURRENT": []byte("MANIFEST-000001\n"), "MANIFEST-000001": garbage},
+		"garbage OPTIONS":                   {"OPTIONS-000003": garbage},
+		"garbage MANIFEST":                  {"marker.manifest.000001.MANIFEST-000001": nil, "MANIFEST-000001": garbage},
+		"missing MANIFEST":                  {"marker.manifest.000001.MANIFEST-000009": nil},
+	} {
+		for _, mem := range []bool{false, true} {
+			dir := filepath.Join(t.TempDir(), "d")
+			opts := pebblejournal.Options{}
+			var fs vfs.FS = vfs.Default
+			if mem {
+				fs = vfs.NewMem()
+				opts.FS = fs
+			}
+			require.NoError(t, fs.MkdirAll(dir, 0o755))
+			for n, b := range files {
+				f, err := fs.Create(fs.PathJoin(dir, n), vfs.WriteCategoryUnspecified)
+				require.NoError(t, err)
+				_, err = f.Write(b)
+				require.NoError(t, err)
+				require.NoError(t, f.Close())
+			}
+			s, err := pebblejournal.Open(dir, opts)
+			if s != nil {
+				_ = s.Close()
+			}
+			require.ErrorIs(t, err, journal.ErrCorrupt, "%s (in memory: %v)", name, mem)
+		}
+	}
+
+	dir := filepath.Join(base, "notes")
+	require.NoError(t, os.Mkdir(dir, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("hello"), 0o644))
+	s, err := pebblejournal.Open(dir, pebblejournal.Options{})
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	b, err := os.ReadFile(filepath.Join(dir, "notes.txt"))
+	require.NoError(t, err)
+	require.Equal(t, "hello", string(b))
+}
+
+// TestBBOptionsInvalid: "negative is invalid" for CacheSize and
+// MaxConcurrentCompactions: Open fails with ErrInvalid and creates nothing.
+// Negative DiskSlowThreshold and FlushDelayDeleteRange are valid (they
+// disable what they bound), and Options.String names the settings.
+func TestBBOptionsInvalid(t *testing.T) {
+	for name, o := range map[string]pebblejournal.Options{
+		"CacheSize":                {CacheSize: -1},
+		"MaxConcurrentCompactions": {MaxConcurrentCompactions: -1},
+	} {
+		dir := filepath.Join(t.TempDir(), "d")
+		s, err := pebblejournal.Open(dir, o)
+		require.Nil(t, s, name)
+		require.ErrorIs(t, err, journal.ErrInvalid, name)
+		require.Contains(t, err.Error(), name)
+		_, err = os.Stat(dir)
+		require.ErrorIs(t, err, os.ErrNotExist, "%s: nothing created", name)
+	}
+	dir := t.TempDir()
+	s, err := pebblejournal.Open(dir, pebblejournal.Options{DiskSlowThreshold: -1, FlushDelayDeleteRange: -1, MemTableSize: 1 << 20, CacheSize: 1 << 20, MaxConcurrentCompactions: 1})
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	str := pebblejournal.Options{Audit: true, CacheSize: 7, MemTableSize: 9, MaxConcurrentCompactions: 3}.String()
+	for _, want := range []string{"audit=true", "cache=7", "memtable=9", "compactions=3"} {
+		require.Contains(t, str, want)
+	}
+}

@@ -150,7 +150,10 @@ var ErrLocked = errors.New("pebblejournal: the directory is locked")
 // while the first is open, whatever path names it (a symlink, a relative
 // path). A directory holding a Pebble database that is not a Lazarus store
 // (keys but no layout version) is refused with an error wrapping
-// journal.ErrCorrupt, and left as it was.
+// journal.ErrCorrupt, and left as it was; so are files Pebble cannot read
+// as a database (garbage, a MANIFEST that is not there). A dir that is a
+// file, or under one, is refused with an error wrapping journal.ErrInvalid,
+// and so are negative Options where their doc says so.
 func Open(dir string, opts Options) (*Store, error) {
 	o, err := opts.withDefaults()
 	if err != nil {
@@ -165,6 +168,9 @@ func Open(dir string, opts Options) (*Store, error) {
 		closing: make(chan struct{}),
 	}
 	fs := o.FS
+	if err := checkIsDir(fs, dir); err != nil {
+		return nil, err
+	}
 	releaseDir := func() {}
 	if fs == nil || fs == vfs.Default {
 		// Pebble's lock is keyed by the path as given (dirlock.go).
@@ -573,11 +579,31 @@ func openError(dir string, err error) error {
 	if isNoSpace(err) {
 		return fmt.Errorf("pebblejournal: open %q: %w: free space on that disk and open again: %w", dir, journal.ErrNoSpace, err)
 	}
-	if pebble.IsCorruptionError(err) || strings.Contains(err.Error(), "unknown to the objstorage provider") {
-		// Damaged files, or a MANIFEST naming tables that are not there.
+	if pebble.IsCorruptionError(err) || strings.Contains(err.Error(), "unknown to the objstorage provider") ||
+		strings.Contains(err.Error(), "could not open manifest file") {
+		// Damaged files, or a MANIFEST naming tables that are not there,
+		// or a MANIFEST that is not there.
 		return fmt.Errorf("pebblejournal: open %q: the store's files are damaged (run lazarus check; see RELIABILITY.md): %w", dir, &corruptError{err})
 	}
+	if strings.Contains(err.Error(), "no longer supported") {
+		// A CURRENT file without Pebble's format marker: another program's
+		// database, or garbage. Every store is written in FormatMajorVersion.
+		return fmt.Errorf("pebblejournal: open %q: not a Lazarus store: %w", dir, &corruptError{err})
+	}
 	return fmt.Errorf("pebblejournal: open %q: %w", dir, err)
+}
+
+// checkIsDir refuses, with ErrInvalid, a dir that exists and is not a
+// directory, or lies under a file.
+func checkIsDir(fs vfs.FS, dir string) error {
+	if fs == nil {
+		fs = vfs.Default
+	}
+	fi, err := fs.Stat(dir)
+	if (err == nil && !fi.IsDir()) || errors.Is(err, syscall.ENOTDIR) {
+		return journal.Invalidf("pebblejournal: open %q: not a directory", dir)
+	}
+	return nil
 }
 
 type nopCloser struct{}
