@@ -40,9 +40,10 @@ type Options struct {
 	// GCModelCalls removes nothing (the rows a Store with audit on wrote
 	// stay, for the next one).
 	Audit bool
-	// Timeout bounds each call (on top of the caller's context), so that a
-	// server that stopped answering fails calls with an error instead of
-	// hanging them. Zero means DefaultTimeout; negative means no bound.
+	// Timeout bounds each call, and Open (on top of the caller's context),
+	// so that a server that stopped answering fails calls with an error
+	// instead of hanging them. Zero means DefaultTimeout; negative means no
+	// bound.
 	Timeout time.Duration
 	// ReconnectBackoff is how long, once a call found the server
 	// unreachable (a connection refused, reset or closed, the server
@@ -134,8 +135,13 @@ const migrationLockClass, migrationLockID = 0x4c7a6a6c, 1
 // Open connects to the database of dsn (a PostgreSQL connection string or
 // URL; pgxpool's pool_* parameters apply), applies the schema migrations
 // it lacks and returns the Store, which owns the pool. It fails with an
-// error wrapping ErrSchemaTooNew on a database migrated by newer code, and
-// with journal.ErrUnavailable when the server cannot be reached.
+// error wrapping journal.ErrInvalid on a DSN that does not parse,
+// ErrSchemaTooNew on a database migrated by newer code, and
+// journal.ErrUnavailable when no connection can be made: the server is down,
+// does not answer within Options.Timeout (which bounds Open as it bounds
+// every call), or refuses the connection (an unknown database or role, a
+// failed authentication; the error says why). A ctx of the caller's that is
+// done fails it with ctx's error.
 func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
@@ -178,12 +184,31 @@ func OpenPool(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, er
 		s.br.max = DefaultMaxReconnectBackoff
 	}
 	s.br.max = max(s.br.max, s.br.first)
-	ctx, cancel := s.bound(ctx)
+	bounded, cancel := s.bound(ctx)
 	defer cancel()
-	if err := s.migrate(ctx); err != nil {
-		return nil, err
+	if err := s.migrate(bounded); err != nil {
+		return nil, s.openError(ctx, err)
 	}
 	return s, nil
+}
+
+// openError makes the error of an Open that could not connect wrap
+// journal.ErrUnavailable: a server that did not answer within Timeout (but
+// not a done ctx of the caller's, whose error stays), and a connection the
+// server refused (an unknown database or role, a failed authentication),
+// whose error says why.
+func (s *Store) openError(caller context.Context, err error) error {
+	if errors.Is(err, journal.ErrUnavailable) || errors.Is(err, ErrSchemaTooNew) || caller.Err() != nil {
+		return err
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("pgjournal: open: %w: no answer within Options.Timeout (%s): %w", journal.ErrUnavailable, s.timeout, err)
+	}
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return fmt.Errorf("pgjournal: open: %w: %w", journal.ErrUnavailable, err)
+	}
+	return err
 }
 
 // migrate applies the missing migrations, each in its own transaction,
