@@ -876,8 +876,10 @@ func NewToolCallID() string { return NewToolCallIDAt(time.Now()) }
 // runtime mints its own ids, unique across conversations, rather than trust
 // a provider's (local models often number their calls from zero). Ids
 // minted later sort after earlier ones (while the clock does not step
-// back), which lets pebblejournal check that a new id is unclaimed without
-// reading any table; ordering is never needed for correctness.
+// back, and for times from 1970 to 2262: an int64 of nanoseconds since
+// 1970, as an unsigned number), which lets pebblejournal check that a new id
+// is unclaimed without reading any table; ordering is never needed for
+// correctness. Any time gives a well-formed id.
 func NewToolCallIDAt(at time.Time) string {
 	var b [16]byte
 	binary.BigEndian.PutUint64(b[:8], uint64(at.UnixNano()))

@@ -41,14 +41,15 @@ const DefaultMaxInvalidToolAnswers = 3
 // attempts counted from 1 again), when the conversation is killed, and when
 // its actor stops.
 type RetryPolicy struct {
-	// InitialInterval is the wait before the second attempt. 0 means
-	// DefaultRetryInitialInterval.
+	// InitialInterval is the wait before the second attempt. 0 (or less)
+	// means DefaultRetryInitialInterval.
 	InitialInterval time.Duration
 	// BackoffCoefficient multiplies the wait for each later attempt. Less
-	// than 1 (0 included) means DefaultRetryBackoffCoefficient.
+	// than 1 (0 included), or NaN, means DefaultRetryBackoffCoefficient.
 	BackoffCoefficient float64
-	// MaximumInterval caps the wait. 0 means DefaultRetryMaximumInterval
-	// (or InitialInterval, if that is larger).
+	// MaximumInterval caps the wait. 0 (or less) means
+	// DefaultRetryMaximumInterval. It is raised to InitialInterval if below
+	// it.
 	MaximumInterval time.Duration
 	// MaximumAttempts is how many model calls a turn makes in all, the
 	// first included, before it fails. 0 means DefaultRetryMaximumAttempts;
@@ -65,7 +66,7 @@ func (p RetryPolicy) WithDefaults() RetryPolicy {
 	if p.InitialInterval <= 0 {
 		p.InitialInterval = DefaultRetryInitialInterval
 	}
-	if p.BackoffCoefficient < 1 {
+	if !(p.BackoffCoefficient >= 1) { // NaN too
 		p.BackoffCoefficient = DefaultRetryBackoffCoefficient
 	}
 	if p.MaximumInterval <= 0 {
