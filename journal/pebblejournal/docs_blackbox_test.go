@@ -6,7 +6,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -166,11 +168,13 @@ func TestBBOpenHostileDirectory(t *testing.T) {
 				require.NoError(t, err)
 				require.NoError(t, f.Close())
 			}
-			s, err := pebblejournal.Open(dir, opts)
-			if s != nil {
-				_ = s.Close()
+			for range 2 { // a failed Open releases the directory
+				s, err := pebblejournal.Open(dir, opts)
+				if s != nil {
+					_ = s.Close()
+				}
+				require.ErrorIs(t, err, journal.ErrCorrupt, "%s (in memory: %v)", name, mem)
 			}
-			require.ErrorIs(t, err, journal.ErrCorrupt, "%s (in memory: %v)", name, mem)
 		}
 	}
 
@@ -210,4 +214,28 @@ func TestBBOptionsInvalid(t *testing.T) {
 	for _, want := range []string{"audit=true", "cache=7", "memtable=9", "compactions=3"} {
 		require.Contains(t, str, want)
 	}
+}
+
+// TestBBFailedOpenLeavesNothingRunning: "the store closes the wrapper when
+// it closes (or when Open fails)": Opens that fail, on the default
+// filesystem with its disk-health checks, leave no goroutine behind, and
+// neither do Opens that succeed and are closed.
+func TestBBFailedOpenLeavesNothingRunning(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "CURRENT"), []byte("garbage"), 0o644))
+	good := t.TempDir()
+	// Warm up whatever the first Open starts once per process.
+	s, err := pebblejournal.Open(good, pebblejournal.Options{})
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	before := runtime.NumGoroutine()
+	for range 20 {
+		_, err := pebblejournal.Open(dir, pebblejournal.Options{})
+		require.ErrorIs(t, err, journal.ErrCorrupt)
+		s, err := pebblejournal.Open(good, pebblejournal.Options{})
+		require.NoError(t, err)
+		require.NoError(t, s.Close())
+	}
+	require.Eventually(t, func() bool { return runtime.NumGoroutine() <= before+2 }, 10*time.Second, 10*time.Millisecond,
+		"goroutines: %d before, %d after", before, runtime.NumGoroutine())
 }

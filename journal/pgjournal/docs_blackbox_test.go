@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"strings"
 	"testing"
 	"time"
 
@@ -134,8 +133,8 @@ func TestBBConcurrentBatches(t *testing.T) {
 }
 
 // TestBBOpenPoolKeepsThePool: "Close does not close it": the caller's pool
-// still serves queries after the Store is closed, and Open's DSN is applied
-// to the pool OpenPool is given.
+// still serves queries after the Store is closed; OpenPool applied the
+// migrations, and ConcurrentBatches follows the caller's pool size.
 func TestBBOpenPoolKeepsThePool(t *testing.T) {
 	dsn := pgtest.NewDatabase(t)
 	cfg, err := pgxpool.ParseConfig(dsn)
@@ -150,6 +149,5 @@ func TestBBOpenPoolKeepsThePool(t *testing.T) {
 	require.NoError(t, s.Close())
 	var v int
 	require.NoError(t, pool.QueryRow(t.Context(), "SELECT max(version) FROM lz_schema").Scan(&v))
-	require.Equal(t, pgjournal.SchemaVersion(), v, "Open applied every migration")
-	require.True(t, strings.HasPrefix(dsn, "postgres://"))
+	require.Equal(t, pgjournal.SchemaVersion(), v, "OpenPool applied every migration")
 }
