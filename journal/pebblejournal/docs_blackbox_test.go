@@ -3,10 +3,12 @@ package pebblejournal_test
 import (
 	"bufio"
 	"context"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -238,4 +240,50 @@ func TestBBFailedOpenLeavesNothingRunning(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return runtime.NumGoroutine() <= before+2 }, 10*time.Second, 10*time.Millisecond,
 		"goroutines: %d before, %d after", before, runtime.NumGoroutine())
+}
+
+// TestBBFormatMajorVersionAndListener: FormatMajorVersion is "the Pebble
+// on-disk format every store is created with or ratcheted to on Open": a
+// new store, and an empty database of an older format, are at it after
+// Open; Options.EventListener "also receives Pebble's events"; Audit is
+// what AuditEnabled reports; Logger receives the store's logs.
+func TestBBFormatMajorVersionAndListener(t *testing.T) {
+	fs := vfs.NewMem()
+	db, err := pebble.Open("old", &pebble.Options{FS: fs, FormatMajorVersion: pebble.FormatMinSupported})
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+	desc, err := pebble.Peek("old", fs)
+	require.NoError(t, err)
+	require.Less(t, desc.FormatMajorVersion, pebblejournal.FormatMajorVersion)
+
+	var wals atomic.Int64
+	var logs logCount
+	for _, dir := range []string{"old", "new"} {
+		s, err := pebblejournal.Open(dir, pebblejournal.Options{FS: fs, Audit: dir == "new",
+			Logger:        slog.New(&logs),
+			EventListener: &pebble.EventListener{WALCreated: func(pebble.WALCreateInfo) { wals.Add(1) }}})
+		require.NoError(t, err, dir)
+		require.Equal(t, dir == "new", s.AuditEnabled())
+		require.NoError(t, s.Close())
+		desc, err := pebble.Peek(dir, fs)
+		require.NoError(t, err)
+		require.Equal(t, pebblejournal.FormatMajorVersion, desc.FormatMajorVersion, dir)
+	}
+	require.Positive(t, wals.Load(), "the listener of Options saw Pebble's WAL creations")
+	require.Positive(t, logs.n.Load(), "the Logger of Options received the store's logs")
+}
+
+// logCount is a slog.Handler that counts the records it is given, at every
+// level.
+type logCount struct{ n atomic.Int64 }
+
+func (h *logCount) Enabled(context.Context, slog.Level) bool  { return true }
+func (h *logCount) Handle(context.Context, slog.Record) error { h.n.Add(1); return nil }
+func (h *logCount) WithAttrs([]slog.Attr) slog.Handler        { return h }
+func (h *logCount) WithGroup(string) slog.Handler             { return h }
+
+// TestBBCheckReportSound: Sound is "Check found no damage": no problems.
+func TestBBCheckReportSound(t *testing.T) {
+	require.True(t, (&pebblejournal.CheckReport{Conversations: 3, Events: 9}).Sound())
+	require.False(t, (&pebblejournal.CheckReport{Problems: []string{"x"}}).Sound())
 }

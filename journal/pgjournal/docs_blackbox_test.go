@@ -71,6 +71,13 @@ func TestBBOpenCannotConnect(t *testing.T) {
 	_, err = pgjournal.Open(cancelled, silent, pgjournal.Options{})
 	require.ErrorIs(t, err, context.Canceled)
 
+	// Negative Timeout: no bound but the caller's, whose error it is.
+	bounded, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	_, err = pgjournal.Open(bounded, silent, pgjournal.Options{Timeout: -1})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NotErrorIs(t, err, journal.ErrUnavailable, "the caller's deadline, not the server's silence")
+
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	closedPort := ln.Addr().(*net.TCPAddr).Port
