@@ -128,7 +128,7 @@ func TestBBConcurrentBatches(t *testing.T) {
 	for _, tc := range []struct {
 		param string
 		conns int64
-	}{{"", pgjournal.DefaultMaxConns}, {"&pool_max_conns=1", 1}, {"&pool_max_conns=2", 2}, {"&pool_max_conns=5", 5}, {"&pool_max_conns=64", 64}} {
+	}{{"", pgjournal.DefaultMaxConns}, {"&application_name=pool_max_conns", pgjournal.DefaultMaxConns}, {"&pool_max_conns=1", 1}, {"&pool_max_conns=2", 2}, {"&pool_max_conns=5", 5}, {"&pool_max_conns=64", 64}} {
 		s, err := pgjournal.Open(t.Context(), dsn+tc.param, pgjournal.Options{})
 		require.NoError(t, err, tc.param)
 		require.Equal(t, want(tc.conns), s.ConcurrentBatches(), tc.param)

@@ -147,7 +147,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgjournal: parse DSN: %w", journal.Invalidf("%v", err))
 	}
-	if !strings.Contains(dsn, "pool_max_conns") {
+	if !setsMaxConns(dsn) {
 		cfg.MaxConns = DefaultMaxConns
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
@@ -161,6 +161,18 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	}
 	s.ownPool = true
 	return s, nil
+}
+
+// setsMaxConns reports whether dsn, which parses, sets pool_max_conns: a
+// parameter of that name, not those words anywhere (an application name, a
+// password).
+func setsMaxConns(dsn string) bool {
+	cfg, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		return false
+	}
+	_, ok := cfg.RuntimeParams["pool_max_conns"]
+	return ok
 }
 
 // OpenPool is Open on a pool the caller made and keeps: Close does not close
