@@ -114,8 +114,11 @@ func owedTurn(ws *snapshot.WorkingSet, agentsOn bool, known func(string) bool) (
 // log they wrote), some configured agent's last own event is a user
 // message, a handoff to it or a result of its call other than a handoff
 // it made (a summary's owed entries count for agents without later
-// events).
+// events). A nil ws (no conversation) owes nothing.
 func OwesTurn(ws *snapshot.WorkingSet, agents []string) bool {
+	if ws == nil {
+		return false
+	}
 	if n := len(ws.Events); n > 0 && ws.Events[n-1].GetTurnFailed() != nil {
 		return false
 	}

@@ -15,7 +15,9 @@ import (
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/snapshot"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 )
 
 // Black-box tests of the package's helpers, from their doc.
@@ -214,4 +216,32 @@ func TestBBWorkerDispatcher(t *testing.T) {
 			t.Fatalf("workers %d: not every scheduled function ran", workers)
 		}
 	}
+}
+
+// TestBBOwesTurn: "not after a turn_failed or a rewind at the end;
+// otherwise the last event the model sees is a user message or a tool
+// result"; a nil or empty working set (no conversation) owes nothing, and
+// never panics.
+func TestBBOwesTurn(t *testing.T) {
+	user := &messages.Event{Body: &messages.Event_UserMsg{UserMsg: &messages.UserMessage{}}}
+	answer := &messages.Event{Body: &messages.Event_AssistantMsg{AssistantMsg: &messages.AssistantMessage{}}}
+	failed := &messages.Event{Body: &messages.Event_TurnFailed{TurnFailed: &messages.TurnFailed{Code: actors.CodeModel}}}
+	ws := func(evs ...*messages.Event) *snapshot.WorkingSet {
+		var log []*messages.Event
+		for i, ev := range evs {
+			ev = proto.Clone(ev).(*messages.Event)
+			ev.Seq = uint64(i + 1)
+			log = append(log, ev)
+		}
+		w, err := snapshot.Rebuild(nil, log)
+		require.NoError(t, err)
+		return w
+	}
+	require.False(t, actors.OwesTurn(nil, nil))
+	require.False(t, actors.OwesTurn(nil, []string{"a"}))
+	require.False(t, actors.OwesTurn(ws(), nil))
+	require.True(t, actors.OwesTurn(ws(user), nil))
+	require.False(t, actors.OwesTurn(ws(user, answer), nil))
+	require.False(t, actors.OwesTurn(ws(user, failed), nil))
+	require.True(t, actors.OwesTurn(ws(user, answer, user), nil))
 }
