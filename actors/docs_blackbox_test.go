@@ -14,6 +14,7 @@ import (
 	"github.com/lazarusrt/lazarus/actors"
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/journal/memjournal"
 	"github.com/lazarusrt/lazarus/messages"
 	"github.com/lazarusrt/lazarus/snapshot"
 	"github.com/stretchr/testify/require"
@@ -244,4 +245,61 @@ func TestBBOwesTurn(t *testing.T) {
 	require.False(t, actors.OwesTurn(ws(user, answer), nil))
 	require.False(t, actors.OwesTurn(ws(user, failed), nil))
 	require.True(t, actors.OwesTurn(ws(user, answer, user), nil))
+}
+
+// TestBBCheckRewindInLog: a target at or after the latest summary's end,
+// or in a conversation without a summary, is left to the core (false, nil,
+// nil); one the summary covers is checked against the whole log; an edit
+// must name a user message on the head; refused targets wrap
+// journal.ErrInvalid; an unknown conversation or a hostile id is an error or
+// left to the core, never a panic.
+func TestBBCheckRewindInLog(t *testing.T) {
+	ctx := context.Background()
+	store := memjournal.New(memjournal.Options{})
+	user := func(s string) *messages.Event {
+		return &messages.Event{Body: &messages.Event_UserMsg{UserMsg: &messages.UserMessage{
+			Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: s}}}}}}
+	}
+	answer := &messages.Event{Body: &messages.Event_AssistantMsg{AssistantMsg: &messages.AssistantMessage{}}}
+	var evs []*messages.Event
+	for i := range 3 {
+		evs = append(evs, user(fmt.Sprint("u", i)), proto.Clone(answer).(*messages.Event))
+	}
+	_, err := store.Append(ctx, &messages.AppendRequest{ConversationId: "c", Events: evs})
+	require.NoError(t, err)
+
+	checked, edited, err := actors.CheckRewindInLog(ctx, store, "c", 1, 0)
+	require.False(t, checked, "no summary: left to the core")
+	require.Nil(t, edited)
+	require.NoError(t, err)
+
+	require.NoError(t, store.PutSummary(ctx, "c", &messages.Summary{FromSeq: 1, ToSeq: 4, Content: "s"}))
+	for _, toSeq := range []uint64{4, 5, 6, 7, math.MaxUint64} {
+		checked, _, err := actors.CheckRewindInLog(ctx, store, "c", toSeq, 0)
+		require.False(t, checked, "toSeq %d at or after the summary's end: left to the core", toSeq)
+		require.NoError(t, err)
+	}
+	checked, edited, err = actors.CheckRewindInLog(ctx, store, "c", 2, 0)
+	require.NoError(t, err)
+	require.True(t, checked)
+	require.Nil(t, edited)
+
+	checked, edited, err = actors.CheckRewindInLog(ctx, store, "c", 2, 3)
+	require.NoError(t, err)
+	require.True(t, checked)
+	require.EqualValues(t, 3, edited.GetSeq())
+	require.Equal(t, "u1", edited.GetUserMsg().GetContent()[0].GetText())
+
+	for _, editSeq := range []uint64{2, 4, 7, 1000, math.MaxUint64} {
+		checked, _, err := actors.CheckRewindInLog(ctx, store, "c", 2, editSeq)
+		require.False(t, checked, "edit of seq %d", editSeq)
+		require.ErrorIs(t, err, journal.ErrInvalid, "edit of seq %d: not a user message on the head", editSeq)
+	}
+	for _, id := range []string{"unknown", "", "\xff", strings.Repeat("x", 1<<16)} {
+		checked, _, err := actors.CheckRewindInLog(ctx, store, id, 1, 1)
+		require.False(t, checked, "%.10q", id)
+		if err != nil {
+			require.True(t, errors.Is(err, journal.ErrInvalid) || errors.Is(err, journal.ErrNotFound), "%.10q: %v", id, err)
+		}
+	}
 }
