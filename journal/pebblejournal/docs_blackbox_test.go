@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"context"
 	"log/slog"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -192,14 +194,23 @@ func TestBBOpenHostileDirectory(t *testing.T) {
 }
 
 // TestBBOptionsInvalid: "negative is invalid" for CacheSize and
-// MaxConcurrentCompactions: Open fails with ErrInvalid and creates nothing.
+// MaxConcurrentCompactions, and a MemTableSize outside [MinMemTableSize,
+// MaxMemTableSize) is too (Pebble panicked on a tiny one, and refused a
+// huge one with an error wrapping no sentinel): Open fails with ErrInvalid
+// and creates nothing. The bounds themselves work, with an event larger
+// than the smallest memtable.
 // Negative DiskSlowThreshold and FlushDelayDeleteRange are valid (they
 // disable what they bound), and Options.String names the settings.
 func TestBBOptionsInvalid(t *testing.T) {
 	for name, o := range map[string]pebblejournal.Options{
 		"CacheSize":                {CacheSize: -1},
 		"MaxConcurrentCompactions": {MaxConcurrentCompactions: -1},
+		"MemTableSize":             {MemTableSize: 1},
+		"MemTableSize ":            {MemTableSize: pebblejournal.MinMemTableSize - 1},
+		"MemTableSize  ":           {MemTableSize: pebblejournal.MaxMemTableSize},
+		"MemTableSize   ":          {MemTableSize: math.MaxUint64},
 	} {
+		name := strings.TrimSpace(name)
 		dir := filepath.Join(t.TempDir(), "d")
 		s, err := pebblejournal.Open(dir, o)
 		require.Nil(t, s, name)
@@ -207,6 +218,15 @@ func TestBBOptionsInvalid(t *testing.T) {
 		require.Contains(t, err.Error(), name)
 		_, err = os.Stat(dir)
 		require.ErrorIs(t, err, os.ErrNotExist, "%s: nothing created", name)
+	}
+	for _, size := range []uint64{pebblejournal.MinMemTableSize, pebblejournal.MaxMemTableSize - 1} {
+		s, err := pebblejournal.Open("d", pebblejournal.Options{FS: vfs.NewMem(), MemTableSize: size})
+		require.NoError(t, err, "MemTableSize %d", size)
+		_, err = s.Append(context.Background(), &messages.AppendRequest{ConversationId: "c",
+			Events: []*messages.Event{{Body: &messages.Event_UserMsg{UserMsg: &messages.UserMessage{
+				Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: strings.Repeat("x", 512<<10)}}}}}}}})
+		require.NoError(t, err, "MemTableSize %d: an event larger than the memtable", size)
+		require.NoError(t, s.Close())
 	}
 	dir := t.TempDir()
 	s, err := pebblejournal.Open(dir, pebblejournal.Options{DiskSlowThreshold: -1, FlushDelayDeleteRange: -1, MemTableSize: 1 << 20, CacheSize: 1 << 20, MaxConcurrentCompactions: 1})

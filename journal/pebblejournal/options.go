@@ -3,6 +3,7 @@ package pebblejournal
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"runtime"
 	"time"
 
@@ -51,6 +52,16 @@ const (
 	// MemTableStopWritesThreshold is how many memtables may be queued for
 	// flushing before Pebble stops writes.
 	MemTableStopWritesThreshold = 4
+)
+
+// Bounds of Options.MemTableSize, when it is not zero.
+const (
+	// MinMemTableSize is the smallest memtable: 64 KiB. Pebble panics on a
+	// write into a memtable smaller than its own bookkeeping.
+	MinMemTableSize = 64 << 10
+	// MaxMemTableSize bounds the memtable from above (exclusive): Pebble's
+	// limit, just under 4 GiB.
+	MaxMemTableSize = math.MaxUint32
 )
 
 // LowerLevelBlockSize is the data block size of the levels below L0:
@@ -118,7 +129,8 @@ type Options struct {
 	// heap when cgo is on). Default: DefaultCacheSize; negative is invalid.
 	CacheSize int64
 	// MemTableSize is the size in bytes of one memtable; up to four may be
-	// queued before writes stall. Default: DefaultMemTableSize.
+	// queued before writes stall. Default: DefaultMemTableSize; below
+	// MinMemTableSize, or MaxMemTableSize or more, is invalid.
 	MemTableSize uint64
 	// MaxConcurrentCompactions bounds Pebble's background compactions.
 	// Default: min(GOMAXPROCS, DefaultMaxConcurrentCompactions); negative is
@@ -155,6 +167,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.MaxConcurrentCompactions < 0 {
 		return o, journal.Invalidf("pebblejournal: negative MaxConcurrentCompactions %d", o.MaxConcurrentCompactions)
+	}
+	if o.MemTableSize != 0 && (o.MemTableSize < MinMemTableSize || o.MemTableSize >= MaxMemTableSize) {
+		return o, journal.Invalidf("pebblejournal: MemTableSize %d outside [%d, %d)", o.MemTableSize, MinMemTableSize, uint64(MaxMemTableSize))
 	}
 	if o.CacheSize == 0 {
 		o.CacheSize = DefaultCacheSize
