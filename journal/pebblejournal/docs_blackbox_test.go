@@ -133,7 +133,8 @@ func TestBBOpenRefusesAnotherPebbleDatabase(t *testing.T) {
 
 // TestBBOpenHostileDirectory: Open of a path that is no store directory
 // fails with an error wrapping a sentinel, and never panics: a regular file,
-// or a path under one, is ErrInvalid; a directory whose files are garbage,
+// or a path under one, an empty path or one holding a NUL byte, is
+// ErrInvalid; a directory whose files are garbage,
 // or name a MANIFEST that is not there, is ErrCorrupt. A directory of
 // unrelated files opens as a new store (Open creates if needed).
 func TestBBOpenHostileDirectory(t *testing.T) {
@@ -145,6 +146,11 @@ func TestBBOpenHostileDirectory(t *testing.T) {
 		require.Nil(t, s)
 		require.ErrorIs(t, err, journal.ErrInvalid, "Open(%q)", dir)
 		require.Contains(t, err.Error(), "not a directory")
+	}
+	for _, dir := range []string{"", "a\x00b", filepath.Join(base, "nul\x00")} {
+		s, err := pebblejournal.Open(dir, pebblejournal.Options{})
+		require.Nil(t, s)
+		require.ErrorIs(t, err, journal.ErrInvalid, "Open(%q)", dir)
 	}
 
 	garbage := []byte("garbage\x00\xff\x01\x02 more garbage, enough bytes to look like something")

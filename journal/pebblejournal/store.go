@@ -151,9 +151,10 @@ var ErrLocked = errors.New("pebblejournal: the directory is locked")
 // path). A directory holding a Pebble database that is not a Lazarus store
 // (keys but no layout version) is refused with an error wrapping
 // journal.ErrCorrupt, and left as it was; so are files Pebble cannot read
-// as a database (garbage, a MANIFEST that is not there). A dir that is a
-// file, or under one, is refused with an error wrapping journal.ErrInvalid,
-// and so are negative Options where their doc says so.
+// as a database (garbage, a MANIFEST that is not there). A dir that is
+// empty, holds a NUL byte, or names a file or a path under one is refused
+// with an error wrapping journal.ErrInvalid, and so are Options outside the
+// bounds their doc gives.
 func Open(dir string, opts Options) (*Store, error) {
 	o, err := opts.withDefaults()
 	if err != nil {
@@ -593,9 +594,12 @@ func openError(dir string, err error) error {
 	return fmt.Errorf("pebblejournal: open %q: %w", dir, err)
 }
 
-// checkIsDir refuses, with ErrInvalid, a dir that exists and is not a
-// directory, or lies under a file.
+// checkIsDir refuses, with ErrInvalid, an empty dir or one holding a NUL
+// byte, and a dir that exists and is not a directory, or lies under a file.
 func checkIsDir(fs vfs.FS, dir string) error {
+	if dir == "" || strings.IndexByte(dir, 0) >= 0 {
+		return journal.Invalidf("pebblejournal: open %q: not a directory name", dir)
+	}
 	if fs == nil {
 		fs = vfs.Default
 	}
