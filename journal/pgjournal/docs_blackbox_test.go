@@ -158,3 +158,16 @@ func TestBBOpenPoolKeepsThePool(t *testing.T) {
 	require.NoError(t, pool.QueryRow(t.Context(), "SELECT max(version) FROM lz_schema").Scan(&v))
 	require.Equal(t, pgjournal.SchemaVersion(), v, "OpenPool applied every migration")
 }
+
+// TestBBOpenPoolNilAndNegativeBackoffs: a nil pool is ErrInvalid, not a
+// panic; negative backoffs mean the defaults (zero or less), so Open
+// accepts them.
+func TestBBOpenPoolNilAndNegativeBackoffs(t *testing.T) {
+	s, err := pgjournal.OpenPool(t.Context(), nil, pgjournal.Options{})
+	require.Nil(t, s)
+	require.ErrorIs(t, err, journal.ErrInvalid)
+
+	s, err = pgjournal.Open(t.Context(), pgtest.NewDatabase(t), pgjournal.Options{ReconnectBackoff: -time.Second, MaxReconnectBackoff: -time.Hour})
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+}

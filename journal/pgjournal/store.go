@@ -52,12 +52,12 @@ type Options struct {
 	// tries the server (a ping on a fresh connection) while the others keep
 	// failing at once. Each failed attempt doubles the wait, up to
 	// MaxReconnectBackoff; a successful one lets every call through again.
-	// Zero means DefaultReconnectBackoff.
+	// Zero (or less) means DefaultReconnectBackoff.
 	ReconnectBackoff time.Duration
 	// MaxReconnectBackoff bounds the wait between two reconnection
 	// attempts, and so how long after the server is back calls keep
-	// failing. Zero means DefaultMaxReconnectBackoff; it is raised to
-	// ReconnectBackoff if below it.
+	// failing. Zero (or less) means DefaultMaxReconnectBackoff; it is
+	// raised to ReconnectBackoff if below it.
 	MaxReconnectBackoff time.Duration
 	// Clock is the time source of the backoff. Nil means the system clock.
 	Clock Clock
@@ -176,11 +176,14 @@ func setsMaxConns(dsn string) bool {
 }
 
 // OpenPool is Open on a pool the caller made and keeps: Close does not close
-// it. The Store registers, on the pool's connections it writes with, a
+// it. A nil pool is ErrInvalid. The Store registers, on the pool's connections it writes with, a
 // bytea[] codec that encodes the Store's own parameter type and hands every
 // other value to the codec it replaces (see the package doc). When the Store finds the server unreachable it resets the pool
 // (pgxpool.Pool.Reset), as it does its own.
 func OpenPool(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) {
+	if pool == nil {
+		return nil, journal.Invalidf("pgjournal: OpenPool: nil pool")
+	}
 	s := &Store{pool: pool, audit: opts.Audit, timeout: opts.Timeout, bufs: make(chan *evBuf, 16)}
 	if s.timeout == 0 {
 		s.timeout = DefaultTimeout
