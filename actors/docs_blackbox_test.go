@@ -303,3 +303,44 @@ func TestBBCheckRewindInLog(t *testing.T) {
 		}
 	}
 }
+
+// hugeBatches is a Store that asks for any number of concurrent batches.
+type hugeBatches struct {
+	journal.Store
+	n int
+}
+
+func (s hugeBatches) ConcurrentBatches() int { return s.n }
+
+// TestBBJournalOptionsBounds: "The zero value is valid"; a MaxBatch of zero
+// or less means the default; MaxInflight, and what a Store asks for through
+// ConcurrentBatches, are capped at MaxJournalInflight, so that no value
+// makes the actor fail to start (it made a channel and a goroutine per
+// batch in flight). Writes are committed and answered in every case.
+func TestBBJournalOptionsBounds(t *testing.T) {
+	for name, tc := range map[string]struct {
+		opts  actors.JournalOptions
+		store func(journal.Store) journal.Store
+	}{
+		"zero":                     {},
+		"negative":                 {opts: actors.JournalOptions{MaxBatch: -1, MaxInflight: -1}},
+		"huge MaxInflight":         {opts: actors.JournalOptions{MaxBatch: math.MaxInt, MaxInflight: math.MaxInt}},
+		"huge ConcurrentBatches":   {store: func(s journal.Store) journal.Store { return hugeBatches{s, math.MaxInt} }},
+		"negative ConcurrentBatch": {store: func(s journal.Store) journal.Store { return hugeBatches{s, math.MinInt} }},
+	} {
+		sys := newTestSystem(t)
+		var store journal.Store = memjournal.New(memjournal.Options{})
+		if tc.store != nil {
+			store = tc.store(store)
+		}
+		pid := sys.Root.Spawn(actors.NewJournal(store, tc.opts))
+		for i := range 3 {
+			res, err := sys.Root.RequestFuture(pid, write(uint64(i+1), userAppend("a", uint64(i), "x")), replyWait).Result()
+			require.NoError(t, err, name)
+			r, ok := res.(*messages.JournalWriteReply)
+			require.True(t, ok, "%s: reply is %T", name, res)
+			require.NoError(t, replyErr(r), name)
+			require.EqualValues(t, i+1, r.GetReply().GetLastSeq(), name)
+		}
+	}
+}

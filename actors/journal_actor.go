@@ -17,7 +17,8 @@ import (
 // JournalOptions configures the journal actor. The zero value is valid.
 type JournalOptions struct {
 	// MaxBatch bounds the requests committed by one Store.AppendBatch.
-	// Requests beyond it wait for the next commit. Default 4096.
+	// Requests beyond it wait for the next commit. Default (zero or less):
+	// 4096.
 	MaxBatch int
 	// Logger receives the actor's logs. Default: discard.
 	Logger *slog.Logger
@@ -29,8 +30,9 @@ type JournalOptions struct {
 	// no kill of a conversation between its write and its next message can
 	// leave a durable deadline unarmed.
 	Committed func(req *messages.AppendRequest)
-	// MaxInflight bounds the batches committing at once. Default: what the
-	// Store asks for through ConcurrentBatches, else 1. With more than one,
+	// MaxInflight bounds the batches committing at once. Default (zero or
+	// less): what the Store asks for through ConcurrentBatches, else 1.
+	// At most MaxJournalInflight. With more than one,
 	// a request waits (keeping its place) while a batch in flight holds a
 	// request of its conversation, so each conversation's writes still
 	// commit, and are answered, in the order they were received.
@@ -46,7 +48,8 @@ type JournalOptions struct {
 // ConcurrentBatches is implemented by a Store whose AppendBatch calls gain
 // from running several at once (a networked store, where a commit waits on
 // a round trip and a remote flush): it returns how many. The journal actor
-// uses it as the default of JournalOptions.MaxInflight.
+// uses it as the default of JournalOptions.MaxInflight (at most
+// MaxJournalInflight).
 type ConcurrentBatches interface {
 	ConcurrentBatches() int
 }
@@ -68,13 +71,19 @@ func (o JournalOptions) withDefaults() JournalOptions {
 	return o
 }
 
-// inflightFor returns MaxInflight, defaulted from store.
+// MaxJournalInflight caps JournalOptions.MaxInflight and what a Store asks
+// for through ConcurrentBatches: the journal actor runs one committer
+// goroutine per batch in flight.
+const MaxJournalInflight = 64
+
+// inflightFor returns MaxInflight, defaulted from store, at most
+// MaxJournalInflight.
 func (o JournalOptions) inflightFor(store journal.Store) int {
 	if o.MaxInflight > 0 {
-		return o.MaxInflight
+		return min(o.MaxInflight, MaxJournalInflight)
 	}
 	if c, ok := store.(ConcurrentBatches); ok && c.ConcurrentBatches() > 1 {
-		return c.ConcurrentBatches()
+		return min(c.ConcurrentBatches(), MaxJournalInflight)
 	}
 	return 1
 }
