@@ -596,8 +596,15 @@ func (im *importer) event(s *sectionState, raw json.RawMessage, size int) error 
 		}
 		return invalid(fmt.Errorf("event of seq %d, want %d (events run 1, 2, 3, ... in order)", ev.GetSeq(), want))
 	}
-	if err := journal.ValidateEvent(ev); err != nil {
-		return fmt.Errorf("event %d: %w", ev.GetSeq(), invalid(err))
+	// Measured as the Append that logged it measured it: without its seq,
+	// which the store set and which does not count against
+	// journal.MaxEventBytes, so every event a Store holds can be imported.
+	seq := ev.GetSeq()
+	ev.Seq = 0
+	err := journal.ValidateEvent(ev)
+	ev.Seq = seq
+	if err != nil {
+		return fmt.Errorf("event %d: %w", seq, invalid(err))
 	}
 	if tr := ev.GetToolResult(); tr != nil && s.pending[callKey(tr.GetToolCallId())] {
 		// A call's row is resolved in the write of its result.
@@ -926,6 +933,12 @@ func (im *importer) flush(s *sectionState) error {
 	s.chunk, s.chunkBytes = nil, 0
 	if o := s.row.GetForkedFrom(); o != nil && req.GetExpectedLast() == s.start {
 		return im.fork(s, req)
+	}
+	for _, ev := range req.GetEvents() {
+		// The store sets each event's seq (ExpectedLast+1, ...); given, it
+		// would count against journal.MaxEventBytes, as it did not in the
+		// Append that logged the event.
+		ev.Seq = 0
 	}
 	if err := journal.ValidateAppend(req); err != nil {
 		return invalid(err)

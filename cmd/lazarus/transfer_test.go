@@ -789,3 +789,84 @@ func TestImportRefusesAResultOfAPendingCall(t *testing.T) {
 	require.Equal(t, before, dump(t, st), "nothing written")
 	require.NoError(t, importInto(ctxT(t), st, strings.NewReader(finished), importOptions{}), "the export as written imports")
 }
+
+// eventOfSize returns a user event whose encoding, Seq unset, is n bytes.
+func eventOfSize(n int) *messages.Event {
+	at := timestamppb.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	ev := func(pad int) *messages.Event {
+		return &messages.Event{Time: at, Body: &messages.Event_UserMsg{UserMsg: &messages.UserMessage{
+			Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: strings.Repeat("x", pad)}}}}}}
+	}
+	pad := n - proto.Size(ev(0))
+	for {
+		e := ev(pad)
+		d := n - proto.Size(e)
+		if d == 0 {
+			return e
+		}
+		pad += d
+	}
+}
+
+// TestImportEventAtTheLimit: an export round-trips every log a Store
+// holds, an event Append took at exactly journal.MaxEventBytes included,
+// in a conversation's own appends and in the copied events of a fork
+// (Store.Fork): an event is measured as the Append that logged it measured
+// it, its seq (which the store set) not counting. The import measured each
+// event with its seq, two bytes over, and refused the export. One byte
+// more is refused with ErrInvalid, wherever the event is, and nothing is
+// written.
+func TestImportEventAtTheLimit(t *testing.T) {
+	ctx := ctxT(t)
+	src := memStore(t)
+	big := func() *messages.Event { return eventOfSize(journal.MaxEventBytes) }
+	small := eventOfSize(100)
+	_, err := src.Append(ctx, &messages.AppendRequest{ConversationId: "limit", Events: []*messages.Event{big(), small},
+		Status: messages.ConversationStatus_CONVERSATION_STATUS_IDLE})
+	require.NoError(t, err)
+	evs, err := src.Events(ctx, "limit", journal.EventQuery{})
+	require.NoError(t, err)
+	require.NoError(t, src.Fork(ctx, &messages.ForkRequest{ConversationId: "forked", Events: evs,
+		Status: messages.ConversationStatus_CONVERSATION_STATUS_IDLE,
+		Origin: &messages.ForkOrigin{ConversationId: "limit", Seq: 2}}))
+	_, err = src.Append(ctx, &messages.AppendRequest{ConversationId: "forked", ExpectedLast: 2, Events: []*messages.Event{big()},
+		Status: messages.ConversationStatus_CONVERSATION_STATUS_IDLE})
+	require.NoError(t, err)
+	in := exportOfStore(t, src, "limit", "forked")
+
+	st := memStore(t)
+	require.NoError(t, importInto(ctx, st, strings.NewReader(in), importOptions{}))
+	require.Equal(t, withoutForksCreated(withoutUpdated(in)), withoutForksCreated(withoutUpdated(exportOfStore(t, st, "limit", "forked"))))
+
+	pad := strings.Repeat("x", len(big().GetUserMsg().GetContent()[0].GetText()))
+	lines := outLines(in)
+	for _, tc := range []struct {
+		name, conv string
+		seq        int
+	}{
+		{"append", "limit", 1},
+		{"fork's copied event", "forked", 1},
+		{"fork's own append", "forked", 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			over := slices.Clone(lines)
+			n := 0
+			for i, l := range over {
+				if strings.HasPrefix(l, fmt.Sprintf(`{"type":"event","conversation":%q`, tc.conv)) && strings.Contains(l, fmt.Sprintf(`"seq":"%d"`, tc.seq)) {
+					require.Contains(t, l, pad)
+					over[i] = strings.Replace(l, pad, pad+"x", 1)
+					n++
+				}
+			}
+			require.Equal(t, 1, n)
+			bad := strings.Join(over, "\n") + "\n"
+			err := importStream(ctx, strings.NewReader(bad), noWrites(t), importOptions{})
+			require.ErrorIs(t, err, journal.ErrInvalid)
+			require.ErrorContains(t, err, fmt.Sprintf("event of %d bytes exceeds %d", journal.MaxEventBytes+1, journal.MaxEventBytes))
+			st := memStore(t)
+			before := dump(t, st)
+			require.ErrorIs(t, importInto(ctx, st, strings.NewReader(bad), importOptions{}), journal.ErrInvalid)
+			require.Equal(t, before, dump(t, st), "nothing written")
+		})
+	}
+}
