@@ -3,6 +3,7 @@ package journal
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/lazarusrt/lazarus/messages"
 )
@@ -54,6 +55,12 @@ var (
 	ErrEnded = errors.New("journal: conversation ended")
 )
 
+// codes gives each sentinel its wire code. Its order decides an error's
+// Error.code when the error wraps more than one sentinel (the first that
+// matches; the others go in Error.also): codes added later come last, so a
+// peer that knows only the earlier codes and reads code alone still sees
+// the sentinel it knew (ErrClosed of a store stopped on a full disk,
+// ErrInvalid of a blob over its limit).
 var codes = []struct {
 	err  error
 	code messages.ErrorCode
@@ -68,45 +75,71 @@ var codes = []struct {
 	{ErrUnknownOutcome, messages.ErrorCode_ERROR_CODE_UNKNOWN_OUTCOME},
 	{ErrUnavailable, messages.ErrorCode_ERROR_CODE_UNAVAILABLE},
 	{ErrEnded, messages.ErrorCode_ERROR_CODE_ENDED},
+	{ErrExists, messages.ErrorCode_ERROR_CODE_EXISTS},
+	{ErrNoSpace, messages.ErrorCode_ERROR_CODE_NO_SPACE},
+	{ErrTooLarge, messages.ErrorCode_ERROR_CODE_TOO_LARGE},
 }
 
 // ErrorToProto turns an error into its wire form for an actor reply. It
-// returns nil for a nil error. An error that wraps no sentinel gets
-// ERROR_CODE_INTERNAL.
+// returns nil for a nil error. Every sentinel of this package that the
+// error wraps gets its code: the first in Error.code, the others in
+// Error.also. An error that wraps no sentinel gets ERROR_CODE_INTERNAL.
 func ErrorToProto(err error) *messages.Error {
 	if err == nil {
 		return nil
 	}
+	e := &messages.Error{Code: messages.ErrorCode_ERROR_CODE_INTERNAL, Message: err.Error()}
+	found := false
 	for _, c := range codes {
-		if errors.Is(err, c.err) {
-			return &messages.Error{Code: c.code, Message: err.Error()}
+		if !errors.Is(err, c.err) {
+			continue
+		}
+		if !found {
+			e.Code, found = c.code, true
+		} else {
+			e.Also = append(e.Also, c.code)
 		}
 	}
-	return &messages.Error{Code: messages.ErrorCode_ERROR_CODE_INTERNAL, Message: err.Error()}
+	return e
 }
 
 // ErrorFromProto is the inverse of ErrorToProto: the returned error carries
-// the original message and wraps the sentinel of its code, so errors.Is keeps
-// working across an actor boundary. It returns nil for nil.
+// the original message and wraps the sentinel of each of its codes
+// (Error.code and Error.also), so errors.Is keeps working across an actor
+// boundary. A code it does not know (a newer peer's), INTERNAL and
+// UNSPECIFIED wrap nothing; an error with no known code is a plain error
+// with the message. It returns nil for nil.
 func ErrorFromProto(e *messages.Error) error {
 	if e == nil {
 		return nil
 	}
-	for _, c := range codes {
-		if c.code == e.GetCode() {
-			return &wireError{msg: e.GetMessage(), sentinel: c.err}
+	var sentinels []error
+	add := func(code messages.ErrorCode) {
+		for _, c := range codes {
+			if c.code == code && !slices.Contains(sentinels, c.err) {
+				sentinels = append(sentinels, c.err)
+			}
 		}
 	}
-	return errors.New(e.GetMessage())
+	add(e.GetCode())
+	for _, code := range e.GetAlso() {
+		add(code)
+	}
+	if len(sentinels) == 0 {
+		return errors.New(e.GetMessage())
+	}
+	return &wireError{msg: e.GetMessage(), sentinels: sentinels}
 }
 
+// wireError is an error that came in a reply: its message, wrapping the
+// sentinels of its codes.
 type wireError struct {
-	msg      string
-	sentinel error
+	msg       string
+	sentinels []error
 }
 
-func (e *wireError) Error() string { return e.msg }
-func (e *wireError) Unwrap() error { return e.sentinel }
+func (e *wireError) Error() string   { return e.msg }
+func (e *wireError) Unwrap() []error { return e.sentinels }
 
 // Corruptf returns an error wrapping ErrCorrupt that names the location of
 // the bad bytes.

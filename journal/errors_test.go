@@ -3,23 +3,97 @@ package journal
 import (
 	"errors"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/lazarusrt/lazarus/messages"
 )
 
+// sentinelsByName are the sentinels of package journal, by name.
+// TestSentinelsAreListed fails on one that is missing here, so that
+// TestErrorProtoRoundTrip checks every one.
+var sentinelsByName = map[string]error{
+	"ErrConflict": ErrConflict, "ErrStale": ErrStale, "ErrNotFound": ErrNotFound,
+	"ErrClosed": ErrClosed, "ErrCorrupt": ErrCorrupt, "ErrInvalid": ErrInvalid,
+	"ErrDeleted": ErrDeleted, "ErrNoSpace": ErrNoSpace, "ErrUnavailable": ErrUnavailable,
+	"ErrUnknownOutcome": ErrUnknownOutcome, "ErrExists": ErrExists, "ErrEnded": ErrEnded,
+	"ErrTooLarge": ErrTooLarge,
+}
+
+// TestSentinelsAreListed: every exported package-level variable of package
+// journal named Err... (its sentinels) is in sentinelsByName.
+func TestSentinelsAreListed(t *testing.T) {
+	fset := token.NewFileSet()
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := map[string]bool{}
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			g, ok := d.(*ast.GenDecl)
+			if !ok || g.Tok != token.VAR {
+				continue
+			}
+			for _, spec := range g.Specs {
+				for _, id := range spec.(*ast.ValueSpec).Names {
+					if id.IsExported() && strings.HasPrefix(id.Name, "Err") {
+						found[id.Name] = true
+					}
+				}
+			}
+		}
+	}
+	for name := range found {
+		if _, ok := sentinelsByName[name]; !ok {
+			t.Errorf("sentinel %s is not in sentinelsByName: add it, and give it an ErrorCode", name)
+		}
+	}
+	for name := range sentinelsByName {
+		if !found[name] {
+			t.Errorf("sentinelsByName lists %s, which package journal does not declare", name)
+		}
+	}
+}
+
 // TestErrorProtoRoundTrip: every sentinel survives the wire form of an
-// actor reply, so errors.Is works across the journal actor; an error that
-// wraps none becomes a plain error with its message.
+// actor reply, alone or with the others an error wraps (a store stopped
+// on a full disk wraps ErrNoSpace and ErrClosed), so errors.Is works
+// across the journal actor; an error that wraps none becomes a plain
+// error with its message.
 func TestErrorProtoRoundTrip(t *testing.T) {
-	sentinels := []error{ErrConflict, ErrStale, ErrNotFound, ErrClosed, ErrCorrupt, ErrInvalid, ErrDeleted, ErrUnavailable, ErrUnknownOutcome}
-	for _, s := range sentinels {
+	for name, s := range sentinelsByName {
 		err := fmt.Errorf("pgjournal: append: %w", s)
 		back := ErrorFromProto(ErrorToProto(err))
 		if !errors.Is(back, s) || back.Error() != err.Error() {
-			t.Errorf("%v: came back as %v (errors.Is %t)", s, back, errors.Is(back, s))
+			t.Errorf("%s: came back as %v (errors.Is %t)", name, back, errors.Is(back, s))
 		}
-		for _, other := range sentinels {
+		for oname, other := range sentinelsByName {
 			if other != s && errors.Is(back, other) {
-				t.Errorf("%v came back matching %v too", s, other)
+				t.Errorf("%s came back matching %s too", name, oname)
+			}
+		}
+		for oname, other := range sentinelsByName {
+			if other == s {
+				continue
+			}
+			both := fmt.Errorf("store failed: %w: %w", s, other)
+			back := ErrorFromProto(ErrorToProto(both))
+			for n, x := range sentinelsByName {
+				if errors.Is(back, x) != (x == s || x == other) {
+					t.Errorf("%s with %s came back as %v, errors.Is %s %t", name, oname, back, n, errors.Is(back, x))
+				}
 			}
 		}
 	}
@@ -29,6 +103,31 @@ func TestErrorProtoRoundTrip(t *testing.T) {
 	}
 	if ErrorToProto(nil) != nil || ErrorFromProto(nil) != nil {
 		t.Error("nil must stay nil")
+	}
+}
+
+// TestErrorFromProtoUnknownCode: a code this version does not know (from
+// a newer peer) decodes to a plain error with its message, wrapping the
+// sentinels of the codes it does know; an older peer's error (one code, no
+// others) decodes as before.
+func TestErrorFromProtoUnknownCode(t *testing.T) {
+	unknown := messages.ErrorCode(1 << 20)
+	err := ErrorFromProto(&messages.Error{Code: unknown, Message: "newer"})
+	if err == nil || err.Error() != "newer" {
+		t.Fatalf("unknown code came back as %v", err)
+	}
+	for name, s := range sentinelsByName {
+		if errors.Is(err, s) {
+			t.Errorf("unknown code came back matching %s", name)
+		}
+	}
+	err = ErrorFromProto(&messages.Error{Code: unknown, Also: []messages.ErrorCode{unknown, messages.ErrorCode_ERROR_CODE_CLOSED, messages.ErrorCode_ERROR_CODE_INTERNAL}, Message: "newer"})
+	if err == nil || err.Error() != "newer" || !errors.Is(err, ErrClosed) || errors.Is(err, ErrNoSpace) {
+		t.Fatalf("unknown code with a known one came back as %v", err)
+	}
+	err = ErrorFromProto(&messages.Error{Code: messages.ErrorCode_ERROR_CODE_CLOSED, Message: "older"})
+	if err == nil || err.Error() != "older" || !errors.Is(err, ErrClosed) {
+		t.Fatalf("an older peer's code came back as %v", err)
 	}
 }
 

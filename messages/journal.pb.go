@@ -25,7 +25,9 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// ErrorCode names a journal sentinel error.
+// ErrorCode names a journal sentinel error. A reader that meets a code it
+// does not know (from a newer peer) takes it as INTERNAL: the error keeps
+// its message and wraps no sentinel for that code.
 type ErrorCode int32
 
 const (
@@ -40,7 +42,10 @@ const (
 	ErrorCode_ERROR_CODE_DELETED         ErrorCode = 8
 	ErrorCode_ERROR_CODE_UNAVAILABLE     ErrorCode = 9
 	ErrorCode_ERROR_CODE_UNKNOWN_OUTCOME ErrorCode = 10
+	ErrorCode_ERROR_CODE_EXISTS          ErrorCode = 11
+	ErrorCode_ERROR_CODE_NO_SPACE        ErrorCode = 12
 	ErrorCode_ERROR_CODE_ENDED           ErrorCode = 13
+	ErrorCode_ERROR_CODE_TOO_LARGE       ErrorCode = 14
 )
 
 // Enum value maps for ErrorCode.
@@ -57,7 +62,10 @@ var (
 		8:  "ERROR_CODE_DELETED",
 		9:  "ERROR_CODE_UNAVAILABLE",
 		10: "ERROR_CODE_UNKNOWN_OUTCOME",
+		11: "ERROR_CODE_EXISTS",
+		12: "ERROR_CODE_NO_SPACE",
 		13: "ERROR_CODE_ENDED",
+		14: "ERROR_CODE_TOO_LARGE",
 	}
 	ErrorCode_value = map[string]int32{
 		"ERROR_CODE_UNSPECIFIED":     0,
@@ -71,7 +79,10 @@ var (
 		"ERROR_CODE_DELETED":         8,
 		"ERROR_CODE_UNAVAILABLE":     9,
 		"ERROR_CODE_UNKNOWN_OUTCOME": 10,
+		"ERROR_CODE_EXISTS":          11,
+		"ERROR_CODE_NO_SPACE":        12,
 		"ERROR_CODE_ENDED":           13,
+		"ERROR_CODE_TOO_LARGE":       14,
 	}
 )
 
@@ -369,9 +380,15 @@ func (x *AppendRequest) GetScheduleFire() *ScheduleFire {
 
 // Error is an error carried in a reply.
 type Error struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Code          ErrorCode              `protobuf:"varint,1,opt,name=code,proto3,enum=lazarus.v1.ErrorCode" json:"code,omitempty"`
-	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// code is the first sentinel the error wraps, in the order of the codes
+	// table of journal.ErrorToProto; INTERNAL if it wraps none.
+	Code    ErrorCode `protobuf:"varint,1,opt,name=code,proto3,enum=lazarus.v1.ErrorCode" json:"code,omitempty"`
+	Message string    `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// also are the other sentinels the error wraps (a store stopped on a full
+	// disk: CLOSED, also NO_SPACE), so that each survives the reply. A peer
+	// that does not read it sees code alone, as before this field.
+	Also          []ErrorCode `protobuf:"varint,3,rep,packed,name=also,proto3,enum=lazarus.v1.ErrorCode" json:"also,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -418,6 +435,13 @@ func (x *Error) GetMessage() string {
 		return x.Message
 	}
 	return ""
+}
+
+func (x *Error) GetAlso() []ErrorCode {
+	if x != nil {
+		return x.Also
+	}
+	return nil
 }
 
 // AppendReply answers one AppendRequest.
@@ -515,14 +539,15 @@ const file_lazarus_v1_journal_proto_rawDesc = "" +
 	"\rschedule_fire\x18\x10 \x01(\v2\x18.lazarus.v1.ScheduleFireR\fscheduleFire\x1a;\n" +
 	"\rSettingsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"L\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"w\n" +
 	"\x05Error\x12)\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x15.lazarus.v1.ErrorCodeR\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"n\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12)\n" +
+	"\x04also\x18\x03 \x03(\x0e2\x15.lazarus.v1.ErrorCodeR\x04also\"n\n" +
 	"\vAppendReply\x12\x1b\n" +
 	"\tfirst_seq\x18\x01 \x01(\x04R\bfirstSeq\x12\x19\n" +
 	"\blast_seq\x18\x02 \x01(\x04R\alastSeq\x12'\n" +
-	"\x05error\x18\x03 \x01(\v2\x11.lazarus.v1.ErrorR\x05error*\xba\x02\n" +
+	"\x05error\x18\x03 \x01(\v2\x11.lazarus.v1.ErrorR\x05error*\x84\x03\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13ERROR_CODE_INTERNAL\x10\x01\x12\x17\n" +
@@ -535,8 +560,11 @@ const file_lazarus_v1_journal_proto_rawDesc = "" +
 	"\x12ERROR_CODE_DELETED\x10\b\x12\x1a\n" +
 	"\x16ERROR_CODE_UNAVAILABLE\x10\t\x12\x1e\n" +
 	"\x1aERROR_CODE_UNKNOWN_OUTCOME\x10\n" +
-	"\x12\x14\n" +
-	"\x10ERROR_CODE_ENDED\x10\rB'Z%github.com/lazarusrt/lazarus/messagesb\x06proto3"
+	"\x12\x15\n" +
+	"\x11ERROR_CODE_EXISTS\x10\v\x12\x17\n" +
+	"\x13ERROR_CODE_NO_SPACE\x10\f\x12\x14\n" +
+	"\x10ERROR_CODE_ENDED\x10\r\x12\x18\n" +
+	"\x14ERROR_CODE_TOO_LARGE\x10\x0eB'Z%github.com/lazarusrt/lazarus/messagesb\x06proto3"
 
 var (
 	file_lazarus_v1_journal_proto_rawDescOnce sync.Once
@@ -586,12 +614,13 @@ var file_lazarus_v1_journal_proto_depIdxs = []int32{
 	5,  // 12: lazarus.v1.AppendRequest.settings:type_name -> lazarus.v1.AppendRequest.SettingsEntry
 	15, // 13: lazarus.v1.AppendRequest.schedule_fire:type_name -> lazarus.v1.ScheduleFire
 	0,  // 14: lazarus.v1.Error.code:type_name -> lazarus.v1.ErrorCode
-	3,  // 15: lazarus.v1.AppendReply.error:type_name -> lazarus.v1.Error
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	0,  // 15: lazarus.v1.Error.also:type_name -> lazarus.v1.ErrorCode
+	3,  // 16: lazarus.v1.AppendReply.error:type_name -> lazarus.v1.Error
+	17, // [17:17] is the sub-list for method output_type
+	17, // [17:17] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_lazarus_v1_journal_proto_init() }

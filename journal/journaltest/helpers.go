@@ -244,6 +244,7 @@ var sentinels = []error{
 	journal.ErrConflict, journal.ErrStale, journal.ErrNotFound, journal.ErrClosed,
 	journal.ErrCorrupt, journal.ErrInvalid, journal.ErrDeleted, journal.ErrNoSpace,
 	journal.ErrUnavailable, journal.ErrUnknownOutcome, journal.ErrExists, journal.ErrEnded,
+	journal.ErrTooLarge,
 }
 
 // sameErr reports whether a and b are both nil, or both non-nil and wrap
