@@ -222,8 +222,9 @@ type Deadlines interface {
 // Audit stores what was rendered to the model on each model call, and how
 // the call went: a row (messages.ModelCall) per call that returned, an
 // answer or an error (ModelCall.error set, usage empty). It is off by
-// default: unless the adapter was opened with audit on, PutModelCall does
-// nothing, ModelCalls returns nothing and GCModelCalls removes nothing,
+// default: unless the adapter was opened with audit on, PutModelCall
+// checks its call and writes nothing, ModelCalls returns nothing and
+// GCModelCalls removes nothing,
 // also of the rows a durable Store opened with audit on wrote earlier
 // (they stay, for the next Store opened with it on).
 type Audit interface {
@@ -231,9 +232,10 @@ type Audit interface {
 	// replacing a row with the same TurnRef: a later call of the same turn
 	// (a retry that answers after a failed call, say) replaces the earlier
 	// call's row. mc is stored as given, a failed call's error included.
-	// With audit on, ErrDeleted after the conversation was deleted, and
-	// ErrInvalid for a call that ValidateModelCall refuses (a created time
-	// set but no valid timestamp, say) or that exceeds MaxRecordBytes;
+	// ErrInvalid, audit on or off, for a call that ValidateModelCall
+	// refuses (nil, a created time set but no valid timestamp, a string
+	// that is not UTF-8, one that exceeds MaxRecordBytes, say); with audit
+	// on, ErrDeleted after the conversation was deleted. In either case
 	// nothing is written.
 	PutModelCall(ctx context.Context, mc *messages.ModelCall) error
 	// ModelCalls returns the conversation's audit rows ordered by TurnRef.

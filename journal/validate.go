@@ -309,10 +309,12 @@ func ValidateDeadline(d *messages.Deadline) error {
 // created time, which may be unset but, if set, must be a valid timestamp
 // (within the years 1 to 9999), as a deadline's time: GCModelCalls compares
 // it, so a time with its nanos out of range would compare differently in
-// different adapters; and that every enum in it (those of its rendered
-// events) holds a value of its enum (CheckEnums), as a reader requires. A
-// failed call's row (error set, no usage) is valid as an answered call's
-// is.
+// different adapters; that every enum in it (those of its rendered
+// events) holds a value of its enum (CheckEnums), as a reader requires;
+// and that it can be encoded (every string is valid UTF-8) and fits
+// MaxRecordBytes. A failed call's row (error set, no usage) is valid as an
+// answered call's is. Every adapter's PutModelCall checks its call with
+// it first, audit on or off.
 func ValidateModelCall(mc *messages.ModelCall) error {
 	if mc == nil {
 		return Invalidf("nil model call")
@@ -328,7 +330,7 @@ func ValidateModelCall(mc *messages.ModelCall) error {
 	if err := CheckEnums(mc); err != nil {
 		return Invalidf("model call %d of %q: %v", mc.GetTurnRef(), mc.GetConversationId(), err)
 	}
-	return nil
+	return checkSize(fmt.Sprintf("model call %d of %q", mc.GetTurnRef(), mc.GetConversationId()), mc, MaxRecordBytes)
 }
 
 // ValidateReschedule checks one entry of AppendRequest.Reschedule: its ids,

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -700,6 +701,7 @@ func testConvMetadata(t *testing.T, e env) {
 
 var auditCases = []suiteCase{
 	{name: "OffIsNoOp", run: testAuditOff},
+	{name: "InvalidRefusedOnOrOff", run: testAuditInvalid},
 	{name: "ReportsWhetherOn", run: testAuditReports},
 	{name: "OrderedByTurn", run: testAuditOrder, audit: true},
 	{name: "FailedCallRoundTrips", run: testAuditFailedCall, audit: true},
@@ -727,6 +729,50 @@ func testAuditOff(t *testing.T, e env) {
 	n, err := s.GCModelCalls(ctx, "c", tm(1000))
 	require.NoError(t, err)
 	assert.Zero(t, n)
+}
+
+// testAuditInvalid: PutModelCall checks its call first, with audit on or
+// off: a call ValidateModelCall refuses (nil, a bad conversation id, a
+// created time that is no valid timestamp, an undeclared enum value), one
+// that cannot be encoded (a string that is not UTF-8) and one over
+// MaxRecordBytes are ErrInvalid, and nothing is written.
+func testAuditInvalid(t *testing.T, e env) {
+	for _, on := range []bool{false, true} {
+		if on && !e.feat.Audit {
+			continue
+		}
+		s := e.openAudit(t, on).Store
+		ctx := t.Context()
+		appendEvents(t, s, "c", userEvs(1, 1)...)
+		bad := map[string]func(mc *messages.ModelCall) *messages.ModelCall{
+			"nil":          func(*messages.ModelCall) *messages.ModelCall { return nil },
+			"empty id":     func(mc *messages.ModelCall) *messages.ModelCall { mc.ConversationId = ""; return mc },
+			"id not UTF-8": func(mc *messages.ModelCall) *messages.ModelCall { mc.ConversationId = "c\xff"; return mc },
+			"id too long": func(mc *messages.ModelCall) *messages.ModelCall {
+				mc.ConversationId = strings.Repeat("c", journal.MaxIDBytes+1)
+				return mc
+			},
+			"bad created":     func(mc *messages.ModelCall) *messages.ModelCall { mc.Created.Nanos = 1_500_000_000; return mc },
+			"model not UTF-8": func(mc *messages.ModelCall) *messages.ModelCall { mc.Model = "m\xff"; return mc },
+			"undeclared enum": func(mc *messages.ModelCall) *messages.ModelCall {
+				mc.RenderedContext = append(mc.RenderedContext, &messages.Event{Body: &messages.Event_Resolution{
+					Resolution: &messages.Resolution{ToolCallId: "tc", Status: messages.ToolCallStatus(99)}}})
+				return mc
+			},
+			"oversized": func(mc *messages.ModelCall) *messages.ModelCall {
+				mc.Model = strings.Repeat("m", journal.MaxRecordBytes+1)
+				return mc
+			},
+		}
+		for name, f := range bad {
+			err := s.PutModelCall(ctx, f(modelCall("c", 1, 10)))
+			requireSentinel(t, err, journal.ErrInvalid, "audit %v: %s", on, name)
+		}
+		calls, err := s.ModelCalls(ctx, "c")
+		require.NoError(t, err)
+		assert.Empty(t, calls, "audit %v: nothing written", on)
+		require.NoError(t, s.PutModelCall(ctx, modelCall("c", 1, 10)), "audit %v: a valid call", on)
+	}
 }
 
 // testAuditReports: a Store that implements journal.AuditReporter (every

@@ -19,8 +19,8 @@ import (
 // Options configures a Store. The zero value is valid and means audit off.
 type Options struct {
 	// Audit turns on the audit rows of journal.Audit. Default false:
-	// PutModelCall does nothing, ModelCalls returns nothing and GCModelCalls
-	// removes nothing.
+	// PutModelCall only checks its call (ErrInvalid), ModelCalls returns
+	// nothing and GCModelCalls removes nothing.
 	Audit bool
 }
 
@@ -864,21 +864,18 @@ func (s *Store) Deadlines(ctx context.Context, dueBy time.Time, fn func(*message
 
 // ---- Audit ----
 
-// PutModelCall implements journal.Audit. With audit off it only checks that
-// the Store is open. With audit on, ErrDeleted after the conversation was
-// deleted.
+// PutModelCall implements journal.Audit. It checks mc first, audit on or
+// off (ErrInvalid); with audit off it then does nothing. With audit on,
+// ErrDeleted after the conversation was deleted.
 func (s *Store) PutModelCall(ctx context.Context, mc *messages.ModelCall) error {
 	if err := s.enter(ctx); err != nil {
 		return err
 	}
-	if !s.audit {
-		return nil
-	}
 	if err := journal.ValidateModelCall(mc); err != nil {
 		return fmt.Errorf("memjournal: %w", err)
 	}
-	if n := proto.Size(mc); n > journal.MaxRecordBytes {
-		return fmt.Errorf("memjournal: %w", journal.Invalidf("model call of %q of %d bytes exceeds %d", mc.GetConversationId(), n, journal.MaxRecordBytes))
+	if !s.audit {
+		return nil
 	}
 	mc = clone(mc)
 	id := mc.GetConversationId()

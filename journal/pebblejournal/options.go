@@ -118,8 +118,8 @@ type Options struct {
 	// DefaultDiskSlowThreshold; negative disables the health checks.
 	DiskSlowThreshold time.Duration
 	// Audit turns on the audit log of model calls. Default: off, and then
-	// PutModelCall stores nothing, ModelCalls returns nothing and
-	// GCModelCalls removes nothing.
+	// PutModelCall only checks its call (ErrInvalid) and stores nothing,
+	// ModelCalls returns nothing and GCModelCalls removes nothing.
 	Audit bool
 	// Logger receives the store's own logs and Pebble's (Pebble's info lines
 	// at Debug, its errors, write stalls, slow disks and background errors at

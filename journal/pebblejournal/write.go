@@ -243,17 +243,18 @@ func (s *Store) CancelDeadline(ctx context.Context, conversationID, toolCallID s
 	return t.commit()
 }
 
-// PutModelCall implements journal.Audit.
+// PutModelCall implements journal.Audit. It checks mc first, audit on or
+// off (ErrInvalid); with audit off it then stores nothing.
 func (s *Store) PutModelCall(ctx context.Context, mc *messages.ModelCall) error {
 	if err := s.begin(ctx); err != nil {
 		return err
 	}
 	defer s.end()
-	if !s.audit {
-		return nil
-	}
 	if err := journal.ValidateModelCall(mc); err != nil {
 		return fmt.Errorf("pebblejournal: %w", err)
+	}
+	if !s.audit {
+		return nil
 	}
 	conv := mc.GetConversationId()
 	if err := checkSize(fmt.Sprintf("model call %d of %q", mc.GetTurnRef(), conv), mc, journal.MaxRecordBytes); err != nil {

@@ -610,18 +610,19 @@ func (s *Store) Deadlines(ctx context.Context, dueBy time.Time, fn func(*message
 
 // ---- Audit ----
 
-// PutModelCall implements journal.Audit.
+// PutModelCall implements journal.Audit. It checks mc first, audit on or
+// off (ErrInvalid); with audit off it then stores nothing.
 func (s *Store) PutModelCall(ctx context.Context, mc *messages.ModelCall) error {
 	ctx, cancel, err := s.enter(ctx)
 	if err != nil {
 		return err
 	}
 	defer cancel()
-	if !s.audit {
-		return nil
-	}
 	if err := journal.ValidateModelCall(mc); err != nil {
 		return fmt.Errorf("pgjournal: %w", err)
+	}
+	if !s.audit {
+		return nil
 	}
 	data, err := proto.Marshal(mc)
 	if err != nil {

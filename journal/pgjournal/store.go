@@ -36,9 +36,9 @@ const DefaultTimeout = 30 * time.Second
 // DefaultReconnectBackoff to DefaultMaxReconnectBackoff.
 type Options struct {
 	// Audit turns on the audit rows of journal.Audit. Default: off, and then
-	// PutModelCall stores nothing, ModelCalls returns nothing and
-	// GCModelCalls removes nothing (the rows a Store with audit on wrote
-	// stay, for the next one).
+	// PutModelCall only checks its call (ErrInvalid) and stores nothing,
+	// ModelCalls returns nothing and GCModelCalls removes nothing (the rows
+	// a Store with audit on wrote stay, for the next one).
 	Audit bool
 	// Timeout bounds each call, and Open (on top of the caller's context),
 	// so that a server that stopped answering fails calls with an error
