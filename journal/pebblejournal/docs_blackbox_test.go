@@ -118,6 +118,23 @@ func TestBBOpenRefusesAnotherPebbleDatabase(t *testing.T) {
 	require.NoError(t, db.Close())
 	require.Equal(t, []string{"hello"}, keys, "the refused database is untouched")
 
+	// One whose first or last key happens to fall in a family of the
+	// layout, but not the other, is refused too.
+	for _, keys := range [][]string{{"\x03a", "zz"}, {"a", "\x01a"}} {
+		db, err = pebble.Open("mixed", &pebble.Options{FS: fs})
+		require.NoError(t, err)
+		for _, k := range keys {
+			require.NoError(t, db.Set([]byte(k), []byte("v"), pebble.Sync))
+		}
+		require.NoError(t, db.Close())
+		s, err = pebblejournal.Open("mixed", pebblejournal.Options{FS: fs})
+		if s != nil {
+			_ = s.Close()
+		}
+		require.ErrorIs(t, err, journal.ErrCorrupt, "keys %q", keys)
+		require.NoError(t, fs.RemoveAll("mixed"))
+	}
+
 	// An empty Pebble database (a crash before the first layout write
 	// leaves one) is a new store.
 	db, err = pebble.Open("empty", &pebble.Options{FS: fs})

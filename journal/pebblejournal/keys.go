@@ -3,6 +3,7 @@ package pebblejournal
 import (
 	"encoding/binary"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/lazarusrt/lazarus/journal"
@@ -85,6 +86,12 @@ func famName(f byte) string {
 		return "schedule-by-time"
 	}
 	return "unknown family 0x" + strconv.FormatUint(uint64(f), 16)
+}
+
+// knownKey reports whether k starts with the family byte of a key this
+// layout writes (or an older one it upgrades).
+func knownKey(k []byte) bool {
+	return len(k) > 0 && !strings.HasPrefix(famName(k[0]), "unknown family")
 }
 
 // Escaping of ids inside keys: 0x00 becomes 0x00 0xFF and every id ends with

@@ -149,7 +149,7 @@ var ErrLocked = errors.New("pebblejournal: the directory is locked")
 // from this process or another, fails with an error wrapping ErrLocked
 // while the first is open, whatever path names it (a symlink, a relative
 // path). A directory holding a Pebble database that is not a Lazarus store
-// (keys but no layout version) is refused with an error wrapping
+// (no layout version, and a key outside the layout's families) is refused with an error wrapping
 // journal.ErrCorrupt, and left as it was; so are files Pebble cannot read
 // as a database (garbage, a MANIFEST that is not there). A dir that is
 // empty, holds a NUL byte, or names a file or a path under one is refused
@@ -365,25 +365,30 @@ func (s *Store) upgradeV1() error {
 
 var errChunkFull = errors.New("chunk full")
 
-// refuseForeign refuses a database without a layout version that holds
-// keys: every store records its layout in its first write, so such a
-// database is not a Lazarus store (another program's Pebble database), and
-// adopting it would read its keys as records and write into it. An empty
-// database (a crash before that first write) is a new store.
+// refuseForeign refuses a database without a layout version whose first
+// or last key lies outside every family of this layout: another program's
+// Pebble database, which adopting would read as records and write into.
+// Every store records its layout in its first write, so a database with no
+// layout version is either empty (a crash before that first write: a new
+// store) or damaged: a lost write-ahead log that held the layout key leaves
+// the store's later keys, all in its families, and the store opens so that
+// its reads report the gap (TestLostWALIsAGap).
 func (s *Store) refuseForeign() error {
-	var first []byte
-	err := s.scanKeys(nil, nil, func(k []byte) error {
-		first = append([]byte(nil), k...)
-		return errStopScan
-	})
-	if err == errStopScan {
-		err = nil
-	}
+	it, err := s.newIter(nil, nil)
 	if err != nil {
 		return fmt.Errorf("pebblejournal: read the first key: %w", err)
 	}
-	if first != nil {
-		return journal.Corruptf("pebblejournal: the database holds keys (the first is %q) but no layout version (key %s): not a Lazarus store", first, keyString(layoutKey))
+	var foreign []byte
+	if it.First() && !knownKey(it.Key()) {
+		foreign = append([]byte(nil), it.Key()...)
+	} else if it.Last() && !knownKey(it.Key()) {
+		foreign = append([]byte(nil), it.Key()...)
+	}
+	if err := closeIter(it, nil); err != nil {
+		return fmt.Errorf("pebblejournal: read the first key: %w", err)
+	}
+	if foreign != nil {
+		return journal.Corruptf("pebblejournal: the database holds a key outside this layout's families (%q) and no layout version (key %s): not a Lazarus store", foreign, keyString(layoutKey))
 	}
 	return nil
 }
