@@ -33,9 +33,10 @@
 // A failed call answers {"error","code"}: code is the sentinel the error
 // wraps (see errorCode), "internal" for an error that wraps none; its HTTP
 // status follows the code (errorStatus): 400 invalid (a bad body, a
-// missing conv, an after that is not a seq), 409 stale or conflict, 503
-// closed, no_owner or unavailable, 504 unknown_outcome or
-// deadline_exceeded, 500 internal. fenced counts the activations of this
+// missing conv, an after that is not a seq), 404 not_found, 409 stale,
+// conflict, ended or deleted, 503 closed, no_owner, unavailable or
+// canceled, 504 unknown_outcome or deadline_exceeded, 500 internal and
+// any other code. fenced counts the activations of this
 // member retired because the Store's fence refused their write
 // (lazarus.Metrics.Fenced).
 //

@@ -1,0 +1,210 @@
+package main
+
+// Black-box tests of the command's documentation (the package doc and
+// `lazarus-node -h`): each runs the command as a child process, as an
+// operator would, and checks its exit status and what it writes.
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus"
+)
+
+// node starts the command as a child process with args; the caller waits.
+func node(t *testing.T, ctx context.Context, args ...string) (cmd *exec.Cmd, stdout, stderr *syncBuffer) {
+	t.Helper()
+	self, err := os.Executable()
+	require.NoError(t, err)
+	cmd = exec.CommandContext(ctx, self, args...)
+	cmd.Env = append(os.Environ(), asMain+"=1")
+	stdout, stderr = &syncBuffer{}, &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	return cmd, stdout, stderr
+}
+
+// exitCode is the exit status of a finished child (0 for no error).
+func exitCode(t *testing.T, err error) int {
+	t.Helper()
+	var ee *exec.ExitError
+	if err == nil {
+		return 0
+	}
+	require.True(t, errors.As(err, &ee), "not an exit status: %v", err)
+	return ee.ExitCode()
+}
+
+// runNode runs the command to its end with args, bounded by 30 s.
+func runNode(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd, out, errOut := node(t, ctx, args...)
+	err := cmd.Run()
+	require.NoError(t, ctx.Err(), "the command did not end within 30 s; stderr: %s", errOut.String())
+	return exitCode(t, err), out.String(), errOut.String()
+}
+
+// TestDocsHelpAndUsageStatuses: `lazarus-node -h` (and --help) exits 0 and
+// lists every flag of the package doc with its default (--port 0, --http
+// 127.0.0.1:0, --model-delay 50ms, --human-timeout 3s); a usage error (an
+// unknown flag, a missing required flag, an argument, `demo` given
+// arguments) exits 2 naming the problem on stderr, before anything is
+// opened, with nothing on stdout.
+func TestDocsHelpAndUsageStatuses(t *testing.T) {
+	for _, h := range []string{"-h", "--help"} {
+		code, stdout, stderr := runNode(t, h)
+		require.Equal(t, exitOK, code, "%s: stderr: %s", h, stderr)
+		require.Empty(t, stdout)
+		for _, f := range []string{"-postgres", "-port", "-automanaged-port", "-seeds", "-http", "-model-delay", "-human-timeout", "-verbose"} {
+			require.Regexp(t, `(?m)^  `+f+`( |$)`, stderr, "%s lists %s", h, f)
+		}
+		require.Contains(t, stderr, `(default "127.0.0.1:0")`)
+		require.Contains(t, stderr, "(default 50ms)")
+		require.Contains(t, stderr, "(default 3s)")
+		require.Contains(t, stderr, "0 picks a free one", "--port 0 picks a free port")
+	}
+	ok := []string{"--postgres", "postgres://127.0.0.1:1/none", "--automanaged-port", "7101", "--seeds", "127.0.0.1:7101"}
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown flag", append([]string{"--nope"}, ok...), "flag provided but not defined: -nope"},
+		{"no postgres", ok[2:], "--postgres is required"},
+		{"no automanaged port", append(append([]string(nil), ok[:2]...), ok[4:]...), "--automanaged-port is required"},
+		{"no seeds", ok[:4], "--seeds is required"},
+		{"an argument", append(append([]string(nil), ok...), "extra"), `unexpected arguments ["extra"]`},
+		{"demo with arguments", []string{"demo", "now"}, "lazarus-node demo: takes no arguments"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, stdout, stderr := runNode(t, c.args...)
+			require.Equal(t, exitUsage, code, "stderr: %s", stderr)
+			require.Contains(t, stderr, c.want)
+			require.NotContains(t, stdout, "ready")
+		})
+	}
+}
+
+// TestDocsUnreachableStoreExitsOne: a member whose Runtime cannot be had
+// (no PostgreSQL server at its DSN) exits 1 saying why on stderr, and
+// never says it is ready.
+func TestDocsUnreachableStoreExitsOne(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close()) // nothing listens there now
+	am := freeTestPort(t)
+	code, stdout, stderr := runNode(t, "--postgres", "postgres://lazarus@"+addr+"/none?connect_timeout=5",
+		"--automanaged-port", itoa(am), "--seeds", "127.0.0.1:"+itoa(am))
+	require.Equal(t, exitError, code, "stderr: %s", stderr)
+	require.Contains(t, stderr, "lazarus-node: ")
+	require.Contains(t, stderr, "unavailable")
+	require.NotContains(t, stdout, "ready")
+}
+
+// TestDocsSecondSignalDuringTheStartExitsThree: a second SIGTERM or
+// SIGINT during the start (here the Store's connection hangs: the server
+// accepts it and never answers) exits at once with status 3, saying so on
+// stderr, without waiting for the start to end.
+func TestDocsSecondSignalDuringTheStartExitsThree(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	accepted := make(chan net.Conn, 8)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c // held open, never answered
+		}
+	}()
+	defer func() {
+		for {
+			select {
+			case c := <-accepted:
+				c.Close()
+			default:
+				return
+			}
+		}
+	}()
+	am := freeTestPort(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd, stdout, stderr := node(t, ctx, "--postgres", "postgres://lazarus@"+l.Addr().String()+"/none?connect_timeout=60",
+		"--automanaged-port", itoa(am), "--seeds", "127.0.0.1:"+itoa(am))
+	require.NoError(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var held net.Conn
+	select {
+	case held = <-accepted: // the member is in its start: its signal handler is set
+		accepted <- held
+	case err := <-done:
+		t.Fatalf("exited before connecting to the Store: %v; stderr: %s", err, stderr.String())
+	case <-time.After(20 * time.Second):
+		t.Fatal("the member never connected to the Store")
+	}
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+	select {
+	case err := <-done:
+		require.Equal(t, exitForced, exitCode(t, err), "stderr: %s", stderr.String())
+	case <-time.After(20 * time.Second):
+		t.Fatalf("a second signal during the start did not end the member; stderr: %s", stderr.String())
+	}
+	require.Contains(t, stderr.String(), "again, exiting now")
+	require.NotContains(t, stdout.String(), "ready")
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestDocsControlAPIStatuses: a failed control call answers {"error",
+// "code"} with the status of its code as the package doc lists them: a
+// resolve of a call that is not pending is 409 stale, and every call to a
+// member whose Runtime is closed that can fail is 503 closed (a kill, which
+// and owner, which cannot fail, answer as ever).
+func TestDocsControlAPIStatuses(t *testing.T) {
+	rt, err := lazarus.Open(lazarus.Options{Model: echoModel(0), Tools: tools(time.Hour), IdleTimeout: -1})
+	require.NoError(t, err)
+	var fenced atomic.Int64
+	streams, end := context.WithCancel(context.Background())
+	srv := httptest.NewServer(api(rt, &fenced, streams))
+	defer srv.Close()
+	defer end()
+
+	status, out := call(t, "POST", srv.URL+"/resolve", `{"tool_call_id":"call_none","result":"{}"}`)
+	require.Equal(t, http.StatusConflict, status, "%v", out)
+	require.Equal(t, "stale", out["code"], "%v", out)
+	status, out = call(t, "POST", srv.URL+"/sendwait", `{"conv":"c","text":"hi"}`)
+	require.Equal(t, http.StatusOK, status, "%v", out)
+
+	require.NoError(t, rt.Close())
+	for _, c := range []struct{ method, path, body string }{
+		{"POST", "/send", `{"conv":"c","text":"again"}`},
+		{"POST", "/sendwait", `{"conv":"c","text":"again"}`},
+		{"POST", "/resolve", `{"tool_call_id":"call_none","result":"{}"}`},
+		{"GET", "/stream?conv=c&after=0", ""},
+	} {
+		status, out := call(t, c.method, srv.URL+c.path, c.body)
+		require.Equal(t, http.StatusServiceUnavailable, status, "%s %s: %v", c.method, c.path, out)
+		require.Equal(t, "closed", out["code"], "%s %s: %v", c.method, c.path, out)
+		require.NotEmpty(t, out["error"])
+	}
+}
