@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus"
@@ -125,4 +126,36 @@ func TestDocsPostgresOutage(t *testing.T) {
 		}
 	}
 	require.True(t, found, "the acknowledged send is in the log at its seq")
+}
+
+// TestDocsPostgresOwnPool: a Store the application opens on its own pool
+// (pgjournal.OpenPool) and passes as Options.Store serves the Runtime, and
+// Close leaves it open: the Store and the pool still answer, and a second
+// Runtime on the same Store reads the first one's conversation.
+func TestDocsPostgresOwnPool(t *testing.T) {
+	ctx := ctxT(t)
+	pool, err := pgxpool.New(ctx, pgtest.NewDatabase(t))
+	require.NoError(t, err)
+	defer pool.Close()
+	st, err := pgjournal.OpenPool(ctx, pool, pgjournal.Options{})
+	require.NoError(t, err)
+	defer st.Close()
+	model := scripted.New(scripted.Options{})
+	model.Push("c", scripted.Text("on the application's pool"))
+	rt, err := lazarus.Open(lazarus.Options{Store: st, Model: model, IdleTimeout: -1})
+	require.NoError(t, err)
+	_, err = rt.SendAndWait(ctx, "c", "hi", user)
+	require.NoError(t, err)
+	require.NoError(t, rt.Close())
+
+	last, err := st.LastSeq(ctx, "c")
+	require.NoError(t, err, "Close left the Store it was given open")
+	require.EqualValues(t, 2, last)
+	require.NoError(t, pool.Ping(ctx), "and the pool")
+	rt2, err := lazarus.Open(lazarus.Options{Store: st, Model: scripted.New(scripted.Options{}), IdleTimeout: -1})
+	require.NoError(t, err)
+	defer rt2.Close()
+	evs, err := rt2.History(ctx, "c", 0, 0)
+	require.NoError(t, err)
+	require.Equal(t, []string{"user_msg", "assistant_msg"}, types(evs))
 }
