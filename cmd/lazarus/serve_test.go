@@ -58,6 +58,16 @@ func runChild() {
 			<-ctx.Done()
 		}
 		os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	case "cli-wait-tail":
+		// tail, which after the first page a poll printed says so and
+		// waits for its context to end (the first signal) before the poll
+		// goes on.
+		testHookTailPage = func(ctx context.Context) {
+			fmt.Fprintln(os.Stderr, "hook: a page printed")
+			<-ctx.Done()
+			testHookTailPage = nil
+		}
+		os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 	case "mcp":
 		s := newTestMCPServer(nil)
 		mcp.AddTool(s, &mcp.Tool{Name: "cwd", Description: "the server's working directory"},

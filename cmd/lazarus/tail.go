@@ -99,7 +99,11 @@ func (c *cli) tail(ctx context.Context, fs *flags, args []string) error {
 	if rc != nil {
 		return t.follow(ctx, rc)
 	}
-	if err := t.poll(ctx); err != nil || t.done() {
+	err = t.poll(ctx)
+	switch {
+	case ctx.Err() != nil:
+		return nil // interrupted during the first poll: a clean stop too
+	case err != nil || t.done():
 		return err
 	}
 	timer := time.NewTimer(*interval)
@@ -151,6 +155,10 @@ type tailer struct {
 
 func (t *tailer) done() bool { return t.max > 0 && t.printed >= t.max }
 
+// testHookTailPage, if set (by tests only, before the command runs), is
+// called by a poll with its context after each page of events it printed.
+var testHookTailPage func(ctx context.Context)
+
 // poll opens the store, prints what was appended since the last poll and
 // closes it.
 func (t *tailer) poll(ctx context.Context) (err error) {
@@ -193,6 +201,9 @@ func (t *tailer) poll(ctx context.Context) (err error) {
 			if t.done() {
 				return nil
 			}
+		}
+		if testHookTailPage != nil {
+			testHookTailPage(ctx)
 		}
 	}
 	return nil
