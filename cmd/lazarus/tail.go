@@ -244,11 +244,15 @@ var errStreamEnded = errors.New("the node ended the event stream")
 // is resumed from the last seq printed; one that cannot be reopened ends
 // tail with the error.
 func (t *tailer) follow(ctx context.Context, rc *remote) error {
-	if _, err := rc.conversation(ctx, t.id); err != nil {
-		return err
+	_, err := rc.conversation(ctx, t.id)
+	var last uint64
+	if err == nil {
+		last, err = rc.lastSeq(ctx, t.id)
 	}
-	last, err := rc.lastSeq(ctx, t.id)
-	if err != nil {
+	switch {
+	case ctx.Err() != nil:
+		return nil // interrupted before the stream: a clean stop too
+	case err != nil:
 		return err
 	}
 	t.logEnd = last

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"syscall"
 	"testing"
@@ -37,4 +39,32 @@ func TestDocsTailStopsCleanlyOnSIGTERM(t *testing.T) {
 		require.Equal(t, exitOK, p.wait(t), p.stderr.String())
 		require.Equal(t, "hook: a page printed\n", p.stderr.String(), "nothing but the hook's line on stderr")
 	})
+}
+
+// TestDocsTailServerStopsCleanlyOnSIGTERM: 'lazarus tail --server' as a
+// child process, interrupted while the node has not yet answered its
+// first request, stops cleanly too: status 0, nothing on stderr.
+func TestDocsTailServerStopsCleanlyOnSIGTERM(t *testing.T) {
+	asked := make(chan struct{}, 1)
+	node := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case asked <- struct{}{}:
+		default:
+		}
+		<-r.Context().Done() // never answers
+	}))
+	defer node.Close()
+	defer node.CloseClientConnections()
+	p := startCLI(t, "cli", "tail", "c-1", "--server", node.URL, "--token", "alice-token")
+	select {
+	case <-asked:
+	case err := <-p.exited:
+		p.exited <- err
+		t.Fatalf("tail exited before asking the node: %v: %s", err, p.stderr)
+	case <-time.After(wait):
+		t.Fatal("tail never asked the node")
+	}
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, exitOK, p.wait(t), p.stderr.String())
+	require.Empty(t, p.stderr.String())
 }
