@@ -7,11 +7,13 @@ package main
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"sync/atomic"
 	"syscall"
@@ -21,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/journal/pgjournal/pgtest"
 )
 
 // node starts the command as a child process with args; the caller waits.
@@ -207,4 +210,60 @@ func TestDocsControlAPIStatuses(t *testing.T) {
 		require.Equal(t, "closed", out["code"], "%s %s: %v", c.method, c.path, out)
 		require.NotEmpty(t, out["error"])
 	}
+}
+
+// TestDocsReadyAndGracefulStop: a member as a child process prints
+// "lazarus-node MEMBER ready, control API http://ADDR" once up (MEMBER is
+// the address /members gives as self, the only member of a one-member
+// cluster, and the owner of every conversation), answers /healthz with
+// ok, and on SIGTERM prints that it is stopping, then "lazarus-node MEMBER
+// stopped", and exits 0.
+func TestDocsReadyAndGracefulStop(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	am := freeTestPort(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd, stdout, stderr := node(t, ctx, "--postgres", dsn, "--automanaged-port", itoa(am), "--seeds", "127.0.0.1:"+itoa(am))
+	require.NoError(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+		}
+	})
+	ready := regexp.MustCompile(`(?m)^lazarus-node (\S+) ready, control API (http://\S+)$`)
+	var m []string
+	require.Eventually(t, func() bool {
+		m = ready.FindStringSubmatch(stdout.String())
+		return m != nil
+	}, 40*time.Second, 20*time.Millisecond, "the ready line; stderr: %s", stderr)
+	member, base := m[1], m[2]
+
+	res, err := testClient.Get(base + "/healthz")
+	require.NoError(t, err)
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Equal(t, "ok", string(body))
+	status, out := call(t, "GET", base+"/members", "")
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, member, out["self"])
+	require.Equal(t, []any{member}, out["members"])
+	status, out = call(t, "GET", base+"/owner?conv=c", "")
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, member, out["owner"])
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-done:
+		done <- err
+		require.Equal(t, exitOK, exitCode(t, err), "stderr: %s", stderr.String())
+	case <-time.After(40 * time.Second):
+		t.Fatalf("SIGTERM did not stop the member; stderr: %s", stderr.String())
+	}
+	require.Contains(t, stdout.String(), "lazarus-node "+member+": terminated, stopping\n")
+	require.Contains(t, stdout.String(), "lazarus-node "+member+" stopped\n")
 }
