@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/lazarusrt/lazarus/messages"
 )
@@ -142,15 +143,44 @@ func (e *wireError) Error() string   { return e.msg }
 func (e *wireError) Unwrap() []error { return e.sentinels }
 
 // Corruptf returns an error wrapping ErrCorrupt that names the location of
-// the bad bytes.
+// the bad bytes. Its message ends with ErrCorrupt's text, unless an
+// argument is an error whose message already holds that text (a cause
+// named with %v): the text then shows once, where the cause says it. An
+// argument is named, not wrapped: the result wraps ErrCorrupt alone.
 func Corruptf(format string, args ...any) error {
-	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), ErrCorrupt)
+	return sentinelf(ErrCorrupt, format, args)
 }
 
-// Invalidf returns an error wrapping ErrInvalid that names the problem.
+// Invalidf returns an error wrapping ErrInvalid that names the problem. Its
+// message ends with ErrInvalid's text, unless an argument is an error whose
+// message already holds that text (a cause named with %v): the text then
+// shows once, where the cause says it. An argument is named, not wrapped:
+// the result wraps ErrInvalid alone.
 func Invalidf(format string, args ...any) error {
-	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), ErrInvalid)
+	return sentinelf(ErrInvalid, format, args)
 }
+
+// sentinelf formats the message of Corruptf and Invalidf and wraps
+// sentinel, adding its text only if no error argument holds it already.
+func sentinelf(sentinel error, format string, args []any) error {
+	msg := fmt.Sprintf(format, args...)
+	text := sentinel.Error()
+	for _, a := range args {
+		if e, ok := a.(error); ok && e != nil && strings.Contains(e.Error(), text) && strings.Contains(msg, text) {
+			return &namedError{msg: msg, sentinel: sentinel}
+		}
+	}
+	return fmt.Errorf("%s: %w", msg, sentinel)
+}
+
+// namedError is an error whose message already says its sentinel's text.
+type namedError struct {
+	msg      string
+	sentinel error
+}
+
+func (e *namedError) Error() string { return e.msg }
+func (e *namedError) Unwrap() error { return e.sentinel }
 
 // PassedOver collects the records a listing passed over because they are
 // corrupt (Deadlines.Deadlines, ScheduleStore.ScheduleTimes), so that it
