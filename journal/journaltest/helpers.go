@@ -263,13 +263,31 @@ func sameErr(a, b error) bool {
 
 // requireSentinel fails t unless err wraps want and no other sentinel of
 // package journal: an error that also wrapped ErrUnavailable, say, would
-// tell a caller to retry what can never succeed.
+// tell a caller to retry what can never succeed. It fails t too if the
+// text of a sentinel shows more than once in the message (a helper that
+// named the sentinel again around a cause that already did).
 func requireSentinel(t testing.TB, err, want error, msgAndArgs ...any) {
 	t.Helper()
 	require.ErrorIs(t, err, want, msgAndArgs...)
 	for _, s := range sentinels {
 		if s != want && errors.Is(err, s) {
 			require.Fail(t, fmt.Sprintf("the error wraps another sentinel: %v wraps %v besides %v", err, s, want), msgAndArgs...)
+		}
+	}
+	requireSentinelTextOnce(t, err, msgAndArgs...)
+}
+
+// requireSentinelTextOnce fails t if the text of a sentinel of package
+// journal shows more than once in err's message.
+func requireSentinelTextOnce(t testing.TB, err error, msgAndArgs ...any) {
+	t.Helper()
+	if err == nil {
+		return
+	}
+	msg := err.Error()
+	for _, s := range sentinels {
+		if n := strings.Count(msg, s.Error()); n > 1 {
+			require.Fail(t, fmt.Sprintf("the text %q shows %d times in %q", s.Error(), n, msg), msgAndArgs...)
 		}
 	}
 }

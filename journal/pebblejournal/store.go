@@ -55,7 +55,7 @@ const (
 // upgradeChunk bounds the owner keys that one batch of upgradeV1 moves.
 const upgradeChunk = 4096
 
-var errClosed = fmt.Errorf("pebblejournal: store closed: %w", journal.ErrClosed)
+var errClosed = fmt.Errorf("pebblejournal: %w", journal.ErrClosed)
 
 // Store is a journal.Store on an embedded Pebble database. It is safe for
 // concurrent use. Every write commits with a synced Pebble batch: a nil
