@@ -236,9 +236,11 @@ func (c counts) record() endRecord {
 
 func ptr[T any](v T) *T { return &v }
 
-// lineError is a rejected input line.
+// lineError is a rejected input line. Like journal.Invalidf, which makes
+// it, it says ErrInvalid's text once, even when an argument is an error
+// that says it already.
 func lineError(n int64, format string, args ...any) error {
-	return fmt.Errorf("line %d: %s: %w", n, fmt.Sprintf(format, args...), journal.ErrInvalid)
+	return journal.Invalidf("line %d: "+format, append([]any{n}, args...)...)
 }
 
 // strictJSON decodes records: unknown fields are errors.
