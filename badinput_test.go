@@ -39,6 +39,9 @@ func TestHostileIDsGetShortSentinelErrors(t *testing.T) {
 		if len(err.Error()) > 1024 {
 			t.Errorf("%s(%q): an error of %d bytes", what, trunc(id), len(err.Error()))
 		}
+		if s := repeatedSentinelText(err); s != "" {
+			t.Errorf("%s(%q): the text %q shows more than once in %.500q", what, trunc(id), s, err)
+		}
 		for _, s := range sentinels {
 			if errors.Is(err, s) {
 				return
@@ -119,8 +122,33 @@ func TestHostileIDsGetShortSentinelErrors(t *testing.T) {
 	big := strings.Repeat("x", 100000)
 	_, err = rt.Send(ctx, big, "hi", sc)
 	require.ErrorIs(t, err, journal.ErrInvalid)
-	require.ErrorIs(t, rt.Resolve(ctx, big, "{}", sc), journal.ErrInvalid)
-	require.ErrorIs(t, rt.Fork(ctx, "good", 1, big), journal.ErrInvalid)
+	check("Send-big-id", big, err)
+	err = rt.Resolve(ctx, big, "{}", sc)
+	require.ErrorIs(t, err, journal.ErrInvalid)
+	check("Resolve-big-id", big, err)
+	err = rt.Fork(ctx, "good", 1, big)
+	require.ErrorIs(t, err, journal.ErrInvalid)
+	check("Fork-big-id", big, err)
+	// Oversized inputs to a conversation that exists.
+	huge := strings.Repeat("y", journal.MaxEventBytes+1)
+	_, err = rt.Send(ctx, "good", huge, sc)
+	require.ErrorIs(t, err, journal.ErrInvalid)
+	check("Send-huge", "good", err)
+	_, err = rt.Edit(ctx, "good", 1, huge, sc)
+	check("Edit-huge", "good", err)
+	err = rt.Rewind(ctx, "good", 1, lazarus.RewindOptions{Reason: huge}, sc)
+	check("Rewind-huge", "good", err)
+	err = rt.Configure(ctx, "good", agent.Settings{SystemPrompt: huge})
+	require.ErrorIs(t, err, journal.ErrInvalid)
+	check("Configure-huge", "good", err)
+	err = rt.MergeMetadata(ctx, "good", map[string]string{"k": huge})
+	check("MergeMetadata-huge", "good", err)
+	_, err = rt.Schedule(ctx, "good", lazarus.ScheduleSpec{Text: huge, After: time.Hour}, sc)
+	require.ErrorIs(t, err, journal.ErrInvalid)
+	check("Schedule-huge", "good", err)
+	_, err = rt.Schedule(ctx, "good", lazarus.ScheduleSpec{Text: "x", At: time.Now().Add(-time.Hour)}, sc)
+	check("Schedule-past", "good", err)
+	check("Reschedule-past", "good", rt.Reschedule(ctx, "missing", time.Now().Add(-time.Hour)))
 	for _, id := range ids {
 		check("End", id, rt.End(ctx, id))
 		check("Delete", id, rt.Delete(ctx, id))
@@ -128,6 +156,30 @@ func TestHostileIDsGetShortSentinelErrors(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// sentinelsOfText are the sentinels whose text an error should say at most
+// once: those of package journal and of this package.
+var sentinelsOfText = []error{
+	journal.ErrConflict, journal.ErrStale, journal.ErrNotFound, journal.ErrClosed,
+	journal.ErrCorrupt, journal.ErrInvalid, journal.ErrDeleted, journal.ErrNoSpace,
+	journal.ErrUnavailable, journal.ErrUnknownOutcome, journal.ErrExists, journal.ErrEnded,
+	journal.ErrTooLarge,
+	lazarus.ErrUnknownAgent, lazarus.ErrNoOwner, lazarus.ErrLagged, lazarus.ErrClosed,
+	lazarus.ErrUnknownOutcome, lazarus.ErrBadSchedule, lazarus.ErrScheduleInPast,
+	lazarus.ErrNoSchedule, lazarus.ErrTurnCancelled, lazarus.ErrTurnFailed,
+	lazarus.ErrInvalidToolCalls,
+}
+
+// repeatedSentinelText returns the text of a sentinel that shows more than
+// once in err's message, or "".
+func repeatedSentinelText(err error) string {
+	for _, s := range sentinelsOfText {
+		if strings.Count(err.Error(), s.Error()) > 1 {
+			return s.Error()
+		}
+	}
+	return ""
+}
 
 func trunc(s string) string {
 	if len(s) > 20 {
