@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -44,6 +45,9 @@ func TestBadPathsAndQueries(t *testing.T) {
 		{"GET", "/v1/conversations?metadata[]=x", tokAlice, nil, http.StatusBadRequest, server.CodeInvalid},
 		{"GET", "/v1/conversations?metadata[a]=1&metadata[a]=2", tokAlice, nil, http.StatusBadRequest, server.CodeInvalid},
 		{"GET", "/v1/conversations?cursor=" + url.QueryEscape(long), tokAlice, nil, http.StatusBadRequest, server.CodeInvalid},
+		{"GET", "/v1/conversations?metadata[k]=v&cursor=" + url.QueryEscape(long), tokAlice, nil, http.StatusBadRequest, server.CodeInvalid},
+		{"GET", "/v1/conversations?metadata[k]=v&cursor=%FF", tokAlice, nil, http.StatusBadRequest, server.CodeInvalid},
+		{"GET", "/v1/conversations?metadata[k]=v&limit=-1", tokAlice, nil, http.StatusBadRequest, server.CodeInvalid},
 		{"GET", "/v1/calls?limit=1001", tokCarol, nil, http.StatusBadRequest, server.CodeInvalid},
 		{"DELETE", base + "/schedules/" + long, tokAlice, nil, http.StatusBadRequest, server.CodeInvalid},
 		{"DELETE", base + "/schedules/none", tokAlice, nil, http.StatusNotFound, server.CodeNotFound},
@@ -61,6 +65,7 @@ func TestBadPathsAndQueries(t *testing.T) {
 		status, body := n.call(t, c.method, c.path, c.token, c.body)
 		require.Equal(t, c.status, status, "%s %.100s: %.300s", c.method, c.path, body)
 		require.Equal(t, c.code, errorCode(t, body), "%s %.100s", c.method, c.path)
+		requireSentinelTextOnce(t, body, fmt.Sprintf("%s %.100s", c.method, c.path))
 	}
 
 	req, err := http.NewRequest("GET", n.srv.URL+"/v1/calls", nil)
@@ -99,4 +104,19 @@ func TestBadPathsAndQueries(t *testing.T) {
 	require.Equal(t, server.CodeDeleted, errorCode(t, body))
 	status, body = n.call(t, "POST", base+"/messages", tokOlga, server.SendMessage{Text: "hi"})
 	require.Equal(t, http.StatusGone, status, "%s", body)
+}
+
+// requireSentinelTextOnce fails t if an error body says the text of a
+// sentinel of package journal more than once (a helper that named the
+// sentinel again around a cause that already did).
+func requireSentinelTextOnce(t *testing.T, body []byte, what string) {
+	t.Helper()
+	for _, s := range []error{
+		journal.ErrConflict, journal.ErrStale, journal.ErrNotFound, journal.ErrClosed,
+		journal.ErrCorrupt, journal.ErrInvalid, journal.ErrDeleted, journal.ErrNoSpace,
+		journal.ErrUnavailable, journal.ErrUnknownOutcome, journal.ErrExists, journal.ErrEnded,
+		journal.ErrTooLarge,
+	} {
+		require.LessOrEqual(t, strings.Count(string(body), s.Error()), 1, "%s: the text %q in %.300s", what, s.Error(), body)
+	}
 }

@@ -154,6 +154,7 @@ func TestErrorMessagesAreBounded(t *testing.T) {
 		require.Equal(t, http.StatusBadRequest, status, "%s %.80s: %.200s", c.method, c.path, body)
 		require.Equal(t, server.CodeInvalid, errorCode(t, body))
 		require.Less(t, len(body), 2048, "%s %.80s: an answer of the request's size", c.method, c.path)
+		requireSentinelTextOnce(t, body, fmt.Sprintf("%s %.80s", c.method, c.path))
 	}
 	var list server.ConversationList
 	n.must(t, http.StatusOK, "GET", "/v1/conversations", tokOlga, nil, &list)
