@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -146,6 +148,10 @@ func newLogger(w io.Writer, verbose bool) *slog.Logger {
 // prepareDir returns the store's directory: dir, created if missing, or a
 // new temporary directory (temp) when dir is empty. A given directory must
 // not hold an earlier demo's conversations: the story starts from nothing.
+// prepareDir claims it by creating the side file of tool runs exclusively,
+// so of two demos started at once on the same empty directory one is
+// refused. A directory that cannot be created, read or written in is a
+// usageError, as is one that is not empty.
 func prepareDir(dir string) (path string, temp bool, err error) {
 	if dir == "" {
 		path, err := os.MkdirTemp("", "lazarus-demo-")
@@ -154,18 +160,36 @@ func prepareDir(dir string) (path string, temp bool, err error) {
 		}
 		return path, true, nil
 	}
+	cannot := func(err error) error {
+		return usageError{fmt.Sprintf("--dir %s cannot be used: %v", dir, err)}
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", false, fmt.Errorf("demo: --dir: %w", err)
+		return "", false, cannot(err)
 	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return "", false, fmt.Errorf("demo: --dir: %w", err)
+		return "", false, cannot(err)
 	}
 	if len(entries) > 0 {
 		return "", false, usageError{fmt.Sprintf("--dir %s is not empty: give a new or empty directory, the story starts from nothing", dir)}
 	}
+	beforeClaim(dir)
+	f, err := os.OpenFile(filepath.Join(dir, runsFile), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	switch {
+	case errors.Is(err, fs.ErrExist):
+		return "", false, usageError{fmt.Sprintf("--dir %s is in use by another demo; give a new or empty directory", dir)}
+	case err != nil:
+		return "", false, cannot(err)
+	}
+	if err := f.Close(); err != nil {
+		return "", false, cannot(err)
+	}
 	return dir, false, nil
 }
+
+// beforeClaim runs between prepareDir's emptiness check and its claim: a
+// test stands another demo's claim there.
+var beforeClaim = func(dir string) {}
 
 // pause waits beats for the reader (not at all with --fast).
 func (d *demo) pause(ctx context.Context, beats float64) error {

@@ -264,6 +264,65 @@ func TestDemoRefusesADirectoryInUse(t *testing.T) {
 	assert.Equal(t, 1, strings.Count(errs, "demo:"), "said once:\n%s", errs)
 }
 
+// TestDemoRefusesADirectoryItCannotUse: a --dir that cannot be created
+// (under a file) or is a file is a usage error (status 2), said once, not a
+// failed demo.
+func TestDemoRefusesADirectoryItCannotUse(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o644))
+	for _, dir := range []string{file, filepath.Join(file, "store")} {
+		code, out, errs := runDemo(t, "--fast", "--dir", dir)
+		assert.Equal(t, exitUsage, code, "--dir %s", dir)
+		assert.Empty(t, out)
+		assert.Contains(t, errs, "--dir "+dir+" cannot be used")
+		assert.NotContains(t, errs, "FAILED", "a directory the demo cannot use is a usage error, not a failed demo")
+		assert.Equal(t, 1, strings.Count(errs, "demo:"), "said once:\n%s", errs)
+	}
+}
+
+// TestDemoRefusesADirectoryAnotherDemoClaimed: of two demos started at once
+// on the same empty directory, both past the emptiness check, the second to
+// claim it is refused (status 2), and the first is not disturbed.
+func TestDemoRefusesADirectoryAnotherDemoClaimed(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "store")
+	// The other demo claims the directory after this one found it empty.
+	beforeClaim = func(dir string) {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, runsFile), nil, 0o644))
+	}
+	t.Cleanup(func() { beforeClaim = func(string) {} })
+	code, out, errs := runDemo(t, "--fast", "--dir", dir)
+	assert.Equal(t, exitUsage, code)
+	assert.Empty(t, out)
+	assert.Contains(t, errs, "--dir "+dir+" is in use by another demo")
+	assert.NotContains(t, errs, "FAILED")
+	assert.Equal(t, 1, strings.Count(errs, "demo:"), "said once:\n%s", errs)
+}
+
+// TestTwoDemosOnOneDirectory runs two demos at once on the same new
+// directory: one completes, the other is refused with status 2 and a clear
+// reason, whichever check (not empty, claimed) catches it.
+func TestTwoDemosOnOneDirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "store")
+	type res struct {
+		code int
+		errs string
+	}
+	results := make(chan res, 2)
+	for range 2 {
+		go func() {
+			code, _, errs := runDemo(t, "--fast", "--quiet", "--dir", dir)
+			results <- res{code, errs}
+		}()
+	}
+	a, b := <-results, <-results
+	if a.code != exitOK {
+		a, b = b, a
+	}
+	require.Equal(t, exitOK, a.code, "one demo completes:\n%s", a.errs)
+	require.Equal(t, exitUsage, b.code, "the other is refused:\n%s", b.errs)
+	assert.Regexp(t, `not empty|in use by another demo`, b.errs)
+}
+
 func TestUsage(t *testing.T) {
 	code, _, errs := runDemo(t, "--help")
 	assert.Equal(t, exitOK, code)
