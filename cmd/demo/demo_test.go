@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -23,12 +25,20 @@ import (
 // TestMain lets this test binary stand in for the demo's binary: act 5
 // re-executes os.Executable() with the child flag, which here is the test
 // binary, so it must behave as the demo's child.
+//
+// With asMainEnv set, it is the demo's whole process (signals included), for
+// the tests that run the demo as a child process.
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "--"+childFlag {
 		os.Exit(cli(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 	}
+	if os.Getenv(asMainEnv) == "1" {
+		os.Exit(mainCode(os.Args[1:]))
+	}
 	os.Exit(m.Run())
 }
+
+const asMainEnv = "LAZARUS_DEMO_TEST_AS_MAIN"
 
 // syncBuffer is a bytes.Buffer safe for the concurrent writers of a run
 // (the reporter, slog, the child's stderr copier).
@@ -331,10 +341,70 @@ func TestUsage(t *testing.T) {
 	}
 	assert.NotContains(t, errs, "--"+childFlag, "the child flag is hidden")
 
-	code, _, _ = runDemo(t, "--no-such-flag")
+	assert.Contains(t, errs, "Exit status: 0 every check held")
+	assert.Contains(t, errs, "130 interrupted")
+
+	code, _, errs = runDemo(t, "--no-such-flag")
 	assert.Equal(t, exitUsage, code)
-	code, _, _ = runDemo(t, "stray")
+	assert.Contains(t, errs, "flag provided but not defined: -no-such-flag")
+	code, _, errs = runDemo(t, "stray")
 	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errs, `unexpected argument "stray"`)
+	code, out, errs := runDemo(t, "--model", "nope")
+	assert.Equal(t, exitUsage, code, "an unknown model is a bad flag")
+	assert.Empty(t, out)
+	assert.Contains(t, errs, `unknown --model "nope"`)
+	assert.NotContains(t, errs, "FAILED")
+}
+
+// TestInterrupted runs the demo as a process and interrupts it with
+// SIGINT: narrated, in act 1; and fast, once act 5 (the kill -9 of a child
+// process) began. It exits with status 130, says so once on stderr, ends
+// its transcript with the interruption, and removes its temporary
+// directory.
+func TestInterrupted(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		ready string // the stdout line after which the signal is sent
+		last  string // the last stdout line
+	}{
+		{"narrated, act 1", nil, "Act 1. A refund that needs a human", "Interrupted."},
+		{"fast, act 5", []string{"--fast", "--json"}, `{"kind":"act","act":5`, `{"kind":"result","ok":false,"reason":"interrupted"}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tmp := t.TempDir()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, os.Args[0], tc.args...)
+			cmd.Env = append(os.Environ(), asMainEnv+"=1", "TMPDIR="+tmp)
+			var stderr syncBuffer
+			cmd.Stderr = &stderr
+			stdout, err := cmd.StdoutPipe()
+			require.NoError(t, err)
+			require.NoError(t, cmd.Start())
+			var lines []string
+			sc := bufio.NewScanner(stdout)
+			signalled := false
+			for sc.Scan() {
+				lines = append(lines, sc.Text())
+				if !signalled && strings.HasPrefix(sc.Text(), tc.ready) {
+					require.NoError(t, cmd.Process.Signal(os.Interrupt))
+					signalled = true
+				}
+			}
+			err = cmd.Wait()
+			require.True(t, signalled, "never saw %q:\n%s\nstderr:\n%s", tc.ready, strings.Join(lines, "\n"), stderr.String())
+			var exit *exec.ExitError
+			require.ErrorAs(t, err, &exit, "stderr:\n%s", stderr.String())
+			assert.Equal(t, exitSignal, exit.ExitCode(), "stderr:\n%s", stderr.String())
+			assert.Equal(t, "demo: interrupted\n", stderr.String())
+			assert.Equal(t, tc.last, lines[len(lines)-1])
+			left, err := os.ReadDir(tmp)
+			require.NoError(t, err)
+			assert.Empty(t, left, "the temporary directory is removed")
+		})
+	}
 }
 
 func TestPacing(t *testing.T) {

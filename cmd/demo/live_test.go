@@ -34,5 +34,5 @@ func TestLiveDemoNeedsAModelName(t *testing.T) {
 	t.Setenv("OPENAI_MODEL", "")
 	var stdout, stderr bytes.Buffer
 	assert.Equal(t, exitFailed, cli(context.Background(), []string{"--model", "openai"}, &stdout, &stderr))
-	assert.Equal(t, exitFailed, cli(context.Background(), []string{"--model", "nope"}, &stdout, &stderr))
+	assert.Equal(t, exitUsage, cli(context.Background(), []string{"--model", "nope"}, &stdout, &stderr))
 }

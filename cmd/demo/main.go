@@ -29,6 +29,12 @@
 //	            OPENAI_MODEL, or ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY,
 //	            ANTHROPIC_MODEL
 //
+// Exit status: 0 when every check held; 1 when a check did not hold or the
+// demo could not run; 2 for bad flags (an unknown --model too) or a --dir
+// the demo cannot use (not empty, in use by another demo, not a directory
+// it can create and write in); 130 when interrupted by SIGINT or SIGTERM,
+// after "demo: interrupted" on stderr (the temporary directory removed).
+//
 // Act 5 re-executes the demo's own binary with a hidden --child flag, as the
 // process that is killed.
 package main
@@ -58,10 +64,15 @@ type usageError struct{ msg string }
 func (e usageError) Error() string { return e.msg }
 
 func main() {
+	os.Exit(mainCode(os.Args[1:]))
+}
+
+// mainCode is the demo's process: cli on the process's output, interrupted
+// by SIGINT or SIGTERM.
+func mainCode(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := cli(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
+	defer stop()
+	return cli(ctx, args, os.Stdout, os.Stderr)
 }
 
 // config is what the flags say.
@@ -135,6 +146,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			}
 			fmt.Fprintf(fs.Output(), "  --%s%s\n    \t%s\n", f.Name, name, usage)
 		})
+		fmt.Fprint(fs.Output(), "\nExit status: 0 every check held; 1 a check failed or the demo could not run;\n2 bad flags or a --dir the demo cannot use; 130 interrupted (SIGINT, SIGTERM).\n")
 	}
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -143,6 +155,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		fmt.Fprintf(stderr, "demo: unexpected argument %q\n", fs.Arg(0))
 		fs.Usage()
 		return cfg, errors.New("demo: unexpected arguments")
+	}
+	switch cfg.model {
+	case "scripted", "openai", "anthropic":
+	default:
+		fmt.Fprintf(stderr, "demo: unknown --model %q (scripted, openai or anthropic)\n", cfg.model)
+		return cfg, errors.New("demo: unknown --model")
 	}
 	if cfg.child && cfg.dir == "" {
 		fmt.Fprintln(stderr, "demo: --child needs --dir")
