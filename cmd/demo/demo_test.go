@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -247,6 +248,35 @@ func TestDemo(t *testing.T) {
 		}
 		assert.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED, status)
 	})
+}
+
+// TestDemoText runs the demo as README's "make demo ARGS=--fast" does (the
+// text a person reads, without pauses): it names the embedded Pebble store,
+// plays the six acts with each event as it becomes durable and each check
+// ticked, kills the agent three times, and ends on its summary and verdict.
+func TestDemoText(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	code, out, errs := runDemo(t, "--fast")
+	require.Equal(t, exitOK, code, "stderr:\n%s\nstdout:\n%s", errs, out)
+	assert.Empty(t, errs)
+	assert.Contains(t, out, "A scripted support agent runs on the embedded Pebble store in\n    "+tmp)
+	last := -1
+	for act := 1; act <= 6; act++ {
+		i := strings.Index(out, fmt.Sprintf("\nAct %d. ", act))
+		require.Greater(t, i, last, "act %d comes after act %d:\n%s", act, act-1, out)
+		last = i
+	}
+	assert.Regexp(t, `(?m)^    alice-refund   #1  user_msg `, out, "each durable event on its line")
+	assert.Regexp(t, `(?m)^  ✓ `, out, "each check ticked")
+	assert.NotRegexp(t, `(?m)^  ✗ `, out)
+	assert.Contains(t, out, "\nSummary\n")
+	assert.Regexp(t, `checks +\d+ passed, 0 failed`, out)
+	assert.Regexp(t, `revivals +3, `, out)
+	assert.True(t, strings.HasSuffix(out, "\nEvery check held: the agent was killed three times and lost nothing.\n"), "the verdict ends the output:\n%s", out)
+	left, err := os.ReadDir(tmp)
+	require.NoError(t, err)
+	assert.Empty(t, left, "the temporary directory is removed")
 }
 
 // TestDemoQuietRemovesItsTemporaryDirectory runs the demo without --dir:
