@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"runtime"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -156,4 +160,63 @@ func TestRunPhasesSmall(t *testing.T) {
 	require.Contains(t, names, "disk per event, compacted")
 	require.Contains(t, names, "open loop at 50%, Send ack p99")
 	require.Contains(t, names, "one conversation, Append over Set")
+}
+
+// TestCLIUsage: -h is status 0 and lists the flags; bad flags, bad values,
+// a stray argument (which would silently end the flags) and a --dir that
+// cannot be created are status 2 with the reason on stderr.
+func TestCLIUsage(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	require.Equal(t, 0, cli(t.Context(), []string{"-h"}, &stdout, &stderr))
+	for _, f := range []string{"-conversations", "-duration", "-warmup", "-baseline", "-json", "-dir", "-kill-every", "-min-measured"} {
+		assert.Contains(t, stderr.String(), f)
+	}
+	file := filepath.Join(t.TempDir(), "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o644))
+	for _, tc := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"--no-such-flag"}, "flag provided but not defined: -no-such-flag"},
+		{[]string{"--duration", "soon"}, `invalid value "soon" for flag -duration`},
+		{[]string{"--duration", "0"}, "--duration must be positive"},
+		{[]string{"stray", "--duration", "1ms"}, `unexpected argument "stray"`},
+		{[]string{"--duration", "1ms", "stray"}, `unexpected argument "stray"`},
+		{[]string{"--dir", filepath.Join(file, "stores")}, "cannot be used"},
+	} {
+		stdout.Reset()
+		stderr.Reset()
+		assert.Equal(t, 2, cli(t.Context(), tc.args, &stdout, &stderr), "%q", tc.args)
+		assert.Contains(t, stderr.String(), tc.says, "%q", tc.args)
+		assert.Empty(t, stdout.String(), "%q", tc.args)
+	}
+}
+
+// TestCLIRunTwiceInOneDir runs loadgen briefly with --json and a --dir,
+// then again on the same --dir: the first prints a JSON report and keeps
+// its stores; the second is refused (status 2) before it runs, rather than
+// reopening the first run's stores, whose conversations collide with its
+// own (it failed in baseline (b), after a runtime phase on a used store).
+func TestCLIRunTwiceInOneDir(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the load generator for a second")
+	}
+	dir := filepath.Join(t.TempDir(), "stores")
+	args := []string{"--conversations", "4", "--duration", "300ms", "--warmup", "0s", "--min-measured", "1", "--kill-every", "0",
+		"--revival-events", "200", "--revival-samples", "1", "--replay-samples", "1", "--dir", dir, "--json"}
+	var stdout, stderr bytes.Buffer
+	require.Equal(t, 0, cli(t.Context(), args, &stdout, &stderr), "stderr:\n%s", stderr.String())
+	var rep report
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &rep), "the report is JSON:\n%s", stdout.String())
+	assert.Positive(t, rep.Runtime.Events)
+	assert.NotNil(t, rep.RawPebble)
+	assert.NotNil(t, rep.Revival)
+	_, err := os.Stat(filepath.Join(dir, "runtime"))
+	require.NoError(t, err, "a given --dir is kept")
+
+	stdout.Reset()
+	stderr.Reset()
+	require.Equal(t, 2, cli(t.Context(), args, &stdout, &stderr), "stderr:\n%s", stderr.String())
+	assert.Contains(t, stderr.String(), "--dir "+dir+" holds an earlier run's runtime")
+	assert.Empty(t, stdout.String())
 }

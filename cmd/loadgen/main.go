@@ -42,6 +42,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -107,7 +108,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.RevivalEvents, "revival-events", 100_000, "events of the long conversation of baseline (b), a multiple of 5")
 	fs.IntVar(&c.RevivalSamples, "revival-samples", 200, "Kill-then-Send samples per conversation in baseline (b)")
 	fs.IntVar(&c.ReplaySamples, "replay-samples", 5, "full-log replays in baseline (b)")
-	fs.StringVar(&c.Dir, "dir", "", "directory for the stores (default: a temporary directory, removed at the end)")
+	fs.StringVar(&c.Dir, "dir", "", "directory for the stores, created if missing and kept, holding no earlier run's stores (default: a temporary directory, removed at the end)")
 	fs.StringVar(&c.Postgres, "postgres", "", "run the journal on this PostgreSQL `DSN` (each phase in a fresh schema, dropped at the end); baseline (a) is then the seed's design on the same server: one transaction per event")
 	fs.BoolVar(&c.JSON, "json", false, "print the report as JSON")
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the runtime phase to this file")
@@ -127,6 +128,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, err
 	}
 	switch {
+	case fs.NArg() > 0:
+		return c, fmt.Errorf("unexpected argument %q (loadgen takes flags only, and stops reading them at the first argument)", fs.Arg(0))
 	case c.Conversations < 1:
 		return c, fmt.Errorf("--conversations must be at least 1")
 	case c.Duration <= 0:
@@ -179,28 +182,69 @@ type machine struct {
 }
 
 func main() {
-	cfg, err := parseFlags(os.Args[1:], os.Stderr)
-	if err != nil {
-		if err == flag.ErrHelp {
-			return
-		}
-		fmt.Fprintln(os.Stderr, "loadgen:", err)
-		os.Exit(2)
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
+	code := cli(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// cli runs loadgen with args and returns its exit status: 0 (also for -h),
+// 1 when a phase failed, 2 for bad flags or a --dir it cannot use.
+func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg, err := parseFlags(args, stderr)
+	if err == nil {
+		err = checkDir(cfg.Dir)
+	}
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(stderr, "loadgen:", err)
+		return 2
+	}
 	rep, err := run(ctx, cfg)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "loadgen:", err)
-		os.Exit(1)
+		fmt.Fprintln(stderr, "loadgen:", err)
+		return 1
 	}
 	if cfg.JSON {
-		enc := json.NewEncoder(os.Stdout)
+		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		_ = enc.Encode(rep)
-		return
+		if err := enc.Encode(rep); err != nil {
+			fmt.Fprintln(stderr, "loadgen:", err)
+			return 1
+		}
+		return 0
 	}
-	printReport(os.Stdout, rep)
+	printReport(stdout, rep)
+	return 0
+}
+
+// phaseDirs are the directories a run makes under --dir, one per store.
+func phaseDirs() []string {
+	dirs := []string{"runtime", "raw", "revival", "single"}
+	for i := range openLoopFractions {
+		dirs = append(dirs, fmt.Sprintf("open-%d", i), fmt.Sprintf("open-naive-%d", i))
+	}
+	return dirs
+}
+
+// checkDir checks that a --dir can be used: created if missing, and holding
+// none of the stores a run makes (an earlier run's would be reopened, and
+// their conversations collide with the new ones).
+func checkDir(dir string) error {
+	if dir == "" {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("--dir %s cannot be used: %w", dir, err)
+	}
+	for _, d := range phaseDirs() {
+		if _, err := os.Lstat(filepath.Join(dir, d)); err == nil {
+			return fmt.Errorf("--dir %s holds an earlier run's %s: give a new directory, or one without the stores of a run", dir, d)
+		}
+	}
+	return nil
 }
 
 func run(ctx context.Context, cfg config) (*report, error) {
