@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -219,4 +220,18 @@ func TestCLIRunTwiceInOneDir(t *testing.T) {
 	require.Equal(t, 2, cli(t.Context(), args, &stdout, &stderr), "stderr:\n%s", stderr.String())
 	assert.Contains(t, stderr.String(), "--dir "+dir+" holds an earlier run's runtime")
 	assert.Empty(t, stdout.String())
+}
+
+// TestCLIInterrupted: a run whose context ends (SIGINT) stops, reports what
+// it measured, says it was interrupted and exits with status 130, not as a
+// whole run.
+func TestCLIInterrupted(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	var stdout, stderr bytes.Buffer
+	code := cli(ctx, []string{"--conversations", "2", "--duration", "30s", "--kill-every", "0", "--json", "--dir", t.TempDir()}, &stdout, &stderr)
+	assert.Equal(t, 130, code, "stderr:\n%s", stderr.String())
+	assert.Contains(t, stderr.String(), "loadgen: interrupted")
+	var rep report
+	assert.NoError(t, json.Unmarshal(stdout.Bytes(), &rep), "the report of what was measured:\n%s", stdout.String())
 }

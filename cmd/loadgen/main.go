@@ -34,7 +34,11 @@
 // phase, compacted whole, and measured again: the footprint at steady
 // state. With --rate N, phase 1 itself is open loop at N events/s.
 //
-// The report is a table on stdout, or JSON with --json. Usage:
+// The report is a table on stdout, or JSON with --json. SIGINT stops the
+// phase in progress and skips the later ones: the report covers what was
+// measured until then, and the exit status is 130 (0 for a whole run, 1
+// when a phase failed, 2 for bad flags or a --dir that cannot be used).
+// Usage:
 //
 //	go run ./cmd/loadgen [--conversations 1024] [--duration 10s] [--json]
 package main
@@ -189,7 +193,9 @@ func main() {
 }
 
 // cli runs loadgen with args and returns its exit status: 0 (also for -h),
-// 1 when a phase failed, 2 for bad flags or a --dir it cannot use.
+// 1 when a phase failed, 2 for bad flags or a --dir it cannot use, 130 when
+// ctx ended (SIGINT) before the run did: the phase in progress stops, the
+// later ones are skipped, and the report covers what was measured.
 func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg, err := parseFlags(args, stderr)
 	if err == nil {
@@ -214,10 +220,19 @@ func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "loadgen:", err)
 			return 1
 		}
-		return 0
+		return interrupted(ctx, stderr)
 	}
 	printReport(stdout, rep)
-	return 0
+	return interrupted(ctx, stderr)
+}
+
+// interrupted returns 130, said on stderr, if ctx ended (SIGINT), else 0.
+func interrupted(ctx context.Context, stderr io.Writer) int {
+	if ctx.Err() == nil {
+		return 0
+	}
+	fmt.Fprintln(stderr, "loadgen: interrupted: the report covers what was measured until then")
+	return 130
 }
 
 // phaseDirs are the directories a run makes under --dir, one per store.
