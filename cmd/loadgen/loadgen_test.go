@@ -71,6 +71,19 @@ func TestParseFlags(t *testing.T) {
 	require.Equal(t, 10*time.Second, cfg.Duration)
 	require.Zero(t, cfg.Think)
 	require.True(t, cfg.Baseline)
+	// The rest of BENCHMARKS.md's "Defaults": the first second a warm-up, a
+	// summary every 10 turns, 5% human turns answered after 20 ms, a kill
+	// every 20 ms; and -h's for baseline (b).
+	require.Equal(t, time.Second, cfg.Warmup)
+	require.Equal(t, 10, cfg.SummaryEvery)
+	require.Equal(t, 0.05, cfg.HumanFraction)
+	require.Equal(t, 20*time.Millisecond, cfg.HumanDelay)
+	require.Equal(t, 20*time.Millisecond, cfg.KillEvery)
+	require.Equal(t, 100_000, cfg.RevivalEvents)
+	require.Equal(t, 200, cfg.RevivalSamples)
+	require.Equal(t, 5, cfg.ReplaySamples)
+	require.Zero(t, cfg.Rate, "closed loop")
+	require.Empty(t, cfg.Dir, "a temporary directory")
 	_, err = parseFlags([]string{"--revival-events", "101"}, nil)
 	require.Error(t, err)
 	_, err = parseFlags([]string{"--conversations", "0"}, nil)
