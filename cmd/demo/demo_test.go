@@ -293,6 +293,29 @@ func TestDemoQuietRemovesItsTemporaryDirectory(t *testing.T) {
 	assert.Empty(t, left, "the temporary directory is removed")
 }
 
+// TestDemoKeepAndVerbose: --keep keeps the temporary directory and names it
+// on stderr (the store is there, readable); --verbose writes the runtime's
+// debug logs to stderr.
+func TestDemoKeepAndVerbose(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	code, out, errs := runDemo(t, "--fast", "--quiet", "--keep", "--verbose")
+	require.Equal(t, exitOK, code, "stderr:\n%s", errs)
+	assert.Regexp(t, `^demo: \d+ checks passed`, out)
+	assert.Contains(t, errs, "level=DEBUG", "the runtime's debug logs")
+	left, err := os.ReadDir(tmp)
+	require.NoError(t, err)
+	require.Len(t, left, 1, "the temporary directory is kept")
+	dir := filepath.Join(tmp, left[0].Name())
+	assert.Contains(t, errs, "demo: kept "+dir+"\n")
+	store, err := pebblejournal.Open(dir, pebblejournal.Options{})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, store.Close()) }()
+	evs, err := store.Events(context.Background(), convCheckout, journal.EventQuery{})
+	require.NoError(t, err)
+	assert.Len(t, evs, 5, "the kept store holds the demo's log")
+}
+
 func TestDemoRefusesADirectoryInUse(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "something"), nil, 0o644))
