@@ -293,6 +293,21 @@ func TestDemoQuietRemovesItsTemporaryDirectory(t *testing.T) {
 	assert.Empty(t, left, "the temporary directory is removed")
 }
 
+// TestDemoQuietJSON: --quiet with --json leaves out the narration's "step"
+// records and keeps the rest of the transcript, ending on its result.
+func TestDemoQuietJSON(t *testing.T) {
+	code, out, errs := runDemo(t, "--fast", "--json", "--quiet")
+	require.Equal(t, exitOK, code, "stderr:\n%s", errs)
+	recs := transcript(t, out)
+	assert.Empty(t, ofKind(recs, "step"))
+	assert.Len(t, ofKind(recs, "act"), 6)
+	assert.Len(t, ofKind(recs, "event"), 37)
+	assert.NotEmpty(t, ofKind(recs, "check"))
+	last := recs[len(recs)-1]
+	require.Equal(t, "result", last.Kind)
+	assert.True(t, *last.OK)
+}
+
 // TestDemoKeepAndVerbose: --keep keeps the temporary directory and names it
 // on stderr (the store is there, readable); --verbose writes the runtime's
 // debug logs to stderr.
