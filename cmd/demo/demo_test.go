@@ -308,6 +308,22 @@ func TestDemoQuietJSON(t *testing.T) {
 	assert.True(t, *last.OK)
 }
 
+// TestDemoFailsWithStatus1: a demo that cannot go on (here its store is
+// damaged under it before act 1 opens it) says why on stdout and stderr and
+// exits with status 1.
+func TestDemoFailsWithStatus1(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "store")
+	beforeClaim = func(dir string) {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "CURRENT"), []byte("garbage\n"), 0o644))
+	}
+	t.Cleanup(func() { beforeClaim = func(string) {} })
+	code, out, errs := runDemo(t, "--fast", "--dir", dir)
+	assert.Equal(t, exitFailed, code, "stderr:\n%s", errs)
+	assert.Contains(t, errs, "demo: FAILED: act 1: ")
+	assert.Contains(t, out, "\nThe demo FAILED: act 1: ")
+	assert.NotContains(t, out, "Every check held")
+}
+
 // TestDemoKeepAndVerbose: --keep keeps the temporary directory and names it
 // on stderr (the store is there, readable); --verbose writes the runtime's
 // debug logs to stderr.
