@@ -96,6 +96,16 @@ func TestParseFlags(t *testing.T) {
 	require.Error(t, err, "--open-loop sets the rates itself")
 	_, err = parseFlags([]string{"--single", "--single-rounds", "0"}, nil)
 	require.Error(t, err)
+	// The trace window must start in the runtime phase, or the trace file
+	// is left empty.
+	_, err = parseFlags([]string{"--trace", "t.out", "--duration", "2s"}, nil)
+	require.ErrorContains(t, err, "--trace-from must be within [0, --duration)", "the default --trace-from, 3s, is past a 2s phase")
+	_, err = parseFlags([]string{"--trace", "t.out", "--trace-from", "-1s"}, nil)
+	require.Error(t, err)
+	_, err = parseFlags([]string{"--trace", "t.out", "--duration", "2s", "--trace-from", "0s"}, nil)
+	require.NoError(t, err)
+	_, err = parseFlags([]string{"--duration", "2s"}, nil)
+	require.NoError(t, err, "--trace-from alone is no trace")
 }
 
 func TestTextLike(t *testing.T) {

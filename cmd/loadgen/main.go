@@ -118,7 +118,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the runtime phase to this file")
 	fs.StringVar(&c.MemProfile, "memprofile", "", "write an allocation profile of the runtime phase to this file")
 	fs.StringVar(&c.Trace, "trace", "", "write an execution trace of two seconds of the runtime phase (from --trace-from) to this file")
-	fs.DurationVar(&c.TraceFrom, "trace-from", 3*time.Second, "when, in the runtime phase, the --trace window starts (--pebble-events tells when flushes happen)")
+	fs.DurationVar(&c.TraceFrom, "trace-from", 3*time.Second, "when, in the runtime phase, the --trace window starts, below --duration (--pebble-events tells when flushes happen)")
 	fs.IntVar(&c.GoMaxProcs, "gomaxprocs", 0, "GOMAXPROCS for the whole run, baselines included (0: Go's default, the CPUs or $GOMAXPROCS); while the runtime's Pebble store is open it is one more, unless $GOMAXPROCS is set (pebblejournal.Options.RaiseGOMAXPROCS)")
 	fs.BoolVar(&c.Compact, "compact", false, "after the runtime phase and baseline (a), reopen each store, compact all of it out of the WAL and L0 into the compressed levels, and report its disk per event again (the footprint at steady state)")
 	fs.Float64Var(&c.Rate, "rate", 0, "open loop: offer this many events/s (turns arrive at rate/5 per second, Poisson, independent of acknowledgements, each to an idle conversation; Send ack and turn latency count from the arrival); 0: closed loop, every conversation sends its next message when its turn ends")
@@ -152,6 +152,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("--open-loop sets the rates itself: leave --rate out")
 	case c.Single && (c.SingleRounds < 1 || c.SingleRound <= 0):
 		return c, fmt.Errorf("--single-rounds and --single-round must be positive")
+	case c.Trace != "" && (c.TraceFrom < 0 || c.TraceFrom >= c.Duration):
+		return c, fmt.Errorf("--trace-from must be within [0, --duration): the trace window starts in the runtime phase")
 	case c.GoMaxProcs < 0:
 		return c, fmt.Errorf("--gomaxprocs must not be negative")
 	}
