@@ -14,7 +14,8 @@
 // Flags:
 //
 //	--dir DIR   the store's directory (created if missing, never removed;
-//	            it must hold no earlier demo). Default: a new temporary
+//	            it must be new or empty, and is refused while another
+//	            demo starts in it). Default: a new temporary
 //	            directory, removed at the end unless --keep or a failure
 //	            (kept for inspection).
 //	--keep      keep the temporary directory
@@ -126,7 +127,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var cfg config
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&cfg.dir, "dir", "", "`directory` of the Pebble store (kept; must hold no earlier demo). Default: a new temporary directory, removed at the end")
+	fs.StringVar(&cfg.dir, "dir", "", "`directory` of the Pebble store (kept; must be new or empty). Default: a new temporary directory, removed at the end")
 	fs.BoolVar(&cfg.keep, "keep", false, "keep the temporary directory at the end")
 	fs.BoolVar(&cfg.fast, "fast", false, "no pauses for the reader and short deadlines: the whole run takes a few seconds")
 	fs.BoolVar(&cfg.quiet, "quiet", false, "no narration and no pauses: one line of summary, or the reason of a failure")
