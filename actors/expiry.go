@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"time"
 
@@ -45,11 +46,14 @@ type ExpiryOptions struct {
 	Fire func(conversationID, scheduleID string, occurrence time.Time)
 	// RetryAfter is how long to wait before writing an expire again after
 	// a failure other than ErrStale (closed, I/O), and before reading the
-	// Store again after a failed rebuild. Default 1s.
+	// Store again after a failed rebuild. Default 1s (zero or negative).
+	// A span that reaches past the year 2262 (math.MaxInt64, say) means
+	// never, as a deadline or schedule occurrence that far does.
 	RetryAfter time.Duration
 	// ReplyTimeout is how long an expire may go unanswered before it is
 	// sent again (a request is lost, for example, when the journal actor is
-	// gone). Default 30s.
+	// gone). Default 30s (zero or negative). A span that reaches past the
+	// year 2262 means never.
 	ReplyTimeout time.Duration
 	// MaxInFlight bounds the expires sent to the journal actor and not yet
 	// answered; further due deadlines wait for replies, so a million
@@ -303,7 +307,7 @@ func (a *expiryActor) rebuild() {
 		}
 	}
 	if err != nil {
-		a.rebuildAt = a.opts.Clock.Now().Add(a.opts.RetryAfter).UnixNano()
+		a.rebuildAt = addNanos(timeNanos(a.opts.Clock.Now()), int64(a.opts.RetryAfter))
 		a.opts.Logger.Error("actors: expiry: reading the Store's deadlines and schedules failed; retrying", "err", err, "read", n, "retry_after", a.opts.RetryAfter)
 		return
 	}
@@ -397,6 +401,21 @@ func (a *expiryActor) arm(now int64) {
 	system, self := a.system, a.self
 	a.tick, a.tickAt = tick, at
 	a.stopTimer = a.afterAt(now, at, func() { system.Root.Send(self, tick) })
+}
+
+// timeNanos converts t to Unix nanoseconds clamped to the int64 range, as
+// unixNanos does (time.Time.UnixNano wraps beyond the years 1678 to 2262).
+func timeNanos(t time.Time) int64 {
+	const maxSec = math.MaxInt64/int64(1e9) - 1
+	const minSec = math.MinInt64/int64(1e9) + 1
+	s := t.Unix()
+	switch {
+	case s >= maxSec:
+		return math.MaxInt64
+	case s <= minSec:
+		return math.MinInt64
+	}
+	return t.UnixNano()
 }
 
 // MaxTimerSpan is the longest the expiry actor arms its one timer for.

@@ -273,7 +273,7 @@ func (q *expiryQueue) due(now int64, send func(req uint64, conv, call string)) {
 			q.popAttempt() // answered or superseded
 			continue
 		}
-		if a.sentAt > now-q.replyTimeout {
+		if addNanos(a.sentAt, q.replyTimeout) > now {
 			break
 		}
 		q.popAttempt()
@@ -370,7 +370,7 @@ func (q *expiryQueue) reply(now int64, req uint64, err error) (v expireVerdict, 
 		if f.noRetry {
 			return verdictIgnore, conv, call // a newer schedule or a cancel decides
 		}
-		q.heap.put(conv, call, now+q.retryAfter)
+		q.heap.put(conv, call, addNanos(now, q.retryAfter))
 		return v, conv, call
 	}
 }
@@ -402,7 +402,7 @@ func (q *expiryQueue) wake() (at int64, ok bool) {
 			q.popAttempt()
 			continue
 		}
-		at, ok = a.sentAt+q.replyTimeout, true
+		at, ok = addNanos(a.sentAt, q.replyTimeout), true
 		break
 	}
 	if len(q.flights) < q.maxInFlight {
@@ -411,6 +411,20 @@ func (q *expiryQueue) wake() (at int64, ok bool) {
 		}
 	}
 	return at, ok
+}
+
+// addNanos returns a+d saturated at the int64 range: an instant plus a huge
+// span (a ReplyTimeout or RetryAfter of math.MaxInt64) is as good as
+// never, not an instant in the past that is due at once.
+func addNanos(a, d int64) int64 {
+	s := a + d
+	switch {
+	case d > 0 && s < a:
+		return math.MaxInt64
+	case d < 0 && s > a:
+		return math.MinInt64
+	}
+	return s
 }
 
 // unixNanos converts a protobuf time to Unix nanoseconds, clamped to the

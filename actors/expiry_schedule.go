@@ -163,7 +163,7 @@ func (a *expiryActor) rebuildSchedules() (int, error) {
 		if a.opts.Owns != nil && !a.opts.Owns(conv) {
 			return nil
 		}
-		a.sq.put(conv, id, next.UnixNano())
+		a.sq.put(conv, id, timeNanos(next))
 		n++
 		return nil
 	})
@@ -183,7 +183,7 @@ func (a *expiryActor) onScheduleArm(m *messages.ScheduleArm) {
 		a.sq.remove(k.conv, k.id) // armed by a member that no longer owns it
 		return
 	}
-	a.sq.put(m.GetConversationId(), m.GetScheduleId(), m.GetNext().AsTime().UnixNano())
+	a.sq.put(m.GetConversationId(), m.GetScheduleId(), unixNanos(m.GetNext()))
 }
 
 // onScheduleDisarm removes the timer of one schedule.
@@ -197,7 +197,7 @@ func (a *expiryActor) onScheduleDisarm(m *messages.ScheduleDisarm) {
 // moves each to now+ReplyTimeout, when it is handed again unless a
 // ScheduleArm or ScheduleDisarm came first.
 func (a *expiryActor) fireSchedules(now int64) {
-	retry := now + int64(a.opts.ReplyTimeout)
+	retry := addNanos(now, int64(a.opts.ReplyTimeout))
 	for {
 		e, ok := a.sq.min()
 		if !ok || e.at > now {
