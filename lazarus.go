@@ -73,6 +73,12 @@ const (
 	DefaultResumeInterval   = 30 * time.Second
 )
 
+// MaxSubscriberBuffer is the largest Options.SubscriberBuffer Open takes:
+// in a cluster, a subscription to a conversation another member owns
+// holds a channel of that many updates, which a larger size would make
+// impossible (math.MaxInt) or huge.
+const MaxSubscriberBuffer = 1 << 20
+
 // MinResumeInterval is the shortest Options.ResumeInterval Open takes: a
 // scan of the Store's ACTIVE index more often than this would be a busy
 // loop.
@@ -211,8 +217,8 @@ type Options struct {
 	CallTimeout time.Duration
 	// SubscriberBuffer is how many updates a subscriber may fall behind
 	// before its subscription ends with ErrLagged. Default
-	// DefaultSubscriberBuffer; a negative one is refused by Open
-	// (ErrInvalid).
+	// DefaultSubscriberBuffer; a negative one, or one above
+	// MaxSubscriberBuffer, is refused by Open (ErrInvalid).
 	SubscriberBuffer int
 	// Logger receives the runtime's logs. Default: discard.
 	Logger *slog.Logger
@@ -335,6 +341,8 @@ func Open(opts Options) (*Runtime, error) {
 		return nil, fmt.Errorf("lazarus: Options.CallTimeout is negative: %w", journal.ErrInvalid)
 	case opts.SubscriberBuffer < 0:
 		return nil, fmt.Errorf("lazarus: Options.SubscriberBuffer is negative: %w", journal.ErrInvalid)
+	case opts.SubscriberBuffer > MaxSubscriberBuffer:
+		return nil, fmt.Errorf("lazarus: Options.SubscriberBuffer %d is above MaxSubscriberBuffer (%d): %w", opts.SubscriberBuffer, MaxSubscriberBuffer, journal.ErrInvalid)
 	case opts.ResumeInterval > 0 && opts.ResumeInterval < MinResumeInterval:
 		return nil, fmt.Errorf("lazarus: Options.ResumeInterval %v is below MinResumeInterval (%v): %w", opts.ResumeInterval, MinResumeInterval, journal.ErrInvalid)
 	}
