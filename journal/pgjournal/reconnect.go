@@ -93,7 +93,11 @@ func (b *breaker) probeDone(reached bool) {
 		b.down, b.backoff = false, 0
 		return
 	}
-	b.backoff = min(2*b.backoff, b.max)
+	if b.backoff > b.max/2 {
+		b.backoff = b.max // doubling it would pass max, or wrap to a negative wait
+	} else {
+		b.backoff *= 2
+	}
 	b.next = b.clock.Now().Add(b.backoff)
 }
 
