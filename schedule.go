@@ -42,7 +42,10 @@ const MinScheduleInterval = time.Second
 
 // ScheduleSpec says when a scheduled wake-up fires and what it says. Set
 // exactly one of At, After and Cron, or Every alone; Every may also follow
-// At or After (the first occurrence, then every Every).
+// At or After (the first occurrence, then every Every). An occurrence past
+// the year 2262 (the end of int64 nanoseconds since 1970: an At of the year
+// 3000, an After or an Every of math.MaxInt64) is taken, stored and listed,
+// and never fires, as a human call's deadline that far never expires.
 type ScheduleSpec struct {
 	// ID names the schedule within its conversation: a Schedule with the
 	// ID of an existing schedule of the conversation replaces it. Ids are
