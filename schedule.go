@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -280,6 +281,12 @@ func nextAfterFire(sc *messages.Schedule, occ, now time.Time) (*time.Time, error
 			return nil, journal.Corruptf("lazarus: schedule %q has the interval %v", sc.GetId(), every)
 		}
 		k := after.Sub(occ)/every + 1
+		if k > math.MaxInt64/every {
+			// occ is centuries old (after.Sub saturates near 292 years):
+			// k*every would overflow to the past. Count from after.
+			n := after.Add(every)
+			return &n, nil
+		}
 		n := occ.Add(k * every)
 		return &n, nil
 	case sc.GetCron() != "":
