@@ -75,7 +75,7 @@ type ClusterOptions struct {
 	// Host and Port are where this member's remote (gRPC) endpoint
 	// listens; other members reach it at Host:Port (or
 	// AdvertisedHost:Port). Default host 127.0.0.1; port 0 picks a free
-	// one.
+	// one. A Port outside 0 to 65535 is refused by Open (ErrInvalid).
 	Host string
 	Port int
 	// AdvertisedHost is the address other members use, if Host is not
@@ -91,7 +91,8 @@ type ClusterOptions struct {
 	// member (this one included), used when Provider is nil.
 	Seeds []string
 	// AutoManagedPort is the port of this member's automanaged health
-	// endpoint, used when Provider is nil. Required then.
+	// endpoint, used when Provider is nil. Required then, from 1 to
+	// 65535: Open refuses another (ErrInvalid).
 	AutoManagedPort int
 	// RefreshTTL is how often the automanaged provider polls the members.
 	// A member that misses a poll leaves the cluster. Default
@@ -153,10 +154,19 @@ type clusterNode struct {
 	followers sync.WaitGroup // the subscribers' goroutines
 }
 
+// maxPort is the largest TCP port.
+const maxPort = 65535
+
 // startCluster starts the member on sys. It returns once the member is
 // started (protoactor's StartMember waits about a second).
 func startCluster(r *Runtime, sys *actor.ActorSystem, o ClusterOptions) (n *clusterNode, err error) {
 	o = o.withDefaults()
+	switch {
+	case o.Port < 0 || o.Port > maxPort:
+		return nil, fmt.Errorf("lazarus: cluster: Port %d is out of range [0, %d]: %w", o.Port, maxPort, journal.ErrInvalid)
+	case o.Provider == nil && o.AutoManagedPort > maxPort:
+		return nil, fmt.Errorf("lazarus: cluster: AutoManagedPort %d is out of range [1, %d]: %w", o.AutoManagedPort, maxPort, journal.ErrInvalid)
+	}
 	provider := o.Provider
 	if provider == nil {
 		if o.AutoManagedPort <= 0 || len(o.Seeds) == 0 {

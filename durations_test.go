@@ -57,3 +57,19 @@ func TestScheduleBeyond2262NeverFires(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, listed, 3)
 }
+
+// TestOpenRefusesClusterPortsOutOfRange: a Port or AutoManagedPort outside
+// 0 to 65535 is refused by Open with ErrInvalid, as ClusterOptions says;
+// the member's listen failed instead, with an error wrapping no sentinel.
+func TestOpenRefusesClusterPortsOutOfRange(t *testing.T) {
+	for name, o := range map[string]lazarus.ClusterOptions{
+		"negative port": {Port: -1, AutoManagedPort: 7101, Seeds: []string{"127.0.0.1:7101"}},
+		"huge port":     {Port: math.MaxInt, AutoManagedPort: 7101, Seeds: []string{"127.0.0.1:7101"}},
+		"port 65536":    {Port: 65536, AutoManagedPort: 7101, Seeds: []string{"127.0.0.1:7101"}},
+		"huge health":   {AutoManagedPort: 1 << 20, Seeds: []string{"127.0.0.1:7101"}},
+	} {
+		_, err := lazarus.Open(lazarus.Options{Model: scripted.New(scripted.Options{}), Cluster: &o})
+		require.ErrorIs(t, err, journal.ErrInvalid, name)
+		require.ErrorContains(t, err, "Port", name)
+	}
+}
