@@ -1,0 +1,149 @@
+package tests
+
+// Black-box tests of README.md's "Use" and "Models" sections: each snippet
+// run as written (a scripted or in-process model instead of a provider),
+// and the promises of the prose the other tests leave out.
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/agent/openai"
+	"github.com/lazarusrt/lazarus/agent/providertest"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/render"
+	"github.com/lazarusrt/lazarus/snapshot"
+)
+
+// TestReadmeUseSnippet runs the "Use" section's program as written, on a
+// Pebble directory: the turn suspends on the approval, bob (an approver)
+// answers it, and the subscription from the suspension's seq shows the
+// resumed turn to its answered end, one line per update; a second answer
+// is too late (journal.ErrStale).
+func TestReadmeUseSnippet(t *testing.T) {
+	ctx := ctxT(t)
+	lookupOrder := func(ctx context.Context, inv agent.Invocation) (string, error) { return `{"total":120}`, nil }
+	loadScope := func(ctx context.Context, id agent.Identity) (agent.Scope, error) {
+		return agent.Scope{UserID: id.UserID, Roles: id.Roles}, nil
+	}
+	handles := map[string]any{"db": "pool"}
+
+	// From here to the end of the if, README.md's code (with a test
+	// directory and the error checks).
+	model := agent.ModelFunc(func(ctx context.Context, turn agent.Turn, onDelta func(string)) (*messages.AssistantMessage, error) {
+		if turn.Context[len(turn.Context)-1].GetUserMsg() != nil {
+			return agent.Reply("This refund needs approval.", agent.Call("approve_refund", `{"amount":120}`)), nil
+		}
+		return agent.Text("Refund sent."), nil
+	})
+	rt, err := lazarus.Open(lazarus.Options{
+		Dir:   t.TempDir(),
+		Model: model,
+		Tools: []agent.Tool{
+			{Name: "lookup_order", Executor: messages.Executor_EXECUTOR_SERVER, Run: lookupOrder},
+			{Name: "approve_refund", Executor: messages.Executor_EXECUTOR_HUMAN, Timeout: 2 * time.Hour,
+				Authorizer: agent.RequireRole("approver")}, // who may answer
+		},
+		ScopeLoader: loadScope,
+	})
+	require.NoError(t, err)
+	defer rt.Close()
+
+	alice := agent.Scope{UserID: "alice", Values: handles}
+	end, err := rt.SendAndWait(ctx, "conv-42", "refund order 42", alice)
+	require.NoError(t, err)
+	require.Equal(t, lazarus.TurnSuspended, end.Outcome)
+	require.Len(t, end.Pending, 1)
+	var lines []string
+	var last lazarus.Update
+	if end.Outcome == lazarus.TurnSuspended {
+		updates, err := rt.Subscribe(ctx, "conv-42", end.Seq)
+		require.NoError(t, err)
+		bob := agent.Scope{UserID: "bob", Roles: []string{"approver"}}
+		err = rt.Resolve(ctx, end.Pending[0].GetToolCallId(), `{"approved":true}`, bob)
+		require.NoError(t, err)
+		for u := range updates {
+			lines = append(lines, render.Update(u, false))
+			if u.TurnEnd != nil {
+				last = u
+				break
+			}
+		}
+		// Too late: the call is answered.
+		err = rt.Resolve(ctx, end.Pending[0].GetToolCallId(), `{"approved":true}`, bob)
+		require.ErrorIs(t, err, journal.ErrStale)
+	}
+	require.NotNil(t, last.TurnEnd, "the subscription ended before the turn did")
+	require.Equal(t, lazarus.TurnAnswered, last.TurnEnd.Outcome)
+	require.Equal(t, "Refund sent.", last.TurnEnd.Text)
+	require.NotEmpty(t, lines)
+	for _, l := range lines {
+		require.NotContains(t, strings.TrimRight(l, "\n"), "\n", "render.Update gave more than one line")
+	}
+	// Only UserID and Roles are persisted: the author of the message is
+	// alice, with no trace of her Values.
+	evs, err := rt.History(ctx, "conv-42", 0, 0)
+	require.NoError(t, err)
+	require.Equal(t, "alice", evs[0].GetAuthor().GetUserId())
+	require.NotContains(t, evs[0].String(), "pool")
+	var resolver *messages.Identity
+	for _, ev := range evs {
+		if r := ev.GetResolution(); r != nil {
+			resolver = r.GetResolver()
+		}
+	}
+	require.Equal(t, "bob", resolver.GetUserId())
+}
+
+// TestReadmeModelsSnippet runs the "Models" section's program as written
+// against a loopback Chat Completions server named by the environment
+// (OptionsFromEnv): the answer is the streamed text, the model's name is
+// recorded on it, and past ~16k estimated tokens the model writes a
+// summary whose version is "llm/1:<model>".
+func TestReadmeModelsSnippet(t *testing.T) {
+	ctx := ctxT(t)
+	body, err := os.ReadFile("../agent/openai/testdata/text.txt")
+	require.NoError(t, err)
+	srv := providertest.ServeStream(t, body)
+	t.Setenv("OPENAI_BASE_URL", srv.URL)
+	t.Setenv("OPENAI_API_KEY", "test-key")
+	t.Setenv("OPENAI_MODEL", "gpt-4o-mini")
+	dir := t.TempDir()
+
+	// README.md's code, with the error checks.
+	m, err := openai.New(openai.OptionsFromEnv())
+	require.NoError(t, err)
+	rt, err := lazarus.Open(lazarus.Options{Dir: dir, Model: m,
+		Summarizer: snapshot.LLM{Model: m},
+		Summary:    snapshot.TokenBudget(16000)})
+	require.NoError(t, err)
+	defer rt.Close()
+
+	// More events than the default KeepRecent (20), ~90 KB in all.
+	long := strings.Repeat("order 42 was damaged in transit. ", 200)
+	for i := range 14 {
+		end, err := rt.SendAndWait(ctx, "conv", long, user)
+		require.NoError(t, err, "turn %d", i)
+		require.Equal(t, lazarus.TurnAnswered, end.Outcome)
+		require.Equal(t, "Hello, world!", end.Text)
+	}
+	evs, err := rt.History(ctx, "conv", 0, 0)
+	require.NoError(t, err)
+	require.Equal(t, "gpt-4o-mini-2024-07-18", evs[len(evs)-1].GetAssistantMsg().GetModel())
+	require.Eventually(t, func() bool {
+		ch, err := rt.Chapters(ctx, "conv", 0)
+		return err == nil && ch.Summary != nil
+	}, wait, 5*time.Millisecond, "no summary past the token budget")
+	ch, err := rt.Chapters(ctx, "conv", 0)
+	require.NoError(t, err)
+	require.Equal(t, "llm/1:gpt-4o-mini-2024-07-18", ch.Summary.GetVersion())
+	require.Equal(t, "Hello, world!", ch.Summary.GetContent())
+}
