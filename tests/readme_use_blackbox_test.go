@@ -147,3 +147,92 @@ func TestReadmeModelsSnippet(t *testing.T) {
 	require.Equal(t, "llm/1:gpt-4o-mini-2024-07-18", ch.Summary.GetVersion())
 	require.Equal(t, "Hello, world!", ch.Summary.GetContent())
 }
+
+// TestReadmeUseRefusals checks the refusals the "Use" section promises, on
+// one runtime, each with its sentinel and with nothing written: a
+// Subscribe past the log's last event, an unknown agent (send, view), an
+// anonymous or unauthorized answer, a fork onto an existing id or between
+// a call and its result, a rewind past the log, an edit of anything but a
+// user message, a metadata merge past journal.MaxRecordBytes, a call whose
+// ctx has already ended, and every call after End.
+func TestReadmeUseRefusals(t *testing.T) {
+	h := newHarness(t, openStore(t, "memory"), func(o *lazarus.Options) {
+		o.Agents = []lazarus.Agent{{Name: "critic"}}
+	})
+	ctx := ctxT(t)
+	end := h.suspendOnApproval("c", "refund order 42")
+	last := end.Seq
+	evs, err := h.rt.History(ctx, "c", 0, 0)
+	require.NoError(t, err)
+	nEvents := len(evs)
+	unchanged := func(msg string) {
+		t.Helper()
+		evs, err := h.rt.History(ctx, "c", 0, 0)
+		require.NoError(t, err)
+		require.Len(t, evs, nEvents, "%s wrote to the log", msg)
+	}
+
+	_, err = h.rt.Subscribe(ctx, "c", last+1)
+	require.ErrorIs(t, err, journal.ErrInvalid, "subscribe past the log")
+
+	_, err = h.rt.SendMessage(ctx, "c", agent.UserMessage(agent.TextPart("hi")), lazarus.SendOptions{Agent: "nobody"}, user)
+	require.ErrorIs(t, err, lazarus.ErrUnknownAgent)
+	unchanged("a send to an unknown agent")
+	_, err = h.rt.SubscribeWith(ctx, "c", 0, lazarus.SubscribeOptions{Agent: lazarus.ViewOf("nobody")})
+	require.ErrorIs(t, err, lazarus.ErrUnknownAgent)
+	_, err = h.rt.SubscribeWith(ctx, "c", 0, lazarus.SubscribeOptions{Agent: lazarus.ViewOf("")})
+	require.NoError(t, err, "ViewOf(\"\") is the default agent's view")
+
+	call := end.Pending[0].GetToolCallId()
+	err = h.rt.Resolve(ctx, call, `{"approved":true}`, agent.Scope{})
+	require.ErrorIs(t, err, lazarus.ErrForbidden, "an anonymous answer without AllowAnonymous")
+	unchanged("a refused answer")
+
+	require.NoError(t, h.rt.Fork(ctx, "c", 1, "c2"))
+	require.ErrorIs(t, h.rt.Fork(ctx, "c", 1, "c2"), journal.ErrExists)
+	var callSeq uint64
+	for _, ev := range evs {
+		if len(ev.GetAssistantMsg().GetToolCalls()) > 0 {
+			callSeq = ev.GetSeq()
+		}
+	}
+	require.NotZero(t, callSeq)
+	require.ErrorIs(t, h.rt.Fork(ctx, "c", callSeq, "c3"), journal.ErrInvalid, "a fork point between a call and its result")
+
+	require.ErrorIs(t, h.rt.Rewind(ctx, "c", last+5, lazarus.RewindOptions{}, user), journal.ErrInvalid)
+	_, err = h.rt.Edit(ctx, "c", callSeq, "new text", user)
+	require.ErrorIs(t, err, journal.ErrInvalid, "an edit of an assistant message")
+	unchanged("refused rewinds and edits")
+
+	require.NoError(t, h.rt.MergeMetadata(ctx, "c", map[string]string{"name": "refund", "owner": "alice"}))
+	require.NoError(t, h.rt.MergeMetadata(ctx, "c", map[string]string{"owner": ""}))
+	md, err := h.rt.Metadata(ctx, "c")
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"name": "refund"}, md, "an empty value removes a key")
+	big := strings.Repeat("x", journal.MaxRecordBytes/2)
+	err = h.rt.MergeMetadata(ctx, "c", map[string]string{"a": big, "b": big})
+	require.ErrorIs(t, err, journal.ErrInvalid, "metadata past MaxRecordBytes")
+	md, err = h.rt.Metadata(ctx, "c")
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"name": "refund"}, md)
+
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = h.rt.Send(done, "c", "too late", user)
+	require.ErrorIs(t, err, context.Canceled)
+	err = h.rt.Resolve(done, call, `{"approved":true}`, agent.Scope{UserID: "bob"})
+	require.ErrorIs(t, err, context.Canceled)
+	unchanged("calls with an ended ctx")
+
+	// End: later sends and rewinds fail with ErrEnded; history stays.
+	require.NoError(t, h.rt.Resolve(ctx, call, `{"approved":true}`, agent.Scope{UserID: "bob"}))
+	h.awaitEvent("c", last, func(ev *messages.Event) bool {
+		return ev.GetAssistantMsg() != nil && len(ev.GetAssistantMsg().GetToolCalls()) == 0
+	})
+	require.NoError(t, h.rt.End(ctx, "c"))
+	_, err = h.rt.Send(ctx, "c", "more", user)
+	require.ErrorIs(t, err, journal.ErrEnded)
+	require.ErrorIs(t, h.rt.Rewind(ctx, "c", 1, lazarus.RewindOptions{}, user), journal.ErrEnded)
+	_, err = h.rt.History(ctx, "c", 0, 0)
+	require.NoError(t, err)
+}
