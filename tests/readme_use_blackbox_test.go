@@ -8,15 +8,18 @@ import (
 	"context"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/actors"
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/openai"
 	"github.com/lazarusrt/lazarus/agent/providertest"
+	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
 	"github.com/lazarusrt/lazarus/render"
@@ -235,4 +238,97 @@ func TestReadmeUseRefusals(t *testing.T) {
 	require.ErrorIs(t, h.rt.Rewind(ctx, "c", 1, lazarus.RewindOptions{}, user), journal.ErrEnded)
 	_, err = h.rt.History(ctx, "c", 0, 0)
 	require.NoError(t, err)
+}
+
+// TestReadmeUseTurns checks promises of the "Use" section about turns: an
+// answer with an unknown tool and arguments that are not a JSON object is
+// kept, each bad call gets an "invalid" error result the model reads next,
+// and its valid call runs; a send repeated with its RequestID answers the
+// first seq and appends nothing; a panicking model fails the turn with
+// agent.ErrPanicked, is not retried, leaves the conversation idle, and Wake
+// runs the failed turn again; Reschedule with the zero time removes a
+// deadline, and a call no longer pending gets journal.ErrStale.
+func TestReadmeUseTurns(t *testing.T) {
+	h := newHarness(t, openStore(t, "memory"), nil)
+	ctx := ctxT(t)
+
+	h.model.Push("bad", scripted.Reply("", scripted.Call("no_such_tool", `{}`),
+		scripted.Call("lookup_order", `[1,2]`), scripted.Call("lookup_order", `{"order":42}`)),
+		scripted.Text("corrected"))
+	end, err := h.rt.SendAndWait(ctx, "bad", "look it up", user)
+	require.NoError(t, err)
+	require.Equal(t, lazarus.TurnAnswered, end.Outcome)
+	require.Equal(t, "corrected", end.Text)
+	require.Len(t, h.runs.of("lookup_order"), 1, "the valid call runs, the bad one does not")
+	turns := h.model.Turns("bad")
+	require.Len(t, turns, 2)
+	var codes []string
+	for _, m := range turns[1].Context {
+		if r := m.GetToolResult(); r != nil {
+			codes = append(codes, r.GetOutcome().GetError().GetCode())
+		}
+	}
+	require.ElementsMatch(t, []string{"invalid", "invalid", ""}, codes, "what the model reads on its next call")
+
+	seq1, err := h.rt.SendMessage(ctx, "idem", agent.UserMessage(agent.TextPart("pay")), lazarus.SendOptions{RequestID: "req-1"}, user)
+	require.NoError(t, err)
+	h.awaitEvent("idem", seq1, func(ev *messages.Event) bool { return ev.GetAssistantMsg() != nil })
+	before, err := h.rt.History(ctx, "idem", 0, 0)
+	require.NoError(t, err)
+	seq2, err := h.rt.SendMessage(ctx, "idem", agent.UserMessage(agent.TextPart("pay")), lazarus.SendOptions{RequestID: "req-1"}, user)
+	require.NoError(t, err)
+	require.Equal(t, seq1, seq2)
+	after, err := h.rt.History(ctx, "idem", 0, 0)
+	require.NoError(t, err)
+	require.Len(t, after, len(before), "a repeated RequestID appended")
+
+	panicky := agent.ModelFunc(func(ctx context.Context, turn agent.Turn, onDelta func(string)) (*messages.AssistantMessage, error) {
+		panic("boom")
+	})
+	var calls atomic.Int32
+	var panicking atomic.Bool
+	panicking.Store(true)
+	h2 := newHarness(t, openStore(t, "memory"), func(o *lazarus.Options) {
+		o.Model = agent.ModelFunc(func(ctx context.Context, turn agent.Turn, onDelta func(string)) (*messages.AssistantMessage, error) {
+			calls.Add(1)
+			if panicking.Load() {
+				return panicky.Generate(ctx, turn, onDelta)
+			}
+			return agent.Text("fine"), nil
+		})
+	})
+	end, err = h2.rt.SendAndWait(ctx, "p", "hello", user)
+	require.ErrorIs(t, err, lazarus.ErrTurnFailed, "a failed end comes with an error")
+	require.ErrorIs(t, err, agent.ErrPanicked)
+	require.Equal(t, lazarus.TurnFailed, end.Outcome)
+	require.ErrorIs(t, end.Err, agent.ErrPanicked)
+	var te *lazarus.TurnError
+	require.ErrorAs(t, end.Err, &te)
+	require.EqualValues(t, 1, calls.Load(), "a panic is never retried")
+	panicking.Store(false)
+	ch, err := h2.rt.Subscribe(ctx, "p", end.Seq)
+	require.NoError(t, err)
+	require.NoError(t, h2.rt.Wake(ctx, "p"))
+	u := h2.awaitUpdate(ch, func(u actors.Update) bool { return u.TurnEnd != nil })
+	require.Equal(t, lazarus.TurnAnswered, u.TurnEnd.Outcome)
+	require.Equal(t, "fine", u.TurnEnd.Text)
+
+	sus := h.suspendOnApproval("r", "refund")
+	call := sus.Pending[0].GetToolCallId()
+	row := func() *messages.ToolCallRecord {
+		rows, _, err := h.rt.PendingCalls(ctx, "", 100)
+		require.NoError(t, err)
+		for _, r := range rows {
+			if r.GetId() == call {
+				return r
+			}
+		}
+		t.Fatalf("call %s not in PendingCalls", call)
+		return nil
+	}
+	require.NotNil(t, row().GetDeadline(), "the tool's Timeout sets a deadline")
+	require.NoError(t, h.rt.Reschedule(ctx, call, time.Time{}))
+	require.Nil(t, row().GetDeadline(), "the zero time removes the deadline")
+	require.NoError(t, h.rt.Resolve(ctx, call, `{"approved":true}`, agent.Scope{UserID: "bob"}))
+	require.ErrorIs(t, h.rt.Reschedule(ctx, call, h.clock.Now().Add(time.Hour)), journal.ErrStale)
 }
