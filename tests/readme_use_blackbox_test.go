@@ -21,6 +21,7 @@ import (
 	"github.com/lazarusrt/lazarus/agent/providertest"
 	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/journal/pebblejournal"
 	"github.com/lazarusrt/lazarus/messages"
 	"github.com/lazarusrt/lazarus/render"
 	"github.com/lazarusrt/lazarus/snapshot"
@@ -331,4 +332,97 @@ func TestReadmeUseTurns(t *testing.T) {
 	require.Nil(t, row().GetDeadline(), "the zero time removes the deadline")
 	require.NoError(t, h.rt.Resolve(ctx, call, `{"approved":true}`, agent.Scope{UserID: "bob"}))
 	require.ErrorIs(t, h.rt.Reschedule(ctx, call, h.clock.Now().Add(time.Hour)), journal.ErrStale)
+}
+
+// TestReadmeUseKillAndRestart checks, on a Pebble directory, what the
+// "Use" section promises across a Kill and a process restart: a
+// subscription that starts mid-answer first gets the deltas streamed so
+// far; a Kill mid-turn gives subscribers a cancelled end; a second Open of
+// the directory fails with pebblejournal.ErrLocked; after Close every call
+// returns lazarus.ErrClosed; the next Open resumes the conversation left
+// mid-turn and not the one whose turn failed; and once an agent is no
+// longer configured, an edit of a message to it and a view of it wrap
+// ErrUnknownAgent.
+func TestReadmeUseKillAndRestart(t *testing.T) {
+	ctx := ctxT(t)
+	dir := t.TempDir()
+	streamed := make(chan struct{})
+	model1 := agent.ModelFunc(func(ctx context.Context, turn agent.Turn, onDelta func(string)) (*messages.AssistantMessage, error) {
+		switch turn.ConversationID {
+		case "mid":
+			onDelta("Hel")
+			onDelta("lo")
+			close(streamed)
+			<-ctx.Done()
+			return nil, ctx.Err()
+		case "failed":
+			panic("boom")
+		}
+		return agent.Text("ok"), nil
+	})
+	rt1, err := lazarus.Open(lazarus.Options{Dir: dir, Model: model1, Agents: []lazarus.Agent{{Name: "critic"}}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rt1.Close() })
+
+	critSeq, err := rt1.SendMessage(ctx, "agents", agent.UserMessage(agent.TextPart("review this")), lazarus.SendOptions{Agent: "critic"}, user)
+	require.NoError(t, err)
+	_, err = rt1.SendAndWait(ctx, "failed", "hello", user)
+	require.ErrorIs(t, err, agent.ErrPanicked)
+
+	seq, err := rt1.Send(ctx, "mid", "hello", user)
+	require.NoError(t, err)
+	<-streamed
+	ch, err := rt1.Subscribe(ctx, "mid", seq)
+	require.NoError(t, err)
+	var deltas string
+	for deltas != "Hello" {
+		u := <-ch
+		require.NotEmpty(t, u.Delta, "a subscription mid-answer first gets the deltas so far, got %+v", u)
+		deltas += u.Delta
+	}
+	require.True(t, rt1.Kill("mid"))
+	for u := range ch {
+		if u.TurnEnd != nil {
+			require.Equal(t, lazarus.TurnCancelled, u.TurnEnd.Outcome)
+			break
+		}
+	}
+
+	_, err = lazarus.Open(lazarus.Options{Dir: dir, Model: model1})
+	require.ErrorIs(t, err, pebblejournal.ErrLocked)
+
+	require.NoError(t, rt1.Close())
+	_, err = rt1.Send(ctx, "mid", "after close", user)
+	require.ErrorIs(t, err, lazarus.ErrClosed)
+	_, err = rt1.History(ctx, "mid", 0, 0)
+	require.ErrorIs(t, err, lazarus.ErrClosed)
+
+	var failedCalls atomic.Int32
+	model2 := agent.ModelFunc(func(ctx context.Context, turn agent.Turn, onDelta func(string)) (*messages.AssistantMessage, error) {
+		if turn.ConversationID == "failed" {
+			failedCalls.Add(1)
+		}
+		return agent.Text("resumed"), nil
+	})
+	rt2, err := lazarus.Open(lazarus.Options{Dir: dir, Model: model2})
+	require.NoError(t, err)
+	defer rt2.Close()
+	ch, err = rt2.Subscribe(ctx, "mid", seq)
+	require.NoError(t, err)
+	var answered *messages.Event
+	for u := range ch {
+		if a := u.Event.GetAssistantMsg(); a != nil {
+			answered = u.Event
+			break
+		}
+	}
+	require.NotNil(t, answered, "the turn left mid-way is resumed on Open")
+	require.Contains(t, answered.GetAssistantMsg().String(), "resumed")
+	require.EqualValues(t, 0, failedCalls.Load(), "a failed turn is not resumed")
+
+	_, err = rt2.Edit(ctx, "agents", critSeq, "review that", user)
+	require.ErrorIs(t, err, lazarus.ErrUnknownAgent)
+	require.ErrorIs(t, err, journal.ErrInvalid)
+	_, err = rt2.SubscribeWith(ctx, "agents", 0, lazarus.SubscribeOptions{Agent: lazarus.ViewOf("critic")})
+	require.ErrorIs(t, err, lazarus.ErrUnknownAgent, "a name the log holds but Options.Agents does not")
 }
