@@ -6,6 +6,8 @@ package tests
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -19,6 +21,7 @@ import (
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/openai"
 	"github.com/lazarusrt/lazarus/agent/providertest"
+	"github.com/lazarusrt/lazarus/agent/retry"
 	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/journal/pebblejournal"
@@ -425,4 +428,43 @@ func TestReadmeUseKillAndRestart(t *testing.T) {
 	require.ErrorIs(t, err, journal.ErrInvalid)
 	_, err = rt2.SubscribeWith(ctx, "agents", 0, lazarus.SubscribeOptions{Agent: lazarus.ViewOf("critic")})
 	require.ErrorIs(t, err, lazarus.ErrUnknownAgent, "a name the log holds but Options.Agents does not")
+}
+
+// TestReadmeModelsRetryLayers checks the "Models" section's two retry
+// layers: against a server that always answers 500, a provider retrying 4
+// times under a runtime retrying 3 times makes 12 requests, the turn fails
+// with a *lazarus.TurnError of 3 attempts that errors.Is
+// agent.ErrUnavailable, and nothing of the calls is written (the log holds
+// the message and the turn_failed event).
+func TestReadmeModelsRetryLayers(t *testing.T) {
+	ctx := ctxT(t)
+	var requests atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		requests.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusInternalServerError)
+		_, _ = w.Write([]byte(`{"error":{"message":"down","type":"server_error","param":null,"code":null}}`))
+	}))
+	t.Cleanup(srv.Close)
+	m, err := openai.New(openai.Options{Model: "gpt-4o-mini", BaseURL: srv.URL, APIKey: "test-key",
+		Retry: retry.Policy{MaxAttempts: 4, InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond}})
+	require.NoError(t, err)
+	rt, err := lazarus.Open(lazarus.Options{Model: m,
+		ModelRetry: lazarus.RetryPolicy{MaximumAttempts: 3, InitialInterval: time.Millisecond, MaximumInterval: time.Millisecond}})
+	require.NoError(t, err)
+	defer rt.Close()
+
+	end, err := rt.SendAndWait(ctx, "c", "hello", user)
+	require.ErrorIs(t, err, lazarus.ErrTurnFailed)
+	require.Equal(t, lazarus.TurnFailed, end.Outcome)
+	require.ErrorIs(t, end.Err, agent.ErrUnavailable)
+	var te *lazarus.TurnError
+	require.ErrorAs(t, end.Err, &te)
+	require.Equal(t, 3, te.Attempts)
+	require.EqualValues(t, 12, requests.Load(), "MaximumAttempts times the provider's attempts")
+	evs, err := rt.History(ctx, "c", 0, 0)
+	require.NoError(t, err)
+	require.Len(t, evs, 2)
+	require.NotNil(t, evs[0].GetUserMsg())
+	require.NotNil(t, evs[1].GetTurnFailed())
 }
