@@ -5,11 +5,16 @@ package tests
 // and the promises of the prose the other tests leave out.
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"log"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -468,3 +473,59 @@ func TestReadmeModelsRetryLayers(t *testing.T) {
 	require.NotNil(t, evs[0].GetUserMsg())
 	require.NotNil(t, evs[1].GetTurnFailed())
 }
+
+// TestReadmeUseLogsNothingWithoutALogger: without Options.Logger the
+// library logs nothing, neither through log/slog's default logger nor the
+// standard log package, on a Pebble directory, through a panicking model,
+// a failing server tool, a Kill, a Wake and a Close.
+func TestReadmeUseLogsNothingWithoutALogger(t *testing.T) {
+	var mu sync.Mutex
+	var logged bytes.Buffer
+	w := writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logged.Write(p)
+	})
+	prevSlog := slog.Default()
+	prevOut, prevFlags := log.Writer(), log.Flags()
+	slog.SetDefault(slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	log.SetOutput(w)
+	t.Cleanup(func() {
+		slog.SetDefault(prevSlog)
+		log.SetOutput(prevOut)
+		log.SetFlags(prevFlags)
+	})
+
+	ctx := ctxT(t)
+	model := agent.ModelFunc(func(ctx context.Context, turn agent.Turn, onDelta func(string)) (*messages.AssistantMessage, error) {
+		last := turn.Context[len(turn.Context)-1]
+		switch {
+		case last.GetUserMsg() != nil && turn.ConversationID == "p":
+			panic("boom")
+		case last.GetUserMsg() != nil:
+			return agent.Reply("", agent.Call("fail", `{}`)), nil
+		}
+		return agent.Text("done"), nil
+	})
+	rt, err := lazarus.Open(lazarus.Options{Dir: t.TempDir(), Model: model, Tools: []agent.Tool{{
+		Name: "fail", Executor: messages.Executor_EXECUTOR_SERVER,
+		Run: func(context.Context, agent.Invocation) (string, error) { return "", errors.New("tool down") },
+	}}})
+	require.NoError(t, err)
+	_, err = rt.SendAndWait(ctx, "p", "hello", user)
+	require.ErrorIs(t, err, agent.ErrPanicked)
+	end, err := rt.SendAndWait(ctx, "t", "hello", user)
+	require.NoError(t, err)
+	require.Equal(t, "done", end.Text)
+	rt.Kill("t")
+	require.NoError(t, rt.Wake(ctx, "t"))
+	require.NoError(t, rt.Close())
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Empty(t, logged.String(), "logged without Options.Logger")
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
