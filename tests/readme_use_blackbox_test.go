@@ -529,3 +529,50 @@ func TestReadmeUseLogsNothingWithoutALogger(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// TestReadmeModelsMaxTokensStopIsAnAnswer: a stop at the max tokens bound
+// (finish_reason "length") is an answer, not a failure: what the model
+// wrote is kept, the tool call cut at the bound gets an "invalid" error
+// result, and the model reads it on its next call, which answers.
+func TestReadmeModelsMaxTokensStopIsAnAnswer(t *testing.T) {
+	ctx := ctxT(t)
+	cut, err := os.ReadFile("../agent/openai/testdata/tool_call.txt")
+	require.NoError(t, err)
+	// The tool call's arguments end after `{"city":`, at the bound.
+	lines := strings.Split(string(cut), "\n")
+	var kept []string
+	for _, l := range lines {
+		if strings.Contains(l, `\"Paris\"}`) {
+			continue
+		}
+		kept = append(kept, strings.Replace(l, `"finish_reason": "tool_calls"`, `"finish_reason": "length"`, 1))
+	}
+	text, err := os.ReadFile("../agent/openai/testdata/text.txt")
+	require.NoError(t, err)
+	responses, err := providertest.Parse([]byte(strings.Join(kept, "\n") + "\n===\n" + string(text)))
+	require.NoError(t, err)
+	srv := providertest.Serve(t, responses)
+	m, err := openai.New(openai.Options{Model: "gpt-4o-mini", BaseURL: srv.URL, APIKey: "test-key"})
+	require.NoError(t, err)
+	rt, err := lazarus.Open(lazarus.Options{Model: m, Tools: []agent.Tool{{
+		Name: "get_weather", Executor: messages.Executor_EXECUTOR_SERVER,
+		Run: func(context.Context, agent.Invocation) (string, error) {
+			t.Error("the cut call ran")
+			return "", nil
+		},
+	}}})
+	require.NoError(t, err)
+	defer rt.Close()
+
+	end, err := rt.SendAndWait(ctx, "c", "weather in Paris?", user)
+	require.NoError(t, err)
+	require.Equal(t, lazarus.TurnAnswered, end.Outcome)
+	require.Equal(t, "Hello, world!", end.Text)
+	evs, err := rt.History(ctx, "c", 0, 0)
+	require.NoError(t, err)
+	require.Len(t, evs, 5, "message, cut answer, its call, the call's result, answer")
+	require.Contains(t, evs[1].GetAssistantMsg().String(), "Let me check.")
+	require.Len(t, evs[1].GetAssistantMsg().GetToolCalls(), 1)
+	require.Equal(t, "invalid", evs[3].GetToolResult().GetOutcome().GetError().GetCode())
+	require.Len(t, srv.Requests(), 2)
+}
