@@ -576,3 +576,51 @@ func TestReadmeModelsMaxTokensStopIsAnAnswer(t *testing.T) {
 	require.Equal(t, "invalid", evs[3].GetToolResult().GetOutcome().GetError().GetCode())
 	require.Len(t, srv.Requests(), 2)
 }
+
+// TestReadmeUseDeleteRacingSends: sends racing a Delete of a live
+// conversation each land before it or fail with journal.ErrDeleted, a
+// subscription ends with an update wrapping journal.ErrDeleted, and every
+// later call naming it (Send, Wake, History, Subscribe) returns
+// journal.ErrDeleted.
+func TestReadmeUseDeleteRacingSends(t *testing.T) {
+	h := newHarness(t, openStore(t, "memory"), nil)
+	ctx := ctxT(t)
+	_, err := h.rt.SendAndWait(ctx, "c", "hello", user)
+	require.NoError(t, err)
+	sub, err := h.rt.Subscribe(ctx, "c", 0)
+	require.NoError(t, err)
+
+	const n = 8
+	errs := make([]error, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			_, errs[i] = h.rt.Send(ctx, "c", "racing", user)
+		}()
+	}
+	close(start)
+	require.NoError(t, h.rt.Delete(ctx, "c"))
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			require.ErrorIs(t, err, journal.ErrDeleted, "send %d", i)
+		}
+	}
+	var last lazarus.Update
+	for u := range sub {
+		last = u
+	}
+	require.ErrorIs(t, last.Err, journal.ErrDeleted, "the subscription's last update")
+
+	_, err = h.rt.Send(ctx, "c", "after", user)
+	require.ErrorIs(t, err, journal.ErrDeleted)
+	require.ErrorIs(t, h.rt.Wake(ctx, "c"), journal.ErrDeleted)
+	_, err = h.rt.History(ctx, "c", 0, 0)
+	require.ErrorIs(t, err, journal.ErrDeleted)
+	_, err = h.rt.Subscribe(ctx, "c", 0)
+	require.ErrorIs(t, err, journal.ErrDeleted)
+}
