@@ -7,7 +7,9 @@ package tests
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"log"
 	"log/slog"
 	"net/http"
@@ -623,4 +625,52 @@ func TestReadmeUseDeleteRacingSends(t *testing.T) {
 	require.ErrorIs(t, err, journal.ErrDeleted)
 	_, err = h.rt.Subscribe(ctx, "c", 0)
 	require.ErrorIs(t, err, journal.ErrDeleted)
+}
+
+// TestReadmeSettingsReachTheProviderAfterARestart: Options.Settings are
+// every conversation's defaults, Configure sets a conversation's own before
+// its first message, durably, so after a restart the OpenAI provider's
+// request carries them over its own options (the conversation's system
+// prompt and model name, the defaults' max tokens).
+func TestReadmeSettingsReachTheProviderAfterARestart(t *testing.T) {
+	ctx := ctxT(t)
+	dir := t.TempDir()
+	body, err := os.ReadFile("../agent/openai/testdata/text.txt")
+	require.NoError(t, err)
+	responses, err := providertest.Parse(body)
+	require.NoError(t, err)
+	srv := providertest.Serve(t, responses)
+	m, err := openai.New(openai.Options{Model: "gpt-4o-mini", BaseURL: srv.URL, APIKey: "test-key", System: "provider prompt"})
+	require.NoError(t, err)
+	defaults := agent.Settings{SystemPrompt: "default prompt", MaxTokens: 321}
+
+	rt1, err := lazarus.Open(lazarus.Options{Dir: dir, Model: m, Settings: defaults})
+	require.NoError(t, err)
+	require.NoError(t, rt1.Configure(ctx, "c", agent.Settings{SystemPrompt: "be brief", Model: "gpt-4.1-nano"}))
+	require.NoError(t, rt1.Close())
+
+	rt2, err := lazarus.Open(lazarus.Options{Dir: dir, Model: m, Settings: defaults})
+	require.NoError(t, err)
+	defer rt2.Close()
+	end, err := rt2.SendAndWait(ctx, "c", "hello", user)
+	require.NoError(t, err)
+	require.Equal(t, "Hello, world!", end.Text)
+	reqs := srv.Requests()
+	require.Len(t, reqs, 1)
+	var req struct {
+		Model     string `json:"model"`
+		MaxTokens int64  `json:"max_completion_tokens"`
+		Messages  []struct {
+			Role    string `json:"role"`
+			Content any    `json:"content"`
+		} `json:"messages"`
+	}
+	require.NoError(t, json.Unmarshal(reqs[0], &req), "%s", reqs[0])
+	require.Equal(t, "gpt-4.1-nano", req.Model)
+	require.NotEmpty(t, req.Messages)
+	require.Equal(t, "system", req.Messages[0].Role)
+	require.Contains(t, fmt.Sprint(req.Messages[0].Content), "be brief")
+	require.NotContains(t, string(reqs[0]), "provider prompt")
+	require.NotContains(t, string(reqs[0]), "default prompt")
+	require.EqualValues(t, 321, req.MaxTokens, "the defaults' max tokens")
 }
