@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -186,15 +187,19 @@ func TestRunPhasesSmall(t *testing.T) {
 	require.Contains(t, names, "one conversation, Append over Set")
 }
 
-// TestCLIUsage: -h is status 0 and lists the flags; bad flags, bad values,
-// a stray argument (which would silently end the flags) and a --dir that
-// cannot be created are status 2 with the reason on stderr.
+// TestCLIUsage: -h is status 0 and lists the flags, once; bad flags, bad
+// values, a stray argument (which would silently end the flags) and a --dir
+// that cannot be created are status 2 with the reason on stderr once,
+// prefixed "loadgen:", and a usage hint, as cmd/lazarus says them (the flag
+// package used to print its parse errors itself, then loadgen again).
 func TestCLIUsage(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	require.Equal(t, 0, cli(t.Context(), []string{"-h"}, &stdout, &stderr))
 	for _, f := range []string{"-conversations", "-duration", "-warmup", "-baseline", "-json", "-dir", "-kill-every", "-min-measured"} {
 		assert.Contains(t, stderr.String(), f)
 	}
+	assert.Equal(t, 1, strings.Count(stderr.String(), "-conversations int"), "the flags are listed once:\n%s", stderr.String())
+	assert.Empty(t, stdout.String())
 	file := filepath.Join(t.TempDir(), "file")
 	require.NoError(t, os.WriteFile(file, nil, 0o644))
 	for _, tc := range []struct {
@@ -211,7 +216,10 @@ func TestCLIUsage(t *testing.T) {
 		stdout.Reset()
 		stderr.Reset()
 		assert.Equal(t, 2, cli(t.Context(), tc.args, &stdout, &stderr), "%q", tc.args)
-		assert.Contains(t, stderr.String(), tc.says, "%q", tc.args)
+		assert.Equal(t, 1, strings.Count(stderr.String(), tc.says), "%q: the reason is said once:\n%s", tc.args, stderr.String())
+		assert.True(t, strings.HasPrefix(stderr.String(), "loadgen: "), "%q:\n%s", tc.args, stderr.String())
+		assert.Contains(t, stderr.String(), "Run 'loadgen -h' for the flags.", "%q", tc.args)
+		assert.NotContains(t, stderr.String(), "-conversations int", "%q: a hint, not the whole list of flags", tc.args)
 		assert.Empty(t, stdout.String(), "%q", tc.args)
 	}
 }

@@ -98,7 +98,10 @@ type config struct {
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	// The flag package would print a parse error itself, and all the
+	// flags after it; cli prints the error once, with a usage hint, and
+	// -h the flags.
+	fs.SetOutput(io.Discard)
 	fs.IntVar(&c.Conversations, "conversations", 1024, "concurrent conversations (and raw-Pebble writers in baseline a)")
 	fs.DurationVar(&c.Duration, "duration", 10*time.Second, "length of the runtime phase and of baseline (a), warm-up included")
 	fs.DurationVar(&c.Warmup, "warmup", time.Second, "the first part of each phase, not measured")
@@ -129,6 +132,13 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.Verbose, "v", false, "log the runtime's warnings to stderr")
 	fs.BoolVar(&c.PebbleEvents, "pebble-events", false, "print the runtime store's Pebble events (flushes, compactions, WAL files, write stalls) to stderr, each with the time since the phase started")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			if stderr == nil {
+				stderr = os.Stderr
+			}
+			fs.SetOutput(stderr)
+			fs.Usage()
+		}
 		return c, err
 	}
 	switch {
@@ -208,6 +218,7 @@ func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 0
 		}
 		fmt.Fprintln(stderr, "loadgen:", err)
+		fmt.Fprintln(stderr, "usage: loadgen [flags]\nRun 'loadgen -h' for the flags.")
 		return 2
 	}
 	rep, err := run(ctx, cfg)
