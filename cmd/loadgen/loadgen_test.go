@@ -245,6 +245,7 @@ func TestCLIRunTwiceInOneDir(t *testing.T) {
 	assert.NotNil(t, rep.Revival)
 	_, err := os.Stat(filepath.Join(dir, "runtime"))
 	require.NoError(t, err, "a given --dir is kept")
+	assert.Contains(t, stderr.String(), "loadgen: runtime phase: 4 conversations for 300ms in "+dir+"\n")
 
 	stdout.Reset()
 	stderr.Reset()

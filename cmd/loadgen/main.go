@@ -93,6 +93,7 @@ type config struct {
 	PebbleEvents   bool          `json:"-"`
 
 	logger *slog.Logger
+	stderr io.Writer // where the run says what it does: the phases, their progress
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -168,6 +169,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("--gomaxprocs must not be negative")
 	}
 	c.OnPostgres = c.Postgres != ""
+	if stderr == nil {
+		stderr = os.Stderr
+	}
+	c.stderr = stderr
 	c.logger = slog.New(slog.DiscardHandler)
 	if c.Verbose {
 		c.logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -295,8 +300,17 @@ func run(ctx context.Context, cfg config) (*report, error) {
 		Config: cfg,
 	}
 
-	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, "loadgen: "+format+"\n", args...) }
-	logf("runtime phase: %d conversations for %v in %s", cfg.Conversations, cfg.Duration, dir)
+	stderr := cfg.stderr
+	if stderr == nil {
+		stderr = os.Stderr
+	}
+	logf := func(format string, args ...any) { fmt.Fprintf(stderr, "loadgen: "+format+"\n", args...) }
+	// On PostgreSQL the phase's directory only names its schema.
+	where := "in " + dir
+	if cfg.Postgres != "" {
+		where = pgWhere(cfg.Postgres, "runtime")
+	}
+	logf("runtime phase: %d conversations for %v %s", cfg.Conversations, cfg.Duration, where)
 	if cfg.CPUProfile != "" {
 		f, err := os.Create(cfg.CPUProfile)
 		if err != nil {

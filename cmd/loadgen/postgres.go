@@ -25,7 +25,7 @@ const seedPoolSize = 16
 // never meets the data of another, and the database needs no cleaning) and
 // returns the DSN whose connections use it, and a function that drops it.
 func pgSchema(ctx context.Context, dsn, phase string) (string, func(), error) {
-	name := fmt.Sprintf("lazarus_loadgen_%s_%d", phase, time.Now().UnixNano())
+	name := fmt.Sprintf("%s_%d", schemaPrefix(phase), time.Now().UnixNano())
 	conn, err := connect(ctx, dsn)
 	if err != nil {
 		return "", nil, fmt.Errorf("postgres: %w", err)
@@ -43,6 +43,21 @@ func pgSchema(ctx context.Context, dsn, phase string) (string, func(), error) {
 		}
 	}
 	return withParam(dsn, "search_path", name), drop, nil
+}
+
+// schemaPrefix is the start of the name of the schemas pgSchema creates
+// for phase; a run's own is this and a number.
+func schemaPrefix(phase string) string { return "lazarus_loadgen_" + phase }
+
+// pgWhere says where the journal of phase lives on the server of dsn: the
+// database, the server, and the schema (not the password of the DSN).
+func pgWhere(dsn, phase string) string {
+	where := "on PostgreSQL"
+	if cfg, err := pgxpool.ParseConfig(dsn); err == nil {
+		cc := cfg.ConnConfig
+		where = fmt.Sprintf("on PostgreSQL, database %s on %s:%d,", cc.Database, cc.Host, cc.Port)
+	}
+	return where + " in a fresh schema " + schemaPrefix(phase) + "_*, dropped at the end"
 }
 
 // connect opens one connection of dsn, which may carry pgxpool's pool_*
