@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -427,6 +428,7 @@ func TestUsage(t *testing.T) {
 
 	assert.Contains(t, errs, "Exit status: 0 every check held")
 	assert.Contains(t, errs, "130 interrupted")
+	assert.Contains(t, errs, "SIGHUP); 141 stdout closed")
 
 	code, _, errs = runDemo(t, "--no-such-flag")
 	assert.Equal(t, exitUsage, code)
@@ -443,18 +445,22 @@ func TestUsage(t *testing.T) {
 
 // TestInterrupted runs the demo as a process and interrupts it with
 // SIGINT: narrated, in act 1; and fast, once act 5 (the kill -9 of a child
-// process) began. It exits with status 130, says so once on stderr, ends
-// its transcript with the interruption, and removes its temporary
-// directory.
+// process) began; and with SIGTERM and SIGHUP in act 1. It exits with
+// status 130, says so once on stderr, ends its transcript with the
+// interruption, and removes its temporary directory (SIGHUP used to kill
+// it, leaving the directory behind).
 func TestInterrupted(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		args  []string
 		ready string // the stdout line after which the signal is sent
 		last  string // the last stdout line
+		sig   os.Signal
 	}{
-		{"narrated, act 1", nil, "Act 1. A refund that needs a human", "Interrupted."},
-		{"fast, act 5", []string{"--fast", "--json"}, `{"kind":"act","act":5`, `{"kind":"result","ok":false,"reason":"interrupted"}`},
+		{"narrated, act 1", nil, "Act 1. A refund that needs a human", "Interrupted.", os.Interrupt},
+		{"fast, act 5", []string{"--fast", "--json"}, `{"kind":"act","act":5`, `{"kind":"result","ok":false,"reason":"interrupted"}`, os.Interrupt},
+		{"SIGTERM, act 1", nil, "Act 1. A refund that needs a human", "Interrupted.", syscall.SIGTERM},
+		{"SIGHUP, act 1", nil, "Act 1. A refund that needs a human", "Interrupted.", syscall.SIGHUP},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tmp := t.TempDir()
@@ -473,7 +479,7 @@ func TestInterrupted(t *testing.T) {
 			for sc.Scan() {
 				lines = append(lines, sc.Text())
 				if !signalled && strings.HasPrefix(sc.Text(), tc.ready) {
-					require.NoError(t, cmd.Process.Signal(os.Interrupt))
+					require.NoError(t, cmd.Process.Signal(tc.sig))
 					signalled = true
 				}
 			}
@@ -484,6 +490,49 @@ func TestInterrupted(t *testing.T) {
 			assert.Equal(t, exitSignal, exit.ExitCode(), "stderr:\n%s", stderr.String())
 			assert.Equal(t, "demo: interrupted\n", stderr.String())
 			assert.Equal(t, tc.last, lines[len(lines)-1])
+			left, err := os.ReadDir(tmp)
+			require.NoError(t, err)
+			assert.Empty(t, left, "the temporary directory is removed")
+		})
+	}
+}
+
+// TestStdoutClosed runs the demo as a process with its stdout a pipe whose
+// reader stops after the first line, as `demo | head -1` does. The demo
+// stops, says "demo: stdout closed" on stderr, exits with status 141, and
+// removes its temporary directory; it used to die by SIGPIPE, leaving the
+// directory behind.
+func TestStdoutClosed(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"narrated", nil},
+		{"fast", []string{"--fast"}},
+		{"json", []string{"--fast", "--json"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tmp := t.TempDir()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, os.Args[0], tc.args...)
+			cmd.Env = append(os.Environ(), asMainEnv+"=1", "TMPDIR="+tmp)
+			var stderr syncBuffer
+			cmd.Stderr = &stderr
+			r, w, err := os.Pipe()
+			require.NoError(t, err)
+			cmd.Stdout = w
+			require.NoError(t, cmd.Start())
+			require.NoError(t, w.Close())
+			line, err := bufio.NewReader(r).ReadString('\n')
+			require.NoError(t, err, "stderr:\n%s", stderr.String())
+			require.NotEmpty(t, line)
+			require.NoError(t, r.Close(), "the reader goes away, as head does")
+			err = cmd.Wait()
+			var exit *exec.ExitError
+			require.ErrorAs(t, err, &exit, "stderr:\n%s", stderr.String())
+			assert.Equal(t, exitPipe, exit.ExitCode(), "%v; stderr:\n%s", exit, stderr.String())
+			assert.Equal(t, "demo: stdout closed\n", stderr.String())
 			left, err := os.ReadDir(tmp)
 			require.NoError(t, err)
 			assert.Empty(t, left, "the temporary directory is removed")

@@ -33,8 +33,12 @@
 // Exit status: 0 when every check held; 1 when a check did not hold or the
 // demo could not run; 2 for bad flags (an unknown --model too) or a --dir
 // the demo cannot use (not empty, in use by another demo, not a directory
-// it can create and write in); 130 when interrupted by SIGINT or SIGTERM,
-// after "demo: interrupted" on stderr (the temporary directory removed).
+// it can create and write in); 130 when interrupted by SIGINT, SIGTERM or
+// SIGHUP, after "demo: interrupted" on stderr; 141 (as a shell says of a
+// process SIGPIPE killed) when stdout was closed before the end, as by
+// `demo | head`, after "demo: stdout closed" on stderr. Interrupted or cut
+// off, the demo stops and removes its temporary directory (not a --dir,
+// nor one --keep keeps).
 //
 // Act 5 re-executes the demo's own binary with a hidden --child flag, as the
 // process that is killed.
@@ -56,8 +60,29 @@ const (
 	exitOK     = 0
 	exitFailed = 1   // a check did not hold, or the demo could not run
 	exitUsage  = 2   // bad flags, or a --dir the demo cannot start in
-	exitSignal = 130 // interrupted (SIGINT or SIGTERM)
+	exitSignal = 130 // interrupted (SIGINT, SIGTERM or SIGHUP)
+	exitPipe   = 141 // stdout closed (EPIPE): 128 + SIGPIPE, as a shell says of a process SIGPIPE killed
 )
+
+// errStdoutClosed is the cause of the end of a run whose stdout was closed
+// by its reader.
+var errStdoutClosed = errors.New("stdout closed")
+
+// pipeWriter is stdout as the demo writes it: a write that finds the pipe
+// closed by its reader (EPIPE) stops the run, through closed.
+type pipeWriter struct {
+	w      io.Writer
+	closed func()
+}
+
+// Write implements io.Writer.
+func (p *pipeWriter) Write(b []byte) (int, error) {
+	n, err := p.w.Write(b)
+	if errors.Is(err, syscall.EPIPE) {
+		p.closed()
+	}
+	return n, err
+}
 
 // usageError is an error the user cures by changing the command line.
 type usageError struct{ msg string }
@@ -69,10 +94,15 @@ func main() {
 }
 
 // mainCode is the demo's process: cli on the process's output, interrupted
-// by SIGINT or SIGTERM.
+// by SIGINT, SIGTERM or SIGHUP. SIGPIPE is caught, so that a write to a
+// closed stdout fails with EPIPE, which stops the run (see cli), instead of
+// killing the process before it removes its temporary directory.
 func mainCode(args []string) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
+	pipe := make(chan os.Signal, 1)
+	signal.Notify(pipe, syscall.SIGPIPE)
+	defer signal.Stop(pipe)
 	return cli(ctx, args, os.Stdout, os.Stderr)
 }
 
@@ -89,7 +119,11 @@ type config struct {
 }
 
 // cli parses args, runs the demo (or its child) and returns the exit code.
+// A write to stdout that fails with EPIPE ends ctx, as a signal does.
 func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stdout = &pipeWriter{w: stdout, closed: func() { cancel(errStdoutClosed) }}
 	cfg, err := parseFlags(args, stderr)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
@@ -113,6 +147,9 @@ func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case errors.As(err, new(usageError)):
 		fmt.Fprintf(stderr, "demo: %v\n", err)
 		return exitUsage
+	case errors.Is(context.Cause(ctx), errStdoutClosed):
+		fmt.Fprintln(stderr, "demo: stdout closed")
+		return exitPipe
 	case err != nil && ctx.Err() != nil:
 		fmt.Fprintln(stderr, "demo: interrupted")
 		return exitSignal
@@ -147,7 +184,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			}
 			fmt.Fprintf(fs.Output(), "  --%s%s\n    \t%s\n", f.Name, name, usage)
 		})
-		fmt.Fprint(fs.Output(), "\nExit status: 0 every check held; 1 a check failed or the demo could not run;\n2 bad flags or a --dir the demo cannot use; 130 interrupted (SIGINT, SIGTERM).\n")
+		fmt.Fprint(fs.Output(), "\nExit status: 0 every check held; 1 a check failed or the demo could not run;\n2 bad flags or a --dir the demo cannot use; 130 interrupted (SIGINT, SIGTERM,\nSIGHUP); 141 stdout closed before the end (as by demo | head).\n")
 	}
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
