@@ -640,6 +640,37 @@ func killWhileAnswerHeld(ctx context.Context, t *testing.T, h *harness, g *gated
 	require.True(t, h.rt.Kill("k"), "killed while its write is in the store")
 }
 
+// TestDeadlineOfAKilledWriterIsArmed (ARCHITECTURE.md, invariant 9): an
+// activation is killed while its write of an answer that asks a human
+// (the suspension and the call's deadline, one write) is in the Store. The
+// write still commits, and the expiry actor arms the deadline from the
+// commit itself, with no activation to tell it; at the deadline the call
+// expires and the turn goes on.
+func TestDeadlineOfAKilledWriterIsArmed(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		g := &gatedStore{Store: openStore(t, kind), conv: "k", gate: make(chan struct{}), held: make(chan struct{}, 1)}
+		// No resume scan: a revival of k would arm nothing but would muddy
+		// which actor armed the deadline.
+		h := newHarness(t, g, func(o *lazarus.Options) { o.NoResume = true })
+		ctx := ctxT(t)
+		h.model.Push("k",
+			scripted.Reply("asking a human", scripted.Call("approve_refund", `{"amount":900}`)),
+			scripted.Text("timed out; nobody approved"))
+		killWhileAnswerHeld(ctx, t, h, g)
+		close(g.gate)
+
+		id := pendingCallID(t, h.awaitEvent("k", 0, isSuspension))
+		h.awaitDeadlineArmed(id)
+		require.False(t, h.rt.IsActive("k"), "no activation armed it: the commit did")
+
+		h.clock.Advance(time.Hour)
+		h.awaitEvent("k", 0, isAssistantText("timed out; nobody approved"))
+		row, err := h.store.ToolCall(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED, row.GetStatus())
+	})
+}
+
 // TestEventOfAKilledWriterReachesSubscribers: an activation is killed while
 // its write of the model's answer is in the Store. The write still commits,
 // and a live subscriber receives the answer although its writer never heard
