@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus/actors"
+	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/journal/memjournal"
 	"github.com/lazarusrt/lazarus/messages"
 )
@@ -101,6 +102,42 @@ func TestHubReplaysTheAnswerInProgress(t *testing.T) {
 	require.NoError(t, err)
 	h.publish(actors.Update{ConversationID: conv, Delta: "again", After: 3})
 	require.Equal(t, "again", nextUpdate(t, ctx, fourth).Delta, "a delta of the cancelled turn was replayed")
+}
+
+// TestHubDropsTheAnswerInProgressOfADeletedConversation (ARCHITECTURE.md,
+// invariant 11): the delete of a conversation drops the deltas the hub
+// keeps of its model call in progress, with the subscriptions it ends: the
+// hub holds none of them after it, and a subscription that starts after
+// it gets none.
+func TestHubDropsTheAnswerInProgressOfADeletedConversation(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	store := memjournal.New(memjournal.Options{})
+	const conv = "c"
+	_, err := store.Append(ctx, &messages.AppendRequest{ConversationId: conv, Events: hubTestEvents(1, 1)})
+	require.NoError(t, err)
+	h := newHub(store, 100)
+	defer h.close()
+
+	h.publish(actors.Update{ConversationID: conv, Delta: "stale", After: 1})
+	before, err := h.subscribe(ctx, conv, 0)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, nextUpdate(t, ctx, before).Event.GetSeq())
+	require.Equal(t, "stale", nextUpdate(t, ctx, before).Delta, "the hub keeps the answer in progress")
+
+	h.end(conv, fmt.Errorf("test: %w", journal.ErrDeleted))
+	u := nextUpdate(t, ctx, before)
+	require.ErrorIs(t, u.Err, journal.ErrDeleted, "the delete ends the subscription")
+	h.mu.Lock()
+	_, kept := h.answers[conv]
+	h.mu.Unlock()
+	require.False(t, kept, "the deleted conversation's deltas are dropped")
+
+	after, err := h.subscribe(ctx, conv, 0)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, nextUpdate(t, ctx, after).Event.GetSeq())
+	h.publish(actors.Update{ConversationID: conv, Delta: "fresh", After: 1})
+	require.Equal(t, "fresh", nextUpdate(t, ctx, after).Delta, "a delta of the deleted conversation's call was replayed")
 }
 
 // TestHubAnswerReplayIsBounded: past maxAnswerBytes the hub keeps nothing
