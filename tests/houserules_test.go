@@ -93,6 +93,28 @@ func TestHouseRules(t *testing.T) {
 		}
 	})
 
+	// ARCHITECTURE.md, invariant 10: only the facade (for its defaults),
+	// cmd/ and tests/ wire a storage adapter in; journaltest runs memjournal
+	// as the oracle of its model test.
+	t.Run("only the facade, commands and tests import a storage adapter", func(t *testing.T) {
+		adapters := []string{module + "/journal/memjournal", module + "/journal/pebblejournal", module + "/journal/pgjournal"}
+		for _, f := range files {
+			dir := dirOf(f.path)
+			if dir == "." || dir == "journal/journaltest" || strings.HasPrefix(dir, "cmd/") || dir == "tests" || strings.HasPrefix(dir, "tests/") ||
+				strings.HasSuffix(f.path, "_test.go") {
+				continue
+			}
+			for _, p := range imports(f.file) {
+				for _, a := range adapters {
+					if strings.HasPrefix(module+"/"+dir+"/", a+"/") {
+						continue // an adapter and its own helpers
+					}
+					require.False(t, p == a || strings.HasPrefix(p, a+"/"), "%s imports %s", f.path, p)
+				}
+			}
+		}
+	})
+
 	t.Run("Pebble is imported only by its adapter, the facade, commands and tests", func(t *testing.T) {
 		for _, f := range files {
 			dir := dirOf(f.path)
