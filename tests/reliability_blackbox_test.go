@@ -49,14 +49,10 @@ func TestRBDefaultModelRetryRetriesEachTransientError(t *testing.T) {
 	} {
 		t.Run(tc.code, func(t *testing.T) {
 			h := newHarness(t, openStore(t, "memory"), nil)
-			ctx := ctxT(t)
 			for range 3 {
 				h.model.PushError("c", fmt.Errorf("provider: %w", tc.err))
 			}
-			sub, err := h.rt.Subscribe(ctx, "c", 0)
-			require.NoError(t, err)
-			_, err = h.rt.Send(ctx, "c", "hi", user)
-			require.NoError(t, err)
+			sub := subscribeAndSendHi(t, h)
 
 			for attempt, delay := range []time.Duration{time.Second, 2 * time.Second} {
 				u := h.awaitUpdate(sub, isRetry)
@@ -101,12 +97,8 @@ func TestRBDefaultModelRetryNeverRetriesPermanentErrors(t *testing.T) {
 	} {
 		t.Run(tc.code, func(t *testing.T) {
 			h := newHarness(t, openStore(t, "memory"), nil)
-			ctx := ctxT(t)
 			h.model.PushError("c", fmt.Errorf("provider: %w", tc.err))
-			sub, err := h.rt.Subscribe(ctx, "c", 0)
-			require.NoError(t, err)
-			_, err = h.rt.Send(ctx, "c", "hi", user)
-			require.NoError(t, err)
+			sub := subscribeAndSendHi(t, h)
 			u := h.awaitUpdate(sub, func(u actors.Update) bool { return u.Retry != nil || u.TurnEnd != nil })
 			require.Nil(t, u.Retry, "not retried")
 			require.Equal(t, lazarus.TurnFailed, u.TurnEnd.Outcome)
@@ -139,11 +131,7 @@ func TestRBRetryAfterAnInterruptedStreamStreamsAgain(t *testing.T) {
 		return agent.Text("Hello, world"), nil
 	})
 	h := newHarness(t, openStore(t, "memory"), func(o *lazarus.Options) { o.Model = model })
-	ctx := ctxT(t)
-	sub, err := h.rt.Subscribe(ctx, "c", 0)
-	require.NoError(t, err)
-	_, err = h.rt.Send(ctx, "c", "hi", user)
-	require.NoError(t, err)
+	sub := subscribeAndSendHi(t, h)
 
 	var deltas []string
 	u := h.awaitUpdate(sub, func(u actors.Update) bool {
@@ -714,10 +702,7 @@ func TestRBRewindAbandonsARetryWaitingItsDelay(t *testing.T) {
 			h := newHarness(t, openStore(t, "memory"), nil)
 			ctx := ctxT(t)
 			h.model.PushError("c", agent.ErrUnavailable)
-			sub, err := h.rt.Subscribe(ctx, "c", 0)
-			require.NoError(t, err)
-			_, err = h.rt.Send(ctx, "c", "hi", user)
-			require.NoError(t, err)
+			sub := subscribeAndSendHi(t, h)
 			h.awaitUpdate(sub, isRetry)
 			require.NoError(t, h.rt.Rewind(ctx, "c", toSeq, lazarus.RewindOptions{}, user))
 			require.Eventually(t, func() bool { return h.clock.Timers() == 0 }, wait, time.Millisecond, "the retry's timer stopped")
@@ -747,10 +732,7 @@ func TestRBEndRefusedWhileATurnIsOwed(t *testing.T) {
 		h := newHarness(t, openStore(t, "memory"), nil)
 		ctx := ctxT(t)
 		h.model.PushError("c", agent.ErrUnavailable)
-		sub, err := h.rt.Subscribe(ctx, "c", 0)
-		require.NoError(t, err)
-		_, err = h.rt.Send(ctx, "c", "hi", user)
-		require.NoError(t, err)
+		sub := subscribeAndSendHi(t, h)
 		h.awaitUpdate(sub, isRetry)
 		require.ErrorIs(t, h.rt.End(ctx, "c"), journal.ErrInvalid)
 		row, err := h.store.Conversation(ctx, "c")
@@ -960,15 +942,11 @@ func TestRBRetryPolicyFields(t *testing.T) {
 	t.Run("capped", func(t *testing.T) {
 		h := newHarness(t, openStore(t, "memory"), withRetry(lazarus.RetryPolicy{
 			InitialInterval: time.Second, MaximumInterval: 3 * time.Second, MaximumAttempts: 5}))
-		ctx := ctxT(t)
 		for range 4 {
 			h.model.PushError("c", agent.ErrRateLimited)
 		}
 		h.model.Push("c", scripted.Text("finally"))
-		sub, err := h.rt.Subscribe(ctx, "c", 0)
-		require.NoError(t, err)
-		_, err = h.rt.Send(ctx, "c", "hi", user)
-		require.NoError(t, err)
+		sub := subscribeAndSendHi(t, h)
 		for i, delay := range []time.Duration{time.Second, 2 * time.Second, 3 * time.Second, 3 * time.Second} {
 			u := h.awaitUpdate(sub, isRetry)
 			require.Equal(t, lazarus.Retry{Attempt: i + 1, Delay: delay}, *u.Retry)
@@ -1031,10 +1009,7 @@ func TestRBDeleteAndEditDuringARetryDelay(t *testing.T) {
 		h := newHarness(t, openStore(t, "memory"), nil)
 		ctx := ctxT(t)
 		h.model.PushError("c", agent.ErrUnavailable)
-		sub, err := h.rt.Subscribe(ctx, "c", 0)
-		require.NoError(t, err)
-		_, err = h.rt.Send(ctx, "c", "hi", user)
-		require.NoError(t, err)
+		sub := subscribeAndSendHi(t, h)
 		h.awaitUpdate(sub, isRetry)
 		require.NoError(t, h.rt.Delete(ctx, "c"))
 		u := h.awaitUpdate(sub, func(u actors.Update) bool { return u.Err != nil && u.Retry == nil })
@@ -1047,10 +1022,7 @@ func TestRBDeleteAndEditDuringARetryDelay(t *testing.T) {
 		h := newHarness(t, openStore(t, "memory"), nil)
 		ctx := ctxT(t)
 		h.model.PushError("c", agent.ErrUnavailable)
-		sub, err := h.rt.Subscribe(ctx, "c", 0)
-		require.NoError(t, err)
-		_, err = h.rt.Send(ctx, "c", "hi", user)
-		require.NoError(t, err)
+		sub := subscribeAndSendHi(t, h)
 		h.awaitUpdate(sub, isRetry)
 		h.model.PushError("c", agent.ErrUnavailable)
 		seq, err := h.rt.Edit(ctx, "c", 1, "hello", user)
@@ -1127,4 +1099,16 @@ func TestRBResumeScanRerunsAKilledTurn(t *testing.T) {
 		require.Equal(t, []string{"user_msg", "assistant_msg"}, types(h.history("c")))
 		require.Equal(t, 2, h.model.Calls("c"), "the killed call and its re-run")
 	})
+}
+
+// subscribeAndSendHi subscribes to conversation "c" from its start, then
+// sends it "hi" as user, and returns the subscription.
+func subscribeAndSendHi(t *testing.T, h *harness) <-chan actors.Update {
+	t.Helper()
+	ctx := ctxT(t)
+	sub, err := h.rt.Subscribe(ctx, "c", 0)
+	require.NoError(t, err)
+	_, err = h.rt.Send(ctx, "c", "hi", user)
+	require.NoError(t, err)
+	return sub
 }
