@@ -45,11 +45,14 @@ import (
 // conversations or users.
 //
 // The gauges counted at scrape report no number when the Store fails them
-// (an error, or no answer within 5 s): never a count of the pages read
-// before the error. The Registry's Gather returns the error for them;
-// the Server's /metrics leaves them out of that scrape, serves the other
-// series, logs the error (Options.Logger) and counts it in
-// promhttp_metric_handler_errors_total{cause="gathering"}.
+// (an error, or no answer within StoreScrapeTimeout, 5 s: one deadline
+// shared by both gauges of a scrape, which counts them concurrently):
+// never a count of the pages read before the error. A scrape against a
+// Store that does not answer thus returns within 5 s, with both gauges
+// failed and every other series present. The Registry's Gather returns
+// the error for them; the Server's /metrics leaves them out of that
+// scrape, serves the other series, logs the error (Options.Logger) and
+// counts it in promhttp_metric_handler_errors_total{cause="gathering"}.
 // Hooks are allocation-free: counters and histograms of client_golang.
 //
 // Use one Metrics per Runtime. Each has a registry of its own (with the Go
@@ -63,6 +66,8 @@ import (
 type Metrics struct {
 	reg *prometheus.Registry
 	rt  atomic.Pointer[lazarus.Runtime]
+	// storeTimeout, when positive, replaces StoreScrapeTimeout (tests).
+	storeTimeout time.Duration
 
 	commitSeconds  prometheus.Histogram
 	commitRequests prometheus.Histogram
@@ -132,8 +137,9 @@ func NewMetrics() *Metrics {
 		"Conversations with a turn owed or running (status ACTIVE; counted at scrape, bounded).", nil, nil), count: m.activeConversations}
 	pending := storeGauge{name: ns + "_human_calls_pending", desc: prometheus.NewDesc(ns+"_human_calls_pending",
 		"Pending human calls (counted at scrape, bounded).", nil, nil), count: m.pendingCalls}
+	store := storeGauges{gauges: []storeGauge{active, pending}, timeout: &m.storeTimeout}
 	m.reg.MustRegister(m.commitSeconds, m.commitRequests, m.appends, m.events, m.activations, m.passivations, m.fenced, m.expired,
-		m.modelSeconds, m.modelErrors, m.subscriptions, turns, toolCalls, live, active, pending,
+		m.modelSeconds, m.modelErrors, m.subscriptions, turns, toolCalls, live, store,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -183,34 +189,91 @@ func (m *Metrics) Hooks() lazarus.Metrics {
 // with m).
 func (m *Metrics) attach(rt *lazarus.Runtime) { m.rt.Store(rt) }
 
+// StoreScrapeTimeout bounds the Store reads of one scrape: the gauges
+// counted from the Store (lazarus_conversations_active,
+// lazarus_human_calls_pending) are counted concurrently under one
+// deadline, this long after the scrape reaches them, so that a Store that
+// does not answer costs a scrape this much once, not once per gauge, well
+// within Prometheus's default scrape_timeout (10 s). A gauge not counted by
+// then is reported as an error wrapping context.DeadlineExceeded.
+const StoreScrapeTimeout = 5 * time.Second
+
 // storeGauge is a gauge counted from the Store at each scrape. A count
 // that fails is reported to the scrape as the gauge's error
 // (prometheus.NewInvalidMetric), never as a number.
 type storeGauge struct {
 	name  string
 	desc  *prometheus.Desc
-	count func() (float64, error)
+	count func(context.Context) (float64, error)
 }
 
-func (g storeGauge) Describe(ch chan<- *prometheus.Desc) { ch <- g.desc }
+// storeGauges collects the storeGauges of a Metrics as one collector, so
+// that one scrape counts them all concurrently under one deadline
+// (StoreScrapeTimeout, or timeout when set).
+type storeGauges struct {
+	gauges  []storeGauge
+	timeout *time.Duration // Metrics.storeTimeout: 0 is StoreScrapeTimeout
+}
 
-func (g storeGauge) Collect(ch chan<- prometheus.Metric) {
-	v, err := g.count()
-	if err != nil {
-		ch <- prometheus.NewInvalidMetric(g.desc, fmt.Errorf("server: counting %s at scrape: %w", g.name, err))
-		return
+func (c storeGauges) Describe(ch chan<- *prometheus.Desc) {
+	for _, g := range c.gauges {
+		ch <- g.desc
 	}
-	ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, v)
+}
+
+// Collect sends each gauge's count, or its error: a gauge whose count has
+// not returned by the deadline is reported as timed out even if the Store
+// ignores the context, so a scrape never waits past the deadline for them.
+func (c storeGauges) Collect(ch chan<- prometheus.Metric) {
+	timeout := *c.timeout
+	if timeout <= 0 {
+		timeout = StoreScrapeTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	type result struct {
+		i   int
+		v   float64
+		err error
+	}
+	// Buffered: a count that returns after the deadline does not block.
+	results := make(chan result, len(c.gauges))
+	for i, g := range c.gauges {
+		go func() {
+			v, err := g.count(ctx)
+			results <- result{i, v, err}
+		}()
+	}
+	done := make([]bool, len(c.gauges))
+	for range c.gauges {
+		var r result
+		select {
+		case r = <-results:
+		case <-ctx.Done():
+			// Wait no longer: the gauges still counting time out.
+			for i, g := range c.gauges {
+				if !done[i] {
+					ch <- prometheus.NewInvalidMetric(g.desc, fmt.Errorf("server: counting %s at scrape: no answer within %v: %w", g.name, timeout, ctx.Err()))
+				}
+			}
+			return
+		}
+		done[r.i] = true
+		g := c.gauges[r.i]
+		if r.err != nil {
+			ch <- prometheus.NewInvalidMetric(g.desc, fmt.Errorf("server: counting %s at scrape: %w", g.name, r.err))
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, r.v)
+	}
 }
 
 // pendingCalls counts the pending human calls (up to MaxPendingCount).
-func (m *Metrics) pendingCalls() (float64, error) {
+func (m *Metrics) pendingCalls(ctx context.Context) (float64, error) {
 	rt := m.rt.Load()
 	if rt == nil {
 		return 0, nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
 	n, cursor := 0, ""
 	for n < MaxPendingCount {
 		rows, next, err := rt.PendingCalls(ctx, cursor, min(1000, MaxPendingCount-n))
@@ -228,13 +291,11 @@ func (m *Metrics) pendingCalls() (float64, error) {
 
 // activeConversations counts the ACTIVE conversations (up to
 // MaxPendingCount).
-func (m *Metrics) activeConversations() (float64, error) {
+func (m *Metrics) activeConversations(ctx context.Context) (float64, error) {
 	rt := m.rt.Load()
 	if rt == nil {
 		return 0, nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
 	n, cursor := 0, ""
 	for n < MaxPendingCount {
 		ids, next, err := rt.Store().ListActiveConversations(ctx, cursor, min(1000, MaxPendingCount-n))

@@ -2,11 +2,13 @@ package server_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -314,4 +316,142 @@ func TestStoreGaugesReportAStoreError(t *testing.T) {
 	require.Contains(t, body, "lazarus_human_calls_pending 1")
 	require.Contains(t, body, "lazarus_conversations_active 0")
 	require.Contains(t, body, `promhttp_metric_handler_errors_total{cause="gathering"} 1`, "the failed scrape, counted after it")
+}
+
+// listsHang is a Store whose listings of pending calls and ACTIVE
+// conversations, once hang is set, answer nothing until their context
+// ends; it records the deadline of each such call. A call whose context
+// has no deadline (the runtime's own resume scan, not a scrape) is
+// passed through.
+type listsHang struct {
+	journal.Store
+	hang      atomic.Bool
+	deaf      chan struct{} // when set, a hanging call ignores its context and waits for it to close
+	mu        sync.Mutex
+	deadlines []time.Time
+}
+
+// hangs reports whether a call of ctx should hang.
+func (s *listsHang) hangs(ctx context.Context) bool {
+	_, bounded := ctx.Deadline()
+	return bounded && s.hang.Load()
+}
+
+func (s *listsHang) block(ctx context.Context) error {
+	d, _ := ctx.Deadline()
+	s.mu.Lock()
+	s.deadlines = append(s.deadlines, d)
+	deaf := s.deaf
+	s.mu.Unlock()
+	if deaf != nil {
+		<-deaf
+		return errors.New("listsHang: released")
+	}
+	<-ctx.Done()
+	return fmt.Errorf("listsHang: %w", ctx.Err())
+}
+
+func (s *listsHang) ListPendingToolCalls(ctx context.Context, cursor string, limit int) ([]*messages.ToolCallRecord, string, error) {
+	if s.hangs(ctx) {
+		return nil, "", s.block(ctx)
+	}
+	return s.Store.ListPendingToolCalls(ctx, cursor, limit)
+}
+
+func (s *listsHang) ListActiveConversations(ctx context.Context, cursor string, limit int) ([]string, string, error) {
+	if s.hangs(ctx) {
+		return nil, "", s.block(ctx)
+	}
+	return s.Store.ListActiveConversations(ctx, cursor, limit)
+}
+
+// takeDeadlines returns the deadlines recorded since the last call.
+func (s *listsHang) takeDeadlines() []time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := s.deadlines
+	s.deadlines = nil
+	return d
+}
+
+// TestScrapeOfAHangingStoreSharesOneDeadline: one scrape bounds the Store
+// reads of all its store-counted gauges by one deadline, not one each, so
+// a Store that does not answer makes the scrape wait the bound once: each
+// gauge's Store call gets the same deadline, the bound after the scrape
+// reached them. The scrape then returns with both gauges reported as
+// errors (context.DeadlineExceeded) and every other series served; so it
+// does when the Store ignores the context.
+func TestScrapeOfAHangingStoreSharesOneDeadline(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const bound = 100 * time.Millisecond
+	m := server.NewMetrics()
+	server.SetStoreScrapeTimeout(m, bound)
+	store := &listsHang{Store: memjournal.New(memjournal.Options{})}
+	model := scripted.New(scripted.Options{})
+	rt, err := lazarus.Open(lazarus.Options{Model: model, Store: store, IdleTimeout: -1, Metrics: m.Hooks(),
+		Tools: []agent.Tool{{Name: "ask", Executor: messages.Executor_EXECUTOR_HUMAN, Timeout: time.Hour}}})
+	require.NoError(t, err)
+	defer rt.Close()
+	var logs syncBuffer
+	h := server.New(rt, server.Options{Metrics: m, PublicMetrics: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	model.Push("c", scripted.Reply("", scripted.Call("ask", `{}`)))
+	_, err = rt.SendAndWait(ctx, "c", "hi", agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	store.hang.Store(true)
+
+	// The scrape runs on its own goroutine so that a hang fails the test
+	// instead of stalling it.
+	oneDeadline := func(start time.Time, scrape func()) {
+		t.Helper()
+		done := make(chan struct{})
+		go func() { defer close(done); scrape() }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			t.Fatal("the scrape of a hanging Store did not return")
+		}
+		ds := store.takeDeadlines()
+		require.Len(t, ds, 2, "one Store call per gauge")
+		require.True(t, ds[0].Equal(ds[1]), "one deadline for the scrape, not one per gauge: %v", ds)
+		require.False(t, ds[0].Before(start.Add(bound)), "the deadline is the bound after the scrape reached the gauges")
+		require.False(t, ds[0].After(time.Now()), "the scrape returned at the deadline, not after another one")
+	}
+
+	var gatherErr error
+	start := time.Now()
+	oneDeadline(start, func() { _, gatherErr = m.Registry().Gather() })
+	require.ErrorContains(t, gatherErr, context.DeadlineExceeded.Error()) // Gather formats the errors: no chain
+	require.ErrorContains(t, gatherErr, "server: counting lazarus_human_calls_pending at scrape")
+	require.ErrorContains(t, gatherErr, "server: counting lazarus_conversations_active at scrape")
+
+	rec := httptest.NewRecorder()
+	start = time.Now()
+	oneDeadline(start, func() { h.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil)) })
+	require.Equal(t, http.StatusOK, rec.Code, "the other series are served")
+	body := rec.Body.String()
+	require.NotContains(t, body, "lazarus_human_calls_pending")
+	require.NotContains(t, body, "lazarus_conversations_active")
+	for _, series := range []string{"lazarus_conversation_activations_total 1", "lazarus_conversations_live 1",
+		"lazarus_journal_appends_total", "lazarus_subscriptions 0", `lazarus_turns_total{outcome="suspended"} 1`,
+		"go_goroutines", "process_start_time_seconds"} {
+		require.Contains(t, body, series)
+	}
+	require.Contains(t, logs.String(), "lazarus_human_calls_pending")
+	require.Contains(t, logs.String(), "lazarus_conversations_active")
+
+	// A Store that ignores its context does not hold the scrape past the
+	// deadline either.
+	release := make(chan struct{})
+	store.mu.Lock()
+	store.deaf = release
+	store.mu.Unlock()
+	start = time.Now()
+	oneDeadline(start, func() { _, gatherErr = m.Registry().Gather() })
+	require.ErrorContains(t, gatherErr, "server: counting lazarus_human_calls_pending at scrape: no answer within 100ms: context deadline exceeded")
+	require.ErrorContains(t, gatherErr, "server: counting lazarus_conversations_active at scrape: no answer within 100ms: context deadline exceeded")
+	close(release)
+
+	store.hang.Store(false)
+	require.EqualValues(t, 1, seriesValue(t, m.Registry(), "lazarus_human_calls_pending"), "the gauges count again once the Store answers")
 }
