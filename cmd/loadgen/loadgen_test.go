@@ -199,6 +199,8 @@ func TestCLIUsage(t *testing.T) {
 		assert.Contains(t, stderr.String(), f)
 	}
 	assert.Equal(t, 1, strings.Count(stderr.String(), "-conversations int"), "the flags are listed once:\n%s", stderr.String())
+	assert.Contains(t, stderr.String(), "130 interrupted (SIGINT, SIGTERM, SIGHUP)", "-h says the exit statuses")
+	assert.Contains(t, stderr.String(), "141 stdout or stderr closed")
 	assert.Empty(t, stdout.String())
 	file := filepath.Join(t.TempDir(), "file")
 	require.NoError(t, os.WriteFile(file, nil, 0o644))
@@ -254,16 +256,19 @@ func TestCLIRunTwiceInOneDir(t *testing.T) {
 	assert.Empty(t, stdout.String())
 }
 
-// TestCLIInterrupted: a run whose context ends (SIGINT) stops, reports what
-// it measured, says it was interrupted and exits with status 130, not as a
-// whole run.
+// TestCLIInterrupted: a run whose context ends (a signal) stops, reports
+// what it measured, says it was interrupted and exits with status 130, not
+// as a whole run; the --dir it was given is kept.
 func TestCLIInterrupted(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
+	dir := t.TempDir()
 	var stdout, stderr bytes.Buffer
-	code := cli(ctx, []string{"--conversations", "2", "--duration", "30s", "--kill-every", "0", "--json", "--dir", t.TempDir()}, &stdout, &stderr)
+	code := cli(ctx, []string{"--conversations", "2", "--duration", "30s", "--kill-every", "0", "--json", "--dir", dir}, &stdout, &stderr)
 	assert.Equal(t, 130, code, "stderr:\n%s", stderr.String())
 	assert.Contains(t, stderr.String(), "loadgen: interrupted")
 	var rep report
 	assert.NoError(t, json.Unmarshal(stdout.Bytes(), &rep), "the report of what was measured:\n%s", stdout.String())
+	_, err := os.Stat(filepath.Join(dir, "runtime"))
+	assert.NoError(t, err, "a --dir is kept, interrupted too")
 }

@@ -34,10 +34,20 @@
 // phase, compacted whole, and measured again: the footprint at steady
 // state. With --rate N, phase 1 itself is open loop at N events/s.
 //
-// The report is a table on stdout, or JSON with --json. SIGINT stops the
-// phase in progress and skips the later ones: the report covers what was
-// measured until then, and the exit status is 130 (0 for a whole run, 1
-// when a phase failed, 2 for bad flags or a --dir that cannot be used).
+// The report is a table on stdout, or JSON with --json; the phases, their
+// progress (a line a second), --pebble-events and the errors of single
+// conversations go to stderr.
+//
+// Exit status: 0 for a whole run (and -h); 1 when a phase failed; 2 for bad
+// flags or a --dir that cannot be used; 130 when interrupted by SIGINT,
+// SIGTERM or SIGHUP: the phase in progress stops, the later ones are
+// skipped, the report covers what was measured until then, and stderr says
+// "loadgen: interrupted"; 141 (as a shell says of a process SIGPIPE killed)
+// when stdout or stderr was closed by its reader, as by `loadgen | head`:
+// the run stops at the first write that finds it closed, and stderr (if it
+// is still open) says "loadgen: stdout closed". Interrupted or cut off,
+// loadgen removes its temporary directory; a --dir is never removed.
+//
 // Usage:
 //
 //	go run ./cmd/loadgen [--conversations 1024] [--duration 10s] [--json]
@@ -56,8 +66,46 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"sync"
+	"syscall"
 	"time"
 )
+
+// Exit statuses.
+const (
+	exitOK     = 0
+	exitFailed = 1   // a phase failed
+	exitUsage  = 2   // bad flags, or a --dir that cannot be used
+	exitSignal = 130 // interrupted (SIGINT, SIGTERM or SIGHUP)
+	exitPipe   = 141 // stdout or stderr closed (EPIPE): 128 + SIGPIPE, as a shell says of a process SIGPIPE killed
+)
+
+// errStdoutClosed and errStderrClosed are the causes of the end of a run
+// whose stdout or stderr was closed by its reader.
+var (
+	errStdoutClosed = errors.New("stdout closed")
+	errStderrClosed = errors.New("stderr closed")
+)
+
+// outWriter is stdout or stderr as a run writes it: safe for the run's
+// concurrent writers (drivers, progress, Pebble's events), and a write that
+// finds the pipe closed by its reader (EPIPE) stops the run, through closed.
+type outWriter struct {
+	mu     sync.Mutex
+	w      io.Writer
+	closed func()
+}
+
+// Write implements io.Writer.
+func (o *outWriter) Write(b []byte) (int, error) {
+	o.mu.Lock()
+	n, err := o.w.Write(b)
+	o.mu.Unlock()
+	if errors.Is(err, syscall.EPIPE) {
+		o.closed()
+	}
+	return n, err
+}
 
 // config is the command line.
 type config struct {
@@ -96,6 +144,15 @@ type config struct {
 	stderr io.Writer // where the run says what it does: the phases, their progress
 }
 
+// errOut is the run's stderr: the one cli was given, or os.Stderr when the
+// config was not made by parseFlags.
+func (c config) errOut() io.Writer {
+	if c.stderr == nil {
+		return os.Stderr
+	}
+	return c.stderr
+}
+
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
@@ -132,6 +189,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.SingleRound, "single-round", 2*time.Second, "time of each side in a single-conversation round (the sides take turns, one turn of events each)")
 	fs.BoolVar(&c.Verbose, "v", false, "log the runtime's warnings to stderr")
 	fs.BoolVar(&c.PebbleEvents, "pebble-events", false, "print the runtime store's Pebble events (flushes, compactions, WAL files, write stalls) to stderr, each with the time since the phase started")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "Usage: loadgen [flags]\n\nDrives a Lazarus runtime with many concurrent conversations and measures it\nagainst naive baselines; the report is on stdout, the progress on stderr.\n\nFlags:\n")
+		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), "\nExit status: 0 a whole run; 1 a phase failed; 2 bad flags or a --dir that\ncannot be used; 130 interrupted (SIGINT, SIGTERM, SIGHUP): the report covers\nwhat was measured until then; 141 stdout or stderr closed before the end (as\nby loadgen | head). The temporary directory is removed at the end, interrupted\nor cut off too; a --dir is kept.\n")
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			if stderr == nil {
@@ -203,54 +265,68 @@ type machine struct {
 }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	code := cli(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
+	os.Exit(mainCode(os.Args[1:]))
+}
+
+// mainCode is loadgen's process: cli on the process's output, interrupted
+// by SIGINT, SIGTERM or SIGHUP. SIGPIPE is caught, so that a write to a
+// closed stdout or stderr fails with EPIPE, which stops the run (see cli),
+// instead of killing the process before it removes its temporary directory.
+func mainCode(args []string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+	pipe := make(chan os.Signal, 1)
+	signal.Notify(pipe, syscall.SIGPIPE)
+	defer signal.Stop(pipe)
+	return cli(ctx, args, os.Stdout, os.Stderr)
 }
 
 // cli runs loadgen with args and returns its exit status: 0 (also for -h),
 // 1 when a phase failed, 2 for bad flags or a --dir it cannot use, 130 when
-// ctx ended (SIGINT) before the run did: the phase in progress stops, the
-// later ones are skipped, and the report covers what was measured.
+// ctx ended (SIGINT, SIGTERM, SIGHUP) before the run did: the phase in
+// progress stops, the later ones are skipped, and the report covers what
+// was measured; 141 when a write to stdout or stderr found it closed
+// (EPIPE), which stops the run as ctx's end does. Everything the run says
+// goes to stderr, never to os.Stderr directly.
 func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stdout = &outWriter{w: stdout, closed: func() { cancel(errStdoutClosed) }}
+	stderr = &outWriter{w: stderr, closed: func() { cancel(errStderrClosed) }}
 	cfg, err := parseFlags(args, stderr)
 	if err == nil {
 		err = checkDir(cfg.Dir)
 	}
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return 0
+			return exitOK
 		}
 		fmt.Fprintln(stderr, "loadgen:", err)
 		fmt.Fprintln(stderr, "usage: loadgen [flags]\nRun 'loadgen -h' for the flags.")
-		return 2
+		return exitUsage
 	}
 	rep, err := run(ctx, cfg)
-	if err != nil {
-		fmt.Fprintln(stderr, "loadgen:", err)
-		return 1
-	}
-	if cfg.JSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
-			fmt.Fprintln(stderr, "loadgen:", err)
-			return 1
+	if err == nil {
+		if cfg.JSON {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			err = enc.Encode(rep)
+		} else {
+			printReport(stdout, rep)
 		}
-		return interrupted(ctx, stderr)
 	}
-	printReport(stdout, rep)
-	return interrupted(ctx, stderr)
-}
-
-// interrupted returns 130, said on stderr, if ctx ended (SIGINT), else 0.
-func interrupted(ctx context.Context, stderr io.Writer) int {
-	if ctx.Err() == nil {
-		return 0
+	switch cause := context.Cause(ctx); {
+	case errors.Is(cause, errStdoutClosed), errors.Is(cause, errStderrClosed):
+		fmt.Fprintln(stderr, "loadgen:", cause)
+		return exitPipe
+	case err != nil:
+		fmt.Fprintln(stderr, "loadgen:", err)
+		return exitFailed
+	case ctx.Err() != nil:
+		fmt.Fprintln(stderr, "loadgen: interrupted: the report covers what was measured until then")
+		return exitSignal
 	}
-	fmt.Fprintln(stderr, "loadgen: interrupted: the report covers what was measured until then")
-	return 130
+	return exitOK
 }
 
 // phaseDirs are the directories a run makes under --dir, one per store.
@@ -300,10 +376,7 @@ func run(ctx context.Context, cfg config) (*report, error) {
 		Config: cfg,
 	}
 
-	stderr := cfg.stderr
-	if stderr == nil {
-		stderr = os.Stderr
-	}
+	stderr := cfg.errOut()
 	logf := func(format string, args ...any) { fmt.Fprintf(stderr, "loadgen: "+format+"\n", args...) }
 	// On PostgreSQL the phase's directory only names its schema.
 	where := "in " + dir

@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"runtime"
 	"sync"
@@ -143,7 +143,7 @@ func openStore(cfg config, dir string) (journal.Store, error) {
 	// default.
 	opts := pebblejournal.Options{Logger: cfg.logger, RaiseGOMAXPROCS: true}
 	if cfg.PebbleEvents {
-		opts.EventListener = printEvents(os.Stderr, time.Now())
+		opts.EventListener = printEvents(cfg.errOut(), time.Now())
 	}
 	return pebblejournal.Open(dir, opts)
 }
@@ -210,7 +210,7 @@ func runRuntime(ctx context.Context, cfg config, dir string) (runResult, error) 
 	progressDone := make(chan struct{})
 	go func() {
 		defer close(progressDone)
-		progress(runCtx, start, rt, st)
+		progress(runCtx, cfg.errOut(), start, rt, st)
 	}()
 	// Measure after the warm-up: the first commands of every conversation
 	// arrive together, and Pebble starts empty.
@@ -349,7 +349,7 @@ func drive(ctx context.Context, cfg config, rt *lazarus.Runtime, c *conv, st *ru
 		if err != nil {
 			if ctx.Err() == nil {
 				st.failures.Add(1)
-				fmt.Fprintf(os.Stderr, "loadgen: send to %s: %v\n", c.id, err)
+				fmt.Fprintf(cfg.errOut(), "loadgen: send to %s: %v\n", c.id, err)
 				// A client backs off before it retries: a failing Send must
 				// not turn the driver into a busy loop.
 				t := time.NewTimer(sendRetryAfter)
@@ -432,7 +432,7 @@ func (d *driver) awaitFinal() bool {
 				// A failed turn or write: the actor stopped; revive it so it
 				// carries on from the log.
 				if d.st.failures.Add(1) <= 3 && d.cfg.Verbose {
-					fmt.Fprintf(os.Stderr, "loadgen: %s: %v\n", d.c.id, u.Err)
+					fmt.Fprintf(d.cfg.errOut(), "loadgen: %s: %v\n", d.c.id, u.Err)
 				}
 				_ = d.rt.Wake(d.ctx, d.c.id)
 			}
@@ -494,7 +494,7 @@ func (d *driver) answer(callID string) bool {
 			return false
 		}
 		d.st.failures.Add(1)
-		fmt.Fprintf(os.Stderr, "loadgen: resolve %s: %v\n", callID, err)
+		fmt.Fprintf(d.cfg.errOut(), "loadgen: resolve %s: %v\n", callID, err)
 		return true
 	}
 	d.st.record(&d.st.resolveAck, time.Since(t0))
@@ -574,9 +574,9 @@ func killer(ctx context.Context, cfg config, rt *lazarus.Runtime, convs []*conv,
 	}
 }
 
-// progress prints one line a second to stderr until ctx ends; its p99s are
-// of the acks recorded in that second.
-func progress(ctx context.Context, start time.Time, rt *lazarus.Runtime, st *runStats) {
+// progress prints one line a second to w (the run's stderr) until ctx
+// ends; its p99s are of the acks recorded in that second.
+func progress(ctx context.Context, w io.Writer, start time.Time, rt *lazarus.Runtime, st *runStats) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	var lastEvents, lastTurns uint64
@@ -595,7 +595,7 @@ func progress(ctx context.Context, start time.Time, rt *lazarus.Runtime, st *run
 			var sendP99, eventP99 time.Duration
 			sendP99, lastSend = st.sendAck.QuantileSince(lastSend, 0.99)
 			eventP99, lastEvent = st.eventAck.QuantileSince(lastEvent, 0.99)
-			fmt.Fprintf(os.Stderr, "%5.1fs  events/s %7.0f  turns/s %6.0f  cpu %3.0f%%  send p99 %6.2fms  event-ack p99 %6.2fms  active %5d  kills %4d  rss %5.0f MiB  heap %5.0f MiB\n",
+			fmt.Fprintf(w, "%5.1fs  events/s %7.0f  turns/s %6.0f  cpu %3.0f%%  send p99 %6.2fms  event-ack p99 %6.2fms  active %5d  kills %4d  rss %5.0f MiB  heap %5.0f MiB\n",
 				now.Sub(start).Seconds(), float64(ev-lastEvents)/dt, float64(tu-lastTurns)/dt, 100*(cpu-lastCPU).Seconds()/dt,
 				ms(sendP99), ms(eventP99),
 				rt.Active(), st.kills.Load(), float64(procStatus("VmRSS"))/(1<<20), float64(mem.HeapInuse)/(1<<20))
