@@ -115,6 +115,38 @@ func TestHouseRules(t *testing.T) {
 		}
 	})
 
+	// ARCHITECTURE.md's Codemap: messages imports nothing of ours. Its
+	// generated files count (repoFiles skips them), and so does its own
+	// package's tests; an external test package may import messages alone.
+	t.Run("messages imports nothing of ours", func(t *testing.T) {
+		root, err := filepath.Abs("..")
+		require.NoError(t, err)
+		checked := 0
+		err = filepath.WalkDir(filepath.Join(root, "messages"), func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") {
+				return err
+			}
+			f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+			if err != nil {
+				return err
+			}
+			rel, _ := filepath.Rel(root, path)
+			checked++
+			for _, p := range imports(f) {
+				if p != module && !strings.HasPrefix(p, module+"/") {
+					continue
+				}
+				if strings.HasSuffix(f.Name.Name, "_test") && p == module+"/messages" {
+					continue // an external test package imports the package it tests
+				}
+				t.Errorf("%s imports %s; messages imports nothing of this module", filepath.ToSlash(rel), p)
+			}
+			return nil
+		})
+		require.NoError(t, err)
+		require.NotZero(t, checked, "messages has Go files")
+	})
+
 	t.Run("Pebble is imported only by its adapter, the facade, commands and tests", func(t *testing.T) {
 		for _, f := range files {
 			dir := dirOf(f.path)
