@@ -417,7 +417,11 @@ func TestRBEndHoldsAcrossARestart(t *testing.T) {
 // which the model sees once.
 func TestRBResolveAndRejectRaceAcrossAKill(t *testing.T) {
 	forEachStore(t, func(t *testing.T, kind string) {
-		h := newHarness(t, openStore(t, kind), nil)
+		// A Kill that lands after the winner's delivery was answered, but
+		// before the activation recorded the answer, leaves the turn owed
+		// with no live actor: the resume scan wakes it (ResumeInterval; by
+		// default every 30 s, longer than this test waits).
+		h := newHarness(t, openStore(t, kind), func(o *lazarus.Options) { o.ResumeInterval = 20 * time.Millisecond })
 		ctx := ctxT(t)
 		end := h.suspendOnApproval("c", "refund order 42")
 		id := end.Pending[0].GetToolCallId()
@@ -977,7 +981,11 @@ func TestRBRetryPolicyFields(t *testing.T) {
 // starts its log at seq 1.
 func TestRBWakeOfAConversationWithNothingStored(t *testing.T) {
 	forEachStore(t, func(t *testing.T, kind string) {
-		h := newHarness(t, openStore(t, kind), func(o *lazarus.Options) { o.IdleTimeout = time.Minute })
+		// An idle time no other timer of the runtime shares (the expiry
+		// actor's is actors.MaxTimerSpan, a minute), so the one found at
+		// idleAt is the idle timer.
+		const idle = 7*time.Minute + 13*time.Second
+		h := newHarness(t, openStore(t, kind), func(o *lazarus.Options) { o.IdleTimeout = idle })
 		ctx := ctxT(t)
 		require.NoError(t, h.rt.Wake(ctx, "ghost"))
 		require.True(t, h.rt.IsActive("ghost"))
@@ -985,10 +993,10 @@ func TestRBWakeOfAConversationWithNothingStored(t *testing.T) {
 		require.ErrorIs(t, err, journal.ErrNotFound, "no row written")
 		require.Empty(t, h.history("ghost"))
 		require.Equal(t, 0, h.model.Calls("ghost"))
-		idleAt := h.clock.Now().Add(time.Minute)
+		idleAt := h.clock.Now().Add(idle)
 		require.Eventually(t, func() bool { return slices.ContainsFunc(h.clock.Dues(), idleAt.Equal) }, wait, time.Millisecond,
 			"an idle timer (timers %v)", h.clock.Dues())
-		h.clock.Advance(time.Minute)
+		h.clock.Advance(idle)
 		require.Eventually(t, func() bool { return !h.rt.IsActive("ghost") }, wait, time.Millisecond, "passivated")
 		_, err = h.store.Conversation(ctx, "ghost")
 		require.ErrorIs(t, err, journal.ErrNotFound, "still no row")
