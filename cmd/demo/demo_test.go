@@ -26,13 +26,13 @@ import (
 
 // TestMain lets this test binary stand in for the demo's binary: act 5
 // re-executes os.Executable() with the child flag, which here is the test
-// binary, so it must behave as the demo's child.
+// binary, so it must behave as the demo's child, signals included.
 //
 // With asMainEnv set, it is the demo's whole process (signals included), for
 // the tests that run the demo as a child process.
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "--"+childFlag {
-		os.Exit(cli(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+		os.Exit(mainCode(os.Args[1:]))
 	}
 	if os.Getenv(asMainEnv) == "1" {
 		os.Exit(mainCode(os.Args[1:]))
@@ -428,7 +428,7 @@ func TestUsage(t *testing.T) {
 
 	assert.Contains(t, errs, "Exit status: 0 every check held")
 	assert.Contains(t, errs, "130 interrupted")
-	assert.Contains(t, errs, "SIGHUP); 141 stdout closed")
+	assert.Contains(t, errs, "SIGHUP); 141 stdout or stderr closed")
 
 	code, _, errs = runDemo(t, "--no-such-flag")
 	assert.Equal(t, exitUsage, code)
@@ -533,6 +533,57 @@ func TestStdoutClosed(t *testing.T) {
 			require.ErrorAs(t, err, &exit, "stderr:\n%s", stderr.String())
 			assert.Equal(t, exitPipe, exit.ExitCode(), "%v; stderr:\n%s", exit, stderr.String())
 			assert.Equal(t, "demo: stdout closed\n", stderr.String())
+			left, err := os.ReadDir(tmp)
+			require.NoError(t, err)
+			assert.Empty(t, left, "the temporary directory is removed")
+		})
+	}
+}
+
+// TestStderrClosed runs the demo --verbose as a process whose stderr is a
+// pipe its reader closed: alone, as `demo --verbose 2>&1 >out | head`
+// would once head is gone, and shared with stdout, as `demo --verbose 2>&1
+// | head` would. The demo stops at the first write that finds the pipe
+// closed, exits with status 141 and removes its temporary directory; with
+// stdout open, its transcript ends with the interruption. A closed stderr
+// alone used to be ignored: the demo ran on, and act 5's child, given the
+// same stderr, could die of it, failing the run (status 1) and leaving the
+// directory behind.
+func TestStderrClosed(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		shared bool // stdout is the same pipe
+	}{
+		{"stderr", false},
+		{"stdout and stderr", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tmp := t.TempDir()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, os.Args[0], "--fast", "--verbose", "--json")
+			cmd.Env = append(os.Environ(), asMainEnv+"=1", "TMPDIR="+tmp)
+			r, w, err := os.Pipe()
+			require.NoError(t, err)
+			var stdout syncBuffer
+			cmd.Stdout = &stdout
+			if tc.shared {
+				cmd.Stdout = w
+			}
+			cmd.Stderr = w
+			require.NoError(t, r.Close(), "the reader is gone, as head is once it has its lines")
+			require.NoError(t, cmd.Start())
+			require.NoError(t, w.Close())
+			err = cmd.Wait()
+			var exit *exec.ExitError
+			require.ErrorAs(t, err, &exit, "stdout:\n%s", stdout.String())
+			assert.Equal(t, exitPipe, exit.ExitCode(), "%v; stdout:\n%s", exit, stdout.String())
+			if !tc.shared {
+				recs := transcript(t, stdout.String())
+				last := recs[len(recs)-1]
+				assert.Equal(t, "result", last.Kind)
+				assert.Equal(t, "interrupted", last.Reason)
+			}
 			left, err := os.ReadDir(tmp)
 			require.NoError(t, err)
 			assert.Empty(t, left, "the temporary directory is removed")

@@ -35,10 +35,14 @@
 // the demo cannot use (not empty, in use by another demo, not a directory
 // it can create and write in); 130 when interrupted by SIGINT, SIGTERM or
 // SIGHUP, after "demo: interrupted" on stderr; 141 (as a shell says of a
-// process SIGPIPE killed) when stdout was closed before the end, as by
-// `demo | head`, after "demo: stdout closed" on stderr. Interrupted or cut
-// off, the demo stops and removes its temporary directory (not a --dir,
-// nor one --keep keeps).
+// process SIGPIPE killed) when stdout or stderr was closed by its reader
+// before the end, as by `demo | head`, `demo 2>&1 | head` or `demo
+// --verbose 2>&1 >out | head`: the demo stops at the first write that
+// finds it closed, and says "demo: stdout closed" on stderr if stderr is
+// still open (a closed stderr is noticed only when the demo writes to it:
+// --verbose, a warning, act 5's child's stderr). Interrupted or cut off,
+// the demo stops and removes its temporary directory (not a --dir, nor one
+// --keep keeps).
 //
 // Act 5 re-executes the demo's own binary with a hidden --child flag, as the
 // process that is killed.
@@ -61,15 +65,18 @@ const (
 	exitFailed = 1   // a check did not hold, or the demo could not run
 	exitUsage  = 2   // bad flags, or a --dir the demo cannot start in
 	exitSignal = 130 // interrupted (SIGINT, SIGTERM or SIGHUP)
-	exitPipe   = 141 // stdout closed (EPIPE): 128 + SIGPIPE, as a shell says of a process SIGPIPE killed
+	exitPipe   = 141 // stdout or stderr closed (EPIPE): 128 + SIGPIPE, as a shell says of a process SIGPIPE killed
 )
 
-// errStdoutClosed is the cause of the end of a run whose stdout was closed
-// by its reader.
-var errStdoutClosed = errors.New("stdout closed")
+// errStdoutClosed and errStderrClosed are the causes of the end of a run
+// whose stdout or stderr was closed by its reader.
+var (
+	errStdoutClosed = errors.New("stdout closed")
+	errStderrClosed = errors.New("stderr closed")
+)
 
-// pipeWriter is stdout as the demo writes it: a write that finds the pipe
-// closed by its reader (EPIPE) stops the run, through closed.
+// pipeWriter is stdout or stderr as the demo writes it: a write that finds
+// the pipe closed by its reader (EPIPE) stops the run, through closed.
 type pipeWriter struct {
 	w      io.Writer
 	closed func()
@@ -95,8 +102,8 @@ func main() {
 
 // mainCode is the demo's process: cli on the process's output, interrupted
 // by SIGINT, SIGTERM or SIGHUP. SIGPIPE is caught, so that a write to a
-// closed stdout fails with EPIPE, which stops the run (see cli), instead of
-// killing the process before it removes its temporary directory.
+// closed stdout or stderr fails with EPIPE, which stops the run (see cli),
+// instead of killing the process before it removes its temporary directory.
 func mainCode(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
@@ -119,11 +126,13 @@ type config struct {
 }
 
 // cli parses args, runs the demo (or its child) and returns the exit code.
-// A write to stdout that fails with EPIPE ends ctx, as a signal does.
+// A write to stdout or stderr that fails with EPIPE ends ctx, as a signal
+// does; act 5's child writes its stderr through ours.
 func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stdout = &pipeWriter{w: stdout, closed: func() { cancel(errStdoutClosed) }}
+	stderr = &pipeWriter{w: stderr, closed: func() { cancel(errStderrClosed) }}
 	cfg, err := parseFlags(args, stderr)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
@@ -147,8 +156,8 @@ func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case errors.As(err, new(usageError)):
 		fmt.Fprintf(stderr, "demo: %v\n", err)
 		return exitUsage
-	case errors.Is(context.Cause(ctx), errStdoutClosed):
-		fmt.Fprintln(stderr, "demo: stdout closed")
+	case errors.Is(context.Cause(ctx), errStdoutClosed), errors.Is(context.Cause(ctx), errStderrClosed):
+		fmt.Fprintln(stderr, "demo:", context.Cause(ctx))
 		return exitPipe
 	case err != nil && ctx.Err() != nil:
 		fmt.Fprintln(stderr, "demo: interrupted")
@@ -184,7 +193,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			}
 			fmt.Fprintf(fs.Output(), "  --%s%s\n    \t%s\n", f.Name, name, usage)
 		})
-		fmt.Fprint(fs.Output(), "\nExit status: 0 every check held; 1 a check failed or the demo could not run;\n2 bad flags or a --dir the demo cannot use; 130 interrupted (SIGINT, SIGTERM,\nSIGHUP); 141 stdout closed before the end (as by demo | head).\n")
+		fmt.Fprint(fs.Output(), "\nExit status: 0 every check held; 1 a check failed or the demo could not run;\n2 bad flags or a --dir the demo cannot use; 130 interrupted (SIGINT, SIGTERM,\nSIGHUP); 141 stdout or stderr closed before the end (as by demo | head).\n")
 	}
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
