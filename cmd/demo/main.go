@@ -42,7 +42,9 @@
 // still open (a closed stderr is noticed only when the demo writes to it:
 // --verbose, a warning, act 5's child's stderr). Interrupted or cut off,
 // the demo stops and removes its temporary directory (not a --dir, nor one
-// --keep keeps).
+// --keep keeps). go run reports every non-zero status as its own status 1;
+// make demo builds the demo and runs it, so that make's "Error N" is the
+// demo's status.
 //
 // Act 5 re-executes the demo's own binary with a hidden --child flag, as the
 // process that is killed.
