@@ -96,3 +96,16 @@ func TestBBNilErrors(t *testing.T) {
 	assert.False(t, retry.IsRetryable(nil))
 	assert.NoError(t, retry.Policy{}.Do(context.Background(), func(context.Context) error { return nil }))
 }
+
+// Do with a nil attempt makes no attempt and waits for nothing: it returns
+// an error wrapping ErrNilAttempt (it used to panic).
+func TestBBDoNilAttempt(t *testing.T) {
+	var waits []time.Duration
+	var err error
+	require.NotPanics(t, func() {
+		err = retry.Policy{Sleep: recorder(&waits)}.Do(context.Background(), nil)
+	})
+	require.ErrorIs(t, err, retry.ErrNilAttempt)
+	assert.Empty(t, waits)
+	require.ErrorIs(t, retry.Policy{}.Do(context.Background(), nil), retry.ErrNilAttempt, "the zero Policy too")
+}

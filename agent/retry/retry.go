@@ -33,6 +33,10 @@ const (
 	DefaultMaxRetryAfter  = time.Minute
 )
 
+// ErrNilAttempt is the error Do returns when its attempt is nil: there is
+// nothing to call, so no attempt is made.
+var ErrNilAttempt = errors.New("retry: nil attempt")
+
 // Policy bounds the attempts of one model call. The zero value is the
 // defaults.
 type Policy struct {
@@ -133,8 +137,12 @@ func (p Policy) Backoff(n int) time.Duration {
 // done. Between attempts it waits the server's Retry-After when one was
 // named, else Backoff. It returns attempt's last error, unmarked, wrapped
 // with the number of attempts when there was more than one; ctx.Err() if ctx
-// ended a wait.
+// ended a wait. A nil attempt is refused with ErrNilAttempt, before any
+// attempt or wait.
 func (p Policy) Do(ctx context.Context, attempt func(ctx context.Context) error) error {
+	if attempt == nil {
+		return ErrNilAttempt
+	}
 	p = p.WithDefaults()
 	for n := 1; ; n++ {
 		err := attempt(ctx)
