@@ -69,10 +69,53 @@ type Metrics struct {
 	// runtime's (server) or a human's. Calls the model named wrongly are
 	// counted too: they are recorded, with an error as their result.
 	ToolCalled func(executor messages.Executor)
+	// ScheduleFired is called for each due occurrence of a schedule the
+	// runtime handled, with what became of it: ScheduleDelivered once per
+	// occurrence whose message the runtime committed to the log (with the
+	// record of the fire, in the same write), ScheduleDropped when the
+	// conversation was ended or deleted (nothing is written, and the
+	// schedule goes), ScheduleFailed for each delivery that failed and is
+	// handed again later. An occurrence another writer recorded first, or
+	// that a cancel or a reschedule took back, is none; so is one whose
+	// conversation moved to another member of a cluster (that member
+	// fires it, and counts it).
+	ScheduleFired func(outcome ScheduleOutcome)
 }
 
-// committed feeds the Appended, Expired, TurnEnded and ToolCalled hooks
-// from one committed append request.
+// ScheduleOutcome is what became of a due occurrence of a schedule
+// (Metrics.ScheduleFired).
+type ScheduleOutcome int
+
+// The outcomes of a schedule's occurrence.
+const (
+	// ScheduleDelivered: the occurrence's message was committed to the
+	// log, with the record of the fire; once per occurrence.
+	ScheduleDelivered ScheduleOutcome = iota + 1
+	// ScheduleDropped: the conversation was ended or deleted; nothing was
+	// written and the schedule is gone.
+	ScheduleDropped
+	// ScheduleFailed: the delivery failed (a full delivery queue, a Store
+	// error, a timeout); the expiry actor hands the occurrence again
+	// later, so one occurrence may count more than once.
+	ScheduleFailed
+)
+
+// String names the outcome ("delivered", "dropped", "failed").
+func (o ScheduleOutcome) String() string {
+	switch o {
+	case ScheduleDelivered:
+		return "delivered"
+	case ScheduleDropped:
+		return "dropped"
+	case ScheduleFailed:
+		return "failed"
+	}
+	return "unknown"
+}
+
+// committed feeds the Appended, Expired, TurnEnded, ToolCalled and
+// ScheduleFired (ScheduleDelivered) hooks from one committed append
+// request.
 func (m *Metrics) committed(req *messages.AppendRequest) {
 	if m.Appended != nil {
 		m.Appended(len(req.GetEvents()))
@@ -96,11 +139,24 @@ func (m *Metrics) committed(req *messages.AppendRequest) {
 			m.ToolCalled(row.GetExecutor())
 		}
 	}
+	if m.ScheduleFired != nil && req.GetScheduleFire() != nil {
+		// The Store applies a fire only at the schedule's stored next
+		// occurrence and moves it on in the same write: a committed fire
+		// is an occurrence delivered, once.
+		m.ScheduleFired(ScheduleDelivered)
+	}
+}
+
+// scheduleFired reports an outcome to the ScheduleFired hook, if set.
+func (m *Metrics) scheduleFired(o ScheduleOutcome) {
+	if m.ScheduleFired != nil {
+		m.ScheduleFired(o)
+	}
 }
 
 // observesCommits reports whether any hook is fed from committed requests.
 func (m *Metrics) observesCommits() bool {
-	return m.Appended != nil || m.Expired != nil || m.TurnEnded != nil || m.ToolCalled != nil
+	return m.Appended != nil || m.Expired != nil || m.TurnEnded != nil || m.ToolCalled != nil || m.ScheduleFired != nil
 }
 
 // timedModel reports the duration and error of every Generate to a hook.

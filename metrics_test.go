@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -432,4 +433,99 @@ func TestActivatedMetricCountsOnlySpawnedActors(t *testing.T) {
 	_, err = rt.SendAndWait(ctx, "c", "hi", user)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, activated.Load())
+}
+
+// schedulesReadFail is a Store whose next read of a conversation's
+// schedules fails (journal.ErrUnavailable) once armed.
+type schedulesReadFail struct {
+	*memjournal.Store
+	armed atomic.Bool
+}
+
+func (s *schedulesReadFail) ConversationSchedules(ctx context.Context, conv string) ([]*messages.Schedule, error) {
+	if s.armed.CompareAndSwap(true, false) {
+		return nil, fmt.Errorf("schedulesReadFail: %w", journal.ErrUnavailable)
+	}
+	return s.Store.ConversationSchedules(ctx, conv)
+}
+
+// TestScheduleFiredMetric: Metrics.ScheduleFired reports each due
+// occurrence once with what became of it: an occurrence whose message is
+// committed is delivered; a delivery that fails (the Store could not be
+// read) is failed, and the same occurrence handed again after the expiry
+// actor's reply timeout is then delivered; an occurrence of an ended
+// conversation is dropped.
+func TestScheduleFiredMetric(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	fired := map[lazarus.ScheduleOutcome]int{}
+	counts := func() map[lazarus.ScheduleOutcome]int {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(fired)
+	}
+	want := func(delivered, dropped, failed int, msg string) {
+		t.Helper()
+		w := map[lazarus.ScheduleOutcome]int{}
+		for o, n := range map[lazarus.ScheduleOutcome]int{lazarus.ScheduleDelivered: delivered, lazarus.ScheduleDropped: dropped, lazarus.ScheduleFailed: failed} {
+			if n > 0 {
+				w[o] = n
+			}
+		}
+		require.Eventually(t, func() bool { return maps.Equal(counts(), w) }, 20*time.Second, time.Millisecond, "%s: %v", msg, counts())
+	}
+	// noRehand waits until the expiry actor has dropped the timer that
+	// would hand the occurrence fired at at again (its reply timeout, 30 s
+	// after the fire): the commit report removes it.
+	noRehand := func(clock *actorstest.ManualClock, at time.Time) {
+		t.Helper()
+		rehand := at.Add(30 * time.Second)
+		require.Eventually(t, func() bool { return !slices.ContainsFunc(clock.Dues(), rehand.Equal) }, 20*time.Second, time.Millisecond)
+	}
+	st := &schedulesReadFail{Store: memjournal.New(memjournal.Options{})}
+	rt, model, clock := scheduleConversation(ctx, t, lazarus.Options{Store: st, Metrics: lazarus.Metrics{
+		ScheduleFired: func(o lazarus.ScheduleOutcome) {
+			mu.Lock()
+			defer mu.Unlock()
+			fired[o]++
+		},
+	}}, agent.Scope{})
+
+	// Delivered.
+	_, err := rt.Schedule(ctx, "c", lazarus.ScheduleSpec{After: 10 * time.Minute, Text: "one"}, agent.Scope{})
+	require.NoError(t, err)
+	clock.Advance(10*time.Minute - time.Second)
+	at := schedT0.Add(10 * time.Minute)
+	advanceWhenArmed(t, clock, at)
+	require.NoError(t, model.WaitCalls(ctx, "c", 2))
+	want(1, 0, 0, "the occurrence is delivered")
+	noRehand(clock, at)
+
+	// Failed, then delivered when handed again.
+	_, err = rt.Schedule(ctx, "c", lazarus.ScheduleSpec{After: 10 * time.Minute, Text: "two"}, agent.Scope{})
+	require.NoError(t, err)
+	clock.Advance(10*time.Minute - time.Second)
+	st.armed.Store(true)
+	at = at.Add(10 * time.Minute)
+	advanceWhenArmed(t, clock, at)
+	want(1, 0, 1, "the failed delivery is counted")
+	require.False(t, st.armed.Load(), "the delivery read the schedule")
+	advanceWhenArmed(t, clock, at.Add(30*time.Second)) // the expiry actor hands it again
+	require.NoError(t, model.WaitCalls(ctx, "c", 3))
+	want(2, 0, 1, "handed again, the occurrence is delivered")
+	require.Equal(t, []string{"one", "two"}, wakes(ctx, t, rt, "c"))
+	noRehand(clock, at.Add(30*time.Second))
+
+	// Dropped: the conversation ended before the occurrence.
+	_, err = rt.Schedule(ctx, "c", lazarus.ScheduleSpec{After: 10 * time.Minute, Text: "three"}, agent.Scope{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return rt.End(ctx, "c") == nil }, 20*time.Second, time.Millisecond, "ends once at rest")
+	clock.Advance(10*time.Minute - time.Second)
+	advanceWhenArmed(t, clock, at.Add(30*time.Second+10*time.Minute))
+	want(2, 1, 1, "the occurrence of an ended conversation is dropped")
+	listed, err := rt.Schedules(ctx, "c")
+	require.NoError(t, err)
+	require.Empty(t, listed)
+	require.Equal(t, []string{"one", "two"}, wakes(ctx, t, rt, "c"))
 }

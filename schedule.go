@@ -553,6 +553,7 @@ func (r *Runtime) onScheduleDue(conv, id string, at time.Time) {
 	select {
 	case r.fires <- scheduleFire{conv, id, at}:
 	default:
+		r.opts.Metrics.scheduleFired(ScheduleFailed)
 		r.log.Warn("lazarus: schedule delivery queue full; the occurrence is handed again later", "conversation", conv, "schedule", id)
 	}
 }
@@ -585,7 +586,11 @@ func (r *Runtime) fire(ctx context.Context, f scheduleFire) {
 		return
 	}
 	sc, err := r.currentSchedule(ctx, ss, f)
-	if err != nil || sc == nil {
+	if err != nil {
+		r.opts.Metrics.scheduleFired(ScheduleFailed) // handed again later
+		return
+	}
+	if sc == nil {
 		return
 	}
 	now := r.opts.Clock.Now()
@@ -620,8 +625,10 @@ func (r *Runtime) fire(ctx context.Context, f scheduleFire) {
 	case errors.Is(err, journal.ErrStale):
 		_, _ = r.currentSchedule(ctx, ss, f)
 	case errors.Is(err, journal.ErrDeleted):
+		r.opts.Metrics.scheduleFired(ScheduleDropped)
 		r.sup.DisarmSchedule(f.conv, f.id)
 	case errors.Is(err, journal.ErrEnded):
+		r.opts.Metrics.scheduleFired(ScheduleDropped)
 		// An ended conversation takes no more input: its schedules go.
 		if derr := ss.DeleteSchedule(ctx, f.conv, f.id); derr != nil && !errors.Is(derr, journal.ErrNotFound) {
 			r.log.Warn("lazarus: schedule: removing a schedule of an ended conversation failed", "conversation", f.conv, "schedule", f.id, "err", derr)
@@ -638,6 +645,7 @@ func (r *Runtime) fire(ctx context.Context, f scheduleFire) {
 		// the log.
 		r.log.Debug("lazarus: schedule: the conversation moved to another member under an occurrence's delivery; its owner fires it", "conversation", f.conv, "schedule", f.id, "err", err)
 	default:
+		r.opts.Metrics.scheduleFired(ScheduleFailed)
 		r.log.Warn("lazarus: schedule: delivering an occurrence failed; it is handed again later", "conversation", f.conv, "schedule", f.id, "err", err)
 	}
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync/atomic"
@@ -11,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
 )
 
@@ -35,6 +37,8 @@ import (
 //	conversation_fenced_total         counter: actors retired because another writer moved the log on (the Store's fence)
 //	human_calls_pending               gauge: pending human calls (counted at scrape, up to MaxPendingCount)
 //	human_calls_expired_total         counter: human calls resolved by their deadline
+//	schedules                         gauge: schedules the Store holds (counted at scrape, up to MaxPendingCount)
+//	schedule_fires_total{outcome}     counter: due occurrences of schedules, by outcome: delivered, dropped (conversation ended or deleted), failed (handed again later)
 //	model_call_seconds                histogram: duration of one model call
 //	model_call_errors_total           counter: model calls that returned an error (cancelled ones too)
 //	subscriptions                     gauge: live subscriptions (event streams and Go subscribers)
@@ -46,10 +50,12 @@ import (
 //
 // The gauges counted at scrape report no number when the Store fails them
 // (an error, or no answer within StoreScrapeTimeout, 5 s: one deadline
-// shared by both gauges of a scrape, which counts them concurrently):
-// never a count of the pages read before the error. A scrape against a
-// Store that does not answer thus returns within 5 s, with both gauges
-// failed and every other series present. The Registry's Gather returns
+// shared by the three gauges of a scrape, which counts them
+// concurrently): never a count of the pages read before the error. A
+// scrape against a Store that does not answer thus returns within 5 s,
+// with the three gauges failed and every other series present. A Store
+// that keeps no schedules (no journal.ScheduleStore) holds none:
+// schedules reads 0. The Registry's Gather returns
 // the error for them; the Server's /metrics leaves them out of that
 // scrape, serves the other series, logs the error (Options.Logger) and
 // counts it in promhttp_metric_handler_errors_total{cause="gathering"}.
@@ -80,15 +86,16 @@ type Metrics struct {
 	modelSeconds   prometheus.Histogram
 	modelErrors    prometheus.Counter
 	subscriptions  prometheus.Gauge
-	turns          [lazarus.TurnCancelled + 1]prometheus.Counter // by outcome
-	toolCalls      [2]prometheus.Counter                         // server, human
+	turns          [lazarus.TurnCancelled + 1]prometheus.Counter  // by outcome
+	toolCalls      [2]prometheus.Counter                          // server, human
+	scheduleFires  [lazarus.ScheduleFailed + 1]prometheus.Counter // by outcome
 }
 
-// MaxPendingCount bounds what lazarus_human_calls_pending and
-// lazarus_conversations_active count at one scrape (each pages through an
-// index of the Store, the pending calls or the ACTIVE conversations, so a
-// scrape reads at most this many entries of each); past it the gauge reads
-// MaxPendingCount.
+// MaxPendingCount bounds what lazarus_human_calls_pending,
+// lazarus_conversations_active and lazarus_schedules count at one scrape
+// (each pages through an index of the Store, the pending calls, the ACTIVE
+// conversations or the schedules' times, so a scrape reads at most this
+// many entries of each); past it the gauge reads MaxPendingCount.
 const MaxPendingCount = 100_000
 
 // NewMetrics returns a Metrics with its series registered in a new
@@ -126,6 +133,11 @@ func NewMetrics() *Metrics {
 	toolCalls := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "tool_calls_total",
 		Help: "Tool calls of models committed, by executor (server: the runtime's tools; human)."}, []string{"executor"})
 	m.toolCalls[0], m.toolCalls[1] = toolCalls.WithLabelValues("server"), toolCalls.WithLabelValues("human")
+	fires := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "schedule_fires_total",
+		Help: "Due occurrences of schedules, by outcome (delivered: the message committed, once per occurrence; dropped: the conversation was ended or deleted; failed: handed again later)."}, []string{"outcome"})
+	for _, o := range []lazarus.ScheduleOutcome{lazarus.ScheduleDelivered, lazarus.ScheduleDropped, lazarus.ScheduleFailed} {
+		m.scheduleFires[o] = fires.WithLabelValues(o.String())
+	}
 	live := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "conversations_live",
 		Help: "Conversation actors in memory."}, func() float64 {
 		if rt := m.rt.Load(); rt != nil {
@@ -137,9 +149,11 @@ func NewMetrics() *Metrics {
 		"Conversations with a turn owed or running (status ACTIVE; counted at scrape, bounded).", nil, nil), count: m.activeConversations}
 	pending := storeGauge{name: ns + "_human_calls_pending", desc: prometheus.NewDesc(ns+"_human_calls_pending",
 		"Pending human calls (counted at scrape, bounded).", nil, nil), count: m.pendingCalls}
-	store := storeGauges{gauges: []storeGauge{active, pending}, timeout: &m.storeTimeout}
+	schedules := storeGauge{name: ns + "_schedules", desc: prometheus.NewDesc(ns+"_schedules",
+		"Schedules the Store holds (counted at scrape, bounded).", nil, nil), count: m.schedules}
+	store := storeGauges{gauges: []storeGauge{active, pending, schedules}, timeout: &m.storeTimeout}
 	m.reg.MustRegister(m.commitSeconds, m.commitRequests, m.appends, m.events, m.activations, m.passivations, m.fenced, m.expired,
-		m.modelSeconds, m.modelErrors, m.subscriptions, turns, toolCalls, live, store,
+		m.modelSeconds, m.modelErrors, m.subscriptions, turns, toolCalls, fires, live, store,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -182,6 +196,11 @@ func (m *Metrics) Hooks() lazarus.Metrics {
 				m.toolCalls[0].Inc()
 			}
 		},
+		ScheduleFired: func(o lazarus.ScheduleOutcome) {
+			if o >= lazarus.ScheduleDelivered && int(o) < len(m.scheduleFires) {
+				m.scheduleFires[o].Inc()
+			}
+		},
 	}
 }
 
@@ -191,7 +210,8 @@ func (m *Metrics) attach(rt *lazarus.Runtime) { m.rt.Store(rt) }
 
 // StoreScrapeTimeout bounds the Store reads of one scrape: the gauges
 // counted from the Store (lazarus_conversations_active,
-// lazarus_human_calls_pending) are counted concurrently under one
+// lazarus_human_calls_pending, lazarus_schedules) are counted concurrently
+// under one
 // deadline, this long after the scrape reaches them, so that a Store that
 // does not answer costs a scrape this much once, not once per gauge, well
 // within Prometheus's default scrape_timeout (10 s). A gauge not counted by
@@ -285,6 +305,34 @@ func (m *Metrics) pendingCalls(ctx context.Context) (float64, error) {
 			break
 		}
 		cursor = next
+	}
+	return float64(n), nil
+}
+
+// errEnoughSchedules stops a count of schedules at MaxPendingCount.
+var errEnoughSchedules = errors.New("server: MaxPendingCount schedules counted")
+
+// schedules counts the schedules the Store holds (up to MaxPendingCount),
+// from the index of their times (journal.ScheduleStore.ScheduleTimes,
+// which reads no payloads); a Store that keeps no schedules holds none.
+func (m *Metrics) schedules(ctx context.Context) (float64, error) {
+	rt := m.rt.Load()
+	if rt == nil {
+		return 0, nil
+	}
+	ss, ok := rt.Store().(journal.ScheduleStore)
+	if !ok {
+		return 0, nil
+	}
+	n := 0
+	err := ss.ScheduleTimes(ctx, func(string, string, time.Time) error {
+		if n++; n >= MaxPendingCount {
+			return errEnoughSchedules
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errEnoughSchedules) {
+		return 0, err
 	}
 	return float64(n), nil
 }

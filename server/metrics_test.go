@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -186,10 +187,54 @@ func TestMetricsCountALife(t *testing.T) {
 	require.Equal(t, val("journal_commit_seconds"), val("journal_commit_requests"), "one observation of each per commit")
 }
 
+// TestScheduleMetrics: a scrape counts the schedules the Store holds,
+// every conversation's; an occurrence that fires is counted delivered in
+// lazarus_schedule_fires_total, and a one-shot schedule, gone once fired,
+// leaves the gauge.
+func TestScheduleMetrics(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rt, m, model, clock := metricsRuntime(t)
+	reg := m.Registry()
+	fires := func(outcome string) float64 {
+		return labeledValue(t, reg, "lazarus_schedule_fires_total", "outcome", outcome)
+	}
+	user := agent.Scope{UserID: "u"}
+	require.Zero(t, seriesValue(t, reg, "lazarus_schedules"))
+	for _, c := range []string{"a", "b"} {
+		model.Push(c, scripted.Text("one"), scripted.Text("woken"))
+		_, err := rt.SendAndWait(ctx, c, "hi", user)
+		require.NoError(t, err)
+	}
+	t0 := clock.Now()
+	_, err := rt.Schedule(ctx, "a", lazarus.ScheduleSpec{After: 10 * time.Minute, Text: "once"}, user)
+	require.NoError(t, err)
+	_, err = rt.Schedule(ctx, "a", lazarus.ScheduleSpec{Every: time.Hour, Text: "hourly"}, user)
+	require.NoError(t, err)
+	_, err = rt.Schedule(ctx, "b", lazarus.ScheduleSpec{Cron: "0 9 * * *", Text: "daily"}, user)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, seriesValue(t, reg, "lazarus_schedules"), "every conversation's schedules")
+	for _, o := range []string{"delivered", "dropped", "failed"} {
+		require.Zero(t, fires(o), o)
+	}
+
+	// The one-shot fires: the clock moves to its time once the expiry
+	// actor armed its timer for it (and not for the one-minute cap).
+	clock.Advance(10*time.Minute - time.Second)
+	at := t0.Add(10 * time.Minute)
+	require.Eventually(t, func() bool { return slices.ContainsFunc(clock.Dues(), at.Equal) }, 20*time.Second, time.Millisecond, "armed")
+	clock.Advance(at.Sub(clock.Now()))
+	require.Eventually(t, func() bool { return fires("delivered") == 1 }, 20*time.Second, time.Millisecond, "the fire is counted")
+	require.EqualValues(t, 2, seriesValue(t, reg, "lazarus_schedules"), "the one-shot schedule is gone")
+	require.Zero(t, fires("dropped"))
+	require.Zero(t, fires("failed"))
+}
+
 // TestMetricsNaming: every lazarus_ series passes the Prometheus linter
 // (counters end in _total, units are base units named in the suffix, help
-// is set), and only turns_total and tool_calls_total have a label, whose
-// values are a fixed few: no series grows with conversations or users.
+// is set), and only turns_total, tool_calls_total and schedule_fires_total
+// have a label, whose values are a fixed few: no series grows with
+// conversations or users.
 func TestMetricsNaming(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -216,11 +261,13 @@ func TestMetricsNaming(t *testing.T) {
 			require.ElementsMatch(t, []string{"outcome=answered", "outcome=suspended", "outcome=failed", "outcome=cancelled"}, values)
 		case "lazarus_tool_calls_total":
 			require.ElementsMatch(t, []string{"executor=server", "executor=human"}, values)
+		case "lazarus_schedule_fires_total":
+			require.ElementsMatch(t, []string{"outcome=delivered", "outcome=dropped", "outcome=failed"}, values)
 		default:
 			require.Empty(t, values, "%s has a label", mf.GetName())
 		}
 	}
-	require.Len(t, names, 16, "the series the doc of Metrics lists: %v", names)
+	require.Len(t, names, 18, "the series the doc of Metrics lists: %v", names)
 	problems, err := testutil.GatherAndLint(m.Registry(), names...)
 	require.NoError(t, err)
 	require.Empty(t, problems)
@@ -250,11 +297,18 @@ func TestMetricsOfTwoRuntimes(t *testing.T) {
 	require.ErrorAs(t, err, &already, "the Go collector is registered already")
 }
 
-// listsFail is a Store whose listings of pending calls and ACTIVE
-// conversations fail while fail is set.
+// listsFail is a Store whose listings of pending calls, ACTIVE
+// conversations and schedule times fail while fail is set.
 type listsFail struct {
-	journal.Store
+	*memjournal.Store
 	fail atomic.Bool
+}
+
+func (s *listsFail) ScheduleTimes(ctx context.Context, fn func(conv, id string, next time.Time) error) error {
+	if s.fail.Load() {
+		return fmt.Errorf("listsFail: %w", journal.ErrUnavailable)
+	}
+	return s.Store.ScheduleTimes(ctx, fn)
 }
 
 func (s *listsFail) ListPendingToolCalls(ctx context.Context, cursor string, limit int) ([]*messages.ToolCallRecord, string, error) {
@@ -291,8 +345,11 @@ func TestStoreGaugesReportAStoreError(t *testing.T) {
 	model.Push("c", scripted.Reply("", scripted.Call("ask", `{}`)))
 	_, err = rt.SendAndWait(ctx, "c", "hi", agent.Scope{UserID: "u"})
 	require.NoError(t, err)
+	_, err = rt.Schedule(ctx, "c", lazarus.ScheduleSpec{After: time.Hour, Text: "later"}, agent.Scope{UserID: "u"})
+	require.NoError(t, err)
 	require.EqualValues(t, 1, seriesValue(t, m.Registry(), "lazarus_human_calls_pending"))
 	require.Zero(t, seriesValue(t, m.Registry(), "lazarus_conversations_active"))
+	require.EqualValues(t, 1, seriesValue(t, m.Registry(), "lazarus_schedules"))
 
 	scrape := func() (int, string) {
 		rec := httptest.NewRecorder()
@@ -303,10 +360,12 @@ func TestStoreGaugesReportAStoreError(t *testing.T) {
 	_, err = m.Registry().Gather()
 	require.ErrorContains(t, err, "server: counting lazarus_human_calls_pending at scrape: lazarus: pending calls: listsFail: journal: store unavailable")
 	require.ErrorContains(t, err, "server: counting lazarus_conversations_active at scrape")
+	require.ErrorContains(t, err, "server: counting lazarus_schedules at scrape: listsFail: journal: store unavailable")
 	code, body := scrape()
 	require.Equal(t, http.StatusOK, code, "the other series are served")
 	require.NotContains(t, body, "lazarus_human_calls_pending")
 	require.NotContains(t, body, "lazarus_conversations_active")
+	require.NotContains(t, body, "lazarus_schedules ")
 	require.Contains(t, body, "lazarus_conversation_activations_total 1")
 	require.Contains(t, logs.String(), "lazarus_human_calls_pending")
 
@@ -315,16 +374,17 @@ func TestStoreGaugesReportAStoreError(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, body, "lazarus_human_calls_pending 1")
 	require.Contains(t, body, "lazarus_conversations_active 0")
+	require.Contains(t, body, "lazarus_schedules 1")
 	require.Contains(t, body, `promhttp_metric_handler_errors_total{cause="gathering"} 1`, "the failed scrape, counted after it")
 }
 
-// listsHang is a Store whose listings of pending calls and ACTIVE
-// conversations, once hang is set, answer nothing until their context
-// ends; it records the deadline of each such call. A call whose context
+// listsHang is a Store whose listings of pending calls, ACTIVE
+// conversations and schedule times, once hang is set, answer nothing until
+// their context ends; it records the deadline of each such call. A call whose context
 // has no deadline (the runtime's own resume scan, not a scrape) is
 // passed through.
 type listsHang struct {
-	journal.Store
+	*memjournal.Store
 	hang      atomic.Bool
 	deaf      chan struct{} // when set, a hanging call ignores its context and waits for it to close
 	mu        sync.Mutex
@@ -365,6 +425,13 @@ func (s *listsHang) ListActiveConversations(ctx context.Context, cursor string, 
 	return s.Store.ListActiveConversations(ctx, cursor, limit)
 }
 
+func (s *listsHang) ScheduleTimes(ctx context.Context, fn func(conv, id string, next time.Time) error) error {
+	if s.hangs(ctx) {
+		return s.block(ctx)
+	}
+	return s.Store.ScheduleTimes(ctx, fn)
+}
+
 // takeDeadlines returns the deadlines recorded since the last call.
 func (s *listsHang) takeDeadlines() []time.Time {
 	s.mu.Lock()
@@ -378,7 +445,7 @@ func (s *listsHang) takeDeadlines() []time.Time {
 // reads of all its store-counted gauges by one deadline, not one each, so
 // a Store that does not answer makes the scrape wait the bound once: each
 // gauge's Store call gets the same deadline, the bound after the scrape
-// reached them. The scrape then returns with both gauges reported as
+// reached them. The scrape then returns with the three gauges reported as
 // errors (context.DeadlineExceeded) and every other series served; so it
 // does when the Store ignores the context.
 func TestScrapeOfAHangingStoreSharesOneDeadline(t *testing.T) {
@@ -398,6 +465,8 @@ func TestScrapeOfAHangingStoreSharesOneDeadline(t *testing.T) {
 	model.Push("c", scripted.Reply("", scripted.Call("ask", `{}`)))
 	_, err = rt.SendAndWait(ctx, "c", "hi", agent.Scope{UserID: "u"})
 	require.NoError(t, err)
+	_, err = rt.Schedule(ctx, "c", lazarus.ScheduleSpec{After: time.Hour, Text: "later"}, agent.Scope{UserID: "u"})
+	require.NoError(t, err)
 	store.hang.Store(true)
 
 	// The scrape runs on its own goroutine so that a hang fails the test
@@ -412,8 +481,8 @@ func TestScrapeOfAHangingStoreSharesOneDeadline(t *testing.T) {
 			t.Fatal("the scrape of a hanging Store did not return")
 		}
 		ds := store.takeDeadlines()
-		require.Len(t, ds, 2, "one Store call per gauge")
-		require.True(t, ds[0].Equal(ds[1]), "one deadline for the scrape, not one per gauge: %v", ds)
+		require.Len(t, ds, 3, "one Store call per gauge")
+		require.True(t, ds[0].Equal(ds[1]) && ds[0].Equal(ds[2]), "one deadline for the scrape, not one per gauge: %v", ds)
 		require.False(t, ds[0].Before(start.Add(bound)), "the deadline is the bound after the scrape reached the gauges")
 		require.False(t, ds[0].After(time.Now()), "the scrape returned at the deadline, not after another one")
 	}
@@ -424,6 +493,7 @@ func TestScrapeOfAHangingStoreSharesOneDeadline(t *testing.T) {
 	require.ErrorContains(t, gatherErr, context.DeadlineExceeded.Error()) // Gather formats the errors: no chain
 	require.ErrorContains(t, gatherErr, "server: counting lazarus_human_calls_pending at scrape")
 	require.ErrorContains(t, gatherErr, "server: counting lazarus_conversations_active at scrape")
+	require.ErrorContains(t, gatherErr, "server: counting lazarus_schedules at scrape")
 
 	rec := httptest.NewRecorder()
 	start = time.Now()
@@ -432,6 +502,7 @@ func TestScrapeOfAHangingStoreSharesOneDeadline(t *testing.T) {
 	body := rec.Body.String()
 	require.NotContains(t, body, "lazarus_human_calls_pending")
 	require.NotContains(t, body, "lazarus_conversations_active")
+	require.NotContains(t, body, "lazarus_schedules ")
 	for _, series := range []string{"lazarus_conversation_activations_total 1", "lazarus_conversations_live 1",
 		"lazarus_journal_appends_total", "lazarus_subscriptions 0", `lazarus_turns_total{outcome="suspended"} 1`,
 		"go_goroutines", "process_start_time_seconds"} {
@@ -439,6 +510,7 @@ func TestScrapeOfAHangingStoreSharesOneDeadline(t *testing.T) {
 	}
 	require.Contains(t, logs.String(), "lazarus_human_calls_pending")
 	require.Contains(t, logs.String(), "lazarus_conversations_active")
+	require.Contains(t, logs.String(), "lazarus_schedules")
 
 	// A Store that ignores its context does not hold the scrape past the
 	// deadline either.
@@ -450,8 +522,10 @@ func TestScrapeOfAHangingStoreSharesOneDeadline(t *testing.T) {
 	oneDeadline(start, func() { _, gatherErr = m.Registry().Gather() })
 	require.ErrorContains(t, gatherErr, "server: counting lazarus_human_calls_pending at scrape: no answer within 100ms: context deadline exceeded")
 	require.ErrorContains(t, gatherErr, "server: counting lazarus_conversations_active at scrape: no answer within 100ms: context deadline exceeded")
+	require.ErrorContains(t, gatherErr, "server: counting lazarus_schedules at scrape: no answer within 100ms: context deadline exceeded")
 	close(release)
 
 	store.hang.Store(false)
 	require.EqualValues(t, 1, seriesValue(t, m.Registry(), "lazarus_human_calls_pending"), "the gauges count again once the Store answers")
+	require.EqualValues(t, 1, seriesValue(t, m.Registry(), "lazarus_schedules"))
 }

@@ -336,6 +336,7 @@ func TestHealthReadinessAndMetrics(t *testing.T) {
 		"lazarus_journal_appends_total", "lazarus_journal_events_total",
 		"lazarus_conversations_live", "lazarus_conversations_active", "lazarus_conversation_activations_total", "lazarus_conversation_passivations_total",
 		"lazarus_conversation_fenced_total", "lazarus_human_calls_pending", "lazarus_human_calls_expired_total",
+		"lazarus_schedules", `lazarus_schedule_fires_total{outcome="delivered"}`,
 		"lazarus_model_call_seconds_count", "lazarus_model_call_errors_total",
 		"lazarus_subscriptions", `lazarus_turns_total{outcome="answered"}`, `lazarus_tool_calls_total{executor="human"}`,
 	} {
@@ -348,6 +349,7 @@ func TestHealthReadinessAndMetrics(t *testing.T) {
 	}
 	require.Contains(t, text, "lazarus_human_calls_pending 0\n")
 	require.Contains(t, text, "lazarus_conversations_active 0\n")
+	require.Contains(t, text, "lazarus_schedules 0\n")
 
 	require.NoError(t, n.rt.Close())
 	status, body = n.call(t, "GET", "/readyz", "", nil)
