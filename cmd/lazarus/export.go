@@ -112,22 +112,17 @@ func damaged(id, format string, args ...any) error {
 // every schedule is valid and of this conversation; a
 // failed check is an error wrapping journal.ErrCorrupt, and the output
 // then has no end line for the conversation, so import refuses it.
+// The conversation may be written meanwhile: export holds its log up to
+// the last seq of the state consistentState read, with that state's row,
+// pending calls' rows and deadlines, and summaries up to that seq (a
+// schedule is read after the log, as it is then).
 func (e *exporter) conversation(ctx context.Context, st journal.Store, id string, deadlines []*messages.Deadline) error {
-	row, err := st.Conversation(ctx, id)
-	if err != nil {
-		if noConversation(err) {
-			return fmt.Errorf("no conversation %s: %w (%w)", displayID(id), journal.ErrNotFound, err)
-		}
-		return err
-	}
-	md, err := st.Metadata(ctx, id)
+	snap, err := consistentState(ctx, st, id, deadlines)
 	if err != nil {
 		return err
 	}
-	last, err := st.LastSeq(ctx, id)
-	if err != nil {
-		return err
-	}
+	row, md, last, pending := snap.row, snap.metadata, snap.last, snap.pending
+	deadlines = snap.deadlines
 	if fsm := row.GetFsmState(); fsm != nil && fsm.GetLastSeq() > last {
 		return damaged(id, "its fsm_state says the log ends at seq %d, the log ends at %d", fsm.GetLastSeq(), last)
 	}
@@ -141,7 +136,11 @@ func (e *exporter) conversation(ctx context.Context, st journal.Store, id string
 		if err != nil {
 			return err
 		}
-		tos = append(tos, sum.GetToSeq())
+		if sum.GetToSeq() <= last {
+			// One written after the state was read may cover events
+			// past the exported prefix.
+			tos = append(tos, sum.GetToSeq())
+		}
 	}
 	slices.Reverse(tos)
 	// A fork's log starts after the summary it copied (its base), or at 1
@@ -158,13 +157,9 @@ func (e *exporter) conversation(ctx context.Context, st journal.Store, id string
 			return damaged(id, "it is a fork of %s at seq %d, and its log holds seqs %d..%d", displayID(origin.GetConversationId()), copied, start+1, last)
 		}
 	}
-	pending, err := st.PendingToolCalls(ctx, id)
-	if err != nil {
-		return err
-	}
-	unseen := map[string]bool{}
+	unseen := map[string]*messages.ToolCallRecord{}
 	for _, p := range pending {
-		unseen[p.GetId()] = true
+		unseen[p.GetId()] = p
 	}
 	var n counts
 	exportedPending := map[string]bool{} // calls whose row was written pending
@@ -186,8 +181,12 @@ func (e *exporter) conversation(ctx context.Context, st journal.Store, id string
 		n.summaries++
 		n.lastSeq = start
 	}
-	for {
-		evs, err := st.Events(ctx, id, journal.EventQuery{After: n.lastSeq, Before: pageEnd(n.lastSeq, e.page)})
+	for n.lastSeq < last {
+		before := pageEnd(n.lastSeq, e.page)
+		if before == 0 || before > last+1 {
+			before = last + 1
+		}
+		evs, err := st.Events(ctx, id, journal.EventQuery{After: n.lastSeq, Before: before})
 		if err != nil {
 			return err
 		}
@@ -214,7 +213,13 @@ func (e *exporter) conversation(ctx context.Context, st journal.Store, id string
 				continue
 			}
 			call := tc.GetCall().GetId()
-			rec, err := st.ToolCall(ctx, call)
+			// A call pending in the state read is exported as it was
+			// then (it may be resolved since, by a write past the
+			// prefix); any other row is terminal, and stays as it is.
+			rec, err := unseen[call], error(nil)
+			if rec == nil {
+				rec, err = st.ToolCall(ctx, call)
+			}
 			switch {
 			case errors.Is(err, journal.ErrNotFound):
 				return damaged(id, "tool_call event %d names call %s, which has no row", ev.GetSeq(), displayID(call))
@@ -266,6 +271,111 @@ func (e *exporter) conversation(ctx context.Context, st journal.Store, id string
 	}
 	e.convs++
 	return nil
+}
+
+// exportState is what export reads of a conversation before its log: its
+// row, metadata, last seq, pending calls' rows and deadlines, as they were
+// at one moment.
+type exportState struct {
+	row       *messages.Conversation
+	metadata  map[string]string
+	last      uint64
+	pending   []*messages.ToolCallRecord
+	deadlines []*messages.Deadline
+}
+
+// exportAttempts bounds the reads of a conversation's state that a writer
+// may spoil before export gives up on it.
+const exportAttempts = 50
+
+// consistentState reads the state of conversation id that its export
+// holds, consistent with its log up to the last seq read, however the
+// conversation is written meanwhile: it reads the last seq, the row, the
+// pending calls (and deadlines) and the metadata, then the row, the
+// pending calls and the last seq again, and keeps the first reading whose
+// second read is the same. Every write that changes one of them without
+// an event either resolves or reschedules a pending call (the pending rows
+// differ) or rewrites the row (it differs), and a pending call comes only
+// with its event: so at the second read of the row, the log ended at the
+// last seq, the row and the pending calls were those read, and so were
+// the deadlines (read between, which change only with the pending calls;
+// deadlines is the Store's, read before, used while it agrees with the
+// pending rows). A conversation written between each of exportAttempts
+// readings is an error wrapping journal.ErrConflict.
+func consistentState(ctx context.Context, st journal.Store, id string, deadlines []*messages.Deadline) (exportState, error) {
+	var s exportState
+	for attempt := 1; ; attempt++ {
+		var err error
+		if s.last, err = st.LastSeq(ctx, id); err != nil {
+			return s, err
+		}
+		if s.row, err = st.Conversation(ctx, id); err != nil {
+			if noConversation(err) {
+				return s, fmt.Errorf("no conversation %s: %w (%w)", displayID(id), journal.ErrNotFound, err)
+			}
+			return s, err
+		}
+		if s.pending, err = st.PendingToolCalls(ctx, id); err != nil {
+			return s, err
+		}
+		if !deadlinesAgree(s.pending, deadlines) {
+			dls, err := deadlinesOf(ctx, st, []string{id})
+			if err != nil {
+				return s, err
+			}
+			deadlines = dls[id]
+		}
+		s.deadlines = deadlines
+		if s.metadata, err = st.Metadata(ctx, id); err != nil {
+			return s, err
+		}
+		row, err := st.Conversation(ctx, id)
+		if err != nil {
+			return s, err
+		}
+		pending, err := st.PendingToolCalls(ctx, id)
+		if err != nil {
+			return s, err
+		}
+		last, err := st.LastSeq(ctx, id)
+		if err != nil {
+			return s, err
+		}
+		if last == s.last && proto.Equal(row, s.row) && slices.EqualFunc(pending, s.pending, func(a, b *messages.ToolCallRecord) bool { return proto.Equal(a, b) }) {
+			return s, nil
+		}
+		if attempt == exportAttempts {
+			return s, fmt.Errorf("conversation %s was written during each of %d readings of its state; export it again when it is less busy: %w", displayID(id), exportAttempts, journal.ErrConflict)
+		}
+		// Let the writer finish what it is at before reading again.
+		t := time.NewTimer(time.Duration(attempt) * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return s, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// deadlinesAgree says whether ds are the deadlines of the pending calls
+// that have one, at their rows' times.
+func deadlinesAgree(pending []*messages.ToolCallRecord, ds []*messages.Deadline) bool {
+	at := make(map[string]*messages.Deadline, len(ds))
+	for _, d := range ds {
+		at[d.GetToolCallId()] = d
+	}
+	n := 0
+	for _, p := range pending {
+		if p.GetDeadline() == nil {
+			continue
+		}
+		n++
+		if d := at[p.GetId()]; d == nil || !proto.Equal(d.GetAt(), p.GetDeadline()) {
+			return false
+		}
+	}
+	return n == len(ds)
 }
 
 // summary writes the conversation's summary up to seq to.

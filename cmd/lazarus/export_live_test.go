@@ -1,0 +1,129 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/agent/scripted"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+)
+
+// requirePrefixImport imports export into a new store and requires that
+// it imports cleanly, that its log is a prefix of src's, and that the
+// imported row agrees with it (its fsm_state not past the log, every
+// pending call's event in it).
+func requirePrefixImport(t *testing.T, src journal.Store, export string) uint64 {
+	t.Helper()
+	ctx := ctxT(t)
+	dst := memStore(t)
+	require.NoError(t, importStream(ctx, strings.NewReader(export), func(bool) (journal.Store, error) { return dst, nil }, importOptions{}))
+	last, err := dst.LastSeq(ctx, "c")
+	require.NoError(t, err)
+	got, err := dst.Events(ctx, "c", journal.EventQuery{})
+	require.NoError(t, err)
+	want, err := src.Events(ctx, "c", journal.EventQuery{Before: last + 1})
+	require.NoError(t, err)
+	require.Len(t, got, len(want))
+	for i := range want {
+		require.True(t, proto.Equal(want[i], got[i]), "event %d differs from the source's", i+1)
+	}
+	row, err := dst.Conversation(ctx, "c")
+	require.NoError(t, err)
+	require.LessOrEqual(t, row.GetFsmState().GetLastSeq(), last)
+	var again bytes.Buffer
+	require.NoError(t, exportTo(ctx, dst, []string{"c"}, &again, nil), "the copy exports")
+	return last
+}
+
+// TestExportOfAConversationWrittenMeanwhile: a message sent to the
+// conversation while export reads its log (between two pages) is not in
+// the export, which is the log as it was when export read the row: it
+// imports, and its log is a prefix of the source's. Export read events
+// until it found none, so it took the new ones too and then refused its
+// own read as a damaged log ("its log ends at seq N, its last seq is M").
+func TestExportOfAConversationWrittenMeanwhile(t *testing.T) {
+	ctx := ctxT(t)
+	st := memStore(t)
+	model := scripted.New(scripted.Options{})
+	rt, err := lazarus.Open(lazarus.Options{Store: st, Model: model, IdleTimeout: -1, Audit: lazarus.AuditOptions{Enabled: true}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rt.Close() })
+	for i := range 3 {
+		seq, err := rt.Send(ctx, "c", fmt.Sprintf("message %d", i), user)
+		require.NoError(t, err)
+		awaitEvent(t, rt, "c", func(ev *messages.Event) bool { return ev.GetSeq() > seq && ev.GetAssistantMsg() != nil })
+	}
+	before, err := st.LastSeq(ctx, "c")
+	require.NoError(t, err)
+
+	sent := false
+	testHookExportPage = func(context.Context) {
+		if sent {
+			return
+		}
+		sent = true
+		seq, err := rt.Send(ctx, "c", "written during the export", user)
+		require.NoError(t, err)
+		awaitEvent(t, rt, "c", func(ev *messages.Event) bool { return ev.GetSeq() > seq && ev.GetAssistantMsg() != nil })
+	}
+	t.Cleanup(func() { testHookExportPage = nil })
+	var out bytes.Buffer
+	require.NoError(t, exportPaged(ctx, st, []string{"c"}, &out, nil, 1))
+	require.True(t, sent, "the hook ran between two pages")
+	after, err := st.LastSeq(ctx, "c")
+	require.NoError(t, err)
+	require.Greater(t, after, before)
+	require.Equal(t, before, requirePrefixImport(t, st, out.String()), "the export holds the log as it was when export started")
+}
+
+// TestExportWhileASendLoopWrites: exports taken while a loop sends to the
+// conversation (each message answered by the scripted model) all import,
+// each a prefix of the source's log with a row that agrees with it.
+// Export failed on the first page read after an append, as in
+// TestExportOfAConversationWrittenMeanwhile.
+func TestExportWhileASendLoopWrites(t *testing.T) {
+	ctx := ctxT(t)
+	st := memStore(t)
+	model := scripted.New(scripted.Options{})
+	rt, err := lazarus.Open(lazarus.Options{Store: st, Model: model, IdleTimeout: -1, Audit: lazarus.AuditOptions{Enabled: true}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rt.Close() })
+	_, err = rt.Send(ctx, "c", "first", user)
+	require.NoError(t, err)
+
+	const sends = 150
+	first, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		<-first // so that the first export is of the log before the loop
+		for i := range sends {
+			if _, err := rt.Send(ctx, "c", fmt.Sprintf("loop %d", i), user); err != nil {
+				t.Errorf("send %d: %v", i, err)
+				return
+			}
+		}
+	}()
+	var lasts []uint64
+	for running := true; running || len(lasts) < 3; {
+		select {
+		case <-done:
+			running = false
+		default:
+		}
+		var out bytes.Buffer
+		require.NoError(t, exportPaged(ctx, st, []string{"c"}, &out, nil, 2))
+		lasts = append(lasts, requirePrefixImport(t, st, out.String()))
+		if len(lasts) == 1 {
+			close(first)
+		}
+	}
+	<-done
+	require.Less(t, lasts[0], lasts[len(lasts)-1], "the conversation was written during the exports")
+}
