@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/lazarusrt/lazarus/messages"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // Store is the persistence contract of Lazarus: an append-only event log per
@@ -267,6 +268,13 @@ type ConversationUpdate struct {
 	Status messages.ConversationStatus
 	// FSMState replaces the fsm_state cache unless nil.
 	FSMState *messages.FSMState
+	// Created replaces the row's created time unless nil; it must be a
+	// valid timestamp (years 1 to 9999), else ErrInvalid. The runtime
+	// never sets it: it is how an import keeps the created time of the
+	// conversation it copies, which the write that created the row set
+	// otherwise (an Append to the time of its first event, a Fork or a
+	// PutConversation to now).
+	Created *timestamppb.Timestamp
 }
 
 // Conversations stores one row per conversation, and its metadata.
@@ -276,8 +284,9 @@ type Conversations interface {
 	Conversation(ctx context.Context, id string) (*messages.Conversation, error)
 	// PutConversation merges u into the row, creating it (status ACTIVE
 	// unless u says otherwise) if absent. ErrDeleted after a delete. An
-	// unknown status, or an fsm_state ValidateFSMState refuses (one in a
-	// state other than idle or awaiting_input, say), is ErrInvalid.
+	// unknown status, an fsm_state ValidateFSMState refuses (one in a
+	// state other than idle or awaiting_input, say), or a created time
+	// that is no valid timestamp, is ErrInvalid.
 	PutConversation(ctx context.Context, u ConversationUpdate) error
 	// PutFSMState replaces just the fsm_state cache, creating the row if
 	// absent. ErrDeleted after a delete; ErrInvalid for an fsm_state

@@ -237,6 +237,19 @@ func knownExecutor(e messages.Executor) bool {
 	return e == messages.Executor_EXECUTOR_SERVER || e == messages.Executor_EXECUTOR_HUMAN
 }
 
+// ValidateCreated checks the created time of a ConversationUpdate of
+// conversation id: nil (the row keeps its own) or a valid timestamp
+// (years 1 to 9999). Errors wrap ErrInvalid.
+func ValidateCreated(id string, created *timestamppb.Timestamp) error {
+	if created == nil {
+		return nil
+	}
+	if err := created.CheckValid(); err != nil {
+		return Invalidf("conversation %q: created: %v", id, err)
+	}
+	return nil
+}
+
 // ValidStatus reports whether s is a value of the ConversationStatus enum
 // (unspecified included: it leaves a row's status unchanged).
 func ValidStatus(s messages.ConversationStatus) bool {

@@ -510,6 +510,7 @@ var conversationCases = []suiteCase{
 	{name: "NotFound", run: testConvNotFound},
 	{name: "PutCreatesRow", run: testConvPutCreates},
 	{name: "PutMerges", run: testConvPutMerges},
+	{name: "PutCreated", run: testConvPutCreated},
 	{name: "PutFSMState", run: testConvPutFSM},
 	{name: "ListPagesInIDOrder", run: testConvList},
 	{name: "Metadata", run: testConvMetadata},
@@ -600,6 +601,54 @@ func testConvPutMerges(t *testing.T, e env) {
 	assert.Equal(t, map[string]string{"a": "1", "c": "3"}, row.GetSettings())
 	assert.Equal(t, statusEnded, row.GetStatus())
 	requireProto(t, idleState(4), row.GetFsmState())
+}
+
+// testConvPutCreated: ConversationUpdate.Created replaces the created time
+// of any row, whichever write created it (a PutConversation, an Append, a
+// Fork), creating the row at that time if absent, and changes nothing
+// else; an update without it keeps the row's; an invalid one is
+// ErrInvalid and writes nothing.
+func testConvPutCreated(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	require.NoError(t, s.PutConversation(ctx, journal.ConversationUpdate{ID: "new", Status: statusEnded, Created: ts(-100)}))
+	row := conversation(t, s, "new")
+	requireProto(t, ts(-100), row.GetCreated(), "a row created at the update's time")
+	assert.Equal(t, statusEnded, row.GetStatus())
+	require.NoError(t, s.PutConversation(ctx, journal.ConversationUpdate{ID: "new", Settings: map[string]string{"k": "v"}}))
+	requireProto(t, ts(-100), conversation(t, s, "new").GetCreated(), "an update without created keeps it")
+
+	appendEvents(t, s, "appended", userEvs(1, 2)...)
+	before := conversation(t, s, "appended")
+	requireProto(t, ts(1), before.GetCreated(), "an append creates the row at its first event's time")
+	require.NoError(t, s.PutConversation(ctx, journal.ConversationUpdate{ID: "appended", Created: ts(-200)}))
+	row = conversation(t, s, "appended")
+	requireProto(t, ts(-200), row.GetCreated())
+	assert.Equal(t, before.GetStatus(), row.GetStatus(), "only created changes")
+	requireProto(t, before.GetFsmState(), row.GetFsmState())
+	assert.Equal(t, uint64(2), lastSeq(t, s, "appended"))
+
+	req := forkSource(t, s, "src", "forked")
+	require.NoError(t, s.Fork(ctx, req))
+	require.NoError(t, s.PutConversation(ctx, journal.ConversationUpdate{ID: "forked", Created: ts(-300)}))
+	row = conversation(t, s, "forked")
+	requireProto(t, ts(-300), row.GetCreated(), "a fork's created time, which its write set to now")
+	requireProto(t, req.GetOrigin(), row.GetForkedFrom())
+
+	for name, bad := range map[string]*timestamppb.Timestamp{
+		"nanos out of range": {Seconds: 100, Nanos: 1_000_000_000},
+		"year 10000":         {Seconds: 253402300800},
+	} {
+		err := s.PutConversation(ctx, journal.ConversationUpdate{ID: "appended", Created: bad, Status: statusEnded})
+		requireSentinel(t, err, journal.ErrInvalid, name)
+		err = s.PutConversation(ctx, journal.ConversationUpdate{ID: "absent", Created: bad})
+		requireSentinel(t, err, journal.ErrInvalid, name)
+	}
+	row = conversation(t, s, "appended")
+	requireProto(t, ts(-200), row.GetCreated(), "a refused update writes nothing")
+	assert.Equal(t, before.GetStatus(), row.GetStatus(), "a refused update writes nothing")
+	_, err := s.Conversation(ctx, "absent")
+	requireSentinel(t, err, journal.ErrNotFound, "a refused update creates no row")
 }
 
 func testConvPutFSM(t *testing.T, e env) {

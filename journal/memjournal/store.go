@@ -962,7 +962,7 @@ func (s *Store) Conversation(ctx context.Context, id string) (*messages.Conversa
 }
 
 // PutConversation implements journal.Conversations. A new row is created
-// now. Settings keys follow the rules of ids, as metadata keys do.
+// now, unless u.Created says when. Settings keys follow the rules of ids, as metadata keys do.
 func (s *Store) PutConversation(ctx context.Context, u journal.ConversationUpdate) error {
 	if err := s.enter(ctx); err != nil {
 		return err
@@ -975,6 +975,9 @@ func (s *Store) PutConversation(ctx context.Context, u journal.ConversationUpdat
 	}
 	if !journal.ValidStatus(u.Status) {
 		return fmt.Errorf("memjournal: %w", journal.Invalidf("conversation %q: unknown status %d", u.ID, u.Status))
+	}
+	if err := journal.ValidateCreated(u.ID, u.Created); err != nil {
+		return fmt.Errorf("memjournal: %w", err)
 	}
 	var fsm *messages.FSMState
 	if u.FSMState != nil {
@@ -1017,6 +1020,9 @@ func (s *Store) PutConversation(ctx context.Context, u journal.ConversationUpdat
 	}
 	if fsm != nil {
 		row.FsmState = fsm
+	}
+	if u.Created != nil {
+		row.Created = clone(u.Created)
 	}
 	row.Updated = timestamppb.New(now)
 	if n := proto.Size(row); n > journal.MaxRecordBytes {

@@ -9,6 +9,7 @@ import (
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // Append implements journal.EventLog.
@@ -330,6 +331,9 @@ func (s *Store) putConversation(u journal.ConversationUpdate) error {
 	if !journal.ValidStatus(u.Status) {
 		return journal.Invalidf("pebblejournal: conversation %q: unknown status %d", u.ID, u.Status)
 	}
+	if err := journal.ValidateCreated(u.ID, u.Created); err != nil {
+		return fmt.Errorf("pebblejournal: %w", err)
+	}
 	if u.FSMState != nil {
 		if err := journal.ValidateFSMState(u.ID, u.FSMState); err != nil {
 			return fmt.Errorf("pebblejournal: %w", err)
@@ -361,6 +365,9 @@ func (s *Store) putConversation(u journal.ConversationUpdate) error {
 	}
 	if u.FSMState != nil {
 		row.FsmState = proto.Clone(u.FSMState).(*messages.FSMState) // the row may be cached: keep none of the caller's
+	}
+	if u.Created != nil {
+		row.Created = proto.Clone(u.Created).(*timestamppb.Timestamp)
 	}
 	if err := t.setRow(cs, row); err != nil {
 		return err

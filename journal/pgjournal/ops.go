@@ -810,6 +810,9 @@ func (s *Store) PutConversation(ctx context.Context, u journal.ConversationUpdat
 	if !journal.ValidStatus(u.Status) {
 		return fmt.Errorf("pgjournal: %w", journal.Invalidf("conversation %q: unknown status %d", u.ID, u.Status))
 	}
+	if err := journal.ValidateCreated(u.ID, u.Created); err != nil {
+		return fmt.Errorf("pgjournal: %w", err)
+	}
 	if u.FSMState != nil {
 		if err := journal.ValidateFSMState(u.ID, u.FSMState); err != nil {
 			return fmt.Errorf("pgjournal: %w", err)
@@ -847,6 +850,9 @@ func (s *Store) PutConversation(ctx context.Context, u journal.ConversationUpdat
 		}
 		if u.FSMState != nil {
 			row.FsmState = proto.Clone(u.FSMState).(*messages.FSMState)
+		}
+		if u.Created != nil {
+			row.Created = proto.Clone(u.Created).(*timestamppb.Timestamp)
 		}
 		row.Updated = timestamppb.New(now)
 		data, err := proto.Marshal(row)
