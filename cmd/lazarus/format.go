@@ -139,7 +139,7 @@ import (
 // status ENDED, and its own events start a new append); its summaries; its
 // schedules (journal.ScheduleStore.PutSchedule, one at a time; the first
 // creates the row, ENDED, if the conversation has no events); its
-// settings and metadata; then one append with its status, fsm_state and
+// settings and created time, and its metadata; then one append with its status, fsm_state and
 // deadlines. A runtime that meets a schedule of an ENDED conversation
 // removes it when it comes due; so an incomplete conversation keeps its
 // status ENDED whatever it holds.
@@ -159,10 +159,11 @@ import (
 //
 // What comes back: every record exactly as exported, except the
 // conversation row's "updated", which the Store sets to the time of the
-// import, and its "created", which the Store sets to the time of the first
-// event (as for a conversation a runtime wrote; the import time when the
-// log is empty, or for a fork, as for any fork's write). An active conversation resumes (its turn runs) when a
-// runtime opens the target.
+// import. Its "created" is written back with its settings
+// (journal.ConversationUpdate.Created), after the write that created the
+// row set it otherwise (the first event's time, or the import's). An
+// active conversation resumes (its turn runs) when a runtime opens the
+// target.
 const (
 	formatName    = "lazarus-export"
 	formatVersion = 4

@@ -46,10 +46,10 @@ type importOptions struct {
 	// onSection is called with the description of each conversation, as
 	// the first pass (dryRun) or the second pass completes it.
 	onSection func(desc string)
-	// onCreated is called, in the second pass, with each conversation
-	// whose "created" the Store set to another time than the export's:
-	// its first event's, or for a fork (fork is true) the import's.
-	onCreated func(id string, fork bool)
+	// onNoCreated is called, in the second pass, with each conversation
+	// whose exported row has no "created" (an export of this tool always
+	// has one): the Store's stays, its first event's time or the import's.
+	onNoCreated func(id string)
 	// prog reports progress (nil: none).
 	prog *progress
 }
@@ -216,15 +216,14 @@ const (
 // sectionState is what an import holds of the conversation it reads: its
 // row, metadata and deadlines, counts, and the append being filled.
 type sectionState struct {
-	id        string
-	row       *messages.Conversation
-	ordinal   uint32
-	line      int64
-	phase     int
-	metadata  map[string]string
-	mdBytes   int
-	n         counts
-	firstTime *timestamppb.Timestamp
+	id       string
+	row      *messages.Conversation
+	ordinal  uint32
+	line     int64
+	phase    int
+	metadata map[string]string
+	mdBytes  int
+	n        counts
 	// wantRow is the call of the tool_call event just read: its row must
 	// come next.
 	wantRow     string
@@ -519,6 +518,9 @@ func validateRow(row *messages.Conversation, version int) error {
 	if err := journal.ValidateMetadata(row.GetId(), row.GetSettings()); err != nil {
 		return fmt.Errorf("settings: %w", err)
 	}
+	if err := journal.ValidateCreated(row.GetId(), row.GetCreated()); err != nil {
+		return err
+	}
 	worst := proto.Clone(row).(*messages.Conversation)
 	worst.Created, worst.Updated = latest, latest
 	if n := proto.Size(worst); n > journal.MaxRecordBytes {
@@ -631,9 +633,6 @@ func (im *importer) event(s *sectionState, raw json.RawMessage, size int) error 
 	s.chunk.Events = append(s.chunk.Events, ev)
 	s.chunkBytes += size
 	s.n.lastSeq = ev.GetSeq()
-	if s.firstTime == nil {
-		s.firstTime = ev.GetTime()
-	}
 	if tc := ev.GetToolCall(); tc != nil && ev.GetSeq() > copied {
 		// A fork's copied call has its row in its source, not here.
 		s.wantRow = tc.GetCall().GetId()
@@ -883,9 +882,8 @@ func (im *importer) end(s *sectionState, raw json.RawMessage) error {
 			return err
 		}
 		im.imported = append(im.imported, s.id)
-		fork := s.row.GetForkedFrom() != nil
-		if c := s.firstTime; c != nil && (fork || !proto.Equal(c, s.row.GetCreated())) && im.o.onCreated != nil {
-			im.o.onCreated(s.id, fork)
+		if s.row.GetCreated() == nil && im.o.onNoCreated != nil {
+			im.o.onNoCreated(s.id)
 		}
 	}
 	switch {
@@ -901,14 +899,16 @@ func (im *importer) end(s *sectionState, raw json.RawMessage) error {
 // finish writes the end of a conversation in the second pass.
 func (im *importer) finish(s *sectionState, last *messages.AppendRequest) error {
 	ctx, st := im.ctx, im.st
-	if !s.rowWritten || len(s.row.GetSettings()) > 0 {
+	if !s.rowWritten || len(s.row.GetSettings()) > 0 || s.row.GetCreated() != nil {
 		// A conversation without events gets its row here, still ENDED.
-		u := journal.ConversationUpdate{ID: s.id, Settings: s.row.GetSettings()}
+		// Every row gets its exported "created" back, which the write
+		// that created it set otherwise.
+		u := journal.ConversationUpdate{ID: s.id, Settings: s.row.GetSettings(), Created: s.row.GetCreated()}
 		if !s.rowWritten {
 			u.Status = messages.ConversationStatus_CONVERSATION_STATUS_ENDED
 		}
 		if err := st.PutConversation(ctx, u); err != nil {
-			return fmt.Errorf("settings: %w", err)
+			return fmt.Errorf("settings and created time: %w", err)
 		}
 		s.rowWritten = true
 	}

@@ -188,13 +188,12 @@ imported completely and the one left incomplete, as for a failed write.
 A second one exits at once, status 7, as a kill would (a conversation
 may be left incomplete, ENDED, without being named).
 
-Everything comes back as exported except the conversation row's times: the
-Store sets "updated" to now and "created" to the time of the first event.
+Everything comes back as exported, the conversation row's "created"
+included, except its "updated", which the Store sets to now.
 A fork comes back as a fork (Store.Fork writes its origin, the summary it
 copied and its first events, with status ENDED; then the rest, as for any
-conversation), whether or not its source is in the input, and its
-"created" becomes the time of the import. A fork origin (forked_from) in
-a version 2 or 3 export is refused.
+conversation), whether or not its source is in the input. A fork origin
+(forked_from) in a version 2 or 3 export is refused.
 An active conversation resumes when a runtime next opens the directory,
 and its schedules and deadlines are armed then (an occurrence due while
 the store was moved fires once, as after any restart; a node already
@@ -239,12 +238,8 @@ func (c *cli) importCmd(ctx context.Context, fs *flags, args []string) (err erro
 	return importStream(ctx, in, open, importOptions{
 		dryRun:    *dryRun,
 		onSection: func(desc string) { fmt.Fprintf(c.stdout, "%s%s\n", verb, desc) },
-		onCreated: func(id string, fork bool) {
-			if fork {
-				fmt.Fprintf(c.stderr, "note: conversation %s: the Store set its created time to the time of the import (a fork's is the time of its write)\n", displayID(id))
-				return
-			}
-			fmt.Fprintf(c.stderr, "note: conversation %s: the Store set its created time to its first event's\n", displayID(id))
+		onNoCreated: func(id string) {
+			fmt.Fprintf(c.stderr, "note: conversation %s: its row has no created time; the Store set it (its first event's time, or the import's)\n", displayID(id))
 		},
 		prog: c.newProgress("import: checking"),
 	})

@@ -719,7 +719,7 @@ func TestImportWriteFailuresOfAFork(t *testing.T) {
 	in := exportOf(t, f, "forked", "whole")
 	ok := &failAt{Store: memStore(t)}
 	require.NoError(t, importInto(ctxT(t), ok, strings.NewReader(in), importOptions{chunkEvents: 2}))
-	require.Equal(t, withoutForksCreated(withoutUpdated(in)), withoutForksCreated(withoutUpdated(exportOfStore(t, ok.Store, "forked", "whole"))))
+	require.Equal(t, withoutUpdated(in), withoutUpdated(exportOfStore(t, ok.Store, "forked", "whole")))
 	var paged strings.Builder
 	require.NoError(t, exportPaged(ctxT(t), ok.Store, []string{"forked", "whole"}, &paged, nil, 1))
 	require.Equal(t, exportOfStore(t, ok.Store, "forked", "whole"), paged.String(), "an export reading one event at a time")
@@ -840,7 +840,7 @@ func TestImportEventAtTheLimit(t *testing.T) {
 
 	st := memStore(t)
 	require.NoError(t, importInto(ctx, st, strings.NewReader(in), importOptions{}))
-	require.Equal(t, withoutForksCreated(withoutUpdated(in)), withoutForksCreated(withoutUpdated(exportOfStore(t, st, "limit", "forked"))))
+	require.Equal(t, withoutUpdated(in), withoutUpdated(exportOfStore(t, st, "limit", "forked")))
 
 	pad := strings.Repeat("x", len(big().GetUserMsg().GetContent()[0].GetText()))
 	lines := outLines(in)
@@ -873,4 +873,39 @@ func TestImportEventAtTheLimit(t *testing.T) {
 			require.Equal(t, before, dump(t, st), "nothing written")
 		})
 	}
+}
+
+// TestImportKeepsTheCreatedTime: an imported row has the created time of
+// the exported one, which the write that created it set otherwise: a
+// conversation configured before its first message was created before
+// that message (import gave it the message's time), and one without
+// events got the time of the import. (Forks: TestExportOfAFork.)
+func TestImportKeepsTheCreatedTime(t *testing.T) {
+	ctx := ctxT(t)
+	src := memStore(t)
+	configured := timestamppb.New(time.Date(2025, 12, 1, 8, 0, 0, 0, time.UTC))
+	require.NoError(t, src.PutConversation(ctx, journal.ConversationUpdate{ID: "configured", Settings: map[string]string{"model": "m1"}, Created: configured}))
+	_, err := src.Append(ctx, &messages.AppendRequest{ConversationId: "configured",
+		Events: []*messages.Event{{Time: timestamppb.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)), Body: &messages.Event_UserMsg{UserMsg: &messages.UserMessage{
+			Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "hello"}}}}}}}})
+	require.NoError(t, err)
+	empty := timestamppb.New(time.Date(2025, 11, 1, 8, 0, 0, 0, time.UTC))
+	require.NoError(t, src.PutConversation(ctx, journal.ConversationUpdate{ID: "empty", Status: messages.ConversationStatus_CONVERSATION_STATUS_IDLE, Created: empty}))
+
+	in := exportOfStore(t, src, "configured", "empty")
+	dst := memStore(t)
+	var noted []string
+	require.NoError(t, importInto(ctx, dst, strings.NewReader(in), importOptions{onNoCreated: func(id string) { noted = append(noted, id) }}))
+	for id, want := range map[string]*timestamppb.Timestamp{"configured": configured, "empty": empty} {
+		row, err := dst.Conversation(ctx, id)
+		require.NoError(t, err)
+		require.True(t, proto.Equal(want, row.GetCreated()), "%s: created %v, want %v", id, row.GetCreated().AsTime(), want.AsTime())
+	}
+	require.Empty(t, noted, "every exported row has its created time")
+	require.Equal(t, withoutUpdated(in), withoutUpdated(exportOfStore(t, dst, "configured", "empty")))
+
+	// A created time that is no valid timestamp is refused, nothing written.
+	bad := strings.Replace(in, `"created":"2025-11-01T08:00:00Z"`, `"created":"10000-01-01T00:00:00Z"`, 1)
+	require.NotEqual(t, in, bad)
+	require.ErrorIs(t, importStream(ctx, strings.NewReader(bad), noWrites(t), importOptions{}), journal.ErrInvalid)
 }
