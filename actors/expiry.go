@@ -209,16 +209,19 @@ type expiryActor struct {
 	rebuilt   bool  // the Store's deadlines were read
 	rebuildAt int64 // when to read them again after a failure
 
-	tick      *expiryTick // the message the armed timer will send; nil if none is armed
-	tickAt    int64       // when the armed timer fires
+	tick      uint64 // the generation of the armed timer's tick; 0 if none is armed
+	ticks     uint64 // the generations handed out so far
+	tickAt    int64  // when the armed timer fires
 	stopTimer func() bool
 }
 
 // expiryTick is what the clock callback sends the expiry actor. It is a
 // local-only message (a plain Go value, never sent across processes). The
-// actor acts only on the tick of the timer it has armed, compared by
-// pointer; ticks of timers it has since replaced are ignored.
-type expiryTick struct{}
+// actor acts only on the tick of the timer it has armed, named by its
+// generation; ticks of timers it has since replaced or stopped (a timer
+// may go off as it is stopped) are ignored. Not by pointer: pointers to
+// distinct zero-size values may be equal, and in practice are.
+type expiryTick struct{ gen uint64 }
 
 // Receive implements actor.Actor.
 func (a *expiryActor) Receive(ctx actor.Context) {
@@ -261,10 +264,10 @@ func (a *expiryActor) Receive(ctx actor.Context) {
 		a.onReply(msg)
 		a.process(ctx)
 	case *expiryTick:
-		if msg != a.tick {
+		if msg.gen != a.tick {
 			return // from a timer since replaced or stopped
 		}
-		a.tick, a.stopTimer = nil, nil
+		a.tick, a.stopTimer = 0, nil
 		a.process(ctx)
 	case *actor.DeadLetterResponse:
 		a.opts.Logger.Warn("actors: expiry: the journal actor is unreachable; unanswered expires are sent again after the reply timeout",
@@ -393,13 +396,14 @@ func (a *expiryActor) arm(now int64) {
 		a.disarm()
 		return
 	}
-	if a.tick != nil && a.tickAt == at {
+	if a.tick != 0 && a.tickAt == at {
 		return
 	}
 	a.disarm()
-	tick := &expiryTick{}
+	a.ticks++
+	tick := &expiryTick{gen: a.ticks}
 	system, self := a.system, a.self
-	a.tick, a.tickAt = tick, at
+	a.tick, a.tickAt = tick.gen, at
 	a.stopTimer = a.afterAt(now, at, func() { system.Root.Send(self, tick) })
 }
 
@@ -476,5 +480,5 @@ func (a *expiryActor) disarm() {
 	if a.stopTimer != nil {
 		a.stopTimer()
 	}
-	a.tick, a.stopTimer = nil, nil
+	a.tick, a.stopTimer = 0, nil
 }

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/lazarusrt/lazarus/actors"
+	"github.com/lazarusrt/lazarus/actors/actorstest"
 	"github.com/lazarusrt/lazarus/journal/memjournal"
 	"github.com/lazarusrt/lazarus/messages"
 )
@@ -185,5 +186,47 @@ func TestExpirySameScheduleIDInTwoConversations(t *testing.T) {
 	h.waitArmed(t, cNext)
 	h.clock.Advance(cNext.Sub(h.clock.Now()))
 	require.Equal(t, fired{"c", "daily", cNext}, nextFire(t, ch))
+	requireNoFire(t, ch)
+}
+
+// lateClock is a ManualClock whose timers all go off just as they are
+// stopped: stop reports false and the callback runs, as a time.AfterFunc
+// timer's does when it fires while Stop is called.
+type lateClock struct{ *actorstest.ManualClock }
+
+func (c lateClock) AfterFunc(d time.Duration, f func()) func() bool {
+	stop := c.ManualClock.AfterFunc(d, f)
+	return func() bool {
+		if stop() {
+			f()
+		}
+		return false
+	}
+}
+
+// TestExpiryIgnoresTheTickOfAReplacedTimer: a timer that went off as the
+// actor replaced it delivers its tick after the replacement; the actor
+// ignores that tick and keeps exactly one timer armed, the one it
+// replaced it with, which a disarm stops. (Every tick was taken for the
+// armed timer's: the actor then forgot that timer without stopping it and
+// armed another, leaving one timer more armed for good, which a disarm did
+// not stop. In a Runtime under load, a re-hand timer stayed armed after
+// its occurrence was delivered.)
+func TestExpiryIgnoresTheTickOfAReplacedTimer(t *testing.T) {
+	h, ch := scheduleHarness(t, memjournal.New(memjournal.Options{}))
+	h.opts.Clock = lateClock{h.clock}
+	h.start()
+	at := expiryT0.Add(10 * time.Second)
+	h.sys.Root.Send(h.pid, &messages.ScheduleArm{ConversationId: "c", ScheduleId: "s", Next: timestamppb.New(at)})
+	h.waitArmed(t, at)
+
+	// Moved: the timer for at is replaced, and its tick comes after.
+	moved := at.Add(10 * time.Second)
+	h.sys.Root.Send(h.pid, &messages.ScheduleArm{ConversationId: "c", ScheduleId: "s", Next: timestamppb.New(moved)})
+	h.waitArmed(t, moved)
+	h.sys.Root.Send(h.pid, &messages.ScheduleDisarm{ConversationId: "c", ScheduleId: "s"})
+	require.Eventually(t, func() bool { return h.clock.Timers() == 0 }, replyWait, time.Millisecond,
+		"no timer once disarmed; armed: %v", h.clock.Dues())
+	h.clock.Advance(time.Hour)
 	requireNoFire(t, ch)
 }
