@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -22,17 +23,39 @@ import (
 // with; the summaries it writes record it (snapshot.SummaryModel).
 const summaryModelName = "bench-summarizer"
 
-// llmTurns returns the turns of the long conversation of
-// BenchmarkRevivalLLMSummary: LAZARUS_BENCH_LLM_TURNS, default 20,000
-// (100,000 events).
-func llmTurns(b *testing.B) int {
-	s := os.Getenv("LAZARUS_BENCH_LLM_TURNS")
+// minLLMTurns is the fewest turns LAZARUS_BENCH_LLM_TURNS may ask for. A
+// turn is ~4.3 KB, about 1,100 estimated tokens, and
+// snapshot.TokenBudget(snapshot.DefaultMaxTokens) summarizes once the events
+// since the last summary pass 32,000 of them: the first summary comes
+// between 30 and 40 turns (a 30-turn fill has none, so the benchmark's check
+// that the latest summary is the model's fails). 100 turns give three
+// summaries, well clear of that edge.
+const minLLMTurns = 100
+
+// errLLMTurns is the error of a LAZARUS_BENCH_LLM_TURNS that is not a
+// number of turns the benchmark can run.
+var errLLMTurns = errors.New("LAZARUS_BENCH_LLM_TURNS: not a usable number of turns")
+
+// parseLLMTurns reads LAZARUS_BENCH_LLM_TURNS: empty is the default, 20,000
+// turns (100,000 events); otherwise a number >= minLLMTurns, or an error
+// wrapping errLLMTurns.
+func parseLLMTurns(s string) (int, error) {
 	if s == "" {
-		return longTurns
+		return longTurns, nil
 	}
 	n, err := strconv.Atoi(s)
-	if err != nil || n < shortTurns {
-		b.Fatalf("LAZARUS_BENCH_LLM_TURNS=%q: want a number >= %d", s, shortTurns)
+	if err != nil || n < minLLMTurns {
+		return 0, fmt.Errorf("%w: %q, want a number >= %d (with fewer, the long conversation may never pass the token budget and so have no summary)", errLLMTurns, s, minLLMTurns)
+	}
+	return n, nil
+}
+
+// llmTurns returns the turns of the long conversation of
+// BenchmarkRevivalLLMSummary (parseLLMTurns of LAZARUS_BENCH_LLM_TURNS).
+func llmTurns(b *testing.B) int {
+	n, err := parseLLMTurns(os.Getenv("LAZARUS_BENCH_LLM_TURNS"))
+	if err != nil {
+		b.Fatal(err)
 	}
 	return n
 }
