@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -245,8 +248,10 @@ func TestCLIRunTwiceInOneDir(t *testing.T) {
 	assert.Positive(t, rep.Runtime.Events)
 	assert.NotNil(t, rep.RawPebble)
 	assert.NotNil(t, rep.Revival)
-	_, err := os.Stat(filepath.Join(dir, "runtime"))
-	require.NoError(t, err, "a given --dir is kept")
+	for _, d := range []string{"runtime", "raw", "revival"} {
+		_, err := os.Stat(filepath.Join(dir, d))
+		require.NoError(t, err, "a given --dir keeps every store: %s", d)
+	}
 	assert.Contains(t, stderr.String(), "loadgen: runtime phase: 4 conversations for 300ms in "+dir+"\n")
 
 	stdout.Reset()
@@ -271,4 +276,98 @@ func TestCLIInterrupted(t *testing.T) {
 	assert.NoError(t, json.Unmarshal(stdout.Bytes(), &rep), "the report of what was measured:\n%s", stdout.String())
 	_, err := os.Stat(filepath.Join(dir, "runtime"))
 	assert.NoError(t, err, "a --dir is kept, interrupted too")
+}
+
+// phaseWatch is a run's stderr that, at each line announcing a phase,
+// lists what the run's temporary directory (under tmp) holds then.
+type phaseWatch struct {
+	tmp    string
+	mu     sync.Mutex
+	starts []phaseStart
+}
+
+// phaseStart is what the temporary directory held when a phase started.
+type phaseStart struct {
+	line string
+	left []string // the entries, or what went wrong listing them
+}
+
+// phaseLines start the lines that announce a phase.
+var phaseLines = []string{"loadgen: runtime phase:", "loadgen: open loop:", "loadgen: open loop, naive synced Sets:",
+	"loadgen: single conversation:", "loadgen: baseline (a):", "loadgen: baseline (b):"}
+
+// Write implements io.Writer.
+func (w *phaseWatch) Write(b []byte) (int, error) {
+	line := string(b)
+	if !slices.ContainsFunc(phaseLines, func(p string) bool { return strings.HasPrefix(line, p) }) {
+		return len(b), nil
+	}
+	s := phaseStart{line: strings.TrimSpace(line)}
+	dirs, err := filepath.Glob(filepath.Join(w.tmp, "lazarus-loadgen-*"))
+	switch {
+	case err != nil:
+		s.left = []string{err.Error()}
+	case len(dirs) != 1:
+		s.left = []string{fmt.Sprintf("%d temporary directories: %q", len(dirs), dirs)}
+	default:
+		entries, err := os.ReadDir(dirs[0])
+		if err != nil {
+			s.left = []string{err.Error()}
+		}
+		for _, e := range entries {
+			s.left = append(s.left, e.Name())
+		}
+	}
+	w.mu.Lock()
+	w.starts = append(w.starts, s)
+	w.mu.Unlock()
+	return len(b), nil
+}
+
+// TestRunFreesEachStore runs every phase briefly in loadgen's temporary
+// directory: when each phase starts, the stores of the phases before it
+// are gone, while the figures taken from a store after its phase (its disk
+// per event, --compact's footprint) are in the report. Each store takes a
+// few hundred MB (Pebble preallocates its WAL files), and a run used to
+// keep all of them until its end, so that on a nearly full disk it failed
+// part-way with ENOSPC.
+func TestRunFreesEachStore(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the load generator for a few seconds")
+	}
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	w := &phaseWatch{tmp: tmp}
+	cfg, err := parseFlags([]string{"--conversations", "4", "--duration", "200ms", "--warmup", "0s", "--min-measured", "1", "--kill-every", "0",
+		"--compact", "--open-loop", "--single", "--single-rounds", "1", "--single-round", "50ms",
+		"--revival-events", "200", "--revival-samples", "1", "--replay-samples", "1"}, w)
+	require.NoError(t, err)
+	rep, err := run(t.Context(), cfg)
+	require.NoError(t, err)
+
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	require.Len(t, w.starts, 1+2*len(openLoopFractions)+3, "every phase started: %q", w.starts)
+	for _, s := range w.starts {
+		assert.Empty(t, s.left, "%q: the stores of the phases before it are removed", s.line)
+	}
+	entries, err := os.ReadDir(tmp)
+	require.NoError(t, err)
+	assert.Empty(t, entries, "the temporary directory is removed at the end")
+
+	// The figures taken from each store after its phase, before it went.
+	require.Positive(t, rep.Runtime.DiskBytes)
+	require.NotNil(t, rep.Runtime.Compacted)
+	require.Positive(t, rep.Runtime.Compacted.DiskBytes)
+	for _, o := range rep.OpenLoop {
+		require.Positive(t, o.Result.DiskBytes)
+		require.NotNil(t, o.Naive)
+	}
+	require.NotNil(t, rep.Single)
+	require.NotNil(t, rep.RawPebble)
+	require.Positive(t, rep.RawPebble.DiskBytes)
+	require.NotNil(t, rep.RawPebble.Compacted)
+	require.Positive(t, rep.RawPebble.Compacted.DiskBytes)
+	require.NotNil(t, rep.Revival)
+	require.EqualValues(t, 1, rep.Revival.LongRevival.Count)
 }

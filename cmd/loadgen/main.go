@@ -34,6 +34,13 @@
 // phase, compacted whole, and measured again: the footprint at steady
 // state. With --rate N, phase 1 itself is open loop at N events/s.
 //
+// Each phase has a store of its own (Pebble preallocates its WAL files: a
+// few hundred MB each). In the temporary directory, a phase's store is
+// removed as soon as the phase's figures are taken (its disk per event,
+// --compact's footprint), so a run needs room for one phase's stores at a
+// time; a --dir keeps every store for inspection, so it needs room for all
+// of them at once (twelve with --open-loop and --single).
+//
 // The report is a table on stdout, or JSON with --json; the phases, their
 // progress (a line a second), --pebble-events and the errors of single
 // conversations go to stderr.
@@ -173,7 +180,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.RevivalEvents, "revival-events", 100_000, "events of the long conversation of baseline (b), a multiple of 5")
 	fs.IntVar(&c.RevivalSamples, "revival-samples", 200, "Kill-then-Send samples per conversation in baseline (b)")
 	fs.IntVar(&c.ReplaySamples, "replay-samples", 5, "full-log replays in baseline (b)")
-	fs.StringVar(&c.Dir, "dir", "", "directory for the stores, created if missing and kept, holding no earlier run's stores (default: a temporary directory, removed at the end)")
+	fs.StringVar(&c.Dir, "dir", "", "directory for the stores, created if missing, holding no earlier run's stores; every store is kept there for inspection, so it needs room for all of them at once (default: a temporary directory, each store removed as soon as its phase is measured, and the directory at the end)")
 	fs.StringVar(&c.Postgres, "postgres", "", "run the journal on this PostgreSQL `DSN` (each phase in a fresh schema, dropped at the end); baseline (a) is then the seed's design on the same server: one transaction per event")
 	fs.BoolVar(&c.JSON, "json", false, "print the report as JSON")
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the runtime phase to this file")
@@ -366,6 +373,17 @@ func run(ctx context.Context, cfg config) (*report, error) {
 		defer os.RemoveAll(tmp)
 		dir = tmp
 	}
+	stderr := cfg.errOut()
+	logf := func(format string, args ...any) { fmt.Fprintf(stderr, "loadgen: "+format+"\n", args...) }
+	// measured frees a phase's store once its figures are taken: in the
+	// temporary directory only, a --dir keeps them all.
+	measured := func(phase string) {
+		if cfg.Dir == "" {
+			if err := removeStore(dir, phase); err != nil {
+				logf("%v", err)
+			}
+		}
+	}
 	if cfg.GoMaxProcs > 0 {
 		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(cfg.GoMaxProcs))
 	}
@@ -376,8 +394,6 @@ func run(ctx context.Context, cfg config) (*report, error) {
 		Config: cfg,
 	}
 
-	stderr := cfg.errOut()
-	logf := func(format string, args ...any) { fmt.Fprintf(stderr, "loadgen: "+format+"\n", args...) }
 	// On PostgreSQL the phase's directory only names its schema.
 	where := "in " + dir
 	if cfg.Postgres != "" {
@@ -408,6 +424,7 @@ func run(ctx context.Context, cfg config) (*report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("runtime phase: %w", err)
 	}
+	measured("runtime")
 	rep.Runtime = res
 	if cfg.OpenLoop && ctx.Err() == nil {
 		if res.EventsPerSec <= 0 {
@@ -421,6 +438,7 @@ func run(ctx context.Context, cfg config) (*report, error) {
 			if err != nil {
 				return nil, fmt.Errorf("open loop at %.0f%%: %w", 100*f, err)
 			}
+			measured(fmt.Sprintf("open-%d", i))
 			o := openLoopRun{Fraction: f, Offered: c.Rate, Result: r}
 			if cfg.Postgres == "" {
 				logf("open loop, naive synced Sets: %.0f events/s offered for %v", c.Rate, cfg.Duration)
@@ -428,6 +446,7 @@ func run(ctx context.Context, cfg config) (*report, error) {
 				if err != nil {
 					return nil, fmt.Errorf("open loop at %.0f%%, naive Sets: %w", 100*f, err)
 				}
+				measured(fmt.Sprintf("open-naive-%d", i))
 				o.Naive = &raw
 			}
 			rep.OpenLoop = append(rep.OpenLoop, o)
@@ -439,6 +458,7 @@ func run(ctx context.Context, cfg config) (*report, error) {
 		if err != nil {
 			return nil, fmt.Errorf("single conversation: %w", err)
 		}
+		measured("single")
 		rep.Single = &sr
 	}
 	if cfg.Baseline && ctx.Err() == nil {
@@ -455,6 +475,7 @@ func run(ctx context.Context, cfg config) (*report, error) {
 			if err != nil {
 				return nil, fmt.Errorf("baseline (a): %w", err)
 			}
+			measured("raw")
 			rep.RawPebble = &raw
 		}
 		logf("baseline (b): revival of a %d-event conversation, %d samples", cfg.RevivalEvents, cfg.RevivalSamples)
@@ -462,10 +483,33 @@ func run(ctx context.Context, cfg config) (*report, error) {
 		if err != nil {
 			return nil, fmt.Errorf("baseline (b): %w", err)
 		}
+		measured("revival")
 		rep.Revival = &rev
 	}
 	rep.Ratios, rep.Targets = evaluate(rep)
 	return rep, nil
+}
+
+// removeStore removes the store of phase (a directory under dir, closed,
+// its figures taken) and syncs dir, so that the filesystem does the
+// deletion's work (freeing the blocks, and discarding them on a disk
+// mounted with online discard) before the next phase, not in it. Only for
+// the temporary directory: a --dir keeps its stores.
+func removeStore(dir, phase string) error {
+	if err := os.RemoveAll(filepath.Join(dir, phase)); err != nil {
+		return fmt.Errorf("remove the %s store (tried again at the end of the run): %w", phase, err)
+	}
+	d, err := os.Open(dir)
+	if err == nil {
+		err = d.Sync()
+		if cerr := d.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("sync %s after removing the %s store: %w", dir, phase, err)
+	}
+	return nil
 }
 
 // writeHeapProfile writes the allocation profile (every allocation since
