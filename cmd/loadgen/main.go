@@ -16,21 +16,22 @@
 //
 //  1. runtime: --conversations drivers for --duration, with a progress line
 //     a second on stderr; the first --warmup is not measured.
-//  2. baseline (a) (unless --baseline=false): the same events, each
-//     written by its own synced Pebble Set from as many goroutines, for
-//     --duration.
-//  3. baseline (b) (unless --baseline=false): revival of a conversation of
-//     --revival-events events with a recent summary (Kill, then Send),
-//     against one of 100 events, a warm Send, and replaying its whole log.
-//  4. open loop (--open-loop): the runtime phase again, three times, with
+//  2. open loop (--open-loop): the runtime phase again, three times, with
 //     turns arriving at 25%, 50% and 75% of the events/s of phase 1
 //     (see --rate), each on a fresh store, each followed by baseline
 //     (a)'s naive synced Sets under the same open loop.
-//  5. one conversation (--single): one writer's sequential synced Appends
+//  3. one conversation (--single): one writer's sequential synced Appends
 //     of one event each against a naive synced Pebble Set of each, in
 //     interleaved rounds, then the runtime with one conversation.
+//  4. baseline (a) (unless --baseline=false): the same events as phase 1,
+//     each written by its own synced Pebble Set from as many goroutines,
+//     for --duration (with --postgres, the seed's design on the same
+//     server: one transaction per event).
+//  5. baseline (b) (unless --baseline=false): revival of a conversation of
+//     --revival-events events with a recent summary (Kill, then Send),
+//     against one of 100 events, a warm Send, and replaying its whole log.
 //
-// With --compact, each store of phases 1 and 2 is reopened after its
+// With --compact, each store of phases 1 and 4 is reopened after its
 // phase, compacted whole, and measured again: the footprint at steady
 // state. With --rate N, phase 1 itself is open loop at N events/s.
 //
