@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -210,17 +211,23 @@ type expiryActor struct {
 	rebuildAt int64 // when to read them again after a failure
 
 	tick      uint64 // the generation of the armed timer's tick; 0 if none is armed
-	ticks     uint64 // the generations handed out so far
 	tickAt    int64  // when the armed timer fires
 	stopTimer func() bool
 }
 
+// expiryTicks hands out the generations of the expiry actors' ticks. It is
+// shared by every incarnation: a restarted actor keeps its PID and mailbox,
+// so a tick of the timer its previous incarnation armed may reach the new
+// one, which must not take it for its own.
+var expiryTicks atomic.Uint64
+
 // expiryTick is what the clock callback sends the expiry actor. It is a
 // local-only message (a plain Go value, never sent across processes). The
 // actor acts only on the tick of the timer it has armed, named by its
-// generation; ticks of timers it has since replaced or stopped (a timer
-// may go off as it is stopped) are ignored. Not by pointer: pointers to
-// distinct zero-size values may be equal, and in practice are.
+// generation (unique in the process, see expiryTicks); ticks of timers it,
+// or an incarnation before a restart, has since replaced or stopped (a
+// timer may go off as it is stopped) are ignored. Not by pointer: pointers
+// to distinct zero-size values may be equal, and in practice are.
 type expiryTick struct{ gen uint64 }
 
 // Receive implements actor.Actor.
@@ -400,8 +407,7 @@ func (a *expiryActor) arm(now int64) {
 		return
 	}
 	a.disarm()
-	a.ticks++
-	tick := &expiryTick{gen: a.ticks}
+	tick := &expiryTick{gen: expiryTicks.Add(1)}
 	system, self := a.system, a.self
 	a.tick, a.tickAt = tick.gen, at
 	a.stopTimer = a.afterAt(now, at, func() { system.Root.Send(self, tick) })

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -571,6 +572,73 @@ func TestExpiryRestartedBySupervisorRebuilds(t *testing.T) {
 	h.waitArmed(t, expiryT0.Add(time.Minute)) // the new incarnation rebuilt from the Store
 	h.clock.Advance(time.Minute)
 	require.Equal(t, delivery{"conv", "call"}, h.nextDelivery(t))
+}
+
+// readSignal tells of each Deadlines read of its Store, done: an
+// incarnation of the expiry actor reads them on Started.
+type readSignal struct {
+	journal.Store
+	reads chan struct{}
+}
+
+func (s readSignal) Deadlines(ctx context.Context, dueBy time.Time, fn func(*messages.Deadline) error) error {
+	err := s.Store.Deadlines(ctx, dueBy, fn)
+	s.reads <- struct{}{}
+	return err
+}
+
+// TestExpiryRestartIgnoresTheTickOfTheOldIncarnation: a timer that goes
+// off as a supervisor restart stops it delivers its tick to the new
+// incarnation (the PID and mailbox outlive the restart); the new one
+// ignores it and keeps exactly one timer armed, which a cancel stops.
+// (Each incarnation numbered its ticks from 1: the old incarnation's tick
+// 1 was taken for the new one's armed timer, which the actor then forgot
+// without stopping it, arming another; the forgotten timer outlived the
+// cancel.)
+func TestExpiryRestartIgnoresTheTickOfTheOldIncarnation(t *testing.T) {
+	mem := memjournal.New(memjournal.Options{})
+	store := readSignal{Store: mem, reads: make(chan struct{}, 10)}
+	h := newExpiryHarness(t, store, withRealJournal(t, mem))
+	h.opts.Clock = lateClock{h.clock}
+	at := expiryT0.Add(time.Minute)
+	pendingHumanCall(t, mem, "conv", "call", at)
+	waitRead := func() {
+		t.Helper()
+		select {
+		case <-store.reads:
+		case <-time.After(replyWait):
+			t.Fatal("the expiry actor did not read the deadlines")
+		}
+	}
+
+	children := make(chan *actor.PID, 1)
+	parent := h.sys.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+		switch ctx.Message().(type) {
+		case *actor.Started:
+			children <- ctx.Spawn(actors.NewExpiry(h.opts))
+		case string:
+			ctx.(actor.Supervisor).RestartChildren(ctx.Children()...)
+		}
+	}))
+	select {
+	case h.pid = <-children:
+	case <-time.After(replyWait):
+		t.Fatal("expiry actor not spawned")
+	}
+	waitRead()
+	h.waitArmed(t, at)
+
+	// The restart stops the timer, which goes off as it is stopped: its
+	// tick is queued before the new incarnation's Started is handled.
+	h.sys.Root.Send(parent, "restart")
+	waitRead()
+	// Queued behind that tick.
+	h.sys.Root.Send(h.pid, &messages.CancelExpiry{ConversationId: "conv", ToolCallId: "call"})
+	var armed []time.Time
+	assert.Eventually(t, func() bool { armed = h.clock.Dues(); return len(armed) == 0 }, replyWait, time.Millisecond)
+	require.Empty(t, armed, "timers armed after the cancel")
+	h.clock.Advance(time.Hour)
+	require.Empty(t, h.deliveries)
 }
 
 // flakyDeadlines fails its first Deadlines read.
