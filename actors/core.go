@@ -882,7 +882,13 @@ func (c *core) onWriteReply(r *inWriteReply) {
 		if w.kind == writeAnswer && errors.Is(err, journal.ErrInvalid) {
 			// The Store refused the model's answer before writing any of
 			// it, so the log is still what this actor holds: the model
-			// call failed (see modelFailed).
+			// call failed (see modelFailed). Once the activation stops
+			// (its callers were answered then), nothing follows: no retry
+			// is armed after the halt, and the next activation runs the
+			// turn from the log.
+			if c.stopping {
+				return
+			}
 			c.modelFailed(fmt.Errorf("conversation %q: model answer rejected: %w", c.cfg.ID, err))
 			return
 		}

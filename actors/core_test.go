@@ -708,3 +708,30 @@ func TestRevivalRunsACallForItsRequester(t *testing.T) {
 	require.Equal(t, agent.Scope{UserID: "ann", Permissions: []string{"loaded"}}, run.Scope, "for its own requester, rebuilt")
 	require.Equal(t, "bob", c.requester.UserID, "the newest message's work is bob's")
 }
+
+// TestCoreArmsNoRetryOnceStopped: an answer the Store refuses, whose reply
+// comes after a kill stopped the activation, fails the model call of an
+// activation that is gone: nothing follows, no retry timer is armed and
+// nothing is published. (The refusal went through the model-failure path
+// as if the activation were live: a policy that retries the refusal had a
+// timer armed after the halt that stopped the others, and subscribers
+// told of a retry that never came.)
+func TestCoreArmsNoRetryOnceStopped(t *testing.T) {
+	retry := RetryPolicy{Retryable: func(error) bool { return true }}.WithDefaults()
+	c := newCore(coreConfig{ID: "c", Policy: snapshot.Policy{}.WithDefaults(), Retry: retry,
+		NewID: func(time.Time) string { return "call_x" }}, slog.New(slog.DiscardHandler))
+	log := []*messages.Event{user("r1")}
+	log[0].Seq = 1
+	ws, err := snapshot.Rebuild(nil, log)
+	require.NoError(t, err)
+	steps := []coreStep{
+		{&inLoaded{ws: ws, rows: map[string]*messages.ToolCallRecord{}, scope: agent.SystemScope}, nil},
+		{wake(false), []string{"reply", "model"}},
+		{&inModelDone{turn: 1, msg: &messages.AssistantMessage{}}, []string{"write[" + wAnswer + "]"}},
+		{&inStop{cause: ErrAgentStopped, retire: true}, []string{"retire", "halt"}},
+		{&inWriteReply{id: 1, err: journal.Invalidf("refused")}, nil},
+	}
+	for i, st := range steps {
+		require.Equal(t, st.want, words(c.step(t0, st.in)), "step %d (%T)", i, st.in)
+	}
+}
