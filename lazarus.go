@@ -526,10 +526,10 @@ func Open(opts Options) (*Runtime, error) {
 			return nil, err
 		}
 	}
+	r.mu.Lock()
 	if opts.Audit.Enabled && opts.Audit.TTL > 0 {
 		r.armAuditGC()
 	}
-	r.mu.Lock()
 	r.armFileSweep()
 	r.mu.Unlock()
 	if !opts.NoResume {
@@ -1189,7 +1189,7 @@ func (r *Runtime) Close() error {
 
 // armAuditGC schedules the next audit sweep on the clock, TTL/2 from now
 // but no sooner than minSweepEvery: a TTL of a few nanoseconds would
-// otherwise re-arm it at once, forever.
+// otherwise re-arm it at once, forever. r.mu is held.
 func (r *Runtime) armAuditGC() {
 	r.gcStop = r.opts.Clock.AfterFunc(max(r.opts.Audit.TTL/2, minSweepEvery), func() {
 		if !r.startBackground() {
