@@ -2,6 +2,7 @@ package lazarus
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -125,11 +126,15 @@ func (o ClusterOptions) withDefaults() ClusterOptions {
 
 // clusterNode is the cluster side of a Runtime.
 type clusterNode struct {
-	r       *Runtime
-	opts    ClusterOptions
-	sys     *actor.ActorSystem
-	c       *cluster.Cluster
-	self    string // this member's address
+	r    *Runtime
+	opts ClusterOptions
+	sys  *actor.ActorSystem
+	c    *cluster.Cluster
+	self string // this member's address
+	// run tells this node's subscription ids from those of an earlier
+	// node at the same address (the member restarted there, or a Runtime
+	// opened again on the same actor system): random, drawn once.
+	run     string
 	gateway *actor.PID
 	log     *slog.Logger
 
@@ -207,7 +212,8 @@ func startCluster(r *Runtime, sys *actor.ActorSystem, o ClusterOptions) (n *clus
 // newNode is the gateway's side of a Runtime, not yet a cluster member.
 func newNode(r *Runtime, sys *actor.ActorSystem) *clusterNode {
 	n := &clusterNode{r: r, sys: sys, log: r.log, changed: make(chan struct{}), self: sys.Address(),
-		opts: ClusterOptions{}.withDefaults(), serving: map[string]serving{}, follow: map[string]*follower{}}
+		opts: ClusterOptions{}.withDefaults(), serving: map[string]serving{}, follow: map[string]*follower{},
+		run: rand.Text()}
 	n.members.Store(&[]string{n.self})
 	return n
 }

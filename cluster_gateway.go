@@ -143,6 +143,13 @@ func (g *gatewayActor) Receive(ctx actor.Context) {
 		n.mu.Lock()
 		f := n.follow[m.GetSubscriptionId()]
 		n.mu.Unlock()
+		if f == nil && !m.GetFinal() && ctx.Sender() != nil {
+			// No follower here has this id (ids are never reused: see
+			// clusterNode.run): one that ended, or one of an earlier run
+			// of this member at this address. Nobody reads the stream:
+			// its member (the sender) ends it.
+			ctx.Send(ctx.Sender(), &messages.ClusterUnsubscribe{SubscriptionId: m.GetSubscriptionId()})
+		}
 		if f != nil {
 			select {
 			case f.in <- m:
@@ -369,7 +376,8 @@ type serving struct {
 
 // serveSubscribe streams a conversation's updates to a subscriber on
 // another member until it unsubscribes, its member leaves, or this Runtime
-// closes.
+// closes; a member with no follower of the stream's id (it restarted at
+// the same address since it subscribed) unsubscribes at its first update.
 func (n *clusterNode) serveSubscribe(sender *actor.PID, m *messages.ClusterSubscribe) {
 	r := n.r
 	ctx, cancel := context.WithCancel(localCtx(r.life))
@@ -392,17 +400,19 @@ func (n *clusterNode) serveSubscribe(sender *actor.PID, m *messages.ClusterSubsc
 	if m.GetReplyId() != "" {
 		to = actor.NewPID(m.GetReplyAddress(), m.GetReplyId())
 	}
+	// Every update goes with the gateway as its sender: a member that has
+	// no follower of this id tells it to end the stream.
 	for u := range ch {
 		p := updateToProto(id, u)
-		n.sys.Root.Send(to, p)
+		n.sys.Root.RequestWithCustomSender(to, p, n.gateway)
 		if p.GetFinal() {
 			return
 		}
 	}
 	// Closed without a final update: this Runtime is closing, or the
 	// stream was cancelled. The subscriber resubscribes elsewhere.
-	n.sys.Root.Send(to, &messages.ClusterUpdate{SubscriptionId: id, ConversationId: m.GetConversationId(), Final: true,
-		Error: &messages.Error{Code: messages.ErrorCode_ERROR_CODE_UNAVAILABLE, Message: "lazarus: cluster: the stream's member stopped serving it"}})
+	n.sys.Root.RequestWithCustomSender(to, &messages.ClusterUpdate{SubscriptionId: id, ConversationId: m.GetConversationId(), Final: true,
+		Error: &messages.Error{Code: messages.ErrorCode_ERROR_CODE_UNAVAILABLE, Message: "lazarus: cluster: the stream's member stopped serving it"}}, n.gateway)
 }
 
 // updateToProto is the wire form of an update. An error that is not a
@@ -549,7 +559,10 @@ func (n *clusterNode) runFollower(ctx context.Context, conv string, last uint64,
 				continue
 			}
 		}
-		id := fmt.Sprintf("%s/%d", n.self, n.nextID.Add(1))
+		// Unique across the member's runs: an owner may still serve a
+		// stream of an earlier run at this address, whose updates must
+		// reach no follower of this one.
+		id := fmt.Sprintf("%s/%s/%d", n.self, n.run, n.nextID.Add(1))
 		f := &follower{in: make(chan *messages.ClusterUpdate, n.r.opts.SubscriberBuffer), overflow: make(chan struct{}, 1)}
 		n.mu.Lock()
 		n.follow[id] = f

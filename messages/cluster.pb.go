@@ -773,7 +773,12 @@ func (x *ClusterUnsubscribe) GetSubscriptionId() string {
 	return ""
 }
 
-// ClusterUpdate is one update of a stream (see lazarus.Update).
+// ClusterUpdate is one update of a stream (see lazarus.Update). Its sender
+// is the gateway that serves the stream: a gateway that receives an update
+// (not final) of a subscription_id none of its subscriptions has (one that
+// ended, or one of an earlier run of its member) answers
+// ClusterUnsubscribe, so the stream ends. A member's subscription ids are
+// unique across its runs.
 type ClusterUpdate struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	SubscriptionId string                 `protobuf:"bytes,1,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`

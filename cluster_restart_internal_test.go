@@ -1,0 +1,205 @@
+package lazarus
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/journal/memjournal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// fakeNet carries messages between the actor systems of one process by
+// address, without protoactor's remote: a PID whose address is a system's
+// address (quietSystem's) reaches that system's local process of its id.
+// A system replaced at its address is a process that died: what it sends
+// is lost.
+type fakeNet struct {
+	mu  sync.Mutex
+	sys map[string]*actor.ActorSystem
+}
+
+// join puts sys at its address, in place of the system there.
+func (fn *fakeNet) join(sys *actor.ActorSystem) {
+	addr := sys.Address()
+	fn.mu.Lock()
+	fn.sys[addr] = sys
+	fn.mu.Unlock()
+	sys.ProcessRegistry.RegisterAddressResolver(func(*actor.PID) (actor.Process, bool) {
+		return fakeLink{net: fn, from: sys, addr: addr}, true
+	})
+}
+
+// fakeLink is the way out of one system of a fakeNet.
+type fakeLink struct {
+	net  *fakeNet
+	from *actor.ActorSystem
+	addr string // from's address in the net
+}
+
+func (l fakeLink) SendUserMessage(pid *actor.PID, message any) {
+	l.net.mu.Lock()
+	alive, to := l.net.sys[l.addr] == l.from, l.net.sys[pid.Address]
+	l.net.mu.Unlock()
+	if !alive || to == nil {
+		return
+	}
+	if env, ok := message.(*actor.MessageEnvelope); ok && env.Sender != nil {
+		// A PID caches the process it resolved to: each system gets a
+		// copy of its own, as from the wire.
+		message = &actor.MessageEnvelope{Header: env.Header, Message: env.Message, Sender: actor.NewPID(env.Sender.Address, env.Sender.Id)}
+	}
+	if p, ok := to.ProcessRegistry.GetLocal(pid.Id); ok {
+		p.SendUserMessage(to.NewLocalPID(pid.Id), message)
+	}
+}
+
+func (fakeLink) SendSystemMessage(*actor.PID, any) {}
+func (fakeLink) Stop(*actor.PID)                   {}
+
+// netMember is a Runtime that is a member at addr in net, with its gateway
+// on an actor system of its own there, and whose membership is members.
+func netMember(t *testing.T, net *fakeNet, r *Runtime, addr string, members []string) *clusterNode {
+	t.Helper()
+	sys := quietSystem(t, addr)
+	n := newNode(r, sys)
+	n.members.Store(&members)
+	require.NoError(t, n.spawnGateway())
+	r.cl, r.gw = n, n
+	net.join(sys)
+	return n
+}
+
+// followIDs returns the ids of n's followers.
+func followIDs(n *clusterNode) []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var ids []string
+	for id := range n.follow {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// A member that restarts at the same address (the owner's membership
+// never shows it gone) subscribes anew while the owner still serves the
+// streams of its previous run. Its follower ids started again from the
+// same counter, so a new subscription (to another conversation) got the
+// id of an old one: the old stream's updates, of the other conversation,
+// reached the new subscriber, and the old stream went on forever on the
+// owner. Now a member's ids are unique across its runs, and an update of
+// an id no follower has makes the member unsubscribe: the stale stream
+// ends at its first update, and no update of it reaches anyone.
+func TestRestartedMemberGetsNoUpdateOfItsPreviousRun(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	store := memjournal.New(memjournal.Options{})
+	model := agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
+		return agent.Text("ok"), nil
+	})
+	const ownerAddr, memberAddr = "owner.test:1", "member.test:1"
+	members := []string{ownerAddr, memberAddr}
+	slices.Sort(members)
+	net := &fakeNet{sys: map[string]*actor.ActorSystem{}}
+
+	ownerSys := quietSystem(t, ownerAddr)
+	owner, err := Open(Options{Store: store, Model: model, ActorSystem: ownerSys, NoResume: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = owner.Close() })
+	net.join(ownerSys)
+
+	open := func() *Runtime {
+		r, err := Open(Options{Store: store, Model: model, NoResume: true})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = r.Close() })
+		return r
+	}
+	first := open()
+	n1 := netMember(t, net, first, memberAddr, members)
+	convA := firstConv(func(id string) bool { return n1.owner(id) == ownerAddr })
+	convB := firstConv(func(id string) bool { return id != convA && n1.owner(id) == ownerAddr })
+	scope := agent.Scope{UserID: "u"}
+	for _, conv := range []string{convA, convB} {
+		_, err := owner.Send(ctx, conv, "hi", scope)
+		require.NoError(t, err)
+		waitTurnEnded(t, ctx, store, conv, 2, "the first turn ended")
+	}
+	// readTo reads conv's updates until its event at seq, each of conv.
+	readTo := func(updates <-chan Update, conv string, seq uint64) {
+		t.Helper()
+		for {
+			select {
+			case u, ok := <-updates:
+				require.True(t, ok, "the subscription ended")
+				require.NoError(t, u.Err)
+				require.Equal(t, conv, u.ConversationID, "an update of another conversation")
+				if u.Event.GetSeq() == seq {
+					return
+				}
+			case <-ctx.Done():
+				t.Fatalf("%s's event at seq %d did not arrive", conv, seq)
+			}
+		}
+	}
+
+	// The first run follows A through the owner's stream.
+	aCtx, aCancel := context.WithCancel(ctx)
+	defer aCancel()
+	aUpdates, err := first.Subscribe(aCtx, convA, 0)
+	require.NoError(t, err)
+	readTo(aUpdates, convA, 2)
+	idA := followIDs(n1)
+	require.Len(t, idA, 1)
+
+	// The member dies and starts again at its address; the owner's
+	// membership does not change. The new run follows B.
+	second := open()
+	n2 := netMember(t, net, second, memberAddr, members)
+	bUpdates, err := second.Subscribe(ctx, convB, 0)
+	require.NoError(t, err)
+	readTo(bUpdates, convB, 2)
+	idB := followIDs(n2)
+	require.Len(t, idB, 1)
+
+	// A moves on: the owner's stream of the first run sends its updates
+	// to the member's address. It ends (the owner's hub has no
+	// subscription of A left), and B's subscriber gets none of them.
+	_, err = owner.Send(ctx, convA, "again", scope)
+	require.NoError(t, err)
+	staleEnded := func() bool {
+		owner.hub.mu.Lock()
+		defer owner.hub.mu.Unlock()
+		return len(owner.hub.subs[convA]) == 0
+	}
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	bound := time.After(10 * time.Second)
+	for !staleEnded() {
+		select {
+		case u, ok := <-bUpdates:
+			require.True(t, ok, "B's subscription ended")
+			t.Fatalf("B's subscriber got an update of %s (seq %d): the restarted member reused the id %s of its previous run's stream", u.ConversationID, u.Event.GetSeq(), idA[0])
+		case <-tick.C:
+		case <-bound:
+			t.Fatal("the owner still serves the stream of the member's previous run")
+		}
+	}
+	waitTurnEnded(t, ctx, store, convA, 4, "A's second turn ended")
+
+	// B's own updates still arrive, and only they.
+	_, err = owner.Send(ctx, convB, "again", scope)
+	require.NoError(t, err)
+	readTo(bUpdates, convB, 4)
+	require.NotEqual(t, idA, idB, "subscription ids are unique across a member's runs")
+	owner.gw.mu.Lock()
+	served := slices.Collect(maps.Keys(owner.gw.serving))
+	owner.gw.mu.Unlock()
+	require.Equal(t, idB, served, "the owner serves the new run's stream alone")
+}
