@@ -1,0 +1,74 @@
+package server_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus/internal/leakcheck"
+	"github.com/lazarusrt/lazarus/server"
+)
+
+// openStream opens the event stream of conv (query: "" or "?agent=...")
+// as alice; close ends it from the client's side.
+func (n *node) openStream(t *testing.T, ctx context.Context, conv, query string) *sseStream {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	req, err := http.NewRequestWithContext(ctx, "GET", n.srv.URL+"/v1/conversations/"+conv+"/stream"+query, nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+tokAlice)
+	res, err := n.srv.Client().Do(req)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	s := &sseStream{res: res, sc: newScanner(res), cancel: cancel}
+	t.Cleanup(s.close)
+	return s
+}
+
+// TestStreamsLeaveNoGoroutine: an event stream (of the whole conversation,
+// and of one agent's view) whose client goes away leaves nothing running,
+// the Runtime still open; streams still open when the Runtime closes end,
+// and once the HTTP server is closed too, nothing the Runtime, the Server
+// or net/http started for them is left. Run in a process of its own, so
+// that no other test's goroutine (the console tests' browser) is counted.
+func TestStreamsLeaveNoGoroutine(t *testing.T) {
+	if !leakcheck.Isolate(t) {
+		return
+	}
+	const within = 20 * time.Second
+	ctx := testContext(t)
+	base := leakcheck.Take()
+	n := startNode(t, newScripted(), server.Options{})
+	conv := n.create(t, tokAlice, nil)
+
+	open := leakcheck.Take()
+	for _, query := range []string{"", "?agent=default"} {
+		s := n.openStream(t, ctx, conv.ID, query)
+		n.must(t, http.StatusAccepted, "POST", "/v1/conversations/"+conv.ID+"/messages", tokAlice, server.SendMessage{Text: "hi"}, nil)
+		s.until(t, "turn_end", "answered")
+		s.close()
+	}
+	n.srv.Client().CloseIdleConnections()
+	// The conversation's activation is not the streams'.
+	require.True(t, n.rt.Kill(conv.ID))
+	open.Check(t, within)
+
+	var streams []*sseStream
+	for _, query := range []string{"", "?agent=default"} {
+		streams = append(streams, n.openStream(t, ctx, conv.ID, query))
+	}
+	n.must(t, http.StatusAccepted, "POST", "/v1/conversations/"+conv.ID+"/messages", tokAlice, server.SendMessage{Text: "again"}, nil)
+	for _, s := range streams {
+		s.until(t, "turn_end", "answered")
+	}
+	n.stop(t)
+	for _, s := range streams {
+		s.until(t, "error", `"code":"closed"`)
+	}
+	n.srv.Close()
+	n.srv.Client().CloseIdleConnections()
+	base.Check(t, within)
+}
