@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -50,15 +51,13 @@ func Exercise(t testing.TB, s journal.Store) {
 	if _, err := s.Append(ended, &messages.AppendRequest{ConversationId: "exercise-0", ExpectedLast: 5, Events: userEvs(6, 1)}); err != nil {
 		require.True(t, errors.Is(err, context.Canceled), "an append whose context ended: %v", err)
 	}
-	racing, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for i := range 20 {
-			_, _ = s.Append(racing, &messages.AppendRequest{ConversationId: "exercise-racing", Events: userEvs(i+1, 1)})
-			_, _ = s.Events(racing, "exercise-racing", journal.EventQuery{})
-		}
-	}()
-	cancel()
-	<-done
+	// Calls whose context ends while they run: deadlines swept from 0 to
+	// 4 ms, so that some land in the middle of the Store's work.
+	for i := range 80 {
+		racing, cancel := context.WithTimeout(ctx, time.Duration(i)*50*time.Microsecond)
+		conv := fmt.Sprintf("exercise-racing-%d", i%4)
+		_, _ = s.Append(racing, &messages.AppendRequest{ConversationId: conv, Events: userEvs(i+1, 1)})
+		_, _ = s.Events(racing, conv, journal.EventQuery{})
+		cancel()
+	}
 }
