@@ -179,7 +179,10 @@ func (h *hub) keepDelta(u actors.Update) {
 
 func (s *subscription) push(u actors.Update, limit int) {
 	s.mu.Lock()
-	if s.idle { // so nothing is queued or in the pump's hands, and out is open
+	// An event past the one after the last delivered (a write before it
+	// was committed but reported failed, its outcome unknown, so never
+	// published) goes to the pump, which reads the missing ones first.
+	if s.idle && (u.Event == nil || u.Event.GetSeq() <= s.after+1) { // so nothing is queued or in the pump's hands, and out is open
 		if u.Event != nil && u.Event.GetSeq() <= s.after {
 			s.mu.Unlock()
 			return // delivered before, as history
@@ -281,6 +284,33 @@ func (h *hub) pump(ctx context.Context, s *subscription, answer answerDeltas) {
 			return false
 		}
 	}
+	// fill delivers from the Store the events between the last delivered
+	// and a live one at seq: the journal actor publishes only the writes
+	// the Store reported committed, and one whose outcome was unknown
+	// (ErrUnknownOutcome, a timeout) may have landed; the later commit,
+	// fenced on it, shows it did. A range the Store no longer holds is
+	// passed over.
+	fill := func(seq uint64) bool {
+		for s.after+1 < seq {
+			from := s.after
+			evs, err := h.store.Events(ctx, s.conv, journal.EventQuery{After: from, Before: min(seq, from+historyPage+1)})
+			if err != nil {
+				if ctx.Err() == nil {
+					emit(actors.Update{ConversationID: s.conv, Err: err})
+				}
+				return false
+			}
+			for _, ev := range evs {
+				if !emit(actors.Update{ConversationID: s.conv, Event: ev, TurnEnd: actors.TurnEndOf(ev)}) {
+					return false
+				}
+			}
+			if s.after == from {
+				return true
+			}
+		}
+		return true
+	}
 	// Catch up from the Store, up to the first event that arrived live:
 	// from it on, the queue holds every event, in order with the deltas
 	// published between them. (A slow read could otherwise deliver a
@@ -332,6 +362,9 @@ catchUp:
 		s.held.Store(int64(len(queue)))
 		s.mu.Unlock()
 		for _, u := range queue {
+			if u.Event != nil && u.Event.GetSeq() > s.after+1 && !fill(u.Event.GetSeq()) {
+				return
+			}
 			if !emit(u) {
 				return
 			}
