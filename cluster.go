@@ -558,23 +558,20 @@ func (n *clusterNode) abandoned(ctx context.Context, sentTo string) error {
 // requests are never answered, and would otherwise hold the call for the
 // whole timeout.
 func (n *clusterNode) request(ctx context.Context, owner string, req *messages.ClusterRequest, timeout time.Duration, changed <-chan struct{}, idempotent bool) (any, error, bool) {
-	f := n.sys.Root.RequestFuture(actor.NewPID(owner, GatewayName), req, timeout)
+	answer, release := n.call(actor.NewPID(owner, GatewayName), req)
+	defer release()
 	if !idempotent {
 		changed = nil // its owner may have it: wait for it
 	}
-	type result struct {
-		res any
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		res, err := f.Result()
-		done <- result{res, err}
-	}()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
 	for {
 		select {
-		case r := <-done:
-			return r.res, r.err, false
+		case m := <-answer:
+			res, err := answerOf(m)
+			return res, err, false
+		case <-timer.C:
+			return nil, actor.ErrTimeout, false
 		case <-ctx.Done():
 			return nil, ctx.Err(), false
 		case <-changed:
@@ -584,6 +581,68 @@ func (n *clusterNode) request(ctx context.Context, owner string, req *messages.C
 			changed = n.changes()
 		}
 	}
+}
+
+// replyBox receives the answer to one call this member sends to another
+// member's gateway, in place of a protoactor Future: a Future is named by
+// a counter of the actor system that starts again in each run, so a member
+// restarted at its address took the late answer to a call of its previous
+// run for the answer to the new call of that name (and dropped the new
+// call's own answer). A box is named with the run's random value (see
+// call): such a late answer is a dead letter.
+type replyBox struct{ ch chan any }
+
+// SendUserMessage keeps the first answer; a later one is dropped.
+func (b *replyBox) SendUserMessage(_ *actor.PID, msg any) {
+	_, m, _ := actor.UnwrapEnvelope(msg)
+	select {
+	case b.ch <- m:
+	default:
+	}
+}
+
+// SendSystemMessage ignores system messages: nothing watches the box.
+func (b *replyBox) SendSystemMessage(*actor.PID, any) {}
+
+// Stop does nothing: the caller unregisters the box (release).
+func (b *replyBox) Stop(*actor.PID) {}
+
+// call sends msg to target with a new replyBox as its sender, named
+// uniquely across this member's runs, and returns the channel its answer
+// arrives on and release, which unregisters the box (an answer arriving
+// later is a dead letter).
+func (n *clusterNode) call(target *actor.PID, msg any) (answer <-chan any, release func()) {
+	box := &replyBox{ch: make(chan any, 1)}
+	reg := n.sys.ProcessRegistry
+	// NextId is unique in the system, and run in the member's runs.
+	pid, _ := reg.Add(box, "lazarus-reply-"+n.run+reg.NextId())
+	n.sys.Root.RequestWithCustomSender(target, msg, pid)
+	return box.ch, func() { reg.Remove(pid) }
+}
+
+// callResult is call, waiting for the answer as a Future's Result does:
+// actor.ErrTimeout once timeout has passed, actor.ErrDeadLetter when the
+// target was gone.
+func (n *clusterNode) callResult(target *actor.PID, msg any, timeout time.Duration) (any, error) {
+	answer, release := n.call(target, msg)
+	defer release()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case m := <-answer:
+		return answerOf(m)
+	case <-timer.C:
+		return nil, actor.ErrTimeout
+	}
+}
+
+// answerOf is the answer m a replyBox got, or actor.ErrDeadLetter for the
+// dead-letter response of a target that was gone.
+func answerOf(m any) (any, error) {
+	if _, ok := m.(*actor.DeadLetterResponse); ok {
+		return nil, actor.ErrDeadLetter
+	}
+	return m, nil
 }
 
 // replyErr is the error of a reply, mapped to the Runtime's sentinels.

@@ -575,9 +575,9 @@ func (n *clusterNode) runFollower(ctx context.Context, conv string, last uint64,
 				n.sys.Root.Send(actor.NewPID(owner, GatewayName), &messages.ClusterUnsubscribe{SubscriptionId: id})
 			}
 		}
-		res, err := n.sys.Root.RequestFuture(actor.NewPID(owner, GatewayName), &messages.ClusterSubscribe{
+		res, err := n.callResult(actor.NewPID(owner, GatewayName), &messages.ClusterSubscribe{
 			RequestId: n.nextID.Add(1), SubscriptionId: id, ConversationId: conv, AfterSeq: last, ReplyAddress: n.self,
-		}, n.opts.RequestTimeout).Result()
+		}, n.opts.RequestTimeout)
 		if err != nil {
 			unfollow(true)
 			if !wait(changed) {

@@ -203,3 +203,98 @@ func TestRestartedMemberGetsNoUpdateOfItsPreviousRun(t *testing.T) {
 	owner.gw.mu.Unlock()
 	require.Equal(t, idB, served, "the owner serves the new run's stream alone")
 }
+
+// heldRequest is a request a fakeGateway got, and whom to answer.
+type heldRequest struct {
+	sender *actor.PID
+	req    *messages.ClusterRequest
+}
+
+// fakeGateway stands for an owner's gateway: it hands each request it gets
+// to the test, which answers when it likes.
+type fakeGateway struct{ got chan heldRequest }
+
+func (g *fakeGateway) Receive(ctx actor.Context) {
+	if req, ok := ctx.Message().(*messages.ClusterRequest); ok {
+		g.got <- heldRequest{sender: ctx.Sender(), req: req}
+	}
+}
+
+// A member that restarts at the same address sends its calls to the owner
+// as its previous run did, and protoactor names each call's reply process
+// (a Future) by a counter that starts again in each run: the owner's late
+// answer to a call of the previous run reached the new run's call that got
+// the same name, which returned it as its own (the seq of another
+// message; its own answer, arriving next, was dropped). Now the reply
+// process of a call is named uniquely across the member's runs, and the
+// late answer is a dead letter.
+func TestRestartedMemberTakesNoAnswerOfItsPreviousRun(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	store := memjournal.New(memjournal.Options{})
+	model := agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
+		return agent.Text("ok"), nil
+	})
+	const ownerAddr, memberAddr = "owner.test:1", "member.test:1"
+	members := []string{ownerAddr, memberAddr}
+	slices.Sort(members)
+	net := &fakeNet{sys: map[string]*actor.ActorSystem{}}
+
+	ownerSys := quietSystem(t, ownerAddr)
+	gw := &fakeGateway{got: make(chan heldRequest, 4)}
+	_, err := ownerSys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return gw }), GatewayName)
+	require.NoError(t, err)
+	net.join(ownerSys)
+
+	type result struct {
+		reply *messages.ClusterReply
+		err   error
+	}
+	// call forwards a send of text to conv through a new run of the member,
+	// and returns the request the owner got and where the result goes.
+	call := func(callCtx context.Context, conv, text string) (heldRequest, <-chan result) {
+		t.Helper()
+		r, err := Open(Options{Store: store, Model: model, NoResume: true})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = r.Close() })
+		n := netMember(t, net, r, memberAddr, members)
+		require.Equal(t, ownerAddr, n.owner(conv))
+		done := make(chan result, 1)
+		go func() {
+			reply, err := n.forward(callCtx, &messages.ClusterRequest{ConversationId: conv,
+				Op: &messages.ClusterRequest_Send{Send: &messages.AgentSend{RequestId: text, Message: &messages.UserMessage{}}}}, false)
+			done <- result{reply, err}
+		}()
+		select {
+		case got := <-gw.got:
+			return got, done
+		case <-ctx.Done():
+			t.Fatal("the owner got no request")
+		}
+		return heldRequest{}, nil
+	}
+	probe := newNode(&Runtime{}, quietSystem(t, memberAddr))
+	probe.members.Store(&members)
+	convA := firstConv(func(id string) bool { return probe.owner(id) == ownerAddr })
+	convB := firstConv(func(id string) bool { return id != convA && probe.owner(id) == ownerAddr })
+
+	// The first run's call reaches the owner, which has yet to answer
+	// when the member dies.
+	firstCtx, firstCancel := context.WithCancel(ctx)
+	old, _ := call(firstCtx, convA, "one")
+	firstCancel()
+
+	// The member starts again at its address and calls the owner.
+	cur, done := call(ctx, convB, "two")
+
+	// The owner answers the first run's call late, then the new one.
+	ownerSys.Root.Send(old.sender, &messages.ClusterReply{RequestId: old.req.GetRequestId(), Seq: 99, Node: ownerAddr})
+	ownerSys.Root.Send(cur.sender, &messages.ClusterReply{RequestId: cur.req.GetRequestId(), Seq: 7, Node: ownerAddr})
+	select {
+	case res := <-done:
+		require.NoError(t, res.err)
+		require.Equal(t, uint64(7), res.reply.GetSeq(), "the new run's call took the answer to a call of the previous run (reply process %s, then %s)", old.sender.GetId(), cur.sender.GetId())
+	case <-ctx.Done():
+		t.Fatal("the new run's call got no answer")
+	}
+}
