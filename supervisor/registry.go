@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/extensions"
 
 	"github.com/lazarusrt/lazarus/journal"
 )
@@ -59,7 +61,9 @@ type registry struct {
 	mu    sync.Mutex
 	byID  map[string]*activation
 	byPID map[string]*activation
-	gen   uint64
+	// gens hands out the activations' generations: the actor system's
+	// (generationsOf) once the Supervisor runs on one.
+	gens *atomic.Uint64
 	// blocked maps the ids being deleted or killed to a channel closed
 	// when the delete or kill ends; no activation of them is created
 	// meanwhile (see block).
@@ -75,6 +79,37 @@ type registry struct {
 	goneNext int
 }
 
+// generations is the extension of an actor system that hands out the
+// generations of the activations spawned on it, which name their actors
+// (conv-<gen>). It is one counter for the system, not one per registry: a
+// Supervisor stopped and another started on the same system (a Runtime
+// closed and opened again on an application's system) would otherwise
+// name their activations alike, and a message still on its way to an
+// activation of the first (a timer's tick) would reach the second's
+// activation of that name, as its own.
+type generations struct{ n atomic.Uint64 }
+
+var (
+	generationsID = extensions.NextExtensionID()
+	// generationsMu guards this package's slot in the systems' extensions.
+	generationsMu sync.Mutex
+)
+
+// ExtensionID implements extensions.Extension.
+func (*generations) ExtensionID() extensions.ExtensionID { return generationsID }
+
+// generationsOf returns the counter of system's activations.
+func generationsOf(system *actor.ActorSystem) *atomic.Uint64 {
+	generationsMu.Lock()
+	defer generationsMu.Unlock()
+	if g, ok := system.Extensions.Get(generationsID).(*generations); ok {
+		return &g.n
+	}
+	g := &generations{}
+	system.Extensions.Register(g)
+	return &g.n
+}
+
 // goneKept is how many deleted ids the registry remembers (see gone).
 const goneKept = 4096
 
@@ -82,7 +117,7 @@ const goneKept = 4096
 var errGone = fmt.Errorf("deleted by this runtime: %w", journal.ErrDeleted)
 
 func newRegistry() *registry {
-	return &registry{byID: map[string]*activation{}, byPID: map[string]*activation{}}
+	return &registry{byID: map[string]*activation{}, byPID: map[string]*activation{}, gens: new(atomic.Uint64)}
 }
 
 // claim returns the live activation of id, or creates a new one that the
@@ -121,8 +156,7 @@ func (r *registry) claimOwned(id string, owns func(string) bool) (a *activation,
 	if owns != nil && !owns(id) {
 		return nil, false, nil, true
 	}
-	r.gen++
-	a = &activation{id: id, gen: r.gen, ready: make(chan struct{}), done: make(chan struct{})}
+	a = &activation{id: id, gen: r.gens.Add(1), ready: make(chan struct{}), done: make(chan struct{})}
 	r.byID[id] = a
 	return a, true, nil, false
 }

@@ -141,6 +141,7 @@ func Start(system *actor.ActorSystem, cfg Config) (*Supervisor, error) {
 	}
 	s := &Supervisor{cfg: cfg, system: system, log: cfg.Logger, reg: newRegistry(), mailboxes: actors.NewWorkerDispatcher(0),
 		halted: make(chan struct{})}
+	s.reg.gens = generationsOf(system)
 	started := make(chan struct{})
 	props := actor.PropsFromProducer(func() actor.Actor { return &root{s: s, started: started} },
 		actor.WithSupervisor(&strategy{s: s}))
