@@ -165,6 +165,13 @@ type ConversationConfig struct {
 	// these props' own, which serialises the calls of their activations
 	// only.
 	ModelGate *ModelGate
+	// ToolGate keeps the runs of each server tool call from overlapping
+	// (see ToolGate). Activations of one conversation must share it, so
+	// that a new activation's re-dispatch of an open call waits for the
+	// run of that call a killed one left winding down; the supervisor
+	// passes its own. Nil means a gate of these props' own, which
+	// serialises the runs of their activations only.
+	ToolGate *ToolGate
 	// Publish receives the retries of the actor's model calls and its
 	// failed writes, on the actor's goroutine, and the model's text deltas, on the goroutine
 	// of the model call that streams them (onDelta's caller), straight from
@@ -222,6 +229,9 @@ func NewConversation(cfg ConversationConfig) *actor.Props {
 	}
 	if cfg.ModelGate == nil {
 		cfg.ModelGate = new(ModelGate)
+	}
+	if cfg.ToolGate == nil {
+		cfg.ToolGate = new(ToolGate)
 	}
 	cfg.Policy = cfg.Policy.WithDefaults()
 	cfg.Retry = cfg.Retry.WithDefaults()
@@ -472,7 +482,7 @@ func (c *conversation) startLoad(ctx actor.Context) {
 
 func (c *conversation) runTool(ctx actor.Context, inv agent.Invocation) {
 	send := tell(ctx)
-	tools := c.cfg.Tools
+	tools, gate := c.cfg.Tools, c.cfg.ToolGate
 	if c.cfg.Checkpoints != nil {
 		inv.Files = c.cfg.Checkpoints(inv)
 	}
@@ -481,7 +491,16 @@ func (c *conversation) runTool(ctx actor.Context, inv agent.Invocation) {
 		if tools == nil {
 			out = &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Error{Error: &messages.ToolError{Code: "tool", Message: "no tools are registered"}}}
 		} else {
-			out = tools.RunServer(gctx, inv)
+			// A run of this call by a killed activation may still be
+			// winding down: a tool never runs twice at once for one id.
+			// An activation that stops while it waits runs nothing; its
+			// successor dispatches the call again.
+			leave, err := gate.enter(gctx, inv.ConversationID, inv.ToolCallID)
+			if err != nil {
+				return
+			}
+			out = tools.RunServer(gctx, inv) // recovers the tool's panics
+			leave()
 		}
 		if gctx.Err() == nil {
 			send(&inToolDone{id: inv.ToolCallID, outcome: out})

@@ -24,7 +24,8 @@
 // message, so the actor never blocks and can be killed mid-call; a model
 // call waits for the conversation's previous one to return (ModelGate),
 // even a cancelled one of a killed activation, and so does a summary, whose
-// Summarizer may call a model. Commands
+// Summarizer may call a model; a server tool's run waits likewise for the
+// previous run of its tool_call_id (ToolGate). Commands
 // (AgentSend, AgentResolved, AgentWake, AgentStop) arrive wrapped in a
 // local-only Command that carries the caller's scope.
 //

@@ -20,7 +20,9 @@
 // A server tool may be run more than once with the same id (after a crash,
 // the runtime re-dispatches a call that has no result), never with a new id
 // for the same decision of the model: a tool with side effects uses the id as
-// its idempotency key.
+// its idempotency key. Within one process two runs of one id never overlap:
+// a run re-dispatched after a kill waits until the killed activation's run
+// has returned.
 //
 // # Scope
 //

@@ -97,8 +97,12 @@ func (inv Invocation) CheckpointFile(ctx context.Context, path string) error {
 }
 
 // ServerFunc runs a server tool. ToolCallID is the idempotency key: the
-// runtime may call it more than once with the same id after a crash, never
-// with a new id for the same decision of the model. It returns JSON content
+// runtime may call it more than once with the same id after a crash or a
+// kill, never with a new id for the same decision of the model. Within one
+// process it never calls it while an earlier run of the same id has not
+// returned, even one whose context was cancelled by a kill: the runtime's
+// next run of that id waits for it. Runs in different processes are not
+// kept apart. It returns JSON content
 // (text that is not valid JSON is passed to the model as a JSON string); an
 // error becomes a tool error result the model sees. It must honour ctx.
 type ServerFunc func(ctx context.Context, inv Invocation) (string, error)

@@ -33,7 +33,7 @@ type Config struct {
 	Store journal.Store
 	// Agent returns the configuration of a new activation of conversation
 	// id. The supervisor fills in ID, Store, Journal, Clock, Retire,
-	// Stopped, Fenced, Goroutines, Dispatcher and ModelGate. Required.
+	// Stopped, Fenced, Goroutines, Dispatcher, ModelGate and ToolGate. Required.
 	Agent func(id string) actors.ConversationConfig
 	// Clock supplies time to the expiry actor and the agents. Default
 	// actors.SystemClock().
@@ -97,6 +97,10 @@ type Supervisor struct {
 	// models is shared by every activation, so that a new activation's
 	// model call waits for one a killed predecessor left winding down.
 	models actors.ModelGate
+	// tools is shared by every activation, so that a new activation's run
+	// of an open tool call waits for the run of that call a killed
+	// predecessor left winding down.
+	tools actors.ToolGate
 
 	journal, expiry *actor.PID
 
@@ -608,6 +612,7 @@ func (r *root) spawn(ctx actor.Context, a *activation) (*actor.PID, error) {
 	cfg.Goroutines = &s.wg
 	cfg.Dispatcher = s.mailboxes
 	cfg.ModelGate = &s.models
+	cfg.ToolGate = &s.tools
 	passivated := s.cfg.Passivated
 	cfg.Retire = func(processed uint64, force bool) bool {
 		ok := s.reg.retire(a, processed, force)
