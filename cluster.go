@@ -20,6 +20,7 @@ import (
 	"github.com/asynkron/protoactor-go/eventstream"
 	"github.com/asynkron/protoactor-go/remote"
 
+	"github.com/lazarusrt/lazarus/actors"
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
@@ -568,7 +569,7 @@ func (n *clusterNode) request(ctx context.Context, owner string, req *messages.C
 	for {
 		select {
 		case m := <-answer:
-			res, err := answerOf(m)
+			res, err := actors.AnswerOf(m)
 			return res, err, false
 		case <-timer.C:
 			return nil, actor.ErrTimeout, false
@@ -583,41 +584,21 @@ func (n *clusterNode) request(ctx context.Context, owner string, req *messages.C
 	}
 }
 
-// replyBox receives the answer to one call this member sends to another
-// member's gateway, in place of a protoactor Future: a Future is named by
-// a counter of the actor system that starts again in each run, so a member
+// call sends msg to target with a new reply box as its sender (an
+// actors.ReplyBox, in place of a protoactor Future: a Future is named by a
+// counter of the actor system that starts again in each run, so a member
 // restarted at its address took the late answer to a call of its previous
-// run for the answer to the new call of that name (and dropped the new
-// call's own answer). A box is named with the run's random value (see
-// call): such a late answer is a dead letter.
-type replyBox struct{ ch chan any }
-
-// SendUserMessage keeps the first answer; a later one is dropped.
-func (b *replyBox) SendUserMessage(_ *actor.PID, msg any) {
-	_, m, _ := actor.UnwrapEnvelope(msg)
-	select {
-	case b.ch <- m:
-	default:
-	}
-}
-
-// SendSystemMessage ignores system messages: nothing watches the box.
-func (b *replyBox) SendSystemMessage(*actor.PID, any) {}
-
-// Stop does nothing: the caller unregisters the box (release).
-func (b *replyBox) Stop(*actor.PID) {}
-
-// call sends msg to target with a new replyBox as its sender, named
-// uniquely across this member's runs, and returns the channel its answer
+// run for the answer to the new call of that name, and dropped the new
+// call's own answer). The box is named with the run's random value, so
+// such a late answer is a dead letter. call returns the channel the answer
 // arrives on and release, which unregisters the box (an answer arriving
 // later is a dead letter).
 func (n *clusterNode) call(target *actor.PID, msg any) (answer <-chan any, release func()) {
-	box := &replyBox{ch: make(chan any, 1)}
-	reg := n.sys.ProcessRegistry
-	// NextId is unique in the system, and run in the member's runs.
-	pid, _ := reg.Add(box, "lazarus-reply-"+n.run+reg.NextId())
-	n.sys.Root.RequestWithCustomSender(target, msg, pid)
-	return box.ch, func() { reg.Remove(pid) }
+	// The system's next id is unique in the system, and run in the
+	// member's runs.
+	box := actors.NewReplyBox(n.sys, "lazarus-reply-"+n.run)
+	n.sys.Root.RequestWithCustomSender(target, msg, box.PID())
+	return box.Answer(), box.Release
 }
 
 // callResult is call, waiting for the answer as a Future's Result does:
@@ -630,19 +611,10 @@ func (n *clusterNode) callResult(target *actor.PID, msg any, timeout time.Durati
 	defer timer.Stop()
 	select {
 	case m := <-answer:
-		return answerOf(m)
+		return actors.AnswerOf(m)
 	case <-timer.C:
 		return nil, actor.ErrTimeout
 	}
-}
-
-// answerOf is the answer m a replyBox got, or actor.ErrDeadLetter for the
-// dead-letter response of a target that was gone.
-func answerOf(m any) (any, error) {
-	if _, ok := m.(*actor.DeadLetterResponse); ok {
-		return nil, actor.ErrDeadLetter
-	}
-	return m, nil
 }
 
 // replyErr is the error of a reply, mapped to the Runtime's sentinels.

@@ -18,47 +18,25 @@ import (
 // context.DeadlineExceeded for the call timeout, or ErrStopped.
 var ErrNoAnswer = errors.New("supervisor: no answer")
 
-// replyProcess receives the answer to one request. It is a protoactor
-// process of its own (not a Future) so that a caller can stop waiting for
-// it, when its context ends or the supervisor stops, without waiting out a
-// timeout: a Future can only be waited on to its end.
-type replyProcess struct{ ch chan any }
-
-// SendUserMessage keeps the first answer; a later one (there is none) or
-// one arriving after the caller left is dropped.
-func (p *replyProcess) SendUserMessage(_ *actor.PID, msg any) {
-	_, m, _ := actor.UnwrapEnvelope(msg)
-	select {
-	case p.ch <- m:
-	default:
-	}
-}
-
-// SendSystemMessage ignores system messages: nothing watches the process.
-func (p *replyProcess) SendSystemMessage(*actor.PID, any) {}
-
-// Stop does nothing: the caller unregisters the process (release).
-func (p *replyProcess) Stop(*actor.PID) {}
-
-// pendingReply is a registered replyProcess and its PID, the sender of one
-// request.
+// pendingReply is the reply box of one request (an actors.ReplyBox, so
+// that a caller can stop waiting when its context ends or the supervisor
+// stops, without waiting out a timeout as a Future would), and its
+// supervisor.
 type pendingReply struct {
 	s   *Supervisor
+	box *actors.ReplyBox
 	pid *actor.PID
-	ch  chan any
+	ch  <-chan any
 }
 
 func (s *Supervisor) newReply() *pendingReply {
-	p := &replyProcess{ch: make(chan any, 1)}
-	reg := s.system.ProcessRegistry
-	// NextId is unique in the system, so the name is free.
-	pid, _ := reg.Add(p, "ask"+reg.NextId())
-	return &pendingReply{s: s, pid: pid, ch: p.ch}
+	box := actors.NewReplyBox(s.system, "ask")
+	return &pendingReply{s: s, box: box, pid: box.PID(), ch: box.Answer()}
 }
 
-// release unregisters the reply process: an answer sent later is a dead
+// release unregisters the reply box: an answer sent later is a dead
 // letter.
-func (p *pendingReply) release() { p.s.system.ProcessRegistry.Remove(p.pid) }
+func (p *pendingReply) release() { p.box.Release() }
 
 // wait returns the answer, or why none came: ctx.Err(), ErrStopped once
 // the supervisor has stopped every actor (an actor that was going to
@@ -82,12 +60,7 @@ func (p *pendingReply) wait(ctx context.Context) (any, error) {
 	return nil, ErrStopped
 }
 
-func answer(m any) (any, error) {
-	if _, ok := m.(*actor.DeadLetterResponse); ok {
-		return nil, actor.ErrDeadLetter
-	}
-	return m, nil
-}
+func answer(m any) (any, error) { return actors.AnswerOf(m) }
 
 // ended returns why a call must not start (or go on): ErrStopped after
 // Stop, else ctx.Err().
