@@ -284,6 +284,19 @@ func (h *hub) pump(ctx context.Context, s *subscription, answer answerDeltas) {
 			return false
 		}
 	}
+	// page reads from the Store the events after the last delivered and
+	// before seq before; a failed read is reported to the subscriber (but
+	// not one its own end cancelled) and ends the subscription (false).
+	page := func(before uint64) ([]*messages.Event, bool) {
+		evs, err := h.store.Events(ctx, s.conv, journal.EventQuery{After: s.after, Before: before})
+		if err != nil {
+			if ctx.Err() == nil {
+				emit(actors.Update{ConversationID: s.conv, Err: err})
+			}
+			return nil, false
+		}
+		return evs, true
+	}
 	// fill delivers from the Store the events between the last delivered
 	// and a live one at seq: the journal actor publishes only the writes
 	// the Store reported committed, and one whose outcome was unknown
@@ -293,11 +306,8 @@ func (h *hub) pump(ctx context.Context, s *subscription, answer answerDeltas) {
 	fill := func(seq uint64) bool {
 		for s.after+1 < seq {
 			from := s.after
-			evs, err := h.store.Events(ctx, s.conv, journal.EventQuery{After: from, Before: min(seq, from+historyPage+1)})
-			if err != nil {
-				if ctx.Err() == nil {
-					emit(actors.Update{ConversationID: s.conv, Err: err})
-				}
+			evs, ok := page(min(seq, from+historyPage+1))
+			if !ok {
 				return false
 			}
 			for _, ev := range evs {
@@ -318,11 +328,8 @@ func (h *hub) pump(ctx context.Context, s *subscription, answer answerDeltas) {
 	var live uint64 // the seq of the first queued event, once there is one
 catchUp:
 	for {
-		evs, err := h.store.Events(ctx, s.conv, journal.EventQuery{After: s.after, Limit: 0, Before: s.after + historyPage + 1})
-		if err != nil {
-			if ctx.Err() == nil {
-				emit(actors.Update{ConversationID: s.conv, Err: err})
-			}
+		evs, ok := page(s.after + historyPage + 1)
+		if !ok {
 			return
 		}
 		for _, ev := range evs {
