@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -100,6 +102,8 @@ func TestParseFlags(t *testing.T) {
 	require.Error(t, err, "--open-loop sets the rates itself")
 	_, err = parseFlags([]string{"--single", "--single-rounds", "0"}, nil)
 	require.Error(t, err)
+	_, err = parseFlags([]string{"--single", "--postgres", "postgres://127.0.0.1/x"}, nil)
+	require.ErrorContains(t, err, "leave --postgres out", "--single measures Pebble only")
 	// The trace window must start in the runtime phase, or the trace file
 	// is left empty.
 	_, err = parseFlags([]string{"--trace", "t.out", "--duration", "2s"}, nil)
@@ -370,4 +374,21 @@ func TestRunFreesEachStore(t *testing.T) {
 	require.Positive(t, rep.RawPebble.Compacted.DiskBytes)
 	require.NotNil(t, rep.Revival)
 	require.EqualValues(t, 1, rep.Revival.LongRevival.Count)
+}
+
+// TestRunTraceThatCannotBeCreated: a --trace file that cannot be created
+// fails the runtime phase before it opens a store or starts a driver,
+// rather than returning with the Runtime, its store and the drivers of its
+// conversations left running.
+func TestRunTraceThatCannotBeCreated(t *testing.T) {
+	dir := t.TempDir()
+	trace := filepath.Join(dir, "no-such-dir", "trace.out")
+	cfg, err := parseFlags([]string{"--conversations", "2", "--duration", "200ms", "--warmup", "0s", "--baseline=false",
+		"--dir", dir, "--trace", trace, "--trace-from", "0s"}, io.Discard)
+	require.NoError(t, err)
+	_, err = run(t.Context(), cfg)
+	require.ErrorContains(t, err, "--trace")
+	require.ErrorIs(t, err, fs.ErrNotExist)
+	_, err = os.Lstat(filepath.Join(dir, "runtime"))
+	require.ErrorIs(t, err, fs.ErrNotExist, "the runtime phase opened no store")
 }

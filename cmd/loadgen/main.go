@@ -231,6 +231,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("--rate must not be negative")
 	case c.OpenLoop && c.Rate > 0:
 		return c, fmt.Errorf("--open-loop sets the rates itself: leave --rate out")
+	case c.Single && c.Postgres != "":
+		return c, fmt.Errorf("--single measures the embedded Pebble store against naive Pebble: leave --postgres out")
 	case c.Single && (c.SingleRounds < 1 || c.SingleRound <= 0):
 		return c, fmt.Errorf("--single-rounds and --single-round must be positive")
 	case c.Trace != "" && (c.TraceFrom < 0 || c.TraceFrom >= c.Duration):

@@ -163,6 +163,15 @@ func runRuntime(ctx context.Context, cfg config, dir string) (runResult, error) 
 		}
 		return nil
 	}}
+	// The trace file first: a --trace that cannot be created fails the
+	// phase before it opens anything it would have to close.
+	if cfg.Trace != "" {
+		stopTrace, err := traceWindow(cfg.Trace, cfg.TraceFrom, 2*time.Second)
+		if err != nil {
+			return runResult{}, fmt.Errorf("--trace: %w", err)
+		}
+		defer stopTrace()
+	}
 	store, err := openStore(cfg, dir)
 	if err != nil {
 		return runResult{}, err
@@ -199,13 +208,6 @@ func runRuntime(ctx context.Context, cfg config, dir string) (runResult, error) 
 	}
 	if st.arrivals != nil {
 		wg.Go(func() { arrive(runCtx, cfg.Rate/turnEvents, st) })
-	}
-	if cfg.Trace != "" {
-		stopTrace, err := traceWindow(cfg.Trace, cfg.TraceFrom, 2*time.Second)
-		if err != nil {
-			return runResult{}, err
-		}
-		defer stopTrace()
 	}
 	progressDone := make(chan struct{})
 	go func() {
