@@ -486,10 +486,15 @@ var errRunLocal = errors.New("run locally")
 // again after a timeout; others only when their request did not reach a
 // live gateway (a dead letter), and a timeout of theirs is an error
 // wrapping ErrUnknownOutcome. Options.CallTimeout bounds the whole call,
-// as it bounds a local one, when ctx has no earlier deadline.
+// as it bounds a local one, when ctx has no earlier deadline. Close ends
+// it as it ends a local call in flight: an error wrapping ErrClosed (and
+// ErrUnknownOutcome once an owner may have had it).
 func (n *clusterNode) forward(ctx context.Context, req *messages.ClusterRequest, idempotent bool) (*messages.ClusterReply, error) {
 	ctx, cancel := context.WithTimeout(ctx, n.r.opts.CallTimeout)
 	defer cancel()
+	ctx, closing := context.WithCancelCause(ctx)
+	defer closing(nil)
+	defer context.AfterFunc(n.r.life, func() { closing(ErrClosed) })()
 	req.RequestId = n.nextID.Add(1)
 	backoff := 20 * time.Millisecond
 	var sentTo string // the last owner that may have got the request
@@ -525,6 +530,9 @@ func (n *clusterNode) forward(ctx context.Context, req *messages.ClusterRequest,
 			}
 			// The owner is closing: try again where the membership says.
 		} else if !errors.Is(err, actor.ErrDeadLetter) && !idempotent {
+			if ctx.Err() != nil {
+				return nil, n.abandoned(ctx, owner)
+			}
 			return nil, fmt.Errorf("%w: %s did not answer: %w", ErrUnknownOutcome, owner, err)
 		}
 		n.log.Debug("lazarus: cluster: call to the owner failed; retrying", "owner", owner, "conversation", req.GetConversationId(), "err", err)
@@ -541,13 +549,20 @@ func (n *clusterNode) forward(ctx context.Context, req *messages.ClusterRequest,
 // abandoned is the error of a call whose context ended before an answer:
 // ErrNoOwner when no owner it tried got its request (dead letters only),
 // else ErrUnknownOutcome, as a local call handed over: the owner that got
-// it may have run it.
+// it may have run it. A call that Close ended (its context's cause is
+// ErrClosed) wraps ErrClosed instead of ErrNoOwner, and with
+// ErrUnknownOutcome once an owner may have had it.
 func (n *clusterNode) abandoned(ctx context.Context, sentTo string) error {
-	cause := ctx.Err()
+	cause := context.Cause(ctx)
 	if cause == nil { // its deadline passed, its timer has yet to say so
 		cause = context.DeadlineExceeded
 	}
-	if sentTo == "" {
+	switch {
+	case errors.Is(cause, ErrClosed) && sentTo == "":
+		return cause
+	case errors.Is(cause, ErrClosed):
+		return fmt.Errorf("%w: closed before %s answered: %w", ErrUnknownOutcome, sentTo, cause)
+	case sentTo == "":
 		return fmt.Errorf("%w: %w", ErrNoOwner, cause)
 	}
 	return fmt.Errorf("%w: %s did not answer in time: %w", ErrUnknownOutcome, sentTo, cause)

@@ -66,7 +66,11 @@ func newForwardPair(t *testing.T, ownerStore, callerStore journal.Store, model a
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return slog.New(slog.DiscardHandler)
 	}))
-	t.Cleanup(sys.Shutdown)
+	t.Cleanup(func() {
+		if !sys.IsStopped() { // a test may have shut it down
+			sys.Shutdown()
+		}
+	})
 	owner, err := Open(Options{Store: ownerStore, Model: model, ActorSystem: sys, NoResume: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = owner.Close() })
@@ -80,7 +84,9 @@ func newForwardPair(t *testing.T, ownerStore, callerStore journal.Store, model a
 	caller.cl, caller.gw = n, n
 	t.Cleanup(func() {
 		_ = caller.Close()
-		caller.system.Shutdown()
+		if !caller.system.IsStopped() {
+			caller.system.Shutdown()
+		}
 	})
 	for i := 0; ; i++ {
 		if conv := fmt.Sprintf("fwd-%d", i); n.owner(conv) == sys.Address() {
