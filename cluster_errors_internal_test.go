@@ -2,6 +2,7 @@ package lazarus
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -9,6 +10,8 @@ import (
 
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/internal/leakcheck"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
 )
 
 // A call forwarded to the owner and in flight when its own Runtime is
@@ -58,6 +61,51 @@ func TestForwardedCallInFlightAtCloseEndsWithErrClosed(t *testing.T) {
 		t.Fatal("Close did not return")
 	}
 	release()
+}
+
+// An error the owner returns reaches the caller of a forwarded call with
+// the message the same call gives on the owner, and its sentinel: the
+// call's name once, then the cause. The caller named the call again in
+// front of the owner's message, which already named it ("lazarus: send
+// to "c": lazarus: send to "c": ...").
+func TestForwardedErrorsNameTheCallOnce(t *testing.T) {
+	p, _, _, bound := newHeldPair(t)
+	scope := agent.Scope{UserID: "u"}
+	same := func(name string, sentinel error, call func(rt *Runtime) error) {
+		t.Helper()
+		forwarded, local := call(p.caller), call(p.owner)
+		require.ErrorIs(t, forwarded, sentinel, name)
+		require.ErrorIs(t, local, sentinel, name)
+		require.Equal(t, local.Error(), forwarded.Error(), "%s: the forwarded call's message is the local one's", name)
+	}
+	same("rewind", journal.ErrInvalid, func(rt *Runtime) error { return rt.Rewind(bound, p.conv, 99, RewindOptions{}, scope) })
+	require.NoError(t, p.caller.End(bound, p.conv))
+	same("send", journal.ErrEnded, func(rt *Runtime) error {
+		_, err := rt.Send(bound, p.conv, "again", scope)
+		return err
+	})
+	require.NoError(t, p.caller.Delete(bound, p.conv))
+	same("delete", journal.ErrDeleted, func(rt *Runtime) error { return rt.Delete(bound, p.conv) })
+	same("wake", journal.ErrDeleted, func(rt *Runtime) error { return rt.Wake(bound, p.conv) })
+	same("configure", journal.ErrDeleted, func(rt *Runtime) error { return rt.Configure(bound, p.conv, agent.Settings{}) })
+}
+
+// An owner's answer of unknown outcome (its own call ended after the
+// hand-over) reaches the caller wrapping ErrUnknownOutcome and the journal's
+// sentinel, its message saying the call's name and "outcome unknown" once
+// each, as the owner's did.
+func TestOwnersUnknownOutcomeIsNamedOnce(t *testing.T) {
+	rt, err := Open(Options{Model: agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
+		return agent.Text("ok"), nil
+	}), NoResume: true})
+	require.NoError(t, err)
+	defer rt.Close()
+	op := `lazarus: send to "c"`
+	owners := rt.callErr(op, fmt.Errorf("%w: %w", ErrUnknownOutcome, context.DeadlineExceeded))
+	err = rt.callErr(op, journal.ErrorFromProto(wireErr(owners)))
+	require.ErrorIs(t, err, ErrUnknownOutcome)
+	require.ErrorIs(t, err, journal.ErrUnknownOutcome)
+	require.Equal(t, owners.Error(), err.Error())
 }
 
 // A member that forwards calls and follows a subscription on another

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -567,7 +568,7 @@ func (r *Runtime) enter(ctx context.Context) error {
 // error reaches a caller raw, and an error of a call that Close ended wraps
 // ErrClosed. op names the call ("lazarus: send to \"c\"").
 func (r *Runtime) callErr(op string, err error) error {
-	out := mapErr(op, err)
+	out := mapErr(op, unnamed(op, err))
 	if r.isClosed() && !errors.Is(out, ErrClosed) {
 		// Close stopped an actor or the Store under the call: say so,
 		// keeping the cause.
@@ -593,6 +594,11 @@ func mapErr(op string, err error) error {
 		// The Store could not say whether a write landed (a timeout, a
 		// connection lost during its commit): the call's outcome is
 		// unknown, as the facade's sentinel says.
+		if strings.Contains(err.Error(), ErrUnknownOutcome.Error()) {
+			// An owner's answer to a forwarded call, which says so
+			// already: the sentinel, not its text again.
+			return &callError{msg: op + ": " + err.Error(), errs: []error{ErrUnknownOutcome, err}}
+		}
 		return fmt.Errorf("%s: %w: %w", op, ErrUnknownOutcome, err)
 	default:
 		return fmt.Errorf("%s: %w", op, err)
@@ -607,6 +613,25 @@ func mapErr(op string, err error) error {
 		return fmt.Errorf("%s: %w: %w", op, ErrUnknownOutcome, cause)
 	}
 	return fmt.Errorf("%s: %w", op, cause)
+}
+
+// callError is an error with a message of its own that wraps errs.
+type callError struct {
+	msg  string
+	errs []error
+}
+
+func (e *callError) Error() string   { return e.msg }
+func (e *callError) Unwrap() []error { return e.errs }
+
+// unnamed is err without op's name in front of its message, when it has
+// it: the error an owner returned for a forwarded call names the call as
+// the caller does, which names it again. It wraps what err wraps.
+func unnamed(op string, err error) error {
+	if rest, ok := strings.CutPrefix(err.Error(), op+": "); ok {
+		return &callError{msg: rest, errs: []error{err}}
+	}
+	return err
 }
 
 // SendOptions are the optional parts of a send.

@@ -32,7 +32,7 @@ func (r *Runtime) Delete(ctx context.Context, conversationID string) error {
 	}
 	if _, ran, err := r.forwardOp(ctx, conversationID, &messages.ClusterRequest{Op: &messages.ClusterRequest_Delete{Delete: &messages.ClusterDelete{}}}, false); ran {
 		if err != nil {
-			return fmt.Errorf("lazarus: delete %q: %w", clipID(conversationID), err)
+			return r.callErr(fmt.Sprintf("lazarus: delete %q", clipID(conversationID)), err)
 		}
 		return nil
 	}
