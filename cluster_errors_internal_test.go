@@ -3,9 +3,12 @@ package lazarus
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus/agent"
@@ -106,6 +109,81 @@ func TestOwnersUnknownOutcomeIsNamedOnce(t *testing.T) {
 	require.ErrorIs(t, err, ErrUnknownOutcome)
 	require.ErrorIs(t, err, journal.ErrUnknownOutcome)
 	require.Equal(t, owners.Error(), err.Error())
+}
+
+// The gateway refuses a subscribe whose subscription id is empty, too
+// long, or in use by a stream it serves (an error wrapping
+// journal.ErrInvalid), and the stream of that id goes on: an unsubscribe
+// ends it. It served a second stream under the id: the unsubscribe ended
+// one of the two, and the other ran on, its updates tagged as the first's,
+// until the subscriber's member left.
+func TestGatewayRefusesASubscriptionIDInUse(t *testing.T) {
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(slog.DiscardHandler)
+	}))
+	defer sys.Shutdown()
+	rt, err := Open(Options{Model: agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
+		return agent.Text("ok"), nil
+	}), ActorSystem: sys, NoResume: true})
+	require.NoError(t, err)
+	defer rt.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, conv := range []string{"a", "b"} {
+		_, err := rt.Send(ctx, conv, "hi", agent.Scope{UserID: "u"})
+		require.NoError(t, err)
+	}
+	updates := make(chan *messages.ClusterUpdate, 64)
+	recv, err := sys.Root.SpawnNamed(actor.PropsFromFunc(func(c actor.Context) {
+		if u, ok := c.Message().(*messages.ClusterUpdate); ok {
+			updates <- u
+		}
+	}), "subscriber")
+	require.NoError(t, err)
+	defer sys.Root.Stop(recv)
+	n := rt.gw
+	subscribe := func(id, conv string) error {
+		t.Helper()
+		res, err := n.callResult(n.gateway, &messages.ClusterSubscribe{RequestId: 7, SubscriptionId: id, ConversationId: conv,
+			ReplyAddress: sys.Address(), ReplyId: "subscriber"}, 10*time.Second)
+		require.NoError(t, err)
+		reply := res.(*messages.ClusterReply)
+		require.Equal(t, uint64(7), reply.GetRequestId())
+		return journal.ErrorFromProto(reply.GetError())
+	}
+	require.NoError(t, subscribe("s1", "a"))
+	select {
+	case u := <-updates:
+		require.Equal(t, "s1", u.GetSubscriptionId())
+		require.Equal(t, "a", u.GetConversationId())
+	case <-ctx.Done():
+		t.Fatal("no update of the stream")
+	}
+	err = subscribe("s1", "b")
+	require.ErrorIs(t, err, journal.ErrInvalid, "an id in use")
+	require.ErrorContains(t, err, "in use")
+	require.ErrorIs(t, subscribe("", "b"), journal.ErrInvalid, "an empty id")
+	require.ErrorIs(t, subscribe(strings.Repeat("x", maxSubscriptionIDBytes+1), "b"), journal.ErrInvalid, "an id too long")
+
+	// The first stream goes on, and ends on an unsubscribe, served no more.
+	sys.Root.Send(n.gateway, &messages.ClusterUnsubscribe{SubscriptionId: "s1"})
+	for {
+		select {
+		case u := <-updates:
+			require.Equal(t, "a", u.GetConversationId(), "no update of the refused subscribe")
+			if !u.GetFinal() {
+				continue
+			}
+			require.Eventually(t, func() bool {
+				n.mu.Lock()
+				defer n.mu.Unlock()
+				return len(n.serving) == 0
+			}, 10*time.Second, time.Millisecond, "nothing served after the unsubscribe")
+			return
+		case <-ctx.Done():
+			t.Fatal("the stream did not end on its unsubscribe")
+		}
+	}
 }
 
 // A member that forwards calls and follows a subscription on another

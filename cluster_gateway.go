@@ -374,16 +374,42 @@ type serving struct {
 	addr   string // the subscriber's member
 }
 
+// maxSubscriptionIDBytes bounds a ClusterSubscribe's subscription_id (a
+// member's ids are its address, its run's random value and a counter).
+const maxSubscriptionIDBytes = 1024
+
 // serveSubscribe streams a conversation's updates to a subscriber on
 // another member until it unsubscribes, its member leaves, or this Runtime
 // closes; a member with no follower of the stream's id (it restarted at
 // the same address since it subscribed) unsubscribes at its first update.
+// A subscription id that is empty, longer than maxSubscriptionIDBytes or
+// in use by a stream this gateway serves is refused (an error wrapping
+// journal.ErrInvalid), and the stream of that id goes on: a second stream
+// under one id could not be told from the first (an unsubscribe would end
+// one of them, the other running on until its member left).
 func (n *clusterNode) serveSubscribe(sender *actor.PID, m *messages.ClusterSubscribe) {
 	r := n.r
 	ctx, cancel := context.WithCancel(localCtx(r.life))
 	defer cancel()
 	id := m.GetSubscriptionId()
+	refuse := func(err error) {
+		n.sys.Root.Send(sender, &messages.ClusterReply{RequestId: m.GetRequestId(), Node: n.self,
+			Error: journal.ErrorToProto(fmt.Errorf("lazarus: cluster: subscribe to %q: %w", clipID(m.GetConversationId()), err))})
+	}
+	switch {
+	case id == "":
+		refuse(journal.Invalidf("empty subscription id"))
+		return
+	case len(id) > maxSubscriptionIDBytes:
+		refuse(journal.Invalidf("subscription id of %d bytes exceeds %d", len(id), maxSubscriptionIDBytes))
+		return
+	}
 	n.mu.Lock()
+	if _, ok := n.serving[id]; ok {
+		n.mu.Unlock()
+		refuse(journal.Invalidf("subscription id %q is in use by a stream this member serves", clipID(id)))
+		return
+	}
 	n.serving[id] = serving{cancel: cancel, addr: m.GetReplyAddress()}
 	n.mu.Unlock()
 	defer func() {

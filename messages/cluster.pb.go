@@ -104,7 +104,10 @@ func (x *ClusterScope) GetPermissions() []string {
 // activations of one conversation are fenced by the Store.
 type ClusterRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// request_id is echoed in the reply.
+	// request_id is echoed in the reply, and not read otherwise: any value
+	// (0 too) is taken, and two requests of one id are two requests. The
+	// reply goes to the request's sender, which tells its calls apart by
+	// their senders; a send's idempotency key is its AgentSend.request_id.
 	RequestId      uint64        `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	ConversationId string        `protobuf:"bytes,2,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
 	Scope          *ClusterScope `protobuf:"bytes,3,opt,name=scope,proto3" json:"scope,omitempty"`
@@ -644,6 +647,9 @@ func (x *ClusterReply) GetNode() string {
 // (lazarus.Runtime.Owner): a stream served elsewhere misses the owner's
 // live events. A final update with code UNAVAILABLE means "subscribe again
 // after the last seq you received", at the owner the membership names now.
+// subscription_id must be 1 to 1024 bytes and not in use by a stream the
+// gateway serves: a subscribe with an id in use is refused (INVALID) and
+// the stream of that id goes on; use a new id for every subscribe.
 type ClusterSubscribe struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	RequestId      uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
