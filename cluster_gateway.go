@@ -452,6 +452,10 @@ func updateToProto(id string, u Update) *messages.ClusterUpdate {
 	}
 	if u.Retry != nil {
 		p.Retry, p.RetryAttempt, p.RetryDelayMs = true, uint32(u.Retry.Attempt), u.Retry.Delay.Milliseconds()
+		// A model call's error: its code says which of the model's
+		// sentinels it wraps (wireErr would take its timeout for a write
+		// of unknown outcome).
+		p.RetryCode, p.Error = actors.TurnFailureCode(u.Err), journal.ErrorToProto(u.Err)
 	}
 	if u.TurnEnd != nil && u.Event == nil {
 		switch u.TurnEnd.Outcome {
@@ -473,6 +477,11 @@ func updateFromProto(p *messages.ClusterUpdate) Update {
 		Err: journal.ErrorFromProto(p.GetError()), Restart: p.GetRestart(), Agent: p.GetAgent()}
 	if p.GetRetry() {
 		u.Retry = &actors.Retry{Attempt: int(p.GetRetryAttempt()), Delay: time.Duration(p.GetRetryDelayMs()) * time.Millisecond}
+		if code := p.GetRetryCode(); code != "" && u.Err != nil {
+			// The model's sentinel (TurnError unwraps to it) and the
+			// journal's, under the error's own text.
+			u.Err = &callError{msg: u.Err.Error(), errs: []error{&actors.TurnError{Message: u.Err.Error(), Code: code}, u.Err}}
+		}
 	}
 	switch {
 	case u.Event != nil:

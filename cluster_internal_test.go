@@ -80,6 +80,29 @@ func TestUpdateWireForm(t *testing.T) {
 	require.ErrorIs(t, journal.ErrorFromProto(p.GetError()), journal.ErrDeleted)
 }
 
+// The error of a retried model call crosses a node with the model's
+// sentinel, as a local subscriber gets it (agent.ErrRateLimited,
+// context.DeadlineExceeded for a model call that timed out, ...), its
+// text and its journal sentinels; a model call's timeout is no write of
+// unknown outcome. It crossed as an unclassified error, and a timeout as
+// journal.ErrUnknownOutcome.
+func TestRetryErrorWireForm(t *testing.T) {
+	for _, err := range []error{
+		fmt.Errorf("model: 429: %w", agent.ErrRateLimited),
+		fmt.Errorf("model: %w", context.DeadlineExceeded),
+		fmt.Errorf("answer refused: %w", journal.ErrInvalid),
+		errors.New("model: something else"),
+	} {
+		got := updateFromProto(updateToProto("s", Update{ConversationID: "c", Err: err, Retry: &actors.Retry{Attempt: 1, Delay: time.Second}}))
+		require.Equal(t, err.Error(), got.Err.Error())
+		for _, sentinel := range []error{agent.ErrRateLimited, context.DeadlineExceeded, journal.ErrInvalid} {
+			require.Equal(t, errors.Is(err, sentinel), errors.Is(got.Err, sentinel), "%v: %v", err, sentinel)
+		}
+		require.NotErrorIs(t, got.Err, journal.ErrUnknownOutcome, "%v", err)
+		require.NotErrorIs(t, got.Err, journal.ErrUnavailable, "%v", err)
+	}
+}
+
 // The Runtime's sentinels cross a node as codes the caller maps back.
 func TestWireErrors(t *testing.T) {
 	require.Nil(t, wireErr(nil))

@@ -808,7 +808,12 @@ type ClusterUpdate struct {
 	Final bool `protobuf:"varint,12,opt,name=final,proto3" json:"final,omitempty"`
 	// agent is the agent whose model streamed delta ("" for the default
 	// agent; lazarus.Update.Agent).
-	Agent         string `protobuf:"bytes,13,opt,name=agent,proto3" json:"agent,omitempty"`
+	Agent string `protobuf:"bytes,13,opt,name=agent,proto3" json:"agent,omitempty"`
+	// retry_code: with retry, the code of the failed model call's error as a
+	// turn_failed event records it (TurnFailed.code: "rate_limited", ...),
+	// so that a subscriber gets the sentinel it stands for; error then
+	// carries the error's text and its journal codes only.
+	RetryCode     string `protobuf:"bytes,14,opt,name=retry_code,json=retryCode,proto3" json:"retry_code,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -934,6 +939,13 @@ func (x *ClusterUpdate) GetAgent() string {
 	return ""
 }
 
+func (x *ClusterUpdate) GetRetryCode() string {
+	if x != nil {
+		return x.RetryCode
+	}
+	return ""
+}
+
 var File_lazarus_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_lazarus_v1_cluster_proto_rawDesc = "" +
@@ -991,7 +1003,7 @@ const file_lazarus_v1_cluster_proto_rawDesc = "" +
 	"\rreply_address\x18\x05 \x01(\tR\freplyAddress\x12\x19\n" +
 	"\breply_id\x18\x06 \x01(\tR\areplyId\"=\n" +
 	"\x12ClusterUnsubscribe\x12'\n" +
-	"\x0fsubscription_id\x18\x01 \x01(\tR\x0esubscriptionId\"\xcb\x03\n" +
+	"\x0fsubscription_id\x18\x01 \x01(\tR\x0esubscriptionId\"\xea\x03\n" +
 	"\rClusterUpdate\x12'\n" +
 	"\x0fsubscription_id\x18\x01 \x01(\tR\x0esubscriptionId\x12'\n" +
 	"\x0fconversation_id\x18\x02 \x01(\tR\x0econversationId\x12'\n" +
@@ -1006,7 +1018,9 @@ const file_lazarus_v1_cluster_proto_rawDesc = "" +
 	" \x01(\bR\x13turnFailedUnwritten\x12\x18\n" +
 	"\arestart\x18\v \x01(\bR\arestart\x12\x14\n" +
 	"\x05final\x18\f \x01(\bR\x05final\x12\x14\n" +
-	"\x05agent\x18\r \x01(\tR\x05agentB'Z%github.com/lazarusrt/lazarus/messagesb\x06proto3"
+	"\x05agent\x18\r \x01(\tR\x05agent\x12\x1d\n" +
+	"\n" +
+	"retry_code\x18\x0e \x01(\tR\tretryCodeB'Z%github.com/lazarusrt/lazarus/messagesb\x06proto3"
 
 var (
 	file_lazarus_v1_cluster_proto_rawDescOnce sync.Once
