@@ -525,10 +525,12 @@ func (n *clusterNode) forward(ctx context.Context, req *messages.ClusterRequest,
 			if !ok {
 				return nil, fmt.Errorf("lazarus: cluster: unexpected reply %T from %s", res, owner)
 			}
-			if !errors.Is(journal.ErrorFromProto(reply.GetError()), journal.ErrUnavailable) || !idempotent {
+			if !errors.Is(journal.ErrorFromProto(reply.GetError()), journal.ErrUnavailable) || !idempotent || reply.GetAnswered() {
 				return reply, nil
 			}
-			// The owner is closing: try again where the membership says.
+			// The owner is closing, or the conversation moved: try again
+			// where the membership says. (An UNAVAILABLE that is the
+			// call's own outcome there, its Store's, is answered.)
 		} else if !errors.Is(err, actor.ErrDeadLetter) && !idempotent {
 			if ctx.Err() != nil {
 				return nil, n.abandoned(ctx, owner)

@@ -14,6 +14,7 @@ import (
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/internal/leakcheck"
 	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/journal/memjournal"
 	"github.com/lazarusrt/lazarus/messages"
 )
 
@@ -226,4 +227,56 @@ func TestForwardingMemberCloseLeavesNoGoroutine(t *testing.T) {
 	p.owner.system.Shutdown()
 	base.Check(t, 20*time.Second)
 	require.ErrorIs(t, <-sent, ErrClosed)
+}
+
+// downStore fails every append of conv with journal.ErrUnavailable (its
+// database unreachable).
+type downStore struct {
+	journal.Store
+	conv string
+}
+
+func (s *downStore) Append(ctx context.Context, req *messages.AppendRequest) (journal.AppendResult, error) {
+	if req.GetConversationId() == s.conv {
+		return journal.AppendResult{}, fmt.Errorf("down: %w", journal.ErrUnavailable)
+	}
+	return s.Store.Append(ctx, req)
+}
+
+func (s *downStore) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest) []journal.AppendResult {
+	out := make([]journal.AppendResult, len(reqs))
+	for i, req := range reqs {
+		if req.GetConversationId() == s.conv {
+			out[i].Err = fmt.Errorf("down: %w", journal.ErrUnavailable)
+		} else {
+			out[i] = s.Store.AppendBatch(ctx, []*messages.AppendRequest{req})[0]
+		}
+	}
+	return out
+}
+
+// A send forwarded to an owner whose Store is unavailable fails at once
+// with journal.ErrUnavailable, as the same send on the owner does: the
+// owner answered, and wrote nothing. The caller took the owner's
+// UNAVAILABLE for a member that is closing or no longer owns the
+// conversation, sent it again until its context ended, and returned
+// ErrUnknownOutcome with context.DeadlineExceeded.
+func TestForwardedCallKeepsTheOwnersStoreUnavailable(t *testing.T) {
+	store := memjournal.New(memjournal.Options{})
+	down := &downStore{Store: store}
+	model := agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
+		return agent.Text("ok"), nil
+	})
+	p := newForwardPair(t, down, store, model)
+	down.conv = p.conv
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	scope := agent.Scope{UserID: "u"}
+	_, lerr := p.owner.Send(ctx, p.conv, "hi", scope)
+	require.ErrorIs(t, lerr, journal.ErrUnavailable, "on the owner")
+	_, err := p.caller.Send(ctx, p.conv, "hi", scope)
+	require.NoError(t, ctx.Err(), "answered at once, not at the call's end")
+	require.ErrorIs(t, err, journal.ErrUnavailable)
+	require.NotErrorIs(t, err, ErrUnknownOutcome, "the owner said it wrote nothing: %v", err)
+	require.Equal(t, lerr.Error(), err.Error())
 }

@@ -58,8 +58,13 @@ func (r *Runtime) ask(ctx context.Context, conv string, cmd *actors.Command) (an
 // movedErr is the error of an idempotent call whose conversation moved
 // under it: UNAVAILABLE, not run here, to send again to the owner.
 func movedErr(conv string) error {
-	return fmt.Errorf("lazarus: conversation %q moved to another member: %w", clipID(conv), journal.ErrUnavailable)
+	return &callError{msg: fmt.Sprintf("lazarus: conversation %q moved to another member: %v", clipID(conv), journal.ErrUnavailable),
+		errs: []error{journal.ErrUnavailable, errMoved}}
 }
+
+// errMoved is wrapped by movedErr: the gateway's refusal to run a call
+// whose conversation moved off its member (ClusterReply.answered unset).
+var errMoved = errors.New("lazarus: conversation moved")
 
 // askOnce is one attempt of ask.
 func (r *Runtime) askOnce(ctx context.Context, conv string, cmd *actors.Command) (any, error) {
@@ -263,6 +268,10 @@ func (n *clusterNode) serve(m *messages.ClusterRequest) *messages.ClusterReply {
 		err = journal.Invalidf("cluster request without an operation")
 	}
 	reply.Error = wireErr(err)
+	// An error is this call's outcome here, but a refusal to run it here
+	// (this Runtime closed, the conversation moved): the caller returns
+	// the first, and sends the second again where its membership says.
+	reply.Answered = err != nil && !errors.Is(err, ErrClosed) && !errors.Is(err, errMoved)
 	switch m.GetOp().(type) {
 	case *messages.ClusterRequest_Rewind, *messages.ClusterRequest_Resolve, *messages.ClusterRequest_Delete, *messages.ClusterRequest_Reschedule:
 		// The caller does not send these again on UNAVAILABLE: one that

@@ -568,7 +568,14 @@ type ClusterReply struct {
 	// killed: a ClusterKill found a live activation.
 	Killed bool `protobuf:"varint,4,opt,name=killed,proto3" json:"killed,omitempty"`
 	// node is the address of the node that ran the operation.
-	Node          string `protobuf:"bytes,5,opt,name=node,proto3" json:"node,omitempty"`
+	Node string `protobuf:"bytes,5,opt,name=node,proto3" json:"node,omitempty"`
+	// answered: error is the operation's own outcome on this node (its
+	// Store unavailable, say), not a refusal to run it here. A node that is
+	// closing, or whose conversation moved to another member, answers
+	// UNAVAILABLE without it: nothing ran, and a caller sends an operation
+	// that is safe to repeat to the owner its membership names; one with
+	// answered set it returns as it is.
+	Answered      bool `protobuf:"varint,6,opt,name=answered,proto3" json:"answered,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -636,6 +643,13 @@ func (x *ClusterReply) GetNode() string {
 		return x.Node
 	}
 	return ""
+}
+
+func (x *ClusterReply) GetAnswered() bool {
+	if x != nil {
+		return x.Answered
+	}
+	return false
 }
 
 // ClusterSubscribe asks the gateway to stream the events of conversation_id
@@ -986,14 +1000,15 @@ const file_lazarus_v1_cluster_proto_rawDesc = "" +
 	"\x11ClusterReschedule\x12 \n" +
 	"\ftool_call_id\x18\x01 \x01(\tR\n" +
 	"toolCallId\x12*\n" +
-	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\x94\x01\n" +
+	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xb0\x01\n" +
 	"\fClusterReply\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12'\n" +
 	"\x05error\x18\x02 \x01(\v2\x11.lazarus.v1.ErrorR\x05error\x12\x10\n" +
 	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x16\n" +
 	"\x06killed\x18\x04 \x01(\bR\x06killed\x12\x12\n" +
-	"\x04node\x18\x05 \x01(\tR\x04node\"\xe0\x01\n" +
+	"\x04node\x18\x05 \x01(\tR\x04node\x12\x1a\n" +
+	"\banswered\x18\x06 \x01(\bR\banswered\"\xe0\x01\n" +
 	"\x10ClusterSubscribe\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12'\n" +
