@@ -236,3 +236,28 @@ func TestCancelledSubscriptionLeavesNoGoroutine(t *testing.T) {
 	rt.Kill("c")
 	base.Check(t, leakWithin)
 }
+
+// TestCloseEndsAnAgentViewNeverRead: a subscription with an agent view
+// (SubscribeWith, SubscribeOptions.Agent) whose reader stops reading and
+// whose context never ends is ended by Close, as a plain subscription is:
+// its goroutine, which hands the view's updates on, waited for good to
+// hand one to a reader that never came.
+func TestCloseEndsAnAgentViewNeverRead(t *testing.T) {
+	if !leakcheck.Isolate(t) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	base := leakcheck.Take()
+	rt, _, _ := liveRuntime(t, lazarus.Options{})
+	view, err := rt.SubscribeWith(context.Background(), "c", 0, lazarus.SubscribeOptions{Agent: lazarus.ViewOf("")})
+	require.NoError(t, err)
+	end, err := rt.SendAndWait(ctx, "c", "hi", user)
+	require.NoError(t, err)
+	require.Equal(t, lazarus.TurnAnswered, end.Outcome)
+	require.NoError(t, rt.Close())
+	base.Check(t, leakWithin)
+	// What the view had in hand is still read, then the channel is closed.
+	for range view {
+	}
+}
