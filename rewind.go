@@ -84,7 +84,8 @@ func (r *Runtime) Rewind(ctx context.Context, conversationID string, toSeq uint6
 // restore that fails removes its own, and one that a crash left is removed
 // by the next restore in its directory of a Runtime opened after the crash:
 // repeating the rewind, as below, clears them. The first failure stops the
-// restore and is returned with the report of the files already restored.
+// restore and is returned with the report of the files already restored;
+// a restore that Close interrupts returns an error wrapping ErrClosed.
 // Restoring is idempotent: after a failure or a crash, repeat
 // the rewind with the same target (a new call appends another rewind
 // event, with the same effect, and restores the files again; the retries
@@ -120,6 +121,11 @@ func (r *Runtime) RewindWithReport(ctx context.Context, conversationID string, t
 	files, err := r.files.restore(ctx, conversationID, toSeq)
 	if err != nil {
 		err = fmt.Errorf("%s: files: %w", op, err)
+		if r.isClosed() && !errors.Is(err, ErrClosed) {
+			// Close closed the files' root (or the Store) under the
+			// restore: say so, as for any call in flight at Close.
+			err = fmt.Errorf("%w: %w", err, ErrClosed)
+		}
 	}
 	return RewindReport{Seq: seq, Files: files}, err
 }
