@@ -413,3 +413,59 @@ func TestAuditWriteThatPanicsFailsNoTurn(t *testing.T) {
 	}
 	require.Equal(t, int32(2), store.puts.Load(), "each call tried its row")
 }
+
+// gcHeld is an in-memory Store whose GCModelCalls waits until its ctx ends
+// (or the test ends): an audit sweep that never finishes by itself.
+type gcHeld struct {
+	*memjournal.Store
+	entered chan struct{}
+	done    chan struct{}
+}
+
+func (s *gcHeld) GCModelCalls(ctx context.Context, conv string, olderThan time.Time) (int, error) {
+	select {
+	case s.entered <- struct{}{}:
+	default:
+	}
+	select {
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-s.done:
+		return s.Store.GCModelCalls(ctx, conv, olderThan)
+	}
+}
+
+// TestCloseEndsAnAuditSweepInProgress: Close cancels the audit sweep
+// (Options.Audit.TTL) it finds running and returns, as it does the blob
+// sweep and the resume scan; the sweep ran under context.Background, so
+// Close waited for it to go through every conversation of the Store.
+func TestCloseEndsAnAuditSweepInProgress(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	clock := actorstest.NewManualClock(time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC))
+	store := &gcHeld{Store: memjournal.New(memjournal.Options{Audit: true}), entered: make(chan struct{}, 1), done: make(chan struct{})}
+	model := scripted.New(scripted.Options{})
+	rt, err := lazarus.Open(lazarus.Options{Store: store, Model: model, Clock: clock,
+		Audit: lazarus.AuditOptions{Enabled: true, TTL: time.Hour}})
+	require.NoError(t, err)
+	defer rt.Close()
+	defer close(store.done) // first: a sweep still held ends
+	model.Push("c", scripted.Text("hi"))
+	_, err = rt.SendAndWait(ctx, "c", "hi", agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+
+	go clock.Advance(30 * time.Minute) // the sweep runs in Advance
+	select {
+	case <-store.entered:
+	case <-ctx.Done():
+		t.Fatal("the audit sweep never ran")
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- rt.Close() }()
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-ctx.Done():
+		t.Fatal("Close waits for the audit sweep")
+	}
+}

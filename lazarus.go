@@ -1221,8 +1221,12 @@ func (r *Runtime) armAuditGC() {
 			return
 		}
 		defer r.gcWG.Done()
-		if n, err := r.gcAudit(context.Background()); err != nil {
-			r.log.Warn("audit gc failed", "err", err)
+		// Under the Runtime's life: Close ends a sweep in progress
+		// rather than wait for it to go through every conversation.
+		if n, err := r.gcAudit(r.life); err != nil {
+			if r.life.Err() == nil {
+				r.log.Warn("audit gc failed", "err", err)
+			}
 		} else if n > 0 {
 			r.log.Debug("audit gc", "removed", n)
 		}
