@@ -3,6 +3,7 @@ package lazarus_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -492,4 +493,48 @@ func awaitSignal(t *testing.T, c <-chan struct{}, what string) {
 	case <-time.After(20 * time.Second):
 		t.Fatalf("%s never started", what)
 	}
+}
+
+// forkCutByContext is an in-memory Store whose Fork, once its ctx ends,
+// fails as a PostgreSQL store's does when the context ends after COMMIT
+// was sent: journal.ErrUnknownOutcome, wrapping the context's error.
+type forkCutByContext struct {
+	*memjournal.Store
+	entered chan struct{}
+}
+
+func (s *forkCutByContext) Fork(ctx context.Context, req *messages.ForkRequest) error {
+	s.entered <- struct{}{}
+	<-ctx.Done()
+	return fmt.Errorf("store: fork: commit: %w: %w", journal.ErrUnknownOutcome, ctx.Err())
+}
+
+// TestStoreWriteCutByContextHasUnknownOutcome: a write the Runtime makes in
+// the Store itself (Fork's), whose context ends once the Store has sent it,
+// fails with ErrUnknownOutcome as well as the context's error, as the
+// Store said: it was mapped to the context's error alone, which the
+// contract reserves for a call that wrote nothing.
+func TestStoreWriteCutByContextHasUnknownOutcome(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	model := scripted.New(scripted.Options{})
+	store := &forkCutByContext{Store: memjournal.New(memjournal.Options{}), entered: make(chan struct{}, 1)}
+	rt, err := lazarus.Open(lazarus.Options{Store: store, Model: model, IdleTimeout: -1})
+	require.NoError(t, err)
+	defer rt.Close()
+	answered(ctx, t, rt, model, "s")
+
+	forkCtx, cancelFork := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- rt.Fork(forkCtx, "s", 1, "s-copy") }()
+	select {
+	case <-store.entered:
+	case <-ctx.Done():
+		t.Fatal("the fork never reached the Store")
+	}
+	cancelFork()
+	err = await(t, done, "Fork")
+	require.ErrorIs(t, err, lazarus.ErrUnknownOutcome)
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorIs(t, err, journal.ErrUnknownOutcome, "the Store's error is kept")
 }

@@ -583,6 +583,18 @@ func mapErr(op string, err error) error {
 	switch {
 	case errors.Is(err, supervisor.ErrStopped):
 		cause = ErrClosed
+	case errors.Is(err, journal.ErrUnknownOutcome) && !errors.Is(err, ErrUnknownOutcome):
+		// The Store could not say whether a write landed (a timeout, a
+		// connection lost during its commit, the call's context ended
+		// once its commit was sent): the call's outcome is unknown, as
+		// the facade's sentinel says; a context's error it wraps is kept
+		// with it, never reported alone (which says nothing was written).
+		if strings.Contains(err.Error(), ErrUnknownOutcome.Error()) {
+			// An owner's answer to a forwarded call, which says so
+			// already: the sentinel, not its text again.
+			return &callError{msg: op + ": " + err.Error(), errs: []error{ErrUnknownOutcome, err}}
+		}
+		return fmt.Errorf("%s: %w: %w", op, ErrUnknownOutcome, err)
 	case errors.Is(err, context.Canceled):
 		cause = context.Canceled
 	case errors.Is(err, context.DeadlineExceeded):
@@ -590,16 +602,6 @@ func mapErr(op string, err error) error {
 	case unknown:
 		// Every activation stopped before answering, too many times.
 		return fmt.Errorf("%s: %w (no activation answered; retry)", op, ErrUnknownOutcome)
-	case errors.Is(err, journal.ErrUnknownOutcome) && !errors.Is(err, ErrUnknownOutcome):
-		// The Store could not say whether a write landed (a timeout, a
-		// connection lost during its commit): the call's outcome is
-		// unknown, as the facade's sentinel says.
-		if strings.Contains(err.Error(), ErrUnknownOutcome.Error()) {
-			// An owner's answer to a forwarded call, which says so
-			// already: the sentinel, not its text again.
-			return &callError{msg: op + ": " + err.Error(), errs: []error{ErrUnknownOutcome, err}}
-		}
-		return fmt.Errorf("%s: %w: %w", op, ErrUnknownOutcome, err)
 	default:
 		return fmt.Errorf("%s: %w", op, err)
 	}
