@@ -495,46 +495,110 @@ func awaitSignal(t *testing.T, c <-chan struct{}, what string) {
 	}
 }
 
-// forkCutByContext is an in-memory Store whose Fork, once its ctx ends,
-// fails as a PostgreSQL store's does when the context ends after COMMIT
-// was sent: journal.ErrUnknownOutcome, wrapping the context's error.
-type forkCutByContext struct {
+// writeCutByContext is an in-memory Store whose write named cut, once its
+// ctx ends, fails as a PostgreSQL store's does when the context ends after
+// COMMIT was sent: journal.ErrUnknownOutcome, wrapping the context's error.
+type writeCutByContext struct {
 	*memjournal.Store
+	cut     string
 	entered chan struct{}
 }
 
-func (s *forkCutByContext) Fork(ctx context.Context, req *messages.ForkRequest) error {
+func (s *writeCutByContext) cutOff(ctx context.Context, name string) error {
+	if s.cut != name {
+		return nil
+	}
 	s.entered <- struct{}{}
 	<-ctx.Done()
-	return fmt.Errorf("store: fork: commit: %w: %w", journal.ErrUnknownOutcome, ctx.Err())
+	return fmt.Errorf("store: %s: commit: %w: %w", name, journal.ErrUnknownOutcome, ctx.Err())
+}
+
+func (s *writeCutByContext) Fork(ctx context.Context, req *messages.ForkRequest) error {
+	if err := s.cutOff(ctx, "Fork"); err != nil {
+		return err
+	}
+	return s.Store.Fork(ctx, req)
+}
+
+func (s *writeCutByContext) PutMetadata(ctx context.Context, id string, kv map[string]string) error {
+	if err := s.cutOff(ctx, "PutMetadata"); err != nil {
+		return err
+	}
+	return s.Store.PutMetadata(ctx, id, kv)
+}
+
+func (s *writeCutByContext) PutSchedule(ctx context.Context, sc *messages.Schedule) error {
+	if err := s.cutOff(ctx, "PutSchedule"); err != nil {
+		return err
+	}
+	return s.Store.PutSchedule(ctx, sc)
+}
+
+func (s *writeCutByContext) DeleteSchedule(ctx context.Context, conv, id string) error {
+	if err := s.cutOff(ctx, "DeleteSchedule"); err != nil {
+		return err
+	}
+	return s.Store.DeleteSchedule(ctx, conv, id)
+}
+
+func (s *writeCutByContext) DeleteConversation(ctx context.Context, id string) error {
+	if err := s.cutOff(ctx, "DeleteConversation"); err != nil {
+		return err
+	}
+	return s.Store.DeleteConversation(ctx, id)
 }
 
 // TestStoreWriteCutByContextHasUnknownOutcome: a write the Runtime makes in
-// the Store itself (Fork's), whose context ends once the Store has sent it,
-// fails with ErrUnknownOutcome as well as the context's error, as the
-// Store said: it was mapped to the context's error alone, which the
-// contract reserves for a call that wrote nothing.
+// the Store itself (Fork, MergeMetadata, Schedule, CancelSchedule,
+// Delete), whose context ends once the Store has sent it, fails with
+// ErrUnknownOutcome as well as the context's error, as the Store said:
+// Fork's was mapped to the context's error alone, which the contract
+// reserves for a call that wrote nothing, and the others passed the
+// Store's error on without the Runtime's sentinel.
 func TestStoreWriteCutByContextHasUnknownOutcome(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	model := scripted.New(scripted.Options{})
-	store := &forkCutByContext{Store: memjournal.New(memjournal.Options{}), entered: make(chan struct{}, 1)}
-	rt, err := lazarus.Open(lazarus.Options{Store: store, Model: model, IdleTimeout: -1})
-	require.NoError(t, err)
-	defer rt.Close()
-	answered(ctx, t, rt, model, "s")
+	for _, c := range []struct {
+		cut  string
+		call func(ctx context.Context, rt *lazarus.Runtime, sc string) error
+	}{
+		{"Fork", func(ctx context.Context, rt *lazarus.Runtime, _ string) error { return rt.Fork(ctx, "s", 1, "s-copy") }},
+		{"PutMetadata", func(ctx context.Context, rt *lazarus.Runtime, _ string) error {
+			return rt.MergeMetadata(ctx, "s", map[string]string{"k": "v"})
+		}},
+		{"PutSchedule", func(ctx context.Context, rt *lazarus.Runtime, _ string) error {
+			_, err := rt.Schedule(ctx, "s", lazarus.ScheduleSpec{After: time.Hour, Text: "later"}, user)
+			return err
+		}},
+		{"DeleteSchedule", func(ctx context.Context, rt *lazarus.Runtime, sc string) error {
+			return rt.CancelSchedule(ctx, "s", sc)
+		}},
+		{"DeleteConversation", func(ctx context.Context, rt *lazarus.Runtime, _ string) error { return rt.Delete(ctx, "s") }},
+	} {
+		t.Run(c.cut, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			model := scripted.New(scripted.Options{})
+			store := &writeCutByContext{Store: memjournal.New(memjournal.Options{}), entered: make(chan struct{}, 1)}
+			rt, err := lazarus.Open(lazarus.Options{Store: store, Model: model, IdleTimeout: -1})
+			require.NoError(t, err)
+			defer rt.Close()
+			answered(ctx, t, rt, model, "s")
+			sc, err := rt.Schedule(ctx, "s", lazarus.ScheduleSpec{After: time.Hour, Text: "later"}, user)
+			require.NoError(t, err)
+			store.cut = c.cut
 
-	forkCtx, cancelFork := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- rt.Fork(forkCtx, "s", 1, "s-copy") }()
-	select {
-	case <-store.entered:
-	case <-ctx.Done():
-		t.Fatal("the fork never reached the Store")
+			callCtx, cancelCall := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- c.call(callCtx, rt, sc.GetId()) }()
+			select {
+			case <-store.entered:
+			case <-ctx.Done():
+				t.Fatal("the write never reached the Store")
+			}
+			cancelCall()
+			err = await(t, done, c.cut)
+			require.ErrorIs(t, err, lazarus.ErrUnknownOutcome)
+			require.ErrorIs(t, err, context.Canceled)
+			require.ErrorIs(t, err, journal.ErrUnknownOutcome, "the Store's error is kept")
+		})
 	}
-	cancelFork()
-	err = await(t, done, "Fork")
-	require.ErrorIs(t, err, lazarus.ErrUnknownOutcome)
-	require.ErrorIs(t, err, context.Canceled)
-	require.ErrorIs(t, err, journal.ErrUnknownOutcome, "the Store's error is kept")
 }

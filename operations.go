@@ -53,7 +53,7 @@ func (r *Runtime) Delete(ctx context.Context, conversationID string) error {
 	case errors.Is(err, supervisor.ErrStopped):
 		return ErrClosed
 	case err != nil:
-		return fmt.Errorf("lazarus: delete %q: %w", clipID(conversationID), err)
+		return r.callErr(fmt.Sprintf("lazarus: delete %q", clipID(conversationID)), err)
 	}
 	for _, sc := range schedules {
 		r.sup.DisarmSchedule(conversationID, sc.GetId())
@@ -184,7 +184,7 @@ func (r *Runtime) MergeMetadata(ctx context.Context, conversationID string, kv m
 		return nil
 	}
 	if err := r.store.PutMetadata(ctx, conversationID, kv); err != nil {
-		return fmt.Errorf("lazarus: merge metadata of %q: %w", clipID(conversationID), err)
+		return r.callErr(fmt.Sprintf("lazarus: merge metadata of %q", clipID(conversationID)), err)
 	}
 	return nil
 }

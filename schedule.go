@@ -359,7 +359,7 @@ func (r *Runtime) Schedule(ctx context.Context, conversationID string, spec Sche
 			// journal.MaxSchedulesPerConversation.
 			return nil, fmt.Errorf("lazarus: schedule for %q: %w: %w", clipID(conversationID), ErrBadSchedule, err)
 		}
-		return nil, fmt.Errorf("lazarus: schedule for %q: %w", clipID(conversationID), err)
+		return nil, r.callErr(fmt.Sprintf("lazarus: schedule for %q", clipID(conversationID)), err)
 	}
 	r.armSchedule(ctx, &messages.ScheduleArm{ConversationId: conversationID, ScheduleId: id, Next: sc.GetNext()})
 	return sc, nil
@@ -407,7 +407,7 @@ func (r *Runtime) CancelSchedule(ctx context.Context, conversationID, id string)
 		return fmt.Errorf("%w: %q of %q: %w", ErrNoSchedule, id, conversationID, err)
 	}
 	if err != nil {
-		return fmt.Errorf("lazarus: cancel schedule %q of %q: %w", clipID(id), clipID(conversationID), err)
+		return r.callErr(fmt.Sprintf("lazarus: cancel schedule %q of %q", clipID(id), clipID(conversationID)), err)
 	}
 	r.armSchedule(ctx, &messages.ScheduleDisarm{ConversationId: conversationID, ScheduleId: id})
 	return nil
