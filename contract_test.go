@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -500,12 +501,12 @@ func awaitSignal(t *testing.T, c <-chan struct{}, what string) {
 // COMMIT was sent: journal.ErrUnknownOutcome, wrapping the context's error.
 type writeCutByContext struct {
 	*memjournal.Store
-	cut     string
+	cut     atomic.Value // string
 	entered chan struct{}
 }
 
 func (s *writeCutByContext) cutOff(ctx context.Context, name string) error {
-	if s.cut != name {
+	if cut, _ := s.cut.Load().(string); cut != name {
 		return nil
 	}
 	s.entered <- struct{}{}
@@ -584,7 +585,7 @@ func TestStoreWriteCutByContextHasUnknownOutcome(t *testing.T) {
 			answered(ctx, t, rt, model, "s")
 			sc, err := rt.Schedule(ctx, "s", lazarus.ScheduleSpec{After: time.Hour, Text: "later"}, user)
 			require.NoError(t, err)
-			store.cut = c.cut
+			store.cut.Store(c.cut)
 
 			callCtx, cancelCall := context.WithCancel(ctx)
 			done := make(chan error, 1)
@@ -599,6 +600,112 @@ func TestStoreWriteCutByContextHasUnknownOutcome(t *testing.T) {
 			require.ErrorIs(t, err, lazarus.ErrUnknownOutcome)
 			require.ErrorIs(t, err, context.Canceled)
 			require.ErrorIs(t, err, journal.ErrUnknownOutcome, "the Store's error is kept")
+		})
+	}
+}
+
+// readAfterClose is an in-memory Store whose read named held, once armed,
+// waits until released and then fails as a Store the Runtime opened does
+// once Close has closed it: a call that passed the Runtime's entry check
+// before Close and reached the Store after it.
+type readAfterClose struct {
+	*memjournal.Store
+	held    atomic.Value // string
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *readAfterClose) hold(name string) error {
+	if held, _ := s.held.Load().(string); held != name {
+		return nil
+	}
+	s.entered <- struct{}{}
+	<-s.release
+	return fmt.Errorf("store: %s: %w", name, journal.ErrClosed)
+}
+
+func (s *readAfterClose) Conversation(ctx context.Context, id string) (*messages.Conversation, error) {
+	if err := s.hold("Conversation"); err != nil {
+		return nil, err
+	}
+	return s.Store.Conversation(ctx, id)
+}
+
+func (s *readAfterClose) ListPendingToolCalls(ctx context.Context, cursor string, limit int) ([]*messages.ToolCallRecord, string, error) {
+	if err := s.hold("ListPendingToolCalls"); err != nil {
+		return nil, "", err
+	}
+	return s.Store.ListPendingToolCalls(ctx, cursor, limit)
+}
+
+func (s *readAfterClose) ConversationSchedules(ctx context.Context, conv string) ([]*messages.Schedule, error) {
+	if err := s.hold("ConversationSchedules"); err != nil {
+		return nil, err
+	}
+	return s.Store.ConversationSchedules(ctx, conv)
+}
+
+func (s *readAfterClose) FindConversations(ctx context.Context, key, value, cursor string, limit int) ([]string, string, error) {
+	if err := s.hold("FindConversations"); err != nil {
+		return nil, "", err
+	}
+	return s.Store.FindConversations(ctx, key, value, cursor, limit)
+}
+
+// TestCloseEndsAStoreReadInFlightWithErrClosed: a call that reads the Store
+// itself (Metadata, Settings, Schedules, PendingCalls, Find) and meets the
+// Store closed under it by Close returns an error wrapping ErrClosed, as
+// every call in flight at Close does; it passed the Store's
+// journal.ErrClosed on alone.
+func TestCloseEndsAStoreReadInFlightWithErrClosed(t *testing.T) {
+	for _, c := range []struct {
+		name, held string
+		call       func(ctx context.Context, rt *lazarus.Runtime) error
+	}{
+		{"Metadata", "Conversation", func(ctx context.Context, rt *lazarus.Runtime) error {
+			_, err := rt.Metadata(ctx, "s")
+			return err
+		}},
+		{"Settings", "Conversation", func(ctx context.Context, rt *lazarus.Runtime) error {
+			_, err := rt.Settings(ctx, "s")
+			return err
+		}},
+		{"Schedules", "ConversationSchedules", func(ctx context.Context, rt *lazarus.Runtime) error {
+			_, err := rt.Schedules(ctx, "s")
+			return err
+		}},
+		{"PendingCalls", "ListPendingToolCalls", func(ctx context.Context, rt *lazarus.Runtime) error {
+			_, _, err := rt.PendingCalls(ctx, "", 0)
+			return err
+		}},
+		{"Find", "FindConversations", func(ctx context.Context, rt *lazarus.Runtime) error {
+			_, _, err := rt.Find(ctx, "k", "v", "", 0)
+			return err
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			model := scripted.New(scripted.Options{})
+			store := &readAfterClose{Store: memjournal.New(memjournal.Options{}), entered: make(chan struct{}, 1), release: make(chan struct{})}
+			rt, err := lazarus.Open(lazarus.Options{Store: store, Model: model, IdleTimeout: -1})
+			require.NoError(t, err)
+			defer rt.Close()
+			answered(ctx, t, rt, model, "s")
+			store.held.Store(c.held)
+
+			done := make(chan error, 1)
+			go func() { done <- c.call(ctx, rt) }()
+			select {
+			case <-store.entered:
+			case <-ctx.Done():
+				t.Fatal("the call never reached the Store")
+			}
+			require.NoError(t, rt.Close())
+			close(store.release)
+			err = await(t, done, c.name)
+			require.ErrorIs(t, err, lazarus.ErrClosed)
+			require.ErrorIs(t, err, journal.ErrClosed, "the Store's error is kept")
 		})
 	}
 }

@@ -198,7 +198,7 @@ func (r *Runtime) Find(ctx context.Context, key, value, cursor string, limit int
 	}
 	ids, next, err := r.store.FindConversations(ctx, key, value, cursor, limit)
 	if err != nil {
-		return nil, "", fmt.Errorf("lazarus: find %q: %w", clipID(key), err)
+		return nil, "", r.callErr(fmt.Sprintf("lazarus: find %q", clipID(key)), err)
 	}
 	return ids, next, nil
 }

@@ -130,7 +130,7 @@ func (r *Runtime) PendingCalls(ctx context.Context, cursor string, limit int) ([
 		// skipped here.
 		rows, next, err := r.store.ListPendingToolCalls(ctx, cursor, limit-len(out))
 		if err != nil {
-			return nil, "", fmt.Errorf("lazarus: pending calls: %w", err)
+			return nil, "", r.callErr("lazarus: pending calls", err)
 		}
 		for _, row := range rows {
 			if row.GetExecutor() == messages.Executor_EXECUTOR_HUMAN {
@@ -159,7 +159,7 @@ func (r *Runtime) Metadata(ctx context.Context, conversationID string) (map[stri
 	}
 	md, err := r.store.Metadata(ctx, conversationID)
 	if err != nil {
-		return nil, fmt.Errorf("lazarus: metadata of %q: %w", clipID(conversationID), err)
+		return nil, r.callErr(fmt.Sprintf("lazarus: metadata of %q", clipID(conversationID)), err)
 	}
 	return md, nil
 }
@@ -200,7 +200,7 @@ func (r *Runtime) checkConversation(ctx context.Context, op, conversationID stri
 		return fmt.Errorf("lazarus: %s: %w", op, err)
 	}
 	if _, err := r.store.Conversation(ctx, conversationID); err != nil {
-		return fmt.Errorf("lazarus: %s of %q: %w", op, clipID(conversationID), err)
+		return r.callErr(fmt.Sprintf("lazarus: %s of %q", op, clipID(conversationID)), err)
 	}
 	return nil
 }

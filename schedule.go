@@ -380,7 +380,7 @@ func (r *Runtime) Schedules(ctx context.Context, conversationID string) ([]*mess
 	}
 	out, err := ss.ConversationSchedules(ctx, conversationID)
 	if err != nil {
-		return nil, fmt.Errorf("lazarus: schedules of %q: %w", clipID(conversationID), err)
+		return nil, r.callErr(fmt.Sprintf("lazarus: schedules of %q", clipID(conversationID)), err)
 	}
 	return out, nil
 }

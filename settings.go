@@ -58,7 +58,7 @@ func (r *Runtime) Settings(ctx context.Context, conversationID string) (agent.Se
 	}
 	row, err := r.store.Conversation(ctx, conversationID)
 	if err != nil {
-		return agent.Settings{}, fmt.Errorf("lazarus: settings of %q: %w", clipID(conversationID), err)
+		return agent.Settings{}, r.callErr(fmt.Sprintf("lazarus: settings of %q", clipID(conversationID)), err)
 	}
 	return agent.SettingsOf(row.GetSettings()), nil
 }
