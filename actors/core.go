@@ -98,6 +98,7 @@ type core struct {
 	configs     []*queuedConfig
 	rewinds     []*queuedRewind
 	ends        []*queuedEnd // Ends waiting for the write in flight; see onEnd
+	wakes       []*queuedWake
 
 	specs []agent.ToolSpec // the tools as the model is told of them; see startModel
 
@@ -157,6 +158,13 @@ type openCall struct {
 type queuedConfig struct {
 	sender any
 	msg    *messages.AgentConfigure
+}
+
+// queuedWake is an AgentWake whose log_last is past the activation's view,
+// waiting for the write in flight (see decideWakes).
+type queuedWake struct {
+	sender any
+	msg    *messages.AgentWake
 }
 
 // queuedRewind is an AgentRewind (a rewind, or an edit) waiting for its
@@ -483,25 +491,16 @@ func (c *core) onCommand(cmd *Command, sender any) {
 			return
 		}
 	case *messages.AgentWake:
-		if last := m.GetLogLast(); last > c.ws.LastSeq && c.inflight == nil {
-			// Stale: another writer moved the log past this activation's
-			// view while it sat idle (in a cluster, a member that owned
-			// the conversation meanwhile), and a turn that writer left
-			// owed would wait here for the next command. Retire first,
-			// then answer "retry": the wake goes to a new activation,
-			// which revives from the log and applies the recovery rules.
-			err := fmt.Errorf("conversation %q: the log is at seq %d, this activation's view at %d: %w", c.cfg.ID, last, c.ws.LastSeq, journal.ErrConflict)
-			c.stop(err)
-			c.reply(sender, m, 0, err)
+		if m.GetLogLast() > c.ws.LastSeq && c.inflight != nil {
+			// The log may be past this activation's view by the write in
+			// flight (the waker read it after it landed) or by another
+			// writer's, before or after it: decided once it is answered
+			// (see decideWakes; a fenced write retires the activation).
+			c.wakes = append(c.wakes, &queuedWake{sender: sender, msg: m})
 			return
 		}
-		// Activation alone applies the recovery rules. Only an explicit
-		// wake runs a failed turn again (see turnOwed).
-		if m.GetExplicit() {
-			c.rerun = true
-		}
-		if sender != nil {
-			c.emit(effReply{to: sender, msg: &messages.AgentReply{}})
+		if c.staleWake(sender, m) {
+			return
 		}
 	case *messages.AgentConfigure:
 		// Answered once its write lands (writeConfigs).
@@ -657,6 +656,9 @@ func (c *core) advance() {
 		c.emit(effTouchIdle{})
 		return
 	}
+	if c.decideWakes() {
+		return // stale: retired
+	}
 	if c.decideEnds(); c.inflight != nil {
 		c.emit(effTouchIdle{})
 		return
@@ -691,6 +693,49 @@ func (c *core) advance() {
 		c.maybeSummarize()
 	}
 	c.emit(effTouchIdle{})
+}
+
+// staleWake answers wake m, with no write in flight, and reports whether
+// it found this activation stale: its log_last past the activation's view
+// (another writer moved the log on while it sat idle: in a cluster, a
+// member that owned the conversation meanwhile), where a turn that writer
+// left owed would wait for the next command. A stale activation retires
+// first, then answers "retry": the wake goes to a new activation, which
+// revives from the log and applies the recovery rules. Otherwise the
+// activation alone applies them; only an explicit wake runs a failed turn
+// again (see turnOwed).
+func (c *core) staleWake(sender any, m *messages.AgentWake) bool {
+	if last := m.GetLogLast(); last > c.ws.LastSeq {
+		err := fmt.Errorf("conversation %q: the log is at seq %d, this activation's view at %d: %w", c.cfg.ID, last, c.ws.LastSeq, journal.ErrConflict)
+		c.stop(err)
+		c.reply(sender, m, 0, err)
+		return true
+	}
+	if m.GetExplicit() {
+		c.rerun = true
+	}
+	if sender != nil {
+		c.emit(effReply{to: sender, msg: &messages.AgentReply{}})
+	}
+	return false
+}
+
+// decideWakes answers the wakes held for a write (see onCommand), now
+// that none is in flight, and reports whether one found this activation
+// stale, which then retired: the write landed (or was refused whole) and
+// the view is still short of a wake's log_last, so another writer wrote
+// after it. They were answered at once, and the activation, its write
+// landed, stayed stale with the turn that writer left owed unrun.
+func (c *core) decideWakes() bool {
+	for len(c.wakes) > 0 {
+		q := c.wakes[0]
+		c.wakes = c.wakes[1:]
+		if c.staleWake(q.sender, q.msg) {
+			return true // stopping answered the others
+		}
+	}
+	c.wakes = nil
+	return false
 }
 
 func (c *core) hasReady() bool {
@@ -1143,7 +1188,10 @@ func (c *core) failAll(cause error) {
 	for _, m := range c.buffered {
 		c.reply(m.sender, m.cmd.Msg, 0, cause)
 	}
-	c.sends, c.configs, c.rewinds, c.ends, c.buffered = nil, nil, nil, nil, nil
+	for _, q := range c.wakes {
+		c.reply(q.sender, q.msg, 0, cause)
+	}
+	c.sends, c.configs, c.rewinds, c.ends, c.buffered, c.wakes = nil, nil, nil, nil, nil, nil
 	w.sends, w.configs, w.rewind, w.end = nil, nil, nil, nil
 }
 

@@ -200,13 +200,32 @@ func TestCoreRecoveryRules(t *testing.T) {
 			{send("r2"), []string{"reply error retry=true"}},
 		},
 	}, {
-		name: "a wake that says the log is past the view while a write is in flight leaves it to the write's fence",
+		name: "a wake that says the log is past the view while a write is in flight waits for it; a fenced write retires the activation and the wake is told to retry",
 		log:  []*messages.Event{user("r1"), answer()},
 		steps: []coreStep{
 			{nil, nil},
 			{send("r2"), []string{"write[" + wUser + "]"}},
-			{wakeAt(5), []string{"reply"}},
-			{&inWriteReply{id: 1, err: journal.ErrConflict}, []string{"reply error retry=true", "publish", "retire", "halt", "fenced"}},
+			{wakeAt(5), nil},
+			{&inWriteReply{id: 1, err: journal.ErrConflict}, []string{"reply error retry=true", "publish", "retire", "reply error retry=true", "halt", "fenced"}},
+		},
+	}, {
+		name: "a wake that says the log is past the view while a write is in flight retires the activation once the write lands short of it (another writer wrote after it), before any turn starts",
+		log:  []*messages.Event{user("r1"), answer()},
+		steps: []coreStep{
+			{nil, nil},
+			{send("r2"), []string{"write[" + wUser + "]"}},
+			{wakeAt(4), nil},
+			{wakeAt(3), nil},
+			{ok(1), []string{"reply seq=3", "retire", "reply error retry=true", "halt", "reply error retry=true"}},
+		},
+	}, {
+		name: "a wake that says the log is past the view while a write is in flight is answered once the write brings the view to it",
+		log:  []*messages.Event{user("r1"), answer()},
+		steps: []coreStep{
+			{nil, nil},
+			{send("r2"), []string{"write[" + wUser + "]"}},
+			{wakeAt(3), nil},
+			{ok(1), []string{"reply seq=3", "reply", "model"}},
 		},
 	}, {
 		name: "an end at rest writes the status alone; then sends and rewinds are refused, and no wake runs a turn",

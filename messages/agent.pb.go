@@ -365,9 +365,11 @@ type AgentWake struct {
 	Explicit bool `protobuf:"varint,1,opt,name=explicit,proto3" json:"explicit,omitempty"`
 	// log_last, if set, is the log's last seq as the waker read it (the
 	// resume scan, for an activation that is live). A live activation whose
-	// own view ends before it, with no write in flight, is stale (another
-	// member wrote the log meanwhile): it retires and the wake is answered
-	// "retry", so that a new activation revives from the log.
+	// own view ends before it is stale (another member wrote the log
+	// meanwhile): it retires and the wake is answered "retry", so that a new
+	// activation revives from the log. A wake that meets a write in flight
+	// is decided once that write is answered (it may be what brings the view
+	// to log_last; a fenced write retires the activation anyway).
 	LogLast       uint64 `protobuf:"varint,2,opt,name=log_last,json=logLast,proto3" json:"log_last,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
