@@ -486,9 +486,10 @@ var errRunLocal = errors.New("run locally")
 // again after a timeout; others only when their request did not reach a
 // live gateway (a dead letter), and a timeout of theirs is an error
 // wrapping ErrUnknownOutcome. Options.CallTimeout bounds the whole call,
-// as it bounds a local one, when ctx has no earlier deadline. Close ends
-// it as it ends a local call in flight: an error wrapping ErrClosed (and
-// ErrUnknownOutcome once an owner may have had it).
+// as it bounds a local one, when ctx has no earlier deadline. Once ctx has
+// ended, no request of the call is sent. Close ends it as it ends a local
+// call in flight: an error wrapping ErrClosed (and ErrUnknownOutcome once
+// an owner may have had it).
 func (n *clusterNode) forward(ctx context.Context, req *messages.ClusterRequest, idempotent bool) (*messages.ClusterReply, error) {
 	ctx, cancel := context.WithTimeout(ctx, n.r.opts.CallTimeout)
 	defer cancel()
@@ -509,7 +510,9 @@ func (n *clusterNode) forward(ctx context.Context, req *messages.ClusterRequest,
 				timeout = left
 			}
 		}
-		if timeout <= 0 {
+		if timeout <= 0 || ctx.Err() != nil {
+			// Nothing more is handed over once the call ended (its
+			// context could end as a retry's backoff did).
 			return nil, n.abandoned(ctx, sentTo)
 		}
 		changed := n.changes()

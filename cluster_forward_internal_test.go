@@ -607,3 +607,45 @@ func ownedByADeadMember(n *clusterNode) string {
 	n.members.Store(&members)
 	return firstConv(func(id string) bool { return n.owner(id) == dead })
 }
+
+// A forwarded call whose context has ended hands nothing more over: it
+// ends with ErrNoOwner and the context's error when no owner got a request
+// of it before. It sent a request (a first one, or the next try once a
+// retry's backoff and the context ended together) to the owner, which may
+// run it although its caller gave up, and reported an outcome unknown.
+func TestForwardedCallOfAnEndedContextHandsNothingOver(t *testing.T) {
+	sys := quietSystem(t, "owner.test:1")
+	gw := &fakeGateway{got: make(chan heldRequest, 4)}
+	_, err := sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return gw }), GatewayName)
+	require.NoError(t, err)
+	r, err := Open(Options{Model: agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
+		return agent.Text("ok"), nil
+	}), NoResume: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = r.Close() })
+	n := newNode(r, sys) // requests leave through the gateway's system
+	n.self = "member.test:1"
+	members := []string{n.self, sys.Address()}
+	slices.Sort(members)
+	n.members.Store(&members)
+	conv := firstConv(func(id string) bool { return n.owner(id) == sys.Address() })
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, idempotent := range []bool{true, false} {
+		_, err := n.forward(ctx, &messages.ClusterRequest{ConversationId: conv,
+			Op: &messages.ClusterRequest_Send{Send: &messages.AgentSend{RequestId: "r", Message: agent.UserMessage(agent.TextPart("hi"))}}}, idempotent)
+		require.ErrorIs(t, err, ErrNoOwner, "idempotent %v", idempotent)
+		require.ErrorIs(t, err, context.Canceled)
+		require.NotErrorIs(t, err, ErrUnknownOutcome)
+	}
+	// A request sent is in the gateway's mailbox when forward returns: a
+	// probe sent now is the first it gets.
+	sys.Root.Send(actor.NewPID(sys.Address(), GatewayName), &messages.ClusterRequest{ConversationId: "probe"})
+	select {
+	case got := <-gw.got:
+		require.Equal(t, "probe", got.req.GetConversationId(), "a call of an ended context reached the owner")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the gateway got nothing")
+	}
+}
