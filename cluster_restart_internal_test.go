@@ -170,13 +170,19 @@ func TestRestartedMemberGetsNoUpdateOfItsPreviousRun(t *testing.T) {
 
 	// A moves on: the owner's stream of the first run sends its updates
 	// to the member's address. It ends (the owner's hub has no
-	// subscription of A left), and B's subscriber gets none of them.
+	// subscription of A left, and its gateway no longer serves the
+	// stream: the two are let go in either order), and B's subscriber
+	// gets none of them.
 	_, err = owner.Send(ctx, convA, "again", scope)
 	require.NoError(t, err)
 	staleEnded := func() bool {
 		owner.hub.mu.Lock()
-		defer owner.hub.mu.Unlock()
-		return len(owner.hub.subs[convA]) == 0
+		subs := len(owner.hub.subs[convA])
+		owner.hub.mu.Unlock()
+		owner.gw.mu.Lock()
+		_, served := owner.gw.serving[idA[0]]
+		owner.gw.mu.Unlock()
+		return subs == 0 && !served
 	}
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
