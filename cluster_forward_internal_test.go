@@ -2,6 +2,7 @@ package lazarus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -123,6 +124,102 @@ func newHeldPair(t *testing.T) (p forwardPair, hold *holdStore, release func(), 
 	return p, hold, release, bound
 }
 
+// endingCtx is a context whose deadline passes when the test calls end,
+// not at a time on the clock: its Err is then context.DeadlineExceeded, as
+// a real deadline's. A real deadline short enough for a test (a few
+// hundred milliseconds) can pass on a busy machine before the call it
+// bounds has reached the point the test is about (the owner writing it,
+// a dead letter), and the call then fails as one that never started. The
+// contexts derived from it end within end (it has AfterFunc, which
+// context.WithCancel and WithTimeout use to follow a parent).
+type endingCtx struct {
+	context.Context // context.Background(): its values
+	deadline        time.Time
+	done            chan struct{}
+
+	mu    sync.Mutex
+	ended bool
+	after map[int]func()
+	next  int
+}
+
+func newEndingCtx() *endingCtx {
+	return &endingCtx{Context: context.Background(), deadline: time.Now().Add(time.Hour),
+		done: make(chan struct{}), after: map[int]func(){}}
+}
+
+func (c *endingCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+func (c *endingCtx) Done() <-chan struct{}       { return c.done }
+
+func (c *endingCtx) Err() error {
+	select {
+	case <-c.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
+	}
+}
+
+// AfterFunc runs f once the context ends, as context.AfterFunc does.
+func (c *endingCtx) AfterFunc(f func()) (stop func() bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ended {
+		go f()
+		return func() bool { return false }
+	}
+	id := c.next
+	c.next++
+	c.after[id] = f
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		_, ok := c.after[id]
+		delete(c.after, id)
+		return ok
+	}
+}
+
+// end makes the deadline pass, and ends the contexts derived from c
+// before it returns; it may be called any number of times.
+func (c *endingCtx) end() {
+	c.mu.Lock()
+	if c.ended {
+		c.mu.Unlock()
+		return
+	}
+	c.ended = true
+	close(c.done)
+	after := c.after
+	c.after = nil
+	c.mu.Unlock()
+	for _, f := range after {
+		f()
+	}
+}
+
+// endOnDeadLetter is a log handler that ends the call in progress (set in
+// call) when a forward logs that its request was a dead letter and it is
+// about to wait to try again: no request of the call is then in flight.
+type endOnDeadLetter struct{ call atomic.Pointer[endingCtx] }
+
+func (h *endOnDeadLetter) Enabled(context.Context, slog.Level) bool { return true }
+func (h *endOnDeadLetter) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *endOnDeadLetter) WithGroup(string) slog.Handler            { return h }
+
+func (h *endOnDeadLetter) Handle(_ context.Context, rec slog.Record) error {
+	rec.Attrs(func(a slog.Attr) bool {
+		if err, ok := a.Value.Any().(error); ok && a.Key == "err" && errors.Is(err, actor.ErrDeadLetter) {
+			if c := h.call.Load(); c != nil {
+				c.end()
+			}
+			return false
+		}
+		return true
+	})
+	return nil
+}
+
 // A forwarded send whose context ends while the owner is writing it was
 // handed over: its outcome is unknown (ErrUnknownOutcome, with the
 // context's error), as for a local call, never "nothing written".
@@ -137,18 +234,34 @@ func TestForwardedSendTimeoutIsUnknownOutcome(t *testing.T) {
 	var released sync.Once
 	release := func() { released.Do(func() { close(hold.release) }) }
 	t.Cleanup(release) // before the Runtimes close: the held append ends
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
-	_, err := p.caller.SendMessage(ctx, p.conv, agent.UserMessage(agent.TextPart("hi")), SendOptions{RequestID: "r1"}, agent.Scope{UserID: "u"})
-	<-hold.held
+	bound, cancelBound := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancelBound()
+	// The deadline passes once the owner holds the write.
+	ctx := newEndingCtx()
+	defer ctx.end()
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.caller.SendMessage(ctx, p.conv, agent.UserMessage(agent.TextPart("hi")), SendOptions{RequestID: "r1"}, agent.Scope{UserID: "u"})
+		done <- err
+	}()
+	select {
+	case <-hold.held:
+	case <-bound.Done():
+		t.Fatal("the owner never wrote the send")
+	}
+	ctx.end()
+	var err error
+	select {
+	case err = <-done:
+	case <-bound.Done():
+		t.Fatal("a forwarded send outlived its context")
+	}
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.ErrorIs(t, err, ErrUnknownOutcome, "the owner had the send when the call ended: %v", err)
 	release()
 
 	// Retried with its request id, it lands once.
-	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel2()
-	seq, err := p.caller.SendMessage(ctx2, p.conv, agent.UserMessage(agent.TextPart("hi")), SendOptions{RequestID: "r1"}, agent.Scope{UserID: "u"})
+	seq, err := p.caller.SendMessage(bound, p.conv, agent.UserMessage(agent.TextPart("hi")), SendOptions{RequestID: "r1"}, agent.Scope{UserID: "u"})
 	require.NoError(t, err)
 	require.Equal(t, uint64(1), seq)
 }
@@ -164,15 +277,38 @@ func TestForwardToNoOwnerIsErrNoOwner(t *testing.T) {
 	p := newForwardPair(t, store, store, model)
 	n := p.caller.cl
 	conv := ownedByADeadMember(n)
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
-	_, err := p.caller.Send(ctx, conv, "hi", agent.Scope{UserID: "u"})
+	// Each call's deadline passes once one of its requests was a dead
+	// letter, while it waits to try again (a deadline that passes while a
+	// request is in flight leaves its outcome unknown: it may have reached
+	// a gateway).
+	h := &endOnDeadLetter{}
+	n.log = slog.New(h)
+	bound, cancelBound := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancelBound()
+	call := func(name string, f func(ctx context.Context) error) error {
+		t.Helper()
+		ctx := newEndingCtx()
+		defer ctx.end()
+		h.call.Store(ctx)
+		done := make(chan error, 1)
+		go func() { done <- f(ctx) }()
+		select {
+		case err := <-done:
+			require.Error(t, ctx.Err(), "%s returned before its deadline: %v", name, err)
+			return err
+		case <-bound.Done():
+			t.Fatalf("%s: no request was a dead letter, or the call outlived its context", name)
+			return nil
+		}
+	}
+	err := call("send", func(ctx context.Context) error {
+		_, err := p.caller.Send(ctx, conv, "hi", agent.Scope{UserID: "u"})
+		return err
+	})
 	require.ErrorIs(t, err, ErrNoOwner)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.NotErrorIs(t, err, ErrUnknownOutcome, "no owner got it")
-	ctx, cancel = context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
-	err = p.caller.Wake(ctx, conv)
+	err = call("wake", func(ctx context.Context) error { return p.caller.Wake(ctx, conv) })
 	require.ErrorIs(t, err, ErrNoOwner)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 }
@@ -601,12 +737,14 @@ func TestForwardedSubscribeRefusesASeqPastTheLog(t *testing.T) {
 // its address (its requests are dead letters) and returns a conversation
 // that member owns.
 func ownedByADeadMember(n *clusterNode) string {
-	const dead = "dead.invalid:1"
-	members := []string{n.self, dead}
+	members := []string{n.self, deadMember}
 	slices.Sort(members)
 	n.members.Store(&members)
-	return firstConv(func(id string) bool { return n.owner(id) == dead })
+	return firstConv(func(id string) bool { return n.owner(id) == deadMember })
 }
+
+// deadMember is the address of ownedByADeadMember's member.
+const deadMember = "dead.invalid:1"
 
 // A forwarded call whose context has ended hands nothing more over: it
 // ends with ErrNoOwner and the context's error when no owner got a request
