@@ -78,6 +78,11 @@ func newForwardPair(t *testing.T, ownerStore, callerStore journal.Store, model a
 	caller, err := Open(Options{Store: callerStore, Model: model, NoResume: true})
 	require.NoError(t, err)
 	n := newNode(caller, sys) // requests leave through the owner's system
+	// A try is not cut short by the clock: on a busy machine the owner
+	// can take longer than DefaultRequestTimeout to answer, and a call
+	// that is not idempotent then ends with ErrUnknownOutcome. Each test
+	// bounds its calls with their contexts.
+	n.opts.RequestTimeout = time.Hour
 	n.self = "caller.invalid:1"
 	members := []string{n.self, sys.Address()}
 	slices.Sort(members)
@@ -112,7 +117,6 @@ func newHeldPair(t *testing.T) (p forwardPair, hold *holdStore, release func(), 
 	var released sync.Once
 	release = func() { released.Do(func() { close(hold.release) }) }
 	t.Cleanup(release)
-	p.caller.cl.opts.RequestTimeout = time.Hour
 	bound, cancelBound := context.WithTimeout(context.Background(), 20*time.Second)
 	t.Cleanup(cancelBound)
 	_, err := p.caller.Send(bound, p.conv, "hi", agent.Scope{UserID: "u"})

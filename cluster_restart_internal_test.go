@@ -265,6 +265,10 @@ func TestRestartedMemberTakesNoAnswerOfItsPreviousRun(t *testing.T) {
 		t.Cleanup(func() { _ = r.Close() })
 		n := netMember(t, net, r, memberAddr, members)
 		require.Equal(t, ownerAddr, n.owner(conv))
+		// The call waits for the test's answer, however slow the machine
+		// (it is not idempotent: a try cut short by DefaultRequestTimeout
+		// ends it with ErrUnknownOutcome); ctx bounds it.
+		n.opts.RequestTimeout = time.Hour
 		done := make(chan result, 1)
 		go func() {
 			reply, err := n.forward(callCtx, &messages.ClusterRequest{ConversationId: conv,
