@@ -76,3 +76,52 @@ func TestResultsWrittenWithinTheAppendLimit(t *testing.T) {
 	require.Greater(t, writes, uint64(1))
 	require.Empty(t, c.order, "no call left open")
 }
+
+// TestSendsWrittenWithinTheAppendLimit: more sends queued behind a write in
+// flight than one append may carry (a flood of messages to one
+// conversation while its Store is slow) are written in several writes,
+// each within journal.MaxEventsPerAppend, in the order they arrived, and
+// every caller gets its seq. (They were written as one append, which the
+// Store refused as ErrInvalid: every one of those sends failed, and the
+// activation stopped.)
+func TestSendsWrittenWithinTheAppendLimit(t *testing.T) {
+	const n = journal.MaxEventsPerAppend + 300
+	c := newCore(coreConfig{ID: "c", Policy: snapshot.Policy{}.WithDefaults(), Retry: RetryPolicy{}.WithDefaults()},
+		slog.New(slog.DiscardHandler))
+	ws, err := snapshot.Rebuild(nil, nil)
+	require.NoError(t, err)
+	c.step(t0, &inLoaded{ws: ws, rows: map[string]*messages.ToolCallRecord{}, scope: agent.SystemScope})
+	require.Equal(t, []string{"write[" + wUser + "]"}, words(c.step(t0, send("r0"))))
+	c.inflight.req.GetEvents()[0].Seq = 1 // as the journal numbers it
+	for i := 1; i <= n; i++ {
+		require.Empty(t, words(c.step(t0, send(fmt.Sprint("r", i)))), "queued behind the write in flight")
+	}
+	replies, writes, seq := 0, 0, uint64(1)
+	effs := c.step(t0, ok(c.inflight.id))
+	for {
+		var w *effWrite
+		for _, e := range effs {
+			switch e := e.(type) {
+			case effWrite:
+				w = &e
+			case effReply:
+				r := e.msg.(*messages.AgentSendReply)
+				require.Nil(t, r.GetError(), "send %s", r.GetRequestId())
+				require.Equal(t, fmt.Sprint("r", replies), r.GetRequestId(), "answered in the order sent")
+				replies++
+			}
+		}
+		if w == nil {
+			break
+		}
+		require.NoError(t, journal.ValidateAppendShape(w.req))
+		for _, ev := range w.req.GetEvents() {
+			seq++
+			ev.Seq = seq // as the journal numbers them
+		}
+		writes++
+		effs = c.step(t0, ok(w.id))
+	}
+	require.Equal(t, n+1, replies, "every send answered")
+	require.Equal(t, 2, writes, "the queued sends took two writes")
+}

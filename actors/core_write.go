@@ -112,10 +112,6 @@ func (c *core) cutAtFire(queued []*queuedSend) (now, rest []*queuedSend) {
 	return queued, nil
 }
 
-// writeSends writes the queued sends, each request id once, and reports
-// whether it started a write. A send whose request id the log already holds
-// is answered with its seq and not appended again: onCommand checks the
-// same, and this check keeps the write path from trusting that it did.
 // answerIfLogged answers a queued send whose request id the log already
 // holds with that message's seq, and reports whether it did.
 func (c *core) answerIfLogged(q *queuedSend) bool {
@@ -128,6 +124,12 @@ func (c *core) answerIfLogged(q *queuedSend) bool {
 	return true
 }
 
+// writeSends writes the queued sends, each request id once, as many as one
+// append may carry (journal.MaxEventsPerAppend events; advance writes the
+// rest next, in the order they arrived), and reports whether it started a
+// write. A send whose request id the log already holds is answered with
+// its seq and not appended again: onCommand checks the same, and this
+// check keeps the write path from trusting that it did.
 func (c *core) writeSends() bool {
 	queued, rest := c.cutAtFire(c.sends)
 	c.sends = rest
@@ -135,11 +137,18 @@ func (c *core) writeSends() bool {
 	written := map[string]bool{}
 	var sends []*queuedSend
 	var requester *agent.Scope
-	for _, q := range queued {
+	for i, q := range queued {
 		if c.answerIfLogged(q) {
 			continue
 		}
 		rid := q.msg.GetRequestId()
+		if (rid == "" || !written[rid]) && len(req.Events) == journal.MaxEventsPerAppend {
+			// A full append: the rest waits for the next write (a retry
+			// of a send in this one joins it there, or is answered from
+			// the log).
+			c.sends = append(queued[i:len(queued):len(queued)], c.sends...)
+			break
+		}
 		sends = append(sends, q)
 		if rid != "" && written[rid] {
 			continue
