@@ -315,7 +315,8 @@ func (n *clusterNode) attach(sup *supervisor.Supervisor, gen uint64) {
 // stops, quietly, the live activations of the conversations it no longer
 // owns (supervisor.StopUnowned: a turn running there is cancelled, its
 // model call's context ends, nothing is published or written for the
-// stop, and the new owner's resume scan runs the turn from the log), the
+// stop, and the new owner's resume scan runs the turn from the log; the
+// hub drops what its model call streamed, see hub.dropUnowned), the
 // expiry actor re-reads the deadlines it owns now, this member resumes
 // the ACTIVE conversations it now owns, its streams to other members'
 // subscribers that left end, and its own subscribers resubscribe where
@@ -343,6 +344,9 @@ func (n *clusterNode) onTopology(ms []*cluster.Member) {
 		sup.StopUnowned(n.owns)
 		sup.Repartition()
 		n.resume()
+	}
+	if h := n.r.hub; h != nil {
+		h.dropUnowned(n.owns)
 	}
 }
 

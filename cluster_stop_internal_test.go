@@ -10,6 +10,7 @@ import (
 	"github.com/asynkron/protoactor-go/cluster"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lazarusrt/lazarus/actors"
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/journal/memjournal"
@@ -172,4 +173,79 @@ func TestSendInFlightOnAStoppedActivationEndsAtTheNewOwner(t *testing.T) {
 	evs, err := b.History(ctx, conv, 0, 0)
 	require.NoError(t, err)
 	require.Len(t, evs, 4, "one, its answer, two once, its answer")
+}
+
+// streamingModel streams one delta, says so, and then blocks until its
+// context ends.
+type streamingModel struct{ streamed chan string }
+
+func (m *streamingModel) Generate(ctx context.Context, turn agent.Turn, delta func(string)) (*messages.AssistantMessage, error) {
+	delta("partial answer")
+	m.streamed <- turn.ConversationID
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// answerHeld reports whether the hub holds deltas of an answer in progress
+// of conversation id.
+func answerHeld(h *hub, id string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok := h.answers[id]
+	return ok
+}
+
+// TestMembershipChangeDropsTheAnswerInProgressOfMovedConversations: the
+// hub keeps the deltas of each conversation's answer in progress (up to
+// journal.MaxEventBytes) until an event of it is committed or its turn
+// ends; a conversation that moved to another member mid-answer gets
+// neither here (its activation is stopped quietly, its turn runs on the
+// new owner), so its deltas were kept until the process closed, one
+// answer for every conversation a membership change moved mid-answer. The
+// member now drops them when it applies the membership, and keeps no
+// delta of a conversation it does not own (a call the stop has not
+// cancelled yet); the answer of a conversation it still owns stays.
+func TestMembershipChangeDropsTheAnswerInProgressOfMovedConversations(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	model := &streamingModel{streamed: make(chan string, 8)}
+	rt, err := Open(Options{Model: model, NoResume: true, ResumeInterval: -1, IdleTimeout: -1})
+	require.NoError(t, err)
+	defer rt.Close()
+	n := newNode(rt, rt.system)
+	n.attach(rt.sup, n.generation())
+
+	joined := &cluster.Member{Id: "joined", Host: "10.0.0.1", Port: 7001, Kinds: []string{ConversationKind}}
+	after := testNode(n.self, joined.Address())
+	moved, kept := "", ""
+	for i := 0; moved == "" || kept == ""; i++ {
+		id := fmt.Sprintf("conv-%d", i)
+		if after.owner(id) == joined.Address() {
+			moved = firstOf(moved, id)
+		} else {
+			kept = firstOf(kept, id)
+		}
+	}
+	for _, id := range []string{moved, kept} {
+		_, err := rt.Send(ctx, id, "hi", agent.Scope{UserID: "u"})
+		require.NoError(t, err)
+		select {
+		case got := <-model.streamed:
+			require.Equal(t, id, got)
+		case <-ctx.Done():
+			t.Fatal("no model call streamed")
+		}
+		require.True(t, answerHeld(rt.hub, id), "the hub holds the answer in progress of %s", id)
+	}
+
+	n.onTopology([]*cluster.Member{joined})
+	require.Eventually(t, func() bool { return !rt.IsActive(moved) }, 10*time.Second, time.Millisecond,
+		"the moved conversation's activation is still live")
+	require.False(t, answerHeld(rt.hub, moved), "the moved conversation's answer in progress is still held")
+	require.True(t, answerHeld(rt.hub, kept), "the answer in progress of the conversation this member still owns stays")
+
+	// A delta of the moved conversation published after the change (a
+	// model call its stop has not cancelled yet) is not kept either.
+	rt.hub.publish(actors.Update{ConversationID: moved, Delta: "late", After: 1})
+	require.False(t, answerHeld(rt.hub, moved), "a late delta of the moved conversation is kept")
 }

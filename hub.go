@@ -43,6 +43,10 @@ type hub struct {
 	// delta reaches a new subscription exactly once: in its snapshot of
 	// answers, or live.
 	answers map[string]answerDeltas
+	// owns, once set (by dropUnowned, in cluster mode), says which
+	// conversations this member owns by the latest membership it applied:
+	// the hub keeps no answer in progress of any other (see dropUnowned).
+	owns func(conversationID string) bool
 
 	// subscribers, if set, is told of every subscription's start (+1) and
 	// end (-1) (Metrics.Subscribers).
@@ -163,6 +167,9 @@ func (h *hub) publish(u actors.Update) {
 // keepDelta adds the delta of u to the answer in progress of its
 // conversation. h.mu is held.
 func (h *hub) keepDelta(u actors.Update) {
+	if h.owns != nil && !h.owns(u.ConversationID) {
+		return
+	}
 	a := h.answers[u.ConversationID] // stored by value: no allocation but the slice's
 	switch {
 	case a.over:
@@ -175,6 +182,25 @@ func (h *hub) keepDelta(u actors.Update) {
 		a.agent, a.after = u.Agent, u.After
 	}
 	h.answers[u.ConversationID] = a
+}
+
+// dropUnowned drops the answers in progress of the conversations owns
+// rejects, and keeps none of theirs from now on: a cluster member applying
+// a membership stops the activations of the conversations that moved away
+// quietly (supervisor.StopUnowned), so no commit or turn end of theirs
+// comes to drop the deltas a model call streamed before the stop, and
+// each would be held until the process closed. No subscription here reads
+// them (a subscriber follows the owner), and a delta published after the
+// stop (by a call it has not cancelled yet) belongs to a call that is void.
+func (h *hub) dropUnowned(owns func(conversationID string) bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.owns = owns
+	for conv := range h.answers {
+		if !owns(conv) {
+			delete(h.answers, conv)
+		}
+	}
 }
 
 func (s *subscription) push(u actors.Update, limit int) {
