@@ -235,7 +235,7 @@ func (s *Server) listCalls(w http.ResponseWriter, r *http.Request, c caller) {
 		_, _, err = journal.ParsePendingCursor(cursor)
 	}
 	if err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	ctx := r.Context()
@@ -244,7 +244,7 @@ func (s *Server) listCalls(w http.ResponseWriter, r *http.Request, c caller) {
 	for {
 		rows, next, err := s.rt.PendingCalls(ctx, cursor, min(limit, budget))
 		if err != nil {
-			s.writeError(w, err)
+			s.writeError(w, r, err)
 			return
 		}
 		budget -= len(rows)
@@ -252,7 +252,7 @@ func (s *Server) listCalls(w http.ResponseWriter, r *http.Request, c caller) {
 			cursor = journal.PendingCursor(row.GetConversationId(), row.GetId())
 			ok, err := s.maySeeCall(ctx, c, row)
 			if err != nil {
-				s.writeError(w, err)
+				s.writeError(w, r, err)
 				return
 			}
 			if !ok {
@@ -285,7 +285,7 @@ func (s *Server) listCalls(w http.ResponseWriter, r *http.Request, c caller) {
 func (s *Server) getCall(w http.ResponseWriter, r *http.Request, c caller) {
 	row, err := s.call(r.Context(), c, r.PathValue("id"))
 	if err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, callOf(row))
@@ -294,11 +294,11 @@ func (s *Server) getCall(w http.ResponseWriter, r *http.Request, c caller) {
 func (s *Server) resolveCall(w http.ResponseWriter, r *http.Request, c caller) {
 	var body Resolve
 	if err := s.decodeBody(w, r, &body); err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	if len(body.Result) == 0 || string(body.Result) == "null" {
-		s.writeError(w, errInvalid("result is required: any JSON value but null"))
+		s.writeError(w, r, errInvalid("result is required: any JSON value but null"))
 		return
 	}
 	s.answer(w, r, c, func(ctx context.Context, id string) error {
@@ -309,15 +309,15 @@ func (s *Server) resolveCall(w http.ResponseWriter, r *http.Request, c caller) {
 func (s *Server) rejectCall(w http.ResponseWriter, r *http.Request, c caller) {
 	var body Reject
 	if err := s.decodeBody(w, r, &body); err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	switch {
 	case body.Reason == "":
-		s.writeError(w, errInvalid("reason is required"))
+		s.writeError(w, r, errInvalid("reason is required"))
 		return
 	case len(body.Reason) > agent.MaxResultBytes:
-		s.writeError(w, errInvalid("reason exceeds the size of a result"))
+		s.writeError(w, r, errInvalid("reason exceeds the size of a result"))
 		return
 	}
 	s.answer(w, r, c, func(ctx context.Context, id string) error {
@@ -332,11 +332,11 @@ func (s *Server) rejectCall(w http.ResponseWriter, r *http.Request, c caller) {
 func (s *Server) answer(w http.ResponseWriter, r *http.Request, c caller, do func(context.Context, string) error, done Answered) {
 	id := r.PathValue("id")
 	if _, err := s.call(r.Context(), c, id); err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	if err := do(r.Context(), id); err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	done.ID = id

@@ -61,7 +61,7 @@ func userMetadata(in map[string]string) (map[string]string, error) {
 func (s *Server) answerConversation(w http.ResponseWriter, r *http.Request, c caller, id string, status int) {
 	row, md, err := s.conversation(r.Context(), c, id)
 	if err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, status, conversationOf(row, md))
@@ -73,15 +73,15 @@ func (s *Server) endConversation(w http.ResponseWriter, r *http.Request, c calle
 	id := r.PathValue("id")
 	var body struct{}
 	if err := s.decodeOptionalBody(w, r, &body); err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	if _, _, err := s.conversation(r.Context(), c, id); err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	if err := s.rt.End(r.Context(), id); err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	s.answerConversation(w, r, c, id, http.StatusOK)
@@ -93,19 +93,19 @@ func (s *Server) rewindConversation(w http.ResponseWriter, r *http.Request, c ca
 	id := r.PathValue("id")
 	var body RewindConversation
 	if err := s.decodeBody(w, r, &body); err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	if body.ToSeq == nil {
-		s.writeError(w, errInvalid("to_seq is required"))
+		s.writeError(w, r, errInvalid("to_seq is required"))
 		return
 	}
 	if _, _, err := s.conversation(r.Context(), c, id); err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	if err := s.rt.Rewind(r.Context(), id, *body.ToSeq, lazarus.RewindOptions{Reason: body.Reason}, c.scope()); err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	s.answerConversation(w, r, c, id, http.StatusOK)
@@ -117,24 +117,24 @@ func (s *Server) editMessage(w http.ResponseWriter, r *http.Request, c caller) {
 	id := r.PathValue("id")
 	var body EditMessage
 	if err := s.decodeBody(w, r, &body); err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	switch {
 	case body.Seq == 0:
-		s.writeError(w, errInvalid("seq is required (at least 1)"))
+		s.writeError(w, r, errInvalid("seq is required (at least 1)"))
 		return
 	case body.Text == "":
-		s.writeError(w, errInvalid("text is required"))
+		s.writeError(w, r, errInvalid("text is required"))
 		return
 	}
 	if _, _, err := s.conversation(r.Context(), c, id); err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	seq, err := s.rt.Edit(r.Context(), id, body.Seq, body.Text, c.scope())
 	if err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusAccepted, Sent{Seq: seq})
@@ -148,31 +148,31 @@ func (s *Server) forkConversation(w http.ResponseWriter, r *http.Request, c call
 	src := r.PathValue("id")
 	var body ForkConversation
 	if err := s.decodeBody(w, r, &body); err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	if body.AtSeq == 0 {
-		s.writeError(w, errInvalid("at_seq is required (at least 1)"))
+		s.writeError(w, r, errInvalid("at_seq is required (at least 1)"))
 		return
 	}
 	md, err := userMetadata(body.Metadata)
 	if err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	md[OwnerKey] = c.UserID
 	id := newConversationID()
 	if err := journal.ValidateMetadata(id, md); err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	ctx := r.Context()
 	if _, _, err := s.conversation(ctx, c, src); err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	if err := s.rt.ForkWith(ctx, src, body.AtSeq, id, lazarus.ForkOptions{Metadata: md}); err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	w.Header().Set("Location", "/v1/conversations/"+id)

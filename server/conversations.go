@@ -261,7 +261,7 @@ func (s *Server) listConversations(w http.ResponseWriter, r *http.Request, c cal
 		want, err = metadataFilter(r)
 	}
 	if err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 
@@ -275,7 +275,7 @@ func (s *Server) listConversations(w http.ResponseWriter, r *http.Request, c cal
 	for {
 		rows, next, err := list(ctx, cursor, min(limit, budget))
 		if err != nil {
-			s.writeError(w, err)
+			s.writeError(w, r, err)
 			return
 		}
 		budget -= len(rows)
@@ -286,7 +286,7 @@ func (s *Server) listConversations(w http.ResponseWriter, r *http.Request, c cal
 				continue // deleted since it was listed
 			}
 			if err != nil {
-				s.writeError(w, err)
+				s.writeError(w, r, err)
 				return
 			}
 			if !c.mayOwn(md) || !matches(md, want) {
@@ -332,23 +332,23 @@ func newConversationID() string {
 func (s *Server) createConversation(w http.ResponseWriter, r *http.Request, c caller) {
 	var body CreateConversation
 	if err := s.decodeBody(w, r, &body); err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	md, err := userMetadata(body.Metadata)
 	if err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	md[OwnerKey] = c.UserID
 	id := newConversationID()
 	if err := journal.ValidateMetadata(id, md); err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	settings := body.Settings.agent()
 	if err := agent.ValidateSettings(settings, nil); err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	ctx := r.Context()
@@ -359,7 +359,7 @@ func (s *Server) createConversation(w http.ResponseWriter, r *http.Request, c ca
 	// without its owner, even if the process dies between the two writes
 	// (what is left then is metadata nobody sees).
 	if err := st.PutMetadata(ctx, id, md); err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	// Configure creates the conversation, idle, with its settings, through
@@ -369,12 +369,12 @@ func (s *Server) createConversation(w http.ResponseWriter, r *http.Request, c ca
 		if errors.Is(err, journal.ErrInvalid) { // refused, nothing written
 			s.dropMetadata(context.WithoutCancel(ctx), id, md)
 		}
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	row, err := st.Conversation(ctx, id)
 	if err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	w.Header().Set("Location", "/v1/conversations/"+id)
@@ -398,7 +398,7 @@ func (s *Server) dropMetadata(ctx context.Context, id string, md map[string]stri
 func (s *Server) getConversation(w http.ResponseWriter, r *http.Request, c caller) {
 	row, md, err := s.conversation(r.Context(), c, r.PathValue("id"))
 	if err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, conversationOf(row, md))
@@ -407,11 +407,11 @@ func (s *Server) getConversation(w http.ResponseWriter, r *http.Request, c calle
 func (s *Server) deleteConversation(w http.ResponseWriter, r *http.Request, c caller) {
 	id := r.PathValue("id")
 	if _, _, err := s.conversation(r.Context(), c, id); err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	if err := s.rt.Delete(r.Context(), id); err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -421,11 +421,11 @@ func (s *Server) sendMessage(w http.ResponseWriter, r *http.Request, c caller) {
 	id := r.PathValue("id")
 	var body SendMessage
 	if err := s.decodeBody(w, r, &body); err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	if _, _, err := s.conversation(r.Context(), c, id); err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	to := body.Agent
@@ -435,7 +435,7 @@ func (s *Server) sendMessage(w http.ResponseWriter, r *http.Request, c caller) {
 	msg := &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: body.Text}}}}
 	seq, err := s.rt.SendMessage(r.Context(), id, msg, lazarus.SendOptions{RequestID: body.RequestID, Agent: to, Broadcast: body.Broadcast}, c.scope())
 	if err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusAccepted, Sent{Seq: seq})
@@ -445,33 +445,33 @@ func (s *Server) history(w http.ResponseWriter, r *http.Request, c caller) {
 	id := r.PathValue("id")
 	before, err := uintParam(r, "before")
 	if err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	_, limit, err := pageParams(r)
 	if err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	view, err := s.agentParam(r)
 	if err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	effective, err := viewParam(r)
 	if err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	if _, _, err := s.conversation(r.Context(), c, id); err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	// One entry more than the page says whether the view holds anything
 	// before it (a view's first event need not be seq 1).
 	evs, err := s.historyOf(r, id, before, limit+1, view, effective)
 	if err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	page := EventPage{Events: make([]json.RawMessage, 0, limit)}
@@ -482,7 +482,7 @@ func (s *Server) history(w http.ResponseWriter, r *http.Request, c caller) {
 	for _, ev := range evs {
 		b, err := eventJSON.Marshal(ev)
 		if err != nil {
-			s.writeError(w, err)
+			s.writeError(w, r, err)
 			return
 		}
 		page.Events = append(page.Events, b)

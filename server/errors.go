@@ -81,6 +81,12 @@ func classify(err error) (int, string) {
 	return http.StatusInternalServerError, CodeInternal
 }
 
+// clientGone reports whether err is r's failure because its client ended
+// it: r's context is cancelled and err wraps context.Canceled.
+func clientGone(r *http.Request, err error) bool {
+	return errors.Is(r.Context().Err(), context.Canceled) && errors.Is(err, context.Canceled)
+}
+
 type errorBody struct {
 	Error errorDetail `json:"error"`
 }
@@ -90,13 +96,21 @@ type errorDetail struct {
 	Message string `json:"message"`
 }
 
-// writeError answers err as JSON with its status and code.
-func (s *Server) writeError(w http.ResponseWriter, err error) {
+// writeError answers err, the failure of r, as JSON with its status and
+// code. A 5xx is logged as a failure of the server, but for a request its
+// client ended (it went away, and its context with it: the error wraps
+// context.Canceled), which is the client's doing and logged at debug
+// level, whatever the call's outcome.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	status, code := classify(err)
 	if status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="lazarus"`)
 	}
-	if status >= 500 {
+	switch {
+	case status < 500:
+	case clientGone(r, err):
+		s.log.Debug("server: request ended by its client", "status", status, "code", code, "err", err)
+	default:
 		s.log.Warn("server: request failed", "status", status, "code", code, "err", err)
 	}
 	writeJSON(w, status, errorBody{Error: errorDetail{Code: code, Message: publicMessage(status, code, err)}})

@@ -365,11 +365,11 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 	if !s.opts.PublicMetrics {
 		c, ok := s.authenticate(r)
 		if !ok {
-			s.writeError(w, &apiError{status: http.StatusUnauthorized, code: CodeUnauthenticated, msg: "authentication required"})
+			s.writeError(w, r, &apiError{status: http.StatusUnauthorized, code: CodeUnauthenticated, msg: "authentication required"})
 			return
 		}
 		if !c.operator {
-			s.writeError(w, &apiError{status: http.StatusForbidden, code: CodeForbidden, msg: "metrics need the operator role"})
+			s.writeError(w, r, &apiError{status: http.StatusForbidden, code: CodeForbidden, msg: "metrics need the operator role"})
 			return
 		}
 	}

@@ -94,12 +94,12 @@ func duration(field, s string) (time.Duration, error) {
 func (s *Server) listSchedules(w http.ResponseWriter, r *http.Request, c caller) {
 	id := r.PathValue("id")
 	if _, _, err := s.conversation(r.Context(), c, id); err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	all, err := s.rt.Schedules(r.Context(), id)
 	if err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	out := ScheduleList{Schedules: make([]Schedule, 0, len(all))}
@@ -115,17 +115,17 @@ func (s *Server) createSchedule(w http.ResponseWriter, r *http.Request, c caller
 	id := r.PathValue("id")
 	var body CreateSchedule
 	if err := s.decodeBody(w, r, &body); err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	after, err := duration("after", body.After)
 	if err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	every, err := duration("every", body.Every)
 	if err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	spec := lazarus.ScheduleSpec{ID: body.ID, After: after, Every: every, Cron: body.Cron, TimeZone: body.TimeZone, Text: body.Text}
@@ -133,12 +133,12 @@ func (s *Server) createSchedule(w http.ResponseWriter, r *http.Request, c caller
 		spec.At = *body.At
 	}
 	if _, _, err := s.conversation(r.Context(), c, id); err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	sc, err := s.rt.Schedule(r.Context(), id, spec, c.scope())
 	if err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, scheduleOf(sc))
@@ -149,11 +149,11 @@ func (s *Server) createSchedule(w http.ResponseWriter, r *http.Request, c caller
 func (s *Server) deleteSchedule(w http.ResponseWriter, r *http.Request, c caller) {
 	id := r.PathValue("id")
 	if _, _, err := s.conversation(r.Context(), c, id); err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	if err := s.rt.CancelSchedule(r.Context(), id, r.PathValue("schedule")); err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -73,8 +73,9 @@ type Options struct {
 	// PublicMetrics serves /metrics without authentication. Default false:
 	// /metrics needs the operator role.
 	PublicMetrics bool
-	// Logger receives the server's logs (failures answered 5xx). Default:
-	// discard.
+	// Logger receives the server's logs: failures answered 5xx, as
+	// warnings, but for a request its client ended (it went away while its
+	// call ran), which is logged at debug level. Default: discard.
 	Logger *slog.Logger
 	// NoConsole leaves out the web console (ConsolePath, and the redirect
 	// of "/" to it). Default false: the console is served.
@@ -176,7 +177,7 @@ func New(rt *lazarus.Runtime, opts Options) *Server {
 		})
 	}
 	// Anything else under /v1/ is a JSON 404.
-	s.mux.HandleFunc("/v1/", func(w http.ResponseWriter, _ *http.Request) { s.writeError(w, errNotFound) })
+	s.mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) { s.writeError(w, r, errNotFound) })
 	return s
 }
 
@@ -202,7 +203,7 @@ func (s *Server) handleAuth(pattern string, h func(http.ResponseWriter, *http.Re
 	s.handle(pattern, func(w http.ResponseWriter, r *http.Request) {
 		c, ok := s.authenticate(r)
 		if !ok {
-			s.writeError(w, &apiError{status: http.StatusUnauthorized, code: CodeUnauthenticated, msg: "authentication required"})
+			s.writeError(w, r, &apiError{status: http.StatusUnauthorized, code: CodeUnauthenticated, msg: "authentication required"})
 			return
 		}
 		h(w, r, c)

@@ -71,20 +71,20 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c caller) {
 	if v := strings.TrimSpace(r.Header.Get("Last-Event-ID")); v != "" {
 		after, err = strconv.ParseUint(v, 10, 64)
 		if err != nil {
-			s.writeError(w, errInvalid("Last-Event-ID must be the seq of an event"))
+			s.writeError(w, r, errInvalid("Last-Event-ID must be the seq of an event"))
 			return
 		}
 	} else if after, err = uintParam(r, "after"); err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	view, err := s.agentParam(r)
 	if err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	if _, _, err := s.conversation(r.Context(), c, id); err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	// A client's cursor is the seq of an event it was sent, durable
@@ -92,11 +92,11 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c caller) {
 	// (the stream would drop every event until the log passed it).
 	last, err := s.rt.Store().LastSeq(r.Context(), id)
 	if err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	if after > last {
-		s.writeError(w, errInvalid(fmt.Sprintf("the stream cannot start after seq %d: the log ends at seq %d", after, last)))
+		s.writeError(w, r, errInvalid(fmt.Sprintf("the stream cannot start after seq %d: the log ends at seq %d", after, last)))
 		return
 	}
 	if r.Method == http.MethodHead {
@@ -108,7 +108,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c caller) {
 	}
 	updates, err := s.rt.SubscribeWith(r.Context(), id, after, lazarus.SubscribeOptions{Agent: view})
 	if err != nil {
-		s.writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	rc := http.NewResponseController(w)
