@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -8,13 +9,15 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lazarusrt/lazarus"
 	"github.com/lazarusrt/lazarus/journal"
 )
 
 // TestClassifyOrder: an error that wraps several sentinels gets the status
 // of the one that says most: an answer to a call that is not pending wraps
 // ErrStale and ErrInvalid (lazarus.Runtime.Resolve) and is a 409 stale; a
-// fork into an existing id is a 409 conflict.
+// fork into an existing id is a 409 conflict; a write of unknown outcome
+// is a 504 unknown_outcome whatever context error it wraps.
 func TestClassifyOrder(t *testing.T) {
 	cases := []struct {
 		err    error
@@ -26,6 +29,16 @@ func TestClassifyOrder(t *testing.T) {
 		{journal.Invalidf("bad"), http.StatusBadRequest, CodeInvalid},
 		{fmt.Errorf("fork: %w", journal.ErrExists), http.StatusConflict, CodeConflict},
 		{fmt.Errorf("send: %w", journal.ErrDeleted), http.StatusGone, CodeDeleted},
+		// A write cut after it was handed over (a Fork cut after COMMIT:
+		// ErrUnknownOutcome with context.Canceled) may have landed: never
+		// the 503 that says nothing was written.
+		{fmt.Errorf("fork: %w: %w", lazarus.ErrUnknownOutcome, context.Canceled), http.StatusGatewayTimeout, CodeUnknownOutcome},
+		{fmt.Errorf("put: %w: %w", journal.ErrUnknownOutcome, context.Canceled), http.StatusGatewayTimeout, CodeUnknownOutcome},
+		{fmt.Errorf("send: %w: %w", lazarus.ErrUnknownOutcome, context.DeadlineExceeded), http.StatusGatewayTimeout, CodeUnknownOutcome},
+		{fmt.Errorf("send: %w: closed: %w", lazarus.ErrUnknownOutcome, lazarus.ErrClosed), http.StatusGatewayTimeout, CodeUnknownOutcome},
+		{fmt.Errorf("send: %w", context.Canceled), http.StatusServiceUnavailable, CodeUnavailable},
+		{fmt.Errorf("send: %w: %w", lazarus.ErrNoOwner, context.DeadlineExceeded), http.StatusGatewayTimeout, CodeTimeout},
+		{fmt.Errorf("send: %w: %w", lazarus.ErrUnknownAgent, journal.ErrInvalid), http.StatusBadRequest, CodeInvalid},
 		{fmt.Errorf("something else"), http.StatusInternalServerError, CodeInternal},
 	}
 	for _, tc := range cases {
