@@ -1168,3 +1168,62 @@ func TestConsoleQueueAcrossARestart(t *testing.T) {
 		chromedp.WaitVisible(chromedp.Search(fmt.Sprintf(`//article[@data-call-id=%q and @data-state="stale"]//p[contains(., "Already answered by dave")]`, first.ID))),
 	))
 }
+
+// TestConsoleAnswerOfUnknownOutcome: an answer the server says may or may
+// not have been recorded (504 unknown_outcome: here a gateway that lost
+// the node's answer) is never shown as "Not answered". When it landed,
+// the card reads the call again and says it was answered, by whom; when
+// it did not, the card says the outcome is unknown and stays pending, its
+// buttons on, and answering again records the answer.
+func TestConsoleAnswerOfUnknownOutcome(t *testing.T) {
+	for _, landed := range []bool{true, false} {
+		t.Run(fmt.Sprintf("landed=%v", landed), func(t *testing.T) {
+			ctx := testContext(t)
+			model := newScripted()
+			n := startNode(t, model, server.Options{})
+			_, call := suspendOnApproval(t, ctx, n, model)
+			inner := *n.served.Load()
+			var cut atomic.Bool
+			cut.Store(true)
+			var proxied http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method != "POST" || r.URL.Path != "/v1/calls/"+call.ID+"/resolve" || !cut.Load() {
+					inner.ServeHTTP(w, r)
+					return
+				}
+				cut.Store(false)
+				if landed {
+					rec := httptest.NewRecorder()
+					inner.ServeHTTP(rec, r)
+					if rec.Code != http.StatusOK {
+						t.Errorf("resolve: %d %s", rec.Code, rec.Body)
+					}
+				}
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusGatewayTimeout)
+				_, _ = fmt.Fprint(w, `{"error":{"code":"unknown_outcome","message":"the write may or may not have happened: retry"}}`)
+			})
+			n.served.Store(&proxied)
+
+			tab := newTab(t, browserWait)
+			signIn(t, tab, n, tokCarol, "#/calls")
+			require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(cardSel(call.ID, " button.approve"))))
+			_, err := chromedp.Run(tab, chromedp.Evaluate[chromedp.Void](
+				fmt.Sprintf(`answer(cards.get(%q), true)`, call.ID), chromedp.EvalAwaitPromise))
+			require.NoError(t, err)
+			shown, err := chromedp.Run(tab, chromedp.Evaluate[[]string](fmt.Sprintf(
+				`(() => { const c = cards.get(%q); return [c.outcome.textContent, c.state, String(c.approve.disabled)]; })()`, call.ID)))
+			require.NoError(t, err)
+			require.NotContains(t, shown[0], "Not answered")
+			if landed {
+				require.Equal(t, []string{"Already answered by carol (approver).", "stale", "true"}, shown)
+				return
+			}
+			require.Equal(t, []string{"Outcome unknown: the answer may or may not have been recorded. Answer again to find out.", "pending", "false"}, shown)
+			require.NoError(t, chromedp.Do(tab, chromedp.Click(cardSel(call.ID, " button.approve")),
+				chromedp.WaitVisible(cardSel(call.ID, `[data-state="approved"]`))))
+			var got server.Call
+			n.must(t, http.StatusOK, "GET", "/v1/calls/"+call.ID, tokCarol, nil, &got)
+			require.Equal(t, "resolved", got.Status)
+		})
+	}
+}

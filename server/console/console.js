@@ -388,6 +388,26 @@ async function settleElsewhere(card) {
   }
 }
 
+// settleUnknown says on card that its answer may or may not have been
+// recorded (unknown_outcome): never "not answered". The call is read
+// again: answered (by this answer or another), the card says so; still
+// pending, its buttons are on again, and answering again tells (an answer
+// already recorded makes the next one stale).
+async function settleUnknown(card) {
+  card.approve.disabled = card.reject.disabled = false;
+  card.outcome.textContent = 'Outcome unknown: the answer may or may not have been recorded. Answer again to find out.';
+  let c;
+  try {
+    c = await api('GET', 'calls/' + enc(card.call.id));
+  } catch (e) {
+    if (e.status === 404) settle(card, 'gone', GONE);
+    return;
+  }
+  if (c.status === 'pending' || card.state !== 'pending') return;
+  settle(card, 'stale', 'Already answered.');
+  answeredAs(card, c);
+}
+
 // answeredAs says on card how its call c ended (its outcome, see the
 // Call schema), naming who answered it only when a person did. An answer
 // is not called an approval: a resolve over the API may carry any result,
@@ -446,8 +466,9 @@ async function answer(card, approve) {
   } catch (e) {
     if (e.code === 'stale') await settleElsewhere(card);
     else if (e.code === 'not_found') settle(card, 'gone', GONE);
+    else if (e.code === 'unknown_outcome') await settleUnknown(card);
     else {
-      // unknown_outcome, timeouts, a refusal: the call may still be open.
+      // Timeouts, a refusal, a proxy's error: the call may still be open.
       card.approve.disabled = card.reject.disabled = false;
       card.outcome.textContent = (e.code === 'forbidden' ? 'You may not answer this call: ' : 'Not answered: ') + e.message;
     }
