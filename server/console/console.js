@@ -763,7 +763,11 @@ async function send(ev, state) {
     else if (drafts.get(state.id) === text) drafts.delete(state.id);
   } catch (e) {
     // Left meanwhile, the text stays the conversation's draft.
-    if (!state.signal.aborted) $('send-error').textContent = 'Not sent: ' + e.message;
+    // An unknown outcome is no "not sent": the message may have been
+    // written (the stream shows it if it was); sending again tells.
+    if (!state.signal.aborted) $('send-error').textContent = (e.code === 'unknown_outcome'
+      ? 'Outcome unknown: the message may or may not have been sent; send again to make sure (it is not written twice): '
+      : 'Not sent: ') + e.message;
   } finally {
     state.sending = false;
     if (!state.signal.aborted) $('send-submit').disabled = false;
