@@ -2,11 +2,13 @@ package server
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
 	"strings"
 
 	"github.com/lazarusrt/lazarus"
 	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
 )
 
 // RewindConversation is the body of POST /v1/conversations/{id}/rewind.
@@ -56,16 +58,33 @@ func userMetadata(in map[string]string) (map[string]string, error) {
 	return md, nil
 }
 
-// answerConversation answers status with the conversation id as GET shows
-// it, read again after a change.
-func (s *Server) answerConversation(w http.ResponseWriter, r *http.Request, c caller, id string, status int) {
+// answerWritten answers status with the conversation id as GET shows it,
+// read again after a write that landed. If that read fails (the Store
+// failing right after the write), the answer is still status, with known,
+// what the write made known (its id, metadata and the status it set, or
+// "unspecified"; no times): an error would tell the client that nothing
+// was written, or that it may not have been, and its retry would write
+// again (a second fork, a second rewind). The read's failure is logged.
+func (s *Server) answerWritten(w http.ResponseWriter, r *http.Request, c caller, id string, status int, known Conversation) {
 	row, md, err := s.conversation(r.Context(), c, id)
 	if err != nil {
-		s.writeError(w, r, err)
+		if !clientGone(r, err) {
+			s.log.Warn("server: a conversation could not be read again after a write that landed; answered with what the write made known",
+				"conversation", id, "err", err)
+		}
+		known.ID, known.Created, known.Updated = id, nil, nil
+		if known.Metadata == nil {
+			known.Metadata = map[string]string{}
+		}
+		writeJSON(w, status, known)
 		return
 	}
 	writeJSON(w, status, conversationOf(row, md))
 }
+
+// statusUnspecified is the status of a conversation the server could not
+// read (statusName's for a status it does not know).
+const statusUnspecified = "unspecified"
 
 // endConversation ends the conversation (Runtime.End). The body is empty
 // or {}.
@@ -76,7 +95,8 @@ func (s *Server) endConversation(w http.ResponseWriter, r *http.Request, c calle
 		s.writeError(w, r, err)
 		return
 	}
-	if _, _, err := s.conversation(r.Context(), c, id); err != nil {
+	row, md, err := s.conversation(r.Context(), c, id)
+	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -84,7 +104,9 @@ func (s *Server) endConversation(w http.ResponseWriter, r *http.Request, c calle
 		s.writeError(w, r, err)
 		return
 	}
-	s.answerConversation(w, r, c, id, http.StatusOK)
+	known := conversationOf(row, md)
+	known.Status = statusName(messages.ConversationStatus_CONVERSATION_STATUS_ENDED)
+	s.answerWritten(w, r, c, id, http.StatusOK, known)
 }
 
 // rewindConversation moves the head back (Runtime.Rewind), the caller as
@@ -100,7 +122,8 @@ func (s *Server) rewindConversation(w http.ResponseWriter, r *http.Request, c ca
 		s.writeError(w, r, errInvalid("to_seq is required"))
 		return
 	}
-	if _, _, err := s.conversation(r.Context(), c, id); err != nil {
+	row, md, err := s.conversation(r.Context(), c, id)
+	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -108,7 +131,9 @@ func (s *Server) rewindConversation(w http.ResponseWriter, r *http.Request, c ca
 		s.writeError(w, r, err)
 		return
 	}
-	s.answerConversation(w, r, c, id, http.StatusOK)
+	known := conversationOf(row, md)
+	known.Status = statusUnspecified
+	s.answerWritten(w, r, c, id, http.StatusOK, known)
 }
 
 // editMessage replaces a user message (Runtime.Edit), the caller as the
@@ -167,7 +192,8 @@ func (s *Server) forkConversation(w http.ResponseWriter, r *http.Request, c call
 		return
 	}
 	ctx := r.Context()
-	if _, _, err := s.conversation(ctx, c, src); err != nil {
+	_, srcMD, err := s.conversation(ctx, c, src)
+	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -176,5 +202,8 @@ func (s *Server) forkConversation(w http.ResponseWriter, r *http.Request, c call
 		return
 	}
 	w.Header().Set("Location", "/v1/conversations/"+id)
-	s.answerConversation(w, r, c, id, http.StatusCreated)
+	known := Conversation{Status: statusUnspecified, Metadata: make(map[string]string, len(srcMD)+len(md))}
+	maps.Copy(known.Metadata, srcMD)
+	maps.Copy(known.Metadata, md) // ForkOptions.Metadata is merged over the source's
+	s.answerWritten(w, r, c, id, http.StatusCreated, known)
 }

@@ -372,13 +372,9 @@ func (s *Server) createConversation(w http.ResponseWriter, r *http.Request, c ca
 		s.writeError(w, r, err)
 		return
 	}
-	row, err := st.Conversation(ctx, id)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
 	w.Header().Set("Location", "/v1/conversations/"+id)
-	writeJSON(w, http.StatusCreated, conversationOf(row, md))
+	s.answerWritten(w, r, c, id, http.StatusCreated, Conversation{
+		Status: statusName(messages.ConversationStatus_CONVERSATION_STATUS_IDLE), Metadata: md})
 }
 
 // dropMetadata removes the metadata of a conversation whose creation was

@@ -102,7 +102,11 @@
 //
 // unknown_outcome means the write may or may not have happened: a send
 // retried with the same request_id appends nothing twice, a resolve retried
-// gets 409 stale if an answer was recorded. A bad request writes nothing:
+// gets 409 stale if an answer was recorded. A write that landed is never
+// answered with an error: a create, end, rewind or fork whose conversation
+// cannot be read again right after it (the Store failing then) still gets
+// its 200 or 201, with the conversation's id and metadata, the status the
+// write set ("unspecified" when it does not tell) and no times. A bad request writes nothing:
 // bodies are read whole (at most Options.MaxBodyBytes), must be valid UTF-8
 // and one JSON object with no unknown field, and are validated as the Go
 // API validates them before any call that writes. Integer query parameters
