@@ -18,8 +18,8 @@ import (
 	"github.com/lazarusrt/lazarus/server"
 )
 
-// cutStore is a Store whose read of the row blockID and whose metadata
-// writes wait for their context to end, as a database call cut by its
+// cutStore is a Store whose read of the row blockID, whose listing of
+// pending calls and whose metadata writes wait for their context to end, as a database call cut by its
 // client's disconnect, and fail then as pgjournal does: a read with the
 // context's error, a write whose COMMIT may have been sent with
 // journal.ErrUnknownOutcome and the context's error. entered gets a value
@@ -43,6 +43,11 @@ func (s *cutStore) Conversation(ctx context.Context, id string) (*messages.Conve
 	return nil, fmt.Errorf("pgjournal: conversation: %w", ctx.Err())
 }
 
+func (s *cutStore) ListPendingToolCalls(ctx context.Context, cursor string, limit int) ([]*messages.ToolCallRecord, string, error) {
+	s.wait(ctx)
+	return nil, "", fmt.Errorf("pgjournal: list pending: %w", ctx.Err())
+}
+
 func (s *cutStore) PutMetadata(ctx context.Context, id string, md map[string]string) error {
 	s.wait(ctx)
 	return fmt.Errorf("pgjournal: put metadata: %w: %w", journal.ErrUnknownOutcome, ctx.Err())
@@ -51,8 +56,9 @@ func (s *cutStore) PutMetadata(ctx context.Context, id string, md map[string]str
 // TestClientDisconnectIsNotAServerFailure: a request whose client went
 // away while its Store call ran gets the status of its outcome (503
 // unavailable for a read, 504 unknown_outcome for a write that may have
-// landed), and the server logs it as the client's doing (debug), not as a
-// failure of its own (a warning, as a Store that fails is).
+// landed; /readyz its 503), and the server logs it as the client's doing
+// (debug), not as a failure of its own (a warning, as a Store that fails
+// is).
 func TestClientDisconnectIsNotAServerFailure(t *testing.T) {
 	st := &cutStore{Store: memjournal.New(memjournal.Options{}), blockID: "c-block", entered: make(chan struct{}, 1)}
 	var logs syncBuffer
@@ -68,6 +74,7 @@ func TestClientDisconnectIsNotAServerFailure(t *testing.T) {
 	}{
 		{"GET", "/v1/conversations/c-block", tokOlga, "", http.StatusServiceUnavailable, server.CodeUnavailable},
 		{"POST", "/v1/conversations", tokAlice, `{}`, http.StatusGatewayTimeout, server.CodeUnknownOutcome},
+		{"GET", "/readyz", "", "", http.StatusServiceUnavailable, server.CodeUnavailable},
 	} {
 		ctx, cancel := context.WithCancel(testContext(t))
 		req := httptest.NewRequestWithContext(ctx, tc.method, tc.path, strings.NewReader(tc.body))

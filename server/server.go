@@ -235,7 +235,7 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 // readyz answers 200 while the Runtime serves: it reads one page of the
 // Store's index of pending calls, which fails once the Runtime is closed
 // or the Store unreachable or slower than 5 s: 503, with the code of the
-// failure.
+// failure. A probe its client ended is logged at debug level.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
@@ -243,7 +243,11 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		// 503 whatever the error: a probe reads no other status as "not
 		// ready" (a Store that timed out would have been a 504).
 		_, code := classify(err)
-		s.log.Warn("server: not ready", "code", code, "err", err)
+		if clientGone(r, err) {
+			s.log.Debug("server: readiness probe ended by its client", "code", code, "err", err)
+		} else {
+			s.log.Warn("server: not ready", "code", code, "err", err)
+		}
 		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: errorDetail{Code: code,
 			Message: publicMessage(http.StatusServiceUnavailable, code, err)}})
 		return
