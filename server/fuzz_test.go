@@ -91,12 +91,23 @@ func startFuzzNode(tb testing.TB) *fuzzNode {
 // it hangs.
 func (n *fuzzNode) do(tb testing.TB, path, query, token string, body []byte) (int, []byte) {
 	tb.Helper()
+	return n.doMethod(tb, "POST", path, query, token, nil, body)
+}
+
+// doMethod is do with a method and headers of its own.
+func (n *fuzzNode) doMethod(tb testing.TB, method, path, query, token string, header http.Header, body []byte) (int, []byte) {
+	tb.Helper()
 	u, err := url.Parse(path)
 	require.NoError(tb, err)
 	u.RawQuery = query
-	req := httptest.NewRequest("POST", "/", bytes.NewReader(body))
+	req := httptest.NewRequest(method, "/", bytes.NewReader(body))
 	req.URL, req.RequestURI = u, u.RequestURI()
-	req.Header.Set("Content-Type", "application/json")
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	req.Header.Set("Authorization", "Bearer "+token)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -110,7 +121,7 @@ func (n *fuzzNode) do(tb testing.TB, path, query, token string, body []byte) (in
 	select {
 	case <-done:
 	case <-time.After(time.Minute):
-		tb.Fatalf("POST %s?%s: no answer within a minute", path, query)
+		tb.Fatalf("%s %s?%s: no answer within a minute", method, path, query)
 	}
 	return rec.Code, rec.Body.Bytes()
 }
@@ -173,5 +184,75 @@ func FuzzPostBodies(f *testing.F) {
 		}
 		require.NoError(t, json.Unmarshal(out, &e), "POST %s?%s %q: %d %s", path, query, body, status, out)
 		require.NotEmpty(t, e.Error.Code, "POST %s?%s %q: %d %s", path, query, body, status, out)
+	})
+}
+
+// fuzzGets are the API's GET routes, the stream's as a HEAD (which checks
+// what a GET does, then ends instead of streaming).
+var fuzzGets = []struct{ method, path string }{
+	{"GET", "/v1/conversations"},
+	{"GET", "/v1/conversations/{conv}"},
+	{"GET", "/v1/conversations/{conv}/events"},
+	{"HEAD", "/v1/conversations/{conv}/stream"},
+	{"GET", "/v1/conversations/{conv}/schedules"},
+	{"GET", "/v1/calls"},
+	{"GET", "/v1/calls/{call}"},
+}
+
+// FuzzGetQueries: every GET endpoint of the API, given any query string
+// (limit, cursor, before, after, view, agent, metadata[KEY]), any
+// Last-Event-ID and any id in its path by an authenticated caller,
+// answers a 2xx, or a 4xx with a JSON error body naming a code: never a
+// 5xx, a panic or a hang.
+func FuzzGetQueries(f *testing.F) {
+	seeds := []struct {
+		route, account int
+		id, q, lastID  string
+	}{
+		{0, 0, "", "limit=1", ""},
+		{0, 0, "", "limit=-1", ""},
+		{0, 0, "", "limit=0&cursor=~forged", ""},
+		{0, 3, "", "limit=99999999999999999999999", ""},
+		{0, 0, "", "metadata[topic]=fuzz&cursor=%FF", ""},
+		{0, 1, "", "metadata[=x&metadata[a]]=1", ""},
+		{2, 0, "", "before=18446744073709551615&limit=1000", ""},
+		{2, 0, "", "before=-1", ""},
+		{2, 0, "", "view=effective&agent=default", ""},
+		{2, 0, "", "agent=nobody", ""},
+		{3, 0, "", "after=1", ""},
+		{3, 0, "", "after=18446744073709551615", ""},
+		{3, 0, "", "", "-1"},
+		{3, 0, "", "after=x", "2"},
+		{4, 3, "", "", ""},
+		{5, 2, "", "limit=1&cursor=c-1%00call", ""},
+		{6, 2, "", "", ""},
+		{6, 0, "../../v1/conversations", "", ""},
+		{1, 0, "\xff", "", ""},
+	}
+	for _, s := range seeds {
+		f.Add(uint8(s.route), uint8(s.account), s.id, s.q, s.lastID)
+	}
+	n := startFuzzNode(f)
+	f.Fuzz(func(t *testing.T, route, account uint8, id, query, lastID string) {
+		r := fuzzGets[int(route)%len(fuzzGets)]
+		conv, call := n.conv, n.call
+		if id != "" {
+			conv, call = id, id
+		}
+		path := strings.NewReplacer("{conv}", url.PathEscape(conv), "{call}", url.PathEscape(call)).Replace(r.path)
+		var header http.Header
+		if lastID != "" {
+			header = http.Header{"Last-Event-Id": {lastID}}
+		}
+		status, out := n.doMethod(t, r.method, path, query, fuzzTokens[int(account)%len(fuzzTokens)], header, nil)
+		require.Less(t, status, 500, "%s %s?%s (Last-Event-ID %q): %s", r.method, path, query, lastID, out)
+		if status < 400 || r.method == "HEAD" {
+			return
+		}
+		var e struct {
+			Error struct{ Code, Message string }
+		}
+		require.NoError(t, json.Unmarshal(out, &e), "%s %s?%s: %d %s", r.method, path, query, status, out)
+		require.NotEmpty(t, e.Error.Code, "%s %s?%s: %d %s", r.method, path, query, status, out)
 	})
 }
