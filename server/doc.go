@@ -144,7 +144,12 @@
 // client that reconnects in the middle of an answer replaces its partial
 // text with them. A comment line is sent every Options.KeepAlive while
 // nothing else is. A stream that falls too far behind ends with an error of
-// code "lagged": reconnect with Last-Event-ID. A client that stops reading
+// code "lagged": reconnect with Last-Event-ID. A stream ends with the code
+// "closed" when the Runtime closes, and when its request's context is
+// cancelled with a cause wrapping lazarus.ErrClosed
+// (context.WithCancelCause: how an application that shuts its
+// http.Server down ends the streams first, as lazarus serve does):
+// reconnect once the server is back. A client that stops reading
 // with its connection open is cut once a write to it has waited
 // Options.StreamWriteTimeout (default a minute), and its subscription ends.
 //

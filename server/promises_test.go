@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lazarusrt/lazarus"
 	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/server"
 )
@@ -246,4 +248,39 @@ func TestMetadataWithoutARowIsNoConversation(t *testing.T) {
 			require.Equal(t, []string{whole.ID}, ids, "%s as %s", path, tok)
 		}
 	}
+}
+
+// TestStreamCutWithErrClosedSaysClosed: a stream whose request's context
+// is cancelled with a cause wrapping lazarus.ErrClosed (an http.Server
+// shutting down that ends its streams first, as lazarus serve does) ends
+// with the error message of code closed, as on a Runtime closed, so its
+// client knows to reconnect; the Runtime still serves.
+func TestStreamCutWithErrClosedSaysClosed(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	conv := n.create(t, tokAlice, nil)
+	inner := *n.served.Load()
+	cut := make(chan context.CancelCauseFunc, 1)
+	var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/stream") {
+			ctx, cancel := context.WithCancelCause(r.Context())
+			defer cancel(nil)
+			cut <- cancel
+			r = r.WithContext(ctx)
+		}
+		inner.ServeHTTP(w, r)
+	})
+	n.served.Store(&h)
+
+	st := n.stream(t, ctx, tokAlice, conv.ID, "")
+	model.Push(conv.ID, scripted.Text("hello"))
+	n.must(t, http.StatusAccepted, "POST", "/v1/conversations/"+conv.ID+"/messages", tokAlice, server.SendMessage{Text: "hi"}, nil)
+	st.until(t, "turn_end", "answered")
+	(<-cut)(fmt.Errorf("shutting down: %w", lazarus.ErrClosed))
+	m := st.next(t)
+	require.Equal(t, "error", m.Event, "%+v", m)
+	require.Contains(t, m.Data, `"code":"closed"`)
+	require.False(t, st.sc.Scan(), "the stream goes on after its error")
+	n.must(t, http.StatusOK, "GET", "/readyz", "", nil, nil)
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -123,6 +124,16 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c caller) {
 	if rc.Flush() != nil {
 		return
 	}
+	// closing tells the client that the server ended its stream, when the
+	// request's context was cancelled with a cause wrapping
+	// lazarus.ErrClosed (a server shutting down), not by the client.
+	closing := func() {
+		if cause := context.Cause(r.Context()); errors.Is(cause, lazarus.ErrClosed) {
+			bound()
+			_ = s.writeEnd(w, "", fmt.Errorf("server: event stream: %w", cause))
+			_ = rc.Flush()
+		}
+	}
 	keepAlive := time.NewTicker(s.opts.KeepAlive)
 	defer keepAlive.Stop()
 	// write writes one update; false ends the stream (flushed, when it
@@ -135,6 +146,8 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c caller) {
 			if r.Context().Err() == nil {
 				_ = s.writeEnd(w, "", fmt.Errorf("server: event stream: %w", lazarus.ErrClosed))
 				_ = rc.Flush()
+			} else {
+				closing()
 			}
 			return false
 		}
@@ -174,6 +187,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c caller) {
 				return
 			}
 		case <-r.Context().Done():
+			closing()
 			return
 		}
 	}

@@ -85,7 +85,8 @@ not taken in within stream_write_timeout (default 1m) cuts the stream.
 
 Progress lines go to stderr: the store, the model, each tool, the listening
 address. SIGTERM or SIGINT stops it gracefully: it stops accepting
-connections, ends the event streams, waits for the requests in flight (at
+connections, ends the event streams (each with the code closed, so that
+clients reconnect), waits for the requests in flight (at
 most --shutdown-timeout), then closes the runtime and the store, and exits
 with status 0. A second SIGTERM or SIGINT during that stop exits at once
 with status 7, saying so on stderr: the requests in flight get no answer
@@ -432,13 +433,17 @@ func (n *node) close() error {
 }
 
 // cutStreams gives the event-stream requests of h (paths ending in
-// /stream) a context that also ends when streams does.
+// /stream) a context that also ends when streams does, with a cause
+// wrapping lazarus.ErrClosed: the server ends such a stream with the code
+// "closed", so its client knows the node went away and may reconnect.
 func cutStreams(streams context.Context, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasSuffix(r.URL.Path, "/stream") {
-			ctx, cancel := context.WithCancel(r.Context())
-			defer cancel()
-			stop := context.AfterFunc(streams, cancel)
+			ctx, cancel := context.WithCancelCause(r.Context())
+			defer cancel(nil)
+			stop := context.AfterFunc(streams, func() {
+				cancel(fmt.Errorf("lazarus serve: shutting down: %w", lazarus.ErrClosed))
+			})
 			defer stop()
 			r = r.WithContext(ctx)
 		}
