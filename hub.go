@@ -30,6 +30,12 @@ type hub struct {
 	limit int
 	wg    sync.WaitGroup // pumps
 	quit  chan struct{}  // closed by close: pumps stop delivering
+	// life ends in close, before it waits for the pumps: a pump's reads
+	// of the Store run under it as well as under its subscriber's
+	// context, so that a read that hangs (a Store that does not answer)
+	// holds close up no longer than the Store honours contexts.
+	life    context.Context
+	endLife context.CancelFunc
 
 	// subs lists each conversation's subscriptions. A list is replaced,
 	// never changed in place, so publish iterates it without copying.
@@ -103,7 +109,9 @@ type subscription struct {
 }
 
 func newHub(store journal.Store, limit int) *hub {
-	return &hub{store: store, limit: limit, quit: make(chan struct{}), subs: map[string][]*subscription{}, answers: map[string]answerDeltas{}}
+	life, endLife := context.WithCancel(context.Background())
+	return &hub{store: store, limit: limit, quit: make(chan struct{}), life: life, endLife: endLife,
+		subs: map[string][]*subscription{}, answers: map[string]answerDeltas{}}
 }
 
 // publishCommitted publishes the events of a committed append request. The
@@ -310,13 +318,19 @@ func (h *hub) pump(ctx context.Context, s *subscription, answer answerDeltas) {
 			return false
 		}
 	}
+	// The Store is read under the subscriber's context and the hub's
+	// life: close does not wait for a read that hangs.
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(h.life, cancel)()
 	// page reads from the Store the events after the last delivered and
 	// before seq before; a failed read is reported to the subscriber (but
-	// not one its own end cancelled) and ends the subscription (false).
+	// not one its own end or the hub's close cut) and ends the
+	// subscription (false).
 	page := func(before uint64) ([]*messages.Event, bool) {
-		evs, err := h.store.Events(ctx, s.conv, journal.EventQuery{After: s.after, Before: before})
+		evs, err := h.store.Events(rctx, s.conv, journal.EventQuery{After: s.after, Before: before})
 		if err != nil {
-			if ctx.Err() == nil {
+			if rctx.Err() == nil {
 				emit(actors.Update{ConversationID: s.conv, Err: err})
 			}
 			return nil, false
@@ -469,12 +483,14 @@ func (h *hub) unsubscribe(s *subscription) {
 }
 
 // close ends every subscription, closing its channel; updates not yet read
-// are dropped. It waits for the pumps.
+// are dropped. It cuts the pumps' reads of the Store (their context ends)
+// and waits for the pumps.
 func (h *hub) close() {
 	h.mu.Lock()
 	if !h.closed {
 		h.closed = true
 		close(h.quit)
+		h.endLife()
 	}
 	h.mu.Unlock()
 	h.wg.Wait()
