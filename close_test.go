@@ -66,3 +66,61 @@ func TestCloseEndsASubscriptionsCatchUpRead(t *testing.T) {
 		t.Fatalf("an update after Close: %+v", u)
 	}
 }
+
+// hangingDeadlines is an in-memory Store whose listing of deadlines (the
+// expiry actor's rebuild) hangs until its context ends, as a listing of
+// millions does for seconds.
+type hangingDeadlines struct {
+	journal.Store
+	entered  chan struct{}
+	returned chan struct{} // closed when the listing returns
+	release  chan struct{} // closed when the test ends
+}
+
+func (s *hangingDeadlines) Deadlines(ctx context.Context, before time.Time, f func(*messages.Deadline) error) error {
+	s.entered <- struct{}{}
+	defer close(s.returned)
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.release:
+		return context.Canceled
+	}
+}
+
+// TestCloseCutsTheExpiryRebuild: a Close while the expiry actor rebuilds
+// its timers from the Store (after Open, or a cluster's membership change)
+// cuts the rebuild and returns: the rebuild ran under
+// context.Background in the actor's Receive, and Close, stopping the
+// actor, waited for it to list every deadline (about 1.2 s a million; up
+// to the 10 s of the stop's future, after which the rebuild ran on after
+// Close). Nothing is lost: the next Open rebuilds.
+func TestCloseCutsTheExpiryRebuild(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	store := &hangingDeadlines{Store: memjournal.New(memjournal.Options{}), entered: make(chan struct{}, 1),
+		returned: make(chan struct{}), release: make(chan struct{})}
+	defer close(store.release)
+	rt, err := lazarus.Open(lazarus.Options{Store: store, Model: scripted.New(scripted.Options{})})
+	require.NoError(t, err)
+	closing := false
+	defer func() {
+		if !closing { // a Close that hangs is not waited for again
+			_ = rt.Close()
+		}
+	}()
+	select {
+	case <-store.entered:
+	case <-ctx.Done():
+		t.Fatal("the expiry actor never read the deadlines")
+	}
+	closed := make(chan error, 1)
+	closing = true
+	go func() { closed <- rt.Close() }()
+	require.NoError(t, await(t, closed, "Close"))
+	select {
+	case <-store.returned:
+	default:
+		t.Fatal("the rebuild runs on after Close")
+	}
+}

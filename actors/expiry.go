@@ -69,6 +69,14 @@ type ExpiryOptions struct {
 	// goroutine. After a change of what it answers, send ExpiryRebuild.
 	// Default nil: every deadline is this actor's.
 	Owns func(conversationID string) bool
+	// Context, when set, is the life of the actor's reads of the Store
+	// (the rebuilds on Started and on ExpiryRebuild, which run in its
+	// Receive, so a stop waits for them). Once it ends, a rebuild in
+	// progress is cut, logged at debug level, and not retried: the
+	// deadlines and schedules read so far stay armed. End it only to stop
+	// the actor (the next start rebuilds from the Store, so nothing is
+	// lost). Default context.Background().
+	Context context.Context
 }
 
 // ExpiryRebuild asks the expiry actor to drop its timers and read every
@@ -103,6 +111,9 @@ func (o ExpiryOptions) withDefaults() ExpiryOptions {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Context == nil {
+		o.Context = context.Background()
 	}
 	return o
 }
@@ -209,6 +220,7 @@ type expiryActor struct {
 
 	rebuilt   bool  // the Store's deadlines were read
 	rebuildAt int64 // when to read them again after a failure
+	cut       bool  // a rebuild was cut by the end of ExpiryOptions.Context: the actor stops, and reads nothing again
 
 	tick      uint64 // the generation of the armed timer's tick; 0 if none is armed
 	tickAt    int64  // when the armed timer fires
@@ -294,7 +306,12 @@ func (a *expiryActor) rebuild() {
 	start := time.Now()
 	n := 0
 	var damaged []error
-	err := a.opts.Store.Deadlines(context.Background(), time.Time{}, func(d *messages.Deadline) error {
+	life := a.opts.Context
+	if life.Err() != nil {
+		a.cut = true // stopping: nothing is read again
+		return
+	}
+	err := a.opts.Store.Deadlines(life, time.Time{}, func(d *messages.Deadline) error {
 		if err := journal.ValidateDeadline(d); err != nil {
 			a.opts.Logger.Warn("actors: expiry: skipping a bad stored deadline", "err", err)
 			return nil
@@ -315,6 +332,13 @@ func (a *expiryActor) rebuild() {
 		if errors.Is(err, journal.ErrCorrupt) {
 			damaged, err = append(damaged, err), nil
 		}
+	}
+	if err != nil && life.Err() != nil {
+		// Cut by the end of the actor's life: it is being stopped, and
+		// its next start reads the Store again.
+		a.cut = true
+		a.opts.Logger.Debug("actors: expiry: rebuild cut as the actor stops", "err", err, "read", n)
+		return
 	}
 	if err != nil {
 		a.rebuildAt = addNanos(timeNanos(a.opts.Clock.Now()), int64(a.opts.RetryAfter))
@@ -353,7 +377,7 @@ func (a *expiryActor) onReply(r *messages.JournalWriteReply) {
 func (a *expiryActor) process(ctx actor.Context) {
 	now := a.opts.Clock.Now()
 	n := now.UnixNano()
-	if !a.rebuilt && n >= a.rebuildAt {
+	if !a.rebuilt && !a.cut && n >= a.rebuildAt {
 		a.rebuild()
 	}
 	at := timestamppb.New(now)
@@ -396,7 +420,7 @@ func (a *expiryActor) arm(now int64) {
 	if st, sok := a.scheduleWake(); sok && (!ok || st < at) {
 		at, ok = st, true
 	}
-	if !a.rebuilt && (!ok || a.rebuildAt < at) {
+	if !a.rebuilt && !a.cut && (!ok || a.rebuildAt < at) {
 		at, ok = a.rebuildAt, true
 	}
 	if !ok {

@@ -1,7 +1,6 @@
 package actors
 
 import (
-	"context"
 	"time"
 
 	"github.com/lazarusrt/lazarus/journal"
@@ -159,7 +158,7 @@ func (a *expiryActor) rebuildSchedules() (int, error) {
 		return 0, nil
 	}
 	n := 0
-	err := ss.ScheduleTimes(context.Background(), func(conv, id string, next time.Time) error {
+	err := ss.ScheduleTimes(a.opts.Context, func(conv, id string, next time.Time) error {
 		if a.opts.Owns != nil && !a.opts.Owns(conv) {
 			return nil
 		}

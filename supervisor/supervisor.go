@@ -109,6 +109,11 @@ type Supervisor struct {
 	// halted is closed by Stop once every actor has stopped (and answered
 	// what it was going to answer): callers still waiting stop waiting.
 	halted chan struct{}
+	// life is the expiry actor's (actors.ExpiryOptions.Context): Stop
+	// ends it first, so that it does not wait for a rebuild of the
+	// expiry actor's timers from the Store.
+	life    context.Context
+	endLife context.CancelFunc
 
 	// beforeSend, if set (tests only), runs in the supervisor actor
 	// between a delivery's claim of a live activation and its send.
@@ -121,8 +126,9 @@ type Supervisor struct {
 const Name = "lazarus"
 
 // Start spawns the supervisor actor, with its journal and expiry actors, on
-// system. The expiry actor rebuilds its timers from the Store before Start
-// returns. A nil system, or a Config without its Store or Agent, is refused
+// system. The expiry actor rebuilds its timers from the Store on its own
+// goroutine, as it starts: Start does not wait for the rebuild (a deadline
+// or schedule already due fires once it is read). A nil system, or a Config without its Store or Agent, is refused
 // with an error wrapping journal.ErrInvalid.
 func Start(system *actor.ActorSystem, cfg Config) (*Supervisor, error) {
 	if system == nil {
@@ -145,6 +151,7 @@ func Start(system *actor.ActorSystem, cfg Config) (*Supervisor, error) {
 	}
 	s := &Supervisor{cfg: cfg, system: system, log: cfg.Logger, reg: newRegistry(), mailboxes: actors.NewWorkerDispatcher(0),
 		halted: make(chan struct{})}
+	s.life, s.endLife = context.WithCancel(context.Background())
 	s.reg.gens = generationsOf(system)
 	started := make(chan struct{})
 	props := actor.PropsFromProducer(func() actor.Actor { return &root{s: s, started: started} },
@@ -152,6 +159,7 @@ func Start(system *actor.ActorSystem, cfg Config) (*Supervisor, error) {
 	pid, err := system.Root.SpawnNamed(props, Name)
 	if err != nil {
 		s.mailboxes.Close()
+		s.endLife()
 		return nil, fmt.Errorf("supervisor: spawn: %w", err)
 	}
 	s.pid = pid
@@ -387,8 +395,10 @@ func (s *Supervisor) goUnlessStopped(f func()) {
 }
 
 // Stop stops every agent, then the expiry and journal actors (which answer
-// every request they hold), and waits for the agents' goroutines. The Store
-// is not closed. Stop is idempotent.
+// every request they hold), and waits for the agents' goroutines. A
+// rebuild of the expiry actor's timers from the Store in progress (after
+// Start or Repartition) is cut, not waited for: the next Start rebuilds.
+// The Store is not closed. Stop is idempotent.
 func (s *Supervisor) Stop() {
 	s.mu.Lock()
 	if s.stopped {
@@ -397,6 +407,7 @@ func (s *Supervisor) Stop() {
 	}
 	s.stopped = true
 	s.mu.Unlock()
+	s.endLife() // a rebuild of the expiry actor's timers in progress is cut
 	_ = s.system.Root.StopFuture(s.pid).Wait()
 	s.reg.releaseAll()
 	close(s.halted)
@@ -586,6 +597,7 @@ func (r *root) start(ctx actor.Context) {
 			Logger:     s.log,
 			Owns:       s.cfg.Owns,
 			Fire:       s.cfg.FireSchedule,
+			Context:    s.life,
 			Deliver: func(conversationID, toolCallID string) {
 				sys.Root.Send(self, &expired{conversation: conversationID, toolCallID: toolCallID})
 			},
