@@ -2,12 +2,19 @@ package lazarus_test
 
 import (
 	"context"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/actors/actorstest"
+	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/journal/memjournal"
@@ -123,4 +130,149 @@ func TestCloseCutsTheExpiryRebuild(t *testing.T) {
 	default:
 		t.Fatal("the rebuild runs on after Close")
 	}
+}
+
+// warnLog records the warn-level and higher records it is handed.
+type warnLog struct {
+	mu   sync.Mutex
+	recs []string
+}
+
+func (l *warnLog) Enabled(_ context.Context, level slog.Level) bool { return level >= slog.LevelWarn }
+func (l *warnLog) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.recs = append(l.recs, r.Message)
+	return nil
+}
+func (l *warnLog) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *warnLog) WithGroup(string) slog.Handler      { return l }
+func (l *warnLog) lines() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.recs)
+}
+
+// heldScheduleRead is an in-memory Store whose reads of a conversation's
+// schedules, once armed, hang until their context ends.
+type heldScheduleRead struct {
+	*memjournal.Store
+	armed   atomic.Bool
+	entered chan struct{}
+}
+
+func (s *heldScheduleRead) ConversationSchedules(ctx context.Context, conv string) ([]*messages.Schedule, error) {
+	if s.armed.CompareAndSwap(true, false) {
+		s.entered <- struct{}{}
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return s.Store.ConversationSchedules(ctx, conv)
+}
+
+// TestCloseCutsAScheduleDeliveryQuietly: a schedule's delivery that Close
+// cuts (its read of the schedule, or the author's scope loading, held
+// until its context ends) is no failure: nothing is logged at warn level
+// and Metrics.ScheduleFired counts no ScheduleFailed (both said the
+// delivery failed). The occurrence is not lost: the next Open on the Store
+// delivers it.
+func TestCloseCutsAScheduleDeliveryQuietly(t *testing.T) {
+	for _, held := range []string{"read", "scope"} {
+		t.Run(held, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			var mu sync.Mutex
+			fired := map[lazarus.ScheduleOutcome]int{}
+			counts := func() map[lazarus.ScheduleOutcome]int {
+				mu.Lock()
+				defer mu.Unlock()
+				return maps.Clone(fired)
+			}
+			metrics := lazarus.Metrics{ScheduleFired: func(o lazarus.ScheduleOutcome) {
+				mu.Lock()
+				defer mu.Unlock()
+				fired[o]++
+			}}
+			log := &warnLog{}
+			store := &heldScheduleRead{Store: memjournal.New(memjournal.Options{}), entered: make(chan struct{}, 1)}
+			scopeEntered := make(chan struct{}, 1)
+			var holdScope atomic.Bool
+			loader := func(ctx context.Context, id agent.Identity) (agent.Scope, error) {
+				if holdScope.Load() {
+					scopeEntered <- struct{}{}
+					<-ctx.Done()
+					return agent.Scope{}, ctx.Err()
+				}
+				return agent.Scope{UserID: id.UserID}, nil
+			}
+			rt, _, clock := scheduleConversation(ctx, t, lazarus.Options{Store: store, Metrics: metrics,
+				Logger: slog.New(log), ScopeLoader: loader}, agent.Scope{UserID: "alice"})
+			_, err := rt.Schedule(ctx, "c", lazarus.ScheduleSpec{After: 10 * time.Minute, Text: "wake"}, agent.Scope{UserID: "alice"})
+			require.NoError(t, err)
+			entered := store.entered
+			if held == "read" {
+				store.armed.Store(true)
+			} else {
+				holdScope.Store(true)
+				entered = scopeEntered
+			}
+			clock.Advance(10*time.Minute - time.Second)
+			advanceWhenArmed(t, clock, schedT0.Add(10*time.Minute))
+			select {
+			case <-entered:
+			case <-ctx.Done():
+				t.Fatal("the delivery never began")
+			}
+			require.NoError(t, rt.Close())
+			require.Empty(t, counts(), "a delivery Close cut is counted")
+			require.Empty(t, log.lines(), "a delivery Close cut is logged as a failure")
+
+			// The next Open delivers the occurrence.
+			holdScope.Store(false)
+			model := scripted.New(scripted.Options{})
+			rt2, err := lazarus.Open(lazarus.Options{Store: store, Model: model, Clock: clock, Metrics: metrics, ScopeLoader: loader})
+			require.NoError(t, err)
+			defer rt2.Close()
+			require.NoError(t, model.WaitCalls(ctx, "c", 1))
+			require.Equal(t, map[lazarus.ScheduleOutcome]int{lazarus.ScheduleDelivered: 1}, counts())
+		})
+	}
+}
+
+// heldSweep is an in-memory Store whose blob sweep hangs until its context
+// ends.
+type heldSweep struct {
+	*memjournal.Store
+	entered chan struct{}
+}
+
+func (s *heldSweep) SweepFileBlobs(ctx context.Context, olderThan time.Time) (int, error) {
+	s.entered <- struct{}{}
+	<-ctx.Done()
+	return 0, ctx.Err()
+}
+
+// TestCloseCutsABlobSweepQuietly: Close ends the file blob sweeper's sweep
+// in progress, and logs no failure for it (it logged "file blob sweep
+// failed" at warn level).
+func TestCloseCutsABlobSweepQuietly(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	clock := actorstest.NewManualClock(schedT0)
+	store := &heldSweep{Store: memjournal.New(memjournal.Options{}), entered: make(chan struct{}, 1)}
+	log := &warnLog{}
+	rt, err := lazarus.Open(lazarus.Options{Store: store, Model: scripted.New(scripted.Options{}), Clock: clock,
+		Logger: slog.New(log), Files: lazarus.FilesOptions{Root: t.TempDir(), BlobTTL: time.Hour}})
+	require.NoError(t, err)
+	defer rt.Close()
+	go clock.Advance(30 * time.Minute) // the sweep runs in Advance
+	select {
+	case <-store.entered:
+	case <-ctx.Done():
+		t.Fatal("the blob sweep never ran")
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- rt.Close() }()
+	require.NoError(t, await(t, closed, "Close"))
+	require.Empty(t, log.lines(), "a sweep Close cut is logged as a failure")
 }

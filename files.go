@@ -542,8 +542,12 @@ func (r *Runtime) armFileSweep() {
 			return
 		}
 		defer r.gcWG.Done()
+		// Under the Runtime's life: Close ends a sweep in progress, which
+		// is no failure (the next Open's sweeper goes on).
 		if n, err := r.sweepFileBlobs(r.life); err != nil {
-			r.log.Warn("file blob sweep failed", "err", err)
+			if r.life.Err() == nil {
+				r.log.Warn("file blob sweep failed", "err", err)
+			}
 		} else if n > 0 {
 			r.log.Debug("file blob sweep", "removed", n)
 		}

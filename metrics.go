@@ -75,7 +75,8 @@ type Metrics struct {
 	// record of the fire, in the same write), ScheduleDropped when the
 	// conversation was ended or deleted (nothing is written, and the
 	// schedule goes), ScheduleFailed for each delivery that failed and is
-	// handed again later. An occurrence another writer recorded first, or
+	// handed again later. A delivery Close cut is none (the next Open fires
+	// the occurrence). An occurrence another writer recorded first, or
 	// that a cancel or a reschedule took back, is none; so is one whose
 	// conversation moved to another member of a cluster (that member
 	// fires it, and counts it).
@@ -96,7 +97,8 @@ const (
 	ScheduleDropped
 	// ScheduleFailed: the delivery failed (a full delivery queue, a Store
 	// error, a timeout); the expiry actor hands the occurrence again
-	// later, so one occurrence may count more than once.
+	// later, so one occurrence may count more than once. A delivery that
+	// Close cut is not counted.
 	ScheduleFailed
 )
 

@@ -579,7 +579,9 @@ func (r *Runtime) startFireWorkers() {
 // goes; moved on: the timer follows), computes the next occurrence and
 // sends the conversation a ScheduleWake that writes the message and the
 // fire together. A stale write (recorded already, cancelled meanwhile)
-// re-reads the schedule the same way.
+// re-reads the schedule the same way. A delivery that ctx (the Runtime's
+// life) cut is no failure: Close cut it, and the Store still names the
+// occurrence, which the next Open's expiry actor fires.
 func (r *Runtime) fire(ctx context.Context, f scheduleFire) {
 	ss, ok := r.store.(journal.ScheduleStore)
 	if !ok {
@@ -587,6 +589,10 @@ func (r *Runtime) fire(ctx context.Context, f scheduleFire) {
 	}
 	sc, err := r.currentSchedule(ctx, ss, f)
 	if err != nil {
+		if ctx.Err() != nil {
+			r.fireCut(f, err)
+			return
+		}
 		r.opts.Metrics.scheduleFired(ScheduleFailed) // handed again later
 		return
 	}
@@ -606,6 +612,9 @@ func (r *Runtime) fire(ctx context.Context, f scheduleFire) {
 	if author := agent.IdentityOf(sc.GetAuthor()); !author.IsZero() && r.opts.ScopeLoader != nil {
 		if s, err := r.opts.ScopeLoader(ctx, author); err == nil {
 			scope = s
+		} else if ctx.Err() != nil {
+			r.fireCut(f, err)
+			return
 		} else {
 			r.log.Warn("lazarus: schedule: loading the author's scope failed; waking under the system scope", "schedule", f.id, "err", err)
 		}
@@ -630,7 +639,7 @@ func (r *Runtime) fire(ctx context.Context, f scheduleFire) {
 	case errors.Is(err, journal.ErrEnded):
 		r.opts.Metrics.scheduleFired(ScheduleDropped)
 		// An ended conversation takes no more input: its schedules go.
-		if derr := ss.DeleteSchedule(ctx, f.conv, f.id); derr != nil && !errors.Is(derr, journal.ErrNotFound) {
+		if derr := ss.DeleteSchedule(ctx, f.conv, f.id); derr != nil && !errors.Is(derr, journal.ErrNotFound) && ctx.Err() == nil {
 			r.log.Warn("lazarus: schedule: removing a schedule of an ended conversation failed", "conversation", f.conv, "schedule", f.id, "err", derr)
 		}
 		r.sup.DisarmSchedule(f.conv, f.id)
@@ -644,10 +653,19 @@ func (r *Runtime) fire(ctx context.Context, f scheduleFire) {
 		// repartitions, fires it; the wake's request id keeps it once in
 		// the log.
 		r.log.Debug("lazarus: schedule: the conversation moved to another member under an occurrence's delivery; its owner fires it", "conversation", f.conv, "schedule", f.id, "err", err)
+	case ctx.Err() != nil:
+		r.fireCut(f, err)
 	default:
 		r.opts.Metrics.scheduleFired(ScheduleFailed)
 		r.log.Warn("lazarus: schedule: delivering an occurrence failed; it is handed again later", "conversation", f.conv, "schedule", f.id, "err", err)
 	}
+}
+
+// fireCut logs a delivery that Close cut (the Runtime's life ended under
+// it): no failure, and not counted as one. Either its write landed, or
+// the Store still names the occurrence and the next Open fires it.
+func (r *Runtime) fireCut(f scheduleFire, err error) {
+	r.log.Debug("lazarus: schedule: Close cut an occurrence's delivery; the next Open fires it", "conversation", f.conv, "schedule", f.id, "err", err)
 }
 
 // currentSchedule returns the schedule of f if its stored next occurrence
@@ -655,6 +673,9 @@ func (r *Runtime) fire(ctx context.Context, f scheduleFire) {
 // or moved) and returns nil.
 func (r *Runtime) currentSchedule(ctx context.Context, ss journal.ScheduleStore, f scheduleFire) (*messages.Schedule, error) {
 	all, err := ss.ConversationSchedules(ctx, f.conv)
+	if err != nil && ctx.Err() != nil {
+		return nil, err // Close cut it: the caller says so
+	}
 	if err != nil {
 		r.log.Warn("lazarus: schedule: reading the schedule failed; it is handed again later", "conversation", f.conv, "schedule", f.id, "err", err)
 		return nil, err
