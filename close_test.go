@@ -276,3 +276,26 @@ func TestCloseCutsABlobSweepQuietly(t *testing.T) {
 	require.NoError(t, await(t, closed, "Close"))
 	require.Empty(t, log.lines(), "a sweep Close cut is logged as a failure")
 }
+
+// TestToolClosesTheRuntimeOnAGoroutineOfItsOwn: a server tool that closes
+// the Runtime as Close's doc says (on a goroutine of its own, then
+// returning once its context is cancelled) closes it. Called from the
+// tool's Run itself, Close never returns: it waits for the run.
+func TestToolClosesTheRuntimeOnAGoroutineOfItsOwn(t *testing.T) {
+	var rt *lazarus.Runtime
+	closed := make(chan error, 1)
+	quit := agent.Tool{Name: "quit", Executor: messages.Executor_EXECUTOR_SERVER,
+		Run: func(ctx context.Context, _ agent.Invocation) (string, error) {
+			go func() { closed <- rt.Close() }()
+			<-ctx.Done()
+			return "", ctx.Err()
+		}}
+	model := scripted.New(scripted.Options{})
+	model.Push("c", scripted.Reply("", scripted.Call("quit", `{}`)))
+	rt, err := lazarus.Open(lazarus.Options{Model: model, Tools: []agent.Tool{quit}})
+	require.NoError(t, err)
+	defer rt.Close()
+	_, err = rt.Send(context.Background(), "c", "quit", agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	require.NoError(t, await(t, closed, "Close"))
+}

@@ -1175,6 +1175,12 @@ func (r *Runtime) Active() int { return r.sup.Active() }
 // conversation. Close is idempotent: a later call returns nil, and one
 // made while another is still closing returns once that one has finished
 // (the Store closed, its directory free to open again).
+//
+// Close must not be called from code the Runtime runs (a server tool's
+// Run, a model's call, a ScopeLoader, a Metrics hook): it waits for that
+// code to return, so such a call hangs (a tool's, for good). To close the
+// Runtime from there, call Close on a goroutine of its own (go rt.Close())
+// and return: Close cancels the tool's or the model call's context.
 func (r *Runtime) Close() error {
 	r.mu.Lock()
 	if r.closed {

@@ -105,6 +105,9 @@ func (inv Invocation) CheckpointFile(ctx context.Context, path string) error {
 // kept apart. It returns JSON content
 // (text that is not valid JSON is passed to the model as a JSON string); an
 // error becomes a tool error result the model sees. It must honour ctx.
+// It must not call the Runtime's Close itself: Close waits for every run
+// to return, so that call never returns. Start Close on a goroutine of
+// its own instead; it cancels ctx.
 type ServerFunc func(ctx context.Context, inv Invocation) (string, error)
 
 // Tool defines one tool. The zero values of the optional fields have the
