@@ -23,6 +23,18 @@ const (
 	MaxEventBytes = 1 << 20
 	// MaxEventsPerAppend bounds the events of one AppendRequest.
 	MaxEventsPerAppend = 1024
+	// MaxAppendBytes bounds one AppendRequest as a whole: its encoding
+	// (proto.Size of the request as given, event seqs unset) may be at
+	// most this many bytes. MaxEventBytes and MaxEventsPerAppend alone
+	// would let an append reach 1 GiB, past what a Store takes in one
+	// write: PostgreSQL refuses a parameter or a value of 1 GB and more
+	// (pgjournal sends a write's events as one bytea[] parameter), and
+	// Pebble a batch of 4 GiB. 64 MiB is well under both, with room for
+	// the rows, seqs and keys a Store adds and for the journal actor to
+	// commit such an append alone; it still holds 64 events at
+	// MaxEventBytes, and the runtime splits what it writes (queued sends,
+	// tool results, an import) into appends within it.
+	MaxAppendBytes = 64 << 20
 	// MaxRecordBytes bounds any other single encoded record (tool call row,
 	// summary, audit row, metadata value, conversation row).
 	MaxRecordBytes = 4 << 20
@@ -482,7 +494,8 @@ func resultInEvent(req *messages.AppendRequest, r *messages.ToolResolution) bool
 // status, every suspension names its pending calls by valid ids, and no
 // deadline is scheduled for a server call whose row req upserts; its rows
 // and fsm_state are checked as ValidateToolCall and ValidateFSMState check
-// them. It is ValidateAppendShape plus, for every event, the check of EncodeEvent
+// them; last, that the whole request encodes to at most MaxAppendBytes.
+// It is ValidateAppendShape plus, for every event, the check of EncodeEvent
 // (it can be encoded and fits MaxEventBytes), in the same order: an event's
 // error is reported where ValidateAppendShape would look at the event.
 func ValidateAppend(req *messages.AppendRequest) error {
@@ -597,6 +610,10 @@ func validateAppend(req *messages.AppendRequest, encode bool) error {
 		if err := ValidateFSMState(conv, st); err != nil {
 			return err
 		}
+	}
+	// Checked last: every part is known to be there and of its shape.
+	if n := proto.Size(req); n > MaxAppendBytes {
+		return Invalidf("append of %d bytes to %q exceeds %d", n, conv, MaxAppendBytes)
 	}
 	return nil
 }

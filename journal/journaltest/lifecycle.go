@@ -376,6 +376,13 @@ func testBadInput(t *testing.T, e env) {
 	longID := strings.Repeat("x", journal.MaxIDBytes+1)
 	huge := userEv(1, strings.Repeat("y", journal.MaxEventBytes+1))
 	tooMany := userEvs(1, journal.MaxEventsPerAppend+1)
+	// Events each within MaxEventBytes, as many as MaxEventsPerAppend
+	// allows, whose append is over MaxAppendBytes.
+	bigEv := eventOfSize(journal.MaxEventBytes - 64)
+	tooBig := make([]*messages.Event, journal.MaxAppendBytes/(journal.MaxEventBytes-64)+1)
+	for i := range tooBig {
+		tooBig[i] = bigEv
+	}
 	appendTo := func(req *messages.AppendRequest) func() error {
 		return func() error {
 			res, err := s.Append(ctx, req)
@@ -402,6 +409,10 @@ func testBadInput(t *testing.T, e env) {
 		{"AppendEventWithoutBody", appendTo(valid(func(r *messages.AppendRequest) { r.Events = append(r.Events, &messages.Event{Time: ts(1)}) }))},
 		{"AppendNilEvent", appendTo(valid(func(r *messages.AppendRequest) { r.Events = append(r.Events, nil) }))},
 		{"AppendTooManyEvents", appendTo(valid(func(r *messages.AppendRequest) { r.Events = tooMany }))},
+		{"AppendOverMaxAppendBytes", appendTo(valid(func(r *messages.AppendRequest) { r.Events = tooBig }))},
+		{"AppendBatchOverMaxAppendBytes", func() error {
+			return s.AppendBatch(ctx, []*messages.AppendRequest{valid(func(r *messages.AppendRequest) { r.Events = tooBig })})[0].Err
+		}},
 		{"AppendToolCallWithoutID", appendTo(valid(func(r *messages.AppendRequest) { r.ToolCalls[0].Id = "" }))},
 		{"AppendToolCallOfOtherConversation", appendTo(valid(func(r *messages.AppendRequest) { r.ToolCalls[0].ConversationId = "d" }))},
 		{"AppendDeadlineWithoutTime", appendTo(valid(func(r *messages.AppendRequest) {
