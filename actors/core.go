@@ -120,6 +120,10 @@ type coreConfig struct {
 	Settings              agent.Settings  // the default model settings
 	Retry                 RetryPolicy     // with its defaults
 	MaxInvalidToolAnswers int
+	// AppendBudget bounds the bytes of the events and resolutions that
+	// one append of several requests gathers (writeSends, writeResults).
+	// Zero means defaultAppendBudget; tests lower it.
+	AppendBudget int
 	// NewID mints a tool call id at a time. Nil means NewToolCallIDAt.
 	NewID func(time.Time) string
 	// Agents are the named agents (see AgentConfig). Nil: the default

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/messages"
@@ -70,7 +71,8 @@ func TestCoreHandoffLeftOpenIsFinishedByTheRevival(t *testing.T) {
 	w := effs[1].(effWrite).req
 	require.Equal(t, "", w.GetEvents()[0].GetAgent(), "the result is the caller's")
 	require.Equal(t, "a", w.GetEvents()[1].GetAgent(), "the handoff is the next agent's")
-	require.Equal(t, &messages.Handoff{From: "", To: "a", Message: "over to you", ToolCallId: "call_h"}, w.GetEvents()[1].GetHandoff())
+	want := &messages.Handoff{From: "", To: "a", Message: "over to you", ToolCallId: "call_h"}
+	require.True(t, proto.Equal(want, w.GetEvents()[1].GetHandoff()), "%v", w.GetEvents()[1].GetHandoff())
 	effs = c.step(t0, ok(1))
 	require.Equal(t, []string{"model@a"}, agentWords(effs))
 	in := effs[0].(effStartModel).in

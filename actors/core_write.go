@@ -3,6 +3,9 @@ package actors
 import (
 	"fmt"
 
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
@@ -124,12 +127,31 @@ func (c *core) answerIfLogged(q *queuedSend) bool {
 	return true
 }
 
+// defaultAppendBudget bounds the bytes of the events and resolutions that
+// writeSends and writeResults gather into one append (coreConfig.AppendBudget):
+// half of journal.MaxAppendBytes, the rest left for the row and fsm_state
+// that setRow adds, so that no append the core builds of several requests
+// is one the Store refuses.
+const defaultAppendBudget = journal.MaxAppendBytes / 2
+
+// appendBudget is cfg.AppendBudget, defaulted.
+func (c *core) appendBudget() int {
+	if c.cfg.AppendBudget > 0 {
+		return c.cfg.AppendBudget
+	}
+	return defaultAppendBudget
+}
+
+// fieldBytes is what m adds to the encoding of the message holding it in
+// a repeated field (tag, length and body; its tag is one byte).
+func fieldBytes(m proto.Message) int { return 1 + protowire.SizeBytes(proto.Size(m)) }
+
 // writeSends writes the queued sends, each request id once, as many as one
-// append may carry (journal.MaxEventsPerAppend events; advance writes the
-// rest next, in the order they arrived), and reports whether it started a
-// write. A send whose request id the log already holds is answered with
-// its seq and not appended again: onCommand checks the same, and this
-// check keeps the write path from trusting that it did.
+// append may carry (journal.MaxEventsPerAppend events, appendBudget bytes;
+// advance writes the rest next, in the order they arrived), and reports
+// whether it started a write. A send whose request id the log already
+// holds is answered with its seq and not appended again: onCommand checks
+// the same, and this check keeps the write path from trusting that it did.
 func (c *core) writeSends() bool {
 	queued, rest := c.cutAtFire(c.sends)
 	c.sends = rest
@@ -137,12 +159,25 @@ func (c *core) writeSends() bool {
 	written := map[string]bool{}
 	var sends []*queuedSend
 	var requester *agent.Scope
+	size := 0
 	for i, q := range queued {
 		if c.answerIfLogged(q) {
 			continue
 		}
 		rid := q.msg.GetRequestId()
-		if (rid == "" || !written[rid]) && len(req.Events) == journal.MaxEventsPerAppend {
+		if rid != "" && written[rid] {
+			// A retry of a send in this append: answered with it.
+			sends = append(sends, q)
+			continue
+		}
+		ev := c.event(func(ev *messages.Event) {
+			ev.RequestId = rid
+			ev.Author = q.scope.Identity().Proto()
+			ev.Agent, ev.Audience = addressOf(q.msg.GetTo())
+			ev.Body = &messages.Event_UserMsg{UserMsg: q.msg.GetMessage()}
+		})
+		n := fieldBytes(ev)
+		if len(req.Events) == journal.MaxEventsPerAppend || len(req.Events) > 0 && size+n > c.appendBudget() {
 			// A full append: the rest waits for the next write (a retry
 			// of a send in this one joins it there, or is answered from
 			// the log).
@@ -150,19 +185,12 @@ func (c *core) writeSends() bool {
 			break
 		}
 		sends = append(sends, q)
-		if rid != "" && written[rid] {
-			continue
-		}
 		written[rid] = true
 		if q.fire != nil {
 			req.ScheduleFire = q.fire
 		}
-		req.Events = append(req.Events, c.event(func(ev *messages.Event) {
-			ev.RequestId = rid
-			ev.Author = q.scope.Identity().Proto()
-			ev.Agent, ev.Audience = addressOf(q.msg.GetTo())
-			ev.Body = &messages.Event_UserMsg{UserMsg: q.msg.GetMessage()}
-		}))
+		req.Events = append(req.Events, ev)
+		size += n
 		requester = &q.scope
 	}
 	if len(req.Events) == 0 {
@@ -181,11 +209,12 @@ func (c *core) writeSends() bool {
 }
 
 // writeResults writes the results that are ready, in log order, as many as
-// one append may carry (journal.MaxEventsPerAppend events); advance writes
-// the rest next.
+// one append may carry (journal.MaxEventsPerAppend events, appendBudget
+// bytes); advance writes the rest next.
 func (c *core) writeResults() {
 	req := &messages.AppendRequest{}
 	var done []string
+	size := 0
 	for _, id := range c.order {
 		call := c.calls[id]
 		if call.ready == nil {
@@ -206,15 +235,23 @@ func (c *core) writeResults() {
 		if ev := c.handoffEvent(call); ev != nil {
 			evs = append(evs, ev)
 		}
-		if len(done) > 0 && len(req.Events)+len(evs) > journal.MaxEventsPerAppend {
+		var res *messages.ToolResolution
+		n := 0
+		if !call.inStore {
+			res = &messages.ToolResolution{ToolCallId: id, Status: call.status, Result: call.ready, At: journal.Timestamp(c.now)}
+			n += fieldBytes(res)
+		}
+		for _, ev := range evs {
+			n += fieldBytes(ev)
+		}
+		if len(done) > 0 && (len(req.Events)+len(evs) > journal.MaxEventsPerAppend || size+n > c.appendBudget()) {
 			break
 		}
 		req.Events = append(req.Events, evs...)
-		if !call.inStore {
-			req.Resolutions = append(req.Resolutions, &messages.ToolResolution{
-				ToolCallId: id, Status: call.status, Result: call.ready, At: journal.Timestamp(c.now),
-			})
+		if res != nil {
+			req.Resolutions = append(req.Resolutions, res)
 		}
+		size += n
 		done = append(done, id)
 	}
 	// A turn is owed once these results land: the conversation is active,
