@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
@@ -20,6 +21,13 @@ type JournalOptions struct {
 	// Requests beyond it wait for the next commit. Default (zero or less):
 	// 4096.
 	MaxBatch int
+	// MaxBatchBytes bounds the bytes (the requests' encodings, summed) one
+	// Store.AppendBatch carries: requests beyond it wait for the next
+	// commit, in order, so that a batch of valid requests is never more
+	// than a Store takes in one commit (PostgreSQL refuses a parameter of
+	// 1 GB). A request larger than it is committed alone. Default (zero or
+	// less): journal.MaxAppendBytes.
+	MaxBatchBytes int
 	// Logger receives the actor's logs. Default: discard.
 	Logger *slog.Logger
 	// Committed, if set, is called on the actor's goroutine, in commit
@@ -64,6 +72,9 @@ const minSpreadBatch = 32
 func (o JournalOptions) withDefaults() JournalOptions {
 	if o.MaxBatch <= 0 {
 		o.MaxBatch = defaultJournalMaxBatch
+	}
+	if o.MaxBatchBytes <= 0 {
+		o.MaxBatchBytes = journal.MaxAppendBytes
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -172,6 +183,7 @@ type journalRequest struct {
 	id     uint64
 	req    *messages.AppendRequest
 	n      uint64 // the order in which this incarnation received it, from 1
+	size   int    // proto.Size(req), counted against MaxBatchBytes
 }
 
 // JournalBarrier asks the journal actor to answer, with JournalBarrierDone,
@@ -266,6 +278,7 @@ func (a *journalActor) onWrite(ctx actor.Context, w *messages.JournalWrite) {
 	default:
 		a.received++
 		r.n = a.received
+		r.size = proto.Size(r.req)
 		if a.lastOf == nil {
 			a.lastOf = make(map[string]uint64)
 		}
@@ -293,9 +306,12 @@ func (a *journalActor) onBarrier(ctx actor.Context, b *JournalBarrier) {
 	a.barriers[n] = append(a.barriers[n], sender)
 }
 
-// take removes up to MaxBatch requests from pending, in order, skipping
-// those whose conversation has a request in a batch in flight (they keep
-// their place). It returns nil if it took none.
+// take removes up to MaxBatch requests, of at most MaxBatchBytes together
+// (one request at least), from pending, in order, skipping those whose
+// conversation has a request in a batch in flight (they keep their place).
+// It stops at the first request that would take the batch past
+// MaxBatchBytes, so no request is committed before one of its conversation
+// received earlier. It returns nil if it took none.
 func (a *journalActor) take() *commitBatch {
 	limit := a.opts.MaxBatch
 	if free := a.opts.MaxInflight - len(a.inflight); free > 1 {
@@ -305,7 +321,14 @@ func (a *journalActor) take() *commitBatch {
 		limit = min(limit, max(minSpreadBatch, (len(a.pending)+free-1)/free))
 	}
 	if len(a.busy) == 0 {
-		n := min(len(a.pending), limit)
+		n, size := 0, 0
+		for n < min(len(a.pending), limit) {
+			if n > 0 && size+a.pending[n].size > a.opts.MaxBatchBytes {
+				break
+			}
+			size += a.pending[n].size
+			n++
+		}
 		if n == 0 {
 			return nil
 		}
@@ -321,10 +344,15 @@ func (a *journalActor) take() *commitBatch {
 	}
 	b := &commitBatch{}
 	var rest []journalRequest
+	size, full := 0, false
 	for _, r := range a.pending {
-		if len(b.reqs) < limit && a.busy[r.req.GetConversationId()] == 0 {
+		if !full && len(b.reqs) > 0 && size+r.size > a.opts.MaxBatchBytes {
+			full = true
+		}
+		if !full && len(b.reqs) < limit && a.busy[r.req.GetConversationId()] == 0 {
 			b.reqs = append(b.reqs, r)
 			b.appends = append(b.appends, r.req)
+			size += r.size
 			continue
 		}
 		rest = append(rest, r)

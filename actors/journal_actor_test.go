@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/lazarusrt/lazarus/actors"
 	"github.com/lazarusrt/lazarus/journal"
@@ -253,6 +255,39 @@ func TestJournalMaxBatch(t *testing.T) {
 		require.NoError(t, replyErr(r))
 	}
 	require.Equal(t, []int{1, 2, 2, 1}, store.batchSizes())
+}
+
+// TestJournalMaxBatchBytes: a group commit carries at most MaxBatchBytes
+// of requests, in order, one request alone when it is larger; so a batch
+// of valid requests is never more than a Store takes in one commit (they
+// went into one AppendBatch, up to MaxBatch of them, whatever their
+// bytes: on PostgreSQL, past its 1 GB limit, every write of the batch
+// failed).
+func TestJournalMaxBatchBytes(t *testing.T) {
+	sys := newTestSystem(t)
+	store := newGateStore()
+	release := store.hold()
+	text := strings.Repeat("x", 1000)
+	one := proto.Size(userAppend("c2", 0, text))
+	pid := sys.Root.Spawn(actors.NewJournal(store, actors.JournalOptions{MaxBatchBytes: 2*one + one/2}))
+	col := newReplyCollector(t, sys)
+
+	sys.Root.RequestWithCustomSender(pid, write(1, userAppend("c1", 0, text)), col.pid)
+	store.waitEntered(t)
+	for i := uint64(2); i <= 7; i++ {
+		body := text
+		if i == 4 {
+			body = strings.Repeat("y", 5*len(text)) // over the budget alone
+		}
+		sys.Root.RequestWithCustomSender(pid, write(i, userAppend("c"+string(rune('0'+i)), 0, body)), col.pid)
+	}
+	release()
+	for i := range 7 {
+		r := col.next(t)
+		require.Equal(t, uint64(i+1), r.GetRequestId(), "replies come in request order")
+		require.NoError(t, replyErr(r))
+	}
+	require.Equal(t, []int{1, 2, 1, 2, 1}, store.batchSizes())
 }
 
 func TestJournalErrorsReachRequesters(t *testing.T) {
