@@ -30,8 +30,9 @@ var (
 )
 
 // Import writes a conversation's events in appends of at most
-// importChunkEvents events and importChunkBytes bytes of input lines
-// (more only for a single event): the memory an import holds.
+// importChunkEvents events and importChunkBytes bytes of input lines, its
+// events' and their tool call rows' (more only for a single event and its
+// row): the memory an import holds, and well within journal.MaxAppendBytes.
 const (
 	importChunkEvents = journal.MaxEventsPerAppend
 	importChunkBytes  = 4 << 20
@@ -402,7 +403,7 @@ func (im *importer) line(raw []byte) error {
 	case typeEvent:
 		err = im.event(s, env.Record, len(raw)+1)
 	case typeToolCall:
-		err = im.toolCall(s, env.Record)
+		err = im.toolCall(s, env.Record, len(raw)+1)
 	case typeSummary:
 		if s.phase == phaseMetadata && s.row.GetForkedFrom() != nil {
 			err = im.base(s, env.Record)
@@ -666,7 +667,7 @@ func (im *importer) base(s *sectionState, raw json.RawMessage) error {
 	return nil
 }
 
-func (im *importer) toolCall(s *sectionState, raw json.RawMessage) error {
+func (im *importer) toolCall(s *sectionState, raw json.RawMessage, size int) error {
 	rec := &messages.ToolCallRecord{}
 	if err := unmarshalRecord(raw, rec); err != nil {
 		return invalid(fmt.Errorf("tool_call record: %v", err))
@@ -706,6 +707,10 @@ func (im *importer) toolCall(s *sectionState, raw json.RawMessage) error {
 		}
 	}
 	s.chunk.ToolCalls = append(s.chunk.ToolCalls, rec)
+	// A row counts against the chunk's bytes as its event does: rows of
+	// up to journal.MaxRecordBytes each, uncounted, could take an append
+	// of importChunkEvents events past journal.MaxAppendBytes.
+	s.chunkBytes += size
 	s.n.toolCalls++
 	return nil
 }

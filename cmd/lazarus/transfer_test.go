@@ -909,3 +909,46 @@ func TestImportKeepsTheCreatedTime(t *testing.T) {
 	require.NotEqual(t, in, bad)
 	require.ErrorIs(t, importStream(ctx, strings.NewReader(bad), noWrites(t), importOptions{}), journal.ErrInvalid)
 }
+
+// maxAppendStore records the largest append written.
+type maxAppendStore struct {
+	journal.Store
+	journal.ScheduleStore
+	largest int
+}
+
+func (s *maxAppendStore) Append(ctx context.Context, req *messages.AppendRequest) (journal.AppendResult, error) {
+	s.largest = max(s.largest, proto.Size(req))
+	return s.Store.Append(ctx, req)
+}
+
+// TestImportCountsToolCallRowsInTheChunkBytes: the rows of a conversation's
+// tool calls count against an append's bytes as its events do, so an
+// import's append stays within its chunk's bytes (and the default ones
+// well within journal.MaxAppendBytes). Rows went uncounted: small
+// tool_call events with large rows (up to journal.MaxRecordBytes each)
+// made one append of them all, up to importChunkEvents.
+func TestImportCountsToolCallRowsInTheChunkBytes(t *testing.T) {
+	const calls, chunk = 10, 16 << 10
+	ctx := ctxT(t)
+	src := memStore(t)
+	at := timestamppb.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	for i := range calls {
+		id := fmt.Sprintf("call_%d", i)
+		_, err := src.Append(ctx, &messages.AppendRequest{ConversationId: "rows", ExpectedLast: uint64(i),
+			Events: []*messages.Event{{Time: at, Body: &messages.Event_ToolCall{ToolCall: &messages.ToolCallEvent{
+				Executor: messages.Executor_EXECUTOR_SERVER, Call: &messages.ToolCall{Id: id, Name: "lookup", Arguments: "{}"}}}}},
+			ToolCalls: []*messages.ToolCallRecord{{Id: id, ConversationId: "rows", Name: "lookup", Args: "{}",
+				Executor: messages.Executor_EXECUTOR_SERVER, Status: messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, Created: at, Resolved: at,
+				Result: &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: strings.Repeat("r", 8<<10)}}}},
+			Status: messages.ConversationStatus_CONVERSATION_STATUS_IDLE})
+		require.NoError(t, err)
+	}
+	in := exportOfStore(t, src, "rows")
+
+	inner := memStore(t)
+	st := &maxAppendStore{Store: inner, ScheduleStore: inner.(journal.ScheduleStore)}
+	require.NoError(t, importInto(ctx, st, strings.NewReader(in), importOptions{chunkBytes: chunk}))
+	require.Equal(t, withoutUpdated(in), withoutUpdated(exportOfStore(t, st, "rows")))
+	require.LessOrEqual(t, st.largest, 2*chunk, "an append within its chunk's bytes and one row more")
+}
