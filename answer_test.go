@@ -3,6 +3,7 @@ package lazarus
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -248,4 +249,53 @@ func TestHubReplaysNoDeltaOfAnAnswerInTheStore(t *testing.T) {
 			require.EqualValues(t, 3, u.Event.GetSeq())
 		})
 	}
+}
+
+// TestHubKeepsOnlyTheAnswerOfTheCallInProgress: deltas of a model call
+// (Update.Agent and Update.After) other than the one whose deltas the hub
+// keeps start a new answer in progress: a call can end without publishing
+// anything that drops its deltas (an activation that retired quietly, a
+// stale wake's in a cluster, while the member still owns the
+// conversation), and a subscription that starts in the middle of the next
+// call's answer gets that answer alone. (The next call's deltas were kept
+// after the old call's, and a late subscriber got both answers run
+// together.)
+func TestHubKeepsOnlyTheAnswerOfTheCallInProgress(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	store := memjournal.New(memjournal.Options{})
+	const conv = "c"
+	_, err := store.Append(ctx, &messages.AppendRequest{ConversationId: conv, Events: hubTestEvents(1, 2)})
+	require.NoError(t, err)
+	h := newHub(store, 100)
+	defer h.close()
+	kept := func() []string {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return slices.Clone(h.answers[conv].deltas)
+	}
+
+	h.publish(actors.Update{ConversationID: conv, Delta: "stale ", After: 1})
+	h.publish(actors.Update{ConversationID: conv, Delta: "answer", After: 1})
+	h.publish(actors.Update{ConversationID: conv, Delta: "new ", After: 2})
+	h.publish(actors.Update{ConversationID: conv, Delta: "answer", After: 2})
+	require.Equal(t, []string{"new ", "answer"}, kept(), "a call after another seq")
+
+	h.publish(actors.Update{ConversationID: conv, Delta: "other agent", Agent: "helper", After: 2})
+	require.Equal(t, []string{"other agent"}, kept(), "another agent's call")
+
+	big := strings.Repeat("x", maxAnswerBytes/2+1)
+	h.publish(actors.Update{ConversationID: conv, Delta: big, Agent: "helper", After: 2})
+	h.publish(actors.Update{ConversationID: conv, Delta: big, Agent: "helper", After: 2})
+	require.Empty(t, kept(), "past maxAnswerBytes")
+	h.publish(actors.Update{ConversationID: conv, Delta: "after", After: 2})
+	require.Equal(t, []string{"after"}, kept(), "a call after one past maxAnswerBytes")
+
+	updates, err := h.subscribe(ctx, conv, 0)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, nextUpdate(t, ctx, updates).Event.GetSeq())
+	require.EqualValues(t, 2, nextUpdate(t, ctx, updates).Event.GetSeq())
+	require.Equal(t, "after", nextUpdate(t, ctx, updates).Delta)
+	h.publish(actors.Update{ConversationID: conv, Delta: " live", After: 2})
+	require.Equal(t, " live", nextUpdate(t, ctx, updates).Delta)
 }

@@ -173,17 +173,25 @@ func (h *hub) publish(u actors.Update) {
 }
 
 // keepDelta adds the delta of u to the answer in progress of its
-// conversation. h.mu is held.
+// conversation, or starts a new one with it when the one kept is another
+// model call's (of another Update.Agent or Update.After). h.mu is held.
 func (h *hub) keepDelta(u actors.Update) {
 	if h.owns != nil && !h.owns(u.ConversationID) {
 		return
 	}
 	a := h.answers[u.ConversationID] // stored by value: no allocation but the slice's
+	if (len(a.deltas) > 0 || a.over) && (a.agent != u.Agent || a.after != u.After) {
+		// Another model call's: the call kept here ended without
+		// publishing anything that drops its deltas (an activation that
+		// retired quietly, a stale wake's), and this one's answer starts
+		// afresh rather than after that one's.
+		a = answerDeltas{}
+	}
 	switch {
 	case a.over:
 		return
 	case a.bytes+len(u.Delta) > maxAnswerBytes:
-		a = answerDeltas{over: true}
+		a = answerDeltas{over: true, agent: u.Agent, after: u.After}
 	default:
 		a.deltas = append(a.deltas, u.Delta)
 		a.bytes += len(u.Delta)
