@@ -345,44 +345,65 @@ func (s *Store) deleteFileRefs(b *pebble.Batch, conv string) error {
 	return b.DeleteRange(convKey(famFileRef, conv), convEnd(famFileRef, conv), nil)
 }
 
+// sweepPage bounds the old blobs SweepFileBlobs lists before it sweeps
+// them: it lists and sweeps page by page, so its memory does not grow with
+// the number of blobs. A variable so that tests can lower it.
+var sweepPage = 256
+
 // SweepFileBlobs implements journal.FileCheckpoints. It lists the old
-// blobs, then removes each, under its lock, if it is still old and no
-// record names it; then it removes the chunks of unfinished uploads.
+// blobs, sweepPage at a time, then removes each, under its lock, if it is
+// still old and no record names it; then it removes the chunks of
+// unfinished uploads. It checks ctx at every blob it lists or sweeps.
 func (s *Store) SweepFileBlobs(ctx context.Context, olderThan time.Time) (int, error) {
 	if err := s.begin(ctx); err != nil {
 		return 0, err
 	}
 	defer s.end()
 	descLo := []byte{famFileBlob, blobDesc}
-	var old [][]byte
-	err := s.scan(descLo, prefixEnd(descLo), func(k, v []byte) error {
-		if len(k) != 2+32 {
-			return corruptKey(k, "blob key")
-		}
-		d := &messages.FileBlob{}
-		if err := unmarshal(k, v, d); err != nil {
-			return err
-		}
-		if d.GetTouched().AsTime().Before(olderThan) {
-			old = append(old, slices.Clone(k[2:]))
-		}
-		return nil
-	})
-	if err != nil {
-		return 0, err
-	}
+	lo, hi := descLo, prefixEnd(descLo)
 	n := 0
-	for _, raw := range old {
-		if err := ctx.Err(); err != nil {
-			return n, fmt.Errorf("pebblejournal: %w", err)
-		}
-		removed, err := s.sweepBlob(raw, olderThan)
-		if err != nil {
+	for {
+		var old [][]byte
+		var next []byte // where the next page starts; nil: the listing is done
+		err := s.scan(lo, hi, func(k, v []byte) error {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("pebblejournal: %w", err)
+			}
+			if len(old) == sweepPage {
+				next = slices.Clone(k)
+				return errStopScan
+			}
+			if len(k) != 2+32 {
+				return corruptKey(k, "blob key")
+			}
+			d := &messages.FileBlob{}
+			if err := unmarshal(k, v, d); err != nil {
+				return err
+			}
+			if d.GetTouched().AsTime().Before(olderThan) {
+				old = append(old, slices.Clone(k[2:]))
+			}
+			return nil
+		})
+		if err != nil && err != errStopScan {
 			return n, err
 		}
-		if removed {
-			n++
+		for _, raw := range old {
+			if err := ctx.Err(); err != nil {
+				return n, fmt.Errorf("pebblejournal: %w", err)
+			}
+			removed, err := s.sweepBlob(raw, olderThan)
+			if err != nil {
+				return n, err
+			}
+			if removed {
+				n++
+			}
 		}
+		if next == nil {
+			break
+		}
+		lo = next
 	}
 	return n, s.sweepOrphanChunks(ctx)
 }

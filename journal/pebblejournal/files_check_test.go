@@ -2,8 +2,10 @@ package pebblejournal
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -84,4 +86,78 @@ func TestSweepRemovesUnfinishedUploads(t *testing.T) {
 	back, err := io.ReadAll(rc)
 	require.NoError(t, err)
 	require.Equal(t, kept, back)
+}
+
+// putBlobs stores n blobs of distinct contents and returns their sums.
+func putBlobs(t *testing.T, s *Store, n int) []string {
+	t.Helper()
+	var sums []string
+	for i := range n {
+		content := []byte(fmt.Sprint("blob ", i))
+		h := sha256.Sum256(content)
+		sum := hex.EncodeToString(h[:])
+		_, err := s.PutFileBlob(ctx, sum, int64(len(content)), bytes.NewReader(content))
+		require.NoError(t, err)
+		sums = append(sums, sum)
+	}
+	return sums
+}
+
+// TestSweepInPages: the sweep lists and sweeps the old blobs a page at a
+// time (here pages of 2), so its memory does not grow with the number of
+// blobs, and still removes every old blob no record names, and only those.
+func TestSweepInPages(t *testing.T) {
+	defer func(p int) { sweepPage = p }(sweepPage)
+	sweepPage = 2
+	s := openMem(t, Options{})
+	sums := putBlobs(t, s, 7)
+	appendN(t, s, "c", 0, 1)
+	_, err := s.PutFileCheckpoint(ctx, &messages.FileCheckpoint{ConversationId: "c", Seq: 1, ToolCallId: "t", Path: "k", Sha256: sums[3], Size: int64(len("blob 3"))})
+	require.NoError(t, err)
+	n, err := s.SweepFileBlobs(ctx, time.Now().Add(time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, 6, n)
+	for i, sum := range sums {
+		_, err := s.FileBlob(ctx, sum)
+		if i == 3 {
+			require.NoError(t, err, "a blob a record names is kept")
+			continue
+		}
+		require.ErrorIs(t, err, journal.ErrNotFound, "blob %d", i)
+	}
+}
+
+// endingContext is a context whose Err reports context.Canceled from its
+// ok+1-th call on, and that is never done otherwise.
+type endingContext struct {
+	context.Context
+	ok    int
+	calls int
+}
+
+func (c *endingContext) Err() error {
+	c.calls++
+	if c.calls > c.ok {
+		return context.Canceled
+	}
+	return nil
+}
+
+// TestSweepListingChecksItsContext: a sweep whose context ends while it
+// lists the old blobs (here: the context ends after the check of the
+// call's start and the listing's first blob) stops there and removes
+// nothing. (The listing went through every blob before the context was
+// checked again, however many there were; a Close, which ends the sweep's
+// context, waited for it.)
+func TestSweepListingChecksItsContext(t *testing.T) {
+	s := openMem(t, Options{})
+	sums := putBlobs(t, s, 5)
+	c := &endingContext{Context: context.Background(), ok: 2}
+	n, err := s.SweepFileBlobs(c, time.Now().Add(time.Hour))
+	require.ErrorIs(t, err, context.Canceled)
+	require.Zero(t, n)
+	for _, sum := range sums {
+		_, err := s.FileBlob(ctx, sum)
+		require.NoError(t, err, "nothing removed")
+	}
 }
