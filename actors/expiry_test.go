@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -462,6 +463,79 @@ func TestExpiryResendsUnansweredExpire(t *testing.T) {
 	require.Equal(t, delivery{"conv", "call"}, h.nextDelivery(t))
 	require.Eventually(t, func() bool { return h.clock.Timers() == 0 }, replyWait, time.Millisecond)
 	require.Len(t, h.deliveries, 0, "delivered once")
+}
+
+// holdFirstExpire is a Store whose first append of an expire waits for
+// release, and which reports every expire's result on results.
+type holdFirstExpire struct {
+	*memjournal.Store
+	held, release chan struct{}
+	results       chan error
+	once          sync.Once
+}
+
+func (s *holdFirstExpire) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest) []journal.AppendResult {
+	expire := slices.ContainsFunc(reqs, func(r *messages.AppendRequest) bool { return len(r.GetResolutions()) > 0 })
+	if expire {
+		s.once.Do(func() { close(s.held); <-s.release })
+	}
+	res := s.Store.AppendBatch(ctx, reqs)
+	if expire {
+		for _, r := range res {
+			s.results <- r.Err
+		}
+	}
+	return res
+}
+
+// TestExpiryResentExpireIsDeliveredOnce: an expire whose reply has not
+// reached the actor within ReplyTimeout (the Store is slow, or the clock
+// ran past it first) is sent again; the Store refuses the second, the
+// call being expired already, and the expiry is delivered once.
+func TestExpiryResentExpireIsDeliveredOnce(t *testing.T) {
+	mem := memjournal.New(memjournal.Options{})
+	store := &holdFirstExpire{Store: mem, held: make(chan struct{}), release: make(chan struct{}), results: make(chan error, 10)}
+	h := newExpiryHarness(t, store, withRealJournal(t, store))
+	h.opts.ReplyTimeout = time.Minute
+	deadline := expiryT0.Add(time.Minute)
+	pendingHumanCall(t, mem, "conv", "call", deadline)
+	h.start()
+	h.waitArmed(t, deadline)
+	h.clock.Advance(time.Minute)
+	select {
+	case <-store.held:
+	case <-time.After(replyWait):
+		t.Fatal("the expire did not reach the Store")
+	}
+	h.waitArmed(t, deadline.Add(time.Minute)) // the reply timeout
+	h.clock.Advance(time.Minute)
+	h.waitArmed(t, deadline.Add(2*time.Minute)) // sent again: the next reply timeout
+	close(store.release)
+
+	require.Equal(t, delivery{"conv", "call"}, h.nextDelivery(t))
+	requireExpired(t, mem, "call")
+	for i, want := range []error{nil, journal.ErrStale} {
+		select {
+		case err := <-store.results:
+			if want == nil {
+				require.NoError(t, err, "the first expire")
+			} else {
+				require.ErrorIs(t, err, want, "the second expire of the call")
+			}
+		case <-time.After(replyWait):
+			t.Fatalf("expire %d not written", i+1)
+		}
+	}
+	// A write of the conversation queued behind the second expire: once
+	// it is answered, the second expire's reply is in the actor's
+	// mailbox, ahead of the ScheduleExpiry below.
+	last, err := mem.LastSeq(context.Background(), "conv")
+	require.NoError(t, err)
+	reply := requestWrite(t, h.sys, h.opts.Journal, write(1, userAppend("conv", last, "after")))
+	require.Nil(t, reply.GetReply().GetError())
+	h.schedule("conv", "probe", expiryT0.Add(time.Hour))
+	h.waitArmed(t, expiryT0.Add(time.Hour))
+	require.Empty(t, h.deliveries, "delivered once")
 }
 
 // pendingHumanCall writes a conversation whose tool call is pending with a
