@@ -654,7 +654,11 @@ func replyErr(reply *messages.ClusterReply) error {
 }
 
 // wireErr is the wire form of an error of a local call, for a reply: the
-// Runtime's own sentinels become the journal codes a caller maps back.
+// Runtime's own sentinels become the journal codes a caller maps back. A
+// call that timed out here is of unknown outcome (the code every peer
+// knows), and the context's error it wraps goes in Error.also, so that the
+// caller's error wraps it too; a peer that does not know its code reads
+// the unknown outcome alone.
 func wireErr(err error) *messages.Error {
 	switch {
 	case err == nil:
@@ -662,7 +666,19 @@ func wireErr(err error) *messages.Error {
 	case errors.Is(err, ErrClosed):
 		return &messages.Error{Code: messages.ErrorCode_ERROR_CODE_UNAVAILABLE, Message: err.Error()}
 	case errors.Is(err, ErrUnknownOutcome), errors.Is(err, context.DeadlineExceeded):
-		return &messages.Error{Code: messages.ErrorCode_ERROR_CODE_UNKNOWN_OUTCOME, Message: err.Error()}
+		e := &messages.Error{Code: messages.ErrorCode_ERROR_CODE_UNKNOWN_OUTCOME, Message: err.Error()}
+		for _, c := range []struct {
+			err  error
+			code messages.ErrorCode
+		}{
+			{context.DeadlineExceeded, messages.ErrorCode_ERROR_CODE_DEADLINE_EXCEEDED},
+			{context.Canceled, messages.ErrorCode_ERROR_CODE_CANCELED},
+		} {
+			if errors.Is(err, c.err) {
+				e.Also = append(e.Also, c.code)
+			}
+		}
+		return e
 	}
 	return journal.ErrorToProto(err)
 }

@@ -112,6 +112,32 @@ func TestWireErrors(t *testing.T) {
 	require.True(t, errors.Is(journal.ErrorFromProto(wireErr(journal.ErrDeleted)), journal.ErrDeleted))
 }
 
+// TestWireErrorsKeepContextErrors: an owner's call that ended with a
+// context's error reaches the caller wrapping it. A timeout is of unknown
+// outcome (the code every peer knows, an older one reading it alone), the
+// deadline kept with it; a cancellation alone (nothing was written: the
+// owner's call says so) keeps its own code.
+func TestWireErrorsKeepContextErrors(t *testing.T) {
+	for _, owners := range []error{
+		fmt.Errorf("lazarus: send to %q: revive: %w", "c", context.DeadlineExceeded),
+		fmt.Errorf("lazarus: send to %q: %w: %w", "c", ErrUnknownOutcome, context.DeadlineExceeded),
+		fmt.Errorf("lazarus: send to %q: %w: %w", "c", ErrUnknownOutcome, context.Canceled),
+	} {
+		e := wireErr(owners)
+		require.Equal(t, messages.ErrorCode_ERROR_CODE_UNKNOWN_OUTCOME, e.GetCode(), "%v", owners)
+		got := replyErr(&messages.ClusterReply{Error: e})
+		require.ErrorIs(t, got, ErrUnknownOutcome, "%v", owners)
+		for _, c := range []error{context.DeadlineExceeded, context.Canceled} {
+			require.Equal(t, errors.Is(owners, c), errors.Is(got, c), "%v: %v", owners, c)
+		}
+	}
+	owners := fmt.Errorf("lazarus: send to %q: revive: %w", "c", context.Canceled)
+	got := replyErr(&messages.ClusterReply{Error: wireErr(owners)})
+	require.ErrorIs(t, got, context.Canceled)
+	require.NotErrorIs(t, got, ErrUnknownOutcome)
+	require.NotErrorIs(t, got, journal.ErrUnknownOutcome)
+}
+
 // countDeadlines counts the reads of every deadline (the expiry actor's
 // rebuilds).
 type countDeadlines struct {

@@ -37,6 +37,10 @@ import (
 //     (context.DeadlineExceeded for the call timeout), nothing written;
 //   - after it was handed over: an error wrapping ErrUnknownOutcome and
 //     ctx.Err();
+//   - a Store read that fails with a context's error (the Store's own
+//     timeout) while the call revives the conversation: an error wrapping
+//     that error (context.DeadlineExceeded, context.Canceled), nothing
+//     written;
 //   - after Close, and for calls in flight when Close is called (which
 //     return once Close has stopped the actors, not after a timeout): an
 //     error wrapping ErrClosed (and ErrUnknownOutcome if the call's command

@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -61,7 +62,11 @@ var (
 // matches; the others go in Error.also): codes added later come last, so a
 // peer that knows only the earlier codes and reads code alone still sees
 // the sentinel it knew (ErrClosed of a store stopped on a full disk,
-// ErrInvalid of a blob over its limit).
+// ErrInvalid of a blob over its limit). A context's errors come last of
+// all: an error wrapping a sentinel too (a write of unknown outcome cut by
+// its context) keeps the sentinel's code, and a peer that does not know
+// the context codes reads a context's error alone as INTERNAL, as it did
+// before they were added.
 var codes = []struct {
 	err  error
 	code messages.ErrorCode
@@ -79,12 +84,16 @@ var codes = []struct {
 	{ErrExists, messages.ErrorCode_ERROR_CODE_EXISTS},
 	{ErrNoSpace, messages.ErrorCode_ERROR_CODE_NO_SPACE},
 	{ErrTooLarge, messages.ErrorCode_ERROR_CODE_TOO_LARGE},
+	{context.DeadlineExceeded, messages.ErrorCode_ERROR_CODE_DEADLINE_EXCEEDED},
+	{context.Canceled, messages.ErrorCode_ERROR_CODE_CANCELED},
 }
 
 // ErrorToProto turns an error into its wire form for an actor reply. It
 // returns nil for a nil error. Every sentinel of this package that the
-// error wraps gets its code: the first in Error.code, the others in
-// Error.also. An error that wraps no sentinel gets ERROR_CODE_INTERNAL.
+// error wraps, and context.DeadlineExceeded and context.Canceled, gets its
+// code: the first in Error.code, the others in Error.also (a context's
+// error is in Error.code only when the error wraps no sentinel). An error
+// that wraps none of them gets ERROR_CODE_INTERNAL.
 func ErrorToProto(err error) *messages.Error {
 	if err == nil {
 		return nil
@@ -105,9 +114,9 @@ func ErrorToProto(err error) *messages.Error {
 }
 
 // ErrorFromProto is the inverse of ErrorToProto: the returned error carries
-// the original message and wraps the sentinel of each of its codes
-// (Error.code and Error.also), so errors.Is keeps working across an actor
-// boundary. A code it does not know (a newer peer's), INTERNAL and
+// the original message and wraps the sentinel (or the context's error) of
+// each of its codes (Error.code and Error.also), so errors.Is keeps working
+// across an actor boundary. A code it does not know (a newer peer's), INTERNAL and
 // UNSPECIFIED wrap nothing; an error with no known code is a plain error
 // with the message. It returns nil for nil.
 func ErrorFromProto(e *messages.Error) error {

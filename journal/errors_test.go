@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"go/ast"
@@ -103,6 +104,47 @@ func TestErrorProtoRoundTrip(t *testing.T) {
 	}
 	if ErrorToProto(nil) != nil || ErrorFromProto(nil) != nil {
 		t.Error("nil must stay nil")
+	}
+}
+
+// TestErrorProtoKeepsContextErrors: a context's error (a Store read that
+// timed out, a call cancelled) survives the wire form of an actor reply,
+// alone or with a sentinel, so that the caller's errors.Is finds it; with
+// a sentinel, the sentinel keeps Error.code (a peer that reads code alone,
+// or knows no context code, still sees it: a write of unknown outcome cut
+// by its context stays of unknown outcome) and the context's code goes in
+// Error.also.
+func TestErrorProtoKeepsContextErrors(t *testing.T) {
+	ctxErrs := map[string]error{"DeadlineExceeded": context.DeadlineExceeded, "Canceled": context.Canceled}
+	for name, c := range ctxErrs {
+		err := fmt.Errorf("pgjournal: load: %w", c)
+		e := ErrorToProto(err)
+		if e.GetCode() == messages.ErrorCode_ERROR_CODE_INTERNAL {
+			t.Errorf("%s alone got code INTERNAL", name)
+		}
+		back := ErrorFromProto(e)
+		if !errors.Is(back, c) || back.Error() != err.Error() {
+			t.Errorf("%s: came back as %v (errors.Is %t)", name, back, errors.Is(back, c))
+		}
+		for oname, other := range ctxErrs {
+			if other != c && errors.Is(back, other) {
+				t.Errorf("%s came back matching %s too", name, oname)
+			}
+		}
+		for sname, s := range sentinelsByName {
+			if errors.Is(back, s) {
+				t.Errorf("%s came back matching %s", name, sname)
+			}
+			both := fmt.Errorf("append: %w: %w", s, c)
+			e := ErrorToProto(both)
+			if got := ErrorFromProto(&messages.Error{Code: e.GetCode(), Message: e.GetMessage()}); !errors.Is(got, s) {
+				t.Errorf("%s with %s: code %v alone does not say %s", sname, name, e.GetCode(), sname)
+			}
+			back := ErrorFromProto(e)
+			if !errors.Is(back, s) || !errors.Is(back, c) {
+				t.Errorf("%s with %s came back as %v (errors.Is sentinel %t, context %t)", sname, name, back, errors.Is(back, s), errors.Is(back, c))
+			}
+		}
 	}
 }
 

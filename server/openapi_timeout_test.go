@@ -119,3 +119,30 @@ func TestOpenAPIDocumentsAStoreTimeout(t *testing.T) {
 	require.Greater(t, calls, 8)
 	require.Greater(t, timeouts, 6)
 }
+
+// TestCreateWhileStoreReadsTimeOutIs504Timeout: a create while the Store's
+// reads time out fails in the revival read of the activation Configure
+// starts, whose context.DeadlineExceeded crosses the conversation actor's
+// reply: it is answered 504 timeout, as the package documentation's table
+// says of context.DeadlineExceeded, a status the OpenAPI document lists
+// for it, never 500 internal.
+func TestCreateWhileStoreReadsTimeOutIs504Timeout(t *testing.T) {
+	model := newScripted()
+	st := &timingOutStore{Store: memjournal.New(memjournal.Options{})}
+	n := startNodeIn(t, "", model, server.Options{}, func(o *lazarus.Options) { o.Store = st })
+
+	var doc struct {
+		Paths map[string]map[string]json.RawMessage `json:"paths"`
+	}
+	require.NoError(t, json.Unmarshal(server.OpenAPI(), &doc))
+	var op struct {
+		Responses map[string]json.RawMessage `json:"responses"`
+	}
+	require.NoError(t, json.Unmarshal(doc.Paths["/v1/conversations"]["post"], &op))
+	st.slow.Store(true)
+	status, out := n.call(t, http.MethodPost, "/v1/conversations", tokAlice, server.CreateConversation{})
+	require.Equal(t, http.StatusGatewayTimeout, status, "%.300s", out)
+	require.Equal(t, server.CodeTimeout, errorCode(t, out))
+	_, ok := op.Responses["504"]
+	require.True(t, ok, "POST /v1/conversations: 504 is not documented")
+}
