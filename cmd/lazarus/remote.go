@@ -106,7 +106,13 @@ func (e *apiError) Error() string {
 	return fmt.Sprintf("%s (HTTP %d, %s)", e.msg, e.status, e.code)
 }
 
-// Unwrap maps the API's codes to the sentinels the exit status reads.
+// Unwrap maps the API's codes to the sentinels the node's error wrapped
+// (the server's classify in reverse), which the exit status reads: ended
+// is journal.ErrEnded, timeout context.DeadlineExceeded (a node's
+// deadline, not this command's context), closed and unavailable
+// journal.ErrUnavailable (try again later). A code of no sentinel
+// (unauthenticated, lagged, internal, one this version does not know)
+// wraps nothing.
 func (e *apiError) Unwrap() []error {
 	switch e.code {
 	case server.CodeNotFound:
@@ -125,6 +131,10 @@ func (e *apiError) Unwrap() []error {
 		return []error{journal.ErrUnavailable}
 	case server.CodeUnknownOutcome:
 		return []error{lazarus.ErrUnknownOutcome}
+	case server.CodeEnded:
+		return []error{journal.ErrEnded}
+	case server.CodeTimeout:
+		return []error{context.DeadlineExceeded}
 	}
 	return nil
 }

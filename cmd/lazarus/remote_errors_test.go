@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/server"
+)
+
+// TestAPIErrorWrapsTheCodesSentinel: an error answer of a node wraps the
+// sentinel the server's classify maps to its code (in reverse), for every
+// code the server answers: ended is journal.ErrEnded and timeout
+// context.DeadlineExceeded (they wrapped nothing), and a code of no
+// sentinel wraps none. The table names every code package server
+// declares.
+func TestAPIErrorWrapsTheCodesSentinel(t *testing.T) {
+	sentinels := []error{journal.ErrNotFound, journal.ErrDeleted, journal.ErrStale, journal.ErrConflict,
+		journal.ErrInvalid, journal.ErrEnded, journal.ErrUnavailable, lazarus.ErrForbidden,
+		lazarus.ErrUnknownOutcome, context.DeadlineExceeded, context.Canceled}
+	seen := map[string]bool{}
+	for _, c := range []struct {
+		code string
+		want []error
+	}{
+		{server.CodeInvalid, []error{journal.ErrInvalid}},
+		{server.CodeTooLarge, []error{journal.ErrInvalid}},
+		{server.CodeUnauthenticated, nil},
+		{server.CodeForbidden, []error{lazarus.ErrForbidden}},
+		{server.CodeNotFound, []error{journal.ErrNotFound}},
+		{server.CodeStale, []error{journal.ErrStale}},
+		{server.CodeConflict, []error{journal.ErrConflict}},
+		{server.CodeDeleted, []error{journal.ErrDeleted, journal.ErrNotFound}},
+		{server.CodeEnded, []error{journal.ErrEnded}},
+		{server.CodeUnknownOutcome, []error{lazarus.ErrUnknownOutcome}},
+		{server.CodeTimeout, []error{context.DeadlineExceeded}},
+		{server.CodeClosed, []error{journal.ErrUnavailable}},
+		{server.CodeUnavailable, []error{journal.ErrUnavailable}},
+		{server.CodeLagged, nil},
+		{server.CodeInternal, nil},
+		{"a_newer_code", nil},
+	} {
+		seen[c.code] = true
+		err := &apiError{status: http.StatusTeapot, code: c.code, msg: "m"}
+		for _, s := range sentinels {
+			want := false
+			for _, w := range c.want {
+				want = want || w == s
+			}
+			if errors.Is(err, s) != want {
+				t.Errorf("code %s: errors.Is %v is %t", c.code, s, !want)
+			}
+		}
+	}
+	for _, code := range serverCodes(t) {
+		if !seen[code] {
+			t.Errorf("server code %q is not in the table: map it in apiError.Unwrap", code)
+		}
+	}
+}
+
+// serverCodes are the values of package server's Code constants.
+func serverCodes(t *testing.T) []string {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), filepath.Join("..", "..", "server", "errors.go"), nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var codes []string
+	for _, d := range f.Decls {
+		g, ok := d.(*ast.GenDecl)
+		if !ok || g.Tok != token.CONST {
+			continue
+		}
+		for _, spec := range g.Specs {
+			v := spec.(*ast.ValueSpec)
+			for i, name := range v.Names {
+				if !strings.HasPrefix(name.Name, "Code") || i >= len(v.Values) {
+					continue
+				}
+				if lit, ok := v.Values[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+					code, err := strconv.Unquote(lit.Value)
+					if err != nil {
+						t.Fatal(err)
+					}
+					codes = append(codes, code)
+				}
+			}
+		}
+	}
+	if len(codes) < 10 {
+		t.Fatalf("found only %d codes in server/errors.go: %v", len(codes), codes)
+	}
+	return codes
+}
