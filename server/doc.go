@@ -76,7 +76,10 @@
 // conversation is 410 ("deleted") only to those who could see it (its
 // metadata, owner included, went with it: operators). 403 ("forbidden") is
 // for an action on something the caller sees but may not do: an answer the
-// call's tool refuses, /metrics without the operator role. Errors are a JSON
+// call's tool refuses, /metrics without the operator role. An answer to a
+// call whose conversation is deleted while it is made is 409 stale (the
+// call went with it), or 410 deleted when the tool's authorizer read the
+// deleted conversation (its error wraps journal.ErrDeleted). Errors are a JSON
 // object {"error":{"code":..., "message":...}}: the message of a 4xx says
 // what was wrong with the request (cut after 1 KiB, so that one quoting a
 // large field is not the field's size); that of a 5xx is a fixed text of its
