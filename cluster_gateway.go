@@ -427,7 +427,10 @@ func (n *clusterNode) serveSubscribe(sender *actor.PID, m *messages.ClusterSubsc
 		n.mu.Unlock()
 	}()
 	ch, err := r.Subscribe(ctx, m.GetConversationId(), m.GetAfterSeq())
-	n.sys.Root.Send(sender, &messages.ClusterReply{RequestId: m.GetRequestId(), Error: wireErr(err), Node: n.self})
+	// An error but this Runtime's closing is the subscription's own (its
+	// Store's read failed): answered, the subscriber ends with it.
+	n.sys.Root.Send(sender, &messages.ClusterReply{RequestId: m.GetRequestId(), Error: wireErr(err), Node: n.self,
+		Answered: err != nil && !errors.Is(err, ErrClosed)})
 	if err != nil {
 		return
 	}
@@ -452,7 +455,10 @@ func (n *clusterNode) serveSubscribe(sender *actor.PID, m *messages.ClusterSubsc
 
 // updateToProto is the wire form of an update. An error that is not a
 // model call's retry, a turn's end or a lost write race ends the stream:
-// it is marked final.
+// it is marked final, and answered unless the subscriber fell behind (a
+// follower then subscribes again): the stream's own error (a failed read
+// of the Store), which the follower's subscriber ends with, as a local
+// subscriber does.
 func updateToProto(id string, u Update) *messages.ClusterUpdate {
 	p := &messages.ClusterUpdate{SubscriptionId: id, ConversationId: u.ConversationID, Event: u.Event, Delta: u.Delta,
 		Error: wireErr(u.Err), Restart: u.Restart, Agent: u.Agent}
@@ -476,6 +482,7 @@ func updateToProto(id string, u Update) *messages.ClusterUpdate {
 	}
 	if u.Err != nil && u.Retry == nil && u.TurnEnd == nil && !errors.Is(u.Err, journal.ErrConflict) {
 		p.Final = true
+		p.Answered = !errors.Is(u.Err, ErrLagged)
 	}
 	return p
 }
@@ -632,7 +639,11 @@ func (n *clusterNode) runFollower(ctx context.Context, conv string, last uint64,
 		if reply, ok := res.(*messages.ClusterReply); ok && reply.GetError() != nil {
 			unfollow(false)
 			rerr := journal.ErrorFromProto(reply.GetError())
-			if errors.Is(rerr, journal.ErrUnavailable) {
+			// UNAVAILABLE not answered: the owner is closing (or is not
+			// the owner any more); answered, the subscription's own
+			// failure (the owner's Store read failed), which a local
+			// subscription reports too.
+			if errors.Is(rerr, journal.ErrUnavailable) && !reply.GetAnswered() {
 				if !wait(changed) {
 					return
 				}
@@ -647,8 +658,13 @@ func (n *clusterNode) runFollower(ctx context.Context, conv string, last uint64,
 			case m := <-f.in:
 				if m.GetFinal() {
 					unfollow(false)
+					// The serving member stopped serving the stream
+					// (closing, or this follower fell behind): subscribe
+					// again. An answered error is the stream's own (the
+					// owner's Store read failed): the subscriber ends with
+					// it, as a subscriber on the owner does.
 					ferr := journal.ErrorFromProto(m.GetError())
-					if ferr == nil || errors.Is(ferr, journal.ErrUnavailable) {
+					if ferr == nil || (errors.Is(ferr, journal.ErrUnavailable) && !m.GetAnswered()) {
 						if !wait(changed) {
 							return
 						}

@@ -70,14 +70,21 @@ func TestUpdateWireForm(t *testing.T) {
 		}
 		require.Equal(t, u.Err == nil, got.Err == nil)
 	}
-	// A stream's terminal error is final; a lagged stream says "subscribe
-	// again" (UNAVAILABLE).
+	// A stream's terminal error is final and answered (the subscriber
+	// ends with it); a lagged stream says "subscribe again" (UNAVAILABLE,
+	// not answered).
 	p := updateToProto("s", Update{ConversationID: "c", Err: ErrLagged})
 	require.True(t, p.GetFinal())
+	require.False(t, p.GetAnswered())
 	require.ErrorIs(t, journal.ErrorFromProto(p.GetError()), journal.ErrUnavailable)
 	p = updateToProto("s", Update{ConversationID: "c", Err: fmt.Errorf("x: %w", journal.ErrDeleted)})
 	require.True(t, p.GetFinal())
+	require.True(t, p.GetAnswered())
 	require.ErrorIs(t, journal.ErrorFromProto(p.GetError()), journal.ErrDeleted)
+	p = updateToProto("s", Update{ConversationID: "c", Err: fmt.Errorf("read: %w", journal.ErrUnavailable)})
+	require.True(t, p.GetFinal())
+	require.True(t, p.GetAnswered(), "a failed read of the Store is the stream's own error")
+	require.ErrorIs(t, journal.ErrorFromProto(p.GetError()), journal.ErrUnavailable)
 }
 
 // The error of a retried model call crosses a node with the model's

@@ -659,8 +659,13 @@ func (x *ClusterReply) GetAnswered() bool {
 // ClusterReply first. The stream ends with a ClusterUpdate whose final is
 // set, or on ClusterUnsubscribe. Send it to the conversation's owner
 // (lazarus.Runtime.Owner): a stream served elsewhere misses the owner's
-// live events. A final update with code UNAVAILABLE means "subscribe again
-// after the last seq you received", at the owner the membership names now.
+// live events. A final update with code UNAVAILABLE and answered unset
+// means "subscribe again after the last seq you received", at the owner the
+// membership names now; with answered set, its error is the stream's own
+// (the Store's reads failed), which a subscription on the owner ends with
+// too. Likewise a ClusterReply with an error and answered set is the
+// subscription's own failure (the Store's reads failed), and one with code
+// UNAVAILABLE without it a gateway that is closing.
 // subscription_id must be 1 to 1024 bytes and not in use by a stream the
 // gateway serves: a subscribe with an id in use is refused (INVALID) and
 // the stream of that id goes on; use a new id for every subscribe.
@@ -827,7 +832,14 @@ type ClusterUpdate struct {
 	// turn_failed event records it (TurnFailed.code: "rate_limited", ...),
 	// so that a subscriber gets the sentinel it stands for; error then
 	// carries the error's text and its journal codes only.
-	RetryCode     string `protobuf:"bytes,14,opt,name=retry_code,json=retryCode,proto3" json:"retry_code,omitempty"`
+	RetryCode string `protobuf:"bytes,14,opt,name=retry_code,json=retryCode,proto3" json:"retry_code,omitempty"`
+	// answered: with final and error, the error is the stream's own (the
+	// owner's Store failed a read of it, journal code UNAVAILABLE say), as a
+	// subscription on the owner ends with it: the subscriber ends with it
+	// too. Without it a final UNAVAILABLE means that the serving member
+	// stopped serving the stream (it is closing, or the subscriber fell
+	// behind): subscribe again.
+	Answered      bool `protobuf:"varint,15,opt,name=answered,proto3" json:"answered,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -960,6 +972,13 @@ func (x *ClusterUpdate) GetRetryCode() string {
 	return ""
 }
 
+func (x *ClusterUpdate) GetAnswered() bool {
+	if x != nil {
+		return x.Answered
+	}
+	return false
+}
+
 var File_lazarus_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_lazarus_v1_cluster_proto_rawDesc = "" +
@@ -1018,7 +1037,7 @@ const file_lazarus_v1_cluster_proto_rawDesc = "" +
 	"\rreply_address\x18\x05 \x01(\tR\freplyAddress\x12\x19\n" +
 	"\breply_id\x18\x06 \x01(\tR\areplyId\"=\n" +
 	"\x12ClusterUnsubscribe\x12'\n" +
-	"\x0fsubscription_id\x18\x01 \x01(\tR\x0esubscriptionId\"\xea\x03\n" +
+	"\x0fsubscription_id\x18\x01 \x01(\tR\x0esubscriptionId\"\x86\x04\n" +
 	"\rClusterUpdate\x12'\n" +
 	"\x0fsubscription_id\x18\x01 \x01(\tR\x0esubscriptionId\x12'\n" +
 	"\x0fconversation_id\x18\x02 \x01(\tR\x0econversationId\x12'\n" +
@@ -1035,7 +1054,8 @@ const file_lazarus_v1_cluster_proto_rawDesc = "" +
 	"\x05final\x18\f \x01(\bR\x05final\x12\x14\n" +
 	"\x05agent\x18\r \x01(\tR\x05agent\x12\x1d\n" +
 	"\n" +
-	"retry_code\x18\x0e \x01(\tR\tretryCodeB'Z%github.com/lazarusrt/lazarus/messagesb\x06proto3"
+	"retry_code\x18\x0e \x01(\tR\tretryCode\x12\x1a\n" +
+	"\banswered\x18\x0f \x01(\bR\bansweredB'Z%github.com/lazarusrt/lazarus/messagesb\x06proto3"
 
 var (
 	file_lazarus_v1_cluster_proto_rawDescOnce sync.Once

@@ -1,0 +1,120 @@
+package lazarus
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/journal/memjournal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// readsDownStore fails every read of conv's events and last seq with
+// journal.ErrUnavailable (its database unreachable) once down is set.
+type readsDownStore struct {
+	journal.Store
+	conv string
+	down atomic.Bool
+}
+
+func (s *readsDownStore) failing(conv string) bool { return conv == s.conv && s.down.Load() }
+
+func (s *readsDownStore) Events(ctx context.Context, conv string, q journal.EventQuery) ([]*messages.Event, error) {
+	if s.failing(conv) {
+		return nil, fmt.Errorf("reads down: %w", journal.ErrUnavailable)
+	}
+	return s.Store.Events(ctx, conv, q)
+}
+
+func (s *readsDownStore) LastSeq(ctx context.Context, conv string) (uint64, error) {
+	if s.failing(conv) {
+		return 0, fmt.Errorf("reads down: %w", journal.ErrUnavailable)
+	}
+	return s.Store.LastSeq(ctx, conv)
+}
+
+// lastUpdate reads updates until the channel closes, failing the test if
+// ctx ends first, and returns the last update.
+func lastUpdate(t *testing.T, ctx context.Context, updates <-chan Update, what string) Update {
+	t.Helper()
+	var last Update
+	for {
+		select {
+		case u, ok := <-updates:
+			if !ok {
+				return last
+			}
+			last = u
+		case <-ctx.Done():
+			t.Fatalf("%s: the subscription neither reported an error nor ended", what)
+		}
+	}
+}
+
+// A subscription on a member that does not own the conversation, whose
+// owner's Store fails its reads (journal.ErrUnavailable), ends with an
+// update whose Err wraps journal.ErrUnavailable, as the same subscription
+// on the owner does. The owner's gateway sent the error as a final
+// UNAVAILABLE, which the follower took for a member that stopped serving
+// the stream: it subscribed again every 100 ms for as long as the Store
+// was down, and its subscriber saw nothing. The same holds when the
+// owner's own check of the seq asked (its read of the log's last seq)
+// fails after the member's passed: the owner answered UNAVAILABLE, which
+// the follower took for a closing member.
+func TestForwardedSubscriptionReportsTheOwnersStoreUnavailable(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	store := memjournal.New(memjournal.Options{})
+	down := &readsDownStore{Store: store}
+	model := agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
+		return agent.Text("ok"), nil
+	})
+	const ownerAddr, memberAddr = "owner.test:1", "member.test:1"
+	members := []string{ownerAddr, memberAddr}
+	slices.Sort(members)
+	net := &fakeNet{sys: map[string]*actor.ActorSystem{}}
+
+	ownerSys := quietSystem(t, ownerAddr)
+	owner, err := Open(Options{Store: down, Model: model, ActorSystem: ownerSys, NoResume: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = owner.Close() })
+	net.join(ownerSys)
+	member, err := Open(Options{Store: store, Model: model, NoResume: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = member.Close() })
+	n := netMember(t, net, member, memberAddr, members)
+	conv := firstConv(func(id string) bool { return n.owner(id) == ownerAddr })
+	down.conv = conv
+	_, err = owner.Send(ctx, conv, "hi", agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	waitTurnEnded(t, ctx, store, conv, 2, "the first turn ended")
+	down.down.Store(true)
+
+	local, err := owner.Subscribe(ctx, conv, 0)
+	require.NoError(t, err)
+	lu := lastUpdate(t, ctx, local, "on the owner")
+	require.ErrorIs(t, lu.Err, journal.ErrUnavailable, "on the owner")
+
+	remote, err := member.Subscribe(ctx, conv, 0)
+	require.NoError(t, err)
+	ru := lastUpdate(t, ctx, remote, "on the member")
+	require.ErrorIs(t, ru.Err, journal.ErrUnavailable)
+	require.Equal(t, lu.Err.Error(), ru.Err.Error(), "the owner's error, as a local subscriber gets it")
+	require.Nil(t, ru.Event)
+
+	// The member's check of seq 2 reads its own Store, which answers;
+	// the owner's read of the last seq fails.
+	remote, err = member.Subscribe(ctx, conv, 2)
+	require.NoError(t, err)
+	ru = lastUpdate(t, ctx, remote, "on the member, after seq 2")
+	require.ErrorIs(t, ru.Err, journal.ErrUnavailable)
+	require.Empty(t, followIDs(n), "the follower ended")
+}
