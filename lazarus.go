@@ -945,7 +945,13 @@ func (r *Runtime) deleted(ctx context.Context, conversationID string) error {
 // resuming after the last seq it delivered (no event lost or repeated; a
 // few deltas may be). A subscriber on a member that does not own the
 // conversation and falls behind is caught up from the Store instead of
-// ending with ErrLagged.
+// ending with ErrLagged. The errors Subscribe returns are those of the
+// checks above, made on the member asked (the Store is shared), before
+// anything is forwarded: it does not wait for the owner's answer. What the
+// owner meets after them (a Delete landing meanwhile, its Store failing a
+// read) arrives as an update whose Err wraps the sentinel, after which the
+// channel is closed, as on the owner a failed read of the Store or a Delete
+// after the subscription started does.
 func (r *Runtime) Subscribe(ctx context.Context, conversationID string, afterSeq uint64) (<-chan Update, error) {
 	if err := r.enter(ctx); err != nil {
 		return nil, fmt.Errorf("lazarus: subscribe to %q: %w", clipID(conversationID), err)
