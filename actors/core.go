@@ -1156,10 +1156,18 @@ func (c *core) stop(cause error) {
 
 // failAll answers every caller still waiting on this activation: those
 // whose command is queued with cause, those whose write is in flight with
-// cause and "write outcome unknown" (the write may still land: a send or a
-// configure is safe to retry; a rewind's caller reads the history).
+// cause and journal.ErrUnknownOutcome (the write may still land: a send or
+// a configure is safe to retry; a rewind's caller reads the history). The
+// retry flag of either answer is cause's (ErrAgentStopped: retry on a new
+// activation, which reads from the log whether the write landed).
 func (c *core) failAll(cause error) {
-	unknown := fmt.Errorf("%w (write outcome unknown)", cause)
+	if cause == nil {
+		cause = c.notApplied(nil)
+	}
+	unknown := cause
+	if !errors.Is(cause, journal.ErrUnknownOutcome) {
+		unknown = fmt.Errorf("%w (%w)", cause, journal.ErrUnknownOutcome)
+	}
 	cause = c.notApplied(cause)
 	w := c.inflight
 	if w == nil {
