@@ -340,11 +340,27 @@ func (c *conversation) Receive(ctx actor.Context) {
 	}
 }
 
-// apply steps the core with in and performs its effects, in order.
+// apply steps the core with in and performs its effects in order, the
+// idle timer's touch first (see idleFirst).
 func (c *conversation) apply(ctx actor.Context, in any) {
-	for _, e := range c.core.step(c.cfg.Clock.Now(), in) {
+	for _, e := range idleFirst(c.core.step(c.cfg.Clock.Now(), in)) {
 		c.perform(ctx, e)
 	}
+}
+
+// idleFirst returns a step's effects with its idle timer touches made one,
+// performed first. touchIdle reads only the core's state after the step,
+// the same for every touch of it, and each touch replaces the timer armed
+// before, so one is enough; done first, whoever hears of the step (a
+// caller's answer, a subscriber's update) finds the idle timer it left
+// already armed, not one about to be replaced. Under a manual clock,
+// advancing past the timer seen then fires the one that passivates.
+func idleFirst(effs []effect) []effect {
+	touch := func(e effect) bool { _, ok := e.(effTouchIdle); return ok }
+	if !slices.ContainsFunc(effs, touch) {
+		return effs
+	}
+	return slices.Insert(slices.DeleteFunc(effs, touch), 0, effect(effTouchIdle{}))
 }
 
 func (c *conversation) perform(ctx actor.Context, e effect) {
