@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lazarusrt/lazarus"
 	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
@@ -46,7 +47,12 @@ func (s *unavailableReads) LoadSince(ctx context.Context, id string) (*messages.
 func TestRevivalWhileTheStoreIsUnavailable(t *testing.T) {
 	forEachStore(t, func(t *testing.T, kind string) {
 		store := &unavailableReads{Store: openStore(t, kind)}
-		h := newHarness(t, store, nil)
+		// No resume scan: Open's wakes, in the background, every ACTIVE
+		// conversation, and "c" is ACTIVE from its first send on (a server
+		// call running). A scan that listed it and got to it between the
+		// kill and the Store going down revived it, and the sends below
+		// met a live activation that needs no read.
+		h := newHarness(t, store, func(o *lazarus.Options) { o.NoResume = true })
 		h.chargeGate = make(chan struct{})
 		ctx := ctxT(t)
 		h.model.Push("c",
