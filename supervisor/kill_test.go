@@ -42,6 +42,13 @@ func TestKillHoldsBackActivationsUntilThenReturns(t *testing.T) {
 	require.True(t, ran)
 	require.NoError(t, <-asked, "a caller that came during the kill is served after it")
 	require.True(t, s.IsActive("c"))
+	// The held-back delivery goes out once the supervisor actor handles
+	// Kill's unblocked, which the caller's activation need not wait for.
+	// The actor handles its mailbox in order: once a later delivery to
+	// another conversation has gone out, that one has too, and cannot
+	// revive c after the kill below.
+	s.system.Root.Send(s.pid, &rewake{conversation: "b"})
+	require.Eventually(t, func() bool { return s.IsActive("b") }, 5*time.Second, time.Millisecond)
 
 	require.True(t, s.Kill("c", nil))
 	require.False(t, s.Kill("c", func() { t.Error("then called without a live actor") }))
