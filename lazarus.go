@@ -984,7 +984,9 @@ func (r *Runtime) Subscribe(ctx context.Context, conversationID string, afterSeq
 // Kill drops the conversation's actor now, as a crash would (for demos and
 // tests), and reports whether it was live. The conversation's log, its
 // pending calls and their deadlines are untouched; its next command revives
-// it. Subscribers see a TurnCancelled end if a turn was in progress, with
+// it, and so does a resume scan (Open's, then one every ResumeInterval,
+// unless NoResume) if the kill left it ACTIVE (a turn or a server call in
+// progress), as after a crash. Subscribers see a TurnCancelled end if a turn was in progress, with
 // the seq of the log's last event at the kill as its Update.After. A
 // command that arrives while Kill runs (a Send of another caller, say)
 // waits until that end is published: its message comes after it, and
