@@ -208,7 +208,7 @@ func (r *Runtime) SubscribeWith(ctx context.Context, conversationID string, afte
 				for range in {
 				}
 				return
-			case <-r.hub.quit:
+			case <-r.hub.life.Done():
 				// Close: in ends too (the hub's pump, or a cluster
 				// follower, stops with the Runtime), and a reader that
 				// stopped reading must not hold this goroutine.

@@ -29,11 +29,11 @@ type hub struct {
 	store journal.Store
 	limit int
 	wg    sync.WaitGroup // pumps
-	quit  chan struct{}  // closed by close: pumps stop delivering
-	// life ends in close, before it waits for the pumps: a pump's reads
-	// of the Store run under it as well as under its subscriber's
-	// context, so that a read that hangs (a Store that does not answer)
-	// holds close up no longer than the Store honours contexts.
+	// life ends in close, before it waits for the pumps: pumps stop
+	// delivering, and their reads of the Store run under it as well as
+	// under their subscriber's context, so that a read that hangs (a
+	// Store that does not answer) holds close up no longer than the Store
+	// honours contexts.
 	life    context.Context
 	endLife context.CancelFunc
 
@@ -110,7 +110,7 @@ type subscription struct {
 
 func newHub(store journal.Store, limit int) *hub {
 	life, endLife := context.WithCancel(context.Background())
-	return &hub{store: store, limit: limit, quit: make(chan struct{}), life: life, endLife: endLife,
+	return &hub{store: store, limit: limit, life: life, endLife: endLife,
 		subs: map[string][]*subscription{}, answers: map[string]answerDeltas{}}
 }
 
@@ -322,7 +322,7 @@ func (h *hub) pump(ctx context.Context, s *subscription, answer answerDeltas) {
 			return true
 		case <-ctx.Done():
 			return false
-		case <-h.quit:
+		case <-h.life.Done():
 			return false
 		}
 	}
@@ -445,7 +445,7 @@ catchUp:
 		case <-s.wake:
 		case <-ctx.Done():
 			return
-		case <-h.quit:
+		case <-h.life.Done():
 			return
 		}
 	}
@@ -497,7 +497,6 @@ func (h *hub) close() {
 	h.mu.Lock()
 	if !h.closed {
 		h.closed = true
-		close(h.quit)
 		h.endLife()
 	}
 	h.mu.Unlock()
