@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -220,6 +221,12 @@ type expired struct{ conversation, toolCallID string }
 // handed over): the caller sends it to the conversation's owner, if
 // sending it again is safe.
 //
+// When every attempt meets an activation that stops before answering, Ask
+// gives up with an error that wraps ErrNoAnswer (if cmd was handed over)
+// and the last activation's reason: actors.ErrAgentStopped when it said
+// to retry, with the error its reply carried (its text and sentinels,
+// journal.ErrConflict of a fenced write, say).
+//
 // A nil cmd, or an id journal.ValidateID refuses (empty, too long, not
 // UTF-8), is refused at once with an error wrapping journal.ErrInvalid:
 // nothing is activated or sent.
@@ -263,10 +270,14 @@ func (s *Supervisor) Ask(ctx context.Context, id string, cmd *actors.Command) (p
 			// cannot fix (its store refuses reads) would have answered this
 			// command with that reason; so does Ask, rather than spawn
 			// activations that fail the same way until it gives up.
-			if cause := a.stopCause(); cause != nil && !retryOnNewActivation(cause) {
+			cause := a.stopCause()
+			if cause != nil && !retryOnNewActivation(cause) {
 				return nil, fmt.Errorf("supervisor: conversation %q: %w", id, cause)
 			}
 			last = err
+			if cause != nil {
+				last = fmt.Errorf("%w: %w", err, cause)
+			}
 			continue
 		}
 		handed = true
@@ -280,7 +291,7 @@ func (s *Supervisor) Ask(ctx context.Context, id string, cmd *actors.Command) (p
 			return nil, noAnswer(what, true, err)
 		}
 		if retryable(res) {
-			last = actors.ErrAgentStopped
+			last = retryError(res)
 			continue
 		}
 		return res.(proto.Message), nil
@@ -298,6 +309,38 @@ func (s *Supervisor) Ask(ctx context.Context, id string, cmd *actors.Command) (p
 func retryOnNewActivation(err error) bool {
 	return errors.Is(err, actors.ErrAgentStopped) || errors.Is(err, journal.ErrConflict) || errors.Is(err, journal.ErrUnknownOutcome)
 }
+
+// retryError is the error of an agent's reply that says to retry
+// (retryable): actors.ErrAgentStopped, and the reply's own error, whose
+// text and journal sentinels cross the actor boundary (ErrAgentStopped
+// does not).
+func retryError(res any) error {
+	var e *messages.Error
+	switch r := res.(type) {
+	case *messages.AgentSendReply:
+		e = r.GetError()
+	case *messages.AgentReply:
+		e = r.GetError()
+	}
+	err := journal.ErrorFromProto(e)
+	if err == nil {
+		return actors.ErrAgentStopped
+	}
+	return stoppedReply{err}
+}
+
+// stoppedReply is a reply's error that said to retry: it wraps the error
+// and actors.ErrAgentStopped, and names the latter once.
+type stoppedReply struct{ err error }
+
+func (e stoppedReply) Error() string {
+	if msg := e.err.Error(); strings.Contains(msg, actors.ErrAgentStopped.Error()) {
+		return msg
+	}
+	return e.err.Error() + ": " + actors.ErrAgentStopped.Error()
+}
+
+func (e stoppedReply) Unwrap() []error { return []error{e.err, actors.ErrAgentStopped} }
 
 // retryable reports whether an agent's reply says the command was not
 // applied because its activation stopped.
