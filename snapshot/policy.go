@@ -43,8 +43,12 @@ func (p Policy) WithDefaults() Policy {
 // SafePoint(KeepRecent) to end it at. Zero fields mean their defaults.
 // It estimates the tokens only of the events rendered since its last call
 // on w (the working set keeps the sum), so calling it after every append
-// costs time in the new events, not in the whole working set.
+// costs time in the new events, not in the whole working set. A nil w is
+// never due.
 func (p Policy) Due(w *WorkingSet) bool {
+	if w == nil {
+		return false
+	}
 	p = p.WithDefaults()
 	over := (p.MaxEvents > 0 && len(w.Render()) > p.MaxEvents) ||
 		(p.MaxTokens > 0 && w.renderedTokens() > p.MaxTokens)
