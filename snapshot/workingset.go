@@ -599,8 +599,14 @@ func foldRequests(prev []*messages.RequestRef, events []*messages.Event, to uint
 // the new summary carries Prev's content and version (empty without Prev).
 // An error of s is returned as is;
 // a nil s with events to fold, or an s that returns neither a summary nor
-// an error, is an error wrapping journal.ErrInvalid.
+// an error, is an error wrapping journal.ErrInvalid. So is a plan (or one
+// of its Agents) whose span no summary may cover: FromSeq 0, FromSeq after
+// ToSeq, Prev ending after ToSeq, or an event after ToSeq; s is then not
+// called (the plans Plan and PlanAgents return are all valid).
 func (p Plan) Run(ctx context.Context, s Summarizer, conversationID string) (*messages.Summary, error) {
+	if err := p.checkSpan(); err != nil {
+		return nil, err
+	}
 	var out *messages.Summary
 	if len(p.Events) == 0 {
 		out = &messages.Summary{Content: p.Prev.GetContent(), Version: p.Prev.GetVersion()}
@@ -632,4 +638,27 @@ func (p Plan) Run(ctx context.Context, s Summarizer, conversationID string) (*me
 		out.Agents = append(out.Agents, sub)
 	}
 	return out, nil
+}
+
+// checkSpan checks that p and its Agents cover a span a summary may:
+// 1 <= FromSeq <= ToSeq, Prev ending at or before ToSeq, every event at or
+// before ToSeq.
+func (p Plan) checkSpan() error {
+	switch {
+	case p.FromSeq < 1 || p.FromSeq > p.ToSeq:
+		return journal.Invalidf("snapshot: plan of agent %q covers seq %d..%d", p.Agent, p.FromSeq, p.ToSeq)
+	case p.Prev.GetToSeq() > p.ToSeq:
+		return journal.Invalidf("snapshot: plan of agent %q ends at seq %d, before its previous summary's end %d", p.Agent, p.ToSeq, p.Prev.GetToSeq())
+	}
+	for _, ev := range p.Events {
+		if ev.GetSeq() > p.ToSeq {
+			return journal.Invalidf("snapshot: plan of agent %q ends at seq %d, before its event %d", p.Agent, p.ToSeq, ev.GetSeq())
+		}
+	}
+	for _, a := range p.Agents {
+		if err := a.checkSpan(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
