@@ -1,0 +1,203 @@
+package supervisor_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus/actors"
+	"github.com/lazarusrt/lazarus/actors/actorstest"
+	"github.com/lazarusrt/lazarus/agent/scripted"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/journal/memjournal"
+	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/supervisor"
+)
+
+// Tell delivers cmd to the conversation, activating it, without waiting:
+// the send it carries is written.
+func TestBBTellActivatesAndDelivers(t *testing.T) {
+	cfg := validConfig()
+	s, err := supervisor.Start(newSystem(t), cfg)
+	require.NoError(t, err)
+	defer s.Stop()
+	s.Tell("c", send("r1", "hi"))
+	require.Eventually(t, func() bool {
+		evs, err := cfg.Store.Events(context.Background(), "c", journal.EventQuery{})
+		return err == nil && len(evs) > 0 && evs[0].GetUserMsg() != nil
+	}, 10*time.Second, time.Millisecond, "the told send is written")
+	assert.True(t, s.IsActive("c"))
+}
+
+// Config.Passivated is called each time an idle conversation actor
+// passivates, not for a kill; Config.Activated once per spawned actor.
+func TestBBPassivatedAndActivatedHooks(t *testing.T) {
+	clock := actorstest.NewManualClock(time.Date(2026, 11, 1, 9, 0, 0, 0, time.UTC))
+	model := scripted.New(scripted.Options{})
+	var passivated, activated atomic.Int32
+	s, err := supervisor.Start(newSystem(t), supervisor.Config{
+		Store:       memjournal.New(memjournal.Options{}),
+		Clock:       clock,
+		CallTimeout: time.Minute,
+		Agent: func(string) actors.ConversationConfig {
+			return actors.ConversationConfig{Model: model, IdleTimeout: time.Minute}
+		},
+		Passivated: func() { passivated.Add(1) },
+		Activated:  func() { activated.Add(1) },
+	})
+	require.NoError(t, err)
+	defer s.Stop()
+	ctx := context.Background()
+
+	_, err = s.Ask(ctx, "k", send("r1", "hi"))
+	require.NoError(t, err)
+	require.True(t, s.Kill("k", nil))
+	assert.Zero(t, passivated.Load(), "a kill is no passivation")
+
+	_, err = s.Ask(ctx, "c", send("r2", "hi"))
+	require.NoError(t, err)
+	assert.Equal(t, int32(2), activated.Load())
+	// The idle timer is armed once the actor is quiescent (its turn done).
+	require.Eventually(t, func() bool { return clock.Timers() == 1 }, 10*time.Second, time.Millisecond)
+	clock.Advance(time.Minute)
+	require.Eventually(t, func() bool { return passivated.Load() == 1 }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return !s.IsActive("c") }, 10*time.Second, time.Millisecond)
+	assert.Zero(t, s.Active())
+
+	// The next command revives it: one more activation.
+	_, err = s.Ask(ctx, "c", send("r3", "again"))
+	require.NoError(t, err)
+	assert.Equal(t, int32(3), activated.Load())
+	assert.Equal(t, int32(1), passivated.Load())
+}
+
+// conflictStore refuses every write with journal.ErrConflict.
+type conflictStore struct{ journal.Store }
+
+func (conflictStore) Append(context.Context, *messages.AppendRequest) (journal.AppendResult, error) {
+	return journal.AppendResult{}, fmt.Errorf("moved on: %w", journal.ErrConflict)
+}
+
+func (conflictStore) AppendBatch(_ context.Context, reqs []*messages.AppendRequest) []journal.AppendResult {
+	out := make([]journal.AppendResult, len(reqs))
+	for i := range out {
+		out[i].Err = fmt.Errorf("moved on: %w", journal.ErrConflict)
+	}
+	return out
+}
+
+// Config.Fenced is called, with the conversation's id, when an activation
+// retires because a write of its failed with journal.ErrConflict; Ask,
+// whose every activation is fenced off, says why it gave up.
+func TestBBFencedHook(t *testing.T) {
+	model := scripted.New(scripted.Options{})
+	fenced := make(chan string, 64)
+	s, err := supervisor.Start(newSystem(t), supervisor.Config{
+		Store:       conflictStore{memjournal.New(memjournal.Options{})},
+		CallTimeout: time.Minute,
+		Agent:       func(string) actors.ConversationConfig { return actors.ConversationConfig{Model: model} },
+		Fenced: func(id string) {
+			select {
+			case fenced <- id:
+			default:
+			}
+		},
+	})
+	require.NoError(t, err)
+	defer s.Stop()
+	_, err = s.Ask(context.Background(), "c", send("r1", "hi"))
+	require.ErrorIs(t, err, supervisor.ErrNoAnswer)
+	require.ErrorIs(t, err, actors.ErrAgentStopped)
+	require.ErrorIs(t, err, journal.ErrConflict)
+	select {
+	case id := <-fenced:
+		assert.Equal(t, "c", id)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Fenced was not called")
+	}
+}
+
+// Request to an actor that was gone before it got the message is
+// actor.ErrDeadLetter, not ErrNoAnswer.
+func TestBBRequestToAGoneActor(t *testing.T) {
+	system := newSystem(t)
+	s, err := supervisor.Start(system, validConfig())
+	require.NoError(t, err)
+	defer s.Stop()
+	pid := system.Root.Spawn(actor.PropsFromFunc(func(actor.Context) {}))
+	require.NoError(t, system.Root.StopFuture(pid).Wait())
+	_, err = s.Request(context.Background(), pid, &messages.JournalWrite{})
+	require.ErrorIs(t, err, actor.ErrDeadLetter)
+	require.NotErrorIs(t, err, supervisor.ErrNoAnswer, "the message was not handed over")
+	require.NotErrorIs(t, err, supervisor.ErrStopped)
+}
+
+// Concurrent Kills of one conversation: exactly one finds its live actor
+// (and calls then, once); the others report none.
+func TestBBConcurrentKills(t *testing.T) {
+	s, err := supervisor.Start(newSystem(t), validConfig())
+	require.NoError(t, err)
+	defer s.Stop()
+	_, err = s.Ask(context.Background(), "c", send("r1", "hi"))
+	require.NoError(t, err)
+	var killed, thens atomic.Int32
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			if s.Kill("c", func() { thens.Add(1) }) {
+				killed.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, int32(1), killed.Load())
+	assert.Equal(t, int32(1), thens.Load())
+	assert.False(t, s.IsActive("c"))
+}
+
+// Callers that Ask while Stop runs get an answer or an error wrapping
+// ErrStopped (with ErrNoAnswer if their command was handed over), never
+// another error, a panic or a hang; concurrent Stops all return.
+func TestBBAskDuringStop(t *testing.T) {
+	s, err := supervisor.Start(newSystem(t), validConfig())
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	errs := make(chan error, 8)
+	var asked sync.WaitGroup
+	asked.Add(8)
+	for i := range 8 {
+		go func() {
+			for n := 0; ; n++ {
+				_, err := s.Ask(ctx, fmt.Sprint("c", i%3), send(fmt.Sprint("r", i, "-", n), "hi"))
+				if n == 0 {
+					asked.Done()
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	asked.Wait()
+	var stops sync.WaitGroup
+	for range 3 {
+		stops.Go(s.Stop)
+	}
+	for range 8 {
+		err := <-errs
+		require.True(t, errors.Is(err, supervisor.ErrStopped), "%v", err)
+	}
+	stops.Wait()
+	require.NoError(t, ctx.Err(), "nobody waited out a timeout")
+	assert.Zero(t, s.Active())
+}
