@@ -201,3 +201,46 @@ func TestBBAskDuringStop(t *testing.T) {
 	require.NoError(t, ctx.Err(), "nobody waited out a timeout")
 	assert.Zero(t, s.Active())
 }
+
+// ArmSchedule arms the expiry actor's timer of a schedule: once due,
+// Config.FireSchedule is called with the conversation, the schedule and
+// the occurrence. DisarmSchedule removes one: it never fires.
+func TestBBArmAndDisarmSchedule(t *testing.T) {
+	start := time.Date(2026, 11, 1, 9, 0, 0, 0, time.UTC)
+	clock := actorstest.NewManualClock(start)
+	type fire struct {
+		conv, id string
+		at       time.Time
+	}
+	fires := make(chan fire, 8)
+	cfg := validConfig()
+	cfg.Clock = clock
+	cfg.FireSchedule = func(conv, id string, at time.Time) { fires <- fire{conv, id, at.UTC()} }
+	s, err := supervisor.Start(newSystem(t), cfg)
+	require.NoError(t, err)
+	defer s.Stop()
+	dueAt := func(at time.Time) func() bool {
+		return func() bool {
+			dues := clock.Dues()
+			return len(dues) == 1 && dues[0].Equal(at)
+		}
+	}
+	s.ArmSchedule("c", "gone", start.Add(30*time.Second))
+	require.Eventually(t, dueAt(start.Add(30*time.Second)), 10*time.Second, time.Millisecond)
+	s.DisarmSchedule("c", "gone")
+	s.ArmSchedule("c", "s1", start.Add(45*time.Second))
+	// The timer moves to s1's time only once "gone" is disarmed.
+	require.Eventually(t, dueAt(start.Add(45*time.Second)), 10*time.Second, time.Millisecond, "dues: %v", clock.Dues())
+	clock.Advance(45 * time.Second)
+	select {
+	case f := <-fires:
+		assert.Equal(t, fire{"c", "s1", start.Add(45 * time.Second)}, f)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the armed schedule did not fire")
+	}
+	select {
+	case f := <-fires:
+		t.Fatalf("unexpected fire %+v", f)
+	default:
+	}
+}
