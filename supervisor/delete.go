@@ -28,13 +28,14 @@ type unblocked struct{ conversation string }
 // ErrStopped (ErrNoAnswer and context.DeadlineExceeded when the journal
 // actor did not answer within Config.CallTimeout). A nil del, or an id
 // journal.ValidateID refuses, is refused at once with an error wrapping
-// journal.ErrInvalid: nothing is stopped or held back.
+// journal.ErrInvalid: nothing is stopped or held back; so is a ctx that
+// has already ended, with an error wrapping its error.
 //
 // Once del has succeeded (or said journal.ErrDeleted), no activation of id
 // is created again: the deliveries held back meanwhile are dropped, and
 // Ask answers an error wrapping journal.ErrDeleted, as the activation
 // would once it had read the tombstone. The registry remembers the last
-// goneKept ids so; for older ones an activation reads the tombstone and
+// 4096 ids so; for older ones an activation reads the tombstone and
 // stops.
 func (s *Supervisor) Delete(ctx context.Context, id string, del func(context.Context) error) error {
 	if err := journal.ValidateID("conversation id", id); err != nil {
@@ -45,6 +46,11 @@ func (s *Supervisor) Delete(ctx context.Context, id string, del func(context.Con
 	}
 	if s.isStopped() {
 		return ErrStopped
+	}
+	if err := ctx.Err(); err != nil {
+		// Before anything is stopped: a select below that finds the
+		// activation ready and ctx ended alike may pick either.
+		return fmt.Errorf("supervisor: delete %q: %w", id, err)
 	}
 	release, err := s.reg.block(ctx, id)
 	if err != nil {

@@ -244,3 +244,53 @@ func TestBBArmAndDisarmSchedule(t *testing.T) {
 	default:
 	}
 }
+
+// Delete stops the live activation before it calls del, returns del's
+// error as is, and once del succeeded (or said journal.ErrDeleted) no
+// activation of the id is created again: Ask answers journal.ErrDeleted
+// and Tell is dropped. A del that failed otherwise leaves the
+// conversation as it was; a Delete whose context has ended stops nothing
+// and calls no del.
+func TestBBDelete(t *testing.T) {
+	s, err := supervisor.Start(newSystem(t), validConfig())
+	require.NoError(t, err)
+	defer s.Stop()
+	ctx := context.Background()
+	for _, id := range []string{"ok", "said-deleted", "failed", "ended"} {
+		_, err := s.Ask(ctx, id, send("r1", "hi"))
+		require.NoError(t, err)
+	}
+
+	calls := 0
+	require.NoError(t, s.Delete(ctx, "ok", func(context.Context) error {
+		calls++
+		assert.False(t, s.IsActive("ok"), "del runs once the activation has terminated")
+		return nil
+	}))
+	assert.Equal(t, 1, calls)
+
+	err = s.Delete(ctx, "said-deleted", func(context.Context) error { return fmt.Errorf("tombstone: %w", journal.ErrDeleted) })
+	require.ErrorIs(t, err, journal.ErrDeleted)
+
+	boom := errors.New("store refused")
+	err = s.Delete(ctx, "failed", func(context.Context) error { return boom })
+	require.ErrorIs(t, err, boom, "del's error is returned")
+
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	err = s.Delete(ended, "ended", func(context.Context) error { t.Error("del called with an ended context"); return nil })
+	require.ErrorIs(t, err, context.Canceled)
+	assert.True(t, s.IsActive("ended"), "a Delete whose context had ended stops nothing")
+
+	for _, id := range []string{"ok", "said-deleted"} {
+		_, err := s.Ask(ctx, id, send("r2", "again"))
+		require.ErrorIs(t, err, journal.ErrDeleted, id)
+		require.NotErrorIs(t, err, supervisor.ErrNoAnswer, "%s: nothing was handed over", id)
+		s.Tell(id, send("r3", "again"))
+		assert.False(t, s.IsActive(id), id)
+	}
+	for _, id := range []string{"failed", "ended"} {
+		_, err := s.Ask(ctx, id, send("r2", "again"))
+		require.NoError(t, err, "%s: not deleted, it still answers", id)
+	}
+}

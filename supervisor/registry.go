@@ -110,7 +110,8 @@ func generationsOf(system *actor.ActorSystem) *atomic.Uint64 {
 	return &g.n
 }
 
-// goneKept is how many deleted ids the registry remembers (see gone).
+// goneKept is how many deleted ids the registry remembers (see gone; the
+// doc of Supervisor.Delete names the number).
 const goneKept = 4096
 
 // errGone: the conversation was deleted by this process (see registry.gone).
