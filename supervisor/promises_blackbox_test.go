@@ -15,6 +15,7 @@ import (
 
 	"github.com/lazarusrt/lazarus/actors"
 	"github.com/lazarusrt/lazarus/actors/actorstest"
+	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/journal/memjournal"
@@ -293,4 +294,48 @@ func TestBBDelete(t *testing.T) {
 		_, err := s.Ask(ctx, id, send("r2", "again"))
 		require.NoError(t, err, "%s: not deleted, it still answers", id)
 	}
+}
+
+// A panic of Config.Agent (user code, run on the supervisor actor's
+// goroutine) fails that activation's spawn: Ask answers at once with an
+// error wrapping agent.ErrPanicked, and the supervisor, with every other
+// conversation, goes on. A panic of Config.Activated is recovered too.
+func TestBBPanickingHooksLeaveTheSupervisorRunning(t *testing.T) {
+	cfg := validConfig()
+	good := cfg.Agent
+	cfg.Agent = func(id string) actors.ConversationConfig {
+		if id == "boom" {
+			panic("no config for boom")
+		}
+		return good(id)
+	}
+	var activations atomic.Int32
+	cfg.Activated = func() {
+		if activations.Add(1) == 2 {
+			panic("metrics hook failed")
+		}
+	}
+	s, err := supervisor.Start(newSystem(t), cfg)
+	require.NoError(t, err)
+	defer s.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err = s.Ask(ctx, "ok", send("r1", "hi"))
+	require.NoError(t, err)
+
+	_, err = s.Ask(ctx, "boom", send("r1", "hi"))
+	require.ErrorIs(t, err, agent.ErrPanicked)
+	require.NotErrorIs(t, err, supervisor.ErrNoAnswer, "nothing was handed over")
+	require.NoError(t, ctx.Err(), "answered at once, not at a timeout")
+	assert.False(t, s.IsActive("boom"))
+	_, err = s.Ask(ctx, "boom", send("r2", "hi"))
+	require.ErrorIs(t, err, agent.ErrPanicked, "a later Ask tries again, and fails alike")
+	assert.True(t, s.IsActive("ok"), "the other conversations live on")
+
+	_, err = s.Ask(ctx, "second", send("r1", "hi")) // its Activated panics
+	require.NoError(t, err)
+	assert.True(t, s.IsActive("second"))
+	_, err = s.Ask(ctx, "ok", send("r2", "again"))
+	require.NoError(t, err, "the supervisor still answers")
+	assert.Equal(t, 2, s.Active())
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -35,6 +36,9 @@ type Config struct {
 	// Agent returns the configuration of a new activation of conversation
 	// id. The supervisor fills in ID, Store, Journal, Clock, Retire,
 	// Stopped, Fenced, Goroutines, Dispatcher, ModelGate and ToolGate. Required.
+	// It runs on the supervisor actor's goroutine; a panic of it fails
+	// that activation's spawn (Ask answers an error wrapping
+	// agent.ErrPanicked), not the supervisor.
 	Agent func(id string) actors.ConversationConfig
 	// Clock supplies time to the expiry actor and the agents. Default
 	// actors.SystemClock().
@@ -58,7 +62,7 @@ type Config struct {
 	// Activated, if set, is called each time a conversation actor is
 	// spawned (a first activation or a revival), once it exists: a spawn
 	// that failed is none. It runs on the supervisor actor's goroutine
-	// and must not block.
+	// and must not block; a panic of it is logged and recovered.
 	Activated func()
 	// Passivated, if set, is called each time an idle conversation actor
 	// passivates (not for kills or failures), on that actor's goroutine; it
@@ -659,7 +663,10 @@ func (r *root) spawn(ctx actor.Context, a *activation) (*actor.PID, error) {
 	if r.stopping {
 		return nil, ErrStopped
 	}
-	cfg := s.cfg.Agent(a.id)
+	cfg, err := r.agentConfig(a.id)
+	if err != nil {
+		return nil, err
+	}
 	cfg.ID = a.id
 	cfg.Store = s.cfg.Store
 	cfg.Journal = s.journal
@@ -691,10 +698,35 @@ func (r *root) spawn(ctx actor.Context, a *activation) (*actor.PID, error) {
 	if err == nil {
 		s.reg.register(a, pid)
 		if s.cfg.Activated != nil {
-			s.cfg.Activated()
+			r.hook("Activated", s.cfg.Activated)
 		}
 	}
 	return pid, err
+}
+
+// agentConfig returns Config.Agent's configuration of conversation id, or,
+// if it panicked, an error wrapping agent.ErrPanicked: user code on the
+// supervisor actor's goroutine must not fail the supervisor (a restart
+// would stop every conversation).
+func (r *root) agentConfig(id string) (cfg actors.ConversationConfig, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("supervisor: conversation %q: Config.Agent: %w: %v", id, agent.ErrPanicked, p)
+			r.s.log.Error("Config.Agent panicked", "conversation", id, "panic", p, "stack", string(debug.Stack()))
+		}
+	}()
+	return r.s.cfg.Agent(id), nil
+}
+
+// hook runs a hook of Config on the supervisor actor's goroutine, logging
+// and recovering its panic (see agentConfig).
+func (r *root) hook(name string, f func()) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.s.log.Error("Config."+name+" panicked", "panic", p, "stack", string(debug.Stack()))
+		}
+	}()
+	f()
 }
 
 // strategy restarts the journal and expiry actors when they fail and stops a
