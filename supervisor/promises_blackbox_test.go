@@ -339,3 +339,22 @@ func TestBBPanickingHooksLeaveTheSupervisorRunning(t *testing.T) {
 	require.NoError(t, err, "the supervisor still answers")
 	assert.Equal(t, 2, s.Active())
 }
+
+// Request with a nil message is refused at once with an error wrapping
+// journal.ErrInvalid, as a nil pid is (it used to be sent, ignored, and
+// waited for until CallTimeout, then answer ErrNoAnswer).
+func TestBBRequestOfANilMessage(t *testing.T) {
+	cfg := validConfig()
+	cfg.CallTimeout = time.Hour
+	s, err := supervisor.Start(newSystem(t), cfg)
+	require.NoError(t, err)
+	defer s.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = s.Request(ctx, s.Journal(), nil)
+	require.ErrorIs(t, err, journal.ErrInvalid)
+	require.NotErrorIs(t, err, supervisor.ErrNoAnswer, "nothing was handed over")
+	require.NoError(t, ctx.Err(), "refused at once")
+	_, err = s.Ask(ctx, "c", send("r1", "hi"))
+	require.NoError(t, err)
+}

@@ -86,11 +86,14 @@ func noAnswer(what string, handed bool, cause error) error {
 // returns at once when ctx ends or the supervisor stops, and an error
 // after the message was handed over wraps ErrNoAnswer. A target that was
 // gone (stopped) before it got msg is ErrStopped after Stop, else
-// actor.ErrDeadLetter. A nil pid is refused at once with an error wrapping
-// journal.ErrInvalid.
+// actor.ErrDeadLetter. A nil pid or a nil msg is refused at once with an
+// error wrapping journal.ErrInvalid.
 func (s *Supervisor) Request(ctx context.Context, pid *actor.PID, msg any) (any, error) {
 	if pid == nil {
 		return nil, fmt.Errorf("supervisor: a request to a nil pid: %w", journal.ErrInvalid)
+	}
+	if msg == nil {
+		return nil, fmt.Errorf("supervisor: a nil request to %s: %w", pid.GetId(), journal.ErrInvalid)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
 	defer cancel()
