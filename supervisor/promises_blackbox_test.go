@@ -358,3 +358,47 @@ func TestBBRequestOfANilMessage(t *testing.T) {
 	_, err = s.Ask(ctx, "c", send("r1", "hi"))
 	require.NoError(t, err)
 }
+
+// Kill, Delete, Tell, StopUnowned and Repartition racing Stop neither
+// panic nor hang (under -race), and a Delete either deletes or ends with
+// ErrStopped.
+func TestBBCallsRacingStop(t *testing.T) {
+	s, err := supervisor.Start(newSystem(t), validConfig())
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := range 6 {
+		_, err := s.Ask(ctx, fmt.Sprint("c", i), send("r1", "hi"))
+		require.NoError(t, err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 6)
+	for i := range 6 {
+		id := fmt.Sprint("c", i)
+		if i%2 == 0 {
+			wg.Go(func() { s.Kill(id, nil) })
+		} else {
+			wg.Go(func() { errs <- s.Delete(ctx, id, func(context.Context) error { return nil }) })
+		}
+		wg.Go(func() {
+			s.Tell(id, send("r2", "more"))
+			s.StopUnowned(func(string) bool { return false })
+			s.Repartition()
+		})
+	}
+	wg.Go(s.Stop)
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		t.Fatal("a call racing Stop hung")
+	}
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			require.ErrorIs(t, err, supervisor.ErrStopped)
+		}
+	}
+	assert.Zero(t, s.Active())
+}
