@@ -2,11 +2,14 @@ package snapshot_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
 	"github.com/lazarusrt/lazarus/snapshot"
@@ -63,4 +66,40 @@ type summarizerFunc func(ctx context.Context, conv string, prev *messages.Summar
 
 func (f summarizerFunc) Summarize(ctx context.Context, conv string, prev *messages.Summary, evs []*messages.Event) (*messages.Summary, error) {
 	return f(ctx, conv, prev, evs)
+}
+
+// Deterministic and LLM are safe for concurrent use (run under -race),
+// give the same summary for the same inputs, and modify neither prev nor
+// the events.
+func TestBBSummarizersConcurrentAndReadOnly(t *testing.T) {
+	ctx := context.Background()
+	prev := &messages.Summary{FromSeq: 1, ToSeq: 2, Content: "earlier", Version: snapshot.DeterministicVersion}
+	evs := []*messages.Event{bbUser(3, "a"), {Seq: 4, Body: &messages.Event_AssistantMsg{AssistantMsg: agent.Text("b")}}}
+	prevCopy := proto.Clone(prev)
+	evsCopy := make([]*messages.Event, len(evs))
+	for i, ev := range evs {
+		evsCopy[i] = proto.Clone(ev).(*messages.Event)
+	}
+	llm := snapshot.LLM{Model: modelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
+		return agent.Text("folded"), nil
+	})}
+	for _, s := range []snapshot.Summarizer{snapshot.Deterministic{}, llm} {
+		want, err := s.Summarize(ctx, "c", prev, evs)
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		got := make([]*messages.Summary, 8)
+		errs := make([]error, 8)
+		for i := range got {
+			wg.Go(func() { got[i], errs[i] = s.Summarize(ctx, "c", prev, evs) })
+		}
+		wg.Wait()
+		for i := range got {
+			require.NoError(t, errs[i])
+			assert.True(t, proto.Equal(want, got[i]), "%T: the same inputs, the same summary", s)
+		}
+	}
+	assert.True(t, proto.Equal(prevCopy, prev), "prev is unchanged")
+	for i := range evs {
+		assert.True(t, proto.Equal(evsCopy[i], evs[i]), "event %d is unchanged", i)
+	}
 }
