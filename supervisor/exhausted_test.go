@@ -64,3 +64,22 @@ func TestAskThatRunsOutOfAttemptsKeepsTheLastError(t *testing.T) {
 	require.ErrorContains(t, err, "another writer moved the log on")
 	require.NoError(t, ctx.Err(), "Ask gave up on its attempts, not on a timeout")
 }
+
+// TestStoppedError: what an attempt of Ask records of a stopped
+// activation wraps actors.ErrAgentStopped and the stop's own error,
+// naming ErrAgentStopped once.
+func TestStoppedError(t *testing.T) {
+	require.Equal(t, actors.ErrAgentStopped, stoppedError(nil))
+	err := stoppedError(errFencedWrite)
+	require.ErrorIs(t, err, actors.ErrAgentStopped)
+	require.ErrorIs(t, err, journal.ErrConflict)
+	require.Equal(t, errFencedWrite.Error()+": "+actors.ErrAgentStopped.Error(), err.Error())
+	killed := fmt.Errorf("conversation %q killed: %w", "c", actors.ErrAgentStopped)
+	err = stoppedError(journal.ErrorFromProto(journal.ErrorToProto(killed)))
+	require.ErrorIs(t, err, actors.ErrAgentStopped)
+	require.Equal(t, killed.Error(), err.Error(), "named once")
+	// A retired activation's record: errRetired, and its stop cause.
+	err = fmt.Errorf("%w: %w", errRetired, stoppedError(errFencedWrite))
+	require.ErrorIs(t, err, actors.ErrAgentStopped)
+	require.ErrorIs(t, err, journal.ErrConflict)
+}

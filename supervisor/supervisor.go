@@ -227,9 +227,9 @@ type expired struct{ conversation, toolCallID string }
 //
 // When every attempt meets an activation that stops before answering, Ask
 // gives up with an error that wraps ErrNoAnswer (if cmd was handed over)
-// and the last activation's reason: actors.ErrAgentStopped when it said
-// to retry, with the error its reply carried (its text and sentinels,
-// journal.ErrConflict of a fenced write, say).
+// and the last activation's reason: actors.ErrAgentStopped, with the
+// error its retry reply carried or it stopped with (its text and
+// sentinels, journal.ErrConflict of a fenced write, say).
 //
 // A nil cmd, or an id journal.ValidateID refuses (empty, too long, not
 // UTF-8), is refused at once with an error wrapping journal.ErrInvalid:
@@ -278,10 +278,7 @@ func (s *Supervisor) Ask(ctx context.Context, id string, cmd *actors.Command) (p
 			if cause != nil && !retryOnNewActivation(cause) {
 				return nil, fmt.Errorf("supervisor: conversation %q: %w", id, cause)
 			}
-			last = err
-			if cause != nil {
-				last = fmt.Errorf("%w: %w", err, cause)
-			}
+			last = fmt.Errorf("%w: %w", err, stoppedError(cause))
 			continue
 		}
 		handed = true
@@ -326,15 +323,21 @@ func retryError(res any) error {
 	case *messages.AgentReply:
 		e = r.GetError()
 	}
-	err := journal.ErrorFromProto(e)
+	return stoppedError(journal.ErrorFromProto(e))
+}
+
+// stoppedError is the error of an activation that stopped (a retry
+// reply's, or a retired activation's stop cause, err) as Ask's attempts
+// record it: actors.ErrAgentStopped, and err if not nil.
+func stoppedError(err error) error {
 	if err == nil {
 		return actors.ErrAgentStopped
 	}
 	return stoppedReply{err}
 }
 
-// stoppedReply is a reply's error that said to retry: it wraps the error
-// and actors.ErrAgentStopped, and names the latter once.
+// stoppedReply is an activation's stop error: it wraps the error and
+// actors.ErrAgentStopped, and names the latter once.
 type stoppedReply struct{ err error }
 
 func (e stoppedReply) Error() string {
