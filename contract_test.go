@@ -288,6 +288,8 @@ func TestCallEndingAfterHandOverHasUnknownOutcome(t *testing.T) {
 	require.Equal(t, 1, userMsgsWith(ctx, t, rt, "s", "req-1"), "appended once")
 
 	model.Push("h", scripted.Text("thanks"))
+	sub, err := rt.Subscribe(ctx, "h", 0)
+	require.NoError(t, err)
 	release = store.hold(resolving(callID))
 	defer release()
 	callCtx, cancelCall = context.WithCancel(ctx)
@@ -308,6 +310,9 @@ func TestCallEndingAfterHandOverHasUnknownOutcome(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, row.GetStatus())
 	require.JSONEq(t, `{"approved":true}`, row.GetResult().GetContent(), "the first answer landed")
+	// The live activation, which does not read the row again, hears of
+	// the answer (from the retry that found it) and runs its turn.
+	awaitFinalAnswer(t, sub)
 }
 
 // TestCallTimeoutIsUnknownOutcome: a call that outlives Options.CallTimeout

@@ -60,8 +60,10 @@ var (
 	// nothing if the first attempt got in and returns its seq (Send sets a
 	// random RequestID: use SendMessage to retry safely); a Resolve or
 	// Reject retried returns journal.ErrStale if an answer (this one or
-	// another) was recorded, and Store().ToolCall tells which; Wake writes
-	// nothing and can always be retried.
+	// another) was recorded, and Store().ToolCall tells which (either way,
+	// the conversation records the answer the row holds: a live activation
+	// hears of it from the retry, or at once if the Store itself reported
+	// the outcome unknown); Wake writes nothing and can always be retried.
 	ErrUnknownOutcome = errors.New("lazarus: outcome unknown")
 	// ErrForbidden is agent.ErrForbidden: Resolve or Reject with a scope
 	// the call's tool does not accept (see agent.Tool.Authorize). Nothing
@@ -802,6 +804,9 @@ func (r *Runtime) resolveCall(ctx context.Context, id string, status messages.To
 	case row.GetExecutor() != messages.Executor_EXECUTOR_HUMAN:
 		return fmt.Errorf("lazarus: resolve %q: %w", clipID(id), journal.Invalidf("tool %q is not a human tool; the runtime runs it", row.GetName()))
 	case row.GetStatus() != messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING:
+		// Answered: perhaps by this caller's earlier attempt, whose write
+		// landed with its outcome unknown and was never delivered.
+		r.sup.DeliverAnswer(row.GetConversationId(), id)
 		return fmt.Errorf("lazarus: resolve %q: already %v: %w", clipID(id), row.GetStatus(), journal.ErrStale)
 	}
 	if ctx.Value(authorizedKey{}) == nil {
@@ -829,6 +834,12 @@ func (r *Runtime) resolveCall(ctx context.Context, id string, status messages.To
 			// The conversation was deleted since the row was read: the
 			// call is gone with it, as if the row had not been found.
 			return fmt.Errorf("lazarus: resolve %q: no such tool call: %w (%w)", clipID(id), journal.ErrStale, err)
+		}
+		if errors.Is(err, journal.ErrUnknownOutcome) || errors.Is(err, journal.ErrStale) {
+			// The answer may be in the Store with no delivery to come (this
+			// one's, landed, or another's that won since the row was read):
+			// a live activation does not read the row again.
+			r.sup.DeliverAnswer(conv, id)
 		}
 		return r.callErr(fmt.Sprintf("lazarus: resolve %q", clipID(id)), err)
 	}

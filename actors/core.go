@@ -1278,3 +1278,14 @@ func resolvedBy(status messages.ToolCallStatus) string {
 	}
 	return "user"
 }
+
+// ResolvedFromRow returns the delivery of the answer that tool call row
+// holds (its status, result and resolver, as a revival records them), or
+// nil if the row is not terminal.
+func ResolvedFromRow(row *messages.ToolCallRecord) *messages.AgentResolved {
+	if !journal.IsTerminal(row.GetStatus()) {
+		return nil
+	}
+	return &messages.AgentResolved{ToolCallId: row.GetId(), Status: row.GetStatus(), Result: row.GetResult(),
+		By: resolvedBy(row.GetStatus()), Resolver: row.GetResolver()}
+}

@@ -8,6 +8,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/lazarusrt/lazarus/actors"
+	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/journal"
 )
 
@@ -126,4 +127,35 @@ func (s *Supervisor) Tell(id string, cmd *actors.Command) {
 		return
 	}
 	s.system.Root.Send(s.pid, &redeliver{conversation: id, cmd: cmd})
+}
+
+// DeliverAnswer tells the live activation of conversation conv, if there
+// is one, the answer the Store holds for its tool call id (resolved,
+// errored or expired), as read from the call's row. It is for a writer of
+// an answer that cannot tell whether its write landed (an error wrapping
+// journal.ErrUnknownOutcome) or that found the call answered: a live
+// activation does not read the row again, and would wait for an answer
+// the Store holds. A second delivery of an answer already recorded is a
+// no-op; a conversation with no live activation is left alone (its
+// revival records what the row holds). It returns at once: the row is
+// read on a goroutine Stop waits for, bounded by Config.CallTimeout, and a
+// failed read delivers nothing.
+func (s *Supervisor) DeliverAnswer(conv, id string) {
+	if journal.ValidateID("conversation id", conv) != nil || journal.ValidateID("tool call id", id) != nil {
+		return
+	}
+	s.goUnlessStopped(func() {
+		if !s.reg.isLive(conv) {
+			return
+		}
+		ctx, cancel := context.WithTimeout(s.life, s.cfg.CallTimeout)
+		defer cancel()
+		row, err := s.cfg.Store.ToolCall(ctx, id)
+		if err != nil || row.GetConversationId() != conv {
+			return
+		}
+		if m := actors.ResolvedFromRow(row); m != nil {
+			s.Tell(conv, &actors.Command{Scope: agent.SystemScope, Msg: m})
+		}
+	})
 }

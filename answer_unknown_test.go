@@ -1,0 +1,106 @@
+package lazarus_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/agent/scripted"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/journal/memjournal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// answerLostReplyStore writes the first request that answers a tool call
+// and then reports it as journal.ErrUnknownOutcome: a COMMIT that landed
+// and whose reply was lost.
+type answerLostReplyStore struct {
+	journal.Store
+	lost atomic.Bool
+}
+
+func (s *answerLostReplyStore) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest) []journal.AppendResult {
+	out := s.Store.AppendBatch(ctx, reqs)
+	for i, req := range reqs {
+		if out[i].Err == nil && len(req.GetResolutions()) > 0 && len(req.GetEvents()) == 0 && s.lost.CompareAndSwap(false, true) {
+			out[i] = journal.AppendResult{Err: fmt.Errorf("test: connection lost during COMMIT: %w", journal.ErrUnknownOutcome)}
+		}
+	}
+	return out
+}
+
+// resultsOf counts the resolution and tool_result events of call id.
+func resultsOf(evs []*messages.Event, id string) (resolutions, results int) {
+	for _, ev := range evs {
+		if ev.GetResolution().GetToolCallId() == id {
+			resolutions++
+		}
+		if ev.GetToolResult().GetToolCallId() == id {
+			results++
+		}
+	}
+	return resolutions, results
+}
+
+// awaitFinalAnswer waits for an assistant message with no tool call: the
+// turn after the answer ran.
+func awaitFinalAnswer(t *testing.T, sub <-chan lazarus.Update) {
+	t.Helper()
+	timeout := time.After(20 * time.Second)
+	for {
+		select {
+		case u, ok := <-sub:
+			require.True(t, ok, "the subscription ended")
+			if a := u.Event.GetAssistantMsg(); a != nil && len(a.GetToolCalls()) == 0 {
+				return
+			}
+		case <-timeout:
+			t.Fatal("the answer was not recorded: the conversation still waits for it")
+		}
+	}
+}
+
+// TestResolveOfUnknownOutcomeThatLandedIsRecorded: an answer whose write
+// landed while the Store reported journal.ErrUnknownOutcome (a COMMIT
+// whose reply was lost), to a live activation awaiting it. Resolve returns
+// ErrUnknownOutcome, and the conversation, with no retry, records the
+// answer once and runs its turn. The answer was never delivered: Resolve
+// delivered only after a write it saw succeed, and a retry found the row
+// answered and returned; the live activation, which does not read the row
+// again, kept waiting for an answer given (with passivation off, for ever,
+// and a user message then waited behind it too).
+func TestResolveOfUnknownOutcomeThatLandedIsRecorded(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	model := scripted.New(scripted.Options{})
+	store := &answerLostReplyStore{Store: memjournal.New(memjournal.Options{})}
+	rt := openContract(t, store, model, time.Hour)
+	callID := suspend(ctx, t, rt, model, "h")
+	require.True(t, rt.IsActive("h"))
+
+	model.Push("h", scripted.Text("thanks"))
+	sub, err := rt.Subscribe(ctx, "h", 0)
+	require.NoError(t, err)
+	err = rt.Resolve(ctx, callID, `{"approved":true}`, user)
+	require.ErrorIs(t, err, lazarus.ErrUnknownOutcome)
+	require.True(t, store.lost.Load())
+	// No retry is needed: the runtime delivers what the row holds.
+	awaitFinalAnswer(t, sub)
+	err = rt.Resolve(ctx, callID, `{"approved":false}`, user)
+	require.ErrorIs(t, err, journal.ErrStale, "a retry: already answered")
+	evs, err := rt.History(ctx, "h", 0, 0)
+	require.NoError(t, err)
+	res, results := resultsOf(evs, callID)
+	require.Equal(t, 1, res, "one resolution")
+	require.Equal(t, 1, results, "one tool_result")
+	for _, ev := range evs {
+		if r := ev.GetToolResult(); r.GetToolCallId() == callID {
+			require.JSONEq(t, `{"approved":true}`, r.GetOutcome().GetContent(), "the first answer, the one that landed")
+		}
+	}
+}
