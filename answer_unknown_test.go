@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/actors/actorstest"
+	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/journal/memjournal"
@@ -103,4 +105,70 @@ func TestResolveOfUnknownOutcomeThatLandedIsRecorded(t *testing.T) {
 			require.JSONEq(t, `{"approved":true}`, r.GetOutcome().GetContent(), "the first answer, the one that landed")
 		}
 	}
+}
+
+// expireLostReplyStore writes the first request that expires a tool call
+// and then reports it as journal.ErrUnknownOutcome.
+type expireLostReplyStore struct {
+	journal.Store
+	lost atomic.Bool
+}
+
+func (s *expireLostReplyStore) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest) []journal.AppendResult {
+	out := s.Store.AppendBatch(ctx, reqs)
+	for i, req := range reqs {
+		for _, res := range req.GetResolutions() {
+			if out[i].Err == nil && res.GetStatus() == messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED && s.lost.CompareAndSwap(false, true) {
+				out[i] = journal.AppendResult{Err: fmt.Errorf("test: connection lost during COMMIT: %w", journal.ErrUnknownOutcome)}
+			}
+		}
+	}
+	return out
+}
+
+// TestExpiryOfUnknownOutcomeThatLandedIsRecorded: an expire whose write
+// landed while the Store reported journal.ErrUnknownOutcome, for a call a
+// live activation awaits (passivation off). The expiry actor writes it
+// again after its retry delay, the Store refuses that as stale (the call
+// expired), and the conversation records the expiry once and runs its
+// turn. The stale retry delivered nothing (stale meant "a human answered
+// first" to the expiry actor), and the live activation waited for an
+// answer the Store held.
+func TestExpiryOfUnknownOutcomeThatLandedIsRecorded(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	clock := actorstest.NewManualClock(time.Unix(1_700_000_000, 0))
+	model := scripted.New(scripted.Options{})
+	store := &expireLostReplyStore{Store: memjournal.New(memjournal.Options{})}
+	rt, err := lazarus.Open(lazarus.Options{Store: store, Model: model, Clock: clock, IdleTimeout: -1,
+		Tools: []agent.Tool{{Name: toolApprove, Executor: messages.Executor_EXECUTOR_HUMAN, Timeout: time.Minute}}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rt.Close() })
+	callID := suspend(ctx, t, rt, model, "h")
+	model.Push("h", scripted.Text("too late"))
+	sub, err := rt.Subscribe(ctx, "h", 0)
+	require.NoError(t, err)
+
+	deadline := clock.Now().Add(time.Minute)
+	require.Eventually(t, func() bool {
+		next, ok := clock.Next()
+		return ok && next.Equal(deadline)
+	}, 20*time.Second, time.Millisecond, "the deadline armed")
+	clock.Advance(time.Minute)
+	require.Eventually(t, store.lost.Load, 20*time.Second, time.Millisecond, "the expire written, its outcome reported unknown")
+	// The expiry actor writes it again after its retry delay (a second on
+	// its clock), and the Store says stale.
+	require.Eventually(t, func() bool {
+		clock.Advance(time.Second)
+		row, err := rt.Store().ToolCall(ctx, callID)
+		require.NoError(t, err)
+		return row.GetStatus() == messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED && clock.Timers() == 0
+	}, 20*time.Second, 10*time.Millisecond, "the retry answered")
+
+	awaitFinalAnswer(t, sub)
+	evs, err := rt.History(ctx, "h", 0, 0)
+	require.NoError(t, err)
+	res, results := resultsOf(evs, callID)
+	require.Equal(t, 1, res, "one resolution")
+	require.Equal(t, 1, results, "one tool_result")
 }

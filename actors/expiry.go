@@ -38,6 +38,14 @@ type ExpiryOptions struct {
 	// block. It is not called when the call had been answered first (the
 	// write failed with ErrStale). Default: nothing is delivered.
 	Deliver func(conversationID, toolCallID string)
+	// DeliverIfExpired is called when an expire is stale after an earlier
+	// attempt of it ended with journal.ErrUnknownOutcome: that attempt may
+	// have expired the call with no delivery, or a human (or a reschedule)
+	// came first. It must deliver the resolution as Deliver does if the
+	// call's row is expired, and nothing otherwise; it runs on the actor's
+	// goroutine and must not block (the runtime reads the row on a
+	// goroutine of its own). Default: nothing is delivered.
+	DeliverIfExpired func(conversationID, toolCallID string)
 	// Fire is called when an occurrence of a scheduled wake-up is due
 	// (see expiry_schedule.go): occurrence is the schedule's stored next
 	// time, which the conversation's write must name. It runs on the
@@ -161,7 +169,8 @@ func ExpiredOutcome() *messages.ToolOutcome {
 // On success Deliver is called; on ErrStale nothing happens (a human or the
 // conversation answered first: the Store's atomic resolve picked one
 // winner; or the deadline moved, and an expire sent since for the new one
-// decides); on an error no retry can fix (invalid, deleted) the call is
+// decides), unless an earlier attempt ended with ErrUnknownOutcome: it may
+// have expired the call, and DeliverIfExpired is called; on an error no retry can fix (invalid, deleted) the call is
 // dropped with a log line; on any other error the expire is written again
 // after RetryAfter. Due deadlines expire in (time, tool call id) order.
 //
@@ -366,6 +375,11 @@ func (a *expiryActor) onReply(r *messages.JournalWriteReply) {
 		}
 	case verdictStale:
 		log.Debug("actors: expiry: tool call answered before its deadline", "conversation", conv, "tool_call", call)
+	case verdictStaleUnsure:
+		log.Debug("actors: expiry: tool call answered, perhaps by an expire of unknown outcome", "conversation", conv, "tool_call", call)
+		if a.opts.DeliverIfExpired != nil {
+			a.opts.DeliverIfExpired(conv, call)
+		}
 	case verdictDrop:
 		log.Warn("actors: expiry: dropping an expire that cannot be written", "conversation", conv, "tool_call", call, "err", err)
 	case verdictRetry:

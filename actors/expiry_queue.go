@@ -182,6 +182,11 @@ const (
 	verdictDrop
 	// verdictRetry: the write failed (closed, I/O); retried after RetryAfter.
 	verdictRetry
+	// verdictStaleUnsure: stale, after an earlier attempt whose outcome
+	// was unknown (journal.ErrUnknownOutcome): that attempt may be the
+	// one that expired the call, and nothing delivered it. The call's row
+	// decides (ExpiryOptions.DeliverIfExpired).
+	verdictStaleUnsure
 )
 
 // classifyExpireError maps a journal error to a verdict: nil delivers,
@@ -209,8 +214,11 @@ type expiryQueue struct {
 	flights  map[string]*expireFlight // by tool call id
 	byReq    map[uint64]string        // request id -> tool call id, every unanswered attempt
 	attempts []expireAttempt          // sends in time order; entries of finished flights are skipped lazily
-	head     int                      // first live index of attempts
-	nextReq  uint64
+	// unsure holds the calls an attempt of which ended with its outcome
+	// unknown, until a reply or a cancel settles them.
+	unsure  map[string]struct{}
+	head    int // first live index of attempts
+	nextReq uint64
 
 	maxInFlight  int
 	retryAfter   int64
@@ -222,6 +230,7 @@ func newExpiryQueue(firstReq uint64, maxInFlight int, retryAfter, replyTimeout i
 		heap:         newDeadlineHeap(),
 		flights:      make(map[string]*expireFlight),
 		byReq:        make(map[uint64]string),
+		unsure:       make(map[string]struct{}),
 		nextReq:      firstReq,
 		maxInFlight:  maxInFlight,
 		retryAfter:   retryAfter,
@@ -245,6 +254,11 @@ func (q *expiryQueue) schedule(conv, call string, at int64) {
 // sent again: another member's expiry actor holds its deadline now.
 func (q *expiryQueue) resetDeadlines(owns func(conv string) bool) {
 	q.heap = newDeadlineHeap()
+	for call := range q.unsure {
+		if q.flights[call] == nil {
+			delete(q.unsure, call) // its retry was a deadline not yet sent
+		}
+	}
 	for _, f := range q.flights {
 		if owns != nil && !owns(f.conv) {
 			f.noRetry = true
@@ -256,6 +270,11 @@ func (q *expiryQueue) resetDeadlines(owns func(conv string) bool) {
 // and fails, it is not retried.
 func (q *expiryQueue) cancel(call string) {
 	q.heap.remove(call)
+	if q.flights[call] == nil {
+		// Answered by another writer first: no attempt of the expiry
+		// landed (it would have made that answer stale).
+		delete(q.unsure, call)
+	}
 	if f := q.flights[call]; f != nil {
 		f.noRetry = true
 	}
@@ -337,6 +356,9 @@ func (q *expiryQueue) reply(now int64, req uint64, err error) (v expireVerdict, 
 		return verdictIgnore, "", "" // cannot happen: finish removes every attempt of a flight
 	}
 	conv = f.conv
+	if errors.Is(err, journal.ErrUnknownOutcome) {
+		q.unsure[call] = struct{}{}
+	}
 	switch v = classifyExpireError(err); v {
 	case verdictStale:
 		if req != f.last {
@@ -354,12 +376,17 @@ func (q *expiryQueue) reply(now int64, req uint64, err error) (v expireVerdict, 
 		if !f.noRetry {
 			q.heap.remove(call)
 		}
+		if _, ok := q.unsure[call]; ok {
+			delete(q.unsure, call)
+			return verdictStaleUnsure, conv, call
+		}
 		return v, conv, call
 	case verdictDeliver, verdictDrop:
 		// The call is terminal (or never will be): forget it entirely,
 		// including a deadline scheduled while the expire was in flight.
 		q.finish(call, f)
 		q.heap.remove(call)
+		delete(q.unsure, call)
 		return v, conv, call
 	default: // verdictRetry
 		if req != f.last {

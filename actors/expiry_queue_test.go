@@ -316,3 +316,58 @@ func TestExpiryQueueStaleEarlierAttempt(t *testing.T) {
 	_, ok := h.q.wake()
 	require.False(t, ok, "nothing left")
 }
+
+// TestExpiryQueueStaleAfterUnknownOutcome: an expire whose reply says its
+// outcome is unknown is retried; a stale reply to the retry is
+// verdictStaleUnsure (the first attempt may have expired the call, and
+// only the row can tell), once. A stale reply after a failure that wrote
+// nothing, or after a cancel (another writer answered first, so the
+// unknown attempt did not land), is plain verdictStale.
+func TestExpiryQueueStaleAfterUnknownOutcome(t *testing.T) {
+	unknown := fmt.Errorf("connection lost during COMMIT: %w", journal.ErrUnknownOutcome)
+
+	h := newQueueHarness(100)
+	h.q.schedule("c", "x", 10)
+	first := h.due(10)
+	require.Len(t, first, 1)
+	v, _, _ := h.q.reply(11, first[0].req, unknown)
+	require.Equal(t, verdictRetry, v)
+	retry := h.due(21)
+	require.Len(t, retry, 1, "retried after retryAfter")
+	v, conv, call := h.q.reply(22, retry[0].req, journal.ErrStale)
+	require.Equal(t, verdictStaleUnsure, v)
+	require.Equal(t, "c", conv)
+	require.Equal(t, "x", call)
+	require.Empty(t, h.q.unsure, "settled")
+	_, ok := h.q.wake()
+	require.False(t, ok, "nothing left")
+
+	// A failure that wrote nothing: stale is stale.
+	h.q.schedule("c", "y", 30)
+	first = h.due(30)
+	v, _, _ = h.q.reply(31, first[0].req, journal.ErrUnavailable)
+	require.Equal(t, verdictRetry, v)
+	retry = h.due(41)
+	v, _, _ = h.q.reply(42, retry[0].req, journal.ErrStale)
+	require.Equal(t, verdictStale, v)
+
+	// Unknown, then cancelled before the retry (the answer that cancels
+	// it committed, so the unknown expire did not).
+	h.q.schedule("c", "z", 50)
+	first = h.due(50)
+	v, _, _ = h.q.reply(51, first[0].req, unknown)
+	require.Equal(t, verdictRetry, v)
+	h.q.cancel("z")
+	require.Empty(t, h.q.unsure)
+	require.Empty(t, h.due(100), "nothing retried")
+
+	// Unknown, then the retry lands: delivered, settled.
+	h.q.schedule("c", "w", 200)
+	first = h.due(200)
+	v, _, _ = h.q.reply(201, first[0].req, unknown)
+	require.Equal(t, verdictRetry, v)
+	retry = h.due(211)
+	v, _, _ = h.q.reply(212, retry[0].req, nil)
+	require.Equal(t, verdictDeliver, v)
+	require.Empty(t, h.q.unsure)
+}

@@ -651,6 +651,17 @@ func (r *root) start(ctx actor.Context) {
 			Deliver: func(conversationID, toolCallID string) {
 				sys.Root.Send(self, &expired{conversation: conversationID, toolCallID: toolCallID})
 			},
+			DeliverIfExpired: func(conversationID, toolCallID string) {
+				s.goUnlessStopped(func() {
+					ctx, cancel := context.WithTimeout(s.life, s.cfg.CallTimeout)
+					defer cancel()
+					row, err := s.cfg.Store.ToolCall(ctx, toolCallID)
+					if err == nil && row.GetConversationId() == conversationID &&
+						row.GetStatus() == messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED {
+						sys.Root.Send(self, &expired{conversation: conversationID, toolCallID: toolCallID})
+					}
+				})
+			},
 		}), "expiry")
 		if err != nil {
 			panic(fmt.Sprintf("supervisor: spawn expiry actor: %v", err))
