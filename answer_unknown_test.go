@@ -172,3 +172,39 @@ func TestExpiryOfUnknownOutcomeThatLandedIsRecorded(t *testing.T) {
 	require.Equal(t, 1, res, "one resolution")
 	require.Equal(t, 1, results, "one tool_result")
 }
+
+// TestResolveWhoseCallerLeftIsRecorded: a Resolve whose context ends
+// while its write is held in the Store returns ErrUnknownOutcome at once;
+// the write then lands, and the live activation awaiting the answer
+// (passivation off) records it and runs its turn with no retry of the
+// Resolve. Nothing delivered it: the delivery followed only a write the
+// caller saw succeed.
+func TestResolveWhoseCallerLeftIsRecorded(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	model := scripted.New(scripted.Options{})
+	store := newGatedStore()
+	rt := openContract(t, store, model, time.Hour)
+	callID := suspend(ctx, t, rt, model, "h")
+	model.Push("h", scripted.Text("thanks"))
+	sub, err := rt.Subscribe(ctx, "h", 0)
+	require.NoError(t, err)
+
+	release := store.hold(resolving(callID))
+	defer release()
+	callCtx, cancelCall := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- rt.Resolve(callCtx, callID, `{"approved":true}`, user) }()
+	awaitEntered(t, store)
+	cancelCall()
+	err = await(t, done, "Resolve")
+	require.ErrorIs(t, err, lazarus.ErrUnknownOutcome)
+	release()
+
+	awaitFinalAnswer(t, sub)
+	evs, err := rt.History(ctx, "h", 0, 0)
+	require.NoError(t, err)
+	res, results := resultsOf(evs, callID)
+	require.Equal(t, 1, res, "one resolution")
+	require.Equal(t, 1, results, "one tool_result")
+}

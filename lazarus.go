@@ -61,9 +61,10 @@ var (
 	// random RequestID: use SendMessage to retry safely); a Resolve or
 	// Reject retried returns journal.ErrStale if an answer (this one or
 	// another) was recorded, and Store().ToolCall tells which (either way,
-	// the conversation records the answer the row holds: a live activation
-	// hears of it from the retry, or at once if the Store itself reported
-	// the outcome unknown); Wake writes nothing and can always be retried.
+	// the conversation records the answer the row holds, with or without
+	// a retry: a live activation is told once the write is answered, if it
+	// is within Options.CallTimeout, and by a retry); Wake writes nothing
+	// and can always be retried.
 	ErrUnknownOutcome = errors.New("lazarus: outcome unknown")
 	// ErrForbidden is agent.ErrForbidden: Resolve or Reject with a scope
 	// the call's tool does not accept (see agent.Tool.Authorize). Nothing
@@ -835,9 +836,10 @@ func (r *Runtime) resolveCall(ctx context.Context, id string, status messages.To
 			// call is gone with it, as if the row had not been found.
 			return fmt.Errorf("lazarus: resolve %q: no such tool call: %w (%w)", clipID(id), journal.ErrStale, err)
 		}
-		if errors.Is(err, journal.ErrUnknownOutcome) || errors.Is(err, journal.ErrStale) {
-			// The answer may be in the Store with no delivery to come (this
-			// one's, landed, or another's that won since the row was read):
+		if errors.Is(err, journal.ErrUnknownOutcome) || errors.Is(err, supervisor.ErrNoAnswer) || errors.Is(err, journal.ErrStale) {
+			// The answer may be in the Store, or land there, with no
+			// delivery to come (this one's, its outcome unknown or its
+			// caller gone, or another's that won since the row was read):
 			// a live activation does not read the row again.
 			r.sup.DeliverAnswer(conv, id)
 		}

@@ -137,19 +137,25 @@ func (s *Supervisor) Tell(id string, cmd *actors.Command) {
 // activation does not read the row again, and would wait for an answer
 // the Store holds. A second delivery of an answer already recorded is a
 // no-op; a conversation with no live activation is left alone (its
-// revival records what the row holds). It returns at once: the row is
-// read on a goroutine Stop waits for, bounded by Config.CallTimeout, and a
-// failed read delivers nothing.
+// revival records what the row holds). It returns at once: on a goroutine
+// Stop waits for, it waits until the journal actor has answered every
+// write of conv it holds (a JournalBarrier: the answer's write, if its
+// caller stopped waiting for it, lands or fails first), then reads the
+// row; both bounded by Config.CallTimeout in all, and a failure delivers
+// nothing.
 func (s *Supervisor) DeliverAnswer(conv, id string) {
 	if journal.ValidateID("conversation id", conv) != nil || journal.ValidateID("tool call id", id) != nil {
 		return
 	}
 	s.goUnlessStopped(func() {
+		ctx, cancel := context.WithTimeout(s.life, s.cfg.CallTimeout)
+		defer cancel()
+		if _, err := s.Request(ctx, s.journal, &actors.JournalBarrier{ConversationID: conv}); err != nil {
+			return
+		}
 		if !s.reg.isLive(conv) {
 			return
 		}
-		ctx, cancel := context.WithTimeout(s.life, s.cfg.CallTimeout)
-		defer cancel()
 		row, err := s.cfg.Store.ToolCall(ctx, id)
 		if err != nil || row.GetConversationId() != conv {
 			return
