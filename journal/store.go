@@ -206,8 +206,11 @@ type Deadlines interface {
 	CancelDeadline(ctx context.Context, conversationID, toolCallID string) error
 	// Deadlines calls fn for every deadline at or before dueBy (every
 	// deadline when dueBy is zero), in ascending time, then tool call id.
-	// It stops at the first error fn returns and returns it. fn may keep
-	// the record; it must not call the Store's write methods.
+	// It stops at the first error fn returns and returns it. If ctx is
+	// done while it lists (a shutdown cutting an expiry actor's rebuild,
+	// say), it calls fn no more and returns an error wrapping ctx's error
+	// and no sentinel. fn may keep the record; it must not call the
+	// Store's write methods.
 	//
 	// A stored deadline that cannot be decoded, or fails the adapter's
 	// checks of it, is passed over: fn is called for every other deadline,

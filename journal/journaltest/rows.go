@@ -1,6 +1,7 @@
 package journaltest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -363,6 +364,7 @@ var deadlineCases = []suiteCase{
 	{name: "Cancel", run: testDeadlinesCancel},
 	{name: "DueBy", run: testDeadlinesDueBy},
 	{name: "CallbackError", run: testDeadlinesCallbackError},
+	{name: "ContextDoneMidListing", run: testDeadlinesContextDone},
 	{name: "Deleted", run: testDeadlinesDeleted},
 	{name: "SurviveReopen", run: testDeadlinesReopen, durable: true},
 }
@@ -493,6 +495,31 @@ func testDeadlinesCallbackError(t *testing.T, e env) {
 	kept := allDeadlines(t, s)
 	kept[0].ToolCallId = "changed"
 	requireProto(t, deadline("c", "tc-1", 10), allDeadlines(t, s)[0])
+}
+
+// testDeadlinesContextDone: a ctx that is done while Deadlines lists (at
+// a shutdown, say) stops the listing before the next call of fn, and
+// Deadlines returns an error wrapping ctx's error and no sentinel, as a
+// call whose ctx was done from the start does.
+func testDeadlinesContextDone(t *testing.T, e env) {
+	s := e.open(t).Store
+	schedule(t, s, deadline("c", "tc-1", 10), deadline("c", "tc-2", 20), deadline("d", "tc-3", 30), deadline("d", "tc-4", 40))
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var seen []string
+	err := s.Deadlines(ctx, time.Time{}, func(d *messages.Deadline) error {
+		seen = append(seen, d.GetToolCallId())
+		if len(seen) == 2 {
+			cancel()
+		}
+		return nil
+	})
+	require.ErrorIs(t, err, context.Canceled)
+	for _, sentinel := range sentinels {
+		require.NotErrorIs(t, err, sentinel)
+	}
+	assert.Equal(t, []string{"tc-1", "tc-2"}, seen, "fn is not called once ctx is done")
+	assert.Len(t, allDeadlines(t, s), 4, "the listing removed nothing")
 }
 
 func testDeadlinesDeleted(t *testing.T, e env) {

@@ -565,6 +565,7 @@ func (s *Store) CancelDeadline(ctx context.Context, conversationID, toolCallID s
 // before calling fn, so fn may call any method. A row that does not decode
 // (decodeDeadline) is passed over and reported at the end.
 func (s *Store) Deadlines(ctx context.Context, dueBy time.Time, fn func(*messages.Deadline) error) error {
+	caller := ctx // fn runs after the query, past the bound of the call's own context
 	ctx, cancel, err := s.enter(ctx)
 	if err != nil {
 		return err
@@ -601,6 +602,9 @@ func (s *Store) Deadlines(ctx context.Context, dueBy time.Time, fn func(*message
 		return s.wrap("deadlines", err)
 	}
 	for _, d := range due {
+		if err := caller.Err(); err != nil {
+			return fmt.Errorf("pgjournal: deadlines: %w", err)
+		}
 		if err := fn(d); err != nil {
 			return err
 		}
