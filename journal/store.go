@@ -193,16 +193,22 @@ type ToolCalls interface {
 // expiry actor can rebuild its timers after a restart.
 type Deadlines interface {
 	// ScheduleDeadline adds d, replacing an earlier deadline of the same
-	// tool call. It does not check that the call exists or is pending: the
-	// expiry actor resolves through ResolveToolCall, which does. A deadline
-	// that ValidateDeadline refuses (an id missing or ill-formed, no time,
-	// a time outside the years 1 to 9999) is ErrInvalid and nothing is
-	// written; so is such an entry of AppendRequest.Schedule. ErrDeleted
-	// after the conversation was deleted.
+	// tool call of the same conversation: deadlines are keyed by
+	// conversation and tool call id, as CancelDeadline names them, so a
+	// deadline scheduled under another conversation's id neither replaces
+	// nor is replaced by this one. It does not check that the call exists
+	// or is pending: the expiry actor resolves through ResolveToolCall,
+	// which does. A deadline that ValidateDeadline refuses (an id missing
+	// or ill-formed, no time, a time outside the years 1 to 9999) is
+	// ErrInvalid and nothing is written; so is such an entry of
+	// AppendRequest.Schedule. ErrDeleted after the conversation was
+	// deleted.
 	ScheduleDeadline(ctx context.Context, d *messages.Deadline) error
-	// CancelDeadline removes the deadline of a tool call. Cancelling one
-	// that does not exist is not an error, nor is cancelling one of a
-	// deleted conversation (its deadlines went with it).
+	// CancelDeadline removes the deadline of a tool call of the
+	// conversation (a deadline of that id under another conversation
+	// stays). Cancelling one that does not exist is not an error, nor is
+	// cancelling one of a deleted conversation (its deadlines went with
+	// it).
 	CancelDeadline(ctx context.Context, conversationID, toolCallID string) error
 	// Deadlines calls fn for every deadline at or before dueBy (every
 	// deadline when dueBy is zero), in ascending time, then tool call id.

@@ -449,6 +449,15 @@ func testDeadlinesCancel(t *testing.T, e env) {
 	require.NoError(t, s.CancelDeadline(ctx, "unknown", "tc-9"), "cancelling what does not exist is fine")
 	require.NoError(t, s.CancelDeadline(ctx, "d", "tc-3"))
 	requireProtos(t, []*messages.Deadline{deadline("c", "tc-2", 20)}, allDeadlines(t, s))
+
+	// Deadlines are keyed by conversation and tool call id: a cancel or
+	// a schedule naming another conversation leaves c's deadline alone.
+	require.NoError(t, s.CancelDeadline(ctx, "d", "tc-2"), "cancelling under another conversation")
+	requireProtos(t, []*messages.Deadline{deadline("c", "tc-2", 20)}, allDeadlines(t, s), "c's deadline stays")
+	schedule(t, s, deadline("d", "tc-2", 40))
+	requireProtos(t, []*messages.Deadline{deadline("c", "tc-2", 20), deadline("d", "tc-2", 40)}, allDeadlines(t, s), "neither replaces the other")
+	require.NoError(t, s.CancelDeadline(ctx, "c", "tc-2"))
+	requireProtos(t, []*messages.Deadline{deadline("d", "tc-2", 40)}, allDeadlines(t, s))
 }
 
 func testDeadlinesDueBy(t *testing.T, e env) {
