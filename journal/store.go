@@ -178,7 +178,9 @@ type ToolCalls interface {
 	ListPendingToolCalls(ctx context.Context, cursor string, limit int) ([]*messages.ToolCallRecord, string, error)
 	// ResolveToolCall atomically moves a pending call to status (resolved,
 	// errored or expired) with result, stamped at time at, and removes its
-	// deadline in the same write. If the call is unknown or not pending it
+	// deadline in the same write. result and at replace the row's Result
+	// and Resolved, whatever the pending row held: a nil result leaves it
+	// with none, the zero time with no Resolved time. If the call is unknown or not pending it
 	// returns ErrStale and changes nothing. A status that is not terminal,
 	// or a result that cannot be encoded or exceeds MaxRecordBytes, is
 	// ErrInvalid, checked first; a result that would make the pending row

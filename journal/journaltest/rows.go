@@ -29,6 +29,7 @@ var toolCallCases = []suiteCase{
 	{name: "ConcurrentResolveOneWins", run: testResolveConcurrent},
 	{name: "ResolveStale", run: testResolveStale},
 	{name: "ResolveRemovesDeadline", run: testResolveRemovesDeadline},
+	{name: "ResolveReplacesResultAndTime", run: testResolveReplaces},
 	{name: "ResolveOverflowingRowRefused", run: testResolveOverflowingRow},
 	{name: "MalformedCallEventsRefused", run: testMalformedCallEventsRefused},
 }
@@ -346,6 +347,32 @@ func testResolveStale(t *testing.T, e env) {
 		}
 		requireProto(t, before, toolCall(t, s, id), "a stale resolve changes nothing")
 	}
+}
+
+// testResolveReplaces: a resolve sets the row's result and resolved time to
+// its own, a nil result and the zero time included (the behaviour's
+// resolve takes a result or nil), whatever the pending row held.
+func testResolveReplaces(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	for _, id := range []string{"tc-1", "tc-2"} {
+		rec := humanCall("c", id)
+		rec.Result, rec.Resolved = contentOutcome("left over"), ts(9)
+		upsert(t, s, rec)
+	}
+	row, err := s.ResolveToolCall(ctx, "tc-1", resolved, nil, time.Time{})
+	require.NoError(t, err)
+	want := humanCall("c", "tc-1")
+	want.Status = resolved
+	requireProto(t, want, row, "no result, no resolved time")
+	requireProto(t, want, toolCall(t, s, "tc-1"))
+
+	row, err = s.ResolveToolCall(ctx, "tc-2", errored, errorOutcome("tool", "failed"), tm(5))
+	require.NoError(t, err)
+	want = humanCall("c", "tc-2")
+	want.Status, want.Result, want.Resolved = errored, errorOutcome("tool", "failed"), ts(5)
+	requireProto(t, want, row)
+	requireProto(t, want, toolCall(t, s, "tc-2"))
 }
 
 func testResolveRemovesDeadline(t *testing.T, e env) {
