@@ -214,10 +214,11 @@ type Deadlines interface {
 	CancelDeadline(ctx context.Context, conversationID, toolCallID string) error
 	// Deadlines calls fn for every deadline at or before dueBy (every
 	// deadline when dueBy is zero), in ascending time, then tool call id.
-	// It stops at the first error fn returns and returns it. If ctx is
-	// done while it lists (a shutdown cutting an expiry actor's rebuild,
-	// say), it calls fn no more and returns an error wrapping ctx's error
-	// and no sentinel. fn may keep the record; it must not call the
+	// It stops at the first error fn returns and returns it. If the Store
+	// is closed or ctx is done while it lists (a shutdown cutting an
+	// expiry actor's rebuild, say), it calls fn no more and returns an
+	// error wrapping ErrClosed, or else ctx's error and no sentinel, as a
+	// call made then would. fn may keep the record; it must not call the
 	// Store's write methods.
 	//
 	// A stored deadline that cannot be decoded, or fails the adapter's

@@ -392,6 +392,7 @@ var deadlineCases = []suiteCase{
 	{name: "DueBy", run: testDeadlinesDueBy},
 	{name: "CallbackError", run: testDeadlinesCallbackError},
 	{name: "ContextDoneMidListing", run: testDeadlinesContextDone},
+	{name: "ClosedMidListing", run: testDeadlinesClosed},
 	{name: "Deleted", run: testDeadlinesDeleted},
 	{name: "SurviveReopen", run: testDeadlinesReopen, durable: true},
 }
@@ -556,6 +557,25 @@ func testDeadlinesContextDone(t *testing.T, e env) {
 	}
 	assert.Equal(t, []string{"tc-1", "tc-2"}, seen, "fn is not called once ctx is done")
 	assert.Len(t, allDeadlines(t, s), 4, "the listing removed nothing")
+}
+
+// testDeadlinesClosed: a Store closed while Deadlines lists (fn closes it
+// here) stops the listing before the next call of fn, and Deadlines
+// returns an error wrapping ErrClosed: the caller learns the listing is
+// incomplete.
+func testDeadlinesClosed(t *testing.T, e env) {
+	s := e.open(t).Store
+	schedule(t, s, deadline("c", "tc-1", 10), deadline("c", "tc-2", 20), deadline("d", "tc-3", 30), deadline("d", "tc-4", 40))
+	var seen []string
+	err := s.Deadlines(t.Context(), time.Time{}, func(d *messages.Deadline) error {
+		seen = append(seen, d.GetToolCallId())
+		if len(seen) == 2 {
+			require.NoError(t, s.Close())
+		}
+		return nil
+	})
+	requireSentinel(t, err, journal.ErrClosed)
+	assert.Equal(t, []string{"tc-1", "tc-2"}, seen, "fn is not called once the Store is closed")
 }
 
 func testDeadlinesDeleted(t *testing.T, e env) {

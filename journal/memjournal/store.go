@@ -855,8 +855,8 @@ func (s *Store) Deadlines(ctx context.Context, dueBy time.Time, fn func(*message
 		return strings.Compare(a.GetConversationId(), b.GetConversationId())
 	})
 	for _, d := range due {
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("memjournal: deadlines: %w", err)
+		if err := s.enter(ctx); err != nil {
+			return err
 		}
 		if err := fn(d); err != nil {
 			return err

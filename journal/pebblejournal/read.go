@@ -503,9 +503,10 @@ func (s *Store) Deadlines(ctx context.Context, dueBy time.Time, fn func(*message
 			return err
 		}
 		for _, d := range page {
-			if err := ctx.Err(); err != nil {
-				return fmt.Errorf("pebblejournal: deadlines: %w", err)
+			if err := s.begin(ctx); err != nil {
+				return err
 			}
+			s.end()
 			if err := fn(d); err != nil {
 				return err
 			}
