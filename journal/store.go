@@ -141,7 +141,11 @@ type EventLog interface {
 type Summaries interface {
 	// PutSummary stores s, keyed by its ToSeq, replacing a summary with the
 	// same ToSeq. s must satisfy 1 <= FromSeq <= ToSeq <= LastSeq, else
-	// ErrInvalid. ErrDeleted after the conversation was deleted.
+	// ErrInvalid. ErrDeleted after the conversation was deleted. As for
+	// Append, a summary that is wrong by itself (nil, a bad range, one
+	// that cannot be encoded or exceeds MaxRecordBytes: see
+	// ValidateSummaryShape) is ErrInvalid first, deleted conversation or
+	// not; ToSeq beyond LastSeq is checked after ErrDeleted.
 	PutSummary(ctx context.Context, conversationID string, s *messages.Summary) error
 	// LatestSummary returns the summary with the greatest ToSeq, or
 	// ErrNotFound.

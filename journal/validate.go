@@ -762,6 +762,16 @@ func ValidateSummary(conv string, s *messages.Summary, lastSeq uint64) error {
 	return checkSize("summary of "+conv, s, MaxRecordBytes)
 }
 
+// ValidateSummaryShape checks what ValidateSummary checks of a summary by
+// itself, whatever the log holds: not nil, 1 <= FromSeq <= ToSeq, its
+// agents' entries, and that it fits. An adapter runs it before it reads
+// the conversation, so that a summary no log could take is ErrInvalid
+// whether the conversation was deleted or not, as an append's input is
+// (see Summaries.PutSummary); ToSeq <= LastSeq is checked after.
+func ValidateSummaryShape(conv string, s *messages.Summary) error {
+	return ValidateSummary(conv, s, s.GetToSeq())
+}
+
 // SummaryAgentsProblem says what is wrong with the named agents' entries
 // of a stored summary (Summary.agents), "" if nothing: the record itself
 // names no agent; each entry names one, once, covers 1 <= FromSeq <= ToSeq

@@ -51,6 +51,64 @@ var deleteCases = []suiteCase{
 	{name: "Unknown", run: testDeleteUnknown},
 	{name: "LookupSaysDeleted", run: testDeleteLookup},
 	{name: "ConcurrentWritesDoNotResurrect", run: testDeleteConcurrentWrites},
+	{name: "BadInputIsInvalidFirst", run: testDeleteBadInputFirst},
+}
+
+// testDeleteBadInputFirst: a write to a deleted conversation whose input is
+// wrong by itself (whatever the Store holds) is ErrInvalid, not ErrDeleted,
+// for every write method, as Append's order of checks says: the caller
+// learns of its bug whatever became of the conversation. A summary beyond
+// the log is wrong only given the log, and a deleted conversation's is
+// ErrDeleted.
+func testDeleteBadInputFirst(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	populate(t, s, "x", e.feat.Audit)
+	require.NoError(t, s.DeleteConversation(ctx, "x"))
+	big := strings.Repeat("m", journal.MaxRecordBytes+1)
+	withSummary := func(f func(*messages.Summary)) func() error {
+		return func() error {
+			sm := summary(1, 1)
+			f(sm)
+			return s.PutSummary(ctx, "x", sm)
+		}
+	}
+	for _, c := range []namedCall{
+		{"AppendEventWithoutBody", func() error {
+			_, err := s.Append(ctx, &messages.AppendRequest{ConversationId: "x", Events: []*messages.Event{{Time: ts(1)}}})
+			return err
+		}},
+		{"PutSummaryNil", func() error { return s.PutSummary(ctx, "x", nil) }},
+		{"PutSummaryFromZero", withSummary(func(sm *messages.Summary) { sm.FromSeq = 0 })},
+		{"PutSummaryFromAfterTo", withSummary(func(sm *messages.Summary) { sm.FromSeq = 2 })},
+		{"PutSummaryNotUTF8", withSummary(func(sm *messages.Summary) { sm.Content = "\xff" })},
+		{"PutSummaryOversized", withSummary(func(sm *messages.Summary) { sm.Content = big })},
+		{"UpsertUnknownExecutor", func() error {
+			r := humanCall("x", "x/new")
+			r.Executor = 99
+			return s.UpsertToolCall(ctx, r)
+		}},
+		{"PutFSMStateNil", func() error { return s.PutFSMState(ctx, "x", nil) }},
+		{"PutConversationUnknownStatus", func() error {
+			return s.PutConversation(ctx, journal.ConversationUpdate{ID: "x", Status: 99})
+		}},
+		{"PutMetadataEmptyKey", func() error { return s.PutMetadata(ctx, "x", map[string]string{"": "v"}) }},
+		{"ScheduleWithoutTime", func() error {
+			return s.ScheduleDeadline(ctx, &messages.Deadline{ConversationId: "x", ToolCallId: "x/tc-1"})
+		}},
+		{"PutModelCallNotUTF8", func() error {
+			mc := modelCall("x", 3, 30)
+			mc.Model = "\xff"
+			return s.PutModelCall(ctx, mc)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.do()
+			requireSentinel(t, err, journal.ErrInvalid)
+			require.NotErrorIs(t, err, journal.ErrDeleted)
+		})
+	}
+	requireSentinel(t, s.PutSummary(ctx, "x", summary(1, 1)), journal.ErrDeleted, "a summary beyond the (deleted) log")
 }
 
 // testDeleteLookup: the row lookup of a deleted conversation says so

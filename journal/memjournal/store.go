@@ -555,8 +555,8 @@ func (s *Store) PutSummary(ctx context.Context, conversationID string, sum *mess
 	if err := journal.ValidateID("conversation id", conversationID); err != nil {
 		return fmt.Errorf("memjournal: %w", err)
 	}
-	if sum == nil {
-		return fmt.Errorf("memjournal: %w", journal.Invalidf("nil summary for %q", conversationID))
+	if err := journal.ValidateSummaryShape(conversationID, sum); err != nil {
+		return fmt.Errorf("memjournal: %w", err)
 	}
 	sum = clone(sum)
 	st, err := s.lock()

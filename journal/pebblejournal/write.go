@@ -107,6 +107,9 @@ func (s *Store) PutSummary(ctx context.Context, conversationID string, sum *mess
 	if err := journal.ValidateID("conversation id", conversationID); err != nil {
 		return err
 	}
+	if err := journal.ValidateSummaryShape(conversationID, sum); err != nil {
+		return err
+	}
 	defer s.lockConv(conversationID)()
 	t := s.newTxn()
 	defer t.close()

@@ -229,8 +229,8 @@ func (s *Store) PutSummary(ctx context.Context, conversationID string, sum *mess
 	if err := validConv(conversationID); err != nil {
 		return err
 	}
-	if sum == nil {
-		return fmt.Errorf("pgjournal: %w", journal.Invalidf("nil summary for %q", conversationID))
+	if err := journal.ValidateSummaryShape(conversationID, sum); err != nil {
+		return fmt.Errorf("pgjournal: %w", err)
 	}
 	data, err := proto.Marshal(sum)
 	if err != nil {
