@@ -742,6 +742,76 @@ var closeCases = []suiteCase{
 	{name: "ClosedBeforeCancelled", run: testCloseBeforeCancelled},
 	{name: "InFlightReadsAfterClose", run: testCloseInFlight},
 	{name: "DoneContextOnOpenStore", run: testDoneContext},
+	{name: "WhileBusy", run: testCloseWhileBusy},
+}
+
+// testCloseWhileBusy: Close racing calls in progress, and another Close:
+// nothing panics, both Closes return nil, every call either succeeds or
+// fails with ErrClosed, each caller meets ErrClosed once the store is
+// closed, and (durable) after a reopen every append that returned nil is
+// in the log, which has no gap.
+func testCloseWhileBusy(t *testing.T, e env) {
+	h := e.open(t)
+	s := h.Store
+	ctx := t.Context()
+	const workers = 4
+	acked := make([]uint64, workers)
+	var running, wg sync.WaitGroup
+	running.Add(workers)
+	for w := range workers {
+		conv := fmt.Sprint("c", w)
+		wg.Go(func() {
+			started := false
+			for i := 1; ; i++ {
+				var err error
+				switch i % 4 {
+				case 0:
+					_, err = s.Events(ctx, conv, journal.EventQuery{Limit: 5})
+				case 1:
+					err = s.Deadlines(ctx, time.Time{}, func(*messages.Deadline) error { return nil })
+				case 2:
+					_, _, err = s.ListConversations(ctx, "", 10)
+				default:
+					var res journal.AppendResult
+					res, err = s.Append(ctx, &messages.AppendRequest{ConversationId: conv, ExpectedLast: acked[w],
+						Events: userEvs(i, 1), Schedule: []*messages.Deadline{deadline(conv, fmt.Sprint(conv, "/tc-", i), i)}})
+					if err == nil {
+						acked[w] = res.LastSeq
+						if !started {
+							started = true
+							running.Done()
+						}
+					}
+				}
+				if err != nil {
+					assert.ErrorIs(t, err, journal.ErrClosed, "%s, call %d", conv, i)
+					if !started {
+						running.Done()
+					}
+					return
+				}
+			}
+		})
+	}
+	running.Wait()
+	closeErrs := make(chan error, 2)
+	for range 2 {
+		go func() { closeErrs <- s.Close() }()
+	}
+	require.NoError(t, <-closeErrs)
+	require.NoError(t, <-closeErrs)
+	wg.Wait()
+	require.NoError(t, s.Close(), "Close after it all")
+	if !e.feat.Durable {
+		return
+	}
+	s = h.Reopen(t)
+	for w := range workers {
+		conv := fmt.Sprint("c", w)
+		last := lastSeq(t, s, conv)
+		assert.GreaterOrEqual(t, last, acked[w], "%s: every acknowledged append is kept", conv)
+		assert.Equal(t, seqRange(1, last), seqs(allEvents(t, s, conv)), "%s: no gap", conv)
+	}
 }
 
 // testDoneContext: on a store that is open, a call whose ctx is already
