@@ -294,6 +294,12 @@ type ConversationUpdate struct {
 }
 
 // Conversations stores one row per conversation, and its metadata.
+//
+// A row's Updated is the time, by the Store's clock, of the last write of
+// the row itself: the write that created it, every PutConversation and
+// PutFSMState, and every Append that carries fsm_state, a status or
+// settings. Appends of events or tool calls alone, resolutions,
+// summaries, metadata, deadlines and audit rows leave it unchanged.
 type Conversations interface {
 	// Conversation returns the row, or ErrNotFound; ErrDeleted after a
 	// delete (the tombstone is what it finds).

@@ -599,6 +599,59 @@ var conversationCases = []suiteCase{
 	{name: "Metadata", run: testConvMetadata},
 	{name: "ConcurrentMergesKeepEveryKey", run: testConvConcurrentMerges},
 	{name: "SettingsTotalBounded", run: testSettingsTotalBounded},
+	{name: "UpdatedFollowsRowWrites", run: testConvUpdated},
+}
+
+// testConvUpdated: a row's Updated is set when the row is created, moves
+// (never back) with every write of the row itself, and stays exactly as it
+// was through writes that leave the row alone (events, tool calls,
+// resolutions, summaries, metadata, deadlines).
+func testConvUpdated(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	prev := time.Time{}
+	check := func(what string, same bool) {
+		t.Helper()
+		row := conversation(t, s, "c")
+		require.NotNil(t, row.GetUpdated(), "%s: Updated is set", what)
+		got := row.GetUpdated().AsTime()
+		if same {
+			assert.True(t, got.Equal(prev), "%s leaves Updated: %v, was %v", what, got, prev)
+		} else {
+			assert.False(t, got.Before(prev), "%s: Updated %v went back from %v", what, got, prev)
+		}
+		prev = got
+	}
+	appendEvents(t, s, "c", userEvs(1, 1)...)
+	check("the first append", false)
+	appendOK(t, s, &messages.AppendRequest{ConversationId: "c", ExpectedLast: 1, Events: userEvs(2, 1),
+		ToolCalls: []*messages.ToolCallRecord{humanCall("c", "tc-1"), humanCall("c", "tc-2")}})
+	check("an append of events and tool calls", true)
+	appendOK(t, s, &messages.AppendRequest{ConversationId: "c", ExpectedLast: 2, FsmState: idleState(2)})
+	check("an append with fsm_state", false)
+	appendOK(t, s, &messages.AppendRequest{ConversationId: "c", ExpectedLast: 2, Status: statusIdle})
+	check("an append with a status", false)
+	appendOK(t, s, &messages.AppendRequest{ConversationId: "c", ExpectedLast: 2, Settings: map[string]string{"k": "v"}})
+	check("an append with settings", false)
+	require.NoError(t, s.PutFSMState(ctx, "c", idleState(2)))
+	check("PutFSMState", false)
+	require.NoError(t, s.PutConversation(ctx, journal.ConversationUpdate{ID: "c", Status: statusSuspended}))
+	check("PutConversation", false)
+	require.NoError(t, s.PutMetadata(ctx, "c", map[string]string{"name": "n"}))
+	check("PutMetadata", true)
+	putSummary(t, s, "c", summary(1, 2))
+	check("PutSummary", true)
+	_, err := s.ResolveToolCall(ctx, "tc-1", resolved, contentOutcome("ok"), tm(3))
+	require.NoError(t, err)
+	check("ResolveToolCall", true)
+	appendOK(t, s, &messages.AppendRequest{ConversationId: "c", ExpectedLast: 2, Events: []*messages.Event{toolResultEv(4, "tc-2", "ok")},
+		Resolutions: []*messages.ToolResolution{{ToolCallId: "tc-2", Status: resolved, Result: contentOutcome("ok"), At: ts(4)}}})
+	check("an append with a resolution", true)
+	require.NoError(t, s.UpsertToolCall(ctx, humanCall("c", "tc-3")))
+	check("UpsertToolCall", true)
+	schedule(t, s, deadline("c", "tc-3", 50))
+	require.NoError(t, s.CancelDeadline(ctx, "c", "tc-3"))
+	check("ScheduleDeadline and CancelDeadline", true)
 }
 
 func conversation(t testing.TB, s journal.Store, id string) *messages.Conversation {
