@@ -40,11 +40,13 @@ type ScheduleStore interface {
 	// ScheduleTimes calls fn for every schedule with its conversation, id
 	// and next occurrence, in ascending time, then id, then conversation
 	// id, so the expiry actor rebuilds its timers without reading
-	// payloads. It stops at the first error fn returns and returns it. fn
-	// must not call the Store's write methods. A schedule whose time entry cannot be decoded is passed
-	// over as Deadlines.Deadlines passes over a corrupt deadline: fn is
-	// called for every other one, then the error wraps ErrCorrupt and
-	// names the first.
+	// payloads. It stops at the first error fn returns and returns it, and
+	// stops as Deadlines.Deadlines does when the Store is closed or ctx is
+	// done while it lists. fn must not call the Store's write methods. A
+	// schedule whose time entry cannot be decoded is passed over as
+	// Deadlines.Deadlines passes over a corrupt deadline: fn is called for
+	// every other one, then the error wraps ErrCorrupt and names the
+	// first.
 	ScheduleTimes(ctx context.Context, fn func(conversationID, id string, next time.Time) error) error
 }
 

@@ -1,6 +1,7 @@
 package journaltest
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -27,6 +28,46 @@ var scheduleCases = []suiteCase{
 	{name: "LimitPerConversation", run: testScheduleLimit},
 	{name: "GoesWithConversation", run: testScheduleDelete},
 	{name: "SurvivesReopen", run: testScheduleReopen, durable: true},
+	{name: "TimesStopWhenDoneOrClosed", run: testScheduleTimesStop},
+}
+
+// testScheduleTimesStop: ScheduleTimes stops as Deadlines does: a ctx done
+// while it lists ends it before the next call of fn with ctx's error (no
+// sentinel), a Close with ErrClosed.
+func testScheduleTimesStop(t *testing.T, e env) {
+	for _, closing := range []bool{false, true} {
+		t.Run(fmt.Sprint("closing=", closing), func(t *testing.T) {
+			st := e.open(t).Store
+			s := scheduleStore(t, st)
+			appendEvents(t, st, "c", userEv(1, "hi"))
+			for i, id := range []string{"s1", "s2", "s3", "s4"} {
+				require.NoError(t, s.PutSchedule(t.Context(), sched("c", id, 100+i)))
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			var seen []string
+			err := s.ScheduleTimes(ctx, func(_, id string, _ time.Time) error {
+				seen = append(seen, id)
+				if len(seen) == 2 {
+					if closing {
+						require.NoError(t, st.Close())
+					} else {
+						cancel()
+					}
+				}
+				return nil
+			})
+			if closing {
+				requireSentinel(t, err, journal.ErrClosed)
+			} else {
+				require.ErrorIs(t, err, context.Canceled)
+				for _, sentinel := range sentinels {
+					require.NotErrorIs(t, err, sentinel)
+				}
+			}
+			assert.Equal(t, []string{"s1", "s2"}, seen, "fn is not called once the listing must stop")
+		})
+	}
 }
 
 func scheduleStore(t testing.TB, s journal.Store) journal.ScheduleStore {

@@ -146,6 +146,9 @@ func (s *Store) ScheduleTimes(ctx context.Context, fn func(conversationID, id st
 		return cmp.Compare(a.conv, b.conv)
 	})
 	for _, e := range all {
+		if err := s.enter(ctx); err != nil {
+			return err
+		}
 		if err := fn(e.conv, e.id, e.next); err != nil {
 			return err
 		}

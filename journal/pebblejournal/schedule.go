@@ -306,6 +306,10 @@ func (s *Store) ScheduleTimes(ctx context.Context, fn func(conversationID, id st
 			return err
 		}
 		for _, e := range page {
+			if err := s.begin(ctx); err != nil {
+				return err
+			}
+			s.end()
 			if err := fn(e.conv, e.id, e.at); err != nil {
 				return err
 			}

@@ -602,11 +602,8 @@ func (s *Store) Deadlines(ctx context.Context, dueBy time.Time, fn func(*message
 		return s.wrap("deadlines", err)
 	}
 	for _, d := range due {
-		if s.closed.Load() {
-			return fmt.Errorf("pgjournal: %w", journal.ErrClosed)
-		}
-		if err := caller.Err(); err != nil {
-			return fmt.Errorf("pgjournal: %w", err)
+		if err := s.stillOpen(caller); err != nil {
+			return err
 		}
 		if err := fn(d); err != nil {
 			return err

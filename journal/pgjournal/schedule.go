@@ -265,6 +265,9 @@ func (s *Store) ScheduleTimes(ctx context.Context, fn func(conversationID, id st
 				bad.Add(err)
 				continue
 			}
+			if err := s.stillOpen(ctx); err != nil {
+				return err
+			}
 			if err := fn(string(e.conv), string(e.id), next); err != nil {
 				return err
 			}

@@ -311,6 +311,18 @@ func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc)
 	return context.WithTimeout(ctx, s.timeout)
 }
 
+// stillOpen reports, between the calls of a listing's fn, why the listing
+// must stop: the store closed (ErrClosed), else ctx, the caller's, done.
+func (s *Store) stillOpen(ctx context.Context) error {
+	if s.closed.Load() {
+		return fmt.Errorf("pgjournal: %w", journal.ErrClosed)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("pgjournal: %w", err)
+	}
+	return nil
+}
+
 // enter reports why a call cannot start (closed, ctx done, the server
 // taken to be unreachable: see Options.ReconnectBackoff) and returns the
 // bounded context of the call.
