@@ -203,12 +203,13 @@ type Deadlines interface {
 	// conversation and tool call id, as CancelDeadline names them, so a
 	// deadline scheduled under another conversation's id neither replaces
 	// nor is replaced by this one. It does not check that the call exists
-	// or is pending: the expiry actor resolves through ResolveToolCall,
-	// which does. A deadline that ValidateDeadline refuses (an id missing
-	// or ill-formed, no time, a time outside the years 1 to 9999) is
-	// ErrInvalid and nothing is written; so is such an entry of
-	// AppendRequest.Schedule. ErrDeleted after the conversation was
-	// deleted.
+	// or is pending: the expiry actor resolves through an Append
+	// resolution with DueBy set, which does (ErrStale for a call unknown,
+	// of another conversation, not pending or no longer due). A deadline
+	// that ValidateDeadline refuses (an id missing or ill-formed, no time,
+	// a time outside the years 1 to 9999) is ErrInvalid and nothing is
+	// written; so is such an entry of AppendRequest.Schedule. ErrDeleted
+	// after the conversation was deleted.
 	ScheduleDeadline(ctx context.Context, d *messages.Deadline) error
 	// CancelDeadline removes the deadline of a tool call of the
 	// conversation (a deadline of that id under another conversation
