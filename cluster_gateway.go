@@ -232,7 +232,10 @@ func (n *clusterNode) serve(m *messages.ClusterRequest) *messages.ClusterReply {
 		}
 		if err != nil {
 			err = fmt.Errorf("lazarus: rewind %q: %w", clipID(conv), err)
-		} else {
+		} else if err = r.checkConversation(ctx, "rewind", conv); err == nil {
+			// Checked as Rewind and Edit check it: a rewind of a
+			// conversation that does not exist is refused
+			// (journal.ErrNotFound), not written as its first event.
 			res, err = r.ask(ctx, conv, &actors.Command{Scope: scope, Msg: op.Rewind})
 			if err != nil {
 				err = r.callErr(fmt.Sprintf("lazarus: rewind %q", clipID(conv)), err)
@@ -244,9 +247,13 @@ func (n *clusterNode) serve(m *messages.ClusterRequest) *messages.ClusterReply {
 	case *messages.ClusterRequest_End:
 		err = r.End(ctx, conv)
 	case *messages.ClusterRequest_ScheduleArm:
-		r.armSchedule(ctx, op.ScheduleArm)
+		if err = checkWireSchedule(conv, op.ScheduleArm); err == nil {
+			r.armSchedule(ctx, op.ScheduleArm)
+		}
 	case *messages.ClusterRequest_ScheduleDisarm:
-		r.armSchedule(ctx, op.ScheduleDisarm)
+		if err = checkWireSchedule(conv, op.ScheduleDisarm); err == nil {
+			r.armSchedule(ctx, op.ScheduleDisarm)
+		}
 	case *messages.ClusterRequest_Resolve:
 		res := op.Resolve
 		if err = checkWireResolution(res.GetStatus(), res.GetResult()); err != nil {
@@ -322,6 +329,9 @@ func (r *Runtime) checkWireRewind(ctx context.Context, conv string, m *messages.
 	if err := journal.ValidateEvent(&messages.Event{Body: &messages.Event_Rewind{Rewind: &messages.Rewind{ToSeq: m.GetToSeq(), Reason: m.GetReason()}}}); err != nil {
 		return fmt.Errorf("reason: %w", err)
 	}
+	if m == nil {
+		return journal.Invalidf("a rewind without its AgentRewind")
+	}
 	msg := m.GetMessage()
 	if msg == nil {
 		return nil
@@ -369,6 +379,34 @@ func checkWireResolution(status messages.ToolCallStatus, out *messages.ToolOutco
 		}
 	default:
 		return journal.Invalidf("resolve to status %v (RESOLVED or ERRORED)", status)
+	}
+	return nil
+}
+
+// checkWireSchedule refuses, with an error wrapping journal.ErrInvalid
+// and before any timer is touched, the ScheduleArm or ScheduleDisarm of a
+// ClusterRequest for conversation conv that the Runtime's own schedule
+// calls would not send (an application actor speaks the gateway's
+// protocol too): one missing (its ids empty), one naming another
+// conversation than the request's or an id journal.ValidateID refuses, an
+// arm without a valid next time.
+func checkWireSchedule(conv string, m interface {
+	GetConversationId() string
+	GetScheduleId() string
+}) error {
+	if err := journal.ValidateID("conversation id", m.GetConversationId()); err != nil {
+		return fmt.Errorf("lazarus: schedule: %w", err)
+	}
+	if m.GetConversationId() != conv {
+		return journal.Invalidf("schedule of conversation %q in a request for %q", clipID(m.GetConversationId()), clipID(conv))
+	}
+	if err := journal.ValidateID("schedule id", m.GetScheduleId()); err != nil {
+		return fmt.Errorf("lazarus: schedule of %q: %w", clipID(conv), err)
+	}
+	if a, ok := m.(*messages.ScheduleArm); ok {
+		if err := a.GetNext().CheckValid(); err != nil {
+			return journal.Invalidf("schedule %q of %q: next time: %v", clipID(a.GetScheduleId()), clipID(conv), err)
+		}
 	}
 	return nil
 }

@@ -1,0 +1,115 @@
+package lazarus
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/agent/scripted"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// gatewayRuntime is a Runtime on its own actor system, whose gateway
+// (rt.gw.serve) a test calls as a member or an application actor would.
+func gatewayRuntime(t testing.TB) *Runtime {
+	t.Helper()
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(slog.DiscardHandler)
+	}))
+	t.Cleanup(sys.Shutdown)
+	rt, err := Open(Options{Model: scripted.New(scripted.Options{}), ActorSystem: sys, NoResume: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rt.Close() })
+	return rt
+}
+
+// The gateway refuses a rewind of a conversation that does not exist, as
+// Rewind and Edit do (journal.ErrNotFound), and a ClusterRequest_Rewind
+// without its AgentRewind (journal.ErrInvalid); it writes nothing. It
+// handed both to the conversation, which wrote the rewind as the first
+// event of a new conversation and answered success.
+func TestGatewayRefusesARewindOfNoConversation(t *testing.T) {
+	rt := gatewayRuntime(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	user := scopeToProto(agent.Scope{UserID: "u"})
+	for name, c := range map[string]struct {
+		rewind   *messages.AgentRewind
+		sentinel error
+	}{
+		"to seq 0":    {&messages.AgentRewind{RequestId: "r1"}, journal.ErrNotFound},
+		"empty":       {&messages.AgentRewind{}, journal.ErrNotFound},
+		"no message":  {nil, journal.ErrInvalid},
+		"edit seq 1":  {&messages.AgentRewind{EditSeq: 1, Message: agent.UserMessage(agent.TextPart("x")), RequestId: "r2"}, journal.ErrNotFound},
+		"to seq 7":    {&messages.AgentRewind{ToSeq: 7, RequestId: "r3"}, journal.ErrNotFound},
+		"checked log": {&messages.AgentRewind{CheckedInLog: true, RequestId: "r4"}, journal.ErrNotFound},
+	} {
+		reply := rt.gw.serve(&messages.ClusterRequest{ConversationId: "nobody", Scope: user,
+			Op: &messages.ClusterRequest_Rewind{Rewind: c.rewind}})
+		require.ErrorIs(t, journal.ErrorFromProto(reply.GetError()), c.sentinel, "%s: %v", name, reply.GetError())
+		last, err := rt.Store().LastSeq(ctx, "nobody")
+		require.NoError(t, err)
+		require.Zero(t, last, "%s: nothing written", name)
+		_, err = rt.Store().Conversation(ctx, "nobody")
+		require.ErrorIs(t, err, journal.ErrNotFound, "%s: no row written", name)
+	}
+	// A rewind of a conversation that exists still runs.
+	_, err := rt.SendAndWait(ctx, "c", "hi", agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	reply := rt.gw.serve(&messages.ClusterRequest{ConversationId: "c", Scope: user,
+		Op: &messages.ClusterRequest_Rewind{Rewind: &messages.AgentRewind{RequestId: "r5"}}})
+	require.Nil(t, reply.GetError())
+}
+
+// The gateway refuses a ScheduleArm or ScheduleDisarm that the Runtime's
+// schedule calls would not send, with an error wrapping journal.ErrInvalid:
+// missing, with an empty or invalid id, naming another conversation than
+// its request, an arm without a valid time. It answered them all success
+// (and handed an arm without a time to the expiry actor as one due at
+// 1970, which fired it at once).
+func TestGatewayRefusesABadScheduleRequest(t *testing.T) {
+	rt := gatewayRuntime(t)
+	next := timestamppb.New(time.Now().Add(time.Hour))
+	arm := func(m *messages.ScheduleArm) *messages.ClusterRequest {
+		return &messages.ClusterRequest{Op: &messages.ClusterRequest_ScheduleArm{ScheduleArm: m}}
+	}
+	disarm := func(m *messages.ScheduleDisarm) *messages.ClusterRequest {
+		return &messages.ClusterRequest{Op: &messages.ClusterRequest_ScheduleDisarm{ScheduleDisarm: m}}
+	}
+	for name, req := range map[string]*messages.ClusterRequest{
+		"arm missing":         arm(nil),
+		"arm empty":           arm(&messages.ScheduleArm{}),
+		"arm no time":         arm(&messages.ScheduleArm{ConversationId: "c", ScheduleId: "s"}),
+		"arm bad time":        arm(&messages.ScheduleArm{ConversationId: "c", ScheduleId: "s", Next: &timestamppb.Timestamp{Nanos: -1}}),
+		"arm no schedule id":  arm(&messages.ScheduleArm{ConversationId: "c", Next: next}),
+		"arm bad schedule id": arm(&messages.ScheduleArm{ConversationId: "c", ScheduleId: "\xff", Next: next}),
+		"arm other conv":      arm(&messages.ScheduleArm{ConversationId: "d", ScheduleId: "s", Next: next}),
+		"disarm missing":      disarm(nil),
+		"disarm empty":        disarm(&messages.ScheduleDisarm{}),
+		"disarm bad conv":     disarm(&messages.ScheduleDisarm{ConversationId: "\xff", ScheduleId: "s"}),
+		"disarm other conv":   disarm(&messages.ScheduleDisarm{ConversationId: "d", ScheduleId: "s"}),
+	} {
+		if name != "disarm bad conv" {
+			req.ConversationId = "c"
+		} else {
+			req.ConversationId = "\xff"
+		}
+		reply := rt.gw.serve(req)
+		require.ErrorIs(t, journal.ErrorFromProto(reply.GetError()), journal.ErrInvalid, "%s: %v", name, reply.GetError())
+		require.True(t, reply.GetAnswered(), name)
+	}
+	for name, req := range map[string]*messages.ClusterRequest{
+		"arm":    arm(&messages.ScheduleArm{ConversationId: "c", ScheduleId: "s", Next: next}),
+		"disarm": disarm(&messages.ScheduleDisarm{ConversationId: "c", ScheduleId: "s"}),
+	} {
+		req.ConversationId = "c"
+		require.Nil(t, rt.gw.serve(req).GetError(), "%s as the Runtime sends it", name)
+	}
+}
