@@ -8,6 +8,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/lazarusrt/lazarus/agent"
@@ -111,5 +112,57 @@ func TestGatewayRefusesABadScheduleRequest(t *testing.T) {
 	} {
 		req.ConversationId = "c"
 		require.Nil(t, rt.gw.serve(req).GetError(), "%s as the Runtime sends it", name)
+	}
+}
+
+// The gateway refuses a ClusterReschedule whose time is not a valid
+// Timestamp (nanos out of range) with an error wrapping journal.ErrInvalid,
+// and leaves the deadline as it was. It took it for another time (AsTime
+// normalizes it) and moved the deadline there.
+func TestGatewayRefusesAnInvalidRescheduleTime(t *testing.T) {
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(slog.DiscardHandler)
+	}))
+	defer sys.Shutdown()
+	model := scripted.New(scripted.Options{})
+	rt, err := Open(Options{Model: model, ActorSystem: sys, NoResume: true, IdleTimeout: -1,
+		Tools: []agent.Tool{{Name: "approve", Executor: messages.Executor_EXECUTOR_HUMAN}}})
+	require.NoError(t, err)
+	defer rt.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	model.Push("c", scripted.Reply("", scripted.Call("approve", `{}`)))
+	_, err = rt.Send(ctx, "c", "may I?", agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	var id string
+	require.Eventually(t, func() bool {
+		calls, _, err := rt.PendingCalls(ctx, "", 0)
+		if err != nil || len(calls) != 1 {
+			return false
+		}
+		id = calls[0].GetId()
+		return true
+	}, 10*time.Second, 5*time.Millisecond, "the call is pending")
+	deadline := func() []*messages.Deadline {
+		var ds []*messages.Deadline
+		require.NoError(t, rt.Store().Deadlines(ctx, time.Unix(1<<40, 0), func(d *messages.Deadline) error {
+			ds = append(ds, d)
+			return nil
+		}))
+		return ds
+	}
+	before := deadline()
+	for name, ts := range map[string]*timestamppb.Timestamp{
+		"negative nanos": {Seconds: 1e9, Nanos: -1},
+		"nanos past 1s":  {Seconds: 1e9, Nanos: 1e9},
+		"year 10000":     {Seconds: 1 << 40},
+	} {
+		reply := rt.gw.serve(&messages.ClusterRequest{ConversationId: "c",
+			Op: &messages.ClusterRequest_Reschedule{Reschedule: &messages.ClusterReschedule{ToolCallId: id, At: ts}}})
+		require.ErrorIs(t, journal.ErrorFromProto(reply.GetError()), journal.ErrInvalid, "%s: %v", name, reply.GetError())
+		require.Len(t, deadline(), len(before), name)
+		for i, d := range deadline() {
+			require.True(t, proto.Equal(before[i], d), "%s: deadline moved to %v", name, d)
+		}
 	}
 }

@@ -268,6 +268,11 @@ func (n *clusterNode) serve(m *messages.ClusterRequest) *messages.ClusterReply {
 	case *messages.ClusterRequest_Reschedule:
 		var at time.Time // no deadline
 		if ts := op.Reschedule.GetAt(); ts != nil {
+			// AsTime would take nanos out of range for another time.
+			if err = ts.CheckValid(); err != nil {
+				err = fmt.Errorf("lazarus: reschedule %q: %w", clipID(op.Reschedule.GetToolCallId()), journal.Invalidf("deadline: %v", err))
+				break
+			}
 			at = ts.AsTime()
 		}
 		err = r.Reschedule(ctx, op.Reschedule.GetToolCallId(), at)
