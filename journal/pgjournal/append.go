@@ -333,7 +333,11 @@ func (s *Store) readBatch(ctx context.Context, conn *pgx.Conn, fast bool, convs,
 		if h == nil {
 			continue
 		}
-		h.lastSeq, h.deleted, h.exists = uint64(last), deleted, true
+		if h.lastSeq, err = decodeLastSeq(string(id), last); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		h.deleted, h.exists = deleted, true
 		if row != nil {
 			if h.row, err = decodeConversation(row, string(id)); err != nil {
 				rows.Close()

@@ -12,7 +12,7 @@ import (
 // have stored (other ids or seq than its row, an enum field holding a
 // number its enum does not declare, an event without a body, a summary of
 // an empty or reversed span, a deadline at an invalid time, a metadata key
-// that is not an id or a value that is not UTF-8) is
+// that is not an id or a value that is not UTF-8, a negative last_seq) is
 // journal.ErrCorrupt naming its row, never a record handed to the caller.
 // So is a read of a log whose seqs skip (checkSeqs): a history with a hole
 // is never returned. So are bytes that do not decode, and a record larger
@@ -46,6 +46,16 @@ func checkSeqs(conv, what string, evs []*messages.Event, first uint64) error {
 			"(rows of lz_events were removed under the store)", what, conv, conv, got, want)
 	}
 	return nil
+}
+
+// decodeLastSeq checks the last_seq column of conversation conv's row: a
+// seq is never negative (the column is a bigint; no write stores one below
+// 0), and one that is is journal.ErrCorrupt, not a seq near 2^64.
+func decodeLastSeq(conv string, last int64) (uint64, error) {
+	if last < 0 {
+		return 0, journal.Corruptf("pgjournal: conversation %q: last_seq %d", conv, last)
+	}
+	return uint64(last), nil
 }
 
 // decodeMetadata checks the metadata row (conv, key): its key follows the

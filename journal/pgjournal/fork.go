@@ -77,6 +77,9 @@ func (s *Store) Fork(ctx context.Context, req *messages.ForkRequest) error {
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
+		if _, err := decodeLastSeq(id, lastSeq); err != nil {
+			return err
+		}
 		switch {
 		case deleted:
 			return fmt.Errorf("fork into %q: %w", id, journal.ErrDeleted)

@@ -170,7 +170,7 @@ func (s *Store) LastSeq(ctx context.Context, conversationID string) (uint64, err
 	if err != nil {
 		return 0, s.wrap("last seq", err)
 	}
-	return uint64(last), nil
+	return decodeLastSeq(conversationID, last)
 }
 
 // LoadSince implements journal.EventLog in two statements, both read by
@@ -279,7 +279,10 @@ func (s *Store) PutSummary(ctx context.Context, conversationID string, sum *mess
 		err = fmt.Errorf("put summary of %q: %w", conversationID, journal.ErrDeleted)
 	}
 	if err == nil {
-		err = journal.ValidateSummary(conversationID, sum, uint64(last))
+		var lastSeq uint64
+		if lastSeq, err = decodeLastSeq(conversationID, last); err == nil {
+			err = journal.ValidateSummary(conversationID, sum, lastSeq)
+		}
 	}
 	if err != nil {
 		rollback()
