@@ -391,7 +391,13 @@ func (s *Store) readBatch(ctx context.Context, conn *pgx.Conn, fast bool, convs,
 				rows.Close()
 				return nil, err
 			}
-			b.dlBase[deadlineKey{string(conv), string(call)}] = &timestamppb.Timestamp{Seconds: atS, Nanos: atN}
+			at := &timestamppb.Timestamp{Seconds: atS, Nanos: atN}
+			if err := at.CheckValid(); err != nil {
+				// AsTime would read it as another time.
+				rows.Close()
+				return nil, journal.Corruptf("pgjournal: deadline of %q in %q: at_s, at_n: %v", call, conv, err)
+			}
+			b.dlBase[deadlineKey{string(conv), string(call)}] = at
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
