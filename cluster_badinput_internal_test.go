@@ -2,6 +2,7 @@ package lazarus
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -164,5 +165,44 @@ func TestGatewayRefusesAnInvalidRescheduleTime(t *testing.T) {
 		for i, d := range deadline() {
 			require.True(t, proto.Equal(before[i], d), "%s: deadline moved to %v", name, d)
 		}
+	}
+}
+
+// The gateway checks a rewind into the conversation's latest summary
+// against the log itself (actors.CheckRewindInLog), as Rewind does: a
+// ClusterRequest's checked_in_log is not taken on trust. A rewind to a seq
+// an earlier rewind skipped is refused with journal.ErrInvalid and nothing
+// is written. The conversation took the peer's checked_in_log and wrote
+// it.
+func TestGatewayChecksARewindIntoTheSummary(t *testing.T) {
+	rt := gatewayRuntime(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	scope := agent.Scope{UserID: "u"}
+	for _, text := range []string{"a", "b"} {
+		_, err := rt.SendAndWait(ctx, "c", text, scope)
+		require.NoError(t, err)
+	}
+	require.NoError(t, rt.Rewind(ctx, "c", 2, RewindOptions{}, scope)) // skips 3 and 4
+	_, err := rt.SendAndWait(ctx, "c", "again", scope)
+	require.NoError(t, err)
+	last, err := rt.Store().LastSeq(ctx, "c")
+	require.NoError(t, err)
+	require.NoError(t, rt.Store().PutSummary(ctx, "c", &messages.Summary{FromSeq: 1, ToSeq: last - 1, Content: "so far"}))
+	rt.Kill("c") // revives on the summary
+	require.ErrorIs(t, rt.Rewind(ctx, "c", 3, RewindOptions{}, scope), journal.ErrInvalid, "Rewind refuses it")
+
+	reply := rt.gw.serve(&messages.ClusterRequest{ConversationId: "c", Scope: scopeToProto(scope),
+		Op: &messages.ClusterRequest_Rewind{Rewind: &messages.AgentRewind{ToSeq: 3, RequestId: "r1", CheckedInLog: true}}})
+	require.ErrorIs(t, journal.ErrorFromProto(reply.GetError()), journal.ErrInvalid, "%v", reply.GetError())
+	now, err := rt.Store().LastSeq(ctx, "c")
+	require.NoError(t, err)
+	require.Equal(t, last, now, "nothing written")
+
+	// A rewind the log allows runs, checked_in_log set or not.
+	for i, checked := range []bool{false, true} {
+		reply = rt.gw.serve(&messages.ClusterRequest{ConversationId: "c", Scope: scopeToProto(scope),
+			Op: &messages.ClusterRequest_Rewind{Rewind: &messages.AgentRewind{ToSeq: 2, RequestId: fmt.Sprintf("ok%d", i), CheckedInLog: checked}}})
+		require.Nil(t, reply.GetError(), "checked_in_log %v", checked)
 	}
 }

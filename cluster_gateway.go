@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/lazarusrt/lazarus/actors"
 	"github.com/lazarusrt/lazarus/agent"
@@ -236,7 +237,7 @@ func (n *clusterNode) serve(m *messages.ClusterRequest) *messages.ClusterReply {
 			// Checked as Rewind and Edit check it: a rewind of a
 			// conversation that does not exist is refused
 			// (journal.ErrNotFound), not written as its first event.
-			res, err = r.ask(ctx, conv, &actors.Command{Scope: scope, Msg: op.Rewind})
+			res, err = r.askWireRewind(ctx, conv, op.Rewind, scope)
 			if err != nil {
 				err = r.callErr(fmt.Sprintf("lazarus: rewind %q", clipID(conv)), err)
 			} else {
@@ -351,6 +352,27 @@ func (r *Runtime) checkWireRewind(ctx context.Context, conv string, m *messages.
 		return journal.Invalidf("seq 0 is no message")
 	}
 	return r.checkEditAgent(ctx, conv, m.GetEditSeq())
+}
+
+// askWireRewind asks the conversation to run a ClusterRequest's rewind
+// (checked by checkWireRewind), its target checked against the log here
+// as Rewind and Edit check it (actors.CheckRewindInLog): the request's
+// checked_in_log, edit_agent and edit_audience are not taken on trust
+// (with checked_in_log the conversation runs a rewind into its summary
+// unchecked). A target the log refuses is an error wrapping
+// journal.ErrInvalid, and nothing is written.
+func (r *Runtime) askWireRewind(ctx context.Context, conv string, m *messages.AgentRewind, scope agent.Scope) (any, error) {
+	m = proto.CloneOf(m)
+	to, edit := m.GetToSeq(), uint64(0)
+	if m.GetMessage() != nil {
+		to, edit = m.GetEditSeq()-1, m.GetEditSeq() // checkWireRewind: EditSeq is not 0
+	}
+	checked, edited, err := actors.CheckRewindInLog(ctx, r.store, conv, to, edit)
+	if err != nil {
+		return nil, err
+	}
+	m.CheckedInLog, m.EditAgent, m.EditAudience = checked, edited.GetAgent(), edited.GetAudience()
+	return r.ask(ctx, conv, &actors.Command{Scope: scope, Msg: m})
 }
 
 // checkWireResolution refuses, with an error wrapping journal.ErrInvalid,
