@@ -14,7 +14,8 @@ import "errors"
 //	                  connection that failed before any text was streamed)
 //	ErrInterrupted    the turn fails (the stream broke after text was
 //	                  streamed: retrying would stream that text again)
-//	ErrMalformed      the turn fails (a chunk that does not decode, an answer
+//	ErrMalformed      the turn fails (a chunk that does not decode or is
+//	                  longer than the SDK's decoder reads, 32 MiB; an answer
 //	                  whose text is not valid UTF-8)
 //	ErrIncomplete     the turn fails (the stream ended without a finish reason)
 //	ErrContextLength  the turn fails (the request exceeds the model's window)
@@ -43,7 +44,8 @@ var (
 	// ErrInterrupted: the stream broke (connection reset, an error event)
 	// after text had been streamed.
 	ErrInterrupted = errors.New("agent: model stream interrupted")
-	// ErrMalformed: a streamed chunk could not be decoded, or the answer's
+	// ErrMalformed: a streamed chunk could not be decoded (a line longer
+	// than the SDK's stream decoder reads, 32 MiB, included), or the answer's
 	// text, model name or a call's id is not valid UTF-8.
 	ErrMalformed = errors.New("agent: malformed model response")
 	// ErrIncomplete: the stream ended without a finish (stop) reason.

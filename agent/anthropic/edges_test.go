@@ -283,3 +283,24 @@ func TestCharacterSplitAcrossDeltas(t *testing.T) {
 func TestRequestFaultsAreNotRetried(t *testing.T) {
 	providertest.RequestFaults(t, factory)
 }
+
+// TestLineLongerThanTheDecoderReads: a stream line longer than the SDK's
+// decoder reads (32 MiB) is an event that cannot be decoded, before text or
+// after it: agent.ErrMalformed, one request, not a rejected request.
+func TestLineLongerThanTheDecoderReads(t *testing.T) {
+	huge := textDelta(strings.Repeat("a", 33<<20))
+	for name, tr := range map[string]string{
+		"before text": start + textStart + huge + stopWith("end_turn"),
+		"after text":  start + textStart + textDelta("hi") + huge + stopWith("end_turn"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := serveText(t, tr)
+			msg, err := p.m.Generate(context.Background(), providertest.Turn(), nil)
+			require.ErrorIs(t, err, agent.ErrMalformed)
+			assert.NotErrorIs(t, err, agent.ErrRequest)
+			assert.Nil(t, msg)
+			assert.False(t, retry.IsRetryable(err))
+			assert.Len(t, p.srv.Requests(), 1)
+		})
+	}
+}

@@ -275,3 +275,24 @@ func TestCharacterSplitAcrossChunks(t *testing.T) {
 func TestRequestFaultsAreNotRetried(t *testing.T) {
 	providertest.RequestFaults(t, factory)
 }
+
+// TestLineLongerThanTheDecoderReads: a stream line longer than the SDK's
+// decoder reads (32 MiB) is a chunk that cannot be decoded, before text or
+// after it: agent.ErrMalformed, one request, not a rejected request.
+func TestLineLongerThanTheDecoderReads(t *testing.T) {
+	huge := "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"" + strings.Repeat("a", 33<<20) + "\"}}]}\n\n"
+	for name, tr := range map[string]string{
+		"before text": huge + chunk(`{}`, "stop") + usageChunk,
+		"after text":  chunk(`{"role":"assistant","content":"hi"}`, "") + huge + chunk(`{}`, "stop") + usageChunk,
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := serveText(t, tr)
+			msg, err := p.m.Generate(context.Background(), providertest.Turn(), nil)
+			require.ErrorIs(t, err, agent.ErrMalformed)
+			assert.NotErrorIs(t, err, agent.ErrRequest)
+			assert.Nil(t, msg)
+			assert.False(t, retry.IsRetryable(err))
+			assert.Len(t, p.srv.Requests(), 1)
+		})
+	}
+}

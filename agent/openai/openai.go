@@ -47,6 +47,7 @@
 package openai
 
 import (
+	"bufio"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -501,7 +502,9 @@ func classify(ctx context.Context, err error, streamed bool) error {
 	}
 	var syn *json.SyntaxError
 	var typ *json.UnmarshalTypeError
-	if errors.As(err, &syn) || errors.As(err, &typ) {
+	if errors.As(err, &syn) || errors.As(err, &typ) || errors.Is(err, bufio.ErrTooLong) {
+		// A line longer than the SDK's decoder reads (32 MiB) is a chunk
+		// that cannot be decoded, not a rejected request.
 		return fmt.Errorf("openai: %w: %w", agent.ErrMalformed, err)
 	}
 	var se *ssestream.StreamError
