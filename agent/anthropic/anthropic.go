@@ -32,9 +32,11 @@
 // failure: the answer is what the model wrote up to the bound, and a
 // tool_use cut there keeps its input as far as it came (not JSON: the
 // runtime records the call with an invalid error result the model reads
-// next). A stream that ends with no stop_reason is agent.ErrIncomplete,
-// and one whose text, model name or a call's id is not valid UTF-8 is
-// agent.ErrMalformed (see openai.NotUTF8).
+// next). The answer ends at message_stop, the stream's last event,
+// whether or not the connection closes after it. A stream that ends with
+// no stop_reason is agent.ErrIncomplete, and one whose text, model name
+// or a call's id is not valid UTF-8 is agent.ErrMalformed (see
+// openai.NotUTF8).
 //
 // # Environment
 //
@@ -298,8 +300,9 @@ func (m *Model) attempt(ctx context.Context, params sdk.MessageNewParams, onDelt
 		usage    messages.Usage
 		seenUse  bool
 		streamed bool
+		ended    bool // message_stop: the stream's last event
 	)
-	for stream.Next() {
+	for !ended && stream.Next() {
 		ev := stream.Current()
 		switch ev.Type {
 		case "":
@@ -348,6 +351,10 @@ func (m *Model) attempt(ctx context.Context, params sdk.MessageNewParams, onDelt
 			case "input_json_delta":
 				b.text.WriteString(ev.Delta.PartialJSON)
 			}
+		case "message_stop":
+			// Nothing follows it: a server or proxy that keeps the
+			// connection open after it must not hold the call.
+			ended = true
 		case "message_delta":
 			if ev.Delta.StopReason != "" {
 				stop = string(ev.Delta.StopReason)

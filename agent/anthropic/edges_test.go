@@ -304,3 +304,30 @@ func TestLineLongerThanTheDecoderReads(t *testing.T) {
 		})
 	}
 }
+
+// TestMessageStopEndsTheAnswer: message_stop is the stream's last event;
+// a server (or proxy) that keeps the connection open after it does not hold
+// the call: Generate returns the answer without waiting for the body's end.
+func TestMessageStopEndsTheAnswer(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = w.Write([]byte(start + textStart + textDelta("Hel") + textDelta("lo") + stopWith("end_turn")))
+		w.(http.Flusher).Flush()
+		select { // the connection stays open
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	m := factory(t, srv.URL, retry.Policy{MaxAttempts: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var deltas []string
+	msg, err := m.Generate(ctx, providertest.Turn(), func(d string) { deltas = append(deltas, d) })
+	require.NoError(t, err, "the answer, before the test's bound")
+	assert.Equal(t, []string{"Hel", "lo"}, deltas)
+	assert.Equal(t, "Hello", msg.GetContent()[0].GetText())
+	assert.Equal(t, &messages.Usage{InputTokens: 7, OutputTokens: 9}, msg.GetUsage())
+}
