@@ -27,8 +27,9 @@
 // streamed, a failure is never retried here: the call fails with
 // agent.ErrInterrupted (the runtime's own policy, lazarus.Options.ModelRetry,
 // may call Generate again). A stop_reason "refusal" fails the turn with
-// agent.ErrRefused; "model_context_window_exceeded" and "prompt is too long"
-// with agent.ErrContextLength. A stop_reason "max_tokens" is not a
+// agent.ErrRefused; "model_context_window_exceeded", and an error saying
+// "prompt is too long" or that the input and max_tokens "exceed context
+// limit", with agent.ErrContextLength. A stop_reason "max_tokens" is not a
 // failure: the answer is what the model wrote up to the bound, and a
 // tool_use cut there keeps its input as far as it came (not JSON: the
 // runtime records the call with an invalid error result the model reads
@@ -449,8 +450,11 @@ func classifyAPI(e *sdk.Error, streamed bool) error {
 		after = retry.After(e.Response.Header, time.Now())
 	}
 	typ := string(e.Type())
-	raw := e.RawJSON()
-	tooLong := strings.Contains(strings.ToLower(raw), "prompt is too long") || strings.Contains(strings.ToLower(raw), "context window")
+	raw := strings.ToLower(e.RawJSON())
+	// The API's wordings: "prompt is too long: N tokens > M maximum", and
+	// "input length and `max_tokens` exceed context limit: N + K > M" (the
+	// input fits but not with the answer's bound).
+	tooLong := strings.Contains(raw, "prompt is too long") || strings.Contains(raw, "context window") || strings.Contains(raw, "exceed context limit")
 	switch {
 	case e.StatusCode == http.StatusOK && !tooLong && typ != "rate_limit_error":
 		// An error event of any other type: the stream broke, after text

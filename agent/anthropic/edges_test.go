@@ -91,6 +91,7 @@ func TestFailureOutcomes(t *testing.T) {
 		{"429 no retry-after", "> status 429\n{\"type\":\"error\",\"error\":{\"type\":\"rate_limit_error\",\"message\":\"slow\"}}\n===\n> status 429\n{}\n===\n> status 429\n{}\n", agent.ErrRateLimited, 3, []time.Duration{providertest.Backoff, 2 * providertest.Backoff}},
 		{"403", "> status 403\n{\"type\":\"error\",\"error\":{\"type\":\"permission_error\",\"message\":\"no\"}}\n", agent.ErrRequest, 1, nil},
 		{"400", "> status 400\n{\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\",\"message\":\"bad\"}}\n", agent.ErrRequest, 1, nil},
+		{"400 input and max_tokens too long", "> status 400\n{\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\",\"message\":\"input length and `max_tokens` exceed context limit: 178959 + 64000 > 200000, decrease input length or `max_tokens` and try again\"}}\n", agent.ErrContextLength, 1, nil},
 		{"400 too long", "> status 400\n{\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\",\"message\":\"prompt is too long: 300000 tokens > 200000 maximum\"}}\n", agent.ErrContextLength, 1, nil},
 		{"context window stop", start + textStart + textDelta("hi") + stopWith("model_context_window_exceeded"), agent.ErrContextLength, 1, nil},
 		{"refusal stop", start + textStart + textDelta("no") + stopWith("refusal"), agent.ErrRefused, 1, nil},
