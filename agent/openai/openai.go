@@ -29,7 +29,11 @@
 // fails with agent.ErrInterrupted, and nothing of it is written; the
 // runtime's own policy (lazarus.Options.ModelRetry) may then call Generate
 // again, after announcing the retry to subscribers. See agent.ErrRateLimited
-// for the outcome of each failure.
+// for the outcome of each failure. A request over the model's window is
+// agent.ErrContextLength, never retried: OpenAI's code
+// context_length_exceeded, and the wordings of the compatible servers
+// (vLLM's "maximum context length", llama.cpp's exceed_context_size_error,
+// even with a 500), as an error status or an error event.
 //
 // A stop at the token bound (finish_reason "length", at Options.MaxTokens
 // or the conversation's max tokens) is not a failure: the answer is what
@@ -534,6 +538,10 @@ func classifyStatus(e *oai.Error) error {
 		return fmt.Errorf("openai: %w: %w", agent.ErrRateLimited, e)
 	case e.StatusCode == http.StatusTooManyRequests:
 		return retry.Retryable(fmt.Errorf("openai: %w: %w", agent.ErrRateLimited, e), after)
+	case e.Type == "exceed_context_size_error":
+		// llama.cpp's server, with a 400 or (older versions) a 500: not
+		// the server's failure, another attempt would fail alike.
+		return fmt.Errorf("openai: %w: %w", agent.ErrContextLength, e)
 	case e.StatusCode >= 500 || e.StatusCode == http.StatusRequestTimeout:
 		return retry.Retryable(fmt.Errorf("openai: %w: %w", agent.ErrUnavailable, e), after)
 	case e.Code == "context_length_exceeded" || contextLength(e.Message):
@@ -545,9 +553,10 @@ func classifyStatus(e *oai.Error) error {
 
 // contextLength reports whether an error text says the context is too long:
 // OpenAI's code, or the wording of the compatible servers that send none
-// (vLLM: "maximum context length").
+// (vLLM: "maximum context length"; llama.cpp: "exceeds the available
+// context size").
 func contextLength(s string) bool {
 	s = strings.ToLower(s)
 	return strings.Contains(s, "context_length_exceeded") || strings.Contains(s, "maximum context length") ||
-		strings.Contains(s, "context length") && strings.Contains(s, "exceed")
+		(strings.Contains(s, "context length") || strings.Contains(s, "context size")) && strings.Contains(s, "exceed")
 }
