@@ -3,7 +3,8 @@
 //
 // # Streaming and tool calls
 //
-// Text deltas (text_delta) reach onDelta as the events arrive. A tool_use
+// Text deltas (text_delta) reach onDelta as the events arrive, and the
+// answer's text is their concatenation in that order. A tool_use
 // block is assembled from its input_json_delta fragments (a block that has
 // none takes the input its content_block_start gave, else {}); several tool_use
 // blocks in one answer become several calls, in block order, with an empty
@@ -283,10 +284,13 @@ type block struct {
 	kind string // "text", "tool_use", or another (ignored)
 	id   string
 	name string
-	text strings.Builder // text, or the tool input's JSON
-	// input is a tool_use block's input as content_block_start gave it,
+	// input is a tool_use block's input, as its input_json_delta
+	// fragments came. (A text block's text goes straight into the
+	// answer's, in the order its deltas came, which is what onDelta saw.)
+	input strings.Builder
+	// start is a tool_use block's input as content_block_start gave it,
 	// the arguments when no input_json_delta follows.
-	input string
+	start string
 }
 
 // attempt makes one streamed call.
@@ -294,6 +298,7 @@ func (m *Model) attempt(ctx context.Context, params sdk.MessageNewParams, onDelt
 	stream := m.client.Messages.NewStreaming(ctx, params)
 	defer stream.Close()
 	var (
+		text     strings.Builder // the answer's text, as its deltas came
 		blocks   = map[int64]*block{}
 		order    []*block
 		stop     string
@@ -320,10 +325,10 @@ func (m *Model) attempt(ctx context.Context, params sdk.MessageNewParams, onDelt
 			blocks[ev.Index] = b
 			order = append(order, b)
 			if b.kind == "tool_use" {
-				b.input = strings.TrimSpace(ev.ContentBlock.JSON.Input.Raw())
+				b.start = strings.TrimSpace(ev.ContentBlock.JSON.Input.Raw())
 			}
 			if b.kind == "text" && ev.ContentBlock.Text != "" {
-				b.text.WriteString(ev.ContentBlock.Text)
+				text.WriteString(ev.ContentBlock.Text)
 				if onDelta != nil {
 					onDelta(ev.ContentBlock.Text)
 				}
@@ -344,13 +349,13 @@ func (m *Model) attempt(ctx context.Context, params sdk.MessageNewParams, onDelt
 				if ev.Delta.Text == "" {
 					break // no text: a failure after it may still be retried
 				}
-				b.text.WriteString(ev.Delta.Text)
+				text.WriteString(ev.Delta.Text)
 				if onDelta != nil {
 					onDelta(ev.Delta.Text)
 				}
 				streamed = true
 			case "input_json_delta":
-				b.text.WriteString(ev.Delta.PartialJSON)
+				b.input.WriteString(ev.Delta.PartialJSON)
 			}
 		case "message_stop":
 			// Nothing follows it: a server or proxy that keeps the
@@ -375,7 +380,6 @@ func (m *Model) attempt(ctx context.Context, params sdk.MessageNewParams, onDelt
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("anthropic: %w", err)
 	}
-	var text strings.Builder
 	msg := &messages.AssistantMessage{Model: model}
 	if model == "" {
 		msg.Model = string(params.Model) // the model asked for: the conversation's, else the options'
@@ -384,13 +388,10 @@ func (m *Model) attempt(ctx context.Context, params sdk.MessageNewParams, onDelt
 		msg.Usage = &usage
 	}
 	for _, b := range order {
-		switch b.kind {
-		case "text":
-			text.WriteString(b.text.String())
-		case "tool_use":
-			args := b.text.String()
+		if b.kind == "tool_use" {
+			args := b.input.String()
 			if strings.TrimSpace(args) == "" {
-				args = b.input
+				args = b.start
 			}
 			if args == "" || args == "null" {
 				args = "{}"

@@ -332,3 +332,21 @@ func TestMessageStopEndsTheAnswer(t *testing.T) {
 	assert.Equal(t, "Hello", msg.GetContent()[0].GetText())
 	assert.Equal(t, &messages.Usage{InputTokens: 7, OutputTokens: 9}, msg.GetUsage())
 }
+
+// TestTextIsTheDeltasInTheirOrder: the answer's text is the concatenation
+// of the deltas onDelta saw, in their order, even from a server that
+// interleaves the deltas of two text blocks (the Messages API streams
+// blocks one after the other).
+func TestTextIsTheDeltasInTheirOrder(t *testing.T) {
+	delta := func(index, s string) string {
+		return ev("content_block_delta", `{"type":"content_block_delta","index":`+index+`,"delta":{"type":"text_delta","text":"`+s+`"}}`)
+	}
+	p := serveText(t, start+textStart+
+		ev("content_block_start", `{"type":"content_block_start","index":1,"content_block":{"type":"text","text":"B"}}`)+
+		delta("0", "A")+delta("1", "C")+delta("0", "D")+stopWith("end_turn"))
+	var deltas []string
+	msg, err := p.m.Generate(context.Background(), providertest.Turn(), func(d string) { deltas = append(deltas, d) })
+	require.NoError(t, err)
+	assert.Equal(t, []string{"B", "A", "C", "D"}, deltas)
+	assert.Equal(t, strings.Join(deltas, ""), msg.GetContent()[0].GetText())
+}
