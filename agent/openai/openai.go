@@ -39,7 +39,8 @@
 // or the conversation's max tokens) is not a failure: the answer is what
 // the model wrote up to the bound, and a tool call cut there keeps its
 // arguments as far as they came (not JSON: the runtime records the call
-// with an invalid error result the model reads next). A stream that ends
+// with an invalid error result the model reads next). In the history sent
+// back, a call whose arguments are not a JSON object carries {} instead. A stream that ends
 // with no finish reason at all is agent.ErrIncomplete, and one whose text,
 // model name or a call's id is not valid UTF-8 is agent.ErrMalformed (see
 // NotUTF8).
@@ -214,7 +215,13 @@ func (m *Model) request(turn agent.Turn) (oai.ChatCompletionNewParams, error) {
 			}
 			for _, tc := range a.GetToolCalls() {
 				args := tc.GetArguments()
-				if args == "" {
+				if !agent.ValidJSON(args) || !strings.HasPrefix(strings.TrimLeft(args, " \t\r\n"), "{") {
+					// Arguments that were not a JSON object (cut at
+					// the token bound; recorded with an error result
+					// the model reads next) are sent as an empty
+					// object: servers that decode them for the chat
+					// template (vLLM) refuse the whole history
+					// otherwise, on every later call.
 					args = "{}"
 				}
 				am.ToolCalls = append(am.ToolCalls, oai.ChatCompletionMessageToolCallUnionParam{

@@ -244,3 +244,54 @@ func TestMessageWhileACallIsOpenIsSentAfterItsResult(t *testing.T) {
 	assert.Equal(t, []string{"user:", "assistant:", "tool:a", "user:"}, got)
 	assert.Equal(t, "hurry", req.Messages[3].Content)
 }
+
+// TestArgumentsThatAreNotAnObjectAreSentAsOne: a call in the history whose
+// arguments are not a JSON object (cut at the token bound, or a scalar; the
+// runtime answered it with an invalid-call error) is sent back with "{}",
+// which servers that decode the arguments (vLLM) require; an object is
+// sent as it was recorded.
+func TestArgumentsThatAreNotAnObjectAreSentAsOne(t *testing.T) {
+	for _, tc := range []struct{ recorded, sent string }{
+		{`{"city":"Par`, `{}`},
+		{`"Paris"`, `{}`},
+		{`[1,2]`, `{}`},
+		{``, `{}`},
+		{`{"city": "Paris"}`, `{"city": "Paris"}`},
+	} {
+		rs, err := providertest.Load("testdata/text.txt")
+		require.NoError(t, err)
+		srv := providertest.Serve(t, rs)
+		m, err := openai.New(openai.Options{Model: "my-model", BaseURL: srv.URL, APIKey: "k"})
+		require.NoError(t, err)
+		turn := providertest.Turn()
+		n := 0
+		for _, ev := range turn.Context {
+			for _, call := range ev.GetAssistantMsg().GetToolCalls() {
+				call.Arguments = tc.recorded
+				n++
+			}
+		}
+		require.Positive(t, n, "the turn's history has a call")
+		_, err = m.Generate(context.Background(), turn, nil)
+		require.NoError(t, err)
+		require.Len(t, srv.Requests(), 1)
+		var req struct {
+			Messages []struct {
+				ToolCalls []struct {
+					Function struct {
+						Arguments string `json:"arguments"`
+					} `json:"function"`
+				} `json:"tool_calls"`
+			} `json:"messages"`
+		}
+		require.NoError(t, json.Unmarshal(srv.Requests()[0], &req))
+		sent := 0
+		for _, msg := range req.Messages {
+			for _, call := range msg.ToolCalls {
+				assert.Equal(t, tc.sent, call.Function.Arguments, "recorded %q", tc.recorded)
+				sent++
+			}
+		}
+		assert.Equal(t, n, sent)
+	}
+}
