@@ -117,7 +117,8 @@ type EventLog interface {
 	// durable write (one sync). Each request succeeds or fails on its own,
 	// with the same rules as Append; requests for the same conversation are
 	// applied in order, so the second may expect the last seq of the first.
-	// The returned slice has one result per request, in order. A failure
+	// A stored record that is corrupt fails, with ErrCorrupt, the requests
+	// that meet it (as Append would) and no other. The returned slice has one result per request, in order. A failure
 	// of the write itself (I/O, closed) is reported in every result that had
 	// not already failed on its own.
 	AppendBatch(ctx context.Context, reqs []*messages.AppendRequest) []AppendResult

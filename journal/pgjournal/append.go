@@ -31,13 +31,15 @@ type head struct {
 	dirty   bool                   // last_seq or the row changed
 	rowSet  bool                   // the row changed: write its bytes and status
 	idb     []byte                 // the id's bytes, once the batch writes events
+	corrupt error                  // the stored row did not decode: its requests fail with it
 }
 
 // callState is what a batch knows of one tool call row.
 type callState struct {
-	rec    *messages.ToolCallRecord // nil: no row
-	exists bool                     // the table has the row
-	dirty  bool
+	rec     *messages.ToolCallRecord // nil: no row
+	exists  bool                     // the table has the row
+	dirty   bool
+	corrupt error // the stored row did not decode: the requests naming it fail with it
 }
 
 type deadlineKey struct{ conv, call string }
@@ -51,9 +53,12 @@ type batch struct {
 	// dlBase holds the committed deadlines that the requests' DueBy checks
 	// need (absent: none).
 	dlBase map[deadlineKey]*timestamppb.Timestamp
-	evConv [][]byte
-	evSeq  []int64
-	evData [][]byte
+	// dlCorrupt holds the errors of the committed deadlines of dlBase's
+	// keys that are not valid times.
+	dlCorrupt map[deadlineKey]error
+	evConv    [][]byte
+	evSeq     []int64
+	evData    [][]byte
 	// scheds holds the schedules the batch fires (see schedule.go).
 	scheds map[schedKey]*schedState
 }
@@ -62,7 +67,8 @@ type batch struct {
 // trip takes the conversations' locks and reads their heads and the tool
 // call rows the requests name; each request is then checked in Go against
 // that state as moved on by the requests before it (so a failing request
-// writes nothing and fails no other); a second round trip writes what the
+// writes nothing and fails no other: a stored record that is corrupt fails
+// the requests that meet it, with journal.ErrCorrupt, and no other); a second round trip writes what the
 // passing requests changed, one statement per table, and commits. The
 // caller's events get their seqs only if the commit succeeded.
 func (s *Store) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest) []journal.AppendResult {
@@ -334,14 +340,14 @@ func (s *Store) readBatch(ctx context.Context, conn *pgx.Conn, fast bool, convs,
 			continue
 		}
 		if h.lastSeq, err = decodeLastSeq(string(id), last); err != nil {
-			rows.Close()
-			return nil, err
+			h.corrupt = err
+			continue
 		}
 		h.deleted, h.exists = deleted, true
 		if row != nil {
 			if h.row, err = decodeConversation(row, string(id)); err != nil {
-				rows.Close()
-				return nil, err
+				h.corrupt = err
+				continue
 			}
 		}
 	}
@@ -364,12 +370,8 @@ func (s *Store) readBatch(ctx context.Context, conn *pgx.Conn, fast bool, convs,
 				return nil, err
 			}
 			rec, err := decodeToolCall(data, string(id), string(conv))
-			if err != nil {
-				rows.Close()
-				return nil, err
-			}
-			if cs := b.calls[rec.GetId()]; cs != nil {
-				cs.rec, cs.exists = rec, true
+			if cs := b.calls[string(id)]; cs != nil {
+				cs.rec, cs.exists, cs.corrupt = rec, true, err
 			}
 		}
 		rows.Close()
@@ -379,6 +381,7 @@ func (s *Store) readBatch(ctx context.Context, conn *pgx.Conn, fast bool, convs,
 	}
 	if len(due) > 0 {
 		b.dlBase = make(map[deadlineKey]*timestamppb.Timestamp, len(due))
+		b.dlCorrupt = map[deadlineKey]error{}
 		rows, err = br.Query()
 		if err != nil {
 			return nil, err
@@ -394,8 +397,8 @@ func (s *Store) readBatch(ctx context.Context, conn *pgx.Conn, fast bool, convs,
 			at := &timestamppb.Timestamp{Seconds: atS, Nanos: atN}
 			if err := at.CheckValid(); err != nil {
 				// AsTime would read it as another time.
-				rows.Close()
-				return nil, journal.Corruptf("pgjournal: deadline of %q in %q: at_s, at_n: %v", call, conv, err)
+				b.dlCorrupt[deadlineKey{string(conv), string(call)}] = journal.Corruptf("pgjournal: deadline of %q in %q: at_s, at_n: %v", call, conv, err)
+				continue
 			}
 			b.dlBase[deadlineKey{string(conv), string(call)}] = at
 		}
@@ -432,8 +435,12 @@ func statusOrPending(st messages.ToolCallStatus) messages.ToolCallStatus {
 }
 
 // check runs the checks of Append that need the state, in the contract's
-// order, without changing anything.
+// order, without changing anything. A corrupt stored record the request
+// meets fails it first, as the read of it would.
 func (b *batch) check(req *messages.AppendRequest) error {
+	if err := b.corrupt(req); err != nil {
+		return fmt.Errorf("append: %w", err)
+	}
 	id := req.GetConversationId()
 	h := b.heads[id]
 	if h.deleted {
@@ -490,6 +497,54 @@ func (b *batch) check(req *messages.AppendRequest) error {
 		return err
 	}
 	return b.checkFire(id, req.GetScheduleFire())
+}
+
+// corrupt returns the error of the first corrupt stored record req meets:
+// its conversation row, a tool call row it names (AppendBatch read them),
+// a committed deadline its DueBy check reads, or the schedule it fires.
+func (b *batch) corrupt(req *messages.AppendRequest) error {
+	id := req.GetConversationId()
+	if err := b.heads[id].corrupt; err != nil {
+		return err
+	}
+	call := func(c string) error {
+		if cs := b.calls[c]; cs != nil {
+			return cs.corrupt
+		}
+		return nil
+	}
+	for _, tc := range req.GetToolCalls() {
+		if err := call(tc.GetId()); err != nil {
+			return err
+		}
+	}
+	for _, r := range req.GetResolutions() {
+		if err := call(r.GetToolCallId()); err != nil {
+			return err
+		}
+		k := deadlineKey{id, r.GetToolCallId()}
+		if _, moved := b.deadlines[k]; req.GetDueBy() != nil && !moved && b.dlCorrupt[k] != nil {
+			return b.dlCorrupt[k]
+		}
+	}
+	for _, d := range req.GetReschedule() {
+		if err := call(d.GetToolCallId()); err != nil {
+			return err
+		}
+	}
+	if req.GetStatus() == messages.ConversationStatus_CONVERSATION_STATUS_SUSPENDED {
+		for c := range req.GetFsmState().GetPending() {
+			if err := call(c); err != nil {
+				return err
+			}
+		}
+	}
+	if f := req.GetScheduleFire(); f != nil {
+		if st := b.scheds[schedKey{id, f.GetScheduleId()}]; st != nil {
+			return st.corrupt
+		}
+	}
+	return nil
 }
 
 // checkResolvedRow reports ErrInvalid when resolution r of req would leave

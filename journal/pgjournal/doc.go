@@ -70,7 +70,9 @@
 // UTF-8, and a read of a log whose seqs skip (Events, LoadSince: rows of
 // lz_events removed under the store) give an error wrapping
 // journal.ErrCorrupt that names the row, never a record, or a history with
-// a hole, handed to the caller.
+// a hole, handed to the caller. In an AppendBatch, such a record fails
+// the requests that meet it (its conversation's row, a tool call row, a
+// deadline or a schedule a request checks) and no other.
 //
 // # Reconnection
 //

@@ -19,8 +19,9 @@ var _ journal.ScheduleStore = (*Store)(nil)
 // schedState is a schedule an append batch fires: as read, then as the
 // batch's requests leave it.
 type schedState struct {
-	cur   *messages.Schedule // nil: absent or removed
-	dirty bool
+	cur     *messages.Schedule // nil: absent or removed
+	dirty   bool
+	corrupt error // the stored row did not decode: a fire of it fails with it
 }
 
 // schedKey names a schedule: ids are per conversation.
@@ -62,7 +63,8 @@ func (b *batch) readSchedules(ctx context.Context, conn *pgx.Conn, convs, ids []
 		}
 		sc, err := decodeSchedule(id, data, string(conv))
 		if err != nil {
-			return err
+			b.scheds[schedKey{string(conv), string(id)}].corrupt = err
+			continue
 		}
 		b.scheds[schedKey{string(conv), string(id)}].cur = sc
 	}
