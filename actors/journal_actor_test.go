@@ -236,6 +236,54 @@ func TestJournalGroupCommit(t *testing.T) {
 	require.Equal(t, []int{1, 4}, store.batchSizes(), "one AppendBatch for everything that arrived during the first")
 }
 
+// TestJournalGroupCommitFailsOnlyTheBadRequests: requests of several
+// conversations committed by one AppendBatch, some of them bad (a stale
+// fence, an invalid request, a deleted conversation), each get their own
+// result: the bad ones their own sentinel, the others land and succeed.
+func TestJournalGroupCommitFailsOnlyTheBadRequests(t *testing.T) {
+	sys := newTestSystem(t)
+	store := newGateStore()
+	ctx := t.Context()
+	_, err := store.Store.Append(ctx, userAppend("x", 0, "x1"))
+	require.NoError(t, err)
+	_, err = store.Store.Append(ctx, userAppend("gone", 0, "g1"))
+	require.NoError(t, err)
+	require.NoError(t, store.Store.DeleteConversation(ctx, "gone"))
+	release := store.hold()
+	pid := sys.Root.Spawn(actors.NewJournal(store, actors.JournalOptions{}))
+	col := newReplyCollector(t, sys)
+
+	sys.Root.RequestWithCustomSender(pid, write(1, userAppend("a", 0, "first")), col.pid)
+	require.Equal(t, 1, store.waitEntered(t))
+	// Queued while commit 1 is in flight: they form the next batch.
+	sys.Root.RequestWithCustomSender(pid, write(2, userAppend("b", 0, "b1")), col.pid)
+	sys.Root.RequestWithCustomSender(pid, write(3, userAppend("x", 0, "stale writer")), col.pid)
+	sys.Root.RequestWithCustomSender(pid, write(4, userAppend("c", 0, "c1")), col.pid)
+	sys.Root.RequestWithCustomSender(pid, write(5, &messages.AppendRequest{ConversationId: "y", Events: []*messages.Event{{}}}), col.pid)
+	sys.Root.RequestWithCustomSender(pid, write(6, userAppend("gone", 1, "g2")), col.pid)
+	sys.Root.RequestWithCustomSender(pid, write(7, userAppend("d", 0, "d1")), col.pid)
+	release()
+
+	bad := map[uint64]error{3: journal.ErrConflict, 5: journal.ErrInvalid, 6: journal.ErrDeleted}
+	for i := range 7 {
+		r := col.next(t)
+		id := r.GetRequestId()
+		require.Equal(t, uint64(i+1), id, "replies come in request order")
+		if want, ok := bad[id]; ok {
+			require.ErrorIs(t, replyErr(r), want, "request %d", id)
+			continue
+		}
+		require.NoError(t, replyErr(r), "request %d", id)
+		require.Equal(t, uint64(1), r.GetReply().GetLastSeq(), "request %d", id)
+	}
+	require.Equal(t, []int{1, 6}, store.batchSizes(), "the bad requests were committed with the others")
+	for conv, want := range map[string]uint64{"a": 1, "b": 1, "c": 1, "d": 1, "x": 1, "y": 0} {
+		last, err := store.Store.LastSeq(ctx, conv)
+		require.NoError(t, err)
+		require.Equal(t, want, last, conv)
+	}
+}
+
 func TestJournalMaxBatch(t *testing.T) {
 	sys := newTestSystem(t)
 	store := newGateStore()

@@ -526,6 +526,7 @@ var batchCases = []suiteCase{
 	{name: "SameConversationChained", run: testBatchChained},
 	{name: "FailedRequestBreaksChain", run: testBatchChainBreak},
 	{name: "ManyConversations", run: testBatchMany},
+	{name: "EachFailureAlone", run: testBatchEachFailureAlone},
 }
 
 func testBatchIndependent(t *testing.T, e env) {
@@ -603,6 +604,70 @@ func testBatchChainBreak(t *testing.T, e env) {
 	require.NoError(t, results[2].Err)
 	assert.Equal(t, journal.AppendResult{FirstSeq: 1, LastSeq: 2}, results[2])
 	requireProtos(t, withSeqs(1, userEvs(3, 2)), allEvents(t, s, "c"))
+}
+
+// testBatchEachFailureAlone: in one AppendBatch, a request to a deleted
+// conversation (ErrDeleted), one upserting a tool call of another
+// conversation (ErrConflict) and one over MaxAppendBytes (ErrInvalid) each
+// fail with their own sentinel and write nothing of their events, rows or
+// deadlines; the requests of other conversations between them land whole.
+func testBatchEachFailureAlone(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	for _, c := range []string{"del", "own", "big", "d", "e"} {
+		appendEvents(t, s, c, userEv(1, c))
+	}
+	appendOK(t, s, &messages.AppendRequest{ConversationId: "d", ExpectedLast: 1, Events: []*messages.Event{toolCallEv(2, "d/tc")},
+		ToolCalls: []*messages.ToolCallRecord{humanCall("d", "d/tc")}})
+	require.NoError(t, s.DeleteConversation(ctx, "del"))
+	bigEv := eventOfSize(journal.MaxEventBytes - 64)
+	tooBig := make([]*messages.Event, journal.MaxAppendBytes/(journal.MaxEventBytes-64)+1)
+	for i := range tooBig {
+		tooBig[i] = bigEv
+	}
+	failing := []string{"del", "own", "big"}
+	calls := []string{"del/tc", "own/tc", "big/tc", "d/tc"}
+	before := snapshotOf(t, s, failing, calls)
+	withCall := func(conv string, last uint64, evs ...*messages.Event) *messages.AppendRequest {
+		call := conv + "/tc"
+		return &messages.AppendRequest{ConversationId: conv, ExpectedLast: last,
+			Events:    append(evs, assistantEv(9, "asking", call), toolCallEv(9, call)),
+			ToolCalls: []*messages.ToolCallRecord{humanCall(conv, call)},
+			Schedule:  []*messages.Deadline{deadline(conv, call, 100)},
+			FsmState:  awaiting(last+uint64(len(evs))+2, call), Status: messages.ConversationStatus_CONVERSATION_STATUS_SUSPENDED}
+	}
+	owner := withCall("own", 1)
+	owner.ToolCalls = append(owner.ToolCalls, humanCall("own", "d/tc")) // d's call
+	reqs := []*messages.AppendRequest{
+		withCall("e", 1),
+		withCall("del", 1),
+		withCall("f", 0),
+		owner,
+		withCall("big", 1, tooBig...),
+		{ConversationId: "d", ExpectedLast: 2, Events: userEvs(3, 1)},
+	}
+	results := s.AppendBatch(ctx, reqs)
+	require.Len(t, results, len(reqs))
+	requireSentinel(t, results[1].Err, journal.ErrDeleted, "the deleted conversation")
+	requireSentinel(t, results[3].Err, journal.ErrConflict, "the call of another conversation")
+	requireSentinel(t, results[4].Err, journal.ErrInvalid, "the request over MaxAppendBytes")
+	for i, want := range map[int]journal.AppendResult{0: {FirstSeq: 2, LastSeq: 3}, 2: {FirstSeq: 1, LastSeq: 2}, 5: {FirstSeq: 3, LastSeq: 3}} {
+		require.NoError(t, results[i].Err, "request %d, of %q", i, reqs[i].GetConversationId())
+		assert.Equal(t, want, results[i], "request %d", i)
+	}
+	requireSameSnapshot(t, before, snapshotOf(t, s, failing, calls), "the failed requests wrote nothing")
+	for _, c := range []string{"e", "f"} {
+		assert.Equal(t, c, toolCall(t, s, c+"/tc").GetConversationId(), "the call of %q", c)
+		row := conversation(t, s, c)
+		assert.Equal(t, messages.ConversationStatus_CONVERSATION_STATUS_SUSPENDED, row.GetStatus(), c)
+	}
+	assert.Equal(t, "d", toolCall(t, s, "d/tc").GetConversationId(), "d's call stays d's")
+	assert.Equal(t, uint64(3), lastSeq(t, s, "d"))
+	var dl []string
+	for _, d := range allDeadlines(t, s) {
+		dl = append(dl, d.GetToolCallId())
+	}
+	assert.ElementsMatch(t, []string{"e/tc", "f/tc"}, dl, "only the landed requests' deadlines")
 }
 
 func testBatchMany(t *testing.T, e env) {
