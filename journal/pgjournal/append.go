@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
@@ -69,8 +70,11 @@ type batch struct {
 // that state as moved on by the requests before it (so a failing request
 // writes nothing and fails no other: a stored record that is corrupt fails
 // the requests that meet it, with journal.ErrCorrupt, and no other); a second round trip writes what the
-// passing requests changed, one statement per table, and commits. The
-// caller's events get their seqs only if the commit succeeded.
+// passing requests changed, one statement per table, and commits. A
+// transaction the server rolls back because of a concurrent writer (a tool
+// call id inserted meanwhile, a deadlock) is run again, up to
+// maxBatchAttempts times, from the reads. The caller's events get their
+// seqs only if the commit succeeded.
 func (s *Store) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest) []journal.AppendResult {
 	results := make([]journal.AppendResult, len(reqs))
 	failAll := func(err error) []journal.AppendResult {
@@ -175,39 +179,53 @@ func (s *Store) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest)
 	// destroyed by Release rather than reused.
 	defer conn.Release()
 	fast := useByteaArrays(conn.Conn())
-
-	b, err := s.readBatch(ctx, conn.Conn(), fast, convs, callIDs, due)
-	if err != nil {
-		for i := range reqs {
-			if ok[i] {
-				restore(i)
-			}
-		}
-		return failAll(s.wrap("append", err))
-	}
 	fireConvs, fireIDs := fireKeys(reqs, ok)
-	if err := b.readSchedules(ctx, conn.Conn(), fireConvs, fireIDs); err != nil {
-		for i := range reqs {
-			if ok[i] {
-				restore(i)
+	valid := slices.Clone(ok)
+	for attempt := 1; ; attempt++ {
+		b, err := s.readBatch(ctx, conn.Conn(), fast, convs, callIDs, due)
+		if err == nil {
+			err = b.readSchedules(ctx, conn.Conn(), fireConvs, fireIDs)
+		}
+		if err != nil {
+			err = s.wrap("append", err)
+		} else {
+			now := time.Now()
+			for i, req := range reqs {
+				if !ok[i] {
+					continue
+				}
+				if err := b.check(req); err != nil {
+					results[i].Err = fmt.Errorf("pgjournal: %w", err)
+					ok[i] = false
+					restore(i)
+					continue
+				}
+				results[i] = b.apply(req, now, eb, first[i])
+			}
+			err = s.writeBatch(ctx, conn.Conn(), fast, b, eb)
+			if err == nil {
+				return results
 			}
 		}
-		return failAll(s.wrap("append", err))
-	}
-	now := time.Now()
-	for i, req := range reqs {
-		if !ok[i] {
-			continue
+		if attempt < maxBatchAttempts && lostRace(err) {
+			// Another writer's transaction, which the batch's locks do
+			// not order with it, took a tool call id the batch inserts
+			// (or deadlocked with it): the server rolled the batch back.
+			// Once rolled back here, a new read sees what that writer
+			// committed, and only the requests it concerns fail; the
+			// whole batch failed with ErrConflict, which told every
+			// other conversation of it that its fence was lost.
+			if _, rerr := conn.Exec(ctx, "ROLLBACK"); rerr == nil {
+				eb.rows = eb.rows[:0]
+				for i := range reqs {
+					if valid[i] {
+						ok[i], results[i] = true, journal.AppendResult{}
+						reseq(reqs[i])
+					}
+				}
+				continue
+			}
 		}
-		if err := b.check(req); err != nil {
-			results[i].Err = fmt.Errorf("pgjournal: %w", err)
-			ok[i] = false
-			restore(i)
-			continue
-		}
-		results[i] = b.apply(req, now, eb, first[i])
-	}
-	if err := s.writeBatch(ctx, conn.Conn(), fast, b, eb); err != nil {
 		for i := range reqs {
 			if ok[i] {
 				restore(i)
@@ -215,7 +233,27 @@ func (s *Store) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest)
 		}
 		return failAll(err)
 	}
-	return results
+}
+
+// maxBatchAttempts bounds the transactions one AppendBatch runs when it
+// loses races to other writers (see lostRace).
+const maxBatchAttempts = 3
+
+// lostRace reports whether err is the server's report of a write that
+// rolled back because of a concurrent transaction the batch's checks could
+// not see: a unique violation (a tool call id inserted meanwhile), a
+// deadlock or a serialization failure.
+func lostRace(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "23505" || pgErr.Code == "40P01" || pgErr.Code == "40001")
+}
+
+// reseq gives the events of req the seqs after its ExpectedLast, as
+// evBuf.encode gave them.
+func reseq(req *messages.AppendRequest) {
+	for j, ev := range req.GetEvents() {
+		ev.Seq = req.GetExpectedLast() + 1 + uint64(j)
+	}
 }
 
 // evBuf holds the encoded events of one AppendBatch: event k's bytes are
@@ -746,8 +784,9 @@ func (s *Store) writeBatch(ctx context.Context, conn *pgx.Conn, fast bool, b *ba
 			byteas(fast, uid), ulast, byteas(fast, urow), ustatus)
 	}
 	// Tool calls: new ids are inserted (an id another conversation's batch
-	// took meanwhile is a unique violation: ErrConflict, nothing written),
-	// the rows the batch read and locked are updated.
+	// took meanwhile is a unique violation, nothing written: AppendBatch
+	// reads and checks again), the rows the batch read and locked are
+	// updated.
 	var cid, cconv, cdata, kid, kconv, kdata [][]byte
 	var cstatus, kstatus []int32
 	for id, cs := range b.calls {
