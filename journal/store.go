@@ -22,6 +22,12 @@ import (
 // it is given. Records and slices returned belong to the caller; the Store
 // keeps no reference to them.
 //
+// Times: every time a Store takes (an event's, a tool call row's created,
+// resolved and deadline, a resolution's, a deadline's, a summary's, a
+// model call's, a ConversationUpdate's created, ResolveToolCall's at) may
+// be unset, or else must be a valid timestamp, within the years 1 to 9999
+// (CheckTime); any other is ErrInvalid and nothing is written.
+//
 // Errors: every error wraps one of the sentinels of this package where one
 // applies. After Close, every method returns an error wrapping ErrClosed;
 // so does a call whose ctx is done too: a closed store is checked before
@@ -145,7 +151,8 @@ type Summaries interface {
 	// ErrInvalid. ErrDeleted after the conversation was deleted. As for
 	// Append, a summary that is wrong by itself (nil, a bad range, one
 	// that cannot be encoded or exceeds MaxRecordBytes: see
-	// ValidateSummaryShape) is ErrInvalid first, deleted conversation or
+	// ValidateSummaryShape; a created time outside the years 1 to 9999,
+	// say) is ErrInvalid first, deleted conversation or
 	// not; ToSeq beyond LastSeq is checked after ErrDeleted.
 	PutSummary(ctx context.Context, conversationID string, s *messages.Summary) error
 	// LatestSummary returns the summary with the greatest ToSeq, or
@@ -163,7 +170,8 @@ type ToolCalls interface {
 	// UpsertToolCall inserts or replaces the row rec.Id. A row with an
 	// unspecified status (new or replacing one) is stored as pending. A row
 	// ValidateToolCall refuses (an executor neither server nor human, a
-	// server call with a deadline, say) is ErrInvalid and nothing is
+	// server call with a deadline, a created, resolved or deadline time
+	// outside the years 1 to 9999, say) is ErrInvalid and nothing is
 	// written. If the id belongs to another conversation it returns
 	// ErrConflict; ErrDeleted after the conversation was deleted.
 	UpsertToolCall(ctx context.Context, rec *messages.ToolCallRecord) error
@@ -187,8 +195,9 @@ type ToolCalls interface {
 	// and Resolved, whatever the pending row held: a nil result leaves it
 	// with none, the zero time with no Resolved time. If the call is unknown or not pending it
 	// returns ErrStale and changes nothing. A status that is not terminal,
-	// or a result that cannot be encoded or exceeds MaxRecordBytes, is
-	// ErrInvalid, checked first; a result that would make the pending row
+	// an at outside the years 1 to 9999 (ValidateResolvedAt), or a result
+	// that cannot be encoded or exceeds MaxRecordBytes, is ErrInvalid,
+	// checked first; a result that would make the pending row
 	// exceed MaxRecordBytes is ErrInvalid too, checked after ErrStale.
 	// Either way nothing changes. Exactly one of any number of concurrent
 	// resolvers of one call succeeds, whether they call ResolveToolCall or

@@ -90,7 +90,7 @@ func putBuf(bp *[]byte, b []byte) {
 }
 
 // ValidateEvent checks one event before it is appended: it is not nil, a
-// body is set, every enum in it holds a value of its enum (CheckEnums), it
+// body is set, its time is unset or one CheckTime accepts, every enum in it holds a value of its enum (CheckEnums), it
 // can be encoded (every string is valid UTF-8) and its encoding fits
 // MaxEventBytes. It encodes ev into a pooled buffer, so a
 // check allocates nothing in the common case.
@@ -117,7 +117,8 @@ func validateCopiedEvent(ev *messages.Event) error {
 
 // EncodeEvent appends the protobuf encoding of ev to dst and returns the
 // extended buffer. It fails exactly when ValidateEvent does, with the same
-// error (wrapping ErrInvalid): ev is nil, has no body, holds an enum
+// error (wrapping ErrInvalid): ev is nil, has no body, has a time outside
+// the years 1 to 9999 ("event time: ..."), holds an enum
 // number its enum does not declare ("event: ... not a value of ..."),
 // cannot be encoded ("event cannot be encoded (...)") or encodes to more than MaxEventBytes
 // ("event of N bytes exceeds ..."). On error the returned buffer is dst
@@ -161,6 +162,9 @@ func checkEventShape(ev *messages.Event) error {
 	}
 	if ev.GetBody() == nil {
 		return Invalidf("event without a body")
+	}
+	if err := CheckTime("event time", ev.GetTime()); err != nil {
+		return err
 	}
 	if tc := ev.GetToolCall(); tc != nil {
 		if _, ok := messages.Executor_name[int32(tc.GetExecutor())]; !ok {
@@ -217,8 +221,10 @@ func appendEventError(req *messages.AppendRequest, i int, err error) error {
 // value of its enum (unspecified stores as pending); that its executor is
 // server or human (an unspecified one names nobody to answer the call: a
 // revival could neither run it nor wait on it); that a server call has no
-// deadline (deadlines are when pending human calls expire); that it fits;
-// and that it does not set the storage-internal result_seq.
+// deadline (deadlines are when pending human calls expire); that its
+// created, resolved and deadline times, each of which may be unset, are
+// valid timestamps if set (CheckTime); that it fits; and that it does not
+// set the storage-internal result_seq.
 func ValidateToolCall(rec *messages.ToolCallRecord) error {
 	if rec == nil {
 		return Invalidf("nil tool call")
@@ -238,6 +244,14 @@ func ValidateToolCall(rec *messages.ToolCallRecord) error {
 	if rec.GetExecutor() == messages.Executor_EXECUTOR_SERVER && rec.GetDeadline() != nil {
 		return Invalidf("server tool call %s has a deadline (only pending human calls expire)", rec.GetId())
 	}
+	for _, t := range []struct {
+		name string
+		ts   *timestamppb.Timestamp
+	}{{"created", rec.GetCreated()}, {"resolved", rec.GetResolved()}, {"deadline", rec.GetDeadline()}} {
+		if err := CheckTime("tool call "+rec.GetId()+": "+t.name, t.ts); err != nil {
+			return err
+		}
+	}
 	if rec.GetResultSeq() != 0 {
 		return Invalidf("tool call %s sets result_seq, which only a store sets", rec.GetId())
 	}
@@ -253,13 +267,32 @@ func knownExecutor(e messages.Executor) bool {
 // conversation id: nil (the row keeps its own) or a valid timestamp
 // (years 1 to 9999). Errors wrap ErrInvalid.
 func ValidateCreated(id string, created *timestamppb.Timestamp) error {
-	if created == nil {
+	return CheckTime(fmt.Sprintf("conversation %q: created", id), created)
+}
+
+// CheckTime is the rule every time a Store takes is held to: ts may be
+// nil (unset) but, if set, must be a valid timestamp (CheckValid: within
+// the years 1 to 9999, its nanos within a second), else an error wrapping
+// ErrInvalid that starts with what. A time outside that range cannot be
+// converted back to a time.Time faithfully nor compared alike by every
+// adapter, so no write stores one: the times of a deadline, a reschedule,
+// an append's due_by and resolutions, a model call, a conversation
+// update, a tool call row, an event and a summary are all checked by it.
+func CheckTime(what string, ts *timestamppb.Timestamp) error {
+	if ts == nil {
 		return nil
 	}
-	if err := created.CheckValid(); err != nil {
-		return Invalidf("conversation %q: created: %v", id, err)
+	if err := ts.CheckValid(); err != nil {
+		return Invalidf("%s: %v", what, err)
 	}
 	return nil
+}
+
+// ValidateResolvedAt checks the time a ResolveToolCall stamps its call
+// with: the zero time (no Resolved time) or one CheckTime accepts. Errors
+// wrap ErrInvalid.
+func ValidateResolvedAt(toolCallID string, at time.Time) error {
+	return CheckTime("resolve "+toolCallID+": time", Timestamp(at))
 }
 
 // ValidStatus reports whether s is a value of the ConversationStatus enum
@@ -485,7 +518,9 @@ func resultInEvent(req *messages.AppendRequest, r *messages.ToolResolution) bool
 }
 
 // ValidateAppend checks everything in req that can be checked without
-// reading the Store: ids, counts, sizes, statuses; that every tool call,
+// reading the Store: ids, counts, sizes, statuses, times (every time it
+// carries, its events', rows', deadlines', resolutions' and due_by, is
+// unset or one CheckTime accepts); that every tool call,
 // deadline and resolution names req's conversation where it names one; and
 // that every tool_call event carries a call with a valid id whose row, of
 // the event's executor, req upserts (so that no crash leaves a call in the
@@ -504,8 +539,8 @@ func ValidateAppend(req *messages.AppendRequest) error {
 
 // ValidateAppendShape checks req exactly as ValidateAppend does, in the
 // same order and with the same errors, except that it does not encode the
-// events: it checks that each is not nil, has a body and holds only
-// declared enum values, but not that it can be encoded (its strings are
+// events: it checks that each is not nil, has a body, a valid time if
+// any and only declared enum values, but not that it can be encoded (its strings are
 // valid UTF-8) nor that its encoding fits MaxEventBytes. So: where ValidateAppend returns nil, so does it; where
 // ValidateAppend returns an error other than an event's encoding error, it
 // returns the same error; where ValidateAppend returns an event's encoding
@@ -560,6 +595,9 @@ func validateAppend(req *messages.AppendRequest, encode bool) error {
 			return Invalidf("nil resolution in append to %q", conv)
 		}
 		if err := ValidateResolution(r.GetToolCallId(), r.GetStatus()); err != nil {
+			return err
+		}
+		if err := CheckTime("resolution of tool call "+r.GetToolCallId()+": at", r.GetAt()); err != nil {
 			return err
 		}
 		if err := checkSize("resolution of tool call "+r.GetToolCallId(), r, MaxRecordBytes); err != nil {
@@ -745,7 +783,8 @@ func checkSuspension(s *messages.Suspension) error {
 }
 
 // ValidateSummary checks a summary against the conversation's last seq:
-// 1 <= FromSeq <= ToSeq <= lastSeq, and that it fits.
+// 1 <= FromSeq <= ToSeq <= lastSeq, its created time (unset or one
+// CheckTime accepts), its agents' entries, and that it fits.
 func ValidateSummary(conv string, s *messages.Summary, lastSeq uint64) error {
 	if s == nil {
 		return Invalidf("nil summary for %q", conv)
@@ -756,6 +795,9 @@ func ValidateSummary(conv string, s *messages.Summary, lastSeq uint64) error {
 	if s.GetToSeq() > lastSeq {
 		return Invalidf("summary of %q covers up to %d but the log ends at %d", conv, s.GetToSeq(), lastSeq)
 	}
+	if err := CheckTime(fmt.Sprintf("summary of %q: created", conv), s.GetCreated()); err != nil {
+		return err
+	}
 	if p := SummaryAgentsProblem(s); p != "" {
 		return Invalidf("summary of %q: %s", conv, p)
 	}
@@ -764,7 +806,7 @@ func ValidateSummary(conv string, s *messages.Summary, lastSeq uint64) error {
 
 // ValidateSummaryShape checks what ValidateSummary checks of a summary by
 // itself, whatever the log holds: not nil, 1 <= FromSeq <= ToSeq, its
-// agents' entries, and that it fits. An adapter runs it before it reads
+// created time, its agents' entries, and that it fits. An adapter runs it before it reads
 // the conversation, so that a summary no log could take is ErrInvalid
 // whether the conversation was deleted or not, as an append's input is
 // (see Summaries.PutSummary); ToSeq <= LastSeq is checked after.

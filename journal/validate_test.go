@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
@@ -275,6 +276,70 @@ func TestValidateModelCall(t *testing.T) {
 	} {
 		require.ErrorIs(t, journal.ValidateModelCall(mc), journal.ErrInvalid, name)
 	}
+}
+
+// TestStoredTimesChecked: every time a write stores is held to CheckTime's
+// rule, the limits included: the edges of the years 1 to 9999 pass, one
+// second beyond either or nanos outside a second is ErrInvalid, wherever
+// the time sits (an event, an appended or upserted row, a resolution, a
+// summary, a fork's events, ResolveToolCall's at). Unset times pass.
+func TestStoredTimesChecked(t *testing.T) {
+	first := &timestamppb.Timestamp{Seconds: -62135596800}
+	last := &timestamppb.Timestamp{Seconds: 253402300799, Nanos: 999_999_999}
+	fork := func(ts *timestamppb.Timestamp) error {
+		ev := userEv("a")
+		ev.Seq, ev.Time = 1, ts
+		return journal.ValidateFork(&messages.ForkRequest{ConversationId: "f", Events: []*messages.Event{ev},
+			Status: messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE})
+	}
+	checks := map[string]func(*timestamppb.Timestamp) error{
+		"event": func(ts *timestamppb.Timestamp) error {
+			ev := userEv("a")
+			ev.Time = ts
+			return journal.ValidateEvent(ev)
+		},
+		"appended event": func(ts *timestamppb.Timestamp) error {
+			return journal.ValidateAppendShape(validReq(func(r *messages.AppendRequest) { r.Events[1].Time = ts }))
+		},
+		"row created": func(ts *timestamppb.Timestamp) error {
+			rec := call("c", "c/1")
+			rec.Created = ts
+			return journal.ValidateToolCall(rec)
+		},
+		"row resolved": func(ts *timestamppb.Timestamp) error {
+			rec := call("c", "c/1")
+			rec.Resolved = ts
+			return journal.ValidateToolCall(rec)
+		},
+		"row deadline": func(ts *timestamppb.Timestamp) error {
+			return journal.ValidateAppend(validReq(func(r *messages.AppendRequest) { r.ToolCalls[0].Deadline = ts }))
+		},
+		"resolution": func(ts *timestamppb.Timestamp) error {
+			return journal.ValidateAppend(validReq(func(r *messages.AppendRequest) { r.Resolutions[0].At = ts }))
+		},
+		"summary": func(ts *timestamppb.Timestamp) error {
+			return journal.ValidateSummaryShape("c", &messages.Summary{FromSeq: 1, ToSeq: 1, Created: ts})
+		},
+		"fork event": fork,
+		"resolve at": func(ts *timestamppb.Timestamp) error {
+			return journal.ValidateResolvedAt("c/1", ts.AsTime())
+		},
+	}
+	for name, check := range checks {
+		require.NoError(t, check(nil), "%s unset", name)
+		require.NoError(t, check(first), "%s at the start of year 1", name)
+		require.NoError(t, check(last), "%s at the end of year 9999", name)
+		for bad, ts := range map[string]*timestamppb.Timestamp{
+			"year 10000":    {Seconds: 253402300800},
+			"before year 1": {Seconds: -62135596801},
+		} {
+			require.ErrorIs(t, check(ts), journal.ErrInvalid, "%s %s", name, bad)
+		}
+		if name != "resolve at" { // a time.Time has no such nanos
+			require.ErrorIs(t, check(&timestamppb.Timestamp{Seconds: 100, Nanos: 1_000_000_000}), journal.ErrInvalid, "%s nanos out of range", name)
+		}
+	}
+	require.NoError(t, journal.ValidateResolvedAt("c/1", time.Time{}), "the zero time: no Resolved time")
 }
 
 // TestStatusWritten: a status other than SUSPENDED is written as stated;

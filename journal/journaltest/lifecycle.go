@@ -426,6 +426,13 @@ var badInputCases = []suiteCase{
 	{name: "LimitsAreInclusive", run: testLimitsInclusive},
 }
 
+// Times no adapter stores (see journal.CheckTime).
+var (
+	year10000   = timestamppb.New(time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC))
+	beforeYear1 = &timestamppb.Timestamp{Seconds: -1 << 40}
+	badNanos    = &timestamppb.Timestamp{Seconds: 5, Nanos: 2e9}
+)
+
 func testBadInput(t *testing.T, e env) {
 	s := e.open(t).Store
 	ctx := t.Context()
@@ -704,6 +711,56 @@ func testBadInput(t *testing.T, e env) {
 		}},
 		{"ModelCallsEmptyID", func() error { _, err := s.ModelCalls(ctx, ""); return err }},
 		{"GCModelCallsEmptyID", func() error { _, err := s.GCModelCalls(ctx, "", tm(1)); return err }},
+		// Every time a write stores is held to the rule of a deadline's
+		// (journal.CheckTime): unset, or within the years 1 to 9999 with
+		// its nanos within a second.
+		{"AppendEventTimeAfterYear9999", appendTo(valid(func(r *messages.AppendRequest) { r.Events[0].Time = year10000 }))},
+		{"AppendEventTimeBeforeYear1", appendTo(valid(func(r *messages.AppendRequest) { r.Events[0].Time = beforeYear1 }))},
+		{"AppendEventTimeNanosOutOfRange", appendTo(valid(func(r *messages.AppendRequest) { r.Events[0].Time = badNanos }))},
+		{"AppendToolCallCreatedAfterYear9999", appendTo(valid(func(r *messages.AppendRequest) { r.ToolCalls[0].Created = year10000 }))},
+		{"AppendToolCallResolvedBeforeYear1", appendTo(valid(func(r *messages.AppendRequest) { r.ToolCalls[0].Resolved = beforeYear1 }))},
+		{"AppendToolCallDeadlineNanosOutOfRange", appendTo(valid(func(r *messages.AppendRequest) { r.ToolCalls[0].Deadline = badNanos }))},
+		{"AppendResolutionTimeAfterYear9999", appendTo(&messages.AppendRequest{ConversationId: "c", Unfenced: true,
+			Resolutions: []*messages.ToolResolution{{ToolCallId: calls[0], Status: resolved, At: year10000}}})},
+		{"UpsertCreatedAfterYear9999", func() error {
+			rec := humanCall("c", "c/new")
+			rec.Created = year10000
+			return s.UpsertToolCall(ctx, rec)
+		}},
+		{"UpsertResolvedBeforeYear1", func() error {
+			rec := humanCall("c", "c/new")
+			rec.Status, rec.Resolved = resolved, beforeYear1
+			return s.UpsertToolCall(ctx, rec)
+		}},
+		{"UpsertDeadlineNanosOutOfRange", func() error {
+			rec := humanCall("c", "c/new")
+			rec.Deadline = badNanos
+			return s.UpsertToolCall(ctx, rec)
+		}},
+		{"SummaryCreatedAfterYear9999", func() error {
+			sum := summary(1, 1)
+			sum.Created = year10000
+			return s.PutSummary(ctx, "c", sum)
+		}},
+		{"SummaryCreatedNanosOutOfRange", func() error {
+			sum := summary(1, 1)
+			sum.Created = badNanos
+			return s.PutSummary(ctx, "c", sum)
+		}},
+		// The time is checked with the status, before the call is read:
+		// ErrInvalid, not ErrStale, for a call that does not exist.
+		{"ResolveTimeAfterYear9999", func() error {
+			_, err := s.ResolveToolCall(ctx, calls[0], resolved, nil, time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC))
+			return err
+		}},
+		{"ResolveTimeBeforeYear1", func() error {
+			_, err := s.ResolveToolCall(ctx, calls[0], resolved, nil, time.Date(0, 12, 31, 0, 0, 0, 0, time.UTC))
+			return err
+		}},
+		{"ResolveUnknownCallTimeAfterYear9999", func() error {
+			_, err := s.ResolveToolCall(ctx, "c/no-such-call", resolved, nil, time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC))
+			return err
+		}},
 	}
 	if e.feat.Audit {
 		cases = append(cases, struct {

@@ -163,7 +163,10 @@ func (s *Store) ResolveToolCall(ctx context.Context, toolCallID string, status m
 	}
 	defer s.end()
 	if err := journal.ValidateResolution(toolCallID, status); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("pebblejournal: %w", err)
+	}
+	if err := journal.ValidateResolvedAt(toolCallID, at); err != nil {
+		return nil, fmt.Errorf("pebblejournal: %w", err)
 	}
 	ok := ownerKey(toolCallID)
 	var conv string

@@ -473,6 +473,9 @@ func (s *Store) ResolveToolCall(ctx context.Context, toolCallID string, status m
 	if err := journal.ValidateResolution(toolCallID, status); err != nil {
 		return nil, fmt.Errorf("pgjournal: %w", err)
 	}
+	if err := journal.ValidateResolvedAt(toolCallID, at); err != nil {
+		return nil, fmt.Errorf("pgjournal: %w", err)
+	}
 	if err := journal.ValidateResolutionResult(toolCallID, result); err != nil {
 		return nil, fmt.Errorf("pgjournal: %w", err)
 	}
