@@ -67,7 +67,7 @@ func (s *Store) appendEvents(ctx context.Context, req *messages.AppendRequest) (
 	}
 	defer s.end()
 	if err := journal.ValidateAppendShape(req); err != nil {
-		return journal.AppendResult{Err: err}, true
+		return journal.AppendResult{Err: fmt.Errorf("pebblejournal: %w", err)}, true
 	}
 	conv := req.GetConversationId()
 	stripe := s.convStripe(conv)
@@ -102,7 +102,7 @@ func (s *Store) appendEvents(ctx context.Context, req *messages.AppendRequest) (
 		var err error
 		if e.buf, err = journal.EncodeAppendEvent(e.buf, req, i, given); err != nil {
 			restore()
-			return journal.AppendResult{Err: err}, true
+			return journal.AppendResult{Err: fmt.Errorf("pebblejournal: %w", err)}, true
 		}
 		e.ends = append(e.ends, len(e.buf))
 	}

@@ -108,7 +108,7 @@ func TestAppendEventsOfACachedConversation(t *testing.T) {
 		require.ErrorIs(t, want, journal.ErrInvalid)
 		_, err = s.Append(ctx, req)
 		require.ErrorIs(t, err, journal.ErrInvalid)
-		require.Equal(t, want.Error(), err.Error())
+		require.Equal(t, "pebblejournal: "+want.Error(), err.Error())
 		require.Zero(t, good.GetSeq())
 		require.Zero(t, bad.GetSeq())
 	}

@@ -64,7 +64,7 @@ func checkBadEventRejected(t *testing.T, bad func() *messages.Event, wantMsg str
 		require.ErrorIs(t, res[i].Err, journal.ErrInvalid, conv)
 		require.ErrorContains(t, res[i].Err, `event 1 of append to "`+conv+`"`)
 		require.ErrorContains(t, res[i].Err, wantMsg)
-		require.Equal(t, journal.ValidateAppend(reqs[i]).Error(), res[i].Err.Error(), "the store's error is ValidateAppend's")
+		require.Equal(t, "pebblejournal: "+journal.ValidateAppend(reqs[i]).Error(), res[i].Err.Error(), "the store's error is ValidateAppend's")
 	}
 	require.EqualValues(t, []uint64{77, 0, 0}, []uint64{newEvs[0].Seq, newEvs[1].Seq, newEvs[2].Seq}, "seqs of the rejected request are the caller's")
 	require.EqualValues(t, []uint64{0, 5}, []uint64{oldEvs[0].Seq, oldEvs[1].Seq}, "seqs of the rejected request are the caller's")
@@ -133,7 +133,7 @@ func TestAppendEventSizeLimitAsGiven(t *testing.T) {
 		require.ErrorIs(t, want, journal.ErrInvalid)
 		_, err = s.Append(ctx, req)
 		require.ErrorIs(t, err, journal.ErrInvalid)
-		require.Equal(t, want.Error(), err.Error())
+		require.Equal(t, "pebblejournal: "+want.Error(), err.Error())
 		require.Equal(t, given, over.GetSeq())
 	}
 	evs, err := s.Events(ctx, "c", journal.EventQuery{After: 300})
@@ -216,7 +216,7 @@ func TestSameEventTwiceAtLimit(t *testing.T) {
 		want := journal.ValidateAppend(req)
 		require.ErrorIs(t, want, journal.ErrInvalid)
 		_, err = s.Append(ctx, req)
-		require.Equal(t, want.Error(), err.Error())
+		require.Equal(t, "pebblejournal: "+want.Error(), err.Error())
 		require.Equal(t, given, over.GetSeq())
 	}
 }

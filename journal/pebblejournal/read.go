@@ -31,7 +31,7 @@ func (s *Store) Events(ctx context.Context, conversationID string, q journal.Eve
 	}
 	defer s.end()
 	if err := journal.ValidateID("conversation id", conversationID); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("pebblejournal: %w", err)
 	}
 	if q.Limit < 0 {
 		return nil, journal.Invalidf("pebblejournal: negative event limit %d", q.Limit)
@@ -124,7 +124,7 @@ func (s *Store) LastSeq(ctx context.Context, conversationID string) (uint64, err
 	}
 	defer s.end()
 	if err := journal.ValidateID("conversation id", conversationID); err != nil {
-		return 0, err
+		return 0, fmt.Errorf("pebblejournal: %w", err)
 	}
 	it, err := s.newDurableIter(conversationID, convKey(famEvent, conversationID), convEnd(famEvent, conversationID))
 	if err != nil {
@@ -165,7 +165,7 @@ func (s *Store) LoadSince(ctx context.Context, conversationID string) (*messages
 	}
 	defer s.end()
 	if err := journal.ValidateID("conversation id", conversationID); err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("pebblejournal: %w", err)
 	}
 	sumPrefix := convKey(famSummary, conversationID)
 	it, err := s.newDurableIter(conversationID, sumPrefix, convEnd(famSummary, conversationID))
@@ -225,7 +225,7 @@ func (s *Store) summaryBelow(ctx context.Context, conv string, below uint64, lat
 	}
 	defer s.end()
 	if err := journal.ValidateID("conversation id", conv); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("pebblejournal: %w", err)
 	}
 	prefix := convKey(famSummary, conv)
 	upper := convEnd(famSummary, conv)
@@ -256,7 +256,7 @@ func (s *Store) ToolCall(ctx context.Context, toolCallID string) (*messages.Tool
 	}
 	defer s.end()
 	if err := journal.ValidateID("tool call id", toolCallID); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("pebblejournal: %w", err)
 	}
 	// A pending call's row, as last committed, may be in the call cache
 	// (see callCache): no iterator then. The copy is the caller's.
@@ -360,7 +360,7 @@ func (s *Store) PendingToolCalls(ctx context.Context, conversationID string) ([]
 	}
 	defer s.end()
 	if err := journal.ValidateID("conversation id", conversationID); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("pebblejournal: %w", err)
 	}
 	prefix := convKey(famPending, conversationID)
 	it, err := s.newIter(prefix, convEnd(famPending, conversationID))
@@ -580,7 +580,7 @@ func (s *Store) ModelCalls(ctx context.Context, conversationID string) ([]*messa
 	}
 	defer s.end()
 	if err := journal.ValidateID("conversation id", conversationID); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("pebblejournal: %w", err)
 	}
 	if !s.audit {
 		return nil, nil
@@ -608,7 +608,7 @@ func (s *Store) Conversation(ctx context.Context, id string) (*messages.Conversa
 	}
 	defer s.end()
 	if err := journal.ValidateID("conversation id", id); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("pebblejournal: %w", err)
 	}
 	k := convKey(famConv, id)
 	var row *messages.Conversation
@@ -728,7 +728,7 @@ func (s *Store) Metadata(ctx context.Context, id string) (map[string]string, err
 	}
 	defer s.end()
 	if err := journal.ValidateID("conversation id", id); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("pebblejournal: %w", err)
 	}
 	return s.metadata(id)
 }

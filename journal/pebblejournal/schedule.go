@@ -148,7 +148,7 @@ func (s *Store) PutSchedule(ctx context.Context, sc *messages.Schedule) error {
 	}
 	defer s.end()
 	if err := journal.ValidateSchedule(sc); err != nil {
-		return err
+		return fmt.Errorf("pebblejournal: %w", err)
 	}
 	conv, id := sc.GetConversationId(), sc.GetId()
 	defer s.lockConv(conv)()
@@ -195,10 +195,10 @@ func (s *Store) DeleteSchedule(ctx context.Context, conversationID, id string) e
 	}
 	defer s.end()
 	if err := journal.ValidateID("conversation id", conversationID); err != nil {
-		return err
+		return fmt.Errorf("pebblejournal: %w", err)
 	}
 	if err := journal.ValidateID("schedule id", id); err != nil {
-		return err
+		return fmt.Errorf("pebblejournal: %w", err)
 	}
 	defer s.lockConv(conversationID)()
 	sc, err := s.readSchedule(conversationID, id)
@@ -240,7 +240,7 @@ func (s *Store) ConversationSchedules(ctx context.Context, conversationID string
 	}
 	defer s.end()
 	if err := journal.ValidateID("conversation id", conversationID); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("pebblejournal: %w", err)
 	}
 	return s.conversationSchedules(conversationID)
 }

@@ -861,7 +861,7 @@ func (t *txn) encodeEvents(req *messages.AppendRequest) error {
 		var err error
 		e.buf, err = journal.EncodeAppendEvent(e.buf, req, i, given)
 		if err != nil {
-			return err
+			return fmt.Errorf("pebblejournal: %w", err)
 		}
 		e.ends = append(e.ends, len(e.buf))
 	}

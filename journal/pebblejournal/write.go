@@ -59,7 +59,7 @@ func (s *Store) appendBatch(ctx context.Context, reqs []*messages.AppendRequest,
 		// The events' encoding is checked by txn.apply, which encodes
 		// each event once, into what it writes.
 		if err := journal.ValidateAppendShape(req); err != nil {
-			res[i].Err = err
+			res[i].Err = fmt.Errorf("pebblejournal: %w", err)
 			continue
 		}
 		valid = append(valid, i)
@@ -105,10 +105,10 @@ func (s *Store) PutSummary(ctx context.Context, conversationID string, sum *mess
 	}
 	defer s.end()
 	if err := journal.ValidateID("conversation id", conversationID); err != nil {
-		return err
+		return fmt.Errorf("pebblejournal: %w", err)
 	}
 	if err := journal.ValidateSummaryShape(conversationID, sum); err != nil {
-		return err
+		return fmt.Errorf("pebblejournal: %w", err)
 	}
 	defer s.lockConv(conversationID)()
 	t := s.newTxn()
@@ -122,7 +122,7 @@ func (s *Store) PutSummary(ctx context.Context, conversationID string, sum *mess
 		return err
 	}
 	if err := journal.ValidateSummary(conversationID, sum, last); err != nil {
-		return err
+		return fmt.Errorf("pebblejournal: %w", err)
 	}
 	v, err := proto.Marshal(sum)
 	if err != nil {
@@ -139,7 +139,7 @@ func (s *Store) UpsertToolCall(ctx context.Context, rec *messages.ToolCallRecord
 	}
 	defer s.end()
 	if err := journal.ValidateToolCall(rec); err != nil {
-		return err
+		return fmt.Errorf("pebblejournal: %w", err)
 	}
 	defer s.lockConvAndID(rec.GetConversationId(), rec.GetId())()
 	t := s.newTxn()
@@ -211,7 +211,7 @@ func (s *Store) ScheduleDeadline(ctx context.Context, d *messages.Deadline) erro
 	}
 	defer s.end()
 	if err := journal.ValidateDeadline(d); err != nil {
-		return err
+		return fmt.Errorf("pebblejournal: %w", err)
 	}
 	if err := checkTime(d.GetAt(), d.GetToolCallId()); err != nil {
 		return err
@@ -236,10 +236,10 @@ func (s *Store) CancelDeadline(ctx context.Context, conversationID, toolCallID s
 	}
 	defer s.end()
 	if err := journal.ValidateID("conversation id", conversationID); err != nil {
-		return err
+		return fmt.Errorf("pebblejournal: %w", err)
 	}
 	if err := journal.ValidateID("tool call id", toolCallID); err != nil {
-		return err
+		return fmt.Errorf("pebblejournal: %w", err)
 	}
 	defer s.lockConv(conversationID)()
 	t := s.newTxn()
@@ -288,7 +288,7 @@ func (s *Store) GCModelCalls(ctx context.Context, conversationID string, olderTh
 	}
 	defer s.end()
 	if err := journal.ValidateID("conversation id", conversationID); err != nil {
-		return 0, err
+		return 0, fmt.Errorf("pebblejournal: %w", err)
 	}
 	if !s.audit {
 		return 0, nil
@@ -329,7 +329,7 @@ func (s *Store) PutConversation(ctx context.Context, u journal.ConversationUpdat
 
 func (s *Store) putConversation(u journal.ConversationUpdate) error {
 	if err := journal.ValidateID("conversation id", u.ID); err != nil {
-		return err
+		return fmt.Errorf("pebblejournal: %w", err)
 	}
 	if err := journal.ValidateMetadata(u.ID, u.Settings); err != nil {
 		return fmt.Errorf("pebblejournal: settings: %w", err)
@@ -400,10 +400,10 @@ func (s *Store) PutMetadata(ctx context.Context, id string, kv map[string]string
 	}
 	defer s.end()
 	if err := journal.ValidateID("conversation id", id); err != nil {
-		return err
+		return fmt.Errorf("pebblejournal: %w", err)
 	}
 	if err := journal.ValidateMetadata(id, kv); err != nil {
-		return err
+		return fmt.Errorf("pebblejournal: %w", err)
 	}
 	defer s.lockConv(id)()
 	t := s.newTxn()
@@ -416,7 +416,7 @@ func (s *Store) PutMetadata(ctx context.Context, id string, kv map[string]string
 		return err
 	}
 	if err := journal.ValidateMetadata(id, journal.MergeSettings(cur, kv)); err != nil {
-		return err
+		return fmt.Errorf("pebblejournal: %w", err)
 	}
 	for k, v := range kv {
 		old, had, err := s.metaValue(id, k)
@@ -438,7 +438,7 @@ func (s *Store) DeleteConversation(ctx context.Context, id string) error {
 	}
 	defer s.end()
 	if err := journal.ValidateID("conversation id", id); err != nil {
-		return err
+		return fmt.Errorf("pebblejournal: %w", err)
 	}
 	defer s.lockConv(id)()
 	t := s.newTxn()
