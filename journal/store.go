@@ -350,10 +350,13 @@ type Conversations interface {
 	// DeleteConversation removes every record of the conversation (events,
 	// summaries, tool calls, deadlines, audit, metadata, row) in one atomic
 	// write and leaves a tombstone: later writes fail with ErrDeleted.
-	// Deleting an unknown conversation (one with no row) returns
-	// ErrNotFound; so does deleting one again (a tombstone is no row, and
-	// the delete leaves it in place): Conversation, which returns
-	// ErrDeleted for it, is what tells the two apart.
+	// Records written before the conversation had a row (metadata, tool
+	// call rows, deadlines, audit rows) are its records too: a
+	// conversation that has some and no row is deleted as one with a row
+	// is. Deleting an unknown conversation (nothing stored under the id)
+	// returns ErrNotFound and leaves no tombstone; so does deleting one
+	// again (the delete leaves its tombstone in place): Conversation,
+	// which returns ErrDeleted for it, is what tells the two apart.
 	DeleteConversation(ctx context.Context, id string) error
 	// Metadata returns the conversation's key/value pairs (empty map if
 	// none).

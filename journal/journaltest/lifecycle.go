@@ -334,16 +334,55 @@ func testDeleteLateWrites(t *testing.T, e env) {
 	requireSentinel(t, s.DeleteConversation(ctx, "x"), journal.ErrNotFound, "deleting twice")
 }
 
+// testDeleteUnknown: deleting an id under which nothing is stored is
+// ErrNotFound and leaves no tombstone. Records written before the
+// conversation had a row (metadata, a tool call row, a deadline, an audit
+// row) are the conversation's: a delete removes them and leaves the
+// tombstone, as for a conversation with a row, so that nothing stored
+// under the id outlives its delete.
 func testDeleteUnknown(t *testing.T, e env) {
 	s := e.open(t).Store
 	ctx := t.Context()
 	appendEvents(t, s, "known", userEvs(1, 1)...)
 	requireSentinel(t, s.DeleteConversation(ctx, "unknown"), journal.ErrNotFound)
-	require.NoError(t, s.PutMetadata(ctx, "metadata-only", map[string]string{"k": "v"}))
-	requireSentinel(t, s.DeleteConversation(ctx, "metadata-only"), journal.ErrNotFound, "a conversation without a row is unknown")
+	require.NoError(t, s.PutMetadata(ctx, "emptied", map[string]string{"k": "v"}))
+	require.NoError(t, s.PutMetadata(ctx, "emptied", map[string]string{"k": ""}))
+	requireSentinel(t, s.DeleteConversation(ctx, "emptied"), journal.ErrNotFound, "metadata merged away leaves nothing to delete")
+
+	rowless := map[string]func(id string) error{
+		"metadata":  func(id string) error { return s.PutMetadata(ctx, id, map[string]string{"k": "v"}) },
+		"tool-call": func(id string) error { return s.UpsertToolCall(ctx, humanCall(id, id+"/call")) },
+		"deadline":  func(id string) error { return s.ScheduleDeadline(ctx, deadline(id, id+"/call", 5)) },
+	}
+	if e.feat.Audit {
+		rowless["audit"] = func(id string) error { return s.PutModelCall(ctx, modelCall(id, 1, 1)) }
+	}
+	for name, write := range rowless {
+		t.Run(name, func(t *testing.T) {
+			id := "rowless-" + name
+			require.NoError(t, write(id))
+			_, err := s.Conversation(ctx, id)
+			requireSentinel(t, err, journal.ErrNotFound, "the write creates no row")
+			require.NoError(t, s.DeleteConversation(ctx, id), "a conversation with records and no row is deleted")
+			_, err = s.Conversation(ctx, id)
+			requireSentinel(t, err, journal.ErrDeleted, "the delete leaves a tombstone")
+			md, err := s.Metadata(ctx, id)
+			require.NoError(t, err)
+			assert.Empty(t, md, "metadata")
+			_, err = s.ToolCall(ctx, id+"/call")
+			requireSentinel(t, err, journal.ErrNotFound, "tool call row")
+			assert.Empty(t, deadlinesOf(t, s, id), "deadlines")
+			audit, err := s.ModelCalls(ctx, id)
+			require.NoError(t, err)
+			assert.Empty(t, audit, "audit rows")
+			requireSentinel(t, write(id), journal.ErrDeleted, "a late write")
+			requireSentinel(t, s.DeleteConversation(ctx, id), journal.ErrNotFound, "deleting twice")
+		})
+	}
 	assert.Equal(t, uint64(1), lastSeq(t, s, "known"))
-	// An unknown id is not tombstoned by the failed delete.
+	// The ids a failed delete named are not tombstoned.
 	appendEvents(t, s, "unknown", userEvs(1, 1)...)
+	appendEvents(t, s, "emptied", userEvs(1, 1)...)
 }
 
 var isolationCases = []suiteCase{

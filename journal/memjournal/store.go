@@ -76,6 +76,15 @@ type conv struct {
 	schedules map[string]struct{} // ids of its schedules
 }
 
+// holdsRecords reports whether anything is stored under the conversation:
+// a row, or records written without one (metadata, tool call rows,
+// deadlines, audit rows). An entry left empty (metadata merged away, say)
+// holds nothing.
+func (c *conv) holdsRecords() bool {
+	return c != nil && (c.row != nil || len(c.events) > 0 || len(c.summaries) > 0 || len(c.calls) > 0 ||
+		len(c.deadlines) > 0 || len(c.audit) > 0 || len(c.meta) > 0 || len(c.schedules) > 0)
+}
+
 func (c *conv) lastSeq() uint64 {
 	if c == nil {
 		return 0
@@ -1132,7 +1141,7 @@ func (s *Store) DeleteConversation(ctx context.Context, id string) error {
 	}
 	defer s.mu.Unlock()
 	c := st.convs[id]
-	if c == nil || c.row == nil {
+	if !c.holdsRecords() {
 		return fmt.Errorf("memjournal: delete %q: %w", id, journal.ErrNotFound)
 	}
 	for call := range c.calls {

@@ -455,7 +455,15 @@ func (s *Store) DeleteConversation(ctx context.Context, id string) error {
 		return err
 	}
 	if row == nil {
-		return fmt.Errorf("pebblejournal: delete conversation %q: %w", id, journal.ErrNotFound)
+		// Records written without a row (metadata, tool calls,
+		// deadlines, audit rows) are the conversation's too.
+		held, err := s.holdsRecords(id)
+		if err != nil {
+			return err
+		}
+		if !held {
+			return fmt.Errorf("pebblejournal: delete conversation %q: %w", id, journal.ErrNotFound)
+		}
 	}
 	b := t.b
 	// Global index entries first: they are found through the
@@ -529,6 +537,22 @@ func (s *Store) DeleteConversation(ctx context.Context, id string) error {
 	_ = b.Set(convKey(famTombstone, id), tomb, nil)
 	s.heads.drop(s.convStripe(id), id)
 	return s.commit(b)
+}
+
+// holdsRecords reports whether a key of any of the conversation's
+// families (convFamilies) is stored.
+func (s *Store) holdsRecords(id string) (bool, error) {
+	for _, fam := range convFamilies {
+		it, err := s.newIter(convKey(fam, id), convEnd(fam, id))
+		if err != nil {
+			return false, err
+		}
+		found := it.First()
+		if err := closeIter(it, nil); err != nil || found {
+			return found, err
+		}
+	}
+	return false, nil
 }
 
 // newIter returns an iterator bounded to [lower, upper).

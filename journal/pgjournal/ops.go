@@ -970,6 +970,18 @@ func (s *Store) ListActiveConversations(ctx context.Context, cursor string, limi
 	return ids, next, nil
 }
 
+// convTables are the tables of a conversation's records, keyed by conv.
+var convTables = []string{"lz_events", "lz_summaries", "lz_tool_calls", "lz_deadlines", "lz_audit", "lz_metadata", "lz_file_checkpoints", "lz_schedules"}
+
+// heldQuery reports whether any of convTables holds a record of conv $1.
+var heldQuery = func() string {
+	q := "SELECT false"
+	for _, table := range convTables {
+		q += " OR EXISTS (SELECT 1 FROM " + table + " WHERE conv = $1)"
+	}
+	return q
+}()
+
 // DeleteConversation implements journal.Conversations: one transaction
 // deletes every record of the conversation and leaves the tombstone.
 func (s *Store) DeleteConversation(ctx context.Context, id string) error {
@@ -982,19 +994,31 @@ func (s *Store) DeleteConversation(ctx context.Context, id string) error {
 		return err
 	}
 	return s.writeTx(ctx, "delete", id, func(tx pgx.Tx) error {
-		var hasRow bool
-		err := tx.QueryRow(ctx, "SELECT row IS NOT NULL FROM lz_conversations WHERE id = $1", []byte(id)).Scan(&hasRow)
+		var hasRow, deleted bool
+		err := tx.QueryRow(ctx, "SELECT row IS NOT NULL, deleted FROM lz_conversations WHERE id = $1", []byte(id)).Scan(&hasRow, &deleted)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
+		if deleted {
+			return fmt.Errorf("delete %q: already deleted: %w", id, journal.ErrNotFound)
+		}
 		if !hasRow {
-			return fmt.Errorf("delete %q: %w", id, journal.ErrNotFound)
+			// Records written without a row (metadata, tool calls,
+			// deadlines, audit rows) are the conversation's too.
+			var held bool
+			if err := tx.QueryRow(ctx, heldQuery, []byte(id)).Scan(&held); err != nil {
+				return err
+			}
+			if !held {
+				return fmt.Errorf("delete %q: %w", id, journal.ErrNotFound)
+			}
 		}
 		b := &pgx.Batch{}
-		for _, table := range []string{"lz_events", "lz_summaries", "lz_tool_calls", "lz_deadlines", "lz_audit", "lz_metadata", "lz_file_checkpoints", "lz_schedules"} {
+		for _, table := range convTables {
 			b.Queue("DELETE FROM "+table+" WHERE conv = $1", []byte(id))
 		}
-		b.Queue("UPDATE lz_conversations SET deleted = true, row = NULL, last_seq = 0, status = 0 WHERE id = $1", []byte(id))
+		b.Queue(`INSERT INTO lz_conversations (id, deleted) VALUES ($1, true)
+			ON CONFLICT (id) DO UPDATE SET deleted = true, row = NULL, last_seq = 0, status = 0`, []byte(id))
 		return tx.SendBatch(ctx, b).Close()
 	})
 }
