@@ -54,6 +54,23 @@ func PendingAfter(conversationID, toolCallID, cursorConv, cursorCall string) boo
 	return toolCallID > cursorCall
 }
 
+// DefaultPageSize is the page size of the listings (ListConversations,
+// ListPendingToolCalls, ListActiveConversations) called with limit 0.
+const DefaultPageSize = 100
+
+// PageSize checks the limit of a listing named what and returns the page
+// size to use: limit, or DefaultPageSize for 0. A negative limit is
+// ErrInvalid, in every listing of a Store.
+func PageSize(what string, limit int) (int, error) {
+	switch {
+	case limit < 0:
+		return 0, Invalidf("negative limit %d of %s", limit, what)
+	case limit == 0:
+		return DefaultPageSize, nil
+	}
+	return limit, nil
+}
+
 // ActiveCursor returns the cursor of Conversations.ListActiveConversations
 // that resumes after the conversation conversationID: the next cursor a
 // page returns is the ActiveCursor of its last id. It is the id itself, so
@@ -65,11 +82,9 @@ func ActiveCursor(conversationID string) string { return conversationID }
 // for 0). The empty cursor (the first page) gives the empty id. A cursor
 // that is not a valid conversation id, or a negative limit, is ErrInvalid.
 func ParseActiveCursor(cursor string, limit int) (conversationID string, pageSize int, err error) {
-	if limit < 0 {
-		return "", 0, Invalidf("negative limit %d of active conversations", limit)
-	}
-	if limit == 0 {
-		limit = 100
+	limit, err = PageSize("active conversations", limit)
+	if err != nil {
+		return "", 0, err
 	}
 	if cursor == "" {
 		return "", limit, nil

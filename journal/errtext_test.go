@@ -56,6 +56,7 @@ func TestSentinelTextOnce(t *testing.T) {
 		{"ParseFind bad cursor", func() error { _, _, err := journal.ParseFind("k", "v", "\xff", 10); return err }()},
 		{"ParseFind negative limit", func() error { _, _, err := journal.ParseFind("k", "v", "", -1); return err }()},
 		{"ParseActiveCursor", func() error { _, _, err := journal.ParseActiveCursor("", -1); return err }()},
+		{"PageSize", func() error { _, err := journal.PageSize("conversations", -1); return err }()},
 		{"ValidateSchedule", journal.ValidateSchedule(&messages.Schedule{Id: "s", ConversationId: "c",
 			Next: &timestamppb.Timestamp{Seconds: -1 << 62}})},
 		{"ValidateToolCall", journal.ValidateToolCall(&messages.ToolCallRecord{Id: ""})},

@@ -180,11 +180,12 @@ type ToolCalls interface {
 	// PendingToolCalls returns the conversation's pending rows, ordered by
 	// id. Its cost depends on the number of pending calls only.
 	PendingToolCalls(ctx context.Context, conversationID string) ([]*messages.ToolCallRecord, error)
-	// ListPendingToolCalls returns up to limit pending rows (limit <= 0
+	// ListPendingToolCalls returns up to limit pending rows (limit 0
 	// means 100) of every conversation, ordered by conversation id then
 	// tool call id, after cursor ("" for the first page; else a
 	// PendingCursor), and the cursor of the next page ("" when there is
-	// none). A cursor that is not a PendingCursor is ErrInvalid. In a
+	// none). A cursor that is not a PendingCursor, or a negative limit, is
+	// ErrInvalid (PageSize), as in every listing of a Store. In a
 	// durable adapter its cost depends on the page and the number of
 	// pending calls only, not on the number of conversations or of
 	// answered calls.
@@ -325,9 +326,10 @@ type Conversations interface {
 	// absent. ErrDeleted after a delete; ErrInvalid for an fsm_state
 	// ValidateFSMState refuses.
 	PutFSMState(ctx context.Context, id string, st *messages.FSMState) error
-	// ListConversations returns up to limit rows (limit <= 0 means 100)
+	// ListConversations returns up to limit rows (limit 0 means 100)
 	// with ids greater than cursor, ordered by id, and the cursor of the
-	// next page ("" when there is none).
+	// next page ("" when there is none). A negative limit is ErrInvalid
+	// (PageSize).
 	ListConversations(ctx context.Context, cursor string, limit int) ([]*messages.Conversation, string, error)
 	// ListActiveConversations returns the ids of up to limit conversations
 	// (limit 0 means 100) whose row has status ACTIVE (a turn is owed or a

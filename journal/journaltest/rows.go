@@ -173,7 +173,8 @@ func testToolCallListPending(t *testing.T, e env) {
 	assert.Equal(t, []string{"a tc-1", "a/x tc-0", "c tc-c"}, got)
 }
 
-// testToolCallListPendingPageSize: a limit of 0 or below means 100; a
+// testToolCallListPendingPageSize: a limit of 0 means 100 and a negative
+// one is ErrInvalid, as in every listing; a
 // page's next cursor is the PendingCursor of its last row, and "" once no
 // row follows, a full last page included; a cursor past the last row gives
 // an empty page and "".
@@ -194,13 +195,17 @@ func testToolCallListPendingPageSize(t *testing.T, e env) {
 		}
 		return out
 	}
-	for _, limit := range []int{0, -1, math.MinInt} {
-		rows, next, err := s.ListPendingToolCalls(ctx, "", limit)
-		require.NoError(t, err)
-		assert.Equal(t, all[:100], cursors(rows), "limit %d means 100", limit)
-		assert.Equal(t, all[99], next, "limit %d: the next cursor is the last row's", limit)
+	rows, next, err := s.ListPendingToolCalls(ctx, "", 0)
+	require.NoError(t, err)
+	assert.Equal(t, all[:100], cursors(rows), "limit 0 means 100")
+	assert.Equal(t, all[99], next, "the next cursor is the last row's")
+	for _, limit := range []int{-1, math.MinInt} {
+		_, _, err := s.ListPendingToolCalls(ctx, "", limit)
+		requireSentinel(t, err, journal.ErrInvalid, "a negative limit is refused, as by every listing (limit %d)", limit)
+		_, _, err = s.ListPendingToolCalls(ctx, all[5], limit)
+		requireSentinel(t, err, journal.ErrInvalid, "with a cursor too (limit %d)", limit)
 	}
-	rows, next, err := s.ListPendingToolCalls(ctx, all[99], 5)
+	rows, next, err = s.ListPendingToolCalls(ctx, all[99], 5)
 	require.NoError(t, err)
 	assert.Equal(t, all[100:], cursors(rows))
 	assert.Empty(t, next, "a full page that ends the listing has no next cursor")
@@ -848,12 +853,12 @@ func testConvList(t *testing.T, e env) {
 	}
 	rows, next, err := s.ListConversations(ctx, "", 0)
 	require.NoError(t, err)
-	assert.Len(t, rows, 100, "limit <= 0 means 100")
+	assert.Len(t, rows, 100, "limit 0 means 100")
 	assert.Equal(t, want[99], next)
-	rows, next, err = s.ListConversations(ctx, "", -1)
-	require.NoError(t, err)
-	assert.Equal(t, want[:100], convIDs(rows), "a negative limit means 100 too")
-	assert.Equal(t, want[99], next)
+	for _, limit := range []int{-1, math.MinInt} {
+		_, _, err = s.ListConversations(ctx, "", limit)
+		requireSentinel(t, err, journal.ErrInvalid, "a negative limit is refused, as by every listing (limit %d)", limit)
+	}
 	rows, _, err = s.ListConversations(ctx, "c1x", 3)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"c2", "c20", "c200"}, convIDs(rows), "a cursor need not be an existing id")

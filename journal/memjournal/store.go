@@ -717,8 +717,8 @@ func (s *Store) ListPendingToolCalls(ctx context.Context, cursor string, limit i
 	if err != nil {
 		return nil, "", fmt.Errorf("memjournal: %w", err)
 	}
-	if limit <= 0 {
-		limit = 100
+	if limit, err = journal.PageSize("pending tool calls", limit); err != nil {
+		return nil, "", fmt.Errorf("memjournal: %w", err)
 	}
 	st, err := s.lock()
 	if err != nil {
@@ -1067,8 +1067,9 @@ func (s *Store) ListConversations(ctx context.Context, cursor string, limit int)
 	if err := s.enter(ctx); err != nil {
 		return nil, "", err
 	}
-	if limit <= 0 {
-		limit = 100
+	limit, err := journal.PageSize("conversations", limit)
+	if err != nil {
+		return nil, "", fmt.Errorf("memjournal: %w", err)
 	}
 	st, err := s.lock()
 	if err != nil {

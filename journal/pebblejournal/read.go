@@ -418,8 +418,8 @@ func (s *Store) ListPendingToolCalls(ctx context.Context, cursor string, limit i
 	if err != nil {
 		return nil, "", fmt.Errorf("pebblejournal: %w", err)
 	}
-	if limit <= 0 {
-		limit = 100
+	if limit, err = journal.PageSize("pending tool calls", limit); err != nil {
+		return nil, "", fmt.Errorf("pebblejournal: %w", err)
 	}
 	lower := []byte{famPending}
 	if cursor != "" {
@@ -637,13 +637,14 @@ func (s *Store) Conversation(ctx context.Context, id string) (*messages.Conversa
 
 // ListConversations implements journal.Conversations.
 func (s *Store) ListConversations(ctx context.Context, cursor string, limit int) ([]*messages.Conversation, string, error) {
-	if limit <= 0 {
-		limit = 100
-	}
 	if err := s.begin(ctx); err != nil {
 		return nil, "", err
 	}
 	defer s.end()
+	limit, err := journal.PageSize("conversations", limit)
+	if err != nil {
+		return nil, "", fmt.Errorf("pebblejournal: %w", err)
+	}
 	lower := []byte{famConv}
 	if cursor != "" {
 		lower = convEnd(famConv, cursor) // the first key after cursor's

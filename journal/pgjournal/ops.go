@@ -770,8 +770,8 @@ func (s *Store) ListPendingToolCalls(ctx context.Context, cursor string, limit i
 	if err != nil {
 		return nil, "", fmt.Errorf("pgjournal: %w", err)
 	}
-	if limit <= 0 {
-		limit = 100
+	if limit, err = journal.PageSize("pending tool calls", limit); err != nil {
+		return nil, "", fmt.Errorf("pgjournal: %w", err)
 	}
 	rows, err := s.pool.Query(ctx, "SELECT conv, id, data FROM lz_tool_calls WHERE status = 1 AND (conv, id) > ($1, $2) ORDER BY conv, id LIMIT $3",
 		[]byte(afterConv), []byte(afterCall), onePast(limit))
@@ -898,8 +898,8 @@ func (s *Store) ListConversations(ctx context.Context, cursor string, limit int)
 		return nil, "", err
 	}
 	defer cancel()
-	if limit <= 0 {
-		limit = 100
+	if limit, err = journal.PageSize("conversations", limit); err != nil {
+		return nil, "", fmt.Errorf("pgjournal: %w", err)
 	}
 	rows, err := s.pool.Query(ctx, "SELECT id, row FROM lz_conversations WHERE row IS NOT NULL AND id > $1 ORDER BY id LIMIT $2",
 		[]byte(cursor), onePast(limit))
