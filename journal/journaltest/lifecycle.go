@@ -650,6 +650,16 @@ func testBadInput(t *testing.T, e env) {
 			_, err := s.ResolveToolCall(ctx, calls[0], resolved, contentOutcome("\xff"), tm(1))
 			return err
 		}},
+		// The result is checked with the status, before the call is read:
+		// ErrInvalid, not ErrStale, for a call that does not exist.
+		{"ResolveUnknownCallOversizedResult", func() error {
+			_, err := s.ResolveToolCall(ctx, "c/no-such-call", resolved, contentOutcome(strings.Repeat("r", journal.MaxRecordBytes+1)), tm(1))
+			return err
+		}},
+		{"ResolveUnknownCallInvalidUTF8Result", func() error {
+			_, err := s.ResolveToolCall(ctx, "c/no-such-call", resolved, contentOutcome("\xff"), tm(1))
+			return err
+		}},
 		{"ResolveOversizedResult", func() error {
 			_, err := s.ResolveToolCall(ctx, calls[0], resolved, contentOutcome(strings.Repeat("r", journal.MaxRecordBytes+1)), tm(1))
 			return err

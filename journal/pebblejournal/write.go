@@ -168,6 +168,9 @@ func (s *Store) ResolveToolCall(ctx context.Context, toolCallID string, status m
 	if err := journal.ValidateResolvedAt(toolCallID, at); err != nil {
 		return nil, fmt.Errorf("pebblejournal: %w", err)
 	}
+	if err := journal.ValidateResolutionResult(toolCallID, result); err != nil {
+		return nil, fmt.Errorf("pebblejournal: %w", err)
+	}
 	ok := ownerKey(toolCallID)
 	var conv string
 	found, err := s.get(ok, func(v []byte) (err error) {
