@@ -134,7 +134,10 @@ func ValidateFilePath(p string) error {
 	return nil
 }
 
-// ValidateFileCheckpoint checks a record before it is stored.
+// ValidateFileCheckpoint checks a record before it is stored: its ids, a
+// seq, a clean relative path, a blob of a valid sum and size unless the
+// file was absent (then none), and a created time unset or valid
+// (CheckTime).
 func ValidateFileCheckpoint(cp *messages.FileCheckpoint) error {
 	if cp == nil {
 		return Invalidf("nil file checkpoint")
@@ -149,6 +152,9 @@ func ValidateFileCheckpoint(cp *messages.FileCheckpoint) error {
 		return Invalidf("file checkpoint at seq 0")
 	}
 	if err := ValidateFilePath(cp.GetPath()); err != nil {
+		return err
+	}
+	if err := CheckTime("file checkpoint of "+cp.GetPath()+": created", cp.GetCreated()); err != nil {
 		return err
 	}
 	if cp.GetAbsent() {

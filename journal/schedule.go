@@ -2,6 +2,7 @@ package journal
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/lazarusrt/lazarus/messages"
@@ -55,8 +56,9 @@ type ScheduleStore interface {
 const MaxSchedulesPerConversation = 1000
 
 // ValidateSchedule checks what a Store checks of a schedule before storing
-// it: ids, a valid Next, at most one of Every (positive) and Cron, a
-// payload with content, and the record's size. It does not parse Cron (the
+// it: ids, a valid Next, a Created unset or valid (CheckTime), at most one
+// of Every (positive) and Cron, a payload with content, and the record's
+// size. It does not parse Cron (the
 // runtime does, and computes Next).
 func ValidateSchedule(s *messages.Schedule) error {
 	if s == nil {
@@ -73,6 +75,9 @@ func ValidateSchedule(s *messages.Schedule) error {
 	}
 	if err := s.GetNext().CheckValid(); err != nil {
 		return Invalidf("next occurrence of schedule %q: %v", s.GetId(), err)
+	}
+	if err := CheckTime(fmt.Sprintf("schedule %q: created", s.GetId()), s.GetCreated()); err != nil {
+		return err
 	}
 	if e := s.GetEvery(); e != nil {
 		if err := e.CheckValid(); err != nil || e.AsDuration() <= 0 {

@@ -24,9 +24,10 @@ import (
 //
 // Times: every time a Store takes (an event's, a tool call row's created,
 // resolved and deadline, a resolution's, a deadline's, a summary's, a
-// model call's, a ConversationUpdate's created, ResolveToolCall's at) may
-// be unset, or else must be a valid timestamp, within the years 1 to 9999
-// (CheckTime); any other is ErrInvalid and nothing is written.
+// model call's, a ConversationUpdate's, a schedule's and a file
+// checkpoint's created, ResolveToolCall's at) may be unset, or else must
+// be a valid timestamp, within the years 1 to 9999 (CheckTime); any other
+// is ErrInvalid and nothing is written.
 //
 // Errors: every error wraps one of the sentinels of this package where one
 // applies. After Close, every method returns an error wrapping ErrClosed;

@@ -277,7 +277,8 @@ func ValidateCreated(id string, created *timestamppb.Timestamp) error {
 // converted back to a time.Time faithfully nor compared alike by every
 // adapter, so no write stores one: the times of a deadline, a reschedule,
 // an append's due_by and resolutions, a model call, a conversation
-// update, a tool call row, an event and a summary are all checked by it.
+// update, a tool call row, an event, a summary, a schedule and a file
+// checkpoint are all checked by it.
 func CheckTime(what string, ts *timestamppb.Timestamp) error {
 	if ts == nil {
 		return nil

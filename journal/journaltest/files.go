@@ -293,6 +293,11 @@ func testCheckpointBadInput(t *testing.T, e env) {
 		"bad sum":          mod(func(cp *messages.FileCheckpoint) { cp.Sha256 = "00" }),
 		"absent with blob": mod(func(cp *messages.FileCheckpoint) { cp.Absent = true }),
 		"negative size":    mod(func(cp *messages.FileCheckpoint) { cp.Size = -1 }),
+		// Held to journal.CheckTime, as every stored time.
+		"created in year 10000": mod(func(cp *messages.FileCheckpoint) { cp.Created = year10000 }),
+		"absent, created before year 1": mod(func(cp *messages.FileCheckpoint) {
+			cp.Absent, cp.Sha256, cp.Size, cp.Created = true, "", 0, beforeYear1
+		}),
 	}
 	for name, cp := range invalid {
 		_, err := f.PutFileCheckpoint(ctx, cp)

@@ -293,6 +293,9 @@ func testScheduleBadInput(t *testing.T, e env) {
 		"no payload": {Id: "s", ConversationId: "c", Next: ts(1)},
 		"both":       {Id: "s", ConversationId: "c", Next: ts(1), Every: durationpb.New(time.Second), Cron: "* * * * *", Payload: &messages.UserMessage{Content: text("x")}},
 		"negative":   {Id: "s", ConversationId: "c", Next: ts(1), Every: durationpb.New(-time.Second), Payload: &messages.UserMessage{Content: text("x")}},
+		// Held to journal.CheckTime, as every stored time.
+		"created in year 10000": {Id: "s", ConversationId: "c", Next: ts(1), Created: year10000, Payload: &messages.UserMessage{Content: text("x")}},
+		"created nanos":         {Id: "s", ConversationId: "c", Next: ts(1), Created: badNanos, Payload: &messages.UserMessage{Content: text("x")}},
 	}
 	for name, sc := range bad {
 		requireSentinel(t, s.PutSchedule(ctx, sc), journal.ErrInvalid, name)
