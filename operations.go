@@ -18,8 +18,9 @@ import (
 // again: later calls naming it fail with an error wrapping
 // journal.ErrDeleted. A call on the same id that runs concurrently either
 // lands before the delete (and is deleted with the rest) or waits for it
-// and then fails. Deleting an unknown conversation returns an error
-// wrapping journal.ErrNotFound; deleting it again, journal.ErrDeleted
+// and then fails. Deleting an unknown conversation (nothing stored under
+// its id: no row, metadata, tool call, deadline or audit record) returns an
+// error wrapping journal.ErrNotFound; deleting it again, journal.ErrDeleted
 // where the Store's Conversation reports tombstones (else ErrNotFound).
 // Subscriptions to the conversation end: each delivers the events it had,
 // then an update whose Err wraps journal.ErrDeleted, and its channel closes.
