@@ -76,7 +76,13 @@
 // conversation is 410 ("deleted") only to those who could see it (its
 // metadata, owner included, went with it: operators). 403 ("forbidden") is
 // for an action on something the caller sees but may not do: an answer the
-// call's tool refuses, /metrics without the operator role. An answer to a
+// call's tool refuses, /metrics without the operator role; and for a
+// browser's POST or DELETE from another origin (http.CrossOriginProtection:
+// Sec-Fetch-Site cross-site or same-site, or else an Origin whose host is
+// not the request's), refused before it runs, so that a page of another
+// site cannot change anything with credentials the browser sends on its
+// own (a cookie an Authenticator, or a proxy in front, reads). Programs,
+// which send neither header, and the console, same origin, are served. An answer to a
 // call whose conversation is deleted while it is made is 409 stale (the
 // call went with it), or 410 deleted when the tool's authorizer read the
 // deleted conversation (its error wraps journal.ErrDeleted). Errors are a JSON
@@ -187,7 +193,8 @@
 // Authentication: the console asks for a bearer token, checks it with one
 // API call and keeps it in the tab's sessionStorage (gone when the tab
 // closes, never in a cookie, so there is no ambient credential and nothing
-// to forge across sites). Every request, event streams included, sends it
+// to forge across sites; a POST or DELETE from another origin is refused
+// all the same, see Status codes). Every request, event streams included, sends it
 // in the Authorization header: streams are read with fetch and a
 // ReadableStream, not EventSource (which cannot send headers), and resume
 // with Last-Event-ID when they end lagged or by the server's doing (a

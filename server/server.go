@@ -116,6 +116,9 @@ type Server struct {
 	// cursors seals the listings' cursors that would name a row their
 	// caller may not see.
 	cursors cursors
+	// crossOrigin refuses a browser's cross-origin request that is not
+	// safe (POST, DELETE) before it runs.
+	crossOrigin *http.CrossOriginProtection
 	// routes lists the patterns of mux, for the test that compares them
 	// with the OpenAPI document.
 	routes []string
@@ -131,7 +134,8 @@ func OpenAPI() []byte { return openAPI }
 // New returns the handler of rt's API. It starts nothing and cannot fail.
 func New(rt *lazarus.Runtime, opts Options) *Server {
 	opts = opts.withDefaults()
-	s := &Server{rt: rt, opts: opts, log: opts.Logger, mux: http.NewServeMux(), cursors: newCursors()}
+	s := &Server{rt: rt, opts: opts, log: opts.Logger, mux: http.NewServeMux(), cursors: newCursors(),
+		crossOrigin: http.NewCrossOriginProtection()}
 	opts.Metrics.attach(rt)
 	// A series that fails at scrape (a gauge counted from the Store, on a
 	// Store error) is left out and logged, and the rest served; the
@@ -198,12 +202,21 @@ type caller struct {
 func (c caller) scope() agent.Scope { return agent.ScopeOf(c.Identity) }
 
 // handleAuth registers a handler that runs only for an authenticated
-// caller.
+// caller, and, for a method that is not safe (POST, DELETE), only for a
+// request that is not a browser's from another origin: that one is
+// refused (403 forbidden) before it runs, so that a page of another site
+// cannot change anything with credentials the browser sends on its own (a
+// cookie that an Authenticator or a proxy in front reads).
 func (s *Server) handleAuth(pattern string, h func(http.ResponseWriter, *http.Request, caller)) {
 	s.handle(pattern, func(w http.ResponseWriter, r *http.Request) {
 		c, ok := s.authenticate(r)
 		if !ok {
 			s.writeError(w, r, &apiError{status: http.StatusUnauthorized, code: CodeUnauthenticated, msg: "authentication required"})
+			return
+		}
+		if err := s.crossOrigin.Check(r); err != nil {
+			s.writeError(w, r, &apiError{status: http.StatusForbidden, code: CodeForbidden,
+				msg: "a cross-origin request from a browser may not change anything: " + err.Error()})
 			return
 		}
 		h(w, r, c)
