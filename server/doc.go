@@ -29,6 +29,11 @@
 //	GET    /metrics  /healthz  /readyz
 //	GET    /console/                            the web console (not part of the API); / redirects to it
 //
+// An id in a path is percent-encoded ('/' as %2F, as url.PathEscape
+// does); every segment under /v1/ is taken as it is: "." and ".." are ids
+// (any string is one), not steps of the path, and an empty segment is a
+// 404 (browsers, which resolve dot segments, cannot name such an id).
+//
 // A call (Call) has the status of its stored row ("pending", "resolved",
 // "errored", "expired") and an outcome that says how it ended, from that
 // status and the code of its error result: "pending", "answered" (a

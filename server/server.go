@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -185,8 +186,53 @@ func New(rt *lazarus.Runtime, opts Options) *Server {
 	return s
 }
 
-// ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+// ServeHTTP implements http.Handler. Under /v1/, every segment of the
+// path is taken as it is: a "." or ".." segment is an id (any string is
+// one), not a step of the path, and an empty segment names nothing (404).
+// http.ServeMux would clean such a path and redirect to what is left,
+// another route: the DELETE of schedule ".." of a conversation, followed,
+// deleted the conversation.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if strings.HasPrefix(r.URL.Path, "/v1/") {
+		raw, ok := literalPath(r.URL.EscapedPath())
+		if !ok {
+			s.writeError(w, r, errNotFound)
+			return
+		}
+		if raw != r.URL.EscapedPath() {
+			// The dot segments escaped, which the mux leaves as they
+			// are and unescapes into the ids.
+			r2 := *r
+			u := *r.URL
+			u.RawPath = raw
+			r2.URL = &u
+			r = &r2
+		}
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// literalPath returns the escaped path p with its "." and ".." segments
+// percent-encoded; ok is false when a segment other than the last is
+// empty.
+func literalPath(p string) (string, bool) {
+	segs := strings.Split(p, "/")
+	changed := false
+	for i, seg := range segs {
+		switch {
+		case seg == "" && i > 0 && i < len(segs)-1:
+			return "", false
+		case seg == ".":
+			segs[i], changed = "%2E", true
+		case seg == "..":
+			segs[i], changed = "%2E%2E", true
+		}
+	}
+	if !changed {
+		return p, true
+	}
+	return strings.Join(segs, "/"), true
+}
 
 func (s *Server) handle(pattern string, h http.HandlerFunc) {
 	s.routes = append(s.routes, pattern)
