@@ -20,8 +20,12 @@ func (n *node) sendWith(t *testing.T, method, path, token, body string, header h
 	}
 	req, err := http.NewRequest(method, n.srv.URL+path, rd)
 	require.NoError(t, err)
-	req.Header = header.Clone()
-	req.Header.Set("Authorization", "Bearer "+token)
+	if header != nil {
+		req.Header = header.Clone()
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	res, err := n.srv.Client().Do(req)
 	require.NoError(t, err)
 	defer res.Body.Close()
@@ -97,4 +101,39 @@ func TestCrossSiteRequestsChangeNothing(t *testing.T) {
 	require.Equal(t, http.StatusOK, status, "%s", out)
 	n.must(t, http.StatusOK, "GET", "/v1/calls/"+call.ID, tokOlga, nil, &c)
 	require.Equal(t, "rejected", c.Outcome)
+}
+
+// TestAnswersAreNeverPages: every answer of the server, the API's JSON
+// (errors and 401s included), its event stream, its OpenAPI document,
+// the probes and the metrics, is sent with X-Content-Type-Options nosniff
+// and a Content-Security-Policy that runs nothing and forbids framing, so
+// that what models and users wrote, which the answers hold, is never taken
+// for a page. Only the console's files had those headers.
+func TestAnswersAreNeverPages(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	conv, call := suspendOnApproval(t, ctx, n, model)
+	for _, e := range []struct{ method, path, token string }{
+		{"GET", "/v1/calls/" + call.ID, tokCarol},
+		{"GET", "/v1/conversations/" + conv.ID + "/events", tokAlice},
+		{"HEAD", "/v1/conversations/" + conv.ID + "/stream", tokAlice},
+		{"GET", "/v1/conversations/" + conv.ID, tokBob},
+		{"GET", "/v1/calls", ""},
+		{"POST", "/v1/conversations", tokAlice},
+		{"GET", "/v1/nothing", tokAlice},
+		{"GET", "/v1/openapi.json", ""},
+		{"GET", "/healthz", ""},
+		{"GET", "/readyz", ""},
+		{"GET", "/metrics", tokOlga},
+	} {
+		status, _, hd := n.sendWith(t, e.method, e.path, e.token, "", nil)
+		require.NotZero(t, status)
+		require.Equal(t, "nosniff", hd.Get("X-Content-Type-Options"), "%s %s", e.method, e.path)
+		require.Contains(t, hd.Get("Content-Security-Policy"), "default-src 'none'", "%s %s", e.method, e.path)
+		require.Contains(t, hd.Get("Content-Security-Policy"), "frame-ancestors 'none'", "%s %s", e.method, e.path)
+	}
+	// The console keeps its own policy, which lets its script run.
+	_, _, hd := n.sendWith(t, "GET", server.ConsolePath, "", "", nil)
+	require.Contains(t, hd.Get("Content-Security-Policy"), "script-src 'self'")
 }

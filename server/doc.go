@@ -206,6 +206,9 @@
 // restart ends them with the code closed). The files are served without credentials (they hold
 // no data) with a Content-Security-Policy that allows only the console's
 // own script, style and API (no inline script, no framing), and the script
-// writes every value as text, never as HTML. Options.NoConsole leaves the
+// writes every value as text, never as HTML. Every other answer (the
+// API's JSON, its event streams) is sent with X-Content-Type-Options
+// nosniff and a Content-Security-Policy that runs nothing and forbids
+// framing: a browser never takes what models and users wrote for a page. Options.NoConsole leaves the
 // console out.
 package server

@@ -192,7 +192,16 @@ func New(rt *lazarus.Runtime, opts Options) *Server {
 // http.ServeMux would clean such a path and redirect to what is left,
 // another route: the DELETE of schedule ".." of a conversation, followed,
 // deleted the conversation.
+//
+// Every answer is sent with X-Content-Type-Options: nosniff and, but for
+// the console's files (which have their own), a Content-Security-Policy
+// that lets nothing load or run and no page frame it: what the API
+// answers holds what models and users wrote, and a browser must never
+// take it for a page.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	hd := w.Header()
+	hd.Set("X-Content-Type-Options", "nosniff")
+	hd.Set("Content-Security-Policy", apiCSP)
 	if strings.HasPrefix(r.URL.Path, "/v1/") {
 		raw, ok := literalPath(r.URL.EscapedPath())
 		if !ok {
@@ -211,6 +220,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mux.ServeHTTP(w, r)
 }
+
+// apiCSP is the Content-Security-Policy of every answer but the console's
+// files.
+const apiCSP = "default-src 'none'; frame-ancestors 'none'"
 
 // literalPath returns the escaped path p with its "." and ".." segments
 // percent-encoded; ok is false when a segment other than the last is
