@@ -98,7 +98,7 @@
 // files or the database's address). The code of each sentinel is stable:
 //
 //	journal.ErrInvalid, a malformed body or query    400 invalid
-//	a body over Options.MaxBodyBytes                 400 too_large
+//	a body over Options.MaxBodyBytes                 413 too_large
 //	journal.ErrNotFound                              404 not_found
 //	journal.ErrStale (a call already answered)       409 stale
 //	journal.ErrConflict, journal.ErrExists           409 conflict

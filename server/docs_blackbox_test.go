@@ -649,7 +649,7 @@ func TestDocsAuthenticatorAndOperatorRole(t *testing.T) {
 }
 
 // TestDocsBodyLimitBoundary: a body of exactly Options.MaxBodyBytes is
-// read; one byte more is 400 too_large, and nothing is written.
+// read; one byte more is 413 too_large, and nothing is written.
 func TestDocsBodyLimitBoundary(t *testing.T) {
 	ctx := testContext(t)
 	model := newScripted()
@@ -664,7 +664,7 @@ func TestDocsBodyLimitBoundary(t *testing.T) {
 	}
 	model.Push(conv.ID, scripted.Text("ok"))
 	status, out := n.call(t, "POST", path, tokAlice, body(max+1))
-	requireError(t, status, out, http.StatusBadRequest, server.CodeTooLarge)
+	requireError(t, status, out, http.StatusRequestEntityTooLarge, server.CodeTooLarge)
 	require.Zero(t, n.lastSeq(t, ctx, conv.ID), "a body over the limit wrote")
 	st := n.stream(t, ctx, tokAlice, conv.ID, "")
 	n.must(t, http.StatusAccepted, "POST", path, tokAlice, body(max), nil)

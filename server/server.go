@@ -54,7 +54,7 @@ type Options struct {
 	// answers 403. Default DefaultOperatorRole.
 	OperatorRole string
 	// MaxBodyBytes bounds a request body; a larger one is refused with
-	// 400 (code too_large) and nothing is written. Default
+	// 413 (code too_large) and nothing is written. Default
 	// DefaultMaxBodyBytes.
 	MaxBodyBytes int64
 	// KeepAlive is how often an event stream with nothing to send gets a
@@ -353,7 +353,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return nil, &apiError{status: http.StatusBadRequest, code: CodeTooLarge,
+			return nil, &apiError{status: http.StatusRequestEntityTooLarge, code: CodeTooLarge,
 				msg: fmt.Sprintf("request body exceeds %d bytes", s.opts.MaxBodyBytes)}
 		}
 		return nil, &apiError{status: http.StatusBadRequest, code: CodeInvalid, msg: "reading the request body: " + err.Error()}
