@@ -77,6 +77,7 @@ const (
 	DefaultIdleTimeout      = 5 * time.Minute
 	DefaultHumanTimeout     = agent.DefaultHumanTimeout
 	DefaultCallTimeout      = 30 * time.Second
+	DefaultModelTimeout     = 10 * time.Minute
 	DefaultSubscriberBuffer = 1024
 	DefaultResumeInterval   = 30 * time.Second
 )
@@ -209,6 +210,21 @@ type Options struct {
 	// of one call (agent/retry); see RetryPolicy. When it gives up, or the
 	// error is not retryable, the turn fails durably: a turn_failed event.
 	ModelRetry RetryPolicy
+	// ModelTimeout bounds each model call: one Generate of Model (or of an
+	// Agent's), each retry on its own, measured on Clock from the call's
+	// start. A call still running when it passes has its context
+	// cancelled and fails with an error wrapping context.DeadlineExceeded
+	// (code "timeout"), which the default ModelRetry retries; when the
+	// retries run out the turn fails durably (turn_failed) and the
+	// conversation takes the next message as after any failed turn. It
+	// bounds a provider that accepted the request and never finishes (a
+	// stream that stops, a connection left open). The bound works through
+	// the context: a Model that ignores its cancellation (see
+	// agent.Model) still holds the turn. Default DefaultModelTimeout (ten
+	// minutes: room for a long answer of a slow model); negative means no
+	// bound (a call then ends only when it returns, or when a new message,
+	// a rewind, a kill or Close cancels it).
+	ModelTimeout time.Duration
 	// MaxInvalidToolAnswers is how many model answers in a row, within one
 	// turn, may call an unknown tool or pass arguments that are not a JSON
 	// object. Such a call is recorded with an error result (code
@@ -288,6 +304,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.CallTimeout == 0 {
 		o.CallTimeout = DefaultCallTimeout
+	}
+	if o.ModelTimeout == 0 {
+		o.ModelTimeout = DefaultModelTimeout
 	}
 	if o.SubscriberBuffer == 0 {
 		o.SubscriberBuffer = DefaultSubscriberBuffer
@@ -499,6 +518,7 @@ func Open(opts Options) (*Runtime, error) {
 				Settings:              opts.Settings,
 				Audit:                 opts.Audit.Enabled,
 				Retry:                 opts.ModelRetry,
+				ModelTimeout:          opts.ModelTimeout,
 				Publish:               r.hub.publish,
 				Logger:                opts.Logger,
 			}

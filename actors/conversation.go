@@ -151,6 +151,16 @@ type ConversationConfig struct {
 	// Retry is the retry policy of failed model calls. The zero value is
 	// the defaults (see RetryPolicy).
 	Retry RetryPolicy
+	// ModelTimeout bounds each model call (one Generate, each retry on its
+	// own), measured on Clock from the call's start past the gate: when it
+	// passes, the call's context is cancelled, and once Generate returns
+	// the call fails with an error wrapping context.DeadlineExceeded (code
+	// CodeTimeout, retried under DefaultRetryable; the model's own error
+	// is in its text only), unless Generate returned an answer first.
+	// Recorded as any failed call (Audit, the retry, turn_failed). Zero or
+	// negative means no bound: a call ends only when it returns, or is
+	// cancelled (a newer message, a rewind, a kill, the actor stopping).
+	ModelTimeout time.Duration
 	// MaxInvalidToolAnswers is how many model answers in a row, within one
 	// turn, may contain invalid tool calls (an unknown tool, arguments that
 	// are not a JSON object): each is recorded with an error result the
@@ -526,8 +536,11 @@ func (c *conversation) runTool(ctx actor.Context, inv agent.Invocation) {
 
 func (c *conversation) startModel(ctx actor.Context, e effStartModel) {
 	// Not a child of goCtx: registering one with it on every turn cost ~1%
-	// of the CPU per event. cancelGoroutines cancels both.
-	turnCtx, cancel := context.WithCancel(context.Background())
+	// of the CPU per event. cancelGoroutines cancels both. The model
+	// timeout cancels it with the cause errModelTimedOut; any other
+	// cancel (the actor's) with context.Canceled.
+	turnCtx, cancelCause := context.WithCancelCause(context.Background())
+	cancel := func() { cancelCause(nil) }
 	// deltaMu is held while a delta is published: the cancel waits for
 	// one under way, so that no delta of the call is published once the
 	// cancel has returned (after the Restart that voids the call, say).
@@ -539,7 +552,7 @@ func (c *conversation) startModel(ctx actor.Context, e effStartModel) {
 		deltaMu.Unlock()
 	}
 	turn := e.in
-	id, model, store, audit, clock, gate := e.turn, c.cfg.Model, c.cfg.Store, c.cfg.Audit, c.cfg.Clock, c.cfg.ModelGate
+	id, model, store, audit, clock, gate, timeout := e.turn, c.cfg.Model, c.cfg.Store, c.cfg.Audit, c.cfg.Clock, c.cfg.ModelGate, c.cfg.ModelTimeout
 	if m := c.cfg.Agents[turn.Agent].Model; turn.Agent != "" && m != nil {
 		model = m
 	}
@@ -556,7 +569,7 @@ func (c *conversation) startModel(ctx actor.Context, e effStartModel) {
 			}
 		}
 	}
-	c.goOwned(func(context.Context) {
+	c.goOwned(func(gctx context.Context) {
 		defer cancel()
 		// The previous call of the conversation may still be winding down
 		// (cancelled by a newer message or a kill): Generate is never
@@ -567,15 +580,32 @@ func (c *conversation) startModel(ctx actor.Context, e effStartModel) {
 			return
 		}
 		began := clock.Now()
+		stopTimer := func() bool { return false }
+		if timeout > 0 {
+			stopTimer = clock.AfterFunc(timeout, func() { cancelCause(errModelTimedOut) })
+		}
 		msg, err := generate(turnCtx, log, model, turn, onDelta)
+		// The timer fired (its cancel may still be on its way: it is
+		// made here too). It ended the call unless the actor's own
+		// cancel came first, which voids the call.
+		expired := timeout > 0 && !stopTimer()
+		if expired {
+			cancelCause(errModelTimedOut)
+		}
+		timedOut := expired && context.Cause(turnCtx) == errModelTimedOut
 		if err == nil && msg == nil {
 			err = errors.New("model returned no message")
+		}
+		if timedOut && err != nil {
+			// Whatever the model made of the cancel: the bound ended it.
+			// An answer it returned all the same stands.
+			err = fmt.Errorf("no answer within the model timeout, %v: %w (the model returned: %v)", timeout, context.DeadlineExceeded, err)
 		}
 		// A call cancelled before it returned is void: no row. The row is
 		// written before the gate is left, so that the rows of one
 		// conversation's calls are written in the order of the calls (a
 		// retry's row replaces its failed call's, never the reverse).
-		if audit && turnCtx.Err() == nil {
+		if audit && (turnCtx.Err() == nil || timedOut) {
 			now := clock.Now()
 			mc := &messages.ModelCall{
 				ConversationId: turn.ConversationID, TurnRef: lastSeq, RenderedContext: turn.Context, LatencyNanos: int64(now.Sub(began)),
@@ -587,7 +617,11 @@ func (c *conversation) startModel(ctx actor.Context, e effStartModel) {
 			} else {
 				mc.Model, mc.Usage = msg.GetModel(), msg.GetUsage()
 			}
-			putModelCall(turnCtx, store, log, mc)
+			wctx := turnCtx
+			if timedOut {
+				wctx = gctx // turnCtx is done; the actor's stop still ends the write
+			}
+			putModelCall(wctx, store, log, mc)
 		}
 		leave()
 		send(&inModelDone{turn: id, msg: msg, err: err})

@@ -119,7 +119,8 @@ func Permanent(err error) bool {
 // DefaultRetryable is the default RetryPolicy.Retryable: the transient
 // model failures agent.ErrRateLimited, agent.ErrUnavailable,
 // agent.ErrInterrupted, agent.ErrIncomplete, agent.ErrMalformed, and
-// context.DeadlineExceeded (a timeout of the model call). Any other error
+// context.DeadlineExceeded (a timeout of the model call: the error of a call
+// past ConversationConfig.ModelTimeout wraps it). Any other error
 // (of a Model of the application's own, say, or an answer the Store
 // refused, journal.ErrInvalid) is not retried.
 func DefaultRetryable(err error) bool {
@@ -130,6 +131,11 @@ func DefaultRetryable(err error) bool {
 	}
 	return false
 }
+
+// errModelTimedOut is the cause with which the model timeout
+// (ConversationConfig.ModelTimeout) cancels a call's context, telling it
+// from the actor's own cancel.
+var errModelTimedOut = errors.New("model call timed out")
 
 // ErrInvalidToolCalls fails a turn whose model answered with invalid tool
 // calls (an unknown tool, arguments that are not a JSON object) more times

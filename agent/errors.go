@@ -34,7 +34,10 @@ import "errors"
 // ErrInterrupted, ErrMalformed and ErrIncomplete are retried, never
 // ErrContextLength, ErrRefused, ErrRequest or ErrPanicked), telling
 // subscribers of each retry, and when it gives up records the failure
-// durably (a turn_failed event).
+// durably (a turn_failed event). The runtime also bounds each call
+// (lazarus.Options.ModelTimeout): a call past its bound has its context
+// cancelled and fails with an error wrapping context.DeadlineExceeded,
+// retried by default, whatever the provider returned after the cancel.
 var (
 	// ErrRateLimited: the provider answered 429 (rate or quota limit).
 	ErrRateLimited = errors.New("agent: model rate limited")
