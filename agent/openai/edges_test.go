@@ -298,3 +298,48 @@ func TestLineLongerThanTheDecoderReads(t *testing.T) {
 		})
 	}
 }
+
+// TestFinishAndUsageEndTheAnswer: a server (or proxy) that sends the finish
+// reason and the usage and then keeps the connection open without [DONE]
+// does not hold the call: Generate returns the answer without waiting for
+// the body's end.
+func TestFinishAndUsageEndTheAnswer(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		usage := strings.TrimSuffix(usageChunk, "data: [DONE]\n\n") // no [DONE]
+		_, _ = w.Write([]byte(chunk(`{"role":"assistant","content":"Hel"}`, "") + chunk(`{"content":"lo"}`, "") + chunk(`{}`, "stop") + usage))
+		w.(http.Flusher).Flush()
+		select { // the connection stays open
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	m := factory(t, srv.URL, retry.Policy{MaxAttempts: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var deltas []string
+	msg, err := m.Generate(ctx, providertest.Turn(), func(d string) { deltas = append(deltas, d) })
+	require.NoError(t, err, "the answer, before the test's bound")
+	assert.Equal(t, []string{"Hel", "lo"}, deltas)
+	assert.Equal(t, "Hello", msg.GetContent()[0].GetText())
+	assert.Equal(t, &messages.Usage{InputTokens: 3, OutputTokens: 4}, msg.GetUsage())
+}
+
+// TestFinishWithoutUsageReadsToTheEnd: from a server that sends no usage,
+// the answer is read to the stream's end (a usage chunk may still come
+// after the finish reason), and has no usage.
+func TestFinishWithoutUsageReadsToTheEnd(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = w.Write([]byte(chunk(`{"role":"assistant","content":"Hi"}`, "stop") + "data: [DONE]\n\n"))
+	}))
+	defer srv.Close()
+	m := factory(t, srv.URL, retry.Policy{MaxAttempts: 1})
+	msg, err := m.Generate(context.Background(), providertest.Turn(), nil)
+	require.NoError(t, err)
+	assert.Equal(t, "Hi", msg.GetContent()[0].GetText())
+	assert.Nil(t, msg.GetUsage())
+}

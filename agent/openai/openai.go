@@ -15,6 +15,9 @@
 // while its calls were open, which the log holds first, comes after them).
 // Usage (input and output tokens) is requested with stream_options
 // include_usage and recorded on the assistant message, with the model's name.
+// The answer ends once the stream has given its finish reason and the
+// usage, whether or not [DONE] follows or the connection closes; from a
+// server that sends no usage it ends with the stream.
 //
 // # Failures
 //
@@ -380,7 +383,12 @@ func (m *Model) attempt(ctx context.Context, params oai.ChatCompletionNewParams,
 		usage         *messages.Usage
 		streamed      bool
 	)
-	for stream.Next() {
+	// The answer is whole once it has its finish reason and the usage
+	// (asked for with include_usage: its chunk comes last, or with the
+	// finish reason). A server or proxy that sends them and then keeps
+	// the connection open without [DONE] must not hold the call; one
+	// that sends no usage is read to the stream's end.
+	for !(finish != "" && usage != nil) && stream.Next() {
 		chunk := stream.Current()
 		if chunk.Model != "" {
 			model = chunk.Model
