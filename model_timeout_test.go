@@ -186,3 +186,32 @@ func TestHungModelCallWithoutATimeout(t *testing.T) {
 		})
 	}
 }
+
+// TestAnswerReturnedAtTheModelTimeoutStands: a model that returns a whole
+// answer although the bound cancelled its context (it was done as the
+// timer fired) has that answer recorded: the bound fails a call that has
+// no answer, it does not throw one away.
+func TestAnswerReturnedAtTheModelTimeoutStands(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	clock := actorstest.NewManualClock(time.Date(2026, 11, 1, 9, 0, 0, 0, time.UTC))
+	started := make(chan struct{}, 1)
+	model := agent.ModelFunc(func(ctx context.Context, _ agent.Turn, _ func(string)) (*messages.AssistantMessage, error) {
+		started <- struct{}{}
+		<-ctx.Done()
+		return agent.Text("late"), nil
+	})
+	rt, err := lazarus.Open(lazarus.Options{Model: model, Clock: clock, IdleTimeout: -1, ModelTimeout: time.Minute})
+	require.NoError(t, err)
+	defer rt.Close()
+	sub, err := rt.Subscribe(ctx, "c", 0)
+	require.NoError(t, err)
+	_, err = rt.Send(ctx, "c", "hi", agent.Scope{})
+	require.NoError(t, err)
+	recv(t, ctx, started, "the call")
+	clock.Advance(time.Minute)
+	end := awaitUpdate(t, sub, func(u lazarus.Update) bool { return u.TurnEnd != nil || u.Retry != nil })
+	require.Nil(t, end.Retry, "no retry")
+	require.Equal(t, lazarus.TurnAnswered, end.TurnEnd.Outcome)
+	require.Equal(t, "late", end.TurnEnd.Text)
+}
