@@ -149,6 +149,17 @@ func (g *gatewayActor) Receive(ctx actor.Context) {
 		n.mu.Lock()
 		f := n.follow[m.GetSubscriptionId()]
 		n.mu.Unlock()
+		if f != nil && !f.takes(m, ctx.Sender()) {
+			// Not of the stream this follower asked for: another
+			// conversation's update, or one from another member than
+			// the one it subscribed to (whose gateway sends every update
+			// of the stream). Dropped, so that no subscriber is handed
+			// another conversation's events; the stream goes on.
+			n.log.Debug("lazarus: cluster: dropped an update not of the followed stream",
+				"subscription", clipID(m.GetSubscriptionId()), "conversation", clipID(m.GetConversationId()),
+				"follows", clipID(f.conv), "from", ctx.Sender().GetAddress(), "owner", f.from)
+			return
+		}
 		if f == nil && !m.GetFinal() && ctx.Sender() != nil {
 			// No follower here has this id (ids are never reused: see
 			// clusterNode.run): one that ended, or one of an earlier run
@@ -575,10 +586,20 @@ func updateFromProto(p *messages.ClusterUpdate) Update {
 	return u
 }
 
-// follower is the receiving end of a stream from another member.
+// follower is the receiving end of a stream from another member: the
+// stream of conversation conv that member from serves.
 type follower struct {
 	in       chan *messages.ClusterUpdate
 	overflow chan struct{}
+	conv     string
+	from     string // the address of the member subscribed to
+}
+
+// takes reports whether m, sent by sender, is an update of f's stream: of
+// the conversation it follows, from the gateway of the member it
+// subscribed to.
+func (f *follower) takes(m *messages.ClusterUpdate, sender *actor.PID) bool {
+	return m.GetConversationId() == f.conv && sender.GetAddress() == f.from && sender.GetId() == GatewayName
 }
 
 // subscribe is Subscribe in cluster mode: it follows the conversation's
@@ -679,7 +700,8 @@ func (n *clusterNode) runFollower(ctx context.Context, conv string, last uint64,
 		// stream of an earlier run at this address, whose updates must
 		// reach no follower of this one.
 		id := fmt.Sprintf("%s/%s/%d", n.self, n.run, n.nextID.Add(1))
-		f := &follower{in: make(chan *messages.ClusterUpdate, n.r.opts.SubscriberBuffer), overflow: make(chan struct{}, 1)}
+		f := &follower{in: make(chan *messages.ClusterUpdate, n.r.opts.SubscriberBuffer), overflow: make(chan struct{}, 1),
+			conv: conv, from: owner}
 		n.mu.Lock()
 		n.follow[id] = f
 		n.mu.Unlock()

@@ -803,7 +803,9 @@ func (x *ClusterUnsubscribe) GetSubscriptionId() string {
 // (not final) of a subscription_id none of its subscriptions has (one that
 // ended, or one of an earlier run of its member) answers
 // ClusterUnsubscribe, so the stream ends. A member's subscription ids are
-// unique across its runs.
+// unique across its runs. A member's follower takes only the updates of
+// the conversation it subscribed to, from the gateway it subscribed at;
+// it drops any other update sent to its subscription_id.
 type ClusterUpdate struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	SubscriptionId string                 `protobuf:"bytes,1,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
