@@ -371,9 +371,16 @@ func (r *Runtime) checkWireRewind(ctx context.Context, conv string, m *messages.
 // checked_in_log, edit_agent and edit_audience are not taken on trust
 // (with checked_in_log the conversation runs a rewind into its summary
 // unchecked). A target the log refuses is an error wrapping
-// journal.ErrInvalid, and nothing is written.
+// journal.ErrInvalid, and nothing is written. A rewind without a request
+// id is given one, as SendMessage gives a send without one (Rewind and
+// Edit always send one): the supervisor sends a rewind whose write was in
+// flight when its activation stopped again to a new activation, which
+// answers from the log by that id instead of writing it again.
 func (r *Runtime) askWireRewind(ctx context.Context, conv string, m *messages.AgentRewind, scope agent.Scope) (any, error) {
 	m = proto.CloneOf(m)
+	if m.GetRequestId() == "" {
+		m.RequestId = newRequestID()
+	}
 	to, edit := m.GetToSeq(), uint64(0)
 	if m.GetMessage() != nil {
 		to, edit = m.GetEditSeq()-1, m.GetEditSeq() // checkWireRewind: EditSeq is not 0

@@ -307,7 +307,9 @@ type ClusterRequest_Configure struct {
 
 type ClusterRequest_Rewind struct {
 	// Rewind or edit (AgentRewind); the reply carries the seq of an edit's
-	// message.
+	// message. Its request_id is the idempotency key of the rewind on the
+	// owner; one without it is given a new one there (as a send without
+	// one): two such requests are two rewinds.
 	Rewind *AgentRewind `protobuf:"bytes,13,opt,name=rewind,proto3,oneof"`
 }
 
