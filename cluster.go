@@ -138,6 +138,9 @@ type clusterNode struct {
 	run     string
 	gateway *actor.PID
 	log     *slog.Logger
+	// after is time.After: a follower's wait before it subscribes again
+	// (a test replaces it).
+	after func(time.Duration) <-chan time.Time
 
 	members atomic.Pointer[[]string] // addresses of the members, sorted
 	// sup is the Runtime's supervisor once it started: membership changes
@@ -214,7 +217,7 @@ func startCluster(r *Runtime, sys *actor.ActorSystem, o ClusterOptions) (n *clus
 func newNode(r *Runtime, sys *actor.ActorSystem) *clusterNode {
 	n := &clusterNode{r: r, sys: sys, log: r.log, changed: make(chan struct{}), self: sys.Address(),
 		opts: ClusterOptions{}.withDefaults(), serving: map[string]serving{}, follow: map[string]*follower{},
-		run: rand.Text()}
+		run: rand.Text(), after: time.After}
 	n.members.Store(&[]string{n.self})
 	return n
 }

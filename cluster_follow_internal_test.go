@@ -2,7 +2,10 @@ package lazarus
 
 import (
 	"context"
+	"log/slog"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -106,4 +109,232 @@ func TestFollowerTakesOnlyItsStreamsUpdates(t *testing.T) {
 	require.Equal(t, "again", u.Event.GetUserMsg().GetContent()[0].GetText(), "the stream's own event")
 	require.EqualValues(t, 4, next().Event.GetSeq())
 	require.Equal(t, []string{id}, followIDs(n), "the stream goes on")
+}
+
+// recordHandler is a log handler that keeps the records logged.
+type recordHandler struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (h *recordHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *recordHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *recordHandler) WithGroup(string) slog.Handler            { return h }
+
+func (h *recordHandler) Handle(_ context.Context, rec slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.recs = append(h.recs, rec.Clone())
+	return nil
+}
+
+// retries returns the attributes of the records that say a follower
+// subscribes again.
+func (h *recordHandler) retries() []map[string]any {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []map[string]any
+	for _, rec := range h.recs {
+		if !strings.Contains(rec.Message, "subscribing again") {
+			continue
+		}
+		attrs := map[string]any{"level": rec.Level}
+		rec.Attrs(func(a slog.Attr) bool {
+			attrs[a.Key] = a.Value.Any()
+			return true
+		})
+		out = append(out, attrs)
+	}
+	return out
+}
+
+// A follower whose owner cannot be reached (its requests are dead
+// letters) subscribes again after a wait that doubles from 100 ms to 2 s
+// and stays there, each retry logged at debug level through the Runtime's
+// logger; a membership change ends a wait at once and starts again from
+// 100 ms. It subscribed again every 100 ms for as long as the owner was
+// out of reach, and logged nothing. (The test stands in for the clock:
+// each wait is a channel it fires.)
+func TestFollowerBacksOffWhileTheOwnerIsUnreachable(t *testing.T) {
+	store := memjournal.New(memjournal.Options{})
+	model := agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
+		return agent.Text("ok"), nil
+	})
+	p := newForwardPair(t, store, store, model)
+	n := p.caller.cl
+	conv := ownedByADeadMember(n)
+	logs := &recordHandler{}
+	n.log = slog.New(logs)
+	type waitReq struct {
+		d    time.Duration
+		fire chan time.Time
+	}
+	waits := make(chan waitReq)
+	done := make(chan struct{})
+	n.after = func(d time.Duration) <-chan time.Time {
+		fire := make(chan time.Time, 1)
+		select {
+		case waits <- waitReq{d, fire}:
+		case <-done:
+		}
+		return fire
+	}
+	t.Cleanup(func() { close(done) }) // before the caller closes
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	sctx, scancel := context.WithCancel(ctx)
+	defer scancel()
+	updates, err := p.caller.Subscribe(sctx, conv, 0)
+	require.NoError(t, err)
+	next := func() waitReq {
+		t.Helper()
+		select {
+		case w := <-waits:
+			return w
+		case u, ok := <-updates:
+			t.Fatalf("an update (%v) or the end (%v) of a subscription whose owner is unreachable", u, !ok)
+		case <-ctx.Done():
+			t.Fatal("the follower did not wait to subscribe again")
+		}
+		return waitReq{}
+	}
+	want := []time.Duration{100, 200, 400, 800, 1600, 2000, 2000}
+	var w waitReq
+	for i, d := range want {
+		w = next()
+		require.Equal(t, d*time.Millisecond, w.d, "wait %d", i)
+		if i < len(want)-1 {
+			w.fire <- time.Now()
+		}
+	}
+	// The membership changes during a 2 s wait: the follower subscribes
+	// again at once (the wait is never fired), and waits 100 ms after.
+	n.mu.Lock()
+	close(n.changed)
+	n.changed = make(chan struct{})
+	n.mu.Unlock()
+	w = next()
+	require.Equal(t, 100*time.Millisecond, w.d, "a membership change starts the waits again")
+
+	retries := logs.retries()
+	require.Len(t, retries, len(want)+1, "each retry is logged")
+	for i, a := range retries {
+		require.Equal(t, slog.LevelDebug, a["level"])
+		require.Equal(t, conv, a["conversation"])
+		require.Equal(t, deadMember, a["owner"])
+		require.ErrorIs(t, a["err"].(error), actor.ErrDeadLetter)
+		if i < len(want) {
+			require.Equal(t, want[i]*time.Millisecond, a["retry_in"])
+		}
+	}
+	scancel()
+	for range updates { // the follower ends with its context
+	}
+}
+
+// subscribeGateway stands for an owner's gateway that hands each
+// ClusterSubscribe it gets to the test, with whom to answer.
+type subscribeGateway struct{ got chan heldSubscribe }
+
+type heldSubscribe struct {
+	sender *actor.PID
+	req    *messages.ClusterSubscribe
+}
+
+func (g *subscribeGateway) Receive(ctx actor.Context) {
+	if req, ok := ctx.Message().(*messages.ClusterSubscribe); ok {
+		g.got <- heldSubscribe{sender: ctx.Sender(), req: req}
+	}
+}
+
+// A follower's waits grow while its owner refuses to serve it (closing:
+// UNAVAILABLE, not answered), and start again from 100 ms once the owner
+// serves a subscription: a stream the owner then stops serving is
+// subscribed again after 100 ms, not after the longest wait so far.
+func TestFollowerBackoffStartsAgainOnceServed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	store := memjournal.New(memjournal.Options{})
+	model := agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
+		return agent.Text("ok"), nil
+	})
+	const ownerAddr, memberAddr = "owner.test:1", "member.test:1"
+	members := []string{ownerAddr, memberAddr}
+	slices.Sort(members)
+	net := &fakeNet{sys: map[string]*actor.ActorSystem{}}
+	ownerSys := quietSystem(t, ownerAddr)
+	gw := &subscribeGateway{got: make(chan heldSubscribe, 1)}
+	_, err := ownerSys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return gw }), GatewayName)
+	require.NoError(t, err)
+	net.join(ownerSys)
+	member, err := Open(Options{Store: store, Model: model, NoResume: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = member.Close() })
+	n := netMember(t, net, member, memberAddr, members)
+	type waitReq struct {
+		d    time.Duration
+		fire chan time.Time
+	}
+	waits := make(chan waitReq)
+	done := make(chan struct{})
+	n.after = func(d time.Duration) <-chan time.Time {
+		fire := make(chan time.Time, 1)
+		select {
+		case waits <- waitReq{d, fire}:
+		case <-done:
+		}
+		return fire
+	}
+	t.Cleanup(func() { close(done) }) // before the member closes
+	conv := firstConv(func(id string) bool { return n.owner(id) == ownerAddr })
+
+	sctx, scancel := context.WithCancel(ctx)
+	defer scancel()
+	updates, err := member.Subscribe(sctx, conv, 0)
+	require.NoError(t, err)
+	subscribed := func() heldSubscribe {
+		t.Helper()
+		select {
+		case s := <-gw.got:
+			require.Equal(t, conv, s.req.GetConversationId())
+			return s
+		case <-ctx.Done():
+			t.Fatal("the follower did not subscribe")
+			return heldSubscribe{}
+		}
+	}
+	waited := func(want time.Duration) waitReq {
+		t.Helper()
+		select {
+		case w := <-waits:
+			require.Equal(t, want, w.d)
+			return w
+		case u, ok := <-updates:
+			t.Fatalf("an update (%v) or the end (%v) of the subscription", u, !ok)
+		case <-ctx.Done():
+			t.Fatal("the follower did not wait to subscribe again")
+		}
+		return waitReq{}
+	}
+	refuse := func(s heldSubscribe) {
+		ownerSys.Root.Send(s.sender, &messages.ClusterReply{RequestId: s.req.GetRequestId(), Node: ownerAddr,
+			Error: &messages.Error{Code: messages.ErrorCode_ERROR_CODE_UNAVAILABLE, Message: "closing"}})
+	}
+	for _, d := range []time.Duration{100, 200, 400} {
+		refuse(subscribed())
+		waited(d * time.Millisecond).fire <- time.Now()
+	}
+	// Served: the stream starts, then the owner stops serving it.
+	s := subscribed()
+	ownerSys.Root.Send(s.sender, &messages.ClusterReply{RequestId: s.req.GetRequestId(), Node: ownerAddr})
+	ownerSys.Root.RequestWithCustomSender(actor.NewPID(memberAddr, GatewayName),
+		&messages.ClusterUpdate{SubscriptionId: s.req.GetSubscriptionId(), ConversationId: conv, Final: true,
+			Error: &messages.Error{Code: messages.ErrorCode_ERROR_CODE_UNAVAILABLE, Message: "stopped serving"}},
+		actor.NewPID(ownerAddr, GatewayName))
+	waited(100 * time.Millisecond).fire <- time.Now()
+	refuse(subscribed())
+	waited(200 * time.Millisecond)
+	scancel()
+	for range updates { // the follower ends with its context
+	}
 }

@@ -593,6 +593,15 @@ func updateFromProto(p *messages.ClusterUpdate) Update {
 	return u
 }
 
+// followRetryMin and followRetryMax bound how long a follower waits
+// before it subscribes again to an owner it could not reach: the wait
+// doubles from the first to the second while the owner stays out of
+// reach (see runFollower).
+const (
+	followRetryMin = 100 * time.Millisecond
+	followRetryMax = 2 * time.Second
+)
+
 // follower is the receiving end of a stream from another member: the
 // stream of conversation conv that member from serves.
 type follower struct {
@@ -648,10 +657,21 @@ func (n *clusterNode) runFollower(ctx context.Context, conv string, last uint64,
 			return false
 		}
 	}
-	wait := func(changed <-chan struct{}) bool {
+	// wait waits before the follower subscribes again to owner, which it
+	// could not reach or which stopped serving its stream (why): the
+	// delay doubles from followRetryMin to followRetryMax while the owner
+	// stays out of reach, and starts again from followRetryMin once a
+	// subscription is served or the membership changes, which ends the
+	// wait at once.
+	delay := followRetryMin
+	wait := func(changed <-chan struct{}, owner, why string, err error) bool {
+		n.log.Debug("lazarus: cluster: following the owner failed; subscribing again", "conversation", clipID(conv),
+			"owner", owner, "reason", why, "err", err, "retry_in", delay)
 		select {
 		case <-changed:
-		case <-time.After(100 * time.Millisecond):
+			delay = followRetryMin
+		case <-n.after(delay):
+			delay = min(2*delay, followRetryMax)
 		case <-ctx.Done():
 			return false
 		case <-life.Done():
@@ -725,7 +745,7 @@ func (n *clusterNode) runFollower(ctx context.Context, conv string, last uint64,
 		}, n.opts.RequestTimeout)
 		if err != nil {
 			unfollow(true)
-			if !wait(changed) {
+			if !wait(changed, owner, "the owner did not answer", err) {
 				return
 			}
 			continue
@@ -738,7 +758,7 @@ func (n *clusterNode) runFollower(ctx context.Context, conv string, last uint64,
 			// failure (the owner's Store read failed), which a local
 			// subscription reports too.
 			if errors.Is(rerr, journal.ErrUnavailable) && !reply.GetAnswered() {
-				if !wait(changed) {
+				if !wait(changed, owner, "the owner refused the subscription", rerr) {
 					return
 				}
 				continue
@@ -746,6 +766,7 @@ func (n *clusterNode) runFollower(ctx context.Context, conv string, last uint64,
 			emit(Update{ConversationID: conv, Err: rerr})
 			return
 		}
+		delay = followRetryMin // served: the owner is reachable
 	remote:
 		for {
 			select {
@@ -759,7 +780,7 @@ func (n *clusterNode) runFollower(ctx context.Context, conv string, last uint64,
 					// it, as a subscriber on the owner does.
 					ferr := journal.ErrorFromProto(m.GetError())
 					if ferr == nil || (errors.Is(ferr, journal.ErrUnavailable) && !m.GetAnswered()) {
-						if !wait(changed) {
+						if !wait(changed, owner, "the owner stopped serving the stream", ferr) {
 							return
 						}
 						break remote
