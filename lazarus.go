@@ -495,7 +495,10 @@ func Open(opts Options) (*Runtime, error) {
 		Logger:      opts.Logger,
 		Activated:   opts.Metrics.Activated,
 		Passivated:  opts.Metrics.Passivated,
-		Fenced:      fencedHook(opts.Metrics.Fenced),
+		// An expire reported of unknown outcome that landed committed
+		// nothing the journal saw: counted when its row is read.
+		ExpiredLanded: opts.Metrics.Expired,
+		Fenced:        fencedHook(opts.Metrics.Fenced),
 		// Due occurrences of scheduled wake-ups are delivered by the
 		// Runtime's goroutines (schedule.go).
 		FireSchedule: r.onScheduleDue,

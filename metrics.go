@@ -28,8 +28,9 @@ type Metrics struct {
 	Appended func(events int)
 	// Expired is called for each human call a deadline expired (its
 	// resolution committed with status EXPIRED, which only an expiry
-	// writes). An answer by Resolve or Reject is none, whatever its
-	// scope: agent.SystemScope's too.
+	// writes; an expire the Store reported of unknown outcome is counted
+	// once its retry finds the call's row EXPIRED). An answer by Resolve
+	// or Reject is none, whatever its scope: agent.SystemScope's too.
 	Expired func()
 	// Activated is called each time a conversation actor is spawned: its
 	// first activation or a revival after passivation, a kill or a
@@ -115,7 +116,8 @@ func (o ScheduleOutcome) String() string {
 	return "unknown"
 }
 
-// committed feeds the Appended, Expired, TurnEnded, ToolCalled and
+// committed feeds the Appended, Expired (but for an expire of unknown
+// outcome, see supervisor.Config.ExpiredLanded), TurnEnded, ToolCalled and
 // ScheduleFired (ScheduleDelivered) hooks from one committed append
 // request.
 func (m *Metrics) committed(req *messages.AppendRequest) {

@@ -532,3 +532,43 @@ func TestScheduleFiredMetric(t *testing.T) {
 	}, 20*time.Second, time.Millisecond, "the schedule of an ended conversation goes")
 	require.Equal(t, []string{"one", "two"}, wakes(ctx, t, rt, "c"))
 }
+
+// TestExpiredMetricCountsAnExpiryOfUnknownOutcome: an expire whose write
+// landed while the Store reported journal.ErrUnknownOutcome (a lost COMMIT
+// reply) expired the call: its retry is refused as stale, the row says
+// EXPIRED and the conversation records the expiry. Metrics.Expired counts
+// it once, although no write was reported committed.
+func TestExpiredMetricCountsAnExpiryOfUnknownOutcome(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var expired atomic.Int64
+	clock := actorstest.NewManualClock(time.Unix(1_700_000_000, 0))
+	model := scripted.New(scripted.Options{})
+	store := &expireLostReplyStore{Store: memjournal.New(memjournal.Options{})}
+	rt, err := lazarus.Open(lazarus.Options{Store: store, Model: model, Clock: clock, IdleTimeout: -1,
+		Tools:   []agent.Tool{{Name: toolApprove, Executor: messages.Executor_EXECUTOR_HUMAN, Timeout: time.Minute}},
+		Metrics: lazarus.Metrics{Expired: func() { expired.Add(1) }}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rt.Close() })
+	callID := suspend(ctx, t, rt, model, "h")
+	model.Push("h", scripted.Text("too late"))
+	sub, err := rt.Subscribe(ctx, "h", 0)
+	require.NoError(t, err)
+
+	deadline := clock.Now().Add(time.Minute)
+	require.Eventually(t, func() bool {
+		next, ok := clock.Next()
+		return ok && next.Equal(deadline)
+	}, 20*time.Second, time.Millisecond, "the deadline armed")
+	clock.Advance(time.Minute)
+	require.Eventually(t, store.lost.Load, 20*time.Second, time.Millisecond, "the expire written, its outcome reported unknown")
+	require.Zero(t, expired.Load(), "a write of unknown outcome is not counted yet")
+	require.Eventually(t, func() bool {
+		clock.Advance(time.Second)
+		row, err := rt.Store().ToolCall(ctx, callID)
+		require.NoError(t, err)
+		return row.GetStatus() == messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED && clock.Timers() == 0
+	}, 20*time.Second, 10*time.Millisecond, "the retry answered")
+	awaitFinalAnswer(t, sub)
+	require.EqualValues(t, 1, expired.Load(), "the expiry that landed is counted, once")
+}

@@ -68,6 +68,13 @@ type Config struct {
 	// passivates (not for kills or failures), on that actor's goroutine; it
 	// must not block.
 	Passivated func()
+	// ExpiredLanded, if set, is called each time an expire whose write
+	// was reported journal.ErrUnknownOutcome is found to have landed (its
+	// retry was stale and the call's row is EXPIRED), before the expiry is
+	// delivered: the journal reported no commit of it, so a count of
+	// committed expiries misses it. It runs on a goroutine of the
+	// supervisor's and must not block.
+	ExpiredLanded func()
 	// Owns, in a cluster, says whether this node owns a conversation:
 	// the expiry actor arms only the deadlines of owned conversations
 	// (actors.ExpiryOptions.Owns), and an activation fenced off by another
@@ -658,6 +665,9 @@ func (r *root) start(ctx actor.Context) {
 					row, err := s.cfg.Store.ToolCall(ctx, toolCallID)
 					if err == nil && row.GetConversationId() == conversationID &&
 						row.GetStatus() == messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED {
+						if s.cfg.ExpiredLanded != nil {
+							s.cfg.ExpiredLanded()
+						}
 						sys.Root.Send(self, &expired{conversation: conversationID, toolCallID: toolCallID})
 					}
 				})
