@@ -529,3 +529,71 @@ func TestScrapeOfAHangingStoreSharesOneDeadline(t *testing.T) {
 	require.EqualValues(t, 1, seriesValue(t, m.Registry(), "lazarus_human_calls_pending"), "the gauges count again once the Store answers")
 	require.EqualValues(t, 1, seriesValue(t, m.Registry(), "lazarus_schedules"))
 }
+
+// TestMetricsAcrossCloseAndReopen: one Metrics fed by a Runtime that is
+// closed and by the next one opened on the same Store in the same process
+// (its Server made with the Metrics again): registering nothing twice, it
+// neither panics nor loses a count. Close counts out the subscriptions it
+// ends and leaves no actor live; the counters go on from the first
+// Runtime's values, and the scrape-time gauges read the new Runtime.
+func TestMetricsAcrossCloseAndReopen(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	m := server.NewMetrics()
+	reg := m.Registry()
+	val := func(name string) float64 { return seriesValue(t, reg, "lazarus_"+name) }
+	store := memjournal.New(memjournal.Options{})
+	model := scripted.New(scripted.Options{})
+	open := func() *lazarus.Runtime {
+		rt, err := lazarus.Open(lazarus.Options{Model: model, Store: store, IdleTimeout: -1, Metrics: m.Hooks(),
+			Tools: []agent.Tool{{Name: "ask", Executor: messages.Executor_EXECUTOR_HUMAN, Timeout: time.Hour}}})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = rt.Close() })
+		_ = server.New(rt, server.Options{Metrics: m})
+		return rt
+	}
+	user := agent.Scope{UserID: "u"}
+
+	rt1 := open()
+	model.Push("a", scripted.Reply("asking", scripted.Call("ask", `{}`)))
+	end, err := rt1.SendAndWait(ctx, "a", "hi", user)
+	require.NoError(t, err)
+	require.Equal(t, lazarus.TurnSuspended, end.Outcome)
+	updates, err := rt1.Subscribe(ctx, "a", 0)
+	require.NoError(t, err)
+	// SendAndWait's own subscription may not have ended yet.
+	require.Eventually(t, func() bool { return val("subscriptions") == 1 }, 10*time.Second, time.Millisecond)
+	require.EqualValues(t, 1, val("conversations_live"))
+	require.NoError(t, rt1.Close())
+	for range updates { // Close ends the subscription
+	}
+	// Until a Server is made with the Metrics again, the gauges counted
+	// from the Store read the closed Runtime, which fails them (the
+	// scrape reports the errors); every other series is there.
+	mfs, err := reg.Gather()
+	require.ErrorIs(t, err, lazarus.ErrClosed)
+	closed := map[string]float64{}
+	for _, mf := range mfs {
+		if m := mf.GetMetric(); len(m) == 1 && len(m[0].GetLabel()) == 0 {
+			closed[mf.GetName()] = m[0].GetGauge().GetValue() + m[0].GetCounter().GetValue()
+		}
+	}
+	require.NotContains(t, closed, "lazarus_human_calls_pending")
+	require.Zero(t, closed["lazarus_subscriptions"], "Close waits for the subscriptions it ends, counted out")
+	require.Contains(t, closed, "lazarus_conversations_live")
+	require.Zero(t, closed["lazarus_conversations_live"], "a closed Runtime holds no actor")
+	require.EqualValues(t, 1, closed["lazarus_conversation_activations_total"])
+	require.Zero(t, closed["lazarus_conversation_passivations_total"], "a Close is no passivation")
+
+	rt2 := open()
+	require.EqualValues(t, 1, val("human_calls_pending"), "the new Runtime's Store is read")
+	model.Push("b", scripted.Text("hello"))
+	_, err = rt2.SendAndWait(ctx, "b", "hi", user)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, val("conversations_live"), "the new Runtime's actors")
+	require.EqualValues(t, 2, val("conversation_activations_total"), "counted on from the first Runtime's")
+	turns := func(outcome string) float64 { return labeledValue(t, reg, "lazarus_turns_total", "outcome", outcome) }
+	require.EqualValues(t, 1, turns("suspended"))
+	require.EqualValues(t, 1, turns("answered"))
+	require.EqualValues(t, 2, val("model_call_seconds"))
+}
