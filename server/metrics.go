@@ -46,7 +46,10 @@ import (
 //	tool_calls_total{executor}        counter: tool calls of models committed, by executor: server, human
 //
 // The labels take only the values listed: no series grows with
-// conversations or users.
+// conversations or users. The histograms' buckets double:
+// journal_commit_seconds from 100 µs to about 3.3 s (16 buckets),
+// journal_commit_requests from 1 to 4096 (13), model_call_seconds from
+// 10 ms to about 82 s (14); each has +Inf above.
 //
 // The gauges counted at scrape report no number when the Store fails them
 // (an error, or no answer within StoreScrapeTimeout, 5 s: one deadline

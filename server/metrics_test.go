@@ -597,3 +597,33 @@ func TestMetricsAcrossCloseAndReopen(t *testing.T) {
 	require.EqualValues(t, 1, turns("answered"))
 	require.EqualValues(t, 2, val("model_call_seconds"))
 }
+
+// TestMetricsHistogramBuckets: the histograms have the buckets the doc of
+// Metrics states, each twice the one before.
+func TestMetricsHistogramBuckets(t *testing.T) {
+	m := server.NewMetrics()
+	mfs, err := m.Registry().Gather()
+	require.NoError(t, err)
+	want := map[string]struct {
+		first float64
+		n     int
+	}{
+		"lazarus_journal_commit_seconds":  {0.0001, 16},
+		"lazarus_journal_commit_requests": {1, 13},
+		"lazarus_model_call_seconds":      {0.01, 14},
+	}
+	seen := 0
+	for _, mf := range mfs {
+		w, ok := want[mf.GetName()]
+		if !ok {
+			continue
+		}
+		seen++
+		bs := mf.GetMetric()[0].GetHistogram().GetBucket()
+		require.Len(t, bs, w.n, mf.GetName())
+		for i, b := range bs {
+			require.InEpsilon(t, w.first*float64(int(1)<<i), b.GetUpperBound(), 1e-9, "%s bucket %d", mf.GetName(), i)
+		}
+	}
+	require.Equal(t, len(want), seen)
+}
