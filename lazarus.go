@@ -175,7 +175,8 @@ type Options struct {
 	// restart) knows nothing of the failure and tries again. A summary runs in the conversation's
 	// turn at the model: no model call of the conversation overlaps it
 	// (agent.Model's promise holds for snapshot.LLM given Options.Model),
-	// and a turn's call waits until the Summarizer has returned. Open
+	// and a turn's call waits until the Summarizer has returned, or
+	// ModelTimeout has passed, which fails the summary. Open
 	// refuses a snapshot.LLM without a Model (ErrInvalid), which would
 	// fail every summary.
 	Summarizer snapshot.Summarizer
@@ -223,7 +224,11 @@ type Options struct {
 	// agent.Model) still holds the turn. Default DefaultModelTimeout (ten
 	// minutes: room for a long answer of a slow model); negative means no
 	// bound (a call then ends only when it returns, or when a new message,
-	// a rewind, a kill or Close cancels it).
+	// a rewind, a kill or Close cancels it). It bounds each call of the
+	// Summarizer the same way (snapshot.LLM makes one model call in each;
+	// a summary holds the conversation's turn at the model): past it the
+	// summary fails, as any failed summary does, and the turns waiting
+	// for the model go on.
 	ModelTimeout time.Duration
 	// MaxInvalidToolAnswers is how many model answers in a row, within one
 	// turn, may call an unknown tool or pass arguments that are not a JSON

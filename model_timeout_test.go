@@ -3,6 +3,9 @@ package lazarus_test
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,9 +16,11 @@ import (
 	"github.com/lazarusrt/lazarus/actors"
 	"github.com/lazarusrt/lazarus/actors/actorstest"
 	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/journal/memjournal"
 	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/snapshot"
 )
 
 // hangingModel streams "par" and then never answers, until its context
@@ -214,4 +219,88 @@ func TestAnswerReturnedAtTheModelTimeoutStands(t *testing.T) {
 	require.Nil(t, end.Retry, "no retry")
 	require.Equal(t, lazarus.TurnAnswered, end.TurnEnd.Outcome)
 	require.Equal(t, "late", end.TurnEnd.Text)
+}
+
+// logTail is an io.Writer of log lines, safe for concurrent writes.
+type logTail struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logTail) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logTail) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestSummaryModelThatNeverAnswersTimesOut: a summary holds the
+// conversation's turn at the model (ModelGate) while its Summarizer runs,
+// so a summarizing model that never answers would hold every later turn.
+// Options.ModelTimeout bounds it as it bounds a model call, on the Clock
+// from the summary's start past the gate: its context is cancelled, the
+// summary fails (logged, with an error naming the bound), the turn that
+// waited at the gate is answered, and the summary is tried again once the
+// log has grown past the failure, which now succeeds.
+func TestSummaryModelThatNeverAnswersTimesOut(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	clock := actorstest.NewManualClock(time.Date(2026, 11, 1, 9, 0, 0, 0, time.UTC))
+	writer := scripted.New(scripted.Options{Default: func(string, agent.Turn) (*messages.AssistantMessage, error) {
+		return scripted.Text("They said hi."), nil
+	}})
+	held := writer.Hold("c") // the first summary call blocks until its context ends
+	started := make(chan context.Context, 4)
+	summaryModel := agent.ModelFunc(func(ctx context.Context, turn agent.Turn, onDelta func(string)) (*messages.AssistantMessage, error) {
+		select {
+		case started <- ctx:
+		default: // later summaries: not awaited
+		}
+		return writer.Generate(ctx, turn, onDelta)
+	})
+	var logs logTail
+	rt, err := lazarus.Open(lazarus.Options{Model: scripted.New(scripted.Options{}), Clock: clock, IdleTimeout: -1,
+		ModelTimeout: time.Minute, Summarizer: snapshot.LLM{Model: summaryModel},
+		Summary: snapshot.Policy{MaxEvents: 2, KeepRecent: -1},
+		Logger:  slog.New(slog.NewTextHandler(&logs, nil))})
+	require.NoError(t, err)
+	defer rt.Close()
+	sub, err := rt.Subscribe(ctx, "c", 0)
+	require.NoError(t, err)
+	for range 2 {
+		_, err := rt.SendAndWait(ctx, "c", "hi", agent.Scope{UserID: "u"})
+		require.NoError(t, err)
+	}
+	call := recv(t, ctx, started, "the summary call")
+	recv(t, ctx, (<-chan struct{})(held), "the held summary call")
+
+	// A turn's model call now waits at the gate the summary holds.
+	seq, err := rt.Send(ctx, "c", "still there?", agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	clock.Advance(time.Minute - time.Nanosecond)
+	require.NoError(t, call.Err(), "the summary runs until its bound")
+	clock.Advance(time.Nanosecond)
+	recv(t, ctx, call.Done(), "end of the summary call")
+	end := awaitUpdate(t, sub, func(u lazarus.Update) bool { return u.TurnEnd != nil && u.TurnEnd.Seq > seq }).TurnEnd
+	require.Equal(t, lazarus.TurnAnswered, end.Outcome, "the turn that waited goes on")
+
+	// The failure is handled (logged, then charged to the log's last seq
+	// at that moment, which may already hold the answer above: the
+	// actor takes the summary's end and the model call's in either
+	// order). Once the log has grown past it, the summary is tried
+	// again, and the model answers.
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "summary failed") }, 10*time.Second, time.Millisecond)
+	require.Contains(t, logs.String(), "no answer within the model timeout, 1m0s")
+	_, err = rt.SendAndWait(ctx, "c", "once more", agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	recv(t, ctx, started, "the summary's second call")
+	require.Eventually(t, func() bool {
+		sum, err := rt.Store().LatestSummary(ctx, "c")
+		return err == nil && sum.GetContent() == "They said hi."
+	}, 10*time.Second, time.Millisecond, "the summary is written")
 }

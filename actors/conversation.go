@@ -160,6 +160,10 @@ type ConversationConfig struct {
 	// Recorded as any failed call (Audit, the retry, turn_failed). Zero or
 	// negative means no bound: a call ends only when it returns, or is
 	// cancelled (a newer message, a rewind, a kill, the actor stopping).
+	// It bounds each call of Summarizer (each Summarize of a summary
+	// plan, past the gate) the same way: the summary then fails, as any
+	// failed summary does (tried again once the log grows), and the gate
+	// it held is left.
 	ModelTimeout time.Duration
 	// MaxInvalidToolAnswers is how many model answers in a row, within one
 	// turn, may contain invalid tool calls (an unknown tool, arguments that
@@ -654,6 +658,11 @@ func toolNames(specs []agent.ToolSpec) []string {
 
 func (c *conversation) summarize(ctx actor.Context, plan snapshot.Plan) {
 	id, store, summarizer, log, gate := c.cfg.ID, c.cfg.Store, c.cfg.Summarizer, c.log, c.cfg.ModelGate
+	if summarizer != nil && c.cfg.ModelTimeout > 0 {
+		// A summarizer that calls a model holds the gate: unbounded, a
+		// model that never answers would hold every later turn.
+		summarizer = timedSummarizer{s: summarizer, clock: c.cfg.Clock, timeout: c.cfg.ModelTimeout}
+	}
 	send := tell(ctx)
 	c.goOwned(func(gctx context.Context) {
 		// The summarizer may call a model (snapshot.LLM, often the
@@ -920,6 +929,33 @@ func generate(ctx context.Context, log *slog.Logger, model agent.Model, turn age
 func summarize(ctx context.Context, log *slog.Logger, plan snapshot.Plan, s snapshot.Summarizer, id string) (sum *messages.Summary, err error) {
 	defer recoverInto(&err, log, "summarizer")
 	return plan.Run(ctx, s, id)
+}
+
+// timedSummarizer bounds each Summarize of s (one per agent of a summary
+// plan; snapshot.LLM makes one model call in each) by timeout on clock, as
+// ModelTimeout bounds a model call: when it passes, the call's context is
+// cancelled (cause errModelTimedOut), and an error the summarizer then
+// returns is wrapped as context.DeadlineExceeded. A summary it returned
+// all the same stands.
+type timedSummarizer struct {
+	s       snapshot.Summarizer
+	clock   Clock
+	timeout time.Duration
+}
+
+func (t timedSummarizer) Summarize(ctx context.Context, id string, prev *messages.Summary, events []*messages.Event) (*messages.Summary, error) {
+	ctx, cancelCause := context.WithCancelCause(ctx)
+	defer cancelCause(nil)
+	stop := t.clock.AfterFunc(t.timeout, func() { cancelCause(errModelTimedOut) })
+	defer stop() // a panic of s: the timer is not left armed
+	sum, err := t.s.Summarize(ctx, id, prev, events)
+	if !stop() {
+		cancelCause(errModelTimedOut) // the timer fired; its cancel may be on its way
+	}
+	if err != nil && context.Cause(ctx) == errModelTimedOut {
+		err = fmt.Errorf("summary: no answer within the model timeout, %v: %w (the summarizer returned: %v)", t.timeout, context.DeadlineExceeded, err)
+	}
+	return sum, err
 }
 
 // recoverInto, deferred around a call of user code, turns its panic into

@@ -34,7 +34,8 @@ const DefaultLLMMaxInputBytes = 256 << 10
 // hand-written Summarizer. The runtime runs a summary in its conversation's
 // turn at the model (as a model call: actors.ModelGate), so Model may be the
 // conversation's own and is still never called twice at once for one
-// conversation; a turn's model call waits while a summary is written.
+// conversation; a turn's model call waits while a summary is written, which
+// the runtime bounds as a model call (actors.ConversationConfig.ModelTimeout).
 type LLM struct {
 	// Model writes the summaries. Required: without it every summary
 	// fails (ErrInvalid), and lazarus.Open refuses such an LLM.
