@@ -69,7 +69,9 @@ Model: "scripted" (the default) is a demo model, no language model: it
 answers "/call TOOL {JSON}" with a call of TOOL, a tool result by quoting
 it, and anything else with "You said: ...". "openai" is any Chat
 Completions server, configured from the file and OPENAI_BASE_URL,
-OPENAI_API_KEY, OPENAI_MODEL.
+OPENAI_API_KEY, OPENAI_MODEL. Each model call is bounded by model_timeout
+(default 10m; negative: no bound): a call still running then fails with
+the code timeout and is retried like any failed call.
 
 Tokens: a JSON object {"TOKEN": {"user": "ID", "roles": ["operator"]}}
 read from --tokens FILE, the config's tokens_file, or else the
@@ -83,10 +85,10 @@ connection closed; it bounds the request only, not the answer, so an event
 stream is never cut by it. A write of an event stream that the client has
 not taken in within stream_write_timeout (default 1m) cuts the stream.
 
-Progress lines go to stderr: the store, the model, each tool, the listening
-address. SIGTERM or SIGINT stops it gracefully: it stops accepting
-connections, ends the event streams (each with the code closed, so that
-clients reconnect), waits for the requests in flight (at
+Progress lines go to stderr: the store, the model and its timeout, each
+tool, the listening address. SIGTERM or SIGINT stops it gracefully: it
+stops accepting connections, ends the event streams (each with the code
+closed, so that clients reconnect), waits for the requests in flight (at
 most --shutdown-timeout), then closes the runtime and the store, and exits
 with status 0. A second SIGTERM or SIGINT during that stop exits at once
 with status 7, saying so on stderr: the requests in flight get no answer
@@ -242,6 +244,10 @@ func (c *cli) buildNode(ctx context.Context, cfg *serveConfig) (_ *node, err err
 	if err != nil {
 		return nil, err
 	}
+	modelTimeout, err := duration("model_timeout", cfg.ModelTimeout, 0)
+	if err != nil {
+		return nil, err
+	}
 	streamWrite, err := cfg.streamWriteTimeout()
 	if err != nil {
 		return nil, err
@@ -250,7 +256,7 @@ func (c *cli) buildNode(ctx context.Context, cfg *serveConfig) (_ *node, err err
 	metrics := server.NewMetrics()
 	opts := lazarus.Options{
 		Dir: cfg.Dir, Postgres: cfg.Postgres, Model: model, Tools: tools,
-		Settings: cfg.Settings.settings(), HumanTimeout: humanTimeout,
+		Settings: cfg.Settings.settings(), HumanTimeout: humanTimeout, ModelTimeout: modelTimeout,
 		Metrics: metrics.Hooks(),
 		// A turn the node resumes on its own (after a restart, an answer)
 		// runs as the requester the log recorded: the identity its token
@@ -272,6 +278,14 @@ func (c *cli) buildNode(ctx context.Context, cfg *serveConfig) (_ *node, err err
 		return nil, damagedOnOpen(err)
 	}
 	c.progress("model: %s", what)
+	switch t := opts.ModelTimeout; {
+	case t < 0:
+		c.progress("model timeout: none")
+	case t == 0:
+		c.progress("model timeout: %v", lazarus.DefaultModelTimeout)
+	default:
+		c.progress("model timeout: %v", t)
+	}
 	if s := opts.Settings; !s.IsZero() {
 		c.progress("default settings: system prompt of %d bytes, model %q, tool choice %q", len(s.SystemPrompt), s.Model, s.ToolChoice)
 	}

@@ -74,6 +74,10 @@ type serveConfig struct {
 	// HumanTimeout is the deadline of a human call whose tool sets none (a
 	// Go duration; "-1s" or any negative: never). Default the runtime's.
 	HumanTimeout string `json:"human_timeout,omitempty"`
+	// ModelTimeout bounds each model call (a Go duration; "-1s" or any
+	// negative: no bound): lazarus.Options.ModelTimeout. Default the
+	// runtime's (lazarus.DefaultModelTimeout).
+	ModelTimeout string `json:"model_timeout,omitempty"`
 }
 
 // modelConfig chooses the model of the node.

@@ -42,6 +42,7 @@ func TestServeConfigErrors(t *testing.T) {
 		"bad idle timeout":   `{"idle_timeout": "a while"}`,
 		"bad read timeout":   `{"read_timeout": "a while"}`,
 		"bad stream write":   `{"stream_write_timeout": "a while"}`,
+		"bad model timeout":  `{"model_timeout": "a while"}`,
 		"stream write zero":  `{"stream_write_timeout": "0s"}`,
 		"stream write below": `{"stream_write_timeout": "-1s"}`,
 	} {
@@ -73,6 +74,43 @@ func TestServeStreamWriteTimeout(t *testing.T) {
 		_, err := (&serveConfig{StreamWriteTimeout: s}).streamWriteTimeout()
 		require.ErrorIs(t, err, errConfig, s)
 		require.ErrorContains(t, err, "stream_write_timeout", s)
+	}
+}
+
+// TestServeModelTimeout: model_timeout is the runtime's ModelTimeout,
+// which the node prints as it starts: the runtime's default when not set
+// (or zero), no bound when negative.
+func TestServeModelTimeout(t *testing.T) {
+	for s, want := range map[string]string{
+		``:                          "model timeout: 10m0s",
+		`, "model_timeout": "0s"`:   "model timeout: 10m0s",
+		`, "model_timeout": "90s"`:  "model timeout: 1m30s",
+		`, "model_timeout": "-1ns"`: "model timeout: none",
+	} {
+		t.Run(want+s, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "node.json")
+			require.NoError(t, os.WriteFile(path, []byte(`{"dir": "store"`+s+`}`), 0o600))
+			ctx, cancel := context.WithCancel(ctxT(t))
+			defer cancel()
+			stderr := &lockedBuffer{}
+			c := newCLI(nil, &lockedBuffer{}, stderr)
+			c.getenv = func(string) string { return "" }
+			done := make(chan error, 1)
+			go func() {
+				done <- c.serve(ctx, c.newFlags(serveCmd), []string{"--config", path, "--listen", "127.0.0.1:0"})
+			}()
+			require.Eventually(t, func() bool {
+				return strings.Contains(stderr.String(), "lazarus serve: listening on ") || len(done) > 0
+			}, wait, 10*time.Millisecond)
+			require.Contains(t, stderr.String(), "lazarus serve: "+want+"\n")
+			cancel()
+			select {
+			case err := <-done:
+				require.NoError(t, err, "the node stops on its context")
+			case <-time.After(wait):
+				t.Fatal("the node did not stop")
+			}
+		})
 	}
 }
 
