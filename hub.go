@@ -297,11 +297,13 @@ func (h *hub) subscribe(ctx context.Context, conv string, after uint64) (<-chan 
 
 func (h *hub) pump(ctx context.Context, s *subscription, answer answerDeltas) {
 	defer h.wg.Done()
-	if h.subscribers != nil {
-		defer h.subscribers(-1)
-	}
 	defer h.unsubscribe(s)
 	defer close(s.out)
+	if h.subscribers != nil {
+		// Before out is closed: a caller that has read out to its end
+		// no longer counts this subscription (SendAndWait's own, say).
+		defer h.subscribers(-1)
+	}
 	defer func() { // before out is closed: push must not send on it
 		s.mu.Lock()
 		s.idle = false

@@ -572,3 +572,29 @@ func TestExpiredMetricCountsAnExpiryOfUnknownOutcome(t *testing.T) {
 	awaitFinalAnswer(t, sub)
 	require.EqualValues(t, 1, expired.Load(), "the expiry that landed is counted, once")
 }
+
+// TestSendAndWaitLeavesNoSubscription: SendAndWait follows the turn with a
+// subscription of its own, which has ended, for Metrics.Subscribers too,
+// once it returns: the gauge reads what the caller opened.
+func TestSendAndWaitLeavesNoSubscription(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var subs atomic.Int64
+	rt, err := lazarus.Open(lazarus.Options{
+		Model:   scripted.New(scripted.Options{}),
+		Metrics: lazarus.Metrics{Subscribers: func(d int) { subs.Add(int64(d)) }},
+	})
+	require.NoError(t, err)
+	defer rt.Close()
+	for i := range 50 {
+		_, err := rt.SendAndWait(ctx, "c", fmt.Sprintf("hi %d", i), agent.Scope{UserID: "u"})
+		require.NoError(t, err)
+		require.Zero(t, subs.Load(), "turn %d: SendAndWait's subscription still counted after it returned", i)
+	}
+	sctx, scancel := context.WithCancel(ctx)
+	_, err = rt.Subscribe(sctx, "c", 0)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, subs.Load())
+	scancel()
+	require.Eventually(t, func() bool { return subs.Load() == 0 }, 10*time.Second, time.Millisecond)
+}

@@ -57,9 +57,10 @@ func (r *Runtime) SendMessageAndWait(ctx context.Context, conversationID string,
 	if err != nil {
 		last = 0 // an invalid id, say: the send reports it
 	}
-	subCtx, cancel := context.WithCancel(ctx)
-	defer func() { cancel() }()
+	subCtx, cancelSub := context.WithCancel(ctx)
 	updates, subErr := r.Subscribe(subCtx, conversationID, last)
+	cancel := r.endsWith(cancelSub, updates)
+	defer func() { cancel() }()
 	seq, err := r.SendMessage(ctx, conversationID, msg, opts, scope)
 	if err != nil {
 		if r.isClosed() && !errors.Is(err, ErrClosed) {
@@ -82,6 +83,23 @@ func (r *Runtime) SendMessageAndWait(ctx context.Context, conversationID string,
 	return w.wait(ctx)
 }
 
+// endsWith returns the function that ends a wait's subscription: it
+// cancels the subscription's context and, on a runtime of one member,
+// reads updates to their end, so that the wait's subscription is gone
+// (from the subscriptions gauge too) once the wait has returned. A
+// cluster's subscription may be in a request to its owner, which would
+// hold the wait until the request's timeout: it is left to end on its own.
+func (r *Runtime) endsWith(cancel context.CancelFunc, updates <-chan Update) context.CancelFunc {
+	return func() {
+		cancel()
+		if updates == nil || r.cl != nil {
+			return
+		}
+		for range updates {
+		}
+	}
+}
+
 // turnWait follows a subscription until the end of the turn of the user
 // message at seq.
 type turnWait struct {
@@ -89,7 +107,7 @@ type turnWait struct {
 	conv    string
 	seq     uint64 // the user message
 	updates <-chan Update
-	cancel  context.CancelFunc // ends the subscription
+	cancel  context.CancelFunc // ends the subscription (endsWith)
 	after   uint64             // the last seq received
 	seen    bool               // the message was received: the next end is its turn's
 	lastErr error
@@ -103,7 +121,7 @@ func (w *turnWait) resubscribe(ctx context.Context, after uint64) error {
 		cancel()
 		return fmt.Errorf("lazarus: wait for %q: %w", clipID(w.conv), err)
 	}
-	w.updates, w.cancel, w.after = updates, cancel, after
+	w.updates, w.cancel, w.after = updates, w.r.endsWith(cancel, updates), after
 	w.seen = w.seen || after >= w.seq
 	return nil
 }
