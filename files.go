@@ -73,7 +73,9 @@ const (
 	// FileRestored: the file existed and was overwritten with its content
 	// at the rewind's target.
 	FileRestored FileAction = "restored"
-	// FileCreated: the file did not exist and was written back.
+	// FileCreated: the file did not exist and was written back (in the
+	// place of an empty directory made after the target, if one was
+	// there).
 	FileCreated FileAction = "created"
 	// FileDeleted: the file did not exist at the target and was removed.
 	FileDeleted FileAction = "deleted"
@@ -334,6 +336,12 @@ func (f *fileRoot) hash(native string) (string, int64, error) {
 // record, and Created is taken after the content was read, so the record
 // made first read the file before any change after toSeq (no call at or
 // before toSeq is still open: Rewind refuses such a target).
+//
+// The files absent at toSeq are removed first, deepest path first, then
+// the others are written, shallowest first: a file that a directory of
+// files made after toSeq replaced comes back once they are gone, and a
+// directory's files come back once the file that replaced it is gone. The
+// report is in path order.
 func (f *fileRoot) restore(ctx context.Context, conv string, toSeq uint64) ([]FileRestore, error) {
 	cps, err := f.store.FileCheckpoints(ctx, conv, toSeq)
 	if err != nil {
@@ -349,13 +357,30 @@ func (f *fileRoot) restore(ctx context.Context, conv string, toSeq uint64) ([]Fi
 	for p := range first {
 		paths = append(paths, p)
 	}
+	// A path sorts after every path of its ancestors (a prefix and a
+	// slash): removals go backwards, writes forwards.
 	sort.Strings(paths)
-	var out []FileRestore
-	swept := map[string]bool{}
+	order := make([]string, 0, len(paths))
+	for i := len(paths) - 1; i >= 0; i-- {
+		if first[paths[i]].GetAbsent() {
+			order = append(order, paths[i])
+		}
+	}
 	for _, p := range paths {
+		if !first[p].GetAbsent() {
+			order = append(order, p)
+		}
+	}
+	var out []FileRestore
+	byPath := func() []FileRestore {
+		sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+		return out
+	}
+	swept := map[string]bool{}
+	for _, p := range order {
 		cp := first[p]
 		if _, err := f.resolve(p); err != nil {
-			return out, err
+			return byPath(), err
 		}
 		if dir := filepath.Dir(filepath.FromSlash(p)); !swept[dir] {
 			swept[dir] = true
@@ -363,19 +388,19 @@ func (f *fileRoot) restore(ctx context.Context, conv string, toSeq uint64) ([]Fi
 		}
 		res, did, err := f.restoreOne(ctx, cp)
 		if err != nil {
-			return out, fmt.Errorf("lazarus: restore %q: %w", p, err)
+			return byPath(), fmt.Errorf("lazarus: restore %q: %w", p, err)
 		}
 		if did {
 			out = append(out, res)
 		}
 	}
-	return out, nil
+	return byPath(), nil
 }
 
 func (f *fileRoot) restoreOne(ctx context.Context, cp *messages.FileCheckpoint) (FileRestore, bool, error) {
 	native := filepath.FromSlash(cp.GetPath())
 	res := FileRestore{Path: cp.GetPath(), Seq: cp.GetSeq()}
-	_, statErr := f.root.Lstat(native)
+	info, statErr := f.root.Lstat(native)
 	existed := statErr == nil
 	if statErr != nil && !errors.Is(statErr, fs.ErrNotExist) {
 		return res, false, statErr
@@ -389,6 +414,16 @@ func (f *fileRoot) restoreOne(ctx context.Context, cp *messages.FileCheckpoint) 
 		}
 		res.Action = FileDeleted
 		return res, true, nil
+	}
+	if existed && info.IsDir() {
+		// The file was there at the target: a directory made in its
+		// place since goes, if empty (the files recorded in it were
+		// removed first); one holding files no checkpoint recorded stays,
+		// and the restore fails.
+		if err := f.root.Remove(native); err != nil {
+			return res, false, err
+		}
+		existed = false
 	}
 	if dir := filepath.Dir(native); dir != "." {
 		if err := f.root.MkdirAll(dir, 0o755); err != nil {

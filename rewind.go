@@ -23,7 +23,10 @@ type RewindOptions struct {
 	// toSeq (through their agent.Checkpointer) to their state at toSeq:
 	// each such file gets the content and the permission bits it had
 	// before the first call after toSeq that changed it (exactly as
-	// recorded, 0000 included), or is removed if it did not exist then. It
+	// recorded, 0000 included), or is removed if it did not exist then (a
+	// directory made in a file's place after toSeq goes once the recorded
+	// files in it are removed; one that still holds a file no checkpoint
+	// recorded stays, and the restore fails). It
 	// needs Options.Files.Root (else the error wraps
 	// agent.ErrNoCheckpoints and nothing is written). In a fork, only the
 	// calls made in it count: the records of the calls it copied stay
