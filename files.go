@@ -58,9 +58,9 @@ type FilesOptions struct {
 	// BlobTTL is how long a blob that no checkpoint names (its
 	// conversations were deleted) stays before the sweeper removes it; it
 	// is also the grace between a blob's upload and its record. The
-	// sweeper runs every BlobTTL/2 (at least a second apart) on the
-	// Runtime's clock; the age is
-	// measured by the Store's time. Default DefaultBlobTTL; negative: no
+	// sweeper runs once when the Runtime opens (in the background), then
+	// every BlobTTL/2 (at least a second apart), on the Runtime's clock;
+	// the age is measured by the Store's time. Default DefaultBlobTTL; negative: no
 	// automatic sweep (SweepFileBlobs still works).
 	BlobTTL time.Duration
 }
@@ -541,9 +541,9 @@ func (f *fileRoot) removeLeftovers(dir string) {
 
 // SweepFileBlobs removes the blobs that no file checkpoint names and that
 // were last touched more than FilesOptions.BlobTTL ago (by the Store's
-// time), and returns how many it removed. The sweeper calls it every
-// BlobTTL/2 unless BlobTTL is negative; with a negative BlobTTL it keeps no
-// grace at all (a blob uploaded by a tool still running, its record not
+// time), and returns how many it removed. The sweeper calls it once the
+// Runtime opens and every BlobTTL/2 after, unless BlobTTL is negative;
+// with a negative BlobTTL it keeps no grace at all (a blob uploaded by a tool still running, its record not
 // yet written, may go and that Before fail): call it then only while no
 // tool runs. Without FilesOptions.Root it returns an error wrapping
 // agent.ErrNoCheckpoints; after Close, ErrClosed.
@@ -567,12 +567,15 @@ func (r *Runtime) sweepFileBlobs(ctx context.Context) (int, error) {
 // minSweepEvery bounds how often the blob sweeper runs, whatever the TTL.
 const minSweepEvery = time.Second
 
-// armFileSweep schedules the next blob sweep on the clock.
-func (r *Runtime) armFileSweep() {
+// armFileSweep schedules the next blob sweep on the clock, after d.
+// Open arms the first at once: a process that never runs for BlobTTL/2
+// (a command, frequent deploys) still sweeps; each sweep arms the next
+// BlobTTL/2 later.
+func (r *Runtime) armFileSweep(d time.Duration) {
 	if r.files == nil || r.files.ttl <= 0 {
 		return
 	}
-	r.files.stop = r.opts.Clock.AfterFunc(max(r.files.ttl/2, minSweepEvery), func() {
+	r.files.stop = r.opts.Clock.AfterFunc(d, func() {
 		if !r.startBackground() {
 			return
 		}
@@ -588,7 +591,7 @@ func (r *Runtime) armFileSweep() {
 		}
 		r.mu.Lock()
 		if !r.closed {
-			r.armFileSweep()
+			r.armFileSweep(max(r.files.ttl/2, minSweepEvery))
 		}
 		r.mu.Unlock()
 	})

@@ -566,7 +566,7 @@ func Open(opts Options) (*Runtime, error) {
 	if opts.Audit.Enabled && opts.Audit.TTL > 0 {
 		r.armAuditGC()
 	}
-	r.armFileSweep()
+	r.armFileSweep(0)
 	r.mu.Unlock()
 	if !opts.NoResume {
 		r.gcWG.Add(1)

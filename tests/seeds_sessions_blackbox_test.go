@@ -9,6 +9,8 @@ package tests
 // conversation's checkpoints, and one agent's view of a handoff in pages.
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"path/filepath"
 	"sync"
@@ -18,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/actors/actorstest"
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/journal"
@@ -374,4 +377,46 @@ func TestSeedsFileRewindAcrossAFileAndADirectoryOfOneName(t *testing.T) {
 	_, err = h.rt.RewindWithReport(ctx, "g", 0, lazarus.RewindOptions{Files: true}, user)
 	require.ErrorContains(t, err, `restore "z"`)
 	require.Equal(t, "by hand", readFile(t, root, "z/mine"), "a file no checkpoint recorded is never removed")
+}
+
+// TestSeedsBlobSweepRunsWhenTheRuntimeOpens: ExAthena's sweeper runs at
+// boot. A blob left without a checkpoint (its conversation deleted) by a
+// process that closed before its sweep was due is swept by the next
+// Runtime on the directory as it opens, before BlobTTL/2 passed on its
+// clock; one a checkpoint still names stays.
+func TestSeedsBlobSweepRunsWhenTheRuntimeOpens(t *testing.T) {
+	dir, root := t.TempDir(), t.TempDir()
+	ctx := ctxT(t)
+	sumOf := func(s string) string { b := sha256.Sum256([]byte(s)); return hex.EncodeToString(b[:]) }
+	open := func(m *scripted.Model, clock lazarus.Clock) *lazarus.Runtime {
+		rt, err := lazarus.Open(lazarus.Options{
+			Dir: dir, Model: m, Clock: clock, IdleTimeout: -1,
+			Tools: []agent.Tool{writeFileTool(root, nil)},
+			Files: lazarus.FilesOptions{Root: root, BlobTTL: time.Nanosecond},
+		})
+		require.NoError(t, err)
+		return rt
+	}
+	m := scripted.New(scripted.Options{})
+	clock := actorstest.NewManualClock(time.Date(2026, 11, 1, 9, 0, 0, 0, time.UTC))
+	rt := open(m, clock)
+	require.NoError(t, os.WriteFile(filepath.Join(root, "gone.txt"), []byte("of the deleted"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(root, "kept.txt"), []byte("of the kept"), 0o644))
+	for conv, path := range map[string]string{"gone": "gone.txt", "kept": "kept.txt"} {
+		m.Push(conv, scripted.Reply("", writeCall(fileArgs{Path: path, Content: "x"})), scripted.Text("done"))
+		_, err := rt.SendAndWait(ctx, conv, "go", user)
+		require.NoError(t, err)
+	}
+	require.NoError(t, rt.Delete(ctx, "gone"))
+	require.NoError(t, rt.Close()) // before any sweep was due
+
+	clock = actorstest.NewManualClock(time.Date(2026, 11, 1, 9, 0, 0, 0, time.UTC))
+	rt = open(scripted.New(scripted.Options{}), clock)
+	t.Cleanup(func() { _ = rt.Close() })
+	clock.Advance(0) // runs what is due now, synchronously; the periodic sweep is not
+	fc := rt.Store().(journal.FileCheckpoints)
+	_, err := fc.FileBlob(ctx, sumOf("of the deleted"))
+	require.ErrorIs(t, err, journal.ErrNotFound, "swept as the runtime opened")
+	_, err = fc.FileBlob(ctx, sumOf("of the kept"))
+	require.NoError(t, err, "a blob a checkpoint names stays")
 }
