@@ -138,6 +138,9 @@ func (r *Runtime) RewindWithReport(ctx context.Context, conversationID string, t
 // what the model sees; the log keeps them, see Rewind) and the new message,
 // and a turn follows, as after Send. It returns the new message's seq once
 // the write is durable. Calls open after seq are cancelled as by Rewind.
+// Files are left as they are (there is no RewindOptions.Files here): to
+// put them back too, RewindWithReport to seq-1 with Files, then send the
+// new text (two writes).
 // If one of them is answered first (Resolve racing the edit), the answer
 // wins: the edit fails with an error wrapping journal.ErrStale and writes
 // nothing, and the turn goes on from the answer; a Rewind meets the same

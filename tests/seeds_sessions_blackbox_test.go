@@ -420,3 +420,26 @@ func TestSeedsBlobSweepRunsWhenTheRuntimeOpens(t *testing.T) {
 	_, err = fc.FileBlob(ctx, sumOf("of the kept"))
 	require.NoError(t, err, "a blob a checkpoint names stays")
 }
+
+// TestSeedsEditLeavesTheFiles: ExAthena's history_only mode. An Edit
+// rewinds the history only: the files a tool changed after the edited
+// message keep their content, and their checkpoints stay, so a later
+// rewind with Files to before that message still puts them back.
+func TestSeedsEditLeavesTheFiles(t *testing.T) {
+	h, root := filesHarness(t, openStore(t, "memory"), nil, nil)
+	ctx := ctxT(t)
+	require.NoError(t, os.WriteFile(filepath.Join(root, "a.txt"), []byte("v1"), 0o644))
+	h.model.Push("f", scripted.Reply("", writeCall(fileArgs{Path: "a.txt", Content: "v2"})), scripted.Text("done"))
+	_, err := h.rt.SendAndWait(ctx, "f", "edit a", user)
+	require.NoError(t, err)
+	h.model.Push("f", scripted.Text("edited"))
+	newSeq, err := h.rt.Edit(ctx, "f", 1, "leave a", user)
+	require.NoError(t, err)
+	h.awaitEvent("f", newSeq, isAssistantText("edited"))
+	require.Equal(t, "v2", readFile(t, root, "a.txt"), "an edit leaves the files")
+
+	rep, err := h.rt.RewindWithReport(ctx, "f", 0, lazarus.RewindOptions{Files: true}, user)
+	require.NoError(t, err)
+	require.Len(t, rep.Files, 1)
+	require.Equal(t, "v1", readFile(t, root, "a.txt"))
+}
