@@ -60,8 +60,8 @@ type FilesOptions struct {
 	// is also the grace between a blob's upload and its record. The
 	// sweeper runs once when the Runtime opens (in the background), then
 	// every BlobTTL/2 (at least a second apart), on the Runtime's clock;
-	// the age is measured by the Store's time. Default DefaultBlobTTL; negative: no
-	// automatic sweep (SweepFileBlobs still works).
+	// the age is measured by the Store's time. Default DefaultBlobTTL;
+	// negative: no automatic sweep (SweepFileBlobs still works).
 	BlobTTL time.Duration
 }
 
@@ -543,9 +543,9 @@ func (f *fileRoot) removeLeftovers(dir string) {
 // were last touched more than FilesOptions.BlobTTL ago (by the Store's
 // time), and returns how many it removed. The sweeper calls it once the
 // Runtime opens and every BlobTTL/2 after, unless BlobTTL is negative;
-// with a negative BlobTTL it keeps no grace at all (a blob uploaded by a tool still running, its record not
-// yet written, may go and that Before fail): call it then only while no
-// tool runs. Without FilesOptions.Root it returns an error wrapping
+// with a negative BlobTTL it keeps no grace at all (a blob uploaded by a
+// tool still running, its record not yet written, may go and that Before
+// fail): call it then only while no tool runs. Without FilesOptions.Root it returns an error wrapping
 // agent.ErrNoCheckpoints; after Close, ErrClosed.
 func (r *Runtime) SweepFileBlobs(ctx context.Context) (int, error) {
 	if err := r.enter(ctx); err != nil {
