@@ -443,3 +443,40 @@ func TestSeedsEditLeavesTheFiles(t *testing.T) {
 	require.Len(t, rep.Files, 1)
 	require.Equal(t, "v1", readFile(t, root, "a.txt"))
 }
+
+// TestSeedsEditWhileDeadDoesNotRerunTheToolItCancels: a server tool's run
+// is cut by a kill, so its call has no result and a revival would run it
+// again with the same id. An Edit of the message that led to it, sent
+// while the conversation is dead, revives it and cancels the call in its
+// write: the tool is not run again, and the new turn sees none of it.
+func TestSeedsEditWhileDeadDoesNotRerunTheToolItCancels(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		// No resume scan: it would revive the killed conversation on its own
+		// (it is mid-turn) and run the tool again before the edit.
+		h := newHarness(t, openStore(t, kind), func(o *lazarus.Options) { o.NoResume = true })
+		ctx := ctxT(t)
+		h.chargeGate = make(chan struct{})
+		defer close(h.chargeGate)
+		h.model.Push("e", scripted.Reply("charging", scripted.Call("charge", `{"amount":5}`)))
+		_, err := h.rt.Send(ctx, "e", "charge me", user)
+		require.NoError(t, err)
+		var callID string
+		select {
+		case callID = <-h.chargeStarted:
+		case <-ctx.Done():
+			t.Fatal("the charge never started")
+		}
+		require.True(t, h.rt.Kill("e"))
+		require.Eventually(t, func() bool { return !h.rt.IsActive("e") }, wait, time.Millisecond)
+
+		h.model.Push("e", scripted.Text("nothing charged"))
+		newSeq, err := h.rt.Edit(ctx, "e", 1, "do not charge me", user)
+		require.NoError(t, err)
+		h.awaitEvent("e", newSeq, isAssistantText("nothing charged"))
+		require.Equal(t, []string{callID}, h.runs.of("charge"), "the cancelled call is not run again")
+		row, err := h.store.ToolCall(ctx, callID)
+		require.NoError(t, err)
+		require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_ERRORED, row.GetStatus())
+		require.Equal(t, agent.CodeCanceled, row.GetResult().GetError().GetCode())
+	})
+}
