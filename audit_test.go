@@ -173,8 +173,9 @@ func TestAuditRecordsEvictions(t *testing.T) {
 	require.Equal(t, fmt.Sprintf("summary:1-%d", s.GetToSeq()), last.GetEvictions()[0])
 }
 
-// TestAuditSweepRunsAtMostOnceASecond: a TTL below two seconds arms the
-// sweep a second ahead, not TTL/2: a TTL of a nanosecond armed it at once
+// TestAuditSweepRunsAtMostOnceASecond: the first sweep is due as the
+// runtime opens; then a TTL below two seconds arms the next a second ahead,
+// not TTL/2: a TTL of a nanosecond armed it at once
 // after each sweep, a sweep of every conversation without end.
 func TestAuditSweepRunsAtMostOnceASecond(t *testing.T) {
 	for _, ttl := range []time.Duration{time.Nanosecond, time.Millisecond, time.Second} {
@@ -183,10 +184,12 @@ func TestAuditSweepRunsAtMostOnceASecond(t *testing.T) {
 		rt, err := lazarus.Open(lazarus.Options{Model: scripted.New(scripted.Options{}), Clock: clock, IdleTimeout: -1, NoResume: true,
 			Audit: lazarus.AuditOptions{Enabled: true, TTL: ttl}})
 		require.NoError(t, err)
+		require.Equal(t, []time.Time{start}, clock.Dues(), "TTL %v: the first sweep is due as the runtime opens", ttl)
+		clock.Advance(0) // runs it: it arms the next
 		dues := clock.Dues()
-		require.NotEmpty(t, dues, "the sweep is armed")
+		require.NotEmpty(t, dues, "the next sweep is armed")
 		for _, due := range dues {
-			require.False(t, due.Before(start.Add(time.Second)), "TTL %v: a timer due %v after Open", ttl, due.Sub(start))
+			require.False(t, due.Before(start.Add(time.Second)), "TTL %v: a timer due %v after the first sweep", ttl, due.Sub(start))
 		}
 		require.NoError(t, rt.Close())
 	}
@@ -468,4 +471,39 @@ func TestCloseEndsAnAuditSweepInProgress(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("Close waits for the audit sweep")
 	}
+}
+
+// TestAuditSweepRunsWhenTheRuntimeOpens: a process that never runs for
+// TTL/2 (a command, frequent deploys) still sweeps: the first sweep runs
+// as the runtime opens, and takes the rows an earlier run left past the
+// TTL.
+func TestAuditSweepRunsWhenTheRuntimeOpens(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	mem := memjournal.New(memjournal.Options{Audit: true})
+	defer mem.Close()
+	start := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+	open := func(clock lazarus.Clock, model agent.Model) *lazarus.Runtime {
+		rt, err := lazarus.Open(lazarus.Options{Store: mem, Model: model, Clock: clock, IdleTimeout: -1, NoResume: true,
+			Audit: lazarus.AuditOptions{Enabled: true, TTL: time.Hour}})
+		require.NoError(t, err)
+		return rt
+	}
+	model := scripted.New(scripted.Options{})
+	model.Push("c", scripted.Text("hi"))
+	rt := open(actorstest.NewManualClock(start), model)
+	_, err := rt.SendAndWait(ctx, "c", "hi", agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	require.NoError(t, rt.Close()) // before any sweep was due
+	calls, err := mem.ModelCalls(ctx, "c")
+	require.NoError(t, err)
+	require.Len(t, calls, 1)
+
+	clock := actorstest.NewManualClock(start.Add(2 * time.Hour))
+	rt = open(clock, scripted.New(scripted.Options{}))
+	defer rt.Close()
+	clock.Advance(0) // runs what is due now, synchronously: not the periodic sweep
+	calls, err = mem.ModelCalls(ctx, "c")
+	require.NoError(t, err)
+	require.Empty(t, calls, "the row older than the TTL was swept as the runtime opened")
 }

@@ -110,8 +110,10 @@ type AuditOptions struct {
 	// newer message, a kill, Close) records nothing. Default off: the
 	// audit holds user data and grows fast.
 	Enabled bool
-	// TTL deletes audit rows older than this, checked every TTL/2 (at
-	// most once a second, whatever the TTL). Zero means rows are kept
+	// TTL deletes audit rows older than this, checked when the Runtime
+	// opens (in the background) and then every TTL/2 (at most once a
+	// second, whatever the TTL), so that a process that never runs TTL/2
+	// sweeps too. Zero means rows are kept
 	// until deleted with the conversation. A TTL
 	// without Enabled, or a negative one, is refused by Open (ErrInvalid).
 	TTL time.Duration
@@ -564,7 +566,7 @@ func Open(opts Options) (*Runtime, error) {
 	}
 	r.mu.Lock()
 	if opts.Audit.Enabled && opts.Audit.TTL > 0 {
-		r.armAuditGC()
+		r.armAuditGC(0)
 	}
 	r.armFileSweep(0)
 	r.mu.Unlock()
@@ -1273,11 +1275,12 @@ func (r *Runtime) Close() error {
 	return nil
 }
 
-// armAuditGC schedules the next audit sweep on the clock, TTL/2 from now
-// but no sooner than minSweepEvery: a TTL of a few nanoseconds would
-// otherwise re-arm it at once, forever. r.mu is held.
-func (r *Runtime) armAuditGC() {
-	r.gcStop = r.opts.Clock.AfterFunc(max(r.opts.Audit.TTL/2, minSweepEvery), func() {
+// armAuditGC schedules the next audit sweep on the clock, after d (0 at
+// Open); each sweep arms the next TTL/2 later but no sooner than
+// minSweepEvery: a TTL of a few nanoseconds would otherwise re-arm it at
+// once, forever. r.mu is held.
+func (r *Runtime) armAuditGC(d time.Duration) {
+	r.gcStop = r.opts.Clock.AfterFunc(d, func() {
 		if !r.startBackground() {
 			return
 		}
@@ -1293,7 +1296,7 @@ func (r *Runtime) armAuditGC() {
 		}
 		r.mu.Lock()
 		if !r.closed {
-			r.armAuditGC()
+			r.armAuditGC(max(r.opts.Audit.TTL/2, minSweepEvery))
 		}
 		r.mu.Unlock()
 	})
