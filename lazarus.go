@@ -171,9 +171,10 @@ type Options struct {
 	// Summarizer writes summaries. Default nil: never summarize. A
 	// summary that fails (the Summarizer's error, or the Store refusing
 	// what it wrote) is logged and tried again once the conversation's
-	// log has grown, not before, within the activation: a Summarizer that
-	// calls a model is not called again for the same span while the
-	// conversation stays live. A revival (after Kill, passivation, a
+	// log has grown past what that summary saw when it started (an event
+	// written while it was made counts), not before, within the
+	// activation: a Summarizer that calls a model is not called again for
+	// the same span while the conversation stays live. A revival (after Kill, passivation, a
 	// restart) knows nothing of the failure and tries again. A summary runs in the conversation's
 	// turn at the model: no model call of the conversation overlaps it
 	// (agent.Model's promise holds for snapshot.LLM given Options.Model),

@@ -289,11 +289,10 @@ func TestSummaryModelThatNeverAnswersTimesOut(t *testing.T) {
 	end := awaitUpdate(t, sub, func(u lazarus.Update) bool { return u.TurnEnd != nil && u.TurnEnd.Seq > seq }).TurnEnd
 	require.Equal(t, lazarus.TurnAnswered, end.Outcome, "the turn that waited goes on")
 
-	// The failure is handled (logged, then charged to the log's last seq
-	// at that moment, which may already hold the answer above: the
-	// actor takes the summary's end and the model call's in either
-	// order). Once the log has grown past it, the summary is tried
-	// again, and the model answers.
+	// The failure is handled (logged, and charged to the log the summary
+	// saw: the answer above, written before or after the failure reached
+	// the actor, makes it due again). Once the log has grown past it, the
+	// summary is tried again, and the model answers.
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "summary failed") }, 10*time.Second, time.Millisecond)
 	require.Contains(t, logs.String(), "no answer within the model timeout, 1m0s")
 	_, err = rt.SendAndWait(ctx, "c", "once more", agent.Scope{UserID: "u"})

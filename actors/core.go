@@ -84,10 +84,17 @@ type core struct {
 	invalidAnswers int
 
 	summarizing bool
-	// summaryFailedAt is the log's last seq when a summary last failed
-	// (0: none did): the next is tried only once the log has grown, so a
-	// summarizer that keeps failing (a model down, a summary the Store
-	// refuses) costs one attempt per write, not one per command.
+	// summaryAt is the log's last seq when the summary in flight (or the
+	// last one) was planned: the log that attempt saw.
+	summaryAt uint64
+	// summaryFailedAt is the log's last seq when the summary that last
+	// failed was planned (0: none did; see summaryAt): the next is tried
+	// only once the log has grown past it, so a summarizer that keeps
+	// failing (a model down, a summary the Store refuses) costs one attempt
+	// per write, not one per command. Not the log's last seq when the
+	// failure arrives: an event written while the summary was made (the
+	// answer of the turn that waited for it at the ModelGate) is one the
+	// failed attempt never saw, so the summary is due again at once.
 	summaryFailedAt uint64
 
 	// rowSettings are the conversation's own settings, as its row holds
@@ -1074,6 +1081,7 @@ func (c *core) maybeSummarize() {
 		return
 	}
 	c.summarizing = true
+	c.summaryAt = c.ws.LastSeq
 	c.emit(effSummarize{plan: plan})
 }
 
@@ -1081,7 +1089,7 @@ func (c *core) onSummary(d *inSummaryDone) {
 	c.summarizing = false
 	if d.err != nil {
 		c.log.Warn("summary failed; tried again once the log grows", "err", d.err)
-		c.summaryFailedAt = c.ws.LastSeq
+		c.summaryFailedAt = c.summaryAt
 		c.advance() // nothing else may be left: the idle timer runs again
 		return
 	}
@@ -1097,7 +1105,7 @@ func (c *core) onSummary(d *inSummaryDone) {
 	}
 	if err := c.ws.Compact(d.summary); err != nil {
 		c.log.Error("compaction after summary failed; tried again once the log grows", "err", err)
-		c.summaryFailedAt = c.ws.LastSeq
+		c.summaryFailedAt = c.summaryAt
 		c.advance()
 		return
 	}

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"testing"
 
@@ -43,6 +44,41 @@ func TestSummaryKeepsAFailedTurnOwed(t *testing.T) {
 			}
 			require.Equal(t, []string{"reply"}, words(c.step(t0, wake(false))), "a plain wake runs no failed turn")
 			require.Equal(t, []string{"reply", "model"}, words(c.step(t0, wake(true))), "an explicit wake runs the failed turn again")
+		})
+	}
+}
+
+// TestCoreFailedSummaryDueAgainAfterAnEventItNeverSaw: a summary starts
+// while the conversation is idle; a message sent meanwhile is written and
+// its turn waits at the ModelGate, which it passes as soon as the summary
+// leaves it, so its answer may be written before the summary's failure (or
+// its failed compaction) reaches the core. Those events are ones the failed
+// attempt never saw: the summary is due again at once, not only after yet
+// another write.
+func TestCoreFailedSummaryDueAgainAfterAnEventItNeverSaw(t *testing.T) {
+	for name, done := range map[string]*inSummaryDone{
+		"summary failed": {err: errors.New("model down")},
+		// A summary the working set refuses: compaction fails.
+		"compaction failed": {summary: &messages.Summary{FromSeq: 0, ToSeq: 5}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := summarizingCore(t, false, []*messages.Event{user("r1"), answer(), user("r2"), answer(), user("r3"), answer()})
+			effs := c.step(t0, wake(false))
+			require.Equal(t, []string{"reply", "summarize"}, words(effs))
+			require.Equal(t, uint64(5), effs[1].(effSummarize).plan.ToSeq)
+
+			require.Equal(t, []string{"write[" + wUser + "]"}, words(c.step(t0, send("r4"))))
+			require.Equal(t, []string{"reply seq=7", "model"}, words(c.step(t0, ok(1))))
+			require.Equal(t, []string{"write[" + wAnswer + "]"}, words(c.step(t0, &inModelDone{turn: c.turn, msg: answer().GetAssistantMsg()})))
+			require.Empty(t, words(c.step(t0, ok(2))), "a summary is in flight")
+			require.Equal(t, uint64(8), c.ws.LastSeq)
+
+			effs = c.step(t0, done)
+			require.Equal(t, []string{"summarize"}, words(effs), "events were written after the failed attempt was planned: tried again")
+			require.Equal(t, uint64(7), effs[0].(effSummarize).plan.ToSeq)
+
+			require.Empty(t, words(c.step(t0, &inSummaryDone{err: errors.New("model down")})))
+			require.Equal(t, []string{"reply"}, words(c.step(t0, wake(false))), "the log this attempt saw: no summary")
 		})
 	}
 }
