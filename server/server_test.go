@@ -209,7 +209,7 @@ func TestConcurrentResolvesOneWins(t *testing.T) {
 
 // TestBadBodiesWriteNothing: wrong types, huge bodies, invalid UTF-8,
 // unknown fields, trailing data, bodies that are no object (null included)
-// and invalid values are answered 400 and
+// and invalid values are answered 400 (a body over the limit, 413) and
 // change nothing.
 func TestBadBodiesWriteNothing(t *testing.T) {
 	ctx := testContext(t)
