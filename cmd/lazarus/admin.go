@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 
@@ -19,6 +20,9 @@ call rows, deadlines, audit rows, metadata and row. The id is then
 tombstoned: nothing (no runtime, no import) can ever write it again.
 
 Without --yes it only says what it would delete, and exits with status 2.
+An id with records but no conversation row (metadata left by a failed
+create, say) is deleted the same way; an id with nothing stored under it
+is not found.
 The events counted are those its log holds (a fork's starts after the
 summary it copied).
 Export the conversation first if you may want it back (under the same id
@@ -54,7 +58,12 @@ func (c *cli) delete(ctx context.Context, fs *flags, args []string) (err error) 
 	}
 	defer closeStore(st, &err)
 	row, err := st.Conversation(ctx, id)
-	if err != nil {
+	switch {
+	case errors.Is(err, journal.ErrNotFound) && !errors.Is(err, journal.ErrDeleted):
+		// No row, but records may be stored under the id (metadata, say):
+		// the Store deletes them too, and says ErrNotFound if there are none.
+		row = nil
+	case err != nil:
 		if noConversation(err) {
 			return fmt.Errorf("no conversation %s: %w", displayID(id), journal.ErrNotFound)
 		}
@@ -69,11 +78,17 @@ func (c *cli) delete(ctx context.Context, fs *flags, args []string) (err error) 
 		return err
 	}
 	what := fmt.Sprintf("conversation %s (%s, %d events, %d pending calls)", displayID(id), statusName(row.GetStatus()), held, len(pending))
+	if row == nil {
+		what = fmt.Sprintf("the records stored under %s (no conversation row, %d events, %d pending calls)", displayID(id), held, len(pending))
+	}
 	if !*yes {
 		fmt.Fprintf(c.stdout, "would delete %s\n", what)
 		return usagef("refusing to delete without --yes")
 	}
 	if err := st.DeleteConversation(ctx, id); err != nil {
+		if row == nil && noConversation(err) {
+			return fmt.Errorf("no conversation %s: %w", displayID(id), journal.ErrNotFound)
+		}
 		return err
 	}
 	fmt.Fprintf(c.stdout, "deleted %s\n", what)

@@ -51,6 +51,39 @@ func TestDelete(t *testing.T) {
 	require.Contains(t, r.stderr, "nothing imported: conversation waiting was deleted in the target, and a deleted id can never be written again")
 }
 
+// TestDeleteRecordsWithoutARow: an id with records but no conversation
+// row (metadata left by a failed create) is deleted as the Store deletes
+// it: the records go and the id is tombstoned.
+func TestDeleteRecordsWithoutARow(t *testing.T) {
+	dir := t.TempDir()
+	ctx := ctxT(t)
+	st, err := pebblejournal.Open(dir, pebblejournal.Options{})
+	require.NoError(t, err)
+	require.NoError(t, st.PutMetadata(ctx, "stray", map[string]string{"owner": "u"}))
+	require.NoError(t, st.Close())
+
+	r := cliRun(t, "", "delete", "stray", "--dir", dir)
+	require.Equal(t, exitUsage, r.code)
+	require.Equal(t, "would delete the records stored under stray (no conversation row, 0 events, 0 pending calls)\n", r.stdout)
+	r = cliRun(t, "", "delete", "stray", "--yes", "--dir", dir)
+	requireOK(t, r)
+	require.Equal(t, "deleted the records stored under stray (no conversation row, 0 events, 0 pending calls)\n", r.stdout)
+
+	st, err = pebblejournal.Open(dir, pebblejournal.Options{})
+	require.NoError(t, err)
+	md, err := st.Metadata(ctx, "stray")
+	if err == nil {
+		require.Empty(t, md, "the metadata is gone")
+	}
+	_, err = st.Conversation(ctx, "stray")
+	require.ErrorIs(t, err, journal.ErrDeleted, "the id is tombstoned")
+	require.NoError(t, st.Close())
+
+	r = cliRun(t, "", "delete", "nothing-here", "--yes", "--dir", dir)
+	require.Equal(t, exitNotFound, r.code)
+	require.Contains(t, r.stderr, "no conversation nothing-here")
+}
+
 func TestGCAudit(t *testing.T) {
 	f := newFixture(t)
 	countAudit := func() int {
