@@ -20,9 +20,9 @@ call rows, deadlines, audit rows, metadata and row. The id is then
 tombstoned: nothing (no runtime, no import) can ever write it again.
 
 Without --yes it only says what it would delete, and exits with status 2.
-An id with records but no conversation row (metadata left by a failed
-create, say) is deleted the same way; an id with nothing stored under it
-is not found.
+An id with metadata, events or pending calls but no conversation row
+(metadata left by a failed create, say) is deleted the same way; an id
+with none of them is not found.
 The events counted are those its log holds (a fork's starts after the
 summary it copied).
 Export the conversation first if you may want it back (under the same id
@@ -79,16 +79,20 @@ func (c *cli) delete(ctx context.Context, fs *flags, args []string) (err error) 
 	}
 	what := fmt.Sprintf("conversation %s (%s, %d events, %d pending calls)", displayID(id), statusName(row.GetStatus()), held, len(pending))
 	if row == nil {
-		what = fmt.Sprintf("the records stored under %s (no conversation row, %d events, %d pending calls)", displayID(id), held, len(pending))
+		md, err := st.Metadata(ctx, id)
+		if err != nil && !noConversation(err) {
+			return err
+		}
+		if len(md) == 0 && held == 0 && len(pending) == 0 {
+			return fmt.Errorf("no conversation %s: %w", displayID(id), journal.ErrNotFound)
+		}
+		what = fmt.Sprintf("the records stored under %s (no conversation row, %d metadata keys, %d events, %d pending calls)", displayID(id), len(md), held, len(pending))
 	}
 	if !*yes {
 		fmt.Fprintf(c.stdout, "would delete %s\n", what)
 		return usagef("refusing to delete without --yes")
 	}
 	if err := st.DeleteConversation(ctx, id); err != nil {
-		if row == nil && noConversation(err) {
-			return fmt.Errorf("no conversation %s: %w", displayID(id), journal.ErrNotFound)
-		}
 		return err
 	}
 	fmt.Fprintf(c.stdout, "deleted %s\n", what)

@@ -64,10 +64,10 @@ func TestDeleteRecordsWithoutARow(t *testing.T) {
 
 	r := cliRun(t, "", "delete", "stray", "--dir", dir)
 	require.Equal(t, exitUsage, r.code)
-	require.Equal(t, "would delete the records stored under stray (no conversation row, 0 events, 0 pending calls)\n", r.stdout)
+	require.Equal(t, "would delete the records stored under stray (no conversation row, 1 metadata keys, 0 events, 0 pending calls)\n", r.stdout)
 	r = cliRun(t, "", "delete", "stray", "--yes", "--dir", dir)
 	requireOK(t, r)
-	require.Equal(t, "deleted the records stored under stray (no conversation row, 0 events, 0 pending calls)\n", r.stdout)
+	require.Equal(t, "deleted the records stored under stray (no conversation row, 1 metadata keys, 0 events, 0 pending calls)\n", r.stdout)
 
 	st, err = pebblejournal.Open(dir, pebblejournal.Options{})
 	require.NoError(t, err)
@@ -79,9 +79,11 @@ func TestDeleteRecordsWithoutARow(t *testing.T) {
 	require.ErrorIs(t, err, journal.ErrDeleted, "the id is tombstoned")
 	require.NoError(t, st.Close())
 
-	r = cliRun(t, "", "delete", "nothing-here", "--yes", "--dir", dir)
-	require.Equal(t, exitNotFound, r.code)
-	require.Contains(t, r.stderr, "no conversation nothing-here")
+	for _, args := range [][]string{{"delete", "nothing-here"}, {"delete", "nothing-here", "--yes"}} {
+		r = cliRun(t, "", append(args, "--dir", dir)...)
+		require.Equal(t, exitNotFound, r.code, "%v", args)
+		require.Contains(t, r.stderr, "no conversation nothing-here")
+	}
 }
 
 func TestGCAudit(t *testing.T) {
