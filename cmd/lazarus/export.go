@@ -114,8 +114,8 @@ func damaged(id, format string, args ...any) error {
 // then has no end line for the conversation, so import refuses it.
 // The conversation may be written meanwhile: export holds its log up to
 // the last seq of the state consistentState read, with that state's row,
-// pending calls' rows and deadlines, and summaries up to that seq (a
-// schedule is read after the log, as it is then).
+// pending calls' rows, deadlines and schedules, and summaries up to that
+// seq.
 func (e *exporter) conversation(ctx context.Context, st journal.Store, id string, deadlines []*messages.Deadline) error {
 	snap, err := consistentState(ctx, st, id, deadlines)
 	if err != nil {
@@ -263,7 +263,7 @@ func (e *exporter) conversation(ctx context.Context, st journal.Store, id string
 		}
 		n.deadlines++
 	}
-	if err := e.schedules(ctx, st, id, &n); err != nil {
+	if err := e.schedules(id, snap.schedules, &n); err != nil {
 		return err
 	}
 	if err := e.plain(typeEnd, &id, n.record()); err != nil {
@@ -274,14 +274,15 @@ func (e *exporter) conversation(ctx context.Context, st journal.Store, id string
 }
 
 // exportState is what export reads of a conversation before its log: its
-// row, metadata, last seq, pending calls' rows and deadlines, as they were
-// at one moment.
+// row, metadata, last seq, pending calls' rows, deadlines and schedules,
+// as they were at one moment.
 type exportState struct {
 	row       *messages.Conversation
 	metadata  map[string]string
 	last      uint64
 	pending   []*messages.ToolCallRecord
 	deadlines []*messages.Deadline
+	schedules []*messages.Schedule
 }
 
 // exportAttempts bounds the reads of a conversation's state that a writer
@@ -291,13 +292,16 @@ const exportAttempts = 50
 // consistentState reads the state of conversation id that its export
 // holds, consistent with its log up to the last seq read, however the
 // conversation is written meanwhile: it reads the last seq, the row, the
-// pending calls (and deadlines) and the metadata, then the row, the
-// pending calls and the last seq again, and keeps the first reading whose
-// second read is the same. Every write that changes one of them without
-// an event either resolves or reschedules a pending call (the pending rows
-// differ) or rewrites the row (it differs), and a pending call comes only
-// with its event: so at the second read of the row, the log ended at the
-// last seq, the row and the pending calls were those read, and so were
+// pending calls (and deadlines), the metadata and the schedules, then the
+// row, the pending calls, the schedules and the last seq again, and keeps
+// the first reading whose second read is the same. Every write that
+// changes one of them without an event either resolves or reschedules a
+// pending call (the pending rows differ), rewrites the row (it differs)
+// or puts or deletes a schedule (they differ), and a pending call comes
+// only with its event, as does an occurrence of a schedule (its message
+// and its schedule's next, in one write): so at the second read of the
+// row, the log ended at the last seq, the row, the pending calls and the
+// schedules were those read (none fired past the log read), and so were
 // the deadlines (read between, which change only with the pending calls;
 // deadlines is the Store's, read before, used while it agrees with the
 // pending rows). A conversation written between each of exportAttempts
@@ -329,6 +333,9 @@ func consistentState(ctx context.Context, st journal.Store, id string, deadlines
 		if s.metadata, err = st.Metadata(ctx, id); err != nil {
 			return s, err
 		}
+		if s.schedules, err = schedulesOf(ctx, st, id); err != nil {
+			return s, err
+		}
 		row, err := st.Conversation(ctx, id)
 		if err != nil {
 			return s, err
@@ -337,11 +344,15 @@ func consistentState(ctx context.Context, st journal.Store, id string, deadlines
 		if err != nil {
 			return s, err
 		}
+		schedules, err := schedulesOf(ctx, st, id)
+		if err != nil {
+			return s, err
+		}
 		last, err := st.LastSeq(ctx, id)
 		if err != nil {
 			return s, err
 		}
-		if last == s.last && proto.Equal(row, s.row) && slices.EqualFunc(pending, s.pending, func(a, b *messages.ToolCallRecord) bool { return proto.Equal(a, b) }) {
+		if last == s.last && proto.Equal(row, s.row) && protosEqual(pending, s.pending) && protosEqual(schedules, s.schedules) {
 			return s, nil
 		}
 		if attempt == exportAttempts {
@@ -356,6 +367,21 @@ func consistentState(ctx context.Context, st journal.Store, id string, deadlines
 		case <-t.C:
 		}
 	}
+}
+
+// protosEqual says whether a and b hold equal messages in the same order.
+func protosEqual[M proto.Message](a, b []M) bool {
+	return slices.EqualFunc(a, b, func(x, y M) bool { return proto.Equal(x, y) })
+}
+
+// schedulesOf returns the schedules of conversation id, none if st keeps
+// none (no journal.ScheduleStore).
+func schedulesOf(ctx context.Context, st journal.Store, id string) ([]*messages.Schedule, error) {
+	ss, ok := st.(journal.ScheduleStore)
+	if !ok {
+		return nil, nil
+	}
+	return ss.ConversationSchedules(ctx, id)
 }
 
 // deadlinesAgree says whether ds are the deadlines of the pending calls
@@ -408,19 +434,11 @@ func forkStart(ctx context.Context, st journal.Store, id string, tos []uint64) (
 	return tos[0], nil
 }
 
-// schedules writes the conversation's pending schedules, by id, and
-// counts them in n. A Store without journal.ScheduleStore keeps none. A
-// schedule import would refuse (one of another conversation, or one that
-// breaks journal.ValidateSchedule) is an error wrapping journal.ErrCorrupt.
-func (e *exporter) schedules(ctx context.Context, st journal.Store, id string, n *counts) error {
-	ss, ok := st.(journal.ScheduleStore)
-	if !ok {
-		return nil
-	}
-	all, err := ss.ConversationSchedules(ctx, id)
-	if err != nil {
-		return err
-	}
+// schedules writes the conversation's pending schedules all (as
+// consistentState read them), by id, and counts them in n. A schedule
+// import would refuse (one of another conversation, or one that breaks
+// journal.ValidateSchedule) is an error wrapping journal.ErrCorrupt.
+func (e *exporter) schedules(id string, all []*messages.Schedule, n *counts) error {
 	if len(all) > journal.MaxSchedulesPerConversation {
 		return damaged(id, "it has %d schedules, more than %d", len(all), journal.MaxSchedulesPerConversation)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lazarusrt/lazarus"
 	"github.com/lazarusrt/lazarus/agent/scripted"
@@ -13,6 +14,8 @@ import (
 	"github.com/lazarusrt/lazarus/messages"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // requirePrefixImport imports export into a new store and requires that
@@ -126,4 +129,54 @@ func TestExportWhileASendLoopWrites(t *testing.T) {
 	}
 	<-done
 	require.Less(t, lasts[0], lasts[len(lasts)-1], "the conversation was written during the exports")
+}
+
+// TestExportOfAScheduleFiredMeanwhile: an occurrence of a schedule that
+// fires while export reads the log (its user message appended past the
+// exported prefix, the schedule's next moved on, in one write) is not in
+// the export, and neither is its effect on the schedule: the export holds
+// the schedule as it was with the log it holds, so the copy fires that
+// occurrence. Export read the schedules after the log, so it held the
+// moved next without the message: the occurrence was lost to the copy.
+func TestExportOfAScheduleFiredMeanwhile(t *testing.T) {
+	ctx := ctxT(t)
+	st := memStore(t)
+	at := timestamppb.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	text := func(s string) *messages.UserMessage {
+		return &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: s}}}}
+	}
+	var evs []*messages.Event
+	for i := range 3 {
+		evs = append(evs, &messages.Event{Time: at, Body: &messages.Event_UserMsg{UserMsg: text(fmt.Sprintf("message %d", i))}})
+	}
+	_, err := st.Append(ctx, &messages.AppendRequest{ConversationId: "c", Events: evs, Status: messages.ConversationStatus_CONVERSATION_STATUS_IDLE})
+	require.NoError(t, err)
+	first := timestamppb.New(at.AsTime().Add(time.Hour))
+	sched := &messages.Schedule{Id: "s1", ConversationId: "c", Next: first, Every: durationpb.New(time.Hour), Payload: text("wake up"), Created: at}
+	ss := st.(journal.ScheduleStore)
+	require.NoError(t, ss.PutSchedule(ctx, sched))
+
+	fired := false
+	testHookExportPage = func(context.Context) {
+		if fired {
+			return
+		}
+		fired = true
+		// What the runtime writes for an occurrence: its message and the
+		// schedule's next, in one fenced append.
+		_, err := st.Append(ctx, &messages.AppendRequest{ConversationId: "c", ExpectedLast: 3,
+			Events:       []*messages.Event{{Time: first, Body: &messages.Event_UserMsg{UserMsg: text("wake up")}}},
+			ScheduleFire: &messages.ScheduleFire{ScheduleId: "s1", Occurrence: first, Next: timestamppb.New(first.AsTime().Add(time.Hour))}})
+		require.NoError(t, err)
+	}
+	t.Cleanup(func() { testHookExportPage = nil })
+	var out bytes.Buffer
+	require.NoError(t, exportPaged(ctx, st, []string{"c"}, &out, nil, 1))
+	require.True(t, fired, "the hook ran between two pages")
+	require.Equal(t, uint64(3), requirePrefixImport(t, st, out.String()), "the export holds the log as it was when export started")
+
+	src := parseExport(t, out.Bytes())
+	require.Len(t, src["c"].schedules, 1)
+	require.True(t, proto.Equal(sched, src["c"].schedules[0]),
+		"the exported schedule is the one of the exported log, its occurrence not yet fired:\nwant %v\ngot  %v", sched, src["c"].schedules[0])
 }
