@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/lazarusrt/lazarus"
 	"github.com/lazarusrt/lazarus/actors"
@@ -14,6 +15,7 @@ import (
 	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/journal/memjournal"
+	"github.com/lazarusrt/lazarus/journal/pebblejournal"
 	"github.com/lazarusrt/lazarus/messages"
 )
 
@@ -86,4 +88,48 @@ func TestImportedTimersFireAsTheSources(t *testing.T) {
 	require.Len(t, scheds, 3)
 	require.True(t, scheds[1].GetNext().AsTime().Equal(occurrence.Add(every.GetEvery().AsDuration())), "moved on by its interval: %v", scheds[1].GetNext().AsTime())
 	requireProtos(t, "schedules not yet due", []*messages.Schedule{want["finished"].schedules[0], want["finished"].schedules[2]}, []*messages.Schedule{scheds[0], scheds[2]})
+}
+
+// TestExportOfAnAnswerNotYetInTheLog: a human call answered while no
+// runtime ran the conversation (its row resolved, its answer durable, no
+// tool_result event in the log yet, the conversation ACTIVE) exports as
+// it is, imports, and a runtime on the copy takes the answer: it writes
+// the tool_result event with the row's result and runs the turn owed.
+func TestExportOfAnAnswerNotYetInTheLog(t *testing.T) {
+	f := newFixture(t)
+	st, err := pebblejournal.Open(f.dir, pebblejournal.Options{})
+	require.NoError(t, err)
+	at := timestamppb.Now()
+	_, err = st.Append(ctxT(t), &messages.AppendRequest{ConversationId: "waiting", Unfenced: true,
+		Resolutions: []*messages.ToolResolution{{ToolCallId: f.waitingCall, Status: messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED,
+			Result: &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: `{"approved":true}`}}, At: at, By: &messages.Identity{UserId: "approver"}}},
+		Cancel: []string{f.waitingCall},
+		// As Runtime.Resolve and 'lazarus resolve' write it: a turn is owed.
+		Status: messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE})
+	require.NoError(t, err)
+	require.NoError(t, st.Close())
+	out := exportOf(t, f, "waiting")
+	want := parseExport(t, []byte(out))
+	require.Empty(t, want["waiting"].deadlines)
+	require.Equal(t, messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE, want["waiting"].row.GetStatus())
+	i := slices.IndexFunc(want["waiting"].toolCalls, func(r *messages.ToolCallRecord) bool { return r.GetId() == f.waitingCall })
+	require.GreaterOrEqual(t, i, 0)
+	require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, want["waiting"].toolCalls[i].GetStatus(), "the row is exported answered")
+
+	dst := memjournal.New(memjournal.Options{})
+	t.Cleanup(func() { _ = dst.Close() })
+	require.NoError(t, importInto(ctxT(t), dst, strings.NewReader(out), importOptions{}))
+	requireImported(t, want["waiting"], collect(t, dst, "waiting"))
+
+	model := scripted.New(scripted.Options{})
+	model.Push("waiting", scripted.Text("Refunded after all."))
+	rt, err := lazarus.Open(lazarus.Options{Store: dst, Model: model, Tools: tools(), IdleTimeout: -1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rt.Close() })
+	res := awaitEvent(t, rt, "waiting", func(ev *messages.Event) bool { return ev.GetToolResult().GetToolCallId() == f.waitingCall })
+	require.Equal(t, `{"approved":true}`, res.GetToolResult().GetOutcome().GetContent())
+	awaitEvent(t, rt, "waiting", func(ev *messages.Event) bool { return assistantText(ev) == "Refunded after all." })
+	row, err := dst.ToolCall(ctxT(t), f.waitingCall)
+	require.NoError(t, err)
+	require.Equal(t, "approver", row.GetResolver().GetUserId())
 }
