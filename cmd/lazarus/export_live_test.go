@@ -11,6 +11,7 @@ import (
 	"github.com/lazarusrt/lazarus"
 	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/journal/memjournal"
 	"github.com/lazarusrt/lazarus/messages"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
@@ -179,4 +180,49 @@ func TestExportOfAScheduleFiredMeanwhile(t *testing.T) {
 	require.Len(t, src["c"].schedules, 1)
 	require.True(t, proto.Equal(sched, src["c"].schedules[0]),
 		"the exported schedule is the one of the exported log, its occurrence not yet fired:\nwant %v\ngot  %v", sched, src["c"].schedules[0])
+}
+
+// TestExportOfACallResolvedMeanwhile: a pending call answered while
+// export reads the log (its row resolved, its tool_result appended past
+// the exported prefix) is exported pending, as it was with the log
+// export holds; the copy imports with the call pending, its answer owed.
+func TestExportOfACallResolvedMeanwhile(t *testing.T) {
+	ctx := ctxT(t)
+	st := memStore(t)
+	at := timestamppb.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	result := &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: `{"approved":true}`}}
+	resolved := false
+	testHookExportPage = func(context.Context) {
+		if resolved {
+			return
+		}
+		resolved = true
+		_, err := st.Append(ctx, &messages.AppendRequest{ConversationId: "existing", Unfenced: true,
+			Resolutions: []*messages.ToolResolution{{ToolCallId: "tc-existing", Status: messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, Result: result, At: at}},
+			Status:      messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE})
+		require.NoError(t, err)
+		_, err = st.Append(ctx, &messages.AppendRequest{ConversationId: "existing", ExpectedLast: 3,
+			Events: []*messages.Event{{Time: at, Body: &messages.Event_ToolResult{ToolResult: &messages.ToolResultEvent{ToolCallId: "tc-existing", Name: "approve", Outcome: result}}}}})
+		require.NoError(t, err)
+	}
+	t.Cleanup(func() { testHookExportPage = nil })
+	var out bytes.Buffer
+	require.NoError(t, exportPaged(ctx, st, []string{"existing"}, &out, nil, 1))
+	require.True(t, resolved, "the hook ran between two pages")
+	row, err := st.ToolCall(ctx, "tc-existing")
+	require.NoError(t, err)
+	require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, row.GetStatus())
+
+	exported := parseExport(t, out.Bytes())["existing"]
+	require.Len(t, exported.events, 3)
+	require.Len(t, exported.toolCalls, 1)
+	require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING, exported.toolCalls[0].GetStatus(), "the row as it was with the exported log")
+	require.Equal(t, messages.ConversationStatus_CONVERSATION_STATUS_SUSPENDED, exported.row.GetStatus())
+	dst := memjournal.New(memjournal.Options{})
+	t.Cleanup(func() { _ = dst.Close() })
+	require.NoError(t, importInto(ctx, dst, &out, importOptions{}))
+	pending, err := dst.PendingToolCalls(ctx, "existing")
+	require.NoError(t, err)
+	require.Len(t, pending, 1)
+	require.Equal(t, "tc-existing", pending[0].GetId())
 }
