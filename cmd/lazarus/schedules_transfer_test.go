@@ -239,3 +239,45 @@ func (s *failAt) ConversationSchedules(ctx context.Context, conv string) ([]*mes
 func (s *failAt) ScheduleTimes(ctx context.Context, fn func(conv, id string, next time.Time) error) error {
 	return s.Store.(journal.ScheduleStore).ScheduleTimes(ctx, fn)
 }
+
+// TestImportTwiceIsRefused: importing the same export again into the
+// Store it went into is an error wrapping journal.ErrConflict that names
+// the conversation, on memjournal, pebblejournal and pgjournal, and
+// writes nothing: neither the conversations the target has nor one of
+// the input it lacks.
+func TestImportTwiceIsRefused(t *testing.T) {
+	f := newFixture(t)
+	once := exportOf(t, f, "finished", "waiting")
+	twice := exportOf(t, f, "answered", "finished", "waiting")
+	for _, tc := range []struct {
+		name string
+		open func(t *testing.T) journal.Store
+	}{
+		{"memjournal", func(t *testing.T) journal.Store {
+			st := memjournal.New(memjournal.Options{})
+			t.Cleanup(func() { _ = st.Close() })
+			return st
+		}},
+		{"pebblejournal", func(t *testing.T) journal.Store { return memStore(t) }},
+		{"pgjournal", func(t *testing.T) journal.Store {
+			st, err := pgjournal.Open(ctxT(t), pgtest.NewDatabase(t), pgjournal.Options{})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = st.Close() })
+			return st
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := tc.open(t)
+			require.NoError(t, importInto(ctxT(t), st, strings.NewReader(once), importOptions{}))
+			before := dump(t, st)
+			for _, in := range []string{once, twice} {
+				err := importInto(ctxT(t), st, strings.NewReader(in), importOptions{})
+				require.ErrorIs(t, err, journal.ErrConflict)
+				require.ErrorContains(t, err, "conversation finished already exists in the target")
+				require.Equal(t, before, dump(t, st), "nothing written")
+			}
+			_, err := st.Conversation(ctxT(t), "answered")
+			require.True(t, noConversation(err), "answered, which the target lacked, was not imported either: %v", err)
+		})
+	}
+}
