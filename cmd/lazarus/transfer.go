@@ -64,10 +64,11 @@ is valid and of its conversation) and stops with
 an error on a damaged one; what it wrote to stdout then lacks its end
 line and trailer, so import refuses it. A conversation written while it
 is exported (by a node on the same PostgreSQL database) is exported as it was at one moment:
-its log up to the last seq read then, with the row, pending calls and
-deadlines of that moment, so what is appended meanwhile is not in the
-export; one written between each of 50 readings of its state fails the
-export (journal.ErrConflict). A fork (Runtime.Fork) is
+its log up to the last seq read then, with the row, pending calls,
+deadlines and schedules of that moment, so what is appended meanwhile
+(an occurrence of a schedule too) is not in the export; one written
+between each of 50 readings of its state fails the export
+(journal.ErrConflict). A fork (Runtime.Fork) is
 exported as it is: its row with its origin, the summary it copied, its
 log from its first seq (its copied tool calls' rows are its source's, and
 not in its section), its own rows, schedules and metadata. On a terminal,
