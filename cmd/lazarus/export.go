@@ -506,8 +506,26 @@ func exportPaged(ctx context.Context, st journal.Store, ids []string, w io.Write
 	e.page = page
 	for _, id := range ids {
 		if err := e.conversation(ctx, st, id, dls[id]); err != nil {
-			return err
+			return deletedMeanwhile(ctx, st, id, err)
 		}
 	}
 	return e.finish()
+}
+
+// deletedMeanwhile returns err, the error of the export of conversation
+// id, unless it is one a delete of the conversation during its export
+// causes (its log or rows gone part-way, which export takes for damage,
+// journal.ErrCorrupt, or a Store's journal.ErrDeleted) and the
+// conversation is gone now: then an error that says so, wrapping
+// journal.ErrNotFound, as the export of a conversation the Store does not
+// have.
+func deletedMeanwhile(ctx context.Context, st journal.Store, id string, err error) error {
+	if !errors.Is(err, journal.ErrCorrupt) && !errors.Is(err, journal.ErrDeleted) {
+		return err
+	}
+	_, cerr := st.Conversation(ctx, id)
+	if !noConversation(cerr) {
+		return err
+	}
+	return fmt.Errorf("conversation %s was deleted while it was exported: %w (%w)", displayID(id), journal.ErrNotFound, cerr)
 }

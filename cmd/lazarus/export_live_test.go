@@ -226,3 +226,30 @@ func TestExportOfACallResolvedMeanwhile(t *testing.T) {
 	require.Len(t, pending, 1)
 	require.Equal(t, "tc-existing", pending[0].GetId())
 }
+
+// TestExportOfAConversationDeletedMeanwhile: a conversation deleted while
+// export reads its log (by a node on the same database) fails its export
+// with an error wrapping journal.ErrNotFound that says so (exit status 5),
+// with no end line for it, so import refuses what was written. Export
+// called it damaged (journal.ErrCorrupt, "run 'lazarus check'"), which
+// sent the operator after a store that was sound.
+func TestExportOfAConversationDeletedMeanwhile(t *testing.T) {
+	ctx := ctxT(t)
+	st := memStore(t)
+	deleted := false
+	testHookExportPage = func(context.Context) {
+		if !deleted {
+			deleted = true
+			require.NoError(t, st.DeleteConversation(ctx, "existing"))
+		}
+	}
+	t.Cleanup(func() { testHookExportPage = nil })
+	var out bytes.Buffer
+	err := exportPaged(ctx, st, []string{"existing"}, &out, nil, 1)
+	require.True(t, deleted, "the hook ran between two pages")
+	require.ErrorIs(t, err, journal.ErrNotFound)
+	require.NotErrorIs(t, err, journal.ErrCorrupt)
+	require.ErrorContains(t, err, "conversation existing was deleted while it was exported")
+	require.Equal(t, exitNotFound, exitCode(err))
+	require.ErrorIs(t, checkInput(&out), errTruncated, "what was written has no end line")
+}

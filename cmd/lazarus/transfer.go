@@ -68,7 +68,8 @@ its log up to the last seq read then, with the row, pending calls,
 deadlines and schedules of that moment, so what is appended meanwhile
 (an occurrence of a schedule too) is not in the export; one written
 between each of 50 readings of its state fails the export
-(journal.ErrConflict). A fork (Runtime.Fork) is
+(journal.ErrConflict), and one deleted meanwhile fails it as one the
+store does not have (exit status 5). A fork (Runtime.Fork) is
 exported as it is: its row with its origin, the summary it copied, its
 log from its first seq (its copied tool calls' rows are its source's, and
 not in its section), its own rows, schedules and metadata. On a terminal,
