@@ -39,13 +39,16 @@ func newHangingModel(hang int32) *hangingModel {
 }
 
 func (m *hangingModel) Generate(ctx context.Context, _ agent.Turn, onDelta func(string)) (*messages.AssistantMessage, error) {
-	m.started <- ctx
 	if m.calls.Add(1) > m.hang {
+		m.started <- ctx
 		return agent.Text("back"), nil
 	}
 	if onDelta != nil {
 		onDelta("par")
 	}
+	// Once the delta is out: a test that then runs the clock past the
+	// bound finds the call has streamed.
+	m.started <- ctx
 	<-ctx.Done()
 	m.ended <- ctx.Err()
 	return nil, ctx.Err()
