@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lazarusrt/lazarus"
 	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
@@ -61,7 +62,11 @@ func TestServerResultOfUnknownOutcome(t *testing.T) {
 		t.Run(fmt.Sprintf("landed=%v", landed), func(t *testing.T) {
 			forEachStore(t, func(t *testing.T, kind string) {
 				store := &resultUnknownStore{Store: openStore(t, kind), landed: landed}
-				h := newHarness(t, store, nil)
+				// NoResume: Open's resume scan, which runs in the background
+				// (slowest on postgres), would otherwise wake the conversation
+				// (it is ACTIVE) once its activation stopped, before the
+				// test saw it stop, and run the call before the test's Wake.
+				h := newHarness(t, store, func(o *lazarus.Options) { o.NoResume = true })
 				ctx := ctxT(t)
 				h.model.Push("c", scripted.Reply("charging", scripted.Call("charge", `{"amount":5}`)), scripted.Text("charged"))
 				_, err := h.rt.Send(ctx, "c", "charge me", user)
