@@ -400,9 +400,18 @@ func (s *Server) getConversation(w http.ResponseWriter, r *http.Request, c calle
 	writeJSON(w, http.StatusOK, conversationOf(row, md))
 }
 
+// deleteConversation deletes the conversation id for c. Records under an
+// id without a row (metadata a creation left when it failed part-way,
+// which no lookup, listing or search shows) are deleted too, as
+// Runtime.Delete does, for an operator or the owner that metadata names;
+// anyone else gets the 404 of any id.
 func (s *Server) deleteConversation(w http.ResponseWriter, r *http.Request, c caller) {
 	id := r.PathValue("id")
-	if _, _, err := s.conversation(r.Context(), c, id); err != nil {
+	_, _, err := s.conversation(r.Context(), c, id)
+	if errors.Is(err, journal.ErrNotFound) || errors.Is(err, errNotFound) {
+		err = s.strayRecords(r.Context(), c, id)
+	}
+	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -411,6 +420,23 @@ func (s *Server) deleteConversation(w http.ResponseWriter, r *http.Request, c ca
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// strayRecords checks, for an id that conversation found no row of c's
+// under, whether c may delete what is stored under it without a row: an
+// operator may (Runtime.Delete then says whether anything is stored),
+// else only the owner the metadata names. Anything else is errNotFound.
+func (s *Server) strayRecords(ctx context.Context, c caller, id string) error {
+	md, err := s.rt.Store().Metadata(ctx, id)
+	switch {
+	case err != nil && !c.operator && (errors.Is(err, journal.ErrDeleted) || errors.Is(err, journal.ErrNotFound)):
+		return errNotFound
+	case err != nil:
+		return err
+	case !c.mayOwn(md):
+		return errNotFound
+	}
+	return nil
 }
 
 func (s *Server) sendMessage(w http.ResponseWriter, r *http.Request, c caller) {

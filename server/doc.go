@@ -64,7 +64,11 @@
 //     conversation without an owner (made by Go code) is seen by
 //     operators only; an application grants a user one by
 //     setting OwnerKey with Runtime.MergeMetadata. Keys under
-//     ReservedMetadataPrefix cannot be set through the API.
+//     ReservedMetadataPrefix cannot be set through the API. Records under
+//     an id without a conversation row (metadata a creation left behind
+//     when it failed part-way, which no lookup or listing shows) are
+//     deleted by DELETE, 204, as Runtime.Delete does, for operators and
+//     the owner that metadata names; anyone else gets 404.
 //   - A pending human call is seen by operators, by the owner of its
 //     conversation, and by users whom the call's tool has an Authorizer
 //     that allows (agent.Tool.Authorize, asked as for a Resolve): an
