@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/lazarusrt/lazarus"
@@ -201,7 +202,7 @@ func (s *Server) forkConversation(w http.ResponseWriter, r *http.Request, c call
 		s.writeError(w, r, err)
 		return
 	}
-	w.Header().Set("Location", "/v1/conversations/"+id)
+	w.Header().Set("Location", "/v1/conversations/"+url.PathEscape(id))
 	known := Conversation{Status: statusUnspecified, Metadata: make(map[string]string, len(srcMD)+len(md))}
 	maps.Copy(known.Metadata, srcMD)
 	maps.Copy(known.Metadata, md) // ForkOptions.Metadata is merged over the source's

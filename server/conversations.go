@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -372,7 +373,7 @@ func (s *Server) createConversation(w http.ResponseWriter, r *http.Request, c ca
 		s.writeError(w, r, err)
 		return
 	}
-	w.Header().Set("Location", "/v1/conversations/"+id)
+	w.Header().Set("Location", "/v1/conversations/"+url.PathEscape(id))
 	s.answerWritten(w, r, c, id, http.StatusCreated, Conversation{
 		Status: statusName(messages.ConversationStatus_CONVERSATION_STATUS_IDLE), Metadata: md})
 }
