@@ -241,7 +241,11 @@ type Options struct {
 	// (ErrInvalidToolCalls). Default DefaultMaxInvalidToolAnswers;
 	// negative fails the turn on the first such answer.
 	MaxInvalidToolAnswers int
-	// Clock supplies time. Default the system clock.
+	// Clock supplies time. Default the system clock. Every timer of the
+	// runtime runs on it, ModelTimeout's included: a test that moves a
+	// manual clock past ModelTimeout while a model call is in flight ends
+	// that call (its retry then waits for the clock too); set ModelTimeout
+	// negative where a test moves the clock by more than it.
 	Clock Clock
 	// CallTimeout bounds how long Send waits for its message to be durable
 	// when ctx has no earlier deadline. Default DefaultCallTimeout; a

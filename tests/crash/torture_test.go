@@ -225,6 +225,11 @@ func newHumanOnly(t *testing.T, store journal.Store, idle time.Duration) *humanO
 	rt, err := lazarus.Open(lazarus.Options{
 		Store: store, Model: h.model, Clock: h.clock, IdleTimeout: idle,
 		Tools: []agent.Tool{{Name: toolApprove, Executor: messages.Executor_EXECUTOR_HUMAN, Timeout: time.Hour}},
+		// The races move the clock an hour at once while other
+		// conversations' model calls may be in flight: past ModelTimeout,
+		// which would end such a call and leave its retry waiting for a
+		// clock nobody moves again.
+		ModelTimeout: -1,
 	})
 	require.NoError(t, err)
 	h.rt = rt
