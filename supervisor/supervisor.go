@@ -81,7 +81,11 @@ type Config struct {
 	// writer is woken again here only if this node still owns it (else its
 	// owner has it), and Ask spawns no new activation here for a command
 	// whose activation stopped under it (ErrMoved). Default nil: every
-	// conversation is this node's.
+	// conversation is this node's. A panic of it is logged and recovered:
+	// Ask then answers an error wrapping agent.ErrPanicked; the expiry
+	// actor and a re-wake count the conversation as owned, as a nil Owns
+	// would (a deadline is not dropped; the Store fences a write of a
+	// node that does not own the conversation).
 	Owns func(conversationID string) bool
 	// Fenced, if set, is called each time an activation retires because a
 	// write of its failed with journal.ErrConflict: another writer (a
@@ -259,11 +263,18 @@ func (s *Supervisor) Ask(ctx context.Context, id string, cmd *actors.Command) (p
 			return nil, noAnswer(what, handed, err)
 		}
 		var owns func(string) bool
-		if attempt > 0 {
-			owns = s.cfg.Owns
+		var ownsErr error // a panic of Config.Owns
+		if attempt > 0 && s.cfg.Owns != nil {
+			owns = func(id string) bool {
+				owned, err := s.owns(id)
+				ownsErr = err
+				return owned
+			}
 		}
 		a, err := s.reg.ensureOwned(ctx, id, owns, s.spawnFromOutside)
 		switch {
+		case ownsErr != nil:
+			return nil, noAnswer(what, handed, ownsErr)
 		case err != nil && (ctx.Err() != nil || s.isStopped()):
 			return nil, noAnswer(what, handed, s.ended(ctx))
 		case errors.Is(err, ErrMoved):
@@ -522,7 +533,7 @@ func (r *root) Receive(ctx actor.Context) {
 			Resolver:   actors.SystemIdentity(),
 		}})
 	case *rewake:
-		if s.cfg.Owns != nil && !s.cfg.Owns(msg.conversation) {
+		if owned, err := s.owns(msg.conversation); !owned && err == nil {
 			return
 		}
 		r.deliver(ctx, msg.conversation, &actors.Command{Scope: agent.SystemScope, Msg: &messages.AgentWake{}})
@@ -652,7 +663,7 @@ func (r *root) start(ctx actor.Context) {
 			Clock:      s.cfg.Clock,
 			RetryAfter: s.cfg.ExpiryRetryAfter,
 			Logger:     s.log,
-			Owns:       s.cfg.Owns,
+			Owns:       s.ownsOrNil(),
 			Fire:       s.cfg.FireSchedule,
 			Context:    s.life,
 			Deliver: func(conversationID, toolCallID string) {
@@ -740,6 +751,36 @@ func (r *root) agentConfig(id string) (cfg actors.ConversationConfig, err error)
 		}
 	}()
 	return r.s.cfg.Agent(id), nil
+}
+
+// owns asks Config.Owns whether this node owns conversation id (true for
+// a nil Owns). A panic of it is logged and recovered, and answered as an
+// error wrapping agent.ErrPanicked (owned false): user code must fail
+// neither the supervisor actor (a restart would stop every conversation)
+// nor a caller of Ask.
+func (s *Supervisor) owns(id string) (owned bool, err error) {
+	if s.cfg.Owns == nil {
+		return true, nil
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			owned, err = false, fmt.Errorf("supervisor: conversation %q: Config.Owns: %w: %v", id, agent.ErrPanicked, p)
+			s.log.Error("Config.Owns panicked", "conversation", id, "panic", p, "stack", string(debug.Stack()))
+		}
+	}()
+	return s.cfg.Owns(id), nil
+}
+
+// ownsOrNil is the expiry actor's Owns: nil for a nil Config.Owns, else
+// Config.Owns with its panic recovered and counted as owned (see owns).
+func (s *Supervisor) ownsOrNil() func(string) bool {
+	if s.cfg.Owns == nil {
+		return nil
+	}
+	return func(id string) bool {
+		owned, err := s.owns(id)
+		return owned || err != nil
+	}
 }
 
 // hook runs a hook of Config on the supervisor actor's goroutine, logging
