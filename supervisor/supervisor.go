@@ -45,14 +45,17 @@ type Config struct {
 	Clock actors.Clock
 	// Journal configures the journal actor. Its Committed hook, if set, is
 	// called for every committed request before the supervisor's own (which
-	// tells the expiry actor of deadline changes).
+	// tells the expiry actor of deadline changes); a panic of it is logged
+	// and recovered.
 	Journal actors.JournalOptions
 	// ExpiryRetryAfter is how long the expiry actor waits before retrying
 	// an expiry whose write failed. Default: the expiry actor's default.
 	ExpiryRetryAfter time.Duration
 	// FireSchedule is the expiry actor's actors.ExpiryOptions.Fire: an
 	// occurrence of a scheduled wake-up is due. It runs on the expiry
-	// actor's goroutine and must not block. Default: schedules never fire.
+	// actor's goroutine and must not block; a panic of it is logged and
+	// recovered (that occurrence is not fired). Default: schedules never
+	// fire.
 	FireSchedule func(conversationID, scheduleID string, occurrence time.Time)
 	// CallTimeout bounds one request to an agent (a Send waiting for its
 	// user message to be durable). Default 30s.
@@ -66,14 +69,15 @@ type Config struct {
 	Activated func()
 	// Passivated, if set, is called each time an idle conversation actor
 	// passivates (not for kills or failures), on that actor's goroutine; it
-	// must not block.
+	// must not block. A panic of it is logged and recovered.
 	Passivated func()
 	// ExpiredLanded, if set, is called each time an expire whose write
 	// was reported journal.ErrUnknownOutcome is found to have landed (its
 	// retry was stale and the call's row is EXPIRED), before the expiry is
 	// delivered: the journal reported no commit of it, so a count of
 	// committed expiries misses it. It runs on a goroutine of the
-	// supervisor's and must not block.
+	// supervisor's and must not block. A panic of it is logged and
+	// recovered.
 	ExpiredLanded func()
 	// Owns, in a cluster, says whether this node owns a conversation:
 	// the expiry actor arms only the deadlines of owned conversations
@@ -91,7 +95,8 @@ type Config struct {
 	// write of its failed with journal.ErrConflict: another writer (a
 	// killed predecessor's late write, another member that owns the
 	// conversation) moved its log on, and the Store refused the write
-	// whole. It runs on that activation's goroutine and must not block.
+	// whole. It runs on that activation's goroutine and must not block. A
+	// panic of it is logged and recovered.
 	Fenced func(conversationID string)
 }
 
@@ -625,7 +630,7 @@ func (r *root) start(ctx actor.Context) {
 		also := jopts.Committed
 		jopts.Committed = func(req *messages.AppendRequest) {
 			if also != nil {
-				also(req)
+				s.hook("Journal.Committed", func() { also(req) })
 			}
 			to := expiryPID.Load()
 			if to == nil {
@@ -664,7 +669,7 @@ func (r *root) start(ctx actor.Context) {
 			RetryAfter: s.cfg.ExpiryRetryAfter,
 			Logger:     s.log,
 			Owns:       s.ownsOrNil(),
-			Fire:       s.cfg.FireSchedule,
+			Fire:       s.fireSchedule(),
 			Context:    s.life,
 			Deliver: func(conversationID, toolCallID string) {
 				sys.Root.Send(self, &expired{conversation: conversationID, toolCallID: toolCallID})
@@ -677,7 +682,7 @@ func (r *root) start(ctx actor.Context) {
 					if err == nil && row.GetConversationId() == conversationID &&
 						row.GetStatus() == messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED {
 						if s.cfg.ExpiredLanded != nil {
-							s.cfg.ExpiredLanded()
+							s.hook("ExpiredLanded", s.cfg.ExpiredLanded)
 						}
 						sys.Root.Send(self, &expired{conversation: conversationID, toolCallID: toolCallID})
 					}
@@ -714,7 +719,7 @@ func (r *root) spawn(ctx actor.Context, a *activation) (*actor.PID, error) {
 	cfg.Retire = func(processed uint64, force bool) bool {
 		ok := s.reg.retire(a, processed, force)
 		if ok && !force && passivated != nil {
-			passivated()
+			s.hook("Passivated", passivated)
 		}
 		return ok
 	}
@@ -725,7 +730,7 @@ func (r *root) spawn(ctx actor.Context, a *activation) (*actor.PID, error) {
 		cfg.Stopped = func(cause error) {
 			a.stopped(cause)
 			if errors.Is(cause, journal.ErrConflict) {
-				fenced(a.id)
+				s.hook("Fenced", func() { fenced(a.id) })
 			}
 		}
 	}
@@ -733,7 +738,7 @@ func (r *root) spawn(ctx actor.Context, a *activation) (*actor.PID, error) {
 	if err == nil {
 		s.reg.register(a, pid)
 		if s.cfg.Activated != nil {
-			r.hook("Activated", s.cfg.Activated)
+			s.hook("Activated", s.cfg.Activated)
 		}
 	}
 	return pid, err
@@ -783,15 +788,30 @@ func (s *Supervisor) ownsOrNil() func(string) bool {
 	}
 }
 
-// hook runs a hook of Config on the supervisor actor's goroutine, logging
-// and recovering its panic (see agentConfig).
-func (r *root) hook(name string, f func()) {
+// hook runs a hook of Config, logging and recovering its panic: user code
+// must fail neither the actor it runs on (the supervisor actor, whose
+// restart would stop every conversation; the journal actor, mid-way
+// through answering a batch; the expiry actor; an activation, in the
+// middle of its stop) nor the process (a goroutine of the supervisor's).
+func (s *Supervisor) hook(name string, f func()) {
 	defer func() {
 		if p := recover(); p != nil {
-			r.s.log.Error("Config."+name+" panicked", "panic", p, "stack", string(debug.Stack()))
+			s.log.Error("Config."+name+" panicked", "panic", p, "stack", string(debug.Stack()))
 		}
 	}()
 	f()
+}
+
+// fireSchedule is the expiry actor's Fire: Config.FireSchedule, its panic
+// recovered (see hook).
+func (s *Supervisor) fireSchedule() func(conversationID, scheduleID string, occurrence time.Time) {
+	fire := s.cfg.FireSchedule
+	if fire == nil {
+		return nil
+	}
+	return func(conversationID, scheduleID string, occurrence time.Time) {
+		s.hook("FireSchedule", func() { fire(conversationID, scheduleID, occurrence) })
+	}
 }
 
 // strategy restarts the journal and expiry actors when they fail and stops a
