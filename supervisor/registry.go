@@ -167,8 +167,10 @@ func (r *registry) claimOwned(id string, owns func(string) bool) (a *activation,
 // spawns, the others wait for it. It blocks while a retired predecessor is
 // still stopping, so it must not be called from the supervisor actor (which
 // uses claim).
-// It stops waiting, with ctx.Err(), when ctx ends; a caller that spawns
-// finishes its spawn first.
+// It stops waiting, with ctx.Err(), when ctx ends, its own spawn included:
+// the caller that claims the activation runs spawn on a goroutine of its
+// own, which records the outcome whether or not anyone still waits (an
+// activation spawned for nobody is live, and passivates when idle).
 func (r *registry) ensure(ctx context.Context, id string, spawn func(a *activation) (*actor.PID, error)) (*activation, error) {
 	return r.ensureOwned(ctx, id, nil, spawn)
 }
@@ -193,7 +195,10 @@ func (r *registry) ensureOwned(ctx context.Context, id string, owns func(string)
 			continue
 		}
 		if mine {
-			r.spawned(a, spawn)
+			// Not abandoned when ctx ends: spawn is under way (see
+			// Supervisor.spawnFromOutside), and its outcome must be
+			// recorded for the activation's next caller.
+			go r.spawned(a, spawn)
 		}
 		select {
 		case <-a.ready:

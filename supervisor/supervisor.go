@@ -232,7 +232,9 @@ type expired struct{ conversation, toolCallID string }
 // Ask waits at most Config.CallTimeout in all, and returns at once when ctx
 // ends or the supervisor stops (then with ErrStopped). Once cmd was handed
 // to an activation, an error without the agent's answer wraps ErrNoAnswer:
-// the command may or may not have been applied.
+// the command may or may not have been applied. An activation whose spawn
+// it began is spawned still when ctx ends (nothing is left half-done), and
+// passivates once idle.
 //
 // With Config.Owns set, only the first attempt may spawn an activation of
 // a conversation Owns rejects (the caller decided where it runs); a later
@@ -384,17 +386,21 @@ func retryable(res any) bool {
 	return false
 }
 
-// spawnFromOutside asks the supervisor actor to spawn a. It does not watch
-// the caller's context: a spawn the supervisor actor may still perform must
-// not be abandoned (its actor would be registered to no activation).
+// spawnFromOutside asks the supervisor actor to spawn a, and waits for its
+// answer however long it takes: a spawn the supervisor actor may still
+// perform must not be abandoned (its actor would be registered to no
+// activation, and a successor spawned beside it). The answer always comes
+// (the supervisor actor answers every spawnAgent, and once it is gone a
+// dead letter answers for it), or Stop ends the wait. It watches no
+// caller's context: ensure runs it on a goroutine of its own, and its
+// callers stop waiting when their context ends.
 func (s *Supervisor) spawnFromOutside(a *activation) (*actor.PID, error) {
-	res, err := s.Request(context.Background(), s.pid, &spawnAgent{a: a})
-	switch {
-	case err != nil && s.isStopped():
+	p := s.newReply()
+	defer p.release()
+	s.system.Root.RequestWithCustomSender(s.pid, &spawnAgent{a: a}, p.pid)
+	res, err := p.wait(context.Background())
+	if err != nil { // ErrStopped, or a dead letter: the supervisor actor is gone
 		return nil, fmt.Errorf("supervisor: spawn conversation %q: %w", a.id, ErrStopped)
-	case err != nil:
-		// Not ErrNoAnswer: the caller's command was not handed over.
-		return nil, fmt.Errorf("supervisor: spawn conversation %q: %v: %w", a.id, err, context.DeadlineExceeded)
 	}
 	r := res.(*spawnReply)
 	return r.pid, r.err
