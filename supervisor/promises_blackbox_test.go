@@ -359,6 +359,33 @@ func TestBBRequestOfANilMessage(t *testing.T) {
 	require.NoError(t, err)
 }
 
+// Request of a message the journal actor (or the supervisor actor) does
+// not answer is refused at once with an error wrapping journal.ErrInvalid
+// (it used to be sent, ignored, and waited for until CallTimeout, then
+// answer ErrNoAnswer); the requests the journal actor answers are served.
+func TestBBRequestOfAMessageItsTargetIgnores(t *testing.T) {
+	cfg := validConfig()
+	cfg.CallTimeout = time.Hour
+	system := newSystem(t)
+	s, err := supervisor.Start(system, cfg)
+	require.NoError(t, err)
+	defer s.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, to := range []*actor.PID{s.Journal(), system.NewLocalPID(supervisor.Name)} {
+		_, err = s.Request(ctx, to, &messages.AgentWake{})
+		require.ErrorIs(t, err, journal.ErrInvalid, to.GetId())
+		require.NotErrorIs(t, err, supervisor.ErrNoAnswer, "nothing was handed over")
+		require.NoError(t, ctx.Err(), "refused at once")
+	}
+	res, err := s.Request(ctx, s.Journal(), &actors.JournalBarrier{ConversationID: "c"})
+	require.NoError(t, err)
+	require.IsType(t, &actors.JournalBarrierDone{}, res)
+	res, err = s.Request(ctx, s.Journal(), &messages.JournalWrite{RequestId: 1})
+	require.NoError(t, err)
+	require.NotNil(t, res.(*messages.JournalWriteReply).GetReply().GetError(), "a write without a request is answered, refused")
+}
+
 // Kill, Delete, Tell, StopUnowned and Repartition racing Stop neither
 // panic nor hang (under -race), and a Delete either deletes or ends with
 // ErrStopped.

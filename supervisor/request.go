@@ -10,6 +10,7 @@ import (
 	"github.com/lazarusrt/lazarus/actors"
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
 )
 
 // ErrNoAnswer: a command (or request) was handed over to its actor, but no
@@ -88,13 +89,20 @@ func noAnswer(what string, handed bool, cause error) error {
 // after the message was handed over wraps ErrNoAnswer. A target that was
 // gone (stopped) before it got msg is ErrStopped after Stop, else
 // actor.ErrDeadLetter. A nil pid or a nil msg is refused at once with an
-// error wrapping journal.ErrInvalid.
+// error wrapping journal.ErrInvalid; so is a msg the supervisor's own
+// actors do not answer when pid is one of them (the journal actor answers
+// a *messages.JournalWrite and an *actors.JournalBarrier; the supervisor
+// and expiry actors answer no request of a caller's), rather than waited
+// for until CallTimeout.
 func (s *Supervisor) Request(ctx context.Context, pid *actor.PID, msg any) (any, error) {
 	if pid == nil {
 		return nil, fmt.Errorf("supervisor: a request to a nil pid: %w", journal.ErrInvalid)
 	}
 	if msg == nil {
 		return nil, fmt.Errorf("supervisor: a nil request to %s: %w", pid.GetId(), journal.ErrInvalid)
+	}
+	if !s.answers(pid, msg) {
+		return nil, fmt.Errorf("supervisor: a request to %s that it does not answer (%T): %w", pid.GetId(), msg, journal.ErrInvalid)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
 	defer cancel()
@@ -115,6 +123,23 @@ func (s *Supervisor) Request(ctx context.Context, pid *actor.PID, msg any) (any,
 		return nil, noAnswer(what, true, err)
 	}
 	return res, nil
+}
+
+// answers reports whether pid answers a request of msg's type, as far as
+// the supervisor knows: it knows its own actors (the journal actor's
+// Receive answers what is listed here), and takes any other actor's word.
+func (s *Supervisor) answers(pid *actor.PID, msg any) bool {
+	switch {
+	case pid.Equal(s.journal):
+		switch msg.(type) {
+		case *messages.JournalWrite, *actors.JournalBarrier:
+			return true
+		}
+		return false
+	case pid.Equal(s.pid), pid.Equal(s.expiry):
+		return false
+	}
+	return true
 }
 
 // Tell delivers cmd to conversation id through the supervisor actor,
