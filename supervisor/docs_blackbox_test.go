@@ -79,6 +79,36 @@ func TestBBStartTwiceOnOneSystem(t *testing.T) {
 	assert.Equal(t, 1, s.Active())
 }
 
+// Start on a system where another actor has the name of the journal or
+// the expiry actor fails with an error wrapping actor.ErrNameExists (it
+// used to panic in the supervisor actor, which failed alike on every
+// restart, and Start waited forever), leaves nothing running, and a
+// Start once the name is free works.
+func TestBBStartWhereAChildsNameIsTaken(t *testing.T) {
+	for _, child := range []string{"journal", "expiry"} {
+		system := newSystem(t)
+		taken, err := system.Root.SpawnNamed(actor.PropsFromFunc(func(actor.Context) {}), supervisor.Name+"/"+child)
+		require.NoError(t, err)
+		done := make(chan error, 1)
+		go func() {
+			_, err := supervisor.Start(system, validConfig())
+			done <- err
+		}()
+		select {
+		case err = <-done:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s: Start still waiting", child)
+		}
+		require.ErrorIs(t, err, actor.ErrNameExists, child)
+		require.NoError(t, system.Root.StopFuture(taken).Wait())
+		s, err := supervisor.Start(system, validConfig())
+		require.NoError(t, err, "%s: nothing of the failed Start is left", child)
+		_, err = s.Ask(context.Background(), "c", send("r1", "hi"))
+		require.NoError(t, err)
+		s.Stop()
+	}
+}
+
 // After Stop: Ask, Request and Delete return ErrStopped; Tell,
 // ArmSchedule, DisarmSchedule and Repartition do nothing; Kill finds no
 // live actor; Stop is idempotent.

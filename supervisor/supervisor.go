@@ -136,14 +136,20 @@ type Supervisor struct {
 	life    context.Context
 	endLife context.CancelFunc
 
+	// startErr is why the supervisor actor could not spawn its journal or
+	// expiry actor; set before started closes.
+	startErr error
+
 	// beforeSend, if set (tests only), runs in the supervisor actor
 	// between a delivery's claim of a live activation and its send.
 	beforeSend func(a *activation)
 }
 
 // Name is the name of the supervisor actor in its actor system: one
-// Supervisor per system. Start on a system where an actor has it fails
-// with an error wrapping actor.ErrNameExists, and spawns nothing.
+// Supervisor per system. Start on a system where an actor has it, or has
+// the name of its journal or expiry actor (Name+"/journal",
+// Name+"/expiry"), fails with an error wrapping actor.ErrNameExists, and
+// leaves nothing running.
 const Name = "lazarus"
 
 // Start spawns the supervisor actor, with its journal and expiry actors, on
@@ -185,6 +191,12 @@ func Start(system *actor.ActorSystem, cfg Config) (*Supervisor, error) {
 	}
 	s.pid = pid
 	<-started
+	if s.startErr != nil {
+		_ = system.Root.StopFuture(pid).Wait()
+		s.mailboxes.Close()
+		s.endLife()
+		return nil, s.startErr
+	}
 	return s, nil
 }
 
@@ -664,7 +676,11 @@ func (r *root) start(ctx actor.Context) {
 		}
 		pid, err := ctx.SpawnNamed(actors.NewJournal(s.cfg.Store, jopts), "journal")
 		if err != nil {
-			panic(fmt.Sprintf("supervisor: spawn journal actor: %v", err)) // a programmer error: the name is ours
+			// Not a panic: the supervisor actor would restart, fail alike,
+			// and Start would wait for it forever. Start stops it.
+			s.startErr = fmt.Errorf("supervisor: spawn journal actor: %w", err)
+			close(r.started)
+			return
 		}
 		s.journal = pid
 		self := ctx.Self()
@@ -696,7 +712,9 @@ func (r *root) start(ctx actor.Context) {
 			},
 		}), "expiry")
 		if err != nil {
-			panic(fmt.Sprintf("supervisor: spawn expiry actor: %v", err))
+			s.startErr = fmt.Errorf("supervisor: spawn expiry actor: %w", err)
+			close(r.started)
+			return
 		}
 		s.expiry = expiry
 		expiryPID.Store(expiry)
