@@ -292,9 +292,9 @@ type Options struct {
 	// conversations through the gateway's protobuf protocol; see
 	// GatewayName); without Cluster, Close leaves it running. One Runtime
 	// per actor system: Open refuses, with an error wrapping
-	// journal.ErrInvalid, a system with an actor named GatewayName or
-	// supervisor.Name already (another Runtime's), and leaves that actor
-	// alone. With Cluster, the Runtime starts the cluster member on it
+	// journal.ErrInvalid that names the actor, a system with an actor
+	// named GatewayName, supervisor.Name, or supervisor.Name+"/journal" or
+	// "/expiry" already (another Runtime's), and leaves that actor alone. With Cluster, the Runtime starts the cluster member on it
 	// (the system must not be a cluster member already), and Close leaves
 	// the cluster, which shuts the system down with it (protoactor's
 	// Cluster.Shutdown does both). Default nil: the Runtime creates its
@@ -541,8 +541,10 @@ func Open(opts Options) (*Runtime, error) {
 	})
 	if err != nil {
 		if errors.Is(err, actor.ErrNameExists) {
-			err = fmt.Errorf("lazarus: Options.ActorSystem has an actor named %q already: another Runtime runs on it (one Runtime per actor system): %w",
-				supervisor.Name, journal.ErrInvalid)
+			// err names the actor whose name was taken: the supervisor's
+			// own, or one of its children's.
+			err = fmt.Errorf("lazarus: Options.ActorSystem has a Runtime's actor name taken already (%v): another Runtime runs on it, or an application actor has the name (one Runtime per actor system): %w",
+				err, journal.ErrInvalid)
 		}
 		r.endLife()
 		if r.gw != nil {

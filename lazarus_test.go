@@ -2,6 +2,7 @@ package lazarus_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"github.com/lazarusrt/lazarus/journal/memjournal"
 	"github.com/lazarusrt/lazarus/messages"
 	"github.com/lazarusrt/lazarus/snapshot"
+	"github.com/lazarusrt/lazarus/supervisor"
 )
 
 func TestOpenValidatesOptions(t *testing.T) {
@@ -187,6 +189,24 @@ func TestOpenRefusesAnOccupiedActorSystem(t *testing.T) {
 	res, err := sys2.Root.RequestFuture(app, "ping", 10*time.Second).Result()
 	require.NoError(t, err, "the application's actor named %q still runs", lazarus.GatewayName)
 	require.Equal(t, "ping!", res)
+
+	// A child's name taken: the error names it, not the supervisor's.
+	sys3 := actor.NewActorSystem(quiet)
+	defer sys3.Shutdown()
+	child := supervisor.Name + "/expiry"
+	app3, err := sys3.Root.SpawnNamed(actor.PropsFromFunc(func(c actor.Context) {
+		if s, ok := c.Message().(string); ok {
+			c.Respond(s + "?")
+		}
+	}), child)
+	require.NoError(t, err)
+	_, err = lazarus.Open(lazarus.Options{Model: model, ActorSystem: sys3, Dir: dir})
+	require.ErrorIs(t, err, journal.ErrInvalid)
+	require.ErrorContains(t, err, "Options.ActorSystem")
+	require.ErrorContains(t, err, fmt.Sprintf("%q", child))
+	res, err = sys3.Root.RequestFuture(app3, "ping", 10*time.Second).Result()
+	require.NoError(t, err, "the application's actor named %q still runs", child)
+	require.Equal(t, "ping?", res)
 
 	rt, err := lazarus.Open(lazarus.Options{Model: model, Dir: dir})
 	require.NoError(t, err, "the failed Opens released the directory")

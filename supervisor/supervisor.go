@@ -187,7 +187,7 @@ func Start(system *actor.ActorSystem, cfg Config) (*Supervisor, error) {
 	if err != nil {
 		s.mailboxes.Close()
 		s.endLife()
-		return nil, fmt.Errorf("supervisor: spawn: %w", err)
+		return nil, fmt.Errorf("supervisor: spawn %q: %w", Name, err)
 	}
 	s.pid = pid
 	<-started
@@ -678,7 +678,7 @@ func (r *root) start(ctx actor.Context) {
 		if err != nil {
 			// Not a panic: the supervisor actor would restart, fail alike,
 			// and Start would wait for it forever. Start stops it.
-			s.startErr = fmt.Errorf("supervisor: spawn journal actor: %w", err)
+			s.startErr = fmt.Errorf("supervisor: spawn journal actor %q: %w", ctx.Self().Id+"/journal", err)
 			close(r.started)
 			return
 		}
@@ -712,7 +712,7 @@ func (r *root) start(ctx actor.Context) {
 			},
 		}), "expiry")
 		if err != nil {
-			s.startErr = fmt.Errorf("supervisor: spawn expiry actor: %w", err)
+			s.startErr = fmt.Errorf("supervisor: spawn expiry actor %q: %w", ctx.Self().Id+"/expiry", err)
 			close(r.started)
 			return
 		}
