@@ -34,7 +34,10 @@ import (
 // atSeq must be on the source's log (1 <= atSeq <= its last seq) and not a
 // point where a tool call is open (between a call and its result, as for
 // Rewind): a fork owes no tool call, so fork before the call or after its
-// result; otherwise the error wraps journal.ErrInvalid. When the history at
+// result; otherwise the error wraps journal.ErrInvalid, as it does when the
+// summary and events copied encode to more than journal.MaxForkBytes (a
+// history after its latest summary written in many appends; nothing is
+// written). When the history at
 // atSeq owes a turn, as the conversation's core decides it
 // (actors.OwesTurn: it ends with a user message or a tool result; with
 // named agents, an agent's last own event is a message or a handoff to it,

@@ -3,6 +3,8 @@ package journal
 import (
 	"context"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/lazarusrt/lazarus/messages"
 )
 
@@ -19,7 +21,8 @@ type Forks interface {
 	// seq. The copy shares nothing with the source: deleting either leaves
 	// the other whole.
 	//
-	// If the request breaks a rule of ValidateFork it returns ErrInvalid;
+	// If the request breaks a rule of ValidateFork (it encodes to more
+	// than MaxForkBytes, say) it returns ErrInvalid;
 	// if the id was deleted, ErrDeleted; if it has a row or events,
 	// ErrExists. In every error case nothing is written. A crash during
 	// the write leaves all of it or none of it.
@@ -81,7 +84,10 @@ func ParseFind(key, value, cursor string, limit int) (after string, pageSize int
 // except that a tool_call event's row is not required (a copied call's row
 // is the source's); status ACTIVE, IDLE or ENDED (lazarus import
 // writes a fork ENDED, and gives it its status once the rest of it is
-// written); valid settings and metadata. Errors wrap ErrInvalid.
+// written); valid settings and metadata; last, that the whole request
+// encodes to at most MaxForkBytes (it may hold more events than
+// MaxEventsPerAppend and more bytes than MaxAppendBytes). Errors wrap
+// ErrInvalid.
 func ValidateFork(req *messages.ForkRequest) error {
 	if req == nil {
 		return Invalidf("nil fork request")
@@ -131,6 +137,9 @@ func ValidateFork(req *messages.ForkRequest) error {
 		if err := ValidateID("fork origin", o.GetConversationId()); err != nil {
 			return err
 		}
+	}
+	if n := proto.Size(req); n > MaxForkBytes {
+		return Invalidf("fork %q of %d bytes exceeds %d", conv, n, MaxForkBytes)
 	}
 	return nil
 }

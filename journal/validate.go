@@ -35,6 +35,15 @@ const (
 	// MaxEventBytes, and the runtime splits what it writes (queued sends,
 	// tool results, an import) into appends within it.
 	MaxAppendBytes = 64 << 20
+	// MaxForkBytes bounds one ForkRequest as a whole: its encoding
+	// (proto.Size, event seqs included) may be at most this many bytes.
+	// A fork copies a log written in any number of appends in one atomic
+	// write, so it is bounded on its own, past MaxAppendBytes and
+	// MaxEventsPerAppend (512 copied events at MaxEventBytes) and under
+	// what a Store takes in one write: pgjournal sends the copied events
+	// as one bytea[] parameter, which PostgreSQL refuses at 1 GB, and
+	// Pebble refuses (panics on) a batch of 4 GiB.
+	MaxForkBytes = 512 << 20
 	// MaxRecordBytes bounds any other single encoded record (tool call row,
 	// summary, audit row, metadata value, conversation row).
 	MaxRecordBytes = 4 << 20

@@ -24,6 +24,8 @@ var forkCases = []suiteCase{
 	{name: "ExistingOrDeletedTarget", run: testForkExisting},
 	{name: "OntoMetadataOnly", run: testForkOntoMetadataOnly},
 	{name: "EventAtTheLimit", run: testForkEventAtTheLimit},
+	{name: "PastTheAppendLimits", run: testForkPastTheAppendLimits},
+	{name: "OverMaxForkBytesWritesNothing", run: testForkOverMaxForkBytes},
 	{name: "BadRequestWritesNothing", run: testForkBadInput},
 	{name: "MalformedCallEventsRefused", run: testForkMalformedCallEvents},
 	{name: "DeleteEitherLeavesTheOther", run: testForkDeleteEither},
@@ -222,6 +224,44 @@ func testForkEventAtTheLimit(t *testing.T, e env) {
 	over.Seq = 1
 	requireSentinel(t, s.Fork(ctx, &messages.ForkRequest{ConversationId: "other", Events: []*messages.Event{over}, Status: statusIdle}),
 		journal.ErrInvalid, "one byte over the limit")
+}
+
+// testForkPastTheAppendLimits: a fork copies more events than
+// journal.MaxEventsPerAppend, of more bytes than journal.MaxAppendBytes, in
+// its one write: a log written in many appends can be copied whole.
+func testForkPastTheAppendLimits(t *testing.T, e env) {
+	s := e.open(t).Store
+	pad := strings.Repeat("x", journal.MaxAppendBytes/journal.MaxEventsPerAppend) // shared by every event
+	evs := make([]*messages.Event, journal.MaxEventsPerAppend+1)
+	for i := range evs {
+		evs[i] = userEv(i, pad)
+		evs[i].Seq = uint64(i + 1)
+	}
+	req := &messages.ForkRequest{ConversationId: "dst", Events: evs, Status: statusIdle}
+	require.Greater(t, proto.Size(req), journal.MaxAppendBytes)
+	require.NoError(t, s.Fork(context.Background(), req))
+	requireFork(t, s, req)
+}
+
+// testForkOverMaxForkBytes: a ForkRequest that encodes to more than
+// journal.MaxForkBytes is ErrInvalid, and nothing of it is written.
+func testForkOverMaxForkBytes(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := context.Background()
+	pad := strings.Repeat("x", journal.MaxEventBytes-64) // shared by every event: the request takes little memory
+	evs := make([]*messages.Event, journal.MaxForkBytes/(journal.MaxEventBytes-64)+1)
+	for i := range evs {
+		evs[i] = userEv(i, pad)
+		evs[i].Seq = uint64(i + 1)
+	}
+	req := &messages.ForkRequest{ConversationId: "dst", Events: evs, Status: statusIdle, Metadata: map[string]string{"name": "big"}}
+	require.Greater(t, proto.Size(req), journal.MaxForkBytes)
+	requireSentinel(t, s.Fork(ctx, req), journal.ErrInvalid, "a fork over MaxForkBytes")
+	_, err := s.Conversation(ctx, "dst")
+	requireSentinel(t, err, journal.ErrNotFound, "no row is written")
+	assert.Empty(t, allEvents(t, s, "dst"), "no event is written")
+	assert.Zero(t, lastSeq(t, s, "dst"))
+	assert.Empty(t, findAll(t, s, "name", "big", 0), "no metadata is indexed")
 }
 
 func testForkBadInput(t *testing.T, e env) {
