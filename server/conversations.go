@@ -497,18 +497,28 @@ func (s *Server) history(w http.ResponseWriter, r *http.Request, c caller) {
 		s.writeError(w, r, err)
 		return
 	}
-	page := EventPage{Events: make([]json.RawMessage, 0, limit)}
+	page := EventPage{Events: make([]json.RawMessage, 0, min(limit, len(evs)))}
 	if len(evs) > limit {
 		evs = evs[1:]
 		page.NextBefore = evs[0].GetSeq()
 	}
-	for _, ev := range evs {
-		b, err := eventJSON.Marshal(ev)
+	// The newest events first, within Options.MaxPageBytes (at least one,
+	// so paging always gets on); a page cut short resumes before the
+	// oldest it holds.
+	size := 0
+	for i := len(evs) - 1; i >= 0; i-- {
+		b, err := eventJSON.Marshal(evs[i])
 		if err != nil {
 			s.writeError(w, r, err)
 			return
 		}
+		if len(page.Events) > 0 && size+len(b) > s.opts.MaxPageBytes {
+			page.NextBefore = evs[i+1].GetSeq()
+			break
+		}
+		size += len(b)
 		page.Events = append(page.Events, b)
 	}
+	slices.Reverse(page.Events)
 	writeJSON(w, http.StatusOK, page)
 }

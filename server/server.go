@@ -38,6 +38,8 @@ const (
 	// gives no limit; MaxPageSize is the largest one accepted.
 	DefaultPageSize = 50
 	MaxPageSize     = 1000
+	// DefaultMaxPageBytes bounds the events of a history page, as JSON.
+	DefaultMaxPageBytes = 16 << 20
 )
 
 // Options configures a Server. The zero value of every field is a
@@ -66,6 +68,13 @@ type Options struct {
 	// cut, and its stream and subscription end. Default
 	// DefaultStreamWriteTimeout.
 	StreamWriteTimeout time.Duration
+	// MaxPageBytes bounds the events of a history page
+	// (GET /v1/conversations/{id}/events), as JSON: the page holds the
+	// newest of the events its limit asks for whose JSON sums to at most
+	// this many bytes, and at least one, and its next_before resumes
+	// before the oldest it holds. So a page of large events is not limit
+	// times journal.MaxEventBytes. Default DefaultMaxPageBytes.
+	MaxPageBytes int
 	// Metrics is what /metrics exposes (see NewMetrics); pass the same
 	// Metrics' Hooks to lazarus.Options.Metrics so that the runtime feeds
 	// it. Default nil: the server makes its own, whose runtime-fed series
@@ -95,6 +104,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.StreamWriteTimeout <= 0 {
 		o.StreamWriteTimeout = DefaultStreamWriteTimeout
+	}
+	if o.MaxPageBytes <= 0 {
+		o.MaxPageBytes = DefaultMaxPageBytes
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

@@ -1,0 +1,77 @@
+package server_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/agent/scripted"
+	"github.com/lazarusrt/lazarus/server"
+)
+
+// TestHistoryPageBoundedByBytes: a history page holds, of the events its
+// limit asks for, the newest whose JSON fits Options.MaxPageBytes, at least
+// one, and its next_before resumes before the oldest it holds: paging
+// backwards reads the whole log, each event once, in order.
+func TestHistoryPageBoundedByBytes(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	big := strings.Repeat("x", 1000)
+	// Two events' JSON fit, a third does not.
+	n := startNode(t, model, server.Options{MaxPageBytes: 2500})
+	conv := n.create(t, tokAlice, nil)
+	alice := agent.ScopeOf(agent.Identity{UserID: "alice"})
+	for i := range 3 { // 6 events of about 1 KB of JSON each
+		model.Push(conv.ID, scripted.Text(fmt.Sprintf("answer %d %s", i, big)))
+		_, err := n.rt.SendAndWait(ctx, conv.ID, fmt.Sprintf("question %d %s", i, big), alice)
+		require.NoError(t, err)
+	}
+	last, err := n.rt.History(ctx, conv.ID, 0, 1)
+	require.NoError(t, err)
+	require.EqualValues(t, 6, last[0].GetSeq())
+
+	var seqs []string
+	var sizes []int
+	path := "/v1/conversations/" + conv.ID + "/events?limit=50"
+	for {
+		var page server.EventPage
+		n.must(t, http.StatusOK, "GET", path, tokAlice, nil, &page)
+		require.NotEmpty(t, page.Events, "every page makes progress")
+		bytes := 0
+		for i := len(page.Events) - 1; i >= 0; i-- {
+			bytes += len(page.Events[i])
+			var ev struct {
+				Seq string `json:"seq"`
+			}
+			require.NoError(t, json.Unmarshal(page.Events[i], &ev))
+			seqs = append(seqs, ev.Seq)
+		}
+		require.LessOrEqual(t, bytes, 2500, "the page's events fit MaxPageBytes")
+		sizes = append(sizes, len(page.Events))
+		if page.NextBefore == 0 {
+			break
+		}
+		path = fmt.Sprintf("/v1/conversations/%s/events?limit=50&before=%d", conv.ID, page.NextBefore)
+	}
+	require.Equal(t, []string{"6", "5", "4", "3", "2", "1"}, seqs, "every event once, newest first")
+	require.Equal(t, []int{2, 2, 2}, sizes)
+
+	// A bound below one event still returns one event a page.
+	one := startNode(t, model, server.Options{MaxPageBytes: 1})
+	conv = one.create(t, tokAlice, nil)
+	model.Push(conv.ID, scripted.Text("answer"))
+	_, err = one.rt.SendAndWait(ctx, conv.ID, "question", alice)
+	require.NoError(t, err)
+	var page server.EventPage
+	one.must(t, http.StatusOK, "GET", "/v1/conversations/"+conv.ID+"/events", tokAlice, nil, &page)
+	require.Len(t, page.Events, 1)
+	require.EqualValues(t, 2, page.NextBefore)
+	one.must(t, http.StatusOK, "GET", "/v1/conversations/"+conv.ID+"/events?before=2", tokAlice, nil, &page)
+	require.Len(t, page.Events, 1)
+	require.Zero(t, page.NextBefore)
+}
