@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/lazarusrt/lazarus/actors"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
@@ -18,8 +20,13 @@ import (
 var ErrLagged = errors.New("lazarus: subscriber fell behind")
 
 // historyPage is how many events a subscription reads from the Store at a
-// time while it catches up.
-const historyPage = 512
+// time while it catches up, and historyPageBytes how many bytes of events
+// (journal.EventQuery.MaxBytes; one event at least): 512 events of up to
+// journal.MaxEventBytes would be 512 MiB.
+const (
+	historyPage      = 512
+	historyPageBytes = 16 << 20
+)
 
 // hub fans the updates of every conversation out to its subscribers. The
 // publisher (the journal actor, a conversation actor) never blocks: each
@@ -28,7 +35,9 @@ const historyPage = 512
 type hub struct {
 	store journal.Store
 	limit int
-	wg    sync.WaitGroup // pumps
+	// pageBytes bounds the bytes of a catch-up read (historyPageBytes).
+	pageBytes int
+	wg        sync.WaitGroup // pumps
 	// life ends in close, before it waits for the pumps: pumps stop
 	// delivering, and their reads of the Store run under it as well as
 	// under their subscriber's context, so that a read that hangs (a
@@ -110,8 +119,19 @@ type subscription struct {
 
 func newHub(store journal.Store, limit int) *hub {
 	life, endLife := context.WithCancel(context.Background())
-	return &hub{store: store, limit: limit, life: life, endLife: endLife,
+	return &hub{store: store, limit: limit, pageBytes: historyPageBytes, life: life, endLife: endLife,
 		subs: map[string][]*subscription{}, answers: map[string]answerDeltas{}}
+}
+
+// cutByBytes reports whether a catch-up read that returned evs may have
+// stopped at pageBytes before the end of its range: the next event, of up
+// to journal.MaxEventBytes (and its seq), might not have fit.
+func (h *hub) cutByBytes(evs []*messages.Event) bool {
+	n := journal.MaxEventBytes + 16
+	for _, ev := range evs {
+		n += proto.Size(ev)
+	}
+	return n > h.pageBytes
 }
 
 // publishCommitted publishes the events of a committed append request. The
@@ -338,7 +358,7 @@ func (h *hub) pump(ctx context.Context, s *subscription, answer answerDeltas) {
 	// not one its own end or the hub's close cut) and ends the
 	// subscription (false).
 	page := func(before uint64) ([]*messages.Event, bool) {
-		evs, err := h.store.Events(rctx, s.conv, journal.EventQuery{After: s.after, Before: before})
+		evs, err := h.store.Events(rctx, s.conv, journal.EventQuery{After: s.after, Before: before, MaxBytes: h.pageBytes})
 		if err != nil {
 			if rctx.Err() == nil {
 				emit(actors.Update{ConversationID: s.conv, Err: err})
@@ -393,7 +413,7 @@ catchUp:
 				return
 			}
 		}
-		if len(evs) < historyPage {
+		if len(evs) == 0 || len(evs) < historyPage && !h.cutByBytes(evs) {
 			break
 		}
 	}

@@ -70,6 +70,16 @@ type EventQuery struct {
 	// limit is ErrInvalid. Before+Limit is backward pagination: read the
 	// newest page, then the page before the oldest seq already read.
 	Limit int
+	// MaxBytes, when positive, bounds the events kept by their sizes
+	// (proto.Size of each event returned, summed): of the range, cut by
+	// Limit if set, the events are taken from the end Limit keeps (the
+	// newest with a Limit, the oldest without one) while their sizes sum
+	// to at most MaxBytes, and always one at least, so a page of events
+	// as large as the limits allow is bounded and paging always gets on.
+	// A page MaxBytes cut resumes as one Limit cut: before its first seq
+	// with a Limit, after its last without. Zero means no bound; a
+	// negative MaxBytes is ErrInvalid.
+	MaxBytes int
 }
 
 // EventLog is the append-only log of each conversation.

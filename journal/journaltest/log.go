@@ -2,6 +2,7 @@ package journaltest
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/lazarusrt/lazarus/journal"
@@ -700,6 +701,57 @@ var eventsCases = []suiteCase{
 	{name: "Ranges", run: testEventsRanges},
 	{name: "BackwardPagination", run: testEventsBackward},
 	{name: "UnknownConversation", run: testEventsUnknown},
+	{name: "MaxBytes", run: testEventsMaxBytes},
+}
+
+// testEventsMaxBytes: EventQuery.MaxBytes keeps, from the end a read keeps
+// (the oldest without a Limit, the newest with one), the events whose
+// sizes sum to at most MaxBytes, and always one; paging on from the page
+// reads every event once; a negative MaxBytes is ErrInvalid.
+func testEventsMaxBytes(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	pad := strings.Repeat("x", 1000)
+	evs := make([]*messages.Event, 7)
+	for i := range evs {
+		evs[i] = userEv(i, pad)
+	}
+	appendEvents(t, s, "c", evs...)
+	size := proto.Size(allEvents(t, s, "c")[3]) // every event is as large, give or take its seq
+	bound := 2*size + size/2                    // two fit, three do not
+	read := func(q journal.EventQuery) []uint64 {
+		t.Helper()
+		page, err := s.Events(ctx, "c", q)
+		require.NoError(t, err)
+		return seqs(page)
+	}
+	assert.Equal(t, []uint64{1, 2}, read(journal.EventQuery{MaxBytes: bound}), "the oldest without a Limit")
+	assert.Equal(t, []uint64{3, 4}, read(journal.EventQuery{After: 2, MaxBytes: bound}))
+	assert.Equal(t, []uint64{6, 7}, read(journal.EventQuery{Limit: 5, MaxBytes: bound}), "the newest with a Limit")
+	assert.Equal(t, []uint64{4, 5}, read(journal.EventQuery{Before: 6, Limit: 5, MaxBytes: bound}))
+	assert.Equal(t, []uint64{7}, read(journal.EventQuery{Limit: 1, MaxBytes: bound}), "the Limit cuts first")
+	assert.Equal(t, []uint64{1}, read(journal.EventQuery{MaxBytes: 1}), "one event at least")
+	assert.Equal(t, []uint64{7}, read(journal.EventQuery{Limit: 3, MaxBytes: 1}), "one event at least")
+	assert.Equal(t, seqRange(1, 7), read(journal.EventQuery{MaxBytes: 100 * size}))
+	// Paging forward and backward reads every event once.
+	var fwd []uint64
+	for after := uint64(0); ; {
+		page := read(journal.EventQuery{After: after, MaxBytes: bound})
+		if len(page) == 0 {
+			break
+		}
+		fwd, after = append(fwd, page...), page[len(page)-1]
+	}
+	assert.Equal(t, seqRange(1, 7), fwd)
+	var back []uint64
+	for before := uint64(0); before != 1; {
+		page := read(journal.EventQuery{Before: before, Limit: 10, MaxBytes: bound})
+		require.NotEmpty(t, page)
+		back, before = append(page, back...), page[0]
+	}
+	assert.Equal(t, seqRange(1, 7), back)
+	_, err := s.Events(ctx, "c", journal.EventQuery{MaxBytes: -1})
+	requireSentinel(t, err, journal.ErrInvalid, "a negative MaxBytes")
 }
 
 func testEventsRanges(t *testing.T, e env) {

@@ -496,8 +496,8 @@ func (s *Store) Events(ctx context.Context, conversationID string, q journal.Eve
 	if err := journal.ValidateID("conversation id", conversationID); err != nil {
 		return nil, fmt.Errorf("memjournal: %w", err)
 	}
-	if q.Limit < 0 {
-		return nil, fmt.Errorf("memjournal: events of %q: %w", conversationID, journal.Invalidf("negative limit %d", q.Limit))
+	if q.Limit < 0 || q.MaxBytes < 0 {
+		return nil, fmt.Errorf("memjournal: events of %q: %w", conversationID, journal.Invalidf("negative limit %d or max bytes %d", q.Limit, q.MaxBytes))
 	}
 	st, err := s.lock()
 	if err != nil {
@@ -519,7 +519,26 @@ func (s *Store) Events(ctx context.Context, conversationID string, q journal.Eve
 	if q.Limit > 0 && hi-lo > uint64(q.Limit) {
 		lo = hi - uint64(q.Limit)
 	}
-	return cloneAll(c.events[lo-c.base : hi-c.base]), nil
+	evs := c.events[lo-c.base : hi-c.base]
+	if q.MaxBytes > 0 {
+		// Taken from the end the Limit keeps: the newest with one.
+		n, size := 0, 0
+		for ; n < len(evs); n++ {
+			i := n
+			if q.Limit > 0 {
+				i = len(evs) - 1 - n
+			}
+			if size += proto.Size(evs[i]); n > 0 && size > q.MaxBytes {
+				break
+			}
+		}
+		if q.Limit > 0 {
+			evs = evs[len(evs)-n:]
+		} else {
+			evs = evs[:n]
+		}
+	}
+	return cloneAll(evs), nil
 }
 
 // LastSeq implements journal.EventLog.

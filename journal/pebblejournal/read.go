@@ -33,8 +33,8 @@ func (s *Store) Events(ctx context.Context, conversationID string, q journal.Eve
 	if err := journal.ValidateID("conversation id", conversationID); err != nil {
 		return nil, fmt.Errorf("pebblejournal: %w", err)
 	}
-	if q.Limit < 0 {
-		return nil, journal.Invalidf("pebblejournal: negative event limit %d", q.Limit)
+	if q.Limit < 0 || q.MaxBytes < 0 {
+		return nil, journal.Invalidf("pebblejournal: negative event limit %d or max bytes %d", q.Limit, q.MaxBytes)
 	}
 	if q.After == math.MaxUint64 || (q.Before != 0 && q.Before <= q.After+1) {
 		return nil, nil
@@ -44,7 +44,7 @@ func (s *Store) Events(ctx context.Context, conversationID string, q journal.Eve
 	if err != nil {
 		return nil, err
 	}
-	evs, err := readEvents(it, convKey(famEvent, conversationID), q.Limit)
+	evs, err := readEvents(it, convKey(famEvent, conversationID), q.Limit, q.MaxBytes)
 	if err = closeIter(it, err); err != nil {
 		return nil, err
 	}
@@ -52,7 +52,7 @@ func (s *Store) Events(ctx context.Context, conversationID string, q journal.Eve
 	// a Limit cut it, or the log is a fork's, which starts after the
 	// summary it copied.
 	first := q.After + 1
-	if q.Limit > 0 && len(evs) == q.Limit {
+	if q.Limit > 0 && (len(evs) == q.Limit || q.MaxBytes > 0) {
 		first = 0
 	}
 	if len(evs) > 0 && first != 0 && evs[0].GetSeq() > first {
@@ -82,9 +82,13 @@ func eventRange(conv string, after, before uint64) (lower, upper []byte) {
 }
 
 // readEvents decodes the events of it's bounds in ascending order: all of
-// them, or the last limit ones (read backward) if limit > 0.
-func readEvents(it *pebble.Iterator, prefix []byte, limit int) ([]*messages.Event, error) {
+// them, or the last limit ones (read backward) if limit > 0; with maxBytes
+// > 0, those read first while their sizes sum to at most maxBytes, and one
+// at least (EventQuery.MaxBytes).
+func readEvents(it *pebble.Iterator, prefix []byte, limit, maxBytes int) ([]*messages.Event, error) {
 	var out []*messages.Event
+	size := 0
+	full := func() bool { return maxBytes > 0 && len(out) > 0 && size > maxBytes }
 	decode := func() error {
 		v, err := it.ValueAndErr()
 		if err != nil {
@@ -94,18 +98,23 @@ func readEvents(it *pebble.Iterator, prefix []byte, limit int) ([]*messages.Even
 		if err != nil {
 			return err
 		}
+		if maxBytes > 0 {
+			if size += proto.Size(ev); len(out) > 0 && size > maxBytes {
+				return nil // not kept: full ends the read
+			}
+		}
 		out = append(out, ev)
 		return nil
 	}
 	if limit > 0 {
-		for ok := it.Last(); ok && len(out) < limit; ok = it.Prev() {
+		for ok := it.Last(); ok && len(out) < limit && !full(); ok = it.Prev() {
 			if err := decode(); err != nil {
 				return nil, err
 			}
 		}
 		slices.Reverse(out)
 	} else {
-		for ok := it.First(); ok; ok = it.Next() {
+		for ok := it.First(); ok && !full(); ok = it.Next() {
 			if err := decode(); err != nil {
 				return nil, err
 			}
@@ -182,7 +191,7 @@ func (s *Store) LoadSince(ctx context.Context, conversationID string) (*messages
 	}
 	lower, upper := eventRange(conversationID, after, 0)
 	it.SetBounds(lower, upper)
-	evs, err := readEvents(it, convKey(famEvent, conversationID), 0)
+	evs, err := readEvents(it, convKey(famEvent, conversationID), 0, 0)
 	if err = closeIter(it, err); err != nil {
 		return nil, nil, err
 	}

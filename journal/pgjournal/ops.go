@@ -89,8 +89,8 @@ func (s *Store) Events(ctx context.Context, conversationID string, q journal.Eve
 	if err := validConv(conversationID); err != nil {
 		return nil, err
 	}
-	if q.Limit < 0 {
-		return nil, fmt.Errorf("pgjournal: events of %q: %w", conversationID, journal.Invalidf("negative limit %d", q.Limit))
+	if q.Limit < 0 || q.MaxBytes < 0 {
+		return nil, fmt.Errorf("pgjournal: events of %q: %w", conversationID, journal.Invalidf("negative limit %d or max bytes %d", q.Limit, q.MaxBytes))
 	}
 	before := int64(math.MaxInt64)
 	if q.Before > 0 {
@@ -101,20 +101,30 @@ func (s *Store) Events(ctx context.Context, conversationID string, q journal.Eve
 		l := int64(q.Limit)
 		limit = &l
 	}
-	rows, err := s.pool.Query(ctx, `SELECT seq, data FROM (SELECT seq, data FROM lz_events WHERE conv = $1 AND seq > $2 AND seq < $3 ORDER BY seq DESC LIMIT $4) e ORDER BY seq`,
-		[]byte(conversationID), toInt64(q.After), before, limit)
+	query := `SELECT seq, data FROM (SELECT seq, data FROM lz_events WHERE conv = $1 AND seq > $2 AND seq < $3 ORDER BY seq DESC LIMIT $4) e ORDER BY seq`
+	if q.MaxBytes > 0 {
+		// Read from the end the Limit keeps, to stop where MaxBytes does.
+		query = `SELECT seq, data FROM lz_events WHERE conv = $1 AND seq > $2 AND seq < $3 ORDER BY seq LIMIT $4`
+		if q.Limit > 0 {
+			query = `SELECT seq, data FROM lz_events WHERE conv = $1 AND seq > $2 AND seq < $3 ORDER BY seq DESC LIMIT $4`
+		}
+	}
+	rows, err := s.pool.Query(ctx, query, []byte(conversationID), toInt64(q.After), before, limit)
 	if err != nil {
 		return nil, s.wrap("events", err)
 	}
-	evs, err := scanEvents(rows, conversationID)
+	evs, err := scanEventsBytes(rows, conversationID, q.MaxBytes)
 	if err != nil {
 		return nil, s.wrap("events", err)
+	}
+	if q.MaxBytes > 0 && q.Limit > 0 {
+		slices.Reverse(evs)
 	}
 	// The log is gap-free from seq 1: the range starts at After+1, unless
 	// a Limit cut it, or the log is a fork's, which starts after the
 	// summary it copied.
 	first := q.After + 1
-	if q.Limit > 0 && len(evs) == q.Limit {
+	if q.Limit > 0 && (len(evs) == q.Limit || q.MaxBytes > 0) {
 		first = 0
 	}
 	if len(evs) > 0 && first != 0 && evs[0].GetSeq() > first {
@@ -135,8 +145,16 @@ func (s *Store) Events(ctx context.Context, conversationID string, q journal.Eve
 }
 
 func scanEvents(rows pgx.Rows, conv string) ([]*messages.Event, error) {
+	return scanEventsBytes(rows, conv, 0)
+}
+
+// scanEventsBytes is scanEvents, which with maxBytes > 0 stops before the
+// event that would bring the sizes of those read past maxBytes, keeping
+// one at least (EventQuery.MaxBytes).
+func scanEventsBytes(rows pgx.Rows, conv string, maxBytes int) ([]*messages.Event, error) {
 	defer rows.Close()
 	var out []*messages.Event
+	size := 0
 	for rows.Next() {
 		var seq int64
 		var data []byte
@@ -146,6 +164,11 @@ func scanEvents(rows pgx.Rows, conv string) ([]*messages.Event, error) {
 		ev, err := decodeEvent(data, conv, seq)
 		if err != nil {
 			return nil, err
+		}
+		if maxBytes > 0 {
+			if size += proto.Size(ev); len(out) > 0 && size > maxBytes {
+				break
+			}
 		}
 		out = append(out, ev)
 	}
