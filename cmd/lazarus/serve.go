@@ -103,7 +103,7 @@ func (c *cli) serve(ctx context.Context, fs *flags, args []string) (err error) {
 	listen := fs.String("listen", "", "the HTTP listen `address` (default "+defaultListen+")")
 	modelName := fs.String("model", "", "the model `provider`: scripted (the demo model, default) or openai")
 	tokensPath := fs.String("tokens", "", "the tokens `file` (JSON; default $"+envTokens+")")
-	shutdownTimeout := fs.Duration("shutdown-timeout", 0, "bound on the wait for requests in flight at shutdown (default 30s)")
+	shutdownTimeout := fs.Duration("shutdown-timeout", 0, "bound on the wait for requests in flight at shutdown, not negative (default 30s; 0: cut them at once)")
 	if _, err := c.parse(fs, args, 0, 0); err != nil {
 		return err
 	}
@@ -144,8 +144,13 @@ func (c *cli) serve(ctx context.Context, fs *flags, args []string) (err error) {
 	if err != nil {
 		return err
 	}
-	if isSet(fs, "shutdown-timeout") {
+	switch {
+	case isSet(fs, "shutdown-timeout") && *shutdownTimeout < 0:
+		return usagef("--shutdown-timeout must not be negative")
+	case isSet(fs, "shutdown-timeout"):
 		grace = *shutdownTimeout
+	case grace < 0:
+		return configErr("shutdown_timeout: %s is negative", cfg.ShutdownTimeout)
 	}
 	idle, err := duration("idle_timeout", cfg.IdleTimeout, defaultIdleTimeout)
 	if err != nil {
@@ -253,6 +258,12 @@ func (c *cli) buildNode(ctx context.Context, cfg *serveConfig) (_ *node, err err
 		return nil, err
 	}
 
+	// The address is taken before the store is opened, so that a bad or
+	// busy one creates no store (nor migrates a database).
+	if n.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+		return nil, err
+	}
+
 	metrics := server.NewMetrics()
 	opts := lazarus.Options{
 		Dir: cfg.Dir, Postgres: cfg.Postgres, Model: model, Tools: tools,
@@ -304,9 +315,6 @@ func (c *cli) buildNode(ctx context.Context, cfg *serveConfig) (_ *node, err err
 		Authenticator: auth, OperatorRole: cfg.OperatorRole, Metrics: metrics, StreamWriteTimeout: streamWrite,
 		PublicMetrics: cfg.PublicMetrics, NoConsole: cfg.NoConsole, Logger: slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
-	if n.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
-		return nil, err
-	}
 	return n, nil
 }
 

@@ -54,7 +54,8 @@ type serveConfig struct {
 	// NoConsole leaves out the web console (/console/).
 	NoConsole bool `json:"no_console,omitempty"`
 	// ShutdownTimeout bounds the wait for in-flight requests on SIGTERM (a
-	// Go duration). Default defaultShutdownTimeout.
+	// Go duration, not negative; zero: they are cut at once). Default
+	// defaultShutdownTimeout.
 	ShutdownTimeout string `json:"shutdown_timeout,omitempty"`
 	// IdleTimeout bounds how long a keep-alive connection waits for its
 	// next request before the node closes it (a Go duration; zero or

@@ -61,6 +61,52 @@ func TestServeConfigErrors(t *testing.T) {
 	}
 }
 
+// TestServeNegativeShutdownTimeout: a negative shutdown timeout is refused
+// before anything is opened (it would cut the requests in flight at once,
+// while a negative timeout elsewhere in the file means no bound): from the
+// flag a usage error (2), from the file a bad configuration (1); a flag
+// that is valid overrides a bad file; zero is valid.
+func TestServeNegativeShutdownTimeout(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "node.json")
+	require.NoError(t, os.WriteFile(path, []byte(`{"shutdown_timeout": "-1s"}`), 0o600))
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"flag", []string{"--shutdown-timeout", "-1s"}, exitUsage, "lazarus serve: --shutdown-timeout must not be negative"},
+		{"file", []string{"--config", path}, exitError, "lazarus serve: bad configuration: shutdown_timeout: -1s is negative"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "store")
+			var out, errb lockedBuffer
+			c := newCLI(nil, &out, &errb)
+			c.getenv = func(string) string { return "" }
+			// Bounded: a timeout taken serves until the context ends.
+			code := c.run(ctxT(t), append([]string{"serve", "--dir", dir, "--listen", "127.0.0.1:0"}, tc.args...))
+			require.Equal(t, tc.code, code, errb.String())
+			require.Contains(t, errb.String(), tc.want)
+			require.Empty(t, out.String())
+			_, err := os.Stat(dir)
+			require.ErrorIs(t, err, os.ErrNotExist, "nothing created")
+		})
+	}
+	for _, args := range [][]string{{"--config", path, "--shutdown-timeout", "1s"}, {"--shutdown-timeout", "0s"}} {
+		ctx, cancel := context.WithCancel(ctxT(t))
+		var out, errb lockedBuffer
+		c := newCLI(nil, &out, &errb)
+		c.getenv = func(string) string { return "" }
+		done := make(chan int, 1)
+		go func() {
+			done <- c.run(ctx, append([]string{"serve", "--dir", filepath.Join(t.TempDir(), "store"), "--listen", "127.0.0.1:0"}, args...))
+		}()
+		require.Eventually(t, func() bool { return strings.Contains(errb.String(), "listening on") }, wait, 10*time.Millisecond, "%v: %s", args, errb.String())
+		cancel()
+		require.Equal(t, exitOK, <-done, errb.String())
+	}
+}
+
 // TestServeStreamWriteTimeout: stream_write_timeout is the server's
 // StreamWriteTimeout, server.DefaultStreamWriteTimeout when not set; one
 // that is not a positive duration is refused.
