@@ -269,7 +269,7 @@ any JSON result but null.`,
 
 func (c *cli) resolve(ctx context.Context, fs *flags, args []string) (err error) {
 	fs.withServer()
-	result := fs.String("result", "", "the answer, a JSON value (`JSON`); - reads it from stdin")
+	result := fs.String("result", "", "the answer, a `JSON` value; - reads it from stdin")
 	reject := fs.String("reject", "", "decline the call with this `reason` instead (the model sees a tool error)")
 	as := fs.String("as", "", "who answers, recorded in the log (`user`; default: the operating system's user)")
 	roles := fs.String("roles", "", "the answerer's `roles`, comma-separated, recorded in the log")
