@@ -36,7 +36,9 @@ type ExpiryOptions struct {
 	// ensures the conversation started and sends it the resolution with
 	// the system scope). It runs on the actor's goroutine and must not
 	// block. It is not called when the call had been answered first (the
-	// write failed with ErrStale). Default: nothing is delivered.
+	// write failed with ErrStale). A panic of it is logged and recovered
+	// (the delivery is lost, as one in flight at a stop is). Default:
+	// nothing is delivered.
 	Deliver func(conversationID, toolCallID string)
 	// DeliverIfExpired is called when an expire is stale after an earlier
 	// attempt of it ended with journal.ErrUnknownOutcome: that attempt may
@@ -44,14 +46,16 @@ type ExpiryOptions struct {
 	// came first. It must deliver the resolution as Deliver does if the
 	// call's row is expired, and nothing otherwise; it runs on the actor's
 	// goroutine and must not block (the runtime reads the row on a
-	// goroutine of its own). Default: nothing is delivered.
+	// goroutine of its own). A panic of it is logged and recovered.
+	// Default: nothing is delivered.
 	DeliverIfExpired func(conversationID, toolCallID string)
 	// Fire is called when an occurrence of a scheduled wake-up is due
 	// (see expiry_schedule.go): occurrence is the schedule's stored next
 	// time, which the conversation's write must name. It runs on the
 	// actor's goroutine and must not block. Until a ScheduleArm or
 	// ScheduleDisarm of the schedule arrives, it is called again every
-	// ReplyTimeout. Default: schedules are not fired.
+	// ReplyTimeout (also after a panic of it, which is logged and
+	// recovered). Default: schedules are not fired.
 	Fire func(conversationID, scheduleID string, occurrence time.Time)
 	// RetryAfter is how long to wait before writing an expire again after
 	// a failure other than ErrStale (closed, I/O), and before reading the
@@ -74,7 +78,8 @@ type ExpiryOptions struct {
 	// cluster, the deadlines are partitioned among the members): the actor
 	// arms only the deadlines and schedules of conversations it owns, from
 	// the Store and from ScheduleExpiry and ScheduleArm alike. It must be safe to call from the actor's
-	// goroutine. After a change of what it answers, send ExpiryRebuild.
+	// goroutine. After a change of what it answers, send ExpiryRebuild. A
+	// panic of it is logged and recovered, and counts as owned.
 	// Default nil: every deadline is this actor's.
 	Owns func(conversationID string) bool
 	// Context, when set, is the life of the actor's reads of the Store
@@ -122,6 +127,29 @@ func (o ExpiryOptions) withDefaults() ExpiryOptions {
 	}
 	if o.Context == nil {
 		o.Context = context.Background()
+	}
+	// The callbacks run on the actor's goroutine: a panic of one is
+	// logged and recovered (see callback).
+	log := o.Logger
+	if owns := o.Owns; owns != nil {
+		o.Owns = func(conv string) (owned bool) {
+			owned = true // a panic counts as owned: no deadline is left unarmed
+			callback(log, "ExpiryOptions.Owns", func() { owned = owns(conv) })
+			return owned
+		}
+	}
+	if deliver := o.Deliver; deliver != nil {
+		o.Deliver = func(conv, call string) { callback(log, "ExpiryOptions.Deliver", func() { deliver(conv, call) }) }
+	}
+	if deliver := o.DeliverIfExpired; deliver != nil {
+		o.DeliverIfExpired = func(conv, call string) {
+			callback(log, "ExpiryOptions.DeliverIfExpired", func() { deliver(conv, call) })
+		}
+	}
+	if fire := o.Fire; fire != nil {
+		o.Fire = func(conv, id string, occurrence time.Time) {
+			callback(log, "ExpiryOptions.Fire", func() { fire(conv, id, occurrence) })
+		}
 	}
 	return o
 }

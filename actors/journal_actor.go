@@ -36,7 +36,8 @@ type JournalOptions struct {
 	// is answered. It must not block. The runtime uses it to arm and cancel
 	// the expiry actor's timers from the durable deadlines themselves, so
 	// no kill of a conversation between its write and its next message can
-	// leave a durable deadline unarmed.
+	// leave a durable deadline unarmed. A panic of it is logged and
+	// recovered: the request is answered all the same.
 	Committed func(req *messages.AppendRequest)
 	// MaxInflight bounds the batches committing at once. Default (zero or
 	// less): what the Store asks for through ConcurrentBatches, else 1.
@@ -49,7 +50,8 @@ type JournalOptions struct {
 	// commit) with the number of requests it carried and how long it took,
 	// whether it succeeded, failed or panicked (lazarus.Metrics.Commit),
 	// on the goroutine that called it (a committer, or the actor itself
-	// while it stops). It must not block.
+	// while it stops). It must not block. A panic of it is logged and
+	// recovered.
 	Observe func(requests int, took time.Duration)
 }
 
@@ -78,6 +80,18 @@ func (o JournalOptions) withDefaults() JournalOptions {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	// A panic of a callback is logged and recovered (see callback).
+	log := o.Logger
+	if committed := o.Committed; committed != nil {
+		o.Committed = func(req *messages.AppendRequest) {
+			callback(log, "JournalOptions.Committed", func() { committed(req) })
+		}
+	}
+	if observe := o.Observe; observe != nil {
+		o.Observe = func(requests int, took time.Duration) {
+			callback(log, "JournalOptions.Observe", func() { observe(requests, took) })
+		}
 	}
 	return o
 }

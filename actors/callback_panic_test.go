@@ -1,0 +1,90 @@
+package actors_test
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus/actors"
+	"github.com/lazarusrt/lazarus/journal/memjournal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// A panic of an ExpiryOptions callback is recovered by the expiry actor
+// itself (actors.NewExpiry is exported: not every caller wraps its
+// callbacks). Left to protoactor, Owns panicking on a stored deadline
+// failed every rebuild on Started until the actor was stopped for good,
+// and a Deliver panic restarted it: it read the Store again and expired
+// the same call again.
+func TestExpiryRecoversCallbackPanics(t *testing.T) {
+	store := memjournal.New(memjournal.Options{})
+	pendingHumanCall(t, store, "bad", "call-bad", expiryT0.Add(time.Second))
+	pendingHumanCall(t, store, "good", "call-good", expiryT0.Add(2*time.Second))
+	var j *fakeJournal
+	h := newExpiryHarness(t, store, func(sys *actor.ActorSystem) *actor.PID {
+		// Answers every expire as written, leaving the Store's deadlines
+		// in place: only this actor's memory says the call is done.
+		j = newFakeJournal(t, sys, func(*messages.JournalWrite) error { return nil })
+		return j.pid
+	})
+	h.opts.Owns = func(conv string) bool {
+		if conv == "bad" {
+			panic("Owns: injected")
+		}
+		return true
+	}
+	var fires atomic.Int32
+	h.opts.Fire = func(string, string, time.Time) { fires.Add(1) }
+	deliver := h.opts.Deliver
+	h.opts.Deliver = func(conv, call string) {
+		if conv == "bad" {
+			panic("Deliver: injected")
+		}
+		deliver(conv, call)
+	}
+	h.start()
+	// A panic of Owns counts as owned: both deadlines are armed.
+	h.waitArmed(t, expiryT0.Add(time.Second))
+	h.clock.Advance(time.Second)
+	require.Equal(t, "call-bad", resolvedCall(t, j.next(t).w))
+	h.clock.Advance(time.Second)
+	require.Equal(t, "call-good", resolvedCall(t, j.next(t).w))
+	require.Equal(t, delivery{"good", "call-good"}, h.nextDelivery(t))
+	require.Eventually(t, func() bool { return h.clock.Timers() == 0 }, replyWait, time.Millisecond)
+	j.requireNone(t) // call-bad was expired once
+	require.Empty(t, h.deliveries)
+	require.Zero(t, fires.Load())
+}
+
+// A panic of JournalOptions.Committed or Observe is recovered: the
+// request is answered, and the actor (and, for Observe, which runs on a
+// committer goroutine, the process) goes on.
+func TestJournalRecoversCallbackPanics(t *testing.T) {
+	sys := newTestSystem(t)
+	store := memjournal.New(memjournal.Options{})
+	var committed, observed atomic.Int32
+	pid := sys.Root.Spawn(actors.NewJournal(store, actors.JournalOptions{
+		Committed: func(req *messages.AppendRequest) {
+			if committed.Add(1) == 1 {
+				panic("Committed: injected")
+			}
+		},
+		Observe: func(int, time.Duration) {
+			if observed.Add(1) == 1 {
+				panic("Observe: injected")
+			}
+		},
+	}))
+	for i := range uint64(3) {
+		r := requestWrite(t, sys, pid, write(i+1, userAppend("a", i, "hi")))
+		require.NoError(t, replyErr(r))
+		require.Equal(t, i+1, r.GetReply().GetLastSeq())
+	}
+	require.Equal(t, int32(3), committed.Load())
+	last, err := store.LastSeq(t.Context(), "a")
+	require.NoError(t, err)
+	require.Equal(t, uint64(3), last)
+}
