@@ -513,11 +513,15 @@ func (s *Supervisor) isStopped() bool {
 }
 
 // root is the supervisor actor. Its Receive does nothing that can panic on
-// input: a restarting parent would stop all its children.
+// input: a restarting parent would stop all its children. A panic of a bug
+// is recovered all the same (recoverReceive).
 type root struct {
 	s        *Supervisor
 	started  chan struct{}
 	stopping bool
+	// answered is set once the spawnAgent being handled is answered (see
+	// recoverReceive).
+	answered bool
 	// deferred holds deliveries (expiries, re-wakes) for conversations whose
 	// previous activation is still stopping, or that a delete or a kill
 	// holds (see registry.block); they go out once it has terminated, or
@@ -538,6 +542,7 @@ type redeliver struct {
 }
 
 func (r *root) Receive(ctx actor.Context) {
+	defer r.recoverReceive(ctx)
 	s := r.s
 	switch msg := ctx.Message().(type) {
 	case *actor.Started:
@@ -546,6 +551,7 @@ func (r *root) Receive(ctx actor.Context) {
 		r.stopping = true
 	case *spawnAgent:
 		pid, err := r.spawn(ctx, msg.a)
+		r.answered = true
 		ctx.Respond(&spawnReply{pid: pid, err: err})
 	case *expired:
 		r.deliver(ctx, msg.conversation, &actors.Command{Scope: agent.SystemScope, Msg: &messages.AgentResolved{
@@ -577,6 +583,44 @@ func (r *root) Receive(ctx actor.Context) {
 				r.deliver(ctx, a.id, cmd)
 			}
 		}
+	}
+}
+
+// recoverReceive, deferred by Receive, logs and recovers a panic of it (a
+// bug): the supervisor actor must not restart, which would stop the
+// journal and expiry actors and every conversation, and whose Started
+// would not bring them back. The message is lost, except that a
+// spawnAgent not yet answered is answered with an error wrapping
+// agent.ErrPanicked, and a panic while starting fails Start.
+func (r *root) recoverReceive(ctx actor.Context) {
+	answered := r.answered
+	r.answered = false
+	p := recover()
+	if p == nil {
+		return
+	}
+	err := fmt.Errorf("supervisor: the supervisor actor panicked: %w: %v", agent.ErrPanicked, p)
+	r.s.log.Error("supervisor actor panicked; the message is dropped", "message", fmt.Sprintf("%T", ctx.Message()), "panic", p, "stack", string(debug.Stack()))
+	switch ctx.Message().(type) {
+	case *spawnAgent:
+		if !answered {
+			ctx.Respond(&spawnReply{err: err})
+		}
+	case *actor.Started:
+		if r.s.startErr == nil && (r.s.journal == nil || r.s.expiry == nil) {
+			r.s.startErr = err
+		}
+		r.signalStarted()
+	}
+}
+
+// signalStarted closes started, unless it is closed: every incarnation
+// shares it, and only the supervisor actor's goroutine closes it.
+func (r *root) signalStarted() {
+	select {
+	case <-r.started:
+	default:
+		close(r.started)
 	}
 }
 
@@ -679,7 +723,7 @@ func (r *root) start(ctx actor.Context) {
 			// Not a panic: the supervisor actor would restart, fail alike,
 			// and Start would wait for it forever. Start stops it.
 			s.startErr = fmt.Errorf("supervisor: spawn journal actor %q: %w", ctx.Self().Id+"/journal", err)
-			close(r.started)
+			r.signalStarted()
 			return
 		}
 		s.journal = pid
@@ -713,13 +757,13 @@ func (r *root) start(ctx actor.Context) {
 		}), "expiry")
 		if err != nil {
 			s.startErr = fmt.Errorf("supervisor: spawn expiry actor %q: %w", ctx.Self().Id+"/expiry", err)
-			close(r.started)
+			r.signalStarted()
 			return
 		}
 		s.expiry = expiry
 		expiryPID.Store(expiry)
 	}
-	close(r.started)
+	r.signalStarted()
 }
 
 func (r *root) spawn(ctx actor.Context, a *activation) (*actor.PID, error) {
