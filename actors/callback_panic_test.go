@@ -1,6 +1,7 @@
 package actors_test
 
 import (
+	"context"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -9,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus/actors"
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/journal/memjournal"
 	"github.com/lazarusrt/lazarus/messages"
 )
@@ -87,4 +90,48 @@ func TestJournalRecoversCallbackPanics(t *testing.T) {
 	last, err := store.LastSeq(t.Context(), "a")
 	require.NoError(t, err)
 	require.Equal(t, uint64(3), last)
+}
+
+// A panic of ConversationConfig.Publish is recovered: the conversation
+// goes on. It stopped the activation in the middle of the step that
+// published (recoverReceive): here a newer message's, which cancels the
+// model call in flight and publishes its Restart; the message was
+// answered "retry" and not written.
+func TestConversationRecoversPublishPanic(t *testing.T) {
+	sys := newTestSystem(t)
+	store := memjournal.New(memjournal.Options{})
+	journalPID := sys.Root.Spawn(actors.NewJournal(store, actors.JournalOptions{}))
+	var calls atomic.Int32
+	entered := make(chan struct{})
+	model := agent.ModelFunc(func(ctx context.Context, _ agent.Turn, _ func(string)) (*messages.AssistantMessage, error) {
+		if calls.Add(1) == 1 {
+			close(entered)
+			<-ctx.Done() // cancelled by the newer message
+			return nil, ctx.Err()
+		}
+		return agent.Text("fresh"), nil
+	})
+	publish := func(u actors.Update) {
+		if u.Restart {
+			panic("Publish: injected")
+		}
+	}
+	pid := sys.Root.Spawn(actors.NewConversation(actors.ConversationConfig{ID: "c", Store: store, Journal: journalPID, Model: model, Publish: publish}))
+	t.Cleanup(func() { _ = sys.Root.StopFuture(pid).Wait() })
+	send := func(rid string) *messages.AgentSendReply {
+		t.Helper()
+		res, err := sys.Root.RequestFuture(pid, userSend(rid, rid), replyWait).Result()
+		require.NoError(t, err)
+		return res.(*messages.AgentSendReply)
+	}
+	require.Nil(t, send("r1").GetError())
+	<-entered
+	r2 := send("r2")
+	require.Nil(t, r2.GetError(), "the newer message was written")
+	require.Equal(t, uint64(2), r2.GetSeq())
+	require.Eventually(t, func() bool {
+		evs, err := store.Events(t.Context(), "c", journal.EventQuery{})
+		require.NoError(t, err)
+		return len(evs) == 3 && evs[2].GetAssistantMsg() != nil
+	}, replyWait, time.Millisecond, "the model answered the newer message")
 }

@@ -199,6 +199,7 @@ type ConversationConfig struct {
 	// written by an activation that is killed before the write's reply
 	// arrives would never be; the runtime publishes every committed event
 	// from the journal actor's commits instead (JournalOptions.Committed).
+	// A panic of it is logged and recovered: that update is lost.
 	Publish func(Update)
 	// Retire is the passivation handshake with the activation registry: it
 	// is asked whether this activation may stop, given how many commands it
@@ -246,6 +247,11 @@ func NewConversation(cfg ConversationConfig) *actor.Props {
 	}
 	if cfg.ToolGate == nil {
 		cfg.ToolGate = new(ToolGate)
+	}
+	if publish, log := cfg.Publish, cfg.Logger; publish != nil {
+		// A subscriber's failure must not stop the conversation, nor cut
+		// short the step whose update it was (see callback).
+		cfg.Publish = func(u Update) { callback(log, "ConversationConfig.Publish", func() { publish(u) }) }
 	}
 	cfg.Policy = cfg.Policy.WithDefaults()
 	cfg.Retry = cfg.Retry.WithDefaults()
