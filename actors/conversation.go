@@ -819,6 +819,7 @@ func load(ctx context.Context, store journal.Store, id string) *inLoaded {
 	if err != nil {
 		return &inLoaded{err: err}
 	}
+	var owed map[string]bool // read once, if a summary needs the look
 	for {
 		// A rewind moved the head below the summary: the working set
 		// starts from the latest summary ending at or before its target
@@ -826,13 +827,28 @@ func load(ctx context.Context, store journal.Store, id string) *inLoaded {
 		// effective history. That summary may itself lie in a span an
 		// earlier rewind skipped (it was made before that rewind): then
 		// the walk from the head meets that rewind below it, and an
-		// earlier one is taken again. Each round starts from a summary
-		// ending before the last one's, so this ends.
-		to, below := ws.RewoundPastSummary()
-		if !below {
+		// earlier one is taken again. A summary that ends inside a tool
+		// call (see cutsACall) is passed over for an earlier one too.
+		// Each round starts from a summary ending before the last one's,
+		// so this ends.
+		if to, below := ws.RewoundPastSummary(); below {
+			if ws, err = rebuildBefore(ctx, store, id, to); err != nil {
+				return &inLoaded{err: err}
+			}
+			continue
+		}
+		if ws.Summary == nil {
 			break
 		}
-		if ws, err = rebuildBefore(ctx, store, id, to); err != nil {
+		if owed == nil {
+			if owed, err = owedCalls(ctx, store, id, conv); err != nil {
+				return &inLoaded{err: err}
+			}
+		}
+		if !cutsACall(ws, owed) {
+			break
+		}
+		if ws, err = rebuildBefore(ctx, store, id, ws.Summary.GetToSeq()-1); err != nil {
 			return &inLoaded{err: err}
 		}
 	}
@@ -841,6 +857,57 @@ func load(ctx context.Context, store journal.Store, id string) *inLoaded {
 		return &inLoaded{err: err}
 	}
 	return &inLoaded{ws: ws, rows: rows, conv: conv}
+}
+
+// cutsACall reports whether the summary of ws ends inside a tool call: a
+// call still owed (in owed) was issued by no event after the summary, its
+// tool_call event being one the summary covers, or a tool_result after the
+// summary answers a call no event after it issued. The runtime never
+// writes such a summary (it ends at a snapshot SafePoint), but a Store
+// takes any whose span is in the log (an import, one put by hand). Revived
+// from it, the activation would not owe the call: it would neither run it
+// again nor record its answer, which would be lost; or it would show the
+// model a result without its call. load passes it over for an earlier
+// summary.
+func cutsACall(ws *snapshot.WorkingSet, owed map[string]bool) bool {
+	issued := make(map[string]bool)
+	for _, ev := range ws.Events {
+		for _, tc := range ev.GetAssistantMsg().GetToolCalls() {
+			issued[tc.GetId()] = true
+		}
+		if tc := ev.GetToolCall(); tc != nil {
+			issued[tc.GetCall().GetId()] = true
+		}
+		if tr := ev.GetToolResult(); tr != nil && !issued[tr.GetToolCallId()] {
+			return true
+		}
+	}
+	for id := range owed {
+		if !issued[id] {
+			return true
+		}
+	}
+	return false
+}
+
+// owedCalls returns the ids of the calls conversation id owes results for,
+// as the Store says outside the log: its pending rows, and the calls its
+// fsm_state cache (conv's) lists as pending, which include those answered
+// in the Store whose answer the log does not hold yet. The cache may be
+// stale; cutsACall only asks whether each was issued after the summary.
+func owedCalls(ctx context.Context, store journal.Store, id string, conv *messages.Conversation) (map[string]bool, error) {
+	rows, err := store.PendingToolCalls(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	owed := make(map[string]bool, len(rows)+len(conv.GetFsmState().GetPending()))
+	for _, row := range rows {
+		owed[row.GetId()] = true
+	}
+	for call := range conv.GetFsmState().GetPending() {
+		owed[call] = true
+	}
+	return owed, nil
 }
 
 // checkTail returns an error wrapping journal.ErrCorrupt, naming the

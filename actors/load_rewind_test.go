@@ -57,3 +57,27 @@ func TestRevivalSkipsASummaryAnEarlierRewindLeftBehind(t *testing.T) {
 	want := []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 28, 29, 30, 31, 32}
 	require.Equal(t, want, seqs, "the effective history up to the rewind's target")
 }
+
+// TestRevivalPassesOverASummaryThatCutsACall: a summary that ends after a
+// pending call's tool_call event (the runtime never writes one; a Store
+// takes it) is passed over for the latest one before it, so the revival
+// still owes the call; the events it covers are read, not the whole log.
+func TestRevivalPassesOverASummaryThatCutsACall(t *testing.T) {
+	ctx := context.Background()
+	store := memjournal.New(memjournal.Options{})
+	res, err := store.Append(ctx, &messages.AppendRequest{ConversationId: "c",
+		Events:    []*messages.Event{user("r1"), answer(), user("r2"), answer(&messages.ToolCall{Id: "c2", Name: "approve", Arguments: "{}"}), call("c2", human)},
+		ToolCalls: []*messages.ToolCallRecord{{Id: "c2", ConversationId: "c", Name: "approve", Args: "{}", Executor: human}}})
+	require.NoError(t, err)
+	require.Equal(t, uint64(5), res.LastSeq)
+	require.NoError(t, store.PutSummary(ctx, "c", &messages.Summary{FromSeq: 1, ToSeq: 2, Content: "on a safe point"}))
+	require.NoError(t, store.PutSummary(ctx, "c", &messages.Summary{FromSeq: 1, ToSeq: 5, Content: "cuts c2"}))
+
+	l := load(ctx, store, "c")
+	require.NoError(t, l.err)
+	require.Equal(t, uint64(2), l.ws.Summary.GetToSeq(), "the latest summary that cuts no call")
+	open := l.ws.OpenCalls()
+	require.Len(t, open, 1)
+	require.Equal(t, "c2", open[0].GetCall().GetId())
+	require.Contains(t, l.rows, "c2")
+}

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -89,6 +91,17 @@ func (s *revivalStore) ToolCall(_ context.Context, id string) (*messages.ToolCal
 		return row, nil
 	}
 	return nil, journal.ErrNotFound
+}
+
+func (s *revivalStore) PendingToolCalls(context.Context, string) ([]*messages.ToolCallRecord, error) {
+	var out []*messages.ToolCallRecord
+	for _, row := range s.rows {
+		if row.GetConversationId() == "c" && row.GetStatus() == messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING {
+			out = append(out, row)
+		}
+	}
+	slices.SortFunc(out, func(a, b *messages.ToolCallRecord) int { return strings.Compare(a.GetId(), b.GetId()) })
+	return out, nil
 }
 
 // decodeRevival decodes the fuzz input: records, each a kind byte, a
@@ -176,6 +189,8 @@ func revivalSeeds() [][]byte {
 		{&messages.Summary{FromSeq: 1, ToSeq: 3, Content: "late"}, &messages.Summary{FromSeq: 1, ToSeq: 1, Content: "early"},
 			user("r1"), answer(), user("r2"), answer(), rewindTo(2)},
 		{user("r1"), toA, ofA, handoff},
+		{&messages.Summary{FromSeq: 1, ToSeq: 3, Content: "cuts c2"}, user("r1"), answer(approve), call("c2", human)},
+		{&messages.Summary{FromSeq: 1, ToSeq: 3, Content: "cuts c1"}, user("r1"), answer(lookup), call("c1", server), result("c1")},
 		{user("r1"), answer(lookup, lookup), call("c1", server), call("c1", human),
 			&messages.ToolCallRecord{Id: "c1", ConversationId: "d", Executor: server, Status: messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED}},
 		{user("r1"), answer(approve), call("c2", human),

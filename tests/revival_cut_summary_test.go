@@ -1,0 +1,114 @@
+package tests
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus/agent/scripted"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// The runtime ends its summaries where no tool call is open, but a Store
+// takes any summary whose span is in the log (an import, one put by hand).
+// A revival from a summary that ends inside a call passes it over for an
+// earlier one (none here: the whole log), so the activation still owes
+// exactly the calls the log leaves open and never shows the model a result
+// without its call.
+
+// cutSummary puts a summary of events 1..to, as a Store takes it.
+func cutSummary(t *testing.T, h *harness, conv string, to uint64) {
+	t.Helper()
+	require.NoError(t, h.store.PutSummary(ctxT(t), conv, &messages.Summary{
+		FromSeq: 1, ToSeq: to, Content: "the user asked for a refund", Created: journal.Timestamp(h.clock.Now())}))
+}
+
+// TestRevivalFromASummaryCoveringAPendingHumanCall: the answer to a human
+// call whose tool_call event the latest summary covers is recorded and
+// reaches the model; it used to be accepted and lost (the revived
+// activation did not know the call).
+func TestRevivalFromASummaryCoveringAPendingHumanCall(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		h := newHarness(t, openStore(t, kind), nil)
+		ctx := ctxT(t)
+		h.model.Push("c", scripted.Reply("", scripted.Call("approve_refund", `{"amount":5}`)), scripted.Text("approved"))
+		_, err := h.rt.Send(ctx, "c", "refund", user)
+		require.NoError(t, err)
+		susp := h.awaitEvent("c", 0, isSuspension)
+		id := pendingCallID(t, susp)
+		require.True(t, h.rt.Kill("c"))
+		cutSummary(t, h, "c", susp.GetSeq())
+
+		require.NoError(t, h.rt.Resolve(ctx, id, `{"ok":true}`, user)) // revives the conversation
+		h.awaitEvent("c", 0, isAssistantText("approved"))
+		require.Equal(t, []string{
+			"user_msg", "assistant_msg", "tool_call:approve_refund", "suspension",
+			"resolution:TOOL_CALL_STATUS_RESOLVED", "tool_result:approve_refund", "assistant_msg",
+		}, types(h.history("c")))
+		require.Equal(t, 2, h.model.Calls("c"))
+		last := h.model.Turns("c")[1]
+		require.Nil(t, last.Summary, "the cut summary is passed over")
+		require.Len(t, toolResults(last, id), 1)
+	})
+}
+
+// TestRevivalFromASummaryCoveringARunningServerCall: a server call whose
+// tool_call event the latest summary covers, killed while it ran, is
+// dispatched again under its id when the conversation revives.
+func TestRevivalFromASummaryCoveringARunningServerCall(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		h := newHarness(t, openStore(t, kind), nil)
+		h.chargeGate = make(chan struct{})
+		ctx := ctxT(t)
+		h.model.Push("c", scripted.Reply("", scripted.Call("charge", `{"amount":5}`)), scripted.Text("charged"))
+		_, err := h.rt.Send(ctx, "c", "charge", user)
+		require.NoError(t, err)
+		first := <-h.chargeStarted
+		require.True(t, h.rt.Kill("c"))
+		last, err := h.store.LastSeq(ctx, "c")
+		require.NoError(t, err)
+		cutSummary(t, h, "c", last) // user_msg, assistant_msg, tool_call
+
+		close(h.chargeGate)
+		require.NoError(t, h.rt.Wake(ctx, "c"))
+		h.awaitEvent("c", 0, isAssistantText("charged"))
+		require.Equal(t, []string{first, first}, h.runs.of("charge"), "re-dispatched under the same id")
+		ts := types(h.history("c"))
+		require.Equal(t, 1, count(ts, "tool_result:charge"), "%v", ts)
+		require.Len(t, toolResults(h.model.Turns("c")[1], first), 1)
+	})
+}
+
+// TestRevivalFromASummaryEndingBeforeAResult: a summary that covers a call
+// but not its result would show the model the result without its call;
+// the revived turn starts from the whole log instead, and the call that
+// has its result is not run again.
+func TestRevivalFromASummaryEndingBeforeAResult(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		h := newHarness(t, openStore(t, kind), nil)
+		ctx := ctxT(t)
+		h.model.Push("c", scripted.Reply("", scripted.Call("lookup_order", `{"id":1}`)), scripted.Text("found"), scripted.Text("again"))
+		_, err := h.rt.Send(ctx, "c", "look", user)
+		require.NoError(t, err)
+		h.awaitEvent("c", 0, isAssistantText("found"))
+		require.True(t, h.rt.Kill("c"))
+		cutSummary(t, h, "c", 3) // user_msg, assistant_msg, tool_call; the result is at 4
+
+		_, err = h.rt.Send(ctx, "c", "and again", user)
+		require.NoError(t, err)
+		h.awaitEvent("c", 0, isAssistantText("again"))
+		turn := h.model.Turns("c")[2]
+		require.Nil(t, turn.Summary, "the cut summary is passed over")
+		issued := map[string]bool{}
+		for _, ev := range turn.Context {
+			for _, c := range ev.GetAssistantMsg().GetToolCalls() {
+				issued[c.GetId()] = true
+			}
+			if tr := ev.GetToolResult(); tr != nil {
+				require.True(t, issued[tr.GetToolCallId()], "a result at seq %d without its call", ev.GetSeq())
+			}
+		}
+		require.Len(t, h.runs.of("lookup_order"), 1)
+	})
+}
