@@ -1,13 +1,17 @@
 package tests
 
 import (
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lazarusrt/lazarus"
 	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/snapshot"
 )
 
 // The runtime ends its summaries where no tool call is open, but a Store
@@ -110,5 +114,59 @@ func TestRevivalFromASummaryEndingBeforeAResult(t *testing.T) {
 			}
 		}
 		require.Len(t, h.runs.of("lookup_order"), 1)
+	})
+}
+
+// TestRevivalFromTheRuntimesSummaryOwesTheSuspendedTurn: a conversation
+// summarized up to its last idle point, then suspended on a human call
+// beside a server call whose result is in the log, is killed. Revived from
+// the summary, it owes exactly the human call: the server tool is not run
+// again, the answer is recorded once, and the model is called once more,
+// from that summary, with both calls and both results. (The runtime makes
+// summaries only while idle, so none is made while the call is owed.)
+func TestRevivalFromTheRuntimesSummaryOwesTheSuspendedTurn(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		h := newHarness(t, openStore(t, kind), func(o *lazarus.Options) {
+			o.Summarizer = snapshot.Deterministic{}
+			o.Summary = snapshot.Policy{MaxEvents: 1, KeepRecent: -1}
+		})
+		ctx := ctxT(t)
+		for i := range 4 {
+			text := fmt.Sprintf("answer %d", i)
+			h.model.Push("c", scripted.Text(text))
+			_, err := h.rt.Send(ctx, "c", "question", user)
+			require.NoError(t, err)
+			h.awaitEvent("c", 0, isAssistantText(text))
+		}
+		require.Eventually(t, func() bool {
+			s, err := h.store.LatestSummary(ctx, "c")
+			return err == nil && s.GetToSeq() == 8
+		}, wait, time.Millisecond, "a summary of the four turns")
+		h.model.Push("c", scripted.Reply("", scripted.Call("lookup_order", `{"id":1}`), scripted.Call("approve_refund", `{"amount":5}`)),
+			scripted.Text("refunded"))
+		_, err := h.rt.Send(ctx, "c", "refund order 1", user)
+		require.NoError(t, err)
+		id := pendingCallID(t, h.awaitEvent("c", 0, isSuspension))
+		h.awaitEvent("c", 0, func(ev *messages.Event) bool { return ev.GetToolResult().GetName() == "lookup_order" })
+
+		require.True(t, h.rt.Kill("c"))
+		require.NoError(t, h.rt.Resolve(ctx, id, `{"ok":true}`, user))
+		h.awaitEvent("c", 0, isAssistantText("refunded"))
+
+		require.Len(t, h.runs.of("lookup_order"), 1, "a call with a result is not run again")
+		require.Equal(t, 6, h.model.Calls("c"))
+		turn := h.model.Turns("c")[5]
+		require.Equal(t, uint64(8), turn.Summary.GetToSeq(), "the revived turn starts from the summary")
+		var calls []string
+		for _, ev := range turn.Context {
+			for _, c := range ev.GetAssistantMsg().GetToolCalls() {
+				calls = append(calls, c.GetName())
+				require.Len(t, toolResults(turn, c.GetId()), 1, "call %s", c.GetName())
+			}
+		}
+		require.Equal(t, []string{"lookup_order", "approve_refund"}, calls)
+		ts := types(h.history("c"))
+		require.Equal(t, 1, count(ts, "tool_result:approve_refund"), "%v", ts)
+		require.Equal(t, 1, count(ts, "tool_result:lookup_order"), "%v", ts)
 	})
 }
