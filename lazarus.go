@@ -78,6 +78,7 @@ const (
 	DefaultHumanTimeout     = agent.DefaultHumanTimeout
 	DefaultCallTimeout      = 30 * time.Second
 	DefaultModelTimeout     = 10 * time.Minute
+	DefaultToolTimeout      = 10 * time.Minute
 	DefaultSubscriberBuffer = 1024
 	DefaultResumeInterval   = 30 * time.Second
 )
@@ -233,6 +234,24 @@ type Options struct {
 	// summary fails, as any failed summary does, and the turns waiting
 	// for the model go on.
 	ModelTimeout time.Duration
+	// ToolTimeout bounds each run of a server tool (an MCP tool's
+	// included) whose agent.Tool.RunTimeout is 0, measured on Clock from
+	// the run's start. A run still going when it passes has its context
+	// ended with context.DeadlineExceeded (ctx.Err()); an error Run then
+	// returns is recorded as the call's result, durably and once, as any
+	// tool error: a tool_result of status errored and code
+	// agent.CodeTimeout, whose message (naming the bound and what the
+	// tool returned) the model sees on its next call, so the turn goes on.
+	// The call is not run again: the tool may have done its work in part
+	// or whole, and its tool_call_id stays the key a later run of it in
+	// another process would find. A result Run returns all the same
+	// stands. The bound works through the context: a Run that ignores it
+	// still holds the turn (and Close waits for it). Default
+	// DefaultToolTimeout (ten minutes); negative means no bound (a run
+	// then ends only when it returns, or when a kill, Delete or Close
+	// cancels it). A human call's deadline is another matter
+	// (HumanTimeout, agent.Tool.Timeout).
+	ToolTimeout time.Duration
 	// MaxInvalidToolAnswers is how many model answers in a row, within one
 	// turn, may call an unknown tool or pass arguments that are not a JSON
 	// object. Such a call is recorded with an error result (code
@@ -242,10 +261,11 @@ type Options struct {
 	// negative fails the turn on the first such answer.
 	MaxInvalidToolAnswers int
 	// Clock supplies time. Default the system clock. Every timer of the
-	// runtime runs on it, ModelTimeout's included: a test that moves a
-	// manual clock past ModelTimeout while a model call is in flight ends
-	// that call (its retry then waits for the clock too); set ModelTimeout
-	// negative where a test moves the clock by more than it.
+	// runtime runs on it, ModelTimeout's and ToolTimeout's included: a
+	// test that moves a manual clock past ModelTimeout while a model call
+	// is in flight ends that call (its retry then waits for the clock
+	// too), and past ToolTimeout while a server tool runs ends that run;
+	// set them negative where a test moves the clock by more than them.
 	Clock Clock
 	// CallTimeout bounds how long Send waits for its message to be durable
 	// when ctx has no earlier deadline. Default DefaultCallTimeout; a
@@ -319,6 +339,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.ModelTimeout == 0 {
 		o.ModelTimeout = DefaultModelTimeout
+	}
+	if o.ToolTimeout == 0 {
+		o.ToolTimeout = DefaultToolTimeout
 	}
 	if o.SubscriberBuffer == 0 {
 		o.SubscriberBuffer = DefaultSubscriberBuffer
@@ -534,6 +557,7 @@ func Open(opts Options) (*Runtime, error) {
 				Audit:                 opts.Audit.Enabled,
 				Retry:                 opts.ModelRetry,
 				ModelTimeout:          opts.ModelTimeout,
+				ToolTimeout:           opts.ToolTimeout,
 				Publish:               r.hub.publish,
 				Logger:                opts.Logger,
 			}

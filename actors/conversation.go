@@ -165,6 +165,15 @@ type ConversationConfig struct {
 	// failed summary does (tried again once the log grows), and the gate
 	// it held is left.
 	ModelTimeout time.Duration
+	// ToolTimeout bounds each run of a server tool whose
+	// agent.Tool.RunTimeout is 0, measured on Clock from the run's start
+	// past the ToolGate: when it passes, the run's context ends with
+	// context.DeadlineExceeded, and an error the tool then returns is
+	// recorded as the call's result, a tool error of code
+	// agent.CodeTimeout the model sees (a result it returns all the same
+	// stands). Zero or negative means no bound: a run ends only when it
+	// returns, or is cancelled (a kill, the actor stopping).
+	ToolTimeout time.Duration
 	// MaxInvalidToolAnswers is how many model answers in a row, within one
 	// turn, may contain invalid tool calls (an unknown tool, arguments that
 	// are not a JSON object): each is recorded with an error result the
@@ -518,7 +527,8 @@ func (c *conversation) startLoad(ctx actor.Context) {
 
 func (c *conversation) runTool(ctx actor.Context, inv agent.Invocation) {
 	send := tell(ctx)
-	tools, gate := c.cfg.Tools, c.cfg.ToolGate
+	tools, gate, clock := c.cfg.Tools, c.cfg.ToolGate, c.cfg.Clock
+	timeout := runTimeout(tools, inv.Name, c.cfg.ToolTimeout)
 	if c.cfg.Checkpoints != nil {
 		inv.Files = c.cfg.Checkpoints(inv)
 	}
@@ -535,7 +545,18 @@ func (c *conversation) runTool(ctx actor.Context, inv agent.Invocation) {
 			if err != nil {
 				return
 			}
-			out = tools.RunServer(gctx, inv) // recovers the tool's panics
+			if timeout > 0 {
+				// The bound starts past the gate, as the model's does.
+				rctx, release := withClockTimeout(gctx, clock, timeout)
+				out = tools.RunServer(rctx, inv) // recovers the tool's panics
+				if release() && out.GetError().GetCode() == agent.CodeCanceled {
+					// The bound ended the run: a tool error the model
+					// sees. A result returned all the same stands.
+					out = timedOutOutcome(inv.Name, timeout, out)
+				}
+			} else {
+				out = tools.RunServer(gctx, inv)
+			}
 			leave()
 		}
 		if gctx.Err() == nil {

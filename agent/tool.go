@@ -53,6 +53,12 @@ const (
 	// CodeExpired: a human call's deadline passed before an answer. The
 	// runtime's expiry path uses it; RunServer never returns it.
 	CodeExpired = "expired"
+	// CodeTimeout: a server tool's run passed its bound (Tool.RunTimeout,
+	// else the runtime's lazarus.Options.ToolTimeout): its context ended
+	// with context.DeadlineExceeded and it returned an error. The runtime
+	// records it as the call's result, as any tool error; RunServer never
+	// returns it.
+	CodeTimeout = "timeout"
 	// CodeRejected: a person declined a human call (Runtime.Reject, or
 	// `lazarus resolve --reject`). The message is their reason.
 	CodeRejected = "rejected"
@@ -104,7 +110,10 @@ func (inv Invocation) CheckpointFile(ctx context.Context, path string) error {
 // next run of that id waits for it. Runs in different processes are not
 // kept apart. It returns JSON content
 // (text that is not valid JSON is passed to the model as a JSON string); an
-// error becomes a tool error result the model sees. It must honour ctx.
+// error becomes a tool error result the model sees. It must honour ctx,
+// which ends with context.DeadlineExceeded when the run passes its bound
+// (Tool.RunTimeout, else lazarus.Options.ToolTimeout): a Run that ignores
+// it still holds its conversation's turn.
 // It must not call the Runtime's Close itself: Close waits for every run
 // to return, so that call never returns. Start Close on a goroutine of
 // its own instead; it cancels ctx.
@@ -146,6 +155,14 @@ type Tool struct {
 	// (human tools only). Default false: such an answer is refused with
 	// ErrForbidden, so the log always says who answered.
 	AllowAnonymous bool
+	// RunTimeout bounds each run of a server tool (server tools only;
+	// unrelated to Timeout, a human call's deadline), measured on the
+	// runtime's Clock from the run's start: when it passes, Run's context
+	// ends with context.DeadlineExceeded, and an error Run then returns is
+	// recorded as the call's result, a tool error of code CodeTimeout that
+	// the model sees; a result Run returns all the same stands. 0 means the
+	// runtime's default (lazarus.Options.ToolTimeout); < 0 means no bound.
+	RunTimeout time.Duration
 	// Deadline, if set, gives each call its own deadline from its
 	// arguments and now, the time of the suspension (human tools only):
 	// "expire at the end of the meeting the call names", say. A zero
@@ -216,9 +233,9 @@ type Registry struct {
 // NewRegistry validates tools and returns their Registry. Every error wraps
 // journal.ErrInvalid and names the tool and the problem: an empty, oversized
 // or ill-formed name, a duplicate name, an unknown executor, a server tool
-// without Run, a human tool with Run, a server tool with Prompt, Timeout,
-// Deadline, Authorizer or AllowAnonymous, Parameters that are not a JSON
-// object.
+// without Run, a human tool with Run or RunTimeout, a server tool with
+// Prompt, Timeout, Deadline, Authorizer or AllowAnonymous, Parameters that
+// are not a JSON object.
 func NewRegistry(tools ...Tool) (*Registry, error) {
 	raw := make([]Tool, 0, len(tools))
 	seen := make(map[string]bool, len(tools))
@@ -271,6 +288,9 @@ func validateTool(t Tool) error {
 	case messages.Executor_EXECUTOR_HUMAN:
 		if t.Run != nil {
 			return journal.Invalidf("agent: human tool %q has a Run", t.Name)
+		}
+		if t.RunTimeout != 0 {
+			return journal.Invalidf("agent: human tool %q sets RunTimeout, which only server tools have (a human call's deadline is Timeout)", t.Name)
 		}
 	default:
 		return journal.Invalidf("agent: tool %q has executor %v", t.Name, t.Executor)

@@ -39,6 +39,7 @@ func TestNewRegistryRejects(t *testing.T) {
 		{"duplicate name", []agent.Tool{valid, {Name: "lookup", Executor: human}}, `duplicate tool name "lookup"`},
 		{"server tool without Run", []agent.Tool{{Name: "x", Executor: server}}, "has no Run"},
 		{"human tool with Run", []agent.Tool{{Name: "x", Executor: human, Run: ok(`{}`)}}, "has a Run"},
+		{"human tool with RunTimeout", []agent.Tool{{Name: "x", Executor: human, RunTimeout: time.Minute}}, "only server tools"},
 		{"unspecified executor", []agent.Tool{{Name: "x", Run: ok(`{}`)}}, "executor EXECUTOR_UNSPECIFIED"},
 		{"unknown executor", []agent.Tool{{Name: "x", Executor: messages.Executor(9), Run: ok(`{}`)}}, "executor 9"},
 		{"server tool with Prompt", []agent.Tool{{Name: "x", Executor: server, Run: ok(`{}`), Prompt: func(string) string { return "" }}}, "only human tools"},

@@ -71,7 +71,10 @@ it, and anything else with "You said: ...". "openai" is any Chat
 Completions server, configured from the file and OPENAI_BASE_URL,
 OPENAI_API_KEY, OPENAI_MODEL. Each model call is bounded by model_timeout
 (default 10m; negative: no bound): a call still running then fails with
-the code timeout and is retried like any failed call.
+the code timeout and is retried like any failed call. Each server tool
+run (MCP tools' included) is bounded by tool_timeout (default 10m;
+negative: no bound): a run still going then ends with a tool error of
+code timeout, which the model reads.
 
 Tokens: a JSON object {"TOKEN": {"user": "ID", "roles": ["operator"]}}
 read from --tokens FILE, the config's tokens_file, or else the
@@ -253,6 +256,10 @@ func (c *cli) buildNode(ctx context.Context, cfg *serveConfig) (_ *node, err err
 	if err != nil {
 		return nil, err
 	}
+	toolTimeout, err := duration("tool_timeout", cfg.ToolTimeout, 0)
+	if err != nil {
+		return nil, err
+	}
 	streamWrite, err := cfg.streamWriteTimeout()
 	if err != nil {
 		return nil, err
@@ -268,7 +275,8 @@ func (c *cli) buildNode(ctx context.Context, cfg *serveConfig) (_ *node, err err
 	opts := lazarus.Options{
 		Dir: cfg.Dir, Postgres: cfg.Postgres, Model: model, Tools: tools,
 		Settings: cfg.Settings.settings(), HumanTimeout: humanTimeout, ModelTimeout: modelTimeout,
-		Metrics: metrics.Hooks(),
+		ToolTimeout: toolTimeout,
+		Metrics:     metrics.Hooks(),
 		// A turn the node resumes on its own (after a restart, an answer)
 		// runs as the requester the log recorded: the identity its token
 		// carried then.
@@ -296,6 +304,14 @@ func (c *cli) buildNode(ctx context.Context, cfg *serveConfig) (_ *node, err err
 		c.progress("model timeout: %v", lazarus.DefaultModelTimeout)
 	default:
 		c.progress("model timeout: %v", t)
+	}
+	switch t := opts.ToolTimeout; {
+	case t < 0:
+		c.progress("tool timeout: none")
+	case t == 0:
+		c.progress("tool timeout: %v", lazarus.DefaultToolTimeout)
+	default:
+		c.progress("tool timeout: %v", t)
 	}
 	if s := opts.Settings; !s.IsZero() {
 		c.progress("default settings: system prompt of %d bytes, model %q, tool choice %q", len(s.SystemPrompt), s.Model, s.ToolChoice)

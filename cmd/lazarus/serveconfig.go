@@ -79,6 +79,11 @@ type serveConfig struct {
 	// negative: no bound): lazarus.Options.ModelTimeout. Default the
 	// runtime's (lazarus.DefaultModelTimeout).
 	ModelTimeout string `json:"model_timeout,omitempty"`
+	// ToolTimeout bounds each server tool run, MCP tools' included (a Go
+	// duration; "-1s" or any negative: no bound):
+	// lazarus.Options.ToolTimeout. Default the runtime's
+	// (lazarus.DefaultToolTimeout).
+	ToolTimeout string `json:"tool_timeout,omitempty"`
 }
 
 // modelConfig chooses the model of the node.

@@ -43,6 +43,7 @@ func TestServeConfigErrors(t *testing.T) {
 		"bad read timeout":   `{"read_timeout": "a while"}`,
 		"bad stream write":   `{"stream_write_timeout": "a while"}`,
 		"bad model timeout":  `{"model_timeout": "a while"}`,
+		"bad tool timeout":   `{"tool_timeout": "a while"}`,
 		"stream write zero":  `{"stream_write_timeout": "0s"}`,
 		"stream write below": `{"stream_write_timeout": "-1s"}`,
 	} {
@@ -124,14 +125,18 @@ func TestServeStreamWriteTimeout(t *testing.T) {
 }
 
 // TestServeModelTimeout: model_timeout is the runtime's ModelTimeout,
-// which the node prints as it starts: the runtime's default when not set
-// (or zero), no bound when negative.
+// and tool_timeout its ToolTimeout, which the node prints as it starts:
+// the runtime's default when not set (or zero), no bound when negative.
 func TestServeModelTimeout(t *testing.T) {
 	for s, want := range map[string]string{
 		``:                          "model timeout: 10m0s",
 		`, "model_timeout": "0s"`:   "model timeout: 10m0s",
 		`, "model_timeout": "90s"`:  "model timeout: 1m30s",
 		`, "model_timeout": "-1ns"`: "model timeout: none",
+		` `:                         "tool timeout: 10m0s",
+		`, "tool_timeout": "0s"`:    "tool timeout: 10m0s",
+		`, "tool_timeout": "90s"`:   "tool timeout: 1m30s",
+		`, "tool_timeout": "-1ns"`:  "tool timeout: none",
 	} {
 		t.Run(want+s, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "node.json")
