@@ -111,7 +111,10 @@ func damaged(id, format string, args ...any) error {
 // pending, every deadline is of a row of this conversation, and
 // every schedule is valid and of this conversation; a
 // failed check is an error wrapping journal.ErrCorrupt, and the output
-// then has no end line for the conversation, so import refuses it.
+// then has no end line for the conversation, so import refuses it. A
+// summary that ends inside a tool call (a Store takes one put by hand;
+// the runtime never writes one, and a revival passes it over) is left
+// out, as import would refuse it.
 // The conversation may be written meanwhile: export holds its log up to
 // the last seq of the state consistentState read, with that state's row,
 // pending calls' rows, deadlines and schedules, and summaries up to that
@@ -181,6 +184,7 @@ func (e *exporter) conversation(ctx context.Context, st journal.Store, id string
 		n.summaries++
 		n.lastSeq = start
 	}
+	var open openCalls
 	for n.lastSeq < last {
 		before := pageEnd(n.lastSeq, e.page)
 		if before == 0 || before > last+1 {
@@ -207,6 +211,7 @@ func (e *exporter) conversation(ctx context.Context, st journal.Store, id string
 			if err := e.line(typeEvent, id, ev); err != nil {
 				return err
 			}
+			open.add(ev)
 			tc := ev.GetToolCall()
 			if tc == nil || ev.GetSeq() <= copied {
 				// A copied call's row is its source's.
@@ -245,6 +250,9 @@ func (e *exporter) conversation(ctx context.Context, st journal.Store, id string
 		return damaged(id, "pending call %s has no tool_call event", displayID(slices.Min(slices.Collect(maps.Keys(unseen)))))
 	}
 	for _, to := range tos {
+		if len(open.at(to)) > 0 {
+			continue
+		}
 		if err := e.summary(ctx, st, id, to); err != nil {
 			return err
 		}

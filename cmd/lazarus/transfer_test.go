@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -951,4 +952,86 @@ func TestImportCountsToolCallRowsInTheChunkBytes(t *testing.T) {
 	require.NoError(t, importInto(ctx, st, strings.NewReader(in), importOptions{chunkBytes: chunk}))
 	require.Equal(t, withoutUpdated(in), withoutUpdated(exportOfStore(t, st, "rows")))
 	require.LessOrEqual(t, st.largest, 2*chunk, "an append within its chunk's bytes and one row more")
+}
+
+// TestImportRefusesASummaryThatCutsACall: a summary that ends inside a
+// tool call (its call issued at or before its end, its result after it or
+// none yet) is refused with ErrInvalid naming its span and the call, and
+// nothing is written: the runtime never writes one, and a conversation
+// revived from it would lose the call or show the model its result
+// without it. A summary ending where every call has its result imports.
+func TestImportRefusesASummaryThatCutsACall(t *testing.T) {
+	f := newFixture(t)
+	export := exportOf(t, f, "waiting", "finished")
+	require.Contains(t, export, `"to_seq":"4"`, "finished's summary covers 1..4")
+	// waiting: lookup issued at 2, answered at 4; approve issued at 5,
+	// pending (its tool_call event at 6, the suspension at 7).
+	withSummary := func(to string) string {
+		line := `{"type":"summary","conversation":"waiting","record":{"from_seq":"1","to_seq":"` + to + `","content":"the user asked for a refund"}}`
+		in := strings.Replace(export, `{"type":"deadline","conversation":"waiting"`, line+"\n"+`{"type":"deadline","conversation":"waiting"`, 1)
+		in = strings.Replace(in, `"summaries":0,"deadlines":1`, `"summaries":1,"deadlines":1`, 1)
+		return regexp.MustCompile(`"lines":(\d+)`).ReplaceAllStringFunc(in, func(m string) string {
+			n, err := strconv.Atoi(strings.TrimPrefix(m, `"lines":`))
+			require.NoError(t, err)
+			return fmt.Sprintf(`"lines":%d`, n+1)
+		})
+	}
+	for _, tc := range []struct{ name, in, want string }{
+		{"before a result", strings.Replace(export, `"to_seq":"4"`, `"to_seq":"3"`, 1), "summary of seq 1..3 ends inside tool call call_"},
+		{"at the assistant message issuing a call", strings.Replace(export, `"to_seq":"4"`, `"to_seq":"2"`, 1), "issued at seq 2 and not answered by seq 2"},
+		{"over a pending call", withSummary("7"), "summary of seq 1..7 ends inside tool call " + f.waitingCall + ", issued at seq 5"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := importStream(ctxT(t), strings.NewReader(tc.in), noWrites(t), importOptions{})
+			require.ErrorIs(t, err, journal.ErrInvalid)
+			require.ErrorContains(t, err, tc.want)
+			st := memStore(t)
+			before := dump(t, st)
+			require.ErrorIs(t, importInto(ctxT(t), st, strings.NewReader(tc.in), importOptions{}), journal.ErrInvalid)
+			require.Equal(t, before, dump(t, st), "nothing written")
+		})
+	}
+	st := memStore(t)
+	require.NoError(t, importInto(ctxT(t), st, strings.NewReader(withSummary("4")), importOptions{}), "a summary where no call is open imports")
+	sum, err := st.LatestSummary(ctxT(t), "waiting")
+	require.NoError(t, err)
+	require.Equal(t, uint64(4), sum.GetToSeq())
+
+	// Export leaves out a summary that cuts a call, one put by hand (a
+	// Store takes it), so that its output imports.
+	require.NoError(t, st.PutSummary(ctxT(t), "waiting", &messages.Summary{FromSeq: 1, ToSeq: 6, Content: "put by hand"}))
+	out := exportOfStore(t, st, "waiting")
+	require.NotContains(t, out, "put by hand")
+	require.Contains(t, out, `"to_seq":"4"`, "the summary where no call is open is exported")
+	require.NoError(t, importInto(ctxT(t), memStore(t), strings.NewReader(out), importOptions{}))
+}
+
+// TestOpenCallsFollowRewinds: the calls open at a seq are those of the
+// head at that seq: a rewind to t makes the calls open at t the open ones,
+// and a rewind inside a span a later rewind skips has no effect.
+func TestOpenCallsFollowRewinds(t *testing.T) {
+	var o openCalls
+	ids := func(seq uint64) []string {
+		var out []string
+		for _, c := range o.at(seq) {
+			out = append(out, c.id)
+		}
+		return out
+	}
+	user := &messages.Event{Body: &messages.Event_UserMsg{UserMsg: &messages.UserMessage{}}}
+	call := &messages.Event{Body: &messages.Event_AssistantMsg{AssistantMsg: &messages.AssistantMessage{ToolCalls: []*messages.ToolCall{{Id: "a"}}}}}
+	rewind := func(to uint64) *messages.Event {
+		return &messages.Event{Body: &messages.Event_Rewind{Rewind: &messages.Rewind{ToSeq: to}}}
+	}
+	for i, ev := range []*messages.Event{user, call, rewind(1), user, rewind(2), user} {
+		ev = proto.Clone(ev).(*messages.Event)
+		ev.Seq = uint64(i + 1)
+		o.add(ev)
+	}
+	require.Empty(t, ids(1))
+	require.Equal(t, []string{"a"}, ids(2), "issued at 2")
+	require.Empty(t, ids(3), "the rewind to 1 skips the call")
+	require.Empty(t, ids(4))
+	require.Equal(t, []string{"a"}, ids(5), "the rewind to 2 brings it back")
+	require.Equal(t, []string{"a"}, ids(6))
 }
