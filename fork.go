@@ -138,8 +138,9 @@ func (r *Runtime) ForkWith(ctx context.Context, conversationID string, atSeq uin
 }
 
 // forkPoint reads what a fork at atSeq copies: the latest summary with
-// ToSeq < atSeq that is on the head at atSeq (nil if none), the events
-// after it up to atSeq, and the working set they make. A rewind on the head
+// ToSeq < atSeq that is on the head at atSeq and ends inside no tool call
+// (actors.SummaryCutsACall; nil if none), the events after it up to
+// atSeq, and the working set they make. A rewind on the head
 // that goes below a summary makes it read again from an earlier one, so
 // the cost is that of the events after the summary it ends with.
 func forkPoint(ctx context.Context, store journal.Store, id string, atSeq uint64) (*messages.Summary, []*messages.Event, *snapshot.WorkingSet, error) {
@@ -175,6 +176,19 @@ func forkPoint(ctx context.Context, store journal.Store, id string, atSeq uint64
 		if t, rewound := ws.RewoundPastSummary(); rewound && sum != nil {
 			below = t + 1
 			continue
+		}
+		if sum != nil {
+			// One that ends inside a call (not the runtime's: an
+			// import's or one put by hand) would hide the call from
+			// ws.CheckRewind and from the fork.
+			cut, err := actors.SummaryCutsACall(ctx, store, id, sum, evs)
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			if cut {
+				below = sum.GetToSeq()
+				continue
+			}
 		}
 		return sum, evs, ws, nil
 	}

@@ -911,6 +911,37 @@ func cutsACall(ws *snapshot.WorkingSet, owed map[string]bool) bool {
 	return false
 }
 
+// SummaryCutsACall reports whether sum, a summary of conversation id,
+// ends inside a tool call as a revival decides it (load passes such a
+// summary over): events are the events right after it that the caller
+// read, in order (ToSeq+1 on); it reads the rest of the log and the calls
+// the conversation owes. A fork takes the history before such a summary
+// from an earlier one: copied with it, the fork would owe no call open at
+// the fork point, or start with a result whose call it does not hold.
+func SummaryCutsACall(ctx context.Context, store journal.Store, id string, sum *messages.Summary, events []*messages.Event) (bool, error) {
+	after := sum.GetToSeq()
+	if n := len(events); n > 0 {
+		after = events[n-1].GetSeq()
+	}
+	rest, err := store.Events(ctx, id, journal.EventQuery{After: after})
+	if err != nil {
+		return false, err
+	}
+	ws, err := snapshot.Rebuild(sum, append(slices.Clip(events), rest...))
+	if err != nil {
+		return false, err
+	}
+	conv, err := store.Conversation(ctx, id)
+	if err != nil {
+		return false, err
+	}
+	owed, err := owedCalls(ctx, store, id, conv)
+	if err != nil {
+		return false, err
+	}
+	return cutsACall(ws, owed), nil
+}
+
 // owedCalls returns the ids of the calls conversation id owes results for,
 // as the Store says outside the log: its pending rows, and the calls its
 // fsm_state cache (conv's) lists as pending, which include those answered

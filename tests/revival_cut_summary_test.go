@@ -170,3 +170,52 @@ func TestRevivalFromTheRuntimesSummaryOwesTheSuspendedTurn(t *testing.T) {
 		require.Equal(t, 1, count(ts, "tool_result:lookup_order"), "%v", ts)
 	})
 }
+
+// TestForkOfAConversationWithASummaryCuttingACall: a fork is refused at a
+// point where a call is open, and one at a point where none is copies
+// the call and its result, even when the summary before the fork point
+// ends inside the call: the fork is taken from the events (an earlier
+// summary, none here) rather than from that summary. Forked from that
+// summary, the copy at the suspension owed no call though the call was
+// open there, and the copy after the answer started at the result of a
+// call it did not hold and could not be revived (ErrCorrupt).
+func TestForkOfAConversationWithASummaryCuttingACall(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		h := newHarness(t, openStore(t, kind), nil)
+		ctx := ctxT(t)
+		h.model.Push("c", scripted.Reply("", scripted.Call("approve_refund", `{"amount":5}`)), scripted.Text("approved"))
+		_, err := h.rt.Send(ctx, "c", "refund", user)
+		require.NoError(t, err)
+		susp := h.awaitEvent("c", 0, isSuspension) // user_msg, assistant_msg, tool_call, suspension
+		id := pendingCallID(t, susp)
+		require.True(t, h.rt.Kill("c"))
+		cutSummary(t, h, "c", susp.GetSeq()-1) // up to the tool_call event
+
+		err = h.rt.Fork(ctx, "c", susp.GetSeq(), "pending")
+		require.ErrorIs(t, err, journal.ErrInvalid, "the call is open at the fork point")
+		require.ErrorContains(t, err, "tool call is still open")
+
+		require.NoError(t, h.rt.Resolve(ctx, id, `{"ok":true}`, user))
+		done := h.awaitEvent("c", 0, isAssistantText("approved")) // resolution, tool_result, assistant_msg
+		err = h.rt.Fork(ctx, "c", susp.GetSeq()+1, "resolved")
+		require.ErrorIs(t, err, journal.ErrInvalid, "the call is open at its resolution, before its result")
+
+		require.NoError(t, h.rt.Fork(ctx, "c", done.GetSeq(), "f"))
+		h.model.Push("f", scripted.Text("forked"))
+		_, err = h.rt.Send(ctx, "f", "and now?", user)
+		require.NoError(t, err)
+		h.awaitEvent("f", 0, isAssistantText("forked"))
+		turn := h.model.Turns("f")[0]
+		require.Nil(t, turn.Summary, "the fork holds no summary that cuts the call")
+		require.Len(t, toolResults(turn, id), 1)
+		issued := false
+		for _, ev := range turn.Context {
+			for _, c := range ev.GetAssistantMsg().GetToolCalls() {
+				issued = issued || c.GetId() == id
+			}
+			if tr := ev.GetToolResult(); tr != nil {
+				require.True(t, issued, "a result at seq %d without its call", ev.GetSeq())
+			}
+		}
+	})
+}
