@@ -23,8 +23,13 @@
 // Errors wrap the provider-neutral sentinels of package agent (errors.Is),
 // and the SDK's *anthropic.Error when the server answered with an error
 // (errors.As). A 429 (after its Retry-After), a 408, a 5xx or 529 (overloaded), an
-// error event and a connection that failed before any text was streamed are
-// retried under Options.Retry; the SDK's own retries are off. Once text was
+// error event (overloaded_error, api_error, rate_limit_error, a type not
+// known) and a connection that failed before any text was streamed are
+// retried under Options.Retry; the SDK's own retries are off. Any other 4xx,
+// and an error event of a request's type (invalid_request_error,
+// authentication_error, permission_error, not_found_error,
+// request_too_large, billing_error), before text or after it, fails with
+// agent.ErrRequest: another attempt would fail alike. Once text was
 // streamed, a failure is never retried here: the call fails with
 // agent.ErrInterrupted (the runtime's own policy, lazarus.Options.ModelRetry,
 // may call Generate again). A stop_reason "refusal" fails the turn with
@@ -457,9 +462,10 @@ func classifyAPI(e *sdk.Error, streamed bool) error {
 	// input fits but not with the answer's bound).
 	tooLong := strings.Contains(raw, "prompt is too long") || strings.Contains(raw, "context window") || strings.Contains(raw, "exceed context limit")
 	switch {
-	case e.StatusCode == http.StatusOK && !tooLong && typ != "rate_limit_error":
-		// An error event of any other type: the stream broke, after text
-		// or before it (then the server's failure, retried).
+	case e.StatusCode == http.StatusOK && !tooLong && typ != "rate_limit_error" && !requestType(typ):
+		// An error event of any other type (overloaded_error, api_error,
+		// one unknown): the stream broke, after text or before it (then
+		// the server's failure, retried).
 		if streamed {
 			return fmt.Errorf("anthropic: %w: %w", agent.ErrInterrupted, e)
 		}
@@ -477,6 +483,19 @@ func classifyAPI(e *sdk.Error, streamed bool) error {
 	case tooLong:
 		return fmt.Errorf("anthropic: %w: %w", agent.ErrContextLength, e)
 	default:
+		// A 4xx, or an error event of a request's type (requestType),
+		// after text or before it: another attempt would fail alike.
 		return fmt.Errorf("anthropic: %w: %w", agent.ErrRequest, e)
 	}
+}
+
+// requestType reports whether an error type is the request's fault (its
+// 4xx statuses: a bad request, key, permission, model or size, no credit):
+// sent as an error event in the stream, it is not retried either.
+func requestType(typ string) bool {
+	switch typ {
+	case "invalid_request_error", "authentication_error", "permission_error", "not_found_error", "request_too_large", "billing_error":
+		return true
+	}
+	return false
 }

@@ -81,8 +81,16 @@ func TestFailureOutcomes(t *testing.T) {
 		sleeps   []time.Duration
 	}{
 		{"overloaded event before text", start + errEvent("overloaded_error", "Overloaded") + "\n===\n" + ok, nil, 2, []time.Duration{providertest.Backoff}},
-		{"invalid request event before text", start + errEvent("invalid_request_error", "odd") + "\n===\n" + ok, nil, 2, []time.Duration{providertest.Backoff}},
-		{"invalid request event after text", start + textStart + textDelta("hi") + errEvent("invalid_request_error", "odd"), agent.ErrInterrupted, 1, nil},
+		{"invalid request event before text", start + errEvent("invalid_request_error", "odd") + "\n===\n" + ok, agent.ErrRequest, 1, nil},
+		{"invalid request event after text", start + textStart + textDelta("hi") + errEvent("invalid_request_error", "odd"), agent.ErrRequest, 1, nil},
+		{"authentication event", start + errEvent("authentication_error", "invalid x-api-key") + "\n===\n" + ok, agent.ErrRequest, 1, nil},
+		{"permission event", start + errEvent("permission_error", "no") + "\n===\n" + ok, agent.ErrRequest, 1, nil},
+		{"not found event", start + errEvent("not_found_error", "no model") + "\n===\n" + ok, agent.ErrRequest, 1, nil},
+		{"too large event", start + errEvent("request_too_large", "big") + "\n===\n" + ok, agent.ErrRequest, 1, nil},
+		{"billing event", start + errEvent("billing_error", "no credit") + "\n===\n" + ok, agent.ErrRequest, 1, nil},
+		{"api error event before text", start + errEvent("api_error", "Internal") + "\n===\n" + ok, nil, 2, []time.Duration{providertest.Backoff}},
+		{"timeout event before text", start + errEvent("timeout_error", "slow") + "\n===\n" + ok, nil, 2, []time.Duration{providertest.Backoff}},
+		{"unknown event before text", start + errEvent("frobnicate_error", "odd") + "\n===\n" + ok, nil, 2, []time.Duration{providertest.Backoff}},
 		{"too long event", start + errEvent("invalid_request_error", "prompt is too long: 300000 tokens > 200000 maximum"), agent.ErrContextLength, 1, nil},
 		{"rate limit event before text", start + errEvent("rate_limit_error", "slow") + "\n===\n" + ok, nil, 2, []time.Duration{providertest.Backoff}},
 		{"overloaded event after text", start + textStart + textDelta("hi") + errEvent("overloaded_error", "Overloaded"), agent.ErrInterrupted, 1, nil},
