@@ -93,9 +93,15 @@ func TestEmptyArgumentsAreAnObject(t *testing.T) {
 	assert.Equal(t, &messages.Usage{InputTokens: 3, OutputTokens: 4}, msg.GetUsage())
 }
 
-// TestFailureOutcomes: each failure has its sentinel, its number of
-// requests and its waits (429 without Retry-After backs off; a 5xx's
-// Retry-After is honoured).
+// errData is an error event in the stream, then the next response.
+func errData(e string) string { return "data: {\"error\":" + e + "}\n\n" }
+
+// again is a second response, a good answer, after a first that failed.
+var again = "\n===\n" + chunk(`{"role":"assistant","content":"ok"}`, "stop") + usageChunk
+
+// TestFailureOutcomes: each failure has its sentinel (or is retried into
+// a success), its number of requests and its waits (429 without
+// Retry-After backs off; a 5xx's Retry-After is honoured).
 func TestFailureOutcomes(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -119,10 +125,33 @@ func TestFailureOutcomes(t *testing.T) {
 		{"text not UTF-8", chunk("{\"role\":\"assistant\",\"content\":\"a\xffb\"}", "") + chunk(`{}`, "stop") + usageChunk, agent.ErrMalformed, 1, nil},
 		{"model name not UTF-8", strings.ReplaceAll(chunk(`{"role":"assistant","content":"hi"}`, "stop")+usageChunk, `"m-1"`, "\"m\xff\""), agent.ErrMalformed, 1, nil},
 		{"call id not UTF-8", chunk(strings.Replace(`{"tool_calls":[{"index":0,"id":"call_X","type":"function","function":{"name":"get_time","arguments":"{}"}}]}`, "X", "\xff", 1), "tool_calls") + usageChunk, agent.ErrMalformed, 1, nil},
+		// Error events in the stream: the request's fault fails at once,
+		// before text or after it; the server's is retried before text.
+		{"invalid request event", errData(`{"message":"bad","type":"invalid_request_error","param":null,"code":null}`) + again, agent.ErrRequest, 1, nil},
+		{"invalid request event after text", chunk(`{"role":"assistant","content":"hi"}`, "") + errData(`{"message":"bad","type":"invalid_request_error","code":null}`), agent.ErrRequest, 1, nil},
+		{"invalid key event", errData(`{"message":"Incorrect API key","type":"invalid_request_error","code":"invalid_api_key"}`) + again, agent.ErrRequest, 1, nil},
+		{"authentication event (llama.cpp)", errData(`{"code":401,"message":"Invalid API Key","type":"authentication_error"}`) + again, agent.ErrRequest, 1, nil},
+		{"not found event (vLLM)", errData(`{"object":"error","message":"The model x does not exist.","type":"NotFoundError","param":null,"code":404}`) + again, agent.ErrRequest, 1, nil},
+		{"bad request event (vLLM)", errData(`{"object":"error","message":"bad temperature","type":"BadRequestError","param":null,"code":400}`) + again, agent.ErrRequest, 1, nil},
+		{"403 event (OpenRouter)", errData(`{"code":403,"message":"flagged by moderation"}`) + again, agent.ErrRequest, 1, nil},
+		{"quota event", errData(`{"message":"You exceeded your current quota","type":"insufficient_quota","code":"insufficient_quota"}`) + again, agent.ErrRateLimited, 1, nil},
+		{"server event", errData(`{"message":"The server had an error","type":"server_error","param":null,"code":null}`) + again, nil, 2, []time.Duration{providertest.Backoff}},
+		{"502 event (OpenRouter)", errData(`{"code":502,"message":"Provider returned error"}`) + again, nil, 2, []time.Duration{providertest.Backoff}},
+		{"rate limit event", errData(`{"message":"slow down","type":"requests","code":"rate_limit_exceeded"}`) + again, nil, 2, []time.Duration{providertest.Backoff}},
+		{"429 event", errData(`{"code":429,"message":"slow down"}`) + again, nil, 2, []time.Duration{providertest.Backoff}},
+		{"string event", "data: {\"error\":\"odd\"}\n\n" + again, nil, 2, []time.Duration{providertest.Backoff}},
+		{"rate limit event after text", chunk(`{"role":"assistant","content":"hi"}`, "") + errData(`{"message":"slow down","code":"rate_limit_exceeded"}`), agent.ErrInterrupted, 1, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := serveText(t, tc.tr)
 			msg, err := p.m.Generate(context.Background(), providertest.Turn(), nil)
+			if tc.want == nil {
+				require.NoError(t, err)
+				assert.Equal(t, "ok", msg.GetContent()[0].GetText())
+				assert.Len(t, p.srv.Requests(), tc.requests)
+				assert.Equal(t, tc.sleeps, p.waits())
+				return
+			}
 			require.ErrorIs(t, err, tc.want)
 			assert.Nil(t, msg)
 			assert.Len(t, p.srv.Requests(), tc.requests)

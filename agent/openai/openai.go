@@ -27,7 +27,14 @@
 // failed before any text was streamed are retried under Options.Retry,
 // except a 429 of code insufficient_quota (the account is out of credit:
 // waiting does not help), which fails at once with agent.ErrRateLimited; the
-// SDK's own retries are off. Once text was streamed, a failure is never
+// SDK's own retries are off. An error event in the stream (a 200 that
+// failed after its headers) is read like a status: one whose error's code
+// is a 4xx status (vLLM, llama.cpp, OpenRouter) or whose type or code says
+// the request is at fault (invalid_request_error, invalid_api_key,
+// authentication_error, NotFoundError, ...) fails with agent.ErrRequest,
+// before text or after it, and insufficient_quota with
+// agent.ErrRateLimited, neither retried; any other error event is retried
+// while no text was streamed. Once text was streamed, a failure is never
 // retried here (the text would stream twice within one call): the call
 // fails with agent.ErrInterrupted, and nothing of it is written; the
 // runtime's own policy (lazarus.Options.ModelRetry) may then call Generate
@@ -64,6 +71,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -531,6 +539,19 @@ func classify(ctx context.Context, err error, streamed bool) error {
 	if isEvent && contextLength(string(se.Event.Data)) {
 		return fmt.Errorf("openai: %w: %w", agent.ErrContextLength, err)
 	}
+	if isEvent {
+		switch eventFault(se.Event.Data) {
+		case faultRequest:
+			// Before text or after it: another attempt would fail alike.
+			return fmt.Errorf("openai: %w: %w", agent.ErrRequest, err)
+		case faultQuota:
+			return fmt.Errorf("openai: %w: %w", agent.ErrRateLimited, err)
+		case faultRate:
+			if !streamed {
+				return retry.Retryable(fmt.Errorf("openai: %w: %w", agent.ErrRateLimited, err), 0)
+			}
+		}
+	}
 	switch {
 	case streamed:
 		return fmt.Errorf("openai: %w: %w", agent.ErrInterrupted, err)
@@ -564,6 +585,54 @@ func classifyStatus(e *oai.Error) error {
 	default:
 		return fmt.Errorf("openai: %w: %w", agent.ErrRequest, e)
 	}
+}
+
+// What an error event says of its failure (eventFault).
+const (
+	faultServer  = iota // the server's failure, or nothing said
+	faultRequest        // the request's fault: a bad request, key, model
+	faultQuota          // out of credit (insufficient_quota)
+	faultRate           // a rate limit
+)
+
+// requestFaults are the error types and codes, lower-cased, that say the
+// request is at fault: OpenAI's and llama.cpp's types and codes, and the
+// exception names vLLM sends as the type.
+var requestFaults = map[string]bool{
+	"invalid_request_error": true, "authentication_error": true, "permission_error": true,
+	"not_found_error": true, "not_supported_error": true, "invalid_api_key": true, "model_not_found": true,
+	"badrequesterror": true, "authenticationerror": true, "permissiondeniederror": true,
+	"notfounderror": true, "unprocessableentityerror": true,
+}
+
+// eventFault reads what an error event in the stream says of its failure:
+// its error's code when that is an HTTP status (vLLM, llama.cpp and
+// OpenRouter send one), else its type and code. Data that says nothing
+// known is faultServer, as a failure after the headers mostly is.
+func eventFault(data []byte) int {
+	var ev struct {
+		Error struct {
+			Type string          `json:"type"`
+			Code json.RawMessage `json:"code"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(data, &ev) != nil {
+		return faultServer // an error that is a string, or not JSON
+	}
+	typ := strings.ToLower(ev.Error.Type)
+	code := strings.ToLower(strings.Trim(string(ev.Error.Code), `"`))
+	status, _ := strconv.Atoi(code)
+	switch {
+	case typ == "insufficient_quota" || code == "insufficient_quota":
+		return faultQuota
+	case status == http.StatusTooManyRequests || typ == "rate_limit_error" || typ == "ratelimiterror" || code == "rate_limit_exceeded":
+		return faultRate
+	case status >= 500 || status == http.StatusRequestTimeout || status == http.StatusConflict:
+		return faultServer
+	case status >= 400 || requestFaults[typ] || requestFaults[code]:
+		return faultRequest
+	}
+	return faultServer
 }
 
 // contextLength reports whether an error text says the context is too long:
