@@ -22,7 +22,7 @@
 //
 // Errors wrap the provider-neutral sentinels of package agent (errors.Is),
 // and the SDK's *anthropic.Error when the server answered with an error
-// (errors.As). A 429 (after its Retry-After), a 408, a 5xx or 529 (overloaded), an
+// (errors.As). A 429 (after its Retry-After), a 408, a 409, a 5xx or 529 (overloaded), an
 // error event (overloaded_error, api_error, rate_limit_error, a type not
 // known) and a connection that failed before any text was streamed are
 // retried under Options.Retry; the SDK's own retries are off. Any other 4xx,
@@ -99,8 +99,8 @@ type Options struct {
 	Temperature *float64
 	// MaxTokens bounds the tokens of an answer. 0 means DefaultMaxTokens.
 	MaxTokens int64
-	// Retry bounds the retries of a call (429, 5xx, 529, a failure before
-	// any text). The zero value is retry's defaults.
+	// Retry bounds the retries of a call (429, 408, 409, 5xx, 529, a
+	// failure before any text). The zero value is retry's defaults.
 	Retry retry.Policy
 	// HTTPClient sends the requests. Nil means http.DefaultClient.
 	HTTPClient *http.Client
@@ -475,7 +475,7 @@ func classifyAPI(e *sdk.Error, streamed bool) error {
 			return fmt.Errorf("anthropic: %w: %w", agent.ErrInterrupted, e)
 		}
 		return retry.Retryable(fmt.Errorf("anthropic: %w: %w", agent.ErrRateLimited, e), after)
-	case e.StatusCode >= 500 || e.StatusCode == http.StatusRequestTimeout || typ == "overloaded_error" || typ == "api_error":
+	case e.StatusCode >= 500 || e.StatusCode == http.StatusRequestTimeout || e.StatusCode == http.StatusConflict || typ == "overloaded_error" || typ == "api_error":
 		if streamed {
 			return fmt.Errorf("anthropic: %w: %w", agent.ErrInterrupted, e)
 		}

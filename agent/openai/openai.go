@@ -23,8 +23,9 @@
 //
 // Errors wrap the provider-neutral sentinels of package agent (errors.Is),
 // and the SDK's *openai.Error when the server answered with an error status
-// (errors.As). A 429 (after its Retry-After), a 5xx and a connection that
-// failed before any text was streamed are retried under Options.Retry,
+// (errors.As). A 429 (after its Retry-After), a 408, a 409, a 5xx and a
+// connection that failed before any text was streamed are retried under
+// Options.Retry (any other 4xx fails with agent.ErrRequest),
 // except a 429 of code insufficient_quota (the account is out of credit:
 // waiting does not help), which fails at once with agent.ErrRateLimited; the
 // SDK's own retries are off. An error event in the stream (a 200 that
@@ -119,8 +120,8 @@ type Options struct {
 	// MaxTokens bounds the tokens of an answer (max_completion_tokens). 0
 	// means the server's default.
 	MaxTokens int64
-	// Retry bounds the retries of a call (429, 5xx, a failure before any
-	// text). The zero value is retry's defaults.
+	// Retry bounds the retries of a call (429, 408, 409, 5xx, a failure
+	// before any text). The zero value is retry's defaults.
 	Retry retry.Policy
 	// HTTPClient sends the requests. Nil means http.DefaultClient.
 	HTTPClient *http.Client
@@ -578,7 +579,9 @@ func classifyStatus(e *oai.Error) error {
 		// llama.cpp's server, with a 400 or (older versions) a 500: not
 		// the server's failure, another attempt would fail alike.
 		return fmt.Errorf("openai: %w: %w", agent.ErrContextLength, e)
-	case e.StatusCode >= 500 || e.StatusCode == http.StatusRequestTimeout:
+	case e.StatusCode >= 500 || e.StatusCode == http.StatusRequestTimeout || e.StatusCode == http.StatusConflict:
+		// 409: a conflict on the server's side (a lock), which the SDK
+		// too would retry.
 		return retry.Retryable(fmt.Errorf("openai: %w: %w", agent.ErrUnavailable, e), after)
 	case e.Code == "context_length_exceeded" || contextLength(e.Message):
 		return fmt.Errorf("openai: %w: %w", agent.ErrContextLength, e)
