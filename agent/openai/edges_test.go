@@ -6,12 +6,14 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	oai "github.com/openai/openai-go/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -115,6 +117,9 @@ func TestFailureOutcomes(t *testing.T) {
 		{"400", "> status 400\n{\"error\":{\"message\":\"bad\"}}\n", agent.ErrRequest, 1, nil},
 		{"403", "> status 403\n{\"error\":{\"message\":\"no\"}}\n", agent.ErrRequest, 1, nil},
 		{"404", "> status 404\n{\"error\":{\"message\":\"no model\"}}\n", agent.ErrRequest, 1, nil},
+		{"400 error is a string", "> status 400\n{\"error\":\"model not found\"}\n" + again, agent.ErrRequest, 1, nil},
+		{"401 error is a number", "> status 401\n{\"error\":42}\n" + again, agent.ErrRequest, 1, nil},
+		{"503 error is a string", "> status 503\n{\"error\":\"down\"}\n" + again, nil, 2, []time.Duration{providertest.Backoff}},
 		{"413", "> status 413\n{\"error\":{\"message\":\"too large\"}}\n", agent.ErrRequest, 1, nil},
 		{"422", "> status 422\n{\"error\":{\"message\":\"unprocessable\"}}\n", agent.ErrRequest, 1, nil},
 		{"408", "> status 408\n{}\n" + again, nil, 2, []time.Duration{providertest.Backoff}},
@@ -375,4 +380,36 @@ func TestFinishWithoutUsageReadsToTheEnd(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "Hi", msg.GetContent()[0].GetText())
 	assert.Nil(t, msg.GetUsage())
+}
+
+// TestOddErrorBodiesNameTheStatus: an error status whose body is not
+// OpenAI's error object (a string or a number for "error", HTML, nothing)
+// still fails by its status, with an error that names the provider and
+// the status and wraps the SDK's *openai.Error.
+func TestOddErrorBodiesNameTheStatus(t *testing.T) {
+	for _, tc := range []struct {
+		status int
+		body   string
+		want   error
+	}{
+		{400, `{"error":"model not found"}`, agent.ErrRequest},
+		{401, `{"error":42}`, agent.ErrRequest},
+		{404, `{"error":["no"]}`, agent.ErrRequest},
+		{403, "<html><body>Forbidden</body></html>", agent.ErrRequest},
+		{413, "", agent.ErrRequest},
+		{502, `{"error":"bad gateway"}`, agent.ErrUnavailable},
+		{503, "<html><body>Service Unavailable</body></html>", agent.ErrUnavailable},
+	} {
+		t.Run(strconv.Itoa(tc.status), func(t *testing.T) {
+			p := serveText(t, "> status "+strconv.Itoa(tc.status)+"\n"+tc.body+"\n===\n> status "+strconv.Itoa(tc.status)+"\n"+tc.body+"\n===\n> status "+strconv.Itoa(tc.status)+"\n"+tc.body+"\n")
+			msg, err := p.m.Generate(context.Background(), providertest.Turn(), nil)
+			assert.Nil(t, msg)
+			require.ErrorIs(t, err, tc.want)
+			assert.Contains(t, err.Error(), "openai")
+			assert.Contains(t, err.Error(), strconv.Itoa(tc.status))
+			var apiErr *oai.Error
+			require.ErrorAs(t, err, &apiErr)
+			assert.Equal(t, tc.status, apiErr.StatusCode)
+		})
+	}
 }

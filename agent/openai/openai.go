@@ -35,7 +35,9 @@
 // authentication_error, NotFoundError, ...) fails with agent.ErrRequest,
 // before text or after it, and insufficient_quota with
 // agent.ErrRateLimited, neither retried; any other error event is retried
-// while no text was streamed. Once text was streamed, a failure is never
+// while no text was streamed. An error status whose body is not an error
+// object (HTML from a proxy, {"error":"text"}, nothing) is classified by
+// its status alike, with an *openai.Error that carries it. Once text was streamed, a failure is never
 // retried here (the text would stream twice within one call): the call
 // fails with agent.ErrInterrupted, and nothing of it is written; the
 // runtime's own policy (lazarus.Options.ModelRetry) may then call Generate
@@ -382,7 +384,8 @@ type call struct {
 
 // attempt makes one streamed call.
 func (m *Model) attempt(ctx context.Context, params oai.ChatCompletionNewParams, onDelta func(string)) (*messages.AssistantMessage, error) {
-	stream := m.client.NewStreaming(ctx, params)
+	var resp *http.Response // the response, for its status when the SDK's error has none
+	stream := m.client.NewStreaming(ctx, params, option.WithResponseInto(&resp))
 	defer stream.Close()
 	var (
 		text, refusal strings.Builder
@@ -427,7 +430,7 @@ func (m *Model) attempt(ctx context.Context, params oai.ChatCompletionNewParams,
 		}
 	}
 	if err := stream.Err(); err != nil {
-		return nil, classify(ctx, err, streamed)
+		return nil, classify(ctx, err, streamed, resp)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("openai: %w", err)
@@ -519,14 +522,20 @@ func addFragment(calls []*call, f *oai.ChatCompletionChunkChoiceDeltaToolCall) [
 }
 
 // classify maps a failed call onto the sentinels of package agent, marking
-// what may be retried.
-func classify(ctx context.Context, err error, streamed bool) error {
+// what may be retried. resp is the call's response, nil if none came.
+func classify(ctx context.Context, err error, streamed bool, resp *http.Response) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("openai: %w", ctx.Err())
 	}
 	var apiErr *oai.Error
 	if errors.As(err, &apiErr) {
 		return classifyStatus(apiErr)
+	}
+	if resp != nil && resp.StatusCode >= 400 {
+		// An error status whose body's "error" the SDK could not decode
+		// (a string: {"error":"model not found"}, from a proxy or a
+		// gateway) fails with its own error instead: the status decides.
+		return classifyStatus(&oai.Error{StatusCode: resp.StatusCode, Request: resp.Request, Response: resp})
 	}
 	var syn *json.SyntaxError
 	var typ *json.UnmarshalTypeError
