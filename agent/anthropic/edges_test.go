@@ -6,12 +6,14 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	sdk "github.com/anthropics/anthropic-sdk-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -360,4 +362,37 @@ func TestTextIsTheDeltasInTheirOrder(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"B", "A", "C", "D"}, deltas)
 	assert.Equal(t, strings.Join(deltas, ""), msg.GetContent()[0].GetText())
+}
+
+// TestOddErrorBodiesNameTheStatus: an error status whose body is not the
+// API's error object (a string or a number for "error", HTML, nothing)
+// still fails by its status, with an error that names the provider and
+// the status and wraps the SDK's *anthropic.Error.
+func TestOddErrorBodiesNameTheStatus(t *testing.T) {
+	for _, tc := range []struct {
+		status int
+		body   string
+		want   error
+	}{
+		{400, `{"error":"model not found"}`, agent.ErrRequest},
+		{401, `{"type":"error","error":42}`, agent.ErrRequest},
+		{404, `{"error":["no"]}`, agent.ErrRequest},
+		{403, "<html><body>Forbidden</body></html>", agent.ErrRequest},
+		{413, "", agent.ErrRequest},
+		{502, `{"error":"bad gateway"}`, agent.ErrUnavailable},
+		{503, "<html><body>Service Unavailable</body></html>", agent.ErrUnavailable},
+	} {
+		t.Run(strconv.Itoa(tc.status), func(t *testing.T) {
+			r := "> status " + strconv.Itoa(tc.status) + "\n" + tc.body + "\n"
+			p := serveText(t, r+"===\n"+r+"===\n"+r)
+			msg, err := p.m.Generate(context.Background(), providertest.Turn(), nil)
+			assert.Nil(t, msg)
+			require.ErrorIs(t, err, tc.want)
+			assert.Contains(t, err.Error(), "anthropic")
+			assert.Contains(t, err.Error(), strconv.Itoa(tc.status))
+			var apiErr *sdk.Error
+			require.ErrorAs(t, err, &apiErr)
+			assert.Equal(t, tc.status, apiErr.StatusCode)
+		})
+	}
 }
