@@ -99,6 +99,8 @@ func TestFailureOutcomes(t *testing.T) {
 		{"408 from a proxy", "> status 408\n{}\n===\n" + ok, nil, 2, []time.Duration{providertest.Backoff}},
 		{"529", "> status 529\n{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n===\n" + ok, nil, 2, []time.Duration{providertest.Backoff}},
 		{"429 no retry-after", "> status 429\n{\"type\":\"error\",\"error\":{\"type\":\"rate_limit_error\",\"message\":\"slow\"}}\n===\n> status 429\n{}\n===\n> status 429\n{}\n", agent.ErrRateLimited, 3, []time.Duration{providertest.Backoff, 2 * providertest.Backoff}},
+		{"429 retry-after-ms", "> status 429\n> header retry-after-ms: 1500\n> header Retry-After: 9\n{\"type\":\"error\",\"error\":{\"type\":\"rate_limit_error\",\"message\":\"slow\"}}\n===\n" + ok, nil, 2, []time.Duration{1500 * time.Millisecond}},
+		{"503 retry-after", "> status 503\n> header Retry-After: 3\n{}\n===\n" + ok, nil, 2, []time.Duration{3 * time.Second}},
 		{"409", "> status 409\n{\"type\":\"error\",\"error\":{\"type\":\"conflict_error\",\"message\":\"conflict\"}}\n===\n" + ok, nil, 2, []time.Duration{providertest.Backoff}},
 		{"404", "> status 404\n{\"type\":\"error\",\"error\":{\"type\":\"not_found_error\",\"message\":\"no model\"}}\n", agent.ErrRequest, 1, nil},
 		{"413", "> status 413\n{\"type\":\"error\",\"error\":{\"type\":\"request_too_large\",\"message\":\"big\"}}\n", agent.ErrRequest, 1, nil},

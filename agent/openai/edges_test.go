@@ -114,6 +114,7 @@ func TestFailureOutcomes(t *testing.T) {
 	}{
 		{"429 no retry-after", "> status 429\n{\"error\":{\"message\":\"slow\"}}\n===\n> status 429\n{}\n===\n> status 429\n{}\n", agent.ErrRateLimited, 3, []time.Duration{providertest.Backoff, 2 * providertest.Backoff}},
 		{"503 retry-after", "> status 503\n> header Retry-After: 3\n{}\n===\n> status 503\n{}\n===\n> status 503\n{}\n", agent.ErrUnavailable, 3, []time.Duration{3 * time.Second, 2 * providertest.Backoff}},
+		{"429 retry-after-ms", "> status 429\n> header retry-after-ms: 1500\n> header Retry-After: 9\n{\"error\":{\"message\":\"slow\"}}\n" + again, nil, 2, []time.Duration{1500 * time.Millisecond}},
 		{"400", "> status 400\n{\"error\":{\"message\":\"bad\"}}\n", agent.ErrRequest, 1, nil},
 		{"403", "> status 403\n{\"error\":{\"message\":\"no\"}}\n", agent.ErrRequest, 1, nil},
 		{"404", "> status 404\n{\"error\":{\"message\":\"no model\"}}\n", agent.ErrRequest, 1, nil},
