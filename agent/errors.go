@@ -10,7 +10,8 @@ import "errors"
 //
 //	ErrRateLimited    retried after the server's Retry-After, bounded;
 //	                  returned once the attempts run out or the wait is too long
-//	ErrUnavailable    retried with backoff, bounded (5xx, overloaded, a
+//	ErrUnavailable    retried with backoff, bounded (5xx, 408, 409,
+//	                  overloaded, an error event of the server's, a
 //	                  connection that failed before any text was streamed)
 //	ErrInterrupted    the turn fails (the stream broke after text was
 //	                  streamed: retrying would stream that text again)
@@ -22,10 +23,11 @@ import "errors"
 //	ErrRefused        the turn fails (the model refused; the refusal is in the
 //	                  error's text)
 //	ErrRequest        the turn fails (any other rejected request: a bad key,
-//	                  an unknown model; a base URL the HTTP client cannot
-//	                  use, a server certificate that does not verify; a
-//	                  tool's Parameters that are not a JSON object, also
-//	                  journal.ErrInvalid, before any request)
+//	                  an unknown model, as a 4xx or as an error event in
+//	                  the stream, even after text; a base URL the HTTP
+//	                  client cannot use, a server certificate that does not
+//	                  verify; a tool's Parameters that are not a JSON
+//	                  object, also journal.ErrInvalid, before any request)
 //
 // "The turn fails" above means the provider's call returns the error. A
 // failed call writes nothing: the deltas streamed before the failure never
@@ -41,11 +43,11 @@ import "errors"
 var (
 	// ErrRateLimited: the provider answered 429 (rate or quota limit).
 	ErrRateLimited = errors.New("agent: model rate limited")
-	// ErrUnavailable: the provider failed on its side (5xx, overloaded) or
-	// could not be reached.
+	// ErrUnavailable: the provider failed on its side (5xx, 408, 409,
+	// overloaded) or could not be reached.
 	ErrUnavailable = errors.New("agent: model unavailable")
-	// ErrInterrupted: the stream broke (connection reset, an error event)
-	// after text had been streamed.
+	// ErrInterrupted: the stream broke (connection reset, an error event
+	// of the server's or a rate limit) after text had been streamed.
 	ErrInterrupted = errors.New("agent: model stream interrupted")
 	// ErrMalformed: a streamed chunk could not be decoded (a line longer
 	// than the SDK's stream decoder reads, 32 MiB, included), or the answer's
@@ -57,7 +59,8 @@ var (
 	ErrContextLength = errors.New("agent: context exceeds the model's window")
 	// ErrRefused: the model refused to answer.
 	ErrRefused = errors.New("agent: model refused")
-	// ErrRequest: the provider rejected the request for another reason, or
+	// ErrRequest: the provider rejected the request for another reason
+	// (a 4xx, or an error event in the stream that says so), or
 	// it could not be sent as configured (an unusable base URL, a server
 	// certificate that does not verify, a tool's Parameters that are not a
 	// JSON object).
