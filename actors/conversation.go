@@ -110,7 +110,9 @@ type ConversationConfig struct {
 	// Tools is the tool registry. Nil means no tools.
 	Tools *agent.Registry
 	// Checkpoints, if set, gives each server tool run its
-	// agent.Checkpointer (Invocation.Files). Default nil: none.
+	// agent.Checkpointer (Invocation.Files). Default nil: none. If it
+	// panics, the call ends with a tool error of code agent.CodePanic, as
+	// when the tool's Run panics, and the tool is not run.
 	Checkpoints func(inv agent.Invocation) agent.Checkpointer
 	// Agents are the named agents of the conversation, by name (see
 	// AgentConfig); with any, Tools must hold HandoffTool. Nil: the
@@ -529,12 +531,17 @@ func (c *conversation) runTool(ctx actor.Context, inv agent.Invocation) {
 	send := tell(ctx)
 	tools, gate, clock := c.cfg.Tools, c.cfg.ToolGate, c.cfg.Clock
 	timeout := runTimeout(tools, inv.Name, c.cfg.ToolTimeout)
+	var hookErr error
 	if c.cfg.Checkpoints != nil {
-		inv.Files = c.cfg.Checkpoints(inv)
+		inv.Files, hookErr = checkpointsOf(c.cfg.Checkpoints, inv, c.log)
 	}
 	c.goOwned(func(gctx context.Context) {
 		var out *messages.ToolOutcome
-		if tools == nil {
+		if hookErr != nil {
+			// The tool is not run: its outcome is the panic's, as when
+			// its Run panics.
+			out = agent.ErrorOutcome(agent.CodePanic, hookErr.Error())
+		} else if tools == nil {
 			out = &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Error{Error: &messages.ToolError{Code: "tool", Message: "no tools are registered"}}}
 		} else {
 			// A run of this call by a killed activation may still be
@@ -563,6 +570,15 @@ func (c *conversation) runTool(ctx actor.Context, inv agent.Invocation) {
 			send(&inToolDone{id: inv.ToolCallID, outcome: out})
 		}
 	})
+}
+
+// checkpointsOf runs the Checkpoints hook for inv, recovering its panic
+// into an error wrapping agent.ErrPanicked. Left to recoverReceive, a
+// panic stopped the activation, and each next one dispatched the open
+// call again and panicked alike: the conversation was stuck for good.
+func checkpointsOf(hook func(agent.Invocation) agent.Checkpointer, inv agent.Invocation, log *slog.Logger) (cp agent.Checkpointer, err error) {
+	defer recoverInto(&err, log, "file checkpoints of tool "+inv.Name)
+	return hook(inv), nil
 }
 
 func (c *conversation) startModel(ctx actor.Context, e effStartModel) {
