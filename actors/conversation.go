@@ -900,8 +900,9 @@ func load(ctx context.Context, store journal.Store, id string) *inLoaded {
 // call still owed (in owed) was issued by no event after the summary, its
 // tool_call event being one the summary covers, or a tool_result after the
 // summary answers a call no event after it issued. The runtime never
-// writes such a summary (it ends at a snapshot SafePoint), but a Store
-// takes any whose span is in the log (an import, one put by hand). Revived
+// writes such a summary (it ends at a snapshot SafePoint), and import
+// refuses one, but a Store takes any whose span is in the log (one put by
+// hand, PutSummary; one imported before import refused them). Revived
 // from it, the activation would not owe the call: it would neither run it
 // again nor record its answer, which would be lost; or it would show the
 // model a result without its call. load passes it over for an earlier

@@ -15,7 +15,8 @@ import (
 )
 
 // The runtime ends its summaries where no tool call is open, but a Store
-// takes any summary whose span is in the log (an import, one put by hand).
+// takes any summary whose span is in the log (one put by hand, or one
+// imported before import refused them).
 // A revival from a summary that ends inside a call passes it over for an
 // earlier one (none here: the whole log), so the activation still owes
 // exactly the calls the log leaves open and never shows the model a result
