@@ -8,7 +8,8 @@ import "errors"
 // exactly one of them, and also the SDK's own error when there is one (for
 // errors.As). Each has a defined outcome in the providers:
 //
-//	ErrRateLimited    retried after the server's Retry-After, bounded;
+//	ErrRateLimited    retried after the server's retry-after-ms or
+//	                  Retry-After (the former first), bounded;
 //	                  returned once the attempts run out or the wait is too long
 //	ErrUnavailable    retried with backoff, bounded (5xx, 408, 409,
 //	                  overloaded, an error event of the server's, a

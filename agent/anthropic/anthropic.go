@@ -22,7 +22,7 @@
 //
 // Errors wrap the provider-neutral sentinels of package agent (errors.Is),
 // and the SDK's *anthropic.Error when the server answered with an error
-// (errors.As). A 429 (after its Retry-After), a 408, a 409, a 5xx or 529 (overloaded), an
+// (errors.As). A 429 (after its retry-after-ms, else its Retry-After), a 408, a 409, a 5xx or 529 (overloaded), an
 // error event (overloaded_error, api_error, rate_limit_error, a type not
 // known) and a connection that failed before any text was streamed are
 // retried under Options.Retry; the SDK's own retries are off. Any other 4xx,

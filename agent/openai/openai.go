@@ -23,8 +23,9 @@
 //
 // Errors wrap the provider-neutral sentinels of package agent (errors.Is),
 // and the SDK's *openai.Error when the server answered with an error status
-// (errors.As). A 429 (after its Retry-After), a 408, a 409, a 5xx and a
-// connection that failed before any text was streamed are retried under
+// (errors.As). A 429 (after its retry-after-ms, else its Retry-After), a
+// 408, a 409, a 5xx and a connection that failed before any text was
+// streamed are retried under
 // Options.Retry (any other 4xx fails with agent.ErrRequest),
 // except a 429 of code insufficient_quota (the account is out of credit:
 // waiting does not help), which fails at once with agent.ErrRateLimited; the

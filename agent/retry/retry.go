@@ -1,6 +1,7 @@
 // Package retry is the provider-level retry policy of the model providers
 // (agent/openai, agent/anthropic): bounded attempts with exponential backoff,
-// honouring a server's Retry-After, with a sleep seam for tests.
+// honouring a server's retry-after-ms or Retry-After (see After), with a
+// sleep seam for tests.
 //
 // A provider marks an error worth another attempt with Retryable; Do retries
 // only those. The providers mark a failure retryable only while nothing of
@@ -49,7 +50,7 @@ type Policy struct {
 	InitialBackoff time.Duration
 	// MaxBackoff caps the doubled backoff. 0 means DefaultMaxBackoff.
 	MaxBackoff time.Duration
-	// MaxRetryAfter is the longest server-named wait (Retry-After) that is
+	// MaxRetryAfter is the longest server-named wait (After) that is
 	// honoured; a longer one ends the call with its error at once. 0 means
 	// DefaultMaxRetryAfter.
 	MaxRetryAfter time.Duration
