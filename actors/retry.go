@@ -117,7 +117,8 @@ func Permanent(err error) bool {
 }
 
 // DefaultRetryable is the default RetryPolicy.Retryable: the transient
-// model failures agent.ErrRateLimited, agent.ErrUnavailable,
+// model failures agent.ErrRateLimited (an account out of credit, OpenAI's
+// insufficient_quota, included), agent.ErrUnavailable,
 // agent.ErrInterrupted, agent.ErrIncomplete, agent.ErrMalformed, and
 // context.DeadlineExceeded (a timeout of the model call: the error of a call
 // past ConversationConfig.ModelTimeout wraps it). Any other error

@@ -10,7 +10,9 @@ import "errors"
 //
 //	ErrRateLimited    retried after the server's retry-after-ms or
 //	                  Retry-After (the former first), bounded;
-//	                  returned once the attempts run out or the wait is too long
+//	                  returned once the attempts run out or the wait is too
+//	                  long; returned at once when the account is out of
+//	                  credit (OpenAI's insufficient_quota)
 //	ErrUnavailable    retried with backoff, bounded (5xx, 408, 409,
 //	                  overloaded, an error event of the server's, a
 //	                  connection that failed before any text was streamed)
@@ -41,8 +43,15 @@ import "errors"
 // (lazarus.Options.ModelTimeout): a call past its bound has its context
 // cancelled and fails with an error wrapping context.DeadlineExceeded,
 // retried by default, whatever the provider returned after the cancel.
+//
+// ErrRateLimited also stands for an account out of credit (OpenAI's
+// insufficient_quota): the provider does not retry it, but the runtime's
+// default policy does, as any ErrRateLimited (3 calls in all by default),
+// before the turn fails. An application that wants such a turn to fail at
+// once sets a lazarus.RetryPolicy.Retryable of its own.
 var (
-	// ErrRateLimited: the provider answered 429 (rate or quota limit).
+	// ErrRateLimited: the provider answered 429 (a rate or quota limit;
+	// an account out of credit, OpenAI's insufficient_quota, included).
 	ErrRateLimited = errors.New("agent: model rate limited")
 	// ErrUnavailable: the provider failed on its side (5xx, 408, 409,
 	// overloaded) or could not be reached.

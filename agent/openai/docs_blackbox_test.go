@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lazarusrt/lazarus/actors"
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/openai"
 	"github.com/lazarusrt/lazarus/agent/providertest"
@@ -145,7 +146,8 @@ func TestDocsUnsetOptionsAreNotSent(t *testing.T) {
 
 // TestDocsInsufficientQuotaFailsAtOnce: a 429 of code insufficient_quota
 // fails at once with agent.ErrRateLimited (and the SDK's *oai.Error),
-// without waiting for its Retry-After.
+// without waiting for its Retry-After; the runtime's default retry policy
+// still retries it, as agent/errors.go says.
 func TestDocsInsufficientQuotaFailsAtOnce(t *testing.T) {
 	p := serveText(t, "> status 429\n> header Retry-After: 1\n{\"error\":{\"message\":\"You exceeded your current quota\",\"type\":\"insufficient_quota\",\"code\":\"insufficient_quota\"}}\n")
 	msg, err := p.m.Generate(context.Background(), providertest.Turn(), nil)
@@ -156,6 +158,7 @@ func TestDocsInsufficientQuotaFailsAtOnce(t *testing.T) {
 	var apiErr *oai.Error
 	require.True(t, errors.As(err, &apiErr), "the SDK's error is wrapped")
 	assert.Equal(t, http.StatusTooManyRequests, apiErr.StatusCode)
+	assert.True(t, actors.DefaultRetryable(err), "the runtime's default policy retries it")
 }
 
 // TestDocsStatusErrorsWrapTheSDKError: an error status (401, 500) wraps
