@@ -1232,3 +1232,24 @@ func TestConsoleAnswerOfUnknownOutcome(t *testing.T) {
 		})
 	}
 }
+
+// TestConsoleShowsArgumentsAsWritten: the card shows a call's arguments
+// as the model wrote them: a number a JavaScript number cannot hold
+// (an account number of 20 digits, 1.10) was shown rounded
+// (12345678901234567000, 1.1), so an approver read another value than the
+// one the tool gets.
+func TestConsoleShowsArgumentsAsWritten(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	_, call := suspendOn(t, ctx, n, model, "approve", `{"account":12345678901234567891,"amount":1.10,"n":[7,-0.5e3]}`)
+
+	tab := newTab(t, browserWait)
+	signIn(t, tab, n, tokCarol, "#/calls")
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(cardSel(call.ID, " .args"))))
+	args, err := chromedp.Run(tab, chromedp.Text(cardSel(call.ID, " .args")))
+	require.NoError(t, err)
+	require.Contains(t, args, `"account": 12345678901234567891`)
+	require.Contains(t, args, `"amount": 1.10`)
+	require.Contains(t, args, `-0.5e3`)
+}

@@ -59,7 +59,7 @@ async function api(method, path, body) {
   }
   if (res.status === 204) return null;
   let data = null;
-  try { data = await res.json(); } catch (e) { /* not JSON */ }
+  try { data = JSON.parse(await res.text(), exactNumbers); } catch (e) { /* not JSON */ }
   if (!res.ok) {
     const err = (data && data.error) || {};
     if (res.status === 401) signOut('The token was refused.');
@@ -68,6 +68,19 @@ async function api(method, path, body) {
     throw new APIError(res.status, err.code || 'http_' + res.status, err.message || res.statusText || 'HTTP ' + res.status);
   }
   return data;
+}
+
+// exactNumbers is the reviver of the API's answers: a number a JavaScript
+// number cannot hold as written (12345678901234567891, 1.10) is kept as
+// its text, which JSON.stringify writes back as it was, so a call's
+// arguments show what the model wrote, not a rounded value (where the
+// browser has JSON.rawJSON; elsewhere the number is as parsed).
+function exactNumbers(key, value, context) {
+  if (typeof value === 'number' && context && typeof context.source === 'string' &&
+      String(value) !== context.source && typeof JSON.rawJSON === 'function') {
+    return JSON.rawJSON(context.source);
+  }
+  return value;
 }
 
 const enc = encodeURIComponent;
