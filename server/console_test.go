@@ -1253,3 +1253,73 @@ func TestConsoleShowsArgumentsAsWritten(t *testing.T) {
 	require.Contains(t, args, `"amount": 1.10`)
 	require.Contains(t, args, `-0.5e3`)
 }
+
+// TestConsoleDoubleClickAnswersOnce: two clicks on Approve (or Reject,
+// then Approve) of a card, dispatched at once, send one answer, and the
+// card says what that one did. It held; tests only.
+func TestConsoleDoubleClickAnswersOnce(t *testing.T) {
+	for _, clicks := range []string{"b.approve.click(); b.approve.click();", "b.reject.click(); b.approve.click();"} {
+		t.Run(clicks, func(t *testing.T) {
+			ctx := testContext(t)
+			model := newScripted()
+			n := startNode(t, model, server.Options{})
+			_, call := suspendOnApproval(t, ctx, n, model)
+			inner := *n.served.Load()
+			var answers atomic.Int32
+			var counted http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == "POST" && strings.HasPrefix(r.URL.Path, "/v1/calls/") {
+					answers.Add(1)
+				}
+				inner.ServeHTTP(w, r)
+			})
+			n.served.Store(&counted)
+
+			tab := newTab(t, browserWait)
+			signIn(t, tab, n, tokCarol, "#/calls")
+			require.NoError(t, chromedp.Do(tab,
+				chromedp.WaitVisible(cardSel(call.ID, " button.approve")),
+				chromedp.SendKeys(cardSel(call.ID, " input.reason"), "ok"),
+				chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`(() => { const b = cards.get(%q); %s })()`, call.ID, clicks)),
+				chromedp.WaitVisible(chromedp.Search(fmt.Sprintf(`//article[@data-call-id=%q and (@data-state="approved" or @data-state="rejected")]`, call.ID))),
+			))
+			state, err := chromedp.Run(tab, chromedp.Evaluate[string](fmt.Sprintf(`cards.get(%q).state`, call.ID)))
+			require.NoError(t, err)
+			var shown server.Call
+			n.must(t, http.StatusOK, "GET", "/v1/calls/"+call.ID, tokCarol, nil, &shown)
+			require.Equal(t, map[string]string{"approved": server.CallAnswered, "rejected": server.CallRejected}[state], shown.Outcome)
+			require.Equal(t, int32(1), answers.Load())
+		})
+	}
+}
+
+// TestConsoleAnswerToADeletedConversation: a call whose conversation was
+// deleted while its card was open is answered with Approve or Reject: the
+// card says the call is gone, its buttons off, and nothing is recorded.
+// It held; tests only.
+func TestConsoleAnswerToADeletedConversation(t *testing.T) {
+	for _, approve := range []bool{true, false} {
+		t.Run(fmt.Sprint("approve=", approve), func(t *testing.T) {
+			ctx := testContext(t)
+			model := newScripted()
+			n := startNode(t, model, server.Options{})
+			conv, call := suspendOnApproval(t, ctx, n, model)
+
+			tab := newTab(t, browserWait)
+			signIn(t, tab, n, tokCarol, "#/calls")
+			require.NoError(t, chromedp.Do(tab,
+				chromedp.WaitVisible(cardSel(call.ID, " button.approve")),
+				chromedp.SendKeys(cardSel(call.ID, " input.reason"), "fine"),
+			))
+			n.must(t, http.StatusNoContent, "DELETE", "/v1/conversations/"+conv.ID, tokAlice, nil, nil)
+			_, err := chromedp.Run(tab, chromedp.Evaluate[chromedp.Void](
+				fmt.Sprintf(`answer(cards.get(%q), %t)`, call.ID, approve), chromedp.EvalAwaitPromise))
+			require.NoError(t, err)
+			shown, err := chromedp.Run(tab, chromedp.Evaluate[[]string](fmt.Sprintf(
+				`(() => { const c = cards.get(%q); return [c.state, c.outcome.textContent, String(c.approve.disabled), String(c.reject.disabled)]; })()`, call.ID)))
+			require.NoError(t, err)
+			require.Equal(t, []string{"gone", "This call is gone (its conversation was deleted, or it is no longer visible to you).", "true", "true"}, shown)
+			status, _ := n.call(t, "GET", "/v1/calls/"+call.ID, tokCarol, nil)
+			require.Equal(t, http.StatusNotFound, status)
+		})
+	}
+}
