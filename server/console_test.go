@@ -1323,3 +1323,45 @@ func TestConsoleAnswerToADeletedConversation(t *testing.T) {
 		})
 	}
 }
+
+// TestConsoleDotConversationIDs: a conversation whose id is "." or ".."
+// (valid ids, which the API serves) cannot be reached from a browser,
+// which takes such a path segment, escaped or not, for a step of the
+// path. The console said "No such conversation" of one that exists, and
+// its queue card "not visible to you" (or a TypeError, having read another
+// route's answer); it now says a browser cannot address it, and sends
+// nothing.
+func TestConsoleDotConversationIDs(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	for _, id := range []string{".", ".."} {
+		model.Push(id, scripted.Reply("asking", scripted.Call("approve", `{"amount":1}`)), scripted.Text("done"))
+		end, err := n.rt.SendAndWait(ctx, id, "please", agent.ScopeOf(agent.Identity{UserID: "alice"}))
+		require.NoError(t, err)
+		require.Equal(t, lazarus.TurnSuspended, end.Outcome)
+	}
+	var calls server.CallList
+	n.must(t, http.StatusOK, "GET", "/v1/calls", tokOlga, nil, &calls)
+	require.Len(t, calls.Calls, 2)
+	const said = `A browser cannot address a conversation whose id is "." or "..": read it over the API.`
+
+	tab := newTab(t, browserWait)
+	signIn(t, tab, n, tokOlga, "#/calls")
+	for _, c := range calls.Calls {
+		require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(chromedp.Search(fmt.Sprintf(
+			`//article[@data-call-id=%q]//ol[@class="context"]/li[. = '%s']`, c.ID, said)))))
+	}
+	for _, id := range []string{".", ".."} {
+		require.NoError(t, chromedp.Do(tab,
+			chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`location.hash = '#/c/' + encodeURIComponent(%q)`, id)),
+			chromedp.WaitVisible(chromedp.Search(fmt.Sprintf(`//span[@id="conv-live" and . = '%s']`, said))),
+		))
+		title, err := chromedp.Run(tab, chromedp.Text(chromedp.ID("conv-title")))
+		require.NoError(t, err)
+		require.Equal(t, id, title)
+		disabled, err := chromedp.Run(tab, chromedp.Evaluate[bool](`document.getElementById('send-submit').disabled`))
+		require.NoError(t, err)
+		require.True(t, disabled)
+	}
+}

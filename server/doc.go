@@ -186,6 +186,9 @@
 // progress; with named agents, each event names its agent and a handoff
 // the agents it passes the turn between) with a box to send a message
 // (sent again after a failure with the same request_id, so written once).
+// A conversation whose id is "." or ".." is not read nor written there (a
+// browser takes such a segment of a URL path for a step of the path): the
+// console says so, and the API serves it.
 // A call answered elsewhere in the
 // meantime is shown as already answered, with its outcome and, when a
 // person answered it, by whom; one a rewind took back, as cancelled. An

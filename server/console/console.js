@@ -85,6 +85,12 @@ function exactNumbers(key, value, context) {
 
 const enc = encodeURIComponent;
 
+// UNADDRESSABLE says why a conversation whose id is "." or ".." cannot be
+// read here: a browser takes such a path segment (escaped or not) for a
+// step of the path, so its requests would reach another route.
+const UNADDRESSABLE = 'A browser cannot address a conversation whose id is "." or "..": read it over the API.';
+const unaddressable = (id) => id === '.' || id === '..';
+
 function randomID() {
   const b = new Uint8Array(16);
   crypto.getRandomValues(b);
@@ -356,6 +362,10 @@ function callCard(c) {
 // who may read it (its owner, operators); others see the prompt and
 // arguments only.
 async function loadContext(card) {
+  if (unaddressable(card.call.conversation_id)) {
+    card.context.replaceChildren(el('li', { class: 'muted' }, UNADDRESSABLE));
+    return;
+  }
   try {
     const page = await api('GET', `conversations/${enc(card.call.conversation_id)}/events?limit=${CONTEXT_EVENTS}`);
     card.context.replaceChildren(...page.events.map((ev) => {
@@ -584,6 +594,11 @@ function conversationView(id, signal) {
 }
 
 async function openConversation(state) {
+  if (unaddressable(state.id)) {
+    $('conv-live').textContent = UNADDRESSABLE;
+    $('send-submit').disabled = true;
+    return;
+  }
   try {
     const c = await api('GET', 'conversations/' + enc(state.id));
     if (state.signal.aborted) return;
@@ -762,7 +777,7 @@ async function readStream(state, body) {
 // (unknown_outcome, a timeout, a cut connection) is not written twice.
 async function send(ev, state) {
   ev.preventDefault();
-  if (state.sending) return;
+  if (state.sending || unaddressable(state.id)) return;
   const text = $('send-text').value;
   if (!text.trim()) return;
   if (!state.unsent || state.unsent.text !== text) state.unsent = { text, id: 'console-' + randomID() };
