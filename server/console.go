@@ -20,9 +20,12 @@ const ConsolePath = "/console/"
 var consoleFiles embed.FS
 
 // consoleCSP is the Content-Security-Policy of the console's files: its
-// own scripts, styles and API only, no inline script, no framing.
-const consoleCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
-	"connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+// own scripts, styles and API only, no inline script, no image (it has
+// none), no framing; and Trusted Types with no policy, so that a string
+// written as HTML (innerHTML and the like) throws rather than renders.
+const consoleCSP = "default-src 'none'; script-src 'self'; style-src 'self'; " +
+	"connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'; " +
+	"require-trusted-types-for 'script'; trusted-types 'none'"
 
 // consoleFile is one embedded file, with its strong validator.
 type consoleFile struct {

@@ -1365,3 +1365,41 @@ func TestConsoleDotConversationIDs(t *testing.T) {
 		require.True(t, disabled)
 	}
 }
+
+// TestConsoleCSPHoldsAndCovers: the console's Content-Security-Policy
+// covers what it does (signing in, the queue with a card, a conversation
+// live, the list) with no violation reported, and makes a string written
+// as HTML throw: a slip that wrote a model's text with innerHTML would
+// fail loudly instead of running what it holds.
+func TestConsoleCSPHoldsAndCovers(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	conv, call := suspendOnApproval(t, ctx, n, model)
+
+	tab := newTab(t, browserWait)
+	signIn(t, tab, n, tokOlga, "")
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.Evaluate[chromedp.Void](`window.violations = []; document.addEventListener('securitypolicyviolation', (e) => violations.push(e.violatedDirective + ' ' + e.blockedURI))`),
+		chromedp.Evaluate[chromedp.Void](`location.hash = '#/conversations'`),
+		chromedp.WaitVisible(chromedp.Search(fmt.Sprintf(`//li[@data-conversation-id=%q]`, conv.ID))),
+		chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`location.hash = '#/c/' + encodeURIComponent(%q)`, conv.ID)),
+		chromedp.WaitVisible(chromedp.Search(`//span[@id="conv-live" and contains(., "live")]`)),
+		chromedp.Evaluate[chromedp.Void](`location.hash = '#/calls'`),
+		chromedp.WaitVisible(chromedp.Search(fmt.Sprintf(`//article[@data-call-id=%q]//ol[@class="context"]/li`, call.ID))),
+	))
+	violations, err := chromedp.Run(tab, chromedp.Evaluate[[]string](`violations`))
+	require.NoError(t, err)
+	require.Empty(t, violations)
+
+	threw, err := chromedp.Run(tab, chromedp.Evaluate[string](`(() => {
+		const d = document.createElement('div');
+		try { d.innerHTML = '<img src=x onerror="window.ran = true">'; } catch (e) { return e.name; }
+		return 'no error';
+	})()`))
+	require.NoError(t, err)
+	require.Equal(t, "TypeError", threw)
+	ran, err := chromedp.Run(tab, chromedp.Evaluate[bool](`window.ran === true`))
+	require.NoError(t, err)
+	require.False(t, ran)
+}

@@ -212,7 +212,8 @@
 // with Last-Event-ID when they end lagged or by the server's doing (a
 // restart ends them with the code closed). The files are served without credentials (they hold
 // no data) with a Content-Security-Policy that allows only the console's
-// own script, style and API (no inline script, no framing), and the script
+// own script, style and API (no inline script, no image, no framing; Trusted
+// Types with no policy, so a string written as HTML throws), and the script
 // writes every value as text, never as HTML. Every other answer (the
 // API's JSON, its event streams) is sent with X-Content-Type-Options
 // nosniff and a Content-Security-Policy that runs nothing and forbids
