@@ -15,6 +15,7 @@ import (
 	"github.com/lazarusrt/lazarus"
 	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/journal/pebblejournal"
+	"github.com/lazarusrt/lazarus/messages"
 )
 
 // flushToTables moves everything the fixture's runtime wrote from the
@@ -147,4 +148,61 @@ func TestCheckExitCodes(t *testing.T) {
 			require.Contains(t, r.stderr, "the store is damaged")
 		})
 	}
+}
+
+// TestCheckFindsASummaryThatCutsACall: a summary that ends inside a tool
+// call (its call issued at or before its end, its result after it or none
+// yet), which the runtime never writes but a Store takes (one put by hand),
+// is damage: exit 6, one line naming its span and the call, counted on
+// the head as import counts it. The fixture's summary of finished, which
+// ends where every call has its result, is not reported.
+func TestCheckFindsASummaryThatCutsACall(t *testing.T) {
+	f := newFixture(t)
+	st, err := pebblejournal.Open(f.dir, pebblejournal.Options{})
+	require.NoError(t, err)
+	// waiting: lookup issued at 2, answered at 4; approve issued at 5,
+	// pending. A summary to 4 cuts no call; to 6, approve's.
+	require.NoError(t, st.PutSummary(ctxT(t), "waiting", &messages.Summary{FromSeq: 1, ToSeq: 4, Content: "sound"}))
+	require.NoError(t, st.PutSummary(ctxT(t), "waiting", &messages.Summary{FromSeq: 1, ToSeq: 6, Content: "put by hand"}))
+	require.NoError(t, st.Close())
+
+	r := cliRun(t, "", "check", "--dir", f.dir)
+	require.Equal(t, exitDamaged, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+	want := fmt.Sprintf(`damage: conversation "waiting": summary of seq 1..6 ends inside tool call %q, issued at seq 5 and not answered by seq 6`, f.waitingCall)
+	var damage []string
+	for _, l := range outLines(r.stdout) {
+		if strings.HasPrefix(l, "damage: ") {
+			damage = append(damage, l)
+		}
+	}
+	require.Len(t, damage, 1, r.stdout)
+	require.True(t, strings.HasPrefix(damage[0], want), "got %q, want it to start with %q", damage[0], want)
+	require.Contains(t, r.stderr, "the store is damaged: 1 problems found")
+
+	r = cliRun(t, "", "check", "--json", "--dir", f.dir)
+	require.Equal(t, exitDamaged, r.code, r.stderr)
+	var out checkOutput
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &out))
+	require.False(t, out.Sound)
+	require.Len(t, out.Problems, 1)
+	require.Equal(t, strings.TrimPrefix(damage[0], "damage: "), out.Problems[0])
+}
+
+// TestCheckOfADamagedLogWithASummary: when the log under a summary has a
+// hole, the read for open tool calls fails as damage, which check reports
+// with the gap (exit 6); it does not stop check as a failure to run (1).
+func TestCheckOfADamagedLogWithASummary(t *testing.T) {
+	f := newFixture(t)
+	o := &pebble.Options{FormatMajorVersion: pebblejournal.FormatMajorVersion, Logger: quietPebble{}}
+	pebblejournal.SetLevelOptions(o)
+	db, err := pebble.Open(f.dir, o)
+	require.NoError(t, err)
+	// Event 3 of finished (summary 1..4): family 0x03, the id, its
+	// terminator 0x00 0x01, the seq big-endian (see pebblejournal's doc.go).
+	require.NoError(t, db.Delete([]byte("\x03finished\x00\x01\x00\x00\x00\x00\x00\x00\x00\x03"), pebble.Sync))
+	require.NoError(t, db.Close())
+	r := cliRun(t, "", "check", "--dir", f.dir)
+	require.Equal(t, exitDamaged, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+	require.Contains(t, r.stdout, `damage: conversation "finished": the log has a gap: seq 4 where 3 should be`)
+	require.Contains(t, r.stdout, `damage: conversation "finished": its summaries could not be checked for open tool calls: `)
 }

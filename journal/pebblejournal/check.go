@@ -28,6 +28,11 @@ type CheckReport struct {
 // Sound reports whether Check found no damage.
 func (r *CheckReport) Sound() bool { return len(r.Problems) == 0 && r.More == 0 }
 
+// AddProblem records one more problem found by a check outside Check
+// (lazarus check adds its own): listed, or only counted in More once
+// Problems holds its bound.
+func (r *CheckReport) AddProblem(p string) { r.problem("%s", p) }
+
 func (r *CheckReport) problem(format string, args ...any) {
 	if len(r.Problems) == maxCheckProblems {
 		r.More++
