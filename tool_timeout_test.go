@@ -246,7 +246,7 @@ func TestHungServerToolWithoutATimeout(t *testing.T) {
 			case "close":
 				require.NoError(t, rt.Close())
 			}
-			<-run.Done()
+			recv(t, ctx, run.Done(), "the run's context ended")
 			require.ErrorIs(t, recv(t, ctx, tool.ended, "end of the run"), context.Canceled)
 		})
 	}

@@ -125,7 +125,11 @@ func TestConversationRecoversPublishPanic(t *testing.T) {
 		return res.(*messages.AgentSendReply)
 	}
 	require.Nil(t, send("r1").GetError())
-	<-entered
+	select {
+	case <-entered:
+	case <-time.After(replyWait):
+		t.Fatal("the model was never called for r1")
+	}
 	r2 := send("r2")
 	require.Nil(t, r2.GetError(), "the newer message was written")
 	require.Equal(t, uint64(2), r2.GetSeq())

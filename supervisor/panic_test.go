@@ -40,7 +40,11 @@ func TestSupervisorActorSurvivesAPanic(t *testing.T) {
 		})
 	}
 	s.system.Root.Send(s.pid, &rewake{conversation: "other"})
-	<-panicked
+	select {
+	case <-panicked:
+	case <-time.After(time.Minute):
+		t.Fatal("the injected panic never ran")
+	}
 	// A spawn request that panics (no activation) is answered.
 	res, err := s.system.Root.RequestFuture(s.pid, &spawnAgent{}, 5*time.Second).Result()
 	require.NoError(t, err)

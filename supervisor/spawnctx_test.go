@@ -57,7 +57,11 @@ func TestAskWhoseContextEndsDuringItsSpawn(t *testing.T) {
 		_, err := s.Ask(ctx, "c", &actors.Command{Msg: &messages.AgentWake{}})
 		done <- err
 	}()
-	<-entered // the spawn is under way, held in Config.Agent
+	select { // the spawn is under way, held in Config.Agent
+	case <-entered:
+	case <-time.After(time.Minute):
+		t.Fatal("Config.Agent was never called")
+	}
 	cancel()
 	select {
 	case err := <-done:

@@ -69,7 +69,12 @@ func TestRevivalFromASummaryCoveringARunningServerCall(t *testing.T) {
 		h.model.Push("c", scripted.Reply("", scripted.Call("charge", `{"amount":5}`)), scripted.Text("charged"))
 		_, err := h.rt.Send(ctx, "c", "charge", user)
 		require.NoError(t, err)
-		first := <-h.chargeStarted
+		var first string
+		select {
+		case first = <-h.chargeStarted:
+		case <-ctx.Done():
+			t.Fatal("the charge tool never started")
+		}
 		require.True(t, h.rt.Kill("c"))
 		last, err := h.store.LastSeq(ctx, "c")
 		require.NoError(t, err)
