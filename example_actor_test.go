@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -72,6 +73,11 @@ func Example_applicationActor() {
 	done := make(chan string, 1)
 	gateway := actor.NewPID(system.Address(), lazarus.GatewayName)
 	system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &appActor{gateway: gateway, done: done} }))
-	fmt.Println(<-done)
+	select {
+	case line := <-done:
+		fmt.Println(line)
+	case <-time.After(time.Minute):
+		fmt.Println("no answer within a minute")
+	}
 	// Output: seq 2: hi, how can I help?
 }
