@@ -897,9 +897,12 @@ func load(ctx context.Context, store journal.Store, id string) *inLoaded {
 }
 
 // cutsACall reports whether the summary of ws ends inside a tool call: a
-// call still owed (in owed) was issued by no event after the summary, its
-// tool_call event being one the summary covers, or a tool_result after the
-// summary answers a call no event after it issued. The runtime never
+// call still owed (in owed) was issued by no assistant_msg after the
+// summary, or a tool_call or tool_result event after the summary names a
+// call no assistant_msg after it issued before. The runtime writes a
+// call's tool_call event in the append of the assistant_msg that issues
+// it, so such a call was issued at or before the summary's end (as import
+// and lazarus check count it, by the assistant_msg). The runtime never
 // writes such a summary (it ends at a snapshot SafePoint), and import
 // refuses one, but a Store takes any whose span is in the log (one put by
 // hand, PutSummary; one imported before import refused them). Revived
@@ -913,8 +916,8 @@ func cutsACall(ws *snapshot.WorkingSet, owed map[string]bool) bool {
 		for _, tc := range ev.GetAssistantMsg().GetToolCalls() {
 			issued[tc.GetId()] = true
 		}
-		if tc := ev.GetToolCall(); tc != nil {
-			issued[tc.GetCall().GetId()] = true
+		if tc := ev.GetToolCall(); tc != nil && !issued[tc.GetCall().GetId()] {
+			return true
 		}
 		if tr := ev.GetToolResult(); tr != nil && !issued[tr.GetToolCallId()] {
 			return true

@@ -81,3 +81,32 @@ func TestRevivalPassesOverASummaryThatCutsACall(t *testing.T) {
 	require.Equal(t, "c2", open[0].GetCall().GetId())
 	require.Contains(t, l.rows, "c2")
 }
+
+// TestRevivalPassesOverASummaryBetweenACallAndItsToolCallEvent: a summary
+// that ends at the assistant_msg issuing a call, before the call's
+// tool_call event (which the runtime writes in the same append), ends
+// inside that call: revived from it, the model would see the call's result
+// without the message that made the call. The revival passes it over, as
+// import and lazarus check refuse it (it was taken: the tool_call event
+// after it counted as the call's issue).
+func TestRevivalPassesOverASummaryBetweenACallAndItsToolCallEvent(t *testing.T) {
+	ctx := context.Background()
+	store := memjournal.New(memjournal.Options{})
+	res, err := store.Append(ctx, &messages.AppendRequest{ConversationId: "c",
+		Events:    []*messages.Event{user("r1"), answer(), user("r2"), answer(&messages.ToolCall{Id: "c2", Name: "approve", Arguments: "{}"}), call("c2", human)},
+		ToolCalls: []*messages.ToolCallRecord{{Id: "c2", ConversationId: "c", Name: "approve", Args: "{}", Executor: human}}})
+	require.NoError(t, err)
+	require.Equal(t, uint64(5), res.LastSeq)
+	require.NoError(t, store.PutSummary(ctx, "c", &messages.Summary{FromSeq: 1, ToSeq: 2, Content: "on a safe point"}))
+	require.NoError(t, store.PutSummary(ctx, "c", &messages.Summary{FromSeq: 1, ToSeq: 4, Content: "at the call's assistant_msg"}))
+
+	l := load(ctx, store, "c")
+	require.NoError(t, l.err)
+	require.Equal(t, uint64(2), l.ws.Summary.GetToSeq(), "the latest summary that cuts no call")
+	rendered := l.ws.Render()
+	require.Len(t, rendered, 2)
+	require.Equal(t, "c2", rendered[1].GetAssistantMsg().GetToolCalls()[0].GetId(), "the model sees the call it made")
+	open := l.ws.OpenCalls()
+	require.Len(t, open, 1)
+	require.Equal(t, "c2", open[0].GetCall().GetId())
+}
