@@ -865,7 +865,8 @@ func load(ctx context.Context, store journal.Store, id string) *inLoaded {
 		// earlier rewind skipped (it was made before that rewind): then
 		// the walk from the head meets that rewind below it, and an
 		// earlier one is taken again. A summary that ends inside a tool
-		// call (see cutsACall) is passed over for an earlier one too.
+		// call (snapshot.WorkingSet.CutsACall, with the calls the Store
+		// owes) is passed over for an earlier one too.
 		// Each round starts from a summary ending before the last one's,
 		// so this ends.
 		if to, below := ws.RewoundPastSummary(); below {
@@ -882,7 +883,7 @@ func load(ctx context.Context, store journal.Store, id string) *inLoaded {
 				return &inLoaded{err: err}
 			}
 		}
-		if !cutsACall(ws, owed) {
+		if !ws.CutsACall(owed) {
 			break
 		}
 		if ws, err = rebuildBefore(ctx, store, id, ws.Summary.GetToSeq()-1); err != nil {
@@ -894,41 +895,6 @@ func load(ctx context.Context, store journal.Store, id string) *inLoaded {
 		return &inLoaded{err: err}
 	}
 	return &inLoaded{ws: ws, rows: rows, conv: conv}
-}
-
-// cutsACall reports whether the summary of ws ends inside a tool call: a
-// call still owed (in owed) was issued by no assistant_msg after the
-// summary, or a tool_call or tool_result event after the summary names a
-// call no assistant_msg after it issued before. The runtime writes a
-// call's tool_call event in the append of the assistant_msg that issues
-// it, so such a call was issued at or before the summary's end (as import
-// and lazarus check count it, by the assistant_msg). The runtime never
-// writes such a summary (it ends at a snapshot SafePoint), and import
-// refuses one, but a Store takes any whose span is in the log (one put by
-// hand, PutSummary; one imported before import refused them). Revived
-// from it, the activation would not owe the call: it would neither run it
-// again nor record its answer, which would be lost; or it would show the
-// model a result without its call. load passes it over for an earlier
-// summary.
-func cutsACall(ws *snapshot.WorkingSet, owed map[string]bool) bool {
-	issued := make(map[string]bool)
-	for _, ev := range ws.Events {
-		for _, tc := range ev.GetAssistantMsg().GetToolCalls() {
-			issued[tc.GetId()] = true
-		}
-		if tc := ev.GetToolCall(); tc != nil && !issued[tc.GetCall().GetId()] {
-			return true
-		}
-		if tr := ev.GetToolResult(); tr != nil && !issued[tr.GetToolCallId()] {
-			return true
-		}
-	}
-	for id := range owed {
-		if !issued[id] {
-			return true
-		}
-	}
-	return false
 }
 
 // SummaryCutsACall reports whether sum, a summary of conversation id,
@@ -959,14 +925,14 @@ func SummaryCutsACall(ctx context.Context, store journal.Store, id string, sum *
 	if err != nil {
 		return false, err
 	}
-	return cutsACall(ws, owed), nil
+	return ws.CutsACall(owed), nil
 }
 
 // owedCalls returns the ids of the calls conversation id owes results for,
 // as the Store says outside the log: its pending rows, and the calls its
 // fsm_state cache (conv's) lists as pending, which include those answered
 // in the Store whose answer the log does not hold yet. The cache may be
-// stale; cutsACall only asks whether each was issued after the summary.
+// stale; CutsACall only asks whether each was issued after the summary.
 func owedCalls(ctx context.Context, store journal.Store, id string, conv *messages.Conversation) (map[string]bool, error) {
 	rows, err := store.PendingToolCalls(ctx, id)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/journal/pebblejournal"
 	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/snapshot"
 )
 
 // errDamaged: check found damage, or the store's files are too damaged to
@@ -105,8 +106,8 @@ func (c *cli) check(ctx context.Context, fs *flags, args []string) (err error) {
 
 // checkSummaryCuts adds to rep a problem for each summary of the store's
 // conversations that ends inside a tool call, as import decides it
-// (openCalls): its call issued at or before the summary's end, its result
-// after it or none yet. It reads the log of each conversation that has a
+// (snapshot.CallTracker): its call issued at or before the summary's end,
+// its result after it or none yet. It reads the log of each conversation that has a
 // summary, one page at a time, up to its latest summary's end. A read the
 // store fails as damaged (journal.ErrCorrupt) is a problem too, naming the
 // conversation; any other failure is the error.
@@ -150,7 +151,7 @@ func checkConversationCuts(ctx context.Context, st journal.Store, id string, rep
 	}
 	slices.Reverse(sums)
 	last := sums[len(sums)-1].GetToSeq()
-	var open openCalls
+	var open snapshot.CallTracker
 	for after := uint64(0); after < last; {
 		before := pageEnd(after, exportPage)
 		if before == 0 || before > last+1 {
@@ -164,14 +165,14 @@ func checkConversationCuts(ctx context.Context, st journal.Store, id string, rep
 			break // a log shorter than a summary: Check reports it
 		}
 		for _, ev := range evs {
-			open.add(ev)
+			open.Add(ev)
 		}
 		after = evs[len(evs)-1].GetSeq()
 	}
 	for _, sum := range sums {
-		if calls := open.at(sum.GetToSeq()); len(calls) > 0 {
+		if calls := open.At(sum.GetToSeq()); len(calls) > 0 {
 			rep.AddProblem(fmt.Sprintf("conversation %q: summary of seq %d..%d ends inside tool call %q, issued at seq %d and not answered by seq %d (a summary ends where no tool call is open; a revival passes it over)",
-				id, sum.GetFromSeq(), sum.GetToSeq(), calls[0].id, calls[0].seq, sum.GetToSeq()))
+				id, sum.GetFromSeq(), sum.GetToSeq(), calls[0].ID, calls[0].Seq, sum.GetToSeq()))
 		}
 	}
 	return nil

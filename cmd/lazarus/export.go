@@ -14,6 +14,7 @@ import (
 
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/snapshot"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -184,7 +185,7 @@ func (e *exporter) conversation(ctx context.Context, st journal.Store, id string
 		n.summaries++
 		n.lastSeq = start
 	}
-	var open openCalls
+	var open snapshot.CallTracker
 	for n.lastSeq < last {
 		before := pageEnd(n.lastSeq, e.page)
 		if before == 0 || before > last+1 {
@@ -211,7 +212,7 @@ func (e *exporter) conversation(ctx context.Context, st journal.Store, id string
 			if err := e.line(typeEvent, id, ev); err != nil {
 				return err
 			}
-			open.add(ev)
+			open.Add(ev)
 			tc := ev.GetToolCall()
 			if tc == nil || ev.GetSeq() <= copied {
 				// A copied call's row is its source's.
@@ -250,7 +251,7 @@ func (e *exporter) conversation(ctx context.Context, st journal.Store, id string
 		return damaged(id, "pending call %s has no tool_call event", displayID(slices.Min(slices.Collect(maps.Keys(unseen)))))
 	}
 	for _, to := range tos {
-		if len(open.at(to)) > 0 {
+		if len(open.At(to)) > 0 {
 			continue
 		}
 		if err := e.summary(ctx, st, id, to); err != nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -12,11 +11,11 @@ import (
 	"hash"
 	"io"
 	"os"
-	"slices"
 	"strings"
 
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/snapshot"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -245,72 +244,11 @@ type sectionState struct {
 	pending map[[16]byte]bool
 	// open tracks the calls open on the head of the log at each seq: a
 	// summary line must end where none is.
-	open       openCalls
+	open       snapshot.CallTracker
 	chunk      *messages.AppendRequest
 	chunkBytes int
 	// rowWritten: the second pass has created the row (status ENDED).
 	rowWritten bool
-}
-
-// openCall is a tool call issued at seq and not yet answered.
-type openCall struct {
-	id  string
-	seq uint64
-}
-
-// openCalls follows a log event by event and tells the calls open on its
-// head at any seq read so far, as snapshot.WorkingSet.SafePoint counts
-// them: a call is issued by an assistant_msg naming its id or by a
-// tool_call event and closed by its tool_result; a rewind to t makes the
-// calls open at t the open ones. It keeps the open calls at each seq where
-// they changed, not the events.
-type openCalls struct {
-	cur   []openCall // never changed in place: marks share it
-	marks []openMark // ascending seq
-}
-
-type openMark struct {
-	seq  uint64
-	open []openCall
-}
-
-func (o *openCalls) add(ev *messages.Event) {
-	next, changed := o.cur, false
-	issue := func(id string) {
-		if id == "" || slices.ContainsFunc(next, func(c openCall) bool { return c.id == id }) {
-			return
-		}
-		next = append(slices.Clip(next), openCall{id, ev.GetSeq()})
-		changed = true
-	}
-	switch {
-	case ev.GetRewind() != nil:
-		next, changed = o.at(ev.GetRewind().GetToSeq()), true
-	case ev.GetAssistantMsg() != nil:
-		for _, c := range ev.GetAssistantMsg().GetToolCalls() {
-			issue(c.GetId())
-		}
-	case ev.GetToolCall() != nil:
-		issue(ev.GetToolCall().GetCall().GetId())
-	case ev.GetToolResult() != nil:
-		id := ev.GetToolResult().GetToolCallId()
-		if k := slices.IndexFunc(next, func(c openCall) bool { return c.id == id }); k >= 0 {
-			next, changed = slices.Delete(slices.Clone(next), k, k+1), true
-		}
-	}
-	if changed {
-		o.cur = next
-		o.marks = append(o.marks, openMark{ev.GetSeq(), next})
-	}
-}
-
-// at returns the calls open on the head just after the event at seq.
-func (o *openCalls) at(seq uint64) []openCall {
-	k, _ := slices.BinarySearchFunc(o.marks, seq+1, func(m openMark, s uint64) int { return cmp.Compare(m.seq, s) })
-	if k == 0 {
-		return nil
-	}
-	return o.marks[k-1].open
 }
 
 // importer is one pass over an export.
@@ -699,7 +637,7 @@ func (im *importer) event(s *sectionState, raw json.RawMessage, size int) error 
 	}
 	s.chunk.Events = append(s.chunk.Events, ev)
 	s.chunkBytes += size
-	s.open.add(ev)
+	s.open.Add(ev)
 	s.n.lastSeq = ev.GetSeq()
 	if tc := ev.GetToolCall(); tc != nil && ev.GetSeq() > copied {
 		// A fork's copied call has its row in its source, not here.
@@ -797,12 +735,12 @@ func (im *importer) summary(s *sectionState, raw json.RawMessage) error {
 	if sum.GetToSeq() <= s.lastSummary {
 		return invalid(fmt.Errorf("summary up to seq %d after one up to %d (summaries come in ascending to_seq, one per to_seq)", sum.GetToSeq(), s.lastSummary))
 	}
-	if open := s.open.at(sum.GetToSeq()); len(open) > 0 {
+	if open := s.open.At(sum.GetToSeq()); len(open) > 0 {
 		// The runtime ends a summary where no call is open; revived
 		// from this one, the conversation would lose the call or show
 		// its result without it (the revival passes it over).
 		return invalid(fmt.Errorf("summary of seq %d..%d ends inside tool call %s, issued at seq %d and not answered by seq %d (a summary ends where no tool call is open)",
-			sum.GetFromSeq(), sum.GetToSeq(), displayID(open[0].id), open[0].seq, sum.GetToSeq()))
+			sum.GetFromSeq(), sum.GetToSeq(), displayID(open[0].ID), open[0].Seq, sum.GetToSeq()))
 	}
 	s.lastSummary = sum.GetToSeq()
 	s.n.summaries++

@@ -1005,33 +1005,3 @@ func TestImportRefusesASummaryThatCutsACall(t *testing.T) {
 	require.Contains(t, out, `"to_seq":"4"`, "the summary where no call is open is exported")
 	require.NoError(t, importInto(ctxT(t), memStore(t), strings.NewReader(out), importOptions{}))
 }
-
-// TestOpenCallsFollowRewinds: the calls open at a seq are those of the
-// head at that seq: a rewind to t makes the calls open at t the open ones,
-// and a rewind inside a span a later rewind skips has no effect.
-func TestOpenCallsFollowRewinds(t *testing.T) {
-	var o openCalls
-	ids := func(seq uint64) []string {
-		var out []string
-		for _, c := range o.at(seq) {
-			out = append(out, c.id)
-		}
-		return out
-	}
-	user := &messages.Event{Body: &messages.Event_UserMsg{UserMsg: &messages.UserMessage{}}}
-	call := &messages.Event{Body: &messages.Event_AssistantMsg{AssistantMsg: &messages.AssistantMessage{ToolCalls: []*messages.ToolCall{{Id: "a"}}}}}
-	rewind := func(to uint64) *messages.Event {
-		return &messages.Event{Body: &messages.Event_Rewind{Rewind: &messages.Rewind{ToSeq: to}}}
-	}
-	for i, ev := range []*messages.Event{user, call, rewind(1), user, rewind(2), user} {
-		ev = proto.Clone(ev).(*messages.Event)
-		ev.Seq = uint64(i + 1)
-		o.add(ev)
-	}
-	require.Empty(t, ids(1))
-	require.Equal(t, []string{"a"}, ids(2), "issued at 2")
-	require.Empty(t, ids(3), "the rewind to 1 skips the call")
-	require.Empty(t, ids(4))
-	require.Equal(t, []string{"a"}, ids(5), "the rewind to 2 brings it back")
-	require.Equal(t, []string{"a"}, ids(6))
-}

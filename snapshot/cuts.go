@@ -1,0 +1,126 @@
+package snapshot
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// This file holds the one rule for a summary that ends inside a tool call:
+// a summary may end at seq s only where no call is open on the head just
+// after s, as SafePoint counts calls (issued by an assistant_msg naming
+// its id or by a tool_call event, whichever comes first; closed by its
+// tool_result; a rewind to t brings back the calls open at t). The
+// runtime's summaries end at a SafePoint; a Store takes any. CallTracker
+// decides it from the log read from its start (import, export, lazarus
+// check); WorkingSet.CutsACall decides it from the events after the summary
+// and the calls the Store owes (a revival, a fork), without the log before
+// the summary.
+
+// OpenCall is a tool call issued at Seq and not answered on the head.
+type OpenCall struct {
+	ID  string
+	Seq uint64
+}
+
+// CallTracker follows a log event by event, from seq 1 or from a point
+// where no call is open, and tells the calls open on its head just after
+// any seq read so far, as SafePoint counts them. It keeps the open calls at
+// each seq where they changed, not the events. The zero value is ready to
+// use.
+type CallTracker struct {
+	cur   []OpenCall // never changed in place: marks share it
+	marks []openMark // ascending seq
+}
+
+type openMark struct {
+	seq  uint64
+	open []OpenCall
+}
+
+// Add reads the event after the last one read (the caller keeps the seqs
+// ascending and contiguous). Calls with an empty id are ignored.
+func (o *CallTracker) Add(ev *messages.Event) {
+	next, changed := o.cur, false
+	issue := func(id string) {
+		if id == "" || slices.ContainsFunc(next, func(c OpenCall) bool { return c.ID == id }) {
+			return
+		}
+		next = append(slices.Clip(next), OpenCall{id, ev.GetSeq()})
+		changed = true
+	}
+	switch {
+	case ev.GetRewind() != nil:
+		next, changed = o.At(ev.GetRewind().GetToSeq()), true
+	case ev.GetAssistantMsg() != nil:
+		for _, c := range ev.GetAssistantMsg().GetToolCalls() {
+			issue(c.GetId())
+		}
+	case ev.GetToolCall() != nil:
+		issue(ev.GetToolCall().GetCall().GetId())
+	case ev.GetToolResult() != nil:
+		id := ev.GetToolResult().GetToolCallId()
+		if k := slices.IndexFunc(next, func(c OpenCall) bool { return c.ID == id }); k >= 0 {
+			next, changed = slices.Delete(slices.Clone(next), k, k+1), true
+		}
+	}
+	if changed {
+		o.cur = next
+		o.marks = append(o.marks, openMark{ev.GetSeq(), next})
+	}
+}
+
+// At returns the calls open on the head just after the event at seq, in the
+// order they were issued: a summary ending at seq ends inside the first if
+// there is one. The slice is shared; the caller must not modify it.
+func (o *CallTracker) At(seq uint64) []OpenCall {
+	k, _ := slices.BinarySearchFunc(o.marks, seq+1, func(m openMark, s uint64) int { return cmp.Compare(m.seq, s) })
+	if k == 0 {
+		return nil
+	}
+	return o.marks[k-1].open
+}
+
+// CutsACall reports whether w's summary ends inside a tool call, as far as
+// the events after it (all of them, rewound or not) and owed, the calls
+// the Store owes results for (its pending rows, and the calls its
+// fsm_state cache lists as pending), can tell without the log before it: a
+// call in owed is issued by no assistant_msg after the summary, or a
+// tool_call or tool_result event after the summary names a call no
+// assistant_msg after it issued before (the runtime writes a call's
+// tool_call event in the append of the assistant_msg that issues it, so
+// that call was issued at or before the summary's end). It is false
+// without a summary. It errs on the side of true: a call owed by a stale
+// cache, or a result with no call anywhere, makes it true where
+// CallTracker finds no call open; it misses a call open at the summary's
+// end that no event after it names and the Store does not owe (only a log
+// made by hand has one: its answer rewound away by a rewind to a point
+// where it was open, which CheckRewind refuses). Revived from a summary
+// that cuts a call, an activation would not owe the call (neither run it
+// again nor record its answer, which would be lost) or would show the
+// model a result without its call: a revival and a fork pass it over for
+// an earlier summary.
+func (w *WorkingSet) CutsACall(owed map[string]bool) bool {
+	if w.Summary == nil {
+		return false
+	}
+	issued := make(map[string]bool)
+	for _, ev := range w.Events {
+		for _, tc := range ev.GetAssistantMsg().GetToolCalls() {
+			issued[tc.GetId()] = true
+		}
+		if tc := ev.GetToolCall(); tc != nil && !issued[tc.GetCall().GetId()] {
+			return true
+		}
+		if tr := ev.GetToolResult(); tr != nil && !issued[tr.GetToolCallId()] {
+			return true
+		}
+	}
+	for id := range owed {
+		if !issued[id] {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,126 @@
+package snapshot_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/snapshot"
+)
+
+func trackerIDs(o *snapshot.CallTracker, seq uint64) []string {
+	var out []string
+	for _, c := range o.At(seq) {
+		out = append(out, c.ID)
+	}
+	return out
+}
+
+// TestCallTrackerFollowsRewinds: the calls open at a seq are those of the
+// head at that seq: a rewind to t makes the calls open at t the open ones,
+// and a rewind inside a span a later rewind skips has no effect.
+func TestCallTrackerFollowsRewinds(t *testing.T) {
+	var o snapshot.CallTracker
+	for _, ev := range log(1, user(""), asst("", "a"), rewind(1), user(""), rewind(2), user("")) {
+		o.Add(ev)
+	}
+	require.Empty(t, trackerIDs(&o, 1))
+	require.Equal(t, []string{"a"}, trackerIDs(&o, 2), "issued at 2")
+	require.Equal(t, uint64(2), o.At(2)[0].Seq)
+	require.Empty(t, trackerIDs(&o, 3), "the rewind to 1 skips the call")
+	require.Empty(t, trackerIDs(&o, 4))
+	require.Equal(t, []string{"a"}, trackerIDs(&o, 5), "the rewind to 2 brings it back")
+	require.Equal(t, []string{"a"}, trackerIDs(&o, 6))
+}
+
+// runtimeLogs are logs the runtime could write: each call's tool_call
+// event right after the assistant_msg issuing it, rewinds to points where no
+// call is open; some end with a call open.
+func runtimeLogs() map[string][]*messages.Event {
+	return map[string][]*messages.Event{
+		"calls": log(1, user("q"), asst("", "a", "b"), call("a"), call("b"), result("a", "1"), result("b", "2"), asst("done"),
+			user("q2"), asst("", "c"), call("c"), suspension("c")),
+		"rewinds": log(1, user("q"), asst("", "a"), call("a"), result("a", "1"), asst("done"),
+			user("q2"), asst("", "b"), call("b"), result("b", "2"), asst("done"),
+			rewind(6), asst("", "c"), call("c"), result("c", "3"), asst("done"), user("q3"), asst("", "d"), call("d")),
+		"rewind to the start": log(1, user("q"), asst("", "a"), call("a"), rewind(0), user("q"), asst("", "b"), call("b"), result("b", "1")),
+	}
+}
+
+// TestCallTrackerCountsAsSafePoint: on the head, a seq has no call open
+// for CallTracker exactly where SafePoint may end a summary.
+func TestCallTrackerCountsAsSafePoint(t *testing.T) {
+	for name, evs := range runtimeLogs() {
+		var o snapshot.CallTracker
+		for _, ev := range evs {
+			o.Add(ev)
+		}
+		ws, err := snapshot.Rebuild(nil, evs)
+		require.NoError(t, err)
+		for _, ev := range evs {
+			s := ev.GetSeq()
+			if !ws.OnHead(s) {
+				continue
+			}
+			safe := ws.SafePoint(int(ws.LastSeq-s)) == s
+			require.Equal(t, safe, len(o.At(s)) == 0, "%s: seq %d", name, s)
+		}
+	}
+}
+
+// TestCutsACallAgreesWithCallTracker: on the logs the runtime writes, a
+// summary ending at any seq on the head ends inside a tool call for
+// WorkingSet.CutsACall (given the calls the Store owes: those open at the
+// log's end) exactly when CallTracker finds a call open there.
+func TestCutsACallAgreesWithCallTracker(t *testing.T) {
+	for name, evs := range runtimeLogs() {
+		var o snapshot.CallTracker
+		for _, ev := range evs {
+			o.Add(ev)
+		}
+		owed := map[string]bool{}
+		for _, c := range o.At(uint64(len(evs))) {
+			owed[c.ID] = true
+		}
+		full, err := snapshot.Rebuild(nil, evs)
+		require.NoError(t, err)
+		for _, ev := range evs {
+			s := ev.GetSeq()
+			if !full.OnHead(s) {
+				continue
+			}
+			ws, err := snapshot.Rebuild(summary(1, s), evs[s:])
+			require.NoError(t, err)
+			require.Equal(t, len(o.At(s)) > 0, ws.CutsACall(owed), "%s: a summary ending at seq %d", name, s)
+		}
+	}
+}
+
+// TestCutsACall: what the events after a summary and the calls the Store
+// owes tell of whether it ends inside a tool call.
+func TestCutsACall(t *testing.T) {
+	evs := log(1, user("q"), asst("", "a"), call("a"), result("a", "1"), asst("done"), user("q2"), asst("", "b"), call("b"))
+	cuts := func(to uint64, owed ...string) bool {
+		t.Helper()
+		ws, err := snapshot.Rebuild(summary(1, to), evs[to:])
+		require.NoError(t, err)
+		o := map[string]bool{}
+		for _, id := range owed {
+			o[id] = true
+		}
+		return ws.CutsACall(o)
+	}
+	require.False(t, cuts(5, "b"), "b is issued after the summary")
+	require.False(t, cuts(1, "b"))
+	require.True(t, cuts(2, "b"), "a's tool_call event and result follow the assistant_msg that issued it")
+	require.True(t, cuts(3, "b"), "a's result follows, its call does not")
+	require.True(t, cuts(7, "b"), "b's tool_call event follows the assistant_msg that issued it")
+	require.True(t, cuts(8, "b"), "b is owed and issued at or before the summary's end")
+	require.False(t, cuts(8), "nothing owed, nothing after")
+	require.True(t, cuts(5, "x"), "owed, and issued by no event after the summary")
+
+	ws, err := snapshot.Rebuild(nil, evs)
+	require.NoError(t, err)
+	require.False(t, ws.CutsACall(map[string]bool{"x": true}), "no summary")
+}
