@@ -395,6 +395,13 @@ func (q *expiryQueue) reply(now int64, req uint64, err error) (v expireVerdict, 
 		}
 		q.finish(call, f)
 		if f.noRetry {
+			if _, scheduled := q.heap.index[call]; !scheduled {
+				// Cancelled while in flight (another writer answered
+				// first, so no attempt landed; or the conversation went,
+				// or moved to another member): nothing will settle the
+				// mark, which would be kept for good.
+				delete(q.unsure, call)
+			}
 			return verdictIgnore, conv, call // a newer schedule or a cancel decides
 		}
 		q.heap.put(conv, call, addNanos(now, q.retryAfter))

@@ -371,3 +371,53 @@ func TestExpiryQueueStaleAfterUnknownOutcome(t *testing.T) {
 	require.Equal(t, verdictDeliver, v)
 	require.Empty(t, h.q.unsure)
 }
+
+// TestExpiryQueueForgetsUnsureCallsCancelledInFlight: an expire whose call
+// is cancelled (answered by another writer, or its conversation deleted)
+// while the expire is in flight, and whose reply then says its outcome is
+// unknown, is not retried, and nothing is left of it: no later reply or
+// cancel of that call comes to settle an unsure mark, so one kept would be
+// kept for good, one per such call.
+func TestExpiryQueueForgetsUnsureCallsCancelledInFlight(t *testing.T) {
+	unknown := fmt.Errorf("connection lost during COMMIT: %w", journal.ErrUnknownOutcome)
+	h := newQueueHarness(2000)
+	const n = 1000
+	for i := range n {
+		h.q.schedule("c", fmt.Sprintf("call-%d", i), 10)
+	}
+	sent := h.due(10)
+	require.Len(t, sent, n)
+	for i := range n {
+		h.q.cancel(fmt.Sprintf("call-%d", i))
+	}
+	for _, s := range sent {
+		v, _, _ := h.q.reply(11, s.req, unknown)
+		require.Equal(t, verdictIgnore, v, "cancelled: not retried")
+	}
+	require.Empty(t, h.q.flights)
+	require.Empty(t, h.q.byReq)
+	require.Zero(t, len(h.q.unsure), "no mark is left for calls nothing will settle")
+	require.Empty(t, h.due(1000), "nothing retried")
+	_, ok := h.q.wake()
+	require.False(t, ok, "nothing left")
+}
+
+// TestExpiryQueueKeepsUnsureAcrossAReschedule: the same race with a
+// reschedule instead of a cancel keeps the mark: the attempt for the new
+// deadline may find the call expired by the unknown one.
+func TestExpiryQueueKeepsUnsureAcrossAReschedule(t *testing.T) {
+	unknown := fmt.Errorf("connection lost during COMMIT: %w", journal.ErrUnknownOutcome)
+	h := newQueueHarness(100)
+	h.q.schedule("c", "x", 10)
+	first := h.due(10)
+	require.Len(t, first, 1)
+	h.q.schedule("c", "x", 50)
+	v, _, _ := h.q.reply(11, first[0].req, unknown)
+	require.Equal(t, verdictIgnore, v, "the new deadline decides")
+	require.Contains(t, h.q.unsure, "x")
+	second := h.due(50)
+	require.Len(t, second, 1)
+	v, _, _ = h.q.reply(51, second[0].req, journal.ErrStale)
+	require.Equal(t, verdictStaleUnsure, v)
+	require.Empty(t, h.q.unsure)
+}
