@@ -100,3 +100,11 @@ func (g *ModelGate) WaitingForTesting(conv string) int {
 	}
 	return 0
 }
+
+// InFlightForTesting returns how many conversations have a model call in
+// flight: the entries the gate holds.
+func (g *ModelGate) InFlightForTesting() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.calls)
+}

@@ -42,3 +42,7 @@ func (g *ToolGate) enter(ctx context.Context, conv, id string) (leave func(), er
 func (g *ToolGate) WaitingForTesting(conv, id string) int {
 	return g.g.WaitingForTesting(toolKey(conv, id))
 }
+
+// InFlightForTesting returns how many tool calls have a run in flight: the
+// entries the gate holds.
+func (g *ToolGate) InFlightForTesting() int { return g.g.InFlightForTesting() }
