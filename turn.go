@@ -180,15 +180,22 @@ func (w *turnWait) wait(ctx context.Context) (TurnEnd, error) {
 // the two is after the position (an answer: the status is no longer
 // ACTIVE, nothing is cancelled). Such a write may also land after the end.
 // Commands wait for it: its reads are bounded by Options.CallTimeout.
+// When no end is published (nothing was in progress, or a read failed),
+// the deltas a model call of the killed actor streamed are voided all the
+// same (Update.Restart, if any were streamed): the hub would otherwise keep
+// them as the answer in progress until the conversation's next model call.
 func (r *Runtime) publishCancelled(conv string) {
 	ctx, cancel := context.WithTimeout(r.life, r.opts.CallTimeout)
 	defer cancel()
+	void := func() { r.hub.publish(actors.Update{ConversationID: conv, Restart: true}) }
 	last, err := r.store.LastSeq(ctx, conv)
 	if err != nil {
+		void()
 		return
 	}
 	c, err := r.store.Conversation(ctx, conv)
 	if err != nil || c.GetStatus() != messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE {
+		void()
 		return
 	}
 	r.hub.publish(actors.Update{ConversationID: conv, After: last,
