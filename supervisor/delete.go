@@ -13,7 +13,8 @@ import (
 )
 
 // unblocked tells the supervisor actor that a delete or a kill of
-// conversation has ended: the deliveries it deferred meanwhile go out.
+// conversation has ended, or that an activation of it whose spawn failed
+// is gone: the deliveries it deferred meanwhile go out.
 type unblocked struct{ conversation string }
 
 // Delete deletes conversation id while the runtime runs. While it works, no

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"testing"
@@ -67,4 +68,30 @@ func TestSupervisorHoldsNothingOfFinishedConversations(t *testing.T) {
 		require.NoError(t, s.Delete(ctx, fmt.Sprintf("c%d", i), func(context.Context) error { return nil }))
 	}
 	require.Equal(t, sizes{gone: n / 2}, s.sizesForTesting(), "deleted: only the ids kept to refuse a wake")
+}
+
+// TestDeliveryDeferredBehindAFailedSpawnGoesOut: a delivery (an expiry)
+// that meets an activation retired while it is still being spawned
+// (StopUnowned, a membership change) waits in the supervisor actor for
+// that activation to terminate. Its spawn then fails: no actor ever ran,
+// so no Terminated comes, and the delivery was kept for good (one list
+// per such conversation) and never sent. It goes out once the spawn has
+// failed, to a new activation.
+func TestDeliveryDeferredBehindAFailedSpawnGoesOut(t *testing.T) {
+	s := startForTest(t)
+	a, mine, wait := s.reg.claim("c")
+	require.True(t, mine)
+	require.Nil(t, wait)
+	require.Equal(t, 1, s.reg.stopUnowned(func(string) bool { return false }, func(*actor.PID) {}, func(f func()) { go f() }))
+	// The delivery finds the activation retired and registered: deferred.
+	s.system.Root.Send(s.pid, &expired{conversation: "c", toolCallID: "call-1"})
+	// A wake of another conversation, sent after it, is handled after it.
+	s.system.Root.Send(s.pid, &rewake{conversation: "d"})
+	require.Eventually(t, func() bool { return s.IsActive("d") }, 10*time.Second, time.Millisecond)
+	require.False(t, s.IsActive("c"))
+
+	s.reg.spawned(a, func(*activation) (*actor.PID, error) { return nil, errors.New("spawn failed") })
+	require.ErrorContains(t, a.err, "spawn failed")
+	require.Eventually(t, func() bool { return s.IsActive("c") }, 10*time.Second, time.Millisecond,
+		"the deferred delivery went out to a new activation")
 }

@@ -77,6 +77,11 @@ type registry struct {
 	gone     map[string]struct{}
 	goneRing []string
 	goneNext int
+	// spawnFailed, if set, is told the id of an activation whose spawn
+	// failed, once it is unregistered: no actor ran, so no Terminated
+	// comes to send what the supervisor actor deferred behind it (an
+	// activation retired while it was spawning, see stopUnowned).
+	spawnFailed func(id string)
 }
 
 // generations is the extension of an actor system that hands out the
@@ -213,6 +218,7 @@ func (r *registry) ensureOwned(ctx context.Context, id string, owns func(string)
 func (r *registry) spawned(a *activation, spawn func(a *activation) (*actor.PID, error)) {
 	pid, err := spawn(a)
 	r.mu.Lock()
+	var failed func(string)
 	if err != nil {
 		a.err = err
 		a.mu.Lock() // retired is read under a.mu alone (isLive, active)
@@ -222,12 +228,16 @@ func (r *registry) spawned(a *activation, spawn func(a *activation) (*actor.PID,
 			delete(r.byID, a.id)
 		}
 		close(a.done)
+		failed = r.spawnFailed
 	} else if a.pid == nil { // not registered by the spawner itself (see register)
 		a.pid = pid
 		r.byPID[pid.String()] = a
 	}
 	r.mu.Unlock()
 	close(a.ready)
+	if failed != nil {
+		failed(a.id)
+	}
 }
 
 // register records the actor of a new activation. The supervisor actor

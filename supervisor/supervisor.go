@@ -682,6 +682,10 @@ func (r *root) deliver(ctx actor.Context, conv string, cmd *actors.Command) {
 
 func (r *root) start(ctx actor.Context) {
 	s := r.s
+	self, root := ctx.Self(), ctx.ActorSystem().Root
+	s.reg.mu.Lock()
+	s.reg.spawnFailed = func(id string) { root.Send(self, &unblocked{conversation: id}) }
+	s.reg.mu.Unlock()
 	if s.journal == nil {
 		// The expiry actor learns of deadlines from the commits themselves:
 		// a conversation killed between its write and its next message
