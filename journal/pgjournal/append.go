@@ -73,8 +73,9 @@ type batch struct {
 // passing requests changed, one statement per table, and commits. A
 // transaction the server rolls back because of a concurrent writer (a tool
 // call id inserted meanwhile, a deadlock) is run again, up to
-// maxBatchAttempts times, from the reads. The caller's events get their
-// seqs only if the commit succeeded.
+// maxBatchAttempts times, from the reads, as the writes outside
+// AppendBatch run theirs (writeTx). The caller's events get their seqs only
+// if the commit succeeded.
 func (s *Store) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest) []journal.AppendResult {
 	results := make([]journal.AppendResult, len(reqs))
 	failAll := func(err error) []journal.AppendResult {
@@ -235,8 +236,9 @@ func (s *Store) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest)
 	}
 }
 
-// maxBatchAttempts bounds the transactions one AppendBatch runs when it
-// loses races to other writers (see lostRace).
+// maxBatchAttempts bounds the transactions one AppendBatch, or any other
+// write (writeTx, execCommit, PutSummary), runs when it loses
+// races to other writers (see lostRace).
 const maxBatchAttempts = 3
 
 // lostRace reports whether err is the server's report of a write that

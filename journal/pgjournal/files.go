@@ -55,7 +55,8 @@ func (s *Store) PutFileBlob(ctx context.Context, sum string, size int64, r io.Re
 	}
 	now := time.Now()
 	var d *messages.FileBlob
-	err = s.writeTx(ctx, "put blob", "", func(tx pgx.Tx) error {
+	// Once: fn consumes r, which a rerun could not read again.
+	err = s.writeTxOnce(ctx, "put blob", "", func(tx pgx.Tx) error {
 		if err := lockBlob(ctx, tx, raw); err != nil {
 			return err
 		}
@@ -161,6 +162,7 @@ func (s *Store) PutFileCheckpoint(ctx context.Context, cp *messages.FileCheckpoi
 	}
 	stored := false
 	err = s.writeTx(ctx, "put file checkpoint", id, func(tx pgx.Tx) error {
+		stored = false // a rerun (writeTx) reports its own write
 		var deleted, hasRow bool
 		err := tx.QueryRow(ctx, "SELECT deleted, row IS NOT NULL FROM lz_conversations WHERE id = $1", []byte(id)).Scan(&deleted, &hasRow)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {

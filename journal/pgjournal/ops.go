@@ -259,6 +259,18 @@ func (s *Store) PutSummary(ctx context.Context, conversationID string, sum *mess
 	if err != nil {
 		return fmt.Errorf("pgjournal: %w", journal.Invalidf("summary of %q cannot be encoded (%v)", conversationID, err))
 	}
+	// A transaction the server rolled back for a lost race is run again,
+	// as writeTx runs its own.
+	for attempt := 1; ; attempt++ {
+		err := s.putSummaryOnce(ctx, conversationID, sum, data)
+		if err == nil || attempt >= maxBatchAttempts || !lostRace(err) || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+// putSummaryOnce is PutSummary's transaction, with sum encoded as data.
+func (s *Store) putSummaryOnce(ctx context.Context, conversationID string, sum *messages.Summary, data []byte) error {
 	// Two round trips, where a transaction of its own statements would take
 	// five: BEGIN, the lock and the head read in one; the insert and COMMIT
 	// in the other.

@@ -398,8 +398,19 @@ func (s *Store) wrapCommit(op string, err error) error {
 // (outside a transaction), and wraps its error: an error met once the
 // statement was sent is wrapped as one met once COMMIT was sent (the
 // statement may have run: the outcome is unknown unless the server
-// reported an error).
+// reported an error). A statement the server rolled back for a lost race
+// (lostRace) is run again, up to maxBatchAttempts times.
 func (s *Store) execCommit(ctx context.Context, op, sql string, args ...any) (pgconn.CommandTag, error) {
+	for attempt := 1; ; attempt++ {
+		tag, err := s.execCommitOnce(ctx, op, sql, args...)
+		if err == nil || attempt >= maxBatchAttempts || !lostRace(err) || ctx.Err() != nil {
+			return tag, err
+		}
+	}
+}
+
+// execCommitOnce is execCommit without the reruns.
+func (s *Store) execCommitOnce(ctx context.Context, op, sql string, args ...any) (pgconn.CommandTag, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return pgconn.CommandTag{}, s.wrap(op, err)
@@ -431,8 +442,26 @@ func lockKeys(convs []string) []int64 {
 	return slices.Compact(keys)
 }
 
-// writeTx runs fn in a transaction holding conv's lock and commits it.
+// writeTx runs fn in a transaction holding conv's lock and commits it. A
+// transaction the server rolled back for a lost race (lostRace: a deadlock,
+// a serialization failure, a unique violation from a concurrent insert) is
+// run again, fn included, up to maxBatchAttempts times, as AppendBatch
+// runs its batch again: the rerun's reads see what the other writer
+// committed, so its checks report what applies (ErrStale for a call that
+// writer resolved, say), where the lost race was reported as ErrConflict.
+// fn must so be safe to run again; one that is not (it consumes a reader)
+// uses writeTxOnce.
 func (s *Store) writeTx(ctx context.Context, op, conv string, fn func(tx pgx.Tx) error) error {
+	for attempt := 1; ; attempt++ {
+		err := s.writeTxOnce(ctx, op, conv, fn)
+		if err == nil || attempt >= maxBatchAttempts || !lostRace(err) || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+// writeTxOnce is writeTx without the reruns.
+func (s *Store) writeTxOnce(ctx context.Context, op, conv string, fn func(tx pgx.Tx) error) error {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return s.wrap(op, err)
