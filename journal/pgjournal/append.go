@@ -237,7 +237,7 @@ func (s *Store) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest)
 }
 
 // maxBatchAttempts bounds the transactions one AppendBatch, or any other
-// write (writeTx, execCommit, PutSummary), runs when it loses
+// write (writeTx, execCommit, PutSummary, a migration), runs when it loses
 // races to other writers (see lostRace).
 const maxBatchAttempts = 3
 

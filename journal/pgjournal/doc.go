@@ -63,13 +63,13 @@
 // nothing: every write runs it again, from its reads, up to 3 times
 // (AppendBatch, and the writes outside it: ResolveToolCall, UpsertToolCall,
 // PutSummary, Fork, DeleteConversation, PutMetadata, PutConversation, the
-// deadline, schedule, audit and file checkpoint writes), so that the
-// rerun's checks report what the other writer left (a call it resolved is
-// ErrStale, a conversation it created is ErrExists) and a lost race is not
-// mistaken for a lost fence. A race lost 3 times is journal.ErrConflict.
-// PutFileBlob, which reads its blob from the caller's reader once, is not
-// run again. A write whose connection was lost once its COMMIT was sent is
-// never run again (see below).
+// deadline, schedule, audit and file checkpoint writes, each migration of
+// Open), so that the rerun's checks report what the other writer left (a
+// call it resolved is ErrStale, a conversation it created is ErrExists) and
+// a lost race is not mistaken for a lost fence. A race lost 3 times is
+// journal.ErrConflict. PutFileBlob, which reads its blob from the caller's
+// reader once, is not run again. A write whose connection was lost once its
+// COMMIT was sent is never run again (see below).
 //
 // A connection refused, reset or closed, or a server shutting down, is
 // journal.ErrUnavailable: nothing was written. A connection lost once

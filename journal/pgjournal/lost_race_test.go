@@ -151,3 +151,63 @@ func TestWriteRerunsLostDeadlock(t *testing.T) {
 		})
 	}
 }
+
+// TestOpenRerunsMigrationLostDeadlock: a migration that the server picks as
+// the victim of a deadlock with a transaction of the database's other users
+// is run again, and Open succeeds. Open failed with ErrConflict.
+//
+// The database is rolled back to the schema before the last migration
+// (which is harmless to re-apply); the other transaction holds lz_schema,
+// which the migration's transaction writes last, then reads the table the
+// migration altered first.
+func TestOpenRerunsMigrationLostDeadlock(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	ctx := t.Context()
+	require.NoError(t, open(t, dsn, Options{}).Close())
+	other, err := pgx.Connect(ctx, dsn)
+	require.NoError(t, err)
+	defer other.Close(context.Background())
+	require.Equal(t, 7, SchemaVersion(), "the test alters the table of migration 7")
+	_, err = other.Exec(ctx, "DELETE FROM lz_schema WHERE version = 7")
+	require.NoError(t, err)
+	_, err = other.Exec(ctx, "SET deadlock_timeout = '1min'")
+	require.NoError(t, err)
+	tx, err := other.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	_, err = tx.Exec(ctx, "LOCK TABLE lz_schema IN SHARE MODE")
+	require.NoError(t, err)
+	var otherPID int32
+	require.NoError(t, tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&otherPID))
+
+	done := make(chan error, 1)
+	go func() {
+		s, err := Open(ctx, dsn, Options{})
+		if err == nil {
+			_ = s.Close()
+		}
+		done <- err
+	}()
+	watch, err := pgx.Connect(ctx, dsn)
+	require.NoError(t, err)
+	defer watch.Close(context.Background())
+	require.Eventually(t, func() bool {
+		var n int
+		err := watch.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> $1`, otherPID).Scan(&n)
+		return err == nil && n > 0
+	}, 10*time.Second, 5*time.Millisecond, "the migration waits for the other transaction")
+	_, err = tx.Exec(ctx, "SELECT count(*) FROM lz_schedules")
+	require.NoError(t, err, "the other transaction survives the deadlock")
+	require.NoError(t, tx.Commit(ctx))
+
+	select {
+	case err = <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Open did not return")
+	}
+	require.NoError(t, err, "the migration lost a deadlock and is run again")
+	var v int
+	require.NoError(t, other.QueryRow(ctx, "SELECT max(version) FROM lz_schema").Scan(&v))
+	require.Equal(t, 7, v)
+}

@@ -260,13 +260,23 @@ func (s *Store) migrate(ctx context.Context) error {
 		return fmt.Errorf("pgjournal: database at schema version %d, this code knows up to %d: %w", cur, len(ms), ErrSchemaTooNew)
 	}
 	for _, m := range ms[cur:] {
-		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, m.sql); err != nil {
+		// A migration's locks (ALTER TABLE takes the table's strongest)
+		// can meet those of the writers of Stores already running in a
+		// deadlock; the server then rolls one transaction back. The
+		// migration's is run again, as writeTx runs a write's.
+		var err error
+		for attempt := 1; ; attempt++ {
+			err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, m.sql); err != nil {
+					return err
+				}
+				_, err := tx.Exec(ctx, "INSERT INTO lz_schema (version) VALUES ($1)", m.version)
 				return err
+			})
+			if err == nil || attempt >= maxBatchAttempts || !lostRace(err) || ctx.Err() != nil {
+				break
 			}
-			_, err := tx.Exec(ctx, "INSERT INTO lz_schema (version) VALUES ($1)", m.version)
-			return err
-		})
+		}
 		if err != nil {
 			return s.wrap("open: migration "+m.name, err)
 		}
