@@ -210,7 +210,9 @@ type Options struct {
 	// ModelRetry is the retry policy of a failed model call (a 429, a
 	// 5xx, a timeout, a broken stream): how long to wait, how many
 	// attempts, which errors. Default: the zero RetryPolicy, 3 attempts
-	// in all, 1s then 2s apart, on the transient errors of
+	// in all, 1s then 2s apart (or the wait the failed call's error names,
+	// agent.RetryAfter, when longer: a provider's Retry-After, up to
+	// RetryPolicy.MaximumRetryAfter), on the transient errors of
 	// DefaultRetryable. It is a second layer above a provider's own retry
 	// of one call (agent/retry); see RetryPolicy. When it gives up, or the
 	// error is not retryable, the turn fails durably: a turn_failed event.

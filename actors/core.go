@@ -870,16 +870,16 @@ func (c *core) onModelDone(d *inModelDone) {
 }
 
 // modelFailed handles a failed model call (or an answer the Store
-// refused): it retries the call after the policy's delay, or fails the
-// turn.
+// refused): it retries the call after the policy's delay (or the wait the
+// error names, when longer), or fails the turn.
 func (c *core) modelFailed(err error) {
 	c.attempts++
 	p := c.cfg.Retry
-	if !p.retry(err, c.attempts) {
+	delay, ok := p.retry(err, c.attempts)
+	if !ok {
 		c.failTurn(err, c.attempts)
 		return
 	}
-	delay := p.Delay(c.attempts)
 	c.log.Info("model call failed; retrying", "err", err, "attempt", c.attempts, "delay", delay)
 	c.retryGen++
 	c.retryArmed = true

@@ -18,6 +18,7 @@ const (
 	DefaultRetryBackoffCoefficient = 2.0
 	DefaultRetryMaximumInterval    = time.Minute
 	DefaultRetryMaximumAttempts    = 3
+	DefaultRetryMaximumRetryAfter  = 10 * time.Minute
 )
 
 // DefaultMaxInvalidToolAnswers is how many model answers in a row, within
@@ -36,10 +37,22 @@ const DefaultMaxInvalidToolAnswers = 3
 // returned error as one failed attempt of the turn, waits (on the Clock),
 // and calls Generate again with the same context: at worst a turn makes
 // MaximumAttempts times the provider's attempts of HTTP requests. Every
-// retry is announced to subscribers (Update.Retry). A retry waiting its
-// delay is abandoned when a new message arrives (the turn restarts with it,
-// attempts counted from 1 again), when the conversation is killed, and when
-// its actor stops.
+// retry is announced to subscribers (Update.Retry).
+//
+// When the failed call's error names a wait (agent.RetryAfter: a provider's
+// Retry-After, say of a 429 it gave up on), the runtime waits the longer of
+// that and its own delay (Delay), so that it does not call a rate-limited
+// provider again sooner than the provider asked. A wait longer than
+// MaximumRetryAfter fails the turn at once, as the providers' own retry
+// does past its MaxRetryAfter: a call sooner than the provider asked would
+// be refused again, spending an attempt and a request for nothing, while a
+// failed turn is durable (turn_failed) and tells the application at once,
+// which may send again when it sees fit. Waits are on the Clock, between
+// calls: ConversationConfig.ModelTimeout bounds each call, never a wait.
+//
+// A retry waiting its delay is abandoned when a new message arrives (the
+// turn restarts with it, attempts counted from 1 again), when the
+// conversation is killed, and when its actor stops.
 type RetryPolicy struct {
 	// InitialInterval is the wait before the second attempt. 0 (or less)
 	// means DefaultRetryInitialInterval.
@@ -55,6 +68,10 @@ type RetryPolicy struct {
 	// first included, before it fails. 0 means DefaultRetryMaximumAttempts;
 	// 1 or less than 0 never retries.
 	MaximumAttempts int
+	// MaximumRetryAfter is the longest wait a failed call's error may name
+	// (agent.RetryAfter) that is honoured; a longer one fails the turn at
+	// once. 0 (or less) means DefaultRetryMaximumRetryAfter.
+	MaximumRetryAfter time.Duration
 	// Retryable reports whether a failed model call is worth another
 	// attempt. Nil means DefaultRetryable. It is never asked about a
 	// permanent failure (see Permanent): those fail the turn at once.
@@ -79,6 +96,9 @@ func (p RetryPolicy) WithDefaults() RetryPolicy {
 	if p.MaximumAttempts < 1 {
 		p.MaximumAttempts = 1
 	}
+	if p.MaximumRetryAfter <= 0 {
+		p.MaximumRetryAfter = DefaultRetryMaximumRetryAfter
+	}
 	if p.Retryable == nil {
 		p.Retryable = DefaultRetryable
 	}
@@ -97,9 +117,21 @@ func (p RetryPolicy) Delay(attempt int) time.Duration {
 }
 
 // retry reports whether a turn whose attempt (counted from 1) failed with
-// err gets another attempt. p must have its defaults.
-func (p RetryPolicy) retry(err error, attempt int) bool {
-	return attempt < p.MaximumAttempts && !Permanent(err) && p.Retryable(err)
+// err gets another attempt, and after which wait: the longer of Delay and
+// the wait err names (agent.RetryAfter), none past MaximumRetryAfter. p
+// must have its defaults.
+func (p RetryPolicy) retry(err error, attempt int) (time.Duration, bool) {
+	if attempt >= p.MaximumAttempts || Permanent(err) || !p.Retryable(err) {
+		return 0, false
+	}
+	d := p.Delay(attempt)
+	if after, ok := agent.RetryAfter(err); ok {
+		if after > p.MaximumRetryAfter {
+			return 0, false
+		}
+		d = max(d, after)
+	}
+	return d, true
 }
 
 // Permanent reports whether a model failure is never retried, whatever the
@@ -245,6 +277,7 @@ type Retry struct {
 	// Attempt+1.
 	Attempt int
 	// Delay is how long the runtime waits (on its Clock) before the next
-	// attempt.
+	// attempt: RetryPolicy.Delay, or the wait the error names when longer
+	// (see RetryPolicy).
 	Delay time.Duration
 }

@@ -1,6 +1,9 @@
 package agent
 
-import "errors"
+import (
+	"errors"
+	"time"
+)
 
 // Sentinels of model failures, shared by every provider (agent/openai,
 // agent/anthropic), so that an application or a retry policy branches on the
@@ -11,8 +14,9 @@ import "errors"
 //	ErrRateLimited    retried after the server's retry-after-ms or
 //	                  Retry-After (the former first), bounded;
 //	                  returned once the attempts run out or the wait is too
-//	                  long; returned at once when the account is out of
-//	                  credit (OpenAI's insufficient_quota)
+//	                  long, naming the server's wait (RetryAfter); returned
+//	                  at once when the account is out of credit (OpenAI's
+//	                  insufficient_quota)
 //	ErrUnavailable    retried with backoff, bounded (5xx, 408, 409,
 //	                  overloaded, an error event of the server's, a
 //	                  connection that failed before any text was streamed)
@@ -37,9 +41,11 @@ import "errors"
 // become an event. The runtime then retries the call per its own policy
 // (lazarus.Options.ModelRetry: by default ErrRateLimited, ErrUnavailable,
 // ErrInterrupted, ErrMalformed and ErrIncomplete are retried, never
-// ErrContextLength, ErrRefused, ErrRequest or ErrPanicked), telling
-// subscribers of each retry, and when it gives up records the failure
-// durably (a turn_failed event). The runtime also bounds each call
+// ErrContextLength, ErrRefused, ErrRequest or ErrPanicked), waiting at
+// least the wait the error names (RetryAfter; a longer one than the
+// policy's bound fails the turn at once), telling subscribers of each
+// retry, and when it gives up records the failure durably (a turn_failed
+// event). The runtime also bounds each call
 // (lazarus.Options.ModelTimeout): a call past its bound has its context
 // cancelled and fails with an error wrapping context.DeadlineExceeded,
 // retried by default, whatever the provider returned after the cancel.
@@ -76,3 +82,24 @@ var (
 	// JSON object).
 	ErrRequest = errors.New("agent: model request rejected")
 )
+
+// RetryAfter returns the wait that err, the error of a failed model call,
+// asks for before the next call: the provider's retry-after-ms or
+// Retry-After of its last attempt (a 429, say, whether the provider gave up
+// after its own attempts or because the wait was longer than its
+// retry.Policy.MaxRetryAfter). It reports false when err names no wait.
+//
+// An error names a wait when it, or an error it wraps (errors.As), has a
+// method RetryAfter() time.Duration that returns more than 0: the errors of
+// agent/openai and agent/anthropic do when the server named one, and the
+// error of a Model of the application's own may. The runtime's retry
+// (lazarus.RetryPolicy) waits at least that long before it calls again.
+func RetryAfter(err error) (time.Duration, bool) {
+	var h interface{ RetryAfter() time.Duration }
+	if errors.As(err, &h) {
+		if d := h.RetryAfter(); d > 0 {
+			return d, true
+		}
+	}
+	return 0, false
+}

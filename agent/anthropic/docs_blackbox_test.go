@@ -426,3 +426,17 @@ func TestDocsToolInputWholeInTheBlockStart(t *testing.T) {
 	assert.JSONEq(t, `{"tz":"CET"}`, msg.GetToolCalls()[1].GetArguments())
 	assert.JSONEq(t, `{}`, msg.GetToolCalls()[2].GetArguments())
 }
+
+// TestDocsRetryAfterPastTheBoundIsNamed: a 429 whose Retry-After exceeds
+// the policy's MaxRetryAfter ends the call at once, and its error names
+// the server's wait (agent.RetryAfter) for the runtime's retry.
+func TestDocsRetryAfterPastTheBoundIsNamed(t *testing.T) {
+	p := serveText(t, "> status 429\n> header Retry-After: 300\n{\"type\":\"error\",\"error\":{\"type\":\"rate_limit_error\",\"message\":\"slow\"}}\n")
+	_, err := p.m.Generate(context.Background(), providertest.Turn(), nil)
+	require.ErrorIs(t, err, agent.ErrRateLimited)
+	d, ok := agent.RetryAfter(err)
+	require.True(t, ok)
+	assert.Equal(t, 5*time.Minute, d)
+	assert.Len(t, p.srv.Requests(), 1)
+	assert.Empty(t, p.waits())
+}

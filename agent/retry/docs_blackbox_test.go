@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/retry"
 )
 
@@ -108,4 +109,45 @@ func TestBBDoNilAttempt(t *testing.T) {
 	require.ErrorIs(t, err, retry.ErrNilAttempt)
 	assert.Empty(t, waits)
 	require.ErrorIs(t, retry.Policy{}.Do(context.Background(), nil), retry.ErrNilAttempt, "the zero Policy too")
+}
+
+// Do's error names the server's wait of its last attempt (agent.RetryAfter)
+// whether Do gave up because the attempts ran out or because the wait
+// exceeded MaxRetryAfter; errors.Is sees through it, the text is the
+// error's own, and an error whose last attempt named no wait names none.
+func TestBBDoErrorNamesTheWait(t *testing.T) {
+	var waits []time.Duration
+	err := retry.Policy{MaxAttempts: 2, Sleep: recorder(&waits)}.Do(context.Background(), func(context.Context) error {
+		return retry.Retryable(errBusy, 3*time.Second)
+	})
+	require.ErrorIs(t, err, errBusy)
+	assert.False(t, retry.IsRetryable(err))
+	assert.Equal(t, "after 2 attempts: busy", err.Error())
+	d, ok := agent.RetryAfter(err)
+	assert.True(t, ok)
+	assert.Equal(t, 3*time.Second, d)
+	assert.Equal(t, []time.Duration{3 * time.Second}, waits)
+
+	waits = nil
+	err = retry.Policy{Sleep: recorder(&waits)}.Do(context.Background(), func(context.Context) error {
+		return retry.Retryable(errBusy, 5*time.Minute)
+	})
+	require.ErrorIs(t, err, errBusy)
+	assert.Equal(t, "busy", err.Error())
+	d, ok = agent.RetryAfter(err)
+	assert.True(t, ok, "past MaxRetryAfter: returned at once, naming the wait")
+	assert.Equal(t, 5*time.Minute, d)
+	assert.Empty(t, waits)
+
+	n := 0
+	err = retry.Policy{MaxAttempts: 2, Sleep: recorder(&waits)}.Do(context.Background(), func(context.Context) error {
+		n++
+		if n == 1 {
+			return retry.Retryable(errBusy, time.Second)
+		}
+		return retry.Retryable(errBusy, 0)
+	})
+	require.ErrorIs(t, err, errBusy)
+	_, ok = agent.RetryAfter(err)
+	assert.False(t, ok, "the last attempt named no wait")
 }

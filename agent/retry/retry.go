@@ -102,6 +102,17 @@ type retryable struct {
 func (r *retryable) Error() string { return r.err.Error() }
 func (r *retryable) Unwrap() error { return r.err }
 
+// hinted is an error returned by Do that names the server's wait
+// (agent.RetryAfter reads it).
+type hinted struct {
+	err   error
+	after time.Duration
+}
+
+func (h *hinted) Error() string             { return h.err.Error() }
+func (h *hinted) Unwrap() error             { return h.err }
+func (h *hinted) RetryAfter() time.Duration { return h.after }
+
 // Retryable marks err as worth another attempt, no sooner than after (the
 // server's Retry-After; 0 means the policy's backoff decides). errors.Is and
 // errors.As see through the mark. Retryable(nil, d) is nil.
@@ -137,8 +148,10 @@ func (p Policy) Backoff(n int) time.Duration {
 // the attempts run out, a server-named wait exceeds MaxRetryAfter, or ctx is
 // done. Between attempts it waits the server's Retry-After when one was
 // named, else Backoff. It returns attempt's last error, unmarked, wrapped
-// with the number of attempts when there was more than one; ctx.Err() if ctx
-// ended a wait. A nil attempt is refused with ErrNilAttempt, before any
+// with the number of attempts when there was more than one, and naming the
+// server's wait of the last attempt when there was one (its method
+// RetryAfter() time.Duration, read by agent.RetryAfter; errors.Is and
+// errors.As see through it); ctx.Err() if ctx ended a wait. A nil attempt is refused with ErrNilAttempt, before any
 // attempt or wait.
 func (p Policy) Do(ctx context.Context, attempt func(ctx context.Context) error) error {
 	if attempt == nil {
@@ -152,10 +165,15 @@ func (p Policy) Do(ctx context.Context, attempt func(ctx context.Context) error)
 			return err
 		}
 		if n >= p.MaxAttempts || r.after > p.MaxRetryAfter || ctx.Err() != nil {
-			if n == 1 {
-				return r.err
+			err := r.err
+			if n > 1 {
+				err = fmt.Errorf("after %d attempts: %w", n, r.err)
 			}
-			return fmt.Errorf("after %d attempts: %w", n, r.err)
+			if r.after > 0 {
+				// The caller (the runtime's retry) may honour the wait.
+				err = &hinted{err: err, after: r.after}
+			}
+			return err
 		}
 		wait := r.after
 		if wait <= 0 {
