@@ -706,3 +706,61 @@ func TestDocsDefaultPageSize(t *testing.T) {
 	require.Len(t, page.Events, server.DefaultPageSize)
 	require.Equal(t, uint64(3), page.NextBefore)
 }
+
+// TestDocsHistoryPageDefaultMaxPageBytes: openapi.json's EventPage "the
+// newest of the events the limit asks for whose JSON fits the server's
+// MaxPageBytes (16 MiB by default), and at least one"; README: "a history
+// page holds at most limit events and at most server.Options.MaxPageBytes
+// (16 MiB) of their JSON ... page on with its next_before".
+func TestDocsHistoryPageDefaultMaxPageBytes(t *testing.T) {
+	require.Equal(t, 16<<20, server.DefaultMaxPageBytes, "the docs say 16 MiB")
+	ctx := testContext(t)
+	model := newScripted()
+	n := startNode(t, model, server.Options{}) // MaxPageBytes left at its default
+	conv := n.create(t, tokAlice, nil)
+	alice := agent.ScopeOf(agent.Identity{UserID: "alice"})
+	big := strings.Repeat("x", 1_000_000)
+	const turns = 10 // 20 events of about 1 MB of JSON each: more than 16 MiB
+	for i := range turns {
+		model.Push(conv.ID, scripted.Text(strconv.Itoa(i)+big))
+		_, err := n.rt.SendAndWait(ctx, conv.ID, strconv.Itoa(i)+big, alice)
+		require.NoError(t, err)
+	}
+	var seqs []uint64
+	path := "/v1/conversations/" + conv.ID + "/events?limit=50"
+	for pages := 0; ; pages++ {
+		require.Less(t, pages, 2*turns, "paging gets on")
+		var page server.EventPage
+		n.must(t, http.StatusOK, "GET", path, tokAlice, nil, &page)
+		require.NotEmpty(t, page.Events)
+		size := 0
+		var held []uint64
+		for _, raw := range page.Events {
+			size += len(raw)
+			var ev struct {
+				Seq string `json:"seq"`
+			}
+			require.NoError(t, json.Unmarshal(raw, &ev))
+			s, err := strconv.ParseUint(ev.Seq, 10, 64)
+			require.NoError(t, err)
+			held = append(held, s)
+		}
+		require.LessOrEqual(t, size, server.DefaultMaxPageBytes, "a page's events fit 16 MiB of JSON")
+		if page.NextBefore != 0 {
+			require.Equal(t, held[0], page.NextBefore, "next_before resumes before the oldest event the page holds")
+			// Every event is over 1 MB of JSON: the next one did not fit.
+			require.Greater(t, size+1_000_000, server.DefaultMaxPageBytes, "the page was cut by the bound, not before it")
+		}
+		seqs = append(held, seqs...)
+		if page.NextBefore == 0 {
+			break
+		}
+		require.Less(t, len(page.Events), 50, "the first page is cut by bytes, not by its limit")
+		path = "/v1/conversations/" + conv.ID + "/events?limit=50&before=" + strconv.FormatUint(page.NextBefore, 10)
+	}
+	want := make([]uint64, 2*turns)
+	for i := range want {
+		want[i] = uint64(i + 1)
+	}
+	require.Equal(t, want, seqs, "paging on reads every event once, in order")
+}
