@@ -88,7 +88,8 @@ connection closed; it bounds the request only, not the answer, so an event
 stream is never cut by it. A write of an event stream that the client has
 not taken in within stream_write_timeout (default 1m) cuts the stream.
 
-Progress lines go to stderr: the store, the model and its timeout, each
+Progress lines go to stderr: the store, the model and its timeout, the
+tool timeout, each
 tool, the listening address. SIGTERM or SIGINT stops it gracefully: it
 stops accepting connections, ends the event streams (each with the code
 closed, so that clients reconnect), waits for the requests in flight (at

@@ -60,7 +60,7 @@
 // A transaction the server rolls back because of another writer's (a
 // deadlock, SQLSTATE 40P01; a serialization failure, 40001; a unique
 // violation from a row a concurrent transaction inserted, 23505) wrote
-// nothing: every write runs it again, from its reads, up to 3 times
+// nothing: every write runs it again, from its reads, 3 runs in all at most
 // (AppendBatch, and the writes outside it: ResolveToolCall, UpsertToolCall,
 // PutSummary, Fork, DeleteConversation, PutMetadata, PutConversation, the
 // deadline, schedule, audit and file checkpoint writes, each migration of
