@@ -28,10 +28,20 @@ type activation struct {
 
 	done chan struct{} // closed once the actor has terminated
 
-	mu      sync.Mutex // guards sent, retired and cause; held across a send
+	mu      sync.Mutex // guards sent, retired, cause and thenTold; held across a send
 	sent    uint64     // commands sent to this activation
 	retired bool
 	cause   error // why the actor stopped itself, if it did (see stopped)
+	// thenTold: Kill stopped the actor and calls its then once it has
+	// terminated, instead of Config.Terminated.
+	thenTold bool
+}
+
+// told reports whether Kill's then is told of the actor's end (thenTold).
+func (a *activation) told() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.thenTold
 }
 
 // stopped records why the activation's actor is stopping itself, before it
@@ -258,6 +268,13 @@ func (r *registry) lookup(id string) *activation {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.byID[id]
+}
+
+// lookupPID returns the registered activation of the actor pid, if any.
+func (r *registry) lookupPID(pid *actor.PID) *activation {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.byPID[pid.String()]
 }
 
 // isLive reports whether id has an activation that is not retired.

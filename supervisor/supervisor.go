@@ -98,6 +98,16 @@ type Config struct {
 	// whole. It runs on that activation's goroutine and must not block. A
 	// panic of it is logged and recovered.
 	Fenced func(conversationID string)
+	// Terminated, if set, is called each time a conversation actor has
+	// terminated (it passivated, was fenced off or found stale, failed,
+	// panicked, was stopped by a delete or StopUnowned), before any
+	// new activation of that conversation is created, except for one that
+	// Kill stopped with a then, which is called instead. What it publishes
+	// comes after the last delta of the actor's model call (the actor
+	// cancelled it as it stopped) and before anything a successor does.
+	// It runs on the supervisor actor's goroutine and must not block; a
+	// panic of it is logged and recovered.
+	Terminated func(conversationID string)
 }
 
 // Supervisor is the root of a runtime's actors. It owns, and outlives, the
@@ -445,7 +455,10 @@ func (s *Supervisor) Kill(id string, then func()) bool {
 	if a.pid == nil {
 		return false
 	}
-	killed := s.reg.kill(a, func(pid *actor.PID) { s.system.Root.Send(pid, &messages.AgentStop{}) })
+	killed := s.reg.kill(a, func(pid *actor.PID) {
+		a.thenTold = then != nil // a.mu is held: see Config.Terminated
+		s.system.Root.Send(pid, &messages.AgentStop{})
+	})
 	<-a.done
 	if killed && then != nil {
 		then()
@@ -456,7 +469,8 @@ func (s *Supervisor) Kill(id string, then func()) bool {
 // StopUnowned stops, without waiting, every live conversation actor whose
 // conversation owns rejects (Config.Owns once the membership changed), as
 // Kill does but quietly: nothing is published or written (Kill's then has
-// no counterpart), and the conversation's log and row stay as the actor
+// no counterpart; Config.Terminated is told of the stop, as of any), and
+// the conversation's log and row stay as the actor
 // left them for its owner to revive. The actor first answers the commands
 // queued before its kill order (those waiting on it are told to retry,
 // and Ask sends them to no new activation here: see ErrMoved); its model
@@ -575,6 +589,11 @@ func (r *root) Receive(ctx actor.Context) {
 			r.deliver(ctx, msg.conversation, cmd)
 		}
 	case *actor.Terminated:
+		if a := s.reg.lookupPID(msg.Who); a != nil && s.cfg.Terminated != nil && !a.told() {
+			// Before terminated unregisters it: until then no successor
+			// of it is created.
+			s.hook("Terminated", func() { s.cfg.Terminated(a.id) })
+		}
 		if a := s.reg.terminated(msg.Who); a != nil {
 			s.log.Debug("conversation actor stopped", "conversation", a.id)
 			waiting := r.deferred[a.id]

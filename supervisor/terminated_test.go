@@ -1,0 +1,145 @@
+package supervisor
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus/actors"
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/journal/memjournal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// TestTerminatedIsToldOfEveryStop: Config.Terminated hears of an
+// activation that stopped while its model call streamed without
+// publishing anything (a panic of its Receive, a stale wake), of one that
+// passivated, and of one a delete or a Kill without then stopped, while
+// it is still registered (no successor can exist yet); a Kill with a then
+// calls that instead. The runtime voids the answer in progress there.
+func TestTerminatedIsToldOfEveryStop(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	streaming := make(chan string, 1)
+	model := agent.ModelFunc(func(ctx context.Context, turn agent.Turn, onDelta func(string)) (*messages.AssistantMessage, error) {
+		onDelta("partial")
+		streaming <- turn.ConversationID
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	type told struct {
+		id         string
+		registered bool
+	}
+	terminated := make(chan told, 16)
+	var s *Supervisor
+	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
+	s, err := Start(system, Config{Store: memjournal.New(memjournal.Options{}), CallTimeout: 5 * time.Second,
+		Agent: func(id string) actors.ConversationConfig {
+			idle := time.Duration(-1)
+			if id == "idle" {
+				idle = time.Millisecond
+			}
+			return actors.ConversationConfig{Model: model, IdleTimeout: idle, Publish: func(actors.Update) {}}
+		},
+		Terminated: func(id string) {
+			a := s.reg.lookup(id)
+			terminated <- told{id: id, registered: a != nil && a.pid != nil}
+		},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		s.Stop()
+		system.Shutdown()
+	})
+	expect := func(id string) {
+		t.Helper()
+		select {
+		case got := <-terminated:
+			require.Equal(t, told{id: id, registered: true}, got)
+		case <-ctx.Done():
+			t.Fatalf("Terminated never heard of %s", id)
+		}
+	}
+	stream := func(id string) *activation {
+		t.Helper()
+		_, err := s.Ask(ctx, id, sendCmd("hi"))
+		require.NoError(t, err)
+		require.Equal(t, id, <-streaming)
+		return s.reg.lookup(id)
+	}
+
+	// A panic of Receive (a bug: here a nil command).
+	a := stream("panic")
+	s.system.Root.Send(a.pid, (*actors.Command)(nil))
+	expect("panic")
+
+	// A wake that finds the activation stale: another writer moved the
+	// log on. Its successor runs the turn the log owes.
+	stream("stale")
+	last, err := s.cfg.Store.LastSeq(ctx, "stale")
+	require.NoError(t, err)
+	_, err = s.cfg.Store.Append(ctx, &messages.AppendRequest{ConversationId: "stale", ExpectedLast: last,
+		Status: messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE,
+		Events: []*messages.Event{{Body: &messages.Event_UserMsg{UserMsg: sendCmd("more").Msg.(*messages.AgentSend).GetMessage()}}}})
+	require.NoError(t, err)
+	_, err = s.Ask(ctx, "stale", &actors.Command{Msg: &messages.AgentWake{LogLast: last + 1}})
+	require.NoError(t, err)
+	expect("stale")
+	require.Equal(t, "stale", <-streaming, "the successor runs the turn")
+
+	// Passivation.
+	_, err = s.Ask(ctx, "idle", &actors.Command{Msg: &messages.AgentWake{}})
+	require.NoError(t, err)
+	expect("idle")
+
+	// A delete.
+	stream("deleted")
+	require.NoError(t, s.Delete(ctx, "deleted", func(context.Context) error { return nil }))
+	expect("deleted")
+
+	// A kill with a then: then is told, not Terminated; the next one
+	// Terminated hears of is the kill without then.
+	stream("killed")
+	then := 0
+	require.True(t, s.Kill("killed", func() { then++ }))
+	require.Equal(t, 1, then)
+	stream("killed-quietly")
+	require.True(t, s.Kill("killed-quietly", nil))
+	expect("killed-quietly")
+}
+
+// TestPanickingTerminatedHookIsRecovered: a panic of Config.Terminated is
+// logged and recovered on the supervisor actor: the activation is still
+// unregistered, its successor is created, and the other conversations
+// keep theirs.
+func TestPanickingTerminatedHookIsRecovered(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
+	s, err := Start(system, Config{Store: memjournal.New(memjournal.Options{}), CallTimeout: 5 * time.Second,
+		Agent:      func(string) actors.ConversationConfig { return actors.ConversationConfig{IdleTimeout: -1} },
+		Terminated: func(string) { panic("Terminated: injected") },
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		s.Stop()
+		system.Shutdown()
+	})
+	wake := &actors.Command{Msg: &messages.AgentWake{}}
+	for _, id := range []string{"a", "b"} {
+		_, err := s.Ask(ctx, id, wake)
+		require.NoError(t, err)
+	}
+	old := s.reg.lookup("a")
+	require.True(t, s.Kill("a", nil))
+	_, err = s.Ask(ctx, "a", wake)
+	require.NoError(t, err)
+	require.NotSame(t, old, s.reg.lookup("a"), "a successor")
+	require.True(t, s.IsActive("a"))
+	require.True(t, s.IsActive("b"))
+}
