@@ -317,9 +317,9 @@ func (n *clusterNode) attach(sup *supervisor.Supervisor, gen uint64) {
 // onTopology applies a membership: ownership moves with it, so this member
 // stops, quietly, the live activations of the conversations it no longer
 // owns (supervisor.StopUnowned: a turn running there is cancelled, its
-// model call's context ends, nothing is published or written for the
-// stop, and the new owner's resume scan runs the turn from the log; the
-// hub drops what its model call streamed, see hub.dropUnowned), the
+// model call's context ends, nothing is written for the stop, and the
+// new owner's resume scan runs the turn from the log; the hub drops what
+// its model call streamed, see hub.dropUnowned), the
 // expiry actor re-reads the deadlines it owns now, this member resumes
 // the ACTIVE conversations it now owns, its streams to other members'
 // subscribers that left end, and its own subscribers resubscribe where

@@ -201,10 +201,10 @@ func (h *hub) keepDelta(u actors.Update) {
 	}
 	a := h.answers[u.ConversationID] // stored by value: no allocation but the slice's
 	if (len(a.deltas) > 0 || a.over) && (a.agent != u.Agent || a.after != u.After) {
-		// Another model call's: the call kept here ended without
-		// publishing anything that drops its deltas (an activation that
-		// retired quietly, a stale wake's), and this one's answer starts
-		// afresh rather than after that one's.
+		// Another model call's, though the call kept here ended without
+		// anything dropping its deltas (a guard: an activation that
+		// stops voids them, see supervisor.Config.Terminated in Open):
+		// this one's answer starts afresh rather than after that one's.
 		a = answerDeltas{}
 	}
 	switch {

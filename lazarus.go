@@ -536,6 +536,12 @@ func Open(opts Options) (*Runtime, error) {
 		// nothing the journal saw: counted when its row is read.
 		ExpiredLanded: opts.Metrics.Expired,
 		Fenced:        fencedHook(opts.Metrics.Fenced),
+		// An activation that stopped while its model call streamed (a
+		// panic, a stale wake, a delete) published nothing that drops
+		// the deltas the hub keeps as the answer in progress: they are
+		// void, and a rerun of the turn would add its own to them. A
+		// kill's end voids them itself (publishCancelled).
+		Terminated: func(conv string) { r.hub.publish(actors.Update{ConversationID: conv, Restart: true}) },
 		// Due occurrences of scheduled wake-ups are delivered by the
 		// Runtime's goroutines (schedule.go).
 		FireSchedule: r.onScheduleDue,
