@@ -150,9 +150,10 @@ type clusterNode struct {
 	topoSub *eventstream.Subscription
 
 	mu        sync.Mutex
-	topoKey   string        // the member ids and addresses last applied
-	topoGen   uint64        // how many memberships were applied
-	changed   chan struct{} // closed and replaced on every membership change
+	topoKey   string              // the member ids and addresses last applied
+	topoGen   uint64              // how many memberships were applied
+	memberIDs map[string][]string // the member ids at each address, last applied
+	changed   chan struct{}       // closed and replaced on every membership change
 	serving   map[string]serving
 	follow    map[string]*follower
 	nextID    atomic.Uint64
@@ -272,10 +273,12 @@ func (r *Runtime) Members() []string {
 func (n *clusterNode) setMembers(ms []*cluster.Member) bool {
 	addrs := []string{n.self} // this member counts itself, seen or not yet
 	keys := []string{}
+	ids := map[string][]string{}
 	for _, m := range ms {
 		if m.HasKind(ConversationKind) {
 			addrs = append(addrs, m.Address())
 			keys = append(keys, m.Id+"@"+m.Address())
+			ids[m.Address()] = append(ids[m.Address()], m.Id)
 		}
 	}
 	slices.Sort(addrs)
@@ -289,6 +292,7 @@ func (n *clusterNode) setMembers(ms []*cluster.Member) bool {
 	}
 	n.topoKey = key
 	n.topoGen++
+	n.memberIDs = ids
 	n.members.Store(&addrs)
 	return true
 }
@@ -327,7 +331,10 @@ func (n *clusterNode) attach(sup *supervisor.Supervisor, gen uint64) {
 // activation: one on another member that still sees this one as the
 // owner moves once its own membership changes). A call in flight to a
 // stopped activation is sent to the new owner if it is safe to send
-// again, else it ends with ErrUnknownOutcome (see Runtime.ask).
+// again, else it ends with ErrUnknownOutcome (see Runtime.ask). A stream
+// ends too when the member it is served to is gone by its id while its
+// address stays (it restarted there: see servingMember), rather than at
+// the conversation's next update.
 func (n *clusterNode) onTopology(ms []*cluster.Member) {
 	if !n.setMembers(ms) {
 		return
@@ -337,9 +344,17 @@ func (n *clusterNode) onTopology(ms []*cluster.Member) {
 	n.mu.Lock()
 	close(n.changed)
 	n.changed = make(chan struct{})
-	for _, s := range n.serving {
-		if !slices.Contains(members, s.addr) {
+	for id, s := range n.serving {
+		switch ids := n.memberIDs[s.addr]; {
+		case !slices.Contains(members, s.addr):
 			s.cancel()
+		case s.member == "":
+			// Served before its member was seen: the member seen at
+			// its address now is the one that subscribed.
+			s.member = n.servingMember(s.addr)
+			n.serving[id] = s
+		case !slices.Contains(ids, s.member):
+			s.cancel() // its member restarted at the address
 		}
 	}
 	n.mu.Unlock()
@@ -351,6 +366,20 @@ func (n *clusterNode) onTopology(ms []*cluster.Member) {
 	if h := n.r.hub; h != nil {
 		h.dropUnowned(n.owns)
 	}
+}
+
+// servingMember is the id of the member at addr by the membership last
+// applied, for a stream served to it: "" when there is none at addr or
+// more than one (one restarted there, the other not yet gone), which
+// onTopology fills in once the membership names one. A stream whose member
+// id is no longer at its address ends (a subscriber of a new run there
+// that subscribed before this member saw its id ends too, once, and
+// subscribes again). n.mu must be held.
+func (n *clusterNode) servingMember(addr string) string {
+	if ids := n.memberIDs[addr]; len(ids) == 1 {
+		return ids[0]
+	}
+	return ""
 }
 
 // resume runs the resume scan of the ACTIVE conversations this member owns,

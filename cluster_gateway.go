@@ -464,6 +464,7 @@ type authorizedKey struct{}
 type serving struct {
 	cancel context.CancelFunc
 	addr   string // the subscriber's member
+	member string // its member id, "" until known (see servingMember)
 }
 
 // maxSubscriptionIDBytes bounds a ClusterSubscribe's subscription_id (a
@@ -471,9 +472,11 @@ type serving struct {
 const maxSubscriptionIDBytes = 1024
 
 // serveSubscribe streams a conversation's updates to a subscriber on
-// another member until it unsubscribes, its member leaves, or this Runtime
-// closes; a member with no follower of the stream's id (it restarted at
-// the same address since it subscribed) unsubscribes at its first update.
+// another member until it unsubscribes, its member leaves (its address,
+// or its member id: it restarted at the same address, see onTopology), or
+// this Runtime closes; a member with no follower of the stream's id (it
+// restarted at the same address since it subscribed, and this member has
+// yet to see its new id) unsubscribes at its first update.
 // A subscription id that is empty, longer than maxSubscriptionIDBytes or
 // in use by a stream this gateway serves is refused (an error wrapping
 // journal.ErrInvalid), and the stream of that id goes on: a second stream
@@ -502,7 +505,7 @@ func (n *clusterNode) serveSubscribe(sender *actor.PID, m *messages.ClusterSubsc
 		refuse(journal.Invalidf("subscription id %q is in use by a stream this member serves", clipID(id)))
 		return
 	}
-	n.serving[id] = serving{cancel: cancel, addr: m.GetReplyAddress()}
+	n.serving[id] = serving{cancel: cancel, addr: m.GetReplyAddress(), member: n.servingMember(m.GetReplyAddress())}
 	n.mu.Unlock()
 	defer func() {
 		n.mu.Lock()

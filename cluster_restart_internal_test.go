@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/cluster"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus/agent"
@@ -307,4 +308,111 @@ func TestRestartedMemberTakesNoAnswerOfItsPreviousRun(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the new run's call got no answer")
 	}
+}
+
+// A member that restarts at the same address is a new member id there in
+// the owner's membership. The owner ended the streams it served to the
+// previous run only at their conversation's next update: an idle
+// conversation kept each one's hub subscription, pump goroutine and
+// serving entry for good. Now the owner ends them when it applies the
+// membership in which their member's id is gone from the address, and
+// the new run's streams, of a member id still there, go on.
+func TestOwnerEndsTheStreamsOfAMemberRestartedAtItsAddress(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	store := memjournal.New(memjournal.Options{})
+	model := agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
+		return agent.Text("ok"), nil
+	})
+	const ownerAddr, memberAddr, otherAddr = "owner.test:1", "member.test:1", "other.test:1"
+	members := []string{ownerAddr, memberAddr}
+	slices.Sort(members)
+	net := &fakeNet{sys: map[string]*actor.ActorSystem{}}
+
+	ownerSys := quietSystem(t, ownerAddr)
+	owner, err := Open(Options{Store: store, Model: model, ActorSystem: ownerSys, NoResume: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = owner.Close() })
+	net.join(ownerSys)
+	member := func(id, host string) *cluster.Member {
+		return &cluster.Member{Id: id, Host: host, Port: 1, Kinds: []string{ConversationKind}}
+	}
+	owner.gw.onTopology([]*cluster.Member{member("owner-1", "owner.test"), member("member-1", "member.test")})
+
+	open := func() *Runtime {
+		r, err := Open(Options{Store: store, Model: model, NoResume: true})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = r.Close() })
+		return r
+	}
+	first := open()
+	n1 := netMember(t, net, first, memberAddr, members)
+	// Both are the owner's with or without a third member.
+	three := testNode(ownerAddr, memberAddr, otherAddr)
+	convA := firstConv(func(id string) bool { return n1.owner(id) == ownerAddr && three.owner(id) == ownerAddr })
+	convB := firstConv(func(id string) bool {
+		return id != convA && n1.owner(id) == ownerAddr && three.owner(id) == ownerAddr
+	})
+	scope := agent.Scope{UserID: "u"}
+	for _, conv := range []string{convA, convB} {
+		_, err := owner.Send(ctx, conv, "hi", scope)
+		require.NoError(t, err)
+		waitTurnEnded(t, ctx, store, conv, 2, "the first turn ended")
+	}
+	readTo := func(updates <-chan Update, conv string, seq uint64) {
+		t.Helper()
+		for {
+			select {
+			case u, ok := <-updates:
+				require.True(t, ok, "the subscription ended")
+				require.NoError(t, u.Err)
+				require.Equal(t, conv, u.ConversationID)
+				if u.Event.GetSeq() == seq {
+					return
+				}
+			case <-ctx.Done():
+				t.Fatalf("%s's event at seq %d did not arrive", conv, seq)
+			}
+		}
+	}
+	served := func(id string) bool {
+		owner.gw.mu.Lock()
+		defer owner.gw.mu.Unlock()
+		_, ok := owner.gw.serving[id]
+		return ok
+	}
+	subs := func(conv string) int {
+		owner.hub.mu.Lock()
+		defer owner.hub.mu.Unlock()
+		return len(owner.hub.subs[conv])
+	}
+
+	// The first run follows A, which then stays idle.
+	aUpdates, err := first.Subscribe(ctx, convA, 0)
+	require.NoError(t, err)
+	readTo(aUpdates, convA, 2)
+	idA := followIDs(n1)
+	require.Len(t, idA, 1)
+	require.True(t, served(idA[0]))
+
+	// The member restarts at its address, under a new member id.
+	second := open()
+	n2 := netMember(t, net, second, memberAddr, members)
+	owner.gw.onTopology([]*cluster.Member{member("owner-1", "owner.test"), member("member-2", "member.test")})
+	require.Eventually(t, func() bool { return !served(idA[0]) && subs(convA) == 0 }, 10*time.Second, time.Millisecond,
+		"the owner still serves the stream of the member's previous run, with no update of A to end it")
+
+	// The new run's stream goes on through a membership that keeps its
+	// member id (another member joins).
+	bUpdates, err := second.Subscribe(ctx, convB, 0)
+	require.NoError(t, err)
+	readTo(bUpdates, convB, 2)
+	idB := followIDs(n2)
+	require.Len(t, idB, 1)
+	owner.gw.onTopology([]*cluster.Member{member("owner-1", "owner.test"), member("member-2", "member.test"), member("other-1", "other.test")})
+	_, err = owner.Send(ctx, convB, "again", scope)
+	require.NoError(t, err)
+	readTo(bUpdates, convB, 4)
+	require.Equal(t, idB, followIDs(n2), "the new run's stream was ended and subscribed again")
+	require.True(t, served(idB[0]))
 }
