@@ -63,7 +63,8 @@ var (
 	// another) was recorded, and Store().ToolCall tells which (either way,
 	// the conversation records the answer the row holds, with or without
 	// a retry: a live activation is told once the write is answered, if it
-	// is within Options.CallTimeout, and by a retry); Wake writes nothing
+	// is within Options.CallTimeout, and by a retry, on any member in
+	// cluster mode); Wake writes nothing
 	// and can always be retried.
 	ErrUnknownOutcome = errors.New("lazarus: outcome unknown")
 	// ErrForbidden is agent.ErrForbidden: Resolve or Reject with a scope
@@ -876,7 +877,7 @@ func (r *Runtime) resolveCall(ctx context.Context, id string, status messages.To
 	case row.GetStatus() != messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING:
 		// Answered: perhaps by this caller's earlier attempt, whose write
 		// landed with its outcome unknown and was never delivered.
-		r.sup.DeliverAnswer(row.GetConversationId(), id)
+		r.deliverAnswer(ctx, row.GetConversationId(), id, status, out, scope)
 		return fmt.Errorf("lazarus: resolve %q: already %v: %w", clipID(id), row.GetStatus(), journal.ErrStale)
 	}
 	if ctx.Value(authorizedKey{}) == nil {
@@ -934,6 +935,39 @@ func (r *Runtime) resolveCall(ctx context.Context, id string, status messages.To
 			"conversation", conv, "tool_call", id, "err", err)
 	}
 	return nil
+}
+
+// deliverAnswer is supervisor.DeliverAnswer on the conversation's owner,
+// for a resolve that found its call answered: the live activation that
+// awaits the answer is the owner's. In cluster mode, when another member
+// owns conv, this member sends the resolve (status and out, for scope) on
+// to it in the background, bounded by Options.CallTimeout: the owner finds
+// the call answered there too, writes nothing, and delivers the Store's
+// answer to its live activation. It returns at once; a failure delivers
+// nothing (the owner's revival or resume scan records the answer).
+func (r *Runtime) deliverAnswer(ctx context.Context, conv, id string, status messages.ToolCallStatus, out *messages.ToolOutcome, scope agent.Scope) {
+	if !r.remote(ctx) || r.cl.owns(conv) {
+		r.sup.DeliverAnswer(conv, id)
+		return
+	}
+	if !r.startBackground() {
+		return
+	}
+	go func() {
+		defer r.gcWG.Done()
+		fctx, cancel := context.WithTimeout(r.life, r.opts.CallTimeout)
+		defer cancel()
+		// Idempotent: a call that is not pending never is again, and the
+		// owner writes nothing for it.
+		_, ran, err := r.forwardOp(fctx, conv, &messages.ClusterRequest{Scope: scopeToProto(scope), Op: &messages.ClusterRequest_Resolve{
+			Resolve: &messages.ClusterResolve{ToolCallId: id, Status: status, Result: out}}}, true)
+		switch {
+		case !ran: // this member owns it now
+			r.sup.DeliverAnswer(conv, id)
+		case err != nil && !errors.Is(err, journal.ErrStale):
+			r.log.Debug("the answer is in the Store; telling its conversation's owner failed", "conversation", conv, "tool_call", id, "err", err)
+		}
+	}()
 }
 
 // authorize applies the rules of the call's tool (agent.Tool.Authorize) to
