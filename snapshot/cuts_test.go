@@ -1,6 +1,8 @@
 package snapshot_test
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -123,4 +125,76 @@ func TestCutsACall(t *testing.T) {
 	ws, err := snapshot.Rebuild(nil, evs)
 	require.NoError(t, err)
 	require.False(t, ws.CutsACall(map[string]bool{"x": true}), "no summary")
+}
+
+// randomCallLog returns a random log the runtime could write, n events
+// from seq 1: user_msgs, assistant_msgs issuing up to three calls each
+// followed by their tool_call events, the calls' results in any order
+// (some never come), and rewinds to any earlier seq, the start included.
+func randomCallLog(r *rand.Rand, n int) []*messages.Event {
+	var evs, pending []*messages.Event
+	next := 0
+	for len(evs) < n {
+		if len(pending) > 0 {
+			evs, pending = append(evs, pending[0]), pending[1:]
+			continue
+		}
+		switch r.IntN(6) {
+		case 0:
+			evs = append(evs, user("q"))
+		case 1, 2:
+			var ids []string
+			for range r.IntN(4) {
+				ids = append(ids, fmt.Sprint("c", next))
+				next++
+			}
+			evs = append(evs, asst("", ids...))
+			for _, id := range ids {
+				pending = append(pending, call(id))
+			}
+		case 3, 4:
+			evs = append(evs, result(fmt.Sprint("c", r.IntN(next+1)), "r"))
+		case 5:
+			evs = append(evs, rewind(uint64(r.IntN(len(evs)+1))))
+		}
+	}
+	return log(1, evs...)
+}
+
+// TestSafePointAgreesWithCallTrackerOnRandomLogs: on random logs, at every
+// seq on the head, SafePoint may end a summary exactly where CallTracker
+// finds no call open, from no summary and from a summary ending where
+// CallTracker finds none.
+func TestSafePointAgreesWithCallTrackerOnRandomLogs(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range 300 {
+		evs := randomCallLog(r, 1+r.IntN(40))
+		var o snapshot.CallTracker
+		for _, ev := range evs {
+			o.Add(ev)
+		}
+		check := func(from uint64) {
+			t.Helper()
+			ws, err := snapshot.Rebuild(nil, evs)
+			if from > 0 {
+				ws, err = snapshot.Rebuild(summary(1, from), evs[from:])
+			}
+			require.NoError(t, err)
+			if _, below := ws.RewoundPastSummary(); below {
+				return // the runtime rebuilds from an earlier summary
+			}
+			for _, ev := range evs[from:] {
+				s := ev.GetSeq()
+				if !ws.OnHead(s) {
+					continue
+				}
+				safe := ws.SafePoint(int(ws.LastSeq-s)) == s
+				require.Equal(t, len(o.At(s)) == 0, safe, "log %d from seq %d: seq %d", i, from, s)
+			}
+		}
+		check(0)
+		if s := uint64(1 + r.IntN(len(evs))); len(o.At(s)) == 0 {
+			check(s)
+		}
+	}
 }
