@@ -42,17 +42,40 @@ type openMark struct {
 // Add reads the event after the last one read (the caller keeps the seqs
 // ascending and contiguous). Calls with an empty id are ignored.
 func (o *CallTracker) Add(ev *messages.Event) {
-	next, changed := o.cur, false
+	if next, changed := callStep(o.cur, ev, false, o.At); changed {
+		o.cur = next
+		o.marks = append(o.marks, openMark{ev.GetSeq(), next})
+	}
+}
+
+// callStep is the one rule of how an event opens and closes tool calls on
+// the head, for CallTracker and SafePoint: an assistant_msg issues the calls
+// it names and a tool_call event its call (a call is issued once, by the
+// first that names it), a tool_result closes its call, and a rewind to t
+// brings back the calls open just after t, which at returns. Calls with an
+// empty id are ignored. open holds the calls open just before ev, in the
+// order they were issued; callStep returns those open just after it, and
+// whether they changed (a rewind always changes them). If own, callStep
+// may write in open's array; otherwise it leaves it as it is. A caller
+// that walks only the head passes a nil at: there the event before a
+// rewind to t is t, so open already holds the calls open just after t.
+func callStep(open []OpenCall, ev *messages.Event, own bool, at func(uint64) []OpenCall) ([]OpenCall, bool) {
+	changed := false
 	issue := func(id string) {
-		if id == "" || slices.ContainsFunc(next, func(c OpenCall) bool { return c.ID == id }) {
+		if id == "" || slices.ContainsFunc(open, func(c OpenCall) bool { return c.ID == id }) {
 			return
 		}
-		next = append(slices.Clip(next), OpenCall{id, ev.GetSeq()})
-		changed = true
+		if !own {
+			open, own = slices.Clip(open), true // append copies it
+		}
+		open, changed = append(open, OpenCall{id, ev.GetSeq()}), true
 	}
 	switch {
 	case ev.GetRewind() != nil:
-		next, changed = o.At(ev.GetRewind().GetToSeq()), true
+		if at == nil {
+			return open, false
+		}
+		return at(ev.GetRewind().GetToSeq()), true
 	case ev.GetAssistantMsg() != nil:
 		for _, c := range ev.GetAssistantMsg().GetToolCalls() {
 			issue(c.GetId())
@@ -61,14 +84,14 @@ func (o *CallTracker) Add(ev *messages.Event) {
 		issue(ev.GetToolCall().GetCall().GetId())
 	case ev.GetToolResult() != nil:
 		id := ev.GetToolResult().GetToolCallId()
-		if k := slices.IndexFunc(next, func(c OpenCall) bool { return c.ID == id }); k >= 0 {
-			next, changed = slices.Delete(slices.Clone(next), k, k+1), true
+		if k := slices.IndexFunc(open, func(c OpenCall) bool { return c.ID == id }); k >= 0 {
+			if !own {
+				open = slices.Clone(open)
+			}
+			open, changed = slices.Delete(open, k, k+1), true
 		}
 	}
-	if changed {
-		o.cur = next
-		o.marks = append(o.marks, openMark{ev.GetSeq(), next})
-	}
+	return open, changed
 }
 
 // At returns the calls open on the head just after the event at seq, in the

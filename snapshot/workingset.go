@@ -350,35 +350,18 @@ func (w *WorkingSet) EndsWithUserMsg() bool {
 }
 
 // lastSafe returns the highest seq s <= limit on the head after which no
-// call is open, or 0 if there is none. A call is issued by an assistant_msg
-// naming its id or by a tool_call event, whichever comes first, and is
-// closed by its tool_result. Calls with an empty id are ignored.
+// call is open, or 0 if there is none, counting calls as CallTracker does
+// (callStep).
 func (w *WorkingSet) lastSafe(limit uint64) uint64 {
-	var ids [8]string
-	open := ids[:0] // the ids of the open calls; few at once
-	issue := func(id string) {
-		if id != "" && !slices.Contains(open, id) {
-			open = append(open, id)
-		}
-	}
+	var buf [8]OpenCall
+	open := buf[:0] // few at once
 	var safe uint64
 	for _, sp := range w.view().spans {
 		for _, ev := range w.Events[sp.lo:sp.hi] {
 			if ev.GetSeq() > limit {
 				return safe
 			}
-			switch {
-			case ev.GetAssistantMsg() != nil:
-				for _, c := range ev.GetAssistantMsg().GetToolCalls() {
-					issue(c.GetId())
-				}
-			case ev.GetToolCall() != nil:
-				issue(ev.GetToolCall().GetCall().GetId())
-			case ev.GetToolResult() != nil:
-				if k := slices.Index(open, ev.GetToolResult().GetToolCallId()); k >= 0 {
-					open = slices.Delete(open, k, k+1)
-				}
-			}
+			open, _ = callStep(open, ev, true, nil)
 			if len(open) == 0 {
 				safe = ev.GetSeq()
 			}
