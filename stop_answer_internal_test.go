@@ -69,7 +69,12 @@ func TestStaleStopVoidsTheAnswer(t *testing.T) {
 		require.NoError(t, err)
 		_, err = rt.sup.Ask(ctx, conv, &actors.Command{Scope: agent.SystemScope, Msg: &messages.AgentWake{LogLast: last + 1}})
 		require.NoError(t, err)
-		rerun := <-began
+		var rerun int64
+		select {
+		case rerun = <-began:
+		case <-ctx.Done():
+			t.Fatalf("%s: the turn the log owes never ran again", conv)
+		}
 		_, answers := rt.hub.sizesForTesting()
 		require.Zero(t, answers, "%s: the stopped call's delta %q is void", conv, first)
 		sub2, err := rt.Subscribe(ctx, conv, last+1)
