@@ -298,22 +298,8 @@ func (c *cli) buildNode(ctx context.Context, cfg *serveConfig) (_ *node, err err
 		return nil, damagedOnOpen(err)
 	}
 	c.progress("model: %s", what)
-	switch t := opts.ModelTimeout; {
-	case t < 0:
-		c.progress("model timeout: none")
-	case t == 0:
-		c.progress("model timeout: %v", lazarus.DefaultModelTimeout)
-	default:
-		c.progress("model timeout: %v", t)
-	}
-	switch t := opts.ToolTimeout; {
-	case t < 0:
-		c.progress("tool timeout: none")
-	case t == 0:
-		c.progress("tool timeout: %v", lazarus.DefaultToolTimeout)
-	default:
-		c.progress("tool timeout: %v", t)
-	}
+	c.progressBound("model timeout", opts.ModelTimeout, lazarus.DefaultModelTimeout)
+	c.progressBound("tool timeout", opts.ToolTimeout, lazarus.DefaultToolTimeout)
 	if s := opts.Settings; !s.IsZero() {
 		c.progress("default settings: system prompt of %d bytes, model %q, tool choice %q", len(s.SystemPrompt), s.Model, s.ToolChoice)
 	}
@@ -447,6 +433,19 @@ func (n *node) run(ctx context.Context, grace, idle, read time.Duration) (err er
 
 // close closes the runtime (and so the store it opened) and the MCP
 // sessions, once.
+// progressBound prints the bound in effect of a timeout option: none when
+// negative, def when zero, else t.
+func (c *cli) progressBound(what string, t, def time.Duration) {
+	switch {
+	case t < 0:
+		c.progress("%s: none", what)
+	case t == 0:
+		c.progress("%s: %v", what, def)
+	default:
+		c.progress("%s: %v", what, t)
+	}
+}
+
 func (n *node) close() error {
 	if n.closed {
 		return nil
