@@ -757,9 +757,11 @@ func (r *root) start(ctx actor.Context) {
 			Clock:      s.cfg.Clock,
 			RetryAfter: s.cfg.ExpiryRetryAfter,
 			Logger:     s.log,
-			Owns:       s.ownsOrNil(),
-			Fire:       s.fireSchedule(),
-			Context:    s.life,
+			// The expiry actor recovers a panic of either itself (one
+			// of Owns counts as owned).
+			Owns:    s.cfg.Owns,
+			Fire:    s.cfg.FireSchedule,
+			Context: s.life,
 			Deliver: func(conversationID, toolCallID string) {
 				sys.Root.Send(self, &expired{conversation: conversationID, toolCallID: toolCallID})
 			},
@@ -867,18 +869,6 @@ func (s *Supervisor) owns(id string) (owned bool, err error) {
 	return s.cfg.Owns(id), nil
 }
 
-// ownsOrNil is the expiry actor's Owns: nil for a nil Config.Owns, else
-// Config.Owns with its panic recovered and counted as owned (see owns).
-func (s *Supervisor) ownsOrNil() func(string) bool {
-	if s.cfg.Owns == nil {
-		return nil
-	}
-	return func(id string) bool {
-		owned, err := s.owns(id)
-		return owned || err != nil
-	}
-}
-
 // hook runs a hook of Config, logging and recovering its panic: user code
 // must fail neither the actor it runs on (the supervisor actor, whose
 // restart would stop every conversation; the journal actor, mid-way
@@ -891,18 +881,6 @@ func (s *Supervisor) hook(name string, f func()) {
 		}
 	}()
 	f()
-}
-
-// fireSchedule is the expiry actor's Fire: Config.FireSchedule, its panic
-// recovered (see hook).
-func (s *Supervisor) fireSchedule() func(conversationID, scheduleID string, occurrence time.Time) {
-	fire := s.cfg.FireSchedule
-	if fire == nil {
-		return nil
-	}
-	return func(conversationID, scheduleID string, occurrence time.Time) {
-		s.hook("FireSchedule", func() { fire(conversationID, scheduleID, occurrence) })
-	}
 }
 
 // strategy restarts the journal and expiry actors when they fail and stops a
