@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -73,9 +74,10 @@ type batch struct {
 // passing requests changed, one statement per table, and commits. A
 // transaction the server rolls back because of a concurrent writer (a tool
 // call id inserted meanwhile, a deadlock) is run again, up to
-// maxBatchAttempts times, from the reads, as the writes outside
-// AppendBatch run theirs (writeTx). The caller's events get their seqs only
-// if the commit succeeded.
+// maxBatchAttempts times, from the reads, after a short wait (awaitRerun),
+// as the writes outside AppendBatch run theirs (writeTx); a ctx that ends
+// during the wait fails every request with its error, nothing written. The
+// caller's events get their seqs only if the commit succeeded.
 func (s *Store) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest) []journal.AppendResult {
 	results := make([]journal.AppendResult, len(reqs))
 	failAll := func(err error) []journal.AppendResult {
@@ -216,15 +218,21 @@ func (s *Store) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest)
 			// committed, and only the requests it concerns fail; the
 			// whole batch failed with ErrConflict, which told every
 			// other conversation of it that its fence was lost.
+			// It waits a little first (awaitRerun), so that it does not
+			// meet that writer again at once.
 			if _, rerr := conn.Exec(ctx, "ROLLBACK"); rerr == nil {
-				eb.rows = eb.rows[:0]
-				for i := range reqs {
-					if valid[i] {
-						ok[i], results[i] = true, journal.AppendResult{}
-						reseq(reqs[i])
+				werr := s.awaitRerun(ctx, "append", attempt)
+				if werr == nil {
+					eb.rows = eb.rows[:0]
+					for i := range reqs {
+						if valid[i] {
+							ok[i], results[i] = true, journal.AppendResult{}
+							reseq(reqs[i])
+						}
 					}
+					continue
 				}
-				continue
+				err = werr
 			}
 		}
 		for i := range reqs {
@@ -248,6 +256,63 @@ const maxBatchAttempts = 3
 func lostRace(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && (pgErr.Code == "23505" || pgErr.Code == "40P01" || pgErr.Code == "40001")
+}
+
+// The wait between two runs of a write that lost a race (see rerunWait).
+const (
+	firstRerunWait = 2 * time.Millisecond
+	maxRerunWait   = 20 * time.Millisecond
+)
+
+// rerunWait returns the wait before the run after run attempt of a write
+// that lost a race: firstRerunWait doubled at each run, at most
+// maxRerunWait, of which a random part (up to half) is taken off, so that
+// two writers that collided do not start their reruns together and collide
+// again.
+func rerunWait(attempt int) time.Duration {
+	d := min(firstRerunWait<<(attempt-1), maxRerunWait)
+	return d - rand.N(d/2+1)
+}
+
+// awaitRerun waits, after run attempt of a write that lost a race, before
+// the next run (s.pause: sleepCtx unless a test replaced it). A ctx that
+// ends first is the error, wrapped as wrap wraps it, for op: nothing was
+// written.
+func (s *Store) awaitRerun(ctx context.Context, op string, attempt int) error {
+	if err := s.pause(ctx, rerunWait(attempt)); err != nil {
+		return s.wrap(op, err)
+	}
+	return nil
+}
+
+// rerun runs once and, while it loses a race (lostRace), again after
+// awaitRerun, up to maxBatchAttempts runs in all. An error that is not a
+// lost race (an unknown outcome among them) is returned at once.
+func (s *Store) rerun(ctx context.Context, op string, once func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := once()
+		if err == nil || attempt >= maxBatchAttempts || !lostRace(err) {
+			return err
+		}
+		if err := s.awaitRerun(ctx, op, attempt); err != nil {
+			return err
+		}
+	}
+}
+
+// sleepCtx waits d, or less if ctx ends first, whose error it returns.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // reseq gives the events of req the seqs after its ExpectedLast, as

@@ -20,11 +20,29 @@ import (
 // violation) fails that request alone with ErrConflict, as if it had seen
 // the row; the other requests of the batch land. The whole batch failed
 // with ErrConflict, which told every other conversation of the group
-// commit that its fence was lost.
+// commit that its fence was lost. The rerun comes after a short wait; a
+// ctx that ends during it fails every request with its error, nothing
+// written.
 func TestCallIDTakenMeanwhileFailsOnlyItsRequest(t *testing.T) {
+	t.Run("rerun", func(t *testing.T) { callIDTakenMeanwhile(t, false) })
+	t.Run("ctx ends in the wait", func(t *testing.T) { callIDTakenMeanwhile(t, true) })
+}
+
+func callIDTakenMeanwhile(t *testing.T, endInWait bool) {
 	dsn := pgtest.NewDatabase(t)
 	s := open(t, dsn, Options{})
 	ctx := t.Context()
+	bctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var waits []time.Duration
+	s.pause = func(pctx context.Context, d time.Duration) error {
+		waits = append(waits, d)
+		if endInWait {
+			cancel()
+			return sleepCtx(pctx, time.Minute)
+		}
+		return nil
+	}
 	_, err := s.Append(ctx, &messages.AppendRequest{ConversationId: "b", Events: []*messages.Event{userEvent("hi")}})
 	require.NoError(t, err)
 
@@ -51,7 +69,7 @@ func TestCallIDTakenMeanwhileFailsOnlyItsRequest(t *testing.T) {
 		{ConversationId: "b", ExpectedLast: 1, Events: []*messages.Event{userEvent("again")}},
 	}
 	done := make(chan []journal.AppendResult, 1)
-	go func() { done <- s.AppendBatch(ctx, reqs) }()
+	go func() { done <- s.AppendBatch(bctx, reqs) }()
 	// The batch's insert of the id waits for the other transaction.
 	watch, err := pgx.Connect(ctx, dsn)
 	require.NoError(t, err)
@@ -70,6 +88,21 @@ func TestCallIDTakenMeanwhileFailsOnlyItsRequest(t *testing.T) {
 		t.Fatal("AppendBatch did not return")
 	}
 	require.Len(t, results, 2)
+	require.Len(t, waits, 1, "one wait, between the lost run and the rerun")
+	require.Positive(t, waits[0])
+	require.LessOrEqual(t, waits[0], maxRerunWait)
+	if endInWait {
+		for i, r := range results {
+			require.ErrorIs(t, r.Err, context.Canceled, "request %d", i)
+			require.Zero(t, reqs[i].GetEvents()[0].GetSeq(), "request %d's events keep the seqs they came with", i)
+		}
+		for _, conv := range []string{"a", "b"} {
+			last, err := s.LastSeq(ctx, conv)
+			require.NoError(t, err)
+			require.Equal(t, map[string]uint64{"a": 0, "b": 1}[conv], last, "nothing written for %s", conv)
+		}
+		return
+	}
 	require.ErrorIs(t, results[0].Err, journal.ErrConflict, "the request whose call id was taken")
 	require.NoError(t, results[1].Err, "the other request of the batch")
 	require.Equal(t, journal.AppendResult{FirstSeq: 2, LastSeq: 2}, results[1])

@@ -66,8 +66,11 @@
 // deadline, schedule, audit and file checkpoint writes, each migration of
 // Open), so that the rerun's checks report what the other writer left (a
 // call it resolved is ErrStale, a conversation it created is ErrExists) and
-// a lost race is not mistaken for a lost fence. A race lost 3 times is
-// journal.ErrConflict. PutFileBlob, which reads its blob from the caller's
+// a lost race is not mistaken for a lost fence. Each rerun comes after a
+// short wait (a few milliseconds, growing, at most 20ms, part of it random)
+// so that two writers that collided do not collide again at once; a
+// context that ends during the wait ends the write with its error, nothing
+// written. A race lost 3 times is journal.ErrConflict. PutFileBlob, which reads its blob from the caller's
 // reader once, is not run again. A write whose connection was lost once its
 // COMMIT was sent is never run again (see below).
 //

@@ -27,6 +27,9 @@ import (
 // rollback releases it (a table or advisory lock, not a row's), so that the
 // rerun queues behind the other transaction rather than racing it to the
 // lock and deadlocking again.
+//
+// The rerun comes after one short wait (Store.pause, replaced here); a ctx
+// that ends during the wait ends the write with its error, nothing written.
 func TestWriteRerunsLostDeadlock(t *testing.T) {
 	ctx := t.Context()
 	const conv, call = "c", "t"
@@ -44,8 +47,9 @@ func TestWriteRerunsLostDeadlock(t *testing.T) {
 		holdArgs    []any
 		close       string // then asked for by it: the write holds it
 		closeArgs   []any
-		write       func(s *Store) error
+		write       func(ctx context.Context, s *Store) error
 		afterChecks func(t *testing.T, s *Store)
+		unchanged   func(t *testing.T, s *Store) // nothing written
 	}{
 		{
 			// writeTx without a conversation lock: the row of the call,
@@ -53,7 +57,7 @@ func TestWriteRerunsLostDeadlock(t *testing.T) {
 			name: "ResolveToolCall",
 			hold: "SELECT 1 FROM lz_deadlines WHERE conv = $1 AND call = $2 FOR UPDATE", holdArgs: []any{[]byte(conv), []byte(call)},
 			close: "LOCK TABLE lz_tool_calls IN SHARE MODE",
-			write: func(s *Store) error {
+			write: func(ctx context.Context, s *Store) error {
 				rec, err := s.ResolveToolCall(ctx, call, messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, nil, time.Now())
 				if err == nil && rec.GetStatus() != messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED {
 					t.Errorf("resolved row has status %v", rec.GetStatus())
@@ -67,16 +71,25 @@ func TestWriteRerunsLostDeadlock(t *testing.T) {
 				_, err = s.ResolveToolCall(ctx, call, messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, nil, time.Now())
 				require.ErrorIs(t, err, journal.ErrStale, "a second resolution is still stale")
 			},
+			unchanged: func(t *testing.T, s *Store) {
+				rec, err := s.ToolCall(ctx, call)
+				require.NoError(t, err)
+				require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING, rec.GetStatus())
+			},
 		},
 		{
 			// writeTx under the conversation's lock.
 			name:  "DeleteConversation",
 			hold:  "LOCK TABLE lz_events IN SHARE ROW EXCLUSIVE MODE",
 			close: "SELECT pg_advisory_xact_lock($1)", closeArgs: []any{convLock},
-			write: func(s *Store) error { return s.DeleteConversation(ctx, conv) },
+			write: func(ctx context.Context, s *Store) error { return s.DeleteConversation(ctx, conv) },
 			afterChecks: func(t *testing.T, s *Store) {
 				_, err := s.Conversation(ctx, conv)
 				require.ErrorIs(t, err, journal.ErrDeleted)
+			},
+			unchanged: func(t *testing.T, s *Store) {
+				_, err := s.Conversation(ctx, conv)
+				require.NoError(t, err)
 			},
 		},
 		{
@@ -84,7 +97,7 @@ func TestWriteRerunsLostDeadlock(t *testing.T) {
 			name:  "PutSummary",
 			hold:  "LOCK TABLE lz_summaries IN SHARE ROW EXCLUSIVE MODE",
 			close: "SELECT pg_advisory_xact_lock($1)", closeArgs: []any{convLock},
-			write: func(s *Store) error {
+			write: func(ctx context.Context, s *Store) error {
 				return s.PutSummary(ctx, conv, &messages.Summary{FromSeq: 1, ToSeq: 1, Content: "s"})
 			},
 			afterChecks: func(t *testing.T, s *Store) {
@@ -92,63 +105,100 @@ func TestWriteRerunsLostDeadlock(t *testing.T) {
 				require.NoError(t, err)
 				require.Equal(t, "s", sum.GetContent())
 			},
+			unchanged: func(t *testing.T, s *Store) {
+				sum, _ := s.LatestSummary(ctx, conv)
+				require.Nil(t, sum)
+			},
 		},
 		{
 			// execCommit: one statement outside a transaction.
 			name: "CancelDeadline",
 			hold: "SELECT 1 FROM lz_deadlines WHERE conv = $1 AND call = $2 FOR UPDATE", holdArgs: []any{[]byte(conv), []byte(call)},
 			close: "LOCK TABLE lz_deadlines IN SHARE MODE",
-			write: func(s *Store) error { return s.CancelDeadline(ctx, conv, call) },
+			write: func(ctx context.Context, s *Store) error { return s.CancelDeadline(ctx, conv, call) },
 			afterChecks: func(t *testing.T, s *Store) {
 				n := 0
 				require.NoError(t, s.Deadlines(ctx, time.Time{}, func(*messages.Deadline) error { n++; return nil }))
 				require.Zero(t, n, "the deadline is gone")
 			},
+			unchanged: func(t *testing.T, s *Store) {
+				n := 0
+				require.NoError(t, s.Deadlines(ctx, time.Time{}, func(*messages.Deadline) error { n++; return nil }))
+				require.Equal(t, 1, n, "the deadline stays")
+			},
 		},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			dsn := pgtest.NewDatabase(t)
-			s := open(t, dsn, Options{})
-			seed(t, s)
-			other, err := pgx.Connect(ctx, dsn)
-			require.NoError(t, err)
-			defer other.Close(context.Background())
-
-			_, err = other.Exec(ctx, "SET deadlock_timeout = '1min'")
-			require.NoError(t, err)
-			tx, err := other.Begin(ctx)
-			require.NoError(t, err)
-			defer func() { _ = tx.Rollback(context.Background()) }()
-			_, err = tx.Exec(ctx, tc.hold, tc.holdArgs...)
-			require.NoError(t, err)
-			var otherPID int32
-			require.NoError(t, tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&otherPID))
-
-			done := make(chan error, 1)
-			go func() { done <- tc.write(s) }()
-			watch, err := pgx.Connect(ctx, dsn)
-			require.NoError(t, err)
-			defer watch.Close(context.Background())
-			require.Eventually(t, func() bool {
-				var n int
-				err := watch.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-					WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> $1`, otherPID).Scan(&n)
-				return err == nil && n > 0
-			}, 10*time.Second, 5*time.Millisecond, "the write waits for the other transaction")
-			// Closes the cycle: returns once the server rolled the write
-			// back.
-			_, err = tx.Exec(ctx, tc.close, tc.closeArgs...)
-			require.NoError(t, err, "the other transaction survives the deadlock")
-			require.NoError(t, tx.Commit(ctx))
-
-			select {
-			case err = <-done:
-			case <-time.After(20 * time.Second):
-				t.Fatal("the write did not return")
+		for _, endInWait := range []bool{false, true} {
+			name := tc.name
+			if endInWait {
+				name += "/ctx ends in the wait"
 			}
-			require.NoError(t, err, "the write lost a deadlock and is run again")
-			tc.afterChecks(t, s)
-		})
+			t.Run(name, func(t *testing.T) {
+				dsn := pgtest.NewDatabase(t)
+				s := open(t, dsn, Options{})
+				seed(t, s)
+				// The wait before the rerun: recorded, and, with endInWait,
+				// the write's ctx ends during it.
+				wctx, cancel := context.WithCancel(ctx)
+				defer cancel()
+				var waits []time.Duration
+				s.pause = func(pctx context.Context, d time.Duration) error {
+					waits = append(waits, d)
+					if endInWait {
+						cancel()
+						return sleepCtx(pctx, time.Minute)
+					}
+					return nil
+				}
+				other, err := pgx.Connect(ctx, dsn)
+				require.NoError(t, err)
+				defer other.Close(context.Background())
+
+				_, err = other.Exec(ctx, "SET deadlock_timeout = '1min'")
+				require.NoError(t, err)
+				tx, err := other.Begin(ctx)
+				require.NoError(t, err)
+				defer func() { _ = tx.Rollback(context.Background()) }()
+				_, err = tx.Exec(ctx, tc.hold, tc.holdArgs...)
+				require.NoError(t, err)
+				var otherPID int32
+				require.NoError(t, tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&otherPID))
+
+				done := make(chan error, 1)
+				go func() { done <- tc.write(wctx, s) }()
+				watch, err := pgx.Connect(ctx, dsn)
+				require.NoError(t, err)
+				defer watch.Close(context.Background())
+				require.Eventually(t, func() bool {
+					var n int
+					err := watch.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+					WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> $1`, otherPID).Scan(&n)
+					return err == nil && n > 0
+				}, 10*time.Second, 5*time.Millisecond, "the write waits for the other transaction")
+				// Closes the cycle: returns once the server rolled the write
+				// back.
+				_, err = tx.Exec(ctx, tc.close, tc.closeArgs...)
+				require.NoError(t, err, "the other transaction survives the deadlock")
+				require.NoError(t, tx.Commit(ctx))
+
+				select {
+				case err = <-done:
+				case <-time.After(20 * time.Second):
+					t.Fatal("the write did not return")
+				}
+				require.Len(t, waits, 1, "one wait, between the lost run and the rerun")
+				require.Positive(t, waits[0])
+				require.LessOrEqual(t, waits[0], maxRerunWait)
+				if endInWait {
+					require.ErrorIs(t, err, context.Canceled, "the ctx that ended in the wait")
+					require.NotErrorIs(t, err, journal.ErrUnknownOutcome)
+					tc.unchanged(t, s)
+					return
+				}
+				require.NoError(t, err, "the write lost a deadlock and is run again")
+				tc.afterChecks(t, s)
+			})
+		}
 	}
 }
 

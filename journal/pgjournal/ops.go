@@ -261,12 +261,7 @@ func (s *Store) PutSummary(ctx context.Context, conversationID string, sum *mess
 	}
 	// A transaction the server rolled back for a lost race is run again,
 	// as writeTx runs its own.
-	for attempt := 1; ; attempt++ {
-		err := s.putSummaryOnce(ctx, conversationID, sum, data)
-		if err == nil || attempt >= maxBatchAttempts || !lostRace(err) || ctx.Err() != nil {
-			return err
-		}
-	}
+	return s.rerun(ctx, "put summary", func() error { return s.putSummaryOnce(ctx, conversationID, sum, data) })
 }
 
 // putSummaryOnce is PutSummary's transaction, with sum encoded as data.

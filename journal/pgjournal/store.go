@@ -73,6 +73,9 @@ type Store struct {
 	closed  atomic.Bool
 	br      *breaker
 	bufs    chan *evBuf // the buffers of batches that returned (see getBuf)
+	// pause waits between two runs of a write that lost a race
+	// (awaitRerun): sleepCtx; tests replace it.
+	pause func(ctx context.Context, d time.Duration) error
 }
 
 var _ journal.Store = (*Store)(nil)
@@ -184,7 +187,7 @@ func OpenPool(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, er
 	if pool == nil {
 		return nil, journal.Invalidf("pgjournal: OpenPool: nil pool")
 	}
-	s := &Store{pool: pool, audit: opts.Audit, timeout: opts.Timeout, bufs: make(chan *evBuf, 16)}
+	s := &Store{pool: pool, audit: opts.Audit, timeout: opts.Timeout, bufs: make(chan *evBuf, 16), pause: sleepCtx}
 	if s.timeout == 0 {
 		s.timeout = DefaultTimeout
 	}
@@ -264,21 +267,18 @@ func (s *Store) migrate(ctx context.Context) error {
 		// can meet those of the writers of Stores already running in a
 		// deadlock; the server then rolls one transaction back. The
 		// migration's is run again, as writeTx runs a write's.
-		var err error
-		for attempt := 1; ; attempt++ {
-			err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		op := "open: migration " + m.name
+		err := s.rerun(ctx, op, func() error {
+			return s.wrap(op, pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 				if _, err := tx.Exec(ctx, m.sql); err != nil {
 					return err
 				}
 				_, err := tx.Exec(ctx, "INSERT INTO lz_schema (version) VALUES ($1)", m.version)
 				return err
-			})
-			if err == nil || attempt >= maxBatchAttempts || !lostRace(err) || ctx.Err() != nil {
-				break
-			}
-		}
+			}))
+		})
 		if err != nil {
-			return s.wrap("open: migration "+m.name, err)
+			return err
 		}
 	}
 	return nil
@@ -411,12 +411,13 @@ func (s *Store) wrapCommit(op string, err error) error {
 // reported an error). A statement the server rolled back for a lost race
 // (lostRace) is run again, up to maxBatchAttempts times.
 func (s *Store) execCommit(ctx context.Context, op, sql string, args ...any) (pgconn.CommandTag, error) {
-	for attempt := 1; ; attempt++ {
-		tag, err := s.execCommitOnce(ctx, op, sql, args...)
-		if err == nil || attempt >= maxBatchAttempts || !lostRace(err) || ctx.Err() != nil {
-			return tag, err
-		}
-	}
+	var tag pgconn.CommandTag
+	err := s.rerun(ctx, op, func() error {
+		var err error
+		tag, err = s.execCommitOnce(ctx, op, sql, args...)
+		return err
+	})
+	return tag, err
 }
 
 // execCommitOnce is execCommit without the reruns.
@@ -462,12 +463,7 @@ func lockKeys(convs []string) []int64 {
 // fn must so be safe to run again; one that is not (it consumes a reader)
 // uses writeTxOnce.
 func (s *Store) writeTx(ctx context.Context, op, conv string, fn func(tx pgx.Tx) error) error {
-	for attempt := 1; ; attempt++ {
-		err := s.writeTxOnce(ctx, op, conv, fn)
-		if err == nil || attempt >= maxBatchAttempts || !lostRace(err) || ctx.Err() != nil {
-			return err
-		}
-	}
+	return s.rerun(ctx, op, func() error { return s.writeTxOnce(ctx, op, conv, fn) })
 }
 
 // writeTxOnce is writeTx without the reruns.
