@@ -191,7 +191,11 @@ A second one exits at once, status 7, as a kill would (a conversation
 may be left incomplete, ENDED, without being named).
 
 Everything comes back as exported, the conversation row's "created"
-included, except its "updated", which the Store sets to now.
+included, except its "updated", which the Store sets to now, and a
+status SUSPENDED whose fsm_state names pending a call whose row is
+resolved (an answer not yet in the log), which comes back ACTIVE, as the
+Store writes any such row, so that a runtime resumes the conversation and
+records the answer.
 A fork comes back as a fork (Store.Fork writes its origin, the summary it
 copied and its first events, with status ENDED; then the rest, as for any
 conversation), whether or not its source is in the input. A fork origin
