@@ -32,6 +32,11 @@ type unblocked struct{ conversation string }
 // journal.ErrInvalid: nothing is stopped or held back; so is a ctx that
 // has already ended, with an error wrapping its error.
 //
+// Config.Terminated is told of the stopped actor's end only if del did not
+// succeed (before any successor of it is created): a delete that succeeded
+// ends the conversation's subscriptions itself, and a Restart before that
+// end would be spurious.
+//
 // Once del has succeeded (or said journal.ErrDeleted), no activation of id
 // is created again: the deliveries held back meanwhile are dropped, and
 // Ask answers an error wrapping journal.ErrDeleted, as the activation
@@ -57,8 +62,13 @@ func (s *Supervisor) Delete(ctx context.Context, id string, del func(context.Con
 	if err != nil {
 		return err
 	}
-	deleted := false
+	deleted, succeeded := false, false
+	var held *activation // whose end Config.Terminated is told of here, if at all
 	defer func() {
+		if held != nil && held.releaseEnd() && !succeeded && s.cfg.Terminated != nil {
+			// Still blocked: before any successor.
+			s.hook("Terminated", func() { s.cfg.Terminated(id) })
+		}
 		release(deleted)
 		s.system.Root.Send(s.pid, &unblocked{conversation: id})
 	}()
@@ -69,6 +79,8 @@ func (s *Supervisor) Delete(ctx context.Context, id string, del func(context.Con
 			return ctx.Err()
 		}
 		if a.pid != nil {
+			held = a
+			a.holdEnd()
 			s.reg.kill(a, func(pid *actor.PID) { s.system.Root.Send(pid, &messages.AgentStop{}) })
 		}
 		select {
@@ -91,7 +103,7 @@ func (s *Supervisor) Delete(ctx context.Context, id string, del func(context.Con
 		deleted = errors.Is(err, journal.ErrDeleted)
 		return err
 	}
-	deleted = true
+	deleted, succeeded = true, true
 	for _, p := range pending {
 		if p.GetDeadline() != nil {
 			s.system.Root.Send(s.expiry, &messages.CancelExpiry{ConversationId: id, ToolCallId: p.GetId()})

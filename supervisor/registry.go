@@ -28,20 +28,50 @@ type activation struct {
 
 	done chan struct{} // closed once the actor has terminated
 
-	mu      sync.Mutex // guards sent, retired, cause and thenTold; held across a send
+	mu      sync.Mutex // guards sent, retired, cause, thenTold, deleting and endHeld; held across a send
 	sent    uint64     // commands sent to this activation
 	retired bool
 	cause   error // why the actor stopped itself, if it did (see stopped)
 	// thenTold: Kill stopped the actor and calls its then once it has
 	// terminated, instead of Config.Terminated.
 	thenTold bool
+	// deleting: a Delete holds the actor's end (see holdEnd); endHeld: the
+	// actor terminated meanwhile, and Config.Terminated was not called.
+	deleting, endHeld bool
 }
 
-// told reports whether Kill's then is told of the actor's end (thenTold).
-func (a *activation) told() bool {
+// tellTerminated reports whether Config.Terminated is to be told of the
+// actor's end now: not if Kill's then is told instead (thenTold), nor
+// while a Delete holds it (the end is then held, see releaseEnd).
+func (a *activation) tellTerminated() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.thenTold
+	if a.deleting {
+		a.endHeld = true
+		return false
+	}
+	return !a.thenTold
+}
+
+// holdEnd makes the actor's end, until releaseEnd, one that Delete decides
+// to tell Config.Terminated of: a delete that succeeds ends the
+// conversation's subscriptions itself, so nothing need void the deltas of
+// its model call first.
+func (a *activation) holdEnd() {
+	a.mu.Lock()
+	a.deleting = true
+	a.mu.Unlock()
+}
+
+// releaseEnd ends holdEnd and reports whether the actor terminated while
+// it held: Config.Terminated was then not told, and the caller tells it
+// unless the delete succeeded. If not, the actor's end is told as any.
+func (a *activation) releaseEnd() (held bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.deleting = false
+	held, a.endHeld = a.endHeld, false
+	return held && !a.thenTold
 }
 
 // stopped records why the activation's actor is stopping itself, before it

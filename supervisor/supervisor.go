@@ -102,10 +102,13 @@ type Config struct {
 	// terminated (it passivated, was fenced off or found stale, failed,
 	// panicked, was stopped by a delete or StopUnowned), before any
 	// new activation of that conversation is created, except for one that
-	// Kill stopped with a then, which is called instead. What it publishes
+	// Kill stopped with a then, which is called instead, and one that a
+	// Delete stopped and whose delete succeeded (the delete ends the
+	// conversation's subscriptions itself). What it publishes
 	// comes after the last delta of the actor's model call (the actor
 	// cancelled it as it stopped) and before anything a successor does.
-	// It runs on the supervisor actor's goroutine and must not block; a
+	// It runs on the supervisor actor's goroutine (for an actor a Delete
+	// stopped, on Delete's once del failed) and must not block; a
 	// panic of it is logged and recovered.
 	Terminated func(conversationID string)
 }
@@ -589,7 +592,7 @@ func (r *root) Receive(ctx actor.Context) {
 			r.deliver(ctx, msg.conversation, cmd)
 		}
 	case *actor.Terminated:
-		if a := s.reg.lookupPID(msg.Who); a != nil && s.cfg.Terminated != nil && !a.told() {
+		if a := s.reg.lookupPID(msg.Who); a != nil && s.cfg.Terminated != nil && a.tellTerminated() {
 			// Before terminated unregisters it: until then no successor
 			// of it is created.
 			s.hook("Terminated", func() { s.cfg.Terminated(a.id) })

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"testing"
 	"time"
@@ -18,9 +19,11 @@ import (
 // TestTerminatedIsToldOfEveryStop: Config.Terminated hears of an
 // activation that stopped while its model call streamed without
 // publishing anything (a panic of its Receive, a stale wake), of one that
-// passivated, and of one a delete or a Kill without then stopped, while
-// it is still registered (no successor can exist yet); a Kill with a then
-// calls that instead. The runtime voids the answer in progress there.
+// passivated, and of one a Kill without then stopped, while it is still
+// registered (no successor can exist yet), and of one a failed delete
+// stopped, once del failed; a Kill with a then calls that instead, and a
+// delete that succeeded calls nothing. The runtime voids the answer in
+// progress there.
 func TestTerminatedIsToldOfEveryStop(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -97,10 +100,23 @@ func TestTerminatedIsToldOfEveryStop(t *testing.T) {
 	require.NoError(t, err)
 	expect("idle")
 
-	// A delete.
+	// A delete that fails: Terminated hears of it once del has failed,
+	// before Delete returns (no successor can exist yet); one that
+	// succeeds is not told (its end ends the subscriptions).
+	stream("undeleted")
+	boom := errors.New("boom")
+	require.ErrorIs(t, s.Delete(ctx, "undeleted", func(context.Context) error {
+		require.Empty(t, terminated, "not told before del fails")
+		return boom
+	}), boom)
+	select {
+	case got := <-terminated:
+		require.Equal(t, told{id: "undeleted"}, got, "told once del failed, the actor unregistered, no successor")
+	default:
+		t.Fatal("Terminated never heard of the failed delete's stop")
+	}
 	stream("deleted")
 	require.NoError(t, s.Delete(ctx, "deleted", func(context.Context) error { return nil }))
-	expect("deleted")
 
 	// A kill with a then: then is told, not Terminated; the next one
 	// Terminated hears of is the kill without then.
