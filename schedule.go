@@ -470,9 +470,13 @@ func (r *Runtime) tellScheduleOwner(ctx context.Context, m proto.Message) error 
 	}
 	switch m := m.(type) {
 	case *messages.ScheduleArm:
-		r.sup.ArmSchedule(conv, m.GetScheduleId(), m.GetNext().AsTime())
+		err = r.sup.ArmSchedule(conv, m.GetScheduleId(), m.GetNext().AsTime())
 	case *messages.ScheduleDisarm:
-		r.sup.DisarmSchedule(conv, m.GetScheduleId())
+		err = r.sup.DisarmSchedule(conv, m.GetScheduleId())
+	}
+	if err != nil {
+		// Its callers checked the ids and time: telling again would not help.
+		r.log.Warn("lazarus: schedule: the expiry actor could not be told of a change", "conversation", conv, "err", err)
 	}
 	return nil
 }
@@ -635,14 +639,14 @@ func (r *Runtime) fire(ctx context.Context, f scheduleFire) {
 		_, _ = r.currentSchedule(ctx, ss, f)
 	case errors.Is(err, journal.ErrDeleted):
 		r.opts.Metrics.scheduleFired(ScheduleDropped)
-		r.sup.DisarmSchedule(f.conv, f.id)
+		r.disarmSchedule(f.conv, f.id)
 	case errors.Is(err, journal.ErrEnded):
 		r.opts.Metrics.scheduleFired(ScheduleDropped)
 		// An ended conversation takes no more input: its schedules go.
 		if derr := ss.DeleteSchedule(ctx, f.conv, f.id); derr != nil && !errors.Is(derr, journal.ErrNotFound) && ctx.Err() == nil {
 			r.log.Warn("lazarus: schedule: removing a schedule of an ended conversation failed", "conversation", f.conv, "schedule", f.id, "err", derr)
 		}
-		r.sup.DisarmSchedule(f.conv, f.id)
+		r.disarmSchedule(f.conv, f.id)
 	case errors.Is(err, supervisor.ErrMoved):
 		// The conversation moved to another member under the delivery
 		// (a membership change stopped its activation here): expected in
@@ -685,13 +689,24 @@ func (r *Runtime) currentSchedule(ctx context.Context, ss journal.ScheduleStore,
 			continue
 		}
 		if next := sc.GetNext().AsTime(); !next.Equal(f.at) {
-			r.sup.ArmSchedule(f.conv, f.id, next)
+			if err := r.sup.ArmSchedule(f.conv, f.id, next); err != nil {
+				r.log.Warn("lazarus: schedule: the Store's schedule could not be armed", "conversation", f.conv, "schedule", f.id, "err", err)
+			}
 			return nil, nil
 		}
 		return sc, nil
 	}
-	r.sup.DisarmSchedule(f.conv, f.id)
+	r.disarmSchedule(f.conv, f.id)
 	return nil, nil
+}
+
+// disarmSchedule tells the expiry actor that schedule id of conv is gone.
+// Its ids were checked where they came from (the Store, a fire of the
+// expiry actor's): a refusal is logged, not returned.
+func (r *Runtime) disarmSchedule(conv, id string) {
+	if err := r.sup.DisarmSchedule(conv, id); err != nil {
+		r.log.Warn("lazarus: schedule: disarming a schedule failed", "conversation", conv, "schedule", id, "err", err)
+	}
 }
 
 // schedulesBeforeDelete returns the conversation's schedules, read just
