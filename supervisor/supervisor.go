@@ -481,13 +481,25 @@ func (s *Supervisor) Kill(id string, then func()) bool {
 // handed to the journal actor may still land, fenced as any write). owns
 // is asked under the registry's lock, which a spawn of a new activation
 // by Ask's retries takes too: such an activation is either stopped here
-// or was created for an id owns accepts by then. It returns how many
-// actors it stopped: none for a nil owns, or after Stop.
+// or was created for an id owns accepts by then. A panic of owns is
+// logged and recovered, and counts the conversation as owned (its actor is
+// not stopped), as a panic of Config.Owns does for the expiry actor and a
+// re-wake. It returns how many actors it stopped: none for a nil owns, or
+// after Stop.
 func (s *Supervisor) StopUnowned(owns func(conversationID string) bool) int {
 	if owns == nil || s.isStopped() {
 		return 0
 	}
-	return s.reg.stopUnowned(owns, func(pid *actor.PID) { s.system.Root.Send(pid, &messages.AgentStop{}) }, s.goUnlessStopped)
+	owned := func(id string) (owned bool) {
+		defer func() {
+			if p := recover(); p != nil {
+				owned = true
+				s.log.Error("StopUnowned: owns panicked; the conversation counts as owned", "conversation", id, "panic", p, "stack", string(debug.Stack()))
+			}
+		}()
+		return owns(id)
+	}
+	return s.reg.stopUnowned(owned, func(pid *actor.PID) { s.system.Root.Send(pid, &messages.AgentStop{}) }, s.goUnlessStopped)
 }
 
 // goUnlessStopped runs f on a goroutine that Stop waits for, unless Stop

@@ -153,3 +153,31 @@ func TestStopUnownedStopsAnActivationStillSpawning(t *testing.T) {
 	require.ErrorIs(t, err, ErrMoved)
 	require.Equal(t, int64(2), spawns.Load())
 }
+
+// TestStopUnownedRecoversAPanicOfOwns: a panic of StopUnowned's owns does
+// not reach its caller; it counts that conversation as owned (its actor
+// keeps running), as a panic of Config.Owns does elsewhere, and the other
+// conversations are judged as usual.
+func TestStopUnownedRecoversAPanicOfOwns(t *testing.T) {
+	s := startForTest(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, id := range []string{"panics", "moved", "kept"} {
+		_, err := s.Ask(ctx, id, &actors.Command{Msg: &messages.AgentWake{}})
+		require.NoError(t, err)
+	}
+	owns := func(id string) bool {
+		if id == "panics" {
+			panic("owns: injected")
+		}
+		return id == "kept"
+	}
+	var n int
+	require.NotPanics(t, func() { n = s.StopUnowned(owns) })
+	require.Equal(t, 1, n, "only the conversation owns rejected")
+	require.True(t, s.IsActive("panics"), "a panic of owns counts as owned")
+	require.True(t, s.IsActive("kept"))
+	require.False(t, s.IsActive("moved"))
+	_, err := s.Ask(ctx, "panics", &actors.Command{Msg: &messages.AgentWake{}})
+	require.NoError(t, err, "the supervisor still answers")
+}
