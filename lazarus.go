@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -1002,8 +1003,22 @@ func (r *Runtime) journalWrite(ctx context.Context, req *messages.AppendRequest)
 // limit events before seq before (before 0: the newest; limit 0: all). Page
 // backwards by passing the oldest seq received as the next before. A deleted
 // conversation is an error wrapping journal.ErrDeleted; one with nothing
-// stored has no events and no error.
+// stored has no events and no error. It reads the whole page whatever its
+// events' sizes; HistoryWithin bounds the read by bytes.
 func (r *Runtime) History(ctx context.Context, conversationID string, before uint64, limit int) ([]*messages.Event, error) {
+	return r.HistoryWithin(ctx, conversationID, before, limit, 0)
+}
+
+// HistoryWithin is History bounded by bytes: of the newest limit events
+// before seq before (as History selects them), it returns the newest whose
+// encoded sizes (proto.Size) sum to at most maxBytes, and one at least, so
+// paging always gets on. The bound reaches the Store's read
+// (journal.EventQuery.MaxBytes), which stops there: a page of large events
+// is not read whole and then cut. A page cut short by maxBytes resumes as
+// one cut by limit, before the oldest seq it holds; it may be shorter than
+// limit with older events in the log. maxBytes 0 is History's (no bound);
+// a negative maxBytes or limit wraps journal.ErrInvalid.
+func (r *Runtime) HistoryWithin(ctx context.Context, conversationID string, before uint64, limit, maxBytes int) ([]*messages.Event, error) {
 	if err := r.enter(ctx); err != nil {
 		return nil, fmt.Errorf("lazarus: history of %q: %w", clipID(conversationID), err)
 	}
@@ -1013,7 +1028,14 @@ func (r *Runtime) History(ctx context.Context, conversationID string, before uin
 	if limit < 0 {
 		return nil, fmt.Errorf("lazarus: history of %q: %w", clipID(conversationID), journal.Invalidf("negative limit"))
 	}
-	evs, err := r.store.Events(ctx, conversationID, journal.EventQuery{Before: before, Limit: limit})
+	if maxBytes < 0 {
+		return nil, fmt.Errorf("lazarus: history of %q: %w", clipID(conversationID), journal.Invalidf("negative max bytes"))
+	}
+	q := journal.EventQuery{Before: before, Limit: limit, MaxBytes: maxBytes}
+	if limit == 0 && maxBytes > 0 {
+		q.Limit = math.MaxInt // the newest, as History's pages, not the oldest
+	}
+	evs, err := r.store.Events(ctx, conversationID, q)
 	if err != nil {
 		return nil, r.callErr(fmt.Sprintf("lazarus: history of %q", clipID(conversationID)), err)
 	}

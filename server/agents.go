@@ -38,7 +38,10 @@ func (s *Server) agentParam(r *http.Request) (*lazarus.AgentView, error) {
 // (lazarus.HistoryOptions.Effective), paged the same way.
 func (s *Server) historyOf(r *http.Request, id string, before uint64, limit int, view *lazarus.AgentView, effective bool) ([]*messages.Event, error) {
 	if view == nil && !effective {
-		return s.rt.History(r.Context(), id, before, limit)
+		// The Store stops at the page's bytes: an event's proto encoding
+		// is no larger than its JSON, so what it keeps holds every event
+		// the page's JSON cut keeps.
+		return s.rt.HistoryWithin(r.Context(), id, before, limit, s.opts.MaxPageBytes)
 	}
 	entries, err := s.rt.HistoryView(r.Context(), id, lazarus.HistoryOptions{Before: before, Limit: limit, Agent: view, Effective: effective})
 	if err != nil {

@@ -498,7 +498,8 @@ func (s *Server) history(w http.ResponseWriter, r *http.Request, c caller) {
 		return
 	}
 	page := EventPage{Events: make([]json.RawMessage, 0, min(limit, len(evs)))}
-	if len(evs) > limit {
+	full := len(evs) > limit
+	if full {
 		evs = evs[1:]
 		page.NextBefore = evs[0].GetSeq()
 	}
@@ -518,6 +519,19 @@ func (s *Server) history(w http.ResponseWriter, r *http.Request, c caller) {
 		}
 		size += len(b)
 		page.Events = append(page.Events, b)
+	}
+	if !full && page.NextBefore == 0 && len(evs) > 0 && evs[0].GetSeq() > 1 && view == nil && !effective {
+		// The full log's read stops at Options.MaxPageBytes (historyOf),
+		// so it may hold fewer than limit+1 events with more before
+		// them: one event before the oldest says whether there are.
+		older, err := s.rt.HistoryWithin(r.Context(), id, evs[0].GetSeq(), 1, 1)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		if len(older) > 0 {
+			page.NextBefore = evs[0].GetSeq()
+		}
 	}
 	slices.Reverse(page.Events)
 	writeJSON(w, http.StatusOK, page)

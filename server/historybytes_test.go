@@ -1,16 +1,23 @@
 package server_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/lazarusrt/lazarus"
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/scripted"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/journal/memjournal"
+	"github.com/lazarusrt/lazarus/messages"
 	"github.com/lazarusrt/lazarus/server"
 )
 
@@ -74,4 +81,61 @@ func TestHistoryPageBoundedByBytes(t *testing.T) {
 	one.must(t, http.StatusOK, "GET", "/v1/conversations/"+conv.ID+"/events?before=2", tokAlice, nil, &page)
 	require.Len(t, page.Events, 1)
 	require.Zero(t, page.NextBefore)
+}
+
+// queryLog is a Store that records the EventQuery and the bytes (proto.Size
+// summed) of each Events read of conversation conv, once set.
+type queryLog struct {
+	journal.Store
+	mu      sync.Mutex
+	conv    string
+	queries []journal.EventQuery
+	sizes   []int
+}
+
+func (s *queryLog) Events(ctx context.Context, conv string, q journal.EventQuery) ([]*messages.Event, error) {
+	evs, err := s.Store.Events(ctx, conv, q)
+	n := 0
+	for _, ev := range evs {
+		n += proto.Size(ev)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if conv == s.conv {
+		s.queries, s.sizes = append(s.queries, q), append(s.sizes, n)
+	}
+	return evs, err
+}
+
+// TestHistoryPageReadBoundedByBytes: the Store read behind a history page
+// carries Options.MaxPageBytes (journal.EventQuery.MaxBytes), so it stops
+// there: a page of large events is not read whole and then cut.
+func TestHistoryPageReadBoundedByBytes(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	store := &queryLog{Store: memjournal.New(memjournal.Options{})}
+	n := startNodeIn(t, "", model, server.Options{MaxPageBytes: 2500}, func(o *lazarus.Options) { o.Store = store })
+	conv := n.create(t, tokAlice, nil)
+	alice := agent.ScopeOf(agent.Identity{UserID: "alice"})
+	big := strings.Repeat("x", 1000)
+	for i := range 5 { // 10 events of about 1 KB each
+		model.Push(conv.ID, scripted.Text(fmt.Sprintf("answer %d %s", i, big)))
+		_, err := n.rt.SendAndWait(ctx, conv.ID, fmt.Sprintf("question %d %s", i, big), alice)
+		require.NoError(t, err)
+	}
+
+	store.mu.Lock()
+	store.conv = conv.ID
+	store.mu.Unlock()
+	var page server.EventPage
+	n.must(t, http.StatusOK, "GET", "/v1/conversations/"+conv.ID+"/events?limit=50", tokAlice, nil, &page)
+	require.Len(t, page.Events, 2)
+	require.EqualValues(t, 9, page.NextBefore)
+
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	require.NotEmpty(t, store.queries)
+	q := store.queries[0]
+	require.Equal(t, journal.EventQuery{Limit: 51, MaxBytes: 2500}, q, "the page's read carries its byte bound")
+	require.LessOrEqual(t, store.sizes[0], 2500, "the Store stopped at the bound: %v", store.sizes)
 }

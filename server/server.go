@@ -73,7 +73,11 @@ type Options struct {
 	// newest of the events its limit asks for whose JSON sums to at most
 	// this many bytes, and at least one, and its next_before resumes
 	// before the oldest it holds. So a page of large events is not limit
-	// times journal.MaxEventBytes. Default DefaultMaxPageBytes.
+	// times journal.MaxEventBytes. The full log's page (no agent, view
+	// full) is read from the Store within this bound too
+	// (lazarus.Runtime.HistoryWithin), so its read stops there; an agent's
+	// or the effective view is cut from lazarus.Runtime.HistoryView, which
+	// reads the whole log. Default DefaultMaxPageBytes.
 	MaxPageBytes int
 	// Metrics is what /metrics exposes (see NewMetrics); pass the same
 	// Metrics' Hooks to lazarus.Options.Metrics so that the runtime feeds
