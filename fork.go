@@ -37,7 +37,8 @@ import (
 // result; otherwise the error wraps journal.ErrInvalid, as it does when the
 // summary and events copied encode to more than journal.MaxForkBytes (a
 // history after its latest summary written in many appends; nothing is
-// written). When the history at
+// written, and the source's events are read only up to that bound, not
+// whole). When the history at
 // atSeq owes a turn, as the conversation's core decides it
 // (actors.OwesTurn: it ends with a user message or a tool result; with
 // named agents, an agent's last own event is a message or a handoff to it,
@@ -89,7 +90,7 @@ func (r *Runtime) ForkWith(ctx context.Context, conversationID string, atSeq uin
 	if atSeq > last {
 		return fmt.Errorf("%s: %w", op, journal.Invalidf("seq %d is after the last seq %d", atSeq, last))
 	}
-	sum, evs, ws, err := forkPoint(ctx, r.store, conversationID, atSeq)
+	sum, evs, ws, err := forkPoint(ctx, r.store, conversationID, atSeq, journal.MaxForkBytes)
 	if err != nil {
 		return r.callErr(op, err)
 	}
@@ -142,8 +143,11 @@ func (r *Runtime) ForkWith(ctx context.Context, conversationID string, atSeq uin
 // (actors.SummaryCutsACall; nil if none), the events after it up to
 // atSeq, and the working set they make. A rewind on the head
 // that goes below a summary makes it read again from an earlier one, so
-// the cost is that of the events after the summary it ends with.
-func forkPoint(ctx context.Context, store journal.Store, id string, atSeq uint64) (*messages.Summary, []*messages.Event, *snapshot.WorkingSet, error) {
+// the cost is that of the events after the summary it ends with. Each read
+// of events stops at maxBytes (journal.EventQuery.MaxBytes): events that
+// encode to more make a ForkRequest over journal.MaxForkBytes, refused
+// (journal.ErrInvalid) before the rest is read.
+func forkPoint(ctx context.Context, store journal.Store, id string, atSeq uint64, maxBytes int) (*messages.Summary, []*messages.Event, *snapshot.WorkingSet, error) {
 	below := atSeq
 	for {
 		sum, err := store.SummaryBefore(ctx, id, below)
@@ -154,15 +158,20 @@ func forkPoint(ctx context.Context, store journal.Store, id string, atSeq uint64
 			return nil, nil, nil, err
 		}
 		from := sum.GetToSeq()
-		evs, err := store.Events(ctx, id, journal.EventQuery{After: from, Before: atSeq + 1})
+		evs, err := store.Events(ctx, id, journal.EventQuery{After: from, Before: atSeq + 1, MaxBytes: maxBytes})
 		if err != nil {
 			return nil, nil, nil, err
 		}
 		if uint64(len(evs)) != atSeq-from || (len(evs) > 0 && evs[0].GetSeq() != from+1) {
 			// The source was deleted meanwhile, or is a fork whose log
-			// starts after a summary the head at atSeq does not pass.
+			// starts after a summary the head at atSeq does not pass, or
+			// the read stopped at maxBytes.
 			if _, err := store.Conversation(ctx, id); err != nil {
 				return nil, nil, nil, err
+			}
+			if len(evs) > 0 && evs[0].GetSeq() == from+1 && evs[len(evs)-1].GetSeq() < atSeq {
+				// An earlier summary would copy more still.
+				return nil, nil, nil, journal.Invalidf("the events after seq %d up to seq %d encode to more than %d bytes, more than a fork copies", from, atSeq, maxBytes)
 			}
 			if len(evs) > 0 {
 				return nil, nil, nil, journal.Invalidf("the history at seq %d is not in the log (it starts at seq %d)", atSeq, evs[0].GetSeq())

@@ -106,6 +106,48 @@ func TestHistoryWithinBoundsTheStoreRead(t *testing.T) {
 	require.ErrorIs(t, err, journal.ErrInvalid)
 }
 
+// TestForkReadBoundedByMaxForkBytes: Fork reads the events it copies
+// within journal.MaxForkBytes, so a copy too large to write is refused
+// without reading the whole of it first.
+func TestForkReadBoundedByMaxForkBytes(t *testing.T) {
+	ctx := context.Background()
+	rt, store := readBoundsRuntime(t, 2)
+	require.NoError(t, rt.Fork(ctx, "c", 4, "f"))
+	store.mu.Lock()
+	require.Contains(t, store.queries, journal.EventQuery{Before: 5, MaxBytes: journal.MaxForkBytes}, "the copy's read carries the bound: %v", store.queries)
+	store.mu.Unlock()
+	forked, err := rt.History(ctx, "f", 0, 0)
+	require.NoError(t, err)
+	require.Equal(t, []uint64{1, 2, 3, 4}, seqsOf(forked), "a copy within the bound is whole")
+}
+
+// TestForkPointRefusesPastItsBound: the read of the events a fork copies
+// stops at its bound, and a copy past it is refused with an error wrapping
+// journal.ErrInvalid; a copy that fits it exactly is read whole.
+func TestForkPointRefusesPastItsBound(t *testing.T) {
+	ctx := context.Background()
+	rt, store := readBoundsRuntime(t, 3)
+	all, err := rt.History(ctx, "c", 0, 0)
+	require.NoError(t, err)
+	total := 0
+	for _, ev := range all[:5] {
+		total += proto.Size(ev)
+	}
+
+	store.reset()
+	_, _, _, err = forkPoint(ctx, store, "c", 5, total-1)
+	require.ErrorIs(t, err, journal.ErrInvalid)
+	require.ErrorContains(t, err, "more than a fork copies")
+	store.mu.Lock()
+	require.Less(t, store.sizes[0], total, "the read stopped at the bound")
+	store.mu.Unlock()
+
+	sum, evs, _, err := forkPoint(ctx, store, "c", 5, total)
+	require.NoError(t, err)
+	require.Nil(t, sum)
+	require.Equal(t, []uint64{1, 2, 3, 4, 5}, seqsOf(evs))
+}
+
 func seqsOf(evs []*messages.Event) []uint64 {
 	seqs := make([]uint64, len(evs))
 	for i, ev := range evs {
