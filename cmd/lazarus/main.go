@@ -48,7 +48,8 @@
 //
 //	0  success
 //	1  failure (the message on stderr says why)
-//	2  usage error (unknown command or flag, missing argument, delete without --yes)
+//	2  usage error (unknown command or flag, missing argument, a malformed flag value such as a
+//	   --server URL or a --postgres DSN that does not parse, delete without --yes)
 //	3  stale: resolve came too late (the call is unknown, already answered or expired)
 //	4  busy: another process holds the directory
 //	5  not found: no such conversation, or no store in the directory
@@ -92,6 +93,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lazarusrt/lazarus/journal"
 )
@@ -234,10 +237,16 @@ func lookup(name string) *command {
 // errHelp ends a command that printed its help: exit status 0.
 var errHelp = errors.New("help requested")
 
-// usageError is a mistake in the command line: exit status 2.
-type usageError struct{ msg string }
+// usageError is a mistake in the command line: exit status 2. err, if
+// set, is the sentinel it wraps (journal.ErrInvalid for a malformed value).
+type usageError struct {
+	msg string
+	err error
+}
 
 func (e *usageError) Error() string { return e.msg }
+
+func (e *usageError) Unwrap() error { return e.err }
 
 func usagef(format string, args ...any) error {
 	return &usageError{msg: fmt.Sprintf(format, args...)}
@@ -431,17 +440,34 @@ func (c *cli) parse(fs *flags, args []string, minArgs, maxArgs int) ([]string, e
 }
 
 // postgresDSN returns the PostgreSQL store the command works on, if any:
-// --postgres, else $LAZARUS_POSTGRES unless a --dir is given.
-func (c *cli) postgresDSN(fs *flags) string {
+// --postgres, else $LAZARUS_POSTGRES unless a --dir is given; from names
+// where it came from, for errors.
+func (c *cli) postgresDSN(fs *flags) (dsn, from string) {
 	switch {
 	case fs.postgres != "":
-		return fs.postgres
+		return fs.postgres, "--postgres"
 	case c.postgres != "":
-		return c.postgres
+		return c.postgres, "--postgres"
 	case fs.dir == "" && c.dir == "":
-		return c.getenv(envPostgres)
+		return c.getenv(envPostgres), "$" + envPostgres
 	}
-	return ""
+	return "", ""
+}
+
+// parseDSN checks that dsn is a connection string pgjournal.Open can
+// parse, connecting to nothing. Its error is pgx's, which shows the DSN
+// with its password masked.
+func parseDSN(dsn string) error {
+	_, err := pgxpool.ParseConfig(dsn)
+	return err
+}
+
+// badDSN is the usage error of a DSN given by from (a flag, an
+// environment variable) that does not parse (parseDSN's err): exit status
+// 2, as for any malformed flag value, before anything is opened. It wraps
+// journal.ErrInvalid.
+func badDSN(from string, err error) error {
+	return &usageError{msg: fmt.Sprintf("%s: not a PostgreSQL connection string: %v", from, err), err: journal.ErrInvalid}
 }
 
 // storeDir returns the directory the command works on.
@@ -464,9 +490,12 @@ func (c *cli) storeDir(fs *flags) (string, error) {
 // With --postgres (or $LAZARUS_POSTGRES, unless --dir is given) it opens
 // the PostgreSQL store, and the returned directory is "".
 func (c *cli) openStore(fs *flags, create bool) (journal.Store, string, error) {
-	if dsn := c.postgresDSN(fs); dsn != "" {
+	if dsn, from := c.postgresDSN(fs); dsn != "" {
 		if fs.dir != "" || c.dir != "" {
 			return nil, "", usagef("--dir and --postgres both given")
+		}
+		if err := parseDSN(dsn); err != nil {
+			return nil, "", badDSN(from, err)
 		}
 		st, err := openPostgres(dsn)
 		return st, "", damagedOnOpen(err)

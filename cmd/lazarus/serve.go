@@ -134,11 +134,16 @@ func (c *cli) serve(ctx context.Context, fs *flags, args []string) (err error) {
 	case dir != "":
 		cfg.Dir, cfg.Postgres = dir, ""
 	case pg != "":
+		if err := parseDSN(pg); err != nil {
+			return badDSN("--postgres", err)
+		}
 		cfg.Dir, cfg.Postgres = "", pg
 	case cfg.Dir == "" && cfg.Postgres == "":
 		cfg.Postgres = c.getenv(envPostgres)
 		if cfg.Postgres == "" {
 			cfg.Dir = c.getenv(envDir)
+		} else if err := parseDSN(cfg.Postgres); err != nil {
+			return badDSN("$"+envPostgres, err)
 		}
 	}
 	if cfg.Listen == "" {

@@ -211,6 +211,13 @@ func loadConfig(path string) (*serveConfig, error) {
 	if err := decodeStrict(bytes.NewReader(b), &cfg); err != nil {
 		return nil, configErr("%s: %v", path, err)
 	}
+	if cfg.Postgres != "" {
+		// Checked here, as the file's durations are, whether or not a
+		// flag chooses another store: the file itself is wrong.
+		if err := parseDSN(cfg.Postgres); err != nil {
+			return nil, configErr("%s: postgres: not a PostgreSQL connection string: %v", path, err)
+		}
+	}
 	for _, p := range []*string{&cfg.Dir, &cfg.TokensFile} {
 		if *p != "" && !filepath.IsAbs(*p) {
 			*p = filepath.Join(filepath.Dir(path), *p)
