@@ -58,7 +58,10 @@ human tools (name, description, JSON schema of the arguments, a prompt
 template over the arguments, a timeout, who may answer: roles and/or the
 requester), the MCP servers whose tools become server tools (a stdio
 command or a streamable HTTP url; their tools are listed at start), and
-where the tokens are. Flags override it. Its relative paths (dir,
+where the tokens are. Flags override it; a store flag (--dir or
+--postgres) replaces the file's store, which is dir or postgres (a file
+that sets both is refused), and $` + envPostgres + ` then $` + envDir + `
+are read only when neither names one. Its relative paths (dir,
 tokens_file) are resolved against the file's directory, a flag's against
 the working directory; a stdio MCP server runs in the file's directory,
 with the node's environment but for the tokens' variable and

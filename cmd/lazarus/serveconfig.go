@@ -28,7 +28,9 @@ type serveConfig struct {
 	// relative path is resolved against the configuration file's
 	// directory (loadConfig), as TokensFile.
 	Dir string `json:"dir,omitempty"`
-	// Postgres is the DSN of a PostgreSQL store, instead of Dir.
+	// Postgres is the DSN of a PostgreSQL store, instead of Dir: a file
+	// that sets both is refused (loadConfig), even when a store flag
+	// replaces the file's store.
 	Postgres string `json:"postgres,omitempty"`
 	// Model chooses the model. Default: the scripted demo model.
 	Model modelConfig `json:"model"`
@@ -211,9 +213,12 @@ func loadConfig(path string) (*serveConfig, error) {
 	if err := decodeStrict(bytes.NewReader(b), &cfg); err != nil {
 		return nil, configErr("%s: %v", path, err)
 	}
+	// The store is checked here, as the file's durations are, whether or
+	// not a flag chooses another store: the file itself is wrong.
+	if cfg.Dir != "" && cfg.Postgres != "" {
+		return nil, configErr("%s: both dir and postgres are set (choose one store)", path)
+	}
 	if cfg.Postgres != "" {
-		// Checked here, as the file's durations are, whether or not a
-		// flag chooses another store: the file itself is wrong.
 		if err := parseDSN(cfg.Postgres); err != nil {
 			return nil, configErr("%s: postgres: not a PostgreSQL connection string: %v", path, err)
 		}

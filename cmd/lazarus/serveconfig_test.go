@@ -46,6 +46,7 @@ func TestServeConfigErrors(t *testing.T) {
 		"bad tool timeout":   `{"tool_timeout": "a while"}`,
 		"stream write zero":  `{"stream_write_timeout": "0s"}`,
 		"stream write below": `{"stream_write_timeout": "-1s"}`,
+		"dir and postgres":   `{"dir": "data", "postgres": "postgres://u@db.invalid/app"}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "store")
@@ -256,4 +257,48 @@ func TestServeConfigPathsRelativeToTheFile(t *testing.T) {
 	out = serve("--config", cfgPath, "--dir", "flagged")
 	require.Contains(t, out, "lazarus serve: opening the store: pebble directory flagged\n")
 	require.DirExists(t, filepath.Join(cwd, "flagged"), "a flag's path is the working directory's")
+}
+
+// TestServeStoreChoice: the store of serve is a store flag's, else the
+// file's, else $LAZARUS_POSTGRES's, else $LAZARUS_DIR's, as its help says;
+// a store not chosen is not created (nor its DSN read).
+func TestServeStoreChoice(t *testing.T) {
+	base := t.TempDir()
+	path := filepath.Join(base, "node.json")
+	require.NoError(t, os.WriteFile(path, []byte(`{"dir": "filestore"}`), 0o600))
+	fileDir, flagDir, envStore := filepath.Join(base, "filestore"), filepath.Join(base, "flagstore"), filepath.Join(base, "envstore")
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"flag over file", []string{"--config", path, "--dir", flagDir}, flagDir},
+		{"file over environment", []string{"--config", path}, fileDir},
+		{"environment", nil, envStore},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(ctxT(t))
+			defer cancel()
+			var out, errb lockedBuffer
+			c := newCLI(nil, &out, &errb)
+			env := map[string]string{envDir: envStore}
+			if tc.want != envStore {
+				// Never read: it would be refused.
+				env[envPostgres] = malformedDSNs[0]
+			}
+			c.getenv = func(k string) string { return env[k] }
+			done := make(chan int, 1)
+			go func() { done <- c.run(ctx, append([]string{"serve", "--listen", "127.0.0.1:0"}, tc.args...)) }()
+			require.Eventually(t, func() bool { return strings.Contains(errb.String(), "listening on") }, wait, 10*time.Millisecond, errb.String())
+			cancel()
+			require.Equal(t, exitOK, <-done, errb.String())
+			require.Contains(t, errb.String(), "opening the store: pebble directory "+tc.want+"\n")
+			for _, d := range []string{fileDir, flagDir, envStore} {
+				if d != tc.want {
+					require.NoDirExists(t, d)
+				}
+			}
+			require.NoError(t, os.RemoveAll(tc.want))
+		})
+	}
 }
