@@ -214,6 +214,9 @@ type command struct {
 	help     string // paragraphs printed by --help, before the flags
 	// remote: the command also works on a live node (--server).
 	remote bool
+	// noStore: the command works on a live node only (send): it has no
+	// --dir nor --postgres, and refuses the top-level ones.
+	noStore bool
 	// aliases are other names the command answers to.
 	aliases []string
 	run     func(c *cli, ctx context.Context, fs *flags, args []string) error
@@ -295,9 +298,12 @@ func (c *cli) run(ctx context.Context, args []string) int {
 	}
 	c.running.Store(&cmd.name)
 	var err error
-	if (c.server != "" || c.token != "") && !cmd.remote {
+	switch {
+	case (c.server != "" || c.token != "") && !cmd.remote:
 		err = usagef("--server and --token are for the commands that work on a live node, not %s", cmd.name)
-	} else {
+	case (c.dir != "" || c.postgres != "") && cmd.noStore:
+		err = usagef("--dir and --postgres name a store, and %s works on a live node only (--server)", cmd.name)
+	default:
 		err = cmd.run(c, ctx, c.newFlags(cmd), rest)
 	}
 	code := exitCode(err)
@@ -390,13 +396,16 @@ type flags struct {
 	server, token *string
 }
 
-// newFlags returns the FlagSet of cmd with --dir (default: the top-level
-// --dir, then $LAZARUS_DIR) and --help.
+// newFlags returns the FlagSet of cmd with --help and, unless the command
+// needs no store, --dir (default: the top-level --dir, then $LAZARUS_DIR)
+// and --postgres.
 func (c *cli) newFlags(cmd *command) *flags {
 	fs := &flags{FlagSet: flag.NewFlagSet(cmd.name, flag.ContinueOnError), cmd: cmd}
 	fs.SetOutput(io.Discard)
-	fs.StringVar(&fs.dir, "dir", "", "the store `directory` (default $"+envDir+")")
-	fs.StringVar(&fs.postgres, "postgres", "", "a PostgreSQL store: its `DSN` (default $"+envPostgres+"); instead of --dir")
+	if !cmd.noStore {
+		fs.StringVar(&fs.dir, "dir", "", "the store `directory` (default $"+envDir+")")
+		fs.StringVar(&fs.postgres, "postgres", "", "a PostgreSQL store: its `DSN` (default $"+envPostgres+"); instead of --dir")
+	}
 	return fs
 }
 

@@ -31,11 +31,12 @@ key over 256 bytes) is a usage error found before anything is sent: no
 conversation is created for it.
 
 It needs a live node (--server or $` + envServer + `): a store offline has no
-runtime to answer the message.
+runtime to answer the message, so send takes no --dir or --postgres.
 
 With --json the document is {"conversation_id": ..., "seq": N}.`,
-	run:    (*cli).send,
-	remote: true,
+	run:     (*cli).send,
+	remote:  true,
+	noStore: true,
 }
 
 // metadataFlag collects --metadata KEY=VALUE flags.
