@@ -22,8 +22,10 @@ var checkCmd = &command{
 	synopsis: "[--json]",
 	summary:  "verify the whole store offline and report any damage",
 	help: `
-Reads every record of the store and verifies it: every block's checksum,
-every record decodes and agrees with its key, every conversation's log is
+Reads every record of the store, a Pebble directory (--dir or $` + envDir + `;
+a PostgreSQL store has no offline check, and $` + envPostgres + ` is not
+read), and verifies it: every block's checksum, every record decodes and
+agrees with its key, every conversation's log is
 gap-free from seq 1, summaries lie inside their log and end where no tool
 call is open (the runtime never writes one that ends inside a call: its
 call issued at or before its end, its result after it or none yet; import
@@ -40,7 +42,8 @@ another process (stop the runtime first), 5 no store in the directory,
 8 interrupted (SIGTERM or SIGINT; it stops at its next record), 7 forced
 out by a second signal.
 RELIABILITY.md says what to do with each kind of damage.`,
-	run: (*cli).check,
+	run:     (*cli).check,
+	dirOnly: true,
 }
 
 // checkOutput is check's --json document.

@@ -206,3 +206,33 @@ func TestCheckOfADamagedLogWithASummary(t *testing.T) {
 	require.Contains(t, r.stdout, `damage: conversation "finished": the log has a gap: seq 4 where 3 should be`)
 	require.Contains(t, r.stdout, `damage: conversation "finished": its summaries could not be checked for open tool calls: `)
 }
+
+// TestCheckIsPebbleOnly: check verifies a Pebble directory only, so it has
+// no --postgres (its help lists none), refuses the top-level one as a
+// usage error that says why, and reads $LAZARUS_DIR even when
+// $LAZARUS_POSTGRES is set (it used to open, and migrate, that database
+// only to fail: no offline check).
+func TestCheckIsPebbleOnly(t *testing.T) {
+	f := newFixture(t)
+	require.NotContains(t, cliRun(t, "", "check", "--help").stdout, "\n  --postgres ")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"check", "--postgres", "postgres://u@127.0.0.1:1/app"}, "lazarus check: flag provided but not defined: -postgres"},
+		{[]string{"--postgres", "postgres://u@127.0.0.1:1/app", "check"}, "lazarus check: --postgres is not for check, which works on a Pebble directory only (--dir)"},
+	} {
+		var out, errb lockedBuffer
+		c := newCLI(strings.NewReader(""), &out, &errb)
+		c.getenv = func(string) string { return "" }
+		require.Equal(t, exitUsage, c.run(ctxT(t), tc.args), errb.String())
+		require.Contains(t, errb.String(), tc.want)
+		require.Empty(t, out.String())
+	}
+	var out, errb lockedBuffer
+	c := newCLI(strings.NewReader(""), &out, &errb)
+	env := map[string]string{envPostgres: "postgres://u@127.0.0.1:1/app", envDir: f.dir}
+	c.getenv = func(k string) string { return env[k] }
+	require.Equal(t, exitOK, c.run(ctxT(t), []string{"check"}), errb.String())
+	require.Equal(t, "sound", outLines(out.String())[len(outLines(out.String()))-1])
+}

@@ -25,7 +25,7 @@ var dsnCommands = [][]string{
 	{"conversations"}, {"show", "c1"}, {"tail", "c1", "--max", "1"}, {"pending"},
 	{"resolve", "call_1", "--result", "true"}, {"reschedule", "call_1", "--in", "1h"},
 	{"schedules", "c1"}, {"export", "c1"}, {"import"}, {"delete", "c1", "--yes"},
-	{"gc-audit", "--older-than", "1h"}, {"stats"}, {"check"},
+	{"gc-audit", "--older-than", "1h"}, {"stats"},
 	{"serve", "--listen", "127.0.0.1:0"},
 }
 

@@ -217,6 +217,10 @@ type command struct {
 	// noStore: the command works on a live node only (send): it has no
 	// --dir nor --postgres, and refuses the top-level ones.
 	noStore bool
+	// dirOnly: the command works on a Pebble directory only (check): it
+	// has no --postgres, refuses the top-level one and ignores
+	// $LAZARUS_POSTGRES.
+	dirOnly bool
 	// aliases are other names the command answers to.
 	aliases []string
 	run     func(c *cli, ctx context.Context, fs *flags, args []string) error
@@ -303,6 +307,8 @@ func (c *cli) run(ctx context.Context, args []string) int {
 		err = usagef("--server and --token are for the commands that work on a live node, not %s", cmd.name)
 	case (c.dir != "" || c.postgres != "") && cmd.noStore:
 		err = usagef("--dir and --postgres name a store, and %s works on a live node only (--server)", cmd.name)
+	case c.postgres != "" && cmd.dirOnly:
+		err = usagef("--postgres is not for %s, which works on a Pebble directory only (--dir)", cmd.name)
 	default:
 		err = cmd.run(c, ctx, c.newFlags(cmd), rest)
 	}
@@ -404,6 +410,8 @@ func (c *cli) newFlags(cmd *command) *flags {
 	fs.SetOutput(io.Discard)
 	if !cmd.noStore {
 		fs.StringVar(&fs.dir, "dir", "", "the store `directory` (default $"+envDir+")")
+	}
+	if !cmd.noStore && !cmd.dirOnly {
 		fs.StringVar(&fs.postgres, "postgres", "", "a PostgreSQL store: its `DSN` (default $"+envPostgres+"); instead of --dir")
 	}
 	return fs
@@ -449,10 +457,13 @@ func (c *cli) parse(fs *flags, args []string, minArgs, maxArgs int) ([]string, e
 }
 
 // postgresDSN returns the PostgreSQL store the command works on, if any:
-// --postgres, else $LAZARUS_POSTGRES unless a --dir is given; from names
-// where it came from, for errors.
+// --postgres, else $LAZARUS_POSTGRES unless a --dir is given or the
+// command works on a directory only; from names where it came from, for
+// errors.
 func (c *cli) postgresDSN(fs *flags) (dsn, from string) {
 	switch {
+	case fs.cmd.dirOnly:
+		return "", ""
 	case fs.postgres != "":
 		return fs.postgres, "--postgres"
 	case c.postgres != "":
