@@ -4,8 +4,11 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/lazarusrt/lazarus/journal/pgjournal"
 	"github.com/lazarusrt/lazarus/journal/pgjournal/pgtest"
+	"github.com/lazarusrt/lazarus/messages"
 	"github.com/stretchr/testify/require"
 )
 
@@ -69,4 +72,30 @@ func TestServePostgres(t *testing.T) {
 	r = cliRun(t, "", "show", conv, "--postgres", dsn)
 	requireOK(t, r)
 	require.Contains(t, r.stdout, `user_msg       "hello" from alice`)
+}
+
+// TestTailPostgres: tail --postgres polls the database as it polls a
+// directory, and follows a conversation while another process holds the
+// store open and writes it (no lock to wait on, as its help says).
+func TestTailPostgres(t *testing.T) {
+	require.Contains(t, cliRun(t, "", "tail", "--help").stdout, "With --postgres it polls the database the same way")
+	f := newFixture(t)
+	dsn := pgtest.NewDatabase(t)
+	exported := cliRun(t, "", "export", "--all", "--dir", f.dir)
+	requireOK(t, exported)
+	requireOK(t, cliRun(t, exported.stdout, "import", "--postgres", dsn))
+	st, err := pgjournal.Open(ctxT(t), dsn, pgjournal.Options{})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, st.Close()) }()
+
+	stdout, stderr, exit := startTail(t, "tail", "waiting", "--postgres", dsn, "--interval", "20ms", "--grace", "0s", "--max", "9")
+	require.Eventually(t, func() bool { return strings.Contains(stdout.String(), "suspension") }, wait, time.Millisecond)
+	require.Len(t, outLines(stdout.String()), 7, "the backlog: the whole short log")
+	_, err = st.Append(ctxT(t), &messages.AppendRequest{ConversationId: "waiting", ExpectedLast: 7,
+		Events: []*messages.Event{userMsg("still there?"), userMsg("hello?")}})
+	require.NoError(t, err)
+	require.Equal(t, exitOK, exit(), stderr.String())
+	lines := outLines(stdout.String())
+	require.Len(t, lines, 9)
+	require.Regexp(t, `^\s+9  .*user_msg\s+"hello\?"$`, lines[8])
 }

@@ -43,6 +43,10 @@ To follow a conversation that a live runtime runs, do it inside that
 process: Runtime.Subscribe(ctx, id, afterSeq) streams every event after a
 seq, history then live, with no gap and no duplicate.
 
+With --postgres it polls the database the same way, every --interval;
+PostgreSQL has no lock to wait on, so it follows a conversation a live
+node on that database runs, and --grace does not apply.
+
 With --json each event is printed as one protojson line (JSON lines).
 
 With --server it follows the node's event stream (server-sent events)
