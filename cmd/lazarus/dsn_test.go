@@ -116,3 +116,26 @@ func TestBadDSNWrapsErrInvalid(t *testing.T) {
 	require.ErrorIs(t, err, journal.ErrInvalid)
 	require.Equal(t, exitUsage, exitCode(err))
 }
+
+// TestStoreEnvironmentOrder: as the main help says, $LAZARUS_POSTGRES,
+// when set, wins over $LAZARUS_DIR, and --dir wins over it.
+func TestStoreEnvironmentOrder(t *testing.T) {
+	require.Contains(t, cliRun(t, "", "--help").stdout, "($LAZARUS_POSTGRES, when set, wins over $LAZARUS_DIR, not over --dir)")
+	f := newFixture(t)
+	for _, tc := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"stats"}, exitError}, // the database, which nothing serves
+		{[]string{"stats", "--dir", f.dir}, exitOK},
+	} {
+		var out, errb lockedBuffer
+		c := newCLI(strings.NewReader(""), &out, &errb)
+		env := map[string]string{envPostgres: "postgres://u@127.0.0.1:1/app?connect_timeout=5", envDir: f.dir}
+		c.getenv = func(k string) string { return env[k] }
+		require.Equal(t, tc.code, c.run(ctxT(t), tc.args), errb.String())
+		if tc.code == exitError {
+			require.Contains(t, errb.String(), "pgjournal: open: ")
+		}
+	}
+}

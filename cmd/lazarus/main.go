@@ -363,7 +363,8 @@ Usage:
   lazarus COMMAND --help
 
 The directory comes from --dir (before or after the command) or $LAZARUS_DIR;
-a PostgreSQL store from --postgres DSN or $LAZARUS_POSTGRES instead.
+a PostgreSQL store from --postgres DSN or $LAZARUS_POSTGRES instead
+($LAZARUS_POSTGRES, when set, wins over $LAZARUS_DIR, not over --dir).
 Only one process may open it at a time: while a runtime holds it, every
 command fails with exit status 4.
 
