@@ -254,7 +254,10 @@ func TestServeCLIAndSIGTERM(t *testing.T) {
 	require.Equal(t, exitUsage, r.code, r.stderr)
 	r = cliCtx(ctx, "send", "hello", "--dir", dir)
 	require.Equal(t, exitUsage, r.code, r.stderr)
-	require.Contains(t, r.stderr, "needs a live node")
+	require.Contains(t, r.stderr, "flag provided but not defined: -dir")
+	r = cliCtx(ctx, "--dir", dir, "send", "hello")
+	require.Equal(t, exitUsage, r.code, r.stderr)
+	require.Contains(t, r.stderr, "works on a live node only")
 
 	r = as("alice-token", "send", `/call approve {"amount": 12}`)
 	requireOK(t, r)
