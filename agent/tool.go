@@ -416,6 +416,8 @@ func jsonKind(s string) string {
 //     the tool is not run;
 //   - the tool panics: the panic is recovered into an error of code
 //     CodePanic (a panic in a goroutine the tool started is not recovered);
+//     so is a panic of the error it returns when asked its text (a typed
+//     nil pointer), CodeCanceled if ctx is done;
 //   - the tool returns an error while ctx is done: code CodeCanceled;
 //   - the tool returns an error wrapping ErrScope: code CodeScope;
 //   - any other error: code CodeTool, with the error's text;
@@ -441,12 +443,8 @@ func (r *Registry) RunServer(ctx context.Context, inv Invocation) *messages.Tool
 	switch {
 	case panicked:
 		return ErrorOutcome(CodePanic, err.Error())
-	case err != nil && ctx.Err() != nil:
-		return ErrorOutcome(CodeCanceled, err.Error())
-	case errors.Is(err, ErrScope):
-		return ErrorOutcome(CodeScope, err.Error())
 	case err != nil:
-		return ErrorOutcome(CodeTool, err.Error())
+		return toolError(ctx, t.Name, err)
 	}
 	if !ValidJSON(content) {
 		b, _ := json.Marshal(content) // a string always marshals; invalid UTF-8 becomes U+FFFD
@@ -466,6 +464,30 @@ func run(ctx context.Context, f ServerFunc, inv Invocation) (content string, pan
 	}()
 	content, err = f(ctx, inv)
 	return content, false, err
+}
+
+// toolError is the outcome of the error a tool returned. The error is the
+// tool's: its Error (or an Is it has) may panic, as that of a typed nil
+// pointer does, which is recovered into an error of code CodePanic
+// (CodeCanceled once ctx is done), as a panic of the tool itself.
+func toolError(ctx context.Context, name string, err error) (out *messages.ToolOutcome) {
+	defer func() {
+		if p := recover(); p != nil {
+			code := CodePanic
+			if ctx.Err() != nil {
+				code = CodeCanceled
+			}
+			out = ErrorOutcome(code, fmt.Sprintf("agent: the error tool %s returned panicked: %v", name, p))
+		}
+	}()
+	switch {
+	case ctx.Err() != nil:
+		return ErrorOutcome(CodeCanceled, err.Error())
+	case errors.Is(err, ErrScope):
+		return ErrorOutcome(CodeScope, err.Error())
+	default:
+		return ErrorOutcome(CodeTool, err.Error())
+	}
 }
 
 // ErrorOutcome returns a tool error outcome with code and message. The

@@ -393,3 +393,42 @@ func TestCallDeadline(t *testing.T) {
 	assert.Equal(t, meeting, tool.CallDeadline(`{"until":"meeting"}`, now))
 	assert.Equal(t, now.Add(2*time.Hour), tool.CallDeadline(`{}`, now))
 }
+
+// nilErr is an error type whose Error reads a field, so a typed nil
+// (*nilErr)(nil), a common mistake of a tool, panics when asked its text.
+type nilErr struct{ msg string }
+
+func (e *nilErr) Error() string { return e.msg }
+
+// RunServer never panics, even on the error a tool returns: a typed nil
+// error, whose Error method panics, becomes an error outcome (CodePanic,
+// or CodeCanceled once ctx is done), not a panic of the runtime's
+// goroutine.
+func TestRunServerSurvivesAnErrorWhoseErrorPanics(t *testing.T) {
+	r, err := agent.NewRegistry(agent.Tool{Name: "typednil", Executor: server, Run: func(context.Context, agent.Invocation) (string, error) {
+		var e *nilErr
+		return "", e
+	}})
+	require.NoError(t, err)
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		code string
+	}{
+		{"live", context.Background(), agent.CodePanic},
+		{"canceled", canceled, agent.CodeCanceled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out *messages.ToolOutcome
+			require.NotPanics(t, func() {
+				out = r.RunServer(tc.ctx, agent.Invocation{ToolCallID: "t", Name: "typednil", Scope: agent.Scope{UserID: "u"}})
+			})
+			e := outcomeError(t, out)
+			assert.Equal(t, tc.code, e.GetCode())
+			assert.Contains(t, e.GetMessage(), "typednil")
+			assert.True(t, utf8.ValidString(e.GetMessage()))
+		})
+	}
+}
