@@ -131,3 +131,19 @@ func TestBBEnumNames(t *testing.T) {
 		assert.NotEmpty(t, s)
 	}
 }
+
+// EventDetail: long values are clipped unless full, a blob's URI and name
+// included (an image sent as a data: URI is as long as the image).
+func TestBBBlobURIIsClipped(t *testing.T) {
+	uri := "data:image/png;base64," + strings.Repeat("A", 100000)
+	name := strings.Repeat("n", 1000)
+	ev := &messages.Event{Body: &messages.Event_UserMsg{UserMsg: agent.UserMessage(
+		agent.ImagePart("image/png", nil, uri), agent.FilePart(name, "text/plain", []byte("x"), ""))}}
+	short := render.EventDetail(ev, false)
+	assert.Less(t, utf8.RuneCountInString(short), 4*render.ClipRunes, "%.300s", short)
+	assert.Contains(t, short, "[image image/png "+uri[:render.ClipRunes]+"...]")
+	assert.Contains(t, short, "[file text/plain "+name[:render.ClipRunes]+"... 1 bytes]")
+	full := render.EventDetail(ev, true)
+	assert.Contains(t, full, uri+"]")
+	assert.Contains(t, full, name+" 1 bytes]")
+}

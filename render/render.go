@@ -140,24 +140,27 @@ func content(parts []*messages.ContentPart, full bool) string {
 		case *messages.ContentPart_Text:
 			out = append(out, Quote(x.Text, full))
 		case *messages.ContentPart_Image:
-			out = append(out, blob("image", x.Image))
+			out = append(out, blob("image", x.Image, full))
 		case *messages.ContentPart_File:
-			out = append(out, blob("file", x.File))
+			out = append(out, blob("file", x.File, full))
 		}
 	}
 	return strings.Join(out, " ")
 }
 
-func blob(kind string, b *messages.Blob) string {
+// blob renders an image or a file: its media type, name and URI (each
+// clipped unless full: a data: URI is as long as its data), and the size
+// of its data.
+func blob(kind string, b *messages.Blob, full bool) string {
 	desc := []string{kind}
-	if b.GetMediaType() != "" {
-		desc = append(desc, ID(b.GetMediaType()))
-	}
-	if b.GetName() != "" {
-		desc = append(desc, ID(b.GetName()))
-	}
-	if b.GetUri() != "" {
-		desc = append(desc, ID(b.GetUri()))
+	for _, s := range []string{b.GetMediaType(), b.GetName(), b.GetUri()} {
+		if s == "" {
+			continue
+		}
+		if !full {
+			s = clip(s)
+		}
+		desc = append(desc, ID(s))
 	}
 	if len(b.GetData()) > 0 {
 		desc = append(desc, fmt.Sprintf("%d bytes", len(b.GetData())))
