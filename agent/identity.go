@@ -158,8 +158,9 @@ func RequesterOnly() Authorizer {
 
 // AnyOf allows an answer that at least one of authorizers allows; with no
 // authorizers (nil ones are skipped) it allows nothing. The error of a
-// refusal joins theirs.
+// refusal joins theirs. It keeps its own copy of authorizers.
 func AnyOf(authorizers ...Authorizer) Authorizer {
+	authorizers = slices.Clone(authorizers)
 	return func(ctx context.Context, a Authorization) error {
 		errs := make([]error, 0, len(authorizers))
 		for _, f := range authorizers {

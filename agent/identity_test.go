@@ -125,3 +125,15 @@ func TestCheckpointFileWithoutCheckpointer(t *testing.T) {
 	err := agent.Invocation{}.CheckpointFile(context.Background(), "a.txt")
 	assert.ErrorIs(t, err, agent.ErrNoCheckpoints)
 }
+
+// AnyOf keeps its own copy of the authorizers: reusing the slice it was
+// given (as a loop building rules does) changes no rule already built,
+// which a Registry, immutable, holds.
+func TestAnyOfCopiesItsAuthorizers(t *testing.T) {
+	ctx := context.Background()
+	bob := agent.Authorization{Tool: "h", Resolver: agent.Scope{UserID: "bob"}}
+	rules := []agent.Authorizer{agent.RequireRole("approver")}
+	strict := agent.AnyOf(rules...)
+	rules[0] = func(context.Context, agent.Authorization) error { return nil } // allows anyone
+	require.ErrorIs(t, (agent.Tool{Name: "h", Authorizer: strict}).Authorize(ctx, bob), agent.ErrForbidden)
+}
