@@ -147,3 +147,23 @@ func TestBBBlobURIIsClipped(t *testing.T) {
 	assert.Contains(t, full, uri+"]")
 	assert.Contains(t, full, name+" 1 bytes]")
 }
+
+// EventDetail: a tool name is clipped unless full (a model may call a tool
+// by any name, recorded as called), its call id never (it is what resolve
+// takes).
+func TestBBLongToolNameIsClipped(t *testing.T) {
+	name := strings.Repeat("n", 10000)
+	id := strings.Repeat("i", 200)
+	call := &messages.ToolCall{Id: id, Name: name, Arguments: "{}"}
+	for _, ev := range []*messages.Event{
+		{Body: &messages.Event_AssistantMsg{AssistantMsg: &messages.AssistantMessage{ToolCalls: []*messages.ToolCall{call}}}},
+		{Body: &messages.Event_ToolCall{ToolCall: &messages.ToolCallEvent{Call: call}}},
+		{Body: &messages.Event_ToolResult{ToolResult: &messages.ToolResultEvent{Name: name, ToolCallId: id, Outcome: agent.ErrorOutcome("invalid", "unknown tool")}}},
+	} {
+		short := render.EventDetail(ev, false)
+		assert.Less(t, len(short), 2*len(id)+render.ClipRunes+100, "%.300s", short)
+		assert.Contains(t, short, name[:render.ClipRunes]+"...")
+		assert.Contains(t, short, id)
+		assert.Contains(t, render.EventDetail(ev, true), name)
+	}
+}

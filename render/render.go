@@ -74,7 +74,7 @@ func EventDetail(ev *messages.Event, full bool) string {
 		if len(m.GetToolCalls()) > 0 {
 			calls := make([]string, 0, len(m.GetToolCalls()))
 			for _, tc := range m.GetToolCalls() {
-				calls = append(calls, fmt.Sprintf("%s(%s)", ID(tc.GetName()), ID(tc.GetId())))
+				calls = append(calls, fmt.Sprintf("%s(%s)", toolName(tc.GetName(), full), ID(tc.GetId())))
 			}
 			parts = append(parts, "calls "+strings.Join(calls, " "))
 		}
@@ -84,11 +84,11 @@ func EventDetail(ev *messages.Event, full bool) string {
 		return strings.Join(parts, " ")
 	case *messages.Event_ToolCall:
 		tc := b.ToolCall.GetCall()
-		return fmt.Sprintf("%s id=%s %s args=%s", ID(tc.GetName()), ID(tc.GetId()),
+		return fmt.Sprintf("%s id=%s %s args=%s", toolName(tc.GetName(), full), ID(tc.GetId()),
 			Executor(b.ToolCall.GetExecutor()), jsonText(tc.GetArguments(), full))
 	case *messages.Event_ToolResult:
 		r := b.ToolResult
-		return fmt.Sprintf("%s id=%s -> %s", ID(r.GetName()), ID(r.GetToolCallId()), outcome(r.GetOutcome(), full))
+		return fmt.Sprintf("%s id=%s -> %s", toolName(r.GetName(), full), ID(r.GetToolCallId()), outcome(r.GetOutcome(), full))
 	case *messages.Event_Suspension:
 		waits := make([]string, 0, len(b.Suspension.GetPending()))
 		for _, p := range b.Suspension.GetPending() {
@@ -129,6 +129,16 @@ func Identity(id *messages.Identity) string {
 		roles = append(roles, ID(r))
 	}
 	return name + "[" + strings.Join(roles, ",") + "]"
+}
+
+// toolName renders the name of a called tool as an ID, clipped unless
+// full: a model may call a tool by any name, and the call is recorded as
+// made. (Ids are never clipped: a command takes them as shown.)
+func toolName(name string, full bool) string {
+	if !full {
+		name = clip(name)
+	}
+	return ID(name)
 }
 
 // content renders message parts: quoted text, and a bracketed note for
