@@ -13,7 +13,7 @@
 // must be dispatched ends in a blank line before it). A
 // response starts with optional directive lines:
 //
-//	> status 429                 the status (default 200)
+//	> status 429                 the status, 100 to 999 (default 200)
 //	> header Retry-After: 2      a response header (repeatable)
 //	> split 3                    write the body in pieces of 3 bytes, each flushed
 //	> reset                      end the response abruptly after the body
@@ -105,8 +105,8 @@ func (r *Response) directive(d string) error {
 	switch name {
 	case "status":
 		n, err := strconv.Atoi(arg)
-		if err != nil {
-			return fmt.Errorf("bad status %q", arg)
+		if err != nil || n < 100 || n > 999 {
+			return fmt.Errorf("bad status %q", arg) // net/http sends none other
 		}
 		r.Status = n
 	case "header":

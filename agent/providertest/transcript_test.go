@@ -29,3 +29,15 @@ func TestParse(t *testing.T) {
 	_, err = providertest.Parse([]byte("> bogus\n"))
 	require.Error(t, err)
 }
+
+// Parse refuses a status net/http cannot send (Write would panic in
+// WriteHeader, and the client would see a dropped connection instead).
+func TestParseRefusesAnUnsendableStatus(t *testing.T) {
+	for _, s := range []string{"0", "99", "1000", "-200"} {
+		_, err := providertest.Parse([]byte("> status " + s + "\n{}"))
+		require.Error(t, err, s)
+		assert.Contains(t, err.Error(), "bad status")
+	}
+	_, err := providertest.Parse([]byte("> status 100\n{}"))
+	require.NoError(t, err)
+}
