@@ -218,6 +218,8 @@ type Options struct {
 	// DefaultRetryable. It is a second layer above a provider's own retry
 	// of one call (agent/retry); see RetryPolicy. When it gives up, or the
 	// error is not retryable, the turn fails durably: a turn_failed event.
+	// A wait the error names outlives a kill or a restart: a conversation
+	// revived before it ends calls the model no sooner.
 	ModelRetry RetryPolicy
 	// ModelTimeout bounds each model call: one Generate of Model (or of an
 	// Agent's), each retry on its own, measured on Clock from the call's

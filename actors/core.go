@@ -74,6 +74,11 @@ type core struct {
 	attempts   int
 	retryArmed bool
 	retryGen   uint64
+	// retryNotBefore is when the armed retry may call the model;
+	// retryToWrite says it is still to be written to the row
+	// (FSMState.retry_not_before, see writeRetryTime).
+	retryNotBefore time.Time
+	retryToWrite   bool
 	// failure is a turn failure waiting to be written (turn_failed).
 	failure *messages.TurnFailed
 	// rerun: an explicit wake asked to run again a turn whose log ends in
@@ -207,6 +212,7 @@ const (
 	writeConfigs
 	writeRewind
 	writeEnd
+	writeRetryTime
 )
 
 type pendingWrite struct {
@@ -468,6 +474,9 @@ func (c *core) onLoaded(l *inLoaded) {
 	c.rowStatus = l.conv.GetStatus()
 	c.rowAwaiting = l.conv.GetFsmState().GetState() == messages.AgentState_AGENT_STATE_AWAITING_INPUT
 	c.setSettings(l.conv.GetSettings())
+	// Before the buffered commands: a new message among them abandons
+	// the retry, as it does a live one.
+	c.armRevivedRetry(l.conv.GetFsmState())
 	if st := l.conv.GetFsmState(); st != nil && st.GetLastSeq() != c.ws.LastSeq {
 		c.log.Debug("fsm_state disagrees with the log; the log wins",
 			"cached_last_seq", st.GetLastSeq(), "log_last_seq", c.ws.LastSeq)
@@ -681,6 +690,8 @@ func (c *core) advance() {
 		d := c.answer
 		c.answer = nil
 		c.writeAnswer(d)
+	case c.retryToWrite && c.retryArmed:
+		c.writeRetryTime()
 	case len(c.configs) > 0:
 		c.writeConfigs()
 	case len(c.rewinds) > 0 && c.writeRewind():
@@ -871,7 +882,10 @@ func (c *core) onModelDone(d *inModelDone) {
 
 // modelFailed handles a failed model call (or an answer the Store
 // refused): it retries the call after the policy's delay (or the wait the
-// error names, when longer), or fails the turn.
+// error names, when longer), or fails the turn. When the error names a
+// wait (agent.RetryAfter), the time of the retry is written to the row
+// (writeRetryTime), and an activation revived before then waits for it
+// too (see armRevivedRetry).
 func (c *core) modelFailed(err error) {
 	c.attempts++
 	p := c.cfg.Retry
@@ -883,6 +897,10 @@ func (c *core) modelFailed(err error) {
 	c.log.Info("model call failed; retrying", "err", err, "attempt", c.attempts, "delay", delay)
 	c.retryGen++
 	c.retryArmed = true
+	c.retryNotBefore = c.now.Add(delay)
+	// A wait the provider asked for outlives the activation: written to
+	// the row (by advance), so that a revival does not call sooner.
+	_, c.retryToWrite = agent.RetryAfter(err)
 	// Armed before the update is published: a subscriber that sees it
 	// may move a test's clock on at once.
 	c.emit(effArmRetry{gen: c.retryGen, delay: delay})
@@ -896,6 +914,28 @@ func (c *core) cancelRetry() {
 		c.emit(effCancelRetry{})
 		c.retryArmed = false
 	}
+	c.retryToWrite = false
+}
+
+// armRevivedRetry arms, on revival, the retry the row's fsm_state names
+// (retry_not_before, see writeRetryTime) while it is still in the future
+// and the log is still where it was written (last_seq: anything written
+// since, a new message say, voids it). The owed turn then runs once the
+// wait is over, not at once; attempts count from 1 again.
+func (c *core) armRevivedRetry(st *messages.FSMState) {
+	ts := st.GetRetryNotBefore()
+	if ts == nil || ts.CheckValid() != nil || st.GetLastSeq() != c.ws.LastSeq {
+		return
+	}
+	at := ts.AsTime()
+	if !at.After(c.now) {
+		return
+	}
+	c.log.Debug("revived waiting for a retry", "retry_not_before", at)
+	c.retryGen++
+	c.retryArmed = true
+	c.retryNotBefore = at
+	c.emit(effArmRetry{gen: c.retryGen, delay: at.Sub(c.now)})
 }
 
 // restartTurn abandons what the current turn owed (a retry, a failure not
@@ -1044,6 +1084,8 @@ func refusedWhole(w *pendingWrite, err error) (string, bool) {
 		return "scheduled wake", true
 	case w.kind == writeRewind && errors.Is(err, journal.ErrStale):
 		return "rewind: a call it cancels was answered first", true
+	case w.kind == writeRetryTime && errors.Is(err, journal.ErrInvalid):
+		return "retry time", true
 	}
 	return "", false
 }

@@ -307,6 +307,17 @@ func (c *core) writeFailure() {
 	c.write(&pendingWrite{kind: writeFailure, req: req})
 }
 
+// writeRetryTime writes the time of the armed retry to the row
+// (FSMState.retry_not_before, over the log's last seq), so that an
+// activation revived before then waits for it (armRevivedRetry). The log
+// is not written: nothing of the failed call is recorded.
+func (c *core) writeRetryTime() {
+	c.retryToWrite = false
+	st := c.fsmState(c.ws.LastSeq, nil)
+	st.RetryNotBefore = journal.Timestamp(c.retryNotBefore)
+	c.write(&pendingWrite{kind: writeRetryTime, req: &messages.AppendRequest{FsmState: st}})
+}
+
 // turnWrite builds the atomic write of one model answer: the assistant
 // message, a tool_call event and a pending row per call, and for human calls
 // a suspension, their deadlines and the fsm_state awaiting_input. A call to

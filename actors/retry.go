@@ -52,7 +52,12 @@ const DefaultMaxInvalidToolAnswers = 3
 //
 // A retry waiting its delay is abandoned when a new message arrives (the
 // turn restarts with it, attempts counted from 1 again), when the
-// conversation is killed, and when its actor stops.
+// conversation is killed, and when its actor stops. The turn is still
+// owed then, and a revived activation runs it from attempt 1: at once,
+// unless the error named a wait. The time of such a retry (the failure's
+// time plus the wait, on the Clock) is written to the conversation's row
+// (FSMState.retry_not_before), and an activation revived before it, with
+// nothing written to the log since, calls the model no sooner.
 type RetryPolicy struct {
 	// InitialInterval is the wait before the second attempt. 0 (or less)
 	// means DefaultRetryInitialInterval.

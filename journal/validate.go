@@ -285,9 +285,9 @@ func ValidateCreated(id string, created *timestamppb.Timestamp) error {
 // ErrInvalid that starts with what. A time outside that range cannot be
 // converted back to a time.Time faithfully nor compared alike by every
 // adapter, so no write stores one: the times of a deadline, a reschedule,
-// an append's due_by and resolutions, a model call, a conversation
-// update, a tool call row, an event, a summary, a schedule and a file
-// checkpoint are all checked by it.
+// an append's due_by and resolutions, an fsm_state's retry_not_before, a
+// model call, a conversation update, a tool call row, an event, a summary,
+// a schedule and a file checkpoint are all checked by it.
 func CheckTime(what string, ts *timestamppb.Timestamp) error {
 	if ts == nil {
 		return nil
@@ -319,7 +319,8 @@ func ValidStatus(s messages.ConversationStatus) bool {
 // empty) and has an executor that is a value of its enum; it does not
 // contradict itself: awaiting_input names a pending call (it waits on one
 // or more human calls), idle names no pending human call (one makes the
-// state awaiting_input); and it fits MaxRecordBytes.
+// state awaiting_input); its retry_not_before, if set, is a time CheckTime
+// accepts; and it fits MaxRecordBytes.
 func ValidateFSMState(conv string, st *messages.FSMState) error {
 	if st == nil {
 		return Invalidf("nil fsm_state for %q", conv)
@@ -348,6 +349,9 @@ func ValidateFSMState(conv string, st *messages.FSMState) error {
 	}
 	if st.GetState() == messages.AgentState_AGENT_STATE_AWAITING_INPUT && len(st.GetPending()) == 0 {
 		return Invalidf("fsm_state of %q is awaiting_input with no pending call", conv)
+	}
+	if err := CheckTime("fsm_state of "+conv+": retry_not_before", st.GetRetryNotBefore()); err != nil {
+		return err
 	}
 	return checkSize("fsm_state of "+conv, st, MaxRecordBytes)
 }

@@ -282,7 +282,8 @@ func TestValidateModelCall(t *testing.T) {
 // rule, the limits included: the edges of the years 1 to 9999 pass, one
 // second beyond either or nanos outside a second is ErrInvalid, wherever
 // the time sits (an event, an appended or upserted row, a resolution, a
-// summary, a fork's events, ResolveToolCall's at). Unset times pass.
+// summary, a fork's events, an fsm_state's retry_not_before,
+// ResolveToolCall's at). Unset times pass.
 func TestStoredTimesChecked(t *testing.T) {
 	first := &timestamppb.Timestamp{Seconds: -62135596800}
 	last := &timestamppb.Timestamp{Seconds: 253402300799, Nanos: 999_999_999}
@@ -321,6 +322,9 @@ func TestStoredTimesChecked(t *testing.T) {
 			return journal.ValidateSummaryShape("c", &messages.Summary{FromSeq: 1, ToSeq: 1, Created: ts})
 		},
 		"fork event": fork,
+		"fsm_state retry_not_before": func(ts *timestamppb.Timestamp) error {
+			return journal.ValidateAppend(validReq(func(r *messages.AppendRequest) { r.FsmState.RetryNotBefore = ts }))
+		},
 		"resolve at": func(ts *timestamppb.Timestamp) error {
 			return journal.ValidateResolvedAt("c/1", ts.AsTime())
 		},

@@ -1622,12 +1622,20 @@ func (*Event_Handoff) isEvent_Body() {}
 
 // FSMState is a cache over the log; on disagreement the log wins.
 type FSMState struct {
-	state         protoimpl.MessageState  `protogen:"open.v1"`
-	State         AgentState              `protobuf:"varint,1,opt,name=state,proto3,enum=lazarus.v1.AgentState" json:"state,omitempty"`
-	Pending       map[string]*PendingCall `protobuf:"bytes,2,rep,name=pending,proto3" json:"pending,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	LastSeq       uint64                  `protobuf:"varint,3,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state   protoimpl.MessageState  `protogen:"open.v1"`
+	State   AgentState              `protobuf:"varint,1,opt,name=state,proto3,enum=lazarus.v1.AgentState" json:"state,omitempty"`
+	Pending map[string]*PendingCall `protobuf:"bytes,2,rep,name=pending,proto3" json:"pending,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	LastSeq uint64                  `protobuf:"varint,3,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"`
+	// retry_not_before, if set, is the earliest time (on the runtime's clock)
+	// at which the runtime calls the model again for the turn the log owes:
+	// a failed model call whose error named a wait (agent.RetryAfter) is
+	// retried no sooner, by the activation that scheduled the retry or by
+	// one revived after it stopped. It holds only while last_seq is the
+	// log's last seq (anything written since, a new message say, voids it).
+	// Unset (older rows too): a revived activation runs the owed turn at once.
+	RetryNotBefore *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=retry_not_before,json=retryNotBefore,proto3" json:"retry_not_before,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *FSMState) Reset() {
@@ -1679,6 +1687,13 @@ func (x *FSMState) GetLastSeq() uint64 {
 		return x.LastSeq
 	}
 	return 0
+}
+
+func (x *FSMState) GetRetryNotBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RetryNotBefore
+	}
+	return nil
 }
 
 // Conversation is the row of one conversation.
@@ -2680,11 +2695,12 @@ const file_lazarus_v1_records_proto_rawDesc = "" +
 	"\vturn_failed\x18\x11 \x01(\v2\x16.lazarus.v1.TurnFailedH\x00R\n" +
 	"turnFailed\x12/\n" +
 	"\ahandoff\x18\x14 \x01(\v2\x13.lazarus.v1.HandoffH\x00R\ahandoffB\x06\n" +
-	"\x04body\"\xe5\x01\n" +
+	"\x04body\"\xab\x02\n" +
 	"\bFSMState\x12,\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x16.lazarus.v1.AgentStateR\x05state\x12;\n" +
 	"\apending\x18\x02 \x03(\v2!.lazarus.v1.FSMState.PendingEntryR\apending\x12\x19\n" +
-	"\blast_seq\x18\x03 \x01(\x04R\alastSeq\x1aS\n" +
+	"\blast_seq\x18\x03 \x01(\x04R\alastSeq\x12D\n" +
+	"\x10retry_not_before\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x0eretryNotBefore\x1aS\n" +
 	"\fPendingEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12-\n" +
 	"\x05value\x18\x02 \x01(\v2\x17.lazarus.v1.PendingCallR\x05value:\x028\x01\"\xaf\x03\n" +
@@ -2875,39 +2891,40 @@ var file_lazarus_v1_records_proto_depIdxs = []int32{
 	20, // 24: lazarus.v1.Event.handoff:type_name -> lazarus.v1.Handoff
 	3,  // 25: lazarus.v1.FSMState.state:type_name -> lazarus.v1.AgentState
 	33, // 26: lazarus.v1.FSMState.pending:type_name -> lazarus.v1.FSMState.PendingEntry
-	34, // 27: lazarus.v1.Conversation.settings:type_name -> lazarus.v1.Conversation.SettingsEntry
-	2,  // 28: lazarus.v1.Conversation.status:type_name -> lazarus.v1.ConversationStatus
-	22, // 29: lazarus.v1.Conversation.fsm_state:type_name -> lazarus.v1.FSMState
-	36, // 30: lazarus.v1.Conversation.created:type_name -> google.protobuf.Timestamp
-	36, // 31: lazarus.v1.Conversation.updated:type_name -> google.protobuf.Timestamp
-	24, // 32: lazarus.v1.Conversation.forked_from:type_name -> lazarus.v1.ForkOrigin
-	36, // 33: lazarus.v1.Summary.created:type_name -> google.protobuf.Timestamp
-	27, // 34: lazarus.v1.Summary.requests:type_name -> lazarus.v1.RequestRef
-	16, // 35: lazarus.v1.Summary.requester:type_name -> lazarus.v1.Identity
-	25, // 36: lazarus.v1.Summary.agents:type_name -> lazarus.v1.Summary
-	26, // 37: lazarus.v1.Summary.owed:type_name -> lazarus.v1.AgentOwed
-	0,  // 38: lazarus.v1.ToolCallRecord.executor:type_name -> lazarus.v1.Executor
-	1,  // 39: lazarus.v1.ToolCallRecord.status:type_name -> lazarus.v1.ToolCallStatus
-	9,  // 40: lazarus.v1.ToolCallRecord.result:type_name -> lazarus.v1.ToolOutcome
-	36, // 41: lazarus.v1.ToolCallRecord.created:type_name -> google.protobuf.Timestamp
-	36, // 42: lazarus.v1.ToolCallRecord.resolved:type_name -> google.protobuf.Timestamp
-	36, // 43: lazarus.v1.ToolCallRecord.deadline:type_name -> google.protobuf.Timestamp
-	16, // 44: lazarus.v1.ToolCallRecord.requester:type_name -> lazarus.v1.Identity
-	16, // 45: lazarus.v1.ToolCallRecord.resolver:type_name -> lazarus.v1.Identity
-	36, // 46: lazarus.v1.Deadline.at:type_name -> google.protobuf.Timestamp
-	21, // 47: lazarus.v1.ModelCall.rendered_context:type_name -> lazarus.v1.Event
-	7,  // 48: lazarus.v1.ModelCall.usage:type_name -> lazarus.v1.Usage
-	36, // 49: lazarus.v1.ModelCall.created:type_name -> google.protobuf.Timestamp
-	25, // 50: lazarus.v1.ModelCall.summary:type_name -> lazarus.v1.Summary
-	35, // 51: lazarus.v1.ModelCall.settings:type_name -> lazarus.v1.ModelCall.SettingsEntry
-	31, // 52: lazarus.v1.ModelCall.error:type_name -> lazarus.v1.ModelCallError
-	36, // 53: lazarus.v1.Tombstone.deleted:type_name -> google.protobuf.Timestamp
-	14, // 54: lazarus.v1.FSMState.PendingEntry.value:type_name -> lazarus.v1.PendingCall
-	55, // [55:55] is the sub-list for method output_type
-	55, // [55:55] is the sub-list for method input_type
-	55, // [55:55] is the sub-list for extension type_name
-	55, // [55:55] is the sub-list for extension extendee
-	0,  // [0:55] is the sub-list for field type_name
+	36, // 27: lazarus.v1.FSMState.retry_not_before:type_name -> google.protobuf.Timestamp
+	34, // 28: lazarus.v1.Conversation.settings:type_name -> lazarus.v1.Conversation.SettingsEntry
+	2,  // 29: lazarus.v1.Conversation.status:type_name -> lazarus.v1.ConversationStatus
+	22, // 30: lazarus.v1.Conversation.fsm_state:type_name -> lazarus.v1.FSMState
+	36, // 31: lazarus.v1.Conversation.created:type_name -> google.protobuf.Timestamp
+	36, // 32: lazarus.v1.Conversation.updated:type_name -> google.protobuf.Timestamp
+	24, // 33: lazarus.v1.Conversation.forked_from:type_name -> lazarus.v1.ForkOrigin
+	36, // 34: lazarus.v1.Summary.created:type_name -> google.protobuf.Timestamp
+	27, // 35: lazarus.v1.Summary.requests:type_name -> lazarus.v1.RequestRef
+	16, // 36: lazarus.v1.Summary.requester:type_name -> lazarus.v1.Identity
+	25, // 37: lazarus.v1.Summary.agents:type_name -> lazarus.v1.Summary
+	26, // 38: lazarus.v1.Summary.owed:type_name -> lazarus.v1.AgentOwed
+	0,  // 39: lazarus.v1.ToolCallRecord.executor:type_name -> lazarus.v1.Executor
+	1,  // 40: lazarus.v1.ToolCallRecord.status:type_name -> lazarus.v1.ToolCallStatus
+	9,  // 41: lazarus.v1.ToolCallRecord.result:type_name -> lazarus.v1.ToolOutcome
+	36, // 42: lazarus.v1.ToolCallRecord.created:type_name -> google.protobuf.Timestamp
+	36, // 43: lazarus.v1.ToolCallRecord.resolved:type_name -> google.protobuf.Timestamp
+	36, // 44: lazarus.v1.ToolCallRecord.deadline:type_name -> google.protobuf.Timestamp
+	16, // 45: lazarus.v1.ToolCallRecord.requester:type_name -> lazarus.v1.Identity
+	16, // 46: lazarus.v1.ToolCallRecord.resolver:type_name -> lazarus.v1.Identity
+	36, // 47: lazarus.v1.Deadline.at:type_name -> google.protobuf.Timestamp
+	21, // 48: lazarus.v1.ModelCall.rendered_context:type_name -> lazarus.v1.Event
+	7,  // 49: lazarus.v1.ModelCall.usage:type_name -> lazarus.v1.Usage
+	36, // 50: lazarus.v1.ModelCall.created:type_name -> google.protobuf.Timestamp
+	25, // 51: lazarus.v1.ModelCall.summary:type_name -> lazarus.v1.Summary
+	35, // 52: lazarus.v1.ModelCall.settings:type_name -> lazarus.v1.ModelCall.SettingsEntry
+	31, // 53: lazarus.v1.ModelCall.error:type_name -> lazarus.v1.ModelCallError
+	36, // 54: lazarus.v1.Tombstone.deleted:type_name -> google.protobuf.Timestamp
+	14, // 55: lazarus.v1.FSMState.PendingEntry.value:type_name -> lazarus.v1.PendingCall
+	56, // [56:56] is the sub-list for method output_type
+	56, // [56:56] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_lazarus_v1_records_proto_init() }

@@ -1,6 +1,8 @@
 package tests
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -181,6 +183,101 @@ func TestKillAbandonsTheRetry(t *testing.T) {
 	u = h.awaitUpdate(sub, isTurnEnd)
 	require.Equal(t, lazarus.TurnAnswered, u.TurnEnd.Outcome)
 	require.Equal(t, []string{"user_msg", "assistant_msg"}, types(h.history("c")))
+}
+
+// rateLimitedFor is a rate limit whose provider asked for a wait
+// (agent.RetryAfter), as a 429 with Retry-After the provider gave up on.
+type rateLimitedFor time.Duration
+
+func (r rateLimitedFor) Error() string             { return "429: try again later" }
+func (r rateLimitedFor) Unwrap() error             { return agent.ErrRateLimited }
+func (r rateLimitedFor) RetryAfter() time.Duration { return time.Duration(r) }
+
+// A retry waiting the wait the provider asked for (a minute, longer than
+// the policy's second) survives the activation: its time is written to the
+// row, and a conversation revived during the wait, by a wake after a kill
+// or by Open's resume after a restart, does not call the model before
+// that time (failure time plus the wait, on the runtime's clock), and does
+// call it then.
+func TestRevivalKeepsTheProvidersWait(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		for _, how := range []string{"kill", "restart"} {
+			t.Run(how, func(t *testing.T) {
+				store := openStore(t, kind)
+				h := newHarness(t, store, func(o *lazarus.Options) { o.ModelRetry = retryPolicy; o.NoResume = true })
+				ctx := ctxT(t)
+				h.model.PushError("c", fmt.Errorf("provider: %w", rateLimitedFor(time.Minute)))
+				sub, err := h.rt.Subscribe(ctx, "c", 0)
+				require.NoError(t, err)
+				_, err = h.rt.Send(ctx, "c", "hi", user)
+				require.NoError(t, err)
+				u := h.awaitUpdate(sub, isRetry)
+				require.Equal(t, time.Minute, u.Retry.Delay, "the provider's wait, longer than the policy's")
+				retryAt := h.clock.Now().Add(time.Minute)
+				require.Eventually(t, func() bool {
+					row, err := store.Conversation(ctx, "c")
+					return err == nil && row.GetFsmState().GetRetryNotBefore().AsTime().Equal(retryAt)
+				}, wait, time.Millisecond, "the retry's time in the row")
+
+				model, clock := h.model, h.clock
+				if how == "kill" {
+					require.True(t, h.rt.Kill("c"))
+					require.Equal(t, lazarus.TurnCancelled, h.awaitUpdate(sub, isTurnEnd).TurnEnd.Outcome)
+					require.Equal(t, 0, clock.Timers(), "the kill stopped the retry's timer")
+					clock.Advance(time.Second) // past the policy's delay, not the provider's
+					model.Push("c", scripted.Text("back"))
+					require.NoError(t, h.rt.Wake(ctx, "c"))
+				} else {
+					require.NoError(t, h.rt.Close())
+					model = scripted.New(scripted.Options{})
+					model.Push("c", scripted.Text("back"))
+					// Open's resume revives the conversation (ACTIVE).
+					h = newHarness(t, store, func(o *lazarus.Options) { o.Model = model; o.ModelRetry = retryPolicy })
+					clock = h.clock
+				}
+				calls := model.Calls("c")
+				require.Eventually(t, func() bool { return slices.ContainsFunc(clock.Dues(), retryAt.Equal) }, wait, time.Millisecond,
+					"the revival waits for the provider's time (timers %v)", clock.Dues())
+				clock.Advance(retryAt.Sub(clock.Now()) - time.Nanosecond)
+				require.Equal(t, calls, model.Calls("c"), "no call before the provider's time")
+				clock.Advance(time.Nanosecond)
+				h.awaitEvent("c", 0, isAssistantText("back"))
+				require.Equal(t, []string{"user_msg", "assistant_msg"}, types(h.history("c")))
+			})
+		}
+	})
+}
+
+// A new message abandons a revived retry's wait as it does a live one: the
+// turn restarts at once with it, and the time written for the failed
+// call's retry holds no more.
+func TestNewSendAbandonsARevivedRetry(t *testing.T) {
+	h := newHarness(t, openStore(t, "memory"), withRetry(retryPolicy))
+	ctx := ctxT(t)
+	h.model.PushError("c", rateLimitedFor(time.Minute))
+	sub, err := h.rt.Subscribe(ctx, "c", 0)
+	require.NoError(t, err)
+	_, err = h.rt.Send(ctx, "c", "hi", user)
+	require.NoError(t, err)
+	h.awaitUpdate(sub, isRetry)
+	retryAt := h.clock.Now().Add(time.Minute)
+	require.Eventually(t, func() bool {
+		row, err := h.store.Conversation(ctx, "c")
+		return err == nil && row.GetFsmState().GetRetryNotBefore().AsTime().Equal(retryAt)
+	}, wait, time.Millisecond, "the retry's time in the row")
+	require.True(t, h.rt.Kill("c"))
+	h.awaitUpdate(sub, isTurnEnd)
+
+	h.model.Push("c", scripted.Text("at once"))
+	end, err := h.rt.SendAndWait(ctx, "c", "still there?", user)
+	require.NoError(t, err)
+	require.Equal(t, "at once", end.Text)
+	require.Equal(t, 2, h.model.Calls("c"))
+
+	require.True(t, h.rt.Kill("c"))
+	require.NoError(t, h.rt.Wake(ctx, "c"))
+	require.Equal(t, 0, h.clock.Timers(), "a revival past the new message arms no retry")
+	require.Equal(t, 2, h.model.Calls("c"))
 }
 
 // Open resumes the conversations that were mid-turn, never one whose turn
