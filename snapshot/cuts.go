@@ -128,20 +128,48 @@ func (w *WorkingSet) CutsACall(owed map[string]bool) bool {
 	if w.Summary == nil {
 		return false
 	}
-	issued := make(map[string]bool)
+	var f CutFinder
 	for _, ev := range w.Events {
-		for _, tc := range ev.GetAssistantMsg().GetToolCalls() {
-			issued[tc.GetId()] = true
+		f.Add(ev)
+	}
+	return f.Cuts(owed)
+}
+
+// CutFinder is WorkingSet.CutsACall read event by event, for a caller that
+// does not hold the events after the summary (a fork's base summary in an
+// import, lazarus check): Add each event after the summary, in order, then
+// ask Cuts. It keeps the ids of the calls issued after the summary, not the
+// events. The zero value is ready to use.
+type CutFinder struct {
+	issued map[string]bool
+	cut    bool
+}
+
+// Add reads the next event after the summary.
+func (f *CutFinder) Add(ev *messages.Event) {
+	for _, tc := range ev.GetAssistantMsg().GetToolCalls() {
+		if f.issued == nil {
+			f.issued = make(map[string]bool)
 		}
-		if tc := ev.GetToolCall(); tc != nil && !issued[tc.GetCall().GetId()] {
-			return true
-		}
-		if tr := ev.GetToolResult(); tr != nil && !issued[tr.GetToolCallId()] {
-			return true
-		}
+		f.issued[tc.GetId()] = true
+	}
+	if tc := ev.GetToolCall(); tc != nil && !f.issued[tc.GetCall().GetId()] {
+		f.cut = true
+	}
+	if tr := ev.GetToolResult(); tr != nil && !f.issued[tr.GetToolCallId()] {
+		f.cut = true
+	}
+}
+
+// Cuts reports whether the summary ends inside a tool call, as CutsACall
+// decides it from the events read so far and owed, the calls the Store
+// owes results for.
+func (f *CutFinder) Cuts(owed map[string]bool) bool {
+	if f.cut {
+		return true
 	}
 	for id := range owed {
-		if !issued[id] {
+		if !f.issued[id] {
 			return true
 		}
 	}

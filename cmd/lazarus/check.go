@@ -5,12 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
-
-	"github.com/lazarusrt/lazarus/journal"
-	"github.com/lazarusrt/lazarus/journal/pebblejournal"
-	"github.com/lazarusrt/lazarus/messages"
-	"github.com/lazarusrt/lazarus/snapshot"
 )
 
 // errDamaged: check found damage, or the store's files are too damaged to
@@ -72,9 +66,6 @@ func (c *cli) check(ctx context.Context, fs *flags, args []string) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := checkSummaryCuts(ctx, st, rep); err != nil {
-		return err
-	}
 	out := checkOutput{
 		Dir: dir, Sound: rep.Sound(), Conversations: rep.Conversations, Events: rep.Events,
 		ToolCalls: rep.ToolCalls, Deadlines: rep.Deadlines, Problems: rep.Problems, More: rep.More,
@@ -103,80 +94,6 @@ func (c *cli) check(ctx context.Context, fs *flags, args []string) (err error) {
 	}
 	if !out.Sound {
 		return fmt.Errorf("%w: %d problems found (see RELIABILITY.md, \"Damaged stores\")", errDamaged, len(out.Problems)+out.More)
-	}
-	return nil
-}
-
-// checkSummaryCuts adds to rep a problem for each summary of the store's
-// conversations that ends inside a tool call, as import decides it
-// (snapshot.CallTracker): its call issued at or before the summary's end,
-// its result after it or none yet. It reads the log of each conversation that has a
-// summary, one page at a time, up to its latest summary's end. A read the
-// store fails as damaged (journal.ErrCorrupt) is a problem too, naming the
-// conversation; any other failure is the error.
-func checkSummaryCuts(ctx context.Context, st journal.Store, rep *pebblejournal.CheckReport) error {
-	for cursor := ""; ; {
-		rows, next, err := st.ListConversations(ctx, cursor, 500)
-		if err != nil {
-			return err
-		}
-		for _, row := range rows {
-			err := checkConversationCuts(ctx, st, row.GetId(), rep)
-			if errors.Is(err, journal.ErrCorrupt) {
-				rep.AddProblem(fmt.Sprintf("conversation %q: its summaries could not be checked for open tool calls: %v", row.GetId(), err))
-				continue
-			}
-			if err != nil {
-				return err
-			}
-		}
-		if next == "" {
-			return nil
-		}
-		cursor = next
-	}
-}
-
-// checkConversationCuts is checkSummaryCuts for conversation id.
-func checkConversationCuts(ctx context.Context, st journal.Store, id string, rep *pebblejournal.CheckReport) error {
-	var sums []*messages.Summary // descending to_seq
-	for sum, err := st.LatestSummary(ctx, id); ; sum, err = st.SummaryBefore(ctx, id, sum.GetToSeq()) {
-		if errors.Is(err, journal.ErrNotFound) {
-			break
-		}
-		if err != nil {
-			return err
-		}
-		sums = append(sums, sum)
-	}
-	if len(sums) == 0 {
-		return nil
-	}
-	slices.Reverse(sums)
-	last := sums[len(sums)-1].GetToSeq()
-	var open snapshot.CallTracker
-	for after := uint64(0); after < last; {
-		before := pageEnd(after, exportPage)
-		if before == 0 || before > last+1 {
-			before = last + 1
-		}
-		evs, err := st.Events(ctx, id, journal.EventQuery{After: after, Before: before})
-		if err != nil {
-			return err
-		}
-		if len(evs) == 0 {
-			break // a log shorter than a summary: Check reports it
-		}
-		for _, ev := range evs {
-			open.Add(ev)
-		}
-		after = evs[len(evs)-1].GetSeq()
-	}
-	for _, sum := range sums {
-		if calls := open.At(sum.GetToSeq()); len(calls) > 0 {
-			rep.AddProblem(fmt.Sprintf("conversation %q: summary of seq %d..%d ends inside tool call %q, issued at seq %d and not answered by seq %d (a summary ends where no tool call is open; a revival passes it over)",
-				id, sum.GetFromSeq(), sum.GetToSeq(), calls[0].ID, calls[0].Seq, sum.GetToSeq()))
-		}
 	}
 	return nil
 }

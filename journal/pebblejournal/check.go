@@ -3,9 +3,13 @@ package pebblejournal
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/snapshot"
 )
 
 // maxCheckProblems bounds the problems a CheckReport lists; the rest are
@@ -47,10 +51,11 @@ type convCheck struct {
 	tombstone bool
 	lastSeq   uint64            // last event seq seen, 0 if none
 	first     uint64            // first event seq seen, 0 if none
-	summaries map[uint64]bool   // ToSeq of its summaries
+	summaries map[uint64]uint64 // FromSeq of its summaries, by ToSeq
 	gap       bool              // a gap was reported already
 	calls     map[string]uint64 // tool call ids of its tool_call events, with their seqs
 	pending   map[string]bool   // ids of its pending rows
+	owed      map[string]bool   // ids of its pending rows (pending loses those indexed)
 	indexed   bool              // the active index lists it
 }
 
@@ -58,7 +63,9 @@ type convCheck struct {
 // (lazarus check): every block is read (Pebble verifies its checksum),
 // every record decodes and agrees with its key, every log is gap-free from
 // seq 1 (or from the summary a fork copied), no fsm_state is ahead of its log, every summary lies inside
-// its log, every tool_call event has its row and every row its owner entry,
+// its log and ends where no tool call is open (snapshot's rule, as import
+// and a revival apply it: snapshot.CallTracker on the log, and
+// snapshot.CutFinder for the summary a fork's log starts after), every tool_call event has its row and every row its owner entry,
 // the pending index lists exactly the pending rows, the active index
 // exactly the ACTIVE rows, and the two deadline indexes agree with each
 // other and name pending calls, and the file checkpoints agree with their
@@ -160,9 +167,9 @@ func (s *Store) Check(ctx context.Context) (*CheckReport, error) {
 				return
 			}
 			if conv(id).summaries == nil {
-				conv(id).summaries = map[uint64]bool{}
+				conv(id).summaries = map[uint64]uint64{}
 			}
-			conv(id).summaries[sum.GetToSeq()] = true
+			conv(id).summaries[sum.GetToSeq()] = sum.GetFromSeq()
 			if last := conv(id).lastSeq; sum.GetToSeq() > last {
 				r.problem("conversation %q: summary to seq %d is beyond the log's last seq %d", id, sum.GetToSeq(), last)
 			}
@@ -186,6 +193,10 @@ func (s *Store) Check(ctx context.Context) (*CheckReport, error) {
 			c := conv(id)
 			if rec.GetStatus() == messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING {
 				c.pending[call] = true
+				if c.owed == nil {
+					c.owed = map[string]bool{}
+				}
+				c.owed[call] = true
 			}
 			if rs := rec.GetResultSeq(); rs > c.lastSeq {
 				r.problem("tool call %q of conversation %q: its result is in event %d, beyond the log's last seq %d", call, id, rs, c.lastSeq)
@@ -283,7 +294,7 @@ func (s *Store) Check(ctx context.Context) (*CheckReport, error) {
 		case active && !c.indexed:
 			r.problem("conversation %q: its row is ACTIVE, but it is missing from the active index", id)
 		}
-		if c.first > 1 && !c.summaries[c.first-1] {
+		if _, base := c.summaries[c.first-1]; c.first > 1 && !base {
 			r.problem("conversation %q: the log has a gap: seq %d where 1 should be (and no summary ends at seq %d, as for a fork)", id, c.first, c.first-1)
 		}
 		if c.tombstone && (c.row != nil || c.lastSeq > 0) {
@@ -306,11 +317,88 @@ func (s *Store) Check(ctx context.Context) (*CheckReport, error) {
 			}
 		}
 	}
+	for id, c := range convs {
+		if err := s.checkCuts(ctx, r, id, c); err != nil {
+			return nil, err
+		}
+	}
 	if err := s.checkFiles(ctx, r); err != nil {
 		return nil, err
 	}
 	return r, nil
 }
+
+// checkCuts reports each summary of conversation id that ends inside a
+// tool call, by snapshot's rule: one that ends in its log as
+// snapshot.CallTracker decides it, reading the log from its start; the
+// summary a fork copied, which its log starts just after, as a revival
+// decides it (snapshot.CutFinder: the events after it and the calls the
+// conversation owes). It reads the log again, one conversation at a time,
+// and only that of a conversation with a summary; a log with a gap is not
+// read (the gap is reported).
+func (s *Store) checkCuts(ctx context.Context, r *CheckReport, id string, c *convCheck) error {
+	if len(c.summaries) == 0 || c.lastSeq == 0 || c.tombstone {
+		return nil
+	}
+	if _, base := c.summaries[c.first-1]; c.gap || c.first > 1 && !base {
+		r.problem("conversation %q: its summaries could not be checked for open tool calls: the log has a gap", id)
+		return nil
+	}
+	var open snapshot.CallTracker
+	var base snapshot.CutFinder
+	undecodable := false
+	err := s.scan(convKey(famEvent, id), convEnd(famEvent, id), func(k, v []byte) error {
+		ev, err := decodeEvent(k, v, convKey(famEvent, id))
+		if err != nil {
+			undecodable = true // reported by the first read
+			return errStopScan
+		}
+		open.Add(ev)
+		if c.first > 1 {
+			base.Add(ev)
+		}
+		return ctx.Err()
+	})
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return fmt.Errorf("pebblejournal: check: %w", ctxErr)
+	}
+	if undecodable {
+		err = errUndecodable
+	}
+	if err != nil {
+		r.problem("conversation %q: its summaries could not be checked for open tool calls: %v", id, err)
+		return nil
+	}
+	for _, to := range slices.Sorted(maps.Keys(c.summaries)) {
+		from := c.summaries[to]
+		if to < c.first {
+			if to != c.first-1 {
+				continue // before a fork's copied summary: not in its log
+			}
+			owed := maps.Clone(c.owed)
+			for call := range c.row.GetFsmState().GetPending() {
+				if owed == nil {
+					owed = map[string]bool{}
+				}
+				owed[call] = true
+			}
+			if base.Cuts(owed) {
+				r.problem("conversation %q: the summary of seq %d..%d it starts from (a fork's copy) ends inside a tool call: a call issued at or before seq %d is answered or owed after it (a summary ends where no tool call is open; a revival passes it over)",
+					id, from, to, to)
+			}
+			continue
+		}
+		if calls := open.At(to); len(calls) > 0 {
+			r.problem("conversation %q: summary of seq %d..%d ends inside tool call %q, issued at seq %d and not answered by seq %d (a summary ends where no tool call is open; a revival passes it over)",
+				id, from, to, calls[0].ID, calls[0].Seq, to)
+		}
+	}
+	return nil
+}
+
+// errUndecodable: checkCuts met an event that does not decode (the first
+// read reported it).
+var errUndecodable = errors.New("an event does not decode")
 
 // checkGet reads one key for Check: its value (a copy), whether it exists.
 func (s *Store) checkGet(k []byte) ([]byte, bool, error) {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
@@ -15,6 +16,13 @@ import (
 func toolCallEvent(id string) *messages.Event {
 	return &messages.Event{Body: &messages.Event_ToolCall{ToolCall: &messages.ToolCallEvent{
 		Call: &messages.ToolCall{Id: id, Name: "ask"}, Executor: messages.Executor_EXECUTOR_HUMAN,
+	}}}
+}
+
+// issueEvent is the assistant_msg that issues call id.
+func issueEvent(id string) *messages.Event {
+	return &messages.Event{Body: &messages.Event_AssistantMsg{AssistantMsg: &messages.AssistantMessage{
+		ToolCalls: []*messages.ToolCall{{Id: id, Name: "ask"}},
 	}}}
 }
 
@@ -137,4 +145,60 @@ func TestCheckReadsEveryBlock(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, rep.Sound())
 	require.Contains(t, strings.Join(rep.Problems, "\n"), "checksum")
+}
+
+// TestCheckFindsASummaryThatCutsACall: Check reports a summary that ends
+// inside a tool call (its call issued at or before its end, its result
+// after it or none yet), by snapshot's rule, as lazarus check, import and
+// a revival see it: the runtime never writes one, but a Store takes any.
+// Check used to leave this to lazarus check, so a Store's own check of
+// such a store said sound.
+func TestCheckFindsASummaryThatCutsACall(t *testing.T) {
+	s := openMem(t, Options{})
+	last := appendN(t, s, "c", 0, 2)
+	// t1 issued at 3, its tool_call event at 4, pending.
+	_, err := s.Append(ctx, &messages.AppendRequest{ConversationId: "c", ExpectedLast: last,
+		Events: []*messages.Event{issueEvent("t1"), toolCallEvent("t1")}, ToolCalls: []*messages.ToolCallRecord{pendingCall("c", "t1")}})
+	require.NoError(t, err)
+	require.NoError(t, s.PutSummary(ctx, "c", &messages.Summary{FromSeq: 1, ToSeq: 2, Content: "sound"}))
+	rep, err := s.Check(ctx)
+	require.NoError(t, err)
+	require.True(t, rep.Sound(), "a summary before the call cuts none: %v", rep.Problems)
+
+	for _, to := range []uint64{3, 4} { // between the message and its event, and after both
+		require.NoError(t, s.PutSummary(ctx, "c", &messages.Summary{FromSeq: 1, ToSeq: to, Content: "put by hand"}))
+	}
+	rep, err = s.Check(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{
+		`conversation "c": summary of seq 1..3 ends inside tool call "t1", issued at seq 3 and not answered by seq 3 (a summary ends where no tool call is open; a revival passes it over)`,
+		`conversation "c": summary of seq 1..4 ends inside tool call "t1", issued at seq 3 and not answered by seq 4 (a summary ends where no tool call is open; a revival passes it over)`,
+	}, rep.Problems)
+}
+
+// TestCheckFindsAForkCopyThatCutsACall: the summary a fork's log starts
+// after has no log before it in the fork, so Check decides it as a
+// revival does (snapshot.CutFinder): a call the fork owes, or a tool_call
+// or tool_result event after it, that no assistant_msg after it issued.
+func TestCheckFindsAForkCopyThatCutsACall(t *testing.T) {
+	s := openMem(t, Options{})
+	last := appendN(t, s, "src", 0, 2)
+	_, err := s.Append(ctx, &messages.AppendRequest{ConversationId: "src", ExpectedLast: last,
+		Events: []*messages.Event{issueEvent("t1"), toolCallEvent("t1")}, ToolCalls: []*messages.ToolCallRecord{pendingCall("src", "t1")}})
+	require.NoError(t, err)
+	fork := func(dst string, to uint64) {
+		t.Helper()
+		sum := &messages.Summary{FromSeq: 1, ToSeq: to, Content: "copied"}
+		evs, err := s.Events(ctx, "src", journal.EventQuery{After: to})
+		require.NoError(t, err)
+		require.NoError(t, s.Fork(ctx, &messages.ForkRequest{ConversationId: dst, Summary: sum, Events: evs,
+			Status: messages.ConversationStatus_CONVERSATION_STATUS_IDLE, Origin: &messages.ForkOrigin{ConversationId: "src", Seq: 4}}))
+	}
+	fork("sound", 2)
+	fork("cut", 3) // t1's tool_call event after it, its assistant_msg not
+	rep, err := s.Check(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{
+		`conversation "cut": the summary of seq 1..3 it starts from (a fork's copy) ends inside a tool call: a call issued at or before seq 3 is answered or owed after it (a summary ends where no tool call is open; a revival passes it over)`,
+	}, rep.Problems)
 }

@@ -14,9 +14,9 @@ import (
 // which Check accepts; without that summary it is a gap.
 func TestCheckAcceptsAFork(t *testing.T) {
 	s := openMem(t, Options{})
-	last := appendN(t, s, "src", 0, 6)
+	last := appendN(t, s, "src", 0, 5)
 	_, err := s.Append(ctx, &messages.AppendRequest{ConversationId: "src", ExpectedLast: last,
-		Events: []*messages.Event{toolCallEvent("t1")}, ToolCalls: []*messages.ToolCallRecord{pendingCall("src", "t1")}})
+		Events: []*messages.Event{issueEvent("t1"), toolCallEvent("t1")}, ToolCalls: []*messages.ToolCallRecord{pendingCall("src", "t1")}})
 	require.NoError(t, err)
 	sum := &messages.Summary{FromSeq: 1, ToSeq: 4, Content: "four"}
 	require.NoError(t, s.PutSummary(ctx, "src", sum))
@@ -31,7 +31,7 @@ func TestCheckAcceptsAFork(t *testing.T) {
 	// refuses one without: the row is removed behind the store's back).
 	done := &messages.ToolCallRecord{Id: "t2", ConversationId: "dst", Name: "ask", Executor: messages.Executor_EXECUTOR_HUMAN,
 		Status: messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED}
-	_, err = s.Append(ctx, &messages.AppendRequest{ConversationId: "dst", ExpectedLast: 7, Events: []*messages.Event{toolCallEvent("t2")},
+	_, err = s.Append(ctx, &messages.AppendRequest{ConversationId: "dst", ExpectedLast: 7, Events: []*messages.Event{issueEvent("t2"), toolCallEvent("t2")},
 		ToolCalls: []*messages.ToolCallRecord{done}})
 	require.NoError(t, err)
 	require.NoError(t, s.db.Delete(idKey(famToolCall, "dst", "t2"), nil))
@@ -40,6 +40,7 @@ func TestCheckAcceptsAFork(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, rep.Problems, 1)
 	require.Contains(t, rep.Problems[0], `tool_call event "t2" has no row`)
+	require.NoError(t, s.db.Delete(seqKey(famEvent, "dst", 9), nil))
 	require.NoError(t, s.db.Delete(seqKey(famEvent, "dst", 8), nil))
 
 	require.NoError(t, s.db.Delete(seqKey(famSummary, "dst", 4), nil))
