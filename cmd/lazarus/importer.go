@@ -244,7 +244,12 @@ type sectionState struct {
 	pending map[[16]byte]bool
 	// open tracks the calls open on the head of the log at each seq: a
 	// summary line must end where none is.
-	open       snapshot.CallTracker
+	open snapshot.CallTracker
+	// baseCut reads the events after base, and owed holds the ids of the
+	// section's pending rows (with base only): base must end where no call
+	// is open, as a revival decides it without the log before it.
+	baseCut    snapshot.CutFinder
+	owed       map[string]bool
 	chunk      *messages.AppendRequest
 	chunkBytes int
 	// rowWritten: the second pass has created the row (status ENDED).
@@ -638,6 +643,9 @@ func (im *importer) event(s *sectionState, raw json.RawMessage, size int) error 
 	s.chunk.Events = append(s.chunk.Events, ev)
 	s.chunkBytes += size
 	s.open.Add(ev)
+	if s.base != nil {
+		s.baseCut.Add(ev)
+	}
 	s.n.lastSeq = ev.GetSeq()
 	if tc := ev.GetToolCall(); tc != nil && ev.GetSeq() > copied {
 		// A fork's copied call has its row in its source, not here.
@@ -701,6 +709,12 @@ func (im *importer) toolCall(s *sectionState, raw json.RawMessage, size int) err
 			s.pending = map[[16]byte]bool{}
 		}
 		s.pending[k] = true
+		if s.base != nil {
+			if s.owed == nil {
+				s.owed = map[string]bool{}
+			}
+			s.owed[call] = true
+		}
 	}
 	if im.st != nil && !im.write {
 		row, err := im.st.ToolCall(im.ctx, call)
@@ -871,6 +885,21 @@ func (im *importer) end(s *sectionState, raw json.RawMessage) error {
 	}
 	if fsm := s.row.GetFsmState(); fsm != nil && fsm.GetLastSeq() > s.n.lastSeq {
 		return invalid(fmt.Errorf("the fsm_state of conversation %s says its log ends at seq %d, its log ends at %d", displayID(s.id), fsm.GetLastSeq(), s.n.lastSeq))
+	}
+	if s.base != nil {
+		owed := s.owed
+		for call := range s.row.GetFsmState().GetPending() {
+			if owed == nil {
+				owed = map[string]bool{}
+			}
+			owed[call] = true
+		}
+		if s.baseCut.Cuts(owed) {
+			// The fork's log holds nothing before it: revived, the
+			// fork would pass it over and find no history.
+			return invalid(fmt.Errorf("the summary of seq %d..%d that fork %s copied ends inside a tool call: a call issued at or before seq %d is answered or owed after it (a summary ends where no tool call is open)",
+				s.base.GetFromSeq(), s.base.GetToSeq(), displayID(s.id), s.base.GetToSeq()))
+		}
 	}
 	if err := journal.ValidateMetadata(s.id, s.metadata); err != nil {
 		return invalid(err)

@@ -1005,3 +1005,47 @@ func TestImportRefusesASummaryThatCutsACall(t *testing.T) {
 	require.Contains(t, out, `"to_seq":"4"`, "the summary where no call is open is exported")
 	require.NoError(t, importInto(ctxT(t), memStore(t), strings.NewReader(out), importOptions{}))
 }
+
+// TestImportRefusesAForkCopyThatCutsACall: the summary a fork copied (its
+// log starts after it) is checked as a revival checks it, there being no
+// log before it in the fork: a tool_call event after it whose call no
+// assistant_msg after it issued is refused with ErrInvalid, nothing
+// written. Import checked every summary line but that one, so such a fork
+// imported, and its revival passed the summary over and found no history.
+// A fork whose copied summary ends before the call imports.
+func TestImportRefusesAForkCopyThatCutsACall(t *testing.T) {
+	ctx := ctxT(t)
+	src := memStore(t)
+	call := &messages.ToolCall{Id: "tc-cut", Name: "approve", Arguments: `{}`}
+	_, err := src.Append(ctx, &messages.AppendRequest{ConversationId: "src", Events: []*messages.Event{
+		{Body: &messages.Event_UserMsg{UserMsg: &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "refund"}}}}}},
+		{Body: &messages.Event_AssistantMsg{AssistantMsg: &messages.AssistantMessage{ToolCalls: []*messages.ToolCall{call}}}},
+		{Body: &messages.Event_ToolCall{ToolCall: &messages.ToolCallEvent{Call: call, Executor: messages.Executor_EXECUTOR_HUMAN}}},
+	}, ToolCalls: []*messages.ToolCallRecord{{Id: call.GetId(), ConversationId: "src", Name: "approve", Executor: messages.Executor_EXECUTOR_HUMAN,
+		Status: messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING}}})
+	require.NoError(t, err)
+	fork := func(dst string, to uint64) {
+		sum := &messages.Summary{FromSeq: 1, ToSeq: to, Content: "copied"}
+		evs, err := src.Events(ctx, "src", journal.EventQuery{After: to})
+		require.NoError(t, err)
+		require.NoError(t, src.(journal.Forks).Fork(ctx, &messages.ForkRequest{ConversationId: dst, Summary: sum, Events: evs,
+			Status: messages.ConversationStatus_CONVERSATION_STATUS_IDLE, Origin: &messages.ForkOrigin{ConversationId: "src", Seq: 3}}))
+	}
+	fork("cut", 2) // after the assistant_msg issuing tc-cut, before its tool_call event
+	fork("sound", 1)
+
+	in := exportOfStore(t, src, "cut")
+	require.Contains(t, in, `"to_seq":"2"`, "export writes a fork's copied summary")
+	err = importStream(ctx, strings.NewReader(in), noWrites(t), importOptions{})
+	require.ErrorIs(t, err, journal.ErrInvalid)
+	require.ErrorContains(t, err, "the summary of seq 1..2 that fork cut copied ends inside a tool call")
+	st := memStore(t)
+	before := dump(t, st)
+	require.ErrorIs(t, importInto(ctx, st, strings.NewReader(in), importOptions{}), journal.ErrInvalid)
+	require.Equal(t, before, dump(t, st), "nothing written")
+
+	require.NoError(t, importInto(ctx, st, strings.NewReader(exportOfStore(t, src, "sound")), importOptions{}), "a copied summary where no call is open imports")
+	sum, err := st.LatestSummary(ctx, "sound")
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), sum.GetToSeq())
+}
