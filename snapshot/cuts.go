@@ -117,9 +117,18 @@ func (o *CallTracker) At(seq uint64) []OpenCall {
 // without a summary. It errs on the side of true: a call owed by a stale
 // cache, or a result with no call anywhere, makes it true where
 // CallTracker finds no call open; it misses a call open at the summary's
-// end that no event after it names and the Store does not owe (only a log
-// made by hand has one: its answer rewound away by a rewind to a point
-// where it was open, which CheckRewind refuses). Revived from a summary
+// end that no event after it names and the Store does not owe. The
+// runtime never writes such a log (it writes a call's tool_call event with
+// its assistant_msg, and lists a call in its fsm_state cache until its
+// tool_result is in the log), but a Store's writers can, each write
+// valid: an assistant_msg whose call has no tool_call event (ValidateAppend
+// does not ask for one), a call resolved by ResolveToolCall with no
+// tool_result event yet and no fsm_state listing it, or an answer rewound
+// away by a rewind to a point where the call was open (which CheckRewind
+// refuses), each followed by a PutSummary ending after the call. Import
+// refuses such a summary and Check reports it (CallTracker reads the log
+// before it), except the summary a fork copied, which they decide as here;
+// a revival or a fork takes it. Revived from a summary
 // that cuts a call, an activation would not owe the call (neither run it
 // again nor record its answer, which would be lost) or would show the
 // model a result without its call: a revival and a fork pass it over for
