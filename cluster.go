@@ -138,8 +138,10 @@ type clusterNode struct {
 	run     string
 	gateway *actor.PID
 	log     *slog.Logger
-	// after is time.After: a follower's wait before it subscribes again
-	// (a test replaces it).
+	// after is time.After: a follower's wait before it subscribes again,
+	// and a forwarded call's before it tries again (a test replaces it).
+	// Real time, not Options.Clock, as the requests' own timeouts are: a
+	// test's manual clock counts and runs the actors' timers.
 	after func(time.Duration) <-chan time.Time
 
 	members atomic.Pointer[[]string] // addresses of the members, sorted
@@ -516,6 +518,21 @@ func scopeFromProto(p *messages.ClusterScope) agent.Scope {
 // call here.
 var errRunLocal = errors.New("run locally")
 
+// forwardRetryMin and forwardRetryMax bound how long forward waits before
+// it tries an owner again: the wait doubles from the first to the second,
+// and a membership change ends it at once and starts it again from the
+// first, as a follower's. The cap is lower than a
+// follower's (followRetryMax): a forwarded call has a caller waiting on
+// it, within Options.CallTimeout, for an owner that is often back in well
+// under a second (its gateway not yet spawned, a closing member's
+// successor named by the next membership), while a follower may wait on
+// an unreachable owner for as long as its subscription lives, and only
+// loads the network by trying.
+const (
+	forwardRetryMin = 20 * time.Millisecond
+	forwardRetryMax = 500 * time.Millisecond
+)
+
 // forward runs req on the conversation's owner, when that is another
 // member: it returns errRunLocal when this member owns it (at the first
 // attempt or later, after a membership change). idempotent calls are tried
@@ -533,7 +550,7 @@ func (n *clusterNode) forward(ctx context.Context, req *messages.ClusterRequest,
 	defer closing(nil)
 	defer context.AfterFunc(n.r.life, func() { closing(ErrClosed) })()
 	req.RequestId = n.nextID.Add(1)
-	backoff := 20 * time.Millisecond
+	backoff := forwardRetryMin
 	var sentTo string // the last owner that may have got the request
 	for {
 		owner := n.owner(req.GetConversationId())
@@ -576,13 +593,14 @@ func (n *clusterNode) forward(ctx context.Context, req *messages.ClusterRequest,
 			}
 			return nil, fmt.Errorf("%w: %s did not answer: %w", ErrUnknownOutcome, owner, err)
 		}
-		n.log.Debug("lazarus: cluster: call to the owner failed; retrying", "owner", owner, "conversation", req.GetConversationId(), "err", err)
+		n.log.Debug("lazarus: cluster: call to the owner failed; retrying", "owner", owner, "conversation", req.GetConversationId(), "err", err, "retry_in", backoff)
 		select {
 		case <-ctx.Done():
 			return nil, n.abandoned(ctx, sentTo)
 		case <-changed:
-		case <-time.After(backoff):
-			backoff = min(2*backoff, 500*time.Millisecond)
+			backoff = forwardRetryMin // a new owner, maybe
+		case <-n.after(backoff):
+			backoff = min(2*backoff, forwardRetryMax)
 		}
 	}
 }

@@ -130,12 +130,16 @@ func (h *recordHandler) Handle(_ context.Context, rec slog.Record) error {
 
 // retries returns the attributes of the records that say a follower
 // subscribes again.
-func (h *recordHandler) retries() []map[string]any {
+func (h *recordHandler) retries() []map[string]any { return h.matching("subscribing again") }
+
+// matching returns the attributes (and level) of the records whose
+// message contains msg.
+func (h *recordHandler) matching(msg string) []map[string]any {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var out []map[string]any
 	for _, rec := range h.recs {
-		if !strings.Contains(rec.Message, "subscribing again") {
+		if !strings.Contains(rec.Message, msg) {
 			continue
 		}
 		attrs := map[string]any{"level": rec.Level}

@@ -791,3 +791,94 @@ func TestForwardedCallOfAnEndedContextHandsNothingOver(t *testing.T) {
 		t.Fatal("the gateway got nothing")
 	}
 }
+
+// A forwarded call whose owner cannot be reached (its requests are dead
+// letters) tries again after a wait that doubles from forwardRetryMin to
+// forwardRetryMax and stays there, on the node's clock (n.after, which
+// the test stands in for: no real time passes); a membership change ends
+// a wait at once and starts again from forwardRetryMin. Each retry is
+// logged with its wait. The waits were real time.After calls, which no
+// test could drive, and a membership change kept the longer wait.
+func TestForwardedCallBacksOffWhileTheOwnerIsUnreachable(t *testing.T) {
+	store := memjournal.New(memjournal.Options{})
+	model := agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
+		return agent.Text("ok"), nil
+	})
+	p := newForwardPair(t, store, store, model)
+	p.caller.opts.CallTimeout = time.Hour // the test's context bounds the call
+	n := p.caller.cl
+	conv := ownedByADeadMember(n)
+	logs := &recordHandler{}
+	n.log = slog.New(logs)
+	type waitReq struct {
+		d    time.Duration
+		fire chan time.Time
+	}
+	waits := make(chan waitReq)
+	done := make(chan struct{})
+	n.after = func(d time.Duration) <-chan time.Time {
+		fire := make(chan time.Time, 1)
+		select {
+		case waits <- waitReq{d, fire}:
+		case <-done:
+		}
+		return fire
+	}
+	t.Cleanup(func() { close(done) }) // before the caller closes
+	bound, cancelBound := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancelBound()
+	ctx, cancel := context.WithCancel(bound)
+	defer cancel()
+	sent := make(chan error, 1)
+	go func() {
+		_, err := p.caller.Send(ctx, conv, "hi", agent.Scope{UserID: "u"})
+		sent <- err
+	}()
+	next := func() waitReq {
+		t.Helper()
+		select {
+		case w := <-waits:
+			return w
+		case err := <-sent:
+			t.Fatalf("the call returned (%v) while its owner was unreachable", err)
+		case <-bound.Done():
+			t.Fatal("the call did not wait to try again")
+		}
+		return waitReq{}
+	}
+	want := []time.Duration{forwardRetryMin, 2 * forwardRetryMin, 4 * forwardRetryMin, 8 * forwardRetryMin,
+		16 * forwardRetryMin, forwardRetryMax, forwardRetryMax}
+	var w waitReq
+	for i, d := range want {
+		w = next()
+		require.Equal(t, d, w.d, "wait %d", i)
+		if i < len(want)-1 {
+			w.fire <- time.Now()
+		}
+	}
+	// The membership changes during a wait: the call tries again at once
+	// (the wait is never fired), and waits forwardRetryMin after.
+	n.mu.Lock()
+	close(n.changed)
+	n.changed = make(chan struct{})
+	n.mu.Unlock()
+	w = next()
+	require.Equal(t, forwardRetryMin, w.d, "a membership change starts the waits again")
+	retries := logs.matching("call to the owner failed; retrying")
+	require.Len(t, retries, len(want)+1, "each retry is logged")
+	for i, a := range retries {
+		require.Equal(t, slog.LevelDebug, a["level"])
+		require.ErrorIs(t, a["err"].(error), actor.ErrDeadLetter)
+		if i < len(want) {
+			require.Equal(t, want[i], a["retry_in"])
+		}
+	}
+	cancel()
+	select {
+	case err := <-sent:
+		require.ErrorIs(t, err, ErrNoOwner)
+		require.ErrorIs(t, err, context.Canceled)
+	case <-bound.Done():
+		t.Fatal("the call outlived its context")
+	}
+}
