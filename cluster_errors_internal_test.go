@@ -166,8 +166,9 @@ func TestGatewayRefusesASubscriptionIDInUse(t *testing.T) {
 	require.ErrorIs(t, subscribe("", "b"), journal.ErrInvalid, "an empty id")
 	require.ErrorIs(t, subscribe(strings.Repeat("x", maxSubscriptionIDBytes+1), "b"), journal.ErrInvalid, "an id too long")
 
-	// The first stream goes on, and ends on an unsubscribe, served no more.
-	sys.Root.Send(n.gateway, &messages.ClusterUnsubscribe{SubscriptionId: "s1"})
+	// The first stream goes on, and ends on an unsubscribe from its
+	// subscriber, served no more.
+	sys.Root.RequestWithCustomSender(n.gateway, &messages.ClusterUnsubscribe{SubscriptionId: "s1"}, recv)
 	for {
 		select {
 		case u := <-updates:
@@ -183,6 +184,85 @@ func TestGatewayRefusesASubscriptionIDInUse(t *testing.T) {
 			return
 		case <-ctx.Done():
 			t.Fatal("the stream did not end on its unsubscribe")
+		}
+	}
+}
+
+// A ClusterUnsubscribe ends a stream only when it comes from the stream's
+// member (the subscribe's reply address, or its sender's address): one
+// from another address, or without a sender, is ignored and the stream
+// goes on; its subscriber's ends it. Any peer that named the id ended the
+// stream (another member whose own subscribe under that id was refused,
+// say), and its subscriber got a final update.
+func TestGatewayEndsAStreamOnlyForItsMember(t *testing.T) {
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(slog.DiscardHandler)
+	}))
+	defer sys.Shutdown()
+	rt, err := Open(Options{Model: agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
+		return agent.Text("ok"), nil
+	}), ActorSystem: sys, NoResume: true})
+	require.NoError(t, err)
+	defer rt.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	seq, err := rt.Send(ctx, "a", "hi", agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	updates := make(chan *messages.ClusterUpdate, 64)
+	recv, err := sys.Root.SpawnNamed(actor.PropsFromFunc(func(c actor.Context) {
+		if u, ok := c.Message().(*messages.ClusterUpdate); ok {
+			updates <- u
+		}
+	}), "subscriber")
+	require.NoError(t, err)
+	defer sys.Root.Stop(recv)
+	n := rt.gw
+	subscribe := func(id string) {
+		t.Helper()
+		res, err := n.callResult(n.gateway, &messages.ClusterSubscribe{RequestId: 1, SubscriptionId: id, ConversationId: "a",
+			ReplyAddress: sys.Address(), ReplyId: "subscriber"}, 10*time.Second)
+		require.NoError(t, err)
+		require.Nil(t, res.(*messages.ClusterReply).GetError())
+	}
+	subscribe("s1")
+	// Not from the stream's member: ignored. A subscribe after them is
+	// served after the gateway handled them (its mailbox is in order).
+	sys.Root.RequestWithCustomSender(n.gateway, &messages.ClusterUnsubscribe{SubscriptionId: "s1"}, actor.NewPID("other.invalid:1", GatewayName))
+	sys.Root.Send(n.gateway, &messages.ClusterUnsubscribe{SubscriptionId: "s1"})
+	subscribe("s2")
+	seq2, err := rt.Send(ctx, "a", "more", agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	require.Greater(t, seq2, seq)
+	for seen := false; !seen; {
+		select {
+		case u := <-updates:
+			if u.GetSubscriptionId() != "s1" {
+				continue
+			}
+			require.False(t, u.GetFinal(), "the stream ended on another member's unsubscribe: %v", u.GetError())
+			seen = u.GetEvent().GetSeq() == seq2
+		case <-ctx.Done():
+			t.Fatal("the stream did not go on")
+		}
+	}
+	// From its subscriber's address: it ends.
+	sys.Root.RequestWithCustomSender(n.gateway, &messages.ClusterUnsubscribe{SubscriptionId: "s1"}, recv)
+	for {
+		select {
+		case u := <-updates:
+			if u.GetSubscriptionId() != "s1" || !u.GetFinal() {
+				continue
+			}
+			require.Eventually(t, func() bool {
+				n.mu.Lock()
+				defer n.mu.Unlock()
+				_, s1 := n.serving["s1"]
+				_, s2 := n.serving["s2"]
+				return !s1 && s2
+			}, 10*time.Second, time.Millisecond, "s1 served no more, s2 still")
+			return
+		case <-ctx.Done():
+			t.Fatal("the stream did not end on its subscriber's unsubscribe")
 		}
 	}
 }

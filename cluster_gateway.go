@@ -142,9 +142,19 @@ func (g *gatewayActor) Receive(ctx actor.Context) {
 		n.mu.Lock()
 		s, ok := n.serving[m.GetSubscriptionId()]
 		n.mu.Unlock()
-		if ok {
-			s.cancel()
+		if !ok {
+			return
 		}
+		if from := ctx.Sender().GetAddress(); ctx.Sender() == nil || (from != s.addr && from != s.from) {
+			// Not from the member the stream is served to, nor the one
+			// that asked for it: an id of another member's stream (one
+			// whose own subscribe under that id was refused, say) ends
+			// nothing.
+			n.log.Debug("lazarus: cluster: ignored an unsubscribe not from the stream's member",
+				"subscription", clipID(m.GetSubscriptionId()), "from", from, "member", s.addr)
+			return
+		}
+		s.cancel()
 	case *messages.ClusterUpdate:
 		n.mu.Lock()
 		f := n.follow[m.GetSubscriptionId()]
@@ -165,7 +175,9 @@ func (g *gatewayActor) Receive(ctx actor.Context) {
 			// clusterNode.run): one that ended, or one of an earlier run
 			// of this member at this address. Nobody reads the stream:
 			// its member (the sender) ends it.
-			ctx.Send(ctx.Sender(), &messages.ClusterUnsubscribe{SubscriptionId: m.GetSubscriptionId()})
+			// Sent as this gateway, at the address the stream is
+			// served to: the serving gateway honours no other.
+			ctx.Request(ctx.Sender(), &messages.ClusterUnsubscribe{SubscriptionId: m.GetSubscriptionId()})
 		}
 		if f != nil {
 			select {
@@ -461,9 +473,11 @@ func checkWireSchedule(conv string, m interface {
 type authorizedKey struct{}
 
 // serving is a stream this member sends to a subscriber on another member.
+// Only a ClusterUnsubscribe sent from addr or from ends it.
 type serving struct {
 	cancel context.CancelFunc
-	addr   string // the subscriber's member
+	addr   string // the subscriber's member (the subscribe's reply address)
+	from   string // the address of the subscribe's sender
 	member string // its member id, "" until known (see servingMember)
 }
 
@@ -472,7 +486,9 @@ type serving struct {
 const maxSubscriptionIDBytes = 1024
 
 // serveSubscribe streams a conversation's updates to a subscriber on
-// another member until it unsubscribes, its member leaves (its address,
+// another member until it unsubscribes (a ClusterUnsubscribe sent from
+// the subscribe's reply address or from its sender's address: any other
+// is ignored), its member leaves (its address,
 // or its member id: it restarted at the same address, see onTopology), or
 // this Runtime closes; a member with no follower of the stream's id (it
 // restarted at the same address since it subscribed, and this member has
@@ -505,7 +521,7 @@ func (n *clusterNode) serveSubscribe(sender *actor.PID, m *messages.ClusterSubsc
 		refuse(journal.Invalidf("subscription id %q is in use by a stream this member serves", clipID(id)))
 		return
 	}
-	n.serving[id] = serving{cancel: cancel, addr: m.GetReplyAddress(), member: n.servingMember(m.GetReplyAddress())}
+	n.serving[id] = serving{cancel: cancel, addr: m.GetReplyAddress(), from: sender.GetAddress(), member: n.servingMember(m.GetReplyAddress())}
 	n.mu.Unlock()
 	defer func() {
 		n.mu.Lock()
@@ -740,7 +756,10 @@ func (n *clusterNode) runFollower(ctx context.Context, conv string, last uint64,
 			delete(n.follow, id)
 			n.mu.Unlock()
 			if tell {
-				n.sys.Root.Send(actor.NewPID(owner, GatewayName), &messages.ClusterUnsubscribe{SubscriptionId: id})
+				// As this member's gateway: the owner honours an
+				// unsubscribe only from the stream's member.
+				n.sys.Root.RequestWithCustomSender(actor.NewPID(owner, GatewayName), &messages.ClusterUnsubscribe{SubscriptionId: id},
+					actor.NewPID(n.self, GatewayName))
 			}
 		}
 		res, err := n.callResult(actor.NewPID(owner, GatewayName), &messages.ClusterSubscribe{

@@ -416,3 +416,54 @@ func TestOwnerEndsTheStreamsOfAMemberRestartedAtItsAddress(t *testing.T) {
 	require.Equal(t, idB, followIDs(n2), "the new run's stream was ended and subscribed again")
 	require.True(t, served(idB[0]))
 }
+
+// A follower whose subscription ends (its context) tells the owner, which
+// stops serving its stream: the owner honours the unsubscribe as it comes
+// from the follower's member (sent as its gateway). A follower that sent
+// it without a sender was ignored by an owner that takes an unsubscribe
+// from the stream's member only, and the stream ran on until the
+// membership changed.
+func TestFollowerUnsubscribeEndsTheOwnersStream(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	store := memjournal.New(memjournal.Options{})
+	model := agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
+		return agent.Text("ok"), nil
+	})
+	const ownerAddr, memberAddr = "owner.test:1", "member.test:1"
+	members := []string{ownerAddr, memberAddr}
+	slices.Sort(members)
+	net := &fakeNet{sys: map[string]*actor.ActorSystem{}}
+	owner, err := Open(Options{Store: store, Model: model, NoResume: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = owner.Close() })
+	on := netMember(t, net, owner, ownerAddr, members)
+	member, err := Open(Options{Store: store, Model: model, NoResume: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = member.Close() })
+	mn := netMember(t, net, member, memberAddr, members)
+	conv := firstConv(func(id string) bool { return mn.owner(id) == ownerAddr && on.owner(id) == ownerAddr })
+	_, err = owner.Send(ctx, conv, "hi", agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	sctx, scancel := context.WithCancel(ctx)
+	defer scancel()
+	updates, err := member.Subscribe(sctx, conv, 0)
+	require.NoError(t, err)
+	select {
+	case u := <-updates:
+		require.Equal(t, uint64(1), u.Event.GetSeq(), "the owner streams the history")
+	case <-ctx.Done():
+		t.Fatal("no update")
+	}
+	served := func() int {
+		on.mu.Lock()
+		defer on.mu.Unlock()
+		return len(on.serving)
+	}
+	require.Equal(t, 1, served())
+	scancel()
+	for range updates { // the follower ends with its context
+	}
+	require.Eventually(t, func() bool { return served() == 0 }, 10*time.Second, time.Millisecond,
+		"the owner serves the stream of a follower that ended")
+}

@@ -756,6 +756,9 @@ func (x *ClusterSubscribe) GetReplyId() string {
 }
 
 // ClusterUnsubscribe ends a stream started by ClusterSubscribe. No reply.
+// Its sender must be an actor at the stream's reply_address or at the
+// address of the ClusterSubscribe's sender: the gateway ignores one without
+// a sender or from another address (another member naming the id).
 type ClusterUnsubscribe struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	SubscriptionId string                 `protobuf:"bytes,1,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
