@@ -19,6 +19,7 @@ import (
 	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
 	"github.com/asynkron/protoactor-go/eventstream"
 	"github.com/asynkron/protoactor-go/remote"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/lazarusrt/lazarus/actors"
 	"github.com/lazarusrt/lazarus/agent"
@@ -100,7 +101,8 @@ type ClusterOptions struct {
 	// A member that misses a poll leaves the cluster. Default
 	// DefaultRefreshTTL.
 	RefreshTTL time.Duration
-	// RequestTimeout bounds one attempt of a call to another member; a
+	// RequestTimeout bounds one attempt of a call to another member (the
+	// member called runs it no longer, see ClusterRequest.timeout); a
 	// call that times out is tried again (sends, wakes, kills: they are
 	// idempotent) on the owner the membership names then, until its
 	// context ends or Options.CallTimeout passes, which bounds a
@@ -569,7 +571,11 @@ func (n *clusterNode) forward(ctx context.Context, req *messages.ClusterRequest,
 			return nil, n.abandoned(ctx, sentTo)
 		}
 		changed := n.changes()
-		res, err, moved := n.request(ctx, owner, req, timeout, changed, idempotent)
+		// Each attempt is a message of its own (a local gateway may still
+		// read the last one's), with how long this attempt waits for it.
+		attempt := &messages.ClusterRequest{RequestId: req.GetRequestId(), ConversationId: req.GetConversationId(),
+			Scope: req.GetScope(), Op: req.GetOp(), Timeout: durationpb.New(timeout)}
+		res, err, moved := n.request(ctx, owner, attempt, timeout, changed, idempotent)
 		if moved || !errors.Is(err, actor.ErrDeadLetter) {
 			sentTo = owner // it reached a gateway, or may have
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/scripted"
@@ -880,5 +881,92 @@ func TestForwardedCallBacksOffWhileTheOwnerIsUnreachable(t *testing.T) {
 		require.ErrorIs(t, err, context.Canceled)
 	case <-bound.Done():
 		t.Fatal("the call outlived its context")
+	}
+}
+
+// The gateway runs a request for no longer than its timeout (how long its
+// caller waits for the reply), under an Options.CallTimeout that is
+// longer: a send whose write is held ends with an unknown outcome and the
+// deadline's error once the request's timeout passes. A timeout that is
+// not a valid positive duration is refused (journal.ErrInvalid, answered)
+// and nothing is written. The gateway ran every request under its own
+// CallTimeout, working on for a caller that had given up.
+func TestGatewayRunsARequestWithinItsTimeout(t *testing.T) {
+	p, hold, _, bound := newHeldPair(t)
+	p.owner.opts.CallTimeout = time.Hour
+	n := p.owner.gw
+	send := func(timeout *durationpb.Duration) *messages.ClusterRequest {
+		return &messages.ClusterRequest{RequestId: 9, ConversationId: p.conv, Scope: scopeToProto(agent.Scope{UserID: "u"}), Timeout: timeout,
+			Op: &messages.ClusterRequest_Send{Send: &messages.AgentSend{RequestId: "r-timeout", Message: agent.UserMessage(agent.TextPart("hi"))}}}
+	}
+	last, err := p.owner.store.LastSeq(bound, p.conv)
+	require.NoError(t, err)
+	for _, bad := range []*durationpb.Duration{durationpb.New(-time.Second), {}, {Seconds: 1, Nanos: -1}} {
+		reply := n.serve(send(bad))
+		require.ErrorIs(t, journal.ErrorFromProto(reply.GetError()), journal.ErrInvalid, "timeout %v", bad)
+		require.True(t, reply.GetAnswered())
+		require.Equal(t, uint64(9), reply.GetRequestId())
+	}
+	now, err := p.owner.store.LastSeq(bound, p.conv)
+	require.NoError(t, err)
+	require.Equal(t, last, now, "a refused request wrote nothing")
+
+	hold.armed.Store(true)
+	done := make(chan *messages.ClusterReply, 1)
+	go func() { done <- n.serve(send(durationpb.New(50 * time.Millisecond))) }()
+	select {
+	case reply := <-done:
+		err := journal.ErrorFromProto(reply.GetError())
+		require.ErrorIs(t, err, journal.ErrUnknownOutcome, "the send was handed over")
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+	case <-bound.Done():
+		t.Fatal("the gateway ran a request past its timeout")
+	}
+}
+
+// A forwarded call tells the owner how long it waits for each request:
+// its context's time left, or ClusterOptions.RequestTimeout when that is
+// shorter.
+func TestForwardedRequestCarriesItsTimeout(t *testing.T) {
+	sys := quietSystem(t, "owner.test:1")
+	gw := &fakeGateway{got: make(chan heldRequest, 4)}
+	_, err := sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return gw }), GatewayName)
+	require.NoError(t, err)
+	r, err := Open(Options{Model: agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
+		return agent.Text("ok"), nil
+	}), NoResume: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = r.Close() })
+	n := newNode(r, sys) // requests leave through the gateway's system
+	n.self = "member.test:1"
+	members := []string{n.self, sys.Address()}
+	slices.Sort(members)
+	n.members.Store(&members)
+	conv := firstConv(func(id string) bool { return n.owner(id) == sys.Address() })
+	for _, c := range []struct {
+		request, ctx, max time.Duration
+	}{
+		{request: time.Hour, ctx: 10 * time.Second, max: 10 * time.Second},
+		{request: 5 * time.Second, ctx: time.Minute, max: 5 * time.Second},
+	} {
+		n.opts.RequestTimeout = c.request
+		ctx, cancel := context.WithTimeout(context.Background(), c.ctx)
+		done := make(chan error, 1)
+		go func() {
+			_, err := n.forward(ctx, &messages.ClusterRequest{ConversationId: conv,
+				Op: &messages.ClusterRequest_Wake{Wake: &messages.AgentWake{}}}, true)
+			done <- err
+		}()
+		select {
+		case got := <-gw.got:
+			d := got.req.GetTimeout()
+			require.NotNil(t, d, "no timeout on the request")
+			require.Positive(t, d.AsDuration())
+			require.LessOrEqual(t, d.AsDuration(), c.max)
+		case <-ctx.Done():
+			t.Fatal("the gateway got nothing")
+		}
+		cancel()
+		require.Error(t, <-done)
 	}
 }

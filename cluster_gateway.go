@@ -219,13 +219,22 @@ func (n *clusterNode) closing(requestID uint64) *messages.ClusterReply {
 		Error: &messages.Error{Code: messages.ErrorCode_ERROR_CODE_UNAVAILABLE, Message: "lazarus: cluster: " + n.self + " is closing"}}
 }
 
-// serve runs one request here.
+// serve runs one request here, for no longer than Options.CallTimeout
+// nor the request's timeout (how long its caller waits for the reply).
 func (n *clusterNode) serve(m *messages.ClusterRequest) *messages.ClusterReply {
 	r := n.r
-	ctx, cancel := context.WithTimeout(localCtx(r.life), r.opts.CallTimeout)
+	timeout := r.opts.CallTimeout
+	reply := &messages.ClusterReply{RequestId: m.GetRequestId(), Node: n.self}
+	if t := m.GetTimeout(); t != nil {
+		if err := t.CheckValid(); err != nil || t.AsDuration() <= 0 {
+			reply.Error, reply.Answered = wireErr(journal.Invalidf("lazarus: cluster: request timeout %v is not a positive duration", t.AsDuration())), true
+			return reply
+		}
+		timeout = min(timeout, t.AsDuration())
+	}
+	ctx, cancel := context.WithTimeout(localCtx(r.life), timeout)
 	defer cancel()
 	conv, scope := m.GetConversationId(), scopeFromProto(m.GetScope())
-	reply := &messages.ClusterReply{RequestId: m.GetRequestId(), Node: n.self}
 	var err error
 	switch op := m.GetOp().(type) {
 	case *messages.ClusterRequest_Send:

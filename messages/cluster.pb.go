@@ -21,6 +21,7 @@ package messages
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -111,6 +112,12 @@ type ClusterRequest struct {
 	RequestId      uint64        `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	ConversationId string        `protobuf:"bytes,2,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
 	Scope          *ClusterScope `protobuf:"bytes,3,opt,name=scope,proto3" json:"scope,omitempty"`
+	// timeout is how long the caller waits for the reply: the node runs the
+	// operation for no longer than it (nor its own Options.CallTimeout), so
+	// it does not work on for a caller that gave up. Absent: the node's
+	// CallTimeout alone. One that is not a valid positive duration is
+	// refused (INVALID), nothing run.
+	Timeout *durationpb.Duration `protobuf:"bytes,4,opt,name=timeout,proto3" json:"timeout,omitempty"`
 	// Types that are valid to be assigned to Op:
 	//
 	//	*ClusterRequest_Send
@@ -176,6 +183,13 @@ func (x *ClusterRequest) GetConversationId() string {
 func (x *ClusterRequest) GetScope() *ClusterScope {
 	if x != nil {
 		return x.Scope
+	}
+	return nil
+}
+
+func (x *ClusterRequest) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
 	}
 	return nil
 }
@@ -991,16 +1005,17 @@ var File_lazarus_v1_cluster_proto protoreflect.FileDescriptor
 const file_lazarus_v1_cluster_proto_rawDesc = "" +
 	"\n" +
 	"\x18lazarus/v1/cluster.proto\x12\n" +
-	"lazarus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16lazarus/v1/agent.proto\x1a\x15lazarus/v1/fork.proto\x1a\x18lazarus/v1/journal.proto\x1a\x18lazarus/v1/records.proto\x1a\x19lazarus/v1/schedule.proto\"_\n" +
+	"lazarus.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16lazarus/v1/agent.proto\x1a\x15lazarus/v1/fork.proto\x1a\x18lazarus/v1/journal.proto\x1a\x18lazarus/v1/records.proto\x1a\x19lazarus/v1/schedule.proto\"_\n" +
 	"\fClusterScope\x12\x17\n" +
 	"\auser_id\x18\x01 \x01(\tR\x06userId\x12\x14\n" +
 	"\x05roles\x18\x02 \x03(\tR\x05roles\x12 \n" +
-	"\vpermissions\x18\x03 \x03(\tR\vpermissions\"\xea\x05\n" +
+	"\vpermissions\x18\x03 \x03(\tR\vpermissions\"\x9f\x06\n" +
 	"\x0eClusterRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12'\n" +
 	"\x0fconversation_id\x18\x02 \x01(\tR\x0econversationId\x12.\n" +
-	"\x05scope\x18\x03 \x01(\v2\x18.lazarus.v1.ClusterScopeR\x05scope\x12+\n" +
+	"\x05scope\x18\x03 \x01(\v2\x18.lazarus.v1.ClusterScopeR\x05scope\x123\n" +
+	"\atimeout\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12+\n" +
 	"\x04send\x18\n" +
 	" \x01(\v2\x15.lazarus.v1.AgentSendH\x00R\x04send\x12+\n" +
 	"\x04wake\x18\v \x01(\v2\x15.lazarus.v1.AgentWakeH\x00R\x04wake\x12:\n" +
@@ -1088,43 +1103,45 @@ var file_lazarus_v1_cluster_proto_goTypes = []any{
 	(*ClusterSubscribe)(nil),      // 7: lazarus.v1.ClusterSubscribe
 	(*ClusterUnsubscribe)(nil),    // 8: lazarus.v1.ClusterUnsubscribe
 	(*ClusterUpdate)(nil),         // 9: lazarus.v1.ClusterUpdate
-	(*AgentSend)(nil),             // 10: lazarus.v1.AgentSend
-	(*AgentWake)(nil),             // 11: lazarus.v1.AgentWake
-	(*AgentConfigure)(nil),        // 12: lazarus.v1.AgentConfigure
-	(*AgentRewind)(nil),           // 13: lazarus.v1.AgentRewind
-	(*EndConversation)(nil),       // 14: lazarus.v1.EndConversation
-	(*ScheduleArm)(nil),           // 15: lazarus.v1.ScheduleArm
-	(*ScheduleDisarm)(nil),        // 16: lazarus.v1.ScheduleDisarm
-	(ToolCallStatus)(0),           // 17: lazarus.v1.ToolCallStatus
-	(*ToolOutcome)(nil),           // 18: lazarus.v1.ToolOutcome
-	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
-	(*Error)(nil),                 // 20: lazarus.v1.Error
-	(*Event)(nil),                 // 21: lazarus.v1.Event
+	(*durationpb.Duration)(nil),   // 10: google.protobuf.Duration
+	(*AgentSend)(nil),             // 11: lazarus.v1.AgentSend
+	(*AgentWake)(nil),             // 12: lazarus.v1.AgentWake
+	(*AgentConfigure)(nil),        // 13: lazarus.v1.AgentConfigure
+	(*AgentRewind)(nil),           // 14: lazarus.v1.AgentRewind
+	(*EndConversation)(nil),       // 15: lazarus.v1.EndConversation
+	(*ScheduleArm)(nil),           // 16: lazarus.v1.ScheduleArm
+	(*ScheduleDisarm)(nil),        // 17: lazarus.v1.ScheduleDisarm
+	(ToolCallStatus)(0),           // 18: lazarus.v1.ToolCallStatus
+	(*ToolOutcome)(nil),           // 19: lazarus.v1.ToolOutcome
+	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
+	(*Error)(nil),                 // 21: lazarus.v1.Error
+	(*Event)(nil),                 // 22: lazarus.v1.Event
 }
 var file_lazarus_v1_cluster_proto_depIdxs = []int32{
 	0,  // 0: lazarus.v1.ClusterRequest.scope:type_name -> lazarus.v1.ClusterScope
-	10, // 1: lazarus.v1.ClusterRequest.send:type_name -> lazarus.v1.AgentSend
-	11, // 2: lazarus.v1.ClusterRequest.wake:type_name -> lazarus.v1.AgentWake
-	12, // 3: lazarus.v1.ClusterRequest.configure:type_name -> lazarus.v1.AgentConfigure
-	13, // 4: lazarus.v1.ClusterRequest.rewind:type_name -> lazarus.v1.AgentRewind
-	2,  // 5: lazarus.v1.ClusterRequest.resolve:type_name -> lazarus.v1.ClusterResolve
-	3,  // 6: lazarus.v1.ClusterRequest.kill:type_name -> lazarus.v1.ClusterKill
-	4,  // 7: lazarus.v1.ClusterRequest.delete:type_name -> lazarus.v1.ClusterDelete
-	5,  // 8: lazarus.v1.ClusterRequest.reschedule:type_name -> lazarus.v1.ClusterReschedule
-	14, // 9: lazarus.v1.ClusterRequest.end:type_name -> lazarus.v1.EndConversation
-	15, // 10: lazarus.v1.ClusterRequest.schedule_arm:type_name -> lazarus.v1.ScheduleArm
-	16, // 11: lazarus.v1.ClusterRequest.schedule_disarm:type_name -> lazarus.v1.ScheduleDisarm
-	17, // 12: lazarus.v1.ClusterResolve.status:type_name -> lazarus.v1.ToolCallStatus
-	18, // 13: lazarus.v1.ClusterResolve.result:type_name -> lazarus.v1.ToolOutcome
-	19, // 14: lazarus.v1.ClusterReschedule.at:type_name -> google.protobuf.Timestamp
-	20, // 15: lazarus.v1.ClusterReply.error:type_name -> lazarus.v1.Error
-	21, // 16: lazarus.v1.ClusterUpdate.event:type_name -> lazarus.v1.Event
-	20, // 17: lazarus.v1.ClusterUpdate.error:type_name -> lazarus.v1.Error
-	18, // [18:18] is the sub-list for method output_type
-	18, // [18:18] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	10, // 1: lazarus.v1.ClusterRequest.timeout:type_name -> google.protobuf.Duration
+	11, // 2: lazarus.v1.ClusterRequest.send:type_name -> lazarus.v1.AgentSend
+	12, // 3: lazarus.v1.ClusterRequest.wake:type_name -> lazarus.v1.AgentWake
+	13, // 4: lazarus.v1.ClusterRequest.configure:type_name -> lazarus.v1.AgentConfigure
+	14, // 5: lazarus.v1.ClusterRequest.rewind:type_name -> lazarus.v1.AgentRewind
+	2,  // 6: lazarus.v1.ClusterRequest.resolve:type_name -> lazarus.v1.ClusterResolve
+	3,  // 7: lazarus.v1.ClusterRequest.kill:type_name -> lazarus.v1.ClusterKill
+	4,  // 8: lazarus.v1.ClusterRequest.delete:type_name -> lazarus.v1.ClusterDelete
+	5,  // 9: lazarus.v1.ClusterRequest.reschedule:type_name -> lazarus.v1.ClusterReschedule
+	15, // 10: lazarus.v1.ClusterRequest.end:type_name -> lazarus.v1.EndConversation
+	16, // 11: lazarus.v1.ClusterRequest.schedule_arm:type_name -> lazarus.v1.ScheduleArm
+	17, // 12: lazarus.v1.ClusterRequest.schedule_disarm:type_name -> lazarus.v1.ScheduleDisarm
+	18, // 13: lazarus.v1.ClusterResolve.status:type_name -> lazarus.v1.ToolCallStatus
+	19, // 14: lazarus.v1.ClusterResolve.result:type_name -> lazarus.v1.ToolOutcome
+	20, // 15: lazarus.v1.ClusterReschedule.at:type_name -> google.protobuf.Timestamp
+	21, // 16: lazarus.v1.ClusterReply.error:type_name -> lazarus.v1.Error
+	22, // 17: lazarus.v1.ClusterUpdate.event:type_name -> lazarus.v1.Event
+	21, // 18: lazarus.v1.ClusterUpdate.error:type_name -> lazarus.v1.Error
+	19, // [19:19] is the sub-list for method output_type
+	19, // [19:19] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_lazarus_v1_cluster_proto_init() }
