@@ -65,8 +65,11 @@ type ExpiryOptions struct {
 	RetryAfter time.Duration
 	// ReplyTimeout is how long an expire may go unanswered before it is
 	// sent again (a request is lost, for example, when the journal actor is
-	// gone). Default 30s (zero or negative). A span that reaches past the
-	// year 2262 means never.
+	// gone). An expire whose call was cancelled or rescheduled meanwhile is
+	// not sent again: its reply is awaited, and still delivers the expiry
+	// if it says the write landed (its own commit cancels the deadline
+	// just before the reply). Default 30s (zero or negative). A span that
+	// reaches past the year 2262 means never.
 	ReplyTimeout time.Duration
 	// MaxInFlight bounds the expires sent to the journal actor and not yet
 	// answered; further due deadlines wait for replies, so a million

@@ -282,7 +282,8 @@ func (q *expiryQueue) cancel(call string) {
 
 // due sends (through send) what is due at now: new attempts for expires
 // whose last attempt got no reply within the reply timeout (unless the call
-// was rescheduled or cancelled meanwhile), then expires of due deadlines in (time, tool call id) order while fewer than maxInFlight
+// was rescheduled or cancelled meanwhile: such a flight is kept, not resent,
+// until its reply decides), then expires of due deadlines in (time, tool call id) order while fewer than maxInFlight
 // calls are in flight.
 func (q *expiryQueue) due(now int64, send func(req uint64, conv, call string)) {
 	for q.head < len(q.attempts) {
@@ -299,7 +300,10 @@ func (q *expiryQueue) due(now int64, send func(req uint64, conv, call string)) {
 		if f.noRetry {
 			// Rescheduled or cancelled meanwhile: the heap decides, and a
 			// new attempt could expire the call before its new deadline.
-			q.finish(a.call, f)
+			// The flight stays until its reply, which still decides: the
+			// cancel may be the one the attempt's own commit sent (the
+			// journal reports a commit before its reply), and a success
+			// forgotten here would leave the call expired undelivered.
 			continue
 		}
 		q.send(now, a.call, f, send)

@@ -421,3 +421,41 @@ func TestExpiryQueueKeepsUnsureAcrossAReschedule(t *testing.T) {
 	require.Equal(t, verdictStaleUnsure, v)
 	require.Empty(t, h.q.unsure)
 }
+
+// TestExpiryQueueTimedOutAttemptOfACancelledCallStillDelivers: an expire
+// whose own commit cancels its deadline (the journal's Committed hook sends
+// CancelExpiry just before the reply) while its reply timeout has passed
+// (a commit slower than the timeout, the actor not yet woken by its timer)
+// is not resent, and its reply, when it comes, still decides: a success
+// delivers the expiry. Before, the attempt was forgotten at the timeout and
+// its success ignored: the call was expired in the Store and nothing told
+// its conversation.
+func TestExpiryQueueTimedOutAttemptOfACancelledCallStillDelivers(t *testing.T) {
+	h := newQueueHarness(100)
+	h.q.schedule("c", "x", 10)
+	sent := h.due(10)
+	require.Len(t, sent, 1)
+	h.q.cancel("x") // the expire's own commit
+	require.Empty(t, h.due(1010), "cancelled: not sent again at the reply timeout")
+	_, ok := h.q.wake()
+	require.False(t, ok, "no timer for an attempt that is not resent")
+	v, conv, call := h.q.reply(1011, sent[0].req, nil)
+	require.Equal(t, verdictDeliver, v)
+	require.Equal(t, "c", conv)
+	require.Equal(t, "x", call)
+	require.Empty(t, h.q.flights)
+	require.Empty(t, h.q.byReq)
+
+	// Cancelled by another writer's answer: the late reply is stale, and
+	// nothing is left.
+	h.q.schedule("c", "y", 2000)
+	sent = h.due(2000)
+	require.Len(t, sent, 1)
+	h.q.cancel("y")
+	require.Empty(t, h.due(3000))
+	v, _, _ = h.q.reply(3001, sent[0].req, journal.ErrStale)
+	require.Equal(t, verdictStale, v)
+	require.Empty(t, h.q.flights)
+	require.Empty(t, h.q.byReq)
+	require.Empty(t, h.q.unsure)
+}

@@ -779,3 +779,31 @@ func TestExpiryRequiresStoreAndJournal(t *testing.T) {
 	require.Panics(t, func() { actors.NewExpiry(actors.ExpiryOptions{Journal: actor.NewPID("x", "y")}) })
 	require.Panics(t, func() { actors.NewExpiry(actors.ExpiryOptions{Store: memjournal.New(memjournal.Options{})}) })
 }
+
+// TestExpiryDeliversAnExpireWhoseCommitOutlastedItsReplyTimeout: the commit
+// of an expire takes longer than ReplyTimeout, and the CancelExpiry its own
+// commit sends (the journal's Committed hook, just before the reply)
+// reaches the actor after the timeout passed but before its timer woke it.
+// The expire is not sent again, and its success, arriving next, is
+// delivered. Before, the cancel made the actor forget the timed-out
+// attempt, and the expiry that landed was never delivered.
+func TestExpiryDeliversAnExpireWhoseCommitOutlastedItsReplyTimeout(t *testing.T) {
+	var j *fakeJournal
+	h := newExpiryHarness(t, memjournal.New(memjournal.Options{}), func(sys *actor.ActorSystem) *actor.PID {
+		j = newFakeJournal(t, sys, nil)
+		return j.pid
+	})
+	h.opts.ReplyTimeout = time.Minute
+	h.start()
+	h.schedule("conv", "call", expiryT0)
+	first := j.next(t)
+	h.waitArmed(t, expiryT0.Add(time.Minute))
+	h.clock.Jump(2 * time.Minute) // past the reply timeout; the timer has not fired
+	h.sys.Root.Send(h.pid, &messages.CancelExpiry{ConversationId: "conv", ToolCallId: "call"})
+	j.answer(first, nil)
+	require.Equal(t, delivery{"conv", "call"}, h.nextDelivery(t))
+	j.requireNone(t)
+	h.clock.Advance(time.Hour)
+	j.requireNone(t)
+	require.Empty(t, h.deliveries, "delivered once")
+}
