@@ -550,6 +550,10 @@ type scheduleFire struct {
 // fireWorkers is how many goroutines deliver due occurrences.
 const fireWorkers = 4
 
+// wakeUnknownRetries is how many times a delivery sends a wake again
+// after its write ended with journal.ErrUnknownOutcome.
+const wakeUnknownRetries = 3
+
 // onScheduleDue is the expiry actor's Fire hook: it must not block. A full
 // queue drops the occurrence; the expiry actor hands it again after its
 // reply timeout.
@@ -583,7 +587,8 @@ func (r *Runtime) startFireWorkers() {
 // goes; moved on: the timer follows), computes the next occurrence and
 // sends the conversation a ScheduleWake that writes the message and the
 // fire together. A stale write (recorded already, cancelled meanwhile)
-// re-reads the schedule the same way. A delivery that ctx (the Runtime's
+// re-reads the schedule the same way. A wake of unknown outcome is sent
+// again (wakeUnknownRetries). A delivery that ctx (the Runtime's
 // life) cut is no failure: Close cut it, and the Store still names the
 // occurrence, which the next Open's expiry actor fires.
 func (r *Runtime) fire(ctx context.Context, f scheduleFire) {
@@ -628,9 +633,24 @@ func (r *Runtime) fire(ctx context.Context, f scheduleFire) {
 		Message:   proto.Clone(sc.GetPayload()).(*messages.UserMessage),
 		Fire:      fireRec,
 	}
-	res, err := r.sup.Ask(ctx, f.conv, &actors.Command{Scope: scope, Msg: wake})
-	if err == nil {
-		err = journal.ErrorFromProto(res.(*messages.AgentSendReply).GetError())
+	ask := func() error {
+		res, err := r.sup.Ask(ctx, f.conv, &actors.Command{Scope: scope, Msg: wake})
+		if err == nil {
+			err = journal.ErrorFromProto(res.(*messages.AgentSendReply).GetError())
+		}
+		return err
+	}
+	err = ask()
+	// A write of unknown outcome may have landed: its activation stopped,
+	// and nothing else wakes the conversation for the turn its message
+	// owes (a re-hand finds the schedule moved on, and does nothing). The
+	// same wake again, whose request id keeps it once in the log, finds
+	// the message on a new activation, which runs the turn, or writes it.
+	for range wakeUnknownRetries {
+		if !errors.Is(err, journal.ErrUnknownOutcome) || ctx.Err() != nil {
+			break
+		}
+		err = ask()
 	}
 	switch {
 	case err == nil:

@@ -2,8 +2,10 @@ package lazarus_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +17,8 @@ import (
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/journal/memjournal"
+	"github.com/lazarusrt/lazarus/messages"
 )
 
 var schedT0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -401,4 +405,45 @@ func TestSchedulesStayThroughARewindAndAreNotForked(t *testing.T) {
 	listed, err = rt.Schedules(ctx, "c")
 	require.NoError(t, err)
 	require.Len(t, listed, 1, "the source keeps its own")
+}
+
+// fireLostReplyStore commits the first request that records the fire of
+// a schedule and then reports it as journal.ErrUnknownOutcome.
+type fireLostReplyStore struct {
+	*memjournal.Store
+	lost atomic.Bool
+}
+
+func (s *fireLostReplyStore) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest) []journal.AppendResult {
+	out := s.Store.AppendBatch(ctx, reqs)
+	for i, req := range reqs {
+		if out[i].Err == nil && req.GetScheduleFire() != nil && s.lost.CompareAndSwap(false, true) {
+			out[i] = journal.AppendResult{Err: fmt.Errorf("test: connection lost during COMMIT: %w", journal.ErrUnknownOutcome)}
+		}
+	}
+	return out
+}
+
+// TestScheduleWakeOfUnknownOutcomeRunsItsTurn: a wake whose write landed
+// while the Store reported journal.ErrUnknownOutcome stopped its
+// activation; the delivery sends the same wake again, whose new activation
+// finds the message in the log and runs its turn. Before, the delivery
+// counted a failure, the re-hand found the one-shot schedule gone, and the
+// turn the message owed waited for the conversation's next command.
+func TestScheduleWakeOfUnknownOutcomeRunsItsTurn(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st := &fireLostReplyStore{Store: memjournal.New(memjournal.Options{})}
+	rt, model, clock := scheduleConversation(ctx, t, lazarus.Options{Store: st}, agent.Scope{})
+
+	_, err := rt.Schedule(ctx, "c", lazarus.ScheduleSpec{After: 10 * time.Minute, Text: "one"}, agent.Scope{})
+	require.NoError(t, err)
+	clock.Advance(10*time.Minute - time.Second)
+	advanceWhenArmed(t, clock, schedT0.Add(10*time.Minute))
+	require.NoError(t, model.WaitCalls(ctx, "c", 2), "the wake's turn runs")
+	require.True(t, st.lost.Load(), "the wake's write was reported of unknown outcome")
+	require.Equal(t, []string{"one"}, wakes(ctx, t, rt, "c"), "in the log once")
+	listed, err := rt.Schedules(ctx, "c")
+	require.NoError(t, err)
+	require.Empty(t, listed, "the one-shot schedule is gone")
 }
