@@ -502,6 +502,10 @@ func Open(opts Options) (*Runtime, error) {
 			r.hub.publishCommitted(req)
 		}
 	}
+	var unknown func(*messages.AppendRequest)
+	if m := opts.Metrics; m.observesUnknown() {
+		unknown = m.unknown
+	}
 	r.system, r.ownsSys = opts.ActorSystem, opts.ActorSystem == nil
 	if r.ownsSys {
 		r.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
@@ -552,7 +556,7 @@ func Open(opts Options) (*Runtime, error) {
 		// Subscribers get every committed event from the commits
 		// themselves, in order, whether or not the activation that wrote
 		// it is still alive to hear the reply.
-		Journal: actors.JournalOptions{Committed: committed, Observe: opts.Metrics.Commit},
+		Journal: actors.JournalOptions{Committed: committed, Unknown: unknown, Observe: opts.Metrics.Commit},
 		Agent: func(string) actors.ConversationConfig {
 			return actors.ConversationConfig{
 				Model:                 model,

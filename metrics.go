@@ -26,6 +26,15 @@ type Metrics struct {
 	// with the number of events it wrote (0 for a write of rows only, such
 	// as a resolution's).
 	Appended func(events int)
+	// AppendUnknown is called for each append request whose commit the
+	// Store reported journal.ErrUnknownOutcome (a connection lost during
+	// COMMIT): it may have landed or not. One that landed is counted by no
+	// hook fed from commits (Appended, TurnEnded, ToolCalled,
+	// ScheduleFired's ScheduleDelivered), since its retry finds it in the
+	// log and writes nothing (an expire is the exception: Expired counts
+	// it once its row is read); one that did not is counted by them when
+	// its retry commits.
+	AppendUnknown func()
 	// Expired is called for each human call a deadline expired (its
 	// resolution committed with status EXPIRED, which only an expiry
 	// writes; an expire the Store reported of unknown outcome is counted
@@ -80,7 +89,8 @@ type Metrics struct {
 	// the occurrence). An occurrence another writer recorded first, or
 	// that a cancel or a reschedule took back, is none; so is one whose
 	// conversation moved to another member of a cluster (that member
-	// fires it, and counts it).
+	// fires it, and counts it). ScheduleUnknown counts each write of an
+	// occurrence whose commit the Store reported journal.ErrUnknownOutcome.
 	ScheduleFired func(outcome ScheduleOutcome)
 }
 
@@ -101,9 +111,17 @@ const (
 	// later, so one occurrence may count more than once. A delivery that
 	// Close cut is not counted.
 	ScheduleFailed
+	// ScheduleUnknown: the write of the occurrence's message (with the
+	// record of the fire) ended with journal.ErrUnknownOutcome; once per
+	// such write. If it landed, the occurrence was delivered, once, and
+	// ScheduleDelivered does not count it (its retry finds the message in
+	// the log and writes nothing); if not, its retry is counted as any
+	// delivery.
+	ScheduleUnknown
 )
 
-// String names the outcome ("delivered", "dropped", "failed").
+// String names the outcome ("delivered", "dropped", "failed", "unknown");
+// any other value is "invalid".
 func (o ScheduleOutcome) String() string {
 	switch o {
 	case ScheduleDelivered:
@@ -112,8 +130,10 @@ func (o ScheduleOutcome) String() string {
 		return "dropped"
 	case ScheduleFailed:
 		return "failed"
+	case ScheduleUnknown:
+		return "unknown"
 	}
-	return "unknown"
+	return "invalid"
 }
 
 // committed feeds the Appended, Expired (but for an expire of unknown
@@ -149,6 +169,24 @@ func (m *Metrics) committed(req *messages.AppendRequest) {
 		// is an occurrence delivered, once.
 		m.ScheduleFired(ScheduleDelivered)
 	}
+}
+
+// unknown feeds the AppendUnknown and ScheduleFired (ScheduleUnknown) hooks
+// from one append request whose commit the Store reported
+// journal.ErrUnknownOutcome.
+func (m *Metrics) unknown(req *messages.AppendRequest) {
+	if m.AppendUnknown != nil {
+		m.AppendUnknown()
+	}
+	if m.ScheduleFired != nil && req.GetScheduleFire() != nil {
+		m.ScheduleFired(ScheduleUnknown)
+	}
+}
+
+// observesUnknown reports whether any hook is fed from requests of
+// unknown outcome.
+func (m *Metrics) observesUnknown() bool {
+	return m.AppendUnknown != nil || m.ScheduleFired != nil
 }
 
 // scheduleFired reports an outcome to the ScheduleFired hook, if set.

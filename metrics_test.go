@@ -533,6 +533,44 @@ func TestScheduleFiredMetric(t *testing.T) {
 	require.Equal(t, []string{"one", "two"}, wakes(ctx, t, rt, "c"))
 }
 
+// TestMetricsCountAWakeOfUnknownOutcome: a schedule's wake whose write
+// landed while the Store reported journal.ErrUnknownOutcome is delivered
+// once (the retry finds its message in the log and writes nothing), so
+// no hook fed from commits counts it: Metrics.ScheduleFired counts it as
+// ScheduleUnknown and Metrics.AppendUnknown counts its write. Before,
+// nothing counted it at all.
+func TestMetricsCountAWakeOfUnknownOutcome(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	fired := map[lazarus.ScheduleOutcome]int{}
+	var unknown atomic.Int64
+	st := &fireLostReplyStore{Store: memjournal.New(memjournal.Options{})}
+	rt, model, clock := scheduleConversation(ctx, t, lazarus.Options{Store: st, Metrics: lazarus.Metrics{
+		AppendUnknown: func() { unknown.Add(1) },
+		ScheduleFired: func(o lazarus.ScheduleOutcome) {
+			mu.Lock()
+			defer mu.Unlock()
+			fired[o]++
+		},
+	}}, agent.Scope{})
+
+	_, err := rt.Schedule(ctx, "c", lazarus.ScheduleSpec{After: 10 * time.Minute, Text: "one"}, agent.Scope{})
+	require.NoError(t, err)
+	clock.Advance(10*time.Minute - time.Second)
+	advanceWhenArmed(t, clock, schedT0.Add(10*time.Minute))
+	require.NoError(t, model.WaitCalls(ctx, "c", 2), "the wake's turn runs")
+	require.True(t, st.lost.Load(), "the wake's write was reported of unknown outcome")
+	require.Equal(t, []string{"one"}, wakes(ctx, t, rt, "c"), "delivered once")
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Equal(fired, map[lazarus.ScheduleOutcome]int{lazarus.ScheduleUnknown: 1}) && unknown.Load() == 1
+	}, 20*time.Second, time.Millisecond, "counted once, as unknown")
+	require.Equal(t, "unknown", lazarus.ScheduleUnknown.String())
+	require.Equal(t, "invalid", lazarus.ScheduleOutcome(0).String())
+}
+
 // TestExpiredMetricCountsAnExpiryOfUnknownOutcome: an expire whose write
 // landed while the Store reported journal.ErrUnknownOutcome (a lost COMMIT
 // reply) expired the call: its retry is refused as stale, the row says

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
@@ -39,6 +40,13 @@ type JournalOptions struct {
 	// leave a durable deadline unarmed. A panic of it is logged and
 	// recovered: the request is answered all the same.
 	Committed func(req *messages.AppendRequest)
+	// Unknown, if set, is called as Committed is, with every request
+	// whose commit the Store reported journal.ErrUnknownOutcome: it may
+	// have landed, and then Committed never hears of it (a retry of it
+	// finds it in the log, and writes nothing). The runtime counts such
+	// requests (lazarus.Metrics.AppendUnknown). It must not block. A
+	// panic of it is logged and recovered.
+	Unknown func(req *messages.AppendRequest)
 	// MaxInflight bounds the batches committing at once. Default (zero or
 	// less): what the Store asks for through ConcurrentBatches, else 1.
 	// At most MaxJournalInflight. With more than one,
@@ -86,6 +94,11 @@ func (o JournalOptions) withDefaults() JournalOptions {
 	if committed := o.Committed; committed != nil {
 		o.Committed = func(req *messages.AppendRequest) {
 			callback(log, "JournalOptions.Committed", func() { committed(req) })
+		}
+	}
+	if unknown := o.Unknown; unknown != nil {
+		o.Unknown = func(req *messages.AppendRequest) {
+			callback(log, "JournalOptions.Unknown", func() { unknown(req) })
 		}
 	}
 	if observe := o.Observe; observe != nil {
@@ -398,6 +411,9 @@ func (a *journalActor) answer(ctx actor.Context, b *commitBatch) {
 	for i, r := range b.reqs {
 		if a.opts.Committed != nil && b.results[i].Err == nil {
 			a.opts.Committed(r.req)
+		}
+		if a.opts.Unknown != nil && errors.Is(b.results[i].Err, journal.ErrUnknownOutcome) {
+			a.opts.Unknown(r.req)
 		}
 		replyWrite(ctx, r, b.results[i])
 		conv := r.req.GetConversationId()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -658,4 +659,57 @@ func TestJournalPipelinedBatchesKeepConversationOrder(t *testing.T) {
 	require.NoError(t, replyErr(r), "a2's fence held: it committed after a1")
 	require.EqualValues(t, 2, r.GetReply().GetLastSeq())
 	require.Equal(t, []int{1, 1, 1}, store.batchSizes())
+}
+
+// unknownForStore commits every request and reports those of conversation
+// conv as journal.ErrUnknownOutcome.
+type unknownForStore struct {
+	*memjournal.Store
+	conv string
+}
+
+func (s *unknownForStore) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest) []journal.AppendResult {
+	out := s.Store.AppendBatch(ctx, reqs)
+	for i, req := range reqs {
+		if out[i].Err == nil && req.GetConversationId() == s.conv {
+			out[i] = journal.AppendResult{Err: fmt.Errorf("test: connection lost during COMMIT: %w", journal.ErrUnknownOutcome)}
+		}
+	}
+	return out
+}
+
+// TestJournalUnknownHookSeesOnlyRequestsOfUnknownOutcome: Unknown hears of
+// each request the Store reported journal.ErrUnknownOutcome, before its
+// reply, and of no other; Committed hears of none of them.
+func TestJournalUnknownHookSeesOnlyRequestsOfUnknownOutcome(t *testing.T) {
+	sys := newTestSystem(t)
+	store := &unknownForStore{Store: memjournal.New(memjournal.Options{}), conv: "u"}
+	var mu sync.Mutex
+	var committed, unknown []string
+	pid := sys.Root.Spawn(actors.NewJournal(store, actors.JournalOptions{
+		Committed: func(req *messages.AppendRequest) {
+			mu.Lock()
+			defer mu.Unlock()
+			committed = append(committed, req.GetConversationId())
+		},
+		Unknown: func(req *messages.AppendRequest) {
+			mu.Lock()
+			defer mu.Unlock()
+			unknown = append(unknown, req.GetConversationId())
+		},
+	}))
+	seen := func() ([]string, []string) {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(committed), slices.Clone(unknown)
+	}
+	require.NoError(t, replyErr(requestWrite(t, sys, pid, write(1, userAppend("a", 0, "one")))))
+	require.ErrorIs(t, replyErr(requestWrite(t, sys, pid, write(2, userAppend("u", 0, "lost")))), journal.ErrUnknownOutcome)
+	c, u := seen()
+	require.Equal(t, []string{"a"}, c)
+	require.Equal(t, []string{"u"}, u, "the hook ran before the reply")
+	require.ErrorIs(t, replyErr(requestWrite(t, sys, pid, write(3, userAppend("a", 0, "conflict")))), journal.ErrConflict)
+	c, u = seen()
+	require.Equal(t, []string{"a"}, c)
+	require.Equal(t, []string{"u"}, u, "another failure is not reported")
 }

@@ -29,6 +29,7 @@ import (
 //	journal_commit_seconds            histogram: duration of one group commit (Store.AppendBatch)
 //	journal_commit_requests           histogram: append requests per group commit
 //	journal_appends_total             counter: append requests committed
+//	journal_appends_unknown_total     counter: append requests whose commit the Store reported of unknown outcome (landed or not; one that landed is in no count of commits)
 //	journal_events_total              counter: events appended
 //	conversations_live                gauge: conversation actors in memory (read at scrape)
 //	conversations_active              gauge: conversations whose status is ACTIVE, a turn owed or running (counted at scrape, up to MaxPendingCount)
@@ -38,7 +39,7 @@ import (
 //	human_calls_pending               gauge: pending human calls (counted at scrape, up to MaxPendingCount)
 //	human_calls_expired_total         counter: human calls resolved by their deadline
 //	schedules                         gauge: schedules the Store holds (counted at scrape, up to MaxPendingCount)
-//	schedule_fires_total{outcome}     counter: due occurrences of schedules, by outcome: delivered, dropped (conversation ended or deleted), failed (handed again later)
+//	schedule_fires_total{outcome}     counter: due occurrences of schedules, by outcome: delivered, dropped (conversation ended or deleted), failed (handed again later), unknown (its write's outcome unknown: if it landed, delivered but not counted so)
 //	model_call_seconds                histogram: duration of one model call
 //	model_call_errors_total           counter: model calls that returned an error (cancelled ones too)
 //	subscriptions                     gauge: live subscriptions (event streams and Go subscribers)
@@ -81,6 +82,7 @@ type Metrics struct {
 	commitSeconds  prometheus.Histogram
 	commitRequests prometheus.Histogram
 	appends        prometheus.Counter
+	appendsUnknown prometheus.Counter
 	events         prometheus.Counter
 	activations    prometheus.Counter
 	passivations   prometheus.Counter
@@ -89,9 +91,9 @@ type Metrics struct {
 	modelSeconds   prometheus.Histogram
 	modelErrors    prometheus.Counter
 	subscriptions  prometheus.Gauge
-	turns          [lazarus.TurnCancelled + 1]prometheus.Counter  // by outcome
-	toolCalls      [2]prometheus.Counter                          // server, human
-	scheduleFires  [lazarus.ScheduleFailed + 1]prometheus.Counter // by outcome
+	turns          [lazarus.TurnCancelled + 1]prometheus.Counter   // by outcome
+	toolCalls      [2]prometheus.Counter                           // server, human
+	scheduleFires  [lazarus.ScheduleUnknown + 1]prometheus.Counter // by outcome
 }
 
 // MaxPendingCount bounds what lazarus_human_calls_pending,
@@ -112,6 +114,8 @@ func NewMetrics() *Metrics {
 		Help: "Append requests per group commit.", Buckets: prometheus.ExponentialBuckets(1, 2, 13)})
 	m.appends = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "journal_appends_total",
 		Help: "Append requests committed."})
+	m.appendsUnknown = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "journal_appends_unknown_total",
+		Help: "Append requests whose commit the Store reported of unknown outcome (journal.ErrUnknownOutcome): each landed or not; one that landed is in no count of commits (its retry finds it in the log), one that did not is counted when its retry commits."})
 	m.events = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "journal_events_total",
 		Help: "Events appended."})
 	m.activations = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "conversation_activations_total",
@@ -137,8 +141,8 @@ func NewMetrics() *Metrics {
 		Help: "Tool calls of models committed, by executor (server: the runtime's tools; human)."}, []string{"executor"})
 	m.toolCalls[0], m.toolCalls[1] = toolCalls.WithLabelValues("server"), toolCalls.WithLabelValues("human")
 	fires := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "schedule_fires_total",
-		Help: "Due occurrences of schedules, by outcome (delivered: the message committed, once per occurrence; dropped: the conversation was ended or deleted; failed: handed again later)."}, []string{"outcome"})
-	for _, o := range []lazarus.ScheduleOutcome{lazarus.ScheduleDelivered, lazarus.ScheduleDropped, lazarus.ScheduleFailed} {
+		Help: "Due occurrences of schedules, by outcome (delivered: the message committed, once per occurrence; dropped: the conversation was ended or deleted; failed: handed again later; unknown: a write of unknown outcome, which if it landed delivered the occurrence without counting it as delivered)."}, []string{"outcome"})
+	for _, o := range []lazarus.ScheduleOutcome{lazarus.ScheduleDelivered, lazarus.ScheduleDropped, lazarus.ScheduleFailed, lazarus.ScheduleUnknown} {
 		m.scheduleFires[o] = fires.WithLabelValues(o.String())
 	}
 	live := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "conversations_live",
@@ -155,7 +159,7 @@ func NewMetrics() *Metrics {
 	schedules := storeGauge{name: ns + "_schedules", desc: prometheus.NewDesc(ns+"_schedules",
 		"Schedules the Store holds (counted at scrape, bounded).", nil, nil), count: m.schedules}
 	store := storeGauges{gauges: []storeGauge{active, pending, schedules}, timeout: &m.storeTimeout}
-	m.reg.MustRegister(m.commitSeconds, m.commitRequests, m.appends, m.events, m.activations, m.passivations, m.fenced, m.expired,
+	m.reg.MustRegister(m.commitSeconds, m.commitRequests, m.appends, m.appendsUnknown, m.events, m.activations, m.passivations, m.fenced, m.expired,
 		m.modelSeconds, m.modelErrors, m.subscriptions, turns, toolCalls, fires, live, store,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -176,10 +180,11 @@ func (m *Metrics) Hooks() lazarus.Metrics {
 			m.appends.Inc()
 			m.events.Add(float64(events))
 		},
-		Expired:    m.expired.Inc,
-		Activated:  m.activations.Inc,
-		Passivated: m.passivations.Inc,
-		Fenced:     m.fenced.Inc,
+		AppendUnknown: m.appendsUnknown.Inc,
+		Expired:       m.expired.Inc,
+		Activated:     m.activations.Inc,
+		Passivated:    m.passivations.Inc,
+		Fenced:        m.fenced.Inc,
 		ModelCall: func(took time.Duration, err error) {
 			m.modelSeconds.Observe(took.Seconds())
 			if err != nil {

@@ -337,7 +337,7 @@ func TestHealthReadinessAndMetrics(t *testing.T) {
 	text := string(body)
 	for _, series := range []string{
 		"lazarus_journal_commit_seconds_count", "lazarus_journal_commit_requests_bucket{",
-		"lazarus_journal_appends_total", "lazarus_journal_events_total",
+		"lazarus_journal_appends_total", "lazarus_journal_appends_unknown_total", "lazarus_journal_events_total",
 		"lazarus_conversations_live", "lazarus_conversations_active", "lazarus_conversation_activations_total", "lazarus_conversation_passivations_total",
 		"lazarus_conversation_fenced_total", "lazarus_human_calls_pending", "lazarus_human_calls_expired_total",
 		"lazarus_schedules", `lazarus_schedule_fires_total{outcome="delivered"}`,
