@@ -56,8 +56,8 @@ const (
 	// CodeTimeout: a server tool's run passed its bound (Tool.RunTimeout,
 	// else the runtime's lazarus.Options.ToolTimeout): its context ended
 	// with context.DeadlineExceeded and it returned an error. The runtime
-	// records it as the call's result, as any tool error; RunServer never
-	// returns it.
+	// records it as the call's result, as any tool error. RunServer returns
+	// it only for a tool's own bound: an error wrapping ErrToolTimeout.
 	CodeTimeout = "timeout"
 	// CodeRejected: a person declined a human call (Runtime.Reject, or
 	// `lazarus resolve --reject`). The message is their reason.
@@ -68,6 +68,12 @@ const (
 // reports it with code CodeScope, both when it refuses a RequiresUser tool
 // itself and when a tool returns an error wrapping ErrScope.
 var ErrScope = errors.New("agent: tool requires a user scope")
+
+// ErrToolTimeout is the error of a server tool whose own bound on a run
+// passed (an MCP server's call timeout, say). RunServer reports an error
+// wrapping it with code CodeTimeout, as the runtime reports a run that
+// passed Tool.RunTimeout.
+var ErrToolTimeout = errors.New("agent: tool timed out")
 
 // Invocation is one call of a tool, as the runtime hands it to a server tool.
 type Invocation struct {
@@ -420,6 +426,7 @@ func jsonKind(s string) string {
 //     nil pointer), CodeCanceled if ctx is done;
 //   - the tool returns an error while ctx is done: code CodeCanceled;
 //   - the tool returns an error wrapping ErrScope: code CodeScope;
+//   - the tool returns an error wrapping ErrToolTimeout: code CodeTimeout;
 //   - any other error: code CodeTool, with the error's text;
 //   - content that is not valid JSON becomes a JSON string of that text;
 //     content longer than MaxResultBytes becomes an error of code
@@ -485,6 +492,8 @@ func toolError(ctx context.Context, name string, err error) (out *messages.ToolO
 		return ErrorOutcome(CodeCanceled, err.Error())
 	case errors.Is(err, ErrScope):
 		return ErrorOutcome(CodeScope, err.Error())
+	case errors.Is(err, ErrToolTimeout):
+		return ErrorOutcome(CodeTimeout, err.Error())
 	default:
 		return ErrorOutcome(CodeTool, err.Error())
 	}

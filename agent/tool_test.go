@@ -217,6 +217,9 @@ func TestRunServer(t *testing.T) {
 		agent.Tool{Name: "forbid", Executor: server, Run: record("forbid", func(context.Context, agent.Invocation) (string, error) {
 			return "", fmt.Errorf("needs admin: %w", agent.ErrScope)
 		})},
+		agent.Tool{Name: "ownbound", Executor: server, Run: record("ownbound", func(context.Context, agent.Invocation) (string, error) {
+			return "", fmt.Errorf("no answer within 3s: %w: %w", agent.ErrToolTimeout, context.DeadlineExceeded)
+		})},
 		agent.Tool{Name: "explode", Executor: server, Run: record("explode", func(context.Context, agent.Invocation) (string, error) {
 			panic("kaboom")
 		})},
@@ -246,6 +249,7 @@ func TestRunServer(t *testing.T) {
 			wantContent: `{"conv":"c","id":"t1","args":{"a":1},"user":"u1"}`, wantRan: true},
 		{name: "tool error", inv: agent.Invocation{ToolCallID: "t", Name: "fail", Scope: user}, wantCode: agent.CodeTool, wantMsg: "disk full", wantRan: true},
 		{name: "tool returns ErrScope", inv: agent.Invocation{ToolCallID: "t", Name: "forbid", Scope: user}, wantCode: agent.CodeScope, wantMsg: "needs admin", wantRan: true},
+		{name: "tool returns ErrToolTimeout", inv: agent.Invocation{ToolCallID: "t", Name: "ownbound", Scope: user}, wantCode: agent.CodeTimeout, wantMsg: "no answer within 3s", wantRan: true},
 		{name: "panic recovered", inv: agent.Invocation{ToolCallID: "t", Name: "explode", Scope: user}, wantCode: agent.CodePanic, wantMsg: "tool explode panicked: kaboom", wantRan: true},
 		{name: "requires user, system scope", inv: agent.Invocation{ToolCallID: "t", Name: "private", Scope: agent.SystemScope}, wantCode: agent.CodeScope, wantMsg: agent.ErrScope.Error()},
 		{name: "requires user, empty scope", inv: agent.Invocation{ToolCallID: "t", Name: "private"}, wantCode: agent.CodeScope, wantMsg: agent.ErrScope.Error()},

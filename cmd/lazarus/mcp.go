@@ -113,8 +113,8 @@ func mcpTool(session *mcp.ClientSession, prefix string, t *mcp.Tool, timeout tim
 		tool.Parameters = string(b)
 	}
 	name := t.Name
-	tool.Run = func(ctx context.Context, inv agent.Invocation) (string, error) {
-		ctx, cancel := context.WithTimeout(ctx, timeout)
+	tool.Run = func(runCtx context.Context, inv agent.Invocation) (string, error) {
+		ctx, cancel := context.WithTimeout(runCtx, timeout)
 		defer cancel()
 		params := &mcp.CallToolParams{
 			Meta:      mcp.Meta{mcpToolCallIDKey: inv.ToolCallID},
@@ -123,6 +123,11 @@ func mcpTool(session *mcp.ClientSession, prefix string, t *mcp.Tool, timeout tim
 		}
 		res, err := session.CallTool(ctx, params)
 		if err != nil {
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) && runCtx.Err() == nil {
+				// The server's call timeout passed, not the run's bound:
+				// a timeout all the same (code agent.CodeTimeout).
+				return "", fmt.Errorf("mcp tool %s: no result within the server's call timeout, %v: %w: %w", name, timeout, agent.ErrToolTimeout, err)
+			}
 			return "", fmt.Errorf("mcp tool %s: %w", name, err)
 		}
 		text := mcpResultText(res)

@@ -110,3 +110,40 @@ func TestDocsMCPToolsOverStreamableHTTP(t *testing.T) {
 	require.Error(t, err, "a server that is gone fails the call")
 	require.NoError(t, gone.Err(), "at once, not at the call's timeout")
 }
+
+// TestMCPCallTimeoutIsCodeTimeout: a call that passes its MCP server's
+// timeout is recorded with tool error code timeout (agent.CodeTimeout), as
+// a run that passes the runtime's tool timeout is, not as a tool's error;
+// a run whose own context ends first is still cancelled (the runtime
+// records its bound then).
+func TestMCPCallTimeoutIsCodeTimeout(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	slowStarted := make(chan struct{}, 1)
+	srv := docsMCPServer(&seen, &mu, slowStarted)
+	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
+	defer hs.Close()
+	ctx := ctxT(t)
+	s, err := connectMCP(ctx, mcpConfig{Name: "docs", URL: hs.URL, Timeout: "300ms"}, "test")
+	require.NoError(t, err)
+	defer func() { _ = s.session.Close() }()
+	reg, err := agent.NewRegistry(s.tools...)
+	require.NoError(t, err)
+
+	out := reg.RunServer(ctx, agent.Invocation{ToolCallID: "c1", Name: "slow", Arguments: `{}`})
+	require.NoError(t, ctx.Err(), "at the server's timeout, not the test's bound")
+	require.Equal(t, agent.CodeTimeout, out.GetError().GetCode(), out.GetError().GetMessage())
+	require.Contains(t, out.GetError().GetMessage(), "300ms")
+	<-slowStarted // c1's
+
+	run, cancel := context.WithCancel(ctx)
+	go func() {
+		<-slowStarted
+		cancel()
+	}()
+	out = reg.RunServer(run, agent.Invocation{ToolCallID: "c2", Name: "slow", Arguments: `{}`})
+	require.Equal(t, agent.CodeCanceled, out.GetError().GetCode(), out.GetError().GetMessage())
+
+	out = reg.RunServer(ctx, agent.Invocation{ToolCallID: "c3", Name: "boom", Arguments: `{}`})
+	require.Equal(t, agent.CodeTool, out.GetError().GetCode(), "a server's error is still a tool error")
+}
