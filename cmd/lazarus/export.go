@@ -115,7 +115,9 @@ func damaged(id, format string, args ...any) error {
 // then has no end line for the conversation, so import refuses it. A
 // summary that ends inside a tool call (a Store takes one put by hand;
 // the runtime never writes one, and a revival passes it over) is left
-// out, as import would refuse it.
+// out, as import would refuse it; a fork's copied summary that does (as
+// a revival decides it, snapshot.CutFinder) cannot be left out, its log
+// starting after it, and is damage.
 // The conversation may be written meanwhile: export holds its log up to
 // the last seq of the state consistentState read, with that state's row,
 // pending calls' rows, deadlines and schedules, and summaries up to that
@@ -186,6 +188,7 @@ func (e *exporter) conversation(ctx context.Context, st journal.Store, id string
 		n.lastSeq = start
 	}
 	var open snapshot.CallTracker
+	var baseCut snapshot.CutFinder // the events after a fork's base
 	for n.lastSeq < last {
 		before := pageEnd(n.lastSeq, e.page)
 		if before == 0 || before > last+1 {
@@ -213,6 +216,7 @@ func (e *exporter) conversation(ctx context.Context, st journal.Store, id string
 				return err
 			}
 			open.Add(ev)
+			baseCut.Add(ev)
 			tc := ev.GetToolCall()
 			if tc == nil || ev.GetSeq() <= copied {
 				// A copied call's row is its source's.
@@ -249,6 +253,22 @@ func (e *exporter) conversation(ctx context.Context, st journal.Store, id string
 	}
 	if len(unseen) > 0 {
 		return damaged(id, "pending call %s has no tool_call event", displayID(slices.Min(slices.Collect(maps.Keys(unseen)))))
+	}
+	if start > 0 {
+		// The base cannot be left out (the log starts after it), and
+		// import refuses it if it ends inside a tool call, decided as a
+		// revival decides it: the events after it, and the calls the
+		// fork owes (its rows written pending, its fsm_state's pending).
+		owed := maps.Clone(exportedPending)
+		for call := range row.GetFsmState().GetPending() {
+			if owed == nil {
+				owed = map[string]bool{}
+			}
+			owed[call] = true
+		}
+		if baseCut.Cuts(owed) {
+			return damaged(id, "the summary up to seq %d that it copied as a fork, which its log starts after, ends inside a tool call: a call issued at or before seq %d is answered or owed after it, and import refuses it", start, start)
+		}
 	}
 	for _, to := range tos {
 		if len(open.At(to)) > 0 {

@@ -60,7 +60,8 @@ for byte. Export streams: it holds one page of events at a time, whatever
 the length of a conversation. It checks each conversation as import will
 (the log runs 1..last seq, every tool_call event has its row and every
 pending row its event and no tool_result, fsm_state.last_seq is not past the last seq, every schedule
-is valid and of its conversation) and stops with
+is valid and of its conversation, a fork's copied summary ends where no
+tool call is open) and stops with
 an error on a damaged one; what it wrote to stdout then lacks its end
 line and trailer, so import refuses it. A conversation written while it
 is exported (by a node on the same PostgreSQL database) is exported as it was at one moment:

@@ -1006,18 +1006,17 @@ func TestImportRefusesASummaryThatCutsACall(t *testing.T) {
 	require.NoError(t, importInto(ctxT(t), memStore(t), strings.NewReader(out), importOptions{}))
 }
 
-// TestImportRefusesAForkCopyThatCutsACall: the summary a fork copied (its
-// log starts after it) is checked as a revival checks it, there being no
-// log before it in the fork: a tool_call event after it whose call no
-// assistant_msg after it issued is refused with ErrInvalid, nothing
-// written. Import checked every summary line but that one, so such a fork
-// imported, and its revival passed the summary over and found no history.
-// A fork whose copied summary ends before the call imports.
-func TestImportRefusesAForkCopyThatCutsACall(t *testing.T) {
+// forkCopiesCuttingACall writes to st a conversation "src" whose call
+// tc-cut is issued at seq 2 (its tool_call event at 3, its row pending)
+// and two forks of it at seq 3: "cut", whose copied summary ends at seq 2,
+// inside the call (its log, after it, holds the call's tool_call event
+// and not the assistant_msg issuing it), and "sound", whose copied
+// summary ends at seq 1, before the call.
+func forkCopiesCuttingACall(t *testing.T, st journal.Store) {
+	t.Helper()
 	ctx := ctxT(t)
-	src := memStore(t)
 	call := &messages.ToolCall{Id: "tc-cut", Name: "approve", Arguments: `{}`}
-	_, err := src.Append(ctx, &messages.AppendRequest{ConversationId: "src", Events: []*messages.Event{
+	_, err := st.Append(ctx, &messages.AppendRequest{ConversationId: "src", Events: []*messages.Event{
 		{Body: &messages.Event_UserMsg{UserMsg: &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "refund"}}}}}},
 		{Body: &messages.Event_AssistantMsg{AssistantMsg: &messages.AssistantMessage{ToolCalls: []*messages.ToolCall{call}}}},
 		{Body: &messages.Event_ToolCall{ToolCall: &messages.ToolCallEvent{Call: call, Executor: messages.Executor_EXECUTOR_HUMAN}}},
@@ -1026,17 +1025,47 @@ func TestImportRefusesAForkCopyThatCutsACall(t *testing.T) {
 	require.NoError(t, err)
 	fork := func(dst string, to uint64) {
 		sum := &messages.Summary{FromSeq: 1, ToSeq: to, Content: "copied"}
-		evs, err := src.Events(ctx, "src", journal.EventQuery{After: to})
+		evs, err := st.Events(ctx, "src", journal.EventQuery{After: to})
 		require.NoError(t, err)
-		require.NoError(t, src.(journal.Forks).Fork(ctx, &messages.ForkRequest{ConversationId: dst, Summary: sum, Events: evs,
+		require.NoError(t, st.(journal.Forks).Fork(ctx, &messages.ForkRequest{ConversationId: dst, Summary: sum, Events: evs,
 			Status: messages.ConversationStatus_CONVERSATION_STATUS_IDLE, Origin: &messages.ForkOrigin{ConversationId: "src", Seq: 3}}))
 	}
 	fork("cut", 2) // after the assistant_msg issuing tc-cut, before its tool_call event
 	fork("sound", 1)
+}
 
-	in := exportOfStore(t, src, "cut")
-	require.Contains(t, in, `"to_seq":"2"`, "export writes a fork's copied summary")
-	err = importStream(ctx, strings.NewReader(in), noWrites(t), importOptions{})
+// TestImportRefusesAForkCopyThatCutsACall: the summary a fork copied (its
+// log starts after it) is checked as a revival checks it, there being no
+// log before it in the fork: a tool_call event after it whose call no
+// assistant_msg after it issued is refused with ErrInvalid, nothing
+// written. Import checked every summary line but that one, so such a fork
+// imported, and its revival passed the summary over and found no history.
+// A fork whose copied summary ends before the call imports. (Export
+// refuses to write such a fork, TestExportRefusesAForkCopyThatCutsACall:
+// the input is the sound fork's export with its copied summary moved past
+// the assistant_msg, as an older export wrote it.)
+func TestImportRefusesAForkCopyThatCutsACall(t *testing.T) {
+	ctx := ctxT(t)
+	src := memStore(t)
+	forkCopiesCuttingACall(t, src)
+
+	sound := exportOfStore(t, src, "sound")
+	var cut []string
+	for _, l := range outLines(sound) {
+		switch {
+		case strings.Contains(l, `"type":"event"`) && strings.Contains(l, `"seq":"2"`):
+			continue
+		case strings.Contains(l, `"type":"summary"`):
+			l = strings.Replace(l, `"to_seq":"1"`, `"to_seq":"2"`, 1)
+		case strings.Contains(l, `"type":"trailer"`):
+			l = strings.Replace(l, `"lines":6`, `"lines":5`, 1)
+		}
+		cut = append(cut, strings.ReplaceAll(l, `"sound"`, `"cut"`))
+	}
+	in := strings.Join(cut, "\n") + "\n"
+	require.Contains(t, in, `"to_seq":"2"`)
+	require.Contains(t, in, `"lines":5`)
+	err := importStream(ctx, strings.NewReader(in), noWrites(t), importOptions{})
 	require.ErrorIs(t, err, journal.ErrInvalid)
 	require.ErrorContains(t, err, "the summary of seq 1..2 that fork cut copied ends inside a tool call")
 	st := memStore(t)
@@ -1044,8 +1073,39 @@ func TestImportRefusesAForkCopyThatCutsACall(t *testing.T) {
 	require.ErrorIs(t, importInto(ctx, st, strings.NewReader(in), importOptions{}), journal.ErrInvalid)
 	require.Equal(t, before, dump(t, st), "nothing written")
 
-	require.NoError(t, importInto(ctx, st, strings.NewReader(exportOfStore(t, src, "sound")), importOptions{}), "a copied summary where no call is open imports")
+	require.NoError(t, importInto(ctx, st, strings.NewReader(sound), importOptions{}), "a copied summary where no call is open imports")
 	sum, err := st.LatestSummary(ctx, "sound")
 	require.NoError(t, err)
 	require.Equal(t, uint64(1), sum.GetToSeq())
+}
+
+// TestExportRefusesAForkCopyThatCutsACall: a fork whose copied summary
+// ends inside a tool call, as a revival decides it, is damage to export,
+// as lazarus check reports it: the summary cannot be left out (the fork's
+// log starts after it), and import refuses it. Export wrote it, and its
+// output could never be imported. The error wraps journal.ErrCorrupt and
+// names the conversation; the command exits 1 and leaves no --file; a
+// sound fork exports and imports.
+func TestExportRefusesAForkCopyThatCutsACall(t *testing.T) {
+	dir := t.TempDir()
+	st, err := pebblejournal.Open(dir, pebblejournal.Options{Logger: silent()})
+	require.NoError(t, err)
+	forkCopiesCuttingACall(t, st)
+	const want = "conversation cut is damaged in the store (the summary up to seq 2 that it copied as a fork, which its log starts after, ends inside a tool call"
+	err = exportTo(ctxT(t), st, []string{"sound", "cut"}, io.Discard, nil)
+	require.ErrorIs(t, err, journal.ErrCorrupt)
+	require.ErrorContains(t, err, want)
+	sound := exportOfStore(t, st, "sound")
+	require.NoError(t, st.Close())
+
+	file := filepath.Join(t.TempDir(), "out.jsonl")
+	r := cliRun(t, "", "export", "--dir", dir, "--file", file, "cut")
+	require.Equal(t, exitError, r.code, r.stderr)
+	require.Contains(t, r.stderr, want)
+	require.NoFileExists(t, file)
+	r = cliRun(t, "", "check", "--dir", dir)
+	require.Equal(t, exitDamaged, r.code, "lazarus check reports the same damage")
+	require.Contains(t, r.stdout+r.stderr, `the summary of seq 1..2 it starts from (a fork's copy) ends inside a tool call`)
+
+	require.NoError(t, importInto(ctxT(t), memStore(t), strings.NewReader(sound), importOptions{}))
 }
