@@ -13,14 +13,19 @@
 //
 // Usage:
 //
-//	lazarus [--dir DIR] COMMAND [flags] [args]
+//	lazarus [--dir DIR | --postgres DSN | --server URL] COMMAND [flags] [args]
 //	lazarus COMMAND --help
 //
-// The store is the embedded Pebble directory named by --dir (on the command
-// line, before or after the command) or by the environment variable
-// LAZARUS_DIR. The commands are written against journal.Store; the Pebble
-// adapter is wired in one place (store.go), so another adapter can be
-// plugged in without touching them.
+// The store is the embedded Pebble directory named by --dir, or the
+// PostgreSQL database named by --postgres DSN (either on the command line,
+// before or after the command; both is a usage error); without either, the
+// database named by the environment variable LAZARUS_POSTGRES, else the
+// directory named by LAZARUS_DIR ($LAZARUS_POSTGRES wins over
+// $LAZARUS_DIR, not over --dir). check works on a Pebble directory only:
+// it has no --postgres and ignores $LAZARUS_POSTGRES. The commands are
+// written against journal.Store; the adapters (pebblejournal, pgjournal)
+// are wired in one place (store.go), so another adapter can be plugged in
+// without touching them.
 //
 // # One process per directory
 //
