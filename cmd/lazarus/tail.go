@@ -19,7 +19,7 @@ import (
 var tailCmd = &command{
 	name:     "tail",
 	synopsis: "ID [--from SEQ] [--interval D] [--grace D] [--max N] [--full] [--json]",
-	summary:  "follow a conversation's log by polling a directory no runtime holds",
+	summary:  "follow a conversation's log: poll a directory no runtime holds or a PostgreSQL store, or a node's stream",
 	help: `
 Prints the conversation's latest events (the last 10, or those after
 --from SEQ), then follows it: every --interval it opens the directory,
@@ -69,8 +69,8 @@ func (c *cli) tail(ctx context.Context, fs *flags, args []string) error {
 	fs.withJSON().withServer()
 	fs.Lookup("json").Usage = "print each event as one protojson line (JSON lines) instead of text, for scripts"
 	from := fs.Uint64("from", 0, "print the events after this `seq` first (default: the last 10)")
-	interval := fs.Duration("interval", time.Second, "how often to poll the directory")
-	grace := fs.Duration("grace", 5*time.Second, "give up once another process has held the directory this long")
+	interval := fs.Duration("interval", time.Second, "how often to poll the store (the directory or the PostgreSQL database; not with --server)")
+	grace := fs.Duration("grace", 5*time.Second, "with a directory: give up once another process has held it this long (not with --postgres or --server)")
 	maxEvents := fs.Int("max", 0, "stop after printing this many events; 0 means follow until interrupted")
 	full := fs.Bool("full", false, "do not clip texts and JSON")
 	pos, err := c.parse(fs, args, 1, 1)
