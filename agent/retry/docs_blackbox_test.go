@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -96,6 +97,18 @@ func TestBBNilErrors(t *testing.T) {
 	assert.False(t, retry.Transient(nil))
 	assert.False(t, retry.IsRetryable(nil))
 	assert.NoError(t, retry.Policy{}.Do(context.Background(), func(context.Context) error { return nil }))
+}
+
+// A *url.Error without a cause (an http.Client never returns one; a
+// caller or a test may build one) is transient, as any other *url.Error
+// whose cause is not the request's: Transient read the cause's text and
+// panicked on it.
+func TestBBTransientURLErrorWithoutCause(t *testing.T) {
+	var transient bool
+	require.NotPanics(t, func() { transient = retry.Transient(&url.Error{Op: "Post", URL: "http://x"}) })
+	assert.True(t, transient)
+	require.NotPanics(t, func() { transient = retry.Transient(&url.Error{}) })
+	assert.True(t, transient, "the zero url.Error too")
 }
 
 // Do with a nil attempt makes no attempt and waits for nothing: it returns

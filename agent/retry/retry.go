@@ -232,8 +232,12 @@ func Transient(err error) bool {
 // requestFault reports whether the cause of an http.Client's failure is a
 // fault of the request or of the configuration: a URL the client cannot use
 // (an unsupported scheme, no host), a server certificate that does not
-// verify, or a TLS handshake with a server that does not speak TLS.
+// verify, or a TLS handshake with a server that does not speak TLS. A nil
+// cause (a *url.Error built without one) is none of these.
 func requestFault(err error) bool {
+	if err == nil {
+		return false
+	}
 	var (
 		verify    *tls.CertificateVerificationError
 		header    tls.RecordHeaderError
