@@ -18,11 +18,10 @@ const defaultAgentParam = "default"
 // (Runtime.HasAgent, the rule lazarus.HistoryView and SubscribeWith apply)
 // is a bad request.
 func (s *Server) agentParam(r *http.Request) (*lazarus.AgentView, error) {
-	q := r.URL.Query()
-	if !q.Has("agent") {
-		return nil, nil
+	name, given, err := queryParam(r, "agent")
+	if err != nil || !given {
+		return nil, err
 	}
-	name := q.Get("agent")
 	switch {
 	case name == defaultAgentParam:
 		return lazarus.ViewOf(""), nil
@@ -58,7 +57,11 @@ func (s *Server) historyOf(r *http.Request, id string, before uint64, limit int,
 // (the default: the whole log, rewound spans and rewind events included) or
 // "effective" (what the model's context is built from).
 func viewParam(r *http.Request) (effective bool, err error) {
-	switch v := r.URL.Query().Get("view"); v {
+	v, _, err := queryParam(r, "view")
+	if err != nil {
+		return false, err
+	}
+	switch v {
 	case "", "full":
 		return false, nil
 	case "effective":

@@ -187,8 +187,12 @@ const listScanFactor = 20
 // deepObject style): a conversation is listed only if its metadata holds
 // every KEY with its VALUE.
 func metadataFilter(r *http.Request) (map[string]string, error) {
+	q, err := query(r)
+	if err != nil {
+		return nil, err
+	}
 	var want map[string]string
-	for name, values := range r.URL.Query() {
+	for name, values := range q {
 		key, ok := strings.CutPrefix(name, "metadata[")
 		if !ok {
 			continue

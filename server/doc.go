@@ -129,6 +129,9 @@
 // and one JSON object with no unknown field, and are validated as the Go
 // API validates them before any call that writes. Integer query parameters
 // (limit, before, after) are decimal digits only: a sign is 400 invalid.
+// So is a query parameter given more than once (metadata[KEY] included),
+// and a query that does not parse (a bad percent-escape, a semicolon):
+// none is read as the route's default.
 //
 // # Live events
 //

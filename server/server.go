@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -405,26 +406,62 @@ func decodeJSON(body []byte, v any) error {
 	return nil
 }
 
+// query returns r's query parameters. A query that does not parse (a bad
+// percent-escape, a semicolon) is a bad request: net/url drops such a
+// pair, and the route would run as if it had not been given.
+func query(r *http.Request) (url.Values, error) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, errInvalid("malformed query: " + err.Error())
+	}
+	return q, nil
+}
+
+// queryParam returns the value of r's query parameter name ("" when
+// absent) and whether it is given. One given more than once is a bad
+// request (its first value would win, unseen), as is a malformed query.
+func queryParam(r *http.Request, name string) (string, bool, error) {
+	q, err := query(r)
+	if err != nil {
+		return "", false, err
+	}
+	switch vs := q[name]; len(vs) {
+	case 0:
+		return "", false, nil
+	case 1:
+		return vs[0], true, nil
+	}
+	return "", false, errInvalid("query parameter " + name + " is given more than once")
+}
+
 // pageParams reads the "limit" query parameter (default DefaultPageSize,
 // 1..MaxPageSize, digits only as uintParam's) and "cursor".
 func pageParams(r *http.Request) (string, int, error) {
 	limit := DefaultPageSize
-	if v := r.URL.Query().Get("limit"); v != "" {
+	v, _, err := queryParam(r, "limit")
+	if err != nil {
+		return "", 0, err
+	}
+	if v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil || n < 1 || n > MaxPageSize {
 			return "", 0, errInvalid(fmt.Sprintf("limit must be an integer in 1..%d", MaxPageSize))
 		}
 		limit = int(n)
 	}
-	return r.URL.Query().Get("cursor"), limit, nil
+	cursor, _, err := queryParam(r, "cursor")
+	if err != nil {
+		return "", 0, err
+	}
+	return cursor, limit, nil
 }
 
 // uintParam reads an unsigned query parameter (0 when absent): decimal
 // digits only, no sign.
 func uintParam(r *http.Request, name string) (uint64, error) {
-	v := r.URL.Query().Get(name)
-	if v == "" {
-		return 0, nil
+	v, _, err := queryParam(r, name)
+	if err != nil || v == "" {
+		return 0, err
 	}
 	n, err := strconv.ParseUint(v, 10, 64)
 	if err != nil {

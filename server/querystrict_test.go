@@ -1,0 +1,57 @@
+package server_test
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus/server"
+)
+
+// TestRepeatedOrMalformedQueryIsInvalid: a query parameter given twice
+// (its first value would win, unseen), and a query that does not parse (a
+// bad percent-escape or a semicolon, whose pair net/url drops, so that the
+// route would run on its defaults: the full view for view=effective%ZZ, a
+// page of 50 for limit=-1;) are 400 invalid, on every route that reads a
+// query, as metadata[KEY] given twice already was; a well-formed query is
+// served as before.
+func TestRepeatedOrMalformedQueryIsInvalid(t *testing.T) {
+	n := startNode(t, newScripted(), server.Options{})
+	conv := n.create(t, tokAlice, map[string]string{"k": "v"})
+	base := "/v1/conversations/" + conv.ID
+	bad := []struct{ method, path string }{
+		{"GET", "/v1/calls?limit=1&limit=2000"},
+		{"GET", "/v1/calls?limit=1;"},
+		{"GET", "/v1/calls?cursor=a&cursor=b"},
+		{"GET", "/v1/conversations?limit=5&limit=abc"},
+		{"GET", "/v1/conversations?cursor=a&cursor=b"},
+		{"GET", "/v1/conversations?metadata[k]=%ZZ"},
+		{"GET", "/v1/conversations?metadata[k]=v;x"},
+		{"GET", base + "/events?view=full&view=effective"},
+		{"GET", base + "/events?view=effective%ZZ"},
+		{"GET", base + "/events?limit=-1;"},
+		{"GET", base + "/events?before=1&before=2"},
+		{"GET", base + "/events?agent=default&agent=nobody"},
+		{"HEAD", base + "/stream?after=0&after=7"},
+		{"HEAD", base + "/stream?after=0%"},
+		{"HEAD", base + "/stream?agent=default&agent=default"},
+	}
+	for _, c := range bad {
+		status, body := n.call(t, c.method, c.path, tokAlice, nil)
+		require.Equal(t, http.StatusBadRequest, status, "%s %s: %s", c.method, c.path, body)
+		if c.method != "HEAD" {
+			require.Equal(t, server.CodeInvalid, errorCode(t, body), "%s %s", c.method, c.path)
+		}
+	}
+	good := []struct{ method, path string }{
+		{"GET", "/v1/calls?limit=1"},
+		{"GET", "/v1/conversations?limit=5&metadata[k]=v"},
+		{"GET", base + "/events?view=effective&limit=10&before=1&agent=default"},
+		{"HEAD", base + "/stream?after=0&agent=default"},
+	}
+	for _, c := range good {
+		status, body := n.call(t, c.method, c.path, tokAlice, nil)
+		require.Equal(t, http.StatusOK, status, "%s %s: %s", c.method, c.path, body)
+	}
+}
