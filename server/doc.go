@@ -126,7 +126,8 @@
 // its 200 or 201, with the conversation's id and metadata, the status the
 // write set ("unspecified" when it does not tell) and no times. A bad request writes nothing:
 // bodies are read whole (at most Options.MaxBodyBytes), must be valid UTF-8
-// and one JSON object with no unknown field, and are validated as the Go
+// and one JSON object with no unknown field (a key is matched as written,
+// case included) and no key given twice, and are validated as the Go
 // API validates them before any call that writes. Integer query parameters
 // (limit, before, after) are decimal digits only: a sign is 400 invalid.
 // So is a query parameter given more than once (metadata[KEY] included),

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -345,7 +346,8 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 }
 
 // decodeBody reads r's body (at most Options.MaxBodyBytes) into v: one
-// JSON object of valid UTF-8 with no unknown field and nothing after it.
+// JSON object of valid UTF-8 with no unknown field nor key given twice
+// (see checkKeys) and nothing after it.
 func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 	body, err := s.readBody(w, r)
 	if err != nil {
@@ -379,7 +381,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 }
 
 // decodeJSON decodes body into v: one JSON object of valid UTF-8 with no
-// unknown field and nothing after it.
+// unknown field nor key given twice (see checkKeys) and nothing after it.
 func decodeJSON(body []byte, v any) error {
 	if !utf8.Valid(body) {
 		return errInvalid("request body is not valid UTF-8")
@@ -403,7 +405,72 @@ func decodeJSON(body []byte, v any) error {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return errInvalid("request body: data after the JSON object")
 	}
+	if err := checkKeys(json.NewDecoder(bytes.NewReader(body)), reflect.TypeOf(v)); err != nil {
+		return errInvalid("request body: " + err.Error())
+	}
 	return nil
+}
+
+var jsonUnmarshaler = reflect.TypeFor[json.Unmarshaler]()
+
+// checkKeys reads from dec the JSON value that was decoded into a value
+// of type t, and reports a key of an object of a struct that names none of
+// its fields exactly (encoding/json matches a key to a field whatever its
+// case: "Text" would set text), and a key given twice in an object of a
+// struct or a map (the last would win, unseen). Values of other types
+// (and of those that decode themselves) are not looked into.
+func checkKeys(dec *json.Decoder, t reflect.Type) error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if (t.Kind() != reflect.Struct && t.Kind() != reflect.Map) || reflect.PointerTo(t).Implements(jsonUnmarshaler) {
+		var skip json.RawMessage
+		return dec.Decode(&skip)
+	}
+	tok, err := dec.Token()
+	if err != nil || tok == nil { // null
+		return err
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		key, _ := tok.(string)
+		if seen[key] {
+			return fmt.Errorf("key %q is given more than once", key)
+		}
+		seen[key] = true
+		var vt reflect.Type
+		if t.Kind() == reflect.Map {
+			vt = t.Elem()
+		} else if f, ok := fieldOfKey(t, key); ok {
+			vt = f.Type
+		} else {
+			return fmt.Errorf("json: unknown field %q", key)
+		}
+		if err := checkKeys(dec, vt); err != nil {
+			return err
+		}
+	}
+	_, err = dec.Token() // '}'
+	return err
+}
+
+// fieldOfKey returns the field of struct t whose JSON name is key.
+func fieldOfKey(t reflect.Type, key string) (reflect.StructField, bool) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "" {
+			name = f.Name
+		}
+		if f.IsExported() && name == key {
+			return f, true
+		}
+	}
+	return reflect.StructField{}, false
 }
 
 // query returns r's query parameters. A query that does not parse (a bad
