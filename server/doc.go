@@ -131,8 +131,9 @@
 // API validates them before any call that writes. Integer query parameters
 // (limit, before, after) are decimal digits only: a sign is 400 invalid.
 // So is a query parameter given more than once (metadata[KEY] included),
-// and a query that does not parse (a bad percent-escape, a semicolon):
-// none is read as the route's default.
+// as is a stream's Last-Event-ID header, and a query that does not parse
+// (a bad percent-escape, a semicolon): none is read as the route's
+// default.
 //
 // # Live events
 //

@@ -44,6 +44,19 @@ func TestRepeatedOrMalformedQueryIsInvalid(t *testing.T) {
 			require.Equal(t, server.CodeInvalid, errorCode(t, body), "%s %s", c.method, c.path)
 		}
 	}
+	// Last-Event-ID given twice (on two lines, or as a list on one) is
+	// as bad as an after given twice.
+	for _, values := range [][]string{{"0", "7"}, {"0, 7"}} {
+		req, err := http.NewRequest("HEAD", n.srv.URL+base+"/stream", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+tokAlice)
+		req.Header["Last-Event-Id"] = values
+		res, err := n.srv.Client().Do(req)
+		require.NoError(t, err)
+		require.NoError(t, res.Body.Close())
+		require.Equal(t, http.StatusBadRequest, res.StatusCode, "Last-Event-ID %q", values)
+	}
+
 	good := []struct{ method, path string }{
 		{"GET", "/v1/calls?limit=1"},
 		{"GET", "/v1/conversations?limit=5&metadata[k]=v"},

@@ -71,7 +71,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c caller) {
 	var err error
 	if v := strings.TrimSpace(r.Header.Get("Last-Event-ID")); v != "" {
 		after, err = strconv.ParseUint(v, 10, 64)
-		if err != nil {
+		if err != nil || len(r.Header.Values("Last-Event-ID")) > 1 {
 			s.writeError(w, r, errInvalid("Last-Event-ID must be the seq of an event"))
 			return
 		}
