@@ -229,6 +229,15 @@ type ConversationConfig struct {
 	// runtime wakes the conversation again once it has, so work it owed
 	// does not wait for the next command.
 	Fenced func()
+	// Unknown, if set, is called when a write of this activation ended
+	// with journal.ErrUnknownOutcome (the Store cannot tell whether it
+	// landed); committed reports whether a write of this activation
+	// landed before it. The activation stops; the runtime wakes the
+	// conversation again once it has, so a new activation reads from the
+	// log whether the write landed and does the work owed (if it did not,
+	// the work again: the write's fence keeps it once in the log) without
+	// waiting for the next command.
+	Unknown func(committed bool)
 	// Goroutines tracks the goroutines the actor starts (model calls, tool
 	// runs, loads, summaries), so their owner can wait for them on close.
 	// Nil means untracked.
@@ -437,6 +446,10 @@ func (c *conversation) perform(ctx actor.Context, e effect) {
 	case effFenced:
 		if c.cfg.Fenced != nil {
 			c.cfg.Fenced()
+		}
+	case effUnknown:
+		if c.cfg.Unknown != nil {
+			c.cfg.Unknown(e.committed)
 		}
 	}
 }

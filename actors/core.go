@@ -57,6 +57,8 @@ type core struct {
 
 	nextWrite uint64
 	inflight  *pendingWrite
+	// committed: a write of this activation landed (see effUnknown).
+	committed bool
 	// rowStatus is the conversation row's status as this activation read
 	// or last wrote it (see setRow).
 	rowStatus messages.ConversationStatus
@@ -350,6 +352,11 @@ type (
 	effHalt struct{ poison bool }
 	// effFenced asks for the conversation to be woken again (ErrConflict).
 	effFenced struct{}
+	// effUnknown asks for the conversation to be woken again after a
+	// write of unknown outcome; committed: a write of this activation
+	// landed before it (the runtime bounds the re-wakes of activations
+	// that committed nothing).
+	effUnknown struct{ committed bool }
 )
 
 func (effReply) isEffect()       {}
@@ -365,6 +372,7 @@ func (effTouchIdle) isEffect()   {}
 func (effRetire) isEffect()      {}
 func (effHalt) isEffect()        {}
 func (effFenced) isEffect()      {}
+func (effUnknown) isEffect()     {}
 
 func newCore(cfg coreConfig, log *slog.Logger) *core {
 	if cfg.NewID == nil {
@@ -996,13 +1004,20 @@ func (c *core) onWriteReply(r *inWriteReply) {
 		c.publish(Update{Err: err})
 		// Retire first (stop), then ask for the wake-up: a wake-up that
 		// found this activation still live would be sent to it, and lost
-		// with it.
+		// with it. After a fenced write or one of unknown outcome the
+		// next activation reads from the log what it holds and does the
+		// work owed (an answer, a tool's result, the turn's next step),
+		// which must not wait for the next command.
 		c.stop(err)
-		if errors.Is(err, journal.ErrConflict) {
+		switch {
+		case errors.Is(err, journal.ErrConflict):
 			c.emit(effFenced{})
+		case errors.Is(err, journal.ErrUnknownOutcome):
+			c.emit(effUnknown{committed: c.committed})
 		}
 		return
 	}
+	c.committed = true
 	if st := w.req.GetStatus(); st != messages.ConversationStatus_CONVERSATION_STATUS_UNSPECIFIED {
 		c.rowStatus = st
 	}

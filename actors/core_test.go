@@ -22,7 +22,7 @@ import (
 // effects of each input in words: "write[user_msg]" is a journal write
 // with those events, "model" a model call started, "tool call_1" a server
 // run, "reply seq=N" an acknowledged send, "cancel-model", "arm-retry",
-// "publish", "retire", "halt", "fenced". The idle timer's touches are left
+// "publish", "retire", "halt", "fenced", "unknown committed=B". The idle timer's touches are left
 // out.
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -131,6 +131,8 @@ func words(effs []effect) []string {
 			out = append(out, "halt")
 		case effFenced:
 			out = append(out, "fenced")
+		case effUnknown:
+			out = append(out, fmt.Sprintf("unknown committed=%v", e.committed))
 		case effSummarize:
 			out = append(out, "summarize")
 		}
@@ -281,8 +283,20 @@ func TestCoreRecoveryRules(t *testing.T) {
 			{send("r2"), []string{"write[" + wUser + "]"}},
 			{send("r3"), nil},
 			{&inWriteReply{id: 1, err: fmt.Errorf("store: timeout: %w", journal.ErrUnknownOutcome)},
-				[]string{"reply error retry=false", "publish", "retire", "reply error retry=true", "halt"}},
+				[]string{"reply error retry=false", "publish", "retire", "reply error retry=true", "halt", "unknown committed=false"}},
 			{send("r4"), []string{"reply error retry=true"}},
+		},
+	}, {
+		name: "a model answer of unknown outcome stops the activation and asks for a re-wake, saying a write of it landed before",
+		log:  []*messages.Event{user("r1"), answer()},
+		steps: []coreStep{
+			{nil, nil},
+			{send("r2"), []string{"write[" + wUser + "]"}},
+			{ok(1), []string{"reply seq=3", "model"}},
+			{&inModelDone{turn: 1, msg: &messages.AssistantMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "hi"}}}}},
+				[]string{"write[" + wAnswer + "]"}},
+			{&inWriteReply{id: 2, err: fmt.Errorf("store: timeout: %w", journal.ErrUnknownOutcome)},
+				[]string{"publish", "retire", "halt", "unknown committed=true"}},
 		},
 	}, {
 		name: "a write the Store refuses as bad input stops the activation; a send queued behind it is told to retry on a new one, not given that write's error",

@@ -19,7 +19,9 @@
 // the same tool_call_id; an open human call waits; a call resolved in the
 // Store but missing from the log is recorded. Every write goes through the
 // journal actor, one at a time, fenced with the expected last seq; a failed
-// or fenced write stops the actor and the next command revives it. Model
+// or fenced write stops the actor and the next command revives it (after a
+// fenced write or one of unknown outcome the runtime wakes it at once,
+// ConversationConfig.Fenced and Unknown). Model
 // calls and tool runs run on goroutines the actor owns and report back by
 // message, so the actor never blocks and can be killed mid-call; a model
 // call waits for the conversation's previous one to return (ModelGate),

@@ -556,12 +556,30 @@ type root struct {
 	// holds (see registry.block); they go out once it has terminated, or
 	// the hold has ended.
 	deferred map[string][]*actors.Command
+	// unknown counts, per conversation, the re-wakes in a row after a
+	// write of unknown outcome by activations that committed nothing
+	// before it (see rewake); an activation of the conversation that
+	// terminates for another reason ends the run.
+	unknown map[string]int
 }
 
+// maxUnknownRewakes bounds the re-wakes in a row after writes of unknown
+// outcome whose activations committed nothing before them: a Store that
+// keeps failing so does not have the conversation revived (and its model
+// called) again and again. The next command, or the next Open's resume
+// scan, runs the work owed then.
+const maxUnknownRewakes = 3
+
 // rewake asks the supervisor to wake a conversation whose activation was
-// fenced off by another writer, once that activation has stopped: the work
-// it owed (an answer, a tool result) must not wait for the next command.
-type rewake struct{ conversation string }
+// fenced off by another writer, or whose write ended with
+// journal.ErrUnknownOutcome (unknown), once that activation has stopped:
+// the work it owed (an answer, a tool result) must not wait for the next
+// command. committed: the activation of unknown outcome had a write land
+// before it (the Store works; the run of re-wakes starts again).
+type rewake struct {
+	conversation       string
+	unknown, committed bool
+}
 
 // redeliver is a delivery that met an activation still being spawned by a
 // caller outside the supervisor actor; see deliver.
@@ -594,6 +612,9 @@ func (r *root) Receive(ctx actor.Context) {
 		if owned, err := s.owns(msg.conversation); !owned && err == nil {
 			return
 		}
+		if msg.unknown && !r.allowUnknown(msg) {
+			return
+		}
 		r.deliver(ctx, msg.conversation, &actors.Command{Scope: agent.SystemScope, Msg: &messages.AgentWake{}})
 	case *redeliver:
 		r.deliver(ctx, msg.conversation, msg.cmd)
@@ -611,6 +632,9 @@ func (r *root) Receive(ctx actor.Context) {
 		}
 		if a := s.reg.terminated(msg.Who); a != nil {
 			s.log.Debug("conversation actor stopped", "conversation", a.id)
+			if !errors.Is(a.stopCause(), journal.ErrUnknownOutcome) {
+				delete(r.unknown, a.id)
+			}
 			waiting := r.deferred[a.id]
 			delete(r.deferred, a.id)
 			for _, cmd := range waiting {
@@ -618,6 +642,27 @@ func (r *root) Receive(ctx actor.Context) {
 			}
 		}
 	}
+}
+
+// allowUnknown counts a re-wake after a write of unknown outcome and
+// reports whether it goes out: at most maxUnknownRewakes in a row whose
+// activations committed nothing before the write.
+func (r *root) allowUnknown(msg *rewake) bool {
+	if r.unknown == nil {
+		r.unknown = map[string]int{}
+	}
+	n := r.unknown[msg.conversation] + 1
+	if msg.committed {
+		n = 1
+	}
+	if n > maxUnknownRewakes {
+		delete(r.unknown, msg.conversation)
+		r.s.log.Warn("writes of unknown outcome in a row; the conversation is not woken again until its next command",
+			"conversation", msg.conversation, "rewakes", maxUnknownRewakes)
+		return false
+	}
+	r.unknown[msg.conversation] = n
+	return true
 }
 
 // recoverReceive, deferred by Receive, logs and recovers a panic of it (a
@@ -833,6 +878,9 @@ func (r *root) spawn(ctx actor.Context, a *activation) (*actor.PID, error) {
 	}
 	self, root := ctx.Self(), ctx.ActorSystem().Root
 	cfg.Fenced = func() { root.Send(self, &rewake{conversation: a.id}) }
+	cfg.Unknown = func(committed bool) {
+		root.Send(self, &rewake{conversation: a.id, unknown: true, committed: committed})
+	}
 	cfg.Stopped = a.stopped
 	if fenced := s.cfg.Fenced; fenced != nil {
 		cfg.Stopped = func(cause error) {

@@ -3,6 +3,9 @@ package tests
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,20 +18,23 @@ import (
 	"github.com/lazarusrt/lazarus/messages"
 )
 
-// resultUnknownStore reports the first write that records a server tool's
-// result as journal.ErrUnknownOutcome, having committed it (landed) or
-// not: a COMMIT whose reply was lost, either way.
-type resultUnknownStore struct {
+// unknownStore reports the first writes (fail of them; -1: every one) that
+// carry an event match selects as journal.ErrUnknownOutcome, having
+// committed them (landed) or not: a COMMIT whose reply was lost, either
+// way.
+type unknownStore struct {
 	journal.Store
 	landed bool
-	lost   atomic.Bool
+	match  func(*messages.Event) bool
+	fail   int32
+	lost   atomic.Int32 // writes reported unknown so far
 }
 
-func (s *resultUnknownStore) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest) []journal.AppendResult {
+func (s *unknownStore) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest) []journal.AppendResult {
 	target := -1
 	for i, req := range reqs {
 		for _, ev := range req.GetEvents() {
-			if target < 0 && ev.GetToolResult() != nil && !s.lost.Load() {
+			if target < 0 && s.match(ev) && (s.fail < 0 || s.lost.Load() < s.fail) {
 				target = i
 			}
 		}
@@ -36,12 +42,12 @@ func (s *resultUnknownStore) AppendBatch(ctx context.Context, reqs []*messages.A
 	if target < 0 {
 		return s.Store.AppendBatch(ctx, reqs)
 	}
-	s.lost.Store(true)
+	s.lost.Add(1)
 	var out []journal.AppendResult
 	if s.landed {
 		out = s.Store.AppendBatch(ctx, reqs)
 	} else {
-		// The others of the batch commit; the result does not.
+		// The others of the batch commit; the target does not.
 		rest := append(append([]*messages.AppendRequest{}, reqs[:target]...), reqs[target+1:]...)
 		got := s.Store.AppendBatch(ctx, rest)
 		out = append(append(append([]journal.AppendResult{}, got[:target]...), journal.AppendResult{}), got[target:]...)
@@ -50,33 +56,35 @@ func (s *resultUnknownStore) AppendBatch(ctx context.Context, reqs []*messages.A
 	return out
 }
 
+func isToolResult(ev *messages.Event) bool { return ev.GetToolResult() != nil }
+
+func isAnswer(ev *messages.Event) bool { return ev.GetAssistantMsg() != nil }
+
 // TestServerResultOfUnknownOutcome: the write recording a server tool's
 // result ends with journal.ErrUnknownOutcome; the activation stops, and
-// the next one (an explicit wake) reads from the log whether it landed.
-// Landed: the tool is not run again, and the log holds its result once.
-// Not landed: the call is run again once, under the same id, and its
-// result is recorded once. Either way the model is not asked again for
-// the decision that made the call, and the turn then runs.
+// the runtime wakes the conversation again at once (no command, no
+// resume scan), the new activation reading from the log whether it
+// landed. Landed: the tool is not run again, and the log holds its
+// result once. Not landed: the call is run again once, under the same id,
+// and its result is recorded once. Either way the model is not asked
+// again for the decision that made the call, and the turn then runs.
 func TestServerResultOfUnknownOutcome(t *testing.T) {
 	for _, landed := range []bool{true, false} {
 		t.Run(fmt.Sprintf("landed=%v", landed), func(t *testing.T) {
 			forEachStore(t, func(t *testing.T, kind string) {
-				store := &resultUnknownStore{Store: openStore(t, kind), landed: landed}
+				store := &unknownStore{Store: openStore(t, kind), landed: landed, match: isToolResult, fail: 1}
 				// NoResume: Open's resume scan, which runs in the background
-				// (slowest on postgres), would otherwise wake the conversation
-				// (it is ACTIVE) once its activation stopped, before the
-				// test saw it stop, and run the call before the test's Wake.
+				// (slowest on postgres), could otherwise wake the conversation
+				// (it is ACTIVE) and run the turn in the re-wake's stead.
 				h := newHarness(t, store, func(o *lazarus.Options) { o.NoResume = true })
 				ctx := ctxT(t)
 				h.model.Push("c", scripted.Reply("charging", scripted.Call("charge", `{"amount":5}`)), scripted.Text("charged"))
 				_, err := h.rt.Send(ctx, "c", "charge me", user)
 				require.NoError(t, err)
 				id := <-h.chargeStarted
-				require.Eventually(t, func() bool { return store.lost.Load() && !h.rt.IsActive("c") }, wait, time.Millisecond,
-					"the result's write reported unknown, and the activation stopped")
 
-				require.NoError(t, h.rt.Wake(ctx, "c"))
 				h.awaitEvent("c", 0, isAssistantText("charged"))
+				require.Equal(t, int32(1), store.lost.Load(), "the result's write was reported unknown")
 				want := []string{id}
 				if !landed {
 					want = []string{id, id}
@@ -91,4 +99,92 @@ func TestServerResultOfUnknownOutcome(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestAnswerOfUnknownOutcomeRunsItsTurnOnce: the write of the model's
+// final answer ends with journal.ErrUnknownOutcome; with no further
+// command the runtime wakes the conversation again, and the new activation
+// finds the answer in the log (landed: the model is not called again) or
+// calls the model again and writes the answer (not landed). The log holds
+// the answer once either way. The turn waited for the next command.
+func TestAnswerOfUnknownOutcomeRunsItsTurnOnce(t *testing.T) {
+	for _, landed := range []bool{true, false} {
+		t.Run(fmt.Sprintf("landed=%v", landed), func(t *testing.T) {
+			forEachStore(t, func(t *testing.T, kind string) {
+				store := &unknownStore{Store: openStore(t, kind), landed: landed, match: isAnswer, fail: 1}
+				h := newHarness(t, store, func(o *lazarus.Options) { o.NoResume = true })
+				ctx := ctxT(t)
+				h.model.Push("c", scripted.Text("first"), scripted.Text("second"))
+				_, err := h.rt.Send(ctx, "c", "hello", user)
+				require.NoError(t, err)
+
+				want, calls := "first", 1
+				if !landed {
+					want, calls = "second", 2
+				}
+				// Read from the Store: an answer that landed unreported is
+				// not published until the conversation's next commit.
+				require.Eventually(t, func() bool {
+					evs := h.history("c")
+					return len(evs) > 1 && isAssistantText(want)(evs[len(evs)-1])
+				}, wait, time.Millisecond, "the answer %q is in the log", want)
+				require.Equal(t, int32(1), store.lost.Load(), "the answer's write was reported unknown")
+				require.Equal(t, []string{"user_msg", "assistant_msg"}, types(h.history("c")), "the answer is in the log once")
+				require.Equal(t, calls, h.model.Calls("c"), "the model is called again only if the answer did not land")
+			})
+		})
+	}
+}
+
+// warnSignal is a slog handler that closes seen at the first Warn record
+// whose message starts with prefix.
+type warnSignal struct {
+	prefix string
+	seen   chan struct{}
+	once   sync.Once
+}
+
+func (w *warnSignal) Enabled(context.Context, slog.Level) bool { return true }
+func (w *warnSignal) WithAttrs([]slog.Attr) slog.Handler       { return w }
+func (w *warnSignal) WithGroup(string) slog.Handler            { return w }
+func (w *warnSignal) Handle(_ context.Context, r slog.Record) error {
+	if r.Level == slog.LevelWarn && strings.HasPrefix(r.Message, w.prefix) {
+		w.once.Do(func() { close(w.seen) })
+	}
+	return nil
+}
+
+// TestUnknownOutcomesInARowStopTheRewakes: a Store that reports every
+// answer's write as journal.ErrUnknownOutcome, landing none, does not have
+// the conversation revived and its model called for good: the first
+// activation and three re-wakes call the model (four calls), the next
+// re-wake is not sent (a warning says so), and the conversation is left
+// stopped. Its next command runs the turn once the Store works again.
+func TestUnknownOutcomesInARowStopTheRewakes(t *testing.T) {
+	store := &unknownStore{Store: openStore(t, "memory"), match: isAnswer, fail: 4}
+	warned := &warnSignal{prefix: "writes of unknown outcome in a row", seen: make(chan struct{})}
+	h := newHarness(t, store, func(o *lazarus.Options) {
+		o.NoResume = true
+		o.Logger = slog.New(warned)
+	})
+	ctx := ctxT(t)
+	h.model.Push("c", scripted.Text("a1"), scripted.Text("a2"), scripted.Text("a3"), scripted.Text("a4"), scripted.Text("a5"))
+	_, err := h.rt.Send(ctx, "c", "hello", user)
+	require.NoError(t, err)
+
+	select {
+	case <-warned.seen:
+	case <-ctx.Done():
+		t.Fatalf("no warning that the re-wakes stopped (model calls: %d)", h.model.Calls("c"))
+	}
+	require.Equal(t, int32(4), store.lost.Load())
+	require.Equal(t, 4, h.model.Calls("c"), "the first activation and three re-wakes called the model")
+	require.Eventually(t, func() bool { return !h.rt.IsActive("c") }, wait, time.Millisecond, "the last activation stopped")
+	require.Equal(t, 4, h.model.Calls("c"), "no re-wake after the warning")
+	require.Equal(t, []string{"user_msg"}, types(h.history("c")))
+
+	_, err = h.rt.Send(ctx, "c", "again", user)
+	require.NoError(t, err)
+	h.awaitEvent("c", 0, isAssistantText("a5"))
+	require.Equal(t, []string{"user_msg", "user_msg", "assistant_msg"}, types(h.history("c")))
 }
