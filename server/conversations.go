@@ -177,8 +177,9 @@ func (s *Server) conversation(ctx context.Context, c caller, id string) (*messag
 	return row, md, nil
 }
 
-// listScanFactor bounds the rows one listing reads: at most this many
-// times the page size. As rows are filtered (by owner, unless the caller is
+// listScanFactor bounds the rows one listing reads (with a metadata
+// filter, the ids of the Store's index, with a row or not): at most this
+// many times the page size. As rows are filtered (by owner, unless the caller is
 // an operator, and by the metadata asked for), a page may hold fewer
 // conversations than asked (even none) with a next cursor.
 const listScanFactor = 20
@@ -212,35 +213,47 @@ func metadataFilter(r *http.Request) (map[string]string, error) {
 	return want, nil
 }
 
+// listFunc reads a page of the rows a listing looks at, up to limit, after
+// cursor: the rows, the cursor of the next page ("" when there is none),
+// and how many entries the Store read for them (counted against the
+// listing's scan budget).
+type listFunc func(ctx context.Context, cursor string, limit int) (rows []*messages.Conversation, next string, read int, err error)
+
+// listRows is the listFunc of an unfiltered listing: the Store's rows.
+func listRows(st journal.Store) listFunc {
+	return func(ctx context.Context, cursor string, limit int) ([]*messages.Conversation, string, int, error) {
+		rows, next, err := st.ListConversations(ctx, cursor, limit)
+		return rows, next, len(rows), err
+	}
+}
+
 // findRows lists, in place of ListConversations, the rows of the
 // conversations holding one pair of want (the first key, in order) from
 // the Store's metadata index, so that a filtered listing reads the
 // conversations holding it, not every conversation; the other pairs are
-// checked on each row. A page is never empty while a next one follows.
-func findRows(st journal.Store, want map[string]string) func(context.Context, string, int) ([]*messages.Conversation, string, error) {
+// checked on each row. It reads one page of the index: an id without a
+// row (metadata left without one, or deleted since it was found) is
+// skipped but counted as read, so a page of such ids may hold no row
+// with a next cursor, and the listing's scan budget bounds them too.
+func findRows(st journal.Store, want map[string]string) listFunc {
 	key := slices.Min(slices.Collect(maps.Keys(want)))
-	return func(ctx context.Context, cursor string, limit int) ([]*messages.Conversation, string, error) {
-		for {
-			ids, next, err := st.FindConversations(ctx, key, want[key], cursor, limit)
-			if err != nil {
-				return nil, "", err
-			}
-			var rows []*messages.Conversation
-			for _, id := range ids {
-				row, err := st.Conversation(ctx, id)
-				switch {
-				case errors.Is(err, journal.ErrDeleted) || errors.Is(err, journal.ErrNotFound):
-					continue // deleted since it was found, or metadata without a row
-				case err != nil:
-					return nil, "", err
-				}
-				rows = append(rows, row)
-			}
-			if len(rows) > 0 || next == "" {
-				return rows, next, nil
-			}
-			cursor = next
+	return func(ctx context.Context, cursor string, limit int) ([]*messages.Conversation, string, int, error) {
+		ids, next, err := st.FindConversations(ctx, key, want[key], cursor, limit)
+		if err != nil {
+			return nil, "", 0, err
 		}
+		var rows []*messages.Conversation
+		for _, id := range ids {
+			row, err := st.Conversation(ctx, id)
+			switch {
+			case errors.Is(err, journal.ErrDeleted) || errors.Is(err, journal.ErrNotFound):
+				continue // deleted since it was found, or metadata without a row
+			case err != nil:
+				return nil, "", 0, err
+			}
+			rows = append(rows, row)
+		}
+		return rows, next, len(ids), nil
 	}
 }
 
@@ -271,19 +284,22 @@ func (s *Server) listConversations(w http.ResponseWriter, r *http.Request, c cal
 	}
 
 	ctx, st := r.Context(), s.rt.Store()
-	list := st.ListConversations
+	list := listRows(st)
 	if len(want) > 0 {
 		list = findRows(st, want)
 	}
 	out := ConversationList{Conversations: []Conversation{}}
 	budget := limit * listScanFactor
 	for {
-		rows, next, err := list(ctx, cursor, min(limit, budget))
+		rows, next, read, err := list(ctx, cursor, min(limit, budget))
 		if err != nil {
 			s.writeError(w, r, err)
 			return
 		}
-		budget -= len(rows)
+		budget -= read
+		if len(rows) == 0 && read > 0 {
+			cursor = next // entries without a row: resume after them
+		}
 		for _, row := range rows {
 			cursor = row.GetId()
 			md, err := st.Metadata(ctx, row.GetId())
@@ -306,7 +322,7 @@ func (s *Server) listConversations(w http.ResponseWriter, r *http.Request, c cal
 		// page before the end of rows.
 		readAll := len(rows) == 0 || cursor == rows[len(rows)-1].GetId()
 		switch {
-		case (next == "" || len(rows) == 0) && (len(out.Conversations) < limit || readAll):
+		case (next == "" || read == 0) && (len(out.Conversations) < limit || readAll):
 			// The last page, full or not: the Store has no row after
 			// the last one read, so no cursor (a cursor would name an
 			// empty page, and the same listing read from the Store
