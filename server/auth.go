@@ -26,7 +26,10 @@ type AuthenticatorFunc func(r *http.Request) (agent.Identity, bool)
 func (f AuthenticatorFunc) Authenticate(r *http.Request) (agent.Identity, bool) { return f(r) }
 
 // BearerTokens authenticates the header "Authorization: Bearer <token>"
-// against a fixed set of tokens, each mapped to an identity. A presented
+// against a fixed set of tokens, each mapped to an identity. As RFC 9110
+// has it, the scheme is matched without regard to case and is followed by
+// one or more spaces; the token is the rest of the header, which holds no
+// space or tab (a token68, not a list of parameters). A presented
 // token is compared with every known one in constant time
 // (crypto/subtle, over SHA-256 digests, so neither the position of the
 // first differing byte nor the tokens' lengths show in the time taken).
@@ -36,7 +39,8 @@ type BearerTokens struct {
 }
 
 // NewBearerTokens returns a BearerTokens over tokens (token -> identity).
-// A token must be non-empty; an identity must name a user (a UserID that is
+// A token must be non-empty and hold no space, tab or other control
+// character (a header could not carry it as one credential); an identity must name a user (a UserID that is
 // neither empty nor agent.SystemUserID) and pass agent.ValidateIdentity.
 // Errors wrap journal.ErrInvalid.
 func NewBearerTokens(tokens map[string]agent.Identity) (*BearerTokens, error) {
@@ -45,6 +49,9 @@ func NewBearerTokens(tokens map[string]agent.Identity) (*BearerTokens, error) {
 		switch {
 		case tok == "":
 			return nil, fmt.Errorf("server: bearer tokens: %w", journal.Invalidf("empty token"))
+		case strings.ContainsFunc(tok, notInToken):
+			// The token is a secret: the error does not quote it.
+			return nil, fmt.Errorf("server: bearer tokens: %w", journal.Invalidf("a token (of %q) holds a space or a control character", id.UserID))
 		case id.UserID == "" || id.UserID == agent.SystemUserID:
 			return nil, fmt.Errorf("server: bearer tokens: %w", journal.Invalidf("a token's identity must name a user (not %q)", id.UserID))
 		}
@@ -57,11 +64,18 @@ func NewBearerTokens(tokens map[string]agent.Identity) (*BearerTokens, error) {
 	return b, nil
 }
 
+// notInToken reports whether r cannot be in a bearer token: a space or a
+// control character (tab included).
+func notInToken(r rune) bool { return r == ' ' || r < 0x20 || r == 0x7f }
+
 // Authenticate implements Authenticator.
 func (b *BearerTokens) Authenticate(r *http.Request) (agent.Identity, bool) {
-	h := r.Header.Get("Authorization")
+	// The field's value without the optional whitespace around it (which
+	// net/http's parser drops already).
+	h := strings.Trim(r.Header.Get("Authorization"), " \t")
 	scheme, tok, found := strings.Cut(h, " ")
-	if !found || !strings.EqualFold(scheme, "Bearer") || tok == "" {
+	tok = strings.TrimLeft(tok, " ") // 1*SP after the scheme
+	if !found || !strings.EqualFold(scheme, "Bearer") || tok == "" || strings.ContainsFunc(tok, notInToken) {
 		return agent.Identity{}, false
 	}
 	d := sha256.Sum256([]byte(tok))

@@ -16,6 +16,7 @@ import (
 	"github.com/lazarusrt/lazarus"
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/scripted"
+	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
 	"github.com/lazarusrt/lazarus/server"
 )
@@ -372,11 +373,24 @@ func TestBearerTokens(t *testing.T) {
 	require.Error(t, err)
 	_, err = server.NewBearerTokens(map[string]agent.Identity{"t": {UserID: "a", Roles: []string{""}}})
 	require.Error(t, err)
+	// A token a header cannot carry as one credential is refused, without
+	// quoting it.
+	for _, tok := range []string{"a b", " ab", "ab ", "a\tb"} {
+		_, err = server.NewBearerTokens(map[string]agent.Identity{tok: {UserID: "a"}})
+		require.ErrorIs(t, err, journal.ErrInvalid, "%q", tok)
+		require.NotContains(t, err.Error(), tok)
+	}
 	b, err := server.NewBearerTokens(map[string]agent.Identity{"secret-1": {UserID: "a", Roles: []string{"r"}}, "secret-2": {UserID: "b"}})
 	require.NoError(t, err)
 	for header, want := range map[string]string{
 		"Bearer secret-1": "a", "bearer secret-2": "b", "Bearer secret-": "", "Bearer secret-12": "",
 		"Basic secret-1": "", "secret-1": "", "": "", "Bearer ": "",
+		// RFC 9110: 1*SP between the scheme, of any case, and the token.
+		"Bearer  secret-1": "a", "BEARER   secret-2": "b", "Bearer   ": "",
+		// Nothing else: no tab, no second word, no space in a token.
+		"Bearer\tsecret-1": "", "Bearer \tsecret-1": "", "Bearer secret-1 x": "", "Bearer secret -1": "",
+		// The optional whitespace around a field's value is not part of it.
+		" Bearer secret-1\t": "a",
 	} {
 		r, _ := http.NewRequest("GET", "/", nil)
 		r.Header.Set("Authorization", header)
