@@ -116,6 +116,8 @@
 //	lazarus.ErrClosed, journal.ErrClosed             503 closed
 //	journal.ErrUnavailable, ErrNoSpace, a request
 //	  cancelled by its client                        503 unavailable
+//	errors.ErrUnsupported (the schedule routes on a
+//	  Store that keeps none)                         501 unsupported
 //	anything else                                    500 internal
 //
 // unknown_outcome means the write may or may not have happened: a send

@@ -29,6 +29,7 @@ const (
 	CodeClosed          = "closed"
 	CodeUnavailable     = "unavailable"
 	CodeLagged          = "lagged"
+	CodeUnsupported     = "unsupported"
 	CodeInternal        = "internal"
 )
 
@@ -77,6 +78,10 @@ func classify(err error) (int, string) {
 		return http.StatusGatewayTimeout, CodeTimeout
 	case errors.Is(err, journal.ErrUnavailable), errors.Is(err, journal.ErrNoSpace), errors.Is(err, context.Canceled):
 		return http.StatusServiceUnavailable, CodeUnavailable
+	case errors.Is(err, errors.ErrUnsupported):
+		// The Runtime's Store lacks what the route needs (schedules):
+		// what this server is, not a failure of the request.
+		return http.StatusNotImplemented, CodeUnsupported
 	}
 	return http.StatusInternalServerError, CodeInternal
 }
@@ -107,7 +112,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="lazarus"`)
 	}
 	switch {
-	case status < 500:
+	case status < 500, status == http.StatusNotImplemented:
 	case clientGone(r, err):
 		s.log.Debug("server: request ended by its client", "status", status, "code", code, "err", err)
 	default:
@@ -147,6 +152,8 @@ func publicMessage(status int, code string, err error) string {
 		return "the write may or may not have happened: retry (a send with the same request_id)"
 	case CodeTimeout:
 		return "the call timed out"
+	case CodeUnsupported:
+		return "this server's store does not support the request (it keeps no schedules)"
 	}
 	return "internal error"
 }

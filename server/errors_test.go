@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -39,6 +40,7 @@ func TestClassifyOrder(t *testing.T) {
 		{fmt.Errorf("send: %w", context.Canceled), http.StatusServiceUnavailable, CodeUnavailable},
 		{fmt.Errorf("send: %w: %w", lazarus.ErrNoOwner, context.DeadlineExceeded), http.StatusGatewayTimeout, CodeTimeout},
 		{fmt.Errorf("send: %w: %w", lazarus.ErrUnknownAgent, journal.ErrInvalid), http.StatusBadRequest, CodeInvalid},
+		{fmt.Errorf("schedules: %w", errors.ErrUnsupported), http.StatusNotImplemented, CodeUnsupported},
 		{fmt.Errorf("something else"), http.StatusInternalServerError, CodeInternal},
 	}
 	for _, tc := range cases {
