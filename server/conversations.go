@@ -186,7 +186,8 @@ const listScanFactor = 20
 
 // metadataFilter reads the query parameters metadata[KEY]=VALUE (OpenAPI's
 // deepObject style): a conversation is listed only if its metadata holds
-// every KEY with its VALUE.
+// every KEY with its VALUE. An empty VALUE, which no stored metadata
+// holds (an empty value deletes a key), is a bad request.
 func metadataFilter(r *http.Request) (map[string]string, error) {
 	q, err := query(r)
 	if err != nil {
@@ -204,6 +205,10 @@ func metadataFilter(r *http.Request) (map[string]string, error) {
 		}
 		if err := journal.ValidateID("metadata key", key); err != nil {
 			return nil, err
+		}
+		if values[0] == "" {
+			// It would match nothing: no stored value is empty.
+			return nil, errInvalid(fmt.Sprintf("query parameter %q: empty value (a stored metadata value is never empty: an empty one deletes its key)", name))
 		}
 		if want == nil {
 			want = map[string]string{}

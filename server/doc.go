@@ -135,7 +135,9 @@
 // So is a query parameter given more than once (metadata[KEY] included),
 // as is a stream's Last-Event-ID header, and a query that does not parse
 // (a bad percent-escape, a semicolon): none is read as the route's
-// default.
+// default. A metadata[KEY] of an empty value is 400 invalid too: no
+// stored value is empty (an empty one deletes its key), so it would match
+// nothing.
 //
 // # Live events
 //

@@ -68,3 +68,26 @@ func TestRepeatedOrMalformedQueryIsInvalid(t *testing.T) {
 		require.Equal(t, http.StatusOK, status, "%s %s: %s", c.method, c.path, body)
 	}
 }
+
+// TestEmptyMetadataFilterIsInvalid: metadata[KEY]= (an empty value), which
+// no stored metadata holds (an empty value deletes a key), is 400 invalid
+// rather than a listing that quietly matches nothing; a value is matched
+// as before.
+func TestEmptyMetadataFilterIsInvalid(t *testing.T) {
+	n := startNode(t, newScripted(), server.Options{})
+	conv := n.create(t, tokAlice, map[string]string{"k": "v"})
+	for _, path := range []string{
+		"/v1/conversations?metadata[k]=",
+		"/v1/conversations?metadata[k]=v&metadata[j]=",
+	} {
+		for _, tok := range []string{tokAlice, tokOlga} {
+			status, body := n.call(t, "GET", path, tok, nil)
+			requireError(t, status, body, http.StatusBadRequest, server.CodeInvalid)
+			require.Contains(t, string(body), "empty value", path)
+		}
+	}
+	var list server.ConversationList
+	n.must(t, http.StatusOK, "GET", "/v1/conversations?metadata[k]=v", tokAlice, nil, &list)
+	require.Len(t, list.Conversations, 1)
+	require.Equal(t, conv.ID, list.Conversations[0].ID)
+}
