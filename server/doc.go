@@ -83,7 +83,11 @@
 // A resource that does not exist and one the caller may not see get the
 // same 404 (code "not_found"), so ids cannot be probed; a deleted
 // conversation is 410 ("deleted") only to those who could see it (its
-// metadata, owner included, went with it: operators). 403 ("forbidden") is
+// metadata, owner included, went with it: operators). A human call of a
+// deleted conversation is 404 to everyone, operators included: its row
+// went with the conversation, and a Store keeps a tombstone of the
+// conversation's id only, so /v1/calls/{id} cannot tell it from a call
+// that never was. 403 ("forbidden") is
 // for an action on something the caller sees but may not do: an answer the
 // call's tool refuses, /metrics without the operator role; and for a
 // browser's POST or DELETE from another origin (http.CrossOriginProtection:
