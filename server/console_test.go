@@ -336,6 +336,9 @@ func TestConsoleSearchConversations(t *testing.T) {
 	// A term that is not key=value is refused in the page.
 	require.NoError(t, chromedp.Do(tab, chromedp.Evaluate[chromedp.Void](`location.hash = '#/conversations?q=oops'`),
 		chromedp.WaitVisible(chromedp.Search(`//p[@id="convs-status" and contains(., "not key=value")]`))))
+	// So is one with an empty value, which the API would refuse.
+	require.NoError(t, chromedp.Do(tab, chromedp.Evaluate[chromedp.Void](`location.hash = '#/conversations?q=topic%3D'`),
+		chromedp.WaitVisible(chromedp.Search(`//p[@id="convs-status" and contains(., '"topic=" is not key=value')]`))))
 }
 
 // TestConsoleBadToken: a refused token leaves the console on its sign-in

@@ -507,7 +507,9 @@ function parseSearch(q) {
   const params = new URLSearchParams();
   for (const term of q.split(/\s+/).filter(Boolean)) {
     const i = term.indexOf('=');
-    if (i <= 0) throw new Error(`"${term}" is not key=value`);
+    // An empty value matches nothing (a stored value is never empty): the
+    // API refuses it, and so does the page, before asking.
+    if (i <= 0 || i === term.length - 1) throw new Error(`"${term}" is not key=value`);
     params.set(`metadata[${term.slice(0, i)}]`, term.slice(i + 1));
   }
   return params;
