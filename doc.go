@@ -1,7 +1,9 @@
 // Package lazarus makes LLM-agent conversations durable and resumable.
 //
 // Each conversation is owned by one actor. Its history is an append-only
-// event log in a journal.Store (the embedded Pebble store by default). The
+// event log in a journal.Store: the embedded Pebble store in Options.Dir,
+// PostgreSQL with Options.Postgres, or one of your own; with none of them,
+// an in-memory store, which nothing survives (see Options.Store). The
 // actor can be killed at any moment (idle passivation, a crash, a deploy) and
 // the next user message or tool answer brings it back, rebuilt from the
 // latest summary plus the events after it, knowing which tool calls it still
