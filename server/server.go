@@ -45,7 +45,8 @@ const (
 )
 
 // Options configures a Server. The zero value of every field is a
-// documented default.
+// documented default; so is a negative MaxBodyBytes, KeepAlive,
+// StreamWriteTimeout or MaxPageBytes (none of them means no bound).
 type Options struct {
 	// Authenticator identifies the caller of each /v1/ request. Default
 	// nil: every such request is refused with 401 (the server fails
@@ -58,16 +59,17 @@ type Options struct {
 	// answers 403. Default DefaultOperatorRole.
 	OperatorRole string
 	// MaxBodyBytes bounds a request body; a larger one is refused with
-	// 413 (code too_large) and nothing is written. Default
-	// DefaultMaxBodyBytes.
+	// 413 (code too_large) and nothing is written. Default (zero or
+	// less) DefaultMaxBodyBytes.
 	MaxBodyBytes int64
 	// KeepAlive is how often an event stream with nothing to send gets a
-	// comment line, so proxies keep it open. Default DefaultKeepAlive.
+	// comment line, so proxies keep it open. Default (zero or less)
+	// DefaultKeepAlive.
 	KeepAlive time.Duration
 	// StreamWriteTimeout bounds each write of an event stream (what is
 	// ready to send, and its flush): a client that has not taken it in
 	// after that long (it stopped reading, with its connection open) is
-	// cut, and its stream and subscription end. Default
+	// cut, and its stream and subscription end. Default (zero or less)
 	// DefaultStreamWriteTimeout.
 	StreamWriteTimeout time.Duration
 	// MaxPageBytes bounds the events of a history page
@@ -79,7 +81,7 @@ type Options struct {
 	// full) is read from the Store within this bound too
 	// (lazarus.Runtime.HistoryWithin), so its read stops there; an agent's
 	// or the effective view is cut from lazarus.Runtime.HistoryView, which
-	// reads the whole log. Default DefaultMaxPageBytes.
+	// reads the whole log. Default (zero or less) DefaultMaxPageBytes.
 	MaxPageBytes int
 	// Metrics is what /metrics exposes (see NewMetrics); pass the same
 	// Metrics' Hooks to lazarus.Options.Metrics so that the runtime feeds
