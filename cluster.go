@@ -98,15 +98,15 @@ type ClusterOptions struct {
 	// 65535: Open refuses another (ErrInvalid).
 	AutoManagedPort int
 	// RefreshTTL is how often the automanaged provider polls the members.
-	// A member that misses a poll leaves the cluster. Default
-	// DefaultRefreshTTL.
+	// A member that misses a poll leaves the cluster. Default (zero or
+	// less) DefaultRefreshTTL.
 	RefreshTTL time.Duration
 	// RequestTimeout bounds one attempt of a call to another member (the
 	// member called runs it no longer, see ClusterRequest.timeout); a
 	// call that times out is tried again (sends, wakes, kills: they are
 	// idempotent) on the owner the membership names then, until its
 	// context ends or Options.CallTimeout passes, which bounds a
-	// forwarded call as it bounds a local one. Default
+	// forwarded call as it bounds a local one. Default (zero or less)
 	// DefaultRequestTimeout.
 	RequestTimeout time.Duration
 }

@@ -926,7 +926,7 @@ func TestGatewayRunsARequestWithinItsTimeout(t *testing.T) {
 
 // A forwarded call tells the owner how long it waits for each request:
 // its context's time left, or ClusterOptions.RequestTimeout when that is
-// shorter.
+// shorter; a RequestTimeout of zero or less is DefaultRequestTimeout.
 func TestForwardedRequestCarriesItsTimeout(t *testing.T) {
 	sys := quietSystem(t, "owner.test:1")
 	gw := &fakeGateway{got: make(chan heldRequest, 4)}
@@ -944,12 +944,14 @@ func TestForwardedRequestCarriesItsTimeout(t *testing.T) {
 	n.members.Store(&members)
 	conv := firstConv(func(id string) bool { return n.owner(id) == sys.Address() })
 	for _, c := range []struct {
-		request, ctx, max time.Duration
+		request, ctx, min, max time.Duration
 	}{
 		{request: time.Hour, ctx: 10 * time.Second, max: 10 * time.Second},
 		{request: 5 * time.Second, ctx: time.Minute, max: 5 * time.Second},
+		{request: 0, ctx: time.Minute, min: DefaultRequestTimeout - time.Second, max: DefaultRequestTimeout},
+		{request: -time.Second, ctx: time.Minute, min: DefaultRequestTimeout - time.Second, max: DefaultRequestTimeout},
 	} {
-		n.opts.RequestTimeout = c.request
+		n.opts = ClusterOptions{RequestTimeout: c.request}.withDefaults()
 		ctx, cancel := context.WithTimeout(context.Background(), c.ctx)
 		done := make(chan error, 1)
 		go func() {
@@ -962,6 +964,7 @@ func TestForwardedRequestCarriesItsTimeout(t *testing.T) {
 			d := got.req.GetTimeout()
 			require.NotNil(t, d, "no timeout on the request")
 			require.Positive(t, d.AsDuration())
+			require.GreaterOrEqual(t, d.AsDuration(), c.min)
 			require.LessOrEqual(t, d.AsDuration(), c.max)
 		case <-ctx.Done():
 			t.Fatal("the gateway got nothing")
