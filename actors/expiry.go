@@ -73,7 +73,8 @@ type ExpiryOptions struct {
 	ReplyTimeout time.Duration
 	// MaxInFlight bounds the expires sent to the journal actor and not yet
 	// answered; further due deadlines wait for replies, so a million
-	// deadlines due at once do not flood the journal's mailbox. Default 4096.
+	// deadlines due at once do not flood the journal's mailbox. Zero or
+	// less means 4096.
 	MaxInFlight int
 	// Logger receives the actor's logs. Default: discard.
 	Logger *slog.Logger

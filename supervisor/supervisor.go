@@ -58,7 +58,7 @@ type Config struct {
 	// fire.
 	FireSchedule func(conversationID, scheduleID string, occurrence time.Time)
 	// CallTimeout bounds one request to an agent (a Send waiting for its
-	// user message to be durable). Default 30s.
+	// user message to be durable). Zero or less means 30s.
 	CallTimeout time.Duration
 	// Logger receives lifecycle and failure logs. Default: discard.
 	Logger *slog.Logger

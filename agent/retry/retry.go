@@ -45,14 +45,15 @@ type Policy struct {
 	// included. 0 means DefaultMaxAttempts; 1 (or less than 0) never retries.
 	MaxAttempts int
 	// InitialBackoff is the wait before the second attempt when the server
-	// named none; it doubles for each later attempt. 0 means
+	// named none; it doubles for each later attempt. Zero or less means
 	// DefaultInitialBackoff.
 	InitialBackoff time.Duration
-	// MaxBackoff caps the doubled backoff. 0 means DefaultMaxBackoff.
+	// MaxBackoff caps the doubled backoff. Zero or less means
+	// DefaultMaxBackoff.
 	MaxBackoff time.Duration
 	// MaxRetryAfter is the longest server-named wait (After) that is
-	// honoured; a longer one ends the call with its error at once. 0 means
-	// DefaultMaxRetryAfter.
+	// honoured; a longer one ends the call with its error at once. Zero or
+	// less means DefaultMaxRetryAfter.
 	MaxRetryAfter time.Duration
 	// Sleep waits d or until ctx is done (then it returns ctx.Err()).
 	// Default: a timer. Tests pass one that records d and returns at once.
