@@ -192,6 +192,36 @@ func (h *hub) publish(u actors.Update) {
 	}
 }
 
+// errLogAt marks an update that is for the pump alone, never delivered
+// (see logAt): the log holds the events up to its After.
+var errLogAt = errors.New("lazarus: the log holds the events up to After")
+
+// logAt is told, by an activation of conversation conv whose revival read
+// of the log ended at seq (actors.ConversationConfig.Revived), that the log
+// holds the events up to seq. A write the Store reported
+// journal.ErrUnknownOutcome that landed was never published (the journal
+// actor publishes only the writes reported committed), and the activation
+// revived after it may have nothing more to write: without a later commit
+// of the conversation, whose gap the pump would fill, a subscription would
+// never get it (the answer of a turn that is done, say). So each
+// subscription that has not delivered up to seq reads the events up to it
+// from the Store (bounded as its catch-up is, historyPage and
+// pageBytes a read), in order with the updates published before: after
+// them, and before anything the activation publishes (it calls this
+// before its first step). None is delivered twice.
+func (h *hub) logAt(conv string, seq uint64) {
+	if seq == 0 {
+		return
+	}
+	h.mu.Lock()
+	subs := h.subs[conv]
+	h.mu.Unlock()
+	u := actors.Update{ConversationID: conv, After: seq, Err: errLogAt}
+	for _, s := range subs {
+		s.push(u, h.limit)
+	}
+}
+
 // keepDelta adds the delta of u to the answer in progress of its
 // conversation, or starts a new one with it when the one kept is another
 // model call's (of another Update.Agent or Update.After). h.mu is held.
@@ -241,10 +271,14 @@ func (h *hub) dropUnowned(owns func(conversationID string) bool) {
 
 func (s *subscription) push(u actors.Update, limit int) {
 	s.mu.Lock()
+	if u.Err == errLogAt && s.idle && u.After <= s.after {
+		s.mu.Unlock()
+		return // delivered up to it: nothing to read
+	}
 	// An event past the one after the last delivered (a write before it
 	// was committed but reported failed, its outcome unknown, so never
 	// published) goes to the pump, which reads the missing ones first.
-	if s.idle && (u.Event == nil || u.Event.GetSeq() <= s.after+1) { // so nothing is queued or in the pump's hands, and out is open
+	if s.idle && u.Err != errLogAt && (u.Event == nil || u.Event.GetSeq() <= s.after+1) { // so nothing is queued or in the pump's hands, and out is open
 		if u.Event != nil && u.Event.GetSeq() <= s.after {
 			s.mu.Unlock()
 			return // delivered before, as history
@@ -371,8 +405,9 @@ func (h *hub) pump(ctx context.Context, s *subscription, answer answerDeltas) {
 	// and a live one at seq: the journal actor publishes only the writes
 	// the Store reported committed, and one whose outcome was unknown
 	// (ErrUnknownOutcome, a timeout) may have landed; the later commit,
-	// fenced on it, shows it did. A range the Store no longer holds is
-	// passed over.
+	// fenced on it, shows it did, as does the revival read of the
+	// activation woken after it (logAt: seq is one past the log's last
+	// event it read). A range the Store no longer holds is passed over.
 	fill := func(seq uint64) bool {
 		for s.after+1 < seq {
 			from := s.after
@@ -439,6 +474,13 @@ catchUp:
 		s.held.Store(int64(len(queue)))
 		s.mu.Unlock()
 		for _, u := range queue {
+			if u.Err == errLogAt { // see logAt
+				if !fill(u.After + 1) {
+					return
+				}
+				s.held.Add(-1)
+				continue
+			}
 			if u.Event != nil && u.Event.GetSeq() > s.after+1 && !fill(u.Event.GetSeq()) {
 				return
 			}

@@ -286,3 +286,67 @@ func TestHubDropsAKillsEndPastItsPosition(t *testing.T) {
 		isKillEnd(nextUpdate(t, ctx, updates), 0) // the queued end past its position was dropped
 	})
 }
+
+// TestHubReadsTheLogARevivalSaw: events the Store holds but no commit
+// published (writes reported of unknown outcome that landed; more than a
+// catch-up page of them) reach a subscription once an activation's revival
+// read has seen them (logAt), with no further commit: after the updates
+// published before, before those published after, each once, in order.
+// A subscription that has delivered up to the seq reads nothing.
+func TestHubReadsTheLogARevivalSaw(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	store := memjournal.New(memjournal.Options{})
+	const conv, unreported = "c", historyPage + 3
+	h := newHub(store, 4*historyPage)
+	defer h.close()
+	updates, err := h.subscribe(ctx, conv, 0)
+	require.NoError(t, err)
+
+	evs := hubTestEvents(1, 1+unreported+1)
+	res, err := store.Append(ctx, &messages.AppendRequest{ConversationId: conv, Events: evs[:1]})
+	require.NoError(t, err)
+	first := res.LastSeq
+	evs[0].Seq = first // as the Store would on commit
+	h.publishCommitted(&messages.AppendRequest{ConversationId: conv, Events: evs[:1]})
+	_, err = store.Append(ctx, &messages.AppendRequest{ConversationId: conv, ExpectedLast: first, Events: evs[1 : 1+unreported]})
+	require.NoError(t, err)
+	last := first + unreported
+	// The failed write, published by the activation that made it; the
+	// revival's read; a delta of the model call the revived activation
+	// starts.
+	unknown := fmt.Errorf("test: %w", journal.ErrUnknownOutcome)
+	h.publish(actors.Update{ConversationID: conv, Err: unknown})
+	h.logAt(conv, last)
+	h.publish(actors.Update{ConversationID: conv, Delta: "d", After: last})
+
+	next := func() actors.Update {
+		t.Helper()
+		select {
+		case u, ok := <-updates:
+			require.True(t, ok, "the subscription ended")
+			require.NotErrorIs(t, u.Err, errLogAt, "a marker reached the subscriber")
+			return u
+		case <-ctx.Done():
+			t.Fatal("no update")
+			return actors.Update{}
+		}
+	}
+	require.Equal(t, first, next().Event.GetSeq())
+	require.ErrorIs(t, next().Err, journal.ErrUnknownOutcome)
+	for seq := first + 1; seq <= last; seq++ {
+		require.Equal(t, seq, next().Event.GetSeq(), "the log's events, in order")
+	}
+	require.Equal(t, "d", next().Delta, "the delta after the events the revival read")
+
+	// Delivered up to it: nothing more; the next commit follows at once.
+	h.logAt(conv, last)
+	evs[len(evs)-1].Seq = last + 1
+	h.publishCommitted(&messages.AppendRequest{ConversationId: conv, Events: evs[len(evs)-1:]})
+	require.Equal(t, last+1, next().Event.GetSeq())
+	select {
+	case u := <-updates:
+		t.Fatalf("an update after the last: %+v", u)
+	default:
+	}
+}

@@ -559,7 +559,7 @@ func Open(opts Options) (*Runtime, error) {
 		// themselves, in order, whether or not the activation that wrote
 		// it is still alive to hear the reply.
 		Journal: actors.JournalOptions{Committed: committed, Unknown: unknown, Observe: opts.Metrics.Commit},
-		Agent: func(string) actors.ConversationConfig {
+		Agent: func(conv string) actors.ConversationConfig {
 			return actors.ConversationConfig{
 				Model:                 model,
 				Tools:                 reg,
@@ -577,7 +577,10 @@ func Open(opts Options) (*Runtime, error) {
 				ModelTimeout:          opts.ModelTimeout,
 				ToolTimeout:           opts.ToolTimeout,
 				Publish:               r.hub.publish,
-				Logger:                opts.Logger,
+				// A write of unknown outcome that landed was never
+				// published: the revival read shows it is in the log.
+				Revived: func(seq uint64) { r.hub.logAt(conv, seq) },
+				Logger:  opts.Logger,
 			}
 		},
 	})
@@ -1069,8 +1072,12 @@ func (r *Runtime) deleted(ctx context.Context, conversationID string) error {
 
 // Subscribe streams the conversation's events after seq afterSeq: first
 // those already in the log, then every new one as it becomes durable, with
-// no gap and no duplicate, across kills and revivals of its actor. Live
-// updates also carry streamed text deltas and failed turns. An update whose
+// no gap and no duplicate, across kills and revivals of its actor. A write
+// the Store reported of unknown outcome (journal.ErrUnknownOutcome) that
+// landed, which no commit publishes, reaches it too, read from the Store
+// once the conversation's next commit or the revival read of its next
+// activation (the runtime wakes it again at once after such a write)
+// shows it is in the log. Live updates also carry streamed text deltas and failed turns. An update whose
 // TurnEnd is set says a turn is over (answered, suspended, failed,
 // cancelled); durable ends come with their event, in history too. A
 // subscription that starts in the middle of an answer gets, after the

@@ -138,3 +138,33 @@ func TestConversationRecoversPublishPanic(t *testing.T) {
 		return err == nil && len(evs) == 3 && evs[2].GetAssistantMsg() != nil
 	}, replyWait, time.Millisecond, "the model answered the newer message")
 }
+
+// ConversationConfig.Revived is called with the seq of the log's last event
+// the revival read, before the activation's first step (the message that
+// woke it is written after), and a panic of it is recovered: the
+// activation goes on and writes the message.
+func TestConversationRevivedGetsTheLogsLastSeq(t *testing.T) {
+	sys := newTestSystem(t)
+	store := memjournal.New(memjournal.Options{})
+	_, err := store.Append(t.Context(), &messages.AppendRequest{ConversationId: "c", Events: []*messages.Event{
+		{Body: &messages.Event_UserMsg{UserMsg: &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "old"}}}}}},
+	}})
+	require.NoError(t, err)
+	journalPID := sys.Root.Spawn(actors.NewJournal(store, actors.JournalOptions{}))
+	model := agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
+		return agent.Text("answer"), nil
+	})
+	revived := make(chan uint64, 2)
+	pid := sys.Root.Spawn(actors.NewConversation(actors.ConversationConfig{ID: "c", Store: store, Journal: journalPID, Model: model,
+		Revived: func(seq uint64) {
+			revived <- seq
+			panic("Revived: injected")
+		}}))
+	t.Cleanup(func() { _ = sys.Root.StopFuture(pid).Wait() })
+	res, err := sys.Root.RequestFuture(pid, userSend("r1", "new"), replyWait).Result()
+	require.NoError(t, err)
+	require.Nil(t, res.(*messages.AgentSendReply).GetError(), "the message was written")
+	require.Equal(t, uint64(2), res.(*messages.AgentSendReply).GetSeq())
+	require.Equal(t, uint64(1), <-revived, "the log's last seq when revived, before the message")
+	require.Empty(t, revived, "called once")
+}

@@ -238,6 +238,16 @@ type ConversationConfig struct {
 	// the work again: the write's fence keeps it once in the log) without
 	// waiting for the next command.
 	Unknown func(committed bool)
+	// Revived, if set, is called on the actor's goroutine each time its
+	// revival read of the log succeeded, with the seq of the log's last
+	// event it read (0: none), before the activation publishes or writes
+	// anything: the log holds every event up to it, a predecessor's write
+	// reported journal.ErrUnknownOutcome that landed included, which the
+	// journal actor never reported committed (JournalOptions.Committed).
+	// The runtime has its subscribers that are behind that seq read the
+	// events up to it from the Store. It must not block. A panic of it is
+	// logged and recovered.
+	Revived func(lastSeq uint64)
 	// Goroutines tracks the goroutines the actor starts (model calls, tool
 	// runs, loads, summaries), so their owner can wait for them on close.
 	// Nil means untracked.
@@ -272,6 +282,9 @@ func NewConversation(cfg ConversationConfig) *actor.Props {
 		// A subscriber's failure must not stop the conversation, nor cut
 		// short the step whose update it was (see callback).
 		cfg.Publish = func(u Update) { callback(log, "ConversationConfig.Publish", func() { publish(u) }) }
+	}
+	if revived, log := cfg.Revived, cfg.Logger; revived != nil {
+		cfg.Revived = func(seq uint64) { callback(log, "ConversationConfig.Revived", func() { revived(seq) }) }
 	}
 	cfg.Policy = cfg.Policy.WithDefaults()
 	cfg.Retry = cfg.Retry.WithDefaults()
@@ -371,7 +384,13 @@ func (c *conversation) Receive(ctx actor.Context) {
 		// the write's outcome is unknown, so the core stops and the next
 		// command revives from the log.
 		c.apply(ctx, &inJournalGone{})
-	case *inLoaded, *inModelDone, *inToolDone, *inSummaryDone:
+	case *inLoaded:
+		if msg.err == nil && c.cfg.Revived != nil {
+			// Before the step: what the activation publishes comes after.
+			c.cfg.Revived(msg.ws.LastSeq)
+		}
+		c.apply(ctx, msg)
+	case *inModelDone, *inToolDone, *inSummaryDone:
 		c.apply(ctx, msg)
 	case *idleTick:
 		c.onIdle(ctx, msg)

@@ -21,7 +21,10 @@
 // journal actor, one at a time, fenced with the expected last seq; a failed
 // or fenced write stops the actor and the next command revives it (after a
 // fenced write or one of unknown outcome the runtime wakes it at once,
-// ConversationConfig.Fenced and Unknown). Model
+// ConversationConfig.Fenced and Unknown; a write of unknown outcome that
+// landed was never reported committed, and the runtime learns from the new
+// activation's revival read that the log holds it,
+// ConversationConfig.Revived). Model
 // calls and tool runs run on goroutines the actor owns and report back by
 // message, so the actor never blocks and can be killed mid-call; a model
 // call waits for the conversation's previous one to return (ModelGate),

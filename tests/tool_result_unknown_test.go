@@ -122,8 +122,8 @@ func TestAnswerOfUnknownOutcomeRunsItsTurnOnce(t *testing.T) {
 				if !landed {
 					want, calls = "second", 2
 				}
-				// Read from the Store: an answer that landed unreported is
-				// not published until the conversation's next commit.
+				// Read from the Store (the subscriber's side is
+				// TestSubscriberGetsTheAnswerOfUnknownOutcome).
 				require.Eventually(t, func() bool {
 					evs := h.history("c")
 					return len(evs) > 1 && isAssistantText(want)(evs[len(evs)-1])
@@ -187,4 +187,64 @@ func TestUnknownOutcomesInARowStopTheRewakes(t *testing.T) {
 	require.NoError(t, err)
 	h.awaitEvent("c", 0, isAssistantText("a5"))
 	require.Equal(t, []string{"user_msg", "user_msg", "assistant_msg"}, types(h.history("c")))
+}
+
+// TestSubscriberGetsTheAnswerOfUnknownOutcome: the write of a turn's final
+// answer ends with journal.ErrUnknownOutcome. The journal actor publishes
+// only the writes the Store reported committed, so an answer that landed
+// unreported reaches no subscriber through a commit; the re-woken
+// activation reads it from the log, and a subscriber that subscribed
+// before the turn gets it then, with no further command: every event of
+// the log once, in seq order. (Not landed: the re-woken activation writes
+// the answer again, and that commit is published.) A later turn's events
+// follow, with no duplicate.
+func TestSubscriberGetsTheAnswerOfUnknownOutcome(t *testing.T) {
+	for _, landed := range []bool{true, false} {
+		t.Run(fmt.Sprintf("landed=%v", landed), func(t *testing.T) {
+			forEachStore(t, func(t *testing.T, kind string) {
+				store := &unknownStore{Store: openStore(t, kind), landed: landed, match: isAnswer, fail: 1}
+				h := newHarness(t, store, func(o *lazarus.Options) { o.NoResume = true })
+				ctx := ctxT(t)
+				updates, err := h.rt.Subscribe(ctx, "c", 0)
+				require.NoError(t, err)
+				h.model.Push("c", scripted.Text("first"), scripted.Text("second"), scripted.Text("third"))
+				_, err = h.rt.Send(ctx, "c", "hello", user)
+				require.NoError(t, err)
+
+				var got []*messages.Event
+				next := func(what string) *messages.Event {
+					t.Helper()
+					for {
+						select {
+						case u, ok := <-updates:
+							require.True(t, ok, "the subscription ended waiting for %s (got %d events)", what, len(got))
+							if u.Event != nil {
+								got = append(got, u.Event)
+								return u.Event
+							}
+						case <-ctx.Done():
+							t.Fatalf("waited %v for %s: the subscriber got %v", wait, what, types(got))
+						}
+					}
+				}
+				want := "first"
+				if !landed {
+					want = "second"
+				}
+				next("the user message")
+				answer := next("the answer")
+				require.True(t, isAssistantText(want)(answer), "the answer %q, got %v", want, types(got))
+				require.Equal(t, int32(1), store.lost.Load(), "the answer's write was reported unknown")
+
+				// A later turn: its events follow the answer, none twice.
+				_, err = h.rt.Send(ctx, "c", "again", user)
+				require.NoError(t, err)
+				next("the second user message")
+				next("the second answer")
+				require.Equal(t, []string{"user_msg", "assistant_msg", "user_msg", "assistant_msg"}, types(got))
+				requireGapFree(t, got)
+				require.Equal(t, types(h.history("c")), types(got), "the subscriber got the log")
+			})
+		})
+	}
 }
