@@ -170,6 +170,9 @@ type Options struct {
 	// Default DefaultHumanTimeout; negative means no deadline.
 	HumanTimeout time.Duration
 	// Summary decides when to summarize. Default snapshot.Policy defaults.
+	// It is asked when a conversation comes to rest (its turn over,
+	// nothing owed or awaited), not between the model calls of a turn
+	// (see snapshot.Policy).
 	Summary snapshot.Policy
 	// Summarizer writes summaries. Default nil: never summarize. A
 	// summary that fails (the Summarizer's error, or the Store refusing

@@ -126,7 +126,8 @@ type ConversationConfig struct {
 	// HumanTimeout is the deadline of a human call whose tool sets none.
 	// Zero or negative means no deadline.
 	HumanTimeout time.Duration
-	// Policy decides when to summarize.
+	// Policy decides when to summarize. It is asked when the
+	// conversation comes to rest, not between the model calls of a turn.
 	Policy snapshot.Policy
 	// Summarizer writes summaries. Nil means never summarize.
 	Summarizer snapshot.Summarizer

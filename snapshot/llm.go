@@ -118,9 +118,12 @@ func SummaryModel(s *messages.Summary) string {
 // TokenBudget is the summary Policy that summarizes when the estimated
 // tokens (EstimateTokens) of the rendered events since the last summary pass
 // budget, whatever their number, keeping the default KeepRecent events
-// verbatim. With LLM as the Summarizer it bounds what a revival reads and
-// what each model call is sent. A budget of 0 is DefaultMaxTokens (as
-// Policy.MaxTokens 0 is); a negative one never summarizes.
+// verbatim. With LLM as the Summarizer it keeps what a revival reads and
+// what model calls are sent near the budget: summaries are made when the
+// conversation comes to rest (see Policy), so a turn's model calls are
+// also sent all that the turn has written so far.
+// A budget of 0 is DefaultMaxTokens (as Policy.MaxTokens 0 is); a negative
+// one never summarizes.
 func TokenBudget(budget int) Policy {
 	return Policy{MaxEvents: -1, MaxTokens: budget}
 }

@@ -10,6 +10,13 @@ const (
 )
 
 // Policy decides when to summarize. The zero value is the defaults.
+//
+// The runtime asks it (Due) when a conversation comes to rest: its turn
+// is over and nothing is owed, in flight or awaited (no human call open).
+// It does not ask between the model calls of one turn: a turn that goes on
+// through many server calls sends each model call everything written since
+// the last summary, past MaxEvents or MaxTokens, and is summarized once it
+// ends.
 type Policy struct {
 	// MaxEvents: summarize when the rendered events since the last summary
 	// are more than this. 0 means DefaultMaxEvents; < 0 never.
