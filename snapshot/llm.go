@@ -42,8 +42,11 @@ type LLM struct {
 	Model agent.Model
 	// Prompt is what the model is asked. Empty means DefaultSummaryPrompt.
 	Prompt string
-	// MaxInputBytes bounds the rendered span sent (the oldest lines are
-	// dropped first). 0 means DefaultLLMMaxInputBytes; < 0 no bound.
+	// MaxInputBytes bounds the rendered span sent: the oldest lines are
+	// dropped first, and the start of the newest if it alone does not
+	// fit; a line "..." (counted) marks the cut. 0 means
+	// DefaultLLMMaxInputBytes; < 0 no bound. A bound too small to hold
+	// the mark and a character of the span fails the summary (ErrInvalid).
 	MaxInputBytes int
 }
 
@@ -51,7 +54,8 @@ var _ Summarizer = LLM{}
 
 // Summarize implements Summarizer. Errors: those of Deterministic for a bad
 // span (journal.ErrInvalid), the model's error, and an error wrapping
-// journal.ErrInvalid when the model answers with no text or with tool calls.
+// journal.ErrInvalid when MaxInputBytes leaves no room for the span (the
+// model is not asked) or the model answers with no text or with tool calls.
 func (l LLM) Summarize(ctx context.Context, conversationID string, prev *messages.Summary, events []*messages.Event) (*messages.Summary, error) {
 	if l.Model == nil {
 		return nil, journal.Invalidf("snapshot: LLM summarizer has no model")
@@ -60,6 +64,11 @@ func (l LLM) Summarize(ctx context.Context, conversationID string, prev *message
 	if limit == 0 {
 		limit = DefaultLLMMaxInputBytes
 	}
+	if limit > 0 && len(events) > 0 && events[len(events)-1] != nil {
+		// Deterministic's bound counts its header line, which is not
+		// sent: the span's lines get limit bytes of their own.
+		limit += len(appendHeader(nil, 0, events[len(events)-1].GetSeq())) + digestLen + 1
+	}
 	// Deterministic validates the span and renders it; a previous summary
 	// goes in separately, whole.
 	span, err := Deterministic{MaxBytes: limit}.Summarize(ctx, conversationID, &messages.Summary{ToSeq: prev.GetToSeq()}, events)
@@ -67,6 +76,11 @@ func (l LLM) Summarize(ctx context.Context, conversationID string, prev *message
 		return nil, err
 	}
 	_, lines, _ := strings.Cut(span.GetContent(), "\n")
+	if strings.TrimPrefix(lines, cutMark) == "" {
+		// Not even the newest line's end fits: the model would write a
+		// summary of nothing, and the span would be folded away unread.
+		return nil, journal.Invalidf("snapshot: summary of %q: MaxInputBytes %d leaves no room for the span", conversationID, l.MaxInputBytes)
+	}
 	prompt := l.Prompt
 	if prompt == "" {
 		prompt = DefaultSummaryPrompt

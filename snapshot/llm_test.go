@@ -112,3 +112,36 @@ func TestTokenBudget(t *testing.T) {
 }
 
 var _ agent.Model = (*scripted.Model)(nil)
+
+// TestLLMSummarizerInputBoundIsTheSpans: MaxInputBytes is the room of the
+// span's lines, not of them and the header line Deterministic renders
+// before them (which is not sent): a bound that holds the newest line
+// sends it, and no more than the bound. A bound that holds none of the span
+// fails the summary, without asking the model to summarize nothing (it
+// was asked, and the span was folded away unread).
+func TestLLMSummarizerInputBoundIsTheSpans(t *testing.T) {
+	evs := log(41, user(strings.Repeat("a", 100)), user("newest"))
+	for _, limit := range []int{30, 60, 80} {
+		m := scripted.New(scripted.Options{})
+		_, err := snapshot.LLM{Model: m, Prompt: "P", MaxInputBytes: limit}.Summarize(context.Background(), "c", nil, evs)
+		require.NoError(t, err)
+		asked := m.Turns("c")[0].Context[0].GetUserMsg().GetContent()[0].GetText()
+		_, span, ok := strings.Cut(asked, "Conversation:\n")
+		require.True(t, ok, asked)
+		assert.Equal(t, "...\n[42] user: newest", span, "limit %d", limit)
+	}
+	m := scripted.New(scripted.Options{})
+	_, err := snapshot.LLM{Model: m, MaxInputBytes: 20}.Summarize(context.Background(), "c", nil, evs)
+	require.NoError(t, err)
+	_, span, _ := strings.Cut(m.Turns("c")[0].Context[0].GetUserMsg().GetContent()[0].GetText(), "Conversation:\n")
+	assert.Equal(t, "...\n42] user: newest", span, "the end of the newest line, within the bound")
+	assert.LessOrEqual(t, len(span), 20)
+
+	for _, limit := range []int{1, 4, 5} {
+		m := scripted.New(scripted.Options{})
+		sum, err := snapshot.LLM{Model: m, MaxInputBytes: limit}.Summarize(context.Background(), "c", nil, log(1, user("é")))
+		require.ErrorIs(t, err, journal.ErrInvalid, "limit %d", limit)
+		assert.Nil(t, sum)
+		assert.Zero(t, m.Calls("c"), "the model is not asked")
+	}
+}

@@ -98,12 +98,7 @@ func (d Deterministic) Summarize(ctx context.Context, conversationID string, pre
 	// The header's length is known before its digest: the room left for
 	// the body, and so how much of its end to keep, is known up front.
 	var hdr [96]byte // 29 + 20 + 2 + 20 + 9 bytes of prefix, then the digest
-	head := append(hdr[:0], "deterministic summary of seq "...)
-	head = strconv.AppendUint(head, from, 10)
-	head = append(head, ".."...)
-	head = strconv.AppendUint(head, to, 10)
-	head = append(head, ", sha256 "...)
-	const digestLen = 16
+	head := appendHeader(hdr[:0], from, to)
 	limit := d.MaxBytes
 	if limit == 0 {
 		limit = DefaultDeterministicMaxBytes
@@ -164,6 +159,19 @@ func (d Deterministic) Summarize(ctx context.Context, conversationID string, pre
 		c.Write(tail)
 	}
 	return &messages.Summary{FromSeq: from, ToSeq: to, Content: c.String(), Version: DeterministicVersion}, nil
+}
+
+// digestLen is the length of the digest in a Deterministic header.
+const digestLen = 16
+
+// appendHeader appends the header line of a Deterministic summary of
+// from..to up to its digest.
+func appendHeader(b []byte, from, to uint64) []byte {
+	b = append(b, "deterministic summary of seq "...)
+	b = strconv.AppendUint(b, from, 10)
+	b = append(b, ".."...)
+	b = strconv.AppendUint(b, to, 10)
+	return append(b, ", sha256 "...)
 }
 
 // cutMark starts a body whose oldest lines were dropped.
