@@ -134,14 +134,34 @@ func TestMCPCallTimeoutIsCodeTimeout(t *testing.T) {
 	require.NoError(t, ctx.Err(), "at the server's timeout, not the test's bound")
 	require.Equal(t, agent.CodeTimeout, out.GetError().GetCode(), out.GetError().GetMessage())
 	require.Contains(t, out.GetError().GetMessage(), "300ms")
-	<-slowStarted // c1's
 
+	// The run's own context ends once the call reached the server. A server
+	// of its own, with a timeout the run cannot reach, so that neither a
+	// late start of c1 nor a slow machine (the call taking 300ms to reach
+	// the server) can make this a timeout.
+	var mu2 sync.Mutex
+	var seen2 []string
+	started := make(chan struct{}, 1)
+	hs2 := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server {
+		return docsMCPServer(&seen2, &mu2, started)
+	}, nil))
+	defer hs2.Close()
+	s2, err := connectMCP(ctx, mcpConfig{Name: "docs", URL: hs2.URL, Timeout: "1h"}, "test")
+	require.NoError(t, err)
+	defer func() { _ = s2.session.Close() }()
+	reg2, err := agent.NewRegistry(s2.tools...)
+	require.NoError(t, err)
 	run, cancel := context.WithCancel(ctx)
+	defer cancel()
 	go func() {
-		<-slowStarted
-		cancel()
+		select {
+		case <-started:
+			cancel()
+		case <-run.Done():
+		}
 	}()
-	out = reg.RunServer(run, agent.Invocation{ToolCallID: "c2", Name: "slow", Arguments: `{}`})
+	out = reg2.RunServer(run, agent.Invocation{ToolCallID: "c2", Name: "slow", Arguments: `{}`})
+	require.NoError(t, ctx.Err(), "the run's cancel, not the test's bound")
 	require.Equal(t, agent.CodeCanceled, out.GetError().GetCode(), out.GetError().GetMessage())
 
 	out = reg.RunServer(ctx, agent.Invocation{ToolCallID: "c3", Name: "boom", Arguments: `{}`})
