@@ -917,7 +917,7 @@ func TestGatewayRunsARequestWithinItsTimeout(t *testing.T) {
 	select {
 	case reply := <-done:
 		err := journal.ErrorFromProto(reply.GetError())
-		require.ErrorIs(t, err, journal.ErrUnknownOutcome, "the send was handed over")
+		require.ErrorIs(t, err, journal.ErrUnknownOutcome, "a request its timeout cut is of unknown outcome")
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 	case <-bound.Done():
 		t.Fatal("the gateway ran a request past its timeout")
@@ -970,6 +970,11 @@ func TestForwardedRequestCarriesItsTimeout(t *testing.T) {
 			t.Fatal("the gateway got nothing")
 		}
 		cancel()
-		require.Error(t, <-done)
+		select {
+		case err := <-done:
+			require.Error(t, err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("the call did not end with its context")
+		}
 	}
 }

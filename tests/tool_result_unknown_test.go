@@ -81,7 +81,12 @@ func TestServerResultOfUnknownOutcome(t *testing.T) {
 				h.model.Push("c", scripted.Reply("charging", scripted.Call("charge", `{"amount":5}`)), scripted.Text("charged"))
 				_, err := h.rt.Send(ctx, "c", "charge me", user)
 				require.NoError(t, err)
-				id := <-h.chargeStarted
+				var id string
+				select {
+				case id = <-h.chargeStarted:
+				case <-ctx.Done():
+					t.Fatal("the charge never started")
+				}
 
 				h.awaitEvent("c", 0, isAssistantText("charged"))
 				require.Equal(t, int32(1), store.lost.Load(), "the result's write was reported unknown")
