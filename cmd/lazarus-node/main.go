@@ -54,8 +54,9 @@
 //
 // Exit status: 0 stopped by a signal (or --help), 1 failure (the control
 // API's address or the Runtime could not be had, or failed: stderr says
-// why), 2 usage error (an unknown or bad flag, a missing required one, an
-// argument), 3 forced out by a second signal.
+// why), 2 usage error (an unknown flag, a bad value such as a --postgres
+// DSN that does not parse, a missing required flag, an argument: nothing
+// is opened), 3 forced out by a second signal.
 //
 // `lazarus-node demo` (make demo-cluster) runs three members of itself and
 // a throwaway PostgreSQL (PG_BINDIR), kills one mid-turn with SIGKILL, and
@@ -84,6 +85,8 @@ import (
 	"syscall"
 	"time"
 	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lazarusrt/lazarus"
 	"github.com/lazarusrt/lazarus/agent"
@@ -162,11 +165,14 @@ func parse(args []string, stderr io.Writer) (config, error) {
 		}
 	}
 	var bad error
+	dsnErr := parseDSN(c.dsn)
 	switch {
 	case fs.NArg() > 0:
 		bad = fmt.Errorf("unexpected arguments %q (the only command is demo, given alone)", fs.Args())
 	case c.dsn == "":
 		bad = errors.New("--postgres is required")
+	case dsnErr != nil:
+		bad = fmt.Errorf("--postgres: not a PostgreSQL connection string: %w", dsnErr)
 	case c.amPort <= 0 || c.amPort > 65535:
 		bad = fmt.Errorf("--automanaged-port is required, a port from 1 to 65535 (got %d)", c.amPort)
 	case c.port < 0 || c.port > 65535:
@@ -184,6 +190,13 @@ func parse(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("%w: %w", errUsage, bad)
 	}
 	return c, nil
+}
+
+// parseDSN reports a DSN that does not parse, as the Runtime would find
+// only once it opens (pgx masks a password in its message).
+func parseDSN(dsn string) error {
+	_, err := pgxpool.ParseConfig(dsn)
+	return err
 }
 
 // run is the member's life: it parses args, listens on the control API's

@@ -71,6 +71,8 @@ func TestUsageErrors(t *testing.T) {
 		{"negative model delay", with("--model-delay", "-1s"), "--model-delay must not be negative"},
 		{"zero human timeout", with("--human-timeout", "0s"), "--human-timeout must be positive"},
 		{"argument", with("serve"), `unexpected arguments ["serve"]`},
+		{"malformed dsn", with("--postgres", "::bad::"), "--postgres: not a PostgreSQL connection string"},
+		{"malformed dsn url", with("--postgres", "postgres://u:s3cret@127.0.0.1:notaport/db"), "--postgres: not a PostgreSQL connection string"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -79,6 +81,7 @@ func TestUsageErrors(t *testing.T) {
 			require.Equal(t, exitUsage, code, "stderr: %s", stderr.String())
 			require.Contains(t, stderr.String(), c.want)
 			require.Contains(t, stderr.String(), "Usage of lazarus-node", "the usage follows the error")
+			require.NotContains(t, stderr.String(), "s3cret", "a DSN's password is masked")
 			require.Empty(t, stdout.String())
 		})
 	}
