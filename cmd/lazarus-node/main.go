@@ -40,8 +40,9 @@
 // member retired because the Store's fence refused their write
 // (lazarus.Metrics.Fenced).
 //
-// --postgres, --automanaged-port and --seeds are required; --port 0 and
-// the --http default (127.0.0.1:0) pick free ports. Once the member is up
+// --postgres, --automanaged-port and --seeds are required; each seed is a
+// host:port (the port from 1 to 65535) and --http a [host]:port, else
+// status 2; --port 0 and the --http default (127.0.0.1:0) pick free ports. Once the member is up
 // it prints "lazarus-node MEMBER ready, control API http://ADDR" on
 // stdout. On SIGTERM or SIGINT it prints that it is stopping, stops
 // taking control calls, answers those in flight (each is bounded by its
@@ -166,6 +167,13 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	}
 	var bad error
 	dsnErr := parseDSN(c.dsn)
+	httpErr := hostPort(c.httpAddr, 0)
+	var seedErr error
+	for _, s := range c.seeds {
+		if err := hostPort(s, 1); err != nil && seedErr == nil {
+			seedErr = fmt.Errorf("--seeds: %q: %w", s, err)
+		}
+	}
 	switch {
 	case fs.NArg() > 0:
 		bad = fmt.Errorf("unexpected arguments %q (the only command is demo, given alone)", fs.Args())
@@ -179,6 +187,10 @@ func parse(args []string, stderr io.Writer) (config, error) {
 		bad = fmt.Errorf("--port must be from 0 to 65535 (got %d)", c.port)
 	case len(c.seeds) == 0:
 		bad = errors.New("--seeds is required")
+	case seedErr != nil:
+		bad = seedErr
+	case httpErr != nil:
+		bad = fmt.Errorf("--http: %q: %w", c.httpAddr, httpErr)
 	case c.delay < 0:
 		bad = fmt.Errorf("--model-delay must not be negative (got %v)", c.delay)
 	case c.humanTimeout <= 0:
@@ -190,6 +202,24 @@ func parse(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("%w: %w", errUsage, bad)
 	}
 	return c, nil
+}
+
+// hostPort reports an address that is not host:port with a port from
+// minPort to 65535 (a seed needs its host; --http may leave it empty, for
+// every interface).
+func hostPort(addr string, minPort int) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	p, err := strconv.Atoi(port)
+	switch {
+	case err != nil || p < minPort || p > 65535:
+		return fmt.Errorf("port %q is not from %d to 65535", port, minPort)
+	case host == "" && minPort > 0:
+		return errors.New("no host")
+	}
+	return nil
 }
 
 // parseDSN reports a DSN that does not parse, as the Runtime would find

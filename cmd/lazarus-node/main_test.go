@@ -71,6 +71,13 @@ func TestUsageErrors(t *testing.T) {
 		{"negative model delay", with("--model-delay", "-1s"), "--model-delay must not be negative"},
 		{"zero human timeout", with("--human-timeout", "0s"), "--human-timeout must be positive"},
 		{"argument", with("serve"), `unexpected arguments ["serve"]`},
+		{"seed without a port", with("--seeds", "127.0.0.1:7101,127.0.0.1"), `--seeds: "127.0.0.1": `},
+		{"seed port zero", with("--seeds", "127.0.0.1:0"), `--seeds: "127.0.0.1:0": port "0" is not from 1 to 65535`},
+		{"seed port out of range", with("--seeds", "127.0.0.1:70000"), `--seeds: "127.0.0.1:70000": port`},
+		{"seed without a host", with("--seeds", ":7101"), `--seeds: ":7101": no host`},
+		{"seed with a path", with("--seeds", "127.0.0.1:7101/x"), `--seeds: "127.0.0.1:7101/x": port`},
+		{"http without a port", with("--http", "nonsense"), `--http: "nonsense": `},
+		{"http port out of range", with("--http", "127.0.0.1:99999"), `--http: "127.0.0.1:99999": port "99999" is not from 0 to 65535`},
 		{"malformed dsn", with("--postgres", "::bad::"), "--postgres: not a PostgreSQL connection string"},
 		{"malformed dsn url", with("--postgres", "postgres://u:s3cret@127.0.0.1:notaport/db"), "--postgres: not a PostgreSQL connection string"},
 	}
