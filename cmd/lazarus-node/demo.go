@@ -27,12 +27,17 @@ import (
 // finishes on the survivors with gap-free logs; its progress goes to out.
 // memberArgs are added to each member's flags. A member that exits before
 // the demo kills it fails the demo at once, with what it wrote on stderr.
-func demo(out io.Writer, memberArgs ...string) error {
+// The end of ctx (an interrupt) ends the demo at its next step, its
+// members killed and its PostgreSQL removed.
+func demo(ctx context.Context, out io.Writer, memberArgs ...string) error {
 	pg, err := pgtest.Start()
 	if err != nil {
 		return err
 	}
 	defer pg.Close()
+	if ctx.Err() != nil {
+		return errInterrupted
+	}
 	dsn := pg.DSN("postgres")
 	self, err := os.Executable()
 	if err != nil {
@@ -48,6 +53,9 @@ func demo(out io.Writer, memberArgs ...string) error {
 	// gone is the error of the first member that exited by itself, nil if
 	// none did.
 	gone := func(ms []*member) error {
+		if ctx.Err() != nil {
+			return errInterrupted
+		}
 		for _, m := range ms {
 			select {
 			case <-m.exited:
@@ -119,6 +127,9 @@ func demo(out io.Writer, memberArgs ...string) error {
 			break
 		}
 	}
+	if ctx.Err() != nil {
+		return errInterrupted
+	}
 	for _, c := range convs {
 		if err := postJSON(entry.api+"/send", map[string]string{"conv": c, "text": "tool: look it up", "request_id": "demo-" + c}); err != nil {
 			return fmt.Errorf("send to %s: %w", c, err)
@@ -177,6 +188,9 @@ func demo(out io.Writer, memberArgs ...string) error {
 	fmt.Fprintln(out, "\nok: the killed member's conversations finished on the survivors")
 	return nil
 }
+
+// errInterrupted ends a demo whose context ended.
+var errInterrupted = errors.New("interrupted")
 
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -64,7 +64,9 @@
 // prints where each conversation lived and whether its log is whole. It
 // takes no arguments (status 2 if given some) and exits 1 if the cluster
 // or a log fails it, or a member exits by itself (with what it wrote on
-// stderr).
+// stderr). A SIGINT, SIGTERM or SIGHUP (Ctrl-C) stops it with status 130,
+// as cmd/demo, once it has killed its members and removed its PostgreSQL
+// and the directory of its data; a second one exits at once.
 package main
 
 import (
@@ -103,6 +105,8 @@ const (
 	// exitForced: a second signal ended the member before its graceful
 	// stop did.
 	exitForced = 3
+	// exitInterrupted: the demo was stopped by a signal (as cmd/demo).
+	exitInterrupted = 130
 )
 
 func main() {
@@ -111,7 +115,18 @@ func main() {
 			fmt.Fprintf(os.Stderr, "lazarus-node demo: takes no arguments, got %q\n", os.Args[2:])
 			os.Exit(exitUsage)
 		}
-		if err := demo(os.Stdout); err != nil {
+		// A first SIGINT or SIGTERM ends the demo through its cleanup
+		// (members killed, PostgreSQL and its directory removed); a
+		// second one, the handler gone, kills it at once.
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+		context.AfterFunc(ctx, stop)
+		err := demo(ctx, os.Stdout)
+		stop()
+		if errors.Is(err, errInterrupted) {
+			fmt.Fprintln(os.Stderr, "lazarus-node demo: interrupted")
+			os.Exit(exitInterrupted)
+		}
+		if err != nil {
 			fmt.Fprintln(os.Stderr, "lazarus-node demo: FAILED:", err)
 			os.Exit(exitError)
 		}

@@ -43,7 +43,7 @@ func TestDemoMemberExits(t *testing.T) {
 	t.Setenv(asMain, "1")
 	start := time.Now()
 	var out bytes.Buffer
-	err := demo(&out, "--nope")
+	err := demo(context.Background(), &out, "--nope")
 	require.ErrorContains(t, err, "flag provided but not defined: -nope")
 	require.ErrorContains(t, err, "exit status 2")
 	require.Less(t, time.Since(start), 50*time.Second, "not the membership's minute")
@@ -448,4 +448,65 @@ func TestSecondSignalForcesExit(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("the call in flight neither answered nor failed")
 	}
+}
+
+// TestDemoInterrupted: a SIGINT (Ctrl-C) during the demo ends it with
+// status 130 saying it was interrupted, after it removed its PostgreSQL's
+// data directory, rather than dying at once and leaving the directory
+// behind.
+func TestDemoInterrupted(t *testing.T) {
+	tmp, err := os.MkdirTemp("", "lazarus-node-demo-")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = os.RemoveAll(tmp) })
+	require.NoError(t, os.Chmod(tmp, 0o755)) // the server may run as another user
+	self, err := os.Executable()
+	require.NoError(t, err)
+	cmd := exec.Command(self, "demo")
+	cmd.Env = append(os.Environ(), asMain+"=1", "TMPDIR="+tmp)
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	var werr error
+	exited := make(chan struct{}) // closed once werr is set
+	waiting := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), "waiting for the membership") {
+				close(waiting)
+			}
+		}
+		werr = cmd.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	select {
+	case <-waiting:
+	case <-exited:
+		t.Fatalf("the demo ended before its members started: %v: %s", werr, stderr.String())
+	case <-time.After(60 * time.Second):
+		t.Fatal("the demo never started its members")
+	}
+	entries, err := os.ReadDir(tmp)
+	require.NoError(t, err)
+	require.NotEmpty(t, entries, "the demo's PostgreSQL keeps its data under TMPDIR")
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+	select {
+	case <-exited:
+	case <-time.After(60 * time.Second):
+		t.Fatal("SIGINT did not end the demo")
+	}
+	entries, err = os.ReadDir(tmp)
+	require.NoError(t, err)
+	require.Empty(t, entries, "the demo's PostgreSQL directory is removed")
+	var ee *exec.ExitError
+	require.ErrorAs(t, werr, &ee, "stderr: %s", stderr.String())
+	require.Equal(t, 130, ee.ExitCode(), "stderr: %s", stderr.String())
+	require.Contains(t, stderr.String(), "lazarus-node demo: interrupted")
 }
