@@ -54,7 +54,7 @@
 // Runtime's log/slog debug logs to stderr.
 //
 // Exit status: 0 stopped by a signal (or --help), 1 failure (the control
-// API's address or the Runtime could not be had, or failed: stderr says
+// API's address, the automanaged port or the Runtime could not be had, or failed: stderr says
 // why), 2 usage error (an unknown flag, a bad value such as a --postgres
 // DSN that does not parse, a missing required flag, an argument: nothing
 // is opened), 3 forced out by a second signal.
@@ -290,6 +290,15 @@ func run(args []string, stdout, stderr io.Writer, stop <-chan os.Signal, exit fu
 		return fail(fmt.Errorf("control API: %w", err))
 	}
 	defer ln.Close()
+	// The automanaged provider serves its health endpoint on every
+	// interface and only logs a failure to: the member would start and
+	// never be a member of its own cluster. A port taken now fails the
+	// start instead, before the Runtime opens.
+	am, err := net.Listen("tcp", fmt.Sprintf(":%d", c.amPort))
+	if err != nil {
+		return fail(fmt.Errorf("--automanaged-port %d: %w", c.amPort, err))
+	}
+	_ = am.Close()
 	var fenced atomic.Int64
 	logger := slog.New(slog.DiscardHandler)
 	if c.verbose {

@@ -510,3 +510,46 @@ func TestDemoInterrupted(t *testing.T) {
 	require.Equal(t, 130, ee.ExitCode(), "stderr: %s", stderr.String())
 	require.Contains(t, stderr.String(), "lazarus-node demo: interrupted")
 }
+
+// TestAutomanagedPortTaken: an --automanaged-port that another process
+// holds fails the start with status 1 naming the flag, before the Runtime
+// opens; the automanaged provider would only log its failure to serve
+// the health endpoint, and the member would start without ever being a
+// member of its own cluster.
+func TestAutomanagedPortTaken(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	am := l.Addr().(*net.TCPAddr).Port
+	stdoutR, stdoutW := io.Pipe()
+	var stderr syncBuffer
+	stop := make(chan os.Signal, 1)
+	done := make(chan int, 1)
+	go func() {
+		defer stdoutW.Close()
+		done <- run([]string{"--postgres", dsn, "--automanaged-port", fmt.Sprint(am), "--seeds", fmt.Sprintf("127.0.0.1:%d", am)},
+			stdoutW, &stderr, stop, func(code int) { t.Errorf("forced out with status %d", code) })
+	}()
+	ready := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdoutR)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), " ready, ") {
+				ready <- sc.Text()
+			}
+		}
+	}()
+	select {
+	case code := <-done:
+		require.Equal(t, exitError, code, "stderr: %s", stderr.String())
+		require.Contains(t, stderr.String(), fmt.Sprintf("lazarus-node: --automanaged-port %d: ", am))
+		require.Contains(t, stderr.String(), "address already in use")
+	case l := <-ready:
+		stop <- syscall.SIGTERM
+		<-done
+		t.Fatalf("started on a taken automanaged port: %q", l)
+	case <-time.After(60 * time.Second):
+		t.Fatal("neither failed nor started")
+	}
+}
