@@ -46,8 +46,9 @@
 // it prints "lazarus-node MEMBER ready, control API http://ADDR" on
 // stdout. On SIGTERM or SIGINT it prints that it is stopping, stops
 // taking control calls, answers those in flight (each is bounded by its
-// own timeout), closes the Runtime and prints "lazarus-node MEMBER
-// stopped". A second SIGTERM or SIGINT, during that stop or during the
+// own timeout, 20 s at most; the wait for them by 25 s, after which those
+// still running are cut, saying so on stderr), closes the Runtime and
+// prints "lazarus-node MEMBER stopped". A second SIGTERM or SIGINT, during that stop or during the
 // start, exits at once with status 3, saying so on stderr: the calls in
 // flight get no answer and the Runtime is not closed, so the other members
 // take its conversations over as from a killed member. --verbose sends the
@@ -151,6 +152,12 @@ type config struct {
 	humanTimeout time.Duration
 	verbose      bool
 }
+
+// stopGrace bounds the wait for the control calls in flight at a
+// graceful stop: longer than the longest (sendwait's 20 s), so that each
+// is answered before the Runtime closes. A call still running after it
+// (one whose client has not sent all of its body) is cut.
+var stopGrace = 25 * time.Second
 
 // errUsage marks a command line that parse refuses; --help wraps
 // flag.ErrHelp instead.
@@ -333,11 +340,12 @@ func run(args []string, stdout, stderr io.Writer, stop <-chan os.Signal, exit fu
 		fmt.Fprintf(stdout, "lazarus-node %s: %v, stopping\n", rt.Address(), s)
 	case err = <-errc:
 	}
-	// Longer than the longest control call (sendwait's 20 s), so that
-	// every call in flight is answered before the Runtime closes.
-	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), stopGrace)
 	defer cancel()
-	_ = srv.Shutdown(ctx)
+	if serr := srv.Shutdown(ctx); serr != nil {
+		fmt.Fprintf(stderr, "lazarus-node: control calls still running after %v are cut: %v\n", stopGrace, serr)
+		_ = srv.Close()
+	}
 	if cerr := rt.Close(); err == nil {
 		err = cerr
 	}

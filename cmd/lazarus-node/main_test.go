@@ -553,3 +553,73 @@ func TestAutomanagedPortTaken(t *testing.T) {
 		t.Fatal("neither failed nor started")
 	}
 }
+
+// TestStopCutsCallsAfterTheGrace: a graceful stop waits for the control
+// calls in flight at most stopGrace; one still running then (here a
+// sendwait whose model call takes an hour) is cut, the member says so on
+// stderr, closes the Runtime and exits 0 without waiting for the call.
+func TestStopCutsCallsAfterTheGrace(t *testing.T) {
+	grace := stopGrace
+	stopGrace = 200 * time.Millisecond
+	t.Cleanup(func() { stopGrace = grace })
+	dsn := pgtest.NewDatabase(t)
+	am := freeTestPort(t)
+	stdoutR, stdoutW := io.Pipe()
+	var stderr syncBuffer
+	stop := make(chan os.Signal, 1)
+	done := make(chan int, 1)
+	go func() {
+		defer stdoutW.Close()
+		done <- run([]string{"--postgres", dsn, "--automanaged-port", fmt.Sprint(am), "--seeds", fmt.Sprintf("127.0.0.1:%d", am),
+			"--model-delay", "1h"}, stdoutW, &stderr, stop, func(code int) { t.Errorf("forced out with status %d", code) })
+	}()
+	lines := make(chan string, 8)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stdoutR)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	var ready string
+	select {
+	case ready = <-lines:
+	case code := <-done:
+		t.Fatalf("exited %d before it was ready: %s", code, stderr.String())
+	case <-time.After(60 * time.Second):
+		t.Fatal("never ready")
+	}
+	_, apiURL, found := strings.Cut(ready, " ready, control API ")
+	require.True(t, found, "ready line: %q", ready)
+	res, err := http.Get(apiURL + "/stream?conv=c")
+	require.NoError(t, err)
+	defer res.Body.Close()
+	answer := make(chan error, 1)
+	go func() {
+		res, err := http.Post(apiURL+"/sendwait", "application/json", strings.NewReader(`{"conv":"c","text":"hi"}`))
+		if err == nil {
+			b, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			err = fmt.Errorf("answered %d: %s", res.StatusCode, b)
+		}
+		answer <- err
+	}()
+	var first struct{ Seq uint64 }
+	require.NoError(t, json.NewDecoder(res.Body).Decode(&first))
+	require.Equal(t, uint64(1), first.Seq, "the turn has begun: sendwait is in flight")
+	stop <- syscall.SIGTERM
+	select {
+	case code := <-done:
+		require.Equal(t, exitOK, code, "stderr: %s", stderr.String())
+	case <-time.After(15 * time.Second):
+		t.Fatal("the stop waited for the call beyond its grace")
+	}
+	require.Contains(t, stderr.String(), "lazarus-node: control calls still running after 200ms are cut")
+	select {
+	case err := <-answer:
+		require.Error(t, err)
+		require.NotContains(t, err.Error(), "answered", "the call is cut, not answered")
+	case <-time.After(15 * time.Second):
+		t.Fatal("the call in flight neither answered nor failed")
+	}
+}
