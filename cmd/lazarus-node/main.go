@@ -48,17 +48,19 @@
 // taking control calls, answers those in flight (each is bounded by its
 // own timeout, 20 s at most; the wait for them by 25 s, after which those
 // still running are cut, saying so on stderr), closes the Runtime and
-// prints "lazarus-node MEMBER stopped". A second SIGTERM or SIGINT, during that stop or during the
-// start, exits at once with status 3, saying so on stderr: the calls in
-// flight get no answer and the Runtime is not closed, so the other members
-// take its conversations over as from a killed member. --verbose sends the
-// Runtime's log/slog debug logs to stderr.
+// prints "lazarus-node MEMBER stopped". A second SIGTERM or SIGINT, during
+// that stop or during the start, exits at once with status 7, saying so
+// on stderr: the calls in flight get no answer and the Runtime is not
+// closed, so the other members take its conversations over as from a
+// killed member. --verbose sends the Runtime's log/slog debug logs to
+// stderr.
 //
-// Exit status: 0 stopped by a signal (or --help), 1 failure (the control
-// API's address, the automanaged port or the Runtime could not be had, or failed: stderr says
-// why), 2 usage error (an unknown flag, a bad value such as a --postgres
-// DSN that does not parse, a missing required flag, an argument: nothing
-// is opened), 3 forced out by a second signal.
+// Exit status (those of cmd/lazarus for the same ends): 0 stopped by a
+// signal (or --help), 1 failure (the control API's address, the
+// automanaged port or the Runtime could not be had, or failed: stderr
+// says why), 2 usage error (an unknown flag, a bad value such as a
+// --postgres DSN that does not parse, a missing required flag, an
+// argument: nothing is opened), 7 forced out by a second signal.
 //
 // `lazarus-node demo` (make demo-cluster) runs three members of itself and
 // a throwaway PostgreSQL (PG_BINDIR), kills one mid-turn with SIGKILL, and
@@ -104,8 +106,8 @@ const (
 	exitError = 1
 	exitUsage = 2
 	// exitForced: a second signal ended the member before its graceful
-	// stop did.
-	exitForced = 3
+	// stop did (lazarus's status for it).
+	exitForced = 7
 	// exitInterrupted: the demo was stopped by a signal (as cmd/demo).
 	exitInterrupted = 130
 )

@@ -354,7 +354,7 @@ func freeTestPort(t *testing.T) int {
 
 // TestSecondSignalForcesExit: a member process stopping gracefully after
 // SIGTERM, held by a call in flight (its model call takes an hour), exits
-// at once on a second signal (SIGINT here) with status 3 and says so on
+// at once on a second signal (SIGINT here) with status 7 and says so on
 // stderr: the call in flight gets no answer and the member never says it
 // stopped.
 func TestSecondSignalForcesExit(t *testing.T) {
