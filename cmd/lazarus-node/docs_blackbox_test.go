@@ -60,9 +60,10 @@ func runNode(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	return exitCode(t, err), out.String(), errOut.String()
 }
 
-// TestDocsHelpAndUsageStatuses: `lazarus-node -h` (and --help) exits 0 and
-// lists every flag of the package doc with its default (--port 0, --http
-// 127.0.0.1:0, --model-delay 50ms, --human-timeout 3s); a usage error (an
+// TestDocsHelpAndUsageStatuses: `lazarus-node -h` (and --help) exits 0,
+// names the demo, lists every flag of the package doc with its default
+// (--port 0, --http 127.0.0.1:0, --model-delay 50ms, --human-timeout 3s)
+// and the exit statuses; a usage error (an
 // unknown flag, a missing required flag, an argument, `demo` given
 // arguments) exits 2 naming the problem on stderr, before anything is
 // opened, with nothing on stdout.
@@ -78,6 +79,9 @@ func TestDocsHelpAndUsageStatuses(t *testing.T) {
 		require.Contains(t, stderr, "(default 50ms)")
 		require.Contains(t, stderr, "(default 3s)")
 		require.Contains(t, stderr, "0 picks a free one", "--port 0 picks a free port")
+		require.Contains(t, stderr, "lazarus-node demo", "-h names the demo")
+		require.Contains(t, stderr, "Exit status: 0 stopped by a signal (or -h); 1 failure; 2 usage error;\n7 forced out")
+		require.Contains(t, stderr, "130 interrupted")
 	}
 	ok := []string{"--postgres", "postgres://127.0.0.1:1/none", "--automanaged-port", "7101", "--seeds", "127.0.0.1:7101"}
 	cases := []struct {

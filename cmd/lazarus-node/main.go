@@ -170,6 +170,22 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("lazarus-node", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, `Usage of lazarus-node:
+  lazarus-node --postgres DSN --automanaged-port PORT --seeds HOST:PORT,... [flags]
+      one member of a cluster on a shared PostgreSQL, with a JSON control API
+      (a test and demo tool: the application's server is lazarus serve)
+  lazarus-node demo
+      three members and a throwaway PostgreSQL; one is killed mid-turn
+
+`)
+		fs.PrintDefaults()
+		fmt.Fprint(stderr, `
+Exit status: 0 stopped by a signal (or -h); 1 failure; 2 usage error;
+7 forced out by a second SIGTERM or SIGINT. The demo: 0 it held; 1 it
+failed; 2 given arguments; 130 interrupted.
+`)
+	}
 	fs.StringVar(&c.dsn, "postgres", "", "PostgreSQL DSN of the shared journal (required)")
 	fs.IntVar(&c.port, "port", 0, "remote port of this member (0 picks a free one)")
 	fs.IntVar(&c.amPort, "automanaged-port", 0, "automanaged health port of this member (required)")
