@@ -42,9 +42,11 @@
 //
 // --postgres, --automanaged-port and --seeds are required; each seed is a
 // host:port (the port from 1 to 65535) and --http a [host]:port, else
-// status 2; --port 0 and the --http default (127.0.0.1:0) pick free ports. Once the member is up
-// it prints "lazarus-node MEMBER ready, control API http://ADDR" on
-// stdout. On SIGTERM or SIGINT it prints that it is stopping, stops
+// status 2; --port 0 and the --http default (127.0.0.1:0) pick free
+// ports. Once the member is up it prints "lazarus-node MEMBER ready,
+// control API http://ADDR" on stdout. On SIGTERM or SIGINT (one received
+// during the start is taken once the member is up, and the ready line
+// still printed) it prints that it is stopping, stops
 // taking control calls, answers those in flight (each is bounded by its
 // own timeout, 20 s at most; the wait for them by 25 s, after which those
 // still running are cut, saying so on stderr), closes the Runtime and

@@ -623,3 +623,26 @@ func TestStopCutsCallsAfterTheGrace(t *testing.T) {
 		t.Fatal("the call in flight neither answered nor failed")
 	}
 }
+
+// TestSignalDuringTheStart: a first signal received before the member is
+// up is taken once it is: the member prints its ready line, then that it
+// stops and has stopped, and exits 0.
+func TestSignalDuringTheStart(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	am := freeTestPort(t)
+	stop := make(chan os.Signal, 1)
+	stop <- syscall.SIGTERM
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run([]string{"--postgres", dsn, "--automanaged-port", fmt.Sprint(am), "--seeds", fmt.Sprintf("127.0.0.1:%d", am)},
+			&stdout, &stderr, stop, func(code int) { t.Errorf("forced out with status %d", code) })
+	}()
+	select {
+	case code := <-done:
+		require.Equal(t, exitOK, code, "stderr: %s", stderr.String())
+	case <-time.After(60 * time.Second):
+		t.Fatal("never stopped")
+	}
+	require.Regexp(t, `^lazarus-node (\S+) ready, control API http://\S+\nlazarus-node (\S+): terminated, stopping\nlazarus-node (\S+) stopped\n$`, stdout.String())
+}
