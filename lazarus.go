@@ -186,7 +186,8 @@ type Options struct {
 	// (agent.Model's promise holds for snapshot.LLM given Options.Model),
 	// and a turn's call waits until the Summarizer has returned, or
 	// ModelTimeout has passed, which fails the summary. Open
-	// refuses a snapshot.LLM without a Model (ErrInvalid), which would
+	// refuses a snapshot.LLM without a Model, or with a MaxInputBytes from
+	// 1 to below snapshot.MinLLMMaxInputBytes (ErrInvalid), which would
 	// fail every summary.
 	Summarizer snapshot.Summarizer
 	// ScheduleTools adds the built-in server tools with which the model
@@ -429,15 +430,18 @@ func Open(opts Options) (*Runtime, error) {
 	case opts.Audit.TTL > 0 && !opts.Audit.Enabled:
 		return nil, fmt.Errorf("lazarus: Options.Audit.TTL is set but the audit is not enabled: %w", journal.ErrInvalid)
 	}
-	switch s := opts.Summarizer.(type) {
-	case snapshot.LLM:
-		if s.Model == nil {
-			return nil, fmt.Errorf("lazarus: Options.Summarizer is a snapshot.LLM without a Model: %w", journal.ErrInvalid)
+	llm, isLLM := opts.Summarizer.(snapshot.LLM)
+	if p, ok := opts.Summarizer.(*snapshot.LLM); ok {
+		isLLM = true
+		if p != nil {
+			llm = *p
 		}
-	case *snapshot.LLM:
-		if s == nil || s.Model == nil {
-			return nil, fmt.Errorf("lazarus: Options.Summarizer is a snapshot.LLM without a Model: %w", journal.ErrInvalid)
-		}
+	}
+	switch {
+	case isLLM && llm.Model == nil:
+		return nil, fmt.Errorf("lazarus: Options.Summarizer is a snapshot.LLM without a Model: %w", journal.ErrInvalid)
+	case isLLM && llm.MaxInputBytes > 0 && llm.MaxInputBytes < snapshot.MinLLMMaxInputBytes:
+		return nil, fmt.Errorf("lazarus: Options.Summarizer's MaxInputBytes %d is below snapshot.MinLLMMaxInputBytes (%d), which fails every summary: %w", llm.MaxInputBytes, snapshot.MinLLMMaxInputBytes, journal.ErrInvalid)
 	}
 	tools := withHandoff(opts)
 	var self *Runtime // the schedule tools run only once Open returned

@@ -61,9 +61,21 @@ func TestOpenValidatesOptions(t *testing.T) {
 		require.ErrorIs(t, err, journal.ErrInvalid, "an LLM summarizer without a model (%T), which fails every summary", s)
 		require.ErrorContains(t, err, "Summarizer")
 	}
+	for _, n := range []int{1, snapshot.MinLLMMaxInputBytes - 1} {
+		for _, s := range []snapshot.Summarizer{snapshot.LLM{Model: scripted.New(scripted.Options{}), MaxInputBytes: n}, &snapshot.LLM{Model: scripted.New(scripted.Options{}), MaxInputBytes: n}} {
+			_, err = lazarus.Open(lazarus.Options{Model: scripted.New(scripted.Options{}), Summarizer: s})
+			require.ErrorIs(t, err, journal.ErrInvalid, "an LLM summarizer whose MaxInputBytes %d (%T) holds no span, which fails every summary", n, s)
+			require.ErrorContains(t, err, "MaxInputBytes")
+		}
+	}
 	rt, err := lazarus.Open(lazarus.Options{Model: scripted.New(scripted.Options{}), Summarizer: &snapshot.LLM{Model: scripted.New(scripted.Options{})}})
 	require.NoError(t, err)
 	require.NoError(t, rt.Close())
+	for _, n := range []int{-1, snapshot.MinLLMMaxInputBytes} {
+		rt, err = lazarus.Open(lazarus.Options{Model: scripted.New(scripted.Options{}), Summarizer: snapshot.LLM{Model: scripted.New(scripted.Options{}), MaxInputBytes: n}})
+		require.NoError(t, err, "MaxInputBytes %d", n)
+		require.NoError(t, rt.Close())
+	}
 }
 
 func TestOpenOnDirectoryIsDurable(t *testing.T) {

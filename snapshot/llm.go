@@ -24,6 +24,12 @@ const DefaultSummaryPrompt = "Summarize the conversation below for your own late
 // DefaultLLMMaxInputBytes is LLM's MaxInputBytes when zero.
 const DefaultLLMMaxInputBytes = 256 << 10
 
+// MinLLMMaxInputBytes is the smallest positive MaxInputBytes that can send
+// any of a span: the cut mark "...\n" and one byte. Every rendered line is
+// longer than the mark, so a smaller bound fails every summary, and
+// lazarus.Open refuses it.
+const MinLLMMaxInputBytes = len(cutMark) + 1
+
 // LLM is a Summarizer that asks a model (any agent.Model: a provider such as
 // agent/openai, often the conversation's own model) to write the summary.
 // The span to cover is rendered as text, one line per event as Deterministic
@@ -46,7 +52,9 @@ type LLM struct {
 	// dropped first, and the start of the newest if it alone does not
 	// fit; a line "..." (counted) marks the cut. 0 means
 	// DefaultLLMMaxInputBytes; < 0 no bound. A bound too small to hold
-	// the mark and a character of the span fails the summary (ErrInvalid).
+	// the mark and a character of the span fails the summary (ErrInvalid):
+	// one below MinLLMMaxInputBytes fails every summary, and lazarus.Open
+	// refuses it.
 	MaxInputBytes int
 }
 

@@ -144,4 +144,13 @@ func TestLLMSummarizerInputBoundIsTheSpans(t *testing.T) {
 		assert.Nil(t, sum)
 		assert.Zero(t, m.Calls("c"), "the model is not asked")
 	}
+	// MinLLMMaxInputBytes is the least bound that sends anything: the mark
+	// and one byte of the shortest line's end; one less sends nothing.
+	m = scripted.New(scripted.Options{})
+	_, err = snapshot.LLM{Model: m, MaxInputBytes: snapshot.MinLLMMaxInputBytes}.Summarize(context.Background(), "c", nil, log(1, user("")))
+	require.NoError(t, err)
+	_, span, _ = strings.Cut(m.Turns("c")[0].Context[0].GetUserMsg().GetContent()[0].GetText(), "Conversation:\n")
+	assert.Equal(t, "...\n ", span)
+	_, err = snapshot.LLM{Model: m, MaxInputBytes: snapshot.MinLLMMaxInputBytes - 1}.Summarize(context.Background(), "c", nil, log(1, user("")))
+	require.ErrorIs(t, err, journal.ErrInvalid)
 }
