@@ -199,7 +199,14 @@ func TestCloseCutsAScheduleDeliveryQuietly(t *testing.T) {
 			var holdScope atomic.Bool
 			loader := func(ctx context.Context, id agent.Identity) (agent.Scope, error) {
 				if holdScope.Load() {
-					scopeEntered <- struct{}{}
+					// Any load while held waits for its context; the
+					// first says so. A second (another delivery or
+					// turn) must not block on the full channel past
+					// its context, which would hang Close.
+					select {
+					case scopeEntered <- struct{}{}:
+					default:
+					}
 					<-ctx.Done()
 					return agent.Scope{}, ctx.Err()
 				}
