@@ -277,7 +277,15 @@ func TestNewSendAbandonsARevivedRetry(t *testing.T) {
 	require.True(t, h.rt.Kill("c"))
 	require.NoError(t, h.rt.Wake(ctx, "c"))
 	require.Equal(t, 0, h.clock.Timers(), "a revival past the new message arms no retry")
-	require.Equal(t, 2, h.model.Calls("c"))
+	// A call the revival made would come before the next turn's (one
+	// model call of a conversation at a time, its turns in order): once
+	// that turn has ended, the count is final.
+	h.model.Push("c", scripted.Text("later"))
+	end, err = h.rt.SendAndWait(ctx, "c", "and now?", user)
+	require.NoError(t, err)
+	require.Equal(t, "later", end.Text)
+	require.Equal(t, 3, h.model.Calls("c"), "the revival made no call: only the next turn's")
+	require.Equal(t, []string{"user_msg", "user_msg", "assistant_msg", "user_msg", "assistant_msg"}, types(h.history("c")))
 }
 
 // Open resumes the conversations that were mid-turn, never one whose turn

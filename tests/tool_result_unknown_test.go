@@ -135,7 +135,15 @@ func TestAnswerOfUnknownOutcomeRunsItsTurnOnce(t *testing.T) {
 				}, wait, time.Millisecond, "the answer %q is in the log", want)
 				require.Equal(t, int32(1), store.lost.Load(), "the answer's write was reported unknown")
 				require.Equal(t, []string{"user_msg", "assistant_msg"}, types(h.history("c")), "the answer is in the log once")
-				require.Equal(t, calls, h.model.Calls("c"), "the model is called again only if the answer did not land")
+				// A call the new activation made for the answered turn
+				// would come before the next turn's (one model call of a
+				// conversation at a time, its turns in order): once that
+				// turn has ended, the count is final.
+				h.model.Push("c", scripted.Text("later"))
+				_, err = h.rt.SendAndWait(ctx, "c", "and now?", user)
+				require.NoError(t, err)
+				require.Equal(t, calls+1, h.model.Calls("c"), "the model is called again only if the answer did not land")
+				require.Equal(t, []string{"user_msg", "assistant_msg", "user_msg", "assistant_msg"}, types(h.history("c")), "the answer is in the log once")
 			})
 		})
 	}
