@@ -110,7 +110,8 @@ func (e *apiError) Error() string {
 // (the server's classify in reverse), which the exit status reads: ended
 // is journal.ErrEnded, timeout context.DeadlineExceeded (a node's
 // deadline, not this command's context), closed and unavailable
-// journal.ErrUnavailable (try again later). A code of no sentinel
+// journal.ErrUnavailable (try again later), unsupported
+// errors.ErrUnsupported (the node's store keeps no schedules). A code of no sentinel
 // (unauthenticated, lagged, internal, one this version does not know)
 // wraps nothing.
 func (e *apiError) Unwrap() []error {
@@ -135,6 +136,8 @@ func (e *apiError) Unwrap() []error {
 		return []error{journal.ErrEnded}
 	case server.CodeTimeout:
 		return []error{context.DeadlineExceeded}
+	case server.CodeUnsupported:
+		return []error{errors.ErrUnsupported}
 	}
 	return nil
 }

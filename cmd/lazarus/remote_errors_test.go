@@ -26,7 +26,7 @@ import (
 func TestAPIErrorWrapsTheCodesSentinel(t *testing.T) {
 	sentinels := []error{journal.ErrNotFound, journal.ErrDeleted, journal.ErrStale, journal.ErrConflict,
 		journal.ErrInvalid, journal.ErrEnded, journal.ErrUnavailable, lazarus.ErrForbidden,
-		lazarus.ErrUnknownOutcome, context.DeadlineExceeded, context.Canceled}
+		lazarus.ErrUnknownOutcome, context.DeadlineExceeded, context.Canceled, errors.ErrUnsupported}
 	seen := map[string]bool{}
 	for _, c := range []struct {
 		code string
@@ -43,6 +43,7 @@ func TestAPIErrorWrapsTheCodesSentinel(t *testing.T) {
 		{server.CodeEnded, []error{journal.ErrEnded}},
 		{server.CodeUnknownOutcome, []error{lazarus.ErrUnknownOutcome}},
 		{server.CodeTimeout, []error{context.DeadlineExceeded}},
+		{server.CodeUnsupported, []error{errors.ErrUnsupported}},
 		{server.CodeClosed, []error{journal.ErrUnavailable}},
 		{server.CodeUnavailable, []error{journal.ErrUnavailable}},
 		{server.CodeLagged, nil},
