@@ -83,6 +83,14 @@ func TestDocsHelpAndUsageStatuses(t *testing.T) {
 		require.Contains(t, stderr, "Exit status: 0 stopped by a signal (or -h); 1 failure; 2 usage error;\n7 forced out")
 		require.Contains(t, stderr, "130 interrupted")
 	}
+	// The demo's own help: its usage and statuses, exit 0, nothing run.
+	for _, h := range []string{"-h", "--help"} {
+		code, stdout, stderr := runNode(t, "demo", h)
+		require.Equal(t, exitOK, code, "demo %s: stderr: %s", h, stderr)
+		require.Empty(t, stdout, "demo %s runs nothing", h)
+		require.Contains(t, stderr, "Usage of lazarus-node demo:")
+		require.Contains(t, stderr, "0 it held; 1 it failed; 2 given arguments; 130 interrupted")
+	}
 	ok := []string{"--postgres", "postgres://127.0.0.1:1/none", "--automanaged-port", "7101", "--seeds", "127.0.0.1:7101"}
 	cases := []struct {
 		name string

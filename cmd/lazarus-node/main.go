@@ -67,7 +67,8 @@
 // `lazarus-node demo` (make demo-cluster) runs three members of itself and
 // a throwaway PostgreSQL (PG_BINDIR), kills one mid-turn with SIGKILL, and
 // prints where each conversation lived and whether its log is whole. It
-// takes no arguments (status 2 if given some) and exits 1 if the cluster
+// takes no arguments (status 2 if given some; -h or --help alone prints
+// its usage, status 0) and exits 1 if the cluster
 // or a log fails it, or a member exits by itself (with what it wrote on
 // stderr). A SIGINT, SIGTERM or SIGHUP (Ctrl-C) stops it with status 130,
 // as cmd/demo, once it has killed its members and removed its PostgreSQL
@@ -87,6 +88,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -116,6 +118,10 @@ const (
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "demo" {
+		if len(os.Args) == 3 && slices.Contains([]string{"-h", "-help", "--help"}, os.Args[2]) {
+			fmt.Fprint(os.Stderr, demoUsage)
+			os.Exit(exitOK)
+		}
 		if len(os.Args) > 2 {
 			fmt.Fprintf(os.Stderr, "lazarus-node demo: takes no arguments, got %q\n", os.Args[2:])
 			os.Exit(exitUsage)
@@ -166,6 +172,15 @@ var stopGrace = 25 * time.Second
 // errUsage marks a command line that parse refuses; --help wraps
 // flag.ErrHelp instead.
 var errUsage = errors.New("usage")
+
+// demoUsage is what `lazarus-node demo -h` prints.
+const demoUsage = `Usage of lazarus-node demo:
+  lazarus-node demo
+      three members and a throwaway PostgreSQL; one is killed mid-turn
+      (needs PostgreSQL 15's initdb and pg_ctl, as make deps installs)
+
+Exit status: 0 it held; 1 it failed; 2 given arguments; 130 interrupted.
+`
 
 // parse reads the command line; the flags' usage goes to stderr.
 func parse(args []string, stderr io.Writer) (config, error) {
