@@ -98,6 +98,15 @@ func TestServerResultOfUnknownOutcome(t *testing.T) {
 				require.Equal(t, 2, h.model.Calls("c"), "the model was not asked again for the call")
 				evs := h.history("c")
 				require.Equal(t, []string{"user_msg", "assistant_msg", "tool_call:charge", "tool_result:charge", "assistant_msg"}, types(evs))
+				// One more turn: the model answers one conversation at a
+				// time, in order, so a late extra call or run would come
+				// before this turn's call; once it has ended, the counts are
+				// final.
+				h.model.Push("c", scripted.Text("later"))
+				_, err = h.rt.SendAndWait(ctx, "c", "and now?", user)
+				require.NoError(t, err)
+				require.Equal(t, 3, h.model.Calls("c"), "no extra model call after the turn")
+				require.Equal(t, want, h.runs.of("charge"), "no extra run after the turn")
 				row, err := h.rt.Store().ToolCall(ctx, id)
 				require.NoError(t, err)
 				require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, row.GetStatus())
