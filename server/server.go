@@ -44,6 +44,24 @@ const (
 	DefaultMaxPageBytes = 16 << 20
 )
 
+// Bounds for the http.Server that serves a Server, as lazarus serve sets
+// them by default (its read_timeout and idle_timeout change the last two).
+// A Server sets none itself: the application's http.Server does.
+const (
+	// DefaultReadHeaderTimeout bounds reading a request's headers, so that
+	// a client sending them slowly does not hold a connection.
+	DefaultReadHeaderTimeout = 10 * time.Second
+	// DefaultReadTimeout bounds reading a whole request, its body
+	// included, so that a client sending its body slowly does not hold a
+	// handler. An event stream is a GET without a body: once its request
+	// is read, the bound no longer applies, and it is never cut by it.
+	DefaultReadTimeout = time.Minute
+	// DefaultIdleTimeout is how long a keep-alive connection may wait for
+	// its next request before it is closed. An event stream is a request
+	// in progress, never idle: it is not cut.
+	DefaultIdleTimeout = 2 * time.Minute
+)
+
 // Options configures a Server. The zero value of every field is a
 // documented default; so is a negative MaxBodyBytes, KeepAlive,
 // StreamWriteTimeout or MaxPageBytes (none of them means no bound).

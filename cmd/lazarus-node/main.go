@@ -28,7 +28,11 @@
 // of valid UTF-8 (at most 1 MiB) with none but the fields above and
 // nothing after it; anything else (an unknown field, trailing data, null,
 // an array) is refused with 400 invalid and a message saying what is
-// wrong, and nothing is sent or resolved. An absent field is empty.
+// wrong, and nothing is sent or resolved. An absent field is empty. A
+// client that sends its request slowly, or leaves its connection idle, is
+// cut with the bounds lazarus serve has by default
+// (server.DefaultReadHeaderTimeout, DefaultReadTimeout,
+// DefaultIdleTimeout); a stream is not cut by them.
 //
 // A failed call answers {"error","code"}: code is the sentinel the error
 // wraps (see errorCode), "internal" for an error that wraps none; its HTTP
@@ -102,6 +106,7 @@ import (
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/server"
 )
 
 // Exit statuses; see the package documentation.
@@ -365,7 +370,7 @@ func run(args []string, stdout, stderr io.Writer, stop <-chan os.Signal, exit fu
 	// Streams never end by themselves: the shutdown ends them.
 	streams, endStreams := context.WithCancel(context.Background())
 	defer endStreams()
-	srv := &http.Server{Handler: api(rt, &fenced, streams), ReadHeaderTimeout: 5 * time.Second}
+	srv := controlServer(api(rt, &fenced, streams))
 	srv.RegisterOnShutdown(endStreams)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -389,6 +394,19 @@ func run(args []string, stdout, stderr io.Writer, stop <-chan os.Signal, exit fu
 	}
 	fmt.Fprintf(stdout, "lazarus-node %s stopped\n", rt.Address())
 	return exitOK
+}
+
+// controlServer serves the control API with the bounds lazarus serve
+// gives its own server by default: a client sending its headers or its
+// body slowly, or a keep-alive connection left idle, is cut, not held. A
+// stream (a GET without a body) is not cut by them once it is read.
+func controlServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: server.DefaultReadHeaderTimeout,
+		ReadTimeout:       server.DefaultReadTimeout,
+		IdleTimeout:       server.DefaultIdleTimeout,
+	}
 }
 
 // echoModel answers the last user message (see the package doc).

@@ -23,15 +23,12 @@ import (
 const (
 	defaultListen          = "127.0.0.1:8080"
 	defaultShutdownTimeout = 30 * time.Second
-	// defaultIdleTimeout is how long a keep-alive connection may wait for
-	// its next request before the node closes it. An event stream is a
-	// request in progress, never idle: it is not cut.
-	defaultIdleTimeout = 2 * time.Minute
-	// defaultReadTimeout bounds reading a whole request, its body
-	// included, so that a client sending its body slowly does not hold a
-	// handler. An event stream is a GET without a body: once its request
-	// is read, the bound no longer applies, and it is never cut by it.
-	defaultReadTimeout = time.Minute
+	// defaultIdleTimeout and defaultReadTimeout are the http.Server's
+	// bounds when the configuration sets none (server.DefaultIdleTimeout,
+	// server.DefaultReadTimeout); its headers' is
+	// server.DefaultReadHeaderTimeout.
+	defaultIdleTimeout = server.DefaultIdleTimeout
+	defaultReadTimeout = server.DefaultReadTimeout
 	// envTokens is the environment variable read for the tokens JSON when
 	// neither --tokens nor tokens_file is given (tokens_env renames it).
 	envTokens = "LAZARUS_TOKENS"
@@ -404,7 +401,7 @@ func (n *node) run(ctx context.Context, grace, idle, read time.Duration) (err er
 	}
 	hs := &http.Server{
 		Handler:           cutStreams(streams, n.srv),
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: server.DefaultReadHeaderTimeout,
 		// The whole request, its body included. It bounds reading the
 		// request only: once its body is read (an event stream's GET has
 		// none) the connection's read deadline is lifted, so a stream is
