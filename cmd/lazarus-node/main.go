@@ -58,8 +58,9 @@
 // that stop or during the start, exits at once with status 7, saying so
 // on stderr: the calls in flight get no answer and the Runtime is not
 // closed, so the other members take its conversations over as from a
-// killed member. --verbose sends the Runtime's log/slog debug logs to
-// stderr.
+// killed member. The Runtime's log/slog warnings and errors (the cluster
+// library's among them) and the control API server's go to stderr as
+// text; --verbose adds the info and debug logs.
 //
 // Exit status (those of cmd/lazarus for the same ends): 0 stopped by a
 // signal (or --help), 1 failure (the control API's address, the
@@ -215,7 +216,7 @@ failed; 2 given arguments; 130 interrupted.
 	fs.StringVar(&c.httpAddr, "http", "127.0.0.1:0", "address of the control API (port 0 picks a free one)")
 	fs.DurationVar(&c.delay, "model-delay", 50*time.Millisecond, "duration of every model call")
 	fs.DurationVar(&c.humanTimeout, "human-timeout", 3*time.Second, "deadline of the approve tool")
-	fs.BoolVar(&c.verbose, "verbose", false, "debug logs on stderr")
+	fs.BoolVar(&c.verbose, "verbose", false, "info and debug logs on stderr too (warnings and errors always go there)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return c, err
@@ -291,6 +292,16 @@ func parseDSN(dsn string) error {
 	return err
 }
 
+// newLogger is the member's log/slog logger, as text on stderr: warnings
+// and errors, and with verbose info and debug logs too.
+func newLogger(stderr io.Writer, verbose bool) *slog.Logger {
+	level := slog.LevelWarn
+	if verbose {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+}
+
 // run is the member's life: it parses args, listens on the control API's
 // address, opens the Runtime, prints the ready line on stdout, serves until
 // stop delivers a signal (or the control API fails), then shuts down. A
@@ -347,10 +358,7 @@ func run(args []string, stdout, stderr io.Writer, stop <-chan os.Signal, exit fu
 	}
 	_ = am.Close()
 	var fenced atomic.Int64
-	logger := slog.New(slog.DiscardHandler)
-	if c.verbose {
-		logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
+	logger := newLogger(stderr, c.verbose)
 	rt, err := lazarus.Open(lazarus.Options{
 		Postgres:    c.dsn,
 		Model:       echoModel(c.delay),
@@ -370,7 +378,7 @@ func run(args []string, stdout, stderr io.Writer, stop <-chan os.Signal, exit fu
 	// Streams never end by themselves: the shutdown ends them.
 	streams, endStreams := context.WithCancel(context.Background())
 	defer endStreams()
-	srv := controlServer(api(rt, &fenced, streams))
+	srv := controlServer(api(rt, &fenced, streams), logger)
 	srv.RegisterOnShutdown(endStreams)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -400,12 +408,14 @@ func run(args []string, stdout, stderr io.Writer, stop <-chan os.Signal, exit fu
 // gives its own server by default: a client sending its headers or its
 // body slowly, or a keep-alive connection left idle, is cut, not held. A
 // stream (a GET without a body) is not cut by them once it is read.
-func controlServer(h http.Handler) *http.Server {
+// Its own errors (a panic in a handler, say) go to logger as warnings.
+func controlServer(h http.Handler, logger *slog.Logger) *http.Server {
 	return &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: server.DefaultReadHeaderTimeout,
 		ReadTimeout:       server.DefaultReadTimeout,
 		IdleTimeout:       server.DefaultIdleTimeout,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 }
 

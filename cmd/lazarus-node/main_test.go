@@ -646,3 +646,28 @@ func TestSignalDuringTheStart(t *testing.T) {
 	}
 	require.Regexp(t, `^lazarus-node (\S+) ready, control API http://\S+\nlazarus-node (\S+): terminated, stopping\nlazarus-node (\S+) stopped\n$`, stdout.String())
 }
+
+// TestLogsWarningsByDefault: the member's logger writes warnings and
+// errors to stderr without --verbose, and nothing below them; with
+// --verbose, info and debug logs too.
+func TestLogsWarningsByDefault(t *testing.T) {
+	var quiet bytes.Buffer
+	log := newLogger(&quiet, false)
+	log.Debug("a debug line")
+	log.Info("an info line")
+	log.Warn("a warning line", "conversation", "c")
+	log.Error("an error line")
+	require.Contains(t, quiet.String(), `level=WARN msg="a warning line" conversation=c`)
+	require.Contains(t, quiet.String(), `level=ERROR msg="an error line"`)
+	require.NotContains(t, quiet.String(), "debug line")
+	require.NotContains(t, quiet.String(), "info line")
+
+	var verbose bytes.Buffer
+	log = newLogger(&verbose, true)
+	log.Debug("a debug line")
+	log.Info("an info line")
+	log.Warn("a warning line")
+	for _, want := range []string{`level=DEBUG msg="a debug line"`, `level=INFO msg="an info line"`, `level=WARN msg="a warning line"`} {
+		require.Contains(t, verbose.String(), want)
+	}
+}

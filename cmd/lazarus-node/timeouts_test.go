@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"testing"
@@ -32,7 +33,7 @@ func TestControlServerBoundsSlowClients(t *testing.T) {
 		<-time.After(600 * time.Millisecond) // past the read bound below
 		_, _ = io.WriteString(w, "second\n")
 	})
-	srv := controlServer(mux)
+	srv := controlServer(mux, slog.New(slog.DiscardHandler))
 	require.Equal(t, server.DefaultReadHeaderTimeout, srv.ReadHeaderTimeout)
 	require.Equal(t, server.DefaultReadTimeout, srv.ReadTimeout)
 	require.Equal(t, server.DefaultIdleTimeout, srv.IdleTimeout)
