@@ -16,6 +16,10 @@
 //	lazarus [--dir DIR | --postgres DSN | --server URL] COMMAND [flags] [args]
 //	lazarus COMMAND --help
 //
+// COMMAND --help (or -h, or help COMMAND) prints the command's help on
+// stdout with status 0, whatever flags come before it, even a top-level
+// one the command refuses otherwise (--dir before send, say).
+//
 // The store is the embedded Pebble directory named by --dir, or the
 // PostgreSQL database named by --postgres DSN (either on the command line,
 // before or after the command; both is a usage error); without either, the
@@ -306,17 +310,18 @@ func (c *cli) run(ctx context.Context, args []string) int {
 		return exitUsage
 	}
 	c.running.Store(&cmd.name)
-	var err error
+	// A top-level flag the command does not take is refused by the
+	// command's parse, so that its --help still prints its help.
+	fs := c.newFlags(cmd)
 	switch {
 	case (c.server != "" || c.token != "") && !cmd.remote:
-		err = usagef("--server and --token are for the commands that work on a live node, not %s", cmd.name)
+		fs.refused = usagef("--server and --token are for the commands that work on a live node, not %s", cmd.name)
 	case (c.dir != "" || c.postgres != "") && cmd.noStore:
-		err = usagef("--dir and --postgres name a store, and %s works on a live node only (--server)", cmd.name)
+		fs.refused = usagef("--dir and --postgres name a store, and %s works on a live node only (--server)", cmd.name)
 	case c.postgres != "" && cmd.dirOnly:
-		err = usagef("--postgres is not for %s, which works on a Pebble directory only (--dir)", cmd.name)
-	default:
-		err = cmd.run(c, ctx, c.newFlags(cmd), rest)
+		fs.refused = usagef("--postgres is not for %s, which works on a Pebble directory only (--dir)", cmd.name)
 	}
+	err := cmd.run(c, ctx, fs, rest)
 	code := exitCode(err)
 	switch {
 	case err == nil || errors.Is(err, errHelp):
@@ -406,6 +411,9 @@ type flags struct {
 	// server and token are set by withServer, for the commands that can
 	// work on a live node.
 	server, token *string
+	// refused is the usage error of a top-level flag the command does not
+	// take: parse returns it unless the command line asks for help.
+	refused error
 }
 
 // newFlags returns the FlagSet of cmd with --help and, unless the command
@@ -431,7 +439,10 @@ func (fs *flags) withJSON() *flags {
 
 // parse parses args, flags and positional arguments in any order ("--"
 // ends the flags), and checks the number of positional arguments is in
-// [minArgs, maxArgs] (maxArgs < 0: no limit).
+// [minArgs, maxArgs] (maxArgs < 0: no limit). --help (or -h) prints the
+// command's help and returns errHelp, whatever else the command line
+// holds; else a top-level flag the command does not take (fs.refused) is
+// the error.
 func (c *cli) parse(fs *flags, args []string, minArgs, maxArgs int) ([]string, error) {
 	var pos []string
 	for {
@@ -439,6 +450,9 @@ func (c *cli) parse(fs *flags, args []string, minArgs, maxArgs int) ([]string, e
 			if errors.Is(err, flag.ErrHelp) {
 				c.commandUsage(c.stdout, fs)
 				return nil, errHelp
+			}
+			if fs.refused != nil {
+				return nil, fs.refused
 			}
 			return nil, &usageError{msg: err.Error()}
 		}
@@ -452,6 +466,9 @@ func (c *cli) parse(fs *flags, args []string, minArgs, maxArgs int) ([]string, e
 		}
 		pos = append(pos, rest[0])
 		args = rest[1:]
+	}
+	if fs.refused != nil {
+		return nil, fs.refused
 	}
 	if len(pos) < minArgs {
 		return nil, usagef("missing argument")

@@ -339,3 +339,35 @@ func TestBusyDirectory(t *testing.T) {
 func outLines(s string) []string {
 	return strings.Split(strings.TrimSuffix(s, "\n"), "\n")
 }
+
+// TestHelpDespiteRefusedTopLevelFlags: a top-level flag the command does
+// not take (a store before send, --postgres before check, --server before
+// a store-only command) is a usage error, but not when the command line
+// asks for the command's help: --help, -h and help COMMAND print it on
+// stdout with status 0, as without the flag.
+func TestHelpDespiteRefusedTopLevelFlags(t *testing.T) {
+	for _, tc := range []struct {
+		top     []string
+		cmd     string
+		refused string
+	}{
+		{[]string{"--dir", "d"}, "send", "--dir and --postgres name a store, and send works on a live node only"},
+		{[]string{"--postgres", "postgres://db.invalid/app"}, "send", "--dir and --postgres name a store, and send works on a live node only"},
+		{[]string{"--postgres", "postgres://db.invalid/app"}, "check", "--postgres is not for check"},
+		{[]string{"--server", "http://127.0.0.1:1"}, "export", "--server and --token are for the commands that work on a live node, not export"},
+		{[]string{"--token", "t"}, "serve", "--server and --token are for the commands that work on a live node, not serve"},
+	} {
+		t.Run(strings.Join(append(tc.top, tc.cmd), " "), func(t *testing.T) {
+			for _, rest := range [][]string{{tc.cmd, "--help"}, {tc.cmd, "-h"}, {"help", tc.cmd}, {tc.cmd, "x", "-help"}} {
+				r := cliRun(t, "", append(append([]string(nil), tc.top...), rest...)...)
+				requireOK(t, r)
+				require.True(t, strings.HasPrefix(r.stdout, "Usage: lazarus "+tc.cmd+" "), "%q prints the help: %s", rest, r.stdout)
+			}
+			// Without --help the flag is still refused, before anything runs.
+			r := cliRun(t, "", append(append([]string(nil), tc.top...), tc.cmd, "--nope")...)
+			require.Equal(t, exitUsage, r.code, r.stderr)
+			require.Contains(t, r.stderr, "lazarus "+tc.cmd+": "+tc.refused)
+			require.Empty(t, r.stdout)
+		})
+	}
+}
