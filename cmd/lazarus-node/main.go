@@ -101,11 +101,10 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/lazarusrt/lazarus"
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/journal/pgjournal"
 	"github.com/lazarusrt/lazarus/messages"
 	"github.com/lazarusrt/lazarus/server"
 )
@@ -229,7 +228,7 @@ failed; 2 given arguments; 130 interrupted.
 		}
 	}
 	var bad error
-	dsnErr := parseDSN(c.dsn)
+	dsnErr := pgjournal.CheckDSN(c.dsn) // as the Runtime would find only once it opens
 	httpErr := hostPort(c.httpAddr, 0)
 	var seedErr error
 	for _, s := range c.seeds {
@@ -283,13 +282,6 @@ func hostPort(addr string, minPort int) error {
 		return errors.New("no host")
 	}
 	return nil
-}
-
-// parseDSN reports a DSN that does not parse, as the Runtime would find
-// only once it opens (pgx masks a password in its message).
-func parseDSN(dsn string) error {
-	_, err := pgxpool.ParseConfig(dsn)
-	return err
 }
 
 // newLogger is the member's log/slog logger, as text on stderr: warnings

@@ -103,8 +103,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/lazarusrt/lazarus/journal"
 )
 
@@ -495,14 +493,6 @@ func (c *cli) postgresDSN(fs *flags) (dsn, from string) {
 		return c.getenv(envPostgres), "$" + envPostgres
 	}
 	return "", ""
-}
-
-// parseDSN checks that dsn is a connection string pgjournal.Open can
-// parse, connecting to nothing. Its error is pgx's, which shows the DSN
-// with its password masked.
-func parseDSN(dsn string) error {
-	_, err := pgxpool.ParseConfig(dsn)
-	return err
 }
 
 // badDSN is the usage error of a DSN given by from (a flag, an

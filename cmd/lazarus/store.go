@@ -82,6 +82,14 @@ func openPostgres(dsn string) (journal.Store, error) {
 	return pgjournal.Open(context.Background(), dsn, pgjournal.Options{Audit: true})
 }
 
+// parseDSN checks that dsn is a connection string pgjournal.Open can
+// parse, connecting to nothing (pgjournal.CheckDSN): its error wraps
+// journal.ErrInvalid, and its message shows the DSN with its password
+// masked.
+func parseDSN(dsn string) error {
+	return pgjournal.CheckDSN(dsn)
+}
+
 // checkStore runs the adapter's offline check of st.
 func checkStore(ctx context.Context, st journal.Store) (*pebblejournal.CheckReport, error) {
 	ps, ok := st.(*pebblejournal.Store)

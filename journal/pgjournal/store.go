@@ -146,7 +146,7 @@ const migrationLockClass, migrationLockID = 0x4c7a6a6c, 1
 // failed authentication; the error says why). A ctx of the caller's that is
 // done fails it with ctx's error.
 func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
-	cfg, err := pgxpool.ParseConfig(dsn)
+	cfg, err := parseDSN(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("pgjournal: parse DSN: %w", journal.Invalidf("%v", err))
 	}
@@ -165,6 +165,33 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	s.ownPool = true
 	return s, nil
 }
+
+// CheckDSN reports a dsn that Open could not parse, connecting to
+// nothing: its error wraps journal.ErrInvalid (and pgx's parse error), and
+// its message is pgx's, which names what is wrong and shows the DSN with
+// its password masked. A nil error promises only that Open gets past
+// parsing; the database may still be unreachable.
+func CheckDSN(dsn string) error {
+	_, err := parseDSN(dsn)
+	return err
+}
+
+// parseDSN is pgxpool's configuration of dsn, or CheckDSN's error.
+func parseDSN(dsn string) (*pgxpool.Config, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, &dsnError{err: err}
+	}
+	return cfg, nil
+}
+
+// dsnError is a DSN that does not parse: pgx's message, wrapping
+// journal.ErrInvalid and pgx's error.
+type dsnError struct{ err error }
+
+func (e *dsnError) Error() string { return e.err.Error() }
+
+func (e *dsnError) Unwrap() []error { return []error{journal.ErrInvalid, e.err} }
 
 // setsMaxConns reports whether dsn, which parses, sets pool_max_conns: a
 // parameter of that name, not those words anywhere (an application name, a
