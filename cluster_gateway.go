@@ -649,7 +649,9 @@ func (f *follower) takes(m *messages.ClusterUpdate, sender *actor.PID) bool {
 // subscribe is Subscribe in cluster mode: it follows the conversation's
 // owner, history from the Store after the last seq delivered, then live,
 // and moves to the new owner on every membership change (resuming after
-// the last seq it delivered, so no event is missed or repeated).
+// the last seq it delivered, so no event is missed or repeated). The
+// caller holds a slot of conv (hub.take): the follower frees it before it
+// closes its channel; if subscribe fails, the caller still holds it.
 func (n *clusterNode) subscribe(ctx context.Context, conv string, after uint64) (<-chan Update, error) {
 	out := make(chan Update, 16)
 	n.mu.Lock()
@@ -668,6 +670,7 @@ func (n *clusterNode) subscribe(ctx context.Context, conv string, after uint64) 
 
 func (n *clusterNode) runFollower(ctx context.Context, conv string, last uint64, out chan<- Update) {
 	defer close(out)
+	defer n.r.hub.free(conv) // before out is closed: see hub.take
 	life := n.r.life
 	emit := func(u Update) bool {
 		if u.Event != nil {
@@ -712,7 +715,7 @@ func (n *clusterNode) runFollower(ctx context.Context, conv string, last uint64,
 		owner := n.owner(conv)
 		if owner == n.self {
 			sctx, cancel := context.WithCancel(ctx)
-			ch, err := n.r.subscribeLocal(sctx, conv, last)
+			ch, err := n.r.subscribeLocal(sctx, conv, last, false) // the follower holds the slot
 			if err != nil {
 				cancel()
 				emit(Update{ConversationID: conv, Err: err})

@@ -33,6 +33,7 @@ func TestDocsOptionDefaultsApply(t *testing.T) {
 		{"Store: neither Store, Postgres nor Dir is an in-memory store", defaultStoreIsInMemory},
 		{"Files.BlobTTL: zero is DefaultBlobTTL", defaultBlobTTL},
 		{"SubscriberBuffer: zero is DefaultSubscriberBuffer", defaultSubscriberBuffer},
+		{"MaxSubscriptions: zero is DefaultMaxSubscriptions", defaultMaxSubscriptions},
 	} {
 		t.Run(tc.name, tc.run)
 	}
@@ -168,4 +169,21 @@ func defaultSubscriberBuffer(t *testing.T) {
 	require.True(t, lagged, "%d updates behind is past the default buffer", past)
 	require.LessOrEqual(t, n, lazarus.DefaultSubscriberBuffer+1, "at most the default buffer before ErrLagged")
 	require.Greater(t, n, within, "not before the default buffer")
+}
+
+// defaultMaxSubscriptions: with MaxSubscriptions left zero, a conversation
+// takes DefaultMaxSubscriptions subscriptions and refuses one more with
+// ErrTooManySubscriptions.
+func defaultMaxSubscriptions(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	rt, err := lazarus.Open(lazarus.Options{Model: scripted.New(scripted.Options{})})
+	require.NoError(t, err)
+	defer rt.Close()
+	for i := range lazarus.DefaultMaxSubscriptions {
+		_, err := rt.Subscribe(ctx, "c", 0)
+		require.NoError(t, err, "subscription %d of the default cap", i+1)
+	}
+	_, err = rt.Subscribe(ctx, "c", 0)
+	require.ErrorIs(t, err, lazarus.ErrTooManySubscriptions, "one past DefaultMaxSubscriptions")
 }

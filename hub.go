@@ -3,6 +3,7 @@ package lazarus
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -18,6 +19,13 @@ import (
 // Options.SubscriberBuffer updates behind. Nothing is lost: subscribe again
 // after the last seq received.
 var ErrLagged = errors.New("lazarus: subscriber fell behind")
+
+// ErrTooManySubscriptions refuses a subscription (Subscribe, SubscribeWith,
+// the wait of SendAndWait) to a conversation that has
+// Options.MaxSubscriptions open on this Runtime already: nothing is
+// started (and SendAndWait writes nothing). A subscription frees its slot
+// when its channel is closed; subscribe again once one has ended.
+var ErrTooManySubscriptions = errors.New("lazarus: too many subscriptions to the conversation")
 
 // historyPage is how many events a subscription reads from the Store at a
 // time while it catches up, and historyPageBytes how many bytes of events
@@ -63,6 +71,12 @@ type hub struct {
 	// the hub keeps no answer in progress of any other (see dropUnowned).
 	owns func(conversationID string) bool
 
+	// maxSubs is Options.MaxSubscriptions (negative: no cap), and slots
+	// how many subscriptions each conversation holds against it (see
+	// take), under mu.
+	maxSubs int
+	slots   map[string]int
+
 	// subscribers, if set, is told of every subscription's start (+1) and
 	// end (-1) (Metrics.Subscribers).
 	subscribers func(delta int)
@@ -96,6 +110,7 @@ const outBuffer = 16
 // Updates in out count against the subscriber buffer, as queued ones do.
 type subscription struct {
 	conv string
+	slot bool // it holds a slot of conv (see hub.take)
 	out  chan actors.Update
 	wake chan struct{}
 
@@ -120,7 +135,35 @@ type subscription struct {
 func newHub(store journal.Store, limit int) *hub {
 	life, endLife := context.WithCancel(context.Background())
 	return &hub{store: store, limit: limit, pageBytes: historyPageBytes, life: life, endLife: endLife,
-		subs: map[string][]*subscription{}, answers: map[string]answerDeltas{}}
+		subs: map[string][]*subscription{}, answers: map[string]answerDeltas{}, maxSubs: -1, slots: map[string]int{}}
+}
+
+// take holds one of conv's Options.MaxSubscriptions slots, or refuses with
+// ErrTooManySubscriptions when they are all held (ErrClosed after close).
+// The holder frees it (free) before it closes its channel, so that a
+// reader that saw its subscription end may subscribe again at once.
+func (h *hub) take(conv string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case h.closed:
+		return ErrClosed
+	case h.maxSubs >= 0 && h.slots[conv] >= h.maxSubs:
+		return fmt.Errorf("%w: %d open (Options.MaxSubscriptions)", ErrTooManySubscriptions, h.slots[conv])
+	}
+	h.slots[conv]++
+	return nil
+}
+
+// free frees a slot of conv that take held.
+func (h *hub) free(conv string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.slots[conv] <= 1 {
+		delete(h.slots, conv)
+		return
+	}
+	h.slots[conv]--
 }
 
 // cutByBytes reports whether a catch-up read that returned evs may have
@@ -327,7 +370,14 @@ func (s *subscription) push(u actors.Update, limit int) {
 // actor publishes once the write has returned): the pump drops them if it
 // starts, or its history ends, after the seq their call began at.
 func (h *hub) subscribe(ctx context.Context, conv string, after uint64) (<-chan actors.Update, error) {
-	s := &subscription{conv: conv, out: make(chan actors.Update, min(outBuffer, h.limit)), wake: make(chan struct{}, 1), after: after}
+	return h.open(ctx, conv, after, false)
+}
+
+// open is subscribe; with slot, the subscription holds a slot of conv
+// (take) that its pump frees before it closes the channel. If open fails,
+// the caller still holds the slot.
+func (h *hub) open(ctx context.Context, conv string, after uint64, slot bool) (<-chan actors.Update, error) {
+	s := &subscription{conv: conv, slot: slot, out: make(chan actors.Update, min(outBuffer, h.limit)), wake: make(chan struct{}, 1), after: after}
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
@@ -353,6 +403,9 @@ func (h *hub) pump(ctx context.Context, s *subscription, answer answerDeltas) {
 	defer h.wg.Done()
 	defer h.unsubscribe(s)
 	defer close(s.out)
+	if s.slot {
+		defer h.free(s.conv) // before out is closed: see take
+	}
 	if h.subscribers != nil {
 		// Before out is closed: a caller that has read out to its end
 		// no longer counts this subscription (SendAndWait's own, say).

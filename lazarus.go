@@ -82,6 +82,7 @@ const (
 	DefaultModelTimeout     = 10 * time.Minute
 	DefaultToolTimeout      = 10 * time.Minute
 	DefaultSubscriberBuffer = 1024
+	DefaultMaxSubscriptions = 64
 	DefaultResumeInterval   = 30 * time.Second
 )
 
@@ -286,6 +287,15 @@ type Options struct {
 	// DefaultSubscriberBuffer; a negative one, or one above
 	// MaxSubscriberBuffer, is refused by Open (ErrInvalid).
 	SubscriberBuffer int
+	// MaxSubscriptions bounds the subscriptions open at once on this
+	// Runtime to one conversation (Subscribe and SubscribeWith, the wait
+	// of a SendAndWait, and in a cluster the streams this member serves
+	// to subscribers on other members): one more is refused with an error
+	// wrapping ErrTooManySubscriptions, so that a client that opens
+	// streams in a loop cannot grow memory without bound. A subscription
+	// frees its slot when its channel is closed. Default
+	// DefaultMaxSubscriptions; negative means no cap.
+	MaxSubscriptions int
 	// Logger receives the runtime's logs. Default: discard.
 	Logger *slog.Logger
 	// Metrics receives the runtime's measurements (commits, appends,
@@ -357,6 +367,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.SubscriberBuffer == 0 {
 		o.SubscriberBuffer = DefaultSubscriberBuffer
+	}
+	if o.MaxSubscriptions == 0 {
+		o.MaxSubscriptions = DefaultMaxSubscriptions
 	}
 	if o.ResumeInterval == 0 {
 		o.ResumeInterval = DefaultResumeInterval
@@ -503,6 +516,7 @@ func Open(opts Options) (*Runtime, error) {
 	}
 	r.hub = newHub(r.store, opts.SubscriberBuffer)
 	r.hub.subscribers = opts.Metrics.Subscribers
+	r.hub.maxSubs = max(opts.MaxSubscriptions, -1)
 	model := timed(opts.Model)
 	committed := r.hub.publishCommitted
 	if m := opts.Metrics; m.observesCommits() {
@@ -1098,7 +1112,10 @@ func (r *Runtime) deleted(ctx context.Context, conversationID string) error {
 // journal.ErrDeleted. An afterSeq past the log's last event is refused with
 // an error wrapping journal.ErrInvalid that names the last seq: it is no
 // seq of this conversation's (the subscription does not wait for the log
-// to reach it); 0, the whole log, is never refused for it.
+// to reach it); 0, the whole log, is never refused for it. A conversation
+// with Options.MaxSubscriptions subscriptions open on this Runtime refuses
+// one more with an error wrapping ErrTooManySubscriptions; each frees its
+// slot when its channel is closed.
 //
 // In cluster mode the subscription follows the conversation's owner, on
 // this member or another, and moves with it on every membership change,
@@ -1135,10 +1152,20 @@ func (r *Runtime) Subscribe(ctx context.Context, conversationID string, afterSeq
 				journal.Invalidf("cannot start after seq %d: the log ends at seq %d", afterSeq, last))
 		}
 	}
-	if r.remote(ctx) {
-		return r.cl.subscribe(ctx, conversationID, afterSeq)
+	if err := r.hub.take(conversationID); err != nil {
+		return nil, fmt.Errorf("lazarus: subscribe to %q: %w", clipID(conversationID), err)
 	}
-	return r.subscribeLocal(ctx, conversationID, afterSeq)
+	var updates <-chan Update
+	var err error
+	if r.remote(ctx) {
+		updates, err = r.cl.subscribe(ctx, conversationID, afterSeq)
+	} else {
+		updates, err = r.subscribeLocal(ctx, conversationID, afterSeq, true)
+	}
+	if err != nil {
+		r.hub.free(conversationID)
+	}
+	return updates, err
 }
 
 // Kill drops the conversation's actor now, as a crash would (for demos and

@@ -72,9 +72,11 @@ func (r *Runtime) endDeleted(conv string) {
 // subscribeLocal registers a subscription with this member's hub. A Delete
 // that lands between the caller's check and the registration ends the
 // subscriptions it finds, not this one: the check is made again once it is
-// registered, and such a subscription ends as the others did.
-func (r *Runtime) subscribeLocal(ctx context.Context, conv string, after uint64) (<-chan Update, error) {
-	updates, err := r.hub.subscribe(ctx, conv, after)
+// registered, and such a subscription ends as the others did. With slot,
+// the caller holds a slot of conv (hub.take), which the subscription frees
+// when it ends; if it fails, the caller still holds it.
+func (r *Runtime) subscribeLocal(ctx context.Context, conv string, after uint64, slot bool) (<-chan Update, error) {
+	updates, err := r.hub.open(ctx, conv, after, slot)
 	if err != nil {
 		return nil, err
 	}

@@ -37,7 +37,10 @@ var ErrTurnFailed = errors.New("lazarus: turn failed")
 // ctx bounds the whole call: when it ends, SendAndWait returns an error
 // wrapping ctx.Err() (the send's own contract applies while it sends; once
 // the message is durable, the turn goes on without the caller). If the
-// runtime is closed meanwhile, the error wraps ErrClosed.
+// runtime is closed meanwhile, the error wraps ErrClosed. The wait is a
+// subscription to the conversation (see Options.MaxSubscriptions): one the
+// cap refuses fails the call with an error wrapping ErrTooManySubscriptions
+// before anything is written.
 func (r *Runtime) SendAndWait(ctx context.Context, conversationID, text string, scope agent.Scope) (TurnEnd, error) {
 	return r.SendMessageAndWait(ctx, conversationID, agent.UserMessage(agent.TextPart(text)), SendOptions{}, scope)
 }
@@ -61,6 +64,10 @@ func (r *Runtime) SendMessageAndWait(ctx context.Context, conversationID string,
 	updates, subErr := r.Subscribe(subCtx, conversationID, last)
 	cancel := r.endsWith(cancelSub, updates)
 	defer func() { cancel() }()
+	if errors.Is(subErr, ErrTooManySubscriptions) {
+		// Refused before anything is written: the caller may retry.
+		return TurnEnd{}, fmt.Errorf("lazarus: wait for %q: %w", clipID(conversationID), subErr)
+	}
 	seq, err := r.SendMessage(ctx, conversationID, msg, opts, scope)
 	if err != nil {
 		if r.isClosed() && !errors.Is(err, ErrClosed) {

@@ -120,6 +120,9 @@
 //	lazarus.ErrClosed, journal.ErrClosed             503 closed
 //	journal.ErrUnavailable, ErrNoSpace, a request
 //	  cancelled by its client                        503 unavailable
+//	lazarus.ErrTooManySubscriptions (a stream of a
+//	  conversation with lazarus.Options.
+//	  MaxSubscriptions open already)                 429 too_many_subscriptions
 //	errors.ErrUnsupported (the schedule routes on a
 //	  Store that keeps none)                         501 unsupported
 //	anything else                                    500 internal
@@ -175,9 +178,12 @@
 // client that reconnects in the middle of an answer replaces its partial
 // text with them. A comment line is sent every Options.KeepAlive while
 // nothing else is. A stream that falls too far behind ends with an error of
-// code "lagged": reconnect with Last-Event-ID. A stream ends with the code
-// "closed" when the Runtime closes, and when its request's context is
-// cancelled with a cause wrapping lazarus.ErrClosed
+// code "lagged": reconnect with Last-Event-ID. A stream of a conversation
+// that has lazarus.Options.MaxSubscriptions subscriptions open already is
+// refused with 429 too_many_subscriptions: connect again once one has
+// ended. A stream ends with the code "closed" when the Runtime closes,
+// and when its request's context is cancelled with a cause wrapping
+// lazarus.ErrClosed
 // (context.WithCancelCause: how an application that shuts its
 // http.Server down ends the streams first, as lazarus serve does):
 // reconnect once the server is back. A client that stops reading

@@ -15,22 +15,23 @@ import (
 // The codes of the errors the API answers (see the package documentation
 // for the status of each). They are stable: clients branch on them.
 const (
-	CodeInvalid         = "invalid"
-	CodeTooLarge        = "too_large"
-	CodeUnauthenticated = "unauthenticated"
-	CodeForbidden       = "forbidden"
-	CodeNotFound        = "not_found"
-	CodeStale           = "stale"
-	CodeConflict        = "conflict"
-	CodeDeleted         = "deleted"
-	CodeEnded           = "ended"
-	CodeUnknownOutcome  = "unknown_outcome"
-	CodeTimeout         = "timeout"
-	CodeClosed          = "closed"
-	CodeUnavailable     = "unavailable"
-	CodeLagged          = "lagged"
-	CodeUnsupported     = "unsupported"
-	CodeInternal        = "internal"
+	CodeInvalid              = "invalid"
+	CodeTooLarge             = "too_large"
+	CodeUnauthenticated      = "unauthenticated"
+	CodeForbidden            = "forbidden"
+	CodeNotFound             = "not_found"
+	CodeStale                = "stale"
+	CodeConflict             = "conflict"
+	CodeDeleted              = "deleted"
+	CodeEnded                = "ended"
+	CodeUnknownOutcome       = "unknown_outcome"
+	CodeTimeout              = "timeout"
+	CodeClosed               = "closed"
+	CodeUnavailable          = "unavailable"
+	CodeLagged               = "lagged"
+	CodeTooManySubscriptions = "too_many_subscriptions"
+	CodeUnsupported          = "unsupported"
+	CodeInternal             = "internal"
 )
 
 // apiError is an error with its HTTP status and code.
@@ -54,6 +55,8 @@ func classify(err error) (int, string) {
 	switch {
 	case errors.As(err, &ae):
 		return ae.status, ae.code
+	case errors.Is(err, lazarus.ErrTooManySubscriptions):
+		return http.StatusTooManyRequests, CodeTooManySubscriptions
 	case errors.Is(err, journal.ErrStale):
 		// Before ErrInvalid: an answer to a call that is not pending wraps
 		// both (lazarus.Runtime.Resolve), and is a conflict.

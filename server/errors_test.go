@@ -41,6 +41,7 @@ func TestClassifyOrder(t *testing.T) {
 		{fmt.Errorf("send: %w: %w", lazarus.ErrNoOwner, context.DeadlineExceeded), http.StatusGatewayTimeout, CodeTimeout},
 		{fmt.Errorf("send: %w: %w", lazarus.ErrUnknownAgent, journal.ErrInvalid), http.StatusBadRequest, CodeInvalid},
 		{fmt.Errorf("schedules: %w", errors.ErrUnsupported), http.StatusNotImplemented, CodeUnsupported},
+		{fmt.Errorf("subscribe: %w: 64 open", lazarus.ErrTooManySubscriptions), http.StatusTooManyRequests, CodeTooManySubscriptions},
 		{fmt.Errorf("something else"), http.StatusInternalServerError, CodeInternal},
 	}
 	for _, tc := range cases {

@@ -111,7 +111,9 @@ func (e *apiError) Error() string {
 // is journal.ErrEnded, timeout context.DeadlineExceeded (a node's
 // deadline, not this command's context), closed and unavailable
 // journal.ErrUnavailable (try again later), unsupported
-// errors.ErrUnsupported (the node's store keeps no schedules). A code of no sentinel
+// errors.ErrUnsupported (the node's store keeps no schedules),
+// too_many_subscriptions lazarus.ErrTooManySubscriptions (the
+// conversation's streams are at the node's cap: try again later). A code of no sentinel
 // (unauthenticated, lagged, internal, one this version does not know)
 // wraps nothing.
 func (e *apiError) Unwrap() []error {
@@ -138,6 +140,8 @@ func (e *apiError) Unwrap() []error {
 		return []error{context.DeadlineExceeded}
 	case server.CodeUnsupported:
 		return []error{errors.ErrUnsupported}
+	case server.CodeTooManySubscriptions:
+		return []error{lazarus.ErrTooManySubscriptions}
 	}
 	return nil
 }

@@ -26,7 +26,7 @@ import (
 func TestAPIErrorWrapsTheCodesSentinel(t *testing.T) {
 	sentinels := []error{journal.ErrNotFound, journal.ErrDeleted, journal.ErrStale, journal.ErrConflict,
 		journal.ErrInvalid, journal.ErrEnded, journal.ErrUnavailable, lazarus.ErrForbidden,
-		lazarus.ErrUnknownOutcome, context.DeadlineExceeded, context.Canceled, errors.ErrUnsupported}
+		lazarus.ErrUnknownOutcome, context.DeadlineExceeded, context.Canceled, errors.ErrUnsupported, lazarus.ErrTooManySubscriptions}
 	seen := map[string]bool{}
 	for _, c := range []struct {
 		code string
@@ -47,6 +47,7 @@ func TestAPIErrorWrapsTheCodesSentinel(t *testing.T) {
 		{server.CodeClosed, []error{journal.ErrUnavailable}},
 		{server.CodeUnavailable, []error{journal.ErrUnavailable}},
 		{server.CodeLagged, nil},
+		{server.CodeTooManySubscriptions, []error{lazarus.ErrTooManySubscriptions}},
 		{server.CodeInternal, nil},
 		{"a_newer_code", nil},
 	} {

@@ -1,0 +1,61 @@
+package server_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/server"
+)
+
+// TestStreamsOverTheCapAre429: a conversation with
+// lazarus.Options.MaxSubscriptions streams open refuses one more with 429
+// too_many_subscriptions, while the open ones go on; once one is closed, a
+// new stream is served again.
+func TestStreamsOverTheCapAre429(t *testing.T) {
+	ctx := testContext(t)
+	n := startNodeIn(t, "", newScripted(), server.Options{}, func(o *lazarus.Options) { o.MaxSubscriptions = 2 })
+	conv := n.create(t, tokAlice, nil)
+	first := n.stream(t, ctx, tokAlice, conv.ID, "")
+	second := n.stream(t, ctx, tokAlice, conv.ID, "")
+
+	// open answers the status of a stream request and its body, unless it
+	// is a stream, which it closes.
+	open := func() (int, []byte) {
+		rctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		req, err := http.NewRequestWithContext(rctx, "GET", n.srv.URL+"/v1/conversations/"+conv.ID+"/stream", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+tokAlice)
+		res, err := n.srv.Client().Do(req)
+		require.NoError(t, err)
+		defer res.Body.Close()
+		if res.StatusCode == http.StatusOK {
+			return res.StatusCode, nil
+		}
+		out, err := io.ReadAll(res.Body)
+		require.NoError(t, err)
+		return res.StatusCode, out
+	}
+	status, body := open()
+	require.Equal(t, http.StatusTooManyRequests, status, "%s", body)
+	require.Equal(t, server.CodeTooManySubscriptions, errorCode(t, body))
+
+	// The open streams are untouched.
+	n.must(t, http.StatusAccepted, "POST", "/v1/conversations/"+conv.ID+"/messages", tokAlice, server.SendMessage{Text: "hi"}, nil)
+	first.until(t, "turn_end", "answered")
+	second.until(t, "turn_end", "answered")
+
+	// The server's subscription ends once the handler sees its client
+	// gone, which it does on its own time: a new stream is served then.
+	first.close()
+	require.Eventually(t, func() bool {
+		status, _ := open()
+		return status == http.StatusOK
+	}, 10*time.Second, 5*time.Millisecond, "a closed stream frees its slot")
+}
