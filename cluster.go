@@ -699,12 +699,23 @@ func (n *clusterNode) callResult(target *actor.PID, msg any, timeout time.Durati
 
 // replyErr is the error of a reply, mapped to the Runtime's sentinels.
 func replyErr(reply *messages.ClusterReply) error {
-	err := journal.ErrorFromProto(reply.GetError())
+	err := errorFromWire(reply.GetError())
 	if err == nil {
 		return nil
 	}
 	if errors.Is(err, journal.ErrUnknownOutcome) {
 		return fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
+	}
+	return err
+}
+
+// errorFromWire is journal.ErrorFromProto, and an error of code
+// TOO_MANY_SUBSCRIPTIONS (an owner's refusal of a forwarded subscription)
+// wraps ErrTooManySubscriptions, under the owner's message.
+func errorFromWire(e *messages.Error) error {
+	err := journal.ErrorFromProto(e)
+	if e.GetCode() == messages.ErrorCode_ERROR_CODE_TOO_MANY_SUBSCRIPTIONS {
+		return &callError{msg: err.Error(), errs: []error{ErrTooManySubscriptions, err}}
 	}
 	return err
 }
@@ -721,6 +732,8 @@ func wireErr(err error) *messages.Error {
 		return nil
 	case errors.Is(err, ErrClosed):
 		return &messages.Error{Code: messages.ErrorCode_ERROR_CODE_UNAVAILABLE, Message: err.Error()}
+	case errors.Is(err, ErrTooManySubscriptions):
+		return &messages.Error{Code: messages.ErrorCode_ERROR_CODE_TOO_MANY_SUBSCRIPTIONS, Message: err.Error()}
 	case errors.Is(err, ErrUnknownOutcome), errors.Is(err, context.DeadlineExceeded):
 		e := &messages.Error{Code: messages.ErrorCode_ERROR_CODE_UNKNOWN_OUTCOME, Message: err.Error()}
 		for _, c := range []struct {

@@ -786,7 +786,7 @@ func (n *clusterNode) runFollower(ctx context.Context, conv string, last uint64,
 		}
 		if reply, ok := res.(*messages.ClusterReply); ok && reply.GetError() != nil {
 			unfollow(false)
-			rerr := journal.ErrorFromProto(reply.GetError())
+			rerr := errorFromWire(reply.GetError())
 			// UNAVAILABLE not answered: the owner is closing (or is not
 			// the owner any more); answered, the subscription's own
 			// failure (the owner's Store read failed), which a local

@@ -116,6 +116,9 @@ func TestWireErrors(t *testing.T) {
 	require.ErrorIs(t, journal.ErrorFromProto(wireErr(ErrClosed)), journal.ErrUnavailable)
 	require.ErrorIs(t, replyErr(&messages.ClusterReply{Error: wireErr(fmt.Errorf("x: %w", ErrUnknownOutcome))}), ErrUnknownOutcome)
 	require.ErrorIs(t, replyErr(&messages.ClusterReply{Error: wireErr(journal.ErrStale)}), journal.ErrStale)
+	tooMany := replyErr(&messages.ClusterReply{Error: wireErr(fmt.Errorf("x: %w", ErrTooManySubscriptions))})
+	require.ErrorIs(t, tooMany, ErrTooManySubscriptions)
+	require.Equal(t, "x: "+ErrTooManySubscriptions.Error(), tooMany.Error(), "the owner's message")
 	require.True(t, errors.Is(journal.ErrorFromProto(wireErr(journal.ErrDeleted)), journal.ErrDeleted))
 }
 

@@ -293,7 +293,10 @@ type Options struct {
 	// to subscribers on other members): one more is refused with an error
 	// wrapping ErrTooManySubscriptions, so that a client that opens
 	// streams in a loop cannot grow memory without bound. A subscription
-	// frees its slot when its channel is closed. Default
+	// frees its slot when its channel is closed. In a cluster, a
+	// subscription to a conversation another member owns holds a slot on
+	// the member asked and one on the owner; the owner's refusal ends it
+	// with an update whose Err wraps ErrTooManySubscriptions. Default
 	// DefaultMaxSubscriptions; negative means no cap.
 	MaxSubscriptions int
 	// Logger receives the runtime's logs. Default: discard.
@@ -1126,7 +1129,7 @@ func (r *Runtime) deleted(ctx context.Context, conversationID string) error {
 // checks above, made on the member asked (the Store is shared), before
 // anything is forwarded: it does not wait for the owner's answer. What the
 // owner meets after them (a Delete landing meanwhile, its Store failing a
-// read) arrives as an update whose Err wraps the sentinel, after which the
+// read, its Options.MaxSubscriptions reached: ErrTooManySubscriptions) arrives as an update whose Err wraps the sentinel, after which the
 // channel is closed, as on the owner a failed read of the Store or a Delete
 // after the subscription started does.
 func (r *Runtime) Subscribe(ctx context.Context, conversationID string, afterSeq uint64) (<-chan Update, error) {

@@ -53,6 +53,10 @@ const (
 	// by its context) has the sentinel's code, and the context's in also.
 	ErrorCode_ERROR_CODE_DEADLINE_EXCEEDED ErrorCode = 15
 	ErrorCode_ERROR_CODE_CANCELED          ErrorCode = 16
+	// The Runtime's ErrTooManySubscriptions (not a journal sentinel: the
+	// root package maps it, see wireErr and errorFromWire): an owner refused
+	// a forwarded subscription, its conversation at Options.MaxSubscriptions.
+	ErrorCode_ERROR_CODE_TOO_MANY_SUBSCRIPTIONS ErrorCode = 17
 )
 
 // Enum value maps for ErrorCode.
@@ -75,25 +79,27 @@ var (
 		14: "ERROR_CODE_TOO_LARGE",
 		15: "ERROR_CODE_DEADLINE_EXCEEDED",
 		16: "ERROR_CODE_CANCELED",
+		17: "ERROR_CODE_TOO_MANY_SUBSCRIPTIONS",
 	}
 	ErrorCode_value = map[string]int32{
-		"ERROR_CODE_UNSPECIFIED":       0,
-		"ERROR_CODE_INTERNAL":          1,
-		"ERROR_CODE_CONFLICT":          2,
-		"ERROR_CODE_STALE":             3,
-		"ERROR_CODE_NOT_FOUND":         4,
-		"ERROR_CODE_CLOSED":            5,
-		"ERROR_CODE_CORRUPT":           6,
-		"ERROR_CODE_INVALID":           7,
-		"ERROR_CODE_DELETED":           8,
-		"ERROR_CODE_UNAVAILABLE":       9,
-		"ERROR_CODE_UNKNOWN_OUTCOME":   10,
-		"ERROR_CODE_EXISTS":            11,
-		"ERROR_CODE_NO_SPACE":          12,
-		"ERROR_CODE_ENDED":             13,
-		"ERROR_CODE_TOO_LARGE":         14,
-		"ERROR_CODE_DEADLINE_EXCEEDED": 15,
-		"ERROR_CODE_CANCELED":          16,
+		"ERROR_CODE_UNSPECIFIED":            0,
+		"ERROR_CODE_INTERNAL":               1,
+		"ERROR_CODE_CONFLICT":               2,
+		"ERROR_CODE_STALE":                  3,
+		"ERROR_CODE_NOT_FOUND":              4,
+		"ERROR_CODE_CLOSED":                 5,
+		"ERROR_CODE_CORRUPT":                6,
+		"ERROR_CODE_INVALID":                7,
+		"ERROR_CODE_DELETED":                8,
+		"ERROR_CODE_UNAVAILABLE":            9,
+		"ERROR_CODE_UNKNOWN_OUTCOME":        10,
+		"ERROR_CODE_EXISTS":                 11,
+		"ERROR_CODE_NO_SPACE":               12,
+		"ERROR_CODE_ENDED":                  13,
+		"ERROR_CODE_TOO_LARGE":              14,
+		"ERROR_CODE_DEADLINE_EXCEEDED":      15,
+		"ERROR_CODE_CANCELED":               16,
+		"ERROR_CODE_TOO_MANY_SUBSCRIPTIONS": 17,
 	}
 )
 
@@ -558,7 +564,7 @@ const file_lazarus_v1_journal_proto_rawDesc = "" +
 	"\vAppendReply\x12\x1b\n" +
 	"\tfirst_seq\x18\x01 \x01(\x04R\bfirstSeq\x12\x19\n" +
 	"\blast_seq\x18\x02 \x01(\x04R\alastSeq\x12'\n" +
-	"\x05error\x18\x03 \x01(\v2\x11.lazarus.v1.ErrorR\x05error*\xbf\x03\n" +
+	"\x05error\x18\x03 \x01(\v2\x11.lazarus.v1.ErrorR\x05error*\xe6\x03\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13ERROR_CODE_INTERNAL\x10\x01\x12\x17\n" +
@@ -577,7 +583,8 @@ const file_lazarus_v1_journal_proto_rawDesc = "" +
 	"\x10ERROR_CODE_ENDED\x10\r\x12\x18\n" +
 	"\x14ERROR_CODE_TOO_LARGE\x10\x0e\x12 \n" +
 	"\x1cERROR_CODE_DEADLINE_EXCEEDED\x10\x0f\x12\x17\n" +
-	"\x13ERROR_CODE_CANCELED\x10\x10B'Z%github.com/lazarusrt/lazarus/messagesb\x06proto3"
+	"\x13ERROR_CODE_CANCELED\x10\x10\x12%\n" +
+	"!ERROR_CODE_TOO_MANY_SUBSCRIPTIONS\x10\x11B'Z%github.com/lazarusrt/lazarus/messagesb\x06proto3"
 
 var (
 	file_lazarus_v1_journal_proto_rawDescOnce sync.Once

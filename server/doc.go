@@ -180,8 +180,9 @@
 // nothing else is. A stream that falls too far behind ends with an error of
 // code "lagged": reconnect with Last-Event-ID. A stream of a conversation
 // that has lazarus.Options.MaxSubscriptions subscriptions open already is
-// refused with 429 too_many_subscriptions: connect again once one has
-// ended. A stream ends with the code "closed" when the Runtime closes,
+// refused with 429 too_many_subscriptions (in a cluster, the owner's
+// refusal of a stream another member forwarded ends it with an error of
+// that code): connect again once one has ended. A stream ends with the code "closed" when the Runtime closes,
 // and when its request's context is cancelled with a cause wrapping
 // lazarus.ErrClosed
 // (context.WithCancelCause: how an application that shuts its

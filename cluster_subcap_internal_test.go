@@ -1,0 +1,85 @@
+package lazarus
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/journal/memjournal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// slotsOf is how many subscription slots conv holds on r.
+func slotsOf(r *Runtime, conv string) int {
+	r.hub.mu.Lock()
+	defer r.hub.mu.Unlock()
+	return r.hub.slots[conv]
+}
+
+// TestForwardedSubscriptionOverTheOwnersCap: a subscription on a member
+// that does not own the conversation, whose owner has
+// Options.MaxSubscriptions subscriptions of it open, ends with an update
+// whose Err wraps ErrTooManySubscriptions (the owner's refusal crosses the
+// wire as its own code), and the member's follower frees its slot. Once
+// the owner's subscription ended, the member's is served.
+func TestForwardedSubscriptionOverTheOwnersCap(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	store := memjournal.New(memjournal.Options{})
+	model := agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
+		return agent.Text("ok"), nil
+	})
+	const ownerAddr, memberAddr = "owner.test:1", "member.test:1"
+	members := []string{ownerAddr, memberAddr}
+	slices.Sort(members)
+	net := &fakeNet{sys: map[string]*actor.ActorSystem{}}
+
+	ownerSys := quietSystem(t, ownerAddr)
+	owner, err := Open(Options{Store: store, Model: model, ActorSystem: ownerSys, NoResume: true, MaxSubscriptions: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = owner.Close() })
+	net.join(ownerSys)
+	member, err := Open(Options{Store: store, Model: model, NoResume: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = member.Close() })
+	n := netMember(t, net, member, memberAddr, members)
+	conv := firstConv(func(id string) bool { return n.owner(id) == ownerAddr })
+	_, err = owner.Send(ctx, conv, "hi", agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	waitTurnEnded(t, ctx, store, conv, 2, "the first turn ended")
+
+	lctx, lcancel := context.WithCancel(ctx)
+	defer lcancel()
+	local, err := owner.Subscribe(lctx, conv, 0)
+	require.NoError(t, err)
+	_, err = owner.Subscribe(ctx, conv, 0)
+	require.ErrorIs(t, err, ErrTooManySubscriptions, "on the owner")
+
+	remote, err := member.Subscribe(ctx, conv, 0)
+	require.NoError(t, err, "the member does not wait for the owner's answer")
+	ru := lastUpdate(t, ctx, remote, "on the member")
+	require.ErrorIs(t, ru.Err, ErrTooManySubscriptions, "the owner's refusal, as its sentinel")
+	require.Contains(t, ru.Err.Error(), "too many subscriptions")
+	require.Nil(t, ru.Event)
+	require.Zero(t, slotsOf(member, conv), "the ended follower freed its slot")
+	require.Empty(t, followIDs(n), "the follower ended")
+
+	lcancel()
+	for range local {
+	}
+	require.Zero(t, slotsOf(owner, conv), "the owner's subscription freed its slot")
+	remote, err = member.Subscribe(ctx, conv, 0)
+	require.NoError(t, err)
+	select {
+	case u := <-remote:
+		require.NoError(t, u.Err)
+		require.EqualValues(t, 1, u.Event.GetSeq(), "served from the start of the log")
+	case <-ctx.Done():
+		t.Fatal("the member's subscription got nothing")
+	}
+}
