@@ -82,7 +82,7 @@ const (
 	DefaultModelTimeout     = 10 * time.Minute
 	DefaultToolTimeout      = 10 * time.Minute
 	DefaultSubscriberBuffer = 1024
-	DefaultMaxSubscriptions = 64
+	DefaultMaxSubscriptions = 1024
 	DefaultResumeInterval   = 30 * time.Second
 )
 
