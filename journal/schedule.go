@@ -32,7 +32,8 @@ type ScheduleStore interface {
 	PutSchedule(ctx context.Context, s *messages.Schedule) error
 	// DeleteSchedule removes schedule id of the conversation, and no other
 	// conversation's. A conversation without a schedule of that id is
-	// ErrNotFound.
+	// ErrNotFound; an ill-formed conversation or schedule id (ValidateID)
+	// is ErrInvalid.
 	DeleteSchedule(ctx context.Context, conversationID, id string) error
 	// ConversationSchedules returns the conversation's schedules ordered
 	// by id (none for an unknown conversation). Its cost depends on the

@@ -133,6 +133,8 @@ func testSchedulePutListDelete(t *testing.T, e env) {
 	requireSentinel(t, s.PutSchedule(ctx, sched("nobody", "s9", 10)), journal.ErrNotFound, "a conversation without a row")
 	requireSentinel(t, s.DeleteSchedule(ctx, "d", "s1"), journal.ErrNotFound, "of another conversation")
 	requireSentinel(t, s.DeleteSchedule(ctx, "c", "nope"), journal.ErrNotFound)
+	requireSentinel(t, s.DeleteSchedule(ctx, "c", ""), journal.ErrInvalid, "an empty schedule id")
+	requireSentinel(t, s.DeleteSchedule(ctx, "", "s1"), journal.ErrInvalid, "an empty conversation id")
 	require.NoError(t, s.DeleteSchedule(ctx, "c", "s1"))
 	requireSentinel(t, s.DeleteSchedule(ctx, "c", "s1"), journal.ErrNotFound, "twice")
 	assert.Equal(t, []schedTime{{"d", "s3", tm(100)}, {"c", "s2", tm(200)}}, scheduleTimes(t, s))

@@ -82,7 +82,16 @@ func (s *Store) PutSchedule(ctx context.Context, sc *messages.Schedule) error {
 
 // DeleteSchedule implements journal.ScheduleStore.
 func (s *Store) DeleteSchedule(ctx context.Context, conversationID, id string) error {
-	st, err := s.lockConversation(ctx, conversationID)
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	if err := journal.ValidateID("conversation id", conversationID); err != nil {
+		return fmt.Errorf("memjournal: %w", err)
+	}
+	if err := journal.ValidateID("schedule id", id); err != nil {
+		return fmt.Errorf("memjournal: %w", err)
+	}
+	st, err := s.lock()
 	if err != nil {
 		return err
 	}
