@@ -392,3 +392,63 @@ func TestRunTraceThatCannotBeCreated(t *testing.T) {
 	_, err = os.Lstat(filepath.Join(dir, "runtime"))
 	require.ErrorIs(t, err, fs.ErrNotExist, "the runtime phase opened no store")
 }
+
+// cancelAt is a run's stderr that cancels the run's context when a line
+// starting with at is written: an interrupt as that phase begins.
+type cancelAt struct {
+	at     string
+	cancel context.CancelFunc
+	mu     sync.Mutex
+	buf    bytes.Buffer
+}
+
+// Write implements io.Writer.
+func (w *cancelAt) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if strings.HasPrefix(string(b), w.at) {
+		w.cancel()
+	}
+	return w.buf.Write(b)
+}
+
+func (w *cancelAt) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// TestCLIInterruptedInEachPhase interrupts a run as each phase after the
+// first begins: as documented, the run exits with status 130, says
+// "loadgen: interrupted" and prints the report of the phases measured
+// before. An interrupt in the single-conversation phase or a baseline used
+// to fail that phase with the context's error, so the run exited with
+// status 1 ("a phase failed") and printed no report at all.
+func TestCLIInterruptedInEachPhase(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the load generator for a few seconds")
+	}
+	for _, phase := range []string{"loadgen: open loop:", "loadgen: open loop, naive synced Sets:",
+		"loadgen: single conversation:", "loadgen: baseline (a):", "loadgen: baseline (b):"} {
+		t.Run(phase, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			stderr := &cancelAt{at: phase, cancel: cancel}
+			var stdout bytes.Buffer
+			code := cli(ctx, []string{"--conversations", "4", "--duration", "300ms", "--warmup", "0s", "--min-measured", "1", "--kill-every", "0",
+				"--open-loop", "--single", "--single-rounds", "1", "--single-round", "50ms",
+				"--revival-events", "200", "--revival-samples", "1", "--replay-samples", "1", "--json", "--dir", t.TempDir()}, &stdout, stderr)
+			said := stderr.String()
+			require.Contains(t, said, phase, "the phase began")
+			after := said[strings.Index(said, phase)+len(phase):]
+			for _, p := range phaseLines {
+				assert.NotContains(t, after, "\n"+p, "the later phases are skipped")
+			}
+			assert.Equal(t, exitSignal, code, "stderr:\n%s", said)
+			assert.Contains(t, said, "loadgen: interrupted: the report covers what was measured until then")
+			var rep report
+			require.NoError(t, json.Unmarshal(stdout.Bytes(), &rep), "the report of what was measured:\n%s", stdout.String())
+			assert.Positive(t, rep.Runtime.Turns, "the runtime phase, measured before the interrupt, is reported")
+		})
+	}
+}

@@ -434,19 +434,28 @@ func run(ctx context.Context, cfg config) (*report, error) {
 			return nil, fmt.Errorf("open loop: the closed loop measured no events to take shares of")
 		}
 		for i, f := range openLoopFractions {
+			if ctx.Err() != nil {
+				break // interrupted: the later phases are skipped
+			}
 			c := cfg
 			c.Rate = f * res.EventsPerSec
 			logf("open loop: %.0f events/s offered (%.0f%% of %.0f) for %v", c.Rate, 100*f, res.EventsPerSec, cfg.Duration)
 			r, err := runRuntime(ctx, c, filepath.Join(dir, fmt.Sprintf("open-%d", i)))
 			if err != nil {
+				if ctx.Err() != nil {
+					break // interrupted: the report covers the phases before
+				}
 				return nil, fmt.Errorf("open loop at %.0f%%: %w", 100*f, err)
 			}
 			measured(fmt.Sprintf("open-%d", i))
 			o := openLoopRun{Fraction: f, Offered: c.Rate, Result: r}
-			if cfg.Postgres == "" {
+			if cfg.Postgres == "" && ctx.Err() == nil {
 				logf("open loop, naive synced Sets: %.0f events/s offered for %v", c.Rate, cfg.Duration)
 				raw, err := runRawPebbleOpen(ctx, cfg, filepath.Join(dir, fmt.Sprintf("open-naive-%d", i)), c.Rate)
 				if err != nil {
+					if ctx.Err() != nil {
+						break
+					}
 					return nil, fmt.Errorf("open loop at %.0f%%, naive Sets: %w", 100*f, err)
 				}
 				measured(fmt.Sprintf("open-naive-%d", i))
@@ -458,36 +467,46 @@ func run(ctx context.Context, cfg config) (*report, error) {
 	if cfg.Single && ctx.Err() == nil {
 		logf("single conversation: %d rounds of %v each side, then the runtime with one conversation for %v", cfg.SingleRounds, cfg.SingleRound, cfg.Duration)
 		sr, err := runSingle(ctx, cfg, filepath.Join(dir, "single"))
-		if err != nil {
+		switch {
+		case err == nil:
+			measured("single")
+			rep.Single = &sr
+		case ctx.Err() == nil:
 			return nil, fmt.Errorf("single conversation: %w", err)
 		}
-		measured("single")
-		rep.Single = &sr
 	}
 	if cfg.Baseline && ctx.Err() == nil {
 		if cfg.Postgres != "" {
 			logf("baseline (a): %d writers, one PostgreSQL transaction per event (the seed's design), for %v", cfg.Conversations, cfg.Duration)
 			raw, err := runSeedPostgres(ctx, cfg)
-			if err != nil {
+			switch {
+			case err == nil:
+				rep.SeedPG = &raw
+			case ctx.Err() == nil:
 				return nil, fmt.Errorf("baseline (a): %w", err)
 			}
-			rep.SeedPG = &raw
 		} else {
 			logf("baseline (a): %d writers, one synced Pebble Set per event, for %v", cfg.Conversations, cfg.Duration)
 			raw, err := runRawPebble(ctx, cfg, filepath.Join(dir, "raw"))
-			if err != nil {
+			switch {
+			case err == nil:
+				measured("raw")
+				rep.RawPebble = &raw
+			case ctx.Err() == nil:
 				return nil, fmt.Errorf("baseline (a): %w", err)
 			}
-			measured("raw")
-			rep.RawPebble = &raw
 		}
+	}
+	if cfg.Baseline && ctx.Err() == nil {
 		logf("baseline (b): revival of a %d-event conversation, %d samples", cfg.RevivalEvents, cfg.RevivalSamples)
 		rev, err := runRevival(ctx, cfg, filepath.Join(dir, "revival"))
-		if err != nil {
+		switch {
+		case err == nil:
+			measured("revival")
+			rep.Revival = &rev
+		case ctx.Err() == nil:
 			return nil, fmt.Errorf("baseline (b): %w", err)
 		}
-		measured("revival")
-		rep.Revival = &rev
 	}
 	rep.Ratios, rep.Targets = evaluate(rep)
 	return rep, nil
