@@ -34,21 +34,29 @@ const liveConv = "live-1"
 // is cut by a kill of the conversation's actor (after its first delta), the
 // revival re-running the turn, then the whole runtime closed and reopened on
 // the same store and asked about the first answer. It checks that the log
-// holds exactly one answer per question.
-func runLive(ctx context.Context, cfg config, stdout io.Writer) error {
+// holds exactly one answer per question. Its --dir is held to the rules of
+// the scripted demo's (prepareDir), and its temporary directory is kept as
+// that demo keeps its own: with --keep, or after a failure.
+func runLive(ctx context.Context, cfg config, stdout, stderr io.Writer) (err error) {
 	model, err := liveModel(cfg.model)
 	if err != nil {
 		return err
 	}
-	dir := cfg.dir
-	if dir == "" {
-		if dir, err = os.MkdirTemp("", "lazarus-live-"); err != nil {
-			return err
-		}
-		if !cfg.keep {
-			defer os.RemoveAll(dir)
-		}
+	dir, temp, err := prepareDir(cfg.dir)
+	if err != nil {
+		return err
 	}
+	defer func() {
+		switch {
+		case !temp:
+		case cfg.keep:
+			fmt.Fprintf(stderr, "demo: kept %s\n", dir)
+		case err != nil && ctx.Err() == nil:
+			fmt.Fprintf(stderr, "demo: kept %s for inspection\n", dir)
+		default:
+			_ = os.RemoveAll(dir)
+		}
+	}()
 	fmt.Fprintf(stdout, "Lazarus live demo: model %s, store %s\n\n", cfg.model, dir)
 
 	rt, err := lazarus.Open(lazarus.Options{Dir: dir, Model: model})

@@ -150,7 +150,7 @@ func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	if cfg.model != "scripted" {
-		err = runLive(ctx, cfg, stdout)
+		err = runLive(ctx, cfg, stdout, stderr)
 	} else {
 		err = run(ctx, cfg, stdout, stderr)
 	}
