@@ -57,9 +57,10 @@ type FileCheckpoints interface {
 	// MaxFileBlobBytes is refused before r is read, with an error wrapping
 	// ErrTooLarge. If sum is not 64 lowercase hex digits, size is negative,
 	// r yields more or fewer than size bytes, or the content's SHA-256 is
-	// not sum, the error wraps ErrInvalid. In every error case the blob is
-	// not stored (a durable adapter may leave chunks of it that only
-	// SweepFileBlobs sees, and removes).
+	// not sum, the error wraps ErrInvalid (so does a size that is not the
+	// stored blob's). In every error case the blob is not stored, and a
+	// blob already stored is not touched (a durable adapter may leave
+	// chunks of it that only SweepFileBlobs sees, and removes).
 	PutFileBlob(ctx context.Context, sum string, size int64, r io.Reader) (*messages.FileBlob, error)
 
 	// FileBlob returns the description of the blob sum, or ErrNotFound.

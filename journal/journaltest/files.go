@@ -169,8 +169,13 @@ func testBlobDedup(t *testing.T, e env) {
 	require.NoError(t, err, "a stored blob is not read again")
 	assert.Equal(t, first.GetChunks(), again.GetChunks())
 	assert.False(t, again.GetTouched().AsTime().Before(first.GetTouched().AsTime()), "dedup touches the blob")
+	before, err := f.FileBlob(t.Context(), sumOf(content))
+	require.NoError(t, err)
 	_, err = f.PutFileBlob(t.Context(), sumOf(content), int64(len(content))+1, failReader{})
 	requireSentinel(t, err, journal.ErrInvalid, "a size that is not the stored blob's")
+	after, err := f.FileBlob(t.Context(), sumOf(content))
+	require.NoError(t, err)
+	requireProto(t, before, after, "a refused put does not touch the stored blob")
 }
 
 func testBlobEmpty(t *testing.T, e env) {

@@ -61,10 +61,7 @@ func (s *Store) PutFileBlob(ctx context.Context, sum string, size int64, r io.Re
 	if size > journal.MaxFileBlobBytes {
 		return nil, fmt.Errorf("memjournal: %w", journal.TooLargef("blob %s of %d bytes exceeds %d", sum, size, journal.MaxFileBlobBytes))
 	}
-	if d, ok, err := s.touchBlob(sum); err != nil || ok {
-		if err == nil && d.GetSize() != size {
-			return nil, fmt.Errorf("memjournal: %w", journal.Invalidf("blob %s has %d bytes, %d declared", sum, d.GetSize(), size))
-		}
+	if d, ok, err := s.touchBlob(sum, size); err != nil || ok {
 		return d, err
 	}
 	// Read outside the lock: r may be slow.
@@ -91,8 +88,9 @@ func (s *Store) PutFileBlob(ctx context.Context, sum string, size int64, r io.Re
 }
 
 // touchBlob marks the blob touched now and returns its description if it
-// is stored.
-func (s *Store) touchBlob(sum string) (*messages.FileBlob, bool, error) {
+// is stored. A stored blob whose size is not size is ErrInvalid, and is not
+// touched.
+func (s *Store) touchBlob(sum string, size int64) (*messages.FileBlob, bool, error) {
 	st, err := s.lock()
 	if err != nil {
 		return nil, false, err
@@ -101,6 +99,9 @@ func (s *Store) touchBlob(sum string) (*messages.FileBlob, bool, error) {
 	b := st.files.blobs[sum]
 	if b == nil {
 		return nil, false, nil
+	}
+	if b.desc.GetSize() != size {
+		return nil, true, fmt.Errorf("memjournal: %w", journal.Invalidf("blob %s has %d bytes, %d declared", sum, b.desc.GetSize(), size))
 	}
 	b.desc.Touched = timestamppb.Now()
 	return proto.Clone(b.desc).(*messages.FileBlob), true, nil
