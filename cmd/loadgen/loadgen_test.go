@@ -221,6 +221,13 @@ func TestCLIUsage(t *testing.T) {
 		{[]string{"stray", "--duration", "1ms"}, `unexpected argument "stray"`},
 		{[]string{"--duration", "1ms", "stray"}, `unexpected argument "stray"`},
 		{[]string{"--dir", filepath.Join(file, "stores")}, "cannot be used"},
+		// Negative times and counts mean nothing; they used to be taken
+		// silently as 0 (no think time, an immediate human, no kills, no
+		// summaries).
+		{[]string{"--think", "-1s"}, "--think must not be negative"},
+		{[]string{"--human-delay", "-1ms"}, "--human-delay must not be negative"},
+		{[]string{"--kill-every", "-20ms"}, "--kill-every must not be negative"},
+		{[]string{"--summary-every", "-1"}, "--summary-every must not be negative"},
 	} {
 		stdout.Reset()
 		stderr.Reset()

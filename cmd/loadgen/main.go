@@ -221,6 +221,14 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("--duration must be positive")
 	case c.Warmup < 0 || c.Warmup >= c.Duration:
 		return c, fmt.Errorf("--warmup must be within [0, --duration)")
+	case c.Think < 0:
+		return c, fmt.Errorf("--think must not be negative")
+	case c.HumanDelay < 0:
+		return c, fmt.Errorf("--human-delay must not be negative")
+	case c.KillEvery < 0:
+		return c, fmt.Errorf("--kill-every must not be negative (0: never)")
+	case c.SummaryEvery < 0:
+		return c, fmt.Errorf("--summary-every must not be negative (0: never)")
 	case c.HumanFraction < 0 || c.HumanFraction > 1:
 		return c, fmt.Errorf("--human must be within [0, 1]")
 	case c.RevivalEvents%turnEvents != 0 || c.RevivalEvents <= recentEvents:
