@@ -420,6 +420,10 @@ type Runtime struct {
 	// fires holds due schedule occurrences for the delivery goroutines
 	// (schedule.go).
 	fires chan scheduleFire
+
+	// viewPageBytes bounds the bytes of each Store read of HistoryView
+	// (historyPageBytes).
+	viewPageBytes int
 }
 
 // Open starts a Runtime. With a durable Store, conversations, pending calls
@@ -518,6 +522,7 @@ func Open(opts Options) (*Runtime, error) {
 		return nil, err
 	}
 	r.hub = newHub(r.store, opts.SubscriberBuffer)
+	r.viewPageBytes = historyPageBytes
 	r.hub.subscribers = opts.Metrics.Subscribers
 	r.hub.maxSubs = max(opts.MaxSubscriptions, -1)
 	model := timed(opts.Model)

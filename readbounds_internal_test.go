@@ -17,6 +17,7 @@ import (
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/journal/memjournal"
 	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/snapshot"
 )
 
 // readLog is a Store that records the EventQuery and the bytes (proto.Size
@@ -27,6 +28,7 @@ type readLog struct {
 	mu      sync.Mutex
 	queries []journal.EventQuery
 	sizes   []int
+	seqs    map[uint64]int // how many reads returned each seq
 }
 
 func (s *readLog) Events(ctx context.Context, conv string, q journal.EventQuery) ([]*messages.Event, error) {
@@ -38,6 +40,12 @@ func (s *readLog) Events(ctx context.Context, conv string, q journal.EventQuery)
 	if conv == s.conv {
 		s.mu.Lock()
 		s.queries, s.sizes = append(s.queries, q), append(s.sizes, n)
+		if s.seqs == nil {
+			s.seqs = map[uint64]int{}
+		}
+		for _, ev := range evs {
+			s.seqs[ev.GetSeq()]++
+		}
 		s.mu.Unlock()
 	}
 	return evs, err
@@ -46,7 +54,7 @@ func (s *readLog) Events(ctx context.Context, conv string, q journal.EventQuery)
 func (s *readLog) reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.queries, s.sizes = nil, nil
+	s.queries, s.sizes, s.seqs = nil, nil, nil
 }
 
 // readBoundsRuntime opens a Runtime on a readLog of conversation "c", which
@@ -146,6 +154,171 @@ func TestForkPointRefusesPastItsBound(t *testing.T) {
 	require.NoError(t, err)
 	require.Nil(t, sum)
 	require.Equal(t, []uint64{1, 2, 3, 4, 5}, seqsOf(evs))
+}
+
+// rewoundRuntime is readBoundsRuntime with rewinds: seqs 1 to 19, of which
+// 9 (to 4), 14 (to 2) and 17 (to 15) are rewinds, so the head is 1, 2, 14,
+// 15, 17, 18, 19.
+func rewoundRuntime(t *testing.T) (*Runtime, *readLog) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rt, store := readBoundsRuntime(t, 4)
+	model := rt.opts.Model.(*scripted.Model)
+	big := strings.Repeat("x", 1000)
+	turn := func(i int) {
+		model.Push("c", scripted.Text(fmt.Sprintf("answer %d %s", i, big)))
+		_, err := rt.SendAndWait(ctx, "c", fmt.Sprintf("question %d %s", i, big), agent.Scope{UserID: "u"})
+		require.NoError(t, err)
+	}
+	scope := agent.Scope{UserID: "u"}
+	require.NoError(t, rt.Rewind(ctx, "c", 4, RewindOptions{}, scope))
+	turn(4)
+	turn(5)
+	require.NoError(t, rt.Rewind(ctx, "c", 2, RewindOptions{}, scope))
+	turn(6)
+	require.NoError(t, rt.Rewind(ctx, "c", 15, RewindOptions{}, scope))
+	turn(7)
+	store.reset()
+	return rt, store
+}
+
+// wholeLogView is HistoryView as it was computed from the whole log: the
+// head marked from its newest event back, then the selection, then the
+// Limit and MaxBytes cuts.
+func wholeLogView(evs []*messages.Event, opts HistoryOptions) []HistoryEntry {
+	on := make([]bool, len(evs))
+	off := evs[0].GetSeq() - 1
+	for pos := off + uint64(len(evs)); pos > off; {
+		on[pos-off-1] = true
+		if rw := evs[pos-off-1].GetRewind(); rw != nil && rw.GetToSeq() < pos {
+			pos = rw.GetToSeq()
+		} else {
+			pos--
+		}
+	}
+	var out []HistoryEntry
+	for i, ev := range evs {
+		if (opts.Before != 0 && ev.GetSeq() >= opts.Before) || (opts.Effective && (!on[i] || ev.GetRewind() != nil)) ||
+			(opts.Agent != nil && !snapshot.VisibleTo(ev, opts.Agent.Name)) {
+			continue
+		}
+		out = append(out, HistoryEntry{Event: ev, Rewound: !on[i]})
+	}
+	if opts.Limit > 0 && len(out) > opts.Limit {
+		out = out[len(out)-opts.Limit:]
+	}
+	if opts.MaxBytes > 0 {
+		size, i := 0, len(out)
+		for i > 0 && (i == len(out) || size+proto.Size(out[i-1].Event) <= opts.MaxBytes) {
+			size += proto.Size(out[i-1].Event)
+			i--
+		}
+		out = out[i:]
+	}
+	return out
+}
+
+// TestHistoryViewPagesThroughTheStore: HistoryView reads the log backwards
+// a bounded page at a time (Runtime.viewPageBytes, one event at least) and
+// returns what the whole log gave it, for every selection: pages before
+// any seq, limits, byte bounds, the effective view and an agent's.
+func TestHistoryViewPagesThroughTheStore(t *testing.T) {
+	ctx := context.Background()
+	rt, store := rewoundRuntime(t)
+	all, err := rt.History(ctx, "c", 0, 0)
+	require.NoError(t, err)
+	require.Len(t, all, 19)
+	head, err := rt.HistoryView(ctx, "c", HistoryOptions{Effective: true})
+	require.NoError(t, err)
+	require.Equal(t, []uint64{1, 2, 15, 18, 19}, seqsOf(entryEvents(head)), "the head is 1, 2, 14, 15, 17, 18, 19")
+
+	largest := 0
+	for _, ev := range all {
+		largest = max(largest, proto.Size(ev))
+	}
+	for _, pageBytes := range []int{historyPageBytes, 2500, 1} {
+		rt.viewPageBytes = pageBytes
+		for _, before := range []uint64{0, 1, 2, 3, 10, 15, 16, 17, 19, 20} {
+			for _, limit := range []int{0, 1, 2, 5} {
+				for _, maxBytes := range []int{0, 1, 2500} {
+					for _, effective := range []bool{false, true} {
+						for _, view := range []*AgentView{nil, ViewOf("")} {
+							opts := HistoryOptions{Before: before, Limit: limit, MaxBytes: maxBytes, Effective: effective, Agent: view}
+							store.reset()
+							got, err := rt.HistoryView(ctx, "c", opts)
+							require.NoError(t, err)
+							require.Equal(t, wholeLogView(all, opts), got, "page bytes %d, %+v", pageBytes, opts)
+							store.mu.Lock()
+							for i, n := range store.sizes {
+								require.LessOrEqual(t, n, max(pageBytes, largest), "read %d of %+v", i, opts)
+								require.LessOrEqual(t, store.queries[i].MaxBytes, pageBytes, "the read is bounded")
+								require.Positive(t, store.queries[i].Limit, "the read is bounded")
+							}
+							store.mu.Unlock()
+						}
+					}
+				}
+			}
+		}
+	}
+	_, err = rt.HistoryView(ctx, "c", HistoryOptions{MaxBytes: -1})
+	require.ErrorIs(t, err, journal.ErrInvalid)
+}
+
+// TestHistoryViewReadsWhatThePageNeeds: a page of the newest events reads
+// just them, within its limit and bytes; the effective view does not read
+// the spans its walk skips; a page far back reads the log within the page
+// bound a read, never whole.
+func TestHistoryViewReadsWhatThePageNeeds(t *testing.T) {
+	ctx := context.Background()
+	rt, store := rewoundRuntime(t)
+
+	got, err := rt.HistoryView(ctx, "c", HistoryOptions{Limit: 2})
+	require.NoError(t, err)
+	require.Equal(t, []uint64{18, 19}, seqsOf(entryEvents(got)))
+	store.mu.Lock()
+	require.Equal(t, []journal.EventQuery{{Limit: 2, MaxBytes: historyPageBytes}}, store.queries, "the page's limit reaches the Store")
+	store.mu.Unlock()
+
+	store.reset()
+	got, err = rt.HistoryView(ctx, "c", HistoryOptions{MaxBytes: 1500})
+	require.NoError(t, err)
+	require.Equal(t, []uint64{19}, seqsOf(entryEvents(got)))
+	store.mu.Lock()
+	require.Equal(t, []journal.EventQuery{{Limit: historyPage, MaxBytes: 1500}}, store.queries, "the page's bytes reach the Store")
+	store.mu.Unlock()
+
+	rt.viewPageBytes = 1 // one event a read
+	store.reset()
+	got, err = rt.HistoryView(ctx, "c", HistoryOptions{Effective: true})
+	require.NoError(t, err)
+	require.Equal(t, []uint64{1, 2, 15, 18, 19}, seqsOf(entryEvents(got)))
+	store.mu.Lock()
+	for seq := uint64(3); seq <= 13; seq++ {
+		require.Zero(t, store.seqs[seq], "seq %d, which a rewind skipped, was read", seq)
+	}
+	store.mu.Unlock()
+
+	rt.viewPageBytes = 2500
+	store.reset()
+	got, err = rt.HistoryView(ctx, "c", HistoryOptions{Before: 3, Limit: 1})
+	require.NoError(t, err)
+	require.Equal(t, []uint64{2}, seqsOf(entryEvents(got)))
+	store.mu.Lock()
+	require.Greater(t, len(store.sizes), 1, "paged")
+	for i, n := range store.sizes {
+		require.LessOrEqual(t, n, 2500, "read %d", i)
+	}
+	store.mu.Unlock()
+}
+
+func entryEvents(entries []HistoryEntry) []*messages.Event {
+	evs := make([]*messages.Event, len(entries))
+	for i, e := range entries {
+		evs[i] = e.Event
+	}
+	return evs
 }
 
 func seqsOf(evs []*messages.Event) []uint64 {

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/lazarusrt/lazarus/actors"
 	"github.com/lazarusrt/lazarus/agent"
@@ -260,6 +263,14 @@ type HistoryOptions struct {
 	// all) with a seq below Before (0: no bound).
 	Before uint64
 	Limit  int
+	// MaxBytes, when positive, bounds the entries by their events' sizes
+	// (proto.Size, summed), as HistoryWithin bounds History's page: of the
+	// newest Limit entries, the newest whose sizes sum to at most
+	// MaxBytes, and one at least, so paging always gets on. A page cut
+	// short by MaxBytes resumes as one cut by Limit, before the oldest seq
+	// it holds. Default 0: no bound; a negative MaxBytes wraps
+	// journal.ErrInvalid.
+	MaxBytes int
 	// Effective, if set, keeps only what the model's context is built
 	// from: the events on the conversation's head, without those in spans
 	// a rewind skipped and without the rewind events themselves. Events
@@ -285,65 +296,142 @@ type HistoryEntry struct {
 
 // HistoryView returns the conversation's history in ascending seq, each
 // event marked as rewound or not, as opts selects: the full log or the
-// effective view (what the model sees). It reads the whole log to find the
-// head (a rewind can skip any earlier span), so its cost grows with the
-// log, whatever the page. History is the full log without the marks. A
-// negative limit wraps journal.ErrInvalid, and so does the view of an agent
-// not in Options.Agents, with ErrUnknownAgent (see AgentView); an unknown
-// conversation returns no entries; a deleted one, an error wrapping
-// journal.ErrDeleted.
+// effective view (what the model sees). It finds the head by walking the
+// log back from its newest event (a rewind can skip any earlier span),
+// reading the Store backwards a bounded page at a time (at most 512
+// events and 16 MiB a read) and stopping once the page it returns is
+// complete (Limit entries, or MaxBytes of them): it holds one read and
+// the entries kept, never the whole log. Its cost grows with the events
+// at and after the oldest entry it returns, and with those before it that
+// the selection passes over (another agent's, say); the effective view
+// does not read the spans its walk skips. History is the full log without
+// the marks. A negative limit or MaxBytes wraps journal.ErrInvalid, and so
+// does the view of an agent not in Options.Agents, with ErrUnknownAgent
+// (see AgentView); an unknown conversation returns no entries; a deleted
+// one, an error wrapping journal.ErrDeleted.
 func (r *Runtime) HistoryView(ctx context.Context, conversationID string, opts HistoryOptions) ([]HistoryEntry, error) {
+	op := fmt.Sprintf("lazarus: history of %q", clipID(conversationID))
 	if err := r.enter(ctx); err != nil {
-		return nil, fmt.Errorf("lazarus: history of %q: %w", clipID(conversationID), err)
+		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	if opts.Limit < 0 {
-		return nil, fmt.Errorf("lazarus: history of %q: %w", clipID(conversationID), journal.Invalidf("negative limit"))
+		return nil, fmt.Errorf("%s: %w", op, journal.Invalidf("negative limit"))
+	}
+	if opts.MaxBytes < 0 {
+		return nil, fmt.Errorf("%s: %w", op, journal.Invalidf("negative max bytes"))
 	}
 	if err := r.checkView(opts.Agent); err != nil {
-		return nil, fmt.Errorf("lazarus: history of %q: %w", clipID(conversationID), err)
+		return nil, fmt.Errorf("%s: %w", op, err)
 	}
-	evs, err := r.History(ctx, conversationID, 0, 0)
-	if err != nil {
-		return nil, err
+	if err := journal.ValidateID("conversation id", conversationID); err != nil {
+		return nil, fmt.Errorf("lazarus: history: %w", err)
 	}
-	onHead := head(evs)
-	var out []HistoryEntry
-	for i, ev := range evs {
-		if opts.Before != 0 && ev.GetSeq() >= opts.Before {
+	// inPage reports whether seq may be in the page (below opts.Before);
+	// the events at or after it are read only for the head's walk.
+	inPage := func(seq uint64) bool { return opts.Before == 0 || seq < opts.Before }
+	var (
+		out  []HistoryEntry // newest first
+		size int
+		walk headWalk
+		next uint64 // the next read's Before; 0: the log's end
+	)
+read:
+	for {
+		q := journal.EventQuery{Before: next, Limit: historyPage, MaxBytes: r.viewPageBytes}
+		last := false // the read ends the page, whatever it returns
+		if opts.Before == 0 || (next != 0 && next <= opts.Before) {
+			// Every event of the read is in the page but those the
+			// selection leaves out: read no more than the page's bytes,
+			// nor, but for an agent's (which may leave out most), more
+			// events than it lacks.
+			if opts.Limit > 0 && opts.Agent == nil {
+				q.Limit = min(q.Limit, opts.Limit-len(out))
+			}
+			if opts.MaxBytes > 0 && opts.MaxBytes-size <= q.MaxBytes {
+				q.MaxBytes = max(1, opts.MaxBytes-size)
+				// The Store stops where the page's bytes do (one event
+				// at least, which the cut below refuses if it does not
+				// fit), unless the selection leaves some out.
+				last = !opts.Effective && opts.Agent == nil
+			}
+		}
+		evs, err := r.store.Events(ctx, conversationID, q)
+		if err != nil {
+			return nil, r.callErr(op, err)
+		}
+		if len(evs) == 0 {
 			break
 		}
-		if opts.Effective && (!onHead[i] || ev.GetRewind() != nil) {
-			continue
+		for i := len(evs) - 1; i >= 0; i-- {
+			ev := evs[i]
+			on := walk.step(ev)
+			if !inPage(ev.GetSeq()) || (opts.Effective && (!on || ev.GetRewind() != nil)) ||
+				(opts.Agent != nil && !snapshot.VisibleTo(ev, opts.Agent.Name)) {
+				continue
+			}
+			n := proto.Size(ev)
+			if opts.MaxBytes > 0 && len(out) > 0 && size+n > opts.MaxBytes {
+				break read
+			}
+			size += n
+			out = append(out, HistoryEntry{Event: ev, Rewound: !on})
+			if opts.Limit > 0 && len(out) == opts.Limit {
+				break read
+			}
 		}
-		if opts.Agent != nil && !snapshot.VisibleTo(ev, opts.Agent.Name) {
-			continue
+		if last && len(evs) < q.Limit {
+			break // cut by the page's bytes, or the log's start
 		}
-		out = append(out, HistoryEntry{Event: ev, Rewound: !onHead[i]})
+		// The next read ends before the oldest event read, and skips what
+		// neither the page nor the walk needs: past the walk's position,
+		// the events at or after opts.Before (all of them for the
+		// effective view, which keeps only the head).
+		next = evs[0].GetSeq()
+		switch {
+		case opts.Effective:
+			next = min(next, walk.pos+1)
+		case opts.Before != 0:
+			next = min(next, max(opts.Before, walk.pos+1))
+		}
+		if next <= 1 {
+			break
+		}
 	}
-	if opts.Limit > 0 && len(out) > opts.Limit {
-		out = out[len(out)-opts.Limit:]
+	if len(out) == 0 {
+		// No entries: a new conversation, an empty page, or a deleted
+		// one, which says so.
+		if err := r.deleted(ctx, conversationID); err != nil {
+			return nil, fmt.Errorf("%s: %w", op, err)
+		}
+		return nil, nil
 	}
+	slices.Reverse(out)
 	return out, nil
 }
 
-// head marks the events of a whole log (evs[i] has seq first+i, first
-// being 1, or for a fork the seq after the summary it copied) that are on
-// the head: walking back from the newest, a rewind jumps the walk to its
-// target (see the snapshot package).
-func head(evs []*messages.Event) []bool {
-	on := make([]bool, len(evs))
-	if len(evs) == 0 {
-		return on
+// headWalk marks the events of a log that are on the head, given newest
+// first, the log's newest event first of all: walking back from the
+// newest, a rewind jumps the walk to its target (see the snapshot
+// package). The events between the walk's position and the last one given
+// are off the head, so a caller may leave them out.
+type headWalk struct {
+	started bool
+	pos     uint64 // the seq of the next event on the head; 0: none
+}
+
+// step reports whether ev, the event before the last one stepped, is on
+// the head.
+func (w *headWalk) step(ev *messages.Event) bool {
+	if !w.started {
+		w.started, w.pos = true, ev.GetSeq()
 	}
-	off := evs[0].GetSeq() - 1
-	pos := off + uint64(len(evs))
-	for pos > off {
-		on[pos-off-1] = true
-		if rw := evs[pos-off-1].GetRewind(); rw != nil && rw.GetToSeq() < pos {
-			pos = rw.GetToSeq()
-			continue
-		}
-		pos--
+	if ev.GetSeq() != w.pos {
+		return false
 	}
-	return on
+	if rw := ev.GetRewind(); rw != nil && rw.GetToSeq() < w.pos {
+		w.pos = rw.GetToSeq()
+	} else {
+		w.pos--
+	}
+	return true
 }

@@ -2,9 +2,11 @@ package server
 
 import (
 	"fmt"
+	"math"
 	"net/http"
 
 	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
 )
 
@@ -42,7 +44,19 @@ func (s *Server) historyOf(r *http.Request, id string, before uint64, limit int,
 		// the page's JSON cut keeps.
 		return s.rt.HistoryWithin(r.Context(), id, before, limit, s.opts.MaxPageBytes)
 	}
-	entries, err := s.rt.HistoryView(r.Context(), id, lazarus.HistoryOptions{Before: before, Limit: limit, Agent: view, Effective: effective})
+	// The view's read stops one event (viewSlack) past the page's bytes,
+	// or past one event if the page's bytes are fewer: had it been cut by
+	// its bytes, its entries' proto encodings would sum to more than
+	// both, so there would be two at least and the page's JSON cut
+	// (proto encodings are no larger than JSON) would keep fewer than
+	// all of them. So when the page keeps every entry returned, the view
+	// holds nothing before them that the limit let in, and the page
+	// needs no further read to say so (as the full log's does).
+	maxBytes := math.MaxInt
+	if s.opts.MaxPageBytes <= math.MaxInt-2*viewSlack {
+		maxBytes = max(s.opts.MaxPageBytes, viewSlack) + viewSlack
+	}
+	entries, err := s.rt.HistoryView(r.Context(), id, lazarus.HistoryOptions{Before: before, Limit: limit, MaxBytes: maxBytes, Agent: view, Effective: effective})
 	if err != nil {
 		return nil, err
 	}
@@ -52,6 +66,10 @@ func (s *Server) historyOf(r *http.Request, id string, before uint64, limit int,
 	}
 	return evs, nil
 }
+
+// viewSlack bounds a stored event's encoding: journal.MaxEventBytes, and
+// its seq.
+const viewSlack = journal.MaxEventBytes + 16
 
 // viewParam reads the view query parameter of a history request: "full"
 // (the default: the whole log, rewound spans and rewind events included) or

@@ -139,3 +139,71 @@ func TestHistoryPageReadBoundedByBytes(t *testing.T) {
 	require.Equal(t, journal.EventQuery{Limit: 51, MaxBytes: 2500}, q, "the page's read carries its byte bound")
 	require.LessOrEqual(t, store.sizes[0], 2500, "the Store stopped at the bound: %v", store.sizes)
 }
+
+// TestHistoryViewPageReadBoundedByBytes: an agent's or the effective view's
+// history page is read within a bound too (lazarus.HistoryOptions.MaxBytes:
+// Options.MaxPageBytes, or one event if that is less, and one event more),
+// not from the whole log, and pages as the full log's does: paging
+// backwards returns every entry once, in order, and the last page says
+// there is nothing before it.
+func TestHistoryViewPageReadBoundedByBytes(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	store := &queryLog{Store: memjournal.New(memjournal.Options{})}
+	n := startNodeIn(t, "", model, server.Options{MaxPageBytes: 2500}, func(o *lazarus.Options) { o.Store = store })
+	conv := n.create(t, tokAlice, nil)
+	alice := agent.ScopeOf(agent.Identity{UserID: "alice"})
+	big := strings.Repeat("x", 300_000)
+	for i := range 5 { // 10 events of about 300 KB each
+		model.Push(conv.ID, scripted.Text(fmt.Sprintf("answer %d %s", i, big)))
+		_, err := n.rt.SendAndWait(ctx, conv.ID, fmt.Sprintf("question %d %s", i, big), alice)
+		require.NoError(t, err)
+	}
+	all, err := n.rt.History(ctx, conv.ID, 0, 0)
+	require.NoError(t, err)
+	total := 0
+	for _, ev := range all {
+		total += proto.Size(ev)
+	}
+	bound := 2 * (journal.MaxEventBytes + 16)
+	require.Greater(t, total, bound)
+
+	for _, query := range []string{"view=effective", "agent=default", "view=effective&agent=default"} {
+		var seqs []string
+		path := "/v1/conversations/" + conv.ID + "/events?limit=50&" + query
+		for {
+			store.mu.Lock()
+			store.conv, store.queries, store.sizes = conv.ID, nil, nil
+			store.mu.Unlock()
+			var page server.EventPage
+			n.must(t, http.StatusOK, "GET", path, tokAlice, nil, &page)
+			require.Len(t, page.Events, 1, "%s: an event's JSON does not fit a page but alone", query)
+			var ev struct {
+				Seq string `json:"seq"`
+			}
+			require.NoError(t, json.Unmarshal(page.Events[0], &ev))
+			seqs = append(seqs, ev.Seq)
+
+			store.mu.Lock()
+			require.NotEmpty(t, store.queries, query)
+			read := 0
+			for i, q := range store.queries {
+				require.Positive(t, q.MaxBytes, "%s: read %d is bounded", query, i)
+				read += store.sizes[i]
+			}
+			if len(seqs) == 1 {
+				// The newest page: the view's walk back to the head starts
+				// there (a later page reads the log after it again, a
+				// bounded read at a time).
+				require.LessOrEqual(t, store.queries[0].MaxBytes, bound, "%s: the page's read carries its bound", query)
+				require.LessOrEqual(t, read, bound+journal.MaxEventBytes, "%s: the page read at most its bound, and one event past it: %v", query, store.sizes)
+			}
+			store.mu.Unlock()
+			if page.NextBefore == 0 {
+				break
+			}
+			path = fmt.Sprintf("/v1/conversations/%s/events?limit=50&before=%d&%s", conv.ID, page.NextBefore, query)
+		}
+		require.Equal(t, []string{"10", "9", "8", "7", "6", "5", "4", "3", "2", "1"}, seqs, "%s: every event once, newest first", query)
+	}
+}

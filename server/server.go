@@ -98,8 +98,11 @@ type Options struct {
 	// times journal.MaxEventBytes. The full log's page (no agent, view
 	// full) is read from the Store within this bound too
 	// (lazarus.Runtime.HistoryWithin), so its read stops there; an agent's
-	// or the effective view is cut from lazarus.Runtime.HistoryView, which
-	// reads the whole log. Default (zero or less) DefaultMaxPageBytes.
+	// or the effective view is read within it and one event more
+	// (journal.MaxEventBytes; two with a bound below one event), by
+	// lazarus.Runtime.HistoryView, which also reads the log after the page
+	// a bounded read at a time to find the head. Default (zero or less)
+	// DefaultMaxPageBytes.
 	MaxPageBytes int
 	// Metrics is what /metrics exposes (see NewMetrics); pass the same
 	// Metrics' Hooks to lazarus.Options.Metrics so that the runtime feeds
