@@ -937,18 +937,45 @@ func load(ctx context.Context, store journal.Store, id string) *inLoaded {
 // the conversation owes. A fork takes the history before such a summary
 // from an earlier one: copied with it, the fork would owe no call open at
 // the fork point, or start with a result whose call it does not hold.
+// It reads the rest a bounded page at a time (cutReadPage events,
+// cutReadBytes, one event at least), keeping the ids of the calls issued
+// (snapshot.CutFinder), not the events.
 func SummaryCutsACall(ctx context.Context, store journal.Store, id string, sum *messages.Summary, events []*messages.Event) (bool, error) {
-	after := sum.GetToSeq()
-	if n := len(events); n > 0 {
-		after = events[n-1].GetSeq()
-	}
-	rest, err := store.Events(ctx, id, journal.EventQuery{After: after})
+	return summaryCutsACall(ctx, store, id, sum, events, cutReadBytes)
+}
+
+// cutReadPage and cutReadBytes bound each read of SummaryCutsACall.
+const (
+	cutReadPage  = 512
+	cutReadBytes = 16 << 20
+)
+
+func summaryCutsACall(ctx context.Context, store journal.Store, id string, sum *messages.Summary, events []*messages.Event, pageBytes int) (bool, error) {
+	ws, err := snapshot.Rebuild(sum, events)
 	if err != nil {
 		return false, err
 	}
-	ws, err := snapshot.Rebuild(sum, append(slices.Clip(events), rest...))
-	if err != nil {
-		return false, err
+	var f snapshot.CutFinder
+	for _, ev := range events {
+		f.Add(ev)
+	}
+	for after := ws.LastSeq; ; {
+		page, err := store.Events(ctx, id, journal.EventQuery{After: after, Before: after + cutReadPage + 1, MaxBytes: pageBytes})
+		if err != nil {
+			return false, err
+		}
+		if len(page) == 0 {
+			break
+		}
+		// Checked as Rebuild checks the events it is given: contiguous
+		// from the last seq read, rewinds backwards.
+		if err := (&snapshot.WorkingSet{LastSeq: after}).Append(page...); err != nil {
+			return false, err
+		}
+		for _, ev := range page {
+			f.Add(ev)
+		}
+		after = page[len(page)-1].GetSeq()
 	}
 	conv, err := store.Conversation(ctx, id)
 	if err != nil {
@@ -958,7 +985,7 @@ func SummaryCutsACall(ctx context.Context, store journal.Store, id string, sum *
 	if err != nil {
 		return false, err
 	}
-	return ws.CutsACall(owed), nil
+	return sum != nil && f.Cuts(owed), nil
 }
 
 // owedCalls returns the ids of the calls conversation id owes results for,
