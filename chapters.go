@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
@@ -24,8 +25,14 @@ type Chapter struct {
 	// Prev is the before of the previous chapter (pass it to Chapters);
 	// 0 when there is none: this is the first chapter, or the events
 	// before it are not in the log (a fork's log starts after the summary
-	// it copied).
+	// it copied). For a chapter Cut, it is the before of the rest of this
+	// chapter: its oldest event's seq.
 	Prev uint64
+	// Cut is true when ChaptersWithin's bound cut the chapter: Events are
+	// its newest events, not all those after Summary, and the next page
+	// (Prev) holds the rest of it, with the same Summary. Never true of
+	// Chapters.
+	Cut bool
 }
 
 // Chapters returns the chapter that ends just before seq before (before 0:
@@ -42,12 +49,27 @@ type Chapter struct {
 // copied summary covers are not in its log) is an error wrapping
 // journal.ErrInvalid.
 func (r *Runtime) Chapters(ctx context.Context, conversationID string, before uint64) (Chapter, error) {
+	return r.ChaptersWithin(ctx, conversationID, before, 0)
+}
+
+// ChaptersWithin is Chapters bounded by bytes, as HistoryWithin bounds
+// History: of the chapter's events, it returns the newest whose encoded
+// sizes (proto.Size) sum to at most maxBytes, and one at least, so paging
+// always gets on, and the bound reaches the Store's read
+// (journal.EventQuery.MaxBytes). A chapter cut short says so
+// (Chapter.Cut), and its Prev resumes it before the oldest event it holds.
+// maxBytes 0 is Chapters' (no bound); a negative maxBytes wraps
+// journal.ErrInvalid.
+func (r *Runtime) ChaptersWithin(ctx context.Context, conversationID string, before uint64, maxBytes int) (Chapter, error) {
 	op := fmt.Sprintf("lazarus: chapter of %q before seq %d", clipID(conversationID), before)
 	if err := r.enter(ctx); err != nil {
 		return Chapter{}, fmt.Errorf("%s: %w", op, err)
 	}
 	if err := journal.ValidateID("conversation id", conversationID); err != nil {
 		return Chapter{}, fmt.Errorf("%s: %w", op, err)
+	}
+	if maxBytes < 0 {
+		return Chapter{}, fmt.Errorf("%s: %w", op, journal.Invalidf("negative max bytes"))
 	}
 	end := before - 1
 	if before == 0 {
@@ -67,9 +89,19 @@ func (r *Runtime) Chapters(ctx context.Context, conversationID string, before ui
 	case err != nil:
 		return Chapter{}, r.callErr(op, err)
 	}
-	evs, err := r.store.Events(ctx, conversationID, journal.EventQuery{After: sum.GetToSeq(), Before: end + 1})
+	q := journal.EventQuery{After: sum.GetToSeq(), Before: end + 1, MaxBytes: maxBytes}
+	if maxBytes > 0 {
+		q.Limit = math.MaxInt // the newest, as the pages before it follow
+	}
+	evs, err := r.store.Events(ctx, conversationID, q)
 	if err != nil {
 		return Chapter{}, r.callErr(op, err)
+	}
+	if maxBytes > 0 && len(evs) > 0 && evs[0].GetSeq() > sum.GetToSeq()+1 {
+		// Cut by the bound: the rest of the chapter is before the
+		// oldest event read (the log is contiguous from the summary's
+		// end, a fork's from the summary it copied).
+		return Chapter{Summary: sum, Events: evs, Prev: evs[0].GetSeq(), Cut: true}, nil
 	}
 	if len(evs) == 0 {
 		if err := r.deleted(ctx, conversationID); err != nil {

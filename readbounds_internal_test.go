@@ -328,3 +328,61 @@ func seqsOf(evs []*messages.Event) []uint64 {
 	}
 	return seqs
 }
+
+// TestChaptersWithinBoundsTheStoreRead: ChaptersWithin passes its bound to
+// the Store's read of the chapter, keeps the newest events within it (one
+// at least), says the chapter is cut and resumes it before the oldest it
+// holds, with the same summary, until the chapter's first event, whose
+// page is Chapters' own; 0 is Chapters' read; a negative bound wraps
+// journal.ErrInvalid.
+func TestChaptersWithinBoundsTheStoreRead(t *testing.T) {
+	ctx := context.Background()
+	rt, store := readBoundsRuntime(t, 4)
+	sum := &messages.Summary{FromSeq: 1, ToSeq: 2, Content: "the first turn"}
+	require.NoError(t, store.PutSummary(ctx, "c", sum))
+	whole, err := rt.Chapters(ctx, "c", 0)
+	require.NoError(t, err)
+	require.Equal(t, []uint64{3, 4, 5, 6, 7, 8}, seqsOf(whole.Events))
+	require.EqualValues(t, 3, whole.Prev)
+	require.False(t, whole.Cut)
+	bound := proto.Size(whole.Events[5]) + proto.Size(whole.Events[4]) + proto.Size(whole.Events[3])/2
+
+	store.reset()
+	var got []uint64
+	before := uint64(0)
+	for pages := 0; ; pages++ {
+		require.Less(t, pages, 10, "paging gets on")
+		ch, err := rt.ChaptersWithin(ctx, "c", before, bound)
+		require.NoError(t, err)
+		require.True(t, proto.Equal(sum, ch.Summary), "every part of the chapter has its summary")
+		got = append(seqsOf(ch.Events), got...)
+		if !ch.Cut {
+			require.EqualValues(t, 3, ch.Prev, "the chapter's last part says where the previous chapter ends")
+			break
+		}
+		require.Equal(t, ch.Events[0].GetSeq(), ch.Prev, "a cut chapter resumes before the oldest event it holds")
+		require.Len(t, ch.Events, 2, "two events fit the bound")
+		before = ch.Prev
+	}
+	require.Equal(t, seqsOf(whole.Events), got, "the parts make the chapter, each event once")
+	store.mu.Lock()
+	for i, q := range store.queries {
+		if q.After == 2 {
+			require.Equal(t, bound, q.MaxBytes, "read %d carries the bound", i)
+			require.LessOrEqual(t, store.sizes[i], bound, "read %d stopped at the bound", i)
+		}
+	}
+	store.mu.Unlock()
+
+	ch, err := rt.ChaptersWithin(ctx, "c", 0, 1)
+	require.NoError(t, err)
+	require.Equal(t, []uint64{8}, seqsOf(ch.Events), "one event at least")
+	require.True(t, ch.Cut)
+	ch, err = rt.ChaptersWithin(ctx, "c", 0, 0)
+	require.NoError(t, err)
+	require.Equal(t, seqsOf(whole.Events), seqsOf(ch.Events), "0 is no bound")
+	require.Equal(t, whole.Prev, ch.Prev)
+	require.False(t, ch.Cut)
+	_, err = rt.ChaptersWithin(ctx, "c", 0, -1)
+	require.ErrorIs(t, err, journal.ErrInvalid)
+}
