@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -228,6 +229,12 @@ func TestCLIUsage(t *testing.T) {
 		{[]string{"--human-delay", "-1ms"}, "--human-delay must not be negative"},
 		{[]string{"--kill-every", "-20ms"}, "--kill-every must not be negative"},
 		{[]string{"--summary-every", "-1"}, "--summary-every must not be negative"},
+		// A profile or trace file that cannot be created is a bad path, as
+		// a --dir is; it used to be found only when the run came to it,
+		// and fail the runtime phase (status 1).
+		{[]string{"--cpuprofile", filepath.Join(file, "cpu.out")}, "--cpuprofile " + filepath.Join(file, "cpu.out") + " cannot be created"},
+		{[]string{"--memprofile", filepath.Join(file, "mem.out")}, "--memprofile " + filepath.Join(file, "mem.out") + " cannot be created"},
+		{[]string{"--trace", filepath.Join(file, "trace.out")}, "--trace " + filepath.Join(file, "trace.out") + " cannot be created"},
 	} {
 		stdout.Reset()
 		stderr.Reset()
@@ -458,4 +465,51 @@ func TestCLIInterruptedInEachPhase(t *testing.T) {
 			assert.Positive(t, rep.Runtime.Turns, "the runtime phase, measured before the interrupt, is reported")
 		})
 	}
+}
+
+// openFDsTo returns the descriptors of this process open on path.
+func openFDsTo(t *testing.T, path string) []string {
+	t.Helper()
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("no /proc/self/fd: %v", err)
+	}
+	var open []string
+	for _, e := range entries {
+		if target, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); err == nil && target == path {
+			open = append(open, e.Name())
+		}
+	}
+	return open
+}
+
+// TestRunClosesTheCPUProfile: the --cpuprofile file is closed when the
+// runtime phase ends, and when the profile cannot start (here, because
+// one is already running); it used to stay open for the rest of the
+// process in both cases. checkOutputs, which runs before, leaves no file
+// behind.
+func TestRunClosesTheCPUProfile(t *testing.T) {
+	dir := t.TempDir()
+	profile := filepath.Join(dir, "cpu.out")
+	cfg, err := parseFlags([]string{"--conversations", "2", "--duration", "100ms", "--warmup", "0s", "--kill-every", "0", "--baseline=false",
+		"--dir", filepath.Join(dir, "stores"), "--cpuprofile", profile}, io.Discard)
+	require.NoError(t, err)
+	require.NoError(t, checkOutputs(cfg))
+	_, err = os.Lstat(profile)
+	require.ErrorIs(t, err, fs.ErrNotExist, "checkOutputs leaves no file behind")
+
+	_, err = run(t.Context(), cfg)
+	require.NoError(t, err)
+	info, err := os.Stat(profile)
+	require.NoError(t, err)
+	assert.Positive(t, info.Size(), "the profile is written")
+	assert.Empty(t, openFDsTo(t, profile), "the profile is closed after the phase")
+
+	var other bytes.Buffer
+	require.NoError(t, pprof.StartCPUProfile(&other), "no other CPU profile runs in this test")
+	defer pprof.StopCPUProfile()
+	cfg.Dir = filepath.Join(dir, "stores-2")
+	_, err = run(t.Context(), cfg)
+	require.ErrorContains(t, err, "--cpuprofile")
+	assert.Empty(t, openFDsTo(t, profile), "the profile is closed when it cannot start")
 }

@@ -47,7 +47,8 @@
 // conversations go to stderr.
 //
 // Exit status: 0 for a whole run (and -h); 1 when a phase failed; 2 for bad
-// flags or a --dir that cannot be used; 130 when interrupted by SIGINT,
+// flags, a --dir that cannot be used, or a --cpuprofile, --memprofile or
+// --trace file that cannot be created (checked before anything runs); 130 when interrupted by SIGINT,
 // SIGTERM or SIGHUP: the phase in progress stops, the later ones are
 // skipped, the report covers what was measured until then, and stderr says
 // "loadgen: interrupted"; 141 (as a shell says of a process SIGPIPE killed)
@@ -68,6 +69,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -83,7 +85,7 @@ import (
 const (
 	exitOK     = 0
 	exitFailed = 1   // a phase failed
-	exitUsage  = 2   // bad flags, or a --dir that cannot be used
+	exitUsage  = 2   // bad flags, a --dir that cannot be used, or a profile or trace file that cannot be created
 	exitSignal = 130 // interrupted (SIGINT, SIGTERM or SIGHUP)
 	exitPipe   = 141 // stdout or stderr closed (EPIPE): 128 + SIGPIPE, as a shell says of a process SIGPIPE killed
 )
@@ -200,7 +202,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: loadgen [flags]\n\nDrives a Lazarus runtime with many concurrent conversations and measures it\nagainst naive baselines; the report is on stdout, the progress on stderr.\n\nFlags:\n")
 		fs.PrintDefaults()
-		fmt.Fprint(fs.Output(), "\nExit status: 0 a whole run; 1 a phase failed; 2 bad flags or a --dir that\ncannot be used; 130 interrupted (SIGINT, SIGTERM, SIGHUP): the report covers\nwhat was measured until then; 141 stdout or stderr closed before the end (as\nby loadgen | head). The temporary directory is removed at the end, interrupted\nor cut off too; a --dir is kept.\n")
+		fmt.Fprint(fs.Output(), "\nExit status: 0 a whole run; 1 a phase failed; 2 bad flags, a --dir that\ncannot be used, or a --cpuprofile, --memprofile or --trace file that cannot be\ncreated; 130 interrupted (SIGINT, SIGTERM, SIGHUP): the report covers what was\nmeasured until then; 141 stdout or stderr closed before the end (as by\nloadgen | head). The temporary directory is removed at the end, interrupted\nor cut off too; a --dir is kept.\n")
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -300,10 +302,10 @@ func mainCode(args []string) int {
 }
 
 // cli runs loadgen with args and returns its exit status: 0 (also for -h),
-// 1 when a phase failed, 2 for bad flags or a --dir it cannot use, 130 when
-// ctx ended (SIGINT, SIGTERM, SIGHUP) before the run did: the phase in
-// progress stops, the later ones are skipped, and the report covers what
-// was measured; 141 when a write to stdout or stderr found it closed
+// 1 when a phase failed, 2 for bad flags, a --dir it cannot use or a
+// profile or trace file it cannot create, 130 when ctx ended (SIGINT,
+// SIGTERM, SIGHUP) before the run did: the phase in progress stops, the
+// later ones are skipped, and the report covers what was measured; 141 when a write to stdout or stderr found it closed
 // (EPIPE), which stops the run as ctx's end does. Everything the run says
 // goes to stderr, never to os.Stderr directly.
 func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -314,6 +316,9 @@ func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg, err := parseFlags(args, stderr)
 	if err == nil {
 		err = checkDir(cfg.Dir)
+	}
+	if err == nil {
+		err = checkOutputs(cfg)
 	}
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -374,6 +379,28 @@ func checkDir(dir string) error {
 	return nil
 }
 
+// checkOutputs checks that the files --cpuprofile, --memprofile and --trace
+// name can be created (or, existing, written), before anything runs. It
+// leaves nothing behind: a file it had to create is removed again, one
+// that existed is not truncated (the run writes it later).
+func checkOutputs(cfg config) error {
+	for _, o := range []struct{ flag, path string }{{"--cpuprofile", cfg.CPUProfile}, {"--memprofile", cfg.MemProfile}, {"--trace", cfg.Trace}} {
+		if o.path == "" {
+			continue
+		}
+		_, statErr := os.Lstat(o.path)
+		f, err := os.OpenFile(o.path, os.O_WRONLY|os.O_CREATE, 0o644)
+		if err != nil {
+			return fmt.Errorf("%s %s cannot be created: %w", o.flag, o.path, err)
+		}
+		_ = f.Close()
+		if errors.Is(statErr, fs.ErrNotExist) {
+			_ = os.Remove(o.path)
+		}
+	}
+	return nil
+}
+
 func run(ctx context.Context, cfg config) (*report, error) {
 	dir := cfg.Dir
 	if dir == "" {
@@ -411,21 +438,27 @@ func run(ctx context.Context, cfg config) (*report, error) {
 		where = pgWhere(cfg.Postgres, "runtime")
 	}
 	logf("runtime phase: %d conversations for %v %s", cfg.Conversations, cfg.Duration, where)
+	var cpuProfile *os.File
 	if cfg.CPUProfile != "" {
 		f, err := os.Create(cfg.CPUProfile)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("--cpuprofile: %w", err)
 		}
 		if err := pprof.StartCPUProfile(f); err != nil {
-			return nil, err
+			_ = f.Close()
+			return nil, fmt.Errorf("--cpuprofile: %w", err)
 		}
+		cpuProfile = f
 	}
 	if cfg.MemProfile != "" {
 		runtime.MemProfileRate = 64 << 10 // enough samples for the run, at little cost
 	}
 	res, err := runRuntime(ctx, cfg, filepath.Join(dir, "runtime"))
-	if cfg.CPUProfile != "" {
+	if cpuProfile != nil {
 		pprof.StopCPUProfile()
+		if cerr := cpuProfile.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("--cpuprofile: %w", cerr)
+		}
 	}
 	if cfg.MemProfile != "" {
 		if perr := writeHeapProfile(cfg.MemProfile); perr != nil && err == nil {
