@@ -143,6 +143,11 @@ func runRawPebble(ctx context.Context, cfg config, dir string) (rawResult, error
 	return res, nil
 }
 
+// afterSample runs after the single-conversation phase finishes its nth
+// round ("single") and after baseline (b) takes its nth round of samples
+// ("revival"): a test interrupts the run there.
+var afterSample = func(phase string, n int) {}
+
 // pebbleQuiet drops Pebble's logs (Fatalf still stops the run).
 type pebbleQuiet struct{}
 
@@ -185,8 +190,10 @@ const (
 // times: Kill its actor, then Send, timing the Send (revival from the
 // summary plus later events, then the durable user message); then wait for
 // the turn to end. Against that, the naive revival: read the whole log from
-// seq 1 and rebuild the working set from it.
-func runRevival(ctx context.Context, cfg config, dir string) (revivalResult, error) {
+// seq 1 and rebuild the working set from it. Interrupted (ctx ended), it
+// returns ctx's error with the samples it took (Samples says how many
+// rounds of them it finished).
+func runRevival(ctx context.Context, cfg config, dir string) (res revivalResult, err error) {
 	store, err := openStore(cfg, dir)
 	if err != nil {
 		return revivalResult{}, err
@@ -204,9 +211,13 @@ func runRevival(ctx context.Context, cfg config, dir string) (revivalResult, err
 		return revivalResult{}, err
 	}
 	defer rt.Close()
-	res := revivalResult{Events: cfg.RevivalEvents, Samples: cfg.RevivalSamples}
+	res = revivalResult{Events: cfg.RevivalEvents}
 
 	var long, short, warm, loadSince, replay histogram
+	defer func() {
+		res.LongRevival, res.ShortRevival, res.WarmSend = long.summary(), short.summary(), warm.summary()
+		res.LongLoadSince, res.FullReplay = loadSince.summary(), replay.summary()
+	}()
 	// Interleave the measurements so that noise of the shared machine
 	// falls on all of them alike.
 	for range cfg.RevivalSamples {
@@ -228,6 +239,8 @@ func runRevival(ctx context.Context, cfg config, dir string) (revivalResult, err
 			return res, err
 		}
 		loadSince.Record(time.Since(t0))
+		res.Samples++
+		afterSample("revival", res.Samples)
 	}
 	for range cfg.ReplaySamples {
 		t0 := time.Now()
@@ -240,8 +253,6 @@ func runRevival(ctx context.Context, cfg config, dir string) (revivalResult, err
 		}
 		replay.Record(time.Since(t0))
 	}
-	res.LongRevival, res.ShortRevival, res.WarmSend = long.summary(), short.summary(), warm.summary()
-	res.LongLoadSince, res.FullReplay = loadSince.summary(), replay.summary()
 	return res, nil
 }
 

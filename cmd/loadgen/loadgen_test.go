@@ -463,6 +463,7 @@ func TestCLIInterruptedInEachPhase(t *testing.T) {
 			var rep report
 			require.NoError(t, json.Unmarshal(stdout.Bytes(), &rep), "the report of what was measured:\n%s", stdout.String())
 			assert.Positive(t, rep.Runtime.Turns, "the runtime phase, measured before the interrupt, is reported")
+			assert.NotEmpty(t, rep.Interrupted, "the report names the phase interrupted")
 		})
 	}
 }
@@ -512,4 +513,59 @@ func TestRunClosesTheCPUProfile(t *testing.T) {
 	_, err = run(t.Context(), cfg)
 	require.ErrorContains(t, err, "--cpuprofile")
 	assert.Empty(t, openFDsTo(t, profile), "the profile is closed when it cannot start")
+}
+
+// TestCLIInterruptedMidPhase interrupts the single-conversation phase after
+// its first round, and baseline (b) after its first round of samples: the
+// report has what the phase measured until then (the finished round, the
+// samples taken), and names the phase as interrupted. Both used to be left
+// out of the report, though the docs promise the report so far.
+func TestCLIInterruptedMidPhase(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the load generator for a few seconds")
+	}
+	common := []string{"--conversations", "4", "--duration", "300ms", "--warmup", "0s", "--min-measured", "1", "--kill-every", "0", "--json"}
+	for _, tc := range []struct {
+		phase, interrupted string
+		args               []string
+		check              func(t *testing.T, rep report)
+	}{
+		{"single", "single conversation", []string{"--baseline=false", "--single", "--single-rounds", "3", "--single-round", "50ms"}, func(t *testing.T, rep report) {
+			require.NotNil(t, rep.Single, "the single-conversation phase's finished round is reported")
+			require.Len(t, rep.Single.Rounds, 1)
+			assert.Positive(t, rep.Single.Rounds[0].AppendEvents)
+			assert.Positive(t, rep.Single.Rounds[0].SetEvents)
+			assert.Nil(t, rep.Single.Runtime, "the one-conversation runtime did not run")
+		}},
+		{"revival", "baseline (b)", []string{"--revival-events", "200", "--revival-samples", "3", "--replay-samples", "1"}, func(t *testing.T, rep report) {
+			require.NotNil(t, rep.RawPebble, "baseline (a), before, is reported")
+			require.NotNil(t, rep.Revival, "baseline (b)'s samples are reported")
+			assert.Equal(t, 1, rep.Revival.Samples)
+			assert.EqualValues(t, 1, rep.Revival.LongRevival.Count)
+			assert.EqualValues(t, 1, rep.Revival.ShortRevival.Count)
+			assert.EqualValues(t, 0, rep.Revival.FullReplay.Count, "the replays did not run")
+		}},
+	} {
+		t.Run(tc.phase, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			defer func(f func(string, int)) { afterSample = f }(afterSample)
+			afterSample = func(phase string, n int) {
+				if phase == tc.phase && n == 1 {
+					cancel()
+				}
+			}
+			var stdout, stderr bytes.Buffer
+			code := cli(ctx, append(append([]string(nil), common...), tc.args...), &stdout, &stderr)
+			assert.Equal(t, exitSignal, code, "stderr:\n%s", stderr.String())
+			var rep report
+			require.NoError(t, json.Unmarshal(stdout.Bytes(), &rep), "the report of what was measured:\n%s", stdout.String())
+			assert.Equal(t, tc.interrupted, rep.Interrupted)
+			tc.check(t, rep)
+
+			var text bytes.Buffer
+			printReport(&text, &rep)
+			assert.Contains(t, text.String(), "INTERRUPTED in the "+tc.interrupted+" phase")
+		})
+	}
 }

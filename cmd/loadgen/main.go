@@ -48,14 +48,18 @@
 //
 // Exit status: 0 for a whole run (and -h); 1 when a phase failed; 2 for bad
 // flags, a --dir that cannot be used, or a --cpuprofile, --memprofile or
-// --trace file that cannot be created (checked before anything runs); 130 when interrupted by SIGINT,
-// SIGTERM or SIGHUP: the phase in progress stops, the later ones are
-// skipped, the report covers what was measured until then, and stderr says
-// "loadgen: interrupted"; 141 (as a shell says of a process SIGPIPE killed)
-// when stdout or stderr was closed by its reader, as by `loadgen | head`:
-// the run stops at the first write that finds it closed, and stderr (if it
-// is still open) says "loadgen: stdout closed". Interrupted or cut off,
-// loadgen removes its temporary directory; a --dir is never removed.
+// --trace file that cannot be created (checked before anything runs); 130
+// when interrupted by SIGINT, SIGTERM or SIGHUP: the phase in progress
+// stops, the later ones are skipped, the report covers what was measured
+// until then (the phase in progress with its partial figures, such as the
+// single-conversation rounds it finished or the revival samples it took,
+// named as interrupted: "interrupted" in the JSON, an INTERRUPTED line in
+// the table), and stderr says "loadgen: interrupted"; 141 (as a shell says
+// of a process SIGPIPE killed) when stdout or stderr was closed by its
+// reader, as by `loadgen | head`: the run stops at the first write that
+// finds it closed, and stderr (if it is still open) says "loadgen: stdout
+// closed". Interrupted or cut off, loadgen removes its temporary
+// directory; a --dir is never removed.
 //
 // Usage:
 //
@@ -202,7 +206,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: loadgen [flags]\n\nDrives a Lazarus runtime with many concurrent conversations and measures it\nagainst naive baselines; the report is on stdout, the progress on stderr.\n\nFlags:\n")
 		fs.PrintDefaults()
-		fmt.Fprint(fs.Output(), "\nExit status: 0 a whole run; 1 a phase failed; 2 bad flags, a --dir that\ncannot be used, or a --cpuprofile, --memprofile or --trace file that cannot be\ncreated; 130 interrupted (SIGINT, SIGTERM, SIGHUP): the report covers what was\nmeasured until then; 141 stdout or stderr closed before the end (as by\nloadgen | head). The temporary directory is removed at the end, interrupted\nor cut off too; a --dir is kept.\n")
+		fmt.Fprint(fs.Output(), "\nExit status: 0 a whole run; 1 a phase failed; 2 bad flags, a --dir that\ncannot be used, or a --cpuprofile, --memprofile or --trace file that cannot be\ncreated; 130 interrupted (SIGINT, SIGTERM, SIGHUP): the report covers what was\nmeasured until then, the phase in progress marked interrupted;\n141 stdout or stderr closed before the end (as by loadgen | head). The\ntemporary directory is removed at the end, interrupted or cut off too; a\n--dir is kept.\n")
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -275,6 +279,12 @@ type report struct {
 	Single    *singleResult  `json:"single,omitempty"`
 	Ratios    ratios         `json:"ratios"`
 	Targets   []target       `json:"targets"`
+	// Interrupted names the phase in progress when the run was
+	// interrupted: its figures, if any, are what it measured until then
+	// (a single-conversation phase's finished rounds, baseline (b)'s
+	// samples taken), and the later phases were skipped. Empty for a
+	// whole run.
+	Interrupted string `json:"interrupted,omitempty"`
 }
 
 type machine struct {
@@ -437,6 +447,14 @@ func run(ctx context.Context, cfg config) (*report, error) {
 	if cfg.Postgres != "" {
 		where = pgWhere(cfg.Postgres, "runtime")
 	}
+	// phase is the phase in progress; interrupted, called after each
+	// phase, marks the report with it if the run was interrupted then.
+	phase := "runtime"
+	interrupted := func() {
+		if ctx.Err() != nil && rep.Interrupted == "" {
+			rep.Interrupted = phase
+		}
+	}
 	logf("runtime phase: %d conversations for %v %s", cfg.Conversations, cfg.Duration, where)
 	var cpuProfile *os.File
 	if cfg.CPUProfile != "" {
@@ -470,6 +488,7 @@ func run(ctx context.Context, cfg config) (*report, error) {
 	}
 	measured("runtime")
 	rep.Runtime = res
+	interrupted()
 	if cfg.OpenLoop && ctx.Err() == nil {
 		if res.EventsPerSec <= 0 {
 			return nil, fmt.Errorf("open loop: the closed loop measured no events to take shares of")
@@ -480,10 +499,12 @@ func run(ctx context.Context, cfg config) (*report, error) {
 			}
 			c := cfg
 			c.Rate = f * res.EventsPerSec
+			phase = fmt.Sprintf("open loop at %.0f%%", 100*f)
 			logf("open loop: %.0f events/s offered (%.0f%% of %.0f) for %v", c.Rate, 100*f, res.EventsPerSec, cfg.Duration)
 			r, err := runRuntime(ctx, c, filepath.Join(dir, fmt.Sprintf("open-%d", i)))
 			if err != nil {
 				if ctx.Err() != nil {
+					interrupted()
 					break // interrupted: the report covers the phases before
 				}
 				return nil, fmt.Errorf("open loop at %.0f%%: %w", 100*f, err)
@@ -491,10 +512,14 @@ func run(ctx context.Context, cfg config) (*report, error) {
 			measured(fmt.Sprintf("open-%d", i))
 			o := openLoopRun{Fraction: f, Offered: c.Rate, Result: r}
 			if cfg.Postgres == "" && ctx.Err() == nil {
+				phase = fmt.Sprintf("open loop at %.0f%%, naive synced Sets", 100*f)
 				logf("open loop, naive synced Sets: %.0f events/s offered for %v", c.Rate, cfg.Duration)
 				raw, err := runRawPebbleOpen(ctx, cfg, filepath.Join(dir, fmt.Sprintf("open-naive-%d", i)), c.Rate)
 				if err != nil {
 					if ctx.Err() != nil {
+						// Interrupted: the open loop's runtime figures, without the Sets'.
+						rep.OpenLoop = append(rep.OpenLoop, o)
+						interrupted()
 						break
 					}
 					return nil, fmt.Errorf("open loop at %.0f%%, naive Sets: %w", 100*f, err)
@@ -503,9 +528,11 @@ func run(ctx context.Context, cfg config) (*report, error) {
 				o.Naive = &raw
 			}
 			rep.OpenLoop = append(rep.OpenLoop, o)
+			interrupted()
 		}
 	}
 	if cfg.Single && ctx.Err() == nil {
+		phase = "single conversation"
 		logf("single conversation: %d rounds of %v each side, then the runtime with one conversation for %v", cfg.SingleRounds, cfg.SingleRound, cfg.Duration)
 		sr, err := runSingle(ctx, cfg, filepath.Join(dir, "single"))
 		switch {
@@ -514,9 +541,13 @@ func run(ctx context.Context, cfg config) (*report, error) {
 			rep.Single = &sr
 		case ctx.Err() == nil:
 			return nil, fmt.Errorf("single conversation: %w", err)
+		case len(sr.Rounds) > 0:
+			rep.Single = &sr // interrupted: the rounds it finished
 		}
+		interrupted()
 	}
 	if cfg.Baseline && ctx.Err() == nil {
+		phase = "baseline (a)"
 		if cfg.Postgres != "" {
 			logf("baseline (a): %d writers, one PostgreSQL transaction per event (the seed's design), for %v", cfg.Conversations, cfg.Duration)
 			raw, err := runSeedPostgres(ctx, cfg)
@@ -537,8 +568,10 @@ func run(ctx context.Context, cfg config) (*report, error) {
 				return nil, fmt.Errorf("baseline (a): %w", err)
 			}
 		}
+		interrupted()
 	}
 	if cfg.Baseline && ctx.Err() == nil {
+		phase = "baseline (b)"
 		logf("baseline (b): revival of a %d-event conversation, %d samples", cfg.RevivalEvents, cfg.RevivalSamples)
 		rev, err := runRevival(ctx, cfg, filepath.Join(dir, "revival"))
 		switch {
@@ -547,7 +580,10 @@ func run(ctx context.Context, cfg config) (*report, error) {
 			rep.Revival = &rev
 		case ctx.Err() == nil:
 			return nil, fmt.Errorf("baseline (b): %w", err)
+		case rev.LongRevival.Count > 0:
+			rep.Revival = &rev // interrupted: the samples it took
 		}
+		interrupted()
 	}
 	rep.Ratios, rep.Targets = evaluate(rep)
 	return rep, nil

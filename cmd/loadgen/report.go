@@ -119,6 +119,9 @@ func printReport(w io.Writer, r *report) {
 	p("lazarus loadgen, %s, %d CPUs, %s, %s", r.Date, r.Machine.CPUs, procs, r.Machine.GoVersion)
 	p("workload: %d conversations, %v, think %v, summary every %d turns, %.0f%% human turns (answered after %v), a kill every %v",
 		c.Conversations, c.Duration, c.Think, c.SummaryEvery, c.HumanFraction*100, c.HumanDelay, c.KillEvery)
+	if r.Interrupted != "" {
+		p("INTERRUPTED in the %s phase: its figures are partial, what it measured until then; the later phases were skipped", r.Interrupted)
+	}
 	p("")
 	p("runtime (every event durable before it is acknowledged)")
 	p("  events/s               %10.0f   (%d events in %.1fs)", rt.EventsPerSec, rt.Events, rt.Seconds)
@@ -188,8 +191,10 @@ func printReport(w io.Writer, r *report) {
 			p("  %5d   %15.0f  %8.1f  %10.3f   %12.0f  %8.1f  %10.3f   %9.2fx",
 				i+1, x.AppendPerSec, x.AppendCPU, x.AppendAck.P50, x.SetPerSec, x.SetCPU, x.SetAck.P50, x.AppendOverSets)
 		}
-		p("  runtime, one conversation: %.0f events/s; turn latency ms %s", sg.Runtime.EventsPerSec, lat(sg.Runtime.TurnLatency))
-		p("  runtime, one conversation: Send ack ms %s", lat(sg.Runtime.SendAck))
+		if x := sg.Runtime; x != nil {
+			p("  runtime, one conversation: %.0f events/s; turn latency ms %s", x.EventsPerSec, lat(x.TurnLatency))
+			p("  runtime, one conversation: Send ack ms %s", lat(x.SendAck))
+		}
 	}
 	q := r.Ratios
 	p("")

@@ -22,8 +22,9 @@ import (
 type singleResult struct {
 	Rounds []singleRound `json:"rounds"`
 	// Runtime is the runtime phase with one conversation, no kills: its
-	// turn latency is the single-conversation turn latency.
-	Runtime runResult `json:"runtime"`
+	// turn latency is the single-conversation turn latency. Nil when the
+	// run was interrupted before it.
+	Runtime *runResult `json:"runtime,omitempty"`
 }
 
 // singleRound is one round of 2 x --single-round: the Store's sequential
@@ -46,7 +47,8 @@ type singleRound struct {
 // for the whole phase (so both grow alike), then the runtime with one
 // conversation for --duration. Each Append carries one event (the first
 // also the row's status), as each Set does: the same bytes of payload per
-// sync.
+// sync. Interrupted (ctx ended), it returns ctx's error with the rounds it
+// finished: a round cut short is left out.
 func runSingle(ctx context.Context, cfg config, dir string) (singleResult, error) {
 	var res singleResult
 	store, err := pebblejournal.Open(filepath.Join(dir, "store"), pebblejournal.Options{Logger: cfg.logger})
@@ -114,12 +116,16 @@ func runSingle(ctx context.Context, cfg config, dir string) (singleResult, error
 			setTime += time.Since(t0)
 			setCPU += cpuTime() - cpu0
 		}
+		if ctx.Err() != nil {
+			break // a round cut short: its sides did not have their time
+		}
 		r.AppendPerSec, r.AppendAck = float64(r.AppendEvents)/appendTime.Seconds(), ack.summary()
 		r.AppendCPU = div(float64(appendCPU.Microseconds()), float64(r.AppendEvents))
 		r.SetPerSec, r.SetAck = float64(r.SetEvents)/setTime.Seconds(), setAck.summary()
 		r.SetCPU = div(float64(setCPU.Microseconds()), float64(r.SetEvents))
 		r.AppendOverSets = div(r.AppendPerSec, r.SetPerSec)
 		res.Rounds = append(res.Rounds, r)
+		afterSample("single", len(res.Rounds))
 	}
 	if ctx.Err() != nil {
 		return res, ctx.Err()
@@ -130,7 +136,7 @@ func runSingle(ctx context.Context, cfg config, dir string) (singleResult, error
 	if err != nil {
 		return res, fmt.Errorf("runtime, one conversation: %w", err)
 	}
-	res.Runtime = rt
+	res.Runtime = &rt
 	return res, nil
 }
 
