@@ -36,7 +36,12 @@ const liveConv = "live-1"
 // the same store and asked about the first answer. It checks that the log
 // holds exactly one answer per question. Its --dir is held to the rules of
 // the scripted demo's (prepareDir), and its temporary directory is kept as
-// that demo keeps its own: with --keep, or after a failure.
+// that demo keeps its own: with --keep, or after a failure. Its output
+// follows the scripted demo's flags: --json writes the same records (act,
+// step, event, check, summary, result; no tool_run or revival: the live
+// demo has neither), --quiet one line (or the reason of a failure), and
+// --verbose the runtime's debug logs on stderr. --fast is refused by
+// parseFlags: the live demo has no pauses, and its pace is the model's.
 func runLive(ctx context.Context, cfg config, stdout, stderr io.Writer) (err error) {
 	model, err := liveModel(cfg.model)
 	if err != nil {
@@ -57,21 +62,36 @@ func runLive(ctx context.Context, cfg config, stdout, stderr io.Writer) (err err
 			_ = os.RemoveAll(dir)
 		}
 	}()
-	fmt.Fprintf(stdout, "Lazarus live demo: model %s, store %s\n\n", cfg.model, dir)
+	l := &liveOut{w: stdout, text: !cfg.json && !cfg.quiet, started: time.Now()}
+	if cfg.json {
+		l.rec = newReporter(stdout, true, cfg.quiet)
+		defer func() {
+			if werr := l.rec.result(err, ctx.Err() != nil); err == nil && werr != nil {
+				err = fmt.Errorf("demo: write the transcript: %w", werr)
+			}
+		}()
+	}
+	l.printf("Lazarus live demo: model %s, store %s\n\n", cfg.model, dir)
+	log := newLogger(stderr, cfg.verbose)
 
-	rt, err := lazarus.Open(lazarus.Options{Dir: dir, Model: model})
+	l.act(1, "A streamed answer is killed mid-stream; the revival re-runs the turn")
+	rt, err := lazarus.Open(lazarus.Options{Dir: dir, Model: model, Logger: log})
 	if err != nil {
 		return err
 	}
 	q1 := "In three sentences, tell a story about a cat that has nine lives."
 	killed := false
-	answer, err := ask(ctx, rt, q1, stdout, func(delta string) {
+	_, err = l.ask(ctx, rt, q1, func(delta string) {
 		if !killed {
 			killed = true
-			fmt.Fprintf(stdout, "\n   [kill: the conversation's actor dies mid-stream; its partial answer is dropped]\n   [wake: revived from the log, the turn re-runs]\n   ")
+			l.printf("\n   [kill: the conversation's actor dies mid-stream; its partial answer is dropped]\n   [wake: revived from the log, the turn re-runs]\n   ")
+			l.step("kill: the conversation's actor dies mid-stream; its partial answer is dropped")
 			rt.Kill(liveConv)
 			if err := rt.Wake(ctx, liveConv); err != nil {
-				fmt.Fprintf(stdout, "wake failed: %v\n", err)
+				l.printf("wake failed: %v\n", err)
+				l.step("wake failed: %v", err)
+			} else {
+				l.step("wake: revived from the log, the turn re-runs")
 			}
 		}
 	})
@@ -80,17 +100,20 @@ func runLive(ctx context.Context, cfg config, stdout, stderr io.Writer) (err err
 		return err
 	}
 	if !killed {
-		fmt.Fprintln(stdout, "   (the model streamed no text: nothing to kill mid-stream)")
+		l.printf("   (the model streamed no text: nothing to kill mid-stream)\n")
+		l.step("the model streamed no text: nothing to kill mid-stream")
 	}
 	if err := rt.Close(); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "\n[restart: the runtime is closed and opened again on %s]\n", dir)
-	if rt, err = lazarus.Open(lazarus.Options{Dir: dir, Model: model}); err != nil {
+	l.act(2, "The runtime restarts; the conversation goes on")
+	l.printf("[restart: the runtime is closed and opened again on %s]\n", dir)
+	l.step("restart: the runtime is closed and opened again on %s", dir)
+	if rt, err = lazarus.Open(lazarus.Options{Dir: dir, Model: model, Logger: log}); err != nil {
 		return err
 	}
 	defer rt.Close()
-	if _, err := ask(ctx, rt, "In one sentence: what did you just tell me about?", stdout, nil); err != nil {
+	if _, err := l.ask(ctx, rt, "In one sentence: what did you just tell me about?", nil); err != nil {
 		return err
 	}
 	hist, err := rt.History(ctx, liveConv, 0, 100)
@@ -106,44 +129,110 @@ func runLive(ctx context.Context, cfg config, stdout, stderr io.Writer) (err err
 			answers++
 		}
 	}
-	fmt.Fprintf(stdout, "\ncheck: the log holds %d questions and %d answers (the killed call left none)\n", users, answers)
-	if users != 2 || answers != 2 {
+	l.printf("\ncheck: the log holds %d questions and %d answers (the killed call left none)\n", users, answers)
+	ok := users == 2 && answers == 2
+	l.check("the log holds one answer per question", ok, "%d questions and %d answers (the killed call left none)", users, answers)
+	if !ok {
 		return fmt.Errorf("demo: the log holds %d questions and %d answers, want 2 and 2", users, answers)
 	}
-	_ = answer
+	elapsed := time.Since(l.started)
+	if l.rec != nil {
+		checks, failed := l.rec.counts()
+		l.rec.summarize(summary{Events: len(hist), Conversations: 1, Revivals: []revival{}, Checks: checks, Failed: failed, ElapsedMillis: durationMillis(elapsed)})
+	} else if cfg.quiet {
+		cut := "the answer was killed mid-stream and re-run"
+		if !killed {
+			cut = "the model streamed no text to kill"
+		}
+		if _, werr := fmt.Fprintf(stdout, "demo: live demo on %s: 1 check passed; %d events, %d questions and %d answers; %s; %s\n",
+			cfg.model, len(hist), users, answers, cut, seconds(durationMillis(elapsed))); werr != nil {
+			return fmt.Errorf("demo: write the transcript: %w", werr)
+		}
+	}
 	return nil
 }
 
-// ask sends q and prints the streamed answer until the assistant message is
+// liveOut is the live demo's output: its text for a reader (text), or the
+// scripted demo's JSON records (rec, with --json), or nothing until the
+// one line of --quiet.
+type liveOut struct {
+	w       io.Writer
+	text    bool      // neither --json nor --quiet
+	rec     *reporter // --json; nil otherwise
+	started time.Time
+}
+
+// printf writes text for a reader, in text mode only.
+func (l *liveOut) printf(format string, args ...any) {
+	if l.text {
+		fmt.Fprintf(l.w, format, args...)
+	}
+}
+
+// act begins act n: a record with --json, its title in text mode.
+func (l *liveOut) act(n int, title string) {
+	if l.rec != nil {
+		l.rec.beginAct(n, title)
+	}
+	l.printf("Act %d. %s\n", n, title)
+}
+
+// step is a "step" record (narration) with --json.
+func (l *liveOut) step(format string, args ...any) {
+	if l.rec != nil {
+		l.rec.say(format, args...)
+	}
+}
+
+// event is an "event" record with --json.
+func (l *liveOut) event(ev *messages.Event) {
+	if l.rec != nil {
+		l.rec.event(liveConv, ev, "")
+	}
+}
+
+// check is a "check" record with --json. In text mode runLive prints the
+// check itself; a failed check fails the run, whose reason cli says.
+func (l *liveOut) check(name string, ok bool, format string, args ...any) {
+	if l.rec != nil {
+		l.rec.check(name, ok, fmt.Sprintf(format, args...))
+	}
+}
+
+// ask sends q and shows the streamed answer until the assistant message is
 // durable; onDelta (may be nil) sees each delta first.
-func ask(ctx context.Context, rt *lazarus.Runtime, q string, stdout io.Writer, onDelta func(string)) (*messages.AssistantMessage, error) {
+func (l *liveOut) ask(ctx context.Context, rt *lazarus.Runtime, q string, onDelta func(string)) (*messages.AssistantMessage, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	seq, err := rt.Send(ctx, liveConv, q, agent.Scope{UserID: "demo"})
 	if err != nil {
 		return nil, err
 	}
-	updates, err := rt.Subscribe(ctx, liveConv, seq)
+	// From the question on: its event is the first update.
+	updates, err := rt.Subscribe(ctx, liveConv, seq-1)
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(stdout, "user> %s\nmodel> ", q)
+	l.printf("user> %s\nmodel> ", q)
 	for u := range updates {
 		switch {
 		case u.Err != nil:
 			return nil, fmt.Errorf("demo: the turn failed: %w", u.Err)
 		case u.Delta != "":
-			fmt.Fprint(stdout, u.Delta)
+			l.printf("%s", u.Delta)
 			if onDelta != nil {
 				onDelta(u.Delta)
 			}
+		case u.Event.GetUserMsg() != nil:
+			l.event(u.Event)
 		case u.Event.GetAssistantMsg() != nil:
+			l.event(u.Event)
 			a := u.Event.GetAssistantMsg()
 			var text strings.Builder
 			for _, p := range a.GetContent() {
 				text.WriteString(p.GetText())
 			}
-			fmt.Fprintf(stdout, "\n   [durable at seq %d: %d characters, model %s, %d+%d tokens]\n\n",
+			l.printf("\n   [durable at seq %d: %d characters, model %s, %d+%d tokens]\n\n",
 				u.Event.GetSeq(), text.Len(), a.GetModel(), a.GetUsage().GetInputTokens(), a.GetUsage().GetOutputTokens())
 			return a, nil
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -75,4 +76,97 @@ func TestLiveDemoRefusesADirectoryItCannotUse(t *testing.T) {
 		assert.Equal(t, 1, strings.Count(stderr.String(), "demo:"), "said once:\n%s", stderr.String())
 		assert.Equal(t, before, calls.Load(), "--dir %s: the model is not called", dir)
 	}
+}
+
+// fakeOpenAI points --model openai at a local server that answers every
+// call with a streamed text, and returns how many calls it served.
+func fakeOpenAI(t *testing.T) *atomic.Int64 {
+	t.Helper()
+	rs, err := providertest.Load("../../agent/openai/testdata/text.txt")
+	require.NoError(t, err)
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		calls.Add(1)
+		providertest.Write(w, rs[0])
+	}))
+	t.Cleanup(srv.Close)
+	t.Setenv("OPENAI_BASE_URL", srv.URL)
+	t.Setenv("OPENAI_API_KEY", "k")
+	t.Setenv("OPENAI_MODEL", "local-model")
+	return &calls
+}
+
+// TestLiveDemoHonoursTheOutputFlags: the live demo follows the flags the
+// package doc gives every demo. --quiet writes one line; --json the
+// scripted demo's records (acts, steps, the durable events, the check, a
+// summary, the result), without steps under --quiet too; --verbose the
+// runtime's debug logs on stderr; --fast, which cannot apply (no pauses,
+// the model's pace), is a usage error before any call to the model. The
+// live demo used to ignore all four and print its narration and the
+// model's stream whatever they said.
+func TestLiveDemoHonoursTheOutputFlags(t *testing.T) {
+	calls := fakeOpenAI(t)
+	live := func(args ...string) (int, string, string) {
+		var stdout, stderr bytes.Buffer
+		code := cli(context.Background(), append([]string{"--model", "openai"}, args...), &stdout, &stderr)
+		return code, stdout.String(), stderr.String()
+	}
+
+	code, out, errOut := live("--quiet")
+	require.Equal(t, exitOK, code, "stderr:\n%s", errOut)
+	assert.Equal(t, 1, strings.Count(out, "\n"), "--quiet: one line:\n%s", out)
+	assert.True(t, strings.HasPrefix(out, "demo: live demo on openai: 1 check passed; 4 events, 2 questions and 2 answers; the answer was killed mid-stream and re-run;"), out)
+
+	for _, quiet := range []bool{false, true} {
+		args := []string{"--json"}
+		if quiet {
+			args = append(args, "--quiet")
+		}
+		code, out, errOut := live(args...)
+		require.Equal(t, exitOK, code, "%q: stderr:\n%s", args, errOut)
+		var recs []record
+		for _, line := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+			var rec record
+			require.NoError(t, json.Unmarshal([]byte(line), &rec), "%q: every line is a record: %s", args, line)
+			recs = append(recs, rec)
+		}
+		kinds := map[string]int{}
+		var events []string
+		for _, r := range recs {
+			kinds[r.Kind]++
+			if r.Kind == "event" {
+				events = append(events, r.Event)
+			}
+		}
+		assert.Equal(t, 2, kinds["act"], "%q", args)
+		assert.Equal(t, []string{"user_msg", "assistant_msg", "user_msg", "assistant_msg"}, events, "%q: the durable events", args)
+		if quiet {
+			assert.Zero(t, kinds["step"], "--json --quiet: no steps")
+		} else {
+			assert.Positive(t, kinds["step"], "--json: the narration as steps")
+		}
+		require.Equal(t, 1, kinds["check"], "%q", args)
+		require.GreaterOrEqual(t, len(recs), 2)
+		sum, res := recs[len(recs)-2], recs[len(recs)-1]
+		require.Equal(t, "summary", sum.Kind, "%q", args)
+		require.NotNil(t, sum.Summary)
+		assert.Equal(t, summary{Events: 4, Conversations: 1, Revivals: []revival{}, Checks: 1, ElapsedMillis: sum.Summary.ElapsedMillis}, *sum.Summary, "%q", args)
+		require.Equal(t, "result", res.Kind, "%q", args)
+		require.NotNil(t, res.OK)
+		assert.True(t, *res.OK, "%q", args)
+	}
+
+	code, _, errOut = live()
+	require.Equal(t, exitOK, code, "stderr:\n%s", errOut)
+	assert.NotContains(t, errOut, "level=DEBUG", "no debug logs without --verbose")
+	code, _, errOut = live("--verbose")
+	require.Equal(t, exitOK, code, "stderr:\n%s", errOut)
+	assert.Contains(t, errOut, "level=DEBUG", "--verbose: the runtime's debug logs on stderr")
+
+	before := calls.Load()
+	code, out, errOut = live("--fast")
+	assert.Equal(t, exitUsage, code, "stderr:\n%s", errOut)
+	assert.Equal(t, 1, strings.Count(errOut, "--fast is for the scripted demo"), "said once:\n%s", errOut)
+	assert.Empty(t, out)
+	assert.Equal(t, before, calls.Load(), "--fast: the model is not called")
 }

@@ -20,6 +20,7 @@
 //	            (kept for inspection).
 //	--keep      keep the temporary directory
 //	--fast      no pauses for the reader, short deadlines: a few seconds
+//	            (scripted demo only: with a real model it is a bad flag)
 //	--quiet     no narration (with --json: no "step" records), no pauses;
 //	            the text output is one line, or the reason of a failure
 //	--json      the transcript as JSON lines on stdout, no pauses
@@ -30,16 +31,22 @@
 //	            OPENAI_MODEL, or ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY,
 //	            ANTHROPIC_MODEL
 //
+// The live demo follows --dir, --keep, --quiet, --json and --verbose as the
+// scripted demo does; its --json records are of the same kinds, less
+// tool_run and revival (it runs no tool, and times no revival: the revived
+// turn's first event waits on the model). It has no pauses, and its pace
+// is the model's, so --fast is refused (status 2).
+//
 // Exit status: 0 when every check held; 1 when a check did not hold or the
-// demo could not run; 2 for bad flags (an unknown --model too) or a --dir
-// the demo cannot use (not empty, in use by another demo, not a directory
-// it can create and write in); 130 when interrupted by SIGINT, SIGTERM or
-// SIGHUP, after "demo: interrupted" on stderr; 141 (as a shell says of a
-// process SIGPIPE killed) when stdout or stderr was closed by its reader
-// before the end, as by `demo | head`, `demo 2>&1 | head` or `demo
-// --verbose 2>&1 >out | head`: the demo stops at the first write that
-// finds it closed, and says "demo: stdout closed" on stderr if stderr is
-// still open (a closed stderr is noticed only when the demo writes to it:
+// demo could not run; 2 for bad flags (an unknown --model, or --fast with a
+// real one, too) or a --dir the demo cannot use (not empty, in use by
+// another demo, not a directory it can create and write in); 130 when
+// interrupted by SIGINT, SIGTERM or SIGHUP, after "demo: interrupted" on
+// stderr; 141 (as a shell says of a process SIGPIPE killed) when stdout or
+// stderr was closed by its reader before the end, as by `demo | head`,
+// `demo 2>&1 | head` or `demo --verbose 2>&1 >out | head`: the demo stops
+// at the first write that finds it closed, and says "demo: stdout closed"
+// on stderr if stderr is still open (a closed stderr is noticed only when the demo writes to it:
 // --verbose, a warning, act 5's child's stderr). Interrupted or cut off,
 // the demo stops and removes its temporary directory (not a --dir, nor one
 // --keep keeps). go run reports every non-zero status as its own status 1;
@@ -177,7 +184,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&cfg.dir, "dir", "", "`directory` of the Pebble store (kept; must be new or empty). Default: a new temporary directory, removed at the end")
 	fs.BoolVar(&cfg.keep, "keep", false, "keep the temporary directory at the end")
-	fs.BoolVar(&cfg.fast, "fast", false, "no pauses for the reader and short deadlines: the whole run takes a few seconds")
+	fs.BoolVar(&cfg.fast, "fast", false, "no pauses for the reader and short deadlines: the whole run takes a few seconds (scripted model only)")
 	fs.BoolVar(&cfg.quiet, "quiet", false, "no narration and no pauses: one line of summary, or the reason of a failure")
 	fs.BoolVar(&cfg.json, "json", false, "write the transcript as JSON lines (act, step, event, tool_run, check, revival, summary, result), without pauses")
 	fs.BoolVar(&cfg.verbose, "verbose", false, "write the runtime's debug logs to stderr")
@@ -210,6 +217,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	default:
 		fmt.Fprintf(stderr, "demo: unknown --model %q (scripted, openai or anthropic)\n", cfg.model)
 		return cfg, errors.New("demo: unknown --model")
+	}
+	if cfg.fast && cfg.model != "scripted" {
+		fmt.Fprintf(stderr, "demo: --fast is for the scripted demo: the live demo (--model %s) has no pauses, and its pace is the model's\n", cfg.model)
+		return cfg, errors.New("demo: --fast with a live model")
 	}
 	if cfg.child && cfg.dir == "" {
 		fmt.Fprintln(stderr, "demo: --child needs --dir")
