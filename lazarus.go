@@ -299,7 +299,11 @@ type Options struct {
 	// with an update whose Err wraps ErrTooManySubscriptions. Default
 	// DefaultMaxSubscriptions; negative means no cap.
 	MaxSubscriptions int
-	// Logger receives the runtime's logs. Default: discard.
+	// Logger receives the runtime's logs. Default: discard. The actor
+	// system's lines (component=protoactor) below Warn are logged at
+	// Debug, and so are the cluster provider's routine errors of a normal
+	// stop; its failed health polls (a peer down, or this member not yet
+	// serving) are logged at Info, as membership changes are.
 	Logger *slog.Logger
 	// Metrics receives the runtime's measurements (commits, appends,
 	// expiries, activations, model calls, subscriptions). Default: none,

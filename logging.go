@@ -2,13 +2,27 @@ package lazarus
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"net/http"
 )
 
-// demoted is a slog.Handler that lowers records below Warn to Debug. The
-// actor system's routine lines (dead letters of stopped conversations,
-// actor starts) are diagnostics, not events a user's Info log should carry;
-// its warnings and errors keep their level.
+// demoted is the slog.Handler of the actor system's logger (component
+// protoactor). It lowers records below Warn to Debug: the actor system's
+// routine lines (dead letters of stopped conversations, actor starts) are
+// diagnostics, not events a user's Info log should carry. Its warnings and
+// errors keep their level, except these routine lines of protoactor's
+// automanaged cluster provider, matched by their exact message:
+//
+//   - ERROR "Automanaged server stopping..!" whose error is
+//     http.ErrServerClosed (the health endpoint closed by a normal stop)
+//     becomes Debug; with any other error it stays an error.
+//   - ERROR "Bad connection to the node health status" (one member's
+//     health endpoint did not answer a poll: a peer is down, or the member
+//     itself is not serving yet at its start) and ERROR "Failure reaching
+//     nodes" (no member answered that poll) become Info: the membership
+//     change that follows is logged at Info too ("lazarus: cluster
+//     membership changed").
 type demoted struct{ slog.Handler }
 
 func (h demoted) Enabled(ctx context.Context, l slog.Level) bool {
@@ -16,7 +30,12 @@ func (h demoted) Enabled(ctx context.Context, l slog.Level) bool {
 }
 
 func (h demoted) Handle(ctx context.Context, r slog.Record) error {
-	r.Level = demote(r.Level)
+	r.Level = routine(r)
+	// Enabled was asked before the message was known: a lowered record
+	// may be below the wrapped handler's level.
+	if !h.Handler.Enabled(ctx, r.Level) {
+		return nil
+	}
 	return h.Handler.Handle(ctx, r)
 }
 
@@ -33,4 +52,28 @@ func demote(l slog.Level) slog.Level {
 		return slog.LevelDebug
 	}
 	return l
+}
+
+// routine is the level r is logged at: demote's, or lower for the known
+// routine errors listed on demoted.
+func routine(r slog.Record) slog.Level {
+	if r.Level != slog.LevelError {
+		return demote(r.Level)
+	}
+	switch r.Message {
+	case "Automanaged server stopping..!":
+		closed := false
+		r.Attrs(func(a slog.Attr) bool {
+			if err, ok := a.Value.Any().(error); ok && a.Key == "error" {
+				closed = errors.Is(err, http.ErrServerClosed)
+			}
+			return true
+		})
+		if closed {
+			return slog.LevelDebug
+		}
+	case "Bad connection to the node health status", "Failure reaching nodes":
+		return slog.LevelInfo
+	}
+	return r.Level
 }

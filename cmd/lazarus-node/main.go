@@ -59,8 +59,10 @@
 // on stderr: the calls in flight get no answer and the Runtime is not
 // closed, so the other members take its conversations over as from a
 // killed member. The Runtime's log/slog warnings and errors (the cluster
-// library's among them) and the control API server's go to stderr as
-// text; --verbose adds the info and debug logs.
+// library's among them, but not its routine lines of a normal start and
+// stop nor a health poll a peer did not answer, which are info or debug)
+// and the control API server's go to stderr as text; --verbose adds the
+// info and debug logs.
 //
 // Exit status (those of cmd/lazarus for the same ends): 0 stopped by a
 // signal (or --help), 1 failure (the control API's address, the

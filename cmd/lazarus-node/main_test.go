@@ -270,7 +270,7 @@ func TestControlAPICalls(t *testing.T) {
 // TestStopsGracefully: a member on PostgreSQL prints its ready line with
 // the control API's address; on SIGTERM a call in flight is answered,
 // the member says it stops and has stopped, refuses new connections and
-// exits 0.
+// exits 0, with no error line on stderr.
 func TestStopsGracefully(t *testing.T) {
 	dsn := pgtest.NewDatabase(t)
 	am := freeTestPort(t)
@@ -343,6 +343,7 @@ func TestStopsGracefully(t *testing.T) {
 	require.Equal(t, []string{"lazarus-node " + member + ": terminated, stopping", "lazarus-node " + member + " stopped"}, rest)
 	_, err = http.Get(apiURL + "/healthz")
 	require.Error(t, err, "the control API is closed")
+	require.NotContains(t, stderr.String(), "level=ERROR", "a normal start and stop logs no error")
 }
 
 func freeTestPort(t *testing.T) int {
