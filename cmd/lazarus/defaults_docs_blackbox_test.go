@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -68,6 +69,8 @@ func TestDocsServeConfigDefaults(t *testing.T) {
 			require.Equal(t, c.want, d, "serve --help's default of %s", c.key)
 		}
 	}
+	require.Contains(t, rows["max_subscriptions"], fmt.Sprintf("(default %d, `lazarus.DefaultMaxSubscriptions`", lazarus.DefaultMaxSubscriptions), "README's default max_subscriptions")
+	require.Contains(t, help, fmt.Sprintf("max_subscriptions event streams open at once (default %d;", lazarus.DefaultMaxSubscriptions), "serve --help's default max_subscriptions")
 	require.Contains(t, rows["listen"], "(default `"+defaultListen+"`", "README's default listen address")
 	require.Contains(t, rows["tokens_file"], "(default `$"+envTokens+"`)", "README's default tokens variable")
 }

@@ -62,6 +62,7 @@ func TestServeDocsExample(t *testing.T) {
 		"lazarus serve: model: scripted (the demo model: \"/call TOOL {JSON}\" calls a tool, anything else is echoed)\n",
 		"lazarus serve: model timeout: 10m0s\n",
 		"lazarus serve: tool timeout: 10m0s\n",
+		"lazarus serve: streams per conversation: at most 1024\n",
 		"lazarus serve: default settings: system prompt of 73 bytes, model \"\", tool choice \"\"\n",
 		"lazarus serve: tool approve_refund: human\n",
 		"lazarus serve: tool confirm: human\n",

@@ -86,11 +86,14 @@ A keep-alive connection idle between requests longer than idle_timeout
 headers and body are not all read within read_timeout (default 1m) has its
 connection closed; it bounds the request only, not the answer, so an event
 stream is never cut by it. A write of an event stream that the client has
-not taken in within stream_write_timeout (default 1m) cuts the stream.
+not taken in within stream_write_timeout (default 1m) cuts the stream. A
+conversation has at most max_subscriptions event streams open at once
+(default 1024; negative: no cap): one more is refused with 429
+too_many_subscriptions.
 
 Progress lines go to stderr: the store, the model and its timeout, the
-tool timeout, each
-tool, the listening address. SIGTERM or SIGINT stops it gracefully: it
+tool timeout, the streams a conversation may have, each tool, the
+listening address. SIGTERM or SIGINT stops it gracefully: it
 stops accepting connections, ends the event streams (each with the code
 closed, so that clients reconnect), waits for the requests in flight (at
 most --shutdown-timeout), then closes the runtime and the store, and exits
@@ -281,8 +284,8 @@ func (c *cli) buildNode(ctx context.Context, cfg *serveConfig) (_ *node, err err
 	opts := lazarus.Options{
 		Dir: cfg.Dir, Postgres: cfg.Postgres, Model: model, Tools: tools,
 		Settings: cfg.Settings.settings(), HumanTimeout: humanTimeout, ModelTimeout: modelTimeout,
-		ToolTimeout: toolTimeout,
-		Metrics:     metrics.Hooks(),
+		ToolTimeout: toolTimeout, MaxSubscriptions: cfg.MaxSubscriptions,
+		Metrics: metrics.Hooks(),
 		// A turn the node resumes on its own (after a restart, an answer)
 		// runs as the requester the log recorded: the identity its token
 		// carried then.
@@ -305,6 +308,11 @@ func (c *cli) buildNode(ctx context.Context, cfg *serveConfig) (_ *node, err err
 	c.progress("model: %s", what)
 	c.progressBound("model timeout", opts.ModelTimeout, lazarus.DefaultModelTimeout)
 	c.progressBound("tool timeout", opts.ToolTimeout, lazarus.DefaultToolTimeout)
+	if m := opts.MaxSubscriptions; m < 0 {
+		c.progress("streams per conversation: no cap")
+	} else {
+		c.progress("streams per conversation: at most %d", cmp.Or(m, lazarus.DefaultMaxSubscriptions))
+	}
 	if s := opts.Settings; !s.IsZero() {
 		c.progress("default settings: system prompt of %d bytes, model %q, tool choice %q", len(s.SystemPrompt), s.Model, s.ToolChoice)
 	}

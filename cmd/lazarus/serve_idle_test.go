@@ -170,3 +170,30 @@ func startStreamingNode(t *testing.T, cfg string) streamingNode {
 	}()
 	return streamingNode{ctx: ctx, addr: addr, conv: conv, lines: lines, call: call}
 }
+
+// TestServeMaxSubscriptions: max_subscriptions is the runtime's
+// MaxSubscriptions: with a cap of 1, a conversation's second event stream
+// is refused with 429 too_many_subscriptions while its first is open,
+// and another conversation's stream is not.
+func TestServeMaxSubscriptions(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "node.json")
+	require.NoError(t, os.WriteFile(cfg, []byte(`{
+		"dir": `+jsonString(filepath.Join(t.TempDir(), "store"))+`,
+		"max_subscriptions": 1
+	}`), 0o600))
+	n := startStreamingNode(t, cfg)
+	res := n.call(n.ctx, "GET", "/v1/conversations/"+n.conv.ID+"/stream", "", http.StatusTooManyRequests)
+	var body struct{ Error struct{ Code string } }
+	require.NoError(t, json.NewDecoder(res.Body).Decode(&body))
+	res.Body.Close()
+	require.Equal(t, "too_many_subscriptions", body.Error.Code)
+
+	res = n.call(n.ctx, "POST", "/v1/conversations", `{}`, http.StatusCreated)
+	var other struct{ ID string }
+	require.NoError(t, json.NewDecoder(res.Body).Decode(&other))
+	res.Body.Close()
+	sctx, cancel := context.WithCancel(n.ctx)
+	defer cancel()
+	res = n.call(sctx, "GET", "/v1/conversations/"+other.ID+"/stream", "", http.StatusOK)
+	res.Body.Close()
+}

@@ -86,6 +86,10 @@ type serveConfig struct {
 	// lazarus.Options.ToolTimeout. Default the runtime's
 	// (lazarus.DefaultToolTimeout).
 	ToolTimeout string `json:"tool_timeout,omitempty"`
+	// MaxSubscriptions bounds the event streams (and waits) open at once
+	// on one conversation: lazarus.Options.MaxSubscriptions (negative: no
+	// cap). Default the runtime's (lazarus.DefaultMaxSubscriptions).
+	MaxSubscriptions int `json:"max_subscriptions,omitempty"`
 }
 
 // modelConfig chooses the model of the node.

@@ -21,32 +21,34 @@ import (
 // nothing is created in the store directory.
 func TestServeConfigErrors(t *testing.T) {
 	for name, cfg := range map[string]string{
-		"unknown field":      `{"listen": "127.0.0.1:0", "colour": "blue"}`,
-		"not json":           `{"listen": `,
-		"trailing data":      `{} {}`,
-		"null":               `null`,
-		"schema null":        `{"human_tools": [{"name": "a", "parameters": null}]}`,
-		"bad timeout":        `{"human_tools": [{"name": "approve", "timeout": "soon"}]}`,
-		"nameless tool":      `{"human_tools": [{"description": "x"}]}`,
-		"schema not object":  `{"human_tools": [{"name": "a", "parameters": [1]}]}`,
-		"bad prompt":         `{"human_tools": [{"name": "a", "prompt": "{{.x"}]}`,
-		"answered by nobody": `{"human_tools": [{"name": "a", "answered_by": {}}]}`,
-		"mcp both":           `{"mcp_servers": [{"name": "m", "command": ["x"], "url": "http://x"}]}`,
-		"mcp neither":        `{"mcp_servers": [{"name": "m"}]}`,
-		"mcp zero timeout":   `{"mcp_servers": [{"name": "m", "command": ["x"], "timeout": "0s"}]}`,
-		"mcp negative":       `{"mcp_servers": [{"name": "m", "command": ["x"], "timeout": "-1s"}]}`,
-		"model provider":     `{"model": {"provider": "oracle"}}`,
-		"openai no model":    `{"model": {"provider": "openai", "name": ""}}`,
-		"bad tokens":         `{"tokens_env": "LAZARUS_TEST_NO_SUCH_TOKENS_FILE", "tokens_file": "/nonexistent/tokens.json"}`,
-		"bad shutdown":       `{"shutdown_timeout": "1 minute"}`,
-		"bad idle timeout":   `{"idle_timeout": "a while"}`,
-		"bad read timeout":   `{"read_timeout": "a while"}`,
-		"bad stream write":   `{"stream_write_timeout": "a while"}`,
-		"bad model timeout":  `{"model_timeout": "a while"}`,
-		"bad tool timeout":   `{"tool_timeout": "a while"}`,
-		"stream write zero":  `{"stream_write_timeout": "0s"}`,
-		"stream write below": `{"stream_write_timeout": "-1s"}`,
-		"dir and postgres":   `{"dir": "data", "postgres": "postgres://u@db.invalid/app"}`,
+		"unknown field":       `{"listen": "127.0.0.1:0", "colour": "blue"}`,
+		"not json":            `{"listen": `,
+		"trailing data":       `{} {}`,
+		"null":                `null`,
+		"schema null":         `{"human_tools": [{"name": "a", "parameters": null}]}`,
+		"bad timeout":         `{"human_tools": [{"name": "approve", "timeout": "soon"}]}`,
+		"nameless tool":       `{"human_tools": [{"description": "x"}]}`,
+		"schema not object":   `{"human_tools": [{"name": "a", "parameters": [1]}]}`,
+		"bad prompt":          `{"human_tools": [{"name": "a", "prompt": "{{.x"}]}`,
+		"answered by nobody":  `{"human_tools": [{"name": "a", "answered_by": {}}]}`,
+		"mcp both":            `{"mcp_servers": [{"name": "m", "command": ["x"], "url": "http://x"}]}`,
+		"mcp neither":         `{"mcp_servers": [{"name": "m"}]}`,
+		"mcp zero timeout":    `{"mcp_servers": [{"name": "m", "command": ["x"], "timeout": "0s"}]}`,
+		"mcp negative":        `{"mcp_servers": [{"name": "m", "command": ["x"], "timeout": "-1s"}]}`,
+		"model provider":      `{"model": {"provider": "oracle"}}`,
+		"openai no model":     `{"model": {"provider": "openai", "name": ""}}`,
+		"bad tokens":          `{"tokens_env": "LAZARUS_TEST_NO_SUCH_TOKENS_FILE", "tokens_file": "/nonexistent/tokens.json"}`,
+		"bad shutdown":        `{"shutdown_timeout": "1 minute"}`,
+		"bad idle timeout":    `{"idle_timeout": "a while"}`,
+		"bad read timeout":    `{"read_timeout": "a while"}`,
+		"bad stream write":    `{"stream_write_timeout": "a while"}`,
+		"bad model timeout":   `{"model_timeout": "a while"}`,
+		"bad tool timeout":    `{"tool_timeout": "a while"}`,
+		"bad max subs":        `{"max_subscriptions": "many"}`,
+		"fractional max subs": `{"max_subscriptions": 1.5}`,
+		"stream write zero":   `{"stream_write_timeout": "0s"}`,
+		"stream write below":  `{"stream_write_timeout": "-1s"}`,
+		"dir and postgres":    `{"dir": "data", "postgres": "postgres://u@db.invalid/app"}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "store")
@@ -126,8 +128,9 @@ func TestServeStreamWriteTimeout(t *testing.T) {
 }
 
 // TestServeModelTimeout: model_timeout is the runtime's ModelTimeout,
-// and tool_timeout its ToolTimeout, which the node prints as it starts:
-// the runtime's default when not set (or zero), no bound when negative.
+// tool_timeout its ToolTimeout and max_subscriptions its
+// MaxSubscriptions, which the node prints as it starts: the runtime's
+// default when not set (or zero), no bound when negative.
 func TestServeModelTimeout(t *testing.T) {
 	for s, want := range map[string]string{
 		``:                          "model timeout: 10m0s",
@@ -138,6 +141,10 @@ func TestServeModelTimeout(t *testing.T) {
 		`, "tool_timeout": "0s"`:    "tool timeout: 10m0s",
 		`, "tool_timeout": "90s"`:   "tool timeout: 1m30s",
 		`, "tool_timeout": "-1ns"`:  "tool timeout: none",
+		`  `:                        "streams per conversation: at most 1024",
+		`, "max_subscriptions": 0`:  "streams per conversation: at most 1024",
+		`, "max_subscriptions": 8`:  "streams per conversation: at most 8",
+		`, "max_subscriptions": -1`: "streams per conversation: no cap",
 	} {
 		t.Run(want+s, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "node.json")
