@@ -83,3 +83,69 @@ func TestForwardedSubscriptionOverTheOwnersCap(t *testing.T) {
 		t.Fatal("the member's subscription got nothing")
 	}
 }
+
+// TestSendAndWaitOverTheOwnersCap: SendAndWait on a member that does not
+// own the conversation, whose owner has Options.MaxSubscriptions
+// subscriptions of it open, fails with an error wrapping
+// ErrTooManySubscriptions after its message was written (the owner
+// refuses the forwarded wait, not the send): the turn goes on. Sent again
+// with the same RequestID once the owner has a slot, the call writes
+// nothing new and returns the end of that message's turn, as SendAndWait's
+// doc tells the caller to do.
+func TestSendAndWaitOverTheOwnersCap(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	store := memjournal.New(memjournal.Options{})
+	model := agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
+		return agent.Text("ok"), nil
+	})
+	const ownerAddr, memberAddr = "owner.test:1", "member.test:1"
+	members := []string{ownerAddr, memberAddr}
+	slices.Sort(members)
+	net := &fakeNet{sys: map[string]*actor.ActorSystem{}}
+
+	ownerSys := quietSystem(t, ownerAddr)
+	owner, err := Open(Options{Store: store, Model: model, ActorSystem: ownerSys, NoResume: true, MaxSubscriptions: 2})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = owner.Close() })
+	net.join(ownerSys)
+	member, err := Open(Options{Store: store, Model: model, NoResume: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = member.Close() })
+	n := netMember(t, net, member, memberAddr, members)
+	conv := firstConv(func(id string) bool { return n.owner(id) == ownerAddr })
+	_, err = owner.Send(ctx, conv, "hi", agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	waitTurnEnded(t, ctx, store, conv, 2, "the first turn ended")
+
+	lctx, lcancel := context.WithCancel(ctx)
+	defer lcancel()
+	// Both slots held: the retry below needs two, as a repeated RequestID
+	// moves its wait to a subscription from the message.
+	var local []<-chan Update
+	for range 2 {
+		l, err := owner.Subscribe(lctx, conv, 0)
+		require.NoError(t, err)
+		local = append(local, l)
+	}
+
+	msg := agent.UserMessage(agent.TextPart("again"))
+	opts := SendOptions{RequestID: "req-1"}
+	_, err = member.SendMessageAndWait(ctx, conv, msg, opts, agent.Scope{UserID: "u"})
+	require.ErrorIs(t, err, ErrTooManySubscriptions, "the owner refused the wait")
+	waitTurnEnded(t, ctx, store, conv, 4, "the message was written and its turn ran")
+
+	lcancel()
+	for _, l := range local {
+		for range l {
+		}
+	}
+	require.Zero(t, slotsOf(owner, conv), "the owner's subscriptions freed their slots")
+	end, err := member.SendMessageAndWait(ctx, conv, msg, opts, agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	require.Equal(t, TurnAnswered, end.Outcome)
+	require.EqualValues(t, 4, end.Seq, "the end of the first write's turn")
+	last, err := store.LastSeq(ctx, conv)
+	require.NoError(t, err)
+	require.EqualValues(t, 4, last, "the retry wrote nothing")
+}

@@ -296,7 +296,9 @@ type Options struct {
 	// frees its slot when its channel is closed. In a cluster, a
 	// subscription to a conversation another member owns holds a slot on
 	// the member asked and one on the owner; the owner's refusal ends it
-	// with an update whose Err wraps ErrTooManySubscriptions. Default
+	// with an update whose Err wraps ErrTooManySubscriptions (for the wait
+	// of a SendAndWait, after its message was written: see SendAndWait
+	// for what the caller should do). Default
 	// DefaultMaxSubscriptions; negative means no cap.
 	MaxSubscriptions int
 	// Logger receives the runtime's logs. Default: discard. The actor

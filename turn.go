@@ -38,9 +38,19 @@ var ErrTurnFailed = errors.New("lazarus: turn failed")
 // wrapping ctx.Err() (the send's own contract applies while it sends; once
 // the message is durable, the turn goes on without the caller). If the
 // runtime is closed meanwhile, the error wraps ErrClosed. The wait is a
-// subscription to the conversation (see Options.MaxSubscriptions): one the
-// cap refuses fails the call with an error wrapping ErrTooManySubscriptions
-// before anything is written.
+// subscription to the conversation (see Options.MaxSubscriptions): one
+// this Runtime's cap refuses fails the call with an error wrapping
+// ErrTooManySubscriptions before anything is written. In cluster mode, on
+// a member that does not own the conversation, the wait is forwarded to
+// the owner, whose cap refuses it only after the message was written (and
+// so may a new owner's, the wait following the conversation across a
+// membership change): the error wraps ErrTooManySubscriptions too, but the
+// message is durable and its turn goes on. A caller that retries on
+// ErrTooManySubscriptions should therefore send with a
+// SendOptions.RequestID (SendMessageAndWait) and retry with the same one:
+// a message already written is not written again, and the retry waits for
+// its turn's end (it may be refused again while the owner stays at its
+// cap).
 func (r *Runtime) SendAndWait(ctx context.Context, conversationID, text string, scope agent.Scope) (TurnEnd, error) {
 	return r.SendMessageAndWait(ctx, conversationID, agent.UserMessage(agent.TextPart(text)), SendOptions{}, scope)
 }
