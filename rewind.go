@@ -60,7 +60,9 @@ type RewindOptions struct {
 // copied;
 // otherwise the error wraps journal.ErrInvalid and nothing is written, as
 // for a reason that does not fit in an event (journal.MaxEventBytes) or is
-// not UTF-8, and a scope whose identity agent.ValidateIdentity refuses. An
+// not UTF-8 (with the event's time and request id counted), and a scope
+// whose identity agent.ValidateIdentity refuses; a refused rewind leaves
+// the conversation as it was (a turn under way goes on). An
 // unknown conversation gets an error wrapping journal.ErrNotFound; a
 // deleted one, journal.ErrDeleted where the Store reports tombstones. It
 // returns once the rewind is durable. After ErrUnknownOutcome, read History
@@ -109,8 +111,9 @@ func (r *Runtime) RewindWithReport(ctx context.Context, conversationID string, t
 	if opts.Files && r.files == nil {
 		return RewindReport{}, fmt.Errorf("%s: files: %w", op, agent.ErrNoCheckpoints)
 	}
-	// The reason goes into the rewind event: checked here, so that the
-	// activation never writes an event the Store refuses.
+	// The reason goes into the rewind event: checked here, before the
+	// conversation is asked (it checks the event again as it writes it,
+	// with its time and request id).
 	if err := journal.ValidateEvent(&messages.Event{Body: &messages.Event_Rewind{Rewind: &messages.Rewind{ToSeq: toSeq, Reason: opts.Reason}}}); err != nil {
 		return RewindReport{}, fmt.Errorf("%s: reason: %w", op, err)
 	}

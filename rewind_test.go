@@ -395,3 +395,116 @@ func TestEditRacesALateToolAnswer(t *testing.T) {
 	}
 	t.Logf("outcomes over %d rounds: %v", rounds, seen)
 }
+
+// maxPlainRewindReason returns the longest reason whose rewind event, bare
+// (no time, request id or cancelled_turn), fits journal.MaxEventBytes: a
+// reason that passes a check of the bare event, and that the event the
+// conversation writes is too large for.
+func maxPlainRewindReason(toSeq uint64) int {
+	lo, hi := 0, journal.MaxEventBytes
+	for lo < hi {
+		m := (lo + hi + 1) / 2
+		ev := &messages.Event{Body: &messages.Event_Rewind{Rewind: &messages.Rewind{ToSeq: toSeq, Reason: strings.Repeat("r", m)}}}
+		if journal.ValidateEvent(ev) == nil {
+			lo = m
+		} else {
+			hi = m - 1
+		}
+	}
+	return lo
+}
+
+// maxPlainEditText returns the longest text whose user message event,
+// with a request id but no author or time, fits journal.MaxEventBytes.
+func maxPlainEditText() int {
+	lo, hi := 0, journal.MaxEventBytes
+	for lo < hi {
+		m := (lo + hi + 1) / 2
+		msg := &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: strings.Repeat("e", m)}}}}
+		ev := &messages.Event{RequestId: strings.Repeat("0", 32), Body: &messages.Event_UserMsg{UserMsg: msg}}
+		if journal.ValidateEvent(ev) == nil {
+			lo = m
+		} else {
+			hi = m - 1
+		}
+	}
+	return lo
+}
+
+// TestRefusedRewindLeavesTheTurnRunning: a rewind whose event does not fit
+// journal.MaxEventBytes once the conversation adds its time and request id
+// is refused (ErrInvalid, nothing written) before anything is written, and
+// the conversation goes on as it was: the turn under way finishes. Before
+// the fix the Store refused the write, the activation stopped, and the
+// running tool's result and the turn's answer were lost. An edit whose
+// message does not fit once its author is added is refused the same way.
+func TestRefusedRewindLeavesTheTurnRunning(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	model := scripted.New(scripted.Options{})
+	model.Push("c", scripted.Text("hello"), scripted.Reply("working", scripted.Call("slow", `{}`)), scripted.Text("after"))
+	started := make(chan struct{}, 1)
+	release := make(chan struct{})
+	rt, err := lazarus.Open(lazarus.Options{Model: model,
+		Tools: []agent.Tool{{Name: "slow", Executor: messages.Executor_EXECUTOR_SERVER, Run: func(ctx context.Context, inv agent.Invocation) (string, error) {
+			started <- struct{}{}
+			select {
+			case <-release:
+				return `"done"`, nil
+			case <-ctx.Done():
+				return "", ctx.Err()
+			}
+		}}}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rt.Close() })
+	u := agent.Scope{UserID: "u"}
+	_, err = rt.SendAndWait(ctx, "c", "hi", u) // 1, 2
+	require.NoError(t, err)
+	updates, err := rt.Subscribe(ctx, "c", 2)
+	require.NoError(t, err)
+	_, err = rt.Send(ctx, "c", "do", u) // 3, 4 (answer), 5 (call)
+	require.NoError(t, err)
+	select {
+	case <-started:
+	case <-ctx.Done():
+		t.Fatal("the tool did not start")
+	}
+
+	reason := strings.Repeat("r", maxPlainRewindReason(2))
+	for _, rewind := range []func() error{
+		func() error { return rt.Rewind(ctx, "c", 2, lazarus.RewindOptions{Reason: reason}, u) },
+		func() error {
+			_, err := rt.RewindWithReport(ctx, "c", 2, lazarus.RewindOptions{Reason: reason}, u)
+			return err
+		},
+	} {
+		require.ErrorIs(t, rewind(), journal.ErrInvalid, "the rewind event does not fit")
+	}
+	// An edit's message, checked with a request id, gains its author and
+	// time as written.
+	text := strings.Repeat("e", maxPlainEditText())
+	_, err = rt.Edit(ctx, "c", 3, text, u)
+	require.ErrorIs(t, err, journal.ErrInvalid, "the edited message does not fit")
+	evs, err := rt.History(ctx, "c", 0, 0)
+	require.NoError(t, err)
+	require.Len(t, evs, 5, "the refused rewinds wrote nothing")
+
+	close(release)
+	for {
+		select {
+		case up, ok := <-updates:
+			require.True(t, ok, "the subscription ended")
+			require.NoError(t, up.Err, "the refused rewind disturbed the conversation")
+			if m := up.Event.GetAssistantMsg(); m != nil && len(m.GetContent()) > 0 && m.GetContent()[0].GetText() == "after" {
+				// The turn went on from the tool's result.
+				evs, err := rt.History(ctx, "c", 0, 0)
+				require.NoError(t, err)
+				require.Len(t, evs, 7)
+				require.NotNil(t, evs[5].GetToolResult(), "the tool's result was written")
+				return
+			}
+		case <-ctx.Done():
+			t.Fatal("the turn under way did not finish after the refused rewind")
+		}
+	}
+}

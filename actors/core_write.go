@@ -467,7 +467,8 @@ func (c *core) writeConfigs() {
 
 // writeRewind writes the first queued AgentRewind, and reports whether it
 // started a write; a refused one (a point CheckRewind refuses, an edit of
-// something other than a user message on the head) is answered with an error wrapping
+// something other than a user message on the head, an event that does not
+// fit journal.MaxEventBytes as written) is answered with an error wrapping
 // journal.ErrInvalid and nothing is written. The write is atomic: the
 // rewind event, every call still open (all in the rewound span) resolved
 // as errored with code agent.CodeCanceled (the Store drops their
@@ -515,6 +516,16 @@ func (c *core) writeRewind() bool {
 			ev.Body = &messages.Event_UserMsg{UserMsg: m.GetMessage()}
 		}))
 		status = messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE
+	}
+	// The callers check the reason and the message, but not the time,
+	// request id, author and address added here: an event the Store would
+	// refuse is refused now, before the write, which would otherwise stop
+	// the activation and lose the turn under way.
+	for _, ev := range req.Events {
+		if err := journal.ValidateEvent(ev); err != nil {
+			c.reply(q.sender, m, 0, fmt.Errorf("conversation %q: %w", c.cfg.ID, err))
+			return false
+		}
 	}
 	req.Status = status
 	req.FsmState = &messages.FSMState{State: messages.AgentState_AGENT_STATE_IDLE, LastSeq: c.ws.LastSeq + uint64(len(req.Events)), Pending: map[string]*messages.PendingCall{}}
