@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/lazarusrt/lazarus/agent"
@@ -218,6 +219,12 @@ func (f *fileRoot) resolve(p string) (string, error) {
 			cur = filepath.Join(append([]string{next}, rest...)...)
 			rest = nil
 			continue
+		case errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.ENAMETOOLONG):
+			// A path under a file, or a name too long for any file: bad
+			// input, said without the root's own path.
+			var errno syscall.Errno
+			errors.As(err, &errno)
+			return "", fmt.Errorf("lazarus: file %q: %w", clipID(p), journal.Invalidf("%v", errno))
 		case err != nil:
 			return "", fmt.Errorf("lazarus: file %q: %w", p, err)
 		case info.Mode()&fs.ModeSymlink == 0:

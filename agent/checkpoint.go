@@ -20,7 +20,10 @@ type Checkpointer interface {
 	// record is of the file the path leads to, which a rewind restores,
 	// leaving the link a link). A path that leaves the root, also through
 	// a link to a file not there yet, wraps ErrOutsideRoot, and a file
-	// too large to keep wraps journal.ErrTooLarge. Safe for concurrent use.
+	// too large to keep wraps journal.ErrTooLarge; a path that cannot name
+	// a regular file (empty, a directory, under a file, a name too long
+	// for the file system) wraps journal.ErrInvalid. Safe for concurrent
+	// use.
 	Before(ctx context.Context, path string) error
 }
 

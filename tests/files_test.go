@@ -277,6 +277,8 @@ func TestFileCheckpointBadInput(t *testing.T) {
 		"big":                            journal.ErrTooLarge,
 		"dir":                            journal.ErrInvalid,
 		"":                               journal.ErrInvalid,
+		"big/inside":                     journal.ErrInvalid, // under a file: no such path can be
+		strings.Repeat("n", 300):         journal.ErrInvalid, // a name longer than a file system's
 	}
 	var calls []*messages.ToolCall
 	for p := range want {
