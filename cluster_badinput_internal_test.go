@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -204,5 +205,47 @@ func TestGatewayChecksARewindIntoTheSummary(t *testing.T) {
 		reply = rt.gw.serve(&messages.ClusterRequest{ConversationId: "c", Scope: scopeToProto(scope),
 			Op: &messages.ClusterRequest_Rewind{Rewind: &messages.AgentRewind{ToSeq: 2, RequestId: fmt.Sprintf("ok%d", i), CheckedInLog: checked}}})
 		require.Nil(t, reply.GetError(), "checked_in_log %v", checked)
+	}
+}
+
+// A send forwarded to the gateway whose message does not fit
+// journal.MaxEventBytes once the conversation adds its time, author and
+// seq is refused with an error wrapping journal.ErrInvalid, nothing
+// written, and the conversation goes on: its subscriber sees no error,
+// and a message that fits is written under the refused request id. The
+// Store refused the write before, and the activation stopped.
+func TestGatewayRefusesASendThatDoesNotFitAsWritten(t *testing.T) {
+	rt := gatewayRuntime(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	user := scopeToProto(agent.Scope{UserID: "u"})
+	send := func(rid string, msg *messages.UserMessage) *messages.ClusterReply {
+		return rt.gw.serve(&messages.ClusterRequest{ConversationId: "c", Scope: user,
+			Op: &messages.ClusterRequest_Send{Send: &messages.AgentSend{RequestId: rid, Message: msg}}})
+	}
+	reply := send("r1", agent.UserMessage(agent.TextPart("hi")))
+	require.Nil(t, reply.GetError())
+	updates, err := rt.Subscribe(ctx, "c", 0)
+	require.NoError(t, err)
+
+	rid := strings.Repeat("0", 32)
+	big := agent.UserMessage(agent.TextPart(strings.Repeat("g", MaxPlainEditText())))
+	reply = send(rid, big)
+	require.ErrorIs(t, journal.ErrorFromProto(reply.GetError()), journal.ErrInvalid, "%v", reply.GetError())
+	reply = send(rid, agent.UserMessage(agent.TextPart("short")))
+	require.Nil(t, reply.GetError(), "the refused request id was not taken")
+	seq := reply.GetSeq()
+	for {
+		select {
+		case up, ok := <-updates:
+			require.True(t, ok, "the subscription ended")
+			require.NoError(t, up.Err, "the refused send disturbed the conversation")
+			if up.Event.GetSeq() == seq {
+				require.Equal(t, "short", up.Event.GetUserMsg().GetContent()[0].GetText())
+				return
+			}
+		case <-ctx.Done():
+			t.Fatal("the message after the refused one was not written")
+		}
 	}
 }

@@ -795,9 +795,9 @@ type SendOptions struct {
 // calls). Only its identity (UserID and Roles) is persisted, as the
 // message's author (Event.author, and the requester of the turn's tool
 // calls); a scope whose identity exceeds agent.ValidateIdentity's limits,
-// or an empty text, is refused with an error wrapping journal.ErrInvalid,
-// and nothing is written; a deleted conversation, with one wrapping
-// journal.ErrDeleted.
+// an empty text, or one too large for its event (see SendMessage), is
+// refused with an error wrapping journal.ErrInvalid, and nothing is
+// written; a deleted conversation, with one wrapping journal.ErrDeleted.
 func (r *Runtime) Send(ctx context.Context, conversationID, text string, scope agent.Scope) (uint64, error) {
 	msg := &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: text}}}}
 	return r.SendMessage(ctx, conversationID, msg, SendOptions{}, scope)
@@ -806,7 +806,10 @@ func (r *Runtime) Send(ctx context.Context, conversationID, text string, scope a
 // SendMessage is Send for a message of several content parts, with options.
 // A message without parts, or with a part that is nil, has no content set,
 // is an empty text or is a blob with neither data nor a URI, is refused with
-// an error wrapping journal.ErrInvalid, and nothing is written.
+// an error wrapping journal.ErrInvalid, and nothing is written; so is one
+// whose event does not fit journal.MaxEventBytes as the conversation writes
+// it (with its time, request id, author and seq): the conversation is left
+// as it was (a turn under way goes on) and the request id is not taken.
 func (r *Runtime) SendMessage(ctx context.Context, conversationID string, msg *messages.UserMessage, opts SendOptions, scope agent.Scope) (uint64, error) {
 	if err := r.enter(ctx); err != nil {
 		return 0, fmt.Errorf("lazarus: send to %q: %w", clipID(conversationID), err)
@@ -828,6 +831,8 @@ func (r *Runtime) SendMessage(ctx context.Context, conversationID string, msg *m
 	} else if err := journal.ValidateID("request id", opts.RequestID); err != nil {
 		return 0, fmt.Errorf("lazarus: send to %q: %w", clipID(conversationID), err)
 	}
+	// The bare event, checked before the conversation is asked (it checks
+	// the event again as it writes it, with its time, author and seq).
 	if err := journal.ValidateEvent(&messages.Event{RequestId: opts.RequestID, Body: &messages.Event_UserMsg{UserMsg: msg}}); err != nil {
 		return 0, fmt.Errorf("lazarus: send to %q: %w", clipID(conversationID), err)
 	}

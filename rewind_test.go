@@ -414,23 +414,6 @@ func maxPlainRewindReason(toSeq uint64) int {
 	return lo
 }
 
-// maxPlainEditText returns the longest text whose user message event,
-// with a request id but no author or time, fits journal.MaxEventBytes.
-func maxPlainEditText() int {
-	lo, hi := 0, journal.MaxEventBytes
-	for lo < hi {
-		m := (lo + hi + 1) / 2
-		msg := &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: strings.Repeat("e", m)}}}}
-		ev := &messages.Event{RequestId: strings.Repeat("0", 32), Body: &messages.Event_UserMsg{UserMsg: msg}}
-		if journal.ValidateEvent(ev) == nil {
-			lo = m
-		} else {
-			hi = m - 1
-		}
-	}
-	return lo
-}
-
 // TestRefusedRewindLeavesTheTurnRunning: a rewind whose event does not fit
 // journal.MaxEventBytes once the conversation adds its time and request id
 // is refused (ErrInvalid, nothing written) before anything is written, and
@@ -482,7 +465,7 @@ func TestRefusedRewindLeavesTheTurnRunning(t *testing.T) {
 	}
 	// An edit's message, checked with a request id, gains its author and
 	// time as written.
-	text := strings.Repeat("e", maxPlainEditText())
+	text := strings.Repeat("e", lazarus.MaxPlainEditText())
 	_, err = rt.Edit(ctx, "c", 3, text, u)
 	require.ErrorIs(t, err, journal.ErrInvalid, "the edited message does not fit")
 	evs, err := rt.History(ctx, "c", 0, 0)

@@ -609,7 +609,9 @@ func (c *core) openCall(id string) *openCall {
 
 // onSend queues a user message (with the schedule occurrence it records,
 // for a scheduled wake), unless the log or a write in flight already has
-// its request id. It reports whether the caller must advance.
+// its request id, or its event does not fit journal.MaxEventBytes as it
+// would be written (refused with journal.ErrInvalid, the conversation left
+// as it was). It reports whether the caller must advance.
 func (c *core) onSend(sender any, m *messages.AgentSend, scope agent.Scope, fire *messages.ScheduleFire) bool {
 	if seq, ok := c.seen[m.GetRequestId()]; ok && m.GetRequestId() != "" {
 		// Already in the log: answered with its seq. It may still be
@@ -639,7 +641,16 @@ func (c *core) onSend(sender any, m *messages.AgentSend, scope agent.Scope, fire
 		c.advance()
 		return false
 	}
-	c.sends = append(c.sends, &queuedSend{sender: sender, msg: m, scope: scope, fire: fire})
+	q := &queuedSend{sender: sender, msg: m, scope: scope, fire: fire}
+	if err := c.checkWrite(len(c.sends), c.sendEvent(q)); err != nil {
+		// A message that does not fit as it would be written now is
+		// refused before it restarts the turn under way, which goes on
+		// (writeSends checks it again as it writes it).
+		c.reply(sender, m, 0, err)
+		c.advance()
+		return false
+	}
+	c.sends = append(c.sends, q)
 	c.answer = nil
 	c.restartTurn()
 	if c.modelBusy {

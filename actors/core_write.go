@@ -146,6 +146,34 @@ func (c *core) appendBudget() int {
 // a repeated field (tag, length and body; its tag is one byte).
 func fieldBytes(m proto.Message) int { return 1 + protowire.SizeBytes(proto.Size(m)) }
 
+// checkWrite checks evs as write gives them to the Store, as the events
+// of the append from index from on (with the seqs write gives them), and
+// returns an error wrapping journal.ErrInvalid for the first one the Store
+// would refuse. The callers check what they are given (a message, a
+// reason), but not the time, request id, author, address and seq added
+// here: an event that does not fit journal.MaxEventBytes as written is
+// refused before the write, which would otherwise fail, stop the
+// activation and lose the turn under way.
+func (c *core) checkWrite(from int, evs ...*messages.Event) error {
+	for i, ev := range evs {
+		ev.Seq = c.ws.LastSeq + uint64(from+i) + 1
+		if err := journal.ValidateEvent(ev); err != nil {
+			return fmt.Errorf("conversation %q: %w", c.cfg.ID, err)
+		}
+	}
+	return nil
+}
+
+// sendEvent is the user message event of q, as writeSends writes it now.
+func (c *core) sendEvent(q *queuedSend) *messages.Event {
+	return c.event(func(ev *messages.Event) {
+		ev.RequestId = q.msg.GetRequestId()
+		ev.Author = q.scope.Identity().Proto()
+		ev.Agent, ev.Audience = addressOf(q.msg.GetTo())
+		ev.Body = &messages.Event_UserMsg{UserMsg: q.msg.GetMessage()}
+	})
+}
+
 // writeSends writes the queued sends, each request id once, as many as one
 // append may carry (journal.MaxEventsPerAppend events, appendBudget bytes;
 // advance writes the rest next, in the order they arrived), and reports
@@ -170,12 +198,13 @@ func (c *core) writeSends() bool {
 			sends = append(sends, q)
 			continue
 		}
-		ev := c.event(func(ev *messages.Event) {
-			ev.RequestId = rid
-			ev.Author = q.scope.Identity().Proto()
-			ev.Agent, ev.Audience = addressOf(q.msg.GetTo())
-			ev.Body = &messages.Event_UserMsg{UserMsg: q.msg.GetMessage()}
-		})
+		ev := c.sendEvent(q)
+		if err := c.checkWrite(len(req.Events), ev); err != nil {
+			// Refused alone: the other sends are written, and a retry
+			// of its request id in this append is judged on its own.
+			c.reply(q.sender, q.msg, 0, err)
+			continue
+		}
 		n := fieldBytes(ev)
 		if len(req.Events) == journal.MaxEventsPerAppend || len(req.Events) > 0 && size+n > c.appendBudget() {
 			// A full append: the rest waits for the next write (a retry
@@ -517,15 +546,9 @@ func (c *core) writeRewind() bool {
 		}))
 		status = messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE
 	}
-	// The callers check the reason and the message, but not the time,
-	// request id, author and address added here: an event the Store would
-	// refuse is refused now, before the write, which would otherwise stop
-	// the activation and lose the turn under way.
-	for _, ev := range req.Events {
-		if err := journal.ValidateEvent(ev); err != nil {
-			c.reply(q.sender, m, 0, fmt.Errorf("conversation %q: %w", c.cfg.ID, err))
-			return false
-		}
+	if err := c.checkWrite(0, req.Events...); err != nil {
+		c.reply(q.sender, m, 0, err)
+		return false
 	}
 	req.Status = status
 	req.FsmState = &messages.FSMState{State: messages.AgentState_AGENT_STATE_IDLE, LastSeq: c.ws.LastSeq + uint64(len(req.Events)), Pending: map[string]*messages.PendingCall{}}
