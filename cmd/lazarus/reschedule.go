@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
 )
@@ -50,18 +52,23 @@ func (c *cli) reschedule(ctx context.Context, fs *flags, args []string) (err err
 	if given != 1 {
 		return usagef("give exactly one of --at, --in and --never")
 	}
+	// stampAt stays nil for --never only: an --at of the first instant of
+	// year 1 (Go's zero time, which journal.Timestamp reads as no time) is
+	// a time in the past like any other.
 	var at time.Time
+	var stampAt *timestamppb.Timestamp
 	switch {
 	case isSet(fs, "at"):
 		if at, err = time.Parse(time.RFC3339Nano, *atText); err != nil {
 			return usagef("--at is not an RFC 3339 time: %v", err)
 		}
+		stampAt = timestamppb.New(at)
 	case isSet(fs, "in"):
 		at = c.now().Add(*in)
+		stampAt = timestamppb.New(at)
 	case !*never:
 		return usagef("--never takes no value other than true")
 	}
-	stampAt := journal.Timestamp(at)
 	if stampAt != nil {
 		if err := stampAt.CheckValid(); err != nil {
 			return usagef("the deadline %v cannot be stored: %v", at, err)

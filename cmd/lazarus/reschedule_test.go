@@ -95,3 +95,30 @@ func TestReschedule(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED, row.GetStatus())
 }
+
+// TestRescheduleAtTheFirstInstant: --at takes a time, and the first
+// instant of year 1 is one, in the past: the call expires as soon as a
+// runtime opens the directory, as any past --at makes it. (It was read as
+// Go's zero time, which Runtime.Reschedule takes for "no deadline": the
+// command printed "never expires" and removed the deadline.)
+func TestRescheduleAtTheFirstInstant(t *testing.T) {
+	f := newFixture(t)
+	r := cliRun(t, "", "reschedule", f.waitingCall, "--dir", f.dir, "--at", "0001-01-01T00:00:00Z")
+	requireOK(t, r)
+	require.Contains(t, r.stdout, "now expires at")
+	first := time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)
+	deadline := readCall(t, f.dir, f.waitingCall).GetDeadline()
+	require.NotNil(t, deadline, "the call keeps a deadline")
+	require.True(t, first.Equal(deadline.AsTime()), "the row holds the time given: %v", deadline.AsTime())
+	require.True(t, first.Equal(deadlinesIn(t, f.dir)[f.waitingCall]), "the deadline record too")
+
+	model := scripted.New(scripted.Options{})
+	model.Push("waiting", scripted.Text("Nobody approved in time."))
+	rt, err := lazarus.Open(lazarus.Options{Dir: f.dir, Model: model, Tools: tools(), IdleTimeout: -1})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, rt.Close()) }()
+	awaitEvent(t, rt, "waiting", func(ev *messages.Event) bool { return assistantText(ev) == "Nobody approved in time." })
+	row, err := rt.Store().ToolCall(ctxT(t), f.waitingCall)
+	require.NoError(t, err)
+	require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED, row.GetStatus(), "the next runtime expires the call")
+}
