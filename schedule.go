@@ -83,6 +83,13 @@ type ScheduleSpec struct {
 
 var cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
+// atInPast is the error of an At given as the first instant of year 1,
+// Go's zero time, which ScheduleSpec reads as no At: the tool's "at" (and
+// the HTTP API's) refuses it as the past time it is.
+func atInPast(at time.Time) error {
+	return fmt.Errorf("%w: at %v is in the past: %w", ErrScheduleInPast, at, journal.ErrInvalid)
+}
+
 func badSchedule(format string, args ...any) error {
 	return fmt.Errorf("%w: %s: %w", ErrBadSchedule, fmt.Sprintf(format, args...), journal.ErrInvalid)
 }

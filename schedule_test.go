@@ -447,3 +447,27 @@ func TestScheduleWakeOfUnknownOutcomeRunsItsTurn(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, listed, "the one-shot schedule is gone")
 }
+
+// TestScheduleToolAtInThePast: the tool's "at" must be after now, and the
+// first instant of year 1 is not: ErrScheduleInPast, alone or before an
+// interval, and nothing is scheduled. (It was read as Go's zero time, no
+// at: with every_seconds, a schedule every hour from now was made.)
+func TestScheduleToolAtInThePast(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rt, _, _ := scheduleConversation(ctx, t, lazarus.Options{ScheduleTools: true}, agent.Scope{UserID: "alice"})
+	tool, ok := rt.Tool(lazarus.ScheduleToolName)
+	require.True(t, ok)
+	for i, args := range []string{
+		`{"text":"x","at":"0001-01-01T00:00:00Z"}`,
+		`{"text":"x","at":"0001-01-01T00:00:00Z","every_seconds":3600}`,
+	} {
+		_, err := tool.Run(ctx, agent.Invocation{ConversationID: "c", ToolCallID: fmt.Sprint("call-", i),
+			Name: lazarus.ScheduleToolName, Arguments: args, Scope: agent.Scope{UserID: "alice"}})
+		require.ErrorIs(t, err, lazarus.ErrScheduleInPast, args)
+		require.ErrorIs(t, err, journal.ErrInvalid, args)
+	}
+	listed, err := rt.Schedules(ctx, "c")
+	require.NoError(t, err)
+	require.Empty(t, listed, "nothing scheduled")
+}

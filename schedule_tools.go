@@ -99,6 +99,11 @@ func scheduleTools(rt func() *Runtime) []agent.Tool {
 					if err != nil {
 						return "", badSchedule("at: %v", err)
 					}
+					if at.IsZero() {
+						// The first instant of year 1, which ScheduleSpec
+						// would read as no At: a time in the past.
+						return "", atInPast(at)
+					}
 					spec.At = at
 				}
 				sc, err := rt().Schedule(ctx, inv.ConversationID, spec, inv.Scope)

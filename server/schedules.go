@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
 )
 
@@ -130,6 +131,12 @@ func (s *Server) createSchedule(w http.ResponseWriter, r *http.Request, c caller
 	}
 	spec := lazarus.ScheduleSpec{ID: body.ID, After: after, Every: every, Cron: body.Cron, TimeZone: body.TimeZone, Text: body.Text}
 	if body.At != nil {
+		if body.At.IsZero() {
+			// The first instant of year 1, which ScheduleSpec reads as no
+			// At: a time in the past.
+			s.writeError(w, r, fmt.Errorf("%w: at %s is in the past: %w", lazarus.ErrScheduleInPast, body.At.Format(time.RFC3339), journal.ErrInvalid))
+			return
+		}
 		spec.At = *body.At
 	}
 	if _, _, err := s.conversation(r.Context(), c, id); err != nil {

@@ -125,3 +125,25 @@ func TestSchedulesOverHTTP(t *testing.T) {
 	require.Equal(t, server.CodeEnded, errorCode(t, body))
 	require.Empty(t, listed(tokAlice))
 }
+
+// TestScheduleAtInThePastIsRefused: an "at" must be in the future, and the
+// first instant of year 1 is not: 400 invalid, alone or before an
+// "every", and nothing is stored. (It was read as Go's zero time, no at:
+// with an every, a schedule every hour from now was created.)
+func TestScheduleAtInThePastIsRefused(t *testing.T) {
+	n := startNode(t, newScripted(), server.Options{})
+	conv := n.create(t, tokAlice, nil)
+	path := "/v1/conversations/" + conv.ID + "/schedules"
+	for _, body := range []string{
+		`{"at":"0001-01-01T00:00:00Z","text":"x"}`,
+		`{"at":"0001-01-01T00:00:00Z","every":"1h","text":"x"}`,
+		`{"at":"2001-01-01T00:00:00Z","every":"1h","text":"x"}`,
+	} {
+		status, out := n.call(t, "POST", path, tokAlice, body)
+		require.Equal(t, http.StatusBadRequest, status, "%s: %s", body, out)
+		require.Equal(t, server.CodeInvalid, errorCode(t, out), body)
+	}
+	var list server.ScheduleList
+	n.must(t, http.StatusOK, "GET", path, tokAlice, nil, &list)
+	require.Empty(t, list.Schedules, "nothing stored")
+}
