@@ -26,7 +26,7 @@ var (
 	// ErrBadSchedule: a ScheduleSpec that cannot be a schedule: no time,
 	// two kinds of times at once, an interval below MinScheduleInterval
 	// (an Every, or a cron "@every"),
-	// an unknown time zone, a cron expression that does not parse, no
+	// an unknown time zone (or "Local"), a cron expression that does not parse, no
 	// message, or one schedule more than the conversation may hold
 	// (journal.MaxSchedulesPerConversation). Wraps journal.ErrInvalid.
 	ErrBadSchedule = errors.New("lazarus: bad schedule")
@@ -74,7 +74,8 @@ type ScheduleSpec struct {
 	// passes fires once).
 	Cron string
 	// TimeZone is the IANA time zone name Cron is read in ("Europe/Paris").
-	// Default "UTC".
+	// Default "UTC". "Local" (the zone of whichever machine computes an
+	// occurrence) is refused.
 	TimeZone string
 	// Text is the user message each occurrence appends, and so the input
 	// of the turn it starts. Required.
@@ -117,6 +118,10 @@ func (spec ScheduleSpec) record(conv, id string, now time.Time, author agent.Ide
 		return nil, badSchedule("both Cron and Every")
 	case spec.Cron == "" && spec.TimeZone != "":
 		return nil, badSchedule("a time zone without a cron expression")
+	case spec.TimeZone == "Local":
+		// time.LoadLocation takes it for the zone of the machine that
+		// reads it, which may be another one at each occurrence.
+		return nil, badSchedule("time zone %q is not an IANA name", spec.TimeZone)
 	case spec.After < 0:
 		return nil, badSchedule("negative delay %v", spec.After)
 	case spec.Every != 0 && spec.Every < MinScheduleInterval:

@@ -31,7 +31,8 @@ type CreateSchedule struct {
 	// Cron fires on a five-field cron expression or a descriptor
 	// ("@daily"), read in TimeZone.
 	Cron string `json:"cron,omitempty"`
-	// TimeZone is the IANA zone Cron is read in. Default "UTC".
+	// TimeZone is the IANA zone Cron is read in ("Local" is refused).
+	// Default "UTC".
 	TimeZone string `json:"time_zone,omitempty"`
 	// Text is the user message of each occurrence. Required.
 	Text string `json:"text"`
