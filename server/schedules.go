@@ -24,7 +24,7 @@ type CreateSchedule struct {
 	ID string `json:"id,omitempty"`
 	// At fires once at this time (RFC 3339), which must be in the future.
 	At *time.Time `json:"at,omitempty"`
-	// After fires once after this delay from now.
+	// After fires once after this delay (positive) from now.
 	After string `json:"after,omitempty"`
 	// Every repeats at this interval (at least lazarus.MinScheduleInterval).
 	Every string `json:"every,omitempty"`
@@ -128,6 +128,16 @@ func (s *Server) createSchedule(w http.ResponseWriter, r *http.Request, c caller
 	every, err := duration("every", body.Every)
 	if err != nil {
 		s.writeError(w, r, err)
+		return
+	}
+	// A zero duration given is no absent one (which ScheduleSpec reads a
+	// zero as): an every below a second, an after that is no delay.
+	if body.Every != "" && every == 0 {
+		s.writeError(w, r, fmt.Errorf("%w: every %q is below %v: %w", lazarus.ErrBadSchedule, body.Every, lazarus.MinScheduleInterval, journal.ErrInvalid))
+		return
+	}
+	if body.After != "" && after == 0 {
+		s.writeError(w, r, fmt.Errorf("%w: after %q is no delay: %w", lazarus.ErrBadSchedule, body.After, journal.ErrInvalid))
 		return
 	}
 	spec := lazarus.ScheduleSpec{ID: body.ID, After: after, Every: every, Cron: body.Cron, TimeZone: body.TimeZone, Text: body.Text}

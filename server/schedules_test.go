@@ -147,3 +147,28 @@ func TestScheduleAtInThePastIsRefused(t *testing.T) {
 	n.must(t, http.StatusOK, "GET", path, tokAlice, nil, &list)
 	require.Empty(t, list.Schedules, "nothing stored")
 }
+
+// TestScheduleZeroDurationsAreRefused: a given "every" must be at least a
+// second and a given "after" a delay after now, so "0s" is bad input for
+// either: 400 invalid, and nothing is stored. (Each was read as absent:
+// an after and an every of "0s" made a one-shot, an every and an after
+// of "0s" a schedule every interval from now.)
+func TestScheduleZeroDurationsAreRefused(t *testing.T) {
+	n := startNode(t, newScripted(), server.Options{})
+	conv := n.create(t, tokAlice, nil)
+	path := "/v1/conversations/" + conv.ID + "/schedules"
+	for _, body := range []string{
+		`{"after":"10m","every":"0s","text":"x"}`,
+		`{"at":"2999-01-01T00:00:00Z","every":"0s","text":"x"}`,
+		`{"after":"0s","every":"1h","text":"x"}`,
+		`{"after":"0s","text":"x"}`,
+		`{"every":"0s","text":"x"}`,
+	} {
+		status, out := n.call(t, "POST", path, tokAlice, body)
+		require.Equal(t, http.StatusBadRequest, status, "%s: %s", body, out)
+		require.Equal(t, server.CodeInvalid, errorCode(t, out), body)
+	}
+	var list server.ScheduleList
+	n.must(t, http.StatusOK, "GET", path, tokAlice, nil, &list)
+	require.Empty(t, list.Schedules, "nothing stored")
+}
