@@ -27,7 +27,9 @@ var (
 	// two kinds of times at once, an interval below MinScheduleInterval
 	// (an Every, or a cron "@every"),
 	// an unknown time zone (or "Local"), a cron expression that does not parse, no
-	// message, or one schedule more than the conversation may hold
+	// message (or one too long for the event each occurrence writes,
+	// journal.MaxEventBytes with the wake's request id, time, seq and
+	// author), or one schedule more than the conversation may hold
 	// (journal.MaxSchedulesPerConversation). Wraps journal.ErrInvalid.
 	ErrBadSchedule = errors.New("lazarus: bad schedule")
 	// ErrScheduleInPast: ScheduleSpec.At is not after now. Wraps
@@ -78,7 +80,8 @@ type ScheduleSpec struct {
 	// occurrence) is refused.
 	TimeZone string
 	// Text is the user message each occurrence appends, and so the input
-	// of the turn it starts. Required.
+	// of the turn it starts. Required, and it must fit one event
+	// (journal.MaxEventBytes) with what each occurrence writes besides it.
 	Text string
 }
 
@@ -163,7 +166,30 @@ func (spec ScheduleSpec) record(conv, id string, now time.Time, author agent.Ide
 	if err := journal.ValidateSchedule(sc); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadSchedule, err)
 	}
+	// Each occurrence appends the payload in an event of its own, with
+	// the wake's request id, a time, a seq and its author (the
+	// scheduler, or the system when no ScopeLoader rebuilds its scope): a
+	// payload that fits the record but not that event would never fire.
+	// Checked at the largest each of these can be.
+	for _, author := range []*messages.Identity{sc.GetAuthor(), agent.SystemScope.Identity().Proto()} {
+		wake := &messages.Event{Seq: math.MaxUint64, Time: journal.Timestamp(maxEventTime), RequestId: wakeRequestID(id, math.MinInt64),
+			Author: author, Body: &messages.Event_UserMsg{UserMsg: sc.GetPayload()}}
+		if err := journal.ValidateEvent(wake); err != nil {
+			return nil, fmt.Errorf("%w: the message of each occurrence: %w", ErrBadSchedule, err)
+		}
+	}
 	return sc, nil
+}
+
+// maxEventTime is the latest time an event may hold, the one whose
+// encoding is the longest.
+var maxEventTime = time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC)
+
+// wakeRequestID is the request id of the wake of schedule id's occurrence
+// at nanos (Unix nanoseconds): one per occurrence, so that a wake sent
+// again is written once.
+func wakeRequestID(id string, nanos int64) string {
+	return "schedule/" + id + "/" + strconv.FormatInt(nanos, 10)
 }
 
 // cronNext returns the first time of sc's cron expression after t (zero if
@@ -641,7 +667,7 @@ func (r *Runtime) fire(ctx context.Context, f scheduleFire) {
 		}
 	}
 	wake := &messages.ScheduleWake{
-		RequestId: "schedule/" + f.id + "/" + strconv.FormatInt(f.at.UnixNano(), 10),
+		RequestId: wakeRequestID(f.id, f.at.UnixNano()),
 		Message:   proto.Clone(sc.GetPayload()).(*messages.UserMessage),
 		Fire:      fireRec,
 	}

@@ -474,3 +474,46 @@ func TestScheduleToolAtInThePast(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, listed, "nothing scheduled")
 }
+
+// TestScheduleTakesOnlyTextsItsWakeCanWrite: a schedule's text must fit the
+// event each occurrence writes (the wake's request id, time, seq and
+// author besides it), not only the schedule's record: the longest text
+// Schedule takes fires and starts its turn, and one byte more is
+// ErrBadSchedule, nothing stored. (A text that fit the record but not the
+// event was taken, and each occurrence then failed as bad input: the
+// schedule never fired, and was handed again forever.)
+func TestScheduleTakesOnlyTextsItsWakeCanWrite(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	alice := agent.Scope{UserID: "alice"}
+	rt, model, clock := scheduleConversation(ctx, t, lazarus.Options{}, alice)
+	spec := func(n int) lazarus.ScheduleSpec {
+		return lazarus.ScheduleSpec{ID: "big", After: 10 * time.Minute, Text: strings.Repeat("a", n)}
+	}
+	// The longest text taken, by bisection between one that is taken and
+	// one the record refuses.
+	lo, hi := 1<<19, journal.MaxEventBytes
+	for lo+1 < hi {
+		mid := (lo + hi) / 2
+		_, err := rt.Schedule(ctx, "c", spec(mid), alice)
+		if err == nil {
+			lo = mid
+			continue
+		}
+		require.ErrorIs(t, err, lazarus.ErrBadSchedule)
+		require.ErrorIs(t, err, journal.ErrInvalid)
+		hi = mid
+	}
+	_, err := rt.Schedule(ctx, "c", spec(lo), alice)
+	require.NoError(t, err)
+	_, err = rt.Schedule(ctx, "c", spec(lo+1), alice)
+	require.ErrorIs(t, err, lazarus.ErrBadSchedule)
+	listed, err := rt.Schedules(ctx, "c")
+	require.NoError(t, err)
+	require.Len(t, listed, 1)
+	require.Len(t, listed[0].GetPayload().GetContent()[0].GetText(), lo, "the refused one changed nothing")
+
+	advanceWhenArmed(t, clock, schedT0.Add(10*time.Minute))
+	require.NoError(t, model.WaitCalls(ctx, "c", 2), "the wake of the longest text starts a turn")
+	require.Len(t, wakes(ctx, t, rt, "c"), 1)
+}
