@@ -370,6 +370,9 @@ func TestScheduleToolBadArgumentsAreBadInput(t *testing.T) {
 		"delay, interval":    `{"text":"x","delay_seconds":60,"every_seconds":1e19}`,
 		"negative delay":     `{"text":"x","delay_seconds":-60}`,
 		"interval too short": `{"text":"x","every_seconds":0.5}`,
+		// Below a nanosecond: not read as no interval (nor no delay).
+		"interval far too short": `{"text":"x","delay_seconds":60,"every_seconds":1e-10}`,
+		"delay far too short":    `{"text":"x","delay_seconds":1e-10,"every_seconds":60}`,
 	} {
 		_, err := tool.Run(ctx, agent.Invocation{ConversationID: "c", ToolCallID: "call-" + strings.ReplaceAll(name, " ", "-"),
 			Name: lazarus.ScheduleToolName, Arguments: args, Scope: agent.Scope{UserID: "alice"}})

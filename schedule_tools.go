@@ -57,11 +57,15 @@ func viewOf(sc *messages.Schedule) scheduleView {
 // toolSeconds converts the seconds of a schedule tool's argument to a
 // Duration; a value beyond its range (about 292 years either way) is
 // ErrBadSchedule, not converted: a float conversion out of range is
-// implementation-dependent in Go.
+// implementation-dependent in Go. So is a value other than 0 that is
+// below a nanosecond, which would convert to 0, the absent argument.
 func toolSeconds(name string, v float64) (time.Duration, error) {
 	ns := v * float64(time.Second)
 	if ns >= math.MaxInt64 || ns <= math.MinInt64 {
 		return 0, badSchedule("%s: %v seconds is out of range", name, v)
+	}
+	if v != 0 && time.Duration(ns) == 0 {
+		return 0, badSchedule("%s: %v seconds is below a nanosecond", name, v)
 	}
 	return time.Duration(ns), nil
 }
