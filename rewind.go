@@ -47,7 +47,10 @@ type RewindOptions struct {
 // Every tool call still open in the rewound span is resolved in the same
 // write as errored with code agent.CodeCanceled: its deadline no longer
 // fires and a late Resolve or Reject of it gets an error wrapping
-// journal.ErrStale. A model call running when the rewind arrives is
+// journal.ErrStale; a server tool still running for such a call has its
+// context cancelled once the rewind is durable, and what it returns is not
+// recorded (its effect, if it had one, stays). A model call running when
+// the rewind arrives is
 // cancelled (subscribers get an Update with Restart set). A rewind owes no
 // turn: the next Send starts one. Schedules (Schedule) are the
 // conversation's, not its log's: a rewind leaves them, those made in the
@@ -98,8 +101,9 @@ func (r *Runtime) Rewind(ctx context.Context, conversationID string, toSeq uint6
 // the rewind with the same target (a new call appends another rewind
 // event, with the same effect, and restores the files again; the retries
 // of one call, when its activation died before answering, write one). A server tool that still
-// runs after the rewind (its call was cancelled, its run may not have
-// noticed yet) can change a file again after its restore.
+// runs after the rewind (its call was cancelled and its context with it,
+// but it may not have returned yet) can change a file again after its
+// restore.
 func (r *Runtime) RewindWithReport(ctx context.Context, conversationID string, toSeq uint64, opts RewindOptions, scope agent.Scope) (RewindReport, error) {
 	op := fmt.Sprintf("lazarus: rewind %q to seq %d", clipID(conversationID), toSeq)
 	if err := r.enter(ctx); err != nil {

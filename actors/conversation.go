@@ -339,6 +339,9 @@ type conversation struct {
 
 	modelCancel context.CancelFunc
 	retryStop   func() bool
+	// toolRuns are the server runs in flight, by tool call id (see
+	// effCancelTool); an entry leaves when its run reports back.
+	toolRuns map[string]toolRun
 
 	idleGen  uint64
 	idleStop func() bool
@@ -391,7 +394,10 @@ func (c *conversation) Receive(ctx actor.Context) {
 			c.cfg.Revived(msg.ws.LastSeq)
 		}
 		c.apply(ctx, msg)
-	case *inModelDone, *inToolDone, *inSummaryDone:
+	case *inToolDone:
+		c.endToolRun(msg.id, false)
+		c.apply(ctx, msg)
+	case *inModelDone, *inSummaryDone:
 		c.apply(ctx, msg)
 	case *idleTick:
 		c.onIdle(ctx, msg)
@@ -437,6 +443,8 @@ func (c *conversation) perform(ctx actor.Context, e effect) {
 		}
 	case effRunTool:
 		c.runTool(ctx, e.inv)
+	case effCancelTool:
+		c.endToolRun(e.id, true)
 	case effSummarize:
 		c.summarize(ctx, e.plan)
 	case effArmRetry:
@@ -568,6 +576,15 @@ func (c *conversation) runTool(ctx actor.Context, inv agent.Invocation) {
 	if c.cfg.Checkpoints != nil {
 		inv.Files, hookErr = checkpointsOf(c.cfg.Checkpoints, inv, c.log)
 	}
+	// The run's own context: cancelled by a rewind that cancels its call
+	// (effCancelTool) and when the activation stops (goCtx). It is not a
+	// child of goCtx, so that a run that returned is forgotten without
+	// cancelling the context the tool saw (its Cause stays the bound's).
+	runCtx, cancel := context.WithCancel(context.Background())
+	if c.toolRuns == nil {
+		c.toolRuns = map[string]toolRun{}
+	}
+	c.toolRuns[inv.ToolCallID] = toolRun{cancel: cancel, unlink: context.AfterFunc(c.goCtx, cancel)}
 	c.goOwned(func(gctx context.Context) {
 		var out *messages.ToolOutcome
 		if hookErr != nil {
@@ -580,14 +597,15 @@ func (c *conversation) runTool(ctx actor.Context, inv agent.Invocation) {
 			// A run of this call by a killed activation may still be
 			// winding down: a tool never runs twice at once for one id.
 			// An activation that stops while it waits runs nothing; its
-			// successor dispatches the call again.
-			leave, err := gate.enter(gctx, inv.ConversationID, inv.ToolCallID)
+			// successor dispatches the call again. A run whose call a
+			// rewind cancels while it waits runs nothing either.
+			leave, err := gate.enter(runCtx, inv.ConversationID, inv.ToolCallID)
 			if err != nil {
-				return
+				return // stopped, or its call cancelled (a rewind): nothing ran
 			}
 			if timeout > 0 {
 				// The bound starts past the gate, as the model's does.
-				rctx, release := withClockTimeout(gctx, clock, timeout)
+				rctx, release := withClockTimeout(runCtx, clock, timeout)
 				out = tools.RunServer(rctx, inv) // recovers the tool's panics
 				if release() && out.GetError().GetCode() == agent.CodeCanceled {
 					// The bound ended the run: a tool error the model
@@ -595,7 +613,8 @@ func (c *conversation) runTool(ctx actor.Context, inv agent.Invocation) {
 					out = timedOutOutcome(inv.Name, timeout, out)
 				}
 			} else {
-				out = tools.RunServer(gctx, inv)
+				out = tools.RunServer(runCtx, inv)
+				cancel() // ended at its return, as release ends a bounded one
 			}
 			leave()
 		}
@@ -603,6 +622,26 @@ func (c *conversation) runTool(ctx actor.Context, inv agent.Invocation) {
 			send(&inToolDone{id: inv.ToolCallID, outcome: out})
 		}
 	})
+}
+
+// toolRun is a server run in flight: cancel ends its context, unlink
+// stops the activation's stop from cancelling it.
+type toolRun struct {
+	cancel context.CancelFunc
+	unlink func() bool
+}
+
+// endToolRun forgets the server run of call id, if one is in flight, and
+// cancels its context if abandon: its call was cancelled. A run that
+// returned is forgotten with its context left as the tool last saw it.
+func (c *conversation) endToolRun(id string, abandon bool) {
+	if r, ok := c.toolRuns[id]; ok {
+		if abandon {
+			r.cancel()
+		}
+		r.unlink()
+		delete(c.toolRuns, id)
+	}
 }
 
 // checkpointsOf runs the Checkpoints hook for inv, recovering its panic

@@ -331,6 +331,9 @@ type (
 	effCancelModel struct{}
 	// effRunTool runs a server tool.
 	effRunTool struct{ inv agent.Invocation }
+	// effCancelTool cancels the context of the run of server call id, if
+	// one is in flight: its call was cancelled (a rewind).
+	effCancelTool struct{ id string }
 	// effSummarize runs a summary plan and stores its summary.
 	effSummarize struct{ plan snapshot.Plan }
 	// effArmRetry arms the timer of retry gen, after delay.
@@ -364,6 +367,7 @@ func (effWrite) isEffect()       {}
 func (effStartModel) isEffect()  {}
 func (effCancelModel) isEffect() {}
 func (effRunTool) isEffect()     {}
+func (effCancelTool) isEffect()  {}
 func (effSummarize) isEffect()   {}
 func (effArmRetry) isEffect()    {}
 func (effCancelRetry) isEffect() {}
@@ -1076,7 +1080,14 @@ func (c *core) onWriteReply(r *inWriteReply) {
 		c.order = remove(c.order, w.done)
 	case writeRewind:
 		// Every open call was in the rewound span (CheckRewind refuses a
-		// point where one is open), and the write resolved it.
+		// point where one is open), and the write resolved it. A server
+		// run still in flight is for a call now canceled: its context is
+		// cancelled, as a kill's is, and its outcome ignored.
+		for _, id := range c.order {
+			if call := c.calls[id]; call.dispatched && call.ready == nil {
+				c.emit(effCancelTool{id: id})
+			}
+		}
 		c.calls = map[string]*openCall{}
 		c.order = nil
 		if m := w.rewind.msg; m.GetMessage() != nil {

@@ -21,7 +21,7 @@ import (
 // (and the tool-call rows the Store holds), feeds it inputs, and lists the
 // effects of each input in words: "write[user_msg]" is a journal write
 // with those events, "model" a model call started, "tool call_1" a server
-// run, "reply seq=N" an acknowledged send, "cancel-model", "arm-retry",
+// run, "reply seq=N" an acknowledged send, "cancel-model", "cancel-tool call_1", "arm-retry",
 // "publish", "retire", "halt", "fenced", "unknown committed=B". The idle timer's touches are left
 // out.
 
@@ -100,6 +100,8 @@ func words(effs []effect) []string {
 			out = append(out, "cancel-model")
 		case effRunTool:
 			out = append(out, "tool "+e.inv.ToolCallID+" as "+e.inv.Scope.UserID)
+		case effCancelTool:
+			out = append(out, "cancel-tool "+e.id)
 		case effReply:
 			switch r := e.msg.(type) {
 			case *messages.AgentSendReply:
@@ -358,12 +360,14 @@ func TestCoreRecoveryRules(t *testing.T) {
 			{edit(3), []string{"cancel-model", "publish", "write[Rewind+turn " + wUser + "]"}},
 		},
 	}, {
-		name: "a rewind while a server call of the turn runs takes the turn back",
+		name: "a rewind while a server call of the turn runs takes the turn back, and once durable cancels the run; its late outcome is ignored",
 		log:  []*messages.Event{user("r1"), answer(), user("r2"), call("call_1", server)},
 		steps: []coreStep{
 			{nil, nil},
 			{wake(false), []string{"reply", "tool call_1 as ann"}},
 			{rewind(2), []string{"write[Rewind+turn]+1 resolutions"}},
+			{ok(1), []string{"cancel-tool call_1", "reply seq=5"}},
+			{&inToolDone{id: "call_1", outcome: agent.ErrorOutcome(agent.CodeCanceled, "context canceled")}, nil},
 		},
 	}, {
 		name: "a rewind after a turn's end (answered, failed, suspended) takes no turn back",

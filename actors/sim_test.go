@@ -577,6 +577,15 @@ func (s *sim) perform(a *simAct, e effect) {
 		s.cancelCalls(a, false)
 	case effRunTool:
 		s.runTool(a, e.inv)
+	case effCancelTool:
+		// Only the run of a call the log cancelled (a rewind) is cancelled;
+		// the simulated run returns all the same, as a tool that ignores
+		// its context does, and the core ignores what it returns.
+		row, err := s.store.ToolCall(context.Background(), e.id)
+		if err != nil || row.GetResult().GetError().GetCode() != agent.CodeCanceled {
+			s.fail("a%d cancelled the run of tool call %s, whose row is %v (%v)", a.n, e.id, row, err)
+		}
+		s.logf("a%d cancels the run of tool call %s", a.n, e.id)
 	case effSummarize:
 		s.stats.Summaries++
 		plan := e.plan

@@ -118,8 +118,11 @@ func (inv Invocation) CheckpointFile(ctx context.Context, path string) error {
 // (text that is not valid JSON is passed to the model as a JSON string); an
 // error becomes a tool error result the model sees. It must honour ctx,
 // which ends with context.DeadlineExceeded when the run passes its bound
-// (Tool.RunTimeout, else lazarus.Options.ToolTimeout): a Run that ignores
-// it still holds its conversation's turn.
+// (Tool.RunTimeout, else lazarus.Options.ToolTimeout), and is cancelled
+// when the run is abandoned: its activation is killed or stops (Delete,
+// Close), or a rewind cancels its call (once the rewind is durable; the
+// run's outcome is then not recorded). A Run that ignores it still holds
+// its conversation's turn.
 // It must not call the Runtime's Close itself: Close waits for every run
 // to return, so that call never returns. Start Close on a goroutine of
 // its own instead; it cancels ctx.
