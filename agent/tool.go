@@ -27,6 +27,11 @@ const (
 	// MaxErrorBytes bounds the message of a tool error outcome; a longer one
 	// is cut (at a rune boundary) and ends in "...".
 	MaxErrorBytes = 4 << 10
+	// MaxPromptBytes bounds what a human call asks (Tool.Prompt, or the
+	// default prompt); a longer prompt is cut (at a rune boundary) and ends
+	// in "...". The prompt is in the call's row, its suspension event and
+	// the conversation's pending calls, each of which a Store bounds.
+	MaxPromptBytes = 16 << 10
 	// DefaultHumanTimeout is the deadline of a human tool whose Timeout is 0,
 	// unless the Registry was given another with WithDefaultTimeout.
 	DefaultHumanTimeout = 24 * time.Hour
@@ -149,7 +154,9 @@ type Tool struct {
 	RequiresUser bool
 	// Prompt returns what the human is asked, given the call's arguments
 	// (human tools only). Default: the name, a space, then the arguments.
-	// A Prompt that panics gives the default prompt.
+	// A Prompt that panics gives the default prompt. What it returns is
+	// made valid UTF-8 (invalid bytes become U+FFFD) and cut to
+	// MaxPromptBytes, as the default prompt is.
 	Prompt func(args string) string
 	// Timeout is how long after the suspension a human call expires (human
 	// tools only). 0 means the Registry's default (DefaultHumanTimeout
@@ -329,7 +336,7 @@ func checkName(name string) error {
 }
 
 func safePrompt(name string, f func(string) string) func(string) string {
-	def := func(args string) string { return name + " " + args }
+	def := func(args string) string { return fitPrompt(name + " " + args) }
 	if f == nil {
 		return def
 	}
@@ -339,8 +346,20 @@ func safePrompt(name string, f func(string) string) func(string) string {
 				p = def(args)
 			}
 		}()
-		return f(args)
+		return fitPrompt(f(args))
 	}
+}
+
+// fitPrompt makes p valid UTF-8 and cuts it to MaxPromptBytes: a prompt
+// that is not, or that does not fit the records holding it, made the
+// Store refuse the answer asking it, and the turn failed each time the
+// model asked.
+func fitPrompt(p string) string {
+	p = strings.ToValidUTF8(p, "\uFFFD")
+	if len(p) > MaxPromptBytes {
+		p = clip(p, MaxPromptBytes-3) + "..."
+	}
+	return p
 }
 
 // WithDefaultTimeout returns a Registry with the same tools whose human

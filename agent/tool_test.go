@@ -107,6 +107,26 @@ func TestLookupFillsHumanDefaults(t *testing.T) {
 			assert.Equal(t, tc.wantPrompt, tool.Prompt(`{"x":1}`))
 		})
 	}
+	t.Run("a prompt is made valid UTF-8 and cut to MaxPromptBytes", func(t *testing.T) {
+		r, err := agent.NewRegistry(
+			agent.Tool{Name: "cut", Executor: human, Prompt: func(string) string { return "Refund 5 " + "\u20ac"[:2] }},
+			agent.Tool{Name: "long", Executor: human, Prompt: func(string) string { return strings.Repeat("\u00e9", agent.MaxPromptBytes) }},
+			agent.Tool{Name: "plain", Executor: human},
+		)
+		require.NoError(t, err)
+		cut, _ := r.Lookup("cut")
+		assert.Equal(t, "Refund 5 \uFFFD", cut.Prompt("{}"))
+		long, _ := r.Lookup("long")
+		p := long.Prompt("{}")
+		assert.LessOrEqual(t, len(p), agent.MaxPromptBytes)
+		assert.True(t, utf8.ValidString(p))
+		assert.True(t, strings.HasSuffix(p, "..."))
+		plain, _ := r.Lookup("plain")
+		big := `{"a":"` + strings.Repeat("x", 2*agent.MaxPromptBytes) + `"}`
+		p = plain.Prompt(big)
+		assert.Len(t, p, agent.MaxPromptBytes, "the default prompt is cut too")
+		assert.True(t, strings.HasPrefix(p, `plain {"a":"xxx`))
+	})
 	t.Run("server tool keeps zero timeout and no prompt", func(t *testing.T) {
 		tool, found := r.Lookup("calc")
 		require.True(t, found)
