@@ -65,7 +65,8 @@ type RewindOptions struct {
 // for a reason that does not fit in an event (journal.MaxEventBytes) or is
 // not UTF-8 (with the event's time and request id counted), and a scope
 // whose identity agent.ValidateIdentity refuses; a refused rewind leaves
-// the conversation as it was (a turn under way goes on). An
+// the conversation as it was (a turn under way goes on: a model call
+// running is not cancelled, as it is by a rewind written). An
 // unknown conversation gets an error wrapping journal.ErrNotFound; a
 // deleted one, journal.ErrDeleted where the Store reports tombstones. It
 // returns once the rewind is durable. After ErrUnknownOutcome, read History
@@ -160,8 +161,10 @@ func (r *Runtime) RewindWithReport(ctx context.Context, conversationID string, t
 // covers works, checked as in Rewind), with no tool call open at seq-1;
 // otherwise the error wraps
 // journal.ErrInvalid and nothing is written. Unknown and deleted
-// conversations fail as in Rewind; an empty newText wraps
-// journal.ErrInvalid. scope is the new message's author, as in Send; with
+// conversations fail as in Rewind; an empty newText, or one too large for
+// its event (journal.MaxEventBytes, with the event's time, request id,
+// author and address counted), wraps journal.ErrInvalid, and the
+// conversation is left as it was, as by a refused Rewind. scope is the new message's author, as in Send; with
 // named agents the new message is addressed as the one it replaces (its
 // agent and audience), a summary covering it or not. The edit of a message
 // addressed to an agent no longer in Options.Agents is refused as a send

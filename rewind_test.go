@@ -417,15 +417,18 @@ func maxPlainRewindReason(toSeq uint64) int {
 // TestRefusedRewindLeavesTheTurnRunning: a rewind whose event does not fit
 // journal.MaxEventBytes once the conversation adds its time and request id
 // is refused (ErrInvalid, nothing written) before anything is written, and
-// the conversation goes on as it was: the turn under way finishes. Before
-// the fix the Store refused the write, the activation stopped, and the
-// running tool's result and the turn's answer were lost. An edit whose
+// the conversation goes on as it was: the turn under way finishes,
+// undisturbed (no Restart, a model call under way is not cancelled and
+// made again). Before the fix the Store refused the write, the activation
+// stopped, and the running tool's result and the turn's answer were lost;
+// without the check on arrival the model call under way was cancelled
+// (a Restart published) before the rewind was refused. An edit whose
 // message does not fit once its author is added is refused the same way.
 func TestRefusedRewindLeavesTheTurnRunning(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	model := scripted.New(scripted.Options{})
-	model.Push("c", scripted.Text("hello"), scripted.Reply("working", scripted.Call("slow", `{}`)), scripted.Text("after"))
+	model.Push("c", scripted.Text("hello"), scripted.Reply("working", scripted.Call("slow", `{}`)), scripted.Text("after"), scripted.Text("again"))
 	started := make(chan struct{}, 1)
 	release := make(chan struct{})
 	rt, err := lazarus.Open(lazarus.Options{Model: model,
@@ -473,21 +476,33 @@ func TestRefusedRewindLeavesTheTurnRunning(t *testing.T) {
 	require.Len(t, evs, 5, "the refused rewinds wrote nothing")
 
 	close(release)
-	for {
-		select {
-		case up, ok := <-updates:
-			require.True(t, ok, "the subscription ended")
-			require.NoError(t, up.Err, "the refused rewind disturbed the conversation")
-			if m := up.Event.GetAssistantMsg(); m != nil && len(m.GetContent()) > 0 && m.GetContent()[0].GetText() == "after" {
-				// The turn went on from the tool's result.
-				evs, err := rt.History(ctx, "c", 0, 0)
-				require.NoError(t, err)
-				require.Len(t, evs, 7)
-				require.NotNil(t, evs[5].GetToolResult(), "the tool's result was written")
-				return
-			}
-		case <-ctx.Done():
-			t.Fatal("the turn under way did not finish after the refused rewind")
-		}
+	// The turn went on from the tool's result.
+	waitFor(ctx, t, updates, "after")
+	evs, err = rt.History(ctx, "c", 0, 0)
+	require.NoError(t, err)
+	require.Len(t, evs, 7)
+	require.NotNil(t, evs[5].GetToolResult(), "the tool's result was written")
+
+	// While the model answers, a rewind or an edit that does not fit is
+	// refused without cancelling the model's call (no Restart, the call
+	// is not made again) and the answer is written.
+	entered := model.Hold("c")
+	_, err = rt.Send(ctx, "c", "more", u) // 8
+	require.NoError(t, err)
+	select {
+	case <-entered:
+	case <-ctx.Done():
+		t.Fatal("the model was not called")
 	}
+	calls := model.Calls("c")
+	reason = strings.Repeat("r", maxPlainRewindReason(7))
+	require.ErrorIs(t, rt.Rewind(ctx, "c", 7, lazarus.RewindOptions{Reason: reason}, u), journal.ErrInvalid, "the rewind event does not fit")
+	_, err = rt.Edit(ctx, "c", 8, text, u)
+	require.ErrorIs(t, err, journal.ErrInvalid, "the edited message does not fit")
+	model.Release("c")
+	waitFor(ctx, t, updates, "again")
+	require.Equal(t, calls, model.Calls("c"), "the model's call was not cancelled and made again")
+	evs, err = rt.History(ctx, "c", 0, 0)
+	require.NoError(t, err)
+	require.Len(t, evs, 9, "the refused rewinds wrote nothing")
 }

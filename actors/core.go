@@ -560,10 +560,19 @@ func (c *core) onCommand(cmd *Command, sender any) {
 				return
 			}
 		}
+		q := &queuedRewind{sender: sender, msg: m, scope: cmd.Scope}
+		if err := c.checkWrite(0, c.rewindEvents(q, rewindTo(m))...); err != nil {
+			// Events that do not fit as they would be written now are
+			// refused before they restart the turn under way, which goes
+			// on (writeRewind checks them again as it writes them).
+			c.reply(sender, m, 0, err)
+			c.advance()
+			return
+		}
 		// Written (or refused) by advance, before queued sends; answered
 		// once its write lands. The model is answering a context the
 		// rewind changes: cancel it, what it streamed is void.
-		c.rewinds = append(c.rewinds, &queuedRewind{sender: sender, msg: m, scope: cmd.Scope})
+		c.rewinds = append(c.rewinds, q)
 		c.answer = nil
 		c.restartTurn()
 		if c.modelBusy {

@@ -519,15 +519,7 @@ func (c *core) writeRewind() bool {
 		c.reply(q.sender, m, 0, err)
 		return false
 	}
-	req := &messages.AppendRequest{Events: []*messages.Event{c.event(func(ev *messages.Event) {
-		if m.GetMessage() == nil {
-			// A plain rewind carries its request id, so that a retry of it
-			// (its activation died before answering) is answered from the
-			// log instead of written again; an edit's is on its message.
-			ev.RequestId = m.GetRequestId()
-		}
-		ev.Body = &messages.Event_Rewind{Rewind: &messages.Rewind{ToSeq: to, Reason: m.GetReason(), CancelledTurn: c.turnInProgress()}}
-	})}}
+	req := &messages.AppendRequest{Events: c.rewindEvents(q, to)}
 	for _, id := range c.order {
 		if call := c.calls[id]; call.ready == nil || !call.inStore {
 			out := agent.ErrorOutcome(agent.CodeCanceled, "lazarus: the call was rewound")
@@ -538,12 +530,6 @@ func (c *core) writeRewind() bool {
 	}
 	status := messages.ConversationStatus_CONVERSATION_STATUS_IDLE
 	if m.GetMessage() != nil {
-		req.Events = append(req.Events, c.event(func(ev *messages.Event) {
-			ev.RequestId = m.GetRequestId()
-			ev.Author = q.scope.Identity().Proto()
-			ev.Agent, ev.Audience = c.editAddress(m)
-			ev.Body = &messages.Event_UserMsg{UserMsg: m.GetMessage()}
-		}))
 		status = messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE
 	}
 	if err := c.checkWrite(0, req.Events...); err != nil {
@@ -554,6 +540,41 @@ func (c *core) writeRewind() bool {
 	req.FsmState = &messages.FSMState{State: messages.AgentState_AGENT_STATE_IDLE, LastSeq: c.ws.LastSeq + uint64(len(req.Events)), Pending: map[string]*messages.PendingCall{}}
 	c.write(&pendingWrite{kind: writeRewind, req: req, rewind: q})
 	return true
+}
+
+// rewindEvents are the events of the write of rewind q to seq to, as
+// writeRewind writes them now: the rewind event and, for an edit, the new
+// user message after it.
+func (c *core) rewindEvents(q *queuedRewind, to uint64) []*messages.Event {
+	m := q.msg
+	evs := []*messages.Event{c.event(func(ev *messages.Event) {
+		if m.GetMessage() == nil {
+			// A plain rewind carries its request id, so that a retry of it
+			// (its activation died before answering) is answered from the
+			// log instead of written again; an edit's is on its message.
+			ev.RequestId = m.GetRequestId()
+		}
+		ev.Body = &messages.Event_Rewind{Rewind: &messages.Rewind{ToSeq: to, Reason: m.GetReason(), CancelledTurn: c.turnInProgress()}}
+	})}
+	if m.GetMessage() != nil {
+		evs = append(evs, c.event(func(ev *messages.Event) {
+			ev.RequestId = m.GetRequestId()
+			ev.Author = q.scope.Identity().Proto()
+			ev.Agent, ev.Audience = c.editAddress(m)
+			ev.Body = &messages.Event_UserMsg{UserMsg: m.GetMessage()}
+		}))
+	}
+	return evs
+}
+
+// rewindTo is the seq rewind m moves the head to if it is accepted (see
+// rewindTarget): its to_seq, or for an edit the seq before the message it
+// replaces.
+func rewindTo(m *messages.AgentRewind) uint64 {
+	if m.GetMessage() != nil {
+		return m.GetEditSeq() - 1
+	}
+	return m.GetToSeq()
 }
 
 // turnInProgress reports whether a turn is under way, one a rewind written
@@ -576,7 +597,7 @@ func (c *core) turnInProgress() bool {
 // is refused (an error wrapping journal.ErrInvalid), against the working
 // set as it is now.
 func (c *core) rewindTarget(m *messages.AgentRewind) (uint64, error) {
-	to := m.GetToSeq()
+	to := rewindTo(m)
 	base := c.ws.Summary.GetToSeq()
 	if m.GetMessage() != nil {
 		es := m.GetEditSeq()
@@ -587,7 +608,6 @@ func (c *core) rewindTarget(m *messages.AgentRewind) (uint64, error) {
 			return 0, fmt.Errorf("conversation %q: edit of seq %d: %w", c.cfg.ID, es,
 				journal.Invalidf("not a user message on the head after the summary (last seq %d)", c.ws.LastSeq))
 		}
-		to = es - 1
 	}
 	// Below the summary the working set does not hold the events to check
 	// the target against: accepted only if the caller checked it against
