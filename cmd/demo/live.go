@@ -81,7 +81,7 @@ func runLive(ctx context.Context, cfg config, stdout, stderr io.Writer) (err err
 	}
 	q1 := "In three sentences, tell a story about a cat that has nine lives."
 	killed := false
-	_, err = l.ask(ctx, rt, q1, func(delta string) {
+	_, err = l.ask(ctx, rt, q1, func(delta string) bool {
 		if !killed {
 			killed = true
 			l.printf("\n   [kill: the conversation's actor dies mid-stream; its partial answer is dropped]\n   [wake: revived from the log, the turn re-runs]\n   ")
@@ -93,7 +93,9 @@ func runLive(ctx context.Context, cfg config, stdout, stderr io.Writer) (err err
 			} else {
 				l.step("wake: revived from the log, the turn re-runs")
 			}
+			return true
 		}
+		return false
 	})
 	if err != nil {
 		_ = rt.Close()
@@ -200,8 +202,8 @@ func (l *liveOut) check(name string, ok bool, format string, args ...any) {
 }
 
 // ask sends q and shows the streamed answer until the assistant message is
-// durable; onDelta (may be nil) sees each delta first.
-func (l *liveOut) ask(ctx context.Context, rt *lazarus.Runtime, q string, onDelta func(string)) (*messages.AssistantMessage, error) {
+// durable (see show).
+func (l *liveOut) ask(ctx context.Context, rt *lazarus.Runtime, q string, onDelta func(string) bool) (*messages.AssistantMessage, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	seq, err := rt.Send(ctx, liveConv, q, agent.Scope{UserID: "demo"})
@@ -214,14 +216,51 @@ func (l *liveOut) ask(ctx context.Context, rt *lazarus.Runtime, q string, onDelt
 		return nil, err
 	}
 	l.printf("user> %s\nmodel> ", q)
+	a, err := l.show(updates, onDelta)
+	if err == nil && a == nil {
+		if err = ctx.Err(); err == nil {
+			err = errors.New("demo: the subscription ended before an answer")
+		}
+	}
+	return a, err
+}
+
+// show prints the streamed answer of updates until its assistant message
+// is durable, and returns it (nil if updates ends first). onDelta (may be
+// nil) sees each delta first; true says it abandoned the model call that
+// streams them (the kill, which it narrates): the deltas that follow, the
+// rest of that call's, are not shown, and the Restart that voids them
+// (Update.Restart) ends that. A Restart also marks void the text shown
+// since the last event (a model call abandoned otherwise: a retry, say),
+// so that a call's leftover text never reads as part of the answer that
+// follows. An answer none of whose text was shown since the kill or the
+// last Restart (the killed call's, written before the kill stopped it, or
+// one that streamed no text) is shown whole when it is durable.
+func (l *liveOut) show(updates <-chan lazarus.Update, onDelta func(string) bool) (*messages.AssistantMessage, error) {
+	abandoned := false // onDelta abandoned the call whose deltas come until the next Restart
+	shown := 0         // bytes of streamed text shown since the last event
 	for u := range updates {
+		if u.Restart {
+			abandoned = false
+			if shown > 0 {
+				l.printf("\n   [void: the call that streamed the text above was abandoned; the answer starts again]\n   ")
+				shown = 0
+			}
+		}
+		if u.Event != nil && u.Event.GetAssistantMsg() == nil {
+			abandoned, shown = false, 0
+		}
 		switch {
 		case u.Err != nil:
 			return nil, fmt.Errorf("demo: the turn failed: %w", u.Err)
 		case u.Delta != "":
+			if abandoned {
+				continue
+			}
 			l.printf("%s", u.Delta)
-			if onDelta != nil {
-				onDelta(u.Delta)
+			shown += len(u.Delta)
+			if onDelta != nil && onDelta(u.Delta) {
+				abandoned, shown = true, 0
 			}
 		case u.Event.GetUserMsg() != nil:
 			l.event(u.Event)
@@ -232,13 +271,16 @@ func (l *liveOut) ask(ctx context.Context, rt *lazarus.Runtime, q string, onDelt
 			for _, p := range a.GetContent() {
 				text.WriteString(p.GetText())
 			}
+			if shown == 0 {
+				// None of it shown since the kill or the last Restart:
+				// the call wrote its answer before the kill stopped it,
+				// or streamed no text.
+				l.printf("%s", text.String())
+			}
 			l.printf("\n   [durable at seq %d: %d characters, model %s, %d+%d tokens]\n\n",
 				u.Event.GetSeq(), text.Len(), a.GetModel(), a.GetUsage().GetInputTokens(), a.GetUsage().GetOutputTokens())
 			return a, nil
 		}
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	return nil, errors.New("demo: the subscription ended before an answer")
+	return nil, nil
 }

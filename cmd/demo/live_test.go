@@ -15,7 +15,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/actors"
+	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/providertest"
+	"github.com/lazarusrt/lazarus/messages"
 )
 
 // TestLiveDemoOnAnOpenAICompatibleServer runs --model openai against a local
@@ -169,4 +173,84 @@ func TestLiveDemoHonoursTheOutputFlags(t *testing.T) {
 	assert.Equal(t, 1, strings.Count(errOut, "--fast is for the scripted demo"), "said once:\n%s", errOut)
 	assert.Empty(t, out)
 	assert.Equal(t, before, calls.Load(), "--fast: the model is not called")
+}
+
+// TestLiveDemoShowsNoVoidText: the live demo's output of a streamed answer
+// honours Update.Restart. After the kill (onDelta returns true), the
+// killed call's leftover deltas are not shown: the Restart that voids
+// them ends that, and the re-run's text follows; text shown before a
+// Restart otherwise is marked void; an answer none of whose text was
+// shown since the kill or the Restart (the killed call's, written before
+// the kill stopped it) is shown whole. The live demo used to print every
+// delta, so the killed call's rest ran into the re-run's answer
+// (", world!Hello, world!").
+func TestLiveDemoShowsNoVoidText(t *testing.T) {
+	answer := func(seq uint64, text string) lazarus.Update {
+		return lazarus.Update{Event: &messages.Event{Seq: seq, Body: &messages.Event_AssistantMsg{AssistantMsg: agent.Text(text)}}}
+	}
+	deltas := func(ds ...string) []lazarus.Update {
+		var us []lazarus.Update
+		for _, d := range ds {
+			us = append(us, lazarus.Update{Delta: d})
+		}
+		return us
+	}
+	cancelled := lazarus.Update{Restart: true, TurnEnd: &actors.TurnEnd{Outcome: actors.TurnCancelled, Err: lazarus.ErrTurnCancelled}}
+	show := func(onDelta func(string) bool, us ...lazarus.Update) string {
+		ch := make(chan lazarus.Update, len(us))
+		for _, u := range us {
+			ch <- u
+		}
+		close(ch)
+		var out bytes.Buffer
+		l := &liveOut{w: &out, text: true}
+		a, err := l.show(ch, onDelta)
+		require.NoError(t, err)
+		require.NotNil(t, a)
+		return out.String()
+	}
+	killOnce := func() func(string) bool {
+		killed := false
+		return func(string) bool {
+			if killed {
+				return false
+			}
+			killed = true
+			return true
+		}
+	}
+	var us []lazarus.Update
+	us = append(us, deltas("Hello", ", world", "!")...)
+	us = append(us, cancelled)
+	us = append(us, deltas("Hello", ", world", "!")...)
+	us = append(us, answer(3, "Hello, world!"))
+	out := show(killOnce(), us...)
+	assert.True(t, strings.HasPrefix(out, "HelloHello, world!\n   [durable at seq 3:"), "the killed call's rest is dropped:\n%s", out)
+
+	out = show(nil, us...)
+	assert.True(t, strings.HasPrefix(out, "Hello, world!\n   [void: "), "text shown before a Restart is marked void:\n%s", out)
+	assert.Contains(t, out, "again]\n   Hello, world!\n   [durable at seq 3:")
+
+	us = append(deltas("Hello", ", world", "!"), answer(2, "Hello, world!"))
+	out = show(killOnce(), us...)
+	assert.True(t, strings.HasPrefix(out, "HelloHello, world!\n   [durable at seq 2:"), "the killed call's answer, durable, is shown whole:\n%s", out)
+
+	us = append(deltas("Hello", ", world", "!"), cancelled, answer(2, "Hello, world!"))
+	out = show(killOnce(), us...)
+	assert.True(t, strings.HasPrefix(out, "HelloHello, world!\n   [durable at seq 2:"), "an answer none of whose text was shown is shown whole:\n%s", out)
+}
+
+// TestLiveDemoDropsTheKilledCallsText runs the live demo on the local
+// server: after the kill's narration comes one answer, whole, and no
+// leftover of the killed call's stream (the local server streams the
+// whole answer at once, so the kill often comes after the killed call's
+// answer was written: that answer is the one shown).
+func TestLiveDemoDropsTheKilledCallsText(t *testing.T) {
+	fakeOpenAI(t)
+	var stdout, stderr bytes.Buffer
+	require.Equal(t, exitOK, cli(context.Background(), []string{"--model", "openai"}, &stdout, &stderr), "stderr:\n%s", stderr.String())
+	out := stdout.String()
+	_, after, ok := strings.Cut(out, "the turn re-runs]\n   ")
+	require.True(t, ok, out)
+	assert.True(t, strings.HasPrefix(after, "Hello, world!\n   [durable at seq 2:"), "the answer alone:\n%s", out)
 }
