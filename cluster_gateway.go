@@ -501,7 +501,11 @@ const maxSubscriptionIDBytes = 1024
 // or its member id: it restarted at the same address, see onTopology), or
 // this Runtime closes; a member with no follower of the stream's id (it
 // restarted at the same address since it subscribed, and this member has
-// yet to see its new id) unsubscribes at its first update.
+// yet to see its new id) unsubscribes at its first update. A stream that
+// ends without a final update of its own ends with one (UNAVAILABLE, not
+// answered) sent once its subscription here has freed its slot of the
+// conversation: the follower that unsubscribed waits for it (see
+// unsubscribed).
 // A subscription id that is empty, longer than maxSubscriptionIDBytes or
 // in use by a stream this gateway serves is refused (an error wrapping
 // journal.ErrInvalid), and the stream of that id goes on: a second stream
@@ -823,7 +827,12 @@ func (n *clusterNode) runFollower(ctx context.Context, conv string, last uint64,
 					return
 				}
 				if !emit(updateFromProto(m)) {
-					unfollow(true)
+					if ctx.Err() != nil && life.Err() == nil {
+						n.unsubscribed(f, owner, id)
+						unfollow(false)
+					} else {
+						unfollow(true)
+					}
 					return
 				}
 			case <-f.overflow:
@@ -833,12 +842,52 @@ func (n *clusterNode) runFollower(ctx context.Context, conv string, last uint64,
 				unfollow(true)
 				break remote
 			case <-ctx.Done():
-				unfollow(true)
+				n.unsubscribed(f, owner, id)
+				unfollow(false)
 				return
 			case <-life.Done():
 				unfollow(true)
 				return
 			}
+		}
+	}
+}
+
+// unsubscribeWaitMax bounds how long a follower whose subscriber is gone
+// waits for the owner to end its stream (see unsubscribed), whatever
+// ClusterOptions.RequestTimeout: no context bounds that wait.
+const unsubscribeWaitMax = DefaultRequestTimeout
+
+// unsubscribed ends the stream id of follower f, which owner serves, for
+// a subscriber that is gone (its context ended): it unsubscribes, then
+// waits for the owner's final update of the stream, which the owner sends
+// once the stream has ended and freed its slot of the conversation (see
+// serveSubscribe), so that a subscription of the conversation the caller
+// opens once this one's channel is closed finds that slot free. The wait
+// is bounded by ClusterOptions.RequestTimeout and unsubscribeWaitMax (an
+// owner out of reach, or one whose update cannot reach this member) and
+// ends when this Runtime closes; updates that arrive meanwhile are dropped. The
+// caller unregisters f afterwards.
+func (n *clusterNode) unsubscribed(f *follower, owner, id string) {
+	// As this member's gateway: the owner honours an unsubscribe only
+	// from the stream's member.
+	n.sys.Root.RequestWithCustomSender(actor.NewPID(owner, GatewayName), &messages.ClusterUnsubscribe{SubscriptionId: id},
+		actor.NewPID(n.self, GatewayName))
+	timer := time.NewTimer(min(n.opts.RequestTimeout, unsubscribeWaitMax))
+	defer timer.Stop()
+	for {
+		select {
+		case m := <-f.in:
+			if m.GetFinal() {
+				return
+			}
+		case <-f.overflow:
+			// The final update may be among those dropped.
+			return
+		case <-timer.C:
+			return
+		case <-n.r.life.Done():
+			return
 		}
 	}
 }

@@ -149,3 +149,89 @@ func TestSendAndWaitOverTheOwnersCap(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 4, last, "the retry wrote nothing")
 }
+
+// subcapCluster is an owner whose Options.MaxSubscriptions is max and a
+// member that does not own conv, sharing a Store, with the conversation's
+// first turn ended (seq 2).
+func subcapCluster(t *testing.T, ctx context.Context, max int) (owner, member *Runtime, conv string, store *memjournal.Store) {
+	store = memjournal.New(memjournal.Options{})
+	model := agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
+		return agent.Text("ok"), nil
+	})
+	const ownerAddr, memberAddr = "owner.test:1", "member.test:1"
+	members := []string{ownerAddr, memberAddr}
+	slices.Sort(members)
+	net := &fakeNet{sys: map[string]*actor.ActorSystem{}}
+	ownerSys := quietSystem(t, ownerAddr)
+	owner, err := Open(Options{Store: store, Model: model, ActorSystem: ownerSys, NoResume: true, MaxSubscriptions: max})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = owner.Close() })
+	net.join(ownerSys)
+	member, err = Open(Options{Store: store, Model: model, NoResume: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = member.Close() })
+	n := netMember(t, net, member, memberAddr, members)
+	conv = firstConv(func(id string) bool { return n.owner(id) == ownerAddr })
+	_, err = owner.Send(ctx, conv, "hi", agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	waitTurnEnded(t, ctx, store, conv, 2, "the first turn ended")
+	return owner, member, conv, store
+}
+
+// TestCancelledForwardedSubscriptionFreesTheOwnersSlot: a subscription on
+// a member that does not own the conversation, cancelled (its ctx ends),
+// has freed its slot on the owner once its channel is closed, so that
+// subscribing again at once with the owner's Options.MaxSubscriptions at
+// 1 is served, time after time.
+func TestCancelledForwardedSubscriptionFreesTheOwnersSlot(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	owner, member, conv, _ := subcapCluster(t, ctx, 1)
+	for i := range 5 {
+		sctx, scancel := context.WithCancel(ctx)
+		updates, err := member.Subscribe(sctx, conv, 0)
+		require.NoError(t, err, "subscription %d", i)
+		select {
+		case u := <-updates:
+			require.NoError(t, u.Err, "subscription %d served", i)
+			require.EqualValues(t, 1, u.Event.GetSeq(), "subscription %d from the start of the log", i)
+		case <-ctx.Done():
+			t.Fatalf("subscription %d got nothing", i)
+		}
+		require.Equal(t, 1, slotsOf(owner, conv), "subscription %d holds the owner's slot", i)
+		scancel()
+		for range updates {
+		}
+		require.Zero(t, slotsOf(owner, conv), "cancelled subscription %d freed the owner's slot", i)
+		require.Zero(t, slotsOf(member, conv), "and the member's")
+	}
+}
+
+// TestSendAndWaitRetryWithinTheOwnersCap: SendMessageAndWait on a member
+// that does not own the conversation, retried with the RequestID of a
+// message already written, moves its wait to a subscription from the
+// message; the first subscription has ended before the second starts, so
+// that with the owner's Options.MaxSubscriptions at 1 the retry is served
+// and returns the end of that message's turn, writing nothing.
+func TestSendAndWaitRetryWithinTheOwnersCap(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	owner, member, conv, store := subcapCluster(t, ctx, 1)
+	msg := agent.UserMessage(agent.TextPart("again"))
+	opts := SendOptions{RequestID: "req-1"}
+	first, err := member.SendMessageAndWait(ctx, conv, msg, opts, agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	require.EqualValues(t, 4, first.Seq)
+	for i := range 3 {
+		// The previous wait's subscription may still hold the owner's
+		// slot for a moment after the call returned (see endsWith).
+		require.Eventually(t, func() bool { return slotsOf(owner, conv) == 0 }, 10*time.Second, time.Millisecond)
+		end, err := member.SendMessageAndWait(ctx, conv, msg, opts, agent.Scope{UserID: "u"})
+		require.NoError(t, err, "retry %d", i)
+		require.Equal(t, TurnAnswered, end.Outcome)
+		require.EqualValues(t, 4, end.Seq, "retry %d: the end of the first write's turn", i)
+	}
+	last, err := store.LastSeq(ctx, conv)
+	require.NoError(t, err)
+	require.EqualValues(t, 4, last, "the retries wrote nothing")
+}

@@ -1147,7 +1147,12 @@ func (r *Runtime) deleted(ctx context.Context, conversationID string) error {
 // owner meets after them (a Delete landing meanwhile, its Store failing a
 // read, its Options.MaxSubscriptions reached: ErrTooManySubscriptions) arrives as an update whose Err wraps the sentinel, after which the
 // channel is closed, as on the owner a failed read of the Store or a Delete
-// after the subscription started does.
+// after the subscription started does. A subscription to a conversation
+// another member owns whose ctx ends unsubscribes from the owner and waits
+// for the owner to end its stream before the channel is closed (for no
+// longer than ClusterOptions.RequestTimeout once the owner has answered
+// the subscribe, an owner out of reach): once it is closed, the
+// subscription's slot on the owner is free too.
 func (r *Runtime) Subscribe(ctx context.Context, conversationID string, afterSeq uint64) (<-chan Update, error) {
 	if err := r.enter(ctx); err != nil {
 		return nil, fmt.Errorf("lazarus: subscribe to %q: %w", clipID(conversationID), err)

@@ -105,7 +105,9 @@ func (r *Runtime) SendMessageAndWait(ctx context.Context, conversationID string,
 // reads updates to their end, so that the wait's subscription is gone
 // (from the subscriptions gauge too) once the wait has returned. A
 // cluster's subscription may be in a request to its owner, which would
-// hold the wait until the request's timeout: it is left to end on its own.
+// hold the wait until the request's timeout: it is left to end on its own
+// (its owner's slot is free once its channel is closed: see Subscribe),
+// but for a resubscribe, which waits for that.
 func (r *Runtime) endsWith(cancel context.CancelFunc, updates <-chan Update) context.CancelFunc {
 	return func() {
 		cancel()
@@ -132,6 +134,14 @@ type turnWait struct {
 
 func (w *turnWait) resubscribe(ctx context.Context, after uint64) error {
 	w.cancel()
+	// Ended before the new one starts, so that the two never hold two
+	// slots of the conversation (in a cluster, two of its owner's): a
+	// conversation one below its cap is not refused the new one. endsWith
+	// does not drain a cluster's subscription: a cancelled one ends once
+	// its owner has ended its stream, or within the cluster's request
+	// timeouts of an owner out of reach (see Subscribe).
+	for range w.updates {
+	}
 	subCtx, cancel := context.WithCancel(ctx)
 	updates, err := w.r.Subscribe(subCtx, w.conv, after)
 	if err != nil {
