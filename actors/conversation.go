@@ -603,9 +603,27 @@ func (c *conversation) runTool(ctx actor.Context, inv agent.Invocation) {
 			if err != nil {
 				return // stopped, or its call cancelled (a rewind): nothing ran
 			}
+			release := func() bool { return false }
+			defer func() {
+				if out == nil {
+					// The tool ended this goroutine (runtime.Goexit, as
+					// t.FailNow does): RunServer never returned, but
+					// deferred calls run. The call ends as for a panic,
+					// and the gate is left: else the turn waited for ever
+					// and so did every later run of the call.
+					release()
+					cancel()
+					leave()
+					out = agent.ErrorOutcome(agent.CodePanic, fmt.Sprintf("tool %s ended its run with runtime.Goexit", inv.Name))
+					if gctx.Err() == nil {
+						send(&inToolDone{id: inv.ToolCallID, outcome: out})
+					}
+				}
+			}()
 			if timeout > 0 {
 				// The bound starts past the gate, as the model's does.
-				rctx, release := withClockTimeout(runCtx, clock, timeout)
+				var rctx context.Context
+				rctx, release = withClockTimeout(runCtx, clock, timeout)
 				out = tools.RunServer(rctx, inv) // recovers the tool's panics
 				if release() && out.GetError().GetCode() == agent.CodeCanceled {
 					// The bound ended the run: a tool error the model
@@ -703,7 +721,20 @@ func (c *conversation) startModel(ctx actor.Context, e effStartModel) {
 		if timeout > 0 {
 			stopTimer = clock.AfterFunc(timeout, func() { cancelCause(errModelTimedOut) })
 		}
+		returned := false
+		defer func() {
+			if !returned {
+				// The model ended this goroutine (runtime.Goexit):
+				// deferred calls run. The turn fails as for a panic,
+				// and the gate is left for the turns after it.
+				log.Error("model " + errGoexit.Error())
+				stopTimer()
+				leave()
+				send(&inModelDone{turn: id, err: fmt.Errorf("model: %w: %v", agent.ErrPanicked, errGoexit)})
+			}
+		}()
 		msg, err := generate(turnCtx, log, model, turn, onDelta)
+		returned = true
 		// The timer fired (its cancel may still be on its way: it is
 		// made here too). It ended the call unless the actor's own
 		// cancel came first, which voids the call.
@@ -788,7 +819,18 @@ func (c *conversation) summarize(ctx actor.Context, plan snapshot.Plan) {
 			send(&inSummaryDone{err: err})
 			return
 		}
+		returned := false
+		defer func() {
+			if !returned {
+				// The summarizer ended this goroutine (runtime.Goexit):
+				// the summary is skipped as for a panic, the gate left.
+				log.Error("summarizer " + errGoexit.Error())
+				leave()
+				send(&inSummaryDone{err: fmt.Errorf("summarizer: %w: %v", agent.ErrPanicked, errGoexit)})
+			}
+		}()
 		s, err := summarize(gctx, log, plan, summarizer, id)
+		returned = true
 		leave()
 		if err == nil {
 			// Derived data: written directly, never through the log.
@@ -1170,6 +1212,10 @@ func (t timedSummarizer) Summarize(ctx context.Context, id string, prev *message
 
 // recoverInto, deferred around a call of user code, turns its panic into
 // *err and logs the panic's stack.
+// errGoexit is what a model, summarizer or tool that ended its goroutine
+// with runtime.Goexit (as t.FailNow does) did instead of returning.
+var errGoexit = errors.New("ended its goroutine with runtime.Goexit")
+
 func recoverInto(err *error, log *slog.Logger, what string) {
 	if p := recover(); p != nil {
 		*err = fmt.Errorf("%s: %w: %v", what, agent.ErrPanicked, p)

@@ -39,8 +39,10 @@ type Turn struct {
 // without a retry (a turn_failed event; the next message starts a new
 // turn), a summary is skipped and tried again later, and the
 // process and every other conversation go on. A panic in a goroutine the
-// Model started itself is not recovered. (A panicking server tool becomes
-// an error outcome of code CodePanic instead: the model sees it.)
+// Model started itself is not recovered. Generate or Summarize calling
+// runtime.Goexit (as t.FailNow does) is reported as a panic. (A panicking
+// server tool becomes an error outcome of code CodePanic instead: the
+// model sees it.)
 var ErrPanicked = errors.New("agent: panicked")
 
 // Model is a language model behind a provider-neutral interface.

@@ -44,7 +44,9 @@ const (
 	CodeTool = "tool"
 	// CodeScope: the tool refused the caller's scope (ErrScope).
 	CodeScope = "scope"
-	// CodePanic: the tool panicked; the panic was recovered.
+	// CodePanic: the tool panicked; the panic was recovered. The runtime
+	// reports a tool that called runtime.Goexit (as t.FailNow does) with
+	// it too.
 	CodePanic = "panic"
 	// CodeCanceled: the run's context was done and the tool returned an
 	// error. The outcome says nothing about the tool: the runtime should not
@@ -455,7 +457,9 @@ func jsonKind(s string) string {
 //     CodeTooLarge.
 //
 // Error messages are valid UTF-8 and at most MaxErrorBytes long. RunServer
-// runs the tool on the calling goroutine and waits for it.
+// runs the tool on the calling goroutine and waits for it: a tool that
+// calls runtime.Goexit ends that goroutine, and RunServer does not return
+// (the runtime's run of a call then reports an error of code CodePanic).
 func (r *Registry) RunServer(ctx context.Context, inv Invocation) *messages.ToolOutcome {
 	t, ok := r.Lookup(inv.Name)
 	switch {
