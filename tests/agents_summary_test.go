@@ -174,7 +174,7 @@ func TestPerAgentSummariesAndRevival(t *testing.T) {
 		crit.Push("c", scripted.Text("critic final"))
 		entered := crit.Hold("c")
 		sendTo(t, h, "critic", "one more")
-		<-entered
+		recv(t, entered, "model call entered")
 		before := crit.Turns("c")[crit.Calls("c")-1]
 		require.True(t, h.rt.Kill("c"))
 		store.reset()
@@ -199,7 +199,7 @@ func TestPerAgentSummariesAndRevival(t *testing.T) {
 		h.model.Push("c", scripted.Text("default final"))
 		entered = h.model.Hold("c")
 		sendTo(t, h, "", "and you")
-		<-entered
+		recv(t, entered, "model call entered")
 		before = h.model.Turns("c")[h.model.Calls("c")-1]
 		require.True(t, h.rt.Kill("c"))
 		store.reset()

@@ -105,7 +105,7 @@ func TestHandoffThenKillThenRevive(t *testing.T) {
 		entered := crit.Hold("c")
 		_, err := h.rt.Send(ctx, "c", "hello", user)
 		require.NoError(t, err)
-		<-entered
+		recv(t, entered, "model call entered")
 		require.True(t, h.rt.Kill("c"))
 		crit.Release("c")
 		require.NoError(t, h.rt.Wake(ctx, "c"))

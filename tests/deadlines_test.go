@@ -276,8 +276,8 @@ func TestRescheduleRacesResolve(t *testing.T) {
 		go func() { <-start; resolved <- h.rt.Resolve(ctx, id, `{"approved":true}`, user) }()
 		go func() { <-start; rescheduled <- h.rt.Reschedule(ctx, id, h.clock.Now().Add(5*time.Hour)) }()
 		close(start)
-		require.NoError(t, <-resolved, "a reschedule never makes an answer stale")
-		if err := <-rescheduled; err != nil {
+		require.NoError(t, recv(t, resolved, "Resolve return"), "a reschedule never makes an answer stale")
+		if err := recv(t, rescheduled, "Reschedule return"); err != nil {
 			require.ErrorIs(t, err, journal.ErrStale, "the Reschedule came after the answer")
 		}
 		h.awaitEvent("c", 0, isAssistantText("approved"))

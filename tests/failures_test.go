@@ -303,7 +303,7 @@ func TestFailedTurnIsNotResumedOnOpen(t *testing.T) {
 	entered := first.model.Hold("z-active")
 	_, err = first.rt.Send(ctx, "z-active", "hi", user)
 	require.NoError(t, err)
-	<-entered
+	recv(t, entered, "model call entered")
 	require.NoError(t, first.rt.Close()) // z-active is left mid-turn
 	first.model.Release("z-active")
 

@@ -308,7 +308,7 @@ func TestFileCheckpointBadInput(t *testing.T) {
 	plain.model.Push("p", scripted.Reply("", writeCall(fileArgs{Path: "a", Content: "x"})), scripted.Text("done"))
 	_, err = plain.rt.Send(ctx, "p", "try", user)
 	require.NoError(t, err)
-	require.ErrorIs(t, (<-errs).err, agent.ErrNoCheckpoints)
+	require.ErrorIs(t, recv(t, errs, "tool error").err, agent.ErrNoCheckpoints)
 	plain.awaitEvent("p", 0, isAssistantText("done"))
 	_, err = plain.rt.RewindWithReport(ctx, "p", 1, lazarus.RewindOptions{Files: true}, user)
 	require.ErrorIs(t, err, agent.ErrNoCheckpoints)
@@ -455,7 +455,7 @@ func TestFileCheckpointThroughSymbolicLinks(t *testing.T) {
 	require.NoError(t, err)
 	h.awaitEvent("s", 0, isAssistantText("done"))
 	for range want {
-		pe := <-errs
+		pe := recv(t, errs, "tool error")
 		if want[pe.path] == nil {
 			require.NoError(t, pe.err, "Before(%q)", pe.path)
 		} else {

@@ -172,6 +172,19 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
+// recv returns the next value of ch, and fails the test if none comes
+// within wait (a regression fails the test, not the whole run's timeout).
+func recv[T any](t testing.TB, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(wait):
+		t.Fatalf("no %s within %v", what, wait)
+		panic("unreachable")
+	}
+}
+
 // awaitEvent subscribes after seq and returns the first durable event that
 // matches, failing the test after the bound.
 func (h *harness) awaitEvent(conv string, after uint64, match func(*messages.Event) bool) *messages.Event {

@@ -26,7 +26,7 @@ func TestIdlePassivationWaitsForAServerToolNotForAHumanCall(t *testing.T) {
 		h.model.Push("tool", scripted.Reply("charging", scripted.Call("charge", `{"amount":5}`)), scripted.Text("charged"))
 		_, err := h.rt.Send(ctx, "tool", "charge me", user)
 		require.NoError(t, err)
-		<-h.chargeStarted
+		recv(t, h.chargeStarted, "charge started")
 		h.clock.Advance(10 * time.Minute)
 		require.True(t, h.rt.IsActive("tool"), "not passivated while its server tool runs")
 		close(h.chargeGate)

@@ -381,12 +381,12 @@ func TestReadmeUseKillAndRestart(t *testing.T) {
 
 	seq, err := rt1.Send(ctx, "mid", "hello", user)
 	require.NoError(t, err)
-	<-streamed
+	recv(t, streamed, "delta streamed")
 	ch, err := rt1.Subscribe(ctx, "mid", seq)
 	require.NoError(t, err)
 	var deltas string
 	for deltas != "Hello" {
-		u := <-ch
+		u := recv(t, ch, "update")
 		require.NotEmpty(t, u.Delta, "a subscription mid-answer first gets the deltas so far, got %+v", u)
 		deltas += u.Delta
 	}

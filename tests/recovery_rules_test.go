@@ -43,7 +43,7 @@ func TestRevivalOfAServerCallBesideAHumanCall(t *testing.T) {
 			scripted.Text("all done"))
 		_, err := h.rt.Send(ctx, "c", "charge and ask", user)
 		require.NoError(t, err)
-		first := <-h.chargeStarted
+		first := recv(t, h.chargeStarted, "charge started")
 		require.True(t, h.rt.Kill("c"), "killed while the server tool runs")
 
 		close(h.chargeGate)
@@ -88,7 +88,7 @@ func TestRevivalRedispatchesOnlyTheServerCallWithoutAResult(t *testing.T) {
 			scripted.Text("done"))
 		_, err := h.rt.Send(ctx, "c", "go", user)
 		require.NoError(t, err)
-		charge := <-h.chargeStarted
+		charge := recv(t, h.chargeStarted, "charge started")
 		h.awaitEvent("c", 0, func(ev *messages.Event) bool { return ev.GetToolResult().GetName() == "lookup_order" })
 		require.True(t, h.rt.Kill("c"))
 		close(h.chargeGate)
@@ -117,7 +117,7 @@ func TestRevivalAfterAnAnswerRerunsTheModelOnce(t *testing.T) {
 		id := pendingCallID(t, h.awaitEvent("c", 0, isSuspension))
 		entered := h.model.Hold("c")
 		require.NoError(t, h.rt.Resolve(ctx, id, `{"ok":true}`, user))
-		<-entered
+		recv(t, entered, "model call entered")
 		require.True(t, h.rt.Kill("c"))
 		require.NoError(t, h.rt.Wake(ctx, "c"))
 		h.awaitEvent("c", 0, isAssistantText("approved"))
@@ -141,7 +141,7 @@ func TestResolveRefusesServerCallsAndBadIDs(t *testing.T) {
 	h.model.Push("c", scripted.Reply("", scripted.Call("charge", `{"amount":5}`)), scripted.Text("charged"))
 	_, err := h.rt.Send(ctx, "c", "go", user)
 	require.NoError(t, err)
-	id := <-h.chargeStarted
+	id := recv(t, h.chargeStarted, "charge started")
 	require.ErrorIs(t, h.rt.Resolve(ctx, id, `{"fake":true}`, user), journal.ErrInvalid)
 	require.ErrorIs(t, h.rt.Reject(ctx, id, "no", user), journal.ErrInvalid)
 	row, err := h.store.ToolCall(ctx, id)
@@ -291,7 +291,7 @@ func TestRevivalOfAServerCallWithAMessageAfterIt(t *testing.T) {
 		h.model.Push("c", scripted.Reply("", scripted.Call("charge", `{"amount":5}`)), scripted.Text("final"))
 		_, err := h.rt.Send(ctx, "c", "charge", user)
 		require.NoError(t, err)
-		id := <-h.chargeStarted
+		id := recv(t, h.chargeStarted, "charge started")
 		_, err = h.rt.Send(ctx, "c", "also this", user)
 		require.NoError(t, err)
 		require.Equal(t, []string{"user_msg", "assistant_msg", "tool_call:charge", "user_msg"}, types(h.history("c")))

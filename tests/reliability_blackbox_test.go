@@ -404,7 +404,7 @@ func TestRBEndHoldsAcrossARestart(t *testing.T) {
 		require.Equal(t, map[string]string{"k": "v"}, md)
 		sub, err := second.rt.Subscribe(ctx, "c", 0)
 		require.NoError(t, err)
-		u := <-sub
+		u := recv(t, sub, "update")
 		require.Equal(t, uint64(1), u.Event.GetSeq(), "a subscription replays the log")
 	})
 }
@@ -504,7 +504,7 @@ func TestRBDefaultMaxFileBytes(t *testing.T) {
 	h.model.Push("c", scripted.Reply("", writeCall(fileArgs{Path: "big", Content: "x"})), scripted.Text("done"))
 	_, err = h.rt.SendAndWait(ctx, "c", "go", user)
 	require.NoError(t, err)
-	pe := <-errs
+	pe := recv(t, errs, "tool error")
 	require.ErrorIs(t, pe.err, journal.ErrTooLarge)
 	cps, err := h.rt.Store().(journal.FileCheckpoints).FileCheckpoints(ctx, "c", 0)
 	require.NoError(t, err)
@@ -637,7 +637,7 @@ func TestRBSubscriptionOutlivesAKill(t *testing.T) {
 		entered := h.model.Hold("c")
 		_, err = h.rt.Send(ctx, "c", "hi", user)
 		require.NoError(t, err)
-		<-entered
+		recv(t, entered, "model call entered")
 		require.True(t, h.rt.Kill("c"))
 		u := h.awaitUpdate(sub, isTurnEnd)
 		require.Nil(t, u.Event)
@@ -753,7 +753,7 @@ func TestRBEndRefusedWhileATurnIsOwed(t *testing.T) {
 		h.model.Push("c", scripted.Reply("", scripted.Call("charge", `{"amount":5}`)), scripted.Text("charged"))
 		_, err := h.rt.Send(ctx, "c", "charge it", user)
 		require.NoError(t, err)
-		<-h.chargeStarted
+		recv(t, h.chargeStarted, "charge started")
 		require.ErrorIs(t, h.rt.End(ctx, "c"), journal.ErrInvalid)
 		close(h.chargeGate)
 		h.awaitEvent("c", 0, isAssistantText("charged"))
@@ -1063,7 +1063,7 @@ func TestRBRewindCancelsARunningServerCall(t *testing.T) {
 		h.model.Push("c", scripted.Reply("", scripted.Call("charge", `{"amount":5}`)))
 		_, err := h.rt.Send(ctx, "c", "charge it", user)
 		require.NoError(t, err)
-		id := <-h.chargeStarted
+		id := recv(t, h.chargeStarted, "charge started")
 		require.NoError(t, h.rt.Rewind(ctx, "c", 0, lazarus.RewindOptions{}, user))
 		row, err := h.store.ToolCall(ctx, id)
 		require.NoError(t, err)
@@ -1100,7 +1100,7 @@ func TestRBResumeScanRerunsAKilledTurn(t *testing.T) {
 		entered := h.model.Hold("c")
 		_, err := h.rt.Send(ctx, "c", "hi", user)
 		require.NoError(t, err)
-		<-entered
+		recv(t, entered, "model call entered")
 		require.True(t, h.rt.Kill("c"))
 		h.model.Release("c")
 		h.awaitEvent("c", 1, func(ev *messages.Event) bool { return ev.GetAssistantMsg() != nil })

@@ -48,7 +48,7 @@ func TestWholeProcessRestartOnPebble(t *testing.T) {
 	laterID := pendingCallID(t, h1.awaitEvent("later", 0, isSuspension))
 	_, err = h1.rt.Send(ctx, "midturn", "what now?", user)
 	require.NoError(t, err)
-	<-entered
+	recv(t, entered, "model call entered")
 	// Give "later" a deadline ten hours after "soon"'s, so that the clock
 	// of the restarted process can land between the two.
 	soonRow, err := store1.ToolCall(ctx, soonID)

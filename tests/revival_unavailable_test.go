@@ -60,7 +60,7 @@ func TestRevivalWhileTheStoreIsUnavailable(t *testing.T) {
 			scripted.Text("charged, and here I am"))
 		_, err := h.rt.Send(ctx, "c", "charge me", user)
 		require.NoError(t, err)
-		first := <-h.chargeStarted
+		first := recv(t, h.chargeStarted, "charge started")
 		require.True(t, h.rt.Kill("c"))
 		before := h.history("c")
 

@@ -166,7 +166,7 @@ func TestCrashMidTurnRerunsOnce(t *testing.T) {
 		entered := h.model.Hold("c")
 		_, err := h.rt.Send(ctx, "c", "question", user)
 		require.NoError(t, err)
-		<-entered
+		recv(t, entered, "model call entered")
 		require.True(t, h.rt.Kill("c"), "killed while the model call is in flight")
 		require.Equal(t, 1, h.model.Calls("c"))
 		require.Equal(t, []string{"user_msg"}, types(h.history("c")))
@@ -199,7 +199,7 @@ func TestCrashMidToolRedispatchesSameID(t *testing.T) {
 		h.model.Push("c", scripted.Reply("charging", scripted.Call("charge", `{"amount":5}`)), scripted.Text("charged"))
 		_, err := h.rt.Send(ctx, "c", "charge me", user)
 		require.NoError(t, err)
-		first := <-h.chargeStarted
+		first := recv(t, h.chargeStarted, "charge started")
 		require.True(t, h.rt.Kill("c"), "killed while the server tool runs")
 		require.Equal(t, 1, h.model.Calls("c"))
 
@@ -264,7 +264,7 @@ func TestRevivalFromSummary(t *testing.T) {
 		entered := h.model.Hold("c")
 		_, err := h.rt.Send(ctx, "c", "one more", user)
 		require.NoError(t, err)
-		<-entered
+		recv(t, entered, "model call entered")
 		before := h.model.Turns("c")[h.model.Calls("c")-1]
 		require.NotNil(t, before.Summary, "the turn starts from the summary")
 
@@ -462,7 +462,7 @@ func TestSubscribeHasNoGap(t *testing.T) {
 		// Subscribe while the conversation is being written.
 		sub, err := h.rt.Subscribe(ctx, "c", 0)
 		require.NoError(t, err)
-		require.NoError(t, <-done)
+		require.NoError(t, recv(t, done, "writer return"))
 		// A message may interrupt the turn before it, so the number of
 		// answers varies; once the last message is answered the log is
 		// complete.
@@ -571,7 +571,7 @@ func TestFencedActivationIsWokenAgain(t *testing.T) {
 		entered := h.model.Hold("c")
 		_, err := h.rt.Send(ctx, "c", "hi", user)
 		require.NoError(t, err)
-		<-entered
+		recv(t, entered, "model call entered")
 		_, err = h.store.Append(ctx, &messages.AppendRequest{ConversationId: "c", ExpectedLast: 1, Events: []*messages.Event{{
 			Body: &messages.Event_UserMsg{UserMsg: &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "from elsewhere"}}}}},
 		}}})
@@ -788,7 +788,7 @@ func TestRevivalWaitsForItsPredecessorsWrite(t *testing.T) {
 		ctx := ctxT(t)
 		h.model.Push("k", scripted.Text("the only answer"), scripted.Text("the answer to the second message"))
 		killWhileAnswerHeld(ctx, t, h, g)
-		<-g.loads // the first activation's revival read, before its Send returned
+		recv(t, g.loads, "revival read") // the first activation's revival read, before its Send returned
 		woken := make(chan error, 1)
 		go func() { woken <- h.rt.Wake(ctx, "k") }()
 		// While the write is held, the revival must not read the log. A
@@ -800,8 +800,8 @@ func TestRevivalWaitsForItsPredecessorsWrite(t *testing.T) {
 		case <-time.After(300 * time.Millisecond):
 		}
 		close(g.gate)
-		require.NoError(t, <-woken)
-		require.True(t, <-g.loads, "the revival read the log once the write had landed")
+		require.NoError(t, recv(t, woken, "Wake return"))
+		require.True(t, recv(t, g.loads, "revival read"), "the revival read the log once the write had landed")
 
 		_, err := h.rt.Send(ctx, "k", "and now?", user)
 		require.NoError(t, err)

@@ -585,7 +585,7 @@ func TestSeedsAnswerReplaysAcrossKills(t *testing.T) {
 		entered := h.model.Hold("a")
 		seq1, err := h.rt.SendMessage(ctx, "a", agent.UserMessage(agent.TextPart("thanks")), opts, user)
 		require.NoError(t, err)
-		<-entered // the turn's model call has started: the kill cancels it
+		recv(t, entered, "model call entered") // the turn's model call has started: the kill cancels it
 		require.True(t, h.rt.Kill("a"))
 		seq2, err := h.rt.SendMessage(ctx, "a", agent.UserMessage(agent.TextPart("thanks")), opts, user)
 		require.NoError(t, err)
@@ -706,7 +706,7 @@ func TestSeedsAuditGCReachesDeadAndForkedConversations(t *testing.T) {
 		entered := h.model.Hold("dead")
 		_, err = h.rt.Send(ctx, "dead", "second", user)
 		require.NoError(t, err)
-		<-entered
+		recv(t, entered, "model call entered")
 		require.True(t, h.rt.Kill("dead"))
 		require.Equal(t, 1, rows("dead"), "a cancelled call records nothing")
 		require.NoError(t, h.rt.Wake(ctx, "dead"))
