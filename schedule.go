@@ -404,7 +404,9 @@ func (r *Runtime) Schedule(ctx context.Context, conversationID string, spec Sche
 }
 
 // Schedules returns the conversation's pending schedules, ordered by id
-// (none for an unknown conversation).
+// (none for an unknown conversation). A deleted conversation is an error
+// wrapping journal.ErrDeleted (where the Store's Conversation reports
+// tombstones), as Delete promises.
 func (r *Runtime) Schedules(ctx context.Context, conversationID string) ([]*messages.Schedule, error) {
 	if err := r.enter(ctx); err != nil {
 		return nil, fmt.Errorf("lazarus: schedules of %q: %w", clipID(conversationID), err)
@@ -420,12 +422,21 @@ func (r *Runtime) Schedules(ctx context.Context, conversationID string) ([]*mess
 	if err != nil {
 		return nil, r.callErr(fmt.Sprintf("lazarus: schedules of %q", clipID(conversationID)), err)
 	}
+	if len(out) == 0 {
+		// None: a conversation without schedules, an unknown one, or a
+		// deleted one (Delete removed its schedules), which says so.
+		if err := r.deleted(ctx, conversationID); err != nil {
+			return nil, fmt.Errorf("lazarus: schedules of %q: %w", clipID(conversationID), err)
+		}
+	}
 	return out, nil
 }
 
 // CancelSchedule removes schedule id of the conversation: it never fires
 // again (an occurrence already being delivered fails as stale). An
-// unknown id, or one of another conversation, is ErrNoSchedule.
+// unknown id, or one of another conversation, is ErrNoSchedule; any id of a
+// deleted conversation is an error wrapping journal.ErrDeleted instead
+// (where the Store's Conversation reports tombstones), as Delete promises.
 func (r *Runtime) CancelSchedule(ctx context.Context, conversationID, id string) error {
 	if err := r.enter(ctx); err != nil {
 		return fmt.Errorf("lazarus: cancel schedule of %q: %w", clipID(conversationID), err)
@@ -442,6 +453,10 @@ func (r *Runtime) CancelSchedule(ctx context.Context, conversationID, id string)
 	}
 	err = ss.DeleteSchedule(ctx, conversationID, id)
 	if errors.Is(err, journal.ErrNotFound) {
+		// Delete removed a deleted conversation's schedules: say deleted.
+		if derr := r.deleted(ctx, conversationID); derr != nil {
+			return fmt.Errorf("lazarus: cancel schedule %q of %q: %w", clipID(id), clipID(conversationID), derr)
+		}
 		return fmt.Errorf("%w: %q of %q: %w", ErrNoSchedule, id, conversationID, err)
 	}
 	if err != nil {

@@ -242,17 +242,29 @@ func TestScheduleBadInput(t *testing.T) {
 }
 
 // TestScheduleGoesWithTheConversation: a delete removes the conversation's
-// schedules, and its id takes no new one.
+// schedules, and its id takes no new one; listing or cancelling its
+// schedules afterwards fails with journal.ErrDeleted, as Delete promises,
+// not as a conversation without schedules.
 func TestScheduleGoesWithTheConversation(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	rt, _, clock := scheduleConversation(ctx, t, lazarus.Options{}, agent.Scope{})
 	_, err := rt.Schedule(ctx, "c", lazarus.ScheduleSpec{After: time.Minute, Text: "x"}, agent.Scope{})
 	require.NoError(t, err)
+	sc, err := rt.Schedule(ctx, "c", lazarus.ScheduleSpec{ID: "s", Every: time.Hour, Text: "y"}, agent.Scope{})
+	require.NoError(t, err)
 	require.NoError(t, rt.Delete(ctx, "c"))
 	listed, err := rt.Schedules(ctx, "c")
+	require.ErrorIs(t, err, journal.ErrDeleted)
+	require.Empty(t, listed)
+	err = rt.CancelSchedule(ctx, "c", sc.GetId())
+	require.ErrorIs(t, err, journal.ErrDeleted)
+	require.NotErrorIs(t, err, lazarus.ErrNoSchedule)
+	// An unknown conversation still has no schedules, and no such schedule.
+	listed, err = rt.Schedules(ctx, "never")
 	require.NoError(t, err)
 	require.Empty(t, listed)
+	require.ErrorIs(t, rt.CancelSchedule(ctx, "never", "s"), lazarus.ErrNoSchedule)
 	_, err = rt.Schedule(ctx, "c", lazarus.ScheduleSpec{After: time.Minute, Text: "x"}, agent.Scope{})
 	require.ErrorIs(t, err, journal.ErrDeleted)
 	require.Eventually(t, func() bool { return !slices.ContainsFunc(clock.Dues(), schedT0.Add(time.Minute).Equal) }, 20*time.Second, time.Millisecond,

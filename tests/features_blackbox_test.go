@@ -473,9 +473,10 @@ func TestBBScheduleWakeAuthor(t *testing.T) {
 
 // TestBBScheduleOfAConversationDeletedAfterwards: a delete takes the
 // conversation's schedules; its time passing writes nothing and brings no
-// conversation back.
+// conversation back; listing or cancelling them is journal.ErrDeleted.
 func TestBBScheduleOfAConversationDeletedAfterwards(t *testing.T) {
-	h := newHarness(t, openStore(t, "memory"), nil)
+	store := openStore(t, "memory")
+	h := newHarness(t, store, nil)
 	ctx := ctxT(t)
 	_, err := h.rt.SendAndWait(ctx, "c", "hi", user)
 	require.NoError(t, err)
@@ -484,14 +485,17 @@ func TestBBScheduleOfAConversationDeletedAfterwards(t *testing.T) {
 	require.True(t, h.rt.Kill("c"))
 	require.NoError(t, h.rt.Delete(ctx, "c"))
 	listed, err := h.rt.Schedules(ctx, "c")
-	require.NoError(t, err)
+	require.ErrorIs(t, err, journal.ErrDeleted)
 	require.Empty(t, listed)
+	stored, err := store.(journal.ScheduleStore).ConversationSchedules(ctx, "c")
+	require.NoError(t, err)
+	require.Empty(t, stored, "the delete took them")
 	h.clock.Advance(sc.GetNext().AsTime().Sub(h.clock.Now()) + time.Minute)
 	require.Eventually(t, func() bool { return !slices.ContainsFunc(h.clock.Dues(), sc.GetNext().AsTime().Equal) }, wait, time.Millisecond)
 	_, err = h.rt.History(ctx, "c", 0, 0)
 	require.ErrorIs(t, err, journal.ErrDeleted)
 	require.Equal(t, 1, h.model.Calls("c"))
-	require.ErrorIs(t, h.rt.CancelSchedule(ctx, "c", sc.GetId()), lazarus.ErrNoSchedule)
+	require.ErrorIs(t, h.rt.CancelSchedule(ctx, "c", sc.GetId()), journal.ErrDeleted)
 }
 
 // TestBBFileRewindAcrossAKillAndARestart: the file records of calls made
@@ -961,7 +965,10 @@ func TestBBScheduleOfAConfiguredConversationStartsItsFirstTurn(t *testing.T) {
 	_, err = h2.rt.Settings(ctx, "c")
 	require.ErrorIs(t, err, journal.ErrDeleted)
 	listed, err := h2.rt.Schedules(ctx, "c")
-	require.NoError(t, err)
+	require.ErrorIs(t, err, journal.ErrDeleted)
 	require.Empty(t, listed)
+	stored, err := store.(journal.ScheduleStore).ConversationSchedules(ctx, "c")
+	require.NoError(t, err)
+	require.Empty(t, stored, "the delete took it")
 	require.ErrorIs(t, h2.rt.Configure(ctx, "c", agent.Settings{Model: "m"}), journal.ErrDeleted)
 }
