@@ -107,7 +107,8 @@ const (
 	// written and the schedule is gone.
 	ScheduleDropped
 	// ScheduleFailed: the delivery failed (a full delivery queue, a Store
-	// error, a timeout); the expiry actor hands the occurrence again
+	// error, a timeout, a next occurrence that cannot be computed, as
+	// for a cron time zone that does not load); the expiry actor hands the occurrence again
 	// later, so one occurrence may count more than once. A delivery that
 	// Close cut is not counted.
 	ScheduleFailed

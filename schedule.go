@@ -77,7 +77,17 @@ type ScheduleSpec struct {
 	Cron string
 	// TimeZone is the IANA time zone name Cron is read in ("Europe/Paris").
 	// Default "UTC". "Local" (the zone of whichever machine computes an
-	// occurrence) is refused.
+	// occurrence) is refused. The zone is loaded with time.LoadLocation
+	// when the schedule is made (one that does not load is ErrBadSchedule)
+	// and again at each occurrence, to compute the next, on whichever
+	// runtime fires it. If it does not load there (a minimal container
+	// without zoneinfo), the occurrence is not delivered and the schedule
+	// is kept as it was: the expiry actor hands it again after its reply
+	// timeout, a warning and a ScheduleFailed each time, until it loads.
+	// The library does not embed the zone database (time/tzdata, about
+	// 450 KB in every binary): as is the practice in Go, a program that
+	// may run on such a machine imports _ "time/tzdata" in its main
+	// package, as this module's commands (lazarus, lazarus-node, demo) do.
 	TimeZone string
 	// Text is the user message each occurrence appends, and so the input
 	// of the turn it starts. Required, and it must fit one event
@@ -192,6 +202,11 @@ func wakeRequestID(id string, nanos int64) string {
 	return "schedule/" + id + "/" + strconv.FormatInt(nanos, 10)
 }
 
+// loadLocation loads the time zone a cron expression is read in; a
+// variable so that a test can make it fail as it fails on a machine without
+// the zone in its zoneinfo.
+var loadLocation = time.LoadLocation
+
 // cronNext returns the first time of sc's cron expression after t (zero if
 // there is none within the parser's horizon).
 func cronNext(sc *messages.Schedule, t time.Time) (time.Time, error) {
@@ -203,7 +218,7 @@ func cronNext(sc *messages.Schedule, t time.Time) (time.Time, error) {
 	if zone == "" {
 		zone = "UTC"
 	}
-	loc, err := time.LoadLocation(zone)
+	loc, err := loadLocation(zone)
 	if err != nil {
 		return time.Time{}, badSchedule("time zone %q: %s", clipID(zone), clipID(err.Error()))
 	}
@@ -639,7 +654,9 @@ func (r *Runtime) startFireWorkers() {
 // fire delivers one occurrence: it reads the schedule (gone: the timer
 // goes; moved on: the timer follows), computes the next occurrence and
 // sends the conversation a ScheduleWake that writes the message and the
-// fire together. A stale write (recorded already, cancelled meanwhile)
+// fire together. A next occurrence that cannot be computed (its time zone
+// does not load here) is a failed delivery, handed again later: no wake,
+// whose fire without a next would delete a recurring schedule. A stale write (recorded already, cancelled meanwhile)
 // re-reads the schedule the same way. A wake of unknown outcome is sent
 // again (wakeUnknownRetries). A delivery that ctx (the Runtime's
 // life) cut is no failure: Close cut it, and the Store still names the
@@ -664,7 +681,15 @@ func (r *Runtime) fire(ctx context.Context, f scheduleFire) {
 	now := r.opts.Clock.Now()
 	next, err := nextAfterFire(sc, f.at, now)
 	if err != nil {
-		r.log.Warn("lazarus: schedule: next occurrence", "conversation", f.conv, "schedule", f.id, "err", err)
+		// No next would end a recurring schedule: the wake's write deletes
+		// a schedule whose fire names none. A next that cannot be computed
+		// (a time zone this machine cannot load, a corrupt record) is no
+		// such end: the occurrence is not delivered, the schedule stays as
+		// it is, and the expiry actor hands it again after its reply
+		// timeout, as any failed delivery.
+		r.opts.Metrics.scheduleFired(ScheduleFailed)
+		r.log.Warn("lazarus: schedule: computing the next occurrence failed; the occurrence is not delivered, and handed again later", "conversation", f.conv, "schedule", f.id, "err", err)
+		return
 	}
 	fireRec := &messages.ScheduleFire{ScheduleId: f.id, Occurrence: journal.Timestamp(f.at)}
 	if next != nil {

@@ -205,6 +205,31 @@ func TestHouseRules(t *testing.T) {
 		}
 	})
 
+	// ScheduleSpec.TimeZone: a schedule's zone is loaded at each occurrence,
+	// so each command embeds the zone database (time/tzdata) and never
+	// depends on the host's zoneinfo; the library leaves that choice (about
+	// 450 KB) to its user's main package, as Go's practice is.
+	t.Run("the commands embed time/tzdata, the library does not", func(t *testing.T) {
+		embeds := map[string]bool{"cmd/lazarus": false, "cmd/lazarus-node": false, "cmd/demo": false}
+		for _, f := range files {
+			dir := dirOf(f.path)
+			test := strings.HasSuffix(f.path, "_test.go")
+			for _, p := range imports(f.file) {
+				if p != "time/tzdata" {
+					continue
+				}
+				if _, ok := embeds[dir]; ok && !test {
+					embeds[dir] = true
+					continue
+				}
+				require.True(t, test || strings.HasPrefix(dir, "cmd/"), "%s imports time/tzdata: leave it to the main package", f.path)
+			}
+		}
+		for dir, ok := range embeds {
+			require.True(t, ok, "no file of %s imports time/tzdata", dir)
+		}
+	})
+
 	t.Run("every package has a doc comment", func(t *testing.T) {
 		documented := map[string]bool{}
 		for _, f := range files {

@@ -101,6 +101,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	_ "time/tzdata" // cron time zones load on a machine without zoneinfo (ScheduleSpec.TimeZone)
 	"unicode/utf8"
 
 	"github.com/lazarusrt/lazarus"

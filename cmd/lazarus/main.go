@@ -102,6 +102,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	_ "time/tzdata" // cron time zones load on a machine without zoneinfo (ScheduleSpec.TimeZone)
 
 	"github.com/lazarusrt/lazarus/journal"
 )
