@@ -18,7 +18,7 @@
 //	POST   /v1/conversations/{id}/rewind        move the head back to to_seq (Runtime.Rewind); 200 with the conversation
 //	POST   /v1/conversations/{id}/edit          replace the user message at seq (Runtime.Edit); 202 with the new seq
 //	POST   /v1/conversations/{id}/fork          copy the history up to at_seq into a new conversation (Runtime.Fork); 201
-//	GET    /v1/conversations/{id}/schedules     its pending scheduled wake-ups (Runtime.Schedules)
+//	GET    /v1/conversations/{id}/schedules     its pending scheduled wake-ups (Runtime.Schedules), paged: cursor, within Options.MaxPageBytes
 //	POST   /v1/conversations/{id}/schedules     schedule a wake-up: at, after, every or cron, and text (Runtime.Schedule); 201
 //	DELETE /v1/conversations/{id}/schedules/{s} cancel one (Runtime.CancelSchedule); 204
 //	GET    /v1/calls                            pending human calls (paged)

@@ -1,8 +1,10 @@
 package server
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -58,9 +60,15 @@ type Schedule struct {
 	Created *time.Time `json:"created,omitempty"`
 }
 
-// ScheduleList is a conversation's pending schedules, ordered by id.
+// ScheduleList is a page of a conversation's pending schedules, ordered by
+// id: those after the query's cursor (a schedule id; absent, from the
+// first) whose JSON fits Options.MaxPageBytes, at least one.
 type ScheduleList struct {
 	Schedules []Schedule `json:"schedules"`
+	// NextCursor resumes the listing (as the query parameter cursor);
+	// absent when there is no more, so a listing within
+	// Options.MaxPageBytes is one page, as before paging.
+	NextCursor string `json:"next_cursor,omitempty"`
 }
 
 func scheduleOf(sc *messages.Schedule) Schedule {
@@ -91,10 +99,21 @@ func duration(field, s string) (time.Duration, error) {
 	return d, nil
 }
 
-// listSchedules answers the conversation's pending schedules
-// (Runtime.Schedules).
+// listSchedules answers a page of the conversation's pending schedules
+// (Runtime.Schedules): those with an id after the cursor, within
+// Options.MaxPageBytes of JSON (at least one, so paging always gets on).
+// The ids are the conversation's, which its caller sees: the cursor is
+// the plain id of the page's last schedule, never sealed.
 func (s *Server) listSchedules(w http.ResponseWriter, r *http.Request, c caller) {
 	id := r.PathValue("id")
+	cursor, _, err := queryParam(r, "cursor")
+	if err == nil && cursor != "" {
+		err = journal.ValidateID("cursor", cursor)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	if _, _, err := s.conversation(r.Context(), c, id); err != nil {
 		s.writeError(w, r, err)
 		return
@@ -104,9 +123,24 @@ func (s *Server) listSchedules(w http.ResponseWriter, r *http.Request, c caller)
 		s.writeError(w, r, err)
 		return
 	}
-	out := ScheduleList{Schedules: make([]Schedule, 0, len(all))}
-	for _, sc := range all {
-		out.Schedules = append(out.Schedules, scheduleOf(sc))
+	if cursor != "" {
+		all = slices.DeleteFunc(all, func(sc *messages.Schedule) bool { return sc.GetId() <= cursor })
+	}
+	out := ScheduleList{Schedules: make([]Schedule, 0, min(len(all), 64))}
+	size := 0
+	for i, sc := range all {
+		v := scheduleOf(sc)
+		b, err := json.Marshal(v)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		if len(out.Schedules) > 0 && size+len(b) > s.opts.MaxPageBytes {
+			out.NextCursor = all[i-1].GetId()
+			break
+		}
+		size += len(b)
+		out.Schedules = append(out.Schedules, v)
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -101,8 +101,12 @@ type Options struct {
 	// or the effective view is read within it and one event more
 	// (journal.MaxEventBytes; two with a bound below one event), by
 	// lazarus.Runtime.HistoryView, which also reads the log after the page
-	// a bounded read at a time to find the head. Default (zero or less)
-	// DefaultMaxPageBytes.
+	// a bounded read at a time to find the head. A page of a
+	// conversation's schedules (GET /v1/conversations/{id}/schedules) is
+	// bounded alike: the schedules after its cursor whose JSON fits, at
+	// least one, and its next_cursor resumes after the last it holds (the
+	// Store's read of them is whole: journal.ScheduleStore reads no part).
+	// Default (zero or less) DefaultMaxPageBytes.
 	MaxPageBytes int
 	// Metrics is what /metrics exposes (see NewMetrics); pass the same
 	// Metrics' Hooks to lazarus.Options.Metrics so that the runtime feeds
