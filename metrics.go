@@ -91,6 +91,8 @@ type Metrics struct {
 	// conversation moved to another member of a cluster (that member
 	// fires it, and counts it). ScheduleUnknown counts each write of an
 	// occurrence whose commit the Store reported journal.ErrUnknownOutcome.
+	// ScheduleRefused counts each occurrence the conversation refused as
+	// input it can never write, which is skipped, not handed again.
 	ScheduleFired func(outcome ScheduleOutcome)
 }
 
@@ -119,10 +121,17 @@ const (
 	// the log and writes nothing); if not, its retry is counted as any
 	// delivery.
 	ScheduleUnknown
+	// ScheduleRefused: the conversation refused the occurrence's message
+	// as input it can never write (journal.ErrInvalid: it does not fit
+	// journal.MaxEventBytes with the author Options.ScopeLoader gave
+	// it). Nothing was written; the occurrence is skipped, as if it had
+	// fired: a one-shot schedule goes, a repeating one moves to its next
+	// occurrence.
+	ScheduleRefused
 )
 
-// String names the outcome ("delivered", "dropped", "failed", "unknown");
-// any other value is "invalid".
+// String names the outcome ("delivered", "dropped", "failed", "unknown",
+// "refused"); any other value is "invalid".
 func (o ScheduleOutcome) String() string {
 	switch o {
 	case ScheduleDelivered:
@@ -133,6 +142,8 @@ func (o ScheduleOutcome) String() string {
 		return "failed"
 	case ScheduleUnknown:
 		return "unknown"
+	case ScheduleRefused:
+		return "refused"
 	}
 	return "invalid"
 }

@@ -379,7 +379,12 @@ func (r *Runtime) scheduleStore(op string) (journal.ScheduleStore, error) {
 // the first one after that. A wake runs under the scope
 // Options.ScopeLoader rebuilds from the scheduler's identity (scope's,
 // recorded as the schedule's author), else agent.SystemScope, whose
-// identity then authors the message.
+// identity then authors the message. An occurrence whose message the
+// conversation refuses as input it can never write (journal.ErrInvalid:
+// with the identity of the scope ScopeLoader rebuilds it no longer fits
+// journal.MaxEventBytes) is skipped, with a warning and
+// Metrics.ScheduleFired's ScheduleRefused: a one-shot schedule goes, a
+// repeating one moves to its next occurrence.
 func (r *Runtime) Schedule(ctx context.Context, conversationID string, spec ScheduleSpec, scope agent.Scope) (*messages.Schedule, error) {
 	const op = "schedule"
 	if err := r.checkConversation(ctx, op, conversationID); err != nil {
@@ -745,6 +750,14 @@ func (r *Runtime) fire(ctx context.Context, f scheduleFire) {
 			r.log.Warn("lazarus: schedule: removing a schedule of an ended conversation failed", "conversation", f.conv, "schedule", f.id, "err", derr)
 		}
 		r.disarmSchedule(f.conv, f.id)
+	case errors.Is(err, journal.ErrInvalid):
+		// The conversation refused the wake as input it can never write:
+		// its message does not fit journal.MaxEventBytes with the author
+		// Options.ScopeLoader gave it. Sent again it is refused again:
+		// the occurrence fails for good, and the schedule moves on.
+		r.opts.Metrics.scheduleFired(ScheduleRefused)
+		r.log.Warn("lazarus: schedule: the conversation refused an occurrence's message as invalid; the occurrence is skipped", "conversation", f.conv, "schedule", f.id, "occurrence", f.at, "err", err)
+		r.skipOccurrence(ctx, ss, f, sc, next)
 	case errors.Is(err, supervisor.ErrMoved):
 		// The conversation moved to another member under the delivery
 		// (a membership change stopped its activation here): expected in
@@ -761,6 +774,44 @@ func (r *Runtime) fire(ctx context.Context, f scheduleFire) {
 		r.opts.Metrics.scheduleFired(ScheduleFailed)
 		r.log.Warn("lazarus: schedule: delivering an occurrence failed; it is handed again later", "conversation", f.conv, "schedule", f.id, "err", err)
 	}
+}
+
+// skipOccurrence moves schedule f past its occurrence f.at without
+// writing its message, as the wake's write would have: to next, or the
+// schedule goes when next is nil. It acts only if the Store's record is
+// still sc, the one that fired (a schedule replaced or cancelled meanwhile
+// is left as it is, its timer following the Store). A Store that fails
+// leaves the occurrence to be handed again later.
+func (r *Runtime) skipOccurrence(ctx context.Context, ss journal.ScheduleStore, f scheduleFire, sc *messages.Schedule, next *time.Time) {
+	cur, err := r.currentSchedule(ctx, ss, f)
+	if err != nil || cur == nil || !proto.Equal(cur, sc) {
+		return
+	}
+	if next == nil {
+		err = ss.DeleteSchedule(ctx, f.conv, f.id)
+		if err == nil || errors.Is(err, journal.ErrNotFound) {
+			r.disarmSchedule(f.conv, f.id)
+			return
+		}
+	} else {
+		moved := proto.Clone(cur).(*messages.Schedule)
+		moved.Next = journal.Timestamp(*next)
+		if err = ss.PutSchedule(ctx, moved); err == nil {
+			if aerr := r.sup.ArmSchedule(f.conv, f.id, *next); aerr != nil {
+				r.log.Warn("lazarus: schedule: the Store's schedule could not be armed", "conversation", f.conv, "schedule", f.id, "err", aerr)
+			}
+			return
+		}
+		if errors.Is(err, journal.ErrNotFound) || errors.Is(err, journal.ErrDeleted) {
+			r.disarmSchedule(f.conv, f.id)
+			return
+		}
+	}
+	if ctx.Err() != nil {
+		r.fireCut(f, err)
+		return
+	}
+	r.log.Warn("lazarus: schedule: skipping a refused occurrence failed; it is handed again later", "conversation", f.conv, "schedule", f.id, "err", err)
 }
 
 // fireCut logs a delivery that Close cut (the Runtime's life ended under

@@ -39,7 +39,7 @@ import (
 //	human_calls_pending               gauge: pending human calls (counted at scrape, up to MaxPendingCount)
 //	human_calls_expired_total         counter: human calls resolved by their deadline
 //	schedules                         gauge: schedules the Store holds (counted at scrape, up to MaxPendingCount)
-//	schedule_fires_total{outcome}     counter: due occurrences of schedules, by outcome: delivered, dropped (conversation ended or deleted), failed (handed again later), unknown (its write's outcome unknown: if it landed, delivered but not counted so)
+//	schedule_fires_total{outcome}     counter: due occurrences of schedules, by outcome: delivered, dropped (conversation ended or deleted), failed (handed again later), unknown (its write's outcome unknown: if it landed, delivered but not counted so), refused (a message the conversation can never write: the occurrence skipped)
 //	model_call_seconds                histogram: duration of one model call
 //	model_call_errors_total           counter: model calls that returned an error (cancelled ones too)
 //	subscriptions                     gauge: live subscriptions (event streams and Go subscribers)
@@ -93,7 +93,7 @@ type Metrics struct {
 	subscriptions  prometheus.Gauge
 	turns          [lazarus.TurnCancelled + 1]prometheus.Counter   // by outcome
 	toolCalls      [2]prometheus.Counter                           // server, human
-	scheduleFires  [lazarus.ScheduleUnknown + 1]prometheus.Counter // by outcome
+	scheduleFires  [lazarus.ScheduleRefused + 1]prometheus.Counter // by outcome
 }
 
 // MaxPendingCount bounds what lazarus_human_calls_pending,
@@ -141,8 +141,8 @@ func NewMetrics() *Metrics {
 		Help: "Tool calls of models committed, by executor (server: the runtime's tools; human)."}, []string{"executor"})
 	m.toolCalls[0], m.toolCalls[1] = toolCalls.WithLabelValues("server"), toolCalls.WithLabelValues("human")
 	fires := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "schedule_fires_total",
-		Help: "Due occurrences of schedules, by outcome (delivered: the message committed, once per occurrence; dropped: the conversation was ended or deleted; failed: handed again later; unknown: a write of unknown outcome, which if it landed delivered the occurrence without counting it as delivered)."}, []string{"outcome"})
-	for _, o := range []lazarus.ScheduleOutcome{lazarus.ScheduleDelivered, lazarus.ScheduleDropped, lazarus.ScheduleFailed, lazarus.ScheduleUnknown} {
+		Help: "Due occurrences of schedules, by outcome (delivered: the message committed, once per occurrence; dropped: the conversation was ended or deleted; failed: handed again later; unknown: a write of unknown outcome, which if it landed delivered the occurrence without counting it as delivered; refused: a message the conversation can never write, the occurrence skipped)."}, []string{"outcome"})
+	for _, o := range []lazarus.ScheduleOutcome{lazarus.ScheduleDelivered, lazarus.ScheduleDropped, lazarus.ScheduleFailed, lazarus.ScheduleUnknown, lazarus.ScheduleRefused} {
 		m.scheduleFires[o] = fires.WithLabelValues(o.String())
 	}
 	live := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "conversations_live",

@@ -262,7 +262,7 @@ func TestMetricsNaming(t *testing.T) {
 		case "lazarus_tool_calls_total":
 			require.ElementsMatch(t, []string{"executor=server", "executor=human"}, values)
 		case "lazarus_schedule_fires_total":
-			require.ElementsMatch(t, []string{"outcome=delivered", "outcome=dropped", "outcome=failed", "outcome=unknown"}, values)
+			require.ElementsMatch(t, []string{"outcome=delivered", "outcome=dropped", "outcome=failed", "outcome=unknown", "outcome=refused"}, values)
 		default:
 			require.Empty(t, values, "%s has a label", mf.GetName())
 		}
