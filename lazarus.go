@@ -305,7 +305,12 @@ type Options struct {
 	// system's lines (component=protoactor) below Warn are logged at
 	// Debug, and so are the cluster provider's routine errors of a normal
 	// stop; its failed health polls (a peer down, or this member not yet
-	// serving) are logged at Info, as membership changes are.
+	// serving) are logged at Info, as membership changes are. Once Close
+	// returned, no record reaches Logger's handler from the Runtime, its
+	// Store (when Open opened it) or its actor system (unless that is
+	// Options.ActorSystem, which logs to its own logger), and none is
+	// being written: what the handler wrote can be read then without a
+	// lock. Close waits for a record being written.
 	Logger *slog.Logger
 	// Metrics receives the runtime's measurements (commits, appends,
 	// expiries, activations, model calls, subscriptions). Default: none,
@@ -401,6 +406,7 @@ type Runtime struct {
 	sup       *supervisor.Supervisor
 	hub       *hub
 	log       *slog.Logger
+	logs      *logGate     // every logger of the Runtime's goes through it: Close shuts it
 	cl        *clusterNode // nil outside cluster mode
 	gw        *clusterNode // the gateway's side: cl, or the gateway on Options.ActorSystem
 	ownsSys   bool         // the actor system is the Runtime's own
@@ -492,7 +498,10 @@ func Open(opts Options) (*Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Runtime{opts: opts, tools: reg, log: opts.Logger, store: opts.Store, fires: make(chan scheduleFire, 4096), stopped: make(chan struct{})}
+	// Every logger of the Runtime goes through logs, which Close shuts.
+	logs := new(logGate)
+	opts.Logger = logs.logger(opts.Logger)
+	r := &Runtime{opts: opts, tools: reg, log: opts.Logger, logs: logs, store: opts.Store, fires: make(chan scheduleFire, 4096), stopped: make(chan struct{})}
 	self = r
 	r.life, r.endLife = context.WithCancel(context.Background())
 	switch {
@@ -1397,7 +1406,8 @@ func (r *Runtime) Active() int { return r.sup.Active() }
 // Nothing durable is lost: a later Open on the same Store resumes every
 // conversation. Close is idempotent: a later call returns nil, and one
 // made while another is still closing returns once that one has finished
-// (the Store closed, its directory free to open again).
+// (the Store closed, its directory free to open again). Once it returned,
+// nothing more is written to Options.Logger (see there).
 //
 // Close must not be called from code the Runtime runs (a server tool's
 // Run, a model's call, a ScopeLoader, a Metrics hook): it waits for that
@@ -1437,10 +1447,14 @@ func (r *Runtime) Close() error {
 	if r.files != nil {
 		_ = r.files.root.Close()
 	}
+	var err error
 	if r.ownsStore {
-		return r.store.Close()
+		err = r.store.Close()
 	}
-	return nil
+	// Last: what Close itself logged went through, and nothing the
+	// actor system's goroutines, or the Runtime's, log later does.
+	r.logs.shut()
+	return err
 }
 
 // armAuditGC schedules the next audit sweep on the clock, after d (0 at

@@ -5,7 +5,56 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"sync"
 )
+
+// logGate ends a Runtime's logging at Close: every logger the Runtime hands
+// Options.Logger to (its own, its actors', its actor system's, its Store's)
+// goes through one gate, and once shut no record reaches the user's
+// handler. Goroutines the Runtime cannot wait for (protoactor's automanaged
+// health server, its log throttles, a timer's callback) may log after
+// Close returned; the user may read what their handler wrote right then.
+type logGate struct {
+	// mu is held for reading while a record is written, and for writing
+	// by shut: once shut returned, no record is being written.
+	mu     sync.RWMutex
+	isShut bool
+}
+
+// logger is l through g.
+func (g *logGate) logger(l *slog.Logger) *slog.Logger {
+	return slog.New(gated{l.Handler(), g})
+}
+
+// shut drops every record from now on, and waits for one being written.
+func (g *logGate) shut() {
+	g.mu.Lock()
+	g.isShut = true
+	g.mu.Unlock()
+}
+
+// gated is a handler through a logGate.
+type gated struct {
+	slog.Handler
+	g *logGate
+}
+
+func (h gated) Handle(ctx context.Context, r slog.Record) error {
+	h.g.mu.RLock()
+	defer h.g.mu.RUnlock()
+	if h.g.isShut {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h gated) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return gated{h.Handler.WithAttrs(attrs), h.g}
+}
+
+func (h gated) WithGroup(name string) slog.Handler {
+	return gated{h.Handler.WithGroup(name), h.g}
+}
 
 // demoted is the slog.Handler of the actor system's logger (component
 // protoactor). It lowers records below Warn to Debug: the actor system's

@@ -2,13 +2,18 @@ package lazarus
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/messages"
 )
 
 func TestActorSystemLinesAreDebug(t *testing.T) {
@@ -82,4 +87,88 @@ func TestRoutineClusterErrorsAreLowered(t *testing.T) {
 	require.Empty(t, warn.String())
 	atWarn.Error("Automanaged server stopping..!", slog.Any("error", errors.New("bind: address already in use")))
 	require.Contains(t, warn.String(), "level=ERROR")
+}
+
+// TestNoLogAfterClose: once Close returned, nothing the Runtime's actor
+// system or the Runtime itself logs reaches Options.Logger (the
+// automanaged provider's server goroutine logs its stop after the cluster
+// shut down): a logger writing to a buffer the caller reads after Close
+// sees no write after it.
+func TestNoLogAfterClose(t *testing.T) {
+	var buf bytes.Buffer
+	rt, err := Open(Options{Model: okModel(), IdleTimeout: -1,
+		Logger: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	require.NoError(t, err)
+	rt.log.Debug("before close")
+	require.NoError(t, rt.Close())
+	closed := buf.String()
+	require.Contains(t, closed, "before close", "the Runtime logs to Options.Logger")
+
+	rt.system.Logger().Error("Automanaged server stopping..!", slog.Any("error", errors.New("late")))
+	rt.system.Logger().With("k", "v").WithGroup("g").Warn("late")
+	rt.log.Error("late")
+	rt.opts.Logger.With("k", "v").Error("late")
+	require.Equal(t, closed, buf.String(), "a record was written after Close returned")
+}
+
+// TestCloseWaitsForARecordBeingWritten: a record the actor system is
+// writing when Close runs is written before Close returns, not during or
+// after it.
+func TestCloseWaitsForARecordBeingWritten(t *testing.T) {
+	var buf bytes.Buffer
+	entered, release := make(chan struct{}), make(chan struct{})
+	h := holdHandler{Handler: slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}), hold: "slow", entered: entered, release: release}
+	rt, err := Open(Options{Model: okModel(), IdleTimeout: -1, Logger: slog.New(h)})
+	require.NoError(t, err)
+	go rt.system.Logger().Warn("slow")
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the record never reached the handler")
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- rt.Close() }()
+	select {
+	case <-closed:
+		t.Fatal("Close returned while a record was being written")
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return once the record was written")
+	}
+	require.Contains(t, buf.String(), "msg=slow")
+}
+
+// holdHandler holds the record of message hold until release is closed,
+// after closing entered.
+type holdHandler struct {
+	slog.Handler
+	hold             string
+	entered, release chan struct{}
+}
+
+func (h holdHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == h.hold {
+		close(h.entered)
+		<-h.release
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h holdHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return holdHandler{h.Handler.WithAttrs(attrs), h.hold, h.entered, h.release}
+}
+
+func (h holdHandler) WithGroup(name string) slog.Handler {
+	return holdHandler{h.Handler.WithGroup(name), h.hold, h.entered, h.release}
+}
+
+func okModel() agent.Model {
+	return agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
+		return agent.Text("ok"), nil
+	})
 }
