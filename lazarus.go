@@ -310,7 +310,8 @@ type Options struct {
 	// Store (when Open opened it) or its actor system (unless that is
 	// Options.ActorSystem, which logs to its own logger), and none is
 	// being written: what the handler wrote can be read then without a
-	// lock. Close waits for a record being written.
+	// lock. Close waits for a record being written. The same holds once
+	// Open returned an error.
 	Logger *slog.Logger
 	// Metrics receives the runtime's measurements (commits, appends,
 	// expiries, activations, model calls, subscriptions). Default: none,
@@ -534,6 +535,7 @@ func Open(opts Options) (*Runtime, error) {
 		if r.ownsStore {
 			_ = r.store.Close()
 		}
+		r.logs.shut()
 		return nil, err
 	}
 	r.hub = newHub(r.store, opts.SubscriberBuffer)
@@ -571,6 +573,7 @@ func Open(opts Options) (*Runtime, error) {
 			if r.ownsStore {
 				_ = r.store.Close()
 			}
+			r.logs.shut()
 			return nil, err
 		}
 		gen = r.cl.generation()
@@ -649,6 +652,7 @@ func Open(opts Options) (*Runtime, error) {
 		if r.ownsStore {
 			_ = r.store.Close()
 		}
+		r.logs.shut()
 		return nil, err
 	}
 	if r.cl != nil {
