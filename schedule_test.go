@@ -2,6 +2,7 @@ package lazarus_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -531,4 +532,55 @@ func TestScheduleTakesOnlyTextsItsWakeCanWrite(t *testing.T) {
 	advanceWhenArmed(t, clock, schedT0.Add(10*time.Minute))
 	require.NoError(t, model.WaitCalls(ctx, "c", 2), "the wake of the longest text starts a turn")
 	require.Len(t, wakes(ctx, t, rt, "c"), 1)
+}
+
+// TestScheduleListToolBoundedByResultBytes: list_wakeups over schedules
+// whose texts together exceed agent.MaxResultBytes lists the first ones
+// that fit, by schedule_id, and says how many it left out, within the
+// bound. Before, it returned every schedule as one array of about 800 KB
+// here, which the tool runner turns into a CodeTooLarge error: the model
+// could see none of them.
+func TestScheduleListToolBoundedByResultBytes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	alice := agent.Scope{UserID: "alice"}
+	rt, _, _ := scheduleConversation(ctx, t, lazarus.Options{ScheduleTools: true}, alice)
+	const n, textBytes = 8, 100_000
+	for i := range n {
+		text := strings.Repeat(string(rune('a'+i)), textBytes)
+		_, err := rt.Schedule(ctx, "c", lazarus.ScheduleSpec{ID: fmt.Sprintf("s%d", i), After: time.Hour, Text: text}, alice)
+		require.NoError(t, err)
+	}
+	tool, ok := rt.Tool(lazarus.ListSchedulesToolName)
+	require.True(t, ok)
+	out, err := tool.Run(ctx, agent.Invocation{ConversationID: "c", ToolCallID: "call-list", Name: lazarus.ListSchedulesToolName, Arguments: `{}`, Scope: alice})
+	require.NoError(t, err)
+	require.LessOrEqual(t, len(out), agent.MaxResultBytes, "the result fits a tool result")
+	var got struct {
+		Wakeups []struct {
+			ID   string `json:"schedule_id"`
+			Text string `json:"text"`
+		} `json:"wakeups"`
+		Omitted int    `json:"omitted"`
+		Note    string `json:"note"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &got))
+	// Five views of about 100 KB fit 512 KiB, six do not.
+	require.Len(t, got.Wakeups, 5)
+	for i, w := range got.Wakeups {
+		require.Equal(t, fmt.Sprintf("s%d", i), w.ID, "the first ones by id")
+		require.Len(t, w.Text, textBytes, "listed whole")
+	}
+	require.Equal(t, n-5, got.Omitted, "the others are counted")
+	require.NotEmpty(t, got.Note)
+
+	// Once they fit, the plain array as before.
+	for i := 3; i < n; i++ {
+		require.NoError(t, rt.CancelSchedule(ctx, "c", fmt.Sprintf("s%d", i)))
+	}
+	out, err = tool.Run(ctx, agent.Invocation{ConversationID: "c", ToolCallID: "call-list-2", Name: lazarus.ListSchedulesToolName, Arguments: `{}`, Scope: alice})
+	require.NoError(t, err)
+	var views []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &views))
+	require.Len(t, views, 3)
 }

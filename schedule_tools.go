@@ -20,6 +20,13 @@ const (
 	// optionally "every_seconds": n}. Result: {"schedule_id", "next"}.
 	ScheduleToolName = "schedule_wakeup"
 	// ListSchedulesToolName lists the calling conversation's schedules.
+	// Result: a JSON array of {"schedule_id", "next", "text",
+	// "every_seconds", "cron", "time_zone"}, ordered by schedule_id. When
+	// they do not all fit agent.MaxResultBytes, the result is instead
+	// {"wakeups": [the first ones that fit, by schedule_id], "omitted": n,
+	// "note": "..."}, within that bound: a conversation may hold
+	// journal.MaxSchedulesPerConversation schedules of texts up to
+	// journal.MaxEventBytes, and a larger result would be a tool error.
 	ListSchedulesToolName = "list_wakeups"
 	// CancelScheduleToolName cancels one: {"schedule_id": "..."}.
 	CancelScheduleToolName = "cancel_wakeup"
@@ -52,6 +59,60 @@ func viewOf(sc *messages.Schedule) scheduleView {
 		v.Text += p.GetText()
 	}
 	return v
+}
+
+// listOmittedReserve is what listResult keeps, of its bound, for the
+// object around a cut list: its keys, the count and the note.
+const listOmittedReserve = 256
+
+// listOmittedNote tells the model what a cut list_wakeups result means.
+const listOmittedNote = "not every wake-up fits one result: cancel some to see the others"
+
+// listResult is list_wakeups' result for schedules all (ordered by id):
+// their views as a JSON array, or, when that is longer than maxBytes, the
+// first views that fit with the count of the others, in an object of at
+// most maxBytes.
+func listResult(all []*messages.Schedule, maxBytes int) (string, error) {
+	views := make([][]byte, 0, len(all))
+	size := 2 // []
+	for _, sc := range all {
+		b, err := json.Marshal(viewOf(sc))
+		if err != nil {
+			return "", err
+		}
+		views = append(views, b)
+		size += len(b) + 1 // and a comma
+	}
+	fits := len(views)
+	if size > maxBytes {
+		fits, size = 0, 0
+		for _, b := range views {
+			if size+len(b)+1 > maxBytes-listOmittedReserve {
+				break
+			}
+			size += len(b) + 1
+			fits++
+		}
+	}
+	out := []byte("[")
+	for i, b := range views[:fits] {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, b...)
+	}
+	out = append(out, ']')
+	if fits == len(views) {
+		return string(out), nil
+	}
+	rest, err := json.Marshal(struct {
+		Omitted int    `json:"omitted"`
+		Note    string `json:"note"`
+	}{len(views) - fits, listOmittedNote})
+	if err != nil {
+		return "", err
+	}
+	return `{"wakeups":` + string(out) + `,` + string(rest[1:]), nil
 }
 
 // toolSeconds converts the seconds of a schedule tool's argument to a
@@ -119,21 +180,17 @@ func scheduleTools(rt func() *Runtime) []agent.Tool {
 			},
 		},
 		{
-			Name:        ListSchedulesToolName,
-			Executor:    server,
-			Description: "List this conversation's scheduled wake-ups.",
-			Parameters:  `{"type":"object","properties":{}}`,
+			Name:     ListSchedulesToolName,
+			Executor: server,
+			Description: "List this conversation's scheduled wake-ups, ordered by schedule_id. " +
+				"If they do not all fit one result, it lists the first ones under \"wakeups\" and says how many more there are under \"omitted\".",
+			Parameters: `{"type":"object","properties":{}}`,
 			Run: func(ctx context.Context, inv agent.Invocation) (string, error) {
 				all, err := rt().Schedules(ctx, inv.ConversationID)
 				if err != nil {
 					return "", err
 				}
-				views := make([]scheduleView, 0, len(all))
-				for _, sc := range all {
-					views = append(views, viewOf(sc))
-				}
-				out, err := json.Marshal(views)
-				return string(out), err
+				return listResult(all, agent.MaxResultBytes)
 			},
 		},
 		{
