@@ -183,6 +183,13 @@ func (g *gatewayActor) Receive(ctx actor.Context) {
 			select {
 			case f.in <- m:
 			default:
+				if m.GetFinal() {
+					// Kept apart: unsubscribed waits for it.
+					select {
+					case f.final <- m:
+					default:
+					}
+				}
 				select {
 				case f.overflow <- struct{}{}:
 				default:
@@ -639,6 +646,7 @@ const (
 type follower struct {
 	in       chan *messages.ClusterUpdate
 	overflow chan struct{}
+	final    chan *messages.ClusterUpdate // the final update, if in was full
 	conv     string
 	from     string // the address of the member subscribed to
 }
@@ -763,7 +771,7 @@ func (n *clusterNode) runFollower(ctx context.Context, conv string, last uint64,
 		// reach no follower of this one.
 		id := fmt.Sprintf("%s/%s/%d", n.self, n.run, n.nextID.Add(1))
 		f := &follower{in: make(chan *messages.ClusterUpdate, n.r.opts.SubscriberBuffer), overflow: make(chan struct{}, 1),
-			conv: conv, from: owner}
+			final: make(chan *messages.ClusterUpdate, 1), conv: conv, from: owner}
 		n.mu.Lock()
 		n.follow[id] = f
 		n.mu.Unlock()
@@ -836,7 +844,12 @@ func (n *clusterNode) runFollower(ctx context.Context, conv string, last uint64,
 					return
 				}
 			case <-f.overflow:
-				unfollow(true)
+				// Fell behind: the stream ends before the follower
+				// subscribes again, so that at the owner's
+				// Options.MaxSubscriptions the new subscription is not
+				// refused for the slot the old one still holds.
+				n.unsubscribed(f, owner, id)
+				unfollow(false)
 				break remote
 			case <-changed:
 				unfollow(true)
@@ -854,16 +867,18 @@ func (n *clusterNode) runFollower(ctx context.Context, conv string, last uint64,
 }
 
 // unsubscribeWaitMax bounds how long a follower whose subscriber is gone
-// waits for the owner to end its stream (see unsubscribed), whatever
+// (or fell behind) waits for the owner to end its stream (see unsubscribed), whatever
 // ClusterOptions.RequestTimeout: no context bounds that wait.
 const unsubscribeWaitMax = DefaultRequestTimeout
 
 // unsubscribed ends the stream id of follower f, which owner serves, for
-// a subscriber that is gone (its context ended): it unsubscribes, then
+// a subscriber that is gone (its context ended) or that fell behind (the
+// follower subscribes again once it returns): it unsubscribes, then
 // waits for the owner's final update of the stream, which the owner sends
 // once the stream has ended and freed its slot of the conversation (see
 // serveSubscribe), so that a subscription of the conversation the caller
-// opens once this one's channel is closed finds that slot free. The wait
+// opens once this one's channel is closed, or the follower's next one,
+// finds that slot free. The wait
 // is bounded by ClusterOptions.RequestTimeout and unsubscribeWaitMax (an
 // owner out of reach, or one whose update cannot reach this member) and
 // ends when this Runtime closes; updates that arrive meanwhile are dropped. The
@@ -881,8 +896,7 @@ func (n *clusterNode) unsubscribed(f *follower, owner, id string) {
 			if m.GetFinal() {
 				return
 			}
-		case <-f.overflow:
-			// The final update may be among those dropped.
+		case <-f.final: // it did not fit in f.in
 			return
 		case <-timer.C:
 			return

@@ -154,6 +154,12 @@ func TestSendAndWaitOverTheOwnersCap(t *testing.T) {
 // member that does not own conv, sharing a Store, with the conversation's
 // first turn ended (seq 2).
 func subcapCluster(t *testing.T, ctx context.Context, max int) (owner, member *Runtime, conv string, store *memjournal.Store) {
+	return subcapClusterBuffer(t, ctx, max, 0)
+}
+
+// subcapClusterBuffer is subcapCluster with the member's
+// Options.SubscriberBuffer at buffer (the default if 0).
+func subcapClusterBuffer(t *testing.T, ctx context.Context, max, buffer int) (owner, member *Runtime, conv string, store *memjournal.Store) {
 	store = memjournal.New(memjournal.Options{})
 	model := agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
 		return agent.Text("ok"), nil
@@ -167,7 +173,7 @@ func subcapCluster(t *testing.T, ctx context.Context, max int) (owner, member *R
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = owner.Close() })
 	net.join(ownerSys)
-	member, err = Open(Options{Store: store, Model: model, NoResume: true})
+	member, err = Open(Options{Store: store, Model: model, NoResume: true, SubscriberBuffer: buffer})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = member.Close() })
 	n := netMember(t, net, member, memberAddr, members)
@@ -234,4 +240,55 @@ func TestSendAndWaitRetryWithinTheOwnersCap(t *testing.T) {
 	last, err := store.LastSeq(ctx, conv)
 	require.NoError(t, err)
 	require.EqualValues(t, 4, last, "the retries wrote nothing")
+}
+
+// TestFallenBehindFollowerWithinTheOwnersCap: a subscription on a member
+// that does not own the conversation, whose follower falls behind (its
+// subscriber does not read, the member's Options.SubscriberBuffer is 1),
+// subscribes to the owner again once the owner has ended its old stream,
+// so that with the owner's Options.MaxSubscriptions at 1 it is served:
+// the subscriber reads every event of the log in order and no error. The
+// follower subscribed again at once, and the owner refused it
+// (ErrTooManySubscriptions) for the slot the old stream still held.
+func TestFallenBehindFollowerWithinTheOwnersCap(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	owner, member, conv, store := subcapClusterBuffer(t, ctx, 1, 1)
+	const turns = 20 // 40 events: more than the subscription's channel and the follower's buffer hold
+	for i := 1; i < turns; i++ {
+		_, err := owner.Send(ctx, conv, "again", agent.Scope{UserID: "u"})
+		require.NoError(t, err)
+		waitTurnEnded(t, ctx, store, conv, uint64(2*(i+1)), "turn ended")
+	}
+	n := member.cl
+	sctx, scancel := context.WithCancel(ctx)
+	defer scancel()
+	updates, err := member.Subscribe(sctx, conv, 0)
+	require.NoError(t, err)
+	var first []string
+	require.Eventually(t, func() bool { first = followIDs(n); return len(first) == 1 }, 10*time.Second, time.Millisecond,
+		"the follower subscribed")
+	// Nothing read: the follower falls behind, and subscribes again.
+	require.Eventually(t, func() bool { return !slices.Equal(followIDs(n), first) }, 10*time.Second, time.Millisecond,
+		"the follower subscribed again")
+	for seq := uint64(1); seq <= 2*turns; {
+		var u Update
+		select {
+		case got, ok := <-updates:
+			require.True(t, ok, "the subscription ended before seq %d", seq)
+			u = got
+		case <-ctx.Done():
+			t.Fatalf("no update of seq %d", seq)
+		}
+		require.NoError(t, u.Err, "served within the owner's cap")
+		if u.Event != nil {
+			require.Equal(t, seq, u.Event.GetSeq())
+			seq++
+		}
+	}
+	require.Equal(t, 1, slotsOf(owner, conv), "one stream on the owner")
+	scancel()
+	for range updates {
+	}
+	require.Zero(t, slotsOf(owner, conv), "the cancelled subscription freed the owner's slot")
 }
