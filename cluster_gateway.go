@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -766,6 +767,9 @@ func (n *clusterNode) runFollower(ctx context.Context, conv string, last uint64,
 				continue
 			}
 		}
+		if !n.awaitEnding(ctx, conv) {
+			return
+		}
 		// Unique across the member's runs: an owner may still serve a
 		// stream of an earlier run at this address, whose updates must
 		// reach no follower of this one.
@@ -786,9 +790,26 @@ func (n *clusterNode) runFollower(ctx context.Context, conv string, last uint64,
 					actor.NewPID(n.self, GatewayName))
 			}
 		}
-		res, err := n.callResult(actor.NewPID(owner, GatewayName), &messages.ClusterSubscribe{
+		answer, release := n.call(actor.NewPID(owner, GatewayName), &messages.ClusterSubscribe{
 			RequestId: n.nextID.Add(1), SubscriptionId: id, ConversationId: conv, AfterSeq: last, ReplyAddress: n.self,
-		}, n.opts.RequestTimeout)
+		})
+		timer := time.NewTimer(n.opts.RequestTimeout)
+		var res any
+		var err error
+		select {
+		case m := <-answer:
+			res, err = actors.AnswerOf(m)
+		case <-timer.C:
+			err = actor.ErrTimeout
+		case <-ctx.Done():
+			// The subscriber is gone: its channel closes now, and the
+			// answer is awaited apart (a stream the owner started
+			// meanwhile is ended there).
+			n.abandon(f, owner, id, conv, answer, release, timer, unfollow)
+			return
+		}
+		timer.Stop()
+		release()
 		if err != nil {
 			unfollow(true)
 			if !wait(changed, owner, "the owner did not answer", err) {
@@ -864,6 +885,78 @@ func (n *clusterNode) runFollower(ctx context.Context, conv string, last uint64,
 			}
 		}
 	}
+}
+
+// abandon awaits apart the answer to the subscribe of follower f (stream
+// id of conv, asked of owner), whose subscriber left before it came: a
+// stream the owner serves is ended (unsubscribed), one not answered before
+// timer fires is unsubscribed from. release releases the answer's box and
+// unfollow unregisters f. Until that stream has ended, a follower of conv
+// on this member waits before it subscribes (awaitEnding), so that the
+// two never hold two of the owner's slots of conv.
+func (n *clusterNode) abandon(f *follower, owner, id, conv string, answer <-chan any, release func(), timer *time.Timer,
+	unfollow func(tell bool)) {
+	done := make(chan struct{})
+	n.mu.Lock()
+	n.ending[conv] = append(n.ending[conv], done)
+	n.mu.Unlock()
+	end := func() {
+		n.mu.Lock()
+		n.ending[conv] = slices.DeleteFunc(n.ending[conv], func(c chan struct{}) bool { return c == done })
+		if len(n.ending[conv]) == 0 {
+			delete(n.ending, conv)
+		}
+		n.mu.Unlock()
+		close(done)
+	}
+	if !n.goServe(func() {
+		defer end()
+		defer release()
+		defer timer.Stop()
+		select {
+		case m := <-answer:
+			res, err := actors.AnswerOf(m)
+			if err != nil {
+				unfollow(true)
+				return
+			}
+			if reply, ok := res.(*messages.ClusterReply); ok && reply.GetError() != nil {
+				unfollow(false) // refused: no stream
+				return
+			}
+			n.unsubscribed(f, owner, id)
+			unfollow(false)
+		case <-timer.C:
+			unfollow(true)
+		case <-n.r.life.Done():
+			unfollow(true)
+		}
+	}) {
+		// Closing: the owner's streams to this member end with it.
+		timer.Stop()
+		release()
+		unfollow(true)
+		end()
+	}
+}
+
+// awaitEnding waits until no stream of conv that a subscriber left during
+// its subscribe is still ending (see abandon), and reports whether it did:
+// not if ctx ended or the Runtime closed first.
+func (n *clusterNode) awaitEnding(ctx context.Context, conv string) bool {
+	n.mu.Lock()
+	pending := slices.Clone(n.ending[conv])
+	n.mu.Unlock()
+	for _, done := range pending {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return false
+		case <-n.r.life.Done():
+			return false
+		}
+	}
+	return true
 }
 
 // unsubscribeWaitMax bounds how long a follower whose subscriber is gone

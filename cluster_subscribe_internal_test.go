@@ -118,3 +118,110 @@ func TestForwardedSubscriptionReportsTheOwnersStoreUnavailable(t *testing.T) {
 	require.ErrorIs(t, ru.Err, journal.ErrUnavailable)
 	require.Empty(t, followIDs(n), "the follower ended")
 }
+
+// recordGateway stands for an owner's gateway that hands the test each
+// ClusterSubscribe and ClusterUnsubscribe it gets, in order, with its
+// sender; it answers nothing itself.
+type recordGateway struct{ got chan heldMessage }
+
+type heldMessage struct {
+	sender *actor.PID
+	msg    any
+}
+
+func (g *recordGateway) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *messages.ClusterSubscribe, *messages.ClusterUnsubscribe:
+		g.got <- heldMessage{sender: ctx.Sender(), msg: m}
+	}
+}
+
+// TestSubscriptionCancelledDuringItsSubscribe: a subscription on a member
+// that does not own the conversation, cancelled while its subscribe to the
+// owner has no answer yet, ends at once (it waited for the answer, up to
+// ClusterOptions.RequestTimeout, here an hour). The owner serving it all
+// the same, the member unsubscribes from that stream; a new subscription
+// of the conversation reaches the owner only once that stream has ended
+// (its final update), so that the two never hold two of the owner's slots.
+func TestSubscriptionCancelledDuringItsSubscribe(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	store := memjournal.New(memjournal.Options{})
+	model := agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
+		return agent.Text("ok"), nil
+	})
+	const ownerAddr, memberAddr = "owner.test:1", "member.test:1"
+	members := []string{ownerAddr, memberAddr}
+	slices.Sort(members)
+	net := &fakeNet{sys: map[string]*actor.ActorSystem{}}
+	ownerSys := quietSystem(t, ownerAddr)
+	gw := &recordGateway{got: make(chan heldMessage, 8)}
+	_, err := ownerSys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return gw }), GatewayName)
+	require.NoError(t, err)
+	net.join(ownerSys)
+	member, err := Open(Options{Store: store, Model: model, NoResume: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = member.Close() })
+	n := netMember(t, net, member, memberAddr, members)
+	n.opts.RequestTimeout = time.Hour
+	conv := firstConv(func(id string) bool { return n.owner(id) == ownerAddr })
+	next := func(what string) heldMessage {
+		t.Helper()
+		select {
+		case m := <-gw.got:
+			return m
+		case <-ctx.Done():
+			t.Fatalf("the owner got no %s", what)
+			return heldMessage{}
+		}
+	}
+
+	sctx, scancel := context.WithCancel(ctx)
+	updates, err := member.Subscribe(sctx, conv, 0)
+	require.NoError(t, err)
+	first := next("subscribe")
+	sub, ok := first.msg.(*messages.ClusterSubscribe)
+	require.True(t, ok, "got %T, not the subscribe", first.msg)
+	scancel()
+	ended := make(chan struct{})
+	go func() {
+		for range updates {
+		}
+		close(ended)
+	}()
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		// Answered, so that the member can close.
+		ownerSys.Root.Send(first.sender, &messages.ClusterReply{RequestId: sub.GetRequestId(), Node: ownerAddr,
+			Error: &messages.Error{Code: messages.ErrorCode_ERROR_CODE_UNAVAILABLE, Message: "closing"}})
+		t.Fatal("the cancelled subscription did not end before the owner answered its subscribe")
+	}
+	require.Zero(t, slotsOf(member, conv), "the ended subscription freed its slot")
+
+	again, err := member.Subscribe(ctx, conv, 0)
+	require.NoError(t, err)
+	// The owner serves the first stream all the same.
+	ownerSys.Root.Send(first.sender, &messages.ClusterReply{RequestId: sub.GetRequestId(), Node: ownerAddr})
+	m := next("unsubscribe")
+	unsub, ok := m.msg.(*messages.ClusterUnsubscribe)
+	require.True(t, ok, "got %T before the unsubscribe of the stream the owner served", m.msg)
+	require.Equal(t, sub.GetSubscriptionId(), unsub.GetSubscriptionId())
+	require.Equal(t, actor.NewPID(memberAddr, GatewayName).String(), m.sender.String(), "sent as the member's gateway")
+	// The owner ends it: only then does the new subscription reach it.
+	ownerSys.Root.RequestWithCustomSender(actor.NewPID(memberAddr, GatewayName),
+		&messages.ClusterUpdate{SubscriptionId: sub.GetSubscriptionId(), ConversationId: conv, Final: true,
+			Error: &messages.Error{Code: messages.ErrorCode_ERROR_CODE_UNAVAILABLE, Message: "stopped serving"}},
+		actor.NewPID(ownerAddr, GatewayName))
+	m = next("second subscribe")
+	sub2, ok := m.msg.(*messages.ClusterSubscribe)
+	require.True(t, ok, "got %T, not the new subscribe", m.msg)
+	require.NotEqual(t, sub.GetSubscriptionId(), sub2.GetSubscriptionId())
+	require.Eventually(t, func() bool { return slices.Equal(followIDs(n), []string{sub2.GetSubscriptionId()}) },
+		10*time.Second, time.Millisecond, "only the new subscription's follower is left")
+	select {
+	case u, ok := <-again:
+		t.Fatalf("the new subscription got an update (%v) or ended (%v) unanswered", u, !ok)
+	default:
+	}
+}

@@ -1165,7 +1165,12 @@ func (r *Runtime) deleted(ctx context.Context, conversationID string) error {
 // for the owner to end its stream before the channel is closed (for no
 // longer than ClusterOptions.RequestTimeout once the owner has answered
 // the subscribe, an owner out of reach): once it is closed, the
-// subscription's slot on the owner is free too.
+// subscription's slot on the owner is free too. One whose ctx ends before
+// the owner answered its subscribe is closed at once; a stream the owner
+// serves it all the same is ended then, and until it has ended (or the
+// owner's answer timed out) the next subscription of the conversation on
+// this member waits before it subscribes to the owner, so that the two
+// never hold two of the owner's slots.
 func (r *Runtime) Subscribe(ctx context.Context, conversationID string, afterSeq uint64) (<-chan Update, error) {
 	if err := r.enter(ctx); err != nil {
 		return nil, fmt.Errorf("lazarus: subscribe to %q: %w", clipID(conversationID), err)

@@ -139,7 +139,9 @@ func (w *turnWait) resubscribe(ctx context.Context, after uint64) error {
 	// conversation one below its cap is not refused the new one. endsWith
 	// does not drain a cluster's subscription: a cancelled one ends once
 	// its owner has ended its stream, or within the cluster's request
-	// timeouts of an owner out of reach (see Subscribe).
+	// timeouts of an owner out of reach; one cancelled during its
+	// subscribe ends at once, and the next waits for its stream's end
+	// (see Subscribe).
 	for range w.updates {
 	}
 	subCtx, cancel := context.WithCancel(ctx)
