@@ -235,7 +235,8 @@ func (l *liveOut) ask(ctx context.Context, rt *lazarus.Runtime, q string, onDelt
 // so that a call's leftover text never reads as part of the answer that
 // follows. An answer none of whose text was shown since the kill or the
 // last Restart (the killed call's, written before the kill stopped it, or
-// one that streamed no text) is shown whole when it is durable.
+// one that streamed no text) is shown whole when it is durable. A model
+// call's retry (Update.Retry) is shown as such, not as the turn's failure.
 func (l *liveOut) show(updates <-chan lazarus.Update, onDelta func(string) bool) (*messages.AssistantMessage, error) {
 	abandoned := false // onDelta abandoned the call whose deltas come until the next Restart
 	shown := 0         // bytes of streamed text shown since the last event
@@ -251,6 +252,10 @@ func (l *liveOut) show(updates <-chan lazarus.Update, onDelta func(string) bool)
 			abandoned, shown = false, 0
 		}
 		switch {
+		case u.Retry != nil:
+			// A model call failed and is made again: the turn goes on.
+			l.printf("\n   [the model call failed (attempt %d: %v); the runtime tries again in %s]\n   ",
+				u.Retry.Attempt, u.Err, u.Retry.Delay)
 		case u.Err != nil:
 			return nil, fmt.Errorf("demo: the turn failed: %w", u.Err)
 		case u.Delta != "":

@@ -254,3 +254,37 @@ func TestLiveDemoDropsTheKilledCallsText(t *testing.T) {
 	require.True(t, ok, out)
 	assert.True(t, strings.HasPrefix(after, "Hello, world!\n   [durable at seq 2:"), "the answer alone:\n%s", out)
 }
+
+// TestLiveDemoGoesOnAfterAModelCallsRetry runs the live demo on a local
+// server whose first answer is a 429 with Retry-After: the runtime makes
+// the call again, the demo shows the retry and goes on, and its checks
+// hold. The demo took the retry's update (its Err set) for the turn's
+// failure and ended with status 1.
+func TestLiveDemoGoesOnAfterAModelCallsRetry(t *testing.T) {
+	rs, err := providertest.Load("../../agent/openai/testdata/text.txt")
+	require.NoError(t, err)
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if calls.Add(1) == 1 {
+			w.Header().Set("Retry-After", "1")
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusTooManyRequests)
+			// insufficient_quota: the client does not retry it itself.
+			_, _ = w.Write([]byte(`{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","code":"insufficient_quota"}}`))
+			return
+		}
+		providertest.Write(w, rs[0])
+	}))
+	t.Cleanup(srv.Close)
+	t.Setenv("OPENAI_BASE_URL", srv.URL)
+	t.Setenv("OPENAI_API_KEY", "k")
+	t.Setenv("OPENAI_MODEL", "local-model")
+	var stdout, stderr bytes.Buffer
+	code := cli(context.Background(), []string{"--model", "openai"}, &stdout, &stderr)
+	require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+	out := stdout.String()
+	assert.Contains(t, out, "[the model call failed (attempt 1: ")
+	assert.Contains(t, out, "the runtime tries again in 1s]")
+	assert.Contains(t, out, "check: the log holds 2 questions and 2 answers")
+	assert.GreaterOrEqual(t, calls.Load(), int64(3), "the failed call, its retry and the later calls")
+}
