@@ -84,17 +84,7 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) (err error) 
 	d.dir = dir
 	defer func() {
 		d.closeRuntime()
-		switch {
-		case !temp:
-		case cfg.keep:
-			fmt.Fprintf(stderr, "demo: kept %s\n", dir)
-		case err != nil && ctx.Err() == nil:
-			fmt.Fprintf(stderr, "demo: kept %s for inspection\n", dir)
-		default:
-			if rerr := os.RemoveAll(dir); rerr != nil {
-				d.log.Warn("could not remove the temporary directory", "dir", dir, "err", rerr)
-			}
-		}
+		leaveDir(ctx, cfg, dir, temp, err, stderr, d.log)
 	}()
 	d.out.header(dir, temp && !cfg.keep)
 	err = d.play(ctx)
@@ -143,6 +133,24 @@ func newLogger(w io.Writer, verbose bool) *slog.Logger {
 		level = slog.LevelDebug
 	}
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+}
+
+// leaveDir leaves the demo's directory as its end says: a given one as it
+// is; a temporary one kept on --keep, or after a failure (not an interrupt)
+// for inspection, each said on stderr, else removed (a failed removal is
+// logged).
+func leaveDir(ctx context.Context, cfg config, dir string, temp bool, err error, stderr io.Writer, log *slog.Logger) {
+	switch {
+	case !temp:
+	case cfg.keep:
+		fmt.Fprintf(stderr, "demo: kept %s\n", dir)
+	case err != nil && ctx.Err() == nil:
+		fmt.Fprintf(stderr, "demo: kept %s for inspection\n", dir)
+	default:
+		if rerr := os.RemoveAll(dir); rerr != nil {
+			log.Warn("could not remove the temporary directory", "dir", dir, "err", rerr)
+		}
+	}
 }
 
 // prepareDir returns the store's directory: dir, created if missing, or a

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -51,17 +50,8 @@ func runLive(ctx context.Context, cfg config, stdout, stderr io.Writer) (err err
 	if err != nil {
 		return err
 	}
-	defer func() {
-		switch {
-		case !temp:
-		case cfg.keep:
-			fmt.Fprintf(stderr, "demo: kept %s\n", dir)
-		case err != nil && ctx.Err() == nil:
-			fmt.Fprintf(stderr, "demo: kept %s for inspection\n", dir)
-		default:
-			_ = os.RemoveAll(dir)
-		}
-	}()
+	log := newLogger(stderr, cfg.verbose)
+	defer func() { leaveDir(ctx, cfg, dir, temp, err, stderr, log) }()
 	l := &liveOut{w: stdout, text: !cfg.json && !cfg.quiet, started: time.Now()}
 	if cfg.json {
 		l.rec = newReporter(stdout, true, cfg.quiet)
@@ -72,7 +62,6 @@ func runLive(ctx context.Context, cfg config, stdout, stderr io.Writer) (err err
 		}()
 	}
 	l.printf("Lazarus live demo: model %s, store %s\n\n", cfg.model, dir)
-	log := newLogger(stderr, cfg.verbose)
 
 	l.act(1, "A streamed answer is killed mid-stream; the revival re-runs the turn")
 	rt, err := lazarus.Open(lazarus.Options{Dir: dir, Model: model, Logger: log})
