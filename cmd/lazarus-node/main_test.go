@@ -227,10 +227,16 @@ func TestControlAPICalls(t *testing.T) {
 	require.Equal(t, http.StatusConflict, status, "%v", out)
 	require.Equal(t, "stale", out["code"])
 
-	status, out = call(t, "POST", base+"/kill?conv=h", "")
+	// A conversation whose turn has ended and that has nothing on its way
+	// (h's answer may still be delivered to a successor of a killed
+	// activation, which a second kill would find live).
+	status, out = call(t, "POST", base+"/sendwait", `{"conv":"k","text":"hi"}`)
+	require.Equal(t, http.StatusOK, status, "%v", out)
+	require.Equal(t, "answered", out["outcome"])
+	status, out = call(t, "POST", base+"/kill?conv=k", "")
 	require.Equal(t, http.StatusOK, status)
 	require.Equal(t, true, out["killed"], "the activation was live (no idle timeout)")
-	_, out = call(t, "POST", base+"/kill?conv=h", "")
+	_, out = call(t, "POST", base+"/kill?conv=k", "")
 	require.Equal(t, false, out["killed"], "killed twice")
 	status, out = call(t, "GET", base+"/owner?conv=h", "")
 	require.Equal(t, http.StatusOK, status)
