@@ -73,8 +73,14 @@ func TestScheduleWakeThatCannotBeWrittenIsSkipped(t *testing.T) {
 			}
 			_, err := rt.Schedule(ctx, "c", spec, alice)
 			require.NoError(t, err, "the text fits the wake the schedule's author writes")
-			before, err := rt.Store().LastSeq(ctx, "c")
-			require.NoError(t, err)
+			// The set-up's turn ("hi" and its answer) is over before the
+			// log's end is read: WaitCalls saw the model asked, not the
+			// answer written.
+			var before uint64
+			require.Eventually(t, func() bool {
+				before, err = rt.Store().LastSeq(ctx, "c")
+				return err == nil && before == 2
+			}, 20*time.Second, time.Millisecond, "the set-up's turn ended")
 
 			at := schedT0.Add(10 * time.Minute)
 			advanceWhenArmed(t, clock, at)
