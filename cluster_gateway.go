@@ -181,21 +181,7 @@ func (g *gatewayActor) Receive(ctx actor.Context) {
 			ctx.Request(ctx.Sender(), &messages.ClusterUnsubscribe{SubscriptionId: m.GetSubscriptionId()})
 		}
 		if f != nil {
-			select {
-			case f.in <- m:
-			default:
-				if m.GetFinal() {
-					// Kept apart: unsubscribed waits for it.
-					select {
-					case f.final <- m:
-					default:
-					}
-				}
-				select {
-				case f.overflow <- struct{}{}:
-				default:
-				}
-			}
+			f.deliver(m)
 		}
 	}
 }
@@ -650,6 +636,36 @@ type follower struct {
 	final    chan *messages.ClusterUpdate // the final update, if in was full
 	conv     string
 	from     string // the address of the member subscribed to
+	behind   bool   // an update did not fit in in: see deliver
+}
+
+// deliver hands m, an update of f's stream, to the follower; only the
+// gateway calls it. An update that does not fit in f.in is dropped and
+// f.overflow signalled: the follower emits what f.in holds, then
+// subscribes again after the last event it emitted. Every later update of
+// the stream is dropped too, though f.in may have room by then: one
+// taken after the dropped one would reach the subscriber past a gap (and
+// move the follower's last seq past it). A final update that is not
+// taken is kept apart (f.final): unsubscribed waits for it.
+func (f *follower) deliver(m *messages.ClusterUpdate) {
+	if !f.behind {
+		select {
+		case f.in <- m:
+			return
+		default:
+			f.behind = true
+		}
+	}
+	if m.GetFinal() {
+		select {
+		case f.final <- m:
+		default:
+		}
+	}
+	select {
+	case f.overflow <- struct{}{}:
+	default:
+	}
 }
 
 // takes reports whether m, sent by sender, is an update of f's stream: of

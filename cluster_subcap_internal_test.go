@@ -292,3 +292,29 @@ func TestFallenBehindFollowerWithinTheOwnersCap(t *testing.T) {
 	}
 	require.Zero(t, slotsOf(owner, conv), "the cancelled subscription freed the owner's slot")
 }
+
+// TestFallenBehindFollowerTakesNothingPastTheDrop: once an update of a
+// followed stream did not fit in the follower's buffer, no later update
+// is handed to the follower, though its buffer has room again by then:
+// the follower emits what it holds (the updates before the dropped one)
+// and subscribes again after the last it emitted, so an update taken past
+// the dropped one reached the subscriber past a gap. The stream's final
+// update is kept apart for unsubscribed.
+func TestFallenBehindFollowerTakesNothingPastTheDrop(t *testing.T) {
+	f := &follower{in: make(chan *messages.ClusterUpdate, 1), overflow: make(chan struct{}, 1),
+		final: make(chan *messages.ClusterUpdate, 1)}
+	ev := func(seq uint64) *messages.ClusterUpdate {
+		return &messages.ClusterUpdate{Event: &messages.Event{Seq: seq}}
+	}
+	f.deliver(ev(1))
+	f.deliver(ev(2)) // f.in is full: dropped
+	require.Len(t, f.overflow, 1, "the follower is told it fell behind")
+	require.EqualValues(t, 1, (<-f.in).GetEvent().GetSeq())
+	f.deliver(ev(3)) // f.in has room, but seq 2 was dropped
+	require.Empty(t, f.in, "nothing past the dropped update is taken")
+	final := &messages.ClusterUpdate{Final: true}
+	f.deliver(final)
+	require.Empty(t, f.in)
+	require.Len(t, f.final, 1, "the final update is kept for unsubscribed")
+	require.Same(t, final, <-f.final)
+}
