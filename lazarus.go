@@ -1215,7 +1215,9 @@ func (r *Runtime) Subscribe(ctx context.Context, conversationID string, afterSeq
 // pending calls and their deadlines are untouched; its next command revives
 // it, and so does a resume scan (Open's, then one every ResumeInterval,
 // unless NoResume) if the kill left it ACTIVE (a turn or a server call in
-// progress), as after a crash. Subscribers see a TurnCancelled end if a turn was in progress, with
+// progress), as after a crash; nothing else does (a re-wake the killed
+// actor asked for, its write having lost a race or met an unknown outcome,
+// is dropped). Subscribers see a TurnCancelled end if a turn was in progress, with
 // the seq of the log's last event at the kill as its Update.After. A
 // command that arrives while Kill runs (a Send of another caller, say)
 // waits until that end is published: its message comes after it, and

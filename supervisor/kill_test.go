@@ -57,3 +57,37 @@ func TestKillHoldsBackActivationsUntilThenReturns(t *testing.T) {
 	require.Eventually(t, func() bool { return s.IsActive("c") }, 5*time.Second, time.Millisecond,
 		"the id is not held once Kill has returned")
 }
+
+// TestKilledActivationsRewakeIsDropped: a re-wake a killed activation asked
+// for (its write lost a race, or its outcome is unknown, as the kill came)
+// does not revive the conversation; one of a live activation's, or one the
+// supervisor sends of its own, does.
+func TestKilledActivationsRewakeIsDropped(t *testing.T) {
+	s := startForTest(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := s.Ask(ctx, "c", &actors.Command{Msg: &messages.AgentWake{}})
+	require.NoError(t, err)
+	a := s.reg.lookup("c")
+	require.NotNil(t, a)
+	require.True(t, s.Kill("c", nil))
+	s.system.Root.Send(s.pid, &rewake{conversation: "c", unknown: true, from: a})
+	s.system.Root.Send(s.pid, &rewake{conversation: "c", from: a})
+	// The actor handles its mailbox in order: once a later delivery to
+	// another conversation has gone out, c's re-wakes have been handled.
+	s.system.Root.Send(s.pid, &rewake{conversation: "b"})
+	require.Eventually(t, func() bool { return s.IsActive("b") }, 5*time.Second, time.Millisecond)
+	require.False(t, s.IsActive("c"), "the killed activation's re-wakes revived nothing")
+
+	b := s.reg.lookup("b")
+	require.NotNil(t, b)
+	require.True(t, s.Kill("b", nil))
+	s.system.Root.Send(s.pid, &rewake{conversation: "c"})
+	require.Eventually(t, func() bool { return s.IsActive("c") }, 5*time.Second, time.Millisecond,
+		"a re-wake of the supervisor's own still goes out")
+	c := s.reg.lookup("c")
+	require.NotNil(t, c)
+	s.system.Root.Send(s.pid, &rewake{conversation: "b", unknown: true, committed: true, from: c})
+	require.Eventually(t, func() bool { return s.IsActive("b") }, 5*time.Second, time.Millisecond,
+		"a live activation's re-wake (of another id here) goes out")
+}

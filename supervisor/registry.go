@@ -28,9 +28,10 @@ type activation struct {
 
 	done chan struct{} // closed once the actor has terminated
 
-	mu      sync.Mutex // guards sent, retired, cause, thenTold, deleting and endHeld; held across a send
+	mu      sync.Mutex // guards sent, retired, killed, cause, thenTold, deleting and endHeld; held across a send
 	sent    uint64     // commands sent to this activation
 	retired bool
+	killed  bool  // Kill stopped the actor: the re-wakes it asked for are dropped
 	cause   error // why the actor stopped itself, if it did (see stopped)
 	// thenTold: Kill stopped the actor and calls its then once it has
 	// terminated, instead of Config.Terminated.
@@ -355,9 +356,16 @@ func (r *registry) kill(a *activation, deliver func(pid *actor.PID)) bool {
 	if a.retired {
 		return false
 	}
-	a.retired = true
+	a.retired, a.killed = true, true
 	deliver(a.pid)
 	return true
+}
+
+// wasKilled reports whether Kill stopped the actor.
+func (a *activation) wasKilled() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.killed
 }
 
 // terminated forgets the activation of a stopped actor and wakes everyone

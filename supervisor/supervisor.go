@@ -434,7 +434,10 @@ func (s *Supervisor) spawnFromOutside(a *activation) (*actor.PID, error) {
 // Kill stops the actor of conversation id, as a crash would, and waits until
 // it is gone. It reports whether there was a live one. The actor first
 // answers the commands queued before the kill order; work in flight (a model
-// call, a tool run) is abandoned and recovered by the next activation.
+// call, a tool run) is abandoned and recovered by the next activation. A
+// re-wake the killed actor asks for (after a write of its that lost a race
+// or whose outcome is unknown) is dropped: the conversation stays without
+// an activation until its next command or the resume scan.
 //
 // If there was one and then is not nil, Kill calls then once the actor has
 // terminated, before any new activation of id is created: as during a
@@ -579,6 +582,11 @@ const maxUnknownRewakes = 3
 type rewake struct {
 	conversation       string
 	unknown, committed bool
+	// from is the activation that asked for it, if one did: a re-wake
+	// asked for by an activation Kill stopped is dropped, so that a kill
+	// leaves the conversation dead until its next command or the resume
+	// scan, as Kill promises.
+	from *activation
 }
 
 // redeliver is a delivery that met an activation still being spawned by a
@@ -609,6 +617,10 @@ func (r *root) Receive(ctx actor.Context) {
 			Resolver:   actors.SystemIdentity(),
 		}})
 	case *rewake:
+		if msg.from != nil && msg.from.wasKilled() {
+			s.log.Debug("a killed activation's re-wake is dropped", "conversation", msg.conversation)
+			return
+		}
 		if owned, err := s.owns(msg.conversation); !owned && err == nil {
 			return
 		}
@@ -877,9 +889,9 @@ func (r *root) spawn(ctx actor.Context, a *activation) (*actor.PID, error) {
 		return ok
 	}
 	self, root := ctx.Self(), ctx.ActorSystem().Root
-	cfg.Fenced = func() { root.Send(self, &rewake{conversation: a.id}) }
+	cfg.Fenced = func() { root.Send(self, &rewake{conversation: a.id, from: a}) }
 	cfg.Unknown = func(committed bool) {
-		root.Send(self, &rewake{conversation: a.id, unknown: true, committed: committed})
+		root.Send(self, &rewake{conversation: a.id, unknown: true, committed: committed, from: a})
 	}
 	cfg.Stopped = a.stopped
 	if fenced := s.cfg.Fenced; fenced != nil {
