@@ -88,11 +88,13 @@ func TestServeReadTimeout(t *testing.T) {
 	ctx, addr, call, conv, lines := n.ctx, n.addr, n.call, n.conv, n.lines
 
 	// The stalled request: its headers and half its body, then nothing.
+	// The node's read deadline runs from its accept, which may come before
+	// Dial returns: the wait is measured from before the dial.
+	start := time.Now()
 	conn, err := net.Dial("tcp", addr)
 	require.NoError(t, err)
 	defer conn.Close()
 	body := `{"text": "never finished"}`
-	start := time.Now()
 	_, err = fmt.Fprintf(conn, "POST /v1/conversations/%s/messages HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer alice-token\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
 		conv.ID, addr, len(body), body[:len(body)/2])
 	require.NoError(t, err)
