@@ -127,6 +127,12 @@
 //	  Store that keeps none)                         501 unsupported
 //	anything else                                    500 internal
 //
+// A 429 too_many_subscriptions carries a Retry-After header of
+// RetryAfterTooManySubscriptions (5) seconds, and a 503 unavailable one of
+// RetryAfterUnavailable (1): hints of when to try again, nothing promised.
+// A 503 closed carries none (the Runtime will not serve again, and when a
+// restarted one will is not known), nor does /readyz's 503, for probes.
+//
 // unknown_outcome means the write may or may not have happened: a send
 // retried with the same request_id appends nothing twice, a resolve retried
 // gets 409 stale if an answer was recorded. A write that landed is never

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"unicode/utf8"
 
 	"github.com/lazarusrt/lazarus"
@@ -48,6 +49,34 @@ func errInvalid(msg string) *apiError {
 }
 
 var errNotFound = &apiError{status: http.StatusNotFound, code: CodeNotFound, msg: "not found"}
+
+// The Retry-After (in seconds) of the error answers that have one: a
+// request refused for a while rather than for what it is. It is a hint;
+// the server promises nothing of the state after it.
+const (
+	// RetryAfterUnavailable is that of 503 unavailable: the store failed
+	// (or the request was cancelled) and nothing was written.
+	RetryAfterUnavailable = 1
+	// RetryAfterTooManySubscriptions is that of 429
+	// too_many_subscriptions: a slot frees when one of the conversation's
+	// streams ends, which no one can say when; a client that tries again
+	// sooner gets another 429.
+	RetryAfterTooManySubscriptions = 5
+)
+
+// retryAfter is the Retry-After of an error answered with code, 0 for
+// none: closed (the runtime will not serve again; when its replacement
+// will is not known here) and the codes that are no refusal for a while
+// have none.
+func retryAfter(code string) int {
+	switch code {
+	case CodeUnavailable:
+		return RetryAfterUnavailable
+	case CodeTooManySubscriptions:
+		return RetryAfterTooManySubscriptions
+	}
+	return 0
+}
 
 // classify returns the status and code of err.
 func classify(err error) (int, string) {
@@ -108,11 +137,15 @@ type errorDetail struct {
 // code. A 5xx is logged as a failure of the server, but for a request its
 // client ended (it went away, and its context with it: the error wraps
 // context.Canceled), which is the client's doing and logged at debug
-// level, whatever the call's outcome.
+// level, whatever the call's outcome. A code with a retryAfter carries
+// it in a Retry-After header.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	status, code := classify(err)
 	if status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="lazarus"`)
+	}
+	if secs := retryAfter(code); secs > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(secs))
 	}
 	switch {
 	case status < 500, status == http.StatusNotImplemented:

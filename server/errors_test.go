@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -79,4 +81,30 @@ func TestCursorsNext(t *testing.T) {
 	require.Equal(t, CodeInvalid, code)
 	_, err = newCursors().open(c.next("c-1", false))
 	require.Error(t, err, "another server's cursor")
+}
+
+// TestErrorAnswersRetryAfter: a 503 unavailable carries Retry-After: 1 and
+// a 429 too_many_subscriptions Retry-After: 5, as the package documents; a
+// 503 closed and the other errors carry none.
+func TestErrorAnswersRetryAfter(t *testing.T) {
+	s := &Server{log: slog.New(slog.DiscardHandler)}
+	for _, c := range []struct {
+		err    error
+		status int
+		want   string
+	}{
+		{fmt.Errorf("append: %w", journal.ErrUnavailable), http.StatusServiceUnavailable, "1"},
+		{fmt.Errorf("append: %w", journal.ErrNoSpace), http.StatusServiceUnavailable, "1"},
+		{fmt.Errorf("subscribe: %w", lazarus.ErrTooManySubscriptions), http.StatusTooManyRequests, "5"},
+		{fmt.Errorf("send: %w", lazarus.ErrClosed), http.StatusServiceUnavailable, ""},
+		{journal.ErrNotFound, http.StatusNotFound, ""},
+		{errors.New("boom"), http.StatusInternalServerError, ""},
+	} {
+		rec := httptest.NewRecorder()
+		s.writeError(rec, httptest.NewRequest("GET", "/v1/conversations", nil), c.err)
+		require.Equal(t, c.status, rec.Code, "%v", c.err)
+		require.Equal(t, c.want, rec.Header().Get("Retry-After"), "%v", c.err)
+		_, set := rec.Header()["Retry-After"]
+		require.Equal(t, c.want != "", set, "%v", c.err)
+	}
 }

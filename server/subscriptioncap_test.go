@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"testing"
@@ -15,7 +16,7 @@ import (
 
 // TestStreamsOverTheCapAre429: a conversation with
 // lazarus.Options.MaxSubscriptions streams open refuses one more with 429
-// too_many_subscriptions, while the open ones go on; once one is closed, a
+// too_many_subscriptions (Retry-After: 5 seconds), while the open ones go on; once one is closed, a
 // new stream is served again.
 func TestStreamsOverTheCapAre429(t *testing.T) {
 	ctx := testContext(t)
@@ -26,6 +27,7 @@ func TestStreamsOverTheCapAre429(t *testing.T) {
 
 	// open answers the status of a stream request and its body, unless it
 	// is a stream, which it closes.
+	var retryAfter string
 	open := func() (int, []byte) {
 		rctx, cancel := context.WithCancel(ctx)
 		defer cancel()
@@ -40,11 +42,14 @@ func TestStreamsOverTheCapAre429(t *testing.T) {
 		}
 		out, err := io.ReadAll(res.Body)
 		require.NoError(t, err)
+		retryAfter = res.Header.Get("Retry-After")
 		return res.StatusCode, out
 	}
 	status, body := open()
 	require.Equal(t, http.StatusTooManyRequests, status, "%s", body)
 	require.Equal(t, server.CodeTooManySubscriptions, errorCode(t, body))
+	require.Equal(t, fmt.Sprint(server.RetryAfterTooManySubscriptions), retryAfter)
+	require.Equal(t, "5", retryAfter, "the documented value")
 
 	// The open streams are untouched.
 	n.must(t, http.StatusAccepted, "POST", "/v1/conversations/"+conv.ID+"/messages", tokAlice, server.SendMessage{Text: "hi"}, nil)

@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -103,4 +105,35 @@ func serverCodes(t *testing.T) []string {
 		t.Fatalf("found only %d codes in server/errors.go: %v", len(codes), codes)
 	}
 	return codes
+}
+
+// TestRetryAfterAnswersMapToTheirSentinels: the node's 429
+// too_many_subscriptions and 503 unavailable carry a Retry-After header;
+// the client still maps them to their sentinels (and so to the offline
+// mode's exit status, 1), whatever the header.
+func TestRetryAfterAnswersMapToTheirSentinels(t *testing.T) {
+	for _, c := range []struct {
+		status int
+		code   string
+		want   error
+	}{
+		{http.StatusTooManyRequests, server.CodeTooManySubscriptions, lazarus.ErrTooManySubscriptions},
+		{http.StatusServiceUnavailable, server.CodeUnavailable, journal.ErrUnavailable},
+	} {
+		node := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Retry-After", "5")
+			w.WriteHeader(c.status)
+			fmt.Fprintf(w, `{"error":{"code":%q,"message":"m"}}`, c.code)
+		}))
+		r := &remote{base: node.URL, hc: node.Client()}
+		err := r.call(context.Background(), http.MethodGet, "/v1/conversations/c/stream", nil, nil)
+		node.Close()
+		if !errors.Is(err, c.want) {
+			t.Errorf("%d %s: %v does not wrap %v", c.status, c.code, err, c.want)
+		}
+		if got := exitCode(err); got != exitError {
+			t.Errorf("%d %s: exit status %d, want %d", c.status, c.code, got, exitError)
+		}
+	}
 }
