@@ -7,7 +7,7 @@
 // 'lazarus serve' runs a node: a runtime on a store, served over HTTP by
 // package server (serve.go). With --server URL (or $LAZARUS_SERVER) and a
 // bearer token (--token, $LAZARUS_TOKEN), conversations, show, tail,
-// pending, resolve, delete and stats work on such a live node through its
+// pending, resolve, schedules, delete and stats work on such a live node through its
 // API instead of a store, with the same output and exit statuses, and send
 // sends a message (remote.go).
 //
@@ -379,8 +379,8 @@ command fails with exit status 4.
 
 A live node ('lazarus serve') is reached with --server URL (or
 $LAZARUS_SERVER) and a bearer token (--token or $LAZARUS_TOKEN):
-conversations, show, tail, pending, resolve, delete, stats and send then
-go through its HTTP API, as the token's user.
+conversations, show, tail, pending, resolve, schedules, delete, stats and
+send then go through its HTTP API, as the token's user.
 
 Commands:
 `)

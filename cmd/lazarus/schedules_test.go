@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -8,7 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/scripted"
+	"github.com/lazarusrt/lazarus/server"
 )
 
 func TestSchedules(t *testing.T) {
@@ -53,4 +57,65 @@ func TestSchedules(t *testing.T) {
 	r = cliRun(t, "", "schedules", "c", "--dir", dir)
 	requireOK(t, r)
 	require.Contains(t, r.stdout, "tick")
+}
+
+// TestSchedulesOnANode: with --server, schedules lists a conversation's
+// schedules through the node's API, every page (here one schedule a page),
+// printing what it prints offline on the same store, with the same exit
+// statuses; --cancel removes one through the node (exit 5 for one the
+// conversation does not have, and for a conversation the token does not
+// see).
+func TestSchedulesOnANode(t *testing.T) {
+	f := newFixture(t)
+	ctx := ctxT(t)
+	local := cliRun(t, "", "schedules", "finished", "--dir", f.dir)
+	requireOK(t, local)
+	require.Len(t, outLines(local.stdout), 3, local.stdout)
+
+	rt, err := lazarus.Open(lazarus.Options{Dir: f.dir, Model: scripted.New(scripted.Options{}), Tools: tools(), NoResume: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, rt.Close()) })
+	tokens, err := server.NewBearerTokens(map[string]agent.Identity{
+		"ops-token": {UserID: "ops", Roles: []string{"operator"}},
+		"zoe-token": {UserID: "zoe"},
+	})
+	require.NoError(t, err)
+	node := httptest.NewServer(server.New(rt, server.Options{Authenticator: tokens, MaxPageBytes: 1}))
+	t.Cleanup(node.Close)
+	remote := func(tok string, args ...string) result {
+		var out, errb bytes.Buffer
+		code := newCLI(strings.NewReader(""), &out, &errb).run(ctx, append(args, "--server", node.URL, "--token", tok))
+		return result{out.String(), errb.String(), code}
+	}
+
+	r := remote("ops-token", "schedules", "finished")
+	requireOK(t, r)
+	require.Equal(t, local.stdout, r.stdout)
+
+	r = remote("ops-token", "schedules", "nobody")
+	require.Equal(t, exitNotFound, r.code, r.stderr)
+	require.Contains(t, r.stderr, "no conversation nobody")
+	require.Empty(t, r.stdout)
+	r = remote("zoe-token", "schedules", "finished")
+	require.Equal(t, exitNotFound, r.code, "a conversation the token does not see: %s", r.stderr)
+	r = remote("zoe-token", "schedules", "finished", "--cancel", "finished-once")
+	require.Equal(t, exitNotFound, r.code, r.stderr)
+
+	r = remote("ops-token", "schedules", "finished", "--cancel", "finished-once")
+	requireOK(t, r)
+	require.Equal(t, "finished-once (conversation finished) cancelled\n", r.stdout)
+	r = remote("ops-token", "schedules", "finished", "--cancel", "finished-once")
+	require.Equal(t, exitNotFound, r.code, r.stderr)
+	r = remote("ops-token", "schedules", "finished")
+	requireOK(t, r)
+	require.Len(t, outLines(r.stdout), 2, r.stdout)
+	require.NotContains(t, r.stdout, "finished-once")
+	left, err := rt.Schedules(ctx, "finished")
+	require.NoError(t, err)
+	require.Len(t, left, 2)
+
+	// A bad schedule id is still a usage error, found before the node is
+	// asked.
+	r = remote("ops-token", "schedules", "finished", "--cancel", strings.Repeat("x", 1000))
+	require.Equal(t, exitUsage, r.code, r.stderr)
 }
