@@ -17,8 +17,10 @@
 //	lazarus COMMAND --help
 //
 // COMMAND --help (or -h, or help COMMAND) prints the command's help on
-// stdout with status 0, whatever flags come before it, even a top-level
-// one the command refuses otherwise (--dir before send, say).
+// stdout with status 0, whatever flags come before or after it, even a
+// top-level one the command refuses otherwise (--dir before send, say) or
+// one it does not define (send --nope --help); after "--" it is an
+// argument.
 //
 // The store is the embedded Pebble directory named by --dir, or the
 // PostgreSQL database named by --postgres DSN (either on the command line,
@@ -440,13 +442,15 @@ func (fs *flags) withJSON() *flags {
 // ends the flags), and checks the number of positional arguments is in
 // [minArgs, maxArgs] (maxArgs < 0: no limit). --help (or -h) prints the
 // command's help and returns errHelp, whatever else the command line
-// holds; else a top-level flag the command does not take (fs.refused) is
-// the error.
+// holds (an unknown flag or a bad value before it included); else a
+// top-level flag the command does not take (fs.refused) is the error.
 func (c *cli) parse(fs *flags, args []string, minArgs, maxArgs int) ([]string, error) {
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
+			// The flag package stops at the first bad flag, before a
+			// --help after it: one there still asks for the help.
+			if errors.Is(err, flag.ErrHelp) || asksHelp(args) {
 				c.commandUsage(c.stdout, fs)
 				return nil, errHelp
 			}
@@ -476,6 +480,22 @@ func (c *cli) parse(fs *flags, args []string, minArgs, maxArgs int) ([]string, e
 		return nil, usagef("unexpected argument %q", pos[maxArgs])
 	}
 	return pos, nil
+}
+
+// asksHelp reports whether args, up to a "--", hold a help flag as the
+// flag package reads one: -h, -help, --h or --help, with or without a
+// value.
+func asksHelp(args []string) bool {
+	for _, a := range args {
+		if a == "--" {
+			return false
+		}
+		name, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-"), "=")
+		if strings.HasPrefix(a, "-") && (name == "h" || name == "help") {
+			return true
+		}
+	}
+	return false
 }
 
 // postgresDSN returns the PostgreSQL store the command works on, if any:

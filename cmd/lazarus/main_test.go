@@ -371,3 +371,26 @@ func TestHelpDespiteRefusedTopLevelFlags(t *testing.T) {
 		})
 	}
 }
+
+// TestHelpAfterABadFlag: --help (or -h, -help=true) after a flag the
+// command does not define, or a flag value that does not parse, still
+// prints the command's help on stdout with status 0, as the package
+// documents (the flag package stopped at the bad flag, and it was a usage
+// error, status 2); after "--" it is an argument, and the bad flag is the
+// usage error.
+func TestHelpAfterABadFlag(t *testing.T) {
+	for _, cmd := range commands {
+		t.Run(cmd.name, func(t *testing.T) {
+			for _, rest := range [][]string{{"--nope", "--help"}, {"--nope", "x", "-h"}, {"--json=maybe", "-help=true"}} {
+				r := cliRun(t, "", append([]string{cmd.name}, rest...)...)
+				requireOK(t, r)
+				require.True(t, strings.HasPrefix(r.stdout, "Usage: lazarus "+cmd.name+" "), "%q prints the help: %s", rest, r.stdout)
+				require.Empty(t, r.stderr, rest)
+			}
+			r := cliRun(t, "", cmd.name, "--nope", "--", "--help")
+			require.Equal(t, exitUsage, r.code, r.stderr)
+			require.Contains(t, r.stderr, "flag provided but not defined: -nope")
+			require.Empty(t, r.stdout)
+		})
+	}
+}
