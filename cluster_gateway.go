@@ -889,7 +889,17 @@ func (n *clusterNode) runFollower(ctx context.Context, conv string, last uint64,
 				unfollow(false)
 				break remote
 			case <-changed:
-				unfollow(true)
+				if n.owner(conv) == owner {
+					// The owner stays: its stream ends before the
+					// follower subscribes to it again, as when it fell
+					// behind, so that at the owner's
+					// Options.MaxSubscriptions the new subscription is
+					// not refused for the slot the old one still holds.
+					n.unsubscribed(f, owner, id)
+					unfollow(false)
+				} else {
+					unfollow(true)
+				}
 				break remote
 			case <-ctx.Done():
 				n.unsubscribed(f, owner, id)
@@ -981,8 +991,9 @@ func (n *clusterNode) awaitEnding(ctx context.Context, conv string) bool {
 const unsubscribeWaitMax = DefaultRequestTimeout
 
 // unsubscribed ends the stream id of follower f, which owner serves, for
-// a subscriber that is gone (its context ended) or that fell behind (the
-// follower subscribes again once it returns): it unsubscribes, then
+// a subscriber that is gone (its context ended), that fell behind, or
+// whose owner stayed the owner across a membership change (the follower
+// subscribes again once it returns): it unsubscribes, then
 // waits for the owner's final update of the stream, which the owner sends
 // once the stream has ended and freed its slot of the conversation (see
 // serveSubscribe), so that a subscription of the conversation the caller

@@ -318,3 +318,59 @@ func TestFallenBehindFollowerTakesNothingPastTheDrop(t *testing.T) {
 	require.Len(t, f.final, 1, "the final update is kept for unsubscribed")
 	require.Same(t, final, <-f.final)
 }
+
+// TestFollowerOfAnOwnerThatStaysWithinTheOwnersCap: a subscription on a
+// member that does not own the conversation subscribes to the owner again
+// when the membership changes; when the owner stays the same, its old
+// stream ends first, so that with the owner's Options.MaxSubscriptions at
+// 1 the new subscription is served: the subscriber reads every event in
+// order and no error, change after change. The follower subscribed again
+// at once, and the owner could refuse it (ErrTooManySubscriptions) for
+// the slot the old stream still held.
+func TestFollowerOfAnOwnerThatStaysWithinTheOwnersCap(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	owner, member, conv, store := subcapCluster(t, ctx, 1)
+	n := member.cl
+	sctx, scancel := context.WithCancel(ctx)
+	defer scancel()
+	updates, err := member.Subscribe(sctx, conv, 0)
+	require.NoError(t, err)
+	seq := uint64(1)
+	readTo := func(last uint64) {
+		t.Helper()
+		for seq <= last {
+			select {
+			case u, ok := <-updates:
+				require.True(t, ok, "the subscription ended before seq %d", seq)
+				require.NoError(t, u.Err, "served within the owner's cap")
+				if u.Event != nil {
+					require.Equal(t, seq, u.Event.GetSeq())
+					seq++
+				}
+			case <-ctx.Done():
+				t.Fatalf("no update of seq %d", seq)
+			}
+		}
+	}
+	readTo(2)
+	for i := range 10 {
+		first := followIDs(n)
+		require.Len(t, first, 1)
+		n.mu.Lock()
+		close(n.changed) // a membership change that leaves the owner as it was
+		n.changed = make(chan struct{})
+		n.mu.Unlock()
+		require.Eventually(t, func() bool { ids := followIDs(n); return len(ids) == 1 && ids[0] != first[0] },
+			10*time.Second, time.Millisecond, "change %d: the follower subscribed again (one the owner refused has ended)", i)
+		_, err := owner.Send(ctx, conv, "again", agent.Scope{UserID: "u"})
+		require.NoError(t, err)
+		waitTurnEnded(t, ctx, store, conv, uint64(2*(i+2)), "turn ended")
+		readTo(uint64(2 * (i + 2)))
+		require.Equal(t, 1, slotsOf(owner, conv), "change %d: one stream on the owner", i)
+	}
+	scancel()
+	for range updates {
+	}
+	require.Zero(t, slotsOf(owner, conv), "the cancelled subscription freed the owner's slot")
+}
