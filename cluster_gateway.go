@@ -823,6 +823,14 @@ func (n *clusterNode) runFollower(ctx context.Context, conv string, last uint64,
 			// meanwhile is ended there).
 			n.abandon(f, owner, id, conv, answer, release, timer, unfollow)
 			return
+		case <-life.Done():
+			// Closing: Close waits for this goroutine, not for the
+			// answer. A stream the owner started meanwhile is told to
+			// end (and ends when this member leaves, as the others do).
+			timer.Stop()
+			release()
+			unfollow(true)
+			return
 		}
 		timer.Stop()
 		release()

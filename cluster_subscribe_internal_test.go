@@ -225,3 +225,68 @@ func TestSubscriptionCancelledDuringItsSubscribe(t *testing.T) {
 	default:
 	}
 }
+
+// TestCloseDuringAFollowersSubscribe: Close on a member whose subscription
+// to a conversation another member owns has no answer to its subscribe
+// yet returns without waiting for it (ClusterOptions.RequestTimeout, here
+// an hour): the subscription's channel is closed, its slot freed, and the
+// owner is told to end a stream it may serve all the same.
+func TestCloseDuringAFollowersSubscribe(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	store := memjournal.New(memjournal.Options{})
+	model := agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
+		return agent.Text("ok"), nil
+	})
+	const ownerAddr, memberAddr = "owner.test:1", "member.test:1"
+	members := []string{ownerAddr, memberAddr}
+	slices.Sort(members)
+	net := &fakeNet{sys: map[string]*actor.ActorSystem{}}
+	ownerSys := quietSystem(t, ownerAddr)
+	gw := &recordGateway{got: make(chan heldMessage, 8)}
+	_, err := ownerSys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return gw }), GatewayName)
+	require.NoError(t, err)
+	net.join(ownerSys)
+	member, err := Open(Options{Store: store, Model: model, NoResume: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = member.Close() })
+	n := netMember(t, net, member, memberAddr, members)
+	n.opts.RequestTimeout = time.Hour
+	conv := firstConv(func(id string) bool { return n.owner(id) == ownerAddr })
+	next := func(what string) heldMessage {
+		t.Helper()
+		select {
+		case m := <-gw.got:
+			return m
+		case <-ctx.Done():
+			t.Fatalf("the owner got no %s", what)
+			return heldMessage{}
+		}
+	}
+
+	updates, err := member.Subscribe(ctx, conv, 0)
+	require.NoError(t, err)
+	first := next("subscribe")
+	sub, ok := first.msg.(*messages.ClusterSubscribe)
+	require.True(t, ok, "got %T, not the subscribe", first.msg)
+	closed := make(chan error, 1)
+	go func() { closed <- member.Close() }()
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		// Answered, so that Close can return.
+		ownerSys.Root.Send(first.sender, &messages.ClusterReply{RequestId: sub.GetRequestId(), Node: ownerAddr,
+			Error: &messages.Error{Code: messages.ErrorCode_ERROR_CODE_UNAVAILABLE, Message: "closing"}})
+		t.Fatal("Close waited for the answer to the follower's subscribe")
+	}
+	for u := range updates {
+		require.Nil(t, u.Event, "nothing was served")
+	}
+	require.Zero(t, slotsOf(member, conv), "the ended subscription freed its slot")
+	m := next("unsubscribe")
+	unsub, ok := m.msg.(*messages.ClusterUnsubscribe)
+	require.True(t, ok, "got %T, not the unsubscribe", m.msg)
+	require.Equal(t, sub.GetSubscriptionId(), unsub.GetSubscriptionId())
+	require.Equal(t, actor.NewPID(memberAddr, GatewayName).String(), m.sender.String(), "sent as the member's gateway")
+}
