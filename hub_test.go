@@ -217,6 +217,44 @@ func TestHubLagsPastTheBufferWhateverThePumpHolds(t *testing.T) {
 	require.LessOrEqual(t, n, limit+1, "at most the buffer after the update read")
 }
 
+// TestHubDeliversNothingPastTheLag: once an update did not fit in a
+// subscription's buffer (it lagged), no later update reaches its reader,
+// though its channel has room again by then: the reader gets the updates
+// before the dropped one, then ErrLagged, and subscribes again after the
+// last it got; one delivered past the dropped update would reach it past
+// a gap. (A cluster follower on the owner reads a hub subscription and
+// forwards what it gets in order: it inherits this.)
+func TestHubDeliversNothingPastTheLag(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	const conv, limit = "c", 4
+	h := newHub(memjournal.New(memjournal.Options{}), limit)
+	defer h.close()
+	updates, err := h.subscribe(ctx, conv, 0)
+	require.NoError(t, err)
+	evs := hubTestEvents(1, limit+2)
+	publish := func(i int) {
+		evs[i].Seq = uint64(i + 1)
+		h.publishCommitted(&messages.AppendRequest{ConversationId: conv, Events: evs[i : i+1]})
+	}
+	for i := range limit + 1 { // the last one does not fit: dropped
+		publish(i)
+	}
+	u := <-updates
+	require.EqualValues(t, 1, u.Event.GetSeq())
+	publish(limit + 1) // the channel has room, but an update before it was dropped
+	var got []uint64
+	var last actors.Update
+	for u := range updates {
+		last = u
+		if u.Event != nil {
+			got = append(got, u.Event.GetSeq())
+		}
+	}
+	require.Equal(t, []uint64{2, 3, 4}, got, "the updates before the dropped one, and none after")
+	require.ErrorIs(t, last.Err, ErrLagged)
+}
+
 // TestHubDropsAKillsEndPastItsPosition: a kill's cancelled end carries the
 // log's last seq at the kill (Update.After), and reaches a subscription
 // only while it has delivered nothing past that seq. One that has delivered
