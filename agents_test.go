@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus"
@@ -363,10 +364,10 @@ func TestForkAtAHandoffRunsTheNextAgentsTurn(t *testing.T) {
 // events, the last the critic's answer text.
 func requireCriticAnswers(t *testing.T, ctx context.Context, rt *lazarus.Runtime, id string, n int, text string) {
 	t.Helper()
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		evs, err := rt.History(ctx, id, 0, 0)
-		require.NoError(t, err)
-		return len(evs) == n
+		require.NoError(c, err)
+		assert.Len(c, evs, n)
 	}, 10*time.Second, 10*time.Millisecond, "the critic's turn runs in %s", id)
 	evs, err := rt.History(ctx, id, 0, 0)
 	require.NoError(t, err)

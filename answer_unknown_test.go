@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus"
@@ -158,11 +159,12 @@ func TestExpiryOfUnknownOutcomeThatLandedIsRecorded(t *testing.T) {
 	require.Eventually(t, store.lost.Load, 20*time.Second, time.Millisecond, "the expire written, its outcome reported unknown")
 	// The expiry actor writes it again after its retry delay (a second on
 	// its clock), and the Store says stale.
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		clock.Advance(time.Second)
 		row, err := rt.Store().ToolCall(ctx, callID)
-		require.NoError(t, err)
-		return row.GetStatus() == messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED && clock.Timers() == 0
+		require.NoError(c, err)
+		assert.Equal(c, messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED, row.GetStatus())
+		assert.Zero(c, clock.Timers())
 	}, 20*time.Second, 10*time.Millisecond, "the retry answered")
 
 	awaitFinalAnswer(t, sub)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	lazarus "github.com/lazarusrt/lazarus"
@@ -64,17 +65,15 @@ func TestDeadlineAndIdleTimeoutAtTheSameInstant(t *testing.T) {
 
 	for i, id := range ids {
 		conv := fmt.Sprintf("c%d", i)
-		require.Eventually(t, func() bool {
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
 			clock.Advance(0) // what the step above armed for its own instant
 			row, err := rt.Store().ToolCall(ctx, id)
-			require.NoError(t, err)
-			if row.GetStatus() != messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED {
-				return false
-			}
+			require.NoError(c, err)
+			require.Equal(c, messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED, row.GetStatus())
 			evs, err := rt.History(ctx, conv, 0, 0)
-			require.NoError(t, err)
+			require.NoError(c, err)
 			last := evs[len(evs)-1].GetAssistantMsg()
-			return last != nil && len(last.GetToolCalls()) == 0
+			assert.True(c, last != nil && len(last.GetToolCalls()) == 0, "the last event is an answer with no tool calls")
 		}, 20*time.Second, time.Millisecond, "%s: the call expired and the turn after it ran", conv)
 	}
 }

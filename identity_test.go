@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus"
@@ -261,15 +262,17 @@ func TestExpiryIsResolvedBySystem(t *testing.T) {
 	row, err := rt.Store().ToolCall(ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, agent.SystemUserID, row.GetResolver().GetUserId())
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		evs, err := rt.History(ctx, "c", 0, 0)
-		require.NoError(t, err)
+		require.NoError(c, err)
 		for _, ev := range evs {
 			if r := ev.GetResolution(); r != nil {
-				return r.GetBy() == "system" && r.GetResolver().GetUserId() == agent.SystemUserID
+				assert.Equal(c, "system", r.GetBy())
+				assert.Equal(c, agent.SystemUserID, r.GetResolver().GetUserId())
+				return
 			}
 		}
-		return false
+		assert.Fail(c, "no resolution in the history")
 	}, 20*time.Second, 10*time.Millisecond)
 }
 

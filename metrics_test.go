@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus"
@@ -601,11 +602,12 @@ func TestExpiredMetricCountsAnExpiryOfUnknownOutcome(t *testing.T) {
 	clock.Advance(time.Minute)
 	require.Eventually(t, store.lost.Load, 20*time.Second, time.Millisecond, "the expire written, its outcome reported unknown")
 	require.Zero(t, expired.Load(), "a write of unknown outcome is not counted yet")
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		clock.Advance(time.Second)
 		row, err := rt.Store().ToolCall(ctx, callID)
-		require.NoError(t, err)
-		return row.GetStatus() == messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED && clock.Timers() == 0
+		require.NoError(c, err)
+		assert.Equal(c, messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED, row.GetStatus())
+		assert.Zero(c, clock.Timers())
 	}, 20*time.Second, 10*time.Millisecond, "the retry answered")
 	awaitFinalAnswer(t, sub)
 	require.EqualValues(t, 1, expired.Load(), "the expiry that landed is counted, once")

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus"
@@ -134,10 +135,11 @@ func TestScheduleEveryMissedWhileDownFiresOnce(t *testing.T) {
 	rt2, model2 := scheduleRuntime(t, lazarus.Options{Dir: dir, Clock: clock2})
 	require.NoError(t, model2.WaitCalls(ctx, "c", 1), "the missed occurrence's turn")
 	require.Equal(t, []string{"tick"}, wakes(ctx, t, rt2, "c"), "once, not once per missed tick")
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		listed, err := rt2.Schedules(ctx, "c")
-		require.NoError(t, err)
-		return len(listed) == 1 && listed[0].GetNext().AsTime().Equal(schedT0.Add(11*time.Minute))
+		require.NoError(c, err)
+		require.Len(c, listed, 1)
+		assert.True(c, listed[0].GetNext().AsTime().Equal(schedT0.Add(11*time.Minute)), "next %v", listed[0].GetNext().AsTime())
 	}, 20*time.Second, time.Millisecond, "next is the first occurrence after the restart")
 
 	advanceWhenArmed(t, clock2, schedT0.Add(11*time.Minute))
@@ -163,10 +165,11 @@ func TestScheduleCronInItsTimeZone(t *testing.T) {
 	require.True(t, sc.GetNext().AsTime().Equal(nine), "next %v", sc.GetNext().AsTime())
 	advanceWhenArmed(t, clock, nine)
 	require.NoError(t, model.WaitCalls(ctx, "c", 2))
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		listed, err := rt.Schedules(ctx, "c")
-		require.NoError(t, err)
-		return len(listed) == 1 && listed[0].GetNext().AsTime().Equal(nine.Add(24*time.Hour))
+		require.NoError(c, err)
+		require.Len(c, listed, 1)
+		assert.True(c, listed[0].GetNext().AsTime().Equal(nine.Add(24*time.Hour)), "next %v", listed[0].GetNext().AsTime())
 	}, 20*time.Second, time.Millisecond)
 }
 

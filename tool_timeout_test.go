@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus"
@@ -40,8 +41,16 @@ func (h *hangingTool) tool(name string, runTimeout time.Duration) agent.Tool {
 		}}
 }
 
+// testingT is what toolResults needs of its test: a *testing.T, or the
+// *assert.CollectT of a require.EventuallyWithT condition, which runs on
+// a goroutine of its own, where the test's FailNow must not be called.
+type testingT interface {
+	require.TestingT
+	Helper()
+}
+
 // toolResults returns the tool_result events of conversation c.
-func toolResults(t *testing.T, ctx context.Context, store journal.Store, c string) []*messages.ToolResultEvent {
+func toolResults(t testingT, ctx context.Context, store journal.Store, c string) []*messages.ToolResultEvent {
 	t.Helper()
 	evs, err := store.Events(ctx, c, journal.EventQuery{})
 	require.NoError(t, err)
@@ -210,7 +219,7 @@ func TestResultReturnedAtTheToolTimeoutStands(t *testing.T) {
 	require.NoError(t, err)
 	recv(t, ctx, started, "the run")
 	clock.Advance(time.Minute)
-	require.Eventually(t, func() bool { return len(toolResults(t, ctx, mem, "c")) == 1 }, 10*time.Second, time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Len(c, toolResults(c, ctx, mem, "c"), 1) }, 10*time.Second, time.Millisecond)
 	require.Equal(t, `{"late":true}`, toolResults(t, ctx, mem, "c")[0].GetOutcome().GetContent())
 }
 
