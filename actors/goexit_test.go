@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus/actors"
@@ -96,16 +97,17 @@ func TestModelGoexitFailsTheTurn(t *testing.T) {
 		ID: "c", Store: store, Journal: journalPID, Model: model,
 	}))
 	t.Cleanup(func() { _ = sys.Root.StopFuture(pid).Wait() })
-	events := func() []*messages.Event {
+	// events takes the test's t, or the CollectT of an EventuallyWithT.
+	events := func(c require.TestingT) []*messages.Event {
 		evs, err := store.Events(t.Context(), "c", journal.EventQuery{})
-		require.NoError(t, err)
+		require.NoError(c, err)
 		return evs
 	}
 	res, err := sys.Root.RequestFuture(pid, userSend("r1", "one"), replyWait).Result()
 	require.NoError(t, err)
 	require.Nil(t, res.(*messages.AgentSendReply).GetError())
-	require.Eventually(t, func() bool { return len(events()) == 2 }, replyWait, time.Millisecond, "the turn failed")
-	f := events()[1].GetTurnFailed()
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Len(c, events(c), 2) }, replyWait, time.Millisecond, "the turn failed")
+	f := events(t)[1].GetTurnFailed()
 	require.NotNil(t, f)
 	require.Equal(t, actors.CodePanicked, f.GetCode())
 	require.Contains(t, f.GetMessage(), "runtime.Goexit")
@@ -113,9 +115,10 @@ func TestModelGoexitFailsTheTurn(t *testing.T) {
 	res, err = sys.Root.RequestFuture(pid, userSend("r2", "two"), replyWait).Result()
 	require.NoError(t, err)
 	require.Nil(t, res.(*messages.AgentSendReply).GetError())
-	require.Eventually(t, func() bool {
-		evs := events()
-		return len(evs) == 4 && evs[3].GetAssistantMsg().GetContent() != nil
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		evs := events(c)
+		require.Len(c, evs, 4)
+		assert.NotNil(c, evs[3].GetAssistantMsg().GetContent())
 	}, replyWait, time.Millisecond, "the next message was answered")
 	require.Equal(t, int32(2), calls.Load())
 }
