@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus"
@@ -195,9 +196,9 @@ func TestTailServerFromPastTheLog(t *testing.T) {
 		done <- cliCtx(ctx, "tail", "c1", "--from", strconv.FormatUint(last+1, 10), "--max", "1", "--json",
 			"--server", node.URL, "--token", "ops-token")
 	}()
-	subscriptions := func() float64 {
+	subscriptions := func(c *assert.CollectT) float64 {
 		mfs, err := m.Registry().Gather()
-		require.NoError(t, err)
+		require.NoError(c, err)
 		for _, mf := range mfs {
 			if mf.GetName() == "lazarus_subscriptions" {
 				return mf.GetMetric()[0].GetGauge().GetValue()
@@ -206,13 +207,12 @@ func TestTailServerFromPastTheLog(t *testing.T) {
 		return 0
 	}
 	var early *result
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		select {
 		case r := <-done:
 			early = &r
-			return true
 		default:
-			return subscriptions() == 1
+			assert.Equal(c, float64(1), subscriptions(c))
 		}
 	}, wait, time.Millisecond)
 	require.Nil(t, early, "tail ended before the log passed --from")
