@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus"
@@ -148,10 +149,10 @@ func TestConsoleBlackboxRefreshShowsHowCallsEnded(t *testing.T) {
 
 	n.must(t, http.StatusOK, "POST", "/v1/calls/"+rejected.ID+"/reject", tokDave, map[string]string{"reason": "no"}, nil)
 	require.NoError(t, n.rt.Reschedule(ctx, expired.ID, time.Now()))
-	require.Eventually(t, func() bool {
-		var c server.Call
-		n.must(t, http.StatusOK, "GET", "/v1/calls/"+expired.ID, tokCarol, nil, &c)
-		return c.Outcome == server.CallExpired
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		var got server.Call
+		n.must(c, http.StatusOK, "GET", "/v1/calls/"+expired.ID, tokCarol, nil, &got)
+		assert.Equal(c, server.CallExpired, got.Outcome)
 	}, browserWait, 20*time.Millisecond)
 	_, fresh := suspendOn(t, ctx, n, model, "approve", `{"amount":3}`)
 

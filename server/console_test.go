@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus"
@@ -966,9 +967,9 @@ func TestConsoleAnswerToAnExpiredCall(t *testing.T) {
 	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(cardSel(call.ID, " button.approve"))))
 	require.NoError(t, n.rt.Reschedule(ctx, call.ID, time.Now()))
 	var shown server.Call
-	require.Eventually(t, func() bool {
-		n.must(t, http.StatusOK, "GET", "/v1/calls/"+call.ID, tokCarol, nil, &shown)
-		return shown.Status == "expired"
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		n.must(c, http.StatusOK, "GET", "/v1/calls/"+call.ID, tokCarol, nil, &shown)
+		assert.Equal(c, "expired", shown.Status)
 	}, browserWait, 50*time.Millisecond)
 
 	_, err := chromedp.Run(tab, chromedp.Evaluate[chromedp.Void](

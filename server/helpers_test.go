@@ -121,8 +121,16 @@ func (n *node) start(t *testing.T, dir string) {
 	n.served.Store(&h)
 }
 
+// testingT is what a helper needs of its test: a *testing.T, or the
+// *assert.CollectT of a require.EventuallyWithT condition, which runs on
+// a goroutine of its own, where the test's FailNow must not be called.
+type testingT interface {
+	require.TestingT
+	Helper()
+}
+
 // call does one request and returns its status and body.
-func (n *node) call(t *testing.T, method, path, token string, body any) (int, []byte) {
+func (n *node) call(t testingT, method, path, token string, body any) (int, []byte) {
 	t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
@@ -154,7 +162,7 @@ func (n *node) call(t *testing.T, method, path, token string, body any) (int, []
 
 // must does a request that must answer want, and decodes its body into v
 // (if not nil).
-func (n *node) must(t *testing.T, want int, method, path, token string, body, v any) {
+func (n *node) must(t testingT, want int, method, path, token string, body, v any) {
 	t.Helper()
 	status, out := n.call(t, method, path, token, body)
 	require.Equal(t, want, status, "%s %s: %s", method, path, out)

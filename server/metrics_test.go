@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus"
@@ -31,7 +32,7 @@ import (
 
 // seriesValue reads one series of reg: a counter's or a gauge's value, a
 // histogram's count of observations. The series has no labels.
-func seriesValue(t *testing.T, reg prometheus.Gatherer, name string) float64 {
+func seriesValue(t testingT, reg prometheus.Gatherer, name string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	require.NoError(t, err)
@@ -50,14 +51,16 @@ func seriesValue(t *testing.T, reg prometheus.Gatherer, name string) float64 {
 		case m.GetHistogram() != nil:
 			return float64(m.GetHistogram().GetSampleCount())
 		}
-		t.Fatalf("%s: unexpected type %v", name, mf.GetType())
+		t.Errorf("%s: unexpected type %v", name, mf.GetType())
+		t.FailNow()
 	}
-	t.Fatalf("no series %s", name)
+	t.Errorf("no series %s", name)
+	t.FailNow()
 	return 0
 }
 
 // labeledValue reads the counter of name whose one label is value.
-func labeledValue(t *testing.T, reg prometheus.Gatherer, name, label, value string) float64 {
+func labeledValue(t testingT, reg prometheus.Gatherer, name, label, value string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	require.NoError(t, err)
@@ -72,7 +75,8 @@ func labeledValue(t *testing.T, reg prometheus.Gatherer, name, label, value stri
 			}
 		}
 	}
-	t.Fatalf("no series %s{%s=%q}", name, label, value)
+	t.Errorf("no series %s{%s=%q}", name, label, value)
+	t.FailNow()
 	return 0
 }
 
@@ -146,19 +150,21 @@ func TestMetricsCountALife(t *testing.T) {
 			break
 		}
 	}
-	require.Eventually(t, func() bool { return val("human_calls_expired_total") == 1 }, 10*time.Second, time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.EqualValues(c, 1, seriesValue(c, reg, "lazarus_human_calls_expired_total"))
+	}, 10*time.Second, time.Millisecond)
 	require.EqualValues(t, 5, val("model_call_seconds"))
 	require.EqualValues(t, 1, val("model_call_errors_total"))
 	cancel()
 	for range updates {
 	}
-	require.Eventually(t, func() bool { return val("subscriptions") == 0 }, 10*time.Second, time.Millisecond,
-		"an ended subscription is counted out")
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Zero(c, seriesValue(c, reg, "lazarus_subscriptions")) },
+		10*time.Second, time.Millisecond, "an ended subscription is counted out")
 
 	// Everything passivates: the gauges return to zero.
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		clock.Advance(time.Minute)
-		return val("conversations_live") == 0
+		assert.Zero(c, seriesValue(c, reg, "lazarus_conversations_live"))
 	}, 20*time.Second, 5*time.Millisecond, "the idle actors passivate")
 	require.Zero(t, val("conversations_active"))
 	require.Zero(t, val("human_calls_pending"))
@@ -224,7 +230,9 @@ func TestScheduleMetrics(t *testing.T) {
 	at := t0.Add(10 * time.Minute)
 	require.Eventually(t, func() bool { return slices.ContainsFunc(clock.Dues(), at.Equal) }, 20*time.Second, time.Millisecond, "armed")
 	clock.Advance(at.Sub(clock.Now()))
-	require.Eventually(t, func() bool { return fires("delivered") == 1 }, 20*time.Second, time.Millisecond, "the fire is counted")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.EqualValues(c, 1, labeledValue(c, reg, "lazarus_schedule_fires_total", "outcome", "delivered"))
+	}, 20*time.Second, time.Millisecond, "the fire is counted")
 	require.EqualValues(t, 2, seriesValue(t, reg, "lazarus_schedules"), "the one-shot schedule is gone")
 	require.Zero(t, fires("dropped"))
 	require.Zero(t, fires("failed"))
@@ -562,7 +570,8 @@ func TestMetricsAcrossCloseAndReopen(t *testing.T) {
 	updates, err := rt1.Subscribe(ctx, "a", 0)
 	require.NoError(t, err)
 	// SendAndWait's own subscription may not have ended yet.
-	require.Eventually(t, func() bool { return val("subscriptions") == 1 }, 10*time.Second, time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.EqualValues(c, 1, seriesValue(c, reg, "lazarus_subscriptions")) },
+		10*time.Second, time.Millisecond)
 	require.EqualValues(t, 1, val("conversations_live"))
 	require.NoError(t, rt1.Close())
 	for range updates { // Close ends the subscription

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus/agent/scripted"
@@ -23,14 +24,14 @@ func TestSchedulesOverHTTP(t *testing.T) {
 	n := startNode(t, model, server.Options{})
 	conv := n.create(t, tokAlice, nil)
 	path := "/v1/conversations/" + conv.ID + "/schedules"
-	listed := func(token string) []server.Schedule {
+	listed := func(t testingT, token string) []server.Schedule {
 		t.Helper()
 		var list server.ScheduleList
 		n.must(t, http.StatusOK, "GET", path, token, nil, &list)
 		require.NotNil(t, list.Schedules, "a list, never null")
 		return list.Schedules
 	}
-	require.Empty(t, listed(tokAlice))
+	require.Empty(t, listed(t, tokAlice))
 
 	// A daily one: stored with its author and next occurrence, listed,
 	// hidden from a stranger, cancelled once.
@@ -49,15 +50,15 @@ func TestSchedulesOverHTTP(t *testing.T) {
 	paris, err := time.LoadLocation("Europe/Paris")
 	require.NoError(t, err)
 	require.Equal(t, 9, daily.Next.In(paris).Hour())
-	require.Equal(t, []server.Schedule{daily}, listed(tokAlice))
-	require.Equal(t, []server.Schedule{daily}, listed(tokOlga), "an operator sees them")
+	require.Equal(t, []server.Schedule{daily}, listed(t, tokAlice))
+	require.Equal(t, []server.Schedule{daily}, listed(t, tokOlga), "an operator sees them")
 	status, body := n.call(t, "GET", path, tokBob, nil)
 	require.Equal(t, http.StatusNotFound, status, "%s", body)
 	status, body = n.call(t, "DELETE", path+"/daily", tokBob, nil)
 	require.Equal(t, http.StatusNotFound, status, "%s", body)
-	require.Len(t, listed(tokAlice), 1, "a stranger cancelled it")
+	require.Len(t, listed(t, tokAlice), 1, "a stranger cancelled it")
 	n.must(t, http.StatusNoContent, "DELETE", path+"/daily", tokAlice, nil, nil)
-	require.Empty(t, listed(tokAlice))
+	require.Empty(t, listed(t, tokAlice))
 	status, body = n.call(t, "DELETE", path+"/daily", tokAlice, nil)
 	require.Equal(t, http.StatusNotFound, status, "%s", body)
 	require.Equal(t, server.CodeNotFound, errorCode(t, body))
@@ -76,7 +77,7 @@ func TestSchedulesOverHTTP(t *testing.T) {
 	require.Equal(t, []string{"u:ping", "a:pong"}, texts(evs))
 	// No ScopeLoader on this node: the wake runs under the system's scope.
 	require.Equal(t, "system", evs[0].GetAuthor().GetUserId())
-	require.Eventually(t, func() bool { return len(listed(tokAlice)) == 0 }, 10*time.Second, 5*time.Millisecond, "a one-shot is gone once fired")
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Empty(c, listed(c, tokAlice)) }, 10*time.Second, 5*time.Millisecond, "a one-shot is gone once fired")
 
 	// A repeating one shows its interval.
 	var every server.Schedule
@@ -115,7 +116,7 @@ func TestSchedulesOverHTTP(t *testing.T) {
 		require.Equal(t, http.StatusBadRequest, status, "%s: %s", b, body)
 		require.Equal(t, server.CodeInvalid, errorCode(t, body), b)
 	}
-	require.Empty(t, listed(tokAlice))
+	require.Empty(t, listed(t, tokAlice))
 	require.Equal(t, last, n.lastSeq(t, ctx, conv.ID))
 
 	// An ended conversation takes no schedule.
@@ -123,7 +124,7 @@ func TestSchedulesOverHTTP(t *testing.T) {
 	status, body = n.call(t, "POST", path, tokAlice, server.CreateSchedule{After: "1m", Text: "x"})
 	require.Equal(t, http.StatusConflict, status, "%s", body)
 	require.Equal(t, server.CodeEnded, errorCode(t, body))
-	require.Empty(t, listed(tokAlice))
+	require.Empty(t, listed(t, tokAlice))
 }
 
 // TestScheduleAtInThePastIsRefused: an "at" must be in the future, and the

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus"
@@ -489,7 +490,11 @@ func TestCallOutcomes(t *testing.T) {
 
 	_, call = suspendOnApproval(t, ctx, n, model)
 	require.NoError(t, n.rt.Reschedule(ctx, call.ID, time.Now()))
-	require.Eventually(t, func() bool { return get(call.ID).Status == "expired" }, 30*time.Second, 20*time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		var got server.Call
+		n.must(c, http.StatusOK, "GET", "/v1/calls/"+call.ID, tokCarol, nil, &got)
+		assert.Equal(c, "expired", got.Status)
+	}, 30*time.Second, 20*time.Millisecond)
 	require.Equal(t, server.CallExpired, get(call.ID).Outcome)
 
 	conv, call := suspendOnApproval(t, ctx, n, model)

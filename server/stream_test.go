@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus"
@@ -218,7 +219,7 @@ func TestStreamEndsWhenTheClientGoes(t *testing.T) {
 		h.ServeHTTP(w, r)
 	}))
 	defer srv.Close()
-	subscriptions := func() float64 {
+	subscriptions := func(t testingT) float64 {
 		mfs, err := n.metrics.Registry().Gather()
 		require.NoError(t, err)
 		for _, mf := range mfs {
@@ -226,7 +227,7 @@ func TestStreamEndsWhenTheClientGoes(t *testing.T) {
 				return mf.GetMetric()[0].GetGauge().GetValue()
 			}
 		}
-		t.Fatal("no lazarus_subscriptions")
+		require.Fail(t, "no lazarus_subscriptions")
 		return 0
 	}
 	for _, query := range []string{"", "?agent=default"} {
@@ -238,11 +239,13 @@ func TestStreamEndsWhenTheClientGoes(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, res.StatusCode)
 		require.Equal(t, int64(1), running.Load(), "the stream%s runs", query)
-		require.Equal(t, float64(1), subscriptions())
+		require.Equal(t, float64(1), subscriptions(t))
 		cancel()
 		_ = res.Body.Close()
-		require.Eventually(t, func() bool { return running.Load() == 0 && subscriptions() == 0 },
-			10*time.Second, 5*time.Millisecond, "the stream%s outlived its client", query)
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			assert.Zero(c, running.Load())
+			assert.Zero(c, subscriptions(c))
+		}, 10*time.Second, 5*time.Millisecond, "the stream%s outlived its client", query)
 	}
 }
 
@@ -330,9 +333,9 @@ func TestStreamCutsAClientThatStopsReading(t *testing.T) {
 	head, err := bufio.NewReader(conn).ReadString('\n')
 	require.NoError(t, err)
 	require.Contains(t, head, "200")
-	subscriptions := func() float64 {
+	subscriptions := func(c *assert.CollectT) float64 {
 		mfs, err := n.metrics.Registry().Gather()
-		require.NoError(t, err)
+		require.NoError(c, err)
 		for _, mf := range mfs {
 			if mf.GetName() == "lazarus_subscriptions" {
 				return mf.GetMetric()[0].GetGauge().GetValue()
@@ -340,7 +343,7 @@ func TestStreamCutsAClientThatStopsReading(t *testing.T) {
 		}
 		return 0
 	}
-	require.Eventually(t, func() bool { return subscriptions() == 1 }, 10*time.Second, time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, float64(1), subscriptions(c)) }, 10*time.Second, time.Millisecond)
 
 	// More than the connection's buffers hold: a write blocks.
 	text := strings.Repeat("x", 512<<10)
@@ -348,7 +351,7 @@ func TestStreamCutsAClientThatStopsReading(t *testing.T) {
 		_, err := n.rt.Send(ctx, conv.ID, text, agent.Scope{UserID: "alice"})
 		require.NoError(t, err)
 	}
-	require.Eventually(t, func() bool { return subscriptions() == 0 }, 30*time.Second, 5*time.Millisecond,
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Zero(c, subscriptions(c)) }, 30*time.Second, 5*time.Millisecond,
 		"the stream of a client that reads nothing is still open")
 }
 

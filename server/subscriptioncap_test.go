@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus"
@@ -28,7 +29,7 @@ func TestStreamsOverTheCapAre429(t *testing.T) {
 	// open answers the status of a stream request and its body, unless it
 	// is a stream, which it closes.
 	var retryAfter string
-	open := func() (int, []byte) {
+	open := func(t testingT) (int, []byte) {
 		rctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		req, err := http.NewRequestWithContext(rctx, "GET", n.srv.URL+"/v1/conversations/"+conv.ID+"/stream", nil)
@@ -45,7 +46,7 @@ func TestStreamsOverTheCapAre429(t *testing.T) {
 		retryAfter = res.Header.Get("Retry-After")
 		return res.StatusCode, out
 	}
-	status, body := open()
+	status, body := open(t)
 	require.Equal(t, http.StatusTooManyRequests, status, "%s", body)
 	require.Equal(t, server.CodeTooManySubscriptions, errorCode(t, body))
 	require.Equal(t, fmt.Sprint(server.RetryAfterTooManySubscriptions), retryAfter)
@@ -59,8 +60,8 @@ func TestStreamsOverTheCapAre429(t *testing.T) {
 	// The server's subscription ends once the handler sees its client
 	// gone, which it does on its own time: a new stream is served then.
 	first.close()
-	require.Eventually(t, func() bool {
-		status, _ := open()
-		return status == http.StatusOK
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		status, _ := open(c)
+		assert.Equal(c, http.StatusOK, status)
 	}, 10*time.Second, 5*time.Millisecond, "a closed stream frees its slot")
 }
