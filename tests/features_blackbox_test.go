@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus"
@@ -52,8 +53,15 @@ func (h *harness) advanceTo(at time.Time) {
 
 // wakeMessages returns the user messages that scheduled wakes wrote.
 func (h *harness) wakeMessages(conv string) []*messages.Event {
+	h.t.Helper()
+	return h.wakeMessagesOf(h.t, conv)
+}
+
+// wakeMessagesOf is wakeMessages failing t rather than the harness's test.
+func (h *harness) wakeMessagesOf(t testingT, conv string) []*messages.Event {
+	t.Helper()
 	var out []*messages.Event
-	for _, ev := range h.history(conv) {
+	for _, ev := range h.historyOf(t, conv) {
 		if ev.GetUserMsg() != nil && strings.HasPrefix(ev.GetRequestId(), "schedule/") {
 			out = append(out, ev)
 		}
@@ -62,8 +70,15 @@ func (h *harness) wakeMessages(conv string) []*messages.Event {
 }
 
 func (h *harness) wakeTexts(conv string) []string {
+	h.t.Helper()
+	return h.wakeTextsOf(h.t, conv)
+}
+
+// wakeTextsOf is wakeTexts failing t rather than the harness's test.
+func (h *harness) wakeTextsOf(t testingT, conv string) []string {
+	t.Helper()
 	var out []string
-	for _, ev := range h.wakeMessages(conv) {
+	for _, ev := range h.wakeMessagesOf(t, conv) {
 		out = append(out, ev.GetUserMsg().GetContent()[0].GetText())
 	}
 	return out
@@ -73,15 +88,16 @@ func (h *harness) wakeTexts(conv string) []string {
 // occurrence.
 func (h *harness) awaitNext(conv, id string, next time.Time) {
 	h.t.Helper()
-	require.Eventually(h.t, func() bool {
+	require.EventuallyWithT(h.t, func(c *assert.CollectT) {
 		all, err := h.rt.Schedules(ctxT(h.t), conv)
-		require.NoError(h.t, err)
+		require.NoError(c, err)
 		for _, sc := range all {
 			if sc.GetId() == id {
-				return sc.GetNext().AsTime().Equal(next)
+				assert.True(c, sc.GetNext().AsTime().Equal(next), "next %v", sc.GetNext().AsTime())
+				return
 			}
 		}
-		return false
+		assert.Fail(c, "no such schedule")
 	}, wait, time.Millisecond, "schedule %q never moved to %v", id, next)
 }
 
@@ -337,7 +353,7 @@ func TestBBScheduleAtThenEvery(t *testing.T) {
 	// A restart 30 minutes later: nothing missed, the next is kept.
 	h2 := newHarnessAt(t, store, at.Add(30*time.Minute), func(o *lazarus.Options) { o.Model = h.model })
 	h2.advanceTo(at.Add(time.Hour))
-	require.Eventually(t, func() bool { return len(h2.wakeTexts("c")) == 2 }, wait, time.Millisecond, "the second tick fires")
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Len(c, h2.wakeTextsOf(c, "c"), 2) }, wait, time.Millisecond, "the second tick fires")
 	require.Equal(t, []string{"tick", "tick"}, h2.wakeTexts("c"))
 	require.NoError(t, h2.model.WaitCalls(ctx, "c", 3))
 	h2.awaitNext("c", sc.GetId(), at.Add(2*time.Hour))
@@ -357,10 +373,10 @@ func TestBBScheduleOneShotMissedWhileDownFiresOnce(t *testing.T) {
 
 	h2 := newHarnessAt(t, store, h.clock.Now().Add(3*time.Hour), nil)
 	require.NoError(t, h2.model.WaitCalls(ctx, "c", 1), "fired on start")
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		listed, err := h2.rt.Schedules(ctx, "c")
-		require.NoError(t, err)
-		return len(listed) == 0
+		require.NoError(c, err)
+		assert.Empty(c, listed)
 	}, wait, time.Millisecond, "the one-shot is gone once fired")
 	h2.clock.Advance(time.Hour)
 	require.NoError(t, h2.rt.Wake(ctx, "c"))

@@ -258,8 +258,22 @@ func types(evs []*messages.Event) []string {
 
 func (h *harness) history(conv string) []*messages.Event {
 	h.t.Helper()
+	return h.historyOf(h.t, conv)
+}
+
+// testingT is what a helper needs of its test: a *testing.T, or the
+// *assert.CollectT of a require.EventuallyWithT condition, which runs on
+// a goroutine of its own, where the test's FailNow must not be called.
+type testingT interface {
+	require.TestingT
+	Helper()
+}
+
+// historyOf is history failing t rather than the harness's test.
+func (h *harness) historyOf(t testingT, conv string) []*messages.Event {
+	t.Helper()
 	evs, err := h.rt.History(ctxT(h.t), conv, 0, 0)
-	require.NoError(h.t, err)
+	require.NoError(t, err)
 	return evs
 }
 

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus"
@@ -562,9 +563,9 @@ func TestRBScheduleAfterAForwardClockStep(t *testing.T) {
 		sc, err := h.rt.Schedule(ctx, "c", lazarus.ScheduleSpec{Every: time.Hour, Text: "tick"}, user)
 		require.NoError(t, err)
 		require.True(t, t0.Add(time.Hour).Equal(sc.GetNext().AsTime()))
-		wakes := func() int {
+		wakes := func(t testingT) int {
 			n := 0
-			for _, ev := range h.history("c") {
+			for _, ev := range h.historyOf(t, "c") {
 				if m := ev.GetUserMsg(); m != nil && m.GetContent()[0].GetText() == "tick" {
 					n++
 				}
@@ -577,18 +578,19 @@ func TestRBScheduleAfterAForwardClockStep(t *testing.T) {
 		h.clock.Jump(5*time.Hour + 30*time.Minute)
 		h.clock.Advance(actors.MaxTimerSpan)
 		require.NoError(t, h.model.WaitCalls(ctx, "c", 2), "the wake's turn")
-		require.Eventually(t, func() bool {
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
 			listed, err := h.rt.Schedules(ctx, "c")
-			require.NoError(t, err)
-			return len(listed) == 1 && listed[0].GetNext().AsTime().Equal(t0.Add(6*time.Hour))
+			require.NoError(c, err)
+			require.Len(c, listed, 1)
+			assert.True(c, listed[0].GetNext().AsTime().Equal(t0.Add(6*time.Hour)), "next %v", listed[0].GetNext().AsTime())
 		}, wait, time.Millisecond, "next is the first occurrence after the fire")
-		require.Equal(t, 1, wakes(), "once, not once per occurrence the step skipped")
+		require.Equal(t, 1, wakes(t), "once, not once per occurrence the step skipped")
 
 		next := h.armedFor(t0.Add(6 * time.Hour))
 		require.Eventually(t, func() bool { return slices.ContainsFunc(h.clock.Dues(), next.Equal) }, wait, time.Millisecond)
 		h.clock.Advance(t0.Add(6 * time.Hour).Sub(h.clock.Now()))
 		require.NoError(t, h.model.WaitCalls(ctx, "c", 3))
-		require.Eventually(t, func() bool { return wakes() == 2 }, wait, time.Millisecond)
+		require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, 2, wakes(c)) }, wait, time.Millisecond)
 	})
 }
 

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus"
@@ -711,7 +712,11 @@ func TestSeedsAuditGCReachesDeadAndForkedConversations(t *testing.T) {
 		require.Equal(t, 1, rows("dead"), "a cancelled call records nothing")
 		require.NoError(t, h.rt.Wake(ctx, "dead"))
 		h.awaitEvent("dead", 0, isAssistantText("two"))
-		require.Eventually(t, func() bool { return rows("dead") == 2 }, wait, time.Millisecond, "the revival's call has its row")
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			calls, err := h.store.ModelCalls(ctx, "dead")
+			require.NoError(c, err)
+			assert.Len(c, calls, 2)
+		}, wait, time.Millisecond, "the revival's call has its row")
 		require.True(t, h.rt.Kill("dead"))
 
 		h.model.Push("live", scripted.Text("hello"))
@@ -737,8 +742,13 @@ func TestSeedsAuditGCReachesDeadAndForkedConversations(t *testing.T) {
 		}
 
 		h.clock.Advance(2 * time.Hour) // sweeps at 30m, 60m, 90m, 120m
-		require.Eventually(t, func() bool { return rows("dead") == 0 && rows("live") == 0 }, wait, time.Millisecond,
-			"the sweep removes the rows of a dead conversation and of a live one")
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			for _, conv := range []string{"dead", "live"} {
+				calls, err := h.store.ModelCalls(ctx, conv)
+				require.NoError(c, err)
+				assert.Empty(c, calls, conv)
+			}
+		}, wait, time.Millisecond, "the sweep removes the rows of a dead conversation and of a live one")
 		require.False(t, h.rt.IsActive("dead"), "the sweep revives nothing")
 		history, err := h.rt.History(ctx, "dead", 0, 0)
 		require.NoError(t, err)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus"
@@ -138,9 +139,10 @@ func TestAnswerOfUnknownOutcomeRunsItsTurnOnce(t *testing.T) {
 				}
 				// Read from the Store (the subscriber's side is
 				// TestSubscriberGetsTheAnswerOfUnknownOutcome).
-				require.Eventually(t, func() bool {
-					evs := h.history("c")
-					return len(evs) > 1 && isAssistantText(want)(evs[len(evs)-1])
+				require.EventuallyWithT(t, func(c *assert.CollectT) {
+					evs := h.historyOf(c, "c")
+					require.Greater(c, len(evs), 1)
+					assert.True(c, isAssistantText(want)(evs[len(evs)-1]), "the last event is the answer")
 				}, wait, time.Millisecond, "the answer %q is in the log", want)
 				require.Equal(t, int32(1), store.lost.Load(), "the answer's write was reported unknown")
 				require.Equal(t, []string{"user_msg", "assistant_msg"}, types(h.history("c")), "the answer is in the log once")
