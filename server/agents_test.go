@@ -1,13 +1,11 @@
 package server_test
 
 import (
-	"context"
 	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/lazarusrt/lazarus"
 	"github.com/lazarusrt/lazarus/agent/scripted"
@@ -18,29 +16,7 @@ import (
 // agentHistory reads the history of conv as agent's view, decoded.
 func agentHistory(t *testing.T, n *node, token, conv, agent string) []*messages.Event {
 	t.Helper()
-	var page server.EventPage
-	n.must(t, http.StatusOK, "GET", "/v1/conversations/"+conv+"/events?agent="+agent, token, nil, &page)
-	out := make([]*messages.Event, len(page.Events))
-	for i, raw := range page.Events {
-		out[i] = &messages.Event{}
-		require.NoError(t, protojson.Unmarshal(raw, out[i]))
-	}
-	return out
-}
-
-// streamQuery opens the event stream of conv with the query q.
-func streamQuery(t *testing.T, ctx context.Context, n *node, token, conv, q string) *sseStream {
-	t.Helper()
-	ctx, cancel := context.WithCancel(ctx)
-	req, err := http.NewRequestWithContext(ctx, "GET", n.srv.URL+"/v1/conversations/"+conv+"/stream?"+q, nil)
-	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+token)
-	res, err := n.srv.Client().Do(req)
-	require.NoError(t, err)
-	require.Equal(t, http.StatusOK, res.StatusCode)
-	s := &sseStream{res: res, sc: newScanner(res), cancel: cancel}
-	t.Cleanup(s.close)
-	return s
+	return historyOf(t, n, token, conv, "agent="+agent)
 }
 
 // TestPerAgentHistoryAndStream: ?agent= keeps one agent's view of the
@@ -90,7 +66,7 @@ func TestPerAgentHistoryAndStream(t *testing.T) {
 
 	// The critic's stream replays only its view: its message, its answer,
 	// the broadcast.
-	cs := streamQuery(t, ctx, n, tokAlice, conv.ID, "agent=critic&after=0")
+	cs := n.streamQuery(t, ctx, tokAlice, conv.ID, "?agent=critic&after=0", "")
 	got := cs.until(t, "event", "hello all")
 	var seqs []string
 	for _, m := range got {

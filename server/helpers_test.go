@@ -200,10 +200,49 @@ type sseStream struct {
 	cancel context.CancelFunc
 }
 
+// stream opens the event stream of conv as token, after lastEventID if
+// that is not empty.
 func (n *node) stream(t *testing.T, ctx context.Context, token, conv, lastEventID string) *sseStream {
 	t.Helper()
+	return n.streamQuery(t, ctx, token, conv, "", lastEventID)
+}
+
+// streamQuery opens the event stream of conv as token with query ("" or
+// "?..."), after lastEventID if that is not empty; close ends it from
+// the client's side, and so does the test's end.
+func (n *node) streamQuery(t *testing.T, ctx context.Context, token, conv, query, lastEventID string) *sseStream {
+	t.Helper()
 	ctx, cancel := context.WithCancel(ctx)
-	req, err := http.NewRequestWithContext(ctx, "GET", n.srv.URL+"/v1/conversations/"+conv+"/stream", nil)
+	res := n.streamRequest(t, ctx, token, conv, query, lastEventID)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Equal(t, "text/event-stream", res.Header.Get("Content-Type"))
+	s := &sseStream{res: res, sc: newScanner(res), cancel: cancel}
+	t.Cleanup(s.close)
+	return s
+}
+
+// tryStream requests the event stream of conv as token, as streamQuery
+// does, and answers the status and the body, unless it is a stream, which
+// it closes.
+func (n *node) tryStream(t testingT, ctx context.Context, token, conv, query, lastEventID string) (int, []byte) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	res := n.streamRequest(t, ctx, token, conv, query, lastEventID)
+	defer res.Body.Close()
+	if res.StatusCode == http.StatusOK {
+		return res.StatusCode, nil
+	}
+	out, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	return res.StatusCode, out
+}
+
+// streamRequest sends the request of conv's event stream as token with
+// query ("" or "?..."), after lastEventID if that is not empty.
+func (n *node) streamRequest(t testingT, ctx context.Context, token, conv, query, lastEventID string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, "GET", n.srv.URL+"/v1/conversations/"+conv+"/stream"+query, nil)
 	require.NoError(t, err)
 	req.Header.Set("Authorization", "Bearer "+token)
 	if lastEventID != "" {
@@ -211,11 +250,7 @@ func (n *node) stream(t *testing.T, ctx context.Context, token, conv, lastEventI
 	}
 	res, err := n.srv.Client().Do(req)
 	require.NoError(t, err)
-	require.Equal(t, http.StatusOK, res.StatusCode)
-	require.Equal(t, "text/event-stream", res.Header.Get("Content-Type"))
-	s := &sseStream{res: res, sc: newScanner(res), cancel: cancel}
-	t.Cleanup(s.close)
-	return s
+	return res
 }
 
 func newScanner(res *http.Response) *bufio.Scanner {

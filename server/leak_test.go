@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"context"
 	"net/http"
 	"testing"
 	"time"
@@ -11,22 +10,6 @@ import (
 	"github.com/lazarusrt/lazarus/internal/leakcheck"
 	"github.com/lazarusrt/lazarus/server"
 )
-
-// openStream opens the event stream of conv (query: "" or "?agent=...")
-// as alice; close ends it from the client's side.
-func (n *node) openStream(t *testing.T, ctx context.Context, conv, query string) *sseStream {
-	t.Helper()
-	ctx, cancel := context.WithCancel(ctx)
-	req, err := http.NewRequestWithContext(ctx, "GET", n.srv.URL+"/v1/conversations/"+conv+"/stream"+query, nil)
-	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+tokAlice)
-	res, err := n.srv.Client().Do(req)
-	require.NoError(t, err)
-	require.Equal(t, http.StatusOK, res.StatusCode)
-	s := &sseStream{res: res, sc: newScanner(res), cancel: cancel}
-	t.Cleanup(s.close)
-	return s
-}
 
 // TestStreamsLeaveNoGoroutine: an event stream (of the whole conversation,
 // and of one agent's view) whose client goes away leaves nothing running,
@@ -51,7 +34,7 @@ func TestStreamsLeaveNoGoroutine(t *testing.T) {
 
 	open := leakcheck.Take()
 	for _, query := range []string{"", "?agent=default"} {
-		s := n.openStream(t, ctx, conv.ID, query)
+		s := n.streamQuery(t, ctx, tokAlice, conv.ID, query, "")
 		n.must(t, http.StatusAccepted, "POST", "/v1/conversations/"+conv.ID+"/messages", tokAlice, server.SendMessage{Text: "hi"}, nil)
 		s.until(t, "turn_end", "answered")
 		s.close()
@@ -63,7 +46,7 @@ func TestStreamsLeaveNoGoroutine(t *testing.T) {
 
 	var streams []*sseStream
 	for _, query := range []string{"", "?agent=default"} {
-		streams = append(streams, n.openStream(t, ctx, conv.ID, query))
+		streams = append(streams, n.streamQuery(t, ctx, tokAlice, conv.ID, query, ""))
 	}
 	n.must(t, http.StatusAccepted, "POST", "/v1/conversations/"+conv.ID+"/messages", tokAlice, server.SendMessage{Text: "again"}, nil)
 	for _, s := range streams {

@@ -219,17 +219,7 @@ func TestStreamEndsWhenTheClientGoes(t *testing.T) {
 		h.ServeHTTP(w, r)
 	}))
 	defer srv.Close()
-	subscriptions := func(t testingT) float64 {
-		mfs, err := n.metrics.Registry().Gather()
-		require.NoError(t, err)
-		for _, mf := range mfs {
-			if mf.GetName() == "lazarus_subscriptions" {
-				return mf.GetMetric()[0].GetGauge().GetValue()
-			}
-		}
-		require.Fail(t, "no lazarus_subscriptions")
-		return 0
-	}
+	subscriptions := func(t testingT) float64 { return seriesValue(t, n.metrics.Registry(), "lazarus_subscriptions") }
 	for _, query := range []string{"", "?agent=default"} {
 		cctx, cancel := context.WithCancel(ctx)
 		req, err := http.NewRequestWithContext(cctx, "GET", srv.URL+"/v1/conversations/"+conv.ID+"/stream"+query, nil)
@@ -266,34 +256,12 @@ func TestStreamRefusesACursorPastTheLog(t *testing.T) {
 	last, err := n.rt.Store().LastSeq(ctx, conv.ID)
 	require.NoError(t, err)
 
-	path := "/v1/conversations/" + conv.ID + "/stream"
-	// open answers the status of a stream request, and its body unless
-	// it is a stream (which would not end).
-	open := func(query, lastEventID string) (int, []byte) {
-		rctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		req, err := http.NewRequestWithContext(rctx, "GET", n.srv.URL+path+query, nil)
-		require.NoError(t, err)
-		req.Header.Set("Authorization", "Bearer "+tokAlice)
-		if lastEventID != "" {
-			req.Header.Set("Last-Event-ID", lastEventID)
-		}
-		res, err := n.srv.Client().Do(req)
-		require.NoError(t, err)
-		defer res.Body.Close()
-		if res.StatusCode == http.StatusOK {
-			return res.StatusCode, nil
-		}
-		out, err := io.ReadAll(res.Body)
-		require.NoError(t, err)
-		return res.StatusCode, out
-	}
 	for _, c := range []struct{ query, lastEventID string }{
 		{fmt.Sprintf("?after=%d", last+1), ""},
 		{"", "1000"},
 		{"?after=1", strconv.FormatUint(last+1, 10)},
 	} {
-		status, body := open(c.query, c.lastEventID)
+		status, body := n.tryStream(t, ctx, tokAlice, conv.ID, c.query, c.lastEventID)
 		require.Equal(t, http.StatusBadRequest, status, "%+v: %s", c, body)
 		require.Equal(t, server.CodeInvalid, errorCode(t, body))
 		require.Contains(t, string(body), fmt.Sprintf("seq %d", last), "the message names the log's end")
@@ -333,16 +301,7 @@ func TestStreamCutsAClientThatStopsReading(t *testing.T) {
 	head, err := bufio.NewReader(conn).ReadString('\n')
 	require.NoError(t, err)
 	require.Contains(t, head, "200")
-	subscriptions := func(c *assert.CollectT) float64 {
-		mfs, err := n.metrics.Registry().Gather()
-		require.NoError(c, err)
-		for _, mf := range mfs {
-			if mf.GetName() == "lazarus_subscriptions" {
-				return mf.GetMetric()[0].GetGauge().GetValue()
-			}
-		}
-		return 0
-	}
+	subscriptions := func(t testingT) float64 { return seriesValue(t, n.metrics.Registry(), "lazarus_subscriptions") }
 	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, float64(1), subscriptions(c)) }, 10*time.Second, time.Millisecond)
 
 	// More than the connection's buffers hold: a write blocks.

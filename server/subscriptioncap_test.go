@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -26,27 +25,12 @@ func TestStreamsOverTheCapAre429(t *testing.T) {
 	first := n.stream(t, ctx, tokAlice, conv.ID, "")
 	second := n.stream(t, ctx, tokAlice, conv.ID, "")
 
-	// open answers the status of a stream request and its body, unless it
-	// is a stream, which it closes.
-	var retryAfter string
-	open := func(t testingT) (int, []byte) {
-		rctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		req, err := http.NewRequestWithContext(rctx, "GET", n.srv.URL+"/v1/conversations/"+conv.ID+"/stream", nil)
-		require.NoError(t, err)
-		req.Header.Set("Authorization", "Bearer "+tokAlice)
-		res, err := n.srv.Client().Do(req)
-		require.NoError(t, err)
-		defer res.Body.Close()
-		if res.StatusCode == http.StatusOK {
-			return res.StatusCode, nil
-		}
-		out, err := io.ReadAll(res.Body)
-		require.NoError(t, err)
-		retryAfter = res.Header.Get("Retry-After")
-		return res.StatusCode, out
-	}
-	status, body := open(t)
+	// A third is refused; the answer says when to try again.
+	res := n.streamRequest(t, ctx, tokAlice, conv.ID, "", "")
+	body, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	require.NoError(t, res.Body.Close())
+	status, retryAfter := res.StatusCode, res.Header.Get("Retry-After")
 	require.Equal(t, http.StatusTooManyRequests, status, "%s", body)
 	require.Equal(t, server.CodeTooManySubscriptions, errorCode(t, body))
 	require.Equal(t, fmt.Sprint(server.RetryAfterTooManySubscriptions), retryAfter)
@@ -61,7 +45,7 @@ func TestStreamsOverTheCapAre429(t *testing.T) {
 	// gone, which it does on its own time: a new stream is served then.
 	first.close()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		status, _ := open(c)
+		status, _ := n.tryStream(c, ctx, tokAlice, conv.ID, "", "")
 		assert.Equal(c, http.StatusOK, status)
 	}, 10*time.Second, 5*time.Millisecond, "a closed stream frees its slot")
 }
