@@ -36,11 +36,18 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 
 func openStore(t testing.TB, kind string) journal.Store {
 	t.Helper()
+	return openStoreAudit(t, kind, false)
+}
+
+// openStoreAudit opens a store of kind, with its model-call audit on if
+// audit is.
+func openStoreAudit(t testing.TB, kind string, audit bool) journal.Store {
+	t.Helper()
 	switch kind {
 	case "memory":
-		return memjournal.New(memjournal.Options{})
+		return memjournal.New(memjournal.Options{Audit: audit})
 	case "pebble":
-		s, err := pebblejournal.Open(t.TempDir(), pebblejournal.Options{})
+		s, err := pebblejournal.Open(t.TempDir(), pebblejournal.Options{Audit: audit})
 		require.NoError(t, err)
 		// Closed before its directory is removed (cleanups run last
 		// first): an open store's delayed flush would otherwise find its
@@ -48,7 +55,7 @@ func openStore(t testing.TB, kind string) journal.Store {
 		t.Cleanup(func() { _ = s.Close() })
 		return s
 	case "postgres":
-		s, err := pgjournal.Open(context.Background(), pgtest.NewDatabase(t), pgjournal.Options{})
+		s, err := pgjournal.Open(context.Background(), pgtest.NewDatabase(t), pgjournal.Options{Audit: audit})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = s.Close() }) // after the runtime's Close, registered later
 		return s

@@ -11,7 +11,6 @@ package tests
 // kills.
 
 import (
-	"context"
 	"slices"
 	"testing"
 	"time"
@@ -23,10 +22,6 @@ import (
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/journal"
-	"github.com/lazarusrt/lazarus/journal/memjournal"
-	"github.com/lazarusrt/lazarus/journal/pebblejournal"
-	"github.com/lazarusrt/lazarus/journal/pgjournal"
-	"github.com/lazarusrt/lazarus/journal/pgjournal/pgtest"
 	"github.com/lazarusrt/lazarus/messages"
 	"github.com/lazarusrt/lazarus/snapshot"
 )
@@ -658,27 +653,6 @@ func TestSeedsFindPagesExactly(t *testing.T) {
 	})
 }
 
-// openAuditStore opens a store of kind with its model-call audit on.
-func openAuditStore(t *testing.T, kind string) journal.Store {
-	t.Helper()
-	switch kind {
-	case "memory":
-		return memjournal.New(memjournal.Options{Audit: true})
-	case "pebble":
-		s, err := pebblejournal.Open(t.TempDir(), pebblejournal.Options{Audit: true})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = s.Close() })
-		return s
-	case "postgres":
-		s, err := pgjournal.Open(context.Background(), pgtest.NewDatabase(t), pgjournal.Options{Audit: true})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = s.Close() })
-		return s
-	}
-	t.Fatalf("unknown store kind %q", kind)
-	return nil
-}
-
 // TestSeedsAuditGCReachesDeadAndForkedConversations: with the audit on
 // and a TTL, each answered model call has its row; a kill in the middle of
 // a model call records nothing for it, and the revival's call one row; a
@@ -687,7 +661,7 @@ func openAuditStore(t *testing.T, kind string) journal.Store {
 // and a deleted conversation's rows go with it.
 func TestSeedsAuditGCReachesDeadAndForkedConversations(t *testing.T) {
 	forEachStore(t, func(t *testing.T, kind string) {
-		h := newHarness(t, openAuditStore(t, kind), func(o *lazarus.Options) {
+		h := newHarness(t, openStoreAudit(t, kind, true), func(o *lazarus.Options) {
 			o.Audit = lazarus.AuditOptions{Enabled: true, TTL: time.Hour}
 		})
 		ctx := ctxT(t)
