@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -58,13 +56,6 @@ func TestSendRefusesBadInputBeforeWriting(t *testing.T) {
 func TestServerModeMatchesLocal(t *testing.T) {
 	f := newFixture(t)
 	now := time.Now()
-	run := func(ctx context.Context, args ...string) result {
-		var out, errb bytes.Buffer
-		c := newCLI(strings.NewReader(""), &out, &errb)
-		c.now = func() time.Time { return now }
-		code := c.run(ctx, args)
-		return result{out.String(), errb.String(), code}
-	}
 	cases := [][]string{
 		{"conversations"}, {"conversations", "--json"}, {"conversations", "--limit", "1"},
 		{"conversations", "--where", "owner=alice"}, {"conversations", "--limit", "3"},
@@ -77,10 +68,9 @@ func TestServerModeMatchesLocal(t *testing.T) {
 		{"delete", "finished"}, {"delete", "nobody", "--yes"},
 		{"tail", "nobody"}, {"tail", "waiting", "--max", "3"}, {"tail", "waiting", "--from", "5", "--json", "--max", "2"},
 	}
-	ctx := ctxT(t)
 	local := make([]result, len(cases))
 	for i, args := range cases {
-		local[i] = run(ctx, append(args, "--dir", f.dir)...)
+		local[i] = cliAt(t, now, append(args, "--dir", f.dir)...)
 	}
 
 	rt, err := lazarus.Open(lazarus.Options{Dir: f.dir, Model: scripted.New(scripted.Options{}), Tools: tools(), NoResume: true})
@@ -91,7 +81,7 @@ func TestServerModeMatchesLocal(t *testing.T) {
 	node := httptest.NewServer(server.New(rt, server.Options{Authenticator: tokens}))
 	t.Cleanup(node.Close)
 	for i, args := range cases {
-		r := run(ctx, append(args, "--server", node.URL, "--token", "ops-token")...)
+		r := cliAt(t, now, append(args, "--server", node.URL, "--token", "ops-token")...)
 		require.Equal(t, local[i].code, r.code, "%v: local stderr %q, remote stderr %q", args, local[i].stderr, r.stderr)
 		require.Equal(t, local[i].stdout, r.stdout, "%v", args)
 	}
@@ -146,14 +136,7 @@ func TestPendingJSONArgsMatchOnANode(t *testing.T) {
 	require.NoError(t, rt.Close())
 
 	now := time.Now()
-	run := func(args ...string) result {
-		var out, errb bytes.Buffer
-		c := newCLI(strings.NewReader(""), &out, &errb)
-		c.now = func() time.Time { return now }
-		code := c.run(ctx, args)
-		return result{out.String(), errb.String(), code}
-	}
-	local := run("pending", "--json", "--dir", dir)
+	local := cliAt(t, now, "pending", "--json", "--dir", dir)
 	requireOK(t, local)
 
 	rt, err = lazarus.Open(lazarus.Options{Dir: dir, Model: scripted.New(scripted.Options{}), Tools: tools(), NoResume: true})
@@ -163,7 +146,7 @@ func TestPendingJSONArgsMatchOnANode(t *testing.T) {
 	require.NoError(t, err)
 	node := httptest.NewServer(server.New(rt, server.Options{Authenticator: tokens}))
 	t.Cleanup(node.Close)
-	remote := run("pending", "--json", "--server", node.URL, "--token", "ops-token")
+	remote := cliAt(t, now, "pending", "--json", "--server", node.URL, "--token", "ops-token")
 	requireOK(t, remote)
 	require.Equal(t, local.stdout, remote.stdout)
 	require.Contains(t, local.stdout, `"args": "{\"amount\":50,\"note\":\"<b> & \\u00e9 \\\\u003c\",\"z\":[1,2.50]}"`)
