@@ -58,8 +58,9 @@
 //
 // # Expiry actor
 //
-// NewExpiry: holds every scheduled deadline in one min-heap with one Clock
-// timer for the earliest (armed for at most MaxTimerSpan, so a step of the
+// NewExpiry: holds every scheduled deadline in one min-heap (and every
+// schedule's next occurrence in another) with one Clock timer for the
+// earliest (armed for at most MaxTimerSpan, so a step of the
 // wall clock or a suspend delays a due deadline by at most that), rebuilt
 // from Store.Deadlines on start. A due
 // deadline becomes an unfenced JournalWrite that resolves the call to

@@ -144,11 +144,12 @@ func (o JournalOptions) inflightFor(store journal.Store) int {
 //
 // # Group commit
 //
-// The actor owns one committer goroutine, started on Started. Writes that
-// arrive while no commit is in flight are handed to the committer at once;
-// writes that arrive while a commit is in flight are gathered and committed
-// together, up to MaxBatch, by the next single Store.AppendBatch: one sync
-// for many conversations. The committer reports each finished commit back to
+// The actor owns JournalOptions.MaxInflight committer goroutines, started
+// on Started, and one more that waits for them to end. Writes that arrive
+// while a committer is free are handed to it at once; writes that arrive
+// while every committer is busy are gathered and committed together, up to
+// MaxBatch, by the next single Store.AppendBatch: one sync for many
+// conversations. A committer reports each finished commit back to
 // the actor with a message to itself (commitDone, a local Go value that never
 // leaves the process); the actor then replies to every requester of that
 // commit, in request order, and hands over the next batch. Store calls use
