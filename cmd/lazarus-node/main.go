@@ -38,9 +38,18 @@
 // wraps (see errorCode), "internal" for an error that wraps none; its HTTP
 // status follows the code (errorStatus): 400 invalid (a bad body, a
 // missing conv, an after that is not a seq), 404 not_found, 409 stale,
-// conflict, ended or deleted, 503 closed, no_owner, unavailable or
-// canceled, 504 unknown_outcome or deadline_exceeded, 500 internal and
-// any other code. fenced counts the activations of this
+// conflict, ended or deleted, 429 too_many_subscriptions (a /stream of a
+// conversation with lazarus.DefaultMaxSubscriptions streams open on this
+// member), 503 closed, no_owner, unavailable or canceled, 504
+// unknown_outcome or deadline_exceeded, 500 internal and any other code.
+// As lazarus serve answers the same conditions, a 429 carries a
+// Retry-After header of server.RetryAfterTooManySubscriptions (5)
+// seconds, a 503 unavailable or canceled one of
+// server.RetryAfterUnavailable (1), and a 503 no_owner (no member
+// answered, as during a membership change) one of 2; a 503 closed (the
+// member will not serve again) carries none, nor does any other answer:
+// hints of when to try again, nothing promised. fenced counts the
+// activations of this
 // member retired because the Store's fence refused their write
 // (lazarus.Metrics.Fenced).
 //
@@ -459,7 +468,8 @@ func tools(humanTimeout time.Duration) []agent.Tool {
 
 // errorCode is the stable code of a failed call: the first sentinel of the
 // Runtime's contract the error wraps ("closed" for lazarus.ErrClosed,
-// "unknown_outcome", "no_owner", "deadline_exceeded", "canceled"), else
+// "unknown_outcome", "no_owner", "too_many_subscriptions",
+// "deadline_exceeded", "canceled"), else
 // the journal's code in lower case without its prefix ("conflict",
 // "unavailable", "stale", "invalid", ...; journal.ErrorToProto), which is
 // "internal" for an error that wraps no sentinel.
@@ -471,6 +481,8 @@ func errorCode(err error) string {
 		return "unknown_outcome"
 	case errors.Is(err, lazarus.ErrNoOwner):
 		return "no_owner"
+	case errors.Is(err, lazarus.ErrTooManySubscriptions):
+		return "too_many_subscriptions"
 	case errors.Is(err, context.DeadlineExceeded):
 		return "deadline_exceeded"
 	case errors.Is(err, context.Canceled):
@@ -482,10 +494,14 @@ func errorCode(err error) string {
 
 // errorStatus is the HTTP status of a failed call with code (errorCode):
 // 400 for a bad request, 404 for an unknown one, 409 for a call that lost
-// to the conversation's state, 503 for a member or Store that cannot take
-// it now, 504 for an outcome not known in time, 500 for the rest.
+// to the conversation's state, 429 for a stream refused for the
+// conversation's streams open already, 503 for a member or Store that
+// cannot take it now, 504 for an outcome not known in time, 500 for the
+// rest.
 func errorStatus(code string) int {
 	switch code {
+	case "too_many_subscriptions":
+		return http.StatusTooManyRequests
 	case "invalid":
 		return http.StatusBadRequest
 	case "not_found":
@@ -498,6 +514,44 @@ func errorStatus(code string) int {
 		return http.StatusGatewayTimeout
 	}
 	return http.StatusInternalServerError
+}
+
+// retryAfterNoOwner is the Retry-After (in seconds) of a 503 no_owner: no
+// member answered for the conversation, as while a member killed or
+// paused is still in the others' view; once they drop it, one of them
+// takes its conversations over (failover p99 under 2 s in tests/cluster).
+const retryAfterNoOwner = 2
+
+// retryAfter is the Retry-After (in seconds) of a failed call with code
+// (errorCode), 0 for none, as lazarus serve answers the same conditions
+// (package server): server.RetryAfterUnavailable for unavailable and
+// canceled (server's unavailable), server.RetryAfterTooManySubscriptions
+// for too_many_subscriptions, and retryAfterNoOwner for no_owner, a
+// transient refusal during a membership change. closed has none (the
+// member will not serve again), nor has any other code.
+func retryAfter(code string) int {
+	switch code {
+	case "unavailable", "canceled":
+		return server.RetryAfterUnavailable
+	case "too_many_subscriptions":
+		return server.RetryAfterTooManySubscriptions
+	case "no_owner":
+		return retryAfterNoOwner
+	}
+	return 0
+}
+
+// writeError answers err, a failed control call, with {"error","code"},
+// the status of its code (errorStatus) and, for a code with a retryAfter,
+// a Retry-After header.
+func writeError(w http.ResponseWriter, err error) {
+	code := errorCode(err)
+	w.Header().Set("Content-Type", "application/json")
+	if secs := retryAfter(code); secs > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(secs))
+	}
+	w.WriteHeader(errorStatus(code))
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error(), "code": code})
 }
 
 // conv is the request's conv parameter, required.
@@ -541,13 +595,11 @@ func decodeBody(body []byte, v any) error {
 func api(rt *lazarus.Runtime, fenced *atomic.Int64, streams context.Context) http.Handler {
 	mux := http.NewServeMux()
 	write := func(w http.ResponseWriter, v any, err error) {
-		w.Header().Set("Content-Type", "application/json")
 		if err != nil {
-			code := errorCode(err)
-			w.WriteHeader(errorStatus(code))
-			_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error(), "code": code})
+			writeError(w, err)
 			return
 		}
+		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(v)
 	}
 	// decode reads a request body into v; a bad one is the caller's error
