@@ -18,9 +18,10 @@
 //
 // COMMAND --help (or -h, or help COMMAND) prints the command's help on
 // stdout with status 0, whatever flags come before or after it, even a
-// top-level one the command refuses otherwise (--dir before send, say) or
-// one it does not define (send --nope --help); after "--" it is an
-// argument.
+// top-level one the command refuses otherwise (--dir before send, say),
+// one it does not define (send --nope --help) or one lazarus does not
+// define (--nope send --help); after "--" it is an argument. --help with
+// no command (lazarus --nope --help) prints the main help, status 0.
 //
 // The store is the embedded Pebble directory named by --dir, or the
 // PostgreSQL database named by --postgres DSN (either on the command line,
@@ -278,16 +279,25 @@ func (c *cli) run(ctx context.Context, args []string) int {
 	top.StringVar(&c.token, "token", "", "")
 	help := top.Bool("help", false, "")
 	top.BoolVar(help, "h", false, "")
+	var rest []string
 	if err := top.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+		// The flag package stops at the first bad flag, before the
+		// command and its --help: a help asked for after it is still
+		// given, as parse gives it after a bad flag of the command's.
+		name, asked := topHelp(args)
+		switch {
+		case errors.Is(err, flag.ErrHelp), asked && name == "":
 			c.mainUsage(c.stdout)
 			return exitOK
+		case !asked:
+			fmt.Fprintf(c.stderr, "lazarus: %v\n\n", err)
+			c.mainUsage(c.stderr)
+			return exitUsage
 		}
-		fmt.Fprintf(c.stderr, "lazarus: %v\n\n", err)
-		c.mainUsage(c.stderr)
-		return exitUsage
+		rest = []string{"help", name}
+	} else {
+		rest = top.Args()
 	}
-	rest := top.Args()
 	if *help || len(rest) == 0 {
 		if *help {
 			c.mainUsage(c.stdout)
@@ -496,6 +506,32 @@ func asksHelp(args []string) bool {
 		}
 	}
 	return false
+}
+
+// topHelp reads a top-level command line the flag package refused (it
+// stops at an unknown flag or a bad value) for a help asked for after the
+// bad flag, up to a "--": COMMAND followed by a help flag (asksHelp) or
+// help COMMAND asks for the help of COMMAND, the first argument that names
+// a command (or help) deciding; a help flag with no command before it, or
+// a bare help, asks for the main help (name ""). asked is false when no
+// help is asked for: the bad flag is the usage error.
+func topHelp(args []string) (name string, asked bool) {
+	for i, a := range args {
+		switch {
+		case a == "--":
+			return "", false
+		case a == "help":
+			if i+1 < len(args) {
+				return args[i+1], true
+			}
+			return "", true
+		case lookup(a) != nil:
+			return a, asksHelp(args[i+1:])
+		case asksHelp([]string{a}):
+			return "", true
+		}
+	}
+	return "", false
 }
 
 // postgresDSN returns the PostgreSQL store the command works on, if any:

@@ -394,3 +394,41 @@ func TestHelpAfterABadFlag(t *testing.T) {
 		})
 	}
 }
+
+// TestHelpAfterABadTopLevelFlag: a top-level flag lazarus does not define
+// (or a bad value) before COMMAND --help, -h or help COMMAND still prints
+// the command's help on stdout with status 0, as the package documents
+// ("whatever flags come before it"; the flag package stopped at the bad
+// flag, and it was a usage error, status 2); --help with no command
+// before it (a bad value of its own included) prints the main help. Without a help, or with it after "--", the bad
+// flag is the usage error.
+func TestHelpAfterABadTopLevelFlag(t *testing.T) {
+	for _, cmd := range commands {
+		t.Run(cmd.name, func(t *testing.T) {
+			for _, args := range [][]string{
+				{"--nope", cmd.name, "--help"},
+				{"--nope", "x", cmd.name, "-h"},
+				{"--dir", t.TempDir(), "--nope", cmd.name, "--json=maybe", "-help=true"},
+				{"--nope", "help", cmd.name},
+			} {
+				r := cliRun(t, "", args...)
+				requireOK(t, r)
+				require.True(t, strings.HasPrefix(r.stdout, "Usage: lazarus "+cmd.name+" "), "%q prints the help: %s", args, r.stdout)
+			}
+			for _, args := range [][]string{{"--nope", cmd.name}, {"--nope", cmd.name, "--", "--help"}} {
+				r := cliRun(t, "", args...)
+				require.Equal(t, exitUsage, r.code, "%q: %s", args, r.stderr)
+				require.Contains(t, r.stderr, "lazarus: flag provided but not defined: -nope")
+				require.Empty(t, r.stdout)
+			}
+		})
+	}
+	for _, args := range [][]string{{"--nope", "--help"}, {"--nope", "help"}, {"-h", "--nope"}, {"-help=maybe", "send", "--help"}} {
+		r := cliRun(t, "", args...)
+		requireOK(t, r)
+		require.True(t, strings.HasPrefix(r.stdout, "lazarus is the operator's tool"), "%q prints the main help: %s", args, r.stdout)
+	}
+	r := cliRun(t, "", "--nope", "help", "bogus")
+	require.Equal(t, exitUsage, r.code)
+	require.Contains(t, r.stderr, `unknown command "bogus"`)
+}
