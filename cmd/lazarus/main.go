@@ -9,7 +9,11 @@
 // bearer token (--token, $LAZARUS_TOKEN), conversations, show, tail,
 // pending, resolve, schedules, delete and stats work on such a live node through its
 // API instead of a store, with the same output and exit statuses, and send
-// sends a message (remote.go).
+// sends a message (remote.go). They read every page of the node's
+// listings; a node answering a page with a next cursor it gave before in
+// the listing (or, for the schedules, ordered by id, one not after the
+// page's own) fails the command with status 1 rather than paging for
+// ever.
 //
 // Usage:
 //

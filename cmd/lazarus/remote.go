@@ -307,25 +307,54 @@ func (r *remote) events(ctx context.Context, id string, after, before uint64, li
 	return out, nil
 }
 
+// errCursorStuck: a node answered a page of a listing with a next cursor
+// that does not move on (one it gave before in the listing, or for an
+// ordered one not after the page's own), which would page for ever.
+var errCursorStuck = errors.New("the node's next cursor does not move on")
+
+// eachPage reads every page of the listing what: page reads the page
+// after cursor ("" for the first) and returns its next cursor ("" after
+// the last). A next cursor the listing gave before fails with an error
+// wrapping errCursorStuck, as does, when the cursors are ordered (ids the
+// pages run in ascending order of), one not after the cursor of its page:
+// a node that does not move on cannot page for ever. (A sealed cursor is
+// made anew each time, so a node that seals the same position again is
+// not caught here.)
+func (r *remote) eachPage(what string, ordered bool, page func(cursor string) (next string, err error)) error {
+	seen := map[string]bool{}
+	cursor := ""
+	for {
+		next, err := page(cursor)
+		if err != nil || next == "" {
+			return err
+		}
+		if seen[next] || (ordered && next <= cursor) {
+			return fmt.Errorf("node %s: %s: next cursor %q after %q: %w", r.base, what, next, cursor, errCursorStuck)
+		}
+		seen[next] = true
+		cursor = next
+	}
+}
+
 // pendingCalls lists every pending human call the token sees.
 func (r *remote) pendingCalls(ctx context.Context) ([]server.Call, error) {
 	var out []server.Call
-	cursor := ""
-	for {
+	err := r.eachPage("calls", false, func(cursor string) (string, error) {
 		q := url.Values{"limit": {strconv.Itoa(server.MaxPageSize)}}
 		if cursor != "" {
 			q.Set("cursor", cursor)
 		}
 		var page server.CallList
 		if err := r.call(ctx, http.MethodGet, "/v1/calls?"+q.Encode(), nil, &page); err != nil {
-			return nil, err
+			return "", err
 		}
 		out = append(out, page.Calls...)
-		if page.NextCursor == "" {
-			return out, nil
-		}
-		cursor = page.NextCursor
+		return page.NextCursor, nil
+	})
+	if err != nil {
+		return nil, err
 	}
+	return out, nil
 }
 
 // callRecord is the row of the offline commands for a call of the API.
@@ -401,26 +430,22 @@ func (r *remote) conversations(ctx context.Context, cursor string, limit int, ke
 
 // eachConversation calls fn for every conversation the token sees.
 func (r *remote) eachConversation(ctx context.Context, fn func(server.Conversation) error) error {
-	cursor := ""
-	for {
+	return r.eachPage("conversations", false, func(cursor string) (string, error) {
 		q := url.Values{"limit": {strconv.Itoa(server.MaxPageSize)}}
 		if cursor != "" {
 			q.Set("cursor", cursor)
 		}
 		var page server.ConversationList
 		if err := r.call(ctx, http.MethodGet, "/v1/conversations?"+q.Encode(), nil, &page); err != nil {
-			return err
+			return "", err
 		}
 		for _, cv := range page.Conversations {
 			if err := fn(cv); err != nil {
-				return err
+				return "", err
 			}
 		}
-		if page.NextCursor == "" {
-			return nil
-		}
-		cursor = page.NextCursor
-	}
+		return page.NextCursor, nil
+	})
 }
 
 // stats counts what the token sees: conversations by status, their

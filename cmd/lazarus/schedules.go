@@ -111,8 +111,8 @@ func (c *cli) remoteSchedules(ctx context.Context, rc *remote, conv string, canc
 		return nil
 	}
 	var all []server.Schedule
-	cursor := ""
-	for {
+	// Pages are ordered by id, and a cursor is the id a page starts after.
+	err := rc.eachPage("schedules", true, func(cursor string) (string, error) {
 		path := base
 		if cursor != "" {
 			path += "?" + url.Values{"cursor": {cursor}}.Encode()
@@ -120,20 +120,15 @@ func (c *cli) remoteSchedules(ctx context.Context, rc *remote, conv string, canc
 		var page server.ScheduleList
 		if err := rc.call(ctx, http.MethodGet, path, nil, &page); err != nil {
 			if noConversation(err) {
-				return fmt.Errorf("no conversation %s: %w", displayID(conv), err)
+				return "", fmt.Errorf("no conversation %s: %w", displayID(conv), err)
 			}
-			return err
+			return "", err
 		}
 		all = append(all, page.Schedules...)
-		if page.NextCursor == "" {
-			break
-		}
-		if page.NextCursor <= cursor {
-			// Pages are ordered by id: a cursor that does not move on
-			// would list the same page forever.
-			return fmt.Errorf("node %s: the schedules' next cursor %q does not follow %q", rc.base, page.NextCursor, cursor)
-		}
-		cursor = page.NextCursor
+		return page.NextCursor, nil
+	})
+	if err != nil {
+		return err
 	}
 	for _, sc := range all {
 		var every time.Duration
