@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"strings"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -22,7 +21,8 @@ var schedulesCmd = &command{
 	help: `
 Lists the pending scheduled wake-ups of a conversation (Runtime.Schedule),
 one a line: the schedule id, its next occurrence, how it repeats (every
-INTERVAL, cron EXPR in ZONE, or once) and the text each occurrence sends;
+INTERVAL, cron EXPR in ZONE, or once) and the text each occurrence sends,
+quoted (its text parts joined by newlines, as the node's API shows it);
 exit 5 if there is no such conversation. With --cancel it removes that schedule instead (exit 5 if the conversation
 has none of that id); a runtime running on the store finds it gone when
 its timer fires, and sends nothing.
@@ -90,11 +90,7 @@ func (c *cli) schedules(ctx context.Context, fs *flags, args []string) (err erro
 		if sc.GetEvery() != nil {
 			every = sc.GetEvery().AsDuration()
 		}
-		var text strings.Builder
-		for _, p := range sc.GetPayload().GetContent() {
-			text.WriteString(p.GetText())
-		}
-		c.printSchedule(sc.GetId(), sc.GetNext(), every, sc.GetCron(), sc.GetTimeZone(), text.String())
+		c.printSchedule(sc.GetId(), sc.GetNext(), every, sc.GetCron(), sc.GetTimeZone(), server.ScheduleText(sc))
 	}
 	return nil
 }

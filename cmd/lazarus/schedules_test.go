@@ -12,6 +12,8 @@ import (
 	"github.com/lazarusrt/lazarus"
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/scripted"
+	"github.com/lazarusrt/lazarus/journal/pebblejournal"
+	"github.com/lazarusrt/lazarus/messages"
 	"github.com/lazarusrt/lazarus/server"
 )
 
@@ -118,4 +120,51 @@ func TestSchedulesOnANode(t *testing.T) {
 	// asked.
 	r = remote("ops-token", "schedules", "finished", "--cancel", strings.Repeat("x", 1000))
 	require.Equal(t, exitUsage, r.code, r.stderr)
+}
+
+// TestScheduleTextPartsJoinedByNewlines: a schedule whose message has
+// several text parts (and an image, which has none) is printed with its
+// parts joined by newlines, as the node's API shows it
+// (server.ScheduleText): offline and with --server the same line (offline
+// joined them with nothing).
+func TestScheduleTextPartsJoinedByNewlines(t *testing.T) {
+	dir := t.TempDir()
+	ctx := ctxT(t)
+	rt, err := lazarus.Open(lazarus.Options{Dir: dir, Model: scripted.New(scripted.Options{}), IdleTimeout: -1})
+	require.NoError(t, err)
+	_, err = rt.Send(ctx, "c", "hi", user)
+	require.NoError(t, err)
+	_, err = rt.Schedule(ctx, "c", lazarus.ScheduleSpec{ID: "parts", Every: time.Hour, Text: "first"}, user)
+	require.NoError(t, err)
+	require.NoError(t, rt.Close())
+
+	st, err := pebblejournal.Open(dir, pebblejournal.Options{})
+	require.NoError(t, err)
+	all, err := st.ConversationSchedules(ctx, "c")
+	require.NoError(t, err)
+	require.Len(t, all, 1)
+	sc := all[0]
+	sc.Payload.Content = []*messages.ContentPart{
+		{Part: &messages.ContentPart_Text{Text: "first"}},
+		{Part: &messages.ContentPart_Image{Image: &messages.Blob{MediaType: "image/png", Uri: "https://example.com/a.png"}}},
+		{Part: &messages.ContentPart_Text{Text: "second"}},
+	}
+	require.NoError(t, st.PutSchedule(ctx, sc))
+	require.NoError(t, st.Close())
+
+	local := cliRun(t, "", "schedules", "c", "--dir", dir)
+	requireOK(t, local)
+	require.Contains(t, local.stdout, "\t\"first\\nsecond\"\n", "the parts joined by a newline, quoted")
+
+	rt, err = lazarus.Open(lazarus.Options{Dir: dir, Model: scripted.New(scripted.Options{}), IdleTimeout: -1, NoResume: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, rt.Close()) })
+	tokens, err := server.NewBearerTokens(map[string]agent.Identity{"ops-token": {UserID: "ops", Roles: []string{"operator"}}})
+	require.NoError(t, err)
+	node := httptest.NewServer(server.New(rt, server.Options{Authenticator: tokens}))
+	t.Cleanup(node.Close)
+	var out, errb bytes.Buffer
+	code := newCLI(strings.NewReader(""), &out, &errb).run(ctx, []string{"schedules", "c", "--server", node.URL, "--token", "ops-token"})
+	require.Equal(t, exitOK, code, errb.String())
+	require.Equal(t, local.stdout, out.String(), "the node's listing prints as the store's")
 }
