@@ -873,3 +873,18 @@ func (r *Runtime) schedulesBeforeDelete(ctx context.Context, conv string) []*mes
 	}
 	return all
 }
+
+// ScheduleText is the text of the user message each occurrence of sc
+// appends, as the list_wakeups tool, the HTTP API (server.Schedule.Text)
+// and lazarus schedules show it: its text parts joined by newlines, a part
+// with no text (an image, a file) left out. A ScheduleSpec's message is one
+// part, its Text.
+func ScheduleText(sc *messages.Schedule) string {
+	var text []string
+	for _, p := range sc.GetPayload().GetContent() {
+		if t := p.GetText(); t != "" {
+			text = append(text, t)
+		}
+	}
+	return strings.Join(text, "\n")
+}

@@ -55,9 +55,7 @@ func viewOf(sc *messages.Schedule) scheduleView {
 	if e := sc.GetEvery(); e != nil {
 		v.EverySeconds = e.AsDuration().Seconds()
 	}
-	for _, p := range sc.GetPayload().GetContent() {
-		v.Text += p.GetText()
-	}
+	v.Text = ScheduleText(sc)
 	return v
 }
 

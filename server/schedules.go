@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/lazarusrt/lazarus"
@@ -52,7 +51,7 @@ type Schedule struct {
 	// read in, as given when it was scheduled; absent if none.
 	Cron     string `json:"cron,omitempty"`
 	TimeZone string `json:"time_zone,omitempty"`
-	// Text is the user message each occurrence appends (ScheduleText):
+	// Text is the user message each occurrence appends (lazarus.ScheduleText):
 	// its text parts joined by newlines.
 	Text string `json:"text"`
 	// Author is who scheduled it. A wake runs under the scope the runtime's
@@ -78,22 +77,8 @@ func scheduleOf(sc *messages.Schedule) Schedule {
 	if sc.GetEvery() != nil {
 		out.Every = sc.GetEvery().AsDuration().String()
 	}
-	out.Text = ScheduleText(sc)
+	out.Text = lazarus.ScheduleText(sc)
 	return out
-}
-
-// ScheduleText is the text of the user message each occurrence of sc
-// appends, as Schedule.Text shows it and lazarus schedules prints it: its
-// text parts joined by newlines, a part with no text (an image, a file)
-// left out. A ScheduleSpec's message is one part, its Text.
-func ScheduleText(sc *messages.Schedule) string {
-	var text []string
-	for _, p := range sc.GetPayload().GetContent() {
-		if t := p.GetText(); t != "" {
-			text = append(text, t)
-		}
-	}
-	return strings.Join(text, "\n")
 }
 
 // duration parses an optional duration field of a body.

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/lazarusrt/lazarus"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/server"
 )
@@ -90,7 +91,7 @@ func (c *cli) schedules(ctx context.Context, fs *flags, args []string) (err erro
 		if sc.GetEvery() != nil {
 			every = sc.GetEvery().AsDuration()
 		}
-		c.printSchedule(sc.GetId(), sc.GetNext(), every, sc.GetCron(), sc.GetTimeZone(), server.ScheduleText(sc))
+		c.printSchedule(sc.GetId(), sc.GetNext(), every, sc.GetCron(), sc.GetTimeZone(), lazarus.ScheduleText(sc))
 	}
 	return nil
 }

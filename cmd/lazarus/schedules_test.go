@@ -125,7 +125,7 @@ func TestSchedulesOnANode(t *testing.T) {
 // TestScheduleTextPartsJoinedByNewlines: a schedule whose message has
 // several text parts (and an image, which has none) is printed with its
 // parts joined by newlines, as the node's API shows it
-// (server.ScheduleText): offline and with --server the same line (offline
+// (lazarus.ScheduleText): offline and with --server the same line (offline
 // joined them with nothing).
 func TestScheduleTextPartsJoinedByNewlines(t *testing.T) {
 	dir := t.TempDir()
