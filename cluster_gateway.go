@@ -135,7 +135,15 @@ func (g *gatewayActor) Receive(ctx actor.Context) {
 		}
 	case *messages.ClusterSubscribe:
 		if sender := ctx.Sender(); sender != nil {
-			if !n.goServe(func() { n.serveSubscribe(sender, m) }) {
+			// Registered here, not on the stream's goroutine: an
+			// unsubscribe, which the gateway takes after the subscribe
+			// it follows, always finds the stream (see openServing).
+			sctx, ok := n.openServing(sender, m)
+			if !ok {
+				return
+			}
+			if !n.goServe(func() { n.serveSubscribe(sctx, sender, m) }) {
+				n.closeServing(m.GetSubscriptionId())
 				n.sys.Root.Send(sender, n.closing(m.GetRequestId()))
 			}
 		}
@@ -488,10 +496,59 @@ type serving struct {
 // member's ids are its address, its run's random value and a counter).
 const maxSubscriptionIDBytes = 1024
 
-// serveSubscribe streams a conversation's updates to a subscriber on
-// another member until it unsubscribes (a ClusterUnsubscribe sent from
-// the subscribe's reply address or from its sender's address: any other
-// is ignored), its member leaves (its address,
+// openServing registers the stream a ClusterSubscribe asks for, and
+// returns the context that serveSubscribe serves it under, which a
+// ClusterUnsubscribe sent from the subscribe's reply address or from its
+// sender's address cancels (any other is ignored). The gateway registers
+// it as it takes the subscribe, so that an unsubscribe that follows the
+// subscribe (a member's messages to another arrive in the order sent: a
+// follower whose subscribe timed out unsubscribes after it) finds the
+// stream however late the subscribe arrived; registered on the stream's
+// goroutine instead, the stream could start after its unsubscribe was
+// ignored and hold a slot of the conversation until its first update
+// found no follower. A subscription id that is empty, longer than
+// maxSubscriptionIDBytes or in use by a stream this gateway serves is
+// refused (an error wrapping journal.ErrInvalid), and the stream of that
+// id goes on: a second stream under one id could not be told from the
+// first (an unsubscribe would end one of them, the other running on until
+// its member left).
+func (n *clusterNode) openServing(sender *actor.PID, m *messages.ClusterSubscribe) (context.Context, bool) {
+	id := m.GetSubscriptionId()
+	refuse := func(err error) (context.Context, bool) {
+		n.sys.Root.Send(sender, &messages.ClusterReply{RequestId: m.GetRequestId(), Node: n.self,
+			Error: journal.ErrorToProto(fmt.Errorf("lazarus: cluster: subscribe to %q: %w", clipID(m.GetConversationId()), err))})
+		return nil, false
+	}
+	switch {
+	case id == "":
+		return refuse(journal.Invalidf("empty subscription id"))
+	case len(id) > maxSubscriptionIDBytes:
+		return refuse(journal.Invalidf("subscription id of %d bytes exceeds %d", len(id), maxSubscriptionIDBytes))
+	}
+	ctx, cancel := context.WithCancel(localCtx(n.r.life))
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if _, ok := n.serving[id]; ok {
+		cancel()
+		return refuse(journal.Invalidf("subscription id %q is in use by a stream this member serves", clipID(id)))
+	}
+	n.serving[id] = serving{cancel: cancel, addr: m.GetReplyAddress(), from: sender.GetAddress(), member: n.servingMember(m.GetReplyAddress())}
+	return ctx, true
+}
+
+// closeServing cancels and unregisters the stream id (see openServing).
+func (n *clusterNode) closeServing(id string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if s, ok := n.serving[id]; ok {
+		s.cancel()
+		delete(n.serving, id)
+	}
+}
+
+// serveSubscribe streams a conversation's updates, under ctx (see
+// openServing), to a subscriber on another member until it unsubscribes,
+// its member leaves (its address,
 // or its member id: it restarted at the same address, see onTopology), or
 // this Runtime closes; a member with no follower of the stream's id (it
 // restarted at the same address since it subscribed, and this member has
@@ -500,41 +557,10 @@ const maxSubscriptionIDBytes = 1024
 // answered) sent once its subscription here has freed its slot of the
 // conversation: the follower that unsubscribed waits for it (see
 // unsubscribed).
-// A subscription id that is empty, longer than maxSubscriptionIDBytes or
-// in use by a stream this gateway serves is refused (an error wrapping
-// journal.ErrInvalid), and the stream of that id goes on: a second stream
-// under one id could not be told from the first (an unsubscribe would end
-// one of them, the other running on until its member left).
-func (n *clusterNode) serveSubscribe(sender *actor.PID, m *messages.ClusterSubscribe) {
+func (n *clusterNode) serveSubscribe(ctx context.Context, sender *actor.PID, m *messages.ClusterSubscribe) {
 	r := n.r
-	ctx, cancel := context.WithCancel(localCtx(r.life))
-	defer cancel()
 	id := m.GetSubscriptionId()
-	refuse := func(err error) {
-		n.sys.Root.Send(sender, &messages.ClusterReply{RequestId: m.GetRequestId(), Node: n.self,
-			Error: journal.ErrorToProto(fmt.Errorf("lazarus: cluster: subscribe to %q: %w", clipID(m.GetConversationId()), err))})
-	}
-	switch {
-	case id == "":
-		refuse(journal.Invalidf("empty subscription id"))
-		return
-	case len(id) > maxSubscriptionIDBytes:
-		refuse(journal.Invalidf("subscription id of %d bytes exceeds %d", len(id), maxSubscriptionIDBytes))
-		return
-	}
-	n.mu.Lock()
-	if _, ok := n.serving[id]; ok {
-		n.mu.Unlock()
-		refuse(journal.Invalidf("subscription id %q is in use by a stream this member serves", clipID(id)))
-		return
-	}
-	n.serving[id] = serving{cancel: cancel, addr: m.GetReplyAddress(), from: sender.GetAddress(), member: n.servingMember(m.GetReplyAddress())}
-	n.mu.Unlock()
-	defer func() {
-		n.mu.Lock()
-		delete(n.serving, id)
-		n.mu.Unlock()
-	}()
+	defer n.closeServing(id)
 	ch, err := r.Subscribe(ctx, m.GetConversationId(), m.GetAfterSeq())
 	// An error but this Runtime's closing is the subscription's own (its
 	// Store's read failed): answered, the subscriber ends with it.
