@@ -160,7 +160,7 @@ type clusterNode struct {
 	changed   chan struct{}       // closed and replaced on every membership change
 	serving   map[string]serving
 	follow    map[string]*follower
-	ending    map[string][]chan struct{} // per conversation: see abandon
+	ending    map[endingKey][]chan struct{} // see endApart
 	nextID    atomic.Uint64
 	resuming  bool
 	again     bool
@@ -223,7 +223,7 @@ func startCluster(r *Runtime, sys *actor.ActorSystem, o ClusterOptions) (n *clus
 func newNode(r *Runtime, sys *actor.ActorSystem) *clusterNode {
 	n := &clusterNode{r: r, sys: sys, log: r.log, changed: make(chan struct{}), self: sys.Address(),
 		opts: ClusterOptions{}.withDefaults(), serving: map[string]serving{}, follow: map[string]*follower{},
-		ending: map[string][]chan struct{}{}, run: rand.Text(), after: time.After}
+		ending: map[endingKey][]chan struct{}{}, run: rand.Text(), after: time.After}
 	n.members.Store(&[]string{n.self})
 	return n
 }

@@ -809,7 +809,7 @@ func (n *clusterNode) runFollower(ctx context.Context, conv string, last uint64,
 				continue
 			}
 		}
-		if !n.awaitEnding(ctx, conv) {
+		if !n.awaitEnding(ctx, conv, owner) {
 			return
 		}
 		// Unique across the member's runs: an owner may still serve a
@@ -842,7 +842,21 @@ func (n *clusterNode) runFollower(ctx context.Context, conv string, last uint64,
 		case m := <-answer:
 			res, err = actors.AnswerOf(m)
 		case <-timer.C:
-			err = actor.ErrTimeout
+			// Not answered in time: the owner is told to end a stream it
+			// serves (the unsubscribe reaches it after the subscribe,
+			// see openServing), and its late answer is awaited apart, as
+			// the stream's end if it was served (abandon), for as long
+			// again: the follower subscribes to another owner at once,
+			// to this one only then (awaitEnding), so that at the
+			// owner's Options.MaxSubscriptions the new subscription is
+			// not refused for the slot the old one may still hold.
+			n.sys.Root.RequestWithCustomSender(actor.NewPID(owner, GatewayName), &messages.ClusterUnsubscribe{SubscriptionId: id},
+				actor.NewPID(n.self, GatewayName))
+			n.abandon(f, owner, id, conv, answer, release, time.NewTimer(n.opts.RequestTimeout), unfollow)
+			if !wait(changed, owner, "the owner did not answer", actor.ErrTimeout) {
+				return
+			}
+			continue
 		case <-ctx.Done():
 			// The subscriber is gone: its channel closes now, and the
 			// answer is awaited apart (a stream the owner started
@@ -932,7 +946,13 @@ func (n *clusterNode) runFollower(ctx context.Context, conv string, last uint64,
 					n.unsubscribed(f, owner, id)
 					unfollow(false)
 				} else {
-					unfollow(true)
+					// The follower moves on at once; its stream ends
+					// apart, and a return to this owner (the membership
+					// changed back) waits for that (awaitEnding).
+					n.endApart(conv, owner, func() {
+						n.unsubscribed(f, owner, id)
+						unfollow(false)
+					}, func() { unfollow(true) })
 				}
 				break remote
 			case <-ctx.Done():
@@ -948,29 +968,14 @@ func (n *clusterNode) runFollower(ctx context.Context, conv string, last uint64,
 }
 
 // abandon awaits apart the answer to the subscribe of follower f (stream
-// id of conv, asked of owner), whose subscriber left before it came: a
-// stream the owner serves is ended (unsubscribed), one not answered before
-// timer fires is unsubscribed from. release releases the answer's box and
-// unfollow unregisters f. Until that stream has ended, a follower of conv
-// on this member waits before it subscribes (awaitEnding), so that the
-// two never hold two of the owner's slots of conv.
+// id of conv, asked of owner), whose subscriber left before it came or
+// that was not answered in time: a stream the owner serves is ended
+// (unsubscribed), one not answered before timer fires is unsubscribed
+// from. release releases the answer's box and unfollow unregisters f. It
+// runs under endApart.
 func (n *clusterNode) abandon(f *follower, owner, id, conv string, answer <-chan any, release func(), timer *time.Timer,
 	unfollow func(tell bool)) {
-	done := make(chan struct{})
-	n.mu.Lock()
-	n.ending[conv] = append(n.ending[conv], done)
-	n.mu.Unlock()
-	end := func() {
-		n.mu.Lock()
-		n.ending[conv] = slices.DeleteFunc(n.ending[conv], func(c chan struct{}) bool { return c == done })
-		if len(n.ending[conv]) == 0 {
-			delete(n.ending, conv)
-		}
-		n.mu.Unlock()
-		close(done)
-	}
-	if !n.goServe(func() {
-		defer end()
+	n.endApart(conv, owner, func() {
 		defer release()
 		defer timer.Stop()
 		select {
@@ -991,21 +996,53 @@ func (n *clusterNode) abandon(f *follower, owner, id, conv string, answer <-chan
 		case <-n.r.life.Done():
 			unfollow(true)
 		}
-	}) {
-		// Closing: the owner's streams to this member end with it.
+	}, func() {
 		timer.Stop()
 		release()
 		unfollow(true)
+	})
+}
+
+// endingKey names the streams of a conversation that one owner serves to
+// this member and that are ending apart (see endApart).
+type endingKey struct{ conv, owner string }
+
+// endApart runs end, which ends a stream of conv that owner serves to this
+// member, on a goroutine the member waits for when it stops; or, once the
+// Runtime is closing, closing instead (the owner's streams to this member
+// end when it leaves). Until end returns, a follower of conv on this
+// member waits before it subscribes to that owner (awaitEnding), so that
+// the two never hold two of the owner's slots of conv; one that
+// subscribes to another owner does not wait.
+func (n *clusterNode) endApart(conv, owner string, end, closing func()) {
+	key, done := endingKey{conv, owner}, make(chan struct{})
+	n.mu.Lock()
+	n.ending[key] = append(n.ending[key], done)
+	n.mu.Unlock()
+	finish := func() {
+		n.mu.Lock()
+		n.ending[key] = slices.DeleteFunc(n.ending[key], func(c chan struct{}) bool { return c == done })
+		if len(n.ending[key]) == 0 {
+			delete(n.ending, key)
+		}
+		n.mu.Unlock()
+		close(done)
+	}
+	if !n.goServe(func() {
+		defer finish()
 		end()
+	}) {
+		closing()
+		finish()
 	}
 }
 
-// awaitEnding waits until no stream of conv that a subscriber left during
-// its subscribe is still ending (see abandon), and reports whether it did:
-// not if ctx ended or the Runtime closed first.
-func (n *clusterNode) awaitEnding(ctx context.Context, conv string) bool {
+// awaitEnding waits until no stream of conv that owner serves to this
+// member is still ending apart (see endApart), and reports whether it
+// did: not if ctx ended or the Runtime closed first.
+func (n *clusterNode) awaitEnding(ctx context.Context, conv, owner string) bool {
 	n.mu.Lock()
-	pending := slices.Clone(n.ending[conv])
+	pending := slices.Clone(n.ending[endingKey{conv, owner}])
 	n.mu.Unlock()
 	for _, done := range pending {
 		select {
@@ -1027,7 +1064,8 @@ const unsubscribeWaitMax = DefaultRequestTimeout
 // unsubscribed ends the stream id of follower f, which owner serves, for
 // a subscriber that is gone (its context ended), that fell behind, or
 // whose owner stayed the owner across a membership change (the follower
-// subscribes again once it returns): it unsubscribes, then
+// subscribes again once it returns), and apart (endApart) for one whose
+// subscribe was answered late or whose owner changed: it unsubscribes, then
 // waits for the owner's final update of the stream, which the owner sends
 // once the stream has ended and freed its slot of the conversation (see
 // serveSubscribe), so that a subscription of the conversation the caller

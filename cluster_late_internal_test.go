@@ -3,6 +3,7 @@ package lazarus
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -54,5 +55,211 @@ func TestUnsubscribeRightAfterSubscribeEndsTheStream(t *testing.T) {
 			owner.gw.mu.Unlock()
 			return served == 0 && slotsOf(owner, conv) == 0
 		}, 5*time.Second, time.Millisecond, "stream %d ended and freed its slot", i)
+	}
+}
+
+// fakeOwner is a test's owner of conversations at addr with
+// Options.MaxSubscriptions at 1: a subscribe while a stream holds the
+// slot is refused with TOO_MANY_SUBSCRIPTIONS, as the owner's hub refuses
+// it; a stream it ends (end) frees the slot, then sends its final update.
+type fakeOwner struct {
+	t      *testing.T
+	sys    *actor.ActorSystem
+	gw     *recordGateway
+	addr   string
+	member string // the subscribing member's address
+	holder *messages.ClusterSubscribe
+}
+
+func newFakeOwner(t *testing.T, net *fakeNet, addr, member string) *fakeOwner {
+	o := &fakeOwner{t: t, sys: quietSystem(t, addr), gw: &recordGateway{got: make(chan heldMessage, 16)}, addr: addr, member: member}
+	_, err := o.sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return o.gw }), GatewayName)
+	require.NoError(t, err)
+	net.join(o.sys)
+	return o
+}
+
+// next is the next message the owner's gateway got.
+func (o *fakeOwner) next(ctx context.Context) heldMessage {
+	o.t.Helper()
+	select {
+	case m := <-o.gw.got:
+		return m
+	case <-ctx.Done():
+		o.t.Fatal("the owner got nothing")
+		return heldMessage{}
+	}
+}
+
+// subscribe takes s: refused if a stream holds the slot, else it holds it;
+// answered (see answer) if answer.
+func (o *fakeOwner) subscribe(h heldMessage, answer bool) {
+	s := h.msg.(*messages.ClusterSubscribe)
+	if o.holder != nil {
+		o.sys.Root.Send(h.sender, &messages.ClusterReply{RequestId: s.GetRequestId(), Node: o.addr, Answered: true,
+			Error: wireErr(fmt.Errorf("subscribe: %w", ErrTooManySubscriptions))})
+		return
+	}
+	o.holder = s
+	if answer {
+		o.answer(h)
+	}
+}
+
+// answer serves the stream of subscribe h, with the event after the
+// subscribe's after_seq.
+func (o *fakeOwner) answer(h heldMessage) {
+	s := h.msg.(*messages.ClusterSubscribe)
+	o.sys.Root.Send(h.sender, &messages.ClusterReply{RequestId: s.GetRequestId(), Node: o.addr})
+	o.sys.Root.RequestWithCustomSender(actor.NewPID(o.member, GatewayName),
+		&messages.ClusterUpdate{SubscriptionId: s.GetSubscriptionId(), ConversationId: s.GetConversationId(), Event: &messages.Event{Seq: s.GetAfterSeq() + 1}},
+		actor.NewPID(o.addr, GatewayName))
+}
+
+// end ends the stream that holds the slot: the slot is free, then its
+// final update is sent.
+func (o *fakeOwner) end() {
+	s := o.holder
+	o.holder = nil
+	o.sys.Root.RequestWithCustomSender(actor.NewPID(o.member, GatewayName),
+		&messages.ClusterUpdate{SubscriptionId: s.GetSubscriptionId(), ConversationId: s.GetConversationId(), Final: true,
+			Error: &messages.Error{Code: messages.ErrorCode_ERROR_CODE_UNAVAILABLE, Message: "stopped serving"}},
+		actor.NewPID(o.addr, GatewayName))
+}
+
+// endingOf is how many streams of conv that owner serves to n are ending
+// apart.
+func endingOf(n *clusterNode, conv, owner string) int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.ending[endingKey{conv, owner}])
+}
+
+// endWhenAwaited ends the owner's stream once n awaits its end (endingOf),
+// and takes the next subscribe meanwhile as the owner does: at once.
+// It returns the subscribe that followed.
+func endWhenAwaited(t *testing.T, ctx context.Context, o *fakeOwner, n *clusterNode, conv string) heldMessage {
+	t.Helper()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case h := <-o.gw.got:
+			if _, ok := h.msg.(*messages.ClusterSubscribe); ok {
+				return h
+			}
+		case <-tick.C:
+			if o.holder != nil && endingOf(n, conv, o.addr) > 0 {
+				o.end()
+			}
+		case <-ctx.Done():
+			t.Fatal("the follower did not subscribe again")
+		}
+	}
+}
+
+// readServed reads the subscription's next update: the event of seq,
+// served.
+func readServed(t *testing.T, ctx context.Context, updates <-chan Update, seq uint64) {
+	t.Helper()
+	select {
+	case u, ok := <-updates:
+		require.True(t, ok, "the subscription ended")
+		require.NoError(t, u.Err, "served within the owner's cap")
+		require.Equal(t, seq, u.Event.GetSeq())
+	case <-ctx.Done():
+		t.Fatal("no update")
+	}
+}
+
+// A follower whose subscribe the owner did not answer in time
+// (ClusterOptions.RequestTimeout) subscribes to it again only once the
+// stream the owner served it meanwhile has ended, so that at the owner's
+// Options.MaxSubscriptions of 1 the new subscription is served. The
+// follower unsubscribed and subscribed again after its wait, and the
+// owner refused it (TOO_MANY_SUBSCRIPTIONS, which ended the subscription)
+// for the slot the late stream still held.
+func TestTimedOutSubscribeEndsBeforeTheFollowerSubscribesAgain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const ownerAddr, memberAddr = "owner.test:1", "member.test:1"
+	members := []string{ownerAddr, memberAddr}
+	slices.Sort(members)
+	net := &fakeNet{sys: map[string]*actor.ActorSystem{}}
+	o := newFakeOwner(t, net, ownerAddr, memberAddr)
+	member, err := Open(Options{Store: memjournal.New(memjournal.Options{}), NoResume: true,
+		Model: agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
+			return agent.Text("ok"), nil
+		})})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = member.Close() })
+	n := netMember(t, net, member, memberAddr, members)
+	n.opts.RequestTimeout = time.Second
+	conv := firstConv(func(id string) bool { return n.owner(id) == ownerAddr })
+	sctx, scancel := context.WithCancel(ctx)
+	defer scancel()
+	updates, err := member.Subscribe(sctx, conv, 0)
+	require.NoError(t, err)
+
+	first := o.next(ctx)
+	o.subscribe(first, false) // not answered in time
+	unsub := o.next(ctx)
+	require.Equal(t, first.msg.(*messages.ClusterSubscribe).GetSubscriptionId(), unsub.msg.(*messages.ClusterUnsubscribe).GetSubscriptionId(),
+		"the follower unsubscribes from the unanswered stream")
+	o.answer(first) // late: the stream holds the slot until it ends
+	again := endWhenAwaited(t, ctx, o, n, conv)
+	o.subscribe(again, true)
+	readServed(t, ctx, updates, 1)
+	scancel()
+	for range updates {
+	}
+}
+
+// A follower whose owner changes, then changes back before the old
+// stream ended, subscribes to that owner again only once that stream has
+// ended, so that at the owner's Options.MaxSubscriptions of 1 the new
+// subscription is served. The follower left the old owner without
+// waiting, and on its return the owner refused it
+// (TOO_MANY_SUBSCRIPTIONS, which ended the subscription) for the slot its
+// own old stream still held.
+func TestFollowerBackToItsOwnerWaitsForItsOldStream(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const ownerAddr, memberAddr = "owner.test:1", "member.test:1"
+	members := []string{ownerAddr, memberAddr}
+	slices.Sort(members)
+	net := &fakeNet{sys: map[string]*actor.ActorSystem{}}
+	o := newFakeOwner(t, net, ownerAddr, memberAddr)
+	member, err := Open(Options{Store: memjournal.New(memjournal.Options{}), NoResume: true,
+		Model: agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
+			return agent.Text("ok"), nil
+		})})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = member.Close() })
+	n := netMember(t, net, member, memberAddr, members)
+	conv := firstConv(func(id string) bool { return n.owner(id) == ownerAddr })
+	sctx, scancel := context.WithCancel(ctx)
+	defer scancel()
+	updates, err := member.Subscribe(sctx, conv, 0)
+	require.NoError(t, err)
+	o.subscribe(o.next(ctx), true)
+	readServed(t, ctx, updates, 1)
+
+	change := func(ms []string) {
+		n.mu.Lock()
+		n.members.Store(&ms)
+		close(n.changed)
+		n.changed = make(chan struct{})
+		n.mu.Unlock()
+	}
+	change([]string{memberAddr}) // the member owns it now
+	_, ok := o.next(ctx).msg.(*messages.ClusterUnsubscribe)
+	require.True(t, ok, "the follower leaves the old owner")
+	change(members) // and back
+	again := endWhenAwaited(t, ctx, o, n, conv)
+	o.subscribe(again, true)
+	readServed(t, ctx, updates, 2)
+	scancel()
+	for range updates {
 	}
 }

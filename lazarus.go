@@ -1170,7 +1170,12 @@ func (r *Runtime) deleted(ctx context.Context, conversationID string) error {
 // serves it all the same is ended then, and until it has ended (or the
 // owner's answer timed out) the next subscription of the conversation on
 // this member waits before it subscribes to the owner, so that the two
-// never hold two of the owner's slots.
+// never hold two of the owner's slots. So does a follower's own next
+// subscribe to an owner that did not answer its subscribe within
+// ClusterOptions.RequestTimeout (it waits as long again for the late
+// answer, and for the end of the stream it started), or that it left on
+// a membership change and returns to; it subscribes to another owner at
+// once.
 func (r *Runtime) Subscribe(ctx context.Context, conversationID string, afterSeq uint64) (<-chan Update, error) {
 	if err := r.enter(ctx); err != nil {
 		return nil, fmt.Errorf("lazarus: subscribe to %q: %w", clipID(conversationID), err)
