@@ -353,6 +353,60 @@ func (s *Supervisor) Ask(ctx context.Context, id string, cmd *actors.Command) (p
 	return nil, fmt.Errorf("supervisor: conversation %q: no activation answered after %d attempts: %w", id, attempts, last)
 }
 
+// AskLive delivers cmd to conversation id's live activation and waits for
+// the agent's reply, as Ask does, but never activates the conversation: ok
+// is false, and cmd was not applied, when no live activation took it
+// (there is none, or the one there is retires, or stops before answering,
+// or answers that cmd was not applied because it stopped). An activation
+// still spawning is waited for. The caller decides what to do then (a
+// wake that is owed nothing once the activation is gone does nothing).
+//
+// AskLive waits at most Config.CallTimeout, and returns at once when ctx
+// ends or the supervisor stops (then with ErrStopped); once cmd was handed
+// to the activation, such an error wraps ErrNoAnswer. A nil cmd, or an id
+// journal.ValidateID refuses, is refused at once with an error wrapping
+// journal.ErrInvalid: nothing is sent.
+func (s *Supervisor) AskLive(ctx context.Context, id string, cmd *actors.Command) (res proto.Message, ok bool, err error) {
+	if err := journal.ValidateID("conversation id", id); err != nil {
+		return nil, false, fmt.Errorf("supervisor: %w", err)
+	}
+	if cmd == nil {
+		return nil, false, fmt.Errorf("supervisor: conversation %q: a nil command: %w", id, journal.ErrInvalid)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
+	defer cancel()
+	what := fmt.Sprintf("conversation %q", id)
+	if err := s.ended(ctx); err != nil {
+		return nil, false, noAnswer(what, false, err)
+	}
+	a := s.reg.lookup(id)
+	if a == nil {
+		return nil, false, nil
+	}
+	select {
+	case <-a.ready: // a failed spawn is retired: send says so
+	case <-ctx.Done():
+		return nil, false, noAnswer(what, false, s.ended(ctx))
+	case <-s.halted:
+		return nil, false, noAnswer(what, false, ErrStopped)
+	}
+	p := s.newReply()
+	defer p.release()
+	if err := s.reg.send(a, func(pid *actor.PID) { s.system.Root.RequestWithCustomSender(pid, cmd, p.pid) }); errors.Is(err, errRetired) {
+		return nil, false, nil
+	}
+	reply, err := p.wait(ctx)
+	switch {
+	case errors.Is(err, actor.ErrDeadLetter):
+		return nil, false, nil
+	case err != nil:
+		return nil, false, noAnswer(what, true, err)
+	case retryable(reply):
+		return nil, false, nil
+	}
+	return reply.(proto.Message), true, nil
+}
+
 // retryOnNewActivation reports whether a command that failed with err may
 // succeed on a new activation: the rule of the conversation actor's replies
 // (a write of unknown outcome stopped it: the new activation reads from the
