@@ -1310,12 +1310,17 @@ const resumePage = 500
 // conversations (journal.Conversations.ListActiveConversations), so its
 // cost is the number of those, not the number of conversations. A listed
 // conversation whose row no longer says ACTIVE when its turn comes (a page
-// can be old by then) is not woken; one that is live is woken with the
-// log's last seq, which retires its activation only if that is stale
-// (idle since another writer moved the log on); a periodic scan
-// (armResume) skips live ones. Close ends it: its context is the
-// runtime's life, which Close cancels, and it checks for Close before
-// each wake.
+// can be old by then) is not woken. Liveness is read before the row: a
+// turn's end writes the row IDLE before its activation can passivate, so
+// one seen not live and then read ACTIVE still owes work, and one that
+// passivated after its turn is not revived. A live one is woken with the
+// log's last seq, delivered to that activation alone (never spawning one),
+// which retires it only if it is stale (idle since another writer moved
+// the log on); if the activation is gone by then (it passivated, or
+// retired as stale), the conversation is treated as not live: its row is
+// read again. A periodic scan (armResume) skips live ones. Close ends it:
+// its context is the runtime's life, which Close cancels, and it checks
+// for Close before each wake.
 func (r *Runtime) resumeInterrupted(periodic bool) {
 	defer r.gcWG.Done()
 	ctx := r.life
@@ -1335,36 +1340,67 @@ func (r *Runtime) resumeInterrupted(periodic bool) {
 			if r.cl != nil && !r.cl.owns(id) {
 				continue // its owner resumes it
 			}
+			if r.sup.IsActive(id) {
+				if periodic {
+					continue // live: not stalled
+				}
+				if done := r.resumeLive(ctx, id); done {
+					continue
+				}
+				// No live activation took the wake: as one not live.
+			}
 			if !r.stillActive(ctx, id) {
 				// Its turn ended since the listing (the listing can be old
 				// by now): waking it would only keep an actor alive.
 				continue
 			}
-			var logLast uint64
-			if r.sup.IsActive(id) {
-				if periodic {
-					continue // live: not stalled
-				}
-				// A live one needs nothing, unless it is stale: idle since
-				// before another writer (a member that owned it meanwhile)
-				// moved the log on, it would never run the turn that
-				// writer left owed. The wake carries the log's last seq;
-				// a stale activation retires and a new one revives.
-				last, err := r.store.LastSeq(ctx, id)
-				if err != nil {
-					continue
-				}
-				logLast = last
-			}
-			err := r.wakeAt(ctx, id, false, logLast)
-			if err != nil && !errors.Is(err, ErrClosed) && !errors.Is(err, journal.ErrDeleted) && ctx.Err() == nil {
-				r.log.Warn("resume failed", "conversation", id, "err", err)
-			}
+			r.resumeLogged(id, r.wakeAt(ctx, id, false, 0))
 		}
 		if next == "" {
 			return
 		}
 		cursor = next
+	}
+}
+
+// resumeLive is resumeInterrupted's wake of conversation id, which was
+// live: it reports whether it is done with id, false if no live
+// activation took the wake (the caller goes on as for one not live). A
+// live one needs nothing, unless it is stale: idle since before another
+// writer (a member that owned it meanwhile) moved the log on, it would
+// never run the turn that writer left owed. The wake carries the log's
+// last seq; a stale activation retires (and does not take it), and the
+// caller's ordinary wake revives a new one. The wake goes to the live
+// activation alone: one that passivated meanwhile, its turn ended, is not
+// revived by it.
+func (r *Runtime) resumeLive(ctx context.Context, id string) (done bool) {
+	if !r.stillActive(ctx, id) {
+		return true // its turn ended: nothing owed
+	}
+	last, err := r.store.LastSeq(ctx, id)
+	if err != nil {
+		return true
+	}
+	res, ok, err := r.sup.AskLive(ctx, id, &actors.Command{Scope: agent.SystemScope, Msg: &messages.AgentWake{LogLast: last}})
+	switch {
+	case err != nil:
+		r.resumeLogged(id, r.callErr(fmt.Sprintf("lazarus: wake %q", clipID(id)), err))
+		return true
+	case !ok:
+		return false
+	}
+	if err := journal.ErrorFromProto(res.(*messages.AgentReply).GetError()); err != nil {
+		r.resumeLogged(id, r.callErr(fmt.Sprintf("lazarus: wake %q", clipID(id)), err))
+	}
+	return true
+}
+
+// resumeLogged logs the error of resumeInterrupted's wake of conversation
+// id, unless there is none or it says nothing worth a warning (Close, a
+// deleted conversation).
+func (r *Runtime) resumeLogged(id string, err error) {
+	if err != nil && !errors.Is(err, ErrClosed) && !errors.Is(err, journal.ErrDeleted) && r.life.Err() == nil {
+		r.log.Warn("resume failed", "conversation", id, "err", err)
 	}
 }
 
