@@ -16,10 +16,15 @@ import (
 // (the idle timer is armed only once the result is written and the turn
 // ended), while one that awaits a human answer is passivated after
 // IdleTimeout with the call pending and fsm_state awaiting_input, and the
-// answer revives it and the turn goes on.
+// answer revives it and the turn goes on. ToolTimeout is off: the clock
+// moves by more than its default while the tool runs, and the tool's own
+// result, not a timeout, is what the turn goes on with.
 func TestIdlePassivationWaitsForAServerToolNotForAHumanCall(t *testing.T) {
 	forEachStore(t, func(t *testing.T, kind string) {
-		h := newHarness(t, openStore(t, kind), func(o *lazarus.Options) { o.IdleTimeout = time.Minute })
+		h := newHarness(t, openStore(t, kind), func(o *lazarus.Options) {
+			o.IdleTimeout = time.Minute
+			o.ToolTimeout = -1
+		})
 		h.chargeGate = make(chan struct{})
 		ctx := ctxT(t)
 
@@ -31,6 +36,15 @@ func TestIdlePassivationWaitsForAServerToolNotForAHumanCall(t *testing.T) {
 		require.True(t, h.rt.IsActive("tool"), "not passivated while its server tool runs")
 		close(h.chargeGate)
 		h.awaitEvent("tool", 0, isAssistantText("charged"))
+		var result *messages.ToolOutcome
+		for _, ev := range h.history("tool") {
+			if ev.GetToolResult().GetName() == "charge" {
+				result = ev.GetToolResult().GetOutcome()
+			}
+		}
+		require.NotNil(t, result)
+		require.Nil(t, result.GetError(), "the charge's own result, not a timeout")
+		require.Contains(t, result.GetContent(), `"charged":true`)
 		require.Eventually(t, func() bool { return h.clock.Timers() == 1 }, wait, time.Millisecond, "the idle timer is armed once the turn ended")
 		h.clock.Advance(time.Minute)
 		require.Eventually(t, func() bool { return !h.rt.IsActive("tool") }, wait, time.Millisecond, "passivated once idle")
