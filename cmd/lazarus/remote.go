@@ -277,7 +277,8 @@ func (r *remote) storedEvents(ctx context.Context, id string) (uint64, error) {
 }
 
 // events reads the events of (after, before) (before 0: the end), the
-// newest limit of them (0: all), ascending.
+// newest limit of them (0: all), ascending. A page whose next_before does
+// not go back fails with an error wrapping errCursorStuck.
 func (r *remote) events(ctx context.Context, id string, after, before uint64, limit int) ([]*messages.Event, error) {
 	var out []*messages.Event // newest pages first, each ascending
 	for {
@@ -298,6 +299,11 @@ func (r *remote) events(ctx context.Context, id string, after, before uint64, li
 		}
 		if next == 0 || len(page) == 0 || (limit > 0 && len(out) >= limit) {
 			break
+		}
+		if before != 0 && next >= before {
+			// Pages run back towards seq 1: one that does not move on
+			// would be read for ever.
+			return nil, fmt.Errorf("node %s: history of %q: next_before %d after a page before %d: %w", r.base, id, next, before, errCursorStuck)
 		}
 		before = next
 	}

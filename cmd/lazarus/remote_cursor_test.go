@@ -7,12 +7,15 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/lazarusrt/lazarus/messages"
 	"github.com/lazarusrt/lazarus/server"
 )
 
@@ -109,4 +112,58 @@ func TestRemoteListingsRefuseAStuckCursor(t *testing.T) {
 	require.True(t, errors.Is(err, errCursorStuck), "a schedules cursor that goes back: %v", err)
 	require.EqualValues(t, 2, pages.Load())
 	require.Empty(t, out.String(), "nothing printed of a listing that failed")
+}
+
+// TestRemoteHistoryRefusesANextBeforeThatDoesNotGoBack: a node whose
+// history page answers a next_before not below the page's own before
+// (the same one again, or a later one) fails the read with an error
+// wrapping errCursorStuck, rather than paging for ever; one that goes
+// back is read to its first event.
+func TestRemoteHistoryRefusesANextBeforeThatDoesNotGoBack(t *testing.T) {
+	ctx := context.Background()
+	node := func(next func(before uint64) uint64) (string, *atomic.Int64) {
+		pages := &atomic.Int64{}
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			before, _ := strconv.ParseUint(r.URL.Query().Get("before"), 10, 64)
+			if pages.Add(1) > 20 || r.URL.Path != "/v1/conversations/c/events" {
+				http.NotFound(w, r)
+				return
+			}
+			seq := before - 1
+			if before == 0 {
+				seq = 5
+			}
+			ev, err := protojson.Marshal(&messages.Event{Seq: seq, Body: &messages.Event_UserMsg{UserMsg: &messages.UserMessage{
+				Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "hi"}}}}}})
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(server.EventPage{Events: []json.RawMessage{ev}, NextBefore: next(seq)})
+		}))
+		t.Cleanup(srv.Close)
+		return srv.URL, pages
+	}
+	for name, next := range map[string]func(uint64) uint64{
+		"the same again": func(seq uint64) uint64 { return 5 },
+		"a later one":    func(seq uint64) uint64 { return seq + 2 },
+	} {
+		base, pages := node(next)
+		_, err := (&remote{base: base, hc: http.DefaultClient}).events(ctx, "c", 0, 0, 0)
+		require.ErrorIs(t, err, errCursorStuck, name)
+		require.LessOrEqual(t, pages.Load(), int64(2), "%s: no page read after the one that did not go back", name)
+	}
+	base, _ := node(func(seq uint64) uint64 {
+		if seq == 1 {
+			return 0
+		}
+		return seq
+	})
+	evs, err := (&remote{base: base, hc: http.DefaultClient}).events(ctx, "c", 0, 0, 0)
+	require.NoError(t, err)
+	require.Len(t, evs, 5)
+	for i, ev := range evs {
+		require.EqualValues(t, i+1, ev.GetSeq())
+	}
 }
