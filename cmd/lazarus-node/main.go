@@ -61,7 +61,8 @@
 // during the start is taken once the member is up, and the ready line
 // still printed) it prints that it is stopping, stops
 // taking control calls, answers those in flight (each is bounded by its
-// own timeout, 20 s at most; the wait for them by 25 s, after which those
+// own timeout (callTimeout, 10 s, for /send and /resolve; sendWaitTimeout,
+// 20 s, for /sendwait); the wait for them by 25 s, after which those
 // still running are cut, saying so on stderr), closes the Runtime and
 // prints "lazarus-node MEMBER stopped". A second SIGTERM or SIGINT, during
 // that stop or during the start, exits at once with status 7, saying so
@@ -180,8 +181,17 @@ type config struct {
 	verbose      bool
 }
 
+// callTimeout bounds a control call of /send or /resolve, and
+// sendWaitTimeout one of /sendwait (a whole turn): a call that reaches it
+// fails with a 504 (deadline_exceeded, or unknown_outcome when the Runtime
+// cannot tell whether its write landed).
+const (
+	callTimeout     = 10 * time.Second
+	sendWaitTimeout = 20 * time.Second
+)
+
 // stopGrace bounds the wait for the control calls in flight at a
-// graceful stop: longer than the longest (sendwait's 20 s), so that each
+// graceful stop: longer than the longest (sendWaitTimeout), so that each
 // is answered before the Runtime closes. A call still running after it
 // (one whose client has not sent all of its body) is cut.
 var stopGrace = 25 * time.Second
@@ -636,7 +646,7 @@ func api(rt *lazarus.Runtime, fenced *atomic.Int64, streams context.Context) htt
 			write(w, nil, err)
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(r.Context(), callTimeout)
 		defer cancel()
 		owner := rt.Owner(in.Conv)
 		msg := agent.UserMessage(agent.TextPart(in.Text))
@@ -652,7 +662,7 @@ func api(rt *lazarus.Runtime, fenced *atomic.Int64, streams context.Context) htt
 			write(w, nil, err)
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), 20*time.Second)
+		ctx, cancel := context.WithTimeout(r.Context(), sendWaitTimeout)
 		defer cancel()
 		end, err := rt.SendAndWait(ctx, in.Conv, in.Text, agent.Scope{UserID: "tester"})
 		var pending []string
@@ -678,7 +688,7 @@ func api(rt *lazarus.Runtime, fenced *atomic.Int64, streams context.Context) htt
 			write(w, nil, err)
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(r.Context(), callTimeout)
 		defer cancel()
 		err := rt.Resolve(ctx, in.ToolCallID, in.Result, agent.Scope{UserID: "tester"})
 		write(w, map[string]any{}, err)
