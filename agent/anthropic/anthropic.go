@@ -259,7 +259,11 @@ func (m *Model) schema(spec agent.ToolSpec) (sdk.ToolInputSchemaParam, error) {
 		return v.(sdk.ToolInputSchemaParam), nil
 	}
 	var raw map[string]any
-	if err := json.Unmarshal([]byte(spec.Parameters), &raw); err != nil {
+	err := json.Unmarshal([]byte(spec.Parameters), &raw)
+	if err == nil && raw == nil {
+		err = errors.New("null is not a JSON object") // it decodes as a nil map
+	}
+	if err != nil {
 		// The request cannot be made: agent.ErrRequest, the one sentinel
 		// a provider's error wraps, beside journal.ErrInvalid.
 		return sdk.ToolInputSchemaParam{}, fmt.Errorf("%w: %w", agent.ErrRequest, journal.Invalidf("anthropic: parameters of tool %s: %v", spec.Name, err))

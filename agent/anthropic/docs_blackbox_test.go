@@ -396,7 +396,7 @@ func TestDocsTimeoutBeforeTextIsRetried(t *testing.T) {
 // Parameters is not a JSON object fails the call with agent.ErrRequest
 // (and journal.ErrInvalid), before any request.
 func TestDocsBadToolSchemaWrapsOneSentinel(t *testing.T) {
-	for _, params := range []string{"not json", "[1]"} {
+	for _, params := range []string{"not json", "[1]", "null", " null ", `"s"`, "42"} {
 		p := serveText(t, start+textStart+textDelta("ok")+stopWith("end_turn"))
 		turn := providertest.Turn()
 		turn.Tools = []agent.ToolSpec{{Name: "bad", Parameters: params}}

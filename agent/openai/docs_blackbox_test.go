@@ -356,7 +356,7 @@ func TestDocsErrorEventAfterTextIsInterrupted(t *testing.T) {
 // Parameters is not a JSON object fails the call with agent.ErrRequest
 // (and journal.ErrInvalid), before any request.
 func TestDocsBadToolSchemaWrapsOneSentinel(t *testing.T) {
-	for _, params := range []string{"not json", "[1]"} {
+	for _, params := range []string{"not json", "[1]", "null", " null ", `"s"`, "42"} {
 		p := serveText(t, chunk(`{"content":"x"}`, "stop")+usageChunk)
 		turn := providertest.Turn()
 		turn.Tools = []agent.ToolSpec{{Name: "bad", Parameters: params}}

@@ -276,7 +276,11 @@ func (m *Model) parameters(spec agent.ToolSpec) (shared.FunctionParameters, erro
 		return v.(shared.FunctionParameters), nil
 	}
 	var fp shared.FunctionParameters
-	if err := json.Unmarshal([]byte(spec.Parameters), &fp); err != nil {
+	err := json.Unmarshal([]byte(spec.Parameters), &fp)
+	if err == nil && fp == nil {
+		err = errors.New("null is not a JSON object") // it decodes as a nil map
+	}
+	if err != nil {
 		// The request cannot be made: agent.ErrRequest, the one sentinel
 		// a provider's error wraps, beside journal.ErrInvalid.
 		return nil, fmt.Errorf("%w: %w", agent.ErrRequest, journal.Invalidf("openai: parameters of tool %s: %v", spec.Name, err))
