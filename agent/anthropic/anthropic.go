@@ -35,7 +35,8 @@
 // may call Generate again). A stop_reason "refusal" fails the turn with
 // agent.ErrRefused; "model_context_window_exceeded", and an error saying
 // "prompt is too long" or that the input and max_tokens "exceed context
-// limit", with agent.ErrContextLength. A stop_reason "max_tokens" is not a
+// limit" (whatever its status or type, a 5xx or an api_error event
+// included: never retried), with agent.ErrContextLength. A stop_reason "max_tokens" is not a
 // failure: the answer is what the model wrote up to the bound, and a
 // tool_use cut there keeps its input as far as it came (not JSON: the
 // runtime records the call with an invalid error result the model reads
@@ -479,13 +480,15 @@ func classifyAPI(e *sdk.Error, streamed bool) error {
 			return fmt.Errorf("anthropic: %w: %w", agent.ErrInterrupted, e)
 		}
 		return retry.Retryable(fmt.Errorf("anthropic: %w: %w", agent.ErrRateLimited, e), after)
+	case tooLong:
+		// Whatever the status or the error's type (a 5xx, an api_error
+		// event): another attempt would fail alike.
+		return fmt.Errorf("anthropic: %w: %w", agent.ErrContextLength, e)
 	case e.StatusCode >= 500 || e.StatusCode == http.StatusRequestTimeout || e.StatusCode == http.StatusConflict || typ == "overloaded_error" || typ == "api_error":
 		if streamed {
 			return fmt.Errorf("anthropic: %w: %w", agent.ErrInterrupted, e)
 		}
 		return retry.Retryable(fmt.Errorf("anthropic: %w: %w", agent.ErrUnavailable, e), after)
-	case tooLong:
-		return fmt.Errorf("anthropic: %w: %w", agent.ErrContextLength, e)
 	default:
 		// A 4xx, or an error event of a request's type (requestType),
 		// after text or before it: another attempt would fail alike.

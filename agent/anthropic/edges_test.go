@@ -108,6 +108,8 @@ func TestFailureOutcomes(t *testing.T) {
 		{"400", "> status 400\n{\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\",\"message\":\"bad\"}}\n", agent.ErrRequest, 1, nil},
 		{"400 input and max_tokens too long", "> status 400\n{\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\",\"message\":\"input length and `max_tokens` exceed context limit: 178959 + 64000 > 200000, decrease input length or `max_tokens` and try again\"}}\n", agent.ErrContextLength, 1, nil},
 		{"400 too long", "> status 400\n{\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\",\"message\":\"prompt is too long: 300000 tokens > 200000 maximum\"}}\n", agent.ErrContextLength, 1, nil},
+		{"500 too long", "> status 500\n{\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"prompt is too long: 300000 tokens > 200000 maximum\"}}\n===\n" + ok, agent.ErrContextLength, 1, nil},
+		{"api error event too long", start + errEvent("api_error", "prompt is too long: 300000 tokens > 200000 maximum") + "\n===\n" + ok, agent.ErrContextLength, 1, nil},
 		{"context window stop", start + textStart + textDelta("hi") + stopWith("model_context_window_exceeded"), agent.ErrContextLength, 1, nil},
 		{"refusal stop", start + textStart + textDelta("no") + stopWith("refusal"), agent.ErrRefused, 1, nil},
 		{"cut after text", start + textStart + textDelta("hi"), agent.ErrIncomplete, 1, nil},

@@ -128,6 +128,8 @@ func TestFailureOutcomes(t *testing.T) {
 		{"400 context", "> status 400\n{\"error\":{\"message\":\"This model's maximum context length is 8 tokens\",\"code\":\"context_length_exceeded\"}}\n", agent.ErrContextLength, 1, nil},
 		{"400 context size (llama.cpp)", "> status 400\n{\"error\":{\"code\":400,\"message\":\"request (4390 tokens) exceeds the available context size (4096 tokens), try increasing it\",\"type\":\"exceed_context_size_error\",\"n_prompt_tokens\":4390,\"n_ctx\":4096}}\n", agent.ErrContextLength, 1, nil},
 		{"500 context size (llama.cpp)", "> status 500\n{\"error\":{\"code\":500,\"message\":\"the request exceeds the available context size. try increasing the context size or enable context shift\",\"type\":\"exceed_context_size_error\",\"n_prompt_tokens\":1407,\"n_ctx\":256}}\n", agent.ErrContextLength, 1, nil},
+		{"500 context_length_exceeded", "> status 500\n{\"error\":{\"message\":\"too long\",\"type\":\"invalid_request_error\",\"code\":\"context_length_exceeded\"}}\n" + again, agent.ErrContextLength, 1, nil},
+		{"500 maximum context length (vLLM)", "> status 500\n{\"error\":{\"object\":\"error\",\"message\":\"This model's maximum context length is 4096 tokens. However, you requested 5000 tokens\",\"type\":\"BadRequestError\",\"code\":500}}\n" + again, agent.ErrContextLength, 1, nil},
 		{"cut after text", chunk(`{"role":"assistant","content":"hi"}`, ""), agent.ErrIncomplete, 1, nil},
 		{"wrong type chunk", chunk(`{"role":"assistant","content":"hi"}`, "") + "data: [1,2]\n\n" + chunk(`{}`, "stop") + usageChunk, agent.ErrMalformed, 1, nil},
 		{"string chunk", "data: \"x\"\n\n" + chunk(`{}`, "stop") + usageChunk, agent.ErrMalformed, 1, nil},

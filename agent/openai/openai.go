@@ -46,8 +46,9 @@
 // for the outcome of each failure. A request over the model's window is
 // agent.ErrContextLength, never retried: OpenAI's code
 // context_length_exceeded, and the wordings of the compatible servers
-// (vLLM's "maximum context length", llama.cpp's exceed_context_size_error,
-// even with a 500), as an error status or an error event.
+// (vLLM's "maximum context length", llama.cpp's exceed_context_size_error),
+// as an error status of any kind (a 5xx included: some servers send a 500)
+// or an error event.
 //
 // A stop at the token bound (finish_reason "length", at Options.MaxTokens
 // or the conversation's max tokens) is not a failure: the answer is what
@@ -589,16 +590,15 @@ func classifyStatus(e *oai.Error) error {
 		return fmt.Errorf("openai: %w: %w", agent.ErrRateLimited, e)
 	case e.StatusCode == http.StatusTooManyRequests:
 		return retry.Retryable(fmt.Errorf("openai: %w: %w", agent.ErrRateLimited, e), after)
-	case e.Type == "exceed_context_size_error":
-		// llama.cpp's server, with a 400 or (older versions) a 500: not
-		// the server's failure, another attempt would fail alike.
+	case e.Type == "exceed_context_size_error" || e.Code == "context_length_exceeded" || contextLength(e.Message):
+		// Whatever the status: llama.cpp's server sends a 400 or (older
+		// versions) a 500, and a proxy may pass any. Not the server's
+		// failure: another attempt would fail alike.
 		return fmt.Errorf("openai: %w: %w", agent.ErrContextLength, e)
 	case e.StatusCode >= 500 || e.StatusCode == http.StatusRequestTimeout || e.StatusCode == http.StatusConflict:
 		// 409: a conflict on the server's side (a lock), which the SDK
 		// too would retry.
 		return retry.Retryable(fmt.Errorf("openai: %w: %w", agent.ErrUnavailable, e), after)
-	case e.Code == "context_length_exceeded" || contextLength(e.Message):
-		return fmt.Errorf("openai: %w: %w", agent.ErrContextLength, e)
 	default:
 		return fmt.Errorf("openai: %w: %w", agent.ErrRequest, e)
 	}
