@@ -74,6 +74,31 @@ func TestBBDoNamesAttempts(t *testing.T) {
 	assert.Len(t, waits, 2)
 }
 
+// Do names the attempts also when the last one failed for good after
+// retries (a 503, then a 400): the error is still attempt's, unmarked.
+func TestBBDoNamesAttemptsOfAFinalError(t *testing.T) {
+	var waits []time.Duration
+	p := retry.Policy{MaxAttempts: 3, Sleep: recorder(&waits)}
+	final := errors.New("rejected")
+	n := 0
+	err := p.Do(context.Background(), func(context.Context) error {
+		n++
+		if n == 1 {
+			return retry.Retryable(errBusy, 0)
+		}
+		return final
+	})
+	require.ErrorIs(t, err, final)
+	assert.NotErrorIs(t, err, errBusy)
+	assert.False(t, retry.IsRetryable(err))
+	assert.Equal(t, "after 2 attempts: rejected", err.Error())
+	assert.Len(t, waits, 1)
+	// One attempt: the error as it came.
+	n = 1
+	err = p.Do(context.Background(), func(context.Context) error { return final })
+	assert.Same(t, final, err)
+}
+
 // After: a retry-after-ms that does not parse (NaN, infinite, negative,
 // garbage) falls back to Retry-After; values that do not parse give 0.
 func TestBBAfterHostile(t *testing.T) {

@@ -149,7 +149,8 @@ func (p Policy) Backoff(n int) time.Duration {
 // the attempts run out, a server-named wait exceeds MaxRetryAfter, or ctx is
 // done. Between attempts it waits the server's Retry-After when one was
 // named, else Backoff. It returns attempt's last error, unmarked, wrapped
-// with the number of attempts when there was more than one, and naming the
+// with the number of attempts when there was more than one (whether they
+// ran out or the last error was not Retryable), and naming the
 // server's wait of the last attempt when there was one (its method
 // RetryAfter() time.Duration, read by agent.RetryAfter; errors.Is and
 // errors.As see through it); ctx.Err() if ctx ended a wait. A nil attempt is refused with ErrNilAttempt, before any
@@ -162,7 +163,14 @@ func (p Policy) Do(ctx context.Context, attempt func(ctx context.Context) error)
 	for n := 1; ; n++ {
 		err := attempt(ctx)
 		var r *retryable
-		if err == nil || !errors.As(err, &r) {
+		if err == nil {
+			return nil
+		}
+		if !errors.As(err, &r) {
+			if n > 1 {
+				// A failure for good after retries (a 503, then a 400).
+				return fmt.Errorf("after %d attempts: %w", n, err)
+			}
 			return err
 		}
 		if n >= p.MaxAttempts || r.after > p.MaxRetryAfter || ctx.Err() != nil {
