@@ -15,8 +15,9 @@
 // result, follows the results in that user message
 // (openai.ResultsAfterCalls). Usage is
 // read from message_start (input) and message_delta (output, cumulative)
-// and recorded on the assistant message with the model's name. Thinking
-// blocks are not streamed and not kept.
+// and recorded on the assistant message with the model's name. Blocks of
+// other kinds (thinking, a server tool's use and its result, which a
+// request made with RequestOptions may get) are not streamed and not kept.
 //
 // # Failures
 //
@@ -349,9 +350,11 @@ func (m *Model) attempt(ctx context.Context, params sdk.MessageNewParams, onDelt
 			if b == nil {
 				return nil, fmt.Errorf("anthropic: %w: delta of block %d, which never started", agent.ErrMalformed, ev.Index)
 			}
-			if ev.Delta.Type == "text_delta" && b.kind != "text" || ev.Delta.Type == "input_json_delta" && b.kind != "tool_use" {
+			if ev.Delta.Type == "text_delta" && b.kind != "text" || ev.Delta.Type == "input_json_delta" && b.kind == "text" {
 				// Text into a tool's input, or input into the text: the
-				// deltas would no longer be the message's text.
+				// deltas would no longer be the message's text. (Input
+				// into another kind of block, a server tool's use, is
+				// not kept, as that block is not.)
 				return nil, fmt.Errorf("anthropic: %w: %s in block %d, a %s block", agent.ErrMalformed, ev.Delta.Type, ev.Index, b.kind)
 			}
 			switch ev.Delta.Type {

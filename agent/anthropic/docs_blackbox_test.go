@@ -53,6 +53,30 @@ func TestDocsThinkingIsNotStreamedNorKept(t *testing.T) {
 	assert.Equal(t, "claude-x", msg.GetModel())
 }
 
+// TestDocsServerToolBlocksAreNotKept: the blocks of a server tool (a
+// server_tool_use whose input streams as input_json_delta, and its
+// result), which a request made with RequestOptions may get, are neither
+// streamed nor kept, like thinking: the answer is its text and its own
+// tool calls, not a malformed stream.
+func TestDocsServerToolBlocksAreNotKept(t *testing.T) {
+	p := serveText(t, start+
+		ev("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"server_tool_use","id":"srvtoolu_1","name":"web_search","input":{}}}`)+
+		ev("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"query\":\"weather\"}"}}`)+
+		ev("content_block_stop", `{"type":"content_block_stop","index":0}`)+
+		ev("content_block_start", `{"type":"content_block_start","index":1,"content_block":{"type":"web_search_tool_result","tool_use_id":"srvtoolu_1","content":[]}}`)+
+		ev("content_block_stop", `{"type":"content_block_stop","index":1}`)+
+		ev("content_block_start", `{"type":"content_block_start","index":2,"content_block":{"type":"text","text":""}}`)+
+		ev("content_block_delta", `{"type":"content_block_delta","index":2,"delta":{"type":"text_delta","text":"Sunny."}}`)+
+		stopWith("end_turn"))
+	var deltas []string
+	msg, err := p.m.Generate(context.Background(), providertest.Turn(), func(d string) { deltas = append(deltas, d) })
+	require.NoError(t, err)
+	assert.Equal(t, []string{"Sunny."}, deltas)
+	require.Len(t, msg.GetContent(), 1)
+	assert.Equal(t, "Sunny.", msg.GetContent()[0].GetText())
+	assert.Empty(t, msg.GetToolCalls())
+}
+
 func docUser(seq uint64, parts ...*messages.ContentPart) *messages.Event {
 	return &messages.Event{Seq: seq, Body: &messages.Event_UserMsg{UserMsg: &messages.UserMessage{Content: parts}}}
 }
