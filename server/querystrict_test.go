@@ -45,8 +45,9 @@ func TestRepeatedOrMalformedQueryIsInvalid(t *testing.T) {
 		}
 	}
 	// Last-Event-ID given twice (on two lines, or as a list on one) is
-	// as bad as an after given twice.
-	for _, values := range [][]string{{"0", "7"}, {"0, 7"}} {
+	// as bad as an after given twice, an empty first line included (it
+	// hid the second, and the stream started from the whole log).
+	for _, values := range [][]string{{"0", "7"}, {"0, 7"}, {"", "1"}, {"", ""}} {
 		req, err := http.NewRequest("HEAD", n.srv.URL+base+"/stream", nil)
 		require.NoError(t, err)
 		req.Header.Set("Authorization", "Bearer "+tokAlice)

@@ -67,11 +67,17 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c caller) {
 	// Last-Event-ID overrides "after": when the header is given, the
 	// parameter is not read (a reconnecting client resends its URL, which
 	// need not hold a valid one).
+	// A header given more than once is refused whatever its values (an
+	// empty first one would otherwise hide the second).
 	var after uint64
 	var err error
+	if len(r.Header.Values("Last-Event-ID")) > 1 {
+		s.writeError(w, r, errInvalid("Last-Event-ID is given more than once"))
+		return
+	}
 	if v := strings.TrimSpace(r.Header.Get("Last-Event-ID")); v != "" {
 		after, err = strconv.ParseUint(v, 10, 64)
-		if err != nil || len(r.Header.Values("Last-Event-ID")) > 1 {
+		if err != nil {
 			s.writeError(w, r, errInvalid("Last-Event-ID must be the seq of an event"))
 			return
 		}
