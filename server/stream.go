@@ -108,7 +108,20 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c caller) {
 	}
 	if r.Method == http.MethodHead {
 		// (ServeMux routes HEAD to the GET handler.) A HEAD has no body:
-		// a stream would send nothing, and never end.
+		// a stream would send nothing, and never end. It gets the status
+		// a GET would (429 when the conversation's subscriptions are at
+		// lazarus.Options.MaxSubscriptions, 503 closed): a subscription is
+		// taken and let go at once, its slot free again (its channel
+		// closed) before the answer.
+		ctx, cancel := context.WithCancel(r.Context())
+		updates, err := s.rt.SubscribeWith(ctx, id, after, lazarus.SubscribeOptions{Agent: view})
+		cancel()
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		for range updates {
+		}
 		setStreamHeaders(w.Header())
 		w.WriteHeader(http.StatusOK)
 		return
