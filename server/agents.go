@@ -73,16 +73,17 @@ const viewSlack = journal.MaxEventBytes + 16
 
 // viewParam reads the view query parameter of a history request: "full"
 // (the default: the whole log, rewound spans and rewind events included) or
-// "effective" (what the model's context is built from).
+// "effective" (what the model's context is built from); an empty value
+// is neither.
 func viewParam(r *http.Request) (effective bool, err error) {
-	v, _, err := queryParam(r, "view")
+	v, given, err := queryParam(r, "view")
 	if err != nil {
 		return false, err
 	}
-	switch v {
-	case "", "full":
+	switch {
+	case !given, v == "full":
 		return false, nil
-	case "effective":
+	case v == "effective":
 		return true, nil
 	default:
 		return false, errInvalid(fmt.Sprintf("view %q: want \"full\" or \"effective\"", v))

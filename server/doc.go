@@ -144,8 +144,9 @@
 // and one JSON object with no unknown field (a key is matched as written,
 // case included) and no key given twice, and are validated as the Go
 // API validates them before any call that writes. Integer query parameters
-// (limit, before, after) are decimal digits only: a sign is 400 invalid.
-// So is a query parameter given more than once (metadata[KEY] included),
+// (limit, before, after) are decimal digits only: a sign, or no digit at
+// all (an empty value, as limit=), is 400 invalid, as is an empty view or
+// agent. So is a query parameter given more than once (metadata[KEY] included),
 // as is a stream's Last-Event-ID header, and a query that does not parse
 // (a bad percent-escape, a semicolon): none is read as the route's
 // default. A metadata[KEY] of an empty value is 400 invalid too: no

@@ -92,3 +92,37 @@ func TestEmptyMetadataFilterIsInvalid(t *testing.T) {
 	require.Len(t, list.Conversations, 1)
 	require.Equal(t, conv.ID, list.Conversations[0].ID)
 }
+
+// TestEmptyQueryValuesAreInvalid: an integer query parameter given with
+// no digit (limit=, before=, after=) and an empty view are 400 invalid,
+// not read as the route's default (a page of 50, the newest events, the
+// whole log, the full view); given with a value, or absent, they are
+// served as before.
+func TestEmptyQueryValuesAreInvalid(t *testing.T) {
+	n := startNode(t, newScripted(), server.Options{})
+	conv := n.create(t, tokAlice, nil)
+	base := "/v1/conversations/" + conv.ID
+	for _, path := range []string{
+		"/v1/calls?limit=",
+		"/v1/conversations?limit=",
+		base + "/events?limit=",
+		base + "/events?before=",
+		base + "/events?view=",
+		base + "/events?limit=5&view=",
+	} {
+		status, body := n.call(t, "GET", path, tokAlice, nil)
+		requireError(t, status, body, http.StatusBadRequest, server.CodeInvalid)
+	}
+	// (A HEAD: a stream served would not end.)
+	status, _ := n.call(t, "HEAD", base+"/stream?after=", tokAlice, nil)
+	require.Equal(t, http.StatusBadRequest, status, "after=")
+	for _, path := range []string{
+		"/v1/calls", "/v1/calls?limit=1", "/v1/conversations?limit=5",
+		base + "/events", base + "/events?limit=5&before=0&view=full",
+	} {
+		status, body := n.call(t, "GET", path, tokAlice, nil)
+		require.Equal(t, http.StatusOK, status, "%s: %s", path, body)
+	}
+	status, _ = n.call(t, "HEAD", base+"/stream?after=0", tokAlice, nil)
+	require.Equal(t, http.StatusOK, status, "after=0")
+}

@@ -528,15 +528,15 @@ func queryParam(r *http.Request, name string) (string, bool, error) {
 	return "", false, errInvalid("query parameter " + name + " is given more than once")
 }
 
-// pageParams reads the "limit" query parameter (default DefaultPageSize,
-// 1..MaxPageSize, digits only as uintParam's) and "cursor".
+// pageParams reads the "limit" query parameter (default DefaultPageSize
+// when absent, 1..MaxPageSize, digits only as uintParam's) and "cursor".
 func pageParams(r *http.Request) (string, int, error) {
 	limit := DefaultPageSize
-	v, _, err := queryParam(r, "limit")
+	v, given, err := queryParam(r, "limit")
 	if err != nil {
 		return "", 0, err
 	}
-	if v != "" {
+	if given { // an empty one too: it is no absent one
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil || n < 1 || n > MaxPageSize {
 			return "", 0, errInvalid(fmt.Sprintf("limit must be an integer in 1..%d", MaxPageSize))
@@ -551,10 +551,11 @@ func pageParams(r *http.Request) (string, int, error) {
 }
 
 // uintParam reads an unsigned query parameter (0 when absent): decimal
-// digits only, no sign.
+// digits only, no sign, and at least one (an empty value is no absent
+// one).
 func uintParam(r *http.Request, name string) (uint64, error) {
-	v, _, err := queryParam(r, name)
-	if err != nil || v == "" {
+	v, given, err := queryParam(r, name)
+	if err != nil || !given {
 		return 0, err
 	}
 	n, err := strconv.ParseUint(v, 10, 64)
