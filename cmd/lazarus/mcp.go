@@ -46,8 +46,10 @@ type mcpSession struct {
 
 // connectMCP connects to the MCP server of cfg, lists its tools and turns
 // each into a server tool whose Run calls it. ctx bounds the connection
-// and the listing, not the session. A stdio server whose process exits is
-// not restarted: the call in flight and every later one fail at once.
+// and the listing, not the session. On failure nothing is left running
+// (a stdio server's process is ended and waited for). A stdio server whose
+// process exits is not restarted: the call in flight and every later one
+// fail at once.
 func connectMCP(ctx context.Context, cfg mcpConfig, version string) (*mcpSession, error) {
 	timeout, err := duration("mcp server "+cfg.Name+": timeout", cfg.Timeout, defaultMCPTimeout)
 	if err != nil {
@@ -82,8 +84,13 @@ func connectMCP(ctx context.Context, cfg mcpConfig, version string) (*mcpSession
 		transport = &mcp.StreamableClientTransport{Endpoint: cfg.URL, DisableStandaloneSSE: true}
 	}
 	client := mcp.NewClient(&mcp.Implementation{Name: "lazarus", Version: version}, nil)
-	session, err := client.Connect(ctx, transport, nil)
+	ct := &closingTransport{Transport: transport}
+	session, err := client.Connect(ctx, ct, nil)
 	if err != nil {
+		// The SDK does not close the connection on every failure (a server
+		// answering a protocol version it does not support): a stdio
+		// server would be left running, never reaped.
+		ct.close()
 		return nil, fmt.Errorf("mcp server %s: connect: %w", cfg.Name, err)
 	}
 	s := &mcpSession{name: cfg.Name, session: session}
@@ -100,6 +107,27 @@ func connectMCP(ctx context.Context, cfg mcpConfig, version string) (*mcpSession
 		s.tools = append(s.tools, tool)
 	}
 	return s, nil
+}
+
+// closingTransport remembers the connection its Transport made, so that
+// a failed handshake can close it (closing twice is harmless).
+type closingTransport struct {
+	mcp.Transport
+	conn mcp.Connection
+}
+
+func (t *closingTransport) Connect(ctx context.Context) (mcp.Connection, error) {
+	conn, err := t.Transport.Connect(ctx)
+	t.conn = conn
+	return conn, err
+}
+
+// close closes the connection made, if any: a stdio server's stdin is
+// closed and its process waited for (signalled if it does not exit).
+func (t *closingTransport) close() {
+	if t.conn != nil {
+		_ = t.conn.Close()
+	}
 }
 
 // mcpTool is the server tool that calls the MCP tool t.

@@ -204,3 +204,19 @@ func inMemoryMCP(t *testing.T, srv *mcp.Server) (*mcp.ClientSession, *mcp.Tool) 
 	require.Len(t, listed.Tools, 1)
 	return cs, listed.Tools[0]
 }
+
+// TestMCPFailedHandshakeEndsTheServer: a stdio MCP server whose handshake
+// fails (here: it answers a protocol version no client supports) is ended
+// before connectMCP returns its error: its stdin is closed and its process
+// waited for. The SDK left such a process running, never reaped.
+func TestMCPFailedHandshakeEndsTheServer(t *testing.T) {
+	self, err := filepath.Abs(os.Args[0])
+	require.NoError(t, err)
+	closed := filepath.Join(t.TempDir(), "closed")
+	cfg := mcpConfig{Name: "old", Command: []string{self}, Env: map[string]string{envChild: "mcp-old", "LAZARUS_TEST_MCP_CLOSED": closed}}
+	_, err = connectMCP(ctxT(t), cfg, "test")
+	require.ErrorContains(t, err, "mcp server old: connect: unsupported protocol version")
+	b, err := os.ReadFile(closed)
+	require.NoError(t, err, "the server's stdin was closed and its process had exited when connectMCP returned")
+	require.Equal(t, "closed", string(b))
+}

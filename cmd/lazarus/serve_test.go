@@ -68,6 +68,25 @@ func runChild() {
 			testHookTailPage = nil
 		}
 		os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	case "mcp-old":
+		// A server that answers initialize with a protocol version no
+		// client supports, then waits for its stdin to close and says so
+		// in the file $LAZARUS_TEST_MCP_CLOSED.
+		in := bufio.NewReader(os.Stdin)
+		line, err := in.ReadBytes('\n')
+		if err != nil {
+			os.Exit(1)
+		}
+		var req struct {
+			ID json.RawMessage `json:"id"`
+		}
+		if json.Unmarshal(line, &req) != nil {
+			os.Exit(1)
+		}
+		fmt.Printf(`{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"1999-01-01","capabilities":{},"serverInfo":{"name":"old","version":"1"}}}`+"\n", req.ID)
+		_, _ = io.Copy(io.Discard, in)
+		_ = os.WriteFile(os.Getenv("LAZARUS_TEST_MCP_CLOSED"), []byte("closed"), 0o600)
+		os.Exit(0)
 	case "mcp":
 		s := newTestMCPServer(nil)
 		mcp.AddTool(s, &mcp.Tool{Name: "cwd", Description: "the server's working directory"},
