@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"slices"
@@ -51,20 +52,12 @@ type mcpSession struct {
 // process exits is not restarted: the call in flight and every later one
 // fail at once.
 func connectMCP(ctx context.Context, cfg mcpConfig, version string) (*mcpSession, error) {
-	timeout, err := duration("mcp server "+cfg.Name+": timeout", cfg.Timeout, defaultMCPTimeout)
+	timeout, err := cfg.check()
 	if err != nil {
 		return nil, err
 	}
-	if timeout <= 0 {
-		// A call bounded by no time at all would fail before it started.
-		return nil, configErr("mcp server %s: timeout %s: not positive", cfg.Name, cfg.Timeout)
-	}
 	var transport mcp.Transport
 	switch {
-	case cfg.Name == "":
-		return nil, configErr("an MCP server without a name")
-	case (len(cfg.Command) > 0) == (cfg.URL != ""):
-		return nil, configErr("mcp server %s: give exactly one of command and url", cfg.Name)
 	case len(cfg.Command) > 0:
 		// Not CommandContext: the process lives as long as the session,
 		// which Close ends (closing its stdin, then a signal).
@@ -107,6 +100,44 @@ func connectMCP(ctx context.Context, cfg mcpConfig, version string) (*mcpSession
 		s.tools = append(s.tools, tool)
 	}
 	return s, nil
+}
+
+// check validates cfg without starting anything: a name, exactly one of a
+// command (whose program is not empty) and an http or https url with a
+// host, env names that are variable names, and a positive timeout, which it returns (defaultMCPTimeout if
+// none is set). Errors wrap errConfig.
+func (cfg mcpConfig) check() (time.Duration, error) {
+	if cfg.Name == "" {
+		return 0, configErr("an MCP server without a name")
+	}
+	switch {
+	case (len(cfg.Command) > 0) == (cfg.URL != ""):
+		return 0, configErr("mcp server %s: give exactly one of command and url", cfg.Name)
+	case len(cfg.Command) > 0 && cfg.Command[0] == "":
+		return 0, configErr("mcp server %s: command: an empty program", cfg.Name)
+	case cfg.URL != "":
+		u, err := url.Parse(cfg.URL)
+		if err != nil {
+			return 0, configErr("mcp server %s: url: %v", cfg.Name, err)
+		}
+		if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return 0, configErr("mcp server %s: url %q: not an http or https URL with a host", cfg.Name, cfg.URL)
+		}
+	}
+	for k := range cfg.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return 0, configErr("mcp server %s: env: %q is not a variable name", cfg.Name, k)
+		}
+	}
+	timeout, err := duration("mcp server "+cfg.Name+": timeout", cfg.Timeout, defaultMCPTimeout)
+	if err != nil {
+		return 0, err
+	}
+	if timeout <= 0 {
+		// A call bounded by no time at all would fail before it started.
+		return 0, configErr("mcp server %s: timeout %s: not positive", cfg.Name, cfg.Timeout)
+	}
+	return timeout, nil
 }
 
 // closingTransport remembers the connection its Transport made, so that

@@ -220,3 +220,40 @@ func TestMCPFailedHandshakeEndsTheServer(t *testing.T) {
 	require.NoError(t, err, "the server's stdin was closed and its process had exited when connectMCP returned")
 	require.Equal(t, "closed", string(b))
 }
+
+// TestServeBadConfigStartsNoMCPServer: a configuration file that is wrong
+// anywhere (an MCP server's entry, two servers of one name, another field)
+// makes serve fail with a bad-configuration error (status 1) that names the
+// problem, before it starts any MCP server; serve used to start the servers
+// listed before the bad entry, and every server before checking the other
+// fields.
+func TestServeBadConfigStartsNoMCPServer(t *testing.T) {
+	self, err := filepath.Abs(os.Args[0])
+	require.NoError(t, err)
+	t.Setenv(envTokens, testTokens)
+	good := `{"name": "calc", "command": [` + jsonString(self) + `], "env": {"` + envChild + `": "mcp"}}`
+	for name, tc := range map[string]struct{ fields, want string }{
+		"no name":         {`"mcp_servers": [` + good + `, {"command": ["x"]}]`, "an MCP server without a name"},
+		"command and url": {`"mcp_servers": [` + good + `, {"name": "b", "command": ["x"], "url": "http://h/"}]`, "mcp server b: give exactly one of command and url"},
+		"neither":         {`"mcp_servers": [` + good + `, {"name": "b"}]`, "mcp server b: give exactly one of command and url"},
+		"empty program":   {`"mcp_servers": [` + good + `, {"name": "b", "command": [""]}]`, "mcp server b: command: an empty program"},
+		"url no scheme":   {`"mcp_servers": [` + good + `, {"name": "b", "url": "localhost:8080"}]`, `mcp server b: url "localhost:8080": not an http or https URL`},
+		"url ftp":         {`"mcp_servers": [` + good + `, {"name": "b", "url": "ftp://h/"}]`, `mcp server b: url "ftp://h/": not an http or https URL`},
+		"url bad":         {`"mcp_servers": [` + good + `, {"name": "b", "url": "http://[::1"}]`, "mcp server b: url: "},
+		"env name":        {`"mcp_servers": [` + good + `, {"name": "b", "command": ["x"], "env": {"A=B": "c"}}]`, `mcp server b: env: "A=B" is not a variable name`},
+		"timeout":         {`"mcp_servers": [` + good + `, {"name": "b", "command": ["x"], "timeout": "0s"}]`, "mcp server b: timeout 0s: not positive"},
+		"same name":       {`"mcp_servers": [` + good + `, ` + good + `]`, "mcp server calc: two servers have that name"},
+		"tool_timeout":    {`"mcp_servers": [` + good + `], "tool_timeout": "soon"`, "tool_timeout: "},
+	} {
+		t.Run(name, func(t *testing.T) {
+			started := filepath.Join(t.TempDir(), "started")
+			t.Setenv(envMCPStarted, started)
+			cfg := filepath.Join(t.TempDir(), "node.json")
+			require.NoError(t, os.WriteFile(cfg, []byte(`{"dir": `+jsonString(filepath.Join(t.TempDir(), "store"))+`, `+tc.fields+`}`), 0o600))
+			r := cliCtx(ctxT(t), "serve", "--config", cfg, "--listen", "127.0.0.1:0")
+			require.Equal(t, exitError, r.code, r.stderr)
+			require.Contains(t, r.stderr, "bad configuration: "+tc.want)
+			require.NoFileExists(t, started, "no MCP server was started")
+		})
+	}
+}

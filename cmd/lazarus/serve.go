@@ -54,8 +54,9 @@ store, the listen address, the model, the default model settings, the
 human tools (name, description, JSON schema of the arguments, a prompt
 template over the arguments, a timeout, who may answer: roles and/or the
 requester), the MCP servers whose tools become server tools (a stdio
-command or a streamable HTTP url; their tools are listed at start), and
-where the tokens are. Flags override it; a store flag (--dir or
+command or a streamable HTTP url; their tools are listed at start, once
+the whole file is checked: a bad file starts none), and where the tokens
+are. Flags override it; a store flag (--dir or
 --postgres) replaces the file's store, which is dir or postgres (a file
 that sets both is refused), and $` + envPostgres + ` then $` + envDir + `
 are read only when neither names one. Its relative paths (dir,
@@ -223,31 +224,16 @@ func (c *cli) buildNode(ctx context.Context, cfg *serveConfig) (_ *node, err err
 		}
 		tools = append(tools, t)
 	}
-	owner := map[string]string{} // tool name -> the MCP server that gives it
-	for _, t := range tools {
-		owner[t.Name] = "human_tools"
-	}
+	// Every MCP server's entry is checked before any is started.
+	named := map[string]bool{}
 	for _, m := range cfg.MCPServers {
-		m.withhold = secretEnv(cfg)
-		cctx, cancel := context.WithTimeout(ctx, mcpConnectTimeout)
-		s, err := connectMCP(cctx, m, serveVersion)
-		cancel()
-		if err != nil {
+		if _, err := m.check(); err != nil {
 			return nil, err
 		}
-		n.mcps = append(n.mcps, s)
-		for _, t := range s.tools {
-			if other, dup := owner[t.Name]; dup {
-				return nil, configErr("mcp server %s: tool %s is also one of %s; give the server a prefix", m.Name, t.Name, other)
-			}
-			owner[t.Name] = "mcp server " + m.Name
+		if named[m.Name] {
+			return nil, configErr("mcp server %s: two servers have that name", m.Name)
 		}
-		where := m.URL
-		if where == "" {
-			where = strings.Join(m.Command, " ")
-		}
-		c.progress("mcp server %s (%s): %d tools", m.Name, where, len(s.tools))
-		tools = append(tools, s.tools...)
+		named[m.Name] = true
 	}
 	tokens, err := c.loadTokens(cfg)
 	if err != nil {
@@ -278,6 +264,35 @@ func (c *cli) buildNode(ctx context.Context, cfg *serveConfig) (_ *node, err err
 	// busy one creates no store (nor migrates a database).
 	if n.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, err
+	}
+
+	// The MCP servers are started once the rest of the configuration is
+	// known to be good and the address is taken: a bad file starts none.
+	owner := map[string]string{} // tool name -> the MCP server that gives it
+	for _, t := range tools {
+		owner[t.Name] = "human_tools"
+	}
+	for _, m := range cfg.MCPServers {
+		m.withhold = secretEnv(cfg)
+		cctx, cancel := context.WithTimeout(ctx, mcpConnectTimeout)
+		s, err := connectMCP(cctx, m, serveVersion)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		n.mcps = append(n.mcps, s)
+		for _, t := range s.tools {
+			if other, dup := owner[t.Name]; dup {
+				return nil, configErr("mcp server %s: tool %s is also one of %s; give the server a prefix", m.Name, t.Name, other)
+			}
+			owner[t.Name] = "mcp server " + m.Name
+		}
+		where := m.URL
+		if where == "" {
+			where = strings.Join(m.Command, " ")
+		}
+		c.progress("mcp server %s (%s): %d tools", m.Name, where, len(s.tools))
+		tools = append(tools, s.tools...)
 	}
 
 	metrics := server.NewMetrics()

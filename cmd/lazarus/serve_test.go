@@ -34,6 +34,9 @@ import (
 // process), "mcp" an MCP server on stdin/stdout.
 const envChild = "LAZARUS_TEST_CHILD"
 
+// envMCPStarted names a file the "mcp" child writes when it starts.
+const envMCPStarted = "LAZARUS_TEST_MCP_STARTED"
+
 // runChild runs the re-executed test binary's role, if it has one, and
 // exits; TestMain calls it first.
 func runChild() {
@@ -88,6 +91,9 @@ func runChild() {
 		_ = os.WriteFile(os.Getenv("LAZARUS_TEST_MCP_CLOSED"), []byte("closed"), 0o600)
 		os.Exit(0)
 	case "mcp":
+		if f := os.Getenv(envMCPStarted); f != "" {
+			_ = os.WriteFile(f, []byte("started"), 0o600)
+		}
 		s := newTestMCPServer(nil)
 		mcp.AddTool(s, &mcp.Tool{Name: "cwd", Description: "the server's working directory"},
 			func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, cwdOut, error) {
