@@ -87,7 +87,14 @@ func connectMCP(ctx context.Context, cfg mcpConfig, version string) (*mcpSession
 		return nil, fmt.Errorf("mcp server %s: connect: %w", cfg.Name, err)
 	}
 	s := &mcpSession{name: cfg.Name, session: session}
+	// A server without the tools capability has no tools: it may refuse
+	// tools/list, which is then no failure. One that declares none but
+	// lists some all the same has them.
+	noTools := session.InitializeResult().Capabilities == nil || session.InitializeResult().Capabilities.Tools == nil
 	for t, err := range session.Tools(ctx, nil) {
+		if err != nil && noTools && len(s.tools) == 0 {
+			break
+		}
 		if err != nil {
 			_ = session.Close()
 			return nil, fmt.Errorf("mcp server %s: list tools: %w", cfg.Name, err)

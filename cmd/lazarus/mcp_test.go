@@ -3,11 +3,14 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
@@ -256,4 +259,29 @@ func TestServeBadConfigStartsNoMCPServer(t *testing.T) {
 			require.NoFileExists(t, started, "no MCP server was started")
 		})
 	}
+}
+
+// TestMCPServerWithoutTools: an MCP server that declares no tools
+// capability (a server of prompts or resources only) gives no tools, even
+// if it refuses tools/list as a method it does not have; the node used to
+// refuse to start.
+func TestMCPServerWithoutTools(t *testing.T) {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "prompts-only", Version: "1"}, nil)
+	srv.AddPrompt(&mcp.Prompt{Name: "hello"}, func(context.Context, *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+		return &mcp.GetPromptResult{}, nil
+	})
+	srv.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if method == "tools/list" {
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "method not found"}
+			}
+			return next(ctx, method, req)
+		}
+	})
+	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
+	defer hs.Close()
+	s, err := connectMCP(ctxT(t), mcpConfig{Name: "prompts", URL: hs.URL}, "test")
+	require.NoError(t, err)
+	defer func() { _ = s.session.Close() }()
+	require.Empty(t, s.tools)
 }
