@@ -215,8 +215,10 @@ func mcpTool(session *mcp.ClientSession, prefix string, t *mcp.Tool, timeout tim
 }
 
 // mcpResultText is what the model sees of a result: its structured
-// content as JSON if it has some, else its text contents joined (other
-// contents are named by their type).
+// content as JSON if it has some, else its contents joined by newlines:
+// a text's text, an embedded resource's text; an image, an audio clip, a
+// binary resource or a resource link is named by its kind, URI and MIME
+// type ("[image content, image/png]"), its data left out.
 func mcpResultText(res *mcp.CallToolResult) string {
 	if res.StructuredContent != nil && !res.IsError {
 		if b, err := json.Marshal(res.StructuredContent); err == nil {
@@ -228,9 +230,32 @@ func mcpResultText(res *mcp.CallToolResult) string {
 		switch c := c.(type) {
 		case *mcp.TextContent:
 			parts = append(parts, c.Text)
+		case *mcp.ImageContent:
+			parts = append(parts, named("image content", c.MIMEType))
+		case *mcp.AudioContent:
+			parts = append(parts, named("audio content", c.MIMEType))
+		case *mcp.EmbeddedResource:
+			switch r := c.Resource; {
+			case r == nil:
+				parts = append(parts, "[resource]")
+			case r.Text != "" || r.Blob == nil:
+				parts = append(parts, r.Text)
+			default:
+				parts = append(parts, named("resource "+r.URI, r.MIMEType))
+			}
+		case *mcp.ResourceLink:
+			parts = append(parts, named("resource link "+c.URI, c.MIMEType))
 		default:
-			parts = append(parts, fmt.Sprintf("[%T content]", c))
+			parts = append(parts, "[content]")
 		}
 	}
 	return strings.Join(parts, "\n")
+}
+
+// named is "[what, mime]", or "[what]" without a MIME type.
+func named(what, mime string) string {
+	if mime == "" {
+		return "[" + what + "]"
+	}
+	return "[" + what + ", " + mime + "]"
 }

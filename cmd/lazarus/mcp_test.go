@@ -285,3 +285,33 @@ func TestMCPServerWithoutTools(t *testing.T) {
 	defer func() { _ = s.session.Close() }()
 	require.Empty(t, s.tools)
 }
+
+// TestMCPNonTextContent: what the model reads of a result's contents that
+// are not text: an embedded resource's text is given; an image, an audio
+// clip, a binary resource and a resource link are named by their MCP kind,
+// MIME type and URI, never by a Go type of the SDK.
+func TestMCPNonTextContent(t *testing.T) {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "test-mcp", Version: "1"}, nil)
+	srv.AddTool(&mcp.Tool{Name: "mixed", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{
+				&mcp.TextContent{Text: "a chart:"},
+				&mcp.ImageContent{Data: []byte{1, 2}, MIMEType: "image/png"},
+				&mcp.AudioContent{Data: []byte{3}, MIMEType: "audio/wav"},
+				&mcp.EmbeddedResource{Resource: &mcp.ResourceContents{URI: "file:///notes.txt", MIMEType: "text/plain", Text: "the notes"}},
+				&mcp.EmbeddedResource{Resource: &mcp.ResourceContents{URI: "file:///a.bin", MIMEType: "application/octet-stream", Blob: []byte{4}}},
+				&mcp.ResourceLink{URI: "https://example.com/r", Name: "r", MIMEType: "text/html"},
+			}}, nil
+		})
+	cs, listed := inMemoryMCP(t, srv)
+	tool, err := mcpTool(cs, "", listed, time.Minute)
+	require.NoError(t, err)
+	out, err := tool.Run(ctxT(t), agent.Invocation{ToolCallID: "call-1", Name: "mixed", Arguments: `{}`})
+	require.NoError(t, err)
+	require.Equal(t, "a chart:\n"+
+		"[image content, image/png]\n"+
+		"[audio content, audio/wav]\n"+
+		"the notes\n"+
+		"[resource file:///a.bin, application/octet-stream]\n"+
+		"[resource link https://example.com/r, text/html]", out)
+}
