@@ -315,3 +315,34 @@ func TestMCPNonTextContent(t *testing.T) {
 		"[resource file:///a.bin, application/octet-stream]\n"+
 		"[resource link https://example.com/r, text/html]", out)
 }
+
+// TestServeRefusesAnMCPServerListingAToolTwice: an MCP server that lists
+// one tool name twice makes serve refuse to start, saying so; it used to
+// advise a prefix, which cannot help.
+func TestServeRefusesAnMCPServerListingAToolTwice(t *testing.T) {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "twice", Version: "1"}, nil)
+	srv.AddTool(&mcp.Tool{Name: "add", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{}, nil
+		})
+	srv.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			res, err := next(ctx, method, req)
+			if l, ok := res.(*mcp.ListToolsResult); ok && err == nil {
+				l.Tools = append(l.Tools, l.Tools...)
+			}
+			return res, err
+		}
+	})
+	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
+	defer hs.Close()
+	cfg := filepath.Join(t.TempDir(), "node.json")
+	require.NoError(t, os.WriteFile(cfg, []byte(`{
+		"dir": `+jsonString(filepath.Join(t.TempDir(), "store"))+`,
+		"mcp_servers": [{"name": "twice", "url": `+jsonString(hs.URL)+`, "prefix": "t_"}]
+	}`), 0o600))
+	t.Setenv(envTokens, testTokens)
+	r := cliCtx(ctxT(t), "serve", "--config", cfg, "--listen", "127.0.0.1:0")
+	require.Equal(t, exitError, r.code, r.stderr)
+	require.Contains(t, r.stderr, "bad configuration: mcp server twice: lists tool t_add twice")
+}

@@ -283,6 +283,10 @@ func (c *cli) buildNode(ctx context.Context, cfg *serveConfig) (_ *node, err err
 		n.mcps = append(n.mcps, s)
 		for _, t := range s.tools {
 			if other, dup := owner[t.Name]; dup {
+				if other == "mcp server "+m.Name {
+					// A prefix would not help.
+					return nil, configErr("mcp server %s: lists tool %s twice", m.Name, t.Name)
+				}
 				return nil, configErr("mcp server %s: tool %s is also one of %s; give the server a prefix", m.Name, t.Name, other)
 			}
 			owner[t.Name] = "mcp server " + m.Name
