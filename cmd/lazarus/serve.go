@@ -463,8 +463,6 @@ func (n *node) run(ctx context.Context, grace, idle, read time.Duration) (err er
 	return nil
 }
 
-// close closes the runtime (and so the store it opened) and the MCP
-// sessions, once.
 // progressBound prints the bound in effect of a timeout option: none when
 // negative, def when zero, else t.
 func (c *cli) progressBound(what string, t, def time.Duration) {
@@ -478,6 +476,8 @@ func (c *cli) progressBound(what string, t, def time.Duration) {
 	}
 }
 
+// close closes the runtime (and so the store it opened) and the MCP
+// sessions, once.
 func (n *node) close() error {
 	if n.closed {
 		return nil
