@@ -473,6 +473,15 @@ func TestCoreRecoveryRules(t *testing.T) {
 			{ok(1), []string{"model"}},
 		},
 	}, {
+		name: "a server call whose tool_call event a damaged log holds twice is owed once: one run, one tool_result",
+		log:  []*messages.Event{user("r1"), answer(), call("call_1", server), call("call_1", server)},
+		steps: []coreStep{
+			{nil, nil},
+			{wake(false), []string{"reply", "tool call_1 as ann"}},
+			{&inToolDone{id: "call_1", outcome: &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: "done"}}}, []string{"write[ToolResult]+1 resolutions"}},
+			{ok(1), []string{"model"}},
+		},
+	}, {
 		name: "a human call still pending stays pending: nothing is done",
 		log:  []*messages.Event{user("r1"), answer(), call("call_1", human)},
 		steps: []coreStep{

@@ -317,8 +317,10 @@ func (w *WorkingSet) RewoundBelow(seq uint64) bool {
 
 // OpenCalls returns the tool_call events on the head that have no
 // tool_result on the head, in log order: the calls the agent still owes the
-// model. A call in a rewound span is not open. The records are the working
-// set's.
+// model. A call in a rewound span is not open. Each call is listed once, by
+// the first tool_call event on the head that names it: a log that holds
+// two for one id (a damaged one: ids are unique) still owes that call one
+// result. The records are the working set's.
 func (w *WorkingSet) OpenCalls() []*messages.ToolCallEvent {
 	v := w.view()
 	var done map[string]bool
@@ -335,9 +337,19 @@ func (w *WorkingSet) OpenCalls() []*messages.ToolCallEvent {
 	var open []*messages.ToolCallEvent
 	for _, sp := range v.spans {
 		for _, ev := range w.Events[sp.lo:sp.hi] {
-			if tc := ev.GetToolCall(); tc != nil && !done[tc.GetCall().GetId()] {
-				open = append(open, tc)
+			tc := ev.GetToolCall()
+			if tc == nil {
+				continue
 			}
+			id := tc.GetCall().GetId()
+			if done[id] {
+				continue
+			}
+			if done == nil {
+				done = make(map[string]bool)
+			}
+			done[id] = true // listed: a later event naming it adds nothing
+			open = append(open, tc)
 		}
 	}
 	return open

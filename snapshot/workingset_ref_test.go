@@ -62,6 +62,7 @@ func refOpenCalls(w *snapshot.WorkingSet) []*messages.ToolCallEvent {
 	var open []*messages.ToolCallEvent
 	for _, i := range idx {
 		if tc := w.Events[i].GetToolCall(); tc != nil && !done[tc.GetCall().GetId()] {
+			done[tc.GetCall().GetId()] = true // each call once
 			open = append(open, tc)
 		}
 	}

@@ -3,6 +3,7 @@ package snapshot_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -248,6 +249,9 @@ func TestOpenCalls(t *testing.T) {
 		{"result in a rewound span does not count", log(1,
 			user("a"), asst("", "c1"), call("c1"), result("c1", `1`), rewind(3)),
 			[]string{"c1"}},
+		{"a call named by two tool_call events is owed once, by the first", log(1,
+			user("a"), asst("", "c1", "c2"), call("c1"), call("c2"), call("c1")),
+			[]string{"c1", "c2"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -258,6 +262,12 @@ func TestOpenCalls(t *testing.T) {
 				got = append(got, c.GetCall().GetId())
 			}
 			assert.Equal(t, tc.want, got)
+			for _, c := range w.OpenCalls() {
+				first := slices.IndexFunc(tc.events, func(ev *messages.Event) bool {
+					return ev.GetToolCall().GetCall().GetId() == c.GetCall().GetId()
+				})
+				assert.Same(t, tc.events[first].GetToolCall(), c, "the first event naming the call")
+			}
 		})
 	}
 }
