@@ -115,20 +115,37 @@ func EventDetail(ev *messages.Event, full bool) string {
 }
 
 // Identity renders who asked or answered: the user id, then the roles in
-// brackets if any ("bob[approver,oncall]"); "anonymous" for an empty user id.
+// brackets if any ("bob[approver,oncall]"); anonymous for an empty user id.
+// Each id is rendered as ID renders it, and also quoted when it holds '[',
+// ']' or ',' (or is a user id spelled "anonymous"), so that a rendering
+// names one identity: a user "bob[x]" is "bob[x]" quoted, not bob with the
+// role x, and a role "a,b" is one role.
 func Identity(id *messages.Identity) string {
 	name := "anonymous"
 	if id.GetUserId() != "" {
-		name = ID(id.GetUserId())
+		name = identityPart(id.GetUserId())
+		if name == "anonymous" {
+			name = strconv.Quote(name)
+		}
 	}
 	if len(id.GetRoles()) == 0 {
 		return name
 	}
 	roles := make([]string, 0, len(id.GetRoles()))
 	for _, r := range id.GetRoles() {
-		roles = append(roles, ID(r))
+		roles = append(roles, identityPart(r))
 	}
 	return name + "[" + strings.Join(roles, ",") + "]"
+}
+
+// identityPart renders a user id or a role as ID does, quoted also when
+// it holds a character Identity uses to list roles.
+func identityPart(s string) string {
+	out := ID(s)
+	if out == s && strings.ContainsAny(s, "[],") {
+		return strconv.Quote(s)
+	}
+	return out
 }
 
 // toolName renders the name of a called tool as an ID, clipped unless

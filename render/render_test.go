@@ -86,6 +86,33 @@ func TestIdentities(t *testing.T) {
 	require.Equal(t, "anonymous[x]", render.Identity(&messages.Identity{Roles: []string{"x"}}))
 }
 
+// TestIdentityNamesOneIdentity: ids holding the characters that list roles
+// are quoted, as is a user named anonymous, so that no two identities
+// render alike.
+func TestIdentityNamesOneIdentity(t *testing.T) {
+	cases := []struct {
+		id   *messages.Identity
+		want string
+	}{
+		{&messages.Identity{UserId: "bob[x]"}, `"bob[x]"`},
+		{&messages.Identity{UserId: "bob", Roles: []string{"x"}}, `bob[x]`},
+		{&messages.Identity{UserId: "bob", Roles: []string{"a,b"}}, `bob["a,b"]`},
+		{&messages.Identity{UserId: "bob", Roles: []string{"a", "b"}}, `bob[a,b]`},
+		{&messages.Identity{UserId: "bob", Roles: []string{"a]", "[b"}}, `bob["a]","[b"]`},
+		{&messages.Identity{UserId: "a,b"}, `"a,b"`},
+		{&messages.Identity{UserId: "anonymous"}, `"anonymous"`},
+		{&messages.Identity{}, `anonymous`},
+		{&messages.Identity{UserId: "on call", Roles: []string{"on call"}}, `"on call"["on call"]`},
+	}
+	seen := map[string]bool{}
+	for _, tc := range cases {
+		got := render.Identity(tc.id)
+		require.Equal(t, tc.want, got)
+		require.False(t, seen[got], "%q renders as another identity", got)
+		seen[got] = true
+	}
+}
+
 // TestJSONShowsNoControlCharacters: JSON arguments and results are shown
 // as compact JSON, and a rune JSON allows raw inside a string but a
 // terminal takes as a control (DEL, a C1 control such as CSI, NEL, the
