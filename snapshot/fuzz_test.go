@@ -80,6 +80,7 @@ func fuzzSeeds() [][]byte {
 		{&messages.Summary{FromSeq: 1, ToSeq: 2, Content: "s", Agents: []*messages.Summary{{Agent: "billing", FromSeq: 1, ToSeq: 2}}},
 			withAgent(user("to billing"), "", "billing"), handoff, withAgent(asst("paid"), "billing"), withAgent(user("all"), "", snapshot.Broadcast)},
 		{user("a"), asst("", "c1", "c1"), call("c1"), call("c1"), result("c1", "x"), result("c1", "y"), suspension("c1")},
+		{user("a"), asst("", "c1"), call("c1"), call("c1")}, // a call's tool_call event twice, unanswered
 	}
 	var out [][]byte
 	for _, l := range logs {
@@ -110,7 +111,7 @@ func (stubSummarizer) Summarize(_ context.Context, _ string, _ *messages.Summary
 // however inconsistent (a tool_result for no call, rewinds past the head or
 // into a summary, duplicated call ids, agents' entries out of order), is
 // either refused with an error wrapping journal.ErrCorrupt, or answers
-// every read without a panic; a rewind target is refused with
+// every read without a panic (and owes each open call once); a rewind target is refused with
 // journal.ErrInvalid or accepted; a summary Plan.Run makes of it is one
 // Compact takes, and the working set then still reads.
 func FuzzRebuild(f *testing.F) {
@@ -196,7 +197,11 @@ func readAll(t *testing.T, ws *snapshot.WorkingSet) {
 	require.Equal(t, ws.LastRendered(), last(r))
 	ws.Evicted()
 	ws.RewoundPastSummary()
-	ws.OpenCalls()
+	ids := map[string]bool{}
+	for _, c := range ws.OpenCalls() {
+		require.False(t, ids[c.GetCall().GetId()], "call %q is owed twice", c.GetCall().GetId())
+		ids[c.GetCall().GetId()] = true
+	}
 	ws.EndsWithUserMsg()
 	ws.Requester()
 	ws.HoldsAgents()
