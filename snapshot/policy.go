@@ -50,8 +50,9 @@ func (p Policy) WithDefaults() Policy {
 // SafePoint(KeepRecent) to end it at. Zero fields mean their defaults.
 // It estimates the tokens only of the events rendered since its last call
 // on w (the working set keeps the sum), so calling it after every append
-// costs time in the new events, not in the whole working set. A nil w is
-// never due.
+// costs time in the new events, not in the whole working set, while w is
+// under both bounds; once over one, it looks for the safe point, which
+// walks the head (as SafePoint does). A nil w is never due.
 func (p Policy) Due(w *WorkingSet) bool {
 	if w == nil {
 		return false
