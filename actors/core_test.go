@@ -482,6 +482,33 @@ func TestCoreRecoveryRules(t *testing.T) {
 			{ok(1), []string{"model"}},
 		},
 	}, {
+		name: "the log ends in a tool_result while another server call is open: that call runs again, the model is not called",
+		log:  []*messages.Event{user("r1"), answer(), call("call_1", server), call("call_2", server), result("call_1")},
+		steps: []coreStep{
+			{nil, nil},
+			{wake(false), []string{"reply", "tool call_2 as ann"}},
+			{&inToolDone{id: "call_2", outcome: &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: "done"}}}, []string{"write[ToolResult]+1 resolutions"}},
+			{ok(1), []string{"model"}},
+		},
+	}, {
+		name: "the log ends in a tool_result while a human call is open: nothing is done until it is answered",
+		log:  []*messages.Event{user("r1"), answer(), call("call_1", server), call("call_2", human), result("call_1")},
+		steps: []coreStep{
+			{nil, nil},
+			{wake(true), []string{"reply"}},
+		},
+	}, {
+		name: "the log ends in a rewind to a user message: nothing is owed, even on an explicit wake; the next send starts a turn",
+		log: []*messages.Event{user("r1"), answer(), user("r2"), answer(),
+			{Body: &messages.Event_Rewind{Rewind: &messages.Rewind{ToSeq: 1}}}},
+		steps: []coreStep{
+			{nil, nil},
+			{wake(false), []string{"reply"}},
+			{wake(true), []string{"reply"}},
+			{send("r3"), []string{"write[" + wUser + "]"}},
+			{ok(1), []string{"reply seq=6", "model"}},
+		},
+	}, {
 		name: "a human call still pending stays pending: nothing is done",
 		log:  []*messages.Event{user("r1"), answer(), call("call_1", human)},
 		steps: []coreStep{
