@@ -253,7 +253,9 @@ func (c *core) loadCallAgents() {
 	}
 	for _, ev := range c.ws.Events {
 		if tc := ev.GetToolCall(); tc != nil {
-			if call, ok := c.calls[tc.GetCall().GetId()]; ok {
+			// The call's own event (OpenCalls'), not another naming its id
+			// (a rewound one, or a duplicate in a damaged log).
+			if call, ok := c.calls[tc.GetCall().GetId()]; ok && call.ev == tc {
 				call.agent = ev.GetAgent()
 			}
 		}

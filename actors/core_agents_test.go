@@ -233,3 +233,23 @@ func TestResumeScopeWithAgents(t *testing.T) {
 		})
 	}
 }
+
+// TestCoreOpenCallKeepsTheAgentOfItsOwnEvent: a damaged log holds an open
+// call's tool_call event twice, the first agent a's, the second the default
+// agent's. The revival owes the call once, by the first event
+// (snapshot.WorkingSet.OpenCalls), and its result is agent a's, as that
+// event says, not the later duplicate's.
+func TestCoreOpenCallKeepsTheAgentOfItsOwnEvent(t *testing.T) {
+	lookup := &messages.ToolCall{Id: "call_1", Name: "lookup", Arguments: "{}"}
+	ofA := answer(lookup)
+	ofA.Agent = "a"
+	c := newAgentsCore(t, []*messages.Event{
+		user("r1"), ofA,
+		{Agent: "a", Body: &messages.Event_ToolCall{ToolCall: &messages.ToolCallEvent{Call: lookup, Executor: server}}},
+		{Body: &messages.Event_ToolCall{ToolCall: &messages.ToolCallEvent{Call: lookup, Executor: server}}},
+	})
+	require.Equal(t, []string{"reply", "tool call_1 as system"}, agentWords(c.step(t0, wake(false))))
+	effs := c.step(t0, &inToolDone{id: "call_1", outcome: &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: "done"}}})
+	require.Equal(t, []string{"write[ToolResult]+1 resolutions"}, agentWords(effs))
+	require.Equal(t, "a", effs[0].(effWrite).req.GetEvents()[0].GetAgent(), "the result is the agent's whose event the call is owed by")
+}
