@@ -144,21 +144,32 @@ func TestDocsUnsetOptionsAreNotSent(t *testing.T) {
 	assert.NotContains(t, fn, "parameters")
 }
 
-// TestDocsInsufficientQuotaFailsAtOnce: a 429 of code insufficient_quota
-// fails at once with agent.ErrRateLimited (and the SDK's *oai.Error),
-// without waiting for its Retry-After; the runtime's default retry policy
-// still retries it, as agent/errors.go says.
+// TestDocsInsufficientQuotaFailsAtOnce: a 429 whose error's type or code
+// is insufficient_quota (OpenAI sends either, or both) fails at once with
+// agent.ErrRateLimited (and the SDK's *oai.Error), without waiting for its
+// Retry-After; the runtime's default retry policy still retries it, as
+// agent/errors.go says.
 func TestDocsInsufficientQuotaFailsAtOnce(t *testing.T) {
-	p := serveText(t, "> status 429\n> header Retry-After: 1\n{\"error\":{\"message\":\"You exceeded your current quota\",\"type\":\"insufficient_quota\",\"code\":\"insufficient_quota\"}}\n")
-	msg, err := p.m.Generate(context.Background(), providertest.Turn(), nil)
-	require.ErrorIs(t, err, agent.ErrRateLimited)
-	assert.Nil(t, msg)
-	assert.Len(t, p.srv.Requests(), 1)
-	assert.Empty(t, p.waits())
-	var apiErr *oai.Error
-	require.True(t, errors.As(err, &apiErr), "the SDK's error is wrapped")
-	assert.Equal(t, http.StatusTooManyRequests, apiErr.StatusCode)
-	assert.True(t, actors.DefaultRetryable(err), "the runtime's default policy retries it")
+	for name, fields := range map[string]string{
+		"type and code": `"type":"insufficient_quota","code":"insufficient_quota"`,
+		"type only":     `"type":"insufficient_quota","code":null`,
+		"code only":     `"type":"requests","code":"insufficient_quota"`,
+		"upper case":    `"type":"INSUFFICIENT_QUOTA"`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			body := "> status 429\n> header Retry-After: 1\n{\"error\":{\"message\":\"You exceeded your current quota\"," + fields + "}}\n"
+			p := serveText(t, body+"===\n"+body+"===\n"+body)
+			msg, err := p.m.Generate(context.Background(), providertest.Turn(), nil)
+			require.ErrorIs(t, err, agent.ErrRateLimited)
+			assert.Nil(t, msg)
+			assert.Len(t, p.srv.Requests(), 1)
+			assert.Empty(t, p.waits())
+			var apiErr *oai.Error
+			require.True(t, errors.As(err, &apiErr), "the SDK's error is wrapped")
+			assert.Equal(t, http.StatusTooManyRequests, apiErr.StatusCode)
+			assert.True(t, actors.DefaultRetryable(err), "the runtime's default policy retries it")
+		})
+	}
 }
 
 // TestDocsStatusErrorsWrapTheSDKError: an error status (401, 500) wraps

@@ -25,10 +25,10 @@
 // and the SDK's *openai.Error when the server answered with an error status
 // (errors.As). A 429 (after its retry-after-ms, else its Retry-After), a
 // 408, a 409, a 5xx and a connection that failed before any text was
-// streamed are retried under
-// Options.Retry (any other 4xx fails with agent.ErrRequest),
-// except a 429 of code insufficient_quota (the account is out of credit:
-// waiting does not help), which fails at once with agent.ErrRateLimited; the
+// streamed are retried under Options.Retry (any other 4xx fails with
+// agent.ErrRequest), except a 429 whose error's type or code is
+// insufficient_quota (the account is out of credit: waiting does not
+// help), which fails at once with agent.ErrRateLimited; the
 // SDK's own retries are off. An error event in the stream (a 200 that
 // failed after its headers) is read like a status: one whose error's code
 // is a 4xx status (vLLM, llama.cpp, OpenRouter) or whose type or code says
@@ -586,7 +586,7 @@ func classifyStatus(e *oai.Error) error {
 		after = retry.After(e.Response.Header, time.Now())
 	}
 	switch {
-	case e.StatusCode == http.StatusTooManyRequests && e.Code == "insufficient_quota":
+	case e.StatusCode == http.StatusTooManyRequests && outOfCredit(e.Type, e.Code):
 		return fmt.Errorf("openai: %w: %w", agent.ErrRateLimited, e)
 	case e.StatusCode == http.StatusTooManyRequests:
 		return retry.Retryable(fmt.Errorf("openai: %w: %w", agent.ErrRateLimited, e), after)
@@ -640,7 +640,7 @@ func eventFault(data []byte) int {
 	code := strings.ToLower(strings.Trim(string(ev.Error.Code), `"`))
 	status, _ := strconv.Atoi(code)
 	switch {
-	case typ == "insufficient_quota" || code == "insufficient_quota":
+	case outOfCredit(typ, code):
 		return faultQuota
 	case status == http.StatusTooManyRequests || typ == "rate_limit_error" || typ == "ratelimiterror" || code == "rate_limit_exceeded":
 		return faultRate
@@ -650,6 +650,12 @@ func eventFault(data []byte) int {
 		return faultRequest
 	}
 	return faultServer
+}
+
+// outOfCredit reports whether an error's type or code, in any case, is
+// insufficient_quota: OpenAI sends it as the one or the other, or both.
+func outOfCredit(typ, code string) bool {
+	return strings.EqualFold(typ, "insufficient_quota") || strings.EqualFold(code, "insufficient_quota")
 }
 
 // contextLength reports whether an error text says the context is too long:
