@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -367,6 +368,51 @@ func TestFinishAndUsageEndTheAnswer(t *testing.T) {
 	assert.Equal(t, []string{"Hel", "lo"}, deltas)
 	assert.Equal(t, "Hello", msg.GetContent()[0].GetText())
 	assert.Equal(t, &messages.Usage{InputTokens: 3, OutputTokens: 4}, msg.GetUsage())
+}
+
+// TestUsageOnEveryChunkKeepsTheLast: from a server that sends usage on
+// every chunk (vLLM's continuous_usage_stats), the finish chunk's usage is
+// not the answer's: the usage chunk after it (without choices) is, and it
+// ends the answer though the connection stays open.
+func TestUsageOnEveryChunkKeepsTheLast(t *testing.T) {
+	withUsage := func(c string, in, out int) string {
+		return strings.Replace(c, `]}`, fmt.Sprintf(`],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}}`, in, out, in+out), 1)
+	}
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = w.Write([]byte(withUsage(chunk(`{"role":"assistant","content":"Hel"}`, ""), 5, 1) +
+			withUsage(chunk(`{"content":"lo"}`, ""), 5, 2) +
+			withUsage(chunk(`{}`, "stop"), 5, 2) +
+			withUsage(`data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m-1","choices":[]}`+"\n\n", 5, 3)))
+		w.(http.Flusher).Flush()
+		select { // the connection stays open, without [DONE]
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	m := factory(t, srv.URL, retry.Policy{MaxAttempts: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	msg, err := m.Generate(ctx, providertest.Turn(), nil)
+	require.NoError(t, err, "the answer, before the test's bound")
+	assert.Equal(t, "Hello", msg.GetContent()[0].GetText())
+	assert.Equal(t, &messages.Usage{InputTokens: 5, OutputTokens: 3}, msg.GetUsage())
+}
+
+// TestUsageWithTheFinishReason: from a server that sends the usage with
+// the finish reason and no usage chunk, the answer is read to the stream's
+// end and has that usage.
+func TestUsageWithTheFinishReason(t *testing.T) {
+	p := serveText(t, chunk(`{"role":"assistant","content":"Hi"}`, "")+
+		strings.Replace(chunk(`{}`, "stop"), `]}`, `],"usage":{"prompt_tokens":6,"completion_tokens":1,"total_tokens":7}}`, 1)+
+		"data: [DONE]\n\n")
+	msg, err := p.m.Generate(context.Background(), providertest.Turn(), nil)
+	require.NoError(t, err)
+	assert.Equal(t, "Hi", msg.GetContent()[0].GetText())
+	assert.Equal(t, &messages.Usage{InputTokens: 6, OutputTokens: 1}, msg.GetUsage())
 }
 
 // TestFinishWithoutUsageReadsToTheEnd: from a server that sends no usage,

@@ -14,10 +14,13 @@
 // and an answer's results follow it (ResultsAfterCalls: a message sent
 // while its calls were open, which the log holds first, comes after them).
 // Usage (input and output tokens) is requested with stream_options
-// include_usage and recorded on the assistant message, with the model's name.
-// The answer ends once the stream has given its finish reason and the
-// usage, whether or not [DONE] follows or the connection closes; from a
-// server that sends no usage it ends with the stream.
+// include_usage and recorded on the assistant message, with the model's
+// name: the last usage the stream reported (a server may send it on every
+// chunk, as vLLM's continuous_usage_stats does). The answer ends once the
+// stream has given its finish reason and the usage chunk (the one without
+// choices, which include_usage sends last), whether or not [DONE] follows
+// or the connection closes; from a server that sends no such chunk it ends
+// with the stream.
 //
 // # Failures
 //
@@ -399,20 +402,25 @@ func (m *Model) attempt(ctx context.Context, params oai.ChatCompletionNewParams,
 		finish        string
 		model         string
 		usage         *messages.Usage
+		usageLast     bool // the last usage came on a chunk without choices
 		streamed      bool
 	)
 	// The answer is whole once it has its finish reason and the usage
-	// (asked for with include_usage: its chunk comes last, or with the
-	// finish reason). A server or proxy that sends them and then keeps
-	// the connection open without [DONE] must not hold the call; one
-	// that sends no usage is read to the stream's end.
-	for !(finish != "" && usage != nil) && stream.Next() {
+	// chunk (asked for with include_usage: the last chunk, without
+	// choices). A server or proxy that sends them and then keeps the
+	// connection open without [DONE] must not hold the call. Usage on a
+	// chunk with choices (a server that sends it on every chunk, vLLM's
+	// continuous_usage_stats, or with the finish reason) may still be
+	// followed by the usage chunk: such a stream, like one that sends no
+	// usage, is read to its end, and the last usage it reported is kept.
+	for !(finish != "" && usageLast) && stream.Next() {
 		chunk := stream.Current()
 		if chunk.Model != "" {
 			model = chunk.Model
 		}
 		if chunk.JSON.Usage.Valid() {
 			usage = &messages.Usage{InputTokens: chunk.Usage.PromptTokens, OutputTokens: chunk.Usage.CompletionTokens}
+			usageLast = len(chunk.Choices) == 0
 		}
 		for i := range chunk.Choices {
 			ch := &chunk.Choices[i]
