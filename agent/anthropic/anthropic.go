@@ -15,7 +15,8 @@
 // result, follows the results in that user message
 // (openai.ResultsAfterCalls). Usage is
 // read from message_start (input) and message_delta (output, cumulative)
-// and recorded on the assistant message with the model's name. Blocks of
+// and recorded on the assistant message with the model's name; a negative
+// count, which no server means, is recorded as 0. Blocks of
 // other kinds (thinking, a server tool's use and its result, which a
 // request made with RequestOptions may get) are not streamed and not kept.
 //
@@ -328,8 +329,9 @@ func (m *Model) attempt(ctx context.Context, params sdk.MessageNewParams, onDelt
 			return nil, fmt.Errorf("anthropic: %w: an event without a type", agent.ErrMalformed)
 		case "message_start":
 			model = ev.Message.Model
-			usage.InputTokens = ev.Message.Usage.InputTokens
-			usage.OutputTokens = ev.Message.Usage.OutputTokens
+			// A negative count, which no server means, is recorded as 0.
+			usage.InputTokens = max(ev.Message.Usage.InputTokens, 0)
+			usage.OutputTokens = max(ev.Message.Usage.OutputTokens, 0)
 			seenUse = true
 		case "content_block_start":
 			b := &block{kind: ev.ContentBlock.Type, id: ev.ContentBlock.ID, name: ev.ContentBlock.Name}
@@ -379,7 +381,7 @@ func (m *Model) attempt(ctx context.Context, params sdk.MessageNewParams, onDelt
 				stop = string(ev.Delta.StopReason)
 			}
 			if ev.Usage.JSON.OutputTokens.Valid() {
-				usage.OutputTokens = ev.Usage.OutputTokens
+				usage.OutputTokens = max(ev.Usage.OutputTokens, 0)
 				seenUse = true
 			}
 			if ev.Usage.JSON.InputTokens.Valid() && ev.Usage.InputTokens > 0 {

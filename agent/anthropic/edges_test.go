@@ -350,6 +350,34 @@ func TestMessageStopEndsTheAnswer(t *testing.T) {
 	assert.Equal(t, &messages.Usage{InputTokens: 7, OutputTokens: 9}, msg.GetUsage())
 }
 
+// TestNegativeUsageIsZero: a negative token count from a server, in
+// message_start or message_delta, is recorded as 0, the other count as it
+// came.
+func TestNegativeUsageIsZero(t *testing.T) {
+	for name, tc := range map[string]struct {
+		start, delta string
+		in, out      int64
+	}{
+		"start":           {`"input_tokens":-7,"output_tokens":-1`, `"output_tokens":9`, 0, 9},
+		"delta output":    {`"input_tokens":7,"output_tokens":1`, `"output_tokens":-9`, 7, 0},
+		"delta input":     {`"input_tokens":7,"output_tokens":1`, `"input_tokens":-3,"output_tokens":2`, 7, 2},
+		"start, no delta": {`"input_tokens":-9223372036854775808,"output_tokens":-2`, ``, 0, 0},
+	} {
+		t.Run(name, func(t *testing.T) {
+			delta := ""
+			if tc.delta != "" {
+				delta = `,"usage":{` + tc.delta + `}`
+			}
+			p := serveText(t, strings.Replace(start, `"input_tokens":7,"output_tokens":1`, tc.start, 1)+textStart+textDelta("ok")+
+				ev("message_delta", `{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null}`+delta+`}`)+
+				ev("message_stop", `{"type":"message_stop"}`))
+			msg, err := p.m.Generate(context.Background(), providertest.Turn(), nil)
+			require.NoError(t, err)
+			assert.Equal(t, &messages.Usage{InputTokens: tc.in, OutputTokens: tc.out}, msg.GetUsage())
+		})
+	}
+}
+
 // TestTextIsTheDeltasInTheirOrder: the answer's text is the concatenation
 // of the deltas onDelta saw, in their order, even from a server that
 // interleaves the deltas of two text blocks (the Messages API streams

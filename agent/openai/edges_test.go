@@ -415,6 +415,27 @@ func TestUsageWithTheFinishReason(t *testing.T) {
 	assert.Equal(t, &messages.Usage{InputTokens: 6, OutputTokens: 1}, msg.GetUsage())
 }
 
+// TestNegativeUsageIsZero: a negative token count from a server is
+// recorded as 0, the other count as it came.
+func TestNegativeUsageIsZero(t *testing.T) {
+	for name, tc := range map[string]struct {
+		usage   string
+		in, out int64
+	}{
+		"both":   {`{"prompt_tokens":-1,"completion_tokens":-2,"total_tokens":-3}`, 0, 0},
+		"input":  {`{"prompt_tokens":-5,"completion_tokens":4,"total_tokens":-1}`, 0, 4},
+		"output": {`{"prompt_tokens":3,"completion_tokens":-9223372036854775808,"total_tokens":0}`, 3, 0},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := serveText(t, chunk(`{"role":"assistant","content":"Hi"}`, "stop")+
+				`data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m-1","choices":[],"usage":`+tc.usage+"}\n\ndata: [DONE]\n\n")
+			msg, err := p.m.Generate(context.Background(), providertest.Turn(), nil)
+			require.NoError(t, err)
+			assert.Equal(t, &messages.Usage{InputTokens: tc.in, OutputTokens: tc.out}, msg.GetUsage())
+		})
+	}
+}
+
 // TestFinishWithoutUsageReadsToTheEnd: from a server that sends no usage,
 // the answer is read to the stream's end (a usage chunk may still come
 // after the finish reason), and has no usage.

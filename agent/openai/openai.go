@@ -16,11 +16,12 @@
 // Usage (input and output tokens) is requested with stream_options
 // include_usage and recorded on the assistant message, with the model's
 // name: the last usage the stream reported (a server may send it on every
-// chunk, as vLLM's continuous_usage_stats does). The answer ends once the
-// stream has given its finish reason and the usage chunk (the one without
-// choices, which include_usage sends last), whether or not [DONE] follows
-// or the connection closes; from a server that sends no such chunk it ends
-// with the stream.
+// chunk, as vLLM's continuous_usage_stats does), a negative count as 0
+// (no server means one). The answer ends once the stream has given its
+// finish reason and the usage chunk (the one without choices, which
+// include_usage sends last), whether or not [DONE] follows or the
+// connection closes; from a server that sends no such chunk it ends with
+// the stream.
 //
 // # Failures
 //
@@ -419,7 +420,8 @@ func (m *Model) attempt(ctx context.Context, params oai.ChatCompletionNewParams,
 			model = chunk.Model
 		}
 		if chunk.JSON.Usage.Valid() {
-			usage = &messages.Usage{InputTokens: chunk.Usage.PromptTokens, OutputTokens: chunk.Usage.CompletionTokens}
+			// A negative count, which no server means, is recorded as 0.
+			usage = &messages.Usage{InputTokens: max(chunk.Usage.PromptTokens, 0), OutputTokens: max(chunk.Usage.CompletionTokens, 0)}
 			usageLast = len(chunk.Choices) == 0
 		}
 		for i := range chunk.Choices {
