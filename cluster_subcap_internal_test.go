@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus/agent"
@@ -30,28 +29,8 @@ func slotsOf(r *Runtime, conv string) int {
 func TestForwardedSubscriptionOverTheOwnersCap(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	store := memjournal.New(memjournal.Options{})
-	model := agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
-		return agent.Text("ok"), nil
-	})
-	const ownerAddr, memberAddr = "owner.test:1", "member.test:1"
-	members := []string{ownerAddr, memberAddr}
-	slices.Sort(members)
-	net := &fakeNet{sys: map[string]*actor.ActorSystem{}}
-
-	ownerSys := quietSystem(t, ownerAddr)
-	owner, err := Open(Options{Store: store, Model: model, ActorSystem: ownerSys, NoResume: true, MaxSubscriptions: 1})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = owner.Close() })
-	net.join(ownerSys)
-	member, err := Open(Options{Store: store, Model: model, NoResume: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = member.Close() })
-	n := netMember(t, net, member, memberAddr, members)
-	conv := firstConv(func(id string) bool { return n.owner(id) == ownerAddr })
-	_, err = owner.Send(ctx, conv, "hi", agent.Scope{UserID: "u"})
-	require.NoError(t, err)
-	waitTurnEnded(t, ctx, store, conv, 2, "the first turn ended")
+	owner, member, conv, _ := subcapCluster(t, ctx, 1)
+	n := member.cl
 
 	lctx, lcancel := context.WithCancel(ctx)
 	defer lcancel()
@@ -95,28 +74,7 @@ func TestForwardedSubscriptionOverTheOwnersCap(t *testing.T) {
 func TestSendAndWaitOverTheOwnersCap(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	store := memjournal.New(memjournal.Options{})
-	model := agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
-		return agent.Text("ok"), nil
-	})
-	const ownerAddr, memberAddr = "owner.test:1", "member.test:1"
-	members := []string{ownerAddr, memberAddr}
-	slices.Sort(members)
-	net := &fakeNet{sys: map[string]*actor.ActorSystem{}}
-
-	ownerSys := quietSystem(t, ownerAddr)
-	owner, err := Open(Options{Store: store, Model: model, ActorSystem: ownerSys, NoResume: true, MaxSubscriptions: 2})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = owner.Close() })
-	net.join(ownerSys)
-	member, err := Open(Options{Store: store, Model: model, NoResume: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = member.Close() })
-	n := netMember(t, net, member, memberAddr, members)
-	conv := firstConv(func(id string) bool { return n.owner(id) == ownerAddr })
-	_, err = owner.Send(ctx, conv, "hi", agent.Scope{UserID: "u"})
-	require.NoError(t, err)
-	waitTurnEnded(t, ctx, store, conv, 2, "the first turn ended")
+	owner, member, conv, store := subcapCluster(t, ctx, 2)
 
 	lctx, lcancel := context.WithCancel(ctx)
 	defer lcancel()
@@ -131,7 +89,7 @@ func TestSendAndWaitOverTheOwnersCap(t *testing.T) {
 
 	msg := agent.UserMessage(agent.TextPart("again"))
 	opts := SendOptions{RequestID: "req-1"}
-	_, err = member.SendMessageAndWait(ctx, conv, msg, opts, agent.Scope{UserID: "u"})
+	_, err := member.SendMessageAndWait(ctx, conv, msg, opts, agent.Scope{UserID: "u"})
 	require.ErrorIs(t, err, ErrTooManySubscriptions, "the owner refused the wait")
 	waitTurnEnded(t, ctx, store, conv, 4, "the message was written and its turn ran")
 
@@ -160,27 +118,14 @@ func subcapCluster(t *testing.T, ctx context.Context, max int) (owner, member *R
 // subcapClusterBuffer is subcapCluster with the member's
 // Options.SubscriberBuffer at buffer (the default if 0).
 func subcapClusterBuffer(t *testing.T, ctx context.Context, max, buffer int) (owner, member *Runtime, conv string, store *memjournal.Store) {
+	t.Helper()
 	store = memjournal.New(memjournal.Options{})
-	model := agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
-		return agent.Text("ok"), nil
-	})
-	const ownerAddr, memberAddr = "owner.test:1", "member.test:1"
-	members := []string{ownerAddr, memberAddr}
-	slices.Sort(members)
-	net := &fakeNet{sys: map[string]*actor.ActorSystem{}}
-	ownerSys := quietSystem(t, ownerAddr)
-	owner, err := Open(Options{Store: store, Model: model, ActorSystem: ownerSys, NoResume: true, MaxSubscriptions: max})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = owner.Close() })
-	net.join(ownerSys)
-	member, err = Open(Options{Store: store, Model: model, NoResume: true, SubscriberBuffer: buffer})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = member.Close() })
-	n := netMember(t, net, member, memberAddr, members)
-	conv = firstConv(func(id string) bool { return n.owner(id) == ownerAddr })
-	_, err = owner.Send(ctx, conv, "hi", agent.Scope{UserID: "u"})
-	require.NoError(t, err)
-	waitTurnEnded(t, ctx, store, conv, 2, "the first turn ended")
+	model := okModel()
+	net, members := pairNet()
+	owner, _ = openOwner(t, net, Options{Store: store, Model: model, NoResume: true, MaxSubscriptions: max})
+	member = openRuntime(t, Options{Store: store, Model: model, NoResume: true, SubscriberBuffer: buffer})
+	conv = ownedBy(netMember(t, net, member, memberAddr, members), ownerAddr)
+	firstTurn(t, ctx, owner, store, conv)
 	return owner, member, conv, store
 }
 

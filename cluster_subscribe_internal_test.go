@@ -11,7 +11,6 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
 
-	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/journal/memjournal"
 	"github.com/lazarusrt/lazarus/messages"
@@ -74,28 +73,14 @@ func TestForwardedSubscriptionReportsTheOwnersStoreUnavailable(t *testing.T) {
 	defer cancel()
 	store := memjournal.New(memjournal.Options{})
 	down := &readsDownStore{Store: store}
-	model := agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
-		return agent.Text("ok"), nil
-	})
-	const ownerAddr, memberAddr = "owner.test:1", "member.test:1"
-	members := []string{ownerAddr, memberAddr}
-	slices.Sort(members)
-	net := &fakeNet{sys: map[string]*actor.ActorSystem{}}
-
-	ownerSys := quietSystem(t, ownerAddr)
-	owner, err := Open(Options{Store: down, Model: model, ActorSystem: ownerSys, NoResume: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = owner.Close() })
-	net.join(ownerSys)
-	member, err := Open(Options{Store: store, Model: model, NoResume: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = member.Close() })
+	model := okModel()
+	net, members := pairNet()
+	owner, _ := openOwner(t, net, Options{Store: down, Model: model, NoResume: true})
+	member := openRuntime(t, Options{Store: store, Model: model, NoResume: true})
 	n := netMember(t, net, member, memberAddr, members)
-	conv := firstConv(func(id string) bool { return n.owner(id) == ownerAddr })
+	conv := ownedBy(n, ownerAddr)
 	down.conv = conv
-	_, err = owner.Send(ctx, conv, "hi", agent.Scope{UserID: "u"})
-	require.NoError(t, err)
-	waitTurnEnded(t, ctx, store, conv, 2, "the first turn ended")
+	firstTurn(t, ctx, owner, store, conv)
 	down.down.Store(true)
 
 	local, err := owner.Subscribe(ctx, conv, 0)
@@ -146,34 +131,16 @@ func (g *recordGateway) Receive(ctx actor.Context) {
 func TestSubscriptionCancelledDuringItsSubscribe(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	store := memjournal.New(memjournal.Options{})
-	model := agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
-		return agent.Text("ok"), nil
-	})
-	const ownerAddr, memberAddr = "owner.test:1", "member.test:1"
-	members := []string{ownerAddr, memberAddr}
-	slices.Sort(members)
-	net := &fakeNet{sys: map[string]*actor.ActorSystem{}}
-	ownerSys := quietSystem(t, ownerAddr)
+	net, members := pairNet()
 	gw := &recordGateway{got: make(chan heldMessage, 8)}
-	_, err := ownerSys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return gw }), GatewayName)
-	require.NoError(t, err)
-	net.join(ownerSys)
-	member, err := Open(Options{Store: store, Model: model, NoResume: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = member.Close() })
+	ownerSys := fakeGatewayAt(t, net, ownerAddr, gw)
+	member := openRuntime(t, Options{Store: memjournal.New(memjournal.Options{}), Model: okModel(), NoResume: true})
 	n := netMember(t, net, member, memberAddr, members)
 	n.opts.RequestTimeout = time.Hour
-	conv := firstConv(func(id string) bool { return n.owner(id) == ownerAddr })
+	conv := ownedBy(n, ownerAddr)
 	next := func(what string) heldMessage {
 		t.Helper()
-		select {
-		case m := <-gw.got:
-			return m
-		case <-ctx.Done():
-			t.Fatalf("the owner got no %s", what)
-			return heldMessage{}
-		}
+		return nextHeld(t, ctx, gw.got, what)
 	}
 
 	sctx, scancel := context.WithCancel(ctx)
@@ -234,34 +201,16 @@ func TestSubscriptionCancelledDuringItsSubscribe(t *testing.T) {
 func TestCloseDuringAFollowersSubscribe(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	store := memjournal.New(memjournal.Options{})
-	model := agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
-		return agent.Text("ok"), nil
-	})
-	const ownerAddr, memberAddr = "owner.test:1", "member.test:1"
-	members := []string{ownerAddr, memberAddr}
-	slices.Sort(members)
-	net := &fakeNet{sys: map[string]*actor.ActorSystem{}}
-	ownerSys := quietSystem(t, ownerAddr)
+	net, members := pairNet()
 	gw := &recordGateway{got: make(chan heldMessage, 8)}
-	_, err := ownerSys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return gw }), GatewayName)
-	require.NoError(t, err)
-	net.join(ownerSys)
-	member, err := Open(Options{Store: store, Model: model, NoResume: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = member.Close() })
+	ownerSys := fakeGatewayAt(t, net, ownerAddr, gw)
+	member := openRuntime(t, Options{Store: memjournal.New(memjournal.Options{}), Model: okModel(), NoResume: true})
 	n := netMember(t, net, member, memberAddr, members)
 	n.opts.RequestTimeout = time.Hour
-	conv := firstConv(func(id string) bool { return n.owner(id) == ownerAddr })
+	conv := ownedBy(n, ownerAddr)
 	next := func(what string) heldMessage {
 		t.Helper()
-		select {
-		case m := <-gw.got:
-			return m
-		case <-ctx.Done():
-			t.Fatalf("the owner got no %s", what)
-			return heldMessage{}
-		}
+		return nextHeld(t, ctx, gw.got, what)
 	}
 
 	updates, err := member.Subscribe(ctx, conv, 0)
