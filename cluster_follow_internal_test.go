@@ -3,7 +3,6 @@ package lazarus
 import (
 	"context"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -28,34 +27,21 @@ func TestFollowerTakesOnlyItsStreamsUpdates(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	store := memjournal.New(memjournal.Options{})
-	model := agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
-		return agent.Text("ok"), nil
-	})
-	const ownerAddr, memberAddr, otherAddr = "owner.test:1", "member.test:1", "other.test:1"
-	members := []string{ownerAddr, memberAddr}
-	slices.Sort(members)
-	net := &fakeNet{sys: map[string]*actor.ActorSystem{}}
-
-	ownerSys := quietSystem(t, ownerAddr)
-	owner, err := Open(Options{Store: store, Model: model, ActorSystem: ownerSys, NoResume: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = owner.Close() })
-	net.join(ownerSys)
-	member, err := Open(Options{Store: store, Model: model, NoResume: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = member.Close() })
+	model := okModel()
+	const otherAddr = "other.test:1"
+	net, members := pairNet()
+	owner, ownerSys := openOwner(t, net, Options{Store: store, Model: model, NoResume: true})
+	member := openRuntime(t, Options{Store: store, Model: model, NoResume: true})
 	n := netMember(t, net, member, memberAddr, members)
 	// Another actor system on the network: not a member of
 	// ConversationKind, but it reaches the member's gateway.
 	otherSys := quietSystem(t, otherAddr)
 	net.join(otherSys)
 
-	conv := firstConv(func(id string) bool { return n.owner(id) == ownerAddr })
+	conv := ownedBy(n, ownerAddr)
 	otherConv := firstConv(func(id string) bool { return id != conv })
 	scope := agent.Scope{UserID: "u"}
-	_, err = owner.Send(ctx, conv, "hi", scope)
-	require.NoError(t, err)
-	waitTurnEnded(t, ctx, store, conv, 2, "the first turn ended")
+	firstTurn(t, ctx, owner, store, conv)
 
 	updates, err := member.Subscribe(ctx, conv, 0)
 	require.NoError(t, err)
@@ -161,10 +147,7 @@ func (h *recordHandler) matching(msg string) []map[string]any {
 // each wait is a channel it fires.)
 func TestFollowerBacksOffWhileTheOwnerIsUnreachable(t *testing.T) {
 	store := memjournal.New(memjournal.Options{})
-	model := agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
-		return agent.Text("ok"), nil
-	})
-	p := newForwardPair(t, store, store, model)
+	p := newForwardPair(t, store, store, okModel())
 	n := p.caller.cl
 	conv := ownedByADeadMember(n)
 	logs := &recordHandler{}
@@ -258,22 +241,10 @@ func (g *subscribeGateway) Receive(ctx actor.Context) {
 func TestFollowerBackoffStartsAgainOnceServed(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	store := memjournal.New(memjournal.Options{})
-	model := agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
-		return agent.Text("ok"), nil
-	})
-	const ownerAddr, memberAddr = "owner.test:1", "member.test:1"
-	members := []string{ownerAddr, memberAddr}
-	slices.Sort(members)
-	net := &fakeNet{sys: map[string]*actor.ActorSystem{}}
-	ownerSys := quietSystem(t, ownerAddr)
+	net, members := pairNet()
 	gw := &subscribeGateway{got: make(chan heldSubscribe, 1)}
-	_, err := ownerSys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return gw }), GatewayName)
-	require.NoError(t, err)
-	net.join(ownerSys)
-	member, err := Open(Options{Store: store, Model: model, NoResume: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = member.Close() })
+	ownerSys := fakeGatewayAt(t, net, ownerAddr, gw)
+	member := openRuntime(t, Options{Store: memjournal.New(memjournal.Options{}), Model: okModel(), NoResume: true})
 	n := netMember(t, net, member, memberAddr, members)
 	type waitReq struct {
 		d    time.Duration
@@ -290,7 +261,7 @@ func TestFollowerBackoffStartsAgainOnceServed(t *testing.T) {
 		return fire
 	}
 	t.Cleanup(func() { close(done) }) // before the member closes
-	conv := firstConv(func(id string) bool { return n.owner(id) == ownerAddr })
+	conv := ownedBy(n, ownerAddr)
 
 	sctx, scancel := context.WithCancel(ctx)
 	defer scancel()

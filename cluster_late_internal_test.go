@@ -3,14 +3,12 @@ package lazarus
 import (
 	"context"
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
 
-	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/journal/memjournal"
 	"github.com/lazarusrt/lazarus/messages"
 )
@@ -27,22 +25,12 @@ func TestUnsubscribeRightAfterSubscribeEndsTheStream(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	store := memjournal.New(memjournal.Options{})
-	model := agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
-		return agent.Text("ok"), nil
-	})
-	const ownerAddr, memberAddr = "owner.test:1", "member.test:1"
-	net := &fakeNet{sys: map[string]*actor.ActorSystem{}}
-	ownerSys := quietSystem(t, ownerAddr)
-	owner, err := Open(Options{Store: store, Model: model, ActorSystem: ownerSys, NoResume: true, MaxSubscriptions: 1})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = owner.Close() })
-	net.join(ownerSys)
+	net, _ := pairNet()
+	owner, _ := openOwner(t, net, Options{Store: store, Model: okModel(), NoResume: true, MaxSubscriptions: 1})
 	memberSys := quietSystem(t, memberAddr) // no gateway: the stream's updates reach nobody
 	net.join(memberSys)
 	const conv = "conv-late"
-	_, err = owner.Send(ctx, conv, "hi", agent.Scope{UserID: "u"})
-	require.NoError(t, err)
-	waitTurnEnded(t, ctx, store, conv, 2, "the first turn ended")
+	firstTurn(t, ctx, owner, store, conv)
 	gw := actor.NewPID(ownerAddr, GatewayName)
 	for i := range 50 {
 		id := fmt.Sprintf("%s/late/%d", memberAddr, i)
@@ -72,10 +60,8 @@ type fakeOwner struct {
 }
 
 func newFakeOwner(t *testing.T, net *fakeNet, addr, member string) *fakeOwner {
-	o := &fakeOwner{t: t, sys: quietSystem(t, addr), gw: &recordGateway{got: make(chan heldMessage, 16)}, addr: addr, member: member}
-	_, err := o.sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return o.gw }), GatewayName)
-	require.NoError(t, err)
-	net.join(o.sys)
+	o := &fakeOwner{t: t, gw: &recordGateway{got: make(chan heldMessage, 16)}, addr: addr, member: member}
+	o.sys = fakeGatewayAt(t, net, addr, o.gw)
 	return o
 }
 
@@ -182,20 +168,12 @@ func readServed(t *testing.T, ctx context.Context, updates <-chan Update, seq ui
 func TestTimedOutSubscribeEndsBeforeTheFollowerSubscribesAgain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	const ownerAddr, memberAddr = "owner.test:1", "member.test:1"
-	members := []string{ownerAddr, memberAddr}
-	slices.Sort(members)
-	net := &fakeNet{sys: map[string]*actor.ActorSystem{}}
+	net, members := pairNet()
 	o := newFakeOwner(t, net, ownerAddr, memberAddr)
-	member, err := Open(Options{Store: memjournal.New(memjournal.Options{}), NoResume: true,
-		Model: agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
-			return agent.Text("ok"), nil
-		})})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = member.Close() })
+	member := openRuntime(t, Options{Store: memjournal.New(memjournal.Options{}), NoResume: true, Model: okModel()})
 	n := netMember(t, net, member, memberAddr, members)
 	n.opts.RequestTimeout = time.Second
-	conv := firstConv(func(id string) bool { return n.owner(id) == ownerAddr })
+	conv := ownedBy(n, ownerAddr)
 	sctx, scancel := context.WithCancel(ctx)
 	defer scancel()
 	updates, err := member.Subscribe(sctx, conv, 0)
@@ -225,19 +203,11 @@ func TestTimedOutSubscribeEndsBeforeTheFollowerSubscribesAgain(t *testing.T) {
 func TestFollowerBackToItsOwnerWaitsForItsOldStream(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	const ownerAddr, memberAddr = "owner.test:1", "member.test:1"
-	members := []string{ownerAddr, memberAddr}
-	slices.Sort(members)
-	net := &fakeNet{sys: map[string]*actor.ActorSystem{}}
+	net, members := pairNet()
 	o := newFakeOwner(t, net, ownerAddr, memberAddr)
-	member, err := Open(Options{Store: memjournal.New(memjournal.Options{}), NoResume: true,
-		Model: agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
-			return agent.Text("ok"), nil
-		})})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = member.Close() })
+	member := openRuntime(t, Options{Store: memjournal.New(memjournal.Options{}), NoResume: true, Model: okModel()})
 	n := netMember(t, net, member, memberAddr, members)
-	conv := firstConv(func(id string) bool { return n.owner(id) == ownerAddr })
+	conv := ownedBy(n, ownerAddr)
 	sctx, scancel := context.WithCancel(ctx)
 	defer scancel()
 	updates, err := member.Subscribe(sctx, conv, 0)
