@@ -86,3 +86,23 @@ func nextHeld[M any](t *testing.T, ctx context.Context, got <-chan M, what strin
 		return zero
 	}
 }
+
+// readConvTo reads a subscription of conv until its event at seq, failing
+// the test on an error, an update of another conversation, the end of the
+// subscription, or the end of ctx.
+func readConvTo(t *testing.T, ctx context.Context, updates <-chan Update, conv string, seq uint64) {
+	t.Helper()
+	for {
+		select {
+		case u, ok := <-updates:
+			require.True(t, ok, "the subscription ended")
+			require.NoError(t, u.Err)
+			require.Equal(t, conv, u.ConversationID, "an update of another conversation")
+			if u.Event.GetSeq() == seq {
+				return
+			}
+		case <-ctx.Done():
+			t.Fatalf("%s's event at seq %d did not arrive", conv, seq)
+		}
+	}
+}

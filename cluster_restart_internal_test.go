@@ -102,52 +102,17 @@ func TestRestartedMemberGetsNoUpdateOfItsPreviousRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	store := memjournal.New(memjournal.Options{})
-	model := agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
-		return agent.Text("ok"), nil
-	})
-	const ownerAddr, memberAddr = "owner.test:1", "member.test:1"
-	members := []string{ownerAddr, memberAddr}
-	slices.Sort(members)
-	net := &fakeNet{sys: map[string]*actor.ActorSystem{}}
+	model := okModel()
+	net, members := pairNet()
+	owner, _ := openOwner(t, net, Options{Store: store, Model: model, NoResume: true})
 
-	ownerSys := quietSystem(t, ownerAddr)
-	owner, err := Open(Options{Store: store, Model: model, ActorSystem: ownerSys, NoResume: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = owner.Close() })
-	net.join(ownerSys)
-
-	open := func() *Runtime {
-		r, err := Open(Options{Store: store, Model: model, NoResume: true})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = r.Close() })
-		return r
-	}
-	first := open()
+	first := openRuntime(t, Options{Store: store, Model: model, NoResume: true})
 	n1 := netMember(t, net, first, memberAddr, members)
-	convA := firstConv(func(id string) bool { return n1.owner(id) == ownerAddr })
+	convA := ownedBy(n1, ownerAddr)
 	convB := firstConv(func(id string) bool { return id != convA && n1.owner(id) == ownerAddr })
 	scope := agent.Scope{UserID: "u"}
 	for _, conv := range []string{convA, convB} {
-		_, err := owner.Send(ctx, conv, "hi", scope)
-		require.NoError(t, err)
-		waitTurnEnded(t, ctx, store, conv, 2, "the first turn ended")
-	}
-	// readTo reads conv's updates until its event at seq, each of conv.
-	readTo := func(updates <-chan Update, conv string, seq uint64) {
-		t.Helper()
-		for {
-			select {
-			case u, ok := <-updates:
-				require.True(t, ok, "the subscription ended")
-				require.NoError(t, u.Err)
-				require.Equal(t, conv, u.ConversationID, "an update of another conversation")
-				if u.Event.GetSeq() == seq {
-					return
-				}
-			case <-ctx.Done():
-				t.Fatalf("%s's event at seq %d did not arrive", conv, seq)
-			}
-		}
+		firstTurn(t, ctx, owner, store, conv)
 	}
 
 	// The first run follows A through the owner's stream.
@@ -155,17 +120,17 @@ func TestRestartedMemberGetsNoUpdateOfItsPreviousRun(t *testing.T) {
 	defer aCancel()
 	aUpdates, err := first.Subscribe(aCtx, convA, 0)
 	require.NoError(t, err)
-	readTo(aUpdates, convA, 2)
+	readConvTo(t, ctx, aUpdates, convA, 2)
 	idA := followIDs(n1)
 	require.Len(t, idA, 1)
 
 	// The member dies and starts again at its address; the owner's
 	// membership does not change. The new run follows B.
-	second := open()
+	second := openRuntime(t, Options{Store: store, Model: model, NoResume: true})
 	n2 := netMember(t, net, second, memberAddr, members)
 	bUpdates, err := second.Subscribe(ctx, convB, 0)
 	require.NoError(t, err)
-	readTo(bUpdates, convB, 2)
+	readConvTo(t, ctx, bUpdates, convB, 2)
 	idB := followIDs(n2)
 	require.Len(t, idB, 1)
 
@@ -203,7 +168,7 @@ func TestRestartedMemberGetsNoUpdateOfItsPreviousRun(t *testing.T) {
 	// B's own updates still arrive, and only they.
 	_, err = owner.Send(ctx, convB, "again", scope)
 	require.NoError(t, err)
-	readTo(bUpdates, convB, 4)
+	readConvTo(t, ctx, bUpdates, convB, 4)
 	require.NotEqual(t, idA, idB, "subscription ids are unique across a member's runs")
 	owner.gw.mu.Lock()
 	served := slices.Collect(maps.Keys(owner.gw.serving))
@@ -239,19 +204,10 @@ func TestRestartedMemberTakesNoAnswerOfItsPreviousRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	store := memjournal.New(memjournal.Options{})
-	model := agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
-		return agent.Text("ok"), nil
-	})
-	const ownerAddr, memberAddr = "owner.test:1", "member.test:1"
-	members := []string{ownerAddr, memberAddr}
-	slices.Sort(members)
-	net := &fakeNet{sys: map[string]*actor.ActorSystem{}}
-
-	ownerSys := quietSystem(t, ownerAddr)
+	model := okModel()
+	net, members := pairNet()
 	gw := &fakeGateway{got: make(chan heldRequest, 4)}
-	_, err := ownerSys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return gw }), GatewayName)
-	require.NoError(t, err)
-	net.join(ownerSys)
+	ownerSys := fakeGatewayAt(t, net, ownerAddr, gw)
 
 	type result struct {
 		reply *messages.ClusterReply
@@ -261,9 +217,7 @@ func TestRestartedMemberTakesNoAnswerOfItsPreviousRun(t *testing.T) {
 	// and returns the request the owner got and where the result goes.
 	call := func(callCtx context.Context, conv, text string) (heldRequest, <-chan result) {
 		t.Helper()
-		r, err := Open(Options{Store: store, Model: model, NoResume: true})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = r.Close() })
+		r := openRuntime(t, Options{Store: store, Model: model, NoResume: true})
 		n := netMember(t, net, r, memberAddr, members)
 		require.Equal(t, ownerAddr, n.owner(conv))
 		// The call waits for the test's answer, however slow the machine
@@ -286,7 +240,7 @@ func TestRestartedMemberTakesNoAnswerOfItsPreviousRun(t *testing.T) {
 	}
 	probe := newNode(&Runtime{}, quietSystem(t, memberAddr))
 	probe.members.Store(&members)
-	convA := firstConv(func(id string) bool { return probe.owner(id) == ownerAddr })
+	convA := ownedBy(probe, ownerAddr)
 	convB := firstConv(func(id string) bool { return id != convA && probe.owner(id) == ownerAddr })
 
 	// The first run's call reaches the owner, which has yet to answer
@@ -321,31 +275,16 @@ func TestOwnerEndsTheStreamsOfAMemberRestartedAtItsAddress(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	store := memjournal.New(memjournal.Options{})
-	model := agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
-		return agent.Text("ok"), nil
-	})
-	const ownerAddr, memberAddr, otherAddr = "owner.test:1", "member.test:1", "other.test:1"
-	members := []string{ownerAddr, memberAddr}
-	slices.Sort(members)
-	net := &fakeNet{sys: map[string]*actor.ActorSystem{}}
-
-	ownerSys := quietSystem(t, ownerAddr)
-	owner, err := Open(Options{Store: store, Model: model, ActorSystem: ownerSys, NoResume: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = owner.Close() })
-	net.join(ownerSys)
+	model := okModel()
+	const otherAddr = "other.test:1"
+	net, members := pairNet()
+	owner, _ := openOwner(t, net, Options{Store: store, Model: model, NoResume: true})
 	member := func(id, host string) *cluster.Member {
 		return &cluster.Member{Id: id, Host: host, Port: 1, Kinds: []string{ConversationKind}}
 	}
 	owner.gw.onTopology([]*cluster.Member{member("owner-1", "owner.test"), member("member-1", "member.test")})
 
-	open := func() *Runtime {
-		r, err := Open(Options{Store: store, Model: model, NoResume: true})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = r.Close() })
-		return r
-	}
-	first := open()
+	first := openRuntime(t, Options{Store: store, Model: model, NoResume: true})
 	n1 := netMember(t, net, first, memberAddr, members)
 	// Both are the owner's with or without a third member.
 	three := testNode(ownerAddr, memberAddr, otherAddr)
@@ -355,25 +294,7 @@ func TestOwnerEndsTheStreamsOfAMemberRestartedAtItsAddress(t *testing.T) {
 	})
 	scope := agent.Scope{UserID: "u"}
 	for _, conv := range []string{convA, convB} {
-		_, err := owner.Send(ctx, conv, "hi", scope)
-		require.NoError(t, err)
-		waitTurnEnded(t, ctx, store, conv, 2, "the first turn ended")
-	}
-	readTo := func(updates <-chan Update, conv string, seq uint64) {
-		t.Helper()
-		for {
-			select {
-			case u, ok := <-updates:
-				require.True(t, ok, "the subscription ended")
-				require.NoError(t, u.Err)
-				require.Equal(t, conv, u.ConversationID)
-				if u.Event.GetSeq() == seq {
-					return
-				}
-			case <-ctx.Done():
-				t.Fatalf("%s's event at seq %d did not arrive", conv, seq)
-			}
-		}
+		firstTurn(t, ctx, owner, store, conv)
 	}
 	served := func(id string) bool {
 		owner.gw.mu.Lock()
@@ -390,13 +311,13 @@ func TestOwnerEndsTheStreamsOfAMemberRestartedAtItsAddress(t *testing.T) {
 	// The first run follows A, which then stays idle.
 	aUpdates, err := first.Subscribe(ctx, convA, 0)
 	require.NoError(t, err)
-	readTo(aUpdates, convA, 2)
+	readConvTo(t, ctx, aUpdates, convA, 2)
 	idA := followIDs(n1)
 	require.Len(t, idA, 1)
 	require.True(t, served(idA[0]))
 
 	// The member restarts at its address, under a new member id.
-	second := open()
+	second := openRuntime(t, Options{Store: store, Model: model, NoResume: true})
 	n2 := netMember(t, net, second, memberAddr, members)
 	owner.gw.onTopology([]*cluster.Member{member("owner-1", "owner.test"), member("member-2", "member.test")})
 	require.Eventually(t, func() bool { return !served(idA[0]) && subs(convA) == 0 }, 10*time.Second, time.Millisecond,
@@ -406,13 +327,13 @@ func TestOwnerEndsTheStreamsOfAMemberRestartedAtItsAddress(t *testing.T) {
 	// member id (another member joins).
 	bUpdates, err := second.Subscribe(ctx, convB, 0)
 	require.NoError(t, err)
-	readTo(bUpdates, convB, 2)
+	readConvTo(t, ctx, bUpdates, convB, 2)
 	idB := followIDs(n2)
 	require.Len(t, idB, 1)
 	owner.gw.onTopology([]*cluster.Member{member("owner-1", "owner.test"), member("member-2", "member.test"), member("other-1", "other.test")})
 	_, err = owner.Send(ctx, convB, "again", scope)
 	require.NoError(t, err)
-	readTo(bUpdates, convB, 4)
+	readConvTo(t, ctx, bUpdates, convB, 4)
 	require.Equal(t, idB, followIDs(n2), "the new run's stream was ended and subscribed again")
 	require.True(t, served(idB[0]))
 }
@@ -427,23 +348,14 @@ func TestFollowerUnsubscribeEndsTheOwnersStream(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	store := memjournal.New(memjournal.Options{})
-	model := agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
-		return agent.Text("ok"), nil
-	})
-	const ownerAddr, memberAddr = "owner.test:1", "member.test:1"
-	members := []string{ownerAddr, memberAddr}
-	slices.Sort(members)
-	net := &fakeNet{sys: map[string]*actor.ActorSystem{}}
-	owner, err := Open(Options{Store: store, Model: model, NoResume: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = owner.Close() })
+	model := okModel()
+	net, members := pairNet()
+	owner := openRuntime(t, Options{Store: store, Model: model, NoResume: true})
 	on := netMember(t, net, owner, ownerAddr, members)
-	member, err := Open(Options{Store: store, Model: model, NoResume: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = member.Close() })
+	member := openRuntime(t, Options{Store: store, Model: model, NoResume: true})
 	mn := netMember(t, net, member, memberAddr, members)
 	conv := firstConv(func(id string) bool { return mn.owner(id) == ownerAddr && on.owner(id) == ownerAddr })
-	_, err = owner.Send(ctx, conv, "hi", agent.Scope{UserID: "u"})
+	_, err := owner.Send(ctx, conv, "hi", agent.Scope{UserID: "u"})
 	require.NoError(t, err)
 	sctx, scancel := context.WithCancel(ctx)
 	defer scancel()
