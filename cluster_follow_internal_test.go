@@ -152,21 +152,7 @@ func TestFollowerBacksOffWhileTheOwnerIsUnreachable(t *testing.T) {
 	conv := ownedByADeadMember(n)
 	logs := &recordHandler{}
 	n.log = slog.New(logs)
-	type waitReq struct {
-		d    time.Duration
-		fire chan time.Time
-	}
-	waits := make(chan waitReq)
-	done := make(chan struct{})
-	n.after = func(d time.Duration) <-chan time.Time {
-		fire := make(chan time.Time, 1)
-		select {
-		case waits <- waitReq{d, fire}:
-		case <-done:
-		}
-		return fire
-	}
-	t.Cleanup(func() { close(done) }) // before the caller closes
+	waits := stubAfter(t, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	sctx, scancel := context.WithCancel(ctx)
@@ -246,21 +232,7 @@ func TestFollowerBackoffStartsAgainOnceServed(t *testing.T) {
 	ownerSys := fakeGatewayAt(t, net, ownerAddr, gw)
 	member := openRuntime(t, Options{Store: memjournal.New(memjournal.Options{}), Model: okModel(), NoResume: true})
 	n := netMember(t, net, member, memberAddr, members)
-	type waitReq struct {
-		d    time.Duration
-		fire chan time.Time
-	}
-	waits := make(chan waitReq)
-	done := make(chan struct{})
-	n.after = func(d time.Duration) <-chan time.Time {
-		fire := make(chan time.Time, 1)
-		select {
-		case waits <- waitReq{d, fire}:
-		case <-done:
-		}
-		return fire
-	}
-	t.Cleanup(func() { close(done) }) // before the member closes
+	waits := stubAfter(t, n)
 	conv := ownedBy(n, ownerAddr)
 
 	sctx, scancel := context.WithCancel(ctx)

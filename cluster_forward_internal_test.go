@@ -757,21 +757,8 @@ const deadMember = "dead.invalid:1"
 // retry's backoff and the context ended together) to the owner, which may
 // run it although its caller gave up, and reported an outcome unknown.
 func TestForwardedCallOfAnEndedContextHandsNothingOver(t *testing.T) {
-	sys := quietSystem(t, "owner.test:1")
 	gw := &fakeGateway{got: make(chan heldRequest, 4)}
-	_, err := sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return gw }), GatewayName)
-	require.NoError(t, err)
-	r, err := Open(Options{Model: agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
-		return agent.Text("ok"), nil
-	}), NoResume: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = r.Close() })
-	n := newNode(r, sys) // requests leave through the gateway's system
-	n.self = "member.test:1"
-	members := []string{n.self, sys.Address()}
-	slices.Sort(members)
-	n.members.Store(&members)
-	conv := firstConv(func(id string) bool { return n.owner(id) == sys.Address() })
+	sys, n, conv := fakeOwnerGateway(t, gw)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -811,21 +798,7 @@ func TestForwardedCallBacksOffWhileTheOwnerIsUnreachable(t *testing.T) {
 	conv := ownedByADeadMember(n)
 	logs := &recordHandler{}
 	n.log = slog.New(logs)
-	type waitReq struct {
-		d    time.Duration
-		fire chan time.Time
-	}
-	waits := make(chan waitReq)
-	done := make(chan struct{})
-	n.after = func(d time.Duration) <-chan time.Time {
-		fire := make(chan time.Time, 1)
-		select {
-		case waits <- waitReq{d, fire}:
-		case <-done:
-		}
-		return fire
-	}
-	t.Cleanup(func() { close(done) }) // before the caller closes
+	waits := stubAfter(t, n)
 	bound, cancelBound := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancelBound()
 	ctx, cancel := context.WithCancel(bound)
@@ -928,21 +901,8 @@ func TestGatewayRunsARequestWithinItsTimeout(t *testing.T) {
 // its context's time left, or ClusterOptions.RequestTimeout when that is
 // shorter; a RequestTimeout of zero or less is DefaultRequestTimeout.
 func TestForwardedRequestCarriesItsTimeout(t *testing.T) {
-	sys := quietSystem(t, "owner.test:1")
 	gw := &fakeGateway{got: make(chan heldRequest, 4)}
-	_, err := sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return gw }), GatewayName)
-	require.NoError(t, err)
-	r, err := Open(Options{Model: agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
-		return agent.Text("ok"), nil
-	}), NoResume: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = r.Close() })
-	n := newNode(r, sys) // requests leave through the gateway's system
-	n.self = "member.test:1"
-	members := []string{n.self, sys.Address()}
-	slices.Sort(members)
-	n.members.Store(&members)
-	conv := firstConv(func(id string) bool { return n.owner(id) == sys.Address() })
+	_, n, conv := fakeOwnerGateway(t, gw)
 	for _, c := range []struct {
 		request, ctx, min, max time.Duration
 	}{

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
@@ -105,4 +106,48 @@ func readConvTo(t *testing.T, ctx context.Context, updates <-chan Update, conv s
 			t.Fatalf("%s's event at seq %d did not arrive", conv, seq)
 		}
 	}
+}
+
+// waitReq is a wait a clusterNode asked of its clock (n.after), d long:
+// it is over when the test sends on fire.
+type waitReq struct {
+	d    time.Duration
+	fire chan time.Time
+}
+
+// stubAfter stands in for n's clock from now on: each wait n asks for is
+// handed to the test on the channel returned. Once the test ends (before
+// the Runtimes it opened earlier close), a wait n asks for is never over.
+func stubAfter(t *testing.T, n *clusterNode) <-chan waitReq {
+	waits := make(chan waitReq)
+	done := make(chan struct{})
+	n.after = func(d time.Duration) <-chan time.Time {
+		fire := make(chan time.Time, 1)
+		select {
+		case waits <- waitReq{d, fire}:
+		case <-done:
+		}
+		return fire
+	}
+	t.Cleanup(func() { close(done) })
+	return waits
+}
+
+// fakeOwnerGateway is a member at memberAddr whose requests leave
+// through sys, an actor system at ownerAddr on which gw stands for the
+// owner's gateway; the member's Runtime is opened with okModel and
+// NoResume, and conv is the first conversation its membership gives the
+// owner.
+func fakeOwnerGateway(t *testing.T, gw actor.Actor) (sys *actor.ActorSystem, n *clusterNode, conv string) {
+	t.Helper()
+	sys = quietSystem(t, ownerAddr)
+	_, err := sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return gw }), GatewayName)
+	require.NoError(t, err)
+	r := openRuntime(t, Options{Model: okModel(), NoResume: true})
+	n = newNode(r, sys) // requests leave through the gateway's system
+	n.self = memberAddr
+	members := []string{n.self, sys.Address()}
+	slices.Sort(members)
+	n.members.Store(&members)
+	return sys, n, ownedBy(n, sys.Address())
 }
