@@ -45,20 +45,7 @@ func TestMembershipChangeStopsTheActivationsOfMovedConversations(t *testing.T) {
 	rt, err := Open(Options{Model: model, NoResume: true, ResumeInterval: -1, IdleTimeout: -1})
 	require.NoError(t, err)
 	defer rt.Close()
-	n := newNode(rt, rt.system)
-	n.attach(rt.sup, n.generation())
-
-	joined := &cluster.Member{Id: "joined", Host: "10.0.0.1", Port: 7001, Kinds: []string{ConversationKind}}
-	after := testNode(n.self, joined.Address())
-	moved, kept := "", ""
-	for i := 0; moved == "" || kept == ""; i++ {
-		id := fmt.Sprintf("conv-%d", i)
-		if after.owner(id) == joined.Address() {
-			moved = firstOf(moved, id)
-		} else {
-			kept = firstOf(kept, id)
-		}
-	}
+	n, joined, moved, kept := joinAndMove(rt)
 	for _, id := range []string{moved, kept} {
 		_, err := rt.Send(ctx, id, "hi", agent.Scope{UserID: "u"})
 		require.NoError(t, err)
@@ -93,6 +80,26 @@ func TestMembershipChangeStopsTheActivationsOfMovedConversations(t *testing.T) {
 	row, err := rt.Store().Conversation(ctx, moved)
 	require.NoError(t, err)
 	require.Equal(t, messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE, row.GetStatus(), "its turn is still owed, to the new owner")
+}
+
+// joinAndMove makes rt's node n a member of a cluster of itself alone,
+// and returns joined, a member that may join it, with moved, the first
+// conversation joined would take from n, and kept, the first n would keep.
+func joinAndMove(rt *Runtime) (n *clusterNode, joined *cluster.Member, moved, kept string) {
+	n = newNode(rt, rt.system)
+	n.attach(rt.sup, n.generation())
+
+	joined = &cluster.Member{Id: "joined", Host: "10.0.0.1", Port: 7001, Kinds: []string{ConversationKind}}
+	after := testNode(n.self, joined.Address())
+	for i := 0; moved == "" || kept == ""; i++ {
+		id := fmt.Sprintf("conv-%d", i)
+		if after.owner(id) == joined.Address() {
+			moved = firstOf(moved, id)
+		} else {
+			kept = firstOf(kept, id)
+		}
+	}
+	return n, joined, moved, kept
 }
 
 // firstOf is have, or id when have is unset.
@@ -212,20 +219,7 @@ func TestMembershipChangeDropsTheAnswerInProgressOfMovedConversations(t *testing
 	rt, err := Open(Options{Model: model, NoResume: true, ResumeInterval: -1, IdleTimeout: -1})
 	require.NoError(t, err)
 	defer rt.Close()
-	n := newNode(rt, rt.system)
-	n.attach(rt.sup, n.generation())
-
-	joined := &cluster.Member{Id: "joined", Host: "10.0.0.1", Port: 7001, Kinds: []string{ConversationKind}}
-	after := testNode(n.self, joined.Address())
-	moved, kept := "", ""
-	for i := 0; moved == "" || kept == ""; i++ {
-		id := fmt.Sprintf("conv-%d", i)
-		if after.owner(id) == joined.Address() {
-			moved = firstOf(moved, id)
-		} else {
-			kept = firstOf(kept, id)
-		}
-	}
+	n, joined, moved, kept := joinAndMove(rt)
 	for _, id := range []string{moved, kept} {
 		_, err := rt.Send(ctx, id, "hi", agent.Scope{UserID: "u"})
 		require.NoError(t, err)
