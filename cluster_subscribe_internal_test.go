@@ -121,6 +121,26 @@ func (g *recordGateway) Receive(ctx actor.Context) {
 	}
 }
 
+// memberOfARecordedOwner is a member at memberAddr, n its node, whose
+// requests wait up to an hour for an answer (ClusterOptions.RequestTimeout),
+// and conv, a conversation owned at ownerAddr by a recordGateway on
+// ownerSys. next is the next message that gateway got, failing the test
+// with "the owner got no <what>" if ctx ends first.
+func memberOfARecordedOwner(t *testing.T, ctx context.Context) (ownerSys *actor.ActorSystem, member *Runtime, n *clusterNode, conv string, next func(what string) heldMessage) {
+	t.Helper()
+	net, members := pairNet()
+	gw := &recordGateway{got: make(chan heldMessage, 8)}
+	ownerSys = fakeGatewayAt(t, net, ownerAddr, gw)
+	member = openRuntime(t, Options{Store: memjournal.New(memjournal.Options{}), Model: okModel(), NoResume: true})
+	n = netMember(t, net, member, memberAddr, members)
+	n.opts.RequestTimeout = time.Hour
+	next = func(what string) heldMessage {
+		t.Helper()
+		return nextHeld(t, ctx, gw.got, what)
+	}
+	return ownerSys, member, n, ownedBy(n, ownerAddr), next
+}
+
 // TestSubscriptionCancelledDuringItsSubscribe: a subscription on a member
 // that does not own the conversation, cancelled while its subscribe to the
 // owner has no answer yet, ends at once (it waited for the answer, up to
@@ -131,17 +151,7 @@ func (g *recordGateway) Receive(ctx actor.Context) {
 func TestSubscriptionCancelledDuringItsSubscribe(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	net, members := pairNet()
-	gw := &recordGateway{got: make(chan heldMessage, 8)}
-	ownerSys := fakeGatewayAt(t, net, ownerAddr, gw)
-	member := openRuntime(t, Options{Store: memjournal.New(memjournal.Options{}), Model: okModel(), NoResume: true})
-	n := netMember(t, net, member, memberAddr, members)
-	n.opts.RequestTimeout = time.Hour
-	conv := ownedBy(n, ownerAddr)
-	next := func(what string) heldMessage {
-		t.Helper()
-		return nextHeld(t, ctx, gw.got, what)
-	}
+	ownerSys, member, n, conv, next := memberOfARecordedOwner(t, ctx)
 
 	sctx, scancel := context.WithCancel(ctx)
 	updates, err := member.Subscribe(sctx, conv, 0)
@@ -201,17 +211,7 @@ func TestSubscriptionCancelledDuringItsSubscribe(t *testing.T) {
 func TestCloseDuringAFollowersSubscribe(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	net, members := pairNet()
-	gw := &recordGateway{got: make(chan heldMessage, 8)}
-	ownerSys := fakeGatewayAt(t, net, ownerAddr, gw)
-	member := openRuntime(t, Options{Store: memjournal.New(memjournal.Options{}), Model: okModel(), NoResume: true})
-	n := netMember(t, net, member, memberAddr, members)
-	n.opts.RequestTimeout = time.Hour
-	conv := ownedBy(n, ownerAddr)
-	next := func(what string) heldMessage {
-		t.Helper()
-		return nextHeld(t, ctx, gw.got, what)
-	}
+	ownerSys, member, _, conv, next := memberOfARecordedOwner(t, ctx)
 
 	updates, err := member.Subscribe(ctx, conv, 0)
 	require.NoError(t, err)
