@@ -3,12 +3,10 @@ package lazarus
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -18,20 +16,6 @@ import (
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
 )
-
-// gatewayRuntime is a Runtime on its own actor system, whose gateway
-// (rt.gw.serve) a test calls as a member or an application actor would.
-func gatewayRuntime(t testing.TB) *Runtime {
-	t.Helper()
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-		return slog.New(slog.DiscardHandler)
-	}))
-	t.Cleanup(sys.Shutdown)
-	rt, err := Open(Options{Model: scripted.New(scripted.Options{}), ActorSystem: sys, NoResume: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = rt.Close() })
-	return rt
-}
 
 // The gateway refuses a rewind of a conversation that does not exist, as
 // Rewind and Edit do (journal.ErrNotFound), and a ClusterRequest_Rewind
@@ -122,29 +106,12 @@ func TestGatewayRefusesABadScheduleRequest(t *testing.T) {
 // and leaves the deadline as it was. It took it for another time (AsTime
 // normalizes it) and moved the deadline there.
 func TestGatewayRefusesAnInvalidRescheduleTime(t *testing.T) {
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-		return slog.New(slog.DiscardHandler)
-	}))
-	defer sys.Shutdown()
 	model := scripted.New(scripted.Options{})
-	rt, err := Open(Options{Model: model, ActorSystem: sys, NoResume: true, IdleTimeout: -1,
+	rt := gatewayRuntimeOf(t, Options{Model: model, NoResume: true, IdleTimeout: -1,
 		Tools: []agent.Tool{{Name: "approve", Executor: messages.Executor_EXECUTOR_HUMAN}}})
-	require.NoError(t, err)
-	defer rt.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	model.Push("c", scripted.Reply("", scripted.Call("approve", `{}`)))
-	_, err = rt.Send(ctx, "c", "may I?", agent.Scope{UserID: "u"})
-	require.NoError(t, err)
-	var id string
-	require.Eventually(t, func() bool {
-		calls, _, err := rt.PendingCalls(ctx, "", 0)
-		if err != nil || len(calls) != 1 {
-			return false
-		}
-		id = calls[0].GetId()
-		return true
-	}, 10*time.Second, 5*time.Millisecond, "the call is pending")
+	id := pendingApproval(t, ctx, rt, model)
 	deadline := func() []*messages.Deadline {
 		var ds []*messages.Deadline
 		require.NoError(t, rt.Store().Deadlines(ctx, time.Unix(1<<40, 0), func(d *messages.Deadline) error {

@@ -3,7 +3,6 @@ package lazarus
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -119,15 +118,8 @@ func TestOwnersUnknownOutcomeIsNamedOnce(t *testing.T) {
 // one of the two, and the other ran on, its updates tagged as the first's,
 // until the subscriber's member left.
 func TestGatewayRefusesASubscriptionIDInUse(t *testing.T) {
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-		return slog.New(slog.DiscardHandler)
-	}))
-	defer sys.Shutdown()
-	rt, err := Open(Options{Model: agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
-		return agent.Text("ok"), nil
-	}), ActorSystem: sys, NoResume: true})
-	require.NoError(t, err)
-	defer rt.Close()
+	rt := gatewayRuntimeOf(t, Options{Model: okModel(), NoResume: true})
+	sys := rt.system
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for _, conv := range []string{"a", "b"} {
@@ -195,15 +187,8 @@ func TestGatewayRefusesASubscriptionIDInUse(t *testing.T) {
 // stream (another member whose own subscribe under that id was refused,
 // say), and its subscriber got a final update.
 func TestGatewayEndsAStreamOnlyForItsMember(t *testing.T) {
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-		return slog.New(slog.DiscardHandler)
-	}))
-	defer sys.Shutdown()
-	rt, err := Open(Options{Model: agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
-		return agent.Text("ok"), nil
-	}), ActorSystem: sys, NoResume: true})
-	require.NoError(t, err)
-	defer rt.Close()
+	rt := gatewayRuntimeOf(t, Options{Model: okModel(), NoResume: true})
+	sys := rt.system
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	seq, err := rt.Send(ctx, "a", "hi", agent.Scope{UserID: "u"})

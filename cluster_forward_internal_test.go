@@ -578,29 +578,12 @@ func TestCallTimeoutBoundsAForwardedCall(t *testing.T) {
 // result the model gets as broken JSON, one too large for its tool_result
 // event.
 func TestGatewayRefusesABadResolve(t *testing.T) {
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-		return slog.New(slog.DiscardHandler)
-	}))
-	defer sys.Shutdown()
 	model := scripted.New(scripted.Options{})
-	rt, err := Open(Options{Model: model, ActorSystem: sys, NoResume: true, IdleTimeout: -1,
+	rt := gatewayRuntimeOf(t, Options{Model: model, NoResume: true, IdleTimeout: -1,
 		Tools: []agent.Tool{{Name: "approve", Executor: messages.Executor_EXECUTOR_HUMAN}}})
-	require.NoError(t, err)
-	defer rt.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	model.Push("c", scripted.Reply("", scripted.Call("approve", `{}`)))
-	_, err = rt.Send(ctx, "c", "may I?", agent.Scope{UserID: "u"})
-	require.NoError(t, err)
-	var id string
-	require.Eventually(t, func() bool {
-		calls, _, err := rt.PendingCalls(ctx, "", 0)
-		if err != nil || len(calls) != 1 {
-			return false
-		}
-		id = calls[0].GetId()
-		return true
-	}, 10*time.Second, 5*time.Millisecond, "the call is pending")
+	id := pendingApproval(t, ctx, rt, model)
 
 	content := func(s string) *messages.ToolOutcome {
 		return &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: s}}
@@ -633,13 +616,7 @@ func TestGatewayRefusesABadResolve(t *testing.T) {
 // registered tool, a negative temperature), a key Settings does not
 // have, a value that does not parse. It wrote them into the row.
 func TestGatewayRefusesBadSettings(t *testing.T) {
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-		return slog.New(slog.DiscardHandler)
-	}))
-	defer sys.Shutdown()
-	rt, err := Open(Options{Model: scripted.New(scripted.Options{}), ActorSystem: sys, NoResume: true})
-	require.NoError(t, err)
-	defer rt.Close()
+	rt := gatewayRuntimeOf(t, Options{Model: scripted.New(scripted.Options{}), NoResume: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	require.NoError(t, rt.Configure(ctx, "c", agent.Settings{SystemPrompt: "be brief"}))
@@ -674,17 +651,11 @@ func TestGatewayRefusesBadSettings(t *testing.T) {
 // or does not fit, a scope whose identity agent.ValidateIdentity refuses.
 // It handed them to the conversation as they came.
 func TestGatewayRefusesABadRewind(t *testing.T) {
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-		return slog.New(slog.DiscardHandler)
-	}))
-	defer sys.Shutdown()
 	model := scripted.New(scripted.Options{})
-	rt, err := Open(Options{Model: model, ActorSystem: sys, NoResume: true})
-	require.NoError(t, err)
-	defer rt.Close()
+	rt := gatewayRuntimeOf(t, Options{Model: model, NoResume: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	_, err = rt.SendAndWait(ctx, "c", "hi", agent.Scope{UserID: "u"})
+	_, err := rt.SendAndWait(ctx, "c", "hi", agent.Scope{UserID: "u"})
 	require.NoError(t, err)
 	last, err := rt.Store().LastSeq(ctx, "c")
 	require.NoError(t, err)

@@ -2,6 +2,7 @@ package lazarus
 
 import (
 	"context"
+	"log/slog"
 	"slices"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/journal"
 )
 
@@ -150,4 +152,47 @@ func fakeOwnerGateway(t *testing.T, gw actor.Actor) (sys *actor.ActorSystem, n *
 	slices.Sort(members)
 	n.members.Store(&members)
 	return sys, n, ownedBy(n, sys.Address())
+}
+
+// gatewayRuntime is a Runtime on its own actor system, whose gateway
+// (rt.gw.serve) a test calls as a member or an application actor would.
+func gatewayRuntime(t testing.TB) *Runtime {
+	t.Helper()
+	return gatewayRuntimeOf(t, Options{Model: scripted.New(scripted.Options{}), NoResume: true})
+}
+
+// gatewayRuntimeOf is gatewayRuntime opened with opts (opts.ActorSystem
+// is set to the Runtime's own, which logs nothing; rt.system is that
+// system). Both end with the test.
+func gatewayRuntimeOf(t testing.TB, opts Options) *Runtime {
+	t.Helper()
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(slog.DiscardHandler)
+	}))
+	t.Cleanup(sys.Shutdown)
+	opts.ActorSystem = sys
+	rt, err := Open(opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rt.Close() })
+	return rt
+}
+
+// pendingApproval has model (rt's) call the human tool "approve" in
+// conversation "c", sent "may I?" through rt, and returns the id of that
+// call once it is rt's one pending call. rt has the tool.
+func pendingApproval(t testing.TB, ctx context.Context, rt *Runtime, model *scripted.Model) string {
+	t.Helper()
+	model.Push("c", scripted.Reply("", scripted.Call("approve", `{}`)))
+	_, err := rt.Send(ctx, "c", "may I?", agent.Scope{UserID: "u"})
+	require.NoError(t, err)
+	var id string
+	require.Eventually(t, func() bool {
+		calls, _, err := rt.PendingCalls(ctx, "", 0)
+		if err != nil || len(calls) != 1 {
+			return false
+		}
+		id = calls[0].GetId()
+		return true
+	}, 10*time.Second, 5*time.Millisecond, "the call is pending")
+	return id
 }
