@@ -10,9 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/journal/memjournal"
-	"github.com/lazarusrt/lazarus/messages"
 )
 
 // blockedIn reports whether a goroutine's stack has a call of fn made
@@ -71,16 +69,9 @@ func TestSubscriptionFreesItsSlotBeforeItsChannelCloses(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	store := memjournal.New(memjournal.Options{})
-	model := agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
-		return agent.Text("ok"), nil
-	})
-	r, err := Open(Options{Store: store, Model: model, NoResume: true, MaxSubscriptions: 1})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = r.Close() })
+	r := openRuntime(t, Options{Store: store, Model: okModel(), NoResume: true, MaxSubscriptions: 1})
 	const conv = "c"
-	_, err = r.Send(ctx, conv, "hi", agent.Scope{UserID: "u"})
-	require.NoError(t, err)
-	waitTurnEnded(t, ctx, store, conv, 2, "the first turn ended")
+	firstTurn(t, ctx, r, store, conv)
 	sctx, scancel := context.WithCancel(ctx)
 	defer scancel()
 	updates, err := r.Subscribe(sctx, conv, 0)
