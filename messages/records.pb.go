@@ -488,13 +488,34 @@ func (x *ToolCall) GetProviderId() string {
 	return ""
 }
 
-// Usage is the token accounting of one model call.
+// Usage is the token accounting of one model call, as the provider reported
+// it; a count the provider did not report is 0, as is every count a record
+// written before it existed reads (proto3: an absent field is 0). How the
+// cache counts relate to input_tokens depends on the provider, so a cost is
+// computed per provider:
+//
+//   - agent/anthropic: input_tokens excludes both cache counts (they are
+//     the Messages API's three counts as it reported them), so the prompt's
+//     tokens are input_tokens + cache_read_input_tokens +
+//     cache_creation_input_tokens.
+//   - agent/openai: input_tokens is prompt_tokens, which includes the cached
+//     tokens; cache_read_input_tokens is prompt_tokens_details.cached_tokens,
+//     a part of input_tokens, and cache_creation_input_tokens is always 0
+//     (no creation count is read).
 type Usage struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	InputTokens   int64                  `protobuf:"varint,1,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
-	OutputTokens  int64                  `protobuf:"varint,2,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	InputTokens  int64                  `protobuf:"varint,1,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
+	OutputTokens int64                  `protobuf:"varint,2,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
+	// cache_read_input_tokens are the prompt tokens read from the provider's
+	// prompt cache (Anthropic's cache_read_input_tokens, OpenAI's
+	// prompt_tokens_details.cached_tokens).
+	CacheReadInputTokens int64 `protobuf:"varint,3,opt,name=cache_read_input_tokens,json=cacheReadInputTokens,proto3" json:"cache_read_input_tokens,omitempty"`
+	// cache_creation_input_tokens are the prompt tokens written to the
+	// provider's prompt cache (Anthropic's cache_creation_input_tokens); 0
+	// from agent/openai.
+	CacheCreationInputTokens int64 `protobuf:"varint,4,opt,name=cache_creation_input_tokens,json=cacheCreationInputTokens,proto3" json:"cache_creation_input_tokens,omitempty"`
+	unknownFields            protoimpl.UnknownFields
+	sizeCache                protoimpl.SizeCache
 }
 
 func (x *Usage) Reset() {
@@ -537,6 +558,20 @@ func (x *Usage) GetInputTokens() int64 {
 func (x *Usage) GetOutputTokens() int64 {
 	if x != nil {
 		return x.OutputTokens
+	}
+	return 0
+}
+
+func (x *Usage) GetCacheReadInputTokens() int64 {
+	if x != nil {
+		return x.CacheReadInputTokens
+	}
+	return 0
+}
+
+func (x *Usage) GetCacheCreationInputTokens() int64 {
+	if x != nil {
+		return x.CacheCreationInputTokens
 	}
 	return 0
 }
@@ -2610,10 +2645,12 @@ const file_lazarus_v1_records_proto_rawDesc = "" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
 	"\targuments\x18\x03 \x01(\tR\targuments\x12\x1f\n" +
 	"\vprovider_id\x18\x04 \x01(\tR\n" +
-	"providerId\"O\n" +
+	"providerId\"\xc5\x01\n" +
 	"\x05Usage\x12!\n" +
 	"\finput_tokens\x18\x01 \x01(\x03R\vinputTokens\x12#\n" +
-	"\routput_tokens\x18\x02 \x01(\x03R\foutputTokens\"9\n" +
+	"\routput_tokens\x18\x02 \x01(\x03R\foutputTokens\x125\n" +
+	"\x17cache_read_input_tokens\x18\x03 \x01(\x03R\x14cacheReadInputTokens\x12=\n" +
+	"\x1bcache_creation_input_tokens\x18\x04 \x01(\x03R\x18cacheCreationInputTokens\"9\n" +
 	"\tToolError\x12\x18\n" +
 	"\amessage\x18\x01 \x01(\tR\amessage\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\tR\x04code\"c\n" +
