@@ -14,9 +14,13 @@
 // message sent while the call was open, which the log holds before the
 // result, follows the results in that user message
 // (openai.ResultsAfterCalls). Usage is
-// read from message_start (input) and message_delta (output, cumulative)
-// and recorded on the assistant message with the model's name; a negative
-// count, which no server means, is recorded as 0. Blocks of
+// read from message_start (input) and message_delta (output, cumulative;
+// an input count there replaces message_start's if positive) and recorded
+// on the assistant message with the model's name: input_tokens,
+// cache_read_input_tokens and cache_creation_input_tokens as the API
+// reports them (input_tokens excludes the two cache counts: the prompt is
+// their sum), a count not reported as 0; a negative count, which no server
+// means, is recorded as 0. Blocks of
 // other kinds (thinking, a server tool's use and its result, which a
 // request made with RequestOptions may get) are not streamed and not kept.
 //
@@ -332,6 +336,8 @@ func (m *Model) attempt(ctx context.Context, params sdk.MessageNewParams, onDelt
 			// A negative count, which no server means, is recorded as 0.
 			usage.InputTokens = max(ev.Message.Usage.InputTokens, 0)
 			usage.OutputTokens = max(ev.Message.Usage.OutputTokens, 0)
+			usage.CacheReadInputTokens = max(ev.Message.Usage.CacheReadInputTokens, 0)
+			usage.CacheCreationInputTokens = max(ev.Message.Usage.CacheCreationInputTokens, 0)
 			seenUse = true
 		case "content_block_start":
 			b := &block{kind: ev.ContentBlock.Type, id: ev.ContentBlock.ID, name: ev.ContentBlock.Name}
@@ -384,8 +390,16 @@ func (m *Model) attempt(ctx context.Context, params sdk.MessageNewParams, onDelt
 				usage.OutputTokens = max(ev.Usage.OutputTokens, 0)
 				seenUse = true
 			}
+			// The input counts came with message_start; a later count,
+			// cumulative, replaces one only if positive.
 			if ev.Usage.JSON.InputTokens.Valid() && ev.Usage.InputTokens > 0 {
 				usage.InputTokens = ev.Usage.InputTokens
+			}
+			if ev.Usage.JSON.CacheReadInputTokens.Valid() && ev.Usage.CacheReadInputTokens > 0 {
+				usage.CacheReadInputTokens = ev.Usage.CacheReadInputTokens
+			}
+			if ev.Usage.JSON.CacheCreationInputTokens.Valid() && ev.Usage.CacheCreationInputTokens > 0 {
+				usage.CacheCreationInputTokens = ev.Usage.CacheCreationInputTokens
 			}
 		}
 	}

@@ -351,17 +351,22 @@ func TestMessageStopEndsTheAnswer(t *testing.T) {
 }
 
 // TestNegativeUsageIsZero: a negative token count from a server, in
-// message_start or message_delta, is recorded as 0, the other count as it
-// came.
+// message_start or message_delta, is recorded as 0 (a negative input or
+// cache count in message_delta keeps message_start's), the other counts as
+// they came.
 func TestNegativeUsageIsZero(t *testing.T) {
 	for name, tc := range map[string]struct {
 		start, delta string
-		in, out      int64
+		want         *messages.Usage
 	}{
-		"start":           {`"input_tokens":-7,"output_tokens":-1`, `"output_tokens":9`, 0, 9},
-		"delta output":    {`"input_tokens":7,"output_tokens":1`, `"output_tokens":-9`, 7, 0},
-		"delta input":     {`"input_tokens":7,"output_tokens":1`, `"input_tokens":-3,"output_tokens":2`, 7, 2},
-		"start, no delta": {`"input_tokens":-9223372036854775808,"output_tokens":-2`, ``, 0, 0},
+		"start":           {`"input_tokens":-7,"output_tokens":-1`, `"output_tokens":9`, &messages.Usage{OutputTokens: 9}},
+		"delta output":    {`"input_tokens":7,"output_tokens":1`, `"output_tokens":-9`, &messages.Usage{InputTokens: 7}},
+		"delta input":     {`"input_tokens":7,"output_tokens":1`, `"input_tokens":-3,"output_tokens":2`, &messages.Usage{InputTokens: 7, OutputTokens: 2}},
+		"start, no delta": {`"input_tokens":-9223372036854775808,"output_tokens":-2`, ``, &messages.Usage{}},
+		"start cache": {`"input_tokens":7,"output_tokens":1,"cache_read_input_tokens":-5,"cache_creation_input_tokens":-9223372036854775808`, `"output_tokens":2`,
+			&messages.Usage{InputTokens: 7, OutputTokens: 2}},
+		"delta cache": {`"input_tokens":7,"output_tokens":1,"cache_read_input_tokens":50,"cache_creation_input_tokens":60`, `"output_tokens":2,"cache_read_input_tokens":-5,"cache_creation_input_tokens":-6`,
+			&messages.Usage{InputTokens: 7, OutputTokens: 2, CacheReadInputTokens: 50, CacheCreationInputTokens: 60}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			delta := ""
@@ -373,7 +378,39 @@ func TestNegativeUsageIsZero(t *testing.T) {
 				ev("message_stop", `{"type":"message_stop"}`))
 			msg, err := p.m.Generate(context.Background(), providertest.Turn(), nil)
 			require.NoError(t, err)
-			assert.Equal(t, &messages.Usage{InputTokens: tc.in, OutputTokens: tc.out}, msg.GetUsage())
+			assert.Equal(t, tc.want, msg.GetUsage())
+		})
+	}
+}
+
+// TestCacheUsageIsRecorded: the prompt cache's counts, from message_start
+// (where the Messages API sends them) or message_delta (cumulative: a
+// positive count there replaces message_start's), are recorded beside
+// input_tokens, which excludes them; a count not reported is 0.
+func TestCacheUsageIsRecorded(t *testing.T) {
+	for name, tc := range map[string]struct {
+		start, delta string
+		want         *messages.Usage
+	}{
+		"start": {`"input_tokens":7,"output_tokens":1,"cache_creation_input_tokens":300,"cache_read_input_tokens":2000`, `"output_tokens":9`,
+			&messages.Usage{InputTokens: 7, OutputTokens: 9, CacheReadInputTokens: 2000, CacheCreationInputTokens: 300}},
+		"delta": {`"input_tokens":0,"output_tokens":1,"cache_creation_input_tokens":0,"cache_read_input_tokens":0`,
+			`"input_tokens":7,"output_tokens":9,"cache_creation_input_tokens":300,"cache_read_input_tokens":2000`,
+			&messages.Usage{InputTokens: 7, OutputTokens: 9, CacheReadInputTokens: 2000, CacheCreationInputTokens: 300}},
+		"delta zero keeps start": {`"input_tokens":7,"output_tokens":1,"cache_creation_input_tokens":300,"cache_read_input_tokens":2000`,
+			`"output_tokens":9,"cache_creation_input_tokens":0,"cache_read_input_tokens":0`,
+			&messages.Usage{InputTokens: 7, OutputTokens: 9, CacheReadInputTokens: 2000, CacheCreationInputTokens: 300}},
+		"creation only": {`"input_tokens":7,"output_tokens":1,"cache_creation_input_tokens":300`, `"output_tokens":9`,
+			&messages.Usage{InputTokens: 7, OutputTokens: 9, CacheCreationInputTokens: 300}},
+		"not reported": {`"input_tokens":7,"output_tokens":1`, `"output_tokens":9`, &messages.Usage{InputTokens: 7, OutputTokens: 9}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := serveText(t, strings.Replace(start, `"input_tokens":7,"output_tokens":1`, tc.start, 1)+textStart+textDelta("ok")+
+				ev("message_delta", `{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{`+tc.delta+`}}`)+
+				ev("message_stop", `{"type":"message_stop"}`))
+			msg, err := p.m.Generate(context.Background(), providertest.Turn(), nil)
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, msg.GetUsage())
 		})
 	}
 }

@@ -416,22 +416,48 @@ func TestUsageWithTheFinishReason(t *testing.T) {
 }
 
 // TestNegativeUsageIsZero: a negative token count from a server is
-// recorded as 0, the other count as it came.
+// recorded as 0, the other counts as they came.
 func TestNegativeUsageIsZero(t *testing.T) {
 	for name, tc := range map[string]struct {
-		usage   string
-		in, out int64
+		usage string
+		want  *messages.Usage
 	}{
-		"both":   {`{"prompt_tokens":-1,"completion_tokens":-2,"total_tokens":-3}`, 0, 0},
-		"input":  {`{"prompt_tokens":-5,"completion_tokens":4,"total_tokens":-1}`, 0, 4},
-		"output": {`{"prompt_tokens":3,"completion_tokens":-9223372036854775808,"total_tokens":0}`, 3, 0},
+		"both":   {`{"prompt_tokens":-1,"completion_tokens":-2,"total_tokens":-3}`, &messages.Usage{}},
+		"input":  {`{"prompt_tokens":-5,"completion_tokens":4,"total_tokens":-1}`, &messages.Usage{OutputTokens: 4}},
+		"output": {`{"prompt_tokens":3,"completion_tokens":-9223372036854775808,"total_tokens":0}`, &messages.Usage{InputTokens: 3}},
+		"cached": {`{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7,"prompt_tokens_details":{"cached_tokens":-9223372036854775808}}`,
+			&messages.Usage{InputTokens: 3, OutputTokens: 4}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			p := serveText(t, chunk(`{"role":"assistant","content":"Hi"}`, "stop")+
 				`data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m-1","choices":[],"usage":`+tc.usage+"}\n\ndata: [DONE]\n\n")
 			msg, err := p.m.Generate(context.Background(), providertest.Turn(), nil)
 			require.NoError(t, err)
-			assert.Equal(t, &messages.Usage{InputTokens: tc.in, OutputTokens: tc.out}, msg.GetUsage())
+			assert.Equal(t, tc.want, msg.GetUsage())
+		})
+	}
+}
+
+// TestCachedTokensUsageIsRecorded: prompt_tokens_details.cached_tokens is
+// recorded as cache_read_input_tokens, beside input_tokens (prompt_tokens,
+// which includes them); no cache creation count is recorded, and a server
+// that sends no details (or null ones) records 0.
+func TestCachedTokensUsageIsRecorded(t *testing.T) {
+	for name, tc := range map[string]struct {
+		usage string
+		want  *messages.Usage
+	}{
+		"cached": {`{"prompt_tokens":3000,"completion_tokens":4,"total_tokens":3004,"prompt_tokens_details":{"cached_tokens":2048,"audio_tokens":0}}`,
+			&messages.Usage{InputTokens: 3000, OutputTokens: 4, CacheReadInputTokens: 2048}},
+		"no details":   {`{"prompt_tokens":3000,"completion_tokens":4,"total_tokens":3004}`, &messages.Usage{InputTokens: 3000, OutputTokens: 4}},
+		"null details": {`{"prompt_tokens":3000,"completion_tokens":4,"total_tokens":3004,"prompt_tokens_details":null}`, &messages.Usage{InputTokens: 3000, OutputTokens: 4}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := serveText(t, chunk(`{"role":"assistant","content":"Hi"}`, "stop")+
+				`data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m-1","choices":[],"usage":`+tc.usage+"}\n\ndata: [DONE]\n\n")
+			msg, err := p.m.Generate(context.Background(), providertest.Turn(), nil)
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, msg.GetUsage())
 		})
 	}
 }

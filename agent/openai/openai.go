@@ -13,9 +13,13 @@
 // result carry the runtime's id, which is unique and stable across kills,
 // and an answer's results follow it (ResultsAfterCalls: a message sent
 // while its calls were open, which the log holds first, comes after them).
-// Usage (input and output tokens) is requested with stream_options
-// include_usage and recorded on the assistant message, with the model's
-// name: the last usage the stream reported (a server may send it on every
+// Usage is requested with stream_options include_usage and recorded on
+// the assistant message, with the model's name: prompt_tokens as
+// input_tokens (cached tokens included), completion_tokens as
+// output_tokens, and prompt_tokens_details.cached_tokens as
+// cache_read_input_tokens (a part of input_tokens; 0 if not reported);
+// cache_creation_input_tokens stays 0. It is the last usage the stream
+// reported (a server may send it on every
 // chunk, as vLLM's continuous_usage_stats does), a negative count as 0
 // (no server means one). The answer ends once the stream has given its
 // finish reason and the usage chunk (the one without choices, which
@@ -421,7 +425,8 @@ func (m *Model) attempt(ctx context.Context, params oai.ChatCompletionNewParams,
 		}
 		if chunk.JSON.Usage.Valid() {
 			// A negative count, which no server means, is recorded as 0.
-			usage = &messages.Usage{InputTokens: max(chunk.Usage.PromptTokens, 0), OutputTokens: max(chunk.Usage.CompletionTokens, 0)}
+			usage = &messages.Usage{InputTokens: max(chunk.Usage.PromptTokens, 0), OutputTokens: max(chunk.Usage.CompletionTokens, 0),
+				CacheReadInputTokens: max(chunk.Usage.PromptTokensDetails.CachedTokens, 0)}
 			usageLast = len(chunk.Choices) == 0
 		}
 		for i := range chunk.Choices {

@@ -86,7 +86,7 @@ func Cases(prefix string) []Case {
 			{Name: "get_weather", Arguments: `{"city":"São Paulo","units":"metric","note":"say \"hi\" 🌧"}`, ProviderID: prefix + "s1"},
 		}},
 		{Name: "unicode", Text: "héllo wörld 🌍 日本語", MinDeltas: 4, Usage: usage, Requests: 1},
-		{Name: "usage", Text: "ok", MinDeltas: 1, Usage: &messages.Usage{InputTokens: 1234, OutputTokens: 56}, Requests: 1},
+		{Name: "usage", Text: "ok", MinDeltas: 1, Usage: &messages.Usage{InputTokens: 1234, OutputTokens: 56, CacheReadInputTokens: 1024}, Requests: 1},
 		{Name: "rate_limited", Text: "ok", MinDeltas: 1, Usage: usage, Requests: 2, Sleeps: []time.Duration{2 * time.Second}},
 		{Name: "rate_limited_long", Err: agent.ErrRateLimited, Requests: 1},
 		{Name: "server_error", Text: "ok", MinDeltas: 1, Usage: usage, Requests: 3, Sleeps: []time.Duration{Backoff, 2 * Backoff}},
@@ -165,6 +165,8 @@ func RunCase(t *testing.T, dir string, tc Case, f Factory) {
 		require.NotNil(t, msg.GetUsage())
 		assert.Equal(t, tc.Usage.GetInputTokens(), msg.GetUsage().GetInputTokens(), "input tokens")
 		assert.Equal(t, tc.Usage.GetOutputTokens(), msg.GetUsage().GetOutputTokens(), "output tokens")
+		assert.Equal(t, tc.Usage.GetCacheReadInputTokens(), msg.GetUsage().GetCacheReadInputTokens(), "cache read input tokens")
+		assert.Equal(t, tc.Usage.GetCacheCreationInputTokens(), msg.GetUsage().GetCacheCreationInputTokens(), "cache creation input tokens")
 	}
 	assert.NotEmpty(t, msg.GetModel(), "the model that answered is recorded")
 }
