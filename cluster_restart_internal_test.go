@@ -25,6 +25,16 @@ import (
 type fakeNet struct {
 	mu  sync.Mutex
 	sys map[string]*actor.ActorSystem
+	tap func(to *actor.PID, m any) // if set, sees every user message sent across the net
+}
+
+// watch has tap see every user message sent across fn from now on (the
+// message, out of its envelope, and the PID it is sent to), before it is
+// delivered.
+func (fn *fakeNet) watch(tap func(to *actor.PID, m any)) {
+	fn.mu.Lock()
+	fn.tap = tap
+	fn.mu.Unlock()
 }
 
 // join puts sys at its address, in place of the system there.
@@ -47,10 +57,17 @@ type fakeLink struct {
 
 func (l fakeLink) SendUserMessage(pid *actor.PID, message any) {
 	l.net.mu.Lock()
-	alive, to := l.net.sys[l.addr] == l.from, l.net.sys[pid.Address]
+	alive, to, tap := l.net.sys[l.addr] == l.from, l.net.sys[pid.Address], l.net.tap
 	l.net.mu.Unlock()
 	if !alive || to == nil {
 		return
+	}
+	if tap != nil {
+		m := message
+		if env, ok := message.(*actor.MessageEnvelope); ok {
+			m = env.Message
+		}
+		tap(pid, m)
 	}
 	if env, ok := message.(*actor.MessageEnvelope); ok && env.Sender != nil {
 		// A PID caches the process it resolved to: each system gets a

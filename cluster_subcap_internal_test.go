@@ -3,9 +3,12 @@ package lazarus
 import (
 	"context"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus/agent"
@@ -112,12 +115,15 @@ func TestSendAndWaitOverTheOwnersCap(t *testing.T) {
 // member that does not own conv, sharing a Store, with the conversation's
 // first turn ended (seq 2).
 func subcapCluster(t *testing.T, ctx context.Context, max int) (owner, member *Runtime, conv string, store *memjournal.Store) {
-	return subcapClusterBuffer(t, ctx, max, 0)
+	owner, member, conv, store, _ = subcapClusterBuffer(t, ctx, max, 0)
+	return owner, member, conv, store
 }
 
 // subcapClusterBuffer is subcapCluster with the member's
-// Options.SubscriberBuffer at buffer (the default if 0).
-func subcapClusterBuffer(t *testing.T, ctx context.Context, max, buffer int) (owner, member *Runtime, conv string, store *memjournal.Store) {
+// Options.SubscriberBuffer at buffer (the default if 0), and the net the
+// two share.
+func subcapClusterBuffer(t *testing.T, ctx context.Context, max, buffer int) (owner, member *Runtime, conv string, store *memjournal.Store,
+	net *fakeNet) {
 	t.Helper()
 	store = memjournal.New(memjournal.Options{})
 	model := okModel()
@@ -126,7 +132,7 @@ func subcapClusterBuffer(t *testing.T, ctx context.Context, max, buffer int) (ow
 	member = openRuntime(t, Options{Store: store, Model: model, NoResume: true, SubscriberBuffer: buffer})
 	conv = ownedBy(netMember(t, net, member, memberAddr, members), ownerAddr)
 	firstTurn(t, ctx, owner, store, conv)
-	return owner, member, conv, store
+	return owner, member, conv, store, net
 }
 
 // TestCancelledForwardedSubscriptionFreesTheOwnersSlot: a subscription on
@@ -195,27 +201,66 @@ func TestSendAndWaitRetryWithinTheOwnersCap(t *testing.T) {
 // the subscriber reads every event of the log in order and no error. The
 // follower subscribed again at once, and the owner refused it
 // (ErrTooManySubscriptions) for the slot the old stream still held.
+//
+// The follower may fall behind and subscribe again any number of times
+// before its subscriber's channel is full, and none after until the
+// subscriber reads (it waits to hand over an update): every subscribe
+// and unsubscribe the owner gets is recorded from the start, and the test
+// reads only once the follower is stuck behind a dropped update: the
+// events past that one can only come from a later subscription.
 func TestFallenBehindFollowerWithinTheOwnersCap(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	owner, member, conv, store := subcapClusterBuffer(t, ctx, 1, 1)
+	owner, member, conv, store, net := subcapClusterBuffer(t, ctx, 1, 1)
 	const turns = 20 // 40 events: more than the subscription's channel and the follower's buffer hold
 	for i := 1; i < turns; i++ {
 		_, err := owner.Send(ctx, conv, "again", agent.Scope{UserID: "u"})
 		require.NoError(t, err)
 		waitTurnEnded(t, ctx, store, conv, uint64(2*(i+1)), "turn ended")
 	}
+	var mu sync.Mutex
+	var seen []string // "subscribe <id>" and "unsubscribe <id>", in the order the member sent them to the owner
+	net.watch(func(to *actor.PID, m any) {
+		if to.GetAddress() != ownerAddr || to.GetId() != GatewayName {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		switch m := m.(type) {
+		case *messages.ClusterSubscribe:
+			if m.GetConversationId() == conv {
+				seen = append(seen, "subscribe "+m.GetSubscriptionId())
+			}
+		case *messages.ClusterUnsubscribe:
+			seen = append(seen, "unsubscribe "+m.GetSubscriptionId())
+		}
+	})
 	n := member.cl
 	sctx, scancel := context.WithCancel(ctx)
 	defer scancel()
 	updates, err := member.Subscribe(sctx, conv, 0)
 	require.NoError(t, err)
-	var first []string
-	require.Eventually(t, func() bool { first = followIDs(n); return len(first) == 1 }, 10*time.Second, time.Millisecond,
-		"the follower subscribed")
-	// Nothing read: the follower falls behind, and subscribes again.
-	require.Eventually(t, func() bool { return !slices.Equal(followIDs(n), first) }, 10*time.Second, time.Millisecond,
-		"the follower subscribed again")
+	// Nothing read: the subscription's channel fills, and the follower,
+	// waiting to hand over an update, drops one of its stream (or the
+	// subscription ended, its slot on the member freed: read below).
+	var stuck string
+	require.Eventually(t, func() bool {
+		if slotsOf(member, conv) == 0 {
+			return true
+		}
+		if len(updates) < cap(updates) {
+			return false
+		}
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		for id, f := range n.follow {
+			if len(f.overflow) == 1 {
+				stuck = id
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, time.Millisecond, "the follower fell behind")
 	for seq := uint64(1); seq <= 2*turns; {
 		var u Update
 		select {
@@ -232,6 +277,25 @@ func TestFallenBehindFollowerWithinTheOwnersCap(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, slotsOf(owner, conv), "one stream on the owner")
+	mu.Lock()
+	got := slices.Clone(seen)
+	mu.Unlock()
+	at := slices.Index(got, "subscribe "+stuck)
+	require.GreaterOrEqual(t, at, 0, "the owner got the subscribe of the follower that fell behind: %v", got)
+	require.Greater(t, len(got), at+2, "the follower subscribed again: %v", got)
+	require.Equal(t, "unsubscribe "+stuck, got[at+1], "its stream ended first: %v", got)
+	// Each stream was unsubscribed from before the next subscribe; the
+	// last is the follower's.
+	require.Equal(t, 1, len(got)%2, "%v", got)
+	for i := 0; i < len(got); i += 2 {
+		id, ok := strings.CutPrefix(got[i], "subscribe ")
+		require.True(t, ok, "%v", got)
+		if i+1 < len(got) {
+			require.Equal(t, "unsubscribe "+id, got[i+1], "%v", got)
+		} else {
+			require.Equal(t, []string{id}, followIDs(n), "the last subscription is the follower's: %v", got)
+		}
+	}
 	scancel()
 	for range updates {
 	}
