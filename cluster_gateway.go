@@ -667,8 +667,9 @@ type follower struct {
 
 // deliver hands m, an update of f's stream, to the follower; only the
 // gateway calls it. An update that does not fit in f.in is dropped and
-// f.overflow signalled: the follower emits what f.in holds, then
-// subscribes again after the last event it emitted. Every later update of
+// f.overflow signalled: the follower ends the stream (what f.in still
+// holds is dropped with it) and subscribes again after the last event it
+// emitted, so the new stream replays the rest. Every later update of
 // the stream is dropped too, though f.in may have room by then: one
 // taken after the dropped one would reach the subscriber past a gap (and
 // move the follower's last seq past it). A final update that is not
