@@ -158,7 +158,8 @@
 // GET /v1/conversations/{id}/stream sends, as text/event-stream, the
 // conversation's events after the seq given by the Last-Event-ID header or
 // else the "after" query parameter (default 0, the whole log; not read when
-// the header is given): first those in the log, then each new one once
+// the header is given with a value: an empty one counts as absent, and one
+// given twice is a bad request): first those in the log, then each new one once
 // durable, with no gap and no duplicate across kills and revivals of the
 // conversation's actor. A seq past the
 // log's last event is a bad request (400 invalid, naming the last seq): it

@@ -366,8 +366,8 @@ func TestDocsSchedules(t *testing.T) {
 // the event's seq; their data is the event as the history gives it
 // (protobuf JSON); a turn_end names the seq of the event that ended the
 // turn. Last-Event-ID resumes after that seq (surrounding spaces
-// ignored), and after= the log's last seq sends nothing old, then what
-// is new.
+// ignored; an empty one counts as absent), and after= the log's last seq
+// sends nothing old, then what is new.
 func TestDocsStreamMessages(t *testing.T) {
 	ctx := testContext(t)
 	model := newScripted()
@@ -409,11 +409,25 @@ func TestDocsStreamMessages(t *testing.T) {
 	require.Equal(t, "5", m.ID)
 	st.close()
 
-	// after= the last seq: nothing old, then the new message.
-	req, err := http.NewRequestWithContext(ctx, "GET", n.srv.URL+"/v1/conversations/"+conv.ID+"/stream?after="+strconv.FormatUint(last, 10), nil)
+	// An empty Last-Event-ID counts as absent: after= is read.
+	req, err := http.NewRequestWithContext(ctx, "GET", n.srv.URL+"/v1/conversations/"+conv.ID+"/stream?after=4", nil)
 	require.NoError(t, err)
 	req.Header.Set("Authorization", "Bearer "+tokAlice)
+	req.Header.Set("Last-Event-ID", "")
 	res, err := n.srv.Client().Do(req)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	empty := &sseStream{res: res, sc: newScanner(res), cancel: func() {}}
+	m = empty.next(t)
+	require.Equal(t, "event", m.Event)
+	require.Equal(t, "5", m.ID, "after=4 read under an empty Last-Event-ID")
+	empty.close()
+
+	// after= the last seq: nothing old, then the new message.
+	req, err = http.NewRequestWithContext(ctx, "GET", n.srv.URL+"/v1/conversations/"+conv.ID+"/stream?after="+strconv.FormatUint(last, 10), nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+tokAlice)
+	res, err = n.srv.Client().Do(req)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	tail := &sseStream{res: res, sc: newScanner(res), cancel: func() {}}
