@@ -332,8 +332,13 @@ func CallID(tc *messages.ToolCall) string {
 // order, and the other events after them in theirs. The log holds a user
 // message sent while a call was open (a human's, a slow tool's) before the
 // call's result; both APIs refuse a history where anything but the results
-// follows the calls (400). It returns evs itself when nothing moves.
+// follows the calls (400). It pairs the calls and results first
+// (agent.PairResults: an orphan or second result is left out, a call
+// without one gets an error result of code agent.CodeMissing), so what
+// it returns is a history both APIs accept whatever the log holds. It
+// returns evs itself when nothing moves or changes.
 func ResultsAfterCalls(evs []*messages.Event) []*messages.Event {
+	evs = agent.PairResults(evs)
 	at := map[string]int{} // a call's id -> the index of its first result
 	for i, ev := range evs {
 		if tr := ev.GetToolResult(); tr != nil {

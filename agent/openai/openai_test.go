@@ -3,6 +3,7 @@ package openai_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -213,6 +214,25 @@ func TestResultsAfterCalls(t *testing.T) {
 	ordered := []*messages.Event{userEv(1, "pay"), callsEv(2, "a", "b"), resultEv(4, "a"), resultEv(5, "b"), userEv(6, "hurry")}
 	got := openai.ResultsAfterCalls(ordered)
 	assert.Same(t, &ordered[0], &got[0], "nothing moved: the same slice")
+}
+
+// TestResultsAfterCallsPairsADamagedContext: a context from a damaged log
+// (a result without its call, a second result for a call, a call with no
+// result) is sent as a history the API accepts: each call followed by one
+// result, the first, or an error result of code missing.
+func TestResultsAfterCallsPairsADamagedContext(t *testing.T) {
+	in := []*messages.Event{userEv(1, "pay"), resultEv(2, "gone"), callsEv(3, "a", "b"), userEv(4, "hurry"), resultEv(5, "a"), resultEv(6, "a"),
+		callsEv(7, "c"), resultEv(8, "c"), userEv(9, "thanks")}
+	var got []string
+	for _, ev := range openai.ResultsAfterCalls(in) {
+		switch {
+		case ev.GetToolResult() != nil:
+			got = append(got, fmt.Sprintf("r:%s:%s@%d", ev.GetToolResult().GetToolCallId(), openai.ResultText(ev.GetToolResult().GetOutcome()), ev.GetSeq()))
+		default:
+			got = append(got, fmt.Sprintf("%d", ev.GetSeq()))
+		}
+	}
+	assert.Equal(t, []string{"1", "3", "r:a:true@5", "r:b:error (missing): no result was recorded for this call@5", "4", "7", "r:c:true@8", "9"}, got)
 }
 
 // TestMessageWhileACallIsOpenIsSentAfterItsResult: a user message sent
