@@ -879,6 +879,10 @@ func (c *core) startModel() {
 		// configured before): the default agent's view.
 		turn.Context = c.ws.RenderFor("")
 	}
+	// A damaged or imported log may hold a result without its call, two
+	// for one call, or a call with neither result nor tool_call event:
+	// every provider refuses such a context, on every later turn.
+	turn.Context = agent.PairResults(turn.Context)
 	var evicted []string
 	if c.cfg.Audit {
 		evicted = c.ws.Evicted()

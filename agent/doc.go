@@ -11,6 +11,18 @@
 // TextPart, ImagePart, FilePart and UserMessage build what a user sends;
 // Text, Reply and Call build what a Model answers.
 //
+// # Tool pairing
+//
+// Providers refuse a history in which a tool call lacks its result, a
+// result lacks its call, or a call has two results (400, on every later
+// turn too). The runtime gives a Model a Turn whose Context pairs every
+// call with exactly one result (PairResults), whatever a damaged or
+// imported log holds: an orphan result and a second result are left out
+// (the first stands), and a call the log holds with no result, which
+// nothing owes, is answered with an error result of code CodeMissing the
+// model reads. The adapters (agent/openai, agent/anthropic) pair again and
+// move each result right after its call (openai.ResultsAfterCalls).
+//
 // # Tools
 //
 // A tool is either a server tool (messages.Executor_EXECUTOR_SERVER), run

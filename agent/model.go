@@ -18,7 +18,9 @@ type Turn struct {
 	Summary *messages.Summary
 	// Context is the rendered working set after the summary: user_msg,
 	// assistant_msg and tool_result events, in ascending seq (see
-	// snapshot.WorkingSet.Render).
+	// snapshot.WorkingSet.Render), with every tool call paired with
+	// exactly one result (PairResults: a synthetic result carries the seq
+	// of the event before it).
 	Context []*messages.Event
 	// Tools are the tools the model may call, sorted by name.
 	Tools []ToolSpec

@@ -218,7 +218,9 @@ func rendered(ev *messages.Event) bool {
 // are skipped and rewind events are not rendered (see the package doc). If
 // the head was rewound below the summary's ToSeq (RewoundPastSummary), the
 // summary still stands for events the head no longer includes: the caller
-// should rebuild from an earlier summary.
+// should rebuild from an earlier summary. The events are as the log holds
+// them: before a model call the runtime makes the tool calls and results a
+// valid pairing (agent.PairResults), which a damaged log may not hold.
 //
 // The slice and the events are the working set's, and the caller must not
 // modify them. The working set never changes a slice it returned, so the
