@@ -125,7 +125,7 @@ func TestCancelledCall(t *testing.T) {
 // text, and a context-length one fails with agent.ErrContextLength.
 func TestErrorEvents(t *testing.T) {
 	cases := []providertest.Case{
-		{Name: "error_event", Text: "ok", MinDeltas: 1, Usage: &messages.Usage{InputTokens: 1234, OutputTokens: 56}, Requests: 2, Sleeps: []time.Duration{providertest.Backoff}},
+		{Name: "error_event", Text: "ok", MinDeltas: 1, Usage: &messages.Usage{InputTokens: 1234, OutputTokens: 56, CacheReadInputTokens: 1024}, Requests: 2, Sleeps: []time.Duration{providertest.Backoff}},
 		{Name: "error_event_context_length", Err: agent.ErrContextLength, Requests: 1},
 	}
 	for _, tc := range cases {
