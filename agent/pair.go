@@ -62,8 +62,8 @@ func PairResults(evs []*messages.Event) []*messages.Event {
 			if answered == nil {
 				answered = map[string]bool{}
 			}
-			if _, ok := answered[callID(tc)]; !ok {
-				answered[callID(tc)] = false
+			if _, ok := answered[CallID(tc)]; !ok {
+				answered[CallID(tc)] = false
 			}
 		}
 	}
@@ -82,7 +82,7 @@ func PairResults(evs []*messages.Event) []*messages.Event {
 			out = append(out, &messages.Event{
 				Seq: prev.GetSeq(), Time: prev.GetTime(), Agent: by.GetAgent(), Audience: by.GetAudience(),
 				Body: &messages.Event_ToolResult{ToolResult: &messages.ToolResultEvent{
-					ToolCallId: callID(tc), Name: tc.GetName(),
+					ToolCallId: CallID(tc), Name: tc.GetName(),
 					Outcome: &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Error{Error: &messages.ToolError{
 						Code: CodeMissing, Message: MissingResultMessage}}},
 				}},
@@ -97,7 +97,7 @@ func PairResults(evs []*messages.Event) []*messages.Event {
 		if a := ev.GetAssistantMsg(); a != nil {
 			flush()
 			for _, tc := range a.GetToolCalls() {
-				if id := callID(tc); !answered[id] {
+				if id := CallID(tc); !answered[id] {
 					answered[id] = true // owed once, by the first message making it
 					owe, by = append(owe, tc), ev
 				}
@@ -109,9 +109,9 @@ func PairResults(evs []*messages.Event) []*messages.Event {
 	return out
 }
 
-// callID is the id a call carries in the history sent to a provider: the
+// CallID is the id a call carries in the history sent to a provider: the
 // runtime's id, or the provider's when the runtime minted none.
-func callID(tc *messages.ToolCall) string {
+func CallID(tc *messages.ToolCall) string {
 	if id := tc.GetId(); id != "" {
 		return id
 	}

@@ -318,14 +318,10 @@ func Text(content []*messages.ContentPart) string {
 	return b.String()
 }
 
-// CallID is the id a call carries in the history sent to a provider: the
-// runtime's id, or the provider's when the runtime minted none.
-func CallID(tc *messages.ToolCall) string {
-	if id := tc.GetId(); id != "" {
-		return id
-	}
-	return tc.GetProviderId()
-}
+// CallID is agent.CallID: the id a call carries in the history sent to a
+// provider, the runtime's id, or the provider's when the runtime minted
+// none.
+func CallID(tc *messages.ToolCall) string { return agent.CallID(tc) }
 
 // ResultsAfterCalls returns the events of a turn's context with the tool
 // results of each assistant message's calls moved right after it, in their
