@@ -48,7 +48,8 @@ type mcpSession struct {
 // connectMCP connects to the MCP server of cfg, lists its tools and turns
 // each into a server tool whose Run calls it. ctx bounds the connection
 // and the listing, not the session. On failure nothing is left running
-// (a stdio server's process is ended and waited for). A stdio server whose
+// (a stdio server's process group is ended and the server waited for:
+// stdioProc.Close). A stdio server whose
 // process exits is not restarted: the call in flight and every later one
 // fail at once.
 func connectMCP(ctx context.Context, cfg mcpConfig, version string) (*mcpSession, error) {
@@ -60,7 +61,8 @@ func connectMCP(ctx context.Context, cfg mcpConfig, version string) (*mcpSession
 	switch {
 	case len(cfg.Command) > 0:
 		// Not CommandContext: the process lives as long as the session,
-		// which Close ends (closing its stdin, then a signal).
+		// which Close ends (closing its stdin, then signals to its process
+		// group: stdioProc.Close).
 		cmd := exec.Command(cfg.Command[0], cfg.Command[1:]...)
 		cmd.Dir = cfg.dir
 		for _, kv := range os.Environ() {
@@ -72,7 +74,7 @@ func connectMCP(ctx context.Context, cfg mcpConfig, version string) (*mcpSession
 			cmd.Env = append(cmd.Env, k+"="+v)
 		}
 		cmd.Stderr = os.Stderr
-		transport = &mcp.CommandTransport{Command: cmd}
+		transport = &stdioTransport{cmd: cmd, grace: cfg.stopGrace}
 	default:
 		transport = &mcp.StreamableClientTransport{Endpoint: cfg.URL, DisableStandaloneSSE: true}
 	}
@@ -161,7 +163,8 @@ func (t *closingTransport) Connect(ctx context.Context) (mcp.Connection, error) 
 }
 
 // close closes the connection made, if any: a stdio server's stdin is
-// closed and its process waited for (signalled if it does not exit).
+// closed and its process waited for (its process group signalled if it
+// does not exit).
 func (t *closingTransport) close() {
 	if t.conn != nil {
 		_ = t.conn.Close()

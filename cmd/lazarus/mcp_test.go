@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -345,4 +347,36 @@ func TestServeRefusesAnMCPServerListingAToolTwice(t *testing.T) {
 	r := cliCtx(ctxT(t), "serve", "--config", cfg, "--listen", "127.0.0.1:0")
 	require.Equal(t, exitError, r.code, r.stderr)
 	require.Contains(t, r.stderr, "bad configuration: mcp server twice: lists tool t_add twice")
+}
+
+// TestMCPCloseEndsTheServersProcessGroup: closing a stdio MCP server ends
+// the processes it started too (here one it waits for, as a shell waits
+// for its command, so that neither the end of its stdin nor a SIGTERM to
+// it alone ends it): the server runs in a process group of its own, which
+// gets SIGTERM after the grace. The SDK signalled the server's process
+// only, and the process it started survived the node.
+func TestMCPCloseEndsTheServersProcessGroup(t *testing.T) {
+	self, err := filepath.Abs(os.Args[0])
+	require.NoError(t, err)
+	ctx := ctxT(t)
+	cfg := mcpConfig{Name: "spawn", Command: []string{self}, Env: map[string]string{envChild: "mcp-spawn"}, stopGrace: 2 * time.Second}
+	s, err := connectMCP(ctx, cfg, "test")
+	require.NoError(t, err)
+	require.Len(t, s.tools, 1)
+	out, err := s.tools[0].Run(ctx, agent.Invocation{ToolCallID: "call-1", Name: "grandchild", Arguments: `{}`})
+	require.NoError(t, err)
+	var got pidOut
+	require.NoError(t, json.Unmarshal([]byte(out), &got))
+	require.Positive(t, got.Pid)
+	t.Cleanup(func() {
+		if t.Failed() {
+			_ = syscall.Kill(got.Pid, syscall.SIGKILL) // not left for an hour
+		}
+	})
+	require.NoError(t, syscall.Kill(got.Pid, 0), "the server's own process runs")
+
+	require.NoError(t, s.session.Close(), "the server exited with status 0 once its process had, and was waited for")
+	require.Eventually(t, func() bool {
+		return errors.Is(syscall.Kill(got.Pid, 0), syscall.ESRCH)
+	}, 5*time.Second, 10*time.Millisecond, "the process the server started is gone")
 }

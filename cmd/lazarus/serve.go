@@ -63,7 +63,9 @@ are read only when neither names one. Its relative paths (dir,
 tokens_file) are resolved against the file's directory, a flag's against
 the working directory; a stdio MCP server runs in the file's directory,
 with the node's environment but for the tokens' variable and
-$` + envPostgres + ` (its env may set them). An example is in the project's
+$` + envPostgres + ` (its env may set them), in a process group of its
+own: when the node stops, its stdin is closed, then the group (the server
+and what it started) gets SIGTERM after 5s and SIGKILL 5s later. An example is in the project's
 docs/serve.example.json; the format is in README.md.
 
 Model: "scripted" (the default) is a demo model, no language model: it

@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -90,6 +91,30 @@ func runChild() {
 		_, _ = io.Copy(io.Discard, in)
 		_ = os.WriteFile(os.Getenv("LAZARUS_TEST_MCP_CLOSED"), []byte("closed"), 0o600)
 		os.Exit(0)
+	case "mcp-spawn":
+		// An MCP server that starts a process of its own and waits for it,
+		// as sh -c 'server; sleep 100' does: its tool grandchild gives that
+		// process's pid. Neither the end of its stdin nor SIGTERM ends it
+		// before that process has exited (and been waited for).
+		sleeper := exec.Command(os.Args[0])
+		sleeper.Env = append(os.Environ(), envChild+"=sleep")
+		if err := sleeper.Start(); err != nil {
+			fmt.Fprintln(os.Stderr, "mcp-spawn:", err)
+			os.Exit(1)
+		}
+		signal.Notify(make(chan os.Signal, 1), syscall.SIGTERM)
+		s := mcp.NewServer(&mcp.Implementation{Name: "spawn", Version: "1"}, nil)
+		mcp.AddTool(s, &mcp.Tool{Name: "grandchild", Description: "the pid of the process the server started"},
+			func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, pidOut, error) {
+				return nil, pidOut{Pid: sleeper.Process.Pid}, nil
+			})
+		_ = s.Run(context.Background(), &mcp.StdioTransport{})
+		_ = sleeper.Wait()
+		os.Exit(0)
+	case "sleep":
+		// A process that does nothing until a signal ends it.
+		time.Sleep(time.Hour)
+		os.Exit(0)
 	case "mcp":
 		if f := os.Getenv(envMCPStarted); f != "" {
 			_ = os.WriteFile(f, []byte("started"), 0o600)
@@ -136,6 +161,10 @@ type getenvIn struct {
 type getenvOut struct {
 	Value string `json:"value"`
 	Set   bool   `json:"set"`
+}
+
+type pidOut struct {
+	Pid int `json:"pid"`
 }
 
 type cwdOut struct {

@@ -164,6 +164,9 @@ type mcpConfig struct {
 	// withhold names the node's environment variables Command does not
 	// inherit (set by buildNode: secretEnv), unless Env sets them.
 	withhold []string
+	// stopGrace is how long closing a stdio server waits for it to exit
+	// before each signal to its process group (zero: mcpStopGrace).
+	stopGrace time.Duration
 }
 
 // tokenConfig is the identity of one token in the tokens JSON.
