@@ -106,6 +106,7 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -179,7 +180,7 @@ func (c *cli) runSignalled(args []string, sig <-chan os.Signal, exit func(int)) 
 				if n := c.running.Load(); n != nil {
 					name += " " + *n
 				}
-				fmt.Fprintf(c.stderr, "%s: %v again, exiting now without finishing the stop\n", name, s)
+				fmt.Fprintf(c.lockedStderr(), "%s: %v again, exiting now without finishing the stop\n", name, s)
 				exit(exitForced)
 				return
 			case <-returned:
@@ -215,6 +216,25 @@ type cli struct {
 	// running is the name of the command once it is known, for the line
 	// a second signal writes (runSignalled).
 	running atomic.Pointer[string]
+	// stderrMu serialises the writes of lockedStderr.
+	stderrMu sync.Mutex
+}
+
+// lockedStderr is c.stderr for writers that run in goroutines of their
+// own (serve's progress lines, its HTTP server's log, its stdio MCP
+// servers' stderr): each Write is whole, never interleaved with another.
+func (c *cli) lockedStderr() io.Writer { return lockedWriter{mu: &c.stderrMu, w: c.stderr} }
+
+// lockedWriter writes to w under mu.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 func newCLI(stdin io.Reader, stdout, stderr io.Writer) *cli {

@@ -73,8 +73,7 @@ func connectMCP(ctx context.Context, cfg mcpConfig, version string) (*mcpSession
 		for k, v := range cfg.Env {
 			cmd.Env = append(cmd.Env, k+"="+v)
 		}
-		cmd.Stderr = os.Stderr
-		transport = &stdioTransport{cmd: cmd, grace: cfg.stopGrace}
+		transport = &stdioTransport{cmd: cmd, grace: cfg.stopGrace, stderr: cfg.stderr, prefix: "mcp server " + cfg.Name + ": "}
 	default:
 		transport = &mcp.StreamableClientTransport{Endpoint: cfg.URL, DisableStandaloneSSE: true}
 	}

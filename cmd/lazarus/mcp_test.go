@@ -380,3 +380,27 @@ func TestMCPCloseEndsTheServersProcessGroup(t *testing.T) {
 		return errors.Is(syscall.Kill(got.Pid, 0), syscall.ESRCH)
 	}, 5*time.Second, 10*time.Millisecond, "the process the server started is gone")
 }
+
+// TestServeMCPServerStderrIsTheCommands: what a stdio MCP server writes to
+// its stderr goes to the command's stderr (the CLI's, not the process's),
+// each line prefixed with the server's name, its last line ended; it used
+// to go to the process's stderr, past the command's writer.
+func TestServeMCPServerStderrIsTheCommands(t *testing.T) {
+	self, err := filepath.Abs(os.Args[0])
+	require.NoError(t, err)
+	cfg := filepath.Join(t.TempDir(), "node.json")
+	// The second server gives the first's tool, so serve stops once both
+	// have started, closing them.
+	require.NoError(t, os.WriteFile(cfg, []byte(`{
+		"dir": `+jsonString(filepath.Join(t.TempDir(), "store"))+`,
+		"mcp_servers": [
+			{"name": "one", "command": [`+jsonString(self)+`], "env": {"`+envChild+`": "mcp", "`+envMCPStderr+`": "warming up\nready"}},
+			{"name": "two", "command": [`+jsonString(self)+`], "env": {"`+envChild+`": "mcp"}}
+		]
+	}`), 0o600))
+	t.Setenv(envTokens, testTokens)
+	r := cliCtx(ctxT(t), "serve", "--config", cfg, "--listen", "127.0.0.1:0")
+	require.Equal(t, exitError, r.code, r.stderr)
+	require.Regexp(t, `(?m)^mcp server one: warming up\n`, r.stderr)
+	require.Regexp(t, `(?m)^mcp server one: ready\n`, r.stderr, "the last line, ended at the server's end")
+}

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"sync"
 	"syscall"
@@ -31,6 +33,10 @@ type stdioTransport struct {
 	cmd *exec.Cmd
 	// grace is mcpStopGrace unless set.
 	grace time.Duration
+	// stderr receives the server's stderr, each line prefixed with prefix
+	// (nil: discarded).
+	stderr io.Writer
+	prefix string
 }
 
 // Connect starts the command in a new process group and connects to it
@@ -48,13 +54,31 @@ func (t *stdioTransport) Connect(ctx context.Context) (mcp.Connection, error) {
 		t.cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	t.cmd.SysProcAttr.Setpgid = true
-	if err := t.cmd.Start(); err != nil {
+	// A pipe of its own, not exec's: Wait would wait for its copy, so for
+	// every process of the group holding it, not for the server only.
+	errR, errW, err := os.Pipe()
+	if err != nil {
 		return nil, err
 	}
-	p := &stdioProc{cmd: t.cmd, stdin: stdin, grace: t.grace, exited: make(chan struct{})}
+	t.cmd.Stderr = errW
+	err = t.cmd.Start()
+	_ = errW.Close() // the server's copy is the server's
+	if err != nil {
+		_ = errR.Close()
+		return nil, err
+	}
+	p := &stdioProc{cmd: t.cmd, stdin: stdin, grace: t.grace, exited: make(chan struct{}), stderr: errR, copied: make(chan struct{})}
 	if p.grace <= 0 {
 		p.grace = mcpStopGrace
 	}
+	go func() {
+		defer close(p.copied)
+		w := t.stderr
+		if w == nil {
+			w = io.Discard
+		}
+		copyLines(w, t.prefix, errR)
+	}()
 	go func() {
 		p.waitErr = t.cmd.Wait()
 		close(p.exited)
@@ -72,6 +96,8 @@ type stdioProc struct {
 	grace   time.Duration
 	exited  chan struct{} // closed once Wait has returned, with waitErr
 	waitErr error
+	stderr  *os.File      // the read end of the server's stderr
+	copied  chan struct{} // closed once stderr is copied to its end
 
 	once     sync.Once
 	closeErr error
@@ -84,7 +110,8 @@ func (p *stdioProc) Write(b []byte) (int, error) { return p.stdin.Write(b) }
 // running, and every process it started that is still in the group) gets
 // SIGTERM, and SIGKILL if anything of it is left after grace more. It
 // returns the server's exit error (nil for status 0) once the server's
-// process is waited for, so no zombie is left, or an error if it
+// process is waited for, so no zombie is left, and what the group wrote
+// to stderr is copied (at most grace more), or an error if the server
 // survives SIGKILL for grace.
 func (p *stdioProc) Close() error {
 	p.once.Do(func() { p.closeErr = p.stop() })
@@ -108,9 +135,43 @@ func (p *stdioProc) stop() error {
 	timer.Reset(p.grace)
 	select {
 	case <-p.exited:
-		return p.waitErr
 	case <-timer.C:
+		_ = p.stderr.Close()
 		return fmt.Errorf("pid %d: %w", pgid, errUnresponsive)
+	}
+	// What the group wrote is copied, unless a process that left it
+	// still holds the pipe.
+	timer.Reset(p.grace)
+	select {
+	case <-p.copied:
+	case <-timer.C:
+	}
+	_ = p.stderr.Close()
+	return p.waitErr
+}
+
+// copyLines copies r to w until r ends, each line (its last too, ended
+// with a newline if it had none) in one Write, prefix before it.
+func copyLines(w io.Writer, prefix string, r io.Reader) {
+	br := bufio.NewReader(r)
+	start := true
+	for {
+		line, err := br.ReadSlice('\n')
+		if len(line) > 0 {
+			b := make([]byte, 0, len(prefix)+len(line)+1)
+			if start {
+				b = append(b, prefix...)
+			}
+			b = append(b, line...)
+			start = line[len(line)-1] == '\n'
+			if err != nil && !errors.Is(err, bufio.ErrBufferFull) && !start {
+				b = append(b, '\n')
+			}
+			_, _ = w.Write(b)
+		}
+		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
+			return
+		}
 	}
 }
 

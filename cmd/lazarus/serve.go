@@ -96,7 +96,8 @@ too_many_subscriptions.
 
 Progress lines go to stderr: the store, the model and its timeout, the
 tool timeout, the streams a conversation may have, each tool, the
-listening address. SIGTERM or SIGINT stops it gracefully: it
+listening address; so do the stdio MCP servers' stderr lines, each
+prefixed with "mcp server NAME: ". SIGTERM or SIGINT stops it gracefully: it
 stops accepting connections, ends the event streams (each with the code
 closed, so that clients reconnect), waits for the requests in flight (at
 most --shutdown-timeout), then closes the runtime and the store, and exits
@@ -184,7 +185,7 @@ func (c *cli) serve(ctx context.Context, fs *flags, args []string) (err error) {
 
 // progress prints one progress line of serve on stderr.
 func (c *cli) progress(format string, args ...any) {
-	fmt.Fprintf(c.stderr, "lazarus serve: "+format+"\n", args...)
+	fmt.Fprintf(c.lockedStderr(), "lazarus serve: "+format+"\n", args...)
 }
 
 // node is a configured, not yet listening, node.
@@ -276,6 +277,7 @@ func (c *cli) buildNode(ctx context.Context, cfg *serveConfig) (_ *node, err err
 	}
 	for _, m := range cfg.MCPServers {
 		m.withhold = secretEnv(cfg)
+		m.stderr = c.lockedStderr()
 		cctx, cancel := context.WithTimeout(ctx, mcpConnectTimeout)
 		s, err := connectMCP(cctx, m, serveVersion)
 		cancel()
@@ -350,7 +352,7 @@ func (c *cli) buildNode(ctx context.Context, cfg *serveConfig) (_ *node, err err
 	}
 	n.srv = server.New(n.rt, server.Options{
 		Authenticator: auth, OperatorRole: cfg.OperatorRole, Metrics: metrics, StreamWriteTimeout: streamWrite,
-		PublicMetrics: cfg.PublicMetrics, NoConsole: cfg.NoConsole, Logger: slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		PublicMetrics: cfg.PublicMetrics, NoConsole: cfg.NoConsole, Logger: slog.New(slog.NewTextHandler(c.lockedStderr(), &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	return n, nil
 }
@@ -439,7 +441,7 @@ func (n *node) run(ctx context.Context, grace, idle, read time.Duration) (err er
 		ReadTimeout: read,
 		// Between requests only: an event stream in progress is not idle.
 		IdleTimeout: idle,
-		ErrorLog:    slog.NewLogLogger(slog.NewTextHandler(n.c.stderr, nil), slog.LevelWarn),
+		ErrorLog:    slog.NewLogLogger(slog.NewTextHandler(n.c.lockedStderr(), nil), slog.LevelWarn),
 	}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(n.ln) }()

@@ -38,6 +38,9 @@ const envChild = "LAZARUS_TEST_CHILD"
 // envMCPStarted names a file the "mcp" child writes when it starts.
 const envMCPStarted = "LAZARUS_TEST_MCP_STARTED"
 
+// envMCPStderr is what the "mcp" child writes to its stderr when it starts.
+const envMCPStderr = "LAZARUS_TEST_MCP_STDERR"
+
 // runChild runs the re-executed test binary's role, if it has one, and
 // exits; TestMain calls it first.
 func runChild() {
@@ -119,6 +122,7 @@ func runChild() {
 		if f := os.Getenv(envMCPStarted); f != "" {
 			_ = os.WriteFile(f, []byte("started"), 0o600)
 		}
+		fmt.Fprint(os.Stderr, os.Getenv(envMCPStderr))
 		s := newTestMCPServer(nil)
 		mcp.AddTool(s, &mcp.Tool{Name: "cwd", Description: "the server's working directory"},
 			func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, cwdOut, error) {

@@ -167,6 +167,10 @@ type mcpConfig struct {
 	// stopGrace is how long closing a stdio server waits for it to exit
 	// before each signal to its process group (zero: mcpStopGrace).
 	stopGrace time.Duration
+	// stderr receives a stdio server's stderr, each line prefixed with
+	// "mcp server NAME: " (set by buildNode: the command's stderr; nil:
+	// discarded).
+	stderr io.Writer
 }
 
 // tokenConfig is the identity of one token in the tokens JSON.
