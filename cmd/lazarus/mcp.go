@@ -200,6 +200,13 @@ func mcpTool(session *mcp.ClientSession, prefix string, t *mcp.Tool, timeout tim
 		}
 		text := mcpResultText(res)
 		if res.IsError {
+			if strings.TrimSpace(text) == "" && res.StructuredContent != nil {
+				// Its only message: the runtime cuts it to
+				// agent.MaxErrorBytes, as every tool error.
+				if b, err := json.Marshal(res.StructuredContent); err == nil {
+					text = string(b)
+				}
+			}
 			if strings.TrimSpace(text) == "" {
 				// The model reads the message: an empty one tells it nothing.
 				return "", fmt.Errorf("mcp tool %s failed and gave no message", name)
@@ -217,7 +224,9 @@ func mcpTool(session *mcp.ClientSession, prefix string, t *mcp.Tool, timeout tim
 }
 
 // mcpResultText is what the model sees of a result: its structured
-// content as JSON if it has some, else its contents joined by newlines:
+// content as JSON if it has some and is no error (an error's is its
+// message only when it has no text: mcpTool), else its contents joined
+// by newlines:
 // a text's text, an embedded resource's text; an image, an audio clip, a
 // binary resource or a resource link is named by its kind, URI and MIME
 // type ("[image content, image/png]"), its data left out.

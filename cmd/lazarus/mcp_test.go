@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -79,13 +80,15 @@ func TestMCPServerExitFailsItsCalls(t *testing.T) {
 // TestMCPToolErrorWithoutText: a call the MCP server answers with an error
 // result that has no text fails with an error that names the tool, not an
 // empty one (the model reads the message); an error result with text fails
-// with that text.
+// with that text; one with structured content only fails with its JSON,
+// cut to agent.MaxErrorBytes (it used to say it gave no message).
 func TestMCPToolErrorWithoutText(t *testing.T) {
 	srv := mcp.NewServer(&mcp.Implementation{Name: "test-mcp", Version: "1"}, nil)
 	srv.AddTool(&mcp.Tool{Name: "fail", InputSchema: json.RawMessage(`{"type":"object"}`)},
 		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			var args struct {
-				Text string `json:"text"`
+				Text       string          `json:"text"`
+				Structured json.RawMessage `json:"structured"`
 			}
 			if err := json.Unmarshal(req.Params.Arguments, &args); err != nil {
 				return nil, err
@@ -93,6 +96,9 @@ func TestMCPToolErrorWithoutText(t *testing.T) {
 			res := &mcp.CallToolResult{IsError: true}
 			if args.Text != "" {
 				res.Content = []mcp.Content{&mcp.TextContent{Text: args.Text}}
+			}
+			if args.Structured != nil {
+				res.StructuredContent = args.Structured
 			}
 			return res, nil
 		})
@@ -105,6 +111,19 @@ func TestMCPToolErrorWithoutText(t *testing.T) {
 	require.EqualError(t, err, "mcp tool fail failed and gave no message")
 	_, err = tool.Run(ctx, agent.Invocation{ToolCallID: "call-2", Name: "fail", Arguments: `{"text": "disk full"}`})
 	require.EqualError(t, err, "disk full")
+	_, err = tool.Run(ctx, agent.Invocation{ToolCallID: "call-3", Name: "fail", Arguments: `{"text": "disk full", "structured": {"code": 28}}`})
+	require.EqualError(t, err, "disk full", "its text, when it has one")
+
+	// Structured content only: its JSON, cut as every tool error is.
+	reg, err := agent.NewRegistry(tool)
+	require.NoError(t, err)
+	out := reg.RunServer(ctx, agent.Invocation{ToolCallID: "call-4", Name: "fail", Arguments: `{"structured": {"code": 28, "reason": "ENOSPC"}}`})
+	require.Equal(t, agent.CodeTool, out.GetError().GetCode())
+	require.JSONEq(t, `{"code": 28, "reason": "ENOSPC"}`, out.GetError().GetMessage())
+	long := strings.Repeat("x", 2*agent.MaxErrorBytes)
+	out = reg.RunServer(ctx, agent.Invocation{ToolCallID: "call-5", Name: "fail", Arguments: `{"structured": {"reason": "` + long + `"}}`})
+	require.LessOrEqual(t, len(out.GetError().GetMessage()), agent.MaxErrorBytes)
+	require.True(t, strings.HasPrefix(out.GetError().GetMessage(), `{"reason":"xxx`), out.GetError().GetMessage()[:40])
 }
 
 // TestMCPServerDoesNotInheritTheNodesSecrets: a stdio MCP server gets the
