@@ -26,6 +26,10 @@ const mcpToolCallIDKey = "lazarus/tool_call_id"
 // defaultMCPTimeout bounds one MCP tool call when the config sets none.
 const defaultMCPTimeout = 60 * time.Second
 
+// defaultMCPConnectTimeout bounds connecting to one MCP server and listing
+// its tools at start when the config sets no connect_timeout.
+const defaultMCPConnectTimeout = 30 * time.Second
+
 // secretEnv names the environment variables that hold the node's own
 // secrets, which the stdio MCP servers it starts do not inherit: the
 // tokens' (tokens_env, default envTokens: every user's bearer token) and
@@ -46,17 +50,21 @@ type mcpSession struct {
 }
 
 // connectMCP connects to the MCP server of cfg, lists its tools and turns
-// each into a server tool whose Run calls it. ctx bounds the connection
-// and the listing, not the session. On failure nothing is left running
+// each into a server tool whose Run calls it. ctx and cfg's connect
+// timeout bound the connection and the listing, not the session. On
+// failure nothing is left running
 // (a stdio server's process group is ended and the server waited for:
 // stdioProc.Close). A stdio server whose
 // process exits is not restarted: the call in flight and every later one
 // fail at once.
 func connectMCP(ctx context.Context, cfg mcpConfig, version string) (*mcpSession, error) {
-	timeout, err := cfg.check()
+	timeout, connectTimeout, err := cfg.check()
 	if err != nil {
 		return nil, err
 	}
+	connectCtx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	ctx = connectCtx
 	var transport mcp.Transport
 	switch {
 	case len(cfg.Command) > 0:
@@ -85,7 +93,7 @@ func connectMCP(ctx context.Context, cfg mcpConfig, version string) (*mcpSession
 		// answering a protocol version it does not support): a stdio
 		// server would be left running, never reaped.
 		ct.close()
-		return nil, fmt.Errorf("mcp server %s: connect: %w", cfg.Name, err)
+		return nil, fmt.Errorf("mcp server %s: connect: %w", cfg.Name, connectErr(ctx, connectTimeout, err))
 	}
 	s := &mcpSession{name: cfg.Name, session: session}
 	// A server without the tools capability has no tools: it may refuse
@@ -98,7 +106,7 @@ func connectMCP(ctx context.Context, cfg mcpConfig, version string) (*mcpSession
 		}
 		if err != nil {
 			_ = session.Close()
-			return nil, fmt.Errorf("mcp server %s: list tools: %w", cfg.Name, err)
+			return nil, fmt.Errorf("mcp server %s: list tools: %w", cfg.Name, connectErr(ctx, connectTimeout, err))
 		}
 		tool, err := mcpTool(session, cfg.Prefix, t, timeout)
 		if err != nil {
@@ -110,42 +118,58 @@ func connectMCP(ctx context.Context, cfg mcpConfig, version string) (*mcpSession
 	return s, nil
 }
 
+// connectErr is err, saying so if the connect timeout d has passed.
+func connectErr(ctx context.Context, d time.Duration, err error) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("not done within connect_timeout %v: %w", d, err)
+	}
+	return err
+}
+
 // check validates cfg without starting anything: a name, exactly one of a
 // command (whose program is not empty) and an http or https url with a
-// host, env names that are variable names, and a positive timeout, which it returns (defaultMCPTimeout if
-// none is set). Errors wrap errConfig.
-func (cfg mcpConfig) check() (time.Duration, error) {
+// host, env names that are variable names, and a positive timeout and
+// connect timeout, which it returns (defaultMCPTimeout and
+// defaultMCPConnectTimeout if not set). Errors wrap errConfig.
+func (cfg mcpConfig) check() (timeout, connectTimeout time.Duration, err error) {
 	if cfg.Name == "" {
-		return 0, configErr("an MCP server without a name")
+		return 0, 0, configErr("an MCP server without a name")
 	}
 	switch {
 	case (len(cfg.Command) > 0) == (cfg.URL != ""):
-		return 0, configErr("mcp server %s: give exactly one of command and url", cfg.Name)
+		return 0, 0, configErr("mcp server %s: give exactly one of command and url", cfg.Name)
 	case len(cfg.Command) > 0 && cfg.Command[0] == "":
-		return 0, configErr("mcp server %s: command: an empty program", cfg.Name)
+		return 0, 0, configErr("mcp server %s: command: an empty program", cfg.Name)
 	case cfg.URL != "":
 		u, err := url.Parse(cfg.URL)
 		if err != nil {
-			return 0, configErr("mcp server %s: url: %v", cfg.Name, err)
+			return 0, 0, configErr("mcp server %s: url: %v", cfg.Name, err)
 		}
 		if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return 0, configErr("mcp server %s: url %q: not an http or https URL with a host", cfg.Name, cfg.URL)
+			return 0, 0, configErr("mcp server %s: url %q: not an http or https URL with a host", cfg.Name, cfg.URL)
 		}
 	}
 	for k := range cfg.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return 0, configErr("mcp server %s: env: %q is not a variable name", cfg.Name, k)
+			return 0, 0, configErr("mcp server %s: env: %q is not a variable name", cfg.Name, k)
 		}
 	}
-	timeout, err := duration("mcp server "+cfg.Name+": timeout", cfg.Timeout, defaultMCPTimeout)
+	timeout, err = duration("mcp server "+cfg.Name+": timeout", cfg.Timeout, defaultMCPTimeout)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if timeout <= 0 {
 		// A call bounded by no time at all would fail before it started.
-		return 0, configErr("mcp server %s: timeout %s: not positive", cfg.Name, cfg.Timeout)
+		return 0, 0, configErr("mcp server %s: timeout %s: not positive", cfg.Name, cfg.Timeout)
 	}
-	return timeout, nil
+	connectTimeout, err = duration("mcp server "+cfg.Name+": connect_timeout", cfg.ConnectTimeout, defaultMCPConnectTimeout)
+	if err != nil {
+		return 0, 0, err
+	}
+	if connectTimeout <= 0 {
+		return 0, 0, configErr("mcp server %s: connect_timeout %s: not positive", cfg.Name, cfg.ConnectTimeout)
+	}
+	return timeout, connectTimeout, nil
 }
 
 // closingTransport remembers the connection its Transport made, so that

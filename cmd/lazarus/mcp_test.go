@@ -257,17 +257,19 @@ func TestServeBadConfigStartsNoMCPServer(t *testing.T) {
 	t.Setenv(envTokens, testTokens)
 	good := `{"name": "calc", "command": [` + jsonString(self) + `], "env": {"` + envChild + `": "mcp"}}`
 	for name, tc := range map[string]struct{ fields, want string }{
-		"no name":         {`"mcp_servers": [` + good + `, {"command": ["x"]}]`, "an MCP server without a name"},
-		"command and url": {`"mcp_servers": [` + good + `, {"name": "b", "command": ["x"], "url": "http://h/"}]`, "mcp server b: give exactly one of command and url"},
-		"neither":         {`"mcp_servers": [` + good + `, {"name": "b"}]`, "mcp server b: give exactly one of command and url"},
-		"empty program":   {`"mcp_servers": [` + good + `, {"name": "b", "command": [""]}]`, "mcp server b: command: an empty program"},
-		"url no scheme":   {`"mcp_servers": [` + good + `, {"name": "b", "url": "localhost:8080"}]`, `mcp server b: url "localhost:8080": not an http or https URL`},
-		"url ftp":         {`"mcp_servers": [` + good + `, {"name": "b", "url": "ftp://h/"}]`, `mcp server b: url "ftp://h/": not an http or https URL`},
-		"url bad":         {`"mcp_servers": [` + good + `, {"name": "b", "url": "http://[::1"}]`, "mcp server b: url: "},
-		"env name":        {`"mcp_servers": [` + good + `, {"name": "b", "command": ["x"], "env": {"A=B": "c"}}]`, `mcp server b: env: "A=B" is not a variable name`},
-		"timeout":         {`"mcp_servers": [` + good + `, {"name": "b", "command": ["x"], "timeout": "0s"}]`, "mcp server b: timeout 0s: not positive"},
-		"same name":       {`"mcp_servers": [` + good + `, ` + good + `]`, "mcp server calc: two servers have that name"},
-		"tool_timeout":    {`"mcp_servers": [` + good + `], "tool_timeout": "soon"`, "tool_timeout: "},
+		"no name":             {`"mcp_servers": [` + good + `, {"command": ["x"]}]`, "an MCP server without a name"},
+		"command and url":     {`"mcp_servers": [` + good + `, {"name": "b", "command": ["x"], "url": "http://h/"}]`, "mcp server b: give exactly one of command and url"},
+		"neither":             {`"mcp_servers": [` + good + `, {"name": "b"}]`, "mcp server b: give exactly one of command and url"},
+		"empty program":       {`"mcp_servers": [` + good + `, {"name": "b", "command": [""]}]`, "mcp server b: command: an empty program"},
+		"url no scheme":       {`"mcp_servers": [` + good + `, {"name": "b", "url": "localhost:8080"}]`, `mcp server b: url "localhost:8080": not an http or https URL`},
+		"url ftp":             {`"mcp_servers": [` + good + `, {"name": "b", "url": "ftp://h/"}]`, `mcp server b: url "ftp://h/": not an http or https URL`},
+		"url bad":             {`"mcp_servers": [` + good + `, {"name": "b", "url": "http://[::1"}]`, "mcp server b: url: "},
+		"env name":            {`"mcp_servers": [` + good + `, {"name": "b", "command": ["x"], "env": {"A=B": "c"}}]`, `mcp server b: env: "A=B" is not a variable name`},
+		"timeout":             {`"mcp_servers": [` + good + `, {"name": "b", "command": ["x"], "timeout": "0s"}]`, "mcp server b: timeout 0s: not positive"},
+		"connect_timeout":     {`"mcp_servers": [` + good + `, {"name": "b", "command": ["x"], "connect_timeout": "-1s"}]`, "mcp server b: connect_timeout -1s: not positive"},
+		"connect_timeout bad": {`"mcp_servers": [` + good + `, {"name": "b", "command": ["x"], "connect_timeout": "soon"}]`, "mcp server b: connect_timeout: "},
+		"same name":           {`"mcp_servers": [` + good + `, ` + good + `]`, "mcp server calc: two servers have that name"},
+		"tool_timeout":        {`"mcp_servers": [` + good + `], "tool_timeout": "soon"`, "tool_timeout: "},
 	} {
 		t.Run(name, func(t *testing.T) {
 			started := filepath.Join(t.TempDir(), "started")
@@ -422,4 +424,22 @@ func TestServeMCPServerStderrIsTheCommands(t *testing.T) {
 	require.Equal(t, exitError, r.code, r.stderr)
 	require.Regexp(t, `(?m)^mcp server one: warming up\n`, r.stderr)
 	require.Regexp(t, `(?m)^mcp server one: ready\n`, r.stderr, "the last line, ended at the server's end")
+}
+
+// TestMCPConnectTimeout: an MCP server that does not answer the handshake
+// fails the connection at its connect_timeout, with an error that says so,
+// and is ended; the bound was a fixed 30s no configuration could change.
+func TestMCPConnectTimeout(t *testing.T) {
+	self, err := filepath.Abs(os.Args[0])
+	require.NoError(t, err)
+	ctx := ctxT(t)
+	cfg := mcpConfig{Name: "mute", Command: []string{self}, Env: map[string]string{envChild: "sleep"}, ConnectTimeout: "300ms", stopGrace: 100 * time.Millisecond}
+	_, err = connectMCP(ctx, cfg, "test")
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorContains(t, err, "mcp server mute: connect: not done within connect_timeout 300ms")
+	require.NoError(t, ctx.Err(), "at the connect timeout, not the test's bound")
+	timeout, connect, err := mcpConfig{Name: "d", URL: "http://h/"}.check()
+	require.NoError(t, err)
+	require.Equal(t, defaultMCPTimeout, timeout)
+	require.Equal(t, 30*time.Second, connect, "the default")
 }

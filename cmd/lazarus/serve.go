@@ -34,9 +34,6 @@ const (
 	envTokens = "LAZARUS_TOKENS"
 	// serveVersion is what the node tells MCP servers it is.
 	serveVersion = "dev"
-	// mcpConnectTimeout bounds connecting to one MCP server and listing
-	// its tools at start.
-	mcpConnectTimeout = 30 * time.Second
 )
 
 var serveCmd = &command{
@@ -55,8 +52,9 @@ human tools (name, description, JSON schema of the arguments, a prompt
 template over the arguments, a timeout, who may answer: roles and/or the
 requester), the MCP servers whose tools become server tools (a stdio
 command or a streamable HTTP url; their tools are listed at start, once
-the whole file is checked: a bad file starts none), and where the tokens
-are. Flags override it; a store flag (--dir or
+the whole file is checked: a bad file starts none; each server's
+connect_timeout, default 30s, bounds its connection and listing), and
+where the tokens are. Flags override it; a store flag (--dir or
 --postgres) replaces the file's store, which is dir or postgres (a file
 that sets both is refused), and $` + envPostgres + ` then $` + envDir + `
 are read only when neither names one. Its relative paths (dir,
@@ -230,7 +228,7 @@ func (c *cli) buildNode(ctx context.Context, cfg *serveConfig) (_ *node, err err
 	// Every MCP server's entry is checked before any is started.
 	named := map[string]bool{}
 	for _, m := range cfg.MCPServers {
-		if _, err := m.check(); err != nil {
+		if _, _, err := m.check(); err != nil {
 			return nil, err
 		}
 		if named[m.Name] {
@@ -278,9 +276,7 @@ func (c *cli) buildNode(ctx context.Context, cfg *serveConfig) (_ *node, err err
 	for _, m := range cfg.MCPServers {
 		m.withhold = secretEnv(cfg)
 		m.stderr = c.lockedStderr()
-		cctx, cancel := context.WithTimeout(ctx, mcpConnectTimeout)
-		s, err := connectMCP(cctx, m, serveVersion)
-		cancel()
+		s, err := connectMCP(ctx, m, serveVersion)
 		if err != nil {
 			return nil, err
 		}

@@ -158,6 +158,9 @@ type mcpConfig struct {
 	Prefix string `json:"prefix,omitempty"`
 	// Timeout bounds one tool call (a Go duration, positive). Default 60s.
 	Timeout string `json:"timeout,omitempty"`
+	// ConnectTimeout bounds connecting to the server and listing its
+	// tools at start (a Go duration, positive). Default 30s.
+	ConnectTimeout string `json:"connect_timeout,omitempty"`
 	// dir is the working directory of Command: the configuration file's
 	// directory (set by loadConfig; empty: the node's own).
 	dir string
