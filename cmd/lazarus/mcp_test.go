@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -442,4 +443,28 @@ func TestMCPConnectTimeout(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, defaultMCPTimeout, timeout)
 	require.Equal(t, 30*time.Second, connect, "the default")
+}
+
+// TestServeClosesMCPServersTogether: the node closes its MCP servers all
+// at once, so its stop costs one server's grace, not one per server. Here
+// the first server exits only once the second's stdin is closed too (each
+// waits for the other through a FIFO); both exit with status 0 without a
+// signal. The node closed them one after another: the first got SIGTERM
+// after its grace, and so did the second after its own.
+func TestServeClosesMCPServersTogether(t *testing.T) {
+	self, err := filepath.Abs(os.Args[0])
+	require.NoError(t, err)
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
+	ctx := ctxT(t)
+	var stderr lockedBuffer
+	n := &node{c: newCLI(strings.NewReader(""), io.Discard, &stderr)}
+	for name, env := range map[string]string{"reader": envMCPFIFORead, "writer": envMCPFIFOWrite} {
+		cfg := mcpConfig{Name: name, Command: []string{self}, Env: map[string]string{envChild: "mcp", env: fifo}, stopGrace: 10 * time.Second}
+		s, err := connectMCP(ctx, cfg, "test")
+		require.NoError(t, err)
+		n.mcps = append(n.mcps, s)
+	}
+	require.NoError(t, n.close())
+	require.Empty(t, stderr.String(), "no server reported an error at close: both exited with status 0")
 }

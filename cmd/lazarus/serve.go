@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/lazarusrt/lazarus"
@@ -98,8 +99,10 @@ listening address; so do the stdio MCP servers' stderr lines, each
 prefixed with "mcp server NAME: ". SIGTERM or SIGINT stops it gracefully: it
 stops accepting connections, ends the event streams (each with the code
 closed, so that clients reconnect), waits for the requests in flight (at
-most --shutdown-timeout), then closes the runtime and the store, and exits
-with status 0. A second SIGTERM or SIGINT during that stop exits at once
+most --shutdown-timeout), then closes the runtime and the store, then the
+MCP servers, all at once (a stdio server that does not exit when its stdin
+closes is signalled after 5s: about 10s at most), and exits with status
+0. A second SIGTERM or SIGINT during that stop exits at once
 with status 7, saying so on stderr: the requests in flight get no answer
 and the runtime is not closed, as for a killed process (every write
 acknowledged before is durable). A second signal exits every other
@@ -476,8 +479,10 @@ func (c *cli) progressBound(what string, t, def time.Duration) {
 	}
 }
 
-// close closes the runtime (and so the store it opened) and the MCP
-// sessions, once.
+// close closes the runtime (and so the store it opened), then the MCP
+// sessions, all at once, once. A stdio server takes at most about
+// 2*mcpStopGrace (stdioProc.Close; twice more only if a process survives
+// SIGKILL or left the group holding its stderr).
 func (n *node) close() error {
 	if n.closed {
 		return nil
@@ -494,11 +499,17 @@ func (n *node) close() error {
 			n.c.progress("store closed")
 		}
 	}
+	// All at once: a stdio server may take its grace to exit, and the
+	// stop should cost one grace, not one per server.
+	var wg sync.WaitGroup
 	for _, s := range n.mcps {
-		if err := s.session.Close(); err != nil && !errors.Is(err, context.Canceled) {
-			n.c.progress("mcp server %s: close: %v", s.name, err)
-		}
+		wg.Go(func() {
+			if err := s.session.Close(); err != nil && !errors.Is(err, context.Canceled) {
+				n.c.progress("mcp server %s: close: %v", s.name, err)
+			}
+		})
 	}
+	wg.Wait()
 	return errors.Join(errs...)
 }
 

@@ -41,6 +41,13 @@ const envMCPStarted = "LAZARUS_TEST_MCP_STARTED"
 // envMCPStderr is what the "mcp" child writes to its stderr when it starts.
 const envMCPStderr = "LAZARUS_TEST_MCP_STDERR"
 
+// envMCPFIFORead and envMCPFIFOWrite name a FIFO the "mcp" child reads,
+// or writes, once its stdin has ended, before it exits.
+const (
+	envMCPFIFORead  = "LAZARUS_TEST_MCP_FIFO_READ"
+	envMCPFIFOWrite = "LAZARUS_TEST_MCP_FIFO_WRITE"
+)
+
 // runChild runs the re-executed test binary's role, if it has one, and
 // exits; TestMain calls it first.
 func runChild() {
@@ -143,6 +150,20 @@ func runChild() {
 		if err != nil && !errors.Is(err, io.EOF) {
 			fmt.Fprintln(os.Stderr, "mcp child:", err)
 			os.Exit(1)
+		}
+		// Once its stdin has ended, a server given a FIFO waits for its
+		// peer's to end too: the one reading it until the one writing it
+		// opens it, and the other way round.
+		if f := os.Getenv(envMCPFIFORead); f != "" {
+			b, err := os.ReadFile(f)
+			if err != nil || string(b) != "peer" {
+				os.Exit(1)
+			}
+		}
+		if f := os.Getenv(envMCPFIFOWrite); f != "" {
+			if os.WriteFile(f, []byte("peer"), 0) != nil {
+				os.Exit(1)
+			}
 		}
 		os.Exit(0)
 	}
