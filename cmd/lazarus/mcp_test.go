@@ -381,7 +381,10 @@ func TestMCPCloseEndsTheServersProcessGroup(t *testing.T) {
 	self, err := filepath.Abs(os.Args[0])
 	require.NoError(t, err)
 	ctx := ctxT(t)
-	cfg := mcpConfig{Name: "spawn", Command: []string{self}, Env: map[string]string{envChild: "mcp-spawn"}, stopGrace: 2 * time.Second}
+	// The grace is waited for in full (the server ignores its stdin's
+	// end); after SIGTERM it is the server's time to reap its process and
+	// exit, which a loaded machine may slow.
+	cfg := mcpConfig{Name: "spawn", Command: []string{self}, Env: map[string]string{envChild: "mcp-spawn"}, stopGrace: 3 * time.Second}
 	s, err := connectMCP(ctx, cfg, "test")
 	require.NoError(t, err)
 	require.Len(t, s.tools, 1)
