@@ -32,6 +32,8 @@ const simAgentSeeds = 250
 func TestSimulationAgents(t *testing.T) {
 	n, first := simAgentSeeds, uint64(1)
 	switch {
+	case *simSeed > 0: // a replay of one seed
+		n, first = 1, *simSeed
 	case *simSeeds > 0: // a soak (make soak): the seeds it asks for
 		n, first = *simSeeds, *simFirst
 	case testing.Short():
@@ -42,7 +44,8 @@ func TestSimulationAgents(t *testing.T) {
 		s := newAgentSim(seed)
 		s.run(simStepsSeed)
 		if s.failure != "" {
-			t.Fatalf("seed %d: step %d: %s\ntrace (last steps):\n%s", seed, s.step, s.failure, strings.Join(s.tail(), "\n"))
+			t.Fatalf("seed %d: step %d: %s\nreplay: go test ./actors -run TestSimulationAgents -sim.seed=%d -v\ntrace (last steps):\n%s",
+				seed, s.step, s.failure, seed, strings.Join(s.tail(), "\n"))
 		}
 		for _, ev := range s.events() {
 			if ev.GetHandoff() != nil {
@@ -50,6 +53,9 @@ func TestSimulationAgents(t *testing.T) {
 			}
 		}
 		summaries += s.stats.AgentSummaries
+	}
+	if *simSeed > 0 {
+		return // one seed replayed: it need not explore everything
 	}
 	if handoffs == 0 {
 		t.Fatalf("%d seeds made no handoff: the simulator explores nothing of agents", n)
