@@ -37,6 +37,18 @@ func testResolveOverflowingRow(t *testing.T, e env) {
 	requireSentinel(t, err, journal.ErrInvalid, "Append")
 	requireSentinel(t, res.Err, journal.ErrInvalid)
 	requireSameSnapshot(t, before, snapshotOf(t, s, []string{"c", "d"}, []string{"tc-big"}), "a refused Append changes nothing")
+	// The row's size depends on the stored row: it is checked with
+	// ErrStale's checks, after the fence and the tool call owners.
+	upsert(t, s, humanCall("o", "tc-o"))
+	for name, req := range map[string]*messages.AppendRequest{
+		"fenced off": {ConversationId: "c", ExpectedLast: last + 5, Events: userEvs(2, 1), Resolutions: overflow.GetResolutions()},
+		"owner":      {ConversationId: "c", ExpectedLast: last, Events: userEvs(2, 1), Resolutions: overflow.GetResolutions(), ToolCalls: []*messages.ToolCallRecord{humanCall("c", "tc-o")}},
+	} {
+		_, err := s.Append(ctx, req)
+		requireSentinel(t, err, journal.ErrConflict, name)
+	}
+	assert.Equal(t, last, lastSeq(t, s, "c"))
+	assert.Equal(t, pending, toolCall(t, s, "tc-big").GetStatus())
 
 	results := s.AppendBatch(ctx, []*messages.AppendRequest{overflow, {ConversationId: "d", Events: userEvs(1, 1)}})
 	require.Len(t, results, 2)
@@ -55,6 +67,16 @@ func testResolveOverflowingRow(t *testing.T, e env) {
 	assert.Equal(t, resolved, row.GetStatus())
 	requireProto(t, out, row.GetResult(), "the result, kept once in its event")
 	assert.Empty(t, allDeadlines(t, s))
+
+	// The row's size is checked after ErrStale: a call no longer pending
+	// is stale, whatever its result would make of the row.
+	_, err = s.ResolveToolCall(ctx, "tc-big", errored, contentOutcome(content+content), tm(4))
+	requireSentinel(t, err, journal.ErrStale, "ResolveToolCall of an answered call")
+	res, err = s.Append(ctx, &messages.AppendRequest{ConversationId: "c", Unfenced: true,
+		Resolutions: []*messages.ToolResolution{{ToolCallId: "tc-big", Status: errored, Result: contentOutcome(content + content), At: ts(4)}}})
+	requireSentinel(t, err, journal.ErrStale, "Append resolving an answered call")
+	requireSentinel(t, res.Err, journal.ErrStale)
+	requireProto(t, row, toolCall(t, s, "tc-big"), "nothing changed")
 }
 
 // testSettingsTotalBounded: a merge of settings (by PutConversation or by
@@ -79,6 +101,10 @@ func testSettingsTotalBounded(t *testing.T, e env) {
 	requireSentinel(t, res.Err, journal.ErrInvalid)
 	requireProto(t, before, conversation(t, s, "a"), "nothing of the refused Append is written")
 	assert.Equal(t, uint64(1), lastSeq(t, s, "a"))
+	// The merge depends on the stored row: it is checked after the fence.
+	_, err = s.Append(ctx, &messages.AppendRequest{ConversationId: "a", ExpectedLast: 5, Events: userEvs(2, 1),
+		Settings: map[string]string{"k3": third, "small": "s"}})
+	requireSentinel(t, err, journal.ErrConflict, "Append fenced off: the fence's error before the row's size")
 	// An fsm_state that fits on its own but not beside the settings.
 	big := awaiting(2, "tc-1")
 	big.Pending["tc-1"].Prompt = third

@@ -21,6 +21,7 @@ var appendCases = []suiteCase{
 	{name: "StaleResolutionWritesNothing", run: testAppendStaleResolution},
 	{name: "FirstFailingCheckDecides", run: testAppendCheckOrder},
 	{name: "ResolveCallUpsertedInSameRequest", run: testAppendResolveUpserted},
+	{name: "DeadlineChangesInOrder", run: testAppendDeadlineOrder},
 	{name: "ResultAlsoInEvent", run: testAppendResultInEvent},
 	{name: "Unfenced", run: testAppendUnfenced},
 	{name: "ToolCallOfOtherConversation", run: testAppendToolCallOfOther},
@@ -117,6 +118,16 @@ func testAppendCreatesRow(t *testing.T, e env) {
 	assert.NotNil(t, row.GetCreated(), "created is now when the request has no events")
 	requireProto(t, idleState(0), row.GetFsmState())
 
+	// An unfenced request creates the row too, ACTIVE: an answer given
+	// outside the actor of a conversation whose calls were upserted alone.
+	upsert(t, s, humanCall("u", "u/tc"))
+	appendOK(t, s, &messages.AppendRequest{ConversationId: "u", Unfenced: true,
+		Resolutions: []*messages.ToolResolution{{ToolCallId: "u/tc", Status: resolved, At: ts(3)}}})
+	row, err = s.Conversation(ctx, "u")
+	require.NoError(t, err, "an unfenced append creates the row")
+	assert.Equal(t, statusActive, row.GetStatus())
+	assert.Contains(t, activeIDs(t, s, 0), "u")
+
 	// Later appends do not move created.
 	appendOK(t, s, &messages.AppendRequest{ConversationId: "c", ExpectedLast: 2, Events: []*messages.Event{userEv(99, "later")}})
 	row, err = s.Conversation(ctx, "c")
@@ -126,7 +137,7 @@ func testAppendCreatesRow(t *testing.T, e env) {
 
 	rows, _, err := s.ListConversations(ctx, "", 0)
 	require.NoError(t, err)
-	assert.Equal(t, []string{"c", "d", "e"}, convIDs(rows))
+	assert.Equal(t, []string{"c", "d", "e", "u"}, convIDs(rows))
 }
 
 func convIDs(rows []*messages.Conversation) []string {
@@ -322,16 +333,21 @@ func testAppendStaleResolution(t *testing.T, e env) {
 // testAppendCheckOrder: a request that breaks several rules fails with the
 // error of the first check, in Append's documented order (ErrInvalid,
 // ErrDeleted, the fence's ErrConflict, the tool call owners' ErrConflict,
-// ErrStale), and writes nothing.
+// ErrStale, of a resolution, a fire or a reschedule), and writes nothing.
+// (The ErrInvalid found with ErrStale's checks is testResolveOverflowingRow's
+// and testSettingsTotalBounded's.)
 func testAppendCheckOrder(t *testing.T, e env) {
 	s := e.open(t).Store
 	ctx := t.Context()
 	last := suspend(t, s, "c", "tc-1")
+	require.NoError(t, scheduleStore(t, s).PutSchedule(ctx, sched("c", "rep", 100)))
 	suspend(t, s, "o", "tc-o")
 	populate(t, s, "x", false)
 	require.NoError(t, s.DeleteConversation(ctx, "x"))
 	stale := []*messages.ToolResolution{{ToolCallId: "nope", Status: resolved, Result: contentOutcome("late"), At: ts(9)}}
 	stolen := []*messages.ToolCallRecord{humanCall("c", "tc-o")}
+	staleFire := &messages.ScheduleFire{ScheduleId: "rep", Occurrence: ts(99), Next: ts(160)}
+	staleMove := []*messages.Deadline{deadline("c", "nope", 50)}
 	cases := []struct {
 		name      string
 		req       *messages.AppendRequest
@@ -349,6 +365,10 @@ func testAppendCheckOrder(t *testing.T, e env) {
 		{"FenceBeforeStale", &messages.AppendRequest{ConversationId: "c", ExpectedLast: last + 5, Events: userEvs(1, 1), Resolutions: stale},
 			[]error{journal.ErrConflict}, []error{journal.ErrStale}},
 		{"OwnerBeforeStale", &messages.AppendRequest{ConversationId: "c", ExpectedLast: last, Events: userEvs(1, 1), ToolCalls: stolen, Resolutions: stale},
+			[]error{journal.ErrConflict}, []error{journal.ErrStale}},
+		{"FenceBeforeStaleFire", &messages.AppendRequest{ConversationId: "c", ExpectedLast: last + 5, Events: userEvs(1, 1), ScheduleFire: staleFire},
+			[]error{journal.ErrConflict}, []error{journal.ErrStale}},
+		{"OwnerBeforeStaleReschedule", &messages.AppendRequest{ConversationId: "c", ExpectedLast: last, Events: userEvs(1, 1), ToolCalls: stolen, Reschedule: staleMove},
 			[]error{journal.ErrConflict}, []error{journal.ErrStale}},
 	}
 	convs, calls := []string{"c", "o", "x"}, []string{"tc-1", "tc-o", "nope"}
@@ -390,6 +410,32 @@ func testAppendResolveUpserted(t *testing.T, e env) {
 	pend, err := s.PendingToolCalls(t.Context(), "c")
 	require.NoError(t, err)
 	assert.Empty(t, pend)
+}
+
+// testAppendDeadlineOrder: a request's deadline changes apply in Append's
+// documented order (resolutions, scheduled deadlines, cancelled deadlines,
+// reschedules), also to one call: a deadline scheduled and cancelled in
+// one request is gone; one cancelled and rescheduled is at the
+// reschedule's time, in its row too; one scheduled for a call the request
+// resolves stays (the resolution removed the old deadline first).
+func testAppendDeadlineOrder(t *testing.T, e env) {
+	s := e.open(t).Store
+	last := suspend(t, s, "c", "tc-1", "tc-2", "tc-3")
+	appendOK(t, s, &messages.AppendRequest{ConversationId: "c", ExpectedLast: last,
+		Schedule: []*messages.Deadline{deadline("c", "tc-1", 300)}, Cancel: []string{"tc-1"}})
+	requireProtos(t, []*messages.Deadline{deadline("c", "tc-2", 100), deadline("c", "tc-3", 100)}, allDeadlines(t, s),
+		"scheduled, then cancelled")
+	appendOK(t, s, &messages.AppendRequest{ConversationId: "c", ExpectedLast: last,
+		Cancel: []string{"tc-2"}, Reschedule: []*messages.Deadline{deadline("c", "tc-2", 400)}})
+	requireProtos(t, []*messages.Deadline{deadline("c", "tc-3", 100), deadline("c", "tc-2", 400)}, allDeadlines(t, s),
+		"cancelled, then rescheduled")
+	requireProto(t, ts(400), toolCall(t, s, "tc-2").GetDeadline(), "the rescheduled row")
+	appendOK(t, s, &messages.AppendRequest{ConversationId: "c", ExpectedLast: last,
+		Resolutions: []*messages.ToolResolution{{ToolCallId: "tc-3", Status: resolved, At: ts(9)}},
+		Schedule:    []*messages.Deadline{deadline("c", "tc-3", 500)}})
+	requireProtos(t, []*messages.Deadline{deadline("c", "tc-2", 400), deadline("c", "tc-3", 500)}, allDeadlines(t, s),
+		"resolved, then scheduled")
+	assert.Equal(t, last, lastSeq(t, s, "c"), "no event was appended")
 }
 
 // testAppendResultInEvent: a resolution whose result is also the outcome of
@@ -528,6 +574,7 @@ var batchCases = []suiteCase{
 	{name: "FailedRequestBreaksChain", run: testBatchChainBreak},
 	{name: "ManyConversations", run: testBatchMany},
 	{name: "EachFailureAlone", run: testBatchEachFailureAlone},
+	{name: "OneCallClaimedOnce", run: testBatchOneCallClaimedOnce},
 }
 
 func testBatchIndependent(t *testing.T, e env) {
@@ -669,6 +716,34 @@ func testBatchEachFailureAlone(t *testing.T, e env) {
 		dl = append(dl, d.GetToolCallId())
 	}
 	assert.ElementsMatch(t, []string{"e/tc", "f/tc"}, dl, "only the landed requests' deadlines")
+}
+
+// testBatchOneCallClaimedOnce: requests of different conversations in one
+// AppendBatch that upsert the same new tool call id see each other as
+// requests committed before them would: the first claims the id, the
+// second fails with ErrConflict and writes nothing, and a third
+// conversation's resolution of the call is ErrStale. The id stays unique
+// across the store.
+func testBatchOneCallClaimedOnce(t *testing.T, e env) {
+	s := e.open(t).Store
+	claim := func(conv string) *messages.AppendRequest {
+		return &messages.AppendRequest{ConversationId: conv,
+			Events:    []*messages.Event{assistantEv(1, "asking", "tc-x"), toolCallEv(2, "tc-x")},
+			ToolCalls: []*messages.ToolCallRecord{humanCall(conv, "tc-x")},
+			Schedule:  []*messages.Deadline{deadline(conv, "tc-x", 100)}}
+	}
+	results := s.AppendBatch(t.Context(), []*messages.AppendRequest{claim("a"), claim("b"),
+		{ConversationId: "c", Unfenced: true, Resolutions: []*messages.ToolResolution{{ToolCallId: "tc-x", Status: resolved, At: ts(3)}}}})
+	require.Len(t, results, 3)
+	require.NoError(t, results[0].Err)
+	assert.Equal(t, journal.AppendResult{FirstSeq: 1, LastSeq: 2}, results[0])
+	requireSentinel(t, results[1].Err, journal.ErrConflict, "the id the first request claimed")
+	requireSentinel(t, results[2].Err, journal.ErrStale, "a call of another conversation")
+	row := toolCall(t, s, "tc-x")
+	assert.Equal(t, "a", row.GetConversationId())
+	assert.Equal(t, pending, row.GetStatus())
+	assert.Empty(t, allEvents(t, s, "b"))
+	requireProtos(t, []*messages.Deadline{deadline("a", "tc-x", 100)}, allDeadlines(t, s))
 }
 
 func testBatchMany(t *testing.T, e env) {
