@@ -229,6 +229,8 @@ func testBlobBadInput(t *testing.T, e env) {
 	assert.Zero(t, n)
 }
 
+// testCheckpointFirstWins: the first record of a (conversation, seq, path)
+// is kept; a later one is not stored, false and nil, whatever its blob.
 func testCheckpointFirstWins(t *testing.T, e env) {
 	h := e.open(t)
 	f := files(t, h.Store)
@@ -238,6 +240,10 @@ func testCheckpointFirstWins(t *testing.T, e env) {
 	putBlob(t, f, after)
 	require.True(t, putCP(t, f, fileCP("c", 2, "a.txt", before)))
 	require.False(t, putCP(t, f, fileCP("c", 2, "a.txt", after)), "a second record of the same call and path is not stored")
+	// An existing record wins without cp's blob being looked at: one never
+	// stored, or none (an absent file), is no error.
+	require.False(t, putCP(t, f, fileCP("c", 2, "a.txt", []byte("never stored"))), "a record exists: its blob is not looked up")
+	require.False(t, putCP(t, f, fileCP("c", 2, "a.txt", nil)), "a record exists: an absent file is not stored either")
 	cps, err := f.FileCheckpoints(t.Context(), "c", 0)
 	require.NoError(t, err)
 	require.Len(t, cps, 1)

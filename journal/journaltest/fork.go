@@ -23,6 +23,7 @@ var forkCases = []suiteCase{
 	{name: "Ended", run: testForkEnded},
 	{name: "ExistingOrDeletedTarget", run: testForkExisting},
 	{name: "OntoMetadataOnly", run: testForkOntoMetadataOnly},
+	{name: "OntoRowlessRecords", run: testForkOntoRowlessRecords},
 	{name: "EventAtTheLimit", run: testForkEventAtTheLimit},
 	{name: "PastTheAppendLimits", run: testForkPastTheAppendLimits},
 	{name: "OverMaxForkBytesWritesNothing", run: testForkOverMaxForkBytes},
@@ -170,6 +171,10 @@ func testForkExisting(t *testing.T, e env) {
 	require.NoError(t, s.DeleteConversation(ctx, "dst"))
 	req.ConversationId = "dst"
 	requireSentinel(t, s.Fork(ctx, req), journal.ErrDeleted)
+	// A request ValidateFork refuses is ErrInvalid first, deleted id or not.
+	bad := cloneFork(req)
+	bad.Status = statusSuspended
+	requireSentinel(t, s.Fork(ctx, bad), journal.ErrInvalid, "an invalid fork onto a deleted id")
 	ids, _, err := s.FindConversations(ctx, "name", "copy", "", 0)
 	require.NoError(t, err)
 	assert.Empty(t, ids, "a refused fork indexes nothing")
@@ -190,6 +195,28 @@ func testForkOntoMetadataOnly(t *testing.T, e env) {
 	assert.Equal(t, []string{"dst"}, findAll(t, s, "owner", "ann", 0))
 	assert.Equal(t, []string{"dst"}, findAll(t, s, "name", "copy", 0))
 	assert.Empty(t, findAll(t, s, "name", "before", 0), "the replaced value is no longer indexed")
+}
+
+// testForkOntoRowlessRecords: only a row or events make an id exist for
+// a fork (ErrExists); an id holding a deadline, a tool call row or an
+// audit row and no row is forked onto like a new one.
+func testForkOntoRowlessRecords(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	writes := map[string]func(id string){
+		"deadline":  func(id string) { schedule(t, s, deadline(id, id+"/tc", 7)) },
+		"tool call": func(id string) { upsert(t, s, humanCall(id, id+"/tc")) },
+		"audit":     func(id string) { require.NoError(t, s.PutModelCall(ctx, modelCall(id, 1, 1))) },
+	}
+	for name, write := range writes {
+		t.Run(name, func(t *testing.T) {
+			dst := "dst-" + strings.ReplaceAll(name, " ", "-")
+			req := forkSource(t, s, "src-"+dst, dst)
+			write(dst)
+			require.NoError(t, s.Fork(ctx, req), "an id with a %s and no row", name)
+			requireFork(t, s, req)
+		})
+	}
 }
 
 // eventOfSize returns a user event whose encoding, Seq unset, is n bytes.

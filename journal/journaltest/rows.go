@@ -919,6 +919,10 @@ func testAuditOff(t *testing.T, e env) {
 	n, err := s.GCModelCalls(ctx, "c", tm(1000))
 	require.NoError(t, err)
 	assert.Zero(t, n)
+	// ErrDeleted is audit on's: with it off, a valid call writes nothing
+	// and is no error, deleted conversation or not.
+	require.NoError(t, s.DeleteConversation(ctx, "c"))
+	require.NoError(t, s.PutModelCall(ctx, modelCall("c", 2, 0)), "audit off, a deleted conversation")
 }
 
 // testAuditInvalid: PutModelCall checks its call first, with audit on or

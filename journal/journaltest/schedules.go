@@ -2,6 +2,7 @@ package journaltest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -31,10 +32,33 @@ var scheduleCases = []suiteCase{
 	{name: "TimesStopWhenDoneOrClosed", run: testScheduleTimesStop},
 }
 
-// testScheduleTimesStop: ScheduleTimes stops as Deadlines does: a ctx done
-// while it lists ends it before the next call of fn with ctx's error (no
-// sentinel), a Close with ErrClosed.
+// testScheduleTimesStop: ScheduleTimes stops as Deadlines does: at the
+// first error fn returns, which it returns; a ctx done while it lists ends
+// it before the next call of fn with ctx's error (no sentinel), a Close
+// with ErrClosed.
 func testScheduleTimesStop(t *testing.T, e env) {
+	t.Run("fn error", func(t *testing.T) {
+		st := e.open(t).Store
+		s := scheduleStore(t, st)
+		appendEvents(t, st, "c", userEv(1, "hi"))
+		for i, id := range []string{"s1", "s2", "s3"} {
+			require.NoError(t, s.PutSchedule(t.Context(), sched("c", id, 100+i)))
+		}
+		stop := errors.New("stop here")
+		var seen []string
+		err := s.ScheduleTimes(t.Context(), func(_, id string, _ time.Time) error {
+			seen = append(seen, id)
+			if len(seen) == 2 {
+				return stop
+			}
+			return nil
+		})
+		require.ErrorIs(t, err, stop)
+		for _, sentinel := range sentinels {
+			require.NotErrorIs(t, err, sentinel)
+		}
+		assert.Equal(t, []string{"s1", "s2"}, seen, "iteration stops at the first error")
+	})
 	for _, closing := range []bool{false, true} {
 		t.Run(fmt.Sprint("closing=", closing), func(t *testing.T) {
 			st := e.open(t).Store
@@ -200,6 +224,13 @@ func testScheduleSameIDInTwoConversations(t *testing.T, e env) {
 	assert.Equal(t, []schedTime{{"c", "daily", tm(500)}}, scheduleTimes(t, s))
 	appendOK(t, st, fireReq("c", 3, "daily", 500, 560))
 	assert.Equal(t, []schedTime{{"c", "daily", tm(560)}}, scheduleTimes(t, s))
+
+	// At the same time, the id orders before the conversation id.
+	appendEvents(t, st, "b", userEv(1, "hi"))
+	require.NoError(t, s.PutSchedule(ctx, sched("c", "aaa", 560)))
+	require.NoError(t, s.PutSchedule(ctx, sched("b", "zzz", 560)))
+	assert.Equal(t, []schedTime{{"c", "aaa", tm(560)}, {"c", "daily", tm(560)}, {"b", "zzz", tm(560)}}, scheduleTimes(t, s),
+		"ascending time, then id, then conversation id")
 }
 
 func testScheduleFire(t *testing.T, e env) {
