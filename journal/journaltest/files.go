@@ -33,6 +33,7 @@ var fileCases = []suiteCase{
 	{name: "DeleteDropsReferences", run: testSweepAfterDelete},
 	{name: "SweepModel", run: testSweepModel},
 	{name: "SweepConcurrent", run: testSweepConcurrent},
+	{name: "SweptWhileRead", run: testSweptWhileRead},
 	{name: "SurvivesReopen", run: testFilesReopen, durable: true},
 }
 
@@ -327,6 +328,29 @@ func testCheckpointBadInput(t *testing.T, e env) {
 	} else {
 		requireSentinel(t, err, journal.ErrDeleted)
 	}
+}
+
+// testSweptWhileRead: a blob that SweepFileBlobs removes while a reader
+// of it is open gives, from the next Read that needs a chunk, an error
+// wrapping ErrNotFound (not ErrCorrupt, not the content).
+func testSweptWhileRead(t *testing.T, e env) {
+	h := e.open(t)
+	f := files(t, h.Store)
+	ctx := t.Context()
+	content := pattern(journal.FileChunkBytes+10, 5)
+	putBlob(t, f, content)
+	rc, err := f.OpenFileBlob(ctx, sumOf(content))
+	require.NoError(t, err)
+	defer func() { _ = rc.Close() }()
+	first := make([]byte, journal.FileChunkBytes)
+	_, err = io.ReadFull(rc, first)
+	require.NoError(t, err, "the first chunk, read before the sweep")
+	assert.Equal(t, content[:journal.FileChunkBytes], first)
+	n, err := f.SweepFileBlobs(ctx, time.Now().Add(time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "the blob no record names is removed")
+	_, err = io.ReadAll(rc)
+	requireSentinel(t, err, journal.ErrNotFound, "the rest of a blob removed while it was read")
 }
 
 func testSweepReferenced(t *testing.T, e env) {
