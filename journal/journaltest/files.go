@@ -34,6 +34,7 @@ var fileCases = []suiteCase{
 	{name: "SweepModel", run: testSweepModel},
 	{name: "SweepConcurrent", run: testSweepConcurrent},
 	{name: "SweptWhileRead", run: testSweptWhileRead},
+	{name: "SweepCutOffExact", run: testSweepCutOffExact},
 	{name: "SurvivesReopen", run: testFilesReopen, durable: true},
 }
 
@@ -351,6 +352,27 @@ func testSweptWhileRead(t *testing.T, e env) {
 	require.Equal(t, 1, n, "the blob no record names is removed")
 	_, err = io.ReadAll(rc)
 	requireSentinel(t, err, journal.ErrNotFound, "the rest of a blob removed while it was read")
+}
+
+// testSweepCutOffExact: PutFileBlob returns the description FileBlob
+// reads back, its touched time included, and SweepFileBlobs removes a blob
+// touched before olderThan, to the nanosecond: touched exactly at
+// olderThan stays, a nanosecond later it goes.
+func testSweepCutOffExact(t *testing.T, e env) {
+	h := e.open(t)
+	f := files(t, h.Store)
+	ctx := t.Context()
+	d := putBlob(t, f, []byte("b"))
+	stored, err := f.FileBlob(ctx, sumOf([]byte("b")))
+	require.NoError(t, err)
+	requireProto(t, d, stored, "the description PutFileBlob returned is the one stored")
+	at := stored.GetTouched().AsTime()
+	n, err := f.SweepFileBlobs(ctx, at)
+	require.NoError(t, err)
+	assert.Zero(t, n, "touched exactly at olderThan is not before it")
+	n, err = f.SweepFileBlobs(ctx, at.Add(time.Nanosecond))
+	require.NoError(t, err)
+	assert.Equal(t, 1, n, "touched a nanosecond before olderThan")
 }
 
 func testSweepReferenced(t *testing.T, e env) {

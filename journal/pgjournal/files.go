@@ -53,7 +53,9 @@ func (s *Store) PutFileBlob(ctx context.Context, sum string, size int64, r io.Re
 	if size > journal.MaxFileBlobBytes {
 		return nil, fmt.Errorf("pgjournal: %w", journal.TooLargef("blob %s of %d bytes exceeds %d", sum, size, journal.MaxFileBlobBytes))
 	}
-	now := time.Now()
+	// touched is a timestamptz, of whole microseconds: the description
+	// returned says the time stored.
+	now := time.Now().Truncate(time.Microsecond)
 	var d *messages.FileBlob
 	// Once: fn consumes r, which a rerun could not read again.
 	err = s.writeTxOnce(ctx, "put blob", "", func(tx pgx.Tx) error {
@@ -254,6 +256,7 @@ func (s *Store) SweepFileBlobs(ctx context.Context, olderThan time.Time) (int, e
 	}
 	defer cancel()
 	const unreferenced = "touched < $1 AND NOT EXISTS (SELECT 1 FROM lz_file_checkpoints c WHERE c.sha256 = b.sha256)"
+	olderThan = ceilMicrosecond(olderThan)
 	rows, err := s.pool.Query(ctx, "SELECT sha256 FROM lz_file_blobs b WHERE "+unreferenced, olderThan)
 	if err != nil {
 		return 0, s.wrap("sweep blobs", err)
@@ -294,4 +297,16 @@ func (s *Store) SweepFileBlobs(ctx context.Context, olderThan time.Time) (int, e
 		n += removed
 	}
 	return n, nil
+}
+
+// ceilMicrosecond rounds t up to a whole microsecond. A timestamptz holds
+// whole microseconds and a parameter is truncated to them, so a blob
+// touched at T (whole) is before t exactly when T < ceilMicrosecond(t):
+// comparing with t truncated would keep a blob touched less than a
+// microsecond before t.
+func ceilMicrosecond(t time.Time) time.Time {
+	if c := t.Truncate(time.Microsecond); !c.Equal(t) {
+		return c.Add(time.Microsecond)
+	}
+	return t
 }
