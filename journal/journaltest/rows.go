@@ -1097,6 +1097,18 @@ func testAuditGC(t *testing.T, e env) {
 	calls, err = s.ModelCalls(ctx, "p")
 	require.NoError(t, err)
 	requireProtos(t, []*messages.ModelCall{old}, calls)
+
+	// Within one second, to the nanosecond: created exactly at olderThan
+	// stays, a nanosecond before it goes.
+	sub := modelCall("n", 1, 0)
+	sub.Created.Nanos = 500_000_001
+	require.NoError(t, s.PutModelCall(ctx, sub))
+	n, err = s.GCModelCalls(ctx, "n", sub.GetCreated().AsTime())
+	require.NoError(t, err)
+	assert.Zero(t, n, "created exactly at olderThan, within a second")
+	n, err = s.GCModelCalls(ctx, "n", sub.GetCreated().AsTime().Add(time.Nanosecond))
+	require.NoError(t, err)
+	assert.Equal(t, 1, n, "created a nanosecond before olderThan")
 }
 
 // testConvConcurrentMerges: merges of settings (PutConversation and
