@@ -305,8 +305,11 @@ func (st *state) checkAppend(req *messages.AppendRequest) error {
 		cur, ok := status[call]
 		if !ok {
 			row := st.toolCalls[call]
-			if row == nil || row.GetConversationId() != id {
+			if row == nil {
 				return fmt.Errorf("memjournal: resolve %q in an append to %q: unknown call: %w", call, id, journal.ErrStale)
+			}
+			if row.GetConversationId() != id {
+				return fmt.Errorf("memjournal: resolve %q in an append to %q: a call of another conversation: %w", call, id, journal.ErrStale)
 			}
 			cur = row.GetStatus()
 		}
@@ -329,8 +332,11 @@ func (st *state) checkAppend(req *messages.AppendRequest) error {
 		cur, ok := status[call]
 		if !ok {
 			row := st.toolCalls[call]
-			if row == nil || row.GetConversationId() != id {
+			if row == nil {
 				return fmt.Errorf("memjournal: reschedule %q in an append to %q: unknown call: %w", call, id, journal.ErrStale)
+			}
+			if row.GetConversationId() != id {
+				return fmt.Errorf("memjournal: reschedule %q in an append to %q: a call of another conversation: %w", call, id, journal.ErrStale)
 			}
 			cur = row.GetStatus()
 		}

@@ -566,8 +566,11 @@ func (b *batch) check(req *messages.AppendRequest) error {
 		cur, ok := status[call]
 		if !ok {
 			rec := b.calls[call].rec
-			if rec == nil || rec.GetConversationId() != id {
+			if rec == nil {
 				return fmt.Errorf("resolve %q in an append to %q: unknown call: %w", call, id, journal.ErrStale)
+			}
+			if rec.GetConversationId() != id {
+				return fmt.Errorf("resolve %q in an append to %q: a call of another conversation: %w", call, id, journal.ErrStale)
 			}
 			cur = rec.GetStatus()
 		}
@@ -589,8 +592,11 @@ func (b *batch) check(req *messages.AppendRequest) error {
 		cur, ok := status[call]
 		if !ok {
 			rec := b.calls[call].rec
-			if rec == nil || rec.GetConversationId() != id {
+			if rec == nil {
 				return fmt.Errorf("reschedule %q in an append to %q: unknown call: %w", call, id, journal.ErrStale)
+			}
+			if rec.GetConversationId() != id {
+				return fmt.Errorf("reschedule %q in an append to %q: a call of another conversation: %w", call, id, journal.ErrStale)
 			}
 			cur = rec.GetStatus()
 		}
