@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -42,11 +45,42 @@ func secretEnv(cfg *serveConfig) []string {
 	return []string{tokens, envPostgres}
 }
 
-// mcpSession is one connected MCP server and the tools it listed.
+// mcpReconnectBackoff is how long a server whose reconnect failed is left
+// alone before the next call tries again; it doubles with each failure in
+// a row, up to mcpReconnectBackoffMax.
+const (
+	mcpReconnectBackoff    = time.Second
+	mcpReconnectBackoffMax = 30 * time.Second
+)
+
+// mcpSession is one MCP server, its session (replaced when a call finds
+// it lost: reconnect) and the tools it listed at start.
 type mcpSession struct {
 	name    string
+	cfg     mcpConfig
+	version string
+	// connectTimeout bounds a connection and its listing of tools.
+	connectTimeout time.Duration
+	tools          []agent.Tool
+	// ctx ends with Close, and with it a reconnect in flight.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the reconnect in flight
+	now    func() time.Time
+
+	mu sync.Mutex
+	// session is the current session, nil while the server is lost (a
+	// reconnect failed, or one is in flight).
 	session *mcp.ClientSession
-	tools   []agent.Tool
+	proc    *stdioProc // a stdio server's process, of session
+	gen     int        // counts the sessions
+	listed  map[string]bool
+	// reconnecting is closed when the reconnect in flight is done.
+	reconnecting chan struct{}
+	failures     int // reconnects failed in a row
+	retryAt      time.Time
+	lastErr      error
+	closed       bool
 }
 
 // connectMCP connects to the MCP server of cfg, lists its tools and turns
@@ -54,18 +88,43 @@ type mcpSession struct {
 // timeout bound the connection and the listing, not the session. On
 // failure nothing is left running
 // (a stdio server's process group is ended and the server waited for:
-// stdioProc.Close). A stdio server whose
-// process exits is not restarted: the call in flight and every later one
-// fail at once.
+// stdioProc.Close). A call that finds the session lost (a stdio server's
+// process exited, an HTTP server that no longer knows the session or
+// refuses the connection) reconnects it (callTool).
 func connectMCP(ctx context.Context, cfg mcpConfig, version string) (*mcpSession, error) {
 	timeout, connectTimeout, err := cfg.check()
 	if err != nil {
 		return nil, err
 	}
+	s := &mcpSession{name: cfg.Name, cfg: cfg, version: version, connectTimeout: connectTimeout, now: time.Now}
+	session, proc, listed, err := s.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.session, s.proc, s.gen = session, proc, 1
+	s.listed = map[string]bool{}
+	for _, t := range listed {
+		tool, err := mcpTool(s.callTool, cfg.Prefix, t, timeout)
+		if err != nil {
+			_ = session.Close()
+			return nil, fmt.Errorf("mcp server %s: %w", cfg.Name, err)
+		}
+		s.tools = append(s.tools, tool)
+		s.listed[t.Name] = true
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	return s, nil
+}
+
+// dial connects to the server and lists its tools, within ctx and the
+// connect timeout; on failure nothing is left running.
+func (s *mcpSession) dial(ctx context.Context) (*mcp.ClientSession, *stdioProc, []*mcp.Tool, error) {
+	cfg, connectTimeout := s.cfg, s.connectTimeout
 	connectCtx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
 	ctx = connectCtx
 	var transport mcp.Transport
+	var stdio *stdioTransport
 	switch {
 	case len(cfg.Command) > 0:
 		// Not CommandContext: the process lives as long as the session,
@@ -81,11 +140,12 @@ func connectMCP(ctx context.Context, cfg mcpConfig, version string) (*mcpSession
 		for k, v := range cfg.Env {
 			cmd.Env = append(cmd.Env, k+"="+v)
 		}
-		transport = &stdioTransport{cmd: cmd, grace: cfg.stopGrace, stderr: cfg.stderr, prefix: "mcp server " + cfg.Name + ": "}
+		stdio = &stdioTransport{cmd: cmd, grace: cfg.stopGrace, stderr: cfg.stderr, prefix: "mcp server " + cfg.Name + ": "}
+		transport = stdio
 	default:
 		transport = &mcp.StreamableClientTransport{Endpoint: cfg.URL, DisableStandaloneSSE: true}
 	}
-	client := mcp.NewClient(&mcp.Implementation{Name: "lazarus", Version: version}, nil)
+	client := mcp.NewClient(&mcp.Implementation{Name: "lazarus", Version: s.version}, nil)
 	ct := &closingTransport{Transport: transport}
 	session, err := client.Connect(ctx, ct, nil)
 	if err != nil {
@@ -93,29 +153,194 @@ func connectMCP(ctx context.Context, cfg mcpConfig, version string) (*mcpSession
 		// answering a protocol version it does not support): a stdio
 		// server would be left running, never reaped.
 		ct.close()
-		return nil, fmt.Errorf("mcp server %s: connect: %w", cfg.Name, connectErr(ctx, connectTimeout, err))
+		return nil, nil, nil, fmt.Errorf("mcp server %s: connect: %w", cfg.Name, connectErr(ctx, connectTimeout, err))
 	}
-	s := &mcpSession{name: cfg.Name, session: session}
+	var proc *stdioProc
+	if stdio != nil {
+		proc = stdio.proc
+	}
 	// A server without the tools capability has no tools: it may refuse
 	// tools/list, which is then no failure. One that declares none but
 	// lists some all the same has them.
 	noTools := session.InitializeResult().Capabilities == nil || session.InitializeResult().Capabilities.Tools == nil
+	var listed []*mcp.Tool
 	for t, err := range session.Tools(ctx, nil) {
-		if err != nil && noTools && len(s.tools) == 0 {
+		if err != nil && noTools && len(listed) == 0 {
 			break
 		}
 		if err != nil {
 			_ = session.Close()
-			return nil, fmt.Errorf("mcp server %s: list tools: %w", cfg.Name, connectErr(ctx, connectTimeout, err))
+			return nil, nil, nil, fmt.Errorf("mcp server %s: list tools: %w", cfg.Name, connectErr(ctx, connectTimeout, err))
 		}
-		tool, err := mcpTool(session, cfg.Prefix, t, timeout)
-		if err != nil {
-			_ = session.Close()
-			return nil, fmt.Errorf("mcp server %s: %w", cfg.Name, err)
-		}
-		s.tools = append(s.tools, tool)
+		listed = append(listed, t)
 	}
-	return s, nil
+	return session, proc, listed, nil
+}
+
+// callTool calls a tool of the server. A call that finds the session lost
+// (sessionLost) reconnects it, at most once, and is made again on the new
+// session with the same params (the same tool_call_id: at least once).
+// Calls share a reconnect in flight; a reconnect that fails leaves the
+// server alone for a backoff (mcpReconnectBackoff, doubling), during which
+// a call fails at once saying when it is tried again. After a reconnect, a
+// tool the server no longer lists fails.
+func (s *mcpSession) callTool(ctx context.Context, params *mcp.CallToolParams) (*mcp.CallToolResult, error) {
+	cs, proc, gen, waited, err := s.current(ctx, params.Name, 0)
+	if err != nil {
+		return nil, err
+	}
+	res, err := cs.CallTool(ctx, params)
+	if err == nil || waited || ctx.Err() != nil || !sessionLost(err, proc) {
+		return res, err
+	}
+	if cs, _, _, _, err = s.current(ctx, params.Name, gen); err != nil {
+		return nil, err
+	}
+	return cs.CallTool(ctx, params)
+}
+
+// current is the session to call the tool name on: the current one, but
+// for lost, a session found lost, which is reconnected first (or the one
+// another call's reconnect made since); waited says it waited for a
+// reconnect. A closed session, a reconnect that fails, a backoff and a
+// tool the new session does not list are errors.
+func (s *mcpSession) current(ctx context.Context, name string, lost int) (cs *mcp.ClientSession, proc *stdioProc, gen int, waited bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for {
+		if s.closed {
+			return nil, nil, 0, waited, fmt.Errorf("mcp server %s: %w", s.name, mcp.ErrConnectionClosed)
+		}
+		if s.session != nil && s.gen != lost {
+			if !s.listed[name] {
+				return nil, nil, 0, waited, fmt.Errorf("mcp server %s no longer lists the tool since it was reconnected", s.name)
+			}
+			return s.session, s.proc, s.gen, waited, nil
+		}
+		if waited {
+			// The reconnect this call waited for failed: at most one
+			// per call.
+			return nil, nil, 0, waited, fmt.Errorf("mcp server %s is lost and did not reconnect: %w; it is tried again in %v",
+				s.name, s.lastErr, s.retryAt.Sub(s.now()).Round(time.Millisecond))
+		}
+		done := s.reconnecting
+		if done == nil {
+			if now := s.now(); now.Before(s.retryAt) {
+				return nil, nil, 0, waited, fmt.Errorf("mcp server %s is lost: %w; it is tried again in %v (at %s)",
+					s.name, s.lastErr, s.retryAt.Sub(now).Round(time.Millisecond), s.retryAt.UTC().Format(time.RFC3339))
+			}
+			done = make(chan struct{})
+			s.reconnecting = done
+			old := s.session
+			s.session, s.proc = nil, nil
+			s.wg.Add(1)
+			go s.reconnect(old, done)
+		}
+		s.mu.Unlock()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			s.mu.Lock()
+			return nil, nil, 0, waited, ctx.Err()
+		}
+		s.mu.Lock()
+		waited = true
+	}
+}
+
+// reconnect closes the lost session old (if any) and connects again,
+// within the connect timeout and until Close; then closes done.
+func (s *mcpSession) reconnect(old *mcp.ClientSession, done chan struct{}) {
+	defer s.wg.Done()
+	defer close(done)
+	if old != nil {
+		err := old.Close()
+		if err == nil || errors.Is(err, context.Canceled) {
+			s.report("mcp server %s: session lost; reconnecting", s.name)
+		} else {
+			s.report("mcp server %s: session lost: %v; reconnecting", s.name, err)
+		}
+	}
+	session, proc, listed, err := s.dial(s.ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reconnecting = nil
+	if err == nil && s.closed {
+		_ = session.Close()
+		err = fmt.Errorf("mcp server %s: %w", s.name, mcp.ErrConnectionClosed)
+	}
+	if err != nil {
+		s.failures++
+		backoff := mcpBackoff(s.failures)
+		if s.cfg.reconnectBackoff > 0 {
+			backoff = s.cfg.reconnectBackoff
+		}
+		s.retryAt, s.lastErr = s.now().Add(backoff), err
+		if !s.closed {
+			s.report("%v; tried again in %v", err, backoff)
+		}
+		return
+	}
+	s.session, s.proc, s.failures, s.lastErr = session, proc, 0, nil
+	s.gen++
+	s.listed = map[string]bool{}
+	for _, t := range listed {
+		s.listed[t.Name] = true
+	}
+}
+
+// report writes a line to the node's stderr (cfg.stderr, if set).
+func (s *mcpSession) report(format string, args ...any) {
+	if s.cfg.stderr != nil {
+		fmt.Fprintf(s.cfg.stderr, format+"\n", args...)
+	}
+}
+
+// mcpBackoff is the wait after failures reconnects failed in a row:
+// mcpReconnectBackoff, doubling with each, up to mcpReconnectBackoffMax.
+func mcpBackoff(failures int) time.Duration {
+	d := mcpReconnectBackoff
+	for i := 1; i < failures && d < mcpReconnectBackoffMax; i++ {
+		d *= 2
+	}
+	return min(d, mcpReconnectBackoffMax)
+}
+
+// Close ends a reconnect in flight and closes the current session. It
+// returns the session's close error (a stdio server's exit error).
+func (s *mcpSession) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.cancel()
+	s.wg.Wait()
+	s.mu.Lock()
+	cs := s.session
+	s.session, s.proc = nil, nil
+	s.mu.Unlock()
+	if cs == nil {
+		return nil
+	}
+	return cs.Close()
+}
+
+// sessionLost reports whether a call's err says that its session is gone:
+// the connection closed (a stdio server's process exited: proc, if not
+// nil), an HTTP server that no longer knows the session (the SDK's error
+// for its 404 is not exported, hence its text) or refuses connections.
+func sessionLost(err error, proc *stdioProc) bool {
+	if proc != nil {
+		select {
+		case <-proc.exited:
+			return true
+		default:
+		}
+	}
+	if errors.Is(err, mcp.ErrConnectionClosed) || errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNREFUSED) {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "session not found") || strings.Contains(msg, "connection refused")
 }
 
 // connectErr is err, saying so if the connect timeout d has passed.
@@ -194,8 +419,8 @@ func (t *closingTransport) close() {
 	}
 }
 
-// mcpTool is the server tool that calls the MCP tool t.
-func mcpTool(session *mcp.ClientSession, prefix string, t *mcp.Tool, timeout time.Duration) (agent.Tool, error) {
+// mcpTool is the server tool that calls the MCP tool t with call.
+func mcpTool(call func(context.Context, *mcp.CallToolParams) (*mcp.CallToolResult, error), prefix string, t *mcp.Tool, timeout time.Duration) (agent.Tool, error) {
 	tool := agent.Tool{Name: prefix + t.Name, Description: t.Description, Executor: messages.Executor_EXECUTOR_SERVER}
 	if t.InputSchema != nil {
 		b, err := json.Marshal(t.InputSchema)
@@ -213,7 +438,7 @@ func mcpTool(session *mcp.ClientSession, prefix string, t *mcp.Tool, timeout tim
 			Name:      name,
 			Arguments: json.RawMessage(inv.Arguments),
 		}
-		res, err := session.CallTool(ctx, params)
+		res, err := call(ctx, params)
 		if err != nil {
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) && runCtx.Err() == nil {
 				// The server's call timeout passed, not the run's bound:

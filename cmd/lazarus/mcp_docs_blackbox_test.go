@@ -68,7 +68,7 @@ func TestDocsMCPToolsOverStreamableHTTP(t *testing.T) {
 	ctx := ctxT(t)
 	s, err := connectMCP(ctx, mcpConfig{Name: "docs", URL: hs.URL, Prefix: "d_", Timeout: "3s"}, "test")
 	require.NoError(t, err)
-	defer func() { _ = s.session.Close() }()
+	defer func() { _ = s.Close() }()
 
 	tools := map[string]agent.Tool{}
 	for _, tool := range s.tools {
@@ -126,7 +126,7 @@ func TestMCPCallTimeoutIsCodeTimeout(t *testing.T) {
 	ctx := ctxT(t)
 	s, err := connectMCP(ctx, mcpConfig{Name: "docs", URL: hs.URL, Timeout: "300ms"}, "test")
 	require.NoError(t, err)
-	defer func() { _ = s.session.Close() }()
+	defer func() { _ = s.Close() }()
 	reg, err := agent.NewRegistry(s.tools...)
 	require.NoError(t, err)
 
@@ -148,7 +148,7 @@ func TestMCPCallTimeoutIsCodeTimeout(t *testing.T) {
 	defer hs2.Close()
 	s2, err := connectMCP(ctx, mcpConfig{Name: "docs", URL: hs2.URL, Timeout: "1h"}, "test")
 	require.NoError(t, err)
-	defer func() { _ = s2.session.Close() }()
+	defer func() { _ = s2.Close() }()
 	reg2, err := agent.NewRegistry(s2.tools...)
 	require.NoError(t, err)
 	run, cancel := context.WithCancel(ctx)

@@ -37,6 +37,8 @@ type stdioTransport struct {
 	// (nil: discarded).
 	stderr io.Writer
 	prefix string
+	// proc is the server's process, once Connect has started it.
+	proc *stdioProc
 }
 
 // Connect starts the command in a new process group and connects to it
@@ -71,6 +73,7 @@ func (t *stdioTransport) Connect(ctx context.Context) (mcp.Connection, error) {
 	if p.grace <= 0 {
 		p.grace = mcpStopGrace
 	}
+	t.proc = p
 	go func() {
 		defer close(p.copied)
 		w := t.stderr

@@ -64,7 +64,13 @@ the working directory; a stdio MCP server runs in the file's directory,
 with the node's environment but for the tokens' variable and
 $` + envPostgres + ` (its env may set them), in a process group of its
 own: when the node stops, its stdin is closed, then the group (the server
-and what it started) gets SIGTERM after 5s and SIGKILL 5s later. An example is in the project's
+and what it started) gets SIGTERM after 5s and SIGKILL 5s later. A call
+that finds its MCP server lost (a stdio server's process exited, an HTTP
+server that no longer knows the session or refuses the connection)
+reconnects it within connect_timeout (calls share one reconnect) and is
+made again on the new session with the same tool_call_id (at least
+once); a failed reconnect leaves the server alone for 1s, doubling up to
+30s, during which its calls fail at once saying when it is tried again. An example is in the project's
 docs/serve.example.json; the format is in README.md.
 
 Model: "scripted" (the default) is a demo model, no language model: it
@@ -504,7 +510,7 @@ func (n *node) close() error {
 	var wg sync.WaitGroup
 	for _, s := range n.mcps {
 		wg.Go(func() {
-			if err := s.session.Close(); err != nil && !errors.Is(err, context.Canceled) {
+			if err := s.Close(); err != nil && !errors.Is(err, context.Canceled) {
 				n.c.progress("mcp server %s: close: %v", s.name, err)
 			}
 		})

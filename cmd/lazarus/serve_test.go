@@ -18,6 +18,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -46,6 +47,16 @@ const envMCPStderr = "LAZARUS_TEST_MCP_STDERR"
 const (
 	envMCPFIFORead  = "LAZARUS_TEST_MCP_FIFO_READ"
 	envMCPFIFOWrite = "LAZARUS_TEST_MCP_FIFO_WRITE"
+)
+
+// envMCPStarts names a file the "mcp" child appends its pid to, a line,
+// when it starts; envMCPFail names a file whose presence makes it fail to
+// start (exit 1), or never answer if it holds "hang"; envMCPExitSecond
+// makes its tool pid exit at its second call, unanswered.
+const (
+	envMCPStarts     = "LAZARUS_TEST_MCP_STARTS"
+	envMCPFail       = "LAZARUS_TEST_MCP_FAIL"
+	envMCPExitSecond = "LAZARUS_TEST_MCP_EXIT_SECOND"
 )
 
 // runChild runs the re-executed test binary's role, if it has one, and
@@ -129,8 +140,33 @@ func runChild() {
 		if f := os.Getenv(envMCPStarted); f != "" {
 			_ = os.WriteFile(f, []byte("started"), 0o600)
 		}
+		if f := os.Getenv(envMCPStarts); f != "" {
+			log, err := os.OpenFile(f, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+			if err != nil {
+				os.Exit(1)
+			}
+			fmt.Fprintln(log, os.Getpid())
+			_ = log.Close()
+		}
+		if f := os.Getenv(envMCPFail); f != "" {
+			if b, err := os.ReadFile(f); err == nil {
+				if string(b) == "hang" {
+					time.Sleep(time.Hour)
+				}
+				os.Exit(1)
+			}
+		}
 		fmt.Fprint(os.Stderr, os.Getenv(envMCPStderr))
 		s := newTestMCPServer(nil)
+		var calls atomic.Int32 // its handlers run concurrently
+		mcp.AddTool(s, &mcp.Tool{Name: "pid", Description: "the server's pid and the tool_call_id it was given"},
+			func(_ context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, pidCallOut, error) {
+				if calls.Add(1) == 2 && os.Getenv(envMCPExitSecond) != "" {
+					os.Exit(3)
+				}
+				id, _ := req.Params.Meta[mcpToolCallIDKey].(string)
+				return nil, pidCallOut{Pid: os.Getpid(), ToolCallID: id}, nil
+			})
 		mcp.AddTool(s, &mcp.Tool{Name: "cwd", Description: "the server's working directory"},
 			func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, cwdOut, error) {
 				dir, err := os.Getwd()
@@ -190,6 +226,11 @@ type getenvOut struct {
 
 type pidOut struct {
 	Pid int `json:"pid"`
+}
+
+type pidCallOut struct {
+	Pid        int    `json:"pid"`
+	ToolCallID string `json:"tool_call_id"`
 }
 
 type cwdOut struct {

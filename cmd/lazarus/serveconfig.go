@@ -170,6 +170,9 @@ type mcpConfig struct {
 	// stopGrace is how long closing a stdio server waits for it to exit
 	// before each signal to its process group (zero: mcpStopGrace).
 	stopGrace time.Duration
+	// reconnectBackoff, if set, is the wait after every failed reconnect
+	// (zero: mcpReconnectBackoff, doubling up to mcpReconnectBackoffMax).
+	reconnectBackoff time.Duration
 	// stderr receives a stdio server's stderr, each line prefixed with
 	// "mcp server NAME: " (set by buildNode: the command's stderr; nil:
 	// discarded).

@@ -1,0 +1,247 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/internal/leakcheck"
+)
+
+// mcpToolsByName is s's tools by name.
+func mcpToolsByName(s *mcpSession) map[string]agent.Tool {
+	tools := map[string]agent.Tool{}
+	for _, tool := range s.tools {
+		tools[tool.Name] = tool
+	}
+	return tools
+}
+
+// mcpStarts is the pids the "mcp" children of the file starts wrote.
+func mcpStarts(t *testing.T, starts string) []int {
+	t.Helper()
+	b, err := os.ReadFile(starts)
+	require.NoError(t, err)
+	var pids []int
+	for _, line := range strings.Fields(string(b)) {
+		pid, err := strconv.Atoi(line)
+		require.NoError(t, err)
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+// callPid calls the "mcp" child's tool pid.
+func callPid(ctx context.Context, t *testing.T, tool agent.Tool, id string) (pidCallOut, error) {
+	t.Helper()
+	out, err := tool.Run(ctx, agent.Invocation{ToolCallID: id, Name: "pid", Arguments: `{}`})
+	if err != nil {
+		return pidCallOut{}, err
+	}
+	var got pidCallOut
+	require.NoError(t, json.Unmarshal([]byte(out), &got))
+	return got, nil
+}
+
+// TestMCPServerRestartedAfterItExits: a stdio MCP server whose process
+// exits during a call is started again, and the call is made on the new
+// process with the same tool_call_id; closing the session then leaves no
+// process and no goroutine. A server that exited used to fail every later
+// call until the node restarted.
+func TestMCPServerRestartedAfterItExits(t *testing.T) {
+	if !leakcheck.Isolate(t) {
+		return
+	}
+	base := leakcheck.Take()
+	self, err := filepath.Abs(os.Args[0])
+	require.NoError(t, err)
+	starts := filepath.Join(t.TempDir(), "starts")
+	ctx := ctxT(t)
+	cfg := mcpConfig{Name: "calc", Command: []string{self}, Env: map[string]string{envChild: "mcp", envMCPStarts: starts, envMCPExitSecond: "1"}}
+	s, err := connectMCP(ctx, cfg, "test")
+	require.NoError(t, err)
+	pid := mcpToolsByName(s)["pid"]
+
+	first, err := callPid(ctx, t, pid, "call-1")
+	require.NoError(t, err)
+	second, err := callPid(ctx, t, pid, "call-2")
+	require.NoError(t, err, "the call that found the server gone is made on a new process")
+	require.NotEqual(t, first.Pid, second.Pid)
+	require.Equal(t, "call-2", second.ToolCallID, "the same tool_call_id, so that the server may deduplicate")
+	require.Equal(t, []int{first.Pid, second.Pid}, mcpStarts(t, starts), "started once again")
+
+	require.NoError(t, s.Close())
+	for _, p := range []int{first.Pid, second.Pid} {
+		require.ErrorIs(t, syscall.Kill(p, 0), syscall.ESRCH, "process %d waited for", p)
+	}
+	base.Check(t, 5*time.Second)
+}
+
+// TestMCPReconnectBackoff: a server that fails to start again fails the
+// call that found it gone, saying so; a call during the backoff that
+// follows fails at once, saying when it is tried again, without starting
+// the server; a call after the backoff starts it again.
+func TestMCPReconnectBackoff(t *testing.T) {
+	self, err := filepath.Abs(os.Args[0])
+	require.NoError(t, err)
+	dir := t.TempDir()
+	starts, fail := filepath.Join(dir, "starts"), filepath.Join(dir, "fail")
+	ctx := ctxT(t)
+	cfg := mcpConfig{Name: "calc", Command: []string{self}, Env: map[string]string{envChild: "mcp", envMCPStarts: starts, envMCPFail: fail}, Timeout: "1h", reconnectBackoff: time.Hour}
+	s, err := connectMCP(ctx, cfg, "test")
+	require.NoError(t, err)
+	defer func() { require.NoError(t, s.Close()) }()
+	tools := mcpToolsByName(s)
+	require.NoError(t, os.WriteFile(fail, nil, 0o600))
+
+	_, err = tools["exit"].Run(ctx, agent.Invocation{ToolCallID: "call-1", Name: "exit", Arguments: `{}`})
+	require.ErrorContains(t, err, "mcp server calc is lost and did not reconnect: mcp server calc: connect: ")
+	require.ErrorContains(t, err, "it is tried again in 1h0m0s")
+	require.Len(t, mcpStarts(t, starts), 2, "started again once")
+
+	_, err = callPid(ctx, t, tools["pid"], "call-2")
+	require.ErrorContains(t, err, "mcp server calc is lost: mcp server calc: connect: ")
+	require.Regexp(t, `it is tried again in (59m59\.\d+s|1h0m0s) \(at \d{4}-`, err.Error())
+	require.Len(t, mcpStarts(t, starts), 2, "not started during the backoff")
+	require.NoError(t, ctx.Err(), "failed at once, far below the call's timeout")
+
+	// After the backoff, and once the server starts again.
+	require.NoError(t, os.Remove(fail))
+	s.mu.Lock()
+	s.now = func() time.Time { return time.Now().Add(2 * time.Hour) }
+	s.mu.Unlock()
+	got, err := callPid(ctx, t, tools["pid"], "call-3")
+	require.NoError(t, err)
+	require.Equal(t, mcpStarts(t, starts)[2], got.Pid, "started a third time")
+}
+
+// TestMCPReconnectBackoffDoubles: the wait after failed reconnects in a
+// row is 1s, doubling, up to 30s.
+func TestMCPReconnectBackoffDoubles(t *testing.T) {
+	var got []time.Duration
+	for failures := 1; failures <= 8; failures++ {
+		got = append(got, mcpBackoff(failures))
+	}
+	require.Equal(t, []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 30 * time.Second, 30 * time.Second, 30 * time.Second}, got)
+}
+
+// TestMCPConcurrentCallsShareAReconnect: calls that find a server's
+// process gone at once start it again once, and all succeed on it.
+func TestMCPConcurrentCallsShareAReconnect(t *testing.T) {
+	self, err := filepath.Abs(os.Args[0])
+	require.NoError(t, err)
+	starts := filepath.Join(t.TempDir(), "starts")
+	ctx := ctxT(t)
+	cfg := mcpConfig{Name: "calc", Command: []string{self}, Env: map[string]string{envChild: "mcp", envMCPStarts: starts}}
+	s, err := connectMCP(ctx, cfg, "test")
+	require.NoError(t, err)
+	defer func() { require.NoError(t, s.Close()) }()
+	pid := mcpToolsByName(s)["pid"]
+	s.mu.Lock()
+	proc := s.proc
+	s.mu.Unlock()
+	require.NoError(t, syscall.Kill(proc.cmd.Process.Pid, syscall.SIGKILL))
+	<-proc.exited
+
+	var wg sync.WaitGroup
+	var ok atomic.Int32
+	for i := range 5 {
+		wg.Go(func() {
+			got, err := callPid(ctx, t, pid, "call-"+strconv.Itoa(i))
+			if err == nil && got.Pid != proc.cmd.Process.Pid {
+				ok.Add(1)
+			} else {
+				t.Errorf("call %d: %v, pid %d", i, err, got.Pid)
+			}
+		})
+	}
+	wg.Wait()
+	require.EqualValues(t, 5, ok.Load())
+	require.Len(t, mcpStarts(t, starts), 2, "started again once")
+}
+
+// TestMCPHTTPSessionLostReconnects: a streamable HTTP server that no
+// longer knows the session (it restarted) gets a new one, on which the
+// call is made; a tool it no longer lists then fails.
+func TestMCPHTTPSessionLostReconnects(t *testing.T) {
+	var handler atomic.Pointer[http.Handler]
+	serve := func(srv *mcp.Server) {
+		var h http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil)
+		handler.Store(&h)
+	}
+	serve(newTestMCPServer(nil))
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*handler.Load()).ServeHTTP(w, r) }))
+	defer hs.Close()
+	ctx := ctxT(t)
+	s, err := connectMCP(ctx, mcpConfig{Name: "calc", URL: hs.URL}, "test")
+	require.NoError(t, err)
+	defer func() { _ = s.Close() }()
+	add := mcpToolsByName(s)["add"]
+	_, err = add.Run(ctx, agent.Invocation{ToolCallID: "call-1", Name: "add", Arguments: `{"a": 1, "b": 2}`})
+	require.NoError(t, err)
+
+	seen := make(chan string, 1)
+	serve(newTestMCPServer(seen)) // restarted: its sessions are gone
+	out, err := add.Run(ctx, agent.Invocation{ToolCallID: "call-2", Name: "add", Arguments: `{"a": 1, "b": 2}`})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"sum": 3, "tool_call_id": "call-2"}`, out)
+	require.Equal(t, "call-2", <-seen)
+
+	serve(mcp.NewServer(&mcp.Implementation{Name: "empty", Version: "1"}, nil))
+	_, err = add.Run(ctx, agent.Invocation{ToolCallID: "call-3", Name: "add", Arguments: `{"a": 1, "b": 2}`})
+	require.EqualError(t, err, "mcp tool add: mcp server calc no longer lists the tool since it was reconnected")
+}
+
+// TestMCPCloseEndsAReconnect: closing the session while a call is
+// reconnecting it (the new process never answers its handshake) ends the
+// reconnect: the call fails, Close returns, and no process or goroutine
+// is left.
+func TestMCPCloseEndsAReconnect(t *testing.T) {
+	if !leakcheck.Isolate(t) {
+		return
+	}
+	base := leakcheck.Take()
+	self, err := filepath.Abs(os.Args[0])
+	require.NoError(t, err)
+	dir := t.TempDir()
+	starts, fail := filepath.Join(dir, "starts"), filepath.Join(dir, "fail")
+	ctx := ctxT(t)
+	cfg := mcpConfig{Name: "calc", Command: []string{self}, Env: map[string]string{envChild: "mcp", envMCPStarts: starts, envMCPFail: fail}, Timeout: "1h", ConnectTimeout: "1h", stopGrace: 100 * time.Millisecond}
+	s, err := connectMCP(ctx, cfg, "test")
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(fail, []byte("hang"), 0o600))
+	exit := mcpToolsByName(s)["exit"]
+	called := make(chan error, 1)
+	go func() {
+		_, err := exit.Run(ctx, agent.Invocation{ToolCallID: "call-1", Name: "exit", Arguments: `{}`})
+		called <- err
+	}()
+	require.Eventually(t, func() bool {
+		b, _ := os.ReadFile(starts)
+		return len(strings.Fields(string(b))) == 2
+	}, 10*time.Second, 10*time.Millisecond, "the server is being started again")
+
+	require.NoError(t, s.Close())
+	err = <-called
+	require.Error(t, err)
+	require.True(t, errors.Is(err, mcp.ErrConnectionClosed) || errors.Is(err, context.Canceled), err.Error())
+	for _, p := range mcpStarts(t, starts) {
+		require.ErrorIs(t, syscall.Kill(p, 0), syscall.ESRCH, "process %d waited for", p)
+	}
+	base.Check(t, 5*time.Second)
+}
