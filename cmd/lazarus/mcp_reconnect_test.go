@@ -245,3 +245,25 @@ func TestMCPCloseEndsAReconnect(t *testing.T) {
 	}
 	base.Check(t, 5*time.Second)
 }
+
+// TestMCPHTTPConnectionRefused: a streamable HTTP server that refuses the
+// connection (it is down) is reconnected once by the call that found it
+// so, which fails saying the reconnect failed; a call during the backoff
+// then fails at once, saying when it is tried again.
+func TestMCPHTTPConnectionRefused(t *testing.T) {
+	srv := newTestMCPServer(nil)
+	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
+	ctx := ctxT(t)
+	s, err := connectMCP(ctx, mcpConfig{Name: "calc", URL: hs.URL, reconnectBackoff: time.Hour}, "test")
+	require.NoError(t, err)
+	defer func() { _ = s.Close() }()
+	add := mcpToolsByName(s)["add"]
+	hs.Close()
+
+	_, err = add.Run(ctx, agent.Invocation{ToolCallID: "call-1", Name: "add", Arguments: `{"a": 1, "b": 2}`})
+	require.ErrorContains(t, err, "mcp server calc is lost and did not reconnect: mcp server calc: connect: ")
+	require.ErrorContains(t, err, "connection refused")
+	_, err = add.Run(ctx, agent.Invocation{ToolCallID: "call-2", Name: "add", Arguments: `{"a": 1, "b": 2}`})
+	require.ErrorContains(t, err, "mcp server calc is lost: ")
+	require.ErrorContains(t, err, "it is tried again in ")
+}
