@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -1406,4 +1407,81 @@ func TestConsoleCSPHoldsAndCovers(t *testing.T) {
 	ran, err := chromedp.Run(tab, chromedp.Evaluate[bool](`window.ran === true`))
 	require.NoError(t, err)
 	require.False(t, ran)
+}
+
+// TestConsoleStreamAtTheSubscriptionCap: the live view's stream refused
+// at the conversation's subscription cap (429 too_many_subscriptions,
+// Retry-After) is asked for again after the Retry-After, not sooner, and
+// the view says why it waits; one a cluster's owner refused (an error
+// message of that code, after a 200) is asked for again after the
+// server's RetryAfterTooManySubscriptions. The view asked again after one
+// second whatever the Retry-After, saying only "reconnecting…", and took
+// the error message for the stream's end for good ("stream ended").
+func TestConsoleStreamAtTheSubscriptionCap(t *testing.T) {
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	conv := n.create(t, tokAlice, nil)
+	const retryAfter = 2 * time.Second
+	inner := *n.served.Load()
+	var (
+		mu       sync.Mutex
+		asked    []time.Time // when each stream request came
+		answered []time.Time // when each refusal was answered
+	)
+	release := []chan struct{}{make(chan struct{}), make(chan struct{})}
+	var released [2]sync.Once
+	open := func(i int) { released[i].Do(func() { close(release[i]) }) }
+	t.Cleanup(func() { open(0); open(1) }) // on a failure, before the server closes
+	var proxied http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != "GET" || r.URL.Path != "/v1/conversations/"+conv.ID+"/stream" {
+			inner.ServeHTTP(w, r)
+			return
+		}
+		mu.Lock()
+		i := len(asked)
+		asked = append(asked, time.Now())
+		mu.Unlock()
+		if i > 0 && i <= len(release) {
+			select { // the view shows why it waits until the test has seen it
+			case <-release[i-1]:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		mu.Lock()
+		answered = append(answered, time.Now())
+		mu.Unlock()
+		switch i {
+		case 0:
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Retry-After", fmt.Sprint(int(retryAfter/time.Second)))
+			w.WriteHeader(http.StatusTooManyRequests)
+			_, _ = io.WriteString(w, `{"error":{"code":"too_many_subscriptions","message":"too many subscriptions"}}`)
+		case 1:
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = io.WriteString(w, "event: error\ndata: {\"error\":{\"code\":\"too_many_subscriptions\",\"message\":\"the owner refused\"}}\n\n")
+		default:
+			inner.ServeHTTP(w, r)
+		}
+	})
+	n.served.Store(&proxied)
+
+	tab := newTab(t, browserWait)
+	signIn(t, tab, n, tokAlice, "#/c/"+conv.ID)
+	waiting := chromedp.WaitVisible(chromedp.Search(`//span[@id="conv-live" and contains(., "Too many streams of this conversation are open")]`))
+	require.NoError(t, chromedp.Do(tab, waiting))
+	open(0)
+	require.NoError(t, chromedp.Do(tab, waiting))
+	open(1)
+
+	model.Push(conv.ID, scripted.Text("hello"))
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(chromedp.Search(`//span[@id="conv-live" and contains(., "live")]`))))
+	n.must(t, http.StatusAccepted, "POST", "/v1/conversations/"+conv.ID+"/messages", tokAlice, server.SendMessage{Text: "hi"}, nil)
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(chromedp.Search(`//ol[@id="log"]/li[@data-kind="assistant_msg" and contains(., "hello")]`))))
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.GreaterOrEqual(t, len(asked), 3)
+	assert.GreaterOrEqual(t, asked[1].Sub(answered[0]), retryAfter-100*time.Millisecond, "asked again before the Retry-After")
+	assert.GreaterOrEqual(t, asked[2].Sub(answered[1]), server.RetryAfterTooManySubscriptions*time.Second-100*time.Millisecond, "asked again before RetryAfterTooManySubscriptions")
 }

@@ -238,7 +238,10 @@
 // in the Authorization header: streams are read with fetch and a
 // ReadableStream, not EventSource (which cannot send headers), and resume
 // with Last-Event-ID when they end lagged or by the server's doing (a
-// restart ends them with the code closed). The files are served without credentials (they hold
+// restart ends them with the code closed); one refused at the
+// conversation's subscription cap (429 too_many_subscriptions, or an error
+// of that code) is asked for again after its Retry-After (else
+// RetryAfterTooManySubscriptions), the view saying why it waits. The files are served without credentials (they hold
 // no data) with a Content-Security-Policy that allows only the console's
 // own script, style and API (no inline script, no image, no framing; Trusted
 // Types with no policy, so a string written as HTML throws), and the script

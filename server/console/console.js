@@ -665,11 +665,18 @@ function note(text) {
 // follow reads the conversation's event stream with fetch (so that the
 // token goes in a header) and reconnects with Last-Event-ID until the view
 // is left.
+// A stream refused at the conversation's subscription cap (429
+// too_many_subscriptions) is asked for again after the answer's
+// Retry-After, not sooner (which gets another 429), and the view says why
+// it waits; one a cluster's owner refused (an error message of that code)
+// is asked for again after CAP_RETRY_MS, the server's
+// RetryAfterTooManySubscriptions.
 async function follow(state) {
   const { signal } = state;
   let backoff = 1000;
   while (!signal.aborted) {
     let fatal = false;
+    let wait = 0; // ms before asking again, when the server said
     try {
       const res = await fetch(`${API}conversations/${enc(state.id)}/stream`, {
         headers: { Authorization: 'Bearer ' + token(), Accept: 'text/event-stream', 'Last-Event-ID': String(state.last) },
@@ -689,20 +696,33 @@ async function follow(state) {
           $('conv-live').textContent = 'Could not follow: ' + (err.message || res.statusText || 'HTTP ' + res.status);
           return;
         }
+        if (res.status === 429) {
+          const secs = Number(res.headers.get('Retry-After'));
+          wait = Number.isFinite(secs) && secs > 0 ? secs * 1000 : CAP_RETRY_MS;
+        }
         throw new Error(err.message || res.statusText);
       }
       $('conv-live').textContent = '● live';
       backoff = 1000;
-      fatal = await readStream(state, res.body);
+      const end = await readStream(state, res.body);
+      fatal = end === true;
+      if (typeof end === 'number') wait = end;
     } catch (e) {
       if (signal.aborted) return;
     }
     if (fatal || signal.aborted) return;
+    if (wait) {
+      $('conv-live').textContent = `Too many streams of this conversation are open: trying again in ${Math.ceil(wait / 1000)}s…`;
+      await sleep(wait, signal);
+      continue;
+    }
     $('conv-live').textContent = 'reconnecting…';
     await sleep(backoff, signal);
     backoff = Math.min(backoff * 2, 15000);
   }
 }
+
+const CAP_RETRY_MS = 5000; // the server's RetryAfterTooManySubscriptions
 
 // RECONNECT_CODES are the codes of a stream's error message after which
 // the stream is read again: a client too slow (lagged) and a failure of the
@@ -712,7 +732,9 @@ const RECONNECT_CODES = new Set(['lagged', 'closed', 'unavailable', 'internal', 
 
 // readStream parses server-sent events until the stream ends; it returns
 // true when the server ended it for good (an error whose code is not one
-// of RECONNECT_CODES).
+// of RECONNECT_CODES), CAP_RETRY_MS when it ended it with
+// too_many_subscriptions (to be asked for again after that long), else
+// false.
 async function readStream(state, body) {
   const reader = body.pipeThrough(new TextDecoderStream()).getReader();
   let buf = '';
@@ -765,6 +787,7 @@ async function readStream(state, body) {
           // from the last seq; else (deleted, say) the stream is over.
           const err = msg.error || {};
           if (RECONNECT_CODES.has(err.code)) return false;
+          if (err.code === 'too_many_subscriptions') return CAP_RETRY_MS;
           $('conv-live').textContent = 'stream ended: ' + (err.message || err.code);
           return true;
         }
