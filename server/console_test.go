@@ -1485,3 +1485,57 @@ func TestConsoleStreamAtTheSubscriptionCap(t *testing.T) {
 	assert.GreaterOrEqual(t, asked[1].Sub(answered[0]), retryAfter-100*time.Millisecond, "asked again before the Retry-After")
 	assert.GreaterOrEqual(t, asked[2].Sub(answered[1]), server.RetryAfterTooManySubscriptions*time.Second-100*time.Millisecond, "asked again before RetryAfterTooManySubscriptions")
 }
+
+// TestConsoleQueueReadsOutOfOrder: a read of the queue answered after a
+// newer one (the poll's and Refresh's at once, say) is dropped. Its pages,
+// read before the newer one's call was made, do not hold that call, and it
+// took the call's card, pending, for one answered elsewhere: the card said
+// "Not answered yet: it is pending." with its buttons off, for good.
+func TestConsoleQueueReadsOutOfOrder(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	_, call := suspendOnApproval(t, ctx, n, model)
+
+	tab := newTab(t, browserWait)
+	signIn(t, tab, n, tokCarol, "#/calls")
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(cardSel(call.ID, " button.approve"))))
+
+	// The next read of the list waits for release, and is answered as one
+	// read before the call was made.
+	inner := *n.served.Load()
+	arrived, release := make(chan struct{}), make(chan struct{})
+	var held atomic.Bool
+	var free sync.Once
+	t.Cleanup(func() { free.Do(func() { close(release) }) })
+	var proxied http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != "GET" || r.URL.Path != "/v1/calls" || !held.CompareAndSwap(false, true) {
+			inner.ServeHTTP(w, r)
+			return
+		}
+		close(arrived)
+		<-release
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"calls":[]}`)
+	})
+	n.served.Store(&proxied)
+
+	// The poll is stopped, so that the test makes the reads.
+	_, err := chromedp.Run(tab, chromedp.Evaluate[chromedp.Void](`viewAbort.abort(); window.older = loadCalls(); undefined`))
+	require.NoError(t, err)
+	select {
+	case <-arrived:
+	case <-ctx.Done():
+		t.Fatal("the first read never came")
+	}
+	_, err = chromedp.Run(tab, chromedp.Evaluate[chromedp.Void](`loadCalls()`, chromedp.EvalAwaitPromise))
+	require.NoError(t, err)
+	free.Do(func() { close(release) })
+	_, err = chromedp.Run(tab, chromedp.Evaluate[chromedp.Void](`window.older`, chromedp.EvalAwaitPromise))
+	require.NoError(t, err)
+
+	shown, err := chromedp.Run(tab, chromedp.Evaluate[[]string](fmt.Sprintf(
+		`(() => { const c = cards.get(%q); return [c.state, c.outcome.textContent, String(c.approve.disabled)]; })()`, call.ID)))
+	require.NoError(t, err)
+	require.Equal(t, []string{"pending", "", "false"}, shown)
+}

@@ -296,8 +296,13 @@ function callsView(signal) {
 // even empty, with more behind it). A card whose call the pages read no
 // longer hold was answered elsewhere, or expired, if the listing was read
 // to its end; else its call is read again, as new calls of conversations
-// sorting before it may have pushed it past the pages read.
+// sorting before it may have pushed it past the pages read. A read that a
+// newer one (Refresh, the poll, the queue shown again) started after is
+// dropped: its pages may be older than the cards shown, whose calls they
+// would not hold.
+let loadGen = 0;
 async function loadCalls() {
+  const gen = ++loadGen;
   const seen = new Set();
   let cursor = '';
   try {
@@ -305,7 +310,7 @@ async function loadCalls() {
       const p = new URLSearchParams({ limit: String(QUEUE_CALLS) });
       if (cursor) p.set('cursor', cursor);
       const data = await api('GET', 'calls?' + p.toString());
-      if ($('calls-view').hidden) return;
+      if (gen !== loadGen || $('calls-view').hidden) return;
       for (const c of data.calls) {
         seen.add(c.id);
         if (!cards.has(c.id)) {
@@ -318,7 +323,7 @@ async function loadCalls() {
       if (!cursor || seen.size >= QUEUE_CALLS) break;
     }
   } catch (e) {
-    $('calls-status').textContent = 'Could not load the queue: ' + e.message;
+    if (gen === loadGen) $('calls-status').textContent = 'Could not load the queue: ' + e.message;
     return;
   }
   const left = [...cards.values()].filter((card) => card.state === 'pending' && !card.busy && !seen.has(card.call.id));
