@@ -1539,3 +1539,33 @@ func TestConsoleQueueReadsOutOfOrder(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"pending", "", "false"}, shown)
 }
+
+// TestConsoleOlderEventsOnce: two clicks on "Older events" at once put the
+// older page at the top of the log once: each click read the same page,
+// and both were put there, each of its events shown twice.
+func TestConsoleOlderEventsOnce(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	conv := n.create(t, tokAlice, nil)
+	alice := agent.ScopeOf(agent.Identity{UserID: "alice"})
+	for i := range 51 { // 102 events: more than the view's first page
+		model.Push(conv.ID, scripted.Text(fmt.Sprintf("answer %d", i)))
+		_, err := n.rt.SendAndWait(ctx, conv.ID, fmt.Sprintf("question %d", i), alice)
+		require.NoError(t, err)
+	}
+
+	tab := newTab(t, browserWait)
+	signIn(t, tab, n, tokAlice, "#/c/"+conv.ID)
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(chromedp.ID("log-older"))))
+	_, err := chromedp.Run(tab, chromedp.Evaluate[chromedp.Void](
+		`(() => { const b = document.getElementById('log-older'); return Promise.all([b.onclick(), b.onclick()]); })()`, chromedp.EvalAwaitPromise))
+	require.NoError(t, err)
+	seqs, err := chromedp.Run(tab, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('#log li[data-seq]'), (li) => li.dataset.seq)`))
+	require.NoError(t, err)
+	want := make([]string, 102)
+	for i := range want {
+		want[i] = fmt.Sprint(i + 1)
+	}
+	require.Equal(t, want, seqs, "each event once, in order")
+}

@@ -631,8 +631,11 @@ function setStatus(s) {
 }
 
 // older puts the page of events before those shown at the top of the log,
-// unless the view was left meanwhile (the log is another's now).
+// unless the view was left meanwhile (the log is another's now); a click
+// while a page is read is ignored (it would put the same page twice).
 async function older(state) {
+  if (state.readingOlder) return;
+  state.readingOlder = true;
   try {
     const page = await api('GET', `conversations/${enc(state.id)}/events?limit=100&before=${state.oldest}`);
     if (state.signal.aborted) return;
@@ -641,6 +644,8 @@ async function older(state) {
     $('log-older').hidden = !page.next_before;
   } catch (e) {
     if (!state.signal.aborted) $('conv-live').textContent = 'Could not load older events: ' + e.message;
+  } finally {
+    state.readingOlder = false;
   }
 }
 
