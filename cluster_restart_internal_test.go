@@ -4,7 +4,6 @@ import (
 	"context"
 	"maps"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,71 +16,6 @@ import (
 	"github.com/lazarusrt/lazarus/messages"
 )
 
-// fakeNet carries messages between the actor systems of one process by
-// address, without protoactor's remote: a PID whose address is a system's
-// address (quietSystem's) reaches that system's local process of its id.
-// A system replaced at its address is a process that died: what it sends
-// is lost.
-type fakeNet struct {
-	mu  sync.Mutex
-	sys map[string]*actor.ActorSystem
-	tap func(to *actor.PID, m any) // if set, sees every user message sent across the net
-}
-
-// watch has tap see every user message sent across fn from now on (the
-// message, out of its envelope, and the PID it is sent to), before it is
-// delivered.
-func (fn *fakeNet) watch(tap func(to *actor.PID, m any)) {
-	fn.mu.Lock()
-	fn.tap = tap
-	fn.mu.Unlock()
-}
-
-// join puts sys at its address, in place of the system there.
-func (fn *fakeNet) join(sys *actor.ActorSystem) {
-	addr := sys.Address()
-	fn.mu.Lock()
-	fn.sys[addr] = sys
-	fn.mu.Unlock()
-	sys.ProcessRegistry.RegisterAddressResolver(func(*actor.PID) (actor.Process, bool) {
-		return fakeLink{net: fn, from: sys, addr: addr}, true
-	})
-}
-
-// fakeLink is the way out of one system of a fakeNet.
-type fakeLink struct {
-	net  *fakeNet
-	from *actor.ActorSystem
-	addr string // from's address in the net
-}
-
-func (l fakeLink) SendUserMessage(pid *actor.PID, message any) {
-	l.net.mu.Lock()
-	alive, to, tap := l.net.sys[l.addr] == l.from, l.net.sys[pid.Address], l.net.tap
-	l.net.mu.Unlock()
-	if !alive || to == nil {
-		return
-	}
-	if tap != nil {
-		m := message
-		if env, ok := message.(*actor.MessageEnvelope); ok {
-			m = env.Message
-		}
-		tap(pid, m)
-	}
-	if env, ok := message.(*actor.MessageEnvelope); ok && env.Sender != nil {
-		// A PID caches the process it resolved to: each system gets a
-		// copy of its own, as from the wire.
-		message = &actor.MessageEnvelope{Header: env.Header, Message: env.Message, Sender: actor.NewPID(env.Sender.Address, env.Sender.Id)}
-	}
-	if p, ok := to.ProcessRegistry.GetLocal(pid.Id); ok {
-		p.SendUserMessage(to.NewLocalPID(pid.Id), message)
-	}
-}
-
-func (fakeLink) SendSystemMessage(*actor.PID, any) {}
-func (fakeLink) Stop(*actor.PID)                   {}
-
 // netMember is a Runtime that is a member at addr in net, with its gateway
 // on an actor system of its own there, and whose membership is members.
 func netMember(t *testing.T, net *fakeNet, r *Runtime, addr string, members []string) *clusterNode {
@@ -93,17 +27,6 @@ func netMember(t *testing.T, net *fakeNet, r *Runtime, addr string, members []st
 	r.cl, r.gw = n, n
 	net.join(sys)
 	return n
-}
-
-// followIDs returns the ids of n's followers.
-func followIDs(n *clusterNode) []string {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	var ids []string
-	for id := range n.follow {
-		ids = append(ids, id)
-	}
-	return ids
 }
 
 // A member that restarts at the same address (the owner's membership
