@@ -193,6 +193,65 @@ func TestSendAndWaitRetryWithinTheOwnersCap(t *testing.T) {
 	require.EqualValues(t, 4, last, "the retries wrote nothing")
 }
 
+// subscriptionsTo has net record every ClusterSubscribe of conv and every
+// ClusterUnsubscribe the owner's gateway is sent from now on, before they
+// are delivered; seen returns them so far, as "subscribe <id>" and
+// "unsubscribe <id>" in the order they were sent.
+func subscriptionsTo(net *fakeNet, conv string) (seen func() []string) {
+	var mu sync.Mutex
+	var got []string
+	net.watch(func(to *actor.PID, m any) {
+		if to.GetAddress() != ownerAddr || to.GetId() != GatewayName {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		switch m := m.(type) {
+		case *messages.ClusterSubscribe:
+			if m.GetConversationId() == conv {
+				got = append(got, "subscribe "+m.GetSubscriptionId())
+			}
+		case *messages.ClusterUnsubscribe:
+			got = append(got, "unsubscribe "+m.GetSubscriptionId())
+		}
+	})
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(got)
+	}
+}
+
+// subscribesIn returns the ids of the subscribes in got (as
+// subscriptionsTo records them), in order.
+func subscribesIn(got []string) []string {
+	var ids []string
+	for _, s := range got {
+		if id, ok := strings.CutPrefix(s, "subscribe "); ok {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// requireOneStreamAtATime fails the test unless, in got (as
+// subscriptionsTo records them), each subscribe is followed by the
+// unsubscribe of its stream before the next subscribe, and the last
+// subscribe, not unsubscribed from, is n's one follower's.
+func requireOneStreamAtATime(t *testing.T, n *clusterNode, got []string) {
+	t.Helper()
+	require.Equal(t, 1, len(got)%2, "%v", got)
+	for i := 0; i < len(got); i += 2 {
+		id, ok := strings.CutPrefix(got[i], "subscribe ")
+		require.True(t, ok, "%v", got)
+		if i+1 < len(got) {
+			require.Equal(t, "unsubscribe "+id, got[i+1], "%v", got)
+		} else {
+			require.Equal(t, []string{id}, followIDs(n), "the last subscription is the follower's: %v", got)
+		}
+	}
+}
+
 // TestFallenBehindFollowerWithinTheOwnersCap: a subscription on a member
 // that does not own the conversation, whose follower falls behind (its
 // subscriber does not read, the member's Options.SubscriberBuffer is 1),
@@ -218,23 +277,7 @@ func TestFallenBehindFollowerWithinTheOwnersCap(t *testing.T) {
 		require.NoError(t, err)
 		waitTurnEnded(t, ctx, store, conv, uint64(2*(i+1)), "turn ended")
 	}
-	var mu sync.Mutex
-	var seen []string // "subscribe <id>" and "unsubscribe <id>", in the order the member sent them to the owner
-	net.watch(func(to *actor.PID, m any) {
-		if to.GetAddress() != ownerAddr || to.GetId() != GatewayName {
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		switch m := m.(type) {
-		case *messages.ClusterSubscribe:
-			if m.GetConversationId() == conv {
-				seen = append(seen, "subscribe "+m.GetSubscriptionId())
-			}
-		case *messages.ClusterUnsubscribe:
-			seen = append(seen, "unsubscribe "+m.GetSubscriptionId())
-		}
-	})
+	seen := subscriptionsTo(net, conv)
 	n := member.cl
 	sctx, scancel := context.WithCancel(ctx)
 	defer scancel()
@@ -277,25 +320,12 @@ func TestFallenBehindFollowerWithinTheOwnersCap(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, slotsOf(owner, conv), "one stream on the owner")
-	mu.Lock()
-	got := slices.Clone(seen)
-	mu.Unlock()
+	got := seen()
 	at := slices.Index(got, "subscribe "+stuck)
 	require.GreaterOrEqual(t, at, 0, "the owner got the subscribe of the follower that fell behind: %v", got)
 	require.Greater(t, len(got), at+2, "the follower subscribed again: %v", got)
 	require.Equal(t, "unsubscribe "+stuck, got[at+1], "its stream ended first: %v", got)
-	// Each stream was unsubscribed from before the next subscribe; the
-	// last is the follower's.
-	require.Equal(t, 1, len(got)%2, "%v", got)
-	for i := 0; i < len(got); i += 2 {
-		id, ok := strings.CutPrefix(got[i], "subscribe ")
-		require.True(t, ok, "%v", got)
-		if i+1 < len(got) {
-			require.Equal(t, "unsubscribe "+id, got[i+1], "%v", got)
-		} else {
-			require.Equal(t, []string{id}, followIDs(n), "the last subscription is the follower's: %v", got)
-		}
-	}
+	requireOneStreamAtATime(t, n, got)
 	scancel()
 	for range updates {
 	}
@@ -336,10 +366,15 @@ func TestFallenBehindFollowerTakesNothingPastTheDrop(t *testing.T) {
 // order and no error, change after change. The follower subscribed again
 // at once, and the owner could refuse it (ErrTooManySubscriptions) for
 // the slot the old stream still held.
+//
+// Every subscribe and unsubscribe the owner gets is recorded from the
+// start: a resubscription cannot go unseen for having come before the
+// test looked.
 func TestFollowerOfAnOwnerThatStaysWithinTheOwnersCap(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	owner, member, conv, store := subcapCluster(t, ctx, 1)
+	owner, member, conv, store, net := subcapClusterBuffer(t, ctx, 1, 0)
+	seen := subscriptionsTo(net, conv)
 	n := member.cl
 	sctx, scancel := context.WithCancel(ctx)
 	defer scancel()
@@ -363,21 +398,28 @@ func TestFollowerOfAnOwnerThatStaysWithinTheOwnersCap(t *testing.T) {
 		}
 	}
 	readTo(2)
-	for i := range 10 {
-		first := followIDs(n)
-		require.Len(t, first, 1)
+	const changes = 10
+	for i := range changes {
+		got := seen()
+		require.Len(t, subscribesIn(got), i+1, "change %d: one subscribe to the owner per change before it: %v", i, got)
 		n.mu.Lock()
 		close(n.changed) // a membership change that leaves the owner as it was
 		n.changed = make(chan struct{})
 		n.mu.Unlock()
-		require.Eventually(t, func() bool { ids := followIDs(n); return len(ids) == 1 && ids[0] != first[0] },
-			10*time.Second, time.Millisecond, "change %d: the follower subscribed again (one the owner refused has ended)", i)
+		require.Eventually(t, func() bool { got = seen(); return len(subscribesIn(got)) > i+1 },
+			10*time.Second, time.Millisecond, "change %d: the follower subscribed again", i)
+		ids := subscribesIn(got)
+		require.Equal(t, []string{"unsubscribe " + ids[i], "subscribe " + ids[i+1]}, got[len(got)-2:],
+			"change %d: the old stream ended before the follower subscribed again", i)
 		_, err := owner.Send(ctx, conv, "again", agent.Scope{UserID: "u"})
 		require.NoError(t, err)
 		waitTurnEnded(t, ctx, store, conv, uint64(2*(i+2)), "turn ended")
 		readTo(uint64(2 * (i + 2)))
 		require.Equal(t, 1, slotsOf(owner, conv), "change %d: one stream on the owner", i)
 	}
+	got := seen()
+	require.Len(t, subscribesIn(got), changes+1, "one subscribe to the owner per change: %v", got)
+	requireOneStreamAtATime(t, n, got)
 	scancel()
 	for range updates {
 	}
