@@ -1569,3 +1569,66 @@ func TestConsoleOlderEventsOnce(t *testing.T) {
 	}
 	require.Equal(t, want, seqs, "each event once, in order")
 }
+
+// TestConsoleStreamEndingAtOnceBacksOff: a stream that opens and ends at
+// once (here with unavailable) is asked for again after a backoff that
+// doubles (1s, then 2s); one that showed a new event starts it again from
+// 1s. The backoff started again from 1s on every 200, so a stream that
+// kept ending at once was asked for every second.
+func TestConsoleStreamEndingAtOnceBacksOff(t *testing.T) {
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	conv := n.create(t, tokAlice, nil)
+	inner := *n.served.Load()
+	const unavailable = "event: error\ndata: {\"error\":{\"code\":\"unavailable\",\"message\":\"unavailable\"}}\n\n"
+	var (
+		mu       sync.Mutex
+		asked    []time.Time // when each stream request came
+		answered []time.Time // when each stream was ended
+	)
+	fourth := make(chan struct{})
+	var proxied http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != "GET" || r.URL.Path != "/v1/conversations/"+conv.ID+"/stream" {
+			inner.ServeHTTP(w, r)
+			return
+		}
+		mu.Lock()
+		i := len(asked)
+		asked = append(asked, time.Now())
+		mu.Unlock()
+		if i >= 3 {
+			if i == 3 {
+				close(fourth)
+			}
+			inner.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		if i == 2 { // a new event, then the end
+			_, _ = io.WriteString(w, "event: event\nid: 1\ndata: {\"seq\":\"1\",\"user_msg\":{\"content\":[{\"text\":\"from the stream\"}]}}\n\n")
+		}
+		_, _ = io.WriteString(w, unavailable)
+		mu.Lock()
+		answered = append(answered, time.Now())
+		mu.Unlock()
+	})
+	n.served.Store(&proxied)
+
+	tab := newTab(t, browserWait)
+	signIn(t, tab, n, tokAlice, "#/c/"+conv.ID)
+	select {
+	case <-fourth:
+	case <-tab.Done():
+		t.Fatal("the stream was not asked for a fourth time")
+	}
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(chromedp.Search(`//ol[@id="log"]/li[@data-kind="user_msg" and contains(., "from the stream")]`))))
+
+	mu.Lock()
+	defer mu.Unlock()
+	const slack = 100 * time.Millisecond
+	assert.GreaterOrEqual(t, asked[1].Sub(answered[0]), time.Second-slack, "first backoff")
+	assert.GreaterOrEqual(t, asked[2].Sub(answered[1]), 2*time.Second-slack, "the backoff did not double after a stream that ended at once")
+	// 1s, not the 4s it would have doubled to (bounded loosely for a
+	// loaded machine).
+	assert.Less(t, asked[3].Sub(answered[2]), 3*time.Second, "the backoff did not start again after a stream that showed an event")
+}

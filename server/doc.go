@@ -241,7 +241,11 @@
 // restart ends them with the code closed); one refused at the
 // conversation's subscription cap (429 too_many_subscriptions, or an error
 // of that code) is asked for again after its Retry-After (else
-// RetryAfterTooManySubscriptions), the view saying why it waits. The files are served without credentials (they hold
+// RetryAfterTooManySubscriptions), the view saying why it waits. Other
+// ends and refusals are followed by a backoff (1s, doubling up to 15s)
+// that starts again from 1s only after a stream that showed a new event or
+// stayed open 10s, so a stream that keeps ending at once is not asked for
+// every second. The files are served without credentials (they hold
 // no data) with a Content-Security-Policy that allows only the console's
 // own script, style and API (no inline script, no image, no framing; Trusted
 // Types with no policy, so a string written as HTML throws), and the script

@@ -680,13 +680,18 @@ function note(text) {
 // Retry-After, not sooner (which gets another 429), and the view says why
 // it waits; one a cluster's owner refused (an error message of that code)
 // is asked for again after CAP_RETRY_MS, the server's
-// RetryAfterTooManySubscriptions.
+// RetryAfterTooManySubscriptions. The backoff between attempts (1s,
+// doubling up to 15s) starts again from 1s only after a stream that showed
+// a new event or stayed open STEADY_MS: one that opens and ends at once
+// (lagged, unavailable) is not asked for again every second.
 async function follow(state) {
   const { signal } = state;
   let backoff = 1000;
   while (!signal.aborted) {
     let fatal = false;
     let wait = 0; // ms before asking again, when the server said
+    let opened = 0; // when the stream was opened
+    const last = state.last;
     try {
       const res = await fetch(`${API}conversations/${enc(state.id)}/stream`, {
         headers: { Authorization: 'Bearer ' + token(), Accept: 'text/event-stream', 'Last-Event-ID': String(state.last) },
@@ -713,7 +718,7 @@ async function follow(state) {
         throw new Error(err.message || res.statusText);
       }
       $('conv-live').textContent = '● live';
-      backoff = 1000;
+      opened = Date.now();
       const end = await readStream(state, res.body);
       fatal = end === true;
       if (typeof end === 'number') wait = end;
@@ -721,6 +726,7 @@ async function follow(state) {
       if (signal.aborted) return;
     }
     if (fatal || signal.aborted) return;
+    if (opened && (state.last > last || Date.now() - opened >= STEADY_MS)) backoff = 1000;
     if (wait) {
       $('conv-live').textContent = `Too many streams of this conversation are open: trying again in ${Math.ceil(wait / 1000)}s…`;
       await sleep(wait, signal);
@@ -733,6 +739,7 @@ async function follow(state) {
 }
 
 const CAP_RETRY_MS = 5000; // the server's RetryAfterTooManySubscriptions
+const STEADY_MS = 10000; // a stream open this long resets the backoff
 
 // RECONNECT_CODES are the codes of a stream's error message after which
 // the stream is read again: a client too slow (lagged) and a failure of the
