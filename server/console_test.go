@@ -1632,3 +1632,54 @@ func TestConsoleStreamEndingAtOnceBacksOff(t *testing.T) {
 	// loaded machine).
 	assert.Less(t, asked[3].Sub(answered[2]), 3*time.Second, "the backoff did not start again after a stream that showed an event")
 }
+
+// TestConsoleShowsWhyAStreamIsRefused: a stream refused with a 5xx, or a
+// 429 other than the subscription cap's, is asked for again with the
+// server's message shown: the view said only "reconnecting…", or that too
+// many streams were open.
+func TestConsoleShowsWhyAStreamIsRefused(t *testing.T) {
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	conv := n.create(t, tokAlice, nil)
+	inner := *n.served.Load()
+	var asked atomic.Int32
+	release := []chan struct{}{make(chan struct{}), make(chan struct{})}
+	var released [2]sync.Once
+	open := func(i int) { released[i].Do(func() { close(release[i]) }) }
+	t.Cleanup(func() { open(0); open(1) }) // on a failure, before the server closes
+	var proxied http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != "GET" || r.URL.Path != "/v1/conversations/"+conv.ID+"/stream" {
+			inner.ServeHTTP(w, r)
+			return
+		}
+		i := int(asked.Add(1)) - 1
+		if i > 0 && i <= len(release) {
+			select { // the view shows why it waits until the test has seen it
+			case <-release[i-1]:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		switch i {
+		case 0:
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, `{"error":{"code":"unavailable","message":"the store is down"}}`)
+		case 1:
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusTooManyRequests)
+			_, _ = io.WriteString(w, `{"error":{"code":"rate_limited","message":"slow down"}}`)
+		default:
+			inner.ServeHTTP(w, r)
+		}
+	})
+	n.served.Store(&proxied)
+
+	tab := newTab(t, browserWait)
+	signIn(t, tab, n, tokAlice, "#/c/"+conv.ID)
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(chromedp.Search(`//span[@id="conv-live" and contains(., "the store is down: reconnecting…")]`))))
+	open(0)
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(chromedp.Search(`//span[@id="conv-live" and contains(., "slow down: trying again in 1s…")]`))))
+	open(1)
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(chromedp.Search(`//span[@id="conv-live" and contains(., "live")]`))))
+}

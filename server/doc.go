@@ -241,8 +241,10 @@
 // restart ends them with the code closed); one refused at the
 // conversation's subscription cap (429 too_many_subscriptions, or an error
 // of that code) is asked for again after its Retry-After (else
-// RetryAfterTooManySubscriptions), the view saying why it waits. Other
-// ends and refusals are followed by a backoff (1s, doubling up to 15s)
+// RetryAfterTooManySubscriptions), the view saying why it waits; one
+// refused otherwise for now (a 5xx, 408, or another 429, which waits its
+// Retry-After too) is asked for again with the server's message shown.
+// Other ends and refusals are followed by a backoff (1s, doubling up to 15s)
 // that starts again from 1s only after a stream that showed a new event or
 // stayed open 10s, so a stream that keeps ending at once is not asked for
 // every second. The files are served without credentials (they hold

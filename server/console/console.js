@@ -684,12 +684,15 @@ function note(text) {
 // doubling up to 15s) starts again from 1s only after a stream that showed
 // a new event or stayed open STEADY_MS: one that opens and ends at once
 // (lagged, unavailable) is not asked for again every second.
+// Another refusal the server may get over (a 5xx, 408, or a 429 other
+// than the cap's) is shown with the server's message.
 async function follow(state) {
   const { signal } = state;
   let backoff = 1000;
   while (!signal.aborted) {
     let fatal = false;
     let wait = 0; // ms before asking again, when the server said
+    let reason = ''; // the server's message, when it refused the stream
     let opened = 0; // when the stream was opened
     const last = state.last;
     try {
@@ -714,6 +717,9 @@ async function follow(state) {
         if (res.status === 429) {
           const secs = Number(res.headers.get('Retry-After'));
           wait = Number.isFinite(secs) && secs > 0 ? secs * 1000 : CAP_RETRY_MS;
+          if (err.code !== 'too_many_subscriptions') reason = err.message || '';
+        } else {
+          reason = err.message || '';
         }
         throw new Error(err.message || res.statusText);
       }
@@ -728,11 +734,11 @@ async function follow(state) {
     if (fatal || signal.aborted) return;
     if (opened && (state.last > last || Date.now() - opened >= STEADY_MS)) backoff = 1000;
     if (wait) {
-      $('conv-live').textContent = `Too many streams of this conversation are open: trying again in ${Math.ceil(wait / 1000)}s…`;
+      $('conv-live').textContent = `${reason || 'Too many streams of this conversation are open'}: trying again in ${Math.ceil(wait / 1000)}s…`;
       await sleep(wait, signal);
       continue;
     }
-    $('conv-live').textContent = 'reconnecting…';
+    $('conv-live').textContent = reason ? `${reason}: reconnecting…` : 'reconnecting…';
     await sleep(backoff, signal);
     backoff = Math.min(backoff * 2, 15000);
   }
