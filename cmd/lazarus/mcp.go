@@ -326,14 +326,19 @@ func (s *mcpSession) Close() error {
 
 // sessionLost reports whether a call's err says that its session is gone:
 // the connection closed (a stdio server's process exited: proc, if not
-// nil), an HTTP server that no longer knows the session (the SDK's error
-// for its 404 is not exported, hence its text) or refuses connections.
+// nil, or its stdout was closed, which Wait does once it has exited, maybe
+// before the call sees proc's exit), an HTTP server that no longer knows
+// the session (the SDK's error for its 404 is not exported, hence its
+// text) or refuses connections.
 func sessionLost(err error, proc *stdioProc) bool {
 	if proc != nil {
 		select {
 		case <-proc.exited:
 			return true
 		default:
+		}
+		if errors.Is(err, os.ErrClosed) {
+			return true
 		}
 	}
 	if errors.Is(err, mcp.ErrConnectionClosed) || errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNREFUSED) {

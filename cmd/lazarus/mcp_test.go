@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -475,4 +477,16 @@ func TestServeClosesMCPServersTogether(t *testing.T) {
 	}
 	require.NoError(t, n.close())
 	require.Empty(t, stderr.String(), "no server reported an error at close: both exited with status 0")
+}
+
+// TestMCPStdoutClosedIsALostSession: a call on a stdio server whose
+// stdout was closed (Wait closes it once the process has exited, which
+// the call may see before the process's exit is recorded) found its
+// session lost, so it is reconnected; it used to fail the call as the
+// server's error, now and then, when a server exited during a call.
+func TestMCPStdoutClosedIsALostSession(t *testing.T) {
+	proc := &stdioProc{exited: make(chan struct{})} // not yet seen to exit
+	err := fmt.Errorf("calling %q: %w", "tools/call", &fs.PathError{Op: "read", Path: "|0", Err: os.ErrClosed})
+	require.True(t, sessionLost(err, proc))
+	require.False(t, sessionLost(errors.New("the tool failed"), proc), "a call's error is not a lost session")
 }
