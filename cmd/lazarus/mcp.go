@@ -47,10 +47,13 @@ func secretEnv(cfg *serveConfig) []string {
 
 // mcpReconnectBackoff is how long a server whose reconnect failed is left
 // alone before the next call tries again; it doubles with each failure in
-// a row, up to mcpReconnectBackoffMax.
+// a row, up to mcpReconnectBackoffMax. A session a reconnect made that is
+// lost before it served a call or stayed up mcpSessionSettled counts as a
+// failed reconnect (a server that crashes after each handshake).
 const (
 	mcpReconnectBackoff    = time.Second
 	mcpReconnectBackoffMax = 30 * time.Second
+	mcpSessionSettled      = 30 * time.Second
 )
 
 // mcpSession is one MCP server, its session (replaced when a call finds
@@ -77,10 +80,18 @@ type mcpSession struct {
 	listed  map[string]bool
 	// reconnecting is closed when the reconnect in flight is done.
 	reconnecting chan struct{}
-	failures     int // reconnects failed in a row
-	retryAt      time.Time
-	lastErr      error
-	closed       bool
+	// failures counts the reconnects failed in a row; a reconnect's
+	// session counts as failed if lost while fresh, and ends the row once
+	// it served a call or stayed up mcpSessionSettled.
+	failures int
+	// fresh says the session was made by a reconnect, at up, and has not
+	// served a call yet; broken, that it was lost while fresh (a failed
+	// reconnect), so that calls are not made on it.
+	fresh, broken bool
+	up            time.Time
+	retryAt       time.Time
+	lastErr       error
+	closed        bool
 }
 
 // connectMCP connects to the MCP server of cfg, lists its tools and turns
@@ -182,21 +193,87 @@ func (s *mcpSession) dial(ctx context.Context) (*mcp.ClientSession, *stdioProc, 
 // session with the same params (the same tool_call_id: at least once).
 // Calls share a reconnect in flight; a reconnect that fails leaves the
 // server alone for a backoff (mcpReconnectBackoff, doubling), during which
-// a call fails at once saying when it is tried again. After a reconnect, a
-// tool the server no longer lists fails.
+// a call fails at once saying when it is tried again. A reconnect's
+// session lost before it served a call or stayed up mcpSessionSettled
+// counts as a failed reconnect, so a server that crashes after each
+// handshake is backed off too. After a reconnect, a tool the server no
+// longer lists fails.
 func (s *mcpSession) callTool(ctx context.Context, params *mcp.CallToolParams) (*mcp.CallToolResult, error) {
-	cs, proc, gen, waited, err := s.current(ctx, params.Name, 0)
-	if err != nil {
-		return nil, err
+	lost := 0
+	for {
+		cs, proc, gen, waited, err := s.current(ctx, params.Name, lost)
+		if err != nil {
+			return nil, err
+		}
+		res, err := cs.CallTool(ctx, params)
+		if err == nil {
+			s.served(gen)
+			return res, nil
+		}
+		if ctx.Err() != nil || !sessionLost(err, proc) {
+			return res, err
+		}
+		if waited || lost != 0 {
+			// Lost again since a reconnect: at most one per call.
+			return nil, s.lostAgain(gen, err)
+		}
+		lost = gen
 	}
-	res, err := cs.CallTool(ctx, params)
-	if err == nil || waited || ctx.Err() != nil || !sessionLost(err, proc) {
-		return res, err
+}
+
+// served records that the session gen served a call: a fresh one ends
+// the row of failed reconnects.
+func (s *mcpSession) served(gen int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if gen == s.gen && s.fresh {
+		s.fresh, s.failures = false, 0
 	}
-	if cs, _, _, _, err = s.current(ctx, params.Name, gen); err != nil {
-		return nil, err
+}
+
+// lostAgain is err, of a call that found the session gen lost after a
+// reconnect, saying so if that starts a backoff (foundLost).
+func (s *mcpSession) lostAgain(gen int, err error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if gen != s.gen || s.session == nil || !s.foundLost() {
+		return err
 	}
-	return cs.CallTool(ctx, params)
+	return fmt.Errorf("%w; %v: it is tried again in %v", err, s.lastErr, s.retryAt.Sub(s.now()).Round(time.Millisecond))
+}
+
+// foundLost records that a call found the current session lost and
+// reports whether the server is now left alone for a backoff: a fresh
+// session lost before it stayed up mcpSessionSettled counts as a failed
+// reconnect (it is then broken); one that stayed up that long ends the
+// row of failures. Called with s.mu held.
+func (s *mcpSession) foundLost() bool {
+	if !s.fresh {
+		return s.broken
+	}
+	s.fresh = false
+	up := s.now().Sub(s.up)
+	if up >= mcpSessionSettled {
+		s.failures = 0
+		return false
+	}
+	s.broken = true
+	s.backOff(fmt.Errorf("mcp server %s: lost again %v after it was reconnected, before it served a call", s.name, up.Round(time.Millisecond)))
+	return true
+}
+
+// backOff counts a failed reconnect, of error err, and leaves the server
+// alone for the backoff that follows. Called with s.mu held.
+func (s *mcpSession) backOff(err error) {
+	s.failures++
+	backoff := mcpBackoff(s.failures)
+	if s.cfg.reconnectBackoff > 0 {
+		backoff = s.cfg.reconnectBackoff
+	}
+	s.retryAt, s.lastErr = s.now().Add(backoff), err
+	if !s.closed {
+		s.report("%v; tried again in %v", err, backoff)
+	}
 }
 
 // current is the session to call the tool name on: the current one, but
@@ -211,7 +288,7 @@ func (s *mcpSession) current(ctx context.Context, name string, lost int) (cs *mc
 		if s.closed {
 			return nil, nil, 0, waited, fmt.Errorf("mcp server %s: %w", s.name, mcp.ErrConnectionClosed)
 		}
-		if s.session != nil && s.gen != lost {
+		if s.session != nil && s.gen != lost && !s.broken {
 			if !s.listed[name] {
 				return nil, nil, 0, waited, fmt.Errorf("mcp server %s no longer lists the tool since it was reconnected", s.name)
 			}
@@ -225,6 +302,9 @@ func (s *mcpSession) current(ctx context.Context, name string, lost int) (cs *mc
 		}
 		done := s.reconnecting
 		if done == nil {
+			if s.session != nil && s.gen == lost {
+				s.foundLost()
+			}
 			if now := s.now(); now.Before(s.retryAt) {
 				return nil, nil, 0, waited, fmt.Errorf("mcp server %s is lost: %w; it is tried again in %v (at %s)",
 					s.name, s.lastErr, s.retryAt.Sub(now).Round(time.Millisecond), s.retryAt.UTC().Format(time.RFC3339))
@@ -270,18 +350,14 @@ func (s *mcpSession) reconnect(old *mcp.ClientSession, done chan struct{}) {
 		err = fmt.Errorf("mcp server %s: %w", s.name, mcp.ErrConnectionClosed)
 	}
 	if err != nil {
-		s.failures++
-		backoff := mcpBackoff(s.failures)
-		if s.cfg.reconnectBackoff > 0 {
-			backoff = s.cfg.reconnectBackoff
-		}
-		s.retryAt, s.lastErr = s.now().Add(backoff), err
-		if !s.closed {
-			s.report("%v; tried again in %v", err, backoff)
-		}
+		s.backOff(err)
 		return
 	}
-	s.session, s.proc, s.failures, s.lastErr = session, proc, 0, nil
+	// The row of failures ends once the session served a call or stayed
+	// up a while (served, foundLost), not here: a server that crashes
+	// after each handshake would be restarted at every call.
+	s.session, s.proc, s.lastErr = session, proc, nil
+	s.fresh, s.broken, s.up = true, false, s.now()
 	s.gen++
 	s.listed = map[string]bool{}
 	for _, t := range listed {

@@ -267,3 +267,104 @@ func TestMCPHTTPConnectionRefused(t *testing.T) {
 	require.ErrorContains(t, err, "mcp server calc is lost: ")
 	require.ErrorContains(t, err, "it is tried again in ")
 }
+
+// TestMCPCrashLoopBacksOff: a stdio MCP server that exits during every
+// call (it crashes right after each handshake, as far as the node can
+// tell) is backed off: the session a reconnect made, lost before it
+// served a call, counts as a failed reconnect, so the call that lost it
+// fails saying when the server is tried again, and a call during the
+// backoff fails at once without starting a process; the backoff doubles
+// with each such loss, and a session that served a call ends the row.
+// A successful handshake used to reset the backoff, so such a server was
+// started again at every call.
+func TestMCPCrashLoopBacksOff(t *testing.T) {
+	self, err := filepath.Abs(os.Args[0])
+	require.NoError(t, err)
+	starts := filepath.Join(t.TempDir(), "starts")
+	ctx := ctxT(t)
+	cfg := mcpConfig{Name: "calc", Command: []string{self}, Env: map[string]string{envChild: "mcp", envMCPStarts: starts}, Timeout: "1h"}
+	s, err := connectMCP(ctx, cfg, "test")
+	require.NoError(t, err)
+	defer func() { _ = s.Close() }()
+	clock := time.Now()
+	s.mu.Lock()
+	s.now = func() time.Time { return clock } // read under s.mu
+	s.mu.Unlock()
+	advance := func(d time.Duration) {
+		s.mu.Lock()
+		clock = clock.Add(d)
+		s.mu.Unlock()
+	}
+	tools := mcpToolsByName(s)
+	exit := func(id string) error {
+		_, err := tools["exit"].Run(ctx, agent.Invocation{ToolCallID: id, Name: "exit", Arguments: `{}`})
+		return err
+	}
+
+	err = exit("call-1")
+	require.ErrorContains(t, err, "mcp server calc: lost again 0s after it was reconnected, before it served a call: it is tried again in 1s")
+	require.Len(t, mcpStarts(t, starts), 2, "started again once")
+
+	_, err = callPid(ctx, t, tools["pid"], "call-2")
+	require.ErrorContains(t, err, "mcp server calc is lost: mcp server calc: lost again 0s after it was reconnected")
+	require.Regexp(t, `it is tried again in 1s \(at \d{4}-`, err.Error())
+	require.Len(t, mcpStarts(t, starts), 2, "not started during the backoff")
+	require.NoError(t, ctx.Err(), "failed at once, far below the call's timeout")
+
+	advance(time.Second)
+	require.ErrorContains(t, exit("call-3"), "it is tried again in 2s", "doubled: a failed reconnect in a row")
+	require.Len(t, mcpStarts(t, starts), 3)
+	advance(time.Second)
+	_, err = callPid(ctx, t, tools["pid"], "call-4")
+	require.ErrorContains(t, err, "it is tried again in 1s (at ", "still backed off")
+	require.Len(t, mcpStarts(t, starts), 3)
+
+	advance(time.Second)
+	got, err := callPid(ctx, t, tools["pid"], "call-5")
+	require.NoError(t, err, "after the backoff the server is started again")
+	require.Equal(t, mcpStarts(t, starts)[3], got.Pid)
+	// It served a call: the row ended, so its loss is reconnected at once
+	// and the next crash waits 1s again, not 4s.
+	require.ErrorContains(t, exit("call-6"), "it is tried again in 1s")
+	require.Len(t, mcpStarts(t, starts), 5)
+	require.EqualError(t, s.Close(), "exit status 3", "the last process exited, and was waited for")
+}
+
+// TestMCPSessionUpAWhileEndsTheBackoffRow: a session a reconnect made
+// that stayed up mcpSessionSettled on the node's clock ends the row of
+// failed reconnects even though it served no call: its loss is
+// reconnected at once, and the next failure waits 1s; lost sooner, it
+// counts as one more failure in the row, and the call fails at once.
+func TestMCPSessionUpAWhileEndsTheBackoffRow(t *testing.T) {
+	self, err := filepath.Abs(os.Args[0])
+	require.NoError(t, err)
+	for name, tc := range map[string]struct {
+		up     time.Duration
+		starts int
+		want   string
+	}{
+		"settled": {up: mcpSessionSettled, starts: 2, want: "it is tried again in 1s"},
+		"not yet": {up: mcpSessionSettled - time.Second, starts: 1, want: "mcp server calc is lost: mcp server calc: lost again 29s after it was reconnected, before it served a call; it is tried again in 8s (at "},
+	} {
+		t.Run(name, func(t *testing.T) {
+			starts := filepath.Join(t.TempDir(), "starts")
+			ctx := ctxT(t)
+			cfg := mcpConfig{Name: "calc", Command: []string{self}, Env: map[string]string{envChild: "mcp", envMCPStarts: starts}, Timeout: "1h"}
+			s, err := connectMCP(ctx, cfg, "test")
+			require.NoError(t, err)
+			defer func() { _ = s.Close() }()
+			clock := time.Now()
+			// As if a reconnect after three failed ones in a row had made
+			// the session, tc.up ago, and it had served no call since.
+			s.mu.Lock()
+			s.now = func() time.Time { return clock }
+			s.fresh, s.up, s.failures = true, clock.Add(-tc.up), 3
+			s.mu.Unlock()
+
+			_, err = mcpToolsByName(s)["exit"].Run(ctx, agent.Invocation{ToolCallID: "call-1", Name: "exit", Arguments: `{}`})
+			require.ErrorContains(t, err, tc.want)
+			require.Len(t, mcpStarts(t, starts), tc.starts)
+			require.EqualError(t, s.Close(), "exit status 3", "the last process exited, and was waited for")
+		})
+	}
+}

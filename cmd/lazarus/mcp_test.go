@@ -61,9 +61,10 @@ func TestMCPServerRunsInTheConfigsDirectory(t *testing.T) {
 // TestMCPServerExitFailsItsCalls: a stdio MCP server whose process exits
 // during every run of a call fails that call at once, with an error (a
 // tool error the model reads), not at the call's timeout, after starting
-// the server again once and making the call on it (where it exits too);
-// a later call of another tool succeeds on a process started again. The
-// exit, a lost session's, is reported on the server's stderr writer.
+// the server again once and making the call on it (where it exits too,
+// which starts a backoff: TestMCPCrashLoopBacksOff); a call of another
+// tool after the backoff succeeds on a process started again. The exit, a
+// lost session's, is reported on the server's stderr writer.
 func TestMCPServerExitFailsItsCalls(t *testing.T) {
 	self, err := filepath.Abs(os.Args[0])
 	require.NoError(t, err)
@@ -78,6 +79,9 @@ func TestMCPServerExitFailsItsCalls(t *testing.T) {
 	_, err = tools["exit"].Run(ctx, agent.Invocation{ToolCallID: "call-1", Name: "exit", Arguments: `{}`})
 	require.ErrorContains(t, err, "mcp tool exit")
 	require.NoError(t, ctx.Err(), "the call failed before the test's bound, far below its timeout")
+	s.mu.Lock()
+	s.now = func() time.Time { return time.Now().Add(mcpReconnectBackoff) }
+	s.mu.Unlock()
 	out, err := tools["add"].Run(ctx, agent.Invocation{ToolCallID: "call-2", Name: "add", Arguments: `{"a": 1, "b": 2}`})
 	require.NoError(t, err)
 	require.JSONEq(t, `{"sum": 3, "tool_call_id": "call-2"}`, out)

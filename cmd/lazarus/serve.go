@@ -70,7 +70,9 @@ server that no longer knows the session or refuses the connection)
 reconnects it within connect_timeout (calls share one reconnect) and is
 made again on the new session with the same tool_call_id (at least
 once); a failed reconnect leaves the server alone for 1s, doubling up to
-30s, during which its calls fail at once saying when it is tried again. An example is in the project's
+30s, during which its calls fail at once saying when it is tried again. A
+reconnect's session lost again before it served a call or stayed up 30s
+(a server in a crash loop) counts as a failed reconnect. An example is in the project's
 docs/serve.example.json; the format is in README.md.
 
 Model: "scripted" (the default) is a demo model, no language model: it
