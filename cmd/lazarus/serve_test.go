@@ -134,7 +134,7 @@ func runChild() {
 		os.Exit(0)
 	case "sleep":
 		// A process that does nothing until a signal ends it.
-		time.Sleep(time.Hour)
+		waitForSignal()
 		os.Exit(0)
 	case "mcp":
 		if f := os.Getenv(envMCPStarted); f != "" {
@@ -151,7 +151,7 @@ func runChild() {
 		if f := os.Getenv(envMCPFail); f != "" {
 			if b, err := os.ReadFile(f); err == nil {
 				if string(b) == "hang" {
-					time.Sleep(time.Hour)
+					waitForSignal()
 				}
 				os.Exit(1)
 			}
@@ -183,7 +183,10 @@ func runChild() {
 				return nil, getenvOut{Value: v, Set: ok}, nil
 			})
 		err := s.Run(context.Background(), &mcp.StdioTransport{})
-		if err != nil && !errors.Is(err, io.EOF) {
+		// Its client closing its stdin ends it: the SDK says so as io.EOF
+		// or, depending on where the read was, as "server is closing: EOF"
+		// with the EOF not wrapped.
+		if err != nil && !errors.Is(err, io.EOF) && !strings.HasSuffix(err.Error(), "EOF") {
 			fmt.Fprintln(os.Stderr, "mcp child:", err)
 			os.Exit(1)
 		}
@@ -689,4 +692,12 @@ func TestServeSecondSignalForcesExit(t *testing.T) {
 	rest, err := io.ReadAll(br)
 	require.NoError(t, err, "the connection ends with the process")
 	require.Empty(t, string(rest), "the request in flight gets no answer")
+}
+
+// waitForSignal blocks a helper process until SIGTERM or SIGINT (SIGKILL
+// ends it anyway): a process that does nothing until it is ended.
+func waitForSignal() {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	<-sig
 }
