@@ -81,8 +81,10 @@ var faultCases = []faultCase{
 
 // TestIOFault injects write, sync and disk-full errors under a running
 // Runtime on Pebble, at two points: between turns (every conversation
-// idle, the next write fails) and under load (the fault is armed at the
-// N-th acknowledged send, with turns in flight in several conversations).
+// idle, the next write fails) and under load (the fault is armed by the
+// first server call that runs once N sends were acknowledged, with turns
+// in flight in several conversations: unless only a sync failed, that
+// call is interrupted, and the next Runtime runs it again under its id).
 //
 // Pebble is fail-stop on a WAL error; the runtime's documented behaviour,
 // checked here:
@@ -97,9 +99,11 @@ var faultCases = []faultCase{
 //     on the synced image and on everything written, and a new Runtime on
 //     it finishes every conversation.
 func TestIOFault(t *testing.T) {
-	// Server calls the fault interrupted under load, over every case: one
-	// case may interrupt none (about one in twelve), all of them together
-	// must, or the re-dispatch after a reopen was never exercised.
+	// Server calls the fault interrupted under load, over every case. A
+	// failed write (and a full disk) always interrupts the call that armed
+	// it; a failed sync may not (the call's result was written, unsynced,
+	// and the disk as written holds it). All together must, or the
+	// re-dispatch after a reopen was never exercised.
 	interrupted, loadCases := 0, 0
 	for _, fc := range faultCases {
 		for _, underLoad := range []bool{false, true} {
@@ -133,6 +137,9 @@ type faultRig struct {
 	logs  *tailBuffer
 	l     *ledger
 	convs []string
+	// ran, if set, is called by each run of the work tool of the first
+	// Runtime once the run is recorded, before it returns.
+	ran atomic.Pointer[func()]
 }
 
 func newFaultRig(t *testing.T, fc faultCase, convs []string) *faultRig {
@@ -162,7 +169,7 @@ func (r *faultRig) openRuntime(s journal.Store, cycle int) *lazarus.Runtime {
 	rt, err := lazarus.Open(lazarus.Options{
 		Store:       s,
 		Model:       workloadModel{},
-		Tools:       workloadTools(side, cycle, 0, time.Hour),
+		Tools:       r.tools(side, cycle),
 		IdleTimeout: 20 * time.Millisecond,
 		Summary:     snapshot.Policy{MaxEvents: 6, KeepRecent: 2},
 		Summarizer:  snapshot.Deterministic{},
@@ -171,6 +178,29 @@ func (r *faultRig) openRuntime(s journal.Store, cycle int) *lazarus.Runtime {
 	})
 	require.NoError(r.t, err)
 	return rt
+}
+
+// tools are the workload's tools; the first Runtime's work tool calls
+// r.ran, if set, before it returns.
+func (r *faultRig) tools(side *sideFile, cycle int) []agent.Tool {
+	tools := workloadTools(side, cycle, 0, time.Hour)
+	if cycle != 1 {
+		return tools
+	}
+	for i := range tools {
+		if tools[i].Name != toolWork {
+			continue
+		}
+		run := tools[i].Run
+		tools[i].Run = func(ctx context.Context, inv agent.Invocation) (string, error) {
+			out, err := run(ctx, inv)
+			if f := r.ran.Load(); f != nil {
+				(*f)()
+			}
+			return out, err
+		}
+	}
+	return tools
 }
 
 // turn sends one message and waits until the turn it starts ends: the
@@ -256,6 +286,18 @@ func testIOFault(t *testing.T, fc faultCase, underLoad bool) int {
 	arm := func() { armOnce.Do(func() { r.inj.armed.Store(true); close(armed) }) }
 	if !underLoad {
 		arrived.Add(len(convs) - 1)
+	} else {
+		// Under load the fault is armed by the first run of the work tool
+		// once armAt sends were acknowledged: that server call is durable
+		// and running, so when writes fail its result is never written and
+		// the next Runtime must run it again under its id (the re-dispatch
+		// is exercised every time, not by chance).
+		inFlight := func() {
+			if sent.Load() >= armAt {
+				arm()
+			}
+		}
+		r.ran.Store(&inFlight)
 	}
 	failures := make([]error, len(convs))
 	var wg sync.WaitGroup
@@ -278,9 +320,7 @@ func testIOFault(t *testing.T, fc faultCase, underLoad bool) int {
 					failures[i+1] = err
 					return
 				}
-				if underLoad && sent.Add(1) == armAt {
-					arm()
-				}
+				sent.Add(1)
 			}
 			r.l.problem("conversation %q: %d turns and no send failed", conv, maxTurns)
 		})
