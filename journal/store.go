@@ -205,7 +205,10 @@ type ToolCalls interface {
 	// errored or expired) with result, stamped at time at, and removes its
 	// deadline in the same write. result and at replace the row's Result
 	// and Resolved, whatever the pending row held: a nil result leaves it
-	// with none, the zero time with no Resolved time. If the call is unknown or not pending it
+	// with none, the zero time with no Resolved time. It names no
+	// resolver, so the row it leaves has no Resolver, whatever the pending
+	// row held (an Append resolution sets the Resolver to its by, none
+	// included). If the call is unknown or not pending it
 	// returns ErrStale and changes nothing. A status that is not terminal,
 	// an at outside the years 1 to 9999 (ValidateResolvedAt), or a result
 	// that cannot be encoded or exceeds MaxRecordBytes, is ErrInvalid,

@@ -30,6 +30,7 @@ var toolCallCases = []suiteCase{
 	{name: "ResolveStale", run: testResolveStale},
 	{name: "ResolveRemovesDeadline", run: testResolveRemovesDeadline},
 	{name: "ResolveReplacesResultAndTime", run: testResolveReplaces},
+	{name: "ResolveRecordsNoResolver", run: testResolveNoResolver},
 	{name: "ResolveOverflowingRowRefused", run: testResolveOverflowingRow},
 	{name: "MalformedCallEventsRefused", run: testMalformedCallEventsRefused},
 }
@@ -378,6 +379,34 @@ func testResolveReplaces(t *testing.T, e env) {
 	want.Status, want.Result, want.Resolved = errored, errorOutcome("tool", "failed"), ts(5)
 	requireProto(t, want, row)
 	requireProto(t, want, toolCall(t, s, "tc-2"))
+}
+
+// testResolveNoResolver: a resolve names no resolver, so the row it leaves
+// has none, whatever the pending row held (the row's resolver is set with
+// its terminal status, by the resolution that answers it); an Append
+// resolution's by replaces it the same way, none included.
+func testResolveNoResolver(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	for _, id := range []string{"tc-1", "tc-2"} {
+		rec := humanCall("c", id)
+		rec.Resolver = bob
+		upsert(t, s, rec)
+	}
+	row, err := s.ResolveToolCall(ctx, "tc-1", resolved, contentOutcome("ok"), tm(5))
+	require.NoError(t, err)
+	want := humanCall("c", "tc-1")
+	want.Status, want.Result, want.Resolved = resolved, contentOutcome("ok"), ts(5)
+	requireProto(t, want, row, "ResolveToolCall returns a row with no resolver")
+	requireProto(t, want, toolCall(t, s, "tc-1"), "ResolveToolCall stores a row with no resolver")
+
+	appendOK(t, s, &messages.AppendRequest{
+		ConversationId: "c",
+		Resolutions:    []*messages.ToolResolution{{ToolCallId: "tc-2", Status: expired, At: ts(6)}},
+	})
+	want = humanCall("c", "tc-2")
+	want.Status, want.Resolved = expired, ts(6)
+	requireProto(t, want, toolCall(t, s, "tc-2"), "a resolution without by leaves a row with no resolver")
 }
 
 func testResolveRemovesDeadline(t *testing.T, e env) {

@@ -811,11 +811,12 @@ func (s *Store) ResolveToolCall(ctx context.Context, toolCallID string, status m
 		return nil, fmt.Errorf("memjournal: resolve %q: status is %v: %w", toolCallID, row.GetStatus(), journal.ErrStale)
 	}
 	res := clone(row)
-	res.Status, res.Result, res.Resolved = status, result, journal.Timestamp(at)
+	res.Status, res.Result, res.Resolved, res.Resolver = status, result, journal.Timestamp(at), nil
 	if err := journal.ResolvedRowFits(res, nil, nil); err != nil {
 		return nil, fmt.Errorf("memjournal: resolve %q: %w", toolCallID, err)
 	}
 	st.resolve(st.conv(row.GetConversationId()), row, status, result, journal.Timestamp(at))
+	row.Resolver = nil
 	return clone(row), nil
 }
 

@@ -526,7 +526,7 @@ func (s *Store) ResolveToolCall(ctx context.Context, toolCallID string, status m
 		if rec.GetStatus() != messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING {
 			return fmt.Errorf("resolve %q: status is %v: %w", toolCallID, rec.GetStatus(), journal.ErrStale)
 		}
-		rec.Status, rec.Result, rec.Resolved = status, nil, journal.Timestamp(at)
+		rec.Status, rec.Result, rec.Resolved, rec.Resolver = status, nil, journal.Timestamp(at), nil
 		if result != nil {
 			rec.Result = proto.Clone(result).(*messages.ToolOutcome)
 		}
