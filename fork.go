@@ -48,7 +48,9 @@ import (
 //
 // An unknown source wraps journal.ErrNotFound, a deleted one
 // journal.ErrDeleted; a newID that exists wraps journal.ErrExists, one that
-// was deleted journal.ErrDeleted; an invalid id wraps journal.ErrInvalid.
+// was deleted journal.ErrDeleted; an invalid id wraps journal.ErrInvalid,
+// as does metadata that, merged over what newID already holds without a
+// row (MergeMetadata), exceeds journal.MaxRecordBytes.
 // Nothing is written in these cases. It returns once the copy is durable.
 func (r *Runtime) Fork(ctx context.Context, conversationID string, atSeq uint64, newID string) error {
 	return r.ForkWith(ctx, conversationID, atSeq, newID, ForkOptions{})

@@ -24,7 +24,10 @@ type Forks interface {
 	// If the request breaks a rule of ValidateFork (it encodes to more
 	// than MaxForkBytes, say) it returns ErrInvalid;
 	// if the id was deleted, ErrDeleted; if it has a row or events,
-	// ErrExists. In every error case nothing is written. A crash during
+	// ErrExists; if the metadata the merge leaves holds more than
+	// MaxRecordBytes of keys and values (as PutMetadata refuses),
+	// ErrInvalid, checked after ErrDeleted and ErrExists. In every error
+	// case nothing is written. A crash during
 	// the write leaves all of it or none of it.
 	Fork(ctx context.Context, req *messages.ForkRequest) error
 }

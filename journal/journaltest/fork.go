@@ -23,6 +23,7 @@ var forkCases = []suiteCase{
 	{name: "Ended", run: testForkEnded},
 	{name: "ExistingOrDeletedTarget", run: testForkExisting},
 	{name: "OntoMetadataOnly", run: testForkOntoMetadataOnly},
+	{name: "MergedMetadataBounded", run: testForkMergedMetadataBounded},
 	{name: "OntoRowlessRecords", run: testForkOntoRowlessRecords},
 	{name: "EventAtTheLimit", run: testForkEventAtTheLimit},
 	{name: "PastTheAppendLimits", run: testForkPastTheAppendLimits},
@@ -195,6 +196,38 @@ func testForkOntoMetadataOnly(t *testing.T, e env) {
 	assert.Equal(t, []string{"dst"}, findAll(t, s, "owner", "ann", 0))
 	assert.Equal(t, []string{"dst"}, findAll(t, s, "name", "copy", 0))
 	assert.Empty(t, findAll(t, s, "name", "before", 0), "the replaced value is no longer indexed")
+}
+
+// testForkMergedMetadataBounded: a fork onto an id that has metadata and
+// no row merges its metadata as PutMetadata does, bounded the same way: a
+// merge that leaves more than journal.MaxRecordBytes of keys and values is
+// ErrInvalid and writes nothing; replacing a key counts its new value
+// only, and removing one (an empty value) frees room.
+func testForkMergedMetadataBounded(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := context.Background()
+	req := forkSource(t, s, "src", "dst")
+	third := strings.Repeat("v", journal.MaxRecordBytes/3)
+	require.NoError(t, s.PutMetadata(ctx, "dst", map[string]string{"k1": third, "k2": third}))
+	over := cloneFork(req)
+	over.Metadata = map[string]string{"k3": third, "small": "s"}
+	requireSentinel(t, s.Fork(ctx, over), journal.ErrInvalid, "the merged metadata is over the limit")
+	_, err := s.Conversation(ctx, "dst")
+	requireSentinel(t, err, journal.ErrNotFound, "no row is written")
+	assert.Empty(t, allEvents(t, s, "dst"), "no event is written")
+	assert.Zero(t, lastSeq(t, s, "dst"))
+	md, err := s.Metadata(ctx, "dst")
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"k1": third, "k2": third}, md, "nothing of the refused merge is written")
+	assert.Empty(t, findAll(t, s, "small", "s", 0), "nor indexed")
+
+	fits := cloneFork(req)
+	fits.Metadata = map[string]string{"k1": "", "k2": third + "w", "k3": third}
+	require.NoError(t, s.Fork(ctx, fits))
+	merged := cloneFork(req)
+	merged.Metadata = map[string]string{"k2": third + "w", "k3": third}
+	requireFork(t, s, merged)
+	assert.Empty(t, findAll(t, s, "k1", third, 0), "the removed key is no longer indexed")
 }
 
 // testForkOntoRowlessRecords: only a row or events make an id exist for

@@ -75,6 +75,13 @@ func (s *Store) Fork(ctx context.Context, req *messages.ForkRequest) error {
 	if c := st.convs[id]; c != nil && (c.row != nil || c.lastSeq() > 0) {
 		return fmt.Errorf("memjournal: fork into %q: %w", id, journal.ErrExists)
 	}
+	var cur map[string]string // a conversation without a row may have metadata
+	if c := st.convs[id]; c != nil {
+		cur = c.meta
+	}
+	if err := journal.ValidateMetadata(id, journal.MergeSettings(cur, req.GetMetadata())); err != nil {
+		return fmt.Errorf("memjournal: fork into %q: %w", id, err)
+	}
 	c := st.conv(id)
 	if sum := req.GetSummary(); sum != nil {
 		c.base = sum.GetToSeq()

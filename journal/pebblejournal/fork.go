@@ -92,6 +92,15 @@ func (s *Store) Fork(ctx context.Context, req *messages.ForkRequest) error {
 	} else if has || last > 0 {
 		return fmt.Errorf("pebblejournal: fork into %q: %w", id, journal.ErrExists)
 	}
+	if len(req.GetMetadata()) > 0 {
+		cur, err := s.metadata(id) // a conversation without a row may have metadata
+		if err != nil {
+			return err
+		}
+		if err := journal.ValidateMetadata(id, journal.MergeSettings(cur, req.GetMetadata())); err != nil {
+			return fmt.Errorf("pebblejournal: fork into %q: %w", id, err)
+		}
+	}
 	if sum := req.GetSummary(); sum != nil {
 		v, err := proto.Marshal(sum)
 		if err != nil {

@@ -64,11 +64,13 @@ func (s *Store) Fork(ctx context.Context, req *messages.ForkRequest) error {
 			return fmt.Errorf("pgjournal: %w", journal.Invalidf("summary of fork %q cannot be encoded (%v)", id, err))
 		}
 	}
-	var keys, vals [][]byte
+	var keys, vals, dels [][]byte
 	for k, v := range req.GetMetadata() {
-		if v != "" {
-			keys, vals = append(keys, []byte(k)), append(vals, []byte(v))
+		if v == "" {
+			dels = append(dels, []byte(k))
+			continue
 		}
+		keys, vals = append(keys, []byte(k)), append(vals, []byte(v))
 	}
 	return s.writeTx(ctx, "fork", id, func(tx pgx.Tx) error {
 		var deleted, hasRow bool
@@ -86,6 +88,11 @@ func (s *Store) Fork(ctx context.Context, req *messages.ForkRequest) error {
 		case hasRow || lastSeq > 0:
 			return fmt.Errorf("fork into %q: %w", id, journal.ErrExists)
 		}
+		// A conversation without a row may have metadata: the merge is
+		// bounded as PutMetadata's.
+		if err := checkMergedMetadata(ctx, tx, id, req.GetMetadata()); err != nil {
+			return err
+		}
 		b := &pgx.Batch{}
 		b.Queue(`INSERT INTO lz_conversations (id, last_seq, row, status) VALUES ($1, $2, $3, $4)
 			ON CONFLICT (id) DO UPDATE SET last_seq = excluded.last_seq, row = excluded.row, status = excluded.status`,
@@ -97,6 +104,9 @@ func (s *Store) Fork(ctx context.Context, req *messages.ForkRequest) error {
 		if sumData != nil {
 			b.Queue("INSERT INTO lz_summaries (conv, to_seq, data) VALUES ($1, $2, $3)",
 				[]byte(id), toInt64(req.GetSummary().GetToSeq()), sumData)
+		}
+		if len(dels) > 0 {
+			b.Queue("DELETE FROM lz_metadata WHERE conv = $1 AND key = ANY($2::bytea[])", []byte(id), dels)
 		}
 		if len(keys) > 0 {
 			b.Queue(`INSERT INTO lz_metadata (conv, key, value) SELECT $1, k, v FROM unnest($2::bytea[], $3::bytea[]) AS u(k, v)
