@@ -1,7 +1,10 @@
 // Package memjournal is the in-memory adapter of journal.Store.
 //
 // It keeps everything in Go maps behind one mutex. It is not durable: data
-// lives as long as the Store value. It serves three purposes: tests of
+// lives as long as the Store value. Close does not drop it: a closed Store
+// refuses every call (journal.ErrClosed) but still holds its data until
+// the value is no longer referenced, or until ReopenForTesting hands it to
+// a new Store. It serves three purposes: tests of
 // packages that need a Store (actors, snapshot, the runtime), ephemeral
 // runtimes that need no persistence, and the oracle of the model tests in
 // journal/journaltest, against which every other adapter is compared.

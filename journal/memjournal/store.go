@@ -139,8 +139,12 @@ func (s *Store) ReopenForTesting() *Store {
 	return &Store{audit: s.audit, st: st}
 }
 
-// Close releases the Store. Every later call returns an error wrapping
-// journal.ErrClosed. It is safe to call more than once.
+// Close closes the Store: every later call returns an error wrapping
+// journal.ErrClosed, and a call in flight that has not yet taken the lock
+// does too. It keeps the data, as a durable adapter keeps its data across
+// Close and Open, so that ReopenForTesting can hand it to a new Store; the
+// memory goes when the Store value is no longer referenced. It is safe to
+// call more than once; later calls return nil.
 func (s *Store) Close() error {
 	s.closed.Store(true)
 	return nil
