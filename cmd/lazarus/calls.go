@@ -121,19 +121,15 @@ func (c *cli) pending(ctx context.Context, fs *flags, args []string) (err error)
 	} else {
 		// The Store's index of pending calls: the cost is that of the
 		// pending calls, not of every conversation.
-		cursor := ""
-		for err == nil {
-			var page []*messages.ToolCallRecord
-			page, cursor, err = st.ListPendingToolCalls(ctx, cursor, 1000)
+		err = eachStorePage("pending calls", pendingCursorAfter, func(cursor string) (string, error) {
+			page, next, err := st.ListPendingToolCalls(ctx, cursor, 1000)
 			for _, p := range page {
 				if p.GetExecutor() == messages.Executor_EXECUTOR_HUMAN {
 					rows = append(rows, p)
 				}
 			}
-			if cursor == "" {
-				break
-			}
-		}
+			return next, err
+		})
 	}
 	if err != nil {
 		return err
@@ -438,4 +434,20 @@ func (c *cli) resolveRemote(ctx context.Context, rc *remote, id string, res *mes
 	fmt.Fprintf(c.stdout, "%s %s by %s (conversation %s); the node continues it\n",
 		callStatusName(res.GetStatus()), displayID(id), by, displayID(call.ConversationID))
 	return nil
+}
+
+// pendingCursorAfter reports whether the ListPendingToolCalls cursor next
+// is after cursor in the listing's order (by conversation id, then tool
+// call id). A cursor that is not a PendingCursor counts as after: the
+// store refuses it on the next page (journal.ErrInvalid).
+func pendingCursorAfter(next, cursor string) bool {
+	nc, nt, err := journal.ParsePendingCursor(next)
+	if err != nil {
+		return true
+	}
+	cc, ct, err := journal.ParsePendingCursor(cursor)
+	if err != nil {
+		return true
+	}
+	return journal.PendingAfter(nc, nt, cc, ct)
 }

@@ -516,21 +516,40 @@ func heldEvents(last uint64, has func(seq uint64) (bool, error)) (uint64, error)
 	return last - lo + 1, nil
 }
 
-// eachConversation calls fn for every conversation row, in id order.
+// eachConversation calls fn for every conversation row, in id order. A
+// next cursor that is not after the page's own (ListConversations pages
+// run in ascending order of id) fails with an error wrapping
+// errCursorStuck (eachStorePage).
 func eachConversation(ctx context.Context, st journal.Store, fn func(*messages.Conversation) error) error {
-	cursor := ""
-	for {
+	return eachStorePage("conversations", func(next, cursor string) bool { return next > cursor }, func(cursor string) (string, error) {
 		rows, next, err := st.ListConversations(ctx, cursor, 500)
 		if err != nil {
-			return err
+			return "", err
 		}
 		for _, row := range rows {
 			if err := fn(row); err != nil {
-				return err
+				return "", err
 			}
 		}
-		if next == "" {
-			return nil
+		return next, nil
+	})
+}
+
+// eachStorePage reads every page of the store's listing what: page reads
+// the page after cursor ("" for the first) and returns its next cursor (""
+// after the last). A next cursor that is not after the cursor of its page,
+// as after orders them (next, cursor), fails with an error wrapping
+// errCursorStuck: a store that does not move on (a damaged one, or a
+// faulty adapter) cannot page for ever. It is eachPage's offline twin.
+func eachStorePage(what string, after func(next, cursor string) bool, page func(cursor string) (string, error)) error {
+	cursor := ""
+	for {
+		next, err := page(cursor)
+		if err != nil || next == "" {
+			return err
+		}
+		if cursor != "" && !after(next, cursor) {
+			return fmt.Errorf("store: %s: next cursor %q after %q: %w", what, next, cursor, errCursorStuck)
 		}
 		cursor = next
 	}

@@ -13,7 +13,9 @@
 // listings; a node answering a page with a next cursor it gave before in
 // the listing (or, for the schedules, ordered by id, one not after the
 // page's own) fails the command with status 1 rather than paging for
-// ever.
+// ever. So does, offline, a store whose listing of every conversation
+// (stats, gc-audit, export --all) or of every pending call (pending)
+// answers a page with a next cursor not after the page's own.
 //
 // Usage:
 //

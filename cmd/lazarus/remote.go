@@ -313,10 +313,11 @@ func (r *remote) events(ctx context.Context, id string, after, before uint64, li
 	return out, nil
 }
 
-// errCursorStuck: a node answered a page of a listing with a next cursor
-// that does not move on (one it gave before in the listing, or for an
-// ordered one not after the page's own), which would page for ever.
-var errCursorStuck = errors.New("the node's next cursor does not move on")
+// errCursorStuck: a node (or, offline, the store: eachStorePage) answered
+// a page of a listing with a next cursor that does not move on (one it
+// gave before in the listing, or for an ordered one not after the page's
+// own), which would page for ever.
+var errCursorStuck = errors.New("the next cursor does not move on")
 
 // eachPage reads every page of the listing what: page reads the page
 // after cursor ("" for the first) and returns its next cursor ("" after
