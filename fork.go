@@ -60,7 +60,8 @@ func (r *Runtime) Fork(ctx context.Context, conversationID string, atSeq uint64,
 type ForkOptions struct {
 	// Metadata is merged over the source's metadata in the fork's own
 	// write (a key here replaces the source's value; an empty value
-	// removes the key), so the new conversation never shows the source's
+	// removes the key, from the source's copy and from any metadata the
+	// new id held without a row), so the new conversation never shows the source's
 	// value of a key set here, not even for a moment (an owner, say).
 	// Keys and the merged size are checked as by MergeMetadata. Default:
 	// nil, the source's metadata as it is.
@@ -111,6 +112,13 @@ func (r *Runtime) ForkWith(ctx context.Context, conversationID string, atSeq uin
 		md = journal.MergeSettings(md, opts.Metadata)
 		if err := journal.ValidateMetadata(newID, md); err != nil {
 			return fmt.Errorf("%s: %w", op, err)
+		}
+		// A key removed here is passed on empty, so the Store removes it
+		// from metadata newID may hold without a row too.
+		for k, v := range opts.Metadata {
+			if v == "" {
+				md[k] = ""
+			}
 		}
 	}
 	status := messages.ConversationStatus_CONVERSATION_STATUS_IDLE

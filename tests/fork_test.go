@@ -338,8 +338,9 @@ func TestChaptersFollowTheSummaries(t *testing.T) {
 
 // TestForkWithMetadata: ForkWith merges its metadata over the source's in
 // the fork's own write (a key replaced, one removed, one added), and the
-// metadata index finds the fork by the new value only; bad metadata writes
-// nothing.
+// metadata index finds the fork by the new value only; a removed key is
+// removed from metadata the new id held without a row too; bad metadata
+// writes nothing.
 func TestForkWithMetadata(t *testing.T) {
 	forEachStore(t, func(t *testing.T, kind string) {
 		h := newHarness(t, openStore(t, kind), nil)
@@ -360,6 +361,16 @@ func TestForkWithMetadata(t *testing.T) {
 		ids, _, err = h.rt.Find(ctx, "owner", "bob", "", 0)
 		require.NoError(t, err)
 		require.Equal(t, []string{"dst"}, ids)
+
+		// An id may hold metadata without a row (a Store-level write): a
+		// key removed by the options is removed from it too, the others
+		// are merged into it.
+		require.NoError(t, h.store.PutMetadata(ctx, "pre", map[string]string{"draft": "old", "keep": "k"}))
+		require.NoError(t, h.rt.ForkWith(ctx, "src", 2, "pre", lazarus.ForkOptions{
+			Metadata: map[string]string{"draft": ""}}))
+		md, err = h.rt.Metadata(ctx, "pre")
+		require.NoError(t, err)
+		require.Equal(t, map[string]string{"owner": "alice", "topic": "pay", "keep": "k"}, md)
 
 		err = h.rt.ForkWith(ctx, "src", 2, "bad", lazarus.ForkOptions{Metadata: map[string]string{"": "x"}})
 		require.ErrorIs(t, err, journal.ErrInvalid)
