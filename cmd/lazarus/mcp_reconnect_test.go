@@ -268,6 +268,33 @@ func TestMCPHTTPConnectionRefused(t *testing.T) {
 	require.ErrorContains(t, err, "it is tried again in ")
 }
 
+// countedMCP connects to the stdio MCP server calc, this test binary as
+// a child, with a call timeout of an hour. It returns the session, the
+// file each start of the server appends its pid to (read it with
+// mcpStarts), the time the session's clock stands at, and advance, which
+// moves that clock on: the session tells time by it alone. The session is
+// closed when t ends, if the test has not closed it.
+func countedMCP(ctx context.Context, t *testing.T) (s *mcpSession, starts string, now time.Time, advance func(time.Duration)) {
+	t.Helper()
+	self, err := filepath.Abs(os.Args[0])
+	require.NoError(t, err)
+	starts = filepath.Join(t.TempDir(), "starts")
+	cfg := mcpConfig{Name: "calc", Command: []string{self}, Env: map[string]string{envChild: "mcp", envMCPStarts: starts}, Timeout: "1h"}
+	s, err = connectMCP(ctx, cfg, "test")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	clock := time.Now()
+	s.mu.Lock()
+	s.now = func() time.Time { return clock } // read under s.mu
+	s.mu.Unlock()
+	advance = func(d time.Duration) {
+		s.mu.Lock()
+		clock = clock.Add(d)
+		s.mu.Unlock()
+	}
+	return s, starts, clock, advance
+}
+
 // TestMCPCrashLoopBacksOff: a stdio MCP server that exits during every
 // call (it crashes right after each handshake, as far as the node can
 // tell) is backed off: the session a reconnect made, lost before it
@@ -278,30 +305,15 @@ func TestMCPHTTPConnectionRefused(t *testing.T) {
 // A successful handshake used to reset the backoff, so such a server was
 // started again at every call.
 func TestMCPCrashLoopBacksOff(t *testing.T) {
-	self, err := filepath.Abs(os.Args[0])
-	require.NoError(t, err)
-	starts := filepath.Join(t.TempDir(), "starts")
 	ctx := ctxT(t)
-	cfg := mcpConfig{Name: "calc", Command: []string{self}, Env: map[string]string{envChild: "mcp", envMCPStarts: starts}, Timeout: "1h"}
-	s, err := connectMCP(ctx, cfg, "test")
-	require.NoError(t, err)
-	defer func() { _ = s.Close() }()
-	clock := time.Now()
-	s.mu.Lock()
-	s.now = func() time.Time { return clock } // read under s.mu
-	s.mu.Unlock()
-	advance := func(d time.Duration) {
-		s.mu.Lock()
-		clock = clock.Add(d)
-		s.mu.Unlock()
-	}
+	s, starts, _, advance := countedMCP(ctx, t)
 	tools := mcpToolsByName(s)
 	exit := func(id string) error {
 		_, err := tools["exit"].Run(ctx, agent.Invocation{ToolCallID: id, Name: "exit", Arguments: `{}`})
 		return err
 	}
 
-	err = exit("call-1")
+	err := exit("call-1")
 	require.ErrorContains(t, err, "mcp server calc: lost again 0s after it was reconnected, before it served a call: it is tried again in 1s")
 	require.Len(t, mcpStarts(t, starts), 2, "started again once")
 
@@ -336,8 +348,6 @@ func TestMCPCrashLoopBacksOff(t *testing.T) {
 // reconnected at once, and the next failure waits 1s; lost sooner, it
 // counts as one more failure in the row, and the call fails at once.
 func TestMCPSessionUpAWhileEndsTheBackoffRow(t *testing.T) {
-	self, err := filepath.Abs(os.Args[0])
-	require.NoError(t, err)
 	for name, tc := range map[string]struct {
 		up     time.Duration
 		starts int
@@ -347,21 +357,15 @@ func TestMCPSessionUpAWhileEndsTheBackoffRow(t *testing.T) {
 		"not yet": {up: mcpSessionSettled - time.Second, starts: 1, want: "mcp server calc is lost: mcp server calc: lost again 29s after it was reconnected, before it served a call; it is tried again in 8s (at "},
 	} {
 		t.Run(name, func(t *testing.T) {
-			starts := filepath.Join(t.TempDir(), "starts")
 			ctx := ctxT(t)
-			cfg := mcpConfig{Name: "calc", Command: []string{self}, Env: map[string]string{envChild: "mcp", envMCPStarts: starts}, Timeout: "1h"}
-			s, err := connectMCP(ctx, cfg, "test")
-			require.NoError(t, err)
-			defer func() { _ = s.Close() }()
-			clock := time.Now()
+			s, starts, now, _ := countedMCP(ctx, t)
 			// As if a reconnect after three failed ones in a row had made
 			// the session, tc.up ago, and it had served no call since.
 			s.mu.Lock()
-			s.now = func() time.Time { return clock }
-			s.fresh, s.up, s.failures = true, clock.Add(-tc.up), 3
+			s.fresh, s.up, s.failures = true, now.Add(-tc.up), 3
 			s.mu.Unlock()
 
-			_, err = mcpToolsByName(s)["exit"].Run(ctx, agent.Invocation{ToolCallID: "call-1", Name: "exit", Arguments: `{}`})
+			_, err := mcpToolsByName(s)["exit"].Run(ctx, agent.Invocation{ToolCallID: "call-1", Name: "exit", Arguments: `{}`})
 			require.ErrorContains(t, err, tc.want)
 			require.Len(t, mcpStarts(t, starts), tc.starts)
 			require.EqualError(t, s.Close(), "exit status 3", "the last process exited, and was waited for")
