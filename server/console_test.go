@@ -1409,6 +1409,68 @@ func TestConsoleCSPHoldsAndCovers(t *testing.T) {
 	require.False(t, ran)
 }
 
+// streamProxy stands in front of a node's handler for the GETs of one
+// conversation's stream (see proxyStream).
+type streamProxy struct {
+	mu    sync.Mutex
+	asked []time.Time // when each stream request came
+	gates []chan struct{}
+	once  []sync.Once
+}
+
+// proxyStream puts a streamProxy in front of what n serves: the GETs of
+// conv's stream are numbered from 0 in the order they come, the time each
+// came recorded, and handed to serve with the handler behind the proxy
+// (serve passes on what it does not answer itself); every other request
+// goes straight to that handler. Request i, for 1 <= i <= held, first
+// waits until the test opens gate i-1, so that the test sees what the view
+// shows meanwhile; if the request ends first, serve is not called. Every
+// gate is opened when t ends, before the node closes.
+func proxyStream(t *testing.T, n *node, conv string, held int, serve func(i int, inner http.Handler, w http.ResponseWriter, r *http.Request)) *streamProxy {
+	t.Helper()
+	p := &streamProxy{gates: make([]chan struct{}, held), once: make([]sync.Once, held)}
+	for i := range p.gates {
+		p.gates[i] = make(chan struct{})
+	}
+	t.Cleanup(func() { // on a failure, before the server closes
+		for i := range p.gates {
+			p.open(i)
+		}
+	})
+	inner := *n.served.Load()
+	var proxied http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != "GET" || r.URL.Path != "/v1/conversations/"+conv+"/stream" {
+			inner.ServeHTTP(w, r)
+			return
+		}
+		p.mu.Lock()
+		i := len(p.asked)
+		p.asked = append(p.asked, time.Now())
+		p.mu.Unlock()
+		if i > 0 && i <= held {
+			select {
+			case <-p.gates[i-1]:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		serve(i, inner, w, r)
+	})
+	n.served.Store(&proxied)
+	return p
+}
+
+// open lets the request held at gate i go on; opening it again does
+// nothing.
+func (p *streamProxy) open(i int) { p.once[i].Do(func() { close(p.gates[i]) }) }
+
+// times returns when each stream request came, in order.
+func (p *streamProxy) times() []time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]time.Time(nil), p.asked...)
+}
+
 // TestConsoleStreamAtTheSubscriptionCap: the live view's stream refused
 // at the conversation's subscription cap (429 too_many_subscriptions,
 // Retry-After) is asked for again after the Retry-After, not sooner, and
@@ -1422,32 +1484,12 @@ func TestConsoleStreamAtTheSubscriptionCap(t *testing.T) {
 	n := startNode(t, model, server.Options{})
 	conv := n.create(t, tokAlice, nil)
 	const retryAfter = 2 * time.Second
-	inner := *n.served.Load()
 	var (
 		mu       sync.Mutex
-		asked    []time.Time // when each stream request came
 		answered []time.Time // when each refusal was answered
 	)
-	release := []chan struct{}{make(chan struct{}), make(chan struct{})}
-	var released [2]sync.Once
-	open := func(i int) { released[i].Do(func() { close(release[i]) }) }
-	t.Cleanup(func() { open(0); open(1) }) // on a failure, before the server closes
-	var proxied http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != "GET" || r.URL.Path != "/v1/conversations/"+conv.ID+"/stream" {
-			inner.ServeHTTP(w, r)
-			return
-		}
-		mu.Lock()
-		i := len(asked)
-		asked = append(asked, time.Now())
-		mu.Unlock()
-		if i > 0 && i <= len(release) {
-			select { // the view shows why it waits until the test has seen it
-			case <-release[i-1]:
-			case <-r.Context().Done():
-				return
-			}
-		}
+	// The view shows why it waits until the test has seen it.
+	stream := proxyStream(t, n, conv.ID, 2, func(i int, inner http.Handler, w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		answered = append(answered, time.Now())
 		mu.Unlock()
@@ -1464,21 +1506,21 @@ func TestConsoleStreamAtTheSubscriptionCap(t *testing.T) {
 			inner.ServeHTTP(w, r)
 		}
 	})
-	n.served.Store(&proxied)
 
 	tab := newTab(t, browserWait)
 	signIn(t, tab, n, tokAlice, "#/c/"+conv.ID)
 	waiting := chromedp.WaitVisible(chromedp.Search(`//span[@id="conv-live" and contains(., "Too many streams of this conversation are open")]`))
 	require.NoError(t, chromedp.Do(tab, waiting))
-	open(0)
+	stream.open(0)
 	require.NoError(t, chromedp.Do(tab, waiting))
-	open(1)
+	stream.open(1)
 
 	model.Push(conv.ID, scripted.Text("hello"))
 	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(chromedp.Search(`//span[@id="conv-live" and contains(., "live")]`))))
 	n.must(t, http.StatusAccepted, "POST", "/v1/conversations/"+conv.ID+"/messages", tokAlice, server.SendMessage{Text: "hi"}, nil)
 	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(chromedp.Search(`//ol[@id="log"]/li[@data-kind="assistant_msg" and contains(., "hello")]`))))
 
+	asked := stream.times()
 	mu.Lock()
 	defer mu.Unlock()
 	require.GreaterOrEqual(t, len(asked), 3)
@@ -1579,23 +1621,13 @@ func TestConsoleStreamEndingAtOnceBacksOff(t *testing.T) {
 	model := newScripted()
 	n := startNode(t, model, server.Options{})
 	conv := n.create(t, tokAlice, nil)
-	inner := *n.served.Load()
 	const unavailable = "event: error\ndata: {\"error\":{\"code\":\"unavailable\",\"message\":\"unavailable\"}}\n\n"
 	var (
 		mu       sync.Mutex
-		asked    []time.Time // when each stream request came
 		answered []time.Time // when each stream was ended
 	)
 	fourth := make(chan struct{})
-	var proxied http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != "GET" || r.URL.Path != "/v1/conversations/"+conv.ID+"/stream" {
-			inner.ServeHTTP(w, r)
-			return
-		}
-		mu.Lock()
-		i := len(asked)
-		asked = append(asked, time.Now())
-		mu.Unlock()
+	stream := proxyStream(t, n, conv.ID, 0, func(i int, inner http.Handler, w http.ResponseWriter, r *http.Request) {
 		if i >= 3 {
 			if i == 3 {
 				close(fourth)
@@ -1612,7 +1644,6 @@ func TestConsoleStreamEndingAtOnceBacksOff(t *testing.T) {
 		answered = append(answered, time.Now())
 		mu.Unlock()
 	})
-	n.served.Store(&proxied)
 
 	tab := newTab(t, browserWait)
 	signIn(t, tab, n, tokAlice, "#/c/"+conv.ID)
@@ -1623,6 +1654,7 @@ func TestConsoleStreamEndingAtOnceBacksOff(t *testing.T) {
 	}
 	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(chromedp.Search(`//ol[@id="log"]/li[@data-kind="user_msg" and contains(., "from the stream")]`))))
 
+	asked := stream.times()
 	mu.Lock()
 	defer mu.Unlock()
 	const slack = 100 * time.Millisecond
@@ -1641,25 +1673,8 @@ func TestConsoleShowsWhyAStreamIsRefused(t *testing.T) {
 	model := newScripted()
 	n := startNode(t, model, server.Options{})
 	conv := n.create(t, tokAlice, nil)
-	inner := *n.served.Load()
-	var asked atomic.Int32
-	release := []chan struct{}{make(chan struct{}), make(chan struct{})}
-	var released [2]sync.Once
-	open := func(i int) { released[i].Do(func() { close(release[i]) }) }
-	t.Cleanup(func() { open(0); open(1) }) // on a failure, before the server closes
-	var proxied http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != "GET" || r.URL.Path != "/v1/conversations/"+conv.ID+"/stream" {
-			inner.ServeHTTP(w, r)
-			return
-		}
-		i := int(asked.Add(1)) - 1
-		if i > 0 && i <= len(release) {
-			select { // the view shows why it waits until the test has seen it
-			case <-release[i-1]:
-			case <-r.Context().Done():
-				return
-			}
-		}
+	// The view shows why it waits until the test has seen it.
+	stream := proxyStream(t, n, conv.ID, 2, func(i int, inner http.Handler, w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		switch i {
 		case 0:
@@ -1673,13 +1688,12 @@ func TestConsoleShowsWhyAStreamIsRefused(t *testing.T) {
 			inner.ServeHTTP(w, r)
 		}
 	})
-	n.served.Store(&proxied)
 
 	tab := newTab(t, browserWait)
 	signIn(t, tab, n, tokAlice, "#/c/"+conv.ID)
 	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(chromedp.Search(`//span[@id="conv-live" and contains(., "the store is down: reconnecting…")]`))))
-	open(0)
+	stream.open(0)
 	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(chromedp.Search(`//span[@id="conv-live" and contains(., "slow down: trying again in 1s…")]`))))
-	open(1)
+	stream.open(1)
 	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(chromedp.Search(`//span[@id="conv-live" and contains(., "live")]`))))
 }
