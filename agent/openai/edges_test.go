@@ -415,19 +415,18 @@ func TestUsageWithTheFinishReason(t *testing.T) {
 	assert.Equal(t, &messages.Usage{InputTokens: 6, OutputTokens: 1}, msg.GetUsage())
 }
 
-// TestNegativeUsageIsZero: a negative token count from a server is
-// recorded as 0, the other counts as they came.
-func TestNegativeUsageIsZero(t *testing.T) {
-	for name, tc := range map[string]struct {
-		usage string
-		want  *messages.Usage
-	}{
-		"both":   {`{"prompt_tokens":-1,"completion_tokens":-2,"total_tokens":-3}`, &messages.Usage{}},
-		"input":  {`{"prompt_tokens":-5,"completion_tokens":4,"total_tokens":-1}`, &messages.Usage{OutputTokens: 4}},
-		"output": {`{"prompt_tokens":3,"completion_tokens":-9223372036854775808,"total_tokens":0}`, &messages.Usage{InputTokens: 3}},
-		"cached": {`{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7,"prompt_tokens_details":{"cached_tokens":-9223372036854775808}}`,
-			&messages.Usage{InputTokens: 3, OutputTokens: 4}},
-	} {
+// usageCase is the usage chunk a server sends (its JSON) and the usage
+// recorded from it.
+type usageCase struct {
+	usage string
+	want  *messages.Usage
+}
+
+// requireUsage checks, a subtest per case, that the answer "Hi" whose
+// stream ends with a usage chunk of tc.usage records tc.want as its usage.
+func requireUsage(t *testing.T, cases map[string]usageCase) {
+	t.Helper()
+	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			p := serveText(t, chunk(`{"role":"assistant","content":"Hi"}`, "stop")+
 				`data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m-1","choices":[],"usage":`+tc.usage+"}\n\ndata: [DONE]\n\n")
@@ -438,28 +437,29 @@ func TestNegativeUsageIsZero(t *testing.T) {
 	}
 }
 
+// TestNegativeUsageIsZero: a negative token count from a server is
+// recorded as 0, the other counts as they came.
+func TestNegativeUsageIsZero(t *testing.T) {
+	requireUsage(t, map[string]usageCase{
+		"both":   {`{"prompt_tokens":-1,"completion_tokens":-2,"total_tokens":-3}`, &messages.Usage{}},
+		"input":  {`{"prompt_tokens":-5,"completion_tokens":4,"total_tokens":-1}`, &messages.Usage{OutputTokens: 4}},
+		"output": {`{"prompt_tokens":3,"completion_tokens":-9223372036854775808,"total_tokens":0}`, &messages.Usage{InputTokens: 3}},
+		"cached": {`{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7,"prompt_tokens_details":{"cached_tokens":-9223372036854775808}}`,
+			&messages.Usage{InputTokens: 3, OutputTokens: 4}},
+	})
+}
+
 // TestCachedTokensUsageIsRecorded: prompt_tokens_details.cached_tokens is
 // recorded as cache_read_input_tokens, beside input_tokens (prompt_tokens,
 // which includes them); no cache creation count is recorded, and a server
 // that sends no details (or null ones) records 0.
 func TestCachedTokensUsageIsRecorded(t *testing.T) {
-	for name, tc := range map[string]struct {
-		usage string
-		want  *messages.Usage
-	}{
+	requireUsage(t, map[string]usageCase{
 		"cached": {`{"prompt_tokens":3000,"completion_tokens":4,"total_tokens":3004,"prompt_tokens_details":{"cached_tokens":2048,"audio_tokens":0}}`,
 			&messages.Usage{InputTokens: 3000, OutputTokens: 4, CacheReadInputTokens: 2048}},
 		"no details":   {`{"prompt_tokens":3000,"completion_tokens":4,"total_tokens":3004}`, &messages.Usage{InputTokens: 3000, OutputTokens: 4}},
 		"null details": {`{"prompt_tokens":3000,"completion_tokens":4,"total_tokens":3004,"prompt_tokens_details":null}`, &messages.Usage{InputTokens: 3000, OutputTokens: 4}},
-	} {
-		t.Run(name, func(t *testing.T) {
-			p := serveText(t, chunk(`{"role":"assistant","content":"Hi"}`, "stop")+
-				`data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m-1","choices":[],"usage":`+tc.usage+"}\n\ndata: [DONE]\n\n")
-			msg, err := p.m.Generate(context.Background(), providertest.Turn(), nil)
-			require.NoError(t, err)
-			assert.Equal(t, tc.want, msg.GetUsage())
-		})
-	}
+	})
 }
 
 // TestFinishWithoutUsageReadsToTheEnd: from a server that sends no usage,
