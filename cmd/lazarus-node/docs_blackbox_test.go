@@ -10,19 +10,16 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/lazarusrt/lazarus"
 	"github.com/lazarusrt/lazarus/journal/pgjournal/pgtest"
 )
 
@@ -196,18 +193,12 @@ func itoa(n int) string { return strconv.Itoa(n) }
 // member whose Runtime is closed that can fail is 503 closed (a kill, which
 // and owner, which cannot fail, answer as ever).
 func TestDocsControlAPIStatuses(t *testing.T) {
-	rt, err := lazarus.Open(lazarus.Options{Model: echoModel(0), Tools: tools(time.Hour), IdleTimeout: -1})
-	require.NoError(t, err)
-	var fenced atomic.Int64
-	streams, end := context.WithCancel(context.Background())
-	srv := httptest.NewServer(api(rt, &fenced, streams))
-	defer srv.Close()
-	defer end()
+	rt, base, _ := testAPI(t)
 
-	status, out := call(t, "POST", srv.URL+"/resolve", `{"tool_call_id":"call_none","result":"{}"}`)
+	status, out := call(t, "POST", base+"/resolve", `{"tool_call_id":"call_none","result":"{}"}`)
 	require.Equal(t, http.StatusConflict, status, "%v", out)
 	require.Equal(t, "stale", out["code"], "%v", out)
-	status, out = call(t, "POST", srv.URL+"/sendwait", `{"conv":"c","text":"hi"}`)
+	status, out = call(t, "POST", base+"/sendwait", `{"conv":"c","text":"hi"}`)
 	require.Equal(t, http.StatusOK, status, "%v", out)
 
 	require.NoError(t, rt.Close())
@@ -217,7 +208,7 @@ func TestDocsControlAPIStatuses(t *testing.T) {
 		{"POST", "/resolve", `{"tool_call_id":"call_none","result":"{}"}`},
 		{"GET", "/stream?conv=c&after=0", ""},
 	} {
-		status, out := call(t, c.method, srv.URL+c.path, c.body)
+		status, out := call(t, c.method, base+c.path, c.body)
 		require.Equal(t, http.StatusServiceUnavailable, status, "%s %s: %v", c.method, c.path, out)
 		require.Equal(t, "closed", out["code"], "%s %s: %v", c.method, c.path, out)
 		require.NotEmpty(t, out["error"])

@@ -118,10 +118,16 @@ func TestControlAddressTaken(t *testing.T) {
 }
 
 // testAPI serves the control API over a Runtime on the memory store (no
-// cluster); endStreams is the shutdown's end of the streams.
-func testAPI(t *testing.T) (base string, endStreams func()) {
+// cluster), its Options changed by tweaks; endStreams is the shutdown's
+// end of the streams. When t ends the streams are ended, the server
+// closed, and the Runtime closed (a test may close it sooner).
+func testAPI(t *testing.T, tweaks ...func(*lazarus.Options)) (rt *lazarus.Runtime, base string, endStreams func()) {
 	t.Helper()
-	rt, err := lazarus.Open(lazarus.Options{Model: echoModel(0), Tools: tools(time.Hour), IdleTimeout: -1})
+	opts := lazarus.Options{Model: echoModel(0), Tools: tools(time.Hour), IdleTimeout: -1}
+	for _, tweak := range tweaks {
+		tweak(&opts)
+	}
+	rt, err := lazarus.Open(opts)
 	require.NoError(t, err)
 	var fenced atomic.Int64
 	streams, end := context.WithCancel(context.Background())
@@ -131,7 +137,7 @@ func testAPI(t *testing.T) (base string, endStreams func()) {
 		srv.Close()
 		require.NoError(t, rt.Close())
 	})
-	return srv.URL, end
+	return rt, srv.URL, end
 }
 
 // testClient bounds a call: one that streams instead of answering fails
@@ -155,7 +161,7 @@ func call(t *testing.T, method, url, body string) (int, map[string]any) {
 // that is not a seq are 400 with code invalid, never a 409 nor a stream
 // from seq 0.
 func TestControlAPIRefusesBadInput(t *testing.T) {
-	base, _ := testAPI(t)
+	_, base, _ := testAPI(t)
 	for _, c := range []struct{ method, path, body string }{
 		{"POST", "/send", "{"},
 		{"POST", "/sendwait", "not json"},
@@ -178,7 +184,7 @@ func TestControlAPIRefusesBadInput(t *testing.T) {
 // invalid, as package server refuses it, with a message naming what is
 // wrong, and nothing is sent or resolved.
 func TestControlAPIRefusesUnknownFields(t *testing.T) {
-	base, _ := testAPI(t)
+	_, base, _ := testAPI(t)
 	for _, c := range []struct{ path, body, want string }{
 		{"/send", `{"conv":"u","text":"hi","admin":true}`, `unknown field "admin"`},
 		{"/send", `{"conv":"u","text":"hi"} {"conv":"u","text":"again"}`, "data after the JSON object"},
@@ -204,7 +210,7 @@ func TestControlAPIRefusesUnknownFields(t *testing.T) {
 
 // TestControlAPICalls: each endpoint answers as the package doc says.
 func TestControlAPICalls(t *testing.T) {
-	base, endStreams := testAPI(t)
+	_, base, endStreams := testAPI(t)
 	status, out := call(t, "POST", base+"/sendwait", `{"conv":"c","text":"hi"}`)
 	require.Equal(t, http.StatusOK, status, "%v", out)
 	require.Equal(t, "answered", out["outcome"])

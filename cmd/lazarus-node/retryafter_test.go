@@ -8,9 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -58,22 +56,16 @@ func TestControlAPIRetryAfter(t *testing.T) {
 // too_many_subscriptions with Retry-After: 5, not a 500 internal; once
 // the Runtime is closed a call is 503 closed with no Retry-After.
 func TestControlAPIStreamRefusedWithRetryAfter(t *testing.T) {
-	rt, err := lazarus.Open(lazarus.Options{Model: echoModel(0), Tools: tools(time.Hour), IdleTimeout: -1, MaxSubscriptions: 1})
-	require.NoError(t, err)
-	var fenced atomic.Int64
-	streams, end := context.WithCancel(context.Background())
-	srv := httptest.NewServer(api(rt, &fenced, streams))
-	defer srv.Close()
-	defer end()
+	rt, base, end := testAPI(t, func(o *lazarus.Options) { o.MaxSubscriptions = 1 })
 
-	status, out := call(t, "POST", srv.URL+"/sendwait", `{"conv":"c","text":"hi"}`)
+	status, out := call(t, "POST", base+"/sendwait", `{"conv":"c","text":"hi"}`)
 	require.Equal(t, http.StatusOK, status, "%v", out)
-	held, err := http.Get(srv.URL + "/stream?conv=c&after=0")
+	held, err := http.Get(base + "/stream?conv=c&after=0")
 	require.NoError(t, err)
 	defer held.Body.Close()
 	require.Equal(t, http.StatusOK, held.StatusCode, "the one slot, taken before the status is sent")
 
-	res, err := testClient.Get(srv.URL + "/stream?conv=c&after=0")
+	res, err := testClient.Get(base + "/stream?conv=c&after=0")
 	require.NoError(t, err)
 	var body map[string]string
 	require.NoError(t, json.NewDecoder(res.Body).Decode(&body))
@@ -84,7 +76,7 @@ func TestControlAPIStreamRefusedWithRetryAfter(t *testing.T) {
 
 	end()
 	require.NoError(t, rt.Close())
-	res, err = testClient.Get(srv.URL + "/stream?conv=c&after=0")
+	res, err = testClient.Get(base + "/stream?conv=c&after=0")
 	require.NoError(t, err)
 	require.NoError(t, json.NewDecoder(res.Body).Decode(&body))
 	res.Body.Close()
