@@ -1,32 +1,23 @@
 package lazarus
 
 import (
-	"bytes"
 	"context"
-	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lazarusrt/lazarus/internal/leakcheck"
 	"github.com/lazarusrt/lazarus/journal/memjournal"
 )
 
 // blockedIn reports whether a goroutine's stack has a call of fn made
 // from caller (function names as runtime.Stack prints them).
 func blockedIn(fn, caller string) bool {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	for _, g := range bytes.Split(buf, []byte("\n\n")) {
-		if i := bytes.Index(g, []byte(fn+"(")); i >= 0 && bytes.Contains(g[i:], []byte(caller+"(")) {
+	for _, g := range leakcheck.Stacks() {
+		if i := strings.Index(g, fn+"("); i >= 0 && strings.Contains(g[i:], caller+"(") {
 			return true
 		}
 	}

@@ -85,6 +85,18 @@ func dump() []goroutine {
 	return out
 }
 
+// Stacks returns the stack of every goroutine alive now, each as
+// runtime.Stack prints it (its "goroutine N [state]:" line first), the
+// caller's included. A test that waits until some goroutine is blocked in
+// a given call can look for that call's name in them.
+func Stacks() []string {
+	var out []string
+	for _, g := range dump() {
+		out = append(out, g.stack)
+	}
+	return out
+}
+
 // surplus returns the stacks of the watched goroutines alive now that are
 // not in b, but the caller's, and those whose stack holds one of ignore.
 func (b Baseline) surplus(self uint64, ignore []string) []string {
