@@ -240,9 +240,9 @@ func (r *Runtime) Find(ctx context.Context, key, value, cursor string, limit int
 }
 
 // End ends the conversation: its row's status becomes ENDED, written by its
-// actor in order with its other writes. Later Send, SendMessage, Edit and
-// Rewind calls fail with an error wrapping journal.ErrEnded and write
-// nothing; History, Subscribe, Metadata and Delete work as before; an
+// actor in order with its other writes. Later Send, SendMessage, Edit,
+// Rewind and Configure calls fail with an error wrapping journal.ErrEnded
+// and write nothing; History, Subscribe, Metadata and Delete work as before; an
 // ended conversation is not resumed after a restart and runs no turn, not
 // even on an explicit Wake. Ending is for good: there is no call to reopen
 // a conversation (Fork it to go on from its history).

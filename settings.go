@@ -21,8 +21,9 @@ import (
 // It returns once the settings are durable. Invalid settings (see
 // agent.ValidateSettings: a tool choice must name a registered tool) are
 // refused with an error wrapping journal.ErrInvalid, and nothing is
-// written; a deleted conversation, with one wrapping journal.ErrDeleted.
-// Retrying after ErrUnknownOutcome is safe.
+// written; a deleted conversation, with one wrapping journal.ErrDeleted;
+// an ended conversation (see End), which runs no turn again, with one
+// wrapping journal.ErrEnded, its settings left as they were. Retrying after ErrUnknownOutcome is safe.
 func (r *Runtime) Configure(ctx context.Context, conversationID string, s agent.Settings) error {
 	if err := r.enter(ctx); err != nil {
 		return fmt.Errorf("lazarus: configure %q: %w", clipID(conversationID), err)

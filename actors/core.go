@@ -535,6 +535,13 @@ func (c *core) onCommand(cmd *Command, sender any) {
 			return
 		}
 	case *messages.AgentConfigure:
+		if c.ended() {
+			// Settings are for the turns an ended conversation never
+			// runs again: refused, as a send is, and nothing written.
+			c.reply(sender, m, 0, c.endedErr())
+			c.advance()
+			return
+		}
 		// Answered once its write lands (writeConfigs).
 		c.configs = append(c.configs, &queuedConfig{sender: sender, msg: m})
 	case *messages.AgentRewind:

@@ -67,14 +67,16 @@ func (c *core) decideEnds() {
 	}
 }
 
-// endedErr is the answer to a send or a rewind of an ended conversation.
+// endedErr is the answer to a send, a rewind or a configure of an ended
+// conversation.
 func (c *core) endedErr() error {
 	return fmt.Errorf("conversation %q: %w", c.cfg.ID, journal.ErrEnded)
 }
 
-// refuseQueuedAfterEnd answers the sends and rewinds that arrived while the
-// End's write was in flight: the conversation is ended now, so they are
-// refused (a retry of a send already in the log gets its seq).
+// refuseQueuedAfterEnd answers the sends, rewinds and configures that
+// arrived while the End's write was in flight: the conversation is ended
+// now, so they are refused (a retry of a send already in the log gets its
+// seq).
 func (c *core) refuseQueuedAfterEnd() {
 	for _, q := range c.sends {
 		if !c.answerIfLogged(q) {
@@ -84,5 +86,8 @@ func (c *core) refuseQueuedAfterEnd() {
 	for _, q := range c.rewinds {
 		c.reply(q.sender, q.msg, 0, c.endedErr())
 	}
-	c.sends, c.rewinds = nil, nil
+	for _, q := range c.configs {
+		c.reply(q.sender, q.msg, 0, c.endedErr())
+	}
+	c.sends, c.rewinds, c.configs = nil, nil, nil
 }

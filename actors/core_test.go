@@ -184,6 +184,7 @@ func TestCoreRecoveryRules(t *testing.T) {
 			Status: messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, Result: &messages.ToolOutcome{}, By: "user"}}}
 	}
 	end := &inCommand{sender: "ender", cmd: &Command{Scope: agent.SystemScope, Msg: &messages.EndConversation{}}}
+	configure := &inCommand{sender: "configurer", cmd: &Command{Scope: agent.SystemScope, Msg: &messages.AgentConfigure{Settings: map[string]string{"model": "m2"}}}}
 	scheduled := func(rid string) *inCommand {
 		return &inCommand{sender: "waker " + rid, cmd: &Command{Scope: agent.SystemScope, Msg: &messages.ScheduleWake{RequestId: rid,
 			Message: &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: rid}}}},
@@ -265,6 +266,16 @@ func TestCoreRecoveryRules(t *testing.T) {
 			{ok(1), []string{"write[]"}},
 			{ok(2), []string{"reply", "reply"}},
 			{send("r2"), []string{"reply error retry=false"}},
+		},
+	}, {
+		name: "a configure that arrives while the end's write is in flight is refused once it lands, and so is a later one; nothing written",
+		log:  []*messages.Event{user("r1"), answer()},
+		steps: []coreStep{
+			{nil, nil},
+			{end, []string{"write[]"}},
+			{configure, nil},
+			{ok(1), []string{"reply", "reply error"}},
+			{configure, []string{"reply error"}},
 		},
 	}, {
 		name: "an end that waited for a write opening a call is refused once it lands",

@@ -53,7 +53,7 @@ var (
 	// row or events). Nothing was written.
 	ErrExists = errors.New("journal: conversation exists")
 	// ErrEnded: the conversation was ended (status ENDED): it takes no new
-	// message or rewind. Its history stays readable.
+	// message, rewind or settings. Its history stays readable.
 	ErrEnded = errors.New("journal: conversation ended")
 )
 
