@@ -737,6 +737,10 @@ func (c *core) advance() {
 		// Otherwise the rewind was refused (answered): go on.
 	case len(c.sends) > 0 && c.writeSends():
 		// Otherwise every queued send was already in the log: go on.
+	case c.ended() && len(c.order) > 0:
+		// An ended conversation's log never grows: a call it holds open
+		// (an import cut short leaves one) is neither run nor recorded.
+		c.state = messages.AgentState_AGENT_STATE_IDLE
 	case c.hasReady():
 		c.writeResults()
 	case len(c.order) > 0:
@@ -1233,6 +1237,9 @@ func (c *core) quiescent() bool {
 	if !c.loaded || c.inflight != nil || c.modelBusy || c.answer != nil || c.summarizing || len(c.sends) > 0 ||
 		c.retryArmed || c.failure != nil || len(c.configs) > 0 || len(c.ends) > 0 {
 		return false
+	}
+	if c.ended() {
+		return true // its open calls are neither run nor recorded (see advance)
 	}
 	for _, id := range c.order {
 		call := c.calls[id]

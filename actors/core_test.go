@@ -154,6 +154,8 @@ type coreCase struct {
 	log []*messages.Event
 	// rows are the tool-call rows the Store holds, by id (pending if absent).
 	rows map[string]*messages.ToolCallRecord
+	// conv is the Store's conversation row (none if nil).
+	conv *messages.Conversation
 	// steps are the inputs after the revival, each with the effects it must
 	// produce (the revival's own effects come first, under the input nil).
 	steps []coreStep
@@ -276,6 +278,25 @@ func TestCoreRecoveryRules(t *testing.T) {
 			{configure, nil},
 			{ok(1), []string{"reply", "reply error"}},
 			{configure, []string{"reply error"}},
+		},
+	}, {
+		name: "an ended conversation holding an open server call (an import cut short) does not run it",
+		log:  []*messages.Event{user("r1"), answer(), call("call_1", server)},
+		conv: &messages.Conversation{Status: messages.ConversationStatus_CONVERSATION_STATUS_ENDED},
+		steps: []coreStep{
+			{nil, nil},
+			{wake(true), []string{"reply"}},
+			{send("r2"), []string{"reply error retry=false"}},
+		},
+	}, {
+		name: "an ended conversation holding a call answered in the Store does not record the answer",
+		log:  []*messages.Event{user("r1"), answer(), call("call_1", human)},
+		rows: pending("call_1", messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED),
+		conv: &messages.Conversation{Status: messages.ConversationStatus_CONVERSATION_STATUS_ENDED},
+		steps: []coreStep{
+			{nil, nil},
+			{wake(true), []string{"reply"}},
+			{end, []string{"reply"}},
 		},
 	}, {
 		name: "an end that waited for a write opening a call is refused once it lands",
@@ -714,7 +735,7 @@ func TestCoreRecoveryRules(t *testing.T) {
 			for i, st := range tc.steps {
 				in := st.in
 				if i == 0 {
-					in = &inLoaded{ws: ws, rows: rows, scope: scope}
+					in = &inLoaded{ws: ws, rows: rows, conv: tc.conv, scope: scope}
 				}
 				got := words(c.step(t0, in))
 				require.Equal(t, st.want, got, "step %d (%T)", i, in)
