@@ -867,7 +867,10 @@ func (r *Runtime) SendMessage(ctx context.Context, conversationID string, msg *m
 // one of a deleted conversation: it went with it), already answered or
 // expired gets an error wrapping journal.ErrStale (and journal.ErrInvalid:
 // an answer to a call that is not pending is bad input), and nothing
-// changes: of any number of concurrent answers, exactly one wins. See ErrUnknownOutcome
+// changes: of any number of concurrent answers, exactly one wins. A call
+// still pending in an ended conversation (End refuses while a call is
+// open; an import cut short leaves one) gets an error wrapping
+// journal.ErrEnded, and nothing changes: the conversation stays ended. See ErrUnknownOutcome
 // for a call that ends before its answer.
 //
 // scope is the resolver's. Its identity (UserID and Roles) is recorded as
@@ -952,6 +955,16 @@ func (r *Runtime) resolveCall(ctx context.Context, id string, status messages.To
 	}
 	by := resolver.Proto()
 	conv := row.GetConversationId()
+	switch c, err := r.store.Conversation(ctx, conv); {
+	case errors.Is(err, journal.ErrDeleted):
+		return fmt.Errorf("lazarus: resolve %q: no such tool call: %w (%w)", clipID(id), journal.ErrStale, err)
+	case err != nil:
+		return r.callErr(fmt.Sprintf("lazarus: resolve %q", clipID(id)), err)
+	case c.GetStatus() == messages.ConversationStatus_CONVERSATION_STATUS_ENDED:
+		// The answer's write would make the row ACTIVE: it would reopen
+		// the conversation, which End promises is for good.
+		return fmt.Errorf("lazarus: resolve %q: conversation %q: %w", clipID(id), clipID(conv), journal.ErrEnded)
+	}
 	if _, ran, err := r.forwardOp(ctx, conv, &messages.ClusterRequest{Scope: scopeToProto(scope), Op: &messages.ClusterRequest_Resolve{
 		Resolve: &messages.ClusterResolve{ToolCallId: id, Status: status, Result: out}}}, false); ran {
 		if err != nil {

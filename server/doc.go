@@ -112,7 +112,8 @@
 //	journal.ErrConflict, journal.ErrExists           409 conflict
 //	journal.ErrDeleted                               410 deleted
 //	journal.ErrEnded (a send, edit, rewind or
-//	  schedule of an ended conversation)             409 ended
+//	  schedule of an ended conversation, an
+//	  answer to a call it holds)                     409 ended
 //	lazarus.ErrForbidden                             403 forbidden
 //	lazarus.ErrUnknownOutcome (and journal's)        504 unknown_outcome
 //	context.DeadlineExceeded (lazarus.Options.
