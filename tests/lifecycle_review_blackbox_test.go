@@ -148,3 +148,29 @@ func TestEndedConversationHoldingAnAnsweredCallStaysAsItIs(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, messages.ConversationStatus_CONVERSATION_STATUS_ENDED, row.GetStatus())
 }
+
+// TestConfigureAndEndDuringAModelCall: Configure during a model call
+// returns once durable without cancelling it (the call answers with the
+// settings it started with; the next call gets the new ones); End during it
+// is refused with ErrInvalid, and succeeds once the turn is over.
+func TestConfigureAndEndDuringAModelCall(t *testing.T) {
+	h := newHarness(t, memjournal.New(memjournal.Options{}), nil)
+	ctx := ctxT(t)
+	require.NoError(t, h.rt.Configure(ctx, "c", agent.Settings{SystemPrompt: "old"}))
+	h.model.Push("c", scripted.Text("first"), scripted.Text("second"))
+	entered := h.model.Hold("c")
+	_, err := h.rt.Send(ctx, "c", "one", user)
+	require.NoError(t, err)
+	recv(t, entered, "the held model call")
+	require.NoError(t, h.rt.Configure(ctx, "c", agent.Settings{SystemPrompt: "new"}))
+	require.ErrorIs(t, h.rt.End(ctx, "c"), journal.ErrInvalid, "a turn is running")
+	h.model.Release("c")
+	h.awaitEvent("c", 0, isAssistantText("first"))
+	_, err = h.rt.SendAndWait(ctx, "c", "two", user)
+	require.NoError(t, err)
+	turns := h.model.Turns("c")
+	require.Len(t, turns, 2, "the held call was not cancelled by Configure")
+	require.Equal(t, "old", turns[0].Settings.SystemPrompt)
+	require.Equal(t, "new", turns[1].Settings.SystemPrompt)
+	require.NoError(t, h.rt.End(ctx, "c"))
+}
