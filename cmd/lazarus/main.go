@@ -27,7 +27,10 @@
 // top-level one the command refuses otherwise (--dir before send, say),
 // one it does not define (send --nope --help) or one lazarus does not
 // define (--nope send --help); after "--" it is an argument. --help with
-// no command (lazarus --nope --help) prints the main help, status 0.
+// no command (lazarus --nope --help) prints the main help, status 0. A
+// help flag where a flag's value is expected (send --to --help, --dir -h
+// conversations) asks for the help too, rather than being that value: a
+// value that reads as one is given with "=" (send --request-id=-h).
 //
 // The store is the embedded Pebble directory named by --dir, or the
 // PostgreSQL database named by --postgres DSN (either on the command line,
@@ -323,6 +326,10 @@ func (c *cli) run(ctx context.Context, args []string) int {
 		rest = []string{"help", name}
 	} else {
 		rest = top.Args()
+		// A help flag the flag package took as a top-level flag's value
+		// (--dir --help COMMAND) asks for the main help, as one with no
+		// command before it does.
+		*help = *help || asksHelp(args[:len(args)-len(rest)])
 	}
 	if *help || len(rest) == 0 {
 		if *help {
@@ -478,15 +485,22 @@ func (fs *flags) withJSON() *flags {
 // ends the flags), and checks the number of positional arguments is in
 // [minArgs, maxArgs] (maxArgs < 0: no limit). --help (or -h) prints the
 // command's help and returns errHelp, whatever else the command line
-// holds (an unknown flag or a bad value before it included); else a
+// holds (an unknown flag or a bad value before it included, or a flag
+// expecting a value before it: --to --help is not --to "--help"); else a
 // top-level flag the command does not take (fs.refused) is the error.
 func (c *cli) parse(fs *flags, args []string, minArgs, maxArgs int) ([]string, error) {
+	// Checked before the flag package reads args, which would take a help
+	// flag after a flag expecting a value as that value, for every string
+	// flag of every command.
+	if asksHelp(args) {
+		c.commandUsage(c.stdout, fs)
+		return nil, errHelp
+	}
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
-			// The flag package stops at the first bad flag, before a
-			// --help after it: one there still asks for the help.
-			if errors.Is(err, flag.ErrHelp) || asksHelp(args) {
+			// A help flag anywhere was answered above.
+			if errors.Is(err, flag.ErrHelp) {
 				c.commandUsage(c.stdout, fs)
 				return nil, errHelp
 			}

@@ -395,6 +395,49 @@ func TestHelpAfterABadFlag(t *testing.T) {
 	}
 }
 
+// TestHelpAsAFlagValue: a help flag where a flag's value is expected
+// (send --to --help) asks for the help, for every flag taking a value of
+// every command, as the package documents; the flag package took it as the
+// value, and the command ran with --to "--help". Before the command it asks
+// for the main help. A value that reads as a help flag is given with "=".
+func TestHelpAsAFlagValue(t *testing.T) {
+	for _, cmd := range commands {
+		t.Run(cmd.name, func(t *testing.T) {
+			help := cliRun(t, "", cmd.name, "--help")
+			requireOK(t, help)
+			var valued []string
+			for _, line := range strings.Split(help.stdout, "\n") {
+				// "  --to id": a flag taking a value.
+				if f := strings.Fields(line); len(f) == 2 && strings.HasPrefix(line, "  --") {
+					valued = append(valued, f[0])
+				}
+			}
+			require.NotEmpty(t, valued, help.stdout)
+			for _, flag := range valued {
+				for _, h := range []string{"--help", "-h"} {
+					for _, args := range [][]string{{cmd.name, flag, h}, {cmd.name, flag, h, "x"}, {cmd.name, "x", flag, h}} {
+						r := cliRun(t, "", args...)
+						requireOK(t, r)
+						require.True(t, strings.HasPrefix(r.stdout, "Usage: lazarus "+cmd.name+" "), "%q prints the help: %s", args, r.stdout)
+					}
+				}
+			}
+		})
+	}
+	for _, flag := range []string{"--dir", "--postgres", "--server", "--token"} {
+		for _, h := range []string{"--help", "-h"} {
+			r := cliRun(t, "", flag, h, "conversations")
+			requireOK(t, r)
+			require.True(t, strings.HasPrefix(r.stdout, "lazarus is the operator's tool"), "%s %s prints the main help: %s", flag, h, r.stdout)
+		}
+	}
+	// With "=" it is the value: send reaches its own checks.
+	r := cliRun(t, "", "send", "--to=--help", "--request-id=-h", "hi")
+	require.Equal(t, exitUsage, r.code, r.stderr)
+	require.Contains(t, r.stderr, "send needs a live node")
+	require.Empty(t, r.stdout)
+}
+
 // TestHelpAfterABadTopLevelFlag: a top-level flag lazarus does not define
 // (or a bad value) before COMMAND --help, -h or help COMMAND still prints
 // the command's help on stdout with status 0, as the package documents
