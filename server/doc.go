@@ -26,7 +26,7 @@
 //	POST   /v1/calls/{id}/resolve               answer it with a JSON result
 //	POST   /v1/calls/{id}/reject                decline it with a reason
 //	GET    /v1/openapi.json                     the API's OpenAPI 3 document
-//	GET    /metrics  /healthz  /readyz
+//	GET    /metrics  /healthz  /readyz              another method: 405 method_not_allowed
 //	GET    /console/                            the web console (not part of the API); / redirects to it
 //
 // An id in a path is percent-encoded ('/' as %2F, as url.PathEscape
@@ -108,6 +108,8 @@
 //	journal.ErrInvalid, a malformed body or query    400 invalid
 //	a body over Options.MaxBodyBytes                 413 too_large
 //	journal.ErrNotFound                              404 not_found
+//	a method /metrics, /healthz or /readyz does not
+//	  take (Allow: GET, HEAD)                        405 method_not_allowed
 //	journal.ErrStale (a call already answered)       409 stale
 //	journal.ErrConflict, journal.ErrExists           409 conflict
 //	journal.ErrDeleted                               410 deleted

@@ -21,6 +21,7 @@ const (
 	CodeUnauthenticated      = "unauthenticated"
 	CodeForbidden            = "forbidden"
 	CodeNotFound             = "not_found"
+	CodeMethodNotAllowed     = "method_not_allowed"
 	CodeStale                = "stale"
 	CodeConflict             = "conflict"
 	CodeDeleted              = "deleted"

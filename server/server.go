@@ -226,6 +226,12 @@ func New(rt *lazarus.Runtime, opts Options) *Server {
 			w.WriteHeader(http.StatusFound)
 		})
 	}
+	// Another method at the probes and /metrics is a JSON 405 (code
+	// method_not_allowed) with an Allow header, as every error is JSON:
+	// the mux's own 405 is plain text.
+	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+		s.mux.HandleFunc(path, s.methodNotAllowed)
+	}
 	// Anything else under /v1/ is a JSON 404.
 	s.mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) { s.writeError(w, r, errNotFound) })
 	return s
@@ -290,6 +296,13 @@ func literalPath(p string) (string, bool) {
 		return p, true
 	}
 	return strings.Join(segs, "/"), true
+}
+
+// methodNotAllowed answers a method a GET-only route does not take.
+func (s *Server) methodNotAllowed(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Allow", "GET, HEAD")
+	s.writeError(w, r, &apiError{status: http.StatusMethodNotAllowed, code: CodeMethodNotAllowed,
+		msg: fmt.Sprintf("%s takes GET or HEAD, not %s", r.URL.Path, r.Method)})
 }
 
 func (s *Server) handle(pattern string, h http.HandlerFunc) {

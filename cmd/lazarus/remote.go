@@ -114,8 +114,8 @@ func (e *apiError) Error() string {
 // errors.ErrUnsupported (the node's store keeps no schedules),
 // too_many_subscriptions lazarus.ErrTooManySubscriptions (the
 // conversation's streams are at the node's cap: try again later). A code of no sentinel
-// (unauthenticated, lagged, internal, one this version does not know)
-// wraps nothing.
+// (unauthenticated, method_not_allowed, lagged, internal, one this
+// version does not know) wraps nothing.
 func (e *apiError) Unwrap() []error {
 	switch e.code {
 	case server.CodeNotFound:

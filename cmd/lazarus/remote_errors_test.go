@@ -39,6 +39,7 @@ func TestAPIErrorWrapsTheCodesSentinel(t *testing.T) {
 		{server.CodeUnauthenticated, nil},
 		{server.CodeForbidden, []error{lazarus.ErrForbidden}},
 		{server.CodeNotFound, []error{journal.ErrNotFound}},
+		{server.CodeMethodNotAllowed, nil},
 		{server.CodeStale, []error{journal.ErrStale}},
 		{server.CodeConflict, []error{journal.ErrConflict}},
 		{server.CodeDeleted, []error{journal.ErrDeleted, journal.ErrNotFound}},
