@@ -37,7 +37,9 @@
 // A failed call answers {"error","code"}: code is the sentinel the error
 // wraps (see errorCode), "internal" for an error that wraps none; its HTTP
 // status follows the code (errorStatus): 400 invalid (a bad body, a
-// missing conv, an after that is not a seq), 404 not_found, 409 stale,
+// missing conv, an after that is not a seq), 404 not_found (a path the
+// API does not have too), 405 method_not_allowed (a method the path does
+// not take, with an Allow header: GET, HEAD for the GET routes), 409 stale,
 // conflict, ended or deleted, 429 too_many_subscriptions (a /stream of a
 // conversation with lazarus.DefaultMaxSubscriptions streams open on this
 // member), 503 closed, no_owner, unavailable or canceled, 504
@@ -476,7 +478,8 @@ func tools(humanTimeout time.Duration) []agent.Tool {
 	}
 }
 
-// errorCode is the stable code of a failed call: the first sentinel of the
+// errorCode is the stable code of a failed call: "method_not_allowed" for
+// errMethodNotAllowed, else the first sentinel of the
 // Runtime's contract the error wraps ("closed" for lazarus.ErrClosed,
 // "unknown_outcome", "no_owner", "too_many_subscriptions",
 // "deadline_exceeded", "canceled"), else
@@ -485,6 +488,8 @@ func tools(humanTimeout time.Duration) []agent.Tool {
 // "internal" for an error that wraps no sentinel.
 func errorCode(err error) string {
 	switch {
+	case errors.Is(err, errMethodNotAllowed):
+		return "method_not_allowed"
 	case errors.Is(err, lazarus.ErrClosed):
 		return "closed"
 	case errors.Is(err, lazarus.ErrUnknownOutcome):
@@ -502,8 +507,13 @@ func errorCode(err error) string {
 	return strings.ToLower(strings.TrimPrefix(code, "ERROR_CODE_"))
 }
 
+// errMethodNotAllowed is a control call with a method its path does not
+// take: code method_not_allowed, 405.
+var errMethodNotAllowed = errors.New("method not allowed")
+
 // errorStatus is the HTTP status of a failed call with code (errorCode):
-// 400 for a bad request, 404 for an unknown one, 409 for a call that lost
+// 400 for a bad request, 404 for an unknown one, 405 for a method its
+// path does not take, 409 for a call that lost
 // to the conversation's state, 429 for a stream refused for the
 // conversation's streams open already, 503 for a member or Store that
 // cannot take it now, 504 for an outcome not known in time, 500 for the
@@ -516,6 +526,8 @@ func errorStatus(code string) int {
 		return http.StatusBadRequest
 	case "not_found":
 		return http.StatusNotFound
+	case "method_not_allowed":
+		return http.StatusMethodNotAllowed
 	case "stale", "conflict", "ended", "deleted":
 		return http.StatusConflict
 	case "closed", "no_owner", "unavailable", "canceled":
@@ -621,14 +633,33 @@ func api(rt *lazarus.Runtime, fenced *atomic.Int64, streams context.Context) htt
 		}
 		return decodeBody(body, v)
 	}
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
-	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) {
+	// handle registers h at pattern ("METHOD /path"); another method at
+	// the path is a 405 method_not_allowed with an Allow header, in the
+	// API's JSON, rather than the mux's plain-text one.
+	handle := func(pattern string, h http.HandlerFunc) {
+		mux.HandleFunc(pattern, h)
+		method, path, _ := strings.Cut(pattern, " ")
+		allow := method
+		if method == http.MethodGet {
+			allow = "GET, HEAD"
+		}
+		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", allow)
+			writeError(w, fmt.Errorf("control API: %s takes %s, not %s: %w", path, allow, r.Method, errMethodNotAllowed))
+		})
+	}
+	// A path the API does not have is a 404 not_found, in its JSON.
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, fmt.Errorf("control API: no %s: %w", r.URL.Path, journal.ErrNotFound))
+	})
+	handle("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	handle("GET /stats", func(w http.ResponseWriter, _ *http.Request) {
 		write(w, map[string]int64{"fenced": fenced.Load()}, nil)
 	})
-	mux.HandleFunc("GET /members", func(w http.ResponseWriter, _ *http.Request) {
+	handle("GET /members", func(w http.ResponseWriter, _ *http.Request) {
 		write(w, map[string]any{"self": rt.Address(), "members": rt.Members()}, nil)
 	})
-	mux.HandleFunc("GET /owner", func(w http.ResponseWriter, r *http.Request) {
+	handle("GET /owner", func(w http.ResponseWriter, r *http.Request) {
 		id, err := conv(r)
 		if err != nil {
 			write(w, nil, err)
@@ -636,7 +667,7 @@ func api(rt *lazarus.Runtime, fenced *atomic.Int64, streams context.Context) htt
 		}
 		write(w, map[string]string{"owner": rt.Owner(id)}, nil)
 	})
-	mux.HandleFunc("POST /send", func(w http.ResponseWriter, r *http.Request) {
+	handle("POST /send", func(w http.ResponseWriter, r *http.Request) {
 		var in struct {
 			Conv      string `json:"conv"`
 			Text      string `json:"text"`
@@ -653,7 +684,7 @@ func api(rt *lazarus.Runtime, fenced *atomic.Int64, streams context.Context) htt
 		seq, err := rt.SendMessage(ctx, in.Conv, msg, lazarus.SendOptions{RequestID: in.RequestID}, agent.Scope{UserID: "tester"})
 		write(w, map[string]any{"seq": seq, "node": rt.Address(), "owner": owner}, err)
 	})
-	mux.HandleFunc("POST /sendwait", func(w http.ResponseWriter, r *http.Request) {
+	handle("POST /sendwait", func(w http.ResponseWriter, r *http.Request) {
 		var in struct {
 			Conv string `json:"conv"`
 			Text string `json:"text"`
@@ -671,7 +702,7 @@ func api(rt *lazarus.Runtime, fenced *atomic.Int64, streams context.Context) htt
 		}
 		write(w, map[string]any{"outcome": end.Outcome.String(), "text": end.Text, "pending": pending}, err)
 	})
-	mux.HandleFunc("POST /kill", func(w http.ResponseWriter, r *http.Request) {
+	handle("POST /kill", func(w http.ResponseWriter, r *http.Request) {
 		id, err := conv(r)
 		if err != nil {
 			write(w, nil, err)
@@ -679,7 +710,7 @@ func api(rt *lazarus.Runtime, fenced *atomic.Int64, streams context.Context) htt
 		}
 		write(w, map[string]bool{"killed": rt.Kill(id)}, nil)
 	})
-	mux.HandleFunc("POST /resolve", func(w http.ResponseWriter, r *http.Request) {
+	handle("POST /resolve", func(w http.ResponseWriter, r *http.Request) {
 		var in struct {
 			ToolCallID string `json:"tool_call_id"`
 			Result     string `json:"result"`
@@ -693,7 +724,7 @@ func api(rt *lazarus.Runtime, fenced *atomic.Int64, streams context.Context) htt
 		err := rt.Resolve(ctx, in.ToolCallID, in.Result, agent.Scope{UserID: "tester"})
 		write(w, map[string]any{}, err)
 	})
-	mux.HandleFunc("GET /stream", func(w http.ResponseWriter, r *http.Request) {
+	handle("GET /stream", func(w http.ResponseWriter, r *http.Request) {
 		id, err := conv(r)
 		if err != nil {
 			write(w, nil, err)

@@ -179,6 +179,52 @@ func TestControlAPIRefusesBadInput(t *testing.T) {
 	}
 }
 
+// TestControlAPIWrongMethodOrPath: a method a path does not take is 405
+// method_not_allowed with an Allow header, and a path the API does not
+// have 404 not_found, in the API's JSON ({"error","code"}), as the
+// package documents, not the mux's plain text; /healthz still answers ok.
+func TestControlAPIWrongMethodOrPath(t *testing.T) {
+	base, _ := testAPI(t)
+	for _, c := range []struct{ method, path, allow string }{
+		{"POST", "/healthz", "GET, HEAD"},
+		{"DELETE", "/healthz", "GET, HEAD"},
+		{"POST", "/stats", "GET, HEAD"},
+		{"POST", "/members", "GET, HEAD"},
+		{"PUT", "/owner?conv=c", "GET, HEAD"},
+		{"POST", "/stream?conv=c", "GET, HEAD"},
+		{"GET", "/send", "POST"},
+		{"GET", "/sendwait", "POST"},
+		{"DELETE", "/kill?conv=c", "POST"},
+		{"GET", "/resolve", "POST"},
+	} {
+		req, err := http.NewRequest(c.method, base+c.path, nil)
+		require.NoError(t, err)
+		res, err := testClient.Do(req)
+		require.NoError(t, err)
+		var out map[string]any
+		err = json.NewDecoder(res.Body).Decode(&out)
+		res.Body.Close()
+		require.NoError(t, err, "%s %s", c.method, c.path)
+		require.Equal(t, http.StatusMethodNotAllowed, res.StatusCode, "%s %s: %v", c.method, c.path, out)
+		require.Equal(t, c.allow, res.Header.Get("Allow"), "%s %s", c.method, c.path)
+		require.Equal(t, "application/json", res.Header.Get("Content-Type"), "%s %s", c.method, c.path)
+		require.Equal(t, "method_not_allowed", out["code"], "%s %s", c.method, c.path)
+		require.Contains(t, out["error"], "takes "+c.allow+", not "+c.method)
+	}
+	for _, method := range []string{"GET", "POST"} {
+		status, out := call(t, method, base+"/nope", "")
+		require.Equal(t, http.StatusNotFound, status, "%s /nope: %v", method, out)
+		require.Equal(t, "not_found", out["code"], "%s /nope", method)
+	}
+	res, err := testClient.Get(base + "/healthz")
+	require.NoError(t, err)
+	body, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Equal(t, "ok", string(body))
+}
+
 // TestControlAPIRefusesUnknownFields: a body with a field the call does
 // not know, data after its object, or no object at all is refused 400
 // invalid, as package server refuses it, with a message naming what is
