@@ -29,7 +29,11 @@ func (f AuthenticatorFunc) Authenticate(r *http.Request) (agent.Identity, bool) 
 // against a fixed set of tokens, each mapped to an identity. As RFC 9110
 // has it, the scheme is matched without regard to case and is followed by
 // one or more spaces; the token is the rest of the header, which holds no
-// space or tab (a token68, not a list of parameters). A presented
+// space or tab (a token68, not a list of parameters). A request with
+// more than one Authorization header is refused, whatever they hold (the
+// same token twice included): which one names the caller is not for the
+// server to guess, and a proxy that adds its own must replace the
+// client's. A presented
 // token is compared with every known one in constant time
 // (crypto/subtle, over SHA-256 digests, so neither the position of the
 // first differing byte nor the tokens' lengths show in the time taken).
@@ -70,9 +74,13 @@ func notInToken(r rune) bool { return r == ' ' || r < 0x20 || r == 0x7f }
 
 // Authenticate implements Authenticator.
 func (b *BearerTokens) Authenticate(r *http.Request) (agent.Identity, bool) {
+	vals := r.Header.Values("Authorization")
+	if len(vals) != 1 {
+		return agent.Identity{}, false
+	}
 	// The field's value without the optional whitespace around it (which
 	// net/http's parser drops already).
-	h := strings.Trim(r.Header.Get("Authorization"), " \t")
+	h := strings.Trim(vals[0], " \t")
 	scheme, tok, found := strings.Cut(h, " ")
 	tok = strings.TrimLeft(tok, " ") // 1*SP after the scheme
 	if !found || !strings.EqualFold(scheme, "Bearer") || tok == "" || strings.ContainsFunc(tok, notInToken) {

@@ -79,7 +79,10 @@
 //
 // # Status codes
 //
-// A request without valid credentials gets 401 (code "unauthenticated").
+// A request without valid credentials gets 401 (code "unauthenticated"):
+// with BearerTokens, one with no Authorization header, a malformed or
+// unknown token, or more than one Authorization header (whatever they
+// hold: the server does not pick one).
 // A resource that does not exist and one the caller may not see get the
 // same 404 (code "not_found"), so ids cannot be probed; a deleted
 // conversation is 410 ("deleted") only to those who could see it (its

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -398,6 +399,46 @@ func TestBearerTokens(t *testing.T) {
 		id, ok := b.Authenticate(r)
 		require.Equal(t, want != "", ok, header)
 		require.Equal(t, want, id.UserID, header)
+	}
+}
+
+// TestTwoAuthorizationHeadersAreRefused: a request with more than one
+// Authorization header is refused (401 unauthenticated, as the package
+// documents), whatever they hold, not authenticated as the first.
+func TestTwoAuthorizationHeadersAreRefused(t *testing.T) {
+	b, err := server.NewBearerTokens(map[string]agent.Identity{"secret-1": {UserID: "a"}, "secret-2": {UserID: "b"}})
+	require.NoError(t, err)
+	for _, headers := range [][]string{
+		{"Bearer secret-1", "Bearer secret-2"},
+		{"Bearer secret-1", "Bearer secret-1"},
+		{"Bearer secret-1", "Basic x"},
+		{"Bearer nope", "Bearer secret-2"},
+		{"Bearer secret-1", ""},
+	} {
+		r, _ := http.NewRequest("GET", "/", nil)
+		for _, h := range headers {
+			r.Header.Add("Authorization", h)
+		}
+		id, ok := b.Authenticate(r)
+		require.False(t, ok, "%q", headers)
+		require.Empty(t, id.UserID, "%q", headers)
+	}
+
+	n := startNode(t, newScripted(), server.Options{})
+	for _, path := range []string{"/v1/conversations", "/metrics"} {
+		req, err := http.NewRequest("GET", n.srv.URL+path, nil)
+		require.NoError(t, err)
+		req.Header.Add("Authorization", "Bearer "+tokOlga)
+		req.Header.Add("Authorization", "Bearer "+tokAlice)
+		res, err := n.srv.Client().Do(req)
+		require.NoError(t, err)
+		body, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		require.NoError(t, err)
+		require.Equal(t, http.StatusUnauthorized, res.StatusCode, "%s: %s", path, body)
+		require.Equal(t, server.CodeUnauthenticated, errorCode(t, body), path)
+		// The first alone is served.
+		n.must(t, http.StatusOK, "GET", path, tokOlga, nil, nil)
 	}
 }
 
