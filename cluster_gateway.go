@@ -257,7 +257,7 @@ func (n *clusterNode) serve(m *messages.ClusterRequest) *messages.ClusterReply {
 			if err != nil {
 				err = r.callErr(fmt.Sprintf("lazarus: configure %q", clipID(conv)), err)
 			} else {
-				err = journal.ErrorFromProto(res.(*messages.AgentReply).GetError())
+				err = agentReplyErr(res)
 			}
 		}
 	case *messages.ClusterRequest_Rewind:

@@ -267,7 +267,7 @@ func (r *Runtime) End(ctx context.Context, conversationID string) error {
 	if err != nil {
 		return r.callErr(op, err)
 	}
-	if err := journal.ErrorFromProto(res.(*messages.AgentReply).GetError()); err != nil {
+	if err := agentReplyErr(res); err != nil {
 		return r.callErr(op, err)
 	}
 	return nil

@@ -1307,10 +1307,26 @@ func (r *Runtime) wakeAt(ctx context.Context, conversationID string, explicit bo
 	if err != nil {
 		return r.callErr(fmt.Sprintf("lazarus: wake %q", clipID(conversationID)), err)
 	}
-	if err := journal.ErrorFromProto(res.(*messages.AgentReply).GetError()); err != nil {
+	if err := agentReplyErr(res); err != nil {
 		return r.callErr(fmt.Sprintf("lazarus: wake %q", clipID(conversationID)), err)
 	}
 	return nil
+}
+
+// errUnexpectedReply is wrapped by the error of a call whose actor
+// answered with a reply of another type than the call's command has: a
+// bug of the actor protocol, reported as an error (an internal one: it
+// wraps no sentinel of the API) rather than a panic of the caller.
+var errUnexpectedReply = errors.New("lazarus: internal error: unexpected actor reply")
+
+// agentReplyErr is the error the AgentReply res carries (nil for none),
+// or one wrapping errUnexpectedReply when res is not an AgentReply.
+func agentReplyErr(res any) error {
+	reply, ok := res.(*messages.AgentReply)
+	if !ok {
+		return fmt.Errorf("%w %T, want %T", errUnexpectedReply, res, reply)
+	}
+	return journal.ErrorFromProto(reply.GetError())
 }
 
 // resumePage is how many ids of ACTIVE conversations resumeInterrupted
@@ -1402,7 +1418,7 @@ func (r *Runtime) resumeLive(ctx context.Context, id string) (done bool) {
 	case !ok:
 		return false
 	}
-	if err := journal.ErrorFromProto(res.(*messages.AgentReply).GetError()); err != nil {
+	if err := agentReplyErr(res); err != nil {
 		r.resumeLogged(id, r.callErr(fmt.Sprintf("lazarus: wake %q", clipID(id)), err))
 	}
 	return true

@@ -39,7 +39,7 @@ func (r *Runtime) Configure(ctx context.Context, conversationID string, s agent.
 	if err != nil {
 		return r.callErr(op, err)
 	}
-	if err := journal.ErrorFromProto(res.(*messages.AgentReply).GetError()); err != nil {
+	if err := agentReplyErr(res); err != nil {
 		return r.callErr(op, err)
 	}
 	return nil
