@@ -56,8 +56,9 @@ import (
 // before the turn fails. An application that wants such a turn to fail at
 // once sets a lazarus.RetryPolicy.Retryable of its own.
 var (
-	// ErrRateLimited: the provider answered 429 (a rate or quota limit;
-	// an account out of credit, OpenAI's insufficient_quota, included).
+	// ErrRateLimited: the provider answered 429 (a rate or quota limit),
+	// or said the account is out of credit (OpenAI's insufficient_quota,
+	// with any status).
 	ErrRateLimited = errors.New("agent: model rate limited")
 	// ErrUnavailable: the provider failed on its side (5xx, 408, 409,
 	// overloaded) or could not be reached.

@@ -509,3 +509,27 @@ func TestOddErrorBodiesNameTheStatus(t *testing.T) {
 		})
 	}
 }
+
+// TestInsufficientQuotaWhateverTheStatus: an error status other than 429
+// whose error's type or code is insufficient_quota (compatible servers and
+// proxies send a 403, a 400 or a 5xx) fails at once with
+// agent.ErrRateLimited, as a 429 does: not agent.ErrRequest, and a 5xx is
+// not retried.
+func TestInsufficientQuotaWhateverTheStatus(t *testing.T) {
+	for _, status := range []int{http.StatusBadRequest, http.StatusPaymentRequired, http.StatusForbidden, http.StatusInternalServerError, http.StatusServiceUnavailable} {
+		t.Run(strconv.Itoa(status), func(t *testing.T) {
+			body := fmt.Sprintf("> status %d\n{\"error\":{\"message\":\"You exceeded your current quota\",\"type\":\"insufficient_quota\",\"code\":\"insufficient_quota\"}}\n", status)
+			p := serveText(t, body+"===\n"+body+"===\n"+body)
+			msg, err := p.m.Generate(context.Background(), providertest.Turn(), nil)
+			require.ErrorIs(t, err, agent.ErrRateLimited)
+			assert.NotErrorIs(t, err, agent.ErrRequest)
+			assert.NotErrorIs(t, err, agent.ErrUnavailable)
+			assert.Nil(t, msg)
+			assert.Len(t, p.srv.Requests(), 1, "not retried")
+			assert.Empty(t, p.waits())
+			var apiErr *oai.Error
+			require.ErrorAs(t, err, &apiErr)
+			assert.Equal(t, status, apiErr.StatusCode)
+		})
+	}
+}

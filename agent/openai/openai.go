@@ -34,9 +34,10 @@
 // (errors.As). A 429 (after its retry-after-ms, else its Retry-After), a
 // 408, a 409, a 5xx and a connection that failed before any text was
 // streamed are retried under Options.Retry (any other 4xx fails with
-// agent.ErrRequest), except a 429 whose error's type or code is
+// agent.ErrRequest), except an error status whose error's type or code is
 // insufficient_quota (the account is out of credit: waiting does not
-// help), which fails at once with agent.ErrRateLimited; the
+// help), a 429 or any other (a 403, a 400 or a 5xx from compatible
+// servers and proxies), which fails at once with agent.ErrRateLimited; the
 // SDK's own retries are off. An error event in the stream (a 200 that
 // failed after its headers) is read like a status: one whose error's code
 // is a 4xx status (vLLM, llama.cpp, OpenRouter) or whose type or code says
@@ -602,7 +603,9 @@ func classifyStatus(e *oai.Error) error {
 		after = retry.After(e.Response.Header, time.Now())
 	}
 	switch {
-	case e.StatusCode == http.StatusTooManyRequests && outOfCredit(e.Type, e.Code):
+	case outOfCredit(e.Type, e.Code):
+		// Whatever the status: OpenAI sends a 429, compatible servers and
+		// proxies a 403, a 400 or a 5xx. Waiting does not help.
 		return fmt.Errorf("openai: %w: %w", agent.ErrRateLimited, e)
 	case e.StatusCode == http.StatusTooManyRequests:
 		return retry.Retryable(fmt.Errorf("openai: %w: %w", agent.ErrRateLimited, e), after)
