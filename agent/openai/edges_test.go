@@ -533,3 +533,25 @@ func TestInsufficientQuotaWhateverTheStatus(t *testing.T) {
 		})
 	}
 }
+
+// TestNullErrorInChunks: a server that sends "error": null in every chunk
+// (some compatible servers do) streams an answer, not an error event; a
+// chunk whose error is an object still fails.
+func TestNullErrorInChunks(t *testing.T) {
+	withNull := func(c string) string { return strings.Replace(c, `{"id":"c",`, `{"error":null,"id":"c",`, 1) }
+	p := serveText(t, withNull(chunk(`{"role":"assistant","content":"Hel"}`, ""))+
+		withNull(chunk(`{"content":"lo"}`, ""))+
+		withNull(chunk(`{}`, "stop"))+withNull(usageChunk))
+	var deltas []string
+	msg, err := p.m.Generate(context.Background(), providertest.Turn(), func(d string) { deltas = append(deltas, d) })
+	require.NoError(t, err)
+	assert.Equal(t, "Hello", msg.GetContent()[0].GetText())
+	assert.Equal(t, []string{"Hel", "lo"}, deltas)
+	assert.Equal(t, &messages.Usage{InputTokens: 3, OutputTokens: 4}, msg.GetUsage())
+	assert.Len(t, p.srv.Requests(), 1)
+
+	p = serveText(t, withNull(chunk(`{"role":"assistant","content":"Hel"}`, ""))+
+		`data: {"error":{"message":"boom","type":"server_error"}}`+"\n\n")
+	_, err = p.m.Generate(context.Background(), providertest.Turn(), nil)
+	require.ErrorIs(t, err, agent.ErrInterrupted, "an error object after text still fails the call")
+}

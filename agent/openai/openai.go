@@ -39,7 +39,9 @@
 // help), a 429 or any other (a 403, a 400 or a 5xx from compatible
 // servers and proxies), which fails at once with agent.ErrRateLimited; the
 // SDK's own retries are off. An error event in the stream (a 200 that
-// failed after its headers) is read like a status: one whose error's code
+// failed after its headers; a chunk whose "error" is null, which some
+// compatible servers send in every chunk, is not one) is read like a
+// status: one whose error's code
 // is a 4xx status (vLLM, llama.cpp, OpenRouter) or whose type or code says
 // the request is at fault (invalid_request_error, invalid_api_key,
 // authentication_error, NotFoundError, ...) fails with agent.ErrRequest,
@@ -95,6 +97,8 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/packages/ssestream"
 	"github.com/openai/openai-go/v3/shared"
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/retry"
@@ -403,6 +407,16 @@ func (m *Model) attempt(ctx context.Context, params oai.ChatCompletionNewParams,
 	var resp *http.Response // the response, for its status when the SDK's error has none
 	stream := m.client.NewStreaming(ctx, params, option.WithResponseInto(&resp))
 	defer stream.Close()
+	if stream.Err() == nil && resp != nil {
+		// The SDK's stream reads a chunk with an "error" field as an
+		// error event, a null one too, which some compatible servers send
+		// in every chunk. Nothing of the body is read yet: it is read
+		// through a decoder that drops a null error instead.
+		if d := ssestream.NewDecoder(resp); d != nil {
+			stream = ssestream.NewStream[oai.ChatCompletionChunk](nullError{d}, nil)
+			defer stream.Close()
+		}
+	}
 	var (
 		text, refusal strings.Builder
 		calls         []*call
@@ -485,6 +499,21 @@ func (m *Model) attempt(ctx context.Context, params oai.ChatCompletionNewParams,
 		return nil, fmt.Errorf("openai: %w: %s is not valid UTF-8", agent.ErrMalformed, what)
 	}
 	return msg, nil
+}
+
+// nullError is a stream decoder that drops an event's "error" field when
+// it is null, so that the SDK's stream does not read the event as an error.
+type nullError struct{ ssestream.Decoder }
+
+func (d nullError) Event() ssestream.Event {
+	ev := d.Decoder.Event()
+	// The SDK's own test (gjson, the top-level field), on the same data.
+	if e := gjson.GetBytes(ev.Data, "error"); e.Exists() && e.Type == gjson.Null {
+		if data, err := sjson.DeleteBytes(ev.Data, "error"); err == nil {
+			ev.Data = data
+		}
+	}
+	return ev
 }
 
 // NotUTF8 names the first of an answer's text, model name and calls'
