@@ -499,9 +499,14 @@ func (x *ToolCall) GetProviderId() string {
 //     tokens are input_tokens + cache_read_input_tokens +
 //     cache_creation_input_tokens.
 //   - agent/openai: input_tokens is prompt_tokens, which includes the cached
-//     tokens; cache_read_input_tokens is prompt_tokens_details.cached_tokens,
-//     a part of input_tokens, and cache_creation_input_tokens is always 0
-//     (no creation count is read).
+//     tokens; cache_read_input_tokens is prompt_tokens_details.cached_tokens
+//     and cache_creation_input_tokens prompt_tokens_details.cache_write_tokens
+//     (sent by some servers, OpenRouter among them; 0 when not sent), both
+//     a part of input_tokens.
+//
+// No total is recorded: a provider's total_tokens is not read, and the
+// call's total is input_tokens + output_tokens plus, for agent/anthropic,
+// the two cache counts.
 type Usage struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	InputTokens  int64                  `protobuf:"varint,1,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
@@ -511,8 +516,9 @@ type Usage struct {
 	// prompt_tokens_details.cached_tokens).
 	CacheReadInputTokens int64 `protobuf:"varint,3,opt,name=cache_read_input_tokens,json=cacheReadInputTokens,proto3" json:"cache_read_input_tokens,omitempty"`
 	// cache_creation_input_tokens are the prompt tokens written to the
-	// provider's prompt cache (Anthropic's cache_creation_input_tokens); 0
-	// from agent/openai.
+	// provider's prompt cache (Anthropic's cache_creation_input_tokens, the
+	// total that its per-TTL cache_creation breakdown details;
+	// prompt_tokens_details.cache_write_tokens of OpenAI-compatible servers).
 	CacheCreationInputTokens int64 `protobuf:"varint,4,opt,name=cache_creation_input_tokens,json=cacheCreationInputTokens,proto3" json:"cache_creation_input_tokens,omitempty"`
 	unknownFields            protoimpl.UnknownFields
 	sizeCache                protoimpl.SizeCache

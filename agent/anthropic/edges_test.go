@@ -386,7 +386,9 @@ func TestNegativeUsageIsZero(t *testing.T) {
 // TestCacheUsageIsRecorded: the prompt cache's counts, from message_start
 // (where the Messages API sends them) or message_delta (cumulative: a
 // positive count there replaces message_start's), are recorded beside
-// input_tokens, which excludes them; a count not reported is 0.
+// input_tokens, which excludes them; a count not reported is 0. The
+// creation count is cache_creation_input_tokens, the total that the
+// per-TTL cache_creation breakdown details, not added to it again.
 func TestCacheUsageIsRecorded(t *testing.T) {
 	for name, tc := range map[string]struct {
 		start, delta string
@@ -400,6 +402,8 @@ func TestCacheUsageIsRecorded(t *testing.T) {
 		"delta zero keeps start": {`"input_tokens":7,"output_tokens":1,"cache_creation_input_tokens":300,"cache_read_input_tokens":2000`,
 			`"output_tokens":9,"cache_creation_input_tokens":0,"cache_read_input_tokens":0`,
 			&messages.Usage{InputTokens: 7, OutputTokens: 9, CacheReadInputTokens: 2000, CacheCreationInputTokens: 300}},
+		"per-TTL breakdown": {`"input_tokens":7,"output_tokens":1,"cache_creation_input_tokens":300,"cache_creation":{"ephemeral_5m_input_tokens":100,"ephemeral_1h_input_tokens":200}`,
+			`"output_tokens":9`, &messages.Usage{InputTokens: 7, OutputTokens: 9, CacheCreationInputTokens: 300}},
 		"creation only": {`"input_tokens":7,"output_tokens":1,"cache_creation_input_tokens":300`, `"output_tokens":9`,
 			&messages.Usage{InputTokens: 7, OutputTokens: 9, CacheCreationInputTokens: 300}},
 		"not reported": {`"input_tokens":7,"output_tokens":1`, `"output_tokens":9`, &messages.Usage{InputTokens: 7, OutputTokens: 9}},

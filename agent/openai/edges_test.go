@@ -450,13 +450,20 @@ func TestNegativeUsageIsZero(t *testing.T) {
 }
 
 // TestCachedTokensUsageIsRecorded: prompt_tokens_details.cached_tokens is
-// recorded as cache_read_input_tokens, beside input_tokens (prompt_tokens,
-// which includes them); no cache creation count is recorded, and a server
-// that sends no details (or null ones) records 0.
+// recorded as cache_read_input_tokens and cache_write_tokens (sent by
+// compatible servers, OpenRouter) as cache_creation_input_tokens, beside
+// input_tokens (prompt_tokens, which includes them both); a server that
+// sends no details (or null ones) records 0, and a negative count is 0.
 func TestCachedTokensUsageIsRecorded(t *testing.T) {
 	requireUsage(t, map[string]usageCase{
 		"cached": {`{"prompt_tokens":3000,"completion_tokens":4,"total_tokens":3004,"prompt_tokens_details":{"cached_tokens":2048,"audio_tokens":0}}`,
 			&messages.Usage{InputTokens: 3000, OutputTokens: 4, CacheReadInputTokens: 2048}},
+		"cache write": {`{"prompt_tokens":3000,"completion_tokens":4,"total_tokens":3004,"prompt_tokens_details":{"cached_tokens":0,"cache_write_tokens":2900}}`,
+			&messages.Usage{InputTokens: 3000, OutputTokens: 4, CacheCreationInputTokens: 2900}},
+		"read and write": {`{"prompt_tokens":3000,"completion_tokens":4,"total_tokens":3004,"prompt_tokens_details":{"cached_tokens":2048,"cache_write_tokens":900}}`,
+			&messages.Usage{InputTokens: 3000, OutputTokens: 4, CacheReadInputTokens: 2048, CacheCreationInputTokens: 900}},
+		"negative write": {`{"prompt_tokens":3000,"completion_tokens":4,"total_tokens":3004,"prompt_tokens_details":{"cache_write_tokens":-1}}`,
+			&messages.Usage{InputTokens: 3000, OutputTokens: 4}},
 		"no details":   {`{"prompt_tokens":3000,"completion_tokens":4,"total_tokens":3004}`, &messages.Usage{InputTokens: 3000, OutputTokens: 4}},
 		"null details": {`{"prompt_tokens":3000,"completion_tokens":4,"total_tokens":3004,"prompt_tokens_details":null}`, &messages.Usage{InputTokens: 3000, OutputTokens: 4}},
 	})

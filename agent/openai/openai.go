@@ -16,10 +16,13 @@
 // Usage is requested with stream_options include_usage and recorded on
 // the assistant message, with the model's name: prompt_tokens as
 // input_tokens (cached tokens included), completion_tokens as
-// output_tokens, and prompt_tokens_details.cached_tokens as
-// cache_read_input_tokens (a part of input_tokens; 0 if not reported);
-// cache_creation_input_tokens stays 0. It is the last usage the stream
-// reported (a server may send it on every
+// output_tokens, prompt_tokens_details.cached_tokens as
+// cache_read_input_tokens and prompt_tokens_details.cache_write_tokens
+// (sent by some servers, OpenRouter among them) as
+// cache_creation_input_tokens (both a part of input_tokens; 0 if not
+// reported). total_tokens is not read: the total is input_tokens plus
+// output_tokens, as they came, whatever total the server sent. The usage
+// recorded is the last the stream reported (a server may send it on every
 // chunk, as vLLM's continuous_usage_stats does), a negative count as 0
 // (no server means one). The answer ends once the stream has given its
 // finish reason and the usage chunk (the one without choices, which
@@ -442,7 +445,8 @@ func (m *Model) attempt(ctx context.Context, params oai.ChatCompletionNewParams,
 		if chunk.JSON.Usage.Valid() {
 			// A negative count, which no server means, is recorded as 0.
 			usage = &messages.Usage{InputTokens: max(chunk.Usage.PromptTokens, 0), OutputTokens: max(chunk.Usage.CompletionTokens, 0),
-				CacheReadInputTokens: max(chunk.Usage.PromptTokensDetails.CachedTokens, 0)}
+				CacheReadInputTokens:     max(chunk.Usage.PromptTokensDetails.CachedTokens, 0),
+				CacheCreationInputTokens: max(chunk.Usage.PromptTokensDetails.CacheWriteTokens, 0)}
 			usageLast = len(chunk.Choices) == 0
 		}
 		for i := range chunk.Choices {
