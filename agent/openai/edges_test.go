@@ -562,3 +562,18 @@ func TestNullErrorInChunks(t *testing.T) {
 	_, err = p.m.Generate(context.Background(), providertest.Turn(), nil)
 	require.ErrorIs(t, err, agent.ErrInterrupted, "an error object after text still fails the call")
 }
+
+// TestHugeRetryAfterFailsAtOnce: a 429 whose Retry-After is too long for a
+// time.Duration is a wait past MaxRetryAfter: the call fails at once with
+// agent.ErrRateLimited naming the longest wait, not retried at the backoff.
+func TestHugeRetryAfterFailsAtOnce(t *testing.T) {
+	body := "> status 429\n> header Retry-After: 99999999999999999999\n{\"error\":{\"message\":\"slow down\",\"type\":\"requests\",\"code\":\"rate_limit_exceeded\"}}\n"
+	p := serveText(t, body+"===\n"+body+"===\n"+body)
+	_, err := p.m.Generate(context.Background(), providertest.Turn(), nil)
+	require.ErrorIs(t, err, agent.ErrRateLimited)
+	assert.Len(t, p.srv.Requests(), 1)
+	assert.Empty(t, p.waits())
+	d, ok := agent.RetryAfter(err)
+	assert.True(t, ok)
+	assert.Equal(t, time.Duration(1<<63-1), d)
+}

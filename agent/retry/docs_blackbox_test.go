@@ -6,6 +6,7 @@ package retry_test
 import (
 	"context"
 	"errors"
+	"math"
 	"net/http"
 	"net/url"
 	"strings"
@@ -100,14 +101,24 @@ func TestBBDoNamesAttemptsOfAFinalError(t *testing.T) {
 }
 
 // After: a retry-after-ms that does not parse (NaN, infinite, negative,
-// garbage) falls back to Retry-After; values that do not parse give 0.
+// garbage) falls back to Retry-After; values that do not parse give 0; a
+// wait too long for a Duration is the longest one.
 func TestBBAfterHostile(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	for _, ms := range []string{"NaN", "Inf", "-Inf", "-5", "0", "x", "1e300", strings.Repeat("9", 1000)} {
+	for _, ms := range []string{"NaN", "Inf", "-Inf", "-5", "0", "x"} {
 		h := http.Header{}
 		h.Set("Retry-After-Ms", ms)
 		h.Set("Retry-After", "2")
 		assert.Equal(t, 2*time.Second, retry.After(h, now), "retry-after-ms %.20q", ms)
+	}
+	for _, v := range []string{"1e300", strings.Repeat("9", 1000)} {
+		h := http.Header{}
+		h.Set("Retry-After-Ms", v)
+		h.Set("Retry-After", "2")
+		assert.Equal(t, time.Duration(math.MaxInt64), retry.After(h, now), "retry-after-ms %.20q", v)
+		h = http.Header{}
+		h.Set("Retry-After", v)
+		assert.Equal(t, time.Duration(math.MaxInt64), retry.After(h, now), "retry-after %.20q", v)
 	}
 	for _, s := range []string{"NaN", "Inf", "+Inf", "0", "\xff", " 3", "Mon, 99 Foo 2026"} {
 		h := http.Header{}

@@ -196,27 +196,49 @@ func (p Policy) Do(ctx context.Context, attempt func(ctx context.Context) error)
 
 // After reads the wait a server named in h: retry-after-ms (milliseconds),
 // else Retry-After (seconds, or an HTTP date, relative to now). It returns 0
-// when there is none or it does not parse, or names a time already past.
+// when there is none or it does not parse (NaN and Inf are not numbers of
+// seconds here), or names a time already past. A wait too long for a
+// time.Duration (a number of seconds past some 292 years, or too large
+// for a float64) is the longest Duration, as a date that far ahead is:
+// past any Policy's MaxRetryAfter, so that the call ends at once, as the
+// server asked not to be called for that long.
 func After(h http.Header, now time.Time) time.Duration {
 	if v := h.Get("Retry-After-Ms"); v != "" {
-		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms > 0 && ms < float64(math.MaxInt64/int64(time.Millisecond)) {
-			return time.Duration(ms * float64(time.Millisecond))
+		if d, ok := parseWait(v, time.Millisecond); ok {
+			return d
 		}
 	}
 	v := h.Get("Retry-After")
 	if v == "" {
 		return 0
 	}
-	if s, err := strconv.ParseFloat(v, 64); err == nil {
-		if s > 0 && s < float64(math.MaxInt64/int64(time.Second)) {
-			return time.Duration(s * float64(time.Second))
-		}
-		return 0
+	if d, ok := parseWait(v, time.Second); ok {
+		return d
+	}
+	if _, err := strconv.ParseFloat(v, 64); err == nil {
+		return 0 // a number, not a wait: NaN, Inf, 0 or negative
 	}
 	if t, err := http.ParseTime(v); err == nil && t.After(now) {
 		return t.Sub(now)
 	}
 	return 0
+}
+
+// parseWait reads v as a positive number of units, ok false when it is not
+// one. A number too large for a Duration (or for a float64: ParseFloat's
+// range error, not an Inf written as such) is the longest Duration.
+func parseWait(v string, unit time.Duration) (time.Duration, bool) {
+	f, err := strconv.ParseFloat(v, 64)
+	switch {
+	case err != nil && errors.Is(err, strconv.ErrRange) && f > 0:
+		return math.MaxInt64, true
+	case err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f <= 0:
+		return 0, false
+	}
+	if d := f * float64(unit); d < math.MaxInt64 { // float64(MaxInt64) is 2^63
+		return time.Duration(d), true
+	}
+	return math.MaxInt64, true
 }
 
 // Transient reports whether err is a failure of the connection rather than

@@ -3,7 +3,9 @@ package retry_test
 import (
 	"context"
 	"errors"
+	"math"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,7 +100,14 @@ func TestAfter(t *testing.T) {
 		{name: "milliseconds first", header: map[string]string{"Retry-After-Ms": "250", "Retry-After": "9"}, want: 250 * time.Millisecond},
 		{name: "garbage", header: map[string]string{"Retry-After": "soon"}, want: 0},
 		{name: "negative", header: map[string]string{"Retry-After": "-4"}, want: 0},
-		{name: "huge", header: map[string]string{"Retry-After": "1e300"}, want: 0},
+		// A wait too long for a Duration is the longest one (past any
+		// MaxRetryAfter), not none (which would retry at the backoff).
+		{name: "huge", header: map[string]string{"Retry-After": "1e300"}, want: math.MaxInt64},
+		{name: "huge integer", header: map[string]string{"Retry-After": "99999999999999999999"}, want: math.MaxInt64},
+		{name: "just too long", header: map[string]string{"Retry-After": "9223372037"}, want: math.MaxInt64},
+		{name: "beyond float64", header: map[string]string{"Retry-After": "1" + strings.Repeat("0", 400)}, want: math.MaxInt64},
+		{name: "huge milliseconds", header: map[string]string{"Retry-After-Ms": "1e300", "Retry-After": "9"}, want: math.MaxInt64},
+		{name: "longest seconds", header: map[string]string{"Retry-After": "9223372036"}, want: 9223372036 * time.Second},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -109,4 +118,25 @@ func TestAfter(t *testing.T) {
 			assert.Equal(t, tc.want, retry.After(h, now))
 		})
 	}
+}
+
+// TestHugeRetryAfterEndsTheCall: a 429 whose numeric Retry-After is too
+// long for a Duration ends the call at once, naming the longest wait, as
+// any wait past MaxRetryAfter does; it is not retried after the backoff.
+func TestHugeRetryAfterEndsTheCall(t *testing.T) {
+	h := http.Header{}
+	h.Set("Retry-After", "99999999999999999999")
+	var waits []time.Duration
+	p := retry.Policy{MaxAttempts: 3, Sleep: recorder(&waits)}
+	n := 0
+	err := p.Do(context.Background(), func(context.Context) error {
+		n++
+		return retry.Retryable(errBusy, retry.After(h, time.Now()))
+	})
+	require.ErrorIs(t, err, errBusy)
+	assert.Equal(t, 1, n, "one attempt")
+	assert.Empty(t, waits)
+	var hint interface{ RetryAfter() time.Duration }
+	require.ErrorAs(t, err, &hint)
+	assert.Equal(t, time.Duration(math.MaxInt64), hint.RetryAfter())
 }
