@@ -184,7 +184,7 @@ func TestControlAPIRefusesBadInput(t *testing.T) {
 // have 404 not_found, in the API's JSON ({"error","code"}), as the
 // package documents, not the mux's plain text; /healthz still answers ok.
 func TestControlAPIWrongMethodOrPath(t *testing.T) {
-	base, _ := testAPI(t)
+	_, base, _ := testAPI(t)
 	for _, c := range []struct{ method, path, allow string }{
 		{"POST", "/healthz", "GET, HEAD"},
 		{"DELETE", "/healthz", "GET, HEAD"},
