@@ -931,11 +931,19 @@ func (s *Store) writeBatch(ctx context.Context, conn *pgx.Conn, fast bool, b *ba
 			return s.wrapCommit("append", err)
 		}
 	}
-	if _, err := br.Exec(); err != nil {
+	tag, err := br.Exec()
+	if err != nil {
 		_ = br.Close()
 		return s.wrapCommit("append: commit", err)
 	}
 	if err := br.Close(); err != nil {
+		if tag.String() == "COMMIT" {
+			// The server committed and said so: an error after its reply
+			// (the backend terminated right after it, FATAL 57P01) cannot
+			// undo that, and wrapCommit would read a server's error as a
+			// rollback.
+			return nil
+		}
 		return s.wrapCommit("append: commit", err)
 	}
 	if conn.PgConn().TxStatus() != 'I' {

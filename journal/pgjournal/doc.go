@@ -78,7 +78,9 @@
 // journal.ErrUnavailable: nothing was written. A connection lost once
 // COMMIT was sent is journal.ErrUnknownOutcome: the write may have
 // committed. Read the log before retrying; the append fence makes the
-// retry of an append that did commit fail with ErrConflict. Each call is
+// retry of an append that did commit fail with ErrConflict. An append
+// whose COMMIT's reply was read succeeds, whatever the connection does
+// after it (a backend terminated right after its COMMIT). Each call is
 // bounded by Options.Timeout.
 //
 // Stored bytes are read defensively, as pebblejournal reads them: a record

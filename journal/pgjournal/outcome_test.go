@@ -2,6 +2,7 @@ package pgjournal
 
 import (
 	"bytes"
+	"encoding/binary"
 	"io"
 	"net"
 	"net/url"
@@ -22,9 +23,14 @@ import (
 // if set before arming) and closes that client connection: the
 // transaction committed on the server, and the client never learns it.
 type commitDropper struct {
-	l       net.Listener
-	target  string
-	tag     []byte // the CommandComplete tag to drop; nil: COMMIT
+	l      net.Listener
+	target string
+	tag    []byte // the CommandComplete tag to drop; nil: COMMIT
+	// fatal, if set before arming, passes the reply on up to the end of
+	// that CommandComplete and then sends, instead of the rest, the
+	// ErrorResponse (FATAL 57P01) of a backend terminated right after its
+	// COMMIT, and closes the connection.
+	fatal   bool
 	armed   atomic.Bool
 	dropped chan struct{}
 	once    sync.Once
@@ -75,7 +81,11 @@ func (p *commitDropper) pump(c, s net.Conn) {
 	for {
 		n, err := s.Read(buf)
 		if n > 0 {
-			if p.armed.Load() && bytes.Contains(buf[:n], p.dropTag()) {
+			if i := bytes.Index(buf[:n], p.dropTag()); p.armed.Load() && i >= 0 {
+				if p.fatal {
+					_, _ = c.Write(buf[:i+len(p.dropTag())])
+					_, _ = c.Write(terminatedReply())
+				}
 				p.once.Do(func() { p.armed.Store(false); close(p.dropped) })
 				return
 			}
@@ -87,6 +97,47 @@ func (p *commitDropper) pump(c, s net.Conn) {
 			return
 		}
 	}
+}
+
+// terminatedReply is the ErrorResponse a backend sends when
+// pg_terminate_backend (or a fast shutdown) ends it.
+func terminatedReply() []byte {
+	var fields []byte
+	for _, f := range []string{"SFATAL", "VFATAL", "C57P01", "Mterminating connection due to administrator command"} {
+		fields = append(append(fields, f...), 0)
+	}
+	fields = append(fields, 0)
+	msg := []byte{'E', 0, 0, 0, 0}
+	binary.BigEndian.PutUint32(msg[1:], uint32(4+len(fields)))
+	return append(msg, fields...)
+}
+
+// TestTerminatedAfterCommitIsNotUnavailable: the backend is terminated
+// (FATAL 57P01, as from pg_terminate_backend) once it has sent the reply
+// of an append's COMMIT, before the end of the batch's replies: the append
+// committed and its client read the COMMIT's reply, so it is acknowledged
+// with its seq. It was ErrUnavailable, which says nothing was written,
+// for an append that is in the log.
+func TestTerminatedAfterCommitIsNotUnavailable(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	u, err := url.Parse(dsn)
+	require.NoError(t, err)
+	proxy := newCommitDropper(t, u.Host)
+	u.Host = proxy.l.Addr().String()
+	s := open(t, u.String(), Options{})
+	ctx := t.Context()
+
+	proxy.fatal = true
+	proxy.armed.Store(true)
+	res, err := s.Append(ctx, &messages.AppendRequest{ConversationId: "c", Events: []*messages.Event{userEvent("once")}})
+	<-proxy.dropped
+	require.NoError(t, err)
+	require.EqualValues(t, 1, res.LastSeq)
+
+	evs, err := s.Events(ctx, "c", journal.EventQuery{})
+	require.NoError(t, err, "the pool reconnects")
+	require.Len(t, evs, 1)
+	require.Equal(t, "once", textOf(evs[0]))
 }
 
 // TestUnknownOutcome: the connection drops after the server committed an
