@@ -77,7 +77,10 @@
 // A connection refused, reset or closed, or a server shutting down, is
 // journal.ErrUnavailable: nothing was written. A connection lost once
 // COMMIT was sent is journal.ErrUnknownOutcome: the write may have
-// committed. Read the log before retrying; the append fence makes the
+// committed. So is a session the server ends (a backend terminated, a
+// shutdown) once a write outside AppendBatch sent its COMMIT (or its one
+// statement that commits on its own): its client cannot tell whether the
+// commit's reply came first. Read the log before retrying; the append fence makes the
 // retry of an append that did commit fail with ErrConflict. An append
 // whose COMMIT's reply was read succeeds, whatever the connection does
 // after it (a backend terminated right after its COMMIT). Each call is

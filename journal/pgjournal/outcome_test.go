@@ -215,3 +215,43 @@ func TestUnknownOutcomeOfOneStatement(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, mcs, "the GC ran")
 }
+
+// TestTerminatedAfterCommitOfAWrite: the writes outside AppendBatch, whose
+// client cannot tell the reply of the commit from what follows it: a
+// write of its own transaction (PutMetadata) and a write of one statement
+// that commits on its own (CancelDeadline), whose backend was terminated
+// (FATAL 57P01) once the commit's reply was sent, are ErrUnknownOutcome.
+// Both were ErrUnavailable, which says nothing was written, for writes
+// that are in the database.
+func TestTerminatedAfterCommitOfAWrite(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	u, err := url.Parse(dsn)
+	require.NoError(t, err)
+	proxy := newCommitDropper(t, u.Host)
+	u.Host = proxy.l.Addr().String()
+	s := open(t, u.String(), Options{})
+	ctx := t.Context()
+	_, err = s.Append(ctx, &messages.AppendRequest{ConversationId: "c", Events: []*messages.Event{userEvent("hello")},
+		Schedule: []*messages.Deadline{{ConversationId: "c", ToolCallId: "tc", At: timestamppb.New(time.Unix(100, 0))}}})
+	require.NoError(t, err)
+
+	proxy.fatal = true
+	proxy.armed.Store(true)
+	err = s.PutMetadata(ctx, "c", map[string]string{"k": "v"})
+	<-proxy.dropped
+	require.ErrorIs(t, err, journal.ErrUnknownOutcome)
+	require.NotErrorIs(t, err, journal.ErrUnavailable)
+	md, err := s.Metadata(ctx, "c")
+	require.NoError(t, err, "the pool reconnects")
+	require.Equal(t, map[string]string{"k": "v"}, md)
+
+	proxy = newCommitDropper(t, u.Host)
+	u.Host = proxy.l.Addr().String()
+	s = open(t, u.String(), Options{})
+	proxy.tag, proxy.fatal = []byte("DELETE 1"), true
+	proxy.armed.Store(true)
+	err = s.CancelDeadline(ctx, "c", "tc")
+	<-proxy.dropped
+	require.ErrorIs(t, err, journal.ErrUnknownOutcome)
+	require.NotErrorIs(t, err, journal.ErrUnavailable)
+}

@@ -1,6 +1,7 @@
 package pgjournal
 
 import (
+	"cmp"
 	"context"
 	"embed"
 	"errors"
@@ -431,6 +432,24 @@ func (s *Store) wrapCommit(op string, err error) error {
 	return fmt.Errorf("pgjournal: %s: %w: %w", op, journal.ErrUnknownOutcome, err)
 }
 
+// wrapEnded is wrapCommit for an error met once a COMMIT, or a statement
+// that commits on its own, was sent, when the client cannot tell whether
+// the reply of the commit came before it: the server ending the session
+// (an error of severity FATAL or PANIC: a backend terminated, a shutdown)
+// may have done so once the commit was done, so the outcome is unknown.
+// 25P03 is the exception: the server ended a session idle in its
+// transaction, which rolled back before the COMMIT arrived.
+func (s *Store) wrapEnded(op string, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code != "25P03" {
+		switch cmp.Or(pgErr.SeverityUnlocalized, pgErr.Severity) {
+		case "FATAL", "PANIC":
+			return fmt.Errorf("pgjournal: %s: %w: %w", op, journal.ErrUnknownOutcome, err)
+		}
+	}
+	return s.wrapCommit(op, err)
+}
+
 // execCommit runs sql, a write of one statement that commits on its own
 // (outside a transaction), and wraps its error: an error met once the
 // statement was sent is wrapped as one met once COMMIT was sent (the
@@ -456,7 +475,7 @@ func (s *Store) execCommitOnce(ctx context.Context, op, sql string, args ...any)
 	defer conn.Release()
 	tag, err := conn.Exec(ctx, sql, args...)
 	if err != nil && !pgconn.SafeToRetry(err) {
-		return tag, s.wrapCommit(op, err)
+		return tag, s.wrapEnded(op, err)
 	}
 	return tag, s.wrap(op, err)
 }
@@ -509,7 +528,7 @@ func (s *Store) writeTxOnce(ctx context.Context, op, conv string, fn func(tx pgx
 		return s.wrap(op, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return s.wrapCommit(op, err)
+		return s.wrapEnded(op, err)
 	}
 	return nil
 }
