@@ -30,7 +30,11 @@ type commitDropper struct {
 	// that CommandComplete and then sends, instead of the rest, the
 	// ErrorResponse (FATAL 57P01) of a backend terminated right after its
 	// COMMIT, and closes the connection.
-	fatal   bool
+	fatal bool
+	// raw, if set before arming, is the bytes to cut the reply at instead
+	// of a CommandComplete (a row's bytes, say): the reply up to them is
+	// passed on, the rest dropped.
+	raw     []byte
 	armed   atomic.Bool
 	dropped chan struct{}
 	once    sync.Once
@@ -67,6 +71,9 @@ func (p *commitDropper) serve() {
 
 // dropTag is the CommandComplete tag (NUL-terminated) of the reply to drop.
 func (p *commitDropper) dropTag() []byte {
+	if p.raw != nil {
+		return p.raw
+	}
 	if p.tag == nil {
 		return []byte("COMMIT\x00")
 	}
@@ -82,6 +89,9 @@ func (p *commitDropper) pump(c, s net.Conn) {
 		n, err := s.Read(buf)
 		if n > 0 {
 			if i := bytes.Index(buf[:n], p.dropTag()); p.armed.Load() && i >= 0 {
+				if p.raw != nil {
+					_, _ = c.Write(buf[:i])
+				}
 				if p.fatal {
 					_, _ = c.Write(buf[:i+len(p.dropTag())])
 					_, _ = c.Write(terminatedReply())
