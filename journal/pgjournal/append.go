@@ -184,6 +184,7 @@ func (s *Store) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest)
 	fast := useByteaArrays(conn.Conn())
 	fireConvs, fireIDs := fireKeys(reqs, ok)
 	valid := slices.Clone(ok)
+	stray := map[string]error{} // see strayEvents
 	for attempt := 1; ; attempt++ {
 		b, err := s.readBatch(ctx, conn.Conn(), fast, convs, callIDs, due)
 		if err == nil {
@@ -192,6 +193,11 @@ func (s *Store) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest)
 		if err != nil {
 			err = s.wrap("append", err)
 		} else {
+			for c, serr := range stray {
+				if h := b.heads[c]; h.corrupt == nil {
+					h.corrupt = serr
+				}
+			}
 			now := time.Now()
 			for i, req := range reqs {
 				if !ok[i] {
@@ -221,7 +227,10 @@ func (s *Store) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest)
 			// It waits a little first (awaitRerun), so that it does not
 			// meet that writer again at once.
 			if _, rerr := conn.Exec(ctx, "ROLLBACK"); rerr == nil {
-				werr := s.awaitRerun(ctx, "append", attempt)
+				found, werr := s.strayEvents(ctx, conn.Conn(), fast, err, b, stray)
+				if werr == nil && !found {
+					werr = s.awaitRerun(ctx, "append", attempt)
+				}
 				if werr == nil {
 					eb.rows = eb.rows[:0]
 					for i := range reqs {
@@ -242,6 +251,41 @@ func (s *Store) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest)
 		}
 		return failAll(err)
 	}
+}
+
+// strayEvents is called once a batch's transaction rolled back on err: if
+// that is the key of lz_events, it reads which of the batch's
+// conversations already hold an event at a seq the batch was to write, and
+// records in stray, for each, an error wrapping journal.ErrCorrupt that
+// names it. Such a row is past the conversation's last_seq, which no
+// writer leaves (the batch held the conversation's lock from its head
+// read on): the table was changed under the store, and running the batch
+// again meets the row again. found reports whether it found any.
+func (s *Store) strayEvents(ctx context.Context, conn *pgx.Conn, fast bool, err error, b *batch, stray map[string]error) (found bool, _ error) {
+	var pgErr *pgconn.PgError
+	if b == nil || !errors.As(err, &pgErr) || pgErr.Code != "23505" || pgErr.ConstraintName != "lz_events_pkey" {
+		return false, nil
+	}
+	rows, err := conn.Query(ctx, `SELECT e.conv, min(e.seq) FROM lz_events e
+		JOIN unnest($1::bytea[], $2::int8[]) AS x(conv, seq) ON e.conv = x.conv AND e.seq = x.seq GROUP BY e.conv`,
+		byteas(fast, b.evConv), b.evSeq)
+	if err != nil {
+		return false, s.wrap("append", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var conv []byte
+		var seq int64
+		if err := rows.Scan(&conv, &seq); err != nil {
+			return false, s.wrap("append", err)
+		}
+		stray[string(conv)] = journal.Corruptf("pgjournal: conversation %q: lz_events holds seq %d, past its last_seq", conv, seq)
+		found = true
+	}
+	if err := rows.Err(); err != nil {
+		return false, s.wrap("append", err)
+	}
+	return found, nil
 }
 
 // maxBatchAttempts bounds the transactions one AppendBatch, or any other

@@ -94,7 +94,8 @@
 // journal.ErrCorrupt that names the row, never a record, or a history with
 // a hole, handed to the caller. In an AppendBatch, such a record fails
 // the requests that meet it (its conversation's row, a tool call row, a
-// deadline or a schedule a request checks) and no other.
+// deadline or a schedule a request checks, an event row already at a seq
+// past its conversation's last_seq) and no other.
 //
 // # Reconnection
 //

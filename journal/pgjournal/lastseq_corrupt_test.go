@@ -48,3 +48,45 @@ func TestNegativeLastSeqIsCorrupt(t *testing.T) {
 	require.NoError(t, conn.QueryRow(ctx, "SELECT count(*) FROM lz_summaries WHERE conv = $1", []byte(conv)).Scan(&n))
 	require.Zero(t, n, "no summary written")
 }
+
+// TestEventPastLastSeqFailsOnlyItsRequest: lz_events holds a row past its
+// conversation's last_seq (last_seq lowered by hand, a row copied in): an
+// append to that conversation, in a batch with another conversation's, is
+// journal.ErrCorrupt naming it, nothing written, and the other request
+// succeeds. The event's insert broke the key of lz_events, which the batch
+// took for a row a concurrent writer inserted and ran again until every
+// request of the batch failed with ErrConflict, for good: no writer can
+// insert a row of a conversation whose lock the batch holds.
+func TestEventPastLastSeqFailsOnlyItsRequest(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	s := open(t, dsn, Options{})
+	conn, err := pgx.Connect(t.Context(), dsn)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	ctx := t.Context()
+	for _, c := range []string{"bad", "good"} {
+		_, err = s.Append(ctx, &messages.AppendRequest{ConversationId: c, Events: []*messages.Event{userEvent("1"), userEvent("2")}})
+		require.NoError(t, err)
+	}
+	_, err = conn.Exec(ctx, "UPDATE lz_conversations SET last_seq = 1 WHERE id = $1", []byte("bad"))
+	require.NoError(t, err)
+
+	res := s.AppendBatch(ctx, []*messages.AppendRequest{
+		{ConversationId: "bad", ExpectedLast: 1, Events: []*messages.Event{userEvent("x")}},
+		{ConversationId: "good", ExpectedLast: 2, Events: []*messages.Event{userEvent("3")}},
+	})
+	require.ErrorIs(t, res[0].Err, journal.ErrCorrupt)
+	require.NotErrorIs(t, res[0].Err, journal.ErrConflict)
+	require.ErrorContains(t, res[0].Err, `"bad"`)
+	require.NoError(t, res[1].Err)
+	require.EqualValues(t, 3, res[1].LastSeq)
+
+	var data []byte
+	require.NoError(t, conn.QueryRow(ctx, "SELECT data FROM lz_events WHERE conv = $1 AND seq = 2", []byte("bad")).Scan(&data))
+	ev, err := decodeEvent(data, "bad", 2)
+	require.NoError(t, err)
+	require.Equal(t, "2", textOf(ev), "nothing written over the row")
+	last, err := s.LastSeq(ctx, "bad")
+	require.NoError(t, err)
+	require.EqualValues(t, 1, last)
+}
