@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/journal/pgjournal/pgtest"
@@ -125,5 +126,38 @@ func TestConnectionLostMidRead(t *testing.T) {
 			require.NoError(t, err, "the pool reconnects")
 			require.Len(t, evs, n)
 		})
+	}
+}
+
+// TestOpenBoundedWhenTheServerStopsAnsweringAtItsUnlock: Options.Timeout
+// bounds Open: a server that stops answering once Open has read the
+// schema version, when Open releases its migration lock, fails nothing
+// (the schema is there) and does not hang Open. The unlock ran under a
+// context without a deadline, and Open waited for its reply for good.
+func TestOpenBoundedWhenTheServerStopsAnsweringAtItsUnlock(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	require.NoError(t, open(t, dsn, Options{}).Close())
+	u, err := url.Parse(dsn)
+	require.NoError(t, err)
+	proxy := newCommitDropper(t, u.Host)
+	u.Host = proxy.l.Addr().String()
+	// The row of the schema version (binary int4).
+	proxy.raw, proxy.hold = []byte{'D', 0, 0, 0, 14, 0, 1, 0, 0, 0, 4, 0, 0, 0, byte(SchemaVersion())}, true
+	proxy.armed.Store(true)
+
+	done := make(chan error, 1)
+	go func() {
+		s, err := Open(t.Context(), u.String(), Options{Timeout: 300 * time.Millisecond})
+		if err == nil {
+			_ = s.Close()
+		}
+		done <- err
+	}()
+	<-proxy.dropped
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("Open still waits for the unlock's reply, past Options.Timeout")
 	}
 }

@@ -34,7 +34,11 @@ type commitDropper struct {
 	// raw, if set before arming, is the bytes to cut the reply at instead
 	// of a CommandComplete (a row's bytes, say): the reply up to them is
 	// passed on, the rest dropped.
-	raw     []byte
+	raw []byte
+	// hold, if set before arming, passes the reply that holds the bytes to
+	// match on whole and then passes nothing more to the client, leaving
+	// its connection open: a server that stopped answering.
+	hold    bool
 	armed   atomic.Bool
 	dropped chan struct{}
 	once    sync.Once
@@ -89,6 +93,12 @@ func (p *commitDropper) pump(c, s net.Conn) {
 		n, err := s.Read(buf)
 		if n > 0 {
 			if i := bytes.Index(buf[:n], p.dropTag()); p.armed.Load() && i >= 0 {
+				if p.hold {
+					_, _ = c.Write(buf[:n])
+					p.once.Do(func() { p.armed.Store(false); close(p.dropped) })
+					_, _ = io.Copy(io.Discard, s)
+					return
+				}
 				if p.raw != nil {
 					_, _ = c.Write(buf[:i])
 				}

@@ -276,8 +276,12 @@ func (s *Store) migrate(ctx context.Context) error {
 	defer func() {
 		// A failed unlock leaves the lock to the session's end: destroy the
 		// connection rather than return it to the pool holding the lock.
-		if _, err := conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1, $2)", migrationLockClass, migrationLockID); err != nil {
-			_ = conn.Conn().Close(context.WithoutCancel(ctx))
+		// It runs even once ctx is done, bounded by a Timeout of its own
+		// (a server that stopped answering must not hang Open).
+		uctx, cancel := s.bound(context.WithoutCancel(ctx))
+		defer cancel()
+		if _, err := conn.Exec(uctx, "SELECT pg_advisory_unlock($1, $2)", migrationLockClass, migrationLockID); err != nil {
+			_ = conn.Conn().Close(uctx)
 		}
 	}()
 	if _, err := conn.Exec(ctx, "CREATE TABLE IF NOT EXISTS lz_schema (version integer PRIMARY KEY, applied timestamptz NOT NULL DEFAULT now())"); err != nil {
