@@ -275,8 +275,7 @@ func (n *clusterNode) serve(m *messages.ClusterRequest) *messages.ClusterReply {
 			if err != nil {
 				err = r.callErr(fmt.Sprintf("lazarus: rewind %q", clipID(conv)), err)
 			} else {
-				rep := res.(*messages.AgentSendReply)
-				reply.Seq, err = rep.GetSeq(), journal.ErrorFromProto(rep.GetError())
+				reply.Seq, err = sendReplyOf(res)
 			}
 		}
 	case *messages.ClusterRequest_End:

@@ -853,11 +853,11 @@ func (r *Runtime) SendMessage(ctx context.Context, conversationID string, msg *m
 	if err != nil {
 		return 0, r.callErr(fmt.Sprintf("lazarus: send to %q", clipID(conversationID)), err)
 	}
-	reply := res.(*messages.AgentSendReply)
-	if err := journal.ErrorFromProto(reply.GetError()); err != nil {
+	seq, err := sendReplyOf(res)
+	if err != nil {
 		return 0, r.callErr(fmt.Sprintf("lazarus: send to %q", clipID(conversationID)), err)
 	}
-	return reply.GetSeq(), nil
+	return seq, nil
 }
 
 // Resolve answers a pending human tool call with result, a JSON value of at
@@ -1073,7 +1073,11 @@ func (r *Runtime) journalWrite(ctx context.Context, req *messages.AppendRequest)
 	if err != nil {
 		return err
 	}
-	return journal.ErrorFromProto(res.(*messages.JournalWriteReply).GetReply().GetError())
+	reply, err := replyAs[*messages.JournalWriteReply](res)
+	if err != nil {
+		return err
+	}
+	return journal.ErrorFromProto(reply.GetReply().GetError())
 }
 
 // History returns the conversation's events in ascending seq: the newest
@@ -1319,14 +1323,35 @@ func (r *Runtime) wakeAt(ctx context.Context, conversationID string, explicit bo
 // wraps no sentinel of the API) rather than a panic of the caller.
 var errUnexpectedReply = errors.New("lazarus: internal error: unexpected actor reply")
 
+// replyAs is res as the reply type T its command has, or an error
+// wrapping errUnexpectedReply, naming both types, when res is another.
+func replyAs[T any](res any) (T, error) {
+	reply, ok := res.(T)
+	if !ok {
+		return reply, fmt.Errorf("%w %T, want %T", errUnexpectedReply, res, reply)
+	}
+	return reply, nil
+}
+
 // agentReplyErr is the error the AgentReply res carries (nil for none),
 // or one wrapping errUnexpectedReply when res is not an AgentReply.
 func agentReplyErr(res any) error {
-	reply, ok := res.(*messages.AgentReply)
-	if !ok {
-		return fmt.Errorf("%w %T, want %T", errUnexpectedReply, res, reply)
+	reply, err := replyAs[*messages.AgentReply](res)
+	if err != nil {
+		return err
 	}
 	return journal.ErrorFromProto(reply.GetError())
+}
+
+// sendReplyOf is the seq and error the AgentSendReply res carries (the
+// answer of a send, a rewind or a scheduled wake), or an error wrapping
+// errUnexpectedReply when res is not an AgentSendReply.
+func sendReplyOf(res any) (uint64, error) {
+	reply, err := replyAs[*messages.AgentSendReply](res)
+	if err != nil {
+		return 0, err
+	}
+	return reply.GetSeq(), journal.ErrorFromProto(reply.GetError())
 }
 
 // resumePage is how many ids of ACTIVE conversations resumeInterrupted

@@ -259,11 +259,11 @@ func (r *Runtime) askRewind(ctx context.Context, op, conversationID string, m *m
 	if err != nil {
 		return 0, r.callErr(op, err)
 	}
-	reply := res.(*messages.AgentSendReply)
-	if err := journal.ErrorFromProto(reply.GetError()); err != nil {
+	seq, err := sendReplyOf(res)
+	if err != nil {
 		return 0, r.callErr(op, err)
 	}
-	return reply.GetSeq(), nil
+	return seq, nil
 }
 
 // HistoryOptions select the events HistoryView returns. The zero value is

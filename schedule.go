@@ -719,7 +719,7 @@ func (r *Runtime) fire(ctx context.Context, f scheduleFire) {
 	ask := func() error {
 		res, err := r.sup.Ask(ctx, f.conv, &actors.Command{Scope: scope, Msg: wake})
 		if err == nil {
-			err = journal.ErrorFromProto(res.(*messages.AgentSendReply).GetError())
+			_, err = sendReplyOf(res)
 		}
 		return err
 	}
