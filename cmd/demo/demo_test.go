@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -634,4 +635,35 @@ func TestBrokenExpectation(t *testing.T) {
 	checks, bad := r.counts()
 	assert.Equal(t, 2, checks)
 	assert.Equal(t, 1, bad)
+}
+
+// TestHelpAsAFlagValue: a help flag where a flag's value is expected
+// (--dir --help) prints the flags, status 0, for every flag taking a
+// value, also after an unknown flag, as the package documents; the flag
+// package took it as the value, and the demo ran in a directory named
+// "--help". A value that reads as a help flag is given with "=".
+func TestHelpAsAFlagValue(t *testing.T) {
+	code, _, errs := runDemo(t, "--help")
+	require.Equal(t, exitOK, code)
+	var valued []string
+	for _, line := range strings.Split(errs, "\n") {
+		// "  --dir directory": a flag taking a value.
+		if f := strings.Fields(line); len(f) == 2 && strings.HasPrefix(line, "  --") {
+			valued = append(valued, f[0])
+		}
+	}
+	require.ElementsMatch(t, []string{"--dir", "--model"}, valued, errs)
+	for _, fl := range valued {
+		for _, h := range []string{"--help", "-h"} {
+			for _, args := range [][]string{{fl, h}, {fl, h, "x"}, {"--quiet", fl, h}, {"--nope", fl, h}} {
+				var stderr bytes.Buffer
+				_, err := parseFlags(args, &stderr)
+				require.ErrorIs(t, err, flag.ErrHelp, "%q", args)
+				require.True(t, strings.HasPrefix(stderr.String(), "Usage: demo [flags]"), "%q prints the flags: %s", args, stderr.String())
+			}
+		}
+	}
+	cfg, err := parseFlags([]string{"--dir=--help", "--model=scripted"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	require.Equal(t, "--help", cfg.dir, `with "=" it is the value`)
 }

@@ -31,6 +31,11 @@
 //	            OPENAI_MODEL, or ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY,
 //	            ANTHROPIC_MODEL
 //
+// -h or --help anywhere before a "--" prints the flags, status 0, whatever
+// else the command line holds: also after an unknown flag, and where a
+// flag's value is expected (--dir --help is not a directory "--help"); a
+// value that reads as a help flag is given with "=" (--dir=-h).
+//
 // The live demo follows --dir, --keep, --quiet, --json and --verbose as the
 // scripted demo does; its --json records are of the same kinds, less
 // tool_run and revival (it runs no tool, and times no revival: the revived
@@ -65,6 +70,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	_ "time/tzdata" // cron time zones load on a machine without zoneinfo (ScheduleSpec.TimeZone)
 )
@@ -179,6 +185,23 @@ func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
+// asksHelp reports whether args hold a help flag (-h, --help, -help, or
+// one of them with "=") before a "--". parseFlags checks it before the
+// flag package reads args, which would take a help flag after a flag
+// expecting a value as that value (--dir --help would be --dir "--help").
+func asksHelp(args []string) bool {
+	for _, a := range args {
+		if a == "--" {
+			return false
+		}
+		name, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-"), "=")
+		if strings.HasPrefix(a, "-") && (name == "h" || name == "help") {
+			return true
+		}
+	}
+	return false
+}
+
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var cfg config
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
@@ -204,6 +227,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			fmt.Fprintf(fs.Output(), "  --%s%s\n    \t%s\n", f.Name, name, usage)
 		})
 		fmt.Fprint(fs.Output(), "\nExit status: 0 every check held; 1 a check failed or the demo could not run;\n2 bad flags or a --dir the demo cannot use; 130 interrupted (SIGINT, SIGTERM,\nSIGHUP); 141 stdout or stderr closed before the end (as by demo | head).\n")
+	}
+	if asksHelp(args) {
+		fs.Usage()
+		return cfg, flag.ErrHelp
 	}
 	if err := fs.Parse(args); err != nil {
 		return cfg, err

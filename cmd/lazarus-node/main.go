@@ -83,6 +83,11 @@
 // --postgres DSN that does not parse, a missing required flag, an
 // argument: nothing is opened), 7 forced out by a second signal.
 //
+// -h or --help anywhere before a "--" prints the usage, status 0, whatever
+// else the command line holds: also after an unknown flag, and where a
+// flag's value is expected (--postgres --help is not the DSN "--help"); a
+// value that reads as a help flag is given with "=" (--postgres=-h).
+//
 // `lazarus-node demo` (make demo-cluster) runs three members of itself and
 // a throwaway PostgreSQL (PG_BINDIR), kills one mid-turn with SIGKILL, and
 // prints where each conversation lived and whether its log is whole. It
@@ -240,6 +245,10 @@ failed; 2 given arguments; 130 interrupted.
 	fs.DurationVar(&c.delay, "model-delay", 50*time.Millisecond, "duration of every model call")
 	fs.DurationVar(&c.humanTimeout, "human-timeout", 3*time.Second, "deadline of the approve tool")
 	fs.BoolVar(&c.verbose, "verbose", false, "info and debug logs on stderr too (warnings and errors always go there)")
+	if asksHelp(args) {
+		fs.Usage()
+		return c, flag.ErrHelp
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return c, err
@@ -288,6 +297,23 @@ failed; 2 given arguments; 130 interrupted.
 		return c, fmt.Errorf("%w: %w", errUsage, bad)
 	}
 	return c, nil
+}
+
+// asksHelp reports whether args hold a help flag (-h, --help, -help, or
+// one of them with "=") before a "--". parse checks it before the flag
+// package reads args, which would take a help flag after a flag expecting
+// a value as that value (--postgres --help would be --postgres "--help").
+func asksHelp(args []string) bool {
+	for _, a := range args {
+		if a == "--" {
+			return false
+		}
+		name, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-"), "=")
+		if strings.HasPrefix(a, "-") && (name == "h" || name == "help") {
+			return true
+		}
+	}
+	return false
 }
 
 // hostPort reports an address that is not host:port with a port from

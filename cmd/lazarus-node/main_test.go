@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -729,4 +730,38 @@ func TestLogsWarningsByDefault(t *testing.T) {
 	for _, want := range []string{`level=DEBUG msg="a debug line"`, `level=INFO msg="an info line"`, `level=WARN msg="a warning line"`} {
 		require.Contains(t, verbose.String(), want)
 	}
+}
+
+// TestHelpAsAFlagValue: a help flag where a flag's value is expected
+// (--postgres --help) asks for the usage, status 0, for every flag taking
+// a value, also after an unknown flag, as the package documents; the flag
+// package took it as the value (--postgres "--help"), and the member went
+// on to refuse it as a DSN. A value that reads as a help flag is given
+// with "=".
+func TestHelpAsAFlagValue(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	require.Equal(t, exitOK, run([]string{"--help"}, &stdout, &stderr, nil, nil))
+	var valued []string
+	for _, line := range strings.Split(stderr.String(), "\n") {
+		// "  -postgres string": a flag taking a value.
+		head, _, _ := strings.Cut(line, "\t")
+		if f := strings.Fields(head); len(f) == 2 && strings.HasPrefix(head, "  -") {
+			valued = append(valued, "-"+f[0])
+		}
+	}
+	require.Subset(t, valued, []string{"--postgres", "--seeds", "--http", "--port"}, stderr.String())
+	for _, fl := range valued {
+		for _, h := range []string{"--help", "-h"} {
+			for _, args := range [][]string{{fl, h}, {fl, h, "x"}, {"--verbose", fl, h}, {"--nope", fl, h}} {
+				var stderr bytes.Buffer
+				_, err := parse(args, &stderr)
+				require.ErrorIs(t, err, flag.ErrHelp, "%q", args)
+				require.True(t, strings.HasPrefix(stderr.String(), "Usage of lazarus-node:"), "%q prints the usage: %s", args, stderr.String())
+			}
+		}
+	}
+	// With "=" it is the value, refused as a DSN.
+	var stdout2, stderr2 bytes.Buffer
+	require.Equal(t, exitUsage, run([]string{"--postgres=--help", "--automanaged-port", "1", "--seeds", "h:1"}, &stdout2, &stderr2, nil, nil))
+	require.Contains(t, stderr2.String(), "--postgres: not a PostgreSQL connection string")
 }

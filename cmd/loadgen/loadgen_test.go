@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -568,4 +569,36 @@ func TestCLIInterruptedMidPhase(t *testing.T) {
 			assert.Contains(t, text.String(), "INTERRUPTED in the "+tc.interrupted+" phase")
 		})
 	}
+}
+
+// TestHelpAsAFlagValue: a help flag where a flag's value is expected
+// (--postgres --help) prints the flags, status 0, for every flag taking a
+// value, also after an unknown flag, as the package documents; the flag
+// package took it as the value, and loadgen ran against a DSN "--help". A
+// value that reads as a help flag is given with "=".
+func TestHelpAsAFlagValue(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	require.Equal(t, 0, cli(t.Context(), []string{"-h"}, &stdout, &stderr))
+	var valued []string
+	for _, line := range strings.Split(stderr.String(), "\n") {
+		// "  -conversations int": a flag taking a value.
+		head, _, _ := strings.Cut(line, "\t")
+		if f := strings.Fields(head); len(f) == 2 && strings.HasPrefix(head, "  -") {
+			valued = append(valued, "-"+f[0])
+		}
+	}
+	require.Subset(t, valued, []string{"--postgres", "--dir", "--conversations", "--duration"}, stderr.String())
+	for _, fl := range valued {
+		for _, h := range []string{"--help", "-h"} {
+			for _, args := range [][]string{{fl, h}, {fl, h, "x"}, {"--json", fl, h}, {"--nope", fl, h}} {
+				var stderr bytes.Buffer
+				_, err := parseFlags(args, &stderr)
+				require.ErrorIs(t, err, flag.ErrHelp, "%q", args)
+				require.True(t, strings.HasPrefix(stderr.String(), "Usage: loadgen [flags]"), "%q prints the flags: %s", args, stderr.String())
+			}
+		}
+	}
+	cfg, err := parseFlags([]string{"--postgres=--help"}, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, "--help", cfg.Postgres, `with "=" it is the value`)
 }

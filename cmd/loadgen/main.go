@@ -46,6 +46,11 @@
 // progress (a line a second), --pebble-events and the errors of single
 // conversations go to stderr.
 //
+// -h or --help anywhere before a "--" prints the flags, status 0, whatever
+// else the command line holds: also after an unknown flag, and where a
+// flag's value is expected (--postgres --help is not the DSN "--help"); a
+// value that reads as a help flag is given with "=" (--postgres=-h).
+//
 // Exit status: 0 for a whole run (and -h); 1 when a phase failed; 2 for bad
 // flags, a --dir that cannot be used, or a --cpuprofile, --memprofile or
 // --trace file that cannot be created (checked before anything runs); 130
@@ -80,6 +85,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -167,6 +173,23 @@ func (c config) errOut() io.Writer {
 	return c.stderr
 }
 
+// asksHelp reports whether args hold a help flag (-h, --help, -help, or
+// one of them with "=") before a "--". parseFlags checks it before the
+// flag package reads args, which would take a help flag after a flag
+// expecting a value as that value (--postgres --help would be --postgres "--help").
+func asksHelp(args []string) bool {
+	for _, a := range args {
+		if a == "--" {
+			return false
+		}
+		name, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-"), "=")
+		if strings.HasPrefix(a, "-") && (name == "h" || name == "help") {
+			return true
+		}
+	}
+	return false
+}
+
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
@@ -208,7 +231,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		fs.PrintDefaults()
 		fmt.Fprint(fs.Output(), "\nExit status: 0 a whole run; 1 a phase failed; 2 bad flags, a --dir that\ncannot be used, or a --cpuprofile, --memprofile or --trace file that cannot be\ncreated; 130 interrupted (SIGINT, SIGTERM, SIGHUP): the report covers what was\nmeasured until then, the phase in progress marked interrupted;\n141 stdout or stderr closed before the end (as by loadgen | head). The\ntemporary directory is removed at the end, interrupted or cut off too; a\n--dir is kept.\n")
 	}
-	if err := fs.Parse(args); err != nil {
+	err := flag.ErrHelp
+	if !asksHelp(args) {
+		err = fs.Parse(args)
+	}
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			if stderr == nil {
 				stderr = os.Stderr
