@@ -41,15 +41,20 @@ func (c *core) onEnd(sender any, m *messages.EndConversation) {
 // decideEnd decides an End with nothing in flight: at rest (no turn
 // running or owed, no call open, nothing queued) it writes the row's
 // status ENDED, in order with the core's other writes, and answers once
-// the write lands; otherwise it refuses with journal.ErrInvalid and writes
-// nothing. Ending an ended conversation succeeds and writes nothing.
+// the write lands; otherwise (a turn running or owed, a call open, or a
+// send, rewind or configure that arrived while the End waited for a write
+// in flight and is queued to be written) it refuses with
+// journal.ErrInvalid, saying which, and writes nothing. Ending an ended
+// conversation succeeds and writes nothing.
 func (c *core) decideEnd(q *queuedEnd) {
 	switch {
 	case c.ended():
 		c.reply(q.sender, q.msg, 0, nil)
-	case c.modelBusy || c.answer != nil || c.failure != nil || c.retryArmed ||
-		len(c.order) > 0 || len(c.sends) > 0 || len(c.rewinds) > 0 || len(c.configs) > 0 || c.turnOwed():
+	case c.modelBusy || c.answer != nil || c.failure != nil || c.retryArmed || len(c.order) > 0 || c.turnOwed():
 		c.reply(q.sender, q.msg, 0, journal.Invalidf("conversation %q: end: a turn is in progress or a tool call is open; end it once the turn is over", c.cfg.ID))
+	case len(c.sends) > 0 || len(c.rewinds) > 0 || len(c.configs) > 0:
+		// Queued behind the write the End waited for, after the End.
+		c.reply(q.sender, q.msg, 0, journal.Invalidf("conversation %q: end: a send, rewind or configure arrived while it waited and is not written yet; end it once it is", c.cfg.ID))
 	default:
 		req := &messages.AppendRequest{Status: messages.ConversationStatus_CONVERSATION_STATUS_ENDED}
 		c.write(&pendingWrite{kind: writeEnd, req: req, end: q})

@@ -840,3 +840,49 @@ func TestCoreArmsNoRetryOnceStopped(t *testing.T) {
 		require.Equal(t, st.want, words(c.step(t0, st.in)), "step %d (%T)", i, st.in)
 	}
 }
+
+// TestEndRefusedForACommandQueuedBehindIt: an End that waits for the
+// turn's last write in flight, then finds a configure or a send that
+// arrived after it queued to be written, is refused (journal.ErrInvalid)
+// saying so, not that a turn is in progress or a call open: the turn is
+// over and no call is open. Nothing is written for the End; the queued
+// command goes on.
+func TestEndRefusedForACommandQueuedBehindIt(t *testing.T) {
+	configure := &inCommand{sender: "configurer", cmd: &Command{Scope: agent.SystemScope, Msg: &messages.AgentConfigure{Settings: map[string]string{"model": "m2"}}}}
+	for _, queued := range []*inCommand{configure, send("r2")} {
+		t.Run(fmt.Sprintf("%T", queued.cmd.Msg), func(t *testing.T) {
+			c := newCore(coreConfig{ID: "c", Policy: snapshot.Policy{}.WithDefaults(), Retry: RetryPolicy{}.WithDefaults()},
+				slog.New(slog.DiscardHandler))
+			log := []*messages.Event{user("r1")}
+			log[0].Seq = 1
+			ws, err := snapshot.Rebuild(nil, log)
+			require.NoError(t, err)
+			c.step(t0, &inLoaded{ws: ws, rows: map[string]*messages.ToolCallRecord{}, scope: agent.SystemScope})
+			require.Equal(t, []string{"reply", "model"}, words(c.step(t0, wake(false))))
+			require.Equal(t, []string{"write[AssistantMsg]"}, words(c.step(t0, &inModelDone{turn: 1, msg: &messages.AssistantMessage{}})))
+			end := &inCommand{sender: "ender", cmd: &Command{Scope: agent.SystemScope, Msg: &messages.EndConversation{}}}
+			require.Empty(t, words(c.step(t0, end)))
+			require.Empty(t, words(c.step(t0, queued)))
+			var endErr error
+			var writes int
+			for _, e := range c.step(t0, ok(1)) {
+				switch e := e.(type) {
+				case effReply:
+					if e.to == "ender" {
+						r, isReply := e.msg.(*messages.AgentReply)
+						require.True(t, isReply, "%T", e.msg)
+						endErr = journal.ErrorFromProto(r.GetError())
+					}
+				case effWrite:
+					writes++
+					require.NotEqual(t, messages.ConversationStatus_CONVERSATION_STATUS_ENDED, e.req.GetStatus(), "the End writes nothing")
+				}
+			}
+			require.ErrorIs(t, endErr, journal.ErrInvalid)
+			require.Contains(t, endErr.Error(), "arrived while it waited and is not written yet")
+			require.NotContains(t, endErr.Error(), "turn is in progress")
+			require.Equal(t, 1, writes, "the queued command is written")
+			require.False(t, c.ended())
+		})
+	}
+}
