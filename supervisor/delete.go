@@ -59,8 +59,8 @@ func (s *Supervisor) Delete(ctx context.Context, id string, del func(context.Con
 		return fmt.Errorf("supervisor: delete %q: %w", id, err)
 	}
 	release, err := s.reg.block(ctx, id)
-	if err != nil {
-		return err
+	if err != nil { // ctx ended while another delete or kill held id
+		return fmt.Errorf("supervisor: delete %q: %w", id, err)
 	}
 	deleted, succeeded := false, false
 	var held *activation // whose end Config.Terminated is told of here, if at all
@@ -76,7 +76,7 @@ func (s *Supervisor) Delete(ctx context.Context, id string, del func(context.Con
 		select {
 		case <-a.ready:
 		case <-ctx.Done():
-			return ctx.Err()
+			return fmt.Errorf("supervisor: delete %q: %w", id, ctx.Err())
 		}
 		if a.pid != nil {
 			held = a
@@ -86,7 +86,7 @@ func (s *Supervisor) Delete(ctx context.Context, id string, del func(context.Con
 		select {
 		case <-a.done:
 		case <-ctx.Done():
-			return ctx.Err()
+			return fmt.Errorf("supervisor: delete %q: %w", id, ctx.Err())
 		}
 	}
 	// Request, not a Future: it stops waiting when ctx ends or the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -185,4 +186,54 @@ func TestDeleteEndsWithItsContextWhileAWriteIsHeld(t *testing.T) {
 		t.Fatal("Delete did not return when its context ended")
 	}
 	require.False(t, ran, "nothing was deleted")
+}
+
+// TestDeleteEndedByItsContextNamesTheConversation: a Delete whose ctx ends
+// while another delete of the same conversation holds it returns an error
+// wrapping ctx's that names the conversation, as Delete's other errors do
+// (it was ctx's error alone); the first delete is not disturbed.
+func TestDeleteEndedByItsContextNamesTheConversation(t *testing.T) {
+	s := startForTest(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	inDel, release := make(chan struct{}), make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		first <- s.Delete(ctx, "conv-held", func(context.Context) error {
+			close(inDel)
+			<-release
+			return nil
+		})
+	}()
+	<-inDel
+	inner, stop := context.WithCancel(ctx)
+	second := &doneWatch{Context: inner, asked: make(chan struct{})}
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Delete(second, "conv-held", func(context.Context) error { return errors.New("the second delete ran") })
+	}()
+	<-second.asked // it waits for the first delete, past its check of ctx
+	stop()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, context.Canceled)
+		require.Contains(t, err.Error(), `supervisor: delete "conv-held"`)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Delete did not return when its context ended")
+	}
+	close(release)
+	require.NoError(t, <-first)
+}
+
+// doneWatch is a context that tells asked when its Done is first called:
+// a Delete calls it once it waits for another hold of its conversation.
+type doneWatch struct {
+	context.Context
+	once  sync.Once
+	asked chan struct{}
+}
+
+func (c *doneWatch) Done() <-chan struct{} {
+	c.once.Do(func() { close(c.asked) })
+	return c.Context.Done()
 }
