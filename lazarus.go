@@ -1283,7 +1283,9 @@ func (r *Runtime) owns(conversationID string) bool {
 // calls stay pending. A turn that failed for good (the log ends in a
 // turn_failed event) is run again too, with a fresh count of attempts: the
 // runtime's own wakes (resume on Open, after a lost write race) never do
-// that. A deleted conversation is an error wrapping journal.ErrDeleted,
+// that. An ended conversation (End) runs no turn, not even a failed or
+// interrupted one, and dispatches no call: Wake returns nil having run
+// nothing. A deleted conversation is an error wrapping journal.ErrDeleted,
 // every time. A conversation with nothing stored is activated empty and
 // nothing is written: its first Send starts its log, and it passivates
 // when idle like any other.
