@@ -807,3 +807,37 @@ func TestExpiryDeliversAnExpireWhoseCommitOutlastedItsReplyTimeout(t *testing.T)
 	j.requireNone(t)
 	require.Empty(t, h.deliveries, "delivered once")
 }
+
+// TestExpiryOfAnEndedConversationKeepsItEnded: a deadline that fires for a
+// call still pending in an ENDED conversation (an import cut short leaves
+// one: End refuses while a call is open) records the expiry, and is
+// delivered, but leaves the row ENDED: the expire's write stated ACTIVE,
+// which reopened the conversation (a restart would have resumed it), when
+// End promises it is for good.
+func TestExpiryOfAnEndedConversationKeepsItEnded(t *testing.T) {
+	store := memjournal.New(memjournal.Options{})
+	h := newExpiryHarness(t, store, withRealJournal(t, store))
+	deadline := expiryT0.Add(time.Minute)
+	pendingHumanCall(t, store, "conv", "call", deadline)
+	pendingHumanCall(t, store, "open", "other", deadline)
+	for conv, st := range map[string]messages.ConversationStatus{
+		"conv": messages.ConversationStatus_CONVERSATION_STATUS_ENDED,
+		"open": messages.ConversationStatus_CONVERSATION_STATUS_SUSPENDED,
+	} {
+		_, err := store.Append(context.Background(), &messages.AppendRequest{ConversationId: conv, Unfenced: true, Status: st})
+		require.NoError(t, err)
+	}
+	h.start()
+	h.waitArmed(t, deadline)
+	h.clock.Advance(time.Minute)
+	got := []delivery{h.nextDelivery(t), h.nextDelivery(t)}
+	require.ElementsMatch(t, []delivery{{"conv", "call"}, {"open", "other"}}, got)
+	requireExpired(t, store, "call")
+	requireExpired(t, store, "other")
+	c, err := store.Conversation(context.Background(), "conv")
+	require.NoError(t, err)
+	require.Equal(t, messages.ConversationStatus_CONVERSATION_STATUS_ENDED, c.GetStatus(), "the expiry did not reopen it")
+	c, err = store.Conversation(context.Background(), "open")
+	require.NoError(t, err)
+	require.Equal(t, messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE, c.GetStatus(), "a suspended conversation is made ACTIVE: a turn is owed")
+}
