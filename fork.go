@@ -254,9 +254,9 @@ func (r *Runtime) Find(ctx context.Context, key, value, cursor string, limit int
 // returns, the turn's last write may still be on its way to the actor)
 // waits for it, and is decided as if it arrived once it landed; a Send,
 // Rewind, Edit or Configure that arrived while it waited is then queued to
-// be written, and End fails as above (journal.ErrInvalid), saying so. Ending an
-// ended conversation succeeds. Unknown and deleted
-// conversations fail as in Rewind. It returns once the status is durable.
+// be written, and End fails as above (journal.ErrInvalid), saying so.
+// Ending an ended conversation succeeds. Unknown and deleted conversations
+// fail as in Rewind. It returns once the status is durable.
 func (r *Runtime) End(ctx context.Context, conversationID string) error {
 	op := fmt.Sprintf("lazarus: end %q", clipID(conversationID))
 	if err := r.enter(ctx); err != nil {
