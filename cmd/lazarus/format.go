@@ -86,7 +86,8 @@ import (
 // Import reads the input twice. The first pass checks all of it and writes
 // nothing; any violation rejects the whole input, naming the line:
 //
-//   - the first line is a version 4 (or 3, or 2) header; every line is one JSON object
+//   - the first line is a version 4 (or 3, or 2) header; every line is valid
+//     UTF-8 and one JSON object
 //     with no unknown field, in the envelope or in the record, and no enum
 //     value this build does not know, ended by a newline;
 //   - a section starts with its conversation line, every other line names

@@ -348,6 +348,7 @@ func TestImportRejectsBadInput(t *testing.T) {
 		{"row twice", join(append(slices.Clone(wl[:6]), wl[5:]...)...), "line 7: tool call row call_"},
 		{"deadline of an unknown call", replace(waiting, `{"type":"deadline","conversation":"waiting","record":{"conversation_id":"waiting","tool_call_id":"`, `{"type":"deadline","conversation":"waiting","record":{"conversation_id":"waiting","tool_call_id":"zz`), "which is no tool call of this conversation"},
 		{"summary past the log", strings.Replace(finished, `"to_seq":"`, `"to_seq":"9`, 1), "summary of \"finished\" covers"},
+		{"not UTF-8", replace(finished, `"value":"alice"`, "\"value\":\"al\xffce\""), "line 4: not valid UTF-8"},
 		{"metadata with an empty value", replace(finished, `"value":"alice"`, `"value":""`), `metadata "owner" has an empty value`},
 		{"truncated in a line", waiting[:len(waiting)-20], "line 14: no newline at its end"},
 		{"truncated at a line", join(wl[:6]...), "the input ends inside the section of conversation waiting (line 2), before its end line"},

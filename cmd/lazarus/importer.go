@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
@@ -343,6 +344,11 @@ func noSchedules(st journal.Store) error {
 // line checks one line and, in the second pass, writes what it completes.
 func (im *importer) line(raw []byte) error {
 	n := im.r.n
+	if !utf8.Valid(raw) {
+		// encoding/json would decode it, each bad byte replaced by
+		// U+FFFD: a metadata value would be imported changed.
+		return lineError(n, "not valid UTF-8 (an export is UTF-8 text)")
+	}
 	text := bytes.TrimSpace(raw)
 	var env envelope
 	dec := json.NewDecoder(bytes.NewReader(text))
