@@ -146,7 +146,10 @@ import (
 // status ENDED whatever it holds.
 // So a conversation is complete in the target once it has its exported
 // status, and a failed write or a crash leaves at most the conversation
-// being written incomplete and ENDED; the error names it.
+// being written incomplete and ENDED; the error names it. A write that
+// fails with journal.ErrUnknownOutcome may have landed: the error names
+// its conversation as one that may be in the target, ENDED unless that
+// write gave it its exported status.
 //
 // Memory: neither command holds a conversation's log. Export holds one
 // page of events; import one line and one append of events. Besides, per

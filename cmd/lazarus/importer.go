@@ -1063,7 +1063,13 @@ func (im *importer) failure(err error) error {
 		err = fmt.Errorf("%w: %w", errInputChanged, err)
 	}
 	var incomplete string
-	if s := im.cur; s != nil && s.rowWritten {
+	switch s := im.cur; {
+	case s != nil && errors.Is(err, journal.ErrUnknownOutcome):
+		// The failed write may have landed: the first of the
+		// conversation (which created it, ENDED) or its last (which gave
+		// it its status).
+		incomplete = fmt.Sprintf("; conversation %s may be in the target (the outcome of a write of it is unknown): unless it has its exported status, it is incomplete, with status ENDED, which a runtime does not resume (import again into an empty directory)", displayID(s.id))
+	case s != nil && s.rowWritten:
 		incomplete = fmt.Sprintf("; conversation %s is incomplete in the target, with status ENDED, which a runtime does not resume (import again into an empty directory)", displayID(s.id))
 	}
 	if len(im.imported) == 0 && incomplete == "" {

@@ -219,17 +219,11 @@ func TestExportHelpSaysWhatIsNotExported(t *testing.T) {
 // PutSchedule (with the three methods below, which make failAt a
 // journal.ScheduleStore) is a write that can fail.
 func (s *failAt) PutSchedule(ctx context.Context, sc *messages.Schedule) error {
-	if err := s.fail(); err != nil {
-		return err
-	}
-	return s.Store.(journal.ScheduleStore).PutSchedule(ctx, sc)
+	return s.write(func() error { return s.Store.(journal.ScheduleStore).PutSchedule(ctx, sc) })
 }
 
 func (s *failAt) DeleteSchedule(ctx context.Context, conv, id string) error {
-	if err := s.fail(); err != nil {
-		return err
-	}
-	return s.Store.(journal.ScheduleStore).DeleteSchedule(ctx, conv, id)
+	return s.write(func() error { return s.Store.(journal.ScheduleStore).DeleteSchedule(ctx, conv, id) })
 }
 
 func (s *failAt) ConversationSchedules(ctx context.Context, conv string) ([]*messages.Schedule, error) {

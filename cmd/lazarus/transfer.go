@@ -183,7 +183,8 @@ conversation. A conversation is written in several appends, the first of
 which creates it with status ENDED, then its summaries and schedules, and
 gets its exported status last; if
 a write fails part-way, the error names the conversation left incomplete
-(ENDED: a runtime does not resume it). --dry-run stops after the first
+(ENDED: a runtime does not resume it); after a write of unknown outcome
+(a lost connection), the one that write may have written. --dry-run stops after the first
 pass. On a terminal, stderr shows progress during a long run. A SIGTERM
 or SIGINT stops it at its next line, exit status 8: during the first pass
 nothing is written; during the second the error names the conversations

@@ -338,58 +338,57 @@ var updatedRE = regexp.MustCompile(`,"updated":"[^"]*"`)
 func withoutUpdated(export string) string { return updatedRE.ReplaceAllString(export, "") }
 
 // failAt fails the n-th write (counting from 1) with errDisk, and every
-// write after it (a store that failed stays failed).
+// write after it (a store that failed stays failed). With unknown, the
+// n-th write lands and then fails with errDisk and
+// journal.ErrUnknownOutcome, as a write whose commit's answer was lost.
 type failAt struct {
 	journal.Store
 	n, writes int
+	unknown   bool
 }
 
 var errDisk = errors.New("disk on fire")
 
-func (s *failAt) fail() error {
+// write counts one write and does it (do), unless it is one that fails.
+func (s *failAt) write(do func() error) error {
 	s.writes++
-	if s.n > 0 && s.writes >= s.n {
-		return errDisk
+	switch {
+	case s.n <= 0 || s.writes < s.n:
+		return do()
+	case s.writes == s.n && s.unknown:
+		if err := do(); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: %w", errDisk, journal.ErrUnknownOutcome)
 	}
-	return nil
+	return errDisk
 }
 
-func (s *failAt) Append(ctx context.Context, req *messages.AppendRequest) (journal.AppendResult, error) {
-	if err := s.fail(); err != nil {
-		return journal.AppendResult{}, err
-	}
-	return s.Store.Append(ctx, req)
+func (s *failAt) Append(ctx context.Context, req *messages.AppendRequest) (res journal.AppendResult, err error) {
+	err = s.write(func() (err error) {
+		res, err = s.Store.Append(ctx, req)
+		return err
+	})
+	return res, err
 }
 
 func (s *failAt) PutSummary(ctx context.Context, id string, sum *messages.Summary) error {
-	if err := s.fail(); err != nil {
-		return err
-	}
-	return s.Store.PutSummary(ctx, id, sum)
+	return s.write(func() error { return s.Store.PutSummary(ctx, id, sum) })
 }
 
 func (s *failAt) PutConversation(ctx context.Context, u journal.ConversationUpdate) error {
-	if err := s.fail(); err != nil {
-		return err
-	}
-	return s.Store.PutConversation(ctx, u)
+	return s.write(func() error { return s.Store.PutConversation(ctx, u) })
 }
 
 func (s *failAt) Fork(ctx context.Context, req *messages.ForkRequest) error {
-	if err := s.fail(); err != nil {
-		return err
-	}
-	return s.Store.Fork(ctx, req)
+	return s.write(func() error { return s.Store.Fork(ctx, req) })
 }
 
 func (s *failAt) PutMetadata(ctx context.Context, id string, kv map[string]string) error {
 	if len(kv) == 0 {
 		return s.Store.PutMetadata(ctx, id, kv) // the first pass's tombstone probe
 	}
-	if err := s.fail(); err != nil {
-		return err
-	}
-	return s.Store.PutMetadata(ctx, id, kv)
+	return s.write(func() error { return s.Store.PutMetadata(ctx, id, kv) })
 }
 
 // TestImportWriteFailures: whichever write fails, the error wraps the
@@ -426,6 +425,40 @@ func TestImportWriteFailures(t *testing.T) {
 				continue
 			}
 			require.Contains(t, err.Error(), id, "write %d: a complete conversation is named as imported", n)
+			requireImported(t, src[id], s)
+		}
+	}
+}
+
+// TestImportWriteOfUnknownOutcome: whichever write lands but fails with
+// journal.ErrUnknownOutcome (a networked Store that lost the answer to its
+// commit), the error names every conversation the target holds: as
+// imported, and then exactly as exported, or as one that may be there,
+// and then ENDED or exactly as exported. (The first write of a
+// conversation created it, ENDED, and the error said nothing of it.)
+func TestImportWriteOfUnknownOutcome(t *testing.T) {
+	f := newFixture(t)
+	all := exportOf(t, f, "answered", "finished", "waiting") + scheduleOnly(t, exportOf(t, f, "finished"), "later", "later-")
+	src := parseExport(t, []byte(all))
+	ok := &failAt{Store: memStore(t)}
+	require.NoError(t, importInto(ctxT(t), ok, strings.NewReader(all), importOptions{chunkEvents: 2}))
+
+	for n := 1; n <= ok.writes; n++ {
+		st := &failAt{Store: memStore(t), n: n, unknown: true}
+		err := importInto(ctxT(t), st, strings.NewReader(all), importOptions{chunkEvents: 2})
+		require.ErrorIs(t, err, journal.ErrUnknownOutcome, "write %d", n)
+		require.NotErrorIs(t, err, journal.ErrInvalid)
+		got := collectAll(t, st.Store)
+		delete(got, "existing")
+		require.NotEmpty(t, got, "write %d landed", n)
+		for id, s := range got {
+			if strings.Contains(err.Error(), fmt.Sprintf("conversation %s may be in the target (the outcome of a write of it is unknown)", id)) {
+				if s.row.GetStatus() != messages.ConversationStatus_CONVERSATION_STATUS_ENDED {
+					requireImported(t, src[id], s)
+				}
+				continue
+			}
+			require.Contains(t, err.Error(), id, "write %d: the error names every conversation in the target", n)
 			requireImported(t, src[id], s)
 		}
 	}
