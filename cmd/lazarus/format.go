@@ -119,7 +119,8 @@ import (
 //     the sections and lines of its file; the input ends with a trailer.
 //
 // The same pass checks the target Store, when the directory holds one: a
-// conversation that exists, or was deleted (its id is tombstoned), or a
+// conversation that exists, or was deleted (its id is tombstoned), or has
+// metadata but no row (a Store keeps metadata without a row), or a
 // tool call id another conversation owns, rejects the whole input; import never overwrites. A target Store without
 // journal.ScheduleStore rejects an input that holds a schedule, with an
 // error wrapping errors.ErrUnsupported (an input without one imports);

@@ -279,6 +279,28 @@ func TestImportRefuses(t *testing.T) {
 		require.Len(t, got, 1, "answered and finished were not imported either")
 	})
 
+	t.Run("metadata without a row in the target", func(t *testing.T) {
+		// A Store keeps metadata of an id without a row (a create that
+		// stopped after its first write): it was merged into the
+		// imported conversation's.
+		dir := filepath.Join(t.TempDir(), "target")
+		st, err := pebblejournal.Open(dir, pebblejournal.Options{})
+		require.NoError(t, err)
+		require.NoError(t, st.PutMetadata(ctxT(t), "finished", map[string]string{"stray": "left over"}))
+		err = importInto(ctxT(t), st, strings.NewReader(exportOf(t, f, "finished")), importOptions{})
+		require.ErrorIs(t, err, journal.ErrConflict)
+		require.ErrorContains(t, err, "nothing imported: conversation finished has no row in the target, but 1 metadata keys; import never overwrites")
+		_, err = st.Conversation(ctxT(t), "finished")
+		require.ErrorIs(t, err, journal.ErrNotFound, "nothing written")
+		md, err := st.Metadata(ctxT(t), "finished")
+		require.NoError(t, err)
+		require.Equal(t, map[string]string{"stray": "left over"}, md)
+		require.NoError(t, st.Close())
+		r := cliRun(t, exportOf(t, f, "finished"), "import", "--dir", dir)
+		require.Equal(t, exitError, r.code)
+		require.Contains(t, r.stderr, "has no row in the target, but 1 metadata keys")
+	})
+
 	t.Run("a tool call id the target has", func(t *testing.T) {
 		renamed := strings.NewReplacer(`"conversation":"waiting"`, `"conversation":"waiting-2"`,
 			`"conversation_id":"waiting"`, `"conversation_id":"waiting-2"`, `"id":"waiting"`, `"id":"waiting-2"`).Replace(exportOf(t, f, "waiting"))

@@ -570,6 +570,14 @@ func (im *importer) checkTarget(id string) error {
 		}
 		return err
 	}
+	// A Store keeps metadata without a row (a create that stopped after
+	// its first write leaves some): import would merge into it, and the
+	// conversation would come back with keys it never had.
+	if md, err := st.Metadata(ctx, id); err != nil {
+		return err
+	} else if len(md) > 0 {
+		return fmt.Errorf("conversation %s has no row in the target, but %d metadata keys; import never overwrites: %w", displayID(id), len(md), journal.ErrConflict)
+	}
 	return nil
 }
 

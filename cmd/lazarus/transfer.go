@@ -174,7 +174,8 @@ limits, seqs 1..n, every tool_call event followed by its row, no
 tool_result event answering a call whose row is pending, each
 section's end line and the file's trailer, so a truncated export is
 refused) and the target (a conversation that exists there, was deleted
-there, or a tool call id the target has, refuses the input; so does a
+there or has metadata there without a row, or a tool call id the target
+has, refuses the input; so does a
 store that keeps no schedules, when the input holds some; schedule ids
 are per conversation, so the target's never clash); it writes nothing. The second pass writes, checking that it reads the same bytes
 (stdin is spooled for it to an unlinked temporary file in $TMPDIR, which
