@@ -11,7 +11,12 @@ import (
 // a summary may end at seq s only where no call is open on the head just
 // after s, as SafePoint counts calls (issued by an assistant_msg naming
 // its id or by a tool_call event, whichever comes first; closed by its
-// tool_result; a rewind to t brings back the calls open at t). The
+// tool_result; a rewind to t brings back the calls open at t). A call an
+// assistant_msg names whose tool_call event does not follow it (among the
+// tool_call events right after it, where the runtime writes them) is
+// owed nothing and closes at the first other event: nothing dispatched
+// it, and the model's context gives it a missing result
+// (agent.PairResults). The
 // runtime's summaries end at a SafePoint; a Store takes any. CallTracker
 // decides it from the log read from its start (import, export, lazarus
 // check); WorkingSet.CutsACall decides it from the events after the summary
@@ -22,6 +27,8 @@ import (
 type OpenCall struct {
 	ID  string
 	Seq uint64
+
+	bare bool // named by an assistant_msg, its tool_call event not read yet
 }
 
 // CallTracker follows a log event by event, from seq 1 or from a point
@@ -51,7 +58,9 @@ func (o *CallTracker) Add(ev *messages.Event) {
 // callStep is the one rule of how an event opens and closes tool calls on
 // the head, for CallTracker and SafePoint: an assistant_msg issues the calls
 // it names and a tool_call event its call (a call is issued once, by the
-// first that names it), a tool_result closes its call, and a rewind to t
+// first that names it), a tool_result closes its call, any event but a
+// tool_call closes the calls an assistant_msg issued whose tool_call event
+// has not followed it (a damaged log: nothing owes them), and a rewind to t
 // brings back the calls open just after t, which at returns. Calls with an
 // empty id are ignored. open holds the calls open just before ev, in the
 // order they were issued; callStep returns those open just after it, and
@@ -61,14 +70,28 @@ func (o *CallTracker) Add(ev *messages.Event) {
 // rewind to t is t, so open already holds the calls open just after t.
 func callStep(open []OpenCall, ev *messages.Event, own bool, at func(uint64) []OpenCall) ([]OpenCall, bool) {
 	changed := false
-	issue := func(id string) {
-		if id == "" || slices.ContainsFunc(open, func(c OpenCall) bool { return c.ID == id }) {
+	issue := func(id string, bare bool) {
+		if id == "" {
+			return
+		}
+		if k := slices.IndexFunc(open, func(c OpenCall) bool { return c.ID == id }); k >= 0 {
+			if open[k].bare && !bare { // its tool_call event
+				if !own {
+					open, own = slices.Clone(open), true
+				}
+				open[k].bare, changed = false, true
+			}
 			return
 		}
 		if !own {
 			open, own = slices.Clip(open), true // append copies it
 		}
-		open, changed = append(open, OpenCall{id, ev.GetSeq()}), true
+		open, changed = append(open, OpenCall{ID: id, Seq: ev.GetSeq(), bare: bare}), true
+	}
+	if ev.GetToolCall() == nil && ev.GetRewind() == nil && slices.ContainsFunc(open, func(c OpenCall) bool { return c.bare }) {
+		// The calls of the assistant_msg before whose tool_call events
+		// did not follow it: nothing owes them.
+		open, own, changed = slices.DeleteFunc(slices.Clone(open), func(c OpenCall) bool { return c.bare }), true, true
 	}
 	switch {
 	case ev.GetRewind() != nil:
@@ -78,10 +101,10 @@ func callStep(open []OpenCall, ev *messages.Event, own bool, at func(uint64) []O
 		return at(ev.GetRewind().GetToSeq()), true
 	case ev.GetAssistantMsg() != nil:
 		for _, c := range ev.GetAssistantMsg().GetToolCalls() {
-			issue(c.GetId())
+			issue(c.GetId(), true)
 		}
 	case ev.GetToolCall() != nil:
-		issue(ev.GetToolCall().GetCall().GetId())
+		issue(ev.GetToolCall().GetCall().GetId(), false)
 	case ev.GetToolResult() != nil:
 		id := ev.GetToolResult().GetToolCallId()
 		if k := slices.IndexFunc(open, func(c OpenCall) bool { return c.ID == id }); k >= 0 {
@@ -122,7 +145,8 @@ func (o *CallTracker) At(seq uint64) []OpenCall {
 // its assistant_msg, and lists a call in its fsm_state cache until its
 // tool_result is in the log), but a Store's writers can, each write
 // valid: an assistant_msg whose call has no tool_call event (ValidateAppend
-// does not ask for one), a call resolved by ResolveToolCall with no
+// does not ask for one; the summary then ends at that message), a call
+// resolved by ResolveToolCall with no
 // tool_result event yet and no fsm_state listing it, or an answer rewound
 // away by a rewind to a point where the call was open (which CheckRewind
 // refuses), each followed by a PutSummary ending after the call. Import

@@ -24,16 +24,54 @@ func trackerIDs(o *snapshot.CallTracker, seq uint64) []string {
 // and a rewind inside a span a later rewind skips has no effect.
 func TestCallTrackerFollowsRewinds(t *testing.T) {
 	var o snapshot.CallTracker
-	for _, ev := range log(1, user(""), asst("", "a"), rewind(1), user(""), rewind(2), user("")) {
+	for _, ev := range log(1, user(""), asst("", "a"), call("a"), rewind(1), user(""), rewind(3), user("")) {
 		o.Add(ev)
 	}
 	require.Empty(t, trackerIDs(&o, 1))
 	require.Equal(t, []string{"a"}, trackerIDs(&o, 2), "issued at 2")
 	require.Equal(t, uint64(2), o.At(2)[0].Seq)
-	require.Empty(t, trackerIDs(&o, 3), "the rewind to 1 skips the call")
-	require.Empty(t, trackerIDs(&o, 4))
-	require.Equal(t, []string{"a"}, trackerIDs(&o, 5), "the rewind to 2 brings it back")
-	require.Equal(t, []string{"a"}, trackerIDs(&o, 6))
+	require.Equal(t, []string{"a"}, trackerIDs(&o, 3))
+	require.Empty(t, trackerIDs(&o, 4), "the rewind to 1 skips the call")
+	require.Empty(t, trackerIDs(&o, 5))
+	require.Equal(t, []string{"a"}, trackerIDs(&o, 6), "the rewind to 3 brings it back")
+	require.Equal(t, []string{"a"}, trackerIDs(&o, 7))
+}
+
+// TestCallWithoutItsToolCallEventIsNotOwed: a call an assistant_msg names
+// whose tool_call event does not follow it (a damaged or imported log;
+// the runtime writes it right after) is open only up to the tool_call
+// events after that message: nothing owes it, so it no longer keeps every
+// later summary from ending after it. It used to stay open for good, and
+// the conversation never compacted again.
+func TestCallWithoutItsToolCallEventIsNotOwed(t *testing.T) {
+	evs := log(1, user("q"), asst("", "bare", "b"), call("b"), result("b", "1"), asst("done"), user("q2"), asst("fine"))
+	var o snapshot.CallTracker
+	for _, ev := range evs {
+		o.Add(ev)
+	}
+	require.Equal(t, []string{"bare", "b"}, trackerIDs(&o, 2))
+	require.Equal(t, []string{"bare", "b"}, trackerIDs(&o, 3), "open among the tool_call events of its message")
+	require.Empty(t, trackerIDs(&o, 4), "closed by the first other event")
+	require.Empty(t, trackerIDs(&o, 7))
+
+	ws, err := snapshot.Rebuild(nil, evs)
+	require.NoError(t, err)
+	require.Equal(t, uint64(7), ws.SafePoint(0))
+	require.Equal(t, uint64(4), ws.SafePoint(3))
+	require.Equal(t, uint64(1), ws.SafePoint(4), "not inside the message's append")
+	require.Empty(t, ws.OpenCalls(), "and nothing owes it")
+
+	// Its tool_call event later on issues it again: then it is owed.
+	late := log(1, user("q"), asst("", "x"), user("q2"), call("x"))
+	ws, err = snapshot.Rebuild(nil, late)
+	require.NoError(t, err)
+	require.Equal(t, uint64(3), ws.SafePoint(0))
+	require.Len(t, ws.OpenCalls(), 1)
+
+	// Last in the log, it is open: a summary may not end on it yet.
+	ws, err = snapshot.Rebuild(nil, log(1, user("q"), asst("", "x")))
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), ws.SafePoint(0))
 }
 
 // runtimeLogs are logs the runtime could write: each call's tool_call

@@ -27,5 +27,7 @@
 // seq on the head where every tool call issued so far (by an assistant
 // message or a tool_call event) has its tool_result, so the model never sees
 // a result whose call was summarized away, and the revived agent's open
-// calls are all after the summary.
+// calls are all after the summary. A call an assistant message names whose
+// tool_call event does not follow it (a damaged log) is owed nothing: it
+// counts only up to the tool_call events right after that message.
 package snapshot

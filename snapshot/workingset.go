@@ -390,7 +390,9 @@ func (w *WorkingSet) lastSafe(limit uint64) uint64 {
 // ending there would leave a rewind after it that targets a seq inside it;
 // the rewind event itself may end a summary), and every tool call issued at
 // or before s, by an assistant_msg or a tool_call event, has its tool_result
-// at or before s.
+// at or before s, except a call an assistant_msg names whose tool_call event
+// is not among those right after it (a damaged log: nothing owes it), which
+// stops counting at the first other event.
 func (w *WorkingSet) SafePoint(keepRecent int) uint64 {
 	keep := uint64(max(keepRecent, 0))
 	if keep >= w.LastSeq {

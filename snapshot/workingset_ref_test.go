@@ -72,19 +72,27 @@ func refOpenCalls(w *snapshot.WorkingSet) []*messages.ToolCallEvent {
 func refSafeSeqs(w *snapshot.WorkingSet) []uint64 {
 	idx, _, _ := refHead(w)
 	open := make(map[string]bool)
+	bare := make(map[string]bool) // named by an assistant_msg, no tool_call event yet
 	var safe []uint64
 	for _, i := range idx {
 		ev := w.Events[i]
+		if ev.GetToolCall() == nil && ev.GetRewind() == nil {
+			for id := range bare {
+				delete(open, id) // its tool_call event did not follow: not owed
+			}
+			clear(bare)
+		}
 		switch {
 		case ev.GetAssistantMsg() != nil:
 			for _, c := range ev.GetAssistantMsg().GetToolCalls() {
-				if c.GetId() != "" {
-					open[c.GetId()] = true
+				if c.GetId() != "" && !open[c.GetId()] {
+					open[c.GetId()], bare[c.GetId()] = true, true
 				}
 			}
 		case ev.GetToolCall() != nil:
 			if id := ev.GetToolCall().GetCall().GetId(); id != "" {
 				open[id] = true
+				delete(bare, id)
 			}
 		case ev.GetToolResult() != nil:
 			delete(open, ev.GetToolResult().GetToolCallId())

@@ -1,0 +1,77 @@
+package tests
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/agent/scripted"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/snapshot"
+)
+
+// Logs damaged by hand edits, imports or writers other than the runtime,
+// each written through the Store directly (each write valid), then served
+// by a runtime.
+
+// damagedLog appends evs to conversation c as one write of a Store
+// writer, the conversation IDLE.
+func damagedLog(t *testing.T, store journal.Store, evs ...*messages.Event) {
+	t.Helper()
+	now := journal.Timestamp(time.Date(2026, 11, 1, 8, 0, 0, 0, time.UTC))
+	for _, ev := range evs {
+		ev.Time = now
+		if ev.GetUserMsg() != nil {
+			ev.Author = user.Identity().Proto()
+		}
+	}
+	_, err := store.Append(ctxT(t), &messages.AppendRequest{ConversationId: "c",
+		Status: messages.ConversationStatus_CONVERSATION_STATUS_IDLE, Events: evs})
+	require.NoError(t, err)
+}
+
+func userEv(text string) *messages.Event {
+	return &messages.Event{Body: &messages.Event_UserMsg{UserMsg: agent.UserMessage(agent.TextPart(text))}}
+}
+
+func assistantEv(text string, ids ...string) *messages.Event {
+	a := agent.Reply(text)
+	for _, id := range ids {
+		a.ToolCalls = append(a.ToolCalls, &messages.ToolCall{Id: id, Name: "lookup_order", Arguments: `{"id":1}`})
+	}
+	return &messages.Event{Body: &messages.Event_AssistantMsg{AssistantMsg: a}}
+}
+
+// TestDamagedCallWithoutItsToolCallEventCompacts: a call an assistant
+// message names with no tool_call event is owed nothing (nothing
+// dispatched it): it does not run, the model reads a result of code
+// missing for it, and summaries end after it again. It stayed open for
+// SafePoint for good, so no summary could end after it: the conversation
+// never compacted again.
+func TestDamagedCallWithoutItsToolCallEventCompacts(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		store := openStore(t, kind)
+		damagedLog(t, store, userEv("refund"), assistantEv("", "call-bare-1"))
+		h := newHarness(t, store, func(o *lazarus.Options) {
+			o.Summarizer = snapshot.Deterministic{}
+			o.Summary = snapshot.Policy{MaxEvents: 3, MaxTokens: -1, KeepRecent: 1}
+		})
+		ctx := ctxT(t)
+		h.model.Push("c", scripted.Text("done"))
+		end, err := h.rt.SendAndWait(ctx, "c", "and?", user)
+		require.NoError(t, err)
+		require.Equal(t, "done", end.Text)
+		require.Eventually(t, func() bool {
+			s, err := store.LatestSummary(ctx, "c")
+			return err == nil && s.GetToSeq() >= 3
+		}, wait, time.Millisecond, "a summary ends after the call")
+		res := toolResults(h.model.Turns("c")[0], "call-bare-1")
+		require.Len(t, res, 1)
+		require.Equal(t, agent.CodeMissing, res[0].GetError().GetCode())
+		require.Empty(t, h.runs.of("lookup_order"), "nothing runs it")
+	})
+}
