@@ -99,6 +99,9 @@ func owedTurn(ws *snapshot.WorkingSet, agentsOn bool, known func(string) bool) (
 		// longer configured owe nothing.
 		return owedAgent(ws, known)
 	}
+	if last.GetToolResult() != nil {
+		last = lastSeen(ws)
+	}
 	switch last.GetBody().(type) {
 	case *messages.Event_UserMsg, *messages.Event_ToolResult:
 		return "", true
@@ -106,11 +109,49 @@ func owedTurn(ws *snapshot.WorkingSet, agentsOn bool, known func(string) bool) (
 	return "", false
 }
 
+// lastSeen returns the last rendered event of ws that decides whether a
+// turn is owed, nil if none: a tool_result counts only if it answers a
+// call, the first result after an assistant_msg or a tool_call event
+// named the call. Others, an orphan (its call is nowhere) or a second
+// result, answer nothing: the model's context leaves them out
+// (agent.PairResults). Only a damaged or imported log holds them.
+func lastSeen(ws *snapshot.WorkingSet) *messages.Event {
+	var logged map[string]uint64 // call id -> seq of its first tool_call event
+	for _, ev := range ws.Events {
+		if tc := ev.GetToolCall(); tc != nil {
+			if logged == nil {
+				logged = map[string]uint64{}
+			}
+			if _, ok := logged[tc.GetCall().GetId()]; !ok {
+				logged[tc.GetCall().GetId()] = ev.GetSeq()
+			}
+		}
+	}
+	named, answered := map[string]bool{}, map[string]bool{}
+	var last *messages.Event
+	for _, ev := range ws.Render() {
+		for _, tc := range ev.GetAssistantMsg().GetToolCalls() {
+			named[agent.CallID(tc)] = true
+		}
+		if tr := ev.GetToolResult(); tr != nil {
+			id := tr.GetToolCallId()
+			at, ok := logged[id]
+			if answered[id] || !named[id] && (!ok || at > ev.GetSeq()) {
+				continue
+			}
+			answered[id] = true
+		}
+		last = ev
+	}
+	return last
+}
+
 // OwesTurn reports whether a conversation whose working set is ws owes a
 // turn, as its core decides on activation with the named agents agents
 // (the names of the Runtime's Options.Agents, nil without them): not after
 // a turn_failed or a rewind at the end; otherwise the last event the model
-// sees is a user message or a tool result, or with named agents (or on a
+// sees is a user message or a tool result (one that answers no call, an
+// orphan or a second result, is not seen), or with named agents (or on a
 // log they wrote), some configured agent's last own event is a user
 // message, a handoff to it or a result of its call other than a handoff
 // it made (a summary's owed entries count for agents without later

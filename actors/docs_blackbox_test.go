@@ -221,7 +221,7 @@ func TestBBWorkerDispatcher(t *testing.T) {
 
 // TestBBOwesTurn: "not after a turn_failed or a rewind at the end;
 // otherwise the last event the model sees is a user message or a tool
-// result"; a nil or empty working set (no conversation) owes nothing, and
+// result" (a result the context leaves out is not seen); a nil or empty working set (no conversation) owes nothing, and
 // never panics.
 func TestBBOwesTurn(t *testing.T) {
 	user := &messages.Event{Body: &messages.Event_UserMsg{UserMsg: &messages.UserMessage{}}}
@@ -245,6 +245,20 @@ func TestBBOwesTurn(t *testing.T) {
 	require.False(t, actors.OwesTurn(ws(user, answer), nil))
 	require.False(t, actors.OwesTurn(ws(user, failed), nil))
 	require.True(t, actors.OwesTurn(ws(user, answer, user), nil))
+
+	// A result the context leaves out (an orphan, a second result) answers
+	// nothing: the event before it decides.
+	calls := &messages.Event{Body: &messages.Event_AssistantMsg{AssistantMsg: &messages.AssistantMessage{
+		ToolCalls: []*messages.ToolCall{{Id: "x", Name: "pay"}}}}}
+	result := func(id string) *messages.Event {
+		return &messages.Event{Body: &messages.Event_ToolResult{ToolResult: &messages.ToolResultEvent{ToolCallId: id, Name: "pay",
+			Outcome: &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: "1"}}}}}
+	}
+	require.True(t, actors.OwesTurn(ws(user, calls, result("x")), nil))
+	require.False(t, actors.OwesTurn(ws(user, answer, result("ghost")), nil), "an orphan")
+	require.True(t, actors.OwesTurn(ws(user, result("ghost")), nil), "the user message still owes one")
+	require.False(t, actors.OwesTurn(ws(user, calls, result("x"), answer, result("x")), nil), "a second result")
+	require.False(t, actors.OwesTurn(ws(result("ghost")), nil), "nothing the model sees")
 }
 
 // TestBBCheckRewindInLog: a target at or after the latest summary's end,

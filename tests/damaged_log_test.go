@@ -46,6 +46,11 @@ func assistantEv(text string, ids ...string) *messages.Event {
 	return &messages.Event{Body: &messages.Event_AssistantMsg{AssistantMsg: a}}
 }
 
+func resultEv(id string) *messages.Event {
+	return &messages.Event{Body: &messages.Event_ToolResult{ToolResult: &messages.ToolResultEvent{ToolCallId: id, Name: "lookup_order",
+		Outcome: &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: `{"order":1}`}}}}}
+}
+
 // TestDamagedCallWithoutItsToolCallEventCompacts: a call an assistant
 // message names with no tool_call event is owed nothing (nothing
 // dispatched it): it does not run, the model reads a result of code
@@ -73,5 +78,25 @@ func TestDamagedCallWithoutItsToolCallEventCompacts(t *testing.T) {
 		require.Len(t, res, 1)
 		require.Equal(t, agent.CodeMissing, res[0].GetError().GetCode())
 		require.Empty(t, h.runs.of("lookup_order"), "nothing runs it")
+	})
+}
+
+// TestDamagedOrphanResultAtTheEndOwesNoTurn: a log that ends in a tool
+// result whose call is nowhere (the model's context leaves it out) owes
+// no model turn: a wake calls no model, and the next message's turn is the
+// first. The revival owed a turn for it and called the model for nothing.
+func TestDamagedOrphanResultAtTheEndOwesNoTurn(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		store := openStore(t, kind)
+		damagedLog(t, store, userEv("hi"), assistantEv("hello"), resultEv("call-ghost-1"))
+		h := newHarness(t, store, nil)
+		ctx := ctxT(t)
+		h.model.Push("c", scripted.Text("answer"))
+		require.NoError(t, h.rt.Wake(ctx, "c"))
+		end, err := h.rt.SendAndWait(ctx, "c", "next", user)
+		require.NoError(t, err)
+		require.Equal(t, "answer", end.Text)
+		require.Equal(t, 1, h.model.Calls("c"), "only the new message's turn")
+		require.Empty(t, toolResults(h.model.Turns("c")[0], "call-ghost-1"))
 	})
 }
