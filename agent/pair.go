@@ -1,6 +1,10 @@
 package agent
 
-import "github.com/lazarusrt/lazarus/messages"
+import (
+	"google.golang.org/protobuf/proto"
+
+	"github.com/lazarusrt/lazarus/messages"
+)
 
 // CodeMissing is the code of the error result PairResults gives a tool
 // call that has no result in a turn's context; the model reads
@@ -32,19 +36,23 @@ const MissingResultMessage = "no result was recorded for this call"
 //     message (or at the end), after the events that follow the call, in
 //     the order of the calls; it carries the seq and time of the event
 //     before it and the agent and audience of the call's message.
+//   - A call whose id an earlier call of evs already made (a damaged log:
+//     the runtime mints every id once) is left out of its message, which
+//     both OpenAI and Anthropic require (they refuse a context holding
+//     one call id twice): the first call is the one the results answer. A
+//     message left with neither content nor calls is left out.
 //
-// A call whose id an earlier assistant message of evs already made is left
-// as it is, and owed nothing more. The results that stand stay where they
-// are: a provider adapter moves them right after their calls
-// (openai.ResultsAfterCalls). PairResults returns evs itself when nothing
-// changes, and otherwise a new slice that shares evs' events; it never
-// modifies them.
+// The results that stand stay where they are: a provider adapter moves them
+// right after their calls (openai.ResultsAfterCalls). PairResults returns evs itself when nothing
+// changes, and otherwise a new slice that shares evs' events (an
+// assistant message that loses a call is a copy); it never modifies them.
 func PairResults(evs []*messages.Event) []*messages.Event {
 	// First pass: which results stand, and whether any call lacks one.
 	var (
 		answered map[string]bool // id -> whether a result stands, for the calls made so far
 		drop     map[int]bool    // indexes of the results left out
 		missing  bool
+		dup      bool // a call id made twice
 	)
 	for i, ev := range evs {
 		if tr := ev.GetToolResult(); tr != nil {
@@ -64,15 +72,18 @@ func PairResults(evs []*messages.Event) []*messages.Event {
 			}
 			if _, ok := answered[CallID(tc)]; !ok {
 				answered[CallID(tc)] = false
+			} else {
+				dup = true
 			}
 		}
 	}
 	for _, done := range answered {
 		missing = missing || !done
 	}
-	if len(drop) == 0 && !missing {
+	if len(drop) == 0 && !missing && !dup {
 		return evs
 	}
+	var made map[string]bool // the calls made so far, when some id is made twice
 	out := make([]*messages.Event, 0, len(evs)+4)
 	var owe []*messages.ToolCall // the calls of the last assistant message that have no result
 	var by *messages.Event       // that message
@@ -96,6 +107,12 @@ func PairResults(evs []*messages.Event) []*messages.Event {
 		}
 		if a := ev.GetAssistantMsg(); a != nil {
 			flush()
+			if dup {
+				if ev = withoutMadeCalls(ev, &made); ev == nil {
+					continue // it held only calls made before
+				}
+				a = ev.GetAssistantMsg()
+			}
 			for _, tc := range a.GetToolCalls() {
 				if id := CallID(tc); !answered[id] {
 					answered[id] = true // owed once, by the first message making it
@@ -106,6 +123,42 @@ func PairResults(evs []*messages.Event) []*messages.Event {
 		out = append(out, ev)
 	}
 	flush()
+	return out
+}
+
+// withoutMadeCalls returns ev, an assistant message, without its calls
+// whose ids *made holds or an earlier call of ev made (a copy if it
+// leaves any out), and adds the ids of those it keeps to *made. It returns
+// nil if that leaves the message with neither content nor calls.
+func withoutMadeCalls(ev *messages.Event, made *map[string]bool) *messages.Event {
+	if *made == nil {
+		*made = map[string]bool{}
+	}
+	calls := ev.GetAssistantMsg().GetToolCalls()
+	var kept []*messages.ToolCall // nil while every call is kept
+	for i, tc := range calls {
+		id := CallID(tc)
+		if !(*made)[id] {
+			(*made)[id] = true
+			if kept != nil {
+				kept = append(kept, tc)
+			}
+			continue
+		}
+		if kept == nil {
+			kept = append(make([]*messages.ToolCall, 0, len(calls)), calls[:i]...)
+		}
+	}
+	if kept == nil {
+		return ev
+	}
+	if len(kept) == 0 && len(ev.GetAssistantMsg().GetContent()) == 0 {
+		return nil
+	}
+	a := proto.CloneOf(ev.GetAssistantMsg())
+	a.ToolCalls = kept
+	out := proto.CloneOf(ev)
+	out.Body = &messages.Event_AssistantMsg{AssistantMsg: a}
 	return out
 }
 

@@ -95,19 +95,37 @@ func TestPairResultsAnswersACallWithoutResult(t *testing.T) {
 }
 
 // TestPairResultsSameSliceWhenPaired: a context already paired (a result
-// may follow a message sent while its call was open) is returned as is,
-// and a call made again by a later message is owed nothing more.
+// may follow a message sent while its call was open) is returned as is.
 func TestPairResultsSameSliceWhenPaired(t *testing.T) {
 	in := []*messages.Event{pairUser(1), pairCalls(2, "x"), pairUser(3), pairResult(4, "x", "1"), pairUser(5)}
 	got := agent.PairResults(in)
 	require.Same(t, &in[0], &got[0])
 	require.Nil(t, agent.PairResults(nil))
 
-	again := []*messages.Event{pairUser(1), pairCalls(2, "x"), pairResult(3, "x", "1"), pairCalls(4, "x")}
-	got = agent.PairResults(again)
-	require.Same(t, &again[0], &got[0])
-
 	byProvider := []*messages.Event{pairUser(1), {Seq: 2, Body: &messages.Event_AssistantMsg{AssistantMsg: agent.Reply("", &messages.ToolCall{ProviderId: "p1", Name: "pay"})}}, pairResult(3, "p1", "1")}
 	got = agent.PairResults(byProvider)
 	require.Same(t, &byProvider[0], &got[0], "a call without a runtime id is named by its provider's")
+}
+
+// TestPairResultsLeavesOutACallIdMadeTwice: a call whose id an earlier call
+// already made is left out of its message (providers refuse a context
+// holding one id twice), the message a copy and the log's untouched; a
+// message left with neither content nor calls is left out. The results
+// answer the first call. It was sent as it was, with no result of its
+// own: a context every provider refuses (400), on every later turn.
+func TestPairResultsLeavesOutACallIdMadeTwice(t *testing.T) {
+	texted := pairCalls(6, "x", "z")
+	texted.GetAssistantMsg().Content = agent.Text("again").GetContent()
+	in := []*messages.Event{pairUser(1), pairCalls(2, "x"), pairResult(3, "x", "1"), pairCalls(4, "x"), pairUser(5), texted, pairResult(7, "z", "2"), pairCalls(8, "y", "y")}
+	got := agent.PairResults(in)
+	require.Equal(t, []string{"u@1", "a:x@2", "r:x=1@3", "u@5", "a:z@6", "r:z=2@7", "a:y@8", "r:y=missing@8"}, pairing(got))
+	require.Equal(t, "again", got[4].GetAssistantMsg().GetContent()[0].GetText(), "its content stays")
+	require.NotSame(t, texted, got[4], "a copy")
+	require.Equal(t, "a:x,z@6", pairing(in)[5], "the context is not modified")
+	require.Equal(t, "a:y,y@8", pairing(in)[7])
+	require.Equal(t, got, agent.PairResults(in), "deterministic")
+
+	// A result after the second call answers the first.
+	late := []*messages.Event{pairUser(1), pairCalls(2, "x"), pairUser(3), pairCalls(4, "x"), pairResult(5, "x", "1")}
+	require.Equal(t, []string{"u@1", "a:x@2", "u@3", "r:x=1@5"}, pairing(agent.PairResults(late)))
 }

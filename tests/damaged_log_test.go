@@ -100,3 +100,36 @@ func TestDamagedOrphanResultAtTheEndOwesNoTurn(t *testing.T) {
 		require.Empty(t, toolResults(h.model.Turns("c")[0], "call-ghost-1"))
 	})
 }
+
+// TestDamagedCallIDInTwoMessages: a call id that two assistant messages
+// make is sent once, in the first (OpenAI and Anthropic refuse a context
+// that holds an id twice), answered by the log's result; a message that
+// held only that call is left out. The context held the id twice, and
+// every later turn would be refused.
+func TestDamagedCallIDInTwoMessages(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		store := openStore(t, kind)
+		damagedLog(t, store, userEv("look"), assistantEv("", "call-dup-1"), resultEv("call-dup-1"),
+			assistantEv("", "call-dup-1"), assistantEv("found it"))
+		h := newHarness(t, store, nil)
+		ctx := ctxT(t)
+		h.model.Push("c", scripted.Text("answer"))
+		_, err := h.rt.SendAndWait(ctx, "c", "next", user)
+		require.NoError(t, err)
+		turn := h.model.Turns("c")[0]
+		made := map[string]int{}
+		answered := map[string]int{}
+		for _, ev := range turn.Context {
+			for _, tc := range ev.GetAssistantMsg().GetToolCalls() {
+				made[agent.CallID(tc)]++
+			}
+			if tr := ev.GetToolResult(); tr != nil {
+				require.Equal(t, 1, made[tr.GetToolCallId()], "a result at seq %d answers a call made once", ev.GetSeq())
+				answered[tr.GetToolCallId()]++
+			}
+		}
+		require.Equal(t, map[string]int{"call-dup-1": 1}, made)
+		require.Equal(t, map[string]int{"call-dup-1": 1}, answered)
+		require.Equal(t, `{"order":1}`, toolResults(turn, "call-dup-1")[0].GetContent(), "the log's result")
+	})
+}
