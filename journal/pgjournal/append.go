@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -254,38 +255,57 @@ func (s *Store) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest)
 }
 
 // strayEvents is called once a batch's transaction rolled back on err: if
-// that is the key of lz_events, it reads which of the batch's
-// conversations already hold an event at a seq the batch was to write, and
-// records in stray, for each, an error wrapping journal.ErrCorrupt that
-// names it. Such a row is past the conversation's last_seq, which no
-// writer leaves (the batch held the conversation's lock from its head
-// read on): the table was changed under the store, and running the batch
-// again meets the row again. found reports whether it found any.
+// that is the key of lz_events (eventsKey), it reads which of the batch's
+// conversations already hold an event at a seq the batch was to write
+// (findStrayEvents) and records them in stray. Running the batch again
+// would meet the row again. found reports whether it found any.
 func (s *Store) strayEvents(ctx context.Context, conn *pgx.Conn, fast bool, err error, b *batch, stray map[string]error) (found bool, _ error) {
-	var pgErr *pgconn.PgError
-	if b == nil || !errors.As(err, &pgErr) || pgErr.Code != "23505" || pgErr.ConstraintName != "lz_events_pkey" {
+	if b == nil || !eventsKey(err) {
 		return false, nil
 	}
-	rows, err := conn.Query(ctx, `SELECT e.conv, min(e.seq) FROM lz_events e
-		JOIN unnest($1::bytea[], $2::int8[]) AS x(conv, seq) ON e.conv = x.conv AND e.seq = x.seq GROUP BY e.conv`,
-		byteas(fast, b.evConv), b.evSeq)
+	got, err := findStrayEvents(ctx, conn, fast, b.evConv, b.evSeq)
 	if err != nil {
 		return false, s.wrap("append", err)
 	}
+	maps.Copy(stray, got)
+	return len(got) > 0, nil
+}
+
+// eventsKey reports whether err is the server's report of an insert that
+// broke the key of lz_events (conv, seq).
+func eventsKey(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "lz_events_pkey"
+}
+
+// findStrayEvents reads which of the conversations convs[i] already hold
+// an event at seqs[i], a write of theirs having broken the key of
+// lz_events (eventsKey) and rolled back, and returns for each an error
+// wrapping journal.ErrCorrupt that names it and the lowest such seq. The
+// write held the conversation's lock from its read of last_seq on and
+// wrote past it, so no writer inserted that row: the table was changed
+// under the store (a row copied in, last_seq lowered by hand), and running
+// the write again meets the row again.
+func findStrayEvents(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, fast bool, convs [][]byte, seqs []int64) (map[string]error, error) {
+	rows, err := q.Query(ctx, `SELECT e.conv, min(e.seq) FROM lz_events e
+		JOIN unnest($1::bytea[], $2::int8[]) AS x(conv, seq) ON e.conv = x.conv AND e.seq = x.seq GROUP BY e.conv`,
+		byteas(fast, convs), seqs)
+	if err != nil {
+		return nil, err
+	}
 	defer rows.Close()
+	stray := map[string]error{}
 	for rows.Next() {
 		var conv []byte
 		var seq int64
 		if err := rows.Scan(&conv, &seq); err != nil {
-			return false, s.wrap("append", err)
+			return nil, err
 		}
 		stray[string(conv)] = journal.Corruptf("pgjournal: conversation %q: lz_events holds seq %d, past its last_seq", conv, seq)
-		found = true
 	}
-	if err := rows.Err(); err != nil {
-		return false, s.wrap("append", err)
-	}
-	return found, nil
+	return stray, rows.Err()
 }
 
 // maxBatchAttempts bounds the transactions one AppendBatch, or any other

@@ -95,7 +95,8 @@
 // a hole, handed to the caller. In an AppendBatch, such a record fails
 // the requests that meet it (its conversation's row, a tool call row, a
 // deadline or a schedule a request checks, an event row already at a seq
-// past its conversation's last_seq) and no other.
+// past its conversation's last_seq) and no other; a Fork that meets such
+// an event row fails with that error too.
 //
 // # Reconnection
 //

@@ -72,7 +72,7 @@ func (s *Store) Fork(ctx context.Context, req *messages.ForkRequest) error {
 		}
 		keys, vals = append(keys, []byte(k)), append(vals, []byte(v))
 	}
-	return s.writeTx(ctx, "fork", id, func(tx pgx.Tx) error {
+	write := func(tx pgx.Tx) error {
 		var deleted, hasRow bool
 		var lastSeq int64
 		err := tx.QueryRow(ctx, "SELECT deleted, row IS NOT NULL, last_seq FROM lz_conversations WHERE id = $1", []byte(id)).Scan(&deleted, &hasRow, &lastSeq)
@@ -113,6 +113,29 @@ func (s *Store) Fork(ctx context.Context, req *messages.ForkRequest) error {
 				ON CONFLICT (conv, key) DO UPDATE SET value = excluded.value`, []byte(id), keys, vals)
 		}
 		return tx.SendBatch(ctx, b).Close()
+	}
+	// An event row already at a seq the fork writes (the conversation had
+	// no events: its last_seq is 0) breaks the key of lz_events; writeTx
+	// would take it for a row a concurrent writer inserted and run the
+	// fork again, meeting the row each time, to end in ErrConflict. It is
+	// ErrCorrupt, as in AppendBatch (findStrayEvents).
+	return s.rerun(ctx, "fork", func() error {
+		err := s.writeTxOnce(ctx, "fork", id, write)
+		if !eventsKey(err) {
+			return err
+		}
+		convs := make([][]byte, len(seqs))
+		for i := range convs {
+			convs[i] = []byte(id)
+		}
+		stray, serr := findStrayEvents(ctx, s.pool, false, convs, seqs)
+		if serr != nil {
+			return s.wrap("fork", serr)
+		}
+		if serr := stray[id]; serr != nil {
+			return s.wrap("fork", serr)
+		}
+		return err
 	})
 }
 

@@ -90,3 +90,38 @@ func TestEventPastLastSeqFailsOnlyItsRequest(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, last)
 }
+
+// TestEventPastLastSeqFailsFork: lz_events holds a row of a conversation
+// that has none (no row, last_seq 0: a row copied in): a fork into it is
+// journal.ErrCorrupt naming it and the seq, and nothing is written. The
+// fork's insert broke the key of lz_events, which Fork took for a row a
+// concurrent writer inserted and ran again until it failed with
+// ErrConflict, though no writer can insert a row of a conversation whose
+// lock the fork holds.
+func TestEventPastLastSeqFailsFork(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	s := open(t, dsn, Options{})
+	conn, err := pgx.Connect(t.Context(), dsn)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	ctx := t.Context()
+	const conv = "f"
+	_, err = conn.Exec(ctx, "INSERT INTO lz_events (conv, seq, data) VALUES ($1, 2, $2)", []byte(conv), []byte("stray"))
+	require.NoError(t, err)
+
+	evs := []*messages.Event{userEvent("1"), userEvent("2")}
+	for i, ev := range evs {
+		ev.Seq = uint64(i + 1)
+	}
+	err = s.Fork(ctx, &messages.ForkRequest{ConversationId: conv, Events: evs, Status: messages.ConversationStatus_CONVERSATION_STATUS_IDLE})
+	require.ErrorIs(t, err, journal.ErrCorrupt)
+	require.NotErrorIs(t, err, journal.ErrConflict)
+	require.ErrorContains(t, err, `"f"`)
+	require.ErrorContains(t, err, "seq 2")
+
+	var n int
+	require.NoError(t, conn.QueryRow(ctx, "SELECT count(*) FROM lz_events WHERE conv = $1", []byte(conv)).Scan(&n))
+	require.Equal(t, 1, n, "nothing written")
+	require.NoError(t, conn.QueryRow(ctx, "SELECT count(*) FROM lz_conversations WHERE id = $1", []byte(conv)).Scan(&n))
+	require.Zero(t, n, "no conversation row written")
+}
