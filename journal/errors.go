@@ -39,15 +39,16 @@ var (
 	// open again), and wraps it, together with ErrClosed, in the errors of a
 	// store that stopped because a write found the disk full.
 	ErrNoSpace = errors.New("journal: no space left on the store's disk")
-	// ErrUnavailable: a networked store could not be reached, or lost its
-	// connection before the write was sent for commit. Nothing was written;
-	// the call may be retried once the store is back.
+	// ErrUnavailable: a networked store could not be reached, did not
+	// answer within its own time bound, or lost its connection before the
+	// write was sent for commit. Nothing was written; the call may be
+	// retried once the store is back.
 	ErrUnavailable = errors.New("journal: store unavailable")
-	// ErrUnknownOutcome: the connection to a networked store was lost while
-	// the write was committing: it may or may not have been written. Read
-	// the log (LastSeq) before retrying; the append fence (ExpectedLast)
-	// makes a retry of an append that did commit fail with ErrConflict
-	// instead of writing twice.
+	// ErrUnknownOutcome: the connection to a networked store was lost, or
+	// its own time bound ended the call, while the write was committing: it
+	// may or may not have been written. Read the log (LastSeq) before
+	// retrying; the append fence (ExpectedLast) makes a retry of an append
+	// that did commit fail with ErrConflict instead of writing twice.
 	ErrUnknownOutcome = errors.New("journal: write outcome unknown")
 	// ErrExists: a fork names a conversation that already exists (it has a
 	// row or events). Nothing was written.

@@ -35,7 +35,10 @@ import (
 // ctx, and its error wraps ErrClosed, not ctx's error (a caller that
 // retries on a context error must not retry a store that cannot answer).
 // On an open store, a call whose ctx is already done returns an error
-// wrapping ctx's error and no sentinel, and writes nothing.
+// wrapping ctx's error and no sentinel, and writes nothing. A call that a
+// networked store's own time bound ends (a timeout of its options, not
+// ctx's) returns an error wrapping ErrUnavailable if nothing was written,
+// ErrUnknownOutcome if it ended a write that may have committed.
 type Store interface {
 	EventLog
 	Summaries

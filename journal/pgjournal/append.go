@@ -177,7 +177,7 @@ func (s *Store) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest)
 				restore(i)
 			}
 		}
-		return failAll(s.wrap("append", err))
+		return failAll(s.wrap(ctx, "append", err))
 	}
 	// A connection left inside a transaction (any failure below) is
 	// destroyed by Release rather than reused.
@@ -192,7 +192,7 @@ func (s *Store) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest)
 			err = b.readSchedules(ctx, conn.Conn(), fireConvs, fireIDs)
 		}
 		if err != nil {
-			err = s.wrap("append", err)
+			err = s.wrap(ctx, "append", err)
 		} else {
 			for c, serr := range stray {
 				if h := b.heads[c]; h.corrupt == nil {
@@ -265,7 +265,7 @@ func (s *Store) strayEvents(ctx context.Context, conn *pgx.Conn, fast bool, err 
 	}
 	got, err := findStrayEvents(ctx, conn, fast, b.evConv, b.evSeq)
 	if err != nil {
-		return false, s.wrap("append", err)
+		return false, s.wrap(ctx, "append", err)
 	}
 	maps.Copy(stray, got)
 	return len(got) > 0, nil
@@ -344,7 +344,7 @@ func rerunWait(attempt int) time.Duration {
 // written.
 func (s *Store) awaitRerun(ctx context.Context, op string, attempt int) error {
 	if err := s.pause(ctx, rerunWait(attempt)); err != nil {
-		return s.wrap(op, err)
+		return s.wrap(ctx, op, err)
 	}
 	return nil
 }

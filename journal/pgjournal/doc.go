@@ -84,7 +84,12 @@
 // retry of an append that did commit fail with ErrConflict. An append
 // whose COMMIT's reply was read succeeds, whatever the connection does
 // after it (a backend terminated right after its COMMIT). Each call is
-// bounded by Options.Timeout.
+// bounded by Options.Timeout: a call it ends (a server that stopped
+// answering) is journal.ErrUnavailable, nothing written, unless it ended a
+// write once its COMMIT (or its one statement that commits on its own) was
+// sent, which is journal.ErrUnknownOutcome; a call the caller's context
+// ends first returns that context's error (ErrUnknownOutcome too once the
+// COMMIT was sent).
 //
 // Stored bytes are read defensively, as pebblejournal reads them: a record
 // that does not decode, or disagrees with the columns of its row, a

@@ -113,7 +113,7 @@ func (s *Store) FileBlob(ctx context.Context, sum string) (*messages.FileBlob, e
 		return nil, fmt.Errorf("pgjournal: blob %s: %w", sum, journal.ErrNotFound)
 	}
 	if err != nil {
-		return nil, s.wrap("blob", err)
+		return nil, s.wrap(ctx, "blob", err)
 	}
 	if size < 0 || uint32(chunks) != journal.ChunkCount(size) {
 		return nil, journal.Corruptf("pgjournal: blob %s of %d bytes in %d chunks", sum, size, chunks)
@@ -141,7 +141,7 @@ func (s *Store) OpenFileBlob(ctx context.Context, sum string) (io.ReadCloser, er
 			return nil, fmt.Errorf("pgjournal: blob %s chunk %d: %w", sum, idx, journal.ErrNotFound)
 		}
 		if err != nil {
-			return nil, s.wrap("blob chunk", err)
+			return nil, s.wrap(c, "blob chunk", err)
 		}
 		return data, nil
 	}), nil
@@ -223,7 +223,7 @@ func (s *Store) FileCheckpoints(ctx context.Context, conversationID string, afte
 	}
 	rows, err := s.pool.Query(ctx, "SELECT seq, path, data FROM lz_file_checkpoints WHERE conv = $1 AND seq > $2 ORDER BY seq, path", []byte(conversationID), toInt64(afterSeq))
 	if err != nil {
-		return nil, s.wrap("file checkpoints", err)
+		return nil, s.wrap(ctx, "file checkpoints", err)
 	}
 	defer rows.Close()
 	var out []*messages.FileCheckpoint
@@ -231,7 +231,7 @@ func (s *Store) FileCheckpoints(ctx context.Context, conversationID string, afte
 		var seq int64
 		var path, data []byte
 		if err := rows.Scan(&seq, &path, &data); err != nil {
-			return nil, s.wrap("file checkpoints", err)
+			return nil, s.wrap(ctx, "file checkpoints", err)
 		}
 		cp, err := decodeFileCheckpoint(data, conversationID, seq, string(path))
 		if err != nil {
@@ -240,7 +240,7 @@ func (s *Store) FileCheckpoints(ctx context.Context, conversationID string, afte
 		out = append(out, cp)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, s.wrap("file checkpoints", err)
+		return nil, s.wrap(ctx, "file checkpoints", err)
 	}
 	return out, nil
 }
@@ -259,20 +259,20 @@ func (s *Store) SweepFileBlobs(ctx context.Context, olderThan time.Time) (int, e
 	olderThan = ceilMicrosecond(olderThan)
 	rows, err := s.pool.Query(ctx, "SELECT sha256 FROM lz_file_blobs b WHERE "+unreferenced, olderThan)
 	if err != nil {
-		return 0, s.wrap("sweep blobs", err)
+		return 0, s.wrap(ctx, "sweep blobs", err)
 	}
 	var cands [][]byte
 	for rows.Next() {
 		var raw []byte
 		if err := rows.Scan(&raw); err != nil {
 			rows.Close()
-			return 0, s.wrap("sweep blobs", err)
+			return 0, s.wrap(ctx, "sweep blobs", err)
 		}
 		cands = append(cands, raw)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return 0, s.wrap("sweep blobs", err)
+		return 0, s.wrap(ctx, "sweep blobs", err)
 	}
 	n := 0
 	for _, raw := range cands {

@@ -130,10 +130,10 @@ func (s *Store) Fork(ctx context.Context, req *messages.ForkRequest) error {
 		}
 		stray, serr := findStrayEvents(ctx, s.pool, false, convs, seqs)
 		if serr != nil {
-			return s.wrap("fork", serr)
+			return s.wrap(ctx, "fork", serr)
 		}
 		if serr := stray[id]; serr != nil {
-			return s.wrap("fork", serr)
+			return s.wrap(ctx, "fork", serr)
 		}
 		return err
 	})
@@ -159,19 +159,19 @@ func (s *Store) FindConversations(ctx context.Context, key, value, cursor string
 		WHERE key = $1 AND sha256(value) = sha256($2::bytea) AND value = $2::bytea AND conv > $3
 		ORDER BY conv LIMIT $4`, []byte(key), []byte(value), []byte(after), onePast(limit))
 	if err != nil {
-		return nil, "", s.wrap("find conversations", err)
+		return nil, "", s.wrap(ctx, "find conversations", err)
 	}
 	defer rows.Close()
 	var ids []string
 	for rows.Next() {
 		var id []byte
 		if err := rows.Scan(&id); err != nil {
-			return nil, "", s.wrap("find conversations", err)
+			return nil, "", s.wrap(ctx, "find conversations", err)
 		}
 		ids = append(ids, string(id))
 	}
 	if err := rows.Err(); err != nil {
-		return nil, "", s.wrap("find conversations", err)
+		return nil, "", s.wrap(ctx, "find conversations", err)
 	}
 	next := ""
 	if len(ids) > limit {

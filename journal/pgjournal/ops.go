@@ -111,11 +111,11 @@ func (s *Store) Events(ctx context.Context, conversationID string, q journal.Eve
 	}
 	rows, err := s.pool.Query(ctx, query, []byte(conversationID), toInt64(q.After), before, limit)
 	if err != nil {
-		return nil, s.wrap("events", err)
+		return nil, s.wrap(ctx, "events", err)
 	}
 	evs, err := scanEventsBytes(rows, conversationID, q.MaxBytes)
 	if err != nil {
-		return nil, s.wrap("events", err)
+		return nil, s.wrap(ctx, "events", err)
 	}
 	if q.MaxBytes > 0 && q.Limit > 0 {
 		slices.Reverse(evs)
@@ -132,7 +132,7 @@ func (s *Store) Events(ctx context.Context, conversationID string, q journal.Eve
 		err := s.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM lz_summaries WHERE conv = $1 AND to_seq = $2)",
 			[]byte(conversationID), toInt64(evs[0].GetSeq()-1)).Scan(&forked)
 		if err != nil {
-			return nil, s.wrap("events", err)
+			return nil, s.wrap(ctx, "events", err)
 		}
 		if forked {
 			first = evs[0].GetSeq()
@@ -191,7 +191,7 @@ func (s *Store) LastSeq(ctx context.Context, conversationID string) (uint64, err
 		return 0, nil
 	}
 	if err != nil {
-		return 0, s.wrap("last seq", err)
+		return 0, s.wrap(ctx, "last seq", err)
 	}
 	return decodeLastSeq(conversationID, last)
 }
@@ -220,7 +220,7 @@ func (s *Store) LoadSince(ctx context.Context, conversationID string) (*messages
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 	case err != nil:
-		return nil, nil, s.wrap("load", err)
+		return nil, nil, s.wrap(ctx, "load", err)
 	default:
 		if sum, err = decodeSummary(data, conversationID, toSeq); err != nil {
 			return nil, nil, err
@@ -228,11 +228,11 @@ func (s *Store) LoadSince(ctx context.Context, conversationID string) (*messages
 	}
 	rows, err := s.pool.Query(ctx, "SELECT seq, data FROM lz_events WHERE conv = $1 AND seq > $2 ORDER BY seq", []byte(conversationID), toSeq)
 	if err != nil {
-		return nil, nil, s.wrap("load", err)
+		return nil, nil, s.wrap(ctx, "load", err)
 	}
 	evs, err := scanEvents(rows, conversationID)
 	if err != nil {
-		return nil, nil, s.wrap("load", err)
+		return nil, nil, s.wrap(ctx, "load", err)
 	}
 	if err := checkSeqs(conversationID, "revival read", evs, uint64(toSeq)+1); err != nil {
 		return nil, nil, err
@@ -272,7 +272,7 @@ func (s *Store) putSummaryOnce(ctx context.Context, conversationID string, sum *
 	const op = "put summary"
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return s.wrap(op, err)
+		return s.wrap(ctx, op, err)
 	}
 	// A connection left inside a transaction (a failure below) is
 	// destroyed by Release rather than reused.
@@ -316,7 +316,7 @@ func (s *Store) putSummaryOnce(ctx context.Context, conversationID string, sum *
 	}
 	if err != nil {
 		rollback()
-		return s.wrap(op, err)
+		return s.wrap(ctx, op, err)
 	}
 	pb = &pgx.Batch{}
 	pb.Queue(`INSERT INTO lz_summaries (conv, to_seq, data) VALUES ($1, $2, $3)
@@ -382,7 +382,7 @@ func (s *Store) summaryBefore(ctx context.Context, conversationID string, toSeq 
 		return nil, fmt.Errorf("pgjournal: summary of %q before %d: %w", conversationID, toSeq, journal.ErrNotFound)
 	}
 	if err != nil {
-		return nil, s.wrap("summary", err)
+		return nil, s.wrap(ctx, "summary", err)
 	}
 	return decodeSummary(data, conversationID, found)
 }
@@ -452,7 +452,7 @@ func (s *Store) ToolCall(ctx context.Context, toolCallID string) (*messages.Tool
 		return nil, fmt.Errorf("pgjournal: tool call %q: %w", toolCallID, journal.ErrNotFound)
 	}
 	if err != nil {
-		return nil, s.wrap("tool call", err)
+		return nil, s.wrap(ctx, "tool call", err)
 	}
 	return decodeToolCall(data, toolCallID, string(conv))
 }
@@ -470,14 +470,14 @@ func (s *Store) PendingToolCalls(ctx context.Context, conversationID string) ([]
 	}
 	rows, err := s.pool.Query(ctx, "SELECT id, data FROM lz_tool_calls WHERE conv = $1 AND status = 1 ORDER BY id", []byte(conversationID))
 	if err != nil {
-		return nil, s.wrap("pending tool calls", err)
+		return nil, s.wrap(ctx, "pending tool calls", err)
 	}
 	defer rows.Close()
 	var out []*messages.ToolCallRecord
 	for rows.Next() {
 		var id, data []byte
 		if err := rows.Scan(&id, &data); err != nil {
-			return nil, s.wrap("pending tool calls", err)
+			return nil, s.wrap(ctx, "pending tool calls", err)
 		}
 		rec, err := decodePending(data, string(id), conversationID)
 		if err != nil {
@@ -486,7 +486,7 @@ func (s *Store) PendingToolCalls(ctx context.Context, conversationID string) ([]
 		out = append(out, rec)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, s.wrap("pending tool calls", err)
+		return nil, s.wrap(ctx, "pending tool calls", err)
 	}
 	return out, nil
 }
@@ -616,7 +616,7 @@ func (s *Store) Deadlines(ctx context.Context, dueBy time.Time, fn func(*message
 	}
 	rows, err := s.pool.Query(ctx, q, args...)
 	if err != nil {
-		return s.wrap("deadlines", err)
+		return s.wrap(ctx, "deadlines", err)
 	}
 	var due []*messages.Deadline
 	var bad journal.PassedOver
@@ -624,7 +624,7 @@ func (s *Store) Deadlines(ctx context.Context, dueBy time.Time, fn func(*message
 		var conv, call, data []byte
 		if err := rows.Scan(&conv, &call, &data); err != nil {
 			rows.Close()
-			return s.wrap("deadlines", err)
+			return s.wrap(ctx, "deadlines", err)
 		}
 		d, err := decodeDeadline(data, string(conv), string(call))
 		if err != nil {
@@ -635,7 +635,7 @@ func (s *Store) Deadlines(ctx context.Context, dueBy time.Time, fn func(*message
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return s.wrap("deadlines", err)
+		return s.wrap(ctx, "deadlines", err)
 	}
 	for _, d := range due {
 		if err := s.stillOpen(caller); err != nil {
@@ -705,7 +705,7 @@ func (s *Store) ModelCalls(ctx context.Context, conversationID string) ([]*messa
 	}
 	rows, err := s.pool.Query(ctx, "SELECT turn_ref, data FROM lz_audit WHERE conv = $1", []byte(conversationID))
 	if err != nil {
-		return nil, s.wrap("model calls", err)
+		return nil, s.wrap(ctx, "model calls", err)
 	}
 	defer rows.Close()
 	var out []*messages.ModelCall
@@ -713,7 +713,7 @@ func (s *Store) ModelCalls(ctx context.Context, conversationID string) ([]*messa
 		var turn int64
 		var data []byte
 		if err := rows.Scan(&turn, &data); err != nil {
-			return nil, s.wrap("model calls", err)
+			return nil, s.wrap(ctx, "model calls", err)
 		}
 		mc, err := decodeModelCall(data, conversationID, turn)
 		if err != nil {
@@ -722,7 +722,7 @@ func (s *Store) ModelCalls(ctx context.Context, conversationID string) ([]*messa
 		out = append(out, mc)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, s.wrap("model calls", err)
+		return nil, s.wrap(ctx, "model calls", err)
 	}
 	// turn_ref is stored as a signed bigint; order as the unsigned TurnRef.
 	slices.SortFunc(out, func(a, b *messages.ModelCall) int {
@@ -779,7 +779,7 @@ func (s *Store) Conversation(ctx context.Context, id string) (*messages.Conversa
 	case errors.Is(err, pgx.ErrNoRows):
 		return nil, fmt.Errorf("pgjournal: conversation %q: %w", id, journal.ErrNotFound)
 	case err != nil:
-		return nil, s.wrap("conversation", err)
+		return nil, s.wrap(ctx, "conversation", err)
 	case deleted:
 		return nil, fmt.Errorf("pgjournal: conversation %q: %w", id, journal.ErrDeleted)
 	case row == nil:
@@ -806,7 +806,7 @@ func (s *Store) ListPendingToolCalls(ctx context.Context, cursor string, limit i
 	rows, err := s.pool.Query(ctx, "SELECT conv, id, data FROM lz_tool_calls WHERE status = 1 AND (conv, id) > ($1, $2) ORDER BY conv, id LIMIT $3",
 		[]byte(afterConv), []byte(afterCall), onePast(limit))
 	if err != nil {
-		return nil, "", s.wrap("list pending tool calls", err)
+		return nil, "", s.wrap(ctx, "list pending tool calls", err)
 	}
 	defer rows.Close()
 	var out []*messages.ToolCallRecord
@@ -814,7 +814,7 @@ func (s *Store) ListPendingToolCalls(ctx context.Context, cursor string, limit i
 	for rows.Next() {
 		var conv, id, data []byte
 		if err := rows.Scan(&conv, &id, &data); err != nil {
-			return nil, "", s.wrap("list pending tool calls", err)
+			return nil, "", s.wrap(ctx, "list pending tool calls", err)
 		}
 		if len(out) == limit {
 			last := out[limit-1]
@@ -828,7 +828,7 @@ func (s *Store) ListPendingToolCalls(ctx context.Context, cursor string, limit i
 		out = append(out, rec)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, "", s.wrap("list pending tool calls", err)
+		return nil, "", s.wrap(ctx, "list pending tool calls", err)
 	}
 	return out, next, nil
 }
@@ -934,7 +934,7 @@ func (s *Store) ListConversations(ctx context.Context, cursor string, limit int)
 	rows, err := s.pool.Query(ctx, "SELECT id, row FROM lz_conversations WHERE row IS NOT NULL AND id > $1 ORDER BY id LIMIT $2",
 		[]byte(cursor), onePast(limit))
 	if err != nil {
-		return nil, "", s.wrap("list conversations", err)
+		return nil, "", s.wrap(ctx, "list conversations", err)
 	}
 	defer rows.Close()
 	var out []*messages.Conversation
@@ -942,7 +942,7 @@ func (s *Store) ListConversations(ctx context.Context, cursor string, limit int)
 	for rows.Next() {
 		var id, raw []byte
 		if err := rows.Scan(&id, &raw); err != nil {
-			return nil, "", s.wrap("list conversations", err)
+			return nil, "", s.wrap(ctx, "list conversations", err)
 		}
 		row, err := decodeConversation(raw, string(id))
 		if err != nil {
@@ -951,7 +951,7 @@ func (s *Store) ListConversations(ctx context.Context, cursor string, limit int)
 		out, ids = append(out, row), append(ids, string(id))
 	}
 	if err := rows.Err(); err != nil {
-		return nil, "", s.wrap("list conversations", err)
+		return nil, "", s.wrap(ctx, "list conversations", err)
 	}
 	next := ""
 	if len(out) > limit {
@@ -978,19 +978,19 @@ func (s *Store) ListActiveConversations(ctx context.Context, cursor string, limi
 	rows, err := s.pool.Query(ctx, "SELECT id FROM lz_conversations WHERE status = 1 AND id > $1 ORDER BY id LIMIT $2",
 		[]byte(after), onePast(limit))
 	if err != nil {
-		return nil, "", s.wrap("list active conversations", err)
+		return nil, "", s.wrap(ctx, "list active conversations", err)
 	}
 	defer rows.Close()
 	var ids []string
 	for rows.Next() {
 		var id []byte
 		if err := rows.Scan(&id); err != nil {
-			return nil, "", s.wrap("list active conversations", err)
+			return nil, "", s.wrap(ctx, "list active conversations", err)
 		}
 		ids = append(ids, string(id))
 	}
 	if err := rows.Err(); err != nil {
-		return nil, "", s.wrap("list active conversations", err)
+		return nil, "", s.wrap(ctx, "list active conversations", err)
 	}
 	next := ""
 	if len(ids) > limit {
@@ -1099,14 +1099,14 @@ func (s *Store) Metadata(ctx context.Context, id string) (map[string]string, err
 	}
 	rows, err := s.pool.Query(ctx, "SELECT key, value FROM lz_metadata WHERE conv = $1", []byte(id))
 	if err != nil {
-		return nil, s.wrap("metadata", err)
+		return nil, s.wrap(ctx, "metadata", err)
 	}
 	defer rows.Close()
 	out := make(map[string]string)
 	for rows.Next() {
 		var k, v []byte
 		if err := rows.Scan(&k, &v); err != nil {
-			return nil, s.wrap("metadata", err)
+			return nil, s.wrap(ctx, "metadata", err)
 		}
 		key, val, err := decodeMetadata(id, k, v)
 		if err != nil {
@@ -1115,7 +1115,7 @@ func (s *Store) Metadata(ctx context.Context, id string) (map[string]string, err
 		out[key] = val
 	}
 	if err := rows.Err(); err != nil {
-		return nil, s.wrap("metadata", err)
+		return nil, s.wrap(ctx, "metadata", err)
 	}
 	return out, nil
 }

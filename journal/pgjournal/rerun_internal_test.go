@@ -20,7 +20,7 @@ import (
 // error that is not a lost race (an unknown outcome) is never run again.
 func TestRerunWaitsBetweenRuns(t *testing.T) {
 	lost := func(code string) error {
-		return (&Store{}).wrap("op", &pgconn.PgError{Code: code})
+		return (&Store{}).wrap(context.Background(), "op", &pgconn.PgError{Code: code})
 	}
 	t.Run("lost every time", func(t *testing.T) {
 		for _, code := range []string{"40P01", "40001", "23505"} {

@@ -221,14 +221,14 @@ func (s *Store) ConversationSchedules(ctx context.Context, conversationID string
 	}
 	rows, err := s.pool.Query(ctx, "SELECT id, data FROM lz_schedules WHERE conv = $1 ORDER BY id", []byte(conversationID))
 	if err != nil {
-		return nil, s.wrap("schedules", err)
+		return nil, s.wrap(ctx, "schedules", err)
 	}
 	defer rows.Close()
 	var out []*messages.Schedule
 	for rows.Next() {
 		var id, data []byte
 		if err := rows.Scan(&id, &data); err != nil {
-			return nil, s.wrap("schedules", err)
+			return nil, s.wrap(ctx, "schedules", err)
 		}
 		sc, err := decodeSchedule(id, data, conversationID)
 		if err != nil {
@@ -237,7 +237,7 @@ func (s *Store) ConversationSchedules(ctx context.Context, conversationID string
 		out = append(out, sc)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, s.wrap("schedules", err)
+		return nil, s.wrap(ctx, "schedules", err)
 	}
 	return out, nil
 }
@@ -321,18 +321,18 @@ func (s *Store) schedulePage(ctx context.Context, after *scheduleTime, page *[]s
 			after.sec, after.nanos, after.id, after.conv, scheduleTimesPage)
 	}
 	if err != nil {
-		return s.wrap("schedule times", err)
+		return s.wrap(ctx, "schedule times", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var e scheduleTime
 		if err := rows.Scan(&e.conv, &e.id, &e.sec, &e.nanos); err != nil {
-			return s.wrap("schedule times", err)
+			return s.wrap(ctx, "schedule times", err)
 		}
 		*page = append(*page, e)
 	}
 	if err := rows.Err(); err != nil {
-		return s.wrap("schedule times", err)
+		return s.wrap(ctx, "schedule times", err)
 	}
 	return nil
 }

@@ -43,8 +43,10 @@ type Options struct {
 	Audit bool
 	// Timeout bounds each call, and Open (on top of the caller's context),
 	// so that a server that stopped answering fails calls with an error
-	// instead of hanging them. Zero means DefaultTimeout; negative means no
-	// bound.
+	// instead of hanging them: one wrapping journal.ErrUnavailable (nothing
+	// written), or journal.ErrUnknownOutcome for a write it ended once its
+	// COMMIT was sent, and context.DeadlineExceeded. Zero means
+	// DefaultTimeout; negative means no bound.
 	Timeout time.Duration
 	// ReconnectBackoff is how long, once a call found the server
 	// unreachable (a connection refused, reset or closed, the server
@@ -267,11 +269,11 @@ func (s *Store) migrate(ctx context.Context) error {
 	}
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return s.wrap("open", err)
+		return s.wrap(ctx, "open", err)
 	}
 	defer conn.Release()
 	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1, $2)", migrationLockClass, migrationLockID); err != nil {
-		return s.wrap("open: lock", err)
+		return s.wrap(ctx, "open: lock", err)
 	}
 	defer func() {
 		// A failed unlock leaves the lock to the session's end: destroy the
@@ -285,11 +287,11 @@ func (s *Store) migrate(ctx context.Context) error {
 		}
 	}()
 	if _, err := conn.Exec(ctx, "CREATE TABLE IF NOT EXISTS lz_schema (version integer PRIMARY KEY, applied timestamptz NOT NULL DEFAULT now())"); err != nil {
-		return s.wrap("open: schema table", err)
+		return s.wrap(ctx, "open: schema table", err)
 	}
 	var cur int
 	if err := conn.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM lz_schema").Scan(&cur); err != nil {
-		return s.wrap("open: schema version", err)
+		return s.wrap(ctx, "open: schema version", err)
 	}
 	if cur > len(ms) {
 		return fmt.Errorf("pgjournal: database at schema version %d, this code knows up to %d: %w", cur, len(ms), ErrSchemaTooNew)
@@ -301,7 +303,7 @@ func (s *Store) migrate(ctx context.Context) error {
 		// migration's is run again, as writeTx runs a write's.
 		op := "open: migration " + m.name
 		err := s.rerun(ctx, op, func() error {
-			return s.wrap(op, pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			return s.wrap(ctx, op, pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 				if _, err := tx.Exec(ctx, m.sql); err != nil {
 					return err
 				}
@@ -345,12 +347,18 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// bound applies the Store's timeout to ctx.
+// errTimeout is the cause (context.Cause) of a context of bound's that
+// Options.Timeout ended.
+var errTimeout = errors.New("pgjournal: no answer within Options.Timeout")
+
+// bound applies the Store's timeout to ctx: the context it returns ends
+// with cause errTimeout once the timeout passed, and as ctx does if ctx
+// ends first.
 func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	if s.timeout < 0 {
 		return ctx, func() {}
 	}
-	return context.WithTimeout(ctx, s.timeout)
+	return context.WithTimeoutCause(ctx, s.timeout, errTimeout)
 }
 
 // stillOpen reports, between the calls of a listing's fn, why the listing
@@ -385,7 +393,14 @@ func (s *Store) enter(ctx context.Context) (context.Context, context.CancelFunc,
 
 // wrap turns an error of pgx into the Store's: it names op and wraps the
 // journal sentinel that applies. Errors already wrapping a sentinel pass.
-func (s *Store) wrap(op string, err error) error {
+// ctx is the context the call ran under: a context error of a call that
+// Options.Timeout ended (bound) is journal.ErrUnavailable, as a server
+// that cannot be reached (nothing was written: an error met once a
+// COMMIT was sent goes through wrapCommit instead), and a new connection
+// it ended opens the breaker as a failed dial does (unavailable); one of
+// the caller's ctx, done first, stays that context's error, with no
+// sentinel.
+func (s *Store) wrap(ctx context.Context, op string, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -400,6 +415,10 @@ func (s *Store) wrap(op string, err error) error {
 		return fmt.Errorf("pgjournal: %s: %w: %w", op, journal.ErrClosed, err)
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		if errors.Is(context.Cause(ctx), errTimeout) {
+			s.unavailable(err)
+			return fmt.Errorf("pgjournal: %s: %w: no answer within Options.Timeout (%s): %w", op, journal.ErrUnavailable, s.timeout, err)
+		}
 		return fmt.Errorf("pgjournal: %s: %w", op, err)
 	}
 	var pgErr *pgconn.PgError
@@ -427,11 +446,13 @@ func (s *Store) wrap(op string, err error) error {
 
 // wrapCommit is wrap for an error met once COMMIT was sent: an error the
 // server reported means the transaction rolled back; any other (the
-// connection dropped, the call timed out) leaves the outcome unknown.
+// connection dropped, the call timed out, Options.Timeout's or the
+// caller's ctx: its error is wrapped too) leaves the outcome unknown.
 func (s *Store) wrapCommit(op string, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		return s.wrap(op, err)
+		// A server's error, not a context's: no context plays a part.
+		return s.wrap(context.Background(), op, err)
 	}
 	return fmt.Errorf("pgjournal: %s: %w: %w", op, journal.ErrUnknownOutcome, err)
 }
@@ -474,14 +495,14 @@ func (s *Store) execCommit(ctx context.Context, op, sql string, args ...any) (pg
 func (s *Store) execCommitOnce(ctx context.Context, op, sql string, args ...any) (pgconn.CommandTag, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return pgconn.CommandTag{}, s.wrap(op, err)
+		return pgconn.CommandTag{}, s.wrap(ctx, op, err)
 	}
 	defer conn.Release()
 	tag, err := conn.Exec(ctx, sql, args...)
 	if err != nil && !pgconn.SafeToRetry(err) {
 		return tag, s.wrapEnded(op, err)
 	}
-	return tag, s.wrap(op, err)
+	return tag, s.wrap(ctx, op, err)
 }
 
 // lockKey is the advisory lock key of a conversation: the writes of one
@@ -520,16 +541,16 @@ func (s *Store) writeTx(ctx context.Context, op, conv string, fn func(tx pgx.Tx)
 func (s *Store) writeTxOnce(ctx context.Context, op, conv string, fn func(tx pgx.Tx) error) error {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return s.wrap(op, err)
+		return s.wrap(ctx, op, err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	if conv != "" {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey(conv)); err != nil {
-			return s.wrap(op, err)
+			return s.wrap(ctx, op, err)
 		}
 	}
 	if err := fn(tx); err != nil {
-		return s.wrap(op, err)
+		return s.wrap(ctx, op, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return s.wrapEnded(op, err)
