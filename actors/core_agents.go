@@ -116,6 +116,14 @@ func owedTurn(ws *snapshot.WorkingSet, agentsOn bool, known func(string) bool) (
 // result, answer nothing: the model's context leaves them out
 // (agent.PairResults). Only a damaged or imported log holds them.
 func lastSeen(ws *snapshot.WorkingSet) *messages.Event {
+	if last, ok := lastAnswers(ws); ok {
+		return last
+	}
+	return lastSeenScan(ws)
+}
+
+// lastSeenScan is lastSeen by a full scan of ws.
+func lastSeenScan(ws *snapshot.WorkingSet) *messages.Event {
 	var logged map[string]uint64 // call id -> seq of its first tool_call event
 	for _, ev := range ws.Events {
 		if tc := ev.GetToolCall(); tc != nil {
@@ -144,6 +152,51 @@ func lastSeen(ws *snapshot.WorkingSet) *messages.Event {
 		last = ev
 	}
 	return last
+}
+
+// lastAnswers is lastSeen's fast path, taken on every log that is not
+// damaged, without allocating: it reports the last rendered event, a
+// tool_result, and true when that result answers its call (no earlier
+// rendered result has its call id, and an earlier assistant_msg or a
+// tool_call event up to its seq named the call); false when only the full
+// scan can tell.
+func lastAnswers(ws *snapshot.WorkingSet) (*messages.Event, bool) {
+	rendered := ws.Render()
+	if len(rendered) == 0 {
+		return nil, false
+	}
+	last := rendered[len(rendered)-1]
+	tr := last.GetToolResult()
+	if tr == nil {
+		return nil, false
+	}
+	id := tr.GetToolCallId()
+	named := false
+	for _, ev := range rendered[:len(rendered)-1] {
+		if r := ev.GetToolResult(); r != nil && r.GetToolCallId() == id {
+			return nil, false // a second result, or one before: the full scan decides
+		}
+		if !named {
+			for _, tc := range ev.GetAssistantMsg().GetToolCalls() {
+				if agent.CallID(tc) == id {
+					named = true
+					break
+				}
+			}
+		}
+	}
+	if named {
+		return last, true
+	}
+	for _, ev := range ws.Events {
+		if ev.GetSeq() > last.GetSeq() {
+			break
+		}
+		if tc := ev.GetToolCall(); tc != nil && tc.GetCall().GetId() == id {
+			return last, true
+		}
+	}
+	return nil, false
 }
 
 // OwesTurn reports whether a conversation whose working set is ws owes a
