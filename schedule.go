@@ -708,7 +708,7 @@ func (r *Runtime) fire(ctx context.Context, f scheduleFire) {
 			r.fireCut(f, err)
 			return
 		} else {
-			r.log.Warn("lazarus: schedule: loading the author's scope failed; waking under the system scope", "schedule", f.id, "err", err)
+			r.log.Warn("lazarus: schedule: loading the author's scope failed; waking under the system scope", "conversation", f.conv, "schedule", f.id, "err", err)
 		}
 	}
 	wake := &messages.ScheduleWake{
