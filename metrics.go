@@ -57,7 +57,10 @@ type Metrics struct {
 	// panicked one wrapping agent.ErrPanicked).
 	ModelCall func(took time.Duration, err error)
 	// Subscribers is called with +1 when a subscription starts and -1
-	// when it ends.
+	// when it ends. In cluster mode a subscription is counted by the
+	// member that owns its conversation (which serves it), not by the
+	// member it was made on when that is another: there the owner's
+	// hook is called, and this one not.
 	Subscribers func(delta int)
 	// Fenced is called each time a conversation actor retires because the
 	// Store refused one of its writes with journal.ErrConflict (another

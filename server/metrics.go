@@ -42,7 +42,7 @@ import (
 //	schedule_fires_total{outcome}     counter: due occurrences of schedules, by outcome: delivered, dropped (conversation ended or deleted), failed (handed again later), unknown (its write's outcome unknown: if it landed, delivered but not counted so), refused (a message the conversation can never write: the occurrence skipped)
 //	model_call_seconds                histogram: duration of one model call
 //	model_call_errors_total           counter: model calls that returned an error (cancelled ones too)
-//	subscriptions                     gauge: live subscriptions (event streams and Go subscribers)
+//	subscriptions                     gauge: live subscriptions (event streams and Go subscribers; in cluster mode, on the member that owns the conversation)
 //	turns_total{outcome}              counter: turn ends committed, by outcome: answered, suspended, failed, cancelled (a rewind's)
 //	tool_calls_total{executor}        counter: tool calls of models committed, by executor: server, human
 //
@@ -131,7 +131,7 @@ func NewMetrics() *Metrics {
 	m.modelErrors = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "model_call_errors_total",
 		Help: "Model calls that returned an error (cancelled ones included)."})
 	m.subscriptions = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "subscriptions",
-		Help: "Live subscriptions to conversations (event streams included)."})
+		Help: "Live subscriptions to conversations (event streams included; in cluster mode, counted by the member that owns the conversation)."})
 	turns := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "turns_total",
 		Help: "Turn ends committed, by outcome (cancelled: taken back by a rewind or an edit)."}, []string{"outcome"})
 	for _, o := range []lazarus.TurnOutcome{lazarus.TurnAnswered, lazarus.TurnSuspended, lazarus.TurnFailed, lazarus.TurnCancelled} {
