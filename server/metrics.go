@@ -43,7 +43,7 @@ import (
 //	model_call_seconds                histogram: duration of one model call
 //	model_call_errors_total           counter: model calls that returned an error (cancelled ones too)
 //	subscriptions                     gauge: live subscriptions (event streams and Go subscribers; in cluster mode, on the member that owns the conversation)
-//	turns_total{outcome}              counter: turn ends committed, by outcome: answered, suspended, failed, cancelled (a rewind's)
+//	turns_total{outcome}              counter: turn ends committed, by outcome: answered, suspended, failed, cancelled (taken back by a rewind or an edit)
 //	tool_calls_total{executor}        counter: tool calls of models committed, by executor: server, human
 //
 // The labels take only the values listed: no series grows with
