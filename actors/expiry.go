@@ -356,7 +356,16 @@ func (a *expiryActor) rebuild() {
 	}
 	err := a.opts.Store.Deadlines(life, time.Time{}, func(d *messages.Deadline) error {
 		if err := journal.ValidateDeadline(d); err != nil {
-			a.opts.Logger.Warn("actors: expiry: skipping a bad stored deadline", "err", err)
+			attrs := []any{"err", err}
+			// The ids say whose deadline it is, where they are valid (an
+			// invalid one is what err says, not to be logged whole).
+			if journal.ValidateID("conversation id", d.GetConversationId()) == nil {
+				attrs = append(attrs, "conversation", d.GetConversationId())
+			}
+			if journal.ValidateID("tool call id", d.GetToolCallId()) == nil {
+				attrs = append(attrs, "tool_call", d.GetToolCallId())
+			}
+			a.opts.Logger.Warn("actors: expiry: skipping a bad stored deadline", attrs...)
 			return nil
 		}
 		if a.opts.Owns != nil && !a.opts.Owns(d.GetConversationId()) {
