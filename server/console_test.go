@@ -1697,3 +1697,79 @@ func TestConsoleShowsWhyAStreamIsRefused(t *testing.T) {
 	stream.open(1)
 	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(chromedp.Search(`//span[@id="conv-live" and contains(., "live")]`))))
 }
+
+// TestConsoleShowsWhyAStreamEnded: a stream the server ends with an error
+// message it is read again after (lagged, closed) is asked for again with
+// the server's message shown: the view said only "reconnecting…".
+func TestConsoleShowsWhyAStreamEnded(t *testing.T) {
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	conv := n.create(t, tokAlice, nil)
+	// The view shows why it waits until the test has seen it.
+	stream := proxyStream(t, n, conv.ID, 2, func(i int, inner http.Handler, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		switch i {
+		case 0:
+			_, _ = io.WriteString(w, "event: error\ndata: {\"error\":{\"code\":\"lagged\",\"message\":\"you fell behind\"}}\n\n")
+		case 1:
+			_, _ = io.WriteString(w, "event: error\ndata: {\"error\":{\"code\":\"closed\",\"message\":\"the server is shutting down\"}}\n\n")
+		default:
+			inner.ServeHTTP(w, r)
+		}
+	})
+
+	tab := newTab(t, browserWait)
+	signIn(t, tab, n, tokAlice, "#/c/"+conv.ID)
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(chromedp.Search(`//span[@id="conv-live" and contains(., "you fell behind: reconnecting…")]`))))
+	stream.open(0)
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(chromedp.Search(`//span[@id="conv-live" and contains(., "the server is shutting down: reconnecting…")]`))))
+	stream.open(1)
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(chromedp.Search(`//span[@id="conv-live" and contains(., "live")]`))))
+}
+
+// TestConsoleShowsAStreamRefusedByAProxy: a stream refused with an answer
+// that is no API error (a proxy's page of a 502 or a 429) is asked for
+// again with the status shown, and one that got no answer at all says the
+// server cannot be reached: the view said only "reconnecting…", and took
+// the proxy's 429 for the subscription cap's.
+func TestConsoleShowsAStreamRefusedByAProxy(t *testing.T) {
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	conv := n.create(t, tokAlice, nil)
+	// What the stream's requests get moves on when the test has seen what
+	// the view shows (by phase, not by request: a browser may send a
+	// request whose connection closed without an answer again by itself).
+	var phase atomic.Int32
+	proxyStream(t, n, conv.ID, 0, func(_ int, inner http.Handler, w http.ResponseWriter, r *http.Request) {
+		switch phase.Load() {
+		case 0:
+			w.Header().Set("Content-Type", "text/html")
+			w.WriteHeader(http.StatusBadGateway)
+			_, _ = io.WriteString(w, "<html><body>Bad Gateway</body></html>")
+		case 1:
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			_ = conn.Close()
+		case 2:
+			w.Header().Set("Content-Type", "text/html")
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusTooManyRequests)
+			_, _ = io.WriteString(w, "<html><body>Too Many Requests</body></html>")
+		default:
+			inner.ServeHTTP(w, r)
+		}
+	})
+
+	tab := newTab(t, browserWait)
+	signIn(t, tab, n, tokAlice, "#/c/"+conv.ID)
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(chromedp.Search(`//span[@id="conv-live" and contains(., "server answered 502: reconnecting…")]`))))
+	phase.Store(1)
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(chromedp.Search(`//span[@id="conv-live" and contains(., "cannot reach the server: reconnecting…")]`))))
+	phase.Store(2)
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(chromedp.Search(`//span[@id="conv-live" and contains(., "server answered 429: trying again in 1s…")]`))))
+	phase.Store(3)
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(chromedp.Search(`//span[@id="conv-live" and contains(., "live")]`))))
+}

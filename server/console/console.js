@@ -685,7 +685,11 @@ function note(text) {
 // a new event or stayed open STEADY_MS: one that opens and ends at once
 // (lagged, unavailable) is not asked for again every second.
 // Another refusal the server may get over (a 5xx, 408, or a 429 other
-// than the cap's) is shown with the server's message.
+// than the cap's) is shown with the server's message, or its status when
+// the answer is no API error (a proxy's page); a stream the server ended
+// with an error message of one of RECONNECT_CODES (lagged, closed) is
+// shown with that message; a request that got no answer says the server
+// cannot be reached.
 async function follow(state) {
   const { signal } = state;
   let backoff = 1000;
@@ -696,10 +700,16 @@ async function follow(state) {
     let opened = 0; // when the stream was opened
     const last = state.last;
     try {
-      const res = await fetch(`${API}conversations/${enc(state.id)}/stream`, {
-        headers: { Authorization: 'Bearer ' + token(), Accept: 'text/event-stream', 'Last-Event-ID': String(state.last) },
-        cache: 'no-store', credentials: 'omit', signal,
-      });
+      let res;
+      try {
+        res = await fetch(`${API}conversations/${enc(state.id)}/stream`, {
+          headers: { Authorization: 'Bearer ' + token(), Accept: 'text/event-stream', 'Last-Event-ID': String(state.last) },
+          cache: 'no-store', credentials: 'omit', signal,
+        });
+      } catch (e) {
+        reason = 'cannot reach the server';
+        throw e;
+      }
       if (!res.ok) {
         let err = {};
         try { err = (await res.json()).error || {}; } catch (e) { /* not JSON */ }
@@ -717,17 +727,18 @@ async function follow(state) {
         if (res.status === 429) {
           const secs = Number(res.headers.get('Retry-After'));
           wait = Number.isFinite(secs) && secs > 0 ? secs * 1000 : CAP_RETRY_MS;
-          if (err.code !== 'too_many_subscriptions') reason = err.message || '';
+          if (err.code !== 'too_many_subscriptions') reason = err.message || 'server answered ' + res.status;
         } else {
-          reason = err.message || '';
+          reason = err.message || 'server answered ' + res.status;
         }
         throw new Error(err.message || res.statusText);
       }
       $('conv-live').textContent = '● live';
       opened = Date.now();
       const end = await readStream(state, res.body);
-      fatal = end === true;
-      if (typeof end === 'number') wait = end;
+      fatal = end.over === true;
+      wait = end.wait || 0;
+      reason = end.reason || '';
     } catch (e) {
       if (signal.aborted) return;
     }
@@ -754,17 +765,18 @@ const STEADY_MS = 10000; // a stream open this long resets the backoff
 const RECONNECT_CODES = new Set(['lagged', 'closed', 'unavailable', 'internal', 'timeout', 'unknown_outcome']);
 
 // readStream parses server-sent events until the stream ends; it returns
-// true when the server ended it for good (an error whose code is not one
-// of RECONNECT_CODES), CAP_RETRY_MS when it ended it with
-// too_many_subscriptions (to be asked for again after that long), else
-// false.
+// {over: true} when the server ended it for good (an error whose code is
+// not one of RECONNECT_CODES), {wait: CAP_RETRY_MS} when it ended it with
+// too_many_subscriptions (to be asked for again after that long),
+// {reason} with the server's message when it ended it with one of
+// RECONNECT_CODES, else {}.
 async function readStream(state, body) {
   const reader = body.pipeThrough(new TextDecoderStream()).getReader();
   let buf = '';
   let fresh = true; // the first deltas of a connection replace the partial answer
   for (;;) {
     const { value, done } = await reader.read();
-    if (done) return false;
+    if (done) return {};
     buf += value.replace(/\r\n?/g, '\n');
     let i;
     while ((i = buf.indexOf('\n\n')) >= 0) {
@@ -809,10 +821,10 @@ async function readStream(state, body) {
           // lagged, or the server's side (a shutdown: closed): reconnect
           // from the last seq; else (deleted, say) the stream is over.
           const err = msg.error || {};
-          if (RECONNECT_CODES.has(err.code)) return false;
-          if (err.code === 'too_many_subscriptions') return CAP_RETRY_MS;
+          if (RECONNECT_CODES.has(err.code)) return { reason: err.message || err.code };
+          if (err.code === 'too_many_subscriptions') return { wait: CAP_RETRY_MS };
           $('conv-live').textContent = 'stream ended: ' + (err.message || err.code);
-          return true;
+          return { over: true };
         }
       }
     }
