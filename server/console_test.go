@@ -1773,3 +1773,69 @@ func TestConsoleShowsAStreamRefusedByAProxy(t *testing.T) {
 	phase.Store(3)
 	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(chromedp.Search(`//span[@id="conv-live" and contains(., "live")]`))))
 }
+
+// TestConsoleStreamOpenLongBacksOffFromTheStart: a stream that stayed open
+// STEADY_MS (10s) without a new event starts the backoff again from 1s
+// when it ends. The page's clock is moved on while the stream is open, so
+// the test does not wait the 10s.
+func TestConsoleStreamOpenLongBacksOffFromTheStart(t *testing.T) {
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	conv := n.create(t, tokAlice, nil)
+	const unavailable = "event: error\ndata: {\"error\":{\"code\":\"unavailable\",\"message\":\"unavailable\"}}\n\n"
+	var (
+		mu       sync.Mutex
+		answered []time.Time // when each stream was ended
+	)
+	end, fourth := make(chan struct{}), make(chan struct{})
+	var ended sync.Once
+	t.Cleanup(func() { ended.Do(func() { close(end) }) })
+	stream := proxyStream(t, n, conv.ID, 0, func(i int, inner http.Handler, w http.ResponseWriter, r *http.Request) {
+		if i >= 3 {
+			if i == 3 {
+				close(fourth)
+			}
+			inner.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		if i == 2 { // open, with no event, until the test ends it
+			w.WriteHeader(http.StatusOK)
+			_ = http.NewResponseController(w).Flush()
+			select {
+			case <-end:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		_, _ = io.WriteString(w, unavailable)
+		mu.Lock()
+		answered = append(answered, time.Now())
+		mu.Unlock()
+	})
+
+	tab := newTab(t, browserWait)
+	signIn(t, tab, n, tokAlice, "#/c/"+conv.ID)
+	// The third stream is open once the view says so (after two that ended
+	// at once: the backoff is 4s now).
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(chromedp.Search(`//span[@id="conv-live" and contains(., "unavailable: reconnecting…")]`))))
+	require.Eventually(t, func() bool { return len(stream.times()) == 3 }, browserWait, 10*time.Millisecond)
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(chromedp.Search(`//span[@id="conv-live" and contains(., "live")]`))))
+	_, err := chromedp.Run(tab, chromedp.Evaluate[chromedp.Void](
+		`(() => { const now = Date.now; Date.now = () => now.call(Date) + STEADY_MS; })()`))
+	require.NoError(t, err)
+	ended.Do(func() { close(end) })
+	select {
+	case <-fourth:
+	case <-tab.Done():
+		t.Fatal("the stream was not asked for a fourth time")
+	}
+
+	asked := stream.times()
+	mu.Lock()
+	defer mu.Unlock()
+	// 1s, not the 4s it would have doubled to (bounded loosely for a
+	// loaded machine).
+	assert.GreaterOrEqual(t, asked[3].Sub(answered[2]), time.Second-100*time.Millisecond, "asked again before the backoff")
+	assert.Less(t, asked[3].Sub(answered[2]), 3*time.Second, "the backoff did not start again after a stream open STEADY_MS")
+}

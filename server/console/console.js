@@ -756,6 +756,8 @@ async function follow(state) {
 }
 
 const CAP_RETRY_MS = 5000; // the server's RetryAfterTooManySubscriptions
+// STEADY_MS is measured with Date.now, which a test moves on rather than
+// wait this long.
 const STEADY_MS = 10000; // a stream open this long resets the backoff
 
 // RECONNECT_CODES are the codes of a stream's error message after which
