@@ -62,9 +62,10 @@ type mcpSession struct {
 	name    string
 	cfg     mcpConfig
 	version string
-	// connectTimeout bounds a connection and its listing of tools.
-	connectTimeout time.Duration
-	tools          []agent.Tool
+	// connectTimeout bounds a connection and its listing of tools;
+	// timeout, each call made on a session (not the wait for a reconnect).
+	connectTimeout, timeout time.Duration
+	tools                   []agent.Tool
 	// ctx ends with Close, and with it a reconnect in flight.
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -107,7 +108,7 @@ func connectMCP(ctx context.Context, cfg mcpConfig, version string) (*mcpSession
 	if err != nil {
 		return nil, err
 	}
-	s := &mcpSession{name: cfg.Name, cfg: cfg, version: version, connectTimeout: connectTimeout, now: time.Now}
+	s := &mcpSession{name: cfg.Name, cfg: cfg, version: version, connectTimeout: connectTimeout, timeout: timeout, now: time.Now}
 	session, proc, listed, err := s.dial(ctx)
 	if err != nil {
 		return nil, err
@@ -115,7 +116,7 @@ func connectMCP(ctx context.Context, cfg mcpConfig, version string) (*mcpSession
 	s.session, s.proc, s.gen = session, proc, 1
 	s.listed = map[string]bool{}
 	for _, t := range listed {
-		tool, err := mcpTool(s.callTool, cfg.Prefix, t, timeout)
+		tool, err := mcpTool(s.callTool, cfg.Prefix, t)
 		if err != nil {
 			_ = session.Close()
 			return nil, fmt.Errorf("mcp server %s: %w", cfg.Name, err)
@@ -197,7 +198,10 @@ func (s *mcpSession) dial(ctx context.Context) (*mcp.ClientSession, *stdioProc, 
 // session lost before it served a call or stayed up mcpSessionSettled
 // counts as a failed reconnect, so a server that crashes after each
 // handshake is backed off too. After a reconnect, a tool the server no
-// longer lists fails.
+// longer lists fails. Each call made on a session is bounded by the
+// server's timeout (bounded); the wait for a reconnect is not, the
+// reconnect being bounded by the connect timeout, so that a slow
+// reconnect does not eat the time of the call made again.
 func (s *mcpSession) callTool(ctx context.Context, params *mcp.CallToolParams) (*mcp.CallToolResult, error) {
 	lost := 0
 	for {
@@ -205,12 +209,12 @@ func (s *mcpSession) callTool(ctx context.Context, params *mcp.CallToolParams) (
 		if err != nil {
 			return nil, err
 		}
-		res, err := cs.CallTool(ctx, params)
+		res, err := bounded(cs.CallTool, s.timeout)(ctx, params)
 		if err == nil {
 			s.served(gen)
 			return res, nil
 		}
-		if ctx.Err() != nil || !sessionLost(err, proc) {
+		if ctx.Err() != nil || errors.Is(err, agent.ErrToolTimeout) || !sessionLost(err, proc) {
 			return res, err
 		}
 		if waited || lost != 0 {
@@ -500,8 +504,28 @@ func (t *closingTransport) close() {
 	}
 }
 
-// mcpTool is the server tool that calls the MCP tool t with call.
-func mcpTool(call func(context.Context, *mcp.CallToolParams) (*mcp.CallToolResult, error), prefix string, t *mcp.Tool, timeout time.Duration) (agent.Tool, error) {
+// mcpCall calls an MCP tool.
+type mcpCall func(context.Context, *mcp.CallToolParams) (*mcp.CallToolResult, error)
+
+// bounded is call bounded by timeout: a call that passes it (ctx not
+// ended) fails with an error wrapping agent.ErrToolTimeout, saying so.
+func bounded(call mcpCall, timeout time.Duration) mcpCall {
+	return func(ctx context.Context, params *mcp.CallToolParams) (*mcp.CallToolResult, error) {
+		callCtx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		res, err := call(callCtx, params)
+		if err != nil && errors.Is(callCtx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
+			// The server's call timeout passed, not the run's bound: a
+			// timeout all the same (code agent.CodeTimeout).
+			return nil, fmt.Errorf("no result within the server's call timeout, %v: %w: %w", timeout, agent.ErrToolTimeout, err)
+		}
+		return res, err
+	}
+}
+
+// mcpTool is the server tool that calls the MCP tool t with call, which
+// bounds each call itself (bounded).
+func mcpTool(call mcpCall, prefix string, t *mcp.Tool) (agent.Tool, error) {
 	tool := agent.Tool{Name: prefix + t.Name, Description: t.Description, Executor: messages.Executor_EXECUTOR_SERVER}
 	if t.InputSchema != nil {
 		b, err := json.Marshal(t.InputSchema)
@@ -511,9 +535,7 @@ func mcpTool(call func(context.Context, *mcp.CallToolParams) (*mcp.CallToolResul
 		tool.Parameters = string(b)
 	}
 	name := t.Name
-	tool.Run = func(runCtx context.Context, inv agent.Invocation) (string, error) {
-		ctx, cancel := context.WithTimeout(runCtx, timeout)
-		defer cancel()
+	tool.Run = func(ctx context.Context, inv agent.Invocation) (string, error) {
 		params := &mcp.CallToolParams{
 			Meta:      mcp.Meta{mcpToolCallIDKey: inv.ToolCallID},
 			Name:      name,
@@ -521,11 +543,6 @@ func mcpTool(call func(context.Context, *mcp.CallToolParams) (*mcp.CallToolResul
 		}
 		res, err := call(ctx, params)
 		if err != nil {
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) && runCtx.Err() == nil {
-				// The server's call timeout passed, not the run's bound:
-				// a timeout all the same (code agent.CodeTimeout).
-				return "", fmt.Errorf("mcp tool %s: no result within the server's call timeout, %v: %w: %w", name, timeout, agent.ErrToolTimeout, err)
-			}
 			return "", fmt.Errorf("mcp tool %s: %w", name, err)
 		}
 		text := mcpResultText(res)

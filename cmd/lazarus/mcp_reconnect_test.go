@@ -372,3 +372,36 @@ func TestMCPSessionUpAWhileEndsTheBackoffRow(t *testing.T) {
 		})
 	}
 }
+
+// TestMCPCallTimeoutStartsAfterTheReconnect: a server's call timeout
+// bounds each call made on a session, not the wait for a reconnect
+// (bounded by connect_timeout): a call that finds its server lost and
+// waits for a reconnect longer than the timeout is still made on the new
+// session, with the whole timeout. The reconnect used to eat the call's
+// time, and the call failed with a timeout although the server answered
+// it at once.
+func TestMCPCallTimeoutStartsAfterTheReconnect(t *testing.T) {
+	self, err := filepath.Abs(os.Args[0])
+	require.NoError(t, err)
+	dir := t.TempDir()
+	starts, slow := filepath.Join(dir, "starts"), filepath.Join(dir, "slow")
+	ctx := ctxT(t)
+	cfg := mcpConfig{Name: "calc", Command: []string{self}, Env: map[string]string{envChild: "mcp", envMCPStarts: starts, envMCPFail: slow, envMCPExitSecond: "1"}, Timeout: "1s", ConnectTimeout: "1h"}
+	s, err := connectMCP(ctx, cfg, "test")
+	require.NoError(t, err)
+	defer func() { _ = s.Close() }()
+	pid := mcpToolsByName(s)["pid"]
+	first, err := callPid(ctx, t, pid, "call-1")
+	require.NoError(t, err)
+	// The server started again takes twice the call's timeout to answer
+	// its handshake.
+	require.NoError(t, os.WriteFile(slow, []byte("delay 2s"), 0o600))
+
+	begun := time.Now()
+	second, err := callPid(ctx, t, pid, "call-2") // its process exits: reconnected
+	require.NoError(t, err, "the call's timeout starts on the new session")
+	require.GreaterOrEqual(t, time.Since(begun), 2*time.Second, "it waited for the slow reconnect")
+	require.NotEqual(t, first.Pid, second.Pid)
+	require.Equal(t, "call-2", second.ToolCallID)
+	require.Len(t, mcpStarts(t, starts), 2, "started again once")
+}

@@ -116,7 +116,7 @@ func TestMCPToolErrorWithoutText(t *testing.T) {
 		})
 	ctx := ctxT(t)
 	cs, listed := inMemoryMCP(t, srv)
-	tool, err := mcpTool(cs.CallTool, "", listed, time.Minute)
+	tool, err := mcpTool(bounded(cs.CallTool, time.Minute), "", listed)
 	require.NoError(t, err)
 
 	_, err = tool.Run(ctx, agent.Invocation{ToolCallID: "call-1", Name: "fail", Arguments: `{}`})
@@ -197,7 +197,7 @@ func TestMCPToolNameTheModelsRefuse(t *testing.T) {
 			return &mcp.CallToolResult{}, nil
 		})
 	cs, listed := inMemoryMCP(t, srv)
-	_, err := mcpTool(cs.CallTool, "fs_", listed, time.Minute)
+	_, err := mcpTool(bounded(cs.CallTool, time.Minute), "fs_", listed)
 	require.ErrorIs(t, err, journal.ErrInvalid)
 	require.ErrorContains(t, err, `tool "files.read"`)
 }
@@ -339,7 +339,7 @@ func TestMCPNonTextContent(t *testing.T) {
 			}}, nil
 		})
 	cs, listed := inMemoryMCP(t, srv)
-	tool, err := mcpTool(cs.CallTool, "", listed, time.Minute)
+	tool, err := mcpTool(bounded(cs.CallTool, time.Minute), "", listed)
 	require.NoError(t, err)
 	out, err := tool.Run(ctxT(t), agent.Invocation{ToolCallID: "call-1", Name: "mixed", Arguments: `{}`})
 	require.NoError(t, err)

@@ -69,7 +69,8 @@ that finds its MCP server lost (a stdio server's process exited, an HTTP
 server that no longer knows the session or refuses the connection)
 reconnects it within connect_timeout (calls share one reconnect) and is
 made again on the new session with the same tool_call_id (at least
-once); a failed reconnect leaves the server alone for 1s, doubling up to
+once), its timeout, which bounds each call made on a session, starting
+then; a failed reconnect leaves the server alone for 1s, doubling up to
 30s, during which its calls fail at once saying when it is tried again. A
 reconnect's session lost again before it served a call or stayed up 30s
 (a server in a crash loop) counts as a failed reconnect. An example is in the project's

@@ -51,7 +51,8 @@ const (
 
 // envMCPStarts names a file the "mcp" child appends its pid to, a line,
 // when it starts; envMCPFail names a file whose presence makes it fail to
-// start (exit 1), or never answer if it holds "hang"; envMCPExitSecond
+// start (exit 1), never answer if it holds "hang", or start that much
+// later if it holds "delay DURATION" (a Go duration); envMCPExitSecond
 // makes its tool pid exit at its second call, unanswered.
 const (
 	envMCPStarts     = "LAZARUS_TEST_MCP_STARTS"
@@ -153,7 +154,11 @@ func runChild() {
 				if string(b) == "hang" {
 					waitForSignal()
 				}
-				os.Exit(1)
+				d, err := time.ParseDuration(strings.TrimPrefix(string(b), "delay "))
+				if !strings.HasPrefix(string(b), "delay ") || err != nil {
+					os.Exit(1)
+				}
+				time.Sleep(d) // a server slow to start
 			}
 		}
 		fmt.Fprint(os.Stderr, os.Getenv(envMCPStderr))
