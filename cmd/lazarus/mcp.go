@@ -78,7 +78,10 @@ type mcpSession struct {
 	session *mcp.ClientSession
 	proc    *stdioProc // a stdio server's process, of session
 	gen     int        // counts the sessions
-	listed  map[string]bool
+	// listed is the tools the session lists; offered, those listed at
+	// start, which alone are server tools (the runtime's tool set is
+	// fixed when it starts).
+	listed, offered map[string]bool
 	// reconnecting is closed when the reconnect in flight is done.
 	reconnecting chan struct{}
 	// failures counts the reconnects failed in a row; a reconnect's
@@ -114,7 +117,7 @@ func connectMCP(ctx context.Context, cfg mcpConfig, version string) (*mcpSession
 		return nil, err
 	}
 	s.session, s.proc, s.gen = session, proc, 1
-	s.listed = map[string]bool{}
+	s.listed, s.offered = map[string]bool{}, map[string]bool{}
 	for _, t := range listed {
 		tool, err := mcpTool(s.callTool, cfg.Prefix, t)
 		if err != nil {
@@ -122,7 +125,7 @@ func connectMCP(ctx context.Context, cfg mcpConfig, version string) (*mcpSession
 			return nil, fmt.Errorf("mcp server %s: %w", cfg.Name, err)
 		}
 		s.tools = append(s.tools, tool)
-		s.listed[t.Name] = true
+		s.listed[t.Name], s.offered[t.Name] = true, true
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s, nil
@@ -198,7 +201,8 @@ func (s *mcpSession) dial(ctx context.Context) (*mcp.ClientSession, *stdioProc, 
 // session lost before it served a call or stayed up mcpSessionSettled
 // counts as a failed reconnect, so a server that crashes after each
 // handshake is backed off too. After a reconnect, a tool the server no
-// longer lists fails. Each call made on a session is bounded by the
+// longer lists fails; one it lists for the first time is not offered
+// (reconnect says so). Each call made on a session is bounded by the
 // server's timeout (bounded); the wait for a reconnect is not, the
 // reconnect being bounded by the connect timeout, so that a slow
 // reconnect does not eat the time of the call made again.
@@ -364,8 +368,16 @@ func (s *mcpSession) reconnect(old *mcp.ClientSession, done chan struct{}) {
 	s.fresh, s.broken, s.up = true, false, s.now()
 	s.gen++
 	s.listed = map[string]bool{}
+	var added []string
 	for _, t := range listed {
 		s.listed[t.Name] = true
+		if !s.offered[t.Name] {
+			added = append(added, t.Name)
+		}
+	}
+	if len(added) > 0 {
+		slices.Sort(added)
+		s.report("mcp server %s: lists tools it did not list at start, not offered until the node restarts: %s", s.name, strings.Join(added, ", "))
 	}
 }
 

@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -404,4 +406,44 @@ func TestMCPCallTimeoutStartsAfterTheReconnect(t *testing.T) {
 	require.NotEqual(t, first.Pid, second.Pid)
 	require.Equal(t, "call-2", second.ToolCallID)
 	require.Len(t, mcpStarts(t, starts), 2, "started again once")
+}
+
+// TestMCPToolsListedAfterAReconnectAreNotOffered: the tools of a server
+// are those it listed at start. One it lists for the first time after a
+// reconnect is not offered, and the node's stderr says so, naming it; a
+// tool it still lists goes on being called; one it no longer lists fails,
+// naming it.
+func TestMCPToolsListedAfterAReconnectAreNotOffered(t *testing.T) {
+	var handler atomic.Pointer[http.Handler]
+	serve := func(srv *mcp.Server) {
+		var h http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil)
+		handler.Store(&h)
+	}
+	serve(newTestMCPServer(nil))
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*handler.Load()).ServeHTTP(w, r) }))
+	defer hs.Close()
+	ctx := ctxT(t)
+	stderr := &lockedBuffer{}
+	s, err := connectMCP(ctx, mcpConfig{Name: "calc", URL: hs.URL, Prefix: "calc_", stderr: stderr}, "test")
+	require.NoError(t, err)
+	defer func() { _ = s.Close() }()
+	add := mcpToolsByName(s)["calc_add"]
+
+	// Restarted (its sessions are gone), with two tools more.
+	srv := newTestMCPServer(nil)
+	for _, name := range []string{"mul", "div"} {
+		mcp.AddTool(srv, &mcp.Tool{Name: name, Description: name}, func(context.Context, *mcp.CallToolRequest, addIn) (*mcp.CallToolResult, addOut, error) {
+			return nil, addOut{}, nil
+		})
+	}
+	serve(srv)
+	out, err := add.Run(ctx, agent.Invocation{ToolCallID: "call-1", Name: "calc_add", Arguments: `{"a": 1, "b": 2}`})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"sum": 3, "tool_call_id": "call-1"}`, out)
+	require.Contains(t, stderr.String(), "mcp server calc: lists tools it did not list at start, not offered until the node restarts: div, mul\n")
+	require.Equal(t, []string{"calc_add"}, slices.Collect(maps.Keys(mcpToolsByName(s))), "the tools listed at start")
+
+	serve(mcp.NewServer(&mcp.Implementation{Name: "empty", Version: "1"}, nil)) // restarted again, without tools
+	_, err = add.Run(ctx, agent.Invocation{ToolCallID: "call-2", Name: "calc_add", Arguments: `{"a": 1, "b": 2}`})
+	require.EqualError(t, err, "mcp tool add: mcp server calc no longer lists the tool since it was reconnected")
 }

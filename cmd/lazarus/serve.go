@@ -71,7 +71,10 @@ reconnects it within connect_timeout (calls share one reconnect) and is
 made again on the new session with the same tool_call_id (at least
 once), its timeout, which bounds each call made on a session, starting
 then; a failed reconnect leaves the server alone for 1s, doubling up to
-30s, during which its calls fail at once saying when it is tried again. A
+30s, during which its calls fail at once saying when it is tried again.
+The tools stay those listed at start until the node restarts: one a
+reconnected server no longer lists fails, one it lists for the first
+time is not offered (stderr says so). A
 reconnect's session lost again before it served a call or stayed up 30s
 (a server in a crash loop) counts as a failed reconnect. An example is in the project's
 docs/serve.example.json; the format is in README.md.
