@@ -395,15 +395,40 @@ func TestMCPCallTimeoutStartsAfterTheReconnect(t *testing.T) {
 	pid := mcpToolsByName(s)["pid"]
 	first, err := callPid(ctx, t, pid, "call-1")
 	require.NoError(t, err)
-	// The server started again takes twice the call's timeout to answer
-	// its handshake.
-	require.NoError(t, os.WriteFile(slow, []byte("delay 2s"), 0o600))
-
-	begun := time.Now()
-	second, err := callPid(ctx, t, pid, "call-2") // its process exits: reconnected
-	require.NoError(t, err, "the call's timeout starts on the new session")
-	require.GreaterOrEqual(t, time.Since(begun), 2*time.Second, "it waited for the slow reconnect")
+	// The server started again answers its handshake only when the test
+	// lets it, after longer than the call's timeout.
+	require.NoError(t, os.WriteFile(slow, []byte("gate"), 0o600))
+	type answer struct {
+		out string
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() { // its process exits: reconnected
+		out, err := pid.Run(ctx, agent.Invocation{ToolCallID: "call-2", Name: "pid", Arguments: `{}`})
+		done <- answer{out, err}
+	}()
+	var gated []byte
+	require.Eventually(t, func() bool {
+		b, err := os.ReadFile(slow + ".gated")
+		gated = b
+		return err == nil && len(b) > 0
+	}, 30*time.Second, 10*time.Millisecond, "the server started again waits at its gate")
+	require.Never(t, func() bool { return len(done) > 0 }, 1500*time.Millisecond, 50*time.Millisecond,
+		"the call waits for the reconnect past its 1s timeout")
+	gatedPid, err := strconv.Atoi(string(gated))
+	require.NoError(t, err)
+	require.NoError(t, syscall.Kill(gatedPid, syscall.SIGUSR1))
+	var got answer
+	select {
+	case got = <-done:
+	case <-ctx.Done():
+		t.Fatal("the call did not end")
+	}
+	require.NoError(t, got.err, "the call's timeout starts on the new session")
+	var second pidCallOut
+	require.NoError(t, json.Unmarshal([]byte(got.out), &second))
 	require.NotEqual(t, first.Pid, second.Pid)
+	require.Equal(t, gatedPid, second.Pid)
 	require.Equal(t, "call-2", second.ToolCallID)
 	require.Len(t, mcpStarts(t, starts), 2, "started again once")
 }

@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -51,8 +52,9 @@ const (
 
 // envMCPStarts names a file the "mcp" child appends its pid to, a line,
 // when it starts; envMCPFail names a file whose presence makes it fail to
-// start (exit 1), never answer if it holds "hang", or start that much
-// later if it holds "delay DURATION" (a Go duration); envMCPExitSecond
+// start (exit 1), never answer if it holds "hang", or start only at
+// SIGUSR1 if it holds "gate" (writing its pid to the file's name plus
+// ".gated" once it waits for the signal); envMCPExitSecond
 // makes its tool pid exit at its second call, unanswered.
 const (
 	envMCPStarts     = "LAZARUS_TEST_MCP_STARTS"
@@ -151,14 +153,22 @@ func runChild() {
 		}
 		if f := os.Getenv(envMCPFail); f != "" {
 			if b, err := os.ReadFile(f); err == nil {
-				if string(b) == "hang" {
+				switch string(b) {
+				case "hang":
 					waitForSignal()
-				}
-				d, err := time.ParseDuration(strings.TrimPrefix(string(b), "delay "))
-				if !strings.HasPrefix(string(b), "delay ") || err != nil {
+					os.Exit(1)
+				case "gate":
+					// A server slow to start: it goes on at SIGUSR1, and
+					// says it waits for it in the file ".gated" beside f.
+					goOn := make(chan os.Signal, 1)
+					signal.Notify(goOn, syscall.SIGUSR1)
+					if os.WriteFile(f+".gated", []byte(strconv.Itoa(os.Getpid())), 0o600) != nil {
+						os.Exit(1)
+					}
+					<-goOn
+				default:
 					os.Exit(1)
 				}
-				time.Sleep(d) // a server slow to start
 			}
 		}
 		fmt.Fprint(os.Stderr, os.Getenv(envMCPStderr))
