@@ -70,9 +70,10 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	_ "time/tzdata" // cron time zones load on a machine without zoneinfo (ScheduleSpec.TimeZone)
+
+	"github.com/lazarusrt/lazarus/internal/cliflag"
 )
 
 // Exit codes.
@@ -185,23 +186,6 @@ func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// asksHelp reports whether args hold a help flag (-h, --help, -help, or
-// one of them with "=") before a "--". parseFlags checks it before the
-// flag package reads args, which would take a help flag after a flag
-// expecting a value as that value (--dir --help would be --dir "--help").
-func asksHelp(args []string) bool {
-	for _, a := range args {
-		if a == "--" {
-			return false
-		}
-		name, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-"), "=")
-		if strings.HasPrefix(a, "-") && (name == "h" || name == "help") {
-			return true
-		}
-	}
-	return false
-}
-
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var cfg config
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
@@ -228,7 +212,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		})
 		fmt.Fprint(fs.Output(), "\nExit status: 0 every check held; 1 a check failed or the demo could not run;\n2 bad flags or a --dir the demo cannot use; 130 interrupted (SIGINT, SIGTERM,\nSIGHUP); 141 stdout or stderr closed before the end (as by demo | head).\n")
 	}
-	if asksHelp(args) {
+	if cliflag.AsksHelp(args) {
 		fs.Usage()
 		return cfg, flag.ErrHelp
 	}

@@ -123,6 +123,7 @@ import (
 
 	"github.com/lazarusrt/lazarus"
 	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/internal/cliflag"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/journal/pgjournal"
 	"github.com/lazarusrt/lazarus/messages"
@@ -245,7 +246,7 @@ failed; 2 given arguments; 130 interrupted.
 	fs.DurationVar(&c.delay, "model-delay", 50*time.Millisecond, "duration of every model call")
 	fs.DurationVar(&c.humanTimeout, "human-timeout", 3*time.Second, "deadline of the approve tool")
 	fs.BoolVar(&c.verbose, "verbose", false, "info and debug logs on stderr too (warnings and errors always go there)")
-	if asksHelp(args) {
+	if cliflag.AsksHelp(args) {
 		fs.Usage()
 		return c, flag.ErrHelp
 	}
@@ -297,23 +298,6 @@ failed; 2 given arguments; 130 interrupted.
 		return c, fmt.Errorf("%w: %w", errUsage, bad)
 	}
 	return c, nil
-}
-
-// asksHelp reports whether args hold a help flag (-h, --help, -help, or
-// one of them with "=") before a "--". parse checks it before the flag
-// package reads args, which would take a help flag after a flag expecting
-// a value as that value (--postgres --help would be --postgres "--help").
-func asksHelp(args []string) bool {
-	for _, a := range args {
-		if a == "--" {
-			return false
-		}
-		name, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-"), "=")
-		if strings.HasPrefix(a, "-") && (name == "h" || name == "help") {
-			return true
-		}
-	}
-	return false
 }
 
 // hostPort reports an address that is not host:port with a port from

@@ -117,6 +117,7 @@ import (
 	"time"
 	_ "time/tzdata" // cron time zones load on a machine without zoneinfo (ScheduleSpec.TimeZone)
 
+	"github.com/lazarusrt/lazarus/internal/cliflag"
 	"github.com/lazarusrt/lazarus/journal"
 )
 
@@ -329,7 +330,7 @@ func (c *cli) run(ctx context.Context, args []string) int {
 		// A help flag the flag package took as a top-level flag's value
 		// (--dir --help COMMAND) asks for the main help, as one with no
 		// command before it does.
-		*help = *help || asksHelp(args[:len(args)-len(rest)])
+		*help = *help || cliflag.AsksHelp(args[:len(args)-len(rest)])
 	}
 	if *help || len(rest) == 0 {
 		if *help {
@@ -492,7 +493,7 @@ func (c *cli) parse(fs *flags, args []string, minArgs, maxArgs int) ([]string, e
 	// Checked before the flag package reads args, which would take a help
 	// flag after a flag expecting a value as that value, for every string
 	// flag of every command.
-	if asksHelp(args) {
+	if cliflag.AsksHelp(args) {
 		c.commandUsage(c.stdout, fs)
 		return nil, errHelp
 	}
@@ -532,25 +533,9 @@ func (c *cli) parse(fs *flags, args []string, minArgs, maxArgs int) ([]string, e
 	return pos, nil
 }
 
-// asksHelp reports whether args, up to a "--", hold a help flag as the
-// flag package reads one: -h, -help, --h or --help, with or without a
-// value.
-func asksHelp(args []string) bool {
-	for _, a := range args {
-		if a == "--" {
-			return false
-		}
-		name, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-"), "=")
-		if strings.HasPrefix(a, "-") && (name == "h" || name == "help") {
-			return true
-		}
-	}
-	return false
-}
-
 // topHelp reads a top-level command line the flag package refused (it
 // stops at an unknown flag or a bad value) for a help asked for after the
-// bad flag, up to a "--": COMMAND followed by a help flag (asksHelp) or
+// bad flag, up to a "--": COMMAND followed by a help flag (cliflag.AsksHelp) or
 // help COMMAND asks for the help of COMMAND, the first argument that names
 // a command (or help) deciding; a help flag with no command before it, or
 // a bare help, asks for the main help (name ""). asked is false when no
@@ -566,8 +551,8 @@ func topHelp(args []string) (name string, asked bool) {
 			}
 			return "", true
 		case lookup(a) != nil:
-			return a, asksHelp(args[i+1:])
-		case asksHelp([]string{a}):
+			return a, cliflag.AsksHelp(args[i+1:])
+		case cliflag.AsksHelp([]string{a}):
 			return "", true
 		}
 	}

@@ -85,10 +85,11 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/lazarusrt/lazarus/internal/cliflag"
 )
 
 // Exit statuses.
@@ -173,23 +174,6 @@ func (c config) errOut() io.Writer {
 	return c.stderr
 }
 
-// asksHelp reports whether args hold a help flag (-h, --help, -help, or
-// one of them with "=") before a "--". parseFlags checks it before the
-// flag package reads args, which would take a help flag after a flag
-// expecting a value as that value (--postgres --help would be --postgres "--help").
-func asksHelp(args []string) bool {
-	for _, a := range args {
-		if a == "--" {
-			return false
-		}
-		name, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-"), "=")
-		if strings.HasPrefix(a, "-") && (name == "h" || name == "help") {
-			return true
-		}
-	}
-	return false
-}
-
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
@@ -232,7 +216,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		fmt.Fprint(fs.Output(), "\nExit status: 0 a whole run; 1 a phase failed; 2 bad flags, a --dir that\ncannot be used, or a --cpuprofile, --memprofile or --trace file that cannot be\ncreated; 130 interrupted (SIGINT, SIGTERM, SIGHUP): the report covers what was\nmeasured until then, the phase in progress marked interrupted;\n141 stdout or stderr closed before the end (as by loadgen | head). The\ntemporary directory is removed at the end, interrupted or cut off too; a\n--dir is kept.\n")
 	}
 	err := flag.ErrHelp
-	if !asksHelp(args) {
+	if !cliflag.AsksHelp(args) {
 		err = fs.Parse(args)
 	}
 	if err != nil {
