@@ -333,8 +333,10 @@ type Options struct {
 	// outcome unknown) stops, and the work it owed would otherwise wait for
 	// the conversation's next command; with this scan it resumes within
 	// an interval once the Store is back. (After a write of unknown
-	// outcome the runtime wakes the conversation again at once, up to
-	// three times in a row; the scan covers what is left.) The scan reads the same index as
+	// outcome or one fenced off by another writer, journal.ErrConflict,
+	// the runtime wakes the conversation again at once, up to three times
+	// in a row by activations that committed nothing, then logs a warning;
+	// the scan covers what is left.) The scan reads the same index as
 	// Open's and skips live conversations. The interval is real time, not
 	// Clock's. Default DefaultResumeInterval; negative: no scan after
 	// Open's; a positive one below MinResumeInterval is refused by Open

@@ -226,10 +226,13 @@ type ConversationConfig struct {
 	Stopped func(cause error)
 	// Fenced, if set, is called when a write of this activation failed with
 	// ErrConflict (another writer, such as a killed predecessor whose last
-	// write landed late, moved the log on). The activation stops; the
-	// runtime wakes the conversation again once it has, so work it owed
-	// does not wait for the next command.
-	Fenced func()
+	// write landed late, moved the log on), or once a rewind took the log
+	// below its summary; committed reports whether a write of this
+	// activation landed before it, as Unknown's does. The activation
+	// stops; the runtime wakes the conversation again once it has, so work
+	// it owed does not wait for the next command (the supervisor bounds
+	// the re-wakes in a row of activations that committed nothing).
+	Fenced func(committed bool)
 	// Unknown, if set, is called when a write of this activation ended
 	// with journal.ErrUnknownOutcome (the Store cannot tell whether it
 	// landed); committed reports whether a write of this activation
@@ -473,7 +476,7 @@ func (c *conversation) perform(ctx actor.Context, e effect) {
 		}
 	case effFenced:
 		if c.cfg.Fenced != nil {
-			c.cfg.Fenced()
+			c.cfg.Fenced(e.committed)
 		}
 	case effUnknown:
 		if c.cfg.Unknown != nil {

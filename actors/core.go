@@ -57,7 +57,8 @@ type core struct {
 
 	nextWrite uint64
 	inflight  *pendingWrite
-	// committed: a write of this activation landed (see effUnknown).
+	// committed: a write of this activation landed (see effUnknown and
+	// effFenced).
 	committed bool
 	// rowStatus is the conversation row's status as this activation read
 	// or last wrote it (see setRow).
@@ -353,8 +354,10 @@ type (
 	// effHalt abandons the work in flight (goroutines, timers); poison
 	// also stops the actor once its mailbox is drained.
 	effHalt struct{ poison bool }
-	// effFenced asks for the conversation to be woken again (ErrConflict).
-	effFenced struct{}
+	// effFenced asks for the conversation to be woken again (ErrConflict,
+	// or a rewind below the summary); committed: a write of this
+	// activation landed before it (as effUnknown's).
+	effFenced struct{ committed bool }
 	// effUnknown asks for the conversation to be woken again after a
 	// write of unknown outcome; committed: a write of this activation
 	// landed before it (the runtime bounds the re-wakes of activations
@@ -1050,7 +1053,7 @@ func (c *core) onWriteReply(r *inWriteReply) {
 		c.stop(err)
 		switch {
 		case errors.Is(err, journal.ErrConflict):
-			c.emit(effFenced{})
+			c.emit(effFenced{committed: c.committed})
 		case errors.Is(err, journal.ErrUnknownOutcome):
 			c.emit(effUnknown{committed: c.committed})
 		}
@@ -1124,7 +1127,7 @@ func (c *core) onWriteReply(r *inWriteReply) {
 			// then ask for the wake-up that does the work owed (an
 			// edit's turn).
 			c.stop(fmt.Errorf("conversation %q: rewound below its summary, reviving: %w", c.cfg.ID, ErrAgentStopped))
-			c.emit(effFenced{})
+			c.emit(effFenced{committed: true})
 			return
 		}
 	}

@@ -49,9 +49,9 @@ const (
 	// simUnknownRate is the share of the journal's commits that end with
 	// journal.ErrUnknownOutcome, half of them landed.
 	simUnknownRate = 0.03
-	// simMaxUnknownRewakes is the supervisor's bound (maxUnknownRewakes):
-	// the re-wakes in a row after writes of unknown outcome by activations
-	// that committed nothing before them.
+	// simMaxUnknownRewakes is the supervisor's bound (maxFailedRewakes):
+	// the re-wakes in a row after fenced writes or writes of unknown
+	// outcome by activations that committed nothing before them.
 	simMaxUnknownRewakes = 3
 )
 
@@ -692,7 +692,7 @@ func (s *sim) perform(a *simAct, e effect) {
 		a.retry = false
 	case effPublish, effTouchIdle:
 	case effRetire:
-		if !errors.Is(e.cause, journal.ErrUnknownOutcome) {
+		if !errors.Is(e.cause, journal.ErrUnknownOutcome) && !errors.Is(e.cause, journal.ErrConflict) {
 			s.unknownRun = 0 // the supervisor's run of re-wakes ends
 		}
 		a.dead = true
@@ -704,40 +704,50 @@ func (s *sim) perform(a *simAct, e effect) {
 		a.retry = false
 		s.cancelCalls(a, true)
 	case effFenced:
-		s.logf("a%d fenced: the runtime wakes the conversation again", a.n)
-		s.command(&Command{Scope: agent.SystemScope, Msg: &messages.AgentWake{}})
+		s.onRewake(a, e.committed, false)
 	case effUnknown:
-		s.onUnknown(a, e)
+		s.onRewake(a, e.committed, true)
 	default:
 		s.fail("unknown effect %T", e)
 	}
 }
 
-// onUnknown is the supervisor hearing that activation a stopped after a
-// write of unknown outcome: it wakes the conversation again, at most
-// simMaxUnknownRewakes times in a row by activations that committed
-// nothing before the write (supervisor.allowUnknown).
-func (s *sim) onUnknown(a *simAct, e effUnknown) {
+// onRewake is the supervisor hearing that activation a stopped after a
+// write of unknown outcome (unknown) or a fenced one: it wakes the
+// conversation again, at most simMaxUnknownRewakes times in a row by
+// activations that committed nothing before the write
+// (supervisor.allowRewake). The stats count the unknown ones.
+func (s *sim) onRewake(a *simAct, committed, unknown bool) {
+	what := "fenced"
+	if unknown {
+		what = "of unknown outcome"
+	}
 	if !a.dead {
-		s.fail("a%d asked for a re-wake after a write of unknown outcome before it retired", a.n)
+		s.fail("a%d asked for a re-wake after a write %s before it retired", a.n, what)
 	}
-	if e.committed != a.committed {
-		s.fail("a%d's re-wake says committed=%v, but a write of it was answered as committed: %v", a.n, e.committed, a.committed)
+	if committed != a.committed {
+		s.fail("a%d's re-wake says committed=%v, but a write of it was answered as committed: %v", a.n, committed, a.committed)
 	}
-	a.rewoken = true
+	if unknown {
+		a.rewoken = true
+	}
 	n := s.unknownRun + 1
-	if e.committed {
+	if committed {
 		n = 1
 	}
 	if n > simMaxUnknownRewakes {
 		s.unknownRun = 0
-		s.stats.UnknownBounded++
-		s.logf("a%d's write was of unknown outcome: %d re-wakes in a row, not woken again", a.n, simMaxUnknownRewakes)
+		if unknown {
+			s.stats.UnknownBounded++
+		}
+		s.logf("a%d's write was %s: %d re-wakes in a row, not woken again", a.n, what, simMaxUnknownRewakes)
 		return
 	}
 	s.unknownRun = n
-	s.stats.UnknownRewakes++
-	s.logf("a%d's write was of unknown outcome: the runtime wakes the conversation again (%d in a row)", a.n, n)
+	if unknown {
+		s.stats.UnknownRewakes++
+	}
+	s.logf("a%d's write was %s: the runtime wakes the conversation again (%d in a row)", a.n, what, n)
 	s.command(&Command{Scope: agent.SystemScope, Msg: &messages.AgentWake{}})
 }
 

@@ -613,26 +613,28 @@ type root struct {
 	// holds (see registry.block); they go out once it has terminated, or
 	// the hold has ended.
 	deferred map[string][]*actors.Command
-	// unknown counts, per conversation, the re-wakes in a row after a
-	// write of unknown outcome by activations that committed nothing
-	// before it (see rewake); an activation of the conversation that
-	// terminates for another reason ends the run.
-	unknown map[string]int
+	// failed counts, per conversation, the re-wakes in a row after a
+	// fenced write or one of unknown outcome by activations that committed
+	// nothing before it (see rewake); an activation of the conversation
+	// that terminates for another reason ends the run.
+	failed map[string]int
 }
 
-// maxUnknownRewakes bounds the re-wakes in a row after writes of unknown
-// outcome whose activations committed nothing before them: a Store that
-// keeps failing so does not have the conversation revived (and its model
-// called) again and again. The next command, or the next Open's resume
-// scan, runs the work owed then.
-const maxUnknownRewakes = 3
+// maxFailedRewakes bounds the re-wakes in a row after fenced writes
+// (journal.ErrConflict) or writes of unknown outcome whose activations
+// committed nothing before them: a Store that keeps failing so (another
+// writer that keeps winning, a damaged row whose fence never holds) does
+// not have the conversation revived (and its model called) again and
+// again. One warning is logged; the next command, or the resume scan,
+// runs the work owed then.
+const maxFailedRewakes = 3
 
 // rewake asks the supervisor to wake a conversation whose activation was
 // fenced off by another writer, or whose write ended with
 // journal.ErrUnknownOutcome (unknown), once that activation has stopped:
 // the work it owed (an answer, a tool result) must not wait for the next
-// command. committed: the activation of unknown outcome had a write land
-// before it (the Store works; the run of re-wakes starts again).
+// command. committed: the activation had a write land before it (the
+// Store works; the run of re-wakes starts again).
 type rewake struct {
 	conversation       string
 	unknown, committed bool
@@ -678,7 +680,7 @@ func (r *root) Receive(ctx actor.Context) {
 		if owned, err := s.owns(msg.conversation); !owned && err == nil {
 			return
 		}
-		if msg.unknown && !r.allowUnknown(msg) {
+		if !r.allowRewake(msg) {
 			return
 		}
 		r.deliver(ctx, msg.conversation, &actors.Command{Scope: agent.SystemScope, Msg: &messages.AgentWake{}})
@@ -698,8 +700,8 @@ func (r *root) Receive(ctx actor.Context) {
 		}
 		if a := s.reg.terminated(msg.Who); a != nil {
 			s.log.Debug("conversation actor stopped", "conversation", a.id)
-			if !errors.Is(a.stopCause(), journal.ErrUnknownOutcome) {
-				delete(r.unknown, a.id)
+			if cause := a.stopCause(); !errors.Is(cause, journal.ErrUnknownOutcome) && !errors.Is(cause, journal.ErrConflict) {
+				delete(r.failed, a.id)
 			}
 			waiting := r.deferred[a.id]
 			delete(r.deferred, a.id)
@@ -710,24 +712,29 @@ func (r *root) Receive(ctx actor.Context) {
 	}
 }
 
-// allowUnknown counts a re-wake after a write of unknown outcome and
-// reports whether it goes out: at most maxUnknownRewakes in a row whose
-// activations committed nothing before the write.
-func (r *root) allowUnknown(msg *rewake) bool {
-	if r.unknown == nil {
-		r.unknown = map[string]int{}
+// allowRewake counts a re-wake after a fenced write or one of unknown
+// outcome and reports whether it goes out: at most maxFailedRewakes in a
+// row whose activations committed nothing before the write. The one held
+// back is logged as a warning, once per run.
+func (r *root) allowRewake(msg *rewake) bool {
+	if r.failed == nil {
+		r.failed = map[string]int{}
 	}
-	n := r.unknown[msg.conversation] + 1
+	n := r.failed[msg.conversation] + 1
 	if msg.committed {
 		n = 1
 	}
-	if n > maxUnknownRewakes {
-		delete(r.unknown, msg.conversation)
-		r.s.log.Warn("writes of unknown outcome in a row; the conversation is not woken again until its next command",
-			"conversation", msg.conversation, "rewakes", maxUnknownRewakes)
+	if n > maxFailedRewakes {
+		delete(r.failed, msg.conversation)
+		what := "writes fenced off in a row (journal.ErrConflict)"
+		if msg.unknown {
+			what = "writes of unknown outcome in a row"
+		}
+		r.s.log.Warn(what+"; the conversation is not woken again until its next command or the resume scan",
+			"conversation", msg.conversation, "rewakes", maxFailedRewakes)
 		return false
 	}
-	r.unknown[msg.conversation] = n
+	r.failed[msg.conversation] = n
 	return true
 }
 
@@ -943,7 +950,9 @@ func (r *root) spawn(ctx actor.Context, a *activation) (*actor.PID, error) {
 		return ok
 	}
 	self, root := ctx.Self(), ctx.ActorSystem().Root
-	cfg.Fenced = func() { root.Send(self, &rewake{conversation: a.id, from: a}) }
+	cfg.Fenced = func(committed bool) {
+		root.Send(self, &rewake{conversation: a.id, committed: committed, from: a})
+	}
 	cfg.Unknown = func(committed bool) {
 		root.Send(self, &rewake{conversation: a.id, unknown: true, committed: committed, from: a})
 	}
