@@ -240,7 +240,13 @@ type ConversationConfig struct {
 	// conversation again once it has, so a new activation reads from the
 	// log whether the write landed and does the work owed (if it did not,
 	// the work again: the write's fence keeps it once in the log) without
-	// waiting for the next command.
+	// waiting for the next command. A write that meets the journal actor
+	// gone (a dead letter: it was stopped, as Supervisor.Stop stops it
+	// once the conversations are stopped; a restart keeps its mailbox and
+	// answers what it held) is of unknown outcome too, but calls neither
+	// Unknown nor Fenced: the activation stops, its callers are told to
+	// retry, and the work it owed waits for the next command or the resume
+	// scan (a new activation's writes would meet the same dead letter).
 	Unknown func(committed bool)
 	// Revived, if set, is called on the actor's goroutine each time its
 	// revival read of the log succeeded, with the seq of the log's last

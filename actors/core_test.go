@@ -333,6 +333,19 @@ func TestCoreRecoveryRules(t *testing.T) {
 				[]string{"publish", "retire", "halt", "unknown committed=true"}},
 		},
 	}, {
+		name: "the journal actor gone under a model answer's write stops the activation with no re-wake: the owed turn waits for the next command or the resume scan",
+		log:  []*messages.Event{user("r1"), answer()},
+		steps: []coreStep{
+			{nil, nil},
+			{send("r2"), []string{"write[" + wUser + "]"}},
+			{ok(1), []string{"reply seq=3", "model"}},
+			{&inModelDone{turn: 1, msg: &messages.AssistantMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "hi"}}}}},
+				[]string{"write[" + wAnswer + "]"}},
+			{send("r3"), nil},
+			{&inJournalGone{}, []string{"retire", "reply error retry=true", "halt"}},
+			{send("r4"), []string{"reply error retry=true"}},
+		},
+	}, {
 		name: "a write the Store refuses as bad input stops the activation; a send queued behind it is told to retry on a new one, not given that write's error",
 		log:  []*messages.Event{user("r1"), answer()},
 		steps: []coreStep{
