@@ -210,3 +210,66 @@ func TestResolveWhoseCallerLeftIsRecorded(t *testing.T) {
 	require.Equal(t, 1, res, "one resolution")
 	require.Equal(t, 1, results, "one tool_result")
 }
+
+// TestResolveRetriedAfterCallTimeoutIsRecordedOnce: an answer whose write
+// is held in the Store past Options.CallTimeout: Resolve returns an error
+// wrapping ErrUnknownOutcome and context.DeadlineExceeded (the delivery
+// it starts, bounded by CallTimeout too, may give up with it). The write
+// then lands, and the caller retries as ErrUnknownOutcome says, twice,
+// the second time with another answer: each retry is ErrStale (and
+// ErrInvalid), the row holds the first answer, and the live activation
+// records it once (one resolution, one tool_result, however many
+// deliveries reached it) and runs its turn once.
+func TestResolveRetriedAfterCallTimeoutIsRecordedOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	model := scripted.New(scripted.Options{})
+	store := newGatedStore()
+	// Long enough for a turn on a busy machine; the held write below
+	// outlives it whatever its length.
+	rt := openContract(t, store, model, 2*time.Second)
+	callID := suspend(ctx, t, rt, model, "h")
+	model.Push("h", scripted.Text("thanks"), scripted.Text("later"))
+	sub, err := rt.Subscribe(ctx, "h", 0)
+	require.NoError(t, err)
+
+	release := store.hold(resolving(callID))
+	defer release()
+	err = rt.Resolve(context.Background(), callID, `{"approved":true}`, user)
+	require.ErrorIs(t, err, lazarus.ErrUnknownOutcome)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	release()
+
+	for _, retry := range []string{`{"approved":true}`, `{"approved":false}`} {
+		err = rt.Resolve(ctx, callID, retry, user)
+		require.ErrorIs(t, err, journal.ErrStale, "the retry %s: already answered", retry)
+		require.ErrorIs(t, err, journal.ErrInvalid)
+	}
+	row, err := rt.Store().ToolCall(ctx, callID)
+	require.NoError(t, err)
+	require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, row.GetStatus())
+	require.JSONEq(t, `{"approved":true}`, row.GetResult().GetContent(), "the first answer is the one recorded")
+
+	awaitFinalAnswer(t, sub)
+	// A later turn: one model call of a conversation at a time, its turns
+	// in order, so once it answered no delivery can run the first again.
+	_, err = rt.SendAndWait(ctx, "h", "and now?", user)
+	require.NoError(t, err)
+	require.Equal(t, 3, model.Calls("h"), "the call's turn, the answer's turn and the later one: no turn twice")
+	evs, err := rt.History(ctx, "h", 0, 0)
+	require.NoError(t, err)
+	res, results := resultsOf(evs, callID)
+	require.Equal(t, 1, res, "one resolution")
+	require.Equal(t, 1, results, "one tool_result")
+	require.JSONEq(t, `{"approved":true}`, toolResultOf(evs, callID), "the answer that landed")
+}
+
+// toolResultOf returns the content of call id's tool_result event.
+func toolResultOf(evs []*messages.Event, id string) string {
+	for _, ev := range evs {
+		if r := ev.GetToolResult(); r.GetToolCallId() == id {
+			return r.GetOutcome().GetContent()
+		}
+	}
+	return ""
+}

@@ -872,8 +872,13 @@ func (r *Runtime) SendMessage(ctx context.Context, conversationID string, msg *m
 // changes: of any number of concurrent answers, exactly one wins. A call
 // still pending in an ended conversation (End refuses while a call is
 // open; an import cut short leaves one) gets an error wrapping
-// journal.ErrEnded, and nothing changes: the conversation stays ended. See ErrUnknownOutcome
-// for a call that ends before its answer.
+// journal.ErrEnded, and nothing changes: the conversation stays ended. A
+// call that ends (its context, Options.CallTimeout, Close) after its write
+// was handed over gets an error wrapping ErrUnknownOutcome and the cause
+// (context.DeadlineExceeded for CallTimeout): the answer may land, and
+// retrying is safe, since a call answered is never answered again (the
+// retry gets journal.ErrStale and the conversation records the answer the
+// row holds, once); see ErrUnknownOutcome.
 //
 // scope is the resolver's. Its identity (UserID and Roles) is recorded as
 // the resolver, in the resolution event and the tool call row. The tool
