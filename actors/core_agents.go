@@ -57,16 +57,27 @@ func (c *core) agentOwed() bool {
 // owns (Event.agent) owes one (see owes), or, when none of its events
 // follows the summary, when the summary says so (Summary.owed); of those,
 // the agent whose owed event is the oldest gets the turn. Events of agents
-// no longer configured owe nothing.
+// no longer configured owe nothing. A tool_result that answers no call (an
+// orphan or a second result, see lastSeen) is not an agent's last event:
+// the one before it decides.
 func owedAgent(ws *snapshot.WorkingSet, known func(string) bool) (string, bool) {
 	r := ws.Render()
 	seen := map[string]bool{}
 	next, found := "", false
+	var stray map[*messages.Event]bool // the full scan's, once a fast check fails
 	for i := len(r) - 1; i >= 0; i-- {
 		ev := r[i]
 		a := ev.GetAgent()
 		if seen[a] {
 			continue
+		}
+		if ev.GetToolResult() != nil && !answersAt(ws, r, i) {
+			if stray == nil {
+				stray = strayResults(ws)
+			}
+			if stray[ev] {
+				continue
+			}
 		}
 		seen[a] = true
 		if owes(ev) && known(a) {
@@ -124,6 +135,19 @@ func lastSeen(ws *snapshot.WorkingSet) *messages.Event {
 
 // lastSeenScan is lastSeen by a full scan of ws.
 func lastSeenScan(ws *snapshot.WorkingSet) *messages.Event {
+	stray := strayResults(ws)
+	r := ws.Render()
+	for i := len(r) - 1; i >= 0; i-- {
+		if !stray[r[i]] {
+			return r[i]
+		}
+	}
+	return nil
+}
+
+// strayResults returns the rendered tool_results of ws that answer no call
+// (see lastSeen), by a full scan; an empty, non-nil map when there are none.
+func strayResults(ws *snapshot.WorkingSet) map[*messages.Event]bool {
 	var logged map[string]uint64 // call id -> seq of its first tool_call event
 	for _, ev := range ws.Events {
 		if tc := ev.GetToolCall(); tc != nil {
@@ -135,8 +159,7 @@ func lastSeenScan(ws *snapshot.WorkingSet) *messages.Event {
 			}
 		}
 	}
-	named, answered := map[string]bool{}, map[string]bool{}
-	var last *messages.Event
+	named, answered, stray := map[string]bool{}, map[string]bool{}, map[*messages.Event]bool{}
 	for _, ev := range ws.Render() {
 		for _, tc := range ev.GetAssistantMsg().GetToolCalls() {
 			named[agent.CallID(tc)] = true
@@ -145,36 +168,42 @@ func lastSeenScan(ws *snapshot.WorkingSet) *messages.Event {
 			id := tr.GetToolCallId()
 			at, ok := logged[id]
 			if answered[id] || !named[id] && (!ok || at > ev.GetSeq()) {
+				stray[ev] = true
 				continue
 			}
 			answered[id] = true
 		}
-		last = ev
 	}
-	return last
+	return stray
 }
 
 // lastAnswers is lastSeen's fast path, taken on every log that is not
 // damaged, without allocating: it reports the last rendered event, a
-// tool_result, and true when that result answers its call (no earlier
-// rendered result has its call id, and an earlier assistant_msg or a
-// tool_call event up to its seq named the call); false when only the full
-// scan can tell.
+// tool_result, and true when that result answers its call (answersAt);
+// false when only the full scan can tell.
 func lastAnswers(ws *snapshot.WorkingSet) (*messages.Event, bool) {
 	rendered := ws.Render()
-	if len(rendered) == 0 {
+	if len(rendered) == 0 || rendered[len(rendered)-1].GetToolResult() == nil {
 		return nil, false
 	}
-	last := rendered[len(rendered)-1]
-	tr := last.GetToolResult()
-	if tr == nil {
+	if !answersAt(ws, rendered, len(rendered)-1) {
 		return nil, false
 	}
-	id := tr.GetToolCallId()
+	return rendered[len(rendered)-1], true
+}
+
+// answersAt reports, without allocating, true when the tool_result
+// rendered[i] (rendered is ws.Render()) answers its call: no earlier
+// rendered result has its call id, and an earlier assistant_msg or a
+// tool_call event up to its seq named the call; false when only the full
+// scan (strayResults) can tell.
+func answersAt(ws *snapshot.WorkingSet, rendered []*messages.Event, i int) bool {
+	res := rendered[i]
+	id := res.GetToolResult().GetToolCallId()
 	named := false
-	for _, ev := range rendered[:len(rendered)-1] {
+	for _, ev := range rendered[:i] {
 		if r := ev.GetToolResult(); r != nil && r.GetToolCallId() == id {
-			return nil, false // a second result, or one before: the full scan decides
+			return false // a second result, or one before: the full scan decides
 		}
 		if !named {
 			for _, tc := range ev.GetAssistantMsg().GetToolCalls() {
@@ -186,17 +215,17 @@ func lastAnswers(ws *snapshot.WorkingSet) (*messages.Event, bool) {
 		}
 	}
 	if named {
-		return last, true
+		return true
 	}
 	for _, ev := range ws.Events {
-		if ev.GetSeq() > last.GetSeq() {
+		if ev.GetSeq() > res.GetSeq() {
 			break
 		}
 		if tc := ev.GetToolCall(); tc != nil && tc.GetCall().GetId() == id {
-			return last, true
+			return true
 		}
 	}
-	return nil, false
+	return false
 }
 
 // OwesTurn reports whether a conversation whose working set is ws owes a
@@ -205,10 +234,11 @@ func lastAnswers(ws *snapshot.WorkingSet) (*messages.Event, bool) {
 // a turn_failed or a rewind at the end; otherwise the last event the model
 // sees is a user message or a tool result (one that answers no call, an
 // orphan or a second result, is not seen), or with named agents (or on a
-// log they wrote), some configured agent's last own event is a user
-// message, a handoff to it or a result of its call other than a handoff
-// it made (a summary's owed entries count for agents without later
-// events). A nil ws (no conversation) owes nothing.
+// log they wrote), some configured agent's last own event (again not one
+// that answers no call) is a user message, a handoff to it or a result of
+// its call other than a handoff it made (a summary's owed entries count
+// for agents without later events). A nil ws (no conversation) owes
+// nothing.
 func OwesTurn(ws *snapshot.WorkingSet, agents []string) bool {
 	if ws == nil {
 		return false

@@ -221,7 +221,8 @@ func TestBBWorkerDispatcher(t *testing.T) {
 
 // TestBBOwesTurn: "not after a turn_failed or a rewind at the end;
 // otherwise the last event the model sees is a user message or a tool
-// result" (a result the context leaves out is not seen); a nil or empty working set (no conversation) owes nothing, and
+// result" (a result the context leaves out is not seen, with named agents
+// too); a nil or empty working set (no conversation) owes nothing, and
 // never panics.
 func TestBBOwesTurn(t *testing.T) {
 	user := &messages.Event{Body: &messages.Event_UserMsg{UserMsg: &messages.UserMessage{}}}
@@ -259,6 +260,22 @@ func TestBBOwesTurn(t *testing.T) {
 	require.True(t, actors.OwesTurn(ws(user, result("ghost")), nil), "the user message still owes one")
 	require.False(t, actors.OwesTurn(ws(user, calls, result("x"), answer, result("x")), nil), "a second result")
 	require.False(t, actors.OwesTurn(ws(result("ghost")), nil), "nothing the model sees")
+
+	// The same with named agents: an agent's result that answers no call
+	// is not its last event, the one before it decides.
+	critics := []string{"critic"}
+	of := func(ev *messages.Event) *messages.Event {
+		ev = proto.Clone(ev).(*messages.Event)
+		ev.Agent = "critic"
+		return ev
+	}
+	require.True(t, actors.OwesTurn(ws(of(user), of(calls), of(result("x"))), critics))
+	require.False(t, actors.OwesTurn(ws(of(user), of(answer), of(result("ghost"))), critics), "an orphan")
+	require.True(t, actors.OwesTurn(ws(of(user), of(result("ghost"))), critics), "the user message still owes one")
+	require.False(t, actors.OwesTurn(ws(of(user), of(calls), of(result("x")), of(answer), of(result("x"))), critics), "a second result")
+	require.False(t, actors.OwesTurn(ws(of(result("ghost"))), critics), "nothing the model sees")
+	require.False(t, actors.OwesTurn(ws(user, answer, result("ghost")), critics), "the default agent's orphan")
+	require.True(t, actors.OwesTurn(ws(of(user), answer, result("ghost")), critics), "the critic's message still owes one")
 }
 
 // TestBBCheckRewindInLog: a target at or after the latest summary's end,

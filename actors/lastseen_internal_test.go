@@ -106,3 +106,32 @@ func BenchmarkLastSeen(b *testing.B) {
 		}
 	})
 }
+
+// TestOwedAgentSoundLogDoesNotAllocate: on a sound log with named agents
+// ending in results that answer their calls, owedAgent's check that a
+// result answers a call takes the fast path and allocates nothing; on a
+// log ending in an orphan the event before it decides.
+func TestOwedAgentSoundLogDoesNotAllocate(t *testing.T) {
+	var evs []*messages.Event
+	for i := range 20 {
+		id := fmt.Sprintf("c%d", i)
+		evs = append(evs, seenUser(), seenAsks(id), seenCall(id), seenResult(id))
+	}
+	for _, ev := range evs[len(evs)/2:] {
+		ev.Agent = "critic"
+	}
+	ws := seenLog(t, evs...)
+	known := func(string) bool { return true }
+	a, ok := owedAgent(ws, known)
+	require.True(t, ok)
+	require.Equal(t, "", a, "the default agent's result is the older")
+	require.Zero(t, testing.AllocsPerRun(100, func() { owedAgent(ws, known) }))
+
+	answer, orphan := seenAsks(), seenResult("ghost")
+	for _, ev := range append(evs, answer, orphan) {
+		ev.Agent = "critic"
+	}
+	ws = seenLog(t, append(evs, answer, orphan)...)
+	_, ok = owedAgent(ws, known)
+	require.False(t, ok, "the critic's orphan owes nothing")
+}

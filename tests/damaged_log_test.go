@@ -133,3 +133,28 @@ func TestDamagedCallIDInTwoMessages(t *testing.T) {
 		require.Equal(t, `{"order":1}`, toolResults(turn, "call-dup-1")[0].GetContent(), "the log's result")
 	})
 }
+
+// TestDamagedNamedAgentsOrphanResultOwesNoTurn: with named agents, a
+// log whose agent's last event is a tool result whose call is nowhere owes
+// that agent no turn: a wake calls neither model, and the next message's
+// turn is the first.
+func TestDamagedNamedAgentsOrphanResultOwesNoTurn(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		store := openStore(t, kind)
+		evs := []*messages.Event{userEv("hi"), assistantEv("hello"), resultEv("call-ghost-1")}
+		for _, ev := range evs {
+			ev.Agent = "critic"
+		}
+		damagedLog(t, store, evs...)
+		crit := scripted.New(scripted.Options{})
+		h := newHarness(t, store, withCritic(crit))
+		ctx := ctxT(t)
+		h.model.Push("c", scripted.Text("answer"))
+		require.NoError(t, h.rt.Wake(ctx, "c"))
+		end, err := h.rt.SendAndWait(ctx, "c", "next", user)
+		require.NoError(t, err)
+		require.Equal(t, "answer", end.Text)
+		require.Equal(t, 1, h.model.Calls("c"), "only the new message's turn")
+		require.Zero(t, crit.Calls("c"), "the critic owes no turn")
+	})
+}
