@@ -278,6 +278,13 @@ func eventsKey(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "lz_events_pkey"
 }
 
+// summariesKey reports whether err is the server's report of an insert
+// that broke the key of lz_summaries (conv, to_seq).
+func summariesKey(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "lz_summaries_pkey"
+}
+
 // findStrayEvents reads which of the conversations convs[i] already hold
 // an event at seqs[i], a write of theirs having broken the key of
 // lz_events (eventsKey) and rolled back, and returns for each an error

@@ -101,7 +101,8 @@
 // the requests that meet it (its conversation's row, a tool call row, a
 // deadline or a schedule a request checks, an event row already at a seq
 // past its conversation's last_seq) and no other; a Fork that meets such
-// an event row fails with that error too.
+// an event row, or a summary row already at its summary's to_seq, fails
+// with that error too.
 //
 // # Reconnection
 //

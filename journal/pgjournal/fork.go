@@ -118,9 +118,15 @@ func (s *Store) Fork(ctx context.Context, req *messages.ForkRequest) error {
 	// no events: its last_seq is 0) breaks the key of lz_events; writeTx
 	// would take it for a row a concurrent writer inserted and run the
 	// fork again, meeting the row each time, to end in ErrConflict. It is
-	// ErrCorrupt, as in AppendBatch (findStrayEvents).
+	// ErrCorrupt, as in AppendBatch (findStrayEvents). So is a summary
+	// row already at the fork's summary's to_seq: no writer puts a summary
+	// past a conversation's last_seq, and the fork holds the lock.
 	return s.rerun(ctx, "fork", func() error {
 		err := s.writeTxOnce(ctx, "fork", id, write)
+		if summariesKey(err) {
+			return s.wrap(ctx, "fork", journal.Corruptf("pgjournal: conversation %q: lz_summaries holds a summary to seq %d, past its last_seq",
+				id, req.GetSummary().GetToSeq()))
+		}
 		if !eventsKey(err) {
 			return err
 		}

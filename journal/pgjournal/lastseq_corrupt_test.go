@@ -125,3 +125,38 @@ func TestEventPastLastSeqFailsFork(t *testing.T) {
 	require.NoError(t, conn.QueryRow(ctx, "SELECT count(*) FROM lz_conversations WHERE id = $1", []byte(conv)).Scan(&n))
 	require.Zero(t, n, "no conversation row written")
 }
+
+// TestSummaryPastLastSeqFailsFork: a summary row already at the to_seq of
+// a fork's summary, in a conversation without events (no writer puts
+// one: the table was changed under the store), is journal.ErrCorrupt
+// naming the conversation and the seq, and nothing is written. It broke
+// the key of lz_summaries, which the fork took for a lost race and ran
+// again until ErrConflict.
+func TestSummaryPastLastSeqFailsFork(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	s := open(t, dsn, Options{})
+	conn, err := pgx.Connect(t.Context(), dsn)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	ctx := t.Context()
+	const conv = "f"
+	_, err = conn.Exec(ctx, "INSERT INTO lz_summaries (conv, to_seq, data) VALUES ($1, 2, $2)", []byte(conv), []byte("stray"))
+	require.NoError(t, err)
+
+	evs := []*messages.Event{userEvent("3"), userEvent("4")}
+	for i, ev := range evs {
+		ev.Seq = uint64(i + 3)
+	}
+	err = s.Fork(ctx, &messages.ForkRequest{ConversationId: conv, Events: evs, Status: messages.ConversationStatus_CONVERSATION_STATUS_IDLE,
+		Summary: &messages.Summary{FromSeq: 1, ToSeq: 2, Content: "s"}})
+	require.ErrorIs(t, err, journal.ErrCorrupt)
+	require.NotErrorIs(t, err, journal.ErrConflict)
+	require.ErrorContains(t, err, `"f"`)
+	require.ErrorContains(t, err, "seq 2")
+
+	var n int
+	require.NoError(t, conn.QueryRow(ctx, "SELECT count(*) FROM lz_events WHERE conv = $1", []byte(conv)).Scan(&n))
+	require.Zero(t, n, "no event written")
+	require.NoError(t, conn.QueryRow(ctx, "SELECT count(*) FROM lz_conversations WHERE id = $1", []byte(conv)).Scan(&n))
+	require.Zero(t, n, "no conversation row written")
+}
