@@ -535,8 +535,10 @@ func bounded(call mcpCall, timeout time.Duration) mcpCall {
 	}
 }
 
-// mcpTool is the server tool that calls the MCP tool t with call, which
-// bounds each call itself (bounded).
+// mcpTool is the server tool, named t's name after prefix, that calls the
+// MCP tool t with call, which bounds each call itself (bounded). Its
+// errors name it as the model calls it and, with a prefix, as the server
+// lists it ("tool calc_add (mcp tool add): ...").
 func mcpTool(call mcpCall, prefix string, t *mcp.Tool) (agent.Tool, error) {
 	tool := agent.Tool{Name: prefix + t.Name, Description: t.Description, Executor: messages.Executor_EXECUTOR_SERVER}
 	if t.InputSchema != nil {
@@ -547,6 +549,12 @@ func mcpTool(call mcpCall, prefix string, t *mcp.Tool) (agent.Tool, error) {
 		tool.Parameters = string(b)
 	}
 	name := t.Name
+	// Its errors name the tool as the model called it and, with a prefix,
+	// as the server lists it.
+	label := "mcp tool " + name
+	if prefix != "" {
+		label = fmt.Sprintf("tool %s (mcp tool %s)", tool.Name, name)
+	}
 	tool.Run = func(ctx context.Context, inv agent.Invocation) (string, error) {
 		params := &mcp.CallToolParams{
 			Meta:      mcp.Meta{mcpToolCallIDKey: inv.ToolCallID},
@@ -555,7 +563,7 @@ func mcpTool(call mcpCall, prefix string, t *mcp.Tool) (agent.Tool, error) {
 		}
 		res, err := call(ctx, params)
 		if err != nil {
-			return "", fmt.Errorf("mcp tool %s: %w", name, err)
+			return "", fmt.Errorf("%s: %w", label, err)
 		}
 		text := mcpResultText(res)
 		if res.IsError {
@@ -568,7 +576,7 @@ func mcpTool(call mcpCall, prefix string, t *mcp.Tool) (agent.Tool, error) {
 			}
 			if strings.TrimSpace(text) == "" {
 				// The model reads the message: an empty one tells it nothing.
-				return "", fmt.Errorf("mcp tool %s failed and gave no message", name)
+				return "", fmt.Errorf("%s failed and gave no message", label)
 			}
 			return "", errors.New(text)
 		}

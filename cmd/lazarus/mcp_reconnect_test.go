@@ -437,7 +437,8 @@ func TestMCPCallTimeoutStartsAfterTheReconnect(t *testing.T) {
 // are those it listed at start. One it lists for the first time after a
 // reconnect is not offered, and the node's stderr says so, naming it; a
 // tool it still lists goes on being called; one it no longer lists fails,
-// naming it.
+// naming it as the model called it (with the prefix) and as the server
+// listed it.
 func TestMCPToolsListedAfterAReconnectAreNotOffered(t *testing.T) {
 	var handler atomic.Pointer[http.Handler]
 	serve := func(srv *mcp.Server) {
@@ -470,5 +471,6 @@ func TestMCPToolsListedAfterAReconnectAreNotOffered(t *testing.T) {
 
 	serve(mcp.NewServer(&mcp.Implementation{Name: "empty", Version: "1"}, nil)) // restarted again, without tools
 	_, err = add.Run(ctx, agent.Invocation{ToolCallID: "call-2", Name: "calc_add", Arguments: `{"a": 1, "b": 2}`})
-	require.EqualError(t, err, "mcp tool add: mcp server calc no longer lists the tool since it was reconnected")
+	require.EqualError(t, err, "tool calc_add (mcp tool add): mcp server calc no longer lists the tool since it was reconnected",
+		"named as the model called it and as the server listed it")
 }
