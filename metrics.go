@@ -24,7 +24,9 @@ type Metrics struct {
 	Commit func(requests int, took time.Duration)
 	// Appended is called for each append request the Store committed,
 	// with the number of events it wrote (0 for a write of rows only, such
-	// as a resolution's).
+	// as a resolution's). A fork's events are not counted, nor seen by
+	// Commit, TurnEnded or ToolCalled: Runtime.Fork writes them in one
+	// Store.Fork, not through the journal actor.
 	Appended func(events int)
 	// AppendUnknown is called for each append request whose commit the
 	// Store reported journal.ErrUnknownOutcome (a connection lost during
@@ -57,7 +59,8 @@ type Metrics struct {
 	// panicked one wrapping agent.ErrPanicked).
 	ModelCall func(took time.Duration, err error)
 	// Subscribers is called with +1 when a subscription starts and -1
-	// when it ends. In cluster mode a subscription is counted by the
+	// when it ends: SendAndWait's and SendMessageAndWait's own, which
+	// follows the turn, counts while they wait. In cluster mode a subscription is counted by the
 	// member that owns its conversation (which serves it), not by the
 	// member it was made on when that is another: there the owner's
 	// hook is called, and this one not.

@@ -28,9 +28,9 @@ import (
 //
 //	journal_commit_seconds            histogram: duration of one group commit (Store.AppendBatch)
 //	journal_commit_requests           histogram: append requests per group commit
-//	journal_appends_total             counter: append requests committed
+//	journal_appends_total             counter: append requests committed (a fork's write is none: Runtime.Fork writes through Store.Fork, not the journal)
 //	journal_appends_unknown_total     counter: append requests whose commit the Store reported of unknown outcome (landed or not; one that landed is in no count of commits)
-//	journal_events_total              counter: events appended
+//	journal_events_total              counter: events appended (a fork's copied events not counted, as for journal_appends_total)
 //	conversations_live                gauge: conversation actors in memory (read at scrape)
 //	conversations_active              gauge: conversations whose status is ACTIVE, a turn owed or running (counted at scrape, up to MaxPendingCount)
 //	conversation_activations_total    counter: actors spawned (first activations and revivals)
@@ -42,7 +42,7 @@ import (
 //	schedule_fires_total{outcome}     counter: due occurrences of schedules, by outcome: delivered, dropped (conversation ended or deleted), failed (handed again later), unknown (its write's outcome unknown: if it landed, delivered but not counted so), refused (a message the conversation can never write: the occurrence skipped)
 //	model_call_seconds                histogram: duration of one model call
 //	model_call_errors_total           counter: model calls that returned an error (cancelled ones too)
-//	subscriptions                     gauge: live subscriptions (event streams and Go subscribers; in cluster mode, on the member that owns the conversation)
+//	subscriptions                     gauge: live subscriptions (event streams and Go subscribers, SendAndWait's own while it waits; in cluster mode, on the member that owns the conversation)
 //	turns_total{outcome}              counter: turn ends committed, by outcome: answered, suspended, failed, cancelled (taken back by a rewind or an edit)
 //	tool_calls_total{executor}        counter: tool calls of models committed, by executor: server, human
 //
