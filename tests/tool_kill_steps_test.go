@@ -33,7 +33,7 @@ func TestAnswerWithACallOfUnknownOutcome(t *testing.T) {
 	for _, landed := range []bool{true, false} {
 		t.Run(fmt.Sprintf("landed=%v", landed), func(t *testing.T) {
 			forEachStore(t, func(t *testing.T, kind string) {
-				store := &unknownStore{Store: openStore(t, kind), landed: landed, match: isCallAnswer, fail: 1}
+				store := &faultStore{Store: openStore(t, kind), err: errLostCommit, landed: landed, match: isCallAnswer, fail: 1}
 				h := newHarness(t, store, func(o *lazarus.Options) { o.NoResume = true })
 				ctx := ctxT(t)
 				h.model.Push("c", scripted.Reply("charging", scripted.Call("charge", `{"amount":5}`)))

@@ -19,19 +19,26 @@ import (
 	"github.com/lazarusrt/lazarus/messages"
 )
 
-// unknownStore reports the first writes (fail of them; -1: every one) that
-// carry an event match selects as journal.ErrUnknownOutcome, having
-// committed them (landed) or not: a COMMIT whose reply was lost, either
-// way.
-type unknownStore struct {
+// faultStore reports the first writes (fail of them; -1: every one) that
+// carry an event match selects as failed with err, having committed them
+// (landed) or not: with errLostCommit, a COMMIT whose reply was lost,
+// either way; with errFenced (not landed), a row another writer keeps
+// winning, or one damaged so that the fence never holds.
+type faultStore struct {
 	journal.Store
+	err    error
 	landed bool
 	match  func(*messages.Event) bool
 	fail   int32
-	lost   atomic.Int32 // writes reported unknown so far
+	lost   atomic.Int32 // writes reported failed so far
 }
 
-func (s *unknownStore) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest) []journal.AppendResult {
+var (
+	errLostCommit = fmt.Errorf("test: connection lost during COMMIT: %w", journal.ErrUnknownOutcome)
+	errFenced     = fmt.Errorf("test: expected last seq moved: %w", journal.ErrConflict)
+)
+
+func (s *faultStore) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest) []journal.AppendResult {
 	target := -1
 	for i, req := range reqs {
 		for _, ev := range req.GetEvents() {
@@ -53,7 +60,7 @@ func (s *unknownStore) AppendBatch(ctx context.Context, reqs []*messages.AppendR
 		got := s.Store.AppendBatch(ctx, rest)
 		out = append(append(append([]journal.AppendResult{}, got[:target]...), journal.AppendResult{}), got[target:]...)
 	}
-	out[target] = journal.AppendResult{Err: fmt.Errorf("test: connection lost during COMMIT: %w", journal.ErrUnknownOutcome)}
+	out[target] = journal.AppendResult{Err: s.err}
 	return out
 }
 
@@ -73,7 +80,7 @@ func TestServerResultOfUnknownOutcome(t *testing.T) {
 	for _, landed := range []bool{true, false} {
 		t.Run(fmt.Sprintf("landed=%v", landed), func(t *testing.T) {
 			forEachStore(t, func(t *testing.T, kind string) {
-				store := &unknownStore{Store: openStore(t, kind), landed: landed, match: isToolResult, fail: 1}
+				store := &faultStore{Store: openStore(t, kind), err: errLostCommit, landed: landed, match: isToolResult, fail: 1}
 				// NoResume: Open's resume scan, which runs in the background
 				// (slowest on postgres), could otherwise wake the conversation
 				// (it is ACTIVE) and run the turn in the re-wake's stead.
@@ -126,7 +133,7 @@ func TestAnswerOfUnknownOutcomeRunsItsTurnOnce(t *testing.T) {
 	for _, landed := range []bool{true, false} {
 		t.Run(fmt.Sprintf("landed=%v", landed), func(t *testing.T) {
 			forEachStore(t, func(t *testing.T, kind string) {
-				store := &unknownStore{Store: openStore(t, kind), landed: landed, match: isAnswer, fail: 1}
+				store := &faultStore{Store: openStore(t, kind), err: errLostCommit, landed: landed, match: isAnswer, fail: 1}
 				h := newHarness(t, store, func(o *lazarus.Options) { o.NoResume = true })
 				ctx := ctxT(t)
 				h.model.Push("c", scripted.Text("first"), scripted.Text("second"))
@@ -185,21 +192,31 @@ func (w *warnSignal) Handle(_ context.Context, r slog.Record) error {
 // re-wake is not sent (a warning says so), and the conversation is left
 // stopped. Its next command runs the turn once the Store works again.
 func TestUnknownOutcomesInARowStopTheRewakes(t *testing.T) {
-	store := &unknownStore{Store: openStore(t, "memory"), match: isAnswer, fail: 4}
-	warned := &warnSignal{prefix: "writes of unknown outcome in a row", seen: make(chan struct{})}
+	store := &faultStore{Store: openStore(t, "memory"), err: errLostCommit, match: isAnswer, fail: 4}
+	requireRewakesStop(t, store, "writes of unknown outcome in a row")
+}
+
+// requireRewakesStop: store refuses the first four answers' writes of
+// conversation c, landing none. The first activation and three re-wakes
+// call the model (four calls), the next re-wake is not sent (a warning
+// starting with prefix says so), and the conversation is left stopped;
+// its next command runs the turn once the Store takes the write.
+func requireRewakesStop(t *testing.T, store *faultStore, prefix string) {
+	t.Helper()
+	warned := &warnSignal{prefix: prefix, seen: make(chan struct{})}
 	h := newHarness(t, store, func(o *lazarus.Options) {
 		o.NoResume = true
 		o.Logger = slog.New(warned)
 	})
 	ctx := ctxT(t)
-	h.model.Push("c", scripted.Text("a1"), scripted.Text("a2"), scripted.Text("a3"), scripted.Text("a4"), scripted.Text("a5"))
+	h.model.Push("c", scripted.Text("a1"), scripted.Text("a2"), scripted.Text("a3"), scripted.Text("a4"), scripted.Text("a5"), scripted.Text("a6"))
 	_, err := h.rt.Send(ctx, "c", "hello", user)
 	require.NoError(t, err)
 
 	select {
 	case <-warned.seen:
 	case <-ctx.Done():
-		t.Fatalf("no warning that the re-wakes stopped (model calls: %d)", h.model.Calls("c"))
+		t.Fatalf("no warning that the re-wakes stopped (model calls: %d, refused writes: %d, log: %v)", h.model.Calls("c"), store.lost.Load(), types(h.history("c")))
 	}
 	require.Equal(t, int32(4), store.lost.Load())
 	require.Equal(t, 4, h.model.Calls("c"), "the first activation and three re-wakes called the model")
@@ -226,7 +243,7 @@ func TestSubscriberGetsTheAnswerOfUnknownOutcome(t *testing.T) {
 	for _, landed := range []bool{true, false} {
 		t.Run(fmt.Sprintf("landed=%v", landed), func(t *testing.T) {
 			forEachStore(t, func(t *testing.T, kind string) {
-				store := &unknownStore{Store: openStore(t, kind), landed: landed, match: isAnswer, fail: 1}
+				store := &faultStore{Store: openStore(t, kind), err: errLostCommit, landed: landed, match: isAnswer, fail: 1}
 				h := newHarness(t, store, func(o *lazarus.Options) { o.NoResume = true })
 				ctx := ctxT(t)
 				updates, err := h.rt.Subscribe(ctx, "c", 0)
