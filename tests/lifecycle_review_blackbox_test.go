@@ -120,20 +120,7 @@ func TestDeleteRacingTheAnswerOfAPendingApproval(t *testing.T) {
 func TestEndedConversationHoldingAnAnsweredCallStaysAsItIs(t *testing.T) {
 	store := memjournal.New(memjournal.Options{})
 	ctx := ctxT(t)
-	call := &messages.ToolCall{Id: "tc-1", Name: "approve_refund", Arguments: `{}`}
-	_, err := store.Append(ctx, &messages.AppendRequest{
-		ConversationId: "c",
-		Events: []*messages.Event{
-			{Body: &messages.Event_UserMsg{UserMsg: &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "refund"}}}}}},
-			{Body: &messages.Event_AssistantMsg{AssistantMsg: &messages.AssistantMessage{ToolCalls: []*messages.ToolCall{call}}}},
-			{Body: &messages.Event_ToolCall{ToolCall: &messages.ToolCallEvent{Call: call, Executor: messages.Executor_EXECUTOR_HUMAN}}},
-		},
-		ToolCalls: []*messages.ToolCallRecord{{Id: "tc-1", ConversationId: "c", Name: "approve_refund",
-			Executor: messages.Executor_EXECUTOR_HUMAN, Status: messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING}},
-		Resolutions: []*messages.ToolResolution{{ToolCallId: "tc-1", Status: messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED,
-			Result: &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: `{"approved":true}`}}}},
-		Status: messages.ConversationStatus_CONVERSATION_STATUS_ENDED,
-	})
+	_, err := store.Append(ctx, endedWithOpenCall(true))
 	require.NoError(t, err)
 	h := newHarness(t, store, nil)
 
