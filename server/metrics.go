@@ -113,11 +113,11 @@ func NewMetrics() *Metrics {
 	m.commitRequests = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "journal_commit_requests",
 		Help: "Append requests per group commit.", Buckets: prometheus.ExponentialBuckets(1, 2, 13)})
 	m.appends = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "journal_appends_total",
-		Help: "Append requests committed."})
+		Help: "Append requests committed (a fork is not one: Runtime.Fork writes through Store.Fork, not the journal)."})
 	m.appendsUnknown = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "journal_appends_unknown_total",
 		Help: "Append requests whose commit the Store reported of unknown outcome (journal.ErrUnknownOutcome): each landed or not; one that landed is in no count of commits (its retry finds it in the log), one that did not is counted when its retry commits."})
 	m.events = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "journal_events_total",
-		Help: "Events appended."})
+		Help: "Events appended (a fork's copied events not counted)."})
 	m.activations = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "conversation_activations_total",
 		Help: "Conversation actors spawned: first activations and revivals."})
 	m.passivations = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "conversation_passivations_total",
@@ -131,7 +131,7 @@ func NewMetrics() *Metrics {
 	m.modelErrors = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "model_call_errors_total",
 		Help: "Model calls that returned an error (cancelled ones included)."})
 	m.subscriptions = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "subscriptions",
-		Help: "Live subscriptions to conversations (event streams included; in cluster mode, counted by the member that owns the conversation)."})
+		Help: "Live subscriptions to conversations (event streams included, and SendAndWait's own while it waits; in cluster mode, counted by the member that owns the conversation)."})
 	turns := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "turns_total",
 		Help: "Turn ends committed, by outcome (cancelled: taken back by a rewind or an edit)."}, []string{"outcome"})
 	for _, o := range []lazarus.TurnOutcome{lazarus.TurnAnswered, lazarus.TurnSuspended, lazarus.TurnFailed, lazarus.TurnCancelled} {
