@@ -23,7 +23,8 @@ import (
 // Errors of scheduled wake-ups. Each also wraps journal.ErrInvalid (bad
 // input) or journal.ErrNotFound (nothing to act on).
 var (
-	// ErrBadSchedule: a ScheduleSpec that cannot be a schedule: no time,
+	// ErrBadSchedule: a ScheduleSpec that cannot be a schedule: an ID
+	// that breaks the id rules (journal.ValidateID), no time,
 	// two kinds of times at once, an interval below MinScheduleInterval
 	// (an Every, or a cron "@every"),
 	// an unknown time zone (or "Local"), a cron expression that does not parse, no
@@ -405,7 +406,7 @@ func (r *Runtime) Schedule(ctx context.Context, conversationID string, spec Sche
 		id = "sch-" + newRequestID()
 	}
 	if err := journal.ValidateID("schedule id", id); err != nil {
-		return nil, fmt.Errorf("lazarus: schedule: %w", err)
+		return nil, fmt.Errorf("lazarus: schedule: %w: %w", ErrBadSchedule, err)
 	}
 	sc, err := spec.record(conversationID, id, r.opts.Clock.Now(), scope.Identity())
 	if err != nil {

@@ -587,3 +587,25 @@ func TestScheduleListToolBoundedByResultBytes(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &views))
 	require.Len(t, views, 3)
 }
+
+// TestScheduleBadIDIsBadSchedule: a ScheduleSpec.ID that breaks the id
+// rules (too long, not UTF-8) is bad input as any other of the spec:
+// ErrBadSchedule and journal.ErrInvalid, nothing stored. (It wrapped
+// journal.ErrInvalid alone, where README and the doc of Schedule promise
+// ErrBadSchedule for a spec that cannot be a schedule.)
+func TestScheduleBadIDIsBadSchedule(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rt, _, _ := scheduleConversation(ctx, t, lazarus.Options{}, agent.Scope{})
+	for name, id := range map[string]string{
+		"too long":  strings.Repeat("x", journal.MaxIDBytes+1),
+		"not UTF-8": "a\xffb",
+	} {
+		_, err := rt.Schedule(ctx, "c", lazarus.ScheduleSpec{ID: id, After: time.Minute, Text: "x"}, agent.Scope{})
+		require.ErrorIs(t, err, lazarus.ErrBadSchedule, name)
+		require.ErrorIs(t, err, journal.ErrInvalid, name)
+	}
+	listed, err := rt.Schedules(ctx, "c")
+	require.NoError(t, err)
+	require.Empty(t, listed, "nothing was stored")
+}
