@@ -26,7 +26,7 @@ var (
 	// ErrBadSchedule: a ScheduleSpec that cannot be a schedule: an ID
 	// that breaks the id rules (journal.ValidateID), no time,
 	// two kinds of times at once, an interval below MinScheduleInterval
-	// (an Every, or a cron "@every"),
+	// (an Every, or a cron "@every", which must also be whole seconds),
 	// an unknown time zone (or "Local"), a cron expression that does not parse, no
 	// message (or one too long for the event each occurrence writes,
 	// journal.MaxEventBytes with the wake's request id, time, seq and
@@ -66,8 +66,9 @@ type ScheduleSpec struct {
 	Every time.Duration
 	// Cron fires on a standard five-field cron expression (minute hour
 	// day-of-month month day-of-week, as "0 9 * * 1-5") or a descriptor
-	// ("@daily", "@every 1h30m"; an "@every" below MinScheduleInterval is
-	// refused), read in TimeZone. A "TZ=" or "CRON_TZ="
+	// ("@daily", "@every 1h30m"; an "@every" below MinScheduleInterval,
+	// or not a whole number of seconds, is refused: robfig/cron would
+	// truncate it to the second), read in TimeZone. A "TZ=" or "CRON_TZ="
 	// prefix is refused: the zone is TimeZone. An expression that names
 	// its hours is read on the local clock across DST changes: a local
 	// time the change back repeats fires once, at its first instant, and
@@ -156,6 +157,10 @@ func (spec ScheduleSpec) record(conv, id string, now time.Time, author agent.Ide
 		if rest, ok := strings.CutPrefix(strings.TrimSpace(spec.Cron), "@every "); ok {
 			if d, err := time.ParseDuration(rest); err == nil && d < MinScheduleInterval {
 				return nil, badSchedule("cron %q: interval %v below %v", clipID(spec.Cron), d, MinScheduleInterval)
+			} else if err == nil && d%time.Second != 0 {
+				// It would run every d truncated to the second ("@every
+				// 1500ms" every second), not every d.
+				return nil, badSchedule("cron %q: interval %v is not a whole number of seconds (Every takes it)", clipID(spec.Cron), d)
 			}
 		}
 		sc.Cron, sc.TimeZone = spec.Cron, spec.TimeZone

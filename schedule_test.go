@@ -609,3 +609,25 @@ func TestScheduleBadIDIsBadSchedule(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, listed, "nothing was stored")
 }
+
+// TestScheduleCronEveryOfAFractionOfASecondIsRefused: a cron "@every" that
+// is not a whole number of seconds is ErrBadSchedule, nothing stored, as
+// ScheduleSpec.Cron says: robfig/cron truncates it to the second, so
+// "@every 1500ms" was taken and fired every second. A whole number of
+// seconds is taken, its next occurrence exactly that far.
+func TestScheduleCronEveryOfAFractionOfASecondIsRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rt, _, _ := scheduleConversation(ctx, t, lazarus.Options{}, agent.Scope{})
+	for _, expr := range []string{"@every 1500ms", "@every 1m0.5s", " @every 2h0m0.000000001s"} {
+		_, err := rt.Schedule(ctx, "c", lazarus.ScheduleSpec{Cron: expr, Text: "x"}, agent.Scope{})
+		require.ErrorIs(t, err, lazarus.ErrBadSchedule, expr)
+		require.ErrorIs(t, err, journal.ErrInvalid, expr)
+	}
+	listed, err := rt.Schedules(ctx, "c")
+	require.NoError(t, err)
+	require.Empty(t, listed, "nothing was stored")
+	sc, err := rt.Schedule(ctx, "c", lazarus.ScheduleSpec{Cron: "@every 1m30s", Text: "x"}, agent.Scope{})
+	require.NoError(t, err)
+	require.True(t, sc.GetNext().AsTime().Equal(schedT0.Add(90*time.Second)), "next %v", sc.GetNext().AsTime())
+}
