@@ -244,15 +244,18 @@ func cronNext(sc *messages.Schedule, t time.Time) (time.Time, error) {
 // field is "*" runs by elapsed time: every hour that passes, once.
 func cronAfter(s cron.Schedule, loc *time.Location, t time.Time) time.Time {
 	t = t.In(loc)
-	n := s.Next(t)
 	spec, ok := s.(*cron.SpecSchedule)
-	if !ok || spec.Hour&(1<<63) != 0 || n.IsZero() {
-		return n // a descriptor "@every", or every hour: elapsed time
+	if !ok || spec.Hour&(1<<63) != 0 {
+		return s.Next(t) // a descriptor "@every", or every hour: elapsed time
+	}
+	n := wallNext(spec, loc, t)
+	if n.IsZero() {
+		return n
 	}
 	// A wall time repeated by a change back: only its first instant fires.
 	// (A minute-by-minute expression skips the repeated span at most.)
 	for i := 0; i < 24*60 && !n.IsZero() && repeatedWall(n, loc); i++ {
-		n = s.Next(n)
+		n = wallNext(spec, loc, n)
 	}
 	if n.IsZero() {
 		return n
@@ -261,6 +264,31 @@ func cronAfter(s cron.Schedule, loc *time.Location, t time.Time) time.Time {
 		return m
 	}
 	return n
+}
+
+// wallNext is the first time after t whose wall time in loc s names. It
+// runs s in a fixed zone, one span of loc's offset at a time: robfig/cron
+// in loc does not look at the hour again when a change of the clock by
+// less than an hour moves it past one (on Lord Howe's 02:00 -> 02:30, "45
+// 1 * * *" came at 01:45 and again at 02:45, and "*/20 3 * * *" lost 03:00
+// and 03:20 that day, its search starting at 02:30). A wall time the
+// change skips is none here (see skippedOccurrence); one it repeats comes
+// in both spans (see repeatedWall).
+func wallNext(s *cron.SpecSchedule, loc *time.Location, t time.Time) time.Time {
+	span, after := t, t
+	for range 1000 {
+		_, off := span.In(loc).Zone()
+		_, end := span.In(loc).ZoneBounds()
+		n := s.Next(after.In(time.FixedZone("", off)))
+		if n.IsZero() || end.IsZero() || n.Before(end) {
+			if n.IsZero() {
+				return n
+			}
+			return n.In(loc)
+		}
+		span, after = end, end.Add(-time.Second)
+	}
+	return time.Time{}
 }
 
 // sameWall reports whether a and b show the same local date and time.

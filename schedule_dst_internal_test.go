@@ -62,3 +62,22 @@ func TestScheduleCronAcrossDST(t *testing.T) {
 	require.Equal(t, []string{"2026-10-03T15:45:00Z", "2026-10-04T15:15:00Z"}, // 02:15 skipped: at 02:45 LHDT
 		cronSeries(t, "15 2 * * *", "Australia/Lord_Howe", time.Date(2026, 10, 3, 0, 0, 0, 0, time.UTC), 2))
 }
+
+// TestScheduleCronAcrossAHalfHourChangeFiresOncePerDay: on a change
+// forward of half an hour (Lord Howe, 2026-10-04 02:00 -> 02:30), a daily
+// 01:45, which the change does not touch, fires once that day, at 01:45.
+// robfig/cron alone fired it at 01:45 and again at 02:45 (its minute search
+// crossed the change without looking at the hour again); the day after, at
+// 01:45 again.
+func TestScheduleCronAcrossAHalfHourChangeFiresOncePerDay(t *testing.T) {
+	require.Equal(t, []string{"2026-10-03T15:15:00Z", "2026-10-04T14:45:00Z", "2026-10-05T14:45:00Z"},
+		cronSeries(t, "45 1 * * *", "Australia/Lord_Howe", time.Date(2026, 10, 3, 0, 0, 0, 0, time.UTC), 3))
+	// Every 20 minutes of hour 1: 01:00, 01:20, 01:40 (+10:30) on the day
+	// of the change, never a minute of hour 2, and all three the day after
+	// (+11).
+	require.Equal(t, []string{"2026-10-03T14:30:00Z", "2026-10-03T14:50:00Z", "2026-10-03T15:10:00Z", "2026-10-04T14:00:00Z", "2026-10-04T14:20:00Z"},
+		cronSeries(t, "*/20 1 * * *", "Australia/Lord_Howe", time.Date(2026, 10, 3, 14, 0, 0, 0, time.UTC), 5))
+	// Every 20 minutes of hour 3, the hour after the change: all three.
+	require.Equal(t, []string{"2026-10-03T16:00:00Z", "2026-10-03T16:20:00Z", "2026-10-03T16:40:00Z"},
+		cronSeries(t, "*/20 3 * * *", "Australia/Lord_Howe", time.Date(2026, 10, 3, 14, 0, 0, 0, time.UTC), 3))
+}
