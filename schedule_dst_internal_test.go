@@ -81,3 +81,33 @@ func TestScheduleCronAcrossAHalfHourChangeFiresOncePerDay(t *testing.T) {
 	require.Equal(t, []string{"2026-10-03T16:00:00Z", "2026-10-03T16:20:00Z", "2026-10-03T16:40:00Z"},
 		cronSeries(t, "*/20 3 * * *", "Australia/Lord_Howe", time.Date(2026, 10, 3, 14, 0, 0, 0, time.UTC), 3))
 }
+
+// TestScheduleCronAcrossASkippedDayReturns: across a change that skips a
+// whole day (Apia, 2011-12-29 24:00 -10 -> 2011-12-31 00:00 +14), the next
+// occurrence of a weekly expression is computed, the Sunday after it
+// (robfig/cron's search in the zone looped for ever there, its day step
+// landing on the skipped day again: a Schedule or a delivery computing it
+// would hang). The zone's offset spans are searched one at a time now.
+func TestScheduleCronAcrossASkippedDayReturns(t *testing.T) {
+	done := make(chan []string, 1)
+	go func() { // no require here: FailNow belongs to the test's goroutine
+		sc := &messages.Schedule{Id: "s", Cron: "10 2 * * 0", TimeZone: "Pacific/Apia"}
+		var out []string
+		next, err := cronNext(sc, time.Date(2011, 12, 20, 0, 0, 0, 0, time.UTC))
+		for i := 0; err == nil && i < 3; i++ {
+			out = append(out, next.UTC().Format(time.RFC3339))
+			var after *time.Time
+			if after, err = nextAfterFire(sc, next, next); err == nil && after != nil {
+				next = *after
+			}
+		}
+		done <- out
+	}()
+	select {
+	case got := <-done:
+		// Sundays 02:10: 25 December (-10), 1 and 8 January (+14).
+		require.Equal(t, []string{"2011-12-25T12:10:00Z", "2011-12-31T12:10:00Z", "2012-01-07T12:10:00Z"}, got)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the next occurrence was not computed in 10s")
+	}
+}
