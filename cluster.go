@@ -580,6 +580,13 @@ func (n *clusterNode) forward(ctx context.Context, req *messages.ClusterRequest,
 		if moved || !errors.Is(err, actor.ErrDeadLetter) {
 			sentTo = owner // it reached a gateway, or may have
 		}
+		if n.r.life.Err() != nil {
+			// Closed while it waited: ended by Close, as a local call in
+			// flight is, whatever came first of the answer and the
+			// AfterFunc above (its goroutine may not have run yet).
+			closing(ErrClosed)
+			return nil, n.abandoned(ctx, sentTo)
+		}
 		if moved {
 			continue // the membership changed under an idempotent call: ask the new owner
 		}
