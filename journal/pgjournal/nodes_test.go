@@ -147,7 +147,7 @@ func TestOpenBoundedWhenTheServerStopsAnsweringAtItsUnlock(t *testing.T) {
 
 	done := make(chan error, 1)
 	go func() {
-		s, err := Open(t.Context(), u.String(), Options{Timeout: 300 * time.Millisecond})
+		s, err := Open(t.Context(), u.String(), Options{Timeout: silentTimeout})
 		if err == nil {
 			_ = s.Close()
 		}

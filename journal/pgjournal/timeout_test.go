@@ -14,12 +14,22 @@ import (
 	"github.com/lazarusrt/lazarus/messages"
 )
 
+// silentTimeout is the Options.Timeout of the Stores the server stops
+// answering: long enough for their calls before that on a loaded machine
+// (300 ms failed a migration in a CI run), short enough to wait out.
+const silentTimeout = 3 * time.Second
+
 // silentStore opens a Store on dsn of one connection, through a
 // commitDropper; goSilent makes that connection's server stop answering:
 // the next statement sent on it runs on the server, and its reply never
 // comes.
 func silentStore(t *testing.T, dsn string, opts Options) (s *Store, goSilent func()) {
 	t.Helper()
+	// Migrated first, with the default timeout: the Store under test only
+	// checks the schema's version when it opens.
+	m, err := Open(t.Context(), dsn, Options{})
+	require.NoError(t, err)
+	require.NoError(t, m.Close())
 	u, err := url.Parse(dsn)
 	require.NoError(t, err)
 	proxy := newCommitDropper(t, u.Host)
@@ -43,7 +53,7 @@ func silentStore(t *testing.T, dsn string, opts Options) (s *Store, goSilent fun
 // context.DeadlineExceeded, no journal sentinel.
 func TestTimeoutOfAReadIsUnavailable(t *testing.T) {
 	dsn := pgtest.NewDatabase(t)
-	s, goSilent := silentStore(t, dsn, Options{Timeout: 300 * time.Millisecond})
+	s, goSilent := silentStore(t, dsn, Options{Timeout: silentTimeout})
 	ctx := t.Context()
 	_, err := s.Append(ctx, &messages.AppendRequest{ConversationId: "c", Events: []*messages.Event{userEvent("hi")}})
 	require.NoError(t, err)
@@ -93,7 +103,7 @@ func TestTimeoutOfAWriteBeforeCommitIsUnavailable(t *testing.T) {
 	_, err := open(t, dsn, Options{}).Append(ctx, &messages.AppendRequest{ConversationId: "c", Events: []*messages.Event{userEvent("hi")}})
 	require.NoError(t, err)
 	for name, write := range writes {
-		s, goSilent := silentStore(t, dsn, Options{Timeout: 300 * time.Millisecond})
+		s, goSilent := silentStore(t, dsn, Options{Timeout: silentTimeout})
 		goSilent()
 		err := write(s)
 		require.ErrorIs(t, err, journal.ErrUnavailable, name)
@@ -116,7 +126,7 @@ func TestTimeoutOfAWriteBeforeCommitIsUnavailable(t *testing.T) {
 // not ErrUnavailable: the statement ran on the server.
 func TestTimeoutOfACommittingWriteIsUnknownOutcome(t *testing.T) {
 	dsn := pgtest.NewDatabase(t)
-	s, goSilent := silentStore(t, dsn, Options{Timeout: 300 * time.Millisecond})
+	s, goSilent := silentStore(t, dsn, Options{Timeout: silentTimeout})
 	ctx := t.Context()
 	_, err := s.Append(ctx, &messages.AppendRequest{ConversationId: "c", Events: []*messages.Event{userEvent("hello")},
 		Schedule: []*messages.Deadline{
