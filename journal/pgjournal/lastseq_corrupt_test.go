@@ -12,18 +12,36 @@ import (
 	"github.com/lazarusrt/lazarus/messages"
 )
 
+// openWithConn opens a Store on a new database and a connection of its
+// own to that database, to change its tables under the Store; both close
+// when the test ends.
+func openWithConn(t *testing.T) (*Store, *pgx.Conn) {
+	t.Helper()
+	dsn := pgtest.NewDatabase(t)
+	s := open(t, dsn, Options{})
+	conn, err := pgx.Connect(t.Context(), dsn)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return s, conn
+}
+
+// rowsOf counts the rows of table whose column col is conv.
+func rowsOf(t *testing.T, conn *pgx.Conn, table, col, conv string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, conn.QueryRow(t.Context(), "SELECT count(*) FROM "+table+" WHERE "+col+" = $1", []byte(conv)).Scan(&n))
+	return n
+}
+
 // TestNegativeLastSeqIsCorrupt: a conversation row whose last_seq column
 // is negative (no write stores one) is journal.ErrCorrupt naming it on
 // the reads and writes that meet it, and nothing is written. LastSeq
 // returned it as a seq near 2^64, and an append or a summary computed
 // with that.
 func TestNegativeLastSeqIsCorrupt(t *testing.T) {
-	dsn := pgtest.NewDatabase(t)
-	s := open(t, dsn, Options{})
-	conn, err := pgx.Connect(t.Context(), dsn)
-	require.NoError(t, err)
-	defer conn.Close(context.Background())
+	s, conn := openWithConn(t)
 	ctx := t.Context()
+	var err error
 	const conv = "c"
 	_, err = s.Append(ctx, &messages.AppendRequest{ConversationId: conv, Events: []*messages.Event{userEvent("hi")}})
 	require.NoError(t, err)
@@ -42,11 +60,8 @@ func TestNegativeLastSeqIsCorrupt(t *testing.T) {
 	err = s.Fork(ctx, &messages.ForkRequest{ConversationId: conv, Events: []*messages.Event{fev}, Status: messages.ConversationStatus_CONVERSATION_STATUS_IDLE})
 	require.ErrorIs(t, err, journal.ErrCorrupt, "Fork")
 
-	var n int
-	require.NoError(t, conn.QueryRow(ctx, "SELECT count(*) FROM lz_events WHERE conv = $1", []byte(conv)).Scan(&n))
-	require.Equal(t, 1, n, "nothing written")
-	require.NoError(t, conn.QueryRow(ctx, "SELECT count(*) FROM lz_summaries WHERE conv = $1", []byte(conv)).Scan(&n))
-	require.Zero(t, n, "no summary written")
+	require.Equal(t, 1, rowsOf(t, conn, "lz_events", "conv", conv), "nothing written")
+	require.Zero(t, rowsOf(t, conn, "lz_summaries", "conv", conv), "no summary written")
 }
 
 // TestEventPastLastSeqFailsOnlyItsRequest: lz_events holds a row past its
@@ -58,12 +73,9 @@ func TestNegativeLastSeqIsCorrupt(t *testing.T) {
 // request of the batch failed with ErrConflict, for good: no writer can
 // insert a row of a conversation whose lock the batch holds.
 func TestEventPastLastSeqFailsOnlyItsRequest(t *testing.T) {
-	dsn := pgtest.NewDatabase(t)
-	s := open(t, dsn, Options{})
-	conn, err := pgx.Connect(t.Context(), dsn)
-	require.NoError(t, err)
-	defer conn.Close(context.Background())
+	s, conn := openWithConn(t)
 	ctx := t.Context()
+	var err error
 	for _, c := range []string{"bad", "good"} {
 		_, err = s.Append(ctx, &messages.AppendRequest{ConversationId: c, Events: []*messages.Event{userEvent("1"), userEvent("2")}})
 		require.NoError(t, err)
@@ -99,12 +111,9 @@ func TestEventPastLastSeqFailsOnlyItsRequest(t *testing.T) {
 // ErrConflict, though no writer can insert a row of a conversation whose
 // lock the fork holds.
 func TestEventPastLastSeqFailsFork(t *testing.T) {
-	dsn := pgtest.NewDatabase(t)
-	s := open(t, dsn, Options{})
-	conn, err := pgx.Connect(t.Context(), dsn)
-	require.NoError(t, err)
-	defer conn.Close(context.Background())
+	s, conn := openWithConn(t)
 	ctx := t.Context()
+	var err error
 	const conv = "f"
 	_, err = conn.Exec(ctx, "INSERT INTO lz_events (conv, seq, data) VALUES ($1, 2, $2)", []byte(conv), []byte("stray"))
 	require.NoError(t, err)
@@ -119,11 +128,8 @@ func TestEventPastLastSeqFailsFork(t *testing.T) {
 	require.ErrorContains(t, err, `"f"`)
 	require.ErrorContains(t, err, "seq 2")
 
-	var n int
-	require.NoError(t, conn.QueryRow(ctx, "SELECT count(*) FROM lz_events WHERE conv = $1", []byte(conv)).Scan(&n))
-	require.Equal(t, 1, n, "nothing written")
-	require.NoError(t, conn.QueryRow(ctx, "SELECT count(*) FROM lz_conversations WHERE id = $1", []byte(conv)).Scan(&n))
-	require.Zero(t, n, "no conversation row written")
+	require.Equal(t, 1, rowsOf(t, conn, "lz_events", "conv", conv), "nothing written")
+	require.Zero(t, rowsOf(t, conn, "lz_conversations", "id", conv), "no conversation row written")
 }
 
 // TestSummaryPastLastSeqFailsFork: a summary row already at the to_seq of
@@ -133,12 +139,9 @@ func TestEventPastLastSeqFailsFork(t *testing.T) {
 // the key of lz_summaries, which the fork took for a lost race and ran
 // again until ErrConflict.
 func TestSummaryPastLastSeqFailsFork(t *testing.T) {
-	dsn := pgtest.NewDatabase(t)
-	s := open(t, dsn, Options{})
-	conn, err := pgx.Connect(t.Context(), dsn)
-	require.NoError(t, err)
-	defer conn.Close(context.Background())
+	s, conn := openWithConn(t)
 	ctx := t.Context()
+	var err error
 	const conv = "f"
 	_, err = conn.Exec(ctx, "INSERT INTO lz_summaries (conv, to_seq, data) VALUES ($1, 2, $2)", []byte(conv), []byte("stray"))
 	require.NoError(t, err)
@@ -154,9 +157,6 @@ func TestSummaryPastLastSeqFailsFork(t *testing.T) {
 	require.ErrorContains(t, err, `"f"`)
 	require.ErrorContains(t, err, "seq 2")
 
-	var n int
-	require.NoError(t, conn.QueryRow(ctx, "SELECT count(*) FROM lz_events WHERE conv = $1", []byte(conv)).Scan(&n))
-	require.Zero(t, n, "no event written")
-	require.NoError(t, conn.QueryRow(ctx, "SELECT count(*) FROM lz_conversations WHERE id = $1", []byte(conv)).Scan(&n))
-	require.Zero(t, n, "no conversation row written")
+	require.Zero(t, rowsOf(t, conn, "lz_events", "conv", conv), "no event written")
+	require.Zero(t, rowsOf(t, conn, "lz_conversations", "id", conv), "no conversation row written")
 }
