@@ -67,13 +67,13 @@ func demo(ctx context.Context, out io.Writer, memberArgs ...string) error {
 	}
 	var members []*member
 	var seeds []string
+	free, err := freePorts(9)
+	if err != nil {
+		return err
+	}
 	ports := make([][3]int, 3)
 	for i := range ports {
-		for j := range ports[i] {
-			if ports[i][j], err = freePort(); err != nil {
-				return err
-			}
-		}
+		copy(ports[i][:], free[3*i:])
 		seeds = append(seeds, fmt.Sprintf("127.0.0.1:%d", ports[i][1]))
 	}
 	for _, p := range ports {
@@ -101,7 +101,16 @@ func demo(ctx context.Context, out io.Writer, memberArgs ...string) error {
 		}
 		return true
 	}); err != nil {
-		return fmt.Errorf("the members never saw each other: %w", err)
+		var views []string
+		for _, m := range members {
+			var out struct{ Members []string }
+			view := "no answer"
+			if getJSON(m.api+"/members", &out) == nil {
+				view = strings.Join(out.Members, ",")
+			}
+			views = append(views, fmt.Sprintf("%s sees [%s], its stderr: %s", m.addr, view, lastLines(m.stderr.String(), 5)))
+		}
+		return fmt.Errorf("the members never saw each other: %w\n%s", err, strings.Join(views, "\n"))
 	}
 	convs := []string{"alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan"}
 	before := map[string]string{}
@@ -192,13 +201,28 @@ func demo(ctx context.Context, out io.Writer, memberArgs ...string) error {
 // errInterrupted ends a demo whose context ended.
 var errInterrupted = errors.New("interrupted")
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+// freePorts returns n distinct ports free on 127.0.0.1 a moment ago: each
+// is held until all are chosen, so no two of them are the same port.
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return ports, nil
+}
+
+// lastLines is the last n lines of s, on one line each separated by " | ".
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
 }
 
 // until polls ok until it holds, failing after d or as soon as fail

@@ -407,9 +407,9 @@ func TestStopsGracefully(t *testing.T) {
 
 func freeTestPort(t *testing.T) int {
 	t.Helper()
-	p, err := freePort()
+	p, err := freePorts(1)
 	require.NoError(t, err)
-	return p
+	return p[0]
 }
 
 // TestSecondSignalForcesExit: a member process stopping gracefully after
