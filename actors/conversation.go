@@ -961,18 +961,27 @@ func callScopes(ctx context.Context, l *inLoaded, loader agent.ScopeLoader, log 
 	return out
 }
 
-// load is the revival read: the conversation row, the latest summary and the
-// events after it, and the rows of the calls still open in that span.
+// load is the revival read: the latest summary and the events after it,
+// the conversation row, and the rows of the calls still open in that span.
+//
+// The row is read after the log, never before: the activation trusts the
+// row's status (setRow does not state ACTIVE again over a row it read
+// ACTIVE), and a row read before another writer's commit (a member that
+// still believed it owned the conversation) would say ACTIVE over a log
+// whose turn that commit answered, and the activation's next send would
+// leave the row IDLE with a turn owed, which no resume scan finds. A row
+// read after the log is as new as it or newer; newer only if some write
+// landed in between, which fences this activation's first write.
 func load(ctx context.Context, store journal.Store, id string) *inLoaded {
-	conv, err := store.Conversation(ctx, id)
-	if err != nil && !errors.Is(err, journal.ErrNotFound) {
-		return &inLoaded{err: err}
-	}
 	summary, events, err := store.LoadSince(ctx, id)
 	if err != nil {
 		return &inLoaded{err: err}
 	}
 	if err := checkTail(ctx, store, id, summary, events); err != nil {
+		return &inLoaded{err: err}
+	}
+	conv, err := store.Conversation(ctx, id)
+	if err != nil && !errors.Is(err, journal.ErrNotFound) {
 		return &inLoaded{err: err}
 	}
 	ws, err := snapshot.Rebuild(summary, events)
