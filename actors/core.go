@@ -594,8 +594,13 @@ func (c *core) onCommand(cmd *Command, sender any) {
 			call.ready, call.status, call.by, call.inStore = m.GetResult(), m.GetStatus(), m.GetBy(), true
 			call.resolver = m.GetResolver()
 			// The answer's write, which this delivery follows, made the
-			// row ACTIVE (see setRow).
-			c.rowStatus = messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE
+			// row ACTIVE (see setRow), unless the row is ENDED: an expiry
+			// leaves an ENDED row's status alone (End is for good), and
+			// the activation must not forget it, or it would record the
+			// answer in the ended log and run turns there.
+			if !c.ended() {
+				c.rowStatus = messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE
+			}
 		}
 		if sender != nil {
 			c.emit(effReply{to: sender, msg: &messages.AgentReply{}})
