@@ -45,8 +45,10 @@ type Config struct {
 	Clock actors.Clock
 	// Journal configures the journal actor. Its Committed hook, if set, is
 	// called for every committed request before the supervisor's own (which
-	// tells the expiry actor of deadline changes); a panic of it is logged
-	// and recovered.
+	// tells the expiry actor of deadline changes), and its Unknown hook for
+	// every request of unknown outcome before the supervisor's own (which
+	// arms the deadlines it schedules); a panic of either is logged and
+	// recovered.
 	Journal actors.JournalOptions
 	// ExpiryRetryAfter is how long the expiry actor waits before retrying
 	// an expiry whose write failed. Default: the expiry actor's default.
@@ -872,6 +874,25 @@ func (r *root) start(ctx actor.Context) {
 					continue
 				}
 				sys.Root.Send(to, &messages.ScheduleExpiry{Deadline: d})
+			}
+		}
+		// A write of unknown outcome may have landed, and then Committed
+		// never hears of it: the deadlines it schedules are armed all the
+		// same (the activation that wrote it stops, and its successor
+		// awaits the call it opened if it landed). If it did not, the
+		// call does not exist and its expire is stale. Its cancels and
+		// reschedules are left alone: a deadline still armed gives a
+		// stale expire at worst, and a reschedule's caller is told its
+		// outcome is unknown.
+		alsoUnknown := jopts.Unknown
+		jopts.Unknown = func(req *messages.AppendRequest) {
+			if alsoUnknown != nil {
+				s.hook("Journal.Unknown", func() { alsoUnknown(req) })
+			}
+			if to := expiryPID.Load(); to != nil {
+				for _, d := range req.GetSchedule() {
+					sys.Root.Send(to, &messages.ScheduleExpiry{Deadline: d})
+				}
 			}
 		}
 		pid, err := ctx.SpawnNamed(actors.NewJournal(s.cfg.Store, jopts), "journal")
