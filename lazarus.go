@@ -337,7 +337,10 @@ type Options struct {
 	// the runtime wakes the conversation again at once, up to three times
 	// in a row by activations that committed nothing, then logs a warning;
 	// the scan covers what is left.) The scan reads the same index as
-	// Open's and skips live conversations. The interval is real time, not
+	// Open's and skips live conversations; in a cluster it asks each live
+	// one whether the log moved on behind it (another member that still
+	// believed it owned the conversation wrote), and wakes a new
+	// activation of one that is stale. The interval is real time, not
 	// Clock's. Default DefaultResumeInterval; negative: no scan after
 	// Open's; a positive one below MinResumeInterval is refused by Open
 	// (ErrInvalid).
@@ -1381,7 +1384,10 @@ const resumePage = 500
 // which retires it only if it is stale (idle since another writer moved
 // the log on); if the activation is gone by then (it passivated, or
 // retired as stale), the conversation is treated as not live: its row is
-// read again. A periodic scan (armResume) skips live ones. Close ends it:
+// read again. A periodic scan (armResume) skips live ones, except in a
+// cluster: a member that still believed it owned a conversation (paused,
+// or cut off) may have moved its log on behind a live activation here,
+// idle since, with no membership change here to run a scan. Close ends it:
 // its context is the runtime's life, which Close cancels, and it checks
 // for Close before each wake.
 func (r *Runtime) resumeInterrupted(periodic bool) {
@@ -1404,8 +1410,10 @@ func (r *Runtime) resumeInterrupted(periodic bool) {
 				continue // its owner resumes it
 			}
 			if r.sup.IsActive(id) {
-				if periodic {
-					continue // live: not stalled
+				if periodic && r.cl == nil {
+					// Live: not stalled. Only another member moves its
+					// log behind its back (see resumeLive).
+					continue
 				}
 				if done := r.resumeLive(ctx, id); done {
 					continue
