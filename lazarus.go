@@ -875,7 +875,9 @@ func (r *Runtime) SendMessage(ctx context.Context, conversationID string, msg *m
 // changes: of any number of concurrent answers, exactly one wins. A call
 // still pending in an ended conversation (End refuses while a call is
 // open; an import cut short leaves one) gets an error wrapping
-// journal.ErrEnded, and nothing changes: the conversation stays ended. A
+// journal.ErrEnded, and nothing changes: the conversation stays ended (an
+// End committed after that check leaves the answer recorded and the
+// conversation ended, however the write states its status). A
 // call that ends (its context, Options.CallTimeout, Close) after its write
 // was handed over gets an error wrapping ErrUnknownOutcome and the cause
 // (context.DeadlineExceeded for CallTimeout): the answer may land, and
@@ -971,8 +973,9 @@ func (r *Runtime) resolveCall(ctx context.Context, id string, status messages.To
 	case err != nil:
 		return r.callErr(fmt.Sprintf("lazarus: resolve %q", clipID(id)), err)
 	case c.GetStatus() == messages.ConversationStatus_CONVERSATION_STATUS_ENDED:
-		// The answer's write would make the row ACTIVE: it would reopen
-		// the conversation, which End promises is for good.
+		// It runs no turn again: the answer is refused. (An End that
+		// commits after this read does not reopen it either: the Store
+		// keeps an ENDED row ENDED, recording the answer.)
 		return fmt.Errorf("lazarus: resolve %q: conversation %q: %w", clipID(id), clipID(conv), journal.ErrEnded)
 	}
 	if _, ran, err := r.forwardOp(ctx, conv, &messages.ClusterRequest{Scope: scopeToProto(scope), Op: &messages.ClusterRequest_Resolve{

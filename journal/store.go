@@ -92,10 +92,18 @@ type EventLog interface {
 	// call rows are upserted, its resolutions applied, its fsm_state and
 	// status replace the conversation's, its deadlines are scheduled or
 	// cancelled, and its reschedules applied. The first append to a
-	// conversation creates its row with status ACTIVE. A status SUSPENDED
-	// is written as ACTIVE when a call the request's fsm_state names
-	// pending is terminal once its upserts and resolutions are applied
-	// (StatusWritten): an answer durable and not yet in the log keeps the
+	// conversation creates its row with status ACTIVE. The status written
+	// is decided in the append's own write, against the row as committed
+	// before it (and the requests before it in a batch) left it
+	// (StatusWritten): a conversation whose row is ENDED stays ENDED
+	// whatever status the request states, and the rest of the request
+	// (events, rows, resolutions, fsm_state, settings, deadlines) is
+	// written as usual, so an End is for good however close a write
+	// decided on an earlier read of the row commits after it (only
+	// PutConversation sets another status on an ENDED row); and a status
+	// SUSPENDED is written as ACTIVE when a call the request's fsm_state
+	// names pending is terminal once its upserts and resolutions are
+	// applied: an answer durable and not yet in the log keeps the
 	// conversation where Open resumes it.
 	//
 	// Schedule and Cancel change only deadline records (the writer puts the
@@ -334,7 +342,10 @@ type Conversations interface {
 	// delete (the tombstone is what it finds).
 	Conversation(ctx context.Context, id string) (*messages.Conversation, error)
 	// PutConversation merges u into the row, creating it (status ACTIVE
-	// unless u says otherwise) if absent. ErrDeleted after a delete. An
+	// unless u says otherwise) if absent. It sets the status u states,
+	// whatever the row's (an ENDED one included, which no Append changes):
+	// it is how an import gives a conversation it wrote ENDED the status
+	// it exported; the runtime never calls it. ErrDeleted after a delete. An
 	// unknown status, an fsm_state ValidateFSMState refuses (one in a
 	// state other than idle or awaiting_input, say), or a created time
 	// that is no valid timestamp, is ErrInvalid.

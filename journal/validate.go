@@ -933,19 +933,36 @@ func Timestamp(t time.Time) *timestamppb.Timestamp {
 	return timestamppb.New(t)
 }
 
-// StatusWritten returns the status an append that states st writes into
-// its conversation's row, given its fsm_state and answered, which reports
-// whether a call of the conversation is terminal in the Store once the
-// request's own upserts and resolutions are applied: st, except that a
-// SUSPENDED stated while a call fsm names pending is answered becomes
-// ACTIVE. Such an answer is durable and not yet in the log (the writer
-// still sees its call open), and the answer's own write made the row
-// ACTIVE so that Open resumes the conversation and its revival records
-// the answer; a SUSPENDED committed after that write would undo it.
+// StatusWritten returns the status an append that states st (not
+// unspecified) writes into its conversation's row, given the status row
+// the row has as the append finds it (as the writes committed before it,
+// and the requests before it in a batch, left it; ACTIVE for a row the
+// append creates), its fsm_state and answered, which reports whether a
+// call of the conversation is terminal in the Store once the request's
+// own upserts and resolutions are applied: st, except that
+//
+//   - an ENDED row stays ENDED, whatever st. End is for good: a write
+//     that states another status (an answer's or an expiry's ACTIVE, a
+//     writer's IDLE) was decided on a read of the row, and an End that
+//     committed since must win. The rest of the write goes through: an
+//     expiry or an answer is still recorded, in a conversation that stays
+//     ended. Only PutConversation sets another status on an ENDED row.
+//   - a SUSPENDED stated while a call fsm names pending is answered
+//     becomes ACTIVE. Such an answer is durable and not yet in the log
+//     (the writer still sees its call open), and the answer's own write
+//     made the row ACTIVE so that Open resumes the conversation and its
+//     revival records the answer; a SUSPENDED committed after that write
+//     would undo it.
+//
 // Deciding in the append's own atomic write, against the rows as they
 // are then, leaves no instant at which the row says SUSPENDED over an
-// answer not in the log. Every adapter applies it (see EventLog.Append).
-func StatusWritten(st messages.ConversationStatus, fsm *messages.FSMState, answered func(toolCallID string) (bool, error)) (messages.ConversationStatus, error) {
+// answer not in the log, and no read-then-write window in which an ended
+// conversation is reopened. Every adapter applies it (see
+// EventLog.Append).
+func StatusWritten(row, st messages.ConversationStatus, fsm *messages.FSMState, answered func(toolCallID string) (bool, error)) (messages.ConversationStatus, error) {
+	if row == messages.ConversationStatus_CONVERSATION_STATUS_ENDED {
+		return row, nil
+	}
 	if st != messages.ConversationStatus_CONVERSATION_STATUS_SUSPENDED {
 		return st, nil
 	}

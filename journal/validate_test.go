@@ -346,15 +346,17 @@ func TestStoredTimesChecked(t *testing.T) {
 	require.NoError(t, journal.ValidateResolvedAt("c/1", time.Time{}), "the zero time: no Resolved time")
 }
 
-// TestStatusWritten: a status other than SUSPENDED is written as stated;
-// SUSPENDED becomes ACTIVE when a call the fsm_state names pending is
-// answered, and stays SUSPENDED when none is (or none is named); an error
-// reading a call is returned.
+// TestStatusWritten: an ENDED row stays ENDED whatever is stated; else a
+// status other than SUSPENDED is written as stated; SUSPENDED becomes
+// ACTIVE when a call the fsm_state names pending is answered, and stays
+// SUSPENDED when none is (or none is named); an error reading a call is
+// returned.
 func TestStatusWritten(t *testing.T) {
 	const (
 		active    = messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE
 		suspended = messages.ConversationStatus_CONVERSATION_STATUS_SUSPENDED
 		idle      = messages.ConversationStatus_CONVERSATION_STATUS_IDLE
+		ended     = messages.ConversationStatus_CONVERSATION_STATUS_ENDED
 	)
 	fsm := &messages.FSMState{Pending: map[string]*messages.PendingCall{"a": {}, "b": {}}}
 	answered := func(ids ...string) func(string) (bool, error) {
@@ -370,21 +372,25 @@ func TestStatusWritten(t *testing.T) {
 	boom := errors.New("boom")
 	for _, tc := range []struct {
 		name     string
-		st       messages.ConversationStatus
+		row, st  messages.ConversationStatus
 		fsm      *messages.FSMState
 		answered func(string) (bool, error)
 		want     messages.ConversationStatus
 		err      error
 	}{
-		{"IdleAsStated", idle, fsm, answered("a"), idle, nil},
-		{"ActiveAsStated", active, fsm, answered(), active, nil},
-		{"SuspendedNothingAnswered", suspended, fsm, answered("c"), suspended, nil},
-		{"SuspendedOneAnswered", suspended, fsm, answered("b"), active, nil},
-		{"SuspendedNoFSMState", suspended, nil, answered("a"), suspended, nil},
-		{"ReadError", suspended, fsm, func(string) (bool, error) { return false, boom }, suspended, boom},
+		{"IdleAsStated", active, idle, fsm, answered("a"), idle, nil},
+		{"ActiveAsStated", suspended, active, fsm, answered(), active, nil},
+		{"SuspendedNothingAnswered", active, suspended, fsm, answered("c"), suspended, nil},
+		{"SuspendedOneAnswered", idle, suspended, fsm, answered("b"), active, nil},
+		{"SuspendedNoFSMState", active, suspended, nil, answered("a"), suspended, nil},
+		{"ReadError", active, suspended, fsm, func(string) (bool, error) { return false, boom }, suspended, boom},
+		{"EndedStaysEndedActive", ended, active, fsm, answered(), ended, nil},
+		{"EndedStaysEndedIdle", ended, idle, fsm, answered(), ended, nil},
+		{"EndedStaysEndedSuspendedAnswered", ended, suspended, fsm, answered("b"), ended, nil},
+		{"EndedAsStated", active, ended, fsm, answered("b"), ended, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := journal.StatusWritten(tc.st, tc.fsm, tc.answered)
+			got, err := journal.StatusWritten(tc.row, tc.st, tc.fsm, tc.answered)
 			if tc.err != nil {
 				require.ErrorIs(t, err, tc.err)
 			} else {

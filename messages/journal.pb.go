@@ -229,10 +229,11 @@ type AppendRequest struct {
 	Schedule []*Deadline `protobuf:"bytes,7,rep,name=schedule,proto3" json:"schedule,omitempty"`
 	// cancel removes the deadlines of these tool call ids.
 	Cancel []string `protobuf:"bytes,8,rep,name=cancel,proto3" json:"cancel,omitempty"`
-	// status, if not unspecified, replaces the conversation's status; a
-	// SUSPENDED is written as ACTIVE when a call fsm_state names pending is
-	// already terminal (an answer durable and not yet in the log: see
-	// journal.StatusWritten).
+	// status, if not unspecified, replaces the conversation's status, unless
+	// the row is ENDED, which it stays (End is for good); a SUSPENDED is
+	// written as ACTIVE when a call fsm_state names pending is already
+	// terminal (an answer durable and not yet in the log). See
+	// journal.StatusWritten.
 	Status ConversationStatus `protobuf:"varint,9,opt,name=status,proto3,enum=lazarus.v1.ConversationStatus" json:"status,omitempty"`
 	// unfenced writes skip the expected_last check. They must carry no events.
 	// They are how writers other than the conversation's own actor (Resolve,

@@ -875,8 +875,8 @@ func (im *importer) schedule(s *sectionState, raw json.RawMessage) error {
 }
 
 // end checks the section against its end line, then writes what is left:
-// the last append of events, settings, metadata, and the append that
-// gives the conversation its status, fsm_state and deadlines.
+// the last append of events, settings, metadata, the append that gives
+// the conversation its fsm_state and deadlines, and then its status.
 func (im *importer) end(s *sectionState, raw json.RawMessage) error {
 	var e endRecord
 	err := strictDecode(raw, &e)
@@ -979,6 +979,28 @@ func (im *importer) finish(s *sectionState, last *messages.AppendRequest) error 
 	}
 	if _, err := st.Append(ctx, last); err != nil {
 		return fmt.Errorf("status, fsm_state and deadlines: %w", err)
+	}
+	// The row is still ENDED: an append never changes an ENDED status
+	// (journal.StatusWritten), so the status the section gives it is set
+	// last, by the one write that may, as the append would have written
+	// it were the row not ENDED. Until then the conversation stays ENDED,
+	// as an import cut short leaves it.
+	want := last.GetStatus()
+	if want == messages.ConversationStatus_CONVERSATION_STATUS_UNSPECIFIED || want == messages.ConversationStatus_CONVERSATION_STATUS_ENDED {
+		return nil
+	}
+	want, err := journal.StatusWritten(messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE, want, last.GetFsmState(), func(call string) (bool, error) {
+		rec, err := st.ToolCall(ctx, call)
+		if errors.Is(err, journal.ErrNotFound) {
+			return false, nil
+		}
+		return err == nil && rec.GetConversationId() == s.id && journal.IsTerminal(rec.GetStatus()), err
+	})
+	if err != nil {
+		return fmt.Errorf("status: %w", err)
+	}
+	if err := st.PutConversation(ctx, journal.ConversationUpdate{ID: s.id, Status: want}); err != nil {
+		return fmt.Errorf("status: %w", err)
 	}
 	return nil
 }

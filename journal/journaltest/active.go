@@ -20,6 +20,7 @@ var activeCases = []suiteCase{
 	{name: "NewConversationIsActive", run: testActiveNew},
 	{name: "StatusChangesMoveIt", run: testActiveStatus},
 	{name: "SuspendedOverAnAnswerNotInTheLog", run: testActiveAnswerNotInLog},
+	{name: "EndedStaysEnded", run: testActiveEndedStays},
 	{name: "FailedWriteLeavesIt", run: testActiveFailedWrite},
 	{name: "DeleteRemovesIt", run: testActiveDelete},
 	{name: "PagesInIDOrder", run: testActivePages},
@@ -167,6 +168,12 @@ func testActiveStatus(t *testing.T, e env) {
 		require.NoError(t, s.PutFSMState(ctx, "c", idleState(lastSeq(t, s, "c"))))
 		assert.Equal(t, []string{"other"}, activeIDs(t, s, 0), "PutFSMState leaves it out (%v)", st)
 		setStatus(t, s, "c", statusActive)
+		if st == statusEnded {
+			// End is for good (testActiveEndedStays); only PutConversation
+			// sets another status.
+			assert.Equal(t, []string{"other"}, activeIDs(t, s, 0), "an append setting ACTIVE leaves an ENDED row out")
+			require.NoError(t, s.PutConversation(ctx, journal.ConversationUpdate{ID: "c", Status: statusActive}))
+		}
 		assert.Equal(t, []string{"c", "other"}, activeIDs(t, s, 0), "an append setting ACTIVE puts it back (from %v)", st)
 
 		require.NoError(t, s.PutConversation(ctx, journal.ConversationUpdate{ID: "c", Status: st}))
@@ -195,6 +202,66 @@ func testActiveStatus(t *testing.T, e env) {
 		row := conversation(t, s, id)
 		assert.Equal(t, row.GetStatus() == statusActive, slices.Contains(activeIDs(t, s, 0), id), "index and row of %q agree", id)
 	}
+}
+
+// testActiveEndedStays: an append to a conversation whose row is ENDED
+// never changes its status, whatever it states (an answer's or an
+// expiry's ACTIVE, a writer's IDLE, a SUSPENDED over an answered call),
+// alone or after the End in one batch; the rest of the write goes
+// through. PutConversation is the one write that sets another status.
+func testActiveEndedStays(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	appendEvents(t, s, "c", userEvs(1, 1)...)
+	appendEvents(t, s, "other", userEvs(1, 1)...)
+	suspend(t, s, "c", "c-1", "c-2", "c-3")
+	setStatus(t, s, "c", statusEnded)
+	require.Equal(t, []string{"other"}, activeIDs(t, s, 0))
+
+	// An expiry (unfenced, ACTIVE, due): the call expires, the row stays
+	// ENDED.
+	appendOK(t, s, &messages.AppendRequest{ConversationId: "c", Unfenced: true, Status: statusActive, DueBy: ts(100),
+		Resolutions: []*messages.ToolResolution{{ToolCallId: "c-1", Status: expired, At: ts(100)}}})
+	assert.Equal(t, expired, toolCall(t, s, "c-1").GetStatus(), "the expiry is recorded")
+	assert.Equal(t, statusEnded, conversation(t, s, "c").GetStatus(), "an expiry's ACTIVE leaves it ENDED")
+
+	// An answer given outside the actor.
+	appendOK(t, s, answerUnfenced("c", "c-2"))
+	assert.Equal(t, resolved, toolCall(t, s, "c-2").GetStatus(), "the answer is recorded")
+	assert.Equal(t, statusEnded, conversation(t, s, "c").GetStatus(), "an answer's ACTIVE leaves it ENDED")
+
+	// A SUSPENDED over an answered call (which StatusWritten would make
+	// ACTIVE), with events, fsm_state and settings: all but the status
+	// written.
+	last := lastSeq(t, s, "c")
+	req := recordAnswer("c", last, "c-3", "c-2")
+	req.Resolutions[0].ToolCallId = "c-3"
+	req.Settings = map[string]string{"k": "v"}
+	appendOK(t, s, req)
+	row := conversation(t, s, "c")
+	assert.Equal(t, statusEnded, row.GetStatus(), "a SUSPENDED over an answered call leaves it ENDED")
+	requireProto(t, awaiting(last+2, "c-2"), row.GetFsmState(), "the fsm_state is the request's")
+	assert.Equal(t, map[string]string{"k": "v"}, row.GetSettings(), "the settings are merged")
+	assert.Equal(t, last+2, lastSeq(t, s, "c"), "the events are logged")
+
+	// IDLE, and an End then ACTIVE in one batch.
+	setStatus(t, s, "c", statusIdle)
+	assert.Equal(t, statusEnded, conversation(t, s, "c").GetStatus(), "an IDLE leaves it ENDED")
+	lastOther := lastSeq(t, s, "other")
+	for i, res := range s.AppendBatch(ctx, []*messages.AppendRequest{
+		{ConversationId: "other", ExpectedLast: lastOther, Status: statusEnded},
+		{ConversationId: "other", ExpectedLast: lastOther, Status: statusActive, FsmState: idleState(lastOther)},
+		{ConversationId: "c", ExpectedLast: lastSeq(t, s, "c"), Status: statusActive},
+	}) {
+		require.NoError(t, res.Err, "request %d of the batch", i)
+	}
+	assert.Equal(t, statusEnded, conversation(t, s, "other").GetStatus(), "an ACTIVE after the End in its batch leaves it ENDED")
+	requireProto(t, idleState(lastOther), conversation(t, s, "other").GetFsmState(), "the batch's fsm_state is written")
+	assert.Equal(t, statusEnded, conversation(t, s, "c").GetStatus())
+	assert.Empty(t, activeIDs(t, s, 0), "no ENDED conversation is listed")
+
+	require.NoError(t, s.PutConversation(ctx, journal.ConversationUpdate{ID: "c", Status: statusIdle}))
+	assert.Equal(t, statusIdle, conversation(t, s, "c").GetStatus(), "PutConversation sets another status")
 }
 
 // testActiveFailedWrite: a request that fails changes neither the row's

@@ -188,7 +188,7 @@ func (w *crashWorker) acked(req *messages.AppendRequest, res journal.AppendResul
 		w.fsm[conv] = req.GetFsmState()
 	}
 	if st := req.GetStatus(); st != 0 {
-		st, _ = journal.StatusWritten(st, req.GetFsmState(), func(id string) (bool, error) {
+		st, _ = journal.StatusWritten(w.status[conv], st, req.GetFsmState(), func(id string) (bool, error) {
 			r := w.rows[id]
 			return r != nil && r.GetConversationId() == conv && journal.IsTerminal(r.GetStatus()), nil
 		})

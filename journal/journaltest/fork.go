@@ -131,7 +131,7 @@ func testForkWithoutSummary(t *testing.T, e env) {
 
 // testForkEnded: a fork may be written ENDED (lazarus import writes one so,
 // with every copied event, then appends the fork's own log and gives it
-// its status last).
+// its status last, with PutConversation: an append keeps it ENDED).
 func testForkEnded(t *testing.T, e env) {
 	s := e.open(t).Store
 	ctx := context.Background()
@@ -145,9 +145,14 @@ func testForkEnded(t *testing.T, e env) {
 	res, err := s.Append(ctx, &messages.AppendRequest{ConversationId: "dst", ExpectedLast: 7, Events: src[7:]})
 	require.NoError(t, err)
 	assert.Equal(t, uint64(8), res.FirstSeq)
-	_, err = s.Append(ctx, &messages.AppendRequest{ConversationId: "dst", ExpectedLast: 10, Status: statusIdle})
+	_, err = s.Append(ctx, &messages.AppendRequest{ConversationId: "dst", ExpectedLast: 10, Status: statusIdle, FsmState: idleState(10)})
 	require.NoError(t, err)
 	row, err := s.Conversation(ctx, "dst")
+	require.NoError(t, err)
+	assert.Equal(t, statusEnded, row.GetStatus(), "an append keeps it ENDED")
+	requireProto(t, idleState(10), row.GetFsmState(), "the append's fsm_state is written")
+	require.NoError(t, s.PutConversation(ctx, journal.ConversationUpdate{ID: "dst", Status: statusIdle}))
+	row, err = s.Conversation(ctx, "dst")
 	require.NoError(t, err)
 	assert.Equal(t, statusIdle, row.GetStatus())
 	requireProto(t, req.GetOrigin(), row.GetForkedFrom(), "the origin stays")

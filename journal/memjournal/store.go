@@ -415,7 +415,7 @@ func (st *state) applyAppend(req *messages.AppendRequest, now time.Time) journal
 		changed = true
 	}
 	if s := req.GetStatus(); s != messages.ConversationStatus_CONVERSATION_STATUS_UNSPECIFIED {
-		s, _ = journal.StatusWritten(s, req.GetFsmState(), func(call string) (bool, error) {
+		s, _ = journal.StatusWritten(c.row.GetStatus(), s, req.GetFsmState(), func(call string) (bool, error) {
 			row := st.toolCalls[call]
 			return row != nil && row.GetConversationId() == id && journal.IsTerminal(row.GetStatus()), nil
 		})

@@ -775,7 +775,7 @@ func (t *txn) apply(req *messages.AppendRequest) (res journal.AppendResult, err 
 		if s := req.GetStatus(); s != messages.ConversationStatus_CONVERSATION_STATUS_UNSPECIFIED {
 			// The calls of conv change only under its lock, which this
 			// write holds.
-			s, err := journal.StatusWritten(s, req.GetFsmState(), func(id string) (bool, error) {
+			s, err := journal.StatusWritten(row.GetStatus(), s, req.GetFsmState(), func(id string) (bool, error) {
 				c, err := t.call(id)
 				if err != nil {
 					return false, err

@@ -819,7 +819,7 @@ func (b *batch) apply(req *messages.AppendRequest, now time.Time, eb *evBuf, k i
 	if st := req.GetStatus(); st != messages.ConversationStatus_CONVERSATION_STATUS_UNSPECIFIED {
 		// The rows of the calls it names pending were read FOR UPDATE
 		// with the batch's.
-		st, _ = journal.StatusWritten(st, req.GetFsmState(), func(call string) (bool, error) {
+		st, _ = journal.StatusWritten(h.row.GetStatus(), st, req.GetFsmState(), func(call string) (bool, error) {
 			cs := b.calls[call]
 			if cs == nil {
 				return false, nil
