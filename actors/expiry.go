@@ -22,10 +22,10 @@ type ExpiryOptions struct {
 	// Store is read on Started with Store.Deadlines to rebuild the timer of
 	// every scheduled deadline (if the read fails, it is retried after
 	// RetryAfter; if it ends with journal.ErrCorrupt, every deadline it
-	// listed is armed, the error is logged, and it is not read again), and
-	// with Store.Conversation before each expire: the expire's write
-	// states the conversation ACTIVE (a turn is owed), but leaves an ENDED
-	// one ENDED. The expiry actor never writes to it directly. Required.
+	// listed is armed, the error is logged, and it is not read again).
+	// An expire reads nothing: its write states the conversation ACTIVE
+	// (a turn is owed), and the Store leaves an ENDED one ENDED. The
+	// expiry actor never writes to it directly. Required.
 	Store journal.Store
 	// Journal is the journal actor. Expires are written through it, as
 	// unfenced JournalWrites, so the journal actor batches them with other
@@ -440,20 +440,18 @@ func (a *expiryActor) process(ctx actor.Context) {
 	at := timestamppb.New(now)
 	a.q.due(n, func(req uint64, conv, call string) {
 		// A turn is owed once the result is recorded: a restart resumes
-		// ACTIVE conversations even if the delivery is lost. Not in an
-		// ENDED one (an import cut short leaves a call pending there; End
-		// refuses while one is open): End is for good, so the expiry is
-		// recorded and the status left alone.
-		status := messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE
-		if a.ended(conv) {
-			status = messages.ConversationStatus_CONVERSATION_STATUS_UNSPECIFIED
-		}
+		// ACTIVE conversations even if the delivery is lost. Not an ENDED
+		// one (an import cut short leaves a call pending there; End
+		// refuses while one is open): the Store keeps an ENDED row ENDED
+		// in the write's own commit (journal.StatusWritten), so the
+		// expiry is recorded there and the status left alone, however
+		// close an End commits before it.
 		ctx.Request(a.opts.Journal, &messages.JournalWrite{
 			RequestId: req,
 			Request: &messages.AppendRequest{
 				ConversationId: conv,
 				Unfenced:       true,
-				Status:         status,
+				Status:         messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE,
 				// Only if the deadline is still due: a reschedule that
 				// committed first wins, and this expire is stale.
 				DueBy: at,
@@ -469,20 +467,6 @@ func (a *expiryActor) process(ctx actor.Context) {
 	})
 	a.fireSchedules(n)
 	a.arm(n)
-}
-
-// ended reports whether the Store's row of conversation conv is ENDED. A
-// row that cannot be read counts as not ended (the expire then states
-// ACTIVE, as it always did), with a warning.
-func (a *expiryActor) ended(conv string) bool {
-	c, err := a.opts.Store.Conversation(a.opts.Context, conv)
-	if err != nil {
-		if !errors.Is(err, journal.ErrNotFound) && !errors.Is(err, journal.ErrDeleted) {
-			a.opts.Logger.Warn("actors: expiry: reading the conversation's status failed; the expire states ACTIVE", "conversation", conv, "err", err)
-		}
-		return false
-	}
-	return c.GetStatus() == messages.ConversationStatus_CONVERSATION_STATUS_ENDED
 }
 
 // SystemIdentity is the resolver identity of an expiry: the system's
