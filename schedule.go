@@ -52,7 +52,10 @@ const MinScheduleInterval = time.Second
 // and never fires, as a human call's deadline that far never expires.
 type ScheduleSpec struct {
 	// ID names the schedule within its conversation: a Schedule with the
-	// ID of an existing schedule of the conversation replaces it. Ids are
+	// ID of an existing schedule of the conversation replaces it (an
+	// occurrence of the replaced one being delivered meanwhile fails as
+	// stale, even one at the replacement's first time: only the
+	// replacement's message is written). Ids are
 	// per conversation: another conversation's schedule of the same ID is
 	// a schedule of its own, which this one neither replaces nor meets.
 	// Default: a new random id.
@@ -116,7 +119,9 @@ func (spec ScheduleSpec) record(conv, id string, now time.Time, author agent.Ide
 	if strings.TrimSpace(spec.Text) == "" {
 		return nil, badSchedule("no text")
 	}
-	sc := &messages.Schedule{Id: id, ConversationId: conv, Author: author.Proto(), Created: journal.Timestamp(now),
+	// A revision of its own: a fire computed from the record it replaces
+	// is stale against it (journal.ScheduleStore).
+	sc := &messages.Schedule{Id: id, ConversationId: conv, Author: author.Proto(), Created: journal.Timestamp(now), Revision: newRequestID(),
 		Payload: &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: spec.Text}}}}}
 	kinds := 0
 	for _, set := range []bool{!spec.At.IsZero(), spec.After != 0, spec.Cron != ""} {
@@ -730,7 +735,9 @@ func (r *Runtime) fire(ctx context.Context, f scheduleFire) {
 		r.log.Warn("lazarus: schedule: computing the next occurrence failed; the occurrence is not delivered, and handed again later", "conversation", f.conv, "schedule", f.id, "err", err)
 		return
 	}
-	fireRec := &messages.ScheduleFire{ScheduleId: f.id, Occurrence: journal.Timestamp(f.at)}
+	// The revision of sc: a replace since the read makes the write stale
+	// (the message and next are sc's), even at the same occurrence.
+	fireRec := &messages.ScheduleFire{ScheduleId: f.id, Occurrence: journal.Timestamp(f.at), Revision: sc.GetRevision()}
 	if next != nil {
 		fireRec.Next = journal.Timestamp(*next)
 	}

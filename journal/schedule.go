@@ -17,8 +17,11 @@ import (
 //
 // An occurrence fires through Append: an AppendRequest whose ScheduleFire
 // names a schedule of the request's conversation applies only if the
-// schedule's stored Next is the fire's Occurrence (else the whole request
-// fails with ErrStale and nothing is written), and moves Next to the fire's
+// schedule's stored Next is the fire's Occurrence and its stored Revision
+// is the fire's Revision (else the whole request fails with ErrStale and
+// nothing is written: a fire of a definition replaced, or cancelled and
+// made again, since it was computed never lands on the new one, even at
+// the same occurrence), and moves Next to the fire's
 // Next (removing the schedule when it is unset) in the same atomic write as
 // the request's events. So an occurrence is recorded at most once, and
 // together with the message it appends. DeleteConversation removes the
@@ -57,7 +60,8 @@ type ScheduleStore interface {
 const MaxSchedulesPerConversation = 1000
 
 // ValidateSchedule checks what a Store checks of a schedule before storing
-// it: ids, a valid Next, a Created unset or valid (CheckTime), at most one
+// it: ids (and a Revision empty or of an id's form), a valid Next, a
+// Created unset or valid (CheckTime), at most one
 // of Every (positive) and Cron, a payload with content, and the record's
 // size. It does not parse Cron (the
 // runtime does, and computes Next).
@@ -80,6 +84,11 @@ func ValidateSchedule(s *messages.Schedule) error {
 	if err := CheckTime(fmt.Sprintf("schedule %q: created", s.GetId()), s.GetCreated()); err != nil {
 		return err
 	}
+	if r := s.GetRevision(); r != "" {
+		if err := ValidateID("schedule revision", r); err != nil {
+			return err
+		}
+	}
 	if e := s.GetEvery(); e != nil {
 		if err := e.CheckValid(); err != nil || e.AsDuration() <= 0 {
 			return Invalidf("interval of schedule %q must be positive", s.GetId())
@@ -95,7 +104,8 @@ func ValidateSchedule(s *messages.Schedule) error {
 }
 
 // ValidateScheduleFire checks the shape of an AppendRequest's schedule
-// fire: an id and a valid occurrence (and next, if set).
+// fire: an id and a valid occurrence (and next, if set). Its Revision may
+// be empty (a record stored before revisions existed has none).
 func ValidateScheduleFire(f *messages.ScheduleFire) error {
 	if err := ValidateID("schedule id", f.GetScheduleId()); err != nil {
 		return err
@@ -105,6 +115,11 @@ func ValidateScheduleFire(f *messages.ScheduleFire) error {
 	}
 	if n := f.GetNext(); n != nil && n.CheckValid() != nil {
 		return Invalidf("fire of schedule %q has an invalid next", f.GetScheduleId())
+	}
+	if r := f.GetRevision(); r != "" {
+		if err := ValidateID("schedule revision", r); err != nil {
+			return err
+		}
 	}
 	return nil
 }

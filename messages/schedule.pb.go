@@ -48,8 +48,13 @@ type Schedule struct {
 	Payload *UserMessage `protobuf:"bytes,7,opt,name=payload,proto3" json:"payload,omitempty"`
 	// author is who scheduled it; the wake's user message is written with
 	// this identity as its author.
-	Author        *Identity              `protobuf:"bytes,8,opt,name=author,proto3" json:"author,omitempty"`
-	Created       *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=created,proto3" json:"created,omitempty"`
+	Author  *Identity              `protobuf:"bytes,8,opt,name=author,proto3" json:"author,omitempty"`
+	Created *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=created,proto3" json:"created,omitempty"`
+	// revision names this definition of the schedule: the runtime sets a new
+	// one each time it stores a schedule (a replace, or a schedule made again
+	// under the id of one cancelled), and keeps it while occurrences move
+	// next. Empty in records stored before it existed.
+	Revision      string `protobuf:"bytes,10,opt,name=revision,proto3" json:"revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -147,6 +152,13 @@ func (x *Schedule) GetCreated() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Schedule) GetRevision() string {
+	if x != nil {
+		return x.Revision
+	}
+	return ""
+}
+
 // ScheduleFire records, in the same atomic write as the wake's user
 // message, that one occurrence of a schedule fired, and what comes next.
 type ScheduleFire struct {
@@ -156,7 +168,12 @@ type ScheduleFire struct {
 	Occurrence *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=occurrence,proto3" json:"occurrence,omitempty"`
 	// next replaces the stored next; unset removes the schedule (its last
 	// occurrence fired).
-	Next          *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=next,proto3" json:"next,omitempty"`
+	Next *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=next,proto3" json:"next,omitempty"`
+	// revision is the revision of the schedule the fire was computed from
+	// (its message, its next): it must be the stored one's, else the write is
+	// stale, so that a fire of a definition replaced meanwhile never lands on
+	// the new one, even at the same occurrence.
+	Revision      string `protobuf:"bytes,4,opt,name=revision,proto3" json:"revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -210,6 +227,13 @@ func (x *ScheduleFire) GetNext() *timestamppb.Timestamp {
 		return x.Next
 	}
 	return nil
+}
+
+func (x *ScheduleFire) GetRevision() string {
+	if x != nil {
+		return x.Revision
+	}
+	return ""
 }
 
 // ScheduleWake is the command that delivers one occurrence to its
@@ -396,7 +420,7 @@ var File_lazarus_v1_schedule_proto protoreflect.FileDescriptor
 const file_lazarus_v1_schedule_proto_rawDesc = "" +
 	"\n" +
 	"\x19lazarus/v1/schedule.proto\x12\n" +
-	"lazarus.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18lazarus/v1/records.proto\"\xec\x02\n" +
+	"lazarus.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18lazarus/v1/records.proto\"\x88\x03\n" +
 	"\bSchedule\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12'\n" +
 	"\x0fconversation_id\x18\x02 \x01(\tR\x0econversationId\x12.\n" +
@@ -406,14 +430,17 @@ const file_lazarus_v1_schedule_proto_rawDesc = "" +
 	"\ttime_zone\x18\x06 \x01(\tR\btimeZone\x121\n" +
 	"\apayload\x18\a \x01(\v2\x17.lazarus.v1.UserMessageR\apayload\x12,\n" +
 	"\x06author\x18\b \x01(\v2\x14.lazarus.v1.IdentityR\x06author\x124\n" +
-	"\acreated\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\acreated\"\x9b\x01\n" +
+	"\acreated\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\acreated\x12\x1a\n" +
+	"\brevision\x18\n" +
+	" \x01(\tR\brevision\"\xb7\x01\n" +
 	"\fScheduleFire\x12\x1f\n" +
 	"\vschedule_id\x18\x01 \x01(\tR\n" +
 	"scheduleId\x12:\n" +
 	"\n" +
 	"occurrence\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"occurrence\x12.\n" +
-	"\x04next\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04next\"\x8e\x01\n" +
+	"\x04next\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04next\x12\x1a\n" +
+	"\brevision\x18\x04 \x01(\tR\brevision\"\x8e\x01\n" +
 	"\fScheduleWake\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x121\n" +

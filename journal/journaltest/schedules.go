@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/lazarusrt/lazarus/journal"
@@ -24,6 +25,7 @@ var scheduleCases = []suiteCase{
 	{name: "FireAdvancesWithItsMessage", run: testScheduleFire},
 	{name: "FireOnceOnly", run: testScheduleFireOnce},
 	{name: "StaleFireWritesNothing", run: testScheduleStaleFire},
+	{name: "FireOfAReplacedRevisionIsStale", run: testScheduleFireOfReplacedRevision},
 	{name: "FireInBatchOrder", run: testScheduleFireBatch},
 	{name: "BadInput", run: testScheduleBadInput},
 	{name: "LimitPerConversation", run: testScheduleLimit},
@@ -294,6 +296,64 @@ func testScheduleStaleFire(t *testing.T, e env) {
 	requireSentinel(t, err, journal.ErrStale, "cancelled")
 	assert.Equal(t, uint64(1), lastSeq(t, st, "c"), "no message of a stale fire")
 	assert.Equal(t, []schedTime{{"d", "other", tm(100)}}, scheduleTimes(t, s))
+}
+
+// testScheduleFireOfReplacedRevision: a fire computed from one definition
+// of a schedule (its Revision) is stale against a definition put since,
+// even one whose next is the fire's occurrence (replaced, or cancelled and
+// put again, at the same time): nothing written, the new definition as it
+// was; the new one's fire applies, and its next keeps its revision, which
+// the following fire must carry.
+func testScheduleFireOfReplacedRevision(t *testing.T, e env) {
+	ctx := t.Context()
+	rev := func(sc *messages.Schedule, r string) *messages.Schedule { sc.Revision = r; return sc }
+	fire := func(last uint64, occ, next int, r string) *messages.AppendRequest {
+		req := fireReq("c", last, "rep", occ, next)
+		req.ScheduleFire.Revision = r
+		return req
+	}
+	for _, cancelled := range []bool{false, true} {
+		t.Run(fmt.Sprint("cancelled=", cancelled), func(t *testing.T) {
+			st := e.open(t).Store
+			s := scheduleStore(t, st)
+			appendEvents(t, st, "c", userEv(1, "hi"))
+			require.NoError(t, s.PutSchedule(ctx, rev(sched("c", "rep", 100), "old")))
+			if cancelled {
+				require.NoError(t, s.DeleteSchedule(ctx, "c", "rep"))
+			}
+			renewed := rev(sched("c", "rep", 100), "new")
+			renewed.Every = durationpb.New(time.Hour)
+			require.NoError(t, s.PutSchedule(ctx, renewed))
+
+			for name, req := range map[string]*messages.AppendRequest{
+				"the old revision's fire":     fire(1, 100, 160, "old"),
+				"the old revision's last one": fire(1, 100, -1, "old"),
+				"a fire of no revision":       fire(1, 100, 160, ""),
+			} {
+				_, err := st.Append(ctx, req)
+				requireSentinel(t, err, journal.ErrStale, name)
+			}
+			results := st.AppendBatch(ctx, []*messages.AppendRequest{fire(1, 100, 160, "old")})
+			require.Len(t, results, 1)
+			requireSentinel(t, results[0].Err, journal.ErrStale, "in a batch")
+			assert.Equal(t, uint64(1), lastSeq(t, st, "c"), "no message of a stale fire")
+			all, err := s.ConversationSchedules(ctx, "c")
+			require.NoError(t, err)
+			require.Len(t, all, 1)
+			assert.True(t, proto.Equal(renewed, all[0]), "the new definition untouched: %v", all[0])
+
+			appendOK(t, st, fire(1, 100, 3700, "new"))
+			all, err = s.ConversationSchedules(ctx, "c")
+			require.NoError(t, err)
+			require.Len(t, all, 1)
+			assert.Equal(t, "new", all[0].GetRevision(), "a fire keeps the revision")
+			assert.Equal(t, []schedTime{{"c", "rep", tm(3700)}}, scheduleTimes(t, s))
+			_, err = st.Append(ctx, fire(2, 3700, 7300, "old"))
+			requireSentinel(t, err, journal.ErrStale, "the old revision at the next occurrence")
+			appendOK(t, st, fire(2, 3700, 7300, "new"))
+			assert.Equal(t, uint64(3), lastSeq(t, st, "c"))
+		})
+	}
 }
 
 func testScheduleFireBatch(t *testing.T, e env) {

@@ -25,6 +25,9 @@ func (st *state) checkFire(id string, f *messages.ScheduleFire) error {
 	if !s.GetNext().AsTime().Equal(f.GetOccurrence().AsTime()) {
 		return fmt.Errorf("memjournal: fire of schedule %q at %v: its next occurrence is %v: %w", f.GetScheduleId(), f.GetOccurrence().AsTime(), s.GetNext().AsTime(), journal.ErrStale)
 	}
+	if s.GetRevision() != f.GetRevision() {
+		return fmt.Errorf("memjournal: fire of schedule %q of revision %q: it was replaced (revision %q): %w", f.GetScheduleId(), f.GetRevision(), s.GetRevision(), journal.ErrStale)
+	}
 	return nil
 }
 

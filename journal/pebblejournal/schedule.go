@@ -108,6 +108,9 @@ func (t *txn) checkFire(conv string, f *messages.ScheduleFire) (*messages.Schedu
 	if !sc.GetNext().AsTime().Equal(f.GetOccurrence().AsTime()) {
 		return nil, fmt.Errorf("pebblejournal: fire of schedule %q at %v: its next occurrence is %v: %w", f.GetScheduleId(), f.GetOccurrence().AsTime(), sc.GetNext().AsTime(), journal.ErrStale)
 	}
+	if sc.GetRevision() != f.GetRevision() {
+		return nil, fmt.Errorf("pebblejournal: fire of schedule %q of revision %q: it was replaced (revision %q): %w", f.GetScheduleId(), f.GetRevision(), sc.GetRevision(), journal.ErrStale)
+	}
 	return sc, nil
 }
 

@@ -83,6 +83,9 @@ func (b *batch) checkFire(conv string, f *messages.ScheduleFire) error {
 	if !st.cur.GetNext().AsTime().Equal(f.GetOccurrence().AsTime()) {
 		return fmt.Errorf("fire of schedule %q at %v: its next occurrence is %v: %w", f.GetScheduleId(), f.GetOccurrence().AsTime(), st.cur.GetNext().AsTime(), journal.ErrStale)
 	}
+	if st.cur.GetRevision() != f.GetRevision() {
+		return fmt.Errorf("fire of schedule %q of revision %q: it was replaced (revision %q): %w", f.GetScheduleId(), f.GetRevision(), st.cur.GetRevision(), journal.ErrStale)
+	}
 	return nil
 }
 
