@@ -111,3 +111,41 @@ func TestScheduleCronAcrossASkippedDayReturns(t *testing.T) {
 		t.Fatal("the next occurrence was not computed in 10s")
 	}
 }
+
+// TestScheduleCronSkippedTimeMissedWhileDown pins what the Schedule and
+// ScheduleSpec.Cron docs promise when a runtime was down across a change
+// forward: occurrences missed while no runtime ran collapse into the one
+// that fires late, whose next is the first occurrence after the time it
+// fired; a local time the change skipped (placed where time.Date puts it,
+// an hour later) counts as missed once that instant has passed, fires
+// once if it has not, and never twice. Paris: 2026-03-29 02:00 CET jumps
+// to 03:00 CEST, so "30 2 * * *" is placed at 03:30 CEST (01:30 UTC).
+func TestScheduleCronSkippedTimeMissedWhileDown(t *testing.T) {
+	paris, err := time.LoadLocation("Europe/Paris")
+	require.NoError(t, err)
+	sc := &messages.Schedule{Id: "s", Cron: "30 2 * * *", TimeZone: "Europe/Paris"}
+	occ := time.Date(2026, 3, 28, 2, 30, 0, 0, paris) // the day before
+	placed := time.Date(2026, 3, 29, 1, 30, 0, 0, time.UTC)
+	dayAfter := time.Date(2026, 3, 30, 2, 30, 0, 0, paris)
+	for _, c := range []struct {
+		name      string
+		now, want time.Time
+	}{
+		{"fired on time", occ, placed},
+		{"down until after the change, before the placed time", time.Date(2026, 3, 29, 3, 15, 0, 0, paris), placed},
+		{"down across the placed time", time.Date(2026, 3, 29, 5, 0, 0, 0, paris), dayAfter},
+		{"down for days", time.Date(2026, 4, 2, 12, 0, 0, 0, paris), time.Date(2026, 4, 3, 2, 30, 0, 0, paris)},
+	} {
+		next, err := nextAfterFire(sc, occ, c.now)
+		require.NoError(t, err, c.name)
+		require.NotNil(t, next, c.name)
+		require.True(t, next.Equal(c.want), "%s: next %v, want %v", c.name, next.UTC(), c.want.UTC())
+	}
+	// The placed occurrence itself, fired (on time or late), is followed
+	// by the next day's, not by itself again.
+	for _, now := range []time.Time{placed, placed.Add(time.Minute)} {
+		next, err := nextAfterFire(sc, placed, now)
+		require.NoError(t, err)
+		require.True(t, next.Equal(dayAfter), "after the placed occurrence fired at %v: %v", now.UTC(), next.UTC())
+	}
+}
