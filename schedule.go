@@ -193,7 +193,7 @@ func (spec ScheduleSpec) record(conv, id string, now time.Time, author agent.Ide
 	// payload that fits the record but not that event would never fire.
 	// Checked at the largest each of these can be.
 	for _, author := range []*messages.Identity{sc.GetAuthor(), agent.SystemScope.Identity().Proto()} {
-		wake := &messages.Event{Seq: math.MaxUint64, Time: journal.Timestamp(maxEventTime), RequestId: wakeRequestID(id, math.MinInt64),
+		wake := &messages.Event{Seq: math.MaxUint64, Time: journal.Timestamp(maxEventTime), RequestId: wakeRequestID(id, sc.GetRevision(), math.MinInt64),
 			Author: author, Body: &messages.Event_UserMsg{UserMsg: sc.GetPayload()}}
 		if err := journal.ValidateEvent(wake); err != nil {
 			return nil, fmt.Errorf("%w: the message of each occurrence: %w", ErrBadSchedule, err)
@@ -206,11 +206,18 @@ func (spec ScheduleSpec) record(conv, id string, now time.Time, author agent.Ide
 // encoding is the longest.
 var maxEventTime = time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC)
 
-// wakeRequestID is the request id of the wake of schedule id's occurrence
-// at nanos (Unix nanoseconds): one per occurrence, so that a wake sent
-// again is written once.
-func wakeRequestID(id string, nanos int64) string {
-	return "schedule/" + id + "/" + strconv.FormatInt(nanos, 10)
+// wakeRequestID is the request id of the wake of the occurrence at nanos
+// (Unix nanoseconds) of revision rev of schedule id: one per occurrence,
+// so that a wake sent again is written once, and one per definition, so
+// that a definition made after another's occurrence at the same time was
+// written (a wall clock stepped back, a member's clock behind) is not
+// taken for it, answered from the log with its fire never recorded. A
+// record of no revision (stored before revisions) keeps the form it had.
+func wakeRequestID(id, rev string, nanos int64) string {
+	if rev == "" {
+		return "schedule/" + id + "/" + strconv.FormatInt(nanos, 10)
+	}
+	return "schedule/" + id + "/" + rev + "/" + strconv.FormatInt(nanos, 10)
 }
 
 // loadLocation loads the time zone a cron expression is read in; a
@@ -753,7 +760,7 @@ func (r *Runtime) fire(ctx context.Context, f scheduleFire) {
 		}
 	}
 	wake := &messages.ScheduleWake{
-		RequestId: wakeRequestID(f.id, f.at.UnixNano()),
+		RequestId: wakeRequestID(f.id, sc.GetRevision(), f.at.UnixNano()),
 		Message:   proto.Clone(sc.GetPayload()).(*messages.UserMessage),
 		Fire:      fireRec,
 	}

@@ -110,3 +110,57 @@ func TestFireOfAReplacedScheduleDoesNotLand(t *testing.T) {
 		})
 	}
 }
+
+// TestScheduleMadeAgainAtAWrittenOccurrenceFires: a one-shot fired and its
+// message was written; the wall clock then stepped back, and a schedule of
+// the same id was made for the same time with another text. Its wake is
+// its own request (the wake's request id names the definition), so it is
+// written and records the new schedule's fire. Before, its request id was the
+// written one's: the conversation answered it from the log without
+// recording its fire, and the schedule stayed due, handed again every
+// reply timeout, its message never written.
+func TestScheduleMadeAgainAtAWrittenOccurrenceFires(t *testing.T) {
+	ctx, stop := context.WithTimeout(context.Background(), 30*time.Second)
+	defer stop()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := actorstest.NewManualClock(t0)
+	rt, err := Open(Options{Model: scripted.New(scripted.Options{}), Clock: clock, NoResume: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rt.Close() })
+	alice := agent.Scope{UserID: "alice"}
+	_, err = rt.Send(ctx, "c", "hi", alice)
+	require.NoError(t, err)
+	at := t0.Add(30 * time.Second) // within actors.MaxTimerSpan: its timer is due at at
+	wakeTexts := func() []string {
+		evs, err := rt.History(ctx, "c", 0, 0)
+		require.NoError(t, err)
+		var out []string
+		for _, ev := range evs {
+			if m := ev.GetUserMsg(); m != nil && strings.HasPrefix(ev.GetRequestId(), "schedule/") {
+				out = append(out, m.GetContent()[0].GetText())
+			}
+		}
+		return out
+	}
+	pending := func() int {
+		all, err := rt.Schedules(ctx, "c")
+		require.NoError(t, err)
+		return len(all)
+	}
+
+	_, err = rt.Schedule(ctx, "c", ScheduleSpec{ID: "s", At: at, Text: "old"}, alice)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return slices.ContainsFunc(clock.Dues(), at.Equal) }, 20*time.Second, time.Millisecond, "armed")
+	clock.Advance(at.Sub(clock.Now()))
+	require.Eventually(t, func() bool { return len(wakeTexts()) == 1 && pending() == 0 }, 20*time.Second, time.Millisecond)
+
+	clock.Jump(-time.Minute)
+	_, err = rt.Schedule(ctx, "c", ScheduleSpec{ID: "s", At: at, Text: "new"}, alice)
+	require.NoError(t, err)
+	// Delivered here, not by the expiry actor: the first fire's commit
+	// report may reach it after this Schedule's arm and remove the new
+	// timer (a separate race, left to the expiry actor).
+	rt.fire(ctx, scheduleFire{"c", "s", at})
+	require.Equal(t, []string{"old", "new"}, wakeTexts(), "the new schedule's message is written")
+	require.Zero(t, pending(), "its one-shot fire is recorded")
+}
