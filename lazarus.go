@@ -63,9 +63,9 @@ var (
 	// Reject retried returns journal.ErrStale if an answer (this one or
 	// another) was recorded, and Store().ToolCall tells which (either way,
 	// the conversation records the answer the row holds, with or without
-	// a retry: a live activation is told once the write is answered, if it
-	// is within Options.CallTimeout, and by a retry, on any member in
-	// cluster mode); Wake writes nothing
+	// a retry: a live activation is told once the write is answered, the
+	// row read again after a backoff while the Store fails the read, and
+	// by a retry, on any member in cluster mode); Wake writes nothing
 	// and can always be retried.
 	ErrUnknownOutcome = errors.New("lazarus: outcome unknown")
 	// ErrForbidden is agent.ErrForbidden: Resolve or Reject with a scope

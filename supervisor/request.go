@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -166,27 +167,82 @@ func (s *Supervisor) Tell(id string, cmd *actors.Command) {
 // Stop waits for, it waits until the journal actor has answered every
 // write of conv it holds (a JournalBarrier: the answer's write, if its
 // caller stopped waiting for it, lands or fails first), then reads the
-// row; both bounded by Config.CallTimeout in all, and a failure delivers
+// row, each attempt bounded by Config.CallTimeout. An attempt that fails
+// (the barrier unanswered, the Store unavailable for a moment) is made
+// again after a backoff on Config.Clock (100ms, doubling up to 2s) for as
+// long as conv has a live activation, until Stop; a read that no retry can
+// fix (the call or its conversation gone, the row damaged) delivers
 // nothing.
 func (s *Supervisor) DeliverAnswer(conv, id string) {
 	if journal.ValidateID("conversation id", conv) != nil || journal.ValidateID("tool call id", id) != nil {
 		return
 	}
 	s.goUnlessStopped(func() {
-		ctx, cancel := context.WithTimeout(s.life, s.cfg.CallTimeout)
-		defer cancel()
-		if _, err := s.Request(ctx, s.journal, &actors.JournalBarrier{ConversationID: conv}); err != nil {
-			return
-		}
-		if !s.reg.isLive(conv) {
-			return
-		}
-		row, err := s.cfg.Store.ToolCall(ctx, id)
-		if err != nil || row.GetConversationId() != conv {
-			return
-		}
-		if m := actors.ResolvedFromRow(row); m != nil {
-			s.Tell(conv, &actors.Command{Scope: agent.SystemScope, Msg: m})
-		}
+		s.retryUntilDone(func(ctx context.Context) bool {
+			if _, err := s.Request(ctx, s.journal, &actors.JournalBarrier{ConversationID: conv}); err != nil {
+				return !s.reg.isLive(conv)
+			}
+			if !s.reg.isLive(conv) {
+				return true
+			}
+			row, err := s.cfg.Store.ToolCall(ctx, id)
+			if err != nil {
+				return !readMayRecover(err)
+			}
+			if row.GetConversationId() != conv {
+				return true
+			}
+			if m := actors.ResolvedFromRow(row); m != nil {
+				s.Tell(conv, &actors.Command{Scope: agent.SystemScope, Msg: m})
+			}
+			return true
+		})
 	})
+}
+
+// The backoff between the attempts of retryUntilDone: the first retry
+// waits deliverRetryMin, each next one twice as long, up to
+// deliverRetryMax (as a pgjournal Store's reconnects do by default: a
+// retry sooner than the Store's next reconnect fails alike).
+const (
+	deliverRetryMin = 100 * time.Millisecond
+	deliverRetryMax = 2 * time.Second
+)
+
+// retryUntilDone runs attempt, each time under a context bounded by
+// Config.CallTimeout that Stop ends, until it returns true, waiting
+// between attempts on Config.Clock (deliverRetryMin, doubling up to
+// deliverRetryMax). It returns at once when Stop has begun.
+func (s *Supervisor) retryUntilDone(attempt func(ctx context.Context) (done bool)) {
+	wait := deliverRetryMin
+	for {
+		ctx, cancel := context.WithTimeout(s.life, s.cfg.CallTimeout)
+		done := attempt(ctx)
+		cancel()
+		if done || s.life.Err() != nil {
+			return
+		}
+		fired := make(chan struct{})
+		stop := s.cfg.Clock.AfterFunc(wait, func() { close(fired) })
+		select {
+		case <-fired:
+		case <-s.life.Done():
+			stop()
+			return
+		}
+		wait = min(2*wait, deliverRetryMax)
+	}
+}
+
+// readMayRecover reports whether a Store read that failed with err may
+// succeed if made again (unavailable, closed for a moment, timed out), as
+// the expiry actor retries a write: not when the record or its
+// conversation is gone, the request is invalid, or the record is damaged.
+func readMayRecover(err error) bool {
+	switch {
+	case errors.Is(err, journal.ErrNotFound), errors.Is(err, journal.ErrDeleted),
+		errors.Is(err, journal.ErrInvalid), errors.Is(err, journal.ErrCorrupt):
+		return false
+	}
+	return true
 }

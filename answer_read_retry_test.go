@@ -1,0 +1,80 @@
+package lazarus_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/actors/actorstest"
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/agent/scripted"
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/journal/memjournal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// answerLostThenUnreadableStore loses the reply of the first write that
+// answers a tool call (answerLostReplyStore), then fails the next
+// failReads reads of a tool-call row with journal.ErrUnavailable: the
+// Store unavailable for a moment just after the COMMIT.
+type answerLostThenUnreadableStore struct {
+	answerLostReplyStore
+	failReads atomic.Int32
+	failed    atomic.Int32
+}
+
+func (s *answerLostThenUnreadableStore) ToolCall(ctx context.Context, id string) (*messages.ToolCallRecord, error) {
+	if s.lost.Load() && s.failReads.Add(-1) >= 0 {
+		s.failed.Add(1)
+		return nil, fmt.Errorf("test: server unreachable: %w", journal.ErrUnavailable)
+	}
+	return s.answerLostReplyStore.Store.ToolCall(ctx, id)
+}
+
+// TestAnsweredRowUnreadableForAMomentIsDelivered: an answer whose write
+// landed with its outcome reported unknown, to a live activation that
+// never passivates; the Store then fails the reads of the call's row three
+// times. The delivery reads the row again after 100ms, 200ms and 400ms on
+// the runtime's clock, and the activation records the answer once and runs
+// its turn. A failed read delivered nothing: the activation, which does
+// not read the row again, waited for ever for an answer the Store held.
+func TestAnsweredRowUnreadableForAMomentIsDelivered(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	clock := actorstest.NewManualClock(time.Unix(1_700_000_000, 0))
+	model := scripted.New(scripted.Options{})
+	store := &answerLostThenUnreadableStore{answerLostReplyStore: answerLostReplyStore{Store: memjournal.New(memjournal.Options{})}}
+	store.failReads.Store(3)
+	rt, err := lazarus.Open(lazarus.Options{Store: store, Model: model, Clock: clock, IdleTimeout: -1, ResumeInterval: -1,
+		Tools: []agent.Tool{{Name: toolApprove, Executor: messages.Executor_EXECUTOR_HUMAN, Timeout: time.Hour}}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rt.Close() })
+	callID := suspend(ctx, t, rt, model, "h")
+	model.Push("h", scripted.Text("thanks"))
+	sub, err := rt.Subscribe(ctx, "h", 0)
+	require.NoError(t, err)
+
+	err = rt.Resolve(ctx, callID, `{"approved":true}`, user)
+	require.ErrorIs(t, err, lazarus.ErrUnknownOutcome)
+	for i, backoff := range []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond} {
+		due := clock.Now().Add(backoff)
+		require.Eventually(t, func() bool {
+			return store.failed.Load() == int32(i+1) && slices.ContainsFunc(clock.Dues(), due.Equal)
+		}, 20*time.Second, time.Millisecond, "read %d failed; the next is armed %v later", i+1, backoff)
+		clock.Advance(backoff)
+	}
+	awaitFinalAnswer(t, sub)
+	require.Equal(t, int32(3), store.failed.Load())
+	require.True(t, rt.IsActive("h"), "the activation still live (it never passivates)")
+	evs, err := rt.History(ctx, "h", 0, 0)
+	require.NoError(t, err)
+	res, results := resultsOf(evs, callID)
+	require.Equal(t, 1, res, "one resolution")
+	require.Equal(t, 1, results, "one tool_result")
+}
