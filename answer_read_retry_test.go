@@ -78,3 +78,72 @@ func TestAnsweredRowUnreadableForAMomentIsDelivered(t *testing.T) {
 	require.Equal(t, 1, res, "one resolution")
 	require.Equal(t, 1, results, "one tool_result")
 }
+
+// expireLostThenUnreadableStore loses the reply of the first expire
+// (expireLostReplyStore), then fails the next failReads reads of a
+// tool-call row with journal.ErrUnavailable.
+type expireLostThenUnreadableStore struct {
+	expireLostReplyStore
+	failReads atomic.Int32
+	failed    atomic.Int32
+}
+
+func (s *expireLostThenUnreadableStore) ToolCall(ctx context.Context, id string) (*messages.ToolCallRecord, error) {
+	if s.lost.Load() && s.failReads.Add(-1) >= 0 {
+		s.failed.Add(1)
+		return nil, fmt.Errorf("test: server unreachable: %w", journal.ErrUnavailable)
+	}
+	return s.expireLostReplyStore.Store.ToolCall(ctx, id)
+}
+
+// TestExpiredRowUnreadableForAMomentIsDelivered: an expire whose write
+// landed with its outcome reported unknown, for a call a live activation
+// awaits (passivation off); its retry is stale, and the Store then fails
+// the reads of the call's row three times. The row is read again after
+// 100ms, 200ms and 400ms on the runtime's clock, and the activation
+// records the expiry once and runs its turn. A failed read delivered
+// nothing, and the activation waited for ever for an expiry the Store held.
+func TestExpiredRowUnreadableForAMomentIsDelivered(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	clock := actorstest.NewManualClock(time.Unix(1_700_000_000, 0))
+	model := scripted.New(scripted.Options{})
+	store := &expireLostThenUnreadableStore{expireLostReplyStore: expireLostReplyStore{Store: memjournal.New(memjournal.Options{})}}
+	store.failReads.Store(3)
+	rt, err := lazarus.Open(lazarus.Options{Store: store, Model: model, Clock: clock, IdleTimeout: -1, ResumeInterval: -1,
+		Tools: []agent.Tool{{Name: toolApprove, Executor: messages.Executor_EXECUTOR_HUMAN, Timeout: time.Minute}}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rt.Close() })
+	callID := suspend(ctx, t, rt, model, "h")
+	model.Push("h", scripted.Text("too late"))
+	sub, err := rt.Subscribe(ctx, "h", 0)
+	require.NoError(t, err)
+
+	deadline := clock.Now().Add(time.Minute)
+	require.Eventually(t, func() bool {
+		next, ok := clock.Next()
+		return ok && next.Equal(deadline)
+	}, 20*time.Second, time.Millisecond, "the deadline armed")
+	clock.Advance(time.Minute)
+	require.Eventually(t, store.lost.Load, 20*time.Second, time.Millisecond, "the expire written, its outcome reported unknown")
+	// The expiry actor writes it again after its retry delay (a second on
+	// its clock); the Store says stale, and the row is read.
+	retry := clock.Now().Add(time.Second)
+	require.Eventually(t, func() bool { return slices.ContainsFunc(clock.Dues(), retry.Equal) },
+		20*time.Second, time.Millisecond, "the expire's retry armed")
+	clock.Advance(time.Second)
+	for i, backoff := range []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond} {
+		due := clock.Now().Add(backoff)
+		require.Eventually(t, func() bool {
+			return store.failed.Load() == int32(i+1) && slices.ContainsFunc(clock.Dues(), due.Equal)
+		}, 20*time.Second, time.Millisecond, "read %d failed; the next is armed %v later", i+1, backoff)
+		clock.Advance(backoff)
+	}
+	awaitFinalAnswer(t, sub)
+	require.Equal(t, int32(3), store.failed.Load())
+	evs, err := rt.History(ctx, "h", 0, 0)
+	require.NoError(t, err)
+	res, results := resultsOf(evs, callID)
+	require.Equal(t, 1, res, "one resolution")
+	require.Equal(t, 1, results, "one tool_result")
+}

@@ -920,17 +920,24 @@ func (r *root) start(ctx actor.Context) {
 				sys.Root.Send(self, &expired{conversation: conversationID, toolCallID: toolCallID})
 			},
 			DeliverIfExpired: func(conversationID, toolCallID string) {
+				// A read that failed is made again (as DeliverAnswer's)
+				// while a live activation, which does not read the row
+				// again, may await the expiry; a revival reads the row.
 				s.goUnlessStopped(func() {
-					ctx, cancel := context.WithTimeout(s.life, s.cfg.CallTimeout)
-					defer cancel()
-					row, err := s.cfg.Store.ToolCall(ctx, toolCallID)
-					if err == nil && row.GetConversationId() == conversationID &&
-						row.GetStatus() == messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED {
-						if s.cfg.ExpiredLanded != nil {
-							s.hook("ExpiredLanded", s.cfg.ExpiredLanded)
+					s.retryUntilDone(func(ctx context.Context) bool {
+						row, err := s.cfg.Store.ToolCall(ctx, toolCallID)
+						if err != nil {
+							return !readMayRecover(err) || !s.reg.isLive(conversationID)
 						}
-						sys.Root.Send(self, &expired{conversation: conversationID, toolCallID: toolCallID})
-					}
+						if row.GetConversationId() == conversationID &&
+							row.GetStatus() == messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED {
+							if s.cfg.ExpiredLanded != nil {
+								s.hook("ExpiredLanded", s.cfg.ExpiredLanded)
+							}
+							sys.Root.Send(self, &expired{conversation: conversationID, toolCallID: toolCallID})
+						}
+						return true
+					})
 				})
 			},
 		}), "expiry")
