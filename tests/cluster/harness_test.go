@@ -74,7 +74,7 @@ type node struct {
 	addr   string // remote address
 	api    string // control API base URL
 	cmd    *exec.Cmd
-	stderr *bytes.Buffer
+	stderr *syncBuffer
 	// downs counts the times the test took the node down (load.down,
 	// load.drain) and stopping says it is down now (until load.up): a
 	// call through it that got no answer while either said so met a node
@@ -144,6 +144,25 @@ func (c *testCluster) launch(n int, extra ...string) []*node {
 	return nodes
 }
 
+// syncBuffer is a node's stderr: the process writes it while the test may
+// read it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
 // tail returns the last n bytes of s.
 func tail(s string, n int) string {
 	if len(s) > n {
@@ -153,7 +172,7 @@ func tail(s string, n int) string {
 }
 
 func (nd *node) start() {
-	nd.stderr = &bytes.Buffer{}
+	nd.stderr = &syncBuffer{}
 	nd.cmd = exec.Command(nodeBin, nd.args...)
 	nd.cmd.Stderr = nd.stderr
 	nd.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -188,9 +207,17 @@ func (nd *node) stop() {
 }
 
 // waitMembers waits until every node of want sees exactly the members want.
+// If they never do, it says what each node wrote (a restarted node that
+// could not have its ports back, say).
 func (c *testCluster) waitMembers(want ...*node) {
 	c.t.Helper()
-	require.True(c.t, c.converged(60*time.Second, want...), "members never converged")
+	if c.converged(60*time.Second, want...) {
+		return
+	}
+	for _, nd := range want {
+		c.t.Logf("members never converged; node %s wrote:\n%s", nd.addr, tail(nd.stderr.String(), 4000))
+	}
+	require.FailNow(c.t, "members never converged")
 }
 
 // converged reports whether, within d, every node of want saw exactly the
