@@ -19,22 +19,38 @@ import (
 	"github.com/lazarusrt/lazarus/messages"
 )
 
-// answerLostThenUnreadableStore loses the reply of the first write that
-// answers a tool call (answerLostReplyStore), then fails the next
-// failReads reads of a tool-call row with journal.ErrUnavailable: the
-// Store unavailable for a moment just after the COMMIT.
-type answerLostThenUnreadableStore struct {
-	answerLostReplyStore
+// unreadableAfterLoss is a Store that, once lost reports that its inner
+// Store lost the reply of a write (answerLostReplyStore,
+// expireLostReplyStore), fails the next failReads reads of a tool-call row
+// with journal.ErrUnavailable: the Store unavailable for a moment just
+// after the COMMIT.
+type unreadableAfterLoss struct {
+	journal.Store
+	lost      func() bool
 	failReads atomic.Int32
 	failed    atomic.Int32
 }
 
-func (s *answerLostThenUnreadableStore) ToolCall(ctx context.Context, id string) (*messages.ToolCallRecord, error) {
-	if s.lost.Load() && s.failReads.Add(-1) >= 0 {
+func (s *unreadableAfterLoss) ToolCall(ctx context.Context, id string) (*messages.ToolCallRecord, error) {
+	if s.lost() && s.failReads.Add(-1) >= 0 {
 		s.failed.Add(1)
 		return nil, fmt.Errorf("test: server unreachable: %w", journal.ErrUnavailable)
 	}
-	return s.answerLostReplyStore.Store.ToolCall(ctx, id)
+	return s.Store.ToolCall(ctx, id)
+}
+
+// advanceThroughFailedReads waits for each of the store's three failed
+// reads and the retry the delivery arms after it (100ms, 200ms, 400ms on
+// clock), and advances clock to it.
+func advanceThroughFailedReads(t *testing.T, clock *actorstest.ManualClock, store *unreadableAfterLoss) {
+	t.Helper()
+	for i, backoff := range []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond} {
+		due := clock.Now().Add(backoff)
+		require.Eventually(t, func() bool {
+			return store.failed.Load() == int32(i+1) && slices.ContainsFunc(clock.Dues(), due.Equal)
+		}, 20*time.Second, time.Millisecond, "read %d failed; the next is armed %v later", i+1, backoff)
+		clock.Advance(backoff)
+	}
 }
 
 // TestAnsweredRowUnreadableForAMomentIsDelivered: an answer whose write
@@ -49,7 +65,8 @@ func TestAnsweredRowUnreadableForAMomentIsDelivered(t *testing.T) {
 	defer cancel()
 	clock := actorstest.NewManualClock(time.Unix(1_700_000_000, 0))
 	model := scripted.New(scripted.Options{})
-	store := &answerLostThenUnreadableStore{answerLostReplyStore: answerLostReplyStore{Store: memjournal.New(memjournal.Options{})}}
+	inner := &answerLostReplyStore{Store: memjournal.New(memjournal.Options{})}
+	store := &unreadableAfterLoss{Store: inner, lost: inner.lost.Load}
 	store.failReads.Store(3)
 	rt, err := lazarus.Open(lazarus.Options{Store: store, Model: model, Clock: clock, IdleTimeout: -1, ResumeInterval: -1,
 		Tools: []agent.Tool{{Name: toolApprove, Executor: messages.Executor_EXECUTOR_HUMAN, Timeout: time.Hour}}})
@@ -62,13 +79,7 @@ func TestAnsweredRowUnreadableForAMomentIsDelivered(t *testing.T) {
 
 	err = rt.Resolve(ctx, callID, `{"approved":true}`, user)
 	require.ErrorIs(t, err, lazarus.ErrUnknownOutcome)
-	for i, backoff := range []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond} {
-		due := clock.Now().Add(backoff)
-		require.Eventually(t, func() bool {
-			return store.failed.Load() == int32(i+1) && slices.ContainsFunc(clock.Dues(), due.Equal)
-		}, 20*time.Second, time.Millisecond, "read %d failed; the next is armed %v later", i+1, backoff)
-		clock.Advance(backoff)
-	}
+	advanceThroughFailedReads(t, clock, store)
 	awaitFinalAnswer(t, sub)
 	require.Equal(t, int32(3), store.failed.Load())
 	require.True(t, rt.IsActive("h"), "the activation still live (it never passivates)")
@@ -77,23 +88,6 @@ func TestAnsweredRowUnreadableForAMomentIsDelivered(t *testing.T) {
 	res, results := resultsOf(evs, callID)
 	require.Equal(t, 1, res, "one resolution")
 	require.Equal(t, 1, results, "one tool_result")
-}
-
-// expireLostThenUnreadableStore loses the reply of the first expire
-// (expireLostReplyStore), then fails the next failReads reads of a
-// tool-call row with journal.ErrUnavailable.
-type expireLostThenUnreadableStore struct {
-	expireLostReplyStore
-	failReads atomic.Int32
-	failed    atomic.Int32
-}
-
-func (s *expireLostThenUnreadableStore) ToolCall(ctx context.Context, id string) (*messages.ToolCallRecord, error) {
-	if s.lost.Load() && s.failReads.Add(-1) >= 0 {
-		s.failed.Add(1)
-		return nil, fmt.Errorf("test: server unreachable: %w", journal.ErrUnavailable)
-	}
-	return s.expireLostReplyStore.Store.ToolCall(ctx, id)
 }
 
 // TestExpiredRowUnreadableForAMomentIsDelivered: an expire whose write
@@ -108,7 +102,8 @@ func TestExpiredRowUnreadableForAMomentIsDelivered(t *testing.T) {
 	defer cancel()
 	clock := actorstest.NewManualClock(time.Unix(1_700_000_000, 0))
 	model := scripted.New(scripted.Options{})
-	store := &expireLostThenUnreadableStore{expireLostReplyStore: expireLostReplyStore{Store: memjournal.New(memjournal.Options{})}}
+	inner := &expireLostReplyStore{Store: memjournal.New(memjournal.Options{})}
+	store := &unreadableAfterLoss{Store: inner, lost: inner.lost.Load}
 	store.failReads.Store(3)
 	rt, err := lazarus.Open(lazarus.Options{Store: store, Model: model, Clock: clock, IdleTimeout: -1, ResumeInterval: -1,
 		Tools: []agent.Tool{{Name: toolApprove, Executor: messages.Executor_EXECUTOR_HUMAN, Timeout: time.Minute}}})
@@ -125,20 +120,14 @@ func TestExpiredRowUnreadableForAMomentIsDelivered(t *testing.T) {
 		return ok && next.Equal(deadline)
 	}, 20*time.Second, time.Millisecond, "the deadline armed")
 	clock.Advance(time.Minute)
-	require.Eventually(t, store.lost.Load, 20*time.Second, time.Millisecond, "the expire written, its outcome reported unknown")
+	require.Eventually(t, inner.lost.Load, 20*time.Second, time.Millisecond, "the expire written, its outcome reported unknown")
 	// The expiry actor writes it again after its retry delay (a second on
 	// its clock); the Store says stale, and the row is read.
 	retry := clock.Now().Add(time.Second)
 	require.Eventually(t, func() bool { return slices.ContainsFunc(clock.Dues(), retry.Equal) },
 		20*time.Second, time.Millisecond, "the expire's retry armed")
 	clock.Advance(time.Second)
-	for i, backoff := range []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond} {
-		due := clock.Now().Add(backoff)
-		require.Eventually(t, func() bool {
-			return store.failed.Load() == int32(i+1) && slices.ContainsFunc(clock.Dues(), due.Equal)
-		}, 20*time.Second, time.Millisecond, "read %d failed; the next is armed %v later", i+1, backoff)
-		clock.Advance(backoff)
-	}
+	advanceThroughFailedReads(t, clock, store)
 	awaitFinalAnswer(t, sub)
 	require.Equal(t, int32(3), store.failed.Load())
 	evs, err := rt.History(ctx, "h", 0, 0)
