@@ -15,7 +15,6 @@ import (
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/journal"
-	"github.com/lazarusrt/lazarus/journal/memjournal"
 	"github.com/lazarusrt/lazarus/messages"
 )
 
@@ -65,7 +64,7 @@ func TestAnsweredRowUnreadableForAMomentIsDelivered(t *testing.T) {
 	defer cancel()
 	clock := actorstest.NewManualClock(time.Unix(1_700_000_000, 0))
 	model := scripted.New(scripted.Options{})
-	inner := &answerLostReplyStore{Store: memjournal.New(memjournal.Options{})}
+	inner := answerLostReplyStore()
 	store := &unreadableAfterLoss{Store: inner, lost: inner.lost.Load}
 	store.failReads.Store(3)
 	rt, err := lazarus.Open(lazarus.Options{Store: store, Model: model, Clock: clock, IdleTimeout: -1, ResumeInterval: -1,
@@ -102,7 +101,7 @@ func TestExpiredRowUnreadableForAMomentIsDelivered(t *testing.T) {
 	defer cancel()
 	clock := actorstest.NewManualClock(time.Unix(1_700_000_000, 0))
 	model := scripted.New(scripted.Options{})
-	inner := &expireLostReplyStore{Store: memjournal.New(memjournal.Options{})}
+	inner := expireLostReplyStore()
 	store := &unreadableAfterLoss{Store: inner, lost: inner.lost.Load}
 	store.failReads.Store(3)
 	rt, err := lazarus.Open(lazarus.Options{Store: store, Model: model, Clock: clock, IdleTimeout: -1, ResumeInterval: -1,

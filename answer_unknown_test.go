@@ -3,6 +3,7 @@ package lazarus_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,22 +20,41 @@ import (
 	"github.com/lazarusrt/lazarus/messages"
 )
 
-// answerLostReplyStore writes the first request that answers a tool call
-// and then reports it as journal.ErrUnknownOutcome: a COMMIT that landed
-// and whose reply was lost.
-type answerLostReplyStore struct {
+// lostReplyStore writes the first request lose picks and then reports it
+// as journal.ErrUnknownOutcome: a COMMIT that landed and whose reply was
+// lost.
+type lostReplyStore struct {
 	journal.Store
+	lose func(*messages.AppendRequest) bool
 	lost atomic.Bool
 }
 
-func (s *answerLostReplyStore) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest) []journal.AppendResult {
+func (s *lostReplyStore) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest) []journal.AppendResult {
 	out := s.Store.AppendBatch(ctx, reqs)
 	for i, req := range reqs {
-		if out[i].Err == nil && len(req.GetResolutions()) > 0 && len(req.GetEvents()) == 0 && s.lost.CompareAndSwap(false, true) {
+		if out[i].Err == nil && s.lose(req) && s.lost.CompareAndSwap(false, true) {
 			out[i] = journal.AppendResult{Err: fmt.Errorf("test: connection lost during COMMIT: %w", journal.ErrUnknownOutcome)}
 		}
 	}
 	return out
+}
+
+// answerLostReplyStore loses the reply of the first write that answers a
+// tool call (Runtime.Resolve's: resolutions, no events).
+func answerLostReplyStore() *lostReplyStore {
+	return &lostReplyStore{Store: memjournal.New(memjournal.Options{}), lose: func(req *messages.AppendRequest) bool {
+		return len(req.GetResolutions()) > 0 && len(req.GetEvents()) == 0
+	}}
+}
+
+// expireLostReplyStore loses the reply of the first write that expires a
+// tool call.
+func expireLostReplyStore() *lostReplyStore {
+	return &lostReplyStore{Store: memjournal.New(memjournal.Options{}), lose: func(req *messages.AppendRequest) bool {
+		return slices.ContainsFunc(req.GetResolutions(), func(res *messages.ToolResolution) bool {
+			return res.GetStatus() == messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED
+		})
+	}}
 }
 
 // resultsOf counts the resolution and tool_result events of call id.
@@ -81,7 +101,7 @@ func TestResolveOfUnknownOutcomeThatLandedIsRecorded(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	model := scripted.New(scripted.Options{})
-	store := &answerLostReplyStore{Store: memjournal.New(memjournal.Options{})}
+	store := answerLostReplyStore()
 	rt := openContract(t, store, model, time.Hour)
 	callID := suspend(ctx, t, rt, model, "h")
 	require.True(t, rt.IsActive("h"))
@@ -108,25 +128,6 @@ func TestResolveOfUnknownOutcomeThatLandedIsRecorded(t *testing.T) {
 	}
 }
 
-// expireLostReplyStore writes the first request that expires a tool call
-// and then reports it as journal.ErrUnknownOutcome.
-type expireLostReplyStore struct {
-	journal.Store
-	lost atomic.Bool
-}
-
-func (s *expireLostReplyStore) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest) []journal.AppendResult {
-	out := s.Store.AppendBatch(ctx, reqs)
-	for i, req := range reqs {
-		for _, res := range req.GetResolutions() {
-			if out[i].Err == nil && res.GetStatus() == messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED && s.lost.CompareAndSwap(false, true) {
-				out[i] = journal.AppendResult{Err: fmt.Errorf("test: connection lost during COMMIT: %w", journal.ErrUnknownOutcome)}
-			}
-		}
-	}
-	return out
-}
-
 // TestExpiryOfUnknownOutcomeThatLandedIsRecorded: an expire whose write
 // landed while the Store reported journal.ErrUnknownOutcome, for a call a
 // live activation awaits (passivation off). The expiry actor writes it
@@ -140,7 +141,7 @@ func TestExpiryOfUnknownOutcomeThatLandedIsRecorded(t *testing.T) {
 	defer cancel()
 	clock := actorstest.NewManualClock(time.Unix(1_700_000_000, 0))
 	model := scripted.New(scripted.Options{})
-	store := &expireLostReplyStore{Store: memjournal.New(memjournal.Options{})}
+	store := expireLostReplyStore()
 	rt, err := lazarus.Open(lazarus.Options{Store: store, Model: model, Clock: clock, IdleTimeout: -1,
 		Tools: []agent.Tool{{Name: toolApprove, Executor: messages.Executor_EXECUTOR_HUMAN, Timeout: time.Minute}}})
 	require.NoError(t, err)

@@ -2,8 +2,6 @@ package lazarus_test
 
 import (
 	"context"
-	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,28 +11,9 @@ import (
 	"github.com/lazarusrt/lazarus/actors/actorstest"
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/scripted"
-	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/journal/memjournal"
 	"github.com/lazarusrt/lazarus/messages"
 )
-
-// scheduleLostReplyStore writes the first request that schedules a
-// deadline and then reports it as journal.ErrUnknownOutcome: a COMMIT
-// that landed and whose reply was lost.
-type scheduleLostReplyStore struct {
-	journal.Store
-	lost atomic.Bool
-}
-
-func (s *scheduleLostReplyStore) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest) []journal.AppendResult {
-	out := s.Store.AppendBatch(ctx, reqs)
-	for i, req := range reqs {
-		if out[i].Err == nil && len(req.GetSchedule()) > 0 && s.lost.CompareAndSwap(false, true) {
-			out[i] = journal.AppendResult{Err: fmt.Errorf("test: connection lost during COMMIT: %w", journal.ErrUnknownOutcome)}
-		}
-	}
-	return out
-}
 
 // TestDeadlineOfUnknownOutcomeThatLandedExpires: the model's answer that
 // opens a human call with a deadline lands while the Store reports
@@ -49,7 +28,8 @@ func TestDeadlineOfUnknownOutcomeThatLandedExpires(t *testing.T) {
 	defer cancel()
 	clock := actorstest.NewManualClock(time.Unix(1_700_000_000, 0))
 	model := scripted.New(scripted.Options{})
-	store := &scheduleLostReplyStore{Store: memjournal.New(memjournal.Options{})}
+	// The first write that schedules a deadline lands, its reply lost.
+	store := &lostReplyStore{Store: memjournal.New(memjournal.Options{}), lose: func(req *messages.AppendRequest) bool { return len(req.GetSchedule()) > 0 }}
 	rt, err := lazarus.Open(lazarus.Options{Store: store, Model: model, Clock: clock, IdleTimeout: -1,
 		Tools: []agent.Tool{{Name: toolApprove, Executor: messages.Executor_EXECUTOR_HUMAN, Timeout: time.Minute}}})
 	require.NoError(t, err)

@@ -583,7 +583,7 @@ func TestExpiredMetricCountsAnExpiryOfUnknownOutcome(t *testing.T) {
 	var expired atomic.Int64
 	clock := actorstest.NewManualClock(time.Unix(1_700_000_000, 0))
 	model := scripted.New(scripted.Options{})
-	store := &expireLostReplyStore{Store: memjournal.New(memjournal.Options{})}
+	store := expireLostReplyStore()
 	rt, err := lazarus.Open(lazarus.Options{Store: store, Model: model, Clock: clock, IdleTimeout: -1,
 		Tools:   []agent.Tool{{Name: toolApprove, Executor: messages.Executor_EXECUTOR_HUMAN, Timeout: time.Minute}},
 		Metrics: lazarus.Metrics{Expired: func() { expired.Add(1) }}})
