@@ -326,7 +326,7 @@ func (s *subscription) push(u actors.Update, limit int) {
 			s.mu.Unlock()
 			return // delivered before, as history
 		}
-		if staleKillEnd(u, s.after) {
+		if staleEnd(u, s.after) {
 			s.mu.Unlock()
 			return
 		}
@@ -417,7 +417,7 @@ func (h *hub) pump(ctx context.Context, s *subscription, answer answerDeltas) {
 		s.mu.Unlock()
 	}()
 	emit := func(u actors.Update) bool {
-		if staleKillEnd(u, s.after) {
+		if staleEnd(u, s.after) {
 			return true
 		}
 		if u.Event != nil {
@@ -568,14 +568,18 @@ catchUp:
 	}
 }
 
-// staleKillEnd reports whether u is the cancelled end of a kill (published
-// with the log's last seq at the kill as Update.After) and a subscription
-// that has delivered the events up to after has gone past that seq: it has
-// delivered an event written after the kill (read as history while the end
-// waited in its queue, or a write the killed actor had under way), so the
-// end would read as the end of a turn the kill did not cancel.
-func staleKillEnd(u actors.Update, after uint64) bool {
-	return u.Event == nil && u.TurnEnd != nil && u.TurnEnd.Outcome == actors.TurnCancelled &&
+// staleEnd reports whether u is an end without an event that carries the
+// position it ends at (Update.After: the cancelled end of a kill, with the
+// log's last seq at the kill; the failed end of a write, with the last seq
+// its activation held) and a subscription that has delivered the events up
+// to after has gone past that seq: it has delivered an event written after
+// it (read as history while the end waited in its queue, a write the
+// killed actor had under way, a write reported of unknown outcome that
+// landed, or a later activation's), so the end would read as the end of a
+// turn it did not end.
+func staleEnd(u actors.Update, after uint64) bool {
+	return u.Event == nil && u.TurnEnd != nil &&
+		(u.TurnEnd.Outcome == actors.TurnCancelled || u.TurnEnd.Outcome == actors.TurnFailed) &&
 		u.After != 0 && after > u.After
 }
 

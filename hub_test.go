@@ -256,7 +256,8 @@ func TestHubDeliversNothingPastTheLag(t *testing.T) {
 }
 
 // TestHubDropsAKillsEndPastItsPosition: a kill's cancelled end carries the
-// log's last seq at the kill (Update.After), and reaches a subscription
+// log's last seq at the kill (Update.After), as a failed write's end the
+// last seq its activation held, and reaches a subscription
 // only while it has delivered nothing past that seq. One that has delivered
 // a later event does not get it: live (a write the killed actor had under
 // way, handed over at once), or read as history while the end waited in
@@ -322,6 +323,35 @@ func TestHubDropsAKillsEndPastItsPosition(t *testing.T) {
 		h.publishCommitted(committed)
 		h.publish(kill(0))
 		isKillEnd(nextUpdate(t, ctx, updates), 0) // the queued end past its position was dropped
+	})
+
+	// A failed write's end carries the last seq its activation held: a
+	// write reported of unknown outcome that landed (2), read as history
+	// while the end waited in the queue, ends that end's turn; the failed
+	// end after it would read as the end of the next message's turn.
+	t.Run("failed write", func(t *testing.T) {
+		mem := memjournal.New(memjournal.Options{})
+		write(mem, 1)
+		store := &gatedEvents{Store: mem, called: make(chan struct{}, 1), gate: make(chan struct{})}
+		h := newHub(store, 64)
+		defer h.close()
+		release := sync.OnceFunc(func() { close(store.gate) })
+		defer release()
+		updates, err := h.subscribe(ctx, conv, 1)
+		require.NoError(t, err)
+		<-store.called
+		write(mem, 2) // landed, its outcome reported unknown: never published
+		lost := fmt.Errorf("test: connection lost during COMMIT: %w", journal.ErrUnknownOutcome)
+		h.publish(actors.Update{ConversationID: conv, Err: lost, After: 1})
+		release()
+		require.EqualValues(t, 2, nextUpdate(t, ctx, updates).Event.GetSeq(), "read as history")
+		h.publish(actors.Update{ConversationID: conv, Err: lost, After: 2})
+		u := nextUpdate(t, ctx, updates) // the queued end past its position was dropped
+		require.Nil(t, u.Event)
+		require.NotNil(t, u.TurnEnd)
+		require.Equal(t, actors.TurnFailed, u.TurnEnd.Outcome)
+		require.Equal(t, uint64(2), u.After)
+		require.ErrorIs(t, u.Err, journal.ErrUnknownOutcome)
 	})
 }
 

@@ -88,11 +88,14 @@ type Update struct {
 	// of the call). Any event after it ends that call: an answer, a turn
 	// end, a message that cancelled it. On the cancelled end of a kill
 	// (TurnEnd cancelled, no Event), it is the seq of the conversation's
-	// last event at the kill: the end is that of the turn in progress
-	// then, never of the turn of a later message, and the runtime does
-	// not deliver it to a subscription that has already delivered an event
-	// after it. 0 on other updates, and on the updates a cluster
-	// subscription relays from another member.
+	// last event at the kill, and on a failed write (Err, no Event) the
+	// seq of the last event the writing activation held: the end is that
+	// of the turn in progress then, never of the turn of a later message,
+	// and the runtime does not deliver it to a subscription that has
+	// already delivered an event after it (the write itself, landed though
+	// its outcome was reported unknown, or a later activation's). 0 on
+	// other updates, and on the updates a cluster subscription relays from
+	// another member.
 	After uint64
 }
 

@@ -1048,7 +1048,11 @@ func (c *core) onWriteReply(r *inWriteReply) {
 		err = fmt.Errorf("conversation %q: write: %w", c.cfg.ID, err)
 		c.log.Warn("write failed; stopping", "err", err)
 		c.replyWrite(w, err)
-		c.publish(Update{Err: err})
+		// The end of the turn in progress as this activation saw the log
+		// (After): a subscription that has delivered a later event (this
+		// write, landed though reported unknown; a later activation's)
+		// does not get it as the end of a later turn.
+		c.publish(Update{Err: err, After: c.ws.LastSeq})
 		// Retire first (stop), then ask for the wake-up: a wake-up that
 		// found this activation still live would be sent to it, and lost
 		// with it. After a fenced write or one of unknown outcome the
