@@ -54,7 +54,9 @@ var (
 	// row or events). Nothing was written.
 	ErrExists = errors.New("journal: conversation exists")
 	// ErrEnded: the conversation was ended (status ENDED): it takes no new
-	// message, rewind or settings. Its history stays readable.
+	// message, rewind or settings. Its history stays readable. A Store
+	// refuses with it a fenced append to an ENDED conversation that does
+	// not itself state ENDED (CheckEnded), nothing written.
 	ErrEnded = errors.New("journal: conversation ended")
 )
 

@@ -96,11 +96,13 @@ type EventLog interface {
 	// is decided in the append's own write, against the row as committed
 	// before it (and the requests before it in a batch) left it
 	// (StatusWritten): a conversation whose row is ENDED stays ENDED
-	// whatever status the request states, and the rest of the request
-	// (events, rows, resolutions, fsm_state, settings, deadlines) is
-	// written as usual, so an End is for good however close a write
-	// decided on an earlier read of the row commits after it (only
-	// PutConversation sets another status on an ENDED row); and a status
+	// whatever status the request states, so an End is for good however
+	// close a write decided on an earlier read of the row commits after
+	// it (only PutConversation sets another status on an ENDED row). An
+	// unfenced request to an ENDED row (an expiry, an answer given
+	// outside the conversation's actor) is otherwise written as usual; a
+	// fenced one is refused unless it states ENDED itself (CheckEnded,
+	// below); and a status
 	// SUSPENDED is written as ACTIVE when a call the request's fsm_state
 	// names pending is terminal once its upserts and resolutions are
 	// applied: an answer durable and not yet in the log keeps the
@@ -113,7 +115,13 @@ type EventLog interface {
 	// if unset). It is how a deadline moves once the call is pending.
 	//
 	// If ExpectedLast is not the log's last seq it returns ErrConflict
-	// (unless req.Unfenced, which must carry no events); if a resolution's
+	// (unless req.Unfenced, which must carry no events); if the request is
+	// fenced, does not state ENDED, and the conversation's row is ENDED
+	// (as committed before the request, and the requests before it in a
+	// batch, left it), ErrEnded (CheckEnded): End writes no event, so the
+	// fence alone would let a writer that read the log before the End
+	// append to the ended log, or change its row's settings or fsm_state;
+	// if a resolution's
 	// or a reschedule's call is unknown, of another conversation or not
 	// pending, ErrStale (a resolution also removes its call's deadline; a
 	// reschedule sees the call as the request's upserts and resolutions
@@ -127,7 +135,7 @@ type EventLog interface {
 	// exceeds MaxRecordBytes, say), ErrInvalid. In every error case nothing
 	// is written. The checks run in this order and the first that fails
 	// decides the error: ErrInvalid, ErrDeleted, the fence's ErrConflict,
-	// the tool call owners' ErrConflict, ErrStale. One ErrInvalid depends on
+	// ErrEnded, the tool call owners' ErrConflict, ErrStale. One ErrInvalid depends on
 	// the stored rows and is found with ErrStale's checks: a resolution
 	// that would make its call's row exceed MaxRecordBytes (see
 	// ResolvedRowFits), or settings and fsm_state that would make the

@@ -944,9 +944,11 @@ func Timestamp(t time.Time) *timestamppb.Timestamp {
 //   - an ENDED row stays ENDED, whatever st. End is for good: a write
 //     that states another status (an answer's or an expiry's ACTIVE, a
 //     writer's IDLE) was decided on a read of the row, and an End that
-//     committed since must win. The rest of the write goes through: an
-//     expiry or an answer is still recorded, in a conversation that stays
-//     ended. Only PutConversation sets another status on an ENDED row.
+//     committed since must win. The rest of an unfenced write goes
+//     through: an expiry or an answer is still recorded, in a
+//     conversation that stays ended (a fenced write that does not state
+//     ENDED is refused: CheckEnded). Only PutConversation sets another
+//     status on an ENDED row.
 //   - a SUSPENDED stated while a call fsm names pending is answered
 //     becomes ACTIVE. Such an answer is durable and not yet in the log
 //     (the writer still sees its call open), and the answer's own write
@@ -976,4 +978,26 @@ func StatusWritten(row, st messages.ConversationStatus, fsm *messages.FSMState, 
 		}
 	}
 	return st, nil
+}
+
+// CheckEnded is the rule every adapter applies, in the append's own
+// atomic write, to a fenced append (req.Unfenced false) that does not
+// itself state ENDED: if the conversation's row is ENDED (row is its
+// status as the writes committed before the append, and the requests
+// before it in a batch, left it), the append is refused with an error
+// wrapping ErrEnded, and nothing of it is written. End writes no event,
+// so it does not move the log's last seq, and the fence alone would let a
+// writer that read the log before the End (a stale activation in a
+// cluster, paused or partitioned) append a message, an answer or tool
+// results into an ended log, acknowledged, or merge its settings or
+// fsm_state into the row. A request that states ENDED (an End, a write of
+// lazarus import) and an unfenced one (an expiry, an answer given outside
+// the conversation's actor, which StatusWritten keeps ENDED) pass. It
+// returns nil otherwise.
+func CheckEnded(req *messages.AppendRequest, row messages.ConversationStatus) error {
+	if req.GetUnfenced() || row != messages.ConversationStatus_CONVERSATION_STATUS_ENDED ||
+		req.GetStatus() == messages.ConversationStatus_CONVERSATION_STATUS_ENDED {
+		return nil
+	}
+	return fmt.Errorf("append to %q: the conversation was ended (a fenced append to it must state ENDED): %w", req.GetConversationId(), ErrEnded)
 }

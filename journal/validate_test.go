@@ -420,3 +420,37 @@ func TestAppendedRowFits(t *testing.T) {
 	require.ErrorIs(t, err, journal.ErrInvalid, "an fsm_state beside the settings")
 	require.Equal(t, third+third, row.GetFsmState().GetPending()["tc"].GetPrompt(), "the row is not changed")
 }
+
+// TestCheckEnded: a fenced append to an ENDED row is refused with
+// ErrEnded unless it states ENDED; an unfenced one, and any append to a
+// row that is not ENDED (or absent), passes.
+func TestCheckEnded(t *testing.T) {
+	ended := messages.ConversationStatus_CONVERSATION_STATUS_ENDED
+	active := messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE
+	none := messages.ConversationStatus_CONVERSATION_STATUS_UNSPECIFIED
+	for _, tc := range []struct {
+		name    string
+		req     *messages.AppendRequest
+		row     messages.ConversationStatus
+		refused bool
+	}{
+		{"FencedSendToEnded", &messages.AppendRequest{ConversationId: "c", ExpectedLast: 2, Events: []*messages.Event{userEv("x")}}, ended, true},
+		{"FencedActiveToEnded", &messages.AppendRequest{ConversationId: "c", ExpectedLast: 2, Status: active}, ended, true},
+		{"FencedSettingsToEnded", &messages.AppendRequest{ConversationId: "c", ExpectedLast: 2, Settings: map[string]string{"k": "v"}}, ended, true},
+		{"FencedStatingEnded", &messages.AppendRequest{ConversationId: "c", ExpectedLast: 2, Events: []*messages.Event{userEv("x")}, Status: ended}, ended, false},
+		{"UnfencedToEnded", &messages.AppendRequest{ConversationId: "c", Unfenced: true, Status: active}, ended, false},
+		{"FencedToActive", &messages.AppendRequest{ConversationId: "c", ExpectedLast: 2, Events: []*messages.Event{userEv("x")}}, active, false},
+		{"FencedToNoRow", &messages.AppendRequest{ConversationId: "c", Events: []*messages.Event{userEv("x")}}, none, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := journal.CheckEnded(tc.req, tc.row)
+			if !tc.refused {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, journal.ErrEnded)
+			require.False(t, errors.Is(err, journal.ErrInvalid) || errors.Is(err, journal.ErrConflict), "only ErrEnded: %v", err)
+			require.Contains(t, err.Error(), `"c"`)
+		})
+	}
+}

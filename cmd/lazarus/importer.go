@@ -649,10 +649,11 @@ func (im *importer) event(s *sectionState, raw json.RawMessage, size int) error 
 		}
 	}
 	if s.chunk == nil {
-		s.chunk = &messages.AppendRequest{ConversationId: s.id, ExpectedLast: s.n.lastSeq}
-		if s.n.lastSeq == s.start {
-			s.chunk.Status = messages.ConversationStatus_CONVERSATION_STATUS_ENDED
-		}
+		// Every append of an import states ENDED: the first creates the
+		// row so, and a Store refuses a fenced append to an ENDED row
+		// that does not (journal.CheckEnded).
+		s.chunk = &messages.AppendRequest{ConversationId: s.id, ExpectedLast: s.n.lastSeq,
+			Status: messages.ConversationStatus_CONVERSATION_STATUS_ENDED}
 	}
 	s.chunk.Events = append(s.chunk.Events, ev)
 	s.chunkBytes += size
@@ -931,6 +932,7 @@ func (im *importer) end(s *sectionState, raw json.RawMessage) error {
 	if err := journal.ValidateAppend(last); err != nil {
 		return invalid(err)
 	}
+	// Checked with the exported status, written stating ENDED (finish).
 	if err := im.checkpoint(); err != nil {
 		return err
 	}
@@ -977,15 +979,17 @@ func (im *importer) finish(s *sectionState, last *messages.AppendRequest) error 
 			return fmt.Errorf("metadata: %w", err)
 		}
 	}
+	// The row is still ENDED: an append never changes an ENDED status
+	// (journal.StatusWritten), and a fenced one must state ENDED to be
+	// taken (journal.CheckEnded), so the status the section gives it is
+	// set last, by the one write that may, as the append would have
+	// written it were the row not ENDED. Until then the conversation
+	// stays ENDED, as an import cut short leaves it.
+	want := last.GetStatus()
+	last.Status = messages.ConversationStatus_CONVERSATION_STATUS_ENDED
 	if _, err := st.Append(ctx, last); err != nil {
 		return fmt.Errorf("status, fsm_state and deadlines: %w", err)
 	}
-	// The row is still ENDED: an append never changes an ENDED status
-	// (journal.StatusWritten), so the status the section gives it is set
-	// last, by the one write that may, as the append would have written
-	// it were the row not ENDED. Until then the conversation stays ENDED,
-	// as an import cut short leaves it.
-	want := last.GetStatus()
 	if want == messages.ConversationStatus_CONVERSATION_STATUS_UNSPECIFIED || want == messages.ConversationStatus_CONVERSATION_STATUS_ENDED {
 		return nil
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/lazarusrt/lazarus/messages"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 )
 
 // activeCases check Conversations.ListActiveConversations: the index of
@@ -21,6 +22,7 @@ var activeCases = []suiteCase{
 	{name: "StatusChangesMoveIt", run: testActiveStatus},
 	{name: "SuspendedOverAnAnswerNotInTheLog", run: testActiveAnswerNotInLog},
 	{name: "EndedStaysEnded", run: testActiveEndedStays},
+	{name: "EndedFenced", run: testActiveEndedFenced},
 	{name: "FailedWriteLeavesIt", run: testActiveFailedWrite},
 	{name: "DeleteRemovesIt", run: testActiveDelete},
 	{name: "PagesInIDOrder", run: testActivePages},
@@ -111,6 +113,12 @@ func recordAnswer(conv string, last uint64, call string, rest ...string) *messag
 	}
 }
 
+// answerlessActive is an unfenced append of nothing but status ACTIVE:
+// the status an expiry or an answer states, without their resolution.
+func answerlessActive(conv string) *messages.AppendRequest {
+	return &messages.AppendRequest{ConversationId: conv, Unfenced: true, Status: statusActive}
+}
+
 // answerUnfenced is what an answer given outside the conversation's actor
 // writes: the call resolved, the row ACTIVE.
 func answerUnfenced(conv, call string) *messages.AppendRequest {
@@ -163,16 +171,24 @@ func testActiveStatus(t *testing.T, e env) {
 	for _, st := range []messages.ConversationStatus{statusSuspended, statusIdle, statusEnded} {
 		setStatus(t, s, "c", st)
 		assert.Equal(t, []string{"other"}, activeIDs(t, s, 0), "an append setting %v takes it out", st)
-		appendEvents(t, s, "c", userEvs(2, 1)...)
+		if st == statusEnded {
+			// A fenced append to an ENDED row must state ENDED
+			// (testActiveEndedFenced).
+			appendOK(t, s, &messages.AppendRequest{ConversationId: "c", ExpectedLast: lastSeq(t, s, "c"), Events: userEvs(2, 1), Status: statusEnded})
+		} else {
+			appendEvents(t, s, "c", userEvs(2, 1)...)
+		}
 		assert.Equal(t, []string{"other"}, activeIDs(t, s, 0), "an append that names no status leaves it out (%v)", st)
 		require.NoError(t, s.PutFSMState(ctx, "c", idleState(lastSeq(t, s, "c"))))
 		assert.Equal(t, []string{"other"}, activeIDs(t, s, 0), "PutFSMState leaves it out (%v)", st)
-		setStatus(t, s, "c", statusActive)
 		if st == statusEnded {
 			// End is for good (testActiveEndedStays); only PutConversation
 			// sets another status.
+			appendOK(t, s, answerlessActive("c"))
 			assert.Equal(t, []string{"other"}, activeIDs(t, s, 0), "an append setting ACTIVE leaves an ENDED row out")
 			require.NoError(t, s.PutConversation(ctx, journal.ConversationUpdate{ID: "c", Status: statusActive}))
+		} else {
+			setStatus(t, s, "c", statusActive)
 		}
 		assert.Equal(t, []string{"c", "other"}, activeIDs(t, s, 0), "an append setting ACTIVE puts it back (from %v)", st)
 
@@ -205,16 +221,18 @@ func testActiveStatus(t *testing.T, e env) {
 }
 
 // testActiveEndedStays: an append to a conversation whose row is ENDED
-// never changes its status, whatever it states (an answer's or an
-// expiry's ACTIVE, a writer's IDLE, a SUSPENDED over an answered call),
-// alone or after the End in one batch; the rest of the write goes
-// through. PutConversation is the one write that sets another status.
+// never changes its status, whatever it states: an unfenced one (an
+// expiry's or an answer's ACTIVE) is written but for its status, alone or
+// after the End in one batch, and a fenced one is refused
+// (testActiveEndedFenced). PutConversation is the one write that sets
+// another status.
 func testActiveEndedStays(t *testing.T, e env) {
 	s := e.open(t).Store
 	ctx := t.Context()
 	appendEvents(t, s, "c", userEvs(1, 1)...)
 	appendEvents(t, s, "other", userEvs(1, 1)...)
 	suspend(t, s, "c", "c-1", "c-2", "c-3")
+	suspend(t, s, "other", "o-1")
 	setStatus(t, s, "c", statusEnded)
 	require.Equal(t, []string{"other"}, activeIDs(t, s, 0))
 
@@ -230,38 +248,95 @@ func testActiveEndedStays(t *testing.T, e env) {
 	assert.Equal(t, resolved, toolCall(t, s, "c-2").GetStatus(), "the answer is recorded")
 	assert.Equal(t, statusEnded, conversation(t, s, "c").GetStatus(), "an answer's ACTIVE leaves it ENDED")
 
-	// A SUSPENDED over an answered call (which StatusWritten would make
-	// ACTIVE), with events, fsm_state and settings: all but the status
-	// written.
-	last := lastSeq(t, s, "c")
-	req := recordAnswer("c", last, "c-3", "c-2")
-	req.Resolutions[0].ToolCallId = "c-3"
-	req.Settings = map[string]string{"k": "v"}
-	appendOK(t, s, req)
-	row := conversation(t, s, "c")
-	assert.Equal(t, statusEnded, row.GetStatus(), "a SUSPENDED over an answered call leaves it ENDED")
-	requireProto(t, awaiting(last+2, "c-2"), row.GetFsmState(), "the fsm_state is the request's")
-	assert.Equal(t, map[string]string{"k": "v"}, row.GetSettings(), "the settings are merged")
-	assert.Equal(t, last+2, lastSeq(t, s, "c"), "the events are logged")
-
-	// IDLE, and an End then ACTIVE in one batch.
-	setStatus(t, s, "c", statusIdle)
-	assert.Equal(t, statusEnded, conversation(t, s, "c").GetStatus(), "an IDLE leaves it ENDED")
+	// An End then an answer's ACTIVE in one batch.
 	lastOther := lastSeq(t, s, "other")
 	for i, res := range s.AppendBatch(ctx, []*messages.AppendRequest{
 		{ConversationId: "other", ExpectedLast: lastOther, Status: statusEnded},
-		{ConversationId: "other", ExpectedLast: lastOther, Status: statusActive, FsmState: idleState(lastOther)},
-		{ConversationId: "c", ExpectedLast: lastSeq(t, s, "c"), Status: statusActive},
+		answerUnfenced("other", "o-1"),
+		answerlessActive("c"),
 	}) {
 		require.NoError(t, res.Err, "request %d of the batch", i)
 	}
 	assert.Equal(t, statusEnded, conversation(t, s, "other").GetStatus(), "an ACTIVE after the End in its batch leaves it ENDED")
-	requireProto(t, idleState(lastOther), conversation(t, s, "other").GetFsmState(), "the batch's fsm_state is written")
+	assert.Equal(t, resolved, toolCall(t, s, "o-1").GetStatus(), "the batch's answer is recorded")
 	assert.Equal(t, statusEnded, conversation(t, s, "c").GetStatus())
 	assert.Empty(t, activeIDs(t, s, 0), "no ENDED conversation is listed")
 
 	require.NoError(t, s.PutConversation(ctx, journal.ConversationUpdate{ID: "c", Status: statusIdle}))
 	assert.Equal(t, statusIdle, conversation(t, s, "c").GetStatus(), "PutConversation sets another status")
+}
+
+// testActiveEndedFenced: End writes no event, so a fenced append decided
+// on a read of the log before the End passes the fence; to a conversation
+// whose row is ENDED it is refused with ErrEnded, nothing of it written
+// (events, rows, resolutions, fsm_state, settings, deadlines, status),
+// whatever it carries and whatever status other than ENDED it states,
+// alone or after the End in one batch (the batch's other requests go
+// through). One that states ENDED (lazarus import's) is written.
+func testActiveEndedFenced(t *testing.T, e env) {
+	s := e.open(t).Store
+	ctx := t.Context()
+	appendEvents(t, s, "c", userEvs(1, 1)...)
+	suspend(t, s, "c", "c-1", "c-2")
+	appendOK(t, s, answerUnfenced("c", "c-2"))
+	last := lastSeq(t, s, "c")
+	setStatus(t, s, "c", statusEnded)
+	require.Equal(t, last, lastSeq(t, s, "c"), "an End moves no seq")
+	calls := []string{"c-1", "c-2", "c/new"}
+	before := snapshotOf(t, s, []string{"c"}, calls)
+
+	answer := recordAnswer("c", last, "c-1", "c/new")
+	answer.Settings = map[string]string{"k": "v"}
+	answer.ToolCalls = []*messages.ToolCallRecord{humanCall("c", "c/new")}
+	answer.Schedule = []*messages.Deadline{deadline("c", "c/new", 50)}
+	for _, tc := range []struct {
+		name string
+		req  *messages.AppendRequest
+	}{
+		{"Send", &messages.AppendRequest{ConversationId: "c", ExpectedLast: last, Events: userEvs(9, 1)}},
+		{"AnswerStatingSuspended", answer},
+		{"StatingActive", &messages.AppendRequest{ConversationId: "c", ExpectedLast: last, Events: userEvs(9, 1), Status: statusActive}},
+		{"Settings", &messages.AppendRequest{ConversationId: "c", ExpectedLast: last, Settings: map[string]string{"k": "v"}}},
+		{"FSMState", &messages.AppendRequest{ConversationId: "c", ExpectedLast: last, FsmState: idleState(last)}},
+		{"StatusIdle", &messages.AppendRequest{ConversationId: "c", ExpectedLast: last, Status: statusIdle}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := s.Append(ctx, proto.Clone(tc.req).(*messages.AppendRequest))
+			requireSentinel(t, err, journal.ErrEnded)
+			requireSentinel(t, res.Err, journal.ErrEnded)
+			requireSameSnapshot(t, before, snapshotOf(t, s, []string{"c"}, calls), "nothing of a fenced append to an ENDED row is written")
+		})
+	}
+
+	// After the End in one batch: refused alone.
+	appendEvents(t, s, "other", userEvs(1, 1)...)
+	lastOther := lastSeq(t, s, "other")
+	res := s.AppendBatch(ctx, []*messages.AppendRequest{
+		{ConversationId: "other", ExpectedLast: lastOther, Status: statusEnded},
+		{ConversationId: "other", ExpectedLast: lastOther, Events: userEvs(5, 1)},
+		{ConversationId: "c", ExpectedLast: last, Events: userEvs(5, 1)},
+		{ConversationId: "b", Events: userEvs(1, 1)},
+	})
+	require.NoError(t, res[0].Err)
+	requireSentinel(t, res[1].Err, journal.ErrEnded)
+	requireSentinel(t, res[2].Err, journal.ErrEnded)
+	require.NoError(t, res[3].Err)
+	assert.Equal(t, statusEnded, conversation(t, s, "other").GetStatus())
+	assert.Equal(t, lastOther, lastSeq(t, s, "other"), "the refused request after the End in its batch wrote nothing")
+	assert.Equal(t, uint64(1), lastSeq(t, s, "b"), "the batch's other requests go through")
+	requireSameSnapshot(t, before, snapshotOf(t, s, []string{"c"}, calls))
+
+	// The fence still comes first.
+	_, err := s.Append(ctx, &messages.AppendRequest{ConversationId: "c", ExpectedLast: last + 1, Events: userEvs(9, 1)})
+	requireSentinel(t, err, journal.ErrConflict)
+
+	// Stating ENDED, as lazarus import does: written, still ENDED.
+	res0 := appendOK(t, s, &messages.AppendRequest{ConversationId: "c", ExpectedLast: last, Events: userEvs(9, 1),
+		Settings: map[string]string{"k": "v"}, Status: statusEnded})
+	assert.Equal(t, last+1, res0.LastSeq)
+	row := conversation(t, s, "c")
+	assert.Equal(t, statusEnded, row.GetStatus())
+	assert.Equal(t, map[string]string{"k": "v"}, row.GetSettings())
 }
 
 // testActiveFailedWrite: a request that fails changes neither the row's

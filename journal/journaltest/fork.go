@@ -130,8 +130,9 @@ func testForkWithoutSummary(t *testing.T, e env) {
 }
 
 // testForkEnded: a fork may be written ENDED (lazarus import writes one so,
-// with every copied event, then appends the fork's own log and gives it
-// its status last, with PutConversation: an append keeps it ENDED).
+// with every copied event, then appends the fork's own log, each append
+// stating ENDED as a fenced append to an ENDED row must, and gives it its
+// status last, with PutConversation: an append keeps it ENDED).
 func testForkEnded(t *testing.T, e env) {
 	s := e.open(t).Store
 	ctx := context.Background()
@@ -142,10 +143,12 @@ func testForkEnded(t *testing.T, e env) {
 	requireFork(t, s, req)
 	assert.NotContains(t, activeIDs(t, s, 0), "dst", "an ENDED fork is not in the active index")
 	src := allEvents(t, s, "src")
-	res, err := s.Append(ctx, &messages.AppendRequest{ConversationId: "dst", ExpectedLast: 7, Events: src[7:]})
+	_, err := s.Append(ctx, &messages.AppendRequest{ConversationId: "dst", ExpectedLast: 7, Events: src[7:]})
+	requireSentinel(t, err, journal.ErrEnded, "a fenced append to an ENDED row must state ENDED")
+	res, err := s.Append(ctx, &messages.AppendRequest{ConversationId: "dst", ExpectedLast: 7, Events: src[7:], Status: statusEnded})
 	require.NoError(t, err)
 	assert.Equal(t, uint64(8), res.FirstSeq)
-	_, err = s.Append(ctx, &messages.AppendRequest{ConversationId: "dst", ExpectedLast: 10, Status: statusIdle, FsmState: idleState(10)})
+	_, err = s.Append(ctx, &messages.AppendRequest{ConversationId: "dst", ExpectedLast: 10, Status: statusEnded, FsmState: idleState(10)})
 	require.NoError(t, err)
 	row, err := s.Conversation(ctx, "dst")
 	require.NoError(t, err)

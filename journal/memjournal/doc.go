@@ -25,8 +25,9 @@
 // The checks of one AppendRequest run in this order, and the first that fails
 // decides the error: the request's shape (journal.ValidateAppend, ErrInvalid);
 // the tombstone (ErrDeleted); the fence, unless the request is unfenced
-// (ErrConflict); the owners of its tool call ids (ErrConflict); its
-// resolutions (ErrStale). Nothing is written before every check passed. A
+// (ErrConflict); an ENDED row, unless the request is unfenced or states
+// ENDED (ErrEnded, journal.CheckEnded); the owners of its tool call ids
+// (ErrConflict); its resolutions (ErrStale). Nothing is written before every check passed. A
 // request that passed is applied in this order: events, tool call upserts,
 // resolutions (each also cancels its call's deadline), fsm_state and status,
 // scheduled deadlines, cancelled deadlines. So a request may resolve a call it

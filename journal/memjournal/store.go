@@ -292,6 +292,11 @@ func (st *state) checkAppend(req *messages.AppendRequest) error {
 	if !req.GetUnfenced() && req.GetExpectedLast() != last {
 		return fmt.Errorf("memjournal: append to %q after %d (last is %d): %w", id, req.GetExpectedLast(), last, journal.ErrConflict)
 	}
+	if c := st.convs[id]; c != nil {
+		if err := journal.CheckEnded(req, c.row.GetStatus()); err != nil {
+			return fmt.Errorf("memjournal: %w", err)
+		}
+	}
 	// The status each tool call will have once the request's upserts and
 	// earlier resolutions are applied.
 	var status map[string]messages.ToolCallStatus

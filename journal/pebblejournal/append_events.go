@@ -33,9 +33,9 @@ func onlyEvents(req *messages.AppendRequest) bool {
 }
 
 // appendEvents is Append of the runtime's most frequent write, which
-// onlyEvents accepts, to a conversation whose head the head cache holds:
-// it then has a row and no tombstone, and the request changes nothing but
-// its log. It does what txn.apply and txn.commit do for such a request
+// onlyEvents accepts, to a conversation whose head the head cache holds
+// with its row, not ENDED: it then has a row and no tombstone, and the
+// request changes nothing but its log. It does what txn.apply and txn.commit do for such a request
 // (the events' checks and seqs, the fence, one synced batch, the head)
 // without a txn and its overlay of rows, calls and deadlines, which would
 // stay empty: on one busy conversation, sequential synced Appends, that
@@ -75,7 +75,9 @@ func (s *Store) appendEvents(ctx context.Context, req *messages.AppendRequest) (
 	mu.Lock()
 	defer mu.Unlock()
 	h, cached := s.heads.get(stripe, conv)
-	if !cached || !h.hasRow {
+	if !cached || !h.hasRow || h.row == nil || h.row.GetStatus() == messages.ConversationStatus_CONVERSATION_STATUS_ENDED {
+		// The general path reads the row, and refuses the append if it is
+		// ENDED (journal.CheckEnded).
 		return res, false
 	}
 	if ctx != nil && ctx.Err() != nil {

@@ -30,10 +30,12 @@
 // status, the fsm_state or settings.
 //
 // An Append (or an AppendBatch of one request) of events alone to a
-// conversation whose head is cached, the most frequent write, skips the
-// overlay of rows, calls and deadlines that other writes build: it checks
-// and encodes the events, checks the fence against the cached head, and
-// commits one synced batch of the event keys.
+// conversation whose head is cached with its row, not ENDED, the most
+// frequent write, skips the overlay of rows, calls and deadlines that
+// other writes build: it checks and encodes the events, checks the fence
+// against the cached head, and commits one synced batch of the event keys.
+// Every other fenced append reads the row, to refuse one to an ENDED
+// conversation (journal.CheckEnded).
 //
 // # Fatal storage errors
 //

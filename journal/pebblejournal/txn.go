@@ -735,6 +735,15 @@ func (t *txn) apply(req *messages.AppendRequest) (res journal.AppendResult, err 
 		if last != req.GetExpectedLast() {
 			return res, fmt.Errorf("pebblejournal: append to %q after %d (last is %d): %w", conv, req.GetExpectedLast(), last, journal.ErrConflict)
 		}
+		if req.GetStatus() != messages.ConversationStatus_CONVERSATION_STATUS_ENDED {
+			row, err := t.row(cs)
+			if err != nil {
+				return res, err
+			}
+			if err := journal.CheckEnded(req, row.GetStatus()); err != nil {
+				return res, fmt.Errorf("pebblejournal: %w", err)
+			}
+		}
 	}
 	for _, tc := range req.GetToolCalls() {
 		if err := t.upsertCall(cs, tc); err != nil {

@@ -625,6 +625,11 @@ func (b *batch) check(req *messages.AppendRequest) error {
 	if !req.GetUnfenced() && req.GetExpectedLast() != h.lastSeq {
 		return fmt.Errorf("append to %q after %d (last is %d): %w", id, req.GetExpectedLast(), h.lastSeq, journal.ErrConflict)
 	}
+	// The row as read under the conversation's lock, and as the batch's
+	// requests before this one left it.
+	if err := journal.CheckEnded(req, h.row.GetStatus()); err != nil {
+		return err
+	}
 	status := map[string]messages.ToolCallStatus{}
 	for _, tc := range req.GetToolCalls() {
 		if rec := b.calls[tc.GetId()].rec; rec != nil && rec.GetConversationId() != id {
