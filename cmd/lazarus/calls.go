@@ -240,7 +240,10 @@ It is the same atomic resolve as Runtime.Resolve and Runtime.Reject: one
 durable write moves the call from pending to resolved (or errored) and
 removes its deadline, only if it is still pending. If it is not (the id is
 unknown, the call was already answered, or it expired), nothing changes,
-the command prints "stale" and exits with status 3.
+the command prints "stale" and exits with status 3. A call still pending
+in an ended conversation (an import cut short leaves one) is refused, as
+Runtime.Resolve refuses it (journal.ErrEnded), with status 1, and nothing
+changes: an ended conversation runs no turn again.
 
 The conversation continues when a runtime next opens the directory: the
 same write marks the conversation active, and a runtime wakes its active
@@ -339,6 +342,13 @@ func (c *cli) resolve(ctx context.Context, fs *flags, args []string) (err error)
 		return err
 	}
 	conv := row.GetConversationId()
+	if ended, err := c.convEnded(ctx, st, conv); err != nil {
+		return err
+	} else if ended {
+		// As Runtime.Resolve refuses it: the conversation runs no turn
+		// again, so nothing would record the answer or act on it.
+		return fmt.Errorf("tool call %s: conversation %s: %w", displayID(id), displayID(conv), journal.ErrEnded)
+	}
 	res.ToolCallId = id
 	res.At = journal.Timestamp(c.now())
 	res.By = by.Proto()
@@ -358,9 +368,30 @@ func (c *cli) resolve(ctx context.Context, fs *flags, args []string) (err error)
 		}
 		return err
 	}
-	fmt.Fprintf(c.stdout, "%s %s by %s (conversation %s); it continues when a runtime next opens the directory\n",
-		callStatusName(res.GetStatus()), displayID(id), displayID(by.UserID), displayID(conv))
+	next := "it continues when a runtime next opens the directory"
+	if ended, err := c.convEnded(ctx, st, conv); err == nil && ended {
+		// Ended by a runtime on the same database since the check above:
+		// the answer is recorded (the Store keeps the row ENDED), and no
+		// turn follows, as for Runtime.Resolve.
+		next = "its conversation was ended meanwhile: the answer is recorded, and no turn follows"
+	}
+	fmt.Fprintf(c.stdout, "%s %s by %s (conversation %s); %s\n",
+		callStatusName(res.GetStatus()), displayID(id), displayID(by.UserID), displayID(conv), next)
 	return nil
+}
+
+// convEnded reports whether conversation conv's row is ENDED. A
+// conversation deleted meanwhile is not: the write that follows finds it
+// gone (journal.ErrDeleted), which is how its call is stale.
+func (c *cli) convEnded(ctx context.Context, st journal.Store, conv string) (bool, error) {
+	row, err := st.Conversation(ctx, conv)
+	switch {
+	case noConversation(err):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return row.GetStatus() == messages.ConversationStatus_CONVERSATION_STATUS_ENDED, nil
 }
 
 // pendingHumanCall reads the row of tool call id, which must be a pending

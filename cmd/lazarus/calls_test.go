@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -156,4 +158,75 @@ func TestResolveRefusesServerCalls(t *testing.T) {
 	r = cliRun(t, "", "resolve", f.waitingCall, "--dir", f.dir, "--result", `"`+strings.Repeat("x", agent.MaxResultBytes)+`"`)
 	require.Equal(t, exitUsage, r.code, "a result too large for a tool_result event is refused")
 	require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING, readCall(t, f.dir, f.waitingCall).GetStatus())
+}
+
+// endConversation sets the row of conv ENDED, as an import cut short
+// leaves it (with a call still pending).
+func endConversation(t *testing.T, dir, conv string) {
+	t.Helper()
+	st, err := pebblejournal.Open(dir, pebblejournal.Options{})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, st.Close()) }()
+	require.NoError(t, st.PutConversation(ctxT(t), journal.ConversationUpdate{ID: conv, Status: messages.ConversationStatus_CONVERSATION_STATUS_ENDED}))
+}
+
+func convStatus(t *testing.T, dir, conv string) messages.ConversationStatus {
+	t.Helper()
+	st, err := pebblejournal.Open(dir, pebblejournal.Options{})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, st.Close()) }()
+	row, err := st.Conversation(ctxT(t), conv)
+	require.NoError(t, err)
+	return row.GetStatus()
+}
+
+// TestResolveRefusesAnEndedConversation: a call still pending in an ended
+// conversation is refused, as Runtime.Resolve refuses it (ErrEnded), and
+// nothing changes; the command does not say the conversation continues.
+func TestResolveRefusesAnEndedConversation(t *testing.T) {
+	f := newFixture(t)
+	endConversation(t, f.dir, "waiting")
+	r := cliRun(t, "", "resolve", f.waitingCall, "--dir", f.dir, "--result", `true`)
+	require.Equal(t, exitError, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+	require.Empty(t, r.stdout, "nothing says it continues")
+	require.Contains(t, r.stderr, "tool call "+f.waitingCall+": conversation waiting: "+journal.ErrEnded.Error())
+	require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING, readCall(t, f.dir, f.waitingCall).GetStatus(), "nothing is written")
+	require.Equal(t, messages.ConversationStatus_CONVERSATION_STATUS_ENDED, convStatus(t, f.dir, "waiting"))
+}
+
+// endsBeforeAppend is a store on which a runtime ends conversation conv
+// just before the next Append: an End committed after the command's
+// check.
+type endsBeforeAppend struct {
+	journal.Store
+	conv string
+}
+
+func (s *endsBeforeAppend) Append(ctx context.Context, req *messages.AppendRequest) (journal.AppendResult, error) {
+	if err := s.PutConversation(ctx, journal.ConversationUpdate{ID: s.conv, Status: messages.ConversationStatus_CONVERSATION_STATUS_ENDED}); err != nil {
+		return journal.AppendResult{}, err
+	}
+	return s.Store.Append(ctx, req)
+}
+
+// TestResolveEndedMeanwhile: an End committed between the command's check
+// and its write leaves the answer recorded and the conversation ended (as
+// for Runtime.Resolve), and the command says so instead of saying that
+// the conversation continues.
+func TestResolveEndedMeanwhile(t *testing.T) {
+	f := newFixture(t)
+	var out, errb bytes.Buffer
+	c := newCLI(strings.NewReader(""), &out, &errb)
+	c.open = func(dir string, create bool) (journal.Store, error) {
+		st, err := openPebble(dir, create)
+		if err != nil {
+			return nil, err
+		}
+		return &endsBeforeAppend{Store: st, conv: "waiting"}, nil
+	}
+	code := c.run(ctxT(t), []string{"resolve", f.waitingCall, "--dir", f.dir, "--result", `true`, "--as", "ops"})
+	require.Equal(t, exitOK, code, "stderr: %s", errb.String())
+	require.Equal(t, "resolved "+f.waitingCall+" by ops (conversation waiting); its conversation was ended meanwhile: the answer is recorded, and no turn follows\n", out.String())
+	require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, readCall(t, f.dir, f.waitingCall).GetStatus())
+	require.Equal(t, messages.ConversationStatus_CONVERSATION_STATUS_ENDED, convStatus(t, f.dir, "waiting"))
 }
