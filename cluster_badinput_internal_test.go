@@ -57,7 +57,7 @@ func TestGatewayRefusesARewindOfNoConversation(t *testing.T) {
 
 // The gateway refuses a ScheduleArm or ScheduleDisarm that the Runtime's
 // schedule calls would not send, with an error wrapping journal.ErrInvalid:
-// missing, with an empty or invalid id, naming another conversation than
+// missing, with an empty or invalid id (or revision), naming another conversation than
 // its request, an arm without a valid time. It answered them all success
 // (and handed an arm without a time to the expiry actor as one due at
 // 1970, which fired it at once).
@@ -82,6 +82,8 @@ func TestGatewayRefusesABadScheduleRequest(t *testing.T) {
 		"disarm empty":        disarm(&messages.ScheduleDisarm{}),
 		"disarm bad conv":     disarm(&messages.ScheduleDisarm{ConversationId: "\xff", ScheduleId: "s"}),
 		"disarm other conv":   disarm(&messages.ScheduleDisarm{ConversationId: "d", ScheduleId: "s"}),
+		"arm bad revision":    arm(&messages.ScheduleArm{ConversationId: "c", ScheduleId: "s", Next: next, Revision: "\xff"}),
+		"disarm bad revision": disarm(&messages.ScheduleDisarm{ConversationId: "c", ScheduleId: "s", Revision: "\xff"}),
 	} {
 		if name != "disarm bad conv" {
 			req.ConversationId = "c"
@@ -93,8 +95,10 @@ func TestGatewayRefusesABadScheduleRequest(t *testing.T) {
 		require.True(t, reply.GetAnswered(), name)
 	}
 	for name, req := range map[string]*messages.ClusterRequest{
-		"arm":    arm(&messages.ScheduleArm{ConversationId: "c", ScheduleId: "s", Next: next}),
-		"disarm": disarm(&messages.ScheduleDisarm{ConversationId: "c", ScheduleId: "s"}),
+		"arm":                  arm(&messages.ScheduleArm{ConversationId: "c", ScheduleId: "s", Next: next}),
+		"disarm":               disarm(&messages.ScheduleDisarm{ConversationId: "c", ScheduleId: "s"}),
+		"arm of a revision":    arm(&messages.ScheduleArm{ConversationId: "c", ScheduleId: "s", Next: next, Revision: "r1"}),
+		"disarm of a revision": disarm(&messages.ScheduleDisarm{ConversationId: "c", ScheduleId: "s", Revision: "r1"}),
 	} {
 		req.ConversationId = "c"
 		require.Nil(t, rt.gw.serve(req).GetError(), "%s as the Runtime sends it", name)

@@ -455,11 +455,12 @@ func checkWireResolution(status messages.ToolCallStatus, out *messages.ToolOutco
 // ClusterRequest for conversation conv that the Runtime's own schedule
 // calls would not send (an application actor speaks the gateway's
 // protocol too): one missing (its ids empty), one naming another
-// conversation than the request's or an id journal.ValidateID refuses, an
-// arm without a valid next time.
+// conversation than the request's or an id (or a non-empty revision)
+// journal.ValidateID refuses, an arm without a valid next time.
 func checkWireSchedule(conv string, m interface {
 	GetConversationId() string
 	GetScheduleId() string
+	GetRevision() string
 }) error {
 	if err := journal.ValidateID("conversation id", m.GetConversationId()); err != nil {
 		return fmt.Errorf("lazarus: schedule: %w", err)
@@ -469,6 +470,11 @@ func checkWireSchedule(conv string, m interface {
 	}
 	if err := journal.ValidateID("schedule id", m.GetScheduleId()); err != nil {
 		return fmt.Errorf("lazarus: schedule of %q: %w", clipID(conv), err)
+	}
+	if rev := m.GetRevision(); rev != "" {
+		if err := journal.ValidateID("schedule revision", rev); err != nil {
+			return fmt.Errorf("lazarus: schedule of %q: %w", clipID(conv), err)
+		}
 	}
 	if a, ok := m.(*messages.ScheduleArm); ok {
 		if err := a.GetNext().CheckValid(); err != nil {

@@ -57,7 +57,7 @@ func (r *Runtime) Delete(ctx context.Context, conversationID string) error {
 		return r.callErr(fmt.Sprintf("lazarus: delete %q", clipID(conversationID)), err)
 	}
 	for _, sc := range schedules {
-		r.disarmSchedule(conversationID, sc.GetId())
+		r.disarmSchedule(conversationID, sc.GetId(), "")
 	}
 	r.endDeleted(conversationID)
 	return nil

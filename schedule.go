@@ -465,7 +465,7 @@ func (r *Runtime) Schedule(ctx context.Context, conversationID string, spec Sche
 		}
 		return nil, r.callErr(fmt.Sprintf("lazarus: schedule for %q", clipID(conversationID)), err)
 	}
-	r.armSchedule(ctx, &messages.ScheduleArm{ConversationId: conversationID, ScheduleId: id, Next: sc.GetNext()})
+	r.armSchedule(ctx, &messages.ScheduleArm{ConversationId: conversationID, ScheduleId: id, Next: sc.GetNext(), Revision: sc.GetRevision()})
 	return sc, nil
 }
 
@@ -517,6 +517,18 @@ func (r *Runtime) CancelSchedule(ctx context.Context, conversationID, id string)
 	if err := journal.ValidateID("schedule id", id); err != nil {
 		return fmt.Errorf("lazarus: cancel schedule: %w", err)
 	}
+	// The revision cancelled, read before the delete: the disarm names it,
+	// so that a disarm that reaches the expiry actor after the schedule was
+	// made again under its id leaves the new timer armed. A read that fails
+	// names none, and the disarm removes any timer, as before revisions.
+	rev := ""
+	if all, rerr := ss.ConversationSchedules(ctx, conversationID); rerr == nil {
+		for _, sc := range all {
+			if sc.GetId() == id {
+				rev = sc.GetRevision()
+			}
+		}
+	}
 	err = ss.DeleteSchedule(ctx, conversationID, id)
 	if errors.Is(err, journal.ErrNotFound) {
 		// Delete removed a deleted conversation's schedules: say deleted.
@@ -528,7 +540,7 @@ func (r *Runtime) CancelSchedule(ctx context.Context, conversationID, id string)
 	if err != nil {
 		return r.callErr(fmt.Sprintf("lazarus: cancel schedule %q of %q", clipID(id), clipID(conversationID)), err)
 	}
-	r.armSchedule(ctx, &messages.ScheduleDisarm{ConversationId: conversationID, ScheduleId: id})
+	r.armSchedule(ctx, &messages.ScheduleDisarm{ConversationId: conversationID, ScheduleId: id, Revision: rev})
 	return nil
 }
 
@@ -545,11 +557,12 @@ func (r *Runtime) armSchedule(ctx context.Context, m proto.Message) {
 		named, ok := m.(interface {
 			GetConversationId() string
 			GetScheduleId() string
+			GetRevision() string
 		})
 		if !ok {
 			return
 		}
-		conv, id := named.GetConversationId(), named.GetScheduleId()
+		conv, id, rev := named.GetConversationId(), named.GetScheduleId(), named.GetRevision()
 		r.mu.Lock()
 		if r.closed {
 			r.mu.Unlock()
@@ -560,7 +573,7 @@ func (r *Runtime) armSchedule(ctx context.Context, m proto.Message) {
 		go func() {
 			defer r.gcWG.Done()
 			err := retryScheduleArm(r.life, r.opts.Clock,
-				func(ctx context.Context) (proto.Message, error) { return r.scheduleChange(ctx, conv, id) },
+				func(ctx context.Context) (proto.Message, error) { return r.scheduleChange(ctx, conv, id, rev) },
 				r.tellScheduleOwner)
 			if err != nil && r.life.Err() == nil {
 				r.log.Warn("lazarus: schedule: telling the owner of the change failed; its timer follows at the next membership change", "conversation", conv, "schedule", id, "err", err)
@@ -589,9 +602,9 @@ func (r *Runtime) tellScheduleOwner(ctx context.Context, m proto.Message) error 
 	}
 	switch m := m.(type) {
 	case *messages.ScheduleArm:
-		err = r.sup.ArmSchedule(conv, m.GetScheduleId(), m.GetNext().AsTime())
+		err = r.sup.ArmSchedule(conv, m.GetScheduleId(), m.GetRevision(), m.GetNext().AsTime())
 	case *messages.ScheduleDisarm:
-		err = r.sup.DisarmSchedule(conv, m.GetScheduleId())
+		err = r.sup.DisarmSchedule(conv, m.GetScheduleId(), m.GetRevision())
 	}
 	if err != nil {
 		// Its callers checked the ids and time: telling again would not help.
@@ -601,9 +614,12 @@ func (r *Runtime) tellScheduleOwner(ctx context.Context, m proto.Message) error 
 }
 
 // scheduleChange returns what the owner of schedule id must be told now:
-// a ScheduleArm at the record's next occurrence, or a ScheduleDisarm when
-// the schedule is gone (or has no next occurrence).
-func (r *Runtime) scheduleChange(ctx context.Context, conv, id string) (proto.Message, error) {
+// a ScheduleArm at the record's next occurrence (and of its revision), or
+// a ScheduleDisarm when the schedule is gone (or has no next occurrence).
+// The disarm names rev, the revision of the change being retried, so that
+// it leaves alone the timer of a schedule made again under its id since
+// the read.
+func (r *Runtime) scheduleChange(ctx context.Context, conv, id, rev string) (proto.Message, error) {
 	ss, err := r.scheduleStore("schedule")
 	if err != nil {
 		return nil, err
@@ -614,10 +630,10 @@ func (r *Runtime) scheduleChange(ctx context.Context, conv, id string) (proto.Me
 	}
 	for _, sc := range all {
 		if sc.GetId() == id && sc.GetNext() != nil {
-			return &messages.ScheduleArm{ConversationId: conv, ScheduleId: id, Next: sc.GetNext()}, nil
+			return &messages.ScheduleArm{ConversationId: conv, ScheduleId: id, Next: sc.GetNext(), Revision: sc.GetRevision()}, nil
 		}
 	}
-	return &messages.ScheduleDisarm{ConversationId: conv, ScheduleId: id}, nil
+	return &messages.ScheduleDisarm{ConversationId: conv, ScheduleId: id, Revision: rev}, nil
 }
 
 // Retries of a schedule change its owner could not be told: the first
@@ -790,14 +806,14 @@ func (r *Runtime) fire(ctx context.Context, f scheduleFire) {
 		_, _ = r.currentSchedule(ctx, ss, f)
 	case errors.Is(err, journal.ErrDeleted):
 		r.opts.Metrics.scheduleFired(ScheduleDropped)
-		r.disarmSchedule(f.conv, f.id)
+		r.disarmSchedule(f.conv, f.id, "")
 	case errors.Is(err, journal.ErrEnded):
 		r.opts.Metrics.scheduleFired(ScheduleDropped)
 		// An ended conversation takes no more input: its schedules go.
 		if derr := ss.DeleteSchedule(ctx, f.conv, f.id); derr != nil && !errors.Is(derr, journal.ErrNotFound) && ctx.Err() == nil {
 			r.log.Warn("lazarus: schedule: removing a schedule of an ended conversation failed", "conversation", f.conv, "schedule", f.id, "err", derr)
 		}
-		r.disarmSchedule(f.conv, f.id)
+		r.disarmSchedule(f.conv, f.id, "")
 	case errors.Is(err, journal.ErrInvalid):
 		// The conversation refused the wake as input it can never write:
 		// its message does not fit journal.MaxEventBytes with the author
@@ -838,20 +854,21 @@ func (r *Runtime) skipOccurrence(ctx context.Context, ss journal.ScheduleStore, 
 	if next == nil {
 		err = ss.DeleteSchedule(ctx, f.conv, f.id)
 		if err == nil || errors.Is(err, journal.ErrNotFound) {
-			r.disarmSchedule(f.conv, f.id)
+			// Named by sc's revision, as a fire's commit report is.
+			r.disarmSchedule(f.conv, f.id, sc.GetRevision())
 			return
 		}
 	} else {
 		moved := proto.Clone(cur).(*messages.Schedule)
 		moved.Next = journal.Timestamp(*next)
 		if err = ss.PutSchedule(ctx, moved); err == nil {
-			if aerr := r.sup.ArmSchedule(f.conv, f.id, *next); aerr != nil {
+			if aerr := r.sup.ArmSchedule(f.conv, f.id, moved.GetRevision(), *next); aerr != nil {
 				r.log.Warn("lazarus: schedule: the Store's schedule could not be armed", "conversation", f.conv, "schedule", f.id, "err", aerr)
 			}
 			return
 		}
 		if errors.Is(err, journal.ErrNotFound) || errors.Is(err, journal.ErrDeleted) {
-			r.disarmSchedule(f.conv, f.id)
+			r.disarmSchedule(f.conv, f.id, "")
 			return
 		}
 	}
@@ -886,22 +903,24 @@ func (r *Runtime) currentSchedule(ctx context.Context, ss journal.ScheduleStore,
 			continue
 		}
 		if next := sc.GetNext().AsTime(); !next.Equal(f.at) {
-			if err := r.sup.ArmSchedule(f.conv, f.id, next); err != nil {
+			if err := r.sup.ArmSchedule(f.conv, f.id, sc.GetRevision(), next); err != nil {
 				r.log.Warn("lazarus: schedule: the Store's schedule could not be armed", "conversation", f.conv, "schedule", f.id, "err", err)
 			}
 			return nil, nil
 		}
 		return sc, nil
 	}
-	r.disarmSchedule(f.conv, f.id)
+	r.disarmSchedule(f.conv, f.id, "")
 	return nil, nil
 }
 
-// disarmSchedule tells the expiry actor that schedule id of conv is gone.
-// Its ids were checked where they came from (the Store, a fire of the
-// expiry actor's): a refusal is logged, not returned.
-func (r *Runtime) disarmSchedule(conv, id string) {
-	if err := r.sup.DisarmSchedule(conv, id); err != nil {
+// disarmSchedule tells the expiry actor that schedule id of conv is gone:
+// its definition of revision rev, or whatever it was when rev is empty
+// (see supervisor.Supervisor.DisarmSchedule). Its ids were checked where
+// they came from (the Store, a fire of the expiry actor's): a refusal is
+// logged, not returned.
+func (r *Runtime) disarmSchedule(conv, id, rev string) {
+	if err := r.sup.DisarmSchedule(conv, id, rev); err != nil {
 		r.log.Warn("lazarus: schedule: disarming a schedule failed", "conversation", conv, "schedule", id, "err", err)
 	}
 }

@@ -95,18 +95,21 @@ func TestScheduleChangeReadsTheRecord(t *testing.T) {
 	sc, err := rt.Schedule(ctx, "c", ScheduleSpec{After: time.Hour, Text: "x"}, agent.Scope{})
 	require.NoError(t, err)
 
-	m, err := rt.scheduleChange(ctx, "c", sc.GetId())
+	m, err := rt.scheduleChange(ctx, "c", sc.GetId(), "")
 	require.NoError(t, err)
 	arm, ok := m.(*messages.ScheduleArm)
 	require.True(t, ok, "a pending schedule is armed: %v", m)
 	require.Equal(t, sc.GetId(), arm.GetScheduleId())
 	require.True(t, sc.GetNext().AsTime().Equal(arm.GetNext().AsTime()))
+	require.Equal(t, sc.GetRevision(), arm.GetRevision(), "the arm names the record's revision")
 
 	require.NoError(t, rt.CancelSchedule(ctx, "c", sc.GetId()))
-	m, err = rt.scheduleChange(ctx, "c", sc.GetId())
+	m, err = rt.scheduleChange(ctx, "c", sc.GetId(), sc.GetRevision())
 	require.NoError(t, err)
 	require.IsType(t, &messages.ScheduleDisarm{}, m, "a removed schedule is disarmed")
-	m, err = rt.scheduleChange(ctx, "unknown", "s")
+	require.Equal(t, sc.GetRevision(), m.(*messages.ScheduleDisarm).GetRevision(),
+		"the disarm names the revision of the change retried: a schedule made again since keeps its timer")
+	m, err = rt.scheduleChange(ctx, "unknown", "s", "")
 	require.NoError(t, err)
 	require.IsType(t, &messages.ScheduleDisarm{}, m)
 }

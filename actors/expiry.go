@@ -55,7 +55,8 @@ type ExpiryOptions struct {
 	// (see expiry_schedule.go): occurrence is the schedule's stored next
 	// time, which the conversation's write must name. It runs on the
 	// actor's goroutine and must not block. Until a ScheduleArm or
-	// ScheduleDisarm of the schedule arrives, it is called again every
+	// ScheduleDisarm of the schedule arrives (a commit report of another
+	// revision than the timer's is ignored), it is called again every
 	// ReplyTimeout (also after a panic of it, which is logged and
 	// recovered). Default: schedules are not fired.
 	Fire func(conversationID, scheduleID string, occurrence time.Time)
@@ -183,8 +184,10 @@ func ExpiredOutcome() *messages.ToolOutcome {
 //   - *messages.CancelExpiry removes the deadline of a tool call, if any.
 //   - *messages.ScheduleArm arms (or moves) the timer of a scheduled
 //     wake-up; *messages.ScheduleDisarm removes it. The durable schedule
-//     record must already say so. See expiry_schedule.go and
-//     ExpiryOptions.Fire.
+//     record must already say so. A fire's commit report (an arm with
+//     after_fire, a disarm with a revision) of a revision other than the
+//     one the timer was armed for is ignored: the schedule was made again
+//     under its id since. See expiry_schedule.go and ExpiryOptions.Fire.
 //
 // None gets a reply.
 //

@@ -20,16 +20,27 @@ import (
 // ReplyTimeout and is handed to Fire again: a lost delivery is retried,
 // and the Store's check of the occurrence makes a second delivery of a
 // recorded one write nothing.
+//
+// Each timer keeps the revision of the definition it was armed for, when
+// known. A commit report names the revision that fired, and is sent only
+// after the Store's commit: the schedule may have been made again under
+// its id meanwhile (a new revision, armed by the Runtime), and a report
+// that comes after that arm must not remove or move the new timer. So a
+// report (ScheduleArm.after_fire, a ScheduleDisarm with a revision) whose
+// revision is not the timer's known one is ignored. A timer left armed
+// wrongly corrects itself when it fires (the delivery reads the record);
+// a timer removed wrongly would not.
 
 // scheduleKey names a schedule: two conversations may each hold one of
 // the same id.
 type scheduleKey struct{ conv, id string }
 
-// scheduleEntry is one schedule's timer: 40 bytes plus the bytes of its
-// two strings, which it shares with the message it came from.
+// scheduleEntry is one schedule's timer: 56 bytes plus the bytes of its
+// three strings, which it shares with the message it came from.
 type scheduleEntry struct {
 	at       int64 // Unix nanoseconds
 	conv, id string
+	rev      string // the armed definition's revision; "" when not known
 }
 
 // before orders entries by time, then id, then conversation (the order of
@@ -59,11 +70,13 @@ func newScheduleHeap() *scheduleHeap {
 	return &scheduleHeap{index: make(map[scheduleKey]int)}
 }
 
-// put sets the timer of schedule id of conv, replacing the one it had.
-func (h *scheduleHeap) put(conv, id string, at int64) {
+// put sets the timer of schedule id of conv, of revision rev, replacing
+// the one it had.
+func (h *scheduleHeap) put(conv, id, rev string, at int64) {
 	if i, ok := h.index[scheduleKey{conv, id}]; ok {
 		old := h.entries[i].at
 		h.entries[i].at = at
+		h.entries[i].rev = rev
 		if at < old {
 			h.up(i)
 		} else {
@@ -71,8 +84,18 @@ func (h *scheduleHeap) put(conv, id string, at int64) {
 		}
 		return
 	}
-	h.entries = append(h.entries, scheduleEntry{at: at, conv: conv, id: id})
+	h.entries = append(h.entries, scheduleEntry{at: at, conv: conv, id: id, rev: rev})
 	h.up(len(h.entries) - 1) // sets the index of the new entry
+}
+
+// revision returns the revision of the timer of schedule id of conv ("" when
+// not known), and whether it has one.
+func (h *scheduleHeap) revision(conv, id string) (string, bool) {
+	i, ok := h.index[scheduleKey{conv, id}]
+	if !ok {
+		return "", false
+	}
+	return h.entries[i].rev, true
 }
 
 // remove deletes the timer of schedule id of conv, if it has one.
@@ -162,33 +185,52 @@ func (a *expiryActor) rebuildSchedules() (int, error) {
 		if a.opts.Owns != nil && !a.opts.Owns(conv) {
 			return nil
 		}
-		a.sq.put(conv, id, timeNanos(next))
+		a.sq.put(conv, id, "", timeNanos(next))
 		n++
 		return nil
 	})
 	return n, err
 }
 
-// onScheduleArm arms or moves the timer of one schedule.
+// onScheduleArm arms or moves the timer of one schedule. A commit report
+// (after_fire) of a revision other than the timer's known one is ignored.
 func (a *expiryActor) onScheduleArm(m *messages.ScheduleArm) {
 	if journal.ValidateID("conversation id", m.GetConversationId()) != nil || journal.ValidateID("schedule id", m.GetScheduleId()) != nil ||
-		m.GetNext() == nil || m.GetNext().CheckValid() != nil {
+		m.GetNext() == nil || m.GetNext().CheckValid() != nil ||
+		(m.GetRevision() != "" && journal.ValidateID("schedule revision", m.GetRevision()) != nil) {
 		a.opts.Logger.Warn("actors: expiry: ignoring a bad ScheduleArm", "schedule", m.GetScheduleId())
 		return
 	}
 	k := scheduleKey{m.GetConversationId(), m.GetScheduleId()}
+	if m.GetAfterFire() && a.otherRevision(k, m.GetRevision()) {
+		return
+	}
 	delete(a.firing, k)
 	if a.opts.Owns != nil && !a.opts.Owns(k.conv) {
 		a.sq.remove(k.conv, k.id) // armed by a member that no longer owns it
 		return
 	}
-	a.sq.put(m.GetConversationId(), m.GetScheduleId(), unixNanos(m.GetNext()))
+	a.sq.put(m.GetConversationId(), m.GetScheduleId(), m.GetRevision(), unixNanos(m.GetNext()))
 }
 
-// onScheduleDisarm removes the timer of one schedule.
+// onScheduleDisarm removes the timer of one schedule, unless the disarm
+// names a revision other than the timer's known one.
 func (a *expiryActor) onScheduleDisarm(m *messages.ScheduleDisarm) {
-	a.sq.remove(m.GetConversationId(), m.GetScheduleId())
-	delete(a.firing, scheduleKey{m.GetConversationId(), m.GetScheduleId()})
+	k := scheduleKey{m.GetConversationId(), m.GetScheduleId()}
+	if m.GetRevision() != "" && a.otherRevision(k, m.GetRevision()) {
+		return
+	}
+	a.sq.remove(k.conv, k.id)
+	delete(a.firing, k)
+}
+
+// otherRevision reports whether the timer of k is known to be of a
+// revision other than rev: a report of rev is then of a definition
+// replaced since, and must leave the timer alone. A timer of no known
+// revision (read from the Store, or armed without one) is not.
+func (a *expiryActor) otherRevision(k scheduleKey, rev string) bool {
+	cur, ok := a.sq.revision(k.conv, k.id)
+	return ok && cur != "" && cur != rev
 }
 
 // fireSchedules hands every due schedule to Fire, in (time, id,
@@ -202,7 +244,7 @@ func (a *expiryActor) fireSchedules(now int64) {
 		if !ok || e.at > now {
 			return
 		}
-		conv, id, at := e.conv, e.id, e.at
+		conv, id, rev, at := e.conv, e.id, e.rev, e.at
 		k := scheduleKey{conv, id}
 		if occ, ok := a.firing[k]; ok {
 			at = occ // handed again: still the occurrence first handed
@@ -212,7 +254,7 @@ func (a *expiryActor) fireSchedules(now int64) {
 			}
 			a.firing[k] = at
 		}
-		a.sq.put(conv, id, retry)
+		a.sq.put(conv, id, rev, retry)
 		if a.opts.Fire != nil {
 			a.opts.Fire(conv, id, time.Unix(0, at).UTC())
 		}

@@ -230,3 +230,56 @@ func TestExpiryIgnoresTheTickOfAReplacedTimer(t *testing.T) {
 	h.clock.Advance(time.Hour)
 	requireNoFire(t, ch)
 }
+
+// TestExpiryScheduleReportOfAReplacedRevisionIsIgnored: a fire's commit
+// report is sent after the Store's commit, so the schedule can be made
+// again under its id (a new revision, armed) before the report arrives.
+// The report of the old revision (a disarm: its last occurrence fired; or
+// an arm at its next occurrence) then leaves the new revision's timer
+// alone. (The report removed or moved the new timer: on a single node the
+// new schedule did not fire until a restart.) A report of the timer's own
+// revision, or of a timer whose revision is not known, still applies.
+func TestExpiryScheduleReportOfAReplacedRevisionIsIgnored(t *testing.T) {
+	h, ch := scheduleHarness(t, memjournal.New(memjournal.Options{}))
+	h.start()
+	arm := func(rev string, at time.Time, afterFire bool) {
+		h.sys.Root.Send(h.pid, &messages.ScheduleArm{ConversationId: "c", ScheduleId: "s", Next: timestamppb.New(at), Revision: rev, AfterFire: afterFire})
+	}
+	at := expiryT0.Add(5 * time.Second)
+	arm("r1", at, false)
+	h.waitArmed(t, at)
+	h.clock.Advance(5 * time.Second)
+	require.Equal(t, fired{"c", "s", at}, nextFire(t, ch))
+
+	// Made again (r2) while r1's last fire commits; r1's report comes after.
+	at2 := expiryT0.Add(30 * time.Second)
+	arm("r2", at2, false)
+	h.waitArmed(t, at2)
+	h.sys.Root.Send(h.pid, &messages.ScheduleDisarm{ConversationId: "c", ScheduleId: "s", Revision: "r1"})
+	h.clock.Advance(25 * time.Second)
+	require.Equal(t, fired{"c", "s", at2}, nextFire(t, ch), "r1's disarm left r2's timer")
+
+	// r1's report of a next occurrence does not move r2's timer either:
+	// r2's occurrence is handed again after ReplyTimeout.
+	h.waitArmed(t, at2.Add(time.Minute))
+	arm("r1", expiryT0.Add(2*time.Hour), true)
+	h.clock.Advance(time.Minute)
+	require.Equal(t, fired{"c", "s", at2}, nextFire(t, ch), "r1's re-arm left r2's timer")
+
+	// r2's own reports apply.
+	next := at2.Add(time.Hour)
+	arm("r2", next, true)
+	h.waitArmed(t, next)
+	h.sys.Root.Send(h.pid, &messages.ScheduleDisarm{ConversationId: "c", ScheduleId: "s", Revision: "r2"})
+	require.Eventually(t, func() bool { return h.clock.Timers() == 0 }, replyWait, time.Millisecond, "r2's disarm removes its timer")
+
+	// A timer of no known revision (armed without one, as from the Store)
+	// takes any revision's report.
+	at3 := h.clock.Now().Add(time.Minute)
+	arm("", at3, false)
+	h.waitArmed(t, at3)
+	h.sys.Root.Send(h.pid, &messages.ScheduleDisarm{ConversationId: "c", ScheduleId: "s", Revision: "r3"})
+	require.Eventually(t, func() bool { return h.clock.Timers() == 0 }, replyWait, time.Millisecond, "a report disarms a timer of no known revision")
+	h.clock.Advance(time.Hour)
+	requireNoFire(t, ch)
+}

@@ -307,8 +307,17 @@ type ScheduleArm struct {
 	ConversationId string                 `protobuf:"bytes,1,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
 	ScheduleId     string                 `protobuf:"bytes,2,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
 	Next           *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=next,proto3" json:"next,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// revision is the revision of the definition whose next this is (empty:
+	// not known, as for a record stored before revisions existed). The timer
+	// keeps it.
+	Revision string `protobuf:"bytes,4,opt,name=revision,proto3" json:"revision,omitempty"`
+	// after_fire marks the commit report of a fire of revision: it moves the
+	// timer only if the timer is of that revision (or of none known), so that
+	// a report that comes after the schedule was made again under its id
+	// never moves the new definition's timer.
+	AfterFire     bool `protobuf:"varint,5,opt,name=after_fire,json=afterFire,proto3" json:"after_fire,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ScheduleArm) Reset() {
@@ -362,13 +371,32 @@ func (x *ScheduleArm) GetNext() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *ScheduleArm) GetRevision() string {
+	if x != nil {
+		return x.Revision
+	}
+	return ""
+}
+
+func (x *ScheduleArm) GetAfterFire() bool {
+	if x != nil {
+		return x.AfterFire
+	}
+	return false
+}
+
 // ScheduleDisarm removes the expiry actor's timer of one schedule, if any.
 type ScheduleDisarm struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	ConversationId string                 `protobuf:"bytes,1,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
 	ScheduleId     string                 `protobuf:"bytes,2,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// revision, when set, is the revision of the definition that went (its
+	// last occurrence fired, or it was cancelled): a timer of another
+	// revision known to the actor (the schedule was made again under its id
+	// meanwhile) is left as it is. Empty removes the timer whatever it is.
+	Revision      string `protobuf:"bytes,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ScheduleDisarm) Reset() {
@@ -415,6 +443,13 @@ func (x *ScheduleDisarm) GetScheduleId() string {
 	return ""
 }
 
+func (x *ScheduleDisarm) GetRevision() string {
+	if x != nil {
+		return x.Revision
+	}
+	return ""
+}
+
 var File_lazarus_v1_schedule_proto protoreflect.FileDescriptor
 
 const file_lazarus_v1_schedule_proto_rawDesc = "" +
@@ -445,16 +480,20 @@ const file_lazarus_v1_schedule_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x121\n" +
 	"\amessage\x18\x02 \x01(\v2\x17.lazarus.v1.UserMessageR\amessage\x12,\n" +
-	"\x04fire\x18\x03 \x01(\v2\x18.lazarus.v1.ScheduleFireR\x04fire\"\x87\x01\n" +
+	"\x04fire\x18\x03 \x01(\v2\x18.lazarus.v1.ScheduleFireR\x04fire\"\xc2\x01\n" +
 	"\vScheduleArm\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12\x1f\n" +
 	"\vschedule_id\x18\x02 \x01(\tR\n" +
 	"scheduleId\x12.\n" +
-	"\x04next\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04next\"Z\n" +
+	"\x04next\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04next\x12\x1a\n" +
+	"\brevision\x18\x04 \x01(\tR\brevision\x12\x1d\n" +
+	"\n" +
+	"after_fire\x18\x05 \x01(\bR\tafterFire\"v\n" +
 	"\x0eScheduleDisarm\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12\x1f\n" +
 	"\vschedule_id\x18\x02 \x01(\tR\n" +
-	"scheduleIdB'Z%github.com/lazarusrt/lazarus/messagesb\x06proto3"
+	"scheduleId\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\tR\brevisionB'Z%github.com/lazarusrt/lazarus/messagesb\x06proto3"
 
 var (
 	file_lazarus_v1_schedule_proto_rawDescOnce sync.Once

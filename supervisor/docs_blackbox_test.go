@@ -126,8 +126,8 @@ func TestBBAfterStop(t *testing.T) {
 	err = s.Delete(context.Background(), "c", func(context.Context) error { t.Error("del called after Stop"); return nil })
 	require.ErrorIs(t, err, supervisor.ErrStopped)
 	s.Tell("c", send("r3", "hi"))
-	require.NoError(t, s.ArmSchedule("c", "s", time.Now().Add(time.Hour)))
-	require.NoError(t, s.DisarmSchedule("c", "s"))
+	require.NoError(t, s.ArmSchedule("c", "s", "", time.Now().Add(time.Hour)))
+	require.NoError(t, s.DisarmSchedule("c", "s", ""))
 	s.Repartition()
 	assert.False(t, s.Kill("c", func() { t.Error("then called without a live actor") }))
 	assert.Zero(t, s.StopUnowned(func(string) bool { return false }))
@@ -202,8 +202,8 @@ func TestBBDeleteAndRequestHostileInput(t *testing.T) {
 	_, err = s.Ask(ctx, "c", send("r2", "again"))
 	require.NoError(t, err, "the conversation still answers")
 	// Kill and StopUnowned with hostile input find nothing to stop; a nil
-	// owns stops nothing; ArmSchedule and DisarmSchedule refuse bad ids
-	// and times with ErrInvalid.
+	// owns stops nothing; ArmSchedule and DisarmSchedule refuse bad ids,
+	// revisions and times with ErrInvalid.
 	assert.False(t, s.Kill("\xff", nil))
 	assert.Zero(t, s.StopUnowned(func(string) bool { return true }))
 	assert.Zero(t, s.StopUnowned(nil))
@@ -211,11 +211,15 @@ func TestBBDeleteAndRequestHostileInput(t *testing.T) {
 	long := strings.Repeat("x", journal.MaxIDBytes+1)
 	later := time.Now().Add(time.Hour)
 	for _, ids := range [][2]string{{"", "s"}, {"c", ""}, {"\xff", "s"}, {"c", "\xff"}, {long, "s"}, {"c", long}} {
-		require.ErrorIs(t, s.ArmSchedule(ids[0], ids[1], later), journal.ErrInvalid, "arm %q", ids)
-		require.ErrorIs(t, s.DisarmSchedule(ids[0], ids[1]), journal.ErrInvalid, "disarm %q", ids)
+		require.ErrorIs(t, s.ArmSchedule(ids[0], ids[1], "", later), journal.ErrInvalid, "arm %q", ids)
+		require.ErrorIs(t, s.DisarmSchedule(ids[0], ids[1], ""), journal.ErrInvalid, "disarm %q", ids)
 	}
-	require.ErrorIs(t, s.ArmSchedule("c", "s", time.Time{}), journal.ErrInvalid, "a zero time")
-	require.ErrorIs(t, s.ArmSchedule("c", "s", time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)), journal.ErrInvalid, "past year 9999")
+	for _, rev := range []string{"\xff", long} {
+		require.ErrorIs(t, s.ArmSchedule("c", "s", rev, later), journal.ErrInvalid, "arm of revision %q", rev)
+		require.ErrorIs(t, s.DisarmSchedule("c", "s", rev), journal.ErrInvalid, "disarm of revision %q", rev)
+	}
+	require.ErrorIs(t, s.ArmSchedule("c", "s", "", time.Time{}), journal.ErrInvalid, "a zero time")
+	require.ErrorIs(t, s.ArmSchedule("c", "s", "", time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)), journal.ErrInvalid, "past year 9999")
 	_, err = s.Ask(ctx, "c", send("r3", "still"))
 	require.NoError(t, err)
 }

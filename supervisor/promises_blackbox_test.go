@@ -226,10 +226,10 @@ func TestBBArmAndDisarmSchedule(t *testing.T) {
 			return len(dues) == 1 && dues[0].Equal(at)
 		}
 	}
-	require.NoError(t, s.ArmSchedule("c", "gone", start.Add(30*time.Second)))
+	require.NoError(t, s.ArmSchedule("c", "gone", "", start.Add(30*time.Second)))
 	require.Eventually(t, dueAt(start.Add(30*time.Second)), 10*time.Second, time.Millisecond)
-	require.NoError(t, s.DisarmSchedule("c", "gone"))
-	require.NoError(t, s.ArmSchedule("c", "s1", start.Add(45*time.Second)))
+	require.NoError(t, s.DisarmSchedule("c", "gone", ""))
+	require.NoError(t, s.ArmSchedule("c", "s1", "", start.Add(45*time.Second)))
 	// The timer moves to s1's time only once "gone" is disarmed.
 	require.Eventually(t, dueAt(start.Add(45*time.Second)), 10*time.Second, time.Millisecond, "dues: %v", clock.Dues())
 	clock.Advance(45 * time.Second)
