@@ -888,7 +888,8 @@ func (r *Runtime) fireCut(f scheduleFire, err error) {
 
 // currentSchedule returns the schedule of f if its stored next occurrence
 // is f's; otherwise it tells the expiry actor what the Store says (gone,
-// or moved) and returns nil.
+// or moved) and returns nil. A gone schedule's disarm names f's
+// occurrence, so that it leaves alone a timer armed after the read.
 func (r *Runtime) currentSchedule(ctx context.Context, ss journal.ScheduleStore, f scheduleFire) (*messages.Schedule, error) {
 	all, err := ss.ConversationSchedules(ctx, f.conv)
 	if err != nil && ctx.Err() != nil {
@@ -910,7 +911,11 @@ func (r *Runtime) currentSchedule(ctx context.Context, ss journal.ScheduleStore,
 		}
 		return sc, nil
 	}
-	r.disarmSchedule(f.conv, f.id, "")
+	// Gone when read: the timer goes unless it was armed since it handed
+	// f out (the schedule made again under its id after the read).
+	if err := r.sup.DisarmFiredSchedule(f.conv, f.id, f.at); err != nil {
+		r.log.Warn("lazarus: schedule: disarming a schedule failed", "conversation", f.conv, "schedule", f.id, "err", err)
+	}
 	return nil, nil
 }
 

@@ -2,6 +2,7 @@ package lazarus_test
 
 import (
 	"context"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -100,6 +101,65 @@ func TestScheduleMadeAgainWhileCancelledFires(t *testing.T) {
 	require.NoError(t, rt.CancelSchedule(ctx, "c", "s"))
 	require.NotNil(t, second)
 	require.NotEqual(t, first.GetRevision(), second.GetRevision())
+
+	advanceWhenArmed(t, clock, second.GetNext().AsTime())
+	require.NoError(t, model.WaitCalls(ctx, "c", 2), "the schedule made again fires")
+	require.Equal(t, []string{"second"}, wakes(ctx, t, rt, "c"))
+}
+
+// readHookStore calls onRead, once set, after a ConversationSchedules read
+// that found no schedule of id, before that read returns.
+type readHookStore struct {
+	*memjournal.Store
+	id     string
+	onRead atomic.Pointer[func()]
+}
+
+func (s *readHookStore) ConversationSchedules(ctx context.Context, conv string) ([]*messages.Schedule, error) {
+	all, err := s.Store.ConversationSchedules(ctx, conv)
+	if err == nil && !slices.ContainsFunc(all, func(sc *messages.Schedule) bool { return sc.GetId() == s.id }) {
+		if f := s.onRead.Swap(nil); f != nil {
+			(*f)()
+		}
+	}
+	return all, err
+}
+
+// TestScheduleMadeAgainAfterItsDeliveryReadItGoneFires: a delivery that
+// reads its schedule gone tells the expiry actor after the read; a
+// schedule made again under the id in between (stored and armed first)
+// must still fire: the delivery's disarm names the occurrence it was
+// handed, and the timer, armed since, is kept. (It was removed.) The order
+// is forced by a Store that makes the schedule again inside the
+// delivery's read.
+func TestScheduleMadeAgainAfterItsDeliveryReadItGoneFires(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st := &readHookStore{Store: memjournal.New(memjournal.Options{}), id: "s"}
+	scope := agent.Scope{UserID: "alice"}
+	rt, model, clock := scheduleConversation(ctx, t, lazarus.Options{Store: st}, scope)
+
+	first, err := rt.Schedule(ctx, "c", lazarus.ScheduleSpec{ID: "s", After: 10 * time.Minute, Text: "first"}, scope)
+	require.NoError(t, err)
+	// Gone behind the Runtime's back: its timer stays armed.
+	require.NoError(t, st.Store.DeleteSchedule(ctx, "c", "s"))
+	made := make(chan *messages.Schedule, 1)
+	again := func() {
+		sc, err := rt.Schedule(ctx, "c", lazarus.ScheduleSpec{ID: "s", After: 20 * time.Minute, Text: "second"}, scope)
+		if err != nil {
+			t.Errorf("schedule again: %v", err)
+		}
+		made <- sc
+	}
+	st.onRead.Store(&again)
+	advanceWhenArmed(t, clock, first.GetNext().AsTime())
+	var second *messages.Schedule
+	select {
+	case second = <-made:
+	case <-ctx.Done():
+		t.Fatal("the delivery did not read the schedule")
+	}
+	require.NotNil(t, second)
 
 	advanceWhenArmed(t, clock, second.GetNext().AsTime())
 	require.NoError(t, model.WaitCalls(ctx, "c", 2), "the schedule made again fires")

@@ -187,7 +187,8 @@ func ExpiredOutcome() *messages.ToolOutcome {
 //     record must already say so. A fire's commit report (an arm with
 //     after_fire, a disarm with a revision) of a revision other than the
 //     one the timer was armed for is ignored: the schedule was made again
-//     under its id since. See expiry_schedule.go and ExpiryOptions.Fire.
+//     under its id since; so is a disarm naming an occurrence the timer no
+//     longer waits on. See expiry_schedule.go and ExpiryOptions.Fire.
 //
 // None gets a reply.
 //

@@ -27,7 +27,10 @@ import (
 // its id meanwhile (a new revision, armed by the Runtime), and a report
 // that comes after that arm must not remove or move the new timer. So a
 // report (ScheduleArm.after_fire, a ScheduleDisarm with a revision) whose
-// revision is not the timer's known one is ignored. A timer left armed
+// revision is not the timer's known one is ignored. Likewise a delivery
+// that read the schedule gone disarms it only if the timer still waits on
+// the occurrence it handed out (ScheduleDisarm.occurrence): an arm since
+// (the schedule made again after the read) keeps it. A timer left armed
 // wrongly corrects itself when it fires (the delivery reads the record);
 // a timer removed wrongly would not.
 
@@ -214,11 +217,17 @@ func (a *expiryActor) onScheduleArm(m *messages.ScheduleArm) {
 }
 
 // onScheduleDisarm removes the timer of one schedule, unless the disarm
-// names a revision other than the timer's known one.
+// names a revision other than the timer's known one, or an occurrence the
+// timer no longer waits on (it was armed again since it handed it out).
 func (a *expiryActor) onScheduleDisarm(m *messages.ScheduleDisarm) {
 	k := scheduleKey{m.GetConversationId(), m.GetScheduleId()}
 	if m.GetRevision() != "" && a.otherRevision(k, m.GetRevision()) {
 		return
+	}
+	if occ := m.GetOccurrence(); occ != nil {
+		if at, ok := a.firing[k]; !ok || occ.CheckValid() != nil || at != unixNanos(occ) {
+			return
+		}
 	}
 	a.sq.remove(k.conv, k.id)
 	delete(a.firing, k)

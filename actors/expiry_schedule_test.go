@@ -283,3 +283,40 @@ func TestExpiryScheduleReportOfAReplacedRevisionIsIgnored(t *testing.T) {
 	h.clock.Advance(time.Hour)
 	requireNoFire(t, ch)
 }
+
+// TestExpiryScheduleDisarmOfAGoneOccurrenceKeepsALaterArm: a delivery
+// that read its schedule gone disarms it naming the occurrence it was
+// handed; the schedule made again after that read was armed first, and
+// keeps its timer. (The disarm removed it.) A disarm of the occurrence the
+// timer still waits on removes it, as does one naming no occurrence.
+func TestExpiryScheduleDisarmOfAGoneOccurrenceKeepsALaterArm(t *testing.T) {
+	h, ch := scheduleHarness(t, memjournal.New(memjournal.Options{}))
+	h.start()
+	disarmOf := func(at time.Time) *messages.ScheduleDisarm {
+		return &messages.ScheduleDisarm{ConversationId: "c", ScheduleId: "s", Occurrence: timestamppb.New(at)}
+	}
+	at := expiryT0.Add(5 * time.Second)
+	h.sys.Root.Send(h.pid, &messages.ScheduleArm{ConversationId: "c", ScheduleId: "s", Next: timestamppb.New(at)})
+	h.waitArmed(t, at)
+	h.clock.Advance(5 * time.Second)
+	require.Equal(t, fired{"c", "s", at}, nextFire(t, ch))
+
+	// Made again after the delivery read it gone; the disarm comes after.
+	at2 := expiryT0.Add(30 * time.Second)
+	h.sys.Root.Send(h.pid, &messages.ScheduleArm{ConversationId: "c", ScheduleId: "s", Next: timestamppb.New(at2), Revision: "r2"})
+	h.waitArmed(t, at2)
+	h.sys.Root.Send(h.pid, disarmOf(at))
+	h.clock.Advance(25 * time.Second)
+	require.Equal(t, fired{"c", "s", at2}, nextFire(t, ch), "the disarm of the gone occurrence left the new timer")
+
+	// Another occurrence than the one handed out leaves it too; the one
+	// handed out removes it.
+	h.waitArmed(t, at2.Add(time.Minute))
+	h.sys.Root.Send(h.pid, disarmOf(at))
+	h.clock.Advance(time.Minute)
+	require.Equal(t, fired{"c", "s", at2}, nextFire(t, ch), "handed again: not disarmed")
+	h.sys.Root.Send(h.pid, disarmOf(at2))
+	require.Eventually(t, func() bool { return h.clock.Timers() == 0 }, replyWait, time.Millisecond, "the disarm of the occurrence handed out removes the timer")
+	h.clock.Advance(time.Hour)
+	requireNoFire(t, ch)
+}

@@ -394,7 +394,12 @@ type ScheduleDisarm struct {
 	// last occurrence fired, or it was cancelled): a timer of another
 	// revision known to the actor (the schedule was made again under its id
 	// meanwhile) is left as it is. Empty removes the timer whatever it is.
-	Revision      string `protobuf:"bytes,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision string `protobuf:"bytes,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	// occurrence, when set, is the occurrence whose delivery found the
+	// schedule gone: the timer goes only if it still waits for the report of
+	// that occurrence, handed out by the actor, with no arm since (one that
+	// came meanwhile, of the schedule made again under its id, is kept).
+	Occurrence    *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=occurrence,proto3" json:"occurrence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -450,6 +455,13 @@ func (x *ScheduleDisarm) GetRevision() string {
 	return ""
 }
 
+func (x *ScheduleDisarm) GetOccurrence() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Occurrence
+	}
+	return nil
+}
+
 var File_lazarus_v1_schedule_proto protoreflect.FileDescriptor
 
 const file_lazarus_v1_schedule_proto_rawDesc = "" +
@@ -488,12 +500,15 @@ const file_lazarus_v1_schedule_proto_rawDesc = "" +
 	"\x04next\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04next\x12\x1a\n" +
 	"\brevision\x18\x04 \x01(\tR\brevision\x12\x1d\n" +
 	"\n" +
-	"after_fire\x18\x05 \x01(\bR\tafterFire\"v\n" +
+	"after_fire\x18\x05 \x01(\bR\tafterFire\"\xb2\x01\n" +
 	"\x0eScheduleDisarm\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12\x1f\n" +
 	"\vschedule_id\x18\x02 \x01(\tR\n" +
 	"scheduleId\x12\x1a\n" +
-	"\brevision\x18\x03 \x01(\tR\brevisionB'Z%github.com/lazarusrt/lazarus/messagesb\x06proto3"
+	"\brevision\x18\x03 \x01(\tR\brevision\x12:\n" +
+	"\n" +
+	"occurrence\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"occurrenceB'Z%github.com/lazarusrt/lazarus/messagesb\x06proto3"
 
 var (
 	file_lazarus_v1_schedule_proto_rawDescOnce sync.Once
@@ -530,11 +545,12 @@ var file_lazarus_v1_schedule_proto_depIdxs = []int32{
 	7,  // 7: lazarus.v1.ScheduleWake.message:type_name -> lazarus.v1.UserMessage
 	1,  // 8: lazarus.v1.ScheduleWake.fire:type_name -> lazarus.v1.ScheduleFire
 	5,  // 9: lazarus.v1.ScheduleArm.next:type_name -> google.protobuf.Timestamp
-	10, // [10:10] is the sub-list for method output_type
-	10, // [10:10] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	5,  // 10: lazarus.v1.ScheduleDisarm.occurrence:type_name -> google.protobuf.Timestamp
+	11, // [11:11] is the sub-list for method output_type
+	11, // [11:11] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_lazarus_v1_schedule_proto_init() }

@@ -202,8 +202,9 @@ func TestBBDeleteAndRequestHostileInput(t *testing.T) {
 	_, err = s.Ask(ctx, "c", send("r2", "again"))
 	require.NoError(t, err, "the conversation still answers")
 	// Kill and StopUnowned with hostile input find nothing to stop; a nil
-	// owns stops nothing; ArmSchedule and DisarmSchedule refuse bad ids,
-	// revisions and times with ErrInvalid.
+	// owns stops nothing; ArmSchedule, DisarmSchedule and
+	// DisarmFiredSchedule refuse bad ids, revisions and times with
+	// ErrInvalid.
 	assert.False(t, s.Kill("\xff", nil))
 	assert.Zero(t, s.StopUnowned(func(string) bool { return true }))
 	assert.Zero(t, s.StopUnowned(nil))
@@ -213,7 +214,9 @@ func TestBBDeleteAndRequestHostileInput(t *testing.T) {
 	for _, ids := range [][2]string{{"", "s"}, {"c", ""}, {"\xff", "s"}, {"c", "\xff"}, {long, "s"}, {"c", long}} {
 		require.ErrorIs(t, s.ArmSchedule(ids[0], ids[1], "", later), journal.ErrInvalid, "arm %q", ids)
 		require.ErrorIs(t, s.DisarmSchedule(ids[0], ids[1], ""), journal.ErrInvalid, "disarm %q", ids)
+		require.ErrorIs(t, s.DisarmFiredSchedule(ids[0], ids[1], later), journal.ErrInvalid, "disarm fired %q", ids)
 	}
+	require.ErrorIs(t, s.DisarmFiredSchedule("c", "s", time.Time{}), journal.ErrInvalid, "a zero occurrence")
 	for _, rev := range []string{"\xff", long} {
 		require.ErrorIs(t, s.ArmSchedule("c", "s", rev, later), journal.ErrInvalid, "arm of revision %q", rev)
 		require.ErrorIs(t, s.DisarmSchedule("c", "s", rev), journal.ErrInvalid, "disarm of revision %q", rev)

@@ -64,6 +64,30 @@ func (s *Supervisor) DisarmSchedule(conv, id, revision string) error {
 	return nil
 }
 
+// DisarmFiredSchedule tells the expiry actor that the delivery of
+// occurrence of schedule id of conversation conv found the schedule gone:
+// the timer goes only if it still waits for that occurrence's report (no
+// arm came since the expiry actor handed it out; one that came, of the
+// schedule made again under its id after the delivery's read, keeps its
+// timer). An id journal.ValidateID refuses, or a zero occurrence (or one
+// a timestamp cannot hold), is refused with an error wrapping
+// journal.ErrInvalid, and nothing is sent. Nothing happens after Stop
+// (nil).
+func (s *Supervisor) DisarmFiredSchedule(conv, id string, occurrence time.Time) error {
+	if err := validateSchedule(conv, id, ""); err != nil {
+		return fmt.Errorf("supervisor: disarm schedule: %w", err)
+	}
+	at := journal.Timestamp(occurrence)
+	if at == nil || at.CheckValid() != nil {
+		return journal.Invalidf("supervisor: disarm schedule %q of %q: occurrence %v is not a valid time", id, conv, occurrence)
+	}
+	if s.isStopped() {
+		return nil
+	}
+	s.system.Root.Send(s.expiry, &messages.ScheduleDisarm{ConversationId: conv, ScheduleId: id, Occurrence: at})
+	return nil
+}
+
 // validateSchedule checks the ids naming a schedule, and its revision if
 // set.
 func validateSchedule(conv, id, revision string) error {
