@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
 )
 
@@ -72,4 +74,74 @@ func TestImportOfASuspendedRowOverAnAnswer(t *testing.T) {
 			require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, rec.GetStatus())
 		})
 	}
+}
+
+// answeredBeforeStatus is a target Store on which the answer of call
+// (an expiry of a runtime that armed the deadlines the import wrote, on
+// a shared PostgreSQL target) lands just before the import gives its
+// conversation the status SUSPENDED: after the import read the call
+// pending, while the row is still ENDED, so the answer's own write leaves
+// the status alone.
+type answeredBeforeStatus struct {
+	journal.Store
+	conv, call string
+	at         *timestamppb.Timestamp
+}
+
+func (s *answeredBeforeStatus) PutConversation(ctx context.Context, u journal.ConversationUpdate) error {
+	if u.ID == s.conv && u.Status == messages.ConversationStatus_CONVERSATION_STATUS_SUSPENDED {
+		_, err := s.Store.Append(ctx, &messages.AppendRequest{ConversationId: s.conv, Unfenced: true,
+			Status: messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE,
+			Resolutions: []*messages.ToolResolution{{ToolCallId: s.call, Status: messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED,
+				Result: &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: `{"approved":true}`}}, At: s.at}}})
+		if err != nil {
+			return err
+		}
+		row, err := s.Store.Conversation(ctx, s.conv)
+		if err != nil {
+			return err
+		}
+		if row.GetStatus() != messages.ConversationStatus_CONVERSATION_STATUS_ENDED {
+			return fmt.Errorf("test: the row is %v before the import's status, not ENDED", row.GetStatus())
+		}
+	}
+	return s.Store.PutConversation(ctx, u)
+}
+
+// TestImportOfASuspendedRowAnsweredDuringTheImport: a conversation
+// exported SUSPENDED on a pending call whose answer lands in the target
+// while the import writes it (the row still ENDED, which the answer's
+// write leaves so, after the import read the call pending) is left
+// ACTIVE, not SUSPENDED: a runtime then resumes it and its revival records
+// the answer, where SUSPENDED would leave the answer waiting for the
+// conversation's next command.
+func TestImportOfASuspendedRowAnsweredDuringTheImport(t *testing.T) {
+	ctx := ctxT(t)
+	at := timestamppb.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	src := memStore(t)
+	call := &messages.ToolCall{Id: "tc-waiting", Name: "approve", Arguments: `{}`}
+	_, err := src.Append(ctx, &messages.AppendRequest{
+		ConversationId: "waiting",
+		Events: []*messages.Event{
+			{Time: at, Body: &messages.Event_UserMsg{UserMsg: &messages.UserMessage{Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: "hi"}}}}}},
+			{Time: at, Body: &messages.Event_AssistantMsg{AssistantMsg: &messages.AssistantMessage{ToolCalls: []*messages.ToolCall{call}}}},
+			{Time: at, Body: &messages.Event_ToolCall{ToolCall: &messages.ToolCallEvent{Call: call, Executor: messages.Executor_EXECUTOR_HUMAN}}},
+		},
+		ToolCalls: []*messages.ToolCallRecord{{Id: "tc-waiting", ConversationId: "waiting", Name: "approve",
+			Executor: messages.Executor_EXECUTOR_HUMAN, Status: messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING, Created: at}},
+		Status:   messages.ConversationStatus_CONVERSATION_STATUS_SUSPENDED,
+		FsmState: &messages.FSMState{LastSeq: 3, Pending: map[string]*messages.PendingCall{"tc-waiting": {}}},
+	})
+	require.NoError(t, err)
+	in := exportOfStore(t, src, "waiting")
+
+	dst := memStore(t)
+	require.NoError(t, importInto(ctx, &answeredBeforeStatus{Store: dst, conv: "waiting", call: "tc-waiting", at: at}, strings.NewReader(in), importOptions{}))
+	rec, err := dst.ToolCall(ctx, "tc-waiting")
+	require.NoError(t, err)
+	require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, rec.GetStatus(), "the answer landed")
+	row, err := dst.Conversation(ctx, "waiting")
+	require.NoError(t, err)
+	require.Equal(t, messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE, row.GetStatus(), "resumed by the next runtime, not SUSPENDED over the answer")
+	require.Len(t, row.GetFsmState().GetPending(), 1, "the fsm_state as exported")
 }

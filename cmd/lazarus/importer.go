@@ -993,18 +993,38 @@ func (im *importer) finish(s *sectionState, last *messages.AppendRequest) error 
 	if want == messages.ConversationStatus_CONVERSATION_STATUS_UNSPECIFIED || want == messages.ConversationStatus_CONVERSATION_STATUS_ENDED {
 		return nil
 	}
-	want, err := journal.StatusWritten(messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE, want, last.GetFsmState(), func(call string) (bool, error) {
-		rec, err := st.ToolCall(ctx, call)
-		if errors.Is(err, journal.ErrNotFound) {
-			return false, nil
-		}
-		return err == nil && rec.GetConversationId() == s.id && journal.IsTerminal(rec.GetStatus()), err
-	})
+	written := func() (messages.ConversationStatus, error) {
+		return journal.StatusWritten(messages.ConversationStatus_CONVERSATION_STATUS_ACTIVE, want, last.GetFsmState(), func(call string) (bool, error) {
+			rec, err := st.ToolCall(ctx, call)
+			if errors.Is(err, journal.ErrNotFound) {
+				return false, nil
+			}
+			return err == nil && rec.GetConversationId() == s.id && journal.IsTerminal(rec.GetStatus()), err
+		})
+	}
+	status, err := written()
 	if err != nil {
 		return fmt.Errorf("status: %w", err)
 	}
-	if err := st.PutConversation(ctx, journal.ConversationUpdate{ID: s.id, Status: want}); err != nil {
+	if err := st.PutConversation(ctx, journal.ConversationUpdate{ID: s.id, Status: status}); err != nil {
 		return fmt.Errorf("status: %w", err)
+	}
+	if status != messages.ConversationStatus_CONVERSATION_STATUS_SUSPENDED {
+		return nil
+	}
+	// An answer that landed after the read above, while the row was still
+	// ENDED (an expiry of a runtime that armed the deadlines written here,
+	// on a shared target), left the status alone, and SUSPENDED would hide
+	// it from the next runtime. Read again now that the row is SUSPENDED:
+	// an answer that lands from here on makes the row ACTIVE itself.
+	again, err := written()
+	if err != nil {
+		return fmt.Errorf("status: %w", err)
+	}
+	if again != status {
+		if err := st.PutConversation(ctx, journal.ConversationUpdate{ID: s.id, Status: again}); err != nil {
+			return fmt.Errorf("status: %w", err)
+		}
 	}
 	return nil
 }
