@@ -13,14 +13,14 @@ import (
 )
 
 // The export format: what `lazarus export` writes and `lazarus import`
-// reads (format "lazarus-export", version 4; versions 3 and 2 are still
-// read).
+// reads (format "lazarus-export", version 5; versions 4, 3 and 2 are
+// still read).
 //
 // JSON lines: UTF-8 text, one JSON object per line, every line ended by a
 // newline. Every line carries a "type" tag; every line but the header and
 // the trailer names its conversation:
 //
-//	{"type":"header","format":"lazarus-export","version":4}
+//	{"type":"header","format":"lazarus-export","version":5}
 //	{"type":"conversation","conversation":ID,"record":Conversation}
 //	{"type":"metadata","conversation":ID,"record":{"key":K,"value":V}}
 //	{"type":"event","conversation":ID,"record":Event}
@@ -69,8 +69,11 @@ import (
 // exported. A source Store without journal.ScheduleStore has no
 // schedules: its sections have none.
 //
-// Version 3 is version 4 without forks: a row with forked_from in it is
-// refused. Version 2 is version 3 without schedule lines, and with an end record
+// Version 4 is version 5 without schedule revisions: a schedule with a
+// "revision" in it is refused (a build that wrote version 4 had none; a
+// schedule without one, in any version, is a record from before
+// revisions). Version 3 is version 4 without forks: a row with forked_from
+// in it is refused. Version 2 is version 3 without schedule lines, and with an end record
 // without "schedules": it is still read (a file of version 2 holds no
 // schedules; a schedule line in it, or a "schedules" count in its end
 // record, is refused). Each file of a concatenated input is read by the
@@ -86,7 +89,7 @@ import (
 // Import reads the input twice. The first pass checks all of it and writes
 // nothing; any violation rejects the whole input, naming the line:
 //
-//   - the first line is a version 4 (or 3, or 2) header; every line is valid
+//   - the first line is a version 5 (or 4, 3, 2) header; every line is valid
 //     UTF-8 and one JSON object
 //     with no unknown field, in the envelope or in the record, and no enum
 //     value this build does not know, ended by a newline;
@@ -94,7 +97,7 @@ import (
 //     the conversation of its section, the line types come in the order
 //     above, and a conversation appears once; its row has a status,
 //     settings with non-empty values, and a fork origin (forked_from) only
-//     in version 4, with a valid id and a seq;
+//     from version 4, with a valid id and a seq;
 //   - events run 1..n (a fork's from its base's to_seq+1, its base line
 //     before them); every tool_call event is followed by the row of its
 //     call, but a fork's up to its origin's seq, which have none, and every
@@ -112,7 +115,7 @@ import (
 //     a tool call of its section, at most one per call; metadata keys are
 //     unique and values non-empty;
 //   - a schedule passes journal.ValidateSchedule, names its section's
-//     conversation, and comes by id (one per id, at most
+//     conversation, has a revision only from version 5, and comes by id (one per id, at most
 //     journal.MaxSchedulesPerConversation in a section); schedule ids are
 //     per conversation, so two sections may each hold one of the same id;
 //   - the end line counts what its section holds, and the trailer counts
@@ -171,8 +174,12 @@ import (
 // target.
 const (
 	formatName    = "lazarus-export"
-	formatVersion = 4
-	// formatVersionForks is the first version that carries forks.
+	formatVersion = 5
+	// formatVersionRevisions is the first version whose schedules carry
+	// their revision (messages.Schedule.Revision).
+	formatVersionRevisions = 5
+	// formatVersionForks is the first version that carries forks: version
+	// 5 without schedule revisions.
 	formatVersionForks = 4
 	// formatVersionSchedules is the first version with schedule lines:
 	// version 4 without forks.

@@ -192,7 +192,7 @@ func TestExportImportRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, exportOf(t, f, "answered", "finished", "waiting"), string(exported), "--file and stdout agree; export is deterministic")
 	lines := outLines(string(exported))
-	require.Equal(t, `{"type":"header","format":"lazarus-export","version":4}`, lines[0])
+	require.Equal(t, `{"type":"header","format":"lazarus-export","version":5}`, lines[0])
 	require.Regexp(t, `^\{"type":"conversation","conversation":"answered","record":\{"id":"answered",`, lines[1])
 
 	dst := filepath.Join(t.TempDir(), "restored")
@@ -331,7 +331,7 @@ func TestImportRejectsBadInput(t *testing.T) {
 	swapped[2], swapped[3] = swapped[3], swapped[2]
 	rowFirst := slices.Clone(wl)
 	rowFirst[4], rowFirst[5] = rowFirst[5], rowFirst[4]
-	v1 := replace(waiting, `"version":4`, `"version":1`)
+	v1 := replace(waiting, `"version":5`, `"version":1`)
 	fl := outLines(finished)
 	// fl: 0 header, 1 conversation, 2..3 metadata, 4..6 events 1..3, 7 the
 	// row of event 3's call, 8..9 events 4..5, 10 summary, 11..13
@@ -353,13 +353,13 @@ func TestImportRejectsBadInput(t *testing.T) {
 		{"empty", "", "empty input"},
 		{"not json", "hello\n", "line 1: not a JSON object of this format"},
 		{"no header", join(wl[1:]...), "line 1: the input does not start with a lazarus-export header"},
-		{"newer version", replace(waiting, `"version":4`, `"version":5`), `line 1: header of format "lazarus-export" version 5; this build reads "lazarus-export" versions 2 to 4`},
+		{"newer version", replace(waiting, `"version":5`, `"version":6`), `line 1: header of format "lazarus-export" version 6; this build reads "lazarus-export" versions 2 to 5`},
 		{"version 1", v1, "line 1: an export of version 1, which has no end lines"},
 		{"unknown envelope field", replace(waiting, `{"type":"event",`, `{"type":"event","extra":1,`), `line 3: not a JSON object of this format (json: unknown field "extra")`},
 		{"unknown record field", replace(waiting, `"record":{"seq":"1",`, `"record":{"seq":"1","colour":"red",`), `line 3: event record: `},
 		{"unknown line type", replace(waiting, `{"type":"deadline",`, `{"type":"alarm",`), `line 12: unknown line type "alarm"`},
 		{"unknown enum value", replace(waiting, `"status":"CONVERSATION_STATUS_SUSPENDED"`, `"status":42`), "enum value 42 is not one of lazarus.v1.ConversationStatus"},
-		{"two values on a line", replace(waiting, `"version":4}`, `"version":4} {}`), "line 1: more than one JSON value"},
+		{"two values on a line", replace(waiting, `"version":5}`, `"version":5} {}`), "line 1: more than one JSON value"},
 		{"gap in seqs", without(3), "line 4: event of seq 3, want 2"},
 		{"events out of order", join(swapped...), "line 3: event of seq 2, want 1"},
 		{"row before its event", join(rowFirst...), "line 5: tool call row call_"},
@@ -389,10 +389,11 @@ func TestImportRejectsBadInput(t *testing.T) {
 		{"schedule before a summary", join(schedFirst...), "line 12: summary line after the deadlines or schedules"},
 		{"schedule before a deadline", join(schedBeforeDeadline...), "line 13: deadline line after the schedules"},
 		{"schedule twice", join(append(slices.Clone(fl[:13]), fl[12:]...)...), "line 14: schedule finished-every after schedule finished-every"},
-		{"schedule in a version 2 export", replace(finished, `"version":4`, `"version":2`), "line 12: schedule line in an export of version 2, which has none"},
+		{"schedule in a version 2 export", replace(finished, `"version":5`, `"version":2`), "line 12: schedule line in an export of version 2, which has none"},
+		{"schedule with a revision in a version 4 export", replace(finished, `"version":5`, `"version":4`), "line 12: schedule finished-cron has a revision, in an export of version 4, which carries none"},
 		{"end line without schedules", replace(finished, `"schedules":3,`, ``), `line 15: end record is not {"last_seq": N, "tool_calls": K, "summaries": S, "deadlines": D, "schedules": W, "metadata": M}`},
 		{"end line that miscounts schedules", replace(finished, `"schedules":3,`, `"schedules":2,`), "line 15: the end line of conversation finished counts 5 events, 1 tool calls, 1 summaries, 0 deadlines, 2 schedules and 2 metadata keys; its section has 5, 1, 1, 0, 3 and 2"},
-		{"version 2 end line with schedules", replace(replace(waiting, `"version":4`, `"version":2`), `"schedules":0,`, `"schedules":1,`), `line 13: end record of version 2 is not`},
+		{"version 2 end line with schedules", replace(replace(waiting, `"version":5`, `"version":2`), `"schedules":0,`, `"schedules":1,`), `line 13: end record of version 2 is not`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "target")
@@ -586,15 +587,17 @@ func TestWriteFuzzSeeds(t *testing.T) {
 		"no-trailer":       strings.Join(wl[:len(wl)-1], "\n") + "\n",
 		"no-last-newline":  strings.TrimSuffix(waiting, "\n"),
 		"row-missing":      strings.Join(append(slices.Clone(wl[:5]), wl[6:]...), "\n") + "\n",
-		"version-1":        strings.Replace(waiting, `"version":4`, `"version":1`, 1),
-		"version-2":        strings.Replace(strings.Replace(waiting, `"version":4`, `"version":2`, 1), `"schedules":0,`, ``, 1),
+		"version-1":        strings.Replace(waiting, `"version":5`, `"version":1`, 1),
+		"version-2":        strings.Replace(strings.Replace(waiting, `"version":5`, `"version":2`, 1), `"schedules":0,`, ``, 1),
 		"schedule-only":    scheduleOnly(t, finished, "later", "later-"),
 		"schedule-twice":   finished + scheduleOnly(t, finished, "later", ""),
 		"schedule-foreign": strings.Replace(finished, `"conversation_id":"finished","next"`, `"conversation_id":"other","next"`, 1),
-		"schedule-in-v2":   strings.Replace(finished, `"version":4`, `"version":2`, 1),
-		"version-3":        strings.Replace(waiting, `"version":4`, `"version":3`, 1),
+		"schedule-in-v2":   strings.Replace(finished, `"version":5`, `"version":2`, 1),
+		"version-3":        strings.Replace(waiting, `"version":5`, `"version":3`, 1),
 		"forks":            forks,
-		"fork-in-v3":       strings.Replace(forks, `"version":4`, `"version":3`, 1),
+		"fork-in-v3":       strings.Replace(withoutRevisions(forks), `"version":5`, `"version":3`, 1),
+		"version-4":        strings.Replace(withoutRevisions(finished), `"version":5`, `"version":4`, 1),
+		"revision-in-v4":   strings.Replace(finished, `"version":5`, `"version":4`, 1),
 	}
 	require.NoError(t, os.RemoveAll(dir))
 	require.NoError(t, os.MkdirAll(dir, 0o755))

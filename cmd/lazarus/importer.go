@@ -833,6 +833,11 @@ func (im *importer) schedule(s *sectionState, raw json.RawMessage) error {
 		return invalid(err)
 	}
 	id := sc.GetId()
+	if sc.GetRevision() != "" && im.version < formatVersionRevisions {
+		// No build that wrote that version had revisions: the line was
+		// edited, or the header was.
+		return invalid(fmt.Errorf("schedule %s has a revision, in an export of version %d, which carries none", displayID(id), im.version))
+	}
 	switch {
 	case sc.GetConversationId() != s.id:
 		return invalid(fmt.Errorf("schedule %s names conversation %q", displayID(id), sc.GetConversationId()))

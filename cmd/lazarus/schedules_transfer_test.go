@@ -35,7 +35,7 @@ func regexpReplace(t testing.TB, in, expr, repl string) string {
 func scheduleOnly(t testing.TB, finished, id, prefix string) string {
 	t.Helper()
 	out := []string{
-		`{"type":"header","format":"lazarus-export","version":4}`,
+		`{"type":"header","format":"lazarus-export","version":5}`,
 		fmt.Sprintf(`{"type":"conversation","conversation":%q,"record":{"id":%q,"status":"CONVERSATION_STATUS_IDLE"}}`, id, id),
 	}
 	n := 0
@@ -53,6 +53,74 @@ func scheduleOnly(t testing.TB, finished, id, prefix string) string {
 	out = append(out, fmt.Sprintf(`{"type":"end","conversation":%q,"record":{"last_seq":0,"tool_calls":0,"summaries":0,"deadlines":0,"schedules":%d,"metadata":0}}`, id, n))
 	out = append(out, fmt.Sprintf(`{"type":"trailer","record":{"conversations":1,"lines":%d}}`, len(out)))
 	return strings.Join(out, "\n") + "\n"
+}
+
+// revisionRE matches the revision of a schedule record.
+var revisionRE = regexp.MustCompile(`,"revision":"[^"]*"`)
+
+// withoutRevisions is an export with its schedules' revisions taken out,
+// as a build before revisions wrote them.
+func withoutRevisions(in string) string { return revisionRE.ReplaceAllString(in, "") }
+
+// TestImportScheduleRevisions: export format version 5 carries each
+// schedule's revision, and an import keeps it (a fire of a replaced
+// revision is stale, so the copy must know which definition it holds). A
+// revision in a file of version 4 or 3, which no build that wrote those
+// versions had, is refused with journal.ErrInvalid naming the line and
+// the version, nothing written (before version 5, a newer build's file
+// relabelled as 4 imported its revisions, and an older build refused it
+// with an unknown field rather than a version); a version 4 file, whose
+// schedules have none, imports, and so does a version 5 file with a
+// schedule from before revisions.
+func TestImportScheduleRevisions(t *testing.T) {
+	f := newFixture(t)
+	finished := exportOf(t, f, "finished")
+	require.Contains(t, finished, `{"type":"header","format":"lazarus-export","version":5}`)
+	require.Len(t, revisionRE.FindAllString(finished, -1), 3, "each of finished's schedules carries its revision")
+	src := parseExport(t, []byte(finished))["finished"]
+	require.Len(t, src.schedules, 3)
+
+	t.Run("a round trip keeps each revision", func(t *testing.T) {
+		st := memStore(t)
+		require.NoError(t, importInto(ctxT(t), st, strings.NewReader(finished), importOptions{}))
+		got := collect(t, st, "finished")
+		requireImported(t, src, got)
+		require.Len(t, got.schedules, 3)
+		for i, sc := range got.schedules {
+			require.NotEmpty(t, src.schedules[i].GetRevision())
+			require.Equal(t, src.schedules[i].GetRevision(), sc.GetRevision(), sc.GetId())
+		}
+		var b bytes.Buffer
+		require.NoError(t, exportTo(ctxT(t), st, []string{"finished"}, &b, nil))
+		require.Equal(t, withoutUpdated(finished), withoutUpdated(b.String()))
+	})
+
+	for _, v := range []int{4, 3} {
+		t.Run(fmt.Sprintf("a revision in a version %d file is refused", v), func(t *testing.T) {
+			in := strings.Replace(finished, `"version":5`, fmt.Sprintf(`"version":%d`, v), 1)
+			err := importStream(ctxT(t), strings.NewReader(in), noWrites(t), importOptions{})
+			require.ErrorIs(t, err, journal.ErrInvalid)
+			require.ErrorContains(t, err, fmt.Sprintf("line 12: schedule finished-cron has a revision, in an export of version %d, which carries none", v))
+			st := memStore(t)
+			before := dump(t, st)
+			require.ErrorIs(t, importInto(ctxT(t), st, strings.NewReader(in), importOptions{}), journal.ErrInvalid)
+			require.Equal(t, before, dump(t, st), "nothing written")
+		})
+	}
+
+	for _, v := range []int{5, 4} {
+		t.Run(fmt.Sprintf("a version %d file without revisions imports", v), func(t *testing.T) {
+			in := strings.Replace(withoutRevisions(finished), `"version":5`, fmt.Sprintf(`"version":%d`, v), 1)
+			st := memStore(t)
+			require.NoError(t, importInto(ctxT(t), st, strings.NewReader(in), importOptions{}))
+			got := collect(t, st, "finished")
+			requireImported(t, parseExport(t, []byte(in))["finished"], got)
+			require.Len(t, got.schedules, 3)
+			for _, sc := range got.schedules {
+				require.Empty(t, sc.GetRevision(), sc.GetId())
+			}
+		})
+	}
 }
 
 // noScheduleStore is a Store without journal.ScheduleStore.
@@ -186,7 +254,7 @@ func TestImportSchedulesPerConversation(t *testing.T) {
 	})
 
 	t.Run("a version 2 export imports", func(t *testing.T) {
-		v2 := strings.Replace(strings.Replace(waiting, `"version":4`, `"version":2`, 1), `"schedules":0,`, ``, 1)
+		v2 := strings.Replace(strings.Replace(waiting, `"version":5`, `"version":2`, 1), `"schedules":0,`, ``, 1)
 		require.NotEqual(t, waiting, v2)
 		st := memStore(t)
 		require.NoError(t, importInto(ctxT(t), st, strings.NewReader(v2+finished), importOptions{}))

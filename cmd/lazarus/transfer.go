@@ -14,7 +14,7 @@ import (
 // formatHelp is the export format, as the export and import commands
 // print it (format.go has the full rules).
 const formatHelp = `
-Format (lazarus-export, version 4): JSON lines, one record per line, each
+Format (lazarus-export, version 5): JSON lines, one record per line, each
 with a "type" tag and ended by a newline. The first line is the header;
 then, per conversation, its row, metadata, events (ascending seq, each
 tool_call event directly followed by the row of its call; a fork's start
@@ -24,7 +24,7 @@ deadlines, pending schedules (by schedule id), and an end line counting
 them; a trailer counting the sections and lines closes the file, so a cut
 anywhere is detected:
 
-  {"type":"header","format":"lazarus-export","version":4}
+  {"type":"header","format":"lazarus-export","version":5}
   {"type":"conversation","conversation":ID,"record":<Conversation>}
   {"type":"metadata","conversation":ID,"record":{"key":K,"value":V}}
   {"type":"event","conversation":ID,"record":<Event>}
@@ -38,9 +38,9 @@ anywhere is detected:
 A <Record> is the protojson form of that message of
 messages/lazarus/v1/records.proto (Schedule: schedule.proto; field names
 as in the .proto, 64-bit integers as strings, timestamps RFC 3339, enums
-by name). Exports can be concatenated. Version 3 exports (no forks) and
-version 2 exports (no schedule lines, no "schedules" count either) are
-still read. Version 1 exports (without
+by name). Exports can be concatenated. Version 4 exports (no schedule
+revisions), version 3 exports (no forks either) and version 2 exports (no
+schedule lines, no "schedules" count either) are still read. Version 1 exports (without
 end lines) are refused: export the source again.
 
 Not exported: audit rows (model calls), tombstones of deleted

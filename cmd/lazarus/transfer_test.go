@@ -719,8 +719,8 @@ func TestImportRefusesABadFork(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct{ name, in, msg string }{
-		{"version 3", strings.Replace(good, `"version":4`, `"version":3`, 1), "in an export of version 3, which carries no fork"},
-		{"version 2", strings.Replace(strings.ReplaceAll(good, `"schedules":0,`, ""), `"version":4`, `"version":2`, 1), "in an export of version 2, which carries no fork"},
+		{"version 3", strings.Replace(good, `"version":5`, `"version":3`, 1), "in an export of version 3, which carries no fork"},
+		{"version 2", strings.Replace(strings.ReplaceAll(good, `"schedules":0,`, ""), `"version":5`, `"version":2`, 1), "in an export of version 2, which carries no fork"},
 		{"row of a copied call", strings.Join(lines, "\n") + "\n", "does not follow its tool_call event"},
 		{"no base summary", strings.Join(noBase, "\n") + "\n", "event of seq 5, want 1 (a fork's events run from 1, or from just after the summary it copied, whose line comes before them)"},
 		{"origin past the log", originRE.ReplaceAllString(forkedOnly, `$1"999"`), "its log ends at seq"},
