@@ -733,21 +733,30 @@ func (n *clusterNode) runFollower(ctx context.Context, conv string, last uint64,
 	defer close(out)
 	defer n.r.hub.free(conv) // before out is closed: see hub.take
 	life := n.r.life
-	emit := func(u Update) bool {
-		if u.Event != nil {
-			if u.Event.GetSeq() <= last {
-				return true
-			}
-			last = u.Event.GetSeq()
+	// emitUntil hands u to the subscriber, and reports whether it did
+	// (or u was delivered before); if stop fires first, it gives up
+	// (stopped) without it.
+	emitUntil := func(u Update, stop <-chan struct{}) (ok, stopped bool) {
+		if u.Event != nil && u.Event.GetSeq() <= last {
+			return true, false
 		}
 		select {
 		case out <- u:
-			return true
+			if u.Event != nil {
+				last = u.Event.GetSeq()
+			}
+			return true, false
+		case <-stop:
+			return false, true
 		case <-ctx.Done():
-			return false
+			return false, false
 		case <-life.Done():
-			return false
+			return false, false
 		}
+	}
+	emit := func(u Update) bool {
+		ok, _ := emitUntil(u, nil)
+		return ok
 	}
 	// wait waits before the follower subscribes again to owner, which it
 	// could not reach or which stopped serving its stream (why): the
@@ -925,7 +934,22 @@ func (n *clusterNode) runFollower(ctx context.Context, conv string, last uint64,
 					emit(updateFromProto(m))
 					return
 				}
-				if !emit(updateFromProto(m)) {
+				u := updateFromProto(m)
+				ok, behind := emitUntil(u, f.overflow)
+				if behind {
+					// Fell behind while the subscriber does not read:
+					// the stream ends now, not once it reads, so that
+					// it holds no slot of the owner's (nor costs the
+					// owner a message an update) meanwhile; the
+					// follower subscribes again once u is taken.
+					n.unsubscribed(f, owner, id)
+					unfollow(false)
+					if !emit(u) {
+						return
+					}
+					break remote
+				}
+				if !ok {
 					if ctx.Err() != nil && life.Err() == nil {
 						n.unsubscribed(f, owner, id)
 						unfollow(false)

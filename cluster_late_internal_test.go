@@ -233,3 +233,72 @@ func TestFollowerBackToItsOwnerWaitsForItsOldStream(t *testing.T) {
 	for range updates {
 	}
 }
+
+// A follower that falls behind while it waits for its subscriber to take
+// an update (the subscriber does not read: its channel is full) ends its
+// stream then, not once the subscriber reads, so that it holds none of
+// the owner's slots meanwhile (Options.MaxSubscriptions); once the
+// subscriber reads, it gets the update in hand, and the follower
+// subscribes again after it. The follower, waiting on the subscriber
+// alone, kept the stream (and the owner's slot, and the owner sending it
+// every update) for as long as the subscriber did not read.
+func TestStuckFollowerEndsItsStreamOnceBehind(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	net, members := pairNet()
+	o := newFakeOwner(t, net, ownerAddr, memberAddr)
+	const buffer = 64 // room for every update until the subscriber's channel is full
+	member := openRuntime(t, Options{Store: memjournal.New(memjournal.Options{}), NoResume: true, Model: okModel(), SubscriberBuffer: buffer})
+	n := netMember(t, net, member, memberAddr, members)
+	conv := ownedBy(n, ownerAddr)
+	sctx, scancel := context.WithCancel(ctx)
+	defer scancel()
+	updates, err := member.Subscribe(sctx, conv, 0)
+	require.NoError(t, err)
+	first := o.next(ctx)
+	o.subscribe(first, true) // seq 1
+	id := first.msg.(*messages.ClusterSubscribe).GetSubscriptionId()
+	send := func(id string, seq uint64) {
+		o.sys.Root.RequestWithCustomSender(actor.NewPID(memberAddr, GatewayName),
+			&messages.ClusterUpdate{SubscriptionId: id, ConversationId: conv, Event: &messages.Event{Seq: seq}},
+			actor.NewPID(ownerAddr, GatewayName))
+	}
+	for seq := uint64(2); seq <= uint64(cap(updates)); seq++ {
+		send(id, seq)
+	}
+	require.Eventually(t, func() bool { return len(updates) == cap(updates) }, 10*time.Second, time.Millisecond,
+		"the subscriber's channel fills")
+	// The next update is taken once the gateway has taken it (it tells
+	// the owner to end an unknown stream after it), and its buffer is
+	// empty: the follower waits to hand it over.
+	send(id, uint64(cap(updates))+1)
+	send(memberAddr+"/probe", 1)
+	probe, ok := o.next(ctx).msg.(*messages.ClusterUnsubscribe)
+	require.True(t, ok)
+	require.Equal(t, memberAddr+"/probe", probe.GetSubscriptionId())
+	n.mu.Lock()
+	f := n.follow[id]
+	n.mu.Unlock()
+	require.NotNil(t, f)
+	require.Eventually(t, func() bool { return len(f.in) == 0 }, 10*time.Second, time.Millisecond, "the follower took the update")
+	for seq := uint64(cap(updates)) + 2; seq <= uint64(cap(updates))+2+buffer; seq++ {
+		send(id, seq) // the last one does not fit: the follower is behind
+	}
+	unsub, ok := o.next(ctx).msg.(*messages.ClusterUnsubscribe)
+	require.True(t, ok, "the follower ends its stream")
+	require.Equal(t, id, unsub.GetSubscriptionId())
+	o.end()
+	require.Eventually(t, func() bool { return len(followIDs(n)) == 0 }, 10*time.Second, time.Millisecond,
+		"the stream ended while the subscriber does not read")
+	for seq := uint64(1); seq <= uint64(cap(updates))+1; seq++ {
+		readServed(t, ctx, updates, seq)
+	}
+	again := o.next(ctx)
+	require.EqualValues(t, cap(updates)+1, again.msg.(*messages.ClusterSubscribe).GetAfterSeq(),
+		"the follower subscribes again after the update it handed over")
+	o.subscribe(again, true)
+	readServed(t, ctx, updates, uint64(cap(updates))+2)
+	scancel()
+	for range updates {
+	}
+}

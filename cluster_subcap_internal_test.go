@@ -263,10 +263,12 @@ func requireOneStreamAtATime(t *testing.T, n *clusterNode, got []string) {
 //
 // The follower may fall behind and subscribe again any number of times
 // before its subscriber's channel is full, and none after until the
-// subscriber reads (it waits to hand over an update): every subscribe
+// subscriber reads (it waits to hand over an update); falling behind
+// then, it ends its stream all the same, so that the owner's slot is free
+// for another subscriber while the reader does not read. Every subscribe
 // and unsubscribe the owner gets is recorded from the start, and the test
-// reads only once the follower is stuck behind a dropped update: the
-// events past that one can only come from a later subscription.
+// reads only once the follower is stuck with its stream ended: the events
+// past the update it holds can only come from a later subscription.
 func TestFallenBehindFollowerWithinTheOwnersCap(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -284,26 +286,22 @@ func TestFallenBehindFollowerWithinTheOwnersCap(t *testing.T) {
 	updates, err := member.Subscribe(sctx, conv, 0)
 	require.NoError(t, err)
 	// Nothing read: the subscription's channel fills, and the follower,
-	// waiting to hand over an update, drops one of its stream (or the
-	// subscription ended, its slot on the member freed: read below).
-	var stuck string
+	// waiting to hand over an update, drops one of its stream and ends
+	// the stream (or the subscription ended, its slot on the member
+	// freed: read below).
 	require.Eventually(t, func() bool {
-		if slotsOf(member, conv) == 0 {
-			return true
-		}
-		if len(updates) < cap(updates) {
-			return false
-		}
-		n.mu.Lock()
-		defer n.mu.Unlock()
-		for id, f := range n.follow {
-			if len(f.overflow) == 1 {
-				stuck = id
-				return true
-			}
-		}
-		return false
-	}, 10*time.Second, time.Millisecond, "the follower fell behind")
+		return slotsOf(member, conv) == 0 ||
+			len(updates) == cap(updates) && len(followIDs(n)) == 0 && slotsOf(owner, conv) == 0
+	}, 10*time.Second, time.Millisecond, "the follower fell behind and ended its stream")
+	ids := subscribesIn(seen())
+	require.NotEmpty(t, ids, "the follower subscribed")
+	stuck := ids[len(ids)-1]
+	octx, ocancel := context.WithCancel(ctx)
+	other, err := owner.Subscribe(octx, conv, 0)
+	require.NoError(t, err, "the owner's slot is free while the reader does not read")
+	ocancel()
+	for range other {
+	}
 	for seq := uint64(1); seq <= 2*turns; {
 		var u Update
 		select {

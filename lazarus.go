@@ -1183,8 +1183,12 @@ func (r *Runtime) deleted(ctx context.Context, conversationID string) error {
 // this member or another, and moves with it on every membership change,
 // resuming after the last seq it delivered (no event lost or repeated; a
 // few deltas may be). A subscriber on a member that does not own the
-// conversation and falls behind is caught up from the Store instead of
-// ending with ErrLagged. The errors Subscribe returns are those of the
+// conversation and falls behind (Options.SubscriberBuffer updates on top
+// of its channel's) is caught up from the Store instead of ending with
+// ErrLagged: its stream from the owner ends at once, even while the
+// reader is not reading, and a new one starts once the reader has taken
+// the update in hand, so that a reader that stops reading holds no slot
+// on the owner. The errors Subscribe returns are those of the
 // checks above, made on the member asked (the Store is shared), before
 // anything is forwarded: it does not wait for the owner's answer. What the
 // owner meets after them (a Delete landing meanwhile, its Store failing a
