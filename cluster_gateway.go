@@ -872,6 +872,15 @@ func (n *clusterNode) runFollower(ctx context.Context, conv string, last uint64,
 				return
 			}
 			continue
+		case <-changed:
+			// The membership changed before the owner answered (it may
+			// have left): the follower subscribes again at once, to
+			// the new owner, or to this one once the answer is in
+			// (awaitEnding), which is awaited apart, as the stream's
+			// end if it was served (abandon).
+			n.abandon(f, owner, id, conv, answer, release, timer, unfollow)
+			delay = followRetryMin
+			continue
 		case <-ctx.Done():
 			// The subscriber is gone: its channel closes now, and the
 			// answer is awaited apart (a stream the owner started
@@ -998,8 +1007,9 @@ func (n *clusterNode) runFollower(ctx context.Context, conv string, last uint64,
 }
 
 // abandon awaits apart the answer to the subscribe of follower f (stream
-// id of conv, asked of owner), whose subscriber left before it came or
-// that was not answered in time: a stream the owner serves is ended
+// id of conv, asked of owner), whose subscriber left before it came,
+// whose membership changed before it came, or that was not answered in
+// time: a stream the owner serves is ended
 // (unsubscribed), one not answered before timer fires is unsubscribed
 // from. release releases the answer's box and unfollow unregisters f. It
 // runs under endApart.

@@ -3,6 +3,7 @@ package lazarus
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -298,6 +299,66 @@ func TestStuckFollowerEndsItsStreamOnceBehind(t *testing.T) {
 		"the follower subscribes again after the update it handed over")
 	o.subscribe(again, true)
 	readServed(t, ctx, updates, uint64(cap(updates))+2)
+	scancel()
+	for range updates {
+	}
+}
+
+// A follower whose owner changes (here it left) while the follower waits
+// for the answer to its subscribe subscribes to the new owner at once,
+// however long ClusterOptions.RequestTimeout; the old owner's late answer
+// is awaited apart, and the stream it served is ended. The follower
+// waited on the old owner until the request timed out (an hour here).
+func TestFollowerMovesOnWhileItsSubscribeIsUnanswered(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const newOwnerAddr = "other.test:1"
+	net, members := pairNet()
+	o := newFakeOwner(t, net, ownerAddr, memberAddr)
+	o2 := newFakeOwner(t, net, newOwnerAddr, memberAddr)
+	member := openRuntime(t, Options{Store: memjournal.New(memjournal.Options{}), NoResume: true, Model: okModel()})
+	n := netMember(t, net, member, memberAddr, members)
+	n.opts.RequestTimeout = time.Hour
+	moved := []string{memberAddr, newOwnerAddr}
+	slices.Sort(moved)
+	ownerIn := func(ms []string, id string) string {
+		old := n.members.Load()
+		defer n.members.Store(old)
+		n.members.Store(&ms)
+		return n.owner(id)
+	}
+	conv := firstConv(func(id string) bool { return ownerIn(members, id) == ownerAddr && ownerIn(moved, id) == newOwnerAddr })
+	sctx, scancel := context.WithCancel(ctx)
+	defer scancel()
+	updates, err := member.Subscribe(sctx, conv, 0)
+	require.NoError(t, err)
+	first := o.next(ctx)
+	o.subscribe(first, false) // not answered
+	n.mu.Lock()
+	n.members.Store(&moved) // the owner left
+	close(n.changed)
+	n.changed = make(chan struct{})
+	n.mu.Unlock()
+	again := o2.next(ctx)
+	require.Zero(t, again.msg.(*messages.ClusterSubscribe).GetAfterSeq())
+	o2.subscribe(again, true)
+	readServed(t, ctx, updates, 1)
+
+	// The old owner's late answer: the stream it serves is ended.
+	o.answer(first)
+	unsub, ok := o.next(ctx).msg.(*messages.ClusterUnsubscribe)
+	require.True(t, ok, "the follower ends the late stream")
+	require.Equal(t, first.msg.(*messages.ClusterSubscribe).GetSubscriptionId(), unsub.GetSubscriptionId())
+	o.end()
+	againID := again.msg.(*messages.ClusterSubscribe).GetSubscriptionId()
+	require.Eventually(t, func() bool {
+		ids := followIDs(n)
+		return endingOf(n, conv, ownerAddr) == 0 && len(ids) == 1 && ids[0] == againID
+	}, 10*time.Second, time.Millisecond, "the late stream ended")
+	o2.sys.Root.RequestWithCustomSender(actor.NewPID(memberAddr, GatewayName),
+		&messages.ClusterUpdate{SubscriptionId: againID, ConversationId: conv, Event: &messages.Event{Seq: 2}},
+		actor.NewPID(newOwnerAddr, GatewayName))
+	readServed(t, ctx, updates, 2) // nothing of the late stream came between
 	scancel()
 	for range updates {
 	}

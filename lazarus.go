@@ -1209,7 +1209,7 @@ func (r *Runtime) deleted(ctx context.Context, conversationID string) error {
 // ClusterOptions.RequestTimeout (it waits as long again for the late
 // answer, and for the end of the stream it started), or that it left on
 // a membership change and returns to; it subscribes to another owner at
-// once.
+// once, also when the membership changes before the owner answered.
 func (r *Runtime) Subscribe(ctx context.Context, conversationID string, afterSeq uint64) (<-chan Update, error) {
 	if err := r.enter(ctx); err != nil {
 		return nil, fmt.Errorf("lazarus: subscribe to %q: %w", clipID(conversationID), err)
