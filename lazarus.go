@@ -356,7 +356,8 @@ type Options struct {
 	// per actor system: Open refuses, with an error wrapping
 	// journal.ErrInvalid that names the actor, a system with an actor
 	// named GatewayName, supervisor.Name, or supervisor.Name+"/journal" or
-	// "/expiry" already (another Runtime's), and leaves that actor alone. With Cluster, the Runtime starts the cluster member on it
+	// "/expiry" already (another Runtime's), and leaves that actor alone.
+	// With Cluster, the Runtime starts the cluster member on it
 	// (the system must not be a cluster member already), and Close leaves
 	// the cluster, which shuts the system down with it (protoactor's
 	// Cluster.Shutdown does both). Default nil: the Runtime creates its
@@ -1192,7 +1193,8 @@ func (r *Runtime) deleted(ctx context.Context, conversationID string) error {
 // checks above, made on the member asked (the Store is shared), before
 // anything is forwarded: it does not wait for the owner's answer. What the
 // owner meets after them (a Delete landing meanwhile, its Store failing a
-// read, its Options.MaxSubscriptions reached: ErrTooManySubscriptions) arrives as an update whose Err wraps the sentinel, after which the
+// read, its Options.MaxSubscriptions reached: ErrTooManySubscriptions)
+// arrives as an update whose Err wraps the sentinel, after which the
 // channel is closed, as on the owner a failed read of the Store or a Delete
 // after the subscription started does. A subscription to a conversation
 // another member owns whose ctx ends unsubscribes from the owner and waits
