@@ -733,6 +733,14 @@ func (n *clusterNode) runFollower(ctx context.Context, conv string, last uint64,
 	defer close(out)
 	defer n.r.hub.free(conv) // before out is closed: see hub.take
 	life := n.r.life
+	// streamed says the subscriber has deltas of an answer in progress
+	// (handed since the last event, turn end or Restart), and void that
+	// a stream started and has handed nothing yet: its deltas of that
+	// answer come again from the first (the answer in progress a
+	// subscription starts with), or are a new model call's (a new
+	// owner's activation), so an update with Restart set goes before its
+	// first update.
+	streamed, void := false, false
 	// emitUntil hands u to the subscriber, and reports whether it did
 	// (or u was delivered before); if stop fires first, it gives up
 	// (stopped) without it.
@@ -740,10 +748,29 @@ func (n *clusterNode) runFollower(ctx context.Context, conv string, last uint64,
 		if u.Event != nil && u.Event.GetSeq() <= last {
 			return true, false
 		}
+		if void && streamed {
+			select {
+			case out <- Update{ConversationID: conv, Restart: true}:
+				streamed = false
+			case <-stop:
+				return false, true
+			case <-ctx.Done():
+				return false, false
+			case <-life.Done():
+				return false, false
+			}
+		}
+		void = false
 		select {
 		case out <- u:
 			if u.Event != nil {
 				last = u.Event.GetSeq()
+			}
+			switch {
+			case u.Event != nil || u.TurnEnd != nil || u.Restart:
+				streamed = false
+			case u.Delta != "":
+				streamed = true
 			}
 			return true, false
 		case <-stop:
@@ -781,6 +808,7 @@ func (n *clusterNode) runFollower(ctx context.Context, conv string, last uint64,
 		return true
 	}
 	for ctx.Err() == nil && life.Err() == nil {
+		void = true // a new stream starts
 		changed := n.changes()
 		owner := n.owner(conv)
 		if owner == n.self {

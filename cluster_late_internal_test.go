@@ -363,3 +363,86 @@ func TestFollowerMovesOnWhileItsSubscribeIsUnanswered(t *testing.T) {
 	for range updates {
 	}
 }
+
+// A follower whose stream starts again (here the owner stopped serving
+// it) while its subscriber holds deltas of an answer in progress hands an
+// update with Restart set before the new stream's first: the new stream
+// gives the answer in progress again from its first delta (or a new
+// owner's model call streams anew), so the subscriber, told nothing,
+// showed the answer's text twice over. A stream that starts again with no
+// deltas handed since the last event hands no Restart.
+func TestRestartedFollowerVoidsTheDeltasItHanded(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	net, members := pairNet()
+	o := newFakeOwner(t, net, ownerAddr, memberAddr)
+	member := openRuntime(t, Options{Store: memjournal.New(memjournal.Options{}), NoResume: true, Model: okModel()})
+	n := netMember(t, net, member, memberAddr, members)
+	conv := ownedBy(n, ownerAddr)
+	sctx, scancel := context.WithCancel(ctx)
+	defer scancel()
+	updates, err := member.Subscribe(sctx, conv, 0)
+	require.NoError(t, err)
+	send := func(id string, m *messages.ClusterUpdate) {
+		m.SubscriptionId, m.ConversationId = id, conv
+		o.sys.Root.RequestWithCustomSender(actor.NewPID(memberAddr, GatewayName), m, actor.NewPID(ownerAddr, GatewayName))
+	}
+	next := func() Update {
+		t.Helper()
+		select {
+		case u, ok := <-updates:
+			require.True(t, ok, "the subscription ended")
+			require.NoError(t, u.Err)
+			return u
+		case <-ctx.Done():
+			t.Fatal("no update")
+			return Update{}
+		}
+	}
+	deltas := func(want ...string) {
+		t.Helper()
+		for _, d := range want {
+			u := next()
+			require.False(t, u.Restart)
+			require.Equal(t, d, u.Delta)
+		}
+	}
+	// serve takes the follower's next subscribe, after after, and
+	// answers it: the stream's id.
+	serve := func(after uint64) string {
+		t.Helper()
+		h := o.next(ctx)
+		s, ok := h.msg.(*messages.ClusterSubscribe)
+		require.True(t, ok)
+		require.Equal(t, after, s.GetAfterSeq())
+		o.subscribe(h, false)
+		o.sys.Root.Send(h.sender, &messages.ClusterReply{RequestId: s.GetRequestId(), Node: ownerAddr})
+		return s.GetSubscriptionId()
+	}
+
+	id := serve(0)
+	send(id, &messages.ClusterUpdate{Event: &messages.Event{Seq: 1}})
+	require.EqualValues(t, 1, next().Event.GetSeq())
+	send(id, &messages.ClusterUpdate{Delta: "a"})
+	send(id, &messages.ClusterUpdate{Delta: "b"})
+	deltas("a", "b")
+	o.end() // the follower subscribes again, after seq 1
+	id = serve(1)
+	send(id, &messages.ClusterUpdate{Delta: "a"}) // the answer in progress, from its first delta
+	send(id, &messages.ClusterUpdate{Delta: "b"})
+	send(id, &messages.ClusterUpdate{Delta: "c"})
+	u := next()
+	require.True(t, u.Restart, "the deltas handed before the new stream are void")
+	require.Empty(t, u.Delta)
+	require.Nil(t, u.Event)
+	deltas("a", "b", "c")
+	send(id, &messages.ClusterUpdate{Event: &messages.Event{Seq: 2}}) // the answer, written
+	require.EqualValues(t, 2, next().Event.GetSeq())
+	o.end()
+	id = serve(2)
+	send(id, &messages.ClusterUpdate{Event: &messages.Event{Seq: 3}})
+	require.EqualValues(t, 3, next().Event.GetSeq(), "no deltas since the last event: nothing to void")
+	scancel()
+	for range updates {
+	}
+}

@@ -1182,8 +1182,12 @@ func (r *Runtime) deleted(ctx context.Context, conversationID string) error {
 //
 // In cluster mode the subscription follows the conversation's owner, on
 // this member or another, and moves with it on every membership change,
-// resuming after the last seq it delivered (no event lost or repeated; a
-// few deltas may be). A subscriber on a member that does not own the
+// resuming after the last seq it delivered (no event lost or repeated);
+// deltas of an answer in progress it delivered before a new stream
+// starts (a move, falling behind, an owner that stopped serving it) are
+// voided by an update with Restart set before that stream's first
+// update, which gives the answer's deltas again from its first (or a new
+// model call's). A subscriber on a member that does not own the
 // conversation and falls behind (Options.SubscriberBuffer updates on top
 // of its channel's) is caught up from the Store instead of ending with
 // ErrLagged: its stream from the owner ends at once, even while the
