@@ -576,11 +576,15 @@ catchUp:
 // it (read as history while the end waited in its queue, a write the
 // killed actor had under way, a write reported of unknown outcome that
 // landed, or a later activation's), so the end would read as the end of a
-// turn it did not end.
+// turn it did not end. Its After is a position even at 0: the failed end
+// of a conversation's first write (an empty log), or a kill's while that
+// write was under way; no end of either kind reaches the hub without one
+// (a cluster relays updates with After 0 past the hub, see
+// updateToProto).
 func staleEnd(u actors.Update, after uint64) bool {
 	return u.Event == nil && u.TurnEnd != nil &&
 		(u.TurnEnd.Outcome == actors.TurnCancelled || u.TurnEnd.Outcome == actors.TurnFailed) &&
-		u.After != 0 && after > u.After
+		after > u.After
 }
 
 // firstQueuedSeq is the seq of the first event in the queue, or 0.

@@ -262,7 +262,8 @@ func TestHubDeliversNothingPastTheLag(t *testing.T) {
 // a later event does not get it: live (a write the killed actor had under
 // way, handed over at once), or read as history while the end waited in
 // its queue (a message sent after the kill, written before its commit was
-// published). An end without a position (After 0) is delivered as before.
+// published). A position of 0 is one too (an empty log): such an end is
+// dropped by a subscription that has delivered any event.
 func TestHubDropsAKillsEndPastItsPosition(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -299,8 +300,7 @@ func TestHubDropsAKillsEndPastItsPosition(t *testing.T) {
 		h.publishCommitted(write(mem, 2))
 		require.EqualValues(t, 2, nextUpdate(t, ctx, updates).Event.GetSeq())
 		h.publish(kill(1)) // past it: dropped
-		h.publish(kill(0))
-		isKillEnd(nextUpdate(t, ctx, updates), 0)
+		h.publish(kill(0)) // past it too: the log was empty
 		h.publish(kill(2))
 		isKillEnd(nextUpdate(t, ctx, updates), 2)
 	})
@@ -321,8 +321,8 @@ func TestHubDropsAKillsEndPastItsPosition(t *testing.T) {
 		release()
 		require.EqualValues(t, 2, nextUpdate(t, ctx, updates).Event.GetSeq(), "read as history")
 		h.publishCommitted(committed)
-		h.publish(kill(0))
-		isKillEnd(nextUpdate(t, ctx, updates), 0) // the queued end past its position was dropped
+		h.publish(kill(2))
+		isKillEnd(nextUpdate(t, ctx, updates), 2) // the queued end past its position was dropped
 	})
 
 	// A failed write's end carries the last seq its activation held: a
@@ -352,6 +352,34 @@ func TestHubDropsAKillsEndPastItsPosition(t *testing.T) {
 		require.Equal(t, actors.TurnFailed, u.TurnEnd.Outcome)
 		require.Equal(t, uint64(2), u.After)
 		require.ErrorIs(t, u.Err, journal.ErrUnknownOutcome)
+	})
+
+	// The first write of a conversation fails so, its activation holding
+	// no event: its end's position is 0, and a subscription that read
+	// the write (1) as history does not take it for the end of the next
+	// message's turn. The hub took After 0 for no position and delivered
+	// it.
+	t.Run("failed first write", func(t *testing.T) {
+		mem := memjournal.New(memjournal.Options{})
+		store := &gatedEvents{Store: mem, called: make(chan struct{}, 1), gate: make(chan struct{})}
+		h := newHub(store, 64)
+		defer h.close()
+		release := sync.OnceFunc(func() { close(store.gate) })
+		defer release()
+		updates, err := h.subscribe(ctx, conv, 0)
+		require.NoError(t, err)
+		<-store.called
+		write(mem, 1) // landed, its outcome reported unknown: never published
+		lost := fmt.Errorf("test: connection lost during COMMIT: %w", journal.ErrUnknownOutcome)
+		h.publish(actors.Update{ConversationID: conv, Err: lost, After: 0})
+		release()
+		require.EqualValues(t, 1, nextUpdate(t, ctx, updates).Event.GetSeq(), "read as history")
+		h.publish(actors.Update{ConversationID: conv, Err: lost, After: 1})
+		u := nextUpdate(t, ctx, updates) // the queued end past its position was dropped
+		require.Nil(t, u.Event)
+		require.NotNil(t, u.TurnEnd)
+		require.Equal(t, actors.TurnFailed, u.TurnEnd.Outcome)
+		require.Equal(t, uint64(1), u.After)
 	})
 }
 
@@ -384,7 +412,7 @@ func TestHubReadsTheLogARevivalSaw(t *testing.T) {
 	// revival's read; a delta of the model call the revived activation
 	// starts.
 	unknown := fmt.Errorf("test: %w", journal.ErrUnknownOutcome)
-	h.publish(actors.Update{ConversationID: conv, Err: unknown})
+	h.publish(actors.Update{ConversationID: conv, Err: unknown, After: first})
 	h.logAt(conv, last)
 	h.publish(actors.Update{ConversationID: conv, Delta: "d", After: last})
 

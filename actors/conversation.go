@@ -89,12 +89,13 @@ type Update struct {
 	// end, a message that cancelled it. On the cancelled end of a kill
 	// (TurnEnd cancelled, no Event), it is the seq of the conversation's
 	// last event at the kill, and on a failed write (Err, no Event) the
-	// seq of the last event the writing activation held: the end is that
-	// of the turn in progress then, never of the turn of a later message,
-	// and the runtime does not deliver it to a subscription that has
-	// already delivered an event after it (the write itself, landed though
-	// its outcome was reported unknown, or a later activation's). 0 on
-	// other updates, and on the updates a cluster subscription relays from
+	// seq of the last event the writing activation held (0 for an empty
+	// log, a position all the same): the end is that of the turn in
+	// progress then, never of the turn of a later message, and the
+	// runtime does not deliver it to a subscription that has already
+	// delivered an event after it (the write itself, landed though its
+	// outcome was reported unknown, or a later activation's). 0 on other
+	// updates, and on the updates a cluster subscription relays from
 	// another member.
 	After uint64
 }
