@@ -283,7 +283,10 @@ type Options struct {
 	// negative one is refused by Open (ErrInvalid).
 	CallTimeout time.Duration
 	// SubscriberBuffer is how many updates a subscriber may fall behind
-	// before its subscription ends with ErrLagged. Default
+	// before its subscription ends with ErrLagged (in a cluster, a
+	// subscription to a conversation another member owns ends its stream
+	// from the owner instead, and is caught up from the Store: see
+	// Subscribe). Default
 	// DefaultSubscriberBuffer; a negative one, or one above
 	// MaxSubscriberBuffer, is refused by Open (ErrInvalid).
 	SubscriberBuffer int
@@ -295,7 +298,10 @@ type Options struct {
 	// streams in a loop cannot grow memory without bound. A subscription
 	// frees its slot when its channel is closed. In a cluster, a
 	// subscription to a conversation another member owns holds a slot on
-	// the member asked and one on the owner; the owner's refusal ends it
+	// the member asked and, while the owner serves it a stream, one on the
+	// owner (one that fell behind holds none there until it subscribes
+	// again; one given up before the owner answered holds that one until
+	// the stream has ended: see Subscribe); the owner's refusal ends it
 	// with an update whose Err wraps ErrTooManySubscriptions (for the wait
 	// of a SendAndWait, after its message was written: see SendAndWait
 	// for what the caller should do). Default
