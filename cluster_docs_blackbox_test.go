@@ -8,7 +8,6 @@ import (
 	"context"
 	"log/slog"
 	"net"
-	"strconv"
 	"testing"
 	"time"
 
@@ -98,35 +97,28 @@ func TestDocsActorSystemOutlivesTheRuntime(t *testing.T) {
 	require.NoError(t, rt2.Close())
 }
 
-// freeLocalPort is a TCP port free on 127.0.0.1 when it returns.
-func freeLocalPort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // TestDocsSingleMemberCluster: a cluster of one member on the application's
 // actor system: Address is its host:port, Members lists it alone, Owner of
 // any conversation is it, a send runs here (IsActive, Active), and Close
 // leaves the cluster and shuts the system down with it.
 func TestDocsSingleMemberCluster(t *testing.T) {
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-		return slog.New(slog.DiscardHandler)
-	}))
-	t.Cleanup(func() {
-		if !sys.IsStopped() { // Close shut it down
-			sys.Shutdown()
-		}
-	})
-	am := freeLocalPort(t)
 	model := agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
 		return agent.Text("ok"), nil
 	})
-	rt, err := lazarus.Open(lazarus.Options{Model: model, ActorSystem: sys, IdleTimeout: -1,
-		Cluster: &lazarus.ClusterOptions{AutoManagedPort: am, Seeds: []string{"127.0.0.1:" + strconv.Itoa(am)}}})
-	require.NoError(t, err)
+	var sys *actor.ActorSystem
+	rt := lazarus.OpenAutoManagedMembers(t, 1, func(_, am int, seeds []string) (*lazarus.Runtime, error) {
+		s := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+			return slog.New(slog.DiscardHandler)
+		}))
+		t.Cleanup(func() {
+			if !s.IsStopped() { // Close shut it down
+				s.Shutdown()
+			}
+		})
+		sys = s
+		return lazarus.Open(lazarus.Options{Model: model, ActorSystem: s, IdleTimeout: -1,
+			Cluster: &lazarus.ClusterOptions{AutoManagedPort: am, Seeds: seeds}})
+	})[0]
 	closed := false
 	t.Cleanup(func() {
 		if !closed {

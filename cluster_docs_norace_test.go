@@ -43,7 +43,7 @@ func TestDocsTwoMembersForwardACall(t *testing.T) {
 	runs := make(chan seen, 4)
 	var rts [2]*lazarus.Runtime
 	var models [2]*scripted.Model
-	open := func(i int, seeds []string, am int) {
+	open := func(i, am int, seeds []string) (*lazarus.Runtime, error) {
 		model := scripted.New(scripted.Options{})
 		models[i] = model
 		tool := agent.Tool{Name: "whoami", Description: "says who runs it", Executor: messages.Executor_EXECUTOR_SERVER,
@@ -51,17 +51,14 @@ func TestDocsTwoMembersForwardACall(t *testing.T) {
 				runs <- seen{member: rts[i].Address(), scope: inv.Scope}
 				return `"ok"`, nil
 			}}
-		rt, err := lazarus.Open(lazarus.Options{Store: store, Model: model, Tools: []agent.Tool{tool}, IdleTimeout: -1,
+		return lazarus.Open(lazarus.Options{Store: store, Model: model, Tools: []agent.Tool{tool}, IdleTimeout: -1,
 			Logger:  slog.New(slog.DiscardHandler),
 			Cluster: &lazarus.ClusterOptions{AutoManagedPort: am, Seeds: seeds}})
-		require.NoError(t, err)
-		rts[i] = rt
+	}
+	copy(rts[:], lazarus.OpenAutoManagedMembers(t, 2, open))
+	for _, rt := range rts {
 		t.Cleanup(func() { _ = rt.Close() })
 	}
-	a, b := freeLocalPort(t), freeLocalPort(t)
-	seeds := []string{"127.0.0.1:" + strconv.Itoa(a), "127.0.0.1:" + strconv.Itoa(b)}
-	open(0, seeds, a)
-	open(1, seeds, b)
 	both := []string{rts[0].Address(), rts[1].Address()}
 	slices.Sort(both)
 	for _, rt := range rts {

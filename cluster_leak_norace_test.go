@@ -39,15 +39,10 @@ func TestTwoMembersCloseLeaveNoGoroutine(t *testing.T) {
 	model := agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
 		return agent.Text("ok"), nil
 	})
-	a, b := freeLocalPort(t), freeLocalPort(t)
-	seeds := []string{"127.0.0.1:" + strconv.Itoa(a), "127.0.0.1:" + strconv.Itoa(b)}
-	var rts []*lazarus.Runtime
-	for _, am := range []int{a, b} {
-		rt, err := lazarus.Open(lazarus.Options{Store: store, Model: model, IdleTimeout: -1, Logger: slog.New(slog.DiscardHandler),
+	rts := lazarus.OpenAutoManagedMembers(t, 2, func(_, am int, seeds []string) (*lazarus.Runtime, error) {
+		return lazarus.Open(lazarus.Options{Store: store, Model: model, IdleTimeout: -1, Logger: slog.New(slog.DiscardHandler),
 			Cluster: &lazarus.ClusterOptions{AutoManagedPort: am, Seeds: seeds}})
-		require.NoError(t, err)
-		rts = append(rts, rt)
-	}
+	})
 	both := []string{rts[0].Address(), rts[1].Address()}
 	slices.Sort(both)
 	for _, rt := range rts {

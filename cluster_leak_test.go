@@ -3,7 +3,6 @@ package lazarus_test
 import (
 	"context"
 	"log/slog"
-	"strconv"
 	"testing"
 	"time"
 
@@ -32,18 +31,19 @@ func TestClusterMemberCloseLeavesNoGoroutine(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	base := leakcheck.Take()
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-		return slog.New(slog.DiscardHandler)
-	}))
-	am := freeLocalPort(t)
 	model := agent.ModelFunc(func(context.Context, agent.Turn, func(string)) (*messages.AssistantMessage, error) {
 		return agent.Text("ok"), nil
 	})
-	rt, err := lazarus.Open(lazarus.Options{Store: memjournal.New(memjournal.Options{}), Model: model, ActorSystem: sys, IdleTimeout: -1,
-		Logger:  slog.New(slog.DiscardHandler),
-		Cluster: &lazarus.ClusterOptions{AutoManagedPort: am, Seeds: []string{"127.0.0.1:" + strconv.Itoa(am)}}})
-	require.NoError(t, err)
-	_, err = rt.SendAndWait(ctx, "a", "hi", user)
+	var sys *actor.ActorSystem
+	rt := lazarus.OpenAutoManagedMembers(t, 1, func(_, am int, seeds []string) (*lazarus.Runtime, error) {
+		sys = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+			return slog.New(slog.DiscardHandler)
+		}))
+		return lazarus.Open(lazarus.Options{Store: memjournal.New(memjournal.Options{}), Model: model, ActorSystem: sys, IdleTimeout: -1,
+			Logger:  slog.New(slog.DiscardHandler),
+			Cluster: &lazarus.ClusterOptions{AutoManagedPort: am, Seeds: seeds}})
+	})[0]
+	_, err := rt.SendAndWait(ctx, "a", "hi", user)
 	require.NoError(t, err)
 	updates, err := rt.Subscribe(context.Background(), "a", 0)
 	require.NoError(t, err)

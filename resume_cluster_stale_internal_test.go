@@ -3,8 +3,6 @@ package lazarus
 import (
 	"context"
 	"log/slog"
-	"net"
-	"strconv"
 	"testing"
 	"time"
 
@@ -28,28 +26,27 @@ import (
 func TestPeriodicResumeRevivesAStaleLiveActivationInACluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	am := l.Addr().(*net.TCPAddr).Port
-	require.NoError(t, l.Close())
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-		return slog.New(slog.DiscardHandler)
-	}))
 	model := agent.ModelFunc(func(_ context.Context, turn agent.Turn, _ func(string)) (*messages.AssistantMessage, error) {
 		last := turn.Context[len(turn.Context)-1]
 		return agent.Text("re: " + last.GetUserMsg().GetContent()[0].GetText()), nil
 	})
 	store := memjournal.New(memjournal.Options{})
-	rt := openRuntime(t, Options{Store: store, Model: model, ActorSystem: sys, IdleTimeout: -1, ResumeInterval: 20 * time.Millisecond,
-		Logger:  slog.New(slog.DiscardHandler),
-		Cluster: &ClusterOptions{AutoManagedPort: am, Seeds: []string{"127.0.0.1:" + strconv.Itoa(am)}}})
+	rt := OpenAutoManagedMembers(t, 1, func(_, am int, seeds []string) (*Runtime, error) {
+		sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+			return slog.New(slog.DiscardHandler)
+		}))
+		return Open(Options{Store: store, Model: model, ActorSystem: sys, IdleTimeout: -1, ResumeInterval: 20 * time.Millisecond,
+			Logger:  slog.New(slog.DiscardHandler),
+			Cluster: &ClusterOptions{AutoManagedPort: am, Seeds: seeds}})
+	})[0]
+	t.Cleanup(func() { _ = rt.Close() })
 	// The first membership ran its scan: no later one runs here.
 	require.Eventually(t, func() bool {
 		rt.cl.mu.Lock()
 		defer rt.cl.mu.Unlock()
 		return rt.cl.topoGen > 0 && !rt.cl.resuming
 	}, 30*time.Second, 5*time.Millisecond, "the membership formed")
-	_, err = rt.SendAndWait(ctx, "c", "one", agent.Scope{UserID: "u"})
+	_, err := rt.SendAndWait(ctx, "c", "one", agent.Scope{UserID: "u"})
 	require.NoError(t, err)
 	require.True(t, rt.IsActive("c"), "live and idle")
 
