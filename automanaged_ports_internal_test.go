@@ -87,6 +87,10 @@ func awaitHealth(port int, addr string) error {
 	client := &http.Client{Timeout: time.Second}
 	url := "http://127.0.0.1:" + strconv.Itoa(port) + "/_health"
 	deadline := time.Now().Add(10 * time.Second)
+	// Polled, as require.Eventually does: the server starts
+	// asynchronously, and nothing signals it.
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
 	for {
 		resp, err := client.Get(url)
 		if err == nil {
@@ -105,7 +109,7 @@ func awaitHealth(port int, addr string) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("port %d: no health answer for %s: %w", port, addr, err)
 		}
-		time.Sleep(10 * time.Millisecond) // polling a server that starts asynchronously
+		<-tick.C
 	}
 }
 
