@@ -325,62 +325,40 @@ func TestHubDropsAKillsEndPastItsPosition(t *testing.T) {
 		isKillEnd(nextUpdate(t, ctx, updates), 2) // the queued end past its position was dropped
 	})
 
-	// A failed write's end carries the last seq its activation held: a
-	// write reported of unknown outcome that landed (2), read as history
-	// while the end waited in the queue, ends that end's turn; the failed
-	// end after it would read as the end of the next message's turn.
-	t.Run("failed write", func(t *testing.T) {
-		mem := memjournal.New(memjournal.Options{})
-		write(mem, 1)
-		store := &gatedEvents{Store: mem, called: make(chan struct{}, 1), gate: make(chan struct{})}
-		h := newHub(store, 64)
-		defer h.close()
-		release := sync.OnceFunc(func() { close(store.gate) })
-		defer release()
-		updates, err := h.subscribe(ctx, conv, 1)
-		require.NoError(t, err)
-		<-store.called
-		write(mem, 2) // landed, its outcome reported unknown: never published
-		lost := fmt.Errorf("test: connection lost during COMMIT: %w", journal.ErrUnknownOutcome)
-		h.publish(actors.Update{ConversationID: conv, Err: lost, After: 1})
-		release()
-		require.EqualValues(t, 2, nextUpdate(t, ctx, updates).Event.GetSeq(), "read as history")
-		h.publish(actors.Update{ConversationID: conv, Err: lost, After: 2})
-		u := nextUpdate(t, ctx, updates) // the queued end past its position was dropped
-		require.Nil(t, u.Event)
-		require.NotNil(t, u.TurnEnd)
-		require.Equal(t, actors.TurnFailed, u.TurnEnd.Outcome)
-		require.Equal(t, uint64(2), u.After)
-		require.ErrorIs(t, u.Err, journal.ErrUnknownOutcome)
-	})
-
-	// The first write of a conversation fails so, its activation holding
-	// no event: its end's position is 0, and a subscription that read
-	// the write (1) as history does not take it for the end of the next
-	// message's turn. The hub took After 0 for no position and delivered
-	// it.
-	t.Run("failed first write", func(t *testing.T) {
-		mem := memjournal.New(memjournal.Options{})
-		store := &gatedEvents{Store: mem, called: make(chan struct{}, 1), gate: make(chan struct{})}
-		h := newHub(store, 64)
-		defer h.close()
-		release := sync.OnceFunc(func() { close(store.gate) })
-		defer release()
-		updates, err := h.subscribe(ctx, conv, 0)
-		require.NoError(t, err)
-		<-store.called
-		write(mem, 1) // landed, its outcome reported unknown: never published
-		lost := fmt.Errorf("test: connection lost during COMMIT: %w", journal.ErrUnknownOutcome)
-		h.publish(actors.Update{ConversationID: conv, Err: lost, After: 0})
-		release()
-		require.EqualValues(t, 1, nextUpdate(t, ctx, updates).Event.GetSeq(), "read as history")
-		h.publish(actors.Update{ConversationID: conv, Err: lost, After: 1})
-		u := nextUpdate(t, ctx, updates) // the queued end past its position was dropped
-		require.Nil(t, u.Event)
-		require.NotNil(t, u.TurnEnd)
-		require.Equal(t, actors.TurnFailed, u.TurnEnd.Outcome)
-		require.Equal(t, uint64(1), u.After)
-	})
+	// A failed write's end carries the last seq its activation held
+	// (held): a write reported of unknown outcome that landed (held+1),
+	// read as history while the end waited in the queue, ends that end's
+	// turn; the failed end after it would read as the end of the next
+	// message's turn. A conversation's first write fails with held 0,
+	// which is a position too (the hub took After 0 for none).
+	for _, held := range []uint64{1, 0} {
+		t.Run(fmt.Sprintf("failed write after %d", held), func(t *testing.T) {
+			mem := memjournal.New(memjournal.Options{})
+			if held > 0 {
+				write(mem, held)
+			}
+			store := &gatedEvents{Store: mem, called: make(chan struct{}, 1), gate: make(chan struct{})}
+			h := newHub(store, 64)
+			defer h.close()
+			release := sync.OnceFunc(func() { close(store.gate) })
+			defer release()
+			updates, err := h.subscribe(ctx, conv, held)
+			require.NoError(t, err)
+			<-store.called
+			write(mem, held+1) // landed, its outcome reported unknown: never published
+			lost := fmt.Errorf("test: connection lost during COMMIT: %w", journal.ErrUnknownOutcome)
+			h.publish(actors.Update{ConversationID: conv, Err: lost, After: held})
+			release()
+			require.EqualValues(t, held+1, nextUpdate(t, ctx, updates).Event.GetSeq(), "read as history")
+			h.publish(actors.Update{ConversationID: conv, Err: lost, After: held + 1})
+			u := nextUpdate(t, ctx, updates) // the queued end past its position was dropped
+			require.Nil(t, u.Event)
+			require.NotNil(t, u.TurnEnd)
+			require.Equal(t, actors.TurnFailed, u.TurnEnd.Outcome)
+			require.Equal(t, held+1, u.After)
+			require.ErrorIs(t, u.Err, journal.ErrUnknownOutcome)
+		})
+	}
 }
 
 // TestHubReadsTheLogARevivalSaw: events the Store holds but no commit
