@@ -635,3 +635,42 @@ func TestScheduleCronEveryOfAFractionOfASecondIsRefused(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, sc.GetNext().AsTime().Equal(schedT0.Add(90*time.Second)), "next %v", sc.GetNext().AsTime())
 }
+
+// TestScheduleToolLongCallIDMakesOneSchedule: the schedule tool names its
+// schedule after the call's id, so that a re-run of the call replaces it.
+// A call id too long for "sch-" before it (journal.MaxIDBytes) still makes
+// a schedule, under an id that fits, and a re-run of that call replaces it
+// rather than adding one. (It was refused as a bad id: the model was told
+// its wake-up could not be made.)
+func TestScheduleToolLongCallIDMakesOneSchedule(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rt, _, _ := scheduleConversation(ctx, t, lazarus.Options{ScheduleTools: true}, agent.Scope{UserID: "alice"})
+	tool, ok := rt.Tool(lazarus.ScheduleToolName)
+	require.True(t, ok)
+	for _, n := range []int{journal.MaxIDBytes - len("sch-"), journal.MaxIDBytes} {
+		callID := strings.Repeat("k", n)
+		var ids []string
+		for _, text := range []string{"first", "again"} {
+			out, err := tool.Run(ctx, agent.Invocation{ConversationID: "c", ToolCallID: callID,
+				Name: lazarus.ScheduleToolName, Arguments: `{"text":"` + text + `","delay_seconds":600}`, Scope: agent.Scope{UserID: "alice"}})
+			require.NoError(t, err, "a call id of %d bytes", n)
+			var v struct {
+				ID string `json:"schedule_id"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(out), &v))
+			require.LessOrEqual(t, len(v.ID), journal.MaxIDBytes)
+			ids = append(ids, v.ID)
+		}
+		require.Equal(t, ids[0], ids[1], "a re-run of the call names the same schedule")
+		listed, err := rt.Schedules(ctx, "c")
+		require.NoError(t, err)
+		var texts []string
+		for _, sc := range listed {
+			if sc.GetId() == ids[0] {
+				texts = append(texts, lazarus.ScheduleText(sc))
+			}
+		}
+		require.Equal(t, []string{"again"}, texts, "the re-run replaced the schedule")
+	}
+}

@@ -2,6 +2,8 @@ package lazarus
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
 )
 
@@ -129,6 +132,18 @@ func toolSeconds(name string, v float64) (time.Duration, error) {
 	return time.Duration(ns), nil
 }
 
+// toolScheduleID returns the id of the schedule the schedule tool's call
+// callID makes: "sch-" and the call's id, or, when that would be longer
+// than an id may be (journal.MaxIDBytes), "sch-" and the SHA-256 of the
+// call's id in hex. Either way one call id always names one schedule.
+func toolScheduleID(callID string) string {
+	if id := "sch-" + callID; len(id) <= journal.MaxIDBytes {
+		return id
+	}
+	sum := sha256.Sum256([]byte(callID))
+	return "sch-" + hex.EncodeToString(sum[:])
+}
+
 // scheduleTools returns the built-in schedule tools, bound to the Runtime
 // rt returns (set once Open built it; the tools run only after).
 func scheduleTools(rt func() *Runtime) []agent.Tool {
@@ -149,7 +164,7 @@ func scheduleTools(rt func() *Runtime) []agent.Tool {
 				}
 				// The id comes from the call's: a re-run of the call (after
 				// a crash) replaces the schedule rather than adding one.
-				spec := ScheduleSpec{ID: "sch-" + inv.ToolCallID, Text: a.Text, Cron: a.Cron, TimeZone: a.TimeZone}
+				spec := ScheduleSpec{ID: toolScheduleID(inv.ToolCallID), Text: a.Text, Cron: a.Cron, TimeZone: a.TimeZone}
 				var err error
 				if spec.After, err = toolSeconds("delay_seconds", a.DelaySeconds); err != nil {
 					return "", err
