@@ -57,7 +57,7 @@ func TestBadPathsAndQueries(t *testing.T) {
 		{"POST", "/v1/conversations", tokAlice, `{"metadata":{"` + long + `":"v"}}`, http.StatusBadRequest, server.CodeInvalid},
 		{"POST", "/v1/conversations", tokAlice, `{"metadata":{"":"v"}}`, http.StatusBadRequest, server.CodeInvalid},
 		{"POST", "/v1/conversations", tokAlice, `{"settings":{"max_tokens":-5}}`, http.StatusBadRequest, server.CodeInvalid},
-		{"PUT", "/v1/conversations", tokAlice, `{}`, http.StatusNotFound, server.CodeNotFound},
+		{"PUT", "/v1/conversations", tokAlice, `{}`, http.StatusMethodNotAllowed, server.CodeMethodNotAllowed},
 		{"GET", "/v1/nothing", tokAlice, nil, http.StatusNotFound, server.CodeNotFound},
 		{"GET", "/v1/conversations", "", nil, http.StatusUnauthorized, server.CodeUnauthenticated},
 	}

@@ -26,8 +26,13 @@
 //	POST   /v1/calls/{id}/resolve               answer it with a JSON result
 //	POST   /v1/calls/{id}/reject                decline it with a reason
 //	GET    /v1/openapi.json                     the API's OpenAPI 3 document
-//	GET    /metrics  /healthz  /readyz              another method: 405 method_not_allowed
+//	GET    /metrics  /healthz  /readyz
 //	GET    /console/                            the web console (not part of the API); / redirects to it
+//
+// A method a route does not take (a PUT, a DELETE of a call, a POST of
+// the console) is a 405 method_not_allowed whose Allow header lists those
+// it takes (GET, HEAD for a GET route), before any authentication: the
+// routes are public. A path no route has is a 404 not_found.
 //
 // An id in a path is percent-encoded ('/' as %2F, as url.PathEscape
 // does); every segment under /v1/ is taken as it is: "." and ".." are ids
@@ -111,8 +116,8 @@
 //	journal.ErrInvalid, a malformed body or query    400 invalid
 //	a body over Options.MaxBodyBytes                 413 too_large
 //	journal.ErrNotFound                              404 not_found
-//	a method /metrics, /healthz or /readyz does not
-//	  take (Allow: GET, HEAD)                        405 method_not_allowed
+//	a method the route does not take (Allow: the
+//	  methods it takes)                              405 method_not_allowed
 //	journal.ErrStale (a call already answered)       409 stale
 //	journal.ErrConflict, journal.ErrExists           409 conflict
 //	journal.ErrDeleted                               410 deleted

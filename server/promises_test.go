@@ -226,7 +226,7 @@ func TestMetadataWithoutARowIsNoConversation(t *testing.T) {
 
 	for _, tok := range []string{tokAlice, tokOlga} {
 		n.must(t, http.StatusNotFound, "GET", "/v1/conversations/"+orphan, tok, nil, nil)
-		n.must(t, http.StatusNotFound, "GET", "/v1/conversations/"+orphan+"/messages", tok, nil, nil)
+		n.must(t, http.StatusNotFound, "GET", "/v1/conversations/"+orphan+"/events", tok, nil, nil)
 		for _, path := range []string{"/v1/conversations", "/v1/conversations?metadata[topic]=refund", "/v1/conversations?limit=1&metadata[topic]=refund"} {
 			var ids []string
 			for cursor, pages := "", 0; ; pages++ {

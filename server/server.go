@@ -215,6 +215,7 @@ func New(rt *lazarus.Runtime, opts Options) *Server {
 	s.handleAuth("GET /v1/calls/{id}", s.getCall)
 	s.handleAuth("POST /v1/calls/{id}/resolve", s.resolveCall)
 	s.handleAuth("POST /v1/calls/{id}/reject", s.rejectCall)
+	getOnly := []string{"/healthz", "/readyz", "/metrics"}
 	if !opts.NoConsole {
 		// The console is not part of the API: its routes are not in
 		// s.routes (nor in the OpenAPI document).
@@ -225,16 +226,44 @@ func New(rt *lazarus.Runtime, opts Options) *Server {
 			w.Header().Set("Location", "."+ConsolePath)
 			w.WriteHeader(http.StatusFound)
 		})
+		getOnly = append(getOnly, ConsolePath, "/{$}")
 	}
-	// Another method at the probes and /metrics is a JSON 405 (code
-	// method_not_allowed) with an Allow header, as every error is JSON:
-	// the mux's own 405 is plain text.
-	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
-		s.mux.HandleFunc(path, s.methodNotAllowed)
+	// Another method at the probes, /metrics and the console is a JSON
+	// 405 (code method_not_allowed) with an Allow header, as every error
+	// is JSON: the mux's own 405 is plain text.
+	for _, path := range getOnly {
+		s.mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+			s.methodNotAllowed(w, r, []string{http.MethodGet, http.MethodHead})
+		})
 	}
-	// Anything else under /v1/ is a JSON 404.
-	s.mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) { s.writeError(w, r, errNotFound) })
+	// Anything else under /v1/ is a JSON 405 when a route has the path
+	// with other methods, else a JSON 404.
+	s.mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
+		if allow := s.allowed(r); len(allow) > 0 {
+			s.methodNotAllowed(w, r, allow)
+			return
+		}
+		s.writeError(w, r, errNotFound)
+	})
 	return s
+}
+
+// apiMethods are the methods the API's routes take (a GET route takes
+// HEAD too).
+var apiMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodDelete}
+
+// allowed returns the methods of apiMethods that a route of the API takes
+// at r's path: none when no route has it.
+func (s *Server) allowed(r *http.Request) []string {
+	var allow []string
+	for _, m := range apiMethods {
+		r2 := *r
+		r2.Method = m
+		if _, pattern := s.mux.Handler(&r2); pattern != "" && pattern != "/v1/" {
+			allow = append(allow, m)
+		}
+	}
+	return allow
 }
 
 // ServeHTTP implements http.Handler. Under /v1/, every segment of the
@@ -298,11 +327,16 @@ func literalPath(p string) (string, bool) {
 	return strings.Join(segs, "/"), true
 }
 
-// methodNotAllowed answers a method a GET-only route does not take.
-func (s *Server) methodNotAllowed(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Allow", "GET, HEAD")
+// methodNotAllowed answers a method that r's path does not take: it takes
+// allow (at least one).
+func (s *Server) methodNotAllowed(w http.ResponseWriter, r *http.Request, allow []string) {
+	w.Header().Set("Allow", strings.Join(allow, ", "))
+	takes := allow[len(allow)-1]
+	if len(allow) > 1 {
+		takes = strings.Join(allow[:len(allow)-1], ", ") + " or " + takes
+	}
 	s.writeError(w, r, &apiError{status: http.StatusMethodNotAllowed, code: CodeMethodNotAllowed,
-		msg: fmt.Sprintf("%s takes GET or HEAD, not %s", r.URL.Path, r.Method)})
+		msg: fmt.Sprintf("%s takes %s, not %s", r.URL.Path, takes, r.Method)})
 }
 
 func (s *Server) handle(pattern string, h http.HandlerFunc) {
