@@ -15,6 +15,13 @@ import (
 // and roles. ok is false for a request without valid credentials, which is
 // answered 401. It is called once per request, concurrently, and must not
 // keep r.
+//
+// The server does not look at the credentials itself: a header that
+// carries them may come more than once, and r.Header.Get returns only the
+// first. An Authenticator that reads a header should refuse a request
+// that gives it more than once (len(r.Header.Values(name)) != 1), as
+// BearerTokens does, unless a proxy in front is known to replace the
+// client's.
 type Authenticator interface {
 	Authenticate(r *http.Request) (id agent.Identity, ok bool)
 }
