@@ -175,7 +175,11 @@
 // conversation's actor. A seq past the
 // log's last event is a bad request (400 invalid, naming the last seq): it
 // is no cursor of this conversation's. A HEAD request is answered with the
-// status and headers a GET would get, and ends. Messages:
+// status and headers a GET would get, and ends. In a cluster, that is
+// the status of the member asked (its own subscription cap, closed): a
+// GET's stream starts before the conversation's owner answers, and the
+// owner's refusal ends it with an error message (see below), which a
+// HEAD, without a body, does not wait for. Messages:
 //
 //	event: event      id: <seq>   data: the event (protobuf JSON, proto field names)
 //	event: delta                  data: {"text": "..."}  streamed text, not durable

@@ -112,7 +112,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c caller) {
 		// a GET would (429 when the conversation's subscriptions are at
 		// lazarus.Options.MaxSubscriptions, 503 closed): a subscription is
 		// taken and let go at once, its slot free again (its channel
-		// closed) before the answer.
+		// closed) before the answer. In a cluster the owner's refusal
+		// of a GET comes in its body, after the 200: the HEAD does not
+		// wait for the owner either.
 		ctx, cancel := context.WithCancel(r.Context())
 		updates, err := s.rt.SubscribeWith(ctx, id, after, lazarus.SubscribeOptions{Agent: view})
 		cancel()
