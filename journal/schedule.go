@@ -38,6 +38,17 @@ type ScheduleStore interface {
 	// ErrNotFound; an ill-formed conversation or schedule id (ValidateID)
 	// is ErrInvalid.
 	DeleteSchedule(ctx context.Context, conversationID, id string) error
+	// SkipSchedule passes schedule f.ScheduleId of the conversation over
+	// its occurrence without a message: it applies f as an Append's
+	// ScheduleFire does, under the same condition (the stored Next is f's
+	// Occurrence and the stored Revision is f's Revision; else ErrStale
+	// and nothing is written), moving Next to f's Next or removing the
+	// schedule when that is unset, but writes no event. So a schedule
+	// replaced, or cancelled and made again, since f was computed is left
+	// as it is. A schedule that is not there (nor its conversation) is
+	// ErrStale too; an ill-formed conversation id or fire
+	// (ValidateScheduleFire) is ErrInvalid.
+	SkipSchedule(ctx context.Context, conversationID string, f *messages.ScheduleFire) error
 	// ConversationSchedules returns the conversation's schedules ordered
 	// by id (none for an unknown conversation). Its cost depends on the
 	// conversation's schedules only.

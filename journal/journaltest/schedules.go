@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
@@ -27,6 +28,7 @@ var scheduleCases = []suiteCase{
 	{name: "StaleFireWritesNothing", run: testScheduleStaleFire},
 	{name: "FireOfAReplacedRevisionIsStale", run: testScheduleFireOfReplacedRevision},
 	{name: "FireInBatchOrder", run: testScheduleFireBatch},
+	{name: "SkipIsConditional", run: testScheduleSkip},
 	{name: "BadInput", run: testScheduleBadInput},
 	{name: "LimitPerConversation", run: testScheduleLimit},
 	{name: "GoesWithConversation", run: testScheduleDelete},
@@ -354,6 +356,100 @@ func testScheduleFireOfReplacedRevision(t *testing.T, e env) {
 			assert.Equal(t, uint64(3), lastSeq(t, st, "c"))
 		})
 	}
+}
+
+// testScheduleSkip: SkipSchedule moves a schedule past an occurrence, or
+// removes it, without an event, and only under a fire's condition: a skip
+// of a revision replaced (or cancelled and put again) at the same
+// occurrence, of another occurrence, of an unknown schedule or
+// conversation is stale and leaves every record as it is.
+func testScheduleSkip(t *testing.T, e env) {
+	ctx := t.Context()
+	rev := func(sc *messages.Schedule, r string) *messages.Schedule { sc.Revision = r; return sc }
+	skip := func(id string, occ, next int, r string) *messages.ScheduleFire {
+		f := &messages.ScheduleFire{ScheduleId: id, Occurrence: ts(occ), Revision: r}
+		if next >= 0 {
+			f.Next = ts(next)
+		}
+		return f
+	}
+	for _, cancelled := range []bool{false, true} {
+		t.Run(fmt.Sprint("cancelled=", cancelled), func(t *testing.T) {
+			st := e.open(t).Store
+			s := scheduleStore(t, st)
+			appendEvents(t, st, "c", userEv(1, "hi"))
+			require.NoError(t, s.PutSchedule(ctx, rev(sched("c", "rep", 100), "old")))
+			if cancelled {
+				require.NoError(t, s.DeleteSchedule(ctx, "c", "rep"))
+			}
+			renewed := rev(sched("c", "rep", 100), "new")
+			renewed.Every = durationpb.New(time.Hour)
+			require.NoError(t, s.PutSchedule(ctx, renewed))
+
+			for name, c := range map[string]struct {
+				conv string
+				f    *messages.ScheduleFire
+			}{
+				"the old revision's skip":        {"c", skip("rep", 100, 160, "old")},
+				"the old revision's last one":    {"c", skip("rep", 100, -1, "old")},
+				"a skip of no revision":          {"c", skip("rep", 100, 160, "")},
+				"another occurrence":             {"c", skip("rep", 160, 220, "new")},
+				"an unknown schedule":            {"c", skip("other", 100, 160, "new")},
+				"an unknown conversation":        {"nobody", skip("rep", 100, 160, "new")},
+				"an unknown conversation's last": {"nobody", skip("rep", 100, -1, "new")},
+			} {
+				requireSentinel(t, s.SkipSchedule(ctx, c.conv, c.f), journal.ErrStale, name)
+			}
+			all, err := s.ConversationSchedules(ctx, "c")
+			require.NoError(t, err)
+			require.Len(t, all, 1)
+			assert.True(t, proto.Equal(renewed, all[0]), "the new definition untouched: %v", all[0])
+
+			require.NoError(t, s.SkipSchedule(ctx, "c", skip("rep", 100, 3700, "new")))
+			all, err = s.ConversationSchedules(ctx, "c")
+			require.NoError(t, err)
+			require.Len(t, all, 1)
+			moved := proto.Clone(renewed).(*messages.Schedule)
+			moved.Next = ts(3700)
+			assert.True(t, proto.Equal(moved, all[0]), "moved, the rest kept: %v", all[0])
+			assert.Equal(t, []schedTime{{"c", "rep", tm(3700)}}, scheduleTimes(t, s))
+			requireSentinel(t, s.SkipSchedule(ctx, "c", skip("rep", 100, 3700, "new")), journal.ErrStale, "the same occurrence again")
+			// A fire of the occurrence skipped is stale; of the next, not.
+			_, err = st.Append(ctx, func() *messages.AppendRequest {
+				r := fireReq("c", 1, "rep", 100, 3700)
+				r.ScheduleFire.Revision = "new"
+				return r
+			}())
+			requireSentinel(t, err, journal.ErrStale, "a fire of the skipped occurrence")
+
+			require.NoError(t, s.SkipSchedule(ctx, "c", skip("rep", 3700, -1, "new")))
+			all, err = s.ConversationSchedules(ctx, "c")
+			require.NoError(t, err)
+			assert.Empty(t, all, "the last occurrence skipped: the schedule goes")
+			assert.Empty(t, scheduleTimes(t, s))
+			assert.Equal(t, uint64(1), lastSeq(t, st, "c"), "a skip writes no event")
+		})
+	}
+	t.Run("bad input", func(t *testing.T) {
+		st := e.open(t).Store
+		s := scheduleStore(t, st)
+		appendEvents(t, st, "c", userEv(1, "hi"))
+		require.NoError(t, s.PutSchedule(ctx, sched("c", "rep", 100)))
+		for name, c := range map[string]struct {
+			conv string
+			f    *messages.ScheduleFire
+		}{
+			"no conversation id": {"", skip("rep", 100, 160, "")},
+			"no fire":            {"c", nil},
+			"no schedule id":     {"c", skip("", 100, 160, "")},
+			"no occurrence":      {"c", &messages.ScheduleFire{ScheduleId: "rep"}},
+			"an ill-formed rev":  {"c", skip("rep", 100, 160, "\xff")},
+			"an invalid next":    {"c", &messages.ScheduleFire{ScheduleId: "rep", Occurrence: ts(100), Next: &timestamppb.Timestamp{Nanos: -1}}},
+		} {
+			requireSentinel(t, s.SkipSchedule(ctx, c.conv, c.f), journal.ErrInvalid, name)
+		}
+		assert.Equal(t, []schedTime{{"c", "rep", tm(100)}}, scheduleTimes(t, s), "nothing written")
+	})
 }
 
 func testScheduleFireBatch(t *testing.T, e env) {

@@ -110,6 +110,30 @@ func (s *Store) DeleteSchedule(ctx context.Context, conversationID, id string) e
 	return nil
 }
 
+// SkipSchedule implements journal.ScheduleStore: the check and the move
+// of an append's fire, without the append.
+func (s *Store) SkipSchedule(ctx context.Context, conversationID string, f *messages.ScheduleFire) error {
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	if err := journal.ValidateID("conversation id", conversationID); err != nil {
+		return fmt.Errorf("memjournal: %w", err)
+	}
+	if err := journal.ValidateScheduleFire(f); err != nil {
+		return fmt.Errorf("memjournal: %w", err)
+	}
+	st, err := s.lock()
+	if err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	if err := st.checkFire(conversationID, f); err != nil {
+		return err
+	}
+	st.applyFire(st.convs[conversationID], conversationID, f)
+	return nil
+}
+
 // ConversationSchedules implements journal.ScheduleStore.
 func (s *Store) ConversationSchedules(ctx context.Context, conversationID string) ([]*messages.Schedule, error) {
 	st, err := s.lockConversation(ctx, conversationID)

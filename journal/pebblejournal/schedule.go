@@ -217,6 +217,30 @@ func (s *Store) DeleteSchedule(ctx context.Context, conversationID, id string) e
 	return t.commit()
 }
 
+// SkipSchedule implements journal.ScheduleStore: the check and the move
+// of an append's fire (checkFire, stageFire), without the append.
+func (s *Store) SkipSchedule(ctx context.Context, conversationID string, f *messages.ScheduleFire) error {
+	if err := s.begin(ctx); err != nil {
+		return err
+	}
+	defer s.end()
+	if err := journal.ValidateID("conversation id", conversationID); err != nil {
+		return fmt.Errorf("pebblejournal: %w", err)
+	}
+	if err := journal.ValidateScheduleFire(f); err != nil {
+		return fmt.Errorf("pebblejournal: %w", err)
+	}
+	defer s.lockConv(conversationID)()
+	t := s.newTxn()
+	defer t.close()
+	sc, err := t.checkFire(conversationID, f)
+	if err != nil {
+		return err
+	}
+	t.stageFire(conversationID, sc, f)
+	return t.commit()
+}
+
 func (t *txn) deleteSchedule(conv string, sc *messages.Schedule) {
 	_ = t.b.Delete(idKey(famSchedule, conv, sc.GetId()), nil)
 	t.dropScheduleOwner(sc.GetId())

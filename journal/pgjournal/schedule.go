@@ -76,15 +76,24 @@ func (b *batch) checkFire(conv string, f *messages.ScheduleFire) error {
 	if f == nil {
 		return nil
 	}
-	st := b.scheds[schedKey{conv, f.GetScheduleId()}]
-	if st == nil || st.cur == nil {
+	var cur *messages.Schedule
+	if st := b.scheds[schedKey{conv, f.GetScheduleId()}]; st != nil {
+		cur = st.cur
+	}
+	return checkFireOf(conv, cur, f)
+}
+
+// checkFireOf checks fire f of conv against cur, the stored schedule (nil
+// if absent).
+func checkFireOf(conv string, cur *messages.Schedule, f *messages.ScheduleFire) error {
+	if cur == nil {
 		return fmt.Errorf("fire of schedule %q in an append to %q: unknown schedule: %w", f.GetScheduleId(), conv, journal.ErrStale)
 	}
-	if !st.cur.GetNext().AsTime().Equal(f.GetOccurrence().AsTime()) {
-		return fmt.Errorf("fire of schedule %q at %v: its next occurrence is %v: %w", f.GetScheduleId(), f.GetOccurrence().AsTime(), st.cur.GetNext().AsTime(), journal.ErrStale)
+	if !cur.GetNext().AsTime().Equal(f.GetOccurrence().AsTime()) {
+		return fmt.Errorf("fire of schedule %q at %v: its next occurrence is %v: %w", f.GetScheduleId(), f.GetOccurrence().AsTime(), cur.GetNext().AsTime(), journal.ErrStale)
 	}
-	if st.cur.GetRevision() != f.GetRevision() {
-		return fmt.Errorf("fire of schedule %q of revision %q: it was replaced (revision %q): %w", f.GetScheduleId(), f.GetRevision(), st.cur.GetRevision(), journal.ErrStale)
+	if cur.GetRevision() != f.GetRevision() {
+		return fmt.Errorf("fire of schedule %q of revision %q: it was replaced (revision %q): %w", f.GetScheduleId(), f.GetRevision(), cur.GetRevision(), journal.ErrStale)
 	}
 	return nil
 }
@@ -209,6 +218,52 @@ func (s *Store) DeleteSchedule(ctx context.Context, conversationID, id string) e
 			return fmt.Errorf("delete schedule %q of %q: %w", id, conversationID, journal.ErrNotFound)
 		}
 		return nil
+	})
+}
+
+// SkipSchedule implements journal.ScheduleStore: the check and the move
+// of an append's fire, without the append, under the conversation's lock.
+func (s *Store) SkipSchedule(ctx context.Context, conversationID string, f *messages.ScheduleFire) error {
+	ctx, cancel, err := s.enter(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	if err := validConv(conversationID); err != nil {
+		return err
+	}
+	if err := journal.ValidateScheduleFire(f); err != nil {
+		return fmt.Errorf("pgjournal: %w", err)
+	}
+	conv, id := []byte(conversationID), []byte(f.GetScheduleId())
+	return s.writeTx(ctx, "skip schedule", conversationID, func(tx pgx.Tx) error {
+		var cur *messages.Schedule
+		var data []byte
+		err := tx.QueryRow(ctx, "SELECT data FROM lz_schedules WHERE conv = $1 AND id = $2 FOR UPDATE", conv, id).Scan(&data)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return err
+		default:
+			if cur, err = decodeSchedule(id, data, conversationID); err != nil {
+				return err
+			}
+		}
+		if err := checkFireOf(conversationID, cur, f); err != nil {
+			return err
+		}
+		if f.GetNext() == nil {
+			_, err = tx.Exec(ctx, "DELETE FROM lz_schedules WHERE conv = $1 AND id = $2", conv, id)
+			return err
+		}
+		next := proto.Clone(cur).(*messages.Schedule)
+		next.Next = f.GetNext()
+		if data, err = proto.Marshal(next); err != nil {
+			return fmt.Errorf("encode schedule %q of %q: %w", f.GetScheduleId(), conversationID, err)
+		}
+		_, err = tx.Exec(ctx, "UPDATE lz_schedules SET next_s = $3, next_n = $4, data = $5 WHERE conv = $1 AND id = $2",
+			conv, id, next.GetNext().GetSeconds(), next.GetNext().GetNanos(), data)
+		return err
 	})
 }
 
