@@ -842,41 +842,34 @@ func (r *Runtime) fire(ctx context.Context, f scheduleFire) {
 
 // skipOccurrence moves schedule f past its occurrence f.at without
 // writing its message, as the wake's write would have: to next, or the
-// schedule goes when next is nil. It acts only if the Store's record is
-// still sc, the one that fired (a schedule replaced or cancelled meanwhile
-// is left as it is, its timer following the Store). A Store that fails
-// leaves the occurrence to be handed again later.
+// schedule goes when next is nil. The Store moves it only if its record is
+// still sc's revision at f.at (journal.ScheduleStore.SkipSchedule): a
+// schedule replaced or cancelled meanwhile, even after a read here, is
+// left as it is, its timer following the Store. A Store that fails leaves
+// the occurrence to be handed again later.
 func (r *Runtime) skipOccurrence(ctx context.Context, ss journal.ScheduleStore, f scheduleFire, sc *messages.Schedule, next *time.Time) {
-	cur, err := r.currentSchedule(ctx, ss, f)
-	if err != nil || cur == nil || !proto.Equal(cur, sc) {
-		return
+	skip := &messages.ScheduleFire{ScheduleId: f.id, Occurrence: journal.Timestamp(f.at), Revision: sc.GetRevision()}
+	if next != nil {
+		skip.Next = journal.Timestamp(*next)
 	}
-	if next == nil {
-		err = ss.DeleteSchedule(ctx, f.conv, f.id)
-		if err == nil || errors.Is(err, journal.ErrNotFound) {
-			// Named by sc's revision, as a fire's commit report is.
-			r.disarmSchedule(f.conv, f.id, sc.GetRevision())
-			return
+	err := ss.SkipSchedule(ctx, f.conv, skip)
+	switch {
+	case err == nil && next == nil:
+		// Named by sc's revision, as a fire's commit report is.
+		r.disarmSchedule(f.conv, f.id, sc.GetRevision())
+	case err == nil:
+		if aerr := r.sup.ArmSchedule(f.conv, f.id, sc.GetRevision(), *next); aerr != nil {
+			r.log.Warn("lazarus: schedule: the Store's schedule could not be armed", "conversation", f.conv, "schedule", f.id, "err", aerr)
 		}
-	} else {
-		moved := proto.Clone(cur).(*messages.Schedule)
-		moved.Next = journal.Timestamp(*next)
-		if err = ss.PutSchedule(ctx, moved); err == nil {
-			if aerr := r.sup.ArmSchedule(f.conv, f.id, moved.GetRevision(), *next); aerr != nil {
-				r.log.Warn("lazarus: schedule: the Store's schedule could not be armed", "conversation", f.conv, "schedule", f.id, "err", aerr)
-			}
-			return
-		}
-		if errors.Is(err, journal.ErrNotFound) || errors.Is(err, journal.ErrDeleted) {
-			r.disarmSchedule(f.conv, f.id, "")
-			return
-		}
-	}
-	if ctx.Err() != nil {
+	case errors.Is(err, journal.ErrStale):
+		// Replaced, cancelled or moved since it fired: the timer follows
+		// the Store's record, as after a stale wake.
+		_, _ = r.currentSchedule(ctx, ss, f)
+	case ctx.Err() != nil:
 		r.fireCut(f, err)
-		return
+	default:
+		r.log.Warn("lazarus: schedule: skipping a refused occurrence failed; it is handed again later", "conversation", f.conv, "schedule", f.id, "err", err)
 	}
-	r.log.Warn("lazarus: schedule: skipping a refused occurrence failed; it is handed again later", "conversation", f.conv, "schedule", f.id, "err", err)
 }
 
 // fireCut logs a delivery that Close cut (the Runtime's life ended under

@@ -2,6 +2,10 @@ package lazarus
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +16,7 @@ import (
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/journal/memjournal"
 	"github.com/lazarusrt/lazarus/messages"
 )
 
@@ -69,4 +74,107 @@ func TestSkipOccurrenceOnlyMovesTheRecordThatFired(t *testing.T) {
 	all = list()
 	require.Len(t, all, 1, "the one-shot that fired goes")
 	require.Equal(t, "s", all[0].GetId())
+}
+
+// beforeWriteStore runs then, once, just before the next write of a
+// schedule (PutSchedule, DeleteSchedule or SkipSchedule): another writer's
+// commit between a skip's read and its write.
+type beforeWriteStore struct {
+	*memjournal.Store
+	mu   sync.Mutex
+	then func()
+}
+
+func (s *beforeWriteStore) before() {
+	s.mu.Lock()
+	then := s.then
+	s.then = nil
+	s.mu.Unlock()
+	if then != nil {
+		then()
+	}
+}
+
+func (s *beforeWriteStore) PutSchedule(ctx context.Context, sc *messages.Schedule) error {
+	s.before()
+	return s.Store.PutSchedule(ctx, sc)
+}
+
+func (s *beforeWriteStore) DeleteSchedule(ctx context.Context, conv, id string) error {
+	s.before()
+	return s.Store.DeleteSchedule(ctx, conv, id)
+}
+
+func (s *beforeWriteStore) SkipSchedule(ctx context.Context, conv string, f *messages.ScheduleFire) error {
+	s.before()
+	return s.Store.SkipSchedule(ctx, conv, f)
+}
+
+// TestSkipOccurrenceLeavesAReplacementMadeUnderIt: the schedule that fired
+// is replaced (same id and time, another text) just before the skip's
+// write. The skip's write names the revision that fired, so the Store
+// refuses it: the replacement stays as it was put, and its timer fires it
+// with its own text. Before, the skip read the record, then wrote without
+// a condition: the replacement, committed after the read, was moved to
+// the old definition's next occurrence with the old record (a repeating
+// schedule) or deleted (a one-shot), and its occurrence never fired.
+func TestSkipOccurrenceLeavesAReplacementMadeUnderIt(t *testing.T) {
+	for _, every := range []time.Duration{time.Hour, 0} {
+		t.Run(fmt.Sprint("every=", every), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+			clock := actorstest.NewManualClock(t0)
+			st := &beforeWriteStore{Store: memjournal.New(memjournal.Options{})}
+			rt, err := Open(Options{Model: scripted.New(scripted.Options{}), Store: st, Clock: clock, NoResume: true})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = rt.Close() })
+			alice := agent.Scope{UserID: "alice"}
+			_, err = rt.Send(ctx, "c", "hi", alice)
+			require.NoError(t, err)
+			at := t0.Add(30 * time.Second) // within actors.MaxTimerSpan: its timer is due at at
+			spec := ScheduleSpec{ID: "s", At: at, Every: every, Text: "old"}
+			fired, err := rt.Schedule(ctx, "c", spec, alice)
+			require.NoError(t, err)
+			var next *time.Time
+			if every > 0 {
+				n := at.Add(every)
+				next = &n
+			}
+
+			var replaced *messages.Schedule
+			st.mu.Lock()
+			st.then = func() {
+				spec.Text = "new"
+				var err error
+				replaced, err = rt.Schedule(ctx, "c", spec, alice)
+				require.NoError(t, err)
+			}
+			st.mu.Unlock()
+			rt.skipOccurrence(ctx, rt.store.(journal.ScheduleStore), scheduleFire{"c", "s", at}, fired, next)
+			require.NotNil(t, replaced, "the replacement was made under the skip")
+			all, err := rt.Schedules(ctx, "c")
+			require.NoError(t, err)
+			require.Len(t, all, 1, "the replacement stays")
+			require.True(t, proto.Equal(replaced, all[0]), "the replacement is untouched: %v", all[0])
+
+			// The replacement fires at its time, with its text.
+			wakeTexts := func() []string {
+				evs, err := rt.History(ctx, "c", 0, 0)
+				require.NoError(t, err)
+				var out []string
+				for _, ev := range evs {
+					if m := ev.GetUserMsg(); m != nil && strings.HasPrefix(ev.GetRequestId(), "schedule/") {
+						out = append(out, m.GetContent()[0].GetText())
+					}
+				}
+				return out
+			}
+			require.Eventually(t, func() bool { return slices.ContainsFunc(clock.Dues(), at.Equal) }, 20*time.Second, time.Millisecond,
+				"the replacement is armed")
+			clock.Advance(at.Sub(clock.Now()))
+			require.Eventually(t, func() bool { return len(wakeTexts()) > 0 }, 20*time.Second, time.Millisecond)
+			require.Equal(t, []string{"new"}, wakeTexts())
+		})
+	}
 }
