@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/actors"
 	"github.com/lazarusrt/lazarus/actors/actorstest"
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/scripted"
@@ -60,4 +61,68 @@ func TestDeadlineOfUnknownOutcomeThatLandedExpires(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, expired, "one expiry recorded")
+}
+
+// TestRescheduleOfUnknownOutcomeThatLandedFiresAtItsNewTime: a
+// Reschedule whose write lands while the Store reports
+// journal.ErrUnknownOutcome returns ErrUnknownOutcome, and the call
+// expires at the new time all the same, moved later or earlier. The
+// expiry actor heard only of reschedules it saw commit: moved later, the
+// old time fired, its expire was stale, and the call never expired (until
+// a restart rebuilt the timers); moved earlier, it expired at the old
+// time.
+func TestRescheduleOfUnknownOutcomeThatLandedFiresAtItsNewTime(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		move time.Duration // from the first deadline, a minute away
+	}{{"later", 9 * time.Minute}, {"earlier", -50 * time.Second}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			clock := actorstest.NewManualClock(time.Unix(1_700_000_000, 0))
+			model := scripted.New(scripted.Options{})
+			store := &lostReplyStore{Store: memjournal.New(memjournal.Options{}), lose: func(req *messages.AppendRequest) bool { return len(req.GetReschedule()) > 0 }}
+			rt, err := lazarus.Open(lazarus.Options{Store: store, Model: model, Clock: clock, IdleTimeout: -1,
+				Tools: []agent.Tool{{Name: toolApprove, Executor: messages.Executor_EXECUTOR_HUMAN, Timeout: time.Minute}}})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = rt.Close() })
+			first := clock.Now().Add(time.Minute)
+			id := suspend(ctx, t, rt, model, "h")
+			require.Eventually(t, func() bool {
+				next, ok := clock.Next()
+				return ok && next.Equal(first)
+			}, 10*time.Second, time.Millisecond, "the first deadline armed")
+
+			model.Push("h", scripted.Text("too late"))
+			sub, err := rt.Subscribe(ctx, "h", 0)
+			require.NoError(t, err)
+			at := first.Add(tc.move)
+			require.ErrorIs(t, rt.Reschedule(ctx, id, at), lazarus.ErrUnknownOutcome)
+			require.True(t, store.lost.Load())
+			if tc.move > 0 {
+				clock.Advance(time.Minute) // the old time: its expire is stale
+				require.Eventually(t, func() bool {
+					next, ok := clock.Next()
+					return ok && next.Equal(first.Add(actors.MaxTimerSpan))
+				}, 10*time.Second, time.Millisecond, "the new deadline armed once the old one's expire was stale")
+			} else {
+				require.Eventually(t, func() bool {
+					next, ok := clock.Next()
+					return ok && next.Equal(at)
+				}, 10*time.Second, time.Millisecond, "the new, earlier deadline armed")
+			}
+			clock.Advance(at.Sub(clock.Now()))
+			awaitFinalAnswer(t, sub)
+			evs, err := rt.History(ctx, "h", 0, 0)
+			require.NoError(t, err)
+			var expired int
+			for _, ev := range evs {
+				if r := ev.GetResolution(); r.GetToolCallId() == id {
+					require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED, r.GetStatus())
+					expired++
+				}
+			}
+			require.Equal(t, 1, expired, "one expiry recorded")
+		})
+	}
 }

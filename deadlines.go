@@ -31,6 +31,12 @@ import (
 // server call (the runtime runs it; it has no deadline), an ill-formed id,
 // or a time outside the years 1 to 9999 is refused with an error wrapping
 // journal.ErrInvalid.
+//
+// A Reschedule whose write's outcome is unknown returns an error wrapping
+// ErrUnknownOutcome; the call then expires at whichever time the Store
+// holds, the new one if the write landed, else the old one: the expiry
+// actor keeps both and arms the earlier, and an expire sent for a time the
+// deadline is not at changes nothing.
 func (r *Runtime) Reschedule(ctx context.Context, toolCallID string, at time.Time) error {
 	if err := r.enter(ctx); err != nil {
 		return fmt.Errorf("lazarus: reschedule %q: %w", clipID(toolCallID), err)

@@ -110,6 +110,20 @@ type ExpiryOptions struct {
 // No reply.
 type ExpiryRebuild struct{}
 
+// ExpiryUnsure tells the expiry actor that a write of unknown outcome
+// (journal.ErrUnknownOutcome) moved the deadline of a tool call to
+// Deadline's time: a reschedule that may or may not have landed. The
+// actor keeps both times, the one it had armed and the new one, and arms
+// the earlier; an expire of it that the Store finds stale (the deadline
+// is not due by then) arms the other. So the call expires at whichever
+// time the Store holds, and the expire sent for the other changes
+// nothing (AppendRequest.due_by). A deadline without a time, a bad one,
+// or one of a conversation the actor does not own (ExpiryOptions.Owns) is
+// ignored. A local-only message. No reply.
+type ExpiryUnsure struct {
+	Deadline *messages.Deadline
+}
+
 const (
 	defaultExpiryRetryAfter   = time.Second
 	defaultExpiryReplyTimeout = 30 * time.Second
@@ -182,6 +196,8 @@ func ExpiredOutcome() *messages.ToolOutcome {
 //     once. The durable deadline row must already be written (by the
 //     conversation's append); this message only updates memory.
 //   - *messages.CancelExpiry removes the deadline of a tool call, if any.
+//   - *ExpiryUnsure adds a time a reschedule of unknown outcome may have
+//     moved a deadline to, keeping the one armed (see ExpiryUnsure).
 //   - *messages.ScheduleArm arms (or moves) the timer of a scheduled
 //     wake-up; *messages.ScheduleDisarm removes it. The durable schedule
 //     record must already say so. A fire's commit report (an arm with
@@ -310,6 +326,16 @@ func (a *expiryActor) Receive(ctx actor.Context) {
 			return
 		}
 		a.q.schedule(d.GetConversationId(), d.GetToolCallId(), unixNanos(d.GetAt()))
+		a.process(ctx)
+	case *ExpiryUnsure:
+		d := msg.Deadline
+		if d.GetAt() == nil || journal.ValidateDeadline(d) != nil {
+			return
+		}
+		if a.opts.Owns != nil && !a.opts.Owns(d.GetConversationId()) {
+			return
+		}
+		a.q.scheduleUnsure(d.GetConversationId(), d.GetToolCallId(), unixNanos(d.GetAt()))
 		a.process(ctx)
 	case *ExpiryRebuild:
 		a.q.resetDeadlines(a.opts.Owns)

@@ -3,6 +3,7 @@ package actors
 import (
 	"errors"
 	"math"
+	"slices"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -216,7 +217,12 @@ type expiryQueue struct {
 	attempts []expireAttempt          // sends in time order; entries of finished flights are skipped lazily
 	// unsure holds the calls an attempt of which ended with its outcome
 	// unknown, until a reply or a cancel settles them.
-	unsure  map[string]struct{}
+	unsure map[string]struct{}
+	// later holds, in time order, the other times a call's deadline may
+	// be at: a reschedule of unknown outcome left it either where it was
+	// or where it moved (scheduleUnsure). The heap arms the earliest; an
+	// expire of it found stale arms the next.
+	later   map[string][]int64
 	head    int // first live index of attempts
 	nextReq uint64
 
@@ -231,6 +237,7 @@ func newExpiryQueue(firstReq uint64, maxInFlight int, retryAfter, replyTimeout i
 		flights:      make(map[string]*expireFlight),
 		byReq:        make(map[uint64]string),
 		unsure:       make(map[string]struct{}),
+		later:        make(map[string][]int64),
 		nextReq:      firstReq,
 		maxInFlight:  maxInFlight,
 		retryAfter:   retryAfter,
@@ -243,8 +250,62 @@ func newExpiryQueue(firstReq uint64, maxInFlight int, retryAfter, replyTimeout i
 // deadline decides.
 func (q *expiryQueue) schedule(conv, call string, at int64) {
 	q.heap.put(conv, call, at)
+	delete(q.later, call) // a committed write decides
 	if f := q.flights[call]; f != nil {
 		f.noRetry = true
+	}
+}
+
+// scheduleUnsure records that a write of unknown outcome moved the
+// deadline of call to at: the deadline is now either at (it landed) or
+// the time armed before (it did not). The earlier of the two is armed
+// and the other kept in later: an expire sent for the earlier one that
+// the Store finds stale (the deadline is not due by then, or the call
+// was answered) arms the next, so neither outcome loses its time, and an
+// expire sent for a time the deadline is not at changes nothing (due_by).
+// With no deadline armed and no expire in flight, at is armed.
+func (q *expiryQueue) scheduleUnsure(conv, call string, at int64) {
+	i, armed := q.heap.index[call]
+	if !armed {
+		if q.flights[call] == nil {
+			q.heap.put(conv, call, at)
+			return
+		}
+		// The expire in flight decides first; a stale or failed one
+		// leaves at to arm.
+		q.addLater(call, at)
+		return
+	}
+	old := q.heap.entries[i].at
+	if at == old {
+		return
+	}
+	q.addLater(call, max(at, old))
+	if at < old {
+		q.heap.put(conv, call, at)
+	}
+}
+
+func (q *expiryQueue) addLater(call string, at int64) {
+	times := q.later[call]
+	i, found := slices.BinarySearch(times, at)
+	if !found {
+		q.later[call] = slices.Insert(times, i, at)
+	}
+}
+
+// armLater arms the earliest time later holds for call, if any, and
+// forgets it.
+func (q *expiryQueue) armLater(conv, call string) {
+	times := q.later[call]
+	if len(times) == 0 {
+		return
+	}
+	q.heap.put(conv, call, times[0])
+	if len(times) == 1 {
+		delete(q.later, call)
+	} else {
+		q.later[call] = times[1:]
 	}
 }
 
@@ -254,6 +315,7 @@ func (q *expiryQueue) schedule(conv, call string, at int64) {
 // sent again: another member's expiry actor holds its deadline now.
 func (q *expiryQueue) resetDeadlines(owns func(conv string) bool) {
 	q.heap = newDeadlineHeap()
+	clear(q.later)
 	for call := range q.unsure {
 		if q.flights[call] == nil {
 			delete(q.unsure, call) // its retry was a deadline not yet sent
@@ -270,6 +332,7 @@ func (q *expiryQueue) resetDeadlines(owns func(conv string) bool) {
 // and fails, it is not retried.
 func (q *expiryQueue) cancel(call string) {
 	q.heap.remove(call)
+	delete(q.later, call)
 	if q.flights[call] == nil {
 		// Answered by another writer first: no attempt of the expiry
 		// landed (it would have made that answer stale).
@@ -379,6 +442,9 @@ func (q *expiryQueue) reply(now int64, req uint64, err error) (v expireVerdict, 
 		q.finish(call, f)
 		if !f.noRetry {
 			q.heap.remove(call)
+			// A reschedule of unknown outcome may have moved the
+			// deadline to a time not yet due.
+			q.armLater(conv, call)
 		}
 		if _, ok := q.unsure[call]; ok {
 			delete(q.unsure, call)
@@ -391,6 +457,7 @@ func (q *expiryQueue) reply(now int64, req uint64, err error) (v expireVerdict, 
 		q.finish(call, f)
 		q.heap.remove(call)
 		delete(q.unsure, call)
+		delete(q.later, call)
 		return v, conv, call
 	default: // verdictRetry
 		if req != f.last {

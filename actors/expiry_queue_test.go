@@ -459,3 +459,122 @@ func TestExpiryQueueTimedOutAttemptOfACancelledCallStillDelivers(t *testing.T) {
 	require.Empty(t, h.q.byReq)
 	require.Empty(t, h.q.unsure)
 }
+
+// TestExpiryQueueUnsureRescheduleKeepsBothTimes: a reschedule of unknown
+// outcome (scheduleUnsure) arms the earlier of the old and the new time
+// and keeps the other: an expire of the earlier that the Store finds
+// stale (the deadline is not due by then: the write went the other way)
+// arms the other, and one it applies is the last. So the call expires at
+// the time the Store holds whether the write landed or not, moved
+// earlier or later; a committed schedule or a cancel drops the kept
+// time. Before, the unknown reschedule was not told to the queue: moved
+// later and landed, the old time's stale expire left nothing armed.
+func TestExpiryQueueUnsureRescheduleKeepsBothTimes(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		move   int64
+		landed bool
+		stale  bool  // whether the first expire the queue sends is stale
+		second int64 // when the next is sent, if the first was stale
+	}{
+		{name: "later, landed", move: 50, landed: true, stale: true, second: 50},
+		{name: "later, not landed", move: 50},
+		{name: "earlier, landed", move: 5, landed: true},
+		{name: "earlier, not landed", move: 5, stale: true, second: 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newQueueHarness(100)
+			h.q.schedule("c", "x", 10)
+			h.q.scheduleUnsure("c", "x", tc.move)
+			firstAt := min(int64(10), tc.move)
+			require.Equal(t, firstAt, wakeAt(t, h.q), "the earlier time armed (landed: %v)", tc.landed)
+			sent := h.due(firstAt)
+			require.Len(t, sent, 1)
+			if !tc.stale {
+				v, _, _ := h.q.reply(firstAt, sent[0].req, nil)
+				require.Equal(t, verdictDeliver, v)
+				_, ok := h.q.wake()
+				require.False(t, ok, "nothing left once the call expired")
+				require.Empty(t, h.q.later)
+				return
+			}
+			v, _, _ := h.q.reply(firstAt, sent[0].req, journal.ErrStale)
+			require.Equal(t, verdictStale, v)
+			require.Equal(t, tc.second, wakeAt(t, h.q), "the other time armed")
+			require.Empty(t, h.due(tc.second-1))
+			sent = h.due(tc.second)
+			require.Len(t, sent, 1)
+			v, _, _ = h.q.reply(tc.second, sent[0].req, nil)
+			require.Equal(t, verdictDeliver, v)
+			_, ok := h.q.wake()
+			require.False(t, ok, "nothing left once the call expired")
+			require.Empty(t, h.q.later)
+		})
+	}
+
+	t.Run("answered: the kept time is stale too, then nothing", func(t *testing.T) {
+		h := newQueueHarness(100)
+		h.q.schedule("c", "x", 10)
+		h.q.scheduleUnsure("c", "x", 50)
+		sent := h.due(10)
+		v, _, _ := h.q.reply(10, sent[0].req, journal.ErrStale)
+		require.Equal(t, verdictStale, v)
+		sent = h.due(50)
+		require.Len(t, sent, 1)
+		v, _, _ = h.q.reply(50, sent[0].req, journal.ErrStale)
+		require.Equal(t, verdictStale, v)
+		_, ok := h.q.wake()
+		require.False(t, ok)
+		require.Empty(t, h.q.later)
+	})
+
+	t.Run("a committed schedule or a cancel drops the kept time", func(t *testing.T) {
+		h := newQueueHarness(100)
+		h.q.schedule("c", "x", 10)
+		h.q.scheduleUnsure("c", "x", 50)
+		h.q.schedule("c", "x", 30)
+		require.Empty(t, h.q.later)
+		require.Equal(t, int64(30), wakeAt(t, h.q))
+		h.q.scheduleUnsure("c", "x", 40)
+		h.q.cancel("x")
+		require.Empty(t, h.q.later)
+		_, ok := h.q.wake()
+		require.False(t, ok)
+	})
+
+	t.Run("while an expire is in flight", func(t *testing.T) {
+		h := newQueueHarness(100)
+		h.q.schedule("c", "x", 10)
+		sent := h.due(10)
+		require.Len(t, sent, 1)
+		h.q.scheduleUnsure("c", "x", 50) // landed before the expire: it is stale
+		v, _, _ := h.q.reply(10, sent[0].req, journal.ErrStale)
+		require.Equal(t, verdictStale, v)
+		require.Equal(t, int64(50), wakeAt(t, h.q), "the new time armed")
+
+		h = newQueueHarness(100)
+		h.q.schedule("c", "x", 10)
+		sent = h.due(10)
+		h.q.scheduleUnsure("c", "x", 50) // did not land: the expire applies
+		v, _, _ = h.q.reply(10, sent[0].req, nil)
+		require.Equal(t, verdictDeliver, v)
+		_, ok := h.q.wake()
+		require.False(t, ok)
+		require.Empty(t, h.q.later)
+	})
+
+	t.Run("with nothing armed, the time is armed", func(t *testing.T) {
+		h := newQueueHarness(100)
+		h.q.scheduleUnsure("c", "x", 50)
+		require.Equal(t, int64(50), wakeAt(t, h.q))
+		require.Empty(t, h.q.later)
+	})
+
+	t.Run("a rebuild drops the kept times", func(t *testing.T) {
+		h := newQueueHarness(100)
+		h.q.schedule("c", "x", 10)
+		h.q.scheduleUnsure("c", "x", 50)
+		h.q.resetDeadlines(nil)
+		require.Empty(t, h.q.later)
+	})
+}

@@ -47,7 +47,8 @@ type Config struct {
 	// called for every committed request before the supervisor's own (which
 	// tells the expiry actor of deadline changes), and its Unknown hook for
 	// every request of unknown outcome before the supervisor's own (which
-	// arms the deadlines it schedules); a panic of either is logged and
+	// arms the deadlines it schedules and the times it reschedules them
+	// to, see actors.ExpiryUnsure); a panic of either is logged and
 	// recovered.
 	Journal actors.JournalOptions
 	// ExpiryRetryAfter is how long the expiry actor waits before retrying
@@ -880,10 +881,12 @@ func (r *root) start(ctx actor.Context) {
 		// never hears of it: the deadlines it schedules are armed all the
 		// same (the activation that wrote it stops, and its successor
 		// awaits the call it opened if it landed). If it did not, the
-		// call does not exist and its expire is stale. Its cancels and
-		// reschedules are left alone: a deadline still armed gives a
-		// stale expire at worst, and a reschedule's caller is told its
-		// outcome is unknown.
+		// call does not exist and its expire is stale. The time a
+		// reschedule moves a deadline to is armed too, the old one kept
+		// (actors.ExpiryUnsure): whichever the Store holds fires, the
+		// other's expire is stale. Its cancels, and a reschedule that
+		// removes a deadline, are left alone: a deadline still armed
+		// gives a stale expire at worst.
 		alsoUnknown := jopts.Unknown
 		jopts.Unknown = func(req *messages.AppendRequest) {
 			if alsoUnknown != nil {
@@ -892,6 +895,11 @@ func (r *root) start(ctx actor.Context) {
 			if to := expiryPID.Load(); to != nil {
 				for _, d := range req.GetSchedule() {
 					sys.Root.Send(to, &messages.ScheduleExpiry{Deadline: d})
+				}
+				for _, d := range req.GetReschedule() {
+					if d.GetAt() != nil {
+						sys.Root.Send(to, &actors.ExpiryUnsure{Deadline: d})
+					}
 				}
 			}
 		}
