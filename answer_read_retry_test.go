@@ -3,7 +3,10 @@ package lazarus_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -52,6 +55,35 @@ func advanceThroughFailedReads(t *testing.T, clock *actorstest.ManualClock, stor
 	}
 }
 
+// levelLog records the level and message of every record it is handed.
+type levelLog struct {
+	mu   sync.Mutex
+	recs []string
+}
+
+func (l *levelLog) Enabled(context.Context, slog.Level) bool { return true }
+func (l *levelLog) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.recs = append(l.recs, r.Level.String()+" "+r.Message)
+	return nil
+}
+func (l *levelLog) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *levelLog) WithGroup(string) slog.Handler      { return l }
+
+// matching returns the records whose message starts with prefix.
+func (l *levelLog) matching(prefix string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, r := range l.recs {
+		if _, msg, _ := strings.Cut(r, " "); strings.HasPrefix(msg, prefix) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // TestAnsweredRowUnreadableForAMomentIsDelivered: an answer whose write
 // landed with its outcome reported unknown, to a live activation that
 // never passivates; the Store then fails the reads of the call's row three
@@ -59,6 +91,8 @@ func advanceThroughFailedReads(t *testing.T, clock *actorstest.ManualClock, stor
 // the runtime's clock, and the activation records the answer once and runs
 // its turn. A failed read delivered nothing: the activation, which does
 // not read the row again, waited for ever for an answer the Store held.
+// The first failure is logged at warn level and the recovery at info
+// level, once each (the retries logged nothing).
 func TestAnsweredRowUnreadableForAMomentIsDelivered(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -67,8 +101,9 @@ func TestAnsweredRowUnreadableForAMomentIsDelivered(t *testing.T) {
 	inner := answerLostReplyStore()
 	store := &unreadableAfterLoss{Store: inner, lost: inner.lost.Load}
 	store.failReads.Store(3)
+	logs := &levelLog{}
 	rt, err := lazarus.Open(lazarus.Options{Store: store, Model: model, Clock: clock, IdleTimeout: -1, ResumeInterval: -1,
-		Tools: []agent.Tool{{Name: toolApprove, Executor: messages.Executor_EXECUTOR_HUMAN, Timeout: time.Hour}}})
+		Logger: slog.New(logs), Tools: []agent.Tool{{Name: toolApprove, Executor: messages.Executor_EXECUTOR_HUMAN, Timeout: time.Hour}}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = rt.Close() })
 	callID := suspend(ctx, t, rt, model, "h")
@@ -82,6 +117,8 @@ func TestAnsweredRowUnreadableForAMomentIsDelivered(t *testing.T) {
 	awaitFinalAnswer(t, sub)
 	require.Equal(t, int32(3), store.failed.Load())
 	require.True(t, rt.IsActive("h"), "the activation still live (it never passivates)")
+	require.Eventually(t, func() bool { return len(logs.matching("answer delivery:")) == 2 }, 10*time.Second, time.Millisecond)
+	require.Equal(t, []string{"WARN answer delivery: failed; trying again with backoff", "INFO answer delivery: recovered"}, logs.matching("answer delivery:"))
 	evs, err := rt.History(ctx, "h", 0, 0)
 	require.NoError(t, err)
 	res, results := resultsOf(evs, callID)

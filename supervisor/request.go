@@ -172,30 +172,31 @@ func (s *Supervisor) Tell(id string, cmd *actors.Command) {
 // again after a backoff on Config.Clock (100ms, doubling up to 2s) for as
 // long as conv has a live activation, until Stop; a read that no retry can
 // fix (the call or its conversation gone, the row damaged) delivers
-// nothing.
+// nothing. The first failed attempt that is made again is logged at warn
+// level (Config.Logger), and the end of the retries at info level.
 func (s *Supervisor) DeliverAnswer(conv, id string) {
 	if journal.ValidateID("conversation id", conv) != nil || journal.ValidateID("tool call id", id) != nil {
 		return
 	}
 	s.goUnlessStopped(func() {
-		s.retryUntilDone(func(ctx context.Context) bool {
+		s.retryUntilDone("answer delivery", conv, id, func(ctx context.Context) (bool, error) {
 			if _, err := s.Request(ctx, s.journal, &actors.JournalBarrier{ConversationID: conv}); err != nil {
-				return !s.reg.isLive(conv)
+				return !s.reg.isLive(conv), err
 			}
 			if !s.reg.isLive(conv) {
-				return true
+				return true, nil
 			}
 			row, err := s.cfg.Store.ToolCall(ctx, id)
 			if err != nil {
-				return !readMayRecover(err)
+				return !readMayRecover(err), err
 			}
 			if row.GetConversationId() != conv {
-				return true
+				return true, nil
 			}
 			if m := actors.ResolvedFromRow(row); m != nil {
 				s.Tell(conv, &actors.Command{Scope: agent.SystemScope, Msg: m})
 			}
-			return true
+			return true, nil
 		})
 	})
 }
@@ -212,15 +213,37 @@ const (
 // retryUntilDone runs attempt, each time under a context bounded by
 // Config.CallTimeout that Stop ends, until it returns true, waiting
 // between attempts on Config.Clock (deliverRetryMin, doubling up to
-// deliverRetryMax). It returns at once when Stop has begun.
-func (s *Supervisor) retryUntilDone(attempt func(ctx context.Context) (done bool)) {
+// deliverRetryMax). It returns at once when Stop has begun. An attempt
+// returns the error that failed it, if any. The first failure that is
+// tried again is logged at warn level, and the end of the run after it
+// at info level (recovered, or given up with the last error), naming
+// what (the work retried) and the call.
+func (s *Supervisor) retryUntilDone(what, conv, call string, attempt func(ctx context.Context) (done bool, err error)) {
 	wait := deliverRetryMin
+	failed := 0
 	for {
 		ctx, cancel := context.WithTimeout(s.life, s.cfg.CallTimeout)
-		done := attempt(ctx)
+		done, err := attempt(ctx)
 		cancel()
-		if done || s.life.Err() != nil {
+		if s.life.Err() != nil {
+			return // Stop cut it: no failure of the Store's
+		}
+		if err != nil {
+			failed++
+		}
+		if done {
+			switch {
+			case failed == 0 || (failed == 1 && err != nil):
+				// Never tried again.
+			case err == nil:
+				s.log.Info(what+": recovered", "conversation", conv, "tool_call", call, "failed_attempts", failed)
+			default:
+				s.log.Info(what+": given up", "conversation", conv, "tool_call", call, "failed_attempts", failed, "err", err)
+			}
 			return
+		}
+		if err != nil && failed == 1 {
+			s.log.Warn(what+": failed; trying again with backoff", "conversation", conv, "tool_call", call, "err", err)
 		}
 		fired := make(chan struct{})
 		stop := s.cfg.Clock.AfterFunc(wait, func() { close(fired) })

@@ -932,10 +932,10 @@ func (r *root) start(ctx actor.Context) {
 				// while a live activation, which does not read the row
 				// again, may await the expiry; a revival reads the row.
 				s.goUnlessStopped(func() {
-					s.retryUntilDone(func(ctx context.Context) bool {
+					s.retryUntilDone("expiry delivery", conversationID, toolCallID, func(ctx context.Context) (bool, error) {
 						row, err := s.cfg.Store.ToolCall(ctx, toolCallID)
 						if err != nil {
-							return !readMayRecover(err) || !s.reg.isLive(conversationID)
+							return !readMayRecover(err) || !s.reg.isLive(conversationID), err
 						}
 						if row.GetConversationId() == conversationID &&
 							row.GetStatus() == messages.ToolCallStatus_TOOL_CALL_STATUS_EXPIRED {
@@ -944,7 +944,7 @@ func (r *root) start(ctx actor.Context) {
 							}
 							sys.Root.Send(self, &expired{conversation: conversationID, toolCallID: toolCallID})
 						}
-						return true
+						return true, nil
 					})
 				})
 			},
