@@ -18,6 +18,7 @@ import (
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/journal/memjournal"
 	"github.com/lazarusrt/lazarus/messages"
 )
 
@@ -171,4 +172,126 @@ func TestExpiredRowUnreadableForAMomentIsDelivered(t *testing.T) {
 	res, results := resultsOf(evs, callID)
 	require.Equal(t, 1, res, "one resolution")
 	require.Equal(t, 1, results, "one tool_result")
+}
+
+// lateLandingStore reports the first write that answers a tool call
+// (Resolve's: resolutions, no events) as journal.ErrUnknownOutcome without
+// writing it, and writes it once a read of the call's row made after that
+// has returned: a PostgreSQL COMMIT whose reply was lost, still running
+// on the server when the runtime reads the row.
+type lateLandingStore struct {
+	*memjournal.Store
+	mu      sync.Mutex
+	held    *messages.AppendRequest
+	landed  atomic.Bool
+	pending atomic.Int32 // reads of the row made while the answer was held
+	never   bool         // the answer never lands
+}
+
+func (s *lateLandingStore) AppendBatch(ctx context.Context, reqs []*messages.AppendRequest) []journal.AppendResult {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(reqs) == 1 && s.held == nil && !s.landed.Load() &&
+		len(reqs[0].GetResolutions()) > 0 && len(reqs[0].GetEvents()) == 0 {
+		s.held = reqs[0]
+		return []journal.AppendResult{{Err: fmt.Errorf("test: connection lost during COMMIT: %w", journal.ErrUnknownOutcome)}}
+	}
+	return s.Store.AppendBatch(ctx, reqs)
+}
+
+func (s *lateLandingStore) ToolCall(ctx context.Context, id string) (*messages.ToolCallRecord, error) {
+	row, err := s.Store.ToolCall(ctx, id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if held := s.held; held != nil {
+		s.pending.Add(1)
+		if s.never {
+			return row, err
+		}
+		s.held = nil
+		if res := s.Store.AppendBatch(ctx, []*messages.AppendRequest{held}); res[0].Err != nil {
+			return nil, res[0].Err
+		}
+		s.landed.Store(true)
+	}
+	return row, err
+}
+
+// TestAnswerLandingAfterTheDeliveryReadIsDelivered: an answer whose write
+// is reported journal.ErrUnknownOutcome and lands only after the delivery
+// read the call's row (still PENDING) once, to a live activation that
+// never passivates. The delivery reads the row again 100ms later on the
+// runtime's clock, and the activation records the answer once and runs its
+// turn. A PENDING row ended the delivery: the activation, which does not
+// read the row again, waited for ever for an answer the Store held.
+func TestAnswerLandingAfterTheDeliveryReadIsDelivered(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	clock := actorstest.NewManualClock(time.Unix(1_700_000_000, 0))
+	model := scripted.New(scripted.Options{})
+	store := &lateLandingStore{Store: memjournal.New(memjournal.Options{})}
+	rt, err := lazarus.Open(lazarus.Options{Store: store, Model: model, Clock: clock, IdleTimeout: -1, ResumeInterval: -1,
+		Tools: []agent.Tool{{Name: toolApprove, Executor: messages.Executor_EXECUTOR_HUMAN, Timeout: time.Hour}}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rt.Close() })
+	callID := suspend(ctx, t, rt, model, "h")
+	model.Push("h", scripted.Text("thanks"))
+	sub, err := rt.Subscribe(ctx, "h", 0)
+	require.NoError(t, err)
+
+	err = rt.Resolve(ctx, callID, `{"approved":true}`, user)
+	require.ErrorIs(t, err, lazarus.ErrUnknownOutcome)
+	due := clock.Now().Add(100 * time.Millisecond)
+	require.Eventually(t, func() bool {
+		return store.landed.Load() && slices.ContainsFunc(clock.Dues(), due.Equal)
+	}, 20*time.Second, time.Millisecond, "the row read PENDING, the answer landed after, and the next read armed")
+	clock.Advance(100 * time.Millisecond)
+	awaitFinalAnswer(t, sub)
+	require.Equal(t, int32(1), store.pending.Load())
+	evs, err := rt.History(ctx, "h", 0, 0)
+	require.NoError(t, err)
+	res, results := resultsOf(evs, callID)
+	require.Equal(t, 1, res, "one resolution")
+	require.Equal(t, 1, results, "one tool_result")
+}
+
+// TestAnswerThatNeverLandsEndsItsDelivery: an answer whose write is
+// reported journal.ErrUnknownOutcome and never lands, to a live
+// activation that never passivates. The delivery reads the PENDING row 20
+// times, with the backoff between them (100ms doubling to 2s on the
+// runtime's clock, about 30 s in all), then gives up, logged at debug
+// level: it does not read the row for as long as the call is pending.
+func TestAnswerThatNeverLandsEndsItsDelivery(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	clock := actorstest.NewManualClock(time.Unix(1_700_000_000, 0))
+	model := scripted.New(scripted.Options{})
+	store := &lateLandingStore{Store: memjournal.New(memjournal.Options{}), never: true}
+	logs := &levelLog{}
+	rt, err := lazarus.Open(lazarus.Options{Store: store, Model: model, Clock: clock, IdleTimeout: -1, ResumeInterval: -1,
+		Logger: slog.New(logs), Tools: []agent.Tool{{Name: toolApprove, Executor: messages.Executor_EXECUTOR_HUMAN, Timeout: time.Hour}}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rt.Close() })
+	callID := suspend(ctx, t, rt, model, "h")
+
+	err = rt.Resolve(ctx, callID, `{"approved":true}`, user)
+	require.ErrorIs(t, err, lazarus.ErrUnknownOutcome)
+	wait := 100 * time.Millisecond
+	for i := int32(1); i < 20; i++ {
+		due := clock.Now().Add(wait)
+		require.Eventually(t, func() bool {
+			return store.pending.Load() == i && slices.ContainsFunc(clock.Dues(), due.Equal)
+		}, 20*time.Second, time.Millisecond, "read %d found the row PENDING; the next is armed %v later", i, wait)
+		clock.Advance(wait)
+		wait = min(2*wait, 2*time.Second)
+	}
+	require.Eventually(t, func() bool { return len(logs.matching("answer delivery: given up")) == 1 },
+		20*time.Second, time.Millisecond, "the delivery gave up after its 20th read")
+	require.Equal(t, int32(20), store.pending.Load())
+	require.Equal(t, []string{"DEBUG answer delivery: the call is still pending; reading it again with backoff", "DEBUG answer delivery: given up"},
+		logs.matching("answer delivery:"))
+	require.False(t, slices.ContainsFunc(clock.Dues(), clock.Now().Add(2*time.Second).Equal), "no read armed after the last")
+	row, err := store.ToolCall(ctx, callID)
+	require.NoError(t, err)
+	require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING, row.GetStatus(), "the answer never landed")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -172,12 +173,18 @@ func (s *Supervisor) Tell(id string, cmd *actors.Command) {
 // again after a backoff on Config.Clock (100ms, doubling up to 2s) for as
 // long as conv has a live activation, until Stop; a read that no retry can
 // fix (the call or its conversation gone, the row damaged) delivers
-// nothing. The first failed attempt that is made again is logged at warn
-// level (Config.Logger), and the end of the retries at info level.
+// nothing. A row still PENDING is read again alike, about 30 s at most (20
+// reads): the answer's write, its outcome unknown, may land after the
+// barrier (a PostgreSQL COMMIT whose reply was lost may still be running
+// on the server); one that lands later waits for the activation's next
+// command or its revival. The first failure of the Store that is retried
+// is logged at warn level (Config.Logger), and the end of the retries at
+// info level; pending reads at debug level.
 func (s *Supervisor) DeliverAnswer(conv, id string) {
 	if journal.ValidateID("conversation id", conv) != nil || journal.ValidateID("tool call id", id) != nil {
 		return
 	}
+	pendingReads := 0
 	s.goUnlessStopped(func() {
 		s.retryUntilDone("answer delivery", conv, id, func(ctx context.Context) (bool, error) {
 			if _, err := s.Request(ctx, s.journal, &actors.JournalBarrier{ConversationID: conv}); err != nil {
@@ -192,6 +199,13 @@ func (s *Supervisor) DeliverAnswer(conv, id string) {
 			}
 			if row.GetConversationId() != conv {
 				return true, nil
+			}
+			if row.GetStatus() == messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING {
+				// An answer's write of unknown outcome may land after
+				// the barrier and this read (a PostgreSQL COMMIT whose
+				// reply was lost may still be running on the server).
+				pendingReads++
+				return pendingReads >= deliverPendingReads, errRowPending
 			}
 			if m := actors.ResolvedFromRow(row); m != nil {
 				s.Tell(conv, &actors.Command{Scope: agent.SystemScope, Msg: m})
@@ -210,17 +224,28 @@ const (
 	deliverRetryMax = 2 * time.Second
 )
 
+// deliverPendingReads is how many times DeliverAnswer reads a row that
+// is still PENDING after its barrier (about 30 s with the backoff): an
+// answer's write of unknown outcome may still land.
+const deliverPendingReads = 20
+
+// errRowPending fails an attempt of DeliverAnswer that read the call's
+// row PENDING.
+var errRowPending = errors.New("the call's row is still pending")
+
 // retryUntilDone runs attempt, each time under a context bounded by
 // Config.CallTimeout that Stop ends, until it returns true, waiting
 // between attempts on Config.Clock (deliverRetryMin, doubling up to
 // deliverRetryMax). It returns at once when Stop has begun. An attempt
-// returns the error that failed it, if any. The first failure that is
-// tried again is logged at warn level, and the end of the run after it
-// at info level (recovered, or given up with the last error), naming
-// what (the work retried) and the call.
+// returns the error that failed it, if any. The first failure of the
+// Store that is tried again is logged at warn level (the first
+// errRowPending at debug level), and the end of the run after it at info
+// level (recovered, or given up with the last error; debug level after
+// pending rows only), naming what (the work retried) and the call.
 func (s *Supervisor) retryUntilDone(what, conv, call string, attempt func(ctx context.Context) (done bool, err error)) {
 	wait := deliverRetryMin
 	failed := 0
+	warned, pending := false, false // logged a failure of the Store, a pending row
 	for {
 		ctx, cancel := context.WithTimeout(s.life, s.cfg.CallTimeout)
 		done, err := attempt(ctx)
@@ -232,17 +257,29 @@ func (s *Supervisor) retryUntilDone(what, conv, call string, attempt func(ctx co
 			failed++
 		}
 		if done {
+			level := slog.LevelInfo
+			if !warned {
+				level = slog.LevelDebug
+			}
 			switch {
-			case failed == 0 || (failed == 1 && err != nil):
+			case !warned && !pending:
 				// Never tried again.
 			case err == nil:
-				s.log.Info(what+": recovered", "conversation", conv, "tool_call", call, "failed_attempts", failed)
+				s.log.Log(s.life, level, what+": recovered", "conversation", conv, "tool_call", call, "failed_attempts", failed)
 			default:
-				s.log.Info(what+": given up", "conversation", conv, "tool_call", call, "failed_attempts", failed, "err", err)
+				s.log.Log(s.life, level, what+": given up", "conversation", conv, "tool_call", call, "failed_attempts", failed, "err", err)
 			}
 			return
 		}
-		if err != nil && failed == 1 {
+		switch {
+		case err == nil:
+		case errors.Is(err, errRowPending):
+			if !pending {
+				pending = true
+				s.log.Debug(what+": the call is still pending; reading it again with backoff", "conversation", conv, "tool_call", call)
+			}
+		case !warned:
+			warned = true
 			s.log.Warn(what+": failed; trying again with backoff", "conversation", conv, "tool_call", call, "err", err)
 		}
 		fired := make(chan struct{})
