@@ -18,9 +18,10 @@ import (
 // The copy shares nothing mutable with the source: deleting either later
 // leaves the other whole, and each goes on on its own.
 //
-// The copy starts from the latest summary at or before atSeq that is on the
-// head at atSeq (a summary of a span a rewind skipped is passed over for an
-// earlier one), and copies that summary and the events after it, unchanged
+// The copy starts from the latest summary that ends before atSeq (so that
+// at least the event at atSeq is copied), is on the head at atSeq (a
+// summary of a span a rewind skipped is passed over for an earlier one)
+// and ends inside no tool call, and copies that summary and the events after it, unchanged
 // and with their seqs; the events the summary covers are not copied. So its
 // cost is that of the events after the summary, not of the whole log, and
 // the new conversation's History starts after the summary (Chapters says
