@@ -842,34 +842,83 @@ func (r *Runtime) fire(ctx context.Context, f scheduleFire) {
 
 // skipOccurrence moves schedule f past its occurrence f.at without
 // writing its message, as the wake's write would have: to next, or the
-// schedule goes when next is nil. The Store moves it only if its record is
-// still sc's revision at f.at (journal.ScheduleStore.SkipSchedule): a
-// schedule replaced or cancelled meanwhile, even after a read here, is
-// left as it is, its timer following the Store. A Store that fails leaves
-// the occurrence to be handed again later.
+// schedule goes when next is nil. A Store that is a
+// journal.ScheduleSkipper moves it only if its record is still sc's
+// revision at f.at: a schedule replaced or cancelled meanwhile, even
+// after a read here, is left as it is, its timer following the Store.
+// With another ScheduleStore it acts only if a read finds sc still there
+// (a replacement committed between that read and the write is
+// overwritten or deleted). A Store that fails leaves the occurrence to be
+// handed again later.
 func (r *Runtime) skipOccurrence(ctx context.Context, ss journal.ScheduleStore, f scheduleFire, sc *messages.Schedule, next *time.Time) {
+	k, ok := ss.(journal.ScheduleSkipper)
+	if !ok {
+		r.skipOccurrenceUnconditionally(ctx, ss, f, sc, next)
+		return
+	}
 	skip := &messages.ScheduleFire{ScheduleId: f.id, Occurrence: journal.Timestamp(f.at), Revision: sc.GetRevision()}
 	if next != nil {
 		skip.Next = journal.Timestamp(*next)
 	}
-	err := ss.SkipSchedule(ctx, f.conv, skip)
+	err := k.SkipSchedule(ctx, f.conv, skip)
 	switch {
 	case err == nil && next == nil:
 		// Named by sc's revision, as a fire's commit report is.
 		r.disarmSchedule(f.conv, f.id, sc.GetRevision())
 	case err == nil:
-		if aerr := r.sup.ArmSchedule(f.conv, f.id, sc.GetRevision(), *next); aerr != nil {
-			r.log.Warn("lazarus: schedule: the Store's schedule could not be armed", "conversation", f.conv, "schedule", f.id, "err", aerr)
-		}
+		r.armSkipped(f, sc, *next)
 	case errors.Is(err, journal.ErrStale):
 		// Replaced, cancelled or moved since it fired: the timer follows
 		// the Store's record, as after a stale wake.
 		_, _ = r.currentSchedule(ctx, ss, f)
-	case ctx.Err() != nil:
-		r.fireCut(f, err)
 	default:
-		r.log.Warn("lazarus: schedule: skipping a refused occurrence failed; it is handed again later", "conversation", f.conv, "schedule", f.id, "err", err)
+		r.skipFailed(ctx, f, err)
 	}
+}
+
+// skipOccurrenceUnconditionally is skipOccurrence on a ScheduleStore that
+// is no journal.ScheduleSkipper: a read, then a put or a delete.
+func (r *Runtime) skipOccurrenceUnconditionally(ctx context.Context, ss journal.ScheduleStore, f scheduleFire, sc *messages.Schedule, next *time.Time) {
+	cur, err := r.currentSchedule(ctx, ss, f)
+	if err != nil || cur == nil || !proto.Equal(cur, sc) {
+		return
+	}
+	if next == nil {
+		err = ss.DeleteSchedule(ctx, f.conv, f.id)
+		if err == nil || errors.Is(err, journal.ErrNotFound) {
+			r.disarmSchedule(f.conv, f.id, sc.GetRevision())
+			return
+		}
+	} else {
+		moved := proto.Clone(cur).(*messages.Schedule)
+		moved.Next = journal.Timestamp(*next)
+		if err = ss.PutSchedule(ctx, moved); err == nil {
+			r.armSkipped(f, sc, *next)
+			return
+		}
+		if errors.Is(err, journal.ErrNotFound) || errors.Is(err, journal.ErrDeleted) {
+			r.disarmSchedule(f.conv, f.id, "")
+			return
+		}
+	}
+	r.skipFailed(ctx, f, err)
+}
+
+// armSkipped arms schedule f of revision sc at next, where a skip moved it.
+func (r *Runtime) armSkipped(f scheduleFire, sc *messages.Schedule, next time.Time) {
+	if err := r.sup.ArmSchedule(f.conv, f.id, sc.GetRevision(), next); err != nil {
+		r.log.Warn("lazarus: schedule: the Store's schedule could not be armed", "conversation", f.conv, "schedule", f.id, "err", err)
+	}
+}
+
+// skipFailed logs a skip of f whose write failed with err: the occurrence
+// is handed again later.
+func (r *Runtime) skipFailed(ctx context.Context, f scheduleFire, err error) {
+	if ctx.Err() != nil {
+		r.fireCut(f, err)
+		return
+	}
+	r.log.Warn("lazarus: schedule: skipping a refused occurrence failed; it is handed again later", "conversation", f.conv, "schedule", f.id, "err", err)
 }
 
 // fireCut logs a delivery that Close cut (the Runtime's life ended under

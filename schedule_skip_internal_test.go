@@ -24,8 +24,20 @@ import (
 // occurrence the conversation refused as invalid) moves a repeating
 // schedule to the next occurrence and removes a one-shot one, but leaves a
 // record that changed since it fired (replaced with another text, at the
-// same time) as it is: that one's occurrence is not the refused one.
+// same time) as it is: that one's occurrence is not the refused one. So it
+// does through a journal.ScheduleSkipper, and through a ScheduleStore that
+// is none (a Store wrapper written before it).
 func TestSkipOccurrenceOnlyMovesTheRecordThatFired(t *testing.T) {
+	for _, skipper := range []bool{true, false} {
+		t.Run(fmt.Sprint("skipper=", skipper), func(t *testing.T) { testSkipOccurrenceOnlyMovesTheRecordThatFired(t, skipper) })
+	}
+}
+
+// onlySchedules is a journal.ScheduleStore and nothing else: no
+// journal.ScheduleSkipper.
+type onlySchedules struct{ journal.ScheduleStore }
+
+func testSkipOccurrenceOnlyMovesTheRecordThatFired(t *testing.T, skipper bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -37,6 +49,11 @@ func TestSkipOccurrenceOnlyMovesTheRecordThatFired(t *testing.T) {
 	_, err = rt.Send(ctx, "c", "hi", alice)
 	require.NoError(t, err)
 	ss := rt.store.(journal.ScheduleStore)
+	if !skipper {
+		ss = onlySchedules{ss}
+	}
+	_, isSkipper := ss.(journal.ScheduleSkipper)
+	require.Equal(t, skipper, isSkipper)
 	at := t0.Add(10 * time.Minute)
 	next := at.Add(time.Hour)
 	list := func() []*messages.Schedule {

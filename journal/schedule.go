@@ -38,17 +38,6 @@ type ScheduleStore interface {
 	// ErrNotFound; an ill-formed conversation or schedule id (ValidateID)
 	// is ErrInvalid.
 	DeleteSchedule(ctx context.Context, conversationID, id string) error
-	// SkipSchedule passes schedule f.ScheduleId of the conversation over
-	// its occurrence without a message: it applies f as an Append's
-	// ScheduleFire does, under the same condition (the stored Next is f's
-	// Occurrence and the stored Revision is f's Revision; else ErrStale
-	// and nothing is written), moving Next to f's Next or removing the
-	// schedule when that is unset, but writes no event. So a schedule
-	// replaced, or cancelled and made again, since f was computed is left
-	// as it is. A schedule that is not there (nor its conversation) is
-	// ErrStale too; an ill-formed conversation id or fire
-	// (ValidateScheduleFire) is ErrInvalid.
-	SkipSchedule(ctx context.Context, conversationID string, f *messages.ScheduleFire) error
 	// ConversationSchedules returns the conversation's schedules ordered
 	// by id (none for an unknown conversation). Its cost depends on the
 	// conversation's schedules only.
@@ -64,6 +53,27 @@ type ScheduleStore interface {
 	// every other one, then the error wraps ErrCorrupt and names the
 	// first.
 	ScheduleTimes(ctx context.Context, fn func(conversationID, id string, next time.Time) error) error
+}
+
+// ScheduleSkipper is what a ScheduleStore implements to move a schedule
+// past an occurrence under a fire's condition; the three adapters of this
+// module do, and journaltest holds a ScheduleStore that does to it. The
+// runtime skips an occurrence the conversation refused through it; with a
+// ScheduleStore that lacks it, it reads the schedule and then puts or
+// deletes it, and a schedule replaced between the two is overwritten or
+// deleted.
+type ScheduleSkipper interface {
+	// SkipSchedule passes schedule f.ScheduleId of the conversation over
+	// its occurrence without a message: it applies f as an Append's
+	// ScheduleFire does, under the same condition (the stored Next is f's
+	// Occurrence and the stored Revision is f's Revision; else ErrStale
+	// and nothing is written), moving Next to f's Next or removing the
+	// schedule when that is unset, but writes no event. So a schedule
+	// replaced, or cancelled and made again, since f was computed is left
+	// as it is. A schedule that is not there (nor its conversation) is
+	// ErrStale too; an ill-formed conversation id or fire
+	// (ValidateScheduleFire) is ErrInvalid.
+	SkipSchedule(ctx context.Context, conversationID string, f *messages.ScheduleFire) error
 }
 
 // MaxSchedulesPerConversation bounds the schedules one conversation may
