@@ -620,11 +620,17 @@ func updateToProto(id string, u Update) *messages.ClusterUpdate {
 			p.TurnFailedUnwritten = true
 		}
 	}
-	if u.Err != nil && u.Retry == nil && u.TurnEnd == nil && !errors.Is(u.Err, journal.ErrConflict) {
+	if finalErr(u) {
 		p.Final = true
 		p.Answered = !errors.Is(u.Err, ErrLagged)
 	}
 	return p
+}
+
+// finalErr reports whether u's error ends its subscription: an error that
+// is not a model call's retry, a turn's end or a lost write race.
+func finalErr(u Update) bool {
+	return u.Err != nil && u.Retry == nil && u.TurnEnd == nil && !errors.Is(u.Err, journal.ErrConflict)
 }
 
 // updateFromProto is the update of its wire form.
@@ -846,7 +852,19 @@ func (n *clusterNode) runFollower(ctx context.Context, conv string, last uint64,
 				}
 			}
 			cancel()
-			for range ch { // drain: the pump ends on the cancelled context
+			// The pump ends on the cancelled context; what it had put in
+			// ch is delivered, in order: its events (the next stream
+			// starts after them) and the updates that carry none (deltas,
+			// a failed write's or a kill's end), which no stream replays.
+			// A final error (its lag, say) is the old stream's: the next
+			// stream reports its own.
+			for u := range ch {
+				if finalErr(u) {
+					continue
+				}
+				if !emit(u) {
+					return
+				}
 			}
 			if moved {
 				continue
