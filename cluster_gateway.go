@@ -559,9 +559,10 @@ func (n *clusterNode) closeServing(id string) {
 // restarted at the same address since it subscribed, and this member has
 // yet to see its new id) unsubscribes at its first update. A stream that
 // ends without a final update of its own ends with one (UNAVAILABLE, not
-// answered) sent once its subscription here has freed its slot of the
-// conversation: the follower that unsubscribed waits for it (see
-// unsubscribed).
+// answered); either is sent once its subscription here has freed its slot
+// of the conversation: the follower that unsubscribed waits for it (see
+// unsubscribed), and one that subscribes again after it is not refused
+// for that slot.
 func (n *clusterNode) serveSubscribe(ctx context.Context, sender *actor.PID, m *messages.ClusterSubscribe) {
 	r := n.r
 	id := m.GetSubscriptionId()
@@ -582,6 +583,16 @@ func (n *clusterNode) serveSubscribe(ctx context.Context, sender *actor.PID, m *
 	// no follower of this id tells it to end the stream.
 	for u := range ch {
 		p := updateToProto(id, u)
+		if p.GetFinal() {
+			// The stream's own end (its lag, a failed read of the
+			// Store): sent once its subscription has freed its slot of
+			// the conversation, which it does before it closes ch, as
+			// the final update of a stream that ends without one is (a
+			// follower that subscribes again at once, or its subscriber's
+			// next subscription, is not refused for that slot).
+			for range ch {
+			}
+		}
 		n.sys.Root.RequestWithCustomSender(to, p, n.gateway)
 		if p.GetFinal() {
 			return

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/journal/memjournal"
 	"github.com/lazarusrt/lazarus/messages"
 )
@@ -422,4 +424,81 @@ func TestFollowerOfAnOwnerThatStaysWithinTheOwnersCap(t *testing.T) {
 	for range updates {
 	}
 	require.Zero(t, slotsOf(owner, conv), "the cancelled subscription freed the owner's slot")
+}
+
+// TestOwnersStreamErrorSentOnceItsSlotIsFree: the owner's stream of a
+// follower on another member ends with its own error (the owner's Store
+// fails its reads). The owner's gateway sent that final update as soon as
+// its subscription delivered it, before the subscription had freed its
+// slot of the conversation: the member's subscription could end, or a
+// follower that fell behind subscribe again at once, while the owner
+// still held the slot, and at the owner's Options.MaxSubscriptions of 1
+// the next subscription was refused with ErrTooManySubscriptions. Now the
+// final update leaves once the slot is free (the test holds the owner's
+// subscription between its error and the freeing of its slot, and no
+// final update leaves meanwhile), and a subscription opened once the
+// member's has ended is served.
+func TestOwnersStreamErrorSentOnceItsSlotIsFree(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	store := memjournal.New(memjournal.Options{})
+	down := &readsDownStore{Store: store}
+	model := okModel()
+	var armed atomic.Bool
+	entered, gate := make(chan struct{}, 1), make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(gate) }) }
+	// Called by a subscription's pump as it ends, before it frees its slot.
+	held := func(delta int) {
+		if delta < 0 && armed.CompareAndSwap(true, false) {
+			entered <- struct{}{}
+			<-gate
+		}
+	}
+	net, members := pairNet()
+	owner, _ := openOwner(t, net, Options{Store: down, Model: model, NoResume: true, MaxSubscriptions: 1,
+		Metrics: Metrics{Subscribers: held}})
+	member := openRuntime(t, Options{Store: store, Model: model, NoResume: true})
+	t.Cleanup(release) // before the Runtimes close: the owner's Close waits for the subscription held
+	conv := ownedBy(netMember(t, net, member, memberAddr, members), ownerAddr)
+	down.conv = conv
+	firstTurn(t, ctx, owner, store, conv)
+
+	finals := make(chan int, 4) // the owner's slots of conv as each final update leaves
+	net.watch(func(_ *actor.PID, m any) {
+		if u, ok := m.(*messages.ClusterUpdate); ok && u.GetFinal() {
+			finals <- slotsOf(owner, conv)
+		}
+	})
+	down.down.Store(true)
+	armed.Store(true)
+	remote, err := member.Subscribe(ctx, conv, 0)
+	require.NoError(t, err)
+	select {
+	case <-entered:
+	case <-ctx.Done():
+		t.Fatal("the owner's subscription did not end")
+	}
+	require.Never(t, func() bool { return len(finals) > 0 }, 500*time.Millisecond, 5*time.Millisecond,
+		"a final update left while the owner's subscription held its slot")
+	release()
+	select {
+	case slots := <-finals:
+		require.Zero(t, slots, "the final update left once the slot was free")
+	case <-ctx.Done():
+		t.Fatal("no final update left the owner")
+	}
+	ru := lastUpdate(t, ctx, remote, "on the member")
+	require.ErrorIs(t, ru.Err, journal.ErrUnavailable, "the owner's error")
+
+	down.down.Store(false)
+	remote, err = member.Subscribe(ctx, conv, 0)
+	require.NoError(t, err)
+	select {
+	case u := <-remote:
+		require.NoError(t, u.Err, "served within the owner's cap of 1")
+		require.EqualValues(t, 1, u.Event.GetSeq())
+	case <-ctx.Done():
+		t.Fatal("the member's subscription got nothing")
+	}
 }
