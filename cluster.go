@@ -387,6 +387,13 @@ func (n *clusterNode) servingMember(addr string) string {
 	return ""
 }
 
+// idsAt returns the member ids at addr by the membership last applied.
+func (n *clusterNode) idsAt(addr string) []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.Clone(n.memberIDs[addr])
+}
+
 // resume runs the resume scan of the ACTIVE conversations this member owns,
 // once at a time; a membership change during a scan runs it again after.
 func (n *clusterNode) resume() {

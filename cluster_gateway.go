@@ -908,8 +908,10 @@ func (n *clusterNode) runFollower(ctx context.Context, conv string, last uint64,
 			RequestId: n.nextID.Add(1), SubscriptionId: id, ConversationId: conv, AfterSeq: last, ReplyAddress: n.self,
 		})
 		timer := time.NewTimer(n.opts.RequestTimeout)
+		ids := n.idsAt(owner)
 		var res any
 		var err error
+	answering:
 		select {
 		case m := <-answer:
 			res, err = actors.AnswerOf(m)
@@ -930,11 +932,17 @@ func (n *clusterNode) runFollower(ctx context.Context, conv string, last uint64,
 			}
 			continue
 		case <-changed:
+			changed = n.changes()
+			if n.owner(conv) == owner && slices.Equal(n.idsAt(owner), ids) {
+				// The same owner, of the same run: its answer is
+				// awaited still.
+				goto answering
+			}
 			// The membership changed before the owner answered (it may
-			// have left): the follower subscribes again at once, to
-			// the new owner, or to this one once the answer is in
-			// (awaitEnding), which is awaited apart, as the stream's
-			// end if it was served (abandon).
+			// have left, or restarted at its address): the follower
+			// subscribes again at once, to the new owner, or to this
+			// one once the answer is in (awaitEnding), which is awaited
+			// apart, as the stream's end if it was served (abandon).
 			n.abandon(f, owner, id, conv, answer, release, timer, unfollow)
 			delay = followRetryMin
 			continue

@@ -11,6 +11,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/journal/memjournal"
 	"github.com/lazarusrt/lazarus/messages"
@@ -238,4 +239,80 @@ func TestCloseDuringAFollowersSubscribe(t *testing.T) {
 	require.True(t, ok, "got %T, not the unsubscribe", m.msg)
 	require.Equal(t, sub.GetSubscriptionId(), unsub.GetSubscriptionId())
 	require.Equal(t, actor.NewPID(memberAddr, GatewayName).String(), m.sender.String(), "sent as the member's gateway")
+}
+
+// TestMembershipChangeDuringASubscribeToAnOwnerThatStays: a membership
+// change while a follower's subscribe has no answer yet, the owner the
+// same member still, left the subscribe (and ended the stream the owner
+// served all the same) to subscribe to that owner again. Now the follower
+// awaits the answer still, and the stream it answers is followed.
+func TestMembershipChangeDuringASubscribeToAnOwnerThatStays(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ownerSys, member, n, conv, next := memberOfARecordedOwner(t, ctx)
+
+	updates, err := member.Subscribe(ctx, conv, 0)
+	require.NoError(t, err)
+	first := next("subscribe")
+	sub, ok := first.msg.(*messages.ClusterSubscribe)
+	require.True(t, ok, "got %T, not the subscribe", first.msg)
+	n.mu.Lock()
+	close(n.changed) // the same members: the owner stays
+	n.changed = make(chan struct{})
+	n.mu.Unlock()
+	require.Equal(t, ownerAddr, n.owner(conv))
+
+	ownerSys.Root.Send(first.sender, &messages.ClusterReply{RequestId: sub.GetRequestId(), Node: ownerAddr})
+	ownerSys.Root.RequestWithCustomSender(actor.NewPID(memberAddr, GatewayName),
+		&messages.ClusterUpdate{SubscriptionId: sub.GetSubscriptionId(), ConversationId: conv,
+			Event: &messages.Event{Seq: 1, Body: &messages.Event_UserMsg{UserMsg: agent.UserMessage(agent.TextPart("hi"))}}},
+		actor.NewPID(ownerAddr, GatewayName))
+	select {
+	case u, ok := <-updates:
+		require.True(t, ok, "the subscription ended")
+		require.NoError(t, u.Err)
+		require.EqualValues(t, 1, u.Event.GetSeq(), "the stream answered is followed")
+	case <-ctx.Done():
+		t.Fatal("the stream the owner answered was not followed")
+	}
+	require.Equal(t, []string{sub.GetSubscriptionId()}, followIDs(n), "one follower, of the first subscribe")
+}
+
+// TestMembershipChangeDuringASubscribeToAnOwnerRestarted: a membership
+// change while a follower's subscribe has no answer yet, that shows
+// another member id at the owner's address (it restarted there), leaves
+// the subscribe: the stream the owner answers is ended (unsubscribed), and
+// the follower subscribes again once it has.
+func TestMembershipChangeDuringASubscribeToAnOwnerRestarted(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ownerSys, member, n, conv, next := memberOfARecordedOwner(t, ctx)
+	n.mu.Lock()
+	n.memberIDs = map[string][]string{ownerAddr: {"owner-1"}, memberAddr: {"member-1"}}
+	n.mu.Unlock()
+
+	_, err := member.Subscribe(ctx, conv, 0)
+	require.NoError(t, err)
+	first := next("subscribe")
+	sub, ok := first.msg.(*messages.ClusterSubscribe)
+	require.True(t, ok, "got %T, not the subscribe", first.msg)
+	n.mu.Lock()
+	n.memberIDs = map[string][]string{ownerAddr: {"owner-2"}, memberAddr: {"member-1"}}
+	close(n.changed)
+	n.changed = make(chan struct{})
+	n.mu.Unlock()
+
+	ownerSys.Root.Send(first.sender, &messages.ClusterReply{RequestId: sub.GetRequestId(), Node: ownerAddr})
+	m := next("unsubscribe")
+	unsub, ok := m.msg.(*messages.ClusterUnsubscribe)
+	require.True(t, ok, "got %T, not the unsubscribe of the stream answered", m.msg)
+	require.Equal(t, sub.GetSubscriptionId(), unsub.GetSubscriptionId())
+	ownerSys.Root.RequestWithCustomSender(actor.NewPID(memberAddr, GatewayName),
+		&messages.ClusterUpdate{SubscriptionId: sub.GetSubscriptionId(), ConversationId: conv, Final: true,
+			Error: &messages.Error{Code: messages.ErrorCode_ERROR_CODE_UNAVAILABLE, Message: "stopped serving"}},
+		actor.NewPID(ownerAddr, GatewayName))
+	m = next("second subscribe")
+	sub2, ok := m.msg.(*messages.ClusterSubscribe)
+	require.True(t, ok, "got %T, not the new subscribe", m.msg)
+	require.NotEqual(t, sub.GetSubscriptionId(), sub2.GetSubscriptionId())
 }
