@@ -828,6 +828,7 @@ func (n *clusterNode) runFollower(ctx context.Context, conv string, last uint64,
 		void = true // a new stream starts
 		changed := n.changes()
 		owner := n.owner(conv)
+		ownerIDs := n.idsAt(owner) // its run: see the subscribe's wait below
 		if owner == n.self {
 			sctx, cancel := context.WithCancel(ctx)
 			ch, err := n.r.subscribeLocal(sctx, conv, last, false) // the follower holds the slot
@@ -908,7 +909,6 @@ func (n *clusterNode) runFollower(ctx context.Context, conv string, last uint64,
 			RequestId: n.nextID.Add(1), SubscriptionId: id, ConversationId: conv, AfterSeq: last, ReplyAddress: n.self,
 		})
 		timer := time.NewTimer(n.opts.RequestTimeout)
-		ids := n.idsAt(owner)
 		var res any
 		var err error
 	answering:
@@ -933,7 +933,7 @@ func (n *clusterNode) runFollower(ctx context.Context, conv string, last uint64,
 			continue
 		case <-changed:
 			changed = n.changes()
-			if n.owner(conv) == owner && slices.Equal(n.idsAt(owner), ids) {
+			if n.owner(conv) == owner && slices.Equal(n.idsAt(owner), ownerIDs) {
 				// The same owner, of the same run: its answer is
 				// awaited still.
 				goto answering
