@@ -577,3 +577,34 @@ func TestHugeRetryAfterFailsAtOnce(t *testing.T) {
 	assert.True(t, ok)
 	assert.Equal(t, time.Duration(1<<63-1), d)
 }
+
+// TestObjectSchemaWithoutPropertiesGetsThem: a tool's schema that is an
+// object with no properties ({"type":"object"}, what MCP servers list for
+// a tool without arguments) is sent with an empty "properties": OpenAI
+// refuses the whole request otherwise (400 "object schema missing
+// properties"). A schema that has them is sent as it is.
+func TestObjectSchemaWithoutPropertiesGetsThem(t *testing.T) {
+	for params, want := range map[string]string{
+		`{"type":"object"}`: `{"type":"object","properties":{}}`,
+		`{"type":"object","additionalProperties":false}`:         `{"type":"object","properties":{},"additionalProperties":false}`,
+		`{"type":"object","properties":{"a":{"type":"string"}}}`: `{"type":"object","properties":{"a":{"type":"string"}}}`,
+		`{}`: `{}`,
+	} {
+		p := serveText(t, chunk(`{"content":"x"}`, "stop")+usageChunk)
+		turn := providertest.Turn()
+		turn.Tools = []agent.ToolSpec{{Name: "no_args", Parameters: params}}
+		_, err := p.m.Generate(context.Background(), turn, nil)
+		require.NoError(t, err, params)
+		require.Len(t, p.srv.Requests(), 1)
+		var req struct {
+			Tools []struct {
+				Function struct {
+					Parameters json.RawMessage `json:"parameters"`
+				} `json:"function"`
+			} `json:"tools"`
+		}
+		require.NoError(t, json.Unmarshal(p.srv.Requests()[0], &req))
+		require.Len(t, req.Tools, 1)
+		assert.JSONEq(t, want, string(req.Tools[0].Function.Parameters), params)
+	}
+}

@@ -30,6 +30,11 @@
 // connection closes; from a server that sends no such chunk it ends with
 // the stream.
 //
+// A tool's Parameters that are an object schema without properties
+// ({"type":"object"}, what MCP servers list for a tool without arguments)
+// are sent with an empty "properties": OpenAI refuses the request
+// otherwise.
+//
 // # Failures
 //
 // Errors wrap the provider-neutral sentinels of package agent (errors.Is),
@@ -287,7 +292,8 @@ func (m *Model) request(turn agent.Turn) (oai.ChatCompletionNewParams, error) {
 	return p, nil
 }
 
-// parameters decodes a tool's JSON schema once per distinct text.
+// parameters decodes a tool's JSON schema once per distinct text. An
+// object schema without properties gets an empty one.
 func (m *Model) parameters(spec agent.ToolSpec) (shared.FunctionParameters, error) {
 	if v, ok := m.params.Load(spec.Parameters); ok {
 		return v.(shared.FunctionParameters), nil
@@ -301,6 +307,13 @@ func (m *Model) parameters(spec agent.ToolSpec) (shared.FunctionParameters, erro
 		// The request cannot be made: agent.ErrRequest, the one sentinel
 		// a provider's error wraps, beside journal.ErrInvalid.
 		return nil, fmt.Errorf("%w: %w", agent.ErrRequest, journal.Invalidf("openai: parameters of tool %s: %v", spec.Name, err))
+	}
+	if fp["type"] == "object" && fp["properties"] == nil {
+		// An object without properties ({"type":"object"}, what MCP
+		// servers list for a tool without arguments) is valid JSON
+		// schema, but OpenAI refuses the whole request (400: "object
+		// schema missing properties"): it gets an empty one.
+		fp["properties"] = map[string]any{}
 	}
 	m.params.Store(spec.Parameters, fp)
 	return fp, nil
