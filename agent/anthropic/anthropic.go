@@ -13,7 +13,9 @@
 // (tool_result, in the next user message) carry the runtime's id; a
 // message sent while the call was open, which the log holds before the
 // result, follows the results in that user message
-// (openai.ResultsAfterCalls). Usage is
+// (openai.ResultsAfterCalls). A message's text that is empty or only
+// whitespace is left out of the history: the API refuses such a text
+// block. Usage is
 // read from message_start (input) and message_delta (output, cumulative;
 // an input count there replaces message_start's if positive) and recorded
 // on the assistant message with the model's name: input_tokens,
@@ -217,13 +219,16 @@ func (m *Model) request(turn agent.Turn) (sdk.MessageNewParams, error) {
 	for _, ev := range openai.ResultsAfterCalls(turn.Context) {
 		switch {
 		case ev.GetUserMsg() != nil:
-			if t := openai.Text(ev.GetUserMsg().GetContent()); t != "" {
+			// The API refuses a text block that is empty or only
+			// whitespace (400), on every later call once the log holds
+			// one: such text is left out.
+			if t := openai.Text(ev.GetUserMsg().GetContent()); strings.TrimSpace(t) != "" {
 				add(sdk.MessageParamRoleUser, sdk.NewTextBlock(t))
 			}
 		case ev.GetAssistantMsg() != nil:
 			a := ev.GetAssistantMsg()
 			var blocks []sdk.ContentBlockParamUnion
-			if t := openai.Text(a.GetContent()); t != "" {
+			if t := openai.Text(a.GetContent()); strings.TrimSpace(t) != "" {
 				blocks = append(blocks, sdk.NewTextBlock(t))
 			}
 			for _, tc := range a.GetToolCalls() {

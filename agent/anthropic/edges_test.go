@@ -469,3 +469,44 @@ func TestOddErrorBodiesNameTheStatus(t *testing.T) {
 		})
 	}
 }
+
+// TestWhitespaceOnlyTextIsNotSent: the API refuses a text block that is
+// empty or only whitespace (400: "text content blocks must contain
+// non-whitespace text"), on every later call of the conversation once the
+// log holds one. An answer's text of only whitespace (Claude may write
+// "\n\n" before its tool_use) and a user message of only whitespace are
+// left out of the history, as empty text is.
+func TestWhitespaceOnlyTextIsNotSent(t *testing.T) {
+	p := serveText(t, start+textStart+textDelta("ok")+stopWith("end_turn"))
+	turn := providertest.Turn()
+	turn.Context[1].GetAssistantMsg().Content = []*messages.ContentPart{docText("\n\n")}
+	turn.Context = append(turn.Context,
+		&messages.Event{Seq: 7, Body: &messages.Event_AssistantMsg{AssistantMsg: &messages.AssistantMessage{Content: []*messages.ContentPart{docText(" \n")}}}},
+		docUser(8, docText(" \t")),
+		docUser(9, docText("and?")))
+	_, err := p.m.Generate(context.Background(), turn, nil)
+	require.NoError(t, err)
+	var req struct {
+		Messages []struct {
+			Role    string
+			Content []struct {
+				Type string `json:"type"`
+				Text string `json:"text"`
+			}
+		}
+	}
+	require.NoError(t, json.Unmarshal(p.srv.Requests()[0], &req))
+	var texts []string
+	for _, m := range req.Messages {
+		for _, c := range m.Content {
+			if c.Type == "text" {
+				assert.NotEmpty(t, strings.TrimSpace(c.Text), "a %s message's text block", m.Role)
+				texts = append(texts, c.Text)
+			}
+		}
+	}
+	require.Len(t, req.Messages, 3)
+	assert.Equal(t, []string{"user", "assistant", "user"}, []string{req.Messages[0].Role, req.Messages[1].Role, req.Messages[2].Role})
+	assert.Equal(t, "tool_use", req.Messages[1].Content[0].Type)
+	assert.Equal(t, "and?", texts[len(texts)-1])
+}
