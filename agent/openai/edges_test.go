@@ -608,3 +608,23 @@ func TestObjectSchemaWithoutPropertiesGetsThem(t *testing.T) {
 		assert.JSONEq(t, want, string(req.Tools[0].Function.Parameters), params)
 	}
 }
+
+// TestNameRepeatedInEveryFragment: a server that sends a call's whole
+// name again in each of its fragments (MiniMax on NVIDIA NIM, Fireworks
+// do) gives the call that name, not its repetition; a name split across
+// fragments is still joined.
+func TestNameRepeatedInEveryFragment(t *testing.T) {
+	p := serveText(t, chunk(`{"role":"assistant"}`, "")+
+		chunk(`{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"get_weather","arguments":""}}]}`, "")+
+		chunk(`{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"get_weather","arguments":"{\"city\":"}}]}`, "")+
+		chunk(`{"tool_calls":[{"index":0,"function":{"name":"get_weather","arguments":"\"Paris\"}"}}]}`, "")+
+		chunk(`{"tool_calls":[{"index":1,"id":"call_b","type":"function","function":{"name":"get_","arguments":""}}]}`, "")+
+		chunk(`{"tool_calls":[{"index":1,"function":{"name":"time","arguments":"{}"}}]}`, "")+
+		chunk(`{}`, "tool_calls")+usageChunk)
+	msg, err := p.m.Generate(context.Background(), providertest.Turn(), nil)
+	require.NoError(t, err)
+	require.Len(t, msg.GetToolCalls(), 2)
+	assert.Equal(t, "get_weather", msg.GetToolCalls()[0].GetName())
+	assert.JSONEq(t, `{"city":"Paris"}`, msg.GetToolCalls()[0].GetArguments())
+	assert.Equal(t, "get_time", msg.GetToolCalls()[1].GetName())
+}

@@ -7,7 +7,8 @@
 //
 // Text deltas reach onDelta as the chunks arrive. Tool calls are assembled
 // from their fragments (a call's arguments split across many chunks, several
-// calls in one answer, told apart by their index), and returned in index
+// calls in one answer, told apart by their index; a name or id a server
+// repeats in each fragment is kept once), and returned in index
 // order with an empty Id (the runtime mints one) and the provider's own id
 // in ProviderId. In the history sent back to the provider, a call and its
 // result carry the runtime's id, which is unique and stable across kills,
@@ -559,7 +560,8 @@ func NotUTF8(msg *messages.AssistantMessage) string {
 }
 
 // addFragment adds one streamed fragment of a tool call. Fragments of one
-// call share its index; its first fragment carries the id and name. A
+// call share its index; its first fragment carries the id and name (a
+// later one may repeat them). A
 // fragment with a new id at an index already used starts another call
 // (servers that number every call 0); the fragments after it at that index
 // are its own.
@@ -585,7 +587,13 @@ func addFragment(calls []*call, f *oai.ChatCompletionChunkChoiceDeltaToolCall) [
 	if f.ID != "" {
 		c.id = f.ID
 	}
-	c.name += f.Function.Name
+	if f.Function.Name != c.name {
+		// A name equal to the name so far repeats it (servers that send
+		// the whole name with every fragment: MiniMax on NVIDIA NIM,
+		// Fireworks); any other is the rest of a name split across
+		// fragments.
+		c.name += f.Function.Name
+	}
 	c.args.WriteString(f.Function.Arguments)
 	return calls
 }
