@@ -36,8 +36,7 @@ func rawParams() oai.ChatCompletionNewParams {
 		Model:         "gpt-4o-mini",
 		StreamOptions: oai.ChatCompletionStreamOptionsParam{IncludeUsage: oai.Bool(true)},
 		Messages: []oai.ChatCompletionMessageParamUnion{
-			oai.SystemMessage("Be brief."),
-			oai.SystemMessage(openai.SummaryPrefix + "The user lives in Paris."),
+			oai.SystemMessage("Be brief.\n\n" + openai.SummaryPrefix + "The user lives in Paris."),
 			oai.UserMessage("What is the weather?"),
 			{OfAssistant: &oai.ChatCompletionAssistantMessageParam{ToolCalls: []oai.ChatCompletionMessageToolCallUnionParam{{
 				OfFunction: &oai.ChatCompletionMessageFunctionToolCallParam{ID: "call_runtime1",

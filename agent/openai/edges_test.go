@@ -628,3 +628,47 @@ func TestNameRepeatedInEveryFragment(t *testing.T) {
 	assert.JSONEq(t, `{"city":"Paris"}`, msg.GetToolCalls()[0].GetArguments())
 	assert.Equal(t, "get_time", msg.GetToolCalls()[1].GetName())
 }
+
+// TestOneSystemMessage: the system prompt and the summary go in one
+// system message, the prompt first: the chat templates of many models
+// served by vLLM or llama.cpp (Mistral's, Gemma's) take a single system
+// message, first, and refuse the request if another follows.
+func TestOneSystemMessage(t *testing.T) {
+	for name, tc := range map[string]struct{ system, summary, want string }{
+		"both":        {"Be brief.", "The user lives in Paris.", "Be brief.\n\n" + openai.SummaryPrefix + "The user lives in Paris."},
+		"summary":     {"", "The user lives in Paris.", openai.SummaryPrefix + "The user lives in Paris."},
+		"prompt":      {"Be brief.", "", "Be brief."},
+		"neither one": {"", "", ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			rs, err := providertest.Parse([]byte(chunk(`{"content":"x"}`, "stop") + usageChunk))
+			require.NoError(t, err)
+			srv := providertest.Serve(t, rs)
+			m, err := openai.New(openai.Options{Model: "m", BaseURL: srv.URL, System: tc.system})
+			require.NoError(t, err)
+			turn := providertest.Turn()
+			turn.Summary = &messages.Summary{ToSeq: 2, Content: tc.summary}
+			_, err = m.Generate(context.Background(), turn, nil)
+			require.NoError(t, err)
+			var req struct {
+				Messages []struct {
+					Role    string `json:"role"`
+					Content any    `json:"content"`
+				} `json:"messages"`
+			}
+			require.NoError(t, json.Unmarshal(srv.Requests()[0], &req))
+			var system []any
+			for _, msg := range req.Messages {
+				if msg.Role == "system" {
+					system = append(system, msg.Content)
+				}
+			}
+			if tc.want == "" {
+				assert.Empty(t, system)
+				return
+			}
+			assert.Equal(t, []any{tc.want}, system)
+			assert.Equal(t, "system", req.Messages[0].Role)
+		})
+	}
+}

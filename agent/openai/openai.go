@@ -122,7 +122,9 @@ const (
 	EnvModel   = "OPENAI_MODEL"
 )
 
-// SummaryPrefix starts the system message that carries a turn's summary.
+// SummaryPrefix starts a turn's summary in the system message, after the
+// system prompt and a blank line (the anthropic provider sends it as a
+// system block of its own).
 const SummaryPrefix = "Summary of the earlier conversation:\n"
 
 // Options configure a Model.
@@ -235,11 +237,17 @@ func (m *Model) request(turn agent.Turn) (oai.ChatCompletionNewParams, error) {
 		p.ToolChoice = oai.ToolChoiceOptionFunctionToolChoice(oai.ChatCompletionNamedToolChoiceFunctionParam{Name: set.ToolChoice})
 	}
 	msgs := make([]oai.ChatCompletionMessageParamUnion, 0, len(turn.Context)+2)
-	if set.SystemPrompt != "" {
-		msgs = append(msgs, oai.SystemMessage(set.SystemPrompt))
-	}
+	// One system message, first: the chat templates of many models that
+	// compatible servers run (Mistral's, Gemma's) refuse a second one.
+	system := set.SystemPrompt
 	if s := turn.Summary.GetContent(); s != "" {
-		msgs = append(msgs, oai.SystemMessage(SummaryPrefix+s))
+		if system != "" {
+			system += "\n\n"
+		}
+		system += SummaryPrefix + s
+	}
+	if system != "" {
+		msgs = append(msgs, oai.SystemMessage(system))
 	}
 	for _, ev := range ResultsAfterCalls(turn.Context) {
 		switch {

@@ -32,8 +32,9 @@ func TestTranscripts(t *testing.T) {
 }
 
 // TestRequestShape checks what is sent: a streamed call asking for usage,
-// the system prompt and the summary first, the history with the runtime's
-// tool call id on both the call and its result, and the tools.
+// the system prompt and the summary first, in one system message, the
+// history with the runtime's tool call id on both the call and its
+// result, and the tools.
 func TestRequestShape(t *testing.T) {
 	rs, err := providertest.Load("testdata/text.txt")
 	require.NoError(t, err)
@@ -76,19 +77,17 @@ func TestRequestShape(t *testing.T) {
 	assert.True(t, req.StreamOptions.IncludeUsage)
 	assert.InDelta(t, 0.2, req.Temperature, 1e-9)
 	assert.Equal(t, 100, req.MaxTokens)
-	require.Len(t, req.Messages, 5)
+	require.Len(t, req.Messages, 4)
 	assert.Equal(t, "system", req.Messages[0].Role)
-	assert.Equal(t, "Be brief.", req.Messages[0].Content)
-	assert.Equal(t, "system", req.Messages[1].Role)
-	assert.Equal(t, openai.SummaryPrefix+"The user lives in Paris.", req.Messages[1].Content)
-	assert.Equal(t, "user", req.Messages[2].Role)
-	assert.Equal(t, "assistant", req.Messages[3].Role)
-	require.Len(t, req.Messages[3].ToolCalls, 1)
-	assert.Equal(t, "call_runtime1", req.Messages[3].ToolCalls[0].ID)
-	assert.Equal(t, `{"city":"Paris"}`, req.Messages[3].ToolCalls[0].Function.Arguments)
-	assert.Equal(t, "tool", req.Messages[4].Role)
-	assert.Equal(t, "call_runtime1", req.Messages[4].ToolCallID)
-	assert.Equal(t, `{"temp":21}`, req.Messages[4].Content)
+	assert.Equal(t, "Be brief.\n\n"+openai.SummaryPrefix+"The user lives in Paris.", req.Messages[0].Content)
+	assert.Equal(t, "user", req.Messages[1].Role)
+	assert.Equal(t, "assistant", req.Messages[2].Role)
+	require.Len(t, req.Messages[2].ToolCalls, 1)
+	assert.Equal(t, "call_runtime1", req.Messages[2].ToolCalls[0].ID)
+	assert.Equal(t, `{"city":"Paris"}`, req.Messages[2].ToolCalls[0].Function.Arguments)
+	assert.Equal(t, "tool", req.Messages[3].Role)
+	assert.Equal(t, "call_runtime1", req.Messages[3].ToolCallID)
+	assert.Equal(t, `{"temp":21}`, req.Messages[3].Content)
 	require.Len(t, req.Tools, 2)
 	assert.Equal(t, "get_time", req.Tools[0].Function.Name)
 	assert.Equal(t, "object", req.Tools[0].Function.Parameters["type"])
@@ -171,7 +170,7 @@ func TestTurnSettingsOverride(t *testing.T) {
 			assert.EqualValues(t, tc.max, req["max_completion_tokens"])
 			first := req["messages"].([]any)[0].(map[string]any)
 			assert.Equal(t, "system", first["role"])
-			assert.Equal(t, tc.system, first["content"])
+			assert.Equal(t, tc.system+"\n\n"+openai.SummaryPrefix+"The user lives in Paris.", first["content"])
 			choice, ok := req["tool_choice"]
 			require.Equal(t, tc.choiceOK, ok)
 			assert.Equal(t, tc.choice, choice)
