@@ -672,3 +672,33 @@ func TestOneSystemMessage(t *testing.T) {
 		})
 	}
 }
+
+// TestTopLevelErrorObject: an error status whose body is the error object
+// itself, not under "error" (vLLM before it wrapped its errors sends
+// {"object":"error","message":...,"type":...,"code":...}), is read as
+// one: its message says a context too long, its type or code a request
+// out of credit.
+func TestTopLevelErrorObject(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status int
+		body   string
+		want   error
+	}{
+		{"context length", 400, `{"object":"error","message":"This model's maximum context length is 4096 tokens. However, you requested 5000 tokens (4000 in the messages, 1000 in the completion).","type":"BadRequestError","param":null,"code":400}`, agent.ErrContextLength},
+		{"context length 500", 500, `{"object":"error","message":"This model's maximum context length is 4096 tokens.","type":"InternalServerError","param":null,"code":500}`, agent.ErrContextLength},
+		{"quota", 403, `{"object":"error","message":"out of credit","type":"insufficient_quota","param":null,"code":403}`, agent.ErrRateLimited},
+		{"bad request", 400, `{"object":"error","message":"bad temperature","type":"BadRequestError","param":null,"code":400}`, agent.ErrRequest},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := serveText(t, "> status "+strconv.Itoa(tc.status)+"\n"+tc.body+"\n===\n> status "+strconv.Itoa(tc.status)+"\n"+tc.body+"\n===\n> status "+strconv.Itoa(tc.status)+"\n"+tc.body+"\n")
+			msg, err := p.m.Generate(context.Background(), providertest.Turn(), nil)
+			assert.Nil(t, msg)
+			require.ErrorIs(t, err, tc.want)
+			assert.Len(t, p.srv.Requests(), 1, "not retried")
+			var apiErr *oai.Error
+			require.ErrorAs(t, err, &apiErr)
+			assert.Equal(t, tc.status, apiErr.StatusCode)
+		})
+	}
+}

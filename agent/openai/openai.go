@@ -58,7 +58,9 @@
 // agent.ErrRateLimited, neither retried; any other error event is retried
 // while no text was streamed. An error status whose body is not an error
 // object (HTML from a proxy, {"error":"text"}, nothing) is classified by
-// its status alike, with an *openai.Error that carries it. Once text was streamed, a failure is never
+// its status alike, with an *openai.Error that carries it; one whose body
+// is the error object itself, not under "error" (vLLM's before it wrapped
+// them), is read as that object. Once text was streamed, a failure is never
 // retried here (the text would stream twice within one call): the call
 // fails with agent.ErrInterrupted, and nothing of it is written; the
 // runtime's own policy (lazarus.Options.ModelRetry) may then call Generate
@@ -88,11 +90,13 @@ package openai
 
 import (
 	"bufio"
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"slices"
@@ -614,6 +618,9 @@ func classify(ctx context.Context, err error, streamed bool, resp *http.Response
 	}
 	var apiErr *oai.Error
 	if errors.As(err, &apiErr) {
+		if apiErr.RawJSON() == "" {
+			topLevel(apiErr) // a body without "error"
+		}
 		return classifyStatus(apiErr)
 	}
 	if resp != nil && resp.StatusCode >= 400 {
@@ -657,6 +664,27 @@ func classify(ctx context.Context, err error, streamed bool, resp *http.Response
 	default:
 		return fmt.Errorf("openai: %w: %w", agent.ErrRequest, err)
 	}
+}
+
+// topLevel fills e's message, type and code from its response's body when
+// the body is the error object itself, not under "error" (vLLM before it
+// wrapped its errors: {"object":"error","message":...,"code":400}), which
+// the SDK does not decode. The body, which the SDK read and left as a
+// copy, is left readable.
+func topLevel(e *oai.Error) {
+	if e.Response == nil || e.Response.Body == nil {
+		return
+	}
+	b, err := io.ReadAll(io.LimitReader(e.Response.Body, 1<<20))
+	e.Response.Body = io.NopCloser(bytes.NewReader(b))
+	if err != nil || !gjson.ValidBytes(b) {
+		return
+	}
+	r := gjson.ParseBytes(b)
+	if !r.IsObject() || r.Get("error").Exists() {
+		return
+	}
+	e.Message, e.Type, e.Code = r.Get("message").String(), r.Get("type").String(), r.Get("code").String()
 }
 
 func classifyStatus(e *oai.Error) error {
