@@ -68,7 +68,7 @@
 // # Exit status
 //
 //	0  success
-//	1  failure (the message on stderr says why)
+//	1  failure (the message on stderr says why), a failed write to stdout included
 //	2  usage error (unknown command or flag, missing argument, a malformed flag value such as a
 //	   --server URL or a --postgres DSN that does not parse, delete without --yes)
 //	3  stale: resolve came too late (the call is unknown, already answered or expired)
@@ -231,6 +231,33 @@ type cli struct {
 // servers' stderr): each Write is whole, never interleaved with another.
 func (c *cli) lockedStderr() io.Writer { return lockedWriter{mu: &c.stderrMu, w: c.stderr} }
 
+// writeErr is a writer that remembers its first failed write, for the
+// commands that print line by line without checking each write.
+type writeErr struct {
+	mu  sync.Mutex
+	w   io.Writer
+	err error
+}
+
+func (e *writeErr) Write(p []byte) (int, error) {
+	n, err := e.w.Write(p)
+	if err != nil {
+		e.mu.Lock()
+		if e.err == nil {
+			e.err = err
+		}
+		e.mu.Unlock()
+	}
+	return n, err
+}
+
+// failed is the first write error, if any.
+func (e *writeErr) failed() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.err
+}
+
 // lockedWriter writes to w under mu.
 type lockedWriter struct {
 	mu *sync.Mutex
@@ -355,6 +382,11 @@ func (c *cli) run(ctx context.Context, args []string) int {
 		return exitUsage
 	}
 	c.running.Store(&cmd.name)
+	// A command that printed everything it meant to but whose stdout
+	// refused some of it (a full disk, a closed file) has not succeeded:
+	// what it wrote is cut, and a script must not take it whole.
+	out := &writeErr{w: c.stdout}
+	c.stdout = out
 	// A top-level flag the command does not take is refused by the
 	// command's parse, so that its --help still prints its help.
 	fs := c.newFlags(cmd)
@@ -367,6 +399,9 @@ func (c *cli) run(ctx context.Context, args []string) int {
 		fs.refused = usagef("--postgres is not for %s, which works on a Pebble directory only (--dir)", cmd.name)
 	}
 	err := cmd.run(c, ctx, fs, rest)
+	if werr := out.failed(); err == nil && werr != nil {
+		err = fmt.Errorf("write stdout: %w", werr)
+	}
 	code := exitCode(err)
 	switch {
 	case err == nil || errors.Is(err, errHelp):
