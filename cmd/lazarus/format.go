@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"unicode/utf8"
 
 	"github.com/lazarusrt/lazarus/journal"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -254,6 +255,41 @@ func ptr[T any](v T) *T { return &v }
 // that says it already.
 func lineError(n int64, format string, args ...any) error {
 	return journal.Invalidf("line %d: "+format, append([]any{n}, args...)...)
+}
+
+// maxRejectBytes bounds the text of the error of an input import
+// rejects: it quotes what it found (an id, a type, an enum value) and a
+// line may be 32 MiB.
+const maxRejectBytes = 1 << 10
+
+// clippedError is an error whose text is cut in the middle to
+// maxRejectBytes, keeping its start (the line, the problem) and its end
+// (the sentinel's text); errors.Is and errors.As see the whole of it.
+type clippedError struct{ err error }
+
+func (e *clippedError) Error() string {
+	msg := e.err.Error()
+	head, tail := runeCut(msg, maxRejectBytes*3/4), runeCut(msg, len(msg)-maxRejectBytes/4)
+	return fmt.Sprintf("%s ...[%d bytes left out]... %s", msg[:head], tail-head, msg[tail:])
+}
+
+func (e *clippedError) Unwrap() error { return e.err }
+
+// runeCut is i, or the start of the rune of s it falls in.
+func runeCut(s string, i int) int {
+	for i > 0 && i < len(s) && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return i
+}
+
+// clipReject returns err, or err with its text cut to about maxRejectBytes
+// if it is longer.
+func clipReject(err error) error {
+	if err == nil || len(err.Error()) <= maxRejectBytes {
+		return err
+	}
+	return &clippedError{err: err}
 }
 
 // strictJSON decodes records: unknown fields are errors.

@@ -84,9 +84,11 @@ func importStream(ctx context.Context, in io.Reader, open func(create bool) (jou
 	defer cleanup()
 	p1 := newImporter(ctx, first, st, false, o)
 	if err := p1.run(); err != nil {
+		// It may quote a value of the input, as long as its line.
+		err = clipReject(err)
 		var te *targetError
 		if errors.As(err, &te) {
-			err = te.err
+			err = clipReject(te.err)
 			if o.dryRun {
 				return fmt.Errorf("nothing would be imported: %w", err)
 			}
