@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -55,7 +56,9 @@ var exportCmd = &command{
 	help: `
 Writes the named conversations (or all, with --all) to stdout, or to
 --file PATH (written to a temporary file and renamed into place, so PATH
-is never left half-written). Two exports of the same data are equal byte
+is never left half-written; a PATH that exists must be a regular file,
+not a directory, a device, a FIFO or a symlink, which the rename would
+replace: usage error, status 2, before the store is opened). Two exports of the same data are equal byte
 for byte. Export streams: it holds one page of events at a time, whatever
 the length of a conversation. It checks each conversation as import will
 (the log runs 1..last seq, every tool_call event has its row and every
@@ -91,6 +94,11 @@ func (c *cli) export(ctx context.Context, fs *flags, args []string) (err error) 
 	}
 	if *all == (len(ids) > 0) {
 		return usagef("name the conversations to export, or pass --all")
+	}
+	if *file != "" {
+		if err := replaceableFile(*file); err != nil {
+			return err
+		}
 	}
 	seen := map[string]bool{}
 	for _, id := range ids {
@@ -133,6 +141,30 @@ func (c *cli) export(ctx context.Context, fs *flags, args []string) (err error) 
 		return write(c.stdout)
 	}
 	return writeFileAtomic(*file, write)
+}
+
+// replaceableFile checks that path, if it exists, is a regular file:
+// writeFileAtomic renames over it, which would replace a symlink rather
+// than write to its target (--file /dev/stdout), or a device or a FIFO.
+// Its error is a usage error wrapping journal.ErrInvalid.
+func replaceableFile(path string) error {
+	info, err := os.Lstat(path)
+	if err != nil || info.Mode().IsRegular() {
+		return nil // a missing path is created; another error shows when it is
+	}
+	kind := "not a regular file"
+	switch m := info.Mode(); {
+	case m.IsDir():
+		kind = "a directory"
+	case m&fs.ModeSymlink != 0:
+		kind = "a symlink (name its target)"
+	case m&fs.ModeDevice != 0:
+		kind = "a device"
+	case m&fs.ModeNamedPipe != 0:
+		kind = "a FIFO"
+	}
+	return &usageError{msg: fmt.Sprintf("--file %s is %s: export writes a new file and renames it into place, "+
+		"which would replace it", path, kind), err: journal.ErrInvalid}
 }
 
 // writeFileAtomic writes path through a temporary file in the same
