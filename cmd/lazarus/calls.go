@@ -315,16 +315,21 @@ func (c *cli) resolve(ctx context.Context, fs *flags, args []string) (err error)
 			}
 			text = strings.TrimSpace(string(b))
 		}
+		// Checked first: stdin is read up to one byte past the bound, and
+		// what is cut there is no JSON value.
+		if len(text) > agent.MaxResultBytes {
+			// The runtime must fit the result in a tool_result event.
+			if *result == "-" {
+				return usagef("--result -: the result on stdin exceeds %d bytes", agent.MaxResultBytes)
+			}
+			return usagef("--result of %d bytes exceeds %d", len(text), agent.MaxResultBytes)
+		}
 		if !agent.ValidJSON(text) {
 			return usagef("--result is not a JSON value (quote a string: --result '\"yes\"')")
 		}
 		if rc != nil && strings.TrimSpace(text) == "null" {
 			// The API reads a null result as none (server.Resolve).
 			return usagef("--result null: a node takes any JSON value but null")
-		}
-		if len(text) > agent.MaxResultBytes {
-			// The runtime must fit the result in a tool_result event.
-			return usagef("--result of %d bytes exceeds %d", len(text), agent.MaxResultBytes)
 		}
 		res = &messages.ToolResolution{Status: messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED,
 			Result: &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: text}}}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -229,4 +230,17 @@ func TestResolveEndedMeanwhile(t *testing.T) {
 	require.Equal(t, "resolved "+f.waitingCall+" by ops (conversation waiting); its conversation was ended meanwhile: the answer is recorded, and no turn follows\n", out.String())
 	require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, readCall(t, f.dir, f.waitingCall).GetStatus())
 	require.Equal(t, messages.ConversationStatus_CONVERSATION_STATUS_ENDED, convStatus(t, f.dir, "waiting"))
+}
+
+// A result on stdin past the bound is refused as too large, not as
+// "not a JSON value" (what is read of it is cut at the bound), and
+// nothing changes.
+func TestResolveFromStdinTooLarge(t *testing.T) {
+	f := newFixture(t)
+	big := `{"text":"` + strings.Repeat("x", agent.MaxResultBytes) + `"}`
+	r := cliRun(t, big, "resolve", f.waitingCall, "--dir", f.dir, "--result", "-")
+	require.Equal(t, exitUsage, r.code)
+	require.Contains(t, r.stderr, fmt.Sprintf("the result on stdin exceeds %d bytes", agent.MaxResultBytes))
+	require.NotContains(t, r.stderr, "not a JSON value")
+	require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING, readCall(t, f.dir, f.waitingCall).GetStatus())
 }
