@@ -301,6 +301,22 @@ func TestDirectory(t *testing.T) {
 		r = cliRun(t, exportOf(t, newFixture(t), "finished"), "import", "--dir", dir)
 		require.Equal(t, exitNotFound, r.code, "import does not create a store among foreign files")
 	})
+	t.Run("a LOCK file alone is no store", func(t *testing.T) {
+		// What is left of a store whose other files were lost, or of
+		// another program's directory: Pebble would create a new, empty
+		// store beside it, and the command would report no conversations.
+		dir := t.TempDir()
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "LOCK"), nil, 0o644))
+		for _, args := range [][]string{{"conversations"}, {"stats"}, {"check"}, {"export", "--all"}} {
+			r := cliRun(t, "", append(args, "--dir", dir)...)
+			require.Equal(t, exitNotFound, r.code, "%v: %s", args, r.stderr)
+			require.Contains(t, r.stderr, "holds no Pebble store", args)
+			require.Empty(t, r.stdout, args)
+		}
+		entries, err := os.ReadDir(dir)
+		require.NoError(t, err)
+		require.Len(t, entries, 1, "nothing was created")
+	})
 }
 
 // TestBusyDirectory: while a runtime holds the directory, every command

@@ -52,11 +52,14 @@ func openPebble(dir string, create bool) (journal.Store, error) {
 	case !info.IsDir():
 		return nil, fmt.Errorf("%s is not a directory: %w", dir, errNoStore)
 	default:
-		ok, empty, err := looksLikePebble(dir)
+		ok, empty, lockOnly, err := looksLikePebble(dir)
 		if err != nil {
 			return nil, err
 		}
 		if !ok && !(create && empty) {
+			if lockOnly {
+				return nil, fmt.Errorf("%s holds no Pebble store, only a LOCK file (its other files are gone?): %w", dir, errNoStore)
+			}
 			return nil, fmt.Errorf("%s holds no Pebble files: %w", dir, errNoStore)
 		}
 	}
@@ -103,20 +106,22 @@ func checkStore(ctx context.Context, st journal.Store) (*pebblejournal.CheckRepo
 // another Store holds.
 func isLocked(err error) bool { return errors.Is(err, pebblejournal.ErrLocked) }
 
-// looksLikePebble reports whether dir holds a Pebble store (its LOCK file
-// or a manifest), and whether it is empty.
-func looksLikePebble(dir string) (ok, empty bool, err error) {
+// looksLikePebble reports whether dir holds a Pebble store (a manifest,
+// or the CURRENT file that names one), whether it is empty, and whether
+// it holds only a LOCK file: Pebble's lock is no store (Pebble would
+// create a new one beside it).
+func looksLikePebble(dir string) (ok, empty, lockOnly bool, err error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return false, false, err
+		return false, false, false, err
 	}
 	for _, e := range entries {
 		n := e.Name()
-		if n == "LOCK" || n == "CURRENT" || strings.HasPrefix(n, "MANIFEST-") || strings.HasPrefix(n, "marker.manifest.") {
-			return true, false, nil
+		if n == "CURRENT" || strings.HasPrefix(n, "MANIFEST-") || strings.HasPrefix(n, "marker.manifest.") {
+			return true, false, false, nil
 		}
 	}
-	return false, len(entries) == 0, nil
+	return false, len(entries) == 0, len(entries) == 1 && entries[0].Name() == "LOCK", nil
 }
 
 // diskUsage returns the bytes of the regular files under dir.
