@@ -192,6 +192,8 @@ Without --from: the newest --limit events (before --before, if given).
 With --from SEQ: the first --limit events after SEQ (SEQ is exclusive), so
 paging forward is --from with the last seq printed. The last lines say how
 to read the neighbouring pages ("-- older: --before N", "-- newer: --from N").
+A fork's log (Runtime.Fork) starts after the summary it copied: its
+first page starts there, and there is no older page before it.
 
 With --json the document is {"conversation_id", "last_seq", "metadata": {...},
 "events": [...], "next_from", "prev_before"}: events in protojson (field names as in the
@@ -245,23 +247,36 @@ func (c *cli) show(ctx context.Context, fs *flags, args []string) (err error) {
 	if md == nil {
 		md = map[string]string{}
 	}
+	last, err := st.LastSeq(ctx, id)
+	if err != nil {
+		return err
+	}
+	held, err := storedEvents(ctx, st, id)
+	if err != nil {
+		return err
+	}
+	first := last - held + 1
 	q := journal.EventQuery{After: *from, Before: *before, Limit: *limit}
 	if isSet(fs, "from") && !isSet(fs, "before") && *limit > 0 {
-		// Forward page: the first limit events after from.
-		q.Limit = 0
-		if *from <= math.MaxUint64-uint64(*limit)-1 {
-			q.Before = *from + uint64(*limit) + 1
-		}
+		q.Limit, q.Before = 0, forwardBefore(*from, first, *limit)
 	}
 	evs, err := st.Events(ctx, id, q)
 	if err != nil {
 		return err
 	}
-	last, err := st.LastSeq(ctx, id)
-	if err != nil {
-		return err
+	return c.printShow(id, md, evs, last, first, *from, *fs.json, *full)
+}
+
+// forwardBefore is the exclusive end of a forward page (show --from):
+// the first limit events after from, in a log held from seq first (a
+// fork's starts after the summary it copied), 0 (the end) if it is past
+// the last seq there can be.
+func forwardBefore(from, first uint64, limit int) uint64 {
+	lo := max(from, first-1)
+	if lo > math.MaxUint64-uint64(limit)-1 {
+		return 0
 	}
-	return c.printShow(id, md, evs, last, *from, *fs.json, *full)
+	return lo + uint64(limit) + 1
 }
 
 // showRemote is show on a live node.
@@ -274,20 +289,25 @@ func (c *cli) showRemote(ctx context.Context, rc *remote, fs *flags, id string, 
 	if err != nil {
 		return err
 	}
-	if isSet(fs, "from") && !isSet(fs, "before") && limit > 0 && from <= math.MaxUint64-uint64(limit)-1 {
-		// Forward page: the first limit events after from.
-		before = from + uint64(limit) + 1
+	held, err := rc.storedEvents(ctx, id)
+	if err != nil {
+		return err
+	}
+	first := last - held + 1
+	if isSet(fs, "from") && !isSet(fs, "before") && limit > 0 {
+		before = forwardBefore(from, first, limit)
 	}
 	evs, err := rc.events(ctx, id, from, before, limit)
 	if err != nil {
 		return err
 	}
-	return c.printShow(id, cv.Metadata, evs, last, from, *fs.json, full)
+	return c.printShow(id, cv.Metadata, evs, last, first, from, *fs.json, full)
 }
 
 // printShow prints what show read: the metadata, the events and the
-// neighbouring pages.
-func (c *cli) printShow(id string, md map[string]string, evs []*messages.Event, last, from uint64, asJSON, full bool) error {
+// neighbouring pages, of a log held from seq first to last (a fork's
+// starts after the summary it copied: there is no older page before it).
+func (c *cli) printShow(id string, md map[string]string, evs []*messages.Event, last, first, from uint64, asJSON, full bool) error {
 	if md == nil {
 		md = map[string]string{}
 	}
@@ -296,7 +316,7 @@ func (c *cli) printShow(id string, md map[string]string, evs []*messages.Event, 
 		if evs[n-1].GetSeq() < last {
 			nextFrom = evs[n-1].GetSeq()
 		}
-		if evs[0].GetSeq() > from+1 {
+		if evs[0].GetSeq() > max(from+1, first) {
 			prevBefore = evs[0].GetSeq()
 		}
 	}
