@@ -256,6 +256,7 @@ func TestImportRefuses(t *testing.T) {
 		require.Equal(t, exitNotFound, r.code)
 		require.Empty(t, r.stdout)
 		require.Contains(t, r.stderr, "no conversation nobody")
+		require.Empty(t, sentinelTextRepeated(r.stderr), r.stderr)
 		file := filepath.Join(t.TempDir(), "out.jsonl")
 		r = cliRun(t, "", "export", "nobody", "--file", file, "--dir", f.dir)
 		require.Equal(t, exitNotFound, r.code)

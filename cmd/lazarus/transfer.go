@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -128,8 +129,12 @@ func (c *cli) export(ctx context.Context, fs *flags, args []string) (err error) 
 	// export without output.
 	for _, id := range ids {
 		if _, err := st.Conversation(ctx, id); err != nil {
-			if noConversation(err) {
+			if errors.Is(err, journal.ErrDeleted) {
 				return fmt.Errorf("no conversation %s: %w (%w)", displayID(id), journal.ErrNotFound, err)
+			}
+			if noConversation(err) {
+				// err says ErrNotFound already: the sentinel's text once.
+				return fmt.Errorf("no conversation %s: %w", displayID(id), err)
 			}
 			return err
 		}
