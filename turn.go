@@ -61,8 +61,9 @@ func (r *Runtime) SendAndWait(ctx context.Context, conversationID, text string, 
 // written as, found in the log (its answer, suspension or turn_failed
 // event).
 func (r *Runtime) SendMessageAndWait(ctx context.Context, conversationID string, msg *messages.UserMessage, opts SendOptions, scope agent.Scope) (TurnEnd, error) {
-	if r.isClosed() {
-		return TurnEnd{}, ErrClosed
+	if err := r.enter(ctx); err != nil {
+		// Before any read: a ctx that ended reads and writes nothing.
+		return TurnEnd{}, fmt.Errorf("lazarus: send to %q: %w", clipID(conversationID), err)
 	}
 	// Subscribe before sending, so that a failed write of the turn
 	// (published live, never written) cannot fall before the subscription.
