@@ -59,7 +59,9 @@ type Agent struct {
 	// Name is the agent's name: 1 to 64 bytes of ASCII letters, digits,
 	// '_', '-' and '.', unique, and not DefaultAgentName. Required.
 	Name string
-	// Model answers the agent's turns. Default Options.Model.
+	// Model answers the agent's turns. Default Options.Model (a nil
+	// pointer or agent.ModelFunc in the interface is refused by Open:
+	// ErrInvalid).
 	Model agent.Model
 	// Settings are the agent's model settings (its system prompt, model
 	// name, sampling), over the conversation's own and Options.Settings,

@@ -2,6 +2,7 @@ package lazarus_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/actors/actorstest"
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/journal"
@@ -234,4 +236,264 @@ func TestDocsEndedContextReadsNothing(t *testing.T) {
 		require.ErrorIs(t, c.f(ended), context.Canceled, c.name)
 		require.Empty(t, store.seen(), "%s: the Store was asked with a ctx that had ended", c.name)
 	}
+}
+
+// The documented answers of the facade to unknown, deleted and repeated
+// things, checked one by one against a Runtime on the in-memory Store.
+func TestDocsFacadePromises(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	model := scripted.New(scripted.Options{})
+	rt := openContract(t, memjournal.New(memjournal.Options{}), model, 0)
+
+	t.Run("SendAndWait returns the answer's end: its seq and text", func(t *testing.T) {
+		model.Push("answer", scripted.Text("one"))
+		end, err := rt.SendAndWait(ctx, "answer", "hi", user)
+		require.NoError(t, err)
+		require.Equal(t, lazarus.TurnAnswered, end.Outcome)
+		require.Equal(t, "one", end.Text)
+		require.NoError(t, end.Err)
+		evs, err := rt.History(ctx, "answer", 0, 0)
+		require.NoError(t, err)
+		require.Len(t, evs, 2)
+		require.Equal(t, evs[1].GetSeq(), end.Seq, "the seq of the assistant message")
+		require.NotNil(t, evs[1].GetAssistantMsg())
+	})
+
+	t.Run("SendAndWait of a suspended turn lists its pending calls", func(t *testing.T) {
+		model.Push("susp", scripted.Reply("", scripted.Call(toolApprove, `{}`)))
+		end, err := rt.SendAndWait(ctx, "susp", "may I?", user)
+		require.NoError(t, err)
+		require.Equal(t, lazarus.TurnSuspended, end.Outcome)
+		require.Len(t, end.Pending, 1)
+		evs, err := rt.History(ctx, "susp", 0, 0)
+		require.NoError(t, err)
+		require.NotNil(t, evs[len(evs)-1].GetSuspension())
+		require.Equal(t, evs[len(evs)-1].GetSeq(), end.Seq)
+		pending, _, err := rt.PendingCalls(ctx, "", 0)
+		require.NoError(t, err)
+		require.Condition(t, func() bool {
+			for _, p := range pending {
+				if p.GetId() == end.Pending[0].GetToolCallId() {
+					return true
+				}
+			}
+			return false
+		}, "PendingCalls lists it")
+	})
+
+	t.Run("a RequestID repeated appends nothing and returns the first seq", func(t *testing.T) {
+		model.Push("idem", scripted.Text("a"), scripted.Text("b"))
+		opts := lazarus.SendOptions{RequestID: "req-1"}
+		end, err := rt.SendMessageAndWait(ctx, "idem", agent.UserMessage(agent.TextPart("hi")), opts, user)
+		require.NoError(t, err)
+		require.Equal(t, "a", end.Text)
+		seq, err := rt.SendMessage(ctx, "idem", agent.UserMessage(agent.TextPart("hi")), opts, user)
+		require.NoError(t, err)
+		require.Equal(t, uint64(1), seq)
+		again, err := rt.SendMessageAndWait(ctx, "idem", agent.UserMessage(agent.TextPart("hi")), opts, user)
+		require.NoError(t, err)
+		require.Equal(t, end, again, "the end of the first turn after the message")
+		require.True(t, rt.Kill("idem"))
+		seq, err = rt.SendMessage(ctx, "idem", agent.UserMessage(agent.TextPart("hi")), opts, user)
+		require.NoError(t, err)
+		require.Equal(t, uint64(1), seq, "after a kill and revival too")
+		require.Equal(t, 1, userMsgsWith(ctx, t, rt, "idem", "req-1"))
+		evs, err := rt.History(ctx, "idem", 0, 0)
+		require.NoError(t, err)
+		require.Len(t, evs, 2, "no turn ran again")
+	})
+
+	t.Run("History after a kill and revival is the same log", func(t *testing.T) {
+		model.Push("kill", scripted.Text("one"), scripted.Text("two"))
+		_, err := rt.SendAndWait(ctx, "kill", "hi", user)
+		require.NoError(t, err)
+		before, err := rt.History(ctx, "kill", 0, 0)
+		require.NoError(t, err)
+		require.True(t, rt.Kill("kill"))
+		require.False(t, rt.Kill("kill"), "no longer live")
+		after, err := rt.History(ctx, "kill", 0, 0)
+		require.NoError(t, err)
+		require.Equal(t, seqsAndTypes(before), seqsAndTypes(after))
+		require.NoError(t, rt.Wake(ctx, "kill"))
+		require.True(t, rt.IsActive("kill"))
+		after, err = rt.History(ctx, "kill", 0, 0)
+		require.NoError(t, err)
+		require.Equal(t, seqsAndTypes(before), seqsAndTypes(after), "the revival wrote nothing")
+		end, err := rt.SendAndWait(ctx, "kill", "again", user)
+		require.NoError(t, err)
+		require.Equal(t, "two", end.Text)
+		require.Equal(t, uint64(4), end.Seq)
+	})
+
+	t.Run("Resolve and Reject of an unknown or answered call", func(t *testing.T) {
+		id := suspend(ctx, t, rt, model, "answer-twice")
+		for _, f := range []func(id string) error{
+			func(id string) error { return rt.Resolve(ctx, id, "{}", user) },
+			func(id string) error { return rt.Reject(ctx, id, "no", user) },
+		} {
+			err := f("no-such-call")
+			require.ErrorIs(t, err, journal.ErrStale)
+			require.ErrorIs(t, err, journal.ErrInvalid)
+		}
+		model.Push("answer-twice", scripted.Text("thanks"))
+		require.NoError(t, rt.Resolve(ctx, id, `{"ok":true}`, user))
+		err := rt.Resolve(ctx, id, `{"ok":false}`, user)
+		require.ErrorIs(t, err, journal.ErrStale)
+		require.ErrorIs(t, err, journal.ErrInvalid)
+		err = rt.Reject(ctx, id, "no", user)
+		require.ErrorIs(t, err, journal.ErrStale)
+		require.ErrorIs(t, err, journal.ErrInvalid)
+		row, err := rt.Store().ToolCall(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_RESOLVED, row.GetStatus())
+		require.JSONEq(t, `{"ok":true}`, row.GetResult().GetContent(), "the first answer stands")
+	})
+
+	t.Run("Resolve refuses a result that is not JSON or too large", func(t *testing.T) {
+		id := suspend(ctx, t, rt, model, "bad-result")
+		require.ErrorIs(t, rt.Resolve(ctx, id, "not json", user), journal.ErrInvalid)
+		require.ErrorIs(t, rt.Resolve(ctx, id, `"`+strings.Repeat("x", agent.MaxResultBytes)+`"`, user), journal.ErrInvalid)
+		row, err := rt.Store().ToolCall(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_PENDING, row.GetStatus(), "nothing written")
+	})
+
+	t.Run("unknown conversations", func(t *testing.T) {
+		evs, err := rt.History(ctx, "nobody", 0, 0)
+		require.NoError(t, err, "nothing stored: no events, no error")
+		require.Empty(t, evs)
+		_, err = rt.Metadata(ctx, "nobody")
+		require.ErrorIs(t, err, journal.ErrNotFound)
+		require.ErrorIs(t, rt.MergeMetadata(ctx, "nobody", map[string]string{"k": "v"}), journal.ErrNotFound)
+		_, err = rt.Settings(ctx, "nobody")
+		require.ErrorIs(t, err, journal.ErrNotFound)
+		require.ErrorIs(t, rt.Rewind(ctx, "nobody", 1, lazarus.RewindOptions{}, user), journal.ErrNotFound)
+		require.ErrorIs(t, rt.End(ctx, "nobody"), journal.ErrNotFound, "as Rewind")
+		require.ErrorIs(t, rt.Fork(ctx, "nobody", 1, "nobody-fork"), journal.ErrNotFound)
+		require.ErrorIs(t, rt.Delete(ctx, "nobody"), journal.ErrNotFound)
+		require.False(t, rt.Kill("nobody"))
+		require.NoError(t, rt.Wake(ctx, "nobody"), "activated empty")
+		evs, err = rt.History(ctx, "nobody", 0, 0)
+		require.NoError(t, err)
+		require.Empty(t, evs, "the wake wrote nothing")
+	})
+
+	t.Run("deleted conversations", func(t *testing.T) {
+		model.Push("gone", scripted.Text("one"))
+		_, err := rt.SendAndWait(ctx, "gone", "hi", user)
+		require.NoError(t, err)
+		require.NoError(t, rt.MergeMetadata(ctx, "gone", map[string]string{"k": "v"}))
+		require.NoError(t, rt.Delete(ctx, "gone"))
+		require.ErrorIs(t, rt.Delete(ctx, "gone"), journal.ErrDeleted, "again")
+		_, err = rt.History(ctx, "gone", 0, 0)
+		require.ErrorIs(t, err, journal.ErrDeleted)
+		_, err = rt.Subscribe(ctx, "gone", 0)
+		require.ErrorIs(t, err, journal.ErrDeleted)
+		_, err = rt.Send(ctx, "gone", "hi", user)
+		require.ErrorIs(t, err, journal.ErrDeleted)
+		_, err = rt.SendAndWait(ctx, "gone", "hi", user)
+		require.ErrorIs(t, err, journal.ErrDeleted)
+		_, err = rt.Metadata(ctx, "gone")
+		require.ErrorIs(t, err, journal.ErrDeleted)
+		require.ErrorIs(t, rt.MergeMetadata(ctx, "gone", map[string]string{"k": "w"}), journal.ErrDeleted)
+		_, err = rt.Settings(ctx, "gone")
+		require.ErrorIs(t, err, journal.ErrDeleted)
+		require.ErrorIs(t, rt.Configure(ctx, "gone", agent.Settings{SystemPrompt: "p"}), journal.ErrDeleted)
+		require.ErrorIs(t, rt.Rewind(ctx, "gone", 1, lazarus.RewindOptions{}, user), journal.ErrDeleted)
+		require.ErrorIs(t, rt.End(ctx, "gone"), journal.ErrDeleted)
+		require.ErrorIs(t, rt.Fork(ctx, "gone", 1, "gone-fork"), journal.ErrDeleted)
+		require.ErrorIs(t, rt.Fork(ctx, "answer", 1, "gone"), journal.ErrDeleted, "a deleted newID")
+		require.ErrorIs(t, rt.Wake(ctx, "gone"), journal.ErrDeleted)
+		require.ErrorIs(t, rt.Wake(ctx, "gone"), journal.ErrDeleted, "every time")
+		_, err = rt.Schedule(ctx, "gone", lazarus.ScheduleSpec{After: time.Hour, Text: "x"}, user)
+		require.ErrorIs(t, err, journal.ErrDeleted)
+		ids, _, err := rt.Find(ctx, "k", "v", "", 0)
+		require.NoError(t, err)
+		require.NotContains(t, ids, "gone")
+	})
+
+	t.Run("Find and PendingCalls bounds", func(t *testing.T) {
+		_, _, err := rt.Find(ctx, "k", "v", "", -1)
+		require.ErrorIs(t, err, journal.ErrInvalid)
+		ids, next, err := rt.Find(ctx, "k", "", "", 0)
+		require.NoError(t, err, "an empty value finds nothing")
+		require.Empty(t, ids)
+		require.Empty(t, next)
+		_, _, err = rt.PendingCalls(ctx, "", -1)
+		require.ErrorIs(t, err, journal.ErrInvalid)
+		_, _, err = rt.PendingCalls(ctx, "no page returned this", 0)
+		require.ErrorIs(t, err, journal.ErrInvalid)
+	})
+
+	t.Run("Fork into an id that exists", func(t *testing.T) {
+		require.ErrorIs(t, rt.Fork(ctx, "answer", 1, "kill"), journal.ErrExists)
+		require.ErrorIs(t, rt.Fork(ctx, "answer", 99, "answer-fork"), journal.ErrInvalid, "past the log")
+		require.ErrorIs(t, rt.Fork(ctx, "answer", 0, "answer-fork"), journal.ErrInvalid, "seq 0")
+	})
+
+	t.Run("after Close", func(t *testing.T) {
+		require.NoError(t, rt.Close())
+		require.NoError(t, rt.Close(), "idempotent")
+		require.False(t, rt.Kill("kill"))
+		_, err := rt.SendAndWait(ctx, "kill", "hi", user)
+		require.ErrorIs(t, err, lazarus.ErrClosed)
+		require.ErrorIs(t, rt.Delete(ctx, "kill"), lazarus.ErrClosed)
+		require.ErrorIs(t, rt.Resolve(ctx, "x", "{}", user), lazarus.ErrClosed)
+		require.ErrorIs(t, rt.Reject(ctx, "x", "no", user), lazarus.ErrClosed)
+		require.ErrorIs(t, rt.Wake(ctx, "kill"), lazarus.ErrClosed)
+		_, err = rt.History(ctx, "kill", 0, 0)
+		require.ErrorIs(t, err, lazarus.ErrClosed)
+		_, err = rt.Subscribe(ctx, "kill", 0)
+		require.ErrorIs(t, err, lazarus.ErrClosed)
+		_, err = rt.Send(ctx, "kill", "hi", user)
+		require.ErrorIs(t, err, lazarus.ErrClosed)
+	})
+}
+
+func seqsAndTypes(evs []*messages.Event) []string {
+	out := make([]string, len(evs))
+	for i, ev := range evs {
+		out[i] = fmt.Sprintf("%d:%T", ev.GetSeq(), ev.GetBody())
+	}
+	return out
+}
+
+// nilSummarizer is a Summarizer whose nil pointer is no Summarizer.
+type nilSummarizer struct{}
+
+func (*nilSummarizer) Summarize(context.Context, string, *messages.Summary, []*messages.Event) (*messages.Summary, error) {
+	return nil, nil
+}
+
+// Options.Model "Required", and the interface fields of Options in
+// general: a nil pointer or func in the interface passed the == nil checks
+// and failed later, a nil agent.ModelFunc as a panic in every turn (each
+// turn failed), a nil *memjournal.Store as a panic in Open itself. Open
+// refuses them with ErrInvalid.
+func TestDocsOpenRefusesNilInterfaceOptions(t *testing.T) {
+	model := scripted.New(scripted.Options{})
+	var store *memjournal.Store
+	var clock *actorstest.ManualClock
+	var sum *nilSummarizer
+	for name, opts := range map[string]lazarus.Options{
+		"nil ModelFunc":       {Model: agent.ModelFunc(nil)},
+		"nil Model pointer":   {Model: (*scripted.Model)(nil)},
+		"nil Store pointer":   {Model: model, Store: store},
+		"nil Clock pointer":   {Model: model, Clock: clock},
+		"nil Summarizer":      {Model: model, Summarizer: sum},
+		"nil agent ModelFunc": {Model: model, Agents: []lazarus.Agent{{Name: "helper", Model: agent.ModelFunc(nil)}}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var rt *lazarus.Runtime
+			var err error
+			require.NotPanics(t, func() { rt, err = lazarus.Open(opts) })
+			require.ErrorIs(t, err, journal.ErrInvalid)
+			require.Nil(t, rt)
+		})
+	}
+	// A nil agent Model is still the documented default: Options.Model.
+	rt, err := lazarus.Open(lazarus.Options{Model: model, Agents: []lazarus.Agent{{Name: "helper"}}})
+	require.NoError(t, err)
+	require.NoError(t, rt.Close())
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -129,7 +130,8 @@ type Options struct {
 	// Store is the persistence adapter. Default: the PostgreSQL store of
 	// Postgres when it is set, else the embedded Pebble store in Dir when
 	// Dir is set, else an in-memory store (nothing survives the process).
-	// A Store passed here is not closed by Close. Set at most one of
+	// A Store passed here is not closed by Close; a nil pointer in the
+	// interface is refused by Open (ErrInvalid). Set at most one of
 	// Store, Postgres and Dir: Open refuses more (journal.ErrInvalid).
 	Store journal.Store
 	// Postgres is the connection string (DSN or URL) of a PostgreSQL
@@ -147,7 +149,9 @@ type Options struct {
 	// variable always wins. Default false: the library changes nothing
 	// process-wide on its own; `lazarus serve` sets it.
 	RaiseGOMAXPROCS bool
-	// Model answers turns. Required.
+	// Model answers turns. Required: Open refuses a nil one, a nil
+	// pointer or a nil agent.ModelFunc in the interface included
+	// (ErrInvalid).
 	Model agent.Model
 	// Tools the model may call. Default none.
 	Tools []agent.Tool
@@ -271,7 +275,8 @@ type Options struct {
 	// (ErrInvalidToolCalls). Default DefaultMaxInvalidToolAnswers;
 	// negative fails the turn on the first such answer.
 	MaxInvalidToolAnswers int
-	// Clock supplies time. Default the system clock. Every timer of the
+	// Clock supplies time. Default the system clock (a nil pointer in the
+	// interface is refused by Open: ErrInvalid). Every timer of the
 	// runtime runs on it, ModelTimeout's and ToolTimeout's included: a
 	// test that moves a manual clock past ModelTimeout while a model call
 	// is in flight ends that call (its retry then waits for the clock
@@ -464,6 +469,9 @@ func Open(opts Options) (*Runtime, error) {
 		return nil, fmt.Errorf("lazarus: Options.SubscriberBuffer %d is above MaxSubscriberBuffer (%d): %w", opts.SubscriberBuffer, MaxSubscriberBuffer, journal.ErrInvalid)
 	case opts.ResumeInterval > 0 && opts.ResumeInterval < MinResumeInterval:
 		return nil, fmt.Errorf("lazarus: Options.ResumeInterval %v is below MinResumeInterval (%v): %w", opts.ResumeInterval, MinResumeInterval, journal.ErrInvalid)
+	}
+	if err := nilInterfaces(opts); err != nil {
+		return nil, err
 	}
 	opts = opts.withDefaults()
 	if opts.Model == nil {
@@ -691,6 +699,45 @@ func Open(opts Options) (*Runtime, error) {
 	}
 	r.startFireWorkers()
 	return r, nil
+}
+
+// nilInterfaces refuses the Options whose interface fields hold a nil
+// pointer or func (a nil agent.ModelFunc, a nil *pebblejournal.Store): each
+// would pass the == nil checks and fail only when called, in the middle of
+// a turn or of Open itself. A nil *snapshot.LLM is left to the Summarizer's
+// own check (a snapshot.LLM without a Model).
+func nilInterfaces(opts Options) error {
+	if isNilValue(opts.Model) {
+		return fmt.Errorf("lazarus: Options.Model is required (it holds a nil %T): %w", opts.Model, journal.ErrInvalid)
+	}
+	if isNilValue(opts.Store) {
+		return fmt.Errorf("lazarus: Options.Store holds a nil %T: %w", opts.Store, journal.ErrInvalid)
+	}
+	if isNilValue(opts.Clock) {
+		return fmt.Errorf("lazarus: Options.Clock holds a nil %T: %w", opts.Clock, journal.ErrInvalid)
+	}
+	if _, llm := opts.Summarizer.(*snapshot.LLM); !llm && isNilValue(opts.Summarizer) {
+		return fmt.Errorf("lazarus: Options.Summarizer holds a nil %T: %w", opts.Summarizer, journal.ErrInvalid)
+	}
+	for i, a := range opts.Agents {
+		if isNilValue(a.Model) {
+			return fmt.Errorf("lazarus: Options.Agents[%d]: Model holds a nil %T: %w", i, a.Model, journal.ErrInvalid)
+		}
+	}
+	return nil
+}
+
+// isNilValue reports whether v is a non-nil interface holding a nil
+// pointer, func, map, slice or channel.
+func isNilValue(v any) bool {
+	if v == nil {
+		return false
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Func, reflect.Map, reflect.Slice, reflect.Chan, reflect.Interface:
+		return rv.IsNil()
+	}
+	return false
 }
 
 // Store returns the Store the Runtime writes. Reading it directly is safe;
