@@ -170,3 +170,34 @@ func onlyOf(got []told, id string) []told {
 	}
 	return out
 }
+
+// TestPanickingTerminatedHookIsRecovered: a panic of Config.Terminated is
+// logged and recovered on the supervisor actor: the activation is still
+// unregistered, its successor is created, and the other conversations
+// keep theirs.
+func TestPanickingTerminatedHookIsRecovered(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
+	s, err := Start(system, Config{Store: memjournal.New(memjournal.Options{}), CallTimeout: 5 * time.Second,
+		Agent:      func(string) actors.ConversationConfig { return actors.ConversationConfig{IdleTimeout: -1} },
+		Terminated: func(string) { panic("Terminated: injected") },
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		s.Stop()
+		system.Shutdown()
+	})
+	wake := &actors.Command{Msg: &messages.AgentWake{}}
+	for _, id := range []string{"a", "b"} {
+		_, err := s.Ask(ctx, id, wake)
+		require.NoError(t, err)
+	}
+	old := s.reg.lookup("a")
+	require.True(t, s.Kill("a", nil))
+	_, err = s.Ask(ctx, "a", wake)
+	require.NoError(t, err)
+	require.NotSame(t, old, s.reg.lookup("a"), "a successor")
+	require.True(t, s.IsActive("a"))
+	require.True(t, s.IsActive("b"))
+}
