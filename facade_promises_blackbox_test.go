@@ -18,6 +18,7 @@ import (
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/journal/memjournal"
 	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/snapshot"
 )
 
 // DESIGN §11: an empty id, one over journal.MaxIDBytes, and one that is not
@@ -477,12 +478,13 @@ func TestDocsOpenRefusesNilInterfaceOptions(t *testing.T) {
 	var clock *actorstest.ManualClock
 	var sum *nilSummarizer
 	for name, opts := range map[string]lazarus.Options{
-		"nil ModelFunc":       {Model: agent.ModelFunc(nil)},
-		"nil Model pointer":   {Model: (*scripted.Model)(nil)},
-		"nil Store pointer":   {Model: model, Store: store},
-		"nil Clock pointer":   {Model: model, Clock: clock},
-		"nil Summarizer":      {Model: model, Summarizer: sum},
-		"nil agent ModelFunc": {Model: model, Agents: []lazarus.Agent{{Name: "helper", Model: agent.ModelFunc(nil)}}},
+		"nil ModelFunc":            {Model: agent.ModelFunc(nil)},
+		"nil Model pointer":        {Model: (*scripted.Model)(nil)},
+		"nil Store pointer":        {Model: model, Store: store},
+		"nil Clock pointer":        {Model: model, Clock: clock},
+		"nil Summarizer":           {Model: model, Summarizer: sum},
+		"nil LLM summarizer model": {Model: model, Summarizer: snapshot.LLM{Model: agent.ModelFunc(nil)}},
+		"nil agent ModelFunc":      {Model: model, Agents: []lazarus.Agent{{Name: "helper", Model: agent.ModelFunc(nil)}}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var rt *lazarus.Runtime

@@ -491,7 +491,7 @@ func Open(opts Options) (*Runtime, error) {
 		}
 	}
 	switch {
-	case isLLM && llm.Model == nil:
+	case isLLM && (llm.Model == nil || isNilValue(llm.Model)):
 		return nil, fmt.Errorf("lazarus: Options.Summarizer is a snapshot.LLM without a Model: %w", journal.ErrInvalid)
 	case isLLM && llm.MaxInputBytes > 0 && llm.MaxInputBytes < snapshot.MinLLMMaxInputBytes:
 		return nil, fmt.Errorf("lazarus: Options.Summarizer's MaxInputBytes %d is below snapshot.MinLLMMaxInputBytes (%d), which fails every summary: %w", llm.MaxInputBytes, snapshot.MinLLMMaxInputBytes, journal.ErrInvalid)
