@@ -303,6 +303,11 @@ func TestDocsFacadePromises(t *testing.T) {
 		evs, err := rt.History(ctx, "idem", 0, 0)
 		require.NoError(t, err)
 		require.Len(t, evs, 2, "no turn ran again")
+		model.Push("idem-other", scripted.Text("c"))
+		other, err := rt.SendMessageAndWait(ctx, "idem-other", agent.UserMessage(agent.TextPart("hi")), opts, user)
+		require.NoError(t, err)
+		require.Equal(t, "c", other.Text, "a key is the conversation's: another one's message is new")
+		require.Equal(t, 1, userMsgsWith(ctx, t, rt, "idem-other", "req-1"))
 	})
 
 	t.Run("History after a kill and revival is the same log", func(t *testing.T) {
@@ -464,6 +469,35 @@ func TestDocsFacadePromises(t *testing.T) {
 		end, err := rt.SendAndWait(ctx, "ended-fork", "go on", user)
 		require.NoError(t, err)
 		require.Equal(t, "forked", end.Text)
+	})
+
+	t.Run("Rewind to 0 rewinds to the start and cancels the open call", func(t *testing.T) {
+		id := suspend(ctx, t, rt, model, "rewound")
+		before, err := rt.History(ctx, "rewound", 0, 0)
+		require.NoError(t, err)
+		require.NoError(t, rt.Rewind(ctx, "rewound", 0, lazarus.RewindOptions{Reason: "start over"}, user))
+		after, err := rt.History(ctx, "rewound", 0, 0)
+		require.NoError(t, err)
+		require.Len(t, after, len(before)+1, "one rewind event; the log keeps the rest")
+		require.NotNil(t, after[len(after)-1].GetRewind())
+		view, err := rt.HistoryView(ctx, "rewound", lazarus.HistoryOptions{Effective: true})
+		require.NoError(t, err)
+		require.Empty(t, view, "the model sees nothing of it")
+		row, err := rt.Store().ToolCall(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, messages.ToolCallStatus_TOOL_CALL_STATUS_ERRORED, row.GetStatus())
+		require.Equal(t, agent.CodeCanceled, row.GetResult().GetError().GetCode())
+		err = rt.Resolve(ctx, id, "{}", user)
+		require.ErrorIs(t, err, journal.ErrStale)
+		require.ErrorIs(t, err, journal.ErrInvalid)
+		model.Push("rewound", scripted.Text("fresh"))
+		end, err := rt.SendAndWait(ctx, "rewound", "again", user)
+		require.NoError(t, err)
+		require.Equal(t, "fresh", end.Text)
+		turns := model.Turns("rewound")
+		last := turns[len(turns)-1].Context
+		require.Len(t, last, 1, "the model's context starts after the rewind")
+		require.Equal(t, "again", last[0].GetUserMsg().GetContent()[0].GetText())
 	})
 
 	t.Run("Find and PendingCalls bounds", func(t *testing.T) {
