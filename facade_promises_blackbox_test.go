@@ -3,6 +3,7 @@ package lazarus_test
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -583,5 +584,55 @@ func TestDocsOpenRefusesNilInterfaceOptions(t *testing.T) {
 	// A nil agent Model is still the documented default: Options.Model.
 	rt, err := lazarus.Open(lazarus.Options{Model: model, Agents: []lazarus.Agent{{Name: "helper"}}})
 	require.NoError(t, err)
+	require.NoError(t, rt.Close())
+}
+
+// Options.Store: "A Store passed here is not closed by Close"; the one Open
+// opens (Dir, "created if missing", or the in-memory default) is, and a
+// Runtime opened again on the same Dir finds the conversation.
+func TestDocsCloseClosesOnlyTheStoreItOpened(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	model := scripted.New(scripted.Options{})
+
+	mine := memjournal.New(memjournal.Options{})
+	rt, err := lazarus.Open(lazarus.Options{Model: model, Store: mine})
+	require.NoError(t, err)
+	_, err = rt.Send(ctx, "c", "hi", user)
+	require.NoError(t, err)
+	require.NoError(t, rt.Close())
+	last, err := mine.LastSeq(ctx, "c")
+	require.NoError(t, err, "the Store passed in is still open")
+	require.Positive(t, last)
+	again, err := lazarus.Open(lazarus.Options{Model: model, Store: mine, NoResume: true})
+	require.NoError(t, err)
+	evs, err := again.History(ctx, "c", 0, 0)
+	require.NoError(t, err)
+	require.NotEmpty(t, evs)
+	require.NoError(t, again.Close())
+	require.NoError(t, mine.Close())
+
+	rt, err = lazarus.Open(lazarus.Options{Model: model})
+	require.NoError(t, err)
+	owned := rt.Store()
+	require.NoError(t, rt.Close())
+	_, err = owned.LastSeq(ctx, "c")
+	require.ErrorIs(t, err, journal.ErrClosed, "the in-memory Store Open made is closed")
+
+	dir := filepath.Join(t.TempDir(), "not", "yet")
+	rt, err = lazarus.Open(lazarus.Options{Model: model, Dir: dir})
+	require.NoError(t, err, "Dir is created if missing")
+	model.Push("d", scripted.Text("kept"))
+	_, err = rt.SendAndWait(ctx, "d", "hi", user)
+	require.NoError(t, err)
+	owned = rt.Store()
+	require.NoError(t, rt.Close())
+	_, err = owned.LastSeq(ctx, "d")
+	require.ErrorIs(t, err, journal.ErrClosed, "the Pebble Store Open opened is closed")
+	rt, err = lazarus.Open(lazarus.Options{Model: model, Dir: dir})
+	require.NoError(t, err, "the directory is free again")
+	evs, err = rt.History(ctx, "d", 0, 0)
+	require.NoError(t, err)
+	require.Len(t, evs, 2)
 	require.NoError(t, rt.Close())
 }
