@@ -636,3 +636,55 @@ func TestDocsCloseClosesOnlyTheStoreItOpened(t *testing.T) {
 	require.Len(t, evs, 2)
 	require.NoError(t, rt.Close())
 }
+
+// The entry contract for the variants no other test lists: with a ctx
+// that ended, an error wrapping context.Canceled; after Close, one
+// wrapping ErrClosed; nothing written either way.
+func TestDocsVariantsWithEndedContextOrAfterClose(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	model := scripted.New(scripted.Options{})
+	rt := openContract(t, memjournal.New(memjournal.Options{}), model, 0)
+	answered(ctx, t, rt, model, "a")
+	before, err := rt.History(ctx, "a", 0, 0)
+	require.NoError(t, err)
+	ended, cancelNow := context.WithCancel(context.Background())
+	cancelNow()
+	msg := agent.UserMessage(agent.TextPart("more"))
+	calls := []struct {
+		name string
+		f    func(ctx context.Context) error
+	}{
+		{"SendMessage", func(ctx context.Context) error {
+			_, err := rt.SendMessage(ctx, "a", msg, lazarus.SendOptions{RequestID: "r"}, user)
+			return err
+		}},
+		{"SendMessageAndWait", func(ctx context.Context) error {
+			_, err := rt.SendMessageAndWait(ctx, "a", msg, lazarus.SendOptions{RequestID: "r"}, user)
+			return err
+		}},
+		{"HistoryWithin", func(ctx context.Context) error { _, err := rt.HistoryWithin(ctx, "a", 0, 0, 10); return err }},
+		{"ChaptersWithin", func(ctx context.Context) error { _, err := rt.ChaptersWithin(ctx, "a", 0, 10); return err }},
+		{"ForkWith", func(ctx context.Context) error {
+			return rt.ForkWith(ctx, "a", 2, "a-fork", lazarus.ForkOptions{Metadata: map[string]string{"k": "v"}})
+		}},
+		{"RewindWithReport", func(ctx context.Context) error {
+			_, err := rt.RewindWithReport(ctx, "a", 1, lazarus.RewindOptions{}, user)
+			return err
+		}},
+		{"Subscribe", func(ctx context.Context) error { _, err := rt.Subscribe(ctx, "a", 0); return err }},
+		{"Wake", func(ctx context.Context) error { return rt.Wake(ctx, "a") }},
+	}
+	for _, c := range calls {
+		require.ErrorIs(t, c.f(ended), context.Canceled, c.name)
+	}
+	require.NoError(t, rt.Close())
+	for _, c := range calls {
+		require.ErrorIs(t, c.f(ctx), lazarus.ErrClosed, c.name)
+	}
+	after, err := rt.Store().Events(ctx, "a", journal.EventQuery{})
+	require.NoError(t, err)
+	require.Len(t, after, len(before), "nothing written")
+	_, err = rt.Store().Conversation(ctx, "a-fork")
+	require.ErrorIs(t, err, journal.ErrNotFound, "no fork")
+}
