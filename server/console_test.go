@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -1236,6 +1237,114 @@ func TestConsoleAnswerOfUnknownOutcome(t *testing.T) {
 			require.Equal(t, "resolved", got.Status)
 		})
 	}
+}
+
+// cutAfter makes the tab's next POST to a path ending in suffix get no
+// answer, as when the connection is cut: sent to the server first when
+// landed, else not sent at all.
+func cutAfter(suffix string, landed bool) chromedp.Action[chromedp.Void] {
+	return chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`(() => {
+  const real = window.fetch;
+  let cut = false;
+  window.fetch = async (url, init) => {
+    if (!cut && init && init.method === 'POST' && String(url).endsWith(%q)) {
+      cut = true;
+      if (%v) await real(url, init);
+      throw new TypeError('Failed to fetch');
+    }
+    return real(url, init);
+  };
+})()`, suffix, landed))
+}
+
+// TestConsoleAnswerWithNoAnswer: an Approve whose request gets no answer
+// (the connection cut, the server having recorded it or not) is no "not
+// answered": the card said "Not answered: the server cannot be reached"
+// for an approval that was recorded. It now reads the call again and says
+// it was answered, or that the outcome is unknown, and answering again
+// answers once.
+func TestConsoleAnswerWithNoAnswer(t *testing.T) {
+	for _, landed := range []bool{true, false} {
+		t.Run(fmt.Sprintf("landed=%v", landed), func(t *testing.T) {
+			ctx := testContext(t)
+			model := newScripted()
+			n := startNode(t, model, server.Options{})
+			_, call := suspendOnApproval(t, ctx, n, model)
+			inner := *n.served.Load()
+			var answers atomic.Int32
+			var counted http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == "POST" && strings.HasPrefix(r.URL.Path, "/v1/calls/") {
+					answers.Add(1)
+				}
+				inner.ServeHTTP(w, r)
+			})
+			n.served.Store(&counted)
+
+			tab := newTab(t, browserWait)
+			signIn(t, tab, n, tokCarol, "#/calls")
+			require.NoError(t, chromedp.Do(tab,
+				chromedp.WaitVisible(cardSel(call.ID, " button.approve")),
+				cutAfter("/resolve", landed)))
+			_, err := chromedp.Run(tab, chromedp.Evaluate[chromedp.Void](
+				fmt.Sprintf(`answer(cards.get(%q), true)`, call.ID), chromedp.EvalAwaitPromise))
+			require.NoError(t, err)
+			shown, err := chromedp.Run(tab, chromedp.Evaluate[[]string](fmt.Sprintf(
+				`(() => { const c = cards.get(%q); return [c.outcome.textContent, c.state, String(c.approve.disabled)]; })()`, call.ID)))
+			require.NoError(t, err)
+			require.NotContains(t, shown[0], "Not answered")
+			if landed {
+				require.Equal(t, []string{"Already answered by carol (approver).", "stale", "true"}, shown)
+			} else {
+				require.Equal(t, []string{"Outcome unknown (the server cannot be reached): the answer may or may not have been recorded. Answer again to find out.", "pending", "false"}, shown)
+				require.NoError(t, chromedp.Do(tab, chromedp.Click(cardSel(call.ID, " button.approve")),
+					chromedp.WaitVisible(cardSel(call.ID, `[data-state="approved"]`))))
+			}
+			require.Equal(t, int32(1), answers.Load())
+			var got server.Call
+			n.must(t, http.StatusOK, "GET", "/v1/calls/"+call.ID, tokCarol, nil, &got)
+			require.Equal(t, server.CallAnswered, got.Outcome)
+		})
+	}
+}
+
+// TestConsoleSendWithNoAnswer: a message whose send gets no answer (the
+// connection cut after the server wrote it) is no "Not sent": the page
+// said so of a message that was written. It now says the outcome is
+// unknown, and sending again writes it once.
+func TestConsoleSendWithNoAnswer(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	conv := n.create(t, tokAlice, nil)
+	model.Push(conv.ID, scripted.Text("ok"))
+	submit := `document.getElementById('send-form').onsubmit(new Event('submit', {cancelable: true}))`
+
+	tab := newTab(t, browserWait)
+	signIn(t, tab, n, tokAlice, "#/c/"+url.PathEscape(conv.ID))
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.WaitVisible(chromedp.Search(`//span[@id="conv-live" and contains(., "live")]`)),
+		cutAfter("/messages", true),
+		chromedp.SendKeys(chromedp.ID("send-text"), "pay it"),
+		chromedp.Evaluate[chromedp.Void](submit, chromedp.EvalAwaitPromise),
+	))
+	said, err := chromedp.Run(tab, chromedp.Text(chromedp.ID("send-error")))
+	require.NoError(t, err)
+	require.NotContains(t, said, "Not sent", "a send that got no answer may have been written")
+	require.Contains(t, said, "may or may not have been sent")
+	require.NoError(t, chromedp.Do(tab, chromedp.Evaluate[chromedp.Void](submit, chromedp.EvalAwaitPromise)))
+	shown, err := chromedp.Run(tab, chromedp.Evaluate[[]string](
+		`[document.getElementById('send-text').value, document.getElementById('send-error').textContent]`))
+	require.NoError(t, err)
+	require.Equal(t, []string{"", ""}, shown, "sent, with no error")
+	evs, err := n.rt.History(ctx, conv.ID, 0, 0)
+	require.NoError(t, err)
+	var sent []string
+	for _, ev := range evs {
+		if m := ev.GetUserMsg(); m != nil {
+			sent = append(sent, m.GetContent()[0].GetText())
+		}
+	}
+	require.Equal(t, []string{"pay it"}, sent)
 }
 
 // TestConsoleShowsArgumentsAsWritten: the card shows a call's arguments

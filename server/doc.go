@@ -235,10 +235,12 @@
 // A call answered elsewhere in the
 // meantime is shown as already answered, with its outcome and, when a
 // person answered it, by whom; one a rewind took back, as cancelled. An
-// answer of unknown outcome (504 unknown_outcome) is never shown as not
+// answer of unknown outcome (504 unknown_outcome, or no answer at all: a
+// connection cut after the request went out) is never shown as not
 // answered: the console reads the call again and shows it answered if it
 // is, else says the outcome is unknown and lets the user answer again
-// (a second answer to a call already answered gets 409 stale). A
+// (a second answer to a call already answered gets 409 stale); nor is
+// a message sent so shown as not sent. A
 // resolution event names its resolver only when a person answered (not
 // for an expiry, nor in an older log that records none). The console only
 // calls the /v1/ API, with the same rules of who sees what; an approver

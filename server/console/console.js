@@ -55,6 +55,8 @@ async function api(method, path, body) {
   try {
     res = await fetch(API + path, init);
   } catch (e) {
+    // No answer: a write may have reached the server all the same (the
+    // connection cut after it was sent), so its outcome is unknown.
     throw new APIError(0, 'network', 'the server cannot be reached');
   }
   if (res.status === 204) return null;
@@ -84,6 +86,11 @@ function exactNumbers(key, value, context) {
 }
 
 const enc = encodeURIComponent;
+
+// unknownOutcome reports whether a write that failed with e may have been
+// done all the same: the server said so (unknown_outcome), or no answer
+// came (a network cut after the request went out).
+const unknownOutcome = (e) => e.code === 'unknown_outcome' || e.code === 'network';
 
 // UNADDRESSABLE says why a conversation whose id is "." or ".." cannot be
 // read here: a browser takes such a path segment (escaped or not) for a
@@ -417,13 +424,15 @@ async function settleElsewhere(card) {
 }
 
 // settleUnknown says on card that its answer may or may not have been
-// recorded (unknown_outcome): never "not answered". The call is read
-// again: answered (by this answer or another), the card says so; still
-// pending, its buttons are on again, and answering again tells (an answer
-// already recorded makes the next one stale).
-async function settleUnknown(card) {
+// recorded (unknown_outcome, or no answer came: see unknownOutcome):
+// never "not answered". The call is read again: answered (by this answer
+// or another), the card says so; still pending, or not readable, its
+// buttons are on again, and answering again tells (an answer already
+// recorded makes the next one stale).
+async function settleUnknown(card, e) {
   card.approve.disabled = card.reject.disabled = false;
-  card.outcome.textContent = 'Outcome unknown: the answer may or may not have been recorded. Answer again to find out.';
+  card.outcome.textContent = 'Outcome unknown' + (e.code === 'network' ? ' (' + e.message + ')' : '') +
+    ': the answer may or may not have been recorded. Answer again to find out.';
   let c;
   try {
     c = await api('GET', 'calls/' + enc(card.call.id));
@@ -494,7 +503,7 @@ async function answer(card, approve) {
   } catch (e) {
     if (e.code === 'stale') await settleElsewhere(card);
     else if (e.code === 'not_found') settle(card, 'gone', GONE);
-    else if (e.code === 'unknown_outcome') await settleUnknown(card);
+    else if (unknownOutcome(e)) await settleUnknown(card, e);
     else {
       // Timeouts, a refusal, a proxy's error: the call may still be open.
       card.approve.disabled = card.reject.disabled = false;
@@ -855,7 +864,7 @@ async function send(ev, state) {
     // Left meanwhile, the text stays the conversation's draft.
     // An unknown outcome is no "not sent": the message may have been
     // written (the stream shows it if it was); sending again tells.
-    if (!state.signal.aborted) $('send-error').textContent = (e.code === 'unknown_outcome'
+    if (!state.signal.aborted) $('send-error').textContent = (unknownOutcome(e)
       ? 'Outcome unknown: the message may or may not have been sent; send again to make sure (it is not written twice): '
       : 'Not sent: ') + e.message;
   } finally {
