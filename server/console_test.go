@@ -1347,6 +1347,39 @@ func TestConsoleSendWithNoAnswer(t *testing.T) {
 	require.Equal(t, []string{"pay it"}, sent)
 }
 
+// TestConsoleReasonStaysWithItsCard: a reason typed in a card, the queue
+// left (to read the call's conversation) and shown again, is in the card
+// again, and rejects with it: the queue was built anew, every reason
+// typed lost.
+func TestConsoleReasonStaysWithItsCard(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	conv, call := suspendOnApproval(t, ctx, n, model)
+
+	tab := newTab(t, browserWait)
+	signIn(t, tab, n, tokCarol, "#/calls")
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.WaitVisible(cardSel(call.ID, " button.approve")),
+		chromedp.SendKeys(cardSel(call.ID, " input.reason"), "over budget"),
+		chromedp.Click(cardSel(call.ID, " a")),
+		chromedp.WaitVisible(chromedp.Search(fmt.Sprintf(`//h1[@id="conv-title" and .=%q]`, conv.ID))),
+		chromedp.Evaluate[chromedp.Void](`history.back()`),
+		chromedp.WaitVisible(cardSel(call.ID, " input.reason")),
+	))
+	reason, err := chromedp.Run(tab, chromedp.Value(cardSel(call.ID, " input.reason")))
+	require.NoError(t, err)
+	require.Equal(t, "over budget", reason)
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.Click(cardSel(call.ID, " button.reject")),
+		chromedp.WaitVisible(cardSel(call.ID, `[data-state="rejected"]`)),
+	))
+	var got server.Call
+	n.must(t, http.StatusOK, "GET", "/v1/calls/"+call.ID, tokCarol, nil, &got)
+	require.Equal(t, server.CallRejected, got.Outcome)
+	require.Equal(t, "over budget", toolResult(t, ctx, n, conv.ID, call.ID))
+}
+
 // TestConsoleShowsArgumentsAsWritten: the card shows a call's arguments
 // as the model wrote them: a number a JavaScript number cannot hold
 // (an account number of 20 digits, 1.10) was shown rounded

@@ -223,7 +223,8 @@
 // conversation when the user may read it, a countdown to the deadline),
 // each answered with Approve (POST resolve with the result
 // {"approved": true}, plus "reason" when one is typed) or Reject (POST
-// reject with the typed reason, required); the conversation list with a
+// reject with the typed reason, required; a reason typed stays in its card
+// while the tab looks at another view); the conversation list with a
 // search by metadata ("key=value key=value"); and a live view of a
 // conversation (its history, then its event stream, with the answer in
 // progress; with named agents, each event names its agent and a handoff

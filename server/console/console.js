@@ -240,6 +240,7 @@ function signOut(message) {
   $('login-error').textContent = message || '';
   route();
   drafts.clear(); // the next to sign in is not shown them
+  reasons.clear();
 }
 
 // ---- sign in ---------------------------------------------------------------
@@ -285,6 +286,7 @@ async function signIn(ev) {
 // ---- the queue of pending approvals -----------------------------------------
 
 const cards = new Map(); // call id -> card state, while the queue is shown
+const reasons = new Map(); // call id -> the reason typed in its card, kept while the queue is left
 
 function callsView(signal) {
   show('calls-view');
@@ -294,7 +296,15 @@ function callsView(signal) {
   loadCalls();
   const poll = setInterval(loadCalls, POLL_MS);
   const tick = setInterval(tickCountdowns, 1000);
-  signal.addEventListener('abort', () => { clearInterval(poll); clearInterval(tick); });
+  signal.addEventListener('abort', () => {
+    clearInterval(poll);
+    clearInterval(tick);
+    // A reason typed in a card still pending is its card's again when the
+    // queue is shown again (after a look at the call's conversation, say).
+    for (const [id, card] of cards) {
+      if (card.state === 'pending' && card.reason.value) reasons.set(id, card.reason.value); else reasons.delete(id);
+    }
+  });
 }
 
 // loadCalls reads the queue: pages of the API (ordered by conversation,
@@ -351,6 +361,7 @@ function callCard(c) {
   card.context = el('ol', { class: 'context' });
   const reasonID = 'reason-' + c.id;
   card.reason.id = reasonID;
+  card.reason.value = reasons.get(c.id) || '';
   card.root = el('article', { class: 'call', 'data-call-id': c.id, 'data-state': 'pending' },
     el('header', {},
       el('span', { class: 'tool' }, c.tool),
