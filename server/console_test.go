@@ -1347,6 +1347,40 @@ func TestConsoleSendWithNoAnswer(t *testing.T) {
 	require.Equal(t, []string{"pay it"}, sent)
 }
 
+// TestConsoleAnswerToAGoneConversation: an answer refused 410 deleted
+// (the tool's authorizer read the conversation, deleted meanwhile: see
+// the package doc) says the call is gone, its buttons off, as a 404 does:
+// the card said "Not answered" with its buttons on, for a call no one can
+// answer again.
+func TestConsoleAnswerToAGoneConversation(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	_, call := suspendOnApproval(t, ctx, n, model)
+	inner := *n.served.Load()
+	var proxied http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != "POST" || r.URL.Path != "/v1/calls/"+call.ID+"/resolve" {
+			inner.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusGone)
+		_, _ = io.WriteString(w, `{"error":{"code":"deleted","message":"conversation deleted"}}`)
+	})
+	n.served.Store(&proxied)
+
+	tab := newTab(t, browserWait)
+	signIn(t, tab, n, tokCarol, "#/calls")
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(cardSel(call.ID, " button.approve"))))
+	_, err := chromedp.Run(tab, chromedp.Evaluate[chromedp.Void](
+		fmt.Sprintf(`answer(cards.get(%q), true)`, call.ID), chromedp.EvalAwaitPromise))
+	require.NoError(t, err)
+	shown, err := chromedp.Run(tab, chromedp.Evaluate[[]string](fmt.Sprintf(
+		`(() => { const c = cards.get(%q); return [c.outcome.textContent, c.state, String(c.approve.disabled)]; })()`, call.ID)))
+	require.NoError(t, err)
+	require.Equal(t, []string{"This call is gone (its conversation was deleted, or it is no longer visible to you).", "gone", "true"}, shown)
+}
+
 // TestConsoleReasonStaysWithItsCard: a reason typed in a card, the queue
 // left (to read the call's conversation) and shown again, is in the card
 // again, and rejects with it: the queue was built anew, every reason

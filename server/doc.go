@@ -235,7 +235,8 @@
 // console says so, and the API serves it.
 // A call answered elsewhere in the
 // meantime is shown as already answered, with its outcome and, when a
-// person answered it, by whom; one a rewind took back, as cancelled. An
+// person answered it, by whom; one a rewind took back, as cancelled; one
+// whose conversation was deleted (404, or 410 deleted), as gone. An
 // answer of unknown outcome (504 unknown_outcome, or no answer at all: a
 // connection cut after the request went out) is never shown as not
 // answered: the console reads the call again and shows it answered if it

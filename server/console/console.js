@@ -513,7 +513,7 @@ async function answer(card, approve) {
     }
   } catch (e) {
     if (e.code === 'stale') await settleElsewhere(card);
-    else if (e.code === 'not_found') settle(card, 'gone', GONE);
+    else if (e.code === 'not_found' || e.code === 'deleted') settle(card, 'gone', GONE);
     else if (unknownOutcome(e)) await settleUnknown(card, e);
     else {
       // Timeouts, a refusal, a proxy's error: the call may still be open.
