@@ -1307,6 +1307,44 @@ func TestConsoleAnswerWithNoAnswer(t *testing.T) {
 	}
 }
 
+// TestConsoleAnswerTimedOutByAProxy: an Approve a proxy in front answers
+// 504 with its own page (it gave up waiting, the server having recorded
+// the answer) is no "not answered": the card said "Not answered: HTTP
+// 504". It reads the call again and says it was answered.
+func TestConsoleAnswerTimedOutByAProxy(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	_, call := suspendOnApproval(t, ctx, n, model)
+	inner := *n.served.Load()
+	var proxied http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != "POST" || r.URL.Path != "/v1/calls/"+call.ID+"/resolve" {
+			inner.ServeHTTP(w, r)
+			return
+		}
+		rec := httptest.NewRecorder()
+		inner.ServeHTTP(rec, r)
+		if rec.Code != http.StatusOK {
+			t.Errorf("resolve: %d %s", rec.Code, rec.Body)
+		}
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(http.StatusGatewayTimeout)
+		_, _ = io.WriteString(w, "<html>gateway timeout</html>")
+	})
+	n.served.Store(&proxied)
+
+	tab := newTab(t, browserWait)
+	signIn(t, tab, n, tokCarol, "#/calls")
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(cardSel(call.ID, " button.approve"))))
+	_, err := chromedp.Run(tab, chromedp.Evaluate[chromedp.Void](
+		fmt.Sprintf(`answer(cards.get(%q), true)`, call.ID), chromedp.EvalAwaitPromise))
+	require.NoError(t, err)
+	shown, err := chromedp.Run(tab, chromedp.Evaluate[[]string](fmt.Sprintf(
+		`(() => { const c = cards.get(%q); return [c.outcome.textContent, c.state, String(c.approve.disabled)]; })()`, call.ID)))
+	require.NoError(t, err)
+	require.Equal(t, []string{"Already answered by carol (approver).", "stale", "true"}, shown)
+}
+
 // TestConsoleSendWithNoAnswer: a message whose send gets no answer (the
 // connection cut after the server wrote it) is no "Not sent": the page
 // said so of a message that was written. It now says the outcome is

@@ -237,8 +237,9 @@
 // meantime is shown as already answered, with its outcome and, when a
 // person answered it, by whom; one a rewind took back, as cancelled; one
 // whose conversation was deleted (404, or 410 deleted), as gone. An
-// answer of unknown outcome (504 unknown_outcome, or no answer at all: a
-// connection cut after the request went out) is never shown as not
+// answer of unknown outcome (504 unknown_outcome, a 504 of a gateway in
+// front, or no answer at all: a connection cut after the request went
+// out) is never shown as not
 // answered: the console reads the call again and shows it answered if it
 // is, else says the outcome is unknown and lets the user answer again
 // (a second answer to a call already answered gets 409 stale); nor is

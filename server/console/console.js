@@ -88,9 +88,10 @@ function exactNumbers(key, value, context) {
 const enc = encodeURIComponent;
 
 // unknownOutcome reports whether a write that failed with e may have been
-// done all the same: the server said so (unknown_outcome), or no answer
-// came (a network cut after the request went out).
-const unknownOutcome = (e) => e.code === 'unknown_outcome' || e.code === 'network';
+// done all the same: the server said so (unknown_outcome), no answer came
+// (a network cut after the request went out), or a gateway in front gave
+// up waiting for the server's answer (a 504 that is no API error).
+const unknownOutcome = (e) => e.code === 'unknown_outcome' || e.code === 'network' || e.code === 'http_504';
 
 // UNADDRESSABLE says why a conversation whose id is "." or ".." cannot be
 // read here: a browser takes such a path segment (escaped or not) for a
