@@ -13,7 +13,8 @@ import (
 )
 
 // ConsolePath is where the web console is served (see the package
-// documentation, "Web console"); "/" redirects there.
+// documentation, "Web console"); "/", and ConsolePath without its
+// slash, redirect there.
 const ConsolePath = "/console/"
 
 //go:embed console

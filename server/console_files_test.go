@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lazarusrt/lazarus/server"
@@ -67,10 +68,12 @@ func TestConsoleFiles(t *testing.T) {
 		res.Body.Close()
 		require.NotEqual(t, http.StatusOK, res.StatusCode, path)
 	}
-	res, err = client.Post(n.srv.URL+server.ConsolePath, "text/plain", strings.NewReader("x"))
-	require.NoError(t, err)
-	res.Body.Close()
-	require.Equal(t, http.StatusMethodNotAllowed, res.StatusCode)
+	for _, path := range []string{server.ConsolePath, strings.TrimSuffix(server.ConsolePath, "/")} {
+		res, err = client.Post(n.srv.URL+path, "text/plain", strings.NewReader("x"))
+		require.NoError(t, err)
+		res.Body.Close()
+		require.Equal(t, http.StatusMethodNotAllowed, res.StatusCode, path)
+	}
 }
 
 // TestConsoleWritesTextOnly: the console's script never parses data as
@@ -98,4 +101,45 @@ func TestNoConsole(t *testing.T) {
 		require.Equal(t, http.StatusNotFound, res.StatusCode, path)
 	}
 	n.must(t, http.StatusOK, "GET", "/v1/calls", tokCarol, nil, nil)
+}
+
+// TestConsoleUnderAPrefix: served under a prefix (http.StripPrefix), the
+// console is reached from the prefix's root and from its path without the
+// slash, and answers a call over the API under that prefix. The path
+// without the slash was redirected to an absolute /console/, out of the
+// prefix.
+func TestConsoleUnderAPrefix(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	_, call := suspendOnApproval(t, ctx, n, model)
+	inner := *n.served.Load()
+	var prefixed http.Handler = http.StripPrefix("/lz", inner)
+	n.served.Store(&prefixed)
+
+	for _, from := range []string{"/lz/", "/lz/console"} {
+		res, err := n.srv.Client().Get(n.srv.URL + from)
+		require.NoError(t, err)
+		body, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, res.StatusCode, from)
+		require.Equal(t, "/lz"+server.ConsolePath, res.Request.URL.Path, from)
+		require.Contains(t, string(body), "console.js", from)
+	}
+
+	tab := newTab(t, browserWait)
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.Navigate(n.srv.URL+"/lz/console"),
+		chromedp.WaitVisible(chromedp.ID("token")),
+		chromedp.SendKeys(chromedp.ID("token"), tokCarol),
+		chromedp.Click(chromedp.ID("login-submit")),
+		chromedp.WaitVisible(cardSel(call.ID, " button.approve")),
+		chromedp.Click(cardSel(call.ID, " button.approve")),
+		chromedp.WaitVisible(cardSel(call.ID, `[data-state="approved"]`)),
+	))
+	n.served.Store(&inner)
+	var got server.Call
+	n.must(t, http.StatusOK, "GET", "/v1/calls/"+call.ID, tokCarol, nil, &got)
+	require.Equal(t, server.CallAnswered, got.Outcome)
 }

@@ -27,7 +27,7 @@
 //	POST   /v1/calls/{id}/reject                decline it with a reason
 //	GET    /v1/openapi.json                     the API's OpenAPI 3 document
 //	GET    /metrics  /healthz  /readyz
-//	GET    /console/                            the web console (not part of the API); / redirects to it
+//	GET    /console/                            the web console (not part of the API); / and /console redirect to it
 //
 // A method a route does not take (a PUT, a DELETE of a call, a POST of
 // the console) is a 405 method_not_allowed whose Allow header lists those
@@ -218,7 +218,9 @@
 //
 // ConsolePath serves a web console for people: plain HTML, CSS and
 // JavaScript embedded in the binary (no build step, nothing fetched at run
-// time), usable on a phone. It has the queue of pending human calls the
+// time), usable on a phone; "/" and ConsolePath without its slash redirect
+// to it with a relative Location, and it calls the API by relative URLs,
+// so it works under a prefix (http.StripPrefix) too. It has the queue of pending human calls the
 // user may see (tool, prompt, arguments, the last events of the
 // conversation when the user may read it, a countdown to the deadline),
 // each answered with Approve (POST resolve with the result

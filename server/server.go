@@ -226,7 +226,14 @@ func New(rt *lazarus.Runtime, opts Options) *Server {
 			w.Header().Set("Location", "."+ConsolePath)
 			w.WriteHeader(http.StatusFound)
 		})
-		getOnly = append(getOnly, ConsolePath, "/{$}")
+		// The console's path without its slash: the mux's own redirect
+		// has an absolute Location, which leaves a prefix out.
+		bare := strings.TrimSuffix(ConsolePath, "/")
+		s.mux.HandleFunc("GET "+bare, func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Location", "."+ConsolePath)
+			w.WriteHeader(http.StatusFound)
+		})
+		getOnly = append(getOnly, ConsolePath, bare, "/{$}")
 	}
 	// Another method at the probes, /metrics and the console is a JSON
 	// 405 (code method_not_allowed) with an Allow header, as every error
