@@ -1419,6 +1419,30 @@ func TestConsoleAnswerToAGoneConversation(t *testing.T) {
 	require.Equal(t, []string{"This call is gone (its conversation was deleted, or it is no longer visible to you).", "gone", "true"}, shown)
 }
 
+// TestConsoleKeyboardKeepsItsPlace: an Approve pressed with the keyboard
+// leaves the focus in its card (on its outcome, which says what
+// happened), so that Tab goes on to the next card: the button, turned
+// off, dropped the focus to the top of the page.
+func TestConsoleKeyboardKeepsItsPlace(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	_, call := suspendOnApproval(t, ctx, n, model)
+
+	tab := newTab(t, browserWait)
+	signIn(t, tab, n, tokCarol, "#/calls")
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.WaitVisible(cardSel(call.ID, " button.approve")),
+		chromedp.Focus(cardSel(call.ID, " button.approve")),
+		chromedp.KeyEvent("\r"),
+		chromedp.WaitVisible(cardSel(call.ID, `[data-state="approved"]`)),
+	))
+	focused, err := chromedp.Run(tab, chromedp.Evaluate[[]string](
+		`[document.activeElement.className, (document.activeElement.closest('article') || {dataset: {}}).dataset.callId || '']`))
+	require.NoError(t, err)
+	require.Equal(t, []string{"outcome", call.ID}, focused)
+}
+
 // TestConsoleReasonStaysWithItsCard: a reason typed in a card, the queue
 // left (to read the call's conversation) and shown again, is in the card
 // again, and rejects with it: the queue was built anew, every reason

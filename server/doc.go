@@ -218,11 +218,13 @@
 //
 // ConsolePath serves a web console for people: plain HTML, CSS and
 // JavaScript embedded in the binary (no build step, nothing fetched at run
-// time), usable on a phone; "/" and ConsolePath without its slash redirect
-// to it with a relative Location, and it calls the API by relative URLs,
-// so it works under a prefix (http.StripPrefix) too. It has the queue of pending human calls the
-// user may see (tool, prompt, arguments, the last events of the
-// conversation when the user may read it, a countdown to the deadline),
+// time), usable on a phone and with the keyboard alone (an answer leaves
+// the focus in its card, on what it did); "/" and ConsolePath without its
+// slash redirect to it with a relative Location, and it calls the API by
+// relative URLs, so it works under a prefix (http.StripPrefix) too. It
+// has the queue of pending human calls the user may see (tool, prompt,
+// arguments, the last events of the conversation when the user may read
+// it, a countdown to the deadline),
 // each answered with Approve (POST resolve with the result
 // {"approved": true}, plus "reason" when one is typed) or Reject (POST
 // reject with the typed reason, required; a reason typed stays in its card

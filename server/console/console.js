@@ -358,7 +358,7 @@ function callCard(c) {
   card.reason = el('input', { type: 'text', class: 'reason', maxLength: 4000, placeholder: 'Reason (required to reject)' });
   card.approve = el('button', { type: 'button', class: 'approve' }, 'Approve');
   card.reject = el('button', { type: 'button', class: 'reject' }, 'Reject');
-  card.outcome = el('p', { class: 'outcome', role: 'status' });
+  card.outcome = el('p', { class: 'outcome', role: 'status', tabIndex: -1 });
   card.context = el('ol', { class: 'context' });
   const reasonID = 'reason-' + c.id;
   card.reason.id = reasonID;
@@ -416,9 +416,18 @@ function tickCountdowns() {
   }
 }
 
+// holdFocus moves the focus to card's outcome when it is on one of the
+// card's controls, about to be turned off: a control turned off drops the
+// focus to the top of the page, and a keyboard user's place in the queue
+// with it.
+function holdFocus(card) {
+  if ([card.approve, card.reject, card.reason].includes(document.activeElement)) card.outcome.focus();
+}
+
 function settle(card, state, message) {
   card.state = state;
   card.root.dataset.state = state;
+  holdFocus(card);
   card.approve.disabled = card.reject.disabled = card.reason.disabled = true;
   card.outcome.textContent = message;
   tickCountdowns();
@@ -500,6 +509,7 @@ async function answer(card, approve) {
     return;
   }
   card.busy = true;
+  holdFocus(card);
   card.approve.disabled = card.reject.disabled = true;
   card.outcome.textContent = 'Sending…';
   try {
