@@ -2077,3 +2077,57 @@ func TestConsoleStreamOpenLongBacksOffFromTheStart(t *testing.T) {
 	assert.GreaterOrEqual(t, asked[3].Sub(answered[2]), time.Second-100*time.Millisecond, "asked again before the backoff")
 	assert.Less(t, asked[3].Sub(answered[2]), 3*time.Second, "the backoff did not start again after a stream open STEADY_MS")
 }
+
+// TestConsoleConversationIDsInLinks: conversations whose ids hold '/',
+// '?', '#', '%', spaces or unicode are reached from their calls' cards,
+// shown and written to under their own ids, each request naming the
+// conversation, not another route. It held; tests only.
+func TestConsoleConversationIDsInLinks(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	for _, id := range []string{"a/b?c=d#e", "100% é☃ /..", "%2F"} {
+		model.Push(id, scripted.Reply("asking", scripted.Call("approve", `{"amount":3}`)), scripted.Text("done"))
+		end, err := n.rt.SendAndWait(ctx, id, "pay", agent.ScopeOf(agent.Identity{UserID: "olga", Roles: []string{"operator"}}))
+		require.NoError(t, err)
+		require.Equal(t, lazarus.TurnSuspended, end.Outcome)
+		var calls server.CallList
+		n.must(t, http.StatusOK, "GET", "/v1/calls", tokOlga, nil, &calls)
+		var call server.Call
+		for _, c := range calls.Calls {
+			if c.ConversationID == id {
+				call = c
+			}
+		}
+		require.Equal(t, id, call.ConversationID)
+
+		t.Run(id, func(t *testing.T) {
+			tab := newTab(t, browserWait)
+			signIn(t, tab, n, tokOlga, "#/calls")
+			require.NoError(t, chromedp.Do(tab,
+				chromedp.WaitVisible(cardSel(call.ID, ` .context li[data-kind="suspension"]`)),
+				chromedp.Click(cardSel(call.ID, " a")),
+				chromedp.WaitVisible(chromedp.Search(`//span[@id="conv-live" and contains(., "live")]`)),
+			))
+			shown, err := chromedp.Run(tab, chromedp.Evaluate[[]string](
+				`[document.getElementById('conv-title').textContent, String(document.querySelectorAll('#log li[data-kind="user_msg"]').length)]`))
+			require.NoError(t, err)
+			require.Equal(t, []string{id, "1"}, shown)
+			model.Push(id, scripted.Text("ok"))
+			require.NoError(t, chromedp.Do(tab,
+				chromedp.SendKeys(chromedp.ID("send-text"), "more"),
+				chromedp.Click(chromedp.ID("send-submit")),
+				chromedp.WaitVisible(chromedp.Search(`//ol[@id="log"]/li[@data-kind="user_msg"][2]`)),
+			))
+			evs, err := n.rt.History(ctx, id, 0, 0)
+			require.NoError(t, err)
+			var sent []string
+			for _, ev := range evs {
+				if m := ev.GetUserMsg(); m != nil {
+					sent = append(sent, m.GetContent()[0].GetText())
+				}
+			}
+			require.Equal(t, []string{"pay", "more"}, sent)
+		})
+	}
+}
