@@ -1443,6 +1443,29 @@ func TestConsoleKeyboardKeepsItsPlace(t *testing.T) {
 	require.Equal(t, []string{"outcome", call.ID}, focused)
 }
 
+// TestConsoleCountFollowsAnswers: the queue's count of pending calls
+// moves as soon as a card is answered: it said "1 pending" after the only
+// call was approved, until the next read of the queue.
+func TestConsoleCountFollowsAnswers(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	_, call := suspendOnApproval(t, ctx, n, model)
+
+	tab := newTab(t, browserWait)
+	signIn(t, tab, n, tokCarol, "#/calls")
+	require.NoError(t, chromedp.Do(tab,
+		pendingStatus(1),
+		// The poll is stopped: the count moves without a read.
+		chromedp.Evaluate[chromedp.Void](`viewAbort.abort(); undefined`),
+		chromedp.Click(cardSel(call.ID, " button.approve")),
+		chromedp.WaitVisible(cardSel(call.ID, `[data-state="approved"]`)),
+	))
+	status, err := chromedp.Run(tab, chromedp.Text(chromedp.ID("calls-status")))
+	require.NoError(t, err)
+	require.Equal(t, "No pending approvals.", status)
+}
+
 // TestConsoleReasonStaysWithItsCard: a reason typed in a card, the queue
 // left (to read the call's conversation) and shown again, is in the card
 // again, and rejects with it: the queue was built anew, every reason

@@ -294,6 +294,7 @@ function callsView(signal) {
   cards.clear();
   $('calls').replaceChildren();
   $('calls-status').textContent = 'Loading…';
+  queueMore = null;
   loadCalls();
   const poll = setInterval(loadCalls, POLL_MS);
   const tick = setInterval(tickCountdowns, 1000);
@@ -341,15 +342,30 @@ async function loadCalls() {
       if (!cursor || seen.size >= QUEUE_CALLS) break;
     }
   } catch (e) {
-    if (gen === loadGen) $('calls-status').textContent = 'Could not load the queue: ' + e.message;
+    if (gen === loadGen) {
+      queueMore = null;
+      $('calls-status').textContent = 'Could not load the queue: ' + e.message;
+    }
     return;
   }
   const left = [...cards.values()].filter((card) => card.state === 'pending' && !card.busy && !seen.has(card.call.id));
   await Promise.all(left.map((card) => (cursor ? recheck(card) : settleElsewhere(card))));
+  queueMore = Boolean(cursor);
+  showPending();
+  tickCountdowns();
+}
+
+// queueMore is whether the last read of the queue left calls unread;
+// null while none went through (the status says why).
+let queueMore = null;
+
+// showPending says how many cards are pending, once the queue was read:
+// after every read, and as soon as a card is answered or settled.
+function showPending() {
+  if (queueMore === null || $('calls-view').hidden) return;
   const pending = [...cards.values()].filter((c) => c.state === 'pending').length;
   $('calls-status').textContent = (pending ? `${pending} pending` : 'No pending approvals.') +
-    (cursor ? ' More calls wait than are shown: answer these first.' : '');
-  tickCountdowns();
+    (queueMore ? ' More calls wait than are shown: answer these first.' : '');
 }
 
 function callCard(c) {
@@ -431,6 +447,7 @@ function settle(card, state, message) {
   card.approve.disabled = card.reject.disabled = card.reason.disabled = true;
   card.outcome.textContent = message;
   tickCountdowns();
+  showPending();
 }
 
 // settleElsewhere marks a call answered by someone else (or expired), with
