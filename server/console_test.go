@@ -1345,6 +1345,58 @@ func TestConsoleAnswerTimedOutByAProxy(t *testing.T) {
 	require.Equal(t, []string{"Already answered by carol (approver).", "stale", "true"}, shown)
 }
 
+// TestConsoleUnknownOutcomeButtonsWaitForTheRead: after an answer of
+// unknown outcome, the card's buttons stay off while the call is read
+// again: they were on at once, and a click then did nothing (the answer
+// was still in flight).
+func TestConsoleUnknownOutcomeButtonsWaitForTheRead(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	_, call := suspendOnApproval(t, ctx, n, model)
+	inner := *n.served.Load()
+	arrived, release := make(chan struct{}), make(chan struct{})
+	var free sync.Once
+	t.Cleanup(func() { free.Do(func() { close(release) }) })
+	var held atomic.Bool
+	var proxied http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.Method == "POST" && r.URL.Path == "/v1/calls/"+call.ID+"/resolve":
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusGatewayTimeout)
+			_, _ = io.WriteString(w, `{"error":{"code":"unknown_outcome","message":"the write may or may not have happened: retry"}}`)
+			return
+		case r.Method == "GET" && r.URL.Path == "/v1/calls/"+call.ID && held.CompareAndSwap(false, true):
+			close(arrived)
+			<-release
+		}
+		inner.ServeHTTP(w, r)
+	})
+	n.served.Store(&proxied)
+
+	tab := newTab(t, browserWait)
+	signIn(t, tab, n, tokCarol, "#/calls")
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.WaitVisible(cardSel(call.ID, " button.approve")),
+		chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`window.answered = answer(cards.get(%q), true); undefined`, call.ID)),
+	))
+	select {
+	case <-arrived:
+	case <-ctx.Done():
+		t.Fatal("the call was not read again")
+	}
+	state := fmt.Sprintf(`(() => { const c = cards.get(%q); return [String(c.approve.disabled), String(c.reject.disabled)]; })()`, call.ID)
+	during, err := chromedp.Run(tab, chromedp.Evaluate[[]string](state))
+	require.NoError(t, err)
+	require.Equal(t, []string{"true", "true"}, during)
+	free.Do(func() { close(release) })
+	_, err = chromedp.Run(tab, chromedp.Evaluate[chromedp.Void](`window.answered`, chromedp.EvalAwaitPromise))
+	require.NoError(t, err)
+	after, err := chromedp.Run(tab, chromedp.Evaluate[[]string](state))
+	require.NoError(t, err)
+	require.Equal(t, []string{"false", "false"}, after)
+}
+
 // TestConsoleSendWithNoAnswer: a message whose send gets no answer (the
 // connection cut after the server wrote it) is no "Not sent": the page
 // said so of a message that was written. It now says the outcome is

@@ -465,20 +465,21 @@ async function settleElsewhere(card) {
 // recorded (unknown_outcome, or no answer came: see unknownOutcome):
 // never "not answered". The call is read again: answered (by this answer
 // or another), the card says so; still pending, or not readable, its
-// buttons are on again, and answering again tells (an answer already
-// recorded makes the next one stale).
+// buttons are on again (not before: a click while the call is read would
+// be ignored), and answering again tells (an answer already recorded
+// makes the next one stale).
 async function settleUnknown(card, e) {
-  card.approve.disabled = card.reject.disabled = false;
   card.outcome.textContent = 'Outcome unknown' + (e.code === 'network' ? ' (' + e.message + ')' : '') +
     ': the answer may or may not have been recorded. Answer again to find out.';
+  const again = () => { if (card.state === 'pending') card.approve.disabled = card.reject.disabled = false; };
   let c;
   try {
     c = await api('GET', 'calls/' + enc(card.call.id));
   } catch (e) {
-    if (e.status === 404) settle(card, 'gone', GONE);
+    if (e.status === 404) settle(card, 'gone', GONE); else again();
     return;
   }
-  if (c.status === 'pending' || card.state !== 'pending') return;
+  if (c.status === 'pending' || card.state !== 'pending') { again(); return; }
   settle(card, 'stale', 'Already answered.');
   answeredAs(card, c);
 }
