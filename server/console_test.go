@@ -2206,3 +2206,36 @@ func TestConsoleConversationIDsInLinks(t *testing.T) {
 		})
 	}
 }
+
+// TestConsoleAnswerToAnEndedConversation: an answer refused 409 ended (the
+// call is still pending, but its conversation has ended, so no answer can
+// be recorded) says so, the card settled with its buttons off: it said
+// "Not answered: ..." with its buttons on, for a call no one can answer.
+func TestConsoleAnswerToAnEndedConversation(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	_, call := suspendOnApproval(t, ctx, n, model)
+	inner := *n.served.Load()
+	var proxied http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != "POST" || r.URL.Path != "/v1/calls/"+call.ID+"/resolve" {
+			inner.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusConflict)
+		_, _ = io.WriteString(w, `{"error":{"code":"ended","message":"the conversation was ended"}}`)
+	})
+	n.served.Store(&proxied)
+
+	tab := newTab(t, browserWait)
+	signIn(t, tab, n, tokCarol, "#/calls")
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(cardSel(call.ID, " button.approve")), pendingStatus(1)))
+	_, err := chromedp.Run(tab, chromedp.Evaluate[chromedp.Void](
+		fmt.Sprintf(`answer(cards.get(%q), true)`, call.ID), chromedp.EvalAwaitPromise))
+	require.NoError(t, err)
+	shown, err := chromedp.Run(tab, chromedp.Evaluate[[]string](fmt.Sprintf(
+		`(() => { const c = cards.get(%q); return [c.outcome.textContent, c.state, c.root.dataset.state, String(c.approve.disabled), String(c.reject.disabled), String(c.reason.disabled), document.getElementById('calls-status').textContent]; })()`, call.ID)))
+	require.NoError(t, err)
+	require.Equal(t, []string{"This call can no longer be answered: its conversation has ended.", "ended", "ended", "true", "true", "true", "No pending approvals."}, shown)
+}

@@ -240,7 +240,9 @@
 // A call answered elsewhere in the
 // meantime is shown as already answered, with its outcome and, when a
 // person answered it, by whom; one a rewind took back, as cancelled; one
-// whose conversation was deleted (404, or 410 deleted), as gone. An
+// whose conversation was deleted (404, or 410 deleted), as gone; one still
+// pending in a conversation that has ended (409 ended), as one that can
+// no longer be answered, its buttons off. An
 // answer of unknown outcome (504 unknown_outcome, a 504 of a gateway in
 // front, or no answer at all: a connection cut after the request went
 // out) is never shown as not

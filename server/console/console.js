@@ -12,6 +12,7 @@ const CONTEXT_EVENTS = 6;        // events of conversation context per call
 const QUEUE_CALLS = 100;         // the queue reads pages of calls until it holds this many
 const QUEUE_PAGES = 10;          // or has read this many pages
 const GONE = 'This call is gone (its conversation was deleted, or it is no longer visible to you).';
+const ENDED = 'This call can no longer be answered: its conversation has ended.';
 
 const $ = (id) => document.getElementById(id);
 
@@ -543,6 +544,7 @@ async function answer(card, approve) {
   } catch (e) {
     if (e.code === 'stale') await settleElsewhere(card);
     else if (e.code === 'not_found' || e.code === 'deleted') settle(card, 'gone', GONE);
+    else if (e.code === 'ended') settle(card, 'ended', ENDED); // pending for good: no answer can be recorded
     else if (unknownOutcome(e)) await settleUnknown(card, e);
     else {
       // Timeouts, a refusal, a proxy's error: the call may still be open.
