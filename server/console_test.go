@@ -11,11 +11,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf16"
 
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/assert"
@@ -2239,3 +2241,86 @@ func TestConsoleAnswerToAnEndedConversation(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"This call can no longer be answered: its conversation has ended.", "ended", "ended", "true", "true", "true", "No pending approvals."}, shown)
 }
+
+// paste puts text in the field sel as a paste does (an edit of the user's,
+// which a maxLength cuts), not as a script's assignment.
+func paste(sel chromedp.CSS, text string) chromedp.Action[chromedp.Void] {
+	js, _ := json.Marshal(text)
+	return chromedp.Evaluate[chromedp.Void](fmt.Sprintf(
+		`(() => { const f = document.querySelector(%q); f.focus(); document.execCommand('insertText', false, %s); })()`, string(sel), js))
+}
+
+// TestConsoleLongReason: a reason longer than 4000 characters, pasted in
+// a card, was cut there without a word (the field's maxLength), though
+// the server takes answers up to agent.MaxResultBytes. It now goes whole
+// with an approval; a rejection's, which the server records cut to
+// agent.MaxErrorBytes, goes whole and the card says it was recorded cut;
+// and one the server would refuse is refused in the card, before anything
+// is sent, its buttons on.
+func TestConsoleLongReason(t *testing.T) {
+	long := strings.Repeat("é", 2500) + strings.Repeat("x", 2500) // 5000 characters, 7500 bytes
+	for _, c := range []struct {
+		name, reason string
+		approve      bool
+		state, said  string
+		answers      int32
+	}{
+		{"approve", long, true, "approved", "Approved.", 1},
+		{"reject", long, false, "rejected", "Rejected. The reason was recorded cut to its first 4096 bytes, as every rejection's is.", 1},
+		{"too long", strings.Repeat("x", agent.MaxResultBytes+1), false, "pending",
+			fmt.Sprintf("The reason is too long: the answer would be %d bytes, and the server takes at most %d.", agent.MaxResultBytes+1, agent.MaxResultBytes), 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := testContext(t)
+			model := newScripted()
+			n := startNode(t, model, server.Options{})
+			conv, call := suspendOnApproval(t, ctx, n, model)
+			inner := *n.served.Load()
+			var answers atomic.Int32
+			var counted http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == "POST" && strings.HasPrefix(r.URL.Path, "/v1/calls/") {
+					answers.Add(1)
+				}
+				inner.ServeHTTP(w, r)
+			})
+			n.served.Store(&counted)
+
+			tab := newTab(t, browserWait)
+			signIn(t, tab, n, tokCarol, "#/calls")
+			require.NoError(t, chromedp.Do(tab,
+				chromedp.WaitVisible(cardSel(call.ID, " button.approve")),
+				paste(cardSel(call.ID, " input.reason"), c.reason),
+			))
+			_, err := chromedp.Run(tab, chromedp.Evaluate[chromedp.Void](
+				fmt.Sprintf(`answer(cards.get(%q), %t)`, call.ID, c.approve), chromedp.EvalAwaitPromise))
+			require.NoError(t, err)
+			shown, err := chromedp.Run(tab, chromedp.Evaluate[[]string](fmt.Sprintf(
+				`(() => { const c = cards.get(%q); return [c.state, c.outcome.textContent, String(c.approve.disabled), String(c.reason.value.length)]; })()`, call.ID)))
+			require.NoError(t, err)
+			require.Equal(t, []string{c.state, c.said, strconv.FormatBool(c.state != "pending"), strconv.Itoa(utf16Len(c.reason))}, shown)
+			require.Equal(t, c.answers, answers.Load())
+			switch c.state {
+			case "approved":
+				var result struct {
+					Approved bool   `json:"approved"`
+					Reason   string `json:"reason"`
+				}
+				require.NoError(t, json.Unmarshal([]byte(toolResult(t, ctx, n, conv.ID, call.ID)), &result))
+				require.Equal(t, c.reason, result.Reason, "the reason went whole")
+			case "rejected":
+				got := toolResult(t, ctx, n, conv.ID, call.ID)
+				require.True(t, strings.HasPrefix(c.reason, strings.TrimSuffix(got, "...")), "recorded: %q", got)
+				require.Less(t, len(got), len(c.reason))
+			default:
+				var got server.Call
+				n.must(t, http.StatusOK, "GET", "/v1/calls/"+call.ID, tokCarol, nil, &got)
+				require.Equal(t, "pending", got.Status)
+			}
+			bounds, err := chromedp.Run(tab, chromedp.Evaluate[[]int](`[MAX_RESULT_BYTES, MAX_ERROR_BYTES]`))
+			require.NoError(t, err)
+			require.Equal(t, []int{agent.MaxResultBytes, agent.MaxErrorBytes}, bounds, "the console's bounds are the server's")
+		})
+	}
+}
+
+func utf16Len(s string) int { return len(utf16.Encode([]rune(s))) }

@@ -228,7 +228,10 @@
 // each answered with Approve (POST resolve with the result
 // {"approved": true}, plus "reason" when one is typed) or Reject (POST
 // reject with the typed reason, required; a reason typed stays in its card
-// while the tab looks at another view); the conversation list with a
+// while the tab looks at another view; a reason is taken up to what the
+// server takes, agent.MaxResultBytes of the answer, a longer one refused
+// in the card before anything is sent, and a rejection whose reason is
+// over agent.MaxErrorBytes, recorded cut there, says so); the conversation list with a
 // search by metadata ("key=value key=value"); and a live view of a
 // conversation (its history, then its event stream, with the answer in
 // progress; with named agents, each event names its agent and a handoff

@@ -13,6 +13,13 @@ const QUEUE_CALLS = 100;         // the queue reads pages of calls until it hold
 const QUEUE_PAGES = 10;          // or has read this many pages
 const GONE = 'This call is gone (its conversation was deleted, or it is no longer visible to you).';
 const ENDED = 'This call can no longer be answered: its conversation has ended.';
+// MAX_RESULT_BYTES is the server's bound on an answer (agent.MaxResultBytes):
+// the UTF-8 bytes of a rejection's reason, or of an approval's result as
+// JSON. A longer answer is refused here, before it is sent, never cut.
+const MAX_RESULT_BYTES = 512 * 1024;
+// MAX_ERROR_BYTES is where the server cuts a rejection's reason when it
+// records it (agent.MaxErrorBytes): the card says so of a longer one.
+const MAX_ERROR_BYTES = 4 * 1024;
 
 const $ = (id) => document.getElementById(id);
 
@@ -372,7 +379,7 @@ function showPending() {
 function callCard(c) {
   const card = { call: c, state: 'pending', busy: false };
   card.countdown = el('span', { class: 'countdown' });
-  card.reason = el('input', { type: 'text', class: 'reason', maxLength: 4000, placeholder: 'Reason (required to reject)' });
+  card.reason = el('input', { type: 'text', class: 'reason', placeholder: 'Reason (required to reject)' });
   card.approve = el('button', { type: 'button', class: 'approve' }, 'Approve');
   card.reject = el('button', { type: 'button', class: 'reject' }, 'Reject');
   card.outcome = el('p', { class: 'outcome', role: 'status', tabIndex: -1 });
@@ -527,19 +534,25 @@ async function answer(card, approve) {
     card.reason.focus();
     return;
   }
+  const result = { approved: true };
+  if (reason) result.reason = reason;
+  const bytes = new TextEncoder().encode(approve ? JSON.stringify(result) : reason).length;
+  if (bytes > MAX_RESULT_BYTES) {
+    card.outcome.textContent = `The reason is too long: the answer would be ${bytes} bytes, and the server takes at most ${MAX_RESULT_BYTES}.`;
+    return;
+  }
   card.busy = true;
   holdFocus(card);
   card.approve.disabled = card.reject.disabled = true;
   card.outcome.textContent = 'Sending…';
   try {
     if (approve) {
-      const result = { approved: true };
-      if (reason) result.reason = reason;
       await api('POST', `calls/${enc(card.call.id)}/resolve`, { result });
       settle(card, 'approved', 'Approved.');
     } else {
       await api('POST', `calls/${enc(card.call.id)}/reject`, { reason });
-      settle(card, 'rejected', 'Rejected.');
+      settle(card, 'rejected', bytes > MAX_ERROR_BYTES
+        ? `Rejected. The reason was recorded cut to its first ${MAX_ERROR_BYTES} bytes, as every rejection's is.` : 'Rejected.');
     }
   } catch (e) {
     if (e.code === 'stale') await settleElsewhere(card);
