@@ -2324,3 +2324,78 @@ func TestConsoleLongReason(t *testing.T) {
 }
 
 func utf16Len(s string) int { return len(utf16.Encode([]rune(s))) }
+
+// TestConsoleAnswerWithNoAnswerInTime: an Approve whose request hangs (a
+// server or proxy that never answers) showed "Sending…" for good, its card
+// skipped by the queue's reads. The request is now given up after
+// answerTimeoutMS (set shorter here) and the answer's outcome is unknown:
+// the card reads the call again and says it was answered if it was, else
+// that the outcome is unknown, and answering again answers once.
+func TestConsoleAnswerWithNoAnswerInTime(t *testing.T) {
+	for _, landed := range []bool{true, false} {
+		t.Run(fmt.Sprintf("landed=%v", landed), func(t *testing.T) {
+			ctx := testContext(t)
+			model := newScripted()
+			n := startNode(t, model, server.Options{})
+			_, call := suspendOnApproval(t, ctx, n, model)
+			inner := *n.served.Load()
+			release := make(chan struct{})
+			var free sync.Once
+			t.Cleanup(func() { free.Do(func() { close(release) }) })
+			var hung atomic.Bool
+			var answers atomic.Int32
+			var proxied http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method != "POST" || r.URL.Path != "/v1/calls/"+call.ID+"/resolve" {
+					inner.ServeHTTP(w, r)
+					return
+				}
+				answers.Add(1)
+				if !hung.CompareAndSwap(false, true) {
+					inner.ServeHTTP(w, r)
+					return
+				}
+				if landed {
+					rec := httptest.NewRecorder()
+					inner.ServeHTTP(rec, r)
+					if rec.Code != http.StatusOK {
+						t.Errorf("resolve: %d %s", rec.Code, rec.Body)
+					}
+				}
+				select { // no answer, until the test ends or the page gives up
+				case <-release:
+				case <-r.Context().Done():
+				}
+			})
+			n.served.Store(&proxied)
+
+			tab := newTab(t, browserWait)
+			signIn(t, tab, n, tokCarol, "#/calls")
+			require.NoError(t, chromedp.Do(tab,
+				chromedp.WaitVisible(cardSel(call.ID, " button.approve")),
+				chromedp.Evaluate[chromedp.Void](`answerTimeoutMS = 200`),
+			))
+			// Bounded: without a bound on the request, the answer never ends.
+			wait, cancel := context.WithTimeout(tab, 20*time.Second)
+			defer cancel()
+			_, err := chromedp.Run(wait, chromedp.Evaluate[chromedp.Void](
+				fmt.Sprintf(`answer(cards.get(%q), true)`, call.ID), chromedp.EvalAwaitPromise))
+			require.NoError(t, err, "the answer did not end")
+			shown, err := chromedp.Run(tab, chromedp.Evaluate[[]string](fmt.Sprintf(
+				`(() => { const c = cards.get(%q); return [c.outcome.textContent, c.state, String(c.approve.disabled), String(c.busy)]; })()`, call.ID)))
+			require.NoError(t, err)
+			if landed {
+				require.Equal(t, []string{"Already answered by carol (approver).", "stale", "true", "false"}, shown)
+			} else {
+				require.Equal(t, []string{"Outcome unknown (no answer came within 0.2s): the answer may or may not have been recorded. Answer again to find out.", "pending", "false", "false"}, shown)
+				require.NoError(t, chromedp.Do(tab,
+					chromedp.Evaluate[chromedp.Void](`answerTimeoutMS = 60000`),
+					chromedp.Click(cardSel(call.ID, " button.approve")),
+					chromedp.WaitVisible(cardSel(call.ID, `[data-state="approved"]`))))
+			}
+			require.Equal(t, map[bool]int32{true: 1, false: 2}[landed], answers.Load())
+			var got server.Call
+			n.must(t, http.StatusOK, "GET", "/v1/calls/"+call.ID, tokCarol, nil, &got)
+			require.Equal(t, server.CallAnswered, got.Outcome)
+		})
+	}
+}

@@ -248,7 +248,8 @@
 // no longer be answered, its buttons off. An
 // answer of unknown outcome (504 unknown_outcome, a 504 of a gateway in
 // front, or no answer at all: a connection cut after the request went
-// out) is never shown as not
+// out, or none within a minute, twice lazarus.DefaultCallTimeout, after
+// which the console gives the request up) is never shown as not
 // answered: the console reads the call again and shows it answered if it
 // is, else says the outcome is unknown and lets the user answer again
 // (a second answer to a call already answered gets 409 stale); nor is

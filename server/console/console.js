@@ -20,6 +20,11 @@ const MAX_RESULT_BYTES = 512 * 1024;
 // MAX_ERROR_BYTES is where the server cuts a rejection's reason when it
 // records it (agent.MaxErrorBytes): the card says so of a longer one.
 const MAX_ERROR_BYTES = 4 * 1024;
+// answerTimeoutMS bounds the wait for the answer to an Approve or Reject:
+// twice the Runtime's default CallTimeout, after which the server answers
+// 504 timeout itself. Past it, the outcome is unknown (the answer may have
+// been recorded). A let, not a const: a test sets it shorter.
+let answerTimeoutMS = 60000;
 
 const $ = (id) => document.getElementById(id);
 
@@ -52,24 +57,40 @@ class APIError extends Error {
 
 // api does one JSON request and returns the decoded answer, or throws an
 // APIError with the server's code. A 401 signs out.
-async function api(method, path, body) {
+// A request given timeoutMS that gets no whole answer by then is given up
+// (code no_answer).
+async function api(method, path, body, timeoutMS) {
   const headers = { Authorization: 'Bearer ' + token(), Accept: 'application/json' };
   const init = { method, headers, cache: 'no-store', credentials: 'omit' };
   if (body !== undefined) {
     headers['Content-Type'] = 'application/json';
     init.body = JSON.stringify(body);
   }
-  let res;
-  try {
-    res = await fetch(API + path, init);
-  } catch (e) {
-    // No answer: a write may have reached the server all the same (the
-    // connection cut after it was sent), so its outcome is unknown.
-    throw new APIError(0, 'network', 'the server cannot be reached');
+  let timer = null;
+  if (timeoutMS) {
+    const abort = new AbortController();
+    init.signal = abort.signal;
+    timer = setTimeout(() => abort.abort(), timeoutMS);
   }
-  if (res.status === 204) return null;
+  const given = () => timer !== null && init.signal.aborted;
+  const noAnswer = () => new APIError(0, 'no_answer', `no answer came within ${timeoutMS / 1000}s`);
+  let res;
+  let text;
+  try {
+    try {
+      res = await fetch(API + path, init);
+    } catch (e) {
+      // No answer: a write may have reached the server all the same (the
+      // connection cut after it was sent), so its outcome is unknown.
+      throw given() ? noAnswer() : new APIError(0, 'network', 'the server cannot be reached');
+    }
+    if (res.status === 204) return null;
+    try { text = await res.text(); } catch (e) { if (given()) throw noAnswer(); }
+  } finally {
+    clearTimeout(timer);
+  }
   let data = null;
-  try { data = JSON.parse(await res.text(), exactNumbers); } catch (e) { /* not JSON */ }
+  try { data = JSON.parse(text, exactNumbers); } catch (e) { /* not JSON */ }
   if (!res.ok) {
     const err = (data && data.error) || {};
     if (res.status === 401) signOut('The token was refused.');
@@ -97,9 +118,10 @@ const enc = encodeURIComponent;
 
 // unknownOutcome reports whether a write that failed with e may have been
 // done all the same: the server said so (unknown_outcome), no answer came
-// (a network cut after the request went out), or a gateway in front gave
-// up waiting for the server's answer (a 504 that is no API error).
-const unknownOutcome = (e) => e.code === 'unknown_outcome' || e.code === 'network' || e.code === 'http_504';
+// (a network cut after the request went out, or none within the bound
+// the request was given), or a gateway in front gave up waiting for the
+// server's answer (a 504 that is no API error).
+const unknownOutcome = (e) => ['unknown_outcome', 'network', 'no_answer', 'http_504'].includes(e.code);
 
 // UNADDRESSABLE says why a conversation whose id is "." or ".." cannot be
 // read here: a browser takes such a path segment (escaped or not) for a
@@ -477,7 +499,7 @@ async function settleElsewhere(card) {
 // be ignored), and answering again tells (an answer already recorded
 // makes the next one stale).
 async function settleUnknown(card, e) {
-  card.outcome.textContent = 'Outcome unknown' + (e.code === 'network' ? ' (' + e.message + ')' : '') +
+  card.outcome.textContent = 'Outcome unknown' + (e.code === 'network' || e.code === 'no_answer' ? ' (' + e.message + ')' : '') +
     ': the answer may or may not have been recorded. Answer again to find out.';
   const again = () => { if (card.state === 'pending') card.approve.disabled = card.reject.disabled = false; };
   let c;
@@ -547,10 +569,10 @@ async function answer(card, approve) {
   card.outcome.textContent = 'Sending…';
   try {
     if (approve) {
-      await api('POST', `calls/${enc(card.call.id)}/resolve`, { result });
+      await api('POST', `calls/${enc(card.call.id)}/resolve`, { result }, answerTimeoutMS);
       settle(card, 'approved', 'Approved.');
     } else {
-      await api('POST', `calls/${enc(card.call.id)}/reject`, { reason });
+      await api('POST', `calls/${enc(card.call.id)}/reject`, { reason }, answerTimeoutMS);
       settle(card, 'rejected', bytes > MAX_ERROR_BYTES
         ? `Rejected. The reason was recorded cut to its first ${MAX_ERROR_BYTES} bytes, as every rejection's is.` : 'Rejected.');
     }
