@@ -2399,3 +2399,40 @@ func TestConsoleAnswerWithNoAnswerInTime(t *testing.T) {
 		})
 	}
 }
+
+// TestConsoleEnterRejects: Enter in a card's reason field rejects the
+// call with that reason (it did nothing); with no reason it asks for one
+// and sends nothing. Enter never approves.
+func TestConsoleEnterRejects(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	conv, call := suspendOnApproval(t, ctx, n, model)
+	inner := *n.served.Load()
+	var answers atomic.Int32
+	var counted http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == "POST" && strings.HasPrefix(r.URL.Path, "/v1/calls/") {
+			answers.Add(1)
+		}
+		inner.ServeHTTP(w, r)
+	})
+	n.served.Store(&counted)
+
+	tab := newTab(t, browserWait)
+	signIn(t, tab, n, tokCarol, "#/calls")
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.WaitVisible(cardSel(call.ID, " button.approve")),
+		chromedp.SendKeys(cardSel(call.ID, " input.reason"), "\r"),
+		chromedp.WaitVisible(chromedp.Search(fmt.Sprintf(`//article[@data-call-id=%q]//p[@class="outcome" and .="Give a reason to reject."]`, call.ID))),
+	))
+	require.Equal(t, int32(0), answers.Load(), "an empty reason was sent")
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.SendKeys(cardSel(call.ID, " input.reason"), "not this week\r"),
+		chromedp.WaitVisible(cardSel(call.ID, `[data-state="rejected"]`)),
+	))
+	require.Equal(t, int32(1), answers.Load())
+	var got server.Call
+	n.must(t, http.StatusOK, "GET", "/v1/calls/"+call.ID, tokCarol, nil, &got)
+	require.Equal(t, server.CallRejected, got.Outcome)
+	require.Equal(t, "not this week", toolResult(t, ctx, n, conv.ID, call.ID))
+}

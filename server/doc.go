@@ -227,7 +227,8 @@
 // it, a countdown to the deadline),
 // each answered with Approve (POST resolve with the result
 // {"approved": true}, plus "reason" when one is typed) or Reject (POST
-// reject with the typed reason, required; a reason typed stays in its card
+// reject with the typed reason, required, also sent by Enter in the reason
+// field, which never approves; a reason typed stays in its card
 // while the tab looks at another view; a reason is taken up to what the
 // server takes, agent.MaxResultBytes of the answer, a longer one refused
 // in the card before anything is sent, and a rejection whose reason is

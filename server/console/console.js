@@ -401,7 +401,7 @@ function showPending() {
 function callCard(c) {
   const card = { call: c, state: 'pending', busy: false };
   card.countdown = el('span', { class: 'countdown' });
-  card.reason = el('input', { type: 'text', class: 'reason', placeholder: 'Reason (required to reject)' });
+  card.reason = el('input', { type: 'text', class: 'reason', placeholder: 'Reason (required to reject; Enter rejects)' });
   card.approve = el('button', { type: 'button', class: 'approve' }, 'Approve');
   card.reject = el('button', { type: 'button', class: 'reject' }, 'Reject');
   card.outcome = el('p', { class: 'outcome', role: 'status', tabIndex: -1 });
@@ -424,6 +424,13 @@ function callCard(c) {
     card.outcome);
   card.approve.addEventListener('click', () => answer(card, true));
   card.reject.addEventListener('click', () => answer(card, false));
+  // Enter in the reason rejects with it (never approves; an empty reason
+  // is asked for); not while an input method composes text.
+  card.reason.addEventListener('keydown', (ev) => {
+    if (ev.key !== 'Enter' || ev.isComposing || ev.repeat || ev.shiftKey || ev.ctrlKey || ev.altKey || ev.metaKey) return;
+    ev.preventDefault();
+    answer(card, false);
+  });
   loadContext(card);
   return card;
 }
