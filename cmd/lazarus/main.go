@@ -34,7 +34,8 @@
 //
 // The store is the embedded Pebble directory named by --dir, or the
 // PostgreSQL database named by --postgres DSN (either on the command line,
-// before or after the command; both is a usage error); without either, the
+// before or after the command; both is a usage error, and so is the same
+// flag given before and after it with two different values); without either, the
 // database named by the environment variable LAZARUS_POSTGRES, else the
 // directory named by LAZARUS_DIR ($LAZARUS_POSTGRES wins over
 // $LAZARUS_DIR, not over --dir). check works on a Pebble directory only:
@@ -109,6 +110,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -452,7 +454,8 @@ Usage:
   lazarus [--dir DIR | --postgres DSN | --server URL] COMMAND [flags] [args]
   lazarus COMMAND --help
 
-The directory comes from --dir (before or after the command) or $LAZARUS_DIR;
+The directory comes from --dir (before or after the command, not two
+different ones) or $LAZARUS_DIR;
 a PostgreSQL store from --postgres DSN or $LAZARUS_POSTGRES instead
 ($LAZARUS_POSTGRES, when set, wins over $LAZARUS_DIR, not over --dir).
 Only one process may open it at a time: while a runtime holds it, every
@@ -559,6 +562,9 @@ func (c *cli) parse(fs *flags, args []string, minArgs, maxArgs int) ([]string, e
 	if fs.refused != nil {
 		return nil, fs.refused
 	}
+	if err := c.oneStore(fs); err != nil {
+		return nil, err
+	}
 	if len(pos) < minArgs {
 		return nil, usagef("missing argument")
 	}
@@ -592,6 +598,20 @@ func topHelp(args []string) (name string, asked bool) {
 		}
 	}
 	return "", false
+}
+
+// oneStore refuses a command line that names two different stores with
+// the same flag, once before the command and once after it (--dir A show
+// --dir B): the command would work on one of them silently. The same
+// store named twice is no error.
+func (c *cli) oneStore(fs *flags) error {
+	if fs.dir != "" && c.dir != "" && filepath.Clean(fs.dir) != filepath.Clean(c.dir) {
+		return usagef("--dir given twice, %q and %q: name one store", c.dir, fs.dir)
+	}
+	if fs.postgres != "" && c.postgres != "" && fs.postgres != c.postgres {
+		return usagef("--postgres given twice, with different DSNs: name one store")
+	}
+	return nil
 }
 
 // postgresDSN returns the PostgreSQL store the command works on, if any:

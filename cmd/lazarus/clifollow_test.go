@@ -1,0 +1,39 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestTwoStoresOnOneCommandLine: --dir (or --postgres) given before and
+// after the command with two different values is a usage error, exit
+// status 2, before any store is opened; the same store named twice is not.
+func TestTwoStoresOnOneCommandLine(t *testing.T) {
+	f := newFixture(t)
+	other := t.TempDir()
+
+	r := cliRun(t, "", "--dir", other, "conversations", "--dir", f.dir)
+	require.Equal(t, exitUsage, r.code, r.stderr)
+	require.Empty(t, r.stdout)
+	require.Contains(t, r.stderr, "lazarus conversations: --dir given twice")
+	require.Contains(t, r.stderr, other)
+	entries, err := os.ReadDir(other)
+	require.NoError(t, err)
+	require.Empty(t, entries, "nothing was opened")
+
+	r = cliRun(t, "", "--postgres", "postgres://127.0.0.1:1/a", "conversations", "--postgres", "postgres://u:secret@127.0.0.1:1/b")
+	require.Equal(t, exitUsage, r.code, r.stderr)
+	require.Contains(t, r.stderr, "--postgres given twice")
+	require.NotContains(t, r.stderr, "secret")
+
+	// The same directory, spelled twice, is one store.
+	r = cliRun(t, "", "--dir", f.dir, "conversations", "--dir", filepath.Join(f.dir, "."))
+	requireOK(t, r)
+	require.Contains(t, r.stdout, "finished")
+
+	// --help still answers.
+	requireOK(t, cliRun(t, "", "--dir", other, "conversations", "--dir", f.dir, "--help"))
+}
