@@ -37,3 +37,21 @@ func TestTwoStoresOnOneCommandLine(t *testing.T) {
 	// --help still answers.
 	requireOK(t, cliRun(t, "", "--dir", other, "conversations", "--dir", f.dir, "--help"))
 }
+
+// TestScheduleCancelUnknownID: --cancel of an id the conversation has no
+// schedule of is exit 5 with a line naming both, not the adapter's error,
+// and the conversation's schedules stay.
+func TestScheduleCancelUnknownID(t *testing.T) {
+	f := newFixture(t)
+	before := cliRun(t, "", "schedules", "finished", "--dir", f.dir)
+	requireOK(t, before)
+
+	r := cliRun(t, "", "schedules", "finished", "--dir", f.dir, "--cancel", "nope")
+	require.Equal(t, exitNotFound, r.code, r.stderr)
+	require.Empty(t, r.stdout)
+	require.Equal(t, "lazarus schedules: no schedule nope in conversation finished: journal: not found\n", r.stderr)
+
+	after := cliRun(t, "", "schedules", "finished", "--dir", f.dir)
+	requireOK(t, after)
+	require.Equal(t, before.stdout, after.stdout)
+}

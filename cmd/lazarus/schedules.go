@@ -77,6 +77,9 @@ func (c *cli) schedules(ctx context.Context, fs *flags, args []string) (err erro
 	}
 	if isSet(fs, "cancel") {
 		if err := ss.DeleteSchedule(ctx, conv, *cancelID); err != nil {
+			if errors.Is(err, journal.ErrNotFound) {
+				return fmt.Errorf("no schedule %s in conversation %s: %w", displayID(*cancelID), displayID(conv), journal.ErrNotFound)
+			}
 			return err
 		}
 		c.printCancelled(*cancelID, conv)
