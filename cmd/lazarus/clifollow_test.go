@@ -55,3 +55,26 @@ func TestScheduleCancelUnknownID(t *testing.T) {
 	requireOK(t, after)
 	require.Equal(t, before.stdout, after.stdout)
 }
+
+// TestShowFromOffersTheOlderPage: a forward page (--from N) of a log that
+// holds seqs 1..N offers the older page, and following it reads them.
+func TestShowFromOffersTheOlderPage(t *testing.T) {
+	f := newFixture(t)
+	r := cliRun(t, "", "show", "waiting", "--dir", f.dir, "--from", "4", "--limit", "2")
+	requireOK(t, r)
+	lines := outLines(r.stdout)
+	require.Regexp(t, `^\s+5 `, lines[0])
+	require.Contains(t, lines, "-- older: --before 5")
+
+	r = cliRun(t, "", "show", "waiting", "--dir", f.dir, "--before", "5", "--limit", "10")
+	requireOK(t, r)
+	lines = outLines(r.stdout)
+	require.Regexp(t, `^\s+1 `, lines[0])
+	require.Regexp(t, `^\s+4 `, lines[3])
+	require.NotContains(t, r.stdout, "-- older:", "seq 1 is the first")
+
+	// From before the first seq: nothing is older.
+	r = cliRun(t, "", "show", "waiting", "--dir", f.dir, "--from", "0", "--limit", "2")
+	requireOK(t, r)
+	require.NotContains(t, r.stdout, "-- older:")
+}

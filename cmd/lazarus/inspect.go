@@ -191,7 +191,8 @@ first, one "-- metadata KEY: "VALUE"" line per key, sorted by key.
 Without --from: the newest --limit events (before --before, if given).
 With --from SEQ: the first --limit events after SEQ (SEQ is exclusive), so
 paging forward is --from with the last seq printed. The last lines say how
-to read the neighbouring pages ("-- older: --before N", "-- newer: --from N").
+to read the neighbouring pages ("-- older: --before N", "-- newer: --from N"),
+--from or not, whenever the log holds events before or after those printed.
 A fork's log (Runtime.Fork) starts after the summary it copied: its
 first page starts there, and there is no older page before it.
 
@@ -264,7 +265,7 @@ func (c *cli) show(ctx context.Context, fs *flags, args []string) (err error) {
 	if err != nil {
 		return err
 	}
-	return c.printShow(id, md, evs, last, first, *from, *fs.json, *full)
+	return c.printShow(id, md, evs, last, first, *fs.json, *full)
 }
 
 // forwardBefore is the exclusive end of a forward page (show --from):
@@ -301,13 +302,15 @@ func (c *cli) showRemote(ctx context.Context, rc *remote, fs *flags, id string, 
 	if err != nil {
 		return err
 	}
-	return c.printShow(id, cv.Metadata, evs, last, first, from, *fs.json, full)
+	return c.printShow(id, cv.Metadata, evs, last, first, *fs.json, full)
 }
 
 // printShow prints what show read: the metadata, the events and the
 // neighbouring pages, of a log held from seq first to last (a fork's
 // starts after the summary it copied: there is no older page before it).
-func (c *cli) printShow(id string, md map[string]string, evs []*messages.Event, last, first, from uint64, asJSON, full bool) error {
+// The older page is offered whenever seqs before the first one printed
+// are held, --from or not: --from bounds this page, not the log.
+func (c *cli) printShow(id string, md map[string]string, evs []*messages.Event, last, first uint64, asJSON, full bool) error {
 	if md == nil {
 		md = map[string]string{}
 	}
@@ -316,7 +319,7 @@ func (c *cli) printShow(id string, md map[string]string, evs []*messages.Event, 
 		if evs[n-1].GetSeq() < last {
 			nextFrom = evs[n-1].GetSeq()
 		}
-		if evs[0].GetSeq() > max(from+1, first) {
+		if evs[0].GetSeq() > first {
 			prevBefore = evs[0].GetSeq()
 		}
 	}
