@@ -27,7 +27,10 @@ refuses one, and a revival passes it over), every tool_call event
 has its row and owner entry, the pending index lists exactly the pending
 rows, the active index exactly the conversations whose status is ACTIVE
 (those Open resumes), and the two deadline indexes agree. It changes
-nothing.
+nothing: it opens the store read-only. A store of an older layout, which a
+runtime upgrades when it opens it, is not upgraded: check says so and exits
+1 (open it once with a runtime, or a lazarus command that writes, and check
+again).
 
 It prints what it read and one line per problem ("damage: ..."), or "sound".
 Exit status: 0 sound, 6 damage found (or the store's files are too damaged
@@ -57,12 +60,11 @@ func (c *cli) check(ctx context.Context, fs *flags, args []string) (err error) {
 	if _, err := c.parse(fs, args, 0, 0); err != nil {
 		return err
 	}
-	st, dir, err := c.openStore(fs, false) // damaged files: errDamaged
+	dir, err := c.storeDir(fs)
 	if err != nil {
 		return err
 	}
-	defer closeStore(st, &err)
-	rep, err := checkStore(ctx, st)
+	rep, err := checkStore(ctx, dir) // read-only; damaged files: errDamaged
 	if err != nil {
 		return err
 	}

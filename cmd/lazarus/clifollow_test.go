@@ -1,11 +1,16 @@
 package main
 
 import (
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus/journal/pebblejournal"
 )
 
 // TestTwoStoresOnOneCommandLine: --dir (or --postgres) given before and
@@ -77,4 +82,74 @@ func TestShowFromOffersTheOlderPage(t *testing.T) {
 	r = cliRun(t, "", "show", "waiting", "--dir", f.dir, "--from", "0", "--limit", "2")
 	requireOK(t, r)
 	require.NotContains(t, r.stdout, "-- older:")
+}
+
+// storeFiles maps each file of the store in dir to its size and time
+// (Pebble's LOCK file, opened for its lock only, by name).
+func storeFiles(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	require.NoError(t, filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		m[p] = ""
+		if d.Name() != "LOCK" {
+			m[p] = fmt.Sprintf("%d %s", info.Size(), info.ModTime())
+		}
+		return nil
+	}))
+	return m
+}
+
+// layoutOf reads the layout record of the store in dir with Pebble
+// itself (see pebblejournal's doc.go: key 0x00 "layout").
+func layoutOf(t *testing.T, dir string, set string) string {
+	t.Helper()
+	o := &pebble.Options{FormatMajorVersion: pebblejournal.FormatMajorVersion, Logger: quietPebble{}}
+	pebblejournal.SetLevelOptions(o)
+	db, err := pebble.Open(dir, o)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, db.Close()) }()
+	key := []byte("\x00layout")
+	if set != "" {
+		require.NoError(t, db.Set(key, []byte(set), pebble.Sync))
+	}
+	v, closer, err := db.Get(key)
+	require.NoError(t, err)
+	defer closer.Close()
+	return string(v)
+}
+
+// TestCheckChangesNothing: check opens the store read-only. A sound store's
+// files are left as they were; a store of an older layout is reported as
+// such (exit 1), not upgraded; a directory a runtime holds is still busy
+// at once (TestCheckExitCodes).
+func TestCheckChangesNothing(t *testing.T) {
+	f := newFixture(t)
+	before := storeFiles(t, f.dir)
+	r := cliRun(t, "", "check", "--dir", f.dir)
+	requireOK(t, r)
+	require.Contains(t, r.stdout, "sound")
+	require.Equal(t, before, storeFiles(t, f.dir), "check wrote nothing")
+
+	require.Equal(t, "lazarus.pebblejournal.v2", layoutOf(t, f.dir, "lazarus.pebblejournal.v2"))
+	before = storeFiles(t, f.dir)
+	r = cliRun(t, "", "check", "--dir", f.dir)
+	require.Equal(t, exitError, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+	require.Empty(t, r.stdout)
+	require.Contains(t, r.stderr, "lazarus check: ")
+	require.Contains(t, r.stderr, "layout v2")
+	require.Contains(t, r.stderr, "needs an upgrade")
+	require.Equal(t, before, storeFiles(t, f.dir), "check wrote nothing")
+	require.Equal(t, "lazarus.pebblejournal.v2", layoutOf(t, f.dir, ""), "not upgraded")
+
+	// A command that writes upgrades it; check then reads it.
+	requireOK(t, cliRun(t, "", "schedules", "finished", "--dir", f.dir, "--cancel", "finished-once"))
+	require.Equal(t, "lazarus.pebblejournal.v3", layoutOf(t, f.dir, ""))
+	requireOK(t, cliRun(t, "", "check", "--dir", f.dir))
 }

@@ -39,6 +39,23 @@ const cacheSize = 8 << 20
 // gc-audit sees the audit rows (it only changes what PutModelCall and
 // ModelCalls do).
 func openPebble(dir string, create bool) (journal.Store, error) {
+	return openPebbleMode(dir, create, false)
+}
+
+// openPebbleReadOnly opens the Pebble store in dir read-only
+// (pebblejournal.Options.ReadOnly): nothing in dir is written, and a store
+// Open would upgrade first is refused with an error wrapping
+// pebblejournal.ErrUpgradeNeeded. A directory another process holds is
+// errBusy at once, as for openPebble.
+func openPebbleReadOnly(dir string) (*pebblejournal.Store, error) {
+	st, err := openPebbleMode(dir, false, true)
+	if err != nil {
+		return nil, err
+	}
+	return st.(*pebblejournal.Store), nil
+}
+
+func openPebbleMode(dir string, create, readOnly bool) (journal.Store, error) {
 	info, err := os.Stat(dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist) && create:
@@ -67,12 +84,16 @@ func openPebble(dir string, create bool) (journal.Store, error) {
 		Audit:     true,
 		CacheSize: cacheSize,
 		Logger:    slog.New(slog.DiscardHandler),
+		ReadOnly:  readOnly,
 	})
 	if err != nil {
 		if isLocked(err) {
 			return nil, fmt.Errorf("%s: %w: a live Lazarus runtime or another lazarus command has it open, "+
 				"and Pebble allows one process per directory (stop that process and retry, or use "+
 				"Runtime.Store/History/Subscribe inside it); nothing was read or written", dir, errBusy)
+		}
+		if errors.Is(err, pebblejournal.ErrUpgradeNeeded) {
+			return nil, fmt.Errorf("%w (run a Lazarus runtime on it, or a lazarus command that writes, once)", err)
 		}
 		return nil, err
 	}
@@ -93,13 +114,17 @@ func parseDSN(dsn string) error {
 	return pgjournal.CheckDSN(dsn)
 }
 
-// checkStore runs the adapter's offline check of st.
-func checkStore(ctx context.Context, st journal.Store) (*pebblejournal.CheckReport, error) {
-	ps, ok := st.(*pebblejournal.Store)
-	if !ok {
-		return nil, fmt.Errorf("check: the store %T has no offline check", st)
+// checkStore opens the Pebble store in dir read-only and runs the
+// adapter's offline check of it: it writes nothing, and a store of an
+// older layout is reported as such (pebblejournal.ErrUpgradeNeeded), not
+// upgraded. Files too damaged to open are errDamaged.
+func checkStore(ctx context.Context, dir string) (rep *pebblejournal.CheckReport, err error) {
+	st, err := openPebbleReadOnly(dir)
+	if err != nil {
+		return nil, damagedOnOpen(err)
 	}
-	return ps.Check(ctx)
+	defer closeStore(st, &err)
+	return st.Check(ctx)
 }
 
 // isLocked reports whether err is Pebble's refusal to open a directory

@@ -22,11 +22,11 @@ var openDirs struct {
 }
 
 // claimDir records that a Store of this process opens dir, creating dir if
-// needed so that it has a canonical path. It fails with ErrLocked when
+// needed (and create is set) so that it has a canonical path. It fails with ErrLocked when
 // another Store of this process has the same directory open, under any
 // name. release gives the directory back; it is called once.
-func claimDir(dir string) (release func(), err error) {
-	key, err := canonicalDir(dir)
+func claimDir(dir string, create bool) (release func(), err error) {
+	key, err := canonicalDir(dir, create)
 	if err != nil {
 		// Pebble's Open will report the directory's problem.
 		return func() {}, nil
@@ -50,11 +50,13 @@ func claimDir(dir string) (release func(), err error) {
 	}, nil
 }
 
-// canonicalDir creates dir if needed and returns its absolute path with
-// every symlink resolved.
-func canonicalDir(dir string) (string, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
+// canonicalDir creates dir if needed (and create is set) and returns its
+// absolute path with every symlink resolved.
+func canonicalDir(dir string, create bool) (string, error) {
+	if create {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return "", err
+		}
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {

@@ -207,6 +207,21 @@ func (s *Store) ensureFindIndex() error {
 	if err != nil || found {
 		return err
 	}
+	if s.readOnly {
+		// No metadata: the index Open would build is empty.
+		some := false
+		err := s.scanKeys([]byte{famMetadata}, familyEnd(famMetadata), func([]byte) error {
+			some = true
+			return errStopScan
+		})
+		if err != nil && err != errStopScan {
+			return err
+		}
+		if some {
+			return fmt.Errorf("%w: the store has metadata and no metadata index, which an Open that may write builds first", ErrUpgradeNeeded)
+		}
+		return nil
+	}
 	b := s.db.NewBatch()
 	defer b.Close()
 	_ = b.DeleteRange([]byte{famFind}, familyEnd(famFind), nil)

@@ -158,6 +158,18 @@ type Options struct {
 	// process's owner decides: this field, or GOMAXPROCS at the cores plus
 	// one). The commands of this module that run a node set it.
 	RaiseGOMAXPROCS bool
+	// ReadOnly opens the store without writing to its directory, for a
+	// tool that only reads (an offline check, say): Pebble opens it
+	// read-only, and Open records, upgrades and builds nothing. Pebble
+	// still takes the directory's lock (opening its LOCK file, created if
+	// missing; nothing else is created), so a directory another Store has
+	// open is refused at once with ErrLocked, as without ReadOnly. A
+	// store that an Open that may write would first upgrade (a layout
+	// before v3, a metadata index never built) is refused with an error
+	// wrapping ErrUpgradeNeeded; a directory holding no store is refused
+	// too (Pebble's ErrDBDoesNotExist). Every write fails with an error
+	// wrapping pebble.ErrReadOnly. Default: false.
+	ReadOnly bool
 }
 
 // withDefaults fills the zero fields and validates the rest.
@@ -194,6 +206,6 @@ func (o Options) withDefaults() (Options, error) {
 
 // String describes the options for a startup log line.
 func (o Options) String() string {
-	return fmt.Sprintf("audit=%t cache=%d memtable=%d compactions=%d flush_delay_delete_range=%s raise_gomaxprocs=%t",
-		o.Audit, o.CacheSize, o.MemTableSize, o.MaxConcurrentCompactions, o.FlushDelayDeleteRange, o.RaiseGOMAXPROCS)
+	return fmt.Sprintf("audit=%t cache=%d memtable=%d compactions=%d flush_delay_delete_range=%s raise_gomaxprocs=%t read_only=%t",
+		o.Audit, o.CacheSize, o.MemTableSize, o.MaxConcurrentCompactions, o.FlushDelayDeleteRange, o.RaiseGOMAXPROCS, o.ReadOnly)
 }

@@ -89,6 +89,7 @@ type Store struct {
 	fsCloser io.Closer
 	log      *slog.Logger
 	audit    bool
+	readOnly bool // Options.ReadOnly
 	now      func() time.Time
 
 	// releaseProcs gives back the P the store added to GOMAXPROCS (procs.go).
@@ -144,6 +145,13 @@ const (
 // Store, in this process or another, has open.
 var ErrLocked = errors.New("pebblejournal: the directory is locked")
 
+// ErrUpgradeNeeded is wrapped by the error of a read-only Open
+// (Options.ReadOnly) of a store that an Open that may write would upgrade
+// first: a key layout before v3, or a metadata index never built. Such a
+// store is sound; open it once without ReadOnly (a runtime, a command that
+// writes) to upgrade it.
+var ErrUpgradeNeeded = errors.New("pebblejournal: the store needs an upgrade, which a read-only open does not do")
+
 // Open opens (creating if needed) the store in dir on opts.FS. Only one Store
 // may have a directory open at a time: a second Open of the same directory,
 // from this process or another, fails with an error wrapping ErrLocked
@@ -154,19 +162,21 @@ var ErrLocked = errors.New("pebblejournal: the directory is locked")
 // as a database (garbage, a MANIFEST that is not there). A dir that is
 // empty, holds a NUL byte, or names a file or a path under one is refused
 // with an error wrapping journal.ErrInvalid, and so are Options outside the
-// bounds their doc gives.
+// bounds their doc gives. With Options.ReadOnly it writes nothing: see
+// there.
 func Open(dir string, opts Options) (*Store, error) {
 	o, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
 	}
 	s := &Store{
-		batches: make(chan *pebble.Batch, reusedBatches),
-		log:     o.Logger,
-		audit:   o.Audit,
-		now:     time.Now,
-		seed:    maphash.MakeSeed(),
-		closing: make(chan struct{}),
+		batches:  make(chan *pebble.Batch, reusedBatches),
+		log:      o.Logger,
+		audit:    o.Audit,
+		readOnly: o.ReadOnly,
+		now:      time.Now,
+		seed:     maphash.MakeSeed(),
+		closing:  make(chan struct{}),
 	}
 	fs := o.FS
 	if err := checkIsDir(fs, dir); err != nil {
@@ -175,7 +185,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	releaseDir := func() {}
 	if fs == nil || fs == vfs.Default {
 		// Pebble's lock is keyed by the path as given (dirlock.go).
-		if releaseDir, err = claimDir(dir); err != nil {
+		if releaseDir, err = claimDir(dir, !o.ReadOnly); err != nil {
 			return nil, err
 		}
 	}
@@ -195,9 +205,11 @@ func Open(dir string, opts Options) (*Store, error) {
 			fs = vfs.Default
 		}
 	}
-	if err := reserveForOpen(fs, dir); err != nil {
-		_ = fsCloser.Close()
-		return nil, err
+	if !o.ReadOnly {
+		if err := reserveForOpen(fs, dir); err != nil {
+			_ = fsCloser.Close()
+			return nil, err
+		}
 	}
 	lower, upper := 1, o.MaxConcurrentCompactions
 	popts := &pebble.Options{
@@ -213,6 +225,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		LBaseMaxBytes:               LBaseMaxBytes,
 		CompactionConcurrencyRange:  func() (int, int) { return lower, upper },
 		FlushDelayDeleteRange:       max(o.FlushDelayDeleteRange, 0),
+		ReadOnly:                    o.ReadOnly,
 	}
 	SetLevelOptions(popts)
 	db, err := pebble.Open(dir, popts)
@@ -226,12 +239,19 @@ func Open(dir string, opts Options) (*Store, error) {
 	s.db = db
 	s.fsCloser = fsCloser
 	if err := s.checkLayout(); err != nil {
+		if errors.Is(err, ErrUpgradeNeeded) {
+			err = fmt.Errorf("pebblejournal: open %q read-only: %w", dir, err)
+		}
 		_ = db.Close()
 		_ = fsCloser.Close()
 		return nil, err
 	}
 	if err := s.ensureFindIndex(); err != nil {
-		err = fmt.Errorf("pebblejournal: build the metadata index: %w", err)
+		if errors.Is(err, ErrUpgradeNeeded) {
+			err = fmt.Errorf("pebblejournal: open %q read-only: %w", dir, err)
+		} else {
+			err = fmt.Errorf("pebblejournal: build the metadata index: %w", err)
+		}
 		_ = db.Close()
 		_ = fsCloser.Close()
 		return nil, err
@@ -253,7 +273,9 @@ func Open(dir string, opts Options) (*Store, error) {
 }
 
 // checkLayout records the layout version in a new store, upgrades a v1 or
-// v2 store to v3, and refuses a store written with another layout.
+// v2 store to v3, and refuses a store written with another layout. A
+// read-only store records nothing and refuses a v1 or v2 store
+// (ErrUpgradeNeeded).
 func (s *Store) checkLayout() error {
 	if f := s.failure(); f != nil {
 		return f
@@ -264,12 +286,19 @@ func (s *Store) checkLayout() error {
 		if err := s.refuseForeign(); err != nil {
 			return err
 		}
+		if s.readOnly {
+			return nil // read as the layout Open would record
+		}
 		return s.putLayout()
 	case err != nil:
 		return fmt.Errorf("pebblejournal: read layout version: %w", storageErr(err))
 	}
 	version := string(v)
 	_ = closer.Close()
+	if s.readOnly && (version == layoutV1 || version == layoutV2) {
+		return fmt.Errorf("%w: the store has layout %s, which an Open that may write upgrades to v3 first",
+			ErrUpgradeNeeded, strings.TrimPrefix(version, "lazarus.pebblejournal."))
+	}
 	switch version {
 	case layoutVersion:
 		return nil
