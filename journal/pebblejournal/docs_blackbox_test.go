@@ -53,8 +53,9 @@ func TestBBOpenLockedThroughAnotherPath(t *testing.T) {
 	require.NoError(t, s.Close())
 }
 
-// TestBBOpenLockedByAnotherProcess: the second Open fails with ErrLocked
-// when the first is in another process, and succeeds once it exited.
+// TestBBOpenLockedByAnotherProcess: the second Open, read-only or not,
+// fails with ErrLocked when the first is in another process, and succeeds
+// once it exited.
 func TestBBOpenLockedByAnotherProcess(t *testing.T) {
 	if dir := os.Getenv("LZ_BB_HOLD_DIR"); dir != "" {
 		s, err := pebblejournal.Open(dir, pebblejournal.Options{})
@@ -79,6 +80,9 @@ func TestBBOpenLockedByAnotherProcess(t *testing.T) {
 	require.Equal(t, "open\n", line)
 
 	_, err = pebblejournal.Open(dir, pebblejournal.Options{})
+	require.ErrorIs(t, err, pebblejournal.ErrLocked)
+	// A read-only Open too, at once (Options.ReadOnly).
+	_, err = pebblejournal.Open(dir, pebblejournal.Options{ReadOnly: true})
 	require.ErrorIs(t, err, pebblejournal.ErrLocked)
 
 	require.NoError(t, stdin.Close())
