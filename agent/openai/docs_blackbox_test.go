@@ -124,7 +124,7 @@ func TestDocsHistoryOfSeveralCallsInOneTurn(t *testing.T) {
 
 // TestDocsUnsetOptionsAreNotSent: a nil Temperature and a zero MaxTokens
 // leave the server's defaults (nothing sent); a tool without Parameters is
-// sent without a schema, with its description.
+// sent with the schema of no arguments, and its description.
 func TestDocsUnsetOptionsAreNotSent(t *testing.T) {
 	p := serveText(t, chunk(`{"content":"x"}`, "stop")+usageChunk)
 	turn := providertest.Turn()
@@ -141,7 +141,7 @@ func TestDocsUnsetOptionsAreNotSent(t *testing.T) {
 	fn := tools[0].(map[string]any)["function"].(map[string]any)
 	assert.Equal(t, "ping", fn["name"])
 	assert.Equal(t, "Pings.", fn["description"])
-	assert.NotContains(t, fn, "parameters")
+	assert.Equal(t, map[string]any{"type": "object", "properties": map[string]any{}}, fn["parameters"])
 }
 
 // TestDocsInsufficientQuotaFailsAtOnce: a 429 whose error's type or code

@@ -582,13 +582,18 @@ func TestHugeRetryAfterFailsAtOnce(t *testing.T) {
 // object with no properties ({"type":"object"}, what MCP servers list for
 // a tool without arguments) is sent with an empty "properties": OpenAI
 // refuses the whole request otherwise (400 "object schema missing
-// properties"). A schema that has them is sent as it is.
+// properties"). A schema that has them is sent as it is. An empty schema
+// ({}) or none is sent as an object with no properties: OpenAI refuses a
+// function schema whose type is not "object", and llama.cpp's server a
+// function without parameters.
 func TestObjectSchemaWithoutPropertiesGetsThem(t *testing.T) {
 	for params, want := range map[string]string{
+		``:                  `{"type":"object","properties":{}}`,
+		` {} `:              `{"type":"object","properties":{}}`,
 		`{"type":"object"}`: `{"type":"object","properties":{}}`,
 		`{"type":"object","additionalProperties":false}`:         `{"type":"object","properties":{},"additionalProperties":false}`,
 		`{"type":"object","properties":{"a":{"type":"string"}}}`: `{"type":"object","properties":{"a":{"type":"string"}}}`,
-		`{}`: `{}`,
+		`{}`: `{"type":"object","properties":{}}`,
 	} {
 		p := serveText(t, chunk(`{"content":"x"}`, "stop")+usageChunk)
 		turn := providertest.Turn()

@@ -34,7 +34,10 @@
 // A tool's Parameters that are an object schema without properties
 // ({"type":"object"}, what MCP servers list for a tool without arguments)
 // are sent with an empty "properties": OpenAI refuses the request
-// otherwise.
+// otherwise. Parameters that are empty ("") or the empty schema ({}) are
+// sent as {"type":"object","properties":{}}: OpenAI refuses a function
+// schema whose type is not "object", and some compatible servers
+// (llama.cpp's) a function without parameters.
 //
 // # Failures
 //
@@ -293,21 +296,26 @@ func (m *Model) request(turn agent.Turn) (oai.ChatCompletionNewParams, error) {
 		if spec.Description != "" {
 			fd.Description = oai.String(spec.Description)
 		}
-		if spec.Parameters != "" {
-			params, err := m.parameters(spec)
-			if err != nil {
-				return p, err
-			}
-			fd.Parameters = params
+		params, err := m.parameters(spec)
+		if err != nil {
+			return p, err
 		}
+		fd.Parameters = params
 		p.Tools = append(p.Tools, oai.ChatCompletionFunctionTool(fd))
 	}
 	return p, nil
 }
 
 // parameters decodes a tool's JSON schema once per distinct text. An
-// object schema without properties gets an empty one.
+// object schema without properties gets an empty one; no schema, or an
+// empty one ({}), is an object schema with no properties.
 func (m *Model) parameters(spec agent.ToolSpec) (shared.FunctionParameters, error) {
+	if spec.Parameters == "" {
+		// OpenAI takes a function without parameters, but some
+		// compatible servers (llama.cpp's) refuse one: it gets the
+		// schema of no arguments, which both take.
+		return shared.FunctionParameters{"type": "object", "properties": map[string]any{}}, nil
+	}
 	if v, ok := m.params.Load(spec.Parameters); ok {
 		return v.(shared.FunctionParameters), nil
 	}
@@ -320,6 +328,11 @@ func (m *Model) parameters(spec agent.ToolSpec) (shared.FunctionParameters, erro
 		// The request cannot be made: agent.ErrRequest, the one sentinel
 		// a provider's error wraps, beside journal.ErrInvalid.
 		return nil, fmt.Errorf("%w: %w", agent.ErrRequest, journal.Invalidf("openai: parameters of tool %s: %v", spec.Name, err))
+	}
+	if len(fp) == 0 {
+		// {} is valid JSON schema (anything goes), but OpenAI refuses a
+		// function schema whose type is not "object" (400).
+		fp["type"] = "object"
 	}
 	if fp["type"] == "object" && fp["properties"] == nil {
 		// An object without properties ({"type":"object"}, what MCP
