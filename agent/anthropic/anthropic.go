@@ -13,9 +13,9 @@
 // (tool_result, in the next user message) carry the runtime's id; a
 // message sent while the call was open, which the log holds before the
 // result, follows the results in that user message
-// (openai.ResultsAfterCalls). A message's text that is empty or only
-// whitespace is left out of the history: the API refuses such a text
-// block. Usage is
+// (openai.ResultsAfterCalls). A message's text, a system prompt or a
+// summary that is empty or only whitespace is left out of the request:
+// the API refuses such a text block. Usage is
 // read from message_start (input) and message_delta (output, cumulative;
 // an input count there replaces message_start's if positive) and recorded
 // on the assistant message with the model's name: input_tokens,
@@ -101,7 +101,7 @@ type Options struct {
 	// APIKey is sent as x-api-key. Empty sends none (a local server that
 	// checks none).
 	APIKey string
-	// System is the system prompt. Empty means none.
+	// System is the system prompt. Empty (or only whitespace) means none.
 	System string
 	// Temperature, if set, is sent as the sampling temperature. Nil means
 	// the server's default.
@@ -200,10 +200,13 @@ func (m *Model) request(turn agent.Turn) (sdk.MessageNewParams, error) {
 	default:
 		p.ToolChoice = sdk.ToolChoiceParamOfTool(set.ToolChoice)
 	}
-	if set.SystemPrompt != "" {
+	// The API refuses a system text block that is empty or only
+	// whitespace (400), as it does one in a message: such a prompt or
+	// summary is left out.
+	if strings.TrimSpace(set.SystemPrompt) != "" {
 		p.System = append(p.System, sdk.TextBlockParam{Text: set.SystemPrompt})
 	}
-	if s := turn.Summary.GetContent(); s != "" {
+	if s := turn.Summary.GetContent(); strings.TrimSpace(s) != "" {
 		p.System = append(p.System, sdk.TextBlockParam{Text: openai.SummaryPrefix + s})
 	}
 	add := func(role sdk.MessageParamRole, blocks ...sdk.ContentBlockParamUnion) {

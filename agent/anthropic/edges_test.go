@@ -19,6 +19,7 @@ import (
 
 	"github.com/lazarusrt/lazarus/agent"
 	"github.com/lazarusrt/lazarus/agent/anthropic"
+	"github.com/lazarusrt/lazarus/agent/openai"
 	"github.com/lazarusrt/lazarus/agent/providertest"
 	"github.com/lazarusrt/lazarus/agent/retry"
 	"github.com/lazarusrt/lazarus/messages"
@@ -509,4 +510,38 @@ func TestWhitespaceOnlyTextIsNotSent(t *testing.T) {
 	assert.Equal(t, []string{"user", "assistant", "user"}, []string{req.Messages[0].Role, req.Messages[1].Role, req.Messages[2].Role})
 	assert.Equal(t, "tool_use", req.Messages[1].Content[0].Type)
 	assert.Equal(t, "and?", texts[len(texts)-1])
+}
+
+// TestWhitespaceOnlySystemIsNotSent: a system prompt or a summary of only
+// whitespace is not sent as a system block (the API refuses a blank text
+// block there too, 400); the other is still sent.
+func TestWhitespaceOnlySystemIsNotSent(t *testing.T) {
+	for _, tc := range []struct {
+		name, system, summary string
+		want                  []string
+	}{
+		{"both blank", " \n\t", "\n\n", nil},
+		{"blank prompt", " \n", "The user lives in Paris.", []string{openai.SummaryPrefix + "The user lives in Paris."}},
+		{"blank summary", "Be brief.", " ", []string{"Be brief."}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := serveText(t, start+textStart+textDelta("ok")+stopWith("end_turn"))
+			turn := providertest.Turn()
+			turn.Settings.SystemPrompt = tc.system
+			turn.Summary.Content = tc.summary
+			_, err := p.m.Generate(context.Background(), turn, nil)
+			require.NoError(t, err)
+			var req struct {
+				System []struct {
+					Text string `json:"text"`
+				} `json:"system"`
+			}
+			require.NoError(t, json.Unmarshal(p.srv.Requests()[0], &req))
+			var got []string
+			for _, b := range req.System {
+				got = append(got, b.Text)
+			}
+			assert.Equal(t, tc.want, got)
+		})
+	}
 }
