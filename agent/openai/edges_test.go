@@ -707,3 +707,38 @@ func TestTopLevelErrorObject(t *testing.T) {
 		})
 	}
 }
+
+// TestLegacyMaxTokens: the bound of an answer (Options.MaxTokens, or the
+// conversation's) is sent as max_completion_tokens alone by default, what
+// OpenAI reads; with Options.LegacyMaxTokens as max_tokens alone, for
+// compatible servers that read only that.
+func TestLegacyMaxTokens(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		legacy      bool
+		settings    int64
+		field, none string
+		want        float64
+	}{
+		{"default", false, 0, "max_completion_tokens", "max_tokens", 100},
+		{"default, the conversation's", false, 7, "max_completion_tokens", "max_tokens", 7},
+		{"legacy", true, 0, "max_tokens", "max_completion_tokens", 100},
+		{"legacy, the conversation's", true, 7, "max_tokens", "max_completion_tokens", 7},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rs, err := providertest.Parse([]byte(chunk(`{"content":"x"}`, "stop") + usageChunk))
+			require.NoError(t, err)
+			srv := providertest.Serve(t, rs)
+			m, err := openai.New(openai.Options{Model: "m", BaseURL: srv.URL, MaxTokens: 100, LegacyMaxTokens: tc.legacy})
+			require.NoError(t, err)
+			turn := providertest.Turn()
+			turn.Settings.MaxTokens = tc.settings
+			_, err = m.Generate(context.Background(), turn, nil)
+			require.NoError(t, err)
+			var req map[string]any
+			require.NoError(t, json.Unmarshal(srv.Requests()[0], &req))
+			assert.Equal(t, tc.want, req[tc.field])
+			assert.NotContains(t, req, tc.none)
+		})
+	}
+}

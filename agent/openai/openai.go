@@ -75,6 +75,10 @@
 // as an error status of any kind (a 5xx included: some servers send a 500)
 // or an error event.
 //
+// The token bound of an answer (Options.MaxTokens, or the conversation's
+// max tokens) is sent as max_completion_tokens, or as max_tokens alone
+// with Options.LegacyMaxTokens, for servers that read only that.
+//
 // A stop at the token bound (finish_reason "length", at Options.MaxTokens
 // or the conversation's max tokens) is not a failure: the answer is what
 // the model wrote up to the bound, and a tool call cut there keeps its
@@ -155,6 +159,12 @@ type Options struct {
 	// MaxTokens bounds the tokens of an answer (max_completion_tokens). 0
 	// means the server's default.
 	MaxTokens int64
+	// LegacyMaxTokens sends the bound of an answer (MaxTokens, or the
+	// conversation's max tokens) as max_tokens instead of
+	// max_completion_tokens, for compatible servers that read only
+	// max_tokens (older ones, some proxies). Leave it false for OpenAI:
+	// max_tokens is deprecated there, and its reasoning models refuse it.
+	LegacyMaxTokens bool
 	// Retry bounds the retries of a call (429, 408, 409, 5xx, a failure
 	// before any text). The zero value is retry's defaults.
 	Retry retry.Policy
@@ -232,7 +242,11 @@ func (m *Model) request(turn agent.Turn) (oai.ChatCompletionNewParams, error) {
 	if set.Temperature != nil {
 		p.Temperature = oai.Float(*set.Temperature)
 	}
-	if set.MaxTokens > 0 {
+	switch {
+	case set.MaxTokens <= 0:
+	case m.opts.LegacyMaxTokens:
+		p.MaxTokens = oai.Int(set.MaxTokens)
+	default:
 		p.MaxCompletionTokens = oai.Int(set.MaxTokens)
 	}
 	switch {
