@@ -252,7 +252,9 @@ func (c *cli) show(ctx context.Context, fs *flags, args []string) (err error) {
 	if err != nil {
 		return err
 	}
-	held, err := storedEvents(ctx, st, id)
+	// Counted in the log up to the same last: a write meanwhile (a live
+	// node on the same PostgreSQL) must not make first wrap.
+	held, err := eventsUpTo(ctx, st, id, last)
 	if err != nil {
 		return err
 	}
@@ -290,7 +292,7 @@ func (c *cli) showRemote(ctx context.Context, rc *remote, fs *flags, id string, 
 	if err != nil {
 		return err
 	}
-	held, err := rc.storedEvents(ctx, id)
+	held, err := rc.eventsUpTo(ctx, id, last) // see show
 	if err != nil {
 		return err
 	}
@@ -505,6 +507,12 @@ func storedEvents(ctx context.Context, st journal.Store, id string) (uint64, err
 	if err != nil {
 		return 0, err
 	}
+	return eventsUpTo(ctx, st, id, last)
+}
+
+// eventsUpTo is the number of events the conversation's log holds up to
+// seq last, a LastSeq the caller read (see heldEvents).
+func eventsUpTo(ctx context.Context, st journal.Store, id string, last uint64) (uint64, error) {
 	return heldEvents(last, func(seq uint64) (bool, error) {
 		evs, err := st.Events(ctx, id, journal.EventQuery{After: seq - 1, Before: seq + 1})
 		return len(evs) > 0, err

@@ -270,6 +270,12 @@ func (r *remote) storedEvents(ctx context.Context, id string) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	return r.eventsUpTo(ctx, id, last)
+}
+
+// eventsUpTo is the number of events the conversation's log holds up to
+// seq last, a last seq the caller read (see heldEvents).
+func (r *remote) eventsUpTo(ctx context.Context, id string, last uint64) (uint64, error) {
 	return heldEvents(last, func(seq uint64) (bool, error) {
 		evs, _, err := r.history(ctx, id, seq+1, 1)
 		return len(evs) > 0 && evs[len(evs)-1].GetSeq() == seq, err

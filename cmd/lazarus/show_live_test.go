@@ -1,0 +1,78 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/messages"
+)
+
+// appendsAfterLastSeq appends one event to conv right after the first
+// LastSeq of it returns: a live node's write while show reads.
+type appendsAfterLastSeq struct {
+	journal.Store
+	t    *testing.T
+	conv string
+	once sync.Once
+}
+
+func (s *appendsAfterLastSeq) LastSeq(ctx context.Context, id string) (uint64, error) {
+	last, err := s.Store.LastSeq(ctx, id)
+	if err == nil && id == s.conv {
+		s.once.Do(func() {
+			_, aerr := s.Store.Append(ctx, &messages.AppendRequest{ConversationId: id, ExpectedLast: last,
+				Events: []*messages.Event{userEvent("meanwhile")}})
+			require.NoError(s.t, aerr)
+		})
+	}
+	return last, err
+}
+
+// Close leaves the Store open: the test reads it after the command.
+func (s *appendsAfterLastSeq) Close() error { return nil }
+
+func userEvent(text string) *messages.Event {
+	return &messages.Event{Time: timestamppb.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)), Body: &messages.Event_UserMsg{UserMsg: &messages.UserMessage{
+		Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: text}}}}}}
+}
+
+// TestShowForwardPageWhileTheLogGrows: show --from reads the last seq,
+// then counts the events the log holds; an event appended between the two
+// (a live node writing the same PostgreSQL) made the count exceed the last
+// seq read first, the log's first seq wrapped round, and the forward page
+// became every event after --from, with no page before it: here seqs 2 to
+// 6 rather than 2 and 3.
+func TestShowForwardPageWhileTheLogGrows(t *testing.T) {
+	ctx := ctxT(t)
+	base := memStore(t)
+	var evs []*messages.Event
+	for i := range 5 {
+		evs = append(evs, userEvent(fmt.Sprintf("message %d", i+1)))
+	}
+	_, err := base.Append(ctx, &messages.AppendRequest{ConversationId: "c", Events: evs, Status: messages.ConversationStatus_CONVERSATION_STATUS_IDLE})
+	require.NoError(t, err)
+
+	var out, errb bytes.Buffer
+	c := newCLI(strings.NewReader(""), &out, &errb)
+	st := &appendsAfterLastSeq{Store: base, t: t, conv: "c"}
+	c.open = func(string, bool) (journal.Store, error) { return st, nil }
+	code := c.run(ctx, []string{"show", "c", "--dir", t.TempDir(), "--from", "1", "--limit", "2"})
+	require.Equal(t, exitOK, code, "stderr: %s", errb.String())
+	last, err := base.LastSeq(ctx, "c")
+	require.NoError(t, err)
+	require.Equal(t, uint64(6), last, "the event was appended during show")
+	lines := outLines(out.String())
+	require.Len(t, lines, 3, "two events and the next page: %q", out.String())
+	require.True(t, strings.HasPrefix(lines[0], "     2  "), lines[0])
+	require.True(t, strings.HasPrefix(lines[1], "     3  "), lines[1])
+	require.Equal(t, "-- newer: --from 3", lines[2])
+}
