@@ -57,7 +57,7 @@ type ScheduleStore interface {
 
 // ScheduleSkipper is what a ScheduleStore implements to move a schedule
 // past an occurrence under a fire's condition; the three adapters of this
-// module do, and journaltest holds a ScheduleStore that does to it. The
+// module do, and journaltest requires it of every ScheduleStore. The
 // runtime skips an occurrence the conversation refused through it; with a
 // ScheduleStore that lacks it, it reads the schedule and then puts or
 // deletes it, and a schedule replaced between the two is overwritten or

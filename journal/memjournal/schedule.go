@@ -11,7 +11,10 @@ import (
 	"github.com/lazarusrt/lazarus/messages"
 )
 
-var _ journal.ScheduleStore = (*Store)(nil)
+var (
+	_ journal.ScheduleStore   = (*Store)(nil)
+	_ journal.ScheduleSkipper = (*Store)(nil)
+)
 
 // checkFire checks the schedule fire of an append to conversation id.
 func (st *state) checkFire(id string, f *messages.ScheduleFire) error {
@@ -110,7 +113,7 @@ func (s *Store) DeleteSchedule(ctx context.Context, conversationID, id string) e
 	return nil
 }
 
-// SkipSchedule implements journal.ScheduleStore: the check and the move
+// SkipSchedule implements journal.ScheduleSkipper: the check and the move
 // of an append's fire, without the append.
 func (s *Store) SkipSchedule(ctx context.Context, conversationID string, f *messages.ScheduleFire) error {
 	if err := s.enter(ctx); err != nil {

@@ -31,7 +31,10 @@ const (
 	famScheduleByTime byte = 0x1a
 )
 
-var _ journal.ScheduleStore = (*Store)(nil)
+var (
+	_ journal.ScheduleStore   = (*Store)(nil)
+	_ journal.ScheduleSkipper = (*Store)(nil)
+)
 
 // scheduleTimeKey returns the by-time key of schedule id of conv.
 func scheduleTimeKey(at *timestamppb.Timestamp, id, conv string) []byte {
@@ -217,7 +220,7 @@ func (s *Store) DeleteSchedule(ctx context.Context, conversationID, id string) e
 	return t.commit()
 }
 
-// SkipSchedule implements journal.ScheduleStore: the check and the move
+// SkipSchedule implements journal.ScheduleSkipper: the check and the move
 // of an append's fire (checkFire, stageFire), without the append.
 func (s *Store) SkipSchedule(ctx context.Context, conversationID string, f *messages.ScheduleFire) error {
 	if err := s.begin(ctx); err != nil {

@@ -14,7 +14,10 @@ import (
 	"github.com/lazarusrt/lazarus/messages"
 )
 
-var _ journal.ScheduleStore = (*Store)(nil)
+var (
+	_ journal.ScheduleStore   = (*Store)(nil)
+	_ journal.ScheduleSkipper = (*Store)(nil)
+)
 
 // schedState is a schedule an append batch fires: as read, then as the
 // batch's requests leave it.
@@ -221,7 +224,7 @@ func (s *Store) DeleteSchedule(ctx context.Context, conversationID, id string) e
 	})
 }
 
-// SkipSchedule implements journal.ScheduleStore: the check and the move
+// SkipSchedule implements journal.ScheduleSkipper: the check and the move
 // of an append's fire, without the append, under the conversation's lock.
 func (s *Store) SkipSchedule(ctx context.Context, conversationID string, f *messages.ScheduleFire) error {
 	ctx, cancel, err := s.enter(ctx)
