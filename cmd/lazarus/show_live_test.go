@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -12,8 +14,13 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/agent/scripted"
 	"github.com/lazarusrt/lazarus/journal"
+	"github.com/lazarusrt/lazarus/journal/memjournal"
 	"github.com/lazarusrt/lazarus/messages"
+	"github.com/lazarusrt/lazarus/server"
 )
 
 // appendsAfterLastSeq appends one event to conv right after the first
@@ -45,6 +52,30 @@ func userEvent(text string) *messages.Event {
 		Content: []*messages.ContentPart{{Part: &messages.ContentPart_Text{Text: text}}}}}}
 }
 
+// fiveEvents are the log of the tests' conversation "c".
+func fiveEvents() []*messages.Event {
+	var evs []*messages.Event
+	for i := range 5 {
+		evs = append(evs, userEvent(fmt.Sprintf("message %d", i+1)))
+	}
+	return evs
+}
+
+// requireSecondPage checks show's output of --from 1 --limit 2 on the log
+// of fiveEvents and one event appended while show ran.
+func requireSecondPage(t *testing.T, st journal.Store, code int, stdout, stderr string) {
+	t.Helper()
+	require.Equal(t, exitOK, code, "stderr: %s", stderr)
+	last, err := st.LastSeq(ctxT(t), "c")
+	require.NoError(t, err)
+	require.Equal(t, uint64(6), last, "the event was appended during show")
+	lines := outLines(stdout)
+	require.Len(t, lines, 3, "two events and the next page: %q", stdout)
+	require.True(t, strings.HasPrefix(lines[0], "     2  "), lines[0])
+	require.True(t, strings.HasPrefix(lines[1], "     3  "), lines[1])
+	require.Equal(t, "-- newer: --from 3", lines[2])
+}
+
 // TestShowForwardPageWhileTheLogGrows: show --from reads the last seq,
 // then counts the events the log holds; an event appended between the two
 // (a live node writing the same PostgreSQL) made the count exceed the last
@@ -54,11 +85,7 @@ func userEvent(text string) *messages.Event {
 func TestShowForwardPageWhileTheLogGrows(t *testing.T) {
 	ctx := ctxT(t)
 	base := memStore(t)
-	var evs []*messages.Event
-	for i := range 5 {
-		evs = append(evs, userEvent(fmt.Sprintf("message %d", i+1)))
-	}
-	_, err := base.Append(ctx, &messages.AppendRequest{ConversationId: "c", Events: evs, Status: messages.ConversationStatus_CONVERSATION_STATUS_IDLE})
+	_, err := base.Append(ctx, &messages.AppendRequest{ConversationId: "c", Events: fiveEvents(), Status: messages.ConversationStatus_CONVERSATION_STATUS_IDLE})
 	require.NoError(t, err)
 
 	var out, errb bytes.Buffer
@@ -66,13 +93,39 @@ func TestShowForwardPageWhileTheLogGrows(t *testing.T) {
 	st := &appendsAfterLastSeq{Store: base, t: t, conv: "c"}
 	c.open = func(string, bool) (journal.Store, error) { return st, nil }
 	code := c.run(ctx, []string{"show", "c", "--dir", t.TempDir(), "--from", "1", "--limit", "2"})
-	require.Equal(t, exitOK, code, "stderr: %s", errb.String())
-	last, err := base.LastSeq(ctx, "c")
+	requireSecondPage(t, base, code, out.String(), errb.String())
+}
+
+// TestShowOnANodeForwardPageWhileTheLogGrows: as above on a live node
+// (show --server), whose conversation gets an event between show's read
+// of its last seq and its count of the events: the forward page was the
+// newest two events (5 and 6), with no page before them.
+func TestShowOnANodeForwardPageWhileTheLogGrows(t *testing.T) {
+	ctx := ctxT(t)
+	st := memjournal.New(memjournal.Options{})
+	_, err := st.Append(ctx, &messages.AppendRequest{ConversationId: "c", Events: fiveEvents(), Status: messages.ConversationStatus_CONVERSATION_STATUS_IDLE})
 	require.NoError(t, err)
-	require.Equal(t, uint64(6), last, "the event was appended during show")
-	lines := outLines(out.String())
-	require.Len(t, lines, 3, "two events and the next page: %q", out.String())
-	require.True(t, strings.HasPrefix(lines[0], "     2  "), lines[0])
-	require.True(t, strings.HasPrefix(lines[1], "     3  "), lines[1])
-	require.Equal(t, "-- newer: --from 3", lines[2])
+	rt, err := lazarus.Open(lazarus.Options{Store: st, Model: scripted.New(scripted.Options{}), NoResume: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, rt.Close()) })
+	tokens, err := server.NewBearerTokens(map[string]agent.Identity{"ops-token": {UserID: "ops", Roles: []string{"operator"}}})
+	require.NoError(t, err)
+	api := server.New(rt, server.Options{Authenticator: tokens})
+	var once sync.Once
+	node := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		api.ServeHTTP(w, r)
+		if strings.HasSuffix(r.URL.Path, "/c/events") {
+			// After the first read of the log (show's last seq).
+			once.Do(func() {
+				_, err := st.Append(ctx, &messages.AppendRequest{ConversationId: "c", ExpectedLast: 5, Events: []*messages.Event{userEvent("meanwhile")}})
+				require.NoError(t, err)
+			})
+		}
+	}))
+	t.Cleanup(node.Close)
+
+	var out, errb bytes.Buffer
+	c := newCLI(strings.NewReader(""), &out, &errb)
+	code := c.run(ctx, []string{"show", "c", "--server", node.URL, "--token", "ops-token", "--from", "1", "--limit", "2"})
+	requireSecondPage(t, st, code, out.String(), errb.String())
 }
