@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -51,4 +52,50 @@ func TestExportFileRefusesWhatTheRenameWouldReplace(t *testing.T) {
 	data, err = os.ReadFile(target)
 	require.NoError(t, err)
 	require.Contains(t, string(data), `"type":"trailer"`)
+}
+
+// TestExportFileInsideTheStoreIsRefused: export --file naming a path in
+// the store's own directory (one of its files, a new file there, or a
+// path reaching it through a symlink) is a usage error wrapping
+// journal.ErrInvalid, nothing is written there, and the store still
+// opens: the rename into place replaced a store file (--file
+// DIR/MANIFEST-000001), which left the store unopenable.
+func TestExportFileInsideTheStoreIsRefused(t *testing.T) {
+	f := newFixture(t)
+	before, err := os.ReadDir(f.dir)
+	require.NoError(t, err)
+	manifest := ""
+	for _, e := range before {
+		if strings.HasPrefix(e.Name(), "MANIFEST-") {
+			manifest = e.Name()
+		}
+	}
+	require.NotEmpty(t, manifest, "the store has a manifest: %v", before)
+	link := filepath.Join(t.TempDir(), "store")
+	require.NoError(t, os.Symlink(f.dir, link))
+	for name, path := range map[string]string{
+		"a store file":      filepath.Join(f.dir, "CURRENT"),
+		"a new file there":  filepath.Join(f.dir, "export.jsonl"),
+		"through a symlink": filepath.Join(link, "CURRENT"),
+		"the dir, unclean":  filepath.Join(f.dir, "x", "..", "CURRENT"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := cliRun(t, "", "export", "--all", "--dir", f.dir, "--file", path)
+			require.Equal(t, exitUsage, r.code, "stderr:\n%s", r.stderr)
+			require.Contains(t, r.stderr, "inside the store's directory")
+			require.Empty(t, r.stdout)
+		})
+	}
+	after, err := os.ReadDir(f.dir)
+	require.NoError(t, err)
+	for _, e := range after {
+		require.NotContains(t, e.Name(), "export.jsonl", "no export file in the store's directory")
+		require.NotContains(t, e.Name(), ".tmp-", "no temporary file in the store's directory")
+	}
+	r := cliRun(t, "", "conversations", "--dir", f.dir)
+	requireOK(t, r)
+	require.Contains(t, r.stdout, "finished", "the store still opens, its conversations whole")
+
+	require.False(t, insideDir(filepath.Join(filepath.Dir(f.dir), "beside.jsonl"), f.dir))
+	require.False(t, insideDir(f.dir+"-other/x", f.dir), "a sibling whose name starts alike")
 }

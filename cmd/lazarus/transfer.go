@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/lazarusrt/lazarus/journal"
 	"github.com/lazarusrt/lazarus/messages"
@@ -59,7 +60,8 @@ Writes the named conversations (or all, with --all) to stdout, or to
 --file PATH (written to a temporary file and renamed into place, so PATH
 is never left half-written; a PATH that exists must be a regular file,
 not a directory, a device, a FIFO or a symlink, which the rename would
-replace: usage error, status 2, before the store is opened). Two exports of the same data are equal byte
+replace: usage error, status 2, before the store is opened; so is a PATH
+inside the --dir store's directory). Two exports of the same data are equal byte
 for byte. Export streams: it holds one page of events at a time, whatever
 the length of a conversation. It checks each conversation as import will
 (the log runs 1..last seq, every tool_call event has its row and every
@@ -111,11 +113,15 @@ func (c *cli) export(ctx context.Context, fs *flags, args []string) (err error) 
 		}
 		seen[id] = true
 	}
-	st, _, err := c.openStore(fs, false)
+	st, dir, err := c.openStore(fs, false)
 	if err != nil {
 		return err
 	}
 	defer closeStore(st, &err)
+	if *file != "" && dir != "" && insideDir(*file, dir) {
+		return &usageError{msg: fmt.Sprintf("--file %s is inside the store's directory %s: "+
+			"the export would replace or add a file of the store", *file, dir), err: journal.ErrInvalid}
+	}
 	if *all {
 		err := eachConversation(ctx, st, func(row *messages.Conversation) error {
 			ids = append(ids, row.GetId())
@@ -170,6 +176,30 @@ func replaceableFile(path string) error {
 	}
 	return &usageError{msg: fmt.Sprintf("--file %s is %s: export writes a new file and renames it into place, "+
 		"which would replace it", path, kind), err: journal.ErrInvalid}
+}
+
+// insideDir reports whether path is dir or lies under it, after making
+// both absolute and resolving the symlinks of the parts that exist.
+func insideDir(path, dir string) bool {
+	resolve := func(p string) string {
+		p, err := filepath.Abs(p)
+		if err != nil {
+			return filepath.Clean(p)
+		}
+		// The longest existing prefix, its symlinks resolved, and the rest.
+		rest := ""
+		for q := p; ; q = filepath.Dir(q) {
+			if r, err := filepath.EvalSymlinks(q); err == nil {
+				return filepath.Join(r, rest)
+			}
+			if filepath.Dir(q) == q {
+				return p
+			}
+			rest = filepath.Join(filepath.Base(q), rest)
+		}
+	}
+	rel, err := filepath.Rel(resolve(dir), resolve(path))
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
 // writeFileAtomic writes path through a temporary file in the same
