@@ -6,7 +6,8 @@
 //
 // 'lazarus serve' runs a node: a runtime on a store, served over HTTP by
 // package server (serve.go). With --server URL (or $LAZARUS_SERVER) and a
-// bearer token (--token, $LAZARUS_TOKEN), conversations, show, tail,
+// bearer token (--token, $LAZARUS_TOKEN; either flag given before and after
+// the command with two different values is a usage error), conversations, show, tail,
 // pending, resolve, schedules, delete and stats work on such a live node through its
 // API instead of a store, with the same output and exit statuses, and send
 // sends a message (remote.go). They read every page of the node's
@@ -462,7 +463,8 @@ Only one process may open it at a time: while a runtime holds it, every
 command fails with exit status 4.
 
 A live node ('lazarus serve') is reached with --server URL (or
-$LAZARUS_SERVER) and a bearer token (--token or $LAZARUS_TOKEN):
+$LAZARUS_SERVER) and a bearer token (--token or $LAZARUS_TOKEN; each flag
+before or after the command, not with two different values):
 conversations, show, tail, pending, resolve, schedules, delete, stats and
 send then go through its HTTP API, as the token's user.
 
@@ -603,13 +605,22 @@ func topHelp(args []string) (name string, asked bool) {
 // oneStore refuses a command line that names two different stores with
 // the same flag, once before the command and once after it (--dir A show
 // --dir B): the command would work on one of them silently. The same
-// store named twice is no error.
+// store named twice is no error. Likewise two different nodes (--server)
+// or two different tokens (--token).
 func (c *cli) oneStore(fs *flags) error {
 	if fs.dir != "" && c.dir != "" && filepath.Clean(fs.dir) != filepath.Clean(c.dir) {
 		return usagef("--dir given twice, %q and %q: name one store", c.dir, fs.dir)
 	}
 	if fs.postgres != "" && c.postgres != "" && fs.postgres != c.postgres {
 		return usagef("--postgres given twice, with different DSNs: name one store")
+	}
+	// The same for the node and its token; neither is echoed (a URL may
+	// hold a password, a token is one).
+	if fs.server != nil && *fs.server != "" && c.server != "" && strings.TrimRight(*fs.server, "/") != strings.TrimRight(c.server, "/") {
+		return usagef("--server given twice, with different URLs: name one node")
+	}
+	if fs.token != nil && *fs.token != "" && c.token != "" && *fs.token != c.token {
+		return usagef("--token given twice, with different tokens: give one")
 	}
 	return nil
 }

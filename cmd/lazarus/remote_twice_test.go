@@ -1,0 +1,62 @@
+package main
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lazarusrt/lazarus"
+	"github.com/lazarusrt/lazarus/agent"
+	"github.com/lazarusrt/lazarus/agent/scripted"
+	"github.com/lazarusrt/lazarus/server"
+)
+
+// TestTwoNodesOnOneCommandLine: --server (or --token) given before and
+// after the command with two different values is a usage error, exit
+// status 2, before any request, and the tokens are not echoed; the same
+// value given twice is not an error.
+func TestTwoNodesOnOneCommandLine(t *testing.T) {
+	rt, err := lazarus.Open(lazarus.Options{Dir: t.TempDir(), Model: scripted.New(scripted.Options{}), IdleTimeout: -1})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, rt.Close()) })
+	tokens, err := server.NewBearerTokens(map[string]agent.Identity{"ops-token": {UserID: "ops", Roles: []string{"operator"}}})
+	require.NoError(t, err)
+	var requests atomic.Int64
+	api := server.New(rt, server.Options{Authenticator: tokens})
+	node := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		api.ServeHTTP(w, r)
+	}))
+	t.Cleanup(node.Close)
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		api.ServeHTTP(w, r)
+	}))
+	t.Cleanup(other.Close)
+	ctx := ctxT(t)
+
+	r := cliCtx(ctx, "--server", other.URL, "conversations", "--server", node.URL, "--token", "ops-token")
+	require.Equal(t, exitUsage, r.code, r.stderr)
+	require.Empty(t, r.stdout)
+	require.Contains(t, r.stderr, "lazarus conversations: --server given twice")
+
+	r = cliCtx(ctx, "--token", "first-secret", "conversations", "--server", node.URL, "--token", "ops-token")
+	require.Equal(t, exitUsage, r.code, r.stderr)
+	require.Empty(t, r.stdout)
+	require.Contains(t, r.stderr, "lazarus conversations: --token given twice")
+	require.NotContains(t, r.stderr, "first-secret")
+	require.NotContains(t, r.stderr, "ops-token")
+	require.Zero(t, requests.Load(), "no request was sent")
+
+	// The same node and token, given twice, are one.
+	r = cliCtx(ctx, "--server", node.URL+"/", "--token", "ops-token", "conversations", "--server", node.URL, "--token", "ops-token")
+	requireOK(t, r)
+	require.NotZero(t, requests.Load())
+
+	// --help still answers.
+	r = cliCtx(ctx, "--server", other.URL, "conversations", "--server", node.URL, "--help")
+	requireOK(t, r)
+}
