@@ -100,12 +100,22 @@ func (c *cli) schedules(ctx context.Context, fs *flags, args []string) (err erro
 }
 
 // remoteSchedules is schedules on a live node: it cancels the schedule
-// cancelID names, if given, else lists every page of conv's schedules.
+// cancelID names, if given, else lists every page of conv's schedules. A
+// schedule the conversation does not have is the offline error, word for
+// word.
 func (c *cli) remoteSchedules(ctx context.Context, rc *remote, conv string, cancelID *string) error {
 	base := pathID("/v1/conversations/", conv) + "/schedules"
 	if *cancelID != "" {
 		if err := rc.call(ctx, http.MethodDelete, base+"/"+url.PathEscape(*cancelID), nil, nil); err != nil {
-			return fmt.Errorf("conversation %s, schedule %s: %w", displayID(conv), displayID(*cancelID), err)
+			if !noConversation(err) {
+				return fmt.Errorf("conversation %s, schedule %s: %w", displayID(conv), displayID(*cancelID), err)
+			}
+			// The node answers 404 for the conversation and for the
+			// schedule alike: ask which, to say what offline says.
+			if _, err := rc.conversation(ctx, conv); err != nil {
+				return err
+			}
+			return fmt.Errorf("no schedule %s in conversation %s: %w", displayID(*cancelID), displayID(conv), journal.ErrNotFound)
 		}
 		c.printCancelled(*cancelID, conv)
 		return nil

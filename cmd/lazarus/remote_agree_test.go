@@ -60,3 +60,33 @@ func TestTwoNodesOnOneCommandLine(t *testing.T) {
 	r = cliCtx(ctx, "--server", other.URL, "conversations", "--server", node.URL, "--help")
 	requireOK(t, r)
 }
+
+// TestScheduleCancelUnknownIDOnANode: --cancel of an id the conversation
+// has no schedule of says through a node what it says offline, with the
+// same exit status; a conversation the node does not have still says so.
+func TestScheduleCancelUnknownIDOnANode(t *testing.T) {
+	f := newFixture(t)
+	local := cliRun(t, "", "schedules", "finished", "--dir", f.dir, "--cancel", "nope")
+	require.Equal(t, exitNotFound, local.code, local.stderr)
+
+	rt, err := lazarus.Open(lazarus.Options{Dir: f.dir, Model: scripted.New(scripted.Options{}), Tools: tools(), NoResume: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, rt.Close()) })
+	tokens, err := server.NewBearerTokens(map[string]agent.Identity{"ops-token": {UserID: "ops", Roles: []string{"operator"}}})
+	require.NoError(t, err)
+	node := httptest.NewServer(server.New(rt, server.Options{Authenticator: tokens}))
+	t.Cleanup(node.Close)
+	ctx := ctxT(t)
+
+	r := cliCtx(ctx, "schedules", "finished", "--cancel", "nope", "--server", node.URL, "--token", "ops-token")
+	require.Equal(t, local.code, r.code, r.stderr)
+	require.Empty(t, r.stdout)
+	require.Equal(t, local.stderr, r.stderr)
+
+	r = cliCtx(ctx, "schedules", "nobody", "--cancel", "nope", "--server", node.URL, "--token", "ops-token")
+	require.Equal(t, exitNotFound, r.code, r.stderr)
+	require.Contains(t, r.stderr, "lazarus schedules: no conversation nobody:")
+	left, err := rt.Schedules(ctx, "finished")
+	require.NoError(t, err)
+	require.Len(t, left, 3, "nothing was cancelled")
+}
