@@ -192,7 +192,9 @@ Without --from: the newest --limit events (before --before, if given).
 With --from SEQ: the first --limit events after SEQ (SEQ is exclusive), so
 paging forward is --from with the last seq printed. The last lines say how
 to read the neighbouring pages ("-- older: --before N", "-- newer: --from N"),
---from or not, whenever the log holds events before or after those printed.
+--from or not, whenever the log holds events before or after those printed;
+a --from at or past the last seq prints no events, says so, and offers the
+page before it.
 A fork's log (Runtime.Fork) starts after the summary it copied: its
 first page starts there, and there is no older page before it.
 
@@ -267,7 +269,7 @@ func (c *cli) show(ctx context.Context, fs *flags, args []string) (err error) {
 	if err != nil {
 		return err
 	}
-	return c.printShow(id, md, evs, last, first, *fs.json, *full)
+	return c.printShow(id, md, evs, *from, last, first, *fs.json, *full)
 }
 
 // forwardBefore is the exclusive end of a forward page (show --from):
@@ -304,15 +306,17 @@ func (c *cli) showRemote(ctx context.Context, rc *remote, fs *flags, id string, 
 	if err != nil {
 		return err
 	}
-	return c.printShow(id, cv.Metadata, evs, last, first, *fs.json, full)
+	return c.printShow(id, cv.Metadata, evs, from, last, first, *fs.json, full)
 }
 
 // printShow prints what show read: the metadata, the events and the
 // neighbouring pages, of a log held from seq first to last (a fork's
 // starts after the summary it copied: there is no older page before it).
 // The older page is offered whenever seqs before the first one printed
-// are held, --from or not: --from bounds this page, not the log.
-func (c *cli) printShow(id string, md map[string]string, evs []*messages.Event, last, first uint64, asJSON, full bool) error {
+// are held, --from or not: --from bounds this page, not the log. from is
+// --from (0 when not given): at or past last, no event is printed, and the
+// page offered is the one up to it.
+func (c *cli) printShow(id string, md map[string]string, evs []*messages.Event, from, last, first uint64, asJSON, full bool) error {
 	if md == nil {
 		md = map[string]string{}
 	}
@@ -324,6 +328,10 @@ func (c *cli) printShow(id string, md map[string]string, evs []*messages.Event, 
 		if evs[0].GetSeq() > first {
 			prevBefore = evs[0].GetSeq()
 		}
+	} else if upTo := min(from, last); upTo >= first {
+		// --from at or past the last seq: nothing after it, but the log
+		// holds the events up to it.
+		prevBefore = upTo + 1
 	}
 	if asJSON {
 		raw := make([]json.RawMessage, 0, len(evs))
@@ -349,7 +357,10 @@ func (c *cli) printShow(id string, md map[string]string, evs []*messages.Event, 
 	for _, ev := range evs {
 		fmt.Fprintln(c.stdout, eventLine(ev, full))
 	}
-	if len(evs) == 0 {
+	switch {
+	case len(evs) == 0 && from > 0 && from >= last:
+		fmt.Fprintf(c.stdout, "-- no events after --from %d (the last seq is %d)\n", from, last)
+	case len(evs) == 0:
 		fmt.Fprintln(c.stdout, "-- no events in this range")
 	}
 	if prevBefore != 0 {

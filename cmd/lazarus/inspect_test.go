@@ -152,7 +152,7 @@ func TestShow(t *testing.T) {
 		require.Equal(t, "-- newer: --from 4", lines[3])
 		r = cliRun(t, "", "show", "waiting", "--dir", f.dir, "--from", "7")
 		requireOK(t, r)
-		require.Equal(t, "-- no events in this range\n", r.stdout)
+		require.Equal(t, "-- no events after --from 7 (the last seq is 7)\n-- older: --before 8\n", r.stdout)
 		for _, fb := range [][2]string{{"3", "2"}, {"3", "4"}, {"3", "3"}} {
 			r = cliRun(t, "", "show", "waiting", "--dir", f.dir, "--from", fb[0], "--before", fb[1])
 			require.Equal(t, exitUsage, r.code, "--from %s --before %s: %s", fb[0], fb[1], r.stdout)

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -89,4 +91,65 @@ func TestScheduleCancelUnknownIDOnANode(t *testing.T) {
 	left, err := rt.Schedules(ctx, "finished")
 	require.NoError(t, err)
 	require.Len(t, left, 3, "nothing was cancelled")
+}
+
+// TestShowFromPastTheEnd: show --from at or past the last seq prints no
+// event, says so with the last seq, and offers the page before it, in text
+// and in --json, offline and through a node alike; following the offer
+// reads the newest events.
+func TestShowFromPastTheEnd(t *testing.T) {
+	f := newFixture(t)
+	cases := [][]string{
+		{"show", "waiting", "--from", "100", "--limit", "2"},
+		{"show", "waiting", "--from", "100", "--limit", "2", "--json"},
+		{"show", "waiting", "--from", "100", "--limit", "0"},
+	}
+	local := make([]result, len(cases))
+	for i, args := range cases {
+		local[i] = cliRun(t, "", append(args, "--dir", f.dir)...)
+		requireOK(t, local[i])
+	}
+	last := cliRun(t, "", "show", "waiting", "--dir", f.dir, "--json")
+	requireOK(t, last)
+	var doc struct {
+		LastSeq    uint64 `json:"last_seq"`
+		PrevBefore uint64 `json:"prev_before"`
+		NextFrom   uint64 `json:"next_from"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(last.stdout), &doc))
+	require.NotZero(t, doc.LastSeq)
+
+	require.Equal(t, []string{
+		fmt.Sprintf("-- no events after --from 100 (the last seq is %d)", doc.LastSeq),
+		fmt.Sprintf("-- older: --before %d", doc.LastSeq+1),
+	}, outLines(local[0].stdout))
+	require.NoError(t, json.Unmarshal([]byte(local[1].stdout), &doc))
+	require.Equal(t, doc.LastSeq+1, doc.PrevBefore)
+	require.Zero(t, doc.NextFrom)
+	require.Equal(t, local[0].stdout, local[2].stdout)
+
+	// --from the last seq itself: the same.
+	r := cliRun(t, "", "show", "waiting", "--dir", f.dir, "--from", fmt.Sprint(doc.LastSeq))
+	requireOK(t, r)
+	require.Contains(t, outLines(r.stdout), fmt.Sprintf("-- older: --before %d", doc.LastSeq+1))
+
+	// The offer reads the newest events.
+	r = cliRun(t, "", "show", "waiting", "--dir", f.dir, "--before", fmt.Sprint(doc.LastSeq+1), "--limit", "2")
+	requireOK(t, r)
+	lines := outLines(r.stdout)
+	require.Regexp(t, fmt.Sprintf(`^\s+%d `, doc.LastSeq), lines[1])
+
+	rt, err := lazarus.Open(lazarus.Options{Dir: f.dir, Model: scripted.New(scripted.Options{}), Tools: tools(), NoResume: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, rt.Close()) })
+	tokens, err := server.NewBearerTokens(map[string]agent.Identity{"ops-token": {UserID: "ops", Roles: []string{"operator"}}})
+	require.NoError(t, err)
+	node := httptest.NewServer(server.New(rt, server.Options{Authenticator: tokens}))
+	t.Cleanup(node.Close)
+	ctx := ctxT(t)
+	for i, args := range cases {
+		r := cliCtx(ctx, append(args, "--server", node.URL, "--token", "ops-token")...)
+		requireOK(t, r)
+		require.Equal(t, local[i].stdout, r.stdout, "%v", args)
+	}
 }
