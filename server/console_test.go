@@ -2436,3 +2436,150 @@ func TestConsoleEnterRejects(t *testing.T) {
 	require.Equal(t, server.CallRejected, got.Outcome)
 	require.Equal(t, "not this week", toolResult(t, ctx, n, conv.ID, call.ID))
 }
+
+// hangCallReads makes every GET of call's own resource (not the queue's
+// listing) get no answer until the test ends or the page gives it up.
+func hangCallReads(t *testing.T, n *node, callID string, answerCode int, answerBody string) {
+	t.Helper()
+	release := make(chan struct{})
+	var free sync.Once
+	t.Cleanup(func() { free.Do(func() { close(release) }) })
+	inner := *n.served.Load()
+	var proxied http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.Method == "POST" && r.URL.Path == "/v1/calls/"+callID+"/resolve":
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(answerCode)
+			_, _ = io.WriteString(w, answerBody)
+		case r.Method == "GET" && r.URL.Path == "/v1/calls/"+callID:
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		default:
+			inner.ServeHTTP(w, r)
+		}
+	})
+	n.served.Store(&proxied)
+}
+
+// TestConsoleCallReadsWithNoAnswerInTime: the reads of a call that follow
+// an answer (after an unknown outcome, after a stale one) and the queue's
+// read of a card its pages no longer hold had no bound: a read that hung
+// left the card busy, its buttons off, for good. They are now given up
+// after answerTimeoutMS: an unknown outcome stays unknown, its buttons on
+// again; an answer found stale stays "Already answered"; a card read again
+// by the queue is left as it was.
+func TestConsoleCallReadsWithNoAnswerInTime(t *testing.T) {
+	for _, tc := range []struct {
+		name, code, run string
+		status          int
+		want            []string
+	}{
+		{"unknown outcome", "unknown_outcome", `answer(cards.get(%q), true)`, http.StatusGatewayTimeout,
+			[]string{"Outcome unknown: the answer may or may not have been recorded. Answer again to find out.", "pending", "false", "false"}},
+		{"stale", "stale", `answer(cards.get(%q), true)`, http.StatusConflict,
+			[]string{"Already answered.", "stale", "true", "false"}},
+		{"recheck", "", `recheck(cards.get(%q))`, http.StatusOK,
+			[]string{"", "pending", "false", "false"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testContext(t)
+			model := newScripted()
+			n := startNode(t, model, server.Options{})
+			_, call := suspendOnApproval(t, ctx, n, model)
+			hangCallReads(t, n, call.ID, tc.status, fmt.Sprintf(`{"error":{"code":%q,"message":"said so"}}`, tc.code))
+
+			tab := newTab(t, browserWait)
+			signIn(t, tab, n, tokCarol, "#/calls")
+			require.NoError(t, chromedp.Do(tab,
+				chromedp.WaitVisible(cardSel(call.ID, " button.approve")),
+				chromedp.Evaluate[chromedp.Void](`answerTimeoutMS = 200`),
+			))
+			// Bounded: without a bound on the read, it never ends.
+			wait, cancel := context.WithTimeout(tab, 20*time.Second)
+			defer cancel()
+			_, err := chromedp.Run(wait, chromedp.Evaluate[chromedp.Void](fmt.Sprintf(tc.run, call.ID), chromedp.EvalAwaitPromise))
+			require.NoError(t, err, "the read did not end")
+			shown, err := chromedp.Run(tab, chromedp.Evaluate[[]string](fmt.Sprintf(
+				`(() => { const c = cards.get(%q); return [c.outcome.textContent, c.state, String(c.approve.disabled), String(c.busy)]; })()`, call.ID)))
+			require.NoError(t, err)
+			require.Equal(t, tc.want, shown)
+		})
+	}
+}
+
+// TestConsoleSendWithNoAnswerInTime: a message whose send hangs (a server
+// or proxy that never answers) kept Send off for good. The send is now
+// given up after answerTimeoutMS (set shorter here), said to be of unknown
+// outcome, Send on again; sending again (the same request_id) writes the
+// message once, whether the hung send was written or not.
+func TestConsoleSendWithNoAnswerInTime(t *testing.T) {
+	for _, landed := range []bool{true, false} {
+		t.Run(fmt.Sprintf("landed=%v", landed), func(t *testing.T) {
+			ctx := testContext(t)
+			model := newScripted()
+			n := startNode(t, model, server.Options{})
+			conv := n.create(t, tokAlice, nil)
+			model.Push(conv.ID, scripted.Text("ok"))
+			path := "/v1/conversations/" + conv.ID + "/messages"
+			release := make(chan struct{})
+			var free sync.Once
+			t.Cleanup(func() { free.Do(func() { close(release) }) })
+			var hung atomic.Bool
+			inner := *n.served.Load()
+			var proxied http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method != "POST" || r.URL.Path != path || !hung.CompareAndSwap(false, true) {
+					inner.ServeHTTP(w, r)
+					return
+				}
+				if landed {
+					rec := httptest.NewRecorder()
+					inner.ServeHTTP(rec, r)
+					if rec.Code/100 != 2 {
+						t.Errorf("send: %d %s", rec.Code, rec.Body)
+					}
+				}
+				select { // no answer, until the test ends or the page gives up
+				case <-release:
+				case <-r.Context().Done():
+				}
+			})
+			n.served.Store(&proxied)
+			submit := `document.getElementById('send-form').onsubmit(new Event('submit', {cancelable: true}))`
+
+			tab := newTab(t, browserWait)
+			signIn(t, tab, n, tokAlice, "#/c/"+url.PathEscape(conv.ID))
+			require.NoError(t, chromedp.Do(tab,
+				chromedp.WaitVisible(chromedp.Search(`//span[@id="conv-live" and contains(., "live")]`)),
+				chromedp.Evaluate[chromedp.Void](`answerTimeoutMS = 200`),
+				chromedp.SendKeys(chromedp.ID("send-text"), "pay it"),
+			))
+			// Bounded: without a bound on the send, it never ends.
+			wait, cancel := context.WithTimeout(tab, 20*time.Second)
+			defer cancel()
+			_, err := chromedp.Run(wait, chromedp.Evaluate[chromedp.Void](submit, chromedp.EvalAwaitPromise))
+			require.NoError(t, err, "the send did not end")
+			shown, err := chromedp.Run(tab, chromedp.Evaluate[[]string](
+				`[document.getElementById('send-error').textContent, String(document.getElementById('send-submit').disabled), document.getElementById('send-text').value]`))
+			require.NoError(t, err)
+			require.Equal(t, []string{"Outcome unknown: the message may or may not have been sent; send again to make sure (it is not written twice): no answer came within 0.2s", "false", "pay it"}, shown)
+			require.NoError(t, chromedp.Do(tab,
+				chromedp.Evaluate[chromedp.Void](`answerTimeoutMS = 60000`),
+				chromedp.Evaluate[chromedp.Void](submit, chromedp.EvalAwaitPromise)))
+			shown, err = chromedp.Run(tab, chromedp.Evaluate[[]string](
+				`[document.getElementById('send-text').value, document.getElementById('send-error').textContent]`))
+			require.NoError(t, err)
+			require.Equal(t, []string{"", ""}, shown, "sent, with no error")
+			evs, err := n.rt.History(ctx, conv.ID, 0, 0)
+			require.NoError(t, err)
+			var sent []string
+			for _, ev := range evs {
+				if m := ev.GetUserMsg(); m != nil {
+					sent = append(sent, m.GetContent()[0].GetText())
+				}
+			}
+			require.Equal(t, []string{"pay it"}, sent)
+		})
+	}
+}

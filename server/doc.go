@@ -251,10 +251,11 @@
 // front, or no answer at all: a connection cut after the request went
 // out, or none within a minute, twice lazarus.DefaultCallTimeout, after
 // which the console gives the request up) is never shown as not
-// answered: the console reads the call again and shows it answered if it
-// is, else says the outcome is unknown and lets the user answer again
-// (a second answer to a call already answered gets 409 stale); nor is
-// a message sent so shown as not sent. A
+// answered: the console reads the call again (a read it gives up after a
+// minute too) and shows it answered if it is, else says the outcome is
+// unknown and lets the user answer again (a second answer to a call
+// already answered gets 409 stale); nor is a message sent so (no answer
+// within a minute included) shown as not sent. A
 // resolution event names its resolver only when a person answered (not
 // for an expiry, nor in an older log that records none). The console only
 // calls the /v1/ API, with the same rules of who sees what; an approver

@@ -20,10 +20,12 @@ const MAX_RESULT_BYTES = 512 * 1024;
 // MAX_ERROR_BYTES is where the server cuts a rejection's reason when it
 // records it (agent.MaxErrorBytes): the card says so of a longer one.
 const MAX_ERROR_BYTES = 4 * 1024;
-// answerTimeoutMS bounds the wait for the answer to an Approve or Reject:
-// twice the Runtime's default CallTimeout, after which the server answers
-// 504 timeout itself. Past it, the outcome is unknown (the answer may have
-// been recorded). A let, not a const: a test sets it shorter.
+// answerTimeoutMS bounds the wait for the server's answer to an Approve or
+// Reject, to the reads of its call that follow one, and to a message's
+// send: twice the Runtime's default CallTimeout, after which the server
+// answers 504 timeout itself. Past it, a write's outcome is unknown (it
+// may have been recorded), and a read tells nothing. A let, not a const: a
+// test sets it shorter.
 let answerTimeoutMS = 60000;
 
 const $ = (id) => document.getElementById(id);
@@ -492,7 +494,7 @@ function settle(card, state, message) {
 async function settleElsewhere(card) {
   settle(card, 'stale', 'Already answered.');
   try {
-    answeredAs(card, await api('GET', 'calls/' + enc(card.call.id)));
+    answeredAs(card, await api('GET', 'calls/' + enc(card.call.id), undefined, answerTimeoutMS));
   } catch (e) {
     if (e.status === 404) settle(card, 'gone', GONE);
   }
@@ -511,7 +513,7 @@ async function settleUnknown(card, e) {
   const again = () => { if (card.state === 'pending') card.approve.disabled = card.reject.disabled = false; };
   let c;
   try {
-    c = await api('GET', 'calls/' + enc(card.call.id));
+    c = await api('GET', 'calls/' + enc(card.call.id), undefined, answerTimeoutMS);
   } catch (e) {
     if (e.status === 404) settle(card, 'gone', GONE); else again();
     return;
@@ -545,7 +547,7 @@ function answeredAs(card, c) {
 async function recheck(card) {
   let c;
   try {
-    c = await api('GET', 'calls/' + enc(card.call.id));
+    c = await api('GET', 'calls/' + enc(card.call.id), undefined, answerTimeoutMS);
   } catch (e) {
     if (e.status === 404 && card.state === 'pending' && !card.busy) settle(card, 'gone', GONE);
     return;
@@ -940,7 +942,7 @@ async function send(ev, state) {
   state.sending = true;
   $('send-submit').disabled = true;
   try {
-    await api('POST', `conversations/${enc(state.id)}/messages`, { text, request_id: state.unsent.id });
+    await api('POST', `conversations/${enc(state.id)}/messages`, { text, request_id: state.unsent.id }, answerTimeoutMS);
     state.unsent = null;
     if (!state.signal.aborted) $('send-text').value = '';
     else if (drafts.get(state.id) === text) drafts.delete(state.id);
