@@ -2583,3 +2583,42 @@ func TestConsoleSendWithNoAnswerInTime(t *testing.T) {
 		})
 	}
 }
+
+// TestConsoleEndedCallStaysEnded: a call an answer found pending in an
+// ended conversation (409 ended), which the API still lists (it is
+// pending for good), came back as a pending card, its buttons on, when
+// the queue was shown again. Its card is now shown as ended, and the
+// count leaves it out.
+func TestConsoleEndedCallStaysEnded(t *testing.T) {
+	ctx := testContext(t)
+	model := newScripted()
+	n := startNode(t, model, server.Options{})
+	_, call := suspendOnApproval(t, ctx, n, model)
+	inner := *n.served.Load()
+	var proxied http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != "POST" || r.URL.Path != "/v1/calls/"+call.ID+"/resolve" {
+			inner.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusConflict)
+		_, _ = io.WriteString(w, `{"error":{"code":"ended","message":"the conversation was ended"}}`)
+	})
+	n.served.Store(&proxied)
+
+	tab := newTab(t, browserWait)
+	signIn(t, tab, n, tokCarol, "#/calls")
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.WaitVisible(cardSel(call.ID, " button.approve")), pendingStatus(1),
+		chromedp.Click(cardSel(call.ID, " button.approve")),
+		chromedp.WaitVisible(cardSel(call.ID, `[data-state="ended"]`)),
+		chromedp.Evaluate[chromedp.Void](`location.hash = '#/conversations'`),
+		chromedp.WaitVisible(chromedp.ID("convs-view")),
+		chromedp.Evaluate[chromedp.Void](`location.hash = '#/calls'`),
+		chromedp.WaitVisible(chromedp.Search(`//p[@id="calls-status" and .="No pending approvals."]`)),
+	))
+	shown, err := chromedp.Run(tab, chromedp.Evaluate[[]string](fmt.Sprintf(
+		`(() => { const c = cards.get(%q); return [c.outcome.textContent, c.state, c.root.dataset.state, String(c.approve.disabled), String(c.reject.disabled), String(c.reason.disabled)]; })()`, call.ID)))
+	require.NoError(t, err)
+	require.Equal(t, []string{"This call can no longer be answered: its conversation has ended.", "ended", "ended", "true", "true", "true"}, shown)
+}

@@ -274,6 +274,7 @@ function signOut(message) {
   route();
   drafts.clear(); // the next to sign in is not shown them
   reasons.clear();
+  endedCalls.clear();
 }
 
 // ---- sign in ---------------------------------------------------------------
@@ -320,6 +321,11 @@ async function signIn(ev) {
 
 const cards = new Map(); // call id -> card state, while the queue is shown
 const reasons = new Map(); // call id -> the reason typed in its card, kept while the queue is left
+// endedCalls holds the calls an answer found pending in an ended
+// conversation (409 ended): the API lists them still (they are pending
+// for good), and their cards are shown as ended, not to be answered, for
+// as long as the tab is signed in.
+const endedCalls = new Set();
 
 function callsView(signal) {
   show('calls-view');
@@ -434,6 +440,7 @@ function callCard(c) {
     answer(card, false);
   });
   loadContext(card);
+  if (endedCalls.has(c.id)) settle(card, 'ended', ENDED);
   return card;
 }
 
@@ -588,7 +595,10 @@ async function answer(card, approve) {
   } catch (e) {
     if (e.code === 'stale') await settleElsewhere(card);
     else if (e.code === 'not_found' || e.code === 'deleted') settle(card, 'gone', GONE);
-    else if (e.code === 'ended') settle(card, 'ended', ENDED); // pending for good: no answer can be recorded
+    else if (e.code === 'ended') { // pending for good: no answer can be recorded
+      endedCalls.add(card.call.id);
+      settle(card, 'ended', ENDED);
+    }
     else if (unknownOutcome(e)) await settleUnknown(card, e);
     else {
       // Timeouts, a refusal, a proxy's error: the call may still be open.
