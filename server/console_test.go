@@ -2325,10 +2325,27 @@ func TestConsoleLongReason(t *testing.T) {
 
 func utf16Len(s string) int { return len(utf16.Encode([]rune(s))) }
 
+// giveUpFirst makes the page give up, after 200ms, the first bounded
+// request of method to the API path prefix+enc(id)+suffix (the request a
+// test leaves hanging), and no other: every other request keeps
+// answerTimeoutMS, so one the test expects answered is never given up on
+// a loaded machine (a short answerTimeoutMS for all could).
+func giveUpFirst(method, prefix, id, suffix string) chromedp.Action[chromedp.Void] {
+	return chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`(() => {
+  const real = api;
+  let first = true;
+  api = (method, path, body, timeoutMS) => {
+    const short = first && Boolean(timeoutMS) && method === %q && path === %q + enc(%q) + %q;
+    if (short) first = false;
+    return real(method, path, body, short ? 200 : timeoutMS);
+  };
+})()`, method, prefix, id, suffix))
+}
+
 // TestConsoleAnswerWithNoAnswerInTime: an Approve whose request hangs (a
 // server or proxy that never answers) showed "Sending…" for good, its card
 // skipped by the queue's reads. The request is now given up after
-// answerTimeoutMS (set shorter here) and the answer's outcome is unknown:
+// answerTimeoutMS (shorter here, for that request) and the answer's outcome is unknown:
 // the card reads the call again and says it was answered if it was, else
 // that the outcome is unknown, and answering again answers once.
 func TestConsoleAnswerWithNoAnswerInTime(t *testing.T) {
@@ -2372,7 +2389,7 @@ func TestConsoleAnswerWithNoAnswerInTime(t *testing.T) {
 			signIn(t, tab, n, tokCarol, "#/calls")
 			require.NoError(t, chromedp.Do(tab,
 				chromedp.WaitVisible(cardSel(call.ID, " button.approve")),
-				chromedp.Evaluate[chromedp.Void](`answerTimeoutMS = 200`),
+				giveUpFirst("POST", "calls/", call.ID, "/resolve"),
 			))
 			// Bounded: without a bound on the request, the answer never ends.
 			wait, cancel := context.WithTimeout(tab, 20*time.Second)
@@ -2388,7 +2405,6 @@ func TestConsoleAnswerWithNoAnswerInTime(t *testing.T) {
 			} else {
 				require.Equal(t, []string{"Outcome unknown (no answer came within 0.2s): the answer may or may not have been recorded. Answer again to find out.", "pending", "false", "false"}, shown)
 				require.NoError(t, chromedp.Do(tab,
-					chromedp.Evaluate[chromedp.Void](`answerTimeoutMS = 60000`),
 					chromedp.Click(cardSel(call.ID, " button.approve")),
 					chromedp.WaitVisible(cardSel(call.ID, `[data-state="approved"]`))))
 			}
@@ -2467,7 +2483,8 @@ func hangCallReads(t *testing.T, n *node, callID string, answerCode int, answerB
 // an answer (after an unknown outcome, after a stale one) and the queue's
 // read of a card its pages no longer hold had no bound: a read that hung
 // left the card busy, its buttons off, for good. They are now given up
-// after answerTimeoutMS: an unknown outcome stays unknown, its buttons on
+// after answerTimeoutMS (shorter here, for the read that hangs; the answer
+// keeps the default, as it must be answered): an unknown outcome stays unknown, its buttons on
 // again; an answer found stale stays "Already answered"; a card read again
 // by the queue is left as it was.
 func TestConsoleCallReadsWithNoAnswerInTime(t *testing.T) {
@@ -2494,7 +2511,7 @@ func TestConsoleCallReadsWithNoAnswerInTime(t *testing.T) {
 			signIn(t, tab, n, tokCarol, "#/calls")
 			require.NoError(t, chromedp.Do(tab,
 				chromedp.WaitVisible(cardSel(call.ID, " button.approve")),
-				chromedp.Evaluate[chromedp.Void](`answerTimeoutMS = 200`),
+				giveUpFirst("GET", "calls/", call.ID, ""),
 			))
 			// Bounded: without a bound on the read, it never ends.
 			wait, cancel := context.WithTimeout(tab, 20*time.Second)
