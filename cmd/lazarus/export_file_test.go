@@ -99,3 +99,24 @@ func TestExportFileInsideTheStoreIsRefused(t *testing.T) {
 	require.False(t, insideDir(filepath.Join(filepath.Dir(f.dir), "beside.jsonl"), f.dir))
 	require.False(t, insideDir(f.dir+"-other/x", f.dir), "a sibling whose name starts alike")
 }
+
+// TestExportFileInsideTheStoreIsRefusedBeforeItIsOpened: the refusal of a
+// --file inside the store's directory is a usage error before the store is
+// opened, as the help says of the --file checks: it was made after the
+// open, so while a runtime held the store the command failed busy (exit
+// 4) rather than saying what was wrong with its arguments, and it opened
+// a store it was going to refuse to work on.
+func TestExportFileInsideTheStoreIsRefusedBeforeItIsOpened(t *testing.T) {
+	f := newFixture(t)
+	held, err := openPebble(f.dir, false) // a runtime holding the store
+	require.NoError(t, err)
+	defer func() { require.NoError(t, held.Close()) }()
+
+	r := cliRun(t, "", "export", "--all", "--dir", f.dir, "--file", filepath.Join(f.dir, "export.jsonl"))
+	require.Equal(t, exitUsage, r.code, "stderr:\n%s", r.stderr)
+	require.Contains(t, r.stderr, "inside the store's directory")
+	require.Empty(t, r.stdout)
+
+	r = cliRun(t, "", "export", "--all", "--dir", f.dir, "--file", filepath.Join(t.TempDir(), "export.jsonl"))
+	require.Equal(t, exitBusy, r.code, "a --file elsewhere opens the store, held: stderr:\n%s", r.stderr)
+}

@@ -113,15 +113,21 @@ func (c *cli) export(ctx context.Context, fs *flags, args []string) (err error) 
 		}
 		seen[id] = true
 	}
-	st, dir, err := c.openStore(fs, false)
+	if *file != "" {
+		// Before the store is opened, as the other --file checks: the
+		// directory the command would open (a PostgreSQL store has none).
+		if dsn, _ := c.postgresDSN(fs); dsn == "" {
+			if dir, err := c.storeDir(fs); err == nil && insideDir(*file, dir) {
+				return &usageError{msg: fmt.Sprintf("--file %s is inside the store's directory %s: "+
+					"the export would replace or add a file of the store", *file, dir), err: journal.ErrInvalid}
+			}
+		}
+	}
+	st, _, err := c.openStore(fs, false)
 	if err != nil {
 		return err
 	}
 	defer closeStore(st, &err)
-	if *file != "" && dir != "" && insideDir(*file, dir) {
-		return &usageError{msg: fmt.Sprintf("--file %s is inside the store's directory %s: "+
-			"the export would replace or add a file of the store", *file, dir), err: journal.ErrInvalid}
-	}
 	if *all {
 		err := eachConversation(ctx, st, func(row *messages.Conversation) error {
 			ids = append(ids, row.GetId())
