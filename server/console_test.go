@@ -2254,7 +2254,9 @@ func paste(sel chromedp.CSS, text string) chromedp.Action[chromedp.Void] {
 // a card, was cut there without a word (the field's maxLength), though
 // the server takes answers up to agent.MaxResultBytes. It now goes whole
 // with an approval; a rejection's, which the server records cut to
-// agent.MaxErrorBytes, goes whole and the card says it was recorded cut;
+// agent.MaxErrorBytes, goes whole and the card says it was recorded cut
+// as it is (it said "to its first 4096 bytes": the record is at most
+// 4096 bytes, ending in "...");
 // and one the server would refuse is refused in the card, before anything
 // is sent, its buttons on.
 func TestConsoleLongReason(t *testing.T) {
@@ -2266,7 +2268,7 @@ func TestConsoleLongReason(t *testing.T) {
 		answers      int32
 	}{
 		{"approve", long, true, "approved", "Approved.", 1},
-		{"reject", long, false, "rejected", "Rejected. The reason was recorded cut to its first 4096 bytes, as every rejection's is.", 1},
+		{"reject", long, false, "rejected", `Rejected. The reason was recorded cut to at most 4096 bytes, ending in "...", as every longer one is.`, 1},
 		{"too long", strings.Repeat("x", agent.MaxResultBytes+1), false, "pending",
 			fmt.Sprintf("The reason is too long: the answer would be %d bytes, and the server takes at most %d.", agent.MaxResultBytes+1, agent.MaxResultBytes), 0},
 	} {
@@ -2311,6 +2313,8 @@ func TestConsoleLongReason(t *testing.T) {
 				got := toolResult(t, ctx, n, conv.ID, call.ID)
 				require.True(t, strings.HasPrefix(c.reason, strings.TrimSuffix(got, "...")), "recorded: %q", got)
 				require.Less(t, len(got), len(c.reason))
+				require.LessOrEqual(t, len(got), agent.MaxErrorBytes, "as the card says")
+				require.True(t, strings.HasSuffix(got, "..."), "as the card says: %q", got[len(got)-10:])
 			default:
 				var got server.Call
 				n.must(t, http.StatusOK, "GET", "/v1/calls/"+call.ID, tokCarol, nil, &got)

@@ -590,7 +590,7 @@ async function answer(card, approve) {
     } else {
       await api('POST', `calls/${enc(card.call.id)}/reject`, { reason }, answerTimeoutMS);
       settle(card, 'rejected', bytes > MAX_ERROR_BYTES
-        ? `Rejected. The reason was recorded cut to its first ${MAX_ERROR_BYTES} bytes, as every rejection's is.` : 'Rejected.');
+        ? `Rejected. The reason was recorded cut to at most ${MAX_ERROR_BYTES} bytes, ending in "...", as every longer one is.` : 'Rejected.');
     }
   } catch (e) {
     if (e.code === 'stale') await settleElsewhere(card);
