@@ -963,6 +963,16 @@ func (n *clusterNode) runFollower(ctx context.Context, conv string, last uint64,
 		}
 		timer.Stop()
 		release()
+		// A membership change that came with the answer (select took the
+		// answer first) is read as one that came before it: the same
+		// owner, of the same run, keeps the stream it answered.
+		select {
+		case <-changed:
+			if n.owner(conv) == owner && slices.Equal(n.idsAt(owner), ownerIDs) {
+				changed = n.changes()
+			}
+		default:
+		}
 		if err != nil {
 			unfollow(true)
 			if !wait(changed, owner, "the owner did not answer", err) {
