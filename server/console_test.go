@@ -1428,15 +1428,7 @@ func TestConsoleSendWithNoAnswer(t *testing.T) {
 		`[document.getElementById('send-text').value, document.getElementById('send-error').textContent]`))
 	require.NoError(t, err)
 	require.Equal(t, []string{"", ""}, shown, "sent, with no error")
-	evs, err := n.rt.History(ctx, conv.ID, 0, 0)
-	require.NoError(t, err)
-	var sent []string
-	for _, ev := range evs {
-		if m := ev.GetUserMsg(); m != nil {
-			sent = append(sent, m.GetContent()[0].GetText())
-		}
-	}
-	require.Equal(t, []string{"pay it"}, sent)
+	require.Equal(t, []string{"pay it"}, userTexts(t, ctx, n, conv.ID))
 }
 
 // TestConsoleAnswerToAGoneConversation: an answer refused 410 deleted
@@ -2196,15 +2188,7 @@ func TestConsoleConversationIDsInLinks(t *testing.T) {
 				chromedp.Click(chromedp.ID("send-submit")),
 				chromedp.WaitVisible(chromedp.Search(`//ol[@id="log"]/li[@data-kind="user_msg"][2]`)),
 			))
-			evs, err := n.rt.History(ctx, id, 0, 0)
-			require.NoError(t, err)
-			var sent []string
-			for _, ev := range evs {
-				if m := ev.GetUserMsg(); m != nil {
-					sent = append(sent, m.GetContent()[0].GetText())
-				}
-			}
-			require.Equal(t, []string{"pay", "more"}, sent)
+			require.Equal(t, []string{"pay", "more"}, userTexts(t, ctx, n, id))
 		})
 	}
 }
@@ -2592,15 +2576,7 @@ func TestConsoleSendWithNoAnswerInTime(t *testing.T) {
 				`[document.getElementById('send-text').value, document.getElementById('send-error').textContent]`))
 			require.NoError(t, err)
 			require.Equal(t, []string{"", ""}, shown, "sent, with no error")
-			evs, err := n.rt.History(ctx, conv.ID, 0, 0)
-			require.NoError(t, err)
-			var sent []string
-			for _, ev := range evs {
-				if m := ev.GetUserMsg(); m != nil {
-					sent = append(sent, m.GetContent()[0].GetText())
-				}
-			}
-			require.Equal(t, []string{"pay it"}, sent)
+			require.Equal(t, []string{"pay it"}, userTexts(t, ctx, n, conv.ID))
 		})
 	}
 }
@@ -2642,4 +2618,19 @@ func TestConsoleEndedCallStaysEnded(t *testing.T) {
 		`(() => { const c = cards.get(%q); return [c.outcome.textContent, c.state, c.root.dataset.state, String(c.approve.disabled), String(c.reject.disabled), String(c.reason.disabled)]; })()`, call.ID)))
 	require.NoError(t, err)
 	require.Equal(t, []string{"This call can no longer be answered: its conversation has ended.", "ended", "ended", "true", "true", "true"}, shown)
+}
+
+// userTexts returns the texts of the user messages in conversation conv's
+// history on node n, in order.
+func userTexts(t *testing.T, ctx context.Context, n *node, conv string) []string {
+	t.Helper()
+	evs, err := n.rt.History(ctx, conv, 0, 0)
+	require.NoError(t, err)
+	var sent []string
+	for _, ev := range evs {
+		if m := ev.GetUserMsg(); m != nil {
+			sent = append(sent, m.GetContent()[0].GetText())
+		}
+	}
+	return sent
 }
