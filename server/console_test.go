@@ -2582,8 +2582,8 @@ func TestConsoleSendWithNoAnswerInTime(t *testing.T) {
 }
 
 // TestConsoleEndedCallStaysEnded: a call an answer found pending in an
-// ended conversation (409 ended), which the API still lists (it is
-// pending for good), came back as a pending card, its buttons on, when
+// ended conversation (409 ended), which the API still lists (until its
+// deadline expires it), came back as a pending card, its buttons on, when
 // the queue was shown again. Its card is now shown as ended, and the
 // count leaves it out.
 func TestConsoleEndedCallStaysEnded(t *testing.T) {

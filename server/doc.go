@@ -247,8 +247,9 @@
 // whose conversation was deleted (404, or 410 deleted), as gone; one still
 // pending in a conversation that has ended (409 ended), as one that can
 // no longer be answered, its buttons off (GET /v1/calls still lists such
-// a call, pending for good: the tab shows it as ended while it is signed
-// in). An
+// a call until its deadline expires it, for good if it has none; End
+// refuses while a call is open, so only an import cut short leaves one:
+// the tab shows it as ended while it is signed in). An
 // answer of unknown outcome (504 unknown_outcome, a 504 of a gateway in
 // front, or no answer at all: a connection cut after the request went
 // out, or none within a minute, twice lazarus.DefaultCallTimeout, after
