@@ -39,6 +39,16 @@ func TestTwoStoresOnOneCommandLine(t *testing.T) {
 	requireOK(t, r)
 	require.Contains(t, r.stdout, "finished")
 
+	// ... and so is the same directory, relative before the command and
+	// absolute after it; a different one relative is still two stores.
+	t.Chdir(filepath.Dir(f.dir))
+	r = cliRun(t, "", "--dir", filepath.Base(f.dir), "conversations", "--dir", f.dir)
+	requireOK(t, r)
+	require.Contains(t, r.stdout, "finished")
+	r = cliRun(t, "", "--dir", filepath.Base(f.dir), "conversations", "--dir", other)
+	require.Equal(t, exitUsage, r.code, r.stderr)
+	require.Contains(t, r.stderr, "--dir given twice")
+
 	// --help still answers.
 	requireOK(t, cliRun(t, "", "--dir", other, "conversations", "--dir", f.dir, "--help"))
 }

@@ -36,7 +36,8 @@
 // The store is the embedded Pebble directory named by --dir, or the
 // PostgreSQL database named by --postgres DSN (either on the command line,
 // before or after the command; both is a usage error, and so is the same
-// flag given before and after it with two different values); without either, the
+// flag given before and after it with two different directories or DSNs, a
+// relative and an absolute path to one directory being one); without either, the
 // database named by the environment variable LAZARUS_POSTGRES, else the
 // directory named by LAZARUS_DIR ($LAZARUS_POSTGRES wins over
 // $LAZARUS_DIR, not over --dir). check works on a Pebble directory only:
@@ -456,7 +457,8 @@ Usage:
   lazarus COMMAND --help
 
 The directory comes from --dir (before or after the command, not two
-different ones) or $LAZARUS_DIR;
+different ones; a relative and an absolute path to one directory are one)
+or $LAZARUS_DIR;
 a PostgreSQL store from --postgres DSN or $LAZARUS_POSTGRES instead
 ($LAZARUS_POSTGRES, when set, wins over $LAZARUS_DIR, not over --dir).
 Only one process may open it at a time: while a runtime holds it, every
@@ -605,10 +607,11 @@ func topHelp(args []string) (name string, asked bool) {
 // oneStore refuses a command line that names two different stores with
 // the same flag, once before the command and once after it (--dir A show
 // --dir B): the command would work on one of them silently. The same
-// store named twice is no error. Likewise two different nodes (--server)
-// or two different tokens (--token).
+// store named twice is no error, however it is spelled (data and
+// $PWD/data are one directory: the absolute paths are compared). Likewise
+// two different nodes (--server) or two different tokens (--token).
 func (c *cli) oneStore(fs *flags) error {
-	if fs.dir != "" && c.dir != "" && filepath.Clean(fs.dir) != filepath.Clean(c.dir) {
+	if fs.dir != "" && c.dir != "" && absDir(fs.dir) != absDir(c.dir) {
 		return usagef("--dir given twice, %q and %q: name one store", c.dir, fs.dir)
 	}
 	if fs.postgres != "" && c.postgres != "" && fs.postgres != c.postgres {
@@ -623,6 +626,16 @@ func (c *cli) oneStore(fs *flags) error {
 		return usagef("--token given twice, with different tokens: give one")
 	}
 	return nil
+}
+
+// absDir is dir as an absolute, clean path, for comparing two spellings
+// of one directory; the clean path as given if the working directory
+// cannot be read.
+func absDir(dir string) string {
+	if abs, err := filepath.Abs(dir); err == nil {
+		return abs
+	}
+	return filepath.Clean(dir)
 }
 
 // postgresDSN returns the PostgreSQL store the command works on, if any:
