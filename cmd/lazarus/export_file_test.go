@@ -120,3 +120,42 @@ func TestExportFileInsideTheStoreIsRefusedBeforeItIsOpened(t *testing.T) {
 	r = cliRun(t, "", "export", "--all", "--dir", f.dir, "--file", filepath.Join(t.TempDir(), "export.jsonl"))
 	require.Equal(t, exitBusy, r.code, "a --file elsewhere opens the store, held: stderr:\n%s", r.stderr)
 }
+
+// TestExportFileSyncsItsDirectory: export --file syncs PATH's directory
+// after renaming the file into place (so the rename survives a crash), and
+// a failing sync is an error naming PATH, which is in place and complete,
+// with no temporary file left.
+func TestExportFileSyncsItsDirectory(t *testing.T) {
+	f := newFixture(t)
+	out := t.TempDir()
+	path := filepath.Join(out, "export.jsonl")
+	want := exportOf(t, f, "finished")
+	errSync := errors.New("sync failed")
+	var synced []string
+	orig := syncDir
+	t.Cleanup(func() { syncDir = orig })
+	syncDir = func(dir string) error {
+		b, err := os.ReadFile(path)
+		require.NoError(t, err, "the file is in place when its directory is synced")
+		require.Equal(t, want, string(b))
+		synced = append(synced, dir)
+		return errSync
+	}
+
+	r := cliRun(t, "", "export", "finished", "--file", path, "--dir", f.dir)
+	require.NotEqual(t, exitOK, r.code)
+	require.Empty(t, r.stdout)
+	require.Contains(t, r.stderr, path+" written, but its directory not synced")
+	require.Contains(t, r.stderr, "sync failed")
+	require.Equal(t, []string{out}, synced)
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, want, string(b))
+	entries, err := os.ReadDir(out)
+	require.NoError(t, err)
+	require.Len(t, entries, 1, "no temporary file remains")
+
+	// The real sync succeeds.
+	syncDir = orig
+	requireOK(t, cliRun(t, "", "export", "finished", "--file", path, "--dir", f.dir))
+}

@@ -57,8 +57,8 @@ var exportCmd = &command{
 	summary:  "write conversations as JSON lines (the import format)",
 	help: `
 Writes the named conversations (or all, with --all) to stdout, or to
---file PATH (written to a temporary file and renamed into place, so PATH
-is never left half-written; a PATH that exists must be a regular file,
+--file PATH (written to a temporary file, synced, renamed into place and
+its directory synced, so PATH is never left half-written; a PATH that exists must be a regular file,
 not a directory, a device, a FIFO or a symlink, which the rename would
 replace: usage error, status 2, before the store is opened; so is a PATH
 inside the --dir store's directory). Two exports of the same data are equal byte
@@ -209,7 +209,9 @@ func insideDir(path, dir string) bool {
 }
 
 // writeFileAtomic writes path through a temporary file in the same
-// directory, synced and renamed into place.
+// directory, synced and renamed into place; the directory is then synced,
+// so that the rename survives a crash. If that sync fails, path is in
+// place and complete, and the error says its rename may not be durable.
 func writeFileAtomic(path string, write func(io.Writer) error) (err error) {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
@@ -230,7 +232,27 @@ func writeFileAtomic(path string, write func(io.Writer) error) (err error) {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	return os.Rename(f.Name(), path)
+	if err := os.Rename(f.Name(), path); err != nil {
+		return err
+	}
+	if err := syncDir(filepath.Dir(path)); err != nil {
+		return fmt.Errorf("%s written, but its directory not synced (a crash may lose it): %w", path, err)
+	}
+	return nil
+}
+
+// syncDir syncs the directory dir, making durable the renames into it. A
+// variable for tests.
+var syncDir = func(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	if err := d.Sync(); err != nil {
+		_ = d.Close()
+		return err
+	}
+	return d.Close()
 }
 
 var importCmd = &command{
