@@ -20,7 +20,7 @@
 //	POST   /v1/conversations/{id}/fork          copy the history up to at_seq into a new conversation (Runtime.Fork); 201
 //	GET    /v1/conversations/{id}/schedules     its pending scheduled wake-ups (Runtime.Schedules), paged: cursor, within Options.MaxPageBytes
 //	POST   /v1/conversations/{id}/schedules     schedule a wake-up: at, after, every or cron, and text (Runtime.Schedule); 201
-//	DELETE /v1/conversations/{id}/schedules/{s} cancel one (Runtime.CancelSchedule); 204
+//	DELETE /v1/conversations/{id}/schedules/{s} cancel one (Runtime.CancelSchedule); 204, or 404 not_found "no schedule ... in conversation ..."
 //	GET    /v1/calls                            pending human calls (paged)
 //	GET    /v1/calls/{id}                       one call: tool, prompt, arguments, deadline, status and outcome
 //	POST   /v1/calls/{id}/resolve               answer it with a JSON result

@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -191,14 +192,20 @@ func (s *Server) createSchedule(w http.ResponseWriter, r *http.Request, c caller
 }
 
 // deleteSchedule cancels a schedule (Runtime.CancelSchedule): 204, or 404
-// for a schedule the conversation does not have.
+// for a schedule the conversation does not have, whose message names both
+// ids (not the Store's wording).
 func (s *Server) deleteSchedule(w http.ResponseWriter, r *http.Request, c caller) {
 	id := r.PathValue("id")
 	if _, _, err := s.conversation(r.Context(), c, id); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	if err := s.rt.CancelSchedule(r.Context(), id, r.PathValue("schedule")); err != nil {
+	sched := r.PathValue("schedule")
+	if err := s.rt.CancelSchedule(r.Context(), id, sched); err != nil {
+		if errors.Is(err, lazarus.ErrNoSchedule) {
+			err = &apiError{status: http.StatusNotFound, code: CodeNotFound,
+				msg: fmt.Sprintf("no schedule %q in conversation %q", sched, id)}
+		}
 		s.writeError(w, r, err)
 		return
 	}

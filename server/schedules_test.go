@@ -62,6 +62,8 @@ func TestSchedulesOverHTTP(t *testing.T) {
 	status, body = n.call(t, "DELETE", path+"/daily", tokAlice, nil)
 	require.Equal(t, http.StatusNotFound, status, "%s", body)
 	require.Equal(t, server.CodeNotFound, errorCode(t, body))
+	require.JSONEq(t, `{"error":{"code":"not_found","message":"no schedule \"daily\" in conversation \"`+conv.ID+`\""}}`,
+		string(body), "a plain message, not the Store's")
 
 	// A near one fires: its text is appended as alice's message, a turn
 	// follows, and the one-shot is gone.
