@@ -15,7 +15,11 @@
 // result, follows the results in that user message
 // (openai.ResultsAfterCalls). A message's text, a system prompt or a
 // summary that is empty or only whitespace is left out of the request:
-// the API refuses such a text block. Usage is
+// the API refuses such a text block. The request's first message is a
+// user message: when the context starts with the assistant's (after a
+// summary that ended at a user message or a tool result), a short user
+// message goes before it, LeadAfterSummary or LeadWithoutSummary, which
+// Bedrock and some proxies require. Usage is
 // read from message_start (input) and message_delta (output, cumulative;
 // an input count there replaces message_start's if positive) and recorded
 // on the assistant message with the model's name: input_tokens,
@@ -87,6 +91,15 @@ const (
 	EnvBaseURL = "ANTHROPIC_BASE_URL"
 	EnvAPIKey  = "ANTHROPIC_API_KEY"
 	EnvModel   = "ANTHROPIC_MODEL"
+)
+
+// The user message sent before a context whose first message is the
+// assistant's (the first event after a summary may be the assistant's
+// reply): LeadAfterSummary when the turn has a summary (not empty or only
+// whitespace), else LeadWithoutSummary. It is sent only, never recorded.
+const (
+	LeadAfterSummary   = "(The conversation so far is summarized in the system prompt.)"
+	LeadWithoutSummary = "(continued)"
 )
 
 // DefaultMaxTokens is Options.MaxTokens when zero: the API requires a bound.
@@ -250,6 +263,18 @@ func (m *Model) request(turn agent.Turn) (sdk.MessageNewParams, error) {
 			o := tr.GetOutcome()
 			add(sdk.MessageParamRoleUser, sdk.NewToolResultBlock(tr.GetToolCallId(), openai.ResultText(o), o.GetError() != nil))
 		}
+	}
+	// The API (Bedrock, some proxies) refuses a first message not in the
+	// user role (400), which a context starting after a summary with the
+	// assistant's reply would send on every turn: a short user message
+	// goes first. The assistant message after it keeps its tool_use
+	// blocks, and their results still follow in the next user message.
+	if len(p.Messages) > 0 && p.Messages[0].Role != sdk.MessageParamRoleUser {
+		lead := LeadWithoutSummary
+		if strings.TrimSpace(turn.Summary.GetContent()) != "" {
+			lead = LeadAfterSummary
+		}
+		p.Messages = append([]sdk.MessageParam{{Role: sdk.MessageParamRoleUser, Content: []sdk.ContentBlockParamUnion{sdk.NewTextBlock(lead)}}}, p.Messages...)
 	}
 	for _, spec := range turn.Tools {
 		schema, err := m.schema(spec)

@@ -545,3 +545,73 @@ func TestWhitespaceOnlySystemIsNotSent(t *testing.T) {
 		})
 	}
 }
+
+// TestFirstMessageIsTheUsers: a context that starts with the assistant's
+// message (the first event after a summary that ended at a user message or
+// a tool result) is sent after a short user message, LeadAfterSummary with
+// a summary and LeadWithoutSummary without: Bedrock and some proxies refuse
+// a first message in another role (400), on every turn. The assistant's
+// tool_use keeps its tool_result in the next user message, and a context
+// that starts with the user's is sent as it is.
+func TestFirstMessageIsTheUsers(t *testing.T) {
+	asst := func(seq uint64, text string, calls ...*messages.ToolCall) *messages.Event {
+		a := &messages.AssistantMessage{ToolCalls: calls}
+		if text != "" {
+			a.Content = []*messages.ContentPart{docText(text)}
+		}
+		return &messages.Event{Seq: seq, Body: &messages.Event_AssistantMsg{AssistantMsg: a}}
+	}
+	call := &messages.ToolCall{Id: "call_r1", ProviderId: "toolu_p1", Name: "get_weather", Arguments: `{"city":"Paris"}`}
+	result := docResult(6, "call_r1", &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: `{"temp":21}`}})
+	type msg struct{ role, first, text, id string }
+	for _, tc := range []struct {
+		name    string
+		summary string
+		context []*messages.Event
+		want    []msg
+	}{
+		{"text after a summary", "The user lives in Paris.",
+			[]*messages.Event{asst(3, "It is sunny."), docUser(4, docText("and?"))},
+			[]msg{{"user", "text", anthropic.LeadAfterSummary, ""}, {"assistant", "text", "It is sunny.", ""}, {"user", "text", "and?", ""}}},
+		{"tool call without a summary", "",
+			[]*messages.Event{asst(3, "", call), result},
+			[]msg{{"user", "text", anthropic.LeadWithoutSummary, ""}, {"assistant", "tool_use", "", "call_r1"}, {"user", "tool_result", "", "call_r1"}}},
+		{"blank summary", " \n",
+			[]*messages.Event{asst(3, "Let me check.", call), result, docUser(7, docText("and?"))},
+			[]msg{{"user", "text", anthropic.LeadWithoutSummary, ""}, {"assistant", "text", "Let me check.", ""}, {"user", "tool_result", "", "call_r1"}}},
+		{"orphan result and blank user text left out", "The user lives in Paris.",
+			[]*messages.Event{docResult(2, "call_gone", &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: "x"}}), docUser(3, docText(" ")), asst(4, "", call), result},
+			[]msg{{"user", "text", anthropic.LeadAfterSummary, ""}, {"assistant", "tool_use", "", "call_r1"}, {"user", "tool_result", "", "call_r1"}}},
+		{"user first is sent as it is", "The user lives in Paris.",
+			[]*messages.Event{docUser(3, docText("hi")), asst(4, "", call), result},
+			[]msg{{"user", "text", "hi", ""}, {"assistant", "tool_use", "", "call_r1"}, {"user", "tool_result", "", "call_r1"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := serveText(t, start+textStart+textDelta("ok")+stopWith("end_turn"))
+			turn := providertest.Turn()
+			turn.Summary.Content = tc.summary
+			turn.Context = tc.context
+			_, err := p.m.Generate(context.Background(), turn, nil)
+			require.NoError(t, err)
+			var req struct {
+				Messages []struct {
+					Role    string
+					Content []struct {
+						Type      string `json:"type"`
+						Text      string `json:"text"`
+						ID        string `json:"id"`
+						ToolUseID string `json:"tool_use_id"`
+					}
+				}
+			}
+			require.NoError(t, json.Unmarshal(p.srv.Requests()[0], &req))
+			var got []msg
+			for _, m := range req.Messages {
+				require.NotEmpty(t, m.Content, "a %s message", m.Role)
+				c := m.Content[0]
+				got = append(got, msg{m.Role, c.Type, c.Text, c.ID + c.ToolUseID})
+			}
+			assert.Equal(t, tc.want, got)
+		})
+	}
+}
