@@ -18,9 +18,9 @@
 // the API refuses such a text block. The request's first message is a
 // user message: when the context starts with the assistant's (after a
 // summary that ended at a user message or a tool result), a short user
-// message goes before it, LeadAfterSummary or LeadWithoutSummary, which
-// Bedrock and some proxies require. Usage is
-// read from message_start (input) and message_delta (output, cumulative;
+// message goes before it, openai.LeadAfterSummary or
+// openai.LeadWithoutSummary, which Bedrock and some proxies require (the
+// openai provider sends the same). Usage is read from message_start (input) and message_delta (output, cumulative;
 // an input count there replaces message_start's if positive) and recorded
 // on the assistant message with the model's name: input_tokens,
 // cache_read_input_tokens and cache_creation_input_tokens as the API
@@ -91,15 +91,6 @@ const (
 	EnvBaseURL = "ANTHROPIC_BASE_URL"
 	EnvAPIKey  = "ANTHROPIC_API_KEY"
 	EnvModel   = "ANTHROPIC_MODEL"
-)
-
-// The user message sent before a context whose first message is the
-// assistant's (the first event after a summary may be the assistant's
-// reply): LeadAfterSummary when the turn has a summary (not empty or only
-// whitespace), else LeadWithoutSummary. It is sent only, never recorded.
-const (
-	LeadAfterSummary   = "(The conversation so far is summarized in the system prompt.)"
-	LeadWithoutSummary = "(continued)"
 )
 
 // DefaultMaxTokens is Options.MaxTokens when zero: the API requires a bound.
@@ -270,9 +261,9 @@ func (m *Model) request(turn agent.Turn) (sdk.MessageNewParams, error) {
 	// goes first. The assistant message after it keeps its tool_use
 	// blocks, and their results still follow in the next user message.
 	if len(p.Messages) > 0 && p.Messages[0].Role != sdk.MessageParamRoleUser {
-		lead := LeadWithoutSummary
+		lead := openai.LeadWithoutSummary
 		if strings.TrimSpace(turn.Summary.GetContent()) != "" {
-			lead = LeadAfterSummary
+			lead = openai.LeadAfterSummary
 		}
 		p.Messages = append([]sdk.MessageParam{{Role: sdk.MessageParamRoleUser, Content: []sdk.ContentBlockParamUnion{sdk.NewTextBlock(lead)}}}, p.Messages...)
 	}

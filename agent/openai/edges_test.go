@@ -644,6 +644,10 @@ func TestOneSystemMessage(t *testing.T) {
 		"summary":     {"", "The user lives in Paris.", openai.SummaryPrefix + "The user lives in Paris."},
 		"prompt":      {"Be brief.", "", "Be brief."},
 		"neither one": {"", "", ""},
+		// Only whitespace is left out, as the anthropic provider does.
+		"blank summary": {"Be brief.", " \n\t", "Be brief."},
+		"blank prompt":  {" \n", "The user lives in Paris.", openai.SummaryPrefix + "The user lives in Paris."},
+		"both blank":    {"\t", "  ", ""},
 	} {
 		t.Run(name, func(t *testing.T) {
 			rs, err := providertest.Parse([]byte(chunk(`{"content":"x"}`, "stop") + usageChunk))
@@ -739,6 +743,82 @@ func TestLegacyMaxTokens(t *testing.T) {
 			require.NoError(t, json.Unmarshal(srv.Requests()[0], &req))
 			assert.Equal(t, tc.want, req[tc.field])
 			assert.NotContains(t, req, tc.none)
+		})
+	}
+}
+
+// TestFirstMessageAfterSystemIsTheUsers: a context that starts with the
+// assistant's message (the first event after a summary that ended at a
+// user message or a tool result) is sent after a short user message,
+// LeadAfterSummary with a summary and LeadWithoutSummary without (or with
+// a blank one): the chat templates of Mistral, Gemma and Llama 2 models,
+// as vLLM and llama.cpp serve them, refuse a conversation whose first
+// message after the system's is not the user's, on every turn. The
+// assistant's call keeps its result right after it, and a context that
+// starts with the user's is sent as it is.
+func TestFirstMessageAfterSystemIsTheUsers(t *testing.T) {
+	asst := func(seq uint64, text string, calls ...*messages.ToolCall) *messages.Event {
+		a := &messages.AssistantMessage{ToolCalls: calls}
+		if text != "" {
+			a.Content = []*messages.ContentPart{textPart(text)}
+		}
+		return &messages.Event{Seq: seq, Body: &messages.Event_AssistantMsg{AssistantMsg: a}}
+	}
+	call := &messages.ToolCall{Id: "call_r1", ProviderId: "p1", Name: "get_weather", Arguments: `{"city":"Paris"}`}
+	result := docResult(6, "call_r1", &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: `{"temp":21}`}})
+	type msg struct{ role, content, call string }
+	for _, tc := range []struct {
+		name    string
+		summary string
+		context []*messages.Event
+		want    []msg
+	}{
+		{"text after a summary", "The user lives in Paris.",
+			[]*messages.Event{asst(3, "It is sunny."), docUser(4, textPart("and?"))},
+			[]msg{{"user", openai.LeadAfterSummary, ""}, {"assistant", "It is sunny.", ""}, {"user", "and?", ""}}},
+		{"tool call without a summary", "",
+			[]*messages.Event{asst(3, "", call), result},
+			[]msg{{"user", openai.LeadWithoutSummary, ""}, {"assistant", "", "call_r1"}, {"tool", `{"temp":21}`, "call_r1"}}},
+		{"blank summary", " \n",
+			[]*messages.Event{asst(3, "Let me check.", call), result, docUser(7, textPart("and?"))},
+			[]msg{{"user", openai.LeadWithoutSummary, ""}, {"assistant", "Let me check.", "call_r1"}, {"tool", `{"temp":21}`, "call_r1"}, {"user", "and?", ""}}},
+		{"orphan result left out", "The user lives in Paris.",
+			[]*messages.Event{docResult(2, "call_gone", &messages.ToolOutcome{Outcome: &messages.ToolOutcome_Content{Content: "x"}}), asst(4, "", call), result},
+			[]msg{{"user", openai.LeadAfterSummary, ""}, {"assistant", "", "call_r1"}, {"tool", `{"temp":21}`, "call_r1"}}},
+		{"user first is sent as it is", "The user lives in Paris.",
+			[]*messages.Event{docUser(3, textPart("hi")), asst(4, "", call), result},
+			[]msg{{"user", "hi", ""}, {"assistant", "", "call_r1"}, {"tool", `{"temp":21}`, "call_r1"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := serveText(t, chunk(`{"content":"ok"}`, "stop")+usageChunk)
+			turn := providertest.Turn()
+			turn.Summary = &messages.Summary{ToSeq: 2, Content: tc.summary}
+			turn.Context = tc.context
+			_, err := p.m.Generate(context.Background(), turn, nil)
+			require.NoError(t, err)
+			var req struct {
+				Messages []struct {
+					Role       string `json:"role"`
+					Content    string `json:"content"`
+					ToolCallID string `json:"tool_call_id"`
+					ToolCalls  []struct {
+						ID string `json:"id"`
+					} `json:"tool_calls"`
+				} `json:"messages"`
+			}
+			require.NoError(t, json.Unmarshal(p.srv.Requests()[0], &req))
+			var got []msg
+			for _, m := range req.Messages {
+				if m.Role == "system" {
+					continue
+				}
+				id := m.ToolCallID
+				for _, c := range m.ToolCalls {
+					id += c.ID
+				}
+				got = append(got, msg{m.Role, m.Content, id})
+			}
+			assert.Equal(t, tc.want, got)
 		})
 	}
 }

@@ -31,6 +31,19 @@
 // connection closes; from a server that sends no such chunk it ends with
 // the stream.
 //
+// # The messages sent
+//
+// The system prompt and the turn's summary (after SummaryPrefix) go in
+// one system message, first; either one that is empty or only whitespace
+// is left out, and so is the system message when both are. The first
+// message after it is the user's: when the context starts with the
+// assistant's (after a summary that ended at a user message or a tool
+// result), a short user message goes before it, LeadAfterSummary or
+// LeadWithoutSummary, since the chat templates of many models that
+// compatible servers run (Mistral's, Gemma's, Llama 2's) refuse a
+// conversation that does not alternate from the user's. A context that
+// starts with the user's is sent as it is.
+//
 // A tool's Parameters that are an object schema without properties
 // ({"type":"object"}, what MCP servers list for a tool without arguments)
 // are sent with an empty "properties": OpenAI refuses the request
@@ -138,6 +151,16 @@ const (
 // system block of its own).
 const SummaryPrefix = "Summary of the earlier conversation:\n"
 
+// The user message sent before a context whose first message is the
+// assistant's (the first event after a summary may be the assistant's
+// reply), by this provider and the anthropic one: LeadAfterSummary when
+// the turn has a summary (not empty or only whitespace), else
+// LeadWithoutSummary. It is sent only, never recorded.
+const (
+	LeadAfterSummary   = "(The conversation so far is summarized in the system prompt.)"
+	LeadWithoutSummary = "(continued)"
+)
+
 // Options configure a Model.
 type Options struct {
 	// Model names the model, as the server knows it ("gpt-4o-mini",
@@ -150,8 +173,8 @@ type Options struct {
 	// APIKey is sent as a bearer token. Empty sends none that the local
 	// servers check.
 	APIKey string
-	// System is the system prompt sent first on every call. Empty means
-	// none.
+	// System is the system prompt sent first on every call. Empty (or
+	// only whitespace) means none.
 	System string
 	// Temperature, if set, is sent as the sampling temperature. Nil means
 	// the server's default.
@@ -260,8 +283,13 @@ func (m *Model) request(turn agent.Turn) (oai.ChatCompletionNewParams, error) {
 	msgs := make([]oai.ChatCompletionMessageParamUnion, 0, len(turn.Context)+2)
 	// One system message, first: the chat templates of many models that
 	// compatible servers run (Mistral's, Gemma's) refuse a second one.
+	// A prompt or a summary that is only whitespace is left out, as the
+	// anthropic provider does.
 	system := set.SystemPrompt
-	if s := turn.Summary.GetContent(); s != "" {
+	if strings.TrimSpace(system) == "" {
+		system = ""
+	}
+	if s := turn.Summary.GetContent(); strings.TrimSpace(s) != "" {
 		if system != "" {
 			system += "\n\n"
 		}
@@ -270,7 +298,20 @@ func (m *Model) request(turn agent.Turn) (oai.ChatCompletionNewParams, error) {
 	if system != "" {
 		msgs = append(msgs, oai.SystemMessage(system))
 	}
-	for _, ev := range ResultsAfterCalls(turn.Context) {
+	// The chat templates of many models that compatible servers run
+	// (Mistral's, Gemma's, Llama 2's) refuse a conversation whose first
+	// message after the system's is not the user's, which a context
+	// starting after a summary with the assistant's reply would send on
+	// every turn: a short user message goes first.
+	evs := ResultsAfterCalls(turn.Context)
+	if len(evs) > 0 && evs[0].GetAssistantMsg() != nil {
+		lead := LeadWithoutSummary
+		if strings.TrimSpace(turn.Summary.GetContent()) != "" {
+			lead = LeadAfterSummary
+		}
+		msgs = append(msgs, oai.UserMessage(lead))
+	}
+	for _, ev := range evs {
 		switch {
 		case ev.GetUserMsg() != nil:
 			msgs = append(msgs, oai.UserMessage(Text(ev.GetUserMsg().GetContent())))
