@@ -70,10 +70,11 @@ func requireSecondPage(t *testing.T, st journal.Store, code int, stdout, stderr 
 	require.NoError(t, err)
 	require.Equal(t, uint64(6), last, "the event was appended during show")
 	lines := outLines(stdout)
-	require.Len(t, lines, 3, "two events and the next page: %q", stdout)
+	require.Len(t, lines, 4, "two events and the pages around them: %q", stdout)
 	require.True(t, strings.HasPrefix(lines[0], "     2  "), lines[0])
 	require.True(t, strings.HasPrefix(lines[1], "     3  "), lines[1])
-	require.Equal(t, "-- newer: --from 3", lines[2])
+	require.Equal(t, "-- older: --before 2", lines[2])
+	require.Equal(t, "-- newer: --from 3", lines[3])
 }
 
 // TestShowForwardPageWhileTheLogGrows: show --from reads the last seq,
