@@ -169,16 +169,7 @@ func readServed(t *testing.T, ctx context.Context, updates <-chan Update, seq ui
 func TestTimedOutSubscribeEndsBeforeTheFollowerSubscribesAgain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	net, members := pairNet()
-	o := newFakeOwner(t, net, ownerAddr, memberAddr)
-	member := openRuntime(t, Options{Store: memjournal.New(memjournal.Options{}), NoResume: true, Model: okModel()})
-	n := netMember(t, net, member, memberAddr, members)
-	n.opts.RequestTimeout = time.Second
-	conv := ownedBy(n, ownerAddr)
-	sctx, scancel := context.WithCancel(ctx)
-	defer scancel()
-	updates, err := member.Subscribe(sctx, conv, 0)
-	require.NoError(t, err)
+	o, n, conv, updates, scancel := followFakeOwner(t, ctx, Options{}, func(n *clusterNode) { n.opts.RequestTimeout = time.Second })
 
 	first := o.next(ctx)
 	o.subscribe(first, false) // not answered in time
@@ -204,15 +195,7 @@ func TestTimedOutSubscribeEndsBeforeTheFollowerSubscribesAgain(t *testing.T) {
 func TestFollowerBackToItsOwnerWaitsForItsOldStream(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	net, members := pairNet()
-	o := newFakeOwner(t, net, ownerAddr, memberAddr)
-	member := openRuntime(t, Options{Store: memjournal.New(memjournal.Options{}), NoResume: true, Model: okModel()})
-	n := netMember(t, net, member, memberAddr, members)
-	conv := ownedBy(n, ownerAddr)
-	sctx, scancel := context.WithCancel(ctx)
-	defer scancel()
-	updates, err := member.Subscribe(sctx, conv, 0)
-	require.NoError(t, err)
+	o, n, conv, updates, scancel := followFakeOwner(t, ctx, Options{}, nil)
 	o.subscribe(o.next(ctx), true)
 	readServed(t, ctx, updates, 1)
 
@@ -223,6 +206,7 @@ func TestFollowerBackToItsOwnerWaitsForItsOldStream(t *testing.T) {
 		n.changed = make(chan struct{})
 		n.mu.Unlock()
 	}
+	members := *n.members.Load()
 	change([]string{memberAddr}) // the member owns it now
 	_, ok := o.next(ctx).msg.(*messages.ClusterUnsubscribe)
 	require.True(t, ok, "the follower leaves the old owner")
@@ -246,16 +230,8 @@ func TestFollowerBackToItsOwnerWaitsForItsOldStream(t *testing.T) {
 func TestStuckFollowerEndsItsStreamOnceBehind(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	net, members := pairNet()
-	o := newFakeOwner(t, net, ownerAddr, memberAddr)
 	const buffer = 64 // room for every update until the subscriber's channel is full
-	member := openRuntime(t, Options{Store: memjournal.New(memjournal.Options{}), NoResume: true, Model: okModel(), SubscriberBuffer: buffer})
-	n := netMember(t, net, member, memberAddr, members)
-	conv := ownedBy(n, ownerAddr)
-	sctx, scancel := context.WithCancel(ctx)
-	defer scancel()
-	updates, err := member.Subscribe(sctx, conv, 0)
-	require.NoError(t, err)
+	o, n, conv, updates, scancel := followFakeOwner(t, ctx, Options{SubscriberBuffer: buffer}, nil)
 	first := o.next(ctx)
 	o.subscribe(first, true) // seq 1
 	id := first.msg.(*messages.ClusterSubscribe).GetSubscriptionId()
@@ -374,15 +350,7 @@ func TestFollowerMovesOnWhileItsSubscribeIsUnanswered(t *testing.T) {
 func TestRestartedFollowerVoidsTheDeltasItHanded(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	net, members := pairNet()
-	o := newFakeOwner(t, net, ownerAddr, memberAddr)
-	member := openRuntime(t, Options{Store: memjournal.New(memjournal.Options{}), NoResume: true, Model: okModel()})
-	n := netMember(t, net, member, memberAddr, members)
-	conv := ownedBy(n, ownerAddr)
-	sctx, scancel := context.WithCancel(ctx)
-	defer scancel()
-	updates, err := member.Subscribe(sctx, conv, 0)
-	require.NoError(t, err)
+	o, _, conv, updates, scancel := followFakeOwner(t, ctx, Options{}, nil)
 	send := func(id string, m *messages.ClusterUpdate) {
 		m.SubscriptionId, m.ConversationId = id, conv
 		o.sys.Root.RequestWithCustomSender(actor.NewPID(memberAddr, GatewayName), m, actor.NewPID(ownerAddr, GatewayName))
@@ -445,4 +413,26 @@ func TestRestartedFollowerVoidsTheDeltasItHanded(t *testing.T) {
 	scancel()
 	for range updates {
 	}
+}
+
+// followFakeOwner opens a member (opts, with a memjournal Store, NoResume
+// and okModel) of a cluster whose other member is a fake owner, tunes its
+// node (tune may be nil), and subscribes, until ctx ends or scancel, to a
+// conversation the fake owner owns.
+func followFakeOwner(t *testing.T, ctx context.Context, opts Options, tune func(*clusterNode)) (o *fakeOwner, n *clusterNode, conv string, updates <-chan Update, scancel context.CancelFunc) {
+	t.Helper()
+	net, members := pairNet()
+	o = newFakeOwner(t, net, ownerAddr, memberAddr)
+	opts.Store, opts.NoResume, opts.Model = memjournal.New(memjournal.Options{}), true, okModel()
+	member := openRuntime(t, opts)
+	n = netMember(t, net, member, memberAddr, members)
+	if tune != nil {
+		tune(n)
+	}
+	conv = ownedBy(n, ownerAddr)
+	sctx, scancel := context.WithCancel(ctx)
+	t.Cleanup(scancel)
+	updates, err := member.Subscribe(sctx, conv, 0)
+	require.NoError(t, err)
+	return o, n, conv, updates, scancel
 }
